@@ -1,0 +1,8 @@
+"""kvmemory: the memory layer for LLM agents.
+
+The import package is named ``agents`` so that code written for Microsoft
+UFO's memory module (``from agents.memory.memory import Memory, MemoryItem``)
+runs unchanged. The public API lives in :mod:`agents.memory`.
+"""
+
+__version__ = "0.1.0"

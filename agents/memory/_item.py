@@ -1,0 +1,549 @@
+"""``MemoryItem``: one agent step as an ordered set of key-value fields.
+
+Fields live in a per-instance dict, never on the class, so a key can be any
+string (``"to_json"``, ``"Bounding Box"``) without shadowing a method. Typed
+subclasses declare fields with annotations; declared fields are validated,
+come first in :meth:`MemoryItem.to_dict`, and extra dynamic fields are still
+accepted.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import inspect
+import reprlib
+import types
+import typing
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
+
+import attrs
+from typing_extensions import Self
+
+from agents.memory import _codec
+from agents.memory.exceptions import (
+    CorruptSessionError,
+    FieldNotFoundError,
+    FieldValidationError,
+    InvalidKeyError,
+)
+
+if TYPE_CHECKING:
+    from agents.memory._codec import OnUnencodable
+
+__all__ = ["NOTHING", "FieldSpec", "MemoryItem", "field", "item_class"]
+
+
+class _Nothing:
+    """The sentinel for "no value given" where ``None`` is a legitimate value."""
+
+    _instance: ClassVar[_Nothing | None] = None
+
+    def __new__(cls) -> _Nothing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+    def __reduce__(self) -> str:
+        return "NOTHING"
+
+
+NOTHING: Final = _Nothing()
+
+
+class _Validator(Protocol):
+    def __call__(self, instance: Any, attribute: Any, value: Any, /) -> Any: ...
+
+
+@attrs.frozen
+class FieldSpec:
+    """A field declared on a typed ``MemoryItem`` subclass.
+
+    ``name`` is filled in when the class is created. ``validator`` follows the
+    attrs convention ``validator(item, spec, value)``, so ``attrs.validators``
+    (``instance_of``, ``ge``, ``in_`` ...) work as they are.
+    """
+
+    name: str = ""
+    annotation: Any = None
+    default: Any = NOTHING
+    factory: Callable[[], Any] | None = None
+    validator: _Validator | None = None
+    converter: Callable[[Any], Any] | None = None
+
+    @property
+    def required(self) -> bool:
+        """Whether the field has neither a default nor a factory."""
+        return self.default is NOTHING and self.factory is None
+
+    def make_default(self) -> Any:
+        """Return a fresh default value (calling the factory, if any)."""
+        return self.factory() if self.factory is not None else self.default
+
+
+def field(
+    *,
+    default: Any = NOTHING,
+    factory: Callable[[], Any] | None = None,
+    validator: _Validator | None = None,
+    converter: Callable[[Any], Any] | None = None,
+) -> Any:
+    """Declare a field of a typed ``MemoryItem`` subclass with options.
+
+    Example::
+
+        class Step(MemoryItem):
+            step: int
+            cost: float = field(default=0.0, validator=attrs.validators.ge(0))
+            tags: list[str] = field(factory=list)
+
+    Args:
+        default: The value used when the field is not given.
+        factory: Called to make a fresh default (for mutable defaults).
+        validator: ``validator(item, spec, value)``; raise to refuse a value.
+        converter: Applied to every value before validation.
+
+    Raises:
+        TypeError: if both ``default`` and ``factory`` are given.
+    """
+    if default is not NOTHING and factory is not None:
+        msg = "field() takes either default= or factory=, not both."
+        raise TypeError(msg)
+    return FieldSpec(default=default, factory=factory, validator=validator, converter=converter)
+
+
+# Classes by "module:qualname", so that decoding finds classes that cannot be
+# imported by name (defined in __main__ or inside a function).
+_CLASSES: Final[dict[str, type[MemoryItem]]] = {}
+
+
+def item_class(path: str | None) -> type[MemoryItem]:
+    """Return the ``MemoryItem`` class stored under ``path`` (``None`` is the base).
+
+    Raises:
+        CorruptSessionError: if the class is unknown or not a ``MemoryItem``.
+    """
+    if path is None:
+        return MemoryItem
+    cls = _CLASSES.get(path)
+    if cls is None:
+        found = _codec.import_class(path)
+        if not (isinstance(found, type) and issubclass(found, MemoryItem)):
+            msg = f"Class {path!r} named in the session is not a MemoryItem subclass."
+            raise CorruptSessionError(msg)
+        cls = found
+    return cls
+
+
+_REPR: Final = reprlib.Repr()
+_REPR.maxstring = 80
+_REPR.maxother = 80
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 8
+
+
+def _key_error(key: object) -> InvalidKeyError:
+    msg = f"Field keys must be strings, got {key!r} ({type(key).__name__}); convert the key with str() first."
+    return InvalidKeyError(msg)
+
+
+def _check_keys(fields: Mapping[Any, Any]) -> None:
+    # str.join runs in C and raises TypeError on the first non-string key, which
+    # is much faster than a Python loop over the keys of every item.
+    try:
+        "".join(fields)
+    except TypeError:
+        for key in fields:
+            if not isinstance(key, str):
+                raise _key_error(key) from None
+        raise  # pragma: no cover - join failed for a reason other than a key
+
+
+class MemoryItem:
+    """One record of an agent step: free-form fields in insertion order.
+
+    ``MemoryItem(step=3, action="click")`` sets fields directly; the UFO calls
+    (``set_value``, ``add_values_from_dict``, ``get_value`` ...) work as in UFO.
+    Fields are read with ``item.get_value(key)``, ``item[key]`` or, for keys that
+    are identifiers and not method names, ``item.key``.
+    """
+
+    __slots__ = ("__weakref__", "_fields", "_owners", "_plain")
+
+    _declared: ClassVar[dict[str, FieldSpec]] = {}
+    _class_path: ClassVar[str | None] = None
+    _type_checks: ClassVar[dict[str, tuple[type, ...] | None] | None] = None
+
+    if TYPE_CHECKING:
+        _fields: dict[str, Any]
+        _owners: dict[int, weakref.ref[Any]] | None
+        _plain: bool | None
+
+    def __init__(self, /, **fields: Any) -> None:
+        if self._declared:
+            fields = self._with_declared(fields)
+        _set_fields(self, fields)
+        _set_owners(self, None)
+        _set_plain(self, None)
+
+    # -- typed subclasses ---------------------------------------------------
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = dict(cls._declared)
+        for name, annotation in inspect.get_annotations(cls).items():
+            if name.startswith("_") or _is_classvar(annotation):
+                continue
+            raw = cls.__dict__.get(name, NOTHING)
+            spec = raw if isinstance(raw, FieldSpec) else FieldSpec(default=raw)
+            declared[name] = attrs.evolve(spec, name=name, annotation=annotation)
+            if raw is not NOTHING:
+                # Fields belong to instances; a class attribute would be shared.
+                delattr(cls, name)
+        cls._declared = declared
+        cls._type_checks = None
+        cls._class_path = _codec.class_path(cls)
+        _CLASSES[cls._class_path] = cls
+
+    @classmethod
+    def declared_fields(cls) -> dict[str, FieldSpec]:
+        """Return the fields declared by this class and its bases, in order."""
+        return dict(cls._declared)
+
+    @classmethod
+    def _checks(cls) -> dict[str, tuple[type, ...] | None]:
+        checks = cls._type_checks
+        if checks is None:
+            try:
+                hints = typing.get_type_hints(cls)
+            except Exception:  # noqa: BLE001 - unresolvable hints only disable type checks
+                hints = {}
+            checks = {name: _runtime_types(hints.get(name)) for name in cls._declared}
+            cls._type_checks = checks
+        return checks
+
+    def _with_declared(self, given: dict[str, Any]) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for name, spec in self._declared.items():
+            if name in given:
+                fields[name] = self._validated(spec, given.pop(name))
+            elif spec.required:
+                msg = f"{type(self).__name__} requires field {name!r}; pass {name}=... when creating it."
+                raise FieldValidationError(msg)
+            else:
+                fields[name] = spec.make_default()
+        fields.update(given)
+        return fields
+
+    def _validated(self, spec: FieldSpec, value: Any) -> Any:
+        if spec.converter is not None:
+            value = spec.converter(value)
+        expected = self._checks().get(spec.name)
+        if expected is not None and not isinstance(value, expected):
+            names = " or ".join(t.__name__ for t in expected)
+            msg = (
+                f"Field {spec.name!r} of {type(self).__name__} must be {names}, "
+                f"got {_REPR.repr(value)} ({type(value).__name__})."
+            )
+            raise FieldValidationError(msg)
+        if spec.validator is not None:
+            try:
+                spec.validator(self, spec, value)
+            except (TypeError, ValueError) as exc:
+                msg = f"Field {spec.name!r} of {type(self).__name__} refused {_REPR.repr(value)}: {exc}"
+                raise FieldValidationError(msg) from exc
+        return value
+
+    # -- construction helpers ------------------------------------------------
+
+    @classmethod
+    def _from_fields(cls, fields: dict[str, Any]) -> Self:
+        """Build an item that takes ownership of ``fields`` (keys already checked)."""
+        if cls._declared:
+            return cls(**fields)
+        item = _new(cls)
+        _set_fields(item, fields)
+        _set_owners(item, None)
+        _set_plain(item, None)
+        return item
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Self:
+        """Create an item of this class from a mapping of fields.
+
+        Raises:
+            InvalidKeyError: if a key is not a string.
+            FieldValidationError: if a declared field is missing or invalid.
+        """
+        _check_keys(data)
+        return cls._from_fields(dict(data))
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> MemoryItem:
+        """Create an item from the JSON written by :meth:`to_json`.
+
+        The item comes back as the class it was written from.
+
+        Raises:
+            CorruptSessionError: if ``data`` is not an encoded item.
+        """
+        class_name, fields = _codec.unwrap(_codec.loads(data, source="item JSON"), where="item JSON")
+        return item_class(class_name)._from_fields(fields)
+
+    # -- UFO's API -----------------------------------------------------------
+
+    def set_value(self, key: str, value: Any) -> None:
+        """Set the field ``key`` to ``value``.
+
+        Raises:
+            InvalidKeyError: if ``key`` is not a string.
+            FieldValidationError: if ``key`` is a declared field and ``value`` is invalid.
+        """
+        if type(key) is not str:
+            if not isinstance(key, str):
+                raise _key_error(key)
+            key = str(key)
+        spec = self._declared.get(key)
+        if spec is not None:
+            value = self._validated(spec, value)
+        fields = self._fields
+        owners = self._owners
+        _set_plain(self, None)
+        if owners:
+            old = fields.get(key, NOTHING)
+            fields[key] = value
+            self._notify(key, old, value)
+        else:
+            fields[key] = value
+
+    def add_values_from_dict(self, values: Mapping[str, Any]) -> None:
+        """Set every field of ``values``; nothing is set if a key is not a string.
+
+        Raises:
+            InvalidKeyError: if a key is not a string.
+            FieldValidationError: if a declared field gets an invalid value.
+        """
+        _check_keys(values)
+        for key, value in values.items():
+            self.set_value(key, value)
+
+    set_values_from_dict = add_values_from_dict
+    """The older UFO name of :meth:`add_values_from_dict`."""
+
+    def from_dict(self, data: Mapping[str, Any]) -> None:
+        """Merge the fields of ``data`` into this item (UFO's meaning of the name)."""
+        self.add_values_from_dict(data)
+
+    def get_value(self, key: str, default: Any = None) -> Any:
+        """Return the value of field ``key``, or ``default`` (``None``) when it is missing."""
+        return self._fields.get(key, default)
+
+    def get_values(self, keys: Iterable[str]) -> dict[str, Any]:
+        """Return ``{key: value}`` for each of ``keys``; missing keys map to ``None``."""
+        fields = self._fields
+        return {key: fields.get(key) for key in keys}
+
+    def filter(self, keys: Iterable[str] = ()) -> dict[str, Any]:
+        """Return a new dict of the fields among ``keys`` that this item holds, in ``keys`` order."""
+        fields = self._fields
+        return {key: fields[key] for key in keys if key in fields}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a new dict of all fields in insertion order (declared fields first)."""
+        return dict(self._fields)
+
+    def to_json(self, *, on_unencodable: OnUnencodable = "error", step_key: str = "step") -> str:
+        """Return the item as a JSON string that :meth:`from_json` reads back losslessly.
+
+        Args:
+            on_unencodable: ``"error"`` (default), ``"repr"`` or ``"drop"``; see ``docs/format.md``.
+            step_key: The key naming the step in error messages.
+
+        Raises:
+            SerializationError: if a value cannot be encoded under the policy.
+        """
+        return _codec.dumps(self._wire(step_key, on_unencodable)).decode("utf-8")
+
+    @property
+    def attributes(self) -> list[str]:
+        """The keys of this item's fields, in order (a new list)."""
+        return list(self._fields)
+
+    # -- removal and mapping protocol ----------------------------------------
+
+    def delete_value(self, key: str) -> Any:
+        """Remove field ``key`` and return its value.
+
+        Raises:
+            FieldNotFoundError: if the item holds no field ``key``.
+        """
+        fields = self._fields
+        if key not in fields:
+            msg = f"{type(self).__name__} has no field {key!r}; its fields are {list(fields)}."
+            raise FieldNotFoundError(msg)
+        _set_plain(self, None)
+        value = fields.pop(key)
+        if self._owners:
+            self._notify(key, value, NOTHING)
+        return value
+
+    def keys(self) -> list[str]:
+        """Return the field keys (so that ``dict(item)`` works)."""
+        return list(self._fields)
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._fields[key]
+        except KeyError:
+            msg = f"{type(self).__name__} has no field {key!r}; its fields are {list(self._fields)}."
+            raise FieldNotFoundError(msg) from None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.set_value(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.delete_value(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._fields
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._fields))
+
+    # -- attribute access ----------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails, so methods always win.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._fields[name]
+        except KeyError:
+            msg = f"{type(self).__name__} has no field {name!r}; use get_value({name!r}) to get None for a missing field."
+            raise AttributeError(msg) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            self.set_value(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith("_"):
+            object.__delattr__(self, name)
+        else:
+            self.delete_value(name)
+
+    # -- value semantics -----------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields == other._fields  # type: ignore[attr-defined]  # same type, checked above
+
+    __hash__ = None  # type: ignore[assignment]  # mutable: equal items may change
+
+    def __repr__(self) -> str:
+        plain: list[str] = []
+        other: list[str] = []
+        for key, value in self._fields.items():
+            if key.isidentifier() and not key.startswith("_"):
+                plain.append(f"{key}={_REPR.repr(value)}")
+            else:
+                other.append(f"{key!r}: {_REPR.repr(value)}")
+        if other:
+            plain.append("**{" + ", ".join(other) + "}")
+        return f"{type(self).__name__}({', '.join(plain)})"
+
+    def copy(self) -> Self:
+        """Return a new item of the same class with a shallow copy of the fields."""
+        return type(self)._from_fields(dict(self._fields))
+
+    def __copy__(self) -> Self:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        return type(self)._from_fields(_copy.deepcopy(self._fields, memo))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Only the class and the fields travel; owner links and caches do not.
+        return (_restore, (type(self), dict(self._fields)))
+
+    # -- internals used by Memory and the codec ------------------------------
+
+    def _wire(self, step_key: str, on_unencodable: OnUnencodable) -> dict[str, Any]:
+        """Return the JSON-native wire form of this item (see ``_codec.encode_fields``)."""
+        fields = self._fields
+        plain = self._plain
+        if plain is None:
+            plain = self._class_path is None and _codec.is_plain(fields)
+            _set_plain(self, plain)
+        if plain:
+            return fields
+        return _codec.encode_fields(
+            fields, class_name=self._class_path, step_key=step_key, on_unencodable=on_unencodable
+        )
+
+    def _link(self, memory: Any, ref: weakref.ref[Any]) -> None:
+        owners = self._owners
+        if owners is None:
+            _set_owners(self, {id(memory): ref})
+        else:
+            owners[id(memory)] = ref
+
+    def _unlink(self, memory: Any) -> None:
+        owners = self._owners
+        if owners:
+            owners.pop(id(memory), None)
+
+    def _notify(self, key: str, old: Any, new: Any) -> None:
+        for ref in list(self._owners.values()):  # type: ignore[union-attr]  # caller checked
+            memory = ref()
+            if memory is not None:
+                memory._item_changed(self, key, old, new)
+
+
+_new = object.__new__
+_set_fields = MemoryItem.__dict__["_fields"].__set__
+_set_owners = MemoryItem.__dict__["_owners"].__set__
+_set_plain = MemoryItem.__dict__["_plain"].__set__
+
+
+def _restore(cls: type[MemoryItem], fields: dict[str, Any]) -> MemoryItem:
+    return cls._from_fields(fields)
+
+
+def _is_classvar(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        return annotation.startswith(("ClassVar", "typing.ClassVar"))
+    return typing.get_origin(annotation) is ClassVar
+
+
+def _runtime_types(hint: Any) -> tuple[type, ...] | None:
+    """Return the classes an ``isinstance`` check can enforce for ``hint``, or ``None``."""
+    if hint is None or hint is Any:
+        return None
+    if hint is type(None):
+        return (type(None),)
+    if hint is float:
+        return (float, int)  # PEP 484: an int is acceptable where a float is expected
+    if isinstance(hint, type):
+        return (hint,)
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        out: list[type] = []
+        for arg in typing.get_args(hint):
+            sub = _runtime_types(arg)
+            if sub is None:
+                return None
+            out.extend(sub)
+        return tuple(out)
+    if isinstance(origin, type):
+        return (origin,)  # list[int] is checked as list; elements are not inspected
+    return None

@@ -1,0 +1,758 @@
+"""``Memory``: an agent's ordered record of ``MemoryItem`` steps.
+
+This is the module UFO-style code imports (``from agents.memory.memory import
+Memory, MemoryItem``). ``Memory`` keeps UFO's names and meaning and fixes its
+defects: items without a step never crash step filtering or deletion, step
+lookups go through an index that follows items whose step changes after they
+were added, projections return fresh dicts, loading is all-or-nothing, and
+every call is safe under threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import os
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import IO, Any, Literal, overload
+
+import attrs
+from typing_extensions import Self
+
+from agents.memory import _codec
+from agents.memory._codec import OnUnencodable
+from agents.memory._item import NOTHING, MemoryItem, item_class
+from agents.memory.exceptions import CallbackError, CorruptSessionError, StepNotFoundError
+
+__all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem"]
+
+ChangeKind = Literal["add", "delete", "clear"]
+
+
+@attrs.frozen
+class MemoryChange:
+    """What changed in a memory, as given to change callbacks.
+
+    ``kind`` is ``"add"``, ``"delete"`` (a step deleted, or the oldest items
+    dropped by ``max_items``) or ``"clear"``; ``items`` are the items concerned.
+    """
+
+    kind: ChangeKind
+    items: tuple[MemoryItem, ...]
+
+
+ChangeCallback = Callable[["Memory", MemoryChange], object]
+"""A callback run after each change: ``callback(memory, change)``."""
+
+def _validate_max_items(instance: object, attribute: object, value: int | None) -> None:
+    if value is not None and (type(value) is not int or value < 1):
+        msg = f"max_items must be a positive int or None, got {value!r}."
+        raise ValueError(msg)
+
+
+class Memory:
+    """An ordered, indexed, thread-safe collection of ``MemoryItem`` steps.
+
+    Args:
+        items: Items to start with, in order.
+        step_key: The field that names an item's step (UFO's older logs use ``"Step"``).
+        max_items: Keep at most this many items; the oldest are dropped first.
+        callbacks: Run after each add, delete and clear as ``callback(memory, change)``.
+        session_id: A name for the session, written into saved session documents.
+        metadata: Free-form data about the session, saved with it.
+    """
+
+    def __init__(
+        self,
+        items: Iterable[MemoryItem] | None = None,
+        *,
+        step_key: str = "step",
+        max_items: int | None = None,
+        callbacks: Iterable[ChangeCallback] = (),
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        if type(step_key) is not str:
+            msg = f"step_key must be a string, got {step_key!r}."
+            raise TypeError(msg)
+        _validate_max_items(self, None, max_items)
+        self._lock = threading.RLock()
+        self._ref = weakref.ref(self)
+        self._step_key = step_key
+        self._max_items = max_items
+        self._callbacks: list[ChangeCallback] = list(callbacks)
+        self.session_id = session_id
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.created_at = dt.datetime.now(dt.timezone.utc).isoformat()
+        self._items: dict[int, MemoryItem] = {}
+        self._next_seq = 0
+        self._first_seq = 0
+        # step -> sorted seqs; built on first step lookup, then kept up to date.
+        self._by_step: dict[Any, list[int]] | None = None
+        self._stepless: dict[int, None] = {}
+        self._unhashable_steps: dict[int, None] = {}
+        self._list: list[MemoryItem] | None = None
+        if items is not None:
+            self.load(list(items))
+
+    # -- configuration -------------------------------------------------------
+
+    @property
+    def step_key(self) -> str:
+        """The field that names an item's step."""
+        return self._step_key
+
+    @property
+    def max_items(self) -> int | None:
+        """The bound on the number of items, or ``None`` for no bound."""
+        return self._max_items
+
+    def add_callback(self, callback: ChangeCallback) -> None:
+        """Run ``callback(memory, change)`` after each add, delete and clear."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+    def remove_callback(self, callback: ChangeCallback) -> None:
+        """Stop running ``callback``.
+
+        Raises:
+            ValueError: if ``callback`` was not registered.
+        """
+        with self._lock:
+            self._callbacks.remove(callback)
+
+    # -- UFO's API -----------------------------------------------------------
+
+    @property
+    def content(self) -> list[MemoryItem]:
+        """The items in order (a new list; the items themselves are live)."""
+        with self._lock:
+            return list(self._items.values())
+
+    @property
+    def list_content(self) -> list[dict[str, Any]]:
+        """Each item's fields as a new dict, in order."""
+        return self.to_list_of_dicts()
+
+    @property
+    def length(self) -> int:
+        """The number of items."""
+        return len(self._items)
+
+    def is_empty(self) -> bool:
+        """Return whether the memory holds no item."""
+        return not self._items
+
+    def load(self, content: Iterable[MemoryItem]) -> None:
+        """Replace the content with ``content``, all or nothing.
+
+        Raises:
+            TypeError: if an element is not a ``MemoryItem``; the memory is unchanged.
+        """
+        items = list(content)
+        for position, item in enumerate(items):
+            if not isinstance(item, MemoryItem):
+                msg = (
+                    f"Element {position} of the content is a {type(item).__name__}, "
+                    "not a MemoryItem; the memory was left unchanged."
+                )
+                raise TypeError(msg)
+        self._replace(items)
+
+    def add_memory_item(self, memory_item: MemoryItem) -> None:
+        """Append ``memory_item``, index its step and run the callbacks.
+
+        Raises:
+            TypeError: if ``memory_item`` is not a ``MemoryItem``.
+            CallbackError: if a callback raised; the item stays added.
+        """
+        if not isinstance(memory_item, MemoryItem):
+            msg = (
+                f"add_memory_item() takes a MemoryItem, got {type(memory_item).__name__}; "
+                "wrap a dict with MemoryItem(**fields)."
+            )
+            raise TypeError(msg)
+        with self._lock:
+            self._append(memory_item)
+            evicted = self._evict()
+            if self._callbacks:
+                if evicted:
+                    self._run_callbacks(MemoryChange("delete", tuple(evicted)))
+                self._run_callbacks(MemoryChange("add", (memory_item,)))
+
+    def add_memory_items(self, items: Iterable[MemoryItem]) -> None:
+        """Append several items, all or nothing, then run the callbacks once.
+
+        Raises:
+            TypeError: if an element is not a ``MemoryItem``; nothing is added.
+        """
+        batch = list(items)
+        for position, item in enumerate(batch):
+            if not isinstance(item, MemoryItem):
+                msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; nothing was added."
+                raise TypeError(msg)
+        with self._lock:
+            for item in batch:
+                self._append(item)
+            evicted = self._evict()
+            if self._callbacks:
+                if evicted:
+                    self._run_callbacks(MemoryChange("delete", tuple(evicted)))
+                self._run_callbacks(MemoryChange("add", tuple(batch)))
+
+    def get_latest_item(self) -> MemoryItem | None:
+        """Return the last item, or ``None`` when the memory is empty."""
+        with self._lock:
+            if not self._items:
+                return None
+            return next(reversed(self._items.values()))
+
+    def filter_memory_from_keys(self, keys: Iterable[str]) -> list[dict[str, Any]]:
+        """Return, for every item, a new dict of its fields among ``keys``.
+
+        Items that hold none of the keys give ``{}``, so positions line up with
+        the memory. Fields keep the item's order, as in UFO.
+        """
+        wanted = frozenset(keys)
+        with self._lock:
+            items = list(self._items.values())
+        return [{k: v for k, v in item._fields.items() if k in wanted} for item in items]
+
+    def filter_memory_from_steps(self, steps: Iterable[Any]) -> list[dict[str, Any]]:
+        """Return a new dict of fields for every item whose step is in ``steps``, in memory order."""
+        with self._lock:
+            return [item.to_dict() for item in self._items_of_steps(steps)]
+
+    def delete_memory_item(self, step: Any) -> int:
+        """Delete every item of ``step`` and return how many were deleted.
+
+        Items without a step field are never deleted by step.
+
+        Raises:
+            CallbackError: if a callback raised; the items stay deleted.
+        """
+        with self._lock:
+            seqs = self._seqs_of_steps((step,))
+            if not seqs:
+                return 0
+            removed = [self._remove_seq(seq) for seq in seqs]
+            self._list = None
+            if self._callbacks:
+                self._run_callbacks(MemoryChange("delete", tuple(removed)))
+            return len(removed)
+
+    def clear(self) -> None:
+        """Remove every item.
+
+        Raises:
+            CallbackError: if a callback raised; the memory stays cleared.
+        """
+        with self._lock:
+            removed = tuple(self._items.values())
+            self._reset()
+            if self._callbacks and removed:
+                self._run_callbacks(MemoryChange("clear", removed))
+
+    def to_json(self, *, on_unencodable: OnUnencodable = "error") -> str:
+        """Return the items as a JSON array of field objects (UFO's shape).
+
+        Values JSON cannot hold (``datetime``, ``tuple``, ...) are written as
+        type tags, so :meth:`from_json` gives back an equal memory. Text is UTF-8
+        (non-ASCII characters are not escaped).
+
+        Raises:
+            SerializationError: naming the key, step and type of a value that
+                cannot be encoded under ``on_unencodable``.
+        """
+        return self.to_json_bytes(on_unencodable=on_unencodable).decode("utf-8")
+
+    def to_json_bytes(self, *, on_unencodable: OnUnencodable = "error") -> bytes:
+        """Return :meth:`to_json` as UTF-8 bytes, without the final decode."""
+        return _codec.dumps(self._wires(on_unencodable))
+
+    def to_list_of_dicts(self) -> list[dict[str, Any]]:
+        """Return each item's fields as a new dict, in order."""
+        with self._lock:
+            items = list(self._items.values())
+        return [dict(item._fields) for item in items]
+
+    def from_list_of_dicts(
+        self, data: Iterable[Mapping[str, Any]], *, item_class: type[MemoryItem] = MemoryItem
+    ) -> None:
+        """Replace the content with one item per mapping, all or nothing.
+
+        Raises:
+            TypeError: naming the position of an element that is not a mapping.
+            InvalidKeyError: naming a key that is not a string.
+            FieldValidationError: if ``item_class`` declares fields and one is invalid.
+        """
+        items: list[MemoryItem] = []
+        for position, fields in enumerate(data):
+            if not isinstance(fields, Mapping):
+                msg = (
+                    f"Element {position} is a {type(fields).__name__}, not a mapping of fields; "
+                    "the memory was left unchanged."
+                )
+                raise TypeError(msg)
+            try:
+                items.append(item_class.from_mapping(fields))
+            except (TypeError, ValueError) as exc:
+                msg = f"Element {position}: {exc} The memory was left unchanged."
+                raise type(exc)(msg) from exc
+        self._replace(items)
+
+    # -- Python protocols ----------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __iter__(self) -> Iterator[MemoryItem]:
+        return iter(self._snapshot())
+
+    @overload
+    def __getitem__(self, index: int) -> MemoryItem: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[MemoryItem]: ...
+    def __getitem__(self, index: int | slice) -> MemoryItem | list[MemoryItem]:
+        return self._snapshot()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Memory):
+            return NotImplemented
+        return self._step_key == other._step_key and self._snapshot() == other._snapshot()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable container
+
+    def __repr__(self) -> str:
+        label = f" {self.session_id!r}" if self.session_id else ""
+        return f"<Memory{label}: {len(self._items)} items, step_key={self._step_key!r}>"
+
+    # -- extended reads ------------------------------------------------------
+
+    def last(self, k: int) -> list[MemoryItem]:
+        """Return the last ``k`` items in memory order (fewer if the memory is shorter).
+
+        Raises:
+            ValueError: if ``k`` is negative.
+        """
+        if k < 0:
+            msg = f"last() takes k >= 0, got {k}."
+            raise ValueError(msg)
+        with self._lock:
+            values = reversed(self._items.values())
+            out = [item for _, item in zip(range(k), values)]
+        out.reverse()
+        return out
+
+    def select(self, predicate: Callable[[MemoryItem], bool]) -> list[MemoryItem]:
+        """Return the items for which ``predicate(item)`` is true, in memory order."""
+        return [item for item in self._snapshot() if predicate(item)]
+
+    def steps(self) -> list[Any]:
+        """Return the distinct step values in order of first appearance (items without a step are skipped)."""
+        key = self._step_key
+        seen: dict[Any, None] = {}
+        others: list[Any] = []
+        for item in self._snapshot():
+            step = item._fields.get(key, NOTHING)
+            if step is NOTHING:
+                continue
+            try:
+                seen.setdefault(step, None)
+            except TypeError:
+                if step not in others:
+                    others.append(step)
+        return [*seen, *others]
+
+    def items_of_step(self, step: Any) -> list[MemoryItem]:
+        """Return the items of ``step`` in memory order.
+
+        Raises:
+            StepNotFoundError: if no item has that step.
+        """
+        with self._lock:
+            items = self._items_of_steps((step,))
+        if not items:
+            msg = f"No item has {self._step_key}={step!r}; the memory holds steps {self.steps()[:20]}."
+            raise StepNotFoundError(msg)
+        return items
+
+    # -- session files -------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str], *, on_unencodable: OnUnencodable = "error") -> None:
+        """Write the memory as a versioned session file, atomically.
+
+        A path ending in ``.jsonl`` gets a JSONL stream (a header line, then one
+        item per line); any other path gets one JSON document. The file is
+        written to a temporary name, flushed to disk and renamed, so a crash
+        leaves either the old file or the new one.
+
+        Raises:
+            SerializationError: if a value cannot be encoded; no file is written.
+        """
+        if os.fspath(path).endswith(".jsonl"):
+            chunks = list(self._jsonl_chunks(on_unencodable))
+        else:
+            document = self._header()
+            document["items"] = self._wires(on_unencodable)
+            chunks = [_codec.dumps(document)]
+        _codec.atomic_write(path, chunks)
+
+    def write_jsonl(self, stream: IO[bytes], *, on_unencodable: OnUnencodable = "error") -> None:
+        """Stream the memory to a binary file as JSONL: a header line, then one line per item.
+
+        Raises:
+            SerializationError: if a value cannot be encoded (earlier lines are already written).
+        """
+        for chunk in self._jsonl_chunks(on_unencodable):
+            stream.write(chunk)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Self:
+        """Open a session file (JSON document, JSONL stream or UFO's bare array) as a new memory.
+
+        Args:
+            path: The file to read.
+            **options: Passed to the constructor (``max_items``, ``callbacks``).
+
+        Raises:
+            FileNotFoundError: if ``path`` does not exist.
+            CorruptSessionError: naming the file and position of invalid content.
+            UnsupportedVersionError: if a newer kvmemory wrote the file.
+        """
+        memory = cls(**options)
+        memory.load_file(path)
+        return memory
+
+    def load_file(self, path: str | os.PathLike[str]) -> None:
+        """Replace the content with a session file's items, all or nothing.
+
+        The session id, metadata and step key saved in the file are restored.
+
+        Raises:
+            FileNotFoundError: if ``path`` does not exist.
+            CorruptSessionError: naming the file and position; the memory is unchanged.
+            UnsupportedVersionError: if a newer kvmemory wrote the file.
+        """
+        source = f"Session file {os.fspath(path)!r}"
+        with open(path, "rb") as stream:
+            head = stream.read(1)
+            while head.isspace():
+                head = stream.read(1)
+            stream.seek(0)
+            if os.fspath(path).endswith(".jsonl") or (head == b"{" and _looks_like_jsonl(stream)):
+                self._load_jsonl(stream, source)
+            else:
+                self._load_document(stream.read(), source)
+
+    @classmethod
+    def from_json(cls, data: str | bytes, **options: Any) -> Self:
+        """Create a memory from :meth:`to_json` output or a saved session document.
+
+        Raises:
+            CorruptSessionError: naming the position of invalid content.
+        """
+        memory = cls(**options)
+        memory.load_json(data)
+        return memory
+
+    def load_json(self, data: str | bytes, *, source: str = "JSON input") -> None:
+        """Replace the content with the items of a JSON array or session document, all or nothing.
+
+        Raises:
+            CorruptSessionError: naming the position of invalid content; the memory is unchanged.
+        """
+        self._load_document(data, source)
+
+    @classmethod
+    def read_jsonl(cls, stream: IO[bytes], *, source: str = "JSONL input", **options: Any) -> Self:
+        """Create a memory from a JSONL stream written by :meth:`write_jsonl`, line by line.
+
+        Raises:
+            CorruptSessionError: naming the line of invalid content.
+        """
+        memory = cls(**options)
+        memory._load_jsonl(stream, f"{source}")
+        return memory
+
+    # -- internals: storage and index ----------------------------------------
+
+    def _snapshot(self) -> list[MemoryItem]:
+        with self._lock:
+            items = self._list
+            if items is None:
+                items = self._list = list(self._items.values())
+            return items
+
+    def _append(self, item: MemoryItem) -> None:
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        self._items[seq] = item
+        if self._list is not None:
+            self._list.append(item)
+        if self._by_step is not None:
+            self._index_seq(seq, item)
+
+    def _evict(self) -> list[MemoryItem]:
+        bound = self._max_items
+        if bound is None or len(self._items) <= bound:
+            return []
+        evicted: list[MemoryItem] = []
+        while len(self._items) > bound:
+            seq = self._first_seq
+            while seq not in self._items:
+                seq += 1
+            self._first_seq = seq
+            evicted.append(self._remove_seq(seq))
+        self._list = None
+        return evicted
+
+    def _remove_seq(self, seq: int) -> MemoryItem:
+        item = self._items.pop(seq)
+        if self._by_step is not None:
+            step = item._fields.get(self._step_key, NOTHING)
+            self._unindex_seq(seq, step)
+            if not any(self._items.get(other) is item for other in self._slot(step)):
+                item._unlink(self)
+        return item
+
+    def _index(self) -> dict[Any, list[int]]:
+        index = self._by_step
+        if index is None:
+            index = self._by_step = {}
+            self._stepless = {}
+            self._unhashable_steps = {}
+            for seq, item in self._items.items():
+                self._index_seq(seq, item)
+        return index
+
+    def _slot(self, step: Any) -> list[int] | dict[int, None]:
+        """Return the seqs filed under ``step`` (``NOTHING`` for items without a step)."""
+        if step is NOTHING:
+            return self._stepless
+        try:
+            return self._by_step.get(step, []) if self._by_step is not None else []
+        except TypeError:
+            return self._unhashable_steps
+
+    def _index_seq(self, seq: int, item: MemoryItem) -> None:
+        item._link(self, self._ref)
+        step = item._fields.get(self._step_key, NOTHING)
+        if step is NOTHING:
+            self._stepless[seq] = None
+            return
+        index = self._by_step
+        assert index is not None  # noqa: S101 - only called once the index exists
+        try:
+            bucket = index.get(step)
+        except TypeError:
+            # An unhashable step (a list as a step) is kept aside and compared one by one.
+            self._unhashable_steps[seq] = None
+            return
+        if bucket is None:
+            index[step] = [seq]
+        elif bucket[-1] < seq:
+            bucket.append(seq)
+        else:
+            bisect.insort(bucket, seq)
+
+    def _unindex_seq(self, seq: int, step: Any) -> None:
+        if step is NOTHING:
+            self._stepless.pop(seq, None)
+            return
+        index = self._by_step
+        assert index is not None  # noqa: S101 - only called once the index exists
+        try:
+            bucket = index.get(step)
+        except TypeError:
+            self._unhashable_steps.pop(seq, None)
+            return
+        if bucket is not None and seq in bucket:
+            bucket.remove(seq)
+            if not bucket:
+                del index[step]
+
+    def _seqs_of_steps(self, steps: Iterable[Any]) -> list[int]:
+        index = self._index()
+        wanted = _unique(steps)
+        seqs: list[int] = []
+        buckets = 0
+        for step in wanted:
+            try:
+                bucket = index.get(step)
+            except TypeError:
+                continue  # an unhashable step is matched against the unhashable items below
+            if bucket:
+                seqs.extend(bucket)
+                buckets += 1
+        if self._unhashable_steps:
+            key = self._step_key
+            for seq in self._unhashable_steps:
+                if self._items[seq]._fields.get(key) in wanted:
+                    seqs.append(seq)
+                    buckets += 1
+        if buckets > 1:
+            seqs.sort()
+        return seqs
+
+    def _items_of_steps(self, steps: Iterable[Any]) -> list[MemoryItem]:
+        items = self._items
+        return [items[seq] for seq in self._seqs_of_steps(steps)]
+
+    def _item_changed(self, item: MemoryItem, key: str, old: Any, new: Any) -> None:
+        """Refile ``item`` under its new step after its step field changed."""
+        if key != self._step_key:
+            return
+        with self._lock:
+            if self._by_step is None:
+                return
+            seqs = [seq for seq in self._slot(old) if self._items.get(seq) is item]
+            for seq in seqs:
+                self._unindex_seq(seq, old)
+                self._index_seq(seq, item)
+
+    def _reset(self) -> None:
+        for item in self._items.values():
+            item._unlink(self)
+        self._items = {}
+        self._first_seq = self._next_seq
+        self._by_step = None
+        self._stepless = {}
+        self._unhashable_steps = {}
+        self._list = None
+
+    def _replace(self, items: list[MemoryItem]) -> None:
+        with self._lock:
+            self._reset()
+            for item in items:
+                self._append(item)
+            self._evict()
+
+    def _run_callbacks(self, change: MemoryChange) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback(self, change)
+            except Exception as exc:
+                name = getattr(callback, "__qualname__", repr(callback))
+                steps = [item._fields.get(self._step_key) for item in change.items[:5]]
+                msg = (
+                    f"Change callback {name} raised {type(exc).__name__}: {exc} "
+                    f"(after {change.kind} of steps {steps}); the change was applied and the memory is consistent."
+                )
+                raise CallbackError(msg) from exc
+
+    # -- internals: encoding -------------------------------------------------
+
+    def _wires(self, on_unencodable: OnUnencodable) -> list[dict[str, Any]]:
+        key = self._step_key
+        return [item._wire(key, on_unencodable) for item in self._snapshot()]
+
+    def _header(self) -> dict[str, Any]:
+        return _codec.envelope(
+            session_id=self.session_id,
+            created_at=self.created_at,
+            metadata=self.metadata,
+            step_key=self._step_key,
+        )
+
+    def _jsonl_chunks(self, on_unencodable: OnUnencodable) -> Iterator[bytes]:
+        header = self._header()
+        header["items"] = "jsonl"
+        yield _codec.dumps(header) + b"\n"
+        key = self._step_key
+        for item in self._snapshot():
+            yield _codec.dumps(item._wire(key, on_unencodable)) + b"\n"
+
+    def _apply_header(self, header: Mapping[str, Any]) -> None:
+        if not header:
+            return
+        step_key = header.get("step_key", self._step_key)
+        if type(step_key) is str:
+            self._step_key = step_key
+        self.session_id = header.get("session_id", self.session_id)
+        self.metadata = dict(header.get("metadata") or {})
+        created = header.get("created_at")
+        if type(created) is str:
+            self.created_at = created
+
+    def _load_document(self, data: str | bytes, source: str) -> None:
+        header, wires = _codec.decode_session(data, source=source)
+        items = _items_from_wires(enumerate(wires), source)
+        with self._lock:
+            self._replace(items)
+            self._apply_header(header)
+
+    def _load_jsonl(self, stream: IO[bytes], source: str) -> None:
+        lines = _codec.iter_jsonl(stream, source=source)
+        header: dict[str, Any] = {}
+        first = next(lines, None)
+        pending: list[tuple[int, Any]] = []
+        if first is not None:
+            lineno, obj = first
+            if type(obj) is dict and "format" in obj and obj.get("items") == "jsonl":
+                header = _codec.check_header(obj, source=source)
+            else:
+                pending.append(first)
+        items = _items_from_wires(_chain_lines(pending, lines), source, unit="line")
+        with self._lock:
+            self._replace(items)
+            self._apply_header(header)
+
+
+def _chain_lines(first: list[tuple[int, Any]], rest: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
+    yield from first
+    yield from rest
+
+
+def _items_from_wires(
+    wires: Iterable[tuple[int, Any]], source: str, *, unit: str = "item"
+) -> list[MemoryItem]:
+    items: list[MemoryItem] = []
+    append = items.append
+    from_fields = MemoryItem._from_fields
+    tag = _codec.TAG
+    for position, wire in wires:
+        if type(wire) is dict and tag not in wire:
+            append(from_fields(wire))
+            continue
+        where = f"{unit} {position} of {source}"
+        class_name, fields = _codec.unwrap(wire, where=where)
+        try:
+            append(item_class(class_name)._from_fields(fields))
+        except (TypeError, ValueError) as exc:
+            msg = f"{where}: {exc} Nothing was loaded."
+            raise CorruptSessionError(msg) from exc
+    return items
+
+
+def _looks_like_jsonl(stream: IO[bytes]) -> bool:
+    first = stream.readline()
+    stream.seek(0)
+    return b'"items":"jsonl"' in first
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    out: list[Any] = []
+    seen: set[Any] = set()
+    for value in values:
+        try:
+            if value in seen:
+                continue
+            seen.add(value)
+        except TypeError:
+            if value in out:
+                continue
+        out.append(value)
+    return out
+
+
+def new_session_id() -> str:
+    """Return a fresh random session id (32 hex digits)."""
+    return uuid.uuid4().hex
+
