@@ -32,7 +32,7 @@ from agents.memory.exceptions import (
 if TYPE_CHECKING:
     from agents.memory._codec import OnUnencodable
 
-__all__ = ["NOTHING", "FieldSpec", "MemoryItem", "field", "item_class"]
+__all__ = ["NOTHING", "FieldSpec", "MemoryItem", "decode_item", "field", "item_class"]
 
 
 class _Nothing:
@@ -290,8 +290,7 @@ class MemoryItem:
         Raises:
             CorruptSessionError: if ``data`` is not an encoded item.
         """
-        class_name, fields = _codec.unwrap(_codec.loads(data, source="item JSON"), where="item JSON")
-        return item_class(class_name)._from_fields(fields)
+        return decode_item(_codec.loads(data, source="item JSON"), where="item JSON")
 
     # -- UFO's API -----------------------------------------------------------
 
@@ -513,6 +512,26 @@ _new = object.__new__
 _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
 _set_plain = MemoryItem.__dict__["_plain"].__set__
+
+
+def decode_item(wire: Any, *, where: str) -> MemoryItem:
+    """Turn one item's wire form (see ``_codec.encode_fields``) back into an item of its class.
+
+    Args:
+        wire: A field object or a wrapped item, as decoded from JSON.
+        where: Names the item in error messages (``"item 3 of 'run.json'"``).
+
+    Raises:
+        CorruptSessionError: naming ``where`` if the wire form or a field is invalid.
+    """
+    class_name, fields = _codec.unwrap(wire, where=where)
+    try:
+        return item_class(class_name)._from_fields(fields)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, CorruptSessionError):
+            raise
+        msg = f"{where}: {exc} Nothing was loaded."
+        raise CorruptSessionError(msg) from exc
 
 
 def _restore(cls: type[MemoryItem], fields: dict[str, Any]) -> MemoryItem:

@@ -24,8 +24,8 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem, item_class
-from agents.memory.exceptions import CallbackError, CorruptSessionError, StepNotFoundError
+from agents.memory._item import NOTHING, MemoryItem, decode_item
+from agents.memory.exceptions import CallbackError, StepNotFoundError
 
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem"]
 
@@ -349,6 +349,23 @@ class Memory:
             out = [item for _, item in zip(range(k), values)]
         out.reverse()
         return out
+
+    def iter_newest(self) -> Iterator[MemoryItem]:
+        """Yield items newest first, reading them in growing chunks.
+
+        The cost follows how many items the caller reads, not the size of the
+        memory, which is what windows over long sessions need. Items appended
+        while the iteration runs may be skipped or seen twice.
+        """
+        seen = 0
+        chunk_size = 32
+        while True:
+            chunk = self.last(chunk_size)
+            if len(chunk) <= seen:
+                return
+            yield from reversed(chunk[: len(chunk) - seen])
+            seen = len(chunk)
+            chunk_size *= 2
 
     def select(self, predicate: Callable[[MemoryItem], bool]) -> list[MemoryItem]:
         """Return the items for which ``predicate(item)`` is true, in memory order."""
@@ -719,15 +736,9 @@ def _items_from_wires(
     tag = _codec.TAG
     for position, wire in wires:
         if type(wire) is dict and tag not in wire:
-            append(from_fields(wire))
-            continue
-        where = f"{unit} {position} of {source}"
-        class_name, fields = _codec.unwrap(wire, where=where)
-        try:
-            append(item_class(class_name)._from_fields(fields))
-        except (TypeError, ValueError) as exc:
-            msg = f"{where}: {exc} Nothing was loaded."
-            raise CorruptSessionError(msg) from exc
+            append(from_fields(wire))  # plain field object: the fast path
+        else:
+            append(decode_item(wire, where=f"{unit} {position} of {source}"))
     return items
 
 
