@@ -21,6 +21,7 @@ orjson does the byte work. This module owns three things on top of it:
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import enum
 import importlib
@@ -115,7 +116,9 @@ def loads(data: bytes | bytearray | memoryview | str, *, source: str = "input") 
 
 def _type_name(value: Any) -> str:
     cls = type(value)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
 
 
 def class_path(cls: type) -> str:
@@ -158,7 +161,7 @@ class _Encoder:
         self.tagged = True
         return {TAG: name, "v": payload, **extra}
 
-    def encode(self, value: Any) -> Any:  # noqa: PLR0911, C901 - one flat type switch reads best
+    def encode(self, value: Any) -> Any:
         cls = type(value)
         if cls in _SCALARS:
             return value
@@ -190,19 +193,21 @@ class _Encoder:
             cls = type(value)
             path = class_path(cls)
             if "<locals>" in path:
-                return self.unencodable(value, "an Enum defined inside a function cannot be imported back")
+                return self.unencodable(
+                    value, "an Enum defined inside a function cannot be imported back"
+                )
             return self.tag("enum", self.encode(value.value), cls=path)
         if isinstance(value, pathlib.PurePath):
             return _encode_path(self, value)
         if type(value).__module__ == "numpy":
             return _encode_numpy(self, value)
-        for base in (str, int, float, list, dict, tuple, bytes):
+        for base in _BUILTIN_BASES:
             # Subclasses of builtins (named tuples, str subclasses) are written
             # as their builtin base; their class is not kept.
             if isinstance(value, base):
                 return self.encode(base(value))
-        for base, encoder in _ENCODERS.items():
-            if isinstance(value, base):
+        for known, encoder in _ENCODERS.items():
+            if isinstance(value, known):
                 return encoder(self, value)
         return self.unencodable(value, "")
 
@@ -240,6 +245,16 @@ def _encode_numpy(enc: _Encoder, value: Any) -> Any:
         return enc.tag("npscalar", enc.encode(value.item()), dtype=value.dtype.str)
     return enc.unencodable(value, "")
 
+
+_BUILTIN_BASES: Final[tuple[type[Any], ...]] = (
+    str,
+    int,
+    float,
+    list,
+    dict,
+    tuple,
+    bytes,
+)
 
 _PATH_FLAVORS: Final[dict[type, str]] = {
     pathlib.PurePosixPath: "PurePosixPath",
@@ -570,10 +585,8 @@ def atomic_write(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> None:
             os.fsync(out.fileno())
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     _fsync_directory(directory)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy as _copy
 import inspect
+import itertools
 import reprlib
 import types
 import typing
@@ -171,7 +172,7 @@ class MemoryItem:
     are identifiers and not method names, ``item.key``.
     """
 
-    __slots__ = ("__weakref__", "_fields", "_owners", "_plain")
+    __slots__ = ("_fields", "_owners", "_plain")
 
     _declared: ClassVar[dict[str, FieldSpec]] = {}
     _class_path: ClassVar[str | None] = None
@@ -219,7 +220,7 @@ class MemoryItem:
         if checks is None:
             try:
                 hints = typing.get_type_hints(cls)
-            except Exception:  # noqa: BLE001 - unresolvable hints only disable type checks
+            except Exception:  # unresolvable hints only disable type checks
                 hints = {}
             checks = {name: _runtime_types(hints.get(name)) for name in cls._declared}
             cls._type_checks = checks
@@ -280,6 +281,41 @@ class MemoryItem:
         """
         _check_keys(data)
         return cls._from_fields(dict(data))
+
+    @classmethod
+    def _many_from_mappings(cls, rows: Iterable[Mapping[str, Any]]) -> list[Self]:
+        """Build one item per mapping, all or nothing; errors name the position."""
+        rows = list(rows)
+        try:
+            # One C-level pass over every key of every row: join raises TypeError
+            # on the first key that is not a str, far faster than a loop per row.
+            "".join(itertools.chain.from_iterable(rows))
+            keys_checked = True
+        except TypeError:
+            keys_checked = False
+        items: list[Self] = []
+        append = items.append
+        typed = bool(cls._declared)
+        for position, row in enumerate(rows):
+            if type(row) is not dict and not isinstance(row, Mapping):
+                msg = f"Element {position} is a {type(row).__name__}, not a mapping of fields."
+                raise TypeError(msg)
+            try:
+                if not keys_checked:
+                    _check_keys(row)
+                if typed:
+                    append(cls(**row))
+                    continue
+            except (TypeError, ValueError) as exc:
+                msg = f"Element {position}: {exc}"
+                raise type(exc)(msg) from exc
+            # The base class needs no validation: build the item directly.
+            item = _new(cls)
+            _set_fields(item, dict(row))
+            _set_owners(item, None)
+            _set_plain(item, None)
+            append(item)
+        return items
 
     @classmethod
     def from_json(cls, data: str | bytes) -> MemoryItem:
@@ -397,7 +433,9 @@ class MemoryItem:
         try:
             return self._fields[key]
         except KeyError:
-            msg = f"{type(self).__name__} has no field {key!r}; its fields are {list(self._fields)}."
+            msg = (
+                f"{type(self).__name__} has no field {key!r}; its fields are {list(self._fields)}."
+            )
             raise FieldNotFoundError(msg) from None
 
     def __setitem__(self, key: str, value: Any) -> None:
@@ -444,7 +482,7 @@ class MemoryItem:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._fields == other._fields  # type: ignore[attr-defined]  # same type, checked above
+        return self._fields == other._fields
 
     __hash__ = None  # type: ignore[assignment]  # mutable: equal items may change
 

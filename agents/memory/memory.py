@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import operator
 import os
 import threading
 import uuid
@@ -31,6 +32,8 @@ __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem"]
 
 ChangeKind = Literal["add", "delete", "clear"]
 
+_fields_of = operator.attrgetter("_fields")
+
 
 @attrs.frozen
 class MemoryChange:
@@ -46,6 +49,7 @@ class MemoryChange:
 
 ChangeCallback = Callable[["Memory", MemoryChange], object]
 """A callback run after each change: ``callback(memory, change)``."""
+
 
 def _validate_max_items(instance: object, attribute: object, value: int | None) -> None:
     if value is not None and (type(value) is not int or value < 1):
@@ -95,6 +99,7 @@ class Memory:
         self._stepless: dict[int, None] = {}
         self._unhashable_steps: dict[int, None] = {}
         self._list: list[MemoryItem] | None = None
+        self._list_shared = False
         if items is not None:
             self.load(list(items))
 
@@ -177,7 +182,7 @@ class Memory:
             raise TypeError(msg)
         with self._lock:
             self._append(memory_item)
-            evicted = self._evict()
+            evicted = self._evict() if self._max_items is not None else None
             if self._callbacks:
                 if evicted:
                     self._run_callbacks(MemoryChange("delete", tuple(evicted)))
@@ -214,12 +219,12 @@ class Memory:
         """Return, for every item, a new dict of its fields among ``keys``.
 
         Items that hold none of the keys give ``{}``, so positions line up with
-        the memory. Fields keep the item's order, as in UFO.
+        the memory. Fields come in the order of ``keys``.
         """
-        wanted = frozenset(keys)
+        wanted = tuple(keys)
         with self._lock:
-            items = list(self._items.values())
-        return [{k: v for k, v in item._fields.items() if k in wanted} for item in items]
+            items = self._snapshot()
+        return [{k: f[k] for k in wanted if k in f} for f in map(_fields_of, items)]
 
     def filter_memory_from_steps(self, steps: Iterable[Any]) -> list[dict[str, Any]]:
         """Return a new dict of fields for every item whose step is in ``steps``, in memory order."""
@@ -276,8 +281,8 @@ class Memory:
     def to_list_of_dicts(self) -> list[dict[str, Any]]:
         """Return each item's fields as a new dict, in order."""
         with self._lock:
-            items = list(self._items.values())
-        return [dict(item._fields) for item in items]
+            items = self._snapshot()
+        return [dict(f) for f in map(_fields_of, items)]
 
     def from_list_of_dicts(
         self, data: Iterable[Mapping[str, Any]], *, item_class: type[MemoryItem] = MemoryItem
@@ -289,19 +294,11 @@ class Memory:
             InvalidKeyError: naming a key that is not a string.
             FieldValidationError: if ``item_class`` declares fields and one is invalid.
         """
-        items: list[MemoryItem] = []
-        for position, fields in enumerate(data):
-            if not isinstance(fields, Mapping):
-                msg = (
-                    f"Element {position} is a {type(fields).__name__}, not a mapping of fields; "
-                    "the memory was left unchanged."
-                )
-                raise TypeError(msg)
-            try:
-                items.append(item_class.from_mapping(fields))
-            except (TypeError, ValueError) as exc:
-                msg = f"Element {position}: {exc} The memory was left unchanged."
-                raise type(exc)(msg) from exc
+        try:
+            items = item_class._many_from_mappings(data)
+        except (TypeError, ValueError) as exc:
+            msg = f"{exc} The memory was left unchanged."
+            raise type(exc)(msg) from exc
         self._replace(items)
 
     # -- Python protocols ----------------------------------------------------
@@ -346,7 +343,7 @@ class Memory:
             raise ValueError(msg)
         with self._lock:
             values = reversed(self._items.values())
-            out = [item for _, item in zip(range(k), values)]
+            out = [item for _, item in zip(range(k), values, strict=False)]
         out.reverse()
         return out
 
@@ -402,7 +399,9 @@ class Memory:
 
     # -- session files -------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str], *, on_unencodable: OnUnencodable = "error") -> None:
+    def save(
+        self, path: str | os.PathLike[str], *, on_unencodable: OnUnencodable = "error"
+    ) -> None:
         """Write the memory as a versioned session file, atomically.
 
         A path ending in ``.jsonl`` gets a JSONL stream (a header line, then one
@@ -501,10 +500,13 @@ class Memory:
     # -- internals: storage and index ----------------------------------------
 
     def _snapshot(self) -> list[MemoryItem]:
+        """Return the items as a list that later changes will not touch (treat it as read-only)."""
         with self._lock:
             items = self._list
             if items is None:
                 items = self._list = list(self._items.values())
+            # Handed out: the next append must start a new list, not grow this one.
+            self._list_shared = True
             return items
 
     def _append(self, item: MemoryItem) -> None:
@@ -512,7 +514,10 @@ class Memory:
         self._next_seq = seq + 1
         self._items[seq] = item
         if self._list is not None:
-            self._list.append(item)
+            if self._list_shared:
+                self._list = None
+            else:
+                self._list.append(item)
         if self._by_step is not None:
             self._index_seq(seq, item)
 
@@ -545,8 +550,9 @@ class Memory:
             index = self._by_step = {}
             self._stepless = {}
             self._unhashable_steps = {}
+            index_seq = self._index_seq
             for seq, item in self._items.items():
-                self._index_seq(seq, item)
+                index_seq(seq, item)
         return index
 
     def _slot(self, step: Any) -> list[int] | dict[int, None]:
@@ -565,7 +571,7 @@ class Memory:
             self._stepless[seq] = None
             return
         index = self._by_step
-        assert index is not None  # noqa: S101 - only called once the index exists
+        assert index is not None  # only called once the index exists
         try:
             bucket = index.get(step)
         except TypeError:
@@ -584,7 +590,7 @@ class Memory:
             self._stepless.pop(seq, None)
             return
         index = self._by_step
-        assert index is not None  # noqa: S101 - only called once the index exists
+        assert index is not None  # only called once the index exists
         try:
             bucket = index.get(step)
         except TypeError:
@@ -647,8 +653,11 @@ class Memory:
     def _replace(self, items: list[MemoryItem]) -> None:
         with self._lock:
             self._reset()
-            for item in items:
-                self._append(item)
+            start = self._next_seq
+            self._items = dict(zip(range(start, start + len(items)), items, strict=True))
+            self._next_seq = start + len(items)
+            self._list = list(items)
+            self._list_shared = False
             self._evict()
 
     def _run_callbacks(self, change: MemoryChange) -> None:
@@ -711,7 +720,7 @@ class Memory:
         first = next(lines, None)
         pending: list[tuple[int, Any]] = []
         if first is not None:
-            lineno, obj = first
+            _, obj = first
             if type(obj) is dict and "format" in obj and obj.get("items") == "jsonl":
                 header = _codec.check_header(obj, source=source)
             else:
@@ -722,7 +731,9 @@ class Memory:
             self._apply_header(header)
 
 
-def _chain_lines(first: list[tuple[int, Any]], rest: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
+def _chain_lines(
+    first: list[tuple[int, Any]], rest: Iterator[tuple[int, Any]]
+) -> Iterator[tuple[int, Any]]:
     yield from first
     yield from rest
 
@@ -766,4 +777,3 @@ def _unique(values: Iterable[Any]) -> list[Any]:
 def new_session_id() -> str:
     """Return a fresh random session id (32 hex digits)."""
     return uuid.uuid4().hex
-
