@@ -7,27 +7,43 @@ from the builtin exception that code written for UFO would already catch, so
     AgentMemoryError(Exception)
     ├── FieldNotFoundError(AgentMemoryError, KeyError)
     ├── StepNotFoundError(AgentMemoryError, KeyError)
+    ├── UnmatchedKeyError(AgentMemoryError, KeyError)
     ├── InvalidKeyError(AgentMemoryError, TypeError)
     ├── FieldValidationError(AgentMemoryError, TypeError, ValueError)
     ├── SerializationError(AgentMemoryError, TypeError)
     ├── CorruptSessionError(AgentMemoryError, ValueError)
     │   └── UnsupportedVersionError
+    ├── BudgetExceededError(AgentMemoryError, ValueError)
     ├── CallbackError(AgentMemoryError, RuntimeError)
+    ├── ImageReadError(AgentMemoryError, OSError)
+    ├── TokenizerUnavailableError(AgentMemoryError, RuntimeError)
     └── MissingDependencyError(AgentMemoryError, ImportError)
+
+Warnings, for problems that do not stop the call::
+
+    UserWarning
+    ├── UnmatchedKeyWarning
+    └── SkippedRecordWarning
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AgentMemoryError",
+    "BudgetExceededError",
     "CallbackError",
     "CorruptSessionError",
     "FieldNotFoundError",
     "FieldValidationError",
+    "ImageReadError",
     "InvalidKeyError",
     "MissingDependencyError",
     "SerializationError",
+    "SkippedRecordWarning",
     "StepNotFoundError",
+    "TokenizerUnavailableError",
+    "UnmatchedKeyError",
+    "UnmatchedKeyWarning",
     "UnsupportedVersionError",
 ]
 
@@ -77,6 +93,30 @@ class UnsupportedVersionError(CorruptSessionError):
 
 class CallbackError(AgentMemoryError, RuntimeError):
     """A change callback raised; the change itself was applied and is consistent."""
+
+
+class UnmatchedKeyError(AgentMemoryError, _MessageKeyError):
+    """A prompt asked for a key that no item of the selection holds (strict mode)."""
+
+
+class BudgetExceededError(AgentMemoryError, ValueError):
+    """The items a window must keep (pinned items) do not fit in its budget."""
+
+
+class ImageReadError(AgentMemoryError, OSError):
+    """An image referenced by an item cannot be read or is not a known image type."""
+
+
+class TokenizerUnavailableError(AgentMemoryError, RuntimeError):
+    """A tokenizer is installed but cannot load its encoding (for example, offline)."""
+
+
+class UnmatchedKeyWarning(UserWarning):
+    """A prompt asked for a key that no item of the selection holds."""
+
+
+class SkippedRecordWarning(UserWarning):
+    """A record of an input file was invalid and was skipped."""
 
 
 class MissingDependencyError(AgentMemoryError, ImportError):
