@@ -29,6 +29,7 @@ import os
 import pathlib
 import tempfile
 import uuid
+import zoneinfo
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import IO, Any, Final, Literal
@@ -73,6 +74,9 @@ _DUMPS_OPTIONS: Final = (
 )
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _SCALARS_AND_FLOAT: Final = _SCALARS | {float}
+_TEXT_SCALARS: Final = frozenset({str, bool, type(None)})
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**64 - 1
 _POLICIES: Final = ("error", "repr", "drop")
 
 
@@ -92,7 +96,14 @@ def dumps(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj, default=_refuse, option=_DUMPS_OPTIONS)
     except orjson.JSONEncodeError as exc:
+        if "64-bit" in str(exc):
+            msg = "An integer does not fit in 64 bits; encode the items with walk=True to tag it."
+            raise IntegerOutOfRange(msg) from exc
         raise SerializationError(str(exc)) from exc
+
+
+class IntegerOutOfRange(SerializationError):
+    """Internal: a plain item held an int beyond 64 bits; the caller re-encodes with tags."""
 
 
 def loads(data: bytes | bytearray | memoryview | str, *, source: str = "input") -> Any:
@@ -163,13 +174,16 @@ class _Encoder:
 
     def encode(self, value: Any) -> Any:
         cls = type(value)
-        if cls in _SCALARS:
+        if cls in _TEXT_SCALARS:
             return value
+        if cls is int:
+            # orjson writes 64-bit integers; larger ones keep their digits in a tag.
+            return value if _INT_MIN <= value <= _INT_MAX else self.tag("int", str(value))
         if cls is float:
             # x - x is 0.0 for every finite float and NaN for NaN and both infinities.
             return value if value - value == 0.0 else self.tag("float", repr(value))
         if cls is list:
-            if _SCALARS.issuperset(map(type, value)):
+            if _TEXT_SCALARS.issuperset(map(type, value)):
                 return value
             return [self.encode(item) for item in value]
         if cls is dict:
@@ -183,7 +197,7 @@ class _Encoder:
         if TAG in value or not all(type(k) is str for k in value):
             pairs = [[self.encode(k), self.encode(v)] for k, v in value.items()]
             return self.tag("dict", pairs)
-        if _SCALARS.issuperset(map(type, value.values())):
+        if _TEXT_SCALARS.issuperset(map(type, value.values())):
             return value
         return {k: self.encode(v) for k, v in value.items()}
 
@@ -229,6 +243,26 @@ class _DropField(Exception):
     """Internal signal: the policy is 'drop' and this field goes."""
 
 
+def _encode_datetime(enc: _Encoder, value: dt.datetime) -> Any:
+    zone = value.tzinfo
+    if isinstance(zone, zoneinfo.ZoneInfo) and zone.key:
+        # Keep the zone's name, not just today's offset, so arithmetic and
+        # comparisons after loading behave as before saving.
+        extra: dict[str, Any] = {"tz": zone.key}
+        if value.fold:
+            extra["fold"] = 1
+        return enc.tag("datetime", value.replace(tzinfo=None).isoformat(), **extra)
+    return enc.tag("datetime", value.isoformat())
+
+
+def _decode_datetime(obj: dict[str, Any]) -> dt.datetime:
+    value = dt.datetime.fromisoformat(obj["v"])
+    zone = obj.get("tz")
+    if zone is None:
+        return value
+    return value.replace(tzinfo=zoneinfo.ZoneInfo(zone), fold=obj.get("fold", 0))
+
+
 def _encode_path(enc: _Encoder, value: pathlib.PurePath) -> Any:
     return enc.tag("path", str(value), flavor=_PATH_FLAVORS.get(type(value), "Path"))
 
@@ -268,7 +302,7 @@ _ENCODERS: Final[dict[type, Callable[[_Encoder, Any], Any]]] = {
     frozenset: lambda e, v: e.tag("frozenset", [e.encode(x) for x in v]),
     bytes: lambda e, v: e.tag("bytes", base64.b64encode(v).decode("ascii")),
     bytearray: lambda e, v: e.tag("bytearray", base64.b64encode(v).decode("ascii")),
-    dt.datetime: lambda e, v: e.tag("datetime", v.isoformat()),
+    dt.datetime: lambda e, v: _encode_datetime(e, v),
     dt.date: lambda e, v: e.tag("date", v.isoformat()),
     dt.time: lambda e, v: e.tag("time", v.isoformat()),
     dt.timedelta: lambda e, v: e.tag("timedelta", [v.days, v.seconds, v.microseconds]),
@@ -403,13 +437,14 @@ def _decode_float(obj: dict[str, Any]) -> float:
 
 _DECODERS: Final[dict[str, Callable[[dict[str, Any]], Any]]] = {
     "float": _decode_float,
+    "int": lambda o: int(o["v"]),
     "tuple": lambda o: tuple(decode_value(x) for x in o["v"]),
     "set": lambda o: {decode_value(x) for x in o["v"]},
     "frozenset": lambda o: frozenset(decode_value(x) for x in o["v"]),
     "dict": lambda o: {decode_value(k): decode_value(v) for k, v in o["v"]},
     "bytes": lambda o: base64.b64decode(o["v"], validate=True),
     "bytearray": lambda o: bytearray(base64.b64decode(o["v"], validate=True)),
-    "datetime": lambda o: dt.datetime.fromisoformat(o["v"]),
+    "datetime": _decode_datetime,
     "date": lambda o: dt.date.fromisoformat(o["v"]),
     "time": lambda o: dt.time.fromisoformat(o["v"]),
     "timedelta": lambda o: dt.timedelta(days=o["v"][0], seconds=o["v"][1], microseconds=o["v"][2]),

@@ -33,7 +33,15 @@ from agents.memory.exceptions import (
 if TYPE_CHECKING:
     from agents.memory._codec import OnUnencodable
 
-__all__ = ["NOTHING", "FieldSpec", "MemoryItem", "decode_item", "field", "item_class"]
+__all__ = [
+    "NOTHING",
+    "FieldSpec",
+    "MemoryItem",
+    "decode_item",
+    "dumps_items",
+    "field",
+    "item_class",
+]
 
 
 class _Nothing:
@@ -400,7 +408,9 @@ class MemoryItem:
         Raises:
             SerializationError: if a value cannot be encoded under the policy.
         """
-        return _codec.dumps(self._wire(step_key, on_unencodable)).decode("utf-8")
+        return dumps_items(
+            (self,), step_key=step_key, on_unencodable=on_unencodable, array=False
+        ).decode()
 
     @property
     def attributes(self) -> list[str]:
@@ -514,18 +524,28 @@ class MemoryItem:
 
     # -- internals used by Memory and the codec ------------------------------
 
-    def _wire(self, step_key: str, on_unencodable: OnUnencodable) -> dict[str, Any]:
-        """Return the JSON-native wire form of this item (see ``_codec.encode_fields``)."""
+    def _wire(
+        self, step_key: str, on_unencodable: OnUnencodable, *, walk: bool = False
+    ) -> dict[str, Any]:
+        """Return the JSON-native wire form of this item (see ``_codec.encode_fields``).
+
+        Items of plain JSON scalars are returned as they are (the check is cached
+        until the item changes); ``walk=True`` walks every value regardless, which
+        also tags integers beyond 64 bits.
+        """
         fields = self._fields
         plain = self._plain
         if plain is None:
             plain = self._class_path is None and _codec.is_plain(fields)
             _set_plain(self, plain)
-        if plain:
+        if plain and not walk:
             return fields
-        return _codec.encode_fields(
+        wire = _codec.encode_fields(
             fields, class_name=self._class_path, step_key=step_key, on_unencodable=on_unencodable
         )
+        if walk and _codec.TAG in wire:
+            _set_plain(self, False)
+        return wire
 
     def _link(self, memory: Any, ref: weakref.ref[Any]) -> None:
         owners = self._owners
@@ -550,6 +570,33 @@ _new = object.__new__
 _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
 _set_plain = MemoryItem.__dict__["_plain"].__set__
+
+
+def dumps_items(
+    items: Iterable[MemoryItem],
+    *,
+    step_key: str,
+    on_unencodable: OnUnencodable,
+    array: bool = True,
+) -> bytes:
+    """Encode items as a JSON array of wire forms (or one item's wire form with ``array=False``).
+
+    This is the one path from items to bytes: ``Memory``, session files and
+    stores all call it.
+
+    Raises:
+        SerializationError: naming the key, step and type of a value that cannot be encoded.
+    """
+    items = items if isinstance(items, (list, tuple)) else list(items)
+
+    def wires(walk: bool) -> Any:
+        out = [item._wire(step_key, on_unencodable, walk=walk) for item in items]
+        return out if array else out[0]
+
+    try:
+        return _codec.dumps(wires(False))
+    except _codec.IntegerOutOfRange:
+        return _codec.dumps(wires(True))
 
 
 def decode_item(wire: Any, *, where: str) -> MemoryItem:

@@ -25,7 +25,7 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem, decode_item
+from agents.memory._item import NOTHING, MemoryItem, decode_item, dumps_items
 from agents.memory.exceptions import CallbackError, StepNotFoundError
 
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem"]
@@ -276,7 +276,7 @@ class Memory:
 
     def to_json_bytes(self, *, on_unencodable: OnUnencodable = "error") -> bytes:
         """Return :meth:`to_json` as UTF-8 bytes, without the final decode."""
-        return _codec.dumps(self._wires(on_unencodable))
+        return dumps_items(self._snapshot(), step_key=self._step_key, on_unencodable=on_unencodable)
 
     def to_list_of_dicts(self) -> list[dict[str, Any]]:
         """Return each item's fields as a new dict, in order."""
@@ -415,9 +415,7 @@ class Memory:
         if os.fspath(path).endswith(".jsonl"):
             chunks = list(self._jsonl_chunks(on_unencodable))
         else:
-            document = self._header()
-            document["items"] = self._wires(on_unencodable)
-            chunks = [_codec.dumps(document)]
+            chunks = [self._document(on_unencodable)]
         _codec.atomic_write(path, chunks)
 
     def write_jsonl(self, stream: IO[bytes], *, on_unencodable: OnUnencodable = "error") -> None:
@@ -675,9 +673,11 @@ class Memory:
 
     # -- internals: encoding -------------------------------------------------
 
-    def _wires(self, on_unencodable: OnUnencodable) -> list[dict[str, Any]]:
-        key = self._step_key
-        return [item._wire(key, on_unencodable) for item in self._snapshot()]
+    def _document(self, on_unencodable: OnUnencodable) -> bytes:
+        """Return the session document: the header object with the items array spliced in."""
+        items = self.to_json_bytes(on_unencodable=on_unencodable)
+        header = _codec.dumps(self._header())
+        return header[:-1] + b',"items":' + items + b"}"
 
     def _header(self) -> dict[str, Any]:
         return _codec.envelope(
@@ -693,7 +693,10 @@ class Memory:
         yield _codec.dumps(header) + b"\n"
         key = self._step_key
         for item in self._snapshot():
-            yield _codec.dumps(item._wire(key, on_unencodable)) + b"\n"
+            yield (
+                dumps_items((item,), step_key=key, on_unencodable=on_unencodable, array=False)
+                + b"\n"
+            )
 
     def _apply_header(self, header: Mapping[str, Any]) -> None:
         if not header:

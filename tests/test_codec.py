@@ -1,0 +1,483 @@
+"""Tests for the codec: lossless JSON for documented types, the unencodable policy, session files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import io
+import json
+import math
+import os
+import uuid
+from decimal import Decimal
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents.memory import (
+    CorruptSessionError,
+    Memory,
+    MemoryItem,
+    SerializationError,
+    UnsupportedVersionError,
+    _codec,
+    field,
+)
+
+
+class Color(enum.Enum):
+    """An importable Enum for round trips."""
+
+    RED = "red"
+    BLUE = 2
+
+
+class Level(enum.IntEnum):
+    """An IntEnum, which orjson would otherwise write as a bare int."""
+
+    LOW = 1
+
+
+class Observation(MemoryItem):
+    """A typed item whose class must survive round trips."""
+
+    step: int = 0
+    seen: str = field(default="")
+
+
+def round_trip(memory: Memory) -> Memory:
+    return Memory.from_json(memory.to_json())
+
+
+EXAMPLES: dict[str, Any] = {
+    "datetime_naive": dt.datetime(2024, 5, 1, 12, 30, 5, 123456),
+    "datetime_aware": dt.datetime(2024, 5, 1, 12, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+    "date": dt.date(2024, 2, 29),
+    "time": dt.time(23, 59, 1, 5),
+    "timedelta": dt.timedelta(days=-1, seconds=5, microseconds=7),
+    "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    "decimal": Decimal("3.14159265358979323846"),
+    "decimal_nan": Decimal("NaN"),
+    "bytes": b"\x00\xffpng",
+    "bytearray": bytearray(b"ab"),
+    "path": Path("/runs/step_1.png"),
+    "pure_posix": PurePosixPath("a/b"),
+    "pure_windows": PureWindowsPath("C:/shots/1.png"),
+    "enum": Color.RED,
+    "enum_int_value": Color.BLUE,
+    "int_enum": Level.LOW,
+    "set": {1, 2, 3},
+    "frozenset": frozenset({"a"}),
+    "tuple": (1, "two", (3.0,)),
+    "empty_tuple": (),
+    "complex": complex(1, -2),
+    "nan": float("nan"),
+    "inf": float("inf"),
+    "minus_inf": float("-inf"),
+    "int_keys": {1: "one", 2: "two"},
+    "tuple_keys": {(1, 2): "pair"},
+    "tag_lookalike": {"$kv": "datetime", "v": "not a date"},
+    "nested": {"list": [1, (2, 3), {"when": dt.date(2020, 1, 1)}]},
+    "big_int": 2**80,
+    "big_negative_int": -(2**70),
+    "big_ints_in_list": [1, 2**65],
+    "unicode": "日本語 ✓",
+}
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_documented_type_round_trips(name: str) -> None:
+    """Each documented type comes back with the same type and value."""
+    value = EXAMPLES[name]
+    memory = Memory([MemoryItem(step=1, value=value)])
+    back = round_trip(memory).content[0]["value"]
+    assert type(back) is type(value)
+    if isinstance(value, float) and math.isnan(value):
+        assert math.isnan(back)
+    elif isinstance(value, Decimal) and value.is_nan():
+        assert back.is_nan()
+    else:
+        assert back == value
+
+
+def test_numpy_array_round_trips() -> None:
+    """A numpy array keeps dtype, shape and values."""
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    back = round_trip(Memory([MemoryItem(a=array)])).content[0]["a"]
+    assert back.dtype == array.dtype
+    assert back.shape == array.shape
+    assert np.array_equal(back, array)
+
+
+def test_numpy_scalar_round_trips() -> None:
+    """A numpy scalar keeps its dtype."""
+    back = round_trip(Memory([MemoryItem(a=np.int16(7))])).content[0]["a"]
+    assert type(back) is np.int16
+    assert back == 7
+
+
+def test_typed_item_class_survives_round_trip() -> None:
+    """A typed subclass comes back as itself, with its fields."""
+    memory = Memory([Observation(step=1, seen="dialog"), MemoryItem(step=2)])
+    back = round_trip(memory)
+    assert [type(item) for item in back] == [Observation, MemoryItem]
+    assert back == memory
+
+
+def test_nan_is_tagged_not_null() -> None:
+    """NaN and infinities are written as float tags, never as null."""
+    text = Memory([MemoryItem(x=float("nan"), y=float("-inf"))]).to_json()
+    assert '"x":{"$kv":"float","v":"nan"}' in text
+    assert '"y":{"$kv":"float","v":"-inf"}' in text
+
+
+def test_plain_items_are_written_unwrapped() -> None:
+    """Items of JSON types only are plain field objects, as UFO writes them."""
+    memory = Memory([MemoryItem(step=1, tags=["a"], meta={"k": None}, cost=0.5)])
+    assert memory.to_json() == '[{"step":1,"tags":["a"],"meta":{"k":null},"cost":0.5}]'
+
+
+def test_item_with_tags_is_wrapped() -> None:
+    """An item that needs tags is wrapped with its fields inside."""
+    doc = orjson.loads(Memory([MemoryItem(step=1, when=dt.date(2024, 1, 2))]).to_json())
+    assert doc == [
+        {"$kv": "item", "fields": {"step": 1, "when": {"$kv": "date", "v": "2024-01-02"}}}
+    ]
+
+
+def test_field_named_like_the_tag_round_trips() -> None:
+    """A field literally named "$kv" survives a round trip."""
+    memory = Memory([MemoryItem(**{"$kv": "user data", "step": 1})])
+    assert round_trip(memory) == memory
+
+
+def test_encoding_reflects_changes_after_first_encode() -> None:
+    """A value changed after an encode is encoded anew (the plain-JSON cache is reset)."""
+    item = MemoryItem(step=1, v="text")
+    memory = Memory([item])
+    memory.to_json()
+    item.set_value("v", (1, 2))
+    assert round_trip(memory).content[0]["v"] == (1, 2)
+
+
+# -- property tests ------------------------------------------------------------------
+
+_keys = st.text(min_size=1, max_size=8)
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.binary(max_size=16)
+    | st.datetimes(timezones=st.none() | st.timezones())
+    | st.dates()
+    | st.times()
+    | st.uuids()
+    | st.decimals(allow_nan=False)
+    | st.sampled_from(list(Color))
+)
+_values = st.recursive(
+    _scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(_keys, children, max_size=4)
+        | st.dictionaries(st.integers(), children, max_size=3)
+        | st.frozensets(st.integers() | st.text(max_size=5), max_size=4)
+    ),
+    max_leaves=12,
+)
+_fields = st.dictionaries(_keys, _values, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_fields, max_size=6))
+def test_property_memory_round_trips_through_json(rows: list[dict[str, Any]]) -> None:
+    """decode(encode(memory)) == memory for generated fields of every supported type."""
+    memory = Memory([MemoryItem(**row) for row in rows])
+    assert round_trip(memory) == memory
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_fields, max_size=4), st.integers(min_value=0))
+def test_property_typed_items_round_trip(rows: list[dict[str, Any]], step: int) -> None:
+    """Typed items keep their class and fields through JSON."""
+    memory = Memory(
+        [
+            Observation(step=step, **{k: v for k, v in row.items() if k not in ("step", "seen")})
+            for row in rows
+        ]
+    )
+    back = round_trip(memory)
+    assert back == memory
+    assert all(type(item) is Observation for item in back)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_values)
+def test_property_encode_value_round_trips(value: Any) -> None:
+    """decode_value(encode_value(v)) == v."""
+    encoded = _codec.encode_value(value)
+    assert _codec.decode_value(orjson.loads(_codec.dumps(encoded))) == value
+
+
+# -- the unencodable policy --------------------------------------------------------------
+
+
+class Opaque:
+    """Something JSON cannot hold (a stand-in for a PIL image)."""
+
+    def __repr__(self) -> str:
+        return "<Opaque image>"
+
+
+def test_unencodable_value_names_key_step_and_type() -> None:
+    """The default policy raises SerializationError naming the key, the step and the type."""
+    memory = Memory([MemoryItem(step=7, screenshot=Opaque())])
+    with pytest.raises(
+        SerializationError,
+        match=r"Field 'screenshot' of step 7 cannot be encoded as JSON \(got (tests\.)?test_codec\.Opaque\)",
+    ) as info:
+        memory.to_json()
+    assert isinstance(info.value, TypeError)
+
+
+def test_unencodable_nested_value_names_top_level_key() -> None:
+    """A bad value inside a list names the field that holds it."""
+    with pytest.raises(SerializationError, match="Field 'images' of step 2"):
+        Memory([MemoryItem(step=2, images=[1, Opaque()])]).to_json()
+
+
+def test_repr_policy_writes_repr() -> None:
+    """on_unencodable="repr" writes repr() of the value."""
+    text = Memory([MemoryItem(step=1, img=Opaque())]).to_json(on_unencodable="repr")
+    assert json.loads(text) == [{"step": 1, "img": "<Opaque image>"}]
+
+
+def test_drop_policy_drops_the_field() -> None:
+    """on_unencodable="drop" leaves the field out and keeps the rest."""
+    text = Memory([MemoryItem(step=1, img=Opaque(), ok=True)]).to_json(on_unencodable="drop")
+    assert json.loads(text) == [{"step": 1, "ok": True}]
+
+
+def test_unknown_policy_is_refused() -> None:
+    """A misspelt policy raises ValueError listing the choices."""
+    with pytest.raises(ValueError, match="'error', 'repr' or 'drop'"):
+        _codec.encode_value(Opaque(), on_unencodable="ignore")  # type: ignore[arg-type]  # the wrong value is the point
+
+
+def test_local_enum_is_refused_with_reason() -> None:
+    """An Enum defined in a function cannot be imported back, so it is refused."""
+
+    class Local(enum.Enum):
+        A = 1
+
+    with pytest.raises(SerializationError, match="defined inside a function"):
+        Memory([MemoryItem(step=1, e=Local.A)]).to_json()
+
+
+# -- session documents -------------------------------------------------------------------
+
+
+def sample_memory() -> Memory:
+    memory = Memory(
+        session_id="run-1", metadata={"task": "save as pdf", "started": dt.date(2024, 5, 1)}
+    )
+    memory.add_memory_item(MemoryItem(step=1, action="click"))
+    memory.add_memory_item(Observation(step=2, seen="dialog"))
+    return memory
+
+
+def test_save_and_load_file_round_trip(tmp_path: Path) -> None:
+    """save() then Memory.from_file() gives back items, classes, session id and metadata."""
+    path = tmp_path / "run.json"
+    memory = sample_memory()
+    memory.save(path)
+    back = Memory.from_file(path)
+    assert back == memory
+    assert back.session_id == "run-1"
+    assert back.metadata == {"task": "save as pdf", "started": dt.date(2024, 5, 1)}
+    assert back.created_at == memory.created_at
+
+
+def test_session_document_is_versioned(tmp_path: Path) -> None:
+    """The saved document names its format and version."""
+    path = tmp_path / "run.json"
+    sample_memory().save(path)
+    doc = orjson.loads(path.read_bytes())
+    assert (doc["format"], doc["version"], doc["session_id"], doc["step_key"]) == (
+        "kvmemory.session",
+        1,
+        "run-1",
+        "step",
+    )
+
+
+def test_future_version_is_refused(tmp_path: Path) -> None:
+    """A document of a newer format version raises UnsupportedVersionError and loads nothing."""
+    path = tmp_path / "future.json"
+    path.write_bytes(orjson.dumps({"format": "kvmemory.session", "version": 99, "items": []}))
+    memory = sample_memory()
+    with pytest.raises(
+        UnsupportedVersionError, match="version 99, newer than the 1 this kvmemory reads"
+    ):
+        memory.load_file(path)
+    assert memory == sample_memory()
+
+
+def test_save_is_atomic_when_encoding_fails(tmp_path: Path) -> None:
+    """A failed save leaves the previous file intact and no temporary file behind."""
+    path = tmp_path / "run.json"
+    sample_memory().save(path)
+    before = path.read_bytes()
+    bad = Memory([MemoryItem(step=1, img=Opaque())])
+    with pytest.raises(SerializationError):
+        bad.save(path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["run.json"]
+
+
+def test_save_replaces_by_rename(tmp_path: Path) -> None:
+    """save() writes a new inode and renames it over the old file."""
+    path = tmp_path / "run.json"
+    sample_memory().save(path)
+    first_inode = path.stat().st_ino
+    sample_memory().save(path)
+    assert path.stat().st_ino != first_inode
+
+
+def test_ufo_bare_array_file_loads(tmp_path: Path) -> None:
+    """A file holding UFO's bare JSON array loads as items."""
+    path = tmp_path / "ufo.json"
+    path.write_text(json.dumps([{"Step": 1, "Action": "click"}]), encoding="utf-8")
+    memory = Memory.from_file(path, step_key="Step")
+    assert memory.filter_memory_from_steps([1]) == [{"Step": 1, "Action": "click"}]
+
+
+def test_corrupt_file_names_file_and_position(tmp_path: Path) -> None:
+    """Invalid JSON raises CorruptSessionError naming the file, line and column; nothing is loaded."""
+    path = tmp_path / "run.json"
+    path.write_text('[\n{"step": 1},\n{"step": 2,, }\n]', encoding="utf-8")
+    memory = sample_memory()
+    with pytest.raises(
+        CorruptSessionError, match=r"'.*run\.json' is not valid JSON at line 3, column 12"
+    ):
+        memory.load_file(path)
+    assert memory == sample_memory()
+
+
+def test_truncated_file_is_refused(tmp_path: Path) -> None:
+    """A file cut short raises and leaves the memory unchanged."""
+    path = tmp_path / "run.json"
+    sample_memory().save(path)
+    path.write_bytes(path.read_bytes()[:-20])
+    memory = Memory([MemoryItem(step=0)])
+    with pytest.raises(CorruptSessionError, match=r"run\.json"):
+        memory.load_file(path)
+    assert memory.content == [MemoryItem(step=0)]
+
+
+def test_item_that_is_not_an_object_is_refused() -> None:
+    """An array element that is not an object names its position."""
+    with pytest.raises(CorruptSessionError, match="item 1 of JSON input is a JSON int"):
+        Memory.from_json("[{}, 3]")
+
+
+def test_unknown_tag_is_refused() -> None:
+    """An unknown type tag raises and names the item."""
+    bad = '[{"$kv": "item", "fields": {"x": {"$kv": "martian", "v": 1}}}]'
+    with pytest.raises(
+        CorruptSessionError, match="item 0 of JSON input: Unknown type tag 'martian'"
+    ):
+        Memory.from_json(bad)
+
+
+def test_malformed_tag_payload_is_refused() -> None:
+    """A tag with a broken payload raises CorruptSessionError, not a bare ValueError."""
+    bad = '[{"$kv": "item", "fields": {"x": {"$kv": "date", "v": "yesterday"}}}]'
+    with pytest.raises(CorruptSessionError, match="Malformed 'date' value"):
+        Memory.from_json(bad)
+
+
+def test_unknown_item_class_is_refused() -> None:
+    """A class path that does not import raises and says what to import."""
+    bad = '[{"$kv": "item", "class": "nowhere.module:Thing", "fields": {}}]'
+    with pytest.raises(CorruptSessionError, match="cannot be imported"):
+        Memory.from_json(bad)
+
+
+def test_non_item_class_is_refused() -> None:
+    """A class path naming something that is not a MemoryItem is refused."""
+    bad = '[{"$kv": "item", "class": "builtins:dict", "fields": {}}]'
+    with pytest.raises(CorruptSessionError, match="not a MemoryItem subclass"):
+        Memory.from_json(bad)
+
+
+def test_document_without_format_is_refused() -> None:
+    """A JSON object that is not a session document is refused."""
+    with pytest.raises(CorruptSessionError, match="is not a kvmemory session"):
+        Memory.from_json('{"items": []}')
+
+
+# -- JSONL ----------------------------------------------------------------------------
+
+
+def test_jsonl_stream_round_trip() -> None:
+    """write_jsonl then read_jsonl gives back the memory and its session data."""
+    memory = sample_memory()
+    buffer = io.BytesIO()
+    memory.write_jsonl(buffer)
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) == 3  # header + one line per item
+    buffer.seek(0)
+    back = Memory.read_jsonl(buffer)
+    assert back == memory
+    assert back.session_id == "run-1"
+
+
+def test_jsonl_file_save_and_load(tmp_path: Path) -> None:
+    """save("x.jsonl") writes JSONL that from_file reads back."""
+    path = tmp_path / "run.jsonl"
+    memory = sample_memory()
+    memory.save(path)
+    assert path.read_bytes().count(b"\n") == 3
+    assert Memory.from_file(path) == memory
+
+
+def test_jsonl_without_header_loads_items() -> None:
+    """A JSONL stream of bare field objects loads as items."""
+    stream = io.BytesIO(b'{"step": 1}\n\n{"step": 2}\n')
+    assert [item.step for item in Memory.read_jsonl(stream)] == [1, 2]
+
+
+def test_jsonl_truncated_line_names_the_line(tmp_path: Path) -> None:
+    """A truncated last line raises, naming the line, and loads nothing."""
+    path = tmp_path / "run.jsonl"
+    sample_memory().save(path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    memory = Memory()
+    with pytest.raises(CorruptSessionError, match=r"line 3, column \d+ \(the line is truncated\)"):
+        memory.load_file(path)
+    assert memory.is_empty()
+
+
+def test_jsonl_future_version_is_refused() -> None:
+    """A JSONL header of a newer version is refused."""
+    stream = io.BytesIO(b'{"format":"kvmemory.session","version":2,"items":"jsonl"}\n{"step":1}\n')
+    with pytest.raises(UnsupportedVersionError):
+        Memory.read_jsonl(stream)
+
+
+def test_load_json_keeps_memory_on_bad_input() -> None:
+    """load_json with invalid JSON leaves the memory as it was."""
+    memory = sample_memory()
+    with pytest.raises(CorruptSessionError, match="line 1"):
+        memory.load_json("[{")
+    assert memory == sample_memory()

@@ -1,0 +1,417 @@
+"""Tests for agents.memory.MemoryItem: UFO's API, its fixed defects, typed subclasses."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Optional
+
+import attrs
+import pytest
+
+from agents.memory import (
+    FieldNotFoundError,
+    FieldValidationError,
+    InvalidKeyError,
+    MemoryItem,
+    field,
+)
+from agents.memory.memory import MemoryItem as UfoPathMemoryItem
+
+
+class StepRecord(MemoryItem):
+    """A typed step used across these tests."""
+
+    step: int
+    thought: str = ""
+    cost: float = field(default=0.0, validator=attrs.validators.ge(0))
+    tags: list[str] = field(factory=list)
+    note: Optional[str] = None  # noqa: UP045 - checks that typing.Optional hints are enforced
+
+
+# -- UFO's API ------------------------------------------------------------------
+
+
+def test_ufo_import_path_gives_the_same_class() -> None:
+    """`agents.memory.memory.MemoryItem` is the public MemoryItem."""
+    assert UfoPathMemoryItem is MemoryItem
+
+
+def test_keyword_construction_sets_fields() -> None:
+    """MemoryItem(step=3, action="click") stores both fields (UFO raises here)."""
+    item = MemoryItem(step=3, action="click")
+    assert item.to_dict() == {"step": 3, "action": "click"}
+
+
+def test_set_value_and_get_value() -> None:
+    """set_value stores a field that get_value returns."""
+    item = MemoryItem()
+    item.set_value("thought", "look at the dialog")
+    assert item.get_value("thought") == "look at the dialog"
+
+
+def test_get_value_of_missing_key_is_none() -> None:
+    """get_value returns None for a key the item does not hold."""
+    assert MemoryItem(step=1).get_value("missing") is None
+
+
+def test_get_values_maps_missing_keys_to_none() -> None:
+    """get_values returns every asked key, None where missing."""
+    item = MemoryItem(step=1, action="click")
+    assert item.get_values(["action", "nope"]) == {"action": "click", "nope": None}
+
+
+def test_add_values_from_dict_and_old_name() -> None:
+    """add_values_from_dict and its older name set_values_from_dict both merge fields."""
+    item = MemoryItem(step=1)
+    item.add_values_from_dict({"a": 1})
+    item.set_values_from_dict({"b": 2})
+    assert item.to_dict() == {"step": 1, "a": 1, "b": 2}
+
+
+def test_from_dict_merges_into_the_item() -> None:
+    """from_dict keeps existing fields and adds or overwrites the given ones (UFO's meaning)."""
+    item = MemoryItem(step=1, action="click")
+    item.from_dict({"action": "type", "text": "hi"})
+    assert item.to_dict() == {"step": 1, "action": "type", "text": "hi"}
+
+
+def test_filter_returns_subset_and_skips_missing_keys() -> None:
+    """filter(keys) returns only held keys, in the order asked."""
+    item = MemoryItem(step=1, action="click", thought="t")
+    assert list(item.filter(["thought", "missing", "step"]).items()) == [
+        ("thought", "t"),
+        ("step", 1),
+    ]
+
+
+def test_to_dict_keeps_insertion_order() -> None:
+    """to_dict lists fields in the order they were set."""
+    item = MemoryItem(z=1)
+    item.set_value("a", 2)
+    item.set_value("m", 3)
+    assert list(item.to_dict()) == ["z", "a", "m"]
+
+
+def test_to_json_is_a_json_object_of_the_fields() -> None:
+    """to_json of a plain item is the JSON object of its fields, UTF-8, unescaped."""
+    assert MemoryItem(step=1, text="café").to_json() == '{"step":1,"text":"café"}'
+
+
+def test_attributes_lists_keys() -> None:
+    """attributes lists the item's keys."""
+    assert MemoryItem(step=1, action="click").attributes == ["step", "action"]
+
+
+def test_attribute_read_returns_field() -> None:
+    """item.step reads the field, as UFO code does."""
+    assert MemoryItem(step=4).step == 4
+
+
+def test_attribute_read_of_missing_field_raises_attribute_error() -> None:
+    """Reading a missing field as an attribute raises AttributeError naming it."""
+    with pytest.raises(AttributeError, match="'nope'"):
+        _ = MemoryItem().nope
+
+
+def test_attribute_assignment_sets_a_field() -> None:
+    """item.x = v stores a field, not an instance attribute."""
+    item = MemoryItem()
+    item.action = "click"
+    assert item.to_dict() == {"action": "click"}
+
+
+# -- UFO defects, fixed -----------------------------------------------------------
+
+
+def test_fields_are_not_shared_between_instances() -> None:
+    """Regression (UFO shared a class-level attribute list): keys of one item never show in another."""
+    first = MemoryItem()
+    first.set_value("secret", 1)
+    second = MemoryItem()
+    assert second.attributes == []
+    assert second.to_dict() == {}
+
+
+@pytest.mark.parametrize(
+    "key", ["to_json", "filter", "set_value", "attributes", "get_value", "to_dict", "copy"]
+)
+def test_method_named_keys_do_not_shadow_methods(key: str) -> None:
+    """Regression (UFO stored fields with setattr): a key named like a method leaves the method working."""
+    item = MemoryItem(step=1)
+    item.set_value(key, "payload")
+    assert item.get_value(key) == "payload"
+    assert item.to_dict() == {"step": 1, key: "payload"}
+    assert item.filter([key]) == {key: "payload"}
+    assert item.to_json() == '{"step":1,"' + key + '":"payload"}'
+    assert callable(getattr(item, key)) or key == "attributes"
+
+
+def test_non_identifier_keys_are_stored() -> None:
+    """Keys that are not identifiers ("Bounding Box") are ordinary fields."""
+    item = MemoryItem(**{"Bounding Box": [1, 2, 3, 4]})
+    assert item["Bounding Box"] == [1, 2, 3, 4]
+    assert "Bounding Box" in item.to_json()
+
+
+def test_get_value_never_returns_a_method() -> None:
+    """Regression (UFO's getattr fallback): get_value("to_json") is None when no such field exists."""
+    assert MemoryItem().get_value("to_json") is None
+
+
+def test_non_string_key_raises_invalid_key_error() -> None:
+    """A non-string key raises a TypeError subclass naming the key."""
+    with pytest.raises(InvalidKeyError, match=r"got 7 \(int\)"):
+        MemoryItem().set_value(7, "x")  # type: ignore[arg-type]  # the wrong type is the point
+
+
+def test_non_string_key_in_dict_changes_nothing() -> None:
+    """add_values_from_dict with one bad key sets no field at all."""
+    item = MemoryItem(step=1)
+    with pytest.raises(TypeError, match="got 3"):
+        item.add_values_from_dict({"ok": 1, 3: "bad"})  # type: ignore[dict-item]  # the wrong type is the point
+    assert item.to_dict() == {"step": 1}
+
+
+def test_unrelated_items_are_not_equal() -> None:
+    """Regression (UFO's dataclass had no fields, so every item was equal): different fields differ."""
+    assert MemoryItem(step=1) != MemoryItem(step=2)
+    assert MemoryItem() != MemoryItem(a=None)
+
+
+def test_equal_items_compare_equal() -> None:
+    """Items of the same class with the same fields are equal."""
+    assert MemoryItem(step=1, a=[1]) == MemoryItem(step=1, a=[1])
+
+
+def test_items_of_different_classes_are_not_equal() -> None:
+    """Equality includes the class."""
+    assert StepRecord(step=1) != MemoryItem(step=1, thought="", cost=0.0, tags=[], note=None)
+
+
+def test_pickle_round_trip_in_process() -> None:
+    """Regression (UFO lost fields on pickling): a pickled item comes back with its fields."""
+    item = MemoryItem(step=2, action="click", **{"Bounding Box": (1, 2)})
+    assert pickle.loads(pickle.dumps(item)) == item
+
+
+def test_pickle_round_trip_in_a_fresh_process(tmp_path: Path) -> None:
+    """An item pickled here and unpickled in a new interpreter has the same fields."""
+    item = MemoryItem(step=5, thought="fresh process", data={"k": [1, 2]})
+    blob = tmp_path / "item.pickle"
+    blob.write_bytes(pickle.dumps(item))
+    code = textwrap.dedent(
+        f"""
+        import pickle
+        item = pickle.loads(open({str(blob)!r}, "rb").read())
+        print(type(item).__module__, type(item).__name__, item.to_dict())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        "agents.memory._item MemoryItem {'step': 5, 'thought': 'fresh process', 'data': {'k': [1, 2]}}"
+    )
+
+
+def test_pickle_keeps_typed_class() -> None:
+    """A typed item unpickles as its own class."""
+    item = StepRecord(step=1, extra="x")
+    back = pickle.loads(pickle.dumps(item))
+    assert type(back) is StepRecord
+    assert back == item
+
+
+# -- Python protocols ---------------------------------------------------------------
+
+
+def test_repr_reads_like_a_constructor_call() -> None:
+    """repr shows the class and fields, non-identifier keys in a ** dict."""
+    item = MemoryItem(step=3, action="click", **{"Bounding Box": 1})
+    assert repr(item) == "MemoryItem(step=3, action='click', **{'Bounding Box': 1})"
+
+
+def test_repr_shortens_long_values() -> None:
+    """A long value (a base64 screenshot) is shortened in repr."""
+    assert len(repr(MemoryItem(image="x" * 10_000))) < 120
+
+
+def test_copy_is_independent() -> None:
+    """copy() gives an equal item whose fields can change separately."""
+    item = MemoryItem(step=1)
+    dup = item.copy()
+    dup.set_value("step", 2)
+    assert item.step == 1
+    assert copy.copy(item) == item
+
+
+def test_deepcopy_copies_nested_values() -> None:
+    """deepcopy copies nested lists too."""
+    item = MemoryItem(tags=["a"])
+    dup = copy.deepcopy(item)
+    dup["tags"].append("b")
+    assert item["tags"] == ["a"]
+
+
+def test_delete_value_removes_a_key() -> None:
+    """delete_value and del item[key] remove fields and return nothing stale."""
+    item = MemoryItem(step=1, a=1, b=2)
+    assert item.delete_value("a") == 1
+    del item["b"]
+    assert item.to_dict() == {"step": 1}
+
+
+def test_delete_missing_key_raises_field_not_found() -> None:
+    """Removing a missing key raises a KeyError subclass with a readable message."""
+    with pytest.raises(FieldNotFoundError) as info:
+        MemoryItem(step=1).delete_value("nope")
+    assert isinstance(info.value, KeyError)
+    assert str(info.value) == "MemoryItem has no field 'nope'; its fields are ['step']."
+
+
+def test_delattr_removes_a_field() -> None:
+    """del item.key removes the field."""
+    item = MemoryItem(step=1, a=2)
+    del item.a
+    assert "a" not in item
+
+
+def test_in_len_and_iteration() -> None:
+    """`in`, len() and iteration work over keys."""
+    item = MemoryItem(step=1, action="click")
+    assert "step" in item
+    assert "nope" not in item
+    assert len(item) == 2
+    assert list(item) == ["step", "action"]
+    assert dict(item) == {"step": 1, "action": "click"}
+
+
+def test_getitem_of_missing_key_raises_key_error() -> None:
+    """item[key] for a missing key raises a KeyError subclass naming the key."""
+    with pytest.raises(KeyError, match="'missing'"):
+        _ = MemoryItem()["missing"]
+
+
+def test_items_are_unhashable() -> None:
+    """Mutable items are unhashable, like dicts."""
+    with pytest.raises(TypeError):
+        hash(MemoryItem())
+
+
+# -- typed subclasses -----------------------------------------------------------------
+
+
+def test_typed_defaults_and_declared_order() -> None:
+    """Declared fields come first with their defaults; extra dynamic fields follow."""
+    item = StepRecord(extra="x", step=1)
+    assert list(item.to_dict().items()) == [
+        ("step", 1),
+        ("thought", ""),
+        ("cost", 0.0),
+        ("tags", []),
+        ("note", None),
+        ("extra", "x"),
+    ]
+
+
+def test_typed_factory_gives_fresh_values() -> None:
+    """A factory default is fresh for each item."""
+    first, second = StepRecord(step=1), StepRecord(step=2)
+    first["tags"].append("a")
+    assert second["tags"] == []
+
+
+def test_typed_fields_do_not_live_on_the_class() -> None:
+    """Declared defaults are not class attributes (they would be shared)."""
+    assert "thought" not in StepRecord.__dict__
+    assert "cost" not in StepRecord.__dict__
+
+
+def test_typed_missing_required_field_raises() -> None:
+    """A required declared field that is not given raises, naming the field."""
+    with pytest.raises(FieldValidationError, match="requires field 'step'"):
+        StepRecord()
+
+
+def test_typed_wrong_type_names_field_and_value() -> None:
+    """A value of the wrong type raises a TypeError subclass naming field and value."""
+    with pytest.raises(
+        FieldValidationError, match=r"Field 'step' of StepRecord must be int, got 'x' \(str\)"
+    ) as info:
+        StepRecord(step="x")
+    assert isinstance(info.value, TypeError)
+
+
+def test_typed_validator_refusal_names_field_and_value() -> None:
+    """An attrs validator's refusal raises a ValueError subclass naming field and value."""
+    with pytest.raises(FieldValidationError, match="Field 'cost' of StepRecord refused -1") as info:
+        StepRecord(step=1, cost=-1)
+    assert isinstance(info.value, ValueError)
+
+
+def test_typed_set_value_validates() -> None:
+    """set_value on a declared field validates and leaves the old value on refusal."""
+    item = StepRecord(step=1)
+    with pytest.raises(FieldValidationError):
+        item.set_value("cost", -5.0)
+    assert item["cost"] == 0.0
+
+
+def test_typed_optional_hint_accepts_none_and_type() -> None:
+    """Optional[str] accepts None and str and refuses an int."""
+    assert StepRecord(step=1, note=None)["note"] is None
+    assert StepRecord(step=1, note="n")["note"] == "n"
+    with pytest.raises(FieldValidationError, match="'note'"):
+        StepRecord(step=1, note=3)
+
+
+def test_typed_float_accepts_int() -> None:
+    """A float field accepts an int, as type checkers do."""
+    assert StepRecord(step=1, cost=2)["cost"] == 2
+
+
+def test_typed_converter_runs_before_validation() -> None:
+    """A converter's output is what gets validated and stored."""
+
+    class Tokens(MemoryItem):
+        tokens: int = field(default=0, converter=int)
+
+    assert Tokens(tokens="12")["tokens"] == 12
+
+
+def test_typed_subclass_inherits_declared_fields() -> None:
+    """A subclass of a typed item keeps its parent's fields first."""
+
+    class Costed(StepRecord):
+        model: str = "gpt"
+
+    assert list(Costed(step=1).to_dict())[:2] == ["step", "thought"]
+    assert list(Costed(step=1).to_dict())[-1] == "model"
+
+
+def test_field_rejects_default_and_factory_together() -> None:
+    """field() with both default and factory raises TypeError."""
+    with pytest.raises(TypeError, match="either default= or factory="):
+        field(default=1, factory=list)
+
+
+def test_declared_fields_lists_specs() -> None:
+    """declared_fields() lists declared names in order."""
+    assert list(StepRecord.declared_fields()) == ["step", "thought", "cost", "tags", "note"]
+
+
+def test_from_mapping_builds_typed_item() -> None:
+    """from_mapping builds an item of the class it is called on."""
+    item = StepRecord.from_mapping({"step": 2})
+    assert type(item) is StepRecord
+
+
+def test_item_from_json_round_trips_class_and_values() -> None:
+    """MemoryItem.from_json gives back the class and the values."""
+    item = StepRecord(step=1, tags=["a"], when=(1, 2))
+    back = MemoryItem.from_json(item.to_json())
+    assert type(back) is StepRecord
+    assert back == item

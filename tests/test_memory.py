@@ -1,0 +1,562 @@
+"""Tests for agents.memory.Memory: UFO's API, the step index, hooks, threads, all-or-nothing loading."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from agents.memory import (
+    CallbackError,
+    FieldValidationError,
+    InvalidKeyError,
+    Memory,
+    MemoryChange,
+    MemoryItem,
+    StepNotFoundError,
+    field,
+)
+from agents.memory.memory import Memory as UfoPathMemory
+
+
+def steps_memory(n: int = 5, **options: Any) -> Memory:
+    """Return a memory with items of steps 0..n-1."""
+    memory = Memory(**options)
+    for step in range(n):
+        memory.add_memory_item(MemoryItem(step=step, action=f"a{step}"))
+    return memory
+
+
+def steps_of(memory: Memory) -> list[Any]:
+    return [item.get_value("step") for item in memory]
+
+
+# -- UFO's API ------------------------------------------------------------------
+
+
+def test_ufo_import_path_gives_the_same_class() -> None:
+    """`agents.memory.memory.Memory` is the public Memory."""
+    assert UfoPathMemory is Memory
+
+
+def test_empty_memory() -> None:
+    """A new memory is empty, has length 0 and no latest item."""
+    memory = Memory()
+    assert memory.is_empty()
+    assert memory.length == 0
+    assert memory.get_latest_item() is None
+    assert memory.content == []
+
+
+def test_add_memory_item_appends_in_order() -> None:
+    """Added items keep their order in content."""
+    memory = steps_memory(3)
+    assert [item.step for item in memory.content] == [0, 1, 2]
+    assert memory.length == 3
+    assert not memory.is_empty()
+
+
+def test_get_latest_item_is_the_last_added() -> None:
+    """get_latest_item returns the most recently added item."""
+    memory = steps_memory(3)
+    assert memory.get_latest_item() == MemoryItem(step=2, action="a2")
+
+
+def test_add_memory_item_rejects_non_items() -> None:
+    """Adding a dict raises TypeError with the fix."""
+    with pytest.raises(TypeError, match=r"wrap a dict with MemoryItem\(\*\*fields\)"):
+        Memory().add_memory_item({"step": 1})  # type: ignore[arg-type]  # the wrong type is the point
+
+
+def test_load_replaces_content() -> None:
+    """load() replaces the content with the given items."""
+    memory = steps_memory(3)
+    memory.load([MemoryItem(step=9)])
+    assert steps_of(memory) == [9]
+
+
+def test_list_content_and_to_list_of_dicts() -> None:
+    """list_content and to_list_of_dicts give each item's fields."""
+    memory = steps_memory(2)
+    expected = [{"step": 0, "action": "a0"}, {"step": 1, "action": "a1"}]
+    assert memory.list_content == expected
+    assert memory.to_list_of_dicts() == expected
+
+
+def test_filter_memory_from_keys_keeps_empty_dicts() -> None:
+    """filter_memory_from_keys returns one dict per item, {} where no key matches."""
+    memory = Memory([MemoryItem(step=1, a=1), MemoryItem(b=2), MemoryItem(step=3, a=3)])
+    assert memory.filter_memory_from_keys(["a"]) == [{"a": 1}, {}, {"a": 3}]
+
+
+def test_filter_memory_from_steps_in_memory_order() -> None:
+    """filter_memory_from_steps returns the items of the given steps, in memory order."""
+    memory = steps_memory(6)
+    assert memory.filter_memory_from_steps([4, 1, 99]) == [
+        {"step": 1, "action": "a1"},
+        {"step": 4, "action": "a4"},
+    ]
+
+
+def test_filter_memory_from_steps_ignores_duplicate_steps() -> None:
+    """Asking for a step twice returns its items once."""
+    memory = steps_memory(3)
+    assert len(memory.filter_memory_from_steps([1, 1])) == 1
+
+
+def test_delete_memory_item_removes_every_item_of_the_step() -> None:
+    """delete_memory_item(step) removes all items of that step and reports how many."""
+    memory = steps_memory(3)
+    memory.add_memory_item(MemoryItem(step=1, action="again"))
+    assert memory.delete_memory_item(1) == 2
+    assert steps_of(memory) == [0, 2]
+
+
+def test_delete_unknown_step_is_a_no_op() -> None:
+    """Deleting a step no item has changes nothing, as in UFO."""
+    memory = steps_memory(2)
+    assert memory.delete_memory_item(42) == 0
+    assert memory.length == 2
+
+
+def test_clear_empties_the_memory() -> None:
+    """clear() removes all items."""
+    memory = steps_memory(3)
+    memory.clear()
+    assert memory.is_empty()
+    assert memory.filter_memory_from_steps([0, 1, 2]) == []
+
+
+def test_to_json_keeps_ufo_shape() -> None:
+    """to_json of plain items is a JSON array of field objects, as UFO writes."""
+    memory = steps_memory(2)
+    assert json.loads(memory.to_json()) == [
+        {"step": 0, "action": "a0"},
+        {"step": 1, "action": "a1"},
+    ]
+
+
+def test_to_json_does_not_escape_non_ascii() -> None:
+    """Non-ASCII text is written as UTF-8, not \\u escapes."""
+    memory = Memory([MemoryItem(text="日本語 café")])
+    assert memory.to_json() == '[{"text":"日本語 café"}]'
+
+
+def test_from_list_of_dicts_replaces_content() -> None:
+    """from_list_of_dicts builds one item per dict."""
+    memory = steps_memory(2)
+    memory.from_list_of_dicts([{"step": 7, "x": 1}])
+    assert memory.content == [MemoryItem(step=7, x=1)]
+
+
+def test_from_list_of_dicts_copies_the_dicts() -> None:
+    """Changing the source dict later does not change the memory."""
+    row = {"step": 1}
+    memory = Memory()
+    memory.from_list_of_dicts([row])
+    row["step"] = 2
+    assert memory.content[0].step == 1
+
+
+def test_from_list_of_dicts_with_typed_class() -> None:
+    """item_class builds typed items, with validation."""
+
+    class Step(MemoryItem):
+        step: int
+
+    memory = Memory()
+    memory.from_list_of_dicts([{"step": 1}], item_class=Step)
+    assert type(memory.content[0]) is Step
+    with pytest.raises(FieldValidationError, match="Element 0"):
+        memory.from_list_of_dicts([{"step": "x"}], item_class=Step)
+
+
+# -- fixed defects: steps --------------------------------------------------------------
+
+
+def test_items_without_step_do_not_break_step_filtering() -> None:
+    """Regression (UFO read item.step and crashed): items without a step are skipped."""
+    memory = Memory([MemoryItem(note="no step"), MemoryItem(step=1)])
+    assert memory.filter_memory_from_steps([1]) == [{"step": 1}]
+
+
+def test_items_without_step_survive_deletion() -> None:
+    """Regression: deleting a step keeps items that have no step."""
+    memory = Memory([MemoryItem(note="no step"), MemoryItem(step=1)])
+    memory.delete_memory_item(1)
+    assert memory.content == [MemoryItem(note="no step")]
+
+
+def test_step_key_is_configurable() -> None:
+    """step_key="Step" matches UFO's older logs."""
+    memory = Memory([MemoryItem(Step=1), MemoryItem(Step=2)], step_key="Step")
+    assert memory.filter_memory_from_steps([2]) == [{"Step": 2}]
+    memory.delete_memory_item(1)
+    assert memory.to_list_of_dicts() == [{"Step": 2}]
+
+
+def test_index_follows_step_changed_after_add() -> None:
+    """Changing an item's step after adding it moves it in the step index."""
+    memory = steps_memory(3)
+    memory.filter_memory_from_steps([0])  # the index exists now
+    item = memory.content[0]
+    item.set_value("step", 10)
+    assert memory.filter_memory_from_steps([0]) == []
+    assert memory.filter_memory_from_steps([10]) == [{"step": 10, "action": "a0"}]
+
+
+def test_index_follows_step_added_after_add() -> None:
+    """An item that gets a step only after it was added is found by that step."""
+    memory = Memory([MemoryItem(step=1)])
+    memory.filter_memory_from_steps([1])
+    item = MemoryItem(note="late")
+    memory.add_memory_item(item)
+    item.step = 5
+    assert memory.filter_memory_from_steps([5]) == [{"note": "late", "step": 5}]
+
+
+def test_index_follows_step_removed_after_add() -> None:
+    """Removing an item's step field takes it out of step lookups."""
+    memory = steps_memory(2)
+    memory.filter_memory_from_steps([0])
+    del memory.content[0]["step"]
+    assert memory.filter_memory_from_steps([0]) == []
+    assert memory.delete_memory_item(0) == 0
+    assert memory.length == 2
+
+
+def test_index_follows_step_change_before_first_lookup() -> None:
+    """A step changed before any lookup is found under its new value."""
+    memory = steps_memory(2)
+    memory.content[1].set_value("step", 7)
+    assert memory.filter_memory_from_steps([7]) == [{"step": 7, "action": "a1"}]
+
+
+def test_same_item_in_two_memories_is_indexed_in_both() -> None:
+    """One item in two memories is refiled in both when its step changes."""
+    item = MemoryItem(step=1)
+    first, second = Memory([item]), Memory([item])
+    first.filter_memory_from_steps([1])
+    second.filter_memory_from_steps([1])
+    item.step = 2
+    assert first.filter_memory_from_steps([2]) == [{"step": 2}]
+    assert second.filter_memory_from_steps([2]) == [{"step": 2}]
+    first.delete_memory_item(2)
+    assert second.filter_memory_from_steps([2]) == [{"step": 2}]
+
+
+def test_deleted_item_no_longer_updates_the_memory() -> None:
+    """An item deleted from a memory can change its step without touching that memory."""
+    memory = steps_memory(2)
+    memory.filter_memory_from_steps([0])
+    item = memory.content[0]
+    memory.delete_memory_item(0)
+    item.step = 1
+    assert memory.filter_memory_from_steps([1]) == [{"step": 1, "action": "a1"}]
+
+
+def test_unhashable_step_values_are_matched() -> None:
+    """A list used as a step is found and deleted by equality."""
+    memory = Memory([MemoryItem(step=[1, 2]), MemoryItem(step=3)])
+    assert memory.filter_memory_from_steps([[1, 2]]) == [{"step": [1, 2]}]
+    assert memory.delete_memory_item([1, 2]) == 1
+    assert steps_of(memory) == [3]
+
+
+def test_items_of_step_and_missing_step_error() -> None:
+    """items_of_step returns items; an unknown step raises a KeyError subclass listing steps."""
+    memory = steps_memory(2)
+    assert memory.items_of_step(1) == [MemoryItem(step=1, action="a1")]
+    with pytest.raises(
+        StepNotFoundError, match=r"No item has step=9; the memory holds steps \[0, 1\]"
+    ):
+        memory.items_of_step(9)
+
+
+def test_steps_lists_distinct_steps_in_order() -> None:
+    """steps() lists each step once, in order of first appearance."""
+    memory = Memory([MemoryItem(step=2), MemoryItem(step=1), MemoryItem(step=2), MemoryItem()])
+    assert memory.steps() == [2, 1]
+
+
+# -- projections are fresh ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "project",
+    [
+        lambda m: m.filter_memory_from_keys(["step", "action"]),
+        lambda m: m.filter_memory_from_steps([0, 1]),
+        lambda m: m.to_list_of_dicts(),
+        lambda m: m.list_content,
+    ],
+)
+def test_projections_are_fresh_dicts(project: Any) -> None:
+    """Changing a projection's dicts never changes the memory."""
+    memory = steps_memory(2)
+    for row in project(memory):
+        row["step"] = "changed"
+        row["new"] = 1
+    assert steps_of(memory) == [0, 1]
+    assert all("new" not in item for item in memory)
+
+
+# -- Python protocols and extended reads -------------------------------------------------------
+
+
+def test_len_bool_iter_index_and_slice() -> None:
+    """len, bool, iteration, indexing and slicing follow the item order."""
+    memory = steps_memory(4)
+    assert len(memory) == 4
+    assert bool(memory)
+    assert not Memory()
+    assert memory[0].step == 0
+    assert memory[-1].step == 3
+    assert [item.step for item in memory[1:3]] == [1, 2]
+
+
+def test_iteration_is_a_snapshot() -> None:
+    """Adding items while iterating does not extend the iteration."""
+    memory = steps_memory(3)
+    seen = 0
+    for item in memory:
+        memory.add_memory_item(item.copy())
+        seen += 1
+    assert seen == 3
+    assert len(memory) == 6
+
+
+def test_last_k_items() -> None:
+    """last(k) returns the newest k items in memory order."""
+    memory = steps_memory(5)
+    assert [item.step for item in memory.last(2)] == [3, 4]
+    assert [item.step for item in memory.last(10)] == [0, 1, 2, 3, 4]
+    assert memory.last(0) == []
+
+
+def test_last_rejects_negative_k() -> None:
+    """last(-1) raises ValueError."""
+    with pytest.raises(ValueError, match="k >= 0"):
+        steps_memory(1).last(-1)
+
+
+def test_iter_newest_yields_newest_first() -> None:
+    """iter_newest walks from the newest item to the oldest."""
+    memory = steps_memory(100)
+    assert [item.step for item in memory.iter_newest()] == list(range(99, -1, -1))
+
+
+def test_select_by_predicate() -> None:
+    """select(predicate) returns matching items in order."""
+    memory = steps_memory(6)
+    assert [item.step for item in memory.select(lambda item: item.step % 2 == 0)] == [0, 2, 4]
+
+
+def test_max_items_drops_oldest_first() -> None:
+    """A bounded memory keeps the newest max_items items."""
+    memory = steps_memory(5, max_items=3)
+    assert steps_of(memory) == [2, 3, 4]
+    assert memory.filter_memory_from_steps([0, 1, 2]) == [{"step": 2, "action": "a2"}]
+
+
+def test_max_items_must_be_positive() -> None:
+    """max_items=0 raises ValueError naming the value."""
+    with pytest.raises(ValueError, match="got 0"):
+        Memory(max_items=0)
+
+
+def test_memory_equality_and_repr() -> None:
+    """Memories with equal items are equal; repr shows the size."""
+    assert steps_memory(2) == steps_memory(2)
+    assert steps_memory(2) != steps_memory(3)
+    assert repr(Memory(session_id="s1")) == "<Memory 's1': 0 items, step_key='step'>"
+
+
+# -- callbacks -------------------------------------------------------------------------
+
+
+def test_callbacks_receive_memory_and_items() -> None:
+    """Callbacks run after add, delete and clear with the memory and the items concerned."""
+    events: list[tuple[str, list[Any]]] = []
+
+    def record(memory: Memory, change: MemoryChange) -> None:
+        events.append((change.kind, [item.get_value("step") for item in change.items]))
+
+    memory = Memory(callbacks=[record])
+    memory.add_memory_item(MemoryItem(step=1))
+    memory.add_memory_item(MemoryItem(step=2))
+    memory.delete_memory_item(1)
+    memory.clear()
+    assert events == [("add", [1]), ("add", [2]), ("delete", [1]), ("clear", [2])]
+
+
+def test_callback_may_change_the_item() -> None:
+    """A callback can add a field to the new item and drop a payload of an older one."""
+
+    def stamp_and_trim(memory: Memory, change: MemoryChange) -> None:
+        if change.kind != "add":
+            return
+        for item in change.items:
+            item.set_value("seen", True)
+        for old in memory.last(3)[:-2]:
+            if "image" in old:
+                old.delete_value("image")
+
+    memory = Memory(callbacks=[stamp_and_trim])
+    for step in range(4):
+        memory.add_memory_item(MemoryItem(step=step, image=f"img{step}"))
+    assert [("image" in item, item["seen"]) for item in memory] == [
+        (False, True),
+        (False, True),
+        (True, True),
+        (True, True),
+    ]
+
+
+def test_failing_callback_raises_and_leaves_memory_consistent() -> None:
+    """A failing callback raises CallbackError; the item is added and indexed."""
+
+    def boom(memory: Memory, change: MemoryChange) -> None:
+        raise RuntimeError("disk full")
+
+    memory = Memory(callbacks=[boom])
+    with pytest.raises(CallbackError, match="boom raised RuntimeError: disk full") as info:
+        memory.add_memory_item(MemoryItem(step=1))
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert memory.filter_memory_from_steps([1]) == [{"step": 1}]
+    assert memory.length == 1
+
+
+def test_eviction_is_reported_to_callbacks() -> None:
+    """Items dropped by max_items reach callbacks as a delete."""
+    kinds: list[str] = []
+    memory = Memory(max_items=1, callbacks=[lambda m, c: kinds.append(c.kind)])
+    memory.add_memory_item(MemoryItem(step=1))
+    memory.add_memory_item(MemoryItem(step=2))
+    assert kinds == ["add", "delete", "add"]
+
+
+def test_remove_callback() -> None:
+    """A removed callback no longer runs."""
+    calls: list[str] = []
+
+    def record(memory: Memory, change: MemoryChange) -> None:
+        calls.append(change.kind)
+
+    memory = Memory()
+    memory.add_callback(record)
+    memory.add_memory_item(MemoryItem(step=1))
+    memory.remove_callback(record)
+    memory.add_memory_item(MemoryItem(step=2))
+    assert calls == ["add"]
+
+
+def test_add_memory_items_is_all_or_nothing() -> None:
+    """add_memory_items adds nothing when one element is not an item."""
+    memory = steps_memory(1)
+    with pytest.raises(TypeError, match="Element 1"):
+        memory.add_memory_items([MemoryItem(step=5), "oops"])  # type: ignore[list-item]  # the wrong type is the point
+    assert steps_of(memory) == [0]
+
+
+# -- threads ---------------------------------------------------------------------------
+
+
+def test_concurrent_adds_deletes_and_reads_lose_nothing() -> None:
+    """Threads adding, deleting and reading at once never raise, and no add is lost."""
+    memory = Memory()
+    errors: list[BaseException] = []
+    per_thread = 500
+
+    def writer(offset: int) -> None:
+        try:
+            for i in range(per_thread):
+                memory.add_memory_item(MemoryItem(step=offset + i, writer=offset))
+        except BaseException as exc:  # pragma: no cover - reported by the assertion below
+            errors.append(exc)
+
+    def deleter() -> None:
+        try:
+            for i in range(per_thread):
+                memory.delete_memory_item(-1 - i)  # steps no writer uses
+                memory.filter_memory_from_steps([i, i + 1])
+                memory.to_list_of_dicts()
+                memory.to_json()
+        except BaseException as exc:  # pragma: no cover - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k * 10_000,)) for k in range(4)]
+    threads.append(threading.Thread(target=deleter))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(memory) == 4 * per_thread
+    assert len(memory.filter_memory_from_steps(range(40_000))) == 4 * per_thread
+
+
+def test_concurrent_step_deletes_remove_exactly_their_steps() -> None:
+    """Several threads deleting disjoint steps leave exactly the other steps."""
+    memory = steps_memory(400)
+    threads = [
+        threading.Thread(
+            target=lambda k=k: [memory.delete_memory_item(s) for s in range(k, 400, 8)]
+        )
+        for k in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert steps_of(memory) == [s for s in range(400) if s % 8 >= 4]
+
+
+# -- all-or-nothing loading ---------------------------------------------------------------
+
+
+def test_from_list_of_dicts_bad_key_leaves_memory_unchanged() -> None:
+    """A non-string key in one dict raises and keeps the previous content."""
+    memory = steps_memory(2)
+    with pytest.raises(InvalidKeyError, match="Element 1: Field keys must be strings, got 5"):
+        memory.from_list_of_dicts([{"step": 1}, {5: "x"}])  # type: ignore[dict-item]  # the wrong type is the point
+    assert steps_of(memory) == [0, 1]
+
+
+def test_from_list_of_dicts_non_mapping_leaves_memory_unchanged() -> None:
+    """A non-mapping element raises TypeError naming its position."""
+    memory = steps_memory(2)
+    with pytest.raises(TypeError, match="Element 1 is a str"):
+        memory.from_list_of_dicts([{"step": 1}, "nope"])  # type: ignore[list-item]  # the wrong type is the point
+    assert steps_of(memory) == [0, 1]
+
+
+def test_load_with_non_item_leaves_memory_unchanged() -> None:
+    """Regression (UFO assigned the list as is): load() refuses non-items and changes nothing."""
+    memory = steps_memory(2)
+    with pytest.raises(TypeError, match="Element 1 of the content is a dict"):
+        memory.load([MemoryItem(step=5), {"step": 6}])  # type: ignore[list-item]  # the wrong type is the point
+    assert steps_of(memory) == [0, 1]
+
+
+def test_load_copies_the_list() -> None:
+    """Changing the list given to load() later does not change the memory."""
+    items = [MemoryItem(step=1)]
+    memory = Memory()
+    memory.load(items)
+    items.append(MemoryItem(step=2))
+    assert memory.length == 1
+
+
+def test_typed_validation_error_in_bulk_names_position() -> None:
+    """A typed class refusing one row names the row and changes nothing."""
+
+    class Costed(MemoryItem):
+        cost: float = field(default=0.0)
+
+    memory = steps_memory(1)
+    with pytest.raises(FieldValidationError, match="Element 1"):
+        memory.from_list_of_dicts([{"cost": 1.0}, {"cost": "free"}], item_class=Costed)
+    assert steps_of(memory) == [0]
