@@ -6,6 +6,7 @@ the steps in order, indexed by step; the codec writes them as lossless JSON.
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, MemoryItem, field
+from agents.memory.blackboard import Blackboard, ImageItem
 from agents.memory.exceptions import (
     AgentMemoryError,
     BudgetExceededError,
@@ -48,6 +49,7 @@ from agents.memory.prompt import (
 __all__ = [
     "NOTHING",
     "AgentMemoryError",
+    "Blackboard",
     "BudgetExceededError",
     "CallbackError",
     "ChangeCallback",
@@ -57,6 +59,7 @@ __all__ = [
     "FieldNotFoundError",
     "FieldSpec",
     "FieldValidationError",
+    "ImageItem",
     "ImageReadError",
     "InvalidKeyError",
     "Key",

@@ -1,0 +1,569 @@
+"""``Blackboard``: what agents of one session share (UFO's names and meaning).
+
+Four sections, each a :class:`~agents.memory.memory.Memory`: ``questions``
+(questions asked and their answers), ``requests`` (the user's requests so
+far), ``trajectories`` (steps completed earlier) and ``screenshots`` (images
+with metadata). :meth:`Blackboard.blackboard_to_prompt` renders them as chat
+content parts with the same text UFO writes, so prompt templates written for
+UFO keep working.
+
+Differences from UFO, all fixes: no configuration is read at import or
+construction time (files and counts are arguments); ``add_image`` stores the
+path and metadata and reads nothing, and images are base64-encoded only when
+a prompt is built; ``blackboard_from_dict`` is all-or-nothing and keeps
+screenshots as :class:`ImageItem`; ``load_questions`` counts only valid
+records for ``last_k``; prompts take token and image budgets; ``save`` and
+``load`` round-trip the whole blackboard; a lock makes it safe to share
+between agents running in threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import orjson
+
+from agents.memory import _codec
+from agents.memory._item import MemoryItem, decode_item, field
+from agents.memory.exceptions import (
+    BudgetExceededError,
+    CorruptSessionError,
+    ImageReadError,
+    SkippedRecordWarning,
+    UnsupportedVersionError,
+)
+from agents.memory.memory import Memory
+from agents.memory.prompt import (
+    EstimateCounter,
+    TokenCounter,
+    image_data_url,
+    ufo_json,
+)
+
+__all__ = ["SECTIONS", "Blackboard", "ImageItem"]
+
+SECTIONS: Final[tuple[str, ...]] = ("questions", "requests", "trajectories", "screenshots")
+"""The blackboard's sections, in prompt order."""
+
+BLACKBOARD_PREFIX: Final = "[Blackboard:]"
+QUESTIONS_PREFIX: Final = "[Questions & Answers:]"
+REQUESTS_PREFIX: Final = "[Request History:]"
+TRAJECTORIES_PREFIX: Final = "[Step Trajectories Completed Previously:]"
+
+_FORMAT_NAME: Final = "kvmemory.blackboard"
+_FORMAT_VERSION: Final = 1
+
+Part = dict[str, Any]
+
+
+class ImageItem(MemoryItem):
+    """A screenshot on the blackboard: a path or URL and its metadata.
+
+    The image itself is not stored; it is read when a prompt needs it.
+    """
+
+    image_path: str = ""
+    metadata: dict[str, Any] = field(factory=dict)
+
+
+class Blackboard:
+    """The shared memory of a multi-agent session (UFO's ``Blackboard``).
+
+    Args:
+        questions_file: A JSONL file of question-answer records to load now.
+        questions_last_k: Load only the last ``k`` valid records of that file (``-1``: all).
+        counter: The token counter for budgets in :meth:`blackboard_to_prompt`.
+    """
+
+    def __init__(
+        self,
+        *,
+        questions_file: str | os.PathLike[str] | None = None,
+        questions_last_k: int = -1,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self._lock = threading.RLock()
+        self._questions = Memory()
+        self._requests = Memory()
+        self._trajectories = Memory()
+        self._screenshots = Memory()
+        self.counter: TokenCounter = counter or EstimateCounter()
+        if questions_file is not None:
+            self.load_questions(questions_file, questions_last_k)
+
+    # -- sections ------------------------------------------------------------
+
+    @property
+    def questions(self) -> Memory:
+        """Questions asked during the session and their answers."""
+        return self._questions
+
+    @property
+    def requests(self) -> Memory:
+        """The user's requests, oldest first."""
+        return self._requests
+
+    @property
+    def trajectories(self) -> Memory:
+        """Steps completed earlier, as agents recorded them."""
+        return self._trajectories
+
+    @property
+    def screenshots(self) -> Memory:
+        """Screenshots as :class:`ImageItem` (path and metadata)."""
+        return self._screenshots
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock held by every method; hold it to read several sections consistently."""
+        return self._lock
+
+    def _sections(self) -> dict[str, Memory]:
+        return {
+            "questions": self._questions,
+            "requests": self._requests,
+            "trajectories": self._trajectories,
+            "screenshots": self._screenshots,
+        }
+
+    # -- adding --------------------------------------------------------------
+
+    def add_data(self, data: MemoryItem | Mapping[str, Any] | str, memory: Memory) -> None:
+        """Add ``data`` to ``memory``: an item as is, a dict as an item, a string as ``{"text": data}``.
+
+        Raises:
+            TypeError: if ``data`` is of another type.
+            InvalidKeyError: if a dict has a key that is not a string.
+        """
+        if isinstance(data, MemoryItem):
+            item = data
+        elif isinstance(data, Mapping):
+            item = MemoryItem.from_mapping(data)
+        elif isinstance(data, str):
+            item = MemoryItem(text=data)
+        else:
+            msg = f"Blackboard data must be a MemoryItem, a dict or a string, got {type(data).__name__}."
+            raise TypeError(msg)
+        with self._lock:
+            memory.add_memory_item(item)
+
+    def add_questions(self, questions: MemoryItem | Mapping[str, Any] | str) -> None:
+        """Add a question (and its answer) to ``questions``."""
+        self.add_data(questions, self._questions)
+
+    def add_requests(self, requests: MemoryItem | Mapping[str, Any] | str) -> None:
+        """Add a user request to ``requests``."""
+        self.add_data(requests, self._requests)
+
+    def add_trajectories(self, trajectories: MemoryItem | Mapping[str, Any] | str) -> None:
+        """Add a completed step to ``trajectories``."""
+        self.add_data(trajectories, self._trajectories)
+
+    def add_image(
+        self,
+        screenshot_path: str | os.PathLike[str] = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Add a screenshot by path or URL, with its metadata; the file is not read now.
+
+        Args:
+            screenshot_path: A file path, or an ``http(s)://`` or ``data:`` URL.
+            metadata: Kept as given (a copy); ``None`` stores ``{}``.
+
+        Raises:
+            TypeError: if ``metadata`` is not a mapping.
+        """
+        if metadata is not None and not isinstance(metadata, Mapping):
+            msg = f"add_image() metadata must be a dict or None, got {type(metadata).__name__}."
+            raise TypeError(msg)
+        item = ImageItem(image_path=os.fspath(screenshot_path), metadata=dict(metadata or {}))
+        with self._lock:
+            self._screenshots.add_memory_item(item)
+
+    def load_questions(self, file_path: str | os.PathLike[str], last_k: int = -1) -> int:
+        """Add question records from a JSONL file (one JSON object per line).
+
+        Lines that are not JSON objects are skipped with a warning; ``last_k``
+        counts only the valid records. Nothing is added if the file cannot be read.
+
+        Args:
+            file_path: The JSONL file.
+            last_k: Add only the last ``last_k`` valid records; ``-1`` adds all.
+
+        Returns:
+            How many records were added.
+
+        Raises:
+            FileNotFoundError: if the file does not exist.
+            ValueError: if ``last_k`` is below ``-1``.
+
+        Warns:
+            SkippedRecordWarning: naming the file and the lines skipped.
+        """
+        if type(last_k) is not int or last_k < -1:
+            msg = f"last_k must be -1 (all records) or an int >= 0, got {last_k!r}."
+            raise ValueError(msg)
+        name = os.fspath(file_path)
+        records: list[MemoryItem] = []
+        skipped: list[int] = []
+        with open(name, "rb") as stream:
+            for lineno, line in enumerate(stream, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    skipped.append(lineno)
+                    continue
+                if type(obj) is not dict:
+                    skipped.append(lineno)
+                    continue
+                records.append(MemoryItem.from_mapping(obj))
+        if skipped:
+            msg = (
+                f"Questions file {name!r}: skipped lines {skipped[:20]} (not JSON objects); "
+                "fix or remove them to load those records."
+            )
+            warnings.warn(SkippedRecordWarning(msg), stacklevel=2)
+        if last_k != -1:
+            records = records[len(records) - last_k :] if last_k else []
+        with self._lock:
+            self._questions.add_memory_items(records)
+        return len(records)
+
+    # -- JSON ----------------------------------------------------------------
+
+    def questions_to_json(self) -> str:
+        """Return ``questions`` as a JSON array (see ``Memory.to_json``)."""
+        return self._questions.to_json()
+
+    def requests_to_json(self) -> str:
+        """Return ``requests`` as a JSON array."""
+        return self._requests.to_json()
+
+    def trajectories_to_json(self) -> str:
+        """Return ``trajectories`` as a JSON array."""
+        return self._trajectories.to_json()
+
+    def screenshots_to_json(self) -> str:
+        """Return ``screenshots`` as a JSON array (paths and metadata, no image data)."""
+        return self._screenshots.to_json()
+
+    def blackboard_to_dict(self) -> dict[str, list[dict[str, Any]]]:
+        """Return every section as a list of fresh field dicts, keyed by section name."""
+        with self._lock:
+            return {name: memory.to_list_of_dicts() for name, memory in self._sections().items()}
+
+    def blackboard_to_json(self) -> str:
+        """Return :meth:`blackboard_to_dict` as compact UTF-8 JSON, through the codec.
+
+        Raises:
+            SerializationError: if a value cannot be encoded.
+        """
+        return _codec.dumps(_codec.encode_value(self.blackboard_to_dict())).decode("utf-8")
+
+    def blackboard_from_dict(self, blackboard_dict: Mapping[str, Any]) -> None:
+        """Replace every section with the records of ``blackboard_dict``, all or nothing.
+
+        Sections missing from the dict become empty; screenshots become
+        :class:`ImageItem`. If any record is invalid the blackboard is unchanged.
+
+        Raises:
+            TypeError: if the dict, a section or a record has the wrong shape.
+            ValueError: naming an unknown section.
+            FieldValidationError: if a screenshot record has a bad ``image_path`` or ``metadata``.
+        """
+        if not isinstance(blackboard_dict, Mapping):
+            msg = f"blackboard_from_dict() takes a dict of sections, got {type(blackboard_dict).__name__}; the blackboard was left unchanged."
+            raise TypeError(msg)
+        unknown = [key for key in blackboard_dict if key not in SECTIONS]
+        if unknown:
+            msg = f"Unknown blackboard sections {unknown}; expected some of {list(SECTIONS)}. The blackboard was left unchanged."
+            raise ValueError(msg)
+        built: dict[str, list[MemoryItem]] = {}
+        for name in SECTIONS:
+            records = blackboard_dict.get(name, [])
+            if not isinstance(records, (list, tuple)):
+                msg = f"Section {name!r} must be a list of records, got {type(records).__name__}; the blackboard was left unchanged."
+                raise TypeError(msg)
+            cls: type[MemoryItem] = ImageItem if name == "screenshots" else MemoryItem
+            items: list[MemoryItem] = []
+            for position, record in enumerate(records):
+                if isinstance(record, MemoryItem):
+                    record = record.to_dict()
+                if not isinstance(record, Mapping):
+                    msg = f"Record {position} of section {name!r} is a {type(record).__name__}, not a dict; the blackboard was left unchanged."
+                    raise TypeError(msg)
+                try:
+                    items.append(cls.from_mapping(record))
+                except (TypeError, ValueError) as exc:
+                    msg = f"Record {position} of section {name!r}: {exc} The blackboard was left unchanged."
+                    raise type(exc)(msg) from exc
+            built[name] = items
+        self._install(built)
+
+    def _install(self, built: Mapping[str, list[MemoryItem]]) -> None:
+        with self._lock:
+            for name, memory in self._sections().items():
+                memory.load(built.get(name, []))
+
+    # -- files ---------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the whole blackboard to ``path`` as one versioned JSON document, atomically.
+
+        Values JSON cannot hold are written as codec type tags, so :meth:`load`
+        gives back equal sections, screenshots included.
+
+        Raises:
+            SerializationError: if a value cannot be encoded; no file is written.
+        """
+        with self._lock:
+            sections = {
+                name: _codec.loads(memory.to_json_bytes(), source=f"section {name!r}")
+                for name, memory in self._sections().items()
+            }
+        document = {"format": _FORMAT_NAME, "version": _FORMAT_VERSION, "sections": sections}
+        _codec.atomic_write(path, [_codec.dumps(document)])
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Replace every section with those saved in ``path``, all or nothing.
+
+        Raises:
+            FileNotFoundError: if ``path`` does not exist.
+            CorruptSessionError: naming the file and the bad part; the blackboard is unchanged.
+            UnsupportedVersionError: if a newer kvmemory wrote the file.
+        """
+        source = f"Blackboard file {os.fspath(path)!r}"
+        with open(path, "rb") as stream:
+            document = _codec.loads(stream.read(), source=source)
+        if type(document) is not dict or document.get("format") != _FORMAT_NAME:
+            msg = f"{source} is not a saved blackboard (no 'format': {_FORMAT_NAME!r}); nothing was loaded."
+            raise CorruptSessionError(msg)
+        version = document.get("version")
+        if type(version) is not int or version < 1:
+            msg = f"{source} has an invalid version {version!r}; nothing was loaded."
+            raise CorruptSessionError(msg)
+        if version > _FORMAT_VERSION:
+            msg = f"{source} uses blackboard format version {version}, newer than the {_FORMAT_VERSION} this kvmemory reads; upgrade kvmemory to load it."
+            raise UnsupportedVersionError(msg)
+        sections = document.get("sections")
+        if type(sections) is not dict or any(name not in SECTIONS for name in sections):
+            msg = f"{source} has no valid 'sections' object (expected keys among {list(SECTIONS)}); nothing was loaded."
+            raise CorruptSessionError(msg)
+        built: dict[str, list[MemoryItem]] = {}
+        for name in SECTIONS:
+            wires = sections.get(name, [])
+            if type(wires) is not list:
+                msg = f"{source}: section {name!r} is not a list; nothing was loaded."
+                raise CorruptSessionError(msg)
+            built[name] = [
+                decode_item(wire, where=f"item {i} of section {name!r} of {source}")
+                for i, wire in enumerate(wires)
+            ]
+        self._install(built)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Blackboard:
+        """Open a blackboard saved with :meth:`save`.
+
+        Args:
+            path: The file.
+            **options: Passed to the constructor (``counter``).
+
+        Raises:
+            FileNotFoundError: if ``path`` does not exist.
+            CorruptSessionError: naming the file and the bad part.
+        """
+        board = cls(**options)
+        board.load(path)
+        return board
+
+    # -- prompts -------------------------------------------------------------
+
+    def texts_to_prompt(
+        self, memory: Memory, prefix: str, *, last_k: int | None = None
+    ) -> list[Part]:
+        """Return one text part: ``prefix``, a newline, a space, and the items as JSON.
+
+        The JSON is written like Python's ``json.dumps`` with default options,
+        as UFO writes it.
+
+        Args:
+            memory: The section to render.
+            prefix: The section title (``"[Request History:]"``).
+            last_k: Only the newest ``last_k`` items.
+        """
+        records = _records(memory, last_k)
+        return [_text_part(prefix, [ufo_json(r) for r in records])]
+
+    def screenshots_to_prompt(
+        self, *, last_k: int | None = None, max_images: int | None = None
+    ) -> list[Part]:
+        """Return two parts per screenshot: its metadata as JSON text, then its image.
+
+        Image files are read and base64-encoded now, as ``data:`` URLs with
+        their MIME type; URLs are passed through.
+
+        Args:
+            last_k: Only the newest ``last_k`` screenshots.
+            max_images: At most this many screenshots, the newest.
+
+        Raises:
+            ImageReadError: naming the file when a screenshot cannot be read.
+        """
+        records = _records(self._screenshots, _smallest(last_k, max_images))
+        return _screenshot_parts(records)
+
+    def blackboard_to_prompt(
+        self,
+        *,
+        last_k: int | Mapping[str, int] | None = None,
+        max_tokens: int | None = None,
+        max_images: int | None = None,
+    ) -> list[Part]:
+        """Return the blackboard as chat content parts, in UFO's order and wording.
+
+        A ``[Blackboard:]`` text part, then ``[Questions & Answers:]``,
+        ``[Request History:]`` and ``[Step Trajectories Completed Previously:]``
+        parts, then the screenshots. With no arguments the parts are exactly
+        UFO's.
+
+        With ``max_tokens``, sections keep their newest items: while the prompt
+        costs more than the budget (text under the blackboard's counter, plus
+        ``counter.image_tokens`` per screenshot), the oldest item of the most
+        expensive section is dropped.
+
+        Args:
+            last_k: Newest items to keep, for every section (an int) or per
+                section name (``{"trajectories": 5}``).
+            max_tokens: The budget for the whole prompt.
+            max_images: At most this many screenshots, the newest.
+
+        Raises:
+            BudgetExceededError: if the section titles alone exceed ``max_tokens``.
+            ImageReadError: naming the file when a screenshot cannot be read.
+            ValueError: naming an unknown section in ``last_k``.
+        """
+        per_section = _per_section(last_k)
+        with self._lock:
+            texts = {
+                name: [ufo_json(r) for r in _records(memory, per_section.get(name))]
+                for name, memory in self._sections().items()
+                if name != "screenshots"
+            }
+            shots = _records(
+                self._screenshots, _smallest(per_section.get("screenshots"), max_images)
+            )
+        if max_tokens is not None:
+            self._trim(texts, shots, max_tokens)
+        parts: list[Part] = [{"type": "text", "text": BLACKBOARD_PREFIX}]
+        parts.append(_text_part(QUESTIONS_PREFIX, texts["questions"]))
+        parts.append(_text_part(REQUESTS_PREFIX, texts["requests"]))
+        parts.append(_text_part(TRAJECTORIES_PREFIX, texts["trajectories"]))
+        parts.extend(_screenshot_parts(shots))
+        return parts
+
+    def _trim(
+        self, texts: dict[str, list[str]], shots: list[dict[str, Any]], max_tokens: int
+    ) -> None:
+        """Drop oldest entries of the costliest section until the prompt fits ``max_tokens``."""
+        counter = self.counter
+        prefixes = {
+            "questions": QUESTIONS_PREFIX,
+            "requests": REQUESTS_PREFIX,
+            "trajectories": TRAJECTORIES_PREFIX,
+        }
+
+        def text_cost(name: str) -> int:
+            return counter.count(_text_part(prefixes[name], texts[name])["text"])
+
+        def shots_cost() -> int:
+            return sum(
+                counter.count(ufo_json(s.get("metadata", {}))) + counter.image_tokens for s in shots
+            )
+
+        costs = {name: text_cost(name) for name in prefixes}
+        costs["screenshots"] = shots_cost()
+        floor = counter.count(BLACKBOARD_PREFIX) + sum(
+            counter.count(_text_part(p, [])["text"]) for p in prefixes.values()
+        )
+        if floor > max_tokens:
+            msg = f"The blackboard's section titles alone cost {floor} tokens, more than max_tokens={max_tokens}; raise the budget."
+            raise BudgetExceededError(msg)
+        header = counter.count(BLACKBOARD_PREFIX)
+        while header + sum(costs.values()) > max_tokens:
+            droppable = {
+                name: cost
+                for name, cost in costs.items()
+                if (shots if name == "screenshots" else texts[name])
+            }
+            name = max(droppable, key=lambda n: droppable[n])
+            if name == "screenshots":
+                del shots[0]
+                costs[name] = shots_cost()
+            else:
+                del texts[name][0]
+                costs[name] = text_cost(name)
+
+    # -- state ---------------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        """Return whether every section is empty."""
+        with self._lock:
+            return all(memory.is_empty() for memory in self._sections().values())
+
+    def clear(self) -> None:
+        """Empty every section."""
+        with self._lock:
+            for memory in self._sections().values():
+                memory.clear()
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{name}={len(memory)}" for name, memory in self._sections().items())
+        return f"<Blackboard {sizes}>"
+
+
+def _records(memory: Memory, last_k: int | None) -> list[dict[str, Any]]:
+    if last_k is None:
+        return memory.to_list_of_dicts()
+    return [item.to_dict() for item in memory.last(last_k)]
+
+
+def _smallest(*bounds: int | None) -> int | None:
+    given = [b for b in bounds if b is not None]
+    return min(given) if given else None
+
+
+def _per_section(last_k: int | Mapping[str, int] | None) -> dict[str, int]:
+    if last_k is None:
+        return {}
+    if isinstance(last_k, int):
+        return dict.fromkeys(SECTIONS, last_k)
+    unknown = [name for name in last_k if name not in SECTIONS]
+    if unknown:
+        msg = f"last_k names unknown sections {unknown}; expected some of {list(SECTIONS)}."
+        raise ValueError(msg)
+    return dict(last_k)
+
+
+def _text_part(prefix: str, encoded: Iterable[str]) -> Part:
+    # Joining pre-encoded items with json.dumps's default item separator gives
+    # the same text as json.dumps of the whole list.
+    return {"type": "text", "text": f"{prefix}\n [{', '.join(encoded)}]"}
+
+
+def _screenshot_parts(records: Iterable[Mapping[str, Any]]) -> list[Part]:
+    parts: list[Part] = []
+    for position, record in enumerate(records):
+        path = record.get("image_path", "")
+        if not path:
+            msg = f"Screenshot {position} has no image_path, so it cannot be sent; give add_image() a path or URL."
+            raise ImageReadError(msg)
+        parts.append({"type": "text", "text": ufo_json(record.get("metadata", {}))})
+        parts.append({"type": "image_url", "image_url": {"url": image_data_url(path)}})
+    return parts
