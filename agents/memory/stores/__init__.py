@@ -1,0 +1,227 @@
+"""Durable homes for sessions, behind one small protocol.
+
+Open a store by URL and a memory backed by one of its sessions::
+
+    from agents.memory.stores import open_memory
+
+    with open_memory("sqlite:///runs.db", "run-1") as memory:
+        memory.add_memory_item(MemoryItem(step=1, action="click"))   # on disk on return
+
+URLs:
+
+* ``sqlite:///path/to/file.db`` or a bare path: SQLite, the embedded default
+  (options ``?synchronous=full|normal|off``, ``?timeout=SECONDS``, ``?mode=ro``).
+* ``jsonl:///path/to/dir``: one append-only JSONL log per session
+  (option ``?fsync=always|never``).
+* ``postgresql://user:password@host:port/dbname``: PostgreSQL, for many
+  processes on many machines (needs ``pip install 'kvmemory[postgres]'``).
+* ``memory://`` (private) or ``memory://NAME`` (shared in this process).
+
+After ``sqlite://`` and ``jsonl://`` comes the path as written, so
+``sqlite:///tmp/a.db`` is the absolute ``/tmp/a.db`` and ``sqlite://a.db`` the
+relative ``a.db``.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from agents.memory._codec import OnUnencodable
+from agents.memory.exceptions import InvalidStoreURLError
+from agents.memory.memory import ChangeCallback
+from agents.memory.stores._backed import StoredMemory
+from agents.memory.stores._base import (
+    SESSION_ID_MAX_LENGTH,
+    BaseStore,
+    Store,
+    StoredRecord,
+    check_session_id,
+)
+from agents.memory.stores._memory import InMemoryStore
+from agents.memory.stores._sqlite import SQLiteStore
+
+__all__ = [
+    "SESSION_ID_MAX_LENGTH",
+    "BaseStore",
+    "InMemoryStore",
+    "SQLiteStore",
+    "Store",
+    "StoredMemory",
+    "StoredRecord",
+    "check_session_id",
+    "open_memory",
+    "open_store",
+]
+
+_SCHEMES: Final = ("sqlite", "jsonl", "postgresql", "postgres", "memory")
+
+
+def open_store(url: str | os.PathLike[str]) -> BaseStore:
+    """Open the store named by ``url`` (see the module docs for the forms).
+
+    Args:
+        url: A store URL, or a filesystem path for a SQLite file.
+
+    Returns:
+        An open store; close it with ``close()`` or a ``with`` block.
+
+    Raises:
+        InvalidStoreURLError: for an unknown scheme, an empty path or an unknown option.
+        StoreNotFoundError: for a missing file opened read-only or a missing JSONL directory parent.
+        CorruptStoreError: if the file is not a kvmemory store.
+        SchemaVersionError: if a newer kvmemory wrote the store.
+        MissingDependencyError: for ``postgresql://`` without the ``postgres`` extra.
+        StoreError: if the store cannot be opened.
+    """
+    text = os.fspath(url)
+    if type(text) is not str:
+        msg = f"A store URL must be text, got {url!r}."
+        raise InvalidStoreURLError(msg)
+    if "://" not in text:
+        if not text:
+            msg = "The store URL is empty; pass 'sqlite:///path/to/file.db' or a file path."
+            raise InvalidStoreURLError(msg)
+        return SQLiteStore(text)
+    scheme, _, rest = text.partition("://")
+    scheme = scheme.lower()
+    if scheme not in _SCHEMES:
+        msg = (
+            f"Unknown store URL scheme {scheme!r} in {_redact(text)!r}; use one of "
+            "'sqlite:///path.db', 'jsonl:///dir', 'postgresql://...', 'memory://' or a bare file path."
+        )
+        raise InvalidStoreURLError(msg)
+    if scheme in ("postgresql", "postgres"):
+        from agents.memory.stores._postgres import PostgresStore
+
+        return PostgresStore(text)
+    raw_path, _, query = rest.partition("?")
+    options = _options(text, query)
+    path = urllib.parse.unquote(raw_path)
+    if scheme == "memory":
+        _no_options(text, options, ())
+        return InMemoryStore(path)
+    if not path:
+        msg = f"Store URL {text!r} has no path; write {scheme}:///absolute/path or {scheme}://relative/path."
+        raise InvalidStoreURLError(msg)
+    if scheme == "jsonl":
+        from agents.memory.stores._jsonl import JSONLStore
+
+        _no_options(text, options, ("fsync",))
+        fsync = options.get("fsync", "always")
+        if fsync not in ("always", "never"):
+            msg = f"Option fsync={fsync!r} in {text!r} must be 'always' or 'never'."
+            raise InvalidStoreURLError(msg)
+        return JSONLStore(path, fsync=fsync == "always", url=text)
+    _no_options(text, options, ("synchronous", "timeout", "mode"))
+    synchronous = options.get("synchronous", "full").lower()
+    if synchronous not in ("full", "normal", "off"):
+        msg = f"Option synchronous={synchronous!r} in {text!r} must be 'full', 'normal' or 'off'."
+        raise InvalidStoreURLError(msg)
+    mode = options.get("mode", "rwc")
+    if mode not in ("ro", "rw", "rwc"):
+        msg = f"Option mode={mode!r} in {text!r} must be 'ro' or 'rwc'."
+        raise InvalidStoreURLError(msg)
+    try:
+        timeout = float(options.get("timeout", "30"))
+    except ValueError:
+        timeout = -1.0
+    if not timeout >= 0:
+        msg = f"Option timeout={options.get('timeout')!r} in {text!r} must be a number of seconds >= 0."
+        raise InvalidStoreURLError(msg)
+    return SQLiteStore(
+        path,
+        synchronous=synchronous,  # type: ignore[arg-type]  # checked against the three names above
+        timeout=timeout,
+        read_only=mode == "ro",
+        url=text,
+    )
+
+
+def open_memory(
+    store: str | os.PathLike[str] | BaseStore,
+    session_id: str,
+    *,
+    step_key: str = "step",
+    max_items: int | None = None,
+    callbacks: Iterable[ChangeCallback] = (),
+    on_unencodable: OnUnencodable = "error",
+    metadata: Mapping[str, Any] | None = None,
+) -> StoredMemory:
+    """Open ``session_id`` of a store as a ``Memory`` that writes every change through.
+
+    Args:
+        store: A store URL or path (the memory then owns the store and closes
+            it with ``close()``), or an open store (left open).
+        session_id: The session to open; created on its first item.
+        step_key: The field that names an item's step.
+        max_items: Keep at most this many items, in RAM and in the store.
+        callbacks: Run after each change as ``callback(memory, change)``.
+        on_unencodable: The codec's policy for values JSON cannot hold.
+        metadata: Free-form data about the session.
+
+    Returns:
+        The memory, holding the session's items in their stored order.
+
+    Raises:
+        InvalidSessionIdError: if ``session_id`` is not a valid id; no store is opened.
+        InvalidStoreURLError: for an unknown scheme or option.
+        StoreError: if the store cannot be opened or read.
+    """
+    check_session_id(session_id)
+    if isinstance(store, BaseStore):
+        return StoredMemory(
+            store,
+            session_id,
+            step_key=step_key,
+            max_items=max_items,
+            callbacks=callbacks,
+            on_unencodable=on_unencodable,
+            metadata=metadata,
+        )
+    opened = open_store(store)
+    try:
+        return StoredMemory(
+            opened,
+            session_id,
+            step_key=step_key,
+            max_items=max_items,
+            callbacks=callbacks,
+            on_unencodable=on_unencodable,
+            metadata=metadata,
+            owns_store=True,
+        )
+    except BaseException:
+        opened.close()
+        raise
+
+
+def _options(url: str, query: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        if key in options:
+            msg = f"Option {key!r} is given twice in {url!r}."
+            raise InvalidStoreURLError(msg)
+        options[key] = value
+    return options
+
+
+def _no_options(url: str, options: dict[str, str], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        known = ", ".join(allowed) if allowed else "none"
+        msg = f"Unknown option {unknown[0]!r} in store URL {url!r}; the options of this store are: {known}."
+        raise InvalidStoreURLError(msg)
+
+
+def _redact(url: str) -> str:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

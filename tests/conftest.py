@@ -1,0 +1,152 @@
+"""Store fixtures: a store URL per kind, and a throwaway PostgreSQL server.
+
+The PostgreSQL server is found through ``KVMEMORY_TEST_POSTGRES_URL`` (a
+server you run), or started here from the PostgreSQL binaries of the machine
+(``initdb`` and ``pg_ctl`` in ``/usr/lib/postgresql/*/bin``; ``scripts/test``
+installs them from Debian's packages when they are missing). Each test gets
+its own schema, so tests never see each other's sessions. When CI is set, a
+missing server fails the PostgreSQL tests instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+STORE_KINDS = ("memory", "sqlite", "jsonl", "postgres")
+
+
+def _find_bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if found:
+        return found[-1]
+    return shutil.which(name)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _as_postgres_user(argv: list[str]) -> list[str]:
+    # PostgreSQL refuses to run as root; CI runs as root.
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *argv]
+    return argv
+
+
+@contextlib.contextmanager
+def _throwaway_server() -> Iterator[str]:
+    initdb = _find_bin("initdb")
+    pg_ctl = _find_bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        raise FileNotFoundError(
+            "initdb/pg_ctl not found; run scripts/test, which installs PostgreSQL"
+        )
+    root = tempfile.mkdtemp(prefix="kvmemory-pg-")
+    data = os.path.join(root, "data")
+    log = os.path.join(root, "server.log")
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    port = _free_port()
+    try:
+        subprocess.run(
+            _as_postgres_user(
+                [initdb, "-D", data, "-A", "trust", "-U", "kvmemory", "--no-sync", "-E", "UTF8"]
+            ),
+            check=True,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
+        options = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=60"
+        subprocess.run(
+            _as_postgres_user([pg_ctl, "-D", data, "-l", log, "-o", options, "-w", "start"]),
+            check=True,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            yield f"postgresql://kvmemory@127.0.0.1:{port}/postgres"
+        finally:
+            subprocess.run(
+                _as_postgres_user([pg_ctl, "-D", data, "-m", "immediate", "-w", "stop"]),
+                check=False,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+            )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """Yield the URL of a PostgreSQL server for the tests (fail under CI, else skip, when none)."""
+    url = os.environ.get("KVMEMORY_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    try:
+        server = _throwaway_server()
+        url = server.__enter__()
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        reason = f"no PostgreSQL server for the tests: {exc} {detail.decode(errors='replace')}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield url
+    finally:
+        server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """Yield a PostgreSQL URL whose tables live in a fresh schema, dropped after the test."""
+    psycopg = pytest.importorskip("psycopg") if not os.environ.get("CI") else __import__("psycopg")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_server, autocommit=True) as con:
+        con.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in postgres_server else "?"
+    yield f"{postgres_server}{sep}options=-csearch_path%3D{schema}"
+    with psycopg.connect(postgres_server, autocommit=True) as con:
+        con.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Return a URL for a fresh, empty store of each kind."""
+    kind = request.param
+    if kind == "memory":
+        return f"memory://{uuid.uuid4().hex}"
+    if kind == "sqlite":
+        return f"sqlite://{tmp_path / 'store.db'}"
+    if kind == "jsonl":
+        return f"jsonl://{tmp_path / 'logs'}"
+    request.applymarker(pytest.mark.postgres)
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """Return a function giving a fresh store URL for a durable kind."""
+
+    def make(kind: str) -> str:
+        if kind == "sqlite":
+            return f"sqlite://{tmp_path / 'store.db'}"
+        if kind == "jsonl":
+            return f"jsonl://{tmp_path / 'logs'}"
+        return str(request.getfixturevalue("postgres_url"))
+
+    return make
