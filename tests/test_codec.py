@@ -412,6 +412,13 @@ def test_unknown_item_class_is_refused() -> None:
         Memory.from_json(bad)
 
 
+def test_unknown_item_class_can_load_as_base() -> None:
+    """on_unknown_class="base" loads the fields of an unimportable class as a plain item."""
+    data = '[{"$kv": "item", "class": "__main__:Gone", "fields": {"step": 1}}]'
+    memory = Memory.from_json(data, on_unknown_class="base")
+    assert memory.content == [MemoryItem(step=1)]
+
+
 def test_non_item_class_is_refused() -> None:
     """A class path naming something that is not a MemoryItem is refused."""
     bad = '[{"$kv": "item", "class": "builtins:dict", "fields": {}}]'

@@ -17,7 +17,7 @@ import types
 import typing
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol
 
 import attrs
 from typing_extensions import Self
@@ -37,6 +37,7 @@ __all__ = [
     "NOTHING",
     "FieldSpec",
     "MemoryItem",
+    "OnUnknownClass",
     "decode_item",
     "dumps_items",
     "field",
@@ -130,8 +131,18 @@ def field(
 _CLASSES: Final[dict[str, type[MemoryItem]]] = {}
 
 
-def item_class(path: str | None) -> type[MemoryItem]:
+OnUnknownClass = Literal["error", "base"]
+"""What loading does with an item class it cannot import: raise, or load a plain ``MemoryItem``."""
+
+
+def item_class(path: str | None, *, on_unknown_class: OnUnknownClass = "error") -> type[MemoryItem]:
     """Return the ``MemoryItem`` class stored under ``path`` (``None`` is the base).
+
+    Args:
+        path: ``"module:QualName"`` as written in the session.
+        on_unknown_class: ``"base"`` returns ``MemoryItem`` for a class that
+            cannot be imported (one defined in a script's ``__main__``, say)
+            instead of raising; its fields load, its class is lost.
 
     Raises:
         CorruptSessionError: if the class is unknown or not a ``MemoryItem``.
@@ -140,7 +151,12 @@ def item_class(path: str | None) -> type[MemoryItem]:
         return MemoryItem
     cls = _CLASSES.get(path)
     if cls is None:
-        found = _codec.import_class(path)
+        try:
+            found = _codec.import_class(path)
+        except CorruptSessionError:
+            if on_unknown_class == "base":
+                return MemoryItem
+            raise
         if not (isinstance(found, type) and issubclass(found, MemoryItem)):
             msg = f"Class {path!r} named in the session is not a MemoryItem subclass."
             raise CorruptSessionError(msg)
@@ -599,19 +615,20 @@ def dumps_items(
         return _codec.dumps(wires(True))
 
 
-def decode_item(wire: Any, *, where: str) -> MemoryItem:
+def decode_item(wire: Any, *, where: str, on_unknown_class: OnUnknownClass = "error") -> MemoryItem:
     """Turn one item's wire form (see ``_codec.encode_fields``) back into an item of its class.
 
     Args:
         wire: A field object or a wrapped item, as decoded from JSON.
         where: Names the item in error messages (``"item 3 of 'run.json'"``).
+        on_unknown_class: See :func:`item_class`.
 
     Raises:
         CorruptSessionError: naming ``where`` if the wire form or a field is invalid.
     """
     class_name, fields = _codec.unwrap(wire, where=where)
     try:
-        return item_class(class_name)._from_fields(fields)
+        return item_class(class_name, on_unknown_class=on_unknown_class)._from_fields(fields)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, CorruptSessionError):
             raise

@@ -25,7 +25,7 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem, decode_item, dumps_items
+from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_item, dumps_items
 from agents.memory.exceptions import CallbackError, StepNotFoundError
 
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem"]
@@ -428,11 +428,19 @@ class Memory:
             stream.write(chunk)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Self:
+    def from_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        on_unknown_class: OnUnknownClass = "error",
+        **options: Any,
+    ) -> Self:
         """Open a session file (JSON document, JSONL stream or UFO's bare array) as a new memory.
 
         Args:
             path: The file to read.
+            on_unknown_class: ``"base"`` loads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
             **options: Passed to the constructor (``max_items``, ``callbacks``).
 
         Raises:
@@ -441,10 +449,12 @@ class Memory:
             UnsupportedVersionError: if a newer kvmemory wrote the file.
         """
         memory = cls(**options)
-        memory.load_file(path)
+        memory.load_file(path, on_unknown_class=on_unknown_class)
         return memory
 
-    def load_file(self, path: str | os.PathLike[str]) -> None:
+    def load_file(
+        self, path: str | os.PathLike[str], *, on_unknown_class: OnUnknownClass = "error"
+    ) -> None:
         """Replace the content with a session file's items, all or nothing.
 
         The session id, metadata and step key saved in the file are restored.
@@ -461,38 +471,53 @@ class Memory:
                 head = stream.read(1)
             stream.seek(0)
             if os.fspath(path).endswith(".jsonl") or (head == b"{" and _looks_like_jsonl(stream)):
-                self._load_jsonl(stream, source)
+                self._load_jsonl(stream, source, on_unknown_class)
             else:
-                self._load_document(stream.read(), source)
+                self._load_document(stream.read(), source, on_unknown_class)
 
     @classmethod
-    def from_json(cls, data: str | bytes, **options: Any) -> Self:
+    def from_json(
+        cls, data: str | bytes, *, on_unknown_class: OnUnknownClass = "error", **options: Any
+    ) -> Self:
         """Create a memory from :meth:`to_json` output or a saved session document.
 
         Raises:
             CorruptSessionError: naming the position of invalid content.
         """
         memory = cls(**options)
-        memory.load_json(data)
+        memory.load_json(data, on_unknown_class=on_unknown_class)
         return memory
 
-    def load_json(self, data: str | bytes, *, source: str = "JSON input") -> None:
+    def load_json(
+        self,
+        data: str | bytes,
+        *,
+        source: str = "JSON input",
+        on_unknown_class: OnUnknownClass = "error",
+    ) -> None:
         """Replace the content with the items of a JSON array or session document, all or nothing.
 
         Raises:
             CorruptSessionError: naming the position of invalid content; the memory is unchanged.
         """
-        self._load_document(data, source)
+        self._load_document(data, source, on_unknown_class)
 
     @classmethod
-    def read_jsonl(cls, stream: IO[bytes], *, source: str = "JSONL input", **options: Any) -> Self:
+    def read_jsonl(
+        cls,
+        stream: IO[bytes],
+        *,
+        source: str = "JSONL input",
+        on_unknown_class: OnUnknownClass = "error",
+        **options: Any,
+    ) -> Self:
         """Create a memory from a JSONL stream written by :meth:`write_jsonl`, line by line.
 
         Raises:
             CorruptSessionError: naming the line of invalid content.
         """
         memory = cls(**options)
-        memory._load_jsonl(stream, f"{source}")
+        memory._load_jsonl(stream, source, on_unknown_class)
         return memory
 
     # -- internals: storage and index ----------------------------------------
@@ -710,14 +735,16 @@ class Memory:
         if type(created) is str:
             self.created_at = created
 
-    def _load_document(self, data: str | bytes, source: str) -> None:
+    def _load_document(
+        self, data: str | bytes, source: str, on_unknown_class: OnUnknownClass
+    ) -> None:
         header, wires = _codec.decode_session(data, source=source)
-        items = _items_from_wires(enumerate(wires), source)
+        items = _items_from_wires(enumerate(wires), source, on_unknown_class=on_unknown_class)
         with self._lock:
             self._replace(items)
             self._apply_header(header)
 
-    def _load_jsonl(self, stream: IO[bytes], source: str) -> None:
+    def _load_jsonl(self, stream: IO[bytes], source: str, on_unknown_class: OnUnknownClass) -> None:
         lines = _codec.iter_jsonl(stream, source=source)
         header: dict[str, Any] = {}
         first = next(lines, None)
@@ -728,7 +755,9 @@ class Memory:
                 header = _codec.check_header(obj, source=source)
             else:
                 pending.append(first)
-        items = _items_from_wires(_chain_lines(pending, lines), source, unit="line")
+        items = _items_from_wires(
+            _chain_lines(pending, lines), source, unit="line", on_unknown_class=on_unknown_class
+        )
         with self._lock:
             self._replace(items)
             self._apply_header(header)
@@ -742,7 +771,11 @@ def _chain_lines(
 
 
 def _items_from_wires(
-    wires: Iterable[tuple[int, Any]], source: str, *, unit: str = "item"
+    wires: Iterable[tuple[int, Any]],
+    source: str,
+    *,
+    unit: str = "item",
+    on_unknown_class: OnUnknownClass = "error",
 ) -> list[MemoryItem]:
     items: list[MemoryItem] = []
     append = items.append
@@ -752,7 +785,8 @@ def _items_from_wires(
         if type(wire) is dict and tag not in wire:
             append(from_fields(wire))  # plain field object: the fast path
         else:
-            append(decode_item(wire, where=f"{unit} {position} of {source}"))
+            where = f"{unit} {position} of {source}"
+            append(decode_item(wire, where=where, on_unknown_class=on_unknown_class))
     return items
 
 
