@@ -1,0 +1,184 @@
+"""StoredMemory: a Memory whose changes are written through to a store, on every store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents.memory import Memory, MemoryChange, MemoryItem, SerializationError
+from agents.memory.stores import StoredMemory, open_memory, open_store
+from tests.test_stores import every_codec_type, same, steps_of
+
+
+def reopened(url: str, session: str = "s", **options: Any) -> list[MemoryItem]:
+    """Return the items of a session as a fresh open of the store sees them."""
+    with open_memory(url, session, **options) as memory:
+        return memory.content
+
+
+def test_add_is_durable_before_return(store_url: str) -> None:
+    """An added item is in the store as soon as add_memory_item returns."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(MemoryItem(step=1, action="click"))
+        assert steps_of(reopened(store_url)) == [1]
+
+
+def test_reopen_gives_same_items_classes_and_order(store_url: str) -> None:
+    """Reopening a session gives back the same items, classes and order."""
+    items = every_codec_type()
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(items[0])
+        memory.add_memory_items(items[1:])
+    back = reopened(store_url)
+    assert all(same(a, b) for a, b in zip(items, back, strict=True))
+    assert len(back) == len(items)
+
+
+def test_delete_and_clear_are_written_through(store_url: str) -> None:
+    """delete_memory_item and clear reach the store before they return."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_items([MemoryItem(step=1), MemoryItem(step=2), MemoryItem(step=1)])
+        assert memory.delete_memory_item(1) == 2
+        assert steps_of(reopened(store_url)) == [2]
+        memory.clear()
+        assert reopened(store_url) == []
+
+
+def test_callback_mutation_is_persisted(store_url: str) -> None:
+    """Fields a callback sets on the new item, or removes from an older one, reach the store."""
+
+    def stamp(memory: Memory, change: MemoryChange) -> None:
+        if change.kind == "add":
+            for item in change.items:
+                item["stamped"] = True
+            older = memory.content[:-1]
+            for item in older:
+                if "image" in item:
+                    del item["image"]
+
+    with open_memory(store_url, "s", callbacks=[stamp]) as memory:
+        memory.add_memory_item(MemoryItem(step=1, image=b"png"))
+        memory.add_memory_item(MemoryItem(step=2, image=b"png"))
+    back = reopened(store_url)
+    assert [item.to_dict() for item in back] == [
+        {"step": 1, "stamped": True},
+        {"step": 2, "image": b"png", "stamped": True},
+    ]
+
+
+def test_step_change_is_persisted_and_reindexed(store_url: str) -> None:
+    """Changing an item's step updates the stored row and the store's step filter."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(MemoryItem(step=1))
+        memory.content[0]["step"] = 7
+        assert memory.filter_memory_from_steps([7]) == [{"step": 7}]
+    with open_store(store_url) as store:
+        assert steps_of(store.read("s", steps=[7])) == [7]
+
+
+def test_save_item_persists_in_place_mutation(store_url: str) -> None:
+    """save_item writes a value that was mutated in place."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(MemoryItem(step=1, tags=["a"]))
+        item = memory.content[0]
+        item["tags"].append("b")
+        memory.save_item(item)
+    assert reopened(store_url)[0]["tags"] == ["a", "b"]
+
+
+def test_save_item_refuses_a_foreign_item(store_url: str) -> None:
+    """save_item of an item the memory does not hold raises ValueError naming the session."""
+    with open_memory(store_url, "s") as memory, pytest.raises(ValueError, match="'s'"):
+        memory.save_item(MemoryItem(step=1))
+
+
+def test_unencodable_add_leaves_ram_and_store_unchanged(store_url: str) -> None:
+    """An add that cannot be encoded raises and changes neither RAM nor the store."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(MemoryItem(step=1))
+        with pytest.raises(SerializationError, match="'obj' of step 2"):
+            memory.add_memory_items([MemoryItem(step=2), MemoryItem(step=2, obj=object())])
+        assert steps_of(memory.content) == [1]
+    assert steps_of(reopened(store_url)) == [1]
+
+
+def test_unencodable_field_change_is_undone(store_url: str) -> None:
+    """Setting a field to an unencodable value raises and the item keeps its old value."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(MemoryItem(step=1, note="old"))
+        item = memory.content[0]
+        with pytest.raises(SerializationError, match="'note' of step 1"):
+            item["note"] = object()
+        assert item["note"] == "old"
+        with pytest.raises(SerializationError, match="'new' of step 1"):
+            item["new"] = object()
+        assert "new" not in item
+    assert reopened(store_url)[0].to_dict() == {"step": 1, "note": "old"}
+
+
+def test_max_items_evicts_in_store_too(store_url: str) -> None:
+    """With max_items, evicted items leave the store in the same transaction."""
+    with open_memory(store_url, "s", max_items=2) as memory:
+        memory.add_memory_items([MemoryItem(step=i) for i in range(3)])
+        memory.add_memory_item(MemoryItem(step=3))
+        assert steps_of(memory.content) == [2, 3]
+    with open_store(store_url) as store:
+        assert steps_of(store.read("s")) == [2, 3]
+
+
+def test_load_replaces_the_stored_session(store_url: str) -> None:
+    """load() replaces the stored session in one transaction."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(MemoryItem(step=1))
+        memory.load([MemoryItem(step=8), MemoryItem(step=9)])
+    assert steps_of(reopened(store_url)) == [8, 9]
+
+
+def test_refresh_fetches_only_new_items(store_url: str) -> None:
+    """refresh() adds what another writer appended, once, and not the memory's own items."""
+    with open_memory(store_url, "s") as memory, open_store(store_url) as other:
+        memory.add_memory_item(MemoryItem(step=1))
+        other.append("s", [MemoryItem(step=2)])
+        memory.add_memory_item(MemoryItem(step=3))
+        assert memory.refresh() == 1
+        assert memory.refresh() == 0
+        assert sorted(steps_of(memory.content)) == [1, 2, 3]
+
+
+def test_keep_last_and_expire_trim_ram_and_store(store_url: str) -> None:
+    """keep_last and expire on a stored memory delete in the store and in RAM."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_items([MemoryItem(step=i) for i in range(4)])
+        assert memory.keep_last(1) == 3
+        assert steps_of(memory.content) == [3]
+        assert memory.expire(0) == 1
+        assert memory.content == []
+    assert reopened(store_url) == []
+
+
+def test_session_id_is_fixed(store_url: str) -> None:
+    """Assigning another session id to a stored memory raises AttributeError."""
+    with open_memory(store_url, "s") as memory, pytest.raises(AttributeError, match="fixed"):
+        memory.session_id = "other"
+
+
+def test_open_memory_with_a_store_leaves_it_open(store_url: str) -> None:
+    """A memory opened on a store object does not close that store."""
+    with open_store(store_url) as store:
+        memory = open_memory(store, "s")
+        memory.add_memory_item(MemoryItem(step=1))
+        memory.close()
+        assert store.count("s") == 1
+        assert isinstance(memory, StoredMemory)
+
+
+def test_sessions_do_not_mix_in_memories(store_url: str) -> None:
+    """Two stored memories on two sessions of one store keep their own items."""
+    with open_store(store_url) as store:
+        a = open_memory(store, "a")
+        b = open_memory(store, "b")
+        a.add_memory_item(MemoryItem(step=1))
+        b.add_memory_item(MemoryItem(step=2))
+    assert steps_of(reopened(store_url, "a")) == [1]
+    assert steps_of(reopened(store_url, "b")) == [2]
