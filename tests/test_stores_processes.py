@@ -1,0 +1,93 @@
+"""Stores under real processes: a writer killed with SIGKILL, and writers at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agents.memory import MemoryItem
+from agents.memory.stores import open_store
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+
+APPENDER = textwrap.dedent(
+    """
+    import sys
+    from agents.memory import MemoryItem
+    from agents.memory.stores import open_memory
+
+    url, session, writer, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    with open_memory(url, session) as memory:
+        for i in range(count):
+            memory.add_memory_item(MemoryItem(step=i, writer=writer, text="x" * 200))
+            # The append has returned: acknowledge it to the parent.
+            sys.stdout.write(f"{i}\\n")
+            sys.stdout.flush()
+    """
+)
+
+
+def spawn(url: str, session: str, writer: str, count: int) -> subprocess.Popen[str]:
+    """Start a process that appends ``count`` items and acknowledges each on stdout."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    return subprocess.Popen(
+        [sys.executable, "-c", APPENDER, url, session, writer, str(count)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_sigkill_loses_no_acknowledged_append(kind: str, durable_url: Callable[[str], str]) -> None:
+    """Every append acknowledged before SIGKILL is there on reopen, and the store opens cleanly."""
+    url = durable_url(kind)
+    child = spawn(url, "crash", "w", 100_000)
+    assert child.stdout is not None
+    acknowledged = -1
+    for line in child.stdout:
+        acknowledged = int(line)
+        if acknowledged >= 300:
+            break
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    with open_store(url) as store:
+        steps = [item["step"] for item in store.read("crash")]
+        # The killed process may have finished appends it had no time to acknowledge.
+        assert steps[: acknowledged + 1] == list(range(acknowledged + 1))
+        assert steps == list(range(len(steps)))
+        store.append("crash", [MemoryItem(step=len(steps))])
+        assert store.count("crash") == len(steps) + 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgres"])
+def test_concurrent_writers_lose_nothing(kind: str, durable_url: Callable[[str], str]) -> None:
+    """Four processes appending to one session at once: exact count, exact set, each writer in order."""
+    url = durable_url(kind)
+    writers, per_writer = 4, 150
+    children = [spawn(url, "shared", f"w{n}", per_writer) for n in range(writers)]
+    for child in children:
+        out, _ = child.communicate(timeout=300)
+        assert child.returncode == 0
+        assert out.split() == [str(i) for i in range(per_writer)]
+    with open_store(url) as store:
+        records = store.records("shared")
+    assert len(records) == writers * per_writer
+    pairs = [(r.item["writer"], r.item["step"]) for r in records]
+    assert set(pairs) == {(f"w{n}", i) for n in range(writers) for i in range(per_writer)}
+    for n in range(writers):
+        assert [s for w, s in pairs if w == f"w{n}"] == list(range(per_writer))
+    seqs = [r.seq for r in records]
+    assert seqs == sorted(set(seqs))
