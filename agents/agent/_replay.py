@@ -1,0 +1,173 @@
+"""Print a session step by step: fields, errors, costs and attached images."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from typing import IO, Any, Final, Literal
+
+from agents.memory._item import MemoryItem
+from agents.memory.exceptions import missing_dependency
+from agents.memory.memory import Memory
+from agents.memory.prompt import DEFAULT_IMAGE_KEYS, image_refs, ufo_json
+
+__all__ = ["format_replay", "replay"]
+
+ERROR_KEYS: Final[tuple[str, ...]] = ("error", "errors", "exception")
+"""Fields shown as errors."""
+
+_WIDTH: Final = 200
+_Kind = Literal["header", "field", "error", "cost", "images", "footer"]
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else ufo_json(value)
+    if len(text) > _WIDTH:
+        text = text[: _WIDTH - 1] + "…"
+    return text.replace("\n", "\n      ")
+
+
+def _lines(
+    items: Iterable[MemoryItem],
+    *,
+    title: str,
+    step_key: str,
+    image_keys: Sequence[str],
+    cost_key: str,
+) -> list[tuple[_Kind, str]]:
+    out: list[tuple[_Kind, str]] = [("header", title)]
+    total = 0.0
+    has_cost = False
+    for position, item in enumerate(items):
+        fields = item.to_dict()
+        step = fields.pop(step_key, None)
+        label = f"step {step}" if step is not None else f"item {position} (no step)"
+        kind = type(item).__name__
+        out.append(
+            ("header", f"── {label}" + (f" · {kind}" if kind != "MemoryItem" else "") + " ──")
+        )
+        images = [ref for key in image_keys if key in fields for ref in image_refs(fields.pop(key))]
+        for key, value in fields.items():
+            if key in ERROR_KEYS and value:
+                out.append(("error", f"  {key}: {_shown(value)}"))
+            elif (
+                key == cost_key and isinstance(value, (int, float)) and not isinstance(value, bool)
+            ):
+                total += value
+                has_cost = True
+                out.append(("cost", f"  {key}: {value}"))
+            else:
+                out.append(("field", f"  {key}: {_shown(value)}"))
+        if images:
+            out.append(("images", f"  images attached: {', '.join(images)}"))
+    if has_cost:
+        out.append(("footer", f"total {cost_key}: {round(total, 6)}"))
+    return out
+
+
+def format_replay(
+    memory: Memory | Iterable[MemoryItem],
+    *,
+    title: str | None = None,
+    image_keys: Sequence[str] = DEFAULT_IMAGE_KEYS,
+    cost_key: str = "cost",
+) -> str:
+    """Return a readable, plain-text account of a session, one block per item.
+
+    Each block starts with ``── step N ──`` and lists the item's fields; error
+    fields (``error``, ``errors``, ``exception``) and the cost are marked, the
+    images an item attaches are listed by path, and the total cost ends it.
+
+    Args:
+        memory: A ``Memory`` or any iterable of items.
+        title: The first line (default: the session id and item count).
+        image_keys: The fields that hold image paths or URLs.
+        cost_key: The numeric field summed as the session's cost.
+    """
+    items = list(memory)
+    step_key = memory.step_key if isinstance(memory, Memory) else "step"
+    return "\n".join(
+        text
+        for _, text in _lines(
+            items,
+            title=title or _title(memory, len(items)),
+            step_key=step_key,
+            image_keys=image_keys,
+            cost_key=cost_key,
+        )
+    )
+
+
+def _title(memory: Memory | Iterable[MemoryItem], count: int) -> str:
+    session = getattr(memory, "session_id", None)
+    name = f"Session {session}" if session else "Session"
+    return f"{name}: {count} items"
+
+
+_STYLES: Final[dict[_Kind, str]] = {
+    "header": "bold cyan",
+    "field": "",
+    "error": "bold red",
+    "cost": "yellow",
+    "images": "magenta",
+    "footer": "bold",
+}
+
+
+def replay(
+    memory: Memory | Iterable[MemoryItem],
+    *,
+    file: IO[str] | None = None,
+    color: bool | None = None,
+    title: str | None = None,
+    image_keys: Sequence[str] = DEFAULT_IMAGE_KEYS,
+    cost_key: str = "cost",
+) -> None:
+    """Print :func:`format_replay` of ``memory``, in colour when rich is installed.
+
+    Args:
+        memory: A ``Memory`` or any iterable of items.
+        file: Where to print (default ``sys.stdout``).
+        color: ``True`` to colour (needs the ``kvmemory[rich]`` extra), ``False``
+            for plain text, ``None`` to colour only a terminal when rich is installed.
+        title: The first line.
+        image_keys: The fields that hold image paths or URLs.
+        cost_key: The numeric field summed as the session's cost.
+
+    Raises:
+        MissingDependencyError: if ``color=True`` and rich is not installed.
+    """
+    out = file if file is not None else sys.stdout
+    items = list(memory)
+    step_key = memory.step_key if isinstance(memory, Memory) else "step"
+    lines = _lines(
+        items,
+        title=title or _title(memory, len(items)),
+        step_key=step_key,
+        image_keys=image_keys,
+        cost_key=cost_key,
+    )
+    console = _console(out, color)
+    if console is None:
+        out.write("".join(text + "\n" for _, text in lines))
+        return
+    from rich.text import Text
+
+    for kind, text in lines:
+        console.print(Text(text, style=_STYLES[kind]))
+
+
+def _console(out: IO[str], color: bool | None) -> Any:
+    if color is False:
+        return None
+    try:
+        from rich.console import Console
+    except ImportError as exc:
+        if color:
+            raise missing_dependency("rich", "rich") from exc
+        return None
+    if color is None and not (hasattr(out, "isatty") and out.isatty()):
+        return None
+    return Console(
+        file=out, force_terminal=True, color_system="standard", highlight=False, soft_wrap=True
+    )
