@@ -488,3 +488,136 @@ def test_load_json_keeps_memory_on_bad_input() -> None:
     with pytest.raises(CorruptSessionError, match="line 1"):
         memory.load_json("[{")
     assert memory == sample_memory()
+
+
+# -- edges of the codec ----------------------------------------------------------------
+
+
+def test_dumps_refuses_raw_unsupported_value() -> None:
+    """dumps() on data that was not prepared by the encoder raises SerializationError."""
+    with pytest.raises(SerializationError, match="Opaque"):
+        _codec.dumps({"x": Opaque()})
+
+
+def test_builtin_subclass_is_written_as_its_base() -> None:
+    """A str subclass and a named tuple are written as their builtin base."""
+    from typing import NamedTuple
+
+    class Label(str):
+        pass
+
+    class Point(NamedTuple):
+        x: int
+        y: int
+
+    back = round_trip(Memory([MemoryItem(label=Label("ok"), point=Point(1, 2))])).content[0]
+    assert (type(back["label"]), back["label"]) == (str, "ok")
+    assert (type(back["point"]), back["point"]) == (tuple, (1, 2))
+
+
+def test_datetime_subclass_uses_the_datetime_tag() -> None:
+    """A subclass of a tagged type is written with its base's tag."""
+
+    class Stamp(dt.date):
+        pass
+
+    back = round_trip(Memory([MemoryItem(d=Stamp(2024, 1, 2))])).content[0]["d"]
+    assert back == dt.date(2024, 1, 2)
+
+
+def test_numpy_object_array_is_refused() -> None:
+    """A numpy array of Python objects cannot be encoded and says why."""
+    with pytest.raises(SerializationError, match="arrays of Python objects"):
+        Memory([MemoryItem(step=1, a=np.array([object()]))]).to_json()
+
+
+def test_encode_value_drop_gives_none() -> None:
+    """encode_value with the drop policy returns None for an unencodable value."""
+    assert _codec.encode_value(Opaque(), on_unencodable="drop") is None
+
+
+def test_enum_tag_naming_a_non_enum_is_refused() -> None:
+    """An enum tag whose class is not an Enum is refused."""
+    bad = '[{"$kv":"item","fields":{"e":{"$kv":"enum","cls":"builtins:dict","v":1}}}]'
+    with pytest.raises(CorruptSessionError, match="is not an Enum"):
+        Memory.from_json(bad)
+
+
+def test_float_tag_with_other_text_is_refused() -> None:
+    """A float tag must hold nan, inf or -inf."""
+    bad = '[{"$kv":"item","fields":{"f":{"$kv":"float","v":"1.5"}}}]'
+    with pytest.raises(CorruptSessionError, match="expected 'nan', 'inf' or '-inf'"):
+        Memory.from_json(bad)
+
+
+def test_malformed_class_path_is_refused() -> None:
+    """A class path without a colon is refused."""
+    with pytest.raises(CorruptSessionError, match="not of the form 'module:QualName'"):
+        Memory.from_json('[{"$kv":"item","class":"nocolon","fields":{}}]')
+
+
+def test_unknown_item_marker_is_refused() -> None:
+    """An object with a "$kv" marker other than "item" is refused."""
+    with pytest.raises(CorruptSessionError, match="unknown '\\$kv' marker 'thing'"):
+        Memory.from_json('[{"$kv":"thing"}]')
+
+
+def test_wrapped_item_without_fields_is_refused() -> None:
+    """A wrapped item must carry a fields object."""
+    with pytest.raises(CorruptSessionError, match="without a 'fields' object"):
+        Memory.from_json('[{"$kv":"item","fields":[1]}]')
+
+
+def test_invalid_version_is_refused() -> None:
+    """A session header with a non-integer version is refused."""
+    with pytest.raises(CorruptSessionError, match="invalid format version '1'"):
+        Memory.from_json('{"format":"kvmemory.session","version":"1","items":[]}')
+
+
+def test_document_without_items_is_refused() -> None:
+    """A session header without an items array is refused."""
+    with pytest.raises(CorruptSessionError, match="has no 'items' array"):
+        Memory.from_json('{"format":"kvmemory.session","version":1}')
+
+
+def test_failed_atomic_write_removes_the_temporary_file(tmp_path: Path) -> None:
+    """If writing a chunk fails, the temporary file is removed and the target untouched."""
+
+    def chunks() -> Any:
+        yield b"partial"
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        _codec.atomic_write(tmp_path / "out.json", chunks())
+    assert os.listdir(tmp_path) == []
+
+
+def test_file_with_leading_whitespace_loads(tmp_path: Path) -> None:
+    """A JSON session file may start with blank space."""
+    path = tmp_path / "ufo.json"
+    path.write_text('  \n [{"step": 1}]', encoding="utf-8")
+    assert Memory.from_file(path).steps() == [1]
+
+
+def test_session_header_restores_step_key(tmp_path: Path) -> None:
+    """A saved step_key comes back with the file."""
+    path = tmp_path / "old.json"
+    Memory([MemoryItem(Step=1)], step_key="Step").save(path)
+    back = Memory.from_file(path)
+    assert back.step_key == "Step"
+    assert back.filter_memory_from_steps([1]) == [{"Step": 1}]
+
+
+def test_empty_jsonl_stream_loads_empty() -> None:
+    """An empty JSONL stream gives an empty memory."""
+    assert Memory.read_jsonl(io.BytesIO(b"")).is_empty()
+
+
+def test_typed_field_invalid_in_file_names_the_item() -> None:
+    """A stored typed item that no longer validates is refused, naming the item."""
+    bad = '[{"$kv":"item","class":"test_codec:Observation","fields":{"step":"x"}}]'
+    bad_alt = bad.replace("test_codec", Observation.__module__)
+    with pytest.raises(
+        CorruptSessionError, match="item 0 of JSON input: Field 'step' of Observation"
+    ):
+        Memory.from_json(bad_alt)

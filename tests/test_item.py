@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Optional
+from typing import Any, Literal, Optional
 
 import attrs
 import pytest
@@ -415,3 +415,116 @@ def test_item_from_json_round_trips_class_and_values() -> None:
     back = MemoryItem.from_json(item.to_json())
     assert type(back) is StepRecord
     assert back == item
+
+
+def test_nothing_sentinel_is_a_singleton_that_pickles() -> None:
+    """NOTHING is one object with a clear repr, also after pickling."""
+    from agents.memory import NOTHING
+
+    assert repr(NOTHING) == "NOTHING"
+    assert pickle.loads(pickle.dumps(NOTHING)) is NOTHING
+    assert type(NOTHING)() is NOTHING
+
+
+def test_str_subclass_key_is_stored_as_str() -> None:
+    """A key of a str subclass is stored as a plain str."""
+
+    class Key(str):
+        pass
+
+    item = MemoryItem()
+    item.set_value(Key("step"), 1)
+    assert [type(key) for key in item.to_dict()] == [str]
+
+
+def test_setitem_sets_a_field() -> None:
+    """item[key] = value sets the field."""
+    item = MemoryItem()
+    item["Bounding Box"] = (1, 2)
+    assert item.get_value("Bounding Box") == (1, 2)
+
+
+def test_private_attribute_names_are_not_fields() -> None:
+    """Names starting with an underscore are not looked up as fields."""
+    item = MemoryItem(_hidden=1)
+    with pytest.raises(AttributeError):
+        _ = item._hidden
+    assert item.get_value("_hidden") == 1
+
+
+def test_classvar_annotations_are_not_fields() -> None:
+    """A ClassVar annotation declares no field."""
+    from typing import ClassVar
+
+    class Tagged(MemoryItem):
+        kind: ClassVar[str] = "tagged"
+        step: int = 0
+
+    assert list(Tagged.declared_fields()) == ["step"]
+    assert Tagged.kind == "tagged"
+
+
+def test_unresolvable_hint_disables_only_the_type_check() -> None:
+    """A hint that cannot be resolved skips the type check instead of failing."""
+
+    class Odd(MemoryItem):
+        step: NotDefinedAnywhere = 0  # type: ignore[name-defined]  # noqa: F821 - the unresolvable hint is the point
+        count: int = 0
+
+    assert Odd(step="anything")["step"] == "anything"
+    with pytest.raises(FieldValidationError, match="'count'"):
+        Odd(count="x")
+
+
+def test_generic_and_literal_hints() -> None:
+    """list[int] is checked as list; a Literal hint is not checked."""
+
+    class Hinted(MemoryItem):
+        ids: list[int] = field(factory=list)
+        mode: Literal["a", "b"] = "a"
+
+    with pytest.raises(FieldValidationError, match="must be list"):
+        Hinted(ids=(1, 2))
+    assert Hinted(mode="zzz")["mode"] == "zzz"
+
+
+def test_union_with_unchecked_member_is_not_checked() -> None:
+    """A union that holds an uncheckable member is not checked at all."""
+    from typing import Union
+
+    class Loose(MemoryItem):
+        value: Union[int, Any] = 0  # noqa: UP007 - the typing.Union form is the point
+
+    assert Loose(value="text")["value"] == "text"
+
+
+def test_any_hint_is_not_checked() -> None:
+    """An Any hint accepts every value."""
+
+    class Free(MemoryItem):
+        value: Any = None
+
+    assert Free(value=object())["value"] is not None
+
+
+def test_none_hint_accepts_only_none() -> None:
+    """A field annotated None accepts None only."""
+
+    class Empty(MemoryItem):
+        nothing: None = None
+
+    with pytest.raises(FieldValidationError):
+        Empty(nothing=1)
+
+
+def test_typed_class_found_by_import_in_new_registry() -> None:
+    """A typed class found by import (not registered in this process under that path) loads."""
+    from agents.memory._item import _CLASSES, item_class
+
+    path = StepRecord._class_path
+    assert path is not None
+    saved = _CLASSES.pop(path)
+    try:
+        assert item_class(path) is StepRecord
+    finally:
+        _CLASSES[path] = saved

@@ -560,3 +560,94 @@ def test_typed_validation_error_in_bulk_names_position() -> None:
     with pytest.raises(FieldValidationError, match="Element 1"):
         memory.from_list_of_dicts([{"cost": 1.0}, {"cost": "free"}], item_class=Costed)
     assert steps_of(memory) == [0]
+
+
+def test_step_key_must_be_a_string() -> None:
+    """A non-string step_key raises TypeError naming it."""
+    with pytest.raises(TypeError, match="step_key must be a string, got 1"):
+        Memory(step_key=1)  # type: ignore[arg-type]  # the wrong type is the point
+
+
+def test_step_key_and_max_items_properties() -> None:
+    """step_key and max_items report the configuration."""
+    memory = Memory(step_key="Step", max_items=5)
+    assert (memory.step_key, memory.max_items) == ("Step", 5)
+
+
+def test_add_memory_items_runs_callbacks_once() -> None:
+    """add_memory_items adds all items and reports them in one change, with evictions first."""
+    changes: list[tuple[str, int]] = []
+    memory = Memory(max_items=2, callbacks=[lambda m, c: changes.append((c.kind, len(c.items)))])
+    memory.add_memory_items([MemoryItem(step=s) for s in range(3)])
+    assert changes == [("delete", 1), ("add", 3)]
+    assert steps_of(memory) == [1, 2]
+
+
+def test_memory_is_not_equal_to_other_types() -> None:
+    """Comparing a memory with a list is not equality."""
+    assert steps_memory(1) != [MemoryItem(step=0, action="a0")]
+
+
+def test_steps_lists_unhashable_steps() -> None:
+    """steps() includes unhashable step values once."""
+    memory = Memory([MemoryItem(step=[1]), MemoryItem(step=[1]), MemoryItem(step=2)])
+    assert memory.steps() == [2, [1]]
+
+
+def test_same_item_twice_in_one_memory() -> None:
+    """An item added twice is found twice, and evicting one copy keeps the other indexed."""
+    item = MemoryItem(step=1)
+    memory = Memory(max_items=2)
+    memory.add_memory_item(item)
+    memory.add_memory_item(item)
+    memory.filter_memory_from_steps([1])
+    memory.add_memory_item(MemoryItem(step=2))
+    item.step = 3
+    assert memory.filter_memory_from_steps([3]) == [{"step": 3}]
+
+
+def test_step_changed_back_to_earlier_position_keeps_order() -> None:
+    """An item moved into an existing step's bucket keeps memory order within it."""
+    memory = steps_memory(3)
+    memory.filter_memory_from_steps([0])
+    memory.content[0].step = 2
+    assert memory.filter_memory_from_steps([2]) == [
+        {"step": 2, "action": "a0"},
+        {"step": 2, "action": "a2"},
+    ]
+
+
+def test_other_field_changes_do_not_touch_the_index() -> None:
+    """Changing a non-step field of an indexed item leaves step lookups as they were."""
+    memory = steps_memory(2)
+    memory.filter_memory_from_steps([0])
+    memory.content[0].set_value("action", "changed")
+    assert memory.filter_memory_from_steps([0]) == [{"step": 0, "action": "changed"}]
+
+
+def test_unhashable_step_changed_to_hashable() -> None:
+    """An item whose unhashable step becomes hashable is found under the new step."""
+    memory = Memory([MemoryItem(step=[1])])
+    memory.filter_memory_from_steps([0])
+    memory.content[0].step = 4
+    assert memory.filter_memory_from_steps([4]) == [{"step": 4}]
+    assert memory.filter_memory_from_steps([[1]]) == []
+
+
+def test_index_lookup_with_unhashable_query() -> None:
+    """Asking for an unhashable step among hashable ones works."""
+    memory = Memory([MemoryItem(step=1), MemoryItem(step={"a": 1})])
+    assert memory.filter_memory_from_steps([{"a": 1}, 1]) == [{"step": 1}, {"step": {"a": 1}}]
+
+
+def test_memory_garbage_collected_while_item_lives() -> None:
+    """An item outliving its memory can still change its step."""
+    import gc
+
+    item = MemoryItem(step=1)
+    memory = Memory([item])
+    memory.filter_memory_from_steps([1])
+    del memory
+    gc.collect()
+    item.step = 2
+    assert item.step == 2

@@ -13,6 +13,7 @@ import copy as _copy
 import inspect
 import itertools
 import reprlib
+import sys
 import types
 import typing
 import weakref
@@ -242,11 +243,10 @@ class MemoryItem:
     def _checks(cls) -> dict[str, tuple[type, ...] | None]:
         checks = cls._type_checks
         if checks is None:
-            try:
-                hints = typing.get_type_hints(cls)
-            except Exception:  # unresolvable hints only disable type checks
-                hints = {}
-            checks = {name: _runtime_types(hints.get(name)) for name in cls._declared}
+            checks = {
+                name: _runtime_types(_resolve_hint(cls, spec.annotation))
+                for name, spec in cls._declared.items()
+            }
             cls._type_checks = checks
         return checks
 
@@ -640,6 +640,22 @@ def _restore(cls: type[MemoryItem], fields: dict[str, Any]) -> MemoryItem:
     return cls._from_fields(fields)
 
 
+def _resolve_hint(cls: type, annotation: Any) -> Any:
+    """Evaluate one field's annotation (a string under ``from __future__ import annotations``).
+
+    Each field is resolved on its own, so one hint that cannot be resolved
+    (a name imported inside a function) only turns off that field's type check.
+    """
+    if not isinstance(annotation, str):
+        return annotation
+    module = sys.modules.get(cls.__module__)
+    namespace = dict(vars(module)) if module is not None else {}
+    try:
+        return eval(annotation, namespace, dict(vars(cls)))
+    except Exception:  # an unresolvable hint only disables this field's check
+        return Any
+
+
 def _is_classvar(annotation: Any) -> bool:
     if isinstance(annotation, str):
         return annotation.startswith(("ClassVar", "typing.ClassVar"))
@@ -648,9 +664,9 @@ def _is_classvar(annotation: Any) -> bool:
 
 def _runtime_types(hint: Any) -> tuple[type, ...] | None:
     """Return the classes an ``isinstance`` check can enforce for ``hint``, or ``None``."""
-    if hint is None or hint is Any:
+    if hint is Any:
         return None
-    if hint is type(None):
+    if hint is None or hint is type(None):
         return (type(None),)
     if hint is float:
         return (float, int)  # PEP 484: an int is acceptable where a float is expected

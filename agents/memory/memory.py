@@ -15,7 +15,6 @@ import datetime as dt
 import operator
 import os
 import threading
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any, Literal, overload
@@ -809,8 +808,3 @@ def _unique(values: Iterable[Any]) -> list[Any]:
                 continue
         out.append(value)
     return out
-
-
-def new_session_id() -> str:
-    """Return a fresh random session id (32 hex digits)."""
-    return uuid.uuid4().hex
