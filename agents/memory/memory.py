@@ -383,6 +383,11 @@ class Memory:
                     others.append(step)
         return [*seen, *others]
 
+    def items_of_steps(self, steps: Iterable[Any]) -> list[MemoryItem]:
+        """Return the (live) items whose step is in ``steps``, in memory order."""
+        with self._lock:
+            return self._items_of_steps(steps)
+
     def items_of_step(self, step: Any) -> list[MemoryItem]:
         """Return the items of ``step`` in memory order.
 

@@ -1,0 +1,272 @@
+"""``kvmemory``: inspect, replay, convert and export agent sessions.
+
+A SOURCE is a session file (``.json`` or ``.jsonl``, as written by
+``Memory.save``, or UFO's bare JSON array) or a store URL
+(``sqlite:///runs.db``, a ``.db`` path, ``jsonl:///dir``,
+``postgresql://...``) together with ``--session ID``.
+
+Examples::
+
+    kvmemory sessions sqlite:///runs.db
+    kvmemory show runs.db --session run-1 --keys step,action --last 5
+    kvmemory replay session.json
+    kvmemory convert runs.db --session run-1 run-1.jsonl
+    kvmemory stats session.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import IO, Any
+
+from agents.memory import AgentMemoryError, Memory
+from agents.memory._codec import loads
+from agents.memory.exceptions import CorruptSessionError
+
+__all__ = ["main"]
+
+_FILE_SUFFIXES = (".json", ".jsonl")
+
+
+def _is_file_source(source: str) -> bool:
+    return "://" not in source and source.endswith(_FILE_SUFFIXES)
+
+
+def _open_existing_store(url: str) -> Any:
+    """Open a store for reading, refusing a SQLite file that does not exist (opening would create it)."""
+    from agents.memory.stores import open_store
+
+    path = url[len("sqlite://") :].partition("?")[0] if url.startswith("sqlite://") else url
+    if "://" not in path and not os.path.exists(path):
+        msg = f"No store file {path!r}; check the path (a new store is only created by convert)."
+        raise _UsageError(msg)
+    return open_store(url)
+
+
+def _read(source: str, session: str | None) -> Memory:
+    """Return the session named by SOURCE (and ``--session`` for a store) as a memory."""
+    if _is_file_source(source):
+        memory = Memory.from_file(source, on_unknown_class="base")
+        if session is not None and memory.session_id not in (None, session):
+            msg = f"{source!r} holds session {memory.session_id!r}, not {session!r}."
+            raise _UsageError(msg)
+        return memory
+    if session is None:
+        msg = f"{source!r} is a store; name the session with --session ID (list them with: kvmemory sessions {source})."
+        raise _UsageError(msg)
+    with _open_existing_store(source) as store:
+        items = store.read(session)
+        if not items and session not in store.sessions():
+            msg = f"Store {source!r} has no session {session!r}; list them with: kvmemory sessions {source}"
+            raise _UsageError(msg)
+    return Memory(items, session_id=session)
+
+
+class _UsageError(AgentMemoryError, ValueError):
+    """A command-line mistake, reported without a traceback."""
+
+
+def _split(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _steps(text: str | None) -> list[Any] | None:
+    parts = _split(text)
+    if parts is None:
+        return None
+    out: list[Any] = []
+    for part in parts:
+        try:
+            out.append(loads(part))
+        except CorruptSessionError:
+            out.append(part)  # a bare word is a string step
+    return out
+
+
+def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
+    with _open_existing_store(args.store) as store:
+        sessions = store.sessions()
+        for session in sessions:
+            out.write(f"{session}\t{store.count(session)} items\n")
+    if not sessions:
+        out.write("no sessions\n")
+    return 0
+
+
+def _selected(args: argparse.Namespace) -> Memory:
+    memory = _read(args.source, args.session)
+    steps = _steps(args.steps)
+    items = memory.content if steps is None else memory.items_of_steps(steps)
+    if args.last is not None:
+        items = items[-args.last :] if args.last else []
+    return Memory(items, step_key=memory.step_key, session_id=memory.session_id)
+
+
+def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
+    memory = _selected(args)
+    keys = _split(args.keys)
+    if args.json:
+        if keys is not None:
+            memory = Memory(
+                [type(item).from_mapping(item.filter(keys)) for item in memory],
+                step_key=memory.step_key,
+            )
+        out.write(memory.to_json(on_unencodable="repr") + "\n")
+        return 0
+    for item in memory:
+        fields = item.to_dict() if keys is None else item.filter(keys)
+        out.write("  ".join(f"{key}={value!r}" for key, value in fields.items()) + "\n")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
+    from agents.agent import replay
+
+    memory = _selected(args)
+    replay(memory, file=out, color=args.color)
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
+    memory = _read(args.source, args.session)
+    keys: Counter[str] = Counter()
+    cost = 0.0
+    for item in memory:
+        keys.update(item.keys())
+        value = item.get_value("cost")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            cost += value
+    steps = memory.steps()
+    out.write(f"session: {memory.session_id or '-'}\n")
+    out.write(f"items: {len(memory)}\n")
+    out.write(
+        f"steps: {len(steps)}" + (f" ({steps[0]!r} .. {steps[-1]!r})" if steps else "") + "\n"
+    )
+    out.write(f"total cost: {round(cost, 6)}\n")
+    out.write("fields:\n")
+    for key, count in keys.most_common():
+        out.write(f"  {key}: {count}\n")
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
+    memory = _read(args.source, args.session)
+    dest: str = args.dest
+    if _is_file_source(dest):
+        if os.path.exists(dest) and not args.force:
+            msg = f"{dest!r} exists; pass --force to replace it."
+            raise _UsageError(msg)
+        memory.save(dest, on_unencodable=args.on_unencodable)
+        out.write(f"wrote {len(memory)} items to {dest}\n")
+        return 0
+    from agents.memory.stores import open_store
+
+    target = args.to_session or memory.session_id or args.session
+    if target is None:
+        msg = f"{args.source!r} has no session id; name the target session with --to-session ID."
+        raise _UsageError(msg)
+    with open_store(dest) as store:
+        if store.count(target) and not args.force:
+            msg = f"Session {target!r} of {dest!r} is not empty; pass --force to append to it."
+            raise _UsageError(msg)
+        store.append(
+            target,
+            memory.content,
+            step_key=memory.step_key,
+            on_unencodable=args.on_unencodable,
+        )
+    out.write(f"appended {len(memory)} items to session {target!r} of {dest}\n")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvmemory",
+        description="Inspect, replay, convert and export kvmemory agent sessions.",
+        epilog="SOURCE is a .json/.jsonl session file, or a store URL or .db path with --session ID.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sessions = commands.add_parser("sessions", help="list the sessions of a store")
+    sessions.add_argument("store", help="store URL or SQLite path")
+    sessions.set_defaults(run=_cmd_sessions)
+
+    def source_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("source", help="session file, or store URL/path with --session")
+        sub.add_argument("--session", help="session id (required for a store)")
+
+    def selection_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--steps", help="comma-separated steps, e.g. 1,2,5")
+        sub.add_argument("--last", type=int, help="only the last N items")
+
+    show = commands.add_parser("show", help="print items, or chosen keys of them")
+    source_args(show)
+    selection_args(show)
+    show.add_argument("--keys", help="comma-separated keys to show, e.g. step,action")
+    show.add_argument("--json", action="store_true", help="print the items as JSON")
+    show.set_defaults(run=_cmd_show)
+
+    replay = commands.add_parser("replay", help="print the session step by step")
+    source_args(replay)
+    selection_args(replay)
+    replay.add_argument(
+        "--color",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="colour the output (needs kvmemory[rich]); default: only on a terminal",
+    )
+    replay.set_defaults(run=_cmd_replay)
+
+    stats = commands.add_parser("stats", help="count items, steps, fields and cost")
+    source_args(stats)
+    stats.set_defaults(run=_cmd_stats)
+
+    convert = commands.add_parser("convert", help="copy a session to a file or another store")
+    source_args(convert)
+    convert.add_argument("dest", help="a .json/.jsonl file, or a store URL/path")
+    convert.add_argument("--to-session", help="session id in the target store (default: the same)")
+    convert.add_argument(
+        "--force", action="store_true", help="replace a file or append to a non-empty session"
+    )
+    convert.add_argument(
+        "--on-unencodable",
+        choices=("error", "repr", "drop"),
+        default="error",
+        help="what to do with values JSON cannot hold (default: error)",
+    )
+    convert.set_defaults(run=_cmd_convert)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: IO[str] | None = None) -> int:
+    """Run the ``kvmemory`` command line and return its exit status.
+
+    Args:
+        argv: The arguments (default: ``sys.argv[1:]``).
+        out: Where to print results (default: ``sys.stdout``).
+
+    Returns:
+        0 on success, 1 when the session or store could not be read or written,
+        2 for a usage error.
+    """
+    args = _parser().parse_args(argv)
+    stream = out if out is not None else sys.stdout
+    try:
+        status: int = args.run(args, stream)
+    except _UsageError as exc:
+        print(f"kvmemory: error: {exc}", file=sys.stderr)
+        return 2
+    except (AgentMemoryError, OSError) as exc:
+        print(f"kvmemory: error: {exc}", file=sys.stderr)
+        return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
