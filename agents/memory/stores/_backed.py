@@ -32,8 +32,8 @@ from agents.memory._item import NOTHING, MemoryItem
 from agents.memory.memory import ChangeCallback, Memory, MemoryChange
 from agents.memory.stores._base import (
     BaseStore,
-    StoredRecord,
     check_session_id,
+    decode_pairs,
     decode_rows,
     encode_rows,
     step_text,
@@ -98,7 +98,7 @@ class StoredMemory(Memory):
         self._from_store: dict[int, int] = {}
         # The highest store seq read from the store (not counting own appends).
         self._synced = -1
-        self._load_records(store.records(sid))
+        self._load_records(self._read_pairs())
 
     # -- identity ---------------------------------------------------------------
 
@@ -296,9 +296,9 @@ class StoredMemory(Memory):
             StoreError: if the store cannot be read.
             CorruptSessionError: if a stored item cannot be decoded; the memory is unchanged.
         """
-        records = self._store.records(self._sid)
+        pairs = self._read_pairs()
         with self._lock:
-            self._load_records(records)
+            self._load_records(pairs)
 
     def close(self) -> None:
         """Close the store if this memory opened it (``open_memory`` with a URL)."""
@@ -355,15 +355,22 @@ class StoredMemory(Memory):
 
     # -- internals ---------------------------------------------------------------------
 
-    def _load_records(self, records: list[StoredRecord]) -> None:
-        Memory._replace(self, [r.item for r in records])
+    def _read_pairs(self) -> list[tuple[int, MemoryItem]]:
+        sid = self._sid
+        rows = self._store._fetch(sid, steps=None, after=None)
+        return decode_pairs(rows, f"session {sid!r} of {self._store.url}")
+
+    def _load_records(self, pairs: list[tuple[int, MemoryItem]]) -> None:
+        Memory._replace(self, [item for _, item in pairs])
         self._index()
         self._to_store.clear()
         self._from_store.clear()
-        kept = records[len(records) - len(self._items) :] if self._items else []
-        for seq, record in zip(self._items, kept, strict=True):
-            self._map(seq, record.seq)
-        self._synced = records[-1].seq if records else -1
+        kept = pairs[len(pairs) - len(self._items) :] if self._items else []
+        to_store = self._to_store
+        for seq, (store_seq, _) in zip(self._items, kept, strict=True):
+            to_store[seq] = store_seq
+        self._from_store = {store_seq: seq for seq, store_seq in to_store.items()}
+        self._synced = pairs[-1][0] if pairs else -1
 
     def _map(self, seq: int, store_seq: int) -> None:
         self._to_store[seq] = store_seq

@@ -494,10 +494,20 @@ def decode_rows(rows: Iterable[tuple[int, bytes]], source: str) -> list[StoredRe
         CorruptStoreError: naming the seq and session of a row that is not valid JSON.
         CorruptSessionError: naming the seq and session of a row that is not a valid item.
     """
+    return [StoredRecord(seq, item) for seq, item in decode_pairs(rows, source)]
+
+
+def decode_pairs(rows: Iterable[tuple[int, bytes]], source: str) -> list[tuple[int, MemoryItem]]:
+    """Decode ``(seq, data)`` rows into ``(seq, item)`` pairs (the fast path of :func:`decode_rows`).
+
+    Raises:
+        CorruptStoreError: naming the seq and session of a row that is not valid JSON.
+        CorruptSessionError: naming the seq and session of a row that is not a valid item.
+    """
     loads = _codec.loads
     from_fields = MemoryItem._from_fields
     tag = _codec.TAG
-    out: list[StoredRecord] = []
+    out: list[tuple[int, MemoryItem]] = []
     append = out.append
     for seq, data in rows:
         try:
@@ -506,9 +516,9 @@ def decode_rows(rows: Iterable[tuple[int, bytes]], source: str) -> list[StoredRe
             msg = f"Item {seq} of {source} is damaged: {exc}"
             raise CorruptStoreError(msg) from exc
         if type(wire) is dict and tag not in wire:
-            append(StoredRecord(seq, from_fields(wire)))
+            append((seq, from_fields(wire)))
         else:
-            append(StoredRecord(seq, decode_item(wire, where=f"item {seq} of {source}")))
+            append((seq, decode_item(wire, where=f"item {seq} of {source}")))
     return out
 
 

@@ -1,0 +1,343 @@
+"""Store benchmark: kvmemory's stores against the raw driver, measured in one process.
+
+Each workload runs twice: through kvmemory (``StoredMemory`` / the store) and
+through the raw driver (``sqlite3`` or ``psycopg``) doing the same inserts and
+selects of the same encoded bytes, on a table with the same columns and
+indexes, with the same durability setting. The raw side gets the item bytes
+already encoded; kvmemory encodes (and, on reads, decodes) them itself, which
+is what a user pays. Prints both times and the ratio kvmemory / raw.
+
+Workloads: append N items one by one; append N items in batches of 100;
+reopen a session of M items; read 1,000 steps with the filter pushed down.
+
+Run: .venv/bin/python benchmarks/bench_stores.py [--items N] [--reopen M]
+     [--synchronous normal|full] [--postgres URL | --no-postgres]
+Without --postgres, a throwaway server is started when the PostgreSQL
+binaries are installed (as for the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agents.memory import MemoryItem
+from agents.memory._item import dumps_items
+from agents.memory.stores import open_memory, open_store
+from agents.memory.stores._base import step_text
+
+TARGETS = {"append one by one": 2.0, "append in batches": 1.5, "reopen": 1.5, "filter steps": 1.5}
+BATCH = 100
+
+
+def make_items(n: int, start: int = 0) -> list[MemoryItem]:
+    """Return ``n`` agent-step items of 8 fields."""
+    actions = ["click", "type", "scroll", "select", "wait"]
+    return [
+        MemoryItem(
+            step=i,
+            thought=f"Step {i}: the dialog is open, so I should press OK and go on.",
+            action=actions[i % 5],
+            observation=f"window 'Report {i % 97}.docx' is focused",
+            cost=0.0005 * (i % 13),
+            tokens=800 + i % 400,
+            screenshot=f"/runs/step_{i}.png",
+            ok=i % 7 != 0,
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def encoded(items: list[MemoryItem]) -> list[tuple[str | None, float, bytes]]:
+    """Return the rows the raw side inserts: the same step text and bytes as kvmemory's."""
+    now = time.time()
+    return [
+        (
+            step_text(item["step"]),
+            now,
+            dumps_items([item], step_key="step", on_unencodable="error", array=False),
+        )
+        for item in items
+    ]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Return the wall time of one call of ``fn``."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def report(name: str, ours: float, raw: float, note: str = "") -> None:
+    """Print one line: both times, the ratio, and the target."""
+    ratio = ours / raw if raw else float("inf")
+    target = TARGETS.get(name.split(" (")[0].split(": ")[-1].split(" of ")[0])
+    mark = "" if target is None else (" ok" if ratio <= target else f" OVER target {target}x")
+    print(
+        f"{name:<44} kvmemory {ours * 1000:9.1f} ms   raw {raw * 1000:9.1f} ms   ratio {ratio:5.2f}x{mark}{note}"
+    )
+
+
+# -- SQLite ------------------------------------------------------------------------
+
+RAW_SQLITE_SCHEMA = (
+    "CREATE TABLE items (seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, step TEXT, created REAL NOT NULL, data BLOB NOT NULL)",
+    "CREATE INDEX items_session ON items (session_id, seq)",
+    "CREATE INDEX items_step ON items (session_id, step)",
+    "CREATE INDEX items_created ON items (session_id, created)",
+)
+
+
+def raw_sqlite(path: str, synchronous: str) -> sqlite3.Connection:
+    """Open a raw connection with the store's settings and schema."""
+    con = sqlite3.connect(path, isolation_level=None, timeout=30)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    for statement in RAW_SQLITE_SCHEMA:
+        con.execute(statement)
+    return con
+
+
+def bench_sqlite(n: int, reopen_n: int, synchronous: str) -> None:
+    """Run the four workloads on SQLite."""
+    print(f"SQLite (WAL, synchronous={synchronous}), {n} appends, reopen of {reopen_n}")
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite://{tmp}/kv.db?synchronous={synchronous}"
+        raw = raw_sqlite(f"{tmp}/raw.db", synchronous)
+        items = make_items(n)
+        rows = encoded(items)
+
+        def raw_single() -> None:
+            for step, created, data in rows:
+                raw.execute("BEGIN IMMEDIATE")
+                raw.execute(
+                    "INSERT INTO items (session_id, step, created, data) VALUES (?, ?, ?, ?)",
+                    ("single", step, created, data),
+                )
+                raw.execute("COMMIT")
+
+        memory = open_memory(url, "single")
+
+        def ours_single() -> None:
+            for item in make_items(n):
+                memory.add_memory_item(item)
+
+        report("SQLite: append one by one", timed(ours_single), timed(raw_single))
+        memory.close()
+
+        def raw_batches() -> None:
+            for i in range(0, n, BATCH):
+                raw.execute("BEGIN IMMEDIATE")
+                raw.executemany(
+                    "INSERT INTO items (session_id, step, created, data) VALUES (?, ?, ?, ?)",
+                    [("batch", s, c, d) for s, c, d in rows[i : i + BATCH]],
+                )
+                raw.execute("COMMIT")
+
+        memory = open_memory(url, "batch")
+
+        def ours_batches() -> None:
+            fresh = make_items(n)
+            for i in range(0, n, BATCH):
+                memory.add_memory_items(fresh[i : i + BATCH])
+
+        report(f"SQLite: append in batches of {BATCH}", timed(ours_batches), timed(raw_batches))
+        memory.close()
+
+        big = make_items(reopen_n)
+        big_rows = encoded(big)
+        with open_store(url) as store:
+            for i in range(0, reopen_n, 1000):
+                store.append("big", big[i : i + 1000])
+        raw.execute("BEGIN IMMEDIATE")
+        raw.executemany(
+            "INSERT INTO items (session_id, step, created, data) VALUES (?, ?, ?, ?)",
+            [("big", s, c, d) for s, c, d in big_rows],
+        )
+        raw.execute("COMMIT")
+
+        def raw_reopen() -> Any:
+            return raw.execute(
+                "SELECT seq, data FROM items WHERE session_id = ? ORDER BY seq", ("big",)
+            ).fetchall()
+
+        def raw_reopen_loads() -> Any:
+            return [orjson.loads(d) for _, d in raw_reopen()]
+
+        def ours_reopen() -> None:
+            with open_memory(url, "big") as opened:
+                assert len(opened) == reopen_n
+
+        ours = timed(ours_reopen)
+        report("SQLite: reopen", ours, timed(raw_reopen))
+        report("SQLite: reopen (raw also orjson.loads)", ours, timed(raw_reopen_loads))
+
+        wanted = list(range(0, reopen_n, max(reopen_n // 1000, 1)))[:1000]
+        texts = orjson.dumps([step_text(s) for s in wanted]).decode()
+
+        def raw_filter() -> Any:
+            return raw.execute(
+                "SELECT seq, data FROM items WHERE session_id = ? AND step IN (SELECT value FROM json_each(?)) ORDER BY seq",
+                ("big", texts),
+            ).fetchall()
+
+        with open_store(url) as store:
+            ours = timed(lambda: store.read("big", steps=wanted))
+        report("SQLite: filter steps (1,000 steps)", ours, timed(raw_filter))
+        raw.close()
+
+
+# -- PostgreSQL ---------------------------------------------------------------------
+
+RAW_PG_SCHEMA = (
+    "DROP TABLE IF EXISTS raw_items",
+    "CREATE TABLE raw_items (session_id text NOT NULL, seq bigint NOT NULL, step text, created double precision NOT NULL, data bytea NOT NULL, doc jsonb, PRIMARY KEY (session_id, seq))",
+    "CREATE INDEX raw_items_step ON raw_items (session_id, step)",
+    "CREATE INDEX raw_items_created ON raw_items (session_id, created)",
+)
+
+
+def bench_postgres(url: str, n: int, reopen_n: int) -> None:
+    """Run the four workloads on PostgreSQL."""
+    import psycopg
+
+    print(f"PostgreSQL (autocommit, server defaults), {n} appends, reopen of {reopen_n}")
+    with psycopg.connect(url, autocommit=True) as raw:
+        for statement in RAW_PG_SCHEMA:
+            raw.execute(statement)
+        with open_store(url) as store:
+            for sid in store.sessions():
+                store.delete_session(sid)
+        items = make_items(n)
+        rows = encoded(items)
+        insert = "INSERT INTO raw_items (session_id, seq, step, created, data, doc) VALUES (%s, %s, %s, %s, %s, %s::jsonb)"
+
+        def raw_single() -> None:
+            for seq, (step, created, data) in enumerate(rows):
+                raw.execute(insert, ("single", seq, step, created, data, data.decode()))
+
+        memory = open_memory(url, "single")
+
+        def ours_single() -> None:
+            for item in make_items(n):
+                memory.add_memory_item(item)
+
+        report("PostgreSQL: append one by one", timed(ours_single), timed(raw_single))
+        memory.close()
+
+        def raw_batches() -> None:
+            for i in range(0, n, BATCH):
+                with raw.transaction(), raw.cursor() as cur:
+                    cur.executemany(
+                        insert,
+                        [
+                            ("batch", i + k, s, c, d, d.decode())
+                            for k, (s, c, d) in enumerate(rows[i : i + BATCH])
+                        ],
+                    )
+
+        memory = open_memory(url, "batch")
+
+        def ours_batches() -> None:
+            fresh = make_items(n)
+            for i in range(0, n, BATCH):
+                memory.add_memory_items(fresh[i : i + BATCH])
+
+        report(f"PostgreSQL: append in batches of {BATCH}", timed(ours_batches), timed(raw_batches))
+        memory.close()
+
+        big = make_items(reopen_n)
+        big_rows = encoded(big)
+        with open_store(url) as store:
+            for i in range(0, reopen_n, 1000):
+                store.append("big", big[i : i + 1000])
+        with (
+            raw.cursor() as cur,
+            cur.copy(
+                "COPY raw_items (session_id, seq, step, created, data, doc) FROM STDIN"
+            ) as copy,
+        ):
+            for seq, (s, c, d) in enumerate(big_rows):
+                copy.write_row(("big", seq, s, c, d, d.decode()))
+
+        def raw_reopen() -> Any:
+            return raw.execute(
+                "SELECT seq, data FROM raw_items WHERE session_id = %s ORDER BY seq", ("big",)
+            ).fetchall()
+
+        def raw_reopen_loads() -> Any:
+            return [orjson.loads(d) for _, d in raw_reopen()]
+
+        def ours_reopen() -> None:
+            with open_memory(url, "big") as opened:
+                assert len(opened) == reopen_n
+
+        ours = timed(ours_reopen)
+        report("PostgreSQL: reopen", ours, timed(raw_reopen))
+        report("PostgreSQL: reopen (raw also orjson.loads)", ours, timed(raw_reopen_loads))
+
+        wanted = list(range(0, reopen_n, max(reopen_n // 1000, 1)))[:1000]
+        texts = [step_text(s) for s in wanted]
+
+        def raw_filter() -> Any:
+            return raw.execute(
+                "SELECT seq, data FROM raw_items WHERE session_id = %s AND step = ANY(%s) ORDER BY seq",
+                ("big", texts),
+            ).fetchall()
+
+        with open_store(url) as store:
+            ours = timed(lambda: store.read("big", steps=wanted))
+        report("PostgreSQL: filter steps (1,000 steps)", ours, timed(raw_filter))
+        raw.execute("DROP TABLE raw_items")
+
+
+@contextlib.contextmanager
+def postgres_url(given: str | None) -> Iterator[str | None]:
+    """Yield the server URL to use: the given one, a throwaway server, or None."""
+    if given:
+        yield given
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.conftest import _throwaway_server
+
+    try:
+        server = _throwaway_server()
+        url = server.__enter__()
+    except Exception as exc:
+        print(f"PostgreSQL skipped: {exc}")
+        yield None
+        return
+    try:
+        yield url
+    finally:
+        server.__exit__(None, None, None)
+
+
+def main() -> None:
+    """Parse the options and run the SQLite and PostgreSQL benchmarks."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--reopen", type=int, default=100_000)
+    parser.add_argument("--synchronous", choices=["normal", "full"], default="normal")
+    parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+    bench_sqlite(args.items, args.reopen, args.synchronous)
+    if not args.no_postgres:
+        with postgres_url(args.postgres) as url:
+            if url is not None:
+                bench_postgres(url, args.items, args.reopen)
+
+
+if __name__ == "__main__":
+    main()
