@@ -16,6 +16,12 @@ from the builtin exception that code written for UFO would already catch, so
     ├── BudgetExceededError(AgentMemoryError, ValueError)
     ├── CallbackError(AgentMemoryError, RuntimeError)
     ├── ImageReadError(AgentMemoryError, OSError)
+    ├── InvalidSessionIdError(AgentMemoryError, ValueError)
+    ├── InvalidStoreURLError(AgentMemoryError, ValueError)
+    ├── StoreError(AgentMemoryError, OSError)
+    │   ├── StoreNotFoundError(StoreError, FileNotFoundError)
+    │   ├── CorruptStoreError
+    │   └── SchemaVersionError
     ├── TokenizerUnavailableError(AgentMemoryError, RuntimeError)
     └── MissingDependencyError(AgentMemoryError, ImportError)
 
@@ -33,14 +39,20 @@ __all__ = [
     "BudgetExceededError",
     "CallbackError",
     "CorruptSessionError",
+    "CorruptStoreError",
     "FieldNotFoundError",
     "FieldValidationError",
     "ImageReadError",
     "InvalidKeyError",
+    "InvalidSessionIdError",
+    "InvalidStoreURLError",
     "MissingDependencyError",
+    "SchemaVersionError",
     "SerializationError",
     "SkippedRecordWarning",
     "StepNotFoundError",
+    "StoreError",
+    "StoreNotFoundError",
     "TokenizerUnavailableError",
     "UnmatchedKeyError",
     "UnmatchedKeyWarning",
@@ -117,6 +129,30 @@ class UnmatchedKeyWarning(UserWarning):
 
 class SkippedRecordWarning(UserWarning):
     """A record of an input file was invalid and was skipped."""
+
+
+class InvalidSessionIdError(AgentMemoryError, ValueError):
+    """A session id is empty, too long, or holds characters a store does not accept."""
+
+
+class InvalidStoreURLError(AgentMemoryError, ValueError):
+    """A store URL has an unknown scheme, an empty path or an unknown option."""
+
+
+class StoreError(AgentMemoryError, OSError):
+    """A durable store could not be opened, read or written; nothing was changed by the call."""
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """A store opened read-only (or a JSONL directory) does not exist."""
+
+
+class CorruptStoreError(StoreError):
+    """A store file or log is not what kvmemory wrote (not a database, damaged lines)."""
+
+
+class SchemaVersionError(StoreError):
+    """A store was written by a newer kvmemory whose layout this version cannot read."""
 
 
 class MissingDependencyError(AgentMemoryError, ImportError):
