@@ -283,6 +283,14 @@ def test_format_replay_exact_text() -> None:
     )
 
 
+def test_format_replay_puts_agent_and_typed_class_in_header() -> None:
+    """The 'agent' field and a typed item's class go into the block header."""
+    memory = Memory([Step(step=3, action="open", agent="AppAgent", note="")])
+    assert format_replay(memory, title="T") == (
+        'T\n── step 3 · AppAgent · Step ──\n  action: open\n  cost: 0.0\n  note: ""\ntotal cost: 0.0'
+    )
+
+
 def test_replay_plain_to_file() -> None:
     """replay(color=False) writes the plain text with a final newline."""
     out = io.StringIO()

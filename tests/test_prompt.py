@@ -177,6 +177,13 @@ def test_project_alias_counts_as_match() -> None:
         assert project(memory, [Key("step", aliases=("Step",))], strict=True) == [{"step": 1}]
 
 
+def test_project_optional_key_is_not_reported() -> None:
+    """A Key marked optional that matches nothing raises no warning, even in strict mode."""
+    memory = Memory([MemoryItem(action="a")])
+    got = project(memory, ["action", Key("error", optional=True)], strict=True)
+    assert got == [{"action": "a"}]
+
+
 def test_project_refuses_bad_key_types() -> None:
     """A key that is not a string or Key is refused naming it."""
     with pytest.raises(TypeError, match=r"got 3 \(int\)"):

@@ -21,7 +21,7 @@ _Kind = Literal["header", "field", "error", "cost", "images", "footer"]
 
 
 def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else ufo_json(value)
+    text = value if isinstance(value, str) and value else ufo_json(value)
     if len(text) > _WIDTH:
         text = text[: _WIDTH - 1] + "…"
     return text.replace("\n", "\n      ")
@@ -34,6 +34,7 @@ def _lines(
     step_key: str,
     image_keys: Sequence[str],
     cost_key: str,
+    label_key: str | None,
 ) -> list[tuple[_Kind, str]]:
     out: list[tuple[_Kind, str]] = [("header", title)]
     total = 0.0
@@ -43,9 +44,10 @@ def _lines(
         step = fields.pop(step_key, None)
         label = f"step {step}" if step is not None else f"item {position} (no step)"
         kind = type(item).__name__
-        out.append(
-            ("header", f"── {label}" + (f" · {kind}" if kind != "MemoryItem" else "") + " ──")
-        )
+        tags = [] if kind == "MemoryItem" else [kind]
+        if label_key is not None and isinstance(fields.get(label_key), str):
+            tags.insert(0, fields.pop(label_key))
+        out.append(("header", f"── {' · '.join([label, *tags])} ──"))
         images = [ref for key in image_keys if key in fields for ref in image_refs(fields.pop(key))]
         for key, value in fields.items():
             if key in ERROR_KEYS and value:
@@ -71,10 +73,12 @@ def format_replay(
     title: str | None = None,
     image_keys: Sequence[str] = DEFAULT_IMAGE_KEYS,
     cost_key: str = "cost",
+    label_key: str | None = "agent",
 ) -> str:
     """Return a readable, plain-text account of a session, one block per item.
 
-    Each block starts with ``── step N ──`` and lists the item's fields; error
+    Each block starts with ``── step N ──`` (then the item's ``label_key``
+    value, and its class when it is a typed item) and lists the item's fields; error
     fields (``error``, ``errors``, ``exception``) and the cost are marked, the
     images an item attaches are listed by path, and the total cost ends it.
 
@@ -83,6 +87,8 @@ def format_replay(
         title: The first line (default: the session id and item count).
         image_keys: The fields that hold image paths or URLs.
         cost_key: The numeric field summed as the session's cost.
+        label_key: A string field shown in the block header instead of as a
+            field (``"agent"`` names who took the step in multi-agent sessions).
     """
     items = list(memory)
     step_key = memory.step_key if isinstance(memory, Memory) else "step"
@@ -94,6 +100,7 @@ def format_replay(
             step_key=step_key,
             image_keys=image_keys,
             cost_key=cost_key,
+            label_key=label_key,
         )
     )
 
@@ -122,6 +129,7 @@ def replay(
     title: str | None = None,
     image_keys: Sequence[str] = DEFAULT_IMAGE_KEYS,
     cost_key: str = "cost",
+    label_key: str | None = "agent",
 ) -> None:
     """Print :func:`format_replay` of ``memory``, in colour when rich is installed.
 
@@ -133,6 +141,7 @@ def replay(
         title: The first line.
         image_keys: The fields that hold image paths or URLs.
         cost_key: The numeric field summed as the session's cost.
+        label_key: A string field shown in the block header (see :func:`format_replay`).
 
     Raises:
         MissingDependencyError: if ``color=True`` and rich is not installed.
@@ -146,6 +155,7 @@ def replay(
         step_key=step_key,
         image_keys=image_keys,
         cost_key=cost_key,
+        label_key=label_key,
     )
     console = _console(out, color)
     if console is None:

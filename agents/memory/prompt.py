@@ -109,11 +109,14 @@ class Key:
         name: The field to read first; also the output name unless ``rename`` is given.
         aliases: Other field names tried in order when ``name`` is missing.
         rename: The key the value is written under in the projection.
+        optional: Never report this key as unmatched (for fields only some
+            steps have, such as ``error``).
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     aliases: tuple[str, ...] = attrs.field(default=(), converter=_to_names)
     rename: str | None = None
+    optional: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -185,7 +188,9 @@ def _report_unmatched(
     """Warn (or raise, when strict) about keys that no item of ``items`` holds."""
     if keys is None or not items:
         return
-    pending = dict.fromkeys(keys)
+    pending = dict.fromkeys(key for key in keys if not key.optional)
+    if not pending:
+        return
     present: dict[str, None] = {}
     for item in items:
         fields = item._fields
