@@ -132,3 +132,10 @@ def test_console_script_runs(session_file: Path) -> None:
         check=True,
     )
     assert result.stdout == "step=1\nstep=2\nstep=3\n"
+
+
+def test_sqlite_url_with_extra_slash_opens(session_file: Path, tmp_path: Path) -> None:
+    """sqlite:////abs/path.db (a path written with a leading //) opens the same file."""
+    db = tmp_path / "slashes.db"
+    assert run("convert", str(session_file), f"sqlite:///{db}")[0] == 0
+    assert run("sessions", str(db)) == (0, "run-1\t3 items\n")

@@ -120,7 +120,10 @@ class SQLiteStore(BaseStore):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
             raise StoreNotFoundError(msg)
         mode = "ro" if read_only else "rwc"
-        uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode={mode}"
+        # A path written with a leading "//" would read as a URI authority; POSIX
+        # treats extra leading slashes as one.
+        absolute = "/" + os.path.abspath(self.path).lstrip("/")
+        uri = f"file:{urllib.parse.quote(absolute)}?mode={mode}"
         try:
             self._con = sqlite3.connect(
                 uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
