@@ -59,7 +59,7 @@ def _read(source: str, session: str | None) -> Memory:
         msg = f"{source!r} is a store; name the session with --session ID (list them with: kvmemory sessions {source})."
         raise _UsageError(msg)
     with _open_existing_store(source) as store:
-        items = store.read(session)
+        items = store.read(session, on_unknown_class="base")
         if not items and session not in store.sessions():
             msg = f"Store {source!r} has no session {session!r}; list them with: kvmemory sessions {source}"
             raise _UsageError(msg)

@@ -139,3 +139,22 @@ def test_sqlite_url_with_extra_slash_opens(session_file: Path, tmp_path: Path) -
     db = tmp_path / "slashes.db"
     assert run("convert", str(session_file), f"sqlite:///{db}")[0] == 0
     assert run("sessions", str(db)) == (0, "run-1\t3 items\n")
+
+
+def test_store_items_of_unimportable_class_show_as_plain(tmp_path: Path) -> None:
+    """A store session written with a class of the writer's __main__ is still shown."""
+    db = tmp_path / "typed.db"
+    writer = (
+        "from agents.memory import MemoryItem\n"
+        "from agents.memory.stores import open_memory\n"
+        "class GoneStep(MemoryItem):\n"
+        "    step: int\n"
+        f"with open_memory({str(db)!r}, 's1') as memory:\n"
+        "    memory.add_memory_item(MemoryItem(step=0))\n"
+        "    memory.add_memory_item(GoneStep(step=1, action='click'))\n"
+    )
+    subprocess.run([sys.executable, "-c", writer], check=True)
+    assert run("show", str(db), "--session", "s1", "--keys", "step,action") == (
+        0,
+        "step=0\nstep=1  action='click'\n",
+    )

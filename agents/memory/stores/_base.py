@@ -28,7 +28,7 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem, decode_item, dumps_items
+from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_item, dumps_items
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -138,13 +138,23 @@ class Store(Protocol):
         ...
 
     def read(
-        self, session_id: str, *, steps: Iterable[Any] | None = None, after: int | None = None
+        self,
+        session_id: str,
+        *,
+        steps: Iterable[Any] | None = None,
+        after: int | None = None,
+        on_unknown_class: OnUnknownClass = "error",
     ) -> list[MemoryItem]:
         """Return a session's items in order, optionally only some steps or those after a seq."""
         ...
 
     def records(
-        self, session_id: str, *, steps: Iterable[Any] | None = None, after: int | None = None
+        self,
+        session_id: str,
+        *,
+        steps: Iterable[Any] | None = None,
+        after: int | None = None,
+        on_unknown_class: OnUnknownClass = "error",
     ) -> list[StoredRecord]:
         """Return :meth:`read`'s items with their seqs."""
         ...
@@ -301,7 +311,12 @@ class BaseStore(abc.ABC):
         return self._write(sid, step_key, add=rows)[0]
 
     def read(
-        self, session_id: str, *, steps: Iterable[Any] | None = None, after: int | None = None
+        self,
+        session_id: str,
+        *,
+        steps: Iterable[Any] | None = None,
+        after: int | None = None,
+        on_unknown_class: OnUnknownClass = "error",
     ) -> list[MemoryItem]:
         """Return a session's items in seq order.
 
@@ -309,16 +324,26 @@ class BaseStore(abc.ABC):
             session_id: The session to read; an unknown session reads as empty.
             steps: Only items whose step is one of these (answered by the store).
             after: Only items with a seq greater than this.
+            on_unknown_class: ``"base"`` reads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             CorruptSessionError: if a stored item cannot be decoded.
             StoreError: if the store cannot be read.
         """
-        return [record.item for record in self.records(session_id, steps=steps, after=after)]
+        records = self.records(
+            session_id, steps=steps, after=after, on_unknown_class=on_unknown_class
+        )
+        return [record.item for record in records]
 
     def records(
-        self, session_id: str, *, steps: Iterable[Any] | None = None, after: int | None = None
+        self,
+        session_id: str,
+        *,
+        steps: Iterable[Any] | None = None,
+        after: int | None = None,
+        on_unknown_class: OnUnknownClass = "error",
     ) -> list[StoredRecord]:
         """Return :meth:`read`'s items with their seqs.
 
@@ -335,7 +360,7 @@ class BaseStore(abc.ABC):
         if texts == []:
             return []
         rows = self._fetch(sid, steps=texts, after=after)
-        return decode_rows(rows, f"session {sid!r} of {self._url}")
+        return decode_rows(rows, f"session {sid!r} of {self._url}", on_unknown_class)
 
     def count(self, session_id: str) -> int:
         """Return the number of items of a session (0 for an unknown session).
@@ -487,17 +512,22 @@ def encode_rows(
     return rows
 
 
-def decode_rows(rows: Iterable[tuple[int, bytes]], source: str) -> list[StoredRecord]:
+def decode_rows(
+    rows: Iterable[tuple[int, bytes]], source: str, on_unknown_class: OnUnknownClass = "error"
+) -> list[StoredRecord]:
     """Decode ``(seq, data)`` rows into records through the codec.
 
     Raises:
         CorruptStoreError: naming the seq and session of a row that is not valid JSON.
         CorruptSessionError: naming the seq and session of a row that is not a valid item.
     """
-    return [StoredRecord(seq, item) for seq, item in decode_pairs(rows, source)]
+    pairs = decode_pairs(rows, source, on_unknown_class)
+    return [StoredRecord(seq, item) for seq, item in pairs]
 
 
-def decode_pairs(rows: Iterable[tuple[int, bytes]], source: str) -> list[tuple[int, MemoryItem]]:
+def decode_pairs(
+    rows: Iterable[tuple[int, bytes]], source: str, on_unknown_class: OnUnknownClass = "error"
+) -> list[tuple[int, MemoryItem]]:
     """Decode ``(seq, data)`` rows into ``(seq, item)`` pairs (the fast path of :func:`decode_rows`).
 
     Raises:
@@ -518,7 +548,8 @@ def decode_pairs(rows: Iterable[tuple[int, bytes]], source: str) -> list[tuple[i
         if type(wire) is dict and tag not in wire:
             append((seq, from_fields(wire)))
         else:
-            append((seq, decode_item(wire, where=f"item {seq} of {source}")))
+            where = f"item {seq} of {source}"
+            append((seq, decode_item(wire, where=where, on_unknown_class=on_unknown_class)))
     return out
 
 
