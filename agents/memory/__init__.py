@@ -5,7 +5,7 @@ the steps in order, indexed by step; the codec writes them as lossless JSON.
 """
 
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, FieldSpec, MemoryItem, field
+from agents.memory._item import NOTHING, FieldSpec, MemoryItem, OnUnknownClass, field
 from agents.memory.blackboard import Blackboard, ImageItem
 from agents.memory.exceptions import (
     AgentMemoryError,
@@ -77,6 +77,7 @@ __all__ = [
     "MemoryItem",
     "MissingDependencyError",
     "OnUnencodable",
+    "OnUnknownClass",
     "SchemaVersionError",
     "SerializationError",
     "SkippedRecordWarning",
