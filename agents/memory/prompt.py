@@ -176,6 +176,9 @@ def _project_fields(fields: Mapping[str, Any], keys: tuple[Key, ...] | None) -> 
         return dict(fields)
     out: dict[str, Any] = {}
     for key in keys:
+        if not key.aliases and key.name in fields:
+            out[key.output] = fields[key.name]
+            continue
         value = key.read(fields)
         if value is not NOTHING:
             out[key.output] = value
@@ -408,6 +411,8 @@ GroupBy: TypeAlias = "str | Callable[[MemoryItem], Hashable] | None"
 
 
 def _measure_json(record: Mapping[str, Any]) -> str:
+    if type(record) is dict and _codec.is_plain(record):
+        return _codec.dumps(record).decode("utf-8")  # scalars only: no walk needed
     return render_json([record])[1:-1]
 
 
@@ -492,6 +497,13 @@ class _Selected:
 
     def __len__(self) -> int:
         return self._length
+
+    def all(self) -> list[MemoryItem]:
+        """Return every selected item in order (one copy, for whole projections)."""
+        if self._memory is not None:
+            return self._memory.content
+        assert self._items is not None  # set when there is no memory
+        return list(self._items)
 
     def __getitem__(self, index: int) -> MemoryItem:
         if self._memory is None:
@@ -806,7 +818,7 @@ def project(
     normalized = _normalize_keys(keys)
     selected = _select(source, steps=steps, last=last, where=where)
     if budget is None:
-        items = [selected[i] for i in range(len(selected))]
+        items = selected.all()
         _report_unmatched(normalized, items, strict=strict)
         return _records_of(items, normalized)[1]
     window = budget if isinstance(budget, Window) else Window(max_tokens=budget)
