@@ -436,6 +436,12 @@ def test_window_validates_bounds() -> None:
         Window(max_tokens=-5)
 
 
+def test_window_refuses_non_counter() -> None:
+    """A counter without count() and image_tokens is refused naming its type."""
+    with pytest.raises(TypeError, match=r"counter must have count.*got str"):
+        Window(counter="cl100k_base")  # type: ignore[arg-type]  # the wrong type is the point
+
+
 def test_window_strict_unmatched_key_raises() -> None:
     """select_window(strict=True) raises for a key that no kept item holds."""
     with pytest.raises(UnmatchedKeyError, match="'plan'"):

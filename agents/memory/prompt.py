@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_IMAGE_KEYS",
     "DEFAULT_IMAGE_TOKENS",
     "EstimateCounter",
+    "GroupBy",
     "Key",
     "KeysLike",
     "TiktokenCounter",
@@ -408,6 +409,16 @@ def image_data_url(ref: str | os.PathLike[str]) -> str:
 # -- windows -------------------------------------------------------------------
 
 GroupBy: TypeAlias = "str | Callable[[MemoryItem], Hashable] | None"
+"""How a window groups items: a field name, a function of the item, or ``None`` for no groups."""
+
+
+def _is_counter(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, TokenCounter):
+        msg = (
+            f"counter must have count(text) and image_tokens (a TokenCounter), got {type(value).__name__}; "
+            "use EstimateCounter() or TiktokenCounter()."
+        )
+        raise TypeError(msg)
 
 
 def _measure_json(record: Mapping[str, Any]) -> str:
@@ -448,7 +459,7 @@ class Window:
     pin_first: int = attrs.field(default=0, validator=_non_negative_int)
     pinned: Callable[[MemoryItem], bool] | None = None
     group_by: GroupBy = None
-    counter: TokenCounter = attrs.field(factory=EstimateCounter)
+    counter: TokenCounter = attrs.field(factory=EstimateCounter, validator=_is_counter)
     image_keys: tuple[str, ...] = attrs.field(default=DEFAULT_IMAGE_KEYS, converter=_to_names)
     measure: Callable[[Mapping[str, Any]], str] = _measure_json
 
@@ -752,6 +763,9 @@ def select_window(
         where: Only items for which ``where(item)`` is true.
         strict: Raise instead of warning when a key matches no kept item.
 
+    Items added to the memory while the window is being chosen may or may not
+    be part of it.
+
     Returns:
         The kept items, their records and their cost.
 
@@ -992,9 +1006,20 @@ def render_parts(
     return parts
 
 
-def estimate_cost(records: Iterable[Mapping[str, Any]], counter: TokenCounter | None = None) -> int:
-    """Return the tokens of ``render_json(records)`` plus the images' cost under ``counter``."""
+def estimate_cost(
+    records: Iterable[Mapping[str, Any]],
+    counter: TokenCounter | None = None,
+    *,
+    image_keys: Sequence[str] = DEFAULT_IMAGE_KEYS,
+) -> int:
+    """Return the tokens of ``render_json(records)`` plus the images' cost under ``counter``.
+
+    Args:
+        records: Projected records.
+        counter: The token counter (default :class:`EstimateCounter`).
+        image_keys: The fields whose paths or URLs count as images.
+    """
     chosen = counter or _DEFAULT_COUNTER
     listed = _records_list(records)
-    images = sum(_count_images(r, DEFAULT_IMAGE_KEYS) for r in listed)
+    images = sum(_count_images(r, image_keys) for r in listed)
     return chosen.count(render_json(listed)) + images * chosen.image_tokens
