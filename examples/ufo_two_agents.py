@@ -14,14 +14,19 @@ What it shows:
   the blackboard in UFO's prompt format under its own budget;
 * a step callback that drops the images of old steps;
 * earlier context injected as ordinary items;
+* the session kept in a durable store (a SQLite file by default): every
+  step is on disk when it is recorded, and running the example again
+  continues the same session where the last run left off;
 * the session exported as a kvmemory session file and a blackboard file,
-  then replayed step by step.
+  then this run replayed step by step.
 
 Run it from the repository root::
 
-    python examples/ufo_two_agents.py [OUTPUT.json]
+    scripts/run                                   # or: python examples/ufo_two_agents.py
+    python examples/ufo_two_agents.py OUTPUT.json --store postgresql://user:pw@host/db
 
-The default output is ``examples/out/ufo_two_agents.json``.
+The default output is ``examples/out/ufo_two_agents.json``; the default store
+is the SQLite file ``kvmemory.db`` beside it.
 """
 
 from __future__ import annotations
@@ -42,14 +47,17 @@ from agents.memory.prompt import (
     EstimateCounter,
     Key,
     Window,
+    latest_value,
     render_json,
     render_parts,
 )
+from agents.memory.stores import open_memory
 
 COUNTER = EstimateCounter()
 HISTORY_BUDGET = 880  # tokens of step history per app-agent prompt (an image is 765)
 BLACKBOARD_BUDGET = 1200  # tokens of blackboard in each prompt (screenshots included)
 DEFAULT_OUTPUT = pathlib.Path(__file__).resolve().parent / "out" / "ufo_two_agents.json"
+SESSION_ID = "ufo-two-agents-demo"
 
 # A 1x1 PNG stands in for each screenshot.
 PIXEL = base64.b64decode(
@@ -267,17 +275,17 @@ class AppAgent(BasicAgent):
         )
 
 
-def journal_of(agents: Sequence[BasicAgent]) -> Memory:
-    """Return a memory that receives every item any of ``agents`` adds, in the order added."""
-    journal = Memory()
+def journal_into(journal: Memory, agents: Sequence[BasicAgent], run: int) -> None:
+    """Make ``journal`` receive every item any of ``agents`` adds, marked with the run number."""
 
     def copy_adds(memory: Memory, change: MemoryChange) -> None:
         if change.kind == "add":
+            for item in change.items:
+                item.set_value("run", run)
             journal.add_memory_items(change.items)
 
     for agent in agents:
         agent.memory.add_callback(copy_adds)
-    return journal
 
 
 def export(
@@ -287,7 +295,7 @@ def export(
     # Plain items, so the file opens anywhere without importing this script's classes.
     session = Memory(
         [MemoryItem.from_mapping(item.to_dict()) for item in journal],
-        session_id="ufo-two-agents-demo",
+        session_id=journal.session_id,
         metadata={"request": REQUEST, "agents": list(agents)},
     )
     session.save(path)
@@ -299,16 +307,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the session and export it; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", nargs="?", type=pathlib.Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "--store",
+        help="store URL or SQLite path for the session (default: kvmemory.db beside OUTPUT)",
+    )
+    parser.add_argument("--session", default=SESSION_ID, help=f"session id (default: {SESSION_ID})")
     args = parser.parse_args(argv)
     output: pathlib.Path = args.output
     output.parent.mkdir(parents=True, exist_ok=True)
+    store = args.store or str(output.parent / "kvmemory.db")
+    with open_memory(store, args.session) as journal:
+        return run_session(journal, output, store)
+
+
+def run_session(journal: Memory, output: pathlib.Path, store: str) -> int:
+    """Play one run of the two agents into ``journal``, export and replay it."""
+    earlier = len(journal)
+    run = latest_value(journal, "run", 0) + 1
+    if earlier:
+        print(
+            f"Continuing session {journal.session_id!r} in {store}: "
+            f"{earlier} items from {run - 1} earlier run(s); this is run {run}."
+        )
+    else:
+        print(f"New session {journal.session_id!r} in {store}; this is run {run}.")
     screens = output.parent / f"{output.stem}_screens"
     screens.mkdir(exist_ok=True)
 
     model = ScriptedModel(SCRIPT)
     host = HostAgent(model)
     app = AppAgent(host, model, screens)
-    journal = journal_of([host, app])
+    journal_into(journal, [host, app], run)
     host.inject_context(
         [{"task": "Email last week's report to the team (finished)."}], source="previous session"
     )
@@ -320,13 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         decision = host.decide()
 
     session = export(output, journal, host.blackboard, [host.name, app.name])
-    total = sum(item.get_value("cost", 0.0) for item in session)
+    this_run = [item for item in session if item.get_value("run") == run]
+    total = sum(item.get_value("cost", 0.0) for item in this_run)
     print(
         f"Exported {len(session)} items to {output} (blackboard: {output.with_suffix('.blackboard.json')})"
     )
-    print(f"Model calls: {model.calls}, total cost: {total:.4f}")
+    print(f"Model calls: {model.calls}, total cost of this run: {total:.4f}")
     print()
-    replay(session, file=sys.stdout, title="Replay of the session")
+    replay(this_run, file=sys.stdout, title=f"Replay of run {run}")
     return 0
 
 

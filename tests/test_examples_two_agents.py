@@ -15,6 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "ufo_two_agents.py"
 
 EXPECTED_HEAD = """\
+New session 'ufo-two-agents-demo' in kvmemory.db; this is run 1.
 [host step 0] prompt 66 tokens, 5 parts -> ASSIGN: Open report.docx in Word and type the summary line at the top.
 [app  step 0] prompt 853 tokens, 1 images, history 0 items/0 tokens (0 left out) -> click_input on 'File'
 [app  step 1] prompt 1645 tokens, 2 images, history 2 items/809 tokens (0 left out) -> click_input on 'Open' (error: control 'Open' not found; the menu was scrolled)
@@ -23,15 +24,15 @@ EXPECTED_HEAD = """\
 [app  step 4] prompt 1708 tokens, 2 images, history 4 items/874 tokens (1 left out) -> type_keys on 'Document body'
 [host step 1] prompt 933 tokens, 10 parts -> FINISH: (done)
 Exported 9 items to session.json (blackboard: session.blackboard.json)
-Model calls: 7, total cost: 0.0266
+Model calls: 7, total cost of this run: 0.0266
 """
 
 
-def run_example(cwd: pathlib.Path) -> str:
+def run_example(cwd: pathlib.Path, *extra: str) -> str:
     """Run the example in ``cwd`` with output 'session.json' and return its stdout."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "error"}
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "session.json"],
+        [sys.executable, str(SCRIPT), "session.json", *extra],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -62,7 +63,7 @@ def test_example_replays_the_session(first_run: tuple[pathlib.Path, str]) -> Non
     """The printed replay shows the error, the dropped and attached images, and the total cost."""
     _, out = first_run
     replay = out[len(EXPECTED_HEAD) :]
-    assert replay.startswith("\nReplay of the session\n── item 0 (no step) ──\n")
+    assert replay.startswith("\nReplay of run 1\n── item 0 (no step) ──\n")
     assert "── step 1 · AppAgent ──\n" in replay
     assert "  error: control 'Open' not found; the menu was scrolled\n" in replay
     assert replay.count("  image_dropped: true\n") == 3
@@ -104,3 +105,40 @@ def test_example_exports_the_blackboard(
     assert isinstance(board.screenshots[0], ImageItem)
     parts = board.blackboard_to_prompt()
     assert parts[-1]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+@pytest.mark.slow
+def test_example_keeps_the_session_in_sqlite(first_run: tuple[pathlib.Path, str]) -> None:
+    """The run leaves its session in the SQLite file beside the export, with every item."""
+    from agents.memory.stores import open_store
+
+    folder, _ = first_run
+    with open_store(str(folder / "kvmemory.db")) as store:
+        assert store.sessions() == ["ufo-two-agents-demo"]
+        # AppStep is defined in the example's __main__, which this process cannot import.
+        items = store.read("ufo-two-agents-demo", on_unknown_class="base")
+    assert len(items) == 9
+    assert {item.get_value("run") for item in items} == {1}
+
+
+@pytest.mark.slow
+def test_second_run_continues_the_session(tmp_path: pathlib.Path) -> None:
+    """Running the example again in the same folder continues the stored session and says so."""
+    run_example(tmp_path)
+    second = run_example(tmp_path)
+    assert second.startswith(
+        "Continuing session 'ufo-two-agents-demo' in kvmemory.db: 9 items from 1 earlier run(s); this is run 2.\n"
+    )
+    assert "Exported 18 items to session.json" in second
+    assert "\nReplay of run 2\n" in second
+    session = Memory.from_file(tmp_path / "session.json")
+    assert [item.get_value("run") for item in session] == [1] * 9 + [2] * 9
+
+
+@pytest.mark.slow
+def test_example_runs_on_another_store(tmp_path: pathlib.Path) -> None:
+    """--store points the example at another store URL (here a JSONL log directory)."""
+    out = run_example(tmp_path, "--store", f"jsonl://{tmp_path / 'logs'}", "--session", "other")
+    assert out.startswith(f"New session 'other' in jsonl://{tmp_path / 'logs'}; this is run 1.\n")
+    assert (tmp_path / "logs").is_dir()
+    assert not (tmp_path / "kvmemory.db").exists()
