@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import sys
 from typing import Any
 
 import attrs
@@ -315,9 +316,12 @@ def test_replay_color_uses_ansi_styles() -> None:
     assert "\x1b[1;36m── step 1 ──" in text
 
 
-@pytest.mark.skipif(HAS_RICH, reason="rich installed")
-def test_replay_color_without_rich_names_the_extra() -> None:
+def test_replay_color_without_rich_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """replay(color=True) without rich names the extra to install."""
+    # A None entry in sys.modules makes `import rich` fail, as if it were not installed.
+    for name in [m for m in sys.modules if m == "rich" or m.startswith("rich.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "rich", None)
     with pytest.raises(MissingDependencyError, match=r"kvmemory\[rich\]"):
         replay(session(), file=io.StringIO(), color=True)
 

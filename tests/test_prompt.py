@@ -6,6 +6,7 @@ import base64
 import importlib.util
 import json
 import pathlib
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -270,9 +271,10 @@ def test_estimate_cost_adds_images() -> None:
     assert estimate_cost(records, counter) == counter.count(render_json(records)) + 100
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tiktoken") is not None, reason="tiktoken installed")
-def test_tiktoken_counter_without_tiktoken_names_the_extra() -> None:
+def test_tiktoken_counter_without_tiktoken_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without tiktoken installed, TiktokenCounter names the extra to install."""
+    # A None entry in sys.modules makes `import tiktoken` fail, as if it were not installed.
+    monkeypatch.setitem(sys.modules, "tiktoken", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'kvmemory\[tiktoken\]'"):
         TiktokenCounter()
 
