@@ -536,7 +536,9 @@ def test_from_list_of_dicts_non_mapping_leaves_memory_unchanged() -> None:
 def test_load_with_non_item_leaves_memory_unchanged() -> None:
     """Regression (UFO assigned the list as is): load() refuses non-items and changes nothing."""
     memory = steps_memory(2)
-    with pytest.raises(TypeError, match="Element 1 of the content is a dict"):
+    with pytest.raises(
+        TypeError, match="Element 1 is a dict, not a MemoryItem; the memory was left unchanged"
+    ):
         memory.load([MemoryItem(step=5), {"step": 6}])  # type: ignore[list-item]  # the wrong type is the point
     assert steps_of(memory) == [0, 1]
 

@@ -156,15 +156,7 @@ class Memory:
         Raises:
             TypeError: if an element is not a ``MemoryItem``; the memory is unchanged.
         """
-        items = list(content)
-        for position, item in enumerate(items):
-            if not isinstance(item, MemoryItem):
-                msg = (
-                    f"Element {position} of the content is a {type(item).__name__}, "
-                    "not a MemoryItem; the memory was left unchanged."
-                )
-                raise TypeError(msg)
-        self._replace(items)
+        self._replace(_checked_items(content, "the memory was left unchanged"))
 
     def add_memory_item(self, memory_item: MemoryItem) -> None:
         """Append ``memory_item``, index its step and run the callbacks.
@@ -179,33 +171,18 @@ class Memory:
                 "wrap a dict with MemoryItem(**fields)."
             )
             raise TypeError(msg)
-        with self._lock:
-            self._append(memory_item)
-            evicted = self._evict() if self._max_items is not None else None
-            if self._callbacks:
-                if evicted:
-                    self._run_callbacks(MemoryChange("delete", tuple(evicted)))
-                self._run_callbacks(MemoryChange("add", (memory_item,)))
+        self._add([memory_item])
 
     def add_memory_items(self, items: Iterable[MemoryItem]) -> None:
         """Append several items, all or nothing, then run the callbacks once.
 
         Raises:
             TypeError: if an element is not a ``MemoryItem``; nothing is added.
+            CallbackError: if a callback raised; the items stay added.
         """
-        batch = list(items)
-        for position, item in enumerate(batch):
-            if not isinstance(item, MemoryItem):
-                msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; nothing was added."
-                raise TypeError(msg)
-        with self._lock:
-            for item in batch:
-                self._append(item)
-            evicted = self._evict()
-            if self._callbacks:
-                if evicted:
-                    self._run_callbacks(MemoryChange("delete", tuple(evicted)))
-                self._run_callbacks(MemoryChange("add", tuple(batch)))
+        batch = _checked_items(items, "nothing was added")
+        if batch:
+            self._add(batch)
 
     def get_latest_item(self) -> MemoryItem | None:
         """Return the last item, or ``None`` when the memory is empty."""
@@ -548,6 +525,23 @@ class Memory:
         if self._by_step is not None:
             self._index_seq(seq, item)
 
+    def _add(self, batch: list[MemoryItem]) -> None:
+        """Append checked items, drop the oldest beyond ``max_items``, announce both.
+
+        The one place adds go through; a store-backed memory overrides it to
+        write to its store first.
+        """
+        with self._lock:
+            for item in batch:
+                self._append(item)
+            self._announce_add(batch, self._evict())
+
+    def _announce_add(self, batch: list[MemoryItem], evicted: list[MemoryItem]) -> None:
+        if self._callbacks:
+            if evicted:
+                self._run_callbacks(MemoryChange("delete", tuple(evicted)))
+            self._run_callbacks(MemoryChange("add", tuple(batch)))
+
     def _evict(self) -> list[MemoryItem]:
         bound = self._max_items
         if bound is None or len(self._items) <= bound:
@@ -765,6 +759,16 @@ class Memory:
         with self._lock:
             self._replace(items)
             self._apply_header(header)
+
+
+def _checked_items(items: Iterable[MemoryItem], outcome: str) -> list[MemoryItem]:
+    """Return ``items`` as a list, refusing any element that is not a ``MemoryItem``."""
+    batch = list(items)
+    for position, item in enumerate(batch):
+        if not isinstance(item, MemoryItem):
+            msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; {outcome}."
+            raise TypeError(msg)
+    return batch
 
 
 def _chain_lines(

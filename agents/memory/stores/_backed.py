@@ -120,41 +120,13 @@ class StoredMemory(Memory):
 
     # -- writes --------------------------------------------------------------------
 
-    def add_memory_item(self, memory_item: MemoryItem) -> None:
-        """Append ``memory_item``, writing it to the store first.
-
-        Raises:
-            TypeError: if ``memory_item`` is not a ``MemoryItem``.
-            SerializationError: if a value cannot be encoded; nothing is added.
-            StoreError: if the store cannot be written; nothing is added.
-            CallbackError: if a callback raised; the item stays added.
-        """
-        if not isinstance(memory_item, MemoryItem):
-            msg = (
-                f"add_memory_item() takes a MemoryItem, got {type(memory_item).__name__}; "
-                "wrap a dict with MemoryItem(**fields)."
-            )
-            raise TypeError(msg)
-        self._add([memory_item])
-
-    def add_memory_items(self, items: Iterable[MemoryItem]) -> None:
-        """Append several items in one store transaction, all or nothing.
-
-        Raises:
-            TypeError: if an element is not a ``MemoryItem``; nothing is added.
-            SerializationError: if a value cannot be encoded; nothing is added.
-            StoreError: if the store cannot be written; nothing is added.
-            CallbackError: if a callback raised; the items stay added.
-        """
-        batch = list(items)
-        for position, item in enumerate(batch):
-            if not isinstance(item, MemoryItem):
-                msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; nothing was added."
-                raise TypeError(msg)
-        if batch:
-            self._add(batch)
-
     def _add(self, batch: list[MemoryItem]) -> None:
+        """Write the batch (and the evictions ``max_items`` implies) to the store, then to RAM.
+
+        Raises:
+            SerializationError: if a value cannot be encoded; nothing is added.
+            StoreError: if the store cannot be written; nothing is added.
+        """
         with self._lock:
             rows = encode_rows(batch, self._step_key, self._on_unencodable)
             bound = self._max_items
@@ -177,12 +149,9 @@ class StoredMemory(Memory):
                 self._append(item)
             for offset, store_seq in enumerate(store_seqs, start=start + skip):
                 self._map(offset, store_seq)
-            evicted = self._evict() if bound is not None else []
+            evicted = self._evict()
             self._forget(evict_seqs)
-            if self._callbacks:
-                if evicted:
-                    self._run_callbacks(MemoryChange("delete", tuple(evicted)))
-                self._run_callbacks(MemoryChange("add", tuple(batch)))
+            self._announce_add(batch, evicted)
 
     def delete_memory_item(self, step: Any) -> int:
         """Delete every item of ``step``, in the store first, and return how many went.
@@ -280,13 +249,10 @@ class StoredMemory(Memory):
             for offset, record in enumerate(records, start=start):
                 self._append(record.item)
                 self._map(offset, record.seq)
-            evicted = self._evict() if self._max_items is not None else []
+            evicted = self._evict()
             if evicted:
                 self._forget_missing()
-            if self._callbacks:
-                if evicted:
-                    self._run_callbacks(MemoryChange("delete", tuple(evicted)))
-                self._run_callbacks(MemoryChange("add", tuple(r.item for r in records)))
+            self._announce_add([record.item for record in records], evicted)
             return len(records)
 
     def reload(self) -> None:
