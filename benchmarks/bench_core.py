@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import gc
 import random
-import time
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+from _common import best, make_rows
 
 from agents.memory import Memory, MemoryItem
 
@@ -30,41 +30,6 @@ TARGETS = {
     "load from JSON": 2.0,
     "delete 100 steps": 1.0,
 }
-
-
-def make_rows(n: int) -> list[dict[str, Any]]:
-    """Return ``n`` agent-step dicts with 10 fields each (text, numbers, a flag)."""
-    actions = ["click", "type", "scroll", "select", "wait"]
-    return [
-        {
-            "step": i,
-            "thought": f"Step {i}: the dialog is open, so I should press OK to close it and go on.",
-            "action": actions[i % 5],
-            "observation": f"window 'Report {i % 97}.docx' is focused; 3 controls visible",
-            "cost": 0.0005 * (i % 13),
-            "tokens": 800 + i % 400,
-            "screenshot": f"/runs/2024-05-01/step_{i}.png",
-            "status": "CONTINUE",
-            "plan": "close the dialog, then save the document as PDF",
-            "ok": i % 7 != 0,
-        }
-        for i in range(n)
-    ]
-
-
-def best(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> float:
-    """Return the best wall time of ``repeat`` calls of ``fn`` (``setup`` runs untimed before each)."""
-    times = []
-    for _ in range(repeat):
-        if setup is not None:
-            setup()
-        gc.collect()
-        gc.disable()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-        gc.enable()
-    return min(times)
 
 
 def allocated(build: Callable[[], object]) -> tuple[int, object]:

@@ -12,11 +12,10 @@ Run: .venv/bin/python benchmarks/bench_prompt.py [--items N] [--repeat R] [--bud
 from __future__ import annotations
 
 import argparse
-import gc
-import time
 import warnings
-from collections.abc import Callable
 from typing import Any
+
+from _common import best, make_rows
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.prompt import Window, project, select_window
@@ -26,35 +25,10 @@ TARGET = 0.01
 
 
 def make_memory(n: int) -> Memory:
-    """Return a memory of ``n`` agent steps with seven fields each."""
-    actions = ["click", "type", "scroll", "select", "wait"]
-    return Memory(
-        MemoryItem(
-            step=i,
-            thought=f"Step {i}: the dialog is open, so I should press OK and go on.",
-            action=actions[i % 5],
-            observation=f"window 'Report {i % 97}.docx' is focused; 3 controls visible",
-            cost=0.0005 * (i % 13),
-            screenshot=f"/runs/2024-05-01/step_{i}.png",
-            status="CONTINUE",
-        )
-        for i in range(n)
-    )
-
-
-def best(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> float:
-    """Return the best wall time of ``repeat`` calls of ``fn`` (``setup`` runs untimed before each)."""
-    times = []
-    for _ in range(repeat):
-        if setup is not None:
-            setup()
-        gc.collect()
-        gc.disable()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-        gc.enable()
-    return min(times)
+    """Return a memory of ``n`` agent steps with ten fields each."""
+    memory = Memory()
+    memory.from_list_of_dicts(make_rows(n))
+    return memory
 
 
 def main() -> None:

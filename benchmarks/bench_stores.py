@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from _common import make_rows
 
 from agents.memory import MemoryItem
 from agents.memory._item import dumps_items
@@ -41,21 +42,8 @@ BATCH = 100
 
 
 def make_items(n: int, start: int = 0) -> list[MemoryItem]:
-    """Return ``n`` agent-step items of 8 fields."""
-    actions = ["click", "type", "scroll", "select", "wait"]
-    return [
-        MemoryItem(
-            step=i,
-            thought=f"Step {i}: the dialog is open, so I should press OK and go on.",
-            action=actions[i % 5],
-            observation=f"window 'Report {i % 97}.docx' is focused",
-            cost=0.0005 * (i % 13),
-            tokens=800 + i % 400,
-            screenshot=f"/runs/step_{i}.png",
-            ok=i % 7 != 0,
-        )
-        for i in range(start, start + n)
-    ]
+    """Return ``n`` agent-step items of ten fields."""
+    return [MemoryItem(**row) for row in make_rows(n, start)]
 
 
 def encoded(items: list[MemoryItem]) -> list[tuple[str | None, float, bytes]]:

@@ -1,0 +1,43 @@
+"""What the benchmarks share: the agent-step rows they time and the timer."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def make_rows(n: int, start: int = 0) -> list[dict[str, Any]]:
+    """Return ``n`` agent-step dicts with 10 fields each (text, numbers, a flag), steps from ``start``."""
+    actions = ["click", "type", "scroll", "select", "wait"]
+    return [
+        {
+            "step": i,
+            "thought": f"Step {i}: the dialog is open, so I should press OK to close it and go on.",
+            "action": actions[i % 5],
+            "observation": f"window 'Report {i % 97}.docx' is focused; 3 controls visible",
+            "cost": 0.0005 * (i % 13),
+            "tokens": 800 + i % 400,
+            "screenshot": f"/runs/2024-05-01/step_{i}.png",
+            "status": "CONTINUE",
+            "plan": "close the dialog, then save the document as PDF",
+            "ok": i % 7 != 0,
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def best(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> float:
+    """Return the best wall time of ``repeat`` calls of ``fn`` (``setup`` runs untimed before each)."""
+    times = []
+    for _ in range(repeat):
+        if setup is not None:
+            setup()
+        gc.collect()
+        gc.disable()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+        gc.enable()
+    return min(times)
