@@ -33,7 +33,7 @@ import orjson
 from _common import make_rows
 
 from agents.memory import MemoryItem
-from agents.memory._item import dumps_items
+from agents.memory._item import dumps_item
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores._base import step_text
 
@@ -53,7 +53,7 @@ def encoded(items: list[MemoryItem]) -> list[tuple[str | None, float, bytes]]:
         (
             step_text(item["step"]),
             now,
-            dumps_items([item], step_key="step", on_unencodable="error", array=False),
+            dumps_item(item, step_key="step", on_unencodable="error"),
         )
         for item in items
     ]

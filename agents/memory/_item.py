@@ -40,6 +40,7 @@ __all__ = [
     "MemoryItem",
     "OnUnknownClass",
     "decode_item",
+    "dumps_item",
     "dumps_items",
     "field",
     "item_class",
@@ -424,9 +425,7 @@ class MemoryItem:
         Raises:
             SerializationError: if a value cannot be encoded under the policy.
         """
-        return dumps_items(
-            (self,), step_key=step_key, on_unencodable=on_unencodable, array=False
-        ).decode()
+        return dumps_item(self, step_key=step_key, on_unencodable=on_unencodable).decode()
 
     @property
     def attributes(self) -> list[str]:
@@ -589,30 +588,34 @@ _set_plain = MemoryItem.__dict__["_plain"].__set__
 
 
 def dumps_items(
-    items: Iterable[MemoryItem],
-    *,
-    step_key: str,
-    on_unencodable: OnUnencodable,
-    array: bool = True,
+    items: Iterable[MemoryItem], *, step_key: str, on_unencodable: OnUnencodable
 ) -> bytes:
-    """Encode items as a JSON array of wire forms (or one item's wire form with ``array=False``).
+    """Encode items as a JSON array of their wire forms.
 
-    This is the one path from items to bytes: ``Memory``, session files and
-    stores all call it.
+    With :func:`dumps_item` this is the one path from items to bytes:
+    ``Memory``, session files and stores all call them.
 
     Raises:
         SerializationError: naming the key, step and type of a value that cannot be encoded.
     """
-    items = items if isinstance(items, (list, tuple)) else list(items)
-
-    def wires(walk: bool) -> Any:
-        out = [item._wire(step_key, on_unencodable, walk=walk) for item in items]
-        return out if array else out[0]
-
+    batch = items if isinstance(items, (list, tuple)) else list(items)
     try:
-        return _codec.dumps(wires(False))
+        return _codec.dumps([item._wire(step_key, on_unencodable) for item in batch])
     except _codec.IntegerOutOfRange:
-        return _codec.dumps(wires(True))
+        # A plain-looking item held an int beyond 64 bits: walk every value to tag it.
+        return _codec.dumps([item._wire(step_key, on_unencodable, walk=True) for item in batch])
+
+
+def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable) -> bytes:
+    """Encode one item's wire form (a JSON object), as :func:`dumps_items` does for a list.
+
+    Raises:
+        SerializationError: naming the key, step and type of a value that cannot be encoded.
+    """
+    try:
+        return _codec.dumps(item._wire(step_key, on_unencodable))
+    except _codec.IntegerOutOfRange:
+        return _codec.dumps(item._wire(step_key, on_unencodable, walk=True))
 
 
 def decode_item(wire: Any, *, where: str, on_unknown_class: OnUnknownClass = "error") -> MemoryItem:

@@ -24,7 +24,14 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_item, dumps_items
+from agents.memory._item import (
+    NOTHING,
+    MemoryItem,
+    OnUnknownClass,
+    decode_item,
+    dumps_item,
+    dumps_items,
+)
 from agents.memory.exceptions import CallbackError, StepNotFoundError
 
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem"]
@@ -716,10 +723,7 @@ class Memory:
         yield _codec.dumps(header) + b"\n"
         key = self._step_key
         for item in self._snapshot():
-            yield (
-                dumps_items((item,), step_key=key, on_unencodable=on_unencodable, array=False)
-                + b"\n"
-            )
+            yield (dumps_item(item, step_key=key, on_unencodable=on_unencodable) + b"\n")
 
     def _apply_header(self, header: Mapping[str, Any]) -> None:
         if not header:

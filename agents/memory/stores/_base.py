@@ -28,7 +28,7 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_item, dumps_items
+from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_item, dumps_item
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -98,6 +98,8 @@ def step_text(value: Any) -> str | None:
     if value is NOTHING:
         return None
     cls = type(value)
+    if cls is int:
+        return str(value)  # the common case, and what the codec would write
     if cls is bool:
         return "1" if value else "0"
     if cls is float and value.is_integer():
@@ -507,7 +509,7 @@ def encode_rows(
     rows: list[Row] = []
     for item in items:
         step = item._fields.get(step_key, NOTHING)
-        data = dumps_items([item], step_key=step_key, on_unencodable=on_unencodable, array=False)
+        data = dumps_item(item, step_key=step_key, on_unencodable=on_unencodable)
         rows.append((step_text(step), now, data))
     return rows
 
