@@ -528,3 +528,15 @@ def test_typed_class_found_by_import_in_new_registry() -> None:
         assert item_class(path) is StepRecord
     finally:
         _CLASSES[path] = saved
+
+
+def test_optional_generic_hint_is_checked_by_origin() -> None:
+    """dict[str, int] | None accepts a dict or None and refuses a str (Python 3.10 included)."""
+
+    class Meta(MemoryItem):
+        meta: dict[str, int] | None = None
+
+    assert Meta(meta={"a": 1})["meta"] == {"a": 1}
+    assert Meta()["meta"] is None
+    with pytest.raises(FieldValidationError, match="must be dict or NoneType"):
+        Meta(meta="x")

@@ -673,9 +673,10 @@ def _runtime_types(hint: Any) -> tuple[type, ...] | None:
         return (type(None),)
     if hint is float:
         return (float, int)  # PEP 484: an int is acceptable where a float is expected
-    if isinstance(hint, type):
-        return (hint,)
     origin = typing.get_origin(hint)
+    # Python 3.10 counts list[int] as a type, so look for an origin first.
+    if origin is None and isinstance(hint, type):
+        return (hint,)
     if origin is typing.Union or origin is types.UnionType:
         out: list[type] = []
         for arg in typing.get_args(hint):
