@@ -333,3 +333,23 @@ def test_agent_replay_titles_with_name() -> None:
     out = io.StringIO()
     agent.replay(file=out, color=False)
     assert out.getvalue() == "Agent app: 1 items\n── step 0 ──\n  action: open\n"
+
+
+def test_replay_shows_dates_and_paths_as_text() -> None:
+    """Dates, paths and UUIDs read as text in a replay, not as JSON type tags."""
+    import datetime as dt
+    import pathlib
+    import uuid
+
+    from agents.memory import MemoryItem
+
+    item = MemoryItem(
+        step=1,
+        at=dt.datetime(2024, 5, 1, 9, 0, 7, tzinfo=dt.timezone.utc),
+        shot=pathlib.Path("/runs/1.png"),
+        run=uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    )
+    text = format_replay([item], title="t")
+    assert "  at: 2024-05-01 09:00:07+00:00\n" in text
+    assert "  shot: /runs/1.png\n" in text
+    assert "  run: 12345678-1234-5678-1234-567812345678" in text

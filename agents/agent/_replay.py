@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+import pathlib
 import sys
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import IO, Any, Final, Literal
 
@@ -20,8 +24,24 @@ _WIDTH: Final = 200
 _Kind = Literal["header", "field", "error", "cost", "images", "footer"]
 
 
+# Values whose str() reads better than their JSON type tag (a date, a path).
+_SHOWN_AS_TEXT: Final = (
+    dt.date,
+    dt.time,
+    dt.timedelta,
+    uuid.UUID,
+    decimal.Decimal,
+    pathlib.PurePath,
+)
+
+
 def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) and value else ufo_json(value)
+    if isinstance(value, str) and value:
+        text = value
+    elif isinstance(value, _SHOWN_AS_TEXT):
+        text = str(value)
+    else:
+        text = ufo_json(value)
     if len(text) > _WIDTH:
         text = text[: _WIDTH - 1] + "…"
     return text.replace("\n", "\n      ")
