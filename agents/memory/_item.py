@@ -40,6 +40,7 @@ __all__ = [
     "MemoryItem",
     "OnUnknownClass",
     "decode_item",
+    "decode_items",
     "dumps_item",
     "dumps_items",
     "field",
@@ -616,6 +617,40 @@ def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable
         return _codec.dumps(item._wire(step_key, on_unencodable))
     except _codec.IntegerOutOfRange:
         return _codec.dumps(item._wire(step_key, on_unencodable, walk=True))
+
+
+def decode_items(
+    wires: Iterable[Any],
+    *,
+    where: Callable[[int], str],
+    on_unknown_class: OnUnknownClass = "error",
+) -> list[MemoryItem]:
+    """Turn many wire forms into items, all or nothing.
+
+    Plain field objects (the common case) become ``MemoryItem``s without a
+    walk over their values; wrapped items go through :func:`decode_item`.
+
+    Args:
+        wires: Wire forms as decoded from JSON, in order.
+        where: Names the item at a position in error messages.
+        on_unknown_class: See :func:`item_class`.
+
+    Raises:
+        CorruptSessionError: naming the item whose wire form or field is invalid.
+    """
+    items: list[MemoryItem] = []
+    append = items.append
+    tag = _codec.TAG
+    for position, wire in enumerate(wires):
+        if type(wire) is dict and tag not in wire:
+            item = _new(MemoryItem)
+            _set_fields(item, wire)
+            _set_owners(item, None)
+            _set_plain(item, None)
+            append(item)
+        else:
+            append(decode_item(wire, where=where(position), on_unknown_class=on_unknown_class))
+    return items
 
 
 def decode_item(wire: Any, *, where: str, on_unknown_class: OnUnknownClass = "error") -> MemoryItem:

@@ -28,7 +28,7 @@ from agents.memory._item import (
     NOTHING,
     MemoryItem,
     OnUnknownClass,
-    decode_item,
+    decode_items,
     dumps_item,
     dumps_items,
 )
@@ -741,7 +741,9 @@ class Memory:
         self, data: str | bytes, source: str, on_unknown_class: OnUnknownClass
     ) -> None:
         header, wires = _codec.decode_session(data, source=source)
-        items = _items_from_wires(enumerate(wires), source, on_unknown_class=on_unknown_class)
+        items = decode_items(
+            wires, where=lambda i: f"item {i} of {source}", on_unknown_class=on_unknown_class
+        )
         with self._lock:
             self._replace(items)
             self._apply_header(header)
@@ -757,8 +759,11 @@ class Memory:
                 header = _codec.check_header(obj, source=source)
             else:
                 pending.append(first)
-        items = _items_from_wires(
-            _chain_lines(pending, lines), source, unit="line", on_unknown_class=on_unknown_class
+        numbered = [*pending, *lines]
+        items = decode_items(
+            [wire for _, wire in numbered],
+            where=lambda i: f"line {numbered[i][0]} of {source}",
+            on_unknown_class=on_unknown_class,
         )
         with self._lock:
             self._replace(items)
@@ -773,33 +778,6 @@ def _checked_items(items: Iterable[MemoryItem], outcome: str) -> list[MemoryItem
             msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; {outcome}."
             raise TypeError(msg)
     return batch
-
-
-def _chain_lines(
-    first: list[tuple[int, Any]], rest: Iterator[tuple[int, Any]]
-) -> Iterator[tuple[int, Any]]:
-    yield from first
-    yield from rest
-
-
-def _items_from_wires(
-    wires: Iterable[tuple[int, Any]],
-    source: str,
-    *,
-    unit: str = "item",
-    on_unknown_class: OnUnknownClass = "error",
-) -> list[MemoryItem]:
-    items: list[MemoryItem] = []
-    append = items.append
-    from_fields = MemoryItem._from_fields
-    tag = _codec.TAG
-    for position, wire in wires:
-        if type(wire) is dict and tag not in wire:
-            append(from_fields(wire))  # plain field object: the fast path
-        else:
-            where = f"{unit} {position} of {source}"
-            append(decode_item(wire, where=where, on_unknown_class=on_unknown_class))
-    return items
 
 
 def _looks_like_jsonl(stream: IO[bytes]) -> bool:

@@ -24,11 +24,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
+import orjson
 from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_item, dumps_item
+from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_items, dumps_item
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -536,23 +537,23 @@ def decode_pairs(
         CorruptStoreError: naming the seq and session of a row that is not valid JSON.
         CorruptSessionError: naming the seq and session of a row that is not a valid item.
     """
-    loads = _codec.loads
-    from_fields = MemoryItem._from_fields
-    tag = _codec.TAG
-    out: list[tuple[int, MemoryItem]] = []
-    append = out.append
-    for seq, data in rows:
-        try:
-            wire = loads(data, source=source)
-        except CorruptSessionError as exc:
-            msg = f"Item {seq} of {source} is damaged: {exc}"
-            raise CorruptStoreError(msg) from exc
-        if type(wire) is dict and tag not in wire:
-            append((seq, from_fields(wire)))
-        else:
-            where = f"item {seq} of {source}"
-            append((seq, decode_item(wire, where=where, on_unknown_class=on_unknown_class)))
-    return out
+    rows = rows if isinstance(rows, list) else list(rows)
+    seqs = [seq for seq, _ in rows]
+    try:
+        # One C-level pass; the loop below only runs to name a damaged row.
+        wires = list(map(orjson.loads, [data for _, data in rows]))
+    except orjson.JSONDecodeError:
+        for seq, data in rows:
+            try:
+                _codec.loads(data, source=source)
+            except CorruptSessionError as exc:
+                msg = f"Item {seq} of {source} is damaged: {exc}"
+                raise CorruptStoreError(msg) from exc
+        raise  # pragma: no cover - the loop above finds the row orjson refused
+    items = decode_items(
+        wires, where=lambda i: f"item {seqs[i]} of {source}", on_unknown_class=on_unknown_class
+    )
+    return list(zip(seqs, items, strict=True))
 
 
 def _step_texts(steps: Iterable[Any]) -> list[str]:
