@@ -222,3 +222,20 @@ def test_sqlite_directory_missing_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"a\.db"):
         open_store(path)
     assert not os.path.exists(path.parent)
+
+
+def test_damaged_row_is_named_and_nothing_is_loaded(tmp_path: Path) -> None:
+    """A stored item whose bytes are not JSON raises CorruptStoreError naming its seq."""
+    path = tmp_path / "damaged.db"
+    with open_store(str(path)) as store:
+        seqs = store.append("s1", [MemoryItem(step=1), MemoryItem(step=2), MemoryItem(step=3)])
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE kvmemory_items SET data = ? WHERE seq = ?", (b'{"step": 2,', seqs[1]))
+    con.close()
+    with open_store(str(path)) as store:
+        with pytest.raises(
+            CorruptStoreError, match=rf"Item {seqs[1]} of session 's1' .* is damaged"
+        ):
+            store.read("s1")
+        assert store.count("s1") == 3
