@@ -17,10 +17,11 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from agents.memory import AgentMemoryError, Memory
@@ -55,15 +56,21 @@ def _read(source: str, session: str | None) -> Memory:
             msg = f"{source!r} holds session {memory.session_id!r}, not {session!r}."
             raise _UsageError(msg)
         return memory
+    with _open_session_store(source, session) as (store, name):
+        return Memory(store.read(name, on_unknown_class="base"), session_id=name)
+
+
+@contextlib.contextmanager
+def _open_session_store(source: str, session: str | None) -> Iterator[tuple[Any, str]]:
+    """Open the store SOURCE and check that it has ``session``; yield both."""
     if session is None:
         msg = f"{source!r} is a store; name the session with --session ID (list them with: kvmemory sessions {source})."
         raise _UsageError(msg)
     with _open_existing_store(source) as store:
-        items = store.read(session, on_unknown_class="base")
-        if not items and session not in store.sessions():
+        if session not in store.sessions():
             msg = f"Store {source!r} has no session {session!r}; list them with: kvmemory sessions {source}"
             raise _UsageError(msg)
-    return Memory(items, session_id=session)
+        yield store, session
 
 
 class _UsageError(AgentMemoryError, ValueError):
@@ -108,9 +115,22 @@ def _selected(args: argparse.Namespace) -> Memory:
     return Memory(items, step_key=memory.step_key, session_id=memory.session_id)
 
 
+def _projected(args: argparse.Namespace, keys: list[str]) -> list[dict[str, Any]]:
+    """Return the chosen keys of a store session's items, cut down by the store itself."""
+    with _open_session_store(args.source, args.session) as (store, name):
+        rows: list[dict[str, Any]] = store.project(name, keys, steps=_steps(args.steps))
+    if args.last is not None:
+        rows = rows[-args.last :] if args.last else []
+    return rows
+
+
 def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
-    memory = _selected(args)
     keys = _split(args.keys)
+    if keys is not None and not args.json and not _is_file_source(args.source):
+        for fields in _projected(args, keys):
+            out.write("  ".join(f"{key}={value!r}" for key, value in fields.items()) + "\n")
+        return 0
+    memory = _selected(args)
     if args.json:
         if keys is not None:
             memory = Memory(

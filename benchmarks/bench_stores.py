@@ -311,6 +311,37 @@ def postgres_url(given: str | None) -> Iterator[str | None]:
         server.__exit__(None, None, None)
 
 
+def bench_projection(url: str, label: str, n: int) -> None:
+    """Time project() (keys cut in the store) against reading whole items and cutting in Python.
+
+    Two sessions: the usual ten small fields, and the same with a 20 kB
+    screenshot field, which is where cutting in the store pays.
+    """
+    keys = ["step", "action", "cost"]
+    with open_store(url) as store:
+        small = make_items(n)
+        store.append("proj-small", small)
+        store.append(
+            "proj-big",
+            [MemoryItem(**item.to_dict(), screenshot_b64="A" * 20_000) for item in small],
+        )
+        for session in ("proj-small", "proj-big"):
+
+            def whole(session: str = session) -> Any:
+                return [item.filter(keys) for item in store.read(session)]
+
+            def pushed(session: str = session) -> Any:
+                return store.project(session, keys)
+
+            assert whole() == pushed()
+            report(
+                f"{label}: project 3 keys ({session.removeprefix('proj-')} items)",
+                min(timed(pushed) for _ in range(3)),
+                min(timed(whole) for _ in range(3)),
+                note="  (raw = read whole items, cut in Python)",
+            )
+
+
 def main() -> None:
     """Parse the options and run the SQLite and PostgreSQL benchmarks."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -321,10 +352,13 @@ def main() -> None:
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
     bench_sqlite(args.items, args.reopen, args.synchronous)
+    with tempfile.TemporaryDirectory() as folder:
+        bench_projection(f"sqlite://{folder}/projection.db", "SQLite", args.items)
     if not args.no_postgres:
         with postgres_url(args.postgres) as url:
             if url is not None:
                 bench_postgres(url, args.items, args.reopen)
+                bench_projection(url, "PostgreSQL", args.items)
 
 
 if __name__ == "__main__":

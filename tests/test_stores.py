@@ -270,3 +270,50 @@ def test_closed_store_refuses_calls(store_url: str) -> None:
     opened.close()
     with pytest.raises(StoreError, match="is closed"):
         opened.read("s")
+
+
+def test_project_returns_chosen_keys_in_key_order(store: BaseStore) -> None:
+    """project() gives one dict per item with the asked keys in the asked order, {} for none."""
+    store.append(
+        "s",
+        [
+            MemoryItem(step=1, action="click", image="x" * 5000, cost=0.30000000000000004),
+            Step(step=2, when=dt.date(2024, 5, 1), pair=(1, 2)),
+            MemoryItem(note="no step"),
+        ],
+    )
+    assert store.project("s", ["cost", "step", "when", "pair"]) == [
+        {"cost": 0.30000000000000004, "step": 1},
+        {"cost": 0.0, "step": 2, "when": dt.date(2024, 5, 1), "pair": (1, 2)},
+        {},
+    ]
+
+
+def test_project_with_steps_matches_step_filter(store: BaseStore) -> None:
+    """project(steps=...) keeps the items read(steps=...) keeps."""
+    store.append("s", [MemoryItem(step=s, action=f"a{s}", big="y" * 100) for s in range(5)])
+    assert store.project("s", ["action"], steps=[1, 3]) == [{"action": "a1"}, {"action": "a3"}]
+    assert store.project("s", ["action"], steps=[]) == []
+
+
+def test_project_keeps_exact_values(store: BaseStore) -> None:
+    """Projected values equal the stored ones: big ints, nested JSON, unicode, keys with quotes."""
+    item = MemoryItem(
+        step=1,
+        pad="p" * 5000,  # a large row, which PostgreSQL cuts down on the server
+        n=2**70,
+        nested={"a": [1, {"b": None}], "t": True},
+        text='héllo \u2603 "quoted"',
+        **{'we"ird key': 1.5e300},
+    )
+    store.append("s", [item])
+    plain = MemoryItem(step=2, pad="p" * 5000, f=0.1 + 0.2, ok=False, none=None, e=1e-7)
+    store.append("s", [plain])
+    keys = ["n", "nested", "text", 'we"ird key', "f", "ok", "none", "e"]
+    assert store.project("s", keys) == [item.filter(keys), plain.filter(keys)]
+
+
+def test_project_rejects_non_string_keys(store: BaseStore) -> None:
+    """A non-string key is refused by name."""
+    with pytest.raises(TypeError, match=r"string keys, got 3 \(int\)"):
+        store.project("s", ["step", 3])  # type: ignore[list-item]  # the wrong type is the point

@@ -231,6 +231,34 @@ class PostgresStore(BaseStore):
         with self._connection("read", session_id) as con:
             return [(int(seq), bytes(data)) for seq, data in con.execute(sql, params).fetchall()]
 
+    def _fetch_keys(
+        self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None
+    ) -> list[tuple[int, bytes]]:
+        # Rows larger than a few kB (a screenshot, a long page) are cut down to
+        # the asked keys from the JSONB copy, so the rest is never sent; smaller
+        # rows come back whole, which benchmarks/bench_stores.py measured to be
+        # faster than cutting them. Items without a JSONB copy (they hold a NUL
+        # character) come back whole too.
+        pick = (
+            "COALESCE((SELECT jsonb_object_agg(key, value) FROM jsonb_each({source})"
+            " WHERE key = ANY(%(keys)s)), '{{}}'::jsonb)"
+        )
+        plain = pick.format(source="doc")
+        wrapped = pick.format(source="doc->'fields'")
+        sql = (
+            f"SELECT seq, CASE WHEN doc IS NULL OR octet_length(data) <= {_CUT_ROWS_OVER} THEN data"
+            f" WHEN doc ? '$kv' THEN convert_to(jsonb_build_object('$kv', 'item', 'fields', {wrapped})::text, 'UTF8')"
+            f" ELSE convert_to({plain}::text, 'UTF8') END"
+            " FROM kvmemory_items WHERE session_id = %(session)s"
+        )
+        params: dict[str, Any] = {"keys": list(keys), "session": session_id}
+        if steps is not None:
+            sql += " AND step = ANY(%(steps)s)"
+            params["steps"] = list(steps)
+        sql += " ORDER BY seq"
+        with self._connection("read", session_id) as con:
+            return [(int(seq), bytes(data)) for seq, data in con.execute(sql, params).fetchall()]
+
     def _count(self, session_id: str) -> int:
         with self._connection("count", session_id) as con:
             row = con.execute(
@@ -289,6 +317,10 @@ class PostgresStore(BaseStore):
 
     def _close(self) -> None:
         self._pool.close()
+
+
+_CUT_ROWS_OVER: Final = 4096
+"""Rows of more bytes than this are cut down to the asked keys by the server."""
 
 
 def _doc(data: bytes) -> str | None:
