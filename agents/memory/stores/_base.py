@@ -162,6 +162,12 @@ class Store(Protocol):
         """Return :meth:`read`'s items with their seqs."""
         ...
 
+    def project(
+        self, session_id: str, keys: Iterable[str], *, steps: Iterable[Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Return one dict of the chosen keys per item, in order."""
+        ...
+
     def count(self, session_id: str) -> int:
         """Return the number of items of a session."""
         ...
