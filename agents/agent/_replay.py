@@ -110,18 +110,26 @@ def format_replay(
         label_key: A string field shown in the block header instead of as a
             field (``"agent"`` names who took the step in multi-agent sessions).
     """
+    lines = _session_lines(memory, title, image_keys, cost_key, label_key)
+    return "\n".join(text for _, text in lines)
+
+
+def _session_lines(
+    memory: Memory | Iterable[MemoryItem],
+    title: str | None,
+    image_keys: Sequence[str],
+    cost_key: str,
+    label_key: str | None,
+) -> list[tuple[_Kind, str]]:
+    """Return the styled lines of a replay, for both the plain and the coloured output."""
     items = list(memory)
-    step_key = memory.step_key if isinstance(memory, Memory) else "step"
-    return "\n".join(
-        text
-        for _, text in _lines(
-            items,
-            title=title or _title(memory, len(items)),
-            step_key=step_key,
-            image_keys=image_keys,
-            cost_key=cost_key,
-            label_key=label_key,
-        )
+    return _lines(
+        items,
+        title=title or _title(memory, len(items)),
+        step_key=memory.step_key if isinstance(memory, Memory) else "step",
+        image_keys=image_keys,
+        cost_key=cost_key,
+        label_key=label_key,
     )
 
 
@@ -167,16 +175,7 @@ def replay(
         MissingDependencyError: if ``color=True`` and rich is not installed.
     """
     out = file if file is not None else sys.stdout
-    items = list(memory)
-    step_key = memory.step_key if isinstance(memory, Memory) else "step"
-    lines = _lines(
-        items,
-        title=title or _title(memory, len(items)),
-        step_key=step_key,
-        image_keys=image_keys,
-        cost_key=cost_key,
-        label_key=label_key,
-    )
+    lines = _session_lines(memory, title, image_keys, cost_key, label_key)
     console = _console(out, color)
     if console is None:
         out.write("".join(text + "\n" for _, text in lines))

@@ -537,6 +537,38 @@ def envelope(
     }
 
 
+def check_format(
+    document: Any, *, source: str, name: str, version: int, kind: str
+) -> dict[str, Any]:
+    """Check that ``document`` is a ``name`` document this library can read, and return it.
+
+    Args:
+        document: The decoded JSON document.
+        source: Names the file or stream in error messages.
+        name: The expected ``"format"`` value.
+        version: The newest ``"version"`` this library reads.
+        kind: What the document is, for messages (``"kvmemory session"``).
+
+    Raises:
+        CorruptSessionError: if it is not such a document or its version is invalid.
+        UnsupportedVersionError: if a newer version of the format wrote it.
+    """
+    if type(document) is not dict or document.get("format") != name:
+        msg = f"{source} is not a {kind} (no 'format': {name!r} header); nothing was loaded."
+        raise CorruptSessionError(msg)
+    found = document.get("version")
+    if type(found) is not int or found < 1:
+        msg = f"{source} has an invalid format version {found!r}; nothing was loaded."
+        raise CorruptSessionError(msg)
+    if found > version:
+        msg = (
+            f"{source} uses {kind} format version {found}, newer than the "
+            f"{version} this kvmemory reads; upgrade kvmemory to load it."
+        )
+        raise UnsupportedVersionError(msg)
+    return document
+
+
 def check_header(header: Any, *, source: str) -> dict[str, Any]:
     """Validate a session header and return it with its metadata decoded.
 
@@ -544,19 +576,9 @@ def check_header(header: Any, *, source: str) -> dict[str, Any]:
         CorruptSessionError: if it is not a kvmemory session header.
         UnsupportedVersionError: if a newer version of the format wrote it.
     """
-    if type(header) is not dict or header.get("format") != FORMAT_NAME:
-        msg = f"{source} is not a kvmemory session (no 'format': {FORMAT_NAME!r} header); nothing was loaded."
-        raise CorruptSessionError(msg)
-    version = header.get("version")
-    if type(version) is not int or version < 1:
-        msg = f"{source} has an invalid format version {version!r}; nothing was loaded."
-        raise CorruptSessionError(msg)
-    if version > FORMAT_VERSION:
-        msg = (
-            f"{source} uses session format version {version}, newer than the "
-            f"{FORMAT_VERSION} this kvmemory reads; upgrade kvmemory to load it."
-        )
-        raise UnsupportedVersionError(msg)
+    check_format(
+        header, source=source, name=FORMAT_NAME, version=FORMAT_VERSION, kind="kvmemory session"
+    )
     out = dict(header)
     out["metadata"] = decode_value(header.get("metadata") or {})
     return out

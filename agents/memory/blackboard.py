@@ -34,7 +34,6 @@ from agents.memory.exceptions import (
     CorruptSessionError,
     ImageReadError,
     SkippedRecordWarning,
-    UnsupportedVersionError,
 )
 from agents.memory.memory import Memory
 from agents.memory.prompt import (
@@ -341,16 +340,13 @@ class Blackboard:
         source = f"Blackboard file {os.fspath(path)!r}"
         with open(path, "rb") as stream:
             document = _codec.loads(stream.read(), source=source)
-        if type(document) is not dict or document.get("format") != _FORMAT_NAME:
-            msg = f"{source} is not a saved blackboard (no 'format': {_FORMAT_NAME!r}); nothing was loaded."
-            raise CorruptSessionError(msg)
-        version = document.get("version")
-        if type(version) is not int or version < 1:
-            msg = f"{source} has an invalid version {version!r}; nothing was loaded."
-            raise CorruptSessionError(msg)
-        if version > _FORMAT_VERSION:
-            msg = f"{source} uses blackboard format version {version}, newer than the {_FORMAT_VERSION} this kvmemory reads; upgrade kvmemory to load it."
-            raise UnsupportedVersionError(msg)
+        _codec.check_format(
+            document,
+            source=source,
+            name=_FORMAT_NAME,
+            version=_FORMAT_VERSION,
+            kind="saved blackboard",
+        )
         sections = document.get("sections")
         if type(sections) is not dict or any(name not in SECTIONS for name in sections):
             msg = f"{source} has no valid 'sections' object (expected keys among {list(SECTIONS)}); nothing was loaded."

@@ -171,17 +171,8 @@ def open_memory(
         StoreError: if the store cannot be opened or read.
     """
     check_session_id(session_id)
-    if isinstance(store, BaseStore):
-        return StoredMemory(
-            store,
-            session_id,
-            step_key=step_key,
-            max_items=max_items,
-            callbacks=callbacks,
-            on_unencodable=on_unencodable,
-            metadata=metadata,
-        )
-    opened = open_store(store)
+    owns_store = not isinstance(store, BaseStore)
+    opened = store if isinstance(store, BaseStore) else open_store(store)
     try:
         return StoredMemory(
             opened,
@@ -191,10 +182,11 @@ def open_memory(
             callbacks=callbacks,
             on_unencodable=on_unencodable,
             metadata=metadata,
-            owns_store=True,
+            owns_store=owns_store,
         )
     except BaseException:
-        opened.close()
+        if owns_store:
+            opened.close()
         raise
 
 
