@@ -317,3 +317,36 @@ def test_project_rejects_non_string_keys(store: BaseStore) -> None:
     """A non-string key is refused by name."""
     with pytest.raises(TypeError, match=r"string keys, got 3 \(int\)"):
         store.project("s", ["step", 3])  # type: ignore[list-item]  # the wrong type is the point
+
+
+def test_batch_applies_its_writes_in_one_go(store_url: str) -> None:
+    """A write batch stages clear, deletes, updates and appends and applies them on exit."""
+    with open_store(store_url) as store:
+        first = store.append("s", [MemoryItem(step=1), MemoryItem(step=2), MemoryItem(step=3)])
+        with store.batch("s") as batch:
+            batch.delete([first[0]])
+            batch.update({first[1]: MemoryItem(step=2, note="changed")})
+            batch.append([MemoryItem(step=4)])
+            assert batch.appended == []
+        assert len(batch.appended) == 1
+        assert [item.to_dict() for item in store.read("s")] == [
+            {"step": 2, "note": "changed"},
+            {"step": 3},
+            {"step": 4},
+        ]
+
+
+def test_batch_left_by_an_exception_writes_nothing(store_url: str) -> None:
+    """A batch whose with-block raises leaves the session as it was."""
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(step=1)])
+
+        def stage_then_fail() -> None:
+            with store.batch("s") as batch:
+                batch.clear()
+                batch.append([MemoryItem(step=9)])
+                raise RuntimeError("stop")
+
+        with pytest.raises(RuntimeError, match="stop"):
+            stage_then_fail()
+        assert steps_of(store.read("s")) == [1]

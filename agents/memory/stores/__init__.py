@@ -38,6 +38,7 @@ from agents.memory.stores._base import (
     BaseStore,
     Store,
     StoredRecord,
+    WriteBatch,
     check_session_id,
 )
 from agents.memory.stores._memory import InMemoryStore
@@ -51,6 +52,7 @@ __all__ = [
     "Store",
     "StoredMemory",
     "StoredRecord",
+    "WriteBatch",
     "check_session_id",
     "open_memory",
     "open_store",

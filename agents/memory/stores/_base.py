@@ -20,7 +20,7 @@ import datetime as dt
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
@@ -43,6 +43,7 @@ __all__ = [
     "Row",
     "Store",
     "StoredRecord",
+    "WriteBatch",
     "check_session_id",
     "step_text",
 ]
@@ -418,6 +419,32 @@ class BaseStore(abc.ABC):
         pairs = decode_pairs(rows, f"session {sid!r} of {self._url}", "base")
         return [{k: f[k] for k in wanted if k in f} for f in (item._fields for _, item in pairs)]
 
+    def batch(
+        self,
+        session_id: str,
+        *,
+        step_key: str = "step",
+        on_unencodable: OnUnencodable = "error",
+    ) -> WriteBatch:
+        """Return a batch of writes to one session, applied together when its ``with`` block ends.
+
+        Example::
+
+            with store.batch("run-1") as batch:
+                batch.delete([3, 4])
+                batch.append([MemoryItem(step=5)])
+            batch.appended   # the seqs the new items got
+
+        Args:
+            session_id: The session to write.
+            step_key: The field that names an item's step.
+            on_unencodable: The codec's policy for values JSON cannot hold.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+        """
+        return WriteBatch(self, self._check(session_id), step_key, on_unencodable)
+
     def count(self, session_id: str) -> int:
         """Return the number of items of a session (0 for an unknown session).
 
@@ -549,6 +576,97 @@ class BaseStore(abc.ABC):
             msg = f"expire() takes a non-negative age, got {older_than!r}."
             raise ValueError(msg)
         return self._expire(sid, time.time() - seconds)
+
+
+class WriteBatch:
+    """Writes to one session, staged by its calls and applied when the ``with`` block ends.
+
+    Each call encodes at once, so a value the codec refuses raises before
+    anything is written. On a clean exit the staged writes are applied in
+    this order: clear, deletes, updates, appends, then ``keep_last`` and
+    ``expire``; leaving the block with an exception writes nothing. Get one
+    from :meth:`BaseStore.batch`.
+
+    After the block, :attr:`appended` holds the seqs given to the appended
+    items (in order) and :attr:`deleted` the seqs removed by ``keep_last``
+    and ``expire``.
+    """
+
+    def __init__(
+        self, store: BaseStore, session_id: str, step_key: str, on_unencodable: OnUnencodable
+    ) -> None:
+        self._store = store
+        self.session_id = session_id
+        self.step_key = step_key
+        self._on_unencodable: OnUnencodable = on_unencodable
+        self._clear = False
+        self._delete: list[int] = []
+        self._update: list[tuple[int, str | None, bytes]] = []
+        self._append: list[Row] = []
+        self._keep_last: int | None = None
+        self._older_than: dt.timedelta | float | None = None
+        self.appended: list[int] = []
+        self.deleted: list[int] = []
+
+    def append(self, items: Sequence[MemoryItem]) -> None:
+        """Stage appending ``items``, in order.
+
+        Raises:
+            SerializationError: if a value cannot be encoded; nothing is staged.
+        """
+        self._append.extend(encode_rows(items, self.step_key, self._on_unencodable))
+
+    def update(self, items: Mapping[int, MemoryItem]) -> None:
+        """Stage replacing the stored fields of the rows ``items`` names by seq.
+
+        Raises:
+            SerializationError: if a value cannot be encoded; nothing is staged.
+        """
+        seqs = list(items)
+        rows = encode_rows(list(items.values()), self.step_key, self._on_unencodable)
+        self._update.extend(
+            (seq, step, data) for seq, (step, _, data) in zip(seqs, rows, strict=True)
+        )
+
+    def delete(self, seqs: Iterable[int]) -> None:
+        """Stage deleting the rows ``seqs`` names (seqs that do not exist are ignored)."""
+        self._delete.extend(seqs)
+
+    def clear(self) -> None:
+        """Stage deleting every row of the session (applied before the other writes)."""
+        self._clear = True
+        self._delete.clear()
+        self._update.clear()
+
+    def keep_last(self, n: int) -> None:
+        """Stage deleting all but the last ``n`` rows (applied after the appends)."""
+        self._keep_last = n
+
+    def expire(self, older_than: dt.timedelta | float) -> None:
+        """Stage deleting the rows written more than ``older_than`` ago (applied last)."""
+        self._older_than = older_than
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is not None:
+            return
+        store = self._store
+        sid = self.session_id
+        if self._clear or self._delete or self._update or self._append:
+            self.appended, _ = store._write(
+                sid,
+                self.step_key,
+                add=self._append,
+                delete=sorted(set(self._delete)),
+                update=self._update,
+                clear=self._clear,
+            )
+        if self._keep_last is not None:
+            self.deleted.extend(store._retain_last(sid, self._keep_last))
+        if self._older_than is not None:
+            self.deleted.extend(store._retain_younger(sid, self._older_than))
 
 
 def encode_rows(
