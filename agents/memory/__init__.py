@@ -5,7 +5,7 @@ the steps in order, indexed by step; the codec writes them as lossless JSON.
 """
 
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, FieldSpec, MemoryItem, OnUnknownClass, field
+from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
 from agents.memory.blackboard import Blackboard, ImageItem
 from agents.memory.exceptions import (
     AgentMemoryError,
@@ -19,6 +19,7 @@ from agents.memory.exceptions import (
     InvalidKeyError,
     InvalidSessionIdError,
     InvalidStoreURLError,
+    ItemNotFoundError,
     MissingDependencyError,
     SchemaVersionError,
     SerializationError,
@@ -31,7 +32,7 @@ from agents.memory.exceptions import (
     UnmatchedKeyWarning,
     UnsupportedVersionError,
 )
-from agents.memory.memory import ChangeCallback, ChangeKind, Memory, MemoryChange
+from agents.memory.memory import ChangeCallback, ChangeKind, Memory, MemoryChange, MemoryWriter
 from agents.memory.prompt import (
     EstimateCounter,
     Key,
@@ -66,15 +67,18 @@ __all__ = [
     "FieldNotFoundError",
     "FieldSpec",
     "FieldValidationError",
+    "FieldWatcher",
     "ImageItem",
     "ImageReadError",
     "InvalidKeyError",
     "InvalidSessionIdError",
     "InvalidStoreURLError",
+    "ItemNotFoundError",
     "Key",
     "Memory",
     "MemoryChange",
     "MemoryItem",
+    "MemoryWriter",
     "MissingDependencyError",
     "OnUnencodable",
     "OnUnknownClass",

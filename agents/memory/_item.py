@@ -9,6 +9,7 @@ accepted.
 
 from __future__ import annotations
 
+import contextlib
 import copy as _copy
 import inspect
 import itertools
@@ -16,7 +17,6 @@ import reprlib
 import sys
 import types
 import typing
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NOTHING",
     "FieldSpec",
+    "FieldWatcher",
     "MemoryItem",
     "OnUnknownClass",
     "decode_item",
@@ -190,6 +191,12 @@ def _check_keys(fields: Mapping[Any, Any]) -> None:
         raise  # pragma: no cover - join failed for a reason other than a key
 
 
+class FieldWatcher(Protocol):
+    """Told of each field change of a watched item: ``watcher(item, key, old, new)``."""
+
+    def __call__(self, item: MemoryItem, key: str, old: Any, new: Any, /) -> object: ...
+
+
 class MemoryItem:
     """One record of an agent step: free-form fields in insertion order.
 
@@ -207,7 +214,7 @@ class MemoryItem:
 
     if TYPE_CHECKING:
         _fields: dict[str, Any]
-        _owners: dict[int, weakref.ref[Any]] | None
+        _owners: dict[int, Callable[[], FieldWatcher | None]] | None
         _plain: bool | None
 
     def __init__(self, /, **fields: Any) -> None:
@@ -446,9 +453,17 @@ class MemoryItem:
             msg = f"{type(self).__name__} has no field {key!r}; its fields are {list(fields)}."
             raise FieldNotFoundError(msg)
         _set_plain(self, None)
+        if not self._owners:
+            return fields.pop(key)
+        before = dict(fields)
         value = fields.pop(key)
-        if self._owners:
+        try:
             self._notify(key, value, NOTHING)
+        except BaseException:
+            # Put the field back where it was, not at the end.
+            fields.clear()
+            fields.update(before)
+            raise
         return value
 
     def keys(self) -> list[str]:
@@ -563,23 +578,56 @@ class MemoryItem:
             _set_plain(self, False)
         return wire
 
-    def _link(self, memory: Any, ref: weakref.ref[Any]) -> None:
+    # -- watchers ----------------------------------------------------------------
+
+    def watch(self, owner: object, callback_ref: Callable[[], FieldWatcher | None]) -> None:
+        """Call a watcher after each change of one of this item's fields, until :meth:`unwatch`.
+
+        This is how a ``Memory`` keeps its step index and its writer (a durable
+        store) in step with items that change after they were added. The
+        watcher is called as ``watcher(item, key, old, new)`` once the field
+        holds its new value (``old`` or ``new`` is ``NOTHING`` when the field
+        was added or deleted). If it raises, the field is put back as it was,
+        the watchers already told are told of the change back, and the error
+        propagates: a change a store refused is not kept in RAM either.
+
+        Args:
+            owner: The watcher's owner; one watcher per owner (a second call replaces the first).
+            callback_ref: A zero-argument callable returning the watcher, or
+                ``None`` once it is gone: pass a ``weakref.WeakMethod`` so that
+                the item does not keep its owner alive.
+        """
         owners = self._owners
         if owners is None:
-            _set_owners(self, {id(memory): ref})
+            _set_owners(self, {id(owner): callback_ref})
         else:
-            owners[id(memory)] = ref
+            owners[id(owner)] = callback_ref
 
-    def _unlink(self, memory: Any) -> None:
+    def unwatch(self, owner: object) -> None:
+        """Stop calling ``owner``'s watcher (no error if it had none)."""
         owners = self._owners
         if owners:
-            owners.pop(id(memory), None)
+            owners.pop(id(owner), None)
 
     def _notify(self, key: str, old: Any, new: Any) -> None:
+        told: list[FieldWatcher] = []
         for ref in list(self._owners.values()):  # type: ignore[union-attr]  # caller checked
-            memory = ref()
-            if memory is not None:
-                memory._item_changed(self, key, old, new)
+            watcher = ref()
+            if watcher is None:
+                continue
+            try:
+                watcher(self, key, old, new)
+            except BaseException:
+                fields = self._fields
+                if old is NOTHING:
+                    fields.pop(key, None)
+                else:
+                    fields[key] = old
+                for earlier in told:
+                    with contextlib.suppress(Exception):
+                        earlier(self, key, new, old)
+                raise
+            told.append(watcher)
 
 
 _new = object.__new__

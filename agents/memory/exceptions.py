@@ -7,6 +7,7 @@ from the builtin exception that code written for UFO would already catch, so
     AgentMemoryError(Exception)
     ├── FieldNotFoundError(AgentMemoryError, KeyError)
     ├── StepNotFoundError(AgentMemoryError, KeyError)
+    ├── ItemNotFoundError(AgentMemoryError, ValueError)
     ├── UnmatchedKeyError(AgentMemoryError, KeyError)
     ├── InvalidKeyError(AgentMemoryError, TypeError)
     ├── FieldValidationError(AgentMemoryError, TypeError, ValueError)
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidSessionIdError",
     "InvalidStoreURLError",
+    "ItemNotFoundError",
     "MissingDependencyError",
     "SchemaVersionError",
     "SerializationError",
@@ -77,6 +79,10 @@ class FieldNotFoundError(AgentMemoryError, _MessageKeyError):
 
 class StepNotFoundError(AgentMemoryError, _MessageKeyError):
     """A step was asked for by value, and no item of the memory has it."""
+
+
+class ItemNotFoundError(AgentMemoryError, ValueError):
+    """An item was named by identity, and the memory does not hold it (as ``list.remove`` raises ``ValueError``)."""
 
 
 class InvalidKeyError(AgentMemoryError, TypeError):

@@ -16,8 +16,8 @@ import operator
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import IO, Any, Literal, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import IO, Any, Literal, Protocol, overload
 
 import attrs
 from typing_extensions import Self
@@ -32,9 +32,9 @@ from agents.memory._item import (
     dumps_item,
     dumps_items,
 )
-from agents.memory.exceptions import CallbackError, StepNotFoundError
+from agents.memory.exceptions import CallbackError, ItemNotFoundError, StepNotFoundError
 
-__all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem"]
+__all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem", "MemoryWriter"]
 
 ChangeKind = Literal["add", "delete", "clear"]
 
@@ -57,6 +57,39 @@ ChangeCallback = Callable[["Memory", MemoryChange], object]
 """A callback run after each change: ``callback(memory, change)``."""
 
 
+class MemoryWriter(Protocol):
+    """Where a memory sends each change before it applies it: the seam to durable stores.
+
+    A memory gives every item a *key* when it is added: an int unique within
+    the memory, never reused, increasing in memory order. A writer is told
+    of every change by those keys, under the memory's lock, *before* the
+    memory applies it; if the writer raises, the memory is left exactly as it
+    was and the error propagates. A writer never sees the memory's
+    internals, and the memory never knows what the writer does with a change
+    (``agents.memory.stores.StoredMemory`` writes each one to a store).
+    """
+
+    def write_add(
+        self,
+        memory: Memory,
+        added: Sequence[tuple[int, MemoryItem]],
+        evicted: Sequence[int],
+    ) -> None:
+        """Items are appended under the given keys; then the ``evicted`` keys go (``max_items``).
+
+        ``evicted`` may name keys of ``added`` (items dropped as soon as they arrive).
+        """
+
+    def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
+        """The items under ``keys`` are deleted."""
+
+    def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
+        """``item``, held under ``keys``, has new field values."""
+
+    def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
+        """Every item goes and ``added`` takes its place (``clear`` gives no items)."""
+
+
 def _validate_max_items(instance: object, attribute: object, value: int | None) -> None:
     if value is not None and (type(value) is not int or value < 1):
         msg = f"max_items must be a positive int or None, got {value!r}."
@@ -73,6 +106,8 @@ class Memory:
         callbacks: Run after each add, delete and clear as ``callback(memory, change)``.
         session_id: A name for the session, written into saved session documents.
         metadata: Free-form data about the session, saved with it.
+        writer: Told of every change before it is applied (see :class:`MemoryWriter`);
+            ``agents.memory.stores.open_memory`` sets one up for durable sessions.
     """
 
     def __init__(
@@ -84,13 +119,15 @@ class Memory:
         callbacks: Iterable[ChangeCallback] = (),
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        writer: MemoryWriter | None = None,
     ) -> None:
         if type(step_key) is not str:
             msg = f"step_key must be a string, got {step_key!r}."
             raise TypeError(msg)
         _validate_max_items(self, None, max_items)
         self._lock = threading.RLock()
-        self._ref = weakref.ref(self)
+        self._watcher = weakref.WeakMethod(self._on_item_change)
+        self._writer = writer
         self._step_key = step_key
         self._max_items = max_items
         self._callbacks: list[ChangeCallback] = list(callbacks)
@@ -106,6 +143,9 @@ class Memory:
         self._unhashable_steps: dict[int, None] = {}
         self._list: list[MemoryItem] | None = None
         self._list_shared = False
+        if writer is not None:
+            # Items are watched while the index exists, and a writer must hear of every field change.
+            self._index()
         if items is not None:
             self.load(list(items))
 
@@ -223,14 +263,45 @@ class Memory:
             CallbackError: if a callback raised; the items stay deleted.
         """
         with self._lock:
-            seqs = self._seqs_of_steps((step,))
+            return self._delete_seqs(self._seqs_of_steps((step,)))
+
+    def delete_items(self, items: Iterable[MemoryItem]) -> int:
+        """Delete these very items (by identity, wherever the memory holds them); return how many went.
+
+        Items the memory does not hold are skipped.
+
+        Raises:
+            CallbackError: if a callback raised; the items stay deleted.
+        """
+        with self._lock:
+            seqs: set[int] = set()
+            for item in items:
+                seqs.update(self._seqs_holding(item))
+            return self._delete_seqs(sorted(seqs))
+
+    def item_changed(self, item: MemoryItem) -> None:
+        """Tell the memory that a value of ``item`` was changed in place.
+
+        Field changes through ``set_value``, ``item[key] = ...`` and ``del``
+        are seen on their own; mutating a value in place
+        (``item["tags"].append(x)``) is not. Call this afterwards so that the
+        step index and a durable store follow.
+
+        Raises:
+            ItemNotFoundError: if the memory does not hold ``item``.
+        """
+        with self._lock:
+            seqs = self._seqs_holding(item)
             if not seqs:
-                return 0
-            removed = [self._remove_seq(seq) for seq in seqs]
-            self._list = None
-            if self._callbacks:
-                self._run_callbacks(MemoryChange("delete", tuple(removed)))
-            return len(removed)
+                seqs = [seq for seq, held in self._items.items() if held is item]
+            if not seqs:
+                msg = f"{item!r} is not an item of {self!r}; add it with add_memory_item()."
+                raise ItemNotFoundError(msg)
+            if self._writer is not None:
+                self._writer.write_update(self, seqs, item)
+            step = item._fields.get(self._step_key, NOTHING)
+            for seq in seqs:
+                self._refile(seq, item, step)
 
     def clear(self) -> None:
         """Remove every item.
@@ -240,6 +311,8 @@ class Memory:
         """
         with self._lock:
             removed = tuple(self._items.values())
+            if self._writer is not None:
+                self._writer.write_replace(self, ())
             self._reset()
             if self._callbacks and removed:
                 self._run_callbacks(MemoryChange("clear", removed))
@@ -509,6 +582,14 @@ class Memory:
         return memory
 
     # -- internals: storage and index ----------------------------------------
+    #
+    # Items live in ``_items`` under their keys (``seq``: an int given at add,
+    # never reused, increasing in memory order). Two paths change the set of
+    # items: ``_add`` (appends, then evictions under ``max_items``) and
+    # ``_replace`` (everything at once: loads, reopens, ``clear``); deletions
+    # go through ``_delete_seqs``. Each tells the writer first, then applies.
+    # While the step index exists, every item in it is watched, so field
+    # changes reach ``_on_item_change``.
 
     def _snapshot(self) -> list[MemoryItem]:
         """Return the items as a list that later changes will not touch (treat it as read-only)."""
@@ -519,6 +600,24 @@ class Memory:
             # Handed out: the next append must start a new list, not grow this one.
             self._list_shared = True
             return items
+
+    def _add(self, batch: list[MemoryItem]) -> None:
+        """Append checked items, drop the oldest beyond ``max_items``, announce both."""
+        with self._lock:
+            start = self._next_seq
+            seqs = range(start, start + len(batch))
+            evicted = self._oldest_beyond_bound(seqs)
+            if self._writer is not None:
+                self._writer.write_add(self, list(zip(seqs, batch, strict=True)), evicted)
+            for item in batch:
+                self._append(item)
+            removed = [self._remove_seq(seq) for seq in evicted]
+            if removed:
+                self._list = None
+            if self._callbacks:
+                if removed:
+                    self._run_callbacks(MemoryChange("delete", tuple(removed)))
+                self._run_callbacks(MemoryChange("add", tuple(batch)))
 
     def _append(self, item: MemoryItem) -> None:
         seq = self._next_seq
@@ -532,45 +631,79 @@ class Memory:
         if self._by_step is not None:
             self._index_seq(seq, item)
 
-    def _add(self, batch: list[MemoryItem]) -> None:
-        """Append checked items, drop the oldest beyond ``max_items``, announce both.
-
-        The one place adds go through; a store-backed memory overrides it to
-        write to its store first.
-        """
-        with self._lock:
-            for item in batch:
-                self._append(item)
-            self._announce_add(batch, self._evict())
-
-    def _announce_add(self, batch: list[MemoryItem], evicted: list[MemoryItem]) -> None:
-        if self._callbacks:
-            if evicted:
-                self._run_callbacks(MemoryChange("delete", tuple(evicted)))
-            self._run_callbacks(MemoryChange("add", tuple(batch)))
-
-    def _evict(self) -> list[MemoryItem]:
+    def _oldest_beyond_bound(self, incoming: range) -> list[int]:
+        """Return the keys ``max_items`` evicts once ``incoming`` is appended, oldest first."""
         bound = self._max_items
-        if bound is None or len(self._items) <= bound:
+        if bound is None:
             return []
-        evicted: list[MemoryItem] = []
-        while len(self._items) > bound:
-            seq = self._first_seq
-            while seq not in self._items:
-                seq += 1
-            self._first_seq = seq
-            evicted.append(self._remove_seq(seq))
+        excess = len(self._items) + len(incoming) - bound
+        if excess <= 0:
+            return []
+        items = self._items
+        seq = self._first_seq
+        # Keys below _first_seq are gone for good (keys are never reused), so
+        # the scan starts there and moves the mark past keys already deleted.
+        while seq < self._next_seq and seq not in items:
+            seq += 1
+        self._first_seq = seq
+        out: list[int] = []
+        while len(out) < excess and seq < self._next_seq:
+            if seq in items:
+                out.append(seq)
+            seq += 1
+        out.extend(incoming[: excess - len(out)])
+        return out
+
+    def _delete_seqs(self, seqs: list[int]) -> int:
+        """Delete the items under ``seqs`` (in memory order), announce it, return how many."""
+        if not seqs:
+            return 0
+        if self._writer is not None:
+            self._writer.write_delete(self, seqs)
+        removed = [self._remove_seq(seq) for seq in seqs]
         self._list = None
-        return evicted
+        if self._callbacks:
+            self._run_callbacks(MemoryChange("delete", tuple(removed)))
+        return len(removed)
 
     def _remove_seq(self, seq: int) -> MemoryItem:
         item = self._items.pop(seq)
         if self._by_step is not None:
             step = item._fields.get(self._step_key, NOTHING)
             self._unindex_seq(seq, step)
-            if not any(self._items.get(other) is item for other in self._slot(step)):
-                item._unlink(self)
+            if not self._seqs_holding(item):
+                item.unwatch(self)
         return item
+
+    def _replace(self, items: list[MemoryItem]) -> None:
+        """Make ``items`` the whole content (the newest ``max_items`` of them): the one load path."""
+        with self._lock:
+            bound = self._max_items
+            kept = items if bound is None else items[max(len(items) - bound, 0) :]
+            start = self._next_seq
+            pairs = list(zip(range(start, start + len(kept)), kept, strict=True))
+            if self._writer is not None:
+                self._writer.write_replace(self, pairs)
+            self._reset()
+            self._items = dict(pairs)
+            self._next_seq = start + len(kept)
+            self._first_seq = start
+            self._list = list(kept)
+            self._list_shared = False
+            if self._writer is not None:
+                self._index()
+
+    def _reset(self) -> None:
+        """Drop every item and the index (items are no longer watched)."""
+        if self._by_step is not None:
+            for item in self._items.values():
+                item.unwatch(self)
+        self._items = {}
+        self._first_seq = self._next_seq
+        self._by_step = None
+        self._stepless = {}
+        self._unhashable_steps = {}
+        self._list = None
 
     def _index(self) -> dict[Any, list[int]]:
         index = self._by_step
@@ -592,8 +725,15 @@ class Memory:
         except TypeError:
             return self._unhashable_steps
 
+    def _seqs_holding(self, item: MemoryItem) -> list[int]:
+        """Return the keys under which the memory holds ``item`` (found through the index)."""
+        self._index()
+        items = self._items
+        step = item._fields.get(self._step_key, NOTHING)
+        return [seq for seq in self._slot(step) if items.get(seq) is item]
+
     def _index_seq(self, seq: int, item: MemoryItem) -> None:
-        item._link(self, self._ref)
+        item.watch(self, self._watcher)
         step = item._fields.get(self._step_key, NOTHING)
         if step is NOTHING:
             self._stepless[seq] = None
@@ -631,6 +771,7 @@ class Memory:
 
     def _seqs_of_steps(self, steps: Iterable[Any]) -> list[int]:
         index = self._index()
+        items = self._items
         wanted = _unique(steps)
         seqs: list[int] = []
         buckets = 0
@@ -640,12 +781,16 @@ class Memory:
             except TypeError:
                 continue  # an unhashable step is matched against the unhashable items below
             if bucket:
+                if not all(seq in items for seq in bucket):
+                    # A field change that raced a delete can leave a key behind; drop it here.
+                    bucket[:] = [seq for seq in bucket if seq in items]
                 seqs.extend(bucket)
                 buckets += 1
         if self._unhashable_steps:
             key = self._step_key
             for seq in self._unhashable_steps:
-                if self._items[seq]._fields.get(key) in wanted:
+                held = items.get(seq)
+                if held is not None and held._fields.get(key) in wanted:
                     seqs.append(seq)
                     buckets += 1
         if buckets > 1:
@@ -656,37 +801,28 @@ class Memory:
         items = self._items
         return [items[seq] for seq in self._seqs_of_steps(steps)]
 
-    def _item_changed(self, item: MemoryItem, key: str, old: Any, new: Any) -> None:
-        """Refile ``item`` under its new step after its step field changed."""
-        if key != self._step_key:
-            return
+    def _on_item_change(self, item: MemoryItem, key: str, old: Any, new: Any) -> None:
+        """Write a field change of a held item through, and refile the item if its step changed."""
         with self._lock:
             if self._by_step is None:
                 return
-            seqs = [seq for seq in self._slot(old) if self._items.get(seq) is item]
-            for seq in seqs:
-                self._unindex_seq(seq, old)
-                self._index_seq(seq, item)
+            step_changed = key == self._step_key
+            filed = old if step_changed else item._fields.get(self._step_key, NOTHING)
+            items = self._items
+            seqs = [seq for seq in self._slot(filed) if items.get(seq) is item]
+            if not seqs:
+                return
+            if self._writer is not None:
+                self._writer.write_update(self, seqs, item)
+            if step_changed:
+                for seq in seqs:
+                    self._refile(seq, item, old)
 
-    def _reset(self) -> None:
-        for item in self._items.values():
-            item._unlink(self)
-        self._items = {}
-        self._first_seq = self._next_seq
-        self._by_step = None
-        self._stepless = {}
-        self._unhashable_steps = {}
-        self._list = None
-
-    def _replace(self, items: list[MemoryItem]) -> None:
-        with self._lock:
-            self._reset()
-            start = self._next_seq
-            self._items = dict(zip(range(start, start + len(items)), items, strict=True))
-            self._next_seq = start + len(items)
-            self._list = list(items)
-            self._list_shared = False
-            self._evict()
+    def _refile(self, seq: int, item: MemoryItem, filed: Any) -> None:
+        """Move ``seq`` from the index slot of step ``filed`` to that of the item's step now."""
+        if self._by_step is not None:
+            self._unindex_seq(seq, filed)
+            self._index_seq(seq, item)
 
     def _run_callbacks(self, change: MemoryChange) -> None:
         for callback in list(self._callbacks):

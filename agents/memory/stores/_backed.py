@@ -1,62 +1,187 @@
 """``StoredMemory``: a ``Memory`` whose every change is written through to a store.
 
-The store is the durable copy; RAM serves the reads. Each change is written
-to the store *first*, in one transaction, and applied in RAM only once the
-store has it, so a failed write (disk full, database locked past the
-timeout, a value the codec cannot encode) raises and leaves both copies as
-they were:
+The store is the durable copy; RAM serves the reads. The two meet at one
+public seam: ``Memory`` tells its :class:`~agents.memory.memory.MemoryWriter`
+of every change, by item key, *before* it applies it, and
+:class:`SessionWriter` turns each change into one :class:`WriteBatch` of
+the store (one transaction). A failed write (disk full, database locked past
+the timeout, a value the codec cannot encode) raises and leaves both copies
+as they were:
 
-* ``add_memory_item`` / ``add_memory_items``: one transaction that appends the
-  items and, under ``max_items``, deletes the items evicted to make room.
-* ``delete_memory_item`` and ``clear``: the store deletes first.
-* ``load`` and the other whole-content replacements: one transaction that
-  clears the session and appends the new items.
+* ``add_memory_item`` / ``add_memory_items``: the items are appended and,
+  under ``max_items``, the items evicted to make room are deleted.
+* ``delete_memory_item``, ``delete_items`` and ``clear``: the rows go.
+* ``load`` and the other whole-content replacements: the session is cleared
+  and the new items appended.
 * Changing a field of an item that the memory holds (``item.set_value``,
-  ``item["k"] = v``, ``del item["k"]``), including from a change callback, is
-  written at once as an update of that item's row; if the write fails the
-  field change is undone and the error raised. Mutating a value *in place*
-  (``item["tags"].append(x)``) cannot be seen: call :meth:`StoredMemory.save_item`.
+  ``item["k"] = v``, ``del item["k"]``), including from a change callback,
+  is written at once as an update of that item's row; if the write fails,
+  the field change is undone and the error raised. Mutating a value *in
+  place* (``item["tags"].append(x)``) cannot be seen: call
+  ``memory.item_changed(item)`` (or :meth:`StoredMemory.save_item`).
+
+Opening, :meth:`StoredMemory.reload` and :meth:`StoredMemory.refresh` go
+through the very same ``Memory`` calls as any load or add (so the step
+index, item watching and ``max_items`` hold exactly as for a memory built in
+RAM); the writer knows those items are already stored and writes only what
+``max_items`` drops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from typing_extensions import Self
 
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem
-from agents.memory.memory import ChangeCallback, Memory, MemoryChange
-from agents.memory.stores._base import (
-    BaseStore,
-    check_session_id,
-    decode_pairs,
-    decode_rows,
-    encode_rows,
-    step_text,
-)
+from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory.memory import ChangeCallback, Memory
+from agents.memory.stores._base import BaseStore, StoredRecord, check_session_id
 
-__all__ = ["StoredMemory"]
+__all__ = ["SessionWriter", "StoredMemory"]
+
+
+class SessionWriter:
+    """The :class:`~agents.memory.memory.MemoryWriter` that keeps one store session in step with a memory.
+
+    It maps the memory's item keys to the store's row seqs. Items that come
+    *from* the store (opening, reloading, refreshing) are announced first
+    with :meth:`already_stored`, so that the memory's ordinary load and add
+    paths map them instead of writing them again.
+
+    Args:
+        store: The store that holds the session.
+        session_id: The session to write.
+        step_key: The field that names an item's step.
+        on_unencodable: The codec's policy for values JSON cannot hold.
+    """
+
+    def __init__(
+        self, store: BaseStore, session_id: str, step_key: str, on_unencodable: OnUnencodable
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.step_key = step_key
+        self.on_unencodable: OnUnencodable = on_unencodable
+        self._seq_of: dict[int, int] = {}  # memory key -> store seq
+        self._item_at: dict[int, MemoryItem] = {}  # store seq -> the item the memory holds
+        self._stored: dict[int, int] = {}  # id(item) -> seq, for items coming from the store
+        self._restoring = False  # within already_stored(): a replacement maps, it does not clear
+        self.last_read = 0  # the highest seq read from the store (own appends not counted)
+
+    @contextlib.contextmanager
+    def already_stored(self, records: Sequence[StoredRecord]) -> Iterator[None]:
+        """Within the block, items of ``records`` reaching the writer are mapped, not written."""
+        self._stored = {id(record.item): record.seq for record in records}
+        self._restoring = True
+        self.last_read = max((record.seq for record in records), default=self.last_read)
+        try:
+            yield
+        finally:
+            self._stored = {}
+            self._restoring = False
+
+    def items_at(self, seqs: Iterable[int]) -> list[MemoryItem]:
+        """Return the items the memory holds for the store rows ``seqs``."""
+        item_at = self._item_at
+        return [item_at[seq] for seq in seqs if seq in item_at]
+
+    def holds_row(self, seq: int) -> bool:
+        """Return whether the memory holds the store row ``seq``."""
+        return seq in self._item_at
+
+    # -- MemoryWriter -------------------------------------------------------------
+
+    def write_add(
+        self, memory: Memory, added: Sequence[tuple[int, MemoryItem]], evicted: Sequence[int]
+    ) -> None:
+        """Append the new items and delete the evicted ones, in one transaction."""
+        dropped = set(evicted)
+        stored = self._stored
+        new = [(key, item) for key, item in added if id(item) not in stored and key not in dropped]
+        with self._batch() as batch:
+            batch.delete(self._seq_of[key] for key in evicted if key in self._seq_of)
+            batch.delete(
+                stored[id(item)] for key, item in added if key in dropped and id(item) in stored
+            )
+            batch.append([item for _, item in new])
+        self._forget(evicted)
+        for key, item in added:
+            if key not in dropped and id(item) in stored:
+                self._map(key, stored[id(item)], item)
+        for (key, item), seq in zip(new, batch.appended, strict=True):
+            self._map(key, seq, item)
+
+    def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
+        """Delete the rows of ``keys``."""
+        with self._batch() as batch:
+            batch.delete(self._seq_of[key] for key in keys if key in self._seq_of)
+        self._forget(keys)
+
+    def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
+        """Write ``item``'s fields to the rows of ``keys``."""
+        with self._batch() as batch:
+            batch.update({self._seq_of[key]: item for key in keys if key in self._seq_of})
+
+    def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
+        """Make ``added`` the session's content (mapping rows already stored, writing the rest)."""
+        stored = self._stored
+        with self._batch() as batch:
+            if self._restoring:
+                kept = {stored[id(item)] for _, item in added if id(item) in stored}
+                batch.delete(seq for seq in stored.values() if seq not in kept)
+                new = [(key, item) for key, item in added if id(item) not in stored]
+            else:
+                batch.clear()
+                new = list(added)
+            batch.append([item for _, item in new])
+        self._seq_of.clear()
+        self._item_at.clear()
+        for key, item in added:
+            if id(item) in stored:
+                self._map(key, stored[id(item)], item)
+        for (key, item), seq in zip(new, batch.appended, strict=True):
+            self._map(key, seq, item)
+
+    # -- internals ----------------------------------------------------------------
+
+    def _batch(self) -> Any:
+        return self.store.batch(
+            self.session_id, step_key=self.step_key, on_unencodable=self.on_unencodable
+        )
+
+    def _map(self, key: int, seq: int, item: MemoryItem) -> None:
+        self._seq_of[key] = seq
+        self._item_at[seq] = item
+
+    def _forget(self, keys: Iterable[int]) -> None:
+        for key in keys:
+            seq = self._seq_of.pop(key, None)
+            if seq is not None:
+                self._item_at.pop(seq, None)
 
 
 class StoredMemory(Memory):
     """A ``Memory`` backed by a durable store, one session of it.
 
-    Opening loads the session's items (same classes, same order); every add,
-    delete, clear and field change is written through before the call
-    returns. Reads are served from RAM. :meth:`refresh` fetches what other
-    processes appended since.
+    Opening loads the session's items (same classes, same order) through the
+    same path as any load, so every ``Memory`` call behaves as on a memory
+    built in RAM; every add, delete, clear and field change is written
+    through before the call returns. Reads are served from RAM.
+    :meth:`refresh` fetches what other processes appended since.
 
     Args:
         store: An open store (see :func:`agents.memory.stores.open_store`).
         session_id: The session to open or create.
         step_key: The field that names an item's step.
-        max_items: Keep at most this many items, in RAM and in the store.
+        max_items: Keep at most this many items, in RAM and in the store
+            (enforced on open, on refresh and on every add).
         callbacks: Run after each change as ``callback(memory, change)``.
         on_unencodable: The codec's policy for values JSON cannot hold.
+        on_unknown_class: ``"base"`` reads items whose class is unknown as plain ``MemoryItem``.
         metadata: Free-form data about the session (kept in RAM, saved by ``save``).
         owns_store: Close the store when the memory is closed.
 
@@ -75,6 +200,7 @@ class StoredMemory(Memory):
         max_items: int | None = None,
         callbacks: Iterable[ChangeCallback] = (),
         on_unencodable: OnUnencodable = "error",
+        on_unknown_class: OnUnknownClass = "error",
         metadata: Mapping[str, Any] | None = None,
         owns_store: bool = False,
     ) -> None:
@@ -83,22 +209,18 @@ class StoredMemory(Memory):
             msg = f"StoredMemory takes a store from open_store(), got {type(store).__name__}."
             raise TypeError(msg)
         self._sid = sid
+        self._session = SessionWriter(store, sid, step_key, on_unencodable)
+        self._on_unknown_class: OnUnknownClass = on_unknown_class
+        self._owns_store = owns_store
         super().__init__(
             step_key=step_key,
             max_items=max_items,
             callbacks=callbacks,
             session_id=sid,
             metadata=metadata,
+            writer=self._session,
         )
-        self._store = store
-        self._owns_store = owns_store
-        self._on_unencodable: OnUnencodable = on_unencodable
-        # memory seq -> store seq, and back; the store seq of every item in RAM.
-        self._to_store: dict[int, int] = {}
-        self._from_store: dict[int, int] = {}
-        # The highest store seq read from the store (not counting own appends).
-        self._synced = -1
-        self._load_records(self._read_pairs())
+        self.reload()
 
     # -- identity ---------------------------------------------------------------
 
@@ -116,87 +238,21 @@ class StoredMemory(Memory):
     @property
     def store(self) -> BaseStore:
         """The store that holds this memory's session."""
-        return self._store
+        return self._session.store
 
-    # -- writes --------------------------------------------------------------------
-
-    def _add(self, batch: list[MemoryItem]) -> None:
-        """Write the batch (and the evictions ``max_items`` implies) to the store, then to RAM.
-
-        Raises:
-            SerializationError: if a value cannot be encoded; nothing is added.
-            StoreError: if the store cannot be written; nothing is added.
-        """
-        with self._lock:
-            rows = encode_rows(batch, self._step_key, self._on_unencodable)
-            bound = self._max_items
-            evict_seqs: list[int] = []
-            skip = 0
-            if bound is not None:
-                excess = len(self._items) + len(batch) - bound
-                if excess > 0:
-                    evict_seqs = list(itertools.islice(self._items, excess))
-                    # Items of the batch that would be evicted at once are not written.
-                    skip = max(excess - len(self._items), 0)
-            store_seqs, _ = self._store._write(
-                self._sid,
-                self._step_key,
-                add=rows[skip:],
-                delete=[self._to_store[seq] for seq in evict_seqs],
-            )
-            start = self._next_seq
-            for item in batch:
-                self._append(item)
-            for offset, store_seq in enumerate(store_seqs, start=start + skip):
-                self._map(offset, store_seq)
-            evicted = self._evict()
-            self._forget(evict_seqs)
-            self._announce_add(batch, evicted)
-
-    def delete_memory_item(self, step: Any) -> int:
-        """Delete every item of ``step``, in the store first, and return how many went.
-
-        Raises:
-            StoreError: if the store cannot be written; nothing is deleted.
-            CallbackError: if a callback raised; the items stay deleted.
-        """
-        with self._lock:
-            seqs = self._seqs_of_steps((step,))
-            if not seqs:
-                return 0
-            self._store._write(self._sid, self._step_key, delete=[self._to_store[s] for s in seqs])
-            self._forget(seqs)
-            return super().delete_memory_item(step)
-
-    def clear(self) -> None:
-        """Remove every item, from the store first.
-
-        Raises:
-            StoreError: if the store cannot be written; nothing is removed.
-            CallbackError: if a callback raised; the memory stays cleared.
-        """
-        with self._lock:
-            self._store._write(self._sid, self._step_key, clear=True)
-            self._to_store.clear()
-            self._from_store.clear()
-            super().clear()
+    # -- store-side operations -----------------------------------------------------
 
     def save_item(self, item: MemoryItem) -> None:
         """Write ``item``'s current fields to the store (after mutating a value in place).
 
+        The same as ``memory.item_changed(item)``.
+
         Raises:
-            ValueError: if ``item`` is not held by this memory.
+            ItemNotFoundError: if ``item`` is not held by this memory.
             SerializationError: if a value cannot be encoded; the store is unchanged.
             StoreError: if the store cannot be written.
         """
-        with self._lock:
-            seqs = self._seqs_holding(item, item._fields.get(self._step_key, NOTHING))
-            if not seqs:
-                msg = f"{item!r} is not an item of stored session {self._sid!r}; add it with add_memory_item()."
-                raise ValueError(msg)
-            self._write_update(item, seqs)
-
-    # -- retention and other processes -------------------------------------------------
+        self.item_changed(item)
 
     def keep_last(self, n: int) -> int:
         """Delete all but the last ``n`` items, in the store and in RAM; return how many went.
@@ -206,7 +262,9 @@ class StoredMemory(Memory):
             StoreError: if the store cannot be written; nothing is deleted.
         """
         with self._lock:
-            return self._drop_store_seqs(self._store._retain_last(self._sid, n))
+            with self._session._batch() as batch:
+                batch.keep_last(n)
+            return self._drop_deleted_rows(batch.deleted)
 
     def expire(self, older_than: dt.timedelta | float) -> int:
         """Delete the items written more than ``older_than`` ago, in the store and in RAM.
@@ -216,43 +274,33 @@ class StoredMemory(Memory):
             StoreError: if the store cannot be written; nothing is deleted.
         """
         with self._lock:
-            return self._drop_store_seqs(self._store._retain_younger(self._sid, older_than))
+            with self._session._batch() as batch:
+                batch.expire(older_than)
+            return self._drop_deleted_rows(batch.deleted)
 
     def refresh(self) -> int:
         """Fetch the items other processes appended since the last read, and return how many.
 
-        Only rows newer than the last one read are fetched. They are added
-        after the items this memory holds and the callbacks run with an
-        ``"add"`` change. Deletions made by other processes are seen by
-        :meth:`reload`.
+        They are added after the items this memory holds, through the same
+        path as ``add_memory_items`` (callbacks run with an ``"add"`` change,
+        ``max_items`` evicts from RAM and store). Deletions made by other
+        processes are seen by :meth:`reload`.
 
         Raises:
             StoreError: if the store cannot be read.
             CorruptSessionError: if a stored item cannot be decoded.
         """
+        session = self._session
         with self._lock:
-            sid = self._sid
-            after = None if self._synced < 0 else self._synced
-            rows = self._store._fetch(sid, steps=None, after=after)
-            if not rows:
-                return 0
-            # Rows this memory appended itself are already here; decode only the others'.
-            known = self._from_store
-            records = decode_rows(
-                [row for row in rows if row[0] not in known],
-                f"session {sid!r} of {self._store.url}",
-            )
-            self._synced = max(self._synced, rows[-1][0])
+            records = [
+                record
+                for record in self._records(after=session.last_read)
+                if not session.holds_row(record.seq)
+            ]
             if not records:
                 return 0
-            start = self._next_seq
-            for offset, record in enumerate(records, start=start):
-                self._append(record.item)
-                self._map(offset, record.seq)
-            evicted = self._evict()
-            if evicted:
-                self._forget_missing()
-            self._announce_add([record.item for record in records], evicted)
+            with session.already_stored(records):
+                self.add_memory_items([record.item for record in records])
             return len(records)
 
     def reload(self) -> None:
@@ -262,14 +310,15 @@ class StoredMemory(Memory):
             StoreError: if the store cannot be read.
             CorruptSessionError: if a stored item cannot be decoded; the memory is unchanged.
         """
-        pairs = self._read_pairs()
         with self._lock:
-            self._load_records(pairs)
+            records = self._records(after=None)
+            with self._session.already_stored(records):
+                self.load([record.item for record in records])
 
     def close(self) -> None:
         """Close the store if this memory opened it (``open_memory`` with a URL)."""
         if self._owns_store:
-            self._store.close()
+            self.store.close()
 
     def __enter__(self) -> Self:
         return self
@@ -278,111 +327,15 @@ class StoredMemory(Memory):
         self.close()
 
     def __repr__(self) -> str:
-        return f"<StoredMemory {self._sid!r} of {self._store.url}: {len(self._items)} items, step_key={self._step_key!r}>"
+        return f"<StoredMemory {self._sid!r} of {self.store.url}: {len(self)} items, step_key={self.step_key!r}>"
 
-    # -- hooks of Memory ---------------------------------------------------------------
+    # -- internals -----------------------------------------------------------------
 
-    def _replace(self, items: list[MemoryItem]) -> None:
-        with self._lock:
-            bound = self._max_items
-            kept = items if bound is None else items[max(len(items) - bound, 0) :]
-            rows = encode_rows(kept, self._step_key, self._on_unencodable)
-            store_seqs, _ = self._store._write(self._sid, self._step_key, clear=True, add=rows)
-            self._to_store.clear()
-            self._from_store.clear()
-            super()._replace(items)
-            self._index()
-            first = self._next_seq - len(kept)
-            for offset, store_seq in enumerate(store_seqs, start=first):
-                self._map(offset, store_seq)
-
-    def _apply_header(self, header: Mapping[str, Any]) -> None:
-        # A loaded file's session id and step key do not move a stored memory
-        # to another session or re-file its rows; metadata and creation time do apply.
-        if header:
-            kept = {k: v for k, v in header.items() if k not in ("session_id", "step_key")}
-            super()._apply_header(kept)
-
-    def _reset(self) -> None:
-        super()._reset()
-        self._index()  # keep items linked, so that field changes reach _item_changed
-
-    def _item_changed(self, item: MemoryItem, key: str, old: Any, new: Any) -> None:
-        with self._lock:
-            step = old if key == self._step_key else item._fields.get(self._step_key, NOTHING)
-            seqs = self._seqs_holding(item, step)
-            if seqs:
-                try:
-                    self._write_update(item, seqs)
-                except BaseException:
-                    _undo(item, key, old)
-                    raise
-            super()._item_changed(item, key, old, new)
-
-    # -- internals ---------------------------------------------------------------------
-
-    def _read_pairs(self) -> list[tuple[int, MemoryItem]]:
-        sid = self._sid
-        rows = self._store._fetch(sid, steps=None, after=None)
-        return decode_pairs(rows, f"session {sid!r} of {self._store.url}")
-
-    def _load_records(self, pairs: list[tuple[int, MemoryItem]]) -> None:
-        Memory._replace(self, [item for _, item in pairs])
-        self._index()
-        self._to_store.clear()
-        self._from_store.clear()
-        kept = pairs[len(pairs) - len(self._items) :] if self._items else []
-        to_store = self._to_store
-        for seq, (store_seq, _) in zip(self._items, kept, strict=True):
-            to_store[seq] = store_seq
-        self._from_store = {store_seq: seq for seq, store_seq in to_store.items()}
-        self._synced = pairs[-1][0] if pairs else -1
-
-    def _map(self, seq: int, store_seq: int) -> None:
-        self._to_store[seq] = store_seq
-        self._from_store[store_seq] = seq
-
-    def _forget(self, seqs: Iterable[int]) -> None:
-        for seq in seqs:
-            store_seq = self._to_store.pop(seq, None)
-            if store_seq is not None:
-                self._from_store.pop(store_seq, None)
-
-    def _forget_missing(self) -> None:
-        gone = [seq for seq in self._to_store if seq not in self._items]
-        self._forget(gone)
-
-    def _seqs_holding(self, item: MemoryItem, step: Any) -> list[int]:
-        self._index()
-        items = self._items
-        return [seq for seq in self._slot(step) if items.get(seq) is item]
-
-    def _write_update(self, item: MemoryItem, seqs: list[int]) -> None:
-        rows = encode_rows([item], self._step_key, self._on_unencodable)
-        text = step_text(item._fields.get(self._step_key, NOTHING))
-        data = rows[0][2]
-        self._store._write(
-            self._sid,
-            self._step_key,
-            update=[(self._to_store[seq], text, data) for seq in seqs if seq in self._to_store],
+    def _records(self, *, after: int | None) -> list[StoredRecord]:
+        return self.store.records(
+            self._sid, after=after or None, on_unknown_class=self._on_unknown_class
         )
 
-    def _drop_store_seqs(self, store_seqs: list[int]) -> int:
-        seqs = [self._from_store[s] for s in store_seqs if s in self._from_store]
-        if not seqs:
-            return 0
-        removed = [self._remove_seq(seq) for seq in seqs]
-        self._forget(seqs)
-        self._list = None
-        if self._callbacks:
-            self._run_callbacks(MemoryChange("delete", tuple(removed)))
-        return len(removed)
-
-
-def _undo(item: MemoryItem, key: str, old: Any) -> None:
-    fields = item._fields
-    if old is NOTHING:
-        fields.pop(key, None)
-    else:
-        fields[key] = old
-    item._plain = None
+    def _drop_deleted_rows(self, seqs: Sequence[int]) -> int:
+        """Remove from RAM the items whose rows the store just deleted (the writer's delete finds them gone)."""
+        return self.delete_items(self._session.items_at(seqs))
