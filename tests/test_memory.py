@@ -12,6 +12,7 @@ from agents.memory import (
     CallbackError,
     FieldValidationError,
     InvalidKeyError,
+    ItemNotFoundError,
     Memory,
     MemoryChange,
     MemoryItem,
@@ -653,3 +654,141 @@ def test_memory_garbage_collected_while_item_lives() -> None:
     gc.collect()
     item.step = 2
     assert item.step == 2
+
+
+class RecordingWriter:
+    """A MemoryWriter that records what it is told and can be made to refuse."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.refuse = False
+
+    def _record(self, *call: Any) -> None:
+        if self.refuse:
+            raise OSError("disk full")
+        self.calls.append(call)
+
+    def write_add(self, memory: Memory, added: Any, evicted: Any) -> None:
+        self._record("add", [key for key, _ in added], list(evicted))
+
+    def write_delete(self, memory: Memory, keys: Any) -> None:
+        self._record("delete", list(keys))
+
+    def write_update(self, memory: Memory, keys: Any, item: MemoryItem) -> None:
+        self._record("update", list(keys), item.to_dict())
+
+    def write_replace(self, memory: Memory, added: Any) -> None:
+        self._record("replace", [key for key, _ in added])
+
+
+def test_writer_hears_every_change_by_key() -> None:
+    """A writer is told of adds (with evictions), field updates, deletes and clears, by item key."""
+    writer = RecordingWriter()
+    memory = Memory(max_items=2, writer=writer)
+    memory.add_memory_items([MemoryItem(step=1), MemoryItem(step=2), MemoryItem(step=3)])
+    memory[0]["action"] = "click"
+    memory.delete_memory_item(3)
+    memory.clear()
+    assert writer.calls == [
+        ("add", [0, 1, 2], [0]),
+        ("update", [1], {"step": 2, "action": "click"}),
+        ("delete", [2]),
+        ("replace", []),
+    ]
+
+
+def test_refusing_writer_leaves_memory_unchanged() -> None:
+    """When the writer raises, adds, deletes, loads and clears change nothing."""
+    writer = RecordingWriter()
+    memory = Memory(writer=writer)
+    memory.add_memory_items([MemoryItem(step=1), MemoryItem(step=2)])
+    writer.refuse = True
+    for change in (
+        lambda: memory.add_memory_item(MemoryItem(step=3)),
+        lambda: memory.delete_memory_item(1),
+        lambda: memory.load([MemoryItem(step=9)]),
+        memory.clear,
+    ):
+        with pytest.raises(OSError, match="disk full"):
+            change()
+        assert memory.to_list_of_dicts() == [{"step": 1}, {"step": 2}]
+        assert memory.filter_memory_from_steps([1]) == [{"step": 1}]
+
+
+def test_refused_field_change_is_undone() -> None:
+    """A field set or delete the writer refuses is put back, in place, and the index stays right."""
+    writer = RecordingWriter()
+    memory = Memory(writer=writer)
+    memory.add_memory_item(MemoryItem(step=1, action="click", cost=1))
+    item = memory[0]
+    writer.refuse = True
+    with pytest.raises(OSError, match="disk full"):
+        item["step"] = 2
+    with pytest.raises(OSError, match="disk full"):
+        del item["action"]
+    assert list(item.to_dict().items()) == [("step", 1), ("action", "click"), ("cost", 1)]
+    assert memory.items_of_step(1) == [item]
+    assert memory.filter_memory_from_steps([2]) == []
+
+
+def test_delete_items_deletes_by_identity() -> None:
+    """delete_items removes exactly the given item objects and skips others."""
+    memory = Memory()
+    first, second = MemoryItem(step=1), MemoryItem(step=1)
+    memory.add_memory_items([first, second])
+    assert memory.delete_items([second, MemoryItem(step=1)]) == 1
+    assert memory.content == [first]
+    assert memory.content[0] is first
+
+
+def test_item_changed_refiles_a_step_mutated_in_place() -> None:
+    """After a list step is mutated in place, item_changed makes step lookups follow."""
+    memory = Memory()
+    item = MemoryItem(step=[1])
+    memory.add_memory_item(item)
+    assert memory.items_of_step([1]) == [item]
+    item["step"].append(2)
+    memory.item_changed(item)
+    assert memory.items_of_step([1, 2]) == [item]
+
+
+def test_item_changed_refuses_an_item_not_held() -> None:
+    """item_changed of an item the memory does not hold names it."""
+    with pytest.raises(ItemNotFoundError, match="step=5"):
+        Memory().item_changed(MemoryItem(step=5))
+
+
+def test_step_change_racing_step_deletes_keeps_lookups_working() -> None:
+    """Changing steps in one thread while another deletes steps never breaks later lookups."""
+    memory = Memory()
+    memory.add_memory_items([MemoryItem(step=i % 5) for i in range(2000)])
+    memory.steps()
+    memory.items_of_steps([0])  # build the index, so that items are watched
+    items = memory.content
+    errors: list[BaseException] = []
+
+    def change_steps() -> None:
+        try:
+            for n, item in enumerate(items):
+                item["step"] = (n + 1) % 5
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def delete_steps() -> None:
+        try:
+            for n in range(200):
+                memory.delete_memory_item(n % 5)
+                memory.add_memory_item(MemoryItem(step=n % 5))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=change_steps), threading.Thread(target=delete_steps)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for step in range(5):
+        expected = [f for f in memory.to_list_of_dicts() if f.get("step") == step]
+        assert memory.filter_memory_from_steps([step]) == expected
+        assert [item.to_dict() for item in memory.items_of_steps([step])] == expected

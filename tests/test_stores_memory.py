@@ -182,3 +182,65 @@ def test_sessions_do_not_mix_in_memories(store_url: str) -> None:
         b.add_memory_item(MemoryItem(step=2))
     assert steps_of(reopened(store_url, "a")) == [1]
     assert steps_of(reopened(store_url, "b")) == [2]
+
+
+def test_reopened_session_finds_and_deletes_its_steps(store_url: str) -> None:
+    """A reopened session answers step filters, items_of_step and delete_memory_item."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_items([MemoryItem(step=1, a=1), MemoryItem(step=2), MemoryItem(step=1)])
+    with open_memory(store_url, "s") as memory:
+        assert memory.filter_memory_from_steps([1]) == [{"step": 1, "a": 1}, {"step": 1}]
+        assert len(memory.items_of_step(2)) == 1
+        assert memory.delete_memory_item(1) == 2
+    assert steps_of(reopened(store_url)) == [2]
+
+
+def test_field_change_on_reopened_item_is_written(store_url: str) -> None:
+    """Setting and deleting a field of an item loaded from the store reaches the store."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(MemoryItem(step=1, image="big"))
+    with open_memory(store_url, "s") as memory:
+        memory[0]["action"] = "click"
+        del memory[0]["image"]
+        memory[0]["step"] = 7
+        assert memory.items_of_step(7) == [memory[0]]
+    assert [item.to_dict() for item in reopened(store_url)] == [{"step": 7, "action": "click"}]
+
+
+def test_field_change_after_reload_is_written(store_url: str) -> None:
+    """After reload(), items are live: a field change is written through."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_item(MemoryItem(step=1))
+        memory.reload()
+        memory[0]["note"] = "kept"
+        assert memory.filter_memory_from_steps([1]) == [{"step": 1, "note": "kept"}]
+    assert [item.to_dict() for item in reopened(store_url)] == [{"step": 1, "note": "kept"}]
+
+
+def test_max_items_is_enforced_in_the_store_on_reopen(store_url: str) -> None:
+    """Reopening with max_items trims the stored session to the newest items."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_items([MemoryItem(step=i) for i in range(5)])
+    with open_memory(store_url, "s", max_items=2) as memory:
+        assert steps_of(memory.content) == [3, 4]
+    assert steps_of(reopened(store_url)) == [3, 4]
+
+
+def test_max_items_is_enforced_in_the_store_on_refresh(store_url: str) -> None:
+    """Items another handle appended are fetched by refresh and trimmed to max_items, in RAM and store."""
+    seen: list[tuple[str, list[Any]]] = []
+    with (
+        open_memory(
+            store_url,
+            "s",
+            max_items=2,
+            callbacks=[lambda m, change: seen.append((change.kind, steps_of(list(change.items))))],
+        ) as memory,
+        open_store(store_url) as other,
+    ):
+        memory.add_memory_item(MemoryItem(step=1))
+        other.append("s", [MemoryItem(step=2), MemoryItem(step=3)])
+        assert memory.refresh() == 2
+        assert steps_of(memory.content) == [2, 3]
+        assert steps_of(other.read("s")) == [2, 3]
+    assert seen[-2:] == [("delete", [1]), ("add", [2, 3])]
