@@ -30,9 +30,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from agents.memory._codec import OnUnencodable
+from agents.memory._item import OnUnknownClass
 from agents.memory.exceptions import InvalidStoreURLError
 from agents.memory.memory import ChangeCallback
-from agents.memory.stores._backed import StoredMemory
+from agents.memory.stores._backed import SessionWriter, StoredMemory
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
     BaseStore,
@@ -49,6 +50,7 @@ __all__ = [
     "BaseStore",
     "InMemoryStore",
     "SQLiteStore",
+    "SessionWriter",
     "Store",
     "StoredMemory",
     "StoredRecord",
@@ -150,6 +152,7 @@ def open_memory(
     max_items: int | None = None,
     callbacks: Iterable[ChangeCallback] = (),
     on_unencodable: OnUnencodable = "error",
+    on_unknown_class: OnUnknownClass = "error",
     metadata: Mapping[str, Any] | None = None,
 ) -> StoredMemory:
     """Open ``session_id`` of a store as a ``Memory`` that writes every change through.
@@ -162,6 +165,7 @@ def open_memory(
         max_items: Keep at most this many items, in RAM and in the store.
         callbacks: Run after each change as ``callback(memory, change)``.
         on_unencodable: The codec's policy for values JSON cannot hold.
+        on_unknown_class: ``"base"`` reads items whose class is unknown as plain ``MemoryItem``.
         metadata: Free-form data about the session.
 
     Returns:
@@ -183,6 +187,7 @@ def open_memory(
             max_items=max_items,
             callbacks=callbacks,
             on_unencodable=on_unencodable,
+            on_unknown_class=on_unknown_class,
             metadata=metadata,
             owns_store=owns_store,
         )
