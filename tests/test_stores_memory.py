@@ -244,3 +244,19 @@ def test_max_items_is_enforced_in_the_store_on_refresh(store_url: str) -> None:
         assert steps_of(memory.content) == [2, 3]
         assert steps_of(other.read("s")) == [2, 3]
     assert seen[-2:] == [("delete", [1]), ("add", [2, 3])]
+
+
+def test_loading_a_file_keeps_the_stored_session(store_url: str, tmp_path: Any) -> None:
+    """A session file of another id and step key loads into a stored memory, which stays on its session."""
+    source = Memory(session_id="elsewhere", step_key="Step")
+    source.add_memory_items([MemoryItem(Step=1, action="a"), MemoryItem(Step=2)])
+    path = tmp_path / "other.json"
+    source.save(path)
+    with open_memory(store_url, "s") as memory:
+        memory.load_file(path)
+        assert memory.session_id == "s"
+        assert memory.step_key == "step"
+    assert [item.to_dict() for item in reopened(store_url)] == [
+        {"Step": 1, "action": "a"},
+        {"Step": 2},
+    ]

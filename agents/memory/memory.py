@@ -864,10 +864,13 @@ class Memory:
     def _apply_header(self, header: Mapping[str, Any]) -> None:
         if not header:
             return
-        step_key = header.get("step_key", self._step_key)
-        if type(step_key) is str:
-            self._step_key = step_key
-        self.session_id = header.get("session_id", self.session_id)
+        if self._writer is None:
+            # A memory with a writer keeps its identity: its session id and step
+            # key name where the writer files the items, not what a file says.
+            step_key = header.get("step_key", self._step_key)
+            if type(step_key) is str:
+                self._step_key = step_key
+            self.session_id = header.get("session_id", self.session_id)
         self.metadata = dict(header.get("metadata") or {})
         created = header.get("created_at")
         if type(created) is str:
