@@ -167,11 +167,24 @@ def test_load_questions_refuses_bad_last_k() -> None:
         Blackboard().load_questions(FIXTURES / "questions.jsonl", last_k=-2)
 
 
-def test_load_questions_missing_file(tmp_path: pathlib.Path) -> None:
-    """A missing questions file raises FileNotFoundError and adds nothing."""
+def test_load_questions_missing_file_adds_nothing(tmp_path: pathlib.Path) -> None:
+    """A missing questions file adds nothing and returns 0, as UFO's start-up expects."""
     board = Blackboard()
-    with pytest.raises(FileNotFoundError):
-        board.load_questions(tmp_path / "none.jsonl")
+    board.add_questions({"question": "Q0"})
+    assert board.load_questions(tmp_path / "none.jsonl") == 0
+    assert board.questions.list_content == [{"question": "Q0"}]
+
+
+def test_constructor_with_missing_questions_file(tmp_path: pathlib.Path) -> None:
+    """Blackboard(questions_file=...) naming a file not yet written starts with no questions."""
+    assert Blackboard(questions_file=tmp_path / "none.jsonl").questions.is_empty()
+
+
+def test_load_questions_unreadable_path_raises(tmp_path: pathlib.Path) -> None:
+    """A path that exists but is not a readable file (a directory) still raises."""
+    board = Blackboard()
+    with pytest.raises(IsADirectoryError):
+        board.load_questions(tmp_path)
     assert board.questions.is_empty()
 
 

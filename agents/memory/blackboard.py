@@ -187,17 +187,19 @@ class Blackboard:
         """Add question records from a JSONL file (one JSON object per line).
 
         Lines that are not JSON objects are skipped with a warning; ``last_k``
-        counts only the valid records. Nothing is added if the file cannot be read.
+        counts only the valid records. A file that does not exist adds nothing
+        (as in UFO, whose agents call this at start-up before any question was
+        asked); nothing is added if the file cannot be read.
 
         Args:
             file_path: The JSONL file.
             last_k: Add only the last ``last_k`` valid records; ``-1`` adds all.
 
         Returns:
-            How many records were added.
+            How many records were added (0 for a missing file).
 
         Raises:
-            FileNotFoundError: if the file does not exist.
+            OSError: if the file exists but cannot be read (a directory, no permission).
             ValueError: if ``last_k`` is below ``-1``.
 
         Warns:
@@ -209,7 +211,11 @@ class Blackboard:
         name = os.fspath(file_path)
         records: list[MemoryItem] = []
         skipped: list[int] = []
-        with open(name, "rb") as stream:
+        try:
+            stream = open(name, "rb")  # noqa: SIM115 - only a missing file is caught; the with below closes it
+        except FileNotFoundError:
+            return 0
+        with stream:
             for lineno, line in enumerate(stream, start=1):
                 if not line.strip():
                     continue
