@@ -5,6 +5,9 @@ A SOURCE is a session file (``.json`` or ``.jsonl``, as written by
 (``sqlite:///runs.db``, a ``.db`` path, ``jsonl:///dir``,
 ``postgresql://...``) together with ``--session ID``.
 
+Text from a session is printed with its control characters escaped
+(``\\x1b``), so it never acts on the terminal.
+
 Examples::
 
     kvmemory sessions sqlite:///runs.db
@@ -24,9 +27,10 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
+from agents.agent import escape_controls
 from agents.memory import AgentMemoryError, Memory
 from agents.memory._codec import loads
-from agents.memory.exceptions import CorruptSessionError
+from agents.memory.exceptions import CorruptSessionError, InvalidSessionIdError
 
 __all__ = ["main"]
 
@@ -96,13 +100,23 @@ def _steps(text: str | None) -> list[Any] | None:
     return out
 
 
+def _print(out: IO[str], text: str) -> None:
+    """Write one line of output, its control characters escaped."""
+    out.write(escape_controls(text) + "\n")
+
+
 def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
     with _open_existing_store(args.store) as store:
         sessions = store.sessions()
         for session in sessions:
-            out.write(f"{session}\t{store.count(session)} items\n")
+            try:
+                count = f"{store.count(session)} items"
+            except InvalidSessionIdError:
+                # One row written by other means must not hide the other sessions.
+                count = "not a valid session id; kvmemory cannot read this session"
+            _print(out, f"{session}\t{count}")
     if not sessions:
-        out.write("no sessions\n")
+        _print(out, "no sessions")
     return 0
 
 
@@ -128,7 +142,7 @@ def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
     keys = _split(args.keys)
     if keys is not None and not args.json and not _is_file_source(args.source):
         for fields in _projected(args, keys):
-            out.write("  ".join(f"{key}={value!r}" for key, value in fields.items()) + "\n")
+            _print(out, "  ".join(f"{key}={value!r}" for key, value in fields.items()))
         return 0
     memory = _selected(args)
     if args.json:
@@ -137,11 +151,11 @@ def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
                 [type(item).from_mapping(item.filter(keys)) for item in memory],
                 step_key=memory.step_key,
             )
-        out.write(memory.to_json(on_unencodable="repr") + "\n")
+        out.write(escape_controls(memory.to_json(on_unencodable="repr"), json=True) + "\n")
         return 0
     for item in memory:
         fields = item.to_dict() if keys is None else item.filter(keys)
-        out.write("  ".join(f"{key}={value!r}" for key, value in fields.items()) + "\n")
+        _print(out, "  ".join(f"{key}={value!r}" for key, value in fields.items()))
     return 0
 
 
@@ -163,15 +177,13 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             cost += value
     steps = memory.steps()
-    out.write(f"session: {memory.session_id or '-'}\n")
-    out.write(f"items: {len(memory)}\n")
-    out.write(
-        f"steps: {len(steps)}" + (f" ({steps[0]!r} .. {steps[-1]!r})" if steps else "") + "\n"
-    )
-    out.write(f"total cost: {round(cost, 6)}\n")
-    out.write("fields:\n")
+    _print(out, f"session: {memory.session_id or '-'}")
+    _print(out, f"items: {len(memory)}")
+    _print(out, f"steps: {len(steps)}" + (f" ({steps[0]!r} .. {steps[-1]!r})" if steps else ""))
+    _print(out, f"total cost: {round(cost, 6)}")
+    _print(out, "fields:")
     for key, count in keys.most_common():
-        out.write(f"  {key}: {count}\n")
+        _print(out, f"  {key}: {count}")
     return 0
 
 
@@ -183,7 +195,7 @@ def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
             msg = f"{dest!r} exists; pass --force to replace it."
             raise _UsageError(msg)
         memory.save(dest, on_unencodable=args.on_unencodable)
-        out.write(f"wrote {len(memory)} items to {dest}\n")
+        _print(out, f"wrote {len(memory)} items to {dest}")
         return 0
     from agents.memory.stores import open_store
 
@@ -201,7 +213,7 @@ def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
             step_key=memory.step_key,
             on_unencodable=args.on_unencodable,
         )
-    out.write(f"appended {len(memory)} items to session {target!r} of {dest}\n")
+    _print(out, f"appended {len(memory)} items to session {target!r} of {dest}")
     return 0
 
 
@@ -280,10 +292,10 @@ def main(argv: Sequence[str] | None = None, *, out: IO[str] | None = None) -> in
     try:
         status: int = args.run(args, stream)
     except _UsageError as exc:
-        print(f"kvmemory: error: {exc}", file=sys.stderr)
+        _print(sys.stderr, f"kvmemory: error: {exc}")
         return 2
     except (AgentMemoryError, OSError) as exc:
-        print(f"kvmemory: error: {exc}", file=sys.stderr)
+        _print(sys.stderr, f"kvmemory: error: {exc}")
         return 1
     return status
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +25,17 @@ def session_file(tmp_path: Path) -> Path:
     path = tmp_path / "run.json"
     memory.save(path)
     return path
+
+
+# An OSC 52 clipboard write, a 7-bit CSI and an 8-bit CSI (0x9b), as data, and as shown.
+OSC52 = "\x1b]52;c;aGVsbG8=\x07"
+CSI = "\x1b[2J\x9b2J"
+OSC52_SHOWN = "\\x1b]52;c;aGVsbG8=\\x07"
+CSI_SHOWN = "\\x1b[2J\\x9b2J"
+# What a terminal acts on: C0 but tab and newline, DEL, C1.
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+HOSTILE_KEY = f"key{OSC52}{CSI}"
+HOSTILE_VALUE = f"value{OSC52}{CSI}"
 
 
 def run(*argv: str) -> tuple[int, str]:
@@ -158,3 +171,115 @@ def test_store_items_of_unimportable_class_show_as_plain(tmp_path: Path) -> None
         0,
         "step=0\nstep=1  action='click'\n",
     )
+
+
+# -- terminal output escapes control characters ------------------------------------
+
+
+@pytest.fixture
+def hostile_file(tmp_path: Path) -> Path:
+    """A session file whose id, keys and values hold OSC 52 and CSI sequences."""
+    memory = Memory(session_id=f"run{OSC52}{CSI}")
+    memory.add_memory_item(MemoryItem(step=1, **{HOSTILE_KEY: HOSTILE_VALUE}))
+    path = tmp_path / "hostile.json"
+    memory.save(path)
+    return path
+
+
+@pytest.fixture
+def hostile_store(hostile_file: Path, tmp_path: Path) -> Path:
+    """A SQLite store holding the hostile session's items as session 'run-1'."""
+    db = tmp_path / "hostile.db"
+    assert run("convert", str(hostile_file), str(db), "--to-session", "run-1")[0] == 0
+    return db
+
+
+def assert_escaped(text: str, *shown: str) -> None:
+    """Assert that ``text`` holds no raw control character and shows each of ``shown``."""
+    assert not RAW_CONTROL.search(text), text
+    for part in shown:
+        assert part in text
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["show"], ["show", "--keys", f"step,{HOSTILE_KEY}"], ["replay", "--no-color"]],
+)
+def test_show_and_replay_escape_keys_and_values_of_a_file(
+    hostile_file: Path, command: list[str]
+) -> None:
+    """show and replay of a session file print its sequences as text."""
+    status, text = run(command[0], str(hostile_file), *command[1:])
+    assert status == 0
+    assert_escaped(text, f"key{OSC52_SHOWN}{CSI_SHOWN}", f"value{OSC52_SHOWN}{CSI_SHOWN}")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["show"], ["show", "--keys", f"step,{HOSTILE_KEY}"], ["replay", "--no-color"]],
+)
+def test_show_and_replay_escape_keys_and_values_of_a_store(
+    hostile_store: Path, command: list[str]
+) -> None:
+    """show (also the store's own key projection) and replay of a store session print sequences as text."""
+    status, text = run(command[0], str(hostile_store), "--session", "run-1", *command[1:])
+    assert status == 0
+    assert_escaped(text, f"key{OSC52_SHOWN}{CSI_SHOWN}", f"value{OSC52_SHOWN}{CSI_SHOWN}")
+
+
+def test_replay_escapes_session_id(hostile_file: Path) -> None:
+    """replay's title shows the session id's sequences as text."""
+    text = run("replay", str(hostile_file), "--no-color")[1]
+    assert text.startswith(f"Session run{OSC52_SHOWN}{CSI_SHOWN}: 1 items\n")
+
+
+def test_replay_in_colour_escapes_session_data(hostile_file: Path) -> None:
+    """replay --color keeps its own colour codes and prints the session's sequences as text."""
+    status, text = run("replay", str(hostile_file), "--color")
+    assert status == 0
+    assert OSC52 not in text
+    assert "\x9b" not in text
+    assert "\x1b[2J" not in text
+    assert f"value{OSC52_SHOWN}{CSI_SHOWN}" in text
+
+
+def test_stats_escapes_session_id_and_keys(hostile_file: Path) -> None:
+    """stats prints the session id and the field names with their sequences as text."""
+    status, text = run("stats", str(hostile_file))
+    assert status == 0
+    assert_escaped(
+        text, f"session: run{OSC52_SHOWN}{CSI_SHOWN}\n", f"  key{OSC52_SHOWN}{CSI_SHOWN}: 1\n"
+    )
+
+
+def test_show_json_escapes_and_stays_valid_json(hostile_file: Path) -> None:
+    """show --json writes every control character as \\u00NN and still decodes to the values."""
+    status, text = run("show", str(hostile_file), "--json")
+    assert status == 0
+    assert_escaped(text, "\\u001b]52", "\\u009b2J")
+    assert json.loads(text) == [{"step": 1, HOSTILE_KEY: HOSTILE_VALUE}]
+
+
+def test_sessions_escapes_session_ids(hostile_store: Path) -> None:
+    """sessions lists, as text, a session id written into the store by other means, and the others."""
+    with sqlite3.connect(hostile_store) as con:
+        for table in ("kvmemory_sessions", "kvmemory_items"):
+            con.execute(f"UPDATE {table} SET session_id = ?", (f"run{OSC52}{CSI}",))
+    con.close()
+    plain = hostile_store.with_suffix(".json")
+    assert run("convert", str(plain), str(hostile_store), "--to-session", "run-2")[0] == 0
+    status, text = run("sessions", str(hostile_store))
+    assert status == 0
+    assert_escaped(text)
+    assert text.splitlines() == [
+        f"run{OSC52_SHOWN}{CSI_SHOWN}\tnot a valid session id; kvmemory cannot read this session",
+        "run-2\t1 items",
+    ]
+
+
+def test_error_message_escapes_session_id(
+    hostile_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An error naming the file's session id prints its sequences as text."""
+    assert run("show", str(hostile_file), "--session", "other")[0] == 2
+    assert_escaped(capsys.readouterr().err, f"run{OSC52_SHOWN}{CSI_SHOWN}")

@@ -1,10 +1,18 @@
 """Agent building blocks: ``BasicAgent`` to subclass, step callbacks and session replay.
 
 ``BasicAgent`` owns a memory, a step counter and a blackboard; the model call
-is left to subclasses. ``replay`` prints a session step by step.
+is left to subclasses. ``replay`` prints a session step by step, and
+``escape_controls`` makes any text from a session safe to print to a terminal.
 """
 
-from agents.agent._replay import format_replay, replay
+from agents.agent._replay import escape_controls, format_replay, replay
 from agents.agent.basic import BasicAgent, StepCallback, drop_old_images
 
-__all__ = ["BasicAgent", "StepCallback", "drop_old_images", "format_replay", "replay"]
+__all__ = [
+    "BasicAgent",
+    "StepCallback",
+    "drop_old_images",
+    "escape_controls",
+    "format_replay",
+    "replay",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import pathlib
+import re
 import sys
 import uuid
 from collections.abc import Iterable, Sequence
@@ -15,13 +16,48 @@ from agents.memory.exceptions import missing_dependency
 from agents.memory.memory import Memory
 from agents.memory.prompt import DEFAULT_IMAGE_KEYS, image_refs, ufo_json
 
-__all__ = ["format_replay", "replay"]
+__all__ = ["escape_controls", "format_replay", "replay"]
 
 ERROR_KEYS: Final[tuple[str, ...]] = ("error", "errors", "exception")
 """Fields shown as errors."""
 
 _WIDTH: Final = 200
 _Kind = Literal["header", "field", "error", "cost", "images", "footer"]
+
+
+# The characters a terminal acts on instead of showing: C0 controls (ESC starts
+# an escape sequence, BEL ends an OSC such as a clipboard write, CR rewrites the
+# line), DEL, and C1 controls (0x9b is a one-byte CSI). Tab and newline stay:
+# the layout of the output uses them and they cannot start a sequence.
+_CONTROL: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _text_escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def escape_controls(text: str, *, json: bool = False) -> str:
+    """Return ``text`` with the control characters a terminal would act on written out.
+
+    Session data can hold anything, including escape sequences that change a
+    terminal's title or colours, write to its clipboard (OSC 52) or move the
+    cursor to hide lines. Each C0 control character but tab and newline, DEL
+    and each C1 control character is replaced by its escape, ``\\x1b`` for
+    ESC, so it is shown and never run. Text without them is returned as it is.
+
+    Args:
+        text: The text about to be printed.
+        json: ``True`` when ``text`` is JSON: write ``\\u001b`` instead, which
+            keeps the document valid and decodes to the same strings.
+
+    Returns:
+        The text, safe to print to a terminal.
+    """
+    return _CONTROL.sub(_json_escape if json else _text_escape, text)
 
 
 # Values whose str() reads better than their JSON type tag (a date, a path).
@@ -121,9 +157,9 @@ def _session_lines(
     cost_key: str,
     label_key: str | None,
 ) -> list[tuple[_Kind, str]]:
-    """Return the styled lines of a replay, for both the plain and the coloured output."""
+    """Return the styled lines of a replay, control characters escaped, for both outputs."""
     items = list(memory)
-    return _lines(
+    lines = _lines(
         items,
         title=title or _title(memory, len(items)),
         step_key=memory.step_key if isinstance(memory, Memory) else "step",
@@ -131,6 +167,7 @@ def _session_lines(
         cost_key=cost_key,
         label_key=label_key,
     )
+    return [(kind, escape_controls(text)) for kind, text in lines]
 
 
 def _title(memory: Memory | Iterable[MemoryItem], count: int) -> str:
