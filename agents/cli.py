@@ -5,8 +5,10 @@ A SOURCE is a session file (``.json`` or ``.jsonl``, as written by
 (``sqlite:///runs.db``, a ``.db`` path, ``jsonl:///dir``,
 ``postgresql://...``) together with ``--session ID``.
 
-Text from a session is printed with its control characters escaped
-(``\\x1b``), so it never acts on the terminal.
+Loading never imports code: an item whose class is not defined in this
+process is shown as a plain ``MemoryItem`` with all its fields, and a module
+planted beside a session or in the current directory is never run. Text from
+a session is printed with its control characters escaped (``\\x1b``).
 
 Examples::
 
@@ -221,7 +223,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvmemory",
         description="Inspect, replay, convert and export kvmemory agent sessions.",
-        epilog="SOURCE is a .json/.jsonl session file, or a store URL or .db path with --session ID.",
+        epilog=(
+            "SOURCE is a .json/.jsonl session file, or a store URL or .db path with --session ID. "
+            "Reading never imports code named by a session: items of classes this process "
+            "does not define show as plain items."
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -300,5 +306,22 @@ def main(argv: Sequence[str] | None = None, *, out: IO[str] | None = None) -> in
     return status
 
 
+def _drop_current_directory() -> None:
+    """Take the current directory off ``sys.path``, where ``python -m`` put it.
+
+    ``python -m agents.cli`` starts with the current directory first on
+    ``sys.path``, so any import made while sessions are read or shown (a class
+    a session names, an optional extra such as rich loaded lazily) would find
+    a module of that name planted beside the sessions being inspected. The
+    ``agents`` package is already imported and finds its own modules through
+    its package path, not ``sys.path[0]``.
+    """
+    if sys.path and not getattr(sys.flags, "safe_path", False):
+        first = sys.path[0]
+        if first == "" or os.path.abspath(first) == os.getcwd():
+            del sys.path[0]
+
+
 if __name__ == "__main__":
+    _drop_current_directory()
     sys.exit(main())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -27,6 +28,8 @@ def session_file(tmp_path: Path) -> Path:
     return path
 
 
+# The console script pip installed beside this interpreter.
+KVMEMORY = Path(sys.executable).with_name("kvmemory")
 # An OSC 52 clipboard write, a 7-bit CSI and an 8-bit CSI (0x9b), as data, and as shown.
 OSC52 = "\x1b]52;c;aGVsbG8=\x07"
 CSI = "\x1b[2J\x9b2J"
@@ -283,3 +286,92 @@ def test_error_message_escapes_session_id(
     """An error naming the file's session id prints its sequences as text."""
     assert run("show", str(hostile_file), "--session", "other")[0] == 2
     assert_escaped(capsys.readouterr().err, f"run{OSC52_SHOWN}{CSI_SHOWN}")
+
+
+# -- the command never imports code a session names ------------------------------------
+
+PLANTED_MODULE = """\
+import pathlib
+pathlib.Path({marker!r}).write_text("planted_mod ran")
+from agents.memory import MemoryItem
+class Evil(MemoryItem):
+    pass
+"""
+# Writes a session naming the class planted_mod:Evil, without that module existing.
+WRITER = """\
+import sys
+from agents.memory import Memory, MemoryItem
+from agents.memory.stores import open_memory
+Evil = type("Evil", (MemoryItem,), {{"__module__": "planted_mod", "__qualname__": "Evil"}})
+memory = Memory([Evil(step=1, action="exfiltrate", note="planted")], session_id="s1")
+memory.save({session!r})
+with open_memory({store!r}, "s1") as stored:
+    stored.add_memory_items(memory.content)
+"""
+LAUNCHERS = {
+    "kvmemory": [str(KVMEMORY)],
+    "python -m agents.cli": [sys.executable, "-m", "agents.cli"],
+}
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    """A folder holding a session file and a SQLite store that name planted_mod:Evil, and planted_mod.py."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    writer = WRITER.format(session=str(folder / "run.json"), store=str(folder / "runs.db"))
+    subprocess.run([sys.executable, "-c", writer], cwd=tmp_path, check=True)
+    assert '"class":"planted_mod:Evil"' in (folder / "run.json").read_text(encoding="utf-8")
+    marker = tmp_path / "MARKER"
+    (folder / "planted_mod.py").write_text(
+        PLANTED_MODULE.format(marker=str(marker)), encoding="utf-8"
+    )
+    return folder
+
+
+def planted_commands(folder: Path) -> list[list[str]]:
+    """The inspecting and converting commands, on the session file and on the store session."""
+    commands: list[list[str]] = []
+    for source in (["run.json"], ["runs.db", "--session", "s1"]):
+        commands += [
+            ["show", *source],
+            ["replay", *source, "--no-color"],
+            ["stats", *source],
+            ["convert", *source, str(folder.parent / "copy.jsonl"), "--force"],
+        ]
+    return commands
+
+
+def run_planted(folder: Path, launcher: list[str], env: dict[str, str]) -> str:
+    """Run every planted command in ``folder`` and return their joined output."""
+    outputs = []
+    for command in planted_commands(folder):
+        result = subprocess.run(
+            [*launcher, *command], cwd=folder, env=env, capture_output=True, text=True
+        )
+        assert result.returncode == 0, (command, result.stderr)
+        outputs.append(result.stdout)
+    return "".join(outputs)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS.values(), ids=LAUNCHERS.keys())
+def test_module_planted_beside_session_never_runs(planted: Path, launcher: list[str]) -> None:
+    """show/replay/stats/convert never import a module planted beside the session and in the cwd."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    output = run_planted(planted, launcher, env)
+    assert not (planted.parent / "MARKER").exists()
+    assert "action='exfiltrate'  note='planted'" in output
+    assert "  action: exfiltrate\n" in output
+    assert "  note: 1\n" in output
+    assert Memory.from_file(planted.parent / "copy.jsonl").list_content == [
+        {"step": 1, "action": "exfiltrate", "note": "planted"}
+    ]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS.values(), ids=LAUNCHERS.keys())
+def test_module_on_the_import_path_is_not_imported(planted: Path, launcher: list[str]) -> None:
+    """Even where planted_mod could be imported (PYTHONPATH), the command shows the item plainly."""
+    env = {**os.environ, "PYTHONPATH": str(planted)}
+    output = run_planted(planted, launcher, env)
+    assert not (planted.parent / "MARKER").exists()
+    assert "action='exfiltrate'  note='planted'" in output
