@@ -29,14 +29,16 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
+import orjson
+
 from agents.agent import escape_controls
 from agents.memory import AgentMemoryError, Memory
-from agents.memory._codec import loads
-from agents.memory.exceptions import CorruptSessionError, InvalidSessionIdError
+from agents.memory.exceptions import InvalidSessionIdError
 
 __all__ = ["main"]
 
 _FILE_SUFFIXES = (".json", ".jsonl")
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
 
 def _is_file_source(source: str) -> bool:
@@ -57,7 +59,11 @@ def _open_existing_store(url: str) -> Any:
 def _read(source: str, session: str | None) -> Memory:
     """Return the session named by SOURCE (and ``--session`` for a store) as a memory."""
     if _is_file_source(source):
-        memory = Memory.from_file(source, on_unknown_class="base")
+        try:
+            memory = Memory.from_file(source, on_unknown_class="base")
+        except FileNotFoundError as exc:
+            msg = f"No session file {source!r}; check the path."
+            raise _UsageError(msg) from exc
         if session is not None and memory.session_id not in (None, session):
             msg = f"{source!r} holds session {memory.session_id!r}, not {session!r}."
             raise _UsageError(msg)
@@ -89,17 +95,37 @@ def _split(text: str | None) -> list[str] | None:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _steps(text: str | None) -> list[Any] | None:
-    parts = _split(text)
-    if parts is None:
-        return None
-    out: list[Any] = []
-    for part in parts:
+def _count(text: str) -> int:
+    """Parse ``--last N``: a whole number of items, 0 or more."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        msg = f"expected a number of items, 0 or more, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return count
+
+
+def _steps(text: str) -> list[Any]:
+    """Parse ``--steps``: comma-separated step numbers, or JSON strings for text steps."""
+    steps: list[Any] = []
+    for part in _split(text) or []:
         try:
-            out.append(loads(part))
-        except CorruptSessionError:
-            out.append(part)  # a bare word is a string step
-    return out
+            step = orjson.loads(part)
+        except orjson.JSONDecodeError:
+            step = None
+        if type(step) not in (int, float, str):
+            msg = (
+                f"expected step numbers such as 1,2,5 (a text step in JSON quotes, "
+                f"'\"plan\"'), got {part!r}"
+            )
+            raise argparse.ArgumentTypeError(msg)
+        steps.append(step)
+    if not steps:
+        msg = f"expected step numbers such as 1,2,5, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return steps
 
 
 def _print(out: IO[str], text: str) -> None:
@@ -124,8 +150,7 @@ def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
 
 def _selected(args: argparse.Namespace) -> Memory:
     memory = _read(args.source, args.session)
-    steps = _steps(args.steps)
-    items = memory.content if steps is None else memory.items_of_steps(steps)
+    items = memory.content if args.steps is None else memory.items_of_steps(args.steps)
     if args.last is not None:
         items = items[-args.last :] if args.last else []
     return Memory(items, step_key=memory.step_key, session_id=memory.session_id)
@@ -134,7 +159,7 @@ def _selected(args: argparse.Namespace) -> Memory:
 def _projected(args: argparse.Namespace, keys: list[str]) -> list[dict[str, Any]]:
     """Return the chosen keys of a store session's items, cut down by the store itself."""
     with _open_session_store(args.source, args.session) as (store, name):
-        rows: list[dict[str, Any]] = store.project(name, keys, steps=_steps(args.steps))
+        rows: list[dict[str, Any]] = store.project(name, keys, steps=args.steps)
     if args.last is not None:
         rows = rows[-args.last :] if args.last else []
     return rows
@@ -190,8 +215,15 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
-    memory = _read(args.source, args.session)
     dest: str = args.dest
+    if "://" not in dest and not dest.endswith(_FILE_SUFFIXES + _SQLITE_SUFFIXES):
+        msg = (
+            f"Cannot tell what to write to {dest!r} from its name; give a .json or .jsonl "
+            f"file, a SQLite file ending in {', '.join(_SQLITE_SUFFIXES)}, or a store URL "
+            f"(sqlite://{dest}, jsonl:///dir, postgresql://...)."
+        )
+        raise _UsageError(msg)
+    memory = _read(args.source, args.session)
     if _is_file_source(dest):
         if os.path.exists(dest) and not args.force:
             msg = f"{dest!r} exists; pass --force to replace it."
@@ -240,8 +272,12 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--session", help="session id (required for a store)")
 
     def selection_args(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--steps", help="comma-separated steps, e.g. 1,2,5")
-        sub.add_argument("--last", type=int, help="only the last N items")
+        sub.add_argument(
+            "--steps",
+            type=_steps,
+            help="comma-separated steps, e.g. 1,2,5 (a text step in JSON quotes: '\"plan\"')",
+        )
+        sub.add_argument("--last", type=_count, metavar="N", help="only the last N items")
 
     show = commands.add_parser("show", help="print items, or chosen keys of them")
     source_args(show)

@@ -288,6 +288,103 @@ def test_error_message_escapes_session_id(
     assert_escaped(capsys.readouterr().err, f"run{OSC52_SHOWN}{CSI_SHOWN}")
 
 
+# -- usage errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
+def test_last_must_be_a_count(
+    session_file: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--last with a negative or non-whole number is a usage error naming the option."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["show", str(session_file), "--last", value])
+    assert exit_info.value.code == 2
+    assert f"argument --last: expected a number of items, 0 or more, got '{value}'" in (
+        capsys.readouterr().err
+    )
+
+
+def test_last_zero_shows_nothing(session_file: Path) -> None:
+    """--last 0 is a valid count and selects no item."""
+    assert run("show", str(session_file), "--last", "0") == (0, "")
+
+
+@pytest.mark.parametrize("value", ["abc", "1-3", "1,two", "true", "[1]", ","])
+def test_steps_must_be_step_numbers(
+    session_file: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--steps with text that is not a step number is a usage error, not an empty selection."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["show", str(session_file), "--steps", value])
+    assert exit_info.value.code == 2
+    assert "argument --steps: expected step numbers such as 1,2,5" in capsys.readouterr().err
+
+
+def test_steps_of_a_store_session_must_be_step_numbers(
+    session_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """show --keys of a store session (the store's projection) refuses bad --steps too."""
+    db = tmp_path / "runs.db"
+    run("convert", str(session_file), str(db))
+    with pytest.raises(SystemExit):
+        main(["show", str(db), "--session", "run-1", "--keys", "action", "--steps", "x"])
+    assert "argument --steps:" in capsys.readouterr().err
+
+
+def test_steps_selects_numbers_and_quoted_text_steps(tmp_path: Path) -> None:
+    """--steps takes numbers (with spaces), and text steps in JSON quotes."""
+    memory = Memory(session_id="s")
+    for step in (1, 2, "plan", 2.5):
+        memory.add_memory_item(MemoryItem(step=step))
+    path = tmp_path / "mixed.json"
+    memory.save(path)
+    assert run("show", str(path), "--steps", ' 1, "plan",2.5') == (
+        0,
+        "step=1\nstep='plan'\nstep=2.5\n",
+    )
+
+
+def test_convert_to_unknown_extension_asks_for_a_url(
+    session_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """convert to out.txt exits 2, names the target and the forms it takes, and writes nothing."""
+    target = tmp_path / "out.txt"
+    assert run("convert", str(session_file), str(target))[0] == 2
+    err = capsys.readouterr().err
+    assert f"Cannot tell what to write to {str(target)!r}" in err
+    assert ".json or .jsonl" in err
+    assert f"sqlite://{target}" in err
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("name", ["out.sqlite", "out.sqlite3", "out.db"])
+def test_convert_to_sqlite_suffixes(session_file: Path, tmp_path: Path, name: str) -> None:
+    """convert writes SQLite to a path ending in .db, .sqlite or .sqlite3."""
+    target = tmp_path / name
+    assert run("convert", str(session_file), str(target))[0] == 0
+    assert run("sessions", str(target)) == (0, "run-1\t3 items\n")
+
+
+def test_convert_to_sqlite_url_of_any_name(session_file: Path, tmp_path: Path) -> None:
+    """The URL the error suggests (sqlite://out.txt) writes SQLite to that name."""
+    target = tmp_path / "out.txt"
+    assert run("convert", str(session_file), f"sqlite://{target}")[0] == 0
+    assert run("sessions", f"sqlite://{target}") == (0, "run-1\t3 items\n")
+
+
+@pytest.mark.parametrize("command", ["show", "replay", "stats", "convert"])
+def test_missing_session_file_is_a_usage_error(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A .json file that does not exist exits 2 with the same message shape as a missing store."""
+    missing = tmp_path / "missing.json"
+    extra = [str(tmp_path / "out.jsonl")] if command == "convert" else []
+    assert run(command, str(missing), *extra)[0] == 2
+    err = capsys.readouterr().err
+    assert err == f"kvmemory: error: No session file {str(missing)!r}; check the path.\n"
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 # -- the command never imports code a session names ------------------------------------
 
 PLANTED_MODULE = """\
