@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -28,6 +29,7 @@ def session_file(tmp_path: Path) -> Path:
     return path
 
 
+ROOT = Path(__file__).resolve().parent.parent
 # The console script pip installed beside this interpreter.
 KVMEMORY = Path(sys.executable).with_name("kvmemory")
 # An OSC 52 clipboard write, a 7-bit CSI and an 8-bit CSI (0x9b), as data, and as shown.
@@ -472,3 +474,40 @@ def test_module_on_the_import_path_is_not_imported(planted: Path, launcher: list
     output = run_planted(planted, launcher, env)
     assert not (planted.parent / "MARKER").exists()
     assert "action='exfiltrate'  note='planted'" in output
+
+
+# -- docs/cli.md ------------------------------------------------------------------------
+
+
+def docs_commands() -> list[str]:
+    """The lines of the bash blocks of docs/cli.md."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
+    return [line for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_docs_cli_example_runs(tmp_path: Path) -> None:
+    """Every command docs/cli.md shows runs on the session scripts/run creates, from a fresh folder."""
+    commands = docs_commands()
+    assert commands[0] == "scripts/run"
+    assert len(commands) > 1
+    # scripts/run runs this example with the environment's Python (see the script).
+    assert "examples/ufo_two_agents.py" in (ROOT / "scripts" / "run").read_text(encoding="utf-8")
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "ufo_two_agents.py"),
+            "examples/out/ufo_two_agents.json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+    )
+    for line in commands[1:]:
+        program, *argv = shlex.split(line)
+        assert program == ".venv/bin/kvmemory", line
+        result = subprocess.run(
+            [str(KVMEMORY), *argv], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert (result.returncode, result.stderr) == (0, ""), line
+        assert result.stdout, line
