@@ -456,8 +456,7 @@ def run_planted(folder: Path, launcher: list[str], env: dict[str, str]) -> str:
 @pytest.mark.parametrize("launcher", LAUNCHERS.values(), ids=LAUNCHERS.keys())
 def test_module_planted_beside_session_never_runs(planted: Path, launcher: list[str]) -> None:
     """show/replay/stats/convert never import a module planted beside the session and in the cwd."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    output = run_planted(planted, launcher, env)
+    output = run_planted(planted, launcher, dict(os.environ))
     assert not (planted.parent / "MARKER").exists()
     assert "action='exfiltrate'  note='planted'" in output
     assert "  action: exfiltrate\n" in output
@@ -470,7 +469,8 @@ def test_module_planted_beside_session_never_runs(planted: Path, launcher: list[
 @pytest.mark.parametrize("launcher", LAUNCHERS.values(), ids=LAUNCHERS.keys())
 def test_module_on_the_import_path_is_not_imported(planted: Path, launcher: list[str]) -> None:
     """Even where planted_mod could be imported (PYTHONPATH), the command shows the item plainly."""
-    env = {**os.environ, "PYTHONPATH": str(planted)}
+    paths = [str(planted), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     output = run_planted(planted, launcher, env)
     assert not (planted.parent / "MARKER").exists()
     assert "action='exfiltrate'  note='planted'" in output
