@@ -122,7 +122,7 @@ def test_section_to_json_methods() -> None:
     assert json.loads(board.requests_to_json()) == board.requests.list_content
     assert json.loads(board.questions_to_json()) == board.questions.list_content
     assert json.loads(board.trajectories_to_json()) == board.trajectories.list_content
-    assert json.loads(board.screenshots_to_json())[0]["$kv"] == "item"
+    assert json.loads(board.screenshots_to_json()) == board.screenshots.list_content
 
 
 def test_is_empty_and_clear() -> None:
@@ -350,12 +350,19 @@ def test_blackboard_to_dict_returns_fresh_dicts() -> None:
     assert board.requests[0]["text"] == "Open the quarterly report"
 
 
-def test_blackboard_to_json_is_compact_utf8() -> None:
-    """blackboard_to_json() writes compact UTF-8 JSON of blackboard_to_dict()."""
+def test_blackboard_to_json_is_json_dumps_of_the_dict() -> None:
+    """blackboard_to_json() writes json.dumps(blackboard_to_dict()), as UFO does."""
     board = Blackboard()
     board.add_questions({"answer": "café"})
-    expected = '{"questions":[{"answer":"café"}],"requests":[],"trajectories":[],"screenshots":[]}'
-    assert board.blackboard_to_json() == expected
+    board.add_trajectories({"step": 1, "box": (1, 2)})
+    assert board.blackboard_to_json() == json.dumps(
+        {
+            "questions": [{"answer": "café"}],
+            "requests": [],
+            "trajectories": [{"step": 1, "box": [1, 2]}],
+            "screenshots": [],
+        }
+    )
 
 
 def test_blackboard_from_dict_round_trip_keeps_image_items() -> None:

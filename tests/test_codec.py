@@ -51,7 +51,7 @@ class Observation(MemoryItem):
 
 
 def round_trip(memory: Memory) -> Memory:
-    return Memory.from_json(memory.to_json())
+    return Memory.from_json(memory.to_json_bytes())
 
 
 EXAMPLES: dict[str, Any] = {
@@ -131,20 +131,20 @@ def test_typed_item_class_survives_round_trip() -> None:
 
 def test_nan_is_tagged_not_null() -> None:
     """NaN and infinities are written as float tags, never as null."""
-    text = Memory([MemoryItem(x=float("nan"), y=float("-inf"))]).to_json()
-    assert '"x":{"$kv":"float","v":"nan"}' in text
-    assert '"y":{"$kv":"float","v":"-inf"}' in text
+    text = Memory([MemoryItem(x=float("nan"), y=float("-inf"))]).to_json_bytes()
+    assert b'"x":{"$kv":"float","v":"nan"}' in text
+    assert b'"y":{"$kv":"float","v":"-inf"}' in text
 
 
 def test_plain_items_are_written_unwrapped() -> None:
     """Items of JSON types only are plain field objects, as UFO writes them."""
     memory = Memory([MemoryItem(step=1, tags=["a"], meta={"k": None}, cost=0.5)])
-    assert memory.to_json() == '[{"step":1,"tags":["a"],"meta":{"k":null},"cost":0.5}]'
+    assert memory.to_json_bytes() == b'[{"step":1,"tags":["a"],"meta":{"k":null},"cost":0.5}]'
 
 
 def test_item_with_tags_is_wrapped() -> None:
     """An item that needs tags is wrapped with its fields inside."""
-    doc = orjson.loads(Memory([MemoryItem(step=1, when=dt.date(2024, 1, 2))]).to_json())
+    doc = orjson.loads(Memory([MemoryItem(step=1, when=dt.date(2024, 1, 2))]).to_json_bytes())
     assert doc == [
         {"$kv": "item", "fields": {"step": 1, "when": {"$kv": "date", "v": "2024-01-02"}}}
     ]
@@ -160,7 +160,7 @@ def test_encoding_reflects_changes_after_first_encode() -> None:
     """A value changed after an encode is encoded anew (the plain-JSON cache is reset)."""
     item = MemoryItem(step=1, v="text")
     memory = Memory([item])
-    memory.to_json()
+    memory.to_json_bytes()
     item.set_value("v", (1, 2))
     assert round_trip(memory).content[0]["v"] == (1, 2)
 

@@ -45,7 +45,9 @@ __all__ = [
     "dumps_item",
     "dumps_items",
     "field",
+    "filter_fields",
     "item_class",
+    "ufo_json_items",
 ]
 
 
@@ -352,14 +354,16 @@ class MemoryItem:
 
     @classmethod
     def from_json(cls, data: str | bytes) -> MemoryItem:
-        """Create an item from the JSON written by :meth:`to_json`.
+        """Create an item from the JSON of :meth:`to_json` or :meth:`to_json_bytes`.
 
-        The item comes back as the class it was written from.
+        Type tags are decoded wherever they are. Written by :meth:`to_json_bytes`,
+        the item comes back as the class it was written from.
 
         Raises:
             CorruptSessionError: if ``data`` is not an encoded item.
         """
-        return decode_item(_codec.loads(data, source="item JSON"), where="item JSON")
+        wire = _codec.loads(data, source="item JSON")
+        return decode_items([wire], where=lambda _: "item JSON", tagged_values=True)[0]
 
     # -- UFO's API -----------------------------------------------------------
 
@@ -415,16 +419,26 @@ class MemoryItem:
         return {key: fields.get(key) for key in keys}
 
     def filter(self, keys: Iterable[str] = ()) -> dict[str, Any]:
-        """Return a new dict of the fields among ``keys`` that this item holds, in ``keys`` order."""
-        fields = self._fields
-        return {key: fields[key] for key in keys if key in fields}
+        """Return a new dict of the fields among ``keys`` that this item holds, in the item's order.
+
+        The order is the item's, as in UFO, whatever the order of ``keys``
+        (:func:`agents.memory.prompt.project` gives the order of the keys).
+        """
+        return filter_fields(self._fields, keys)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a new dict of all fields in insertion order (declared fields first)."""
         return dict(self._fields)
 
     def to_json(self, *, on_unencodable: OnUnencodable = "error", step_key: str = "step") -> str:
-        """Return the item as a JSON string that :meth:`from_json` reads back losslessly.
+        """Return the fields as UFO writes them: ``json.dumps(item.to_dict())``.
+
+        Python's ``json.dumps`` defaults (``", "`` and ``": "`` separators,
+        non-ASCII escaped, ``str``/``int`` enums as their values, tuples as
+        lists); a value ``json.dumps`` refuses (a ``datetime``, a ``set``) is
+        written as its type tag instead of failing. :meth:`from_json` reads it
+        back as a plain ``MemoryItem``; :meth:`to_json_bytes` keeps the class
+        and every type.
 
         Args:
             on_unencodable: ``"error"`` (default), ``"repr"`` or ``"drop"``; see ``docs/format.md``.
@@ -433,7 +447,26 @@ class MemoryItem:
         Raises:
             SerializationError: if a value cannot be encoded under the policy.
         """
-        return dumps_item(self, step_key=step_key, on_unencodable=on_unencodable).decode()
+        # json.dumps of a one-element list is "[" + json.dumps(element) + "]".
+        return ufo_json_items([self], step_key=step_key, on_unencodable=on_unencodable)[1:-1]
+
+    def to_json_bytes(
+        self, *, on_unencodable: OnUnencodable = "error", step_key: str = "step"
+    ) -> bytes:
+        """Return the item in kvmemory's lossless form: compact UTF-8 JSON with type tags.
+
+        :meth:`from_json` gives back an equal item of the same class (tuples,
+        enums, dates and the typed class included). This is the form session
+        files and stores use.
+
+        Args:
+            on_unencodable: ``"error"`` (default), ``"repr"`` or ``"drop"``; see ``docs/format.md``.
+            step_key: The key naming the step in error messages.
+
+        Raises:
+            SerializationError: if a value cannot be encoded under the policy.
+        """
+        return dumps_item(self, step_key=step_key, on_unencodable=on_unencodable)
 
     @property
     def attributes(self) -> list[str]:
@@ -655,6 +688,25 @@ def dumps_items(
         return _codec.dumps([item._wire(step_key, on_unencodable, walk=True) for item in batch])
 
 
+def ufo_json_items(
+    items: Iterable[MemoryItem], *, step_key: str, on_unencodable: OnUnencodable
+) -> str:
+    """Return items' fields as UFO's ``Memory.to_json`` writes them (``json.dumps`` of a list of dicts).
+
+    Raises:
+        SerializationError: naming the key, step and type of a value that cannot be encoded.
+    """
+    return _codec.dumps_ufo_rows(
+        [item._fields for item in items], step_key=step_key, on_unencodable=on_unencodable
+    )
+
+
+def filter_fields(fields: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """Return the fields among ``keys`` in the fields' order (UFO's ``filter``)."""
+    wanted = keys if isinstance(keys, (set, frozenset, dict)) else frozenset(keys)
+    return {key: value for key, value in fields.items() if key in wanted}
+
+
 def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable) -> bytes:
     """Encode one item's wire form (a JSON object), as :func:`dumps_items` does for a list.
 
@@ -672,6 +724,7 @@ def decode_items(
     *,
     where: Callable[[int], str],
     on_unknown_class: OnUnknownClass = "error",
+    tagged_values: bool = False,
 ) -> list[MemoryItem]:
     """Turn many wire forms into items, all or nothing.
 
@@ -682,6 +735,8 @@ def decode_items(
         wires: Wire forms as decoded from JSON, in order.
         where: Names the item at a position in error messages.
         on_unknown_class: See :func:`item_class`.
+        tagged_values: Plain field objects may hold type tags (``to_json``
+            writes them in place), so walk their values too.
 
     Raises:
         CorruptSessionError: naming the item whose wire form or field is invalid.
@@ -691,6 +746,8 @@ def decode_items(
     tag = _codec.TAG
     for position, wire in enumerate(wires):
         if type(wire) is dict and tag not in wire:
+            if tagged_values:
+                wire = _decode_plain(wire, where(position))
             item = _new(MemoryItem)
             _set_fields(item, wire)
             _set_owners(item, None)
@@ -699,6 +756,14 @@ def decode_items(
         else:
             append(decode_item(wire, where=where(position), on_unknown_class=on_unknown_class))
     return items
+
+
+def _decode_plain(fields: dict[str, Any], where: str) -> dict[str, Any]:
+    try:
+        return {key: _codec.decode_value(value) for key, value in fields.items()}
+    except CorruptSessionError as exc:
+        msg = f"{where}: {exc}"
+        raise CorruptSessionError(msg) from exc
 
 
 def decode_item(wire: Any, *, where: str, on_unknown_class: OnUnknownClass = "error") -> MemoryItem:

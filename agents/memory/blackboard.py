@@ -237,19 +237,19 @@ class Blackboard:
     # -- JSON ----------------------------------------------------------------
 
     def questions_to_json(self) -> str:
-        """Return ``questions`` as a JSON array (see ``Memory.to_json``)."""
+        """Return ``questions`` as UFO's JSON array (see ``Memory.to_json``)."""
         return self._questions.to_json()
 
     def requests_to_json(self) -> str:
-        """Return ``requests`` as a JSON array."""
+        """Return ``requests`` as UFO's JSON array (see ``Memory.to_json``)."""
         return self._requests.to_json()
 
     def trajectories_to_json(self) -> str:
-        """Return ``trajectories`` as a JSON array."""
+        """Return ``trajectories`` as UFO's JSON array (see ``Memory.to_json``)."""
         return self._trajectories.to_json()
 
     def screenshots_to_json(self) -> str:
-        """Return ``screenshots`` as a JSON array (paths and metadata, no image data)."""
+        """Return ``screenshots`` as UFO's JSON array of screenshot records (see ``Memory.to_json``)."""
         return self._screenshots.to_json()
 
     def blackboard_to_dict(self) -> dict[str, list[dict[str, Any]]]:
@@ -258,12 +258,21 @@ class Blackboard:
             return {name: memory.to_list_of_dicts() for name, memory in self._sections().items()}
 
     def blackboard_to_json(self) -> str:
-        """Return :meth:`blackboard_to_dict` as compact UTF-8 JSON, through the codec.
+        """Return :meth:`blackboard_to_dict` as UFO writes it (``json.dumps`` with its defaults).
+
+        Values ``json.dumps`` refuses are written as type tags (see
+        ``Memory.to_json``); :meth:`save` writes the lossless form.
 
         Raises:
-            SerializationError: if a value cannot be encoded.
+            SerializationError: naming the field and step of a value that cannot be encoded.
         """
-        return _codec.dumps(_codec.encode_value(self.blackboard_to_dict())).decode("utf-8")
+        with self._lock:
+            # json.dumps writes a dict as "{" + '"key": value' joined by ", " + "}";
+            # each section's to_json is json.dumps of its list.
+            body = ", ".join(
+                f'"{name}": {memory.to_json()}' for name, memory in self._sections().items()
+            )
+        return "{" + body + "}"
 
     def blackboard_from_dict(self, blackboard_dict: Mapping[str, Any]) -> None:
         """Replace every section with the records of ``blackboard_dict``, all or nothing.
