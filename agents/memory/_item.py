@@ -211,6 +211,7 @@ class MemoryItem:
     __slots__ = ("_fields", "_owners", "_plain")
 
     _declared: ClassVar[dict[str, FieldSpec]] = {}
+    _kv_ready: ClassVar[bool]
     _class_path: ClassVar[str | None] = None
     _type_checks: ClassVar[dict[str, tuple[type, ...] | None] | None] = None
 
@@ -237,17 +238,24 @@ class MemoryItem:
             raw = cls.__dict__.get(name, NOTHING)
             spec = raw if isinstance(raw, FieldSpec) else FieldSpec(default=raw)
             declared[name] = attrs.evolve(spec, name=name, annotation=annotation)
-            if raw is not NOTHING:
-                # Fields belong to instances; a class attribute would be shared.
-                delattr(cls, name)
+        # Defaults stay class attributes until the class is first used (see
+        # _finish_class), so that a class decorator such as @dataclass sees them.
         cls._declared = declared
         cls._type_checks = None
         cls._class_path = _codec.class_path(cls)
         _CLASSES[cls._class_path] = cls
+        if cls.__new__ is object.__new__:
+            # Subclasses only: the base class keeps object.__new__, the fast path.
+            type.__setattr__(cls, "__new__", staticmethod(_subclass_new))
 
     @classmethod
     def declared_fields(cls) -> dict[str, FieldSpec]:
-        """Return the fields declared by this class and its bases, in order."""
+        """Return the fields declared by this class and its bases, in order.
+
+        A ``@dataclass`` subclass declares none: its own ``__init__`` sets its fields.
+        """
+        if "_kv_ready" not in cls.__dict__:
+            _finish_class(cls)
         return dict(cls._declared)
 
     @classmethod
@@ -298,6 +306,8 @@ class MemoryItem:
     @classmethod
     def _from_fields(cls, fields: dict[str, Any]) -> Self:
         """Build an item that takes ownership of ``fields`` (keys already checked)."""
+        if "_kv_ready" not in cls.__dict__:
+            _finish_class(cls)
         if cls._declared:
             return cls(**fields)
         item = _new(cls)
@@ -321,6 +331,8 @@ class MemoryItem:
     def _many_from_mappings(cls, rows: Iterable[Mapping[str, Any]]) -> list[Self]:
         """Build one item per mapping, all or nothing; errors name the position."""
         rows = list(rows)
+        if "_kv_ready" not in cls.__dict__:
+            _finish_class(cls)
         try:
             # One C-level pass over every key of every row: join raises TypeError
             # on the first key that is not a str, far faster than a loop per row.
@@ -667,6 +679,46 @@ _new = object.__new__
 _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
 _set_plain = MemoryItem.__dict__["_plain"].__set__
+MemoryItem._kv_ready = True
+
+
+def _subclass_new(cls: type[MemoryItem], /, *args: Any, **kwargs: Any) -> MemoryItem:
+    """``__new__`` of every subclass: the instance gets its slots before any ``__init__`` runs.
+
+    The ``__init__`` that ``@dataclass`` writes for a subclass never calls
+    :meth:`MemoryItem.__init__`, and sets its fields with ``set_value``.
+    """
+    if "_kv_ready" not in cls.__dict__:
+        _finish_class(cls)
+    item = _new(cls)
+    _set_fields(item, {})
+    _set_owners(item, None)
+    _set_plain(item, None)
+    return item
+
+
+def _finish_class(cls: type[MemoryItem]) -> None:
+    """Finish ``cls`` and its bases at their first use, after class decorators have run.
+
+    Declared fields live in each instance, so their class-level defaults are
+    removed (a class attribute would hide the instance's value on
+    ``item.name``). A ``@dataclass`` subclass (UFO's ``ImageMemoryItem``
+    pattern) keeps dataclass's meaning: its generated ``__init__`` sets the
+    fields through :meth:`MemoryItem.set_value`, with its own defaults and
+    no kvmemory validation, so it declares no fields of its own.
+    """
+    for klass in reversed(cls.__mro__):
+        if not issubclass(klass, MemoryItem) or "_kv_ready" in klass.__dict__:
+            continue
+        names: Iterable[str] = klass._declared
+        if hasattr(klass, "__dataclass_fields__"):
+            names = [*klass._declared, *klass.__dataclass_fields__]
+            klass._declared = {}
+            klass._type_checks = None
+        for name in names:
+            if name in klass.__dict__:
+                delattr(klass, name)
+        klass._kv_ready = True
 
 
 def dumps_items(
