@@ -621,3 +621,60 @@ def test_typed_field_invalid_in_file_names_the_item() -> None:
         CorruptSessionError, match="item 0 of JSON input: Field 'step' of Observation"
     ):
         Memory.from_json(bad_alt)
+
+
+# -- UFO's JSON (dumps_ufo) ----------------------------------------------------------------------
+
+
+def test_dumps_ufo_is_json_dumps_for_what_json_dumps_writes() -> None:
+    """dumps_ufo writes exactly json.dumps's text for data json.dumps accepts."""
+    data = {"a": (1, 2.5), "b": [None, True, "é"], "c": {"1": float("inf")}}
+    assert _codec.dumps_ufo(data) == json.dumps(data)
+
+
+def test_dumps_ufo_tags_what_json_dumps_refuses() -> None:
+    """dumps_ufo writes a value json.dumps refuses as its type tag, in json.dumps style."""
+    assert (
+        _codec.dumps_ufo({"d": dt.date(2024, 1, 2)}) == '{"d": {"$kv": "date", "v": "2024-01-02"}}'
+    )
+
+
+def test_dumps_ufo_writes_tuple_keys_in_the_lossless_form() -> None:
+    """A dict key json.dumps cannot write makes dumps_ufo write the lossless form."""
+    assert json.loads(_codec.dumps_ufo({(1, 2): "x"})) == {
+        "$kv": "dict",
+        "v": [[{"$kv": "tuple", "v": [1, 2]}, "x"]],
+    }
+
+
+def test_dumps_ufo_repr_policy_writes_repr() -> None:
+    """With the repr policy, a value no encoder can write becomes its repr()."""
+    assert _codec.dumps_ufo([Opaque()], on_unencodable="repr") == '["<Opaque image>"]'
+
+
+def test_dumps_ufo_refuses_a_reference_cycle() -> None:
+    """A list that holds itself raises SerializationError instead of ValueError."""
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(SerializationError, match="reference cycle"):
+        _codec.dumps_ufo(cycle)
+
+
+def test_to_json_names_the_field_that_holds_a_reference_cycle() -> None:
+    """Memory.to_json names the field and step of a value that holds itself."""
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(SerializationError, match=r"Field 'loop' of step 3 .*reference cycle"):
+        Memory([MemoryItem(step=3, loop=cycle)]).to_json()
+
+
+def test_lone_surrogate_written_by_to_json_reads_back() -> None:
+    """A lone surrogate, which json.dumps escapes and orjson refuses to read, reads back."""
+    memory = Memory([MemoryItem(text="\ud800")])
+    assert Memory.from_json(memory.to_json())[0]["text"] == "\ud800"
+
+
+def test_item_from_json_decodes_tags_in_ufo_json() -> None:
+    """MemoryItem.from_json of to_json decodes the tags written in place."""
+    item = MemoryItem(step=1, when=dt.date(2024, 1, 2))
+    assert MemoryItem.from_json(item.to_json()) == item
