@@ -439,6 +439,17 @@ def test_dataclass_subclass_items_work_in_a_memory() -> None:
     assert back.to_list_of_dicts() == memory.to_list_of_dicts()
 
 
+def test_frozen_dataclass_subclass_is_refused() -> None:
+    """A frozen @dataclass subclass raises TypeError on first use, saying why."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen(MemoryItem):
+        step: int = 0
+
+    with pytest.raises(TypeError, match="Frozen is a frozen @dataclass"):
+        Frozen(step=1)
+
+
 def test_plain_subclass_works_as_in_ufo() -> None:
     """A plain subclass takes fields with set_value and writes UFO's JSON."""
     item = PlainSubclass()

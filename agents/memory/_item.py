@@ -711,6 +711,14 @@ def _finish_class(cls: type[MemoryItem]) -> None:
         if not issubclass(klass, MemoryItem) or "_kv_ready" in klass.__dict__:
             continue
         names: Iterable[str] = klass._declared
+        params = getattr(klass, "__dataclass_params__", None)
+        if params is not None and params.frozen:
+            # A frozen dataclass's __init__ bypasses set_value: its fields would not be item fields.
+            msg = (
+                f"{klass.__qualname__} is a frozen @dataclass; a MemoryItem subclass cannot be "
+                "frozen, because its fields must stay item fields. Drop frozen=True."
+            )
+            raise TypeError(msg)
         if hasattr(klass, "__dataclass_fields__"):
             names = [*klass._declared, *klass.__dataclass_fields__]
             klass._declared = {}
