@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from agents.memory.blackboard import SECTIONS, Blackboard, ImageItem
+from agents.memory.blackboard import SECTIONS, Blackboard, ImageMemoryItem
 from agents.memory.exceptions import (
     BudgetExceededError,
     CorruptSessionError,
-    FieldValidationError,
     ImageReadError,
+    ImageReadWarning,
     SkippedRecordWarning,
     UnsupportedVersionError,
 )
 from agents.memory.memory import Memory, MemoryItem
-from agents.memory.prompt import EstimateCounter
+from agents.memory.prompt import EstimateCounter, image_data_url
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 PNG = FIXTURES / "one_pixel.png"
@@ -87,27 +87,31 @@ def test_add_methods_fill_their_sections() -> None:
     }
 
 
-def test_add_image_keeps_path_and_metadata() -> None:
-    """add_image() stores the path and the metadata it is given, as an ImageItem."""
+def test_add_image_keeps_metadata_path_and_image() -> None:
+    """add_image() stores the metadata, the path and the image as a data: URL, as an ImageMemoryItem."""
     board = Blackboard()
-    board.add_image("shot.png", {"step": 3, "app": "Word"})
+    board.add_image(str(PNG), {"step": 3, "app": "Word"})
     item = board.screenshots[0]
-    assert isinstance(item, ImageItem)
-    assert item.to_dict() == {"image_path": "shot.png", "metadata": {"step": 3, "app": "Word"}}
+    assert isinstance(item, ImageMemoryItem)
+    assert item.attributes == ["metadata", "image_path", "image_str"]
+    assert item["metadata"] == {"step": 3, "app": "Word"}
+    assert item["image_path"] == str(PNG)
+    assert item["image_str"] == image_data_url(PNG)
 
 
-def test_add_image_without_metadata() -> None:
-    """add_image() works without metadata and stores an empty dict."""
-    board = Blackboard()
+def test_add_image_without_metadata_stores_none() -> None:
+    """add_image() works without metadata and stores None (UFO raised)."""
+    board = Blackboard(lazy_images=True)
     board.add_image("shot.png")
-    assert board.screenshots.list_content == [{"image_path": "shot.png", "metadata": {}}]
+    assert board.screenshots.list_content == [{"metadata": None, "image_path": "shot.png"}]
 
 
-def test_add_image_does_not_read_the_file(tmp_path: pathlib.Path) -> None:
-    """add_image() accepts a path that does not exist yet; nothing is read."""
-    board = Blackboard()
+def test_lazy_add_image_does_not_read_the_file(tmp_path: pathlib.Path) -> None:
+    """With lazy_images, add_image() accepts a path that does not exist yet; the prompt reads it."""
+    board = Blackboard(lazy_images=True)
     board.add_image(tmp_path / "later.png")
-    assert board.screenshots[0]["image_path"] == str(tmp_path / "later.png")
+    (tmp_path / "later.png").write_bytes(PNG.read_bytes())
+    assert board.screenshots_to_prompt()[1]["image_url"]["url"] == image_data_url(PNG)
 
 
 def test_add_image_refuses_non_mapping_metadata() -> None:
@@ -122,7 +126,7 @@ def test_section_to_json_methods() -> None:
     assert json.loads(board.requests_to_json()) == board.requests.list_content
     assert json.loads(board.questions_to_json()) == board.questions.list_content
     assert json.loads(board.trajectories_to_json()) == board.trajectories.list_content
-    assert json.loads(board.screenshots_to_json())[0]["$kv"] == "item"
+    assert json.loads(board.screenshots_to_json()) == board.screenshots.list_content
 
 
 def test_is_empty_and_clear() -> None:
@@ -268,20 +272,29 @@ def test_screenshots_to_prompt_passes_urls_through() -> None:
     ]
 
 
-def test_screenshots_to_prompt_missing_file_names_it(tmp_path: pathlib.Path) -> None:
-    """A screenshot whose file is gone raises ImageReadError naming the file."""
-    board = Blackboard()
+def test_strict_add_image_of_missing_file_raises_and_adds_nothing(tmp_path: pathlib.Path) -> None:
+    """With strict_images, a file that cannot be read raises ImageReadError naming it; nothing is added."""
+    board = Blackboard(strict_images=True)
+    with pytest.raises(ImageReadError, match=r"gone\.png"):
+        board.add_image(tmp_path / "gone.png")
+    assert board.screenshots.is_empty()
+
+
+def test_strict_lazy_prompt_of_missing_file_raises(tmp_path: pathlib.Path) -> None:
+    """With strict_images and lazy_images, the prompt raises ImageReadError naming the file."""
+    board = Blackboard(strict_images=True, lazy_images=True)
     board.add_image(tmp_path / "gone.png")
     with pytest.raises(ImageReadError, match=r"gone\.png"):
         board.screenshots_to_prompt()
 
 
-def test_screenshots_to_prompt_without_path_says_so() -> None:
-    """A screenshot added without a path raises ImageReadError saying what to give."""
-    board = Blackboard()
-    board.add_image()
-    with pytest.raises(ImageReadError, match="Screenshot 0 has no image_path"):
-        board.screenshots_to_prompt()
+def test_lazy_prompt_of_missing_file_warns_and_sends_empty_image(tmp_path: pathlib.Path) -> None:
+    """With lazy_images, a file gone by prompt time is sent as an empty image with a warning."""
+    board = Blackboard(lazy_images=True)
+    board.add_image(tmp_path / "gone.png", {"n": 1})
+    with pytest.warns(ImageReadWarning, match=r"gone\.png"):
+        parts = board.screenshots_to_prompt()
+    assert parts[1] == {"type": "image_url", "image_url": {"url": ""}}
 
 
 def test_screenshots_to_prompt_max_images_keeps_newest() -> None:
@@ -363,39 +376,46 @@ def test_blackboard_to_dict_returns_fresh_dicts() -> None:
     assert board.requests[0]["text"] == "Open the quarterly report"
 
 
-def test_blackboard_to_json_is_compact_utf8() -> None:
-    """blackboard_to_json() writes compact UTF-8 JSON of blackboard_to_dict()."""
+def test_blackboard_to_json_is_json_dumps_of_the_dict() -> None:
+    """blackboard_to_json() writes json.dumps(blackboard_to_dict()), as UFO does."""
     board = Blackboard()
     board.add_questions({"answer": "café"})
-    expected = '{"questions":[{"answer":"café"}],"requests":[],"trajectories":[],"screenshots":[]}'
-    assert board.blackboard_to_json() == expected
+    board.add_trajectories({"step": 1, "box": (1, 2)})
+    assert board.blackboard_to_json() == json.dumps(
+        {
+            "questions": [{"answer": "café"}],
+            "requests": [],
+            "trajectories": [{"step": 1, "box": [1, 2]}],
+            "screenshots": [],
+        }
+    )
 
 
 def test_blackboard_from_dict_round_trip_keeps_image_items() -> None:
-    """blackboard_from_dict(blackboard_to_dict()) restores sections, screenshots as ImageItem."""
+    """blackboard_from_dict(blackboard_to_dict()) restores sections, screenshots as ImageMemoryItem."""
     board = fixture_board()
     copy = Blackboard()
     copy.blackboard_from_dict(board.blackboard_to_dict())
     assert copy.blackboard_to_dict() == board.blackboard_to_dict()
-    assert isinstance(copy.screenshots[0], ImageItem)
+    assert isinstance(copy.screenshots[0], ImageMemoryItem)
 
 
 def test_blackboard_from_dict_is_all_or_nothing() -> None:
     """A bad record in the last section leaves every section as it was."""
     board = fixture_board()
     before = board.blackboard_to_dict()
-    bad = {"questions": [{"q": 1}], "screenshots": [{"image_path": 42}]}
-    with pytest.raises(FieldValidationError, match="Record 0 of section 'screenshots'"):
+    bad = {"questions": [{"q": 1}], "screenshots": ["shot.png"]}
+    with pytest.raises(TypeError, match="Record 0 of section 'screenshots' is a str"):
         board.blackboard_from_dict(bad)
     assert board.blackboard_to_dict() == before
 
 
-def test_blackboard_from_dict_refuses_unknown_section() -> None:
-    """An unknown section name is refused and nothing changes."""
+def test_blackboard_from_dict_ignores_keys_that_are_not_sections() -> None:
+    """Keys other than the four sections are ignored, as UFO ignores them."""
     board = fixture_board()
-    with pytest.raises(ValueError, match=r"Unknown blackboard sections \['notes'\]"):
-        board.blackboard_from_dict({"notes": []})
-    assert len(board.requests) == 2
+    board.blackboard_from_dict({"notes": [{"n": 1}], "requests": [{"text": "r"}]})
+    assert board.requests.list_content == [{"text": "r"}]
+    assert board.questions.is_empty()
 
 
 def test_blackboard_from_dict_refuses_non_list_section() -> None:
@@ -419,7 +439,7 @@ def test_save_and_load_round_trip(tmp_path: pathlib.Path) -> None:
     loaded = Blackboard.from_file(path)
     for name in SECTIONS:
         assert getattr(loaded, name) == getattr(board, name)
-    assert isinstance(loaded.screenshots[0], ImageItem)
+    assert isinstance(loaded.screenshots[0], ImageMemoryItem)
 
 
 def test_load_corrupt_file_changes_nothing(tmp_path: pathlib.Path) -> None:

@@ -51,7 +51,7 @@ class Observation(MemoryItem):
 
 
 def round_trip(memory: Memory) -> Memory:
-    return Memory.from_json(memory.to_json())
+    return Memory.from_json(memory.to_json_bytes())
 
 
 EXAMPLES: dict[str, Any] = {
@@ -131,20 +131,20 @@ def test_typed_item_class_survives_round_trip() -> None:
 
 def test_nan_is_tagged_not_null() -> None:
     """NaN and infinities are written as float tags, never as null."""
-    text = Memory([MemoryItem(x=float("nan"), y=float("-inf"))]).to_json()
-    assert '"x":{"$kv":"float","v":"nan"}' in text
-    assert '"y":{"$kv":"float","v":"-inf"}' in text
+    text = Memory([MemoryItem(x=float("nan"), y=float("-inf"))]).to_json_bytes()
+    assert b'"x":{"$kv":"float","v":"nan"}' in text
+    assert b'"y":{"$kv":"float","v":"-inf"}' in text
 
 
 def test_plain_items_are_written_unwrapped() -> None:
     """Items of JSON types only are plain field objects, as UFO writes them."""
     memory = Memory([MemoryItem(step=1, tags=["a"], meta={"k": None}, cost=0.5)])
-    assert memory.to_json() == '[{"step":1,"tags":["a"],"meta":{"k":null},"cost":0.5}]'
+    assert memory.to_json_bytes() == b'[{"step":1,"tags":["a"],"meta":{"k":null},"cost":0.5}]'
 
 
 def test_item_with_tags_is_wrapped() -> None:
     """An item that needs tags is wrapped with its fields inside."""
-    doc = orjson.loads(Memory([MemoryItem(step=1, when=dt.date(2024, 1, 2))]).to_json())
+    doc = orjson.loads(Memory([MemoryItem(step=1, when=dt.date(2024, 1, 2))]).to_json_bytes())
     assert doc == [
         {"$kv": "item", "fields": {"step": 1, "when": {"$kv": "date", "v": "2024-01-02"}}}
     ]
@@ -160,7 +160,7 @@ def test_encoding_reflects_changes_after_first_encode() -> None:
     """A value changed after an encode is encoded anew (the plain-JSON cache is reset)."""
     item = MemoryItem(step=1, v="text")
     memory = Memory([item])
-    memory.to_json()
+    memory.to_json_bytes()
     item.set_value("v", (1, 2))
     assert round_trip(memory).content[0]["v"] == (1, 2)
 
@@ -621,3 +621,60 @@ def test_typed_field_invalid_in_file_names_the_item() -> None:
         CorruptSessionError, match="item 0 of JSON input: Field 'step' of Observation"
     ):
         Memory.from_json(bad_alt)
+
+
+# -- UFO's JSON (dumps_ufo) ----------------------------------------------------------------------
+
+
+def test_dumps_ufo_is_json_dumps_for_what_json_dumps_writes() -> None:
+    """dumps_ufo writes exactly json.dumps's text for data json.dumps accepts."""
+    data = {"a": (1, 2.5), "b": [None, True, "é"], "c": {"1": float("inf")}}
+    assert _codec.dumps_ufo(data) == json.dumps(data)
+
+
+def test_dumps_ufo_tags_what_json_dumps_refuses() -> None:
+    """dumps_ufo writes a value json.dumps refuses as its type tag, in json.dumps style."""
+    assert (
+        _codec.dumps_ufo({"d": dt.date(2024, 1, 2)}) == '{"d": {"$kv": "date", "v": "2024-01-02"}}'
+    )
+
+
+def test_dumps_ufo_writes_tuple_keys_in_the_lossless_form() -> None:
+    """A dict key json.dumps cannot write makes dumps_ufo write the lossless form."""
+    assert json.loads(_codec.dumps_ufo({(1, 2): "x"})) == {
+        "$kv": "dict",
+        "v": [[{"$kv": "tuple", "v": [1, 2]}, "x"]],
+    }
+
+
+def test_dumps_ufo_repr_policy_writes_repr() -> None:
+    """With the repr policy, a value no encoder can write becomes its repr()."""
+    assert _codec.dumps_ufo([Opaque()], on_unencodable="repr") == '["<Opaque image>"]'
+
+
+def test_dumps_ufo_refuses_a_reference_cycle() -> None:
+    """A list that holds itself raises SerializationError instead of ValueError."""
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(SerializationError, match="reference cycle"):
+        _codec.dumps_ufo(cycle)
+
+
+def test_to_json_names_the_field_that_holds_a_reference_cycle() -> None:
+    """Memory.to_json names the field and step of a value that holds itself."""
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(SerializationError, match=r"Field 'loop' of step 3 .*reference cycle"):
+        Memory([MemoryItem(step=3, loop=cycle)]).to_json()
+
+
+def test_lone_surrogate_written_by_to_json_reads_back() -> None:
+    """A lone surrogate, which json.dumps escapes and orjson refuses to read, reads back."""
+    memory = Memory([MemoryItem(text="\ud800")])
+    assert Memory.from_json(memory.to_json())[0]["text"] == "\ud800"
+
+
+def test_item_from_json_decodes_tags_in_ufo_json() -> None:
+    """MemoryItem.from_json of to_json decodes the tags written in place."""
+    item = MemoryItem(step=1, when=dt.date(2024, 1, 2))
+    assert MemoryItem.from_json(item.to_json()) == item

@@ -81,11 +81,11 @@ def test_from_dict_merges_into_the_item() -> None:
 
 
 def test_filter_returns_subset_and_skips_missing_keys() -> None:
-    """filter(keys) returns only held keys, in the order asked."""
+    """filter(keys) returns only held keys, in the item's order (UFO's), not the order asked."""
     item = MemoryItem(step=1, action="click", thought="t")
     assert list(item.filter(["thought", "missing", "step"]).items()) == [
-        ("thought", "t"),
         ("step", 1),
+        ("thought", "t"),
     ]
 
 
@@ -98,8 +98,13 @@ def test_to_dict_keeps_insertion_order() -> None:
 
 
 def test_to_json_is_a_json_object_of_the_fields() -> None:
-    """to_json of a plain item is the JSON object of its fields, UTF-8, unescaped."""
-    assert MemoryItem(step=1, text="café").to_json() == '{"step":1,"text":"café"}'
+    """to_json of a plain item is json.dumps of its fields, as UFO writes it."""
+    assert MemoryItem(step=1, text="café").to_json() == '{"step": 1, "text": "caf\\u00e9"}'
+
+
+def test_to_json_bytes_is_compact_utf8() -> None:
+    """to_json_bytes writes the lossless form: compact, UTF-8, unescaped."""
+    assert MemoryItem(step=1, text="café").to_json_bytes() == '{"step":1,"text":"café"}'.encode()
 
 
 def test_attributes_lists_keys() -> None:
@@ -147,7 +152,7 @@ def test_method_named_keys_do_not_shadow_methods(key: str) -> None:
     assert item.get_value(key) == "payload"
     assert item.to_dict() == {"step": 1, key: "payload"}
     assert item.filter([key]) == {key: "payload"}
-    assert item.to_json() == '{"step":1,"' + key + '":"payload"}'
+    assert item.to_json() == '{"step": 1, "' + key + '": "payload"}'
     assert callable(getattr(item, key)) or key == "attributes"
 
 
@@ -412,7 +417,7 @@ def test_from_mapping_builds_typed_item() -> None:
 def test_item_from_json_round_trips_class_and_values() -> None:
     """MemoryItem.from_json gives back the class and the values."""
     item = StepRecord(step=1, tags=["a"], when=(1, 2))
-    back = MemoryItem.from_json(item.to_json())
+    back = MemoryItem.from_json(item.to_json_bytes())
     assert type(back) is StepRecord
     assert back == item
 

@@ -139,10 +139,16 @@ def test_to_json_keeps_ufo_shape() -> None:
     ]
 
 
-def test_to_json_does_not_escape_non_ascii() -> None:
-    """Non-ASCII text is written as UTF-8, not \\u escapes."""
+def test_to_json_escapes_non_ascii_as_ufo_does() -> None:
+    """to_json escapes non-ASCII text as json.dumps (and so UFO) does."""
     memory = Memory([MemoryItem(text="日本語 café")])
-    assert memory.to_json() == '[{"text":"日本語 café"}]'
+    assert memory.to_json() == json.dumps([{"text": "日本語 café"}])
+
+
+def test_to_json_bytes_does_not_escape_non_ascii() -> None:
+    """The lossless form writes non-ASCII text as UTF-8, not \\u escapes."""
+    memory = Memory([MemoryItem(text="日本語 café")])
+    assert memory.to_json_bytes() == '[{"text":"日本語 café"}]'.encode()
 
 
 def test_from_list_of_dicts_replaces_content() -> None:

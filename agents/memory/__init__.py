@@ -6,7 +6,7 @@ the steps in order, indexed by step; the codec writes them as lossless JSON.
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
-from agents.memory.blackboard import Blackboard, ImageItem
+from agents.memory.blackboard import Blackboard, ImageItem, ImageMemoryItem, ImageMemoryItemNames
 from agents.memory.exceptions import (
     AgentMemoryError,
     BudgetExceededError,
@@ -16,6 +16,7 @@ from agents.memory.exceptions import (
     FieldNotFoundError,
     FieldValidationError,
     ImageReadError,
+    ImageReadWarning,
     InvalidKeyError,
     InvalidSessionIdError,
     InvalidStoreURLError,
@@ -69,7 +70,10 @@ __all__ = [
     "FieldValidationError",
     "FieldWatcher",
     "ImageItem",
+    "ImageMemoryItem",
+    "ImageMemoryItemNames",
     "ImageReadError",
+    "ImageReadWarning",
     "InvalidKeyError",
     "InvalidSessionIdError",
     "InvalidStoreURLError",

@@ -16,6 +16,10 @@ orjson does the byte work. This module owns three things on top of it:
 * **Session documents.** A versioned envelope for one JSON document and a
   JSONL stream (header line, then one item per line), both refused with a
   clear error when they are corrupt or newer than this library.
+
+Besides that lossless, compact form, :func:`dumps_ufo` writes the JSON UFO
+writes (Python's ``json.dumps`` with its defaults) and tags only the values
+``json.dumps`` refuses; :func:`loads` reads both.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import contextlib
 import datetime as dt
 import enum
 import importlib
+import json
 import os
 import pathlib
 import tempfile
@@ -51,6 +56,8 @@ __all__ = [
     "decode_session",
     "decode_value",
     "dumps",
+    "dumps_ufo",
+    "dumps_ufo_rows",
     "encode_fields",
     "encode_value",
     "envelope",
@@ -115,6 +122,12 @@ def loads(data: bytes | bytearray | memoryview | str, *, source: str = "input") 
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        try:
+            # What json.dumps writes and orjson refuses: NaN, Infinity, lone
+            # surrogates. Only reached when orjson has already failed.
+            return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+        except ValueError:
+            pass
         msg = (
             f"{source} is not valid JSON at line {exc.lineno}, column {exc.colno} "
             f"({exc.msg}); nothing was loaded."
@@ -164,7 +177,7 @@ class _Encoder:
 
     def __init__(self, policy: OnUnencodable) -> None:
         self.policy = policy
-        self.key: str = ""
+        self.key: str | None = None
         self.step: Any = None
         self.tagged = False
 
@@ -230,7 +243,9 @@ class _Encoder:
             return repr(value)
         if self.policy == "drop":
             raise _DropField
-        where = f"Field {self.key!r}" + (f" of step {self.step!r}" if self.step is not None else "")
+        where = "A value" if self.key is None else f"Field {self.key!r}"
+        if self.step is not None:
+            where += f" of step {self.step!r}"
         reason = f"; {why}" if why else ""
         msg = (
             f"{where} cannot be encoded as JSON (got {_type_name(value)}{reason}); "
@@ -386,6 +401,114 @@ def encode_fields(
     if class_name is not None:
         wrapped["class"] = class_name
     return wrapped
+
+
+# -- UFO's JSON ------------------------------------------------------------------
+
+
+class _UfoDefault:
+    """The ``default=`` hook of ``json.dumps``: tags a value it refuses, under the policy.
+
+    ``json.dumps`` calls it only for values it cannot write itself (a
+    ``datetime``, a ``set``, an ``Enum`` that is not a ``str`` or ``int``), so
+    everything ``json.dumps`` writes stays exactly as it writes it.
+    """
+
+    __slots__ = ("failed", "policy")
+
+    def __init__(self, policy: OnUnencodable) -> None:
+        _check_policy(policy)
+        self.policy = policy
+        self.failed = False
+
+    def __call__(self, value: Any) -> Any:
+        try:
+            return _Encoder("error").encode(value)
+        except SerializationError:
+            if self.policy == "repr":
+                return repr(value)
+            self.failed = True
+            raise
+
+
+def dumps_ufo(obj: Any, *, on_unencodable: OnUnencodable = "error") -> str:
+    """Return ``json.dumps(obj)`` with its default options, as UFO writes JSON.
+
+    ``", "`` and ``": "`` separators, non-ASCII text escaped, ``str`` and
+    ``int`` enums as their values, tuples as lists. A value ``json.dumps``
+    refuses is written as its type tag (see ``docs/format.md``), so nothing
+    that UFO can write changes and nothing UFO cannot write fails. A dict
+    whose keys ``json.dumps`` cannot write is written in the lossless form.
+
+    Args:
+        obj: The data to write.
+        on_unencodable: ``"repr"`` writes ``repr(value)`` for a value the
+            codec cannot encode; ``"error"`` and ``"drop"`` raise (for
+            fields, :func:`dumps_ufo_rows` applies them per field).
+
+    Raises:
+        SerializationError: for a value the codec cannot encode, or a
+            circular reference.
+    """
+    hook = _UfoDefault(on_unencodable)
+    try:
+        return json.dumps(obj, default=hook)
+    except ValueError as exc:
+        msg = f"Cannot encode the data as JSON: {exc}; remove the reference cycle."
+        raise SerializationError(msg) from exc
+    except TypeError as exc:
+        if hook.failed or isinstance(exc, SerializationError):
+            raise
+        # A dict key json.dumps cannot write (a tuple, say): write the lossless form.
+        return json.dumps(encode_value(obj, on_unencodable=on_unencodable), default=hook)
+
+
+def dumps_ufo_rows(
+    rows: list[Mapping[str, Any]], *, step_key: str, on_unencodable: OnUnencodable
+) -> str:
+    """Return ``json.dumps(rows)`` for items' field dicts, as UFO's ``Memory.to_json`` writes it.
+
+    Values ``json.dumps`` refuses are tagged where they are (the field dict
+    is never wrapped), so ``json.loads`` gives back every field UFO could
+    write as UFO would. A field that cannot be written at all follows
+    ``on_unencodable``.
+
+    Raises:
+        SerializationError: naming the key, step and type of a value that
+            cannot be encoded under ``on_unencodable``.
+    """
+    try:
+        return json.dumps(rows, default=_UfoDefault(on_unencodable))
+    except (TypeError, ValueError):
+        # The slow path, one field at a time, to name the field and apply the policy.
+        ready = [_ufo_fields(fields, step_key, on_unencodable) for fields in rows]
+        return json.dumps(ready, default=_UfoDefault(on_unencodable))
+
+
+def _ufo_fields(
+    fields: Mapping[str, Any], step_key: str, on_unencodable: OnUnencodable
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    step = fields.get(step_key)
+    for key, value in fields.items():
+        try:
+            json.dumps(value, default=_UfoDefault(on_unencodable))
+        except ValueError as exc:
+            where = f"Field {key!r}" + (f" of step {step!r}" if step is not None else "")
+            msg = f"{where} cannot be encoded as JSON ({exc}); remove the reference cycle."
+            raise SerializationError(msg) from exc
+        except TypeError:
+            # Unencodable inside, or dict keys json.dumps cannot write: the
+            # lossless encoder names the field, applies the policy, tags the keys.
+            enc = _Encoder(on_unencodable)
+            enc.key = key
+            enc.step = step
+            try:
+                value = enc.encode(value)
+            except _DropField:
+                continue
+        out[key] = value
+    return out
 
 
 # -- decoding values ----------------------------------------------------------

@@ -45,7 +45,9 @@ __all__ = [
     "dumps_item",
     "dumps_items",
     "field",
+    "filter_fields",
     "item_class",
+    "ufo_json_items",
 ]
 
 
@@ -209,6 +211,7 @@ class MemoryItem:
     __slots__ = ("_fields", "_owners", "_plain")
 
     _declared: ClassVar[dict[str, FieldSpec]] = {}
+    _kv_ready: ClassVar[bool]
     _class_path: ClassVar[str | None] = None
     _type_checks: ClassVar[dict[str, tuple[type, ...] | None] | None] = None
 
@@ -235,17 +238,24 @@ class MemoryItem:
             raw = cls.__dict__.get(name, NOTHING)
             spec = raw if isinstance(raw, FieldSpec) else FieldSpec(default=raw)
             declared[name] = attrs.evolve(spec, name=name, annotation=annotation)
-            if raw is not NOTHING:
-                # Fields belong to instances; a class attribute would be shared.
-                delattr(cls, name)
+        # Defaults stay class attributes until the class is first used (see
+        # _finish_class), so that a class decorator such as @dataclass sees them.
         cls._declared = declared
         cls._type_checks = None
         cls._class_path = _codec.class_path(cls)
         _CLASSES[cls._class_path] = cls
+        if cls.__new__ is object.__new__:
+            # Subclasses only: the base class keeps object.__new__, the fast path.
+            type.__setattr__(cls, "__new__", staticmethod(_subclass_new))
 
     @classmethod
     def declared_fields(cls) -> dict[str, FieldSpec]:
-        """Return the fields declared by this class and its bases, in order."""
+        """Return the fields declared by this class and its bases, in order.
+
+        A ``@dataclass`` subclass declares none: its own ``__init__`` sets its fields.
+        """
+        if "_kv_ready" not in cls.__dict__:
+            _finish_class(cls)
         return dict(cls._declared)
 
     @classmethod
@@ -296,6 +306,8 @@ class MemoryItem:
     @classmethod
     def _from_fields(cls, fields: dict[str, Any]) -> Self:
         """Build an item that takes ownership of ``fields`` (keys already checked)."""
+        if "_kv_ready" not in cls.__dict__:
+            _finish_class(cls)
         if cls._declared:
             return cls(**fields)
         item = _new(cls)
@@ -319,6 +331,8 @@ class MemoryItem:
     def _many_from_mappings(cls, rows: Iterable[Mapping[str, Any]]) -> list[Self]:
         """Build one item per mapping, all or nothing; errors name the position."""
         rows = list(rows)
+        if "_kv_ready" not in cls.__dict__:
+            _finish_class(cls)
         try:
             # One C-level pass over every key of every row: join raises TypeError
             # on the first key that is not a str, far faster than a loop per row.
@@ -352,14 +366,16 @@ class MemoryItem:
 
     @classmethod
     def from_json(cls, data: str | bytes) -> MemoryItem:
-        """Create an item from the JSON written by :meth:`to_json`.
+        """Create an item from the JSON of :meth:`to_json` or :meth:`to_json_bytes`.
 
-        The item comes back as the class it was written from.
+        Type tags are decoded wherever they are. Written by :meth:`to_json_bytes`,
+        the item comes back as the class it was written from.
 
         Raises:
             CorruptSessionError: if ``data`` is not an encoded item.
         """
-        return decode_item(_codec.loads(data, source="item JSON"), where="item JSON")
+        wire = _codec.loads(data, source="item JSON")
+        return decode_items([wire], where=lambda _: "item JSON", tagged_values=True)[0]
 
     # -- UFO's API -----------------------------------------------------------
 
@@ -415,16 +431,26 @@ class MemoryItem:
         return {key: fields.get(key) for key in keys}
 
     def filter(self, keys: Iterable[str] = ()) -> dict[str, Any]:
-        """Return a new dict of the fields among ``keys`` that this item holds, in ``keys`` order."""
-        fields = self._fields
-        return {key: fields[key] for key in keys if key in fields}
+        """Return a new dict of the fields among ``keys`` that this item holds, in the item's order.
+
+        The order is the item's, as in UFO, whatever the order of ``keys``
+        (:func:`agents.memory.prompt.project` gives the order of the keys).
+        """
+        return filter_fields(self._fields, keys)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a new dict of all fields in insertion order (declared fields first)."""
         return dict(self._fields)
 
     def to_json(self, *, on_unencodable: OnUnencodable = "error", step_key: str = "step") -> str:
-        """Return the item as a JSON string that :meth:`from_json` reads back losslessly.
+        """Return the fields as UFO writes them: ``json.dumps(item.to_dict())``.
+
+        Python's ``json.dumps`` defaults (``", "`` and ``": "`` separators,
+        non-ASCII escaped, ``str``/``int`` enums as their values, tuples as
+        lists); a value ``json.dumps`` refuses (a ``datetime``, a ``set``) is
+        written as its type tag instead of failing. :meth:`from_json` reads it
+        back as a plain ``MemoryItem``; :meth:`to_json_bytes` keeps the class
+        and every type.
 
         Args:
             on_unencodable: ``"error"`` (default), ``"repr"`` or ``"drop"``; see ``docs/format.md``.
@@ -433,7 +459,26 @@ class MemoryItem:
         Raises:
             SerializationError: if a value cannot be encoded under the policy.
         """
-        return dumps_item(self, step_key=step_key, on_unencodable=on_unencodable).decode()
+        # json.dumps of a one-element list is "[" + json.dumps(element) + "]".
+        return ufo_json_items([self], step_key=step_key, on_unencodable=on_unencodable)[1:-1]
+
+    def to_json_bytes(
+        self, *, on_unencodable: OnUnencodable = "error", step_key: str = "step"
+    ) -> bytes:
+        """Return the item in kvmemory's lossless form: compact UTF-8 JSON with type tags.
+
+        :meth:`from_json` gives back an equal item of the same class (tuples,
+        enums, dates and the typed class included). This is the form session
+        files and stores use.
+
+        Args:
+            on_unencodable: ``"error"`` (default), ``"repr"`` or ``"drop"``; see ``docs/format.md``.
+            step_key: The key naming the step in error messages.
+
+        Raises:
+            SerializationError: if a value cannot be encoded under the policy.
+        """
+        return dumps_item(self, step_key=step_key, on_unencodable=on_unencodable)
 
     @property
     def attributes(self) -> list[str]:
@@ -634,6 +679,54 @@ _new = object.__new__
 _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
 _set_plain = MemoryItem.__dict__["_plain"].__set__
+MemoryItem._kv_ready = True
+
+
+def _subclass_new(cls: type[MemoryItem], /, *args: Any, **kwargs: Any) -> MemoryItem:
+    """``__new__`` of every subclass: the instance gets its slots before any ``__init__`` runs.
+
+    The ``__init__`` that ``@dataclass`` writes for a subclass never calls
+    :meth:`MemoryItem.__init__`, and sets its fields with ``set_value``.
+    """
+    if "_kv_ready" not in cls.__dict__:
+        _finish_class(cls)
+    item = _new(cls)
+    _set_fields(item, {})
+    _set_owners(item, None)
+    _set_plain(item, None)
+    return item
+
+
+def _finish_class(cls: type[MemoryItem]) -> None:
+    """Finish ``cls`` and its bases at their first use, after class decorators have run.
+
+    Declared fields live in each instance, so their class-level defaults are
+    removed (a class attribute would hide the instance's value on
+    ``item.name``). A ``@dataclass`` subclass (UFO's ``ImageMemoryItem``
+    pattern) keeps dataclass's meaning: its generated ``__init__`` sets the
+    fields through :meth:`MemoryItem.set_value`, with its own defaults and
+    no kvmemory validation, so it declares no fields of its own.
+    """
+    for klass in reversed(cls.__mro__):
+        if not issubclass(klass, MemoryItem) or "_kv_ready" in klass.__dict__:
+            continue
+        names: Iterable[str] = klass._declared
+        params = getattr(klass, "__dataclass_params__", None)
+        if params is not None and params.frozen:
+            # A frozen dataclass's __init__ bypasses set_value: its fields would not be item fields.
+            msg = (
+                f"{klass.__qualname__} is a frozen @dataclass; a MemoryItem subclass cannot be "
+                "frozen, because its fields must stay item fields. Drop frozen=True."
+            )
+            raise TypeError(msg)
+        if hasattr(klass, "__dataclass_fields__"):
+            names = [*klass._declared, *klass.__dataclass_fields__]
+            klass._declared = {}
+            klass._type_checks = None
+        for name in names:
+            if name in klass.__dict__:
+                delattr(klass, name)
+        klass._kv_ready = True
 
 
 def dumps_items(
@@ -655,6 +748,25 @@ def dumps_items(
         return _codec.dumps([item._wire(step_key, on_unencodable, walk=True) for item in batch])
 
 
+def ufo_json_items(
+    items: Iterable[MemoryItem], *, step_key: str, on_unencodable: OnUnencodable
+) -> str:
+    """Return items' fields as UFO's ``Memory.to_json`` writes them (``json.dumps`` of a list of dicts).
+
+    Raises:
+        SerializationError: naming the key, step and type of a value that cannot be encoded.
+    """
+    return _codec.dumps_ufo_rows(
+        [item._fields for item in items], step_key=step_key, on_unencodable=on_unencodable
+    )
+
+
+def filter_fields(fields: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """Return the fields among ``keys`` in the fields' order (UFO's ``filter``)."""
+    wanted = keys if isinstance(keys, (set, frozenset, dict)) else frozenset(keys)
+    return {key: value for key, value in fields.items() if key in wanted}
+
+
 def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable) -> bytes:
     """Encode one item's wire form (a JSON object), as :func:`dumps_items` does for a list.
 
@@ -672,6 +784,7 @@ def decode_items(
     *,
     where: Callable[[int], str],
     on_unknown_class: OnUnknownClass = "error",
+    tagged_values: bool = False,
 ) -> list[MemoryItem]:
     """Turn many wire forms into items, all or nothing.
 
@@ -682,6 +795,8 @@ def decode_items(
         wires: Wire forms as decoded from JSON, in order.
         where: Names the item at a position in error messages.
         on_unknown_class: See :func:`item_class`.
+        tagged_values: Plain field objects may hold type tags (``to_json``
+            writes them in place), so walk their values too.
 
     Raises:
         CorruptSessionError: naming the item whose wire form or field is invalid.
@@ -691,6 +806,8 @@ def decode_items(
     tag = _codec.TAG
     for position, wire in enumerate(wires):
         if type(wire) is dict and tag not in wire:
+            if tagged_values:
+                wire = _decode_plain(wire, where(position))
             item = _new(MemoryItem)
             _set_fields(item, wire)
             _set_owners(item, None)
@@ -699,6 +816,14 @@ def decode_items(
         else:
             append(decode_item(wire, where=where(position), on_unknown_class=on_unknown_class))
     return items
+
+
+def _decode_plain(fields: dict[str, Any], where: str) -> dict[str, Any]:
+    try:
+        return {key: _codec.decode_value(value) for key, value in fields.items()}
+    except CorruptSessionError as exc:
+        msg = f"{where}: {exc}"
+        raise CorruptSessionError(msg) from exc
 
 
 def decode_item(wire: Any, *, where: str, on_unknown_class: OnUnknownClass = "error") -> MemoryItem:

@@ -2,23 +2,26 @@
 
 Four sections, each a :class:`~agents.memory.memory.Memory`: ``questions``
 (questions asked and their answers), ``requests`` (the user's requests so
-far), ``trajectories`` (steps completed earlier) and ``screenshots`` (images
-with metadata). :meth:`Blackboard.blackboard_to_prompt` renders them as chat
-content parts with the same text UFO writes, so prompt templates written for
-UFO keep working.
+far), ``trajectories`` (steps completed earlier) and ``screenshots``
+(screenshot records in UFO's shape: ``metadata``, ``image_path`` and the
+image as a ``data:`` URL in ``image_str``). :meth:`Blackboard.blackboard_to_prompt`
+renders them as chat content parts with the same text UFO writes, so prompt
+templates written for UFO keep working.
 
-Differences from UFO, all fixes: no configuration is read at import or
-construction time (files and counts are arguments); ``add_image`` stores the
-path and metadata and reads nothing, and images are base64-encoded only when
-a prompt is built; ``blackboard_from_dict`` is all-or-nothing and keeps
-screenshots as :class:`ImageItem`; ``load_questions`` counts only valid
-records for ``last_k``; prompts take token and image budgets; ``save`` and
-``load`` round-trip the whole blackboard; a lock makes it safe to share
-between agents running in threads.
+Differences from UFO, each a fix or an option, listed in ``docs/ufo.md``: no
+configuration is read (files and counts are arguments; ``docs/ufo.md`` shows
+the lines that read UFO's configuration in a UFO checkout); a screenshot that
+cannot be read is sent as an empty image with an :class:`ImageReadWarning`
+(``strict_images=True`` raises); ``add_image`` keeps the whole metadata dict
+and passes URLs through; ``blackboard_from_dict`` is all-or-nothing;
+prompts take token and image budgets; ``save`` and ``load`` round-trip the
+whole blackboard; a lock makes it safe to share between agents in threads.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import threading
 import warnings
@@ -28,11 +31,12 @@ from typing import Any, Final
 import orjson
 
 from agents.memory import _codec
-from agents.memory._item import MemoryItem, decode_item, field
+from agents.memory._item import MemoryItem, decode_item
 from agents.memory.exceptions import (
     BudgetExceededError,
     CorruptSessionError,
     ImageReadError,
+    ImageReadWarning,
     SkippedRecordWarning,
 )
 from agents.memory.memory import Memory
@@ -43,7 +47,13 @@ from agents.memory.prompt import (
     ufo_json,
 )
 
-__all__ = ["SECTIONS", "Blackboard", "ImageItem"]
+__all__ = [
+    "SECTIONS",
+    "Blackboard",
+    "ImageItem",
+    "ImageMemoryItem",
+    "ImageMemoryItemNames",
+]
 
 SECTIONS: Final[tuple[str, ...]] = ("questions", "requests", "trajectories", "screenshots")
 """The blackboard's sections, in prompt order."""
@@ -59,14 +69,31 @@ _FORMAT_VERSION: Final = 1
 Part = dict[str, Any]
 
 
-class ImageItem(MemoryItem):
-    """A screenshot on the blackboard: a path or URL and its metadata.
+@dataclasses.dataclass(frozen=True)
+class ImageMemoryItemNames:
+    """The field names of a screenshot record, under UFO's constant names."""
 
-    The image itself is not stored; it is read when a prompt needs it.
+    METADATA: str = "metadata"
+    IMAGE_PATH: str = "image_path"
+    IMAGE_STR: str = "image_str"
+
+
+_NAMES: Final = ImageMemoryItemNames()
+
+
+class ImageMemoryItem(MemoryItem):
+    """A screenshot on the blackboard, in UFO's record shape.
+
+    Fields, in this order: ``metadata`` (what ``add_image`` was given),
+    ``image_path`` (the path or URL) and ``image_str`` (the image as a
+    ``data:`` URL, ``""`` when it could not be read). A blackboard made with
+    ``lazy_images=True`` leaves ``image_str`` out and reads the image when a
+    prompt is built. Any other fields are kept as they are.
     """
 
-    image_path: str = ""
-    metadata: dict[str, Any] = field(factory=dict)
+
+ImageItem = ImageMemoryItem
+"""kvmemory's earlier name of :class:`ImageMemoryItem`; files that name it still load."""
 
 
 class Blackboard:
@@ -76,6 +103,12 @@ class Blackboard:
         questions_file: A JSONL file of question-answer records to load now.
         questions_last_k: Load only the last ``k`` valid records of that file (``-1``: all).
         counter: The token counter for budgets in :meth:`blackboard_to_prompt`.
+        lazy_images: ``add_image`` stores the path only and prompts read the
+            image when they are built (UFO reads it in ``add_image`` and keeps
+            it in the record as ``image_str``).
+        strict_images: Raise :class:`~agents.memory.exceptions.ImageReadError`
+            for a screenshot that cannot be read, instead of warning and
+            sending an empty image as UFO does.
     """
 
     def __init__(
@@ -84,6 +117,8 @@ class Blackboard:
         questions_file: str | os.PathLike[str] | None = None,
         questions_last_k: int = -1,
         counter: TokenCounter | None = None,
+        lazy_images: bool = False,
+        strict_images: bool = False,
     ) -> None:
         self._lock = threading.RLock()
         self._questions = Memory()
@@ -91,6 +126,8 @@ class Blackboard:
         self._trajectories = Memory()
         self._screenshots = Memory()
         self.counter: TokenCounter = counter or EstimateCounter()
+        self.lazy_images = lazy_images
+        self.strict_images = strict_images
         if questions_file is not None:
             self.load_questions(questions_file, questions_last_k)
 
@@ -167,21 +204,51 @@ class Blackboard:
         screenshot_path: str | os.PathLike[str] = "",
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
-        """Add a screenshot by path or URL, with its metadata; the file is not read now.
+        """Add a screenshot record: its metadata, its path and the image as a ``data:`` URL.
+
+        The image is read now, as UFO does, into ``image_str`` (``http(s)://``
+        and ``data:`` URLs are kept as they are). A file that cannot be read
+        gives ``image_str == ""`` and an :class:`ImageReadWarning`, so the
+        prompt sends an empty image, as UFO's does. With ``lazy_images`` the
+        record holds no ``image_str`` and prompts read the file.
 
         Args:
             screenshot_path: A file path, or an ``http(s)://`` or ``data:`` URL.
-            metadata: Kept as given (a copy); ``None`` stores ``{}``.
+            metadata: Kept whole (a copy); ``None`` stores ``None``. UFO kept
+                only ``metadata["metadata"]`` (see ``docs/ufo.md``).
 
         Raises:
             TypeError: if ``metadata`` is not a mapping.
+            ImageReadError: with ``strict_images``, if the image cannot be read;
+                nothing is added.
+
+        Warns:
+            ImageReadWarning: naming the file that could not be read.
         """
         if metadata is not None and not isinstance(metadata, Mapping):
             msg = f"add_image() metadata must be a dict or None, got {type(metadata).__name__}."
             raise TypeError(msg)
-        item = ImageItem(image_path=os.fspath(screenshot_path), metadata=dict(metadata or {}))
+        path = os.fspath(screenshot_path)
+        record: dict[str, Any] = {
+            _NAMES.METADATA: None if metadata is None else dict(metadata),
+            _NAMES.IMAGE_PATH: path,
+        }
+        if not self.lazy_images:
+            record[_NAMES.IMAGE_STR] = self._image_url(path)
+        item = ImageMemoryItem.from_mapping(record)
         with self._lock:
             self._screenshots.add_memory_item(item)
+
+    def _image_url(self, path: str) -> str:
+        """Return the image at ``path`` as a URL; on failure warn and return ``""`` (UFO's empty image)."""
+        try:
+            return image_data_url(path)
+        except ImageReadError as exc:
+            if self.strict_images:
+                raise
+            msg = f"{exc} An empty image is sent in its place, as UFO does; pass strict_images=True to raise."
+            warnings.warn(ImageReadWarning(msg), stacklevel=3)
+            return ""
 
     def load_questions(self, file_path: str | os.PathLike[str], last_k: int = -1) -> int:
         """Add question records from a JSONL file (one JSON object per line).
@@ -243,19 +310,19 @@ class Blackboard:
     # -- JSON ----------------------------------------------------------------
 
     def questions_to_json(self) -> str:
-        """Return ``questions`` as a JSON array (see ``Memory.to_json``)."""
+        """Return ``questions`` as UFO's JSON array (see ``Memory.to_json``)."""
         return self._questions.to_json()
 
     def requests_to_json(self) -> str:
-        """Return ``requests`` as a JSON array."""
+        """Return ``requests`` as UFO's JSON array (see ``Memory.to_json``)."""
         return self._requests.to_json()
 
     def trajectories_to_json(self) -> str:
-        """Return ``trajectories`` as a JSON array."""
+        """Return ``trajectories`` as UFO's JSON array (see ``Memory.to_json``)."""
         return self._trajectories.to_json()
 
     def screenshots_to_json(self) -> str:
-        """Return ``screenshots`` as a JSON array (paths and metadata, no image data)."""
+        """Return ``screenshots`` as UFO's JSON array of screenshot records (see ``Memory.to_json``)."""
         return self._screenshots.to_json()
 
     def blackboard_to_dict(self) -> dict[str, list[dict[str, Any]]]:
@@ -264,38 +331,45 @@ class Blackboard:
             return {name: memory.to_list_of_dicts() for name, memory in self._sections().items()}
 
     def blackboard_to_json(self) -> str:
-        """Return :meth:`blackboard_to_dict` as compact UTF-8 JSON, through the codec.
+        """Return :meth:`blackboard_to_dict` as UFO writes it (``json.dumps`` with its defaults).
+
+        Values ``json.dumps`` refuses are written as type tags (see
+        ``Memory.to_json``); :meth:`save` writes the lossless form.
 
         Raises:
-            SerializationError: if a value cannot be encoded.
+            SerializationError: naming the field and step of a value that cannot be encoded.
         """
-        return _codec.dumps(_codec.encode_value(self.blackboard_to_dict())).decode("utf-8")
+        with self._lock:
+            # json.dumps writes a dict as "{" + '"key": value' joined by ", " + "}";
+            # each section's to_json is json.dumps of its list.
+            body = ", ".join(
+                f'"{name}": {memory.to_json()}' for name, memory in self._sections().items()
+            )
+        return "{" + body + "}"
 
     def blackboard_from_dict(self, blackboard_dict: Mapping[str, Any]) -> None:
         """Replace every section with the records of ``blackboard_dict``, all or nothing.
 
-        Sections missing from the dict become empty; screenshots become
-        :class:`ImageItem`. If any record is invalid the blackboard is unchanged.
+        Reads everything UFO writes: sections missing from the dict become
+        empty, keys that are not sections are ignored (as UFO ignores them),
+        and screenshot records load as they are (``metadata`` may be
+        ``None``, extra fields stay) as :class:`ImageMemoryItem`. If a
+        section or record has the wrong shape the blackboard is unchanged.
 
         Raises:
             TypeError: if the dict, a section or a record has the wrong shape.
-            ValueError: naming an unknown section.
-            FieldValidationError: if a screenshot record has a bad ``image_path`` or ``metadata``.
+            InvalidKeyError: if a record has a key that is not a string.
         """
         if not isinstance(blackboard_dict, Mapping):
             msg = f"blackboard_from_dict() takes a dict of sections, got {type(blackboard_dict).__name__}; the blackboard was left unchanged."
             raise TypeError(msg)
-        unknown = [key for key in blackboard_dict if key not in SECTIONS]
-        if unknown:
-            msg = f"Unknown blackboard sections {unknown}; expected some of {list(SECTIONS)}. The blackboard was left unchanged."
-            raise ValueError(msg)
         built: dict[str, list[MemoryItem]] = {}
         for name in SECTIONS:
             records = blackboard_dict.get(name, [])
             if not isinstance(records, (list, tuple)):
                 msg = f"Section {name!r} must be a list of records, got {type(records).__name__}; the blackboard was left unchanged."
                 raise TypeError(msg)
-            cls: type[MemoryItem] = ImageItem if name == "screenshots" else MemoryItem
+            cls: type[MemoryItem] = ImageMemoryItem if name == "screenshots" else MemoryItem
             items: list[MemoryItem] = []
             for position, record in enumerate(records):
                 if isinstance(record, MemoryItem):
@@ -338,6 +412,10 @@ class Blackboard:
     def load(self, path: str | os.PathLike[str]) -> None:
         """Replace every section with those saved in ``path``, all or nothing.
 
+        Reads files written by :meth:`save` and files holding
+        :meth:`blackboard_to_json` (or UFO's ``json.dump`` of
+        ``blackboard_to_dict()``).
+
         Raises:
             FileNotFoundError: if ``path`` does not exist.
             CorruptSessionError: naming the file and the bad part; the blackboard is unchanged.
@@ -346,6 +424,9 @@ class Blackboard:
         source = f"Blackboard file {os.fspath(path)!r}"
         with open(path, "rb") as stream:
             document = _codec.loads(stream.read(), source=source)
+        if type(document) is dict and "format" not in document:
+            self._load_ufo_dict(document, source)
+            return
         _codec.check_format(
             document,
             source=source,
@@ -369,9 +450,65 @@ class Blackboard:
             ]
         self._install(built)
 
+    def _load_ufo_dict(self, document: dict[str, Any], source: str) -> None:
+        """Load a file holding ``blackboard_to_json()`` (or UFO's ``json.dump(blackboard_to_dict())``)."""
+        try:
+            self.blackboard_from_dict(_codec.decode_value(document))
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, CorruptSessionError):
+                msg = f"{source}: {exc}"
+            else:
+                msg = f"{source} is not a blackboard: {exc}"
+            raise CorruptSessionError(msg) from exc
+
+    @staticmethod
+    def read_json_file(file_path: str | os.PathLike[str], last_k: int = -1) -> list[Any]:
+        """Return the JSON values of a JSONL file's lines, as UFO's ``read_json_file`` does.
+
+        ``last_k`` counts lines, as in UFO: only the last ``last_k`` lines
+        are read (``-1`` reads all; ``0`` reads none, where UFO read all).
+        A missing file gives ``[]``. Lines that are not JSON are skipped with a
+        warning (UFO printed one); blank lines are skipped silently.
+
+        Args:
+            file_path: The JSONL file.
+            last_k: Read only the last ``last_k`` lines; ``-1`` reads all.
+
+        Raises:
+            ValueError: if ``last_k`` is below ``-1``.
+
+        Warns:
+            SkippedRecordWarning: naming the file and the lines skipped.
+        """
+        if type(last_k) is not int or last_k < -1:
+            msg = f"last_k must be -1 (all lines) or an int >= 0, got {last_k!r}."
+            raise ValueError(msg)
+        name = os.fspath(file_path)
+        if not os.path.exists(name):
+            return []
+        with open(name, "rb") as stream:
+            lines = stream.readlines()
+        first = 1
+        if last_k != -1:
+            first = max(len(lines) - last_k, 0) + 1
+            lines = lines[first - 1 :]
+        values: list[Any] = []
+        skipped: list[int] = []
+        for lineno, line in enumerate(lines, start=first):
+            if not line.strip():
+                continue
+            try:
+                values.append(json.loads(line))
+            except ValueError:
+                skipped.append(lineno)
+        if skipped:
+            msg = f"JSON file {name!r}: skipped lines {skipped[:20]} (not JSON); fix or remove them to read those records."
+            warnings.warn(SkippedRecordWarning(msg), stacklevel=2)
+        return values
+
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Blackboard:
-        """Open a blackboard saved with :meth:`save`.
+        """Open a blackboard saved with :meth:`save`, or a file of :meth:`blackboard_to_json`.
 
         Args:
             path: The file.
@@ -408,18 +545,21 @@ class Blackboard:
     ) -> list[Part]:
         """Return two parts per screenshot: its metadata as JSON text, then its image.
 
-        Image files are read and base64-encoded now, as ``data:`` URLs with
-        their MIME type; URLs are passed through.
+        The image is the record's ``image_str``, as UFO sends it. A record
+        without one (``lazy_images``, or a record of an older kvmemory file)
+        has its ``image_path`` read now, into a ``data:`` URL; URLs pass
+        through, and a file that cannot be read is sent as ``""`` with an
+        :class:`ImageReadWarning`.
 
         Args:
             last_k: Only the newest ``last_k`` screenshots.
             max_images: At most this many screenshots, the newest.
 
         Raises:
-            ImageReadError: naming the file when a screenshot cannot be read.
+            ImageReadError: with ``strict_images``, naming a file that cannot be read.
         """
         records = _records(self._screenshots, _smallest(last_k, max_images))
-        return _screenshot_parts(records)
+        return self._screenshot_parts(records)
 
     def blackboard_to_prompt(
         self,
@@ -448,8 +588,11 @@ class Blackboard:
 
         Raises:
             BudgetExceededError: if the section titles alone exceed ``max_tokens``.
-            ImageReadError: naming the file when a screenshot cannot be read.
+            ImageReadError: with ``strict_images``, naming a file that cannot be read.
             ValueError: naming an unknown section in ``last_k``.
+
+        Warns:
+            ImageReadWarning: naming a screenshot that could not be read (sent as an empty image).
         """
         per_section = _per_section(last_k)
         with self._lock:
@@ -467,7 +610,18 @@ class Blackboard:
         parts.append(_text_part(QUESTIONS_PREFIX, texts["questions"]))
         parts.append(_text_part(REQUESTS_PREFIX, texts["requests"]))
         parts.append(_text_part(TRAJECTORIES_PREFIX, texts["trajectories"]))
-        parts.extend(_screenshot_parts(shots))
+        parts.extend(self._screenshot_parts(shots))
+        return parts
+
+    def _screenshot_parts(self, records: Iterable[Mapping[str, Any]]) -> list[Part]:
+        parts: list[Part] = []
+        for record in records:
+            if _NAMES.IMAGE_STR in record:
+                url = record[_NAMES.IMAGE_STR]
+            else:
+                url = self._image_url(record.get(_NAMES.IMAGE_PATH, ""))
+            parts.append({"type": "text", "text": _metadata_text(record)})
+            parts.append({"type": "image_url", "image_url": {"url": url}})
         return parts
 
     def _trim(
@@ -485,9 +639,7 @@ class Blackboard:
             return counter.count(_text_part(prefixes[name], texts[name])["text"])
 
         def shots_cost() -> int:
-            return sum(
-                counter.count(ufo_json(s.get("metadata", {}))) + counter.image_tokens for s in shots
-            )
+            return sum(counter.count(_metadata_text(s)) + counter.image_tokens for s in shots)
 
         costs = {name: text_cost(name) for name in prefixes}
         costs["screenshots"] = shots_cost()
@@ -559,13 +711,6 @@ def _text_part(prefix: str, encoded: Iterable[str]) -> Part:
     return {"type": "text", "text": f"{prefix}\n [{', '.join(encoded)}]"}
 
 
-def _screenshot_parts(records: Iterable[Mapping[str, Any]]) -> list[Part]:
-    parts: list[Part] = []
-    for position, record in enumerate(records):
-        path = record.get("image_path", "")
-        if not path:
-            msg = f"Screenshot {position} has no image_path, so it cannot be sent; give add_image() a path or URL."
-            raise ImageReadError(msg)
-        parts.append({"type": "text", "text": ufo_json(record.get("metadata", {}))})
-        parts.append({"type": "image_url", "image_url": {"url": image_data_url(path)}})
-    return parts
+def _metadata_text(record: Mapping[str, Any]) -> str:
+    # UFO sends json.dumps(record.get("metadata", "")).
+    return ufo_json(record.get(_NAMES.METADATA, ""))

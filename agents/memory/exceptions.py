@@ -30,7 +30,8 @@ Warnings, for problems that do not stop the call::
 
     UserWarning
     ├── UnmatchedKeyWarning
-    └── SkippedRecordWarning
+    ├── SkippedRecordWarning
+    └── ImageReadWarning
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "FieldNotFoundError",
     "FieldValidationError",
     "ImageReadError",
+    "ImageReadWarning",
     "InvalidKeyError",
     "InvalidSessionIdError",
     "InvalidStoreURLError",
@@ -135,6 +137,10 @@ class UnmatchedKeyWarning(UserWarning):
 
 class SkippedRecordWarning(UserWarning):
     """A record of an input file was invalid and was skipped."""
+
+
+class ImageReadWarning(UserWarning):
+    """A screenshot could not be read; an empty image URL was sent in its place, as UFO does."""
 
 
 class InvalidSessionIdError(AgentMemoryError, ValueError):

@@ -31,6 +31,8 @@ from agents.memory._item import (
     decode_items,
     dumps_item,
     dumps_items,
+    filter_fields,
+    ufo_json_items,
 )
 from agents.memory.exceptions import CallbackError, ItemNotFoundError, StepNotFoundError
 
@@ -242,12 +244,14 @@ class Memory:
         """Return, for every item, a new dict of its fields among ``keys``.
 
         Items that hold none of the keys give ``{}``, so positions line up with
-        the memory. Fields come in the order of ``keys``.
+        the memory. Fields come in each item's order, as in UFO (the prompt
+        text follows it); :func:`agents.memory.prompt.project` gives the order
+        of ``keys``.
         """
-        wanted = tuple(keys)
+        wanted = frozenset(keys)
         with self._lock:
             items = self._snapshot()
-        return [{k: f[k] for k in wanted if k in f} for f in map(_fields_of, items)]
+        return [filter_fields(f, wanted) for f in map(_fields_of, items)]
 
     def filter_memory_from_steps(self, steps: Iterable[Any]) -> list[dict[str, Any]]:
         """Return a new dict of fields for every item whose step is in ``steps``, in memory order."""
@@ -318,20 +322,37 @@ class Memory:
                 self._run_callbacks(MemoryChange("clear", removed))
 
     def to_json(self, *, on_unencodable: OnUnencodable = "error") -> str:
-        """Return the items as a JSON array of field objects (UFO's shape).
+        """Return the items as UFO writes them: ``json.dumps`` of the list of field dicts.
 
-        Values JSON cannot hold (``datetime``, ``tuple``, ...) are written as
-        type tags, so :meth:`from_json` gives back an equal memory. Text is UTF-8
-        (non-ASCII characters are not escaped).
+        Byte for byte what UFO's ``Memory.to_json`` writes for every value it
+        can write: ``", "`` and ``": "`` separators, non-ASCII text escaped,
+        ``str``/``int`` enums as their values, tuples as lists, so
+        ``json.loads(memory.to_json())`` gives UFO's values back. A value
+        ``json.dumps`` refuses (``datetime``, ``set``, ``bytes``, ...) is
+        written as its type tag where UFO would raise; :meth:`from_json`
+        decodes the tags. Items come back as plain ``MemoryItem``; use
+        :meth:`to_json_bytes` or :meth:`save` to keep classes and types.
 
         Raises:
             SerializationError: naming the key, step and type of a value that
                 cannot be encoded under ``on_unencodable``.
         """
-        return self.to_json_bytes(on_unencodable=on_unencodable).decode("utf-8")
+        return ufo_json_items(
+            self._snapshot(), step_key=self._step_key, on_unencodable=on_unencodable
+        )
 
     def to_json_bytes(self, *, on_unencodable: OnUnencodable = "error") -> bytes:
-        """Return :meth:`to_json` as UTF-8 bytes, without the final decode."""
+        """Return the items in kvmemory's lossless form: a compact UTF-8 JSON array.
+
+        Plain items are their field objects; values JSON cannot hold
+        (``tuple``, ``datetime``, enums, NaN, ...) and typed item classes are
+        kept with type tags (see ``docs/format.md``), so :meth:`from_json`
+        gives back an equal memory. Session files and stores use this form.
+
+        Raises:
+            SerializationError: naming the key, step and type of a value that
+                cannot be encoded under ``on_unencodable``.
+        """
         return dumps_items(self._snapshot(), step_key=self._step_key, on_unencodable=on_unencodable)
 
     def to_list_of_dicts(self) -> list[dict[str, Any]]:
@@ -540,7 +561,7 @@ class Memory:
     def from_json(
         cls, data: str | bytes, *, on_unknown_class: OnUnknownClass = "error", **options: Any
     ) -> Self:
-        """Create a memory from :meth:`to_json` output or a saved session document.
+        """Create a memory from :meth:`to_json` or :meth:`to_json_bytes` output, or a saved session document.
 
         Raises:
             CorruptSessionError: naming the position of invalid content.
@@ -880,8 +901,14 @@ class Memory:
         self, data: str | bytes, source: str, on_unknown_class: OnUnknownClass
     ) -> None:
         header, wires = _codec.decode_session(data, source=source)
+        # to_json writes type tags inside plain field objects; only walk them when there can be one.
+        marker = f'"{_codec.TAG}"'
+        tagged = marker in data if isinstance(data, str) else marker.encode() in data
         items = decode_items(
-            wires, where=lambda i: f"item {i} of {source}", on_unknown_class=on_unknown_class
+            wires,
+            where=lambda i: f"item {i} of {source}",
+            on_unknown_class=on_unknown_class,
+            tagged_values=tagged,
         )
         with self._lock:
             self._replace(items)

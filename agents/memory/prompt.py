@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import difflib
-import json
 import mimetypes
 import os
 import warnings
@@ -905,10 +904,12 @@ def ufo_json(value: Any) -> str:
     """Return ``value`` as JSON the way UFO's prompts write it.
 
     UFO formats prompt JSON with Python's ``json.dumps`` defaults: ``", "`` and
-    ``": "`` separators and non-ASCII characters escaped. Values JSON cannot
-    hold go through the codec first, as type tags.
+    ``": "`` separators, non-ASCII characters escaped, ``str`` and ``int``
+    enums as their values, tuples as lists. Only values ``json.dumps``
+    refuses are written as type tags (or ``repr`` for values the codec
+    cannot encode either).
     """
-    return json.dumps(_codec.encode_value(value, on_unencodable="repr"))
+    return _codec.dumps_ufo(value, on_unencodable="repr")
 
 
 class _TemplateFields(dict[str, Any]):

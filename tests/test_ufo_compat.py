@@ -1,0 +1,613 @@
+"""UFO drop-in fidelity: what UFO code sends and writes is what UFO sends and writes (issue 8).
+
+No UFO code is used here: the records, enums, subclasses and call sequences
+are written in the shapes UFO's documentation and agents use. Each section
+pins one point of docs/ufo.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+from enum import Enum, IntEnum
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agents.agent import BasicAgent
+from agents.memory.blackboard import (
+    Blackboard,
+    ImageMemoryItem,
+    ImageMemoryItemNames,
+)
+from agents.memory.exceptions import (
+    ImageReadError,
+    ImageReadWarning,
+    SerializationError,
+    SkippedRecordWarning,
+)
+from agents.memory.memory import Memory, MemoryItem
+from agents.memory.prompt import image_data_url
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PNG = pathlib.Path(__file__).parent / "fixtures" / "one_pixel.png"
+
+
+class TargetKind(str, Enum):
+    """A str-based enum, as UFO's host and app records hold."""
+
+    WINDOW = "window"
+    CONTROL = "control"
+
+
+class ResultStatus(str, Enum):
+    """Another str-based enum of UFO's shape."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+
+
+class Priority(IntEnum):
+    """An int-based enum."""
+
+    LOW = 1
+    HIGH = 2
+
+
+def host_record(step: int) -> dict[str, Any]:
+    """Return a HostAgent-style step record: enums, tuples, nested lists, non-ASCII text."""
+    return {
+        "step": step,
+        "observation": "Word and Excel are open; the report is 'Résumé.docx'",
+        "thought": "Hand the copy task to the app agent",
+        "target": {"kind": TargetKind.WINDOW, "name": "WINWORD.EXE", "rect": (0, 0, 1280, 720)},
+        "plan": ["open the report", "copy the chart"],
+        "status": ResultStatus.SUCCESS,
+        "priority": Priority.HIGH,
+        "cost": 0.0123,
+    }
+
+
+def app_record(step: int) -> dict[str, Any]:
+    """Return an AppAgent-style step record with a list of action results."""
+    return {
+        "step": step,
+        "action": [
+            {
+                "function": "click_input",
+                "target": {"kind": TargetKind.CONTROL, "label": "12", "rect": (10, 20, 110, 60)},
+                "result": {"status": ResultStatus.SUCCESS, "error": None},
+            }
+        ],
+        "action_success": [{"action_string": "click_input on [12]Insert"}],
+        "control_log": ({"label": "12"}, {"label": "13"}),
+    }
+
+
+def ufo_memory(records: list[dict[str, Any]]) -> Memory:
+    """Build a memory the way UFO's agents do: an empty item, then add_values_from_dict."""
+    memory = Memory()
+    for record in records:
+        item = MemoryItem()
+        item.add_values_from_dict(record)
+        memory.add_memory_item(item)
+    return memory
+
+
+# -- 2. to_json writes UFO's JSON ----------------------------------------------------------
+
+
+def test_memory_to_json_is_json_dumps_of_enum_and_tuple_records() -> None:
+    """Memory.to_json of host and app records equals json.dumps of the same dicts, byte for byte."""
+    records = [host_record(1), app_record(2)]
+    assert ufo_memory(records).to_json() == json.dumps(records)
+
+
+def test_item_to_json_is_json_dumps_of_the_record() -> None:
+    """MemoryItem.to_json equals json.dumps(item.to_dict())."""
+    item = MemoryItem(**host_record(3))
+    assert item.to_json() == json.dumps(host_record(3))
+
+
+def test_blackboard_section_json_is_json_dumps() -> None:
+    """requests_to_json and trajectories_to_json equal json.dumps of the sections' records."""
+    board = Blackboard()
+    board.add_requests({"request": "Copy the chart from 'Résumé.docx'", "round": 0})
+    board.add_trajectories(app_record(1))
+    assert board.requests_to_json() == json.dumps(
+        [{"request": "Copy the chart from 'Résumé.docx'", "round": 0}]
+    )
+    assert board.trajectories_to_json() == json.dumps([app_record(1)])
+
+
+def test_ufo_reload_idiom_gives_ufo_values_back() -> None:
+    """set_memory_from_list_of_dicts(json.loads(memory.to_json())) gives back what UFO gets: values, not tags."""
+    records = [host_record(1), app_record(2)]
+    agent = BasicAgent("host")
+    agent.set_memory_from_list_of_dicts(json.loads(ufo_memory(records).to_json()))
+    restored = agent.memory.to_list_of_dicts()
+    assert restored == json.loads(json.dumps(records))
+    assert restored[0]["plan"] == ["open the report", "copy the chart"]
+    assert restored[0]["status"] == ResultStatus.SUCCESS  # a str enum equals its value
+    assert restored[1]["action_success"] == [{"action_string": "click_input on [12]Insert"}]
+
+
+def test_evaluation_prompt_embeds_requests_as_ufo_does() -> None:
+    """A prompt that embeds requests.to_json() gets UFO's text (spacing and escaping)."""
+    board = Blackboard()
+    board.add_requests("Mettre à jour le résumé")
+    prompt = f"The user's requests: {board.requests.to_json()}"
+    assert prompt == 'The user\'s requests: [{"text": "Mettre \\u00e0 jour le r\\u00e9sum\\u00e9"}]'
+
+
+def test_nan_is_written_as_json_dumps_writes_it_and_reads_back() -> None:
+    """NaN and infinity are written as json.dumps writes them, and from_json reads them back."""
+    memory = Memory([MemoryItem(step=1, score=math.nan, best=math.inf)])
+    assert memory.to_json() == '[{"step": 1, "score": NaN, "best": Infinity}]'
+    back = Memory.from_json(memory.to_json())[0]
+    assert math.isnan(back["score"])
+    assert back["best"] == math.inf
+
+
+def test_value_json_dumps_refuses_is_tagged_not_raised() -> None:
+    """A datetime (json.dumps raises) is written as its type tag, in place, and read back."""
+    memory = Memory([MemoryItem(step=1, at=dt.datetime(2024, 5, 1, 9, 30), box=(1, 2))])
+    text = memory.to_json()
+    assert (
+        text
+        == '[{"step": 1, "at": {"$kv": "datetime", "v": "2024-05-01T09:30:00"}, "box": [1, 2]}]'
+    )
+    assert Memory.from_json(text)[0].to_dict() == {
+        "step": 1,
+        "at": dt.datetime(2024, 5, 1, 9, 30),
+        "box": [1, 2],
+    }
+
+
+def test_unencodable_value_in_to_json_names_field_and_step() -> None:
+    """A value no encoder can write raises SerializationError naming the field and the step."""
+    memory = Memory([MemoryItem(step=4, screenshot=object())])
+    with pytest.raises(SerializationError, match="Field 'screenshot' of step 4"):
+        memory.to_json()
+
+
+def test_drop_policy_in_to_json_leaves_the_field_out() -> None:
+    """on_unencodable="drop" drops the field and writes the rest as json.dumps does."""
+    memory = Memory([MemoryItem(step=4, screenshot=object(), note="kept")])
+    assert memory.to_json(on_unencodable="drop") == '[{"step": 4, "note": "kept"}]'
+
+
+def test_tuple_dict_key_is_written_in_the_lossless_form() -> None:
+    """A dict with a tuple key (json.dumps raises) is written in the lossless form and read back."""
+    memory = Memory([MemoryItem(step=1, grid={(0, 1): "cell"})])
+    assert Memory.from_json(memory.to_json())[0]["grid"] == {(0, 1): "cell"}
+
+
+def test_to_json_bytes_stays_lossless_and_compact() -> None:
+    """to_json_bytes keeps tuples and enums, compact and UTF-8, and from_json reads it back equal."""
+    memory = ufo_memory([host_record(1)])
+    data = memory.to_json_bytes()
+    assert b", " not in data.replace(b"Word and Excel", b"")
+    assert "Résumé".encode() in data
+    assert Memory.from_json(data) == memory
+
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=6)
+    | st.sampled_from([TargetKind.WINDOW, ResultStatus.FAILURE, Priority.LOW])
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=5), _json_values, max_size=4), max_size=4))
+def test_property_to_json_is_json_dumps(rows: list[dict[str, Any]]) -> None:
+    """For any data json.dumps writes (tuples, str/int enums, NaN, non-ASCII), to_json writes the same bytes."""
+    memory = Memory([MemoryItem.from_mapping(row) for row in rows])
+    assert memory.to_json() == json.dumps(rows)
+
+
+# -- 3. filter order ----------------------------------------------------------------------
+
+
+def test_filter_memory_from_keys_keeps_item_order() -> None:
+    """filter_memory_from_keys returns fields in each item's order, whatever the order of the keys."""
+    memory = ufo_memory([host_record(1)])
+    filtered = memory.filter_memory_from_keys(["plan", "thought", "step"])
+    assert list(filtered[0]) == ["step", "thought", "plan"]
+    assert json.dumps(filtered) == json.dumps(
+        [
+            {
+                "step": 1,
+                "thought": "Hand the copy task to the app agent",
+                "plan": host_record(1)["plan"],
+            }
+        ]
+    )
+
+
+def test_item_filter_keeps_item_order() -> None:
+    """MemoryItem.filter returns fields in the item's order."""
+    item = MemoryItem(**app_record(1))
+    assert list(item.filter(["control_log", "step"])) == ["step", "control_log"]
+
+
+# -- 1. unreadable screenshots ----------------------------------------------------------------
+
+
+def test_unreadable_screenshot_warns_and_prompt_sends_empty_image() -> None:
+    """add_image('', {}) warns, and blackboard_to_prompt sends an empty image as UFO does."""
+    board = Blackboard()
+    with pytest.warns(ImageReadWarning, match="Image '' cannot be read"):
+        board.add_image("", {})
+    parts = board.blackboard_to_prompt()
+    assert parts[-2:] == [
+        {"type": "text", "text": "{}"},
+        {"type": "image_url", "image_url": {"url": ""}},
+    ]
+
+
+def test_failed_capture_does_not_stop_later_prompts(tmp_path: pathlib.Path) -> None:
+    """After a window capture failed, every later prompt still builds (three app steps, as UFO completes)."""
+    board = Blackboard()
+    metadata = {"screenshot application": "WINWORD.EXE"}
+    with pytest.warns(ImageReadWarning, match="action_step0"):
+        board.add_image(str(tmp_path / "action_step0.png"), metadata)  # no file was written
+    prompts = [board.blackboard_to_prompt()]
+    for step in (1, 2):
+        shot = tmp_path / f"action_step{step}.png"
+        shot.write_bytes(PNG.read_bytes())
+        board.add_image(str(shot), metadata)
+        prompts.append(board.blackboard_to_prompt())
+    assert [len(parts) for parts in prompts] == [6, 8, 10]
+    assert prompts[-1][5]["image_url"]["url"] == ""
+    assert prompts[-1][7]["image_url"]["url"] == image_data_url(PNG)
+
+
+def test_strict_images_raise_on_unreadable_screenshot() -> None:
+    """Blackboard(strict_images=True) raises ImageReadError instead of sending an empty image."""
+    with pytest.raises(ImageReadError, match=r"Image 'missing\.png' cannot be read"):
+        Blackboard(strict_images=True).add_image("missing.png", {})
+
+
+# -- 7 and 8. screenshot records and their prompt text ----------------------------------------------
+
+
+def test_screenshot_record_has_ufo_shape() -> None:
+    """A screenshot record holds metadata, image_path and image_str, in that order."""
+    board = Blackboard()
+    board.add_image(str(PNG), {"screenshot application": "WINWORD.EXE", "saving reason": "chart"})
+    assert board.screenshots.list_content == [
+        {
+            "metadata": {"screenshot application": "WINWORD.EXE", "saving reason": "chart"},
+            "image_path": str(PNG),
+            "image_str": image_data_url(PNG),
+        }
+    ]
+
+
+def test_screenshots_to_json_is_json_dumps_of_the_records() -> None:
+    """screenshots_to_json writes the records as json.dumps does, without any envelope."""
+    board = Blackboard()
+    board.add_image(str(PNG), {"saving reason": "chart"})
+    assert board.screenshots_to_json() == json.dumps(board.screenshots.list_content)
+    assert json.loads(board.screenshots_to_json())[0][ImageMemoryItemNames.IMAGE_STR].startswith(
+        "data:image/png;base64,"
+    )
+
+
+def test_screenshot_prompt_text_is_the_whole_metadata() -> None:
+    """The declared difference: the text part is the whole metadata dict (UFO sends null)."""
+    board = Blackboard()
+    board.add_image(
+        str(PNG), {"screenshot application": "WINWORD.EXE", "saving reason": "The chart to copy"}
+    )
+    text, image = board.screenshots_to_prompt()
+    assert text == {
+        "type": "text",
+        "text": '{"screenshot application": "WINWORD.EXE", "saving reason": "The chart to copy"}',
+    }
+    assert image == {"type": "image_url", "image_url": {"url": image_data_url(PNG)}}
+
+
+# -- 4. loading what UFO writes ----------------------------------------------------------------
+
+
+def ufo_blackboard_dict() -> dict[str, Any]:
+    """Return a blackboard as UFO's blackboard_to_dict writes it, with an extra key."""
+    return {
+        "questions": [{"question": "Which file?", "answer": "Résumé.docx"}],
+        "requests": [{"text": "Copy the chart"}],
+        "trajectories": [{"step": 1, "action": "click_input", "rect": [0, 0, 1, 1]}],
+        "screenshots": [
+            {"metadata": None, "image_path": "logs/action_step1.png", "image_str": ""},
+            {
+                "metadata": None,
+                "image_path": "logs/action_step2.png",
+                "image_str": "data:image/png;base64,AAAA",
+            },
+        ],
+        "session": {"id": "task-1"},
+    }
+
+
+def test_blackboard_from_dict_loads_ufo_shape() -> None:
+    """blackboard_from_dict loads metadata None and ignores keys that are not sections."""
+    board = Blackboard()
+    board.blackboard_from_dict(ufo_blackboard_dict())
+    expected = ufo_blackboard_dict()
+    del expected["session"]
+    assert board.blackboard_to_dict() == expected
+    assert all(isinstance(item, ImageMemoryItem) for item in board.screenshots)
+
+
+def test_ufo_blackboard_file_round_trips_byte_for_byte(tmp_path: pathlib.Path) -> None:
+    """A file of json.dumps(blackboard_to_dict()) loads, and blackboard_to_json writes it back unchanged."""
+    data = ufo_blackboard_dict()
+    del data["session"]
+    path = tmp_path / "blackboard.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    board = Blackboard.from_file(path)
+    assert board.blackboard_to_json() == path.read_text(encoding="utf-8")
+
+
+def test_loaded_ufo_screenshots_render_as_ufo_renders_them() -> None:
+    """Loaded UFO screenshot records render null metadata and their stored image_str."""
+    board = Blackboard()
+    board.blackboard_from_dict(ufo_blackboard_dict())
+    assert board.screenshots_to_prompt() == [
+        {"type": "text", "text": "null"},
+        {"type": "image_url", "image_url": {"url": ""}},
+        {"type": "text", "text": "null"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]
+
+
+# -- 5. subclasses in UFO's patterns -------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class UfoStyleImageItem(MemoryItem):
+    """UFO's ImageMemoryItem pattern: a @dataclass subclass with a class-level attribute list."""
+
+    _memory_attributes = list(ImageMemoryItemNames.__annotations__)
+
+
+@dataclasses.dataclass
+class DataclassStep(MemoryItem):
+    """A @dataclass subclass with annotated fields and defaults."""
+
+    step: int = 0
+    thought: str = ""
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+class PlainSubclass(MemoryItem):
+    """Plain subclassing, as UFO's code does."""
+
+
+def test_dataclass_subclass_set_value_works() -> None:
+    """The ImageMemoryItem pattern takes set_value and add_values_from_dict (it raised AttributeError)."""
+    item = UfoStyleImageItem()
+    item.add_values_from_dict({"metadata": None, "image_path": "a.png"})
+    item.set_value("image_str", "")
+    assert item.to_dict() == {"metadata": None, "image_path": "a.png", "image_str": ""}
+    assert item.to_json() == '{"metadata": null, "image_path": "a.png", "image_str": ""}'
+
+
+def test_dataclass_subclass_with_fields_keeps_its_defaults() -> None:
+    """A @dataclass subclass's own __init__ sets its fields, defaults included, as item fields."""
+    item = DataclassStep(step=2)
+    item.set_value("observation", "the dialog is open")
+    assert item.to_dict() == {
+        "step": 2,
+        "thought": "",
+        "tags": [],
+        "observation": "the dialog is open",
+    }
+    assert item.step == 2
+    assert dataclasses.asdict(item)["tags"] == []
+
+
+def test_dataclass_subclass_items_work_in_a_memory() -> None:
+    """Dataclass items are indexed by step and survive the lossless round trip with their class."""
+    memory = Memory([DataclassStep(step=1), DataclassStep(step=2, thought="t")])
+    assert memory.filter_memory_from_steps([2]) == [{"step": 2, "thought": "t", "tags": []}]
+    back = Memory.from_json(memory.to_json_bytes())
+    assert [type(item) for item in back] == [DataclassStep, DataclassStep]
+    assert back.to_list_of_dicts() == memory.to_list_of_dicts()
+
+
+def test_frozen_dataclass_subclass_is_refused() -> None:
+    """A frozen @dataclass subclass raises TypeError on first use, saying why."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen(MemoryItem):
+        step: int = 0
+
+    with pytest.raises(TypeError, match="Frozen is a frozen @dataclass"):
+        Frozen(step=1)
+
+
+def test_plain_subclass_works_as_in_ufo() -> None:
+    """A plain subclass takes fields with set_value and writes UFO's JSON."""
+    item = PlainSubclass()
+    item.set_value("step", 1)
+    item.add_values_from_dict({"status": ResultStatus.FAILURE})
+    assert item.to_json() == '{"step": 1, "status": "failure"}'
+
+
+# -- 6. UFO's names ------------------------------------------------------------------------------
+
+
+def test_image_memory_item_names_are_ufos() -> None:
+    """ImageMemoryItemNames holds UFO's field names, as constants and as annotations."""
+    assert (
+        ImageMemoryItemNames.METADATA,
+        ImageMemoryItemNames.IMAGE_PATH,
+        ImageMemoryItemNames.IMAGE_STR,
+    ) == ("metadata", "image_path", "image_str")
+    assert list(ImageMemoryItemNames.__annotations__) == ["METADATA", "IMAGE_PATH", "IMAGE_STR"]
+
+
+def test_image_memory_item_is_a_memory_item() -> None:
+    """ImageMemoryItem is a MemoryItem that UFO code can build and fill."""
+    item = ImageMemoryItem()
+    item.add_values_from_dict({"metadata": None, "image_path": "a.png", "image_str": ""})
+    assert isinstance(item, MemoryItem)
+    assert item.to_dict() == {"metadata": None, "image_path": "a.png", "image_str": ""}
+
+
+def test_read_json_file_counts_lines_as_ufo_does(tmp_path: pathlib.Path) -> None:
+    """read_json_file's last_k counts lines, invalid ones included, and skips those with a warning."""
+    path = tmp_path / "qa.jsonl"
+    path.write_text('{"q": 1}\n{"q": 2}\nnot json\n{"q": 3}\n', encoding="utf-8")
+    with pytest.warns(SkippedRecordWarning, match=r"skipped lines \[3\]"):
+        assert Blackboard.read_json_file(path, last_k=2) == [{"q": 3}]
+    with pytest.warns(SkippedRecordWarning):
+        assert Blackboard.read_json_file(str(path)) == [{"q": 1}, {"q": 2}, {"q": 3}]
+
+
+def test_read_json_file_of_missing_file_is_empty(tmp_path: pathlib.Path) -> None:
+    """read_json_file of a file that does not exist returns [], as UFO's does."""
+    assert Blackboard.read_json_file(tmp_path / "none.jsonl") == []
+
+
+def test_read_json_file_last_k_zero_reads_nothing(tmp_path: pathlib.Path) -> None:
+    """The declared difference: last_k=0 reads no line (UFO's lines[-0:] read every line)."""
+    path = tmp_path / "qa.jsonl"
+    path.write_text('{"q": 1}\n', encoding="utf-8")
+    assert Blackboard.read_json_file(path, last_k=0) == []
+
+
+def test_read_json_file_refuses_bad_last_k(tmp_path: pathlib.Path) -> None:
+    """A last_k below -1 raises ValueError saying what is allowed."""
+    with pytest.raises(ValueError, match="last_k must be -1"):
+        Blackboard.read_json_file(tmp_path / "qa.jsonl", last_k=-2)
+
+
+# -- 9. the switch-over files of docs/ufo.md ---------------------------------------------------------
+
+
+SWITCH_OVER = re.compile(
+    r"^```py\n# (ufo/agents/memory/\w+\.py)\n(.*?)^```", re.DOTALL | re.MULTILINE
+)
+
+STAND_IN_CONFIG = '''
+"""A stand-in for UFO's configuration singleton, for the test only."""
+
+
+class Config:
+    _instance = None
+
+    def __init__(self) -> None:
+        self.config_data = {settings!r}
+
+    @classmethod
+    def get_instance(cls) -> "Config":
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+'''
+
+
+def ufo_checkout(root: pathlib.Path, settings: dict[str, Any]) -> pathlib.Path:
+    """Write a stand-in UFO package whose memory module is docs/ufo.md's switch-over files."""
+    files = SWITCH_OVER.findall((ROOT / "docs" / "ufo.md").read_text(encoding="utf-8"))
+    assert [name for name, _ in files] == [
+        "ufo/agents/memory/memory.py",
+        "ufo/agents/memory/blackboard.py",
+    ]
+    for package in ("ufo", "ufo/agents", "ufo/agents/memory"):
+        (root / package).mkdir(parents=True, exist_ok=True)
+        (root / package / "__init__.py").write_text("", encoding="utf-8")
+    (root / "ufo" / "config.py").write_text(
+        textwrap.dedent(STAND_IN_CONFIG).replace("{settings!r}", repr(settings)), encoding="utf-8"
+    )
+    for name, code in files:
+        (root / name).write_text(code, encoding="utf-8")
+    return root
+
+
+def run_in_checkout(root: pathlib.Path, code: str) -> str:
+    """Run ``code`` in a fresh Python process with the stand-in checkout first on the path."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]), "PYTHONWARNINGS": "error"},
+    )
+    return done.stdout.strip()
+
+
+def test_switch_over_blackboard_loads_saved_questions(tmp_path: pathlib.Path) -> None:
+    """With USE_CUSTOMIZATION on, the switched-over Blackboard() loads the last QA_PAIR_NUM lines."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(
+        '{"question": "Q1", "answer": "A1"}\n{"question": "Q2", "answer": "A2"}\n', "utf-8"
+    )
+    settings = {"USE_CUSTOMIZATION": True, "QA_PAIR_FILE": str(qa), "QA_PAIR_NUM": 1}
+    root = ufo_checkout(tmp_path / "checkout", settings)
+    code = (
+        "from ufo.agents.memory.blackboard import Blackboard\n"
+        "print(Blackboard().blackboard_to_prompt()[1]['text'])"
+    )
+    assert (
+        run_in_checkout(root, code)
+        == '[Questions & Answers:]\n [{"question": "Q2", "answer": "A2"}]'
+    )
+
+
+def test_switch_over_blackboard_with_missing_question_file_is_empty(tmp_path: pathlib.Path) -> None:
+    """A QA_PAIR_FILE that does not exist yet adds nothing, as in UFO."""
+    settings = {"USE_CUSTOMIZATION": True, "QA_PAIR_FILE": str(tmp_path / "none.jsonl")}
+    root = ufo_checkout(tmp_path / "checkout", settings)
+    code = (
+        "from ufo.agents.memory.blackboard import Blackboard\nprint(Blackboard().questions.length)"
+    )
+    assert run_in_checkout(root, code) == "0"
+
+
+def test_switch_over_without_customization_reads_no_file(tmp_path: pathlib.Path) -> None:
+    """With USE_CUSTOMIZATION off, the question file is not read."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "Q1"}\n', "utf-8")
+    settings = {"USE_CUSTOMIZATION": False, "QA_PAIR_FILE": str(qa)}
+    root = ufo_checkout(tmp_path / "checkout", settings)
+    code = "from ufo.agents.memory.blackboard import Blackboard\nprint(Blackboard().is_empty())"
+    assert run_in_checkout(root, code) == "True"
+
+
+def test_switch_over_memory_module_serves_kvmemory(tmp_path: pathlib.Path) -> None:
+    """UFO's imports (memory, blackboard names) resolve to kvmemory's classes."""
+    root = ufo_checkout(tmp_path / "checkout", {})
+    code = (
+        "import agents.memory as kv\n"
+        "from ufo.agents.memory.memory import Memory, MemoryItem\n"
+        "from ufo.agents.memory.blackboard import ImageMemoryItem, ImageMemoryItemNames\n"
+        "print(Memory is kv.Memory, MemoryItem is kv.MemoryItem, ImageMemoryItem is kv.ImageMemoryItem)"
+    )
+    assert run_in_checkout(root, code) == "True True True"
