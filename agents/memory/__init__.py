@@ -7,6 +7,14 @@ the steps in order, indexed by step; the codec writes them as lossless JSON.
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
 from agents.memory.blackboard import Blackboard, ImageItem, ImageMemoryItem, ImageMemoryItemNames
+from agents.memory.conversation import (
+    Conversation,
+    LastMessages,
+    MessageSelector,
+    TokenBudget,
+    context_session_id,
+    message_tokens,
+)
 from agents.memory.exceptions import (
     AgentMemoryError,
     BudgetExceededError,
@@ -34,6 +42,7 @@ from agents.memory.exceptions import (
     UnsupportedVersionError,
 )
 from agents.memory.memory import ChangeCallback, ChangeKind, Memory, MemoryChange, MemoryWriter
+from agents.memory.messages import ROLES, from_messages, to_messages
 from agents.memory.prompt import (
     EstimateCounter,
     Key,
@@ -56,12 +65,14 @@ from agents.memory.prompt import (
 
 __all__ = [
     "NOTHING",
+    "ROLES",
     "AgentMemoryError",
     "Blackboard",
     "BudgetExceededError",
     "CallbackError",
     "ChangeCallback",
     "ChangeKind",
+    "Conversation",
     "CorruptSessionError",
     "CorruptStoreError",
     "EstimateCounter",
@@ -79,10 +90,12 @@ __all__ = [
     "InvalidStoreURLError",
     "ItemNotFoundError",
     "Key",
+    "LastMessages",
     "Memory",
     "MemoryChange",
     "MemoryItem",
     "MemoryWriter",
+    "MessageSelector",
     "MissingDependencyError",
     "OnUnencodable",
     "OnUnknownClass",
@@ -93,6 +106,7 @@ __all__ = [
     "StoreError",
     "StoreNotFoundError",
     "TiktokenCounter",
+    "TokenBudget",
     "TokenCounter",
     "TokenizerUnavailableError",
     "UnmatchedKeyError",
@@ -100,16 +114,20 @@ __all__ = [
     "UnsupportedVersionError",
     "Window",
     "WindowResult",
+    "context_session_id",
     "count_tokens",
     "estimate_cost",
     "field",
+    "from_messages",
     "image_data_url",
     "latest_value",
+    "message_tokens",
     "project",
     "render_json",
     "render_parts",
     "render_text",
     "select_window",
+    "to_messages",
     "ufo_json",
     "values_of",
 ]
