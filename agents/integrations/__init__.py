@@ -1,0 +1,10 @@
+"""Adapters between kvmemory and the agent frameworks people already run.
+
+* :mod:`agents.integrations.smolagents`: record a smolagents agent's memory
+  in a kvmemory session as it runs, and restore it into a new agent
+  (extra ``kvmemory[smolagents]``).
+* :mod:`agents.integrations.ufo`: turn a UFO run's log folder into a session.
+
+Each adapter imports its framework only when it is used, and names the extra
+to install when the framework is missing.
+"""
