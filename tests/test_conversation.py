@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,54 @@ def test_add_with_images_and_custom_fields() -> None:
     assert item["user_id"] == 3
     assert item["tags"] == ["vision"]
     assert conversation.messages() == [{"role": "user", "content": item["content"]}]
+
+
+def test_add_with_parts_images_and_name() -> None:
+    """Content parts and images combine; a name is sent with the message."""
+    conversation = Conversation()
+    parts = [{"type": "text", "text": "two pictures"}]
+    item = conversation.add_user(parts, images=["https://example.org/a.png"], name="ann")
+    assert item["content"][0] == parts[0]
+    assert conversation.messages()[0]["name"] == "ann"
+    image_only = conversation.add_user(None, images=["https://example.org/b.png"])  # type: ignore[arg-type]
+    assert image_only["content"] == [
+        {"type": "image_url", "image_url": {"url": "https://example.org/b.png"}}
+    ]
+
+
+def test_add_messages_is_all_or_nothing() -> None:
+    """add_messages appends checked chat messages, or none of them."""
+    conversation = Conversation()
+    conversation.add_messages(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    )
+    with pytest.raises(FieldValidationError, match=r"Message 1"):
+        conversation.add_messages(
+            [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]
+        )
+    assert len(conversation) == 2
+
+
+def test_orphan_tool_results_stand_alone() -> None:
+    """Tool results without a calling assistant message are their own groups."""
+    conversation = Conversation(
+        Memory(
+            [
+                MemoryItem(role="tool", content="x", tool_call_id="gone"),
+                MemoryItem(role="user", content="y"),
+            ]
+        )
+    )
+    assert [item["content"] for item in conversation.select(LastMessages(1))] == ["y"]
+    assert len(conversation.select(LastMessages(2))) == 2
+
+
+def test_selector_bounds_are_checked() -> None:
+    """A negative or non-int bound is refused."""
+    with pytest.raises(ValueError, match=r"k must be an int >= 0, got -1"):
+        LastMessages(-1)
+    with pytest.raises(ValueError, match=r"max_tokens must be an int >= 0, got 1.5"):
+        TokenBudget(1.5)  # type: ignore[arg-type]
 
 
 def test_invalid_message_adds_nothing() -> None:
@@ -205,6 +254,12 @@ def test_context_session_id_is_stable_and_valid() -> None:
     assert one != context_session_id({"chat_id": 42, "user": "ann"}, prefix="bot")
 
 
+def test_context_session_id_follows_the_documented_mapping() -> None:
+    """The id is the prefix and the SHA-256 of the sorted compact JSON, as documented."""
+    digest = hashlib.sha256(b'{"chat_id":42,"user":"ann"}').hexdigest()
+    assert context_session_id({"user": "ann", "chat_id": 42}) == f"chat-{digest}"
+
+
 def test_context_session_id_matches_in_another_process() -> None:
     """A new interpreter computes the same id (no hash randomisation)."""
     code = "from agents.memory import context_session_id; print(context_session_id({'chat_id': 42, 'user': 'ann'}))"
@@ -294,6 +349,18 @@ def test_kept_steps_survive_requests_and_processes(tmp_path: Path) -> None:
     assert steps_session == context_session_id({"chat_id": 1}) + ".steps"
     with open_memory(url, steps_session) as steps:
         assert steps[0]["action"] == "search"
+
+
+def test_for_context_closes_the_store_it_opened_on_failure(tmp_path: Path) -> None:
+    """An open store given to for_context is left open; a bad context opens nothing."""
+    with pytest.raises(InvalidSessionIdError):
+        Conversation.for_context(tmp_path / "c.db", {"a": object()})
+    from agents.memory.stores import open_store
+
+    with open_store(tmp_path / "c.db") as store:
+        with Conversation.for_context(store, {"a": 1}) as chat:
+            chat.add_user("x")
+        assert store.count(context_session_id({"a": 1})) == 1
 
 
 def test_repr_names_the_session() -> None:

@@ -22,7 +22,7 @@ from agents.integrations.smolagents import (
     restore_steps,
     succinct_steps,
 )
-from agents.memory import CorruptSessionError, Memory, MemoryItem
+from agents.memory import CorruptSessionError, Memory, MemoryItem, MissingDependencyError
 from agents.memory.stores import open_memory
 
 HERE = Path(__file__).resolve().parent
@@ -179,6 +179,22 @@ def test_a_damaged_item_is_named() -> None:
         restore_steps(memory)
     memory = Memory([MemoryItem(kind="task", run=1)])
     with pytest.raises(CorruptSessionError, match=r"item 0 \(task step\) lacks fields"):
+        restore_steps(memory)
+
+
+def test_missing_smolagents_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without smolagents, restoring raises MissingDependencyError naming kvmemory[smolagents]."""
+    monkeypatch.setitem(sys.modules, "smolagents", None)
+    with pytest.raises(MissingDependencyError, match=r"kvmemory\[smolagents\]"):
+        restore_steps(Memory())
+
+
+def test_image_field_that_is_not_bytes_is_named() -> None:
+    """An image list holding something other than bytes raises CorruptSessionError naming the field."""
+    memory = Memory([MemoryItem(kind="task", run=1, task="t", task_images=["not bytes"])])
+    with pytest.raises(
+        CorruptSessionError, match=r"field 'task_images' holds str, not image bytes"
+    ):
         restore_steps(memory)
 
 

@@ -22,13 +22,13 @@ the working steps of the current request, kept apart from the history.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-import orjson
 from typing_extensions import Self
 
 from agents.memory._item import MemoryItem
@@ -37,6 +37,7 @@ from agents.memory.memory import Memory
 from agents.memory.messages import (
     MESSAGE_KEYS,
     check_message,
+    from_messages,
     image_count,
     to_messages,
     tool_arguments,
@@ -65,7 +66,9 @@ def context_session_id(context: Mapping[str, Any], *, prefix: str = "chat") -> s
     """Return the session id of a set of context keys: stable across processes, distinct per context.
 
     The id is ``f"{prefix}-{h}"`` where ``h`` is the SHA-256 hex digest of
-    the context as compact JSON with its keys sorted (``{"chat_id":42,"user":"ann"}``).
+    the context as compact ASCII JSON with its keys sorted, that is
+    ``json.dumps(context, sort_keys=True, separators=(",", ":"))``
+    (``{"chat_id":42,"user":"ann"}``).
     The key order does not matter; the value types do (``42`` and ``"42"``
     are different contexts). Two different contexts share an id only if
     SHA-256 collides.
@@ -99,7 +102,7 @@ def context_session_id(context: Mapping[str, Any], *, prefix: str = "chat") -> s
         raise InvalidSessionIdError(msg)
     from agents.memory.stores import check_session_id
 
-    canonical = orjson.dumps(dict(context), option=orjson.OPT_SORT_KEYS)
+    canonical = json.dumps(dict(context), sort_keys=True, separators=(",", ":")).encode("ascii")
     return check_session_id(f"{prefix}-{hashlib.sha256(canonical).hexdigest()}")
 
 
@@ -402,8 +405,6 @@ class Conversation:
         Raises:
             FieldValidationError: naming the first invalid message; nothing is added.
         """
-        from agents.memory.messages import from_messages
-
         items = from_messages(messages)
         self.history.add_memory_items(items)
         return items
