@@ -17,6 +17,7 @@ Examples::
     kvmemory replay session.json
     kvmemory convert runs.db --session run-1 run-1.jsonl
     kvmemory stats session.json
+    kvmemory import ufo-log logs/my_task --store runs.db --session ufo-1
 """
 
 from __future__ import annotations
@@ -251,6 +252,16 @@ def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def _cmd_import_ufo_log(args: argparse.Namespace, out: IO[str]) -> int:
+    from agents.integrations.ufo import import_ufo_log
+
+    count = import_ufo_log(
+        args.path, args.store, args.session, link_screenshots=args.link, append=args.append
+    )
+    out.write(f"imported {count} steps into session {args.session!r} of {args.store}\n")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvmemory",
@@ -315,6 +326,21 @@ def _parser() -> argparse.ArgumentParser:
         help="what to do with values JSON cannot hold (default: error)",
     )
     convert.set_defaults(run=_cmd_convert)
+
+    imports = commands.add_parser("import", help="turn another tool's logs into a session")
+    kinds = imports.add_subparsers(dest="kind", required=True, metavar="KIND")
+    ufo = kinds.add_parser("ufo-log", help="a UFO run's log folder (response.log and screenshots)")
+    ufo.add_argument("path", help="the log folder (logs/<task name>) or its response.log")
+    ufo.add_argument("--store", required=True, help="store URL or SQLite path to write to")
+    ufo.add_argument("--session", required=True, help="session id to write")
+    ufo.add_argument(
+        "--link",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="list the screenshots found in a 'screenshots' field (default: on)",
+    )
+    ufo.add_argument("--append", action="store_true", help="append to a non-empty session")
+    ufo.set_defaults(run=_cmd_import_ufo_log)
     return parser
 
 

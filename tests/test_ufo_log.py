@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agents.cli import main
 from agents.integrations.ufo import import_ufo_log, read_ufo_log
 from agents.memory import (
     CorruptSessionError,
@@ -210,3 +212,46 @@ def test_link_field_clash_is_refused(tmp_path: Path) -> None:
     ):
         read_ufo_log(folder)
     assert read_ufo_log(folder, link_screenshots=False)[0] == MemoryItem(**step)
+
+
+def test_command_line_import(tmp_path: Path) -> None:
+    """kvmemory import ufo-log writes the session and says how many steps it imported."""
+    folder = _log_folder(tmp_path)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    out = io.StringIO()
+    status = main(["import", "ufo-log", str(folder), "--store", url, "--session", "ufo-1"], out=out)
+    assert status == 0
+    assert out.getvalue() == f"imported 2 steps into session 'ufo-1' of {url}\n"
+    with open_memory(url, "ufo-1", step_key="Step") as memory:
+        assert memory.content == read_ufo_log(folder).content
+
+
+def test_command_line_no_link_and_append(tmp_path: Path) -> None:
+    """--no-link imports the lines as logged; a second import needs --append."""
+    folder = _log_folder(tmp_path)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    argv = ["import", "ufo-log", str(folder), "--store", url, "--session", "ufo-1", "--no-link"]
+    assert main(argv, out=io.StringIO()) == 0
+    assert main(argv, out=io.StringIO()) == 1
+    assert main([*argv, "--append"], out=io.StringIO()) == 0
+    with open_memory(url, "ufo-1", step_key="Step") as memory:
+        assert memory.to_list_of_dicts() == _steps() * 2
+
+
+def test_command_line_reports_a_missing_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path without a UFO log exits 1 and names it."""
+    status = main(
+        [
+            "import",
+            "ufo-log",
+            str(tmp_path / "none"),
+            "--store",
+            str(tmp_path / "r.db"),
+            "--session",
+            "s",
+        ]
+    )
+    assert status == 1
+    assert "No UFO log at" in capsys.readouterr().err
