@@ -619,3 +619,35 @@ def test_image_refs_reads_strings_and_lists() -> None:
         ["a", "b"],
         [],
     )
+
+
+# -- step_key ---------------------------------------------------------------------
+
+
+def test_steps_filter_uses_the_memory_step_key() -> None:
+    """project(steps=...) on a memory keyed by 'Step' finds its steps."""
+    memory = Memory(
+        [MemoryItem(Step=1, action="a"), MemoryItem(Step=2, action="b")], step_key="Step"
+    )
+    assert project(memory, ["action"], steps=[2]) == [{"action": "b"}]
+    assert select_window(memory, Window(), keys=["action"], steps=[1]).records == ({"action": "a"},)
+
+
+def test_steps_filter_of_plain_items_takes_step_key() -> None:
+    """A list of items is filtered by the step_key given (default 'step')."""
+    items = [MemoryItem(Step=1, action="a"), MemoryItem(Step=2, action="b")]
+    assert project(items, ["action"], steps=[2], step_key="Step") == [{"action": "b"}]
+    assert project(items, ["action"], steps=[2]) == []
+
+
+def test_budget_error_names_steps_by_the_memory_step_key() -> None:
+    """Pinned items too large for the window are named by the memory's step key."""
+    memory = Memory([MemoryItem(Step=7, text="x" * 400)], step_key="Step")
+    with pytest.raises(BudgetExceededError, match=r"steps \[7\]"):
+        select_window(memory, Window(max_tokens=10, pin_first=1))
+
+
+def test_template_error_names_the_step_by_step_key() -> None:
+    """render_text's missing-field error names the record's step under step_key."""
+    with pytest.raises(FieldNotFoundError, match=r"record 0 \(step 5\)"):
+        render_text([{"Step": 5}], "{thought}", step_key="Step")

@@ -47,9 +47,10 @@ class _TemplateFields(dict[str, Any]):
     """Template fields that name the missing key and the item in the error."""
 
     position: int = 0
+    step_key: str = "step"
 
     def __missing__(self, key: str) -> Any:
-        step = self.get("step", self.get("Step", f"#{self.position}"))
+        step = self.get(self.step_key, f"#{self.position}")
         msg = (
             f"The template names field {key!r}, which record {self.position} (step {step!r}) does not hold; "
             f"its fields are {list(self)}. Project that key or give the template a default."
@@ -71,6 +72,7 @@ def render_text(
     *,
     separator: str = "\n\n",
     header: str | None = None,
+    step_key: str = "step",
 ) -> str:
     """Return records as plain text or Markdown, one template per item.
 
@@ -81,6 +83,8 @@ def render_text(
             default writes one ``- key: value`` line per field.
         separator: Put between items.
         header: Put before the first item, followed by ``separator``.
+        step_key: The field that names a record's step in error messages
+            (pass the memory's ``step_key``, such as UFO's ``"Step"``).
 
     Raises:
         FieldNotFoundError: naming the field and record when a template names a missing field.
@@ -92,6 +96,7 @@ def render_text(
         elif isinstance(template, str):
             fields = _TemplateFields(record)
             fields.position = position
+            fields.step_key = step_key
             parts.append(template.format_map(fields))
         else:
             parts.append(template(record))

@@ -267,7 +267,9 @@ def _charge(budget: _Budget, rows: list[_Row]) -> tuple[list[_Row], int, int]:
     return [(i, item, r) for (i, item, _), r in zip(rows, records, strict=True)], tokens, images
 
 
-def _fill(selected: _Selected, window: Window, keys: tuple[Key, ...] | None) -> WindowResult:
+def _fill(
+    selected: _Selected, window: Window, keys: tuple[Key, ...] | None, step_key: str
+) -> WindowResult:
     n = len(selected)
     group_by = window.group_by
     budget = _Budget(window)
@@ -287,7 +289,7 @@ def _fill(selected: _Selected, window: Window, keys: tuple[Key, ...] | None) -> 
     if covered:
         rows, tokens, images = _charge(budget, _rows(selected, sorted(covered), keys))
         if not budget.fits(len(rows), tokens):
-            labels = [row[1]._fields.get("step", f"#{row[0]}") for row in rows][:10]
+            labels = [row[1]._fields.get(step_key, f"#{row[0]}") for row in rows][:10]
             msg = (
                 f"The pinned items (steps {labels}) need {len(rows)} items and {tokens} tokens, "
                 f"more than the window allows (max_items={window.max_items}, max_tokens={window.max_tokens}); "
@@ -340,6 +342,7 @@ def _select(
     steps: Iterable[Any] | None,
     last: int | None,
     where: Callable[[MemoryItem], bool] | None,
+    step_key: str,
 ) -> _Selected:
     if last is not None and (type(last) is not int or last < 0):
         msg = f"last must be an int >= 0, got {last!r}."
@@ -351,7 +354,6 @@ def _select(
         return _Selected(None, memory.last(last))
     items: list[MemoryItem] = list(source)
     if steps is not None:
-        step_key = memory.step_key if memory is not None else "step"
         wanted = list(steps)
         items = [item for item in items if _in(item._fields.get(step_key, NOTHING), wanted)]
     if where is not None:
@@ -359,6 +361,13 @@ def _select(
     if last is not None:
         items = items[len(items) - last :] if last else []
     return _Selected(None, items)
+
+
+def _step_key(source: Memory | Iterable[MemoryItem], step_key: str | None) -> str:
+    """Return the step key given, else the memory's, else ``"step"``."""
+    if step_key is not None:
+        return step_key
+    return source.step_key if isinstance(source, Memory) else "step"
 
 
 def _in(value: Any, wanted: list[Any]) -> bool:
@@ -376,6 +385,7 @@ def select_window(
     last: int | None = None,
     where: Callable[[MemoryItem], bool] | None = None,
     strict: bool = False,
+    step_key: str | None = None,
 ) -> WindowResult:
     """Choose the items of ``source`` that fit ``window``, newest first, in memory order.
 
@@ -387,6 +397,8 @@ def select_window(
         last: Only the last ``last`` items (after ``steps`` and ``where``).
         where: Only items for which ``where(item)`` is true.
         strict: Raise instead of warning when a key matches no kept item.
+        step_key: The field that names a step (default: the memory's ``step_key``,
+            or ``"step"`` for other sources).
 
     Items added to the memory while the window is being chosen may or may not
     be part of it.
@@ -399,7 +411,9 @@ def select_window(
         UnmatchedKeyError: in strict mode, naming a key no kept item holds.
     """
     normalized = normalize_keys(keys)
-    result = _fill(_select(source, steps=steps, last=last, where=where), window, normalized)
+    chosen_key = _step_key(source, step_key)
+    selected = _select(source, steps=steps, last=last, where=where, step_key=chosen_key)
+    result = _fill(selected, window, normalized, chosen_key)
     report_unmatched(normalized, _candidates(result, source, normalized), strict=strict)
     return result
 
@@ -425,6 +439,7 @@ def project(
     where: Callable[[MemoryItem], bool] | None = None,
     budget: int | Window | None = None,
     strict: bool = False,
+    step_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """Return prompt material from ``source``: the chosen keys of the chosen items, in memory order.
 
@@ -443,6 +458,8 @@ def project(
         where: Only items for which ``where(item)`` is true.
         budget: A token budget (an int) or a :class:`Window`; newest items are kept first.
         strict: Raise :class:`UnmatchedKeyError` instead of warning when a key matches nothing.
+        step_key: The field that names a step (default: the memory's ``step_key``,
+            or ``"step"`` for other sources).
 
     Returns:
         A list of fresh dicts in memory order.
@@ -455,12 +472,13 @@ def project(
         UnmatchedKeyWarning: naming a key that no selected item holds.
     """
     normalized = normalize_keys(keys)
-    selected = _select(source, steps=steps, last=last, where=where)
+    chosen_key = _step_key(source, step_key)
+    selected = _select(source, steps=steps, last=last, where=where, step_key=chosen_key)
     if budget is None:
         items = selected.all()
         report_unmatched(normalized, items, strict=strict)
         return _records_of(items, normalized)[1]
     window = budget if isinstance(budget, Window) else Window(max_tokens=budget)
-    result = _fill(selected, window, normalized)
+    result = _fill(selected, window, normalized, chosen_key)
     report_unmatched(normalized, _candidates(result, source, normalized), strict=strict)
     return list(result.records)
