@@ -179,7 +179,9 @@ def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
                 [type(item).from_mapping(item.filter(keys)) for item in memory],
                 step_key=memory.step_key,
             )
-        out.write(escape_controls(memory.to_json_bytes(on_unencodable="repr").decode(), json=True) + "\n")
+        out.write(
+            escape_controls(memory.to_json_bytes(on_unencodable="repr").decode(), json=True) + "\n"
+        )
         return 0
     for item in memory:
         fields = item.to_dict() if keys is None else item.filter(keys)
