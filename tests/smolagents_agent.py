@@ -5,7 +5,7 @@ parts of two processes:
 
     python smolagents_agent.py first STORE_URL SESSION
         runs the first task (two steps: a tool call, then the final answer)
-        with a SmolagentsRecorder, then ends the process at once.
+        with a SmolagentsRecorder, then kills its own process (SIGKILL).
     python smolagents_agent.py restore STORE_URL SESSION OUT_JSON
         builds a new agent, restores its memory from the session, runs the
         next task with reset=False (one step), writes the model's input
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -119,9 +120,8 @@ def _main(argv: list[str]) -> None:
     if mode == "first":
         agent, _ = make_agent([recorder])
         agent.run(FIRST_TASK)
-        os._exit(
-            0
-        )  # end at once: no close, no cleanup; what is stored is what was written per step
+        # Killed at once: no close, no cleanup; what is stored is what was written per step.
+        os.kill(os.getpid(), signal.SIGKILL)
     agent, model = make_agent(verbosity=LogLevel.ERROR)
     recorder.restore(agent)
     agent.run(NEXT_TASK, reset=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,8 @@ def test_run_continues_after_a_process_restart(tmp_path: Path) -> None:
     """Two steps in one process, restore in another, one more step: the model sees what an uninterrupted run shows it."""
     url = f"sqlite:///{tmp_path / 'agent.db'}"
     script = str(HERE / "smolagents_agent.py")
-    subprocess.run([sys.executable, script, "first", url, "run-1"], check=True, cwd=HERE)
+    first = subprocess.run([sys.executable, script, "first", url, "run-1"], cwd=HERE)
+    assert first.returncode == -signal.SIGKILL
     out = tmp_path / "third.json"
     replay = subprocess.run(
         [sys.executable, script, "restore", url, "run-1", str(out)],
@@ -196,6 +198,16 @@ def test_image_field_that_is_not_bytes_is_named() -> None:
         CorruptSessionError, match=r"field 'task_images' holds str, not image bytes"
     ):
         restore_steps(memory)
+
+
+def test_importing_the_adapters_loads_no_framework() -> None:
+    """Importing agents.memory and the adapters does not import smolagents or Pillow."""
+    code = (
+        "import sys, agents.memory, agents.integrations.smolagents, agents.integrations.ufo; "
+        "print(sorted(m for m in ('smolagents', 'PIL') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_recorder_needs_the_agent() -> None:
