@@ -7,15 +7,19 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("smolagents")
 
 from PIL import Image  # smolagents brings Pillow; both are checked for above
+from smolagents import ChatMessage, CodeAgent, Model
 from smolagents.memory import ActionStep, TaskStep
+from smolagents.models import MessageRole
+from smolagents.monitoring import LogLevel
 from smolagents.utils import AgentToolExecutionError
-from smolagents_agent import FIRST_TASK, NEXT_TASK, make_agent, message_dicts
+from smolagents_agent import FIRST_TASK, NEXT_TASK, add, make_agent, message_dicts
 
 from agents.integrations.smolagents import (
     SmolagentsRecorder,
@@ -246,3 +250,42 @@ def test_restore_of_an_empty_session_leaves_the_agent_alone() -> None:
     recorder.restore(agent)
     agent.run(FIRST_TASK)
     assert {item["run"] for item in memory} == {1}
+
+
+class _CodeModel(Model):
+    """Writes code: call add and print, then return the printed sum as the final answer."""
+
+    def generate(
+        self,
+        messages: list[Any],
+        stop_sequences: Any = None,
+        response_format: Any = None,
+        tools_to_call_from: Any = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        if messages[-1].role == MessageRole.TOOL_RESPONSE:
+            code = "final_answer(int(5))"
+        else:
+            code = "result = add(a=2, b=3)\nprint(result)"
+        return ChatMessage(
+            role=MessageRole.ASSISTANT, content=f"Thought: go on.\n<code>\n{code}\n</code>"
+        )
+
+
+def test_code_agent_steps_round_trip() -> None:
+    """A CodeAgent's steps (code actions, execution logs, action output) come back equal."""
+    memory = Memory()
+    agent = CodeAgent(
+        tools=[add],
+        model=_CodeModel(),
+        step_callbacks=[SmolagentsRecorder(memory)],
+        verbosity_level=LogLevel.OFF,
+    )
+    assert agent.run(FIRST_TASK) == 5
+    assert memory[3]["code_action"] == "final_answer(int(5))"
+    assert memory[3]["action_output"] == 5
+    _, steps = restore_steps(memory)
+    assert [step.dict() for step in steps] == [step.dict() for step in agent.memory.steps]
+    fresh = CodeAgent(tools=[add], model=_CodeModel(), verbosity_level=LogLevel.OFF)
+    SmolagentsRecorder(memory).restore(fresh)
+    assert fresh.write_memory_to_messages() == agent.write_memory_to_messages()
