@@ -179,6 +179,17 @@ def test_step_items_use_the_mapping() -> None:
     assert message == {"role": "assistant", "content": '{"step":1,"action":"click"}'}
 
 
+def test_step_role_may_depend_on_the_item() -> None:
+    """A role function picks each step item's role; a role it gives that is not a chat role is refused."""
+    items = [MemoryItem(step=1, agent="host"), MemoryItem(step=2, agent="app")]
+    messages = to_messages(items, role=lambda r: "assistant" if r["agent"] == "app" else "user")
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    with pytest.raises(
+        FieldValidationError, match=r"role\(\{'step': 1, 'agent': 'host'\}\) gave 'bot'"
+    ):
+        to_messages(items, role=lambda r: "bot")
+
+
 def test_step_items_with_a_text_function() -> None:
     """A text function renders a step item's fields."""
     items = [MemoryItem(step=2, action="save")]
@@ -257,7 +268,7 @@ def test_from_messages_is_all_or_nothing() -> None:
 
 def test_bad_options_are_refused() -> None:
     """An unknown role or image mode for to_messages is refused."""
-    with pytest.raises(FieldValidationError, match=r"role='robot'"):
+    with pytest.raises(FieldValidationError, match=r"role gave 'robot'"):
         to_messages([], role="robot")
     with pytest.raises(FieldValidationError, match=r"images='inline'"):
         to_messages([], images="inline")

@@ -231,7 +231,7 @@ def _records(
 def to_messages(
     source: Memory | WindowResult | Iterable[Mapping[str, Any] | MemoryItem],
     *,
-    role: str = "user",
+    role: str | Callable[[Mapping[str, Any]], str] = "user",
     text_keys: Sequence[str] | None = None,
     image_keys: Sequence[str] = DEFAULT_IMAGE_KEYS,
     text: Callable[[Mapping[str, Any]], str] | None = None,
@@ -253,7 +253,8 @@ def to_messages(
     Args:
         source: A ``Memory``, items or records, or a ``WindowResult`` (its
             projected records, so the window's budget holds).
-        role: The role of messages made from step items.
+        role: The role of messages made from step items, or a function of
+            the record that gives it (``lambda r: "assistant" if r["agent"] == "app" else "user"``).
         text_keys: The fields of a step item that make its text (default: all non-image fields).
         image_keys: The fields of a step item that hold image paths or URLs.
         text: Renders the chosen fields of a step item as its text.
@@ -270,9 +271,8 @@ def to_messages(
             tool result whose call is not among the earlier messages.
         ImageReadError: naming a file that cannot be read as an image.
     """
-    if role not in ROLES:
-        msg = f"role={role!r} is not a chat role; use one of {list(ROLES)}."
-        raise FieldValidationError(msg)
+    if not callable(role):
+        _check_role(role, "role")
     if images not in ("data", "keep"):
         msg = f"images={images!r} must be 'data' (read paths into data: URLs) or 'keep'."
         raise FieldValidationError(msg)
@@ -288,9 +288,23 @@ def to_messages(
             check_message(record, len(out))
             out.append(_message_of(record, images))
         else:
-            out.append(_step_message(record, role, text_keys, image_keys, text, images))
+            step_role = role(record) if callable(role) else role
+            if callable(role):
+                _check_role(step_role, f"role({_brief(record)})")
+            out.append(_step_message(record, step_role, text_keys, image_keys, text, images))
     _check_pairs(out)
     return out
+
+
+def _check_role(role: object, what: str) -> None:
+    if role not in ROLES:
+        msg = f"{what} gave {role!r}, which is not a chat role; use one of {list(ROLES)}."
+        raise FieldValidationError(msg)
+
+
+def _brief(record: Mapping[str, Any]) -> str:
+    text = repr(dict(record))
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_pairs(messages: list[dict[str, Any]]) -> None:
