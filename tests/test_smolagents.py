@@ -17,7 +17,7 @@ from PIL import Image  # smolagents brings Pillow; both are checked for above
 from smolagents import ChatMessage, CodeAgent, Model
 from smolagents.memory import ActionStep, TaskStep
 from smolagents.models import MessageRole
-from smolagents.monitoring import LogLevel
+from smolagents.monitoring import LogLevel, Timing
 from smolagents.utils import AgentToolExecutionError
 from smolagents_agent import FIRST_TASK, NEXT_TASK, add, make_agent, message_dicts
 
@@ -289,3 +289,17 @@ def test_code_agent_steps_round_trip() -> None:
     fresh = CodeAgent(tools=[add], model=_CodeModel(), verbosity_level=LogLevel.OFF)
     SmolagentsRecorder(memory).restore(fresh)
     assert fresh.write_memory_to_messages() == agent.write_memory_to_messages()
+
+
+def test_image_action_output_is_stored_as_png() -> None:
+    """A PIL image in another field (a code agent's action_output) is stored as PNG bytes."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory)
+    agent, _ = make_agent()
+    step = ActionStep(
+        step_number=1,
+        timing=Timing(start_time=0.0, end_time=1.0),
+        action_output=Image.new("L", (1, 1)),
+    )
+    recorder.write(agent, step)
+    assert memory[-1]["action_output"].startswith(b"\x89PNG")

@@ -23,6 +23,10 @@ step's ``step_number`` is the memory's step key. Values are kept losslessly:
   "tool_calls", "raw", "token_usage"}``, tool calls as ``{"id", "name",
   "arguments"}``.
 
+Any other field that holds a PIL image (a code agent's ``action_output``)
+is stored as PNG bytes and read back as those bytes; any other value goes
+through the codec under the memory's ``on_unencodable`` policy.
+
 Restored errors are instances of the smolagents error class of that name
 (``AgentError`` for a class smolagents does not define); a message's
 ``raw`` API response comes back as the JSON data it was stored as.
@@ -147,6 +151,8 @@ def _encode_field(name: str, value: Any) -> Any:
         return _encode_usage(value)
     if isinstance(value, str):
         return str(value)  # smolagents' AgentText and other str subclasses, as text
+    if _is_image(value):
+        return _png(value)  # an image result (action_output): PNG bytes, read back as bytes
     return value
 
 
