@@ -97,23 +97,35 @@ def test_newer_sqlite_schema_is_refused(tmp_path: Path) -> None:
         open_store(path)
 
 
-def test_empty_sqlite_file_is_migrated_to_current_schema(tmp_path: Path) -> None:
-    """A version-0 database gets the current layout on open and keeps its own tables."""
-    path = tmp_path / "old.db"
+def test_foreign_sqlite_database_is_refused_and_left_unchanged(tmp_path: Path) -> None:
+    """A SQLite database with other tables (user_version 0) raises CorruptStoreError and keeps every byte."""
+    path = tmp_path / "app.db"
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE mine (x)")
+    con.execute("INSERT INTO mine VALUES (1)")
     con.commit()
     con.close()
+    before = path.read_bytes()
+    with pytest.raises(
+        CorruptStoreError, match=r"app\.db' is not a kvmemory store: it holds other tables \(mine"
+    ):
+        open_store(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_empty_sqlite_file_becomes_a_store(tmp_path: Path) -> None:
+    """An empty file (as touch leaves it) gets the current layout on open."""
+    path = tmp_path / "new.db"
+    path.touch()
     with open_store(path) as store:
         store.append("s", [MemoryItem(step=1)])
     con = sqlite3.connect(path)
     try:
         version = con.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     finally:
         con.close()
-    assert version == SQLiteStore.schema_version
-    assert {"mine", "kvmemory_items", "kvmemory_sessions"} <= tables
+    assert version == SQLiteStore.schema_version == 2
 
 
 def test_newer_jsonl_store_is_refused(tmp_path: Path) -> None:

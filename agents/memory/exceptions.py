@@ -19,10 +19,12 @@ from the builtin exception that code written for UFO would already catch, so
     ├── ImageReadError(AgentMemoryError, OSError)
     ├── InvalidSessionIdError(AgentMemoryError, ValueError)
     ├── InvalidStoreURLError(AgentMemoryError, ValueError)
+    ├── StoreArgumentError(AgentMemoryError, TypeError, ValueError)
     ├── StoreError(AgentMemoryError, OSError)
     │   ├── StoreNotFoundError(StoreError, FileNotFoundError)
     │   ├── CorruptStoreError
-    │   └── SchemaVersionError
+    │   ├── SchemaVersionError
+    │   └── StoreUnreachableError(StoreError, ConnectionError)
     ├── TokenizerUnavailableError(AgentMemoryError, RuntimeError)
     └── MissingDependencyError(AgentMemoryError, ImportError)
 
@@ -55,8 +57,10 @@ __all__ = [
     "SerializationError",
     "SkippedRecordWarning",
     "StepNotFoundError",
+    "StoreArgumentError",
     "StoreError",
     "StoreNotFoundError",
+    "StoreUnreachableError",
     "TokenizerUnavailableError",
     "UnmatchedKeyError",
     "UnmatchedKeyWarning",
@@ -165,6 +169,14 @@ class CorruptStoreError(StoreError):
 
 class SchemaVersionError(StoreError):
     """A store was written by a newer kvmemory whose layout this version cannot read."""
+
+
+class StoreArgumentError(AgentMemoryError, TypeError, ValueError):
+    """A store call got an argument of the wrong type or range (a seq beyond 64 bits, a non-string key)."""
+
+
+class StoreUnreachableError(StoreError, ConnectionError):
+    """A store server cannot be reached (its host name does not resolve, nothing listens)."""
 
 
 class MissingDependencyError(AgentMemoryError, ImportError):

@@ -1,4 +1,4 @@
-"""Durable homes for sessions, behind one small protocol.
+"""Durable homes for sessions, behind one documented base class (:class:`BaseStore`).
 
 Open a store by URL and a memory backed by one of its sessions::
 
@@ -24,10 +24,11 @@ relative ``a.db``.
 
 from __future__ import annotations
 
+import importlib
 import os
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import OnUnknownClass
@@ -37,47 +38,94 @@ from agents.memory.stores._backed import SessionWriter, StoredMemory
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
     BaseStore,
-    Store,
+    IndexEntry,
+    Row,
+    RowUpdate,
+    SessionInfo,
+    SessionRow,
     StoredRecord,
     WriteBatch,
     check_session_id,
+    check_store_path,
+    migrate,
 )
 from agents.memory.stores._memory import InMemoryStore
 from agents.memory.stores._sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from agents.memory.stores._jsonl import JSONLStore
+    from agents.memory.stores._postgres import PostgresStore
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
     "BaseStore",
     "InMemoryStore",
+    "IndexEntry",
+    "JSONLStore",
+    "PostgresStore",
+    "Row",
+    "RowUpdate",
     "SQLiteStore",
+    "SessionInfo",
+    "SessionRow",
     "SessionWriter",
-    "Store",
     "StoredMemory",
     "StoredRecord",
     "WriteBatch",
     "check_session_id",
+    "check_store_path",
+    "migrate",
     "open_memory",
     "open_store",
 ]
 
+# Imported on first use, so that importing this package loads neither the
+# JSONL store's fcntl-based locking nor, above all, psycopg.
+_LAZY: Final = {
+    "JSONLStore": "agents.memory.stores._jsonl",
+    "PostgresStore": "agents.memory.stores._postgres",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 _SCHEMES: Final = ("sqlite", "jsonl", "postgresql", "postgres", "memory")
 
 
-def open_store(url: str | os.PathLike[str]) -> BaseStore:
+def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseStore:
     """Open the store named by ``url`` (see the module docs for the forms).
 
     Args:
         url: A store URL, or a filesystem path for a SQLite file.
+        read_only: Open for inspection: nothing is created, migrated or
+            written (a missing file or directory is an error, not a new
+            store), and every write call raises :class:`StoreError`. Same as
+            ``?mode=ro`` on a SQLite URL.
 
     Returns:
         An open store; close it with ``close()`` or a ``with`` block.
 
     Raises:
-        InvalidStoreURLError: for an unknown scheme, an empty path or an unknown option.
-        StoreNotFoundError: for a missing file opened read-only or a missing JSONL directory parent.
-        CorruptStoreError: if the file is not a kvmemory store.
-        SchemaVersionError: if a newer kvmemory wrote the store.
+        InvalidStoreURLError: for an unknown scheme, an empty path, a path
+            holding a NUL character or an unknown option.
+        StoreNotFoundError: for a missing store opened read-only.
+        CorruptStoreError: if the file or directory is not a kvmemory store (it is left unchanged).
+        SchemaVersionError: if a newer kvmemory wrote the store, or an older
+            one needs a migration that ``read_only`` forbids.
         MissingDependencyError: for ``postgresql://`` without the ``postgres`` extra.
+        StoreUnreachableError: if a PostgreSQL server cannot be reached.
         StoreError: if the store cannot be opened.
     """
     text = os.fspath(url)
@@ -88,7 +136,7 @@ def open_store(url: str | os.PathLike[str]) -> BaseStore:
         if not text:
             msg = "The store URL is empty; pass 'sqlite:///path/to/file.db' or a file path."
             raise InvalidStoreURLError(msg)
-        return SQLiteStore(text)
+        return SQLiteStore(text, read_only=read_only)
     scheme, _, rest = text.partition("://")
     scheme = scheme.lower()
     if scheme not in _SCHEMES:
@@ -100,7 +148,7 @@ def open_store(url: str | os.PathLike[str]) -> BaseStore:
     if scheme in ("postgresql", "postgres"):
         from agents.memory.stores._postgres import PostgresStore
 
-        return PostgresStore(text)
+        return PostgresStore(text, read_only=read_only)
     raw_path, _, query = rest.partition("?")
     options = _options(text, query)
     path = urllib.parse.unquote(raw_path)
@@ -110,6 +158,7 @@ def open_store(url: str | os.PathLike[str]) -> BaseStore:
     if not path:
         msg = f"Store URL {text!r} has no path; write {scheme}:///absolute/path or {scheme}://relative/path."
         raise InvalidStoreURLError(msg)
+    check_store_path(path)
     if scheme == "jsonl":
         from agents.memory.stores._jsonl import JSONLStore
 
@@ -118,7 +167,7 @@ def open_store(url: str | os.PathLike[str]) -> BaseStore:
         if fsync not in ("always", "never"):
             msg = f"Option fsync={fsync!r} in {text!r} must be 'always' or 'never'."
             raise InvalidStoreURLError(msg)
-        return JSONLStore(path, fsync=fsync == "always", url=text)
+        return JSONLStore(path, fsync=fsync == "always", read_only=read_only, url=text)
     _no_options(text, options, ("synchronous", "timeout", "mode"))
     synchronous = options.get("synchronous", "full").lower()
     if synchronous not in ("full", "normal", "off"):
@@ -139,7 +188,7 @@ def open_store(url: str | os.PathLike[str]) -> BaseStore:
         path,
         synchronous=synchronous,  # type: ignore[arg-type]  # checked against the three names above
         timeout=timeout,
-        read_only=mode == "ro",
+        read_only=read_only or mode == "ro",
         url=text,
     )
 

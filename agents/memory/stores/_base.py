@@ -1,27 +1,34 @@
-"""What every store shares: the protocol, session-id rules, encoding of rows.
+"""What every store shares: the base class, session-id rules, encoding of rows, migrations.
 
-A store keeps *rows*: one per item, holding the item's encoded bytes (the
-codec's wire form, exactly what ``Memory.to_json`` writes for that item), a
-*step text* (the item's step value encoded in one canonical way, so that step
-filters can be answered by the store without decoding items), the time the
-row was written, and a *seq*: a number the store gives the row when it is
-appended. Within a session, rows are read in seq order, which is the order in
-which their appends committed.
+A store keeps *sessions* and *rows*. A session has a step key (the field that
+names an item's step), the time it was created and its metadata (the codec's
+bytes for a dict). A row is one item: its encoded bytes (the codec's wire
+form, exactly what ``Memory.to_json`` writes for that item), a *step text*
+(the item's step value encoded in one canonical way, so that step filters can
+be answered by the store without decoding items), the time the row was
+written, and a *seq*: a number the store gives the row when it is inserted.
+Within a session, rows are read in seq order, which is the order in which
+their inserts committed. A seq is never given twice in a session, not even
+after the session was deleted and created again.
 
-Concrete stores implement a handful of row-level primitives (``_write``,
-``_fetch``, ...); :class:`BaseStore` turns items into rows and back through
-the codec, validates session ids and arguments, and offers the public calls.
+:class:`BaseStore` is the one base of every store. It owns everything that
+is the same for all of them: session-id and argument checks, encoding and
+decoding through the codec, the step-key check, read-only refusal, and the
+wrapper that turns the driver's errors into :class:`StoreError`. A backend
+implements only the row primitives listed in :class:`BaseStore`'s docstring.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import datetime as dt
+import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import attrs
 import orjson
@@ -34,25 +41,47 @@ from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
     InvalidSessionIdError,
+    InvalidStoreURLError,
+    SchemaVersionError,
+    SerializationError,
+    StoreArgumentError,
     StoreError,
 )
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
     "BaseStore",
+    "IndexEntry",
     "Row",
-    "Store",
+    "RowUpdate",
+    "SessionInfo",
+    "SessionRow",
     "StoredRecord",
     "WriteBatch",
     "check_session_id",
+    "check_store_path",
+    "migrate",
     "step_text",
 ]
 
 SESSION_ID_MAX_LENGTH: Final = 128
 _SESSION_ID: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+_SEQ_MAX: Final = 2**63 - 1
+_EMPTY_METADATA: Final = b"{}"
 
 Row = tuple[str | None, float, bytes]
-"""One row to write: ``(step_text, created_unix_time, encoded_item)``."""
+"""One row to insert: ``(step_text, created_unix_time, encoded_item)``."""
+
+RowUpdate = tuple[int, str | None, bytes]
+"""New contents for an existing row: ``(seq, step_text, encoded_item)``."""
+
+IndexEntry = tuple[int, str | None, float]
+"""What a store knows of a row without its bytes: ``(seq, step_text, created_unix_time)``."""
+
+SessionRow = tuple[str, float, bytes]
+"""A session as a store keeps it: ``(step_key, created_unix_time, encoded_metadata)``."""
+
+T = TypeVar("T")
 
 
 def check_session_id(session_id: object) -> str:
@@ -90,6 +119,30 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
+def check_store_path(path: str | os.PathLike[str]) -> str:
+    """Return ``path`` as text if a store may live there, else raise.
+
+    A NUL character cannot be part of a file name; the operating system would
+    cut the path at it and open another file, so it is refused outright.
+
+    Raises:
+        InvalidStoreURLError: if the path is empty or holds a NUL character.
+    """
+    text = os.fspath(path)
+    if type(text) is not str:
+        msg = f"A store path must be text, got {path!r}."
+        raise InvalidStoreURLError(msg)
+    if "\x00" in text:
+        msg = (
+            f"Store path {text!r} holds a NUL character, which no file name can contain; remove it."
+        )
+        raise InvalidStoreURLError(msg)
+    if not text:
+        msg = "The store path is empty; pass a file or directory path."
+        raise InvalidStoreURLError(msg)
+    return text
+
+
 def step_text(value: Any) -> str | None:
     """Return the canonical text a store files a step value under (``None`` for no step).
 
@@ -109,6 +162,48 @@ def step_text(value: Any) -> str | None:
     return _codec.dumps(_codec.encode_value(value, on_unencodable="repr")).decode("utf-8")
 
 
+def migrate(migrations: Sequence[Callable[[T], None]], found: int, target: T, *, store: str) -> int:
+    """Bring a store from schema version ``found`` to ``len(migrations)`` and return the new version.
+
+    Every store keeps its migrations the same way: an ordered list of steps in
+    which the step at position ``i`` turns a version-``i`` layout into version
+    ``i + 1`` (so position 0 creates the first layout in an empty store), and
+    the version it reached recorded in the store itself. The caller runs this
+    inside one transaction and records the returned version in it.
+
+    Args:
+        migrations: The store's steps, oldest first.
+        found: The version recorded in the store (0 for an empty one).
+        target: What each step works on (a connection, a directory).
+        store: Names the store in error messages.
+
+    Raises:
+        SchemaVersionError: if a newer kvmemory wrote the store.
+    """
+    check_schema_version(found, len(migrations), store=store)
+    for step in migrations[found:]:
+        step(target)
+    return len(migrations)
+
+
+def check_schema_version(found: object, newest: int, *, store: str) -> int:
+    """Return ``found`` if this kvmemory can open a store of that schema version, else raise.
+
+    Raises:
+        SchemaVersionError: if the version is not a number, or newer than ``newest``.
+    """
+    if type(found) is not int or found < 0:
+        msg = f"{store} records the schema version {found!r}, which is not a version number; it was not written by kvmemory."
+        raise CorruptStoreError(msg)
+    if found > newest:
+        msg = (
+            f"{store} has schema version {found}, newer than the {newest} this kvmemory "
+            "writes; upgrade kvmemory to open it."
+        )
+        raise SchemaVersionError(msg)
+    return found
+
+
 @attrs.frozen
 class StoredRecord:
     """One item as a store holds it: its seq in the session and the decoded item."""
@@ -117,169 +212,158 @@ class StoredRecord:
     item: MemoryItem
 
 
-@runtime_checkable
-class Store(Protocol):
-    """The calls every kvmemory store answers the same way.
+@attrs.frozen
+class SessionInfo:
+    """What a store knows about one session, apart from its items.
 
-    Every call names its session; there is no call that reads "all sessions"
-    by leaving the id out.
+    Attributes:
+        session_id: The session's id.
+        step_key: The field that names an item's step in this session.
+        metadata: The free-form data saved with :meth:`BaseStore.set_metadata`
+            (a fresh dict, decoded through the codec).
+        created: When the session was created (UTC).
     """
 
-    @property
-    def url(self) -> str:
-        """The URL the store was opened with (passwords hidden)."""
-        ...
-
-    def append(
-        self,
-        session_id: str,
-        items: Iterable[MemoryItem],
-        *,
-        step_key: str = "step",
-        on_unencodable: OnUnencodable = "error",
-    ) -> list[int]:
-        """Append ``items`` to a session in one transaction and return their seqs."""
-        ...
-
-    def read(
-        self,
-        session_id: str,
-        *,
-        steps: Iterable[Any] | None = None,
-        after: int | None = None,
-        on_unknown_class: OnUnknownClass = "error",
-    ) -> list[MemoryItem]:
-        """Return a session's items in order, optionally only some steps or those after a seq."""
-        ...
-
-    def records(
-        self,
-        session_id: str,
-        *,
-        steps: Iterable[Any] | None = None,
-        after: int | None = None,
-        on_unknown_class: OnUnknownClass = "error",
-    ) -> list[StoredRecord]:
-        """Return :meth:`read`'s items with their seqs."""
-        ...
-
-    def project(
-        self, session_id: str, keys: Iterable[str], *, steps: Iterable[Any] | None = None
-    ) -> list[dict[str, Any]]:
-        """Return one dict of the chosen keys per item, in order."""
-        ...
-
-    def count(self, session_id: str) -> int:
-        """Return the number of items of a session."""
-        ...
-
-    def delete_steps(self, session_id: str, steps: Iterable[Any]) -> int:
-        """Delete every item of ``steps`` from a session and return how many went."""
-        ...
-
-    def delete_seqs(self, session_id: str, seqs: Iterable[int]) -> int:
-        """Delete items by seq from a session and return how many went."""
-        ...
-
-    def clear(self, session_id: str) -> int:
-        """Delete every item of a session (the session stays listed) and return how many went."""
-        ...
-
-    def sessions(self) -> list[str]:
-        """Return the ids of the sessions in the store, sorted."""
-        ...
-
-    def delete_session(self, session_id: str) -> bool:
-        """Delete a session and its items; return whether it existed."""
-        ...
-
-    def keep_last(self, session_id: str, n: int) -> int:
-        """Delete all but the last ``n`` items of a session and return how many went."""
-        ...
-
-    def expire(self, session_id: str, older_than: dt.timedelta | float) -> int:
-        """Delete the items of a session written more than ``older_than`` ago."""
-        ...
-
-    def close(self) -> None:
-        """Release the store's connections and files."""
-        ...
+    session_id: str
+    step_key: str
+    metadata: dict[str, Any]
+    created: dt.datetime
 
 
 class BaseStore(abc.ABC):
-    """The shared half of every store: validation, encoding and decoding.
+    """The base of every store: the public calls, built on a few row primitives.
 
-    Subclasses implement the row-level primitives. All of them may assume a
-    valid session id; :class:`BaseStore` checks it before calling them.
+    A backend subclasses this and implements the primitives below; the public
+    calls, the checks and the error wrapping are done here, once, for every
+    store. The split follows what a storage engine can do in one step, so
+    that each primitive has one job and no option flags:
+
+    * Reading (no transaction): :meth:`_read_session`, :meth:`_fetch`,
+      :meth:`_count`, :meth:`_sessions` (and optionally :meth:`_fetch_keys`).
+    * Writing: :meth:`_transaction` opens one exclusive write transaction on
+      one session and yields a handle; inside it :meth:`_lock_session`,
+      :meth:`_create_session`, :meth:`_set_metadata`, :meth:`_insert_rows`,
+      :meth:`_update_rows`, :meth:`_delete_rows`, :meth:`_clear_rows` and
+      :meth:`_row_index` take that handle. What they do becomes visible to
+      other handles all together when the block exits cleanly, and not at
+      all when it raises.
+    * :meth:`_delete_session` (its own transaction; the store must remember
+      the session's last seq so that a recreated session never reuses one),
+      and :meth:`_close`.
+
+    Primitives may assume a valid session id and checked arguments, and let
+    the driver's own errors escape: every public call runs them inside
+    :meth:`_errors`, which turns the exception types listed in
+    :attr:`driver_errors` into :class:`StoreError` naming the store, the
+    session and the action. Compound operations (``delete_steps``,
+    ``keep_last``, ``expire``) are composed here from :meth:`_row_index` and
+    :meth:`_delete_rows`, so a backend does not write them.
+
+    A backend also keeps its layout versioned the way :func:`migrate` says,
+    and passes the contract suite in :mod:`agents.memory.stores.testing`.
+
+    Args:
+        url: The URL the store was opened with (passwords hidden).
+        read_only: Refuse every write call.
     """
 
-    schema_version: int = 1
+    schema_version: int = 2
     """The layout version this kvmemory writes."""
 
-    def __init__(self, url: str) -> None:
+    driver_errors: tuple[type[BaseException], ...] = (OSError,)
+    """Exceptions of the storage driver that :meth:`_errors` turns into :class:`StoreError`."""
+
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
         self._url = url
+        self.read_only = read_only
         self._closed = False
         self._close_lock = threading.Lock()
 
-    # -- row-level primitives, one set per store ------------------------------
+    # -- primitives: reading ---------------------------------------------------------
 
     @abc.abstractmethod
-    def _write(
-        self,
-        session_id: str,
-        step_key: str,
-        *,
-        add: Sequence[Row] = (),
-        delete: Sequence[int] = (),
-        update: Sequence[tuple[int, str | None, bytes]] = (),
-        clear: bool = False,
-    ) -> tuple[list[int], int]:
-        """Apply one transaction: clear, delete seqs, update rows, then append rows.
-
-        ``step_key`` is checked against (or recorded for) the session only when
-        rows are added. Returns the seqs given to the appended rows, in order,
-        and the number of rows deleted by ``delete``.
-        """
+    def _read_session(self, session_id: str) -> SessionRow | None:
+        """Return the session's ``(step_key, created, metadata)``, or ``None`` if it does not exist."""
 
     @abc.abstractmethod
     def _fetch(
         self, session_id: str, *, steps: Sequence[str] | None, after: int | None
     ) -> list[tuple[int, bytes]]:
-        """Return ``(seq, data)`` of matching rows in seq order."""
+        """Return ``(seq, data)`` of the rows whose step text is in ``steps`` (all if ``None``) and seq above ``after``, in seq order."""
 
     def _fetch_keys(
         self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None
     ) -> list[tuple[int, bytes]]:
         """Return ``(seq, data)`` of matching rows, where ``data`` may hold only ``keys``.
 
-        A store that can cut rows down to some keys in its query language
-        overrides this; by default whole rows are read and cut in Python.
+        A store that can cut rows down to some keys in its query language,
+        exactly as the codec wrote them, overrides this; by default whole
+        rows are read and cut in Python.
         """
         return self._fetch(session_id, steps=steps, after=None)
 
     @abc.abstractmethod
-    def _count(self, session_id: str) -> int: ...
+    def _count(self, session_id: str) -> int:
+        """Return the number of rows of a session (0 if it does not exist)."""
 
     @abc.abstractmethod
-    def _delete_steps(self, session_id: str, steps: Sequence[str]) -> list[int]: ...
+    def _sessions(self) -> list[str]:
+        """Return the ids of every session, sorted by code point."""
+
+    # -- primitives: writing -----------------------------------------------------------
 
     @abc.abstractmethod
-    def _clear(self, session_id: str) -> int: ...
+    def _transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
+        """Open one exclusive write transaction on a session and yield a handle for the primitives."""
 
     @abc.abstractmethod
-    def _sessions(self) -> list[str]: ...
+    def _lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
+        """Return the session inside the transaction (``None`` if it does not exist), keeping other writers out of it."""
 
     @abc.abstractmethod
-    def _delete_session(self, session_id: str) -> bool: ...
+    def _create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
+        """Create a session that does not exist, with empty metadata."""
 
     @abc.abstractmethod
-    def _keep_last(self, session_id: str, n: int) -> list[int]: ...
+    def _set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
+        """Replace the encoded metadata of an existing session."""
 
     @abc.abstractmethod
-    def _expire(self, session_id: str, cutoff: float) -> list[int]: ...
+    def _insert_rows(self, tx: Any, session_id: str, rows: Sequence[Row]) -> list[int]:
+        """Insert rows into an existing session and return their new seqs, increasing."""
 
     @abc.abstractmethod
-    def _close(self) -> None: ...
+    def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+        """Replace the step text and data of rows by seq; return the seqs that existed."""
+
+    @abc.abstractmethod
+    def _delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+        """Delete rows by seq; return the seqs that existed."""
+
+    @abc.abstractmethod
+    def _clear_rows(self, tx: Any, session_id: str) -> int:
+        """Delete every row of a session and return how many there were."""
+
+    @abc.abstractmethod
+    def _row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
+        """Return ``(seq, step_text, created)`` of every row of a session, in seq order."""
+
+    @abc.abstractmethod
+    def _delete_session(self, session_id: str) -> bool:
+        """Delete a session and its rows in one transaction; return whether it existed.
+
+        The store keeps what it needs so that a session created again later
+        under the same id continues with seqs above every seq of this one.
+        """
+
+    @abc.abstractmethod
+    def _close(self) -> None:
+        """Release connections and files."""
+
+    def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
+        """Return the :class:`StoreError` for a driver error (override to tell corruption apart)."""
+        msg = f"Cannot {action}{where} {self._url}: {exc}; nothing was changed."
+        return StoreError(msg)
 
     # -- public calls -----------------------------------------------------------
 
@@ -316,19 +400,14 @@ class BaseStore(abc.ABC):
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
-            TypeError: if an element is not a ``MemoryItem``; nothing is written.
+            StoreArgumentError: if an element is not a ``MemoryItem``; nothing is written.
             SerializationError: if a value cannot be encoded; nothing is written.
             StoreError: if the store cannot be written, or the session was
                 created with another ``step_key``; nothing is written.
         """
-        sid = self._check(session_id)
-        batch = list(items)
-        for position, item in enumerate(batch):
-            if not isinstance(item, MemoryItem):
-                msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; nothing was written to session {sid!r}."
-                raise TypeError(msg)
-        rows = encode_rows(batch, step_key, on_unencodable)
-        return self._write(sid, step_key, add=rows)[0]
+        with self.batch(session_id, step_key=step_key, on_unencodable=on_unencodable) as batch:
+            batch.append(items)
+        return batch.appended
 
     def read(
         self,
@@ -349,6 +428,7 @@ class BaseStore(abc.ABC):
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``after`` is not an int seq.
             CorruptSessionError: if a stored item cannot be decoded.
             StoreError: if the store cannot be read.
         """
@@ -369,17 +449,18 @@ class BaseStore(abc.ABC):
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``after`` is not an int seq.
             CorruptSessionError: if a stored item cannot be decoded.
             StoreError: if the store cannot be read.
         """
         sid = self._check(session_id)
         texts = None if steps is None else _step_texts(steps)
-        if after is not None and type(after) is not int:
-            msg = f"after must be an int seq or None, got {after!r}."
-            raise TypeError(msg)
+        if after is not None:
+            after = _check_seq(after, "after")
         if texts == []:
             return []
-        rows = self._fetch(sid, steps=texts, after=after)
+        with self._errors("read", sid):
+            rows = self._fetch(sid, steps=texts, after=after)
         return decode_rows(rows, f"session {sid!r} of {self._url}", on_unknown_class)
 
     def project(
@@ -389,11 +470,12 @@ class BaseStore(abc.ABC):
 
         The store's side of ``Memory.filter_memory_from_keys``: one dict per
         item in seq order, ``{}`` for an item that holds none of the keys,
-        fields in the order of ``keys``, values decoded through the codec.
-        PostgreSQL cuts large rows down to ``keys`` on the server, so big
-        fields that are not asked for (screenshots, long pages) are never
-        sent. SQLite reads whole rows: its JSON functions measured slower
-        than decoding whole rows in Python (``benchmarks/bench_stores.py``).
+        fields in the order of ``keys``, values decoded through the codec
+        exactly as :meth:`read` would give them. PostgreSQL cuts large rows
+        down to ``keys`` on the server, so big fields that are not asked for
+        (screenshots, long pages) are never sent. SQLite reads whole rows: its
+        JSON functions measured slower than decoding whole rows in Python
+        (``benchmarks/bench_stores.py``).
 
         Args:
             session_id: The session to read; an unknown session reads as empty.
@@ -402,7 +484,7 @@ class BaseStore(abc.ABC):
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
-            TypeError: if a key is not a string.
+            StoreArgumentError: if a key is not a string.
             CorruptSessionError: if a stored item cannot be decoded.
             StoreError: if the store cannot be read.
         """
@@ -411,11 +493,12 @@ class BaseStore(abc.ABC):
         for key in wanted:
             if type(key) is not str:
                 msg = f"project() takes string keys, got {key!r} ({type(key).__name__})."
-                raise TypeError(msg)
+                raise StoreArgumentError(msg)
         texts = None if steps is None else _step_texts(steps)
         if texts == []:
             return []
-        rows = self._fetch_keys(sid, wanted, steps=texts)
+        with self._errors("read", sid):
+            rows = self._fetch_keys(sid, wanted, steps=texts)
         pairs = decode_pairs(rows, f"session {sid!r} of {self._url}", "base")
         return [{k: f[k] for k in wanted if k in f} for f in (item._fields for _, item in pairs)]
 
@@ -442,16 +525,60 @@ class BaseStore(abc.ABC):
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store is closed or open read-only.
         """
-        return WriteBatch(self, self._check(session_id), step_key, on_unencodable)
+        return WriteBatch(self, self._check_write(session_id), step_key, on_unencodable)
 
     def count(self, session_id: str) -> int:
         """Return the number of items of a session (0 for an unknown session).
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be read.
         """
-        return self._count(self._check(session_id))
+        sid = self._check(session_id)
+        with self._errors("count", sid):
+            return self._count(sid)
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        """Return what the store knows about a session, or ``None`` if it does not exist.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            CorruptStoreError: if the stored session cannot be decoded.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._check(session_id)
+        with self._errors("read", sid):
+            row = self._read_session(sid)
+        return None if row is None else self._session_info(sid, row)
+
+    def set_metadata(
+        self, session_id: str, metadata: Mapping[str, Any], *, step_key: str = "step"
+    ) -> None:
+        """Save ``metadata`` as the session's metadata, creating the session if it does not exist.
+
+        The metadata is encoded through the codec, so every value type an item
+        field can hold comes back unchanged from :meth:`session_info`.
+
+        Args:
+            session_id: The session.
+            metadata: The new metadata; it replaces the old one as a whole.
+            step_key: The step key of the session (recorded if it is created,
+                checked otherwise).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``metadata`` is not a mapping with string keys.
+            SerializationError: if a value cannot be encoded; nothing is written.
+            StoreError: if the store cannot be written, or the session was
+                created with another ``step_key``; nothing is written.
+        """
+        sid = self._check_write(session_id)
+        data = encode_metadata(metadata, sid)
+        with self._errors("write metadata of", sid), self._transaction(sid) as tx:
+            self._open_session(tx, sid, step_key)
+            self._set_metadata(tx, sid, data)
 
     def delete_steps(self, session_id: str, steps: Iterable[Any]) -> int:
         """Delete every item whose step is in ``steps`` and return how many went.
@@ -460,22 +587,27 @@ class BaseStore(abc.ABC):
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreError: if the store cannot be written; nothing is deleted.
         """
-        sid = self._check(session_id)
-        texts = _step_texts(steps)
-        return len(self._delete_steps(sid, texts)) if texts else 0
+        sid = self._check_write(session_id)
+        wanted = frozenset(_step_texts(steps))
+        if not wanted:
+            return 0
+        with self._errors("delete steps from", sid), self._transaction(sid) as tx:
+            if self._lock_session(tx, sid) is None:
+                return 0
+            seqs = [entry[0] for entry in self._row_index(tx, sid) if entry[1] in wanted]
+            return len(self._delete_rows(tx, sid, seqs)) if seqs else 0
 
     def delete_seqs(self, session_id: str, seqs: Iterable[int]) -> int:
         """Delete items by seq and return how many of them existed.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if a seq is not an int in the store's range.
             StoreError: if the store cannot be written; nothing is deleted.
         """
-        sid = self._check(session_id)
-        wanted = sorted(set(seqs))
-        if not wanted:
-            return 0
-        return self._write(sid, "", delete=wanted)[1]
+        with self.batch(session_id) as batch:
+            batch.delete(seqs)
+        return len(batch.deleted)
 
     def clear(self, session_id: str) -> int:
         """Delete every item of a session and return how many went; the session stays listed.
@@ -484,7 +616,11 @@ class BaseStore(abc.ABC):
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreError: if the store cannot be written; nothing is deleted.
         """
-        return self._clear(self._check(session_id))
+        sid = self._check_write(session_id)
+        with self._errors("clear", sid), self._transaction(sid) as tx:
+            if self._lock_session(tx, sid) is None:
+                return 0
+            return self._clear_rows(tx, sid)
 
     def sessions(self) -> list[str]:
         """Return the ids of every session in the store, sorted.
@@ -492,26 +628,35 @@ class BaseStore(abc.ABC):
         Raises:
             StoreError: if the store cannot be read.
         """
-        return self._sessions()
+        self._check_open()
+        with self._errors("list sessions of", None):
+            return self._sessions()
 
     def delete_session(self, session_id: str) -> bool:
         """Delete a session with its items; return whether it existed.
+
+        Seqs are not reused: if the session is created again, its items get
+        seqs above every seq it had before.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreError: if the store cannot be written; nothing is deleted.
         """
-        return self._delete_session(self._check(session_id))
+        sid = self._check_write(session_id)
+        with self._errors("delete", sid):
+            return self._delete_session(sid)
 
     def keep_last(self, session_id: str, n: int) -> int:
         """Delete all but the last ``n`` items of a session and return how many went.
 
         Raises:
-            ValueError: if ``n`` is not an int >= 0.
+            StoreArgumentError: if ``n`` is not an int >= 0.
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreError: if the store cannot be written; nothing is deleted.
         """
-        return len(self._retain_last(session_id, n))
+        with self.batch(session_id) as batch:
+            batch.keep_last(n)
+        return len(batch.deleted)
 
     def expire(self, session_id: str, older_than: dt.timedelta | float) -> int:
         """Delete the items of a session written more than ``older_than`` ago.
@@ -524,11 +669,13 @@ class BaseStore(abc.ABC):
             How many items were deleted.
 
         Raises:
-            ValueError: if ``older_than`` is negative or not a duration.
+            StoreArgumentError: if ``older_than`` is negative or not a duration.
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreError: if the store cannot be written; nothing is deleted.
         """
-        return len(self._retain_younger(session_id, older_than))
+        with self.batch(session_id) as batch:
+            batch.expire(older_than)
+        return len(batch.deleted)
 
     def close(self) -> None:
         """Release the store's connections and files; closing twice is harmless."""
@@ -545,51 +692,105 @@ class BaseStore(abc.ABC):
         self.close()
 
     def __repr__(self) -> str:
-        state = " closed" if self._closed else ""
+        state = " read-only" if self.read_only else ""
+        state += " closed" if self._closed else ""
         return f"<{type(self).__name__} {self._url!r}{state}>"
 
-    # -- helpers shared with StoredMemory ------------------------------------------
+    # -- the shared machinery ------------------------------------------------------------
 
-    def _check(self, session_id: object) -> str:
+    @contextlib.contextmanager
+    def _errors(self, action: str, session_id: str | None) -> Iterator[None]:
+        """Turn the driver's errors raised inside the block into :class:`StoreError`."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except self.driver_errors as exc:
+            where = f" session {session_id!r} of" if session_id else ""
+            raise self._error(action, where, exc) from exc
+
+    def _check_open(self) -> None:
         if self._closed:
             msg = f"Store {self._url} is closed; open it again with open_store()."
             raise StoreError(msg)
+
+    def _check(self, session_id: object) -> str:
+        self._check_open()
         return check_session_id(session_id)
 
-    def _retain_last(self, session_id: str, n: int) -> list[int]:
+    def _check_write(self, session_id: object) -> str:
         sid = self._check(session_id)
-        if type(n) is not int or n < 0:
-            msg = f"keep_last() takes n >= 0 (an int), got {n!r}."
-            raise ValueError(msg)
-        return self._keep_last(sid, n)
+        if self.read_only:
+            msg = f"Store {self._url} is open read-only; open it without read_only (or ?mode=ro) to change session {sid!r}. Nothing was changed."
+            raise StoreError(msg)
+        return sid
 
-    def _retain_younger(self, session_id: str, older_than: dt.timedelta | float) -> list[int]:
-        sid = self._check(session_id)
-        if isinstance(older_than, dt.timedelta):
-            seconds = older_than.total_seconds()
-        elif type(older_than) in (int, float):
-            seconds = float(older_than)
-        else:
-            msg = f"expire() takes older_than as a timedelta or seconds, got {older_than!r}."
-            raise ValueError(msg)
-        if not seconds >= 0:
-            msg = f"expire() takes a non-negative age, got {older_than!r}."
-            raise ValueError(msg)
-        return self._expire(sid, time.time() - seconds)
+    def _open_session(self, tx: Any, session_id: str, step_key: str) -> None:
+        """Create the session in ``tx`` if it does not exist, else check its step key."""
+        row = self._lock_session(tx, session_id)
+        if row is None:
+            self._create_session(tx, session_id, step_key, time.time())
+        elif row[0] != step_key:
+            msg = (
+                f"Session {session_id!r} of {self._url} files steps under {row[0]!r}, "
+                f"not {step_key!r}; open it with step_key={row[0]!r}. Nothing was written."
+            )
+            raise StoreError(msg)
+
+    def _session_info(self, session_id: str, row: SessionRow) -> SessionInfo:
+        step_key, created, data = row
+        source = f"the metadata of session {session_id!r} of {self._url}"
+        try:
+            if type(step_key) is not str or type(created) not in (int, float):
+                msg = f"{source}: the session row holds step key {step_key!r} and created {created!r}, expected text and a number"
+                raise CorruptSessionError(msg)
+            metadata = _codec.decode_value(_codec.loads(data, source=source))
+            if type(metadata) is not dict:
+                msg = f"{source} is a JSON {type(metadata).__name__}, expected an object"
+                raise CorruptSessionError(msg)
+            when = dt.datetime.fromtimestamp(created, dt.timezone.utc)
+        except (CorruptSessionError, OverflowError, ValueError, OSError, TypeError) as exc:
+            msg = f"Cannot read {source}: {exc}; the store is damaged."
+            raise CorruptStoreError(msg) from exc
+        return SessionInfo(session_id, step_key, metadata, when)
+
+
+def encode_metadata(metadata: Mapping[str, Any], session_id: str) -> bytes:
+    """Encode session metadata through the codec.
+
+    Raises:
+        StoreArgumentError: if ``metadata`` is not a mapping with string keys.
+        SerializationError: if a value cannot be encoded.
+    """
+    if not isinstance(metadata, Mapping):
+        msg = (
+            f"Metadata of session {session_id!r} must be a mapping, got {type(metadata).__name__}."
+        )
+        raise StoreArgumentError(msg)
+    for key in metadata:
+        if type(key) is not str:
+            msg = f"Metadata of session {session_id!r} has the key {key!r} ({type(key).__name__}); metadata keys are strings."
+            raise StoreArgumentError(msg)
+    try:
+        return _codec.dumps(_codec.encode_value(dict(metadata)))
+    except SerializationError as exc:
+        msg = f"Metadata of session {session_id!r} cannot be saved: {exc}"
+        raise SerializationError(msg) from exc
 
 
 class WriteBatch:
-    """Writes to one session, staged by its calls and applied when the ``with`` block ends.
+    """Writes to one session, staged by its calls and applied in one transaction when the ``with`` block ends.
 
-    Each call encodes at once, so a value the codec refuses raises before
-    anything is written. On a clean exit the staged writes are applied in
-    this order: clear, deletes, updates, appends, then ``keep_last`` and
-    ``expire``; leaving the block with an exception writes nothing. Get one
-    from :meth:`BaseStore.batch`.
+    Each call checks and encodes at once, so a value the codec refuses or a
+    bad argument raises before anything is written. On a clean exit one
+    transaction applies the staged writes in this order: clear, deletes,
+    updates, appends, then ``keep_last`` and ``expire``; leaving the block
+    with an exception writes nothing. Get one from :meth:`BaseStore.batch`.
 
     After the block, :attr:`appended` holds the seqs given to the appended
-    items (in order) and :attr:`deleted` the seqs removed by ``keep_last``
-    and ``expire``.
+    items (in order), :attr:`updated` the seqs of the updated rows that
+    existed, and :attr:`deleted` the seqs removed by ``delete``,
+    ``keep_last`` and ``expire`` (not by ``clear``), increasing.
     """
 
     def __init__(
@@ -600,37 +801,50 @@ class WriteBatch:
         self.step_key = step_key
         self._on_unencodable: OnUnencodable = on_unencodable
         self._clear = False
-        self._delete: list[int] = []
-        self._update: list[tuple[int, str | None, bytes]] = []
+        self._delete: dict[int, None] = {}
+        self._update: list[RowUpdate] = []
         self._append: list[Row] = []
         self._keep_last: int | None = None
-        self._older_than: dt.timedelta | float | None = None
+        self._older_than: float | None = None
         self.appended: list[int] = []
+        self.updated: list[int] = []
         self.deleted: list[int] = []
 
-    def append(self, items: Sequence[MemoryItem]) -> None:
+    def append(self, items: Iterable[MemoryItem]) -> None:
         """Stage appending ``items``, in order.
 
         Raises:
+            StoreArgumentError: if an element is not a ``MemoryItem``; nothing is staged.
             SerializationError: if a value cannot be encoded; nothing is staged.
         """
-        self._append.extend(encode_rows(items, self.step_key, self._on_unencodable))
+        batch = list(items)
+        for position, item in enumerate(batch):
+            if not isinstance(item, MemoryItem):
+                msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; nothing was written to session {self.session_id!r}."
+                raise StoreArgumentError(msg)
+        self._append.extend(encode_rows(batch, self.step_key, self._on_unencodable))
 
     def update(self, items: Mapping[int, MemoryItem]) -> None:
         """Stage replacing the stored fields of the rows ``items`` names by seq.
 
         Raises:
+            StoreArgumentError: if a seq is not an int in the store's range.
             SerializationError: if a value cannot be encoded; nothing is staged.
         """
-        seqs = list(items)
+        seqs = [_check_seq(seq, "seq") for seq in items]
         rows = encode_rows(list(items.values()), self.step_key, self._on_unencodable)
         self._update.extend(
             (seq, step, data) for seq, (step, _, data) in zip(seqs, rows, strict=True)
         )
 
     def delete(self, seqs: Iterable[int]) -> None:
-        """Stage deleting the rows ``seqs`` names (seqs that do not exist are ignored)."""
-        self._delete.extend(seqs)
+        """Stage deleting the rows ``seqs`` names (seqs that do not exist are ignored).
+
+        Raises:
+            StoreArgumentError: if a seq is not an int in the store's range; nothing is staged.
+        """
+        checked = [_check_seq(seq, "seq") for seq in seqs]
+        self._delete.update(dict.fromkeys(checked))
 
     def clear(self) -> None:
         """Stage deleting every row of the session (applied before the other writes)."""
@@ -639,12 +853,36 @@ class WriteBatch:
         self._update.clear()
 
     def keep_last(self, n: int) -> None:
-        """Stage deleting all but the last ``n`` rows (applied after the appends)."""
+        """Stage deleting all but the last ``n`` rows (applied after the appends).
+
+        Raises:
+            StoreArgumentError: if ``n`` is not an int >= 0.
+        """
+        if type(n) is not int or not 0 <= n <= _SEQ_MAX:
+            msg = f"keep_last() takes n >= 0 (an int), got {n!r}."
+            raise StoreArgumentError(msg)
         self._keep_last = n
 
     def expire(self, older_than: dt.timedelta | float) -> None:
-        """Stage deleting the rows written more than ``older_than`` ago (applied last)."""
-        self._older_than = older_than
+        """Stage deleting the rows written more than ``older_than`` ago (applied last).
+
+        Raises:
+            StoreArgumentError: if ``older_than`` is negative or not a duration.
+        """
+        if isinstance(older_than, dt.timedelta):
+            seconds = older_than.total_seconds()
+        elif type(older_than) in (int, float):
+            try:
+                seconds = float(older_than)
+            except OverflowError:
+                seconds = float("inf")
+        else:
+            msg = f"expire() takes older_than as a timedelta or seconds, got {older_than!r}."
+            raise StoreArgumentError(msg)
+        if not seconds >= 0:
+            msg = f"expire() takes a non-negative age, got {older_than!r}."
+            raise StoreArgumentError(msg)
+        self._older_than = seconds
 
     def __enter__(self) -> Self:
         return self
@@ -652,21 +890,42 @@ class WriteBatch:
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         if exc_type is not None:
             return
+        if not (
+            self._clear
+            or self._delete
+            or self._update
+            or self._append
+            or self._keep_last is not None
+            or self._older_than is not None
+        ):
+            return
         store = self._store
         sid = self.session_id
-        if self._clear or self._delete or self._update or self._append:
-            self.appended, _ = store._write(
-                sid,
-                self.step_key,
-                add=self._append,
-                delete=sorted(set(self._delete)),
-                update=self._update,
-                clear=self._clear,
-            )
-        if self._keep_last is not None:
-            self.deleted.extend(store._retain_last(sid, self._keep_last))
-        if self._older_than is not None:
-            self.deleted.extend(store._retain_younger(sid, self._older_than))
+        store._check_write(sid)
+        with store._errors("write to", sid), store._transaction(sid) as tx:
+            if self._append:
+                store._open_session(tx, sid, self.step_key)
+            elif store._lock_session(tx, sid) is None:
+                return
+            deleted: list[int] = []
+            if self._clear:
+                store._clear_rows(tx, sid)
+            if self._delete:
+                deleted += store._delete_rows(tx, sid, list(self._delete))
+            if self._update:
+                self.updated = store._update_rows(tx, sid, self._update)
+            if self._append:
+                self.appended = store._insert_rows(tx, sid, self._append)
+            if self._keep_last is not None:
+                index = store._row_index(tx, sid)
+                old = [entry[0] for entry in index[: max(len(index) - self._keep_last, 0)]]
+                deleted += store._delete_rows(tx, sid, old) if old else []
+            if self._older_than is not None:
+                cutoff = time.time() - self._older_than
+                index = store._row_index(tx, sid)
+                old = [entry[0] for entry in index if entry[2] < cutoff]
+                deleted += store._delete_rows(tx, sid, old) if old else []
+            self.deleted = sorted(deleted)
 
 
 def encode_rows(
@@ -713,8 +972,11 @@ def decode_pairs(
     try:
         # One C-level pass; the loop below only runs to name a damaged row.
         wires = list(map(orjson.loads, [data for _, data in rows]))
-    except orjson.JSONDecodeError:
+    except (orjson.JSONDecodeError, TypeError):
         for seq, data in rows:
+            if type(data) not in (bytes, str):
+                msg = f"Item {seq} of {source} is damaged: its row holds a {type(data).__name__} where the item's JSON text belongs."
+                raise CorruptStoreError(msg) from None
             try:
                 _codec.loads(data, source=source)
             except CorruptSessionError as exc:
@@ -730,10 +992,20 @@ def decode_pairs(
 def _step_texts(steps: Iterable[Any]) -> list[str]:
     if isinstance(steps, (str, bytes)):
         msg = f"steps must be an iterable of step values, got the single value {steps!r}; wrap it: [{steps!r}]."
-        raise TypeError(msg)
+        raise StoreArgumentError(msg)
     out: dict[str, None] = {}
     for step in steps:
         text = step_text(step)
         if text is not None:
             out[text] = None
     return list(out)
+
+
+def _check_seq(seq: object, name: str) -> int:
+    if type(seq) is not int:
+        msg = f"A {name} must be an int, got {seq!r} ({type(seq).__name__})."
+        raise StoreArgumentError(msg)
+    if not -_SEQ_MAX <= seq <= _SEQ_MAX:
+        msg = f"{name} {seq} is outside the 64-bit range a store holds seqs in; no item has it."
+        raise StoreArgumentError(msg)
+    return seq

@@ -1,23 +1,27 @@
 """The JSONL log store: one append-only log file per session.
 
-A store is a directory::
+A store is a directory (schema version 2, recorded in the marker file)::
 
-    kvmemory-store.json       {"format": "kvmemory.jsonl-store", "version": 1}
+    kvmemory-store.json       {"format": "kvmemory.jsonl-store", "version": 2}
     kvmemory-store.lock       taken (flock) by every writer, shared by readers
     <session_id>.jsonl        the log of one session
+    <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
 
 Each log starts with a header line, then one record per line::
 
-    {"format":"kvmemory.jsonl-log","version":1,"session_id":"run-1","step_key":"step","created":...}
+    {"format":"kvmemory.jsonl-log","version":2,"session_id":"run-1","step_key":"step",
+     "created":...,"generation":"9f0c...","next_seq":1,"meta":{...}}
     {"seq":1,"t":1732250000.1,"s":"1","item":{"step":1,"action":"click"}}   an appended item
     {"seq":1,"t":1732250000.1,"s":"1","u":1,"item":{...}}                  new fields for item 1
     {"del":[1,2]}                                                            items deleted
     {"clear":1}                                                              every item deleted
+    {"meta":{...}}                                                           new session metadata
 
-``item`` is the codec's wire form of the item, byte for byte. Appending
-writes the records of one call with a single ``write`` to the end of the
-file, then flushes it to disk with ``fsync`` unless the store was opened
-with ``?fsync=never``. Existing lines are never rewritten by an append.
+``item`` is the codec's wire form of the item, byte for byte, and ``meta``
+the codec's form of the metadata. Appending writes the records of one
+transaction with a single ``write`` to the end of the file, then flushes it
+to disk with ``fsync`` unless the store was opened with ``?fsync=never``.
+Existing lines are never rewritten by an append.
 
 A crash in the middle of a write can leave a truncated last line. Readers
 skip it with a ``SkippedRecordWarning`` naming the file and line, keeping
@@ -25,18 +29,30 @@ every complete line before it; the next writer cuts it off before appending.
 Deleting leaves tombstones; once they outnumber the live items, the log is
 compacted: the live items are written to a new file that atomically replaces
 the old one.
+
+Every time a log file is written whole (created, compacted, migrated) its
+header gets a new random ``generation``. A handle caches what it read of a
+log and, before using the cache, compares the header of the file with the
+one it read: a log that another handle deleted and created again, or
+compacted, is then read afresh instead of being taken for a longer version
+of the old one. A deleted session leaves ``<session_id>.deleted`` behind,
+so a session created again under the same id continues with higher seqs.
+
+Files are created readable by their owner only (``0600``), the directory
+``0700``; logs and the lock file are opened without following symbolic links.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import threading
-import time
+import uuid
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Final
 
 import attrs
 
@@ -44,85 +60,182 @@ from agents.memory import _codec
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
-    SchemaVersionError,
     SkippedRecordWarning,
     StoreError,
+    StoreNotFoundError,
 )
-from agents.memory.stores._base import BaseStore, Row, check_session_id
+from agents.memory.stores._base import (
+    BaseStore,
+    IndexEntry,
+    Row,
+    RowUpdate,
+    SessionRow,
+    check_schema_version,
+    check_session_id,
+    check_store_path,
+    migrate,
+)
 
 __all__ = ["JSONLStore"]
 
 STORE_FORMAT: Final = "kvmemory.jsonl-store"
 LOG_FORMAT: Final = "kvmemory.jsonl-log"
-SCHEMA_VERSION: Final = 1
 _MARKER: Final = "kvmemory-store.json"
 _LOCK: Final = "kvmemory-store.lock"
 _ITEM: Final = b',"item":'
+_META: Final = b'{"meta":'
 _COMPACT_MIN_DEAD: Final = 32
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @attrs.define
 class _Log:
     """What this process knows of one session log, read up to ``offset``."""
 
-    ino: int
+    header: bytes
     step_key: str
+    created: float
     offset: int = 0
     lines: int = 0
     next_seq: int = 1
+    metadata: bytes = b"{}"
     dead: int = 0
     rows: dict[int, tuple[str | None, float, bytes]] = attrs.Factory(dict)
     partial_at: int = 0
+
+
+@attrs.define
+class _Tx:
+    """One write transaction: the log as it will be, and the bytes that make it so."""
+
+    log: _Log | None
+    parts: list[bytes] = attrs.Factory(list)
+    new: bool = False
+
+
+def _create_v1(store: JSONLStore) -> None:
+    """An empty directory needs nothing before its marker is written."""
+
+
+def _add_generations(store: JSONLStore) -> None:
+    # v2 logs carry a generation id (and their next seq) in the header; rewrite each v1 log once.
+    for session_id in store._sessions():
+        log = store._log(session_id)
+        if log is not None:
+            store._compact(session_id, log)
+
+
+MIGRATIONS: Final = (_create_v1, _add_generations)
+"""Step ``i`` brings a store directory from schema version ``i`` to ``i + 1``."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
 class JSONLStore(BaseStore):
     """Sessions as append-only JSONL logs in one directory.
 
     Args:
-        directory: The store directory; created when missing.
+        directory: The store directory; created when missing unless ``read_only``.
         fsync: Flush every append to disk with ``fsync`` (default); ``False``
             leaves it to the operating system (a process crash loses nothing,
             a power cut can lose recent appends).
+        read_only: Open without writing anything: the directory must be a
+            store already; nothing is created or migrated.
         url: The URL to report in messages.
 
     Raises:
-        CorruptStoreError: if the directory's marker file is not a kvmemory store's.
+        InvalidStoreURLError: if the path holds a NUL character.
+        StoreNotFoundError: if ``read_only`` and the directory is not a store.
+        CorruptStoreError: if the directory holds other files and no kvmemory marker.
         SchemaVersionError: if a newer kvmemory wrote the store.
-        StoreError: if the directory cannot be created.
+        StoreError: if the directory cannot be created, or its lock file is a symbolic link.
     """
 
     schema_version = SCHEMA_VERSION
+    driver_errors = (OSError,)
 
     def __init__(
-        self, directory: str | os.PathLike[str], *, fsync: bool = True, url: str | None = None
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        read_only: bool = False,
+        url: str | None = None,
     ) -> None:
-        self.directory = os.fspath(directory)
-        super().__init__(url or f"jsonl:///{self.directory}")
+        self.directory = check_store_path(directory)
+        super().__init__(url or f"jsonl:///{self.directory}", read_only=read_only)
         self.fsync = fsync
         self._logs: dict[str, _Log] = {}
         self._tlock = threading.RLock()
         self._depth = 0
+        self._lock_fd = -1
+        with self._errors("open", None):
+            if read_only:
+                self._open_read_only()
+            else:
+                self._open_writable()
+
+    # -- opening ---------------------------------------------------------------------
+
+    def _open_read_only(self) -> None:
+        marker = os.path.join(self.directory, _MARKER)
+        if not os.path.isfile(marker):
+            msg = f"{self.directory!r} is not a kvmemory JSONL store (no {_MARKER}); check the path. Nothing was created."
+            raise StoreNotFoundError(msg)
+        self._lock_fd = self._open_lock(os.O_RDONLY)
         try:
-            os.makedirs(self.directory, exist_ok=True)
-        except OSError as exc:
-            msg = f"Cannot create the JSONL store directory {self.directory!r}: {exc}."
-            raise StoreError(msg) from exc
-        self._lock_fd = os.open(os.path.join(self.directory, _LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            self._check_marker()
+            with self._locked(exclusive=False):
+                self._version = self._read_marker()
         except BaseException:
             os.close(self._lock_fd)
             raise
 
-    def _check_marker(self) -> None:
+    def _open_writable(self) -> None:
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            msg = f"Cannot create the JSONL store directory {self.directory!r}: {exc}."
+            raise StoreError(msg) from exc
+        marker = os.path.join(self.directory, _MARKER)
+        if not os.path.lexists(marker):
+            # Only what another process opening this new store at the same time leaves.
+            others = sorted(
+                name
+                for name in os.listdir(self.directory)
+                if name != _LOCK and not name.startswith(".kvmemory-")
+            )
+            if others:
+                msg = (
+                    f"Directory {self.directory!r} is not a kvmemory JSONL store: it holds other "
+                    f"files ({', '.join(others[:5])}) and no {_MARKER}; it was left unchanged. "
+                    "Point the URL at a store or at a new or empty directory."
+                )
+                raise CorruptStoreError(msg)
+        self._lock_fd = self._open_lock(os.O_RDWR | os.O_CREAT)
+        try:
+            with self._locked(exclusive=True):
+                found = self._read_marker() if os.path.lexists(marker) else 0
+                if found < SCHEMA_VERSION:
+                    reached = migrate(
+                        MIGRATIONS, found, self, store=f"JSONL store {self.directory!r}"
+                    )
+                    doc = {"format": STORE_FORMAT, "version": reached}
+                    _codec.atomic_write(marker, [_codec.dumps(doc)])
+                self._version = SCHEMA_VERSION
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _open_lock(self, flags: int) -> int:
+        path = os.path.join(self.directory, _LOCK)
+        try:
+            return os.open(path, flags | _NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise _link_error(path, "lock file", exc) from exc
+
+    def _read_marker(self) -> int:
         path = os.path.join(self.directory, _MARKER)
-        with self._locked(exclusive=True):
-            if not os.path.exists(path):
-                doc = {"format": STORE_FORMAT, "version": SCHEMA_VERSION}
-                _codec.atomic_write(path, [_codec.dumps(doc)])
-                return
-            with open(path, "rb") as stream:
-                data = stream.read()
+        data = _read_file(path, "marker")
         try:
             doc = _codec.loads(data, source=f"JSONL store marker {path!r}")
         except CorruptSessionError as exc:
@@ -130,10 +243,9 @@ class JSONLStore(BaseStore):
         if type(doc) is not dict or doc.get("format") != STORE_FORMAT:
             msg = f"{path!r} is not a kvmemory JSONL store marker; point the URL at another directory."
             raise CorruptStoreError(msg)
-        version = doc.get("version")
-        if type(version) is not int or version > SCHEMA_VERSION:
-            msg = f"JSONL store {self.directory!r} has layout version {version!r}, newer than the {SCHEMA_VERSION} this kvmemory writes; upgrade kvmemory to open it."
-            raise SchemaVersionError(msg)
+        return check_schema_version(
+            doc.get("version"), SCHEMA_VERSION, store=f"JSONL store {self.directory!r}"
+        )
 
     # -- locking and reading the logs ------------------------------------------------
 
@@ -164,27 +276,34 @@ class JSONLStore(BaseStore):
         """Bring this process's view of a log up to date with the file; ``None`` if there is none."""
         path = self._path(session_id)
         try:
-            stat = os.stat(path)
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
         except FileNotFoundError:
             self._logs.pop(session_id, None)
             return None
-        log = self._logs.get(session_id)
-        if log is None or log.ino != stat.st_ino or stat.st_size < log.offset:
-            log = None
-        elif stat.st_size == log.offset:
-            return log
-        with open(path, "rb") as stream:
-            if log is not None:
-                stream.seek(log.offset)
-            chunk = stream.read()
+        except OSError as exc:
+            raise _link_error(path, "log", exc) from exc
+        try:
+            size = os.fstat(fd).st_size
+            log = self._logs.get(session_id)
+            # Same header (and so the same generation) means the same file, grown by appends.
+            if log is not None and (
+                size < log.offset or os.pread(fd, len(log.header), 0) != log.header
+            ):
+                log = None
+            if log is not None and size == log.offset:
+                return log
+            start = 0 if log is None else log.offset
+            chunk = os.pread(fd, size - start, start)
+        finally:
+            os.close(fd)
         if log is None:
-            log = self._read_header(session_id, path, chunk, stat.st_ino)
+            log = self._read_header(session_id, path, chunk)
             chunk = chunk[log.offset :]
         self._apply(path, log, chunk)
         self._logs[session_id] = log
         return log
 
-    def _read_header(self, session_id: str, path: str, chunk: bytes, ino: int) -> _Log:
+    def _read_header(self, session_id: str, path: str, chunk: bytes) -> _Log:
         end = chunk.find(b"\n")
         if end < 0:
             msg = f"JSONL log {path!r} has no complete header line; it was cut off while being created. Delete the file to start the session again."
@@ -196,20 +315,34 @@ class JSONLStore(BaseStore):
         if type(header) is not dict or header.get("format") != LOG_FORMAT:
             msg = f"{path!r} does not start with a kvmemory log header; it is not a session log of this store."
             raise CorruptStoreError(msg)
-        version = header.get("version")
-        if type(version) is not int or version > SCHEMA_VERSION:
-            msg = f"JSONL log {path!r} has layout version {version!r}, newer than the {SCHEMA_VERSION} this kvmemory writes; upgrade kvmemory to open it."
-            raise SchemaVersionError(msg)
+        check_schema_version(header.get("version"), SCHEMA_VERSION, store=f"JSONL log {path!r}")
         if header.get("session_id") != session_id:
             msg = f"JSONL log {path!r} holds session {header.get('session_id')!r}, not {session_id!r}; the file was renamed by hand."
             raise CorruptStoreError(msg)
+        step_key = header.get("step_key")
+        created = header.get("created")
         next_seq = header.get("next_seq", 1)
+        meta = header.get("meta", {})
+        if (
+            type(step_key) is not str
+            or not isinstance(created, (int, float))
+            or type(next_seq) is not int
+            or type(meta) is not dict
+        ):
+            msg = (
+                f"The header line of JSONL log {path!r} holds step_key {step_key!r}, created "
+                f"{created!r}, next_seq {next_seq!r} and meta of type {type(meta).__name__}; "
+                "expected text, a number, an int and an object. The log is damaged."
+            )
+            raise CorruptStoreError(msg)
         return _Log(
-            ino=ino,
-            step_key=str(header.get("step_key")),
+            header=chunk[: end + 1],
+            step_key=step_key,
+            created=float(created),
             offset=end + 1,
             lines=1,
-            next_seq=next_seq if type(next_seq) is int else 1,
+            next_seq=next_seq,
+            metadata=_codec.dumps(meta),
         )
 
     def _apply(self, path: str, log: _Log, chunk: bytes) -> None:
@@ -220,35 +353,11 @@ class JSONLStore(BaseStore):
             log.lines += 1
             if not line.strip():
                 continue
-            cut = line.find(_ITEM)
+            where = f"line {log.lines} of JSONL log {path!r}"
             try:
-                head = _codec.loads(
-                    line[:cut] + b"}" if cut >= 0 else line,
-                    source=f"line {log.lines} of JSONL log {path!r}",
-                )
-                if cut >= 0:
-                    seq = head["seq"]
-                    data = line[cut + len(_ITEM) : -1]
-                    if head.get("u"):
-                        old = rows.get(seq)
-                        if old is not None:
-                            rows[seq] = (head["s"], old[1], data)
-                        log.dead += 1
-                    else:
-                        rows[seq] = (head["s"], head["t"], data)
-                        log.next_seq = max(log.next_seq, seq + 1)
-                elif "del" in head:
-                    for seq in head["del"]:
-                        if rows.pop(seq, None) is not None:
-                            log.dead += 1
-                elif "clear" in head:
-                    log.dead += len(rows)
-                    rows.clear()
-                else:
-                    msg = f"line {log.lines} of JSONL log {path!r} is not a record this kvmemory knows ({line[:80]!r})"
-                    raise CorruptSessionError(msg)
-            except (CorruptSessionError, KeyError, TypeError) as exc:
-                msg = f"Cannot read line {log.lines} of JSONL log {path!r}: {exc}; the log is damaged in the middle (not a crash at the end). Restore it from a backup."
+                self._apply_line(where, log, rows, line)
+            except CorruptSessionError as exc:
+                msg = f"Cannot read {where}: {exc}; the log is damaged in the middle (not a crash at the end). Restore it from a backup."
                 raise CorruptStoreError(msg) from exc
         log.offset += len(chunk) - len(tail)
         if tail:
@@ -258,160 +367,73 @@ class JSONLStore(BaseStore):
                     f"({len(tail)} bytes, left by a crash during an append); it was skipped, "
                     "and every complete line before it was kept.",
                     SkippedRecordWarning,
-                    stacklevel=5,
+                    stacklevel=6,
                 )
             log.partial_at = log.lines + 1
 
-    # -- writing ---------------------------------------------------------------------
-
-    def _append_bytes(self, session_id: str, log: _Log | None, data: bytes) -> None:
-        path = self._path(session_id)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            if log is not None and log.partial_at:
-                # Cut off the line a crash left half written, so records start on a line of their own.
-                os.ftruncate(fd, log.offset)
-                log.partial_at = 0
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if log is not None:
-            log.offset += len(data)
-            log.lines += data.count(b"\n")
-
-    def _new_log(self, session_id: str, step_key: str) -> _Log:
-        header = {
-            "format": LOG_FORMAT,
-            "version": SCHEMA_VERSION,
-            "session_id": session_id,
-            "step_key": step_key,
-            "created": time.time(),
-        }
-        line = _codec.dumps(header) + b"\n"
-        path = self._path(session_id)
-        _codec.atomic_write(path, [line])
-        log = _Log(ino=os.stat(path).st_ino, step_key=step_key, offset=len(line), lines=1)
-        self._logs[session_id] = log
-        return log
-
-    def _guard(
-        self, action: str, session_id: str | None
-    ) -> contextlib.AbstractContextManager[None]:
-        return _os_errors(self, action, session_id)
-
-    def _write(
-        self,
-        session_id: str,
-        step_key: str,
-        *,
-        add: Sequence[Row] = (),
-        delete: Sequence[int] = (),
-        update: Sequence[tuple[int, str | None, bytes]] = (),
-        clear: bool = False,
-    ) -> tuple[list[int], int]:
-        dumps = _codec.dumps
-        with self._guard("write to", session_id), self._locked(exclusive=True):
-            log = self._log(session_id)
-            if log is None:
-                if not add:
-                    return [], 0
-                log = self._new_log(session_id, step_key)
-            elif add and log.step_key != step_key:
-                msg = (
-                    f"Session {session_id!r} of JSONL store {self.directory!r} files steps under "
-                    f"{log.step_key!r}, not {step_key!r}; open it with step_key={log.step_key!r}. Nothing was written."
-                )
-                raise StoreError(msg)
-            parts: list[bytes] = []
-            if clear and log.rows:
-                parts.append(b'{"clear":1}\n')
-            present = {} if clear else log.rows
-            gone = [seq for seq in delete if seq in present]
-            if gone:
-                parts.append(b'{"del":' + dumps(gone) + b"}\n")
-            gone_set = set(gone)
-            for seq, step, data in update:
-                if seq in present and seq not in gone_set:
-                    created = present[seq][1]
-                    parts.append(_record(seq, created, step, data, b',"u":1'))
-            start = log.next_seq
-            for offset, (step, created, data) in enumerate(add):
-                parts.append(_record(start + offset, created, step, data, b""))
-            if parts:
-                self._append_bytes(session_id, log, b"".join(parts))
-            # Apply to this process's view exactly as a reader of the file would.
-            if clear:
-                log.dead += len(log.rows)
-                log.rows.clear()
+    @staticmethod
+    def _apply_line(
+        where: str, log: _Log, rows: dict[int, tuple[str | None, float, bytes]], line: bytes
+    ) -> None:
+        cut = line.find(_ITEM)
+        head = _codec.loads(line[:cut] + b"}" if cut >= 0 else line, source=where)
+        if type(head) is not dict:
+            msg = f"{where} is a JSON {type(head).__name__}, not a record"
+            raise CorruptSessionError(msg)
+        if cut >= 0:
+            seq, created, step = head.get("seq"), head.get("t"), head.get("s")
+            if (
+                type(seq) is not int
+                or not isinstance(created, (int, float))
+                or not (step is None or type(step) is str)
+            ):
+                msg = f"the item record holds seq {seq!r}, t {created!r} and s {step!r}; expected an int, a number and text or null"
+                raise CorruptSessionError(msg)
+            data = line[cut + len(_ITEM) : -1]
+            if head.get("u"):
+                old = rows.get(seq)
+                if old is not None:
+                    rows[seq] = (step, old[1], data)
+                log.dead += 1
+            else:
+                rows[seq] = (step, float(created), data)
+                log.next_seq = max(log.next_seq, seq + 1)
+        elif "del" in head:
+            gone = head["del"]
+            if type(gone) is not list or any(type(seq) is not int for seq in gone):
+                msg = f'the "del" record holds {gone!r}; expected a list of int seqs'
+                raise CorruptSessionError(msg)
             for seq in gone:
-                del log.rows[seq]
-            log.dead += len(gone)
-            for seq, step, data in update:
-                row = log.rows.get(seq)
-                if row is not None:
-                    log.rows[seq] = (step, row[1], data)
+                if rows.pop(seq, None) is not None:
                     log.dead += 1
-            for offset, row in enumerate(add):
-                log.rows[start + offset] = row
-            log.next_seq = start + len(add)
-            self._maybe_compact(session_id, log)
-            return list(range(start, start + len(add))), len(gone)
-
-    def _maybe_compact(self, session_id: str, log: _Log) -> None:
-        if log.dead >= _COMPACT_MIN_DEAD and log.dead > len(log.rows):
-            self._compact(session_id, log)
-
-    def _compact(self, session_id: str, log: _Log) -> None:
-        header = {
-            "format": LOG_FORMAT,
-            "version": SCHEMA_VERSION,
-            "session_id": session_id,
-            "step_key": log.step_key,
-            "created": time.time(),
-            # Seqs are never reused, even for items the compaction drops.
-            "next_seq": log.next_seq,
-        }
-        chunks = [_codec.dumps(header) + b"\n"]
-        for seq, (step, created, data) in log.rows.items():
-            chunks.append(_record(seq, created, step, data, b""))
-        path = self._path(session_id)
-        _codec.atomic_write(path, chunks)
-        fresh = self._log_from_scratch(session_id)
-        self._logs[session_id] = fresh
-
-    def _log_from_scratch(self, session_id: str) -> _Log:
-        self._logs.pop(session_id, None)
-        log = self._log(session_id)
-        assert log is not None  # just written
-        return log
-
-    def compact(self, session_id: str) -> None:
-        """Rewrite a session's log without its deleted items, atomically.
-
-        Raises:
-            InvalidSessionIdError: if ``session_id`` is not a valid id.
-            StoreError: if the log cannot be written; the old log stays as it was.
-        """
-        sid = self._check(session_id)
-        with self._guard("compact", sid), self._locked(exclusive=True):
-            log = self._log(sid)
-            if log is not None:
-                self._compact(sid, log)
-
-    # -- primitives --------------------------------------------------------------------
+        elif "clear" in head:
+            log.dead += len(rows)
+            rows.clear()
+        elif "meta" in head:
+            if type(head["meta"]) is not dict:
+                msg = f'the "meta" record holds a {type(head["meta"]).__name__}; expected an object'
+                raise CorruptSessionError(msg)
+            log.metadata = (
+                line[len(_META) : -1] if line.startswith(_META) else _codec.dumps(head["meta"])
+            )
+        else:
+            msg = f"it is not a record this kvmemory knows ({line[:80]!r})"
+            raise CorruptSessionError(msg)
 
     def _snapshot(self, session_id: str) -> _Log | None:
-        with self._guard("read", session_id), self._locked(exclusive=False):
+        with self._locked(exclusive=False):
             return self._log(session_id)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _read_session(self, session_id: str) -> SessionRow | None:
+        log = self._snapshot(session_id)
+        return None if log is None else (log.step_key, log.created, log.metadata)
 
     def _fetch(
         self, session_id: str, *, steps: Sequence[str] | None, after: int | None
     ) -> list[tuple[int, bytes]]:
-        with self._guard("read", session_id), self._locked(exclusive=False):
+        with self._locked(exclusive=False):
             log = self._log(session_id)
             if log is None:
                 return []
@@ -427,67 +449,207 @@ class JSONLStore(BaseStore):
         log = self._snapshot(session_id)
         return 0 if log is None else len(log.rows)
 
-    def _select(self, session_id: str, pick: Any) -> list[int]:
-        with self._guard("delete from", session_id), self._locked(exclusive=True):
-            log = self._log(session_id)
-            if log is None:
-                return []
-            seqs: list[int] = pick(log)
-            if seqs:
-                self._write(session_id, log.step_key, delete=seqs)
-            return seqs
-
-    def _delete_steps(self, session_id: str, steps: Sequence[str]) -> list[int]:
-        wanted = frozenset(steps)
-        return self._select(
-            session_id, lambda log: [s for s, row in log.rows.items() if row[0] in wanted]
-        )
-
-    def _clear(self, session_id: str) -> int:
-        with self._guard("clear", session_id), self._locked(exclusive=True):
-            log = self._log(session_id)
-            if log is None:
-                return 0
-            count = len(log.rows)
-            self._write(session_id, log.step_key, clear=True)
-            return count
-
     def _sessions(self) -> list[str]:
-        with self._guard("list sessions of", None):
-            names = os.listdir(self.directory)
         out = []
-        for name in names:
+        for name in os.listdir(self.directory):
             if name.endswith(".jsonl") and not name.startswith("."):
                 sid = name[: -len(".jsonl")]
                 with contextlib.suppress(ValueError):
                     out.append(check_session_id(sid))
         return sorted(out)
 
-    def _delete_session(self, session_id: str) -> bool:
-        with self._guard("delete", session_id), self._locked(exclusive=True):
-            self._logs.pop(session_id, None)
+    # -- writing ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self, session_id: str) -> Iterator[_Tx]:
+        with self._locked(exclusive=True):
+            tx = _Tx(self._log(session_id))
             try:
-                os.unlink(self._path(session_id))
-            except FileNotFoundError:
+                yield tx
+                if tx.log is not None:
+                    self._commit(session_id, tx, tx.log)
+            except BaseException:
+                # The cached view may hold changes that never reached the file.
+                self._logs.pop(session_id, None)
+                raise
+
+    def _commit(self, session_id: str, tx: _Tx, log: _Log) -> None:
+        path = self._path(session_id)
+        if tx.new:
+            _codec.atomic_write(path, [log.header, *tx.parts])
+            log.offset = len(log.header) + sum(map(len, tx.parts))
+            log.lines = 1 + sum(part.count(b"\n") for part in tx.parts)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._deleted_path(session_id))
+        elif tx.parts:
+            self._append_bytes(path, log, b"".join(tx.parts))
+        self._logs[session_id] = log
+        if log.dead >= _COMPACT_MIN_DEAD and log.dead > len(log.rows):
+            self._compact(session_id, log)
+
+    def _lock_session(self, tx: _Tx, session_id: str) -> SessionRow | None:
+        log = tx.log
+        return None if log is None else (log.step_key, log.created, log.metadata)
+
+    def _create_session(self, tx: _Tx, session_id: str, step_key: str, created: float) -> None:
+        next_seq = self._deleted_next_seq(session_id)
+        header = _header(session_id, step_key, created, next_seq, b"{}")
+        tx.log = _Log(header=header, step_key=step_key, created=created, next_seq=next_seq)
+        tx.new = True
+
+    def _set_metadata(self, tx: _Tx, session_id: str, metadata: bytes) -> None:
+        log = _open_log(tx)
+        tx.parts.append(_META + metadata + b"}\n")
+        log.metadata = metadata
+
+    def _insert_rows(self, tx: _Tx, session_id: str, rows: Sequence[Row]) -> list[int]:
+        log = _open_log(tx)
+        start = log.next_seq
+        for offset, (step, created, data) in enumerate(rows, start=start):
+            tx.parts.append(_record(offset, created, step, data, b""))
+            log.rows[offset] = (step, created, data)
+        log.next_seq = start + len(rows)
+        return list(range(start, log.next_seq))
+
+    def _update_rows(self, tx: _Tx, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+        log = _open_log(tx)
+        done = []
+        for seq, step, data in rows:
+            old = log.rows.get(seq)
+            if old is not None:
+                tx.parts.append(_record(seq, old[1], step, data, b',"u":1'))
+                log.rows[seq] = (step, old[1], data)
+                log.dead += 1
+                done.append(seq)
+        return done
+
+    def _delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
+        log = _open_log(tx)
+        gone = [seq for seq in dict.fromkeys(seqs) if log.rows.pop(seq, None) is not None]
+        if gone:
+            tx.parts.append(b'{"del":' + _codec.dumps(gone) + b"}\n")
+            log.dead += len(gone)
+        return sorted(gone)
+
+    def _clear_rows(self, tx: _Tx, session_id: str) -> int:
+        log = _open_log(tx)
+        count = len(log.rows)
+        if count:
+            tx.parts.append(b'{"clear":1}\n')
+            log.dead += count
+            log.rows.clear()
+        return count
+
+    def _row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
+        log = _open_log(tx)
+        return [(seq, step, created) for seq, (step, created, _) in log.rows.items()]
+
+    def _delete_session(self, session_id: str) -> bool:
+        with self._locked(exclusive=True):
+            try:
+                log = self._log(session_id)
+            except CorruptStoreError:
+                log = None  # a damaged log can still be deleted; its seqs are then unknown
+            path = self._path(session_id)
+            if not os.path.lexists(path):
                 return False
+            next_seq = max(self._deleted_next_seq(session_id), log.next_seq if log else 1)
+            _codec.atomic_write(
+                self._deleted_path(session_id), [_codec.dumps({"next_seq": next_seq})]
+            )
+            self._logs.pop(session_id, None)
+            os.unlink(path)
             return True
 
-    def _keep_last(self, session_id: str, n: int) -> list[int]:
-        def pick(log: _Log) -> list[int]:
-            seqs = list(log.rows)
-            return seqs[: max(len(seqs) - n, 0)]
+    def _deleted_path(self, session_id: str) -> str:
+        return os.path.join(self.directory, f"{session_id}.deleted")
 
-        return self._select(session_id, pick)
+    def _deleted_next_seq(self, session_id: str) -> int:
+        path = self._deleted_path(session_id)
+        try:
+            data = _read_file(path, "deleted-session record")
+        except FileNotFoundError:
+            return 1
+        try:
+            doc = _codec.loads(data, source=f"the deleted-session record {path!r}")
+        except CorruptSessionError as exc:
+            raise CorruptStoreError(str(exc)) from exc
+        next_seq = doc.get("next_seq") if type(doc) is dict else None
+        if type(next_seq) is not int:
+            msg = f"The deleted-session record {path!r} holds {doc!r}; expected {{'next_seq': int}}. Delete it only if session {session_id!r} never existed."
+            raise CorruptStoreError(msg)
+        return next_seq
 
-    def _expire(self, session_id: str, cutoff: float) -> list[int]:
-        return self._select(
-            session_id, lambda log: [s for s, row in log.rows.items() if row[1] < cutoff]
+    def _append_bytes(self, path: str, log: _Log, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW)
+        try:
+            if log.partial_at:
+                # Cut off the line a crash left half written, so records start on a line of their own.
+                os.ftruncate(fd, log.offset)
+                log.partial_at = 0
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.offset += len(data)
+        log.lines += data.count(b"\n")
+
+    def _compact(self, session_id: str, log: _Log) -> None:
+        # Seqs are never reused, even for items the compaction drops: next_seq goes in the header.
+        header = _header(session_id, log.step_key, log.created, log.next_seq, log.metadata)
+        chunks = [header]
+        for seq, (step, created, data) in log.rows.items():
+            chunks.append(_record(seq, created, step, data, b""))
+        _codec.atomic_write(self._path(session_id), chunks)
+        self._logs[session_id] = _Log(
+            header=header,
+            step_key=log.step_key,
+            created=log.created,
+            offset=sum(map(len, chunks)),
+            lines=len(chunks),
+            next_seq=log.next_seq,
+            metadata=log.metadata,
+            rows=dict(log.rows),
         )
+
+    def compact(self, session_id: str) -> None:
+        """Rewrite a session's log without its deleted items, atomically.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the log cannot be written; the old log stays as it was.
+        """
+        sid = self._check_write(session_id)
+        with self._errors("compact", sid), self._locked(exclusive=True):
+            log = self._log(sid)
+            if log is not None:
+                self._compact(sid, log)
 
     def _close(self) -> None:
         with self._tlock:
             os.close(self._lock_fd)
             self._logs.clear()
+
+
+def _open_log(tx: _Tx) -> _Log:
+    assert tx.log is not None  # BaseStore calls row primitives only on a session that exists
+    return tx.log
+
+
+def _header(session_id: str, step_key: str, created: float, next_seq: int, meta: bytes) -> bytes:
+    head = {
+        "format": LOG_FORMAT,
+        "version": SCHEMA_VERSION,
+        "session_id": session_id,
+        "step_key": step_key,
+        "created": created,
+        "generation": uuid.uuid4().hex,
+        "next_seq": next_seq,
+    }
+    return _codec.dumps(head)[:-1] + b',"meta":' + meta + b"}\n"
 
 
 def _record(seq: int, created: float, step: str | None, data: bytes, extra: bytes) -> bytes:
@@ -507,13 +669,23 @@ def _record(seq: int, created: float, step: str | None, data: bytes, extra: byte
     )
 
 
-@contextlib.contextmanager
-def _os_errors(store: JSONLStore, action: str, session_id: str | None) -> Iterator[None]:
+def _read_file(path: str, what: str) -> bytes:
     try:
-        yield
-    except StoreError:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
         raise
     except OSError as exc:
-        where = f" session {session_id!r} of" if session_id else ""
-        msg = f"Cannot {action}{where} JSONL store {store.directory!r}: {exc}; nothing was changed."
-        raise StoreError(msg) from exc
+        raise _link_error(path, what, exc) from exc
+    with os.fdopen(fd, "rb") as stream:
+        return stream.read()
+
+
+def _link_error(path: str, what: str, exc: OSError) -> OSError:
+    if exc.errno == errno.ELOOP:
+        msg = (
+            f"The JSONL store {what} {path!r} is a symbolic link; kvmemory does not follow links "
+            "inside a store (a link could point its writes at another file). Replace the link "
+            "with the file itself."
+        )
+        return StoreError(msg)
+    return exc

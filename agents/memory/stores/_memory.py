@@ -9,14 +9,20 @@ reading gives fresh items decoded through the codec.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 import attrs
 
-from agents.memory.exceptions import StoreError
-from agents.memory.stores._base import BaseStore, Row
+from agents.memory.stores._base import (
+    BaseStore,
+    IndexEntry,
+    Row,
+    RowUpdate,
+    SessionRow,
+)
 
 __all__ = ["InMemoryStore"]
 
@@ -24,13 +30,16 @@ __all__ = ["InMemoryStore"]
 @attrs.define
 class _Session:
     step_key: str
+    created: float
+    metadata: bytes = b"{}"
     rows: dict[int, tuple[str | None, float, bytes]] = attrs.Factory(dict)
 
 
 @attrs.define
 class _Space:
-    lock: threading.Lock = attrs.Factory(threading.Lock)
+    lock: threading.RLock = attrs.Factory(threading.RLock)
     sessions: dict[str, _Session] = attrs.Factory(dict)
+    # One counter for every session of the space, so a recreated session never reuses a seq.
     next_seq: int = 1
 
 
@@ -55,44 +64,12 @@ class InMemoryStore(BaseStore):
             space = _Space()
         self._space = space
 
-    def _write(
-        self,
-        session_id: str,
-        step_key: str,
-        *,
-        add: Sequence[Row] = (),
-        delete: Sequence[int] = (),
-        update: Sequence[tuple[int, str | None, bytes]] = (),
-        clear: bool = False,
-    ) -> tuple[list[int], int]:
-        space = self._space
-        with space.lock:
-            session = space.sessions.get(session_id)
-            if add:
-                if session is None:
-                    session = space.sessions[session_id] = _Session(step_key)
-                elif session.step_key != step_key:
-                    msg = (
-                        f"Session {session_id!r} of {self.url} files steps under "
-                        f"{session.step_key!r}, not {step_key!r}; open it with "
-                        f"step_key={session.step_key!r}. Nothing was written."
-                    )
-                    raise StoreError(msg)
-            if session is None:
-                return [], 0
-            rows = session.rows
-            if clear:
-                rows.clear()
-            deleted = sum(1 for seq in delete if rows.pop(seq, None) is not None)
-            for seq, step, data in update:
-                old = rows.get(seq)
-                if old is not None:
-                    rows[seq] = (step, old[1], data)
-            start = space.next_seq
-            for offset, row in enumerate(add):
-                rows[start + offset] = row
-            space.next_seq = start + len(add)
-            return list(range(start, start + len(add))), deleted
+    # -- reading ---------------------------------------------------------------------
+
+    def _read_session(self, session_id: str) -> SessionRow | None:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return None if session is None else _session_row(session)
 
     def _fetch(
         self, session_id: str, *, steps: Sequence[str] | None, after: int | None
@@ -114,53 +91,68 @@ class InMemoryStore(BaseStore):
             session = self._space.sessions.get(session_id)
             return 0 if session is None else len(session.rows)
 
-    def _remove(self, session_id: str, seqs: list[int]) -> list[int]:
-        session = self._space.sessions[session_id]
-        for seq in seqs:
-            del session.rows[seq]
-        return seqs
-
-    def _delete_steps(self, session_id: str, steps: Sequence[str]) -> list[int]:
-        wanted = frozenset(steps)
-        with self._space.lock:
-            session = self._space.sessions.get(session_id)
-            if session is None:
-                return []
-            seqs = [seq for seq, row in session.rows.items() if row[0] in wanted]
-            return self._remove(session_id, seqs)
-
-    def _clear(self, session_id: str) -> int:
-        with self._space.lock:
-            session = self._space.sessions.get(session_id)
-            if session is None:
-                return 0
-            count = len(session.rows)
-            session.rows.clear()
-            return count
-
     def _sessions(self) -> list[str]:
         with self._space.lock:
             return sorted(self._space.sessions)
+
+    # -- writing ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self, session_id: str) -> Iterator[_Space]:
+        # Every change is a plain dict operation that cannot fail half way, and
+        # the checks that can refuse a write run before the first change.
+        with self._space.lock:
+            yield self._space
+
+    def _lock_session(self, tx: _Space, session_id: str) -> SessionRow | None:
+        session = tx.sessions.get(session_id)
+        return None if session is None else _session_row(session)
+
+    def _create_session(self, tx: _Space, session_id: str, step_key: str, created: float) -> None:
+        tx.sessions[session_id] = _Session(step_key, created)
+
+    def _set_metadata(self, tx: _Space, session_id: str, metadata: bytes) -> None:
+        tx.sessions[session_id].metadata = metadata
+
+    def _insert_rows(self, tx: _Space, session_id: str, rows: Sequence[Row]) -> list[int]:
+        table = tx.sessions[session_id].rows
+        start = tx.next_seq
+        for offset, row in enumerate(rows):
+            table[start + offset] = row
+        tx.next_seq = start + len(rows)
+        return list(range(start, tx.next_seq))
+
+    def _update_rows(self, tx: _Space, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+        table = tx.sessions[session_id].rows
+        done = []
+        for seq, step, data in rows:
+            old = table.get(seq)
+            if old is not None:
+                table[seq] = (step, old[1], data)
+                done.append(seq)
+        return done
+
+    def _delete_rows(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> list[int]:
+        table = tx.sessions[session_id].rows
+        return [seq for seq in seqs if table.pop(seq, None) is not None]
+
+    def _clear_rows(self, tx: _Space, session_id: str) -> int:
+        table = tx.sessions[session_id].rows
+        count = len(table)
+        table.clear()
+        return count
+
+    def _row_index(self, tx: _Space, session_id: str) -> list[IndexEntry]:
+        table = tx.sessions[session_id].rows
+        return [(seq, step, created) for seq, (step, created, _) in table.items()]
 
     def _delete_session(self, session_id: str) -> bool:
         with self._space.lock:
             return self._space.sessions.pop(session_id, None) is not None
 
-    def _keep_last(self, session_id: str, n: int) -> list[int]:
-        with self._space.lock:
-            session = self._space.sessions.get(session_id)
-            if session is None:
-                return []
-            seqs = list(session.rows)
-            return self._remove(session_id, seqs[: max(len(seqs) - n, 0)])
-
-    def _expire(self, session_id: str, cutoff: float) -> list[int]:
-        with self._space.lock:
-            session = self._space.sessions.get(session_id)
-            if session is None:
-                return []
-            seqs = [seq for seq, row in session.rows.items() if row[1] < cutoff]
-            return self._remove(session_id, seqs)
-
     def _close(self) -> None:
         """Nothing to release: the rows live as long as the name's space."""
+
+
+def _session_row(session: _Session) -> SessionRow:
+    return (session.step_key, session.created, session.metadata)

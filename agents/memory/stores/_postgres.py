@@ -1,54 +1,71 @@
 """The PostgreSQL store: sessions shared by processes on many machines.
 
 Needs the ``postgres`` extra (psycopg 3 and psycopg_pool), imported only
-when a ``postgresql://`` URL is opened. Layout (schema version 1, recorded in
+when a ``postgresql://`` URL is opened. Layout (schema version 2, recorded in
 ``kvmemory_schema``)::
 
-    kvmemory_sessions(session_id text PRIMARY KEY, step_key text, next_seq bigint, created float8)
+    kvmemory_sessions(session_id text PRIMARY KEY, step_key text, next_seq bigint,
+                      created float8, metadata bytea, deleted boolean)   -- metadata, deleted: v2
     kvmemory_items(session_id text, seq bigint, step text, created float8,
                    data bytea, doc jsonb, PRIMARY KEY (session_id, seq))
     index (session_id, step), index (session_id, created)
 
 ``data`` holds the codec's bytes for the item (exact, with its field order);
 ``doc`` the same item as JSONB for queries in SQL (``NULL`` only for the rare
-item whose text holds a NUL character, which JSONB cannot store).
+item whose text holds a NUL character, which JSONB cannot store);
+``metadata`` the codec's bytes for the session's metadata. A deleted session
+keeps its row, marked ``deleted``, so that its ``next_seq`` survives: a
+session created again under the same id continues above the old seqs.
 
-Order for concurrent writers: an append is one statement that bumps the
-session's ``next_seq`` (taking the session row's lock until commit) and
-inserts the rows with the seqs it reserved. Two writers appending to one
-session therefore queue on that row lock; each gets a consecutive block of
-seqs, and seqs follow commit order, so a reader that has seen seq ``n`` never
-misses a row committed later with a smaller seq. Every statement runs in
-autocommit mode or one explicit transaction; nothing is half applied.
+Order for concurrent writers: every write is one transaction that first
+locks the session's row (``SELECT ... FOR UPDATE``), so writers of one
+session queue on that lock; an insert bumps the session's ``next_seq`` and
+inserts the rows with the seqs it reserved. Seqs therefore follow commit
+order, and a reader that has seen seq ``n`` never misses a row committed
+later with a smaller seq.
+
+A read-only store (``read_only=True``) runs every statement in a read-only
+transaction and never creates or migrates tables.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from agents.memory.exceptions import (
     SchemaVersionError,
     StoreError,
+    StoreUnreachableError,
     missing_dependency,
 )
-from agents.memory.stores._base import BaseStore, Row
+from agents.memory.stores._base import (
+    BaseStore,
+    IndexEntry,
+    Row,
+    RowUpdate,
+    SessionRow,
+    check_schema_version,
+    migrate,
+)
 
 __all__ = ["PostgresStore"]
 
-SCHEMA_VERSION: Final = 1
 _SCHEMA_LOCK: Final = 0x6B766D656D  # "kvmem": serializes schema setup across processes
 
-_SCHEMA_V1: Final = (
-    """CREATE TABLE IF NOT EXISTS kvmemory_sessions (
+
+def _create_v1(con: Any) -> None:
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_sessions (
         session_id text PRIMARY KEY,
         step_key text NOT NULL,
         next_seq bigint NOT NULL DEFAULT 0,
         created double precision NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS kvmemory_items (
+    )"""
+    )
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_items (
         session_id text NOT NULL REFERENCES kvmemory_sessions ON DELETE CASCADE,
         seq bigint NOT NULL,
         step text,
@@ -56,25 +73,77 @@ _SCHEMA_V1: Final = (
         data bytea NOT NULL,
         doc jsonb,
         PRIMARY KEY (session_id, seq)
-    )""",
-    "CREATE INDEX IF NOT EXISTS kvmemory_items_step ON kvmemory_items (session_id, step)",
-    "CREATE INDEX IF NOT EXISTS kvmemory_items_created ON kvmemory_items (session_id, created)",
-)
+    )"""
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_step ON kvmemory_items (session_id, step)"
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_created ON kvmemory_items (session_id, created)"
+    )
 
-_APPEND: Final = """
+
+def _add_metadata_and_tombstones(con: Any) -> None:
+    # '\x7b7d' is the codec's bytes for an empty dict: sessions of v1 had no metadata.
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN metadata bytea NOT NULL DEFAULT '\\x7b7d'::bytea"
+    )
+    con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false")
+
+
+MIGRATIONS: Final = (_create_v1, _add_metadata_and_tombstones)
+"""Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+_INSERT: Final = """
 WITH s AS (
-    INSERT INTO kvmemory_sessions AS s (session_id, step_key, next_seq, created)
-    VALUES (%(sid)s, %(key)s, %(n)s, %(now)s)
-    ON CONFLICT (session_id) DO UPDATE SET next_seq = s.next_seq + %(n)s
-    RETURNING s.next_seq, s.step_key
+    UPDATE kvmemory_sessions SET next_seq = next_seq + %(n)s
+    WHERE session_id = %(sid)s
+    RETURNING next_seq
 )
 INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc)
 SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb
 FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[])
     WITH ORDINALITY AS r(step, created, data, doc, ord)
-WHERE s.step_key = %(key)s
 RETURNING seq
 """
+
+_UPDATE: Final = """
+UPDATE kvmemory_items AS i SET step = u.step, data = u.data, doc = u.doc::jsonb
+FROM unnest(%(seqs)s::bigint[], %(steps)s::text[], %(datas)s::bytea[], %(docs)s::text[])
+    AS u(seq, step, data, doc)
+WHERE i.session_id = %(sid)s AND i.seq = u.seq
+RETURNING i.seq
+"""
+
+_LOCK_SESSION: Final = (
+    "SELECT step_key, created, metadata, deleted FROM kvmemory_sessions"
+    " WHERE session_id = %s FOR UPDATE"
+)
+
+# Rows larger than a few kB (a screenshot, a long page) are cut down to the
+# asked keys on the server, so the rest is never sent; smaller rows come back
+# whole, which benchmarks/bench_stores.py measured to be faster than cutting
+# them. The cut works on the ``json`` type (not ``jsonb``), which keeps every
+# value's text exactly as the codec wrote it (``1e16`` stays a float, ``-0.0``
+# keeps its sign).
+_CUT_ROWS_OVER: Final = 4096
+_PICK: Final = (
+    "COALESCE((SELECT json_object_agg(key, value) FROM json_each({source})"
+    " WHERE key = ANY(%(keys)s)), '{{}}'::json)"
+)
+_PROJECT: Final = (
+    "SELECT seq, CASE WHEN j IS NULL THEN data"
+    " WHEN j->>'$kv' = 'item' THEN convert_to(json_build_object('$kv', 'item', 'fields', "
+    + _PICK.format(source="j->'fields'")
+    + ")::text, 'UTF8')"
+    " ELSE convert_to(" + _PICK.format(source="j") + "::text, 'UTF8') END"
+    " FROM kvmemory_items, LATERAL (SELECT CASE WHEN octet_length(data) > "
+    + str(_CUT_ROWS_OVER)
+    + " THEN convert_from(data, 'UTF8')::json END AS j) AS cut"
+    " WHERE session_id = %(session)s"
+)
 
 
 class PostgresStore(BaseStore):
@@ -84,18 +153,28 @@ class PostgresStore(BaseStore):
         conninfo: A libpq URL or connection string (``postgresql://user@host/db``).
         min_size: Connections the pool keeps open.
         max_size: Connections the pool opens at most (one per concurrent call).
-        timeout: Seconds to wait for a connection from the pool.
+        timeout: Seconds to wait for the server, and for a connection from the pool.
+        read_only: Run every statement read-only; never create or migrate tables.
 
     Raises:
         MissingDependencyError: if psycopg or psycopg_pool is not installed.
-        SchemaVersionError: if a newer kvmemory created the tables.
-        StoreError: if the server cannot be reached or the tables cannot be created.
+        StoreUnreachableError: if the server cannot be reached (its host name
+            does not resolve, nothing listens, the login is refused); raised at once.
+        SchemaVersionError: if a newer kvmemory created the tables, or
+            ``read_only`` meets older tables that need a migration.
+        StoreError: if the tables cannot be created.
     """
 
     schema_version = SCHEMA_VERSION
 
     def __init__(
-        self, conninfo: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 30.0
+        self,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        timeout: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         try:
             import psycopg
@@ -104,121 +183,92 @@ class PostgresStore(BaseStore):
             raise missing_dependency(exc.name or "psycopg", "postgres") from exc
         from agents.memory.stores import _redact
 
-        super().__init__(_redact(conninfo))
-        self._psycopg = psycopg
+        super().__init__(_redact(conninfo), read_only=read_only)
+        self.driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
+        self._empty = False
+        try:
+            # One plain connection first: a host that does not resolve or a refused
+            # login fails here at once, with the driver's reason, instead of after
+            # the pool's timeout of retrying in the background.
+            first = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(int(timeout), 1))
+        except psycopg.Error as exc:
+            msg = f"Cannot connect to PostgreSQL store {self.url}: {exc}; check that the server is running and the URL's host, port, user, password and database are right."
+            raise StoreUnreachableError(msg) from exc
+        with first, self._errors("open", None):
+            self._setup(first)
         self._pool = psycopg_pool.ConnectionPool(
             conninfo,
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
             kwargs={"autocommit": True},
+            configure=self._configure,
             open=False,
         )
         try:
-            self._pool.open(wait=True, timeout=timeout)
-            self._setup()
-        except BaseException as exc:
+            with self._errors("open", None):
+                self._pool.open(wait=True, timeout=timeout)
+        except BaseException:
             self._pool.close()
-            if isinstance(exc, (psycopg.Error, psycopg_pool.PoolTimeout)):
-                msg = f"Cannot open PostgreSQL store {self.url}: {exc}; check that the server is running and the URL's user, password and database are right."
-                raise StoreError(msg) from exc
             raise
 
-    def _setup(self) -> None:
-        with self._pool.connection() as con, con.transaction():
+    def _configure(self, con: Any) -> None:
+        if self.read_only:
+            con.execute("SET default_transaction_read_only = on")
+
+    def _setup(self, con: Any) -> None:
+        store = f"PostgreSQL store {self.url}"
+        if self.read_only:
+            with con.transaction():
+                con.execute("SET TRANSACTION READ ONLY")
+                if con.execute("SELECT to_regclass('kvmemory_schema')").fetchone()[0] is None:
+                    self._empty = True
+                    return
+                version = check_schema_version(self._version(con), SCHEMA_VERSION, store=store)
+            if version < SCHEMA_VERSION:
+                msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
+                raise SchemaVersionError(msg)
+            self._empty = version == 0
+            return
+        with con.transaction():
             con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             con.execute("CREATE TABLE IF NOT EXISTS kvmemory_schema (version integer NOT NULL)")
-            row = con.execute("SELECT max(version) FROM kvmemory_schema").fetchone()
-            version = row[0] if row and row[0] is not None else 0
-            if version > SCHEMA_VERSION:
-                msg = (
-                    f"PostgreSQL store {self.url} has schema version {version}, newer than the "
-                    f"{SCHEMA_VERSION} this kvmemory writes; upgrade kvmemory to open it."
-                )
-                raise SchemaVersionError(msg)
-            if version < 1:
-                for statement in _SCHEMA_V1:
-                    con.execute(statement)
+            found = self._version(con)
+            if found != SCHEMA_VERSION:
+                reached = migrate(MIGRATIONS, found, con, store=store)
                 con.execute("DELETE FROM kvmemory_schema")
-                con.execute("INSERT INTO kvmemory_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+                con.execute("INSERT INTO kvmemory_schema (version) VALUES (%s)", (reached,))
 
-    @contextlib.contextmanager
-    def _connection(self, action: str, session_id: str | None) -> Iterator[Any]:
-        try:
-            with self._pool.connection() as con:
-                yield con
-        except StoreError:
-            raise
-        except self._psycopg.Error as exc:
-            where = f" session {session_id!r} of" if session_id else ""
-            msg = f"Cannot {action}{where} PostgreSQL store {self.url}: {exc}; nothing was changed."
-            raise StoreError(msg) from exc
+    @staticmethod
+    def _version(con: Any) -> int:
+        row = con.execute("SELECT max(version) FROM kvmemory_schema").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
 
-    def _write(
-        self,
-        session_id: str,
-        step_key: str,
-        *,
-        add: Sequence[Row] = (),
-        delete: Sequence[int] = (),
-        update: Sequence[tuple[int, str | None, bytes]] = (),
-        clear: bool = False,
-    ) -> tuple[list[int], int]:
-        deleted = 0
-        added: list[int] = []
-        with self._connection("write to", session_id) as con:
-            many = clear or delete or update
-            with con.transaction() if many else contextlib.nullcontext():
-                if clear:
-                    con.execute("DELETE FROM kvmemory_items WHERE session_id = %s", (session_id,))
-                if delete:
-                    cur = con.execute(
-                        "DELETE FROM kvmemory_items WHERE session_id = %s AND seq = ANY(%s)",
-                        (session_id, list(delete)),
-                    )
-                    deleted = cur.rowcount
-                if update:
-                    with con.cursor() as cur:
-                        cur.executemany(
-                            "UPDATE kvmemory_items SET step = %s, data = %s, doc = %s::jsonb WHERE session_id = %s AND seq = %s",
-                            [(s, d, _doc(d), session_id, seq) for seq, s, d in update],
-                        )
-                if add:
-                    added = self._append_rows(con, session_id, step_key, add)
-        return added, deleted
+    def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
+        msg = f"Cannot {action}{where} PostgreSQL store {self.url}: {exc}; nothing was changed."
+        return StoreError(msg)
 
-    def _append_rows(
-        self, con: Any, session_id: str, step_key: str, add: Sequence[Row]
-    ) -> list[int]:
-        params = {
-            "sid": session_id,
-            "key": step_key,
-            "n": len(add),
-            "now": time.time(),
-            "steps": [row[0] for row in add],
-            "created": [row[1] for row in add],
-            "datas": [row[2] for row in add],
-            "docs": [_doc(row[2]) for row in add],
-        }
-        seqs = [int(r[0]) for r in con.execute(_APPEND, params).fetchall()]
-        if len(seqs) != len(add):
-            # The WHERE on step_key filtered every row: the session files steps under another key.
-            row = con.execute(
-                "SELECT step_key FROM kvmemory_sessions WHERE session_id = %s", (session_id,)
-            ).fetchone()
-            other = row[0] if row else None
-            msg = (
-                f"Session {session_id!r} of PostgreSQL store {self.url} files steps under "
-                f"{other!r}, not {step_key!r}; open it with step_key={other!r}. Nothing was written."
-            )
-            # Raising inside the statement's transaction is too late in autocommit mode:
-            # the seq counter moved, but no row was inserted, so nothing visible changed.
-            raise StoreError(msg)
-        return sorted(seqs)
+    # -- reading ---------------------------------------------------------------------
+
+    def _query(self, sql: str, params: Any = ()) -> list[Any]:
+        with self._pool.connection() as con:
+            return list(con.execute(sql, params).fetchall())
+
+    def _read_session(self, session_id: str) -> SessionRow | None:
+        if self._empty:
+            return None
+        rows = self._query(
+            "SELECT step_key, created, metadata FROM kvmemory_sessions"
+            " WHERE session_id = %s AND NOT deleted",
+            (session_id,),
+        )
+        return (rows[0][0], rows[0][1], bytes(rows[0][2])) if rows else None
 
     def _fetch(
         self, session_id: str, *, steps: Sequence[str] | None, after: int | None
     ) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
         sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = %s"
         params: list[Any] = [session_id]
         if after is not None:
@@ -227,100 +277,132 @@ class PostgresStore(BaseStore):
         if steps is not None:
             sql += " AND step = ANY(%s)"
             params.append(list(steps))
-        sql += " ORDER BY seq"
-        with self._connection("read", session_id) as con:
-            return [(int(seq), bytes(data)) for seq, data in con.execute(sql, params).fetchall()]
+        rows = self._query(sql + " ORDER BY seq", params)
+        return [(int(seq), bytes(data)) for seq, data in rows]
 
     def _fetch_keys(
         self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None
     ) -> list[tuple[int, bytes]]:
-        # Rows larger than a few kB (a screenshot, a long page) are cut down to
-        # the asked keys from the JSONB copy, so the rest is never sent; smaller
-        # rows come back whole, which benchmarks/bench_stores.py measured to be
-        # faster than cutting them. Items without a JSONB copy (they hold a NUL
-        # character) come back whole too.
-        pick = (
-            "COALESCE((SELECT jsonb_object_agg(key, value) FROM jsonb_each({source})"
-            " WHERE key = ANY(%(keys)s)), '{{}}'::jsonb)"
-        )
-        plain = pick.format(source="doc")
-        wrapped = pick.format(source="doc->'fields'")
-        sql = (
-            f"SELECT seq, CASE WHEN doc IS NULL OR octet_length(data) <= {_CUT_ROWS_OVER} THEN data"
-            f" WHEN doc ? '$kv' THEN convert_to(jsonb_build_object('$kv', 'item', 'fields', {wrapped})::text, 'UTF8')"
-            f" ELSE convert_to({plain}::text, 'UTF8') END"
-            " FROM kvmemory_items WHERE session_id = %(session)s"
-        )
+        if self._empty:
+            return []
+        sql = _PROJECT
         params: dict[str, Any] = {"keys": list(keys), "session": session_id}
         if steps is not None:
             sql += " AND step = ANY(%(steps)s)"
             params["steps"] = list(steps)
-        sql += " ORDER BY seq"
-        with self._connection("read", session_id) as con:
-            return [(int(seq), bytes(data)) for seq, data in con.execute(sql, params).fetchall()]
+        rows = self._query(sql + " ORDER BY seq", params)
+        return [(int(seq), bytes(data)) for seq, data in rows]
 
     def _count(self, session_id: str) -> int:
-        with self._connection("count", session_id) as con:
-            row = con.execute(
-                "SELECT count(*) FROM kvmemory_items WHERE session_id = %s", (session_id,)
-            ).fetchone()
-            return int(row[0])
-
-    def _returning(
-        self, action: str, session_id: str, sql: str, params: Sequence[Any]
-    ) -> list[int]:
-        with self._connection(action, session_id) as con:
-            return sorted(int(r[0]) for r in con.execute(sql, params).fetchall())
-
-    def _delete_steps(self, session_id: str, steps: Sequence[str]) -> list[int]:
-        return self._returning(
-            "delete steps from",
-            session_id,
-            "DELETE FROM kvmemory_items WHERE session_id = %s AND step = ANY(%s) RETURNING seq",
-            (session_id, list(steps)),
+        if self._empty:
+            return 0
+        rows = self._query(
+            "SELECT count(*) FROM kvmemory_items WHERE session_id = %s", (session_id,)
         )
-
-    def _clear(self, session_id: str) -> int:
-        with self._connection("clear", session_id) as con:
-            cur = con.execute("DELETE FROM kvmemory_items WHERE session_id = %s", (session_id,))
-            return int(cur.rowcount)
+        return int(rows[0][0])
 
     def _sessions(self) -> list[str]:
-        with self._connection("list sessions of", None) as con:
-            rows = con.execute(
-                'SELECT session_id FROM kvmemory_sessions ORDER BY session_id COLLATE "C"'
-            ).fetchall()
-            return [str(r[0]) for r in rows]
+        if self._empty:
+            return []
+        rows = self._query(
+            "SELECT session_id FROM kvmemory_sessions WHERE NOT deleted"
+            ' ORDER BY session_id COLLATE "C"'
+        )
+        return [str(r[0]) for r in rows]
+
+    # -- writing ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self, session_id: str) -> Iterator[Any]:
+        with self._pool.connection() as con, con.transaction():
+            yield con
+
+    def _lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
+        row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
+        if row is None:
+            # No row to lock yet: insert a deleted placeholder, which locks it. A writer
+            # that created the session meanwhile makes the insert do nothing; then its
+            # committed row is locked and read by a fresh statement.
+            placed = tx.execute(
+                "INSERT INTO kvmemory_sessions (session_id, step_key, created, deleted)"
+                " VALUES (%s, '', 0, true) ON CONFLICT (session_id) DO NOTHING RETURNING 1",
+                (session_id,),
+            ).fetchone()
+            if placed is not None:
+                return None
+            row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
+        step_key, created, metadata, deleted = row
+        return None if deleted else (step_key, created, bytes(metadata))
+
+    def _create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
+        # The row exists (locked by _lock_session), possibly holding a deleted session's next_seq.
+        tx.execute(
+            "UPDATE kvmemory_sessions SET step_key = %s, created = %s,"
+            " metadata = '\\x7b7d'::bytea, deleted = false WHERE session_id = %s",
+            (step_key, created, session_id),
+        )
+
+    def _set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
+        tx.execute(
+            "UPDATE kvmemory_sessions SET metadata = %s WHERE session_id = %s",
+            (metadata, session_id),
+        )
+
+    def _insert_rows(self, tx: Any, session_id: str, rows: Sequence[Row]) -> list[int]:
+        params = {
+            "sid": session_id,
+            "n": len(rows),
+            "steps": [row[0] for row in rows],
+            "created": [row[1] for row in rows],
+            "datas": [row[2] for row in rows],
+            "docs": [_doc(row[2]) for row in rows],
+        }
+        return sorted(int(r[0]) for r in tx.execute(_INSERT, params).fetchall())
+
+    def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+        params = {
+            "sid": session_id,
+            "seqs": [row[0] for row in rows],
+            "steps": [row[1] for row in rows],
+            "datas": [row[2] for row in rows],
+            "docs": [_doc(row[2]) for row in rows],
+        }
+        return sorted(int(r[0]) for r in tx.execute(_UPDATE, params).fetchall())
+
+    def _delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+        rows = tx.execute(
+            "DELETE FROM kvmemory_items WHERE session_id = %s AND seq = ANY(%s) RETURNING seq",
+            (session_id, list(seqs)),
+        ).fetchall()
+        return sorted(int(r[0]) for r in rows)
+
+    def _clear_rows(self, tx: Any, session_id: str) -> int:
+        cur = tx.execute("DELETE FROM kvmemory_items WHERE session_id = %s", (session_id,))
+        return int(cur.rowcount)
+
+    def _row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
+        rows = tx.execute(
+            "SELECT seq, step, created FROM kvmemory_items WHERE session_id = %s ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+        return [(int(seq), step, float(created)) for seq, step, created in rows]
 
     def _delete_session(self, session_id: str) -> bool:
-        with self._connection("delete", session_id) as con:
-            cur = con.execute("DELETE FROM kvmemory_sessions WHERE session_id = %s", (session_id,))
-            return bool(cur.rowcount)
-
-    def _keep_last(self, session_id: str, n: int) -> list[int]:
-        return self._returning(
-            "trim",
-            session_id,
-            "DELETE FROM kvmemory_items WHERE session_id = %s AND seq <= ("
-            "SELECT seq FROM kvmemory_items WHERE session_id = %s ORDER BY seq DESC LIMIT 1 OFFSET %s"
-            ") RETURNING seq",
-            (session_id, session_id, n),
-        )
-
-    def _expire(self, session_id: str, cutoff: float) -> list[int]:
-        return self._returning(
-            "expire items of",
-            session_id,
-            "DELETE FROM kvmemory_items WHERE session_id = %s AND created < %s RETURNING seq",
-            (session_id, cutoff),
-        )
+        with self._transaction(session_id) as tx:
+            row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
+            if row is None or row[3]:
+                return False
+            tx.execute("DELETE FROM kvmemory_items WHERE session_id = %s", (session_id,))
+            # The row stays, marked deleted, so that its next_seq is never given again.
+            tx.execute(
+                "UPDATE kvmemory_sessions SET deleted = true, metadata = '\\x7b7d'::bytea"
+                " WHERE session_id = %s",
+                (session_id,),
+            )
+            return True
 
     def _close(self) -> None:
         self._pool.close()
-
-
-_CUT_ROWS_OVER: Final = 4096
-"""Rows of more bytes than this are cut down to the asked keys by the server."""
 
 
 def _doc(data: bytes) -> str | None:

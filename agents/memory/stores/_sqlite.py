@@ -1,18 +1,26 @@
 """The SQLite store: one file, many processes, the embedded default.
 
-Layout (schema version 1, recorded in ``PRAGMA user_version``)::
+Layout (schema version 2, recorded in ``PRAGMA user_version``)::
 
-    kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL)
+    kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
+                      metadata BLOB)                                   -- metadata: v2
     kvmemory_items(seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT,
                    step TEXT, created REAL, data BLOB)
     index (session_id, seq), index (session_id, step), index (session_id, created)
 
 ``data`` holds the codec's bytes for the item; ``step`` its canonical step
-text, so step filters are answered by the ``(session_id, step)`` index. The
-file runs in WAL mode; every write is one ``BEGIN IMMEDIATE`` transaction, so
-writers from several processes queue on the busy timeout instead of failing
-with "database is locked", and ``AUTOINCREMENT`` seqs follow commit order and
-are never reused. Appends only insert rows; nothing is rewritten.
+text, so step filters are answered by the ``(session_id, step)`` index;
+``metadata`` the codec's bytes for the session's metadata. The file runs in
+WAL mode; every write is one ``BEGIN IMMEDIATE`` transaction, so writers from
+several processes queue on the busy timeout instead of failing with
+"database is locked", and ``AUTOINCREMENT`` seqs follow commit order and are
+never reused, not even by a session deleted and created again. Appends only
+insert rows; nothing is rewritten.
+
+A new file is created readable by its owner only (``0600``); SQLite gives
+its ``-wal`` and ``-shm`` files the same permissions. A file that is not a
+kvmemory store (not an SQLite database, or a database with other tables) is
+refused with :class:`CorruptStoreError` before anything is written to it.
 
 Durability follows ``synchronous`` (a URL option):
 
@@ -30,9 +38,8 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal
 
 from agents.memory import _codec
@@ -42,62 +49,86 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
-from agents.memory.stores._base import BaseStore, Row
+from agents.memory.stores._base import (
+    BaseStore,
+    IndexEntry,
+    Row,
+    RowUpdate,
+    SessionRow,
+    check_schema_version,
+    check_store_path,
+    migrate,
+)
 
 __all__ = ["SQLiteStore", "Synchronous"]
 
 Synchronous = Literal["full", "normal", "off"]
-SCHEMA_VERSION: Final = 1
 
-_SCHEMA_V1: Final = (
-    """CREATE TABLE IF NOT EXISTS kvmemory_sessions (
+
+def _create_v1(con: sqlite3.Connection) -> None:
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_sessions (
         session_id TEXT PRIMARY KEY,
         step_key TEXT NOT NULL,
         created REAL NOT NULL
-    ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS kvmemory_items (
+    ) WITHOUT ROWID"""
+    )
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_items (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         session_id TEXT NOT NULL,
         step TEXT,
         created REAL NOT NULL,
         data BLOB NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS kvmemory_items_session ON kvmemory_items (session_id, seq)",
-    "CREATE INDEX IF NOT EXISTS kvmemory_items_step ON kvmemory_items (session_id, step)",
-    "CREATE INDEX IF NOT EXISTS kvmemory_items_created ON kvmemory_items (session_id, created)",
-)
+    )"""
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_session ON kvmemory_items (session_id, seq)"
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_step ON kvmemory_items (session_id, step)"
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_created ON kvmemory_items (session_id, created)"
+    )
 
 
-def _migrate_0_to_1(con: sqlite3.Connection) -> None:
-    for statement in _SCHEMA_V1:
-        con.execute(statement)
+def _add_session_metadata(con: sqlite3.Connection) -> None:
+    # x'7b7d' is the codec's bytes for an empty dict: sessions of v1 had no metadata.
+    con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'")
 
 
-# from-version -> step that brings the file to from-version + 1. Opening a file
-# runs every step between its version and SCHEMA_VERSION, in one transaction.
-_MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {0: _migrate_0_to_1}
+MIGRATIONS: Final = (_create_v1, _add_session_metadata)
+"""Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
-_CORRUPT_MARKERS: Final = ("not a database", "malformed", "disk image", "file is encrypted")
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+_NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
+_DAMAGED: Final = ("malformed", "disk image")
 
 
 class SQLiteStore(BaseStore):
     """Sessions in one SQLite file, safe for several processes at once.
 
     Args:
-        path: The database file; created (with its directory's permission) unless ``read_only``.
+        path: The database file; created (readable by its owner only) unless ``read_only``.
         synchronous: ``"full"`` (default), ``"normal"`` or ``"off"``; see the module docs.
         timeout: Seconds a writer waits for another process's transaction.
-        read_only: Open without write access; the file must exist.
+        read_only: Open without write access: the file must exist, and it is
+            never created, migrated or written.
         url: The URL to report in messages (defaults to ``sqlite:///<path>``).
 
     Raises:
+        InvalidStoreURLError: if the path holds a NUL character.
         StoreNotFoundError: if ``read_only`` and the file does not exist.
-        CorruptStoreError: if the file is not an SQLite database.
-        SchemaVersionError: if a newer kvmemory wrote the file.
+        CorruptStoreError: if the file is not a kvmemory store (it is left unchanged).
+        SchemaVersionError: if a newer kvmemory wrote the file, or ``read_only``
+            meets an older layout that needs a migration.
         StoreError: if the file cannot be opened.
     """
 
     schema_version = SCHEMA_VERSION
+    driver_errors = (sqlite3.Error,)
 
     def __init__(
         self,
@@ -108,22 +139,23 @@ class SQLiteStore(BaseStore):
         read_only: bool = False,
         url: str | None = None,
     ) -> None:
-        self.path = os.fspath(path)
-        super().__init__(url or f"sqlite:///{self.path}")
+        self.path = check_store_path(path)
+        super().__init__(url or f"sqlite:///{self.path}", read_only=read_only)
         if synchronous not in ("full", "normal", "off"):
             msg = f"synchronous must be 'full', 'normal' or 'off', got {synchronous!r}."
             raise ValueError(msg)
         self.synchronous: Synchronous = synchronous
-        self.read_only = read_only
         self._lock = threading.RLock()
+        self._empty = False
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
             raise StoreNotFoundError(msg)
-        mode = "ro" if read_only else "rwc"
+        if not read_only:
+            self._create_file()
         # A path written with a leading "//" would read as a URI authority; POSIX
         # treats extra leading slashes as one.
         absolute = "/" + os.path.abspath(self.path).lstrip("/")
-        uri = f"file:{urllib.parse.quote(absolute)}?mode={mode}"
+        uri = f"file:{urllib.parse.quote(absolute)}?mode={'ro' if read_only else 'rw'}"
         try:
             self._con = sqlite3.connect(
                 uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -132,63 +164,82 @@ class SQLiteStore(BaseStore):
             msg = f"Cannot open SQLite store {self.path!r}: {exc}; check that the directory exists and is writable."
             raise StoreError(msg) from exc
         try:
-            self._setup()
+            with self._errors("open", None):
+                self._setup()
         except BaseException:
             self._con.close()
             raise
 
     # -- opening ------------------------------------------------------------------
 
+    def _create_file(self) -> None:
+        # Created here rather than by SQLite so that it is private from the first byte.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            os.close(os.open(self.path, flags, 0o600))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            msg = f"Cannot create SQLite store {self.path!r}: {exc}; check that the directory exists and is writable."
+            raise StoreError(msg) from exc
+
     def _setup(self) -> None:
         con = self._con
-        try:
+        version = self._kvmemory_version()
+        if version == SCHEMA_VERSION or (self.read_only and version == 0):
+            self._empty = version == 0
             if not self.read_only:
-                mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if (
-                    str(mode).lower() != "wal"
-                ):  # pragma: no cover - only on file systems without shared memory
-                    msg = f"SQLite store {self.path!r} cannot use WAL mode (got {mode!r})."
-                    raise StoreError(msg)
-            con.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-            version = con.execute("PRAGMA user_version").fetchone()[0]
-            self._check_version(version)
-            if version < SCHEMA_VERSION:
-                if self.read_only:
-                    if version == 0 and not self._has_tables():
-                        return  # an empty file reads as a store without sessions
-                    msg = f"SQLite store {self.path!r} has schema version {version}; open it once writable to migrate it to {SCHEMA_VERSION}."
-                    raise SchemaVersionError(msg)
-                with self._transaction("migrate"):
-                    version = con.execute("PRAGMA user_version").fetchone()[0]
-                    self._check_version(version)
-                    while version < SCHEMA_VERSION:
-                        _MIGRATIONS[version](con)
-                        version += 1
-                    con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except sqlite3.Error as exc:
-            raise self._error("open", None, exc) from exc
-
-    def _check_version(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            msg = (
-                f"SQLite store {self.path!r} has schema version {version}, newer than the "
-                f"{SCHEMA_VERSION} this kvmemory writes; upgrade kvmemory to open it."
-            )
+                self._use_wal()
+            return
+        if self.read_only:
+            msg = f"SQLite store {self.path!r} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)
+        self._use_wal()
+        with self._transaction(None):
+            found = self._kvmemory_version()  # another process may have migrated it meanwhile
+            reached = migrate(MIGRATIONS, found, con, store=f"SQLite store {self.path!r}")
+            con.execute(f"PRAGMA user_version={reached}")
 
-    def _has_tables(self) -> bool:
-        row = self._con.execute(
-            "SELECT count(*) FROM sqlite_master WHERE name = 'kvmemory_items'"
-        ).fetchone()
-        return bool(row[0])
+    def _kvmemory_version(self) -> int:
+        """Return the file's schema version (0 when empty); refuse a file that is not a kvmemory store."""
+        con = self._con
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        names = {
+            row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        ours = "kvmemory_items" in names and "kvmemory_sessions" in names
+        if version > SCHEMA_VERSION:
+            return check_schema_version(
+                version, SCHEMA_VERSION, store=f"SQLite store {self.path!r}"
+            )
+        if (version == 0 and names) or (version > 0 and not ours):
+            msg = (
+                f"SQLite file {self.path!r} is not a kvmemory store: it holds other tables "
+                f"({', '.join(sorted(names)) or 'none'}, user_version {version}); it was left "
+                "unchanged. Point the URL at a kvmemory store or at a new file."
+            )
+            raise CorruptStoreError(msg)
+        return check_schema_version(version, SCHEMA_VERSION, store=f"SQLite store {self.path!r}")
+
+    def _use_wal(self) -> None:
+        con = self._con
+        mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if (
+            str(mode).lower() != "wal"
+        ):  # pragma: no cover - only on file systems without shared memory
+            msg = f"SQLite store {self.path!r} cannot use WAL mode (got {mode!r})."
+            raise StoreError(msg)
+        con.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _error(self, action: str, session_id: str | None, exc: sqlite3.Error) -> StoreError:
-        where = f" session {session_id!r} of" if session_id else ""
+    def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
         text = str(exc)
-        if any(marker in text for marker in _CORRUPT_MARKERS):
-            msg = f"Cannot {action}{where} SQLite store {self.path!r}: the file is not a valid kvmemory database ({text}); restore it from a backup or open another path."
+        if any(marker in text for marker in _NOT_A_DATABASE):
+            msg = f"Cannot {action}{where} SQLite store {self.path!r}: the file is not a kvmemory store (not an SQLite database: {text}); it was left unchanged. Open another path."
+            return CorruptStoreError(msg)
+        if any(marker in text for marker in _DAMAGED):
+            msg = f"Cannot {action}{where} SQLite store {self.path!r}: the database is damaged ({text}); restore it from a backup or open another path."
             return CorruptStoreError(msg)
         if "readonly" in text or "read-only" in text:
             msg = f"Cannot {action}{where} SQLite store {self.path!r}: it is open read-only ({text}); open it without ?mode=ro to write. Nothing was changed."
@@ -197,99 +248,40 @@ class SQLiteStore(BaseStore):
         return StoreError(msg)
 
     @contextlib.contextmanager
-    def _transaction(self, action: str, session_id: str | None = None) -> Iterator[None]:
+    def _transaction(self, session_id: str | None) -> Iterator[sqlite3.Connection]:
         con = self._con
         with self._lock:
+            con.execute("BEGIN IMMEDIATE")
             try:
-                con.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise self._error(action, session_id, exc) from exc
-            try:
-                yield
-                con.execute("COMMIT")
-            except BaseException as exc:
+                yield con
+            except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     con.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise self._error(action, session_id, exc) from exc
+                raise
+            try:
+                con.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    con.execute("ROLLBACK")
                 raise
 
-    def _query(
-        self, action: str, session_id: str | None, sql: str, params: Sequence[object] = ()
-    ) -> list[Any]:
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         with self._lock:
-            try:
-                return self._con.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise self._error(action, session_id, exc) from exc
+            return self._con.execute(sql, params).fetchall()
 
-    # -- primitives ----------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------
 
-    def _write(
-        self,
-        session_id: str,
-        step_key: str,
-        *,
-        add: Sequence[Row] = (),
-        delete: Sequence[int] = (),
-        update: Sequence[tuple[int, str | None, bytes]] = (),
-        clear: bool = False,
-    ) -> tuple[list[int], int]:
-        con = self._con
-        added: list[int] = []
-        deleted = 0
-        with self._transaction("write to", session_id):
-            if clear:
-                con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
-            if delete:
-                deleted = con.execute(
-                    "DELETE FROM kvmemory_items WHERE session_id = ? AND seq IN (SELECT value FROM json_each(?))",
-                    (session_id, _json_list(delete)),
-                ).rowcount
-            if update:
-                con.executemany(
-                    "UPDATE kvmemory_items SET step = ?, data = ? WHERE session_id = ? AND seq = ?",
-                    [(step, data, session_id, seq) for seq, step, data in update],
-                )
-            if add:
-                self._ensure_session(session_id, step_key)
-                if len(add) == 1:
-                    step, created, data = add[0]
-                    last = con.execute(
-                        "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES (?, ?, ?, ?)",
-                        (session_id, step, created, data),
-                    ).lastrowid
-                else:
-                    con.executemany(
-                        "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES (?, ?, ?, ?)",
-                        [(session_id, step, created, data) for step, created, data in add],
-                    )
-                    last = con.execute("SELECT last_insert_rowid()").fetchone()[0]
-                assert last is not None  # an INSERT always sets the last rowid
-                # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
-                added = list(range(last - len(add) + 1, last + 1))
-        return added, deleted
-
-    def _ensure_session(self, session_id: str, step_key: str) -> None:
-        con = self._con
-        row = con.execute(
-            "SELECT step_key FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        if row is None:
-            con.execute(
-                "INSERT INTO kvmemory_sessions (session_id, step_key, created) VALUES (?, ?, ?)",
-                (session_id, step_key, time.time()),
-            )
-        elif row[0] != step_key:
-            msg = (
-                f"Session {session_id!r} of SQLite store {self.path!r} files steps under "
-                f"{row[0]!r}, not {step_key!r}; open it with step_key={row[0]!r}. Nothing was written."
-            )
-            raise StoreError(msg)
+    def _read_session(self, session_id: str) -> SessionRow | None:
+        if self._empty:
+            return None
+        rows = self._query(_SELECT_SESSION, (session_id,))
+        return rows[0] if rows else None
 
     def _fetch(
         self, session_id: str, *, steps: Sequence[str] | None, after: int | None
     ) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
         sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
         params: list[object] = [session_id]
         if after is not None:
@@ -298,86 +290,100 @@ class SQLiteStore(BaseStore):
         if steps is not None:
             sql += " AND step IN (SELECT value FROM json_each(?))"
             params.append(_json_list(steps))
-        sql += " ORDER BY seq"
-        if self.read_only and not self._readable():
-            return []
-        return self._query("read", session_id, sql, params)
-
-    def _readable(self) -> bool:
-        with self._lock:
-            return self._has_tables()
+        return self._query(sql + " ORDER BY seq", params)
 
     def _count(self, session_id: str) -> int:
-        if self.read_only and not self._readable():
+        if self._empty:
             return 0
         rows = self._query(
-            "count",
-            session_id,
-            "SELECT count(*) FROM kvmemory_items WHERE session_id = ?",
-            (session_id,),
+            "SELECT count(*) FROM kvmemory_items WHERE session_id = ?", (session_id,)
         )
         return int(rows[0][0])
 
-    def _delete_returning(
-        self, action: str, session_id: str, sql: str, params: tuple[object, ...]
-    ) -> list[int]:
-        with self._transaction(action, session_id):
-            return [int(row[0]) for row in self._con.execute(sql, params).fetchall()]
-
-    def _delete_steps(self, session_id: str, steps: Sequence[str]) -> list[int]:
-        return self._delete_returning(
-            "delete steps from",
-            session_id,
-            "DELETE FROM kvmemory_items WHERE session_id = ? AND step IN (SELECT value FROM json_each(?)) RETURNING seq",
-            (session_id, _json_list(steps)),
-        )
-
-    def _clear(self, session_id: str) -> int:
-        with self._transaction("clear", session_id):
-            return self._con.execute(
-                "DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,)
-            ).rowcount
-
     def _sessions(self) -> list[str]:
-        if self.read_only and not self._readable():
+        if self._empty:
             return []
-        rows = self._query(
-            "list sessions of",
-            None,
-            "SELECT session_id FROM kvmemory_sessions ORDER BY session_id",
-        )
+        rows = self._query("SELECT session_id FROM kvmemory_sessions ORDER BY session_id")
         return [str(row[0]) for row in rows]
 
+    # -- writing ---------------------------------------------------------------------
+
+    def _lock_session(self, tx: sqlite3.Connection, session_id: str) -> SessionRow | None:
+        # BEGIN IMMEDIATE already keeps every other writer out of the whole file.
+        row: SessionRow | None = tx.execute(_SELECT_SESSION, (session_id,)).fetchone()
+        return row
+
+    def _create_session(
+        self, tx: sqlite3.Connection, session_id: str, step_key: str, created: float
+    ) -> None:
+        tx.execute(
+            "INSERT INTO kvmemory_sessions (session_id, step_key, created) VALUES (?, ?, ?)",
+            (session_id, step_key, created),
+        )
+
+    def _set_metadata(self, tx: sqlite3.Connection, session_id: str, metadata: bytes) -> None:
+        tx.execute(
+            "UPDATE kvmemory_sessions SET metadata = ? WHERE session_id = ?", (metadata, session_id)
+        )
+
+    def _insert_rows(
+        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row]
+    ) -> list[int]:
+        sql = "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES (?, ?, ?, ?)"
+        if len(rows) == 1:
+            step, created, data = rows[0]
+            last = tx.execute(sql, (session_id, step, created, data)).lastrowid
+        else:
+            tx.executemany(sql, [(session_id, step, created, data) for step, created, data in rows])
+            last = tx.execute("SELECT last_insert_rowid()").fetchone()[0]
+        assert last is not None  # an INSERT always sets the last rowid
+        # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
+        return list(range(last - len(rows) + 1, last + 1))
+
+    def _update_rows(
+        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[RowUpdate]
+    ) -> list[int]:
+        sql = "UPDATE kvmemory_items SET step = ?, data = ? WHERE session_id = ? AND seq = ?"
+        return [
+            seq
+            for seq, step, data in rows
+            if tx.execute(sql, (step, data, session_id, seq)).rowcount
+        ]
+
+    def _delete_rows(
+        self, tx: sqlite3.Connection, session_id: str, seqs: Sequence[int]
+    ) -> list[int]:
+        rows = tx.execute(
+            "DELETE FROM kvmemory_items WHERE session_id = ? AND seq IN (SELECT value FROM json_each(?)) RETURNING seq",
+            (session_id, _json_list(seqs)),
+        ).fetchall()
+        return sorted(int(row[0]) for row in rows)
+
+    def _clear_rows(self, tx: sqlite3.Connection, session_id: str) -> int:
+        return tx.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,)).rowcount
+
+    def _row_index(self, tx: sqlite3.Connection, session_id: str) -> list[IndexEntry]:
+        return tx.execute(
+            "SELECT seq, step, created FROM kvmemory_items WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+
     def _delete_session(self, session_id: str) -> bool:
-        con = self._con
-        with self._transaction("delete", session_id):
+        with self._transaction(session_id) as con:
             con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
             ).rowcount
         return gone > 0
 
-    def _keep_last(self, session_id: str, n: int) -> list[int]:
-        return self._delete_returning(
-            "trim",
-            session_id,
-            "DELETE FROM kvmemory_items WHERE session_id = ? AND seq <= ("
-            "SELECT seq FROM kvmemory_items WHERE session_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?"
-            ") RETURNING seq",
-            (session_id, session_id, n),
-        )
-
-    def _expire(self, session_id: str, cutoff: float) -> list[int]:
-        return self._delete_returning(
-            "expire items of",
-            session_id,
-            "DELETE FROM kvmemory_items WHERE session_id = ? AND created < ? RETURNING seq",
-            (session_id, cutoff),
-        )
-
     def _close(self) -> None:
         with self._lock:
             self._con.close()
+
+
+_SELECT_SESSION: Final = (
+    "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
+)
 
 
 def _json_list(values: Sequence[object]) -> str:
