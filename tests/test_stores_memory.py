@@ -8,7 +8,7 @@ import pytest
 
 from agents.memory import Memory, MemoryChange, MemoryItem, SerializationError
 from agents.memory.stores import StoredMemory, open_memory, open_store
-from tests.test_stores import every_codec_type, same, steps_of
+from agents.memory.stores.testing import every_codec_type, same, steps_of
 
 
 def reopened(url: str, session: str = "s", **options: Any) -> list[MemoryItem]:

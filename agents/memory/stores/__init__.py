@@ -154,7 +154,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
     path = urllib.parse.unquote(raw_path)
     if scheme == "memory":
         _no_options(text, options, ())
-        return InMemoryStore(path)
+        return InMemoryStore(path, read_only=read_only)
     if not path:
         msg = f"Store URL {text!r} has no path; write {scheme}:///absolute/path or {scheme}://relative/path."
         raise InvalidStoreURLError(msg)

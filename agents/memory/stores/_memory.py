@@ -53,10 +53,11 @@ class InMemoryStore(BaseStore):
     Args:
         name: Share the store with every ``InMemoryStore(name)`` of this process;
             ``""`` makes a private store.
+        read_only: Refuse every write call.
     """
 
-    def __init__(self, name: str = "") -> None:
-        super().__init__(f"memory://{name}")
+    def __init__(self, name: str = "", *, read_only: bool = False) -> None:
+        super().__init__(f"memory://{name}", read_only=read_only)
         if name:
             with _NAMED_LOCK:
                 space = _NAMED.setdefault(name, _Space())

@@ -1,0 +1,581 @@
+"""The store contract suite: run it on a backend to check it means what every kvmemory store means.
+
+Every store kvmemory ships runs this suite in the project's own tests. To
+check a backend of your own, subclass :class:`StoreContract` in a test module
+and give it a ``make_store`` fixture: a function that opens a new handle on
+one fresh store each time it is called (the same store for every call within
+a test, so that tests can close and reopen it, or hold two handles at once)::
+
+    import pytest
+    from agents.memory.stores.testing import StoreContract
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def make_store(self, tmp_path):
+            return lambda read_only=False: MyStore(tmp_path / "db", read_only=read_only)
+
+Then run ``pytest``. The module needs pytest (and uses numpy when it is
+installed); importing :mod:`agents.memory` or :mod:`agents.memory.stores`
+does not import it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import math
+import pathlib
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any, Protocol
+
+import pytest
+
+from agents.memory import MemoryItem, SerializationError, StoreError, field
+from agents.memory.exceptions import InvalidSessionIdError, StoreArgumentError
+from agents.memory.stores._base import BaseStore, SessionInfo
+
+__all__ = ["MakeStore", "StoreContract", "every_codec_type", "same"]
+
+
+class MakeStore(Protocol):
+    """Open a new handle on the store under test (read-only when asked)."""
+
+    def __call__(self, *, read_only: bool = False) -> BaseStore:
+        """Return an open store; the caller closes it."""
+        ...
+
+
+class Color(enum.Enum):
+    """An enum for the round-trip tests."""
+
+    RED = "red"
+
+
+class Step(MemoryItem):
+    """A typed item for the round-trip tests."""
+
+    step: int
+    cost: float = field(default=0.0)
+
+
+def every_codec_type() -> list[MemoryItem]:
+    """Return items holding every value type the codec round-trips (numpy ones when numpy is installed)."""
+    items = [
+        MemoryItem(step=1, text="héllo \u2603", n=2**70, f=1.5, none=None, flag=True),
+        MemoryItem(
+            step=2,
+            when=dt.datetime(2024, 5, 1, 12, 30, tzinfo=dt.timezone.utc),
+            day=dt.date(2024, 5, 1),
+            at=dt.time(8, 15),
+            span=dt.timedelta(days=1, seconds=3),
+            pair=(1, "a"),
+            tags={"x", "y"},
+            frozen=frozenset({3}),
+            raw=b"\x00\xff",
+            buf=bytearray(b"ab"),
+        ),
+        MemoryItem(
+            step=3,
+            id=uuid.UUID(int=7),
+            price=Decimal("1.10"),
+            z=complex(1, -2),
+            path=pathlib.PurePosixPath("/a/b.png"),
+            color=Color.RED,
+            nan=math.nan,
+            inf=-math.inf,
+            nested={"k": [1, (2, 3)], "$kv": "literal"},
+            intkeys={1: "one"},
+            nul="a\x00b",
+        ),
+        Step(step=5, cost=2.5, extra="dynamic"),
+        MemoryItem(note="an item without a step"),
+    ]
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is installed where the project tests run
+        return items
+    items.insert(
+        3,
+        MemoryItem(
+            step=4, array=np.arange(6, dtype=np.int32).reshape(2, 3), scalar=np.float32(0.5)
+        ),
+    )
+    return items
+
+
+def same(a: Any, b: Any) -> bool:
+    """Return whether two items (or values) are equal in class and value (NaN and arrays by value)."""
+    if isinstance(a, MemoryItem):
+        if type(a) is not type(b) or list(a.keys()) != list(b.keys()):
+            return False
+        return all(same(a[key], b[key]) for key in a)
+    if type(a).__module__ == "numpy":
+        import numpy as np
+
+        return (
+            type(b) is type(a)
+            and getattr(a, "dtype", None) == getattr(b, "dtype", None)
+            and bool(np.array_equal(a, b))
+        )
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    if isinstance(a, float) and a == 0.0:
+        return type(b) is float and math.copysign(1, a) == math.copysign(1, b)
+    if type(a) in (list, tuple):
+        return type(b) is type(a) and len(a) == len(b) and all(map(same, a, b))
+    if type(a) is dict:
+        return type(b) is dict and list(a) == list(b) and all(same(a[key], b[key]) for key in a)
+    return type(a) is type(b) and bool(a == b)
+
+
+def steps_of(items: list[MemoryItem]) -> list[Any]:
+    """Return the step field of each item."""
+    return [item.get_value("step") for item in items]
+
+
+class StoreContract:
+    """The calls every store answers the same way; subclass it and provide ``make_store``.
+
+    ``make_store(read_only=False)`` opens a new handle on the one store of the
+    test. A backend without a read-only mode may ignore the flag only if it
+    then refuses writes in some other way; the read-only tests check that
+    writes are refused with :class:`StoreError`.
+    """
+
+    @pytest.fixture
+    def store(self, make_store: MakeStore) -> Iterator[BaseStore]:
+        """Yield an open handle on the store under test."""
+        with make_store() as opened:
+            yield opened
+
+    def test_store_is_a_base_store(self, store: BaseStore) -> None:
+        """Every store is a BaseStore."""
+        assert isinstance(store, BaseStore)
+
+    def test_round_trip_of_every_codec_type(self, store: BaseStore) -> None:
+        """Items come back with the same classes, values and field order."""
+        items = every_codec_type()
+        store.append("s", items)
+        back = store.read("s")
+        assert len(back) == len(items)
+        for original, loaded in zip(items, back, strict=True):
+            assert same(original, loaded), (original, loaded)
+
+    def test_order_is_append_order_across_calls(self, store: BaseStore) -> None:
+        """Single appends and batches read back in the order they were made."""
+        store.append("s", [MemoryItem(step=1)])
+        store.append("s", [MemoryItem(step=2), MemoryItem(step=3)])
+        store.append("s", [MemoryItem(step=0)])
+        assert steps_of(store.read("s")) == [1, 2, 3, 0]
+
+    def test_seqs_increase_and_after_reads_only_newer(self, store: BaseStore) -> None:
+        """append returns increasing seqs and read(after=) returns only later items."""
+        first = store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+        second = store.append("s", [MemoryItem(step=3)])
+        assert first[0] < first[1] < second[0]
+        assert steps_of(store.read("s", after=first[1])) == [3]
+
+    def test_sessions_are_isolated(self, store: BaseStore) -> None:
+        """Items of one session never show in another, even one whose id is a prefix."""
+        store.append("run", [MemoryItem(step=1)])
+        store.append("run-2", [MemoryItem(step=2)])
+        assert steps_of(store.read("run")) == [1]
+        assert steps_of(store.read("run-2")) == [2]
+        assert store.read("ru") == []
+
+    def test_step_filter_matches_like_memory(self, store: BaseStore) -> None:
+        """Step filters match equal numbers (1 and 1.0), strings exactly, and never stepless items."""
+        store.append(
+            "s",
+            [
+                MemoryItem(step=1, a=1),
+                MemoryItem(step="1", a=2),
+                MemoryItem(step=2, a=3),
+                MemoryItem(a=4),
+                MemoryItem(step=1, a=5),
+            ],
+        )
+        assert [i["a"] for i in store.read("s", steps=[1.0])] == [1, 5]
+        assert [i["a"] for i in store.read("s", steps=["1", 2])] == [2, 3]
+        assert store.read("s", steps=[]) == []
+
+    def test_delete_steps_removes_only_those_steps(self, store: BaseStore) -> None:
+        """delete_steps deletes every item of the steps and reports how many."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step=2), MemoryItem(step=1)])
+        store.append("other", [MemoryItem(step=1)])
+        assert store.delete_steps("s", [1]) == 2
+        assert steps_of(store.read("s")) == [2]
+        assert store.count("other") == 1
+
+    def test_delete_seqs_removes_those_items(self, store: BaseStore) -> None:
+        """delete_seqs deletes exactly the given items and counts only those that existed."""
+        seqs = store.append("s", [MemoryItem(step=i) for i in range(4)])
+        assert store.delete_seqs("s", [seqs[1], seqs[3], 10**9]) == 2
+        assert steps_of(store.read("s")) == [0, 2]
+
+    def test_clear_empties_session_but_keeps_it_listed(self, store: BaseStore) -> None:
+        """clear deletes the items, returns their number, and the session stays listed."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+        assert store.clear("s") == 2
+        assert store.count("s") == 0
+        assert store.sessions() == ["s"]
+
+    def test_sessions_are_listed_sorted_and_deleted(self, store: BaseStore) -> None:
+        """sessions() lists every session sorted; delete_session removes one with its items."""
+        for sid in ("b", "a", "c"):
+            store.append(sid, [MemoryItem(step=1)])
+        assert store.sessions() == ["a", "b", "c"]
+        assert store.delete_session("b") is True
+        assert store.delete_session("b") is False
+        assert store.sessions() == ["a", "c"]
+        assert store.read("b") == []
+
+    def test_keep_last_trims_oldest(self, store: BaseStore) -> None:
+        """keep_last(n) deletes all but the newest n items."""
+        store.append("s", [MemoryItem(step=i) for i in range(5)])
+        assert store.keep_last("s", 2) == 3
+        assert steps_of(store.read("s")) == [3, 4]
+        assert store.keep_last("s", 0) == 2
+        assert store.count("s") == 0
+
+    def test_expire_deletes_only_items_older_than_age(self, store: BaseStore) -> None:
+        """expire keeps items younger than the age and deletes the older ones."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+        assert store.expire("s", dt.timedelta(hours=1)) == 0
+        assert store.count("s") == 2
+        assert store.expire("s", 0) == 2
+        assert store.count("s") == 0
+
+    def test_reopen_gives_back_the_same_session(self, make_store: MakeStore) -> None:
+        """Closing and reopening the store gives back the same items in the same order."""
+        items = every_codec_type()
+        with make_store() as first:
+            first.append("s", items[:3])
+            first.append("s", items[3:])
+        with make_store() as again:
+            back = again.read("s")
+        assert all(same(a, b) for a, b in zip(items, back, strict=True))
+
+    def test_unknown_session_reads_empty(self, store: BaseStore) -> None:
+        """An unknown session reads as empty with count 0."""
+        assert store.read("never") == []
+        assert store.count("never") == 0
+
+    @pytest.mark.parametrize(
+        "bad", ["", "../x", "a/b", "a\\b", "it's", 'say"hi', "a b", ".hidden", "x" * 129]
+    )
+    def test_invalid_session_id_is_refused_and_changes_nothing(
+        self, store: BaseStore, bad: str
+    ) -> None:
+        """A session id with separators, quotes, spaces or bad length is refused before any write."""
+        store.append("good", [MemoryItem(step=1)])
+        with pytest.raises(InvalidSessionIdError, match="ession id"):
+            store.append(bad, [MemoryItem(step=2)])
+        assert store.sessions() == ["good"]
+
+    def test_reading_without_session_id_is_an_error(self, store: BaseStore) -> None:
+        """Passing None as the session id raises instead of reading every session."""
+        store.append("s", [MemoryItem(step=1)])
+        with pytest.raises(InvalidSessionIdError, match="must be a string"):
+            store.read(None)  # type: ignore[arg-type]
+
+    def test_other_step_key_is_refused_and_writes_nothing(self, store: BaseStore) -> None:
+        """Appending with a step key other than the session's raises and writes nothing."""
+        store.append("s", [MemoryItem(Step=1)], step_key="Step")
+        with pytest.raises(StoreError, match="step_key='Step'"):
+            store.append("s", [MemoryItem(step=2)], step_key="step")
+        assert store.count("s") == 1
+
+    def test_unencodable_value_writes_nothing(self, store: BaseStore) -> None:
+        """A batch with an unencodable value raises and none of the batch is written."""
+        from agents.memory import SerializationError
+
+        with pytest.raises(SerializationError, match="'obj' of step 2"):
+            store.append("s", [MemoryItem(step=1), MemoryItem(step=2, obj=object())])
+        assert store.count("s") == 0
+
+    def test_closed_store_refuses_calls(self, make_store: MakeStore) -> None:
+        """Calls on a closed store raise StoreError naming the store."""
+        opened = make_store()
+        opened.close()
+        opened.close()
+        with pytest.raises(StoreError, match="is closed"):
+            opened.read("s")
+
+    def test_project_returns_chosen_keys_in_key_order(self, store: BaseStore) -> None:
+        """project() gives one dict per item with the asked keys in the asked order, {} for none."""
+        store.append(
+            "s",
+            [
+                MemoryItem(step=1, action="click", image="x" * 5000, cost=0.30000000000000004),
+                Step(step=2, when=dt.date(2024, 5, 1), pair=(1, 2)),
+                MemoryItem(note="no step"),
+            ],
+        )
+        assert store.project("s", ["cost", "step", "when", "pair"]) == [
+            {"cost": 0.30000000000000004, "step": 1},
+            {"cost": 0.0, "step": 2, "when": dt.date(2024, 5, 1), "pair": (1, 2)},
+            {},
+        ]
+
+    def test_project_with_steps_matches_step_filter(self, store: BaseStore) -> None:
+        """project(steps=...) keeps the items read(steps=...) keeps."""
+        store.append("s", [MemoryItem(step=s, action=f"a{s}", big="y" * 100) for s in range(5)])
+        assert store.project("s", ["action"], steps=[1, 3]) == [{"action": "a1"}, {"action": "a3"}]
+        assert store.project("s", ["action"], steps=[]) == []
+
+    def test_project_keeps_exact_values(self, store: BaseStore) -> None:
+        """Projected values equal the stored ones: big ints, nested JSON, unicode, keys with quotes."""
+        item = MemoryItem(
+            step=1,
+            pad="p" * 5000,  # a large row, which PostgreSQL cuts down on the server
+            n=2**70,
+            nested={"a": [1, {"b": None}], "t": True},
+            text='héllo \u2603 "quoted"',
+            **{'we"ird key': 1.5e300},
+        )
+        store.append("s", [item])
+        plain = MemoryItem(step=2, pad="p" * 5000, f=0.1 + 0.2, ok=False, none=None, e=1e-7)
+        store.append("s", [plain])
+        keys = ["n", "nested", "text", 'we"ird key', "f", "ok", "none", "e"]
+        assert store.project("s", keys) == [item.filter(keys), plain.filter(keys)]
+
+    def test_project_rejects_non_string_keys(self, store: BaseStore) -> None:
+        """A non-string key is refused by name."""
+        with pytest.raises(StoreArgumentError, match=r"string keys, got 3 \(int\)"):
+            store.project("s", ["step", 3])  # type: ignore[list-item]  # the wrong type is the point
+
+    def test_batch_applies_its_writes_in_one_go(self, make_store: MakeStore) -> None:
+        """A write batch stages clear, deletes, updates and appends and applies them on exit."""
+        with make_store() as store:
+            first = store.append("s", [MemoryItem(step=1), MemoryItem(step=2), MemoryItem(step=3)])
+            with store.batch("s") as batch:
+                batch.delete([first[0]])
+                batch.update({first[1]: MemoryItem(step=2, note="changed")})
+                batch.append([MemoryItem(step=4)])
+                assert batch.appended == []
+            assert len(batch.appended) == 1
+            assert [item.to_dict() for item in store.read("s")] == [
+                {"step": 2, "note": "changed"},
+                {"step": 3},
+                {"step": 4},
+            ]
+
+    def test_batch_left_by_an_exception_writes_nothing(self, make_store: MakeStore) -> None:
+        """A batch whose with-block raises leaves the session as it was."""
+        with make_store() as store:
+            store.append("s", [MemoryItem(step=1)])
+
+            def stage_then_fail() -> None:
+                with store.batch("s") as batch:
+                    batch.clear()
+                    batch.append([MemoryItem(step=9)])
+                    raise RuntimeError("stop")
+
+            with pytest.raises(RuntimeError, match="stop"):
+                stage_then_fail()
+            assert steps_of(store.read("s")) == [1]
+
+    def test_batch_reports_updated_and_deleted_seqs(self, store: BaseStore) -> None:
+        """After a batch, updated and deleted hold the seqs that existed, appended the new ones."""
+        first = store.append("s", [MemoryItem(step=i) for i in range(4)])
+        with store.batch("s") as batch:
+            batch.delete([first[0], 10**9])
+            batch.update({first[1]: MemoryItem(step=1, note="x"), 10**9 + 1: MemoryItem(step=9)})
+            batch.append([MemoryItem(step=4)])
+            batch.keep_last(3)
+        assert batch.updated == [first[1]]
+        assert batch.deleted == [first[0], first[1]]
+        assert len(batch.appended) == 1
+        assert batch.appended[0] > first[-1]
+        assert steps_of(store.read("s")) == [2, 3, 4]
+
+    # -- session metadata -------------------------------------------------------------
+
+    def test_unknown_session_has_no_info(self, store: BaseStore) -> None:
+        """session_info of a session that does not exist is None."""
+        assert store.session_info("never") is None
+
+    def test_appended_session_has_info_with_empty_metadata(self, store: BaseStore) -> None:
+        """A session created by an append records its step key, no metadata and a UTC time."""
+        store.append("s", [MemoryItem(Step=1)], step_key="Step")
+        info = store.session_info("s")
+        assert isinstance(info, SessionInfo)
+        assert (info.session_id, info.step_key, info.metadata) == ("s", "Step", {})
+        assert info.created.tzinfo is dt.timezone.utc
+
+    def test_set_metadata_creates_the_session(self, store: BaseStore) -> None:
+        """set_metadata on a new session creates it, listed, with no items."""
+        store.set_metadata("s", {"agent": "planner"}, step_key="turn")
+        info = store.session_info("s")
+        assert info is not None
+        assert (info.step_key, info.metadata) == ("turn", {"agent": "planner"})
+        assert store.sessions() == ["s"]
+        assert store.count("s") == 0
+
+    def test_metadata_round_trips_every_codec_type(self, make_store: MakeStore) -> None:
+        """Metadata of every codec type comes back equal, also after closing and reopening."""
+        metadata: dict[str, Any] = {
+            f"k{i}": item.to_dict() for i, item in enumerate(every_codec_type())
+        }
+        metadata["float"] = [1e16, -0.0, 0.1 + 0.2]
+        with make_store() as store:
+            store.set_metadata("s", metadata)
+            info = store.session_info("s")
+            assert info is not None
+            assert same(info.metadata, metadata)
+        with make_store() as again:
+            info = again.session_info("s")
+            assert info is not None
+            assert same(info.metadata, metadata)
+
+    def test_set_metadata_replaces_and_keeps_items(self, store: BaseStore) -> None:
+        """A second set_metadata replaces the metadata as a whole and leaves the items."""
+        store.append("s", [MemoryItem(step=1)])
+        store.set_metadata("s", {"a": 1, "b": 2})
+        store.set_metadata("s", {"c": 3})
+        info = store.session_info("s")
+        assert info is not None
+        assert info.metadata == {"c": 3}
+        assert steps_of(store.read("s")) == [1]
+
+    def test_set_metadata_with_other_step_key_is_refused(self, store: BaseStore) -> None:
+        """set_metadata checks the step key of an existing session and writes nothing."""
+        store.set_metadata("s", {"a": 1}, step_key="Step")
+        with pytest.raises(StoreError, match="step_key='Step'"):
+            store.set_metadata("s", {"a": 2})
+        info = store.session_info("s")
+        assert info is not None
+        assert info.metadata == {"a": 1}
+
+    def test_unencodable_metadata_writes_nothing(self, store: BaseStore) -> None:
+        """Metadata holding a value the codec refuses raises and creates nothing."""
+        with pytest.raises(SerializationError, match="Metadata of session 's'"):
+            store.set_metadata("s", {"obj": object()})
+        assert store.session_info("s") is None
+
+    def test_metadata_with_a_non_string_key_is_refused(self, store: BaseStore) -> None:
+        """Metadata keys must be strings."""
+        with pytest.raises(StoreArgumentError, match=r"key 1 \(int\)"):
+            store.set_metadata("s", {1: "one"})  # type: ignore[dict-item]  # the wrong type is the point
+
+    def test_deleted_session_loses_its_metadata(self, store: BaseStore) -> None:
+        """A session deleted and created again starts with empty metadata."""
+        store.set_metadata("s", {"a": 1})
+        store.delete_session("s")
+        assert store.session_info("s") is None
+        store.append("s", [MemoryItem(step=1)])
+        info = store.session_info("s")
+        assert info is not None
+        assert info.metadata == {}
+
+    # -- seqs and other handles ---------------------------------------------------------
+
+    def test_recreated_session_never_reuses_a_seq(self, make_store: MakeStore) -> None:
+        """A session deleted and created again gets seqs above every seq it had, also after reopening."""
+        with make_store() as store:
+            old = store.append("s", [MemoryItem(step=i) for i in range(3)])
+            store.delete_session("s")
+            new = store.append("s", [MemoryItem(step=9)])
+            assert new[0] > old[-1]
+        with make_store() as again:
+            again.delete_session("s")
+            newer = again.append("s", [MemoryItem(step=10)])
+        assert newer[0] > new[0]
+
+    def test_other_handle_sees_a_deleted_and_recreated_session(self, make_store: MakeStore) -> None:
+        """A handle that read a session reads the new one after another handle deleted and recreated it."""
+        with make_store() as reader, make_store() as writer:
+            writer.append("s", [MemoryItem(step=i, pad="x" * 50) for i in range(5)])
+            assert steps_of(reader.read("s")) == [0, 1, 2, 3, 4]
+            writer.delete_session("s")
+            writer.append("s", [MemoryItem(step=i) for i in range(7, 13)])
+            assert steps_of(reader.read("s")) == [7, 8, 9, 10, 11, 12]
+            assert reader.count("s") == 6
+
+    def test_other_handle_sees_a_trimmed_session(self, make_store: MakeStore) -> None:
+        """A handle that read a session sees another handle's deletes and later appends."""
+        with make_store() as reader, make_store() as writer:
+            writer.append("s", [MemoryItem(step=i) for i in range(100)])
+            assert reader.count("s") == 100
+            writer.keep_last("s", 2)
+            writer.append("s", [MemoryItem(step=100)])
+            assert steps_of(reader.read("s")) == [98, 99, 100]
+
+    # -- arguments ------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("seq", [2**64, -(2**70), 2**63])
+    def test_out_of_range_seq_is_a_named_error(self, store: BaseStore, seq: int) -> None:
+        """A seq beyond 64 bits raises StoreArgumentError and deletes nothing."""
+        store.append("s", [MemoryItem(step=1)])
+        with pytest.raises(StoreArgumentError, match="outside the 64-bit range"):
+            store.delete_seqs("s", [seq])
+        with pytest.raises(StoreArgumentError, match="outside the 64-bit range"):
+            store.read("s", after=seq)
+        assert store.count("s") == 1
+
+    def test_bad_keep_last_is_refused(self, store: BaseStore) -> None:
+        """keep_last with a negative or huge n is refused by name."""
+        store.append("s", [MemoryItem(step=1)])
+        with pytest.raises(StoreArgumentError, match=r"n >= 0 \(an int\), got -1"):
+            store.keep_last("s", -1)
+        with pytest.raises(StoreArgumentError, match="n >= 0"):
+            store.keep_last("s", 2**64)
+        assert store.count("s") == 1
+
+    # -- read-only handles ------------------------------------------------------------------
+
+    def test_read_only_handle_reads_what_was_written(self, make_store: MakeStore) -> None:
+        """A read-only handle reads items, sessions and metadata like any other."""
+        with make_store() as store:
+            store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+            store.set_metadata("s", {"a": 1})
+        with make_store(read_only=True) as reader:
+            assert reader.read_only is True
+            assert reader.sessions() == ["s"]
+            assert steps_of(reader.read("s")) == [1, 2]
+            assert reader.project("s", ["step"]) == [{"step": 1}, {"step": 2}]
+            info = reader.session_info("s")
+            assert info is not None
+            assert info.metadata == {"a": 1}
+
+    @pytest.mark.parametrize(
+        "write",
+        [
+            lambda s: s.append("s", [MemoryItem(step=3)]),
+            lambda s: s.set_metadata("s", {}),
+            lambda s: s.delete_seqs("s", [1]),
+            lambda s: s.delete_steps("s", [1]),
+            lambda s: s.clear("s"),
+            lambda s: s.keep_last("s", 0),
+            lambda s: s.expire("s", 0),
+            lambda s: s.delete_session("s"),
+            lambda s: s.batch("s"),
+        ],
+        ids=[
+            "append",
+            "set_metadata",
+            "delete_seqs",
+            "delete_steps",
+            "clear",
+            "keep_last",
+            "expire",
+            "delete_session",
+            "batch",
+        ],
+    )
+    def test_read_only_handle_refuses_every_write(
+        self, make_store: MakeStore, write: Callable[[BaseStore], object]
+    ) -> None:
+        """Every write call on a read-only handle raises StoreError and changes nothing."""
+        with make_store() as store:
+            store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+        with (
+            make_store(read_only=True) as reader,
+            pytest.raises(StoreError, match="open read-only"),
+        ):
+            write(reader)
+        with make_store() as store:
+            assert steps_of(store.read("s")) == [1, 2]
