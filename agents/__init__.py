@@ -5,4 +5,6 @@ UFO's memory module (``from agents.memory.memory import Memory, MemoryItem``)
 runs unchanged. The public API lives in :mod:`agents.memory`.
 """
 
+__all__ = ["__version__"]
+
 __version__ = "0.1.0"

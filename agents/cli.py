@@ -47,14 +47,14 @@ def _is_file_source(source: str) -> bool:
 
 
 def _open_existing_store(url: str) -> Any:
-    """Open a store for reading, refusing a SQLite file that does not exist (opening would create it)."""
+    """Open a store read-only, for inspection: nothing is created, migrated or written."""
     from agents.memory.stores import open_store
 
     path = url[len("sqlite://") :].partition("?")[0] if url.startswith("sqlite://") else url
     if "://" not in path and not os.path.exists(path):
         msg = f"No store file {path!r}; check the path (a new store is only created by convert)."
         raise _UsageError(msg)
-    return open_store(url)
+    return open_store(url, read_only=True)
 
 
 def _read(source: str, session: str | None) -> Memory:

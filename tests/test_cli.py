@@ -511,3 +511,59 @@ def test_docs_cli_example_runs(tmp_path: Path) -> None:
         )
         assert (result.returncode, result.stderr) == (0, ""), line
         assert result.stdout, line
+
+
+def test_inspecting_a_typo_jsonl_path_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sessions, show and stats of a jsonl:// path that is not a store fail and create no directory."""
+    typo = f"jsonl://{tmp_path / 'tpyo' / 'logs'}"
+    assert run("sessions", typo)[0] != 0
+    assert run("show", typo, "--session", "s")[0] != 0
+    assert run("stats", typo, "--session", "s")[0] != 0
+    assert list(tmp_path.iterdir()) == []
+    assert "is not a kvmemory JSONL store" in capsys.readouterr().err
+
+
+def test_sessions_of_a_foreign_database_says_so_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sessions on a SQLite file of another program says it is not a store and leaves its bytes."""
+    import sqlite3
+
+    path = tmp_path / "app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE mine (x)")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    assert run("sessions", str(path))[0] != 0
+    err = capsys.readouterr().err
+    assert "is not a kvmemory store" in err
+    assert "backup" not in err
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["app.db"]
+
+
+def test_sessions_of_a_text_file_says_it_is_not_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sessions on a file that is not a database says so plainly, without suggesting a backup."""
+    path = tmp_path / "notes.db"
+    path.write_text("not a database at all\n" * 100, encoding="utf-8")
+    assert run("sessions", str(path))[0] != 0
+    err = capsys.readouterr().err
+    assert "is not a kvmemory store" in err
+    assert "backup" not in err
+
+
+def test_inspecting_a_store_writes_nothing(session_file: Path, tmp_path: Path) -> None:
+    """sessions, show, stats and replay of a SQLite store leave its directory byte for byte."""
+    db = tmp_path / "store" / "runs.db"
+    db.parent.mkdir()
+    assert run("convert", str(session_file), str(db))[0] == 0
+    before = {p.name: p.read_bytes() for p in db.parent.iterdir()}
+    assert run("sessions", str(db))[0] == 0
+    for command in ("show", "stats", "replay"):
+        assert run(command, str(db), "--session", "run-1")[0] == 0
+    assert {p.name: p.read_bytes() for p in db.parent.iterdir()} == before

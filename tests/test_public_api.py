@@ -1,10 +1,13 @@
 """The public surface: __all__ matches the real public names; UFO's import paths work."""
 
 from __future__ import annotations
+import __future__
 
 import importlib
 import subprocess
 import sys
+
+import pytest
 
 import agents.memory
 
@@ -14,21 +17,42 @@ def isort_order(name: str) -> tuple[bool, bool, str]:
     return (not name.isupper(), not name[:1].isupper(), name)
 
 
-def test_all_is_sorted() -> None:
-    """agents.memory.__all__ is sorted and free of duplicates."""
-    names = agents.memory.__all__
+PUBLIC_PACKAGES = ("agents", "agents.memory", "agents.memory.stores", "agents.agent")
+
+
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
+def test_all_is_sorted(package: str) -> None:
+    """Each public package's __all__ is sorted and free of duplicates."""
+    names = importlib.import_module(package).__all__
     assert names == sorted(names, key=isort_order)
     assert len(set(names)) == len(names)
 
 
-def test_all_matches_public_names() -> None:
-    """Every public attribute of agents.memory is in __all__, and every name in __all__ exists."""
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
+def test_all_matches_public_names(package: str) -> None:
+    """Every public attribute of a public package is in __all__, and every name in __all__ exists."""
+    module = importlib.import_module(package)
     public = {
         name
-        for name, value in vars(agents.memory).items()
-        if not name.startswith("_") and not isinstance(value, type(agents))
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, (type(agents), __future__._Feature))
     }
-    assert public == set(agents.memory.__all__)
+    if hasattr(module, "__version__"):
+        public.add("__version__")
+    lazy = {name for name in module.__all__ if name not in vars(module)}
+    assert public | lazy == set(module.__all__)
+    assert all(getattr(module, name) is not None for name in module.__all__)
+
+
+def test_stores_loads_its_optional_stores_lazily() -> None:
+    """Importing agents.memory.stores loads neither psycopg nor pytest; JSONLStore and PostgresStore resolve on use."""
+    code = (
+        "import sys, agents.memory.stores as s; "
+        "before = sorted(m for m in ('psycopg', 'pytest', 'agents.memory.stores._postgres') if m in sys.modules); "
+        "print(before, s.JSONLStore.__name__, s.PostgresStore.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] JSONLStore PostgresStore"
 
 
 def test_ufo_import_paths() -> None:

@@ -26,14 +26,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import typing
 import urllib.parse
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
 
-from agents.memory._codec import OnUnencodable
-from agents.memory._item import OnUnknownClass
-from agents.memory.exceptions import InvalidStoreURLError
-from agents.memory.memory import ChangeCallback
+from agents.memory import exceptions
 from agents.memory.stores._backed import SessionWriter, StoredMemory
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
@@ -52,7 +48,14 @@ from agents.memory.stores._base import (
 from agents.memory.stores._memory import InMemoryStore
 from agents.memory.stores._sqlite import SQLiteStore
 
-if TYPE_CHECKING:
+# Names only annotations use, kept out of the package's namespace.
+if typing.TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+    from agents.memory._codec import OnUnencodable
+    from agents.memory._item import OnUnknownClass
+    from agents.memory.memory import ChangeCallback
     from agents.memory.stores._jsonl import JSONLStore
     from agents.memory.stores._postgres import PostgresStore
 
@@ -81,7 +84,7 @@ __all__ = [
 
 # Imported on first use, so that importing this package loads neither the
 # JSONL store's fcntl-based locking nor, above all, psycopg.
-_LAZY: Final = {
+_LAZY = {
     "JSONLStore": "agents.memory.stores._jsonl",
     "PostgresStore": "agents.memory.stores._postgres",
 }
@@ -101,7 +104,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-_SCHEMES: Final = ("sqlite", "jsonl", "postgresql", "postgres", "memory")
+_SCHEMES = ("sqlite", "jsonl", "postgresql", "postgres", "memory")
 
 
 def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseStore:
@@ -131,11 +134,11 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
     text = os.fspath(url)
     if type(text) is not str:
         msg = f"A store URL must be text, got {url!r}."
-        raise InvalidStoreURLError(msg)
+        raise exceptions.InvalidStoreURLError(msg)
     if "://" not in text:
         if not text:
             msg = "The store URL is empty; pass 'sqlite:///path/to/file.db' or a file path."
-            raise InvalidStoreURLError(msg)
+            raise exceptions.InvalidStoreURLError(msg)
         return SQLiteStore(text, read_only=read_only)
     scheme, _, rest = text.partition("://")
     scheme = scheme.lower()
@@ -144,7 +147,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
             f"Unknown store URL scheme {scheme!r} in {_redact(text)!r}; use one of "
             "'sqlite:///path.db', 'jsonl:///dir', 'postgresql://...', 'memory://' or a bare file path."
         )
-        raise InvalidStoreURLError(msg)
+        raise exceptions.InvalidStoreURLError(msg)
     if scheme in ("postgresql", "postgres"):
         from agents.memory.stores._postgres import PostgresStore
 
@@ -157,7 +160,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
         return InMemoryStore(path, read_only=read_only)
     if not path:
         msg = f"Store URL {text!r} has no path; write {scheme}:///absolute/path or {scheme}://relative/path."
-        raise InvalidStoreURLError(msg)
+        raise exceptions.InvalidStoreURLError(msg)
     check_store_path(path)
     if scheme == "jsonl":
         from agents.memory.stores._jsonl import JSONLStore
@@ -166,24 +169,24 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
         fsync = options.get("fsync", "always")
         if fsync not in ("always", "never"):
             msg = f"Option fsync={fsync!r} in {text!r} must be 'always' or 'never'."
-            raise InvalidStoreURLError(msg)
+            raise exceptions.InvalidStoreURLError(msg)
         return JSONLStore(path, fsync=fsync == "always", read_only=read_only, url=text)
     _no_options(text, options, ("synchronous", "timeout", "mode"))
     synchronous = options.get("synchronous", "full").lower()
     if synchronous not in ("full", "normal", "off"):
         msg = f"Option synchronous={synchronous!r} in {text!r} must be 'full', 'normal' or 'off'."
-        raise InvalidStoreURLError(msg)
+        raise exceptions.InvalidStoreURLError(msg)
     mode = options.get("mode", "rwc")
     if mode not in ("ro", "rw", "rwc"):
         msg = f"Option mode={mode!r} in {text!r} must be 'ro' or 'rwc'."
-        raise InvalidStoreURLError(msg)
+        raise exceptions.InvalidStoreURLError(msg)
     try:
         timeout = float(options.get("timeout", "30"))
     except ValueError:
         timeout = -1.0
     if not timeout >= 0:
         msg = f"Option timeout={options.get('timeout')!r} in {text!r} must be a number of seconds >= 0."
-        raise InvalidStoreURLError(msg)
+        raise exceptions.InvalidStoreURLError(msg)
     return SQLiteStore(
         path,
         synchronous=synchronous,  # type: ignore[arg-type]  # checked against the three names above
@@ -251,7 +254,7 @@ def _options(url: str, query: str) -> dict[str, str]:
     for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
         if key in options:
             msg = f"Option {key!r} is given twice in {url!r}."
-            raise InvalidStoreURLError(msg)
+            raise exceptions.InvalidStoreURLError(msg)
         options[key] = value
     return options
 
@@ -261,7 +264,7 @@ def _no_options(url: str, options: dict[str, str], allowed: tuple[str, ...]) -> 
     if unknown:
         known = ", ".join(allowed) if allowed else "none"
         msg = f"Unknown option {unknown[0]!r} in store URL {url!r}; the options of this store are: {known}."
-        raise InvalidStoreURLError(msg)
+        raise exceptions.InvalidStoreURLError(msg)
 
 
 def _redact(url: str) -> str:

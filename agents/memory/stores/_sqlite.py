@@ -156,6 +156,13 @@ class SQLiteStore(BaseStore):
         # treats extra leading slashes as one.
         absolute = "/" + os.path.abspath(self.path).lstrip("/")
         uri = f"file:{urllib.parse.quote(absolute)}?mode={'ro' if read_only else 'rw'}"
+        if read_only and not os.path.exists(f"{self.path}-wal"):
+            # No -wal file: no connection has the database open, and every commit is in
+            # the main file. Reading it as immutable keeps SQLite from creating the
+            # -wal and -shm files a read-only connection to a WAL database otherwise
+            # leaves behind. A writer that starts meanwhile writes to its own -wal,
+            # so the main file this handle reads stays as it was.
+            uri += "&immutable=1"
         try:
             self._con = sqlite3.connect(
                 uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False

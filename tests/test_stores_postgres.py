@@ -1,0 +1,152 @@
+"""The PostgreSQL store: migrations, exact projections, read-only opens, unreachable hosts."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.memory import MemoryItem
+from agents.memory.exceptions import SchemaVersionError, StoreError, StoreUnreachableError
+from agents.memory.stores import open_store
+
+psycopg = pytest.importorskip("psycopg")
+
+# The layout kvmemory wrote as schema version 1, statement for statement.
+V1_DDL = (
+    "CREATE TABLE IF NOT EXISTS kvmemory_schema (version integer NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS kvmemory_sessions (
+        session_id text PRIMARY KEY,
+        step_key text NOT NULL,
+        next_seq bigint NOT NULL DEFAULT 0,
+        created double precision NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS kvmemory_items (
+        session_id text NOT NULL REFERENCES kvmemory_sessions ON DELETE CASCADE,
+        seq bigint NOT NULL,
+        step text,
+        created double precision NOT NULL,
+        data bytea NOT NULL,
+        doc jsonb,
+        PRIMARY KEY (session_id, seq)
+    )""",
+    "CREATE INDEX IF NOT EXISTS kvmemory_items_step ON kvmemory_items (session_id, step)",
+    "CREATE INDEX IF NOT EXISTS kvmemory_items_created ON kvmemory_items (session_id, created)",
+)
+
+
+def write_v1_store(url: str) -> None:
+    """Write a schema-v1 store by hand: two sessions, three items."""
+    with psycopg.connect(url, autocommit=True) as con:
+        for statement in V1_DDL:
+            con.execute(statement)
+        con.execute("INSERT INTO kvmemory_schema VALUES (1)")
+        con.execute(
+            "INSERT INTO kvmemory_sessions VALUES ('a', 'step', 3, 1700000000.0), ('b', 'Step', 1, 1700000001.0)"
+        )
+        rows = [
+            ("a", 1, "1", 1700000000.5, b'{"step":1,"action":"open"}'),
+            ("a", 2, "2", 1700000000.6, b'{"step":2,"action":"type"}'),
+            ("b", 1, "7", 1700000001.5, b'{"Step":7}'),
+        ]
+        for sid, seq, step, created, data in rows:
+            con.execute(
+                "INSERT INTO kvmemory_items VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                (sid, seq, step, created, data, data.decode()),
+            )
+
+
+def tables(url: str) -> set[str]:
+    """Return the names of the tables in the URL's schema."""
+    with psycopg.connect(url, autocommit=True) as con:
+        rows = con.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+@pytest.mark.postgres
+def test_v1_store_is_migrated_to_v2_without_loss(postgres_url: str) -> None:
+    """v1 tables opened writable get schema v2; every session, item and seq is kept, none reused."""
+    write_v1_store(postgres_url)
+    with open_store(postgres_url) as store:
+        assert store.sessions() == ["a", "b"]
+        assert [(r.seq, r.item.to_dict()) for r in store.records("a")] == [
+            (1, {"step": 1, "action": "open"}),
+            (2, {"step": 2, "action": "type"}),
+        ]
+        info = store.session_info("b")
+        assert info is not None
+        assert (info.step_key, info.metadata) == ("Step", {})
+        store.set_metadata("a", {"agent": "planner"})
+        assert store.append("a", [MemoryItem(step=4)]) == [4]
+        store.delete_session("b")
+        assert store.append("b", [MemoryItem(Step=8)], step_key="Step") == [2]
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(2,)]
+
+
+@pytest.mark.postgres
+def test_v1_store_opened_read_only_is_refused_and_unchanged(postgres_url: str) -> None:
+    """Read-only never migrates: v1 tables are refused with a clear error and keep their layout."""
+    write_v1_store(postgres_url)
+    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 2"):
+        open_store(postgres_url, read_only=True)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(1,)]
+
+
+@pytest.mark.postgres
+def test_read_only_open_of_an_empty_database_creates_no_tables(postgres_url: str) -> None:
+    """A database without kvmemory tables reads as an empty store and gets no tables."""
+    with open_store(postgres_url, read_only=True) as store:
+        assert store.sessions() == []
+        assert store.read("s") == []
+        assert store.session_info("s") is None
+    assert tables(postgres_url) == set()
+
+
+@pytest.mark.postgres
+def test_read_only_handle_runs_read_only_transactions(postgres_url: str) -> None:
+    """A read-only handle's connections refuse writes on the server too."""
+    with open_store(postgres_url) as store:
+        store.append("s", [MemoryItem(step=1)])
+    with open_store(postgres_url, read_only=True) as reader:
+        with pytest.raises(StoreError, match="open read-only"):
+            reader.append("s", [MemoryItem(step=2)])
+        with reader._pool.connection() as con:  # type: ignore[attr-defined]  # the server's own setting is the point
+            assert con.execute("SHOW default_transaction_read_only").fetchone() == ("on",)
+
+
+@pytest.mark.postgres
+def test_project_of_a_large_row_keeps_float_text(postgres_url: str) -> None:
+    """project() of a row cut on the server keeps 1e16 a float and -0.0 negative, as read() does."""
+    with open_store(postgres_url) as store:
+        item = MemoryItem(step=1, big=1e16, negzero=-0.0, tiny=5e-324, pad="p" * 5000)
+        store.append("s", [item])
+        (projected,) = store.project("s", ["big", "negzero", "tiny"])
+    assert type(projected["big"]) is float
+    assert projected["big"] == 1e16
+    assert str(projected["negzero"]) == "-0.0"
+    assert projected["tiny"] == 5e-324
+
+
+@pytest.mark.postgres
+def test_project_of_a_large_typed_row_keeps_float_text(postgres_url: str) -> None:
+    """A wrapped (typed) item cut on the server keeps exact floats too."""
+    from agents.memory.stores.testing import Step
+
+    with open_store(postgres_url) as store:
+        store.append("s", [Step(step=1, cost=-0.0, big=1e16, pad="p" * 5000)])
+        assert [str(v) for v in store.project("s", ["cost", "big"])[0].values()] == [
+            "-0.0",
+            "1e+16",
+        ]
+
+
+def test_unresolvable_host_fails_at_once_with_the_resolver_error() -> None:
+    """A host name that does not resolve raises StoreUnreachableError with the resolver's reason."""
+    with pytest.raises(
+        StoreUnreachableError, match=r"no-such-host\.invalid.*(resolve|known)"
+    ) as info:
+        open_store("postgresql://me:secret@no-such-host.invalid/db")
+    assert "secret" not in str(info.value)
+    assert "pool" not in str(info.value).lower()

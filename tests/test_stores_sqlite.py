@@ -1,0 +1,205 @@
+"""The SQLite store: migrations, foreign files, read-only inspection, permissions, damaged rows."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from agents.memory import MemoryItem
+from agents.memory.exceptions import (
+    CorruptStoreError,
+    InvalidStoreURLError,
+    SchemaVersionError,
+    StoreNotFoundError,
+)
+from agents.memory.stores import SQLiteStore, open_store
+
+# The layout kvmemory wrote as schema version 1, statement for statement.
+V1_DDL = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_sessions (
+        session_id TEXT PRIMARY KEY,
+        step_key TEXT NOT NULL,
+        created REAL NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS kvmemory_items (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        step TEXT,
+        created REAL NOT NULL,
+        data BLOB NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS kvmemory_items_session ON kvmemory_items (session_id, seq)",
+    "CREATE INDEX IF NOT EXISTS kvmemory_items_step ON kvmemory_items (session_id, step)",
+    "CREATE INDEX IF NOT EXISTS kvmemory_items_created ON kvmemory_items (session_id, created)",
+)
+
+
+def write_v1_store(path: Path) -> None:
+    """Write a schema-v1 store by hand: two sessions, three items, one deleted seq."""
+    con = sqlite3.connect(path)
+    for statement in V1_DDL:
+        con.execute(statement)
+    con.execute("INSERT INTO kvmemory_sessions VALUES ('a', 'step', 1700000000.0)")
+    con.execute("INSERT INTO kvmemory_sessions VALUES ('b', 'Step', 1700000001.0)")
+    rows = [
+        (1, "a", "1", 1700000000.5, b'{"step":1,"action":"open"}'),
+        (2, "a", "2", 1700000000.6, b'{"step":2,"action":"type"}'),
+        (4, "b", "7", 1700000001.5, b'{"Step":7}'),
+    ]
+    con.executemany("INSERT INTO kvmemory_items VALUES (?, ?, ?, ?, ?)", rows)
+    # AUTOINCREMENT remembers seq 5 was handed out (and deleted) before the upgrade.
+    con.execute("UPDATE sqlite_sequence SET seq = 5 WHERE name = 'kvmemory_items'")
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
+    con.close()
+
+
+def user_version(path: Path) -> int:
+    """Return the PRAGMA user_version of a database file."""
+    con = sqlite3.connect(path)
+    try:
+        return int(con.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_v1_store_is_migrated_to_v2_without_loss(tmp_path: Path) -> None:
+    """A v1 file opened writable gets schema v2; every session, item and seq is kept."""
+    path = tmp_path / "old.db"
+    write_v1_store(path)
+    with SQLiteStore(path) as store:
+        assert store.sessions() == ["a", "b"]
+        records = store.records("a")
+        assert [(r.seq, r.item.to_dict()) for r in records] == [
+            (1, {"step": 1, "action": "open"}),
+            (2, {"step": 2, "action": "type"}),
+        ]
+        assert [r.seq for r in store.records("b")] == [4]
+        info = store.session_info("b")
+        assert info is not None
+        assert (info.step_key, info.metadata, info.created.timestamp()) == (
+            "Step",
+            {},
+            1700000001.0,
+        )
+        store.set_metadata("a", {"agent": "planner"})
+        assert store.append("a", [MemoryItem(step=3)]) == [6]
+    assert user_version(path) == 2
+
+
+def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> None:
+    """Read-only inspection never migrates: a v1 file is refused and keeps every byte."""
+    path = tmp_path / "old.db"
+    write_v1_store(path)
+    before = path.read_bytes()
+    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 2"):
+        open_store(path, read_only=True)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["old.db"]
+
+
+def test_read_only_inspection_creates_no_files(tmp_path: Path) -> None:
+    """Reading a closed store read-only leaves the directory and the file exactly as they were."""
+    path = tmp_path / "runs.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1)])
+    before = path.read_bytes()
+    with open_store(f"sqlite://{path}?mode=ro") as reader:
+        assert reader.sessions() == ["s"]
+        assert reader.count("s") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["runs.db"]
+    assert path.read_bytes() == before
+
+
+def test_read_only_missing_file_is_not_created(tmp_path: Path) -> None:
+    """A missing file opened read-only raises StoreNotFoundError and is not created."""
+    with pytest.raises(StoreNotFoundError, match="does not exist"):
+        open_store(tmp_path / "typo.db", read_only=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_foreign_database_is_refused_and_left_unchanged(tmp_path: Path) -> None:
+    """A SQLite database of another program (user_version 0) is refused and keeps every byte."""
+    path = tmp_path / "app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE mine (x)")
+    con.execute("INSERT INTO mine VALUES (1)")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    for read_only in (False, True):
+        with pytest.raises(
+            CorruptStoreError, match=r"is not a kvmemory store: it holds other tables \(mine"
+        ):
+            open_store(path, read_only=read_only)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["app.db"]
+
+
+def test_database_with_a_user_version_but_no_store_tables_is_refused(tmp_path: Path) -> None:
+    """A database with user_version 1 but without kvmemory's tables is not taken for a store."""
+    path = tmp_path / "app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE other (x)")
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(CorruptStoreError, match="not a kvmemory store"):
+        open_store(path)
+    assert path.read_bytes() == before
+
+
+def test_new_files_are_private_to_their_owner(tmp_path: Path) -> None:
+    """A new store file and its -wal and -shm files are created 0600."""
+    path = tmp_path / "runs.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1)])
+        names = sorted(p.name for p in tmp_path.iterdir())
+        assert names == ["runs.db", "runs.db-shm", "runs.db-wal"]
+        for name in names:
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///tmp/a\x00b.db", "/tmp/a\x00b.db", "sqlite:///tmp/a%00b.db"]
+)
+def test_nul_byte_in_path_is_refused(url: str) -> None:
+    """A path holding a NUL character is refused by name instead of being cut at it."""
+    with pytest.raises(InvalidStoreURLError, match="holds a NUL character"):
+        open_store(url)
+
+
+def test_row_of_the_wrong_type_is_named_by_seq(tmp_path: Path) -> None:
+    """A row whose data is a number (not JSON text) raises CorruptStoreError naming its seq."""
+    path = tmp_path / "runs.db"
+    with open_store(path) as store:
+        seqs = store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_items SET data = 42 WHERE seq = ?", (seqs[1],))
+    con.commit()
+    con.close()
+    with (
+        open_store(path) as store,
+        pytest.raises(CorruptStoreError, match=f"Item {seqs[1]} of session 's'.*holds a int"),
+    ):
+        store.read("s")
+
+
+def test_damaged_session_metadata_is_a_store_error(tmp_path: Path) -> None:
+    """Session metadata that is not a JSON object raises CorruptStoreError naming the session."""
+    path = tmp_path / "runs.db"
+    with open_store(path) as store:
+        store.set_metadata("s", {"a": 1})
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_sessions SET metadata = X'5b315d'")  # [1]
+    con.commit()
+    con.close()
+    with (
+        open_store(path) as store,
+        pytest.raises(CorruptStoreError, match=r"metadata of session 's'.*expected an object"),
+    ):
+        store.session_info("s")
