@@ -150,3 +150,31 @@ def test_unresolvable_host_fails_at_once_with_the_resolver_error() -> None:
         open_store("postgresql://me:secret@no-such-host.invalid/db")
     assert "secret" not in str(info.value)
     assert "pool" not in str(info.value).lower()
+
+
+@pytest.mark.postgres
+def test_large_rows_keep_a_jsonb_copy_unless_it_would_change_a_float(postgres_url: str) -> None:
+    """A large row gets a JSONB copy for cutting on the server, except one holding 1e16 or -0.0."""
+    with open_store(postgres_url) as store:
+        plain, exact = store.append(
+            "s",
+            [MemoryItem(step=1, f=0.5, pad="p" * 5000), MemoryItem(step=2, f=-0.0, pad="p" * 5000)],
+        )
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        rows = con.execute("SELECT seq, doc IS NULL FROM kvmemory_items ORDER BY seq").fetchall()
+    assert rows == [(plain, False), (exact, True)]
+
+
+@pytest.mark.postgres
+def test_migration_drops_jsonb_copies_that_changed_a_float(postgres_url: str) -> None:
+    """Moving to v2 clears the v1 JSONB copy of a large row holding 1e16, so project() is exact."""
+    write_v1_store(postgres_url)
+    data = b'{"step":3,"big":1e16,"pad":"' + b"p" * 5000 + b'"}'
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(
+            "INSERT INTO kvmemory_items VALUES ('a', 3, '3', 1700000000.7, %s, %s::jsonb)",
+            (data, data.decode()),
+        )
+    with open_store(postgres_url) as store:
+        assert store.project("a", ["big"], steps=[3]) == [{"big": 1e16}]
+        assert type(store.project("a", ["big"], steps=[3])[0]["big"]) is float

@@ -11,8 +11,10 @@ when a ``postgresql://`` URL is opened. Layout (schema version 2, recorded in
     index (session_id, step), index (session_id, created)
 
 ``data`` holds the codec's bytes for the item (exact, with its field order);
-``doc`` the same item as JSONB for queries in SQL (``NULL`` only for the rare
-item whose text holds a NUL character, which JSONB cannot store);
+``doc`` the same item as JSONB for queries in SQL (``NULL`` for the rare item
+whose text holds a NUL character, which JSONB cannot store, and for an item
+of more than 4 kB holding a float JSONB would change, such as ``1e16`` or
+``-0.0``);
 ``metadata`` the codec's bytes for the session's metadata. A deleted session
 keeps its row, marked ``deleted``, so that its ``next_seq`` survives: a
 session created again under the same id continues above the old seqs.
@@ -31,8 +33,11 @@ transaction and never creates or migrates tables.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
+
+import orjson
 
 from agents.memory.exceptions import (
     SchemaVersionError,
@@ -89,6 +94,7 @@ def _add_metadata_and_tombstones(con: Any) -> None:
         "ALTER TABLE kvmemory_sessions ADD COLUMN metadata bytea NOT NULL DEFAULT '\\x7b7d'::bytea"
     )
     con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false")
+    _drop_inexact_docs(con)
 
 
 MIGRATIONS: Final = (_create_v1, _add_metadata_and_tombstones)
@@ -123,26 +129,24 @@ _LOCK_SESSION: Final = (
 )
 
 # Rows larger than a few kB (a screenshot, a long page) are cut down to the
-# asked keys on the server, so the rest is never sent; smaller rows come back
-# whole, which benchmarks/bench_stores.py measured to be faster than cutting
-# them. The cut works on the ``json`` type (not ``jsonb``), which keeps every
-# value's text exactly as the codec wrote it (``1e16`` stays a float, ``-0.0``
-# keeps its sign).
+# asked keys on the server from the JSONB copy, so the rest is never sent;
+# smaller rows come back whole, which benchmarks/bench_stores.py measured to
+# be faster than cutting them. JSONB keeps numbers as decimals, which prints
+# a float such as 1e16 as an integer and loses the sign of -0.0; a large row
+# holding such a float gets no JSONB copy (see _doc) and so comes back whole,
+# like the rows whose text holds a NUL character.
 _CUT_ROWS_OVER: Final = 4096
 _PICK: Final = (
-    "COALESCE((SELECT json_object_agg(key, value) FROM json_each({source})"
-    " WHERE key = ANY(%(keys)s)), '{{}}'::json)"
+    "COALESCE((SELECT jsonb_object_agg(key, value) FROM jsonb_each({source})"
+    " WHERE key = ANY(%(keys)s)), '{{}}'::jsonb)"
 )
 _PROJECT: Final = (
-    "SELECT seq, CASE WHEN j IS NULL THEN data"
-    " WHEN j->>'$kv' = 'item' THEN convert_to(json_build_object('$kv', 'item', 'fields', "
-    + _PICK.format(source="j->'fields'")
+    f"SELECT seq, CASE WHEN doc IS NULL OR octet_length(data) <= {_CUT_ROWS_OVER} THEN data"
+    " WHEN doc ? '$kv' THEN convert_to(jsonb_build_object('$kv', 'item', 'fields', "
+    + _PICK.format(source="doc->'fields'")
     + ")::text, 'UTF8')"
-    " ELSE convert_to(" + _PICK.format(source="j") + "::text, 'UTF8') END"
-    " FROM kvmemory_items, LATERAL (SELECT CASE WHEN octet_length(data) > "
-    + str(_CUT_ROWS_OVER)
-    + " THEN convert_from(data, 'UTF8')::json END AS j) AS cut"
-    " WHERE session_id = %(session)s"
+    " ELSE convert_to(" + _PICK.format(source="doc") + "::text, 'UTF8') END"
+    " FROM kvmemory_items WHERE session_id = %(session)s"
 )
 
 
@@ -406,7 +410,47 @@ class PostgresStore(BaseStore):
 
 
 def _doc(data: bytes) -> str | None:
+    """Return the JSONB copy of a row's data, or ``None`` where JSONB cannot hold it exactly."""
     # JSONB cannot hold the NUL character; such items are kept in ``data`` only.
     if b"\\u0000" in data:
         return None
+    if len(data) > _CUT_ROWS_OVER and _jsonb_alters(orjson.loads(data)):
+        return None
     return data.decode("utf-8")
+
+
+def _jsonb_alters(value: Any) -> bool:
+    """Return whether JSONB would give back some float of ``value`` as another value or type."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is float:
+            if node == 0.0 and math.copysign(1.0, node) < 0:
+                return True  # -0.0 comes back as 0
+            text = orjson.dumps(node)
+            if b"e" in text and b"e-" not in text:
+                return True  # 1e16 comes back as the integer 10000000000000000
+        elif kind is dict:
+            stack.extend(node.values())
+        elif kind is list:
+            stack.extend(node)
+    return False
+
+
+def _drop_inexact_docs(con: Any) -> None:
+    # v1 gave every row a JSONB copy; large rows whose floats it alters lose it (see _doc).
+    changed: list[tuple[str, int]] = []
+    with con.cursor(name="kvmemory_migrate_docs") as cur:
+        cur.execute(
+            "SELECT session_id, seq, data FROM kvmemory_items"
+            f" WHERE doc IS NOT NULL AND octet_length(data) > {_CUT_ROWS_OVER}"
+        )
+        for session_id, seq, data in cur:
+            if _doc(bytes(data)) is None:
+                changed.append((session_id, seq))
+    for session_id, seq in changed:
+        con.execute(
+            "UPDATE kvmemory_items SET doc = NULL WHERE session_id = %s AND seq = %s",
+            (session_id, seq),
+        )
