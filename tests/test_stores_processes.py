@@ -91,3 +91,38 @@ def test_concurrent_writers_lose_nothing(kind: str, durable_url: Callable[[str],
         assert [s for w, s in pairs if w == f"w{n}"] == list(range(per_writer))
     seqs = [r.seq for r in records]
     assert seqs == sorted(set(seqs))
+
+
+OPENER = textwrap.dedent(
+    """
+    import sys
+    from agents.memory import MemoryItem
+    from agents.memory.stores import open_store
+
+    with open_store(sys.argv[1]) as store:
+        store.append("s", [MemoryItem(step=1)])
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_processes_creating_one_store_at_once_all_succeed(kind: str, tmp_path: Path) -> None:
+    """Processes that create the same new store together never take it for a foreign file."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    for round_ in range(4):
+        url = f"{kind}://{tmp_path / f'store-{round_}'}"
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPENER, url],
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for _ in range(6)
+        ]
+        errors = [child.communicate()[1] for child in children]
+        assert [child.returncode for child in children] == [0] * 6, errors
+        with open_store(url) as store:
+            assert store.count("s") == 6

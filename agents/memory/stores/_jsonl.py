@@ -119,10 +119,12 @@ def _create_v1(store: JSONLStore) -> None:
 
 def _add_generations(store: JSONLStore) -> None:
     # v2 logs carry a generation id (and their next seq) in the header; rewrite each v1 log once.
+    # A damaged log is left as it is: v2 reads v1 logs, and its error shows when it is read.
     for session_id in store._sessions():
-        log = store._log(session_id)
-        if log is not None:
-            store._compact(session_id, log)
+        with contextlib.suppress(CorruptStoreError):
+            log = store._log(session_id)
+            if log is not None:
+                store._compact(session_id, log)
 
 
 MIGRATIONS: Final = (_create_v1, _add_generations)

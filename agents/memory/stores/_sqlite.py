@@ -210,10 +210,19 @@ class SQLiteStore(BaseStore):
     def _kvmemory_version(self) -> int:
         """Return the file's schema version (0 when empty); refuse a file that is not a kvmemory store."""
         con = self._con
-        version = con.execute("PRAGMA user_version").fetchone()[0]
-        names = {
-            row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
+        # One read transaction, so that the version and the tables come from one
+        # snapshot even while another process creates the store.
+        outer = con.in_transaction
+        if not outer:
+            con.execute("BEGIN")
+        try:
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            names = {
+                row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+        finally:
+            if not outer:
+                con.execute("COMMIT")
         ours = "kvmemory_items" in names and "kvmemory_sessions" in names
         if version > SCHEMA_VERSION:
             return check_schema_version(
