@@ -211,3 +211,14 @@ def test_damaged_header_fields_are_named(tmp_path: Path) -> None:
         pytest.raises(CorruptStoreError, match=r"header line of JSONL log .*step_key 5"),
     ):
         store.read("s")
+
+
+def test_metadata_holding_an_item_key_reads_back(tmp_path: Path) -> None:
+    """Metadata with a key named "item" is read back as metadata, not taken for an item record."""
+    url = f"jsonl://{tmp_path / 'logs'}"
+    with open_store(url) as store:
+        store.set_metadata("s", {"a": 1, "item": {"seq": 2}})
+    with open_store(url) as store:
+        info = store.session_info("s")
+        assert info is not None
+        assert info.metadata == {"a": 1, "item": {"seq": 2}}

@@ -377,7 +377,9 @@ class JSONLStore(BaseStore):
     def _apply_line(
         where: str, log: _Log, rows: dict[int, tuple[str | None, float, bytes]], line: bytes
     ) -> None:
-        cut = line.find(_ITEM)
+        # In an item record the first ',"item":' is its key: the fields before it are
+        # numbers and JSON strings, in which a quote is always escaped.
+        cut = line.find(_ITEM) if line.startswith(b'{"seq":') else -1
         head = _codec.loads(line[:cut] + b"}" if cut >= 0 else line, source=where)
         if type(head) is not dict:
             msg = f"{where} is a JSON {type(head).__name__}, not a record"
