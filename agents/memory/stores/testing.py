@@ -139,9 +139,8 @@ class StoreContract:
     """The calls every store answers the same way; subclass it and provide ``make_store``.
 
     ``make_store(read_only=False)`` opens a new handle on the one store of the
-    test. A backend without a read-only mode may ignore the flag only if it
-    then refuses writes in some other way; the read-only tests check that
-    writes are refused with :class:`StoreError`.
+    test. Pass ``read_only`` on to ``BaseStore.__init__``, which then refuses
+    every write call; the read-only tests check that, and that reads work.
     """
 
     @pytest.fixture
