@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -107,6 +108,26 @@ WITH s AS (
     UPDATE kvmemory_sessions SET next_seq = next_seq + %(n)s
     WHERE session_id = %(sid)s
     RETURNING next_seq
+)
+INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc)
+SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb
+FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[])
+    WITH ORDINALITY AS r(step, created, data, doc, ord)
+RETURNING seq
+"""
+
+# An append to a live session with the same step key, or to a new session, in
+# one statement (so one round trip in autocommit mode): the upsert takes the
+# session row's lock until commit and reserves the seqs. Anything else (another
+# step key, a deleted session's row) inserts nothing, and BaseStore then runs
+# the general transaction, which raises or recreates.
+_APPEND: Final = """
+WITH s AS (
+    INSERT INTO kvmemory_sessions AS s (session_id, step_key, next_seq, created)
+    VALUES (%(sid)s, %(key)s, %(n)s, %(now)s)
+    ON CONFLICT (session_id) DO UPDATE SET next_seq = s.next_seq + %(n)s
+    WHERE s.step_key = %(key)s AND NOT s.deleted
+    RETURNING s.next_seq
 )
 INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc)
 SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb
@@ -320,6 +341,21 @@ class PostgresStore(BaseStore):
     def _transaction(self, session_id: str) -> Iterator[Any]:
         with self._pool.connection() as con, con.transaction():
             yield con
+
+    def _append_rows(self, session_id: str, step_key: str, rows: Sequence[Row]) -> list[int] | None:
+        params = {
+            "sid": session_id,
+            "key": step_key,
+            "n": len(rows),
+            "now": time.time(),
+            "steps": [row[0] for row in rows],
+            "created": [row[1] for row in rows],
+            "datas": [row[2] for row in rows],
+            "docs": [_doc(row[2]) for row in rows],
+        }
+        with self._pool.connection() as con:
+            seqs = sorted(int(r[0]) for r in con.execute(_APPEND, params).fetchall())
+        return seqs or None
 
     def _lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
         row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
