@@ -19,10 +19,11 @@ of more than 4 kB holding a float JSONB would change, such as ``1e16`` or
 keeps its row, marked ``deleted``, so that its ``next_seq`` survives: a
 session created again under the same id continues above the old seqs.
 
-Order for concurrent writers: every write is one transaction that first
-locks the session's row (``SELECT ... FOR UPDATE``), so writers of one
-session queue on that lock; an insert bumps the session's ``next_seq`` and
-inserts the rows with the seqs it reserved. Seqs therefore follow commit
+Order for concurrent writers: a plain append is one statement that creates
+or updates the session's row (holding its lock until commit), bumping its
+``next_seq``, and inserts the rows with the seqs it reserved; every other
+write is one transaction that first locks the session's row
+(``SELECT ... FOR UPDATE``). Writers of one session queue on that lock. Seqs therefore follow commit
 order, and a reader that has seen seq ``n`` never misses a row committed
 later with a smaller seq.
 
