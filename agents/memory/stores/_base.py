@@ -250,6 +250,17 @@ class BaseStore(abc.ABC):
     * :meth:`_delete_session` (its own transaction; the store must remember
       the session's last seq so that a recreated session never reuses one),
       and :meth:`_close`.
+    * Optionally :meth:`_append_rows`: a plain append in one step, for an
+      engine where the transaction would cost extra round trips.
+
+    Why this split rather than one ``write(add=, delete=, update=, clear=)``
+    call: a flag-driven call makes every backend re-implement the same
+    ordering, step-key check and bookkeeping, and hides which of its jobs a
+    backend got wrong. With one transaction and single-job primitives, the
+    rules live here once (``WriteBatch`` composes clear, deletes, updates,
+    appends and trims in a fixed order), each primitive maps to one
+    statement in SQL or one record kind in a log, and the contract suite can
+    name the primitive that breaks.
 
     Primitives may assume a valid session id and checked arguments, and let
     the driver's own errors escape: every public call runs them inside
