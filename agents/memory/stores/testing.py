@@ -578,3 +578,17 @@ class StoreContract:
             write(reader)
         with make_store() as store:
             assert steps_of(store.read("s")) == [1, 2]
+
+    def test_refused_batch_applies_none_of_its_writes(self, make_store: MakeStore) -> None:
+        """A batch whose append the store refuses (other step key) deletes and updates nothing."""
+        with make_store() as store:
+            seqs = store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+            batch = store.batch("s", step_key="turn")
+            batch.delete([seqs[0]])
+            batch.update({seqs[1]: MemoryItem(step=2, note="x")})
+            batch.append([MemoryItem(turn=3)])
+            with pytest.raises(StoreError, match="step_key='step'"):
+                batch.__exit__(None, None, None)  # what leaving its with-block cleanly does
+            assert [i.to_dict() for i in store.read("s")] == [{"step": 1}, {"step": 2}]
+        with make_store() as again:
+            assert [i.to_dict() for i in again.read("s")] == [{"step": 1}, {"step": 2}]
