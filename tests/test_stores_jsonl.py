@@ -222,3 +222,15 @@ def test_metadata_holding_an_item_key_reads_back(tmp_path: Path) -> None:
         info = store.session_info("s")
         assert info is not None
         assert info.metadata == {"a": 1, "item": {"seq": 2}}
+
+
+def test_copy_without_lock_file_is_read_read_only_and_unchanged(tmp_path: Path) -> None:
+    """A store copied without its lock file is read read-only, and no lock file is created."""
+    directory = tmp_path / "logs"
+    with open_store(f"jsonl://{directory}") as store:
+        store.append("s", [MemoryItem(step=1)])
+    (directory / "kvmemory-store.lock").unlink()
+    before = snapshot(directory)
+    with open_store(f"jsonl://{directory}", read_only=True) as store:
+        assert [i["step"] for i in store.read("s")] == [1]
+    assert snapshot(directory) == before

@@ -184,7 +184,11 @@ class JSONLStore(BaseStore):
         if not os.path.isfile(marker):
             msg = f"{self.directory!r} is not a kvmemory JSONL store (no {_MARKER}); check the path. Nothing was created."
             raise StoreNotFoundError(msg)
-        self._lock_fd = self._open_lock(os.O_RDONLY)
+        try:
+            self._lock_fd = self._open_lock(os.O_RDONLY)
+        except FileNotFoundError:
+            # No lock file means no writer ever opened this copy; the marker stands in.
+            self._lock_fd = os.open(marker, os.O_RDONLY | _NOFOLLOW)
         try:
             with self._locked(exclusive=False):
                 self._version = self._read_marker()
@@ -233,7 +237,8 @@ class JSONLStore(BaseStore):
         try:
             return os.open(path, flags | _NOFOLLOW, 0o600)
         except OSError as exc:
-            raise _link_error(path, "lock file", exc) from exc
+            _refuse_link(path, "lock file", exc)
+            raise
 
     def _read_marker(self) -> int:
         path = os.path.join(self.directory, _MARKER)
@@ -283,7 +288,8 @@ class JSONLStore(BaseStore):
             self._logs.pop(session_id, None)
             return None
         except OSError as exc:
-            raise _link_error(path, "log", exc) from exc
+            _refuse_link(path, "log", exc)
+            raise
         try:
             size = os.fstat(fd).st_size
             log = self._logs.get(session_id)
@@ -676,20 +682,19 @@ def _record(seq: int, created: float, step: str | None, data: bytes, extra: byte
 def _read_file(path: str, what: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-    except FileNotFoundError:
-        raise
     except OSError as exc:
-        raise _link_error(path, what, exc) from exc
+        _refuse_link(path, what, exc)
+        raise
     with os.fdopen(fd, "rb") as stream:
         return stream.read()
 
 
-def _link_error(path: str, what: str, exc: OSError) -> OSError:
+def _refuse_link(path: str, what: str, exc: OSError) -> None:
+    """Raise a StoreError naming ``path`` if ``exc`` says it is a symbolic link (O_NOFOLLOW)."""
     if exc.errno == errno.ELOOP:
         msg = (
             f"The JSONL store {what} {path!r} is a symbolic link; kvmemory does not follow links "
             "inside a store (a link could point its writes at another file). Replace the link "
             "with the file itself."
         )
-        return StoreError(msg)
-    return exc
+        raise StoreError(msg) from exc
