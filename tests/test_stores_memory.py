@@ -260,3 +260,31 @@ def test_loading_a_file_keeps_the_stored_session(store_url: str, tmp_path: Any) 
         {"Step": 1, "action": "a"},
         {"Step": 2},
     ]
+
+
+def test_metadata_given_to_open_memory_comes_back_on_reopen(store_url: str) -> None:
+    """Metadata passed to open_memory is saved in the store and restored by a later open."""
+    with open_memory(store_url, "s", metadata={"user": "ann", "task": ("a", 1)}) as memory:
+        memory.add_memory_item(MemoryItem(step=1))
+    with open_memory(store_url, "s") as memory:
+        assert memory.metadata == {"user": "ann", "task": ("a", 1)}
+
+
+def test_metadata_assignment_and_save_metadata_write_through(store_url: str) -> None:
+    """Assigning metadata, or changing it in place then save_metadata(), reaches the store."""
+    with open_memory(store_url, "s") as memory:
+        memory.metadata = {"round": 1}
+    with open_memory(store_url, "s") as memory:
+        assert memory.metadata == {"round": 1}
+        memory.metadata["round"] = 2
+        memory.save_metadata()
+    with open_memory(store_url, "s") as memory:
+        assert memory.metadata == {"round": 2}
+
+
+def test_reload_rereads_metadata_another_handle_wrote(store_url: str) -> None:
+    """reload() picks up metadata another handle saved."""
+    with open_memory(store_url, "s", metadata={"v": 1}) as memory, open_store(store_url) as other:
+        other.set_metadata("s", {"v": 2})
+        memory.reload()
+        assert memory.metadata == {"v": 2}

@@ -218,7 +218,8 @@ def open_memory(
         callbacks: Run after each change as ``callback(memory, change)``.
         on_unencodable: The codec's policy for values JSON cannot hold.
         on_unknown_class: ``"base"`` reads items whose class is unknown as plain ``MemoryItem``.
-        metadata: Free-form data about the session.
+        metadata: Free-form data about the session, saved in the store; ``None``
+            (the default) keeps what the store holds.
 
     Returns:
         The memory, holding the session's items in their stored order.

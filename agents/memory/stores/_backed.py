@@ -182,7 +182,8 @@ class StoredMemory(Memory):
         callbacks: Run after each change as ``callback(memory, change)``.
         on_unencodable: The codec's policy for values JSON cannot hold.
         on_unknown_class: ``"base"`` reads items whose class is unknown as plain ``MemoryItem``.
-        metadata: Free-form data about the session (kept in RAM, saved by ``save``).
+        metadata: Free-form data about the session, saved in the store (replacing
+            what it held); ``None`` keeps the stored metadata.
         owns_store: Close the store when the memory is closed.
 
     Raises:
@@ -212,15 +213,19 @@ class StoredMemory(Memory):
         self._session = SessionWriter(store, sid, step_key, on_unencodable)
         self._on_unknown_class: OnUnknownClass = on_unknown_class
         self._owns_store = owns_store
+        self._metadata: dict[str, Any] = {}
+        self._opened = False  # until then, metadata assignments stay in RAM
         super().__init__(
             step_key=step_key,
             max_items=max_items,
             callbacks=callbacks,
             session_id=sid,
-            metadata=metadata,
             writer=self._session,
         )
+        if metadata is not None:
+            store.set_metadata(sid, metadata, step_key=step_key)
         self.reload()
+        self._opened = True
 
     # -- identity ---------------------------------------------------------------
 
@@ -234,6 +239,31 @@ class StoredMemory(Memory):
         if value != self._sid:
             msg = f"The session id of a stored memory is fixed ({self._sid!r}); open another session with open_memory(url, {value!r})."
             raise AttributeError(msg)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The session's metadata, as saved in the store.
+
+        Assigning a new dict writes it to the store before it takes effect
+        (loading a session file does the same with the file's metadata).
+        After changing the dict in place, call :meth:`save_metadata`.
+        """
+        return self._metadata
+
+    @metadata.setter
+    def metadata(self, value: Mapping[str, Any]) -> None:
+        if self._opened:
+            self.store.set_metadata(self._sid, value, step_key=self.step_key)
+        self._metadata = dict(value)
+
+    def save_metadata(self) -> None:
+        """Write :attr:`metadata` to the store (after changing the dict in place).
+
+        Raises:
+            SerializationError: if a value cannot be encoded; the store is unchanged.
+            StoreError: if the store cannot be written.
+        """
+        self.store.set_metadata(self._sid, self._metadata, step_key=self.step_key)
 
     @property
     def store(self) -> BaseStore:
@@ -304,16 +334,20 @@ class StoredMemory(Memory):
             return len(records)
 
     def reload(self) -> None:
-        """Replace the content with the session as the store holds it now (no callbacks run).
+        """Replace the content and metadata with the session as the store holds them now (no callbacks run).
 
         Raises:
             StoreError: if the store cannot be read.
             CorruptSessionError: if a stored item cannot be decoded; the memory is unchanged.
         """
         with self._lock:
+            info = self.store.session_info(self._sid)
             records = self._records(after=None)
             with self._session.already_stored(records):
                 self.load([record.item for record in records])
+            if info is not None:
+                self._metadata = info.metadata
+                self.created_at = info.created.isoformat()
 
     def close(self) -> None:
         """Close the store if this memory opened it (``open_memory`` with a URL)."""
