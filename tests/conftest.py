@@ -1,5 +1,8 @@
 """Store fixtures: a store URL per kind, and a throwaway PostgreSQL server.
 
+Also ``planted_module``: a module on ``sys.path`` that leaves a marker file
+when it is imported, for the tests that loading runs no code a file names.
+
 The PostgreSQL server is found through ``KVMEMORY_TEST_POSTGRES_URL`` (a
 server you run), or started here from the PostgreSQL binaries of the machine
 (``initdb`` and ``pg_ctl`` in ``/usr/lib/postgresql/*/bin``; ``scripts/test``
@@ -16,6 +19,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,6 +28,7 @@ from pathlib import Path
 import pytest
 
 STORE_KINDS = ("memory", "sqlite", "jsonl", "postgres")
+PLANTED = "this_module_does_not_exist_yet"
 
 
 def _find_bin(name: str) -> str | None:
@@ -150,3 +155,32 @@ def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str
         return str(request.getfixturevalue("postgres_url"))
 
     return make
+
+
+@pytest.fixture
+def planted_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Plant module ``this_module_does_not_exist_yet`` (``Cls``, ``Color``); return its marker path.
+
+    Importing the module writes the marker file, so a test can tell whether
+    loading imported it. The module and the item class it registers are
+    forgotten afterwards.
+    """
+    from agents.memory import _item
+
+    marker = tmp_path / "imported.marker"
+    folder = tmp_path / "planted"
+    folder.mkdir()
+    (folder / f"{PLANTED}.py").write_text(
+        "import enum, pathlib\n"
+        "from agents.memory import MemoryItem\n"
+        f"pathlib.Path({str(marker)!r}).write_text('imported')\n"
+        "class Cls(MemoryItem):\n"
+        "    step: int = 0\n"
+        "class Color(enum.Enum):\n"
+        "    RED = 'red'\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    yield marker
+    sys.modules.pop(PLANTED, None)
+    _item._CLASSES.pop(f"{PLANTED}:Cls", None)

@@ -8,6 +8,8 @@ import io
 import json
 import math
 import os
+import sys
+import types
 import uuid
 from decimal import Decimal
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 
 from agents.memory import (
     CorruptSessionError,
+    InvalidArgumentError,
     Memory,
     MemoryItem,
     SerializationError,
@@ -393,7 +396,8 @@ def test_unknown_tag_is_refused() -> None:
     """An unknown type tag raises and names the item."""
     bad = '[{"$kv": "item", "fields": {"x": {"$kv": "martian", "v": 1}}}]'
     with pytest.raises(
-        CorruptSessionError, match="item 0 of JSON input: Unknown type tag 'martian'"
+        CorruptSessionError,
+        match=r"item 0 of JSON input, at \$\.fields\.x: unknown type tag 'martian'",
     ):
         Memory.from_json(bad)
 
@@ -401,14 +405,17 @@ def test_unknown_tag_is_refused() -> None:
 def test_malformed_tag_payload_is_refused() -> None:
     """A tag with a broken payload raises CorruptSessionError, not a bare ValueError."""
     bad = '[{"$kv": "item", "fields": {"x": {"$kv": "date", "v": "yesterday"}}}]'
-    with pytest.raises(CorruptSessionError, match="Malformed 'date' value"):
+    with pytest.raises(CorruptSessionError, match="malformed 'date' value 'yesterday'"):
         Memory.from_json(bad)
 
 
 def test_unknown_item_class_is_refused() -> None:
-    """A class path that does not import raises and says what to import."""
+    """A class this process does not define raises and says what to import."""
     bad = '[{"$kv": "item", "class": "nowhere.module:Thing", "fields": {}}]'
-    with pytest.raises(CorruptSessionError, match="cannot be imported"):
+    with pytest.raises(
+        CorruptSessionError,
+        match=r"'nowhere\.module:Thing' .* is not defined in this process; import the module",
+    ):
         Memory.from_json(bad)
 
 
@@ -423,7 +430,7 @@ def test_non_item_class_is_refused() -> None:
     """A class path naming something that is not a MemoryItem is refused."""
     bad = '[{"$kv": "item", "class": "builtins:dict", "fields": {}}]'
     with pytest.raises(CorruptSessionError, match="not a MemoryItem subclass"):
-        Memory.from_json(bad)
+        Memory.from_json(bad, trusted_import=True)
 
 
 def test_document_without_format_is_refused() -> None:
@@ -553,7 +560,7 @@ def test_float_tag_with_other_text_is_refused() -> None:
 def test_malformed_class_path_is_refused() -> None:
     """A class path without a colon is refused."""
     with pytest.raises(CorruptSessionError, match="not of the form 'module:QualName'"):
-        Memory.from_json('[{"$kv":"item","class":"nocolon","fields":{}}]')
+        Memory.from_json('[{"$kv":"item","class":"nocolon","fields":{}}]', trusted_import=True)
 
 
 def test_unknown_item_marker_is_refused() -> None:
@@ -678,3 +685,117 @@ def test_item_from_json_decodes_tags_in_ufo_json() -> None:
     """MemoryItem.from_json of to_json decodes the tags written in place."""
     item = MemoryItem(step=1, when=dt.date(2024, 1, 2))
     assert MemoryItem.from_json(item.to_json()) == item
+
+
+# -- loading runs no code -----------------------------------------------------
+
+PLANTED_ITEM = '[{"$kv":"item","class":"this_module_does_not_exist_yet:Cls","fields":{"step":1}}]'
+PLANTED_ENUM = (
+    '[{"$kv":"item","fields":{"step":1,'
+    '"color":{"$kv":"enum","cls":"this_module_does_not_exist_yet:Color","v":"red"}}}]'
+)
+
+
+def test_item_class_of_unimported_module_is_not_imported(
+    planted_module: Path, tmp_path: Path
+) -> None:
+    """A session naming a class of a module the process never imported raises and imports nothing."""
+    path = tmp_path / "run.json"
+    path.write_text(PLANTED_ITEM, encoding="utf-8")
+    with pytest.raises(
+        CorruptSessionError,
+        match=r"'this_module_does_not_exist_yet:Cls' named by item 0 of Session file .* is not defined in this process",
+    ):
+        Memory.from_file(path)
+    assert not planted_module.exists()
+
+
+def test_item_class_of_unimported_module_loads_as_base_without_import(
+    planted_module: Path,
+) -> None:
+    """on_unknown_class="base" loads the fields of an unknown class without importing its module."""
+    memory = Memory.from_json(PLANTED_ITEM, on_unknown_class="base")
+    assert memory.content == [MemoryItem(step=1)]
+    assert not planted_module.exists()
+
+
+def test_trusted_import_imports_the_item_class(planted_module: Path) -> None:
+    """trusted_import=True imports the module a session names and loads the item as its class."""
+    memory = Memory.from_json(PLANTED_ITEM, trusted_import=True)
+    assert planted_module.exists()
+    assert type(memory[0]).__qualname__ == "Cls"
+
+
+def test_enum_class_of_unimported_module_is_not_imported(planted_module: Path) -> None:
+    """An enum tag naming a class of a module the process never imported raises and imports nothing."""
+    with pytest.raises(
+        CorruptSessionError,
+        match=r"at \$\.fields\.color: enum class 'this_module_does_not_exist_yet:Color' is not defined",
+    ):
+        Memory.from_json(PLANTED_ENUM)
+    assert not planted_module.exists()
+
+
+def test_enum_of_unknown_class_loads_as_its_value_under_base(planted_module: Path) -> None:
+    """on_unknown_class="base" gives an enum member of an unknown class as its plain value."""
+    memory = Memory.from_json(PLANTED_ENUM, on_unknown_class="base")
+    assert memory[0]["color"] == "red"
+    assert not planted_module.exists()
+
+
+def test_trusted_import_imports_the_enum_class(planted_module: Path) -> None:
+    """trusted_import=True imports the module an enum tag names."""
+    memory = Memory.from_json(PLANTED_ENUM, trusted_import=True)
+    assert planted_module.exists()
+    color = memory[0]["color"]
+    assert isinstance(color, enum.Enum)
+    assert color.value == "red"
+
+
+def test_jsonl_stream_does_not_import(planted_module: Path) -> None:
+    """A JSONL stream naming an unimported module's class raises and imports nothing."""
+    line = PLANTED_ITEM[1:-1].encode() + b"\n"
+    with pytest.raises(CorruptSessionError, match="line 1 of JSONL input"):
+        Memory.read_jsonl(io.BytesIO(line))
+    assert not planted_module.exists()
+
+
+def test_stdlib_program_module_is_not_run_on_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class path naming a stdlib module that runs code on import ('this' prints) imports nothing."""
+    monkeypatch.delitem(sys.modules, "this", raising=False)
+    data = '[{"$kv":"item","class":"this:Zen","fields":{}}]'
+    assert Memory.from_json(data, on_unknown_class="base").content == [MemoryItem()]
+    assert "this" not in sys.modules
+
+
+def test_enum_lookup_does_not_call_module_getattr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding an enum class in an imported module never runs the module's __getattr__."""
+    module = types.ModuleType("kv_lazy_module")
+    called: list[str] = []
+
+    def lazy(name: str) -> Any:
+        called.append(name)
+        raise AttributeError(name)
+
+    module.__getattr__ = lazy  # type: ignore[method-assign]  # PEP 562 module hook
+    monkeypatch.setitem(sys.modules, "kv_lazy_module", module)
+    data = '[{"$kv":"item","fields":{"c":{"$kv":"enum","cls":"kv_lazy_module:Color","v":1}}}]'
+    with pytest.raises(CorruptSessionError, match="is not defined in this process"):
+        Memory.from_json(data)
+    assert called == []
+
+
+def test_enum_of_an_imported_module_loads_without_registration() -> None:
+    """An enum class of a module the process imported is found by name, without importing."""
+    data = '[{"$kv":"item","fields":{"c":{"$kv":"enum","cls":"http:HTTPStatus","v":404}}}]'
+    import http
+
+    assert Memory.from_json(data)[0]["c"] is http.HTTPStatus.NOT_FOUND
+
+
+def test_unknown_on_unknown_class_option_is_refused() -> None:
+    """An on_unknown_class other than "error" or "base" is a named argument error."""
+    with pytest.raises(InvalidArgumentError, match="on_unknown_class must be 'error' or 'base'"):
+        Memory.from_json("[]", on_unknown_class="skip")  # type: ignore[arg-type]  # the wrong value under test

@@ -522,15 +522,15 @@ def test_none_hint_accepts_only_none() -> None:
         Empty(nothing=1)
 
 
-def test_typed_class_found_by_import_in_new_registry() -> None:
-    """A typed class found by import (not registered in this process under that path) loads."""
+def test_typed_class_found_by_trusted_import() -> None:
+    """With trusted_import, a typed class not registered under that path is found by import."""
     from agents.memory._item import _CLASSES, item_class
 
     path = StepRecord._class_path
     assert path is not None
     saved = _CLASSES.pop(path)
     try:
-        assert item_class(path) is StepRecord
+        assert item_class(path, trusted_import=True) is StepRecord
     finally:
         _CLASSES[path] = saved
 

@@ -17,7 +17,12 @@ from typing import IO, Any, Final
 from agents.agent._replay import replay as _replay
 from agents.memory._item import MemoryItem
 from agents.memory.blackboard import Blackboard
-from agents.memory.exceptions import CallbackError, FieldNotFoundError
+from agents.memory.exceptions import (
+    ArgumentTypeError,
+    CallbackError,
+    FieldNotFoundError,
+    InvalidArgumentError,
+)
 from agents.memory.memory import Memory
 from agents.memory.prompt import (
     DEFAULT_IMAGE_KEYS,
@@ -73,7 +78,7 @@ class BasicAgent:
     ) -> None:
         if not (isinstance(step_class, type) and issubclass(step_class, MemoryItem)):
             msg = f"step_class must be a MemoryItem subclass, got {step_class!r}."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         self.name = name
         self._memory = memory if memory is not None else Memory(step_key=step_key)
         self._blackboard = blackboard
@@ -118,7 +123,7 @@ class BasicAgent:
     def step(self, value: int) -> None:
         if type(value) is not int or value < 0:
             msg = f"step must be an int >= 0, got {value!r}."
-            raise ValueError(msg)
+            raise InvalidArgumentError(msg)
         self._step = value
 
     @property
@@ -134,7 +139,7 @@ class BasicAgent:
         """Append an item to the agent's memory (no step number, no callbacks).
 
         Raises:
-            TypeError: if ``memory_item`` is not a ``MemoryItem``.
+            ArgumentTypeError: if ``memory_item`` is not a ``MemoryItem``.
         """
         self._memory.add_memory_item(memory_item)
 
@@ -153,7 +158,7 @@ class BasicAgent:
         next recorded step does not reuse a number.
 
         Raises:
-            TypeError: naming the position of an element that is not a dict.
+            ArgumentTypeError: naming the position of an element that is not a dict.
         """
         self._memory.from_list_of_dicts(data)
         steps = [s for s in self._memory.steps() if type(s) is int]
@@ -186,7 +191,7 @@ class BasicAgent:
         else:
             if not isinstance(item, MemoryItem):
                 msg = f"record_step() takes a MemoryItem or fields, got {type(item).__name__}."
-                raise TypeError(msg)
+                raise ArgumentTypeError(msg)
             item.add_values_from_dict(fields)
             if self._step_key not in item:
                 item.set_value(self._step_key, step)
@@ -217,7 +222,7 @@ class BasicAgent:
             The added items.
 
         Raises:
-            TypeError: naming an element that is neither a dict nor an item; nothing is added.
+            ArgumentTypeError: naming an element that is neither a dict nor an item; nothing is added.
         """
         items: list[MemoryItem] = []
         for position, record in enumerate(records):
@@ -227,7 +232,7 @@ class BasicAgent:
                 item = MemoryItem.from_mapping(record)
             else:
                 msg = f"Context element {position} is a {type(record).__name__}, not a dict or MemoryItem; nothing was added."
-                raise TypeError(msg)
+                raise ArgumentTypeError(msg)
             item.add_values_from_dict(common)
             items.append(item)
         self._memory.add_memory_items(items)
@@ -301,11 +306,11 @@ def drop_old_images(
         image_keys: The fields that hold image paths or URLs.
 
     Raises:
-        ValueError: if ``keep`` is negative.
+        InvalidArgumentError: if ``keep`` is negative.
     """
     if type(keep) is not int or keep < 0:
         msg = f"keep must be an int >= 0, got {keep!r}."
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
 
     # Items more than (new items + last call's kept items) from the end were
     # handled by an earlier call. When the memory shrank, everything is read.

@@ -29,30 +29,43 @@ import contextlib
 import datetime as dt
 import enum
 import importlib
+import inspect
 import json
 import os
 import pathlib
+import re
+import sys
 import tempfile
+import types
 import uuid
 import zoneinfo
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
-from typing import IO, Any, Final, Literal
+from typing import IO, Any, Final, Literal, NoReturn
 
 import orjson
 
 from agents.memory.exceptions import (
+    AgentMemoryError,
+    ArgumentTypeError,
     CorruptSessionError,
+    InvalidArgumentError,
+    MissingDependencyError,
     SerializationError,
     UnsupportedVersionError,
+    missing_dependency,
 )
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "MAX_DEPTH",
     "TAG",
     "OnUnencodable",
+    "OnUnknownClass",
     "atomic_write",
+    "check_on_unknown_class",
+    "decode_fields",
     "decode_session",
     "decode_value",
     "dumps",
@@ -61,6 +74,8 @@ __all__ = [
     "encode_fields",
     "encode_value",
     "envelope",
+    "file_path",
+    "find_class",
     "is_plain",
     "iter_jsonl",
     "loads",
@@ -69,6 +84,13 @@ __all__ = [
 
 OnUnencodable = Literal["error", "repr", "drop"]
 """What to do with a value the codec cannot encode: raise, write ``repr()``, or drop the field."""
+
+OnUnknownClass = Literal["error", "base"]
+"""What loading does with a class the process does not know: raise, or load without it.
+
+``"base"`` loads an item of an unknown class as a plain ``MemoryItem`` and an
+enum member of an unknown class as its plain value.
+"""
 
 TAG: Final = "$kv"
 FORMAT_NAME: Final = "kvmemory.session"
@@ -85,13 +107,24 @@ _TEXT_SCALARS: Final = frozenset({str, bool, type(None)})
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 _POLICIES: Final = ("error", "repr", "drop")
+MAX_DEPTH: Final = 255
+"""The deepest nesting of JSON arrays and objects the codec writes or reads in one value.
+
+orjson refuses to write JSON nested deeper than 255 levels, so nothing deeper
+can have been written by kvmemory; refusing it on reading keeps decoding
+clear of Python's recursion limit.
+"""
+# At most this many elements of one set, frozenset or dict tag may share a hash.
+# Distinct values with one hash make building the set quadratic (hash flooding:
+# ints k * (2**61 - 1) all hash to 0); real data never has more than a few.
+_MAX_SAME_HASH: Final = 32
 
 
 def _refuse(value: Any) -> Any:
     # Reached only when a caller hands orjson something encode_value did not
     # prepare; the per-field encoder reports such values with their key first.
     msg = f"Cannot encode a value of type {_type_name(value)} as JSON."
-    raise TypeError(msg)
+    raise SerializationError(msg)
 
 
 def dumps(obj: Any) -> bytes:
@@ -106,6 +139,9 @@ def dumps(obj: Any) -> bytes:
         if "64-bit" in str(exc):
             msg = "An integer does not fit in 64 bits; encode the items with walk=True to tag it."
             raise IntegerOutOfRange(msg) from exc
+        if "Recursion" in str(exc):
+            msg = f"A value is nested too deeply to encode as JSON (at most {MAX_DEPTH} levels can be written); flatten it."
+            raise SerializationError(msg) from exc
         raise SerializationError(str(exc)) from exc
 
 
@@ -150,23 +186,55 @@ def class_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def import_class(path: str) -> Any:
-    """Import the object named by a ``"module:qualname"`` path.
+def _split_class_path(path: str, where: str) -> tuple[str, list[str]]:
+    module_name, _, qualname = path.partition(":")
+    if not module_name or not qualname:
+        msg = f"Class path {path!r} named by {where} is not of the form 'module:QualName'; nothing was loaded."
+        raise CorruptSessionError(msg)
+    return module_name, qualname.split(".")
+
+
+def import_class(path: str, *, where: str = "the session") -> Any:
+    """Import the module named by a ``"module:qualname"`` path and return the object it names.
+
+    This runs the module's code: it is only called for input the caller
+    declared trusted (``trusted_import=True``).
 
     Raises:
         CorruptSessionError: if the path is malformed or does not import.
     """
-    module_name, _, qualname = path.partition(":")
-    if not module_name or not qualname:
-        msg = f"Class path {path!r} is not of the form 'module:QualName'."
-        raise CorruptSessionError(msg)
+    module_name, parts = _split_class_path(path, where)
     try:
         obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
+        for part in parts:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
-        msg = f"Class {path!r} named in the session cannot be imported ({exc}); import the module that defines it first."
+        msg = f"Class {path!r} named by {where} cannot be imported ({exc}); nothing was loaded."
         raise CorruptSessionError(msg) from exc
+    return obj
+
+
+def find_class(path: str, *, where: str = "the session") -> Any:
+    """Return the object a ``"module:qualname"`` path names in a module already imported, or ``None``.
+
+    Nothing is imported and no code runs: the module must already be in
+    ``sys.modules`` as a plain module, and each name is looked up statically
+    (``inspect.getattr_static``: no module ``__getattr__``, no descriptors,
+    no lazy-loading proxies). A class a program uses is defined by a module
+    it has imported, so this finds every class a process could have written
+    into a session, and nothing a file could name to make the process run code.
+
+    Raises:
+        CorruptSessionError: if the path is malformed.
+    """
+    module_name, parts = _split_class_path(path, where)
+    obj: Any = sys.modules.get(module_name)
+    if type(obj) is not types.ModuleType:
+        return None
+    for part in parts:
+        obj = inspect.getattr_static(obj, part, None)
+        if obj is None:
+            return None
     return obj
 
 
@@ -191,7 +259,7 @@ class _Encoder:
             return value
         if cls is int:
             # orjson writes 64-bit integers; larger ones keep their digits in a tag.
-            return value if _INT_MIN <= value <= _INT_MAX else self.tag("int", str(value))
+            return value if _INT_MIN <= value <= _INT_MAX else self.tag("int", self.digits(value))
         if cls is float:
             # x - x is 0.0 for every finite float and NaN for NaN and both infinities.
             return value if value - value == 0.0 else self.tag("float", repr(value))
@@ -238,17 +306,32 @@ class _Encoder:
                 return encoder(self, value)
         return self.unencodable(value, "")
 
+    def where(self) -> str:
+        where = "A value" if self.key is None else f"Field {self.key!r}"
+        if self.step is not None:
+            where += f" of step {self.step!r}"
+        return where
+
+    def digits(self, value: int) -> str:
+        try:
+            return str(value)
+        except ValueError as exc:
+            # Python refuses to write ints of more than sys.get_int_max_str_digits() digits.
+            msg = (
+                f"{self.where()} holds an integer of about {value.bit_length() * 3 // 10} digits, "
+                f"more than the {sys.get_int_max_str_digits()} Python converts to text; "
+                "store it as bytes, or raise the limit with sys.set_int_max_str_digits()."
+            )
+            raise SerializationError(msg) from exc
+
     def unencodable(self, value: Any, why: str) -> Any:
         if self.policy == "repr":
             return repr(value)
         if self.policy == "drop":
             raise _DropField
-        where = "A value" if self.key is None else f"Field {self.key!r}"
-        if self.step is not None:
-            where += f" of step {self.step!r}"
         reason = f"; {why}" if why else ""
         msg = (
-            f"{where} cannot be encoded as JSON (got {_type_name(value)}{reason}); "
+            f"{self.where()} cannot be encoded as JSON (got {_type_name(value)}{reason}); "
             'store a path, text or bytes instead, or pass on_unencodable="repr" or "drop".'
         )
         raise SerializationError(msg)
@@ -268,14 +351,6 @@ def _encode_datetime(enc: _Encoder, value: dt.datetime) -> Any:
             extra["fold"] = 1
         return enc.tag("datetime", value.replace(tzinfo=None).isoformat(), **extra)
     return enc.tag("datetime", value.isoformat())
-
-
-def _decode_datetime(obj: dict[str, Any]) -> dt.datetime:
-    value = dt.datetime.fromisoformat(obj["v"])
-    zone = obj.get("tz")
-    if zone is None:
-        return value
-    return value.replace(tzinfo=zoneinfo.ZoneInfo(zone), fold=obj.get("fold", 0))
 
 
 def _encode_path(enc: _Encoder, value: pathlib.PurePath) -> Any:
@@ -347,7 +422,7 @@ def encode_value(value: Any, *, on_unencodable: OnUnencodable = "error") -> Any:
 def _check_policy(policy: str) -> None:
     if policy not in _POLICIES:
         msg = f"on_unencodable must be one of 'error', 'repr' or 'drop', got {policy!r}."
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
 
 
 def is_plain(fields: Mapping[str, Any]) -> bool:
@@ -395,6 +470,9 @@ def encode_fields(
             out[key] = enc.encode(value)
         except _DropField:
             continue
+        except RecursionError as exc:
+            msg = f"{enc.where()} is nested too deeply to encode as JSON (at most {MAX_DEPTH} levels can be written); flatten it."
+            raise SerializationError(msg) from exc
     if class_name is None and not enc.tagged and TAG not in fields:
         return out
     wrapped: dict[str, Any] = {TAG: "item", "fields": out}
@@ -514,129 +592,454 @@ def _ufo_fields(
 # -- decoding values ----------------------------------------------------------
 
 
-def _decode_ndarray(obj: dict[str, Any]) -> Any:
-    try:
-        import numpy as np
-    except ImportError as exc:  # pragma: no cover - numpy is installed wherever tests run
-        from agents.memory.exceptions import missing_dependency
+class _Bad(Exception):
+    """Internal: a value cannot be decoded; carries the JSON path, built on the way out."""
 
-        raise missing_dependency("numpy", "numpy") from exc
-    raw = base64.b64decode(obj["v"])
-    return np.frombuffer(raw, dtype=np.dtype(obj["dtype"])).reshape(obj["shape"]).copy()
+    def __init__(self, message: str, error: type[AgentMemoryError] = CorruptSessionError) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error = error
+        self.path: list[str] = []
 
-
-def _decode_npscalar(obj: dict[str, Any]) -> Any:
-    import numpy as np
-
-    return np.dtype(obj["dtype"]).type(decode_value(obj["v"]))
-
-
-def _decode_enum(obj: dict[str, Any]) -> Any:
-    cls = import_class(obj["cls"])
-    if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
-        msg = f"Class {obj['cls']!r} named in an enum tag is not an Enum."
-        raise CorruptSessionError(msg)
-    return cls(decode_value(obj["v"]))
+    def raise_for(self, where: str) -> NoReturn:
+        segments = self.path[::-1]
+        if len(segments) > 16:
+            segments = [*segments[:8], "...", *segments[-8:]]
+        path = "$" + "".join(segments)
+        msg = f"{where}, at {path}: {self.message}; nothing was loaded."
+        raise self.error(msg) from self.__cause__
 
 
-def _decode_path(obj: dict[str, Any]) -> Any:
+def _key_segment(key: Any) -> str:
+    text = key if type(key) is str else repr(key)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    if text.isidentifier():
+        return f".{text}"
+    return f"[{orjson.dumps(text).decode()}]"
+
+
+def _bad_payload(tag: str, expected: str, got: Any) -> _Bad:
+    shown = repr(got)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return _Bad(f"the {tag!r} tag holds {shown}, expected {expected}")
+
+
+# What a failing tag decoder raises on malformed payloads: wrong types reach
+# the builtin constructors (TypeError, AttributeError), bad text (ValueError,
+# decimal.InvalidOperation is an ArithmeticError), numbers out of range
+# (OverflowError), missing keys and short lists (LookupError).
+_PAYLOAD_ERRORS: Final = (TypeError, ValueError, ArithmeticError, LookupError, AttributeError)
+
+
+class _Decoder:
+    """Walks one decoded JSON value, turning type tags back into values.
+
+    Classes named by enum tags are found by :func:`find_class` (modules
+    already imported), or imported only when ``trusted_import`` is set.
+    """
+
+    __slots__ = ("depth", "on_unknown_class", "trusted_import")
+
+    def __init__(self, *, on_unknown_class: OnUnknownClass, trusted_import: bool) -> None:
+        check_on_unknown_class(on_unknown_class)
+        self.on_unknown_class = on_unknown_class
+        self.trusted_import = trusted_import
+        self.depth = 0
+
+    def value(self, obj: Any) -> Any:
+        cls = type(obj)
+        if cls is list:
+            if _SCALARS_AND_FLOAT.issuperset(map(type, obj)):
+                return obj
+            return self.elements(obj, "")
+        if cls is not dict:
+            return obj
+        self.enter()
+        tag = obj.get(TAG)
+        if tag is None:
+            out = {}
+            for key, item in obj.items():
+                try:
+                    out[key] = self.value(item)
+                except _Bad as bad:
+                    bad.path.append(_key_segment(key))
+                    raise
+        else:
+            out = self.tagged(tag, obj)
+        self.depth -= 1
+        return out
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            msg = f"values are nested deeper than the {MAX_DEPTH} levels kvmemory can write"
+            raise _Bad(msg)
+
+    def elements(self, obj: Any, prefix: str) -> list[Any]:
+        """Decode a list, naming ``prefix[i]`` of a failing element."""
+        self.enter()
+        out = []
+        for index, item in enumerate(obj):
+            try:
+                out.append(self.value(item))
+            except _Bad as bad:
+                bad.path.append(f"{prefix}[{index}]")
+                raise
+        self.depth -= 1
+        return out
+
+    def tagged(self, tag: Any, obj: dict[str, Any]) -> Any:
+        decoder = _DECODERS.get(tag) if type(tag) is str else None
+        if decoder is None:
+            msg = f"unknown type tag {tag!r}; the session was written by another library or a newer kvmemory"
+            raise _Bad(msg)
+        if "v" not in obj:
+            raise _Bad(f"the {tag!r} tag has no 'v' payload")
+        try:
+            return decoder(self, obj)
+        except _Bad:
+            raise
+        except RecursionError as exc:
+            bad = _Bad(f"values are nested deeper than this call stack can decode ({exc})")
+            raise bad from exc
+        except _PAYLOAD_ERRORS as exc:
+            shown = repr(obj.get("v"))
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            bad = _Bad(f"malformed {tag!r} value {shown} ({type(exc).__name__}: {exc})")
+            raise bad from exc
+
+    def payload(self, obj: dict[str, Any], tag: str, kind: type, expected: str) -> Any:
+        payload = obj["v"]
+        if type(payload) is not kind:
+            raise _bad_payload(tag, expected, payload)
+        return payload
+
+    def sequence(self, obj: dict[str, Any], tag: str) -> list[Any]:
+        return self.elements(self.payload(obj, tag, list, "a list of elements"), ".v")
+
+    def hashed(self, values: list[Any], tag: str) -> list[Any]:
+        """Return ``values`` once it is safe to hash them into a set or dict.
+
+        Counting equal hashes is linear (the counts are keyed by the hash ints
+        themselves), while building a set of many distinct values with one
+        hash is quadratic; such input is refused before the set is built.
+        """
+        counts: dict[int, int] = {}
+        for value in values:
+            code = hash(value)
+            seen = counts.get(code, 0) + 1
+            if seen > _MAX_SAME_HASH:
+                msg = (
+                    f"the {tag!r} tag holds more than {_MAX_SAME_HASH} elements with the same hash, "
+                    "which real data does not; refused as a hash-flooding input"
+                )
+                raise _Bad(msg)
+            counts[code] = seen
+        return values
+
+    def dict_pairs(self, obj: dict[str, Any]) -> dict[Any, Any]:
+        pairs = self.payload(obj, "dict", list, "a list of [key, value] pairs")
+        self.enter()
+        self.enter()
+        keys: list[Any] = []
+        values: list[Any] = []
+        for index, pair in enumerate(pairs):
+            if type(pair) is not list or len(pair) != 2:
+                bad = _bad_payload("dict", "a [key, value] pair", pair)
+                bad.path.append(f".v[{index}]")
+                raise bad
+            for position, target in enumerate((keys, values)):
+                try:
+                    target.append(self.value(pair[position]))
+                except _Bad as bad:
+                    bad.path.append(f".v[{index}][{position}]")
+                    raise
+        self.depth -= 2
+        return dict(zip(self.hashed(keys, "dict"), values, strict=True))
+
+    def enum(self, obj: dict[str, Any]) -> Any:
+        path = obj.get("cls")
+        if type(path) is not str:
+            raise _bad_payload("enum", "a class path in 'cls'", path)
+        value = self.value(obj["v"])
+        try:
+            cls = (import_class if self.trusted_import else find_class)(path, where="an enum tag")
+        except CorruptSessionError as exc:
+            raise _Bad(str(exc).removesuffix("; nothing was loaded.")) from exc
+        if cls is None:
+            if self.on_unknown_class == "base":
+                return value
+            msg = (
+                f"enum class {path!r} is not defined in this process; import the module that "
+                "defines it before loading, pass on_unknown_class='base' to load the plain value, "
+                "or pass trusted_import=True to import it by name (only for input you trust)"
+            )
+            raise _Bad(msg)
+        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+            raise _Bad(f"class {path!r} named in an enum tag is not an Enum")
+        return cls(value)
+
+    def numpy(self, tag: str) -> Any:
+        try:
+            import numpy as np
+        except ImportError as exc:
+            error = missing_dependency("numpy", "numpy")
+            bad = _Bad(f"the {tag!r} tag needs numpy: {error}", MissingDependencyError)
+            raise bad from exc
+        return np
+
+    def dtype(self, np: Any, obj: dict[str, Any], tag: str) -> Any:
+        text = obj.get("dtype")
+        if type(text) is not str or not _DTYPE.fullmatch(text):
+            raise _bad_payload(tag, "a numpy dtype string such as '<f8'", text)
+        dtype = np.dtype(text)
+        if dtype.hasobject:
+            raise _bad_payload(tag, "a dtype that is not 'object'", text)
+        return dtype
+
+    def ndarray(self, obj: dict[str, Any]) -> Any:
+        np = self.numpy("ndarray")
+        dtype = self.dtype(np, obj, "ndarray")
+        raw = base64.b64decode(self.payload(obj, "ndarray", str, "base64 text"), validate=True)
+        shape = obj.get("shape")
+        if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+            raise _bad_payload("ndarray", "a shape of ints >= 0", shape)
+        count = 1
+        for n in shape:
+            count *= n
+        # The array is made from the bytes given, so it can be no larger than
+        # the input; a shape or dtype claiming more is refused before numpy sees it.
+        if dtype.itemsize == 0 or count * dtype.itemsize != len(raw):
+            msg = f"the 'ndarray' tag's shape {shape} and dtype {dtype.str} do not match its {len(raw)} bytes"
+            raise _Bad(msg)
+        return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape).copy()
+
+    def npscalar(self, obj: dict[str, Any]) -> Any:
+        np = self.numpy("npscalar")
+        dtype = self.dtype(np, obj, "npscalar")
+        value = self.value(obj["v"])
+        if dtype.kind in "SUV":
+            # Flexible types allocate their declared size: it must fit the value given.
+            if type(value) not in (str, bytes) or dtype.itemsize > 4 * len(value):
+                raise _bad_payload("npscalar", f"a value that fills dtype {dtype.str}", value)
+        elif dtype.itemsize > 16 or type(value) not in _NPSCALAR_VALUES:
+            raise _bad_payload("npscalar", f"a number, text or date for dtype {dtype.str}", value)
+        return dtype.type(value)
+
+
+def check_on_unknown_class(value: Any) -> None:
+    """Refuse an ``on_unknown_class`` other than ``"error"`` or ``"base"``.
+
+    Raises:
+        InvalidArgumentError: naming the value given.
+    """
+    if value not in ("error", "base"):
+        msg = f"on_unknown_class must be 'error' or 'base', got {value!r}."
+        raise InvalidArgumentError(msg)
+
+
+# What numpy dtype.str looks like: byte order, kind, item size, datetime unit.
+_DTYPE: Final = re.compile(r"[<>|=]?[a-zA-Z?]\d{0,9}(\[\d{0,9}[a-zA-Z]{1,3}\])?")
+_NPSCALAR_VALUES: Final = frozenset(
+    {bool, int, float, complex, str, bytes, dt.datetime, dt.date, dt.timedelta, type(None)}
+)
+
+
+def _decode_datetime(dec: _Decoder, obj: dict[str, Any]) -> dt.datetime:
+    value = dt.datetime.fromisoformat(dec.payload(obj, "datetime", str, "ISO 8601 text"))
+    zone = obj.get("tz")
+    if zone is None:
+        return value
+    fold = obj.get("fold", 0)
+    if type(zone) is not str or fold not in (0, 1):
+        raise _bad_payload("datetime", "a zone name in 'tz' and a 'fold' of 0 or 1", obj)
+    return value.replace(tzinfo=zoneinfo.ZoneInfo(zone), fold=fold)
+
+
+def _decode_path(dec: _Decoder, obj: dict[str, Any]) -> Any:
+    text = dec.payload(obj, "path", str, "the path as text")
     flavor = obj.get("flavor", "Path")
-    cls = {
-        "Path": pathlib.Path,
-        "PurePath": pathlib.PurePath,
-        "PurePosixPath": pathlib.PurePosixPath,
-        "PureWindowsPath": pathlib.PureWindowsPath,
-    }[flavor]
-    return cls(obj["v"])
+    cls = _PATH_CLASSES.get(flavor) if type(flavor) is str else None
+    if cls is None:
+        raise _bad_payload("path", f"a flavor among {list(_PATH_CLASSES)}", obj.get("flavor"))
+    return cls(text)
 
 
-def _decode_float(obj: dict[str, Any]) -> float:
+def _decode_float(dec: _Decoder, obj: dict[str, Any]) -> float:
     text = obj["v"]
     if text not in ("nan", "inf", "-inf"):
-        msg = f"Float tag holds {text!r}; expected 'nan', 'inf' or '-inf'."
-        raise CorruptSessionError(msg)
+        raise _bad_payload("float", "'nan', 'inf' or '-inf'", text)
     return float(text)
 
 
-_DECODERS: Final[dict[str, Callable[[dict[str, Any]], Any]]] = {
+def _decode_int(dec: _Decoder, obj: dict[str, Any]) -> int:
+    text = dec.payload(obj, "int", str, "decimal digits as text")
+    if not _INT_TEXT.fullmatch(text):
+        raise _bad_payload("int", "decimal digits as text", text)
+    return int(text)
+
+
+def _decode_timedelta(dec: _Decoder, obj: dict[str, Any]) -> dt.timedelta:
+    parts = dec.payload(obj, "timedelta", list, "[days, seconds, microseconds]")
+    if len(parts) != 3 or not all(type(n) is int for n in parts):
+        raise _bad_payload("timedelta", "[days, seconds, microseconds] as ints", parts)
+    return dt.timedelta(days=parts[0], seconds=parts[1], microseconds=parts[2])
+
+
+def _decode_complex(dec: _Decoder, obj: dict[str, Any]) -> complex:
+    parts = dec.sequence(obj, "complex")
+    if len(parts) != 2 or not all(type(n) in (int, float) for n in parts):
+        raise _bad_payload("complex", "[real, imag] as numbers", obj["v"])
+    return complex(parts[0], parts[1])
+
+
+def _decode_base64(dec: _Decoder, obj: dict[str, Any]) -> bytes:
+    return base64.b64decode(dec.payload(obj, obj[TAG], str, "base64 text"), validate=True)
+
+
+def _text(tag: str, parse: Callable[[str], Any]) -> Callable[[_Decoder, dict[str, Any]], Any]:
+    """Return a decoder for a tag whose payload is one string."""
+    return lambda dec, obj: parse(dec.payload(obj, tag, str, "text"))
+
+
+_INT_TEXT: Final = re.compile(r"-?[0-9]+")
+_PATH_CLASSES: Final[dict[str, type[pathlib.PurePath]]] = {
+    "Path": pathlib.Path,
+    "PurePath": pathlib.PurePath,
+    "PurePosixPath": pathlib.PurePosixPath,
+    "PureWindowsPath": pathlib.PureWindowsPath,
+}
+
+_DECODERS: Final[dict[str, Callable[[_Decoder, dict[str, Any]], Any]]] = {
     "float": _decode_float,
-    "int": lambda o: int(o["v"]),
-    "tuple": lambda o: tuple(decode_value(x) for x in o["v"]),
-    "set": lambda o: {decode_value(x) for x in o["v"]},
-    "frozenset": lambda o: frozenset(decode_value(x) for x in o["v"]),
-    "dict": lambda o: {decode_value(k): decode_value(v) for k, v in o["v"]},
-    "bytes": lambda o: base64.b64decode(o["v"], validate=True),
-    "bytearray": lambda o: bytearray(base64.b64decode(o["v"], validate=True)),
+    "int": _decode_int,
+    "tuple": lambda dec, o: tuple(dec.sequence(o, "tuple")),
+    "set": lambda dec, o: set(dec.hashed(dec.sequence(o, "set"), "set")),
+    "frozenset": lambda dec, o: frozenset(dec.hashed(dec.sequence(o, "frozenset"), "frozenset")),
+    "dict": lambda dec, o: dec.dict_pairs(o),
+    "bytes": _decode_base64,
+    "bytearray": lambda dec, o: bytearray(_decode_base64(dec, o)),
     "datetime": _decode_datetime,
-    "date": lambda o: dt.date.fromisoformat(o["v"]),
-    "time": lambda o: dt.time.fromisoformat(o["v"]),
-    "timedelta": lambda o: dt.timedelta(days=o["v"][0], seconds=o["v"][1], microseconds=o["v"][2]),
-    "uuid": lambda o: uuid.UUID(o["v"]),
-    "decimal": lambda o: Decimal(o["v"]),
-    "complex": lambda o: complex(decode_value(o["v"][0]), decode_value(o["v"][1])),
+    "date": _text("date", dt.date.fromisoformat),
+    "time": _text("time", dt.time.fromisoformat),
+    "timedelta": _decode_timedelta,
+    "uuid": _text("uuid", uuid.UUID),
+    "decimal": _text("decimal", Decimal),
+    "complex": _decode_complex,
     "path": _decode_path,
-    "enum": _decode_enum,
-    "ndarray": _decode_ndarray,
-    "npscalar": _decode_npscalar,
+    "enum": lambda dec, o: dec.enum(o),
+    "ndarray": lambda dec, o: dec.ndarray(o),
+    "npscalar": lambda dec, o: dec.npscalar(o),
 }
 
 
-def decode_value(obj: Any) -> Any:
+def decode_value(
+    obj: Any,
+    *,
+    where: str = "value",
+    on_unknown_class: OnUnknownClass = "error",
+    trusted_import: bool = False,
+) -> Any:
     """Return the value that :func:`encode_value` turned into ``obj``.
 
+    Args:
+        obj: Decoded JSON.
+        where: Names the value in error messages.
+        on_unknown_class: ``"base"`` gives the plain value of an enum tag whose
+            class this process does not define, instead of raising.
+        trusted_import: Import modules named by enum tags (runs their code;
+            only for input you trust).
+
     Raises:
-        CorruptSessionError: if a tag is unknown or its payload is malformed.
+        CorruptSessionError: naming ``where`` and the JSON path of an unknown
+            tag or a malformed payload.
+        MissingDependencyError: if a numpy tag is read without numpy installed.
     """
-    cls = type(obj)
-    if cls is list:
-        return [decode_value(x) for x in obj]
-    if cls is not dict:
-        return obj
-    tag = obj.get(TAG)
-    if tag is None:
-        return {k: decode_value(v) for k, v in obj.items()}
-    decoder = _DECODERS.get(tag)
-    if decoder is None:
-        msg = f"Unknown type tag {tag!r}; the session was written by another library or a newer kvmemory."
-        raise CorruptSessionError(msg)
+    decoder = _Decoder(on_unknown_class=on_unknown_class, trusted_import=trusted_import)
     try:
-        return decoder(obj)
-    except CorruptSessionError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        msg = f"Malformed {tag!r} value {obj!r}: {exc}."
-        raise CorruptSessionError(msg) from exc
+        return decoder.value(obj)
+    except _Bad as bad:
+        bad.raise_for(where)
 
 
-def unwrap(obj: Any, *, where: str) -> tuple[str | None, dict[str, Any]]:
+def unwrap(
+    obj: Any,
+    *,
+    where: str,
+    on_unknown_class: OnUnknownClass = "error",
+    trusted_import: bool = False,
+) -> tuple[str | None, dict[str, Any]]:
     """Split one item's wire form into its class path and decoded fields.
 
     Args:
         obj: A field object or a wrapped item, as produced by :func:`encode_fields`.
         where: Names the item in error messages (``"item 3 of 'run.json'"``).
+        on_unknown_class: See :func:`decode_value`.
+        trusted_import: See :func:`decode_value`.
 
     Raises:
-        CorruptSessionError: if ``obj`` is not an object or a field is malformed.
+        CorruptSessionError: if ``obj`` is not an object or a field is malformed,
+            naming the field's JSON path (``$.fields.args[1]``).
     """
     if type(obj) is not dict:
         msg = f"{where} is a JSON {type(obj).__name__}, expected an object of fields; nothing was loaded."
         raise CorruptSessionError(msg)
     if obj.get(TAG) != "item":
         if TAG in obj:
-            msg = f"{where} carries an unknown {TAG!r} marker {obj[TAG]!r}; nothing was loaded."
+            shown = repr(obj[TAG])[:60]
+            msg = f"{where} carries an unknown {TAG!r} marker {shown}; nothing was loaded."
             raise CorruptSessionError(msg)
         return None, obj
     fields = obj.get("fields")
     class_name = obj.get("class")
     if type(fields) is not dict or not (class_name is None or type(class_name) is str):
-        msg = f"{where} is a wrapped item without a 'fields' object; nothing was loaded."
+        msg = f"{where} is a wrapped item without a 'fields' object and a 'class' string; nothing was loaded."
         raise CorruptSessionError(msg)
-    try:
-        decoded = {k: decode_value(v) for k, v in fields.items()}
-    except CorruptSessionError as exc:
-        msg = f"{where}: {exc}"
-        raise CorruptSessionError(msg) from exc
+    decoded = decode_fields(
+        fields,
+        where=where,
+        on_unknown_class=on_unknown_class,
+        trusted_import=trusted_import,
+        path=".fields",
+    )
     return class_name, decoded
+
+
+def decode_fields(
+    fields: dict[str, Any],
+    *,
+    where: str,
+    on_unknown_class: OnUnknownClass = "error",
+    trusted_import: bool = False,
+    path: str = "",
+) -> dict[str, Any]:
+    """Return a new dict of ``fields`` with every value decoded (see :func:`decode_value`).
+
+    Args:
+        fields: A field object as decoded from JSON.
+        where: Names the item in error messages.
+        on_unknown_class: See :func:`decode_value`.
+        trusted_import: See :func:`decode_value`.
+        path: The JSON path of ``fields`` inside the item (``".fields"`` for a wrapped item).
+
+    Raises:
+        CorruptSessionError: naming ``where`` and the path of a malformed value.
+    """
+    decoder = _Decoder(on_unknown_class=on_unknown_class, trusted_import=trusted_import)
+    decoded: dict[str, Any] = {}
+    try:
+        for key, value in fields.items():
+            try:
+                decoded[key] = decoder.value(value)
+            except _Bad as bad:
+                bad.path.append(path + _key_segment(key))
+                raise
+    except _Bad as bad:
+        bad.raise_for(where)
+    return decoded
 
 
 # -- session documents ---------------------------------------------------------
@@ -692,26 +1095,65 @@ def check_format(
     return document
 
 
-def check_header(header: Any, *, source: str) -> dict[str, Any]:
-    """Validate a session header and return it with its metadata decoded.
+def check_header(
+    header: Any,
+    *,
+    source: str,
+    on_unknown_class: OnUnknownClass = "error",
+    trusted_import: bool = False,
+) -> dict[str, Any]:
+    """Validate a session header completely and return what a memory takes from it.
+
+    Every field is checked here, before anything is loaded, so that applying
+    the header afterwards cannot fail half-way.
+
+    Returns:
+        ``session_id`` (``str`` or ``None``) and ``metadata`` (a decoded
+        ``dict``), plus ``created_at`` and ``step_key`` (``str``) when the
+        header has them.
 
     Raises:
-        CorruptSessionError: if it is not a kvmemory session header.
+        CorruptSessionError: if it is not a kvmemory session header or a field
+            has the wrong type, naming the field's path (``$.metadata.run``).
         UnsupportedVersionError: if a newer version of the format wrote it.
     """
     check_format(
         header, source=source, name=FORMAT_NAME, version=FORMAT_VERSION, kind="kvmemory session"
     )
-    out = dict(header)
-    out["metadata"] = decode_value(header.get("metadata") or {})
+    out: dict[str, Any] = {"session_id": header.get("session_id")}
+    expected = {"session_id": "a string or null", "created_at": "a string", "step_key": "a string"}
+    for key, what in expected.items():
+        value = header.get(key)
+        if key in header and not (type(value) is str or (value is None and key == "session_id")):
+            shown = repr(value)[:60]
+            msg = f"The header of {source}, at $.{key}: expected {what}, got {shown}; nothing was loaded."
+            raise CorruptSessionError(msg)
+        if key in header:
+            out[key] = value
+    decoder = _Decoder(on_unknown_class=on_unknown_class, trusted_import=trusted_import)
+    try:
+        metadata = decoder.value(header.get("metadata") or {})
+        if type(metadata) is not dict:
+            raise _bad_payload("header", "an object of metadata", header.get("metadata"))
+    except _Bad as bad:
+        bad.path.append(".metadata")
+        bad.raise_for(f"The header of {source}")
+    out["metadata"] = metadata
     return out
 
 
-def decode_session(data: bytes | str, *, source: str) -> tuple[dict[str, Any], list[Any]]:
+def decode_session(
+    data: bytes | str,
+    *,
+    source: str,
+    on_unknown_class: OnUnknownClass = "error",
+    trusted_import: bool = False,
+) -> tuple[dict[str, Any], list[Any]]:
     """Read one JSON session document: a versioned envelope, or UFO's bare array.
 
     Returns:
-        The header (empty for a bare array) and the items' wire forms.
+        The checked header (empty for a bare array, see :func:`check_header`)
+        and the items' wire forms.
 
     Raises:
         CorruptSessionError: if the document is invalid JSON or not a session.
@@ -720,8 +1162,10 @@ def decode_session(data: bytes | str, *, source: str) -> tuple[dict[str, Any], l
     doc = loads(data, source=source)
     if type(doc) is list:
         return {}, doc
-    header = check_header(doc, source=source)
-    items = header.pop("items", None)
+    header = check_header(
+        doc, source=source, on_unknown_class=on_unknown_class, trusted_import=trusted_import
+    )
+    items = doc.get("items")
     if type(items) is not list:
         msg = f"{source} has no 'items' array; nothing was loaded."
         raise CorruptSessionError(msg)
@@ -748,13 +1192,42 @@ def iter_jsonl(stream: IO[bytes], *, source: str) -> Iterator[tuple[int, Any]]:
             raise CorruptSessionError(msg) from exc
 
 
+def file_path(path: Any, *, what: str = "path") -> str:
+    """Return ``path`` as a string, refusing what the OS would misread.
+
+    A NUL byte ends a path at the system call, so ``"run.json\\0.txt"`` would
+    quietly name ``run.json``; Python refuses it with a bare ``ValueError``.
+    Here both mistakes get a message naming the path.
+
+    Raises:
+        ArgumentTypeError: if ``path`` is not a string or path-like object of text.
+        InvalidArgumentError: if the path is empty or holds a NUL byte.
+    """
+    try:
+        text = os.fspath(path)
+    except TypeError as exc:
+        msg = f"The {what} must be a str or os.PathLike, got {type(path).__name__}."
+        raise ArgumentTypeError(msg) from exc
+    if type(text) is not str:
+        msg = f"The {what} must be text, got {type(text).__name__} {text!r}; decode it with os.fsdecode()."
+        raise ArgumentTypeError(msg)
+    if not text or "\0" in text:
+        msg = f"The {what} {text!r} is empty or holds a NUL byte, which no file name can contain."
+        raise InvalidArgumentError(msg)
+    return text
+
+
 def atomic_write(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> None:
     """Write ``chunks`` to ``path`` atomically: temporary file, fsync, rename.
 
     A reader sees either the old file or the complete new one, never a part.
     The temporary file is removed if writing fails.
+
+    Raises:
+        ArgumentTypeError: if ``path`` is not a path.
+        InvalidArgumentError: if ``path`` is empty or holds a NUL byte.
     """
-    target = os.fspath(path)
+    target = file_path(path)
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=".kvmemory-", suffix=".tmp", dir=directory)
     try:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import base64
 import mimetypes
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agents.memory.exceptions import ImageReadError
 
-__all__ = ["DEFAULT_IMAGE_KEYS", "count_images", "image_data_url", "image_refs"]
+__all__ = ["DEFAULT_IMAGE_KEYS", "MAX_IMAGE_BYTES", "count_images", "image_data_url", "image_refs"]
 
 DEFAULT_IMAGE_KEYS: Final[tuple[str, ...]] = (
     "image",
@@ -25,6 +26,9 @@ DEFAULT_IMAGE_KEYS: Final[tuple[str, ...]] = (
     "screenshots",
 )
 """Field keys whose string values (or lists of strings) are read as image paths or URLs."""
+
+MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
+"""The largest image file read into a prompt (20 MiB, the limit chat APIs commonly set)."""
 
 _URL_PREFIXES: Final = ("http://", "https://", "data:")
 
@@ -62,26 +66,48 @@ def _sniff(data: bytes) -> str | None:
     return None
 
 
-def image_data_url(ref: str | os.PathLike[str]) -> str:
+def image_data_url(ref: str | os.PathLike[str], *, max_bytes: int = MAX_IMAGE_BYTES) -> str:
     """Return an image reference as a URL a chat API accepts.
 
     URLs (``http://``, ``https://``, ``data:``) are returned unchanged. A path
     is read now and returned as a ``data:`` URL with the image's MIME type
     (from the file's contents, or its suffix when the contents are not
-    recognised) and its bytes in base64.
+    recognised) and its bytes in base64. Only regular files are read, and at
+    most ``max_bytes`` of them: a path naming a device (``/dev/zero``), a pipe
+    or a huge file fails at once instead of filling memory or blocking.
+
+    Args:
+        ref: A path or URL.
+        max_bytes: The largest file accepted.
 
     Raises:
-        ImageReadError: naming the path if it cannot be read or is not an image.
+        ImageReadError: naming the path if it cannot be read, is not a regular
+            file, is larger than ``max_bytes`` or is not an image.
     """
     text = os.fspath(ref)
     if text.startswith(_URL_PREFIXES):
         return text
+    if "\0" in text:
+        msg = f"Image path {text!r} holds a NUL byte, which no file name can contain; store the image's real path."
+        raise ImageReadError(msg)
     try:
-        with open(text, "rb") as stream:
-            data = stream.read()
+        # O_NONBLOCK: opening a named pipe must not wait for a writer.
+        fd = os.open(text, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         msg = f"Image {text!r} cannot be read ({exc.strerror or exc}); store an existing path or an http(s) URL."
         raise ImageReadError(msg) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        msg = f"Image {text!r} is not a regular file (a device, pipe or directory); store the path of an image file."
+        raise ImageReadError(msg)
+    with os.fdopen(fd, "rb") as stream:
+        data = stream.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        msg = (
+            f"Image {text!r} is larger than max_bytes={max_bytes} bytes; "
+            "store a smaller image, or pass a larger max_bytes."
+        )
+        raise ImageReadError(msg)
     mime = _sniff(data) or mimetypes.guess_type(text)[0]
     if mime is None or not mime.startswith("image/"):
         msg = f"File {text!r} is not a recognised image (PNG, JPEG, GIF, BMP, WebP or an image suffix); store an image path."

@@ -18,14 +18,17 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 import attrs
 from typing_extensions import Self
 
 from agents.memory import _codec
+from agents.memory._codec import OnUnknownClass
 from agents.memory.exceptions import (
+    ArgumentTypeError,
     CorruptSessionError,
+    FieldAttributeError,
     FieldNotFoundError,
     FieldValidationError,
     InvalidKeyError,
@@ -124,31 +127,42 @@ def field(
         converter: Applied to every value before validation.
 
     Raises:
-        TypeError: if both ``default`` and ``factory`` are given.
+        ArgumentTypeError: if both ``default`` and ``factory`` are given.
     """
     if default is not NOTHING and factory is not None:
         msg = "field() takes either default= or factory=, not both."
-        raise TypeError(msg)
+        raise ArgumentTypeError(msg)
     return FieldSpec(default=default, factory=factory, validator=validator, converter=converter)
 
 
-# Classes by "module:qualname", so that decoding finds classes that cannot be
-# imported by name (defined in __main__ or inside a function).
+# Every MemoryItem subclass by "module:qualname", registered when the class is
+# created. Loading resolves item classes here and nowhere else (unless the
+# caller opts in to importing), so a session file cannot make the process
+# import a module: the classes it can name are those the program defined.
 _CLASSES: Final[dict[str, type[MemoryItem]]] = {}
 
 
-OnUnknownClass = Literal["error", "base"]
-"""What loading does with an item class it cannot import: raise, or load a plain ``MemoryItem``."""
-
-
-def item_class(path: str | None, *, on_unknown_class: OnUnknownClass = "error") -> type[MemoryItem]:
+def item_class(
+    path: str | None,
+    *,
+    on_unknown_class: OnUnknownClass = "error",
+    trusted_import: bool = False,
+    where: str = "the session",
+) -> type[MemoryItem]:
     """Return the ``MemoryItem`` class stored under ``path`` (``None`` is the base).
+
+    Classes are found among those already defined in this process (every
+    subclass registers itself when it is created), so loading runs no code a
+    file names. A class whose module the program has not imported is unknown
+    unless ``trusted_import`` is set.
 
     Args:
         path: ``"module:QualName"`` as written in the session.
-        on_unknown_class: ``"base"`` returns ``MemoryItem`` for a class that
-            cannot be imported (one defined in a script's ``__main__``, say)
-            instead of raising; its fields load, its class is lost.
+        on_unknown_class: ``"base"`` returns ``MemoryItem`` for an unknown
+            class instead of raising; its fields load, its class is lost.
+        trusted_import: Import the module named by ``path`` when the class is
+            not defined yet. This runs that module's code: only for input you trust.
+        where: Names the item in error messages.
 
     Raises:
         CorruptSessionError: if the class is unknown or not a ``MemoryItem``.
@@ -156,18 +170,28 @@ def item_class(path: str | None, *, on_unknown_class: OnUnknownClass = "error") 
     if path is None:
         return MemoryItem
     cls = _CLASSES.get(path)
-    if cls is None:
-        try:
-            found = _codec.import_class(path)
-        except CorruptSessionError:
-            if on_unknown_class == "base":
-                return MemoryItem
-            raise
-        if not (isinstance(found, type) and issubclass(found, MemoryItem)):
-            msg = f"Class {path!r} named in the session is not a MemoryItem subclass."
-            raise CorruptSessionError(msg)
-        cls = found
-    return cls
+    if cls is not None:
+        return cls
+    if not trusted_import:
+        if on_unknown_class == "base":
+            return MemoryItem
+        msg = (
+            f"Item class {path!r} named by {where} is not defined in this process; import the "
+            "module that defines it before loading, pass on_unknown_class='base' to load its "
+            "fields as a plain MemoryItem, or pass trusted_import=True to import it by name "
+            "(only for input you trust). Nothing was loaded."
+        )
+        raise CorruptSessionError(msg)
+    try:
+        found = _codec.import_class(path, where=where)
+    except CorruptSessionError:
+        if on_unknown_class == "base":
+            return MemoryItem
+        raise
+    if not (isinstance(found, type) and issubclass(found, MemoryItem)):
+        msg = f"Class {path!r} named by {where} is not a MemoryItem subclass; nothing was loaded."
+        raise CorruptSessionError(msg)
+    return found
 
 
 _REPR: Final = reprlib.Repr()
@@ -284,7 +308,11 @@ class MemoryItem:
 
     def _validated(self, spec: FieldSpec, value: Any) -> Any:
         if spec.converter is not None:
-            value = spec.converter(value)
+            try:
+                value = spec.converter(value)
+            except Exception as exc:  # any error of a user's converter refuses the value
+                msg = f"Field {spec.name!r} of {type(self).__name__} could not convert {_REPR.repr(value)}: {type(exc).__name__}: {exc}"
+                raise FieldValidationError(msg) from exc
         expected = self._checks().get(spec.name)
         if expected is not None and not isinstance(value, expected):
             names = " or ".join(t.__name__ for t in expected)
@@ -328,8 +356,8 @@ class MemoryItem:
         return cls._from_fields(dict(data))
 
     @classmethod
-    def _many_from_mappings(cls, rows: Iterable[Mapping[str, Any]]) -> list[Self]:
-        """Build one item per mapping, all or nothing; errors name the position."""
+    def _many_from_mappings(cls, rows: Iterable[Mapping[str, Any]], outcome: str) -> list[Self]:
+        """Build one item per mapping, all or nothing; errors name the position and ``outcome``."""
         rows = list(rows)
         if "_kv_ready" not in cls.__dict__:
             _finish_class(cls)
@@ -345,17 +373,20 @@ class MemoryItem:
         typed = bool(cls._declared)
         for position, row in enumerate(rows):
             if type(row) is not dict and not isinstance(row, Mapping):
-                msg = f"Element {position} is a {type(row).__name__}, not a mapping of fields."
-                raise TypeError(msg)
+                msg = f"Element {position} is a {type(row).__name__}, not a mapping of fields; {outcome}."
+                raise ArgumentTypeError(msg)
             try:
                 if not keys_checked:
                     _check_keys(row)
                 if typed:
                     append(cls(**row))
                     continue
+            except InvalidKeyError as exc:
+                msg = f"Element {position}: {exc} {outcome[:1].upper()}{outcome[1:]}."
+                raise InvalidKeyError(msg) from exc
             except (TypeError, ValueError) as exc:
-                msg = f"Element {position}: {exc}"
-                raise type(exc)(msg) from exc
+                msg = f"Element {position}: {exc} {outcome[:1].upper()}{outcome[1:]}."
+                raise FieldValidationError(msg) from exc
             # The base class needs no validation: build the item directly.
             item = _new(cls)
             _set_fields(item, dict(row))
@@ -365,17 +396,37 @@ class MemoryItem:
         return items
 
     @classmethod
-    def from_json(cls, data: str | bytes) -> MemoryItem:
+    def from_json(
+        cls,
+        data: str | bytes,
+        *,
+        on_unknown_class: OnUnknownClass = "error",
+        trusted_import: bool = False,
+    ) -> MemoryItem:
         """Create an item from the JSON of :meth:`to_json` or :meth:`to_json_bytes`.
 
         Type tags are decoded wherever they are. Written by :meth:`to_json_bytes`,
-        the item comes back as the class it was written from.
+        the item comes back as the class it was written from, if that class is
+        defined in this process (see ``docs/format.md``).
+
+        Args:
+            data: The JSON text.
+            on_unknown_class: ``"base"`` loads an item of an unknown class as a
+                plain ``MemoryItem`` (and an unknown enum as its value) instead of raising.
+            trusted_import: Import modules named in ``data`` to find their
+                classes. This runs their code: only for input you trust.
 
         Raises:
-            CorruptSessionError: if ``data`` is not an encoded item.
+            CorruptSessionError: if ``data`` is not an encoded item, naming the field's path.
         """
         wire = _codec.loads(data, source="item JSON")
-        return decode_items([wire], where=lambda _: "item JSON", tagged_values=True)[0]
+        return decode_items(
+            [wire],
+            where=lambda _: "item JSON",
+            on_unknown_class=on_unknown_class,
+            trusted_import=trusted_import,
+            tagged_values=True,
+        )[0]
 
     # -- UFO's API -----------------------------------------------------------
 
@@ -544,12 +595,12 @@ class MemoryItem:
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails, so methods always win.
         if name.startswith("_"):
-            raise AttributeError(name)
+            raise FieldAttributeError(name)
         try:
             return self._fields[name]
         except KeyError:
             msg = f"{type(self).__name__} has no field {name!r}; use get_value({name!r}) to get None for a missing field."
-            raise AttributeError(msg) from None
+            raise FieldAttributeError(msg) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_"):
@@ -784,6 +835,7 @@ def decode_items(
     *,
     where: Callable[[int], str],
     on_unknown_class: OnUnknownClass = "error",
+    trusted_import: bool = False,
     tagged_values: bool = False,
 ) -> list[MemoryItem]:
     """Turn many wire forms into items, all or nothing.
@@ -795,54 +847,72 @@ def decode_items(
         wires: Wire forms as decoded from JSON, in order.
         where: Names the item at a position in error messages.
         on_unknown_class: See :func:`item_class`.
+        trusted_import: See :func:`item_class`.
         tagged_values: Plain field objects may hold type tags (``to_json``
             writes them in place), so walk their values too.
 
     Raises:
         CorruptSessionError: naming the item whose wire form or field is invalid.
+        InvalidArgumentError: if ``on_unknown_class`` is not ``"error"`` or ``"base"``.
     """
+    _codec.check_on_unknown_class(on_unknown_class)
     items: list[MemoryItem] = []
     append = items.append
     tag = _codec.TAG
     for position, wire in enumerate(wires):
         if type(wire) is dict and tag not in wire:
             if tagged_values:
-                wire = _decode_plain(wire, where(position))
+                wire = _codec.decode_fields(
+                    wire,
+                    where=where(position),
+                    on_unknown_class=on_unknown_class,
+                    trusted_import=trusted_import,
+                )
             item = _new(MemoryItem)
             _set_fields(item, wire)
             _set_owners(item, None)
             _set_plain(item, None)
             append(item)
         else:
-            append(decode_item(wire, where=where(position), on_unknown_class=on_unknown_class))
+            append(
+                decode_item(
+                    wire,
+                    where=where(position),
+                    on_unknown_class=on_unknown_class,
+                    trusted_import=trusted_import,
+                )
+            )
     return items
 
 
-def _decode_plain(fields: dict[str, Any], where: str) -> dict[str, Any]:
-    try:
-        return {key: _codec.decode_value(value) for key, value in fields.items()}
-    except CorruptSessionError as exc:
-        msg = f"{where}: {exc}"
-        raise CorruptSessionError(msg) from exc
-
-
-def decode_item(wire: Any, *, where: str, on_unknown_class: OnUnknownClass = "error") -> MemoryItem:
+def decode_item(
+    wire: Any,
+    *,
+    where: str,
+    on_unknown_class: OnUnknownClass = "error",
+    trusted_import: bool = False,
+) -> MemoryItem:
     """Turn one item's wire form (see ``_codec.encode_fields``) back into an item of its class.
 
     Args:
         wire: A field object or a wrapped item, as decoded from JSON.
         where: Names the item in error messages (``"item 3 of 'run.json'"``).
         on_unknown_class: See :func:`item_class`.
+        trusted_import: See :func:`item_class`.
 
     Raises:
         CorruptSessionError: naming ``where`` if the wire form or a field is invalid.
+        MissingDependencyError: if a field needs numpy and it is not installed.
     """
-    class_name, fields = _codec.unwrap(wire, where=where)
+    class_name, fields = _codec.unwrap(
+        wire, where=where, on_unknown_class=on_unknown_class, trusted_import=trusted_import
+    )
+    cls = item_class(
+        class_name, on_unknown_class=on_unknown_class, trusted_import=trusted_import, where=where
+    )
     try:
-        return item_class(class_name, on_unknown_class=on_unknown_class)._from_fields(fields)
+        return cls._from_fields(fields)
     except (TypeError, ValueError) as exc:
-        if isinstance(exc, CorruptSessionError):
-            raise
         msg = f"{where}: {exc} Nothing was loaded."
         raise CorruptSessionError(msg) from exc
 

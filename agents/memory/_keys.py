@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from agents.memory._item import NOTHING, MemoryItem
-from agents.memory.exceptions import UnmatchedKeyError, UnmatchedKeyWarning
+from agents.memory.exceptions import ArgumentTypeError, UnmatchedKeyError, UnmatchedKeyWarning
 from agents.memory.memory import Memory
 
 __all__ = [
@@ -91,7 +91,7 @@ def normalize_keys(keys: KeysLike) -> tuple[Key, ...] | None:
                 names = list(source)
                 if not names or not all(isinstance(n, str) for n in names):
                     msg = f"Key {output!r} maps to {source!r}; give a field name or a non-empty sequence of field names."
-                    raise TypeError(msg)
+                    raise ArgumentTypeError(msg)
                 out.append(Key(names[0], aliases=tuple(names[1:]), rename=output))
         return tuple(out)
     for key in keys:
@@ -101,7 +101,7 @@ def normalize_keys(keys: KeysLike) -> tuple[Key, ...] | None:
             out.append(Key(key))
         else:
             msg = f"Keys must be strings or Key objects, got {key!r} ({type(key).__name__})."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
     return tuple(out)
 
 

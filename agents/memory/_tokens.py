@@ -9,7 +9,11 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
-from agents.memory.exceptions import TokenizerUnavailableError, missing_dependency
+from agents.memory.exceptions import (
+    InvalidArgumentError,
+    TokenizerUnavailableError,
+    missing_dependency,
+)
 
 __all__ = [
     "DEFAULT_COUNTER",
@@ -48,13 +52,13 @@ class TokenCounter(Protocol):
 def positive_int(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not int or value < 1:
         msg = f"{attribute.name} must be a positive int, got {value!r}."
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
 
 
 def non_negative_int(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not int or value < 0:
         msg = f"{attribute.name} must be an int >= 0, got {value!r}."
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
 
 
 def optional_non_negative_int(

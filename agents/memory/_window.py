@@ -28,7 +28,7 @@ from agents.memory._tokens import (
     non_negative_int,
     optional_non_negative_int,
 )
-from agents.memory.exceptions import BudgetExceededError
+from agents.memory.exceptions import ArgumentTypeError, BudgetExceededError, InvalidArgumentError
 from agents.memory.memory import Memory
 
 __all__ = ["GroupBy", "Window", "WindowResult", "project", "select_window"]
@@ -43,7 +43,7 @@ def _is_counter(instance: object, attribute: attrs.Attribute[Any], value: Any) -
             f"counter must have count(text) and image_tokens (a TokenCounter), got {type(value).__name__}; "
             "use EstimateCounter() or TiktokenCounter()."
         )
-        raise TypeError(msg)
+        raise ArgumentTypeError(msg)
 
 
 def _measure_json(record: Mapping[str, Any]) -> str:
@@ -346,7 +346,7 @@ def _select(
 ) -> _Selected:
     if last is not None and (type(last) is not int or last < 0):
         msg = f"last must be an int >= 0, got {last!r}."
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
     memory = source if isinstance(source, Memory) else None
     if memory is not None and steps is None and where is None:
         if last is None:

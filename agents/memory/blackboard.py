@@ -31,12 +31,17 @@ from typing import Any, Final
 import orjson
 
 from agents.memory import _codec
+from agents.memory._codec import OnUnknownClass
 from agents.memory._item import MemoryItem, decode_item
 from agents.memory.exceptions import (
+    ArgumentTypeError,
     BudgetExceededError,
     CorruptSessionError,
+    FieldValidationError,
     ImageReadError,
     ImageReadWarning,
+    InvalidArgumentError,
+    InvalidKeyError,
     SkippedRecordWarning,
 )
 from agents.memory.memory import Memory
@@ -172,7 +177,7 @@ class Blackboard:
         """Add ``data`` to ``memory``: an item as is, a dict as an item, a string as ``{"text": data}``.
 
         Raises:
-            TypeError: if ``data`` is of another type.
+            ArgumentTypeError: if ``data`` is of another type.
             InvalidKeyError: if a dict has a key that is not a string.
         """
         if isinstance(data, MemoryItem):
@@ -183,7 +188,7 @@ class Blackboard:
             item = MemoryItem(text=data)
         else:
             msg = f"Blackboard data must be a MemoryItem, a dict or a string, got {type(data).__name__}."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         with self._lock:
             memory.add_memory_item(item)
 
@@ -218,7 +223,7 @@ class Blackboard:
                 only ``metadata["metadata"]`` (see ``docs/ufo.md``).
 
         Raises:
-            TypeError: if ``metadata`` is not a mapping.
+            ArgumentTypeError: if ``metadata`` is not a mapping.
             ImageReadError: with ``strict_images``, if the image cannot be read;
                 nothing is added.
 
@@ -227,7 +232,7 @@ class Blackboard:
         """
         if metadata is not None and not isinstance(metadata, Mapping):
             msg = f"add_image() metadata must be a dict or None, got {type(metadata).__name__}."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         path = os.fspath(screenshot_path)
         record: dict[str, Any] = {
             _NAMES.METADATA: None if metadata is None else dict(metadata),
@@ -267,15 +272,15 @@ class Blackboard:
 
         Raises:
             OSError: if the file exists but cannot be read (a directory, no permission).
-            ValueError: if ``last_k`` is below ``-1``.
+            InvalidArgumentError: if ``last_k`` is below ``-1``, or the path holds a NUL byte.
 
         Warns:
             SkippedRecordWarning: naming the file and the lines skipped.
         """
         if type(last_k) is not int or last_k < -1:
             msg = f"last_k must be -1 (all records) or an int >= 0, got {last_k!r}."
-            raise ValueError(msg)
-        name = os.fspath(file_path)
+            raise InvalidArgumentError(msg)
+        name = _codec.file_path(file_path, what="questions file path")
         records: list[MemoryItem] = []
         skipped: list[int] = []
         try:
@@ -357,18 +362,19 @@ class Blackboard:
         section or record has the wrong shape the blackboard is unchanged.
 
         Raises:
-            TypeError: if the dict, a section or a record has the wrong shape.
+            ArgumentTypeError: if the dict, a section or a record has the wrong shape.
             InvalidKeyError: if a record has a key that is not a string.
+            FieldValidationError: if a record is refused by its item class.
         """
         if not isinstance(blackboard_dict, Mapping):
             msg = f"blackboard_from_dict() takes a dict of sections, got {type(blackboard_dict).__name__}; the blackboard was left unchanged."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         built: dict[str, list[MemoryItem]] = {}
         for name in SECTIONS:
             records = blackboard_dict.get(name, [])
             if not isinstance(records, (list, tuple)):
                 msg = f"Section {name!r} must be a list of records, got {type(records).__name__}; the blackboard was left unchanged."
-                raise TypeError(msg)
+                raise ArgumentTypeError(msg)
             cls: type[MemoryItem] = ImageMemoryItem if name == "screenshots" else MemoryItem
             items: list[MemoryItem] = []
             for position, record in enumerate(records):
@@ -376,12 +382,17 @@ class Blackboard:
                     record = record.to_dict()
                 if not isinstance(record, Mapping):
                     msg = f"Record {position} of section {name!r} is a {type(record).__name__}, not a dict; the blackboard was left unchanged."
-                    raise TypeError(msg)
+                    raise ArgumentTypeError(msg)
                 try:
                     items.append(cls.from_mapping(record))
                 except (TypeError, ValueError) as exc:
                     msg = f"Record {position} of section {name!r}: {exc} The blackboard was left unchanged."
-                    raise type(exc)(msg) from exc
+                    error = (
+                        InvalidKeyError
+                        if isinstance(exc, InvalidKeyError)
+                        else FieldValidationError
+                    )
+                    raise error(msg) from exc
             built[name] = items
         self._install(built)
 
@@ -400,6 +411,7 @@ class Blackboard:
 
         Raises:
             SerializationError: if a value cannot be encoded; no file is written.
+            InvalidArgumentError: if ``path`` holds a NUL byte; no file is written.
         """
         with self._lock:
             sections = {
@@ -409,23 +421,45 @@ class Blackboard:
         document = {"format": _FORMAT_NAME, "version": _FORMAT_VERSION, "sections": sections}
         _codec.atomic_write(path, [_codec.dumps(document)])
 
-    def load(self, path: str | os.PathLike[str]) -> None:
+    def load(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        on_unknown_class: OnUnknownClass = "error",
+        trusted_import: bool = False,
+    ) -> None:
         """Replace every section with those saved in ``path``, all or nothing.
 
         Reads files written by :meth:`save` and files holding
         :meth:`blackboard_to_json` (or UFO's ``json.dump`` of
         ``blackboard_to_dict()``).
 
+        Args:
+            path: The file.
+            on_unknown_class: ``"base"`` loads items of a class this process
+                does not define as plain ``MemoryItem`` (and enum members of an
+                unknown class as their values) instead of raising.
+            trusted_import: Import the modules the file names to find its
+                classes. This runs their code: only for files you trust.
+
         Raises:
             FileNotFoundError: if ``path`` does not exist.
+            InvalidArgumentError: if ``path`` holds a NUL byte.
             CorruptSessionError: naming the file and the bad part; the blackboard is unchanged.
             UnsupportedVersionError: if a newer kvmemory wrote the file.
         """
-        source = f"Blackboard file {os.fspath(path)!r}"
-        with open(path, "rb") as stream:
+        name = _codec.file_path(path, what="blackboard file path")
+        source = f"Blackboard file {name!r}"
+        with open(name, "rb") as stream:
             document = _codec.loads(stream.read(), source=source)
         if type(document) is dict and "format" not in document:
-            self._load_ufo_dict(document, source)
+            decoded = _codec.decode_value(
+                document,
+                where=source,
+                on_unknown_class=on_unknown_class,
+                trusted_import=trusted_import,
+            )
+            self._load_ufo_dict(decoded, source)
             return
         _codec.check_format(
             document,
@@ -445,20 +479,22 @@ class Blackboard:
                 msg = f"{source}: section {name!r} is not a list; nothing was loaded."
                 raise CorruptSessionError(msg)
             built[name] = [
-                decode_item(wire, where=f"item {i} of section {name!r} of {source}")
+                decode_item(
+                    wire,
+                    where=f"item {i} of section {name!r} of {source}",
+                    on_unknown_class=on_unknown_class,
+                    trusted_import=trusted_import,
+                )
                 for i, wire in enumerate(wires)
             ]
         self._install(built)
 
-    def _load_ufo_dict(self, document: dict[str, Any], source: str) -> None:
-        """Load a file holding ``blackboard_to_json()`` (or UFO's ``json.dump(blackboard_to_dict())``)."""
+    def _load_ufo_dict(self, document: Any, source: str) -> None:
+        """Load the decoded content of a ``blackboard_to_json()`` file (or UFO's ``json.dump(blackboard_to_dict())``)."""
         try:
-            self.blackboard_from_dict(_codec.decode_value(document))
+            self.blackboard_from_dict(document)
         except (TypeError, ValueError) as exc:
-            if isinstance(exc, CorruptSessionError):
-                msg = f"{source}: {exc}"
-            else:
-                msg = f"{source} is not a blackboard: {exc}"
+            msg = f"{source} is not a blackboard: {exc}"
             raise CorruptSessionError(msg) from exc
 
     @staticmethod
@@ -475,15 +511,15 @@ class Blackboard:
             last_k: Read only the last ``last_k`` lines; ``-1`` reads all.
 
         Raises:
-            ValueError: if ``last_k`` is below ``-1``.
+            InvalidArgumentError: if ``last_k`` is below ``-1``, or the path holds a NUL byte.
 
         Warns:
             SkippedRecordWarning: naming the file and the lines skipped.
         """
         if type(last_k) is not int or last_k < -1:
             msg = f"last_k must be -1 (all lines) or an int >= 0, got {last_k!r}."
-            raise ValueError(msg)
-        name = os.fspath(file_path)
+            raise InvalidArgumentError(msg)
+        name = _codec.file_path(file_path, what="JSON file path")
         if not os.path.exists(name):
             return []
         with open(name, "rb") as stream:
@@ -499,7 +535,7 @@ class Blackboard:
                 continue
             try:
                 values.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):  # json.loads recurses once per nesting level
                 skipped.append(lineno)
         if skipped:
             msg = f"JSON file {name!r}: skipped lines {skipped[:20]} (not JSON); fix or remove them to read those records."
@@ -507,11 +543,20 @@ class Blackboard:
         return values
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Blackboard:
+    def from_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        on_unknown_class: OnUnknownClass = "error",
+        trusted_import: bool = False,
+        **options: Any,
+    ) -> Blackboard:
         """Open a blackboard saved with :meth:`save`, or a file of :meth:`blackboard_to_json`.
 
         Args:
             path: The file.
+            on_unknown_class: See :meth:`load`.
+            trusted_import: See :meth:`load`.
             **options: Passed to the constructor (``counter``).
 
         Raises:
@@ -519,7 +564,7 @@ class Blackboard:
             CorruptSessionError: naming the file and the bad part.
         """
         board = cls(**options)
-        board.load(path)
+        board.load(path, on_unknown_class=on_unknown_class, trusted_import=trusted_import)
         return board
 
     # -- prompts -------------------------------------------------------------
@@ -589,7 +634,7 @@ class Blackboard:
         Raises:
             BudgetExceededError: if the section titles alone exceed ``max_tokens``.
             ImageReadError: with ``strict_images``, naming a file that cannot be read.
-            ValueError: naming an unknown section in ``last_k``.
+            InvalidArgumentError: naming an unknown section in ``last_k``.
 
         Warns:
             ImageReadWarning: naming a screenshot that could not be read (sent as an empty image).
@@ -701,7 +746,7 @@ def _per_section(last_k: int | Mapping[str, int] | None) -> dict[str, int]:
     unknown = [name for name in last_k if name not in SECTIONS]
     if unknown:
         msg = f"last_k names unknown sections {unknown}; expected some of {list(SECTIONS)}."
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
     return dict(last_k)
 
 

@@ -32,7 +32,11 @@ import attrs
 from typing_extensions import Self
 
 from agents.memory._item import MemoryItem
-from agents.memory.exceptions import BudgetExceededError, InvalidSessionIdError
+from agents.memory.exceptions import (
+    BudgetExceededError,
+    InvalidArgumentError,
+    InvalidSessionIdError,
+)
 from agents.memory.memory import Memory
 from agents.memory.messages import (
     MESSAGE_KEYS,
@@ -191,7 +195,7 @@ def _take_newest(
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not int or value < 0:
         msg = f"{attribute.name} must be an int >= 0, got {value!r}."
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
 
 
 @attrs.frozen

@@ -5,7 +5,10 @@ from the builtin exception that code written for UFO would already catch, so
 ``except KeyError`` or ``except TypeError`` clauses keep working::
 
     AgentMemoryError(Exception)
+    ├── InvalidArgumentError(AgentMemoryError, ValueError)
+    ├── ArgumentTypeError(AgentMemoryError, TypeError)
     ├── FieldNotFoundError(AgentMemoryError, KeyError)
+    ├── FieldAttributeError(AgentMemoryError, AttributeError)
     ├── StepNotFoundError(AgentMemoryError, KeyError)
     ├── ItemNotFoundError(AgentMemoryError, ValueError)
     ├── UnmatchedKeyError(AgentMemoryError, KeyError)
@@ -40,14 +43,17 @@ from __future__ import annotations
 
 __all__ = [
     "AgentMemoryError",
+    "ArgumentTypeError",
     "BudgetExceededError",
     "CallbackError",
     "CorruptSessionError",
     "CorruptStoreError",
+    "FieldAttributeError",
     "FieldNotFoundError",
     "FieldValidationError",
     "ImageReadError",
     "ImageReadWarning",
+    "InvalidArgumentError",
     "InvalidKeyError",
     "InvalidSessionIdError",
     "InvalidStoreURLError",
@@ -72,6 +78,14 @@ class AgentMemoryError(Exception):
     """Base class of every error raised by kvmemory."""
 
 
+class InvalidArgumentError(AgentMemoryError, ValueError):
+    """An argument has a value the call does not accept (a negative count, an unknown option or name)."""
+
+
+class ArgumentTypeError(AgentMemoryError, TypeError):
+    """An argument is of a type the call does not accept (a dict where a ``MemoryItem`` is expected)."""
+
+
 class _MessageKeyError(KeyError):
     """A ``KeyError`` whose message prints as written, without quotes."""
 
@@ -81,6 +95,10 @@ class _MessageKeyError(KeyError):
 
 class FieldNotFoundError(AgentMemoryError, _MessageKeyError):
     """A field was read or removed by key, and the item does not hold it."""
+
+
+class FieldAttributeError(AgentMemoryError, AttributeError):
+    """A field was read as an attribute (``item.thought``) and the item does not hold it."""
 
 
 class StepNotFoundError(AgentMemoryError, _MessageKeyError):

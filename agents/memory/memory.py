@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import IO, Any, Literal, Protocol, overload
+from typing import IO, Any, Literal, NamedTuple, Protocol, overload
 
 import attrs
 from typing_extensions import Self
@@ -34,7 +34,13 @@ from agents.memory._item import (
     filter_fields,
     ufo_json_items,
 )
-from agents.memory.exceptions import CallbackError, ItemNotFoundError, StepNotFoundError
+from agents.memory.exceptions import (
+    ArgumentTypeError,
+    CallbackError,
+    InvalidArgumentError,
+    ItemNotFoundError,
+    StepNotFoundError,
+)
 
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem", "MemoryWriter"]
 
@@ -95,7 +101,7 @@ class MemoryWriter(Protocol):
 def _validate_max_items(instance: object, attribute: object, value: int | None) -> None:
     if value is not None and (type(value) is not int or value < 1):
         msg = f"max_items must be a positive int or None, got {value!r}."
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
 
 
 class Memory:
@@ -125,7 +131,7 @@ class Memory:
     ) -> None:
         if type(step_key) is not str:
             msg = f"step_key must be a string, got {step_key!r}."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         _validate_max_items(self, None, max_items)
         self._lock = threading.RLock()
         self._watcher = weakref.WeakMethod(self._on_item_change)
@@ -172,10 +178,15 @@ class Memory:
         """Stop running ``callback``.
 
         Raises:
-            ValueError: if ``callback`` was not registered.
+            InvalidArgumentError: if ``callback`` was not registered.
         """
         with self._lock:
-            self._callbacks.remove(callback)
+            try:
+                self._callbacks.remove(callback)
+            except ValueError:
+                name = getattr(callback, "__qualname__", repr(callback))
+                msg = f"Callback {name} is not registered on this memory; nothing was removed."
+                raise InvalidArgumentError(msg) from None
 
     # -- UFO's API -----------------------------------------------------------
 
@@ -203,7 +214,7 @@ class Memory:
         """Replace the content with ``content``, all or nothing.
 
         Raises:
-            TypeError: if an element is not a ``MemoryItem``; the memory is unchanged.
+            ArgumentTypeError: if an element is not a ``MemoryItem``; the memory is unchanged.
         """
         self._replace(_checked_items(content, "the memory was left unchanged"))
 
@@ -211,7 +222,7 @@ class Memory:
         """Append ``memory_item``, index its step and run the callbacks.
 
         Raises:
-            TypeError: if ``memory_item`` is not a ``MemoryItem``.
+            ArgumentTypeError: if ``memory_item`` is not a ``MemoryItem``.
             CallbackError: if a callback raised; the item stays added.
         """
         if not isinstance(memory_item, MemoryItem):
@@ -219,14 +230,14 @@ class Memory:
                 f"add_memory_item() takes a MemoryItem, got {type(memory_item).__name__}; "
                 "wrap a dict with MemoryItem(**fields)."
             )
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         self._add([memory_item])
 
     def add_memory_items(self, items: Iterable[MemoryItem]) -> None:
         """Append several items, all or nothing, then run the callbacks once.
 
         Raises:
-            TypeError: if an element is not a ``MemoryItem``; nothing is added.
+            ArgumentTypeError: if an element is not a ``MemoryItem``; nothing is added.
             CallbackError: if a callback raised; the items stay added.
         """
         batch = _checked_items(items, "nothing was added")
@@ -367,15 +378,11 @@ class Memory:
         """Replace the content with one item per mapping, all or nothing.
 
         Raises:
-            TypeError: naming the position of an element that is not a mapping.
+            ArgumentTypeError: naming the position of an element that is not a mapping.
             InvalidKeyError: naming a key that is not a string.
             FieldValidationError: if ``item_class`` declares fields and one is invalid.
         """
-        try:
-            items = item_class._many_from_mappings(data)
-        except (TypeError, ValueError) as exc:
-            msg = f"{exc} The memory was left unchanged."
-            raise type(exc)(msg) from exc
+        items = item_class._many_from_mappings(data, "the memory was left unchanged")
         self._replace(items)
 
     # -- Python protocols ----------------------------------------------------
@@ -413,11 +420,11 @@ class Memory:
         """Return the last ``k`` items in memory order (fewer if the memory is shorter).
 
         Raises:
-            ValueError: if ``k`` is negative.
+            InvalidArgumentError: if ``k`` is negative.
         """
-        if k < 0:
-            msg = f"last() takes k >= 0, got {k}."
-            raise ValueError(msg)
+        if type(k) is not int or k < 0:
+            msg = f"last() takes an int k >= 0, got {k!r}."
+            raise InvalidArgumentError(msg)
         with self._lock:
             values = reversed(self._items.values())
             out = [item for _, item in zip(range(k), values, strict=False)]
@@ -515,59 +522,76 @@ class Memory:
         path: str | os.PathLike[str],
         *,
         on_unknown_class: OnUnknownClass = "error",
+        trusted_import: bool = False,
         **options: Any,
     ) -> Self:
         """Open a session file (JSON document, JSONL stream or UFO's bare array) as a new memory.
 
         Args:
             path: The file to read.
-            on_unknown_class: ``"base"`` loads items whose class cannot be
-                imported as plain ``MemoryItem`` instead of raising.
+            on_unknown_class: ``"base"`` loads items of a class this process
+                does not define as plain ``MemoryItem`` (and enum members of an
+                unknown class as their values) instead of raising.
+            trusted_import: Import the modules the file names to find its
+                classes. This runs their code: only for files you trust.
             **options: Passed to the constructor (``max_items``, ``callbacks``).
 
         Raises:
             FileNotFoundError: if ``path`` does not exist.
+            InvalidArgumentError: if ``path`` holds a NUL byte.
             CorruptSessionError: naming the file and position of invalid content.
             UnsupportedVersionError: if a newer kvmemory wrote the file.
         """
         memory = cls(**options)
-        memory.load_file(path, on_unknown_class=on_unknown_class)
+        memory.load_file(path, on_unknown_class=on_unknown_class, trusted_import=trusted_import)
         return memory
 
     def load_file(
-        self, path: str | os.PathLike[str], *, on_unknown_class: OnUnknownClass = "error"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        on_unknown_class: OnUnknownClass = "error",
+        trusted_import: bool = False,
     ) -> None:
         """Replace the content with a session file's items, all or nothing.
 
         The session id, metadata and step key saved in the file are restored.
+        Classes are found among those this process defines; see
+        :meth:`from_file` for ``on_unknown_class`` and ``trusted_import``.
 
         Raises:
             FileNotFoundError: if ``path`` does not exist.
+            InvalidArgumentError: if ``path`` holds a NUL byte.
             CorruptSessionError: naming the file and position; the memory is unchanged.
             UnsupportedVersionError: if a newer kvmemory wrote the file.
         """
-        source = f"Session file {os.fspath(path)!r}"
-        with open(path, "rb") as stream:
-            head = stream.read(1)
-            while head.isspace():
-                head = stream.read(1)
-            stream.seek(0)
-            if os.fspath(path).endswith(".jsonl") or (head == b"{" and _looks_like_jsonl(stream)):
-                self._load_jsonl(stream, source, on_unknown_class)
+        name = _codec.file_path(path, what="session file path")
+        source = f"Session file {name!r}"
+        options = _LoadOptions(on_unknown_class, trusted_import)
+        with open(name, "rb") as stream:
+            if name.endswith(".jsonl") or _looks_like_jsonl(stream):
+                self._load_jsonl(stream, source, options)
             else:
-                self._load_document(stream.read(), source, on_unknown_class)
+                self._load_document(stream.read(), source, options)
 
     @classmethod
     def from_json(
-        cls, data: str | bytes, *, on_unknown_class: OnUnknownClass = "error", **options: Any
+        cls,
+        data: str | bytes,
+        *,
+        on_unknown_class: OnUnknownClass = "error",
+        trusted_import: bool = False,
+        **options: Any,
     ) -> Self:
         """Create a memory from :meth:`to_json` or :meth:`to_json_bytes` output, or a saved session document.
+
+        See :meth:`from_file` for ``on_unknown_class`` and ``trusted_import``.
 
         Raises:
             CorruptSessionError: naming the position of invalid content.
         """
         memory = cls(**options)
-        memory.load_json(data, on_unknown_class=on_unknown_class)
+        memory.load_json(data, on_unknown_class=on_unknown_class, trusted_import=trusted_import)
         return memory
 
     def load_json(
@@ -576,13 +600,16 @@ class Memory:
         *,
         source: str = "JSON input",
         on_unknown_class: OnUnknownClass = "error",
+        trusted_import: bool = False,
     ) -> None:
         """Replace the content with the items of a JSON array or session document, all or nothing.
+
+        See :meth:`from_file` for ``on_unknown_class`` and ``trusted_import``.
 
         Raises:
             CorruptSessionError: naming the position of invalid content; the memory is unchanged.
         """
-        self._load_document(data, source, on_unknown_class)
+        self._load_document(data, source, _LoadOptions(on_unknown_class, trusted_import))
 
     @classmethod
     def read_jsonl(
@@ -591,15 +618,18 @@ class Memory:
         *,
         source: str = "JSONL input",
         on_unknown_class: OnUnknownClass = "error",
+        trusted_import: bool = False,
         **options: Any,
     ) -> Self:
         """Create a memory from a JSONL stream written by :meth:`write_jsonl`, line by line.
+
+        See :meth:`from_file` for ``on_unknown_class`` and ``trusted_import``.
 
         Raises:
             CorruptSessionError: naming the line of invalid content.
         """
         memory = cls(**options)
-        memory._load_jsonl(stream, source, on_unknown_class)
+        memory._load_jsonl(stream, source, _LoadOptions(on_unknown_class, trusted_import))
         return memory
 
     # -- internals: storage and index ----------------------------------------
@@ -883,38 +913,45 @@ class Memory:
             yield (dumps_item(item, step_key=key, on_unencodable=on_unencodable) + b"\n")
 
     def _apply_header(self, header: Mapping[str, Any]) -> None:
-        if not header:
-            return
+        """Take the session id, metadata, creation time and step key of a checked header.
+
+        ``header`` comes from ``_codec.check_header``, which validated every
+        field, so this cannot fail half-way.
+        """
         if self._writer is None:
             # A memory with a writer keeps its identity: its session id and step
             # key name where the writer files the items, not what a file says.
-            step_key = header.get("step_key", self._step_key)
-            if type(step_key) is str:
-                self._step_key = step_key
-            self.session_id = header.get("session_id", self.session_id)
-        self.metadata = dict(header.get("metadata") or {})
-        created = header.get("created_at")
-        if type(created) is str:
-            self.created_at = created
+            if "step_key" in header:
+                self._step_key = header["step_key"]
+            if "session_id" in header:
+                self.session_id = header["session_id"]
+        if "metadata" in header:
+            self.metadata = header["metadata"]
+        if "created_at" in header:
+            self.created_at = header["created_at"]
 
-    def _load_document(
-        self, data: str | bytes, source: str, on_unknown_class: OnUnknownClass
-    ) -> None:
-        header, wires = _codec.decode_session(data, source=source)
+    def _load_document(self, data: str | bytes, source: str, options: _LoadOptions) -> None:
+        header, wires = _codec.decode_session(
+            data,
+            source=source,
+            on_unknown_class=options.on_unknown_class,
+            trusted_import=options.trusted_import,
+        )
         # to_json writes type tags inside plain field objects; only walk them when there can be one.
         marker = f'"{_codec.TAG}"'
         tagged = marker in data if isinstance(data, str) else marker.encode() in data
         items = decode_items(
             wires,
             where=lambda i: f"item {i} of {source}",
-            on_unknown_class=on_unknown_class,
+            on_unknown_class=options.on_unknown_class,
+            trusted_import=options.trusted_import,
             tagged_values=tagged,
         )
         with self._lock:
             self._replace(items)
             self._apply_header(header)
 
-    def _load_jsonl(self, stream: IO[bytes], source: str, on_unknown_class: OnUnknownClass) -> None:
+    def _load_jsonl(self, stream: IO[bytes], source: str, options: _LoadOptions) -> None:
         lines = _codec.iter_jsonl(stream, source=source)
         header: dict[str, Any] = {}
         first = next(lines, None)
@@ -922,18 +959,31 @@ class Memory:
         if first is not None:
             _, obj = first
             if type(obj) is dict and "format" in obj and obj.get("items") == "jsonl":
-                header = _codec.check_header(obj, source=source)
+                header = _codec.check_header(
+                    obj,
+                    source=source,
+                    on_unknown_class=options.on_unknown_class,
+                    trusted_import=options.trusted_import,
+                )
             else:
                 pending.append(first)
         numbered = [*pending, *lines]
         items = decode_items(
             [wire for _, wire in numbered],
             where=lambda i: f"line {numbered[i][0]} of {source}",
-            on_unknown_class=on_unknown_class,
+            on_unknown_class=options.on_unknown_class,
+            trusted_import=options.trusted_import,
         )
         with self._lock:
             self._replace(items)
             self._apply_header(header)
+
+
+class _LoadOptions(NamedTuple):
+    """How a load resolves the classes a file names (see ``Memory.from_file``)."""
+
+    on_unknown_class: OnUnknownClass
+    trusted_import: bool
 
 
 def _checked_items(items: Iterable[MemoryItem], outcome: str) -> list[MemoryItem]:
@@ -942,14 +992,24 @@ def _checked_items(items: Iterable[MemoryItem], outcome: str) -> list[MemoryItem
     for position, item in enumerate(batch):
         if not isinstance(item, MemoryItem):
             msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; {outcome}."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
     return batch
 
 
 def _looks_like_jsonl(stream: IO[bytes]) -> bool:
-    first = stream.readline()
+    """Return whether a stream's first non-blank line is a JSONL session header; rewind it."""
+    # Skip leading whitespace a block at a time: a file of megabytes of blanks
+    # costs one pass, not one call per byte.
+    head = b""
+    while not head:
+        block = stream.read(65536)
+        if not block:
+            break
+        head = block.lstrip()
+    if head[:1] == b"{" and b"\n" not in head:
+        head += stream.readline()
     stream.seek(0)
-    return b'"items":"jsonl"' in first
+    return head[:1] == b"{" and b'"items":"jsonl"' in head.split(b"\n", 1)[0]
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:

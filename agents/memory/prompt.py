@@ -30,7 +30,7 @@ the order a prompt is built:
 
 from __future__ import annotations
 
-from agents.memory._images import DEFAULT_IMAGE_KEYS, image_data_url, image_refs
+from agents.memory._images import DEFAULT_IMAGE_KEYS, MAX_IMAGE_BYTES, image_data_url, image_refs
 from agents.memory._keys import Key, KeysLike, latest_value, values_of
 from agents.memory._render import estimate_cost, render_json, render_parts, render_text, ufo_json
 from agents.memory._tokens import (
@@ -45,6 +45,7 @@ from agents.memory._window import GroupBy, Window, WindowResult, project, select
 __all__ = [
     "DEFAULT_IMAGE_KEYS",
     "DEFAULT_IMAGE_TOKENS",
+    "MAX_IMAGE_BYTES",
     "EstimateCounter",
     "GroupBy",
     "Key",
