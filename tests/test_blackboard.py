@@ -14,10 +14,13 @@ import pytest
 
 from agents.memory.blackboard import SECTIONS, Blackboard, ImageMemoryItem
 from agents.memory.exceptions import (
+    ArgumentTypeError,
     BudgetExceededError,
     CorruptSessionError,
     ImageReadError,
     ImageReadWarning,
+    InvalidArgumentError,
+    InvalidKeyError,
     SkippedRecordWarning,
     UnsupportedVersionError,
 )
@@ -501,3 +504,58 @@ def test_concurrent_adds_from_threads_are_all_kept() -> None:
     for t in threads:
         t.join()
     assert (len(board.trajectories), len(board.screenshots)) == (1600, 1600)
+
+
+def test_load_does_not_import_a_module_the_file_names(
+    planted_module: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A blackboard file naming an unimported module's class raises, imports nothing, changes nothing."""
+    path = tmp_path / "board.json"
+    wire = {"$kv": "item", "class": "this_module_does_not_exist_yet:Cls", "fields": {"step": 1}}
+    doc = {"format": "kvmemory.blackboard", "version": 1, "sections": {"trajectories": [wire]}}
+    path.write_text(json.dumps(doc))
+    board = fixture_board()
+    before = board.blackboard_to_dict()
+    with pytest.raises(CorruptSessionError, match="is not defined in this process"):
+        board.load(path)
+    assert board.blackboard_to_dict() == before
+    assert not planted_module.exists()
+    assert Blackboard.from_file(path, on_unknown_class="base").trajectories[0] == MemoryItem(step=1)
+    assert not planted_module.exists()
+    assert type(Blackboard.from_file(path, trusted_import=True).trajectories[0]).__name__ == "Cls"
+    assert planted_module.exists()
+
+
+def test_blackboard_from_dict_bad_key_is_invalid_key_error() -> None:
+    """A record with a non-string key raises InvalidKeyError naming the record; nothing changes."""
+    board = fixture_board()
+    before = board.blackboard_to_dict()
+    with pytest.raises(InvalidKeyError, match="Record 0 of section 'requests'"):
+        board.blackboard_from_dict({"requests": [{1: "x"}]})
+    assert board.blackboard_to_dict() == before
+
+
+def test_blackboard_argument_errors_are_library_errors() -> None:
+    """Wrong argument types and values raise ArgumentTypeError and InvalidArgumentError."""
+    board = Blackboard()
+    with pytest.raises(ArgumentTypeError, match="must be a MemoryItem, a dict or a string"):
+        board.add_requests(3)  # type: ignore[arg-type]  # the wrong type under test
+    with pytest.raises(ArgumentTypeError, match="metadata must be a dict or None"):
+        board.add_image("a.png", metadata=[1])  # type: ignore[arg-type]  # the wrong type under test
+    with pytest.raises(InvalidArgumentError, match="last_k names unknown sections"):
+        board.blackboard_to_prompt(last_k={"nope": 1})
+
+
+def test_screenshot_of_a_device_is_refused_without_reading() -> None:
+    """A screenshot path naming /dev/zero fails at once (a warning, or ImageReadError when strict)."""
+    with pytest.warns(ImageReadWarning, match="'/dev/zero' is not a regular file"):
+        Blackboard().add_image("/dev/zero")
+    with pytest.raises(ImageReadError, match="'/dev/zero' is not a regular file"):
+        Blackboard(strict_images=True).add_image("/dev/zero")
+
+
+def test_load_refuses_a_nul_byte_in_the_path(tmp_path: pathlib.Path) -> None:
+    """A blackboard path with a NUL byte is refused by name, not cut short."""
+    (tmp_path / "board.json").write_text("{}")
+    with pytest.raises(InvalidArgumentError, match="holds a NUL byte"):
+        Blackboard().load(str(tmp_path / "board.json") + "\0.bak")

@@ -26,6 +26,7 @@ from agents.memory import (
     InvalidArgumentError,
     Memory,
     MemoryItem,
+    MissingDependencyError,
     SerializationError,
     UnsupportedVersionError,
     _codec,
@@ -799,3 +800,168 @@ def test_unknown_on_unknown_class_option_is_refused() -> None:
     """An on_unknown_class other than "error" or "base" is a named argument error."""
     with pytest.raises(InvalidArgumentError, match="on_unknown_class must be 'error' or 'base'"):
         Memory.from_json("[]", on_unknown_class="skip")  # type: ignore[arg-type]  # the wrong value under test
+
+
+# -- malformed and pathological input -------------------------------------------
+
+MALFORMED_TAGS: dict[str, tuple[Any, str]] = {
+    "decimal_not_a_number": (
+        {"$kv": "decimal", "v": "abc"},
+        r"malformed 'decimal' value 'abc' \(InvalidOperation",
+    ),
+    "complex_overflow": (
+        {"$kv": "complex", "v": [{"$kv": "int", "v": "9" * 400}, 0]},
+        r"malformed 'complex' value .*OverflowError",
+    ),
+    "timedelta_overflow": (
+        {"$kv": "timedelta", "v": [10**12, 0, 0]},
+        r"malformed 'timedelta' value \[1000000000000, 0, 0\] \(OverflowError",
+    ),
+    "timedelta_of_floats": (
+        {"$kv": "timedelta", "v": [1.5, 0, 0]},
+        r"the 'timedelta' tag holds \[1\.5, 0, 0\], expected \[days, seconds, microseconds\] as ints",
+    ),
+    "date_of_a_list": ({"$kv": "date", "v": [2024, 1, 1]}, r"the 'date' tag holds \[2024, 1, 1\]"),
+    "datetime_of_a_dict": (
+        {"$kv": "datetime", "v": {"y": 1}},
+        r"the 'datetime' tag holds \{'y': 1\}",
+    ),
+    "uuid_of_an_int": ({"$kv": "uuid", "v": 5}, r"the 'uuid' tag holds 5, expected text"),
+    "tuple_of_a_string": ({"$kv": "tuple", "v": "ab"}, r"the 'tuple' tag holds 'ab'"),
+    "dict_of_bad_pairs": ({"$kv": "dict", "v": [[1]]}, r"the 'dict' tag holds \[1\]"),
+    "int_of_letters": ({"$kv": "int", "v": "12a"}, r"the 'int' tag holds '12a'"),
+    "path_of_unknown_flavor": ({"$kv": "path", "v": "a", "flavor": []}, r"a flavor among"),
+    "tag_without_payload": ({"$kv": "set"}, r"the 'set' tag has no 'v' payload"),
+    "tag_that_is_not_text": ({"$kv": 3, "v": 1}, r"unknown type tag 3"),
+    "zone_that_does_not_exist": (
+        {"$kv": "datetime", "v": "2024-01-01T00:00:00", "tz": "Mars/Olympus"},
+        r"ZoneInfoNotFoundError",
+    ),
+    "set_of_unhashables": ({"$kv": "set", "v": [[1]]}, r"unhashable type: 'list'"),
+    "enum_naming_a_non_enum": (
+        {"$kv": "enum", "cls": "builtins:dict", "v": 1},
+        r"'builtins:dict' named in an enum tag is not an Enum",
+    ),
+    "npscalar_of_a_huge_void": (
+        {"$kv": "npscalar", "dtype": "|V999999999", "v": 10**12},
+        r"expected a value that fills dtype \|V999999999",
+    ),
+    "npscalar_of_a_structured_dtype": (
+        {"$kv": "npscalar", "dtype": "(1000000000,)f8", "v": 1},
+        r"expected a numpy dtype string such as '<f8'",
+    ),
+    "ndarray_bigger_than_its_bytes": (
+        {"$kv": "ndarray", "dtype": "<f8", "shape": [10**12], "v": ""},
+        r"shape \[1000000000000\] and dtype <f8 do not match its 0 bytes",
+    ),
+    "ndarray_of_objects": (
+        {"$kv": "ndarray", "dtype": "|O", "shape": [1], "v": "AAAAAAAAAAA="},
+        r"expected a dtype that is not 'object'",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED_TAGS))
+def test_malformed_tag_names_item_and_path(name: str) -> None:
+    """A malformed tag raises CorruptSessionError naming the item and the field's JSON path."""
+    tag, reason = MALFORMED_TAGS[name]
+    data = orjson.dumps([{"step": 0}, {"$kv": "item", "fields": {"args": [1, tag]}}])
+    with pytest.raises(
+        CorruptSessionError,
+        match=r"item 1 of JSON input, at \$\.fields\.args\[1\][.v\[\]0]*: .*" + reason,
+    ):
+        Memory.from_json(data)
+
+
+def test_malformed_tag_in_a_file_names_the_file_and_line(tmp_path: Path) -> None:
+    """In a JSONL file the error names the file, the line and the path inside the item."""
+    path = tmp_path / "run.jsonl"
+    Memory([MemoryItem(step=1), MemoryItem(step=2, when=dt.date(2024, 1, 1))]).save(path)
+    path.write_text(path.read_text().replace("2024-01-01", "soon"))
+    with pytest.raises(
+        CorruptSessionError, match=r"line 3 of Session file '.*run\.jsonl', at \$\.fields\.when: "
+    ):
+        Memory.from_file(path)
+
+
+def test_numpy_tag_without_numpy_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A numpy tag read where numpy is missing raises MissingDependencyError naming item, path and extra."""
+    data = Memory([MemoryItem(a=np.arange(3), b=np.float32(1.5))]).to_json()
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    with pytest.raises(
+        MissingDependencyError,
+        match=r"item 0 of JSON input, at \$\.fields\.a: the 'ndarray' tag needs numpy: .*kvmemory\[numpy\]",
+    ):
+        Memory.from_json(data)
+    scalar = data.replace('"a":', '"x":').replace('"$kv":"ndarray"', '"$kv":"npscalar"')
+    with pytest.raises(MissingDependencyError, match="the 'npscalar' tag needs numpy"):
+        Memory.from_json(scalar)
+
+
+def test_nesting_deeper_than_written_is_refused() -> None:
+    """Values nested deeper than the 255 levels orjson writes are refused, never a RecursionError."""
+    depth = 300  # 600 JSON levels: under orjson's 1024, over the 255 kvmemory writes
+    deep = '{"$kv":"tuple","v":[' * depth + "]}" * depth
+    data = '[{"$kv":"item","fields":{"deep":' + deep + "}}]"
+    with pytest.raises(CorruptSessionError, match="nested deeper than the 255 levels"):
+        Memory.from_json(data)
+
+
+def test_deepest_writable_value_reads_back() -> None:
+    """A value nested as deep as a session can hold reads back equal."""
+    value: Any = []
+    for _ in range(250):
+        value = [value]
+    memory = Memory([MemoryItem(deep=value)])
+    assert Memory.from_json(memory.to_json()) == memory
+
+
+def test_too_deep_value_is_a_serialization_error_naming_the_field() -> None:
+    """Encoding a value nested beyond what JSON output can hold names the field."""
+    value: Any = 1
+    for _ in range(5000):
+        value = [value]
+    with pytest.raises(SerializationError, match="Field 'deep' of step 3 is nested too deeply"):
+        Memory([MemoryItem(step=3, deep=value)]).to_json()
+
+
+def test_integer_with_too_many_digits_is_a_serialization_error() -> None:
+    """An int beyond Python's text conversion limit raises SerializationError naming the field."""
+    with pytest.raises(
+        SerializationError,
+        match="Field 'huge' of step 1 holds an integer of about 5000 digits, more than the 4300",
+    ):
+        Memory([MemoryItem(step=1, huge=10**5000)]).to_json()
+
+
+def colliding_ints(count: int) -> list[Any]:
+    """Return int tags of distinct values that all hash to 0 (multiples of the hash modulus)."""
+    modulus = sys.hash_info.modulus
+    return [{"$kv": "int", "v": str(k * modulus)} for k in range(1, count + 1)]
+
+
+@pytest.mark.parametrize("tag", ["set", "frozenset"])
+def test_set_of_colliding_ints_is_refused_before_it_is_built(tag: str) -> None:
+    """A set tag of 50,000 ints with one hash is refused as hash flooding instead of taking quadratic time."""
+    data = orjson.dumps(
+        [{"$kv": "item", "fields": {"s": {"$kv": tag, "v": colliding_ints(50_000)}}}]
+    )
+    with pytest.raises(
+        CorruptSessionError, match=r"at \$\.fields\.s: .*refused as a hash-flooding input"
+    ):
+        Memory.from_json(data)
+
+
+def test_dict_of_colliding_keys_is_refused() -> None:
+    """A dict tag whose keys all share one hash is refused as hash flooding."""
+    pairs = [[key, 0] for key in colliding_ints(50_000)]
+    data = orjson.dumps([{"$kv": "item", "fields": {"d": {"$kv": "dict", "v": pairs}}}])
+    with pytest.raises(CorruptSessionError, match="hash-flooding"):
+        Memory.from_json(data)
+
+
+def test_few_colliding_values_still_load() -> None:
+    """A set with a handful of values sharing a hash is real data and loads."""
+    values = {k * sys.hash_info.modulus for k in range(1, 20)} | {-1, -2}
+    memory = Memory([MemoryItem(s=values)])
+    assert Memory.from_json(memory.to_json()) == memory

@@ -7,10 +7,13 @@ import pytest
 from agents.memory import exceptions
 from agents.memory.exceptions import (
     AgentMemoryError,
+    ArgumentTypeError,
     CallbackError,
     CorruptSessionError,
+    FieldAttributeError,
     FieldNotFoundError,
     FieldValidationError,
+    InvalidArgumentError,
     InvalidKeyError,
     MissingDependencyError,
     SerializationError,
@@ -33,6 +36,9 @@ from agents.memory.exceptions import (
         (UnsupportedVersionError, CorruptSessionError),
         (CallbackError, RuntimeError),
         (MissingDependencyError, ImportError),
+        (InvalidArgumentError, ValueError),
+        (ArgumentTypeError, TypeError),
+        (FieldAttributeError, AttributeError),
     ],
 )
 def test_error_keeps_builtin_base(error: type[Exception], builtin: type[Exception]) -> None:
@@ -71,3 +77,22 @@ def test_missing_dependency_names_the_extra() -> None:
 def test_no_error_is_named_memory_error() -> None:
     """No class shadows the builtin MemoryError."""
     assert not hasattr(exceptions, "MemoryError")
+
+
+def test_core_modules_raise_no_bare_builtin_errors() -> None:
+    """No core module raises a bare TypeError, ValueError or AttributeError (the tree has one for each)."""
+    import re
+    from pathlib import Path
+
+    root = Path(exceptions.__file__).parents[1]
+    core = [*root.glob("memory/*.py"), *root.glob("agent/*.py")]
+    pattern = re.compile(
+        r"raise (TypeError|ValueError|AttributeError|KeyError)\b|raise type\(exc\)"
+    )
+    found = [
+        f"{path.name}:{number}"
+        for path in core
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if pattern.search(line)
+    ]
+    assert found == []

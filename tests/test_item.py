@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import pickle
 import subprocess
 import sys
@@ -14,9 +15,14 @@ import attrs
 import pytest
 
 from agents.memory import (
+    AgentMemoryError,
+    ArgumentTypeError,
+    CorruptSessionError,
+    FieldAttributeError,
     FieldNotFoundError,
     FieldValidationError,
     InvalidKeyError,
+    Memory,
     MemoryItem,
     field,
 )
@@ -545,3 +551,71 @@ def test_optional_generic_hint_is_checked_by_origin() -> None:
     assert Meta()["meta"] is None
     with pytest.raises(FieldValidationError, match="must be dict or NoneType"):
         Meta(meta="x")
+
+
+class JsonPayload(MemoryItem):
+    """A typed item whose field is parsed from JSON text by a converter."""
+
+    payload: dict[str, Any] = field(factory=dict, converter=json.loads)
+
+
+def test_converter_error_is_a_field_validation_error() -> None:
+    """A converter that raises (json.loads on bad JSON) gives FieldValidationError chained to its error."""
+    with pytest.raises(
+        FieldValidationError, match="'payload' of JsonPayload could not convert"
+    ) as info:
+        JsonPayload(payload="{not json")
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
+
+
+def test_converter_error_in_list_of_dicts_names_the_element() -> None:
+    """from_list_of_dicts reports a converter's error by position, as a library error, memory unchanged."""
+    memory = Memory([MemoryItem(step=0)])
+    with pytest.raises(FieldValidationError, match=r"Element 1: .*could not convert") as info:
+        memory.from_list_of_dicts(
+            [{"payload": "{}"}, {"payload": "{not json"}], item_class=JsonPayload
+        )
+    assert isinstance(info.value.__cause__, FieldValidationError)
+    assert memory.content == [MemoryItem(step=0)]
+
+
+def test_converter_error_in_a_session_names_the_item() -> None:
+    """A stored typed item whose converter refuses its value is a CorruptSessionError naming the item."""
+    data = MemoryItem.to_json(JsonPayload(payload="{}")).replace("{}", '"{bad"')
+    with pytest.raises(CorruptSessionError, match="item JSON: Field 'payload' of JsonPayload"):
+        MemoryItem.from_json(data)
+
+
+def test_missing_attribute_is_a_library_attribute_error() -> None:
+    """item.missing raises FieldAttributeError, which is an AttributeError; getattr defaults still work."""
+    item = MemoryItem(step=1)
+    with pytest.raises(FieldAttributeError, match="has no field 'thought'"):
+        _ = item.thought
+    assert getattr(item, "thought", None) is None
+    assert not hasattr(item, "_private")
+
+
+def test_field_with_default_and_factory_is_an_argument_type_error() -> None:
+    """field() given both default and factory raises ArgumentTypeError."""
+    with pytest.raises(ArgumentTypeError, match="either default= or factory="):
+        field(default=1, factory=list)
+
+
+def test_item_from_json_does_not_import(planted_module: Path) -> None:
+    """MemoryItem.from_json naming an unimported module's class raises and imports nothing."""
+    data = '{"$kv":"item","class":"this_module_does_not_exist_yet:Cls","fields":{"step":1}}'
+    with pytest.raises(CorruptSessionError, match="is not defined in this process"):
+        MemoryItem.from_json(data)
+    assert MemoryItem.from_json(data, on_unknown_class="base") == MemoryItem(step=1)
+    assert not planted_module.exists()
+    assert type(MemoryItem.from_json(data, trusted_import=True)).__qualname__ == "Cls"
+    assert planted_module.exists()
+
+
+def test_item_from_json_errors_are_library_errors() -> None:
+    """A malformed tag in MemoryItem.from_json is an AgentMemoryError naming the field path."""
+    data = '{"$kv":"item","fields":{"when":{"$kv":"timedelta","v":[1e300,0,0]}}}'
+    with pytest.raises(
+        AgentMemoryError, match=r"item JSON, at \$\.fields\.when: the 'timedelta' tag"
+    ):
+        MemoryItem.from_json(data)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agents.memory import (
+    ArgumentTypeError,
     CallbackError,
+    CorruptSessionError,
     FieldValidationError,
+    InvalidArgumentError,
     InvalidKeyError,
     ItemNotFoundError,
     Memory,
@@ -66,8 +71,8 @@ def test_get_latest_item_is_the_last_added() -> None:
 
 
 def test_add_memory_item_rejects_non_items() -> None:
-    """Adding a dict raises TypeError with the fix."""
-    with pytest.raises(TypeError, match=r"wrap a dict with MemoryItem\(\*\*fields\)"):
+    """Adding a dict raises ArgumentTypeError (a TypeError) with the fix."""
+    with pytest.raises(ArgumentTypeError, match=r"wrap a dict with MemoryItem\(\*\*fields\)"):
         Memory().add_memory_item({"step": 1})  # type: ignore[arg-type]  # the wrong type is the point
 
 
@@ -344,8 +349,8 @@ def test_last_k_items() -> None:
 
 
 def test_last_rejects_negative_k() -> None:
-    """last(-1) raises ValueError."""
-    with pytest.raises(ValueError, match="k >= 0"):
+    """last(-1) raises InvalidArgumentError (a ValueError)."""
+    with pytest.raises(InvalidArgumentError, match="k >= 0"):
         steps_memory(1).last(-1)
 
 
@@ -369,8 +374,8 @@ def test_max_items_drops_oldest_first() -> None:
 
 
 def test_max_items_must_be_positive() -> None:
-    """max_items=0 raises ValueError naming the value."""
-    with pytest.raises(ValueError, match="got 0"):
+    """max_items=0 raises InvalidArgumentError naming the value."""
+    with pytest.raises(InvalidArgumentError, match="got 0"):
         Memory(max_items=0)
 
 
@@ -463,7 +468,7 @@ def test_remove_callback() -> None:
 def test_add_memory_items_is_all_or_nothing() -> None:
     """add_memory_items adds nothing when one element is not an item."""
     memory = steps_memory(1)
-    with pytest.raises(TypeError, match="Element 1"):
+    with pytest.raises(ArgumentTypeError, match="Element 1"):
         memory.add_memory_items([MemoryItem(step=5), "oops"])  # type: ignore[list-item]  # the wrong type is the point
     assert steps_of(memory) == [0]
 
@@ -533,9 +538,9 @@ def test_from_list_of_dicts_bad_key_leaves_memory_unchanged() -> None:
 
 
 def test_from_list_of_dicts_non_mapping_leaves_memory_unchanged() -> None:
-    """A non-mapping element raises TypeError naming its position."""
+    """A non-mapping element raises ArgumentTypeError naming its position."""
     memory = steps_memory(2)
-    with pytest.raises(TypeError, match="Element 1 is a str"):
+    with pytest.raises(ArgumentTypeError, match="Element 1 is a str"):
         memory.from_list_of_dicts([{"step": 1}, "nope"])  # type: ignore[list-item]  # the wrong type is the point
     assert steps_of(memory) == [0, 1]
 
@@ -544,7 +549,8 @@ def test_load_with_non_item_leaves_memory_unchanged() -> None:
     """Regression (UFO assigned the list as is): load() refuses non-items and changes nothing."""
     memory = steps_memory(2)
     with pytest.raises(
-        TypeError, match="Element 1 is a dict, not a MemoryItem; the memory was left unchanged"
+        ArgumentTypeError,
+        match="Element 1 is a dict, not a MemoryItem; the memory was left unchanged",
     ):
         memory.load([MemoryItem(step=5), {"step": 6}])  # type: ignore[list-item]  # the wrong type is the point
     assert steps_of(memory) == [0, 1]
@@ -798,3 +804,104 @@ def test_step_change_racing_step_deletes_keeps_lookups_working() -> None:
         expected = [f for f in memory.to_list_of_dicts() if f.get("step") == step]
         assert memory.filter_memory_from_steps([step]) == expected
         assert [item.to_dict() for item in memory.items_of_steps([step])] == expected
+
+
+def test_remove_unknown_callback_is_an_invalid_argument() -> None:
+    """remove_callback of a callback never added raises InvalidArgumentError naming it."""
+    with pytest.raises(InvalidArgumentError, match="Callback print is not registered"):
+        Memory().remove_callback(print)
+
+
+def session_memory() -> Memory:
+    """Return a memory with items, a session id and metadata, to check loads against."""
+    return Memory([MemoryItem(step=1, action="a")], session_id="before", metadata={"run": 1})
+
+
+def state_of(memory: Memory) -> tuple[Any, ...]:
+    """Return everything a load may change."""
+    return (
+        memory.to_list_of_dicts(),
+        memory.session_id,
+        memory.metadata,
+        memory.created_at,
+        memory.step_key,
+    )
+
+
+BAD_HEADERS = {
+    "metadata_list": {"metadata": [1, 2]},
+    "metadata_bad_tag": {"metadata": {"when": {"$kv": "date", "v": "never"}}},
+    "session_id_int": {"session_id": 7},
+    "created_at_list": {"created_at": []},
+    "step_key_null": {"step_key": None},
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_HEADERS))
+def test_bad_header_leaves_memory_unchanged(name: str, tmp_path: Path) -> None:
+    """A document with valid items and a malformed header raises and changes nothing, header included."""
+    path = tmp_path / "new.json"
+    Memory([MemoryItem(step=9)], session_id="new").save(path)
+    document = json.loads(path.read_text(encoding="utf-8"))
+    document.update(BAD_HEADERS[name])
+    memory = session_memory()
+    before = state_of(memory)
+    with pytest.raises(CorruptSessionError, match=r"The header of JSON input, at \$\."):
+        memory.load_json(json.dumps(document))
+    assert state_of(memory) == before
+
+
+def test_bad_jsonl_header_leaves_memory_unchanged(tmp_path: Path) -> None:
+    """A JSONL file whose header has malformed metadata raises naming the field and changes nothing."""
+    path = tmp_path / "new.jsonl"
+    Memory([MemoryItem(step=9)], session_id="new").save(path)
+    header, rest = path.read_bytes().split(b"\n", 1)
+    bad = json.loads(header)
+    bad["metadata"] = "not an object"
+    path.write_bytes(json.dumps(bad).encode() + b"\n" + rest)
+    memory = session_memory()
+    before = state_of(memory)
+    with pytest.raises(
+        CorruptSessionError, match=r"at \$\.metadata: expected an object of metadata"
+    ):
+        memory.load_file(path)
+    assert state_of(memory) == before
+
+
+def test_load_file_refuses_a_nul_byte_in_the_path(tmp_path: Path) -> None:
+    """A session path with a NUL byte is refused by name instead of being cut at the NUL."""
+    Memory([MemoryItem(step=1)]).save(tmp_path / "run.json")
+    with pytest.raises(InvalidArgumentError, match=r"session file path .*holds a NUL byte"):
+        Memory.from_file(str(tmp_path / "run.json") + "\0.txt")
+
+
+def test_save_refuses_a_nul_byte_in_the_path(tmp_path: Path) -> None:
+    """save() to a path with a NUL byte raises InvalidArgumentError and writes nothing."""
+    with pytest.raises(InvalidArgumentError, match="holds a NUL byte"):
+        Memory([MemoryItem(step=1)]).save(str(tmp_path / "run.json") + "\0x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_whitespace_only_file_of_megabytes_is_refused_in_few_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file of 32 MB of blanks is refused as JSON with no content, in block reads, not one per byte."""
+    path = tmp_path / "blank.json"
+    path.write_bytes(b" \n\t" * (32 * 1024 * 1024 // 3))
+    reads: list[int] = []
+
+    class CountingReader(io.BufferedReader):
+        def read(self, size: int | None = -1, /) -> bytes:
+            reads.append(1)
+            return super().read(size)
+
+    def counting_open(name: str, mode: str = "rb") -> CountingReader:
+        return CountingReader(io.FileIO(name, mode))
+
+    monkeypatch.setattr("agents.memory.memory.open", counting_open, raising=False)
+    memory = session_memory()
+    before = state_of(memory)
+    with pytest.raises(CorruptSessionError, match="is not valid JSON"):
+        memory.load_file(path)
+    assert state_of(memory) == before
+    assert 0 < len(reads) < 1000

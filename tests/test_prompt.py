@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import os
 import pathlib
 import sys
 import warnings
@@ -651,3 +652,32 @@ def test_template_error_names_the_step_by_step_key() -> None:
     """render_text's missing-field error names the record's step under step_key."""
     with pytest.raises(FieldNotFoundError, match=r"record 0 \(step 5\)"):
         render_text([{"Step": 5}], "{thought}", step_key="Step")
+
+
+def test_image_data_url_refuses_a_device_without_reading() -> None:
+    """/dev/zero as an image path fails at once, naming the path, instead of reading until memory runs out."""
+    with pytest.raises(ImageReadError, match="'/dev/zero' is not a regular file"):
+        image_data_url("/dev/zero")
+
+
+def test_image_data_url_refuses_a_pipe_without_blocking(tmp_path: pathlib.Path) -> None:
+    """A named pipe as an image path fails at once instead of waiting for a writer."""
+    fifo = tmp_path / "shot.png"
+    os.mkfifo(fifo)
+    with pytest.raises(ImageReadError, match=r"shot\.png' is not a regular file"):
+        image_data_url(fifo)
+
+
+def test_image_data_url_refuses_a_file_over_the_cap(tmp_path: pathlib.Path) -> None:
+    """An image larger than max_bytes raises ImageReadError naming the path and the cap."""
+    path = tmp_path / "big.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
+    assert image_data_url(path, max_bytes=108).startswith("data:image/png;base64,")
+    with pytest.raises(ImageReadError, match=r"big\.png' is larger than max_bytes=107 bytes"):
+        image_data_url(path, max_bytes=107)
+
+
+def test_image_path_with_a_nul_byte_is_refused() -> None:
+    """An image path with a NUL byte raises ImageReadError naming it, not a bare ValueError."""
+    with pytest.raises(ImageReadError, match="holds a NUL byte"):
+        image_data_url("shot.png\0.txt")

@@ -107,6 +107,7 @@ _TEXT_SCALARS: Final = frozenset({str, bool, type(None)})
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 _POLICIES: Final = ("error", "repr", "drop")
+_LOG10_2: Final = 0.30102999566398120  # digits per bit, for messages about huge ints
 MAX_DEPTH: Final = 255
 """The deepest nesting of JSON arrays and objects the codec writes or reads in one value.
 
@@ -318,7 +319,7 @@ class _Encoder:
         except ValueError as exc:
             # Python refuses to write ints of more than sys.get_int_max_str_digits() digits.
             msg = (
-                f"{self.where()} holds an integer of about {value.bit_length() * 3 // 10} digits, "
+                f"{self.where()} holds an integer of about {round(value.bit_length() * _LOG10_2)} digits, "
                 f"more than the {sys.get_int_max_str_digits()} Python converts to text; "
                 "store it as bytes, or raise the limit with sys.set_int_max_str_digits()."
             )
@@ -1134,7 +1135,8 @@ def check_header(
     try:
         metadata = decoder.value(header.get("metadata") or {})
         if type(metadata) is not dict:
-            raise _bad_payload("header", "an object of metadata", header.get("metadata"))
+            shown = repr(header.get("metadata"))[:60]
+            raise _Bad(f"expected an object of metadata, got {shown}")
     except _Bad as bad:
         bad.path.append(".metadata")
         bad.raise_for(f"The header of {source}")
