@@ -1,0 +1,285 @@
+"""Fuzzing of every loader: session documents, JSONL streams, blackboard files, MemoryItem.from_json.
+
+Each test starts from a valid encoded session holding every kind of type tag,
+mutates it (bytes flipped, inserted, deleted or cut; or a node of the parsed
+JSON replaced by other JSON, tag-shaped objects included), loads the result,
+and checks the two promises of loading: only errors of the library's tree
+escape, and a load that fails leaves its target exactly as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import enum
+import io
+import tempfile
+import uuid
+import zoneinfo
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents.memory import AgentMemoryError, Blackboard, Memory, MemoryItem, field
+
+# Few examples per test keep the suite fast; each runs in a few seconds.
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class Mood(enum.Enum):
+    """An enum that the seed sessions hold."""
+
+    CALM = "calm"
+    BUSY = 2
+
+
+class FuzzStep(MemoryItem):
+    """A typed item whose declared fields mutations can break."""
+
+    step: int = 0
+    note: str = field(default="")
+
+
+def seed_memory() -> Memory:
+    """Return a memory that holds every kind of type tag, a typed item and tagged metadata."""
+    items = [
+        MemoryItem(step=0, action="click", cost=0.25, ok=True, nothing=None),
+        MemoryItem(
+            step=1,
+            when=dt.datetime(2024, 5, 1, 12, 30, tzinfo=zoneinfo.ZoneInfo("Europe/Paris")),
+            day=dt.date(2024, 2, 29),
+            at=dt.time(23, 59, 1),
+            took=dt.timedelta(days=1, seconds=5),
+            id=uuid.UUID("12345678-1234-5678-1234-567812345678"),
+            price=Decimal("3.14"),
+            raw=b"\x00\xffpng",
+            buf=bytearray(b"ab"),
+            shot=Path("/runs/1.png"),
+            posix=PurePosixPath("a/b"),
+            mood=Mood.CALM,
+            tags={1, 2, 3},
+            frozen=frozenset({"a"}),
+            args=(1, "two", (3.0,)),
+            z=complex(1, -2),
+            nan=float("nan"),
+            big=2**80,
+            by_int={1: "one"},
+            nested={"list": [1, (2, 3), {"when": dt.date(2020, 1, 1)}]},
+            array=np.arange(6, dtype=np.int32).reshape(2, 3),
+            scalar=np.float32(1.5),
+        ),
+        FuzzStep(step=2, note="typed", extra=[1, 2]),
+    ]
+    return Memory(
+        items,
+        session_id="seed",
+        metadata={"run": 1, "started": dt.date(2024, 1, 1), "mood": Mood.BUSY},
+    )
+
+
+def seed_files() -> dict[str, bytes]:
+    """Return the seed session as a JSON document, a JSONL stream and a blackboard file."""
+    memory = seed_memory()
+    board = Blackboard()
+    board.add_requests("open the report")
+    board.add_trajectories(memory[1])
+    board.add_image("/shots/1.png", {"step": 1, "at": dt.date(2024, 1, 1)})
+    with tempfile.TemporaryDirectory() as folder:
+        memory.save(Path(folder) / "seed.json")
+        board.save(Path(folder) / "board.json")
+        document = (Path(folder) / "seed.json").read_bytes()
+        blackboard = (Path(folder) / "board.json").read_bytes()
+    stream = io.BytesIO()
+    memory.write_jsonl(stream)
+    return {"document": document, "jsonl": stream.getvalue(), "blackboard": blackboard}
+
+
+SEEDS = seed_files()
+TAGS = [
+    "item", "float", "int", "tuple", "set", "frozenset", "dict", "bytes", "bytearray",
+    "datetime", "date", "time", "timedelta", "uuid", "decimal", "complex", "path",
+    "enum", "ndarray", "npscalar", "martian",
+]  # fmt: skip
+KEYS = [
+    "$kv", "v", "cls", "tz", "fold", "dtype", "shape", "flavor", "fields", "class",
+    "step", "metadata", "items", "format", "version", "session_id", "sections",
+]  # fmt: skip
+INTERESTING_BYTES = list(b'{}[]":,0123456789-.eE tfnul\\\n\x00\xff')
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.sampled_from(["nan", "inf", "2024-01-01", "Europe/Paris", "<f8", "|V8", "abc"])
+    | st.sampled_from(["builtins:dict", "enum:Enum", "http:HTTPStatus", f"{__name__}:Mood"])
+)
+
+
+def _tagged(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    plain = st.lists(children, max_size=4) | st.dictionaries(
+        st.sampled_from(KEYS) | st.text(max_size=6), children, max_size=4
+    )
+    tag = st.builds(
+        lambda name, payload, extra: {"$kv": name, "v": payload, **extra},
+        st.sampled_from(TAGS),
+        children,
+        st.dictionaries(st.sampled_from(KEYS), children, max_size=2),
+    )
+    return plain | tag
+
+
+json_values = st.recursive(scalars, _tagged, max_leaves=12)
+
+
+def node_paths(obj: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Yield the path of every node of a JSON value, the root included."""
+    yield path
+    if type(obj) is list:
+        for index, child in enumerate(obj):
+            yield from node_paths(child, (*path, index))
+    elif type(obj) is dict:
+        for key, child in obj.items():
+            yield from node_paths(child, (*path, key))
+
+
+def replaced(obj: Any, path: tuple[Any, ...], value: Any, *, delete: bool) -> Any:
+    """Return a copy of ``obj`` with the node at ``path`` replaced by ``value`` (or removed)."""
+    if not path:
+        return value
+    out = copy.deepcopy(obj)
+    parent = out
+    for step in path[:-1]:
+        parent = parent[step]
+    if delete:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return out
+
+
+@st.composite
+def byte_mutation(draw: st.DrawFn, seed: bytes) -> bytes:
+    """Flip, insert or delete a few bytes of ``seed``, or cut it short."""
+    data = bytearray(seed)
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        position = draw(st.integers(min_value=0, max_value=max(len(data) - 1, 0)))
+        byte = draw(st.sampled_from(INTERESTING_BYTES) | st.integers(0, 255))
+        kind = draw(st.sampled_from(["flip", "insert", "delete", "cut"]))
+        if kind == "flip" and data:
+            data[position] = byte
+        elif kind == "insert":
+            data.insert(position, byte)
+        elif kind == "delete" and data:
+            del data[position]
+        elif kind == "cut":
+            del data[position:]
+    return bytes(data)
+
+
+@st.composite
+def structure_mutation(draw: st.DrawFn, seed: bytes) -> bytes:
+    """Replace or remove one node of the parsed ``seed`` (one line of a JSONL stream)."""
+    lines = seed.splitlines() if seed.count(b"\n") > 1 else [seed]
+    index = draw(st.integers(min_value=0, max_value=len(lines) - 1))
+    obj = orjson.loads(lines[index])
+    path = draw(st.sampled_from(list(node_paths(obj))))
+    delete = bool(path) and draw(st.booleans())
+    value = None if delete else draw(json_values)
+    lines[index] = orjson.dumps(replaced(obj, path, value, delete=delete))
+    return b"\n".join(lines) + b"\n"
+
+
+def mutations(seed: bytes) -> st.SearchStrategy[bytes]:
+    """Byte-level or structural mutations of ``seed``."""
+    return byte_mutation(seed) | structure_mutation(seed)
+
+
+def target_memory() -> Memory:
+    """Return the memory a fuzzed load tries to replace."""
+    return Memory([MemoryItem(step=7, action="keep")], session_id="before", metadata={"k": 1})
+
+
+def state_of(memory: Memory) -> tuple[Any, ...]:
+    """Return everything a load may change, items by identity and by value."""
+    return (
+        [id(item) for item in memory],
+        memory.to_list_of_dicts(),
+        memory.session_id,
+        memory.metadata,
+        memory.created_at,
+        memory.step_key,
+    )
+
+
+def check_load(load: Callable[[], object], state: Callable[[], object]) -> None:
+    """Run ``load``: it succeeds, or raises an AgentMemoryError and ``state()`` is unchanged."""
+    before = state()
+    try:
+        load()
+    except AgentMemoryError:
+        assert state() == before
+
+
+def test_seeds_load() -> None:
+    """The unmutated seeds load, so mutations start from valid files."""
+    memory = Memory.from_json(SEEDS["document"])
+    assert memory.session_id == "seed"
+    assert len(Memory.read_jsonl(io.BytesIO(SEEDS["jsonl"]))) == 3
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "board.json"
+        path.write_bytes(SEEDS["blackboard"])
+        assert len(Blackboard.from_file(path).screenshots) == 1
+
+
+@FUZZ
+@given(data=mutations(SEEDS["document"]))
+def test_fuzzed_session_document(data: bytes) -> None:
+    """A mutated session document loads or raises a library error, leaving the memory as it was."""
+    memory = target_memory()
+    check_load(lambda: memory.load_json(data), lambda: state_of(memory))
+
+
+@FUZZ
+@given(data=mutations(SEEDS["jsonl"]))
+def test_fuzzed_jsonl_file(data: bytes) -> None:
+    """A mutated JSONL session file loads or raises a library error, leaving the memory as it was."""
+    memory = target_memory()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "run.jsonl"
+        path.write_bytes(data)
+        check_load(lambda: memory.load_file(path), lambda: state_of(memory))
+
+
+@FUZZ
+@given(data=mutations(SEEDS["jsonl"]))
+def test_fuzzed_jsonl_stream(data: bytes) -> None:
+    """Memory.read_jsonl of a mutated stream returns a memory or raises a library error."""
+    check_load(lambda: Memory.read_jsonl(io.BytesIO(data)), lambda: None)
+
+
+@FUZZ
+@given(data=mutations(SEEDS["blackboard"]))
+def test_fuzzed_blackboard_file(data: bytes) -> None:
+    """A mutated blackboard file loads or raises a library error, leaving the blackboard as it was."""
+    board = Blackboard()
+    board.add_requests("keep me")
+    board.add_image("/keep.png", {"n": 1})
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "board.json"
+        path.write_bytes(data)
+        check_load(lambda: board.load(path), board.blackboard_to_dict)
+
+
+@FUZZ
+@given(data=st.sampled_from(SEEDS["jsonl"].splitlines()[1:]).flatmap(mutations))
+def test_fuzzed_item_json(data: bytes) -> None:
+    """MemoryItem.from_json of a mutated item returns an item or raises a library error."""
+    check_load(lambda: MemoryItem.from_json(data), lambda: None)
