@@ -965,3 +965,21 @@ def test_few_colliding_values_still_load() -> None:
     values = {k * sys.hash_info.modulus for k in range(1, 20)} | {-1, -2}
     memory = Memory([MemoryItem(s=values)])
     assert Memory.from_json(memory.to_json()) == memory
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.datetime64("2020-01-01T00:00:00.000000001"), np.timedelta64(5, "ns"), np.uint64(2**64 - 1)],
+)
+def test_numpy_scalar_keeps_its_unit(value: Any) -> None:
+    """numpy datetimes in nanoseconds and other units come back with the same unit and value."""
+    back = Memory.from_json(Memory([MemoryItem(a=value)]).to_json())[0]["a"]
+    assert back.dtype == value.dtype
+    assert back == value
+
+
+def test_numpy_scalar_that_overflows_its_dtype_is_refused() -> None:
+    """An npscalar whose value does not fit its dtype raises CorruptSessionError, not a warning."""
+    data = '[{"$kv":"item","fields":{"a":{"$kv":"npscalar","v":1e300,"dtype":"<f4"}}}]'
+    with pytest.raises(CorruptSessionError, match=r"at \$\.fields\.a: malformed 'npscalar' value"):
+        Memory.from_json(data)

@@ -73,6 +73,7 @@ def seed_memory() -> Memory:
             nested={"list": [1, (2, 3), {"when": dt.date(2020, 1, 1)}]},
             array=np.arange(6, dtype=np.int32).reshape(2, 3),
             scalar=np.float32(1.5),
+            stamp=np.datetime64("2020-01-01T00:00:00.000000001"),
         ),
         FuzzStep(step=2, note="typed", extra=[1, 2]),
     ]

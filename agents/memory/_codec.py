@@ -658,8 +658,7 @@ class _Decoder:
         if cls is not dict:
             return obj
         self.enter()
-        tag = obj.get(TAG)
-        if tag is None:
+        if TAG not in obj:
             out = {}
             for key, item in obj.items():
                 try:
@@ -668,7 +667,7 @@ class _Decoder:
                     bad.path.append(_key_segment(key))
                     raise
         else:
-            out = self.tagged(tag, obj)
+            out = self.tagged(obj[TAG], obj)
         self.depth -= 1
         return out
 
@@ -828,7 +827,10 @@ class _Decoder:
                 raise _bad_payload("npscalar", f"a value that fills dtype {dtype.str}", value)
         elif dtype.itemsize > 16 or type(value) not in _NPSCALAR_VALUES:
             raise _bad_payload("npscalar", f"a number, text or date for dtype {dtype.str}", value)
-        return dtype.type(value)
+        # Through an array, ints keep a datetime64's unit (ns, ...); errstate makes
+        # a value that overflows the dtype an error (FloatingPointError), not a warning.
+        with np.errstate(all="raise"):
+            return np.array(value, dtype=dtype)[()]
 
 
 def check_on_unknown_class(value: Any) -> None:
