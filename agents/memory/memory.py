@@ -500,12 +500,14 @@ class Memory:
 
         Raises:
             SerializationError: if a value cannot be encoded; no file is written.
+            InvalidArgumentError: if ``path`` holds a NUL byte; no file is written.
         """
-        if os.fspath(path).endswith(".jsonl"):
+        name = _codec.file_path(path, what="session file path")
+        if name.endswith(".jsonl"):
             chunks = list(self._jsonl_chunks(on_unencodable))
         else:
             chunks = [self._document(on_unencodable)]
-        _codec.atomic_write(path, chunks)
+        _codec.atomic_write(name, chunks)
 
     def write_jsonl(self, stream: IO[bytes], *, on_unencodable: OnUnencodable = "error") -> None:
         """Stream the memory to a binary file as JSONL: a header line, then one line per item.
