@@ -983,3 +983,61 @@ def test_numpy_scalar_that_overflows_its_dtype_is_refused() -> None:
     data = '[{"$kv":"item","fields":{"a":{"$kv":"npscalar","v":1e300,"dtype":"<f4"}}}]'
     with pytest.raises(CorruptSessionError, match=r"at \$\.fields\.a: malformed 'npscalar' value"):
         Memory.from_json(data)
+
+
+def test_trusted_import_of_a_missing_module_is_refused_or_loads_as_base() -> None:
+    """With trusted_import, a module that does not exist raises naming it, or loads as base."""
+    data = '[{"$kv":"item","class":"nowhere.module:Thing","fields":{"step":1}}]'
+    with pytest.raises(CorruptSessionError, match=r"'nowhere\.module:Thing' .* cannot be imported"):
+        Memory.from_json(data, trusted_import=True)
+    memory = Memory.from_json(data, trusted_import=True, on_unknown_class="base")
+    assert memory.content == [MemoryItem(step=1)]
+
+
+def test_enum_tag_with_a_malformed_class_path_is_refused() -> None:
+    """An enum tag whose class path has no colon is refused naming the path."""
+    data = '[{"$kv":"item","fields":{"e":{"$kv":"enum","cls":"nocolon","v":1}}}]'
+    with pytest.raises(
+        CorruptSessionError, match=r"at \$\.fields\.e: .*'nocolon' .*'module:QualName'"
+    ):
+        Memory.from_json(data)
+
+
+def test_path_names_keys_that_are_not_identifiers_in_brackets() -> None:
+    """A field or nested key that is not an identifier is written as ["key"] in the error's path."""
+    data = orjson.dumps(
+        [{"$kv": "item", "fields": {"Bounding Box": {"x y": {"$kv": "uuid", "v": 1}}}}]
+    )
+    with pytest.raises(CorruptSessionError, match=r'at \$\.fields\["Bounding Box"\]\["x y"\]: '):
+        Memory.from_json(data)
+
+
+def test_decode_value_names_where_and_path() -> None:
+    """decode_value raises CorruptSessionError naming the value given as where and the path."""
+    with pytest.raises(
+        CorruptSessionError, match=r"the cell, at \$\[0\]\.a: the 'uuid' tag holds 1"
+    ):
+        _codec.decode_value([{"a": {"$kv": "uuid", "v": 1}}], where="the cell")
+
+
+def test_complex_of_text_parts_is_refused() -> None:
+    """A complex tag whose parts are not numbers is refused naming them."""
+    data = '[{"$kv":"item","fields":{"z":{"$kv":"complex","v":["1","2"]}}}]'
+    with pytest.raises(CorruptSessionError, match=r"expected \[real, imag\] as numbers"):
+        Memory.from_json(data)
+
+
+@pytest.mark.parametrize(
+    ("path", "error", "reason"),
+    [
+        (3, "ArgumentTypeError", "must be a str or os.PathLike, got int"),
+        (b"run.json", "ArgumentTypeError", "must be text, got bytes"),
+        ("", "InvalidArgumentError", "is empty or holds a NUL byte"),
+    ],
+)
+def test_session_path_of_the_wrong_kind_is_refused(path: Any, error: str, reason: str) -> None:
+    """A session file path that is not text, or is empty, raises a named argument error."""
+    import agents.memory
+
+    with pytest.raises(getattr(agents.memory, error), match=f"session file path .*{reason}"):
+        Memory.from_file(path)
