@@ -225,6 +225,14 @@ def find_class(path: str, *, where: str = "the session") -> Any:
     it has imported, so this finds every class a process could have written
     into a session, and nothing a file could name to make the process run code.
 
+    There is deliberately no ``register_enum()``: importing the module that
+    defines an enum is what makes it known, exactly as for ``MemoryItem``
+    subclasses (which register themselves when their ``class`` statement
+    runs). A registry filled only when values are encoded would know the
+    enums this process wrote but not those of a file written by another
+    process, and an explicit call would be one more thing to forget before
+    every load.
+
     Raises:
         CorruptSessionError: if the path is malformed.
     """
