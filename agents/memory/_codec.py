@@ -1119,9 +1119,9 @@ def check_header(
     the header afterwards cannot fail half-way.
 
     Returns:
-        ``session_id`` (``str`` or ``None``) and ``metadata`` (a decoded
-        ``dict``), plus ``created_at`` and ``step_key`` (``str``) when the
-        header has them.
+        ``metadata`` (a decoded ``dict``), plus ``session_id`` (``str`` or
+        ``None``), ``created_at`` and ``step_key`` (``str``) when the header
+        has them.
 
     Raises:
         CorruptSessionError: if it is not a kvmemory session header or a field
@@ -1131,16 +1131,17 @@ def check_header(
     check_format(
         header, source=source, name=FORMAT_NAME, version=FORMAT_VERSION, kind="kvmemory session"
     )
-    out: dict[str, Any] = {"session_id": header.get("session_id")}
+    out: dict[str, Any] = {}
     expected = {"session_id": "a string or null", "created_at": "a string", "step_key": "a string"}
     for key, what in expected.items():
-        value = header.get(key)
-        if key in header and not (type(value) is str or (value is None and key == "session_id")):
+        if key not in header:
+            continue
+        value = header[key]
+        if not (type(value) is str or (value is None and key == "session_id")):
             shown = repr(value)[:60]
             msg = f"The header of {source}, at $.{key}: expected {what}, got {shown}; nothing was loaded."
             raise CorruptSessionError(msg)
-        if key in header:
-            out[key] = value
+        out[key] = value
     decoder = _Decoder(on_unknown_class=on_unknown_class, trusted_import=trusted_import)
     try:
         metadata = decoder.value(header.get("metadata") or {})
