@@ -886,7 +886,7 @@ def test_malformed_tag_in_a_file_names_the_file_and_line(tmp_path: Path) -> None
 
 def test_numpy_tag_without_numpy_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """A numpy tag read where numpy is missing raises MissingDependencyError naming item, path and extra."""
-    data = Memory([MemoryItem(a=np.arange(3), b=np.float32(1.5))]).to_json()
+    data = Memory([MemoryItem(a=np.arange(3), b=np.float32(1.5))]).to_json_bytes().decode()
     monkeypatch.setitem(sys.modules, "numpy", None)
     with pytest.raises(
         MissingDependencyError,
@@ -916,13 +916,14 @@ def test_deepest_writable_value_reads_back() -> None:
     assert Memory.from_json(memory.to_json()) == memory
 
 
-def test_too_deep_value_is_a_serialization_error_naming_the_field() -> None:
-    """Encoding a value nested beyond what JSON output can hold names the field."""
+@pytest.mark.parametrize("encode", ["to_json", "to_json_bytes"])
+def test_too_deep_value_is_a_serialization_error_naming_the_field(encode: str) -> None:
+    """Encoding a value nested beyond what JSON output can hold names the field, in both forms."""
     value: Any = 1
     for _ in range(5000):
         value = [value]
-    with pytest.raises(SerializationError, match="Field 'deep' of step 3 is nested too deeply"):
-        Memory([MemoryItem(step=3, deep=value)]).to_json()
+    with pytest.raises(SerializationError, match=r"Field 'deep' of step 3 .*nested too deeply"):
+        getattr(Memory([MemoryItem(step=3, deep=value)]), encode)()
 
 
 def test_integer_with_too_many_digits_is_a_serialization_error() -> None:
@@ -930,6 +931,10 @@ def test_integer_with_too_many_digits_is_a_serialization_error() -> None:
     with pytest.raises(
         SerializationError,
         match="Field 'huge' of step 1 holds an integer of about 5000 digits, more than the 4300",
+    ):
+        Memory([MemoryItem(step=1, huge=10**5000)]).to_json_bytes()
+    with pytest.raises(
+        SerializationError, match=r"Field 'huge' of step 1 cannot be encoded as JSON .*4300 digits"
     ):
         Memory([MemoryItem(step=1, huge=10**5000)]).to_json()
 

@@ -1,4 +1,4 @@
-"""Fuzzing of every loader: session documents, JSONL streams, blackboard files, MemoryItem.from_json.
+"""Fuzzing of every loader: session documents, to_json output, JSONL, blackboard files, MemoryItem.from_json.
 
 Each test starts from a valid encoded session holding every kind of type tag,
 mutates it (bytes flipped, inserted, deleted or cut; or a node of the parsed
@@ -13,6 +13,7 @@ import copy
 import datetime as dt
 import enum
 import io
+import json
 import tempfile
 import uuid
 import zoneinfo
@@ -22,7 +23,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
-import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -90,7 +90,7 @@ def seed_files() -> dict[str, bytes]:
     board = Blackboard()
     board.add_requests("open the report")
     board.add_trajectories(memory[1])
-    board.add_image("/shots/1.png", {"step": 1, "at": dt.date(2024, 1, 1)})
+    board.add_image("https://shots.example/1.png", {"step": 1, "at": dt.date(2024, 1, 1)})
     with tempfile.TemporaryDirectory() as folder:
         memory.save(Path(folder) / "seed.json")
         board.save(Path(folder) / "board.json")
@@ -98,7 +98,12 @@ def seed_files() -> dict[str, bytes]:
         blackboard = (Path(folder) / "board.json").read_bytes()
     stream = io.BytesIO()
     memory.write_jsonl(stream)
-    return {"document": document, "jsonl": stream.getvalue(), "blackboard": blackboard}
+    return {
+        "document": document,
+        "ufo_json": memory.to_json().encode(),
+        "jsonl": stream.getvalue(),
+        "blackboard": blackboard,
+    }
 
 
 SEEDS = seed_files()
@@ -190,11 +195,12 @@ def structure_mutation(draw: st.DrawFn, seed: bytes) -> bytes:
     """Replace or remove one node of the parsed ``seed`` (one line of a JSONL stream)."""
     lines = seed.splitlines() if seed.count(b"\n") > 1 else [seed]
     index = draw(st.integers(min_value=0, max_value=len(lines) - 1))
-    obj = orjson.loads(lines[index])
+    # The standard json module, because to_json output holds NaN and integers beyond 64 bits.
+    obj = json.loads(lines[index])
     path = draw(st.sampled_from(list(node_paths(obj))))
     delete = bool(path) and draw(st.booleans())
     value = None if delete else draw(json_values)
-    lines[index] = orjson.dumps(replaced(obj, path, value, delete=delete))
+    lines[index] = json.dumps(replaced(obj, path, value, delete=delete)).encode()
     return b"\n".join(lines) + b"\n"
 
 
@@ -249,6 +255,14 @@ def test_fuzzed_session_document(data: bytes) -> None:
 
 
 @FUZZ
+@given(data=mutations(SEEDS["ufo_json"]))
+def test_fuzzed_ufo_json(data: bytes) -> None:
+    """Mutated to_json output (tags inside plain field objects) loads or raises, leaving the memory as it was."""
+    memory = target_memory()
+    check_load(lambda: memory.load_json(data), lambda: state_of(memory))
+
+
+@FUZZ
 @given(data=mutations(SEEDS["jsonl"]))
 def test_fuzzed_jsonl_file(data: bytes) -> None:
     """A mutated JSONL session file loads or raises a library error, leaving the memory as it was."""
@@ -272,7 +286,7 @@ def test_fuzzed_blackboard_file(data: bytes) -> None:
     """A mutated blackboard file loads or raises a library error, leaving the blackboard as it was."""
     board = Blackboard()
     board.add_requests("keep me")
-    board.add_image("/keep.png", {"n": 1})
+    board.add_image("https://shots.example/keep.png", {"n": 1})
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "board.json"
         path.write_bytes(data)

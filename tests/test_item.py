@@ -581,7 +581,7 @@ def test_converter_error_in_list_of_dicts_names_the_element() -> None:
 
 def test_converter_error_in_a_session_names_the_item() -> None:
     """A stored typed item whose converter refuses its value is a CorruptSessionError naming the item."""
-    data = MemoryItem.to_json(JsonPayload(payload="{}")).replace("{}", '"{bad"')
+    data = JsonPayload(payload="{}").to_json_bytes().decode().replace("{}", '"{bad"')
     with pytest.raises(CorruptSessionError, match="item JSON: Field 'payload' of JsonPayload"):
         MemoryItem.from_json(data)
 

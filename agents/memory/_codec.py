@@ -566,10 +566,13 @@ def dumps_ufo_rows(
     """
     try:
         return json.dumps(rows, default=_UfoDefault(on_unencodable))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         # The slow path, one field at a time, to name the field and apply the policy.
         ready = [_ufo_fields(fields, step_key, on_unencodable) for fields in rows]
         return json.dumps(ready, default=_UfoDefault(on_unencodable))
+
+
+_UFO_FIXES: Final[dict[type, str]] = {RecursionError: "it is nested too deeply; flatten it"}
 
 
 def _ufo_fields(
@@ -580,9 +583,14 @@ def _ufo_fields(
     for key, value in fields.items():
         try:
             json.dumps(value, default=_UfoDefault(on_unencodable))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
+            # A reference cycle, an int of more digits than Python writes, or nesting
+            # deeper than json.dumps recurses.
             where = f"Field {key!r}" + (f" of step {step!r}" if step is not None else "")
-            msg = f"{where} cannot be encoded as JSON ({exc}); remove the reference cycle."
+            fix = _UFO_FIXES.get(type(exc), "remove the reference cycle")
+            if "integer string conversion" in str(exc):
+                fix = "store it as text or bytes, or raise sys.set_int_max_str_digits()"
+            msg = f"{where} cannot be encoded as JSON ({exc}); {fix}."
             raise SerializationError(msg) from exc
         except TypeError:
             # Unencodable inside, or dict keys json.dumps cannot write: the
@@ -795,7 +803,8 @@ class _Decoder:
             import numpy as np
         except ImportError as exc:
             error = missing_dependency("numpy", "numpy")
-            bad = _Bad(f"the {tag!r} tag needs numpy: {error}", MissingDependencyError)
+            reason = str(error).rstrip(".")
+            bad = _Bad(f"the {tag!r} tag needs numpy: {reason}", MissingDependencyError)
             raise bad from exc
         return np
 

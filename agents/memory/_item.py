@@ -769,7 +769,7 @@ def _finish_class(cls: type[MemoryItem]) -> None:
                 f"{klass.__qualname__} is a frozen @dataclass; a MemoryItem subclass cannot be "
                 "frozen, because its fields must stay item fields. Drop frozen=True."
             )
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         if hasattr(klass, "__dataclass_fields__"):
             names = [*klass._declared, *klass.__dataclass_fields__]
             klass._declared = {}
