@@ -559,3 +559,11 @@ def test_load_refuses_a_nul_byte_in_the_path(tmp_path: pathlib.Path) -> None:
     (tmp_path / "board.json").write_text("{}")
     with pytest.raises(InvalidArgumentError, match="holds a NUL byte"):
         Blackboard().load(str(tmp_path / "board.json") + "\0.bak")
+
+
+def test_read_json_file_skips_a_line_nested_too_deeply(tmp_path: pathlib.Path) -> None:
+    """A line nested deeper than json.loads recurses is skipped with a warning, not a RecursionError."""
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"a": 1}\n' + "[" * 100_000 + "\n", encoding="utf-8")
+    with pytest.warns(SkippedRecordWarning, match=r"skipped lines \[2\]"):
+        assert Blackboard.read_json_file(path) == [{"a": 1}]
