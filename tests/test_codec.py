@@ -934,7 +934,7 @@ def test_integer_with_too_many_digits_is_a_serialization_error() -> None:
     ):
         Memory([MemoryItem(step=1, huge=10**5000)]).to_json_bytes()
     with pytest.raises(
-        SerializationError, match=r"Field 'huge' of step 1 cannot be encoded as JSON .*4300 digits"
+        SerializationError, match=r"Field 'huge' of step 1 cannot be encoded as JSON .*limit \(4300"
     ):
         Memory([MemoryItem(step=1, huge=10**5000)]).to_json()
 
