@@ -567,3 +567,30 @@ def test_read_json_file_skips_a_line_nested_too_deeply(tmp_path: pathlib.Path) -
     path.write_text('{"a": 1}\n' + "[" * 100_000 + "\n", encoding="utf-8")
     with pytest.warns(SkippedRecordWarning, match=r"skipped lines \[2\]"):
         assert Blackboard.read_json_file(path) == [{"a": 1}]
+
+
+def test_ufo_blackboard_file_with_a_bad_tag_names_the_path(tmp_path: pathlib.Path) -> None:
+    """A blackboard_to_json file with a malformed tag names the file and the value's path; nothing changes."""
+    path = tmp_path / "board.json"
+    path.write_text('{"requests": [{"when": {"$kv": "date", "v": 5}}]}', encoding="utf-8")
+    board = fixture_board()
+    before = board.blackboard_to_dict()
+    with pytest.raises(
+        CorruptSessionError,
+        match=r"board\.json', at \$\.requests\[0\]\.when: the 'date' tag holds 5",
+    ):
+        board.load(path)
+    assert board.blackboard_to_dict() == before
+
+
+def test_ufo_blackboard_file_of_the_wrong_shape_is_not_a_blackboard(tmp_path: pathlib.Path) -> None:
+    """A JSON object whose sections are not lists is refused as not a blackboard; nothing changes."""
+    path = tmp_path / "board.json"
+    path.write_text('{"requests": "open the report"}', encoding="utf-8")
+    board = fixture_board()
+    before = board.blackboard_to_dict()
+    with pytest.raises(
+        CorruptSessionError, match=r"board\.json' is not a blackboard: Section 'requests'"
+    ):
+        board.load(path)
+    assert board.blackboard_to_dict() == before
