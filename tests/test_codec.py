@@ -1046,3 +1046,15 @@ def test_session_path_of_the_wrong_kind_is_refused(path: Any, error: str, reason
 
     with pytest.raises(getattr(agents.memory, error), match=f"session file path .*{reason}"):
         Memory.from_file(path)
+
+
+def test_nesting_beyond_what_any_json_reader_takes_is_a_corrupt_session() -> None:
+    """A document nested thousands of levels deep is CorruptSessionError, not json's RecursionError."""
+    with pytest.raises(CorruptSessionError, match="JSON input is not valid JSON"):
+        Memory.from_json("[" * 5000 + "]" * 5000)
+
+
+def test_json_input_that_is_not_text_is_a_corrupt_session() -> None:
+    """load_json of something that is not JSON text raises CorruptSessionError, not a bare TypeError."""
+    with pytest.raises(CorruptSessionError, match="JSON input is not valid JSON"):
+        Memory.from_json(123)  # type: ignore[arg-type]  # the wrong type under test

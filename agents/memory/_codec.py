@@ -163,7 +163,9 @@ def loads(data: bytes | bytearray | memoryview | str, *, source: str = "input") 
             # What json.dumps writes and orjson refuses: NaN, Infinity, lone
             # surrogates. Only reached when orjson has already failed.
             return json.loads(bytes(data) if isinstance(data, memoryview) else data)
-        except ValueError:
+        except (ValueError, TypeError, RecursionError):
+            # json.loads recurses once per nesting level (orjson stops at 1024) and
+            # refuses what is not text; orjson's error says where the input broke.
             pass
         msg = (
             f"{source} is not valid JSON at line {exc.lineno}, column {exc.colno} "
