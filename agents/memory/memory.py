@@ -130,6 +130,7 @@ class Memory:
         self._lock = threading.RLock()
         self._watcher = weakref.WeakMethod(self._on_item_change)
         self._writer = writer
+        self._observers: list[MemoryWriter] = []
         self._step_key = step_key
         self._max_items = max_items
         self._callbacks: list[ChangeCallback] = list(callbacks)
@@ -176,6 +177,35 @@ class Memory:
         """
         with self._lock:
             self._callbacks.remove(callback)
+
+    def add_observer(self, observer: MemoryWriter) -> None:
+        """Tell ``observer`` of every change *after* it is applied, by item key.
+
+        The observer first hears the current content as one ``write_replace``,
+        then every add, delete, field change and whole-content load with the
+        same calls a :class:`MemoryWriter` gets, under the memory's lock. This
+        is how state derived item by item (the index behind :meth:`search`)
+        follows the memory. An observer must not raise: the change is already
+        applied.
+        """
+        with self._lock:
+            self._index()  # items are watched while the index exists: field changes reach observers
+            self._observers.append(observer)
+            observer.write_replace(self, list(self._items.items()))
+
+    def remove_observer(self, observer: MemoryWriter) -> None:
+        """Stop telling ``observer`` of changes.
+
+        Raises:
+            ValueError: if ``observer`` was not added.
+        """
+        with self._lock:
+            self._observers.remove(observer)
+
+    @property
+    def observers(self) -> tuple[MemoryWriter, ...]:
+        """The observers added with :meth:`add_observer`, in order."""
+        return tuple(self._observers)
 
     # -- UFO's API -----------------------------------------------------------
 
@@ -306,6 +336,8 @@ class Memory:
             step = item._fields.get(self._step_key, NOTHING)
             for seq in seqs:
                 self._refile(seq, item, step)
+            for observer in self._observers:
+                observer.write_update(self, seqs, item)
 
     def clear(self) -> None:
         """Remove every item.
@@ -318,6 +350,11 @@ class Memory:
             if self._writer is not None:
                 self._writer.write_replace(self, ())
             self._reset()
+            if self._writer is not None or self._observers:
+                # Items added from now on must be watched, so that their field changes are heard.
+                self._index()
+            for observer in self._observers:
+                observer.write_replace(self, ())
             if self._callbacks and removed:
                 self._run_callbacks(MemoryChange("clear", removed))
 
@@ -635,6 +672,10 @@ class Memory:
             removed = [self._remove_seq(seq) for seq in evicted]
             if removed:
                 self._list = None
+            if self._observers:
+                added = list(zip(seqs, batch, strict=True))
+                for observer in self._observers:
+                    observer.write_add(self, added, evicted)
             if self._callbacks:
                 if removed:
                     self._run_callbacks(MemoryChange("delete", tuple(removed)))
@@ -683,6 +724,8 @@ class Memory:
             self._writer.write_delete(self, seqs)
         removed = [self._remove_seq(seq) for seq in seqs]
         self._list = None
+        for observer in self._observers:
+            observer.write_delete(self, seqs)
         if self._callbacks:
             self._run_callbacks(MemoryChange("delete", tuple(removed)))
         return len(removed)
@@ -711,8 +754,10 @@ class Memory:
             self._first_seq = start
             self._list = list(kept)
             self._list_shared = False
-            if self._writer is not None:
+            if self._writer is not None or self._observers:
                 self._index()
+            for observer in self._observers:
+                observer.write_replace(self, pairs)
 
     def _reset(self) -> None:
         """Drop every item and the index (items are no longer watched)."""
@@ -838,6 +883,8 @@ class Memory:
             if step_changed:
                 for seq in seqs:
                     self._refile(seq, item, old)
+            for observer in self._observers:
+                observer.write_update(self, seqs, item)
 
     def _refile(self, seq: int, item: MemoryItem, filed: Any) -> None:
         """Move ``seq`` from the index slot of step ``filed`` to that of the item's step now."""
