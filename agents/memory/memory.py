@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import IO, Any, Literal, Protocol, overload
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import attrs
 from typing_extensions import Self
@@ -35,6 +35,10 @@ from agents.memory._item import (
     ufo_json_items,
 )
 from agents.memory.exceptions import CallbackError, ItemNotFoundError, StepNotFoundError
+
+if TYPE_CHECKING:
+    from agents.memory.prompt import Window
+    from agents.memory.search import Embedder, Hit, SearchMode, Where
 
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem", "MemoryWriter"]
 
@@ -515,6 +519,86 @@ class Memory:
             msg = f"No item has {self._step_key}={step!r}; the memory holds steps {self.steps()[:20]}."
             raise StepNotFoundError(msg)
         return items
+
+    # -- search (the search room, imported on first use) ------------------------
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[Hit]:
+        """Return the ``k`` items that best match ``query``, best first, as hits.
+
+        Keyword mode ranks by BM25; the index is built on the first search
+        and then follows every change. See :func:`agents.memory.search.search`.
+
+        Args:
+            query: The text to look for.
+            k: How many hits at most.
+            keys: Search only these fields (default: every string field, nested strings included).
+            mode: ``"keyword"``, ``"semantic"`` or ``"hybrid"``.
+            where: ``{field: value}`` (a ``range`` for step ranges) or a predicate, applied before ranking.
+            embedder: The model for semantic and hybrid modes.
+
+        Raises:
+            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+            EmbedderMismatchError: if the memory was embedded with another model.
+        """
+        from agents.memory import search
+
+        return search.search(self, query, k, keys=keys, mode=mode, where=where, embedder=embedder)
+
+    def recall(
+        self,
+        query: str,
+        k: int = 3,
+        *,
+        recent: Window | None = None,
+        keys: Iterable[str] | None = None,
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[MemoryItem]:
+        """Return the top ``k`` hits for ``query`` and the ``recent`` window's items, once each, in session order.
+
+        See :func:`agents.memory.search.recall`.
+
+        Raises:
+            InvalidQueryError: as :meth:`search`.
+            BudgetExceededError: if the window's pinned items alone break its bounds.
+        """
+        from agents.memory import search
+
+        return search.recall(
+            self, query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
+        )
+
+    def index_embeddings(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        keys: Iterable[str] | None = None,
+        batch_size: int = 256,
+        progress: bool | Callable[[int, int], object] = False,
+    ) -> int:
+        """Embed every item without a vector, in batches; return how many items hold one.
+
+        See :func:`agents.memory.search.index_embeddings`.
+
+        Raises:
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+        """
+        from agents.memory import search
+
+        return search.index_embeddings(
+            self, embedder, keys=keys, batch_size=batch_size, progress=progress
+        )
 
     # -- session files -------------------------------------------------------
 

@@ -1,0 +1,382 @@
+"""The search index of one memory: BM25 postings and vectors, kept up to date by key.
+
+The index is an observer of its memory (``Memory.add_observer``): it hears
+every add, delete, field change and whole-content load by item key, after the
+change is applied. Hearing costs almost nothing: a changed item is only
+marked, and the marked items are (re)tokenized or (re)embedded by the next
+query that needs them. So building a memory stays fast, a query never
+rebuilds what did not change, and a memory that is never searched pays nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agents.memory._item import MemoryItem
+from agents.memory.search._embed import Embedder, checked_vectors, numpy
+from agents.memory.search._tokenize import Tokenizer, item_texts
+
+if TYPE_CHECKING:
+    from agents.memory.memory import Memory
+
+__all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
+
+BM25_K1 = 1.2
+"""BM25's term-frequency saturation (SQLite FTS5's value)."""
+BM25_B = 0.75
+"""BM25's document-length normalisation (SQLite FTS5's value)."""
+_MIN_IDF = 1e-6  # FTS5 floors the IDF of terms in more than half the items here
+
+Predicate = Callable[[MemoryItem], bool]
+Progress = Callable[[int, int], object]
+
+
+class _Vectors:
+    """One model's unit vectors for the items, rows reused as items come and go."""
+
+    def __init__(self, model: str, dimension: int) -> None:
+        np = numpy()
+        self.model = model
+        self.matrix = np.zeros((64, dimension), dtype=np.float32)
+        self.valid = np.zeros(64, dtype=bool)
+        self.row_of: dict[int, int] = {}
+        self.key_at: list[int] = []
+        self.free: list[int] = []
+
+    def put(self, keys: Sequence[int], vectors: Any) -> None:
+        np = numpy()
+        for key, vector in zip(keys, vectors, strict=True):
+            row = self.free.pop() if self.free else len(self.key_at)
+            if row == len(self.key_at):
+                self.key_at.append(key)
+            else:
+                self.key_at[row] = key
+            if row >= len(self.matrix):
+                grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
+                grown[: len(self.matrix)] = self.matrix
+                self.matrix = grown
+                valid = np.zeros(len(grown), dtype=bool)
+                valid[: len(self.valid)] = self.valid
+                self.valid = valid
+            self.matrix[row] = vector
+            self.valid[row] = True
+            self.row_of[key] = row
+
+    def drop(self, key: int) -> None:
+        row = self.row_of.pop(key, None)
+        if row is not None:
+            self.valid[row] = False
+            self.free.append(row)
+
+    def scores(self, query: Any) -> dict[int, float]:
+        """Return the cosine of every vector with the unit ``query`` vector, by key."""
+        np = numpy()
+        used = len(self.key_at)
+        if not used:
+            return {}
+        sims = self.matrix[:used] @ query
+        rows = np.flatnonzero(self.valid[:used])
+        key_at = self.key_at
+        return {key_at[row]: float(sims[row]) for row in rows.tolist()}
+
+
+class SearchIndex:
+    """The BM25 index and the vectors of one memory, kept in step with it by item key.
+
+    Get it with :func:`agents.memory.search.search_index`; ``Memory.search``
+    creates it on first use. It is a ``MemoryWriter``-shaped observer of
+    the memory (see ``Memory.add_observer``).
+
+    Args:
+        tokenizer: How text is split into terms.
+    """
+
+    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
+        self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
+        self.embedder: Embedder | None = None
+        self._lock = threading.RLock()
+        self._items: dict[int, MemoryItem] = {}
+        self._pending: dict[int, None] = {}
+        self._terms: dict[int, dict[str, Counter[str]]] = {}
+        self._lengths: dict[int, int] = {}
+        self._postings: dict[str, dict[int, int]] = {}
+        self._total = 0
+        self._field_total: Counter[str] = Counter()
+        self._vectors: dict[tuple[str, ...] | None, _Vectors] = {}
+        self._unembedded: dict[tuple[str, ...] | None, dict[int, None]] = {}
+
+    # -- observer calls (MemoryWriter shape), under the memory's lock -------------
+
+    def write_add(
+        self, memory: Memory, added: Sequence[tuple[int, MemoryItem]], evicted: Sequence[int]
+    ) -> None:
+        """Mark the added items for indexing and drop the evicted ones."""
+        with self._lock:
+            for key, item in added:
+                self._items[key] = item
+                self._pending[key] = None
+                for waiting in self._unembedded.values():
+                    waiting[key] = None
+            for key in evicted:
+                self._drop(key)
+
+    def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
+        """Drop the deleted items from the postings and the vectors."""
+        with self._lock:
+            for key in keys:
+                self._drop(key)
+
+    def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
+        """Mark a changed item for re-indexing; its old terms and vectors go now."""
+        with self._lock:
+            for key in keys:
+                self._unindex(key)
+                self._pending[key] = None
+                for keys_of, vectors in self._vectors.items():
+                    vectors.drop(key)
+                    self._unembedded[keys_of][key] = None
+
+    def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
+        """Start over with ``added`` as the whole content (all marked for indexing)."""
+        with self._lock:
+            self._items = dict(added)
+            self._pending = dict.fromkeys(self._items)
+            self._terms = {}
+            self._lengths = {}
+            self._postings = {}
+            self._total = 0
+            self._field_total = Counter()
+            self._vectors = {}
+            self._unembedded = {}
+
+    # -- keyword search ------------------------------------------------------------
+
+    def keyword_scores(
+        self, terms: Sequence[str], keys: tuple[str, ...] | None
+    ) -> dict[int, float]:
+        """Return the BM25 score of every item that holds a query term (in ``keys``), by key.
+
+        The statistics (number of items, average length, how many items hold
+        a term) are those of the whole memory over the searched fields; each
+        query term counts once per occurrence in the query, as in SQLite FTS5.
+        """
+        with self._lock:
+            self._catch_up()
+            n_items = len(self._items)
+            if not n_items:
+                return {}
+            if keys is None:
+                total = self._total
+                lengths: dict[int, int] | None = self._lengths
+            else:
+                total = sum(self._field_total[field] for field in keys)
+                lengths = None
+            avgdl = total / n_items if total else 1.0
+            scores: dict[int, float] = {}
+            for term in terms:
+                matches = self._matches(term, keys)
+                if not matches:
+                    continue
+                df = len(matches)
+                idf = max(math.log((n_items - df + 0.5) / (df + 0.5)), _MIN_IDF)
+                for key, tf in matches.items():
+                    dl = lengths[key] if lengths is not None else self._length_in(key, keys)
+                    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * dl / avgdl)
+                    scores[key] = scores.get(key, 0.0) + idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+            return scores
+
+    def matched_fields(
+        self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
+    ) -> tuple[str, ...]:
+        """Return the fields of the item under ``key`` that hold a query term, in field order."""
+        with self._lock:
+            fields = self._terms.get(key, {})
+            wanted = set(terms)
+            return tuple(
+                field
+                for field, counts in fields.items()
+                if (keys is None or field in keys) and not wanted.isdisjoint(counts)
+            )
+
+    # -- semantic search -------------------------------------------------------------
+
+    def semantic_scores(
+        self,
+        embedder: Embedder,
+        query: str,
+        keys: tuple[str, ...] | None,
+        *,
+        batch_size: int = 256,
+        progress: Progress | None = None,
+    ) -> dict[int, float]:
+        """Return the cosine between the query and every item with text, by key (embedding what is missing)."""
+        query_vector = checked_vectors(embedder, [query])[0]
+        with self._lock:
+            vectors = self.embed(embedder, keys, batch_size=batch_size, progress=progress)
+            return vectors.scores(query_vector)
+
+    def embed(
+        self,
+        embedder: Embedder,
+        keys: tuple[str, ...] | None,
+        *,
+        batch_size: int = 256,
+        progress: Progress | None = None,
+    ) -> _Vectors:
+        """Embed the items that have no vector yet (over ``keys``) and return the vectors."""
+        with self._lock:
+            vectors = self._vectors.get(keys)
+            if vectors is None:
+                vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
+                self._unembedded[keys] = dict.fromkeys(self._items)
+            waiting = self._unembedded[keys]
+            todo: list[tuple[int, str]] = []
+            for key in list(waiting):
+                item = self._items.get(key)
+                if item is None:
+                    del waiting[key]
+                    continue
+                text = "\n".join(text for _, text in item_texts(item.to_dict(), keys))
+                if text.strip():
+                    todo.append((key, text))
+                else:
+                    del waiting[key]  # no text, no vector: never a semantic hit
+            done = 0
+            for start in range(0, len(todo), batch_size):
+                chunk = todo[start : start + batch_size]
+                unit = checked_vectors(embedder, [text for _, text in chunk])
+                chunk_keys = [key for key, _ in chunk]
+                vectors.put(chunk_keys, unit)
+                for key in chunk_keys:
+                    del waiting[key]
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, len(todo))
+            return vectors
+
+    def vector_model(self) -> str | None:
+        """Return the name of the model the stored vectors came from, or ``None``."""
+        with self._lock:
+            for vectors in self._vectors.values():
+                return vectors.model
+            return None
+
+    def drop_vectors(self) -> None:
+        """Forget every vector (to embed again with another model)."""
+        with self._lock:
+            self._vectors = {}
+            self._unembedded = {}
+
+    # -- reads -------------------------------------------------------------------------
+
+    def item(self, key: int) -> MemoryItem:
+        """Return the item under ``key``."""
+        return self._items[key]
+
+    def keys_of(self, items: Iterable[MemoryItem]) -> dict[int, int]:
+        """Return ``{id(item): key}`` for ``items``, scanning the index from its newest item."""
+        wanted = {id(item) for item in items}
+        found: dict[int, int] = {}
+        with self._lock:
+            for key in reversed(self._items):
+                held = id(self._items[key])
+                if held in wanted and held not in found:
+                    found[held] = key
+                    if len(found) == len(wanted):
+                        break
+        return found
+
+    def top(
+        self, scores: dict[int, float], k: int, where: Predicate | None
+    ) -> list[tuple[int, MemoryItem, float]]:
+        """Return the ``k`` best ``(key, item, score)`` among items ``where`` keeps; ties by session order."""
+        with self._lock:
+            items = self._items
+            pairs: Iterable[tuple[int, float]] = [
+                (key, score) for key, score in scores.items() if key in items
+            ]
+            if where is not None:
+                pairs = [(key, score) for key, score in pairs if where(items[key])]
+            best = heapq.nsmallest(k, pairs, key=lambda pair: (-pair[1], pair[0]))
+            return [(key, items[key], score) for key, score in best]
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """Tokenize the items marked since the last query."""
+        if not self._pending:
+            return
+        tokenize = self.tokenizer
+        postings = self._postings
+        for key in self._pending:
+            item = self._items.get(key)
+            if item is None:
+                continue
+            fields: dict[str, Counter[str]] = {}
+            for field, text in item_texts(item.to_dict(), None):
+                counts = fields.get(field)
+                if counts is None:
+                    counts = fields[field] = Counter()
+                counts.update(tokenize(text))
+            length = 0
+            merged: Counter[str] = Counter()
+            for field, counts in fields.items():
+                size = counts.total()
+                self._field_total[field] += size
+                length += size
+                merged.update(counts)
+            for term, tf in merged.items():
+                posting = postings.get(term)
+                if posting is None:
+                    postings[term] = {key: tf}
+                else:
+                    posting[key] = tf
+            self._terms[key] = fields
+            self._lengths[key] = length
+            self._total += length
+        self._pending = {}
+
+    def _unindex(self, key: int) -> None:
+        fields = self._terms.pop(key, None)
+        if fields is None:
+            return
+        self._total -= self._lengths.pop(key)
+        postings = self._postings
+        for field, counts in fields.items():
+            self._field_total[field] -= counts.total()
+            for term in counts:
+                posting = postings.get(term)
+                if posting is not None:
+                    posting.pop(key, None)
+                    if not posting:
+                        del postings[term]
+
+    def _drop(self, key: int) -> None:
+        self._items.pop(key, None)
+        self._pending.pop(key, None)
+        self._unindex(key)
+        for keys_of, vectors in self._vectors.items():
+            vectors.drop(key)
+            self._unembedded[keys_of].pop(key, None)
+
+    def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
+        posting = self._postings.get(term)
+        if not posting or keys is None:
+            return posting or {}
+        out: dict[int, int] = {}
+        terms = self._terms
+        for key in posting:
+            fields = terms[key]
+            tf = sum(fields[field][term] for field in keys if field in fields)
+            if tf:
+                out[key] = tf
+        return out
+
+    def _length_in(self, key: int, keys: tuple[str, ...] | None) -> int:
+        fields = self._terms[key]
+        return sum(fields[field].total() for field in keys or fields if field in fields)
