@@ -88,21 +88,35 @@ def test_tokenizer_refuses_a_stemmer_that_is_not_callable() -> None:
 
 
 @pytest.mark.parametrize(
-    "query", ["report", "click export", "host agent task", "pdf report email", "save save"]
+    "query",
+    [
+        "report",
+        "click export",
+        "host agent task",
+        "pdf report email",
+        "save save",
+        "the the",
+        "the zebra",
+    ],
 )
-def test_bm25_agrees_with_reference_implementation(query: str) -> None:
-    """Scores and order equal rank_bm25's Okapi BM25 (k1=1.2, b=0.75, negative IDF floored) with the same tokens."""
+@pytest.mark.parametrize("k", [1, 2, 3, len(CORPUS)])
+def test_bm25_agrees_with_reference_implementation(query: str, k: int) -> None:
+    """The top k and their scores equal rank_bm25's Okapi BM25 (k1=1.2, b=0.75, IDF floored as FTS5) with the same tokens."""
     tokenize = Tokenizer()
     reference = BM25Okapi([tokenize(text) for text in CORPUS], k1=1.2, b=0.75, epsilon=0)
-    expected = reference.get_scores(tokenize(query))
-    hits = corpus_memory().search(query, k=len(CORPUS))
-    got = {hit.item["step"]: hit.score for hit in hits}
-    for step, score in enumerate(expected):
-        if step in got:
-            assert got[step] == pytest.approx(max(score, 0.0), abs=1e-5)
-        else:
-            assert score == pytest.approx(0.0, abs=1e-9)
-    assert [hit.score for hit in hits] == sorted(got.values(), reverse=True)
+    # With epsilon=0 the IDF of terms in half the items or more is 0; SQLite FTS5 floors it at 1e-6.
+    reference.idf = {term: max(idf, 1e-6) for term, idf in reference.idf.items()}
+    terms = tokenize(query)
+    expected = [
+        (step, score)
+        for step, score in enumerate(reference.get_scores(terms))
+        if any(term in tokenize(CORPUS[step]) for term in terms)
+    ]
+    expected.sort(key=lambda pair: (-round(pair[1], 9), pair[0]))
+    hits = corpus_memory().search(query, k=k)
+    assert [hit.item["step"] for hit in hits] == [step for step, _ in expected[:k]]
+    for hit, (_, score) in zip(hits, expected, strict=False):
+        assert hit.score == pytest.approx(score, abs=1e-5)
 
 
 def test_hits_are_best_first_with_matched_fields() -> None:
@@ -190,14 +204,14 @@ def test_queries_do_not_tokenize_unchanged_items_again() -> None:
 
     memory = corpus_memory()
     search_index(memory, tokenizer=Tokenizer(stemmer=stem))
-    memory.search("report")
+    memory.search("zebra")
     seen.clear()
-    memory.search("email report")
-    assert seen == ["email", "report"]
+    memory.search("giraffe zebra")
+    assert seen == ["giraffe", "zebra"]
     memory[1]["thought"] = "changed text"
     seen.clear()
-    memory.search("report")
-    assert sorted(seen) == ["changed", "report", "text"]
+    memory.search("zebra")
+    assert sorted(seen) == ["changed", "text", "zebra"]
 
 
 operations = st.lists(
@@ -336,6 +350,17 @@ def test_vectors_follow_changes() -> None:
     assert memory.search("giraffe", k=1, mode="semantic")[0].item["step"] == 5
     memory.delete_memory_item(5)
     assert 5 not in [h.item["step"] for h in memory.search("giraffe", k=8, mode="semantic")]
+
+
+def test_items_added_after_embedding_are_embedded_once() -> None:
+    """Items added after index_embeddings get one vector each, and no item is a hit twice."""
+    memory = corpus_memory()
+    memory.index_embeddings(HashingEmbedder())
+    memory.add_memory_items([MemoryItem(step=10, thought="report"), MemoryItem(step=11)])
+    hits = memory.search("report", k=20, mode="semantic")
+    steps = [hit.item["step"] for hit in hits]
+    assert sorted(steps) == [*range(len(CORPUS)), 10]
+    assert memory.index_embeddings() == len(CORPUS) + 1
 
 
 def test_index_embeddings_reports_progress() -> None:

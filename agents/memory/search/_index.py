@@ -51,6 +51,7 @@ class _Vectors:
     def put(self, keys: Sequence[int], vectors: Any) -> None:
         np = numpy()
         for key, vector in zip(keys, vectors, strict=True):
+            self.drop(key)  # a key embedded again keeps one row
             row = self.free.pop() if self.free else len(self.key_at)
             if row == len(self.key_at):
                 self.key_at.append(key)
@@ -102,7 +103,7 @@ class SearchIndex:
         self._lock = threading.RLock()
         self._items: dict[int, MemoryItem] = {}
         self._pending: dict[int, None] = {}
-        self._terms: dict[int, dict[str, Counter[str]]] = {}
+        self._docs: dict[int, tuple[tuple[str, str, int], ...]] = {}
         self._lengths: dict[int, int] = {}
         self._postings: dict[str, dict[int, int]] = {}
         self._total = 0
@@ -117,11 +118,13 @@ class SearchIndex:
     ) -> None:
         """Mark the added items for indexing and drop the evicted ones."""
         with self._lock:
+            items = self._items
+            pending = self._pending
             for key, item in added:
-                self._items[key] = item
-                self._pending[key] = None
-                for waiting in self._unembedded.values():
-                    waiting[key] = None
+                items[key] = item
+                pending[key] = None
+            for waiting in self._unembedded.values():
+                waiting.update((key, None) for key, _ in added)
             for key in evicted:
                 self._drop(key)
 
@@ -146,7 +149,7 @@ class SearchIndex:
         with self._lock:
             self._items = dict(added)
             self._pending = dict.fromkeys(self._items)
-            self._terms = {}
+            self._docs = {}
             self._lengths = {}
             self._postings = {}
             self._total = 0
@@ -157,51 +160,96 @@ class SearchIndex:
     # -- keyword search ------------------------------------------------------------
 
     def keyword_scores(
-        self, terms: Sequence[str], keys: tuple[str, ...] | None
-    ) -> dict[int, float]:
-        """Return the BM25 score of every item that holds a query term (in ``keys``), by key.
+        self, terms: Sequence[str], keys: tuple[str, ...] | None, *, skip_common: bool = False
+    ) -> tuple[dict[int, float], float]:
+        """Return the BM25 score of the items that hold a query term (in ``keys``), by key.
 
         The statistics (number of items, average length, how many items hold
         a term) are those of the whole memory over the searched fields; each
         query term counts once per occurrence in the query, as in SQLite FTS5.
+
+        With ``skip_common``, items that hold only *common* terms (in more than
+        half of the items, whose IDF is floored near zero) are left out, and
+        the second value is the highest score such an item can have (``0.0``
+        when none was left out); items that are scored get their full score.
+        Stop words then cost nothing unless the rarer words match too few items.
         """
         with self._lock:
             self._catch_up()
             n_items = len(self._items)
             if not n_items:
-                return {}
+                return {}, 0.0
             if keys is None:
                 total = self._total
-                lengths: dict[int, int] | None = self._lengths
+                lengths = self._lengths
             else:
                 total = sum(self._field_total[field] for field in keys)
-                lengths = None
+                lengths = {}
             avgdl = total / n_items if total else 1.0
+            # BM25 per (term, item): idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)).
+            flat = BM25_K1 * (1.0 - BM25_B)
+            slope = BM25_K1 * BM25_B / avgdl
             scores: dict[int, float] = {}
+            common: list[tuple[dict[int, int], float]] = []
             for term in terms:
-                matches = self._matches(term, keys)
+                matches = self._matches(term, keys, lengths)
                 if not matches:
                     continue
                 df = len(matches)
                 idf = max(math.log((n_items - df + 0.5) / (df + 0.5)), _MIN_IDF)
-                for key, tf in matches.items():
-                    dl = lengths[key] if lengths is not None else self._length_in(key, keys)
-                    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * dl / avgdl)
-                    scores[key] = scores.get(key, 0.0) + idf * tf * (BM25_K1 + 1.0) / (tf + norm)
-            return scores
+                lift = idf * (BM25_K1 + 1.0)
+                if skip_common and idf == _MIN_IDF:
+                    common.append((matches, lift))
+                    continue
+                part = {
+                    key: lift * tf / (tf + flat + slope * lengths[key])
+                    for key, tf in matches.items()
+                }
+                if not scores:
+                    scores = part
+                else:
+                    get = scores.get
+                    for key, value in part.items():
+                        scores[key] = get(key, 0.0) + value
+            for matches, lift in common:
+                for key in scores:
+                    tf = matches.get(key)
+                    if tf:
+                        scores[key] += lift * tf / (tf + flat + slope * lengths[key])
+            # tf / (tf + norm) < 1, so an item holding only common terms scores below this.
+            return scores, sum(lift for _, lift in common)
+
+    def keyword_ceiling(self, terms: Sequence[str], keys: tuple[str, ...] | None) -> float:
+        """Return the BM25 score an item would get holding every query term very often: the scale of a query.
+
+        It is the sum over query terms of ``idf * (k1 + 1)``, with the IDF of
+        a term no item holds taken for ``n = 0``. Dividing a score by it puts
+        scores of different queries on one 0..1 scale, low when an item
+        matches only common words.
+        """
+        with self._lock:
+            self._catch_up()
+            n_items = len(self._items)
+            if not n_items:
+                return 1.0
+            lengths: dict[int, int] = {}
+            ceiling = 0.0
+            for term in terms:
+                df = len(self._matches(term, keys, lengths))
+                ceiling += max(math.log((n_items - df + 0.5) / (df + 0.5)), _MIN_IDF)
+            return ceiling * (BM25_K1 + 1.0) or 1.0
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
     ) -> tuple[str, ...]:
         """Return the fields of the item under ``key`` that hold a query term, in field order."""
         with self._lock:
-            fields = self._terms.get(key, {})
             wanted = set(terms)
-            return tuple(
-                field
-                for field, counts in fields.items()
-                if (keys is None or field in keys) and not wanted.isdisjoint(counts)
-            )
+            out: dict[str, None] = {}
+            for field, text, _ in self._docs.get(key, ()):
+                if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
+                    out[field] = None
+            return tuple(out)
 
     # -- semantic search -------------------------------------------------------------
 
@@ -308,53 +356,53 @@ class SearchIndex:
     # -- internals -----------------------------------------------------------------------
 
     def _catch_up(self) -> None:
-        """Tokenize the items marked since the last query."""
+        """Tokenize the items marked since the last query and file their terms."""
         if not self._pending:
             return
         tokenize = self.tokenizer
         postings = self._postings
+        field_total = self._field_total
         for key in self._pending:
             item = self._items.get(key)
             if item is None:
                 continue
-            fields: dict[str, Counter[str]] = {}
+            doc = []
+            every: list[str] = []
             for field, text in item_texts(item.to_dict(), None):
-                counts = fields.get(field)
-                if counts is None:
-                    counts = fields[field] = Counter()
-                counts.update(tokenize(text))
-            length = 0
-            merged: Counter[str] = Counter()
-            for field, counts in fields.items():
-                size = counts.total()
-                self._field_total[field] += size
-                length += size
-                merged.update(counts)
-            for term, tf in merged.items():
+                terms = tokenize(text)
+                size = len(terms)
+                # The text itself is kept (a reference, not a copy): deleting or
+                # re-indexing the item later finds its old terms from it.
+                doc.append((field, text, size))
+                field_total[field] += size
+                every += terms
+            for term, count in Counter(every).items():
                 posting = postings.get(term)
                 if posting is None:
-                    postings[term] = {key: tf}
+                    postings[term] = {key: count}
                 else:
-                    posting[key] = tf
-            self._terms[key] = fields
-            self._lengths[key] = length
-            self._total += length
+                    posting[key] = count
+            self._docs[key] = tuple(doc)
+            self._lengths[key] = len(every)
+            self._total += len(every)
         self._pending = {}
 
     def _unindex(self, key: int) -> None:
-        fields = self._terms.pop(key, None)
-        if fields is None:
+        doc = self._docs.pop(key, None)
+        if doc is None:
             return
         self._total -= self._lengths.pop(key)
         postings = self._postings
-        for field, counts in fields.items():
-            self._field_total[field] -= counts.total()
-            for term in counts:
-                posting = postings.get(term)
-                if posting is not None:
-                    posting.pop(key, None)
-                    if not posting:
-                        del postings[term]
+        terms: set[str] = set()
+        for field, text, size in doc:
+            self._field_total[field] -= size
+            terms.update(self.tokenizer(text))
+        for term in terms:
+            posting = postings.get(term)
+            if posting is not None:
+                posting.pop(key, None)
+                if not posting:
+                    del postings[term]
 
     def _drop(self, key: int) -> None:
         self._items.pop(key, None)
@@ -364,19 +412,24 @@ class SearchIndex:
             vectors.drop(key)
             self._unembedded[keys_of].pop(key, None)
 
-    def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
+    def _matches(
+        self, term: str, keys: tuple[str, ...] | None, lengths: dict[int, int]
+    ) -> dict[int, int]:
+        """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); fill ``lengths`` for them."""
         posting = self._postings.get(term)
         if not posting or keys is None:
             return posting or {}
+        # Only the items holding the term anywhere are read again, field by field.
         out: dict[int, int] = {}
-        terms = self._terms
+        tokenize = self.tokenizer
         for key in posting:
-            fields = terms[key]
-            tf = sum(fields[field][term] for field in keys if field in fields)
+            tf = 0
+            size = 0
+            for field, text, length in self._docs[key]:
+                if field in keys:
+                    size += length
+                    tf += tokenize(text).count(term)
             if tf:
                 out[key] = tf
+                lengths[key] = size
         return out
-
-    def _length_in(self, key: int, keys: tuple[str, ...] | None) -> int:
-        fields = self._terms[key]
-        return sum(fields[field].total() for field in keys or fields if field in fields)
