@@ -54,15 +54,16 @@ field whose value lies in it (``{"step": range(10, 20)}``). Items without
 the field never match.
 """
 
-HYBRID_KEYWORD_WEIGHT = 0.6
+HYBRID_KEYWORD_WEIGHT = 0.7
 """The share of the keyword score in a hybrid score (the rest is the semantic one).
 
 Both are put on a 0..1 scale first: BM25 divided by the query's ceiling
 (the score of an item holding every query word very often, so a match on
 common words alone stays low), the cosine min-max scaled over the
-candidates. ``benchmarks/bench_search.py`` measured this blend (0.5 to 0.7
-did about as well) against reciprocal rank fusion and a blend scaled by the
-best BM25, and chose it.
+candidates. In ``benchmarks/bench_search.py`` this weight was the one
+that matched the better of keyword and semantic search on both query sets
+(weights 0.3 to 0.8 came within a few queries); reciprocal rank fusion and
+a blend scaling BM25 by the best hit fell well behind on paraphrases.
 """
 
 _MODES = ("keyword", "semantic", "hybrid")

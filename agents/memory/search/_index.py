@@ -191,8 +191,9 @@ class SearchIndex:
             slope = BM25_K1 * BM25_B / avgdl
             scores: dict[int, float] = {}
             common: list[tuple[dict[int, int], float]] = []
+            fields_of: dict[int, list[list[str]]] = {}
             for term in terms:
-                matches = self._matches(term, keys, lengths)
+                matches = self._matches(term, keys, lengths, fields_of)
                 if not matches:
                     continue
                 df = len(matches)
@@ -413,23 +414,34 @@ class SearchIndex:
             self._unembedded[keys_of].pop(key, None)
 
     def _matches(
-        self, term: str, keys: tuple[str, ...] | None, lengths: dict[int, int]
+        self,
+        term: str,
+        keys: tuple[str, ...] | None,
+        lengths: dict[int, int],
+        fields_of: dict[int, list[list[str]]] | None = None,
     ) -> dict[int, int]:
-        """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); fill ``lengths`` for them."""
+        """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); fill ``lengths`` for them.
+
+        With ``keys``, the items holding the term in any field are tokenized
+        again, field by field (kept in ``fields_of`` for the other terms of
+        the query): the postings count terms per item, not per field.
+        """
         posting = self._postings.get(term)
         if not posting or keys is None:
             return posting or {}
-        # Only the items holding the term anywhere are read again, field by field.
+        if fields_of is None:
+            fields_of = {}
         out: dict[int, int] = {}
         tokenize = self.tokenizer
+        docs = self._docs
         for key in posting:
-            tf = 0
-            size = 0
-            for field, text, length in self._docs[key]:
-                if field in keys:
-                    size += length
-                    tf += tokenize(text).count(term)
+            chosen = fields_of.get(key)
+            if chosen is None:
+                chosen = fields_of[key] = [
+                    tokenize(text) for field, text, _ in docs[key] if field in keys
+                ]
+                lengths[key] = sum(map(len, chosen))
+            tf = sum(terms.count(term) for terms in chosen)
             if tf:
                 out[key] = tf
-                lengths[key] = size
         return out
