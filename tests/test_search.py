@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,9 @@ CORPUS = [
     "the host agent assigns the next task: email the report",
     "open Outlook and attach report.pdf to a new email",
 ]
+
+
+EMBEDDER = HashingEmbedder(64)
 
 
 def corpus_memory() -> Memory:
@@ -218,11 +222,23 @@ operations = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.sampled_from(["red apple", "green apple pie", "red car"])),
         st.tuples(st.just("set"), st.sampled_from(["apple", "blue car", ""])),
+        st.tuples(st.just("note"), st.sampled_from(["apple", "the red one", None])),
         st.tuples(st.just("delete"), st.integers(0, 5)),
         st.tuples(st.just("load"), st.integers(0, 3)),
     ),
     max_size=25,
 )
+QUERIES = [
+    ("apple", {}),
+    ("red car", {"keys": ["note"]}),
+    ("red apple", {"where": {"kind": "b"}}),
+    ("apple car", {"mode": "semantic", "embedder": EMBEDDER}),
+    ("red pie", {"mode": "hybrid", "embedder": EMBEDDER}),
+]
+
+
+def hits_of(memory: Memory, query: str, options: dict[str, Any]) -> list[tuple[Any, float]]:
+    return [(h.item.to_dict(), round(h.score, 6)) for h in memory.search(query, 10, **options)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -230,23 +246,59 @@ operations = st.lists(
 def test_incremental_index_ranks_as_a_fresh_one(
     ops: list[tuple[str, Any]], bound: int | None
 ) -> None:
-    """After any sequence of changes, search ranks as on a fresh memory holding the same items."""
+    """After any sequence of changes, every mode ranks as on a fresh memory holding the same items."""
     memory = Memory(max_items=bound)
-    memory.search("apple")
+    for query, options in QUERIES:
+        memory.add_memory_item(MemoryItem(step=0, thought="apple"))
+        hits_of(memory, query, options)
+        memory.clear()
     for step, (op, arg) in enumerate(ops, start=1):
         if op == "add":
-            memory.add_memory_item(MemoryItem(step=step, thought=arg))
+            memory.add_memory_item(MemoryItem(step=step, thought=arg, kind="ab"[step % 2]))
         elif op == "set" and memory:
             memory[step % len(memory)]["thought"] = arg
+        elif op == "note" and memory:
+            item = memory[step % len(memory)]
+            if arg is not None:
+                item["note"] = {"text": [arg]}
+            elif "note" in item:
+                del item["note"]
         elif op == "delete" and memory:
             memory.delete_memory_item(memory[arg % len(memory)]["step"])
         elif op == "load":
-            memory.load([MemoryItem(step=-i, thought="apple car") for i in range(arg)])
-        for query in ("apple", "red car"):
-            fresh = Memory(item.copy() for item in memory)
-            got = [(h.item.to_dict(), round(h.score, 9)) for h in memory.search(query, k=10)]
-            want = [(h.item.to_dict(), round(h.score, 9)) for h in fresh.search(query, k=10)]
-            assert got == want
+            memory.load([MemoryItem(step=-i, thought="apple car", kind="b") for i in range(arg)])
+        fresh = Memory(item.copy() for item in memory)
+        for query, options in QUERIES:
+            assert hits_of(memory, query, options) == hits_of(fresh, query, options)
+
+
+def test_searches_racing_changes_end_consistent() -> None:
+    """Searches in one thread while another adds, changes and deletes never fail, and end as a fresh index."""
+    memory = corpus_memory()
+    errors: list[BaseException] = []
+
+    def change() -> None:
+        for i in range(300):
+            memory.add_memory_item(MemoryItem(step=100 + i, thought=f"report {i} export"))
+            memory[i % len(memory)]["thought"] = f"email {i}"
+            if i % 3 == 0:
+                memory.delete_memory_item(100 + i)
+
+    def query() -> None:
+        try:
+            for _ in range(200):
+                memory.search("report export email", k=3)
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=change), threading.Thread(target=query)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    fresh = Memory(item.copy() for item in memory)
+    assert hits_of(memory, "report export email", {}) == hits_of(fresh, "report export email", {})
 
 
 # -- bad input ----------------------------------------------------------------------------
