@@ -11,6 +11,7 @@
 2. Latency: keyword queries on 100,000 agent steps in RAM (index built),
    best of several runs per query, next to SQLite FTS5 ``bm25()`` queried
    directly over the same texts in memory.
+   Semantic and hybrid query latency on the same session, embedded.
 3. Upkeep: building a 100,000-item memory with a search index attached
    against one without (the index marks items; it tokenizes them on the
    next query, timed apart as the first query's catch-up).
@@ -221,6 +222,13 @@ def run_latency(n_items: int, repeat: int) -> None:
         [queries[0][0], queries[1][0], "click the toolbar button", "scroll down", "zebra"],
         repeat,
     )
+    start = time.perf_counter()
+    session.index_embeddings(WordLlamaEmbedder())
+    print(f"embedding the {n_items} items with wordllama: {time.perf_counter() - start:.2f} s")
+    for mode in ("semantic", "hybrid"):
+        for query in (queries[0][1], queries[1][0]):
+            took = best(lambda query=query, mode=mode: session.search(query, 5, mode=mode), repeat)  # type: ignore[misc]
+            print(f"{mode} {query!r}: {took * 1e3:.1f} ms")
     rows = Memory()
     rows.from_list_of_dicts(make_rows(n_items))
     latency(

@@ -29,6 +29,7 @@ __all__ = [
     "BM25_B",
     "BM25_K1",
     "HYBRID_KEYWORD_WEIGHT",
+    "HYBRID_POOL",
     "Embedder",
     "HashingEmbedder",
     "Hit",
@@ -65,6 +66,9 @@ that matched the better of keyword and semantic search on both query sets
 (weights 0.3 to 0.8 came within a few queries); reciprocal rank fusion and
 a blend scaling BM25 by the best hit fell well behind on paraphrases.
 """
+
+HYBRID_POOL = 100
+"""Hybrid mode blends the keyword hits with this many best semantic ones (at least ``10 * k``)."""
 
 _MODES = ("keyword", "semantic", "hybrid")
 _default_embedder: Embedder | None = None
@@ -161,16 +165,26 @@ def search(
         if len(top) < k or (rest and top[-1][2] <= rest):
             # Items holding only common words could still make the top k: score them all.
             scores, _ = index.keyword_scores(terms, wanted)
+    elif mode == "semantic":
+        model = _embedder_for(index, embedder)
+        limit = k
+        while True:
+            # Only the best cosines are read; a filter that drops some asks for more.
+            scores = index.semantic_scores(model, text, wanted, limit=limit)
+            if predicate is None or len(scores) < limit:
+                break
+            if len(index.top(scores, k, predicate)) == k:
+                break
+            limit *= 4
     else:
         model = _embedder_for(index, embedder)
-        semantic = index.semantic_scores(model, text, wanted)
-        if mode == "semantic":
-            scores = semantic
-        else:
-            # Items holding only common words add under 1e-5 to a blended score; they are not read.
-            keyword = index.keyword_scores(terms, wanted, skip_common=True)[0] if terms else {}
-            ceiling = index.keyword_ceiling(terms, wanted) if terms else 1.0
-            scores = _blend(keyword, ceiling, semantic, k)
+        # Items holding only common words add under 1e-5 to a blended score; they are not read.
+        keyword = index.keyword_scores(terms, wanted, skip_common=True)[0] if terms else {}
+        ceiling = index.keyword_ceiling(terms, wanted) if terms else 1.0
+        semantic = index.semantic_scores(
+            model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
+        )
+        scores = _blend(keyword, ceiling, semantic)
     return [
         Hit(item, score, index.matched_fields(key, terms, wanted))
         for key, item, score in index.top(scores, k, predicate)
@@ -343,12 +357,10 @@ def _embedder_for(index: SearchIndex, embedder: Embedder | None) -> Embedder:
 
 
 def _blend(
-    keyword: dict[int, float], ceiling: float, semantic: dict[int, float], k: int
+    keyword: dict[int, float], ceiling: float, semantic: dict[int, float]
 ) -> dict[int, float]:
     """Mix scaled BM25 and scaled cosine over the keyword hits and the best semantic ones."""
-    pool = max(10 * k, 100)
-    best_semantic = sorted(semantic, key=semantic.__getitem__, reverse=True)[:pool]
-    candidates = dict.fromkeys([*keyword, *best_semantic])
+    candidates = dict.fromkeys([*keyword, *semantic])
     if not candidates:
         return {}
     cosines = [semantic.get(key, 0.0) for key in candidates]

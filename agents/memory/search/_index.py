@@ -74,16 +74,35 @@ class _Vectors:
             self.valid[row] = False
             self.free.append(row)
 
-    def scores(self, query: Any) -> dict[int, float]:
-        """Return the cosine of every vector with the unit ``query`` vector, by key."""
+    def scores(
+        self, query: Any, limit: int | None = None, among: Iterable[int] = ()
+    ) -> dict[int, float]:
+        """Return the cosine with the unit ``query`` vector of the best ``limit`` items and of ``among``, by key.
+
+        Items tied with the ``limit``-th best are all returned, so that ties
+        can keep session order; ``limit=None`` returns every item.
+        """
         np = numpy()
         used = len(self.key_at)
         if not used:
             return {}
         sims = self.matrix[:used] @ query
-        rows = np.flatnonzero(self.valid[:used])
+        valid = self.valid[:used]
+        sims[~valid] = -np.inf
+        count = int(valid.sum())
+        if limit is None or limit >= count:
+            rows = np.flatnonzero(valid)
+        else:
+            cut = sims[np.argpartition(sims, used - limit)[used - limit]]
+            rows = np.flatnonzero(sims >= cut)
         key_at = self.key_at
-        return {key_at[row]: float(sims[row]) for row in rows.tolist()}
+        out = {key_at[row]: float(sims[row]) for row in rows.tolist()}
+        row_of = self.row_of
+        for key in among:
+            row = row_of.get(key)
+            if row is not None:
+                out[key] = float(sims[row])
+        return out
 
 
 class SearchIndex:
@@ -260,14 +279,19 @@ class SearchIndex:
         query: str,
         keys: tuple[str, ...] | None,
         *,
+        limit: int | None = None,
+        among: Iterable[int] = (),
         batch_size: int = 256,
         progress: Progress | None = None,
     ) -> dict[int, float]:
-        """Return the cosine between the query and every item with text, by key (embedding what is missing)."""
+        """Return the cosine between the query and the best ``limit`` items with text (and ``among``), by key.
+
+        Items without a vector are embedded first. ``limit=None`` scores every item.
+        """
         query_vector = checked_vectors(embedder, [query])[0]
         with self._lock:
             vectors = self.embed(embedder, keys, batch_size=batch_size, progress=progress)
-            return vectors.scores(query_vector)
+            return vectors.scores(query_vector, limit, among)
 
     def embed(
         self,
