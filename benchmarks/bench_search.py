@@ -137,7 +137,7 @@ def run_quality(n_steps: int, n_facts: int) -> None:
 
     def ranker(mode: str, k: int = 5) -> Ranker:
         def rank(query: str) -> list[int]:
-            return [hit.item["step"] for hit in memory.search(query, k, mode=mode)]  # type: ignore[arg-type]
+            return [hit.item["step"] for hit in memory.search(query, k, mode=mode)]
 
         return rank
 
@@ -227,7 +227,7 @@ def run_latency(n_items: int, repeat: int) -> None:
     print(f"embedding the {n_items} items with wordllama: {time.perf_counter() - start:.2f} s")
     for mode in ("semantic", "hybrid"):
         for query in (queries[0][1], queries[1][0]):
-            took = best(lambda query=query, mode=mode: session.search(query, 5, mode=mode), repeat)  # type: ignore[misc]
+            took = best(lambda query=query, mode=mode: session.search(query, 5, mode=mode), repeat)
             print(f"{mode} {query!r}: {took * 1e3:.1f} ms")
     rows = Memory()
     rows.from_list_of_dicts(make_rows(n_items))

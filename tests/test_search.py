@@ -369,6 +369,19 @@ def test_vectors_of_another_model_are_refused() -> None:
         memory.search("report", mode="semantic", embedder=HashingEmbedder(128))
 
 
+def test_vectors_of_another_dimension_are_refused() -> None:
+    """An embedder reusing a model name with another dimension is refused, naming both dimensions."""
+
+    class Renamed(HashingEmbedder):
+        name = "hashing-3gram-64"
+
+    memory = corpus_memory()
+    memory.index_embeddings(HashingEmbedder(64))
+    with pytest.raises(EmbedderMismatchError, match=r"64 dimensions.*gives 32"):
+        memory.search("report", mode="semantic", embedder=Renamed(32))
+    assert memory.search("report", mode="semantic", k=1)[0].item["step"] in range(len(CORPUS))
+
+
 def test_index_embeddings_with_another_model_embeds_again() -> None:
     """index_embeddings(new_model) replaces the vectors, after which that model is queried."""
     memory = corpus_memory()

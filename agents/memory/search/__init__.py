@@ -176,6 +176,7 @@ def search(
             if len(index.top(scores, k, predicate)) == k:
                 break
             limit *= 4
+        index.embedder = model  # remembered once it worked
     else:
         model = _embedder_for(index, embedder)
         # Items holding only common words add under 1e-5 to a blended score; they are not read.
@@ -185,6 +186,7 @@ def search(
             model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
         )
         scores = _blend(keyword, ceiling, semantic)
+        index.embedder = model
     return [
         Hit(item, score, index.matched_fields(key, terms, wanted))
         for key, item, score in index.top(scores, k, predicate)
@@ -269,10 +271,10 @@ def index_embeddings(
     index = search_index(memory)
     if embedder is not None and index.vector_model() not in (None, embedder.name):
         index.drop_vectors()
-        index.embedder = embedder
     model = _embedder_for(index, embedder)
     report = _progress_bar if progress is True else (progress or None)
     vectors = index.embed(model, wanted, batch_size=batch_size, progress=report)
+    index.embedder = model
     return len(vectors.row_of)
 
 
@@ -352,7 +354,6 @@ def _embedder_for(index: SearchIndex, embedder: Embedder | None) -> Embedder:
             "embedder, or embed again with memory.index_embeddings(new_embedder)."
         )
         raise EmbedderMismatchError(msg)
-    index.embedder = embedder
     return embedder
 
 

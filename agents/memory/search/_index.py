@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory._item import MemoryItem
+from agents.memory.exceptions import EmbedderMismatchError
 from agents.memory.search._embed import Embedder, checked_vectors, numpy
 from agents.memory.search._tokenize import Tokenizer, item_texts
 
@@ -301,12 +302,24 @@ class SearchIndex:
         batch_size: int = 256,
         progress: Progress | None = None,
     ) -> _Vectors:
-        """Embed the items that have no vector yet (over ``keys``) and return the vectors."""
+        """Embed the items that have no vector yet (over ``keys``) and return the vectors.
+
+        Raises:
+            EmbedderMismatchError: if the stored vectors have another dimension.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+        """
         with self._lock:
             vectors = self._vectors.get(keys)
             if vectors is None:
                 vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
                 self._unembedded[keys] = dict.fromkeys(self._items)
+            if vectors.matrix.shape[1] != embedder.dimension:
+                msg = (
+                    f"The memory's vectors from model {vectors.model!r} have {vectors.matrix.shape[1]} "
+                    f"dimensions; embedder {embedder.name!r} gives {embedder.dimension}. Embed again "
+                    "with memory.index_embeddings(embedder) under a name of its own."
+                )
+                raise EmbedderMismatchError(msg)
             waiting = self._unembedded[keys]
             todo: list[tuple[int, str]] = []
             for key in list(waiting):
