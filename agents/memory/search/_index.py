@@ -106,6 +106,20 @@ class _Vectors:
         return out
 
 
+class _LengthsIn(dict[int, int]):
+    """The length of each item over some fields, worked out when first asked for."""
+
+    def __init__(self, docs: dict[int, tuple[tuple[str, str, int], ...]], keys: tuple[str, ...]):
+        super().__init__()
+        self._docs = docs
+        self._keys = keys
+
+    def __missing__(self, key: int) -> int:
+        keys = self._keys
+        size = self[key] = sum(length for field, _, length in self._docs[key] if field in keys)
+        return size
+
+
 class SearchIndex:
     """The BM25 index and the vectors of one memory, kept in step with it by item key.
 
@@ -126,6 +140,8 @@ class SearchIndex:
         self._docs: dict[int, tuple[tuple[str, str, int], ...]] = {}
         self._lengths: dict[int, int] = {}
         self._postings: dict[str, dict[int, int]] = {}
+        # field -> term -> {key: tf}: built by the first query with keys.
+        self._by_field: dict[str, dict[str, dict[int, int]]] | None = None
         self._total = 0
         self._field_total: Counter[str] = Counter()
         self._vectors: dict[tuple[str, ...] | None, _Vectors] = {}
@@ -172,6 +188,7 @@ class SearchIndex:
             self._docs = {}
             self._lengths = {}
             self._postings = {}
+            self._by_field = None
             self._total = 0
             self._field_total = Counter()
             self._vectors = {}
@@ -201,19 +218,18 @@ class SearchIndex:
                 return {}, 0.0
             if keys is None:
                 total = self._total
-                lengths = self._lengths
+                lengths: dict[int, int] = self._lengths
             else:
                 total = sum(self._field_total[field] for field in keys)
-                lengths = {}
+                lengths = _LengthsIn(self._docs, keys)
             avgdl = total / n_items if total else 1.0
             # BM25 per (term, item): idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)).
             flat = BM25_K1 * (1.0 - BM25_B)
             slope = BM25_K1 * BM25_B / avgdl
             scores: dict[int, float] = {}
             common: list[tuple[dict[int, int], float]] = []
-            fields_of: dict[int, list[list[str]]] = {}
             for term in terms:
-                matches = self._matches(term, keys, lengths, fields_of)
+                matches = self._matches(term, keys)
                 if not matches:
                     continue
                 df = len(matches)
@@ -253,10 +269,9 @@ class SearchIndex:
             n_items = len(self._items)
             if not n_items:
                 return 1.0
-            lengths: dict[int, int] = {}
             ceiling = 0.0
             for term in terms:
-                df = len(self._matches(term, keys, lengths))
+                df = len(self._matches(term, keys))
                 ceiling += max(math.log((n_items - df + 0.5) / (df + 0.5)), _MIN_IDF)
             return ceiling * (BM25_K1 + 1.0) or 1.0
 
@@ -421,6 +436,8 @@ class SearchIndex:
                 else:
                     posting[key] = count
             self._docs[key] = tuple(doc)
+            if self._by_field is not None:
+                self._file_fields(key, self._docs[key])
             self._lengths[key] = len(every)
             self._total += len(every)
         self._pending = {}
@@ -432,9 +449,19 @@ class SearchIndex:
         self._total -= self._lengths.pop(key)
         postings = self._postings
         terms: set[str] = set()
+        by_field = self._by_field
         for field, text, size in doc:
             self._field_total[field] -= size
-            terms.update(self.tokenizer(text))
+            words = self.tokenizer(text)
+            terms.update(words)
+            if by_field is not None:
+                field_postings = by_field[field]
+                for word in words:
+                    posting = field_postings.get(word)
+                    if posting is not None:
+                        posting.pop(key, None)
+                        if not posting:
+                            del field_postings[word]
         for term in terms:
             posting = postings.get(term)
             if posting is not None:
@@ -450,35 +477,41 @@ class SearchIndex:
             vectors.drop(key)
             self._unembedded[keys_of].pop(key, None)
 
-    def _matches(
-        self,
-        term: str,
-        keys: tuple[str, ...] | None,
-        lengths: dict[int, int],
-        fields_of: dict[int, list[list[str]]] | None = None,
-    ) -> dict[int, int]:
-        """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); fill ``lengths`` for them.
-
-        With ``keys``, the items holding the term in any field are tokenized
-        again, field by field (kept in ``fields_of`` for the other terms of
-        the query): the postings count terms per item, not per field.
-        """
-        posting = self._postings.get(term)
-        if not posting or keys is None:
-            return posting or {}
-        if fields_of is None:
-            fields_of = {}
+    def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
+        """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); do not change it."""
+        if keys is None:
+            return self._postings.get(term) or {}
+        by_field = self._field_postings()
+        found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
+        if len(found) == 1:
+            return found[0]
         out: dict[int, int] = {}
-        tokenize = self.tokenizer
-        docs = self._docs
-        for key in posting:
-            chosen = fields_of.get(key)
-            if chosen is None:
-                chosen = fields_of[key] = [
-                    tokenize(text) for field, text, _ in docs[key] if field in keys
-                ]
-                lengths[key] = sum(map(len, chosen))
-            tf = sum(terms.count(term) for terms in chosen)
-            if tf:
-                out[key] = tf
+        get = out.get
+        for posting in found:
+            for key, tf in posting.items():
+                out[key] = get(key, 0) + tf
         return out
+
+    def _field_postings(self) -> dict[str, dict[str, dict[int, int]]]:
+        """Return the postings per field, built on the first query with ``keys`` and kept from then on."""
+        by_field = self._by_field
+        if by_field is None:
+            by_field = self._by_field = {}
+            for key, doc in self._docs.items():
+                self._file_fields(key, doc)
+        return by_field
+
+    def _file_fields(self, key: int, doc: tuple[tuple[str, str, int], ...]) -> None:
+        by_field = self._by_field
+        assert by_field is not None  # only called while the per-field postings exist
+        tokenize = self.tokenizer
+        for field, text, _ in doc:
+            postings = by_field.get(field)
+            if postings is None:
+                postings = by_field[field] = {}
+            for term in tokenize(text):
+                posting = postings.get(term)
+                if posting is None:
+                    postings[term] = {key: 1}
+                else:
+                    posting[key] = posting.get(key, 0) + 1
