@@ -210,8 +210,14 @@ def latency(label: str, memory: Memory, queries: Sequence[str], repeat: int) -> 
         fts = best(lambda match=match: db.execute(FTS5_QUERY, (match,)).fetchall(), repeat)
         share = f"{100 * matching / len(memory):.0f}%"
         print(f"{query:<36}{share:>7}{ram * 1e3:>10.2f}{fts * 1e3:>10.2f}{ram / fts:>8.2f}")
-    keyed = best(lambda: memory.search(queries[0], 5, keys=["thought"]), 1)
-    print(f"{queries[0]!r} with keys=['thought']: {keyed * 1e3:.1f} ms")
+    start = time.perf_counter()
+    memory.search(queries[0], 5, keys=["thought"])
+    first = time.perf_counter() - start
+    keyed = best(lambda: memory.search(queries[0], 5, keys=["thought"]), repeat)
+    print(
+        f"{queries[0]!r} with keys=['thought']: {keyed * 1e3:.1f} ms "
+        f"(the first such query files words by field: {first:.2f} s)"
+    )
 
 
 def run_latency(n_items: int, repeat: int) -> None:
