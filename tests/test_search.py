@@ -21,6 +21,7 @@ from agents.memory import (
     InvalidQueryError,
     Memory,
     MemoryItem,
+    MissingDependencyError,
     Window,
     project,
 )
@@ -388,6 +389,59 @@ def test_index_embeddings_with_another_model_embeds_again() -> None:
     memory.index_embeddings(HashingEmbedder(64))
     assert memory.index_embeddings(HashingEmbedder(128)) == len(CORPUS)
     assert memory.search("report", mode="semantic", k=1)[0].item["step"] in (2, 3, 4, 6)
+
+
+def test_a_query_that_is_not_a_string_is_named() -> None:
+    """A query of another type raises InvalidQueryError naming the type."""
+    with pytest.raises(InvalidQueryError, match=r"must be a string, got \['report'\] \(list\)"):
+        corpus_memory().search(["report"])  # type: ignore[arg-type]  # the wrong type is the test
+
+
+def test_a_range_filter_matches_only_int_values_in_it() -> None:
+    """where={"step": range(...)} keeps int steps in the range and never a float or text step."""
+    memory = Memory(
+        [
+            MemoryItem(step=2, thought="menu"),
+            MemoryItem(step=2.5, thought="menu"),
+            MemoryItem(step="2", thought="menu"),
+        ]
+    )
+    assert [h.item["step"] for h in memory.search("menu", where={"step": range(5)})] == [2]
+
+
+def test_index_embeddings_refuses_a_bad_batch_size() -> None:
+    """batch_size below 1 raises InvalidQueryError naming it."""
+    with pytest.raises(InvalidQueryError, match="batch_size >= 1, got 0"):
+        corpus_memory().index_embeddings(HashingEmbedder(), batch_size=0)
+
+
+def test_index_embeddings_draws_a_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    """progress=True draws a bar on stderr that ends at the number of items."""
+    corpus_memory().index_embeddings(HashingEmbedder(), batch_size=5, progress=True)
+    err = capsys.readouterr().err
+    assert err.endswith(f"] {len(CORPUS)}/{len(CORPUS)}\n")
+    assert "Embedding items [" in err
+
+
+def test_a_new_tokenizer_replaces_the_index() -> None:
+    """search_index with another tokenizer re-indexes the memory with it; the same one keeps the index."""
+    memory = corpus_memory()
+    first = search_index(memory)
+    assert search_index(memory, tokenizer=Tokenizer()) is first
+    assert memory.search("saved", k=1)[0].item["step"] == 4
+    search_index(memory, tokenizer=Tokenizer(stemmer=lambda word: word.removesuffix("d")))
+    assert [h.item["step"] for h in memory.search("save", k=2)] == [3, 4]
+    assert len([o for o in memory.observers if o is not first]) == 1
+
+
+def test_default_embedder_without_wordllama_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without wordllama installed, WordLlamaEmbedder names the extra kvmemory[semantic]."""
+    # A None entry in sys.modules makes `import wordllama` fail, as if it were not installed.
+    monkeypatch.setitem(sys.modules, "wordllama", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'kvmemory\[semantic\]'"):
+        WordLlamaEmbedder()
 
 
 # -- semantic and hybrid --------------------------------------------------------------------
