@@ -29,9 +29,8 @@ from collections.abc import Callable, Sequence
 
 from _common import best, make_rows
 
-import agents.memory.search as search_room
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import Tokenizer, WordLlamaEmbedder, search_index
+from agents.memory.search import Tokenizer, WordLlamaEmbedder, search, search_index
 
 SUBJECTS = [
     ("car", "automobile"),
@@ -143,15 +142,14 @@ def run_quality(n_steps: int, n_facts: int) -> None:
 
     def hybrid_at(weight: float) -> Ranker:
         def rank(query: str) -> list[int]:
-            search_room.HYBRID_KEYWORD_WEIGHT = weight
-            return ranker("hybrid")(query)
+            hits = search(memory, query, 5, mode="hybrid", hybrid_weight=weight)
+            return [hit.item["step"] for hit in hits]
 
         return rank
 
     def fused(query: str) -> list[int]:
         return rrf([ranker("keyword", 100)(query), ranker("semantic", 100)(query)])
 
-    default_weight = search_room.HYBRID_KEYWORD_WEIGHT
     rankers: list[tuple[str, Ranker]] = [
         ("keyword", ranker("keyword")),
         ("semantic", ranker("semantic")),
@@ -169,7 +167,6 @@ def run_quality(n_steps: int, n_facts: int) -> None:
             recall, mrr = quality(name, rank, qs)
             cells.append(f"{recall:>18.3f}{mrr:>18.3f}")
         print(f"{name:<22}" + "".join(cells))
-    search_room.HYBRID_KEYWORD_WEIGHT = default_weight
 
 
 FTS5_QUERY = (

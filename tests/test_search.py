@@ -567,6 +567,28 @@ def test_importing_the_package_leaves_search_unloaded() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_search_package_exports_exactly_its_all() -> None:
+    """agents.memory.search's public names are its __all__, sorted constants, classes, functions."""
+    import agents.memory.search as room
+
+    public = {name for name in vars(room) if not name.startswith("_")}
+    assert public == set(room.__all__)
+    order = [(not n.isupper(), not n[:1].isupper(), n) for n in room.__all__]
+    assert order == sorted(order)
+
+
+def test_hybrid_weight_bounds_the_blend() -> None:
+    """hybrid_weight=1 ranks hybrid hits by keyword alone; a weight outside 0..1 is named."""
+    memory = corpus_memory()
+    keyword = [h.item["step"] for h in memory.search("report pdf", 3)]
+    blended = search(memory, "report pdf", 3, mode="hybrid", embedder=EMBEDDER, hybrid_weight=1.0)
+    assert [h.item["step"] for h in blended] == keyword
+    with pytest.raises(
+        InvalidQueryError, match="hybrid_weight must be a number from 0 to 1, got 2"
+    ):
+        search(memory, "report", mode="hybrid", embedder=EMBEDDER, hybrid_weight=2)
+
+
 def test_search_function_and_method_agree() -> None:
     """agents.memory.search.search(memory, ...) is what memory.search(...) returns."""
     memory = corpus_memory()
