@@ -567,16 +567,6 @@ def test_importing_the_package_leaves_search_unloaded() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_search_package_exports_exactly_its_all() -> None:
-    """agents.memory.search's public names are its __all__, sorted constants, classes, functions."""
-    import agents.memory.search as room
-
-    public = {name for name in vars(room) if not name.startswith("_")}
-    assert public == set(room.__all__)
-    order = [(not n.isupper(), not n[:1].isupper(), n) for n in room.__all__]
-    assert order == sorted(order)
-
-
 def test_hybrid_weight_bounds_the_blend() -> None:
     """hybrid_weight=1 ranks hybrid hits by keyword alone; a weight outside 0..1 is named."""
     memory = corpus_memory()
