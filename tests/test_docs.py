@@ -32,7 +32,9 @@ def test_docs_have_examples() -> None:
     assert len(python_blocks(ROOT / "docs" / "index.md")) >= 5
 
 
-@pytest.mark.parametrize("module", ["agents.memory", "agents.memory.stores", "agents.agent"])
+@pytest.mark.parametrize(
+    "module", ["agents.memory", "agents.memory.stores", "agents.memory.search", "agents.agent"]
+)
 def test_every_public_name_is_in_the_api_reference(module: str) -> None:
     """Each name in a public package's __all__ appears in docs/api.md."""
     names = importlib.import_module(module).__all__

@@ -709,6 +709,59 @@ def test_writer_hears_every_change_by_key() -> None:
     ]
 
 
+def test_writer_hears_field_changes_of_items_added_after_clear() -> None:
+    """After clear(), a field change of a newly added item still reaches the writer."""
+    writer = RecordingWriter()
+    memory = Memory(writer=writer)
+    memory.add_memory_item(MemoryItem(step=1))
+    memory.clear()
+    item = MemoryItem(step=2, action="click")
+    memory.add_memory_item(item)
+    item["action"] = "type"
+    assert writer.calls[-1] == ("update", [1], {"step": 2, "action": "type"})
+
+
+def test_observer_hears_content_then_every_change_after_it_is_applied() -> None:
+    """An observer first hears the content, then adds, updates, deletes, loads and clears by key."""
+    observer = RecordingWriter()
+    memory = Memory([MemoryItem(step=1)], max_items=2)
+    lengths: list[int] = []
+
+    class LengthProbe(RecordingWriter):
+        def write_add(self, memory: Memory, added: Any, evicted: Any) -> None:
+            lengths.append(len(memory))
+
+    memory.add_observer(observer)
+    memory.add_observer(LengthProbe())
+    memory.add_memory_items([MemoryItem(step=2), MemoryItem(step=3)])
+    memory[0]["action"] = "click"
+    memory.delete_memory_item(3)
+    memory.load([MemoryItem(step=7)])
+    memory.clear()
+    assert observer.calls == [
+        ("replace", [0]),
+        ("add", [1, 2], [0]),
+        ("update", [1], {"step": 2, "action": "click"}),
+        ("delete", [2]),
+        ("replace", [3]),
+        ("replace", []),
+    ]
+    assert lengths == [2]  # told after the add and its eviction were applied
+    assert memory.observers[0] is observer
+
+
+def test_removed_observer_hears_nothing_more() -> None:
+    """remove_observer stops the calls; removing an unknown observer raises ValueError."""
+    observer = RecordingWriter()
+    memory = Memory()
+    memory.add_observer(observer)
+    memory.remove_observer(observer)
+    memory.add_memory_item(MemoryItem(step=1))
+    assert observer.calls == [("replace", [])]
+    with pytest.raises(ValueError, match="remove"):
+        memory.remove_observer(observer)
+
+
 def test_refusing_writer_leaves_memory_unchanged() -> None:
     """When the writer raises, adds, deletes, loads and clears change nothing."""
     writer = RecordingWriter()

@@ -17,7 +17,13 @@ def isort_order(name: str) -> tuple[bool, bool, str]:
     return (not name.isupper(), not name[:1].isupper(), name)
 
 
-PUBLIC_PACKAGES = ("agents", "agents.memory", "agents.memory.stores", "agents.agent")
+PUBLIC_PACKAGES = (
+    "agents",
+    "agents.memory",
+    "agents.memory.stores",
+    "agents.memory.search",
+    "agents.agent",
+)
 
 
 @pytest.mark.parametrize("package", PUBLIC_PACKAGES)

@@ -29,6 +29,9 @@ from the builtin exception that code written for UFO would already catch, so
     │   ├── SchemaVersionError
     │   └── StoreUnreachableError(StoreError, ConnectionError)
     ├── TokenizerUnavailableError(AgentMemoryError, RuntimeError)
+    ├── InvalidQueryError(AgentMemoryError, ValueError)
+    ├── EmbeddingError(AgentMemoryError, ValueError)
+    │   └── EmbedderMismatchError
     └── MissingDependencyError(AgentMemoryError, ImportError)
 
 Warnings, for problems that do not stop the call::
@@ -48,6 +51,8 @@ __all__ = [
     "CallbackError",
     "CorruptSessionError",
     "CorruptStoreError",
+    "EmbedderMismatchError",
+    "EmbeddingError",
     "FieldAttributeError",
     "FieldNotFoundError",
     "FieldValidationError",
@@ -55,6 +60,7 @@ __all__ = [
     "ImageReadWarning",
     "InvalidArgumentError",
     "InvalidKeyError",
+    "InvalidQueryError",
     "InvalidSessionIdError",
     "InvalidStoreURLError",
     "ItemNotFoundError",
@@ -151,6 +157,18 @@ class ImageReadError(AgentMemoryError, OSError):
 
 class TokenizerUnavailableError(AgentMemoryError, RuntimeError):
     """A tokenizer is installed but cannot load its encoding (for example, offline)."""
+
+
+class InvalidQueryError(AgentMemoryError, ValueError):
+    """A search was given an empty query, a bad ``k``, an unknown mode or a bad filter."""
+
+
+class EmbeddingError(AgentMemoryError, ValueError):
+    """An embedder returned vectors of the wrong shape, or NaN or infinite values; nothing was indexed."""
+
+
+class EmbedderMismatchError(EmbeddingError):
+    """Vectors made by one embedding model were queried with another model."""
 
 
 class UnmatchedKeyWarning(UserWarning):

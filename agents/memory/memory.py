@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import IO, Any, Literal, NamedTuple, Protocol, overload
+from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload
 
 import attrs
 from typing_extensions import Self
@@ -41,6 +41,10 @@ from agents.memory.exceptions import (
     ItemNotFoundError,
     StepNotFoundError,
 )
+
+if TYPE_CHECKING:
+    from agents.memory.prompt import Window
+    from agents.memory.search import Embedder, Hit, SearchMode, Where
 
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem", "MemoryWriter"]
 
@@ -136,6 +140,7 @@ class Memory:
         self._lock = threading.RLock()
         self._watcher = weakref.WeakMethod(self._on_item_change)
         self._writer = writer
+        self._observers: list[MemoryWriter] = []
         self._step_key = step_key
         self._max_items = max_items
         self._callbacks: list[ChangeCallback] = list(callbacks)
@@ -187,6 +192,35 @@ class Memory:
                 name = getattr(callback, "__qualname__", repr(callback))
                 msg = f"Callback {name} is not registered on this memory; nothing was removed."
                 raise InvalidArgumentError(msg) from None
+
+    def add_observer(self, observer: MemoryWriter) -> None:
+        """Tell ``observer`` of every change *after* it is applied, by item key.
+
+        The observer first hears the current content as one ``write_replace``,
+        then every add, delete, field change and whole-content load with the
+        same calls a :class:`MemoryWriter` gets, under the memory's lock. This
+        is how state derived item by item (the index behind :meth:`search`)
+        follows the memory. An observer must not raise: the change is already
+        applied.
+        """
+        with self._lock:
+            self._index()  # items are watched while the index exists: field changes reach observers
+            self._observers.append(observer)
+            observer.write_replace(self, list(self._items.items()))
+
+    def remove_observer(self, observer: MemoryWriter) -> None:
+        """Stop telling ``observer`` of changes.
+
+        Raises:
+            ValueError: if ``observer`` was not added.
+        """
+        with self._lock:
+            self._observers.remove(observer)
+
+    @property
+    def observers(self) -> tuple[MemoryWriter, ...]:
+        """The observers added with :meth:`add_observer`, in order."""
+        return tuple(self._observers)
 
     # -- UFO's API -----------------------------------------------------------
 
@@ -317,6 +351,8 @@ class Memory:
             step = item._fields.get(self._step_key, NOTHING)
             for seq in seqs:
                 self._refile(seq, item, step)
+            for observer in self._observers:
+                observer.write_update(self, seqs, item)
 
     def clear(self) -> None:
         """Remove every item.
@@ -329,6 +365,11 @@ class Memory:
             if self._writer is not None:
                 self._writer.write_replace(self, ())
             self._reset()
+            if self._writer is not None or self._observers:
+                # Items added from now on must be watched, so that their field changes are heard.
+                self._index()
+            for observer in self._observers:
+                observer.write_replace(self, ())
             if self._callbacks and removed:
                 self._run_callbacks(MemoryChange("clear", removed))
 
@@ -485,6 +526,86 @@ class Memory:
             msg = f"No item has {self._step_key}={step!r}; the memory holds steps {self.steps()[:20]}."
             raise StepNotFoundError(msg)
         return items
+
+    # -- search (the search room, imported on first use) ------------------------
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[Hit]:
+        """Return the ``k`` items that best match ``query``, best first, as hits.
+
+        Keyword mode ranks by BM25; the index is built on the first search
+        and then follows every change. See :func:`agents.memory.search.search`.
+
+        Args:
+            query: The text to look for.
+            k: How many hits at most.
+            keys: Search only these fields (default: every string field, nested strings included).
+            mode: ``"keyword"``, ``"semantic"`` or ``"hybrid"``.
+            where: ``{field: value}`` (a ``range`` for step ranges) or a predicate, applied before ranking.
+            embedder: The model for semantic and hybrid modes.
+
+        Raises:
+            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+            EmbedderMismatchError: if the memory was embedded with another model.
+        """
+        from agents.memory import search
+
+        return search.search(self, query, k, keys=keys, mode=mode, where=where, embedder=embedder)
+
+    def recall(
+        self,
+        query: str,
+        k: int = 3,
+        *,
+        recent: Window | None = None,
+        keys: Iterable[str] | None = None,
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[MemoryItem]:
+        """Return the top ``k`` hits for ``query`` and the ``recent`` window's items, once each, in session order.
+
+        See :func:`agents.memory.search.recall`.
+
+        Raises:
+            InvalidQueryError: as :meth:`search`.
+            BudgetExceededError: if the window's pinned items alone break its bounds.
+        """
+        from agents.memory import search
+
+        return search.recall(
+            self, query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
+        )
+
+    def index_embeddings(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        keys: Iterable[str] | None = None,
+        batch_size: int = 256,
+        progress: bool | Callable[[int, int], object] = False,
+    ) -> int:
+        """Embed every item without a vector, in batches; return how many items hold one.
+
+        See :func:`agents.memory.search.index_embeddings`.
+
+        Raises:
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+        """
+        from agents.memory import search
+
+        return search.index_embeddings(
+            self, embedder, keys=keys, batch_size=batch_size, progress=progress
+        )
 
     # -- session files -------------------------------------------------------
 
@@ -667,6 +788,10 @@ class Memory:
             removed = [self._remove_seq(seq) for seq in evicted]
             if removed:
                 self._list = None
+            if self._observers:
+                added = list(zip(seqs, batch, strict=True))
+                for observer in self._observers:
+                    observer.write_add(self, added, evicted)
             if self._callbacks:
                 if removed:
                     self._run_callbacks(MemoryChange("delete", tuple(removed)))
@@ -715,6 +840,8 @@ class Memory:
             self._writer.write_delete(self, seqs)
         removed = [self._remove_seq(seq) for seq in seqs]
         self._list = None
+        for observer in self._observers:
+            observer.write_delete(self, seqs)
         if self._callbacks:
             self._run_callbacks(MemoryChange("delete", tuple(removed)))
         return len(removed)
@@ -743,8 +870,10 @@ class Memory:
             self._first_seq = start
             self._list = list(kept)
             self._list_shared = False
-            if self._writer is not None:
+            if self._writer is not None or self._observers:
                 self._index()
+            for observer in self._observers:
+                observer.write_replace(self, pairs)
 
     def _reset(self) -> None:
         """Drop every item and the index (items are no longer watched)."""
@@ -870,6 +999,8 @@ class Memory:
             if step_changed:
                 for seq in seqs:
                     self._refile(seq, item, old)
+            for observer in self._observers:
+                observer.write_update(self, seqs, item)
 
     def _refile(self, seq: int, item: MemoryItem, filed: Any) -> None:
         """Move ``seq`` from the index slot of step ``filed`` to that of the item's step now."""

@@ -1,0 +1,517 @@
+"""The search index of one memory: BM25 postings and vectors, kept up to date by key.
+
+The index is an observer of its memory (``Memory.add_observer``): it hears
+every add, delete, field change and whole-content load by item key, after the
+change is applied. Hearing costs almost nothing: a changed item is only
+marked, and the marked items are (re)tokenized or (re)embedded by the next
+query that needs them. So building a memory stays fast, a query never
+rebuilds what did not change, and a memory that is never searched pays nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agents.memory._item import MemoryItem
+from agents.memory.exceptions import EmbedderMismatchError
+from agents.memory.search._embed import Embedder, checked_vectors, numpy
+from agents.memory.search._tokenize import Tokenizer, item_texts
+
+if TYPE_CHECKING:
+    from agents.memory.memory import Memory
+
+__all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
+
+BM25_K1 = 1.2
+"""BM25's term-frequency saturation (SQLite FTS5's value)."""
+BM25_B = 0.75
+"""BM25's document-length normalisation (SQLite FTS5's value)."""
+_MIN_IDF = 1e-6  # FTS5 floors the IDF of terms in more than half the items here
+
+Predicate = Callable[[MemoryItem], bool]
+Progress = Callable[[int, int], object]
+
+
+class _Vectors:
+    """One model's unit vectors for the items, rows reused as items come and go."""
+
+    def __init__(self, model: str, dimension: int) -> None:
+        np = numpy()
+        self.model = model
+        self.matrix = np.zeros((64, dimension), dtype=np.float32)
+        self.valid = np.zeros(64, dtype=bool)
+        self.row_of: dict[int, int] = {}
+        self.key_at: list[int] = []
+        self.free: list[int] = []
+
+    def put(self, keys: Sequence[int], vectors: Any) -> None:
+        np = numpy()
+        for key, vector in zip(keys, vectors, strict=True):
+            self.drop(key)  # a key embedded again keeps one row
+            row = self.free.pop() if self.free else len(self.key_at)
+            if row == len(self.key_at):
+                self.key_at.append(key)
+            else:
+                self.key_at[row] = key
+            if row >= len(self.matrix):
+                grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
+                grown[: len(self.matrix)] = self.matrix
+                self.matrix = grown
+                valid = np.zeros(len(grown), dtype=bool)
+                valid[: len(self.valid)] = self.valid
+                self.valid = valid
+            self.matrix[row] = vector
+            self.valid[row] = True
+            self.row_of[key] = row
+
+    def drop(self, key: int) -> None:
+        row = self.row_of.pop(key, None)
+        if row is not None:
+            self.valid[row] = False
+            self.free.append(row)
+
+    def scores(
+        self, query: Any, limit: int | None = None, among: Iterable[int] = ()
+    ) -> dict[int, float]:
+        """Return the cosine with the unit ``query`` vector of the best ``limit`` items and of ``among``, by key.
+
+        Items tied with the ``limit``-th best are all returned, so that ties
+        can keep session order; ``limit=None`` returns every item.
+        """
+        np = numpy()
+        used = len(self.key_at)
+        if not used:
+            return {}
+        sims = self.matrix[:used] @ query
+        valid = self.valid[:used]
+        sims[~valid] = -np.inf
+        count = int(valid.sum())
+        if limit is None or limit >= count:
+            rows = np.flatnonzero(valid)
+        else:
+            cut = sims[np.argpartition(sims, used - limit)[used - limit]]
+            rows = np.flatnonzero(sims >= cut)
+        key_at = self.key_at
+        out = {key_at[row]: float(sims[row]) for row in rows.tolist()}
+        row_of = self.row_of
+        for key in among:
+            row = row_of.get(key)
+            if row is not None:
+                out[key] = float(sims[row])
+        return out
+
+
+class _LengthsIn(dict[int, int]):
+    """The length of each item over some fields, worked out when first asked for."""
+
+    def __init__(self, docs: dict[int, tuple[tuple[str, str, int], ...]], keys: tuple[str, ...]):
+        super().__init__()
+        self._docs = docs
+        self._keys = keys
+
+    def __missing__(self, key: int) -> int:
+        keys = self._keys
+        size = self[key] = sum(length for field, _, length in self._docs[key] if field in keys)
+        return size
+
+
+class SearchIndex:
+    """The BM25 index and the vectors of one memory, kept in step with it by item key.
+
+    Get it with :func:`agents.memory.search.search_index`; ``Memory.search``
+    creates it on first use. It is a ``MemoryWriter``-shaped observer of
+    the memory (see ``Memory.add_observer``).
+
+    Args:
+        tokenizer: How text is split into terms.
+    """
+
+    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
+        self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
+        self.embedder: Embedder | None = None
+        self._lock = threading.RLock()
+        self._items: dict[int, MemoryItem] = {}
+        self._pending: dict[int, None] = {}
+        self._docs: dict[int, tuple[tuple[str, str, int], ...]] = {}
+        self._lengths: dict[int, int] = {}
+        self._postings: dict[str, dict[int, int]] = {}
+        # field -> term -> {key: tf}: built by the first query with keys.
+        self._by_field: dict[str, dict[str, dict[int, int]]] | None = None
+        self._total = 0
+        self._field_total: Counter[str] = Counter()
+        self._vectors: dict[tuple[str, ...] | None, _Vectors] = {}
+        self._unembedded: dict[tuple[str, ...] | None, dict[int, None]] = {}
+
+    # -- observer calls (MemoryWriter shape), under the memory's lock -------------
+
+    def write_add(
+        self, memory: Memory, added: Sequence[tuple[int, MemoryItem]], evicted: Sequence[int]
+    ) -> None:
+        """Mark the added items for indexing and drop the evicted ones."""
+        with self._lock:
+            items = self._items
+            pending = self._pending
+            for key, item in added:
+                items[key] = item
+                pending[key] = None
+            for waiting in self._unembedded.values():
+                waiting.update((key, None) for key, _ in added)
+            for key in evicted:
+                self._drop(key)
+
+    def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
+        """Drop the deleted items from the postings and the vectors."""
+        with self._lock:
+            for key in keys:
+                self._drop(key)
+
+    def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
+        """Mark a changed item for re-indexing; its old terms and vectors go now."""
+        with self._lock:
+            for key in keys:
+                self._unindex(key)
+                self._pending[key] = None
+                for keys_of, vectors in self._vectors.items():
+                    vectors.drop(key)
+                    self._unembedded[keys_of][key] = None
+
+    def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
+        """Start over with ``added`` as the whole content (all marked for indexing)."""
+        with self._lock:
+            self._items = dict(added)
+            self._pending = dict.fromkeys(self._items)
+            self._docs = {}
+            self._lengths = {}
+            self._postings = {}
+            self._by_field = None
+            self._total = 0
+            self._field_total = Counter()
+            self._vectors = {}
+            self._unembedded = {}
+
+    # -- keyword search ------------------------------------------------------------
+
+    def keyword_scores(
+        self, terms: Sequence[str], keys: tuple[str, ...] | None, *, skip_common: bool = False
+    ) -> tuple[dict[int, float], float]:
+        """Return the BM25 score of the items that hold a query term (in ``keys``), by key.
+
+        The statistics (number of items, average length, how many items hold
+        a term) are those of the whole memory over the searched fields; each
+        query term counts once per occurrence in the query, as in SQLite FTS5.
+
+        With ``skip_common``, items that hold only *common* terms (in more than
+        half of the items, whose IDF is floored near zero) are left out, and
+        the second value is the highest score such an item can have (``0.0``
+        when none was left out); items that are scored get their full score.
+        Stop words then cost nothing unless the rarer words match too few items.
+        """
+        with self._lock:
+            self._catch_up()
+            n_items = len(self._items)
+            if not n_items:
+                return {}, 0.0
+            if keys is None:
+                total = self._total
+                lengths: dict[int, int] = self._lengths
+            else:
+                total = sum(self._field_total[field] for field in keys)
+                lengths = _LengthsIn(self._docs, keys)
+            avgdl = total / n_items if total else 1.0
+            # BM25 per (term, item): idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)).
+            flat = BM25_K1 * (1.0 - BM25_B)
+            slope = BM25_K1 * BM25_B / avgdl
+            scores: dict[int, float] = {}
+            common: list[tuple[dict[int, int], float]] = []
+            for term in terms:
+                matches = self._matches(term, keys)
+                if not matches:
+                    continue
+                df = len(matches)
+                idf = max(math.log((n_items - df + 0.5) / (df + 0.5)), _MIN_IDF)
+                lift = idf * (BM25_K1 + 1.0)
+                if skip_common and idf == _MIN_IDF:
+                    common.append((matches, lift))
+                    continue
+                part = {
+                    key: lift * tf / (tf + flat + slope * lengths[key])
+                    for key, tf in matches.items()
+                }
+                if not scores:
+                    scores = part
+                else:
+                    get = scores.get
+                    for key, value in part.items():
+                        scores[key] = get(key, 0.0) + value
+            for matches, lift in common:
+                for key in scores:
+                    tf = matches.get(key)
+                    if tf:
+                        scores[key] += lift * tf / (tf + flat + slope * lengths[key])
+            # tf / (tf + norm) < 1, so an item holding only common terms scores below this.
+            return scores, sum(lift for _, lift in common)
+
+    def keyword_ceiling(self, terms: Sequence[str], keys: tuple[str, ...] | None) -> float:
+        """Return the BM25 score an item would get holding every query term very often: the scale of a query.
+
+        It is the sum over query terms of ``idf * (k1 + 1)``, with the IDF of
+        a term no item holds taken for ``n = 0``. Dividing a score by it puts
+        scores of different queries on one 0..1 scale, low when an item
+        matches only common words.
+        """
+        with self._lock:
+            self._catch_up()
+            n_items = len(self._items)
+            if not n_items:
+                return 1.0
+            ceiling = 0.0
+            for term in terms:
+                df = len(self._matches(term, keys))
+                ceiling += max(math.log((n_items - df + 0.5) / (df + 0.5)), _MIN_IDF)
+            return ceiling * (BM25_K1 + 1.0) or 1.0
+
+    def matched_fields(
+        self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
+    ) -> tuple[str, ...]:
+        """Return the fields of the item under ``key`` that hold a query term, in field order."""
+        with self._lock:
+            wanted = set(terms)
+            out: dict[str, None] = {}
+            for field, text, _ in self._docs.get(key, ()):
+                if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
+                    out[field] = None
+            return tuple(out)
+
+    # -- semantic search -------------------------------------------------------------
+
+    def semantic_scores(
+        self,
+        embedder: Embedder,
+        query: str,
+        keys: tuple[str, ...] | None,
+        *,
+        limit: int | None = None,
+        among: Iterable[int] = (),
+        batch_size: int = 256,
+        progress: Progress | None = None,
+    ) -> dict[int, float]:
+        """Return the cosine between the query and the best ``limit`` items with text (and ``among``), by key.
+
+        Items without a vector are embedded first. ``limit=None`` scores every item.
+        """
+        query_vector = checked_vectors(embedder, [query])[0]
+        with self._lock:
+            vectors = self.embed(embedder, keys, batch_size=batch_size, progress=progress)
+            return vectors.scores(query_vector, limit, among)
+
+    def embed(
+        self,
+        embedder: Embedder,
+        keys: tuple[str, ...] | None,
+        *,
+        batch_size: int = 256,
+        progress: Progress | None = None,
+    ) -> _Vectors:
+        """Embed the items that have no vector yet (over ``keys``) and return the vectors.
+
+        Raises:
+            EmbedderMismatchError: if the stored vectors have another dimension.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+        """
+        with self._lock:
+            vectors = self._vectors.get(keys)
+            if vectors is None:
+                vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
+                self._unembedded[keys] = dict.fromkeys(self._items)
+            if vectors.matrix.shape[1] != embedder.dimension:
+                msg = (
+                    f"The memory's vectors from model {vectors.model!r} have {vectors.matrix.shape[1]} "
+                    f"dimensions; embedder {embedder.name!r} gives {embedder.dimension}. Embed again "
+                    "with memory.index_embeddings(embedder) under a name of its own."
+                )
+                raise EmbedderMismatchError(msg)
+            waiting = self._unembedded[keys]
+            todo: list[tuple[int, str]] = []
+            for key in list(waiting):
+                item = self._items.get(key)
+                if item is None:
+                    del waiting[key]
+                    continue
+                text = "\n".join(text for _, text in item_texts(item.to_dict(), keys))
+                if text.strip():
+                    todo.append((key, text))
+                else:
+                    del waiting[key]  # no text, no vector: never a semantic hit
+            done = 0
+            for start in range(0, len(todo), batch_size):
+                chunk = todo[start : start + batch_size]
+                unit = checked_vectors(embedder, [text for _, text in chunk])
+                chunk_keys = [key for key, _ in chunk]
+                vectors.put(chunk_keys, unit)
+                for key in chunk_keys:
+                    del waiting[key]
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, len(todo))
+            return vectors
+
+    def vector_model(self) -> str | None:
+        """Return the name of the model the stored vectors came from, or ``None``."""
+        with self._lock:
+            for vectors in self._vectors.values():
+                return vectors.model
+            return None
+
+    def drop_vectors(self) -> None:
+        """Forget every vector (to embed again with another model)."""
+        with self._lock:
+            self._vectors = {}
+            self._unembedded = {}
+
+    # -- reads -------------------------------------------------------------------------
+
+    def item(self, key: int) -> MemoryItem:
+        """Return the item under ``key``."""
+        return self._items[key]
+
+    def keys_of(self, items: Iterable[MemoryItem]) -> dict[int, int]:
+        """Return ``{id(item): key}`` for ``items``, scanning the index from its newest item."""
+        wanted = {id(item) for item in items}
+        found: dict[int, int] = {}
+        with self._lock:
+            for key in reversed(self._items):
+                held = id(self._items[key])
+                if held in wanted and held not in found:
+                    found[held] = key
+                    if len(found) == len(wanted):
+                        break
+        return found
+
+    def top(
+        self, scores: dict[int, float], k: int, where: Predicate | None
+    ) -> list[tuple[int, MemoryItem, float]]:
+        """Return the ``k`` best ``(key, item, score)`` among items ``where`` keeps; ties by session order."""
+        with self._lock:
+            items = self._items
+            pairs: Iterable[tuple[int, float]] = [
+                (key, score) for key, score in scores.items() if key in items
+            ]
+            if where is not None:
+                pairs = [(key, score) for key, score in pairs if where(items[key])]
+            best = heapq.nsmallest(k, pairs, key=lambda pair: (-pair[1], pair[0]))
+            return [(key, items[key], score) for key, score in best]
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """Tokenize the items marked since the last query and file their terms."""
+        if not self._pending:
+            return
+        tokenize = self.tokenizer
+        postings = self._postings
+        field_total = self._field_total
+        for key in self._pending:
+            item = self._items.get(key)
+            if item is None:
+                continue
+            doc = []
+            every: list[str] = []
+            for field, text in item_texts(item.to_dict(), None):
+                terms = tokenize(text)
+                size = len(terms)
+                # The text itself is kept (a reference, not a copy): deleting or
+                # re-indexing the item later finds its old terms from it.
+                doc.append((field, text, size))
+                field_total[field] += size
+                every += terms
+            for term, count in Counter(every).items():
+                posting = postings.get(term)
+                if posting is None:
+                    postings[term] = {key: count}
+                else:
+                    posting[key] = count
+            self._docs[key] = tuple(doc)
+            if self._by_field is not None:
+                self._file_fields(key, self._docs[key])
+            self._lengths[key] = len(every)
+            self._total += len(every)
+        self._pending = {}
+
+    def _unindex(self, key: int) -> None:
+        doc = self._docs.pop(key, None)
+        if doc is None:
+            return
+        self._total -= self._lengths.pop(key)
+        postings = self._postings
+        terms: set[str] = set()
+        by_field = self._by_field
+        for field, text, size in doc:
+            self._field_total[field] -= size
+            words = self.tokenizer(text)
+            terms.update(words)
+            if by_field is not None:
+                field_postings = by_field[field]
+                for word in words:
+                    posting = field_postings.get(word)
+                    if posting is not None:
+                        posting.pop(key, None)
+                        if not posting:
+                            del field_postings[word]
+        for term in terms:
+            posting = postings.get(term)
+            if posting is not None:
+                posting.pop(key, None)
+                if not posting:
+                    del postings[term]
+
+    def _drop(self, key: int) -> None:
+        self._items.pop(key, None)
+        self._pending.pop(key, None)
+        self._unindex(key)
+        for keys_of, vectors in self._vectors.items():
+            vectors.drop(key)
+            self._unembedded[keys_of].pop(key, None)
+
+    def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
+        """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); do not change it."""
+        if keys is None:
+            return self._postings.get(term) or {}
+        by_field = self._field_postings()
+        found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
+        if len(found) == 1:
+            return found[0]
+        out: dict[int, int] = {}
+        get = out.get
+        for posting in found:
+            for key, tf in posting.items():
+                out[key] = get(key, 0) + tf
+        return out
+
+    def _field_postings(self) -> dict[str, dict[str, dict[int, int]]]:
+        """Return the postings per field, built on the first query with ``keys`` and kept from then on."""
+        by_field = self._by_field
+        if by_field is None:
+            by_field = self._by_field = {}
+            for key, doc in self._docs.items():
+                self._file_fields(key, doc)
+        return by_field
+
+    def _file_fields(self, key: int, doc: tuple[tuple[str, str, int], ...]) -> None:
+        by_field = self._by_field
+        assert by_field is not None  # only called while the per-field postings exist
+        tokenize = self.tokenizer
+        for field, text, _ in doc:
+            postings = by_field.get(field)
+            if postings is None:
+                postings = by_field[field] = {}
+            for term in tokenize(text):
+                posting = postings.get(term)
+                if posting is None:
+                    postings[term] = {key: 1}
+                else:
+                    posting[key] = posting.get(key, 0) + 1

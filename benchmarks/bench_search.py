@@ -1,0 +1,300 @@
+"""Search benchmark: retrieval quality, query latency and index upkeep.
+
+1. Quality: a generated 10,000-step agent session with 200 planted facts
+   ("the car was moved to Lisbon"), each asked for twice: a *lexical* query
+   that shares words with its fact ("the car was moved to") and a
+   *paraphrased* one that shares no content word ("the automobile got
+   relocated to"). Prints recall@5 and MRR for keyword, semantic (wordllama,
+   the offline default), hybrid (the library's weighted blend at several
+   keyword weights) and reciprocal rank fusion of the keyword and semantic
+   lists (k=60), for each query set.
+2. Latency: keyword queries on 100,000 agent steps in RAM (index built),
+   best of several runs per query, next to SQLite FTS5 ``bm25()`` queried
+   directly over the same texts in memory.
+   Semantic and hybrid query latency on the same session, embedded.
+3. Upkeep: building a 100,000-item memory with a search index attached
+   against one without (the index marks items; it tokenizes them on the
+   next query, timed apart as the first query's catch-up).
+
+Run: .venv/bin/python benchmarks/bench_search.py [--facts 200] [--steps 10000] [--items 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+
+from _common import best, make_rows
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.search import Tokenizer, WordLlamaEmbedder, search, search_index
+
+SUBJECTS = [
+    ("car", "automobile"),
+    ("doctor", "physician"),
+    ("lawyer", "attorney"),
+    ("movie", "film"),
+    ("sofa", "couch"),
+    ("invoice", "bill"),
+    ("password", "passcode"),
+    ("laptop", "notebook computer"),
+    ("children", "kids"),
+    ("boss", "manager"),
+    ("meeting", "appointment"),
+    ("gift", "present"),
+    ("luggage", "baggage"),
+    ("shop", "store"),
+    ("medicine", "medication"),
+    ("trash", "garbage"),
+    ("photo", "picture"),
+    ("telephone", "mobile phone"),
+    ("teacher", "instructor"),
+    ("road", "street"),
+]
+RELATIONS = [
+    ("was moved to", "got relocated to"),
+    ("costs", "is priced at"),
+    ("was repaired by", "got fixed by"),
+    ("belongs to", "is owned by"),
+    ("was bought in", "was purchased in"),
+    ("was hidden under", "got concealed beneath"),
+    ("was delivered on", "arrived on"),
+    ("was borrowed by", "got lent to"),
+    ("was cleaned with", "got washed using"),
+    ("was photographed at", "got pictured at"),
+]
+OBJECTS = ["Lisbon", "Marta", "Tuesday", "the red box", "Olsen", "March", "vinegar", "Kyoto"]
+FILLER = [
+    "click the {n} button in the toolbar",
+    "scroll down the settings page to row {n}",
+    "type the search text into field {n}",
+    "the dialog {n} is open, press OK to close it",
+    "wait for the progress bar to reach {n} percent",
+    "select tab {n} and read the status line",
+    "the window title shows Report {n}.docx",
+]
+
+
+def make_session(
+    n_steps: int, n_facts: int, seed: int = 7
+) -> tuple[Memory, list[tuple[str, str, int]]]:
+    """Return a session with planted facts and the queries ``(lexical, paraphrased, step)`` for them."""
+    rng = random.Random(seed)
+    pairs = [(s, r) for s in SUBJECTS for r in RELATIONS]
+    rng.shuffle(pairs)
+    pairs = pairs[:n_facts]
+    fact_steps = sorted(rng.sample(range(n_steps), len(pairs)))
+    facts = dict(zip(fact_steps, pairs, strict=True))
+    memory = Memory()
+    queries = []
+    for step in range(n_steps):
+        if step in facts:
+            (subject, subject_alt), (relation, relation_alt) = facts[step]
+            text = f"Noted for later: the {subject} {relation} {rng.choice(OBJECTS)}."
+            queries.append((f"the {subject} {relation}", f"the {subject_alt} {relation_alt}", step))
+        else:
+            text = rng.choice(FILLER).format(n=rng.randrange(1000))
+        memory.add_memory_item(MemoryItem(step=step, thought=text, action="note"))
+    return memory, queries
+
+
+Ranker = Callable[[str], list[int]]
+
+
+def quality(name: str, rank: Ranker, queries: Sequence[tuple[str, int]]) -> tuple[float, float]:
+    """Return recall@5 and MRR (first 5 ranks) of ``rank`` over ``queries``."""
+    found = 0
+    reciprocal = 0.0
+    for query, answer in queries:
+        steps = rank(query)[:5]
+        if answer in steps:
+            found += 1
+            reciprocal += 1.0 / (steps.index(answer) + 1)
+    return found / len(queries), reciprocal / len(queries)
+
+
+def rrf(lists: Sequence[list[int]], k: int = 60) -> list[int]:
+    """Fuse ranked lists by reciprocal rank fusion."""
+    scores: dict[int, float] = {}
+    for ranked in lists:
+        for position, step in enumerate(ranked):
+            scores[step] = scores.get(step, 0.0) + 1.0 / (k + position + 1)
+    return sorted(scores, key=lambda step: (-scores[step], step))
+
+
+def run_quality(n_steps: int, n_facts: int) -> None:
+    memory, queries = make_session(n_steps, n_facts)
+    embedder = WordLlamaEmbedder()
+    start = time.perf_counter()
+    memory.index_embeddings(embedder)
+    print(
+        f"session: {len(memory)} steps, {len(queries)} facts; embedded in {time.perf_counter() - start:.2f} s"
+    )
+
+    def ranker(mode: str, k: int = 5) -> Ranker:
+        def rank(query: str) -> list[int]:
+            return [hit.item["step"] for hit in memory.search(query, k, mode=mode)]
+
+        return rank
+
+    def hybrid_at(weight: float) -> Ranker:
+        def rank(query: str) -> list[int]:
+            hits = search(memory, query, 5, mode="hybrid", hybrid_weight=weight)
+            return [hit.item["step"] for hit in hits]
+
+        return rank
+
+    def fused(query: str) -> list[int]:
+        return rrf([ranker("keyword", 100)(query), ranker("semantic", 100)(query)])
+
+    rankers: list[tuple[str, Ranker]] = [
+        ("keyword", ranker("keyword")),
+        ("semantic", ranker("semantic")),
+        *[(f"hybrid blend w={w}", hybrid_at(w)) for w in (0.3, 0.5, 0.6, 0.7, 0.8)],
+        ("hybrid RRF k=60", fused),
+    ]
+    sets = {
+        "lexical": [(lexical, step) for lexical, _, step in queries],
+        "paraphrased": [(para, step) for _, para, step in queries],
+    }
+    print(f"{'method':<22}" + "".join(f"{name + ' R@5':>18}{name + ' MRR':>18}" for name in sets))
+    for name, rank in rankers:
+        cells = []
+        for qs in sets.values():
+            recall, mrr = quality(name, rank, qs)
+            cells.append(f"{recall:>18.3f}{mrr:>18.3f}")
+        print(f"{name:<22}" + "".join(cells))
+
+
+FTS5_QUERY = (
+    "SELECT rowid, bm25(docs) FROM docs WHERE docs MATCH ? ORDER BY bm25(docs), rowid LIMIT 5"
+)
+
+
+def latency(label: str, memory: Memory, queries: Sequence[str], repeat: int) -> None:
+    """Print RAM keyword latency per query next to SQLite FTS5 over the same tokens."""
+    start = time.perf_counter()
+    memory.search("warm up")
+    print(
+        f"\n{label}, {len(memory)} items: first query (tokenizes every item) {time.perf_counter() - start:.2f} s"
+    )
+    tokenize = Tokenizer()
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE docs USING fts5(body)")
+    db.executemany(
+        "INSERT INTO docs(rowid, body) VALUES (?, ?)",
+        (
+            (
+                i,
+                " ".join(
+                    tokenize(" ".join(v for v in item.to_dict().values() if isinstance(v, str)))
+                ),
+            )
+            for i, item in enumerate(memory)
+        ),
+    )
+    db.commit()
+    print(f"{'query':<36}{'share':>7}{'RAM ms':>10}{'FTS5 ms':>10}{'ratio':>8}")
+    for query in queries:
+        ram = best(lambda query=query: memory.search(query, 5), repeat)
+        match = " OR ".join(f'"{term}"' for term in tokenize(query))
+        (matching,) = db.execute(
+            "SELECT count(*) FROM docs WHERE docs MATCH ?", (match,)
+        ).fetchone()
+        fts = best(lambda match=match: db.execute(FTS5_QUERY, (match,)).fetchall(), repeat)
+        share = f"{100 * matching / len(memory):.0f}%"
+        print(f"{query:<36}{share:>7}{ram * 1e3:>10.2f}{fts * 1e3:>10.2f}{ram / fts:>8.2f}")
+    start = time.perf_counter()
+    memory.search(queries[0], 5, keys=["thought"])
+    first = time.perf_counter() - start
+    keyed = best(lambda: memory.search(queries[0], 5, keys=["thought"]), repeat)
+    print(
+        f"{queries[0]!r} with keys=['thought']: {keyed * 1e3:.1f} ms "
+        f"(the first such query files words by field: {first:.2f} s)"
+    )
+
+
+def run_latency(n_items: int, repeat: int) -> None:
+    session, queries = make_session(n_items, 200)
+    latency(
+        "varied agent session",
+        session,
+        [queries[0][0], queries[1][0], "click the toolbar button", "scroll down", "zebra"],
+        repeat,
+    )
+    start = time.perf_counter()
+    session.index_embeddings(WordLlamaEmbedder())
+    print(f"embedding the {n_items} items with wordllama: {time.perf_counter() - start:.2f} s")
+    for mode in ("semantic", "hybrid"):
+        for query in (queries[0][1], queries[1][0]):
+            took = best(lambda query=query, mode=mode: session.search(query, 5, mode=mode), repeat)
+            print(f"{mode} {query!r}: {took * 1e3:.1f} ms")
+    rows = Memory()
+    rows.from_list_of_dicts(make_rows(n_items))
+    latency(
+        "benchmarks/_common rows (one text repeated in every item)",
+        rows,
+        ["press OK", "Report 42.docx", "close the dialog and save as PDF", "zebra"],
+        repeat,
+    )
+
+
+def run_upkeep(n_items: int, repeat: int) -> None:
+    rows = make_rows(n_items)
+    items = [MemoryItem(**row) for row in rows]
+
+    def add_items(indexed: bool) -> Memory:
+        memory = Memory()
+        if indexed:
+            search_index(memory)
+        for item in items:
+            memory.add_memory_item(item)
+        return memory
+
+    def from_rows(indexed: bool) -> Memory:
+        memory = Memory()
+        if indexed:
+            search_index(memory)
+        for row in rows:
+            memory.add_memory_item(MemoryItem(**row))
+        return memory
+
+    print()
+    for label, build in (("adding made items", add_items), ("making and adding items", from_rows)):
+        plain = best(lambda build=build: build(False), repeat)
+        indexed = best(lambda build=build: build(True), repeat)
+        print(
+            f"building {n_items} items one by one, {label}: plain {plain:.3f} s, with index "
+            f"{indexed:.3f} s, overhead {100 * (indexed / plain - 1):.0f}% (target <= 30%)"
+        )
+    memory = add_items(True)
+    start = time.perf_counter()
+    memory.search("press OK")
+    print(
+        f"first query after the build (tokenizes the {n_items} new items): {time.perf_counter() - start:.2f} s"
+    )
+    memory.add_memory_items([MemoryItem(step=-1, thought="one more step")])
+    start = time.perf_counter()
+    memory.search("zebra")
+    print(
+        f"query after one more add (tokenizes that item): {1e3 * (time.perf_counter() - start):.2f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--facts", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    run_quality(args.steps, args.facts)
+    run_latency(args.items, args.repeat)
+    run_upkeep(args.items, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

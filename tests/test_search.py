@@ -1,0 +1,585 @@
+"""Search: tokenizer, BM25 against a reference, filters, the incremental index, semantic and hybrid modes, recall."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rank_bm25 import BM25Okapi
+
+from agents.memory import (
+    EmbedderMismatchError,
+    EmbeddingError,
+    InvalidQueryError,
+    Memory,
+    MemoryItem,
+    MissingDependencyError,
+    Window,
+    project,
+)
+from agents.memory.search import (
+    HashingEmbedder,
+    Hit,
+    Tokenizer,
+    WordLlamaEmbedder,
+    search,
+    search_index,
+)
+from agents.memory.stores import open_memory
+
+CORPUS = [
+    "open the file menu and click export",
+    "the export dialog shows a PDF option",
+    "type the summary line at the top of the report",
+    "click the save button to save the report",
+    "the report is saved as report.pdf in the documents folder",
+    "close Word and tell the host agent the task is done",
+    "the host agent assigns the next task: email the report",
+    "open Outlook and attach report.pdf to a new email",
+]
+
+
+EMBEDDER = HashingEmbedder(64)
+
+
+def corpus_memory() -> Memory:
+    return Memory(MemoryItem(step=i, thought=text) for i, text in enumerate(CORPUS))
+
+
+# -- tokenizer ---------------------------------------------------------------------
+
+
+def test_tokenizer_folds_case_and_unicode_forms() -> None:
+    """Terms are case-folded and NFKC-normalised: STRASSE matches Straße, full-width letters match."""
+    tokenize = Tokenizer()
+    assert tokenize("Straße") == tokenize("STRASSE") == ["strasse"]
+    assert tokenize("\uff21\uff22\uff23 Menu") == ["abc", "menu"]  # full-width ABC
+
+
+def test_tokenizer_splits_on_punctuation_and_underscores() -> None:
+    """Runs of letters and digits of any script are terms; punctuation and _ separate them."""
+    assert Tokenizer()("click_input on 'File' (menú) 42x, Ярлык!") == [
+        "click",
+        "input",
+        "on",
+        "file",
+        "menú",
+        "42x",
+        "ярлык",
+    ]
+
+
+def test_tokenizer_stems_and_drops_short_terms() -> None:
+    """A stemmer maps each term; min_length drops shorter terms."""
+    tokenize = Tokenizer(stemmer=lambda word: word.removesuffix("ed"), min_length=2)
+    assert tokenize("I clicked a button") == ["click", "button"]
+
+
+def test_tokenizer_refuses_a_stemmer_that_is_not_callable() -> None:
+    """Tokenizer(stemmer=...) names what it got when it is not a function."""
+    with pytest.raises(TypeError, match="'english'"):
+        Tokenizer(stemmer="english")  # type: ignore[arg-type]  # the wrong type is the test
+
+
+# -- keyword ranking -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "report",
+        "click export",
+        "host agent task",
+        "pdf report email",
+        "save save",
+        "the the",
+        "the zebra",
+    ],
+)
+@pytest.mark.parametrize("k", [1, 2, 3, len(CORPUS)])
+def test_bm25_agrees_with_reference_implementation(query: str, k: int) -> None:
+    """The top k and their scores equal rank_bm25's Okapi BM25 (k1=1.2, b=0.75, IDF floored as FTS5) with the same tokens."""
+    tokenize = Tokenizer()
+    reference = BM25Okapi([tokenize(text) for text in CORPUS], k1=1.2, b=0.75, epsilon=0)
+    # With epsilon=0 the IDF of terms in half the items or more is 0; SQLite FTS5 floors it at 1e-6.
+    reference.idf = {term: max(idf, 1e-6) for term, idf in reference.idf.items()}
+    terms = tokenize(query)
+    expected = [
+        (step, score)
+        for step, score in enumerate(reference.get_scores(terms))
+        if any(term in tokenize(CORPUS[step]) for term in terms)
+    ]
+    expected.sort(key=lambda pair: (-round(pair[1], 9), pair[0]))
+    hits = corpus_memory().search(query, k=k)
+    assert [hit.item["step"] for hit in hits] == [step for step, _ in expected[:k]]
+    for hit, (_, score) in zip(hits, expected, strict=False):
+        assert hit.score == pytest.approx(score, abs=1e-5)
+
+
+def test_hits_are_best_first_with_matched_fields() -> None:
+    """A hit carries the item, its score and the fields that hold a query term, nested strings included."""
+    memory = Memory(
+        [
+            MemoryItem(step=1, thought="look for the invoice", action="click"),
+            MemoryItem(step=2, thought="found it", observation={"title": ["Invoice 4471"]}),
+            MemoryItem(step=3, thought="unrelated", cost=0.5),
+        ]
+    )
+    hits = memory.search("invoice 4471")
+    assert [(hit.item["step"], hit.fields) for hit in hits] == [
+        (2, ("observation",)),
+        (1, ("thought",)),
+    ]
+    assert isinstance(hits[0], Hit)
+    assert hits[0].score > hits[1].score > 0
+
+
+def test_equal_scores_keep_session_order() -> None:
+    """Items with equal scores come in session order."""
+    memory = Memory(MemoryItem(step=i, thought="same words") for i in range(5))
+    assert [hit.item["step"] for hit in memory.search("words", k=5)] == [0, 1, 2, 3, 4]
+
+
+def test_keys_restrict_the_fields_searched() -> None:
+    """With keys, only those fields are searched and reported."""
+    memory = Memory(
+        [MemoryItem(step=1, thought="export", action="noop"), MemoryItem(step=2, action="export")]
+    )
+    hits = memory.search("export", keys=["action"])
+    assert [(hit.item["step"], hit.fields) for hit in hits] == [(2, ("action",))]
+
+
+def test_where_filters_by_equality_step_range_and_predicate() -> None:
+    """where keeps items with equal fields, steps in a range, or passing a predicate."""
+    memory = Memory(
+        MemoryItem(step=i, agent="host" if i % 2 else "app", thought="click the menu")
+        for i in range(10)
+    )
+    assert [h.item["step"] for h in memory.search("menu", k=10, where={"agent": "host"})] == [
+        1,
+        3,
+        5,
+        7,
+        9,
+    ]
+    assert [h.item["step"] for h in memory.search("menu", k=10, where={"step": range(2, 5)})] == [
+        2,
+        3,
+        4,
+    ]
+    hits = memory.search("menu", k=10, where=lambda item: item["step"] > 7)
+    assert [h.item["step"] for h in hits] == [8, 9]
+    assert memory.search("menu", where={"missing": 1}) == []
+
+
+# -- the index follows the memory --------------------------------------------------------
+
+
+def test_index_follows_adds_updates_deletes_and_loads() -> None:
+    """Hits reflect items added, changed, deleted and loaded after the index was built."""
+    memory = corpus_memory()
+    assert memory.search("zebra") == []
+    memory.add_memory_item(MemoryItem(step=100, thought="a zebra crossed"))
+    assert [h.item["step"] for h in memory.search("zebra")] == [100]
+    memory[0]["thought"] = "zebra menu"
+    assert sorted(h.item["step"] for h in memory.search("zebra")) == [0, 100]
+    memory.delete_memory_item(100)
+    assert [h.item["step"] for h in memory.search("zebra")] == [0]
+    memory.load([MemoryItem(step=1, thought="no stripes")])
+    assert memory.search("zebra") == []
+    memory.clear()
+    assert memory.search("stripes") == []
+
+
+def test_queries_do_not_tokenize_unchanged_items_again() -> None:
+    """After the first query, later queries tokenize only the query and the items that changed."""
+    seen: list[str] = []
+
+    def stem(word: str) -> str:
+        seen.append(word)
+        return word
+
+    memory = corpus_memory()
+    search_index(memory, tokenizer=Tokenizer(stemmer=stem))
+    memory.search("zebra")
+    seen.clear()
+    memory.search("giraffe zebra")
+    assert seen == ["giraffe", "zebra"]
+    memory[1]["thought"] = "changed text"
+    seen.clear()
+    memory.search("zebra")
+    assert sorted(seen) == ["changed", "text", "zebra"]
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.sampled_from(["red apple", "green apple pie", "red car"])),
+        st.tuples(st.just("set"), st.sampled_from(["apple", "blue car", ""])),
+        st.tuples(st.just("note"), st.sampled_from(["apple", "the red one", None])),
+        st.tuples(st.just("delete"), st.integers(0, 5)),
+        st.tuples(st.just("load"), st.integers(0, 3)),
+    ),
+    max_size=25,
+)
+QUERIES = [
+    ("apple", {}),
+    ("red car", {"keys": ["note"]}),
+    ("red apple", {"where": {"kind": "b"}}),
+    ("apple car", {"mode": "semantic", "embedder": EMBEDDER}),
+    ("red pie", {"mode": "hybrid", "embedder": EMBEDDER}),
+]
+
+
+def hits_of(memory: Memory, query: str, options: dict[str, Any]) -> list[tuple[Any, float]]:
+    return [(h.item.to_dict(), round(h.score, 6)) for h in memory.search(query, 10, **options)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=operations, bound=st.none() | st.integers(1, 6))
+def test_incremental_index_ranks_as_a_fresh_one(
+    ops: list[tuple[str, Any]], bound: int | None
+) -> None:
+    """After any sequence of changes, every mode ranks as on a fresh memory holding the same items."""
+    memory = Memory(max_items=bound)
+    for query, options in QUERIES:
+        memory.add_memory_item(MemoryItem(step=0, thought="apple"))
+        hits_of(memory, query, options)
+        memory.clear()
+    for step, (op, arg) in enumerate(ops, start=1):
+        if op == "add":
+            memory.add_memory_item(MemoryItem(step=step, thought=arg, kind="ab"[step % 2]))
+        elif op == "set" and memory:
+            memory[step % len(memory)]["thought"] = arg
+        elif op == "note" and memory:
+            item = memory[step % len(memory)]
+            if arg is not None:
+                item["note"] = {"text": [arg]}
+            elif "note" in item:
+                del item["note"]
+        elif op == "delete" and memory:
+            memory.delete_memory_item(memory[arg % len(memory)]["step"])
+        elif op == "load":
+            memory.load([MemoryItem(step=-i, thought="apple car", kind="b") for i in range(arg)])
+        fresh = Memory(item.copy() for item in memory)
+        for query, options in QUERIES:
+            assert hits_of(memory, query, options) == hits_of(fresh, query, options)
+
+
+def test_searches_racing_changes_end_consistent() -> None:
+    """Searches in one thread while another adds, changes and deletes never fail, and end as a fresh index."""
+    memory = corpus_memory()
+    errors: list[BaseException] = []
+
+    def change() -> None:
+        for i in range(300):
+            memory.add_memory_item(MemoryItem(step=100 + i, thought=f"report {i} export"))
+            memory[i % len(memory)]["thought"] = f"email {i}"
+            if i % 3 == 0:
+                memory.delete_memory_item(100 + i)
+
+    def query() -> None:
+        try:
+            for _ in range(200):
+                memory.search("report export email", k=3)
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=change), threading.Thread(target=query)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    fresh = Memory(item.copy() for item in memory)
+    assert hits_of(memory, "report export email", {}) == hits_of(fresh, "report export email", {})
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "k", "mode", "match"),
+    [
+        ("", 5, "keyword", "must not be empty"),
+        ("   ", 5, "keyword", "must not be empty"),
+        ("?!", 5, "keyword", "no word"),
+        ("menu", 0, "keyword", r"k must be an int >= 1 \(how many hits\), got 0"),
+        ("menu", -3, "keyword", "got -3"),
+        ("menu", 5, "fuzzy", "got 'fuzzy'"),
+    ],
+)
+def test_bad_queries_are_named(query: str, k: int, mode: Any, match: str) -> None:
+    """An empty query, k < 1 or an unknown mode raise InvalidQueryError naming the problem."""
+    memory = corpus_memory()
+    with pytest.raises(InvalidQueryError, match=match):
+        memory.search(query, k, mode=mode)
+
+
+def test_bad_keys_and_filters_are_named() -> None:
+    """A bare string as keys, a non-string key and a filter of the wrong type are named."""
+    memory = corpus_memory()
+    with pytest.raises(InvalidQueryError, match=r"wrap it: \['thought'\]"):
+        memory.search("menu", keys="thought")
+    with pytest.raises(InvalidQueryError, match="got 3"):
+        memory.search("menu", where={3: "x"})  # type: ignore[dict-item]  # the wrong type is the test
+    with pytest.raises(InvalidQueryError, match="where must be"):
+        memory.search("menu", where=[("step", 1)])  # type: ignore[arg-type]  # the wrong type is the test
+
+
+class BrokenEmbedder:
+    """An embedder that returns a wrong result of a chosen kind."""
+
+    name = "broken"
+    dimension = 4
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        if self.kind == "shape":
+            return np.ones((len(texts), 3), dtype=np.float32)
+        out = np.ones((len(texts), 4), dtype=np.float32)
+        out[-1, 0] = math.nan
+        return out
+
+
+@pytest.mark.parametrize(("kind", "match"), [("shape", r"shape \(1, 3\)"), ("nan", "NaN")])
+def test_bad_embedder_output_is_named_and_changes_nothing(kind: str, match: str) -> None:
+    """An embedder returning the wrong shape or NaN raises EmbeddingError; memory and hits are as before."""
+    memory = corpus_memory()
+    before = memory.to_list_of_dicts()
+    with pytest.raises(EmbeddingError, match=match):
+        memory.search("report", mode="semantic", embedder=BrokenEmbedder(kind))
+    assert memory.to_list_of_dicts() == before
+    assert [h.item["step"] for h in memory.search("report", k=1)] == [4]
+
+
+def test_vectors_of_another_model_are_refused() -> None:
+    """A memory embedded with one model refuses a query embedded by another, naming both."""
+    memory = corpus_memory()
+    memory.index_embeddings(HashingEmbedder(64))
+    with pytest.raises(EmbedderMismatchError, match=r"'hashing-3gram-64'.*'hashing-3gram-128'"):
+        memory.search("report", mode="semantic", embedder=HashingEmbedder(128))
+
+
+def test_vectors_of_another_dimension_are_refused() -> None:
+    """An embedder reusing a model name with another dimension is refused, naming both dimensions."""
+
+    class Renamed(HashingEmbedder):
+        name = "hashing-3gram-64"
+
+    memory = corpus_memory()
+    memory.index_embeddings(HashingEmbedder(64))
+    with pytest.raises(EmbedderMismatchError, match=r"64 dimensions.*gives 32"):
+        memory.search("report", mode="semantic", embedder=Renamed(32))
+    assert memory.search("report", mode="semantic", k=1)[0].item["step"] in range(len(CORPUS))
+
+
+def test_index_embeddings_with_another_model_embeds_again() -> None:
+    """index_embeddings(new_model) replaces the vectors, after which that model is queried."""
+    memory = corpus_memory()
+    memory.index_embeddings(HashingEmbedder(64))
+    assert memory.index_embeddings(HashingEmbedder(128)) == len(CORPUS)
+    assert memory.search("report", mode="semantic", k=1)[0].item["step"] in (2, 3, 4, 6)
+
+
+def test_a_query_that_is_not_a_string_is_named() -> None:
+    """A query of another type raises InvalidQueryError naming the type."""
+    with pytest.raises(InvalidQueryError, match=r"must be a string, got \['report'\] \(list\)"):
+        corpus_memory().search(["report"])  # type: ignore[arg-type]  # the wrong type is the test
+
+
+def test_a_range_filter_matches_only_int_values_in_it() -> None:
+    """where={"step": range(...)} keeps int steps in the range and never a float or text step."""
+    memory = Memory(
+        [
+            MemoryItem(step=2, thought="menu"),
+            MemoryItem(step=2.5, thought="menu"),
+            MemoryItem(step="2", thought="menu"),
+        ]
+    )
+    assert [h.item["step"] for h in memory.search("menu", where={"step": range(5)})] == [2]
+
+
+def test_index_embeddings_refuses_a_bad_batch_size() -> None:
+    """batch_size below 1 raises InvalidQueryError naming it."""
+    with pytest.raises(InvalidQueryError, match="batch_size >= 1, got 0"):
+        corpus_memory().index_embeddings(HashingEmbedder(), batch_size=0)
+
+
+def test_index_embeddings_draws_a_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    """progress=True draws a bar on stderr that ends at the number of items."""
+    corpus_memory().index_embeddings(HashingEmbedder(), batch_size=5, progress=True)
+    err = capsys.readouterr().err
+    assert err.endswith(f"] {len(CORPUS)}/{len(CORPUS)}\n")
+    assert "Embedding items [" in err
+
+
+def test_a_new_tokenizer_replaces_the_index() -> None:
+    """search_index with another tokenizer re-indexes the memory with it; the same one keeps the index."""
+    memory = corpus_memory()
+    first = search_index(memory)
+    assert search_index(memory, tokenizer=Tokenizer()) is first
+    assert memory.search("saved", k=1)[0].item["step"] == 4
+    search_index(memory, tokenizer=Tokenizer(stemmer=lambda word: word.removesuffix("d")))
+    assert [h.item["step"] for h in memory.search("save", k=2)] == [3, 4]
+    assert len([o for o in memory.observers if o is not first]) == 1
+
+
+def test_default_embedder_without_wordllama_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without wordllama installed, WordLlamaEmbedder names the extra kvmemory[semantic]."""
+    # A None entry in sys.modules makes `import wordllama` fail, as if it were not installed.
+    monkeypatch.setitem(sys.modules, "wordllama", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'kvmemory\[semantic\]'"):
+        WordLlamaEmbedder()
+
+
+# -- semantic and hybrid --------------------------------------------------------------------
+
+
+def test_hashing_embedder_finds_word_variants() -> None:
+    """Semantic search with hashed n-grams finds 'invoices' for the query 'invoice'."""
+    memory = Memory(
+        [
+            MemoryItem(step=1, thought="paid all the invoices today"),
+            MemoryItem(step=2, thought="opened the settings panel"),
+        ]
+    )
+    hits = memory.search("invoice", k=1, mode="semantic", embedder=HashingEmbedder())
+    assert hits[0].item["step"] == 1
+    assert memory.search("invoice") == []
+
+
+def test_vectors_follow_changes() -> None:
+    """A changed item is embedded again; a deleted one is never a semantic hit."""
+    memory = corpus_memory()
+    embedder = HashingEmbedder()
+    memory.index_embeddings(embedder)
+    memory[5]["thought"] = "giraffes giraffe"
+    assert memory.search("giraffe", k=1, mode="semantic")[0].item["step"] == 5
+    memory.delete_memory_item(5)
+    assert 5 not in [h.item["step"] for h in memory.search("giraffe", k=8, mode="semantic")]
+
+
+def test_items_added_after_embedding_are_embedded_once() -> None:
+    """Items added after index_embeddings get one vector each, and no item is a hit twice."""
+    memory = corpus_memory()
+    memory.index_embeddings(HashingEmbedder())
+    memory.add_memory_items([MemoryItem(step=10, thought="report"), MemoryItem(step=11)])
+    hits = memory.search("report", k=20, mode="semantic")
+    steps = [hit.item["step"] for hit in hits]
+    assert sorted(steps) == [*range(len(CORPUS)), 10]
+    assert memory.index_embeddings() == len(CORPUS) + 1
+
+
+def test_index_embeddings_reports_progress() -> None:
+    """index_embeddings embeds in batches and reports (done, total) after each."""
+    memory = corpus_memory()
+    calls: list[tuple[int, int]] = []
+    count = memory.index_embeddings(
+        HashingEmbedder(), batch_size=3, progress=lambda d, t: calls.append((d, t))
+    )
+    assert count == len(CORPUS)
+    assert calls == [(3, 8), (6, 8), (8, 8)]
+
+
+def test_wordllama_finds_a_paraphrase_offline() -> None:
+    """The default model (weights from its wheel, no network) matches a paraphrase that shares no word."""
+    memory = Memory(
+        [
+            MemoryItem(step=1, thought="The physician prescribed medicine for the fever"),
+            MemoryItem(step=2, thought="The stock market fell sharply on Monday"),
+            MemoryItem(step=3, thought="We parked the automobile in the garage"),
+        ]
+    )
+    hits = memory.search("where did we leave the car", k=1, mode="semantic")
+    assert hits[0].item["step"] == 3
+    assert (
+        memory.search("doctor", k=1, mode="semantic", embedder=WordLlamaEmbedder())[0].item["step"]
+        == 1
+    )
+
+
+def test_hybrid_ranks_keyword_and_semantic_matches() -> None:
+    """Hybrid mode finds an exact keyword hit first and still returns semantic neighbours."""
+    memory = Memory(
+        [
+            MemoryItem(step=1, thought="error code E4471 in the export"),
+            MemoryItem(step=2, thought="the export failed with an error"),
+            MemoryItem(step=3, thought="lunch menu for friday"),
+        ]
+    )
+    hits = memory.search("E4471 export failure", k=2, mode="hybrid", embedder=HashingEmbedder())
+    assert [h.item["step"] for h in hits] == [1, 2]
+    assert 0.0 <= hits[1].score <= hits[0].score <= 1.0
+
+
+# -- recall ---------------------------------------------------------------------------------------
+
+
+def test_recall_merges_hits_with_the_recent_window_in_session_order() -> None:
+    """recall gives the hits and the last items once each, in session order, ready for project()."""
+    memory = corpus_memory()
+    items = memory.recall("export dialog", k=2, recent=Window(max_items=2))
+    assert [item["step"] for item in items] == [0, 1, 6, 7]
+    items = memory.recall("email", k=2, recent=Window(max_items=2))
+    assert [item["step"] for item in items] == [6, 7]
+    assert project(items, ["step"]) == [{"step": 6}, {"step": 7}]
+
+
+def test_recall_without_window_gives_hits_in_session_order() -> None:
+    """Without recent, recall gives the hits only, oldest first."""
+    memory = corpus_memory()
+    assert [item["step"] for item in memory.recall("report", k=2)] == [3, 4]
+
+
+# -- stores and imports --------------------------------------------------------------------------
+
+
+def test_stored_memory_searches_the_same_as_in_ram(store_url: str) -> None:
+    """A memory reopened from any store gives the same hits and scores as the same items in RAM."""
+    with open_memory(store_url, "run-1") as memory:
+        memory.add_memory_items(corpus_memory().content)
+    with open_memory(store_url, "run-1") as reopened:
+        got = [(h.item.to_dict(), h.score, h.fields) for h in reopened.search("report pdf", k=4)]
+        reopened[0]["thought"] = "report"
+        assert reopened.search("report", k=1)[0].item["step"] == 0
+    want = [
+        (h.item.to_dict(), h.score, h.fields) for h in corpus_memory().search("report pdf", k=4)
+    ]
+    assert got == want
+
+
+def test_importing_the_package_leaves_search_unloaded() -> None:
+    """import agents.memory does not import the search room (it loads on the first search)."""
+    code = "import sys, agents.memory; print('agents.memory.search' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_hybrid_weight_bounds_the_blend() -> None:
+    """hybrid_weight=1 ranks hybrid hits by keyword alone; a weight outside 0..1 is named."""
+    memory = corpus_memory()
+    keyword = [h.item["step"] for h in memory.search("report pdf", 3)]
+    blended = search(memory, "report pdf", 3, mode="hybrid", embedder=EMBEDDER, hybrid_weight=1.0)
+    assert [h.item["step"] for h in blended] == keyword
+    with pytest.raises(
+        InvalidQueryError, match="hybrid_weight must be a number from 0 to 1, got 2"
+    ):
+        search(memory, "report", mode="hybrid", embedder=EMBEDDER, hybrid_weight=2)
+
+
+def test_search_function_and_method_agree() -> None:
+    """agents.memory.search.search(memory, ...) is what memory.search(...) returns."""
+    memory = corpus_memory()
+    assert search(memory, "report", 3) == memory.search("report", 3)
