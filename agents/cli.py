@@ -15,6 +15,7 @@ Examples::
     kvmemory sessions sqlite:///runs.db
     kvmemory show runs.db --session run-1 --keys step,action --last 5
     kvmemory replay session.json
+    kvmemory replay runs.db --session run-1 --html run-1.html
     kvmemory convert runs.db --session run-1 run-1.jsonl
     kvmemory stats session.json
     kvmemory import ufo-log logs/my_task --store runs.db --session ufo-1
@@ -193,6 +194,12 @@ def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
     from agents.agent import replay
 
     memory = _selected(args)
+    if args.html is not None:
+        from agents.agent import replay_html
+
+        replay_html(memory, args.html)
+        out.write(f"wrote the timeline of {len(memory)} items to {args.html}\n")
+        return 0
     replay(memory, file=out, color=args.color)
     return 0
 
@@ -307,6 +314,11 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="colour the output (needs kvmemory[rich]); default: only on a terminal",
+    )
+    replay.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write a self-contained HTML timeline to FILE instead of printing",
     )
     replay.set_defaults(run=_cmd_replay)
 
