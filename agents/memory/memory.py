@@ -45,6 +45,7 @@ from agents.memory.exceptions import (
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem", "MemoryWriter"]
 
 ChangeKind = Literal["add", "delete", "clear"]
+"""What a change did to a memory: items were added, deleted, or all cleared."""
 
 _fields_of = operator.attrgetter("_fields")
 

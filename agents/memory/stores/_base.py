@@ -65,6 +65,7 @@ __all__ = [
 ]
 
 SESSION_ID_MAX_LENGTH: Final = 128
+"""The longest session id a store accepts, in characters."""
 _SESSION_ID: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 _SEQ_MAX: Final = 2**63 - 1
 _EMPTY_METADATA: Final = b"{}"
