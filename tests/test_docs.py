@@ -51,6 +51,7 @@ REFERENCE_PAGES = {
     "agents.memory.stores": "stores",
     "agents.agent": "agent",
     "agents.cli": "cli",
+    "kvmemory": "cli",
 }
 PUBLIC_NAMES = [
     (module, name) for module in REFERENCE_PAGES for name in importlib.import_module(module).__all__
