@@ -135,17 +135,34 @@ def _print(out: IO[str], text: str) -> None:
     out.write(escape_controls(text) + "\n")
 
 
+def _print_json(out: IO[str], value: Any) -> None:
+    """Write ``value`` as one line of JSON, control characters escaped the JSON way."""
+    text = orjson.dumps(value, default=str).decode()
+    out.write(escape_controls(text, json=True) + "\n")
+
+
 def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
+    listed: list[dict[str, Any]] = []
     with _open_existing_store(args.store) as store:
-        sessions = store.sessions()
-        for session in sessions:
+        for session in store.sessions():
             try:
-                count = f"{store.count(session)} items"
+                listed.append({"session": session, "items": store.count(session)})
             except InvalidSessionIdError:
                 # One row written by other means must not hide the other sessions.
-                count = "not a valid session id; kvmemory cannot read this session"
-            _print(out, f"{session}\t{count}")
-    if not sessions:
+                listed.append(
+                    {"session": session, "items": None, "error": "not a valid session id"}
+                )
+    if args.json:
+        _print_json(out, listed)
+        return 0
+    for entry in listed:
+        count = (
+            f"{entry['items']} items"
+            if entry["items"] is not None
+            else "not a valid session id; kvmemory cannot read this session"
+        )
+        _print(out, f"{entry['session']}\t{count}")
+    if not listed:
         _print(out, "no sessions")
     return 0
 
@@ -198,7 +215,7 @@ def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
         from agents.agent import replay_html
 
         replay_html(memory, args.html)
-        out.write(f"wrote the timeline of {len(memory)} items to {args.html}\n")
+        _print(out, f"wrote the timeline of {len(memory)} items to {args.html}")
         return 0
     replay(memory, file=out, color=args.color)
     return 0
@@ -214,6 +231,18 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             cost += value
     steps = memory.steps()
+    if args.json:
+        summary = {
+            "session": memory.session_id,
+            "items": len(memory),
+            "steps": len(steps),
+            "first_step": steps[0] if steps else None,
+            "last_step": steps[-1] if steps else None,
+            "total_cost": round(cost, 6),
+            "fields": dict(keys.most_common()),
+        }
+        _print_json(out, summary)
+        return 0
     _print(out, f"session: {memory.session_id or '-'}")
     _print(out, f"items: {len(memory)}")
     _print(out, f"steps: {len(steps)}" + (f" ({steps[0]!r} .. {steps[-1]!r})" if steps else ""))
@@ -285,6 +314,9 @@ def _parser() -> argparse.ArgumentParser:
 
     sessions = commands.add_parser("sessions", help="list the sessions of a store")
     sessions.add_argument("store", help="store URL or SQLite path")
+    sessions.add_argument(
+        "--json", action="store_true", help='print a JSON list of {"session", "items"}'
+    )
     sessions.set_defaults(run=_cmd_sessions)
 
     def source_args(sub: argparse.ArgumentParser) -> None:
@@ -324,6 +356,7 @@ def _parser() -> argparse.ArgumentParser:
 
     stats = commands.add_parser("stats", help="count items, steps, fields and cost")
     source_args(stats)
+    stats.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     stats.set_defaults(run=_cmd_stats)
 
     convert = commands.add_parser("convert", help="copy a session to a file or another store")

@@ -16,6 +16,7 @@ import pytest
 
 from agents.cli import main
 from agents.memory import Memory, MemoryItem
+from agents.memory.stores import open_store
 
 
 @pytest.fixture
@@ -70,6 +71,47 @@ def test_stats_counts_items_fields_and_cost(session_file: Path) -> None:
     assert status == 0
     assert "items: 3\nsteps: 3 (1 .. 3)\ntotal cost: 1.5\n" in text
     assert "  action: 3\n" in text
+
+
+def test_stats_json_is_one_object(session_file: Path) -> None:
+    """stats --json prints the counts as one JSON object."""
+    status, text = run("stats", str(session_file), "--json")
+    assert status == 0
+    assert json.loads(text) == {
+        "session": "run-1",
+        "items": 3,
+        "steps": 3,
+        "first_step": 1,
+        "last_step": 3,
+        "total_cost": 1.5,
+        "fields": {"step": 3, "action": 3, "cost": 3},
+    }
+
+
+def test_sessions_json_lists_sessions_with_counts(session_file: Path, tmp_path: Path) -> None:
+    """sessions --json prints a JSON list of sessions with their item counts."""
+    db = tmp_path / "runs.db"
+    run("convert", str(session_file), str(db))
+    run("convert", str(session_file), str(db), "--to-session", "run-2")
+    status, text = run("sessions", str(db), "--json")
+    assert status == 0
+    assert json.loads(text) == [{"session": "run-1", "items": 3}, {"session": "run-2", "items": 3}]
+
+
+def test_sessions_json_of_an_empty_store_is_an_empty_list(tmp_path: Path) -> None:
+    """sessions --json of a store without sessions prints [] (no prose for scripts to parse)."""
+    db = tmp_path / "empty.db"
+    with open_store(str(db)):
+        pass
+    assert run("sessions", str(db), "--json") == (0, "[]\n")
+
+
+def test_replay_html_says_where_it_wrote(session_file: Path, tmp_path: Path) -> None:
+    """replay --html writes the timeline of the chosen items and prints where."""
+    target = tmp_path / "run.html"
+    status, text = run("replay", str(session_file), "--last", "2", "--html", str(target))
+    assert (status, text) == (0, f"wrote the timeline of 2 items to {target}\n")
+    assert "Session run-1: 2 items" in target.read_text(encoding="utf-8")
 
 
 def test_replay_prints_each_step(session_file: Path) -> None:

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from agents.agent import replay_html
-from agents.cli import main
 from agents.memory import Memory, MemoryItem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,17 +180,6 @@ def test_chart_merges_points_of_long_sessions(tmp_path: Path) -> None:
     points = re.search(r'<polyline class="cost" points="([^"]*)"', page_text(tmp_path, memory))
     assert points is not None
     assert 0 < len(points.group(1).split()) <= 600
-
-
-def test_cli_replay_html_writes_the_page(tmp_path: Path) -> None:
-    """kvmemory replay --html writes the timeline and says where."""
-    source = tmp_path / "run.json"
-    demo_session(tmp_path).save(source)
-    target = tmp_path / "run.html"
-    out = __import__("io").StringIO()
-    assert main(["replay", str(source), "--html", str(target)], out=out) == 0
-    assert "ufo-two-agents-demo" in target.read_text(encoding="utf-8")
-    assert out.getvalue() == f"wrote the timeline of 7 items to {target}\n"
 
 
 # -- the page in a real browser ------------------------------------------------------------
