@@ -314,6 +314,27 @@ class BaseStore(abc.ABC):
         """
         return self._fetch(session_id, steps=steps, after=None)
 
+    def _fetch_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the last ``n`` (> 0) matching rows, in seq order.
+
+        A store that can read the end of a session without the rest overrides
+        this; by default the whole session is read and its end kept.
+        """
+        return self._fetch(session_id, steps=steps, after=None)[-n:]
+
+    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, data)`` of a session's rows in seq order, at most ``size`` (> 0) at a time.
+
+        A store that can read a session a page at a time overrides this, so
+        that a reader holds one page at once; by default the session is read
+        in one go and handed out in pages.
+        """
+        rows = self._fetch(session_id, steps=None, after=None)
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
     @abc.abstractmethod
     def _count(self, session_id: str) -> int:
         """Return the number of rows of a session (0 if it does not exist)."""
@@ -525,6 +546,89 @@ class BaseStore(abc.ABC):
             rows = self._fetch_keys(sid, wanted, steps=texts)
         pairs = decode_pairs(rows, f"session {sid!r} of {self._url}", "base")
         return [{k: f[k] for k in wanted if k in f} for f in (item._fields for _, item in pairs)]
+
+    def tail(
+        self,
+        session_id: str,
+        n: int,
+        *,
+        steps: Iterable[Any] | None = None,
+        on_unknown_class: OnUnknownClass = "error",
+    ) -> list[StoredRecord]:
+        """Return the last ``n`` items of a session (among ``steps``, when given), oldest first.
+
+        SQLite and PostgreSQL read only those rows, so the cost follows ``n``,
+        not the length of the session (``kvmemory show --last`` and ``replay
+        --last`` use this); the JSONL and in-memory stores read the session
+        and keep its end.
+
+        Args:
+            session_id: The session to read; an unknown session reads as empty.
+            n: How many items, counted from the newest; 0 gives none.
+            steps: Only items whose step is one of these.
+            on_unknown_class: ``"base"`` reads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``n`` is not an int, or negative.
+            CorruptSessionError: if a stored item cannot be decoded.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._check(session_id)
+        if type(n) is not int or n < 0:
+            msg = f"tail() takes a number of items, 0 or more, got {n!r}."
+            raise StoreArgumentError(msg)
+        texts = None if steps is None else _step_texts(steps)
+        if n == 0 or texts == []:
+            return []
+        with self._errors("read", sid):
+            rows = self._fetch_last(sid, n, steps=texts)
+        return decode_rows(rows, f"session {sid!r} of {self._url}", on_unknown_class)
+
+    def pages(
+        self,
+        session_id: str,
+        *,
+        size: int = 1000,
+        on_unknown_class: OnUnknownClass = "error",
+    ) -> Iterator[list[StoredRecord]]:
+        """Yield a session's items in seq order, ``size`` at a time, to go through it without holding it.
+
+        SQLite and PostgreSQL read one page per query (items appended while
+        the pages are read are included); the JSONL and in-memory stores read
+        the session once and decode it a page at a time.
+
+        Args:
+            session_id: The session to read; an unknown session yields nothing.
+            size: The most items in one page.
+            on_unknown_class: ``"base"`` reads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``size`` is not a positive int.
+            CorruptSessionError: if a stored item cannot be decoded.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._check(session_id)
+        if type(size) is not int or size < 1:
+            msg = f"pages() takes a page size of 1 or more items, got {size!r}."
+            raise StoreArgumentError(msg)
+        return self._decoded_pages(sid, size, on_unknown_class)
+
+    def _decoded_pages(
+        self, sid: str, size: int, on_unknown_class: OnUnknownClass
+    ) -> Iterator[list[StoredRecord]]:
+        source = f"session {sid!r} of {self._url}"
+        fetched = self._fetch_pages(sid, size)
+        while True:
+            with self._errors("read", sid):
+                rows = next(fetched, None)
+            if rows is None:
+                return
+            if rows:
+                yield decode_rows(rows, source, on_unknown_class)
 
     def batch(
         self,
