@@ -48,7 +48,14 @@ from agents.memory.exceptions import (
     UnmatchedKeyWarning,
     UnsupportedVersionError,
 )
-from agents.memory.memory import ChangeCallback, ChangeKind, Memory, MemoryChange, MemoryWriter
+from agents.memory.memory import (
+    ChangeCallback,
+    ChangeKind,
+    Memory,
+    MemoryChange,
+    MemoryWriter,
+    write_session,
+)
 from agents.memory.messages import ROLES, from_messages, to_messages
 from agents.memory.prompt import (
     EstimateCounter,
@@ -142,6 +149,7 @@ __all__ = [
     "to_messages",
     "ufo_json",
     "values_of",
+    "write_session",
 ]
 
 __kvmemory__ = True
