@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import os
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
@@ -227,67 +226,36 @@ def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
-class _Tally:
-    """Counts of a session read a page at a time: items, distinct steps, cost and fields."""
-
-    def __init__(self, step_key: str) -> None:
-        self.step_key = step_key
-        self.items = 0
-        self.cost = 0.0
-        self.keys: Counter[str] = Counter()
-        self.steps: dict[Any, None] = {}
-        self.unhashable_steps: list[Any] = []
-
-    def add(self, items: Sequence[Any]) -> None:
-        self.items += len(items)
-        for item in items:
-            self.keys.update(item.keys())
-            value = item.get_value("cost")
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.cost += value
-            if self.step_key in item:
-                step = item[self.step_key]
-                try:
-                    self.steps.setdefault(step, None)
-                except TypeError:  # a list or dict step: kept in order, compared by value
-                    if step not in self.unhashable_steps:
-                        self.unhashable_steps.append(step)
-
-    def step_list(self) -> list[Any]:
-        return [*self.steps, *self.unhashable_steps]
-
-
 def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
+    from agents.memory.stores import SessionSummary
+
     if _is_file_source(args.source):
         memory = _read(args.source, args.session)
-        tally = _Tally(memory.step_key)
-        tally.add(memory.content)
+        counts = SessionSummary.of([memory.content], step_key=memory.step_key)
         session = memory.session_id
     else:
-        # A page at a time: the counts never need the whole session in memory.
+        # The store counts (SQLite in SQL); the session is never held whole.
         with _open_session_store(args.source, args.session) as (store, session):
-            tally = _Tally("step")
-            for page in store.pages(session, on_unknown_class="base"):
-                tally.add([record.item for record in page])
-    keys, cost, steps = tally.keys, tally.cost, tally.step_list()
+            counts = store.summary(session)
     if args.json:
         summary = {
             "session": session,
-            "items": tally.items,
-            "steps": len(steps),
-            "first_step": steps[0] if steps else None,
-            "last_step": steps[-1] if steps else None,
-            "total_cost": round(cost, 6),
-            "fields": dict(keys.most_common()),
+            "items": counts.items,
+            "steps": counts.steps,
+            "first_step": counts.first_step,
+            "last_step": counts.last_step,
+            "total_cost": round(counts.cost, 6),
+            "fields": counts.fields,
         }
         _print_json(out, summary)
         return 0
     _print(out, f"session: {session or '-'}")
-    _print(out, f"items: {tally.items}")
-    _print(out, f"steps: {len(steps)}" + (f" ({steps[0]!r} .. {steps[-1]!r})" if steps else ""))
-    _print(out, f"total cost: {round(cost, 6)}")
+    _print(out, f"items: {counts.items}")
+    span = f" ({counts.first_step!r} .. {counts.last_step!r})" if counts.steps else ""
+    _print(out, f"steps: {counts.steps}{span}")
+    _print(out, f"total cost: {round(counts.cost, 6)}")
     _print(out, "fields:")
-    for key, count in keys.most_common():
+    for key, count in counts.fields.items():
         _print(out, f"  {key}: {count}")
     return 0
 
