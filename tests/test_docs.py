@@ -50,6 +50,8 @@ REFERENCE_PAGES = {
     "agents.memory.prompt": "prompt",
     "agents.memory.stores": "stores",
     "agents.agent": "agent",
+    "agents.integrations.smolagents": "integrations",
+    "agents.integrations.ufo": "integrations",
     "agents.cli": "cli",
     "kvmemory": "cli",
 }
