@@ -312,6 +312,18 @@ def test_thumbnail_opens_full_size(demo_page: Path, browser: Any) -> None:
     assert not viewer.is_displayed()
 
 
+def test_thumbnail_opens_from_the_keyboard(demo_page: Path, browser: Any) -> None:
+    """A thumbnail is a button: Enter on it opens the viewer, Escape closes it."""
+    from selenium.webdriver.common.keys import Keys
+
+    button = browser.find_element("css selector", ".thumbs button.thumb")
+    button.send_keys(Keys.ENTER)
+    viewer = browser.find_element("id", "viewer")
+    assert viewer.is_displayed()
+    browser.find_element("tag name", "body").send_keys(Keys.ESCAPE)
+    assert not viewer.is_displayed()
+
+
 def test_script_in_a_value_shows_as_text(tmp_path: Path, browser: Any) -> None:
     """A value, key, agent and step holding markup show as text and run nothing."""
     memory = Memory([MemoryItem(step=HOSTILE, agent=HOSTILE, thought=HOSTILE, **{HOSTILE: 1})])
