@@ -234,7 +234,7 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
         counts = SessionSummary.of([memory.content], step_key=memory.step_key)
         session = memory.session_id
     else:
-        # The store counts (SQLite in SQL); the session is never held whole.
+        # Counted a page at a time: the session is never held whole.
         with _open_session_store(args.source, args.session) as (store, session):
             counts = store.summary(session)
     if args.json:
