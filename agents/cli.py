@@ -318,17 +318,21 @@ def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
     # A store session is read a page at a time and never held whole.
     with _open_session_store(args.source, args.session) as (store, name):
         total = store.count(name)
+        info = store.session_info(name)
+        step_key = info.step_key if info is not None else "step"
         pages = (
             [record.item for record in page]
             for page in store.pages(name, size=_PAGE, on_unknown_class="base")
         )
         if not _is_file_source(dest):
-            return _append_pages(args, out, pages, total, name, "step")
+            return _append_pages(args, out, pages, total, name, step_key)
         with _progress(args, total, f"writing {dest}") as advance:
             written = write_session(
                 dest,
                 _advancing(pages, advance),
                 session_id=name,
+                step_key=step_key,
+                metadata=info.metadata if info is not None else None,
                 on_unencodable=args.on_unencodable,
             )
     _print(out, f"wrote {written} items to {dest}")

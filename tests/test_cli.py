@@ -729,3 +729,17 @@ def test_convert_shows_progress_on_a_terminal(long_store: Path, tmp_path: Path) 
         outputs.append(b"".join(chunks).decode(errors="replace"))
     assert "appending to long" in outputs[0]
     assert outputs[1] == ""
+
+
+def test_convert_of_a_store_session_keeps_its_step_key_and_metadata(tmp_path: Path) -> None:
+    """A store session converted to a file keeps the step key and metadata the store holds."""
+    db = tmp_path / "turns.db"
+    with open_store(str(db)) as store:
+        store.append(
+            "t", [MemoryItem(turn=1, text="hi"), MemoryItem(turn=2, text="yo")], step_key="turn"
+        )
+        store.set_metadata("t", {"user": "ann"}, step_key="turn")
+    dest = tmp_path / "t.json"
+    assert run("convert", str(db), "--session", "t", str(dest))[0] == 0
+    copied = Memory.from_file(dest)
+    assert (copied.step_key, copied.metadata, copied.steps()) == ("turn", {"user": "ann"}, [1, 2])
