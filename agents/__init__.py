@@ -8,3 +8,6 @@ runs unchanged. The public API lives in :mod:`agents.memory`.
 __all__ = ["__version__"]
 
 __version__ = "0.1.0"
+
+__kvmemory__ = __version__
+"""Marks this package as kvmemory's: another distribution's ``agents`` package has no such name."""

@@ -15,6 +15,7 @@ Examples::
     kvmemory sessions sqlite:///runs.db
     kvmemory show runs.db --session run-1 --keys step,action --last 5
     kvmemory replay session.json
+    kvmemory replay runs.db --session run-1 --html run-1.html
     kvmemory convert runs.db --session run-1 run-1.jsonl
     kvmemory stats session.json
     kvmemory import ufo-log logs/my_task --store runs.db --session ufo-1
@@ -26,14 +27,13 @@ import argparse
 import contextlib
 import os
 import sys
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 import orjson
 
 from agents.agent import escape_controls
-from agents.memory import AgentMemoryError, Memory
+from agents.memory import AgentMemoryError, Memory, MemoryItem, write_session
 from agents.memory.exceptions import InvalidSessionIdError
 
 __all__ = ["main"]
@@ -134,22 +134,44 @@ def _print(out: IO[str], text: str) -> None:
     out.write(escape_controls(text) + "\n")
 
 
+def _print_json(out: IO[str], value: Any) -> None:
+    """Write ``value`` as one line of JSON, control characters escaped the JSON way."""
+    text = orjson.dumps(value, default=str).decode()
+    out.write(escape_controls(text, json=True) + "\n")
+
+
 def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
+    listed: list[dict[str, Any]] = []
     with _open_existing_store(args.store) as store:
-        sessions = store.sessions()
-        for session in sessions:
+        for session in store.sessions():
             try:
-                count = f"{store.count(session)} items"
+                listed.append({"session": session, "items": store.count(session)})
             except InvalidSessionIdError:
                 # One row written by other means must not hide the other sessions.
-                count = "not a valid session id; kvmemory cannot read this session"
-            _print(out, f"{session}\t{count}")
-    if not sessions:
+                listed.append(
+                    {"session": session, "items": None, "error": "not a valid session id"}
+                )
+    if args.json:
+        _print_json(out, listed)
+        return 0
+    for entry in listed:
+        count = (
+            f"{entry['items']} items"
+            if entry["items"] is not None
+            else "not a valid session id; kvmemory cannot read this session"
+        )
+        _print(out, f"{entry['session']}\t{count}")
+    if not listed:
         _print(out, "no sessions")
     return 0
 
 
 def _selected(args: argparse.Namespace) -> Memory:
+    if args.last is not None and not _is_file_source(args.source):
+        # The store reads only the newest items, whatever the length of the session.
+        with _open_session_store(args.source, args.session) as (store, name):
+            records = store.tail(name, args.last, steps=args.steps, on_unknown_class="base")
+        return Memory([record.item for record in records], session_id=name)
     memory = _read(args.source, args.session)
     items = memory.content if args.steps is None else memory.items_of_steps(args.steps)
     if args.last is not None:
@@ -160,10 +182,11 @@ def _selected(args: argparse.Namespace) -> Memory:
 def _projected(args: argparse.Namespace, keys: list[str]) -> list[dict[str, Any]]:
     """Return the chosen keys of a store session's items, cut down by the store itself."""
     with _open_session_store(args.source, args.session) as (store, name):
-        rows: list[dict[str, Any]] = store.project(name, keys, steps=args.steps)
-    if args.last is not None:
-        rows = rows[-args.last :] if args.last else []
-    return rows
+        if args.last is None:
+            rows: list[dict[str, Any]] = store.project(name, keys, steps=args.steps)
+            return rows
+        records = store.tail(name, args.last, steps=args.steps, on_unknown_class="base")
+    return [{key: r.item[key] for key in keys if key in r.item} for r in records]
 
 
 def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
@@ -193,28 +216,81 @@ def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
     from agents.agent import replay
 
     memory = _selected(args)
+    if args.html is not None:
+        from agents.agent import replay_html
+
+        replay_html(memory, args.html)
+        _print(out, f"wrote the timeline of {len(memory)} items to {args.html}")
+        return 0
     replay(memory, file=out, color=args.color)
     return 0
 
 
 def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
-    memory = _read(args.source, args.session)
-    keys: Counter[str] = Counter()
-    cost = 0.0
-    for item in memory:
-        keys.update(item.keys())
-        value = item.get_value("cost")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            cost += value
-    steps = memory.steps()
-    _print(out, f"session: {memory.session_id or '-'}")
-    _print(out, f"items: {len(memory)}")
-    _print(out, f"steps: {len(steps)}" + (f" ({steps[0]!r} .. {steps[-1]!r})" if steps else ""))
-    _print(out, f"total cost: {round(cost, 6)}")
+    from agents.memory.stores import SessionSummary
+
+    if _is_file_source(args.source):
+        memory = _read(args.source, args.session)
+        counts = SessionSummary.of([memory.content], step_key=memory.step_key)
+        session = memory.session_id
+    else:
+        # Counted a page at a time: the session is never held whole.
+        with _open_session_store(args.source, args.session) as (store, session):
+            counts = store.summary(session)
+    if args.json:
+        summary = {
+            "session": session,
+            "items": counts.items,
+            "steps": counts.steps,
+            "first_step": counts.first_step,
+            "last_step": counts.last_step,
+            "total_cost": round(counts.cost, 6),
+            "fields": counts.fields,
+        }
+        _print_json(out, summary)
+        return 0
+    _print(out, f"session: {session or '-'}")
+    _print(out, f"items: {counts.items}")
+    span = f" ({counts.first_step!r} .. {counts.last_step!r})" if counts.steps else ""
+    _print(out, f"steps: {counts.steps}{span}")
+    _print(out, f"total cost: {round(counts.cost, 6)}")
     _print(out, "fields:")
-    for key, count in keys.most_common():
+    for key, count in counts.fields.items():
         _print(out, f"  {key}: {count}")
     return 0
+
+
+_PAGE = 1000
+"""Items per page when a session is copied: what convert holds of a store session at once."""
+
+
+@contextlib.contextmanager
+def _progress(args: argparse.Namespace, total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """Yield ``advance(n)``, which moves a progress bar on the terminal (stderr).
+
+    The bar needs the ``kvmemory[rich]`` extra; with ``--quiet``, output that
+    is not a terminal, or without rich, ``advance`` does nothing.
+    """
+    if args.quiet or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import Progress
+    except ImportError:
+        yield lambda n: None
+        return
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(escape_controls(what), total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _advancing(
+    pages: Iterator[list[MemoryItem]], advance: Callable[[int], None]
+) -> Iterator[list[MemoryItem]]:
+    for page in pages:
+        yield page
+        advance(len(page))
 
 
 def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
@@ -226,31 +302,74 @@ def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
             f"(sqlite://{dest}, jsonl:///dir, postgresql://...)."
         )
         raise _UsageError(msg)
-    memory = _read(args.source, args.session)
-    if _is_file_source(dest):
-        if os.path.exists(dest) and not args.force:
-            msg = f"{dest!r} exists; pass --force to replace it."
-            raise _UsageError(msg)
-        memory.save(dest, on_unencodable=args.on_unencodable)
-        _print(out, f"wrote {len(memory)} items to {dest}")
-        return 0
+    if _is_file_source(dest) and os.path.exists(dest) and not args.force:
+        msg = f"{dest!r} exists; pass --force to replace it."
+        raise _UsageError(msg)
+    if _is_file_source(args.source):
+        # A session file is one document: it is read whole, then written on in pages.
+        memory = _read(args.source, args.session)
+        if _is_file_source(dest):
+            memory.save(dest, on_unencodable=args.on_unencodable)
+            _print(out, f"wrote {len(memory)} items to {dest}")
+            return 0
+        items = memory.content
+        pages = (items[start : start + _PAGE] for start in range(0, len(items), _PAGE))
+        return _append_pages(args, out, pages, len(items), memory.session_id, memory.step_key)
+    # A store session is read a page at a time and never held whole.
+    with _open_session_store(args.source, args.session) as (store, name):
+        total = store.count(name)
+        info = store.session_info(name)
+        step_key = info.step_key if info is not None else "step"
+        pages = (
+            [record.item for record in page]
+            for page in store.pages(name, size=_PAGE, on_unknown_class="base")
+        )
+        if not _is_file_source(dest):
+            return _append_pages(args, out, pages, total, name, step_key)
+        with _progress(args, total, f"writing {dest}") as advance:
+            written = write_session(
+                dest,
+                _advancing(pages, advance),
+                session_id=name,
+                step_key=step_key,
+                metadata=info.metadata if info is not None else None,
+                on_unencodable=args.on_unencodable,
+            )
+    _print(out, f"wrote {written} items to {dest}")
+    return 0
+
+
+def _append_pages(
+    args: argparse.Namespace,
+    out: IO[str],
+    pages: Iterator[list[MemoryItem]],
+    total: int,
+    session_id: str | None,
+    step_key: str,
+) -> int:
+    """Append pages of items to the target session of the store ``args.dest``."""
     from agents.memory.stores import open_store
 
-    target = args.to_session or memory.session_id or args.session
+    target = args.to_session or session_id or args.session
     if target is None:
         msg = f"{args.source!r} has no session id; name the target session with --to-session ID."
         raise _UsageError(msg)
-    with open_store(dest) as store:
+    appended: list[int] = []
+    with open_store(args.dest) as store:
         if store.count(target) and not args.force:
-            msg = f"Session {target!r} of {dest!r} is not empty; pass --force to append to it."
+            msg = f"Session {target!r} of {args.dest!r} is not empty; pass --force to append to it."
             raise _UsageError(msg)
-        store.append(
-            target,
-            memory.content,
-            step_key=memory.step_key,
-            on_unencodable=args.on_unencodable,
-        )
-    _print(out, f"appended {len(memory)} items to session {target!r} of {dest}")
+        try:
+            with _progress(args, total, f"appending to {target}") as advance:
+                for page in _advancing(pages, advance):
+                    appended += store.append(
+                        target, page, step_key=step_key, on_unencodable=args.on_unencodable
+                    )
+        except BaseException:
+            # Each page is its own transaction: take back the pages this run appended.
+            store.delete_seqs(target, appended)
+            raise
+    _print(out, f"appended {len(appended)} items to session {target!r} of {args.dest}")
     return 0
 
 
@@ -278,6 +397,9 @@ def _parser() -> argparse.ArgumentParser:
 
     sessions = commands.add_parser("sessions", help="list the sessions of a store")
     sessions.add_argument("store", help="store URL or SQLite path")
+    sessions.add_argument(
+        "--json", action="store_true", help='print a JSON list of {"session", "items"}'
+    )
     sessions.set_defaults(run=_cmd_sessions)
 
     def source_args(sub: argparse.ArgumentParser) -> None:
@@ -308,10 +430,16 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="colour the output (needs kvmemory[rich]); default: only on a terminal",
     )
+    replay.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write a self-contained HTML timeline to FILE instead of printing",
+    )
     replay.set_defaults(run=_cmd_replay)
 
     stats = commands.add_parser("stats", help="count items, steps, fields and cost")
     source_args(stats)
+    stats.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     stats.set_defaults(run=_cmd_stats)
 
     convert = commands.add_parser("convert", help="copy a session to a file or another store")
@@ -326,6 +454,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=("error", "repr", "drop"),
         default="error",
         help="what to do with values JSON cannot hold (default: error)",
+    )
+    convert.add_argument(
+        "--quiet", action="store_true", help="no progress bar (shown on a terminal with rich)"
     )
     convert.set_defaults(run=_cmd_convert)
 

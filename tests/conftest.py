@@ -24,6 +24,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +185,54 @@ def planted_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     yield marker
     sys.modules.pop(PLANTED, None)
     _item._CLASSES.pop(f"{PLANTED}:Cls", None)
+
+
+def _chromium_paths() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+# The flags a headless Chromium needs in a container, with nothing fetched in the background.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,900",
+)
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Yield a headless Chromium driven by selenium (fail under CI, else skip, when none).
+
+    ``scripts/test`` installs Debian's ``chromium`` and ``chromium-driver`` when
+    they are missing. The browser's console is recorded, so tests can read
+    its errors with ``browser.get_log("browser")``.
+    """
+    paths = _chromium_paths()
+    if paths is None:
+        reason = "no chromium and chromedriver for the browser tests; run scripts/test, which installs them"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    if not os.environ.get("CI"):  # under CI a missing selenium is an error, not a skip
+        pytest.importorskip("selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    options.binary_location = paths[0]
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=paths[1]))
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import pty
 import re
 import shlex
 import sqlite3
@@ -16,6 +18,7 @@ import pytest
 
 from agents.cli import main
 from agents.memory import Memory, MemoryItem
+from agents.memory.stores import open_store
 
 
 @pytest.fixture
@@ -70,6 +73,47 @@ def test_stats_counts_items_fields_and_cost(session_file: Path) -> None:
     assert status == 0
     assert "items: 3\nsteps: 3 (1 .. 3)\ntotal cost: 1.5\n" in text
     assert "  action: 3\n" in text
+
+
+def test_stats_json_is_one_object(session_file: Path) -> None:
+    """stats --json prints the counts as one JSON object."""
+    status, text = run("stats", str(session_file), "--json")
+    assert status == 0
+    assert json.loads(text) == {
+        "session": "run-1",
+        "items": 3,
+        "steps": 3,
+        "first_step": 1,
+        "last_step": 3,
+        "total_cost": 1.5,
+        "fields": {"step": 3, "action": 3, "cost": 3},
+    }
+
+
+def test_sessions_json_lists_sessions_with_counts(session_file: Path, tmp_path: Path) -> None:
+    """sessions --json prints a JSON list of sessions with their item counts."""
+    db = tmp_path / "runs.db"
+    run("convert", str(session_file), str(db))
+    run("convert", str(session_file), str(db), "--to-session", "run-2")
+    status, text = run("sessions", str(db), "--json")
+    assert status == 0
+    assert json.loads(text) == [{"session": "run-1", "items": 3}, {"session": "run-2", "items": 3}]
+
+
+def test_sessions_json_of_an_empty_store_is_an_empty_list(tmp_path: Path) -> None:
+    """sessions --json of a store without sessions prints [] (no prose for scripts to parse)."""
+    db = tmp_path / "empty.db"
+    with open_store(str(db)):
+        pass
+    assert run("sessions", str(db), "--json") == (0, "[]\n")
+
+
+def test_replay_html_says_where_it_wrote(session_file: Path, tmp_path: Path) -> None:
+    """replay --html writes the timeline of the chosen items and prints where."""
+    target = tmp_path / "run.html"
+    status, text = run("replay", str(session_file), "--last", "2", "--html", str(target))
+    assert (status, text) == (0, f"wrote the timeline of 2 items to {target}\n")
+    assert "Session run-1: 2 items" in target.read_text(encoding="utf-8")
 
 
 def test_replay_prints_each_step(session_file: Path) -> None:
@@ -567,3 +611,135 @@ def test_inspecting_a_store_writes_nothing(session_file: Path, tmp_path: Path) -
     for command in ("show", "stats", "replay"):
         assert run(command, str(db), "--session", "run-1")[0] == 0
     assert {p.name: p.read_bytes() for p in db.parent.iterdir()} == before
+
+
+# -- reading what is printed, streaming, progress ----------------------------------------
+
+
+@pytest.fixture
+def long_store(tmp_path: Path) -> Path:
+    """A SQLite store whose session 'long' has 2,500 items (three convert pages), the first one damaged."""
+    db = tmp_path / "long.db"
+    with open_store(str(db)) as store:
+        store.append("long", [MemoryItem(step=n, action=f"a{n}", cost=0.25) for n in range(2_500)])
+    return db
+
+
+def damage_first_item(db: Path) -> None:
+    """Overwrite the stored bytes of the session's first item with something that is not JSON."""
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "UPDATE kvmemory_items SET data = x'7b7b' WHERE seq = (SELECT min(seq) FROM kvmemory_items)"
+        )
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (
+            ["show", "--last", "2"],
+            "step=2498  action='a2498'  cost=0.25\nstep=2499  action='a2499'  cost=0.25\n",
+        ),
+        (["show", "--last", "1", "--keys", "action,step"], "action='a2499'  step=2499\n"),
+        (["show", "--last", "1", "--steps", "3,7"], "step=7  action='a7'  cost=0.25\n"),
+    ],
+    ids=["show", "show --keys", "show --steps"],
+)
+def test_show_last_reads_only_the_last_items(
+    long_store: Path, command: list[str], expected: str
+) -> None:
+    """show --last N of a store session reads only those items: a damaged first item is never read."""
+    damage_first_item(long_store)
+    assert run(command[0], str(long_store), "--session", "long", *command[1:]) == (0, expected)
+
+
+def test_replay_last_reads_only_the_last_items(long_store: Path) -> None:
+    """replay --last N of a store session reads only those items."""
+    damage_first_item(long_store)
+    status, text = run("replay", str(long_store), "--session", "long", "--last", "2", "--no-color")
+    assert status == 0
+    assert text.startswith("Session long: 2 items\n── step 2498 ──\n")
+
+
+def test_stats_of_a_store_matches_stats_of_its_file(long_store: Path, tmp_path: Path) -> None:
+    """stats of a store session, read a page at a time, says what stats of the same session's file says."""
+    copy = tmp_path / "long.json"
+    assert run("convert", str(long_store), "--session", "long", str(copy))[0] == 0
+    from_store = run("stats", str(long_store), "--session", "long", "--json")
+    from_file = run("stats", str(copy), "--json")
+    assert from_store == from_file
+    assert json.loads(from_store[1])["items"] == 2_500
+
+
+@pytest.mark.parametrize("target", ["copy.json", "copy.jsonl", "copy.db"])
+def test_convert_of_a_long_store_session_copies_every_item(
+    long_store: Path, tmp_path: Path, target: str
+) -> None:
+    """convert copies a store session of several pages to a file or a store, every item in order."""
+    dest = tmp_path / target
+    status, text = run("convert", str(long_store), "--session", "long", str(dest))
+    assert status == 0
+    with open_store(str(long_store)) as store:
+        expected = store.read("long")
+    if target.endswith(".db"):
+        assert text == f"appended 2500 items to session 'long' of {dest}\n"
+        with open_store(str(dest)) as store:
+            assert store.read("long") == expected
+    else:
+        assert text == f"wrote 2500 items to {dest}\n"
+        copied = Memory.from_file(dest)
+        assert (copied.content, copied.session_id) == (expected, "long")
+
+
+def test_convert_shows_no_progress_off_a_terminal(
+    long_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a terminal, convert prints its result line only: no progress bar."""
+    assert run("convert", str(long_store), "--session", "long", str(tmp_path / "c.jsonl"))[0] == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_convert_shows_progress_on_a_terminal(long_store: Path, tmp_path: Path) -> None:
+    """On a terminal convert draws a progress bar on stderr, and --quiet turns it off."""
+    pytest.importorskip("rich")
+    outputs = []
+    for extra in ([], ["--quiet"]):
+        leader, follower = pty.openpty()
+        command = [
+            "convert",
+            str(long_store),
+            "--session",
+            "long",
+            str(tmp_path / "c.db"),
+            "--force",
+        ]
+        done = subprocess.run(
+            [sys.executable, "-m", "agents.cli", *command, *extra],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            check=False,
+        )
+        os.close(follower)
+        chunks = []
+        with contextlib.suppress(OSError):  # reading a pty whose other end closed ends in EIO
+            while chunk := os.read(leader, 65536):
+                chunks.append(chunk)
+        os.close(leader)
+        assert done.returncode == 0
+        outputs.append(b"".join(chunks).decode(errors="replace"))
+    assert "appending to long" in outputs[0]
+    assert outputs[1] == ""
+
+
+def test_convert_of_a_store_session_keeps_its_step_key_and_metadata(tmp_path: Path) -> None:
+    """A store session converted to a file keeps the step key and metadata the store holds."""
+    db = tmp_path / "turns.db"
+    with open_store(str(db)) as store:
+        store.append(
+            "t", [MemoryItem(turn=1, text="hi"), MemoryItem(turn=2, text="yo")], step_key="turn"
+        )
+        store.set_metadata("t", {"user": "ann"}, step_key="turn")
+    dest = tmp_path / "t.json"
+    assert run("convert", str(db), "--session", "t", str(dest))[0] == 0
+    copied = Memory.from_file(dest)
+    assert (copied.step_key, copied.metadata, copied.steps()) == ("turn", {"user": "ann"}, [1, 2])

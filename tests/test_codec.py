@@ -31,6 +31,7 @@ from agents.memory import (
     UnsupportedVersionError,
     _codec,
     field,
+    write_session,
 )
 
 
@@ -308,6 +309,43 @@ def test_save_and_load_file_round_trip(tmp_path: Path) -> None:
     assert back.session_id == "run-1"
     assert back.metadata == {"task": "save as pdf", "started": dt.date(2024, 5, 1)}
     assert back.created_at == memory.created_at
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_write_session_in_pages_reads_back_as_saved(tmp_path: Path, suffix: str) -> None:
+    """write_session() of pages gives the file save() gives: same items, classes, id and metadata."""
+    memory = sample_memory()
+    memory.add_memory_items([MemoryItem(step=n, note=f"n{n}") for n in range(3, 8)])
+    path = tmp_path / f"pages{suffix}"
+    items = memory.content
+    pages = iter([items[:3], [], items[3:6], items[6:]])
+    written = write_session(
+        path, pages, session_id="run-1", metadata=memory.metadata, step_key="step"
+    )
+    assert written == len(memory)
+    back = Memory.from_file(path)
+    assert back == memory
+    assert (back.session_id, back.metadata) == ("run-1", memory.metadata)
+
+
+def test_write_session_of_no_pages_is_an_empty_session(tmp_path: Path) -> None:
+    """write_session() with no items writes a valid, empty session document."""
+    path = tmp_path / "empty.json"
+    assert write_session(path, [], session_id="none") == 0
+    back = Memory.from_file(path)
+    assert (len(back), back.session_id) == (0, "none")
+
+
+def test_write_session_failing_part_way_leaves_the_old_file(tmp_path: Path) -> None:
+    """A value that cannot be encoded in a later page leaves the previous file and no temporary file."""
+    path = tmp_path / "run.jsonl"
+    sample_memory().save(path)
+    before = path.read_bytes()
+    pages = [[MemoryItem(step=1)], [MemoryItem(step=2, img=Opaque())]]
+    with pytest.raises(SerializationError, match="img"):
+        write_session(path, pages)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["run.jsonl"]
 
 
 def test_session_document_is_versioned(tmp_path: Path) -> None:

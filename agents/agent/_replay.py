@@ -71,13 +71,21 @@ _SHOWN_AS_TEXT: Final = (
 )
 
 
-def _shown(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """Return a field value in full, as the replays show it.
+
+    Strings stay as they are; dates, times, UUIDs, decimals and paths show as
+    ``str()``; anything else as JSON the way UFO's prompts write it.
+    """
     if isinstance(value, str) and value:
-        text = value
-    elif isinstance(value, _SHOWN_AS_TEXT):
-        text = str(value)
-    else:
-        text = ufo_json(value)
+        return value
+    if isinstance(value, _SHOWN_AS_TEXT):
+        return str(value)
+    return ufo_json(value)
+
+
+def _shown(value: Any) -> str:
+    text = value_text(value)
     if len(text) > _WIDTH:
         text = text[: _WIDTH - 1] + "…"
     return text.replace("\n", "\n      ")

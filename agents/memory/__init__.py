@@ -4,6 +4,8 @@
 the steps in order, indexed by step; the codec writes them as lossless JSON.
 """
 
+import sys as _sys
+
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
 from agents.memory.blackboard import Blackboard, ImageItem, ImageMemoryItem, ImageMemoryItemNames
@@ -49,7 +51,14 @@ from agents.memory.exceptions import (
     UnmatchedKeyWarning,
     UnsupportedVersionError,
 )
-from agents.memory.memory import ChangeCallback, ChangeKind, Memory, MemoryChange, MemoryWriter
+from agents.memory.memory import (
+    ChangeCallback,
+    ChangeKind,
+    Memory,
+    MemoryChange,
+    MemoryWriter,
+    write_session,
+)
 from agents.memory.messages import ROLES, from_messages, to_messages
 from agents.memory.prompt import (
     EstimateCounter,
@@ -146,4 +155,24 @@ __all__ = [
     "to_messages",
     "ufo_json",
     "values_of",
+    "write_session",
 ]
+
+__kvmemory__ = True
+"""Marks this package as kvmemory's (see ``kvmemory.install_problem``)."""
+
+if getattr(_sys.modules.get("agents"), "__kvmemory__", None) is None:
+    # Another distribution's agents/__init__.py replaced kvmemory's (or was removed
+    # with it): say so in one line rather than fail later on a missing name.
+    try:
+        from kvmemory import install_problem as _install_problem
+
+        _problem = _install_problem()
+    except ImportError:
+        _problem = None
+    _msg = _problem or (
+        "kvmemory's install is broken: the package 'agents' is not kvmemory's "
+        "(openai-agents and an older package named agents share the name); "
+        "use a virtual environment without them and run: pip install --force-reinstall kvmemory"
+    )
+    raise ImportError(_msg)

@@ -72,6 +72,7 @@ class _Nothing:
 
 
 NOTHING: Final = _Nothing()
+"""The sentinel for "no value given", where ``None`` is a value a field can hold."""
 
 
 class _Validator(Protocol):

@@ -47,8 +47,17 @@ if TYPE_CHECKING:
     from agents.memory.search import Embedder, Hit, SearchMode, Where
 
 __all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem", "MemoryWriter"]
+__all__ = [
+    "ChangeKind",
+    "Memory",
+    "MemoryChange",
+    "MemoryItem",
+    "MemoryWriter",
+    "write_session",
+]
 
 ChangeKind = Literal["add", "delete", "clear"]
+"""What a change did to a memory: items were added, deleted, or all cleared."""
 
 _fields_of = operator.attrgetter("_fields")
 
@@ -624,10 +633,16 @@ class Memory:
             InvalidArgumentError: if ``path`` holds a NUL byte; no file is written.
         """
         name = _codec.file_path(path, what="session file path")
-        if name.endswith(".jsonl"):
-            chunks = list(self._jsonl_chunks(on_unencodable))
-        else:
-            chunks = [self._document(on_unencodable)]
+        # Encoded before the file is opened, so an unencodable value writes nothing.
+        chunks = list(
+            _session_chunks(
+                self._header(),
+                [self._snapshot()],
+                name.endswith(".jsonl"),
+                self._step_key,
+                on_unencodable,
+            )
+        )
         _codec.atomic_write(name, chunks)
 
     def write_jsonl(self, stream: IO[bytes], *, on_unencodable: OnUnencodable = "error") -> None:
@@ -1023,12 +1038,6 @@ class Memory:
 
     # -- internals: encoding -------------------------------------------------
 
-    def _document(self, on_unencodable: OnUnencodable) -> bytes:
-        """Return the session document: the header object with the items array spliced in."""
-        items = self.to_json_bytes(on_unencodable=on_unencodable)
-        header = _codec.dumps(self._header())
-        return header[:-1] + b',"items":' + items + b"}"
-
     def _header(self) -> dict[str, Any]:
         return _codec.envelope(
             session_id=self.session_id,
@@ -1038,12 +1047,9 @@ class Memory:
         )
 
     def _jsonl_chunks(self, on_unencodable: OnUnencodable) -> Iterator[bytes]:
-        header = self._header()
-        header["items"] = "jsonl"
-        yield _codec.dumps(header) + b"\n"
-        key = self._step_key
-        for item in self._snapshot():
-            yield (dumps_item(item, step_key=key, on_unencodable=on_unencodable) + b"\n")
+        return _session_chunks(
+            self._header(), [self._snapshot()], True, self._step_key, on_unencodable
+        )
 
     def _apply_header(self, header: Mapping[str, Any]) -> None:
         """Take the session id, metadata, creation time and step key of a checked header.
@@ -1158,3 +1164,84 @@ def _unique(values: Iterable[Any]) -> list[Any]:
                 continue
         out.append(value)
     return out
+
+
+def _session_chunks(
+    header: dict[str, Any],
+    pages: Iterable[Sequence[MemoryItem]],
+    jsonl: bool,
+    step_key: str,
+    on_unencodable: OnUnencodable,
+) -> Iterator[bytes]:
+    """Yield a session file: a JSONL stream (header line, one line per item) or one JSON document.
+
+    The document is the header object with the items array spliced in, page by
+    page, so a writer holds one page of items at a time.
+    """
+    if jsonl:
+        yield _codec.dumps({**header, "items": "jsonl"}) + b"\n"
+        for page in pages:
+            for item in page:
+                yield dumps_item(item, step_key=step_key, on_unencodable=on_unencodable) + b"\n"
+        return
+    yield _codec.dumps(header)[:-1] + b',"items":['
+    separator = b""
+    for page in pages:
+        array = dumps_items(page, step_key=step_key, on_unencodable=on_unencodable)
+        if len(array) > 2:  # not "[]"
+            yield separator + array[1:-1]
+            separator = b","
+    yield b"]}"
+
+
+def write_session(
+    path: str | os.PathLike[str],
+    pages: Iterable[Sequence[MemoryItem]],
+    *,
+    session_id: str | None = None,
+    step_key: str = "step",
+    metadata: Mapping[str, Any] | None = None,
+    on_unencodable: OnUnencodable = "error",
+) -> int:
+    """Write items to a session file a page at a time, holding one page at once.
+
+    The file is what :meth:`Memory.save` writes for the same items (a JSONL
+    stream for a path ending in ``.jsonl``, else one JSON document) and is
+    written atomically: a failure part way, in a page or in the pages'
+    source, leaves the old file (or none) in place. ``kvmemory convert``
+    streams a store session to a file this way.
+
+    Args:
+        path: The session file to write.
+        pages: The items, in order, in pages (lists) of any size; an iterator is read once.
+        session_id: The session id the file records.
+        step_key: The field that names an item's step.
+        metadata: The session's metadata.
+        on_unencodable: The codec's policy for values JSON cannot hold.
+
+    Returns:
+        The number of items written.
+
+    Raises:
+        SerializationError: if a value cannot be encoded; no file is written.
+        InvalidArgumentError: if ``path`` holds a NUL byte; no file is written.
+        OSError: if the file cannot be written.
+    """
+    header = _codec.envelope(
+        session_id=session_id,
+        created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        metadata=metadata or {},
+        step_key=step_key,
+    )
+    written = 0
+
+    def counted() -> Iterator[Sequence[MemoryItem]]:
+        nonlocal written
+        for page in pages:
+            written += len(page)
+            yield page
+
+    name = _codec.file_path(path, what="session file path")
+    chunks = _session_chunks(header, counted(), name.endswith(".jsonl"), step_key, on_unencodable)
+    _codec.atomic_write(name, chunks)
+    return written

@@ -306,6 +306,34 @@ class PostgresStore(BaseStore):
         rows = self._query(sql + " ORDER BY seq", params)
         return [(int(seq), bytes(data)) for seq, data in rows]
 
+    def _fetch_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None
+    ) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
+        sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = %s"
+        params: list[Any] = [session_id]
+        if steps is not None:
+            sql += " AND step = ANY(%s)"
+            params.append(list(steps))
+        rows = self._query(sql + " ORDER BY seq DESC LIMIT %s", [*params, n])
+        return [(int(seq), bytes(data)) for seq, data in reversed(rows)]
+
+    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        if self._empty:
+            return
+        # One short query per page: no connection is held between pages.
+        first = "SELECT seq, data FROM kvmemory_items WHERE session_id = %s ORDER BY seq LIMIT %s"
+        rows = self._query(first, (session_id, size))
+        later = (
+            "SELECT seq, data FROM kvmemory_items WHERE session_id = %s AND seq > %s"
+            " ORDER BY seq LIMIT %s"
+        )
+        while rows:
+            page = [(int(seq), bytes(data)) for seq, data in rows]
+            yield page
+            rows = self._query(later, (session_id, page[-1][0], size))
+
     def _fetch_keys(
         self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None
     ) -> list[tuple[int, bytes]]:

@@ -308,6 +308,30 @@ class SQLiteStore(BaseStore):
             params.append(_json_list(steps))
         return self._query(sql + " ORDER BY seq", params)
 
+    def _fetch_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None
+    ) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
+        sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
+        params: list[object] = [session_id]
+        if steps is not None:
+            sql += " AND step IN (SELECT value FROM json_each(?))"
+            params.append(_json_list(steps))
+        rows = self._query(sql + " ORDER BY seq DESC LIMIT ?", [*params, n])
+        rows.reverse()
+        return rows
+
+    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        if self._empty:
+            return
+        first = "SELECT seq, data FROM kvmemory_items WHERE session_id = ? ORDER BY seq LIMIT ?"
+        rows = self._query(first, (session_id, size))
+        later = "SELECT seq, data FROM kvmemory_items WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        while rows:
+            yield rows
+            rows = self._query(later, (session_id, rows[-1][0], size))
+
     def _count(self, session_id: str) -> int:
         if self._empty:
             return 0

@@ -34,9 +34,9 @@ import pytest
 
 from agents.memory import MemoryItem, SerializationError, StoreError, field
 from agents.memory.exceptions import InvalidSessionIdError, StoreArgumentError
-from agents.memory.stores._base import BaseStore, SessionInfo
+from agents.memory.stores._base import BaseStore, SessionInfo, SessionSummary
 
-__all__ = ["MakeStore", "StoreContract", "every_codec_type", "same"]
+__all__ = ["MakeStore", "StoreContract", "every_codec_type", "same", "summary_session"]
 
 
 class MakeStore(Protocol):
@@ -58,6 +58,18 @@ class Step(MemoryItem):
 
     step: int
     cost: float = field(default=0.0)
+
+
+def summary_session() -> list[MemoryItem]:
+    """Return items that exercise the counts: typed and tagged items, bool and missing costs, text steps."""
+    return [
+        MemoryItem(step=1, action="open", cost=0.25),
+        Step(step=2, cost=0.5, when=dt.date(2024, 5, 1)),
+        MemoryItem(note="no step", cost=True),
+        MemoryItem(step=1, action="again", cost=2),
+        MemoryItem(step="plan", action="think", cost="free"),
+        MemoryItem(step=3, extra=None),
+    ]
 
 
 def every_codec_type() -> list[MemoryItem]:
@@ -345,6 +357,72 @@ class StoreContract:
         """A non-string key is refused by name."""
         with pytest.raises(StoreArgumentError, match=r"string keys, got 3 \(int\)"):
             store.project("s", ["step", 3])  # type: ignore[list-item]  # the wrong type is the point
+
+    def test_tail_returns_the_last_items_oldest_first(self, store: BaseStore) -> None:
+        """tail(n) gives the newest n items with their seqs, in seq order, as read() would end."""
+        store.append("s", [MemoryItem(step=s, action=f"a{s}") for s in range(6)])
+        store.delete_steps("s", [4])
+        tail = store.tail("s", 3)
+        assert [r.item for r in tail] == store.read("s")[-3:]
+        assert [r.seq for r in tail] == [r.seq for r in store.records("s")][-3:]
+
+    def test_tail_of_steps_keeps_the_last_of_those_steps(self, store: BaseStore) -> None:
+        """tail(n, steps=...) keeps the newest n items among those steps."""
+        store.append("s", [MemoryItem(step=s % 3, n=s) for s in range(9)])
+        assert [r.item["n"] for r in store.tail("s", 2, steps=[0, 1])] == [6, 7]
+        assert store.tail("s", 2, steps=[]) == []
+
+    def test_tail_beyond_the_session_and_of_zero(self, store: BaseStore) -> None:
+        """tail() longer than the session gives all of it; tail(0) and an unknown session give none."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+        assert [r.item for r in store.tail("s", 10)] == store.read("s")
+        assert store.tail("s", 0) == []
+        assert store.tail("unknown", 3) == []
+
+    def test_tail_refuses_a_negative_count(self, store: BaseStore) -> None:
+        """tail(-1) is refused with a message naming the count."""
+        with pytest.raises(StoreArgumentError, match=r"0 or more, got -1"):
+            store.tail("s", -1)
+
+    def test_pages_cover_the_session_in_order(self, store: BaseStore) -> None:
+        """pages(size) yields every record once, in seq order, in pages of at most size."""
+        store.append("s", [MemoryItem(step=s) for s in range(7)])
+        store.delete_steps("s", [2])
+        pages = list(store.pages("s", size=3))
+        assert [len(page) for page in pages] == [3, 3]
+        assert [r for page in pages for r in page] == store.records("s")
+        assert list(store.pages("unknown")) == []
+
+    def test_pages_refuse_a_size_below_one(self, store: BaseStore) -> None:
+        """pages(size=0) is refused with a message naming the size."""
+        with pytest.raises(StoreArgumentError, match=r"1 or more items, got 0"):
+            store.pages("s", size=0)
+
+    def test_summary_counts_what_the_items_say(self, store: BaseStore) -> None:
+        """summary() says what SessionSummary.of the session's items says."""
+        store.append("s", summary_session())
+        assert store.summary("s") == SessionSummary.of([summary_session()])
+        assert store.summary("s") == SessionSummary(
+            items=6,
+            steps=4,
+            first_step=1,
+            last_step=3,
+            cost=2.75,
+            fields={"step": 5, "cost": 5, "action": 3, "when": 1, "note": 1, "extra": 1},
+        )
+
+    def test_summary_after_deletes_and_of_an_unknown_session(self, store: BaseStore) -> None:
+        """summary() follows deletes, and an unknown session counts as empty."""
+        store.append("s", summary_session())
+        store.delete_steps("s", [1, 3])
+        assert store.summary("s") == SessionSummary.of([store.read("s")])
+        assert store.summary("nobody") == SessionSummary(0, 0, None, None, 0.0, {})
+
+    def test_summary_reads_steps_by_the_session_step_key(self, store: BaseStore) -> None:
+        """summary() counts steps under the key the session was created with, and sums cost_key."""
+        store.append("s", [MemoryItem(turn=n % 2, price=n / 2) for n in range(4)], step_key="turn")
+        counts = store.summary("s", cost_key="price")
+        assert (counts.steps, counts.first_step, counts.last_step, counts.cost) == (2, 0, 1, 3.0)
 
     def test_batch_applies_its_writes_in_one_go(self, make_store: MakeStore) -> None:
         """A write batch stages clear, deletes, updates and appends and applies them on exit."""

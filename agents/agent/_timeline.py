@@ -1,0 +1,255 @@
+"""Write a session as one self-contained HTML timeline: a lane per agent, a card per step."""
+
+from __future__ import annotations
+
+import html
+import importlib.resources
+import math
+import os
+import pathlib
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from agents.agent._replay import ERROR_KEYS, value_text
+from agents.memory import _codec
+from agents.memory._item import MemoryItem
+from agents.memory.exceptions import ImageReadError
+from agents.memory.memory import Memory
+from agents.memory.prompt import DEFAULT_IMAGE_KEYS, image_data_url, image_refs
+
+__all__ = ["replay_html"]
+
+_CHART_POINTS: Final = (
+    600  # more points than this are merged (max per bucket): the chart is ~1000 px wide
+)
+_DOTS: Final = 80  # lines of at most this many points get a dot per point
+_PAD: Final = 5.0  # room above and below the lines for the dots
+_NO_LANE: Final = "(no agent)"
+_SLOT: Final = re.compile(r"\{\{(title|chart|data)\}\}")
+
+
+def replay_html(
+    memory: Memory | Iterable[MemoryItem],
+    path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+    image_keys: Sequence[str] = DEFAULT_IMAGE_KEYS,
+    cost_key: str = "cost",
+    tokens_key: str = "prompt_tokens",
+    label_key: str | None = "agent",
+) -> pathlib.Path:
+    """Write a session as one self-contained HTML page, a timeline to look at in a browser.
+
+    The page has a lane per agent (the ``label_key`` field) and a card per
+    step with all its fields; long values are folded, error fields
+    (``error``, ``errors``, ``exception``) marked, and the step's images shown
+    as thumbnails that open full size. A chart plots ``cost_key`` and
+    ``tokens_key`` per step. Steps can be filtered by agent, by field and by
+    text. The page fetches nothing: styles, script and images are inside it
+    (image paths are read now; an image that cannot be read is named on its
+    card; ``http(s)`` URLs are shown as links, not loaded). Every value is
+    shown as text, never as markup. It renders only the steps in view, so a
+    session of 10,000 steps opens in about a second.
+
+    Args:
+        memory: A ``Memory`` or any iterable of items.
+        path: The HTML file to write (replaced if it exists).
+        title: The page title (default: the session id and item count).
+        image_keys: The fields that hold image paths or URLs.
+        cost_key: The numeric field charted and summed as cost.
+        tokens_key: The numeric field charted as prompt tokens.
+        label_key: The field naming the agent that took the step (its lane),
+            or ``None`` for a single lane.
+
+    Returns:
+        The path written.
+
+    Raises:
+        OSError: if the file cannot be written.
+    """
+    items = list(memory)
+    step_key = memory.step_key if isinstance(memory, Memory) else "step"
+    session = getattr(memory, "session_id", None)
+    heading = title or f"Session {session or ''}".rstrip() + f": {len(items)} items"
+    payload = _Payload(step_key, image_keys, cost_key, tokens_key, label_key)
+    for position, item in enumerate(items):
+        payload.add(position, item)
+    page = _page(heading, payload)
+    target = pathlib.Path(path)
+    target.write_text(page, encoding="utf-8")
+    return target
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+class _Payload:
+    """The session as the page's script reads it: plain strings and numbers only."""
+
+    def __init__(
+        self,
+        step_key: str,
+        image_keys: Sequence[str],
+        cost_key: str,
+        tokens_key: str,
+        label_key: str | None,
+    ) -> None:
+        self.step_key = step_key
+        self.image_keys = tuple(image_keys)
+        self.cost_key = cost_key
+        self.tokens_key = tokens_key
+        self.label_key = label_key
+        self.lanes: dict[str, int] = {}
+        self.fields: dict[str, None] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.images: list[str] = []
+        self.image_index: dict[str, int] = {}
+        self.costs: list[float | None] = []
+        self.tokens: list[float | None] = []
+
+    def add(self, position: int, item: MemoryItem) -> None:
+        fields = item.to_dict()
+        step = fields.pop(self.step_key, None)
+        label = _NO_LANE
+        if self.label_key is not None and self.label_key in fields:
+            label = value_text(fields.pop(self.label_key)) or _NO_LANE
+        lane = self.lanes.setdefault(label, len(self.lanes))
+        refs = [ref for key in self.image_keys if key in fields for ref in image_refs(fields[key])]
+        images = [self._image(ref) for ref in refs]
+        for key in self.image_keys:
+            if refs and key in fields:
+                del fields[key]
+        shown: list[list[Any]] = []
+        for key, value in fields.items():
+            self.fields.setdefault(key, None)
+            shown.append([key, value_text(value), 1 if key in ERROR_KEYS and value else 0])
+        kind = type(item).__name__
+        cost = _number(fields.get(self.cost_key))
+        tokens = _number(fields.get(self.tokens_key))
+        self.costs.append(cost)
+        self.tokens.append(tokens)
+        self.steps.append(
+            {
+                "p": position,
+                "s": f"step {value_text(step)}" if step is not None else f"item {position}",
+                "l": lane,
+                "k": "" if kind == "MemoryItem" else kind,
+                "f": shown,
+                "i": images,
+            }
+        )
+
+    def _image(self, ref: str) -> list[Any]:
+        """Return ``[index of the embedded data URL, ref]``, or ``[-1, ref, why]`` when not embedded."""
+        if ref.startswith(("http://", "https://")):
+            return [-1, ref, "link"]
+        if ref not in self.image_index:
+            try:
+                url = image_data_url(ref)
+            except ImageReadError as exc:
+                return [-1, ref, str(exc)]
+            self.image_index[ref] = len(self.images)
+            self.images.append(url)
+        return [self.image_index[ref], ref]
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "lanes": list(self.lanes),
+            "fields": list(self.fields),
+            "steps": self.steps,
+            "images": self.images,
+            "cost": self.cost_key,
+            "tokens": self.tokens_key,
+        }
+
+
+def _script_json(data: dict[str, Any]) -> str:
+    """Return ``data`` as JSON that is safe inside a ``<script>`` element."""
+    text = _codec.dumps(data).decode("utf-8")
+    # "<" only occurs inside JSON strings, where \u003c means the same thing and
+    # cannot close the script element; the two line separators are escaped for old parsers.
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(char, escape)
+    return text
+
+
+def _series(name: str, values: Sequence[float | None], width: float, height: float) -> str:
+    """Return an SVG line of ``values`` scaled to the box, merged to at most _CHART_POINTS points.
+
+    Few points also get a dot each, so a short session's steps can be told apart.
+    """
+    known = [v for v in values if v is not None]
+    if not known:
+        return ""
+    top = max(known) or 1.0
+    size = max(1, math.ceil(len(values) / _CHART_POINTS))
+    points = []
+    for start in range(0, len(values), size):
+        bucket = [v for v in values[start : start + size] if v is not None]
+        if not bucket:
+            continue
+        x = width * (start + size / 2) / len(values)
+        y = _PAD + (height - 2 * _PAD) * (1 - max(bucket) / top)
+        points.append((x, y))
+    line = f'<polyline class="{name}" points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>'
+    if len(points) > _DOTS:
+        return line
+    return line + "".join(
+        f'<circle class="{name}" cx="{x:.1f}" cy="{y:.1f}" r="3"/>' for x, y in points
+    )
+
+
+def _chart(payload: _Payload) -> str:
+    """Return an inline SVG chart of cost and prompt tokens per step, or "" when there are none."""
+    width, height = 1000.0, 56.0
+    costs = _series("cost", payload.costs, width, height)
+    tokens = _series("tokens", payload.tokens, width, height)
+    if not costs and not tokens:
+        return ""
+    total = sum(v for v in payload.costs if v is not None)
+    known_tokens = [v for v in payload.tokens if v is not None]
+    legend = []
+    lines = []
+    if tokens:
+        legend.append(
+            f'<span class="key tokens">{html.escape(payload.tokens_key)} '
+            f"(max {max(known_tokens):,.0f})</span>"
+        )
+        lines.append(tokens)
+    if costs:
+        known_costs = [v for v in payload.costs if v is not None]
+        legend.append(
+            f'<span class="key cost">{html.escape(payload.cost_key)} '
+            f"(max {max(known_costs):.4g}, total {total:.6g})</span>"
+        )
+        lines.append(costs)
+    return (
+        '<figure id="chart"><figcaption>'
+        + " ".join(legend)
+        + "<span class=hint>click to jump to a step</span></figcaption>"
+        + f'<svg viewBox="0 0 {width:.0f} {height:.0f}" '
+        + 'role="img" aria-label="cost and prompt tokens per step">'
+        + "".join(lines)
+        + "</svg></figure>"
+    )
+
+
+def _page(title: str, payload: _Payload) -> str:
+    template = importlib.resources.files("agents.agent").joinpath("timeline.html")
+    parts = {
+        "title": html.escape(title),
+        "chart": _chart(payload),
+        "data": _script_json(payload.data()),
+    }
+    # One pass, so a title holding "{{data}}" stays text.
+    return _SLOT.sub(lambda match: parts[match.group(1)], template.read_text(encoding="utf-8"))

@@ -1,0 +1,97 @@
+"""The distribution: `python -m build` makes a wheel and an sdist that pass `twine check` and install cleanly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def run(*args: str | Path, cwd: Path | None = None) -> str:
+    """Run a command, fail the test with its output when it fails, and return its stdout."""
+    done = subprocess.run(
+        [str(arg) for arg in args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONPATH": ""},
+    )
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the sdist, then the wheel from it (as `python -m build` does), into a scratch folder."""
+    if not os.environ.get("CI"):  # under CI a missing build tool is an error, not a skip
+        pytest.importorskip("build")
+    out = tmp_path_factory.mktemp("dist")
+    run(sys.executable, "-m", "build", "--outdir", out, ROOT)
+    return out
+
+
+def only(folder: Path, pattern: str) -> Path:
+    (found,) = folder.glob(pattern)
+    return found
+
+
+def test_build_makes_a_wheel_and_an_sdist_that_pass_twine_check(dist: Path) -> None:
+    """The wheel and the sdist are built and twine finds nothing wrong with their metadata."""
+    wheel, sdist = only(dist, "kvmemory-*.whl"), only(dist, "kvmemory-*.tar.gz")
+    output = run(sys.executable, "-m", "twine", "check", "--strict", wheel, sdist)
+    assert output.count("PASSED") == 2
+
+
+def test_wheel_holds_the_package_and_its_entry_point(dist: Path) -> None:
+    """The wheel has the agents package with its typing marker and page template, and kvmemory.py."""
+    names = zipfile.ZipFile(only(dist, "kvmemory-*.whl")).namelist()
+    for name in (
+        "agents/py.typed",
+        "agents/agent/timeline.html",
+        "agents/memory/__init__.py",
+        "kvmemory.py",
+    ):
+        assert name in names
+    assert not [name for name in names if name.startswith(("tests/", "docs/", "examples/"))]
+
+
+def test_sdist_holds_tests_docs_and_examples(dist: Path) -> None:
+    """The sdist carries what is needed to test and document the release."""
+    with tarfile.open(only(dist, "kvmemory-*.tar.gz")) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    for name in (
+        "pyproject.toml",
+        "mkdocs.yml",
+        "kvmemory.py",
+        "tests/conftest.py",
+        "docs/index.md",
+    ):
+        assert name in names
+    assert "examples/ufo_two_agents.py" in names
+
+
+def test_wheel_installs_and_runs_in_a_clean_environment(dist: Path, tmp_path: Path) -> None:
+    """Installed alone in a fresh virtual environment, the wheel runs the example and kvmemory --help."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    run(python, "-m", "pip", "install", "--quiet", only(dist, "kvmemory-*.whl"))
+    installed = run(python, "-c", "import agents, sys; print(agents.__file__)", cwd=tmp_path)
+    assert installed.startswith(str(env_dir))
+    assert run(env_dir / "bin" / "kvmemory", "--help").startswith("usage: kvmemory")
+    work = tmp_path / "work"
+    work.mkdir()
+    output = run(python, ROOT / "examples" / "ufo_two_agents.py", work / "run.json", cwd=work)
+    assert "Exported 9 items to" in output
+    assert (work / "run.json").exists()
