@@ -80,12 +80,17 @@ def test_no_error_is_named_memory_error() -> None:
 
 
 def test_core_modules_raise_no_bare_builtin_errors() -> None:
-    """No core module raises a bare TypeError, ValueError or AttributeError (the tree has one for each)."""
+    """No module of the package raises a bare TypeError, ValueError, AttributeError or KeyError.
+
+    The tree has a class for each; an AttributeError that Python's attribute
+    protocol requires (a module ``__getattr__``, a read-only attribute) is
+    marked ``# attribute protocol``.
+    """
     import re
     from pathlib import Path
 
     root = Path(exceptions.__file__).parents[1]
-    core = [*root.glob("memory/*.py"), *root.glob("agent/*.py")]
+    core = sorted(root.rglob("*.py"))
     pattern = re.compile(
         r"raise (TypeError|ValueError|AttributeError|KeyError)\b|raise type\(exc\)"
     )
@@ -93,6 +98,6 @@ def test_core_modules_raise_no_bare_builtin_errors() -> None:
         f"{path.name}:{number}"
         for path in core
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-        if pattern.search(line)
+        if pattern.search(line) and "# attribute protocol" not in line
     ]
     assert found == []

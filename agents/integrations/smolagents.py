@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from agents.memory._item import MemoryItem
-from agents.memory.exceptions import CorruptSessionError, missing_dependency
+from agents.memory.exceptions import ArgumentTypeError, CorruptSessionError, missing_dependency
 from agents.memory.memory import Memory
 
 __all__ = ["KINDS", "SmolagentsRecorder", "full_steps", "restore_steps", "succinct_steps"]
@@ -364,11 +364,11 @@ class SmolagentsRecorder:
         """Write the steps of ``agent.memory`` not written yet, then ``memory_step``.
 
         Raises:
-            TypeError: if smolagents did not pass the agent (register the recorder as a step callback).
+            ArgumentTypeError: if smolagents did not pass the agent (register the recorder as a step callback).
         """
         if agent is None:
             msg = "SmolagentsRecorder needs the agent: register it as a step callback (step_callbacks=[recorder] or recorder.attach(agent))."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         self.write(agent, memory_step)
 
     def write(self, agent: Any, current: Any = None) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agents.memory.exceptions import EmbeddingError, missing_dependency
+from agents.memory.exceptions import EmbeddingError, InvalidArgumentError, missing_dependency
 
 __all__ = ["Embedder", "HashingEmbedder", "WordLlamaEmbedder", "checked_vectors", "numpy"]
 
@@ -97,10 +97,10 @@ class HashingEmbedder:
     def __init__(self, dimension: int = 256, *, ngram: int = 3) -> None:
         if type(dimension) is not int or dimension < 8:
             msg = f"HashingEmbedder(dimension=...) takes an int >= 8, got {dimension!r}."
-            raise ValueError(msg)
+            raise InvalidArgumentError(msg)
         if type(ngram) is not int or ngram < 1:
             msg = f"HashingEmbedder(ngram=...) takes an int >= 1, got {ngram!r}."
-            raise ValueError(msg)
+            raise InvalidArgumentError(msg)
         from agents.memory.search._tokenize import Tokenizer
 
         self._dimension = dimension

@@ -9,6 +9,8 @@ from typing import Any
 
 import attrs
 
+from agents.memory.exceptions import ArgumentTypeError
+
 __all__ = ["Tokenizer", "item_texts"]
 
 # Runs of letters and digits in any script; "_" splits, so click_input gives two terms.
@@ -18,7 +20,7 @@ _WORD = re.compile(r"[^\W_]+")
 def _is_stemmer(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         msg = f"Tokenizer(stemmer=...) takes a function from a word to its stem, or None; got {value!r}."
-        raise TypeError(msg)
+        raise ArgumentTypeError(msg)
 
 
 @attrs.frozen

@@ -96,7 +96,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
+        raise AttributeError(msg)  # attribute protocol: the module has no such name
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

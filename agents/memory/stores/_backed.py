@@ -38,6 +38,7 @@ from typing_extensions import Self
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory.exceptions import ArgumentTypeError
 from agents.memory.memory import ChangeCallback, Memory
 from agents.memory.stores._base import BaseStore, StoredRecord, check_session_id
 
@@ -208,7 +209,7 @@ class StoredMemory(Memory):
         sid = check_session_id(session_id)
         if not isinstance(store, BaseStore):
             msg = f"StoredMemory takes a store from open_store(), got {type(store).__name__}."
-            raise TypeError(msg)
+            raise ArgumentTypeError(msg)
         self._sid = sid
         self._session = SessionWriter(store, sid, step_key, on_unencodable)
         self._on_unknown_class: OnUnknownClass = on_unknown_class
@@ -238,7 +239,7 @@ class StoredMemory(Memory):
     def session_id(self, value: str | None) -> None:
         if value != self._sid:
             msg = f"The session id of a stored memory is fixed ({self._sid!r}); open another session with open_memory(url, {value!r})."
-            raise AttributeError(msg)
+            raise AttributeError(msg)  # attribute protocol: a read-only attribute was assigned
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from typing import Any, Final, Literal
 from agents.memory import _codec
 from agents.memory.exceptions import (
     CorruptStoreError,
+    InvalidArgumentError,
     SchemaVersionError,
     StoreError,
     StoreNotFoundError,
@@ -143,7 +144,7 @@ class SQLiteStore(BaseStore):
         super().__init__(url or f"sqlite:///{self.path}", read_only=read_only)
         if synchronous not in ("full", "normal", "off"):
             msg = f"synchronous must be 'full', 'normal' or 'off', got {synchronous!r}."
-            raise ValueError(msg)
+            raise InvalidArgumentError(msg)
         self.synchronous: Synchronous = synchronous
         self._lock = threading.RLock()
         self._empty = False
