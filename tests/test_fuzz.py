@@ -1,4 +1,4 @@
-"""Fuzzing of every loader: session documents, to_json output, JSONL, blackboard files, MemoryItem.from_json.
+"""Fuzzing of every loader: session documents, to_json output, JSONL, blackboard files, MemoryItem.from_json, store rows.
 
 Each test starts from a valid encoded session holding every kind of type tag,
 mutates it (bytes flipped, inserted, deleted or cut; or a node of the parsed
@@ -14,6 +14,7 @@ import datetime as dt
 import enum
 import io
 import json
+import sqlite3
 import tempfile
 import uuid
 import zoneinfo
@@ -23,10 +24,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import AgentMemoryError, Blackboard, Memory, MemoryItem, field
+from agents.memory.stores import open_memory
 
 # Few examples per test keep the suite fast; each runs in a few seconds.
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -298,3 +301,48 @@ def test_fuzzed_blackboard_file(data: bytes) -> None:
 def test_fuzzed_item_json(data: bytes) -> None:
     """MemoryItem.from_json of a mutated item returns an item or raises a library error."""
     check_load(lambda: MemoryItem.from_json(data), lambda: None)
+
+
+def store_rows() -> list[bytes]:
+    """Return the stored bytes of each seed item, as a SQLite store keeps them."""
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{Path(folder) / 'seed.db'}"
+        with open_memory(url, "seed") as memory:
+            memory.add_memory_items(seed_memory().content)
+        with sqlite3.connect(Path(folder) / "seed.db") as con:
+            rows = [row[0] for row in con.execute("SELECT data FROM kvmemory_items ORDER BY seq")]
+        con.close()
+    return rows
+
+
+ROWS = store_rows()
+
+
+@FUZZ
+@given(data=st.sampled_from(ROWS).flatmap(mutations))
+def test_fuzzed_store_row(data: bytes) -> None:
+    """A damaged row of a real SQLite store: reload and reopen raise only library errors, changing nothing."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "store.db"
+        url = f"sqlite://{path}"
+        with open_memory(url, "s") as memory:
+            memory.add_memory_items(seed_memory().content)
+            with sqlite3.connect(path) as con:
+                con.execute("UPDATE kvmemory_items SET data = ? WHERE seq = 2", (data,))
+            con.close()
+            check_load(memory.reload, lambda: state_of(memory))
+        check_load(lambda: open_memory(url, "s").close(), lambda: path.read_bytes())
+
+
+def test_damaged_store_row_fails_reload_and_keeps_the_memory(tmp_path: Path) -> None:
+    """A row that is no longer JSON makes reload raise, naming the row, and the memory stays as it was."""
+    path = tmp_path / "store.db"
+    with open_memory(f"sqlite://{path}", "s") as memory:
+        memory.add_memory_items(seed_memory().content)
+        before = state_of(memory)
+        with sqlite3.connect(path) as con:
+            con.execute("UPDATE kvmemory_items SET data = ? WHERE seq = 2", (b'{"step": 1,',))
+        con.close()
+        with pytest.raises(AgentMemoryError, match="2"):
+            memory.reload()
+        assert state_of(memory) == before
