@@ -51,6 +51,7 @@ REFERENCE_PAGES = {
     "agents.memory": "memory",
     "agents.memory.prompt": "prompt",
     "agents.memory.stores": "stores",
+    "agents.memory.search": "search",
     "agents.agent": "agent",
     "agents.integrations.smolagents": "integrations",
     "agents.integrations.ufo": "integrations",
