@@ -366,3 +366,16 @@ def test_for_context_closes_the_store_it_opened_on_failure(tmp_path: Path) -> No
 def test_repr_names_the_session() -> None:
     """The repr shows the session id and the counts."""
     assert repr(Conversation()) == "Conversation(session_id=None, messages=0, steps=0)"
+
+
+def test_search_finds_messages_by_their_text(tmp_path: Path) -> None:
+    """Conversation.search ranks messages by their text, text parts included, on a stored history too."""
+    with Conversation.for_context(f"sqlite://{tmp_path / 'chats.db'}", {"chat_id": 1}) as chat:
+        chat.add_user("Where is the quarterly report saved?")
+        chat.add_assistant("In the shared drive, folder Finance.")
+        chat.add_user([{"type": "text", "text": "Open the quarterly budget too"}])
+        chat.add_assistant("Done.", tool_hint="quarterly")
+        hits = chat.search("quarterly", k=5)
+        assert [hit.item["role"] for hit in hits] == ["user", "user"]
+        everywhere = chat.search("quarterly", keys=None, k=5)
+        assert sorted(hit.item["role"] for hit in everywhere) == ["assistant", "user", "user"]

@@ -49,6 +49,7 @@ from agents.memory.messages import (
 from agents.memory.prompt import EstimateCounter, TokenCounter, render_json
 
 if TYPE_CHECKING:
+    from agents.memory.search import Embedder, Hit, SearchMode, Where
     from agents.memory.stores import BaseStore
 
 __all__ = [
@@ -438,6 +439,28 @@ class Conversation:
         if selector is None:
             return self.history.content
         return list(selector(self.history))
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = ("content",),
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[Hit]:
+        """Return the messages of the history that best match ``query``, best first.
+
+        By default only the message text (``content``, text parts included) is
+        searched; ``keys=None`` searches every string field. The rest is
+        :meth:`agents.memory.Memory.search`, on :attr:`history`.
+
+        Raises:
+            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+        """
+        return self.history.search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def messages(
         self, selector: MessageSelector | None = None, **options: Any
