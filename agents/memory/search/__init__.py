@@ -7,6 +7,7 @@ Semantic search needs numpy and an :class:`Embedder`; the offline default,
 :class:`WordLlamaEmbedder`, comes with ``pip install 'kvmemory[semantic]'``.
 """
 
+from agents.memory._text import Tokenizer
 from agents.memory.search._embed import Embedder, HashingEmbedder, WordLlamaEmbedder
 from agents.memory.search._index import BM25_B, BM25_K1, SearchIndex
 from agents.memory.search._search import (
@@ -20,7 +21,6 @@ from agents.memory.search._search import (
     search,
     search_index,
 )
-from agents.memory.search._tokenize import Tokenizer
 
 __all__ = [
     "BM25_B",

@@ -101,7 +101,7 @@ class HashingEmbedder:
         if type(ngram) is not int or ngram < 1:
             msg = f"HashingEmbedder(ngram=...) takes an int >= 1, got {ngram!r}."
             raise InvalidArgumentError(msg)
-        from agents.memory.search._tokenize import Tokenizer
+        from agents.memory._text import Tokenizer
 
         self._dimension = dimension
         self._ngram = ngram

@@ -11,27 +11,21 @@ rebuilds what did not change, and a memory that is never searched pays nothing.
 from __future__ import annotations
 
 import heapq
-import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory._item import MemoryItem
+from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, Tokenizer, bm25_idf, item_texts
 from agents.memory.exceptions import EmbedderMismatchError
 from agents.memory.search._embed import Embedder, checked_vectors, numpy
-from agents.memory.search._tokenize import Tokenizer, item_texts
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
 
 __all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
 
-BM25_K1 = 1.2
-"""BM25's term-frequency saturation (SQLite FTS5's value)."""
-BM25_B = 0.75
-"""BM25's document-length normalisation (SQLite FTS5's value)."""
-_MIN_IDF = 1e-6  # FTS5 floors the IDF of terms in more than half the items here
 
 Predicate = Callable[[MemoryItem], bool]
 Progress = Callable[[int, int], object]
@@ -233,9 +227,9 @@ class SearchIndex:
                 if not matches:
                     continue
                 df = len(matches)
-                idf = max(math.log((n_items - df + 0.5) / (df + 0.5)), _MIN_IDF)
+                idf = bm25_idf(n_items, df)
                 lift = idf * (BM25_K1 + 1.0)
-                if skip_common and idf == _MIN_IDF:
+                if skip_common and idf == MIN_IDF:
                     common.append((matches, lift))
                     continue
                 part = {
@@ -272,7 +266,7 @@ class SearchIndex:
             ceiling = 0.0
             for term in terms:
                 df = len(self._matches(term, keys))
-                ceiling += max(math.log((n_items - df + 0.5) / (df + 0.5)), _MIN_IDF)
+                ceiling += bm25_idf(n_items, df)
             return ceiling * (BM25_K1 + 1.0) or 1.0
 
     def matched_fields(

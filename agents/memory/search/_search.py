@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from agents.memory._item import NOTHING, MemoryItem
+from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query
 from agents.memory.exceptions import EmbedderMismatchError, InvalidQueryError
 from agents.memory.search._embed import Embedder, WordLlamaEmbedder
 from agents.memory.search._index import SearchIndex
-from agents.memory.search._tokenize import Tokenizer
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -136,9 +136,9 @@ def search(
         EmbedderMismatchError: if the memory was embedded with another model.
         MissingDependencyError: naming the extra when numpy or wordllama is missing.
     """
-    text = _checked_query(query)
-    _check_k(k)
-    wanted = _checked_keys(keys)
+    text = checked_query(query)
+    check_k(k)
+    wanted = checked_keys(keys)
     predicate = _predicate(where)
     if mode not in _MODES:
         msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
@@ -260,7 +260,7 @@ def index_embeddings(
     if type(batch_size) is not int or batch_size < 1:
         msg = f"index_embeddings() takes batch_size >= 1, got {batch_size!r}."
         raise InvalidQueryError(msg)
-    wanted = _checked_keys(keys)
+    wanted = checked_keys(keys)
     index = search_index(memory)
     if embedder is not None and index.vector_model() not in (None, embedder.name):
         index.drop_vectors()
@@ -272,36 +272,6 @@ def index_embeddings(
 
 
 # -- internals -----------------------------------------------------------------------
-
-
-def _checked_query(query: object) -> str:
-    if type(query) is not str:
-        msg = f"A search query must be a string, got {query!r} ({type(query).__name__})."
-        raise InvalidQueryError(msg)
-    if not query.strip():
-        msg = "A search query must not be empty; pass the words to look for."
-        raise InvalidQueryError(msg)
-    return query
-
-
-def _check_k(k: object) -> None:
-    if type(k) is not int or k < 1:
-        msg = f"k must be an int >= 1 (how many hits), got {k!r}."
-        raise InvalidQueryError(msg)
-
-
-def _checked_keys(keys: Iterable[str] | None) -> tuple[str, ...] | None:
-    if keys is None:
-        return None
-    if isinstance(keys, str):
-        msg = f"keys must be an iterable of field names, got the single string {keys!r}; wrap it: [{keys!r}]."
-        raise InvalidQueryError(msg)
-    names = tuple(dict.fromkeys(keys))
-    for name in names:
-        if type(name) is not str:
-            msg = f"keys must be field names (strings), got {name!r} ({type(name).__name__})."
-            raise InvalidQueryError(msg)
-    return names
 
 
 def _predicate(where: Where | None) -> Callable[[MemoryItem], bool] | None:

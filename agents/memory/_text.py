@@ -1,17 +1,46 @@
-"""The tokenizer behind keyword search: how text becomes the terms BM25 counts."""
+"""Keyword search's shared ground: the tokenizer, the BM25 constants and the query checks.
+
+Both the in-RAM index (``agents.memory.search``) and the stores (which score
+a session without loading it into an index) count terms and score them
+through this module, so they give the same ranking.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from agents.memory.exceptions import ArgumentTypeError
+from agents.memory.exceptions import ArgumentTypeError, InvalidQueryError
 
-__all__ = ["Tokenizer", "item_texts"]
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "MIN_IDF",
+    "Tokenizer",
+    "bm25_idf",
+    "check_k",
+    "checked_keys",
+    "checked_query",
+    "item_texts",
+]
+
+BM25_K1 = 1.2
+"""BM25's term-frequency saturation (SQLite FTS5's value)."""
+BM25_B = 0.75
+"""BM25's document-length normalisation (SQLite FTS5's value)."""
+MIN_IDF = 1e-6
+"""The floor of a term's IDF: FTS5 floors the IDF of terms in more than half the items here."""
+
+
+def bm25_idf(n_items: int, df: int) -> float:
+    """Return the IDF of a term held by ``df`` of ``n_items`` items (FTS5's formula, floored at :data:`MIN_IDF`)."""
+    return max(math.log((n_items - df + 0.5) / (df + 0.5)), MIN_IDF)
+
 
 # Runs of letters and digits in any script; "_" splits, so click_input gives two terms.
 _WORD = re.compile(r"[^\W_]+")
@@ -83,3 +112,36 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, (list, tuple, set, frozenset)):
         for inner in value:
             yield from _strings(inner)
+
+
+def checked_query(query: object) -> str:
+    """Return ``query`` if it is a non-empty string, else raise :class:`InvalidQueryError`."""
+    if type(query) is not str:
+        msg = f"A search query must be a string, got {query!r} ({type(query).__name__})."
+        raise InvalidQueryError(msg)
+    if not query.strip():
+        msg = "A search query must not be empty; pass the words to look for."
+        raise InvalidQueryError(msg)
+    return query
+
+
+def check_k(k: object) -> None:
+    """Raise :class:`InvalidQueryError` unless ``k`` (how many hits) is an int >= 1."""
+    if type(k) is not int or k < 1:
+        msg = f"k must be an int >= 1 (how many hits), got {k!r}."
+        raise InvalidQueryError(msg)
+
+
+def checked_keys(keys: Iterable[str] | None) -> tuple[str, ...] | None:
+    """Return the searched field names as a tuple without repeats (``None``: every field), else raise :class:`InvalidQueryError`."""
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        msg = f"keys must be an iterable of field names, got the single string {keys!r}; wrap it: [{keys!r}]."
+        raise InvalidQueryError(msg)
+    names = tuple(dict.fromkeys(keys))
+    for name in names:
+        if type(name) is not str:
+            msg = f"keys must be field names (strings), got {name!r} ({type(name).__name__})."
+            raise InvalidQueryError(msg)
+    return names
