@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -33,7 +34,7 @@ from agents.memory.search import (
     search,
     search_index,
 )
-from agents.memory.stores import open_memory
+from agents.memory.stores import open_memory, open_store
 
 CORPUS = [
     "open the file menu and click export",
@@ -271,6 +272,38 @@ def test_incremental_index_ranks_as_a_fresh_one(
         fresh = Memory(item.copy() for item in memory)
         for query, options in QUERIES:
             assert hits_of(memory, query, options) == hits_of(fresh, query, options)
+
+
+WORDS = ["apple", "red", "car", "blue", "the", "pie", "Straße", "click_input"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    texts=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(WORDS), max_size=6),
+            st.lists(st.sampled_from(WORDS), max_size=3),
+        ),
+        max_size=30,
+    ),
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+    keys=st.sampled_from([None, ("thought",), ("note",)]),
+)
+def test_store_search_ranks_as_memory_search(
+    texts: list[tuple[list[str], list[str]]], query: list[str], keys: tuple[str, ...] | None
+) -> None:
+    """A store's search gives the hits and scores of Memory.search on the same items."""
+    items = [
+        MemoryItem(step=i, thought=" ".join(thought), note={"text": [" ".join(note)]})
+        for i, (thought, note) in enumerate(texts)
+    ]
+    with tempfile.TemporaryDirectory() as folder, open_store(f"sqlite:///{folder}/s.db") as store:
+        store.append("s", items)
+        got = store.search("s", " ".join(query), 10, keys=keys)
+        want = Memory(items).search(" ".join(query), 10, keys=keys)
+    assert [(hit.item["step"], round(hit.score, 9)) for hit in got] == [
+        (hit.item["step"], round(hit.score, 9)) for hit in want
+    ]
 
 
 def test_searches_racing_changes_end_consistent() -> None:

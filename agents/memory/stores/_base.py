@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import datetime as dt
+import heapq
 import os
 import re
 import threading
@@ -38,9 +39,20 @@ from typing_extensions import Self
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_items, dumps_item
+from agents.memory._text import (
+    BM25_B,
+    BM25_K1,
+    Tokenizer,
+    bm25_idf,
+    check_k,
+    checked_keys,
+    checked_query,
+    item_texts,
+)
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
+    InvalidQueryError,
     InvalidSessionIdError,
     InvalidStoreURLError,
     SchemaVersionError,
@@ -57,6 +69,7 @@ __all__ = [
     "RowUpdate",
     "SessionInfo",
     "SessionRow",
+    "StoreHit",
     "StoredRecord",
     "WriteBatch",
     "check_session_id",
@@ -275,6 +288,21 @@ class SessionSummary:
             cost=cost,
             fields=dict(fields.most_common()),
         )
+
+
+@attrs.frozen
+class StoreHit:
+    """One item found by :meth:`BaseStore.search`: its seq, the item and its BM25 score."""
+
+    seq: int
+    item: MemoryItem
+    score: float
+
+
+KeywordMatch = tuple[int, int, dict[str, int], MemoryItem]
+"""An item holding a query term: ``(seq, length in terms, {query term: count}, item)``."""
+
+_TOKENIZER: Final = Tokenizer()
 
 
 @attrs.frozen
@@ -693,6 +721,101 @@ class BaseStore(abc.ABC):
                 return
             if rows:
                 yield decode_rows(rows, source, on_unknown_class)
+
+    def search(
+        self,
+        session_id: str,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        on_unknown_class: OnUnknownClass = "error",
+    ) -> list[StoreHit]:
+        """Return the ``k`` items of a session that best match ``query`` by BM25, best first.
+
+        The ranking is the one ``Memory.search(query, k, keys=keys)`` gives
+        for the same items (default :class:`~agents.memory.search.Tokenizer`,
+        FTS5's ``k1``, ``b`` and IDF floor, statistics of this session alone),
+        within ties, which keep session order. The session is read a page at
+        a time and only the items holding a query term are kept, so a stored
+        session is searched without loading it into a ``Memory``.
+
+        Args:
+            session_id: The session to search; an unknown session has no hits.
+            query: The words to look for.
+            k: How many hits at most.
+            keys: Search only these fields (default: every string field, nested strings included).
+            on_unknown_class: ``"base"`` reads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            InvalidQueryError: for an empty query or one without words, ``k`` < 1,
+                or keys that are not field names.
+            CorruptSessionError: if a stored item cannot be decoded.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._check(session_id)
+        text = checked_query(query)
+        check_k(k)
+        fields = checked_keys(keys)
+        terms = _TOKENIZER(text)
+        if not terms:
+            msg = f"Query {text!r} holds no word to search for; keyword search matches letters and digits."
+            raise InvalidQueryError(msg)
+        n_items, total, matches = self._keyword_matches(sid, terms, fields, on_unknown_class)
+        if not matches:
+            return []
+        df = Counter(term for _, _, counts, _ in matches for term in counts)
+        avgdl = total / n_items if total else 1.0
+        # BM25 per (term, item) as the search index computes it, query terms counted with repeats.
+        flat = BM25_K1 * (1.0 - BM25_B)
+        slope = BM25_K1 * BM25_B / avgdl
+        lift = {term: bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0) for term in df}
+        scored = []
+        for seq, length, counts, item in matches:
+            score = 0.0
+            for term in terms:
+                tf = counts.get(term)
+                if tf:
+                    score += lift[term] * tf / (tf + flat + slope * length)
+            scored.append((score, seq, item))
+        best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+        return [StoreHit(seq, item, score) for score, seq, item in best]
+
+    def _keyword_matches(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[int, int, list[KeywordMatch]]:
+        """Return the session's item count, its total length in terms (over ``keys``) and the items holding a term.
+
+        This base version reads the session a page at a time and tokenizes
+        every item; a store that keeps term counts can answer it in its own
+        query language instead.
+        """
+        wanted = set(terms)
+        tokenize = _TOKENIZER
+        n_items = 0
+        total = 0
+        matches: list[KeywordMatch] = []
+        for page in self._decoded_pages(sid, 1000, on_unknown_class):
+            n_items += len(page)
+            for record in page:
+                length = 0
+                counts: dict[str, int] = {}
+                for _, field_text in item_texts(record.item.to_dict(), keys):
+                    words = tokenize(field_text)
+                    length += len(words)
+                    for word in words:
+                        if word in wanted:
+                            counts[word] = counts.get(word, 0) + 1
+                total += length
+                if counts:
+                    matches.append((record.seq, length, counts, record.item))
+        return n_items, total, matches
 
     def summary(self, session_id: str, *, cost_key: str = "cost") -> SessionSummary:
         """Return a session's counts: items, distinct steps, cost and how often each field occurs.

@@ -33,10 +33,17 @@ from typing import Any, Protocol
 import pytest
 
 from agents.memory import MemoryItem, SerializationError, StoreError, field
-from agents.memory.exceptions import InvalidSessionIdError, StoreArgumentError
+from agents.memory.exceptions import InvalidQueryError, InvalidSessionIdError, StoreArgumentError
 from agents.memory.stores._base import BaseStore, SessionInfo, SessionSummary
 
-__all__ = ["MakeStore", "StoreContract", "every_codec_type", "same", "summary_session"]
+__all__ = [
+    "MakeStore",
+    "StoreContract",
+    "every_codec_type",
+    "same",
+    "search_session",
+    "summary_session",
+]
 
 
 class MakeStore(Protocol):
@@ -69,6 +76,17 @@ def summary_session() -> list[MemoryItem]:
         MemoryItem(step=1, action="again", cost=2),
         MemoryItem(step="plan", action="think", cost="free"),
         MemoryItem(step=3, extra=None),
+    ]
+
+
+def search_session() -> list[MemoryItem]:
+    """Return five items whose keyword ranking the contract suite pins (one without text)."""
+    return [
+        MemoryItem(step=0, action="open the file"),
+        MemoryItem(step=1, action="save file", note="file saved"),
+        MemoryItem(step=2, action="click button"),
+        MemoryItem(step=3, obs={"text": ["error dialog", "click retry"]}),
+        MemoryItem(step=4),
     ]
 
 
@@ -468,6 +486,63 @@ class StoreContract:
         assert len(batch.appended) == 1
         assert batch.appended[0] > first[-1]
         assert steps_of(store.read("s")) == [2, 3, 4]
+
+    # -- keyword search -----------------------------------------------------------------
+
+    def test_search_ranks_by_bm25_best_first(self, store: BaseStore) -> None:
+        """search ranks the items holding a query word by BM25: more occurrences in a shorter text first."""
+        store.append("s", search_session())
+        hits = store.search("s", "file")
+        assert [hit.item["step"] for hit in hits] == [1, 0]
+        assert hits[0].score > hits[1].score > 0
+
+    def test_search_keys_limit_the_fields_searched(self, store: BaseStore) -> None:
+        """With keys, only those fields (nested strings included) are searched."""
+        store.append("s", search_session())
+        assert [hit.item["step"] for hit in store.search("s", "click")] == [2, 3]
+        assert [hit.item["step"] for hit in store.search("s", "click", keys=["obs"])] == [3]
+
+    def test_search_returns_at_most_k_hits_with_seqs(self, store: BaseStore) -> None:
+        """k caps the hits, and each hit carries the seq the store gave its item."""
+        seqs = store.append("s", search_session())
+        hits = store.search("s", "file click", k=1)
+        assert [(hit.seq, hit.item["step"]) for hit in hits] == [(seqs[1], 1)]
+
+    def test_search_ties_keep_session_order(self, store: BaseStore) -> None:
+        """Items with equal scores come in the order they were appended."""
+        store.append("s", [MemoryItem(step=i, action="same words") for i in (5, 3, 4)])
+        assert [hit.item["step"] for hit in store.search("s", "words")] == [5, 3, 4]
+
+    def test_search_sees_updates_deletes_and_clears(self, store: BaseStore) -> None:
+        """Changed, deleted and cleared items are searched as they are now, never as they were."""
+        seqs = store.append("s", search_session())
+        with store.batch("s") as batch:
+            batch.update({seqs[2]: MemoryItem(step=2, action="save the file")})
+            batch.delete([seqs[1]])
+        assert [hit.item["step"] for hit in store.search("s", "file")] == [0, 2]
+        assert [hit.item["step"] for hit in store.search("s", "click")] == [3]
+        store.clear("s")
+        assert store.search("s", "file") == []
+
+    def test_search_of_an_unknown_session_has_no_hits(self, store: BaseStore) -> None:
+        """Searching a session that does not exist finds nothing."""
+        assert store.search("nobody", "file") == []
+
+    @pytest.mark.parametrize(
+        ("query", "k", "message"),
+        [
+            ("", 5, "must not be empty"),
+            ("?!", 5, "holds no word"),
+            ("file", 0, "k must be an int >= 1"),
+        ],
+    )
+    def test_search_refuses_a_bad_query(
+        self, store: BaseStore, query: str, k: int, message: str
+    ) -> None:
+        """An empty query, one without words and k below 1 are named errors."""
+        store.append("s", search_session())
+        with pytest.raises(InvalidQueryError, match=message):
+            store.search("s", query, k)
 
     # -- session metadata -------------------------------------------------------------
 
