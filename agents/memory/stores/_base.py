@@ -299,8 +299,8 @@ class StoreHit:
     score: float
 
 
-KeywordMatch = tuple[int, int, dict[str, int], MemoryItem]
-"""An item holding a query term: ``(seq, length in terms, {query term: count}, item)``."""
+KeywordMatch = tuple[int, int, dict[str, int]]
+"""An item holding a query term: ``(seq, length in terms over the searched fields, {query term: count})``."""
 
 _TOKENIZER: Final = Tokenizer()
 
@@ -763,25 +763,37 @@ class BaseStore(abc.ABC):
         if not terms:
             msg = f"Query {text!r} holds no word to search for; keyword search matches letters and digits."
             raise InvalidQueryError(msg)
-        n_items, total, matches = self._keyword_matches(sid, terms, fields, on_unknown_class)
+        with self._errors("search", sid):
+            n_items, total, matches, found = self._keyword_matches(
+                sid, terms, fields, on_unknown_class
+            )
         if not matches:
             return []
-        df = Counter(term for _, _, counts, _ in matches for term in counts)
+        df = Counter(term for _, _, counts in matches for term in counts)
         avgdl = total / n_items if total else 1.0
         # BM25 per (term, item) as the search index computes it, query terms counted with repeats.
         flat = BM25_K1 * (1.0 - BM25_B)
         slope = BM25_K1 * BM25_B / avgdl
         lift = {term: bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0) for term in df}
         scored = []
-        for seq, length, counts, item in matches:
+        for seq, length, counts in matches:
             score = 0.0
             for term in terms:
                 tf = counts.get(term)
                 if tf:
                     score += lift[term] * tf / (tf + flat + slope * length)
-            scored.append((score, seq, item))
+            scored.append((score, seq))
         best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
-        return [StoreHit(seq, item, score) for score, seq, item in best]
+        missing = [seq for _, seq in best if seq not in found]
+        if missing:
+            with self._errors("search", sid):
+                rows = self._fetch_seqs(sid, missing)
+            found = {
+                **found,
+                **dict(decode_pairs(rows, f"session {sid!r} of {self._url}", on_unknown_class)),
+            }
+        # An item deleted between the two reads is left out rather than failing the search.
+        return [StoreHit(seq, found[seq], score) for score, seq in best if seq in found]
 
     def _keyword_matches(
         self,
@@ -789,18 +801,23 @@ class BaseStore(abc.ABC):
         terms: Sequence[str],
         keys: tuple[str, ...] | None,
         on_unknown_class: OnUnknownClass,
-    ) -> tuple[int, int, list[KeywordMatch]]:
-        """Return the session's item count, its total length in terms (over ``keys``) and the items holding a term.
+    ) -> tuple[int, int, list[KeywordMatch], dict[int, MemoryItem]]:
+        """Return what BM25 needs of a session for ``terms``, over the fields ``keys`` (``None``: all).
 
-        This base version reads the session a page at a time and tokenizes
-        every item; a store that keeps term counts can answer it in its own
-        query language instead.
+        That is: the number of items, their total length in terms, the items
+        holding a query term as ``(seq, length, {term: count})``, and any of
+        those items already decoded, by seq (the others are read with
+        :meth:`_fetch_seqs` if they make the top ``k``). This base version
+        reads the session a page at a time and tokenizes every item, keeping
+        the matching items; a store that keeps term counts answers it in its
+        own query language instead.
         """
         wanted = set(terms)
         tokenize = _TOKENIZER
         n_items = 0
         total = 0
         matches: list[KeywordMatch] = []
+        found: dict[int, MemoryItem] = {}
         for page in self._decoded_pages(sid, 1000, on_unknown_class):
             n_items += len(page)
             for record in page:
@@ -814,8 +831,18 @@ class BaseStore(abc.ABC):
                             counts[word] = counts.get(word, 0) + 1
                 total += length
                 if counts:
-                    matches.append((record.seq, length, counts, record.item))
-        return n_items, total, matches
+                    matches.append((record.seq, length, counts))
+                    found[record.seq] = record.item
+        return n_items, total, matches, found
+
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the rows with these seqs that exist, in seq order.
+
+        A store that can read rows by seq overrides this; by default the
+        session is read and the rows kept.
+        """
+        wanted = set(seqs)
+        return [row for row in self._fetch(session_id, steps=None, after=None) if row[0] in wanted]
 
     def summary(self, session_id: str, *, cost_key: str = "cost") -> SessionSummary:
         """Return a session's counts: items, distinct steps, cost and how often each field occurs.
