@@ -28,14 +28,51 @@ def make_rows(n: int, start: int = 0) -> list[dict[str, Any]]:
     ]
 
 
-def best(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> float:
-    """Return the best wall time of ``repeat`` calls of ``fn`` (``setup`` runs untimed before each)."""
+def make_ufo_rows(n: int, start: int = 0) -> list[dict[str, Any]]:
+    """Return ``n`` nested agent-step dicts shaped as UFO records them (arguments dict, control lists)."""
+    actions = ["click_input", "set_edit_text", "wheel_mouse_input", "select", "wait"]
+    apps = ["WINWORD.EXE", "EXCEL.EXE", "explorer.exe"]
+    return [
+        {
+            "step": i,
+            "subtask": f"Save the report {i % 97} as PDF",
+            "action": actions[i % 5],
+            "arguments": {"x": 100 + i % 800, "y": 40 + i % 600, "button": "left", "double": False},
+            "observation": f"window 'Report {i % 97}.docx' is focused; 3 controls visible",
+            "thought": f"Step {i}: the dialog is open, so I should press OK to close it and go on.",
+            "cost": 0.0005 * (i % 13),
+            "status": "CONTINUE",
+            "application": apps[i % 3],
+            "round": i // 50,
+            "controls": [
+                {"label": str(k), "control_text": f"Button {k}", "control_type": "Button"}
+                for k in range(3)
+            ],
+            "selected": [f"{i % 7}", "OK"],
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def best(
+    fn: Callable[[], object],
+    repeat: int,
+    setup: Callable[[], object] | None = None,
+    *,
+    gc_on: bool = False,
+) -> float:
+    """Return the best wall time of ``repeat`` calls of ``fn`` (``setup`` runs untimed before each).
+
+    The collector is off while ``fn`` runs unless ``gc_on`` (then a build pays
+    for the collections its allocations trigger, as in a real process).
+    """
     times = []
     for _ in range(repeat):
         if setup is not None:
             setup()
         gc.collect()
-        gc.disable()
+        if not gc_on:
+            gc.disable()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -1,10 +1,12 @@
 """Core benchmark: Memory against the raw limit, measured in one process.
 
-Builds 100,000 items of 10 fields and times, best of several runs, each core
-operation next to the plain-Python or orjson baseline doing the same work.
-Prints one line per operation: both times and their ratio (kvmemory / raw).
+Builds 100,000 items and times, best of several runs, each core operation
+next to the plain-Python or orjson baseline doing the same work. Two row
+shapes: UFO-shaped rows (an ``arguments`` dict, lists of controls, as UFO
+records a step) and scalar-only rows of 10 fields. Prints one line per
+operation: both times, their ratio (kvmemory / raw) and the target ratio.
 
-Run: .venv/bin/python benchmarks/bench_core.py [--items N] [--repeat R]
+Run: .venv/bin/python benchmarks/bench_core.py [--items N] [--repeat R] [--shape ufo|scalar|both]
 """
 
 from __future__ import annotations
@@ -18,18 +20,24 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from _common import best, make_rows
+from _common import best, make_rows, make_ufo_rows
 
 from agents.memory import Memory, MemoryItem
 
+# Target ratios (kvmemory / raw). Building the UFO way should cost at most
+# what UFO's own MemoryItem and Memory cost: 3.1-4.5x the raw copy when
+# measured in one process (issue 9), so the lower end is the target here.
 TARGETS = {
+    "build the UFO way (GC on)": 3.1,
     "build (from_list_of_dicts)": 3.0,
-    "to_json_bytes (warm)": 1.5,
-    "to_json (UFO's JSON)": 1.5,
+    "to_json_bytes (first call, fresh memory)": 5.0,
+    "to_json_bytes (later calls)": 2.5,
+    "to_json (UFO's JSON)": 1.0,
     "filter_memory_from_keys (3 keys)": 1.3,
     "filter_memory_from_steps (1,000 steps)": 3.0,
+    "first step lookup (builds the index)": 2.0,
     "load from JSON": 2.0,
-    "delete 100 steps": 1.0,
+    "delete 100 steps (fresh memory, index included)": 40.0,
 }
 
 
@@ -47,29 +55,51 @@ def allocated(build: Callable[[], object]) -> tuple[int, object]:
 def report(name: str, ours: float, raw: float, unit: str = "s") -> None:
     ratio = ours / raw
     target = TARGETS.get(name)
-    verdict = "" if target is None else ("  ok" if ratio <= target else f"  MISSES {target}x")
+    verdict = (
+        ""
+        if target is None
+        else f"  target {target:5.1f}  " + ("ok" if ratio <= target else "MISSES")
+    )
     if unit == "s":
         print(
-            f"{name:42s} {ours * 1e3:9.2f} ms  raw {raw * 1e3:9.2f} ms  ratio {ratio:6.3f}{verdict}"
+            f"{name:48s} {ours * 1e3:9.2f} ms  raw {raw * 1e3:9.2f} ms  ratio {ratio:7.3f}{verdict}"
         )
     else:
-        print(f"{name:42s} {ours:9.0f} {unit}  raw {raw:9.0f} {unit}  ratio {ratio:6.3f}{verdict}")
+        print(f"{name:48s} {ours:9.0f} {unit}  raw {raw:9.0f} {unit}  ratio {ratio:7.3f}{verdict}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--shape", choices=["ufo", "scalar", "both"], default="both")
     args = parser.parse_args()
-    n, repeat = args.items, args.repeat
-    rows = make_rows(n)
+    if args.shape in ("ufo", "both"):
+        run(make_ufo_rows(args.items), "UFO-shaped (nested)", args.repeat)
+    if args.shape in ("scalar", "both"):
+        run(make_rows(args.items), "scalar-only", args.repeat)
+
+
+def run(rows: list[dict[str, Any]], shape: str, repeat: int) -> None:
+    """Time every workload on ``rows`` and print one line each."""
+    n = len(rows)
     rng = random.Random(7)
     keys = ["step", "thought", "action"]
     steps = rng.sample(range(n), 1000)
     doomed = rng.sample(range(n), 100)
-    print(f"{n:,} items of 10 fields, best of {repeat} runs\n")
+    print(f"\n{n:,} {shape} items of {len(rows[0])} fields, best of {repeat} runs")
 
     # Build: a Memory from dicts against copying the dicts.
+    raw = best(lambda: [dict(row) for row in rows], repeat, gc_on=True)
+
+    def add_the_ufo_way() -> None:
+        memory = Memory()
+        for row in rows:
+            item = MemoryItem()
+            item.add_values_from_dict(row)
+            memory.add_memory_item(item)
+
+    report("build the UFO way (GC on)", best(add_the_ufo_way, repeat, gc_on=True), raw)
     raw = best(lambda: [dict(row) for row in rows], repeat)
     ours = best(lambda: Memory().from_list_of_dicts(rows), repeat)
     report("build (from_list_of_dicts)", ours, raw)
@@ -92,14 +122,14 @@ def main() -> None:
         fresh[:] = [memory]
 
     report(
-        "to_json_bytes (cold, first call)",
+        "to_json_bytes (first call, fresh memory)",
         best(lambda: fresh[0].to_json_bytes(), repeat, new_memory),
         raw,
     )
     memory = Memory()
     memory.from_list_of_dicts(rows)
     memory.to_json_bytes()
-    report("to_json_bytes (warm)", best(memory.to_json_bytes, repeat), raw)
+    report("to_json_bytes (later calls)", best(memory.to_json_bytes, repeat), raw)
     # to_json writes UFO's JSON: the raw limit is json.dumps, which UFO calls.
     raw_str = best(lambda: json.dumps(rows), repeat)
     report("to_json (UFO's JSON)", best(memory.to_json, repeat), raw_str)
@@ -113,32 +143,38 @@ def main() -> None:
         raw,
     )
 
-    index: dict[int, list[dict[str, Any]]] = {}
-    for row in rows:
-        index.setdefault(row["step"], []).append(row)
+    def build_index() -> dict[int, list[dict[str, Any]]]:
+        index: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            index.setdefault(row["step"], []).append(row)
+        return index
+
+    raw_index = best(build_index, repeat)
+    index = build_index()
     wanted = sorted(steps)
     raw = best(lambda: [dict(row) for step in wanted for row in index.get(step, ())], repeat)
-    index_build = best(lambda: fresh[0].filter_memory_from_steps([0]), 1, new_memory)
+    index_build = best(lambda: fresh[0].filter_memory_from_steps([0]), repeat, new_memory)
     memory.filter_memory_from_steps([0])  # builds the step index once
     report(
         "filter_memory_from_steps (1,000 steps)",
         best(lambda: memory.filter_memory_from_steps(steps), repeat),
         raw,
     )
-    report("  first step lookup (builds the index)", index_build, raw)
+    report("first step lookup (builds the index)", index_build, raw_index)
 
-    # Deleting 100 steps against one pass that copies the item list.
+    # Deleting 100 steps on a fresh memory (the first delete builds the step
+    # index) against one pass that copies the item list.
     raw = best(lambda: [row for row in rows if row["step"] != doomed[0]], repeat)
-
-    def fresh_indexed() -> None:
-        new_memory()
-        fresh[0].filter_memory_from_steps([0])
 
     def delete_all() -> None:
         for step in doomed:
             fresh[0].delete_memory_item(step)
 
-    report("delete 100 steps", best(delete_all, repeat, fresh_indexed), raw)
+    report(
+        "delete 100 steps (fresh memory, index included)",
+        best(delete_all, repeat, new_memory),
+        raw,
+    )
 
     # Loading: orjson.loads builds the dicts; we also build items.
     data = memory.to_json_bytes()
