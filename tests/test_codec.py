@@ -1096,3 +1096,86 @@ def test_json_input_that_is_not_text_is_a_corrupt_session() -> None:
     """load_json of something that is not JSON text raises CorruptSessionError, not a bare TypeError."""
     with pytest.raises(CorruptSessionError, match="JSON input is not valid JSON"):
         Memory.from_json(123)  # type: ignore[arg-type]  # the wrong type under test
+
+
+# -- the lossless export cache against the walking encoder -----------------------
+
+
+class Shade(enum.StrEnum):
+    """A StrEnum, which orjson would otherwise write as a bare string."""
+
+    DARK = "dark"
+
+
+_plainish = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63 - 2, max_value=2**70)
+    | st.floats()
+    | st.text(max_size=6)
+    | st.uuids()
+    | st.sampled_from([Level.LOW, Shade.DARK, Color.RED]),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children)
+        | st.dictionaries(st.sampled_from(["a", "b", "$kv", "v"]), children, max_size=3)
+        | st.dictionaries(st.integers(0, 3), children, max_size=2)
+    ),
+    max_leaves=10,
+)
+
+
+def _walked(items: list[MemoryItem]) -> bytes:
+    """What the walking encoder writes for ``items`` (no cache: every value walked)."""
+    return _codec.dumps(
+        [
+            _codec.encode_fields(
+                item.to_dict(), class_name=None, step_key="step", on_unencodable="error"
+            )
+            for item in items
+        ]
+    )
+
+
+def _outcome(encode: Any) -> bytes | str:
+    try:
+        return bytes(encode())
+    except SerializationError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _containers(value: Any) -> list[Any]:
+    """Every list and dict inside ``value``, itself included."""
+    found: list[Any] = []
+    if type(value) in (list, dict):
+        found.append(value)
+        for inner in value.values() if type(value) is dict else value:
+            found.extend(_containers(inner))
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.dictionaries(st.sampled_from(["step", "x", "y", "$kv"]), _plainish), max_size=4),
+    st.data(),
+)
+def test_property_export_matches_the_walk_after_in_place_changes(
+    rows: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """to_json_bytes writes what the walking encoder writes, also after nested values change in place."""
+    items = [MemoryItem(**row) for row in rows]
+    memory = Memory(items)
+    assert _outcome(memory.to_json_bytes) == _outcome(lambda: _walked(items))
+    for _ in range(data.draw(st.integers(0, 3))):
+        containers = [c for item in items for v in item.to_dict().values() for c in _containers(v)]
+        if not containers:
+            break
+        target = data.draw(st.sampled_from(containers))
+        new = data.draw(_plainish)
+        if type(target) is dict:
+            target[data.draw(st.sampled_from(["a", "b", "$kv", 7]))] = new
+        else:
+            target.append(new)
+        assert _outcome(memory.to_json_bytes) == _outcome(lambda: _walked(items))
+        assert _outcome(items[0].to_json_bytes) == _outcome(lambda: _walked(items[:1])[1:-1])

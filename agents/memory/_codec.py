@@ -30,7 +30,9 @@ import datetime as dt
 import enum
 import importlib
 import inspect
+import itertools
 import json
+import math
 import os
 import pathlib
 import re
@@ -41,7 +43,7 @@ import uuid
 import zoneinfo
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
-from typing import IO, Any, Final, Literal, NoReturn
+from typing import IO, Any, Final, Literal, NoReturn, TypeAlias
 
 import orjson
 
@@ -65,6 +67,7 @@ __all__ = [
     "OnUnknownClass",
     "atomic_write",
     "check_on_unknown_class",
+    "containers_plain",
     "decode_fields",
     "decode_session",
     "decode_value",
@@ -79,6 +82,7 @@ __all__ = [
     "is_plain",
     "iter_jsonl",
     "loads",
+    "plain_verdict",
     "unwrap",
 ]
 
@@ -452,6 +456,95 @@ def is_plain(fields: Mapping[str, Any]) -> bool:
     if kinds <= _SCALARS_AND_FLOAT:
         return all(v - v == 0.0 for v in values if type(v) is float)
     return False
+
+
+PlainVerdict: TypeAlias = bool | tuple[tuple[dict[Any, Any], ...], tuple[list[Any], ...]]
+"""What :func:`plain_verdict` says of an item's fields.
+
+``True``: written as they are. ``False``: they need the walk. A pair
+``(dicts, lists)``: written as they are while these top-level containers
+still hold plain data (:func:`containers_plain`), which they may stop doing
+when they are changed in place.
+"""
+
+_CONTAINERS: Final = frozenset({list, dict})
+_PLAIN_KINDS: Final = _SCALARS_AND_FLOAT | _CONTAINERS
+
+
+def plain_verdict(fields: Mapping[str, Any]) -> PlainVerdict:
+    """Tell whether ``fields`` can be written as they are, up to their containers' contents.
+
+    Only the top-level values are judged here: they change only through the
+    item's own calls, so the verdict can be kept until then. A ``list`` or
+    ``dict`` value can change in place without the item knowing, so it is
+    returned to be checked on every write with :func:`containers_plain`.
+    """
+    if TAG in fields:
+        return False
+    values = fields.values()
+    kinds = set(map(type, values))
+    if kinds <= _SCALARS:
+        return True
+    if not kinds <= _PLAIN_KINDS:
+        return False
+    if float in kinds and not all(v - v == 0.0 for v in values if type(v) is float):
+        return False
+    if kinds.isdisjoint(_CONTAINERS):
+        return True
+    dicts = tuple([v for v in values if type(v) is dict])
+    lists = tuple([v for v in values if type(v) is list])
+    return dicts, lists
+
+
+def containers_plain(dicts: Iterable[dict[Any, Any]], lists: Iterable[list[Any]]) -> bool:
+    """Return whether these containers can be written as they are, at every depth.
+
+    They can when the encoder would give back the same JSON: exact ``str``,
+    ``int``, ``bool``, ``None``, finite ``float``, and exact ``list`` and
+    ``dict`` (no ``$kv`` key) of such values. The check goes one nesting
+    level at a time over all containers together, in C-level passes
+    (``map``, ``compress``), so its cost barely grows with the number of
+    items sharing it. Two things pass that the JSON writer itself refuses,
+    so the caller must walk the items again when :func:`dumps` raises:
+    integers beyond 64 bits (:class:`IntegerOutOfRange`) and dict keys that
+    are not exact ``str``. A nesting deeper than :data:`MAX_DEPTH` (or a
+    cycle) is not plain: the walk reports it.
+    """
+    dicts = list(dicts)
+    lists = list(lists)
+    for _ in range(MAX_DEPTH):
+        if any(map(dict.__contains__, dicts, itertools.repeat(TAG))):
+            return False
+        nested_dicts: list[dict[Any, Any]] = []
+        nested_lists: list[list[Any]] = []
+        # Dict values and list items apart: in agent steps the containers
+        # nest in lists (of controls) more than in dicts (of arguments).
+        for level in (
+            itertools.chain.from_iterable(map(dict.values, dicts)),
+            itertools.chain.from_iterable(lists),
+        ):
+            values = list(level)
+            kinds = set(map(type, values))
+            if kinds <= _SCALARS:
+                continue
+            if not kinds <= _PLAIN_KINDS:
+                return False
+            # The kinds are exact, so isinstance selects exactly one type here.
+            if float in kinds and not all(map(math.isfinite, filter(_is_float, values))):
+                return False
+            if dict in kinds:
+                nested_dicts += filter(_is_dict, values)
+            if list in kinds:
+                nested_lists += filter(_is_list, values)
+        if not nested_dicts and not nested_lists:
+            return True
+        dicts, lists = nested_dicts, nested_lists
+    return False
+
+
+_is_float: Final = float.__instancecheck__
+_is_dict: Final = dict.__instancecheck__
+_is_list: Final = list.__instancecheck__
 
 
 def encode_fields(

@@ -32,6 +32,7 @@ from agents.memory.exceptions import (
     FieldNotFoundError,
     FieldValidationError,
     InvalidKeyError,
+    SerializationError,
 )
 
 if TYPE_CHECKING:
@@ -243,7 +244,7 @@ class MemoryItem:
     if TYPE_CHECKING:
         _fields: dict[str, Any]
         _owners: dict[int, Callable[[], FieldWatcher | None]] | None
-        _plain: bool | None
+        _plain: _codec.PlainVerdict | None
 
     def __init__(self, /, **fields: Any) -> None:
         if self._declared:
@@ -652,21 +653,29 @@ class MemoryItem:
 
     # -- internals used by Memory and the codec ------------------------------
 
+    def _verdict(self) -> _codec.PlainVerdict:
+        """Return whether this item's fields are written as they are (see ``_codec.plain_verdict``).
+
+        The verdict is kept until a field is set or deleted.
+        """
+        plain = self._plain
+        if plain is None:
+            plain = self._class_path is None and _codec.plain_verdict(self._fields)
+            _set_plain(self, plain)
+        return plain
+
     def _wire(
         self, step_key: str, on_unencodable: OnUnencodable, *, walk: bool = False
     ) -> dict[str, Any]:
         """Return the JSON-native wire form of this item (see ``_codec.encode_fields``).
 
-        Items of plain JSON scalars are returned as they are (the check is cached
-        until the item changes); ``walk=True`` walks every value regardless, which
-        also tags integers beyond 64 bits.
+        Items of plain JSON scalars are returned as they are (the verdict is
+        cached until the item changes); others are walked, and so is every
+        item when ``walk=True``, which also tags integers beyond 64 bits.
+        :func:`dumps_items` spares the walk of plain containers.
         """
         fields = self._fields
-        plain = self._plain
-        if plain is None:
-            plain = self._class_path is None and _codec.is_plain(fields)
-            _set_plain(self, plain)
-        if plain and not walk:
+        if not walk and self._verdict() is True:
             return fields
         wire = _codec.encode_fields(
             fields, class_name=self._class_path, step_key=step_key, on_unencodable=on_unencodable
@@ -794,10 +803,44 @@ def dumps_items(
     """
     batch = items if isinstance(items, (list, tuple)) else list(items)
     try:
-        return _codec.dumps([item._wire(step_key, on_unencodable) for item in batch])
+        try:
+            return _codec.dumps(_wires(batch, step_key, on_unencodable))
+        except _codec.IntegerOutOfRange:
+            raise
+        except SerializationError:
+            # A plain-looking container held what the writer refuses (a key
+            # that is not a str, a nesting too deep): the walk names it.
+            return _codec.dumps([item._wire(step_key, on_unencodable) for item in batch])
     except _codec.IntegerOutOfRange:
         # A plain-looking item held an int beyond 64 bits: walk every value to tag it.
         return _codec.dumps([item._wire(step_key, on_unencodable, walk=True) for item in batch])
+
+
+def _wires(
+    batch: list[MemoryItem] | tuple[MemoryItem, ...], step_key: str, on_unencodable: OnUnencodable
+) -> list[dict[str, Any]]:
+    """Return the wire forms of ``batch``, checking the containers of all plain items at once.
+
+    An item's verdict on its top-level values is cached (see
+    ``_codec.plain_verdict``); its containers are checked on every call,
+    because they can change in place without the item knowing.
+    """
+    verdicts = [item._verdict() for item in batch]
+    dicts: list[dict[Any, Any]] = []
+    lists: list[list[Any]] = []
+    for verdict in verdicts:
+        if verdict is not True and verdict is not False:
+            dicts += verdict[0]
+            lists += verdict[1]
+    # When every container is plain, each item with a verdict is its fields;
+    # otherwise each item checks its own and is walked if it must be.
+    shared = _codec.containers_plain(dicts, lists)
+    return [
+        item._fields
+        if verdict is True or (verdict and (shared or _codec.containers_plain(*verdict)))
+        else item._wire(step_key, on_unencodable)
+        for item, verdict in zip(batch, verdicts, strict=True)
+    ]
 
 
 def ufo_json_items(
@@ -825,10 +868,7 @@ def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable
     Raises:
         SerializationError: naming the key, step and type of a value that cannot be encoded.
     """
-    try:
-        return _codec.dumps(item._wire(step_key, on_unencodable))
-    except _codec.IntegerOutOfRange:
-        return _codec.dumps(item._wire(step_key, on_unencodable, walk=True))
+    return dumps_items([item], step_key=step_key, on_unencodable=on_unencodable)[1:-1]
 
 
 def decode_items(
