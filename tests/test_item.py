@@ -15,6 +15,7 @@ import attrs
 import pytest
 
 from agents.memory import (
+    NOTHING,
     AgentMemoryError,
     ArgumentTypeError,
     CorruptSessionError,
@@ -186,6 +187,51 @@ def test_non_string_key_in_dict_changes_nothing() -> None:
     with pytest.raises(TypeError, match="got 3"):
         item.add_values_from_dict({"ok": 1, 3: "bad"})  # type: ignore[dict-item]  # the wrong type is the point
     assert item.to_dict() == {"step": 1}
+
+
+def test_invalid_declared_value_in_dict_changes_nothing() -> None:
+    """add_values_from_dict on a typed item checks every declared field before setting any."""
+    item = StepRecord(step=1)
+    with pytest.raises(FieldValidationError, match="'cost' of StepRecord refused -1"):
+        item.add_values_from_dict({"thought": "go", "extra": 1, "cost": -1})
+    assert item.to_dict() == StepRecord(step=1).to_dict()
+
+
+def test_add_values_from_dict_converts_declared_fields_once() -> None:
+    """A declared field's converter runs once per value set through add_values_from_dict."""
+    calls: list[object] = []
+
+    class Counted(MemoryItem):
+        n: int = field(default=0, converter=lambda v: calls.append(v) or int(v))
+
+    item = Counted()
+    calls.clear()
+    item.add_values_from_dict({"n": "4", "other": "x"})
+    assert (calls, item.to_dict()) == (["4"], {"n": 4, "other": "x"})
+
+
+def test_add_values_from_dict_tells_watchers_each_field() -> None:
+    """A watched item's watcher hears every field add_values_from_dict sets, in order."""
+    heard: list[tuple[str, object, object]] = []
+
+    def watcher(item: MemoryItem, key: str, old: object, new: object) -> None:
+        heard.append((key, old, new))
+
+    item = MemoryItem(a=1)
+    item.watch(heard, lambda: watcher)
+    item.add_values_from_dict({"a": 2, "b": 3})
+    assert heard == [("a", 1, 2), ("b", NOTHING, 3)]
+
+
+def test_add_values_from_dict_stores_str_subclass_keys_as_str() -> None:
+    """A key of a str subclass becomes a plain str field key, as with set_value."""
+
+    class Name(str):
+        pass
+
+    item = MemoryItem()
+    item.add_values_from_dict({Name("a"): 1})
+    assert [type(key) for key in item.to_dict()] == [str]
 
 
 def test_unrelated_items_are_not_equal() -> None:

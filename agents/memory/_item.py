@@ -202,6 +202,9 @@ _REPR.maxother = 80
 _REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 8
 
 
+_STR: Final = frozenset({str})
+
+
 def _key_error(key: object) -> InvalidKeyError:
     msg = f"Field keys must be strings, got {key!r} ({type(key).__name__}); convert the key with str() first."
     return InvalidKeyError(msg)
@@ -446,6 +449,10 @@ class MemoryItem:
         spec = self._declared.get(key)
         if spec is not None:
             value = self._validated(spec, value)
+        self._store(key, value)
+
+    def _store(self, key: str, value: Any) -> None:
+        """Set a checked field and tell the watchers."""
         fields = self._fields
         owners = self._owners
         _set_plain(self, None)
@@ -457,15 +464,38 @@ class MemoryItem:
             fields[key] = value
 
     def add_values_from_dict(self, values: Mapping[str, Any]) -> None:
-        """Set every field of ``values``; nothing is set if a key is not a string.
+        """Set every field of ``values``, all or nothing.
+
+        Every key and every declared field's value is checked before any
+        field is set.
 
         Raises:
             InvalidKeyError: if a key is not a string.
             FieldValidationError: if a declared field gets an invalid value.
         """
         _check_keys(values)
-        for key, value in values.items():
-            self.set_value(key, value)
+        declared = self._declared
+        checked = (
+            {
+                key: self._validated(declared[key], value)
+                for key, value in values.items()
+                if key in declared
+            }
+            if declared
+            else None
+        )
+        if not self._owners and set(map(type, values)) <= _STR:
+            # One update in C: no watcher to tell, every key an exact str.
+            _set_plain(self, None)
+            fields = self._fields
+            fields.update(values)
+            if checked:
+                fields.update(checked)
+            return
+        for key, value in list(values.items()):
+            if checked and key in checked:
+                value = checked[key]
+            self._store(str(key), value)
 
     set_values_from_dict = add_values_from_dict
     """The older UFO name of :meth:`add_values_from_dict`."""

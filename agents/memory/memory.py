@@ -274,7 +274,17 @@ class Memory:
                 "wrap a dict with MemoryItem(**fields)."
             )
             raise ArgumentTypeError(msg)
-        self._add([memory_item])
+        with self._lock:
+            if (
+                self._writer is None
+                and not self._observers
+                and not self._callbacks
+                and self._max_items is None
+            ):
+                # Nobody to tell and nothing to evict: append in place.
+                self._append(memory_item)
+            else:
+                self._add([memory_item])
 
     def add_memory_items(self, items: Iterable[MemoryItem]) -> None:
         """Append several items, all or nothing, then run the callbacks once.
