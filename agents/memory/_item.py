@@ -52,6 +52,7 @@ __all__ = [
     "filter_fields",
     "item_class",
     "ufo_json_items",
+    "watch_items",
 ]
 
 
@@ -818,6 +819,19 @@ def _finish_class(cls: type[MemoryItem]) -> None:
             if name in klass.__dict__:
                 delattr(klass, name)
         klass._kv_ready = True
+
+
+def watch_items(
+    items: Iterable[MemoryItem], owner: object, callback_ref: Callable[[], FieldWatcher | None]
+) -> None:
+    """Call :meth:`MemoryItem.watch` on each of ``items``, in one loop (for building an index)."""
+    key = id(owner)
+    for item in items:
+        owners = item._owners
+        if owners is None:
+            _set_owners(item, {key: callback_ref})
+        else:
+            owners[key] = callback_ref
 
 
 def dumps_items(

@@ -33,6 +33,7 @@ from agents.memory._item import (
     dumps_items,
     filter_fields,
     ufo_json_items,
+    watch_items,
 )
 from agents.memory.exceptions import (
     ArgumentTypeError,
@@ -916,11 +917,29 @@ class Memory:
         index = self._by_step
         if index is None:
             index = self._by_step = {}
-            self._stepless = {}
-            self._unhashable_steps = {}
-            index_seq = self._index_seq
-            for seq, item in self._items.items():
-                index_seq(seq, item)
+            stepless: dict[int, None] = {}
+            unhashable: dict[int, None] = {}
+            self._stepless = stepless
+            self._unhashable_steps = unhashable
+            items = self._items
+            watch_items(items.values(), self, self._watcher)
+            key = self._step_key
+            # One pass in seq order (the dict's order), so each bucket is
+            # appended to in order and needs no sorting.
+            for seq, fields in zip(items, map(_fields_of, items.values()), strict=True):
+                step = fields.get(key, NOTHING)
+                if step is NOTHING:
+                    stepless[seq] = None
+                    continue
+                try:
+                    bucket = index.get(step)
+                except TypeError:
+                    unhashable[seq] = None
+                    continue
+                if bucket is None:
+                    index[step] = [seq]
+                else:
+                    bucket.append(seq)
         return index
 
     def _slot(self, step: Any) -> list[int] | dict[int, None]:
