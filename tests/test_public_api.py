@@ -83,3 +83,55 @@ def test_package_ships_py_typed() -> None:
     from pathlib import Path
 
     assert (Path(agents.__file__).parent / "py.typed").is_file()
+
+
+def _run(code: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_import_loads_only_the_core_modules() -> None:
+    """import agents.memory loads items, memory, codec and errors; prompt, blackboard, stores wait for first use."""
+    loaded = _run(
+        "import sys, agents.memory; print(sorted(m for m in sys.modules if m.startswith('agents.')))"
+    )
+    assert loaded == str(
+        [
+            "agents.memory",
+            "agents.memory._codec",
+            "agents.memory._item",
+            "agents.memory.exceptions",
+            "agents.memory.memory",
+        ]
+    )
+
+
+def test_lazy_names_load_on_first_use() -> None:
+    """A name of a lazily loaded module is there on first use, and dir() lists every public name."""
+    assert (
+        _run(
+            "import agents.memory as m; print(m.Blackboard.__module__, set(m.__all__) <= set(dir(m)))"
+        )
+        == "agents.memory.blackboard True"
+    )
+
+
+def test_session_with_image_items_loads_without_importing_the_blackboard() -> None:
+    """A session holding ImageMemoryItem loads after import agents.memory alone (kvmemory's own class)."""
+    data = _run(
+        "from agents.memory.blackboard import ImageMemoryItem; from agents.memory import Memory;"
+        "print(Memory([ImageMemoryItem(step=1)]).to_json_bytes().decode())"
+    )
+    assert (
+        _run(
+            f"from agents.memory import Memory; print(type(Memory.from_json({data!r}).content[0]).__name__)"
+        )
+        == "ImageMemoryItem"
+    )
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    """A name agents.memory does not have raises AttributeError naming it."""
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        agents.memory.Nope  # noqa: B018 - the lookup itself is the point

@@ -4,19 +4,12 @@
 the steps in order, indexed by step; the codec writes them as lossless JSON.
 """
 
+import importlib as _importlib
 import sys as _sys
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
-from agents.memory.blackboard import Blackboard, ImageItem, ImageMemoryItem, ImageMemoryItemNames
-from agents.memory.conversation import (
-    Conversation,
-    LastMessages,
-    MessageSelector,
-    TokenBudget,
-    context_session_id,
-    message_tokens,
-)
 from agents.memory.exceptions import (
     AgentMemoryError,
     ArgumentTypeError,
@@ -59,26 +52,92 @@ from agents.memory.memory import (
     MemoryWriter,
     write_session,
 )
-from agents.memory.messages import ROLES, from_messages, to_messages
-from agents.memory.prompt import (
-    EstimateCounter,
-    Key,
-    TiktokenCounter,
-    TokenCounter,
-    Window,
-    WindowResult,
-    count_tokens,
-    estimate_cost,
-    image_data_url,
-    latest_value,
-    project,
-    render_json,
-    render_parts,
-    render_text,
-    select_window,
-    ufo_json,
-    values_of,
-)
+
+if _TYPE_CHECKING:
+    from agents.memory.blackboard import (
+        Blackboard,
+        ImageItem,
+        ImageMemoryItem,
+        ImageMemoryItemNames,
+    )
+    from agents.memory.conversation import (
+        Conversation,
+        LastMessages,
+        MessageSelector,
+        TokenBudget,
+        context_session_id,
+        message_tokens,
+    )
+    from agents.memory.messages import ROLES, from_messages, to_messages
+    from agents.memory.prompt import (
+        EstimateCounter,
+        Key,
+        TiktokenCounter,
+        TokenCounter,
+        Window,
+        WindowResult,
+        count_tokens,
+        estimate_cost,
+        image_data_url,
+        latest_value,
+        project,
+        render_json,
+        render_parts,
+        render_text,
+        select_window,
+        ufo_json,
+        values_of,
+    )
+
+# Names whose modules load on first use (module __getattr__, PEP 562), so that
+# ``import agents.memory`` imports only the core: items, memory, codec, errors.
+_LAZY: dict[str, str] = {
+    "Blackboard": "agents.memory.blackboard",
+    "Conversation": "agents.memory.conversation",
+    "EstimateCounter": "agents.memory.prompt",
+    "ImageItem": "agents.memory.blackboard",
+    "ImageMemoryItem": "agents.memory.blackboard",
+    "ImageMemoryItemNames": "agents.memory.blackboard",
+    "Key": "agents.memory.prompt",
+    "LastMessages": "agents.memory.conversation",
+    "MessageSelector": "agents.memory.conversation",
+    "ROLES": "agents.memory.messages",
+    "TiktokenCounter": "agents.memory.prompt",
+    "TokenBudget": "agents.memory.conversation",
+    "TokenCounter": "agents.memory.prompt",
+    "Window": "agents.memory.prompt",
+    "WindowResult": "agents.memory.prompt",
+    "context_session_id": "agents.memory.conversation",
+    "count_tokens": "agents.memory.prompt",
+    "estimate_cost": "agents.memory.prompt",
+    "from_messages": "agents.memory.messages",
+    "image_data_url": "agents.memory.prompt",
+    "latest_value": "agents.memory.prompt",
+    "message_tokens": "agents.memory.conversation",
+    "project": "agents.memory.prompt",
+    "render_json": "agents.memory.prompt",
+    "render_parts": "agents.memory.prompt",
+    "render_text": "agents.memory.prompt",
+    "select_window": "agents.memory.prompt",
+    "to_messages": "agents.memory.messages",
+    "ufo_json": "agents.memory.prompt",
+    "values_of": "agents.memory.prompt",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'agents.memory' has no attribute {name!r}"
+        raise AttributeError(msg)  # attribute protocol: a missing module attribute
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "NOTHING",

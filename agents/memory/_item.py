@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy as _copy
+import importlib
 import inspect
 import itertools
 import reprlib
@@ -144,6 +145,10 @@ def field(
 # import a module: the classes it can name are those the program defined.
 _CLASSES: Final[dict[str, type[MemoryItem]]] = {}
 
+# kvmemory's modules that define item classes and that agents.memory imports
+# on first use only (see agents/memory/__init__.py).
+_OWN_LAZY_MODULES: Final = frozenset({"agents.memory.blackboard"})
+
 
 def item_class(
     path: str | None,
@@ -175,6 +180,14 @@ def item_class(
     cls = _CLASSES.get(path)
     if cls is not None:
         return cls
+    module = path.partition(":")[0]
+    if module in _OWN_LAZY_MODULES:
+        # kvmemory's own item classes (ImageMemoryItem) are known without an
+        # import by the caller: import agents.memory loads their module on first use.
+        importlib.import_module(module)
+        cls = _CLASSES.get(path)
+        if cls is not None:
+            return cls
     if not trusted_import:
         if on_unknown_class == "base":
             return MemoryItem
