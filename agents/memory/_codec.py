@@ -496,50 +496,67 @@ def plain_verdict(fields: Mapping[str, Any]) -> PlainVerdict:
     return dicts, lists
 
 
-def containers_plain(dicts: Iterable[dict[Any, Any]], lists: Iterable[list[Any]]) -> bool:
+def containers_plain(
+    dict_groups: Iterable[Iterable[dict[Any, Any]]], list_groups: Iterable[Iterable[list[Any]]]
+) -> bool:
     """Return whether these containers can be written as they are, at every depth.
 
     They can when the encoder would give back the same JSON: exact ``str``,
     ``int``, ``bool``, ``None``, finite ``float``, and exact ``list`` and
     ``dict`` (no ``$kv`` key) of such values. The check goes one nesting
-    level at a time over all containers together, in C-level passes
-    (``map``, ``compress``), so its cost barely grows with the number of
-    items sharing it. Two things pass that the JSON writer itself refuses,
-    so the caller must walk the items again when :func:`dumps` raises:
-    integers beyond 64 bits (:class:`IntegerOutOfRange`) and dict keys that
-    are not exact ``str``. A nesting deeper than :data:`MAX_DEPTH` (or a
-    cycle) is not plain: the walk reports it.
+    level at a time, a group at a time, in C-level passes (``map``,
+    ``filter``), so its cost barely grows with the number of items sharing
+    it. Group the containers of one field of many items together: a group
+    whose values are all dicts (a list of controls) passes them on whole.
+    Two things pass that the JSON writer itself refuses, so the caller must
+    walk the items again when :func:`dumps` raises: integers beyond 64 bits
+    (:class:`IntegerOutOfRange`) and dict keys that are not exact ``str``.
+    A nesting deeper than :data:`MAX_DEPTH` (or a cycle) is not plain: the
+    walk reports it.
     """
-    dicts = list(dicts)
-    lists = list(lists)
+    pending: list[tuple[bool, Iterable[Any]]] = [(True, group) for group in dict_groups]
+    pending += [(False, group) for group in list_groups]
     for _ in range(MAX_DEPTH):
-        if any(map(dict.__contains__, dicts, itertools.repeat(TAG))):
-            return False
-        nested_dicts: list[dict[Any, Any]] = []
-        nested_lists: list[list[Any]] = []
-        # Dict values and list items apart: in agent steps the containers
-        # nest in lists (of controls) more than in dicts (of arguments).
-        for level in (
-            itertools.chain.from_iterable(map(dict.values, dicts)),
-            itertools.chain.from_iterable(lists),
-        ):
-            values = list(level)
+        nested: list[tuple[bool, Iterable[Any]]] = []
+        for of_dicts, group in pending:
+            containers = group if type(group) in (list, tuple) else list(group)
+            if of_dicts and any(map(dict.__contains__, containers, itertools.repeat(TAG))):
+                return False
+            # The values are gone through again only when needed: most groups
+            # hold scalars alone and are done after one pass.
+            values = _values_of(containers, of_dicts)
             kinds = set(map(type, values))
             if kinds <= _SCALARS:
                 continue
             if not kinds <= _PLAIN_KINDS:
                 return False
             # The kinds are exact, so isinstance selects exactly one type here.
-            if float in kinds and not all(map(math.isfinite, filter(_is_float, values))):
+            if float in kinds and not all(
+                map(math.isfinite, filter(_is_float, _values_of(containers, of_dicts)))
+            ):
                 return False
-            if dict in kinds:
-                nested_dicts += filter(_is_dict, values)
-            if list in kinds:
-                nested_lists += filter(_is_list, values)
-        if not nested_dicts and not nested_lists:
+            values = _values_of(containers, of_dicts)
+            if kinds == {dict}:
+                nested.append((True, values))
+            elif kinds == {list}:
+                nested.append((False, values))
+            elif dict in kinds or list in kinds:
+                mixed = list(values)
+                if dict in kinds:
+                    nested.append((True, filter(_is_dict, mixed)))
+                if list in kinds:
+                    nested.append((False, filter(_is_list, mixed)))
+        if not nested:
             return True
-        dicts, lists = nested_dicts, nested_lists
+        pending = nested
     return False
+
+
+def _values_of(containers: Iterable[Any], of_dicts: bool) -> Iterator[Any]:
+    """The values of dicts, or the items of lists, one after another."""
+    if of_dicts:
+        return itertools.chain.from_iterable(map(dict.values, containers))
+    return itertools.chain.from_iterable(containers)
 
 
 _is_float: Final = float.__instancecheck__

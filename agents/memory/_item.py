@@ -883,21 +883,26 @@ def _wires(
     because they can change in place without the item knowing.
     """
     verdicts = [item._verdict() for item in batch]
-    dicts: list[dict[Any, Any]] = []
-    lists: list[list[Any]] = []
-    for verdict in verdicts:
-        if verdict is not True and verdict is not False:
-            dicts += verdict[0]
-            lists += verdict[1]
+    containers = [v for v in verdicts if v is not True and v is not False]
+    # Group the n-th dict (and list) of every item: items of one agent keep
+    # the same fields in the same order, so a group is mostly one field.
+    shared = _codec.containers_plain(
+        itertools.zip_longest(*[v[0] for v in containers], fillvalue=_NO_DICT),
+        itertools.zip_longest(*[v[1] for v in containers], fillvalue=_NO_LIST),
+    )
     # When every container is plain, each item with a verdict is its fields;
     # otherwise each item checks its own and is walked if it must be.
-    shared = _codec.containers_plain(dicts, lists)
     return [
         item._fields
-        if verdict is True or (verdict and (shared or _codec.containers_plain(*verdict)))
+        if verdict is True
+        or (verdict and (shared or _codec.containers_plain([verdict[0]], [verdict[1]])))
         else item._wire(step_key, on_unencodable)
         for item, verdict in zip(batch, verdicts, strict=True)
     ]
+
+
+_NO_DICT: Final[dict[str, Any]] = {}
+_NO_LIST: Final[list[Any]] = []
 
 
 def ufo_json_items(
