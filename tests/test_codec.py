@@ -1101,8 +1101,8 @@ def test_json_input_that_is_not_text_is_a_corrupt_session() -> None:
 # -- the lossless export cache against the walking encoder -----------------------
 
 
-class Shade(enum.StrEnum):
-    """A StrEnum, which orjson would otherwise write as a bare string."""
+class Shade(str, enum.Enum):
+    """A str enum (StrEnum's shape, which Python 3.10 lacks), which orjson would write as a bare string."""
 
     DARK = "dark"
 
