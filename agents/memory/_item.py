@@ -14,12 +14,13 @@ import copy as _copy
 import importlib
 import inspect
 import itertools
+import operator
 import reprlib
 import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
 
 import attrs
 from typing_extensions import Self
@@ -52,9 +53,14 @@ __all__ = [
     "field",
     "filter_fields",
     "item_class",
+    "item_fields",
+    "items_from_mappings",
     "ufo_json_items",
     "watch_items",
 ]
+
+
+ItemT = TypeVar("ItemT", bound="MemoryItem")
 
 
 class _Nothing:
@@ -373,46 +379,6 @@ class MemoryItem:
         """
         _check_keys(data)
         return cls._from_fields(dict(data))
-
-    @classmethod
-    def _many_from_mappings(cls, rows: Iterable[Mapping[str, Any]], outcome: str) -> list[Self]:
-        """Build one item per mapping, all or nothing; errors name the position and ``outcome``."""
-        rows = list(rows)
-        if "_kv_ready" not in cls.__dict__:
-            _finish_class(cls)
-        try:
-            # One C-level pass over every key of every row: join raises TypeError
-            # on the first key that is not a str, far faster than a loop per row.
-            "".join(itertools.chain.from_iterable(rows))
-            keys_checked = True
-        except TypeError:
-            keys_checked = False
-        items: list[Self] = []
-        append = items.append
-        typed = bool(cls._declared)
-        for position, row in enumerate(rows):
-            if type(row) is not dict and not isinstance(row, Mapping):
-                msg = f"Element {position} is a {type(row).__name__}, not a mapping of fields; {outcome}."
-                raise ArgumentTypeError(msg)
-            try:
-                if not keys_checked:
-                    _check_keys(row)
-                if typed:
-                    append(cls(**row))
-                    continue
-            except InvalidKeyError as exc:
-                msg = f"Element {position}: {exc} {outcome[:1].upper()}{outcome[1:]}."
-                raise InvalidKeyError(msg) from exc
-            except (TypeError, ValueError) as exc:
-                msg = f"Element {position}: {exc} {outcome[:1].upper()}{outcome[1:]}."
-                raise FieldValidationError(msg) from exc
-            # The base class needs no validation: build the item directly.
-            item = _new(cls)
-            _set_fields(item, dict(row))
-            _set_owners(item, None)
-            _set_plain(item, None)
-            append(item)
-        return items
 
     @classmethod
     def from_json(
@@ -784,6 +750,10 @@ _new = object.__new__
 _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
 _set_plain = MemoryItem.__dict__["_plain"].__set__
+# The live field dict of an item, for the package's hot loops (step index,
+# projections, stores). Read it, never change it: a change made through it
+# bypasses the item's watchers, so no memory or store would hear of it.
+item_fields: Callable[[MemoryItem], dict[str, Any]] = operator.attrgetter("_fields")
 MemoryItem._kv_ready = True
 
 
@@ -832,6 +802,50 @@ def _finish_class(cls: type[MemoryItem]) -> None:
             if name in klass.__dict__:
                 delattr(klass, name)
         klass._kv_ready = True
+
+
+def items_from_mappings(
+    cls: type[ItemT], rows: Iterable[Mapping[str, Any]], outcome: str
+) -> list[ItemT]:
+    """Build one ``cls`` item per mapping, all or nothing; errors name the position and ``outcome``."""
+    rows = list(rows)
+    if "_kv_ready" not in cls.__dict__:
+        _finish_class(cls)
+    try:
+        # One C-level pass over every key of every row: join raises TypeError
+        # on the first key that is not a str, far faster than a loop per row.
+        "".join(itertools.chain.from_iterable(rows))
+        keys_checked = True
+    except TypeError:
+        keys_checked = False
+    items: list[ItemT] = []
+    append = items.append
+    typed = bool(cls._declared)
+    for position, row in enumerate(rows):
+        if type(row) is not dict and not isinstance(row, Mapping):
+            msg = (
+                f"Element {position} is a {type(row).__name__}, not a mapping of fields; {outcome}."
+            )
+            raise ArgumentTypeError(msg)
+        try:
+            if not keys_checked:
+                _check_keys(row)
+            if typed:
+                append(cls(**row))
+                continue
+        except InvalidKeyError as exc:
+            msg = f"Element {position}: {exc} {outcome[:1].upper()}{outcome[1:]}."
+            raise InvalidKeyError(msg) from exc
+        except (TypeError, ValueError) as exc:
+            msg = f"Element {position}: {exc} {outcome[:1].upper()}{outcome[1:]}."
+            raise FieldValidationError(msg) from exc
+        # The base class needs no validation: build the item directly.
+        item = _new(cls)
+        _set_fields(item, dict(row))
+        _set_owners(item, None)
+        _set_plain(item, None)
+        append(item)
+    return items
 
 
 def watch_items(

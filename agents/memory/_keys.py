@@ -12,7 +12,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from agents.memory._item import NOTHING, MemoryItem
+from agents.memory._item import NOTHING, MemoryItem, item_fields
 from agents.memory.exceptions import ArgumentTypeError, UnmatchedKeyError, UnmatchedKeyWarning
 from agents.memory.memory import Memory
 
@@ -130,7 +130,7 @@ def report_unmatched(
         return
     present: dict[str, None] = {}
     for item in items:
-        fields = item._fields
+        fields = item_fields(item)
         for key in list(pending):
             if any(name in fields for name in key.names):
                 del pending[key]
@@ -166,7 +166,7 @@ def latest_value(source: Memory | Iterable[MemoryItem], key: str | Key, default:
         source.iter_newest() if isinstance(source, Memory) else reversed(list(source))
     )
     for item in items:
-        value = wanted.read(item._fields)
+        value = wanted.read(item_fields(item))
         if value is not NOTHING:
             return value
     return default
@@ -185,7 +185,7 @@ def values_of(
     wanted = key if isinstance(key, Key) else Key(key)
     out: list[Any] = []
     for item in source:
-        value = wanted.read(item._fields)
+        value = wanted.read(item_fields(item))
         if value is NOTHING:
             continue
         if flatten and isinstance(value, (list, tuple)):

@@ -12,7 +12,7 @@ import attrs
 
 from agents.memory import _codec
 from agents.memory._images import DEFAULT_IMAGE_KEYS, count_images
-from agents.memory._item import NOTHING, MemoryItem
+from agents.memory._item import NOTHING, MemoryItem, item_fields
 from agents.memory._keys import (
     Key,
     KeysLike,
@@ -164,7 +164,7 @@ _ALONE: Final = object()
 def _group_of(item: MemoryItem, group_by: GroupBy) -> Any:
     if group_by is None:
         return _ALONE
-    value = item._fields.get(group_by, _ALONE) if isinstance(group_by, str) else group_by(item)
+    value = item_fields(item).get(group_by, _ALONE) if isinstance(group_by, str) else group_by(item)
     return _ALONE if value is None else value
 
 
@@ -240,7 +240,7 @@ def _records_of(
     kept_items: list[MemoryItem] = []
     records: list[dict[str, Any]] = []
     for item in items:
-        record = project_fields(item._fields, keys)
+        record = project_fields(item_fields(item), keys)
         if record or keys is None:
             kept_items.append(item)
             records.append(record)
@@ -255,7 +255,7 @@ def _rows(selected: _Selected, indices: Iterable[int], keys: tuple[Key, ...] | N
     rows: list[_Row] = []
     for index in indices:
         item = selected[index]
-        record = project_fields(item._fields, keys)
+        record = project_fields(item_fields(item), keys)
         if record or keys is None:
             rows.append((index, item, record))
     return rows
@@ -289,7 +289,7 @@ def _fill(
     if covered:
         rows, tokens, images = _charge(budget, _rows(selected, sorted(covered), keys))
         if not budget.fits(len(rows), tokens):
-            labels = [row[1]._fields.get(step_key, f"#{row[0]}") for row in rows][:10]
+            labels = [item_fields(row[1]).get(step_key, f"#{row[0]}") for row in rows][:10]
             msg = (
                 f"The pinned items (steps {labels}) need {len(rows)} items and {tokens} tokens, "
                 f"more than the window allows (max_items={window.max_items}, max_tokens={window.max_tokens}); "
@@ -355,7 +355,7 @@ def _select(
     items: list[MemoryItem] = list(source)
     if steps is not None:
         wanted = list(steps)
-        items = [item for item in items if _in(item._fields.get(step_key, NOTHING), wanted)]
+        items = [item for item in items if _in(item_fields(item).get(step_key, NOTHING), wanted)]
     if where is not None:
         items = [item for item in items if where(item)]
     if last is not None:

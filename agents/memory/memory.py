@@ -32,6 +32,8 @@ from agents.memory._item import (
     dumps_item,
     dumps_items,
     filter_fields,
+    item_fields,
+    items_from_mappings,
     ufo_json_items,
     watch_items,
 )
@@ -368,7 +370,7 @@ class Memory:
                 raise ItemNotFoundError(msg)
             if self._writer is not None:
                 self._writer.write_update(self, seqs, item)
-            step = item._fields.get(self._step_key, NOTHING)
+            step = item_fields(item).get(self._step_key, NOTHING)
             for seq in seqs:
                 self._refile(seq, item, step)
             for observer in self._observers:
@@ -443,7 +445,7 @@ class Memory:
             InvalidKeyError: naming a key that is not a string.
             FieldValidationError: if ``item_class`` declares fields and one is invalid.
         """
-        items = item_class._many_from_mappings(data, "the memory was left unchanged")
+        items = items_from_mappings(item_class, data, "the memory was left unchanged")
         self._replace(items)
 
     # -- Python protocols ----------------------------------------------------
@@ -519,7 +521,7 @@ class Memory:
         seen: dict[Any, None] = {}
         others: list[Any] = []
         for item in self._snapshot():
-            step = item._fields.get(key, NOTHING)
+            step = item_fields(item).get(key, NOTHING)
             if step is NOTHING:
                 continue
             try:
@@ -875,7 +877,7 @@ class Memory:
     def _remove_seq(self, seq: int) -> MemoryItem:
         item = self._items.pop(seq)
         if self._by_step is not None:
-            step = item._fields.get(self._step_key, NOTHING)
+            step = item_fields(item).get(self._step_key, NOTHING)
             self._unindex_seq(seq, step)
             if not self._seqs_holding(item):
                 item.unwatch(self)
@@ -955,12 +957,12 @@ class Memory:
         """Return the keys under which the memory holds ``item`` (found through the index)."""
         self._index()
         items = self._items
-        step = item._fields.get(self._step_key, NOTHING)
+        step = item_fields(item).get(self._step_key, NOTHING)
         return [seq for seq in self._slot(step) if items.get(seq) is item]
 
     def _index_seq(self, seq: int, item: MemoryItem) -> None:
         item.watch(self, self._watcher)
-        step = item._fields.get(self._step_key, NOTHING)
+        step = item_fields(item).get(self._step_key, NOTHING)
         if step is NOTHING:
             self._stepless[seq] = None
             return
@@ -1016,7 +1018,7 @@ class Memory:
             key = self._step_key
             for seq in self._unhashable_steps:
                 held = items.get(seq)
-                if held is not None and held._fields.get(key) in wanted:
+                if held is not None and item_fields(held).get(key) in wanted:
                     seqs.append(seq)
                     buckets += 1
         if buckets > 1:
@@ -1033,7 +1035,7 @@ class Memory:
             if self._by_step is None:
                 return
             step_changed = key == self._step_key
-            filed = old if step_changed else item._fields.get(self._step_key, NOTHING)
+            filed = old if step_changed else item_fields(item).get(self._step_key, NOTHING)
             items = self._items
             seqs = [seq for seq in self._slot(filed) if items.get(seq) is item]
             if not seqs:
@@ -1058,7 +1060,7 @@ class Memory:
                 callback(self, change)
             except Exception as exc:
                 name = getattr(callback, "__qualname__", repr(callback))
-                steps = [item._fields.get(self._step_key) for item in change.items[:5]]
+                steps = [item_fields(item).get(self._step_key) for item in change.items[:5]]
                 msg = (
                     f"Change callback {name} raised {type(exc).__name__}: {exc} "
                     f"(after {change.kind} of steps {steps}); the change was applied and the memory is consistent."

@@ -38,7 +38,14 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, decode_items, dumps_item
+from agents.memory._item import (
+    NOTHING,
+    MemoryItem,
+    OnUnknownClass,
+    decode_items,
+    dumps_item,
+    item_fields,
+)
 from agents.memory._text import (
     BM25_B,
     BM25_K1,
@@ -637,7 +644,9 @@ class BaseStore(abc.ABC):
         with self._errors("read", sid):
             rows = self._fetch_keys(sid, wanted, steps=texts)
         pairs = decode_pairs(rows, f"session {sid!r} of {self._url}", "base")
-        return [{k: f[k] for k in wanted if k in f} for f in (item._fields for _, item in pairs)]
+        return [
+            {k: f[k] for k in wanted if k in f} for f in (item_fields(item) for _, item in pairs)
+        ]
 
     def tail(
         self,
@@ -1325,7 +1334,7 @@ def encode_rows(
     now = time.time()
     rows: list[Row] = []
     for item in items:
-        step = item._fields.get(step_key, NOTHING)
+        step = item_fields(item).get(step_key, NOTHING)
         data = dumps_item(item, step_key=step_key, on_unencodable=on_unencodable)
         rows.append((step_text(step), now, data))
     return rows
