@@ -951,7 +951,7 @@ def test_whitespace_only_file_of_megabytes_is_refused_in_few_reads(
     def counting_open(name: str, mode: str = "rb") -> CountingReader:
         return CountingReader(io.FileIO(name, mode))
 
-    monkeypatch.setattr("agents.memory.memory.open", counting_open, raising=False)
+    monkeypatch.setattr("agents.memory._session.open", counting_open, raising=False)
     memory = session_memory()
     before = state_of(memory)
     with pytest.raises(CorruptSessionError, match="is not valid JSON"):
