@@ -461,8 +461,7 @@ still hold plain data (:func:`containers_plain`), which they may stop doing
 when they are changed in place.
 """
 
-_CONTAINERS: Final = frozenset({list, dict})
-_PLAIN_KINDS: Final = _SCALARS_AND_FLOAT | _CONTAINERS
+_PLAIN_KINDS: Final = _SCALARS_AND_FLOAT | {list, dict}
 
 
 def plain_verdict(fields: Mapping[str, Any]) -> PlainVerdict:
@@ -476,18 +475,24 @@ def plain_verdict(fields: Mapping[str, Any]) -> PlainVerdict:
     if TAG in fields:
         return False
     values = fields.values()
-    kinds = set(map(type, values))
-    if kinds <= _SCALARS:
+    if set(map(type, values)) <= _SCALARS:
         return True
-    if not kinds <= _PLAIN_KINDS:
-        return False
-    if float in kinds and not all(v - v == 0.0 for v in values if type(v) is float):
-        return False
-    if kinds.isdisjoint(_CONTAINERS):
+    # One pass in Python beats several C-level filters on a dozen values.
+    dicts: list[dict[Any, Any]] = []
+    lists: list[list[Any]] = []
+    for value in values:
+        kind = type(value)
+        if kind in _SCALARS:
+            continue
+        if kind is dict:
+            dicts.append(value)
+        elif kind is list:
+            lists.append(value)
+        elif kind is not float or value - value != 0.0:
+            return False
+    if not dicts and not lists:
         return True
-    dicts = tuple([v for v in values if type(v) is dict])
-    lists = tuple([v for v in values if type(v) is list])
-    return dicts, lists
+    return tuple(dicts), tuple(lists)
 
 
 def containers_plain(
