@@ -137,23 +137,19 @@ def run(rows: list[dict[str, Any]], shape: str, repeat: int) -> None:
     # Build: a Memory from dicts against copying the dicts.
     raw = best(lambda: [dict(row) for row in rows], repeat, gc_on=True)
 
-    def add_the_ufo_way() -> None:
-        memory = Memory()
+    def build_the_ufo_way(memory_class: Callable[[], Any], item_class: Callable[[], Any]) -> Any:
+        memory = memory_class()
         for row in rows:
-            item = MemoryItem()
-            item.add_values_from_dict(row)
-            memory.add_memory_item(item)
-
-    ours_ufo_way = best(add_the_ufo_way, repeat, gc_on=True)
-    report("build the UFO way (GC on)", ours_ufo_way, raw)
-
-    def add_to_ufo_layout() -> UfoLayoutMemory:
-        memory = UfoLayoutMemory()
-        for row in rows:
-            item = UfoLayoutItem()
+            item = item_class()
             item.add_values_from_dict(row)
             memory.add_memory_item(item)
         return memory
+
+    ours_ufo_way = best(lambda: build_the_ufo_way(Memory, MemoryItem), repeat, gc_on=True)
+    report("build the UFO way (GC on)", ours_ufo_way, raw)
+
+    def add_to_ufo_layout() -> UfoLayoutMemory:
+        return build_the_ufo_way(UfoLayoutMemory, UfoLayoutItem)
 
     report(
         "build the UFO way, against UFO's layout (GC on)",
