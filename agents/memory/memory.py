@@ -159,7 +159,9 @@ class Memory:
         self._next_seq = 0
         self._first_seq = 0
         # step -> sorted seqs; built on first step lookup, then kept up to date.
-        self._by_step: dict[Any, list[int]] | None = None
+        # Step -> the seqs of its items: a bare seq for a step of one item (most
+        # steps), a sorted list for more. Built on the first step lookup.
+        self._by_step: dict[Any, int | list[int]] | None = None
         self._stepless: dict[int, None] = {}
         self._unhashable_steps: dict[int, None] = {}
         self._list: list[MemoryItem] | None = None
@@ -274,14 +276,14 @@ class Memory:
             )
             raise ArgumentTypeError(msg)
         with self._lock:
-            if (
-                self._writer is None
-                and not self._observers
-                and not self._callbacks
-                and self._max_items is None
-            ):
-                # Nobody to tell and nothing to evict: append in place.
+            if self._writer is None and not self._callbacks and self._max_items is None:
+                # Nothing to ask first and nothing to evict: append in place, then tell observers.
+                seq = self._next_seq
                 self._append(memory_item)
+                if self._observers:
+                    added = ((seq, memory_item),)
+                    for observer in self._observers:
+                        observer.write_add(self, added, ())
             else:
                 self._add([memory_item])
 
@@ -902,7 +904,7 @@ class Memory:
         self._unhashable_steps = {}
         self._list = None
 
-    def _index(self) -> dict[Any, list[int]]:
+    def _index(self) -> dict[Any, int | list[int]]:
         index = self._by_step
         if index is None:
             index = self._by_step = {}
@@ -926,19 +928,24 @@ class Memory:
                     unhashable[seq] = None
                     continue
                 if bucket is None:
-                    index[step] = [seq]
+                    index[step] = seq
+                elif isinstance(bucket, int):
+                    index[step] = [bucket, seq]
                 else:
                     bucket.append(seq)
         return index
 
-    def _slot(self, step: Any) -> list[int] | dict[int, None]:
+    def _slot(self, step: Any) -> Sequence[int] | dict[int, None]:
         """Return the seqs filed under ``step`` (``NOTHING`` for items without a step)."""
         if step is NOTHING:
             return self._stepless
         try:
-            return self._by_step.get(step, []) if self._by_step is not None else []
+            bucket = self._by_step.get(step) if self._by_step is not None else None
         except TypeError:
             return self._unhashable_steps
+        if bucket is None:
+            return ()
+        return (bucket,) if isinstance(bucket, int) else bucket
 
     def _seqs_holding(self, item: MemoryItem) -> list[int]:
         """Return the keys under which the memory holds ``item`` (found through the index)."""
@@ -962,7 +969,9 @@ class Memory:
             self._unhashable_steps[seq] = None
             return
         if bucket is None:
-            index[step] = [seq]
+            index[step] = seq
+        elif isinstance(bucket, int):
+            index[step] = [bucket, seq] if bucket < seq else [seq, bucket]
         elif bucket[-1] < seq:
             bucket.append(seq)
         else:
@@ -979,7 +988,9 @@ class Memory:
         except TypeError:
             self._unhashable_steps.pop(seq, None)
             return
-        if bucket is not None and seq in bucket:
+        if bucket == seq:
+            del index[step]
+        elif isinstance(bucket, list) and seq in bucket:
             bucket.remove(seq)
             if not bucket:
                 del index[step]
@@ -995,12 +1006,18 @@ class Memory:
                 bucket = index.get(step)
             except TypeError:
                 continue  # an unhashable step is matched against the unhashable items below
-            if bucket:
-                if not all(seq in items for seq in bucket):
-                    # A field change that raced a delete can leave a key behind; drop it here.
-                    bucket[:] = [seq for seq in bucket if seq in items]
-                seqs.extend(bucket)
-                buckets += 1
+            if bucket is None:
+                continue
+            filed = [bucket] if isinstance(bucket, int) else bucket
+            if not all(seq in items for seq in filed):
+                # A field change that raced a delete can leave a key behind; drop it here.
+                filed = [seq for seq in filed if seq in items]
+                if filed:
+                    index[step] = filed
+                else:
+                    del index[step]
+            seqs.extend(filed)
+            buckets += 1
         if self._unhashable_steps:
             key = self._step_key
             for seq in self._unhashable_steps:
