@@ -35,11 +35,9 @@ from _common import best, make_rows, make_ufo_rows
 from agents.memory import Memory, MemoryItem
 from agents.memory.stores import open_memory, open_store
 
-# Target ratios (kvmemory / raw). Building the UFO way should cost at most
-# what UFO's own MemoryItem and Memory cost: 3.1-4.5x the raw copy when
-# measured in one process (issue 9), so the lower end is the target here.
+# Target ratios (kvmemory / raw), from issue 9. Building the UFO way and
+# to_json are held to UFO's own time, measured in this run on UFO's layout.
 TARGETS = {
-    "build the UFO way (GC on)": 3.1,
     "build the UFO way, against UFO's layout (GC on)": 1.0,
     "to_json, against UFO's layout": 1.0,
     "reopen from SQLite, index built (eager)": 1.5,
