@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory._item import MemoryItem
 from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, Tokenizer, bm25_idf, item_texts
+from agents.memory._vectors import Embedder, checked_vectors, embed_text, numpy, top_rows
 from agents.memory.exceptions import EmbedderMismatchError
-from agents.memory.search._embed import Embedder, checked_vectors, numpy
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -82,14 +82,8 @@ class _Vectors:
         if not used:
             return {}
         sims = self.matrix[:used] @ query
-        valid = self.valid[:used]
-        sims[~valid] = -np.inf
-        count = int(valid.sum())
-        if limit is None or limit >= count:
-            rows = np.flatnonzero(valid)
-        else:
-            cut = sims[np.argpartition(sims, used - limit)[used - limit]]
-            rows = np.flatnonzero(sims >= cut)
+        sims[~self.valid[:used]] = -np.inf
+        rows = top_rows(sims, limit)
         key_at = self.key_at
         out = {key_at[row]: float(sims[row]) for row in rows.tolist()}
         row_of = self.row_of
@@ -336,7 +330,7 @@ class SearchIndex:
                 if item is None:
                     del waiting[key]
                     continue
-                text = "\n".join(text for _, text in item_texts(item.to_dict(), keys))
+                text = embed_text(item.to_dict(), keys)
                 if text.strip():
                     todo.append((key, text))
                 else:

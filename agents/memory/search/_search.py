@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agents.memory._item import NOTHING, MemoryItem
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query
+from agents.memory._vectors import (
+    HYBRID_KEYWORD_WEIGHT,
+    HYBRID_POOL,
+    SearchMode,
+    blend,
+    checked_weight,
+)
 from agents.memory.exceptions import EmbedderMismatchError, InvalidQueryError
 from agents.memory.search._embed import Embedder, WordLlamaEmbedder
 from agents.memory.search._index import SearchIndex
@@ -30,8 +37,6 @@ __all__ = [
     "search_index",
 ]
 
-SearchMode = Literal["keyword", "semantic", "hybrid"]
-"""How :func:`search` ranks: BM25 over words, cosine over embeddings, or a blend of both."""
 
 Where = Mapping[str, Any] | Callable[[MemoryItem], bool]
 """A filter applied before ranking: ``{field: value}`` (all must hold) or a predicate.
@@ -40,21 +45,6 @@ A value matches a field that holds an equal value; a ``range`` matches a
 field whose value lies in it (``{"step": range(10, 20)}``). Items without
 the field never match.
 """
-
-HYBRID_KEYWORD_WEIGHT = 0.7
-"""The share of the keyword score in a hybrid score (the rest is the semantic one).
-
-Both are put on a 0..1 scale first: BM25 divided by the query's ceiling
-(the score of an item holding every query word very often, so a match on
-common words alone stays low), the cosine min-max scaled over the
-candidates. In ``benchmarks/bench_search.py`` this weight was the one
-that matched the better of keyword and semantic search on both query sets
-(weights 0.3 to 0.8 came within a few queries); reciprocal rank fusion and
-a blend scaling BM25 by the best hit fell well behind on paraphrases.
-"""
-
-HYBRID_POOL = 100
-"""Hybrid mode blends the keyword hits with this many best semantic ones (at least ``10 * k``)."""
 
 _MODES = ("keyword", "semantic", "hybrid")
 _default_embedder: Embedder | None = None
@@ -143,10 +133,7 @@ def search(
     if mode not in _MODES:
         msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
         raise InvalidQueryError(msg)
-    weight = HYBRID_KEYWORD_WEIGHT if hybrid_weight is None else hybrid_weight
-    if type(weight) not in (int, float) or not 0.0 <= weight <= 1.0:
-        msg = f"hybrid_weight must be a number from 0 to 1, got {hybrid_weight!r}."
-        raise InvalidQueryError(msg)
+    weight = checked_weight(hybrid_weight)
     index = search_index(memory)
     terms = index.tokenizer(text)
     if mode == "keyword":
@@ -178,7 +165,7 @@ def search(
         semantic = index.semantic_scores(
             model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
         )
-        scores = _blend(keyword, ceiling, semantic, weight)
+        scores = blend(keyword, ceiling, semantic, weight)
         index.embedder = model
     return [
         Hit(item, score, index.matched_fields(key, terms, wanted))
@@ -318,23 +305,6 @@ def _embedder_for(index: SearchIndex, embedder: Embedder | None) -> Embedder:
         )
         raise EmbedderMismatchError(msg)
     return embedder
-
-
-def _blend(
-    keyword: dict[int, float], ceiling: float, semantic: dict[int, float], w: float
-) -> dict[int, float]:
-    """Mix scaled BM25 and scaled cosine over the keyword hits and the best semantic ones."""
-    candidates = dict.fromkeys([*keyword, *semantic])
-    if not candidates:
-        return {}
-    cosines = [semantic.get(key, 0.0) for key in candidates]
-    low, high = min(cosines), max(cosines)
-    spread = (high - low) or 1.0
-    return {
-        key: w * keyword.get(key, 0.0) / ceiling
-        + (1.0 - w) * (semantic.get(key, low) - low) / spread
-        for key in candidates
-    }
 
 
 def _progress_bar(done: int, total: int) -> None:
