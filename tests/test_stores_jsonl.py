@@ -60,9 +60,9 @@ def test_v1_store_is_migrated_to_v2_without_loss(tmp_path: Path) -> None:
         )
         assert store.append("run", [MemoryItem(step=4)]) == [4]
     marker = json.loads((directory / "kvmemory-store.json").read_bytes())
-    assert marker["version"] == 2
+    assert marker["version"] == JSONLStore.schema_version
     header = json.loads((directory / "run.jsonl").read_bytes().split(b"\n")[0])
-    assert header["version"] == 2
+    assert header["version"] == JSONLStore.schema_version
     assert len(header["generation"]) == 32
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from agents.memory import MemoryItem
 from agents.memory.exceptions import SchemaVersionError, StoreError, StoreUnreachableError
-from agents.memory.stores import open_store
+from agents.memory.stores import PostgresStore, open_store
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -81,14 +81,19 @@ def test_v1_store_is_migrated_to_v2_without_loss(postgres_url: str) -> None:
         store.delete_session("b")
         assert store.append("b", [MemoryItem(Step=8)], step_key="Step") == [2]
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(2,)]
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
 
 
 @pytest.mark.postgres
 def test_v1_store_opened_read_only_is_refused_and_unchanged(postgres_url: str) -> None:
     """Read-only never migrates: v1 tables are refused with a clear error and keep their layout."""
     write_v1_store(postgres_url)
-    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 2"):
+    with pytest.raises(
+        SchemaVersionError,
+        match=f"read-only it cannot be migrated to {PostgresStore.schema_version}",
+    ):
         open_store(postgres_url, read_only=True)
     with psycopg.connect(postgres_url, autocommit=True) as con:
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(1,)]

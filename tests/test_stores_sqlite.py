@@ -87,7 +87,7 @@ def test_v1_store_is_migrated_to_v2_without_loss(tmp_path: Path) -> None:
         )
         store.set_metadata("a", {"agent": "planner"})
         assert store.append("a", [MemoryItem(step=3)]) == [6]
-    assert user_version(path) == 2
+    assert user_version(path) == SQLiteStore.schema_version
 
 
 def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> None:
@@ -95,7 +95,9 @@ def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> N
     path = tmp_path / "old.db"
     write_v1_store(path)
     before = path.read_bytes()
-    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 2"):
+    with pytest.raises(
+        SchemaVersionError, match=f"read-only it cannot be migrated to {SQLiteStore.schema_version}"
+    ):
         open_store(path, read_only=True)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["old.db"]
