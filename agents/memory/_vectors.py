@@ -11,6 +11,7 @@ use (the ``semantic`` or ``numpy`` extra).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
@@ -30,6 +31,7 @@ __all__ = [
     "embed_text",
     "fields_text",
     "numpy",
+    "progress_bar",
     "top_rows",
 ]
 
@@ -227,3 +229,13 @@ def blend(
         + (1.0 - w) * (semantic.get(key, low) - low) / spread
         for key in candidates
     }
+
+
+def progress_bar(done: int, total: int) -> None:
+    """Draw ``Embedding items [###...] done/total`` on stderr (``progress=True``)."""
+    width = 30
+    filled = width * done // total if total else width
+    sys.stderr.write(f"\rEmbedding items [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

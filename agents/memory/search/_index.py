@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory._item import MemoryItem
@@ -312,17 +312,7 @@ class SearchIndex:
             EmbeddingError: if the embedder returns the wrong shape or NaN.
         """
         with self._lock:
-            vectors = self._vectors.get(keys)
-            if vectors is None:
-                vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
-                self._unembedded[keys] = dict.fromkeys(self._items)
-            if vectors.matrix.shape[1] != embedder.dimension:
-                msg = (
-                    f"The memory's vectors from model {vectors.model!r} have {vectors.matrix.shape[1]} "
-                    f"dimensions; embedder {embedder.name!r} gives {embedder.dimension}. Embed again "
-                    "with memory.index_embeddings(embedder) under a name of its own."
-                )
-                raise EmbedderMismatchError(msg)
+            vectors = self._table(embedder, keys)
             waiting = self._unembedded[keys]
             todo: list[tuple[int, str]] = []
             for key in list(waiting):
@@ -347,6 +337,39 @@ class SearchIndex:
                 if progress is not None:
                     progress(done, len(todo))
             return vectors
+
+    def missing_vectors(self, keys: tuple[str, ...] | None) -> list[int]:
+        """Return the keys of the items that wait for a vector over ``keys`` (every item before the first embedding)."""
+        with self._lock:
+            waiting = self._unembedded.get(keys)
+            if waiting is None:
+                return list(self._items)
+            return [key for key in waiting if key in self._items]
+
+    def adopt_vectors(
+        self, embedder: Embedder, keys: tuple[str, ...] | None, vectors: Mapping[int, Any]
+    ) -> int:
+        """Take unit vectors made elsewhere by ``embedder`` (a store keeps them) for items waiting for one.
+
+        Vectors of items that do not wait for one (already embedded, or
+        gone) are ignored. Pass them in key order, so that the rows are laid
+        out as embedding the items here would lay them out.
+
+        Returns:
+            How many vectors were taken.
+
+        Raises:
+            EmbedderMismatchError: if the index holds vectors of another dimension.
+        """
+        with self._lock:
+            table = self._table(embedder, keys)
+            waiting = self._unembedded[keys]
+            chosen = [key for key in vectors if key in waiting and key in self._items]
+            if chosen:
+                table.put(chosen, [vectors[key] for key in chosen])
+                for key in chosen:
+                    del waiting[key]
+            return len(chosen)
 
     def vector_model(self) -> str | None:
         """Return the name of the model the stored vectors came from, or ``None``."""
@@ -395,6 +418,21 @@ class SearchIndex:
             return [(key, items[key], score) for key, score in best]
 
     # -- internals -----------------------------------------------------------------------
+
+    def _table(self, embedder: Embedder, keys: tuple[str, ...] | None) -> _Vectors:
+        """Return the vectors over ``keys``, created for ``embedder`` on first use; refuse another dimension."""
+        vectors = self._vectors.get(keys)
+        if vectors is None:
+            vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
+            self._unembedded[keys] = dict.fromkeys(self._items)
+        if vectors.matrix.shape[1] != embedder.dimension:
+            msg = (
+                f"The memory's vectors from model {vectors.model!r} have {vectors.matrix.shape[1]} "
+                f"dimensions; embedder {embedder.name!r} gives {embedder.dimension}. Embed again "
+                "with memory.index_embeddings(embedder) under a name of its own."
+            )
+            raise EmbedderMismatchError(msg)
+        return vectors
 
     def _catch_up(self) -> None:
         """Tokenize the items marked since the last query and file their terms."""

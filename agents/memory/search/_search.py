@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ from agents.memory._vectors import (
     SearchMode,
     blend,
     checked_weight,
+    progress_bar,
 )
 from agents.memory.exceptions import EmbedderMismatchError, InvalidQueryError
 from agents.memory.search._embed import Embedder, WordLlamaEmbedder
@@ -31,6 +31,7 @@ __all__ = [
     "Hit",
     "SearchMode",
     "Where",
+    "embedder_for",
     "index_embeddings",
     "recall",
     "search",
@@ -252,7 +253,7 @@ def index_embeddings(
     if embedder is not None and index.vector_model() not in (None, embedder.name):
         index.drop_vectors()
     model = _embedder_for(index, embedder)
-    report = _progress_bar if progress is True else (progress or None)
+    report = progress_bar if progress is True else (progress or None)
     vectors = index.embed(model, wanted, batch_size=batch_size, progress=report)
     index.embedder = model
     return len(vectors.row_of)
@@ -288,6 +289,20 @@ def _predicate(where: Where | None) -> Callable[[MemoryItem], bool] | None:
     return matches
 
 
+def embedder_for(memory: Memory, embedder: Embedder | None = None) -> Embedder:
+    """Return the embedder a semantic search of ``memory`` uses.
+
+    That is ``embedder`` when given, else the one the memory was last
+    searched or embedded with, else the shared :class:`WordLlamaEmbedder`
+    (loaded once per process).
+
+    Raises:
+        EmbedderMismatchError: if the memory holds vectors of another model.
+        MissingDependencyError: naming the extra when wordllama is needed and missing.
+    """
+    return _embedder_for(search_index(memory), embedder)
+
+
 def _embedder_for(index: SearchIndex, embedder: Embedder | None) -> Embedder:
     global _default_embedder
     if embedder is None:
@@ -305,12 +320,3 @@ def _embedder_for(index: SearchIndex, embedder: Embedder | None) -> Embedder:
         )
         raise EmbedderMismatchError(msg)
     return embedder
-
-
-def _progress_bar(done: int, total: int) -> None:
-    width = 30
-    filled = width * done // total if total else width
-    sys.stderr.write(f"\rEmbedding items [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
