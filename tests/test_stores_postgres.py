@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agents.memory import MemoryItem
-from agents.memory.exceptions import SchemaVersionError, StoreError, StoreUnreachableError
+from agents.memory.exceptions import (
+    CorruptStoreError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnreachableError,
+)
+from agents.memory.search import HashingEmbedder
 from agents.memory.stores import PostgresStore, open_store
 
 psycopg = pytest.importorskip("psycopg")
@@ -183,3 +191,44 @@ def test_migration_drops_jsonb_copies_that_changed_a_float(postgres_url: str) ->
     with open_store(postgres_url) as store:
         assert store.project("a", ["big"], steps=[3]) == [{"big": 1e16}]
         assert type(store.project("a", ["big"], steps=[3])[0]["big"]) is float
+
+
+@pytest.mark.postgres
+def test_v2_store_is_migrated_and_gets_vectors(postgres_url: str) -> None:
+    """v2 tables opened writable gain the vector tables, keep their items, and embed and search them."""
+    write_v1_store(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        # What the v2 migration did, so the tables are v2 as kvmemory left them.
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN metadata bytea NOT NULL DEFAULT '\\x7b7d'::bytea"
+        )
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false"
+        )
+        con.execute("UPDATE kvmemory_schema SET version = 2")
+    embedder = HashingEmbedder(32)
+    with open_store(postgres_url) as store:
+        assert store.index_embeddings("a", embedder) == 2
+        hits = store.search("a", "open", 1, mode="semantic", embedder=embedder)
+        assert [(hit.seq, hit.item["action"]) for hit in hits] == [(1, "open")]
+        assert [r.seq for r in store.records("b")] == [1]
+    assert {"kvmemory_vectors", "kvmemory_embedders"} <= tables(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(3,)]
+
+
+@pytest.mark.postgres
+def test_damaged_vector_row_is_named_by_store_session_and_seq(postgres_url: str) -> None:
+    """A vector row of the wrong byte length raises CorruptStoreError naming the store, session and seq."""
+    embedder = HashingEmbedder(32)
+    with open_store(postgres_url) as store:
+        seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
+        store.index_embeddings("s", embedder)
+        url = store.url
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(
+            "UPDATE kvmemory_vectors SET vector = '\\x00000000'::bytea WHERE seq = %s", (seqs[1],)
+        )
+    message = f"item {seqs[1]} of session 's' of {re.escape(url)} holds 4 bytes; expected 128"
+    with open_store(postgres_url) as store, pytest.raises(CorruptStoreError, match=message):
+        store.search("s", "a", mode="semantic", embedder=embedder)
