@@ -494,21 +494,27 @@ class StoredMemory(Memory):
         batch_size: int = 256,
         progress: Callable[[int, int], object] | None = None,
     ) -> Embedder:
-        """Bring the store's vectors up to date and give the search index the ones it lacks; return the embedder."""
+        """Give the search index the vectors it lacks from the store, embedding there what the store lacks; return the embedder.
+
+        Every item of the memory has a row in the store, and a change to an
+        item reaches both, so when the index lacks no vector there is
+        nothing to ask the store (a query then costs what it costs in RAM).
+        """
         from agents.memory import search
 
         wanted = checked_keys(keys)
         with self._lock:
             model = search.embedder_for(self, embedder)
             store = self.store
+            index = search.search_index(self)
+            missing = index.missing_vectors(wanted)
+            if not missing:
+                store.read_vectors(self._sid, model, seqs=[])  # still refuse another model
+                return model
             if not store.read_only:
                 store.index_embeddings(
                     self._sid, model, keys=wanted, batch_size=batch_size, progress=progress
                 )
-            index = search.search_index(self)
-            missing = index.missing_vectors(wanted)
-            if not missing:
-                return model
             seq_of = self._session.seqs_of(missing)
             # Many missing (a reopened session): one pass over the vectors beats a list of seqs.
             seqs = None if len(seq_of) > 1000 else list(seq_of.values())

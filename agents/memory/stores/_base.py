@@ -380,8 +380,8 @@ class BaseStore(abc.ABC):
       engine where the transaction would cost extra round trips.
     * Optionally the vectors of semantic search: reading with
       :meth:`_vector_model`, :meth:`_vector_pages` and
-      :meth:`_unembedded_pages` (and, for speed, :meth:`_vector_counts` and
-      :meth:`_fetch_vectors`); writing, inside a transaction, with
+      :meth:`_unembedded_pages` (and, for speed, :meth:`_vector_count`,
+      :meth:`_vector_counts` and :meth:`_fetch_vectors`); writing, inside a transaction, with
       :meth:`_claim_vector_model`, :meth:`_put_vectors`,
       :meth:`_delete_vectors` and :meth:`_drop_vectors`; and
       :meth:`_delete_session` removes them too. The defaults keep no
@@ -545,6 +545,14 @@ class BaseStore(abc.ABC):
     def _vector_model(self, session_id: str) -> tuple[str, int] | None:
         """Return the ``(model, dimension)`` recorded for a session's vectors, or ``None``."""
         return None
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        """Return how many items of a session have a vector row over ``fields`` (empty rows included).
+
+        Semantic search compares it with :meth:`_count` before every query,
+        so a store that can count without reading the vectors overrides this.
+        """
+        return sum(len(page) for page in self._vector_pages(session_id, fields, 4096))
 
     def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
         """Return how many items of a session have a vector row over ``fields``, and how many of those rows are not empty."""
@@ -1274,11 +1282,25 @@ class BaseStore(abc.ABC):
         _check_embedder(embedder)
         self._checked_model(sid, embedder)
         filed = fields_text(fields)
+        self._embed_missing(sid, embedder, fields, batch_size, progress)
         with self._errors("read the vectors of", sid):
-            covered, real = self._vector_counts(sid, filed)
+            return self._vector_counts(sid, filed)[1]
+
+    def _embed_missing(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        batch_size: int,
+        progress: Callable[[int, int], object] | None,
+    ) -> None:
+        """Embed and store the items without a vector over ``fields`` (two counts when there are none)."""
+        filed = fields_text(fields)
+        with self._errors("read the vectors of", sid):
+            covered = self._vector_count(sid, filed)
             count = self._count(sid)
         if covered >= count:
-            return real
+            return
         total = count - covered
         source = f"session {sid!r} of {self._url}"
         pending: list[tuple[int, bytes, str]] = []
@@ -1302,8 +1324,6 @@ class BaseStore(abc.ABC):
                     progress(done, max(total, done))
             if rows is None:
                 break
-        with self._errors("read the vectors of", sid):
-            return self._vector_counts(sid, filed)[1]
 
     def read_vectors(
         self,
@@ -1389,7 +1409,7 @@ class BaseStore(abc.ABC):
         self._checked_model(sid, embedder)
         query = checked_vectors(embedder, [text])[0]
         if not self.read_only:
-            self.index_embeddings(sid, embedder, keys=fields)
+            self._embed_missing(sid, embedder, fields, 256, None)
         pages = self._cosine_pages(sid, embedder, fields)
         found: dict[int, MemoryItem] = {}
         if mode == "semantic":

@@ -632,6 +632,10 @@ class JSONLStore(BaseStore):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        log = self._snapshot(session_id)
+        return len(log.vectors.get(fields) or {}) if log is not None else 0
+
     def _unembedded_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:

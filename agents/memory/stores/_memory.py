@@ -170,6 +170,11 @@ class InMemoryStore(BaseStore):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return len(session.vectors.get(fields) or {}) if session else 0
+
     def _claim_vector_model(
         self, tx: _Space, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:

@@ -508,6 +508,16 @@ class PostgresStore(BaseStore):
             )
             return True
 
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
+        rows = self._query(
+            "SELECT seq, data FROM kvmemory_items WHERE session_id = %s AND seq = ANY(%s)"
+            " ORDER BY seq",
+            (session_id, list(seqs)),
+        )
+        return [(int(seq), bytes(data)) for seq, data in rows]
+
     # -- vectors ---------------------------------------------------------------------
 
     def _vector_model(self, session_id: str) -> tuple[str, int] | None:
@@ -517,6 +527,15 @@ class PostgresStore(BaseStore):
             "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = %s", (session_id,)
         )
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        if self._empty:
+            return 0
+        rows = self._query(
+            "SELECT count(*) FROM kvmemory_vectors WHERE session_id = %s AND fields = %s",
+            (session_id, fields),
+        )
+        return int(rows[0][0])
 
     def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
         if self._empty:
@@ -537,23 +556,26 @@ class PostgresStore(BaseStore):
             "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
             " AND seq > %s ORDER BY seq LIMIT %s"
         )
-        rows = self._query(sql, (session_id, fields, -1, size))
+        rows = self._binary_query(sql, (session_id, fields, -1, size))
         while rows:
-            page = [(int(seq), bytes(vector)) for seq, vector in rows]
-            yield page
-            rows = self._query(sql, (session_id, fields, page[-1][0], size))
+            yield rows
+            rows = self._binary_query(sql, (session_id, fields, rows[-1][0], size))
+
+    def _binary_query(self, sql: str, params: Any) -> list[tuple[int, bytes]]:
+        # Binary results: a bytea arrives as its bytes, not as hex text twice its size.
+        with self._pool.connection() as con:
+            return list(con.execute(sql, params, binary=True).fetchall())
 
     def _fetch_vectors(
         self, session_id: str, fields: str, seqs: Sequence[int]
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        rows = self._query(
+        return self._binary_query(
             "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
             " AND seq = ANY(%s) ORDER BY seq",
             (session_id, fields, list(seqs)),
         )
-        return [(int(seq), bytes(vector)) for seq, vector in rows]
 
     def _unembedded_pages(
         self, session_id: str, fields: str, size: int

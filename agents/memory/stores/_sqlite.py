@@ -448,6 +448,15 @@ class SQLiteStore(BaseStore):
             ).rowcount
         return gone > 0
 
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
+        return self._query(
+            "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
+            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
+            (session_id, _json_list(seqs)),
+        )
+
     # -- vectors ---------------------------------------------------------------------
 
     def _vector_model(self, session_id: str) -> tuple[str, int] | None:
@@ -457,6 +466,15 @@ class SQLiteStore(BaseStore):
             "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = ?", (session_id,)
         )
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        if self._empty:
+            return 0
+        rows = self._query(
+            "SELECT count(*) FROM kvmemory_vectors WHERE session_id = ? AND fields = ?",
+            (session_id, fields),
+        )
+        return int(rows[0][0])
 
     def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
         if self._empty:
