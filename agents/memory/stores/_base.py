@@ -1513,6 +1513,11 @@ class BaseStore(abc.ABC):
         """Return the seqs and the matrix of the non-empty vector rows; a row of the wrong length is damage."""
         np = numpy()
         size = 4 * embedder.dimension
+        vectors = [vector for _, vector in rows]
+        lengths = list(map(len, vectors))
+        if lengths and min(lengths) == max(lengths) == size:  # the usual page: all whole vectors
+            matrix = np.frombuffer(b"".join(vectors), dtype=VECTOR_DTYPE).reshape(len(rows), -1)
+            return [seq for seq, _ in rows], matrix.astype(np.float32, copy=False)
         seqs: list[int] = []
         blobs: list[bytes] = []
         for seq, vector in rows:
