@@ -286,3 +286,25 @@ def test_compaction_keeps_the_vectors_of_live_items(tmp_path: Path) -> None:
         assert sorted(after) == seqs[2:]
         assert all((after[seq] == before[seq]).all() for seq in seqs[2:])
         assert store.index_embeddings("s", embedder) == 2
+
+
+@pytest.mark.parametrize(
+    ("record", "match"),
+    [
+        (b'{"vec":[1,"*"]}', r'"vec" record holds \[1, \'\*\'\]'),
+        (b'{"vec":[1,"*","not base64!"]}', "not base64"),
+        (b'{"vm":["model"]}', r'"vm" record holds \[\'model\'\]'),
+    ],
+    ids=["vec-shape", "vec-base64", "vm-shape"],
+)
+def test_damaged_vector_records_are_named_by_line(
+    tmp_path: Path, record: bytes, match: str
+) -> None:
+    """A vector or model record of the wrong shape raises CorruptStoreError naming the log and line."""
+    directory = tmp_path / "logs"
+    with JSONLStore(directory) as store:
+        store.append("s", [MemoryItem(step=1, note="a")])
+    with (directory / "s.jsonl").open("ab") as log:
+        log.write(record + b"\n")
+    with JSONLStore(directory) as store, pytest.raises(CorruptStoreError, match=f"line 3.*{match}"):
+        store.vector_model("s")

@@ -885,6 +885,49 @@ class StoreContract:
         assert list(after) == list(before)
         assert all((after[seq] == before[seq]).all() for seq in before)
 
+    def test_dropped_and_cleared_vectors_stay_gone_for_another_handle(
+        self, make_store: MakeStore
+    ) -> None:
+        """After drop_vectors or clear, a new handle finds no vectors and no model."""
+        with make_store() as store:
+            store.append("s", vector_session())
+            store.index_embeddings("s", EMBEDDER)
+            store.drop_vectors("s")
+        with make_store() as store:
+            assert store.vector_model("s") is None
+            assert store.read_vectors("s", EMBEDDER) == {}
+            store.index_embeddings("s", EMBEDDER)
+            store.clear("s")
+        with make_store() as store:
+            assert store.vector_model("s") is None
+            assert store.count("s") == 0
+
+    def test_vector_of_an_item_changed_meanwhile_is_not_stored(self, make_store: MakeStore) -> None:
+        """A vector computed while another handle changes its item is dropped; the next call embeds the new fields."""
+        with make_store() as store, make_store() as other:
+            seqs = store.append("s", vector_session())
+
+            class Meddling(CountingEmbedder):
+                def __call__(self, texts: Sequence[str], /) -> Any:
+                    if not self.texts:
+                        with other.batch("s") as batch:
+                            batch.update({seqs[0]: MemoryItem(step=0, thought="giraffes")})
+                    return super().__call__(texts)
+
+            embedder = Meddling()
+            assert store.index_embeddings("s", embedder) == len(VECTOR_TEXTS) - 1
+            assert seqs[0] not in store.read_vectors("s", embedder)
+            assert store.index_embeddings("s", embedder) == len(VECTOR_TEXTS)
+            hits = store.search("s", "giraffe", 1, mode="semantic", embedder=embedder)
+            assert [hit.seq for hit in hits] == [seqs[0]]
+
+    def test_semantic_search_of_an_unknown_session_has_no_hits(self, store: BaseStore) -> None:
+        """Semantic and hybrid searches of a session that does not exist find nothing and store nothing."""
+        assert store.search("nobody", "report", mode="semantic", embedder=EMBEDDER) == []
+        assert store.search("nobody", "report", mode="hybrid", embedder=EMBEDDER) == []
+        assert store.drop_vectors("nobody") == 0
+        assert store.vector_model("nobody") is None
+
     def test_dropped_vectors_let_another_model_embed(self, store: BaseStore) -> None:
         """drop_vectors forgets the model, after which another model embeds the session."""
         store.append("s", vector_session())
