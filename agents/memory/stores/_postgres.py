@@ -173,6 +173,7 @@ WHERE i.session_id = %(sid)s AND i.seq = u.seq
 RETURNING i.seq
 """
 
+# Only where the item still holds the data the vector was computed from.
 _PUT_VECTORS: Final = """
 INSERT INTO kvmemory_vectors (session_id, seq, fields, vector)
 SELECT %(sid)s, u.seq, %(fields)s, u.vector
