@@ -323,3 +323,17 @@ def test_index_embeddings_on_a_read_only_store_is_refused(tmp_path: Path) -> Non
         reader.index_embeddings("s", HashingEmbedder())
     with open_store(path) as store:
         assert store.vector_model("s") is None
+
+
+def test_semantic_store_search_without_numpy_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without numpy, a semantic store search names the extra that installs it and stores nothing."""
+    with open_store("memory://") as store:
+        store.append("s", [MemoryItem(step=1, note="report")])
+        # A None entry in sys.modules makes `import numpy` fail, as if it were not installed.
+        monkeypatch.setitem(sys.modules, "numpy", None)
+        with pytest.raises(MissingDependencyError, match=r"pip install 'kvmemory\[semantic\]'"):
+            store.search("s", "report", mode="semantic", embedder=HashingEmbedder())
+        monkeypatch.undo()
+        assert store.vector_model("s") is None
