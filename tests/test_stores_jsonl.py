@@ -252,7 +252,7 @@ def test_v2_store_is_migrated_and_gets_vectors(tmp_path: Path) -> None:
         assert store.index_embeddings("run", embedder) == 2
         hits = store.search("run", "open", 1, mode="semantic", embedder=embedder)
         assert [(hit.seq, hit.item["action"]) for hit in hits] == [(1, "open")]
-    assert json.loads(marker.read_bytes())["version"] == JSONLStore.schema_version == 3
+    assert json.loads(marker.read_bytes())["version"] == JSONLStore.schema_version
     with JSONLStore(directory, read_only=True) as reader:
         assert sorted(reader.read_vectors("run", embedder)) == [1, 2]
 

@@ -214,7 +214,9 @@ def test_v2_store_is_migrated_and_gets_vectors(postgres_url: str) -> None:
         assert [r.seq for r in store.records("b")] == [1]
     assert {"kvmemory_vectors", "kvmemory_embedders"} <= tables(postgres_url)
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(3,)]
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
 
 
 @pytest.mark.postgres

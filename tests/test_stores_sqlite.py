@@ -231,7 +231,7 @@ def test_v2_store_is_migrated_and_gets_vectors(tmp_path: Path) -> None:
         assert store.index_embeddings("a", embedder) == 2
         hits = store.search("a", "open", 1, mode="semantic", embedder=embedder)
         assert [(hit.seq, hit.item["action"]) for hit in hits] == [(1, "open")]
-    assert user_version(path) == SQLiteStore.schema_version == 3
+    assert user_version(path) == SQLiteStore.schema_version
 
 
 def test_damaged_vector_row_is_named_by_store_session_and_seq(tmp_path: Path) -> None:
