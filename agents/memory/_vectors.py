@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
+from agents.memory import _codec
 from agents.memory._text import item_texts
 from agents.memory.exceptions import EmbeddingError, InvalidQueryError, missing_dependency
 
@@ -134,8 +135,6 @@ def fields_text(keys: tuple[str, ...] | None) -> str:
     """Return how a store files the vectors embedded over ``keys``: ``"*"`` for every field."""
     if keys is None:
         return "*"
-    from agents.memory import _codec
-
     return _codec.dumps(list(keys)).decode("utf-8")
 
 

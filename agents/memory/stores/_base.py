@@ -325,7 +325,7 @@ class VectorModel:
 
 @attrs.frozen
 class StoreHit:
-    """One item found by :meth:`BaseStore.search`: its seq, the item and its BM25 score."""
+    """One item found by :meth:`BaseStore.search`: its seq, the item and its score (BM25, cosine or the hybrid blend)."""
 
     seq: int
     item: MemoryItem
@@ -870,7 +870,7 @@ class BaseStore(abc.ABC):
         embedder: Embedder | None = None,
         hybrid_weight: float | None = None,
     ) -> list[StoreHit]:
-        """Return the ``k`` items of a session that best match ``query`` by BM25, best first.
+        """Return the ``k`` items of a session that best match ``query``, best first: by BM25 unless ``mode`` says otherwise.
 
         The ranking is the one ``Memory.search(query, k, keys=keys)`` gives
         for the same items (default :class:`~agents.memory.search.Tokenizer`,

@@ -15,7 +15,7 @@ a test, so that tests can close and reopen it, or hold two handles at once)::
             return lambda read_only=False: MyStore(tmp_path / "db", read_only=read_only)
 
 Then run ``pytest``. The module needs pytest (and uses numpy when it is
-installed); importing :mod:`agents.memory` or :mod:`agents.memory.stores`
+installed; the semantic search tests skip without it); importing :mod:`agents.memory` or :mod:`agents.memory.stores`
 does not import it.
 """
 
@@ -758,6 +758,12 @@ class StoreContract:
 
     # -- vectors: semantic and hybrid search ----------------------------------------------
 
+    @pytest.fixture
+    def numpy_installed(self) -> None:
+        """Skip a semantic test where numpy (the ``semantic`` extra) is not installed."""
+        pytest.importorskip("numpy")
+
+    @pytest.mark.usefixtures("numpy_installed")
     def test_semantic_and_hybrid_search_rank_as_memory_search(self, store: BaseStore) -> None:
         """Semantic and hybrid hits of a stored session are Memory.search's on the same items (scores to float32 precision)."""
         embedder = CountingEmbedder()
@@ -772,6 +778,7 @@ class StoreContract:
                     [hit.score for hit in want], rel=1e-5, abs=1e-6
                 )
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_semantic_search_over_keys_ranks_as_memory_search(self, store: BaseStore) -> None:
         """With keys, vectors are embedded over those fields only, as Memory.search does."""
         items = vector_session()
@@ -780,6 +787,7 @@ class StoreContract:
         want = Memory(items).search("email", 3, keys=["note"], mode="semantic", embedder=EMBEDDER)
         assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_index_embeddings_embeds_each_item_once(self, store: BaseStore) -> None:
         """index_embeddings embeds the items without a vector in batches; a second call embeds none."""
         embedder = CountingEmbedder()
@@ -797,6 +805,7 @@ class StoreContract:
         assert model is not None
         assert (model.name, model.dimension) == (embedder.name, embedder.dimension)
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_search_embeds_only_the_query_once_items_hold_vectors(self, store: BaseStore) -> None:
         """Once the items are embedded, a semantic query embeds its own text and nothing else."""
         embedder = CountingEmbedder()
@@ -807,6 +816,7 @@ class StoreContract:
         store.search("s", "export the report", mode="hybrid", embedder=embedder)
         assert embedder.texts == before + 2
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_reopened_store_finds_the_same_hits_without_embedding_again(
         self, make_store: MakeStore
     ) -> None:
@@ -821,6 +831,7 @@ class StoreContract:
         assert [(h.seq, h.score) for h in again] == [(h.seq, h.score) for h in first]
         assert embedder.texts == 1
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_second_handle_finds_the_same_hits_without_embedding_again(
         self, make_store: MakeStore
     ) -> None:
@@ -835,6 +846,7 @@ class StoreContract:
             assert [(h.seq, h.score) for h in hits] == [(h.seq, h.score) for h in want]
             assert embedder.texts == 2
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_vectors_follow_updates_and_deletes(self, store: BaseStore) -> None:
         """An updated item is embedded again from its new fields; a deleted one is never a hit."""
         embedder = CountingEmbedder()
@@ -850,6 +862,7 @@ class StoreContract:
         assert embedder.texts == 2  # the query and the updated item
         assert seqs[3] not in store.read_vectors("s", embedder)
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_trims_clear_and_delete_session_remove_vectors(self, store: BaseStore) -> None:
         """keep_last, delete_steps, clear and delete_session take the vectors of their items along."""
         embedder = CountingEmbedder()
@@ -869,6 +882,7 @@ class StoreContract:
         store.append("s", vector_session())
         assert store.read_vectors("s", embedder) == {}
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_another_model_is_refused_and_changes_nothing(self, store: BaseStore) -> None:
         """A session embedded with one model refuses queries and indexing by another, naming both and the fix."""
         store.append("s", vector_session())
@@ -885,6 +899,7 @@ class StoreContract:
         assert list(after) == list(before)
         assert all((after[seq] == before[seq]).all() for seq in before)
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_dropped_and_cleared_vectors_stay_gone_for_another_handle(
         self, make_store: MakeStore
     ) -> None:
@@ -902,6 +917,7 @@ class StoreContract:
             assert store.vector_model("s") is None
             assert store.count("s") == 0
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_vector_of_an_item_changed_meanwhile_is_not_stored(self, make_store: MakeStore) -> None:
         """A vector computed while another handle changes its item is dropped; the next call embeds the new fields."""
         with make_store() as store, make_store() as other:
@@ -921,6 +937,7 @@ class StoreContract:
             hits = store.search("s", "giraffe", 1, mode="semantic", embedder=embedder)
             assert [hit.seq for hit in hits] == [seqs[0]]
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_semantic_search_of_an_unknown_session_has_no_hits(self, store: BaseStore) -> None:
         """Semantic and hybrid searches of a session that does not exist find nothing and store nothing."""
         assert store.search("nobody", "report", mode="semantic", embedder=EMBEDDER) == []
@@ -928,6 +945,7 @@ class StoreContract:
         assert store.drop_vectors("nobody") == 0
         assert store.vector_model("nobody") is None
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_dropped_vectors_let_another_model_embed(self, store: BaseStore) -> None:
         """drop_vectors forgets the model, after which another model embeds the session."""
         store.append("s", vector_session())
@@ -938,6 +956,7 @@ class StoreContract:
         assert model is not None
         assert model.dimension == 32
 
+    @pytest.mark.usefixtures("numpy_installed")
     @pytest.mark.parametrize(("kind", "match"), [("shape", r"shape \(7, 3\)"), ("nan", "NaN")])
     def test_bad_embedder_output_stores_nothing(
         self, store: BaseStore, kind: str, match: str
@@ -949,6 +968,7 @@ class StoreContract:
         assert store.vector_model("s") is None
         assert store.read_vectors("s", BrokenEmbedder(kind)) == {}
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_semantic_search_needs_an_embedder(self, store: BaseStore) -> None:
         """A semantic store search without embedder= is a named error."""
         store.append("s", vector_session())
@@ -957,6 +977,7 @@ class StoreContract:
         with pytest.raises(InvalidQueryError, match="mode='keyword', 'semantic' or 'hybrid'"):
             store.search("s", "report", mode="fuzzy")  # type: ignore[arg-type]  # the wrong mode is the test
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_items_without_text_are_never_semantic_hits(self, store: BaseStore) -> None:
         """An item without text holds no vector and never comes back from a semantic search."""
         store.append("s", [MemoryItem(step=1), MemoryItem(step=2, thought="report")])
@@ -964,6 +985,7 @@ class StoreContract:
         assert [hit.item["step"] for hit in hits] == [2]
         assert store.index_embeddings("s", EMBEDDER) == 1
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_read_only_handle_ranks_unembedded_items_without_storing(
         self, make_store: MakeStore
     ) -> None:
@@ -980,6 +1002,7 @@ class StoreContract:
         )
         assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
 
+    @pytest.mark.usefixtures("numpy_installed")
     def test_stored_memory_searches_with_stored_vectors(self, make_store: MakeStore) -> None:
         """A reopened StoredMemory gives Memory.search's hits exactly, embedding only its queries."""
         from agents.memory.stores._backed import StoredMemory
