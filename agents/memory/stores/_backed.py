@@ -407,6 +407,7 @@ class StoredMemory(Memory):
         if mode in ("semantic", "hybrid"):
             checked_query(query)
             check_k(k)
+            keys = checked_keys(keys)  # once: an iterator of keys is read here
             embedder = self._vectors_from_store(embedder, keys)
         return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
@@ -433,6 +434,7 @@ class StoredMemory(Memory):
         if mode in ("semantic", "hybrid"):
             checked_query(query)
             check_k(k)
+            keys = checked_keys(keys)  # once: an iterator of keys is read here
             embedder = self._vectors_from_store(embedder, keys)
         return super().recall(
             query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
@@ -465,6 +467,7 @@ class StoredMemory(Memory):
             StoreError: if the store cannot be read or written.
         """
         report = progress_bar if progress is True else (progress or None)
+        keys = checked_keys(keys)  # once: an iterator of keys is read here
         embedder = self._vectors_from_store(embedder, keys, batch_size=batch_size, progress=report)
         return super().index_embeddings(embedder, keys=keys, batch_size=batch_size)
 
@@ -489,7 +492,7 @@ class StoredMemory(Memory):
     def _vectors_from_store(
         self,
         embedder: Embedder | None,
-        keys: Iterable[str] | None,
+        wanted: tuple[str, ...] | None,
         *,
         batch_size: int = 256,
         progress: Callable[[int, int], object] | None = None,
@@ -502,7 +505,6 @@ class StoredMemory(Memory):
         """
         from agents.memory import search
 
-        wanted = checked_keys(keys)
         with self._lock:
             model = search.embedder_for(self, embedder)
             store = self.store
