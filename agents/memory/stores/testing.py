@@ -864,7 +864,7 @@ class StoreContract:
 
     @pytest.mark.usefixtures("numpy_installed")
     def test_trims_clear_and_delete_session_remove_vectors(self, store: BaseStore) -> None:
-        """keep_last, delete_steps, clear and delete_session take the vectors of their items along."""
+        """keep_last, delete_steps, expire, clear and delete_session take the vectors of their items along."""
         embedder = CountingEmbedder()
         seqs = store.append("s", vector_session())
         store.index_embeddings("s", embedder)
@@ -872,6 +872,10 @@ class StoreContract:
         store.delete_steps("s", [3])
         left = sorted(store.read_vectors("s", embedder))
         assert left == [seq for seq in seqs[2:] if seq not in (seqs[3], seqs[5])]
+        store.append("t", vector_session())
+        store.index_embeddings("t", embedder)
+        assert store.expire("t", 0) == len(vector_session())
+        assert store.read_vectors("t", embedder) == {}
         store.clear("s")
         assert store.read_vectors("s", embedder) == {}
         assert store.vector_model("s") is None
