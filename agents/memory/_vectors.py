@@ -164,32 +164,27 @@ def best_cosines(
     """Return the cosine with the unit ``query`` of the best ``limit`` items (with ties) and of ``among``, by key.
 
     ``pages`` yields ``(keys, matrix)``: the items' unit vectors a block at a
-    time, so a session is scored without holding all its vectors. Only the
-    best ``limit`` cosines (and those tied with the last) are kept from one
-    page to the next, which gives the same items as :func:`top_rows` over
-    the whole matrix.
+    time, so a session is scored without holding all its vectors; only the
+    cosines (4 bytes an item) are kept until the best are picked by
+    :func:`top_rows`, as over one matrix.
     """
     np = numpy()
-    wanted = set(among)
-    kept_keys: list[int] = []
-    kept: Any = np.zeros(0, dtype=np.float32)
-    extra: dict[int, float] = {}
+    every: list[int] = []
+    parts = []
     for keys, matrix in pages:
-        if not len(keys):
-            continue
-        sims = matrix @ query
-        if wanted:
-            for position, key in enumerate(keys):
-                if key in wanted:
-                    extra[key] = float(sims[position])
-        keys_now = [*kept_keys, *keys]
-        sims_now = np.concatenate([kept, sims])
-        rows = top_rows(sims_now, limit)
-        kept_keys = [keys_now[row] for row in rows.tolist()]
-        kept = sims_now[rows]
-    out = {key: float(value) for key, value in zip(kept_keys, kept.tolist(), strict=True)}
-    for key, value in extra.items():
-        out.setdefault(key, value)
+        if len(keys):
+            every.extend(keys)
+            parts.append(matrix @ query)
+    if not parts:
+        return {}
+    sims = np.concatenate(parts)
+    rows = top_rows(sims, limit)
+    out = {every[row]: float(sims[row]) for row in rows.tolist()}
+    wanted = set(among) - out.keys()
+    if wanted:
+        for position, key in enumerate(every):
+            if key in wanted:
+                out[key] = float(sims[position])
     return out
 
 

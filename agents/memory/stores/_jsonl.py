@@ -517,6 +517,12 @@ class JSONLStore(BaseStore):
                 if seq > low and (wanted is None or step in wanted)
             ]
 
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        with self._locked(exclusive=False):
+            log = self._log(session_id)
+            rows = log.rows if log is not None else {}
+            return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
+
     def _count(self, session_id: str) -> int:
         log = self._snapshot(session_id)
         return 0 if log is None else len(log.rows)

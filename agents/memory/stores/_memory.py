@@ -90,6 +90,12 @@ class InMemoryStore(BaseStore):
                 if seq > low and (wanted is None or step in wanted)
             ]
 
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            rows = session.rows if session is not None else {}
+            return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
+
     def _count(self, session_id: str) -> int:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
