@@ -24,7 +24,9 @@
    each as a ratio to a raw numpy cosine and top-5 over the same unit
    matrix in this process. The vectors come from a stand-in embedder
    (hashed bytes of the text), since the cost measured is reading and
-   scoring vectors, not computing them.
+   scoring vectors, not computing them. On a busy machine, run it with
+   ``OPENBLAS_NUM_THREADS=1``: threaded BLAS on page-sized products then
+   waits for cores and the figures swing tenfold.
 
 Run: .venv/bin/python benchmarks/bench_search.py [--facts 200] [--steps 10000] [--items 100000]
      [--stored-items 100000] [--dimension 256] [--sections quality,latency,upkeep,stored]
