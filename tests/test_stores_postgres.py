@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agents.memory import MemoryItem
-from agents.memory.exceptions import SchemaVersionError, StoreError, StoreUnreachableError
-from agents.memory.stores import open_store
+from agents.memory.exceptions import (
+    CorruptStoreError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnreachableError,
+)
+from agents.memory.search import HashingEmbedder
+from agents.memory.stores import PostgresStore, open_store
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -81,14 +89,19 @@ def test_v1_store_is_migrated_to_v2_without_loss(postgres_url: str) -> None:
         store.delete_session("b")
         assert store.append("b", [MemoryItem(Step=8)], step_key="Step") == [2]
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(2,)]
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
 
 
 @pytest.mark.postgres
 def test_v1_store_opened_read_only_is_refused_and_unchanged(postgres_url: str) -> None:
     """Read-only never migrates: v1 tables are refused with a clear error and keep their layout."""
     write_v1_store(postgres_url)
-    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 2"):
+    with pytest.raises(
+        SchemaVersionError,
+        match=f"read-only it cannot be migrated to {PostgresStore.schema_version}",
+    ):
         open_store(postgres_url, read_only=True)
     with psycopg.connect(postgres_url, autocommit=True) as con:
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(1,)]
@@ -178,3 +191,46 @@ def test_migration_drops_jsonb_copies_that_changed_a_float(postgres_url: str) ->
     with open_store(postgres_url) as store:
         assert store.project("a", ["big"], steps=[3]) == [{"big": 1e16}]
         assert type(store.project("a", ["big"], steps=[3])[0]["big"]) is float
+
+
+@pytest.mark.postgres
+def test_v2_store_is_migrated_and_gets_vectors(postgres_url: str) -> None:
+    """v2 tables opened writable gain the vector tables, keep their items, and embed and search them."""
+    write_v1_store(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        # What the v2 migration did, so the tables are v2 as kvmemory left them.
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN metadata bytea NOT NULL DEFAULT '\\x7b7d'::bytea"
+        )
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false"
+        )
+        con.execute("UPDATE kvmemory_schema SET version = 2")
+    embedder = HashingEmbedder(32)
+    with open_store(postgres_url) as store:
+        assert store.index_embeddings("a", embedder) == 2
+        hits = store.search("a", "open", 1, mode="semantic", embedder=embedder)
+        assert [(hit.seq, hit.item["action"]) for hit in hits] == [(1, "open")]
+        assert [r.seq for r in store.records("b")] == [1]
+    assert {"kvmemory_vectors", "kvmemory_embedders"} <= tables(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
+
+
+@pytest.mark.postgres
+def test_damaged_vector_row_is_named_by_store_session_and_seq(postgres_url: str) -> None:
+    """A vector row of the wrong byte length raises CorruptStoreError naming the store, session and seq."""
+    embedder = HashingEmbedder(32)
+    with open_store(postgres_url) as store:
+        seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
+        store.index_embeddings("s", embedder)
+        url = store.url
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(
+            "UPDATE kvmemory_vectors SET vector = '\\x00000000'::bytea WHERE seq = %s", (seqs[1],)
+        )
+    message = f"item {seqs[1]} of session 's' of {re.escape(url)} holds 4 bytes; expected 128"
+    with open_store(postgres_url) as store, pytest.raises(CorruptStoreError, match=message):
+        store.search("s", "a", mode="semantic", embedder=embedder)

@@ -15,6 +15,7 @@ from agents.memory.exceptions import (
     SchemaVersionError,
     StoreNotFoundError,
 )
+from agents.memory.search import HashingEmbedder
 from agents.memory.stores import SQLiteStore, open_store
 
 # The layout kvmemory wrote as schema version 1, statement for statement.
@@ -87,7 +88,7 @@ def test_v1_store_is_migrated_to_v2_without_loss(tmp_path: Path) -> None:
         )
         store.set_metadata("a", {"agent": "planner"})
         assert store.append("a", [MemoryItem(step=3)]) == [6]
-    assert user_version(path) == 2
+    assert user_version(path) == SQLiteStore.schema_version
 
 
 def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> None:
@@ -95,7 +96,9 @@ def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> N
     path = tmp_path / "old.db"
     write_v1_store(path)
     before = path.read_bytes()
-    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 2"):
+    with pytest.raises(
+        SchemaVersionError, match=f"read-only it cannot be migrated to {SQLiteStore.schema_version}"
+    ):
         open_store(path, read_only=True)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["old.db"]
@@ -203,3 +206,45 @@ def test_damaged_session_metadata_is_a_store_error(tmp_path: Path) -> None:
         pytest.raises(CorruptStoreError, match=r"metadata of session 's'.*expected an object"),
     ):
         store.session_info("s")
+
+
+def write_v2_store(path: Path) -> None:
+    """Write a schema-v2 store by hand (v1 plus session metadata): one session, two items."""
+    write_v1_store(path)
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'")
+    con.execute("PRAGMA user_version = 2")
+    con.commit()
+    con.close()
+
+
+def test_v2_store_is_migrated_and_gets_vectors(tmp_path: Path) -> None:
+    """A v2 file opened writable gains the vector tables, keeps its items, and embeds and searches them."""
+    path = tmp_path / "old.db"
+    write_v2_store(path)
+    embedder = HashingEmbedder(32)
+    with SQLiteStore(path) as store:
+        assert [r.item.to_dict() for r in store.records("a")] == [
+            {"step": 1, "action": "open"},
+            {"step": 2, "action": "type"},
+        ]
+        assert store.index_embeddings("a", embedder) == 2
+        hits = store.search("a", "open", 1, mode="semantic", embedder=embedder)
+        assert [(hit.seq, hit.item["action"]) for hit in hits] == [(1, "open")]
+    assert user_version(path) == SQLiteStore.schema_version
+
+
+def test_damaged_vector_row_is_named_by_store_session_and_seq(tmp_path: Path) -> None:
+    """A vector row of the wrong byte length raises CorruptStoreError naming the store, session and seq."""
+    path = tmp_path / "runs.db"
+    embedder = HashingEmbedder(32)
+    with open_store(path) as store:
+        seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
+        store.index_embeddings("s", embedder)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_vectors SET vector = x'00000000' WHERE seq = ?", (seqs[1],))
+    con.commit()
+    con.close()
+    message = f"item {seqs[1]} of session 's' of sqlite:///{path} holds 4 bytes; expected 128"
+    with open_store(path) as store, pytest.raises(CorruptStoreError, match=message):
+        store.search("s", "a", mode="semantic", embedder=embedder)
