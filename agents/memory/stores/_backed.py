@@ -82,9 +82,10 @@ class SessionWriter:
     @contextlib.contextmanager
     def already_stored(self, records: Sequence[StoredRecord]) -> Iterator[None]:
         """Within the block, items of ``records`` reaching the writer are mapped, not written."""
-        self._stored = {id(record.item): record.seq for record in records}
+        seqs = [record.seq for record in records]
+        self._stored = dict(zip(map(id, [record.item for record in records]), seqs, strict=True))
         self._restoring = True
-        self.last_read = max((record.seq for record in records), default=self.last_read)
+        self.last_read = max(seqs, default=self.last_read)
         try:
             yield
         finally:
@@ -141,22 +142,24 @@ class SessionWriter:
     def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
         """Make ``added`` the session's content (mapping rows already stored, writing the rest)."""
         stored = self._stored
+        keys = [key for key, _ in added]
+        items = [item for _, item in added]
+        # The row of each item that came from the store, None for an item to write.
+        seqs: list[int | None] = list(map(stored.get, map(id, items)))
+        unwritten = [i for i, seq in enumerate(seqs) if seq is None]
         with self._batch() as batch:
             if self._restoring:
-                kept = {stored[id(item)] for _, item in added if id(item) in stored}
-                batch.delete(seq for seq in stored.values() if seq not in kept)
-                new = [(key, item) for key, item in added if id(item) not in stored]
+                kept = set(seqs)
+                kept.discard(None)
+                if len(kept) < len(stored):
+                    batch.delete(seq for seq in stored.values() if seq not in kept)
             else:
                 batch.clear()
-                new = list(added)
-            batch.append([item for _, item in new])
-        self._seq_of.clear()
-        self._item_at.clear()
-        for key, item in added:
-            if id(item) in stored:
-                self._map(key, stored[id(item)], item)
-        for (key, item), seq in zip(new, batch.appended, strict=True):
-            self._map(key, seq, item)
+            batch.append([items[i] for i in unwritten])
+        for i, seq in zip(unwritten, batch.appended, strict=True):
+            seqs[i] = seq
+        self._seq_of = dict(zip(keys, seqs, strict=True))  # type: ignore[arg-type]  # no None left
+        self._item_at = dict(zip(seqs, items, strict=True))  # type: ignore[arg-type]
 
     # -- internals ----------------------------------------------------------------
 
