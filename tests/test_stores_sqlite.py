@@ -16,6 +16,7 @@ from agents.memory.exceptions import (
     StoreNotFoundError,
 )
 from agents.memory.stores import SQLiteStore, open_store
+from agents.memory.stores._sqlite import SCHEMA_VERSION
 
 # The layout kvmemory wrote as schema version 1, statement for statement.
 V1_DDL = (
@@ -66,8 +67,8 @@ def user_version(path: Path) -> int:
         con.close()
 
 
-def test_v1_store_is_migrated_to_v2_without_loss(tmp_path: Path) -> None:
-    """A v1 file opened writable gets schema v2; every session, item and seq is kept."""
+def test_v1_store_is_migrated_to_the_current_schema_without_loss(tmp_path: Path) -> None:
+    """A v1 file opened writable gets the current schema; every session, item and seq is kept."""
     path = tmp_path / "old.db"
     write_v1_store(path)
     with SQLiteStore(path) as store:
@@ -87,7 +88,7 @@ def test_v1_store_is_migrated_to_v2_without_loss(tmp_path: Path) -> None:
         )
         store.set_metadata("a", {"agent": "planner"})
         assert store.append("a", [MemoryItem(step=3)]) == [6]
-    assert user_version(path) == 2
+    assert user_version(path) == SCHEMA_VERSION
 
 
 def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> None:
@@ -95,7 +96,7 @@ def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> N
     path = tmp_path / "old.db"
     write_v1_store(path)
     before = path.read_bytes()
-    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 2"):
+    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 3"):
         open_store(path, read_only=True)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["old.db"]

@@ -43,7 +43,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal
 
 from agents.memory import _codec
+from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory._text import BM25_B, BM25_K1, bm25_idf
 from agents.memory.exceptions import (
+    CorruptSessionError,
     CorruptStoreError,
     InvalidArgumentError,
     SchemaVersionError,
@@ -56,8 +59,11 @@ from agents.memory.stores._base import (
     Row,
     RowUpdate,
     SessionRow,
+    Terms,
     check_schema_version,
     check_store_path,
+    decode_pairs,
+    item_terms,
     migrate,
 )
 
@@ -99,10 +105,136 @@ def _add_session_metadata(con: sqlite3.Connection) -> None:
     con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'")
 
 
-MIGRATIONS: Final = (_create_v1, _add_session_metadata)
+# -- the keyword index (schema version 3) ----------------------------------------------
+#
+# Each row keeps its search terms (the library tokenizer's, joined by spaces) and
+# their number; an FTS5 table indexes them, each term prefixed with its session's
+# key and "·" (never part of a term), so that a session's postings are its own:
+# a term's document frequency is counted within the session, and a query never
+# reads another session's postings. The "ascii" tokenizer splits only at ASCII
+# characters that are not letters or digits, which terms never hold, so FTS5 sees
+# exactly the library's terms. kvmemory_search keeps each session's key, item
+# count and term count (BM25's statistics). Triggers keep the FTS table and the
+# counts in step with every insert, update and delete of a row, whatever the
+# statement; the FTS table reads its text (for 'rebuild') through a view.
+
+_MARK: Final = "·"
+
+
+def _prefixed(terms: str, key: str) -> str:
+    return f"{key} || '{_MARK}' || replace({terms}, ' ', ' ' || {key} || '{_MARK}')"
+
+
+_KEYWORD_DDL: Final = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_search (
+        key INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL UNIQUE,
+        items INTEGER NOT NULL DEFAULT 0,
+        terms INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE VIEW kvmemory_fts_content AS SELECT i.seq AS seq, "
+    + _prefixed("i.terms", "s.key")
+    + " AS terms FROM kvmemory_items AS i JOIN kvmemory_search AS s"
+    " ON s.session_id = i.session_id WHERE i.n_terms > 0",
+    "CREATE VIRTUAL TABLE kvmemory_fts USING fts5(terms, content='kvmemory_fts_content',"
+    " content_rowid='seq', tokenize='ascii')",
+    "CREATE VIRTUAL TABLE kvmemory_fts_row USING fts5vocab(kvmemory_fts, row)",
+    "CREATE VIRTUAL TABLE kvmemory_fts_instance USING fts5vocab(kvmemory_fts, instance)",
+    """CREATE TRIGGER kvmemory_items_search_insert AFTER INSERT ON kvmemory_items BEGIN
+        INSERT INTO kvmemory_search (session_id) VALUES (new.session_id)
+            ON CONFLICT (session_id) DO NOTHING;
+        UPDATE kvmemory_search SET items = items + 1, terms = terms + new.n_terms
+            WHERE session_id = new.session_id;
+        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
+    + _prefixed("new.terms", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id AND new.n_terms > 0;
+    END""",
+    """CREATE TRIGGER kvmemory_items_search_delete AFTER DELETE ON kvmemory_items BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old.terms", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id AND old.n_terms > 0;
+        UPDATE kvmemory_search SET items = items - 1, terms = terms - old.n_terms
+            WHERE session_id = old.session_id;
+    END""",
+    """CREATE TRIGGER kvmemory_items_search_update AFTER UPDATE OF terms, n_terms ON kvmemory_items
+    BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old.terms", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id AND old.n_terms > 0;
+        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
+    + _prefixed("new.terms", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id AND new.n_terms > 0;
+        UPDATE kvmemory_search SET terms = terms - old.n_terms + new.n_terms
+            WHERE session_id = new.session_id;
+    END""",
+)
+
+_KEYWORD_OBJECTS: Final = (
+    ("TRIGGER", "kvmemory_items_search_insert"),
+    ("TRIGGER", "kvmemory_items_search_delete"),
+    ("TRIGGER", "kvmemory_items_search_update"),
+    ("TABLE", "kvmemory_fts_instance"),
+    ("TABLE", "kvmemory_fts_row"),
+    ("TABLE", "kvmemory_fts"),
+    ("VIEW", "kvmemory_fts_content"),
+    ("TABLE", "kvmemory_search"),
+)
+
+
+def _build_keyword_index(con: sqlite3.Connection) -> None:
+    """(Re)create the keyword index from the rows' data: terms, counts, FTS table, triggers."""
+    for kind, name in _KEYWORD_OBJECTS:
+        con.execute(f"DROP {kind} IF EXISTS {name}")
+    con.execute("UPDATE kvmemory_items SET terms = '', n_terms = 0 WHERE n_terms <> 0")
+    for statement in _KEYWORD_DDL:
+        con.execute(statement)
+    # Keys and counts first, with no terms: the updates below add each row's terms.
+    con.execute(
+        "INSERT INTO kvmemory_search (session_id, items) SELECT session_id, count(*)"
+        " FROM kvmemory_items GROUP BY session_id"
+    )
+    after = 0
+    while True:
+        rows = con.execute(
+            "SELECT seq, data FROM kvmemory_items WHERE seq > ? ORDER BY seq LIMIT 1000", (after,)
+        ).fetchall()
+        if not rows:
+            return
+        after = rows[-1][0]
+        updates = [(text, n, seq) for seq, (text, n) in _terms_of_rows(rows) if n]
+        con.executemany("UPDATE kvmemory_items SET terms = ?, n_terms = ? WHERE seq = ?", updates)
+
+
+def _terms_of_rows(rows: Sequence[tuple[int, bytes]]) -> list[tuple[int, Terms]]:
+    """Return the search terms of stored rows; a row that cannot be decoded has none."""
+    try:
+        pairs = decode_pairs(rows, "a row being indexed", "base")
+    except (CorruptStoreError, CorruptSessionError):
+        out: list[tuple[int, Terms]] = []
+        for seq, data in rows:
+            try:
+                out.extend(
+                    (s, item_terms(item)) for s, item in decode_pairs([(seq, data)], "", "base")
+                )
+            except (CorruptStoreError, CorruptSessionError):
+                out.append((seq, ("", 0)))  # searched as an item without text
+        return out
+    return [(seq, item_terms(item)) for seq, item in pairs]
+
+
+def _add_keyword_index(con: sqlite3.Connection) -> None:
+    con.execute("ALTER TABLE kvmemory_items ADD COLUMN terms TEXT NOT NULL DEFAULT ''")
+    con.execute("ALTER TABLE kvmemory_items ADD COLUMN n_terms INTEGER NOT NULL DEFAULT 0")
+    _build_keyword_index(con)
+
+
+MIGRATIONS: Final = (_create_v1, _add_session_metadata, _add_keyword_index)
 """Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+_SEARCHED_BY_SCAN: Final = (
+    2  # the layout before the keyword index: read-only opens search by scanning
+)
 
 _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
 _DAMAGED: Final = ("malformed", "disk image")
@@ -148,6 +280,7 @@ class SQLiteStore(BaseStore):
         self.synchronous: Synchronous = synchronous
         self._lock = threading.RLock()
         self._empty = False
+        self._indexed = True
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
             raise StoreNotFoundError(msg)
@@ -194,8 +327,10 @@ class SQLiteStore(BaseStore):
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        if version == SCHEMA_VERSION or (self.read_only and version == 0):
+        if version == SCHEMA_VERSION or (self.read_only and version in (0, _SEARCHED_BY_SCAN)):
+            # A file of the layout before the keyword index reads the same, searched by scanning.
             self._empty = version == 0
+            self._indexed = version == SCHEMA_VERSION
             if not self.read_only:
                 self._use_wal()
             return
@@ -252,6 +387,8 @@ class SQLiteStore(BaseStore):
 
     def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
         text = str(exc)
+        if any(name in text for name in _INDEX_NAMES) or "fts5" in text:
+            return self._index_damaged(action, where, text)
         if any(marker in text for marker in _NOT_A_DATABASE):
             msg = f"Cannot {action}{where} SQLite store {self.path!r}: the file is not a kvmemory store (not an SQLite database: {text}); it was left unchanged. Open another path."
             return CorruptStoreError(msg)
@@ -263,6 +400,14 @@ class SQLiteStore(BaseStore):
             return StoreError(msg)
         msg = f"Cannot {action}{where} SQLite store {self.path!r}: {text}; nothing was changed."
         return StoreError(msg)
+
+    def _index_damaged(self, action: str, where: str, reason: str) -> CorruptStoreError:
+        msg = (
+            f"Cannot {action}{where} SQLite store {self.path!r}: its keyword index is damaged or "
+            f"missing ({reason}); nothing was changed. Rebuild the index from the stored items "
+            "with store.rebuild_keyword_index()."
+        )
+        return CorruptStoreError(msg)
 
     @contextlib.contextmanager
     def _transaction(self, session_id: str | None) -> Iterator[sqlite3.Connection]:
@@ -370,12 +515,24 @@ class SQLiteStore(BaseStore):
     def _insert_rows(
         self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row]
     ) -> list[int]:
-        sql = "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES (?, ?, ?, ?)"
+        pairs = _terms_of_rows([(0, data) for _, _, data in rows])
+        return self._insert_indexed(tx, session_id, rows, [terms for _, terms in pairs])
+
+    def _insert_indexed(
+        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        sql = (
+            "INSERT INTO kvmemory_items (session_id, step, created, data, terms, n_terms)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+        )
+        values = [
+            (session_id, step, created, data, text, n)
+            for (step, created, data), (text, n) in zip(rows, terms, strict=True)
+        ]
         if len(rows) == 1:
-            step, created, data = rows[0]
-            last = tx.execute(sql, (session_id, step, created, data)).lastrowid
+            last = tx.execute(sql, values[0]).lastrowid
         else:
-            tx.executemany(sql, [(session_id, step, created, data) for step, created, data in rows])
+            tx.executemany(sql, values)
             last = tx.execute("SELECT last_insert_rowid()").fetchone()[0]
         assert last is not None  # an INSERT always sets the last rowid
         # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
@@ -384,11 +541,24 @@ class SQLiteStore(BaseStore):
     def _update_rows(
         self, tx: sqlite3.Connection, session_id: str, rows: Sequence[RowUpdate]
     ) -> list[int]:
-        sql = "UPDATE kvmemory_items SET step = ?, data = ? WHERE session_id = ? AND seq = ?"
+        pairs = _terms_of_rows([(0, data) for _, _, data in rows])
+        return self._update_indexed(tx, session_id, rows, [terms for _, terms in pairs])
+
+    def _update_indexed(
+        self,
+        tx: sqlite3.Connection,
+        session_id: str,
+        rows: Sequence[RowUpdate],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        sql = (
+            "UPDATE kvmemory_items SET step = ?, data = ?, terms = ?, n_terms = ?"
+            " WHERE session_id = ? AND seq = ?"
+        )
         return [
             seq
-            for seq, step, data in rows
-            if tx.execute(sql, (step, data, session_id, seq)).rowcount
+            for (seq, step, data), (text, n) in zip(rows, terms, strict=True)
+            if tx.execute(sql, (step, data, text, n, session_id, seq)).rowcount
         ]
 
     def _delete_rows(
@@ -412,6 +582,7 @@ class SQLiteStore(BaseStore):
     def _delete_session(self, session_id: str) -> bool:
         with self._transaction(session_id) as con:
             con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
+            con.execute("DELETE FROM kvmemory_search WHERE session_id = ?", (session_id,))
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
             ).rowcount
@@ -421,6 +592,131 @@ class SQLiteStore(BaseStore):
         with self._lock:
             self._con.close()
 
+    # -- keyword search --------------------------------------------------------------
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether :meth:`search` is answered by the FTS5 index (``False`` for an older file opened read-only)."""
+        return self._indexed
+
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
+        return self._query(
+            "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
+            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
+            (session_id, _json_list(seqs)),
+        )
+
+    def _keyword_top(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        k: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
+        if keys is not None or not self._indexed or self._empty:
+            # Per-field statistics are not in the index: read the session (see docs/stores.md).
+            return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+        try:
+            with self._lock:
+                return self._indexed_top(sid, terms, k), {}
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise self._index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self._index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+
+    def _indexed_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Score the session's items holding a query term by BM25 in SQL, from the FTS5 postings."""
+        con = self._con
+        # One read transaction: the counts and the postings come from one snapshot.
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(
+                "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?", (sid,)
+            ).fetchone()
+            if stats is None or stats[1] <= 0:
+                return []
+            key, n_items, total = stats
+            weights: dict[str, int] = {}
+            for term in terms:
+                name = f"{key}{_MARK}{term}"
+                weights[name] = weights.get(name, 0) + 1
+            names = list(weights)
+            marks = ", ".join("?" * len(names))
+            df = dict(
+                con.execute(
+                    f"SELECT term, doc FROM kvmemory_fts_row WHERE term IN ({marks})", names
+                ).fetchall()
+            )
+            if not df:
+                return []
+            avgdl = total / n_items if total else 1.0
+            flat = BM25_K1 * (1.0 - BM25_B)
+            slope = BM25_K1 * BM25_B / avgdl
+            # A query term repeated counts once per occurrence, as in the in-RAM index.
+            lifts = [
+                (name, weights[name] * bm25_idf(n_items, df[name]) * (BM25_K1 + 1.0))
+                for name in names
+                if name in df
+            ]
+            values = ", ".join("(?, ?)" for _ in lifts)
+            params: list[object] = [value for pair in lifts for value in pair]
+            rows = con.execute(
+                _SCORE.format(values=values, marks=", ".join("?" * len(lifts))),
+                [*params, *(name for name, _ in lifts), flat, slope, sid, k],
+            ).fetchall()
+        finally:
+            con.execute("COMMIT")
+        if rows and rows[0][2] != 1:
+            msg = f"the index holds item {rows[0][0]}, which session {sid!r} does not hold with those terms"
+            raise sqlite3.DatabaseError(msg)
+        return [(float(score), int(seq)) for seq, score, _ in rows]
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction.
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        self._check_open()
+        if self.read_only:
+            msg = f"Store {self._url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+            raise StoreError(msg)
+        try:
+            with self._transaction(None) as con:
+                _build_keyword_index(con)
+        except sqlite3.Error as exc:
+            raise super()._error("rebuild the keyword index of", "", exc) from exc
+
+
+_INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
+
+# BM25 of the items holding a query term: tf per (term, item) from the FTS5 postings
+# (the session's own, by their prefix), each term's lift (its IDF times k1 + 1, times
+# its repeats in the query) bound as a value. "sound" is 0 when the index names an
+# item the session does not hold (or not with that many terms): such rows sort first.
+_SCORE: Final = """
+WITH q(term, lift) AS (VALUES {values}),
+t AS (
+    SELECT term, doc, count(*) AS tf FROM kvmemory_fts_instance
+    WHERE term IN ({marks}) GROUP BY term, doc
+)
+SELECT t.doc, sum(q.lift * t.tf / (t.tf + ? + ? * i.n_terms)) AS score,
+    coalesce(i.session_id = ? AND i.n_terms >= sum(t.tf), 0) AS sound
+FROM t JOIN q ON q.term = t.term LEFT JOIN kvmemory_items AS i ON i.seq = t.doc
+GROUP BY t.doc
+ORDER BY sound, score DESC, t.doc
+LIMIT ?
+"""
 
 _SELECT_SESSION: Final = (
     "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
