@@ -114,15 +114,21 @@ def _add_session_metadata(con: sqlite3.Connection) -> None:
 # reads another session's postings. The "ascii" tokenizer splits only at ASCII
 # characters that are not letters or digits, which terms never hold, so FTS5 sees
 # exactly the library's terms. kvmemory_search keeps each session's key, item
-# count and term count (BM25's statistics). Triggers keep the FTS table and the
-# counts in step with every insert, update and delete of a row, whatever the
-# statement; the FTS table reads its text (for 'rebuild') through a view.
+# count and term count (BM25's statistics). Every row has an FTS row, empty for an
+# item without text, so that a store holding one session has FTS5's own statistics
+# equal to the session's. Triggers keep the FTS table and the counts in step with
+# every insert, update and delete of a row, whatever the statement; the FTS table
+# reads its text (for 'rebuild') through a view.
 
 _MARK: Final = "·"
 
 
-def _prefixed(terms: str, key: str) -> str:
-    return f"{key} || '{_MARK}' || replace({terms}, ' ', ' ' || {key} || '{_MARK}')"
+def _prefixed(row: str, key: str) -> str:
+    """Return the SQL for the text FTS5 indexes for a row: its terms, each prefixed with the session key."""
+    return (
+        f"CASE WHEN {row}.n_terms = 0 THEN '' ELSE {key} || '{_MARK}' || "
+        f"replace({row}.terms, ' ', ' ' || {key} || '{_MARK}') END"
+    )
 
 
 _KEYWORD_DDL: Final = (
@@ -133,9 +139,9 @@ _KEYWORD_DDL: Final = (
         terms INTEGER NOT NULL DEFAULT 0
     )""",
     "CREATE VIEW kvmemory_fts_content AS SELECT i.seq AS seq, "
-    + _prefixed("i.terms", "s.key")
+    + _prefixed("i", "s.key")
     + " AS terms FROM kvmemory_items AS i JOIN kvmemory_search AS s"
-    " ON s.session_id = i.session_id WHERE i.n_terms > 0",
+    " ON s.session_id = i.session_id",
     "CREATE VIRTUAL TABLE kvmemory_fts USING fts5(terms, content='kvmemory_fts_content',"
     " content_rowid='seq', tokenize='ascii')",
     "CREATE VIRTUAL TABLE kvmemory_fts_row USING fts5vocab(kvmemory_fts, row)",
@@ -146,24 +152,24 @@ _KEYWORD_DDL: Final = (
         UPDATE kvmemory_search SET items = items + 1, terms = terms + new.n_terms
             WHERE session_id = new.session_id;
         INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
-    + _prefixed("new.terms", "key")
-    + """ FROM kvmemory_search WHERE session_id = new.session_id AND new.n_terms > 0;
+    + _prefixed("new", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id;
     END""",
     """CREATE TRIGGER kvmemory_items_search_delete AFTER DELETE ON kvmemory_items BEGIN
         INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
-    + _prefixed("old.terms", "key")
-    + """ FROM kvmemory_search WHERE session_id = old.session_id AND old.n_terms > 0;
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id;
         UPDATE kvmemory_search SET items = items - 1, terms = terms - old.n_terms
             WHERE session_id = old.session_id;
     END""",
     """CREATE TRIGGER kvmemory_items_search_update AFTER UPDATE OF terms, n_terms ON kvmemory_items
     BEGIN
         INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
-    + _prefixed("old.terms", "key")
-    + """ FROM kvmemory_search WHERE session_id = old.session_id AND old.n_terms > 0;
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id;
         INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
-    + _prefixed("new.terms", "key")
-    + """ FROM kvmemory_search WHERE session_id = new.session_id AND new.n_terms > 0;
+    + _prefixed("new", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id;
         UPDATE kvmemory_search SET terms = terms - old.n_terms + new.n_terms
             WHERE session_id = new.session_id;
     END""",
@@ -193,6 +199,7 @@ def _build_keyword_index(con: sqlite3.Connection) -> None:
         "INSERT INTO kvmemory_search (session_id, items) SELECT session_id, count(*)"
         " FROM kvmemory_items GROUP BY session_id"
     )
+    con.execute("INSERT INTO kvmemory_fts (kvmemory_fts) VALUES ('rebuild')")  # empty rows, counted
     after = 0
     while True:
         rows = con.execute(
@@ -641,6 +648,11 @@ class SQLiteStore(BaseStore):
             if stats is None or stats[1] <= 0:
                 return []
             key, n_items, total = stats
+            if con.execute("SELECT sum(items) FROM kvmemory_search").fetchone()[0] == n_items:
+                # Every FTS row is this session's: FTS5's statistics are the session's own.
+                match = " OR ".join(f'"{key}{_MARK}{term}"' for term in terms)
+                rows = con.execute(_BM25, (match, k)).fetchall()
+                return self._checked(con, sid, [(-score, seq) for seq, score in rows])
             weights: dict[str, int] = {}
             for term in terms:
                 name = f"{key}{_MARK}{term}"
@@ -675,6 +687,23 @@ class SQLiteStore(BaseStore):
             msg = f"the index holds item {rows[0][0]}, which session {sid!r} does not hold with those terms"
             raise sqlite3.DatabaseError(msg)
         return [(float(score), int(seq)) for seq, score, _ in rows]
+
+    @staticmethod
+    def _checked(
+        con: sqlite3.Connection, sid: str, best: list[tuple[float, int]]
+    ) -> list[tuple[float, int]]:
+        """Return ``best`` if the session holds every item it names, else raise (the index is damaged)."""
+        if best:
+            seqs = _json_list([seq for _, seq in best])
+            (held,) = con.execute(
+                "SELECT count(*) FROM kvmemory_items WHERE session_id = ?"
+                " AND seq IN (SELECT value FROM json_each(?))",
+                (sid, seqs),
+            ).fetchone()
+            if held != len(best):
+                msg = f"the index names items {seqs} of which session {sid!r} holds {held}"
+                raise sqlite3.DatabaseError(msg)
+        return best
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction.
@@ -717,6 +746,12 @@ GROUP BY t.doc
 ORDER BY sound, score DESC, t.doc
 LIMIT ?
 """
+
+# FTS5's own BM25, used when the store holds one session (its statistics are then the session's).
+_BM25: Final = (
+    "SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts WHERE kvmemory_fts MATCH ?"
+    " ORDER BY score, rowid LIMIT ?"
+)
 
 _SELECT_SESSION: Final = (
     "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
