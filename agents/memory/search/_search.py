@@ -301,6 +301,13 @@ def _predicate(where: Where | None) -> Callable[[MemoryItem], bool] | None:
     return matches
 
 
+checked_where = _predicate
+"""Return the predicate of a :data:`Where` filter (``None`` for no filter), else raise :class:`InvalidQueryError`.
+
+For the stores room: ``StoredMemory.search`` filters the store's ranking with it.
+"""
+
+
 def _embedder_for(index: SearchIndex, embedder: Embedder | None) -> Embedder:
     global _default_embedder
     if embedder is None:

@@ -32,15 +32,20 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Self
 
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
+from agents.memory._text import Tokenizer, check_k, checked_query, item_texts
 from agents.memory.exceptions import ArgumentTypeError
 from agents.memory.memory import ChangeCallback, Memory
 from agents.memory.stores._base import BaseStore, StoredRecord, check_session_id
+
+if TYPE_CHECKING:
+    from agents.memory.prompt import Window
+    from agents.memory.search import Embedder, Hit, SearchMode, Where
 
 __all__ = ["SessionWriter", "StoredMemory"]
 
@@ -93,6 +98,27 @@ class SessionWriter:
     def holds_row(self, seq: int) -> bool:
         """Return whether the memory holds the store row ``seq``."""
         return seq in self._item_at
+
+    def item_of_row(self, seq: int) -> MemoryItem | None:
+        """Return the item the memory holds for the store row ``seq``, or ``None``."""
+        return self._item_at.get(seq)
+
+    def in_memory_order(self, items: Iterable[MemoryItem]) -> list[MemoryItem]:
+        """Return ``items`` that the memory holds, once each, in the memory's order.
+
+        The rows are mapped in the memory's order, so the newest are found
+        first: ordering hits with a window of recent items reads few of them.
+        """
+        wanted = {id(item) for item in items}
+        found: list[MemoryItem] = []
+        for item in reversed(self._item_at.values()):
+            if id(item) in wanted:
+                found.append(item)
+                wanted.discard(id(item))
+                if not wanted:
+                    break
+        found.reverse()
+        return found
 
     # -- MemoryWriter -------------------------------------------------------------
 
@@ -309,6 +335,70 @@ class StoredMemory(Memory):
                 batch.expire(older_than)
             return self._drop_deleted_rows(batch.deleted)
 
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[Hit]:
+        """Return the ``k`` items that best match ``query``, best first, as hits.
+
+        The hits are those ``Memory.search`` gives on the same items (ties,
+        scores and matched fields included). In keyword mode without
+        ``keys``, a store with a keyword index (SQLite, PostgreSQL; see
+        ``BaseStore.keyword_index``) ranks the session and the memory's
+        own items are returned, so no in-RAM index is built; ``where``
+        filters the store's ranking, asking it for more until ``k`` hits
+        pass. With ``keys``, in semantic and hybrid modes, with a search
+        index of another tokenizer, and on stores without a keyword index,
+        the in-RAM index answers (built on first use). The store ranks the
+        session as it holds it: rows another process appended count once
+        :meth:`refresh` brings them in.
+
+        Raises:
+            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            CorruptStoreError: if the store's keyword index is damaged or missing.
+            StoreError: if the store cannot be read.
+        """
+        if not self._store_searches(mode, keys):
+            return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
+        return [hit for _, hit in self._store_search(query, k, where)]
+
+    def recall(
+        self,
+        query: str,
+        k: int = 3,
+        *,
+        recent: Window | None = None,
+        keys: Iterable[str] | None = None,
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[MemoryItem]:
+        """Return the top ``k`` hits for ``query`` and the ``recent`` window's items, once each, in session order.
+
+        Searches as :meth:`search` does (in the store, in keyword mode).
+
+        Raises:
+            InvalidQueryError: as :meth:`search`.
+            BudgetExceededError: if the window's pinned items alone break its bounds.
+        """
+        if not self._store_searches(mode, keys):
+            return super().recall(
+                query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
+            )
+        with self._lock:
+            chosen = [hit.item for _, hit in self._store_search(query, k, where)]
+            if recent is not None:
+                from agents.memory.prompt import select_window
+
+                chosen.extend(select_window(self, recent).items)
+            return self._session.in_memory_order(chosen)
+
     def refresh(self) -> int:
         """Fetch the items other processes appended since the last read, and return how many.
 
@@ -370,6 +460,46 @@ class StoredMemory(Memory):
         return self.store.records(
             self._sid, after=after or None, on_unknown_class=self._on_unknown_class
         )
+
+    def _store_searches(self, mode: str, keys: Iterable[str] | None) -> bool:
+        """Return whether a search goes to the store (keyword mode, all fields, the default tokenizer)."""
+        if mode != "keyword" or keys is not None or not self.store.keyword_index:
+            return False
+        default = Tokenizer()
+        # A search index made with another tokenizer (a stemmer) ranks by other terms.
+        return all(getattr(o, "tokenizer", default) == default for o in self.observers)
+
+    def _store_search(self, query: str, k: int, where: Where | None) -> list[tuple[int, Hit]]:
+        """Return ``(seq, hit)`` of the best ``k`` items by the store's ranking that pass ``where``."""
+        from agents.memory.search import Hit
+        from agents.memory.search._search import checked_where
+
+        checked_query(query)
+        check_k(k)
+        predicate = checked_where(where)
+        tokenizer = Tokenizer()
+        wanted = set(tokenizer(query))
+        session = self._session
+        limit = k
+        with self._lock:
+            while True:
+                ranked = self.store.ranking(self._sid, query, limit)
+                hits: list[tuple[int, Hit]] = []
+                for seq, score in ranked:
+                    item = session.item_of_row(seq)
+                    if item is None or (predicate is not None and not predicate(item)):
+                        continue
+                    fields = {
+                        field: None
+                        for field, text in item_texts(item_fields(item), None)
+                        if not wanted.isdisjoint(tokenizer(text))
+                    }
+                    hits.append((seq, Hit(item, score, tuple(fields))))
+                    if len(hits) == k:
+                        return hits
+                if len(ranked) < limit:
+                    return hits
+                limit *= 4  # the filter (or rows this memory does not hold) dropped some
 
     def _drop_deleted_rows(self, seqs: Sequence[int]) -> int:
         """Remove from RAM the items whose rows the store just deleted (the writer's delete finds them gone)."""
