@@ -64,8 +64,8 @@ def tables(url: str) -> set[str]:
 
 
 @pytest.mark.postgres
-def test_v1_store_is_migrated_to_v2_without_loss(postgres_url: str) -> None:
-    """v1 tables opened writable get schema v2; every session, item and seq is kept, none reused."""
+def test_v1_store_is_migrated_to_the_current_schema_without_loss(postgres_url: str) -> None:
+    """v1 tables opened writable get the current schema; every session, item and seq is kept, none reused."""
     write_v1_store(postgres_url)
     with open_store(postgres_url) as store:
         assert store.sessions() == ["a", "b"]
@@ -81,14 +81,14 @@ def test_v1_store_is_migrated_to_v2_without_loss(postgres_url: str) -> None:
         store.delete_session("b")
         assert store.append("b", [MemoryItem(Step=8)], step_key="Step") == [2]
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(2,)]
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(3,)]
 
 
 @pytest.mark.postgres
 def test_v1_store_opened_read_only_is_refused_and_unchanged(postgres_url: str) -> None:
     """Read-only never migrates: v1 tables are refused with a clear error and keep their layout."""
     write_v1_store(postgres_url)
-    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 2"):
+    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 3"):
         open_store(postgres_url, read_only=True)
     with psycopg.connect(postgres_url, autocommit=True) as con:
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(1,)]

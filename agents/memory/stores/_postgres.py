@@ -34,14 +34,20 @@ transaction and never creates or migrates tables.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import orjson
 
+from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory._text import BM25_B, BM25_K1, bm25_idf
 from agents.memory.exceptions import (
+    CorruptSessionError,
+    CorruptStoreError,
     SchemaVersionError,
     StoreError,
     StoreUnreachableError,
@@ -53,7 +59,10 @@ from agents.memory.stores._base import (
     Row,
     RowUpdate,
     SessionRow,
+    Terms,
     check_schema_version,
+    decode_pairs,
+    item_terms,
     migrate,
 )
 
@@ -99,10 +108,142 @@ def _add_metadata_and_tombstones(con: Any) -> None:
     _drop_inexact_docs(con)
 
 
-MIGRATIONS: Final = (_create_v1, _add_metadata_and_tombstones)
+# -- the keyword index (schema version 3) ----------------------------------------------
+#
+# Each row keeps its search terms (the library tokenizer's) three ways: n_terms, their
+# number; tf, a JSONB object of each distinct term's count; and terms, a tsvector of the
+# distinct terms, each prefixed with the session id and "·" (never part of a term or
+# a session id), built from the lexemes as they are (no text search parser, no
+# folding), under a GIN index. The prefix makes a term's postings the session's own, so
+# its document frequency is counted within the session. kvmemory_sessions keeps each
+# session's item and term counts (BM25's statistics), kept by statement triggers on
+# every insert, update and delete of rows, whatever the statement.
+
+_MARK: Final = "·"
+_LONGEST_LEXEME: Final = 2000  # bytes; PostgreSQL refuses lexemes of 2 kB and more
+
+_COUNT_FUNCTIONS: Final = (
+    """CREATE OR REPLACE FUNCTION kvmemory_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_items = s.n_items + d.n, n_terms = s.n_terms + d.t
+        FROM (SELECT session_id, count(*) AS n, sum(n_terms) AS t FROM new_rows GROUP BY session_id) AS d
+        WHERE s.session_id = d.session_id;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION kvmemory_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_items = s.n_items - d.n, n_terms = s.n_terms - d.t
+        FROM (SELECT session_id, count(*) AS n, sum(n_terms) AS t FROM old_rows GROUP BY session_id) AS d
+        WHERE s.session_id = d.session_id;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION kvmemory_count_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_terms = s.n_terms + d.t
+        FROM (
+            SELECT session_id, sum(t) AS t FROM (
+                SELECT session_id, n_terms AS t FROM new_rows
+                UNION ALL SELECT session_id, -n_terms FROM old_rows
+            ) AS both_rows GROUP BY session_id
+        ) AS d
+        WHERE s.session_id = d.session_id AND d.t <> 0;
+        RETURN NULL;
+    END $$""",
+)
+
+_COUNT_TRIGGERS: Final = (
+    "CREATE TRIGGER kvmemory_items_count_insert AFTER INSERT ON kvmemory_items"
+    " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_inserted()",
+    "CREATE TRIGGER kvmemory_items_count_delete AFTER DELETE ON kvmemory_items"
+    " REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_deleted()",
+    "CREATE TRIGGER kvmemory_items_count_update AFTER UPDATE ON kvmemory_items"
+    " REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows"
+    " FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_updated()",
+)
+
+
+def _build_keyword_index(con: Any) -> None:
+    """(Re)create the keyword index from the rows' data: terms, counts, GIN index, triggers."""
+    for name in ("insert", "delete", "update"):
+        con.execute(f"DROP TRIGGER IF EXISTS kvmemory_items_count_{name} ON kvmemory_items")
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS n_terms integer NOT NULL DEFAULT 0"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS tf jsonb NOT NULL DEFAULT '{}'"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS terms tsvector NOT NULL DEFAULT ''"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN IF NOT EXISTS n_items bigint NOT NULL DEFAULT 0"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN IF NOT EXISTS n_terms bigint NOT NULL DEFAULT 0"
+    )
+    con.execute("DROP INDEX IF EXISTS kvmemory_items_terms")
+    rows: list[tuple[Any, ...]] = []
+    with con.cursor(name="kvmemory_index_terms") as cur:
+        cur.execute("SELECT session_id, seq, data FROM kvmemory_items")
+        for session_id, seq, data in cur:
+            text, n, tf = _index_columns(session_id, _terms_of_data(bytes(data)))
+            rows.append((text, n, tf, session_id, seq))
+    with con.cursor() as cur:
+        cur.executemany(
+            "UPDATE kvmemory_items SET terms = %s::tsvector, n_terms = %s, tf = %s::jsonb"
+            " WHERE session_id = %s AND seq = %s",
+            rows,
+        )
+    con.execute("UPDATE kvmemory_sessions SET n_items = 0, n_terms = 0")
+    con.execute(
+        "UPDATE kvmemory_sessions AS s SET n_items = c.n, n_terms = c.t FROM (SELECT session_id,"
+        " count(*) AS n, sum(n_terms) AS t FROM kvmemory_items GROUP BY session_id) AS c"
+        " WHERE c.session_id = s.session_id"
+    )
+    con.execute("CREATE INDEX kvmemory_items_terms ON kvmemory_items USING gin (terms)")
+    for statement in (*_COUNT_FUNCTIONS, *_COUNT_TRIGGERS):
+        con.execute(statement)
+
+
+def _terms_of_data(data: bytes) -> Terms:
+    """Return the search terms of a stored row; a row that cannot be decoded has none."""
+    try:
+        pairs = decode_pairs([(0, data)], "a row being indexed", "base")
+    except (CorruptStoreError, CorruptSessionError):
+        return "", 0  # searched as an item without text
+    return item_terms(pairs[0][1])
+
+
+def _lexeme(session_id: str, term: str) -> str:
+    lexeme = f"{session_id}{_MARK}{term}"
+    if len(lexeme.encode("utf-8")) <= _LONGEST_LEXEME:
+        return lexeme
+    # "#" is never part of a term: a long term is filed under its digest.
+    return f"{session_id}{_MARK}#{hashlib.sha256(term.encode('utf-8')).hexdigest()}"
+
+
+def _index_columns(session_id: str, terms: Terms) -> tuple[str, int, str]:
+    """Return a row's ``(tsvector literal, n_terms, tf JSON)`` for its search terms."""
+    text, n = terms
+    if not n:
+        return "", 0, "{}"
+    counts = Counter(text.split(" "))
+    # Lexemes hold no quote or backslash: session ids and terms never do.
+    vector = " ".join(f"'{_lexeme(session_id, term)}'" for term in counts)
+    return vector, n, orjson.dumps(counts).decode("utf-8")
+
+
+def _add_keyword_index(con: Any) -> None:
+    _build_keyword_index(con)
+
+
+MIGRATIONS: Final = (_create_v1, _add_metadata_and_tombstones, _add_keyword_index)
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+_SEARCHED_BY_SCAN: Final = (
+    2  # the layout before the keyword index: read-only opens search by scanning
+)
 
 _INSERT: Final = """
 WITH s AS (
@@ -110,10 +251,12 @@ WITH s AS (
     WHERE session_id = %(sid)s
     RETURNING next_seq
 )
-INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc)
-SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb
-FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[])
-    WITH ORDINALITY AS r(step, created, data, doc, ord)
+INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc, terms, n_terms, tf)
+SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb,
+    r.terms::tsvector, r.n_terms, r.tf::jsonb
+FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[],
+    %(terms)s::text[], %(n_terms)s::int[], %(tfs)s::text[])
+    WITH ORDINALITY AS r(step, created, data, doc, terms, n_terms, tf, ord)
 RETURNING seq
 """
 
@@ -130,17 +273,21 @@ WITH s AS (
     WHERE s.step_key = %(key)s AND NOT s.deleted
     RETURNING s.next_seq
 )
-INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc)
-SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb
-FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[])
-    WITH ORDINALITY AS r(step, created, data, doc, ord)
+INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc, terms, n_terms, tf)
+SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb,
+    r.terms::tsvector, r.n_terms, r.tf::jsonb
+FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[],
+    %(terms)s::text[], %(n_terms)s::int[], %(tfs)s::text[])
+    WITH ORDINALITY AS r(step, created, data, doc, terms, n_terms, tf, ord)
 RETURNING seq
 """
 
 _UPDATE: Final = """
-UPDATE kvmemory_items AS i SET step = u.step, data = u.data, doc = u.doc::jsonb
-FROM unnest(%(seqs)s::bigint[], %(steps)s::text[], %(datas)s::bytea[], %(docs)s::text[])
-    AS u(seq, step, data, doc)
+UPDATE kvmemory_items AS i SET step = u.step, data = u.data, doc = u.doc::jsonb,
+    terms = u.terms::tsvector, n_terms = u.n_terms, tf = u.tf::jsonb
+FROM unnest(%(seqs)s::bigint[], %(steps)s::text[], %(datas)s::bytea[], %(docs)s::text[],
+    %(terms)s::text[], %(n_terms)s::int[], %(tfs)s::text[])
+    AS u(seq, step, data, doc, terms, n_terms, tf)
 WHERE i.session_id = %(sid)s AND i.seq = u.seq
 RETURNING i.seq
 """
@@ -192,6 +339,7 @@ class PostgresStore(BaseStore):
     """
 
     schema_version = SCHEMA_VERSION
+    keeps_terms = True
 
     def __init__(
         self,
@@ -212,6 +360,7 @@ class PostgresStore(BaseStore):
         super().__init__(_redact(conninfo), read_only=read_only)
         self.driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
         self._empty = False
+        self._indexed = True
         try:
             # One plain connection first: a host that does not resolve or a refused
             # login fails here at once, with the driver's reason, instead of after
@@ -251,6 +400,9 @@ class PostgresStore(BaseStore):
                     self._empty = True
                     return
                 version = check_schema_version(self._version(con), SCHEMA_VERSION, store=store)
+            if version == _SEARCHED_BY_SCAN:
+                self._indexed = False  # the layout before the keyword index reads the same
+                return
             if version < SCHEMA_VERSION:
                 msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
                 raise SchemaVersionError(msg)
@@ -271,8 +423,19 @@ class PostgresStore(BaseStore):
         return int(row[0]) if row and row[0] is not None else 0
 
     def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
+        text = str(exc)
+        if any(name in text for name in _INDEX_NAMES):
+            return self._index_damaged(action, where, text)
         msg = f"Cannot {action}{where} PostgreSQL store {self.url}: {exc}; nothing was changed."
         return StoreError(msg)
+
+    def _index_damaged(self, action: str, where: str, reason: str) -> CorruptStoreError:
+        msg = (
+            f"Cannot {action}{where} PostgreSQL store {self.url}: its keyword index is damaged or "
+            f"missing ({reason}); nothing was changed. Rebuild the index from the stored items "
+            "with store.rebuild_keyword_index()."
+        )
+        return CorruptStoreError(msg)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -371,7 +534,13 @@ class PostgresStore(BaseStore):
         with self._pool.connection() as con, con.transaction():
             yield con
 
-    def _append_rows(self, session_id: str, step_key: str, rows: Sequence[Row]) -> list[int] | None:
+    def _append_rows(
+        self,
+        session_id: str,
+        step_key: str,
+        rows: Sequence[Row],
+        terms: Sequence[Terms] | None = None,
+    ) -> list[int] | None:
         params = {
             "sid": session_id,
             "key": step_key,
@@ -381,6 +550,7 @@ class PostgresStore(BaseStore):
             "created": [row[1] for row in rows],
             "datas": [row[2] for row in rows],
             "docs": [_doc(row[2]) for row in rows],
+            **_index_params(session_id, rows, terms),
         }
         with self._pool.connection() as con:
             seqs = sorted(int(r[0]) for r in con.execute(_APPEND, params).fetchall())
@@ -418,6 +588,11 @@ class PostgresStore(BaseStore):
         )
 
     def _insert_rows(self, tx: Any, session_id: str, rows: Sequence[Row]) -> list[int]:
+        return self._insert_indexed(tx, session_id, rows, None)
+
+    def _insert_indexed(
+        self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
+    ) -> list[int]:
         params = {
             "sid": session_id,
             "n": len(rows),
@@ -425,16 +600,23 @@ class PostgresStore(BaseStore):
             "created": [row[1] for row in rows],
             "datas": [row[2] for row in rows],
             "docs": [_doc(row[2]) for row in rows],
+            **_index_params(session_id, rows, terms),
         }
         return sorted(int(r[0]) for r in tx.execute(_INSERT, params).fetchall())
 
     def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+        return self._update_indexed(tx, session_id, rows, None)
+
+    def _update_indexed(
+        self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms] | None
+    ) -> list[int]:
         params = {
             "sid": session_id,
             "seqs": [row[0] for row in rows],
             "steps": [row[1] for row in rows],
             "datas": [row[2] for row in rows],
             "docs": [_doc(row[2]) for row in rows],
+            **_index_params(session_id, [(None, 0.0, data) for _, _, data in rows], terms),
         }
         return sorted(int(r[0]) for r in tx.execute(_UPDATE, params).fetchall())
 
@@ -472,6 +654,139 @@ class PostgresStore(BaseStore):
 
     def _close(self) -> None:
         self._pool.close()
+
+    # -- keyword search --------------------------------------------------------------
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether :meth:`search` is answered by the ``tsvector`` index (``False`` for older tables opened read-only)."""
+        return self._indexed
+
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
+        rows = self._query(
+            "SELECT seq, data FROM kvmemory_items WHERE session_id = %s AND seq = ANY(%s)"
+            " ORDER BY seq",
+            (session_id, list(seqs)),
+        )
+        return [(int(seq), bytes(data)) for seq, data in rows]
+
+    def _keyword_top(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        k: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
+        if keys is not None or not self._indexed or self._empty:
+            # Per-field statistics are not in the index: read the session (see docs/stores.md).
+            return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+        weights = Counter(terms)
+        names = list(weights)
+        queries = [f"'{_lexeme(sid, term)}'" for term in names]
+        with self._pool.connection() as con, con.transaction():
+            # One snapshot (repeatable read) for the counts and the postings.
+            con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            stats = con.execute(_STATS, {"sid": sid, "queries": queries}).fetchall()
+            if not stats or stats[0][0] is None or stats[0][0] <= 0:
+                return [], {}
+            n_items, total = int(stats[0][0]), int(stats[0][1])
+            df = {names[int(i) - 1]: int(count) for _, _, i, count in stats if count}
+            if not df:
+                return [], {}
+            avgdl = total / n_items if total else 1.0
+            lifts = [
+                (term, weights[term] * bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0))
+                for term in names
+                if term in df
+            ]
+            rows = con.execute(
+                _SCORE,
+                {
+                    "sid": sid,
+                    "query": " | ".join(
+                        q for term, q in zip(names, queries, strict=True) if term in df
+                    ),
+                    "terms": [term for term, _ in lifts],
+                    "lifts": [lift for _, lift in lifts],
+                    "flat": BM25_K1 * (1.0 - BM25_B),
+                    "slope": BM25_K1 * BM25_B / avgdl,
+                    "k": k,
+                },
+            ).fetchall()
+        if rows and rows[0][1] is None:
+            reason = f"row {rows[0][0]} matches a term its counts do not hold"
+            raise self._index_damaged("search", f" session {sid!r} of", reason)
+        return [(float(score), int(seq)) for seq, score in rows], {}
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        self._check_open()
+        if self.read_only:
+            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+            raise StoreError(msg)
+        try:
+            with self._pool.connection() as con, con.transaction():
+                con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                _build_keyword_index(con)
+        except self.driver_errors as exc:
+            msg = f"Cannot rebuild the keyword index of PostgreSQL store {self.url}: {exc}; nothing was changed."
+            raise StoreError(msg) from exc
+
+
+_INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"tf"', '"terms"')
+
+# The session's counts, and each query term's document frequency within it (its
+# lexeme is the session's own), from the GIN index.
+_STATS: Final = """
+SELECT s.n_items, s.n_terms, q.i, (
+    SELECT count(*) FROM kvmemory_items AS i
+    WHERE i.session_id = %(sid)s AND i.terms @@ q.query::tsquery
+)
+FROM kvmemory_sessions AS s, unnest(%(queries)s::text[]) WITH ORDINALITY AS q(query, i)
+WHERE s.session_id = %(sid)s AND NOT s.deleted
+"""
+
+# BM25 of the session's items holding a query term: tf from the row's counts, each
+# term's lift (its IDF times k1 + 1, times its repeats in the query) bound as a value.
+# A row matched by the tsvector but holding no count of any term scores NULL, first.
+_SCORE: Final = """
+SELECT i.seq, (
+    SELECT sum(q.lift * (i.tf ->> q.term)::float8
+        / ((i.tf ->> q.term)::float8 + %(flat)s + %(slope)s * i.n_terms))
+    FROM unnest(%(terms)s::text[], %(lifts)s::float8[]) AS q(term, lift)
+    WHERE i.tf ? q.term
+) AS score
+FROM kvmemory_items AS i
+WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+ORDER BY score DESC NULLS FIRST, i.seq
+LIMIT %(k)s
+"""
+
+
+def _index_params(
+    session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
+) -> dict[str, list[Any]]:
+    """Return the keyword index columns of rows as arrays for the insert and update statements."""
+    if terms is None:
+        terms = [_terms_of_data(data) for _, _, data in rows]
+    columns = [_index_columns(session_id, row_terms) for row_terms in terms]
+    return {
+        "terms": [vector for vector, _, _ in columns],
+        "n_terms": [n for _, n, _ in columns],
+        "tfs": [tf for _, _, tf in columns],
+    }
 
 
 def _doc(data: bytes) -> str | None:
