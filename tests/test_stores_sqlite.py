@@ -13,10 +13,12 @@ from agents.memory.exceptions import (
     CorruptStoreError,
     InvalidStoreURLError,
     SchemaVersionError,
+    StoreError,
     StoreNotFoundError,
 )
 from agents.memory.stores import SQLiteStore, open_store
 from agents.memory.stores._sqlite import SCHEMA_VERSION
+from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
 
 # The layout kvmemory wrote as schema version 1, statement for statement.
 V1_DDL = (
@@ -204,3 +206,134 @@ def test_damaged_session_metadata_is_a_store_error(tmp_path: Path) -> None:
         pytest.raises(CorruptStoreError, match=r"metadata of session 's'.*expected an object"),
     ):
         store.session_info("s")
+
+
+# -- the keyword index (schema version 3) ------------------------------------------------
+
+# Schema version 2: version 1 and the session metadata column, as kvmemory wrote it.
+V2_DDL = (
+    *V1_DDL,
+    "ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'",
+)
+
+
+def write_v2_store(path: Path) -> list[MemoryItem]:
+    """Write a schema-v2 store by hand holding the ranking corpus in session 'a' (and one item in 'b'); return the corpus."""
+    items = ranking_corpus()
+    con = sqlite3.connect(path)
+    for statement in V2_DDL:
+        con.execute(statement)
+    con.execute("INSERT INTO kvmemory_sessions VALUES ('a', 'step', 1700000000.0, x'7b7d')")
+    con.execute("INSERT INTO kvmemory_sessions VALUES ('b', 'step', 1700000000.0, x'7b7d')")
+    rows = [("a", str(item["step"]), 1700000000.5, item.to_json_bytes()) for item in items]
+    rows.append(("b", "1", 1700000000.5, b'{"step":1,"note":"file"}'))
+    con.executemany(
+        "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES (?, ?, ?, ?)", rows
+    )
+    con.execute("PRAGMA user_version = 2")
+    con.commit()
+    con.close()
+    return items
+
+
+def test_v2_store_is_migrated_and_searched_by_its_new_index(tmp_path: Path) -> None:
+    """A v2 file opened writable gets the keyword index over its items and ranks as Memory.search."""
+    path = tmp_path / "old.db"
+    write_v2_store(path)
+    with SQLiteStore(path) as store:
+        assert store.keyword_index
+        assert_ranks_as_memory(store, "a")
+        assert_ranks_as_memory(store, "b")
+    assert user_version(path) == SCHEMA_VERSION
+
+
+def test_v2_store_opened_read_only_searches_by_scanning(tmp_path: Path) -> None:
+    """A v2 file opened read-only is not migrated; it searches by reading the session, with the same ranking."""
+    path = tmp_path / "old.db"
+    write_v2_store(path)
+    before = path.read_bytes()
+    with SQLiteStore(path, read_only=True) as store:
+        assert not store.keyword_index
+        assert_ranks_as_memory(store, "a")
+    assert path.read_bytes() == before
+    assert user_version(path) == 2
+
+
+def test_search_reads_only_the_items_it_finds(tmp_path: Path) -> None:
+    """The index answers the search: a damaged item that holds no query word is never read."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        seqs = store.append("s", ranking_corpus())
+        assert store.keyword_index
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_items SET data = x'7b' WHERE seq = ?", (seqs[9],))  # "the the the"
+    con.commit()
+    con.close()
+    with SQLiteStore(path) as store:
+        assert [hit.item["step"] for hit in store.search("s", "report", 2)] == [7, 6]
+        with pytest.raises(CorruptStoreError, match=f"Item {seqs[9]}"):
+            store.search("s", "report", keys=["thought"])  # keys read the session
+
+
+def damage(path: Path, *statements: str) -> bytes:
+    """Run SQL on a store file outside kvmemory and return the file's bytes afterwards."""
+    con = sqlite3.connect(path)
+    for statement in statements:
+        con.execute(statement)
+    con.commit()
+    con.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("sessions", [1, 2], ids=["bm25", "postings"])
+def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(
+    tmp_path: Path, sessions: int
+) -> None:
+    """An FTS row for an item the session does not hold makes search raise, naming the store and the repair."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        store.append("s", ranking_corpus())
+        if sessions == 2:
+            store.append("t", [MemoryItem(step=1)])
+    key = sqlite3.connect(path).execute("SELECT key FROM kvmemory_search WHERE session_id = 's'")
+    (prefix,) = key.fetchone()
+    before = damage(
+        path, f"INSERT INTO kvmemory_fts (rowid, terms) VALUES (999, '{prefix}\u00b7zebra')"
+    )
+    with SQLiteStore(path) as store:
+        with pytest.raises(
+            CorruptStoreError, match=r"runs\.db.*keyword index.*rebuild_keyword_index"
+        ):
+            store.search("s", "zebra")
+        assert store.read("s") == ranking_corpus()
+    assert path.read_bytes() == before
+    with SQLiteStore(path) as store:
+        store.rebuild_keyword_index()
+        assert store.search("s", "zebra") == []
+        assert_ranks_as_memory(store, "s")
+
+
+def test_a_missing_index_is_named_on_search_and_write_and_can_be_rebuilt(tmp_path: Path) -> None:
+    """With the FTS table dropped, search and writes raise naming the repair, and write nothing."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        store.append("s", ranking_corpus())
+    damage(path, "DROP TABLE kvmemory_fts")
+    with SQLiteStore(path) as store:
+        with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
+            store.search("s", "file")
+        with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
+            store.append("s", [MemoryItem(step=99, note="file")])
+        assert store.count("s") == len(ranking_corpus())
+        store.rebuild_keyword_index()
+        store.append("s", [MemoryItem(step=99, note="file")])
+        assert_ranks_as_memory(store, "s")
+
+
+def test_rebuilding_the_index_of_a_read_only_store_is_refused(tmp_path: Path) -> None:
+    """rebuild_keyword_index on a read-only handle raises and changes nothing."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        store.append("s", [MemoryItem(step=1, note="file")])
+    with SQLiteStore(path, read_only=True) as store, pytest.raises(StoreError, match="read-only"):
+        store.rebuild_keyword_index()
