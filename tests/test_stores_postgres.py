@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from agents.memory import MemoryItem
-from agents.memory.exceptions import SchemaVersionError, StoreError, StoreUnreachableError
+from agents.memory.exceptions import (
+    CorruptStoreError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnreachableError,
+)
 from agents.memory.stores import open_store
+from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -178,3 +184,89 @@ def test_migration_drops_jsonb_copies_that_changed_a_float(postgres_url: str) ->
     with open_store(postgres_url) as store:
         assert store.project("a", ["big"], steps=[3]) == [{"big": 1e16}]
         assert type(store.project("a", ["big"], steps=[3])[0]["big"]) is float
+
+
+# -- the keyword index (schema version 3) ------------------------------------------------
+
+
+def write_v2_store(url: str) -> None:
+    """Write schema-v2 tables by hand holding the ranking corpus in session 'a' and one item in 'b'."""
+    with psycopg.connect(url, autocommit=True) as con:
+        for statement in V1_DDL:
+            con.execute(statement)
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN metadata bytea NOT NULL DEFAULT '\\x7b7d'::bytea"
+        )
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false"
+        )
+        con.execute("INSERT INTO kvmemory_schema VALUES (2)")
+        items = ranking_corpus()
+        con.execute(
+            "INSERT INTO kvmemory_sessions (session_id, step_key, next_seq, created)"
+            " VALUES ('a', 'step', %s, 1700000000.0), ('b', 'step', 1, 1700000000.0)",
+            (len(items),),
+        )
+        rows = [("a", seq, item.to_json_bytes()) for seq, item in enumerate(items, 1)]
+        rows.append(("b", 1, b'{"step":1,"note":"file"}'))
+        for sid, seq, data in rows:
+            con.execute(
+                "INSERT INTO kvmemory_items VALUES (%s, %s, NULL, 1700000000.5, %s, NULL)",
+                (sid, seq, data),
+            )
+
+
+@pytest.mark.postgres
+def test_v2_store_is_migrated_and_searched_by_its_new_index(postgres_url: str) -> None:
+    """v2 tables opened writable get the keyword index over their items and rank as Memory.search."""
+    write_v2_store(postgres_url)
+    with open_store(postgres_url) as store:
+        assert store.keyword_index
+        assert_ranks_as_memory(store, "a")
+        assert_ranks_as_memory(store, "b")
+
+
+@pytest.mark.postgres
+def test_v2_store_opened_read_only_searches_by_scanning(postgres_url: str) -> None:
+    """v2 tables opened read-only are not migrated; they search by reading the session, with the same ranking."""
+    write_v2_store(postgres_url)
+    with open_store(postgres_url, read_only=True) as store:
+        assert not store.keyword_index
+        assert_ranks_as_memory(store, "a")
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(2,)]
+
+
+@pytest.mark.postgres
+def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(postgres_url: str) -> None:
+    """A row whose tsvector holds a term its counts lack makes search raise, naming the repair."""
+    with open_store(postgres_url) as store:
+        seqs = store.append("s", ranking_corpus())
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("UPDATE kvmemory_items SET tf = '{}' WHERE seq = %s", (seqs[1],))
+    with open_store(postgres_url) as store:
+        with pytest.raises(CorruptStoreError, match=r"keyword index.*rebuild_keyword_index"):
+            store.search("s", "file")
+        assert store.read("s") == ranking_corpus()
+        store.rebuild_keyword_index()
+        assert_ranks_as_memory(store, "s")
+
+
+@pytest.mark.postgres
+def test_a_missing_index_is_named_on_search_and_write_and_can_be_rebuilt(
+    postgres_url: str,
+) -> None:
+    """With the terms column dropped, search and writes raise naming the repair, and write nothing."""
+    with open_store(postgres_url) as store:
+        store.append("s", ranking_corpus())
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("ALTER TABLE kvmemory_items DROP COLUMN terms")
+    with open_store(postgres_url) as store:
+        with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
+            store.search("s", "file")
+        with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
+            store.append("s", [MemoryItem(step=99, note="file")])
+        assert store.count("s") == len(ranking_corpus())
+        store.rebuild_keyword_index()
+        store.append("s", [MemoryItem(step=99, note="file")])
+        assert_ranks_as_memory(store, "s")
