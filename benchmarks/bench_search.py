@@ -15,8 +15,17 @@
 3. Upkeep: building a 100,000-item memory with a search index attached
    against one without (the index marks items; it tokenizes them on the
    next query, timed apart as the first query's catch-up).
+4. Stores: 100,000 UFO-shaped items (nested dicts, a long page text) in
+   SQLite: appending with the FTS5 index against the same store without
+   it, and ``store.search`` against the same query written directly in
+   FTS5 SQL (``bm25()``, the top 5 rows' data), with one session and with
+   two; in PostgreSQL (``--postgres URL``, else a throwaway server started
+   as tests/conftest.py does, when its binaries are installed),
+   ``store.search`` against a direct ``tsvector`` query ranked by
+   ``ts_rank``.
 
 Run: .venv/bin/python benchmarks/bench_search.py [--facts 200] [--steps 10000] [--items 100000]
+     [--only quality|latency|upkeep|stores] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -25,9 +34,9 @@ import argparse
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from _common import best, make_rows
+from _common import best, make_rows, make_ufo_rows
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Tokenizer, WordLlamaEmbedder, search, search_index
@@ -284,16 +293,190 @@ def run_upkeep(n_items: int, repeat: int) -> None:
     )
 
 
+# -- stores ------------------------------------------------------------------------------
+
+PAGE_WORDS = [
+    "the",
+    "dialog",
+    "window",
+    "report",
+    "table",
+    "cell",
+    "value",
+    "column",
+    "row",
+    "sheet",
+    "chart",
+    "export",
+    "save",
+    "print",
+    "file",
+    "folder",
+    "document",
+    "page",
+    "title",
+    "header",
+    "footer",
+    "button",
+    "menu",
+    "toolbar",
+    "ribbon",
+    "pane",
+]
+
+
+def ufo_items(n: int, seed: int = 11) -> list[MemoryItem]:
+    """Return ``n`` UFO-shaped items: nested arguments and controls, and a long page text."""
+    rng = random.Random(seed)
+    items = []
+    for row in make_ufo_rows(n):
+        words = [rng.choice(PAGE_WORDS) for _ in range(120)]
+        words[rng.randrange(120)] = f"ticket{rng.randrange(n)}"  # a rare word per item
+        row["page"] = " ".join(words)
+        items.append(MemoryItem(**row))
+    return items
+
+
+STORE_QUERIES = (
+    "ticket4242",
+    "WINWORD.EXE",
+    "Report 42",
+    "press OK to close the dialog",
+    "chart export",
+    "zebra",
+)
+
+
+def run_stores(n_items: int, repeat: int, postgres: str | None) -> None:
+    """Print keyword latency of SQLite and PostgreSQL stores next to their engines queried directly."""
+    import tempfile
+
+    from agents.memory.stores import PostgresStore, SQLiteStore
+
+    items = ufo_items(n_items)
+    tokenize = Tokenizer()
+    with tempfile.TemporaryDirectory() as root:
+        print(f"\nstores: {n_items} UFO-shaped items (nested dicts, a 120-word page each)")
+        plain = SQLiteStore(f"{root}/plain.db", synchronous="normal")
+        _drop_sqlite_index(plain)
+        indexed = SQLiteStore(f"{root}/indexed.db", synchronous="normal")
+        took = {}
+        for label, store in (("without index", plain), ("with FTS5 index", indexed)):
+            start = time.perf_counter()
+            for i in range(0, n_items, 1000):
+                store.append("run", items[i : i + 1000])
+            took[label] = time.perf_counter() - start
+        overhead = took["with FTS5 index"] / took["without index"] - 1
+        print(
+            f"SQLite append in batches of 1000: {took['without index']:.2f} s without the index, "
+            f"{took['with FTS5 index']:.2f} s with it: +{100 * overhead:.0f}% (target <= 30%)"
+        )
+        plain.close()
+        con = sqlite3.connect(f"{root}/indexed.db")
+        (key,) = con.execute("SELECT key FROM kvmemory_search WHERE session_id = 'run'").fetchone()
+
+        def direct(query: str) -> list[tuple[int, bytes]]:
+            match = " OR ".join(f'"{key}\u00b7{term}"' for term in tokenize(query))
+            return con.execute(SQLITE_DIRECT, (match,)).fetchall()
+
+        _latency_table("SQLite, one session (FTS5 bm25())", indexed, direct, repeat)
+        indexed.append("other", items[:1000])
+        _latency_table("SQLite, two sessions (fts5vocab postings)", indexed, direct, repeat)
+        indexed.close()
+        con.close()
+    if postgres is None:
+        print("PostgreSQL: no server (pass --postgres URL, or install initdb/pg_ctl); skipped")
+        return
+    store = PostgresStore(postgres)
+    start = time.perf_counter()
+    for i in range(0, n_items, 1000):
+        store.append("run", items[i : i + 1000])
+    print(f"PostgreSQL append in batches of 1000: {time.perf_counter() - start:.2f} s")
+    import psycopg
+
+    pg = psycopg.connect(postgres, autocommit=True)
+    pg.execute("VACUUM ANALYZE kvmemory_items")
+
+    def direct_pg(query: str) -> list[tuple[int, bytes]]:
+        lexemes = " | ".join(f"'run\u00b7{term}'" for term in tokenize(query))
+        return pg.execute(POSTGRES_DIRECT, {"q": lexemes}).fetchall()
+
+    _latency_table("PostgreSQL (tsvector, GIN)", store, direct_pg, repeat)
+    store.close()
+    pg.close()
+
+
+SQLITE_DIRECT = (
+    "SELECT i.seq, i.data FROM (SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts"
+    " WHERE kvmemory_fts MATCH ? ORDER BY score, rowid LIMIT 5) AS f"
+    " JOIN kvmemory_items AS i ON i.seq = f.rowid ORDER BY f.score, f.rowid"
+)
+POSTGRES_DIRECT = (
+    "SELECT seq, data FROM kvmemory_items WHERE session_id = 'run' AND terms @@ %(q)s::tsquery"
+    " ORDER BY ts_rank(terms, %(q)s::tsquery) DESC, seq LIMIT 5"
+)
+
+
+def _latency_table(label: str, store: object, direct: Callable[[str], object], repeat: int) -> None:
+    print(f"{label}: store.search(k=5) against the engine queried directly (best of {repeat})")
+    print(f"{'query':<32}{'store ms':>10}{'direct ms':>11}{'ratio':>8}{'target':>8}")
+    for query in STORE_QUERIES:
+        ours = best(lambda query=query: store.search("run", query, 5), repeat)  # type: ignore[attr-defined]
+        raw = best(lambda query=query: direct(query), repeat)
+        print(f"{query:<32}{ours * 1e3:>10.2f}{raw * 1e3:>11.2f}{ours / raw:>8.2f}{'<= 3':>8}")
+
+
+def _drop_sqlite_index(store: object) -> None:
+    """Make ``store`` a plain SQLite store: no FTS table, triggers or terms (the baseline)."""
+    from agents.memory.stores._sqlite import _KEYWORD_OBJECTS
+
+    with store._transaction(None) as con:  # type: ignore[attr-defined]
+        for kind, name in _KEYWORD_OBJECTS:
+            con.execute(f"DROP {kind} IF EXISTS {name}")
+    store.keeps_terms = False  # type: ignore[attr-defined]
+
+
+def _postgres_url(given: str | None) -> Iterator[str | None]:
+    """Yield the given server URL, or one of a throwaway server started as the tests do, or None."""
+    if given:
+        yield given
+        return
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+    try:
+        from conftest import _throwaway_server
+    except ImportError:
+        yield None
+        return
+    try:
+        with _throwaway_server() as url:
+            yield url
+    except (FileNotFoundError, OSError):
+        yield None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--facts", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--only", choices=("quality", "latency", "upkeep", "stores"), help="run one part"
+    )
+    parser.add_argument("--postgres", help="a PostgreSQL URL for the store part")
     args = parser.parse_args()
-    run_quality(args.steps, args.facts)
-    run_latency(args.items, args.repeat)
-    run_upkeep(args.items, args.repeat)
+    if args.only in (None, "quality"):
+        run_quality(args.steps, args.facts)
+    if args.only in (None, "latency"):
+        run_latency(args.items, args.repeat)
+    if args.only in (None, "upkeep"):
+        run_upkeep(args.items, args.repeat)
+    if args.only in (None, "stores"):
+        for url in _postgres_url(args.postgres):
+            run_stores(args.items, args.repeat, url)
 
 
 if __name__ == "__main__":
