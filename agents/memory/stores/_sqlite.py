@@ -675,12 +675,11 @@ class SQLiteStore(BaseStore):
                 for name in names
                 if name in df
             ]
-            values = ", ".join("(?, ?)" for _ in lifts)
-            params: list[object] = [value for pair in lifts for value in pair]
-            rows = con.execute(
-                _SCORE.format(values=values, marks=", ".join("?" * len(lifts))),
-                [*params, *(name for name, _ in lifts), flat, slope, sid, k],
-            ).fetchall()
+            params: dict[str, object] = {"sid": sid, "k": k, "flat": flat, "slope": slope}
+            for j, (name, lift) in enumerate(lifts):
+                params[f"term{j}"] = name
+                params[f"lift{j}"] = lift
+            rows = con.execute(_score_sql(len(lifts)), params).fetchall()
         finally:
             con.execute("COMMIT")
         if rows and rows[0][2] != 1:
@@ -729,23 +728,31 @@ class SQLiteStore(BaseStore):
 
 _INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
 
-# BM25 of the items holding a query term: tf per (term, item) from the FTS5 postings
-# (the session's own, by their prefix), each term's lift (its IDF times k1 + 1, times
-# its repeats in the query) bound as a value. "sound" is 0 when the index names an
-# item the session does not hold (or not with that many terms): such rows sort first.
-_SCORE: Final = """
-WITH q(term, lift) AS (VALUES {values}),
-t AS (
-    SELECT term, doc, count(*) AS tf FROM kvmemory_fts_instance
-    WHERE term IN ({marks}) GROUP BY term, doc
-)
-SELECT t.doc, sum(q.lift * t.tf / (t.tf + ? + ? * i.n_terms)) AS score,
-    coalesce(i.session_id = ? AND i.n_terms >= sum(t.tf), 0) AS sound
-FROM t JOIN q ON q.term = t.term LEFT JOIN kvmemory_items AS i ON i.seq = t.doc
-GROUP BY t.doc
+
+# BM25 of the items holding a query term, from the FTS5 postings (the session's own,
+# by their prefix): one pass over the query terms' occurrences counts each term's tf
+# per item, and each term's lift (its IDF times k1 + 1, times its repeats in the
+# query) is bound as a value. "sound" is 0 when the index names an item the session
+# does not hold (or not with that many terms): such rows sort first and are refused.
+def _score_sql(n_terms: int) -> str:
+    terms = range(n_terms)
+    counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j}) AS tf{j}" for j in terms)
+    score = " + ".join(
+        f"(CASE WHEN t.tf{j} THEN :lift{j} * t.tf{j}"
+        f" / (t.tf{j} + :flat + :slope * i.n_terms) ELSE 0.0 END)"
+        for j in terms
+    )
+    held = " + ".join(f"t.tf{j}" for j in terms)
+    return f"""
+SELECT t.doc, {score} AS score, coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound
+FROM (
+    SELECT doc, {counts} FROM kvmemory_fts_instance
+    WHERE term IN ({", ".join(f":term{j}" for j in terms)}) GROUP BY doc
+) AS t LEFT JOIN kvmemory_items AS i ON i.seq = t.doc
 ORDER BY sound, score DESC, t.doc
-LIMIT ?
+LIMIT :k
 """
+
 
 # FTS5's own BM25, used when the store holds one session (its statistics are then the session's).
 _BM25: Final = (
