@@ -44,7 +44,7 @@ from typing import Any, Final
 import orjson
 
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import BM25_B, BM25_K1, bm25_idf
+from agents.memory._text import BM25_B, BM25_K1, MIN_IDF
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -686,40 +686,25 @@ class PostgresStore(BaseStore):
         weights = Counter(terms)
         names = list(weights)
         queries = [f"'{_lexeme(sid, term)}'" for term in names]
-        with self._pool.connection() as con, con.transaction():
-            # One snapshot (repeatable read) for the counts and the postings.
-            con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            stats = con.execute(_STATS, {"sid": sid, "queries": queries}).fetchall()
-            if not stats or stats[0][0] is None or stats[0][0] <= 0:
-                return [], {}
-            n_items, total = int(stats[0][0]), int(stats[0][1])
-            df = {names[int(i) - 1]: int(count) for _, _, i, count in stats if count}
-            if not df:
-                return [], {}
-            avgdl = total / n_items if total else 1.0
-            lifts = [
-                (term, weights[term] * bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0))
-                for term in names
-                if term in df
-            ]
-            rows = con.execute(
-                _SCORE,
-                {
-                    "sid": sid,
-                    "query": " | ".join(
-                        q for term, q in zip(names, queries, strict=True) if term in df
-                    ),
-                    "terms": [term for term, _ in lifts],
-                    "lifts": [lift for _, lift in lifts],
-                    "flat": BM25_K1 * (1.0 - BM25_B),
-                    "slope": BM25_K1 * BM25_B / avgdl,
-                    "k": k,
-                },
-            ).fetchall()
-        if rows and rows[0][1] is None:
-            reason = f"row {rows[0][0]} matches a term its counts do not hold"
+        params: dict[str, Any] = {
+            "sid": sid,
+            "terms": names,
+            "queries": queries,
+            "weights": [float(weights[term]) for term in names],
+            "query": " | ".join(queries),
+            "min_idf": MIN_IDF,
+            "k1p1": BM25_K1 + 1.0,
+            "flat": BM25_K1 * (1.0 - BM25_B),
+            "k1b": BM25_K1 * BM25_B,
+            "k": k,
+        }
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        # One statement, so one snapshot: the counts, the IDFs and the scores agree.
+        rows = self._query(_score_sql(len(names)), params)
+        if rows and rows[0][2]:
+            reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
-        return [(float(score), int(seq)) for seq, score in rows], {}
+        return [(float(score), int(seq)) for seq, score, _ in rows], {}
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
@@ -747,30 +732,46 @@ class PostgresStore(BaseStore):
 
 _INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"tf"', '"terms"')
 
-# The session's counts, and each query term's document frequency within it (its
-# lexeme is the session's own), from the GIN index.
-_STATS: Final = """
-SELECT s.n_items, s.n_terms, q.i, (
-    SELECT count(*) FROM kvmemory_items AS i
-    WHERE i.session_id = %(sid)s AND i.terms @@ q.query::tsquery
-)
-FROM kvmemory_sessions AS s, unnest(%(queries)s::text[]) WITH ORDINALITY AS q(query, i)
-WHERE s.session_id = %(sid)s AND NOT s.deleted
-"""
 
-# BM25 of the session's items holding a query term: tf from the row's counts, each
-# term's lift (its IDF times k1 + 1, times its repeats in the query) bound as a value.
-# A row matched by the tsvector but holding no count of any term scores NULL, first.
-_SCORE: Final = """
-SELECT i.seq, (
-    SELECT sum(q.lift * (i.tf ->> q.term)::float8
-        / ((i.tf ->> q.term)::float8 + %(flat)s + %(slope)s * i.n_terms))
-    FROM unnest(%(terms)s::text[], %(lifts)s::float8[]) AS q(term, lift)
-    WHERE i.tf ? q.term
-) AS score
-FROM kvmemory_items AS i
+def _score_sql(n_terms: int) -> str:
+    """Return the query for BM25 over a session's items holding one of ``n_terms`` query terms.
+
+    The session's counts, each query term's document frequency within the
+    session (its lexeme is the session's own, counted through the GIN
+    index), the IDFs (as ``bm25_idf`` computes them, times ``k1 + 1`` and
+    the term's repeats in the query) and BM25 of each matching row (tf from
+    its counts), best first. A row the tsvector matches whose counts hold no
+    query term is damaged: it sorts first, flagged.
+    """
+    score = " + ".join(
+        f"coalesce(l.lifts[{j + 1}] * (i.tf ->> %(t{j})s)::float8"
+        f" / ((i.tf ->> %(t{j})s)::float8 + %(flat)s + l.slope * i.n_terms), 0.0)"
+        for j in range(n_terms)
+    )
+    return f"""
+WITH s AS (
+    SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
+    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+),
+q AS (
+    SELECT q.j, q.w, (
+        SELECT count(*) FROM kvmemory_items AS i
+        WHERE i.session_id = %(sid)s AND i.terms @@ q.query::tsquery
+    ) AS df
+    FROM unnest(%(queries)s::text[], %(weights)s::float8[]) WITH ORDINALITY AS q(query, w, j)
+),
+l AS (
+    SELECT array_agg(
+            q.w * greatest(ln((s.n - q.df + 0.5) / (q.df + 0.5)), %(min_idf)s) * %(k1p1)s
+            ORDER BY q.j
+        ) AS lifts,
+        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope
+    FROM q, s GROUP BY s.n, s.total
+)
+SELECT i.seq, {score} AS score, NOT (i.tf ?| %(terms)s) AS damaged
+FROM kvmemory_items AS i, l
 WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
-ORDER BY score DESC NULLS FIRST, i.seq
+ORDER BY damaged DESC, score DESC, i.seq
 LIMIT %(k)s
 """
 
