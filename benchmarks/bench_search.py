@@ -357,22 +357,24 @@ def run_stores(n_items: int, repeat: int, postgres: str | None) -> None:
     tokenize = Tokenizer()
     with tempfile.TemporaryDirectory() as root:
         print(f"\nstores: {n_items} UFO-shaped items (nested dicts, a 120-word page each)")
-        plain = SQLiteStore(f"{root}/plain.db", synchronous="normal")
-        _drop_sqlite_index(plain)
-        indexed = SQLiteStore(f"{root}/indexed.db", synchronous="normal")
-        took = {}
-        for label, store in (("without index", plain), ("with FTS5 index", indexed)):
-            start = time.perf_counter()
-            for i in range(0, n_items, 1000):
-                store.append("run", items[i : i + 1000])
-            took[label] = time.perf_counter() - start
-        overhead = took["with FTS5 index"] / took["without index"] - 1
+        took: dict[str, list[float]] = {"without index": [], "with FTS5 index": []}
+        for attempt in range(2):  # alternated, best of two: the machine's noise hits both
+            for label in took:
+                store = SQLiteStore(f"{root}/{attempt}-{len(label)}.db", synchronous="normal")
+                if label == "without index":
+                    _drop_sqlite_index(store)
+                start = time.perf_counter()
+                for i in range(0, n_items, 1000):
+                    store.append("run", items[i : i + 1000])
+                took[label].append(time.perf_counter() - start)
+                store.close()
+        plain, with_index = min(took["without index"]), min(took["with FTS5 index"])
         print(
-            f"SQLite append in batches of 1000: {took['without index']:.2f} s without the index, "
-            f"{took['with FTS5 index']:.2f} s with it: +{100 * overhead:.0f}% (target <= 30%)"
+            f"SQLite append in batches of 1000 (best of 2): {plain:.2f} s without the index, "
+            f"{with_index:.2f} s with it: +{100 * (with_index / plain - 1):.0f}% (target <= 30%)"
         )
-        plain.close()
-        con = sqlite3.connect(f"{root}/indexed.db")
+        indexed = SQLiteStore(f"{root}/1-{len('with FTS5 index')}.db", synchronous="normal")
+        con = sqlite3.connect(indexed.path)
         (key,) = con.execute("SELECT key FROM kvmemory_search WHERE session_id = 'run'").fetchone()
 
         def direct(query: str) -> list[tuple[int, bytes]]:

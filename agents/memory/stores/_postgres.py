@@ -688,7 +688,6 @@ class PostgresStore(BaseStore):
         queries = [f"'{_lexeme(sid, term)}'" for term in names]
         params: dict[str, Any] = {
             "sid": sid,
-            "terms": names,
             "queries": queries,
             "weights": [float(weights[term]) for term in names],
             "query": " | ".join(queries),
@@ -740,14 +739,16 @@ def _score_sql(n_terms: int) -> str:
     session (its lexeme is the session's own, counted through the GIN
     index), the IDFs (as ``bm25_idf`` computes them, times ``k1 + 1`` and
     the term's repeats in the query) and BM25 of each matching row (tf from
-    its counts), best first. A row the tsvector matches whose counts hold no
-    query term is damaged: it sorts first, flagged.
+    its counts, each read once per row), best first. A row the tsvector
+    matches whose counts hold no query term is damaged: it sorts first, flagged.
     """
+    terms = range(n_terms)
+    counts = ", ".join(f"(i.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
     score = " + ".join(
-        f"coalesce(l.lifts[{j + 1}] * (i.tf ->> %(t{j})s)::float8"
-        f" / ((i.tf ->> %(t{j})s)::float8 + %(flat)s + l.slope * i.n_terms), 0.0)"
-        for j in range(n_terms)
+        f"coalesce(l.lifts[{j + 1}] * f.f{j} / (f.f{j} + %(flat)s + l.slope * i.n_terms), 0.0)"
+        for j in terms
     )
+    held = ", ".join(f"f.f{j}" for j in terms)
     return f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
@@ -768,8 +769,8 @@ l AS (
         %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope
     FROM q, s GROUP BY s.n, s.total
 )
-SELECT i.seq, {score} AS score, NOT (i.tf ?| %(terms)s) AS damaged
-FROM kvmemory_items AS i, l
+SELECT i.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
+FROM kvmemory_items AS i CROSS JOIN l CROSS JOIN LATERAL (SELECT {counts}) AS f
 WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
 ORDER BY damaged DESC, score DESC, i.seq
 LIMIT %(k)s
