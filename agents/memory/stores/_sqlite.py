@@ -35,6 +35,7 @@ Durability follows ``synchronous`` (a URL option):
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import sqlite3
 import threading
@@ -44,7 +45,7 @@ from typing import Any, Final, Literal
 
 from agents.memory import _codec
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import BM25_B, BM25_K1, bm25_idf
+from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, bm25_idf
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -675,17 +676,15 @@ class SQLiteStore(BaseStore):
                 for name in names
                 if name in df
             ]
-            params: dict[str, object] = {"sid": sid, "k": k, "flat": flat, "slope": slope}
-            for j, (name, lift) in enumerate(lifts):
-                params[f"term{j}"] = name
-                params[f"lift{j}"] = lift
-            rows = con.execute(_score_sql(len(lifts)), params).fetchall()
+            scorer = _Scorer(con, sid, flat, slope)
+            common = [(n, lift) for n, lift in lifts if bm25_idf(n_items, df[n]) == MIN_IDF]
+            if common and len(common) < len(lifts):
+                best = scorer.rare_first(lifts, common, k)
+                if best is not None:
+                    return best
+            return [(score, seq) for seq, score, _ in scorer.top(lifts, k)]
         finally:
             con.execute("COMMIT")
-        if rows and rows[0][2] != 1:
-            msg = f"the index holds item {rows[0][0]}, which session {sid!r} does not hold with those terms"
-            raise sqlite3.DatabaseError(msg)
-        return [(float(score), int(seq)) for seq, score, _ in rows]
 
     @staticmethod
     def _checked(
@@ -734,7 +733,76 @@ _INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
 # per item, and each term's lift (its IDF times k1 + 1, times its repeats in the
 # query) is bound as a value. "sound" is 0 when the index names an item the session
 # does not hold (or not with that many terms): such rows sort first and are refused.
-def _score_sql(n_terms: int) -> str:
+class _Scorer:
+    """BM25 of one session's items in SQL, from the FTS5 postings, as the in-RAM index scores them."""
+
+    def __init__(self, con: sqlite3.Connection, sid: str, flat: float, slope: float) -> None:
+        self.con = con
+        self.sid = sid
+        self.flat = flat
+        self.slope = slope
+
+    def top(
+        self, lifts: Sequence[tuple[str, float]], k: int | None, cut: float | None = None
+    ) -> list[tuple[int, float, int]]:
+        """Return ``(seq, score, length)`` of the best ``k`` items (all with ``cut``: those scoring at least it)."""
+        params: dict[str, object] = {"sid": self.sid, "flat": self.flat, "slope": self.slope}
+        params.update(k=-1 if k is None else k, cut=cut)
+        for j, (name, lift) in enumerate(lifts):
+            params[f"term{j}"] = name
+            params[f"lift{j}"] = lift
+        rows = self.con.execute(_score_sql(len(lifts), cut is not None), params).fetchall()
+        if rows and rows[0][3] != 1:
+            msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
+            raise sqlite3.DatabaseError(msg)
+        return [(int(seq), float(score), int(length)) for seq, score, length, _ in rows]
+
+    def rare_first(
+        self,
+        lifts: Sequence[tuple[str, float]],
+        common: Sequence[tuple[str, float]],
+        k: int,
+    ) -> list[tuple[float, int]] | None:
+        """Score the rare terms first and the common ones for the few items that can still make the top ``k``.
+
+        A common term (in more than half the items) has its IDF floored, so
+        it adds less than its lift to any score: the items whose score over
+        the rare terms is below the ``k``-th best minus the common lifts can
+        never reach the top ``k``, and the common postings (the largest) are
+        read for the others only. ``None`` when too few items hold a rare
+        term for that (then every item is scored).
+        """
+        names = {name for name, _ in common}
+        rare = [pair for pair in lifts if pair[0] not in names]
+        bound = sum(lift for _, lift in common)
+        first = self.top(rare, k)
+        if len(first) < k or first[-1][1] <= bound:
+            return None
+        candidates = self.top(rare, None, cut=first[-1][1] - bound)
+        seqs = _json_list([seq for seq, _, _ in candidates])
+        counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j})" for j in range(len(common)))
+        params: dict[str, object] = {f"term{j}": name for j, (name, _) in enumerate(common)}
+        params["seqs"] = seqs
+        terms = ", ".join(f":term{j}" for j in range(len(common)))
+        tfs = {
+            int(row[0]): row[1:]
+            for row in self.con.execute(
+                f"SELECT doc, {counts} FROM kvmemory_fts_instance WHERE term IN ({terms})"
+                " AND doc IN (SELECT value FROM json_each(:seqs)) GROUP BY doc",
+                params,
+            )
+        }
+        scored = []
+        for seq, score, length in candidates:
+            # Common terms added after the rare ones, in query order, as the in-RAM index does.
+            for (_, lift), tf in zip(common, tfs.get(seq, ()), strict=False):
+                if tf:
+                    score += lift * tf / (tf + self.flat + self.slope * length)
+            scored.append((score, seq))
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+
+
+def _score_sql(n_terms: int, cut: bool = False) -> str:
     terms = range(n_terms)
     counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j}) AS tf{j}" for j in terms)
     score = " + ".join(
@@ -744,12 +812,15 @@ def _score_sql(n_terms: int) -> str:
     )
     held = " + ".join(f"t.tf{j}" for j in terms)
     return f"""
-SELECT t.doc, {score} AS score, coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound
-FROM (
-    SELECT doc, {counts} FROM kvmemory_fts_instance
-    WHERE term IN ({", ".join(f":term{j}" for j in terms)}) GROUP BY doc
-) AS t LEFT JOIN kvmemory_items AS i ON i.seq = t.doc
-ORDER BY sound, score DESC, t.doc
+SELECT * FROM (
+    SELECT t.doc, {score} AS score, i.n_terms,
+        coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound
+    FROM (
+        SELECT doc, {counts} FROM kvmemory_fts_instance
+        WHERE term IN ({", ".join(f":term{j}" for j in terms)}) GROUP BY doc
+    ) AS t LEFT JOIN kvmemory_items AS i ON i.seq = t.doc
+) {"WHERE sound = 0 OR score >= :cut" if cut else ""}
+ORDER BY sound, score DESC, doc
 LIMIT :k
 """
 

@@ -118,6 +118,8 @@ RANKING_QUERIES = (
     "file",
     "the file",
     "open report",
+    "the report",
+    "file open button",
     "strasse CAFE",
     "click",
     "button grey input",
@@ -631,6 +633,23 @@ class StoreContract:
         store.append("c", ranking_corpus()[:3])
         for session in ("a", "b", "c"):
             assert_ranks_as_memory(store, session)
+
+    @pytest.mark.parametrize("k", [1, 2, 3])
+    def test_search_top_k_is_memory_search_top_k(self, store: BaseStore, k: int) -> None:
+        """The k best hits are Memory.search's k best, also when common words join rare ones."""
+        items = [
+            MemoryItem(step=i, note=f"the dialog {'report ' * (i % 4)}step {i % 3}", n=i)
+            for i in range(40)
+        ]
+        store.append("s", items)
+        store.append("other", items[:5])
+        memory = Memory()
+        memory.add_memory_items(store.read("s"))
+        for query in ("the report", "report dialog step 2", "the dialog 1", "step"):
+            got = [(hit.item["n"], hit.score) for hit in store.search("s", query, k)]
+            want = [(hit.item["n"], hit.score) for hit in memory.search(query, k)]
+            assert [n for n, _ in got] == [n for n, _ in want], query
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
 
     def test_search_follows_updates_deletes_and_trims(self, store: BaseStore) -> None:
         """After updates, deletes, keep_last and expire the ranking is that of the items left."""
