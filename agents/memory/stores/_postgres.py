@@ -688,8 +688,6 @@ class PostgresStore(BaseStore):
         queries = [f"'{_lexeme(sid, term)}'" for term in names]
         params: dict[str, Any] = {
             "sid": sid,
-            "queries": queries,
-            "weights": [float(weights[term]) for term in names],
             "query": " | ".join(queries),
             "min_idf": MIN_IDF,
             "k1p1": BM25_K1 + 1.0,
@@ -698,6 +696,7 @@ class PostgresStore(BaseStore):
             "k": k,
         }
         params.update((f"t{j}", term) for j, term in enumerate(names))
+        params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
         # One statement, so one snapshot: the counts, the IDFs and the scores agree.
         rows = self._query(_score_sql(len(names)), params)
         if rows and rows[0][2]:
@@ -735,44 +734,45 @@ _INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"t
 def _score_sql(n_terms: int) -> str:
     """Return the query for BM25 over a session's items holding one of ``n_terms`` query terms.
 
-    The session's counts, each query term's document frequency within the
-    session (its lexeme is the session's own, counted through the GIN
-    index), the IDFs (as ``bm25_idf`` computes them, times ``k1 + 1`` and
-    the term's repeats in the query) and BM25 of each matching row (tf from
-    its counts, each read once per row), best first. A row the tsvector
-    matches whose counts hold no query term is damaged: it sorts first, flagged.
+    One pass over the session's rows that the tsvector matches (through the
+    GIN index; each lexeme is the session's own) reads each query term's
+    count from the row's JSONB counts once; a term's document frequency in
+    the session is the number of those rows holding it. With the session's
+    counts that gives the IDFs (as ``bm25_idf`` computes them, times
+    ``k1 + 1`` and the term's repeats in the query) and BM25 of each row,
+    best first. A matched row whose counts hold no query term is damaged: it
+    sorts first, flagged.
     """
     terms = range(n_terms)
     counts = ", ".join(f"(i.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
-    score = " + ".join(
-        f"coalesce(l.lifts[{j + 1}] * f.f{j} / (f.f{j} + %(flat)s + l.slope * i.n_terms), 0.0)"
+    frequencies = ", ".join(f"count(m.f{j}) AS d{j}" for j in terms)
+    lifts = ", ".join(
+        f"%(w{j})s * greatest(ln((s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)), %(min_idf)s)"
+        f" * %(k1p1)s AS l{j}"
         for j in terms
     )
-    held = ", ".join(f"f.f{j}" for j in terms)
+    score = " + ".join(
+        f"coalesce(l.l{j} * m.f{j} / (m.f{j} + %(flat)s + l.slope * m.n_terms), 0.0)" for j in terms
+    )
+    held = ", ".join(f"m.f{j}" for j in terms)
     return f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
     WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
 ),
-q AS (
-    SELECT q.j, q.w, (
-        SELECT count(*) FROM kvmemory_items AS i
-        WHERE i.session_id = %(sid)s AND i.terms @@ q.query::tsquery
-    ) AS df
-    FROM unnest(%(queries)s::text[], %(weights)s::float8[]) WITH ORDINALITY AS q(query, w, j)
+m AS MATERIALIZED (
+    SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i CROSS JOIN LATERAL (SELECT {counts}) AS f
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
 ),
+d AS (SELECT {frequencies} FROM m),
 l AS (
-    SELECT array_agg(
-            q.w * greatest(ln((s.n - q.df + 0.5) / (q.df + 0.5)), %(min_idf)s) * %(k1p1)s
-            ORDER BY q.j
-        ) AS lifts,
+    SELECT {lifts},
         %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope
-    FROM q, s GROUP BY s.n, s.total
+    FROM s, d
 )
-SELECT i.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
-FROM kvmemory_items AS i CROSS JOIN l CROSS JOIN LATERAL (SELECT {counts}) AS f
-WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
-ORDER BY damaged DESC, score DESC, i.seq
+SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
+FROM m, l
+ORDER BY damaged DESC, score DESC, m.seq
 LIMIT %(k)s
 """
 
