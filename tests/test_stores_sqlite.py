@@ -337,3 +337,14 @@ def test_rebuilding_the_index_of_a_read_only_store_is_refused(tmp_path: Path) ->
         store.append("s", [MemoryItem(step=1, note="file")])
     with SQLiteStore(path, read_only=True) as store, pytest.raises(StoreError, match="read-only"):
         store.rebuild_keyword_index()
+
+
+def test_v2_store_with_a_damaged_row_still_migrates(tmp_path: Path) -> None:
+    """A row that cannot be decoded does not stop the migration: it is indexed without text, the others searched."""
+    path = tmp_path / "old.db"
+    write_v2_store(path)
+    damage(path, "UPDATE kvmemory_items SET data = x'7b' WHERE seq = 1")  # step 0 of 'a'
+    with SQLiteStore(path) as store:
+        assert store.keyword_index
+        assert [hit.item["step"] for hit in store.search("a", "report", 2)] == [7, 6]
+        assert store.ranking("a", "large") == []  # only step 0 held "large"
