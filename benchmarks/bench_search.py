@@ -15,7 +15,20 @@
 3. Upkeep: building a 100,000-item memory with a search index attached
    against one without (the index marks items; it tokenizes them on the
    next query, timed apart as the first query's catch-up).
-4. Stores: 100,000 UFO-shaped items (nested dicts, a long page text) in
+4. Stored vectors: a 100,000-item session with 256-dimension vectors in
+   each store (in-process, SQLite, JSONL, PostgreSQL when a server can be
+   started or ``--postgres URL`` is given): the time to embed and store the
+   vectors, then a semantic query by ``BaseStore.search`` (exact cosine over
+   the stored vectors, read a page at a time) and by a reopened
+   ``StoredMemory`` (the stored vectors loaded once, then searched in RAM),
+   each as a ratio to a raw numpy cosine and top-5 over the same unit
+   matrix in this process. The vectors come from a stand-in embedder
+   (hashed bytes of the text), since the cost measured is reading and
+   scoring vectors, not computing them. On a busy machine, run it with
+   ``OPENBLAS_NUM_THREADS=1``: threaded BLAS on page-sized products then
+   waits for cores and the figures swing tenfold.
+
+5. Keyword search in stores: 100,000 UFO-shaped items (nested dicts, a long page text) in
    SQLite: appending with the FTS5 index against the same store without
    it, and ``store.search`` against the same query written directly in
    FTS5 SQL (``bm25()``, the top 5 rows' data), with one session and with
@@ -24,22 +37,30 @@
    ``store.search`` against a direct ``tsvector`` query ranked by
    ``ts_rank``.
 
+
 Run: .venv/bin/python benchmarks/bench_search.py [--facts 200] [--steps 10000] [--items 100000]
-     [--only quality|latency|upkeep|stores] [--postgres URL]
+     [--stored-items 100000] [--dimension 256]
+     [--sections quality,latency,upkeep,stored,keyword-stores] [--postgres URL | --no-postgres]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import random
 import sqlite3
+import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 from _common import best, make_rows, make_ufo_rows
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Tokenizer, WordLlamaEmbedder, search, search_index
+from agents.memory.stores import StoredMemory, open_store
 
 SUBJECTS = [
     ("car", "automobile"),
@@ -438,25 +459,94 @@ def _drop_sqlite_index(store: object) -> None:
     store.keeps_terms = False  # type: ignore[attr-defined]
 
 
-def _postgres_url(given: str | None) -> Iterator[str | None]:
-    """Yield the given server URL, or one of a throwaway server started as the tests do, or None."""
-    if given:
-        yield given
-        return
-    import pathlib
-    import sys
+class BytesEmbedder:
+    """A stand-in embedder: each text's vector is its SHAKE-128 digest read as signed bytes."""
 
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-    try:
-        from conftest import _throwaway_server
-    except ImportError:
-        yield None
+    def __init__(self, dimension: int) -> None:
+        self.name = f"shake-bytes-{dimension}"
+        self.dimension = dimension
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        raw = b"".join(
+            hashlib.shake_128(text.encode("utf-8")).digest(self.dimension) for text in texts
+        )
+        return (
+            np.frombuffer(raw, dtype=np.int8).astype(np.float32).reshape(len(texts), self.dimension)
+        )
+
+
+STORED_QUERIES = ["close the dialog and save as PDF", "Report 42.docx is focused", "zebra"]
+
+
+def raw_cosine(matrix: Any, embedder: BytesEmbedder, query: str) -> Any:
+    """The raw limit: embed the query, scale it, one matrix product, the top 5."""
+    vector = embedder([query])[0]
+    vector = vector / np.linalg.norm(vector)
+    sims = matrix @ vector
+    top = np.argpartition(sims, len(sims) - 5)[-5:]
+    return top[np.argsort(-sims[top])]
+
+
+def bench_stored(label: str, url: str, n_items: int, dimension: int, repeat: int) -> None:
+    """Time embedding a stored session, then semantic queries against raw numpy over the same matrix."""
+    embedder = BytesEmbedder(dimension)
+    items = [MemoryItem(**row) for row in make_rows(n_items)]
+    with open_store(url) as store:
+        for start in range(0, n_items, 10_000):
+            store.append("vectors", items[start : start + 10_000])
+        took = time.perf_counter()
+        store.index_embeddings("vectors", embedder, batch_size=1024)
+        took = time.perf_counter() - took
+        stored = store.read_vectors("vectors", embedder)
+        matrix = np.stack(list(stored.values()))
+        print(
+            f"\n{label}: embedding and storing {n_items} vectors of {dimension} float32: "
+            f"{took:.2f} s ({matrix.nbytes / 2**20:.0f} MiB of vectors)"
+        )
+        print(f"{'query':<36}{'store ms':>10}{'raw ms':>9}{'ratio':>8}")
+        for query in STORED_QUERIES:
+            ours = best(
+                lambda query=query: store.search(
+                    "vectors", query, 5, mode="semantic", embedder=embedder
+                ),
+                repeat,
+            )
+            raw = best(lambda query=query: raw_cosine(matrix, embedder, query), repeat)
+            print(f"{query:<36}{ours * 1e3:>10.1f}{raw * 1e3:>9.2f}{ours / raw:>8.1f}")
+        hits = store.search("vectors", STORED_QUERIES[0], 5, mode="semantic", embedder=embedder)
+        seqs = list(stored)
+        want = [seqs[row] for row in raw_cosine(matrix, embedder, STORED_QUERIES[0])]
+        assert [hit.seq for hit in hits] == want, (hits, want)
+        took = time.perf_counter()
+        memory = StoredMemory(store, "vectors")
+        opened = time.perf_counter() - took
+        took = time.perf_counter()
+        memory.search(STORED_QUERIES[0], 5, mode="semantic", embedder=embedder)
+        first = time.perf_counter() - took
+        ours = best(
+            lambda: memory.search(STORED_QUERIES[0], 5, mode="semantic", embedder=embedder),
+            repeat,
+        )
+        raw = best(lambda: raw_cosine(matrix, embedder, STORED_QUERIES[0]), repeat)
+        print(
+            f"StoredMemory reopened ({opened:.2f} s to load the items): first semantic query "
+            f"{first:.2f} s (reads the stored vectors, embeds none), then {ours * 1e3:.1f} ms, "
+            f"{ours / raw:.1f}x raw"
+        )
+
+
+def run_stored(n_items: int, dimension: int, repeat: int, postgres: str | None) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        bench_stored("in-process store", "memory://bench-vectors", n_items, dimension, repeat)
+        bench_stored("SQLite", f"sqlite:///{folder}/v.db", n_items, dimension, repeat)
+        bench_stored("JSONL", f"jsonl:///{folder}/logs", n_items, dimension, repeat)
+    if postgres == "none":
         return
-    try:
-        with _throwaway_server() as url:
-            yield url
-    except (FileNotFoundError, OSError):
-        yield None
+    from bench_stores import postgres_url
+
+    with postgres_url(postgres) as url:
+        if url is not None:
+            bench_stored("PostgreSQL", url, n_items, dimension, repeat)
 
 
 def main() -> None:
@@ -464,21 +554,31 @@ def main() -> None:
     parser.add_argument("--facts", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--stored-items", type=int, default=100_000)
+    parser.add_argument("--dimension", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument(
-        "--only", choices=("quality", "latency", "upkeep", "stores"), help="run one part"
-    )
-    parser.add_argument("--postgres", help="a PostgreSQL URL for the store part")
+    parser.add_argument("--sections", default="quality,latency,upkeep,stored,keyword-stores")
+    parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
+    parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
-    if args.only in (None, "quality"):
+    sections = set(args.sections.split(","))
+    if "quality" in sections:
         run_quality(args.steps, args.facts)
-    if args.only in (None, "latency"):
+    if "latency" in sections:
         run_latency(args.items, args.repeat)
-    if args.only in (None, "upkeep"):
+    if "upkeep" in sections:
         run_upkeep(args.items, args.repeat)
-    if args.only in (None, "stores"):
-        for url in _postgres_url(args.postgres):
-            run_stores(args.items, args.repeat, url)
+    if "stored" in sections:
+        postgres = "none" if args.no_postgres else args.postgres
+        run_stored(args.stored_items, args.dimension, args.repeat, postgres)
+    if "keyword-stores" in sections:
+        from bench_stores import postgres_url
+
+        if args.no_postgres:
+            run_stores(args.items, args.repeat, None)
+        else:
+            with postgres_url(args.postgres) as url:
+                run_stores(args.items, args.repeat, url)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -221,6 +222,28 @@ def test_add_values_from_dict_tells_watchers_each_field() -> None:
     item.watch(heard, lambda: watcher)
     item.add_values_from_dict({"a": 2, "b": 3})
     assert heard == [("a", 1, 2), ("b", NOTHING, 3)]
+
+
+def test_watchers_of_several_owners_are_told_until_each_unwatches() -> None:
+    """Each owner's watcher hears a change; unwatching one owner leaves the others, rewatching replaces."""
+    heard: list[str] = []
+    first, second = object(), object()
+
+    def named(name: str) -> Callable[..., None]:
+        return lambda item, key, old, new: heard.append(f"{name}:{key}={new}")
+
+    item = MemoryItem()
+    item.watch(first, lambda: named("first"))
+    item.watch(second, lambda: named("second"))
+    item.set_value("a", 1)
+    item.unwatch(first)
+    item.set_value("a", 2)
+    item.watch(second, lambda: named("again"))
+    item.set_value("a", 3)
+    item.unwatch(second)
+    item.unwatch(second)  # unwatching an owner that no longer watches is no error
+    item.set_value("a", 4)
+    assert heard == ["first:a=1", "second:a=1", "second:a=2", "again:a=3"]
 
 
 def test_add_values_from_dict_stores_str_subclass_keys_as_str() -> None:

@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from agents.memory import (
     ArgumentTypeError,
@@ -951,10 +954,109 @@ def test_whitespace_only_file_of_megabytes_is_refused_in_few_reads(
     def counting_open(name: str, mode: str = "rb") -> CountingReader:
         return CountingReader(io.FileIO(name, mode))
 
-    monkeypatch.setattr("agents.memory.memory.open", counting_open, raising=False)
+    monkeypatch.setattr("agents.memory._session.open", counting_open, raising=False)
     memory = session_memory()
     before = state_of(memory)
     with pytest.raises(CorruptSessionError, match="is not valid JSON"):
         memory.load_file(path)
     assert state_of(memory) == before
     assert 0 < len(reads) < 1000
+
+
+# -- the step index against a plain list, under any interleaving ------------------------
+
+_STEPS = st.one_of(st.integers(0, 12), st.sampled_from(["plan", True, 1.0]), st.just([1, 2]))
+
+
+class StepIndexMachine(RuleBasedStateMachine):
+    """A Memory's step lookups against a list of (item, step) scanned each time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory = Memory()
+        self.model: list[MemoryItem] = []
+        self.added = 0
+        self.looked_up = False
+
+    def _add(self, item: MemoryItem) -> None:
+        # A number per item, so lookups that return items out of order are told apart.
+        self.added += 1
+        item.set_value("n", self.added)
+        self.memory.add_memory_item(item)
+        self.model.append(item)
+
+    @rule(steps=st.lists(_STEPS, min_size=1, max_size=6))
+    def add(self, steps: list[Any]) -> None:
+        for step in steps:
+            self._add(MemoryItem(step=step))
+
+    @rule()
+    def add_stepless(self) -> None:
+        self._add(MemoryItem(action="wait"))
+
+    def _pick(self, at: int) -> MemoryItem | None:
+        return self.model[at % len(self.model)] if self.model else None
+
+    @rule(at=st.integers(0, 63), step=_STEPS)
+    def change_step(self, at: int, step: Any) -> None:
+        item = self._pick(at)
+        if item is not None:
+            item.set_value("step", step)
+
+    @rule(at=st.integers(0, 63))
+    def drop_step_field(self, at: int) -> None:
+        item = self._pick(at)
+        if item is not None and "step" in item:
+            item.delete_value("step")
+
+    @rule(step=_STEPS)
+    def delete_step(self, step: Any) -> None:
+        removed = self.memory.delete_memory_item(step)
+        kept = [item for item in self.model if not _has_step(item, step)]
+        assert removed == len(self.model) - len(kept)
+        self.model = kept
+
+    @rule(at=st.integers(0, 63))
+    def delete_one_item(self, at: int) -> None:
+        item = self._pick(at)
+        if item is not None:
+            self.memory.delete_items([item])
+            self.model = [held for held in self.model if held is not item]
+
+    @rule(steps=st.lists(_STEPS, max_size=3))
+    def lookup(self, steps: list[Any]) -> None:
+        assert self.memory.filter_memory_from_steps(steps) == self._expected(steps)
+        self.looked_up = True
+
+    @rule()
+    def clear(self) -> None:
+        self.memory.clear()
+        self.model = []
+        self.looked_up = False  # clear drops the index: the next lookup builds it anew
+
+    @invariant()
+    def same_items(self) -> None:
+        assert self.memory.content == self.model
+
+    @invariant()
+    def every_step_found_in_order(self) -> None:
+        # Only once a lookup built the index, so adds before it exercise the one-pass build.
+        if self.looked_up:
+            for item in self.model:
+                if "step" in item:
+                    step = item.get_value("step")
+                    assert self.memory.filter_memory_from_steps([step]) == self._expected([step])
+
+    def _expected(self, steps: list[Any]) -> list[dict[str, Any]]:
+        return [item.to_dict() for item in self.model if any(_has_step(item, s) for s in steps)]
+
+
+def _has_step(item: MemoryItem, step: Any) -> bool:
+    """Whether the item's step equals ``step`` as the index compares them (==, so 1 == 1.0 == True)."""
+    return "step" in item and item.get_value("step") == step
+
+
+StepIndexMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None
+)
+test_step_index_follows_every_change = StepIndexMachine.TestCase

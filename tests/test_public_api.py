@@ -92,7 +92,7 @@ def _run(code: str) -> str:
 
 
 def test_import_loads_only_the_core_modules() -> None:
-    """import agents.memory loads items, memory, codec and errors; prompt, blackboard, stores wait for first use."""
+    """import agents.memory loads items, memory, codec, session files and errors; prompt, blackboard, stores wait for first use."""
     loaded = _run(
         "import sys, agents.memory; print(sorted(m for m in sys.modules if m.startswith('agents.')))"
     )
@@ -101,6 +101,7 @@ def test_import_loads_only_the_core_modules() -> None:
             "agents.memory",
             "agents.memory._codec",
             "agents.memory._item",
+            "agents.memory._session",
             "agents.memory.exceptions",
             "agents.memory.memory",
         ]

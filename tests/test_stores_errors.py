@@ -6,6 +6,7 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,8 +19,14 @@ from agents.memory import (
     SchemaVersionError,
     StoreNotFoundError,
 )
-from agents.memory.exceptions import SkippedRecordWarning
-from agents.memory.stores import SQLiteStore, open_memory, open_store
+from agents.memory.exceptions import (
+    InvalidQueryError,
+    SkippedRecordWarning,
+    StoreArgumentError,
+    StoreError,
+)
+from agents.memory.search import HashingEmbedder
+from agents.memory.stores import BaseStore, InMemoryStore, SQLiteStore, open_memory, open_store
 
 
 def test_unknown_scheme_is_refused() -> None:
@@ -125,7 +132,7 @@ def test_empty_sqlite_file_becomes_a_store(tmp_path: Path) -> None:
         version = con.execute("PRAGMA user_version").fetchone()[0]
     finally:
         con.close()
-    assert version == SQLiteStore.schema_version == 3
+    assert version == SQLiteStore.schema_version == 4
 
 
 def test_newer_jsonl_store_is_refused(tmp_path: Path) -> None:
@@ -251,3 +258,82 @@ def test_damaged_row_is_named_and_nothing_is_loaded(tmp_path: Path) -> None:
         ):
             store.read("s1")
         assert store.count("s1") == 3
+
+
+class NoVectorStore(InMemoryStore):
+    """An in-process store with the vector primitives left at BaseStore's defaults (a backend written before them)."""
+
+    _vector_model = BaseStore._vector_model
+    _vector_pages = BaseStore._vector_pages
+    _vector_count = BaseStore._vector_count
+    _claim_vector_model = BaseStore._claim_vector_model
+    _put_vectors = BaseStore._put_vectors
+    _delete_vectors = BaseStore._delete_vectors
+    _drop_vectors = BaseStore._drop_vectors
+
+
+def test_backend_without_vectors_refuses_semantic_search_only() -> None:
+    """A backend without vector primitives writes, deletes and searches by keyword; semantic search is a named StoreError."""
+    with NoVectorStore() as store:
+        seqs = store.append("s", [MemoryItem(step=1, note="report"), MemoryItem(step=2)])
+        with store.batch("s") as batch:
+            batch.update({seqs[0]: MemoryItem(step=1, note="the report")})
+            batch.delete([seqs[1]])
+        assert [hit.seq for hit in store.search("s", "report")] == [seqs[0]]
+        with pytest.raises(StoreError, match="keeps no vectors"):
+            store.search("s", "report", mode="semantic", embedder=HashingEmbedder())
+        assert store.vector_model("s") is None
+        assert store.drop_vectors("s") == 0
+        store.clear("s")
+        assert store.count("s") == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"batch_size": 0}, "batch_size >= 1, got 0"),
+        ({"keys": "note"}, "single string 'note'"),
+    ],
+)
+def test_bad_index_embeddings_arguments_are_named(options: dict[str, Any], match: str) -> None:
+    """A batch size below 1 or a bare string of keys is refused by name, embedding nothing."""
+    with open_store("memory://") as store:
+        store.append("s", [MemoryItem(step=1, note="report")])
+        with pytest.raises((StoreArgumentError, InvalidQueryError), match=match):
+            store.index_embeddings("s", HashingEmbedder(), **options)
+        assert store.vector_model("s") is None
+
+
+def test_something_that_is_not_an_embedder_is_refused() -> None:
+    """An embedder without a name and an int dimension is refused by name."""
+    with open_store("memory://") as store:
+        store.append("s", [MemoryItem(step=1, note="report")])
+        with pytest.raises(StoreArgumentError, match="embedder must be an Embedder"):
+            store.index_embeddings("s", len)  # type: ignore[arg-type]  # not an embedder is the test
+        with pytest.raises(StoreArgumentError, match="embedder must be an Embedder"):
+            store.search("s", "report", mode="hybrid", embedder=object())  # type: ignore[arg-type]  # not an embedder is the test
+
+
+def test_index_embeddings_on_a_read_only_store_is_refused(tmp_path: Path) -> None:
+    """index_embeddings on a read-only handle raises StoreError and stores nothing."""
+    path = tmp_path / "runs.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1, note="report")])
+    with open_store(path, read_only=True) as reader, pytest.raises(StoreError, match="read-only"):
+        reader.index_embeddings("s", HashingEmbedder())
+    with open_store(path) as store:
+        assert store.vector_model("s") is None
+
+
+def test_semantic_store_search_without_numpy_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without numpy, a semantic store search names the extra that installs it and stores nothing."""
+    with open_store("memory://") as store:
+        store.append("s", [MemoryItem(step=1, note="report")])
+        # A None entry in sys.modules makes `import numpy` fail, as if it were not installed.
+        monkeypatch.setitem(sys.modules, "numpy", None)
+        with pytest.raises(MissingDependencyError, match=r"pip install 'kvmemory\[semantic\]'"):
+            store.search("s", "report", mode="semantic", embedder=HashingEmbedder())
+        monkeypatch.undo()
+        assert store.vector_model("s") is None

@@ -16,6 +16,7 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
+from agents.memory.search import HashingEmbedder
 from agents.memory.stores import JSONLStore, open_store
 
 
@@ -60,9 +61,9 @@ def test_v1_store_is_migrated_to_v2_without_loss(tmp_path: Path) -> None:
         )
         assert store.append("run", [MemoryItem(step=4)]) == [4]
     marker = json.loads((directory / "kvmemory-store.json").read_bytes())
-    assert marker["version"] == 2
+    assert marker["version"] == JSONLStore.schema_version
     header = json.loads((directory / "run.jsonl").read_bytes().split(b"\n")[0])
-    assert header["version"] == 2
+    assert header["version"] == JSONLStore.schema_version
     assert len(header["generation"]) == 32
 
 
@@ -234,3 +235,76 @@ def test_copy_without_lock_file_is_read_read_only_and_unchanged(tmp_path: Path) 
     with open_store(f"jsonl://{directory}", read_only=True) as store:
         assert [i["step"] for i in store.read("s")] == [1]
     assert snapshot(directory) == before
+
+
+def test_v2_store_is_migrated_and_gets_vectors(tmp_path: Path) -> None:
+    """A v2 store opened writable is marked v3, keeps its items, and stores vector records in the log."""
+    directory = tmp_path / "logs"
+    write_v1_store(directory)
+    with JSONLStore(directory):
+        pass  # gives the log a v2-style header (generation, next seq) ...
+    log = directory / "run.jsonl"
+    log.write_bytes(log.read_bytes().replace(b'"version":3', b'"version":2', 1))
+    marker = directory / "kvmemory-store.json"
+    marker.write_bytes(b'{"format":"kvmemory.jsonl-store","version":2}')  # ... and marks it v2
+    embedder = HashingEmbedder(32)
+    with JSONLStore(directory) as store:
+        assert store.index_embeddings("run", embedder) == 2
+        hits = store.search("run", "open", 1, mode="semantic", embedder=embedder)
+        assert [(hit.seq, hit.item["action"]) for hit in hits] == [(1, "open")]
+    assert json.loads(marker.read_bytes())["version"] == JSONLStore.schema_version
+    with JSONLStore(directory, read_only=True) as reader:
+        assert sorted(reader.read_vectors("run", embedder)) == [1, 2]
+
+
+def test_damaged_vector_record_is_named_by_store_session_and_seq(tmp_path: Path) -> None:
+    """A vector record of the wrong byte length raises CorruptStoreError naming the store, session and seq."""
+    directory = tmp_path / "logs"
+    embedder = HashingEmbedder(32)
+    with JSONLStore(directory) as store:
+        seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
+        store.index_embeddings("s", embedder)
+    with (directory / "s.jsonl").open("ab") as log:
+        log.write(b'{"vec":[%d,"*","AAAAAA=="]}\n' % seqs[1])
+    message = f"item {seqs[1]} of session 's' of jsonl:///{directory} holds 4 bytes; expected 128"
+    with JSONLStore(directory) as store, pytest.raises(CorruptStoreError, match=message):
+        store.search("s", "a", mode="semantic", embedder=embedder)
+
+
+def test_compaction_keeps_the_vectors_of_live_items(tmp_path: Path) -> None:
+    """A compacted log holds the model and the vectors of the items it keeps, and no others."""
+    directory = tmp_path / "logs"
+    embedder = HashingEmbedder(32)
+    with JSONLStore(directory) as store:
+        seqs = store.append("s", [MemoryItem(step=i, note=f"note {i}") for i in range(4)])
+        store.index_embeddings("s", embedder)
+        before = store.read_vectors("s", embedder)
+        store.delete_seqs("s", seqs[:2])
+        store.compact("s")
+    with JSONLStore(directory) as store:
+        after = store.read_vectors("s", embedder)
+        assert sorted(after) == seqs[2:]
+        assert all((after[seq] == before[seq]).all() for seq in seqs[2:])
+        assert store.index_embeddings("s", embedder) == 2
+
+
+@pytest.mark.parametrize(
+    ("record", "match"),
+    [
+        (b'{"vec":[1,"*"]}', r'"vec" record holds \[1, \'\*\'\]'),
+        (b'{"vec":[1,"*","not base64!"]}', "not base64"),
+        (b'{"vm":["model"]}', r'"vm" record holds \[\'model\'\]'),
+    ],
+    ids=["vec-shape", "vec-base64", "vm-shape"],
+)
+def test_damaged_vector_records_are_named_by_line(
+    tmp_path: Path, record: bytes, match: str
+) -> None:
+    """A vector or model record of the wrong shape raises CorruptStoreError naming the log and line."""
+    directory = tmp_path / "logs"
+    with JSONLStore(directory) as store:
+        store.append("s", [MemoryItem(step=1, note="a")])
+    with (directory / "s.jsonl").open("ab") as log:
+        log.write(record + b"\n")
+    with JSONLStore(directory) as store, pytest.raises(CorruptStoreError, match=f"line 3.*{match}"):
+        store.vector_model("s")

@@ -6,9 +6,21 @@ from typing import Any
 
 import pytest
 
-from agents.memory import Memory, MemoryChange, MemoryItem, SerializationError
-from agents.memory.stores import StoredMemory, open_memory, open_store
-from agents.memory.stores.testing import every_codec_type, same, steps_of
+from agents.memory import (
+    EmbedderMismatchError,
+    Memory,
+    MemoryChange,
+    MemoryItem,
+    SerializationError,
+)
+from agents.memory.stores import StoredMemory, VectorModel, open_memory, open_store
+from agents.memory.stores.testing import (
+    CountingEmbedder,
+    every_codec_type,
+    same,
+    steps_of,
+    vector_session,
+)
 
 
 def reopened(url: str, session: str = "s", **options: Any) -> list[MemoryItem]:
@@ -288,3 +300,35 @@ def test_reload_rereads_metadata_another_handle_wrote(store_url: str) -> None:
         other.set_metadata("s", {"v": 2})
         memory.reload()
         assert memory.metadata == {"v": 2}
+
+
+def test_semantic_search_reads_keys_given_as_an_iterator_once(tmp_path: Any) -> None:
+    """Keys passed as a generator reach the store and the in-RAM ranking alike."""
+    embedder = CountingEmbedder()
+    items = vector_session()
+    with open_memory(f"sqlite:///{tmp_path}/s.db", "s") as memory:
+        memory.add_memory_items(items)
+        got = memory.search(
+            "email", 3, keys=(key for key in ["note"]), mode="semantic", embedder=embedder
+        )
+    want = Memory(vector_session()).search(
+        "email", 3, keys=["note"], mode="semantic", embedder=embedder
+    )
+    assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
+
+
+def test_stored_memory_with_another_model_is_refused_until_its_vectors_are_dropped(
+    store_url: str,
+) -> None:
+    """A stored session embedded with one model refuses another; drop_vectors() lets it embed again."""
+    with open_memory(store_url, "s") as memory:
+        memory.add_memory_items(vector_session())
+        assert memory.index_embeddings(CountingEmbedder(64)) == 7
+    with open_memory(store_url, "s") as memory:
+        other = CountingEmbedder(32)
+        with pytest.raises(EmbedderMismatchError, match=r"'hashing-3gram-64'.*'hashing-3gram-32'"):
+            memory.search("email", mode="semantic", embedder=other)
+        assert other.texts == 0
+        assert memory.drop_vectors() == 8
+        assert memory.index_embeddings(other) == 7
+        assert memory.store.vector_model("s") == VectorModel("hashing-3gram-32", 32)

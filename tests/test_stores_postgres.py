@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agents.memory import MemoryItem
@@ -11,7 +13,8 @@ from agents.memory.exceptions import (
     StoreError,
     StoreUnreachableError,
 )
-from agents.memory.stores import open_store
+from agents.memory.search import HashingEmbedder
+from agents.memory.stores import PostgresStore, open_store
 from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
 
 psycopg = pytest.importorskip("psycopg")
@@ -70,8 +73,8 @@ def tables(url: str) -> set[str]:
 
 
 @pytest.mark.postgres
-def test_v1_store_is_migrated_to_the_current_schema_without_loss(postgres_url: str) -> None:
-    """v1 tables opened writable get the current schema; every session, item and seq is kept, none reused."""
+def test_v1_store_is_migrated_to_v2_without_loss(postgres_url: str) -> None:
+    """v1 tables opened writable get schema v2; every session, item and seq is kept, none reused."""
     write_v1_store(postgres_url)
     with open_store(postgres_url) as store:
         assert store.sessions() == ["a", "b"]
@@ -87,14 +90,19 @@ def test_v1_store_is_migrated_to_the_current_schema_without_loss(postgres_url: s
         store.delete_session("b")
         assert store.append("b", [MemoryItem(Step=8)], step_key="Step") == [2]
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(3,)]
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
 
 
 @pytest.mark.postgres
 def test_v1_store_opened_read_only_is_refused_and_unchanged(postgres_url: str) -> None:
     """Read-only never migrates: v1 tables are refused with a clear error and keep their layout."""
     write_v1_store(postgres_url)
-    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 3"):
+    with pytest.raises(
+        SchemaVersionError,
+        match=f"read-only it cannot be migrated to {PostgresStore.schema_version}",
+    ):
         open_store(postgres_url, read_only=True)
     with psycopg.connect(postgres_url, autocommit=True) as con:
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(1,)]
@@ -186,11 +194,72 @@ def test_migration_drops_jsonb_copies_that_changed_a_float(postgres_url: str) ->
         assert type(store.project("a", ["big"], steps=[3])[0]["big"]) is float
 
 
-# -- the keyword index (schema version 3) ------------------------------------------------
+@pytest.mark.postgres
+def test_v2_store_is_migrated_and_gets_vectors(postgres_url: str) -> None:
+    """v2 tables opened writable gain the vector tables, keep their items, and embed and search them."""
+    write_v1_store(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        # What the v2 migration did, so the tables are v2 as kvmemory left them.
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN metadata bytea NOT NULL DEFAULT '\\x7b7d'::bytea"
+        )
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false"
+        )
+        con.execute("UPDATE kvmemory_schema SET version = 2")
+    embedder = HashingEmbedder(32)
+    with open_store(postgres_url) as store:
+        assert store.index_embeddings("a", embedder) == 2
+        hits = store.search("a", "open", 1, mode="semantic", embedder=embedder)
+        assert [(hit.seq, hit.item["action"]) for hit in hits] == [(1, "open")]
+        assert [r.seq for r in store.records("b")] == [1]
+    assert {"kvmemory_vectors", "kvmemory_embedders"} <= tables(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
 
 
-def write_v2_store(url: str) -> None:
-    """Write schema-v2 tables by hand holding the ranking corpus in session 'a' and one item in 'b'."""
+@pytest.mark.postgres
+def test_damaged_vector_row_is_named_by_store_session_and_seq(postgres_url: str) -> None:
+    """A vector row of the wrong byte length raises CorruptStoreError naming the store, session and seq."""
+    embedder = HashingEmbedder(32)
+    with open_store(postgres_url) as store:
+        seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
+        store.index_embeddings("s", embedder)
+        url = store.url
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(
+            "UPDATE kvmemory_vectors SET vector = '\\x00000000'::bytea WHERE seq = %s", (seqs[1],)
+        )
+    message = f"item {seqs[1]} of session 's' of {re.escape(url)} holds 4 bytes; expected 128"
+    with open_store(postgres_url) as store, pytest.raises(CorruptStoreError, match=message):
+        store.search("s", "a", mode="semantic", embedder=embedder)
+
+
+# -- the keyword index (schema version 4) ------------------------------------------------
+
+
+# Schema version 3 added the tables of stored vectors.
+V3_VECTOR_DDL = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_embedders (
+        session_id text PRIMARY KEY REFERENCES kvmemory_sessions ON DELETE CASCADE,
+        model text NOT NULL,
+        dimension integer NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS kvmemory_vectors (
+        session_id text NOT NULL,
+        seq bigint NOT NULL,
+        fields text NOT NULL,
+        vector bytea NOT NULL,
+        PRIMARY KEY (session_id, seq, fields),
+        FOREIGN KEY (session_id, seq) REFERENCES kvmemory_items ON DELETE CASCADE
+    )""",
+)
+
+
+def write_corpus_store(url: str, version: int) -> None:
+    """Write tables of schema version 2 or 3 by hand holding the ranking corpus in session 'a' and one item in 'b'."""
     with psycopg.connect(url, autocommit=True) as con:
         for statement in V1_DDL:
             con.execute(statement)
@@ -200,7 +269,10 @@ def write_v2_store(url: str) -> None:
         con.execute(
             "ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false"
         )
-        con.execute("INSERT INTO kvmemory_schema VALUES (2)")
+        if version == 3:
+            for statement in V3_VECTOR_DDL:
+                con.execute(statement)
+        con.execute("INSERT INTO kvmemory_schema VALUES (%s)", (version,))
         items = ranking_corpus()
         con.execute(
             "INSERT INTO kvmemory_sessions (session_id, step_key, next_seq, created)"
@@ -217,9 +289,12 @@ def write_v2_store(url: str) -> None:
 
 
 @pytest.mark.postgres
-def test_v2_store_is_migrated_and_searched_by_its_new_index(postgres_url: str) -> None:
-    """v2 tables opened writable get the keyword index over their items and rank as Memory.search."""
-    write_v2_store(postgres_url)
+@pytest.mark.parametrize("version", [2, 3])
+def test_older_store_is_migrated_and_searched_by_its_new_index(
+    postgres_url: str, version: int
+) -> None:
+    """v2 or v3 tables opened writable get the keyword index over their items and rank as Memory.search."""
+    write_corpus_store(postgres_url, version)
     with open_store(postgres_url) as store:
         assert store.keyword_index
         assert_ranks_as_memory(store, "a")
@@ -227,14 +302,14 @@ def test_v2_store_is_migrated_and_searched_by_its_new_index(postgres_url: str) -
 
 
 @pytest.mark.postgres
-def test_v2_store_opened_read_only_searches_by_scanning(postgres_url: str) -> None:
-    """v2 tables opened read-only are not migrated; they search by reading the session, with the same ranking."""
-    write_v2_store(postgres_url)
+def test_v3_store_opened_read_only_searches_by_scanning(postgres_url: str) -> None:
+    """v3 tables (before the keyword index) opened read-only are not migrated; they search by reading the session, ranking the same."""
+    write_corpus_store(postgres_url, 3)
     with open_store(postgres_url, read_only=True) as store:
         assert not store.keyword_index
         assert_ranks_as_memory(store, "a")
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(2,)]
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(3,)]
 
 
 @pytest.mark.postgres

@@ -16,6 +16,7 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
+from agents.memory.search import HashingEmbedder
 from agents.memory.stores import SQLiteStore, open_store
 from agents.memory.stores._sqlite import SCHEMA_VERSION
 from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
@@ -90,7 +91,7 @@ def test_v1_store_is_migrated_to_the_current_schema_without_loss(tmp_path: Path)
         )
         store.set_metadata("a", {"agent": "planner"})
         assert store.append("a", [MemoryItem(step=3)]) == [6]
-    assert user_version(path) == SCHEMA_VERSION
+    assert user_version(path) == SQLiteStore.schema_version
 
 
 def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> None:
@@ -98,7 +99,9 @@ def test_v1_store_opened_read_only_is_refused_and_unchanged(tmp_path: Path) -> N
     path = tmp_path / "old.db"
     write_v1_store(path)
     before = path.read_bytes()
-    with pytest.raises(SchemaVersionError, match="read-only it cannot be migrated to 3"):
+    with pytest.raises(
+        SchemaVersionError, match=f"read-only it cannot be migrated to {SQLiteStore.schema_version}"
+    ):
         open_store(path, read_only=True)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["old.db"]
@@ -208,6 +211,48 @@ def test_damaged_session_metadata_is_a_store_error(tmp_path: Path) -> None:
         store.session_info("s")
 
 
+def write_v2_store(path: Path) -> None:
+    """Write a schema-v2 store by hand (v1 plus session metadata): one session, two items."""
+    write_v1_store(path)
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'")
+    con.execute("PRAGMA user_version = 2")
+    con.commit()
+    con.close()
+
+
+def test_v2_store_is_migrated_and_gets_vectors(tmp_path: Path) -> None:
+    """A v2 file opened writable gains the vector tables, keeps its items, and embeds and searches them."""
+    path = tmp_path / "old.db"
+    write_v2_store(path)
+    embedder = HashingEmbedder(32)
+    with SQLiteStore(path) as store:
+        assert [r.item.to_dict() for r in store.records("a")] == [
+            {"step": 1, "action": "open"},
+            {"step": 2, "action": "type"},
+        ]
+        assert store.index_embeddings("a", embedder) == 2
+        hits = store.search("a", "open", 1, mode="semantic", embedder=embedder)
+        assert [(hit.seq, hit.item["action"]) for hit in hits] == [(1, "open")]
+    assert user_version(path) == SQLiteStore.schema_version
+
+
+def test_damaged_vector_row_is_named_by_store_session_and_seq(tmp_path: Path) -> None:
+    """A vector row of the wrong byte length raises CorruptStoreError naming the store, session and seq."""
+    path = tmp_path / "runs.db"
+    embedder = HashingEmbedder(32)
+    with open_store(path) as store:
+        seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
+        store.index_embeddings("s", embedder)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_vectors SET vector = x'00000000' WHERE seq = ?", (seqs[1],))
+    con.commit()
+    con.close()
+    message = f"item {seqs[1]} of session 's' of sqlite:///{path} holds 4 bytes; expected 128"
+    with open_store(path) as store, pytest.raises(CorruptStoreError, match=message):
+        store.search("s", "a", mode="semantic", embedder=embedder)
+
+
 # -- the keyword index (schema version 3) ------------------------------------------------
 
 # Schema version 2: version 1 and the session metadata column, as kvmemory wrote it.
@@ -215,10 +260,25 @@ V2_DDL = (
     *V1_DDL,
     "ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'",
 )
+# Schema version 3 added the tables of stored vectors.
+V3_VECTOR_DDL = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_embedders (
+        session_id TEXT PRIMARY KEY,
+        model TEXT NOT NULL,
+        dimension INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS kvmemory_vectors (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        fields TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq, fields)
+    )""",
+)
 
 
-def write_v2_store(path: Path) -> list[MemoryItem]:
-    """Write a schema-v2 store by hand holding the ranking corpus in session 'a' (and one item in 'b'); return the corpus."""
+def write_corpus_store(path: Path, version: int) -> list[MemoryItem]:
+    """Write a store of schema version 2 or 3 by hand holding the ranking corpus in session 'a' (and one item in 'b')."""
     items = ranking_corpus()
     con = sqlite3.connect(path)
     for statement in V2_DDL:
@@ -230,16 +290,22 @@ def write_v2_store(path: Path) -> list[MemoryItem]:
     con.executemany(
         "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES (?, ?, ?, ?)", rows
     )
-    con.execute("PRAGMA user_version = 2")
+    if version == 3:
+        for statement in V3_VECTOR_DDL:
+            con.execute(statement)
+    con.execute(f"PRAGMA user_version = {version}")
     con.commit()
     con.close()
     return items
 
 
-def test_v2_store_is_migrated_and_searched_by_its_new_index(tmp_path: Path) -> None:
-    """A v2 file opened writable gets the keyword index over its items and ranks as Memory.search."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_older_store_is_migrated_and_searched_by_its_new_index(
+    tmp_path: Path, version: int
+) -> None:
+    """A v2 or v3 file opened writable gets the keyword index over its items and ranks as Memory.search."""
     path = tmp_path / "old.db"
-    write_v2_store(path)
+    write_corpus_store(path, version)
     with SQLiteStore(path) as store:
         assert store.keyword_index
         assert_ranks_as_memory(store, "a")
@@ -247,16 +313,16 @@ def test_v2_store_is_migrated_and_searched_by_its_new_index(tmp_path: Path) -> N
     assert user_version(path) == SCHEMA_VERSION
 
 
-def test_v2_store_opened_read_only_searches_by_scanning(tmp_path: Path) -> None:
-    """A v2 file opened read-only is not migrated; it searches by reading the session, with the same ranking."""
+def test_v3_store_opened_read_only_searches_by_scanning(tmp_path: Path) -> None:
+    """A v3 file (before the keyword index) opened read-only is not migrated; it searches by reading the session, ranking the same."""
     path = tmp_path / "old.db"
-    write_v2_store(path)
+    write_corpus_store(path, 3)
     before = path.read_bytes()
     with SQLiteStore(path, read_only=True) as store:
         assert not store.keyword_index
         assert_ranks_as_memory(store, "a")
     assert path.read_bytes() == before
-    assert user_version(path) == 2
+    assert user_version(path) == 3
 
 
 def test_search_reads_only_the_items_it_finds(tmp_path: Path) -> None:
@@ -339,10 +405,10 @@ def test_rebuilding_the_index_of_a_read_only_store_is_refused(tmp_path: Path) ->
         store.rebuild_keyword_index()
 
 
-def test_v2_store_with_a_damaged_row_still_migrates(tmp_path: Path) -> None:
+def test_older_store_with_a_damaged_row_still_migrates(tmp_path: Path) -> None:
     """A row that cannot be decoded does not stop the migration: it is indexed without text, the others searched."""
     path = tmp_path / "old.db"
-    write_v2_store(path)
+    write_corpus_store(path, 3)
     damage(path, "UPDATE kvmemory_items SET data = x'7b' WHERE seq = 1")  # step 0 of 'a'
     with SQLiteStore(path) as store:
         assert store.keyword_index

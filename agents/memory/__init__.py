@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
+from agents.memory._session import write_session
 from agents.memory.exceptions import (
     AgentMemoryError,
     ArgumentTypeError,
@@ -50,7 +51,6 @@ from agents.memory.memory import (
     Memory,
     MemoryChange,
     MemoryWriter,
-    write_session,
 )
 
 if _TYPE_CHECKING:
@@ -90,7 +90,7 @@ if _TYPE_CHECKING:
     )
 
 # Names whose modules load on first use (module __getattr__, PEP 562), so that
-# ``import agents.memory`` imports only the core: items, memory, codec, errors.
+# ``import agents.memory`` imports only the core: items, memory, codec, session files, errors.
 _LAZY: dict[str, str] = {
     "Blackboard": "agents.memory.blackboard",
     "Conversation": "agents.memory.conversation",

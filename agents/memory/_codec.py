@@ -13,9 +13,9 @@ orjson does the byte work. This module owns three things on top of it:
   ``{"$kv": "item", "class": "pkg.mod:Cls", "fields": {...}}``. A reader
   therefore only walks the values of wrapped items; plain items are used as
   orjson returns them.
-* **Session documents.** A versioned envelope for one JSON document and a
-  JSONL stream (header line, then one item per line), both refused with a
-  clear error when they are corrupt or newer than this library.
+* **Files.** Writing a file atomically, checking a path, and checking the
+  format name and version of a versioned document. The session file formats
+  built on these live in ``agents.memory._session``.
 
 Besides that lossless, compact form, :func:`dumps_ufo` writes the JSON UFO
 writes (Python's ``json.dumps`` with its defaults) and tags only the values
@@ -43,7 +43,7 @@ import uuid
 import zoneinfo
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
-from typing import IO, Any, Final, Literal, NoReturn, TypeAlias
+from typing import Any, Final, Literal, NoReturn, TypeAlias
 
 import orjson
 
@@ -59,28 +59,24 @@ from agents.memory.exceptions import (
 )
 
 __all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
     "MAX_DEPTH",
     "TAG",
     "OnUnencodable",
     "OnUnknownClass",
     "atomic_write",
+    "check_format",
     "check_on_unknown_class",
     "containers_plain",
     "decode_fields",
-    "decode_session",
     "decode_value",
     "dumps",
     "dumps_ufo",
     "dumps_ufo_rows",
     "encode_fields",
     "encode_value",
-    "envelope",
     "file_path",
     "find_class",
     "is_plain",
-    "iter_jsonl",
     "loads",
     "plain_verdict",
     "unwrap",
@@ -97,8 +93,6 @@ enum member of an unknown class as its plain value.
 """
 
 TAG: Final = "$kv"
-FORMAT_NAME: Final = "kvmemory.session"
-FORMAT_VERSION: Final = 1
 
 _DUMPS_OPTIONS: Final = (
     orjson.OPT_PASSTHROUGH_DATETIME
@@ -467,8 +461,7 @@ still hold plain data (:func:`containers_plain`), which they may stop doing
 when they are changed in place.
 """
 
-_CONTAINERS: Final = frozenset({list, dict})
-_PLAIN_KINDS: Final = _SCALARS_AND_FLOAT | _CONTAINERS
+_PLAIN_KINDS: Final = _SCALARS_AND_FLOAT | {list, dict}
 
 
 def plain_verdict(fields: Mapping[str, Any]) -> PlainVerdict:
@@ -482,18 +475,24 @@ def plain_verdict(fields: Mapping[str, Any]) -> PlainVerdict:
     if TAG in fields:
         return False
     values = fields.values()
-    kinds = set(map(type, values))
-    if kinds <= _SCALARS:
+    if set(map(type, values)) <= _SCALARS:
         return True
-    if not kinds <= _PLAIN_KINDS:
-        return False
-    if float in kinds and not all(v - v == 0.0 for v in values if type(v) is float):
-        return False
-    if kinds.isdisjoint(_CONTAINERS):
+    # One pass in Python beats several C-level filters on a dozen values.
+    dicts: list[dict[Any, Any]] = []
+    lists: list[list[Any]] = []
+    for value in values:
+        kind = type(value)
+        if kind in _SCALARS:
+            continue
+        if kind is dict:
+            dicts.append(value)
+        elif kind is list:
+            lists.append(value)
+        elif kind is not float or value - value != 0.0:
+            return False
+    if not dicts and not lists:
         return True
-    dicts = tuple([v for v in values if type(v) is dict])
-    lists = tuple([v for v in values if type(v) is list])
-    return dicts, lists
+    return tuple(dicts), tuple(lists)
 
 
 def containers_plain(
@@ -1174,25 +1173,7 @@ def decode_fields(
     return decoded
 
 
-# -- session documents ---------------------------------------------------------
-
-
-def envelope(
-    *,
-    session_id: str | None,
-    created_at: str,
-    metadata: Mapping[str, Any],
-    step_key: str,
-) -> dict[str, Any]:
-    """Return the header of a session document, without its items."""
-    return {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "session_id": session_id,
-        "created_at": created_at,
-        "step_key": step_key,
-        "metadata": encode_value(dict(metadata)),
-    }
+# -- versioned documents -------------------------------------------------------
 
 
 def check_format(
@@ -1225,105 +1206,6 @@ def check_format(
         )
         raise UnsupportedVersionError(msg)
     return document
-
-
-def check_header(
-    header: Any,
-    *,
-    source: str,
-    on_unknown_class: OnUnknownClass = "error",
-    trusted_import: bool = False,
-) -> dict[str, Any]:
-    """Validate a session header completely and return what a memory takes from it.
-
-    Every field is checked here, before anything is loaded, so that applying
-    the header afterwards cannot fail half-way.
-
-    Returns:
-        ``metadata`` (a decoded ``dict``), plus ``session_id`` (``str`` or
-        ``None``), ``created_at`` and ``step_key`` (``str``) when the header
-        has them.
-
-    Raises:
-        CorruptSessionError: if it is not a kvmemory session header or a field
-            has the wrong type, naming the field's path (``$.metadata.run``).
-        UnsupportedVersionError: if a newer version of the format wrote it.
-    """
-    check_format(
-        header, source=source, name=FORMAT_NAME, version=FORMAT_VERSION, kind="kvmemory session"
-    )
-    out: dict[str, Any] = {}
-    expected = {"session_id": "a string or null", "created_at": "a string", "step_key": "a string"}
-    for key, what in expected.items():
-        if key not in header:
-            continue
-        value = header[key]
-        if not (type(value) is str or (value is None and key == "session_id")):
-            shown = repr(value)[:60]
-            msg = f"The header of {source}, at $.{key}: expected {what}, got {shown}; nothing was loaded."
-            raise CorruptSessionError(msg)
-        out[key] = value
-    decoder = _Decoder(on_unknown_class=on_unknown_class, trusted_import=trusted_import)
-    try:
-        metadata = decoder.value(header.get("metadata") or {})
-        if type(metadata) is not dict:
-            shown = repr(header.get("metadata"))[:60]
-            raise _Bad(f"expected an object of metadata, got {shown}")
-    except _Bad as bad:
-        bad.path.append(".metadata")
-        bad.raise_for(f"The header of {source}")
-    out["metadata"] = metadata
-    return out
-
-
-def decode_session(
-    data: bytes | str,
-    *,
-    source: str,
-    on_unknown_class: OnUnknownClass = "error",
-    trusted_import: bool = False,
-) -> tuple[dict[str, Any], list[Any]]:
-    """Read one JSON session document: a versioned envelope, or UFO's bare array.
-
-    Returns:
-        The checked header (empty for a bare array, see :func:`check_header`)
-        and the items' wire forms.
-
-    Raises:
-        CorruptSessionError: if the document is invalid JSON or not a session.
-        UnsupportedVersionError: if a newer version of the format wrote it.
-    """
-    doc = loads(data, source=source)
-    if type(doc) is list:
-        return {}, doc
-    header = check_header(
-        doc, source=source, on_unknown_class=on_unknown_class, trusted_import=trusted_import
-    )
-    items = doc.get("items")
-    if type(items) is not list:
-        msg = f"{source} has no 'items' array; nothing was loaded."
-        raise CorruptSessionError(msg)
-    return header, items
-
-
-def iter_jsonl(stream: IO[bytes], *, source: str) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, decoded_json)`` for each non-blank line of a JSONL stream.
-
-    Raises:
-        CorruptSessionError: naming the line of the first invalid JSON line.
-    """
-    for lineno, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            yield lineno, orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            truncated = "" if line.endswith(b"\n") else " (the line is truncated)"
-            msg = (
-                f"{source} is not valid JSON at line {lineno}, column {exc.colno}"
-                f"{truncated}; nothing was loaded."
-            )
-            raise CorruptSessionError(msg) from exc
 
 
 def file_path(path: Any, *, what: str = "path") -> str:

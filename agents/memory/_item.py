@@ -20,7 +20,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeAlias, TypeVar
 
 import attrs
 from typing_extensions import Self
@@ -248,6 +248,10 @@ class FieldWatcher(Protocol):
     def __call__(self, item: MemoryItem, key: str, old: Any, new: Any, /) -> object: ...
 
 
+WatcherRef: TypeAlias = "Callable[[], FieldWatcher | None]"
+"""How an item reaches a watcher: a call that returns it, or ``None`` once it is gone."""
+
+
 class MemoryItem:
     """One record of an agent step: free-form fields in insertion order.
 
@@ -257,7 +261,10 @@ class MemoryItem:
     are identifiers and not method names, ``item.key``.
     """
 
-    __slots__ = ("_fields", "_owners", "_plain")
+    # _owners: None, the one owner's watcher ref (its owner's id in _owner_key),
+    # or {owner id: watcher ref} for several owners. One owner, the common case,
+    # costs no object per item.
+    __slots__ = ("_fields", "_owner_key", "_owners", "_plain")
 
     _declared: ClassVar[dict[str, FieldSpec]] = {}
     _kv_ready: ClassVar[bool]
@@ -266,7 +273,8 @@ class MemoryItem:
 
     if TYPE_CHECKING:
         _fields: dict[str, Any]
-        _owners: dict[int, Callable[[], FieldWatcher | None]] | None
+        _owners: WatcherRef | dict[int, WatcherRef] | None
+        _owner_key: int
         _plain: _codec.PlainVerdict | None
 
     def __init__(self, /, **fields: Any) -> None:
@@ -436,7 +444,7 @@ class MemoryItem:
         fields = self._fields
         owners = self._owners
         _set_plain(self, None)
-        if owners:
+        if owners is not None:
             old = fields.get(key, NOTHING)
             fields[key] = value
             self._notify(key, old, value)
@@ -464,7 +472,7 @@ class MemoryItem:
             if declared
             else None
         )
-        if not self._owners and set(map(type, values)) <= _STR:
+        if self._owners is None and set(map(type, values)) <= _STR:
             # One update in C: no watcher to tell, every key an exact str.
             _set_plain(self, None)
             fields = self._fields
@@ -561,7 +569,7 @@ class MemoryItem:
             msg = f"{type(self).__name__} has no field {key!r}; its fields are {list(fields)}."
             raise FieldNotFoundError(msg)
         _set_plain(self, None)
-        if not self._owners:
+        if self._owners is None:
             return fields.pop(key)
         before = dict(fields)
         value = fields.pop(key)
@@ -696,7 +704,7 @@ class MemoryItem:
 
     # -- watchers ----------------------------------------------------------------
 
-    def watch(self, owner: object, callback_ref: Callable[[], FieldWatcher | None]) -> None:
+    def watch(self, owner: object, callback_ref: WatcherRef) -> None:
         """Call a watcher after each change of one of this item's fields, until :meth:`unwatch`.
 
         This is how a ``Memory`` keeps its step index and its writer (a durable
@@ -713,21 +721,38 @@ class MemoryItem:
                 ``None`` once it is gone: pass a ``weakref.WeakMethod`` so that
                 the item does not keep its owner alive.
         """
+        key = id(owner)
         owners = self._owners
         if owners is None:
-            _set_owners(self, {id(owner): callback_ref})
+            _set_owner_key(self, key)
+            _set_owners(self, callback_ref)
+        elif isinstance(owners, dict):
+            owners[key] = callback_ref
+        elif self._owner_key == key:
+            _set_owners(self, callback_ref)
         else:
-            owners[id(owner)] = callback_ref
+            _set_owners(self, {self._owner_key: owners, key: callback_ref})
 
     def unwatch(self, owner: object) -> None:
         """Stop calling ``owner``'s watcher (no error if it had none)."""
         owners = self._owners
-        if owners:
-            owners.pop(id(owner), None)
+        if owners is None:
+            return
+        key = id(owner)
+        if not isinstance(owners, dict):
+            if self._owner_key == key:
+                _set_owners(self, None)
+            return
+        owners.pop(key, None)
+        if not owners:
+            _set_owners(self, None)
 
     def _notify(self, key: str, old: Any, new: Any) -> None:
         told: list[FieldWatcher] = []
-        for ref in list(self._owners.values()):  # type: ignore[union-attr]  # caller checked
+        owners = self._owners
+        assert owners is not None  # the caller checked that someone watches
+        refs = list(owners.values()) if isinstance(owners, dict) else [owners]
+        for ref in refs:
             watcher = ref()
             if watcher is None:
                 continue
@@ -749,6 +774,7 @@ class MemoryItem:
 _new = object.__new__
 _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
+_set_owner_key = MemoryItem.__dict__["_owner_key"].__set__
 _set_plain = MemoryItem.__dict__["_plain"].__set__
 # The live field dict of an item, for the package's hot loops (step index,
 # projections, stores). Read it, never change it: a change made through it
@@ -848,17 +874,15 @@ def items_from_mappings(
     return items
 
 
-def watch_items(
-    items: Iterable[MemoryItem], owner: object, callback_ref: Callable[[], FieldWatcher | None]
-) -> None:
+def watch_items(items: Iterable[MemoryItem], owner: object, callback_ref: WatcherRef) -> None:
     """Call :meth:`MemoryItem.watch` on each of ``items``, in one loop (for building an index)."""
     key = id(owner)
     for item in items:
-        owners = item._owners
-        if owners is None:
-            _set_owners(item, {key: callback_ref})
+        if item._owners is None:
+            _set_owner_key(item, key)
+            _set_owners(item, callback_ref)
         else:
-            owners[key] = callback_ref
+            item.watch(owner, callback_ref)
 
 
 def dumps_items(

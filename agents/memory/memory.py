@@ -17,19 +17,17 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import attrs
 from typing_extensions import Self
 
-from agents.memory import _codec
+from agents.memory import _codec, _session
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import (
     NOTHING,
     MemoryItem,
     OnUnknownClass,
-    decode_items,
-    dumps_item,
     dumps_items,
     filter_fields,
     item_fields,
@@ -49,14 +47,12 @@ if TYPE_CHECKING:
     from agents.memory.prompt import Window
     from agents.memory.search import Embedder, Hit, SearchMode, Where
 
-__all__ = ["ChangeKind", "Memory", "MemoryChange", "MemoryItem", "MemoryWriter"]
 __all__ = [
     "ChangeKind",
     "Memory",
     "MemoryChange",
     "MemoryItem",
     "MemoryWriter",
-    "write_session",
 ]
 
 ChangeKind = Literal["add", "delete", "clear"]
@@ -163,7 +159,9 @@ class Memory:
         self._next_seq = 0
         self._first_seq = 0
         # step -> sorted seqs; built on first step lookup, then kept up to date.
-        self._by_step: dict[Any, list[int]] | None = None
+        # Step -> the seqs of its items: a bare seq for a step of one item (most
+        # steps), a sorted list for more. Built on the first step lookup.
+        self._by_step: dict[Any, int | list[int]] | None = None
         self._stepless: dict[int, None] = {}
         self._unhashable_steps: dict[int, None] = {}
         self._list: list[MemoryItem] | None = None
@@ -278,14 +276,14 @@ class Memory:
             )
             raise ArgumentTypeError(msg)
         with self._lock:
-            if (
-                self._writer is None
-                and not self._observers
-                and not self._callbacks
-                and self._max_items is None
-            ):
-                # Nobody to tell and nothing to evict: append in place.
+            if self._writer is None and not self._callbacks and self._max_items is None:
+                # Nothing to ask first and nothing to evict: append in place, then tell observers.
+                seq = self._next_seq
                 self._append(memory_item)
+                if self._observers:
+                    added = ((seq, memory_item),)
+                    for observer in self._observers:
+                        observer.write_add(self, added, ())
             else:
                 self._add([memory_item])
 
@@ -648,13 +646,7 @@ class Memory:
         name = _codec.file_path(path, what="session file path")
         # Encoded before the file is opened, so an unencodable value writes nothing.
         chunks = list(
-            _session_chunks(
-                self._header(),
-                [self._snapshot()],
-                name.endswith(".jsonl"),
-                self._step_key,
-                on_unencodable,
-            )
+            self._session_chunks(jsonl=name.endswith(".jsonl"), on_unencodable=on_unencodable)
         )
         _codec.atomic_write(name, chunks)
 
@@ -664,7 +656,7 @@ class Memory:
         Raises:
             SerializationError: if a value cannot be encoded (earlier lines are already written).
         """
-        for chunk in self._jsonl_chunks(on_unencodable):
+        for chunk in self._session_chunks(jsonl=True, on_unencodable=on_unencodable):
             stream.write(chunk)
 
     @classmethod
@@ -717,13 +709,8 @@ class Memory:
             UnsupportedVersionError: if a newer kvmemory wrote the file.
         """
         name = _codec.file_path(path, what="session file path")
-        source = f"Session file {name!r}"
-        options = _LoadOptions(on_unknown_class, trusted_import)
-        with open(name, "rb") as stream:
-            if name.endswith(".jsonl") or _looks_like_jsonl(stream):
-                self._load_jsonl(stream, source, options)
-            else:
-                self._load_document(stream.read(), source, options)
+        options = _session.LoadOptions(on_unknown_class, trusted_import)
+        self._take(*_session.read_session_file(name, options))
 
     @classmethod
     def from_json(
@@ -760,7 +747,8 @@ class Memory:
         Raises:
             CorruptSessionError: naming the position of invalid content; the memory is unchanged.
         """
-        self._load_document(data, source, _LoadOptions(on_unknown_class, trusted_import))
+        options = _session.LoadOptions(on_unknown_class, trusted_import)
+        self._take(*_session.read_document(data, source, options))
 
     @classmethod
     def read_jsonl(
@@ -780,7 +768,8 @@ class Memory:
             CorruptSessionError: naming the line of invalid content.
         """
         memory = cls(**options)
-        memory._load_jsonl(stream, source, _LoadOptions(on_unknown_class, trusted_import))
+        load = _session.LoadOptions(on_unknown_class, trusted_import)
+        memory._take(*_session.read_jsonl(stream, source, load))
         return memory
 
     # -- internals: storage and index ----------------------------------------
@@ -915,7 +904,7 @@ class Memory:
         self._unhashable_steps = {}
         self._list = None
 
-    def _index(self) -> dict[Any, list[int]]:
+    def _index(self) -> dict[Any, int | list[int]]:
         index = self._by_step
         if index is None:
             index = self._by_step = {}
@@ -939,19 +928,24 @@ class Memory:
                     unhashable[seq] = None
                     continue
                 if bucket is None:
-                    index[step] = [seq]
+                    index[step] = seq
+                elif isinstance(bucket, int):
+                    index[step] = [bucket, seq]
                 else:
                     bucket.append(seq)
         return index
 
-    def _slot(self, step: Any) -> list[int] | dict[int, None]:
+    def _slot(self, step: Any) -> Sequence[int] | dict[int, None]:
         """Return the seqs filed under ``step`` (``NOTHING`` for items without a step)."""
         if step is NOTHING:
             return self._stepless
         try:
-            return self._by_step.get(step, []) if self._by_step is not None else []
+            bucket = self._by_step.get(step) if self._by_step is not None else None
         except TypeError:
             return self._unhashable_steps
+        if bucket is None:
+            return ()
+        return (bucket,) if isinstance(bucket, int) else bucket
 
     def _seqs_holding(self, item: MemoryItem) -> list[int]:
         """Return the keys under which the memory holds ``item`` (found through the index)."""
@@ -975,7 +969,9 @@ class Memory:
             self._unhashable_steps[seq] = None
             return
         if bucket is None:
-            index[step] = [seq]
+            index[step] = seq
+        elif isinstance(bucket, int):
+            index[step] = [bucket, seq] if bucket < seq else [seq, bucket]
         elif bucket[-1] < seq:
             bucket.append(seq)
         else:
@@ -992,7 +988,9 @@ class Memory:
         except TypeError:
             self._unhashable_steps.pop(seq, None)
             return
-        if bucket is not None and seq in bucket:
+        if bucket == seq:
+            del index[step]
+        elif isinstance(bucket, list) and seq in bucket:
             bucket.remove(seq)
             if not bucket:
                 del index[step]
@@ -1008,12 +1006,18 @@ class Memory:
                 bucket = index.get(step)
             except TypeError:
                 continue  # an unhashable step is matched against the unhashable items below
-            if bucket:
-                if not all(seq in items for seq in bucket):
-                    # A field change that raced a delete can leave a key behind; drop it here.
-                    bucket[:] = [seq for seq in bucket if seq in items]
-                seqs.extend(bucket)
-                buckets += 1
+            if bucket is None:
+                continue
+            filed = [bucket] if isinstance(bucket, int) else bucket
+            if not all(seq in items for seq in filed):
+                # A field change that raced a delete can leave a key behind; drop it here.
+                filed = [seq for seq in filed if seq in items]
+                if filed:
+                    index[step] = filed
+                else:
+                    del index[step]
+            seqs.extend(filed)
+            buckets += 1
         if self._unhashable_steps:
             key = self._step_key
             for seq in self._unhashable_steps:
@@ -1067,93 +1071,42 @@ class Memory:
                 )
                 raise CallbackError(msg) from exc
 
-    # -- internals: encoding -------------------------------------------------
+    # -- internals: session files -------------------------------------------
 
-    def _header(self) -> dict[str, Any]:
-        return _codec.envelope(
+    def _session_chunks(self, *, jsonl: bool, on_unencodable: OnUnencodable) -> Iterator[bytes]:
+        header = _session.envelope(
             session_id=self.session_id,
             created_at=self.created_at,
             metadata=self.metadata,
             step_key=self._step_key,
         )
-
-    def _jsonl_chunks(self, on_unencodable: OnUnencodable) -> Iterator[bytes]:
-        return _session_chunks(
-            self._header(), [self._snapshot()], True, self._step_key, on_unencodable
+        return _session.session_chunks(
+            header,
+            [self._snapshot()],
+            jsonl=jsonl,
+            step_key=self._step_key,
+            on_unencodable=on_unencodable,
         )
 
-    def _apply_header(self, header: Mapping[str, Any]) -> None:
-        """Take the session id, metadata, creation time and step key of a checked header.
+    def _take(self, header: Mapping[str, Any], items: list[MemoryItem]) -> None:
+        """Replace the content with a file's items and take its checked header, in one step.
 
-        ``header`` comes from ``_codec.check_header``, which validated every
+        ``header`` comes from ``_session.check_header``, which validated every
         field, so this cannot fail half-way.
         """
-        if self._writer is None:
-            # A memory with a writer keeps its identity: its session id and step
-            # key name where the writer files the items, not what a file says.
-            if "step_key" in header:
-                self._step_key = header["step_key"]
-            if "session_id" in header:
-                self.session_id = header["session_id"]
-        if "metadata" in header:
-            self.metadata = header["metadata"]
-        if "created_at" in header:
-            self.created_at = header["created_at"]
-
-    def _load_document(self, data: str | bytes, source: str, options: _LoadOptions) -> None:
-        header, wires = _codec.decode_session(
-            data,
-            source=source,
-            on_unknown_class=options.on_unknown_class,
-            trusted_import=options.trusted_import,
-        )
-        # to_json writes type tags inside plain field objects; only walk them when there can be one.
-        marker = f'"{_codec.TAG}"'
-        tagged = marker in data if isinstance(data, str) else marker.encode() in data
-        items = decode_items(
-            wires,
-            where=lambda i: f"item {i} of {source}",
-            on_unknown_class=options.on_unknown_class,
-            trusted_import=options.trusted_import,
-            tagged_values=tagged,
-        )
         with self._lock:
             self._replace(items)
-            self._apply_header(header)
-
-    def _load_jsonl(self, stream: IO[bytes], source: str, options: _LoadOptions) -> None:
-        lines = _codec.iter_jsonl(stream, source=source)
-        header: dict[str, Any] = {}
-        first = next(lines, None)
-        pending: list[tuple[int, Any]] = []
-        if first is not None:
-            _, obj = first
-            if type(obj) is dict and "format" in obj and obj.get("items") == "jsonl":
-                header = _codec.check_header(
-                    obj,
-                    source=source,
-                    on_unknown_class=options.on_unknown_class,
-                    trusted_import=options.trusted_import,
-                )
-            else:
-                pending.append(first)
-        numbered = [*pending, *lines]
-        items = decode_items(
-            [wire for _, wire in numbered],
-            where=lambda i: f"line {numbered[i][0]} of {source}",
-            on_unknown_class=options.on_unknown_class,
-            trusted_import=options.trusted_import,
-        )
-        with self._lock:
-            self._replace(items)
-            self._apply_header(header)
-
-
-class _LoadOptions(NamedTuple):
-    """How a load resolves the classes a file names (see ``Memory.from_file``)."""
-
-    on_unknown_class: OnUnknownClass
-    trusted_import: bool
+            if self._writer is None:
+                # A memory with a writer keeps its identity: its session id and step
+                # key name where the writer files the items, not what a file says.
+                if "step_key" in header:
+                    self._step_key = header["step_key"]
+                if "session_id" in header:
+                    self.session_id = header["session_id"]
+            if "metadata" in header:
+                self.metadata = header["metadata"]
+            if "created_at" in header:
+                self.created_at = header["created_at"]
 
 
 def _checked_items(items: Iterable[MemoryItem], outcome: str) -> list[MemoryItem]:
@@ -1164,22 +1117,6 @@ def _checked_items(items: Iterable[MemoryItem], outcome: str) -> list[MemoryItem
             msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; {outcome}."
             raise ArgumentTypeError(msg)
     return batch
-
-
-def _looks_like_jsonl(stream: IO[bytes]) -> bool:
-    """Return whether a stream's first non-blank line is a JSONL session header; rewind it."""
-    # Skip leading whitespace a block at a time: a file of megabytes of blanks
-    # costs one pass, not one call per byte.
-    head = b""
-    while not head:
-        block = stream.read(65536)
-        if not block:
-            break
-        head = block.lstrip()
-    if head[:1] == b"{" and b"\n" not in head:
-        head += stream.readline()
-    stream.seek(0)
-    return head[:1] == b"{" and b'"items":"jsonl"' in head.split(b"\n", 1)[0]
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:
@@ -1195,84 +1132,3 @@ def _unique(values: Iterable[Any]) -> list[Any]:
                 continue
         out.append(value)
     return out
-
-
-def _session_chunks(
-    header: dict[str, Any],
-    pages: Iterable[Sequence[MemoryItem]],
-    jsonl: bool,
-    step_key: str,
-    on_unencodable: OnUnencodable,
-) -> Iterator[bytes]:
-    """Yield a session file: a JSONL stream (header line, one line per item) or one JSON document.
-
-    The document is the header object with the items array spliced in, page by
-    page, so a writer holds one page of items at a time.
-    """
-    if jsonl:
-        yield _codec.dumps({**header, "items": "jsonl"}) + b"\n"
-        for page in pages:
-            for item in page:
-                yield dumps_item(item, step_key=step_key, on_unencodable=on_unencodable) + b"\n"
-        return
-    yield _codec.dumps(header)[:-1] + b',"items":['
-    separator = b""
-    for page in pages:
-        array = dumps_items(page, step_key=step_key, on_unencodable=on_unencodable)
-        if len(array) > 2:  # not "[]"
-            yield separator + array[1:-1]
-            separator = b","
-    yield b"]}"
-
-
-def write_session(
-    path: str | os.PathLike[str],
-    pages: Iterable[Sequence[MemoryItem]],
-    *,
-    session_id: str | None = None,
-    step_key: str = "step",
-    metadata: Mapping[str, Any] | None = None,
-    on_unencodable: OnUnencodable = "error",
-) -> int:
-    """Write items to a session file a page at a time, holding one page at once.
-
-    The file is what :meth:`Memory.save` writes for the same items (a JSONL
-    stream for a path ending in ``.jsonl``, else one JSON document) and is
-    written atomically: a failure part way, in a page or in the pages'
-    source, leaves the old file (or none) in place. ``kvmemory convert``
-    streams a store session to a file this way.
-
-    Args:
-        path: The session file to write.
-        pages: The items, in order, in pages (lists) of any size; an iterator is read once.
-        session_id: The session id the file records.
-        step_key: The field that names an item's step.
-        metadata: The session's metadata.
-        on_unencodable: The codec's policy for values JSON cannot hold.
-
-    Returns:
-        The number of items written.
-
-    Raises:
-        SerializationError: if a value cannot be encoded; no file is written.
-        InvalidArgumentError: if ``path`` holds a NUL byte; no file is written.
-        OSError: if the file cannot be written.
-    """
-    header = _codec.envelope(
-        session_id=session_id,
-        created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-        metadata=metadata or {},
-        step_key=step_key,
-    )
-    written = 0
-
-    def counted() -> Iterator[Sequence[MemoryItem]]:
-        nonlocal written
-        for page in pages:
-            written += len(page)
-            yield page
-
-    name = _codec.file_path(path, what="session file path")
-    chunks = _session_chunks(header, counted(), name.endswith(".jsonl"), step_key, on_unencodable)
-    _codec.atomic_write(name, chunks)
-    return written

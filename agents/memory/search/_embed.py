@@ -6,76 +6,13 @@ import hashlib
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from agents.memory.exceptions import EmbeddingError, InvalidArgumentError, missing_dependency
+# The protocol and the checks live in agents.memory._vectors, shared with the stores.
+from agents.memory._vectors import Embedder, checked_vectors, numpy
+from agents.memory.exceptions import InvalidArgumentError, missing_dependency
 
 __all__ = ["Embedder", "HashingEmbedder", "WordLlamaEmbedder", "checked_vectors", "numpy"]
-
-
-def numpy() -> Any:
-    """Return the numpy module, or raise naming the extra that installs it."""
-    try:
-        return importlib.import_module("numpy")
-    except ImportError as exc:
-        raise missing_dependency("numpy", "semantic") from exc
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns a batch of texts into one vector per text: what semantic search calls.
-
-    An embedder is a callable from a sequence of ``n`` texts to a float32
-    numpy array of shape ``(n, dimension)``, with a ``name`` (the model, as
-    recorded with the vectors: vectors of one model are never compared with
-    a query embedded by another) and the ``dimension`` of its vectors.
-    Vectors need not be normalised; search compares them by cosine.
-    """
-
-    @property
-    def name(self) -> str:
-        """The model's name, for example ``"wordllama-l2_supercat-256"``."""
-        ...
-
-    @property
-    def dimension(self) -> int:
-        """The length of each vector."""
-        ...
-
-    def __call__(self, texts: Sequence[str], /) -> Any:
-        """Return a float32 array of shape ``(len(texts), dimension)``."""
-        ...
-
-
-def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> Any:
-    """Call ``embedder`` on ``texts`` and return its vectors as float32, unit length.
-
-    Raises:
-        EmbeddingError: naming the embedder and what it returned, if the
-            result is not ``(len(texts), dimension)`` finite numbers.
-    """
-    np = numpy()
-    name = getattr(embedder, "name", repr(embedder))
-    try:
-        raw = embedder(list(texts))
-        vectors = np.asarray(raw, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        msg = f"Embedder {name!r} returned {type(exc).__name__}: {exc}; it must return a float32 array of shape (n, dimension)."
-        raise EmbeddingError(msg) from exc
-    expected = (len(texts), embedder.dimension)
-    if vectors.shape != expected:
-        msg = f"Embedder {name!r} returned an array of shape {vectors.shape} for {len(texts)} texts; expected {expected} (n texts by its dimension)."
-        raise EmbeddingError(msg)
-    finite = np.isfinite(vectors).all(axis=1)
-    if not finite.all():
-        bad = int(np.argmin(finite))
-        msg = f"Embedder {name!r} returned NaN or infinite values for text {bad} ({texts[bad][:40]!r}); nothing was indexed."
-        raise EmbeddingError(msg)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    norms[norms == 0] = (
-        1.0  # an all-zero vector (text without words) stays zero: cosine 0 with anything
-    )
-    return vectors / norms
 
 
 class HashingEmbedder:

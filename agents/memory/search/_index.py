@@ -13,13 +13,13 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory._item import MemoryItem
 from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, Tokenizer, bm25_idf, item_texts
+from agents.memory._vectors import Embedder, checked_vectors, embed_text, numpy, top_rows
 from agents.memory.exceptions import EmbedderMismatchError
-from agents.memory.search._embed import Embedder, checked_vectors, numpy
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -82,14 +82,8 @@ class _Vectors:
         if not used:
             return {}
         sims = self.matrix[:used] @ query
-        valid = self.valid[:used]
-        sims[~valid] = -np.inf
-        count = int(valid.sum())
-        if limit is None or limit >= count:
-            rows = np.flatnonzero(valid)
-        else:
-            cut = sims[np.argpartition(sims, used - limit)[used - limit]]
-            rows = np.flatnonzero(sims >= cut)
+        sims[~self.valid[:used]] = -np.inf
+        rows = top_rows(sims, limit)
         key_at = self.key_at
         out = {key_at[row]: float(sims[row]) for row in rows.tolist()}
         row_of = self.row_of
@@ -318,17 +312,7 @@ class SearchIndex:
             EmbeddingError: if the embedder returns the wrong shape or NaN.
         """
         with self._lock:
-            vectors = self._vectors.get(keys)
-            if vectors is None:
-                vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
-                self._unembedded[keys] = dict.fromkeys(self._items)
-            if vectors.matrix.shape[1] != embedder.dimension:
-                msg = (
-                    f"The memory's vectors from model {vectors.model!r} have {vectors.matrix.shape[1]} "
-                    f"dimensions; embedder {embedder.name!r} gives {embedder.dimension}. Embed again "
-                    "with memory.index_embeddings(embedder) under a name of its own."
-                )
-                raise EmbedderMismatchError(msg)
+            vectors = self._table(embedder, keys)
             waiting = self._unembedded[keys]
             todo: list[tuple[int, str]] = []
             for key in list(waiting):
@@ -336,7 +320,7 @@ class SearchIndex:
                 if item is None:
                     del waiting[key]
                     continue
-                text = "\n".join(text for _, text in item_texts(item.to_dict(), keys))
+                text = embed_text(item.to_dict(), keys)
                 if text.strip():
                     todo.append((key, text))
                 else:
@@ -353,6 +337,39 @@ class SearchIndex:
                 if progress is not None:
                     progress(done, len(todo))
             return vectors
+
+    def missing_vectors(self, keys: tuple[str, ...] | None) -> list[int]:
+        """Return the keys of the items that wait for a vector over ``keys`` (every item before the first embedding)."""
+        with self._lock:
+            waiting = self._unembedded.get(keys)
+            if waiting is None:
+                return list(self._items)
+            return [key for key in waiting if key in self._items]
+
+    def adopt_vectors(
+        self, embedder: Embedder, keys: tuple[str, ...] | None, vectors: Mapping[int, Any]
+    ) -> int:
+        """Take unit vectors made elsewhere by ``embedder`` (a store keeps them) for items waiting for one.
+
+        Vectors of items that do not wait for one (already embedded, or
+        gone) are ignored. Pass them in key order, so that the rows are laid
+        out as embedding the items here would lay them out.
+
+        Returns:
+            How many vectors were taken.
+
+        Raises:
+            EmbedderMismatchError: if the index holds vectors of another dimension.
+        """
+        with self._lock:
+            table = self._table(embedder, keys)
+            waiting = self._unembedded[keys]
+            chosen = [key for key in vectors if key in waiting and key in self._items]
+            if chosen:
+                table.put(chosen, [vectors[key] for key in chosen])
+                for key in chosen:
+                    del waiting[key]
+            return len(chosen)
 
     def vector_model(self) -> str | None:
         """Return the name of the model the stored vectors came from, or ``None``."""
@@ -401,6 +418,21 @@ class SearchIndex:
             return [(key, items[key], score) for key, score in best]
 
     # -- internals -----------------------------------------------------------------------
+
+    def _table(self, embedder: Embedder, keys: tuple[str, ...] | None) -> _Vectors:
+        """Return the vectors over ``keys``, created for ``embedder`` on first use; refuse another dimension."""
+        vectors = self._vectors.get(keys)
+        if vectors is None:
+            vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
+            self._unembedded[keys] = dict.fromkeys(self._items)
+        if vectors.matrix.shape[1] != embedder.dimension:
+            msg = (
+                f"The memory's vectors from model {vectors.model!r} have {vectors.matrix.shape[1]} "
+                f"dimensions; embedder {embedder.name!r} gives {embedder.dimension}. Embed again "
+                "with memory.index_embeddings(embedder) under a name of its own."
+            )
+            raise EmbedderMismatchError(msg)
+        return vectors
 
     def _catch_up(self) -> None:
         """Tokenize the items marked since the last query and file their terms."""

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agents.memory._item import NOTHING, MemoryItem
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query
+from agents.memory._vectors import (
+    HYBRID_KEYWORD_WEIGHT,
+    HYBRID_POOL,
+    SearchMode,
+    blend,
+    checked_weight,
+    progress_bar,
+)
 from agents.memory.exceptions import EmbedderMismatchError, InvalidQueryError
 from agents.memory.search._embed import Embedder, WordLlamaEmbedder
 from agents.memory.search._index import SearchIndex
@@ -24,14 +31,13 @@ __all__ = [
     "Hit",
     "SearchMode",
     "Where",
+    "embedder_for",
     "index_embeddings",
     "recall",
     "search",
     "search_index",
 ]
 
-SearchMode = Literal["keyword", "semantic", "hybrid"]
-"""How :func:`search` ranks: BM25 over words, cosine over embeddings, or a blend of both."""
 
 Where = Mapping[str, Any] | Callable[[MemoryItem], bool]
 """A filter applied before ranking: ``{field: value}`` (all must hold) or a predicate.
@@ -40,21 +46,6 @@ A value matches a field that holds an equal value; a ``range`` matches a
 field whose value lies in it (``{"step": range(10, 20)}``). Items without
 the field never match.
 """
-
-HYBRID_KEYWORD_WEIGHT = 0.7
-"""The share of the keyword score in a hybrid score (the rest is the semantic one).
-
-Both are put on a 0..1 scale first: BM25 divided by the query's ceiling
-(the score of an item holding every query word very often, so a match on
-common words alone stays low), the cosine min-max scaled over the
-candidates. In ``benchmarks/bench_search.py`` this weight was the one
-that matched the better of keyword and semantic search on both query sets
-(weights 0.3 to 0.8 came within a few queries); reciprocal rank fusion and
-a blend scaling BM25 by the best hit fell well behind on paraphrases.
-"""
-
-HYBRID_POOL = 100
-"""Hybrid mode blends the keyword hits with this many best semantic ones (at least ``10 * k``)."""
 
 _MODES = ("keyword", "semantic", "hybrid")
 _default_embedder: Embedder | None = None
@@ -143,10 +134,7 @@ def search(
     if mode not in _MODES:
         msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
         raise InvalidQueryError(msg)
-    weight = HYBRID_KEYWORD_WEIGHT if hybrid_weight is None else hybrid_weight
-    if type(weight) not in (int, float) or not 0.0 <= weight <= 1.0:
-        msg = f"hybrid_weight must be a number from 0 to 1, got {hybrid_weight!r}."
-        raise InvalidQueryError(msg)
+    weight = checked_weight(hybrid_weight)
     index = search_index(memory)
     terms = index.tokenizer(text)
     if mode == "keyword":
@@ -178,7 +166,7 @@ def search(
         semantic = index.semantic_scores(
             model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
         )
-        scores = _blend(keyword, ceiling, semantic, weight)
+        scores = blend(keyword, ceiling, semantic, weight)
         index.embedder = model
     return [
         Hit(item, score, index.matched_fields(key, terms, wanted))
@@ -265,7 +253,7 @@ def index_embeddings(
     if embedder is not None and index.vector_model() not in (None, embedder.name):
         index.drop_vectors()
     model = _embedder_for(index, embedder)
-    report = _progress_bar if progress is True else (progress or None)
+    report = progress_bar if progress is True else (progress or None)
     vectors = index.embed(model, wanted, batch_size=batch_size, progress=report)
     index.embedder = model
     return len(vectors.row_of)
@@ -308,6 +296,20 @@ For the stores room: ``StoredMemory.search`` filters the store's ranking with it
 """
 
 
+def embedder_for(memory: Memory, embedder: Embedder | None = None) -> Embedder:
+    """Return the embedder a semantic search of ``memory`` uses.
+
+    That is ``embedder`` when given, else the one the memory was last
+    searched or embedded with, else the shared :class:`WordLlamaEmbedder`
+    (loaded once per process).
+
+    Raises:
+        EmbedderMismatchError: if the memory holds vectors of another model.
+        MissingDependencyError: naming the extra when wordllama is needed and missing.
+    """
+    return _embedder_for(search_index(memory), embedder)
+
+
 def _embedder_for(index: SearchIndex, embedder: Embedder | None) -> Embedder:
     global _default_embedder
     if embedder is None:
@@ -325,29 +327,3 @@ def _embedder_for(index: SearchIndex, embedder: Embedder | None) -> Embedder:
         )
         raise EmbedderMismatchError(msg)
     return embedder
-
-
-def _blend(
-    keyword: dict[int, float], ceiling: float, semantic: dict[int, float], w: float
-) -> dict[int, float]:
-    """Mix scaled BM25 and scaled cosine over the keyword hits and the best semantic ones."""
-    candidates = dict.fromkeys([*keyword, *semantic])
-    if not candidates:
-        return {}
-    cosines = [semantic.get(key, 0.0) for key in candidates]
-    low, high = min(cosines), max(cosines)
-    spread = (high - low) or 1.0
-    return {
-        key: w * keyword.get(key, 0.0) / ceiling
-        + (1.0 - w) * (semantic.get(key, low) - low) / spread
-        for key in candidates
-    }
-
-
-def _progress_bar(done: int, total: int) -> None:
-    width = 30
-    filled = width * done // total if total else width
-    sys.stderr.write(f"\rEmbedding items [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()

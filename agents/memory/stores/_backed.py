@@ -31,21 +31,22 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Self
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
-from agents.memory._text import Tokenizer, check_k, checked_query, item_texts
+from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
+from agents.memory._vectors import Embedder, SearchMode, progress_bar
 from agents.memory.exceptions import ArgumentTypeError
 from agents.memory.memory import ChangeCallback, Memory
 from agents.memory.stores._base import BaseStore, StoredRecord, check_session_id
 
 if TYPE_CHECKING:
     from agents.memory.prompt import Window
-    from agents.memory.search import Embedder, Hit, SearchMode, Where
+    from agents.memory.search import Hit, Where
 
 __all__ = ["SessionWriter", "StoredMemory"]
 
@@ -94,6 +95,11 @@ class SessionWriter:
         """Return the items the memory holds for the store rows ``seqs``."""
         item_at = self._item_at
         return [item_at[seq] for seq in seqs if seq in item_at]
+
+    def seqs_of(self, keys: Iterable[int]) -> dict[int, int]:
+        """Return ``{memory key: store seq}`` for the keys that have a row."""
+        seq_of = self._seq_of
+        return {key: seq_of[key] for key in keys if key in seq_of}
 
     def holds_row(self, seq: int) -> bool:
         """Return whether the memory holds the store row ``seq``."""
@@ -335,70 +341,6 @@ class StoredMemory(Memory):
                 batch.expire(older_than)
             return self._drop_deleted_rows(batch.deleted)
 
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        keys: Iterable[str] | None = None,
-        mode: SearchMode = "keyword",
-        where: Where | None = None,
-        embedder: Embedder | None = None,
-    ) -> list[Hit]:
-        """Return the ``k`` items that best match ``query``, best first, as hits.
-
-        The hits are those ``Memory.search`` gives on the same items (ties,
-        scores and matched fields included). In keyword mode without
-        ``keys``, a store with a keyword index (SQLite, PostgreSQL; see
-        ``BaseStore.keyword_index``) ranks the session and the memory's
-        own items are returned, so no in-RAM index is built; ``where``
-        filters the store's ranking, asking it for more until ``k`` hits
-        pass. With ``keys``, in semantic and hybrid modes, with a search
-        index of another tokenizer, and on stores without a keyword index,
-        the in-RAM index answers (built on first use). The store ranks the
-        session as it holds it: rows another process appended count once
-        :meth:`refresh` brings them in.
-
-        Raises:
-            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
-            CorruptStoreError: if the store's keyword index is damaged or missing.
-            StoreError: if the store cannot be read.
-        """
-        if not self._store_searches(mode, keys):
-            return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
-        return [hit for _, hit in self._store_search(query, k, where)]
-
-    def recall(
-        self,
-        query: str,
-        k: int = 3,
-        *,
-        recent: Window | None = None,
-        keys: Iterable[str] | None = None,
-        mode: SearchMode = "keyword",
-        where: Where | None = None,
-        embedder: Embedder | None = None,
-    ) -> list[MemoryItem]:
-        """Return the top ``k`` hits for ``query`` and the ``recent`` window's items, once each, in session order.
-
-        Searches as :meth:`search` does (in the store, in keyword mode).
-
-        Raises:
-            InvalidQueryError: as :meth:`search`.
-            BudgetExceededError: if the window's pinned items alone break its bounds.
-        """
-        if not self._store_searches(mode, keys):
-            return super().recall(
-                query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
-            )
-        with self._lock:
-            chosen = [hit.item for _, hit in self._store_search(query, k, where)]
-            if recent is not None:
-                from agents.memory.prompt import select_window
-
-                chosen.extend(select_window(self, recent).items)
-            return self._session.in_memory_order(chosen)
-
     def refresh(self) -> int:
         """Fetch the items other processes appended since the last read, and return how many.
 
@@ -454,7 +396,182 @@ class StoredMemory(Memory):
     def __repr__(self) -> str:
         return f"<StoredMemory {self._sid!r} of {self.store.url}: {len(self)} items, step_key={self.step_key!r}>"
 
+    # -- search in the store: its keyword index and its vectors ------------------------
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[Hit]:
+        """Return the ``k`` items that best match ``query``, best first, as ``Memory.search`` does.
+
+        In semantic and hybrid modes the vectors come from the store: the
+        items the store holds no vector for are embedded once and their
+        vectors stored (unless the store is read-only), and the vectors the
+        memory lacks are read from the store rather than computed. So a
+        reopened session, or one that another process embedded, is not
+        embedded again, and the hits are those of ``Memory.search`` on the
+        same items with the same embedder.
+
+        In keyword mode without ``keys``, a store with a keyword index
+        (SQLite, PostgreSQL; see ``BaseStore.keyword_index``) ranks the
+        session and the memory's own items are returned, so no in-RAM index
+        is built; ``where`` filters the store's ranking, asking it for more
+        until ``k`` hits pass. The hits, scores (to float rounding) and
+        matched fields are those of ``Memory.search``. With ``keys``, with a
+        search index of another tokenizer, and on stores without a keyword
+        index, the in-RAM index answers. The store ranks the session as it
+        holds it: rows another process appended count once :meth:`refresh`
+        brings them in.
+
+        Raises:
+            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            CorruptStoreError: if the store's keyword index is damaged or missing.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+            EmbedderMismatchError: if the session's vectors come from another model;
+                nothing is changed (see :meth:`drop_vectors`).
+            StoreError: if the store cannot be read or written.
+        """
+        if self._store_searches(mode, keys):
+            return [hit for _, hit in self._store_search(query, k, where)]
+        if mode in ("semantic", "hybrid"):
+            checked_query(query)
+            check_k(k)
+            keys = checked_keys(keys)  # once: an iterator of keys is read here
+            embedder = self._vectors_from_store(embedder, keys)
+        return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
+
+    def recall(
+        self,
+        query: str,
+        k: int = 3,
+        *,
+        recent: Window | None = None,
+        keys: Iterable[str] | None = None,
+        mode: SearchMode = "keyword",
+        where: Where | None = None,
+        embedder: Embedder | None = None,
+    ) -> list[MemoryItem]:
+        """Return the top ``k`` hits and the ``recent`` window's items, once each, in session order.
+
+        Semantic and hybrid modes use the store's vectors, and keyword mode
+        the store's keyword index, as :meth:`search` does.
+
+        Raises:
+            InvalidQueryError: as :meth:`search`.
+            EmbedderMismatchError: if the session's vectors come from another model.
+            BudgetExceededError: if the window's pinned items alone break its bounds.
+        """
+        if self._store_searches(mode, keys):
+            with self._lock:
+                chosen = [hit.item for _, hit in self._store_search(query, k, where)]
+                if recent is not None:
+                    from agents.memory.prompt import select_window
+
+                    chosen.extend(select_window(self, recent).items)
+                return self._session.in_memory_order(chosen)
+        if mode in ("semantic", "hybrid"):
+            checked_query(query)
+            check_k(k)
+            keys = checked_keys(keys)  # once: an iterator of keys is read here
+            embedder = self._vectors_from_store(embedder, keys)
+        return super().recall(
+            query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
+        )
+
+    def index_embeddings(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        keys: Iterable[str] | None = None,
+        batch_size: int = 256,
+        progress: bool | Callable[[int, int], object] = False,
+    ) -> int:
+        """Embed the items the store holds no vector for, store their vectors, and return how many items hold one.
+
+        Unlike ``Memory.index_embeddings``, an embedder of another model than
+        the stored vectors is refused; call :meth:`drop_vectors` first to
+        embed the session again with it.
+
+        Args:
+            embedder: The model (default: the memory's, else ``WordLlamaEmbedder``).
+            keys: Embed the text of these fields only.
+            batch_size: Texts per embedder call.
+            progress: ``True`` draws a progress bar on stderr; a callable is
+                called as ``progress(done, total)`` after each batch.
+
+        Raises:
+            EmbedderMismatchError: if the session's vectors come from another model.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+            StoreError: if the store cannot be read or written.
+        """
+        report = progress_bar if progress is True else (progress or None)
+        keys = checked_keys(keys)  # once: an iterator of keys is read here
+        embedder = self._vectors_from_store(embedder, keys, batch_size=batch_size, progress=report)
+        return super().index_embeddings(embedder, keys=keys, batch_size=batch_size)
+
+    def drop_vectors(self) -> int:
+        """Delete the session's vectors in the store and in RAM, to embed it again with another model.
+
+        Returns:
+            How many vector rows the store deleted.
+
+        Raises:
+            StoreError: if the store cannot be written.
+        """
+        from agents.memory import search
+
+        with self._lock:
+            gone = self.store.drop_vectors(self._sid)
+            search.search_index(self).drop_vectors()
+            return gone
+
     # -- internals -----------------------------------------------------------------
+
+    def _vectors_from_store(
+        self,
+        embedder: Embedder | None,
+        wanted: tuple[str, ...] | None,
+        *,
+        batch_size: int = 256,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> Embedder:
+        """Give the search index the vectors it lacks from the store, embedding there what the store lacks; return the embedder.
+
+        Every item of the memory has a row in the store, and a change to an
+        item reaches both, so when the index lacks no vector there is
+        nothing to ask the store (a query then costs what it costs in RAM).
+        """
+        from agents.memory import search
+
+        with self._lock:
+            model = search.embedder_for(self, embedder)
+            store = self.store
+            index = search.search_index(self)
+            missing = index.missing_vectors(wanted)
+            if not missing:
+                store.read_vectors(self._sid, model, seqs=[])  # still refuse another model
+                return model
+            if not store.read_only:
+                store.index_embeddings(
+                    self._sid, model, keys=wanted, batch_size=batch_size, progress=progress
+                )
+            seq_of = self._session.seqs_of(missing)
+            # Many missing (a reopened session): one pass over the vectors beats a list of seqs.
+            seqs = None if len(seq_of) > 1000 else list(seq_of.values())
+            stored = store.read_vectors(self._sid, model, keys=wanted, seqs=seqs)
+            key_of = {seq: key for key, seq in seq_of.items()}
+            index.adopt_vectors(
+                model,
+                wanted,
+                {key_of[seq]: vector for seq, vector in stored.items() if seq in key_of},
+            )
+            return model
 
     def _records(self, *, after: int | None) -> list[StoredRecord]:
         return self.store.records(

@@ -49,6 +49,7 @@ from agents.memory._item import (
 from agents.memory._text import (
     BM25_B,
     BM25_K1,
+    MIN_IDF,
     Tokenizer,
     bm25_idf,
     check_k,
@@ -56,9 +57,23 @@ from agents.memory._text import (
     checked_query,
     item_texts,
 )
+from agents.memory._vectors import (
+    HYBRID_POOL,
+    VECTOR_DTYPE,
+    Embedder,
+    SearchMode,
+    best_cosines,
+    blend,
+    checked_vectors,
+    checked_weight,
+    embed_text,
+    fields_text,
+    numpy,
+)
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
+    EmbedderMismatchError,
     InvalidQueryError,
     InvalidSessionIdError,
     InvalidStoreURLError,
@@ -78,6 +93,7 @@ __all__ = [
     "SessionRow",
     "StoreHit",
     "StoredRecord",
+    "VectorModel",
     "WriteBatch",
     "check_session_id",
     "check_store_path",
@@ -299,8 +315,18 @@ class SessionSummary:
 
 
 @attrs.frozen
+class VectorModel:
+    """The embedding model a session's stored vectors came from (see :meth:`BaseStore.vector_model`)."""
+
+    name: str
+    """The embedder's ``name``."""
+    dimension: int
+    """The length of each vector."""
+
+
+@attrs.frozen
 class StoreHit:
-    """One item found by :meth:`BaseStore.search`: its seq, the item and its BM25 score."""
+    """One item found by :meth:`BaseStore.search`: its seq, the item and its score (BM25, cosine or the hybrid blend)."""
 
     seq: int
     item: MemoryItem
@@ -387,6 +413,16 @@ class BaseStore(abc.ABC):
       and :meth:`_close`.
     * Optionally :meth:`_append_rows`: a plain append in one step, for an
       engine where the transaction would cost extra round trips.
+    * Optionally the vectors of semantic search: reading with
+      :meth:`_vector_model`, :meth:`_vector_pages` and
+      :meth:`_unembedded_pages` (and, for speed, :meth:`_vector_count`,
+      :meth:`_vector_counts` and :meth:`_fetch_vectors`); writing, inside a transaction, with
+      :meth:`_claim_vector_model`, :meth:`_put_vectors`,
+      :meth:`_delete_vectors` and :meth:`_drop_vectors`; and
+      :meth:`_delete_session` removes them too. The defaults keep no
+      vectors: keyword search works, semantic search raises
+      :class:`StoreError`. The base deletes the vectors of rows it deletes,
+      updates or clears, in the same transaction.
 
     Why this split rather than one ``write(add=, delete=, update=, clear=)``
     call: a flag-driven call makes every backend re-implement the same
@@ -564,6 +600,97 @@ class BaseStore(abc.ABC):
     @abc.abstractmethod
     def _close(self) -> None:
         """Release connections and files."""
+
+    # -- primitives: vectors (optional; the defaults keep none) -------------------------
+
+    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+        """Return the ``(model, dimension)`` recorded for a session's vectors, or ``None``."""
+        return None
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        """Return how many items of a session have a vector row over ``fields`` (empty rows included).
+
+        Semantic search compares it with :meth:`_count` before every query,
+        so a store that can count without reading the vectors overrides this.
+        """
+        return sum(len(page) for page in self._vector_pages(session_id, fields, 4096))
+
+    def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
+        """Return how many items of a session have a vector row over ``fields``, and how many of those rows are not empty."""
+        rows = [row for page in self._vector_pages(session_id, fields, 4096) for row in page]
+        return len(rows), sum(1 for _, vector in rows if vector)
+
+    def _vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, vector)`` of a session's vector rows over ``fields`` in seq order, at most ``size`` at a time.
+
+        ``vector`` is ``4 * dimension`` bytes of little-endian float32, or
+        empty for an item without text (embedded, but never a hit).
+        """
+        yield from ()
+
+    def _fetch_vectors(
+        self, session_id: str, fields: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, vector)`` of the vector rows over ``fields`` with these seqs, in seq order.
+
+        A store that can read rows by seq overrides this; by default every
+        vector row of the session is read and the wanted ones kept.
+        """
+        wanted = set(seqs)
+        return [
+            row
+            for page in self._vector_pages(session_id, fields, 4096)
+            for row in page
+            if row[0] in wanted
+        ]
+
+    def _unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, data)`` of the rows without a vector row over ``fields``, in seq order, at most ``size`` at a time.
+
+        A store that can find them in its query language overrides this; by
+        default the seqs holding a vector are read first, then the session
+        a page at a time.
+        """
+        have = {seq for page in self._vector_pages(session_id, fields, 4096) for seq, _ in page}
+        for page in self._fetch_pages(session_id, size):
+            missing = [row for row in page if row[0] not in have]
+            if missing:
+                yield missing
+
+    def _claim_vector_model(
+        self, tx: Any, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        """Record ``(model, dimension)`` for a session that has none, and return the one recorded."""
+        msg = (
+            f"{type(self).__name__} {self._url} keeps no vectors: its backend does not implement "
+            "BaseStore._claim_vector_model and _put_vectors. Search it by keyword, or load the "
+            "session into a Memory for semantic search."
+        )
+        raise StoreError(msg)
+
+    def _put_vectors(
+        self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+    ) -> int:
+        """Write ``(seq, data, vector)`` rows over ``fields`` (replacing old ones); return how many were written.
+
+        A row is written only if the item ``seq`` still exists and still
+        holds ``data``: a vector computed from an item that another handle
+        changed or deleted meanwhile is dropped, never stored.
+        """
+        msg = f"{type(self).__name__} {self._url} keeps no vectors: its backend does not implement BaseStore._put_vectors."
+        raise StoreError(msg)
+
+    def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
+        """Delete the vectors (over every ``fields``) of these seqs, deleted or changed in this transaction."""
+        return  # a store that keeps no vectors has none to delete
+
+    def _drop_vectors(self, tx: Any, session_id: str) -> int:
+        """Delete every vector of a session and the model recorded for it; return how many vector rows went."""
+        return 0
 
     def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
         """Return the :class:`StoreError` for a driver error (override to tell corruption apart)."""
@@ -811,8 +938,11 @@ class BaseStore(abc.ABC):
         *,
         keys: Iterable[str] | None = None,
         on_unknown_class: OnUnknownClass = "error",
+        mode: SearchMode = "keyword",
+        embedder: Embedder | None = None,
+        hybrid_weight: float | None = None,
     ) -> list[StoreHit]:
-        """Return the ``k`` items of a session that best match ``query`` by BM25, best first.
+        """Return the ``k`` items of a session that best match ``query``, best first: by BM25 unless ``mode`` says otherwise.
 
         The ranking is the one ``Memory.search(query, k, keys=keys)`` gives
         for the same items (default :class:`~agents.memory.search.Tokenizer`,
@@ -832,17 +962,43 @@ class BaseStore(abc.ABC):
             keys: Search only these fields (default: every string field, nested strings included).
             on_unknown_class: ``"base"`` reads items whose class cannot be
                 imported as plain ``MemoryItem`` instead of raising.
+            mode: ``"keyword"`` (BM25, the default), ``"semantic"`` (exact
+                cosine over the vectors stored with the items, read a page
+                at a time) or ``"hybrid"`` (the blend ``Memory.search``
+                uses). Semantic and hybrid modes first embed and store the
+                items that have no vector yet (see :meth:`index_embeddings`;
+                a read-only handle embeds them without storing), and rank
+                as ``Memory.search`` with the same embedder does.
+            embedder: The model, for semantic and hybrid modes (required there).
+            hybrid_weight: The keyword share of a hybrid score, 0 to 1
+                (default ``HYBRID_KEYWORD_WEIGHT``).
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             InvalidQueryError: for an empty query or one without words, ``k`` < 1,
-                or keys that are not field names.
+                keys that are not field names, an unknown mode, or no embedder
+                in semantic and hybrid modes.
+            EmbedderMismatchError: if the session holds vectors of another model.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+            MissingDependencyError: naming the extra when numpy is missing.
             CorruptSessionError: if a stored item cannot be decoded.
-            CorruptStoreError: if the store's keyword index is damaged or missing
-                (the message names the call that rebuilds it).
+            CorruptStoreError: if a stored vector has the wrong length, or the
+                store's keyword index is damaged or missing (the message names
+                the call that rebuilds it).
             StoreError: if the store cannot be read.
         """
         sid = self._check(session_id)
+        if mode != "keyword":
+            text = checked_query(query)
+            check_k(k)
+            fields = checked_keys(keys)
+            if mode not in ("semantic", "hybrid"):
+                msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
+                raise InvalidQueryError(msg)
+            weight = checked_weight(hybrid_weight)
+            return self._vector_search(
+                sid, text, k, fields, mode, embedder, weight, on_unknown_class
+            )
         terms, fields = _keyword_query(query, k, keys)
         with self._errors("search", sid):
             best, found = self._keyword_top(sid, terms, fields, k, on_unknown_class)
@@ -1094,7 +1250,10 @@ class BaseStore(abc.ABC):
             if self._lock_session(tx, sid) is None:
                 return 0
             seqs = [entry[0] for entry in self._row_index(tx, sid) if entry[1] in wanted]
-            return len(self._delete_rows(tx, sid, seqs)) if seqs else 0
+            gone = self._delete_rows(tx, sid, seqs) if seqs else []
+            if gone:
+                self._delete_vectors(tx, sid, gone)
+            return len(gone)
 
     def delete_seqs(self, session_id: str, seqs: Iterable[int]) -> int:
         """Delete items by seq and return how many of them existed.
@@ -1119,6 +1278,7 @@ class BaseStore(abc.ABC):
         with self._errors("clear", sid), self._transaction(sid) as tx:
             if self._lock_session(tx, sid) is None:
                 return 0
+            self._drop_vectors(tx, sid)
             return self._clear_rows(tx, sid)
 
     def sessions(self) -> list[str]:
@@ -1175,6 +1335,363 @@ class BaseStore(abc.ABC):
         with self.batch(session_id) as batch:
             batch.expire(older_than)
         return len(batch.deleted)
+
+    # -- vectors: semantic and hybrid search ---------------------------------------------
+
+    def vector_model(self, session_id: str) -> VectorModel | None:
+        """Return the embedding model a session's vectors came from, or ``None`` if it has none.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._check(session_id)
+        with self._errors("read the vector model of", sid):
+            found = self._vector_model(sid)
+        return None if found is None else VectorModel(found[0], found[1])
+
+    def index_embeddings(
+        self,
+        session_id: str,
+        embedder: Embedder,
+        *,
+        keys: Iterable[str] | None = None,
+        batch_size: int = 256,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Embed the items of a session that have no vector yet, store the vectors, and return how many items hold one.
+
+        The session is read a page at a time; the items without a vector
+        (over ``keys``) are embedded ``batch_size`` texts per call and their
+        vectors written with the items, one transaction per batch, so each
+        item is embedded once however often it is searched or reopened. The
+        first call records the embedder's ``name`` and ``dimension`` for the
+        session; a later call or query with another model is refused. An
+        item without text gets an empty vector row (never a semantic hit).
+        A vector computed from an item that another handle changed or
+        deleted meanwhile is not stored.
+
+        Args:
+            session_id: The session to embed.
+            embedder: The model (see :class:`~agents.memory.search.Embedder`).
+            keys: Embed the text of these fields only (as ``search(keys=...)`` will ask).
+            batch_size: Texts per embedder call.
+            progress: Called as ``progress(done, total)`` after each batch
+                (``total`` counts the items that had no vector).
+
+        Returns:
+            How many items of the session hold a vector over ``keys``.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``batch_size`` < 1 or ``embedder`` has no
+                ``name`` and ``dimension``.
+            InvalidQueryError: if keys are not field names.
+            EmbedderMismatchError: if the session holds vectors of another
+                model; nothing is changed.
+            EmbeddingError: if the embedder returns the wrong shape or NaN;
+                that batch writes nothing (earlier batches keep their vectors).
+            MissingDependencyError: naming the extra when numpy is missing.
+            StoreError: if the store is read-only or cannot be written.
+        """
+        sid = self._check_write(session_id)
+        fields = checked_keys(keys)
+        if type(batch_size) is not int or batch_size < 1:
+            msg = f"index_embeddings() takes batch_size >= 1, got {batch_size!r}."
+            raise StoreArgumentError(msg)
+        _check_embedder(embedder)
+        self._checked_model(sid, embedder)
+        filed = fields_text(fields)
+        self._embed_missing(sid, embedder, fields, batch_size, progress)
+        with self._errors("read the vectors of", sid):
+            return self._vector_counts(sid, filed)[1]
+
+    def _embed_missing(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        batch_size: int,
+        progress: Callable[[int, int], object] | None,
+    ) -> None:
+        """Embed and store the items without a vector over ``fields`` (two counts when there are none)."""
+        filed = fields_text(fields)
+        with self._errors("read the vectors of", sid):
+            covered = self._vector_count(sid, filed)
+            count = self._count(sid)
+        if covered >= count:
+            return
+        total = count - covered
+        source = f"session {sid!r} of {self._url}"
+        pending: list[tuple[int, bytes, str]] = []
+        done = 0
+        pages = self._unembedded_pages(sid, filed, max(batch_size, 256))
+        while True:
+            with self._errors("read", sid):
+                rows = next(pages, None)
+            if rows is not None:
+                pairs = decode_pairs(rows, source, "base")
+                pending += [
+                    (seq, data, embed_text(item_fields(item), fields))
+                    for (seq, data), (_, item) in zip(rows, pairs, strict=True)
+                ]
+            while pending and (len(pending) >= batch_size or rows is None):
+                chunk = pending[:batch_size]
+                del pending[:batch_size]
+                self._store_vectors(sid, embedder, filed, chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, max(total, done))
+            if rows is None:
+                break
+
+    def read_vectors(
+        self,
+        session_id: str,
+        embedder: Embedder,
+        *,
+        keys: Iterable[str] | None = None,
+        seqs: Iterable[int] | None = None,
+    ) -> dict[int, Any]:
+        """Return the stored unit vectors of a session's items (over ``keys``), by seq.
+
+        Items without text, and items not embedded yet, are left out.
+
+        Args:
+            session_id: The session to read.
+            embedder: The model the vectors must come from.
+            keys: The fields the vectors were embedded over.
+            seqs: Only these items (default: every item).
+
+        Returns:
+            ``{seq: float32 array of shape (dimension,)}`` in seq order.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            EmbedderMismatchError: if the session holds vectors of another model.
+            CorruptStoreError: if a stored vector has the wrong length.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._check(session_id)
+        fields = checked_keys(keys)
+        _check_embedder(embedder)
+        if self._checked_model(sid, embedder) is None:
+            return {}
+        filed = fields_text(fields)
+        out: dict[int, Any] = {}
+        if seqs is None:
+            pages = self._vector_pages(sid, filed, 4096)
+        else:
+            wanted = [_check_seq(seq, "seq") for seq in seqs]
+            with self._errors("read the vectors of", sid):
+                pages = iter([self._fetch_vectors(sid, filed, wanted)] if wanted else [])
+        while True:
+            with self._errors("read the vectors of", sid):
+                rows = next(pages, None)
+            if rows is None:
+                return out
+            keys_of, matrix = self._decoded_vectors(sid, embedder, rows)
+            out.update(zip(keys_of, matrix, strict=True))
+
+    def drop_vectors(self, session_id: str) -> int:
+        """Delete every vector of a session and forget its model; return how many vector rows went.
+
+        The items stay. Do this to embed the session again with another
+        model (``index_embeddings`` refuses one while vectors of another
+        are stored).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        sid = self._check_write(session_id)
+        with self._errors("drop the vectors of", sid), self._transaction(sid) as tx:
+            if self._lock_session(tx, sid) is None:
+                return 0
+            return self._drop_vectors(tx, sid)
+
+    def _vector_search(
+        self,
+        sid: str,
+        text: str,
+        k: int,
+        fields: tuple[str, ...] | None,
+        mode: str,
+        embedder: Embedder | None,
+        weight: float,
+        on_unknown_class: OnUnknownClass,
+    ) -> list[StoreHit]:
+        """Rank a session by exact cosine over its stored vectors (semantic), or blended with BM25 (hybrid)."""
+        if embedder is None:
+            msg = f"search(mode={mode!r}) of a store needs embedder=...: the model the session's vectors come from (for example HashingEmbedder() or WordLlamaEmbedder())."
+            raise InvalidQueryError(msg)
+        _check_embedder(embedder)
+        self._checked_model(sid, embedder)
+        query = checked_vectors(embedder, [text])[0]
+        if not self.read_only:
+            self._embed_missing(sid, embedder, fields, 256, None)
+        pages = self._cosine_pages(sid, embedder, fields)
+        found: dict[int, MemoryItem] = {}
+        if mode == "semantic":
+            scores = best_cosines(pages, query, k)
+        else:
+            terms = _TOKENIZER(text)
+            keyword: dict[int, float] = {}
+            ceiling = 1.0
+            if terms:
+                keyword, ceiling, found = self._hybrid_keyword(sid, terms, fields, on_unknown_class)
+            pool = max(10 * k, HYBRID_POOL)
+            scores = blend(keyword, ceiling, best_cosines(pages, query, pool, keyword), weight)
+        best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
+        missing = [seq for seq, _ in best if seq not in found]
+        if missing:
+            with self._errors("search", sid):
+                rows = self._fetch_seqs(sid, missing)
+            found = {
+                **found,
+                **dict(decode_pairs(rows, f"session {sid!r} of {self._url}", on_unknown_class)),
+            }
+        return [StoreHit(seq, found[seq], score) for seq, score in best if seq in found]
+
+    def _hybrid_keyword(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[dict[int, float], float, dict[int, MemoryItem]]:
+        """Return the keyword side of a hybrid query: BM25 by seq, the query's ceiling, items read.
+
+        As the search index does it for ``Memory.search``: items holding
+        only common terms (floored IDF) are left out, the others summed over
+        the rarer terms first, then the common ones, in query order.
+        """
+        with self._errors("search", sid):
+            n_items, total, matches, found = self._keyword_matches(
+                sid, terms, fields, on_unknown_class
+            )
+        if not n_items:
+            return {}, 1.0, found
+        df = Counter(term for _, _, counts in matches for term in counts)
+        ceiling = 0.0
+        for term in terms:
+            ceiling += bm25_idf(n_items, df.get(term, 0))
+        avgdl = total / n_items if total else 1.0
+        flat = BM25_K1 * (1.0 - BM25_B)
+        slope = BM25_K1 * BM25_B / avgdl
+        idf = {term: bm25_idf(n_items, df[term]) for term in df}
+        rare = [term for term in terms if term in idf and idf[term] != MIN_IDF]
+        common = [term for term in terms if term in idf and idf[term] == MIN_IDF]
+        scores: dict[int, float] = {}
+        for seq, length, counts in matches:
+            if not any(term in counts for term in rare):
+                continue
+            score = 0.0
+            for term in (*rare, *common):
+                tf = counts.get(term)
+                if tf:
+                    score += idf[term] * (BM25_K1 + 1.0) * tf / (tf + flat + slope * length)
+            scores[seq] = score
+        return scores, ceiling * (BM25_K1 + 1.0) or 1.0, found
+
+    def _cosine_pages(
+        self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None
+    ) -> Iterator[tuple[list[int], Any]]:
+        """Yield ``(seqs, unit vectors)`` of a session a page at a time.
+
+        A read-only handle also embeds, without storing, the items that
+        have no vector yet, so its ranking is the same as a writer's.
+        """
+        filed = fields_text(fields)
+        pages = self._vector_pages(sid, filed, 4096)
+        while True:
+            with self._errors("search", sid):
+                rows = next(pages, None)
+            if rows is None:
+                break
+            yield self._decoded_vectors(sid, embedder, rows)
+        if not self.read_only:
+            return
+        source = f"session {sid!r} of {self._url}"
+        unembedded = self._unembedded_pages(sid, filed, 1024)
+        while True:
+            with self._errors("search", sid):
+                rows = next(unembedded, None)
+            if rows is None:
+                return
+            texts = [
+                (seq, embed_text(item_fields(item), fields))
+                for seq, item in decode_pairs(rows, source, "base")
+            ]
+            texts = [(seq, text) for seq, text in texts if text.strip()]
+            if texts:
+                yield [seq for seq, _ in texts], checked_vectors(embedder, [t for _, t in texts])
+
+    def _decoded_vectors(
+        self, sid: str, embedder: Embedder, rows: Sequence[tuple[int, bytes]]
+    ) -> tuple[list[int], Any]:
+        """Return the seqs and the matrix of the non-empty vector rows; a row of the wrong length is damage."""
+        np = numpy()
+        size = 4 * embedder.dimension
+        vectors = [vector for _, vector in rows]
+        lengths = list(map(len, vectors))
+        if lengths and min(lengths) == max(lengths) == size:  # the usual page: all whole vectors
+            matrix = np.frombuffer(b"".join(vectors), dtype=VECTOR_DTYPE).reshape(len(rows), -1)
+            return [seq for seq, _ in rows], matrix.astype(np.float32, copy=False)
+        seqs: list[int] = []
+        blobs: list[bytes] = []
+        for seq, vector in rows:
+            if len(vector) == size:
+                seqs.append(seq)
+                blobs.append(bytes(vector))
+            elif len(vector):
+                msg = (
+                    f"The vector of item {seq} of session {sid!r} of {self._url} holds "
+                    f"{len(vector)} bytes; expected {size} ({embedder.dimension} float32 of model "
+                    f"{embedder.name!r}). The store is damaged: drop the session's vectors with "
+                    f"drop_vectors({sid!r}) and index them again."
+                )
+                raise CorruptStoreError(msg)
+        matrix = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE).reshape(
+            len(blobs), embedder.dimension
+        )
+        return seqs, matrix.astype(np.float32, copy=False)
+
+    def _store_vectors(
+        self, sid: str, embedder: Embedder, filed: str, chunk: Sequence[tuple[int, bytes, str]]
+    ) -> None:
+        """Embed one batch and write its vectors in one transaction (nothing if the embedder fails)."""
+        blobs = [b""] * len(chunk)
+        texted = [position for position, (_, _, text) in enumerate(chunk) if text.strip()]
+        if texted:
+            unit = checked_vectors(embedder, [chunk[position][2] for position in texted])
+            for position, vector in zip(texted, unit, strict=True):
+                blobs[position] = vector.astype(VECTOR_DTYPE).tobytes()
+        rows = [(seq, data, blob) for (seq, data, _), blob in zip(chunk, blobs, strict=True)]
+        with self._errors("write the vectors of", sid), self._transaction(sid) as tx:
+            if self._lock_session(tx, sid) is None:
+                return
+            found = self._claim_vector_model(tx, sid, embedder.name, embedder.dimension)
+            if found != (embedder.name, embedder.dimension):
+                raise EmbedderMismatchError(self._mismatch(sid, found, embedder))
+            self._put_vectors(tx, sid, filed, rows)
+
+    def _checked_model(self, sid: str, embedder: Embedder) -> tuple[str, int] | None:
+        """Return the session's recorded model; raise if ``embedder`` is another one."""
+        with self._errors("read the vector model of", sid):
+            found = self._vector_model(sid)
+        if found is not None and found != (embedder.name, embedder.dimension):
+            raise EmbedderMismatchError(self._mismatch(sid, found, embedder))
+        return found
+
+    def _mismatch(self, sid: str, found: tuple[str, int], embedder: Embedder) -> str:
+        return (
+            f"Session {sid!r} of {self._url} holds vectors of embedding model {found[0]!r} "
+            f"({found[1]} dimensions), and this call uses {embedder.name!r} "
+            f"({embedder.dimension} dimensions); vectors of two models cannot be compared. "
+            f"Use the same embedder, or embed the session again: drop_vectors({sid!r}), then "
+            f"index_embeddings({sid!r}, embedder). Nothing was changed."
+        )
 
     def close(self) -> None:
         """Release the store's connections and files; closing twice is harmless."""
@@ -1451,6 +1968,7 @@ class WriteBatch:
             deleted: list[int] = []
             if self._clear:
                 store._clear_rows(tx, sid)
+                store._drop_vectors(tx, sid)
             if self._delete:
                 deleted += store._delete_rows(tx, sid, list(self._delete))
             if self._update:
@@ -1458,6 +1976,9 @@ class WriteBatch:
                     self.updated = store._update_rows(tx, sid, self._update)
                 else:
                     self.updated = store._update_indexed(tx, sid, self._update, self._update_terms)
+                if self.updated:
+                    # A vector belongs to the fields it was embedded from.
+                    store._delete_vectors(tx, sid, self.updated)
             if self._append:
                 if self._append_terms is None:
                     self.appended = store._insert_rows(tx, sid, self._append)
@@ -1472,6 +1993,8 @@ class WriteBatch:
                 index = store._row_index(tx, sid)
                 old = [entry[0] for entry in index if entry[2] < cutoff]
                 deleted += store._delete_rows(tx, sid, old) if old else []
+            if deleted:
+                store._delete_vectors(tx, sid, deleted)
             self.deleted = sorted(deleted)
 
 
@@ -1546,6 +2069,19 @@ def _step_texts(steps: Iterable[Any]) -> list[str]:
         if text is not None:
             out[text] = None
     return list(out)
+
+
+def _check_embedder(embedder: object) -> None:
+    name = getattr(embedder, "name", None)
+    dimension = getattr(embedder, "dimension", None)
+    if (
+        type(name) is not str
+        or type(dimension) is not int
+        or dimension < 1
+        or not callable(embedder)
+    ):
+        msg = f"embedder must be an Embedder (a callable with a str name and an int dimension >= 1), got {embedder!r}."
+        raise StoreArgumentError(msg)
 
 
 def _check_seq(seq: object, name: str) -> int:

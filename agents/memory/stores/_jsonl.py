@@ -1,8 +1,8 @@
 """The JSONL log store: one append-only log file per session.
 
-A store is a directory (schema version 2, recorded in the marker file)::
+A store is a directory (schema version 3, recorded in the marker file)::
 
-    kvmemory-store.json       {"format": "kvmemory.jsonl-store", "version": 2}
+    kvmemory-store.json       {"format": "kvmemory.jsonl-store", "version": 3}
     kvmemory-store.lock       taken (flock) by every writer, shared by readers
     <session_id>.jsonl        the log of one session
     <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
@@ -16,6 +16,15 @@ Each log starts with a header line, then one record per line::
     {"del":[1,2]}                                                            items deleted
     {"clear":1}                                                              every item deleted
     {"meta":{...}}                                                           new session metadata
+    {"vm":["hashing-3gram-256",256]}                         the model of the vectors (v3)
+    {"vec":[1,"*","AACAPwAAAAA..."]}      item 1's unit vector over all fields, float32 base64 (v3)
+    {"vdrop":1}                                               every vector and the model dropped (v3)
+
+A vector belongs to the item's fields as they were when it was embedded:
+reading a ``"u"`` or ``"del"`` record forgets the vectors of those items.
+Semantic search reads the vectors from this process's view of the log (the
+whole session's vectors are held in RAM with its items) and computes exact
+cosines with numpy.
 
 ``item`` is the codec's wire form of the item, byte for byte, and ``meta``
 the codec's form of the metadata. Appending writes the records of one
@@ -44,6 +53,8 @@ Files are created readable by their owner only (``0600``), the directory
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import errno
 import fcntl
@@ -51,7 +62,7 @@ import os
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 import attrs
@@ -102,6 +113,16 @@ class _Log:
     dead: int = 0
     rows: dict[int, tuple[str | None, float, bytes]] = attrs.Factory(dict)
     partial_at: int = 0
+    model: tuple[str, int] | None = None
+    # fields -> seq -> the vector's bytes (empty for an item without text)
+    vectors: dict[str, dict[int, bytes]] = attrs.Factory(dict)
+
+    def drop_vectors_of(self, seqs: Iterable[int]) -> None:
+        """Forget the vectors of items deleted or changed (their records imply it)."""
+        for table in self.vectors.values():
+            for seq in seqs:
+                if table.pop(seq, None) is not None:
+                    self.dead += 1
 
 
 @attrs.define
@@ -127,7 +148,11 @@ def _add_generations(store: JSONLStore) -> None:
                 store._compact(session_id, log)
 
 
-MIGRATIONS: Final = (_create_v1, _add_generations)
+def _add_vectors(store: JSONLStore) -> None:
+    """v3 logs may hold vector records (``vm``, ``vec``, ``vdrop``); v2 logs need no change."""
+
+
+MIGRATIONS: Final = (_create_v1, _add_generations, _add_vectors)
 """Step ``i`` brings a store directory from schema version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -405,6 +430,7 @@ class JSONLStore(BaseStore):
                 if old is not None:
                     rows[seq] = (step, old[1], data)
                 log.dead += 1
+                log.drop_vectors_of((seq,))
             else:
                 rows[seq] = (step, float(created), data)
                 log.next_seq = max(log.next_seq, seq + 1)
@@ -416,9 +442,45 @@ class JSONLStore(BaseStore):
             for seq in gone:
                 if rows.pop(seq, None) is not None:
                     log.dead += 1
+            log.drop_vectors_of(gone)
         elif "clear" in head:
             log.dead += len(rows)
             rows.clear()
+        elif "vec" in head:
+            vec = head["vec"]
+            if not (
+                type(vec) is list
+                and len(vec) == 3
+                and type(vec[0]) is int
+                and type(vec[1]) is str
+                and type(vec[2]) is str
+            ):
+                msg = f'the "vec" record holds {vec!r}; expected [seq, fields, base64 text]'
+                raise CorruptSessionError(msg)
+            try:
+                vector = base64.b64decode(vec[2], validate=True)
+            except binascii.Error as exc:
+                msg = f'the "vec" record of item {vec[0]} holds text that is not base64 ({exc})'
+                raise CorruptSessionError(msg) from exc
+            table = log.vectors.setdefault(vec[1], {})
+            if vec[0] in table:
+                log.dead += 1
+            table[vec[0]] = vector
+        elif "vm" in head:
+            model = head["vm"]
+            if not (
+                type(model) is list
+                and len(model) == 2
+                and type(model[0]) is str
+                and type(model[1]) is int
+            ):
+                msg = f'the "vm" record holds {model!r}; expected [model name, dimension]'
+                raise CorruptSessionError(msg)
+            log.model = (model[0], model[1])
+        elif "vdrop" in head:
+            log.dead += sum(map(len, log.vectors.values())) + 1
+            log.vectors = {}
+            log.model = None
         elif "meta" in head:
             if type(head["meta"]) is not dict:
                 msg = f'the "meta" record holds a {type(head["meta"]).__name__}; expected an object'
@@ -454,6 +516,12 @@ class JSONLStore(BaseStore):
                 for seq, (step, _, data) in log.rows.items()
                 if seq > low and (wanted is None or step in wanted)
             ]
+
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        with self._locked(exclusive=False):
+            log = self._log(session_id)
+            rows = log.rows if log is not None else {}
+            return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
 
     def _count(self, session_id: str) -> int:
         log = self._snapshot(session_id)
@@ -531,6 +599,7 @@ class JSONLStore(BaseStore):
                 log.rows[seq] = (step, old[1], data)
                 log.dead += 1
                 done.append(seq)
+        log.drop_vectors_of(done)  # as reading the "u" records does
         return done
 
     def _delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
@@ -539,6 +608,7 @@ class JSONLStore(BaseStore):
         if gone:
             tx.parts.append(b'{"del":' + _codec.dumps(gone) + b"}\n")
             log.dead += len(gone)
+            log.drop_vectors_of(gone)  # as reading the "del" record does
         return sorted(gone)
 
     def _clear_rows(self, tx: _Tx, session_id: str) -> int:
@@ -553,6 +623,72 @@ class JSONLStore(BaseStore):
     def _row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
         log = _open_log(tx)
         return [(seq, step, created) for seq, (step, created, _) in log.rows.items()]
+
+    # -- vectors: records in the log ------------------------------------------------------
+
+    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+        log = self._snapshot(session_id)
+        return None if log is None else log.model
+
+    def _vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        log = self._snapshot(session_id)
+        rows = sorted((log.vectors.get(fields) or {}).items()) if log is not None else []
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        log = self._snapshot(session_id)
+        return len(log.vectors.get(fields) or {}) if log is not None else 0
+
+    def _unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        with self._locked(exclusive=False):
+            log = self._log(session_id)
+            if log is None:
+                return
+            have = log.vectors.get(fields) or {}
+            rows = [(seq, row[2]) for seq, row in log.rows.items() if seq not in have]
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def _claim_vector_model(
+        self, tx: _Tx, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        log = _open_log(tx)
+        if log.model is None:
+            tx.parts.append(_codec.dumps({"vm": [model, dimension]}) + b"\n")
+            log.model = (model, dimension)
+        return log.model
+
+    def _put_vectors(
+        self, tx: _Tx, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+    ) -> int:
+        log = _open_log(tx)
+        table = log.vectors.setdefault(fields, {})
+        written = 0
+        for seq, data, vector in rows:
+            row = log.rows.get(seq)
+            if row is None or row[2] != data:
+                continue
+            tx.parts.append(_vector_record(seq, fields, vector))
+            if seq in table:
+                log.dead += 1
+            table[seq] = vector
+            written += 1
+        return written
+
+    def _drop_vectors(self, tx: _Tx, session_id: str) -> int:
+        log = _open_log(tx)
+        count = sum(map(len, log.vectors.values()))
+        if count or log.model is not None:
+            tx.parts.append(b'{"vdrop":1}\n')
+            log.dead += count + 1
+            log.vectors = {}
+            log.model = None
+        return count
 
     def _delete_session(self, session_id: str) -> bool:
         with self._locked(exclusive=True):
@@ -613,6 +749,14 @@ class JSONLStore(BaseStore):
         chunks = [header]
         for seq, (step, created, data) in log.rows.items():
             chunks.append(_record(seq, created, step, data, b""))
+        if log.model is not None:
+            chunks.append(_codec.dumps({"vm": list(log.model)}) + b"\n")
+        for fields, table in log.vectors.items():
+            chunks.extend(
+                _vector_record(seq, fields, vector)
+                for seq, vector in table.items()
+                if seq in log.rows
+            )
         _codec.atomic_write(self._path(session_id), chunks)
         self._logs[session_id] = _Log(
             header=header,
@@ -623,6 +767,11 @@ class JSONLStore(BaseStore):
             next_seq=log.next_seq,
             metadata=log.metadata,
             rows=dict(log.rows),
+            model=log.model,
+            vectors={
+                fields: {seq: vector for seq, vector in table.items() if seq in log.rows}
+                for fields, table in log.vectors.items()
+            },
         )
 
     def compact(self, session_id: str) -> None:
@@ -677,6 +826,10 @@ def _record(seq: int, created: float, step: str | None, data: bytes, extra: byte
             b"}\n",
         )
     )
+
+
+def _vector_record(seq: int, fields: str, vector: bytes) -> bytes:
+    return _codec.dumps({"vec": [seq, fields, base64.b64encode(vector).decode("ascii")]}) + b"\n"
 
 
 def _read_file(path: str, what: str) -> bytes:

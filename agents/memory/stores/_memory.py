@@ -33,6 +33,9 @@ class _Session:
     created: float
     metadata: bytes = b"{}"
     rows: dict[int, tuple[str | None, float, bytes]] = attrs.Factory(dict)
+    model: tuple[str, int] | None = None
+    # fields -> seq -> the vector's bytes (empty for an item without text)
+    vectors: dict[str, dict[int, bytes]] = attrs.Factory(dict)
 
 
 @attrs.define
@@ -86,6 +89,12 @@ class InMemoryStore(BaseStore):
                 for seq, (step, _, data) in session.rows.items()
                 if seq > low and (wanted is None or step in wanted)
             ]
+
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            rows = session.rows if session is not None else {}
+            return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
 
     def _count(self, session_id: str) -> int:
         with self._space.lock:
@@ -150,6 +159,60 @@ class InMemoryStore(BaseStore):
     def _delete_session(self, session_id: str) -> bool:
         with self._space.lock:
             return self._space.sessions.pop(session_id, None) is not None
+
+    # -- vectors -------------------------------------------------------------------------
+
+    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return None if session is None else session.model
+
+    def _vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            rows = sorted((session.vectors.get(fields) or {}).items()) if session else []
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return len(session.vectors.get(fields) or {}) if session else 0
+
+    def _claim_vector_model(
+        self, tx: _Space, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        session = tx.sessions[session_id]
+        if session.model is None:
+            session.model = (model, dimension)
+        return session.model
+
+    def _put_vectors(
+        self, tx: _Space, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+    ) -> int:
+        session = tx.sessions[session_id]
+        table = session.vectors.setdefault(fields, {})
+        written = 0
+        for seq, data, vector in rows:
+            row = session.rows.get(seq)
+            if row is not None and row[2] == data:
+                table[seq] = vector
+                written += 1
+        return written
+
+    def _delete_vectors(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> None:
+        for table in tx.sessions[session_id].vectors.values():
+            for seq in seqs:
+                table.pop(seq, None)
+
+    def _drop_vectors(self, tx: _Space, session_id: str) -> int:
+        session = tx.sessions[session_id]
+        count = sum(map(len, session.vectors.values()))
+        session.vectors = {}
+        session.model = None
+        return count
 
     def _close(self) -> None:
         """Nothing to release: the rows live as long as the name's space."""

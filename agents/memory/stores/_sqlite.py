@@ -1,16 +1,30 @@
 """The SQLite store: one file, many processes, the embedded default.
 
-Layout (schema version 2, recorded in ``PRAGMA user_version``)::
+Layout (schema version 4, recorded in ``PRAGMA user_version``)::
 
     kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
                       metadata BLOB)                                   -- metadata: v2
     kvmemory_items(seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT,
-                   step TEXT, created REAL, data BLOB)
+                   step TEXT, created REAL, data BLOB,
+                   terms TEXT, n_terms INTEGER)                        -- terms, n_terms: v4
     index (session_id, seq), index (session_id, step), index (session_id, created)
+    kvmemory_search(key INTEGER PRIMARY KEY, session_id TEXT, items INTEGER,
+                    terms INTEGER)                                     -- v4
+    kvmemory_fts: FTS5 over the terms, kvmemory_fts_row and _instance: its
+    fts5vocab tables, kvmemory_fts_content: the view it reads   -- v4
+    kvmemory_embedders(session_id TEXT PRIMARY KEY, model TEXT,
+                       dimension INTEGER)                              -- v3
+    kvmemory_vectors(session_id TEXT, seq INTEGER, fields TEXT, vector BLOB,
+                     PRIMARY KEY (session_id, seq, fields))            -- v3
 
 ``data`` holds the codec's bytes for the item; ``step`` its canonical step
 text, so step filters are answered by the ``(session_id, step)`` index;
-``metadata`` the codec's bytes for the session's metadata. The file runs in
+``metadata`` the codec's bytes for the session's metadata; ``vector`` an
+item's unit vector as little-endian float32 (empty for an item without
+text), embedded over the fields ``fields`` names (``*``: all) by the model
+``kvmemory_embedders`` records for the session. Semantic search reads the
+vectors a page at a time and computes exact cosines with numpy (the
+sqlite-vec extension is not used). The file runs in
 WAL mode; every write is one ``BEGIN IMMEDIATE`` transaction, so writers from
 several processes queue on the busy timeout instead of failing with
 "database is locked", and ``AUTOINCREMENT`` seqs follow commit order and are
@@ -106,7 +120,28 @@ def _add_session_metadata(con: sqlite3.Connection) -> None:
     con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'")
 
 
-# -- the keyword index (schema version 3) ----------------------------------------------
+def _add_vectors(con: sqlite3.Connection) -> None:
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_embedders (
+        session_id TEXT PRIMARY KEY,
+        model TEXT NOT NULL,
+        dimension INTEGER NOT NULL
+    ) WITHOUT ROWID"""
+    )
+    # A rowid table: its rows hold a kB or more of vector, which WITHOUT ROWID
+    # tables keep inside the index pages less well.
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_vectors (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        fields TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq, fields)
+    )"""
+    )
+
+
+# -- the keyword index (schema version 4) ----------------------------------------------
 #
 # Each row keeps its search terms (the library tokenizer's, joined by spaces) and
 # their number; an FTS5 table indexes them, each term prefixed with its session's
@@ -236,12 +271,12 @@ def _add_keyword_index(con: sqlite3.Connection) -> None:
     _build_keyword_index(con)
 
 
-MIGRATIONS: Final = (_create_v1, _add_session_metadata, _add_keyword_index)
+MIGRATIONS: Final = (_create_v1, _add_session_metadata, _add_vectors, _add_keyword_index)
 """Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 _SEARCHED_BY_SCAN: Final = (
-    2  # the layout before the keyword index: read-only opens search by scanning
+    3  # the layout before the keyword index: read-only opens search by scanning
 )
 
 _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
@@ -591,10 +626,130 @@ class SQLiteStore(BaseStore):
         with self._transaction(session_id) as con:
             con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
             con.execute("DELETE FROM kvmemory_search WHERE session_id = ?", (session_id,))
+            self._drop_vectors(con, session_id)
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
             ).rowcount
         return gone > 0
+
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
+        return self._query(
+            "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
+            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
+            (session_id, _json_list(seqs)),
+        )
+
+    # -- vectors ---------------------------------------------------------------------
+
+    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+        if self._empty:
+            return None
+        rows = self._query(
+            "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = ?", (session_id,)
+        )
+        return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        if self._empty:
+            return 0
+        rows = self._query(
+            "SELECT count(*) FROM kvmemory_vectors WHERE session_id = ? AND fields = ?",
+            (session_id, fields),
+        )
+        return int(rows[0][0])
+
+    def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
+        if self._empty:
+            return 0, 0
+        rows = self._query(
+            "SELECT count(*), coalesce(sum(length(vector) > 0), 0) FROM kvmemory_vectors"
+            " WHERE session_id = ? AND fields = ?",
+            (session_id, fields),
+        )
+        return int(rows[0][0]), int(rows[0][1])
+
+    def _vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        if self._empty:
+            return
+        sql = (
+            "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = ? AND fields = ?"
+            " AND seq > ? ORDER BY seq LIMIT ?"
+        )
+        rows = self._query(sql, (session_id, fields, -1, size))
+        while rows:
+            yield rows
+            rows = self._query(sql, (session_id, fields, rows[-1][0], size))
+
+    def _fetch_vectors(
+        self, session_id: str, fields: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        if self._empty:
+            return []
+        return self._query(
+            "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = ? AND fields = ?"
+            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
+            (session_id, fields, _json_list(seqs)),
+        )
+
+    def _unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        if self._empty:
+            return
+        sql = (
+            "SELECT seq, data FROM kvmemory_items AS i WHERE session_id = ? AND seq > ?"
+            " AND NOT EXISTS (SELECT 1 FROM kvmemory_vectors AS v"
+            " WHERE v.session_id = i.session_id AND v.seq = i.seq AND v.fields = ?)"
+            " ORDER BY seq LIMIT ?"
+        )
+        rows = self._query(sql, (session_id, -1, fields, size))
+        while rows:
+            yield rows
+            rows = self._query(sql, (session_id, rows[-1][0], fields, size))
+
+    def _claim_vector_model(
+        self, tx: sqlite3.Connection, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        tx.execute(
+            "INSERT OR IGNORE INTO kvmemory_embedders (session_id, model, dimension) VALUES (?, ?, ?)",
+            (session_id, model, dimension),
+        )
+        row = tx.execute(
+            "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return str(row[0]), int(row[1])
+
+    def _put_vectors(
+        self,
+        tx: sqlite3.Connection,
+        session_id: str,
+        fields: str,
+        rows: Sequence[tuple[int, bytes, bytes]],
+    ) -> int:
+        cur = tx.executemany(
+            "INSERT OR REPLACE INTO kvmemory_vectors (session_id, seq, fields, vector)"
+            " SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM kvmemory_items"
+            " WHERE session_id = ?1 AND seq = ?2 AND data = ?5)",
+            [(session_id, seq, fields, vector, data) for seq, data, vector in rows],
+        )
+        return int(cur.rowcount)
+
+    def _delete_vectors(self, tx: sqlite3.Connection, session_id: str, seqs: Sequence[int]) -> None:
+        tx.execute(
+            "DELETE FROM kvmemory_vectors WHERE session_id = ? AND seq IN (SELECT value FROM json_each(?))",
+            (session_id, _json_list(seqs)),
+        )
+
+    def _drop_vectors(self, tx: sqlite3.Connection, session_id: str) -> int:
+        gone = tx.execute(
+            "DELETE FROM kvmemory_vectors WHERE session_id = ?", (session_id,)
+        ).rowcount
+        tx.execute("DELETE FROM kvmemory_embedders WHERE session_id = ?", (session_id,))
+        return int(gone)
 
     def _close(self) -> None:
         with self._lock:
@@ -606,15 +761,6 @@ class SQLiteStore(BaseStore):
     def keyword_index(self) -> bool:
         """Whether :meth:`search` is answered by the FTS5 index (``False`` for an older file opened read-only)."""
         return self._indexed
-
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
-        if self._empty:
-            return []
-        return self._query(
-            "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
-            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
-            (session_id, _json_list(seqs)),
-        )
 
     def _keyword_top(
         self,

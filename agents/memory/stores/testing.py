@@ -15,7 +15,7 @@ a test, so that tests can close and reopen it, or hold two handles at once)::
             return lambda read_only=False: MyStore(tmp_path / "db", read_only=read_only)
 
 Then run ``pytest``. The module needs pytest (and uses numpy when it is
-installed); importing :mod:`agents.memory` or :mod:`agents.memory.stores`
+installed; the semantic search tests skip without it); importing :mod:`agents.memory` or :mod:`agents.memory.stores`
 does not import it.
 """
 
@@ -26,17 +26,26 @@ import enum
 import math
 import pathlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
 import pytest
 
 from agents.memory import Memory, MemoryItem, SerializationError, StoreError, field
-from agents.memory.exceptions import InvalidQueryError, InvalidSessionIdError, StoreArgumentError
+from agents.memory._vectors import SearchMode
+from agents.memory.exceptions import (
+    EmbedderMismatchError,
+    EmbeddingError,
+    InvalidQueryError,
+    InvalidSessionIdError,
+    StoreArgumentError,
+)
 from agents.memory.stores._base import BaseStore, SessionInfo, SessionSummary
 
 __all__ = [
+    "BrokenEmbedder",
+    "CountingEmbedder",
     "MakeStore",
     "StoreContract",
     "assert_ranks_as_memory",
@@ -45,6 +54,7 @@ __all__ = [
     "same",
     "search_session",
     "summary_session",
+    "vector_session",
 ]
 
 
@@ -906,3 +916,348 @@ class StoreContract:
             assert [i.to_dict() for i in store.read("s")] == [{"step": 1}, {"step": 2}]
         with make_store() as again:
             assert [i.to_dict() for i in again.read("s")] == [{"step": 1}, {"step": 2}]
+
+    # -- vectors: semantic and hybrid search ----------------------------------------------
+
+    @pytest.fixture
+    def numpy_installed(self) -> None:
+        """Skip a semantic test where numpy (the ``semantic`` extra) is not installed."""
+        pytest.importorskip("numpy")
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_semantic_and_hybrid_search_rank_as_memory_search(self, store: BaseStore) -> None:
+        """Semantic and hybrid hits of a stored session are Memory.search's on the same items (scores to float32 precision)."""
+        embedder = CountingEmbedder()
+        items = vector_session()
+        store.append("s", items)
+        for mode in VECTOR_MODES:
+            for query in VECTOR_QUERIES:
+                got = store.search("s", query, 4, mode=mode, embedder=embedder)
+                want = Memory(items).search(query, 4, mode=mode, embedder=CountingEmbedder())
+                assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
+                assert [hit.score for hit in got] == pytest.approx(
+                    [hit.score for hit in want], rel=1e-5, abs=1e-6
+                )
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_semantic_search_over_keys_ranks_as_memory_search(self, store: BaseStore) -> None:
+        """With keys, vectors are embedded over those fields only, as Memory.search does."""
+        items = vector_session()
+        store.append("s", items)
+        got = store.search("s", "email", 3, keys=["note"], mode="semantic", embedder=EMBEDDER)
+        want = Memory(items).search("email", 3, keys=["note"], mode="semantic", embedder=EMBEDDER)
+        assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_index_embeddings_embeds_each_item_once(self, store: BaseStore) -> None:
+        """index_embeddings embeds the items without a vector in batches; a second call embeds none."""
+        embedder = CountingEmbedder()
+        store.append("s", vector_session())
+        done: list[tuple[int, int]] = []
+        count = store.index_embeddings(
+            "s", embedder, batch_size=3, progress=lambda d, t: done.append((d, t))
+        )
+        assert count == len(VECTOR_TEXTS)
+        assert embedder.texts == len(VECTOR_TEXTS)
+        assert done == [(3, 8), (6, 8), (8, 8)]  # items read, the one without text included
+        assert store.index_embeddings("s", embedder) == len(VECTOR_TEXTS)
+        assert embedder.texts == len(VECTOR_TEXTS)
+        model = store.vector_model("s")
+        assert model is not None
+        assert (model.name, model.dimension) == (embedder.name, embedder.dimension)
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_search_embeds_only_the_query_once_items_hold_vectors(self, store: BaseStore) -> None:
+        """Once the items are embedded, a semantic query embeds its own text and nothing else."""
+        embedder = CountingEmbedder()
+        store.append("s", vector_session())
+        store.index_embeddings("s", embedder)
+        before = embedder.texts
+        store.search("s", "export the report", mode="semantic", embedder=embedder)
+        store.search("s", "export the report", mode="hybrid", embedder=embedder)
+        assert embedder.texts == before + 2
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_reopened_store_finds_the_same_hits_without_embedding_again(
+        self, make_store: MakeStore
+    ) -> None:
+        """Closed and opened again, a store keeps the vectors: the same hits, only the query embedded."""
+        embedder = CountingEmbedder()
+        with make_store() as store:
+            store.append("s", vector_session())
+            first = store.search("s", "send the pdf", mode="semantic", embedder=embedder)
+        embedder.texts = 0
+        with make_store() as store:
+            again = store.search("s", "send the pdf", mode="semantic", embedder=embedder)
+        assert [(h.seq, h.score) for h in again] == [(h.seq, h.score) for h in first]
+        assert embedder.texts == 1
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_second_handle_finds_the_same_hits_without_embedding_again(
+        self, make_store: MakeStore
+    ) -> None:
+        """A second open handle uses the vectors the first one stored."""
+        embedder = CountingEmbedder()
+        with make_store() as first, make_store() as second:
+            first.append("s", vector_session())
+            first.index_embeddings("s", embedder)
+            embedder.texts = 0
+            hits = second.search("s", "save the report", mode="hybrid", embedder=embedder)
+            want = first.search("s", "save the report", mode="hybrid", embedder=embedder)
+            assert [(h.seq, h.score) for h in hits] == [(h.seq, h.score) for h in want]
+            assert embedder.texts == 2
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_vectors_follow_updates_and_deletes(self, store: BaseStore) -> None:
+        """An updated item is embedded again from its new fields; a deleted one is never a hit."""
+        embedder = CountingEmbedder()
+        seqs = store.append("s", vector_session())
+        store.index_embeddings("s", embedder)
+        with store.batch("s") as batch:
+            batch.update({seqs[2]: MemoryItem(step=2, thought="giraffes at the zoo")})
+            batch.delete([seqs[3]])
+        embedder.texts = 0
+        hits = store.search("s", "giraffe", 7, mode="semantic", embedder=embedder)
+        assert hits[0].seq == seqs[2]
+        assert seqs[3] not in [hit.seq for hit in hits]
+        assert embedder.texts == 2  # the query and the updated item
+        assert seqs[3] not in store.read_vectors("s", embedder)
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_trims_clear_and_delete_session_remove_vectors(self, store: BaseStore) -> None:
+        """keep_last, delete_steps, expire, clear and delete_session take the vectors of their items along."""
+        embedder = CountingEmbedder()
+        seqs = store.append("s", vector_session())
+        store.index_embeddings("s", embedder)
+        store.keep_last("s", 6)
+        store.delete_steps("s", [3])
+        left = sorted(store.read_vectors("s", embedder))
+        assert left == [seq for seq in seqs[2:] if seq not in (seqs[3], seqs[5])]
+        store.append("t", vector_session())
+        store.index_embeddings("t", embedder)
+        assert store.expire("t", 0) == len(vector_session())
+        assert store.read_vectors("t", embedder) == {}
+        store.clear("s")
+        assert store.read_vectors("s", embedder) == {}
+        assert store.vector_model("s") is None
+        store.append("s", vector_session())
+        store.index_embeddings("s", embedder)
+        store.delete_session("s")
+        assert store.vector_model("s") is None
+        store.append("s", vector_session())
+        assert store.read_vectors("s", embedder) == {}
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_another_model_is_refused_and_changes_nothing(self, store: BaseStore) -> None:
+        """A session embedded with one model refuses queries and indexing by another, naming both and the fix."""
+        store.append("s", vector_session())
+        store.index_embeddings("s", EMBEDDER)
+        before = store.read_vectors("s", EMBEDDER)
+        other = CountingEmbedder(32)
+        names = r"'hashing-3gram-64' \(64 dimensions\).*'hashing-3gram-32' \(32 dimensions\).*drop_vectors"
+        with pytest.raises(EmbedderMismatchError, match=names):
+            store.search("s", "report", mode="semantic", embedder=other)
+        with pytest.raises(EmbedderMismatchError, match=names):
+            store.index_embeddings("s", other)
+        assert other.texts == 0
+        after = store.read_vectors("s", EMBEDDER)
+        assert list(after) == list(before)
+        assert all((after[seq] == before[seq]).all() for seq in before)
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_dropped_and_cleared_vectors_stay_gone_for_another_handle(
+        self, make_store: MakeStore
+    ) -> None:
+        """After drop_vectors or clear, a new handle finds no vectors and no model."""
+        with make_store() as store:
+            store.append("s", vector_session())
+            store.index_embeddings("s", EMBEDDER)
+            store.drop_vectors("s")
+        with make_store() as store:
+            assert store.vector_model("s") is None
+            assert store.read_vectors("s", EMBEDDER) == {}
+            store.index_embeddings("s", EMBEDDER)
+            store.clear("s")
+        with make_store() as store:
+            assert store.vector_model("s") is None
+            assert store.count("s") == 0
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_vector_of_an_item_changed_meanwhile_is_not_stored(self, make_store: MakeStore) -> None:
+        """A vector computed while another handle changes its item is dropped; the next call embeds the new fields."""
+        with make_store() as store, make_store() as other:
+            seqs = store.append("s", vector_session())
+
+            class Meddling(CountingEmbedder):
+                def __call__(self, texts: Sequence[str], /) -> Any:
+                    if not self.texts:
+                        with other.batch("s") as batch:
+                            batch.update({seqs[0]: MemoryItem(step=0, thought="giraffes")})
+                    return super().__call__(texts)
+
+            embedder = Meddling()
+            assert store.index_embeddings("s", embedder) == len(VECTOR_TEXTS) - 1
+            assert seqs[0] not in store.read_vectors("s", embedder)
+            assert store.index_embeddings("s", embedder) == len(VECTOR_TEXTS)
+            hits = store.search("s", "giraffe", 1, mode="semantic", embedder=embedder)
+            assert [hit.seq for hit in hits] == [seqs[0]]
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_semantic_search_of_an_unknown_session_has_no_hits(self, store: BaseStore) -> None:
+        """Semantic and hybrid searches of a session that does not exist find nothing and store nothing."""
+        assert store.search("nobody", "report", mode="semantic", embedder=EMBEDDER) == []
+        assert store.search("nobody", "report", mode="hybrid", embedder=EMBEDDER) == []
+        assert store.drop_vectors("nobody") == 0
+        assert store.vector_model("nobody") is None
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_dropped_vectors_let_another_model_embed(self, store: BaseStore) -> None:
+        """drop_vectors forgets the model, after which another model embeds the session."""
+        store.append("s", vector_session())
+        store.index_embeddings("s", EMBEDDER)
+        assert store.drop_vectors("s") == len(vector_session())
+        assert store.index_embeddings("s", CountingEmbedder(32)) == len(VECTOR_TEXTS)
+        model = store.vector_model("s")
+        assert model is not None
+        assert model.dimension == 32
+
+    @pytest.mark.usefixtures("numpy_installed")
+    @pytest.mark.parametrize(("kind", "match"), [("shape", r"shape \(7, 3\)"), ("nan", "NaN")])
+    def test_bad_embedder_output_stores_nothing(
+        self, store: BaseStore, kind: str, match: str
+    ) -> None:
+        """An embedder returning the wrong shape or NaN raises EmbeddingError; no vector or model is stored."""
+        store.append("s", vector_session())
+        with pytest.raises(EmbeddingError, match=match):
+            store.index_embeddings("s", BrokenEmbedder(kind))
+        assert store.vector_model("s") is None
+        assert store.read_vectors("s", BrokenEmbedder(kind)) == {}
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_semantic_search_needs_an_embedder(self, store: BaseStore) -> None:
+        """A semantic store search without embedder= is a named error."""
+        store.append("s", vector_session())
+        with pytest.raises(InvalidQueryError, match="needs embedder="):
+            store.search("s", "report", mode="semantic")
+        with pytest.raises(InvalidQueryError, match="mode='keyword', 'semantic' or 'hybrid'"):
+            store.search("s", "report", mode="fuzzy")  # type: ignore[arg-type]  # the wrong mode is the test
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_items_without_text_are_never_semantic_hits(self, store: BaseStore) -> None:
+        """An item without text holds no vector and never comes back from a semantic search."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step=2, thought="report")])
+        hits = store.search("s", "report", 5, mode="semantic", embedder=EMBEDDER)
+        assert [hit.item["step"] for hit in hits] == [2]
+        assert store.index_embeddings("s", EMBEDDER) == 1
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_read_only_handle_ranks_unembedded_items_without_storing(
+        self, make_store: MakeStore
+    ) -> None:
+        """A read-only handle embeds the items without a vector for its query, stores nothing, and ranks as a writer."""
+        with make_store() as store:
+            store.append("s", vector_session()[:4])
+            store.index_embeddings("s", EMBEDDER)
+            store.append("s", vector_session()[4:])
+        with make_store(read_only=True) as reader:
+            got = reader.search("s", "email the report", 3, mode="hybrid", embedder=EMBEDDER)
+            assert len(reader.read_vectors("s", EMBEDDER)) == 4
+        want = Memory(vector_session()).search(
+            "email the report", 3, mode="hybrid", embedder=EMBEDDER
+        )
+        assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_stored_memory_searches_with_stored_vectors(self, make_store: MakeStore) -> None:
+        """A reopened StoredMemory gives Memory.search's hits exactly, embedding only its queries."""
+        from agents.memory.stores._backed import StoredMemory
+
+        embedder = CountingEmbedder()
+        with make_store() as store:
+            StoredMemory(store, "s").add_memory_items(vector_session())
+            store.index_embeddings("s", embedder)
+        embedder.texts = 0
+        with make_store() as store:
+            memory = StoredMemory(store, "s")
+            ram = Memory(vector_session())
+            for mode in VECTOR_MODES:
+                got = memory.search("export the pdf", 3, mode=mode, embedder=embedder)
+                want = ram.search("export the pdf", 3, mode=mode, embedder=EMBEDDER)
+                assert [(h.item.to_dict(), h.score, h.fields) for h in got] == [
+                    (h.item.to_dict(), h.score, h.fields) for h in want
+                ]
+            recalled = memory.recall("the pdf", 2, mode="semantic", embedder=embedder)
+            expected = ram.recall("the pdf", 2, mode="semantic", embedder=EMBEDDER)
+            assert [item.to_dict() for item in recalled] == [item.to_dict() for item in expected]
+            assert embedder.texts == 3  # the three queries
+
+
+VECTOR_TEXTS = [
+    "open the file menu and click export",
+    "the export dialog shows a PDF option",
+    "type the summary line at the top of the report",
+    "click the save button to save the report",
+    "the report is saved as report.pdf in the documents folder",
+    "the host agent assigns the next task: email the report",
+    "open Outlook and attach report.pdf to a new email",
+]
+VECTOR_QUERIES = ["export the report", "send the pdf by email", "save", "agent task"]
+VECTOR_MODES: tuple[SearchMode, ...] = ("semantic", "hybrid")
+
+
+def vector_session() -> list[MemoryItem]:
+    """Return the fixed corpus of the semantic contract tests: seven items with text, one without."""
+    items = [
+        MemoryItem(step=i, thought=text, note={"tags": ["email"] if "email" in text else []})
+        for i, text in enumerate(VECTOR_TEXTS)
+    ]
+    items.insert(5, MemoryItem(step=9, cost=1.5))
+    return items
+
+
+class CountingEmbedder:
+    """A real HashingEmbedder that counts the texts it embeds (to check what a call re-embeds)."""
+
+    def __init__(self, dimension: int = 64) -> None:
+        from agents.memory.search import HashingEmbedder
+
+        self._inner = HashingEmbedder(dimension)
+        self.texts = 0
+
+    @property
+    def name(self) -> str:
+        """The wrapped embedder's name."""
+        return self._inner.name
+
+    @property
+    def dimension(self) -> int:
+        """The wrapped embedder's dimension."""
+        return self._inner.dimension
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        """Embed ``texts`` and count them."""
+        self.texts += len(texts)
+        return self._inner(texts)
+
+
+class BrokenEmbedder:
+    """An embedder that returns the wrong shape (``"shape"``) or a NaN (``"nan"``)."""
+
+    name = "broken"
+    dimension = 4
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        """Return a wrong result of the chosen kind."""
+        import numpy as np
+
+        if self.kind == "shape":
+            return np.ones((len(texts), 3), dtype=np.float32)
+        out = np.ones((len(texts), 4), dtype=np.float32)
+        out[-1, 0] = math.nan
+        return out
+
+
+EMBEDDER = CountingEmbedder(64)
