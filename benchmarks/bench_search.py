@@ -28,9 +28,19 @@
    ``OPENBLAS_NUM_THREADS=1``: threaded BLAS on page-sized products then
    waits for cores and the figures swing tenfold.
 
+5. Keyword search in stores: 100,000 UFO-shaped items (nested dicts, a long page text) in
+   SQLite: appending with the FTS5 index against the same store without
+   it, and ``store.search`` against the same query written directly in
+   FTS5 SQL (``bm25()``, the top 5 rows' data), with one session and with
+   two; in PostgreSQL (``--postgres URL``, else a throwaway server started
+   as tests/conftest.py does, when its binaries are installed),
+   ``store.search`` against a direct ``tsvector`` query ranked by
+   ``ts_rank``.
+
+
 Run: .venv/bin/python benchmarks/bench_search.py [--facts 200] [--steps 10000] [--items 100000]
-     [--stored-items 100000] [--dimension 256] [--sections quality,latency,upkeep,stored]
-     [--postgres URL | --no-postgres]
+     [--stored-items 100000] [--dimension 256]
+     [--sections quality,latency,upkeep,stored,keyword-stores] [--postgres URL | --no-postgres]
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from _common import best, make_rows
+from _common import best, make_rows, make_ufo_rows
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Tokenizer, WordLlamaEmbedder, search, search_index
@@ -304,6 +314,151 @@ def run_upkeep(n_items: int, repeat: int) -> None:
     )
 
 
+# -- stores ------------------------------------------------------------------------------
+
+PAGE_WORDS = [
+    "the",
+    "dialog",
+    "window",
+    "report",
+    "table",
+    "cell",
+    "value",
+    "column",
+    "row",
+    "sheet",
+    "chart",
+    "export",
+    "save",
+    "print",
+    "file",
+    "folder",
+    "document",
+    "page",
+    "title",
+    "header",
+    "footer",
+    "button",
+    "menu",
+    "toolbar",
+    "ribbon",
+    "pane",
+]
+
+
+def ufo_items(n: int, seed: int = 11) -> list[MemoryItem]:
+    """Return ``n`` UFO-shaped items: nested arguments and controls, and a long page text."""
+    rng = random.Random(seed)
+    items = []
+    for row in make_ufo_rows(n):
+        words = [rng.choice(PAGE_WORDS) for _ in range(120)]
+        words[rng.randrange(120)] = f"ticket{rng.randrange(n)}"  # a rare word per item
+        row["page"] = " ".join(words)
+        items.append(MemoryItem(**row))
+    return items
+
+
+STORE_QUERIES = (
+    "ticket4242",
+    "WINWORD.EXE",
+    "Report 42",
+    "press OK to close the dialog",
+    "chart export",
+    "zebra",
+)
+
+
+def run_stores(n_items: int, repeat: int, postgres: str | None) -> None:
+    """Print keyword latency of SQLite and PostgreSQL stores next to their engines queried directly."""
+    import tempfile
+
+    from agents.memory.stores import PostgresStore, SQLiteStore
+
+    items = ufo_items(n_items)
+    tokenize = Tokenizer()
+    with tempfile.TemporaryDirectory() as root:
+        print(f"\nstores: {n_items} UFO-shaped items (nested dicts, a 120-word page each)")
+        took: dict[str, list[float]] = {"without index": [], "with FTS5 index": []}
+        for attempt in range(2):  # alternated, best of two: the machine's noise hits both
+            for label in took:
+                store = SQLiteStore(f"{root}/{attempt}-{len(label)}.db", synchronous="normal")
+                if label == "without index":
+                    _drop_sqlite_index(store)
+                start = time.perf_counter()
+                for i in range(0, n_items, 1000):
+                    store.append("run", items[i : i + 1000])
+                took[label].append(time.perf_counter() - start)
+                store.close()
+        plain, with_index = min(took["without index"]), min(took["with FTS5 index"])
+        print(
+            f"SQLite append in batches of 1000 (best of 2): {plain:.2f} s without the index, "
+            f"{with_index:.2f} s with it: +{100 * (with_index / plain - 1):.0f}% (target <= 30%)"
+        )
+        indexed = SQLiteStore(f"{root}/1-{len('with FTS5 index')}.db", synchronous="normal")
+        con = sqlite3.connect(indexed.path)
+        (key,) = con.execute("SELECT key FROM kvmemory_search WHERE session_id = 'run'").fetchone()
+
+        def direct(query: str) -> list[tuple[int, bytes]]:
+            match = " OR ".join(f'"{key}\u00b7{term}"' for term in tokenize(query))
+            return con.execute(SQLITE_DIRECT, (match,)).fetchall()
+
+        _latency_table("SQLite, one session (FTS5 bm25())", indexed, direct, repeat)
+        indexed.append("other", items[:1000])
+        _latency_table("SQLite, two sessions (fts5vocab postings)", indexed, direct, repeat)
+        indexed.close()
+        con.close()
+    if postgres is None:
+        print("PostgreSQL: no server (pass --postgres URL, or install initdb/pg_ctl); skipped")
+        return
+    store = PostgresStore(postgres)
+    start = time.perf_counter()
+    for i in range(0, n_items, 1000):
+        store.append("run", items[i : i + 1000])
+    print(f"PostgreSQL append in batches of 1000: {time.perf_counter() - start:.2f} s")
+    import psycopg
+
+    pg = psycopg.connect(postgres, autocommit=True)
+    pg.execute("VACUUM ANALYZE kvmemory_items")
+
+    def direct_pg(query: str) -> list[tuple[int, bytes]]:
+        lexemes = " | ".join(f"'run\u00b7{term}'" for term in tokenize(query))
+        return pg.execute(POSTGRES_DIRECT, {"q": lexemes}).fetchall()
+
+    _latency_table("PostgreSQL (tsvector, GIN)", store, direct_pg, repeat)
+    store.close()
+    pg.close()
+
+
+SQLITE_DIRECT = (
+    "SELECT i.seq, i.data FROM (SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts"
+    " WHERE kvmemory_fts MATCH ? ORDER BY score, rowid LIMIT 5) AS f"
+    " JOIN kvmemory_items AS i ON i.seq = f.rowid ORDER BY f.score, f.rowid"
+)
+POSTGRES_DIRECT = (
+    "SELECT seq, data FROM kvmemory_items WHERE session_id = 'run' AND terms @@ %(q)s::tsquery"
+    " ORDER BY ts_rank(terms, %(q)s::tsquery) DESC, seq LIMIT 5"
+)
+
+
+def _latency_table(label: str, store: object, direct: Callable[[str], object], repeat: int) -> None:
+    print(f"{label}: store.search(k=5) against the engine queried directly (best of {repeat})")
+    print(f"{'query':<32}{'store ms':>10}{'direct ms':>11}{'ratio':>8}{'target':>8}")
+    for query in STORE_QUERIES:
+        ours = best(lambda query=query: store.search("run", query, 5), repeat)  # type: ignore[attr-defined]
+        raw = best(lambda query=query: direct(query), repeat)
+        print(f"{query:<32}{ours * 1e3:>10.2f}{raw * 1e3:>11.2f}{ours / raw:>8.2f}{'<= 3':>8}")
+
+
+def _drop_sqlite_index(store: object) -> None:
+    """Make ``store`` a plain SQLite store: no FTS table, triggers or terms (the baseline)."""
+    from agents.memory.stores._sqlite import _KEYWORD_OBJECTS
+
+    with store._transaction(None) as con:  # type: ignore[attr-defined]
+        for kind, name in _KEYWORD_OBJECTS:
+            con.execute(f"DROP {kind} IF EXISTS {name}")
+    store.keeps_terms = False  # type: ignore[attr-defined]
+
+
 class BytesEmbedder:
     """A stand-in embedder: each text's vector is its SHAKE-128 digest read as signed bytes."""
 
@@ -402,7 +557,7 @@ def main() -> None:
     parser.add_argument("--stored-items", type=int, default=100_000)
     parser.add_argument("--dimension", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--sections", default="quality,latency,upkeep,stored")
+    parser.add_argument("--sections", default="quality,latency,upkeep,stored,keyword-stores")
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
@@ -416,6 +571,14 @@ def main() -> None:
     if "stored" in sections:
         postgres = "none" if args.no_postgres else args.postgres
         run_stored(args.stored_items, args.dimension, args.repeat, postgres)
+    if "keyword-stores" in sections:
+        from bench_stores import postgres_url
+
+        if args.no_postgres:
+            run_stores(args.items, args.repeat, None)
+        else:
+            with postgres_url(args.postgres) as url:
+                run_stores(args.items, args.repeat, url)
 
 
 if __name__ == "__main__":

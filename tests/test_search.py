@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from agents.memory.search import (
     search_index,
 )
 from agents.memory.stores import open_memory, open_store
+from agents.memory.stores.testing import assert_ranks_as_memory
 
 CORPUS = [
     "open the file menu and click export",
@@ -580,7 +582,7 @@ def test_recall_without_window_gives_hits_in_session_order() -> None:
 
 
 def test_stored_memory_searches_the_same_as_in_ram(store_url: str) -> None:
-    """A memory reopened from any store gives the same hits and scores as the same items in RAM."""
+    """A memory reopened from any store gives the same hits and scores (to rounding) as the same items in RAM."""
     with open_memory(store_url, "run-1") as memory:
         memory.add_memory_items(corpus_memory().content)
     with open_memory(store_url, "run-1") as reopened:
@@ -588,9 +590,107 @@ def test_stored_memory_searches_the_same_as_in_ram(store_url: str) -> None:
         reopened[0]["thought"] = "report"
         assert reopened.search("report", k=1)[0].item["step"] == 0
     want = [
-        (h.item.to_dict(), h.score, h.fields) for h in corpus_memory().search("report pdf", k=4)
+        (h.item.to_dict(), pytest.approx(h.score, rel=1e-12), h.fields)
+        for h in corpus_memory().search("report pdf", k=4)
     ]
     assert got == want
+
+
+WORDS = ["file", "open", "save", "the", "report", "Straße", "STRASSE", "café", "x_y", "会议"]
+text_of = st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join)
+ops_of = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.lists(text_of, min_size=1, max_size=4)),
+        st.tuples(st.just("update"), st.integers(0, 30), text_of),
+        st.tuples(st.just("delete"), st.integers(0, 30)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def test_store_search_ranks_as_memory_on_generated_sessions(store_url: str) -> None:
+    """On generated sessions with appends, edits and deletes, every store ranks as Memory.search."""
+    queries = ("file", "the report", "strasse", "CAFE save", "y", "会议 open", "file file")
+    with open_store(store_url) as store:
+        store.append("neighbour", [MemoryItem(step=0, a="file report the")])
+
+        @settings(max_examples=25, deadline=None)
+        @given(ops=ops_of)
+        def check(ops: list[tuple[Any, ...]]) -> None:
+            sid = f"s{uuid.uuid4().hex}"
+            seqs: list[int] = []
+            for op in ops:
+                if op[0] == "append":
+                    items = [
+                        MemoryItem(step=len(seqs) + i, a=t, b={"c": [t]})
+                        for i, t in enumerate(op[1])
+                    ]
+                    seqs += store.append(sid, items)
+                elif seqs and op[0] == "update":
+                    seq = seqs[op[1] % len(seqs)]
+                    with store.batch(sid) as batch:
+                        batch.update({seq: MemoryItem(step=-1, note=op[2])})
+                elif seqs:
+                    store.delete_seqs(sid, [seqs[op[1] % len(seqs)]])
+            assert_ranks_as_memory(store, sid, queries)
+
+        check()
+
+
+def stored_and_ram(url: str) -> tuple[Any, Memory]:
+    """Return a stored memory and a RAM memory holding the same generated session."""
+    items = [
+        MemoryItem(step=i, thought=text, tags=[CORPUS[(i + 2) % len(CORPUS)]], agent=f"a{i % 2}")
+        for i, text in enumerate(CORPUS * 3)
+    ]
+    stored = open_memory(url, "run")
+    stored.add_memory_items(items)
+    return stored, Memory(MemoryItem(**item.to_dict()) for item in items)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [None, {"agent": "a1"}, {"step": range(4, 15)}, lambda item: item["step"] % 5 == 0],
+    ids=["none", "equal", "range", "predicate"],
+)
+def test_stored_memory_search_is_memory_search(store_url: str, where: Any) -> None:
+    """StoredMemory.search gives Memory.search's hits (items, order, scores, fields) with any filter."""
+    stored, ram = stored_and_ram(store_url)
+    with stored:
+        for query in ("the report", "click save", "pdf", "agent host task"):
+            got = [
+                (h.item.to_dict(), h.score, h.fields) for h in stored.search(query, 4, where=where)
+            ]
+            want = [
+                (h.item.to_dict(), pytest.approx(h.score, rel=1e-12), h.fields)
+                for h in ram.search(query, 4, where=where)
+            ]
+            assert got == want, query
+
+
+def test_stored_memory_asks_an_indexed_store_and_builds_no_index(store_url: str) -> None:
+    """On a store with a keyword index, keyword search and recall build no in-RAM search index."""
+    stored, ram = stored_and_ram(store_url)
+    with stored:
+        got = [item.to_dict() for item in stored.recall("report", 2, recent=Window(max_items=2))]
+        want = [item.to_dict() for item in ram.recall("report", 2, recent=Window(max_items=2))]
+        assert got == want
+        if stored.store.keyword_index:
+            assert stored.observers == ()
+        stored.search("report", keys=["thought"])  # keys: the in-RAM index answers
+        assert len(stored.observers) == 1
+
+
+def test_stored_memory_with_another_tokenizer_searches_in_ram(tmp_path: Any) -> None:
+    """A search index made with another tokenizer keeps search in RAM, where that tokenizer ranks."""
+    stored, ram = stored_and_ram(f"sqlite://{tmp_path / 'store.db'}")
+    with stored:
+        tokenizer = Tokenizer(min_length=4)
+        search_index(stored, tokenizer=tokenizer)
+        search_index(ram, tokenizer=tokenizer)
+        got = [(h.item.to_dict(), h.score) for h in stored.search("the report", 3)]
+        assert got == [(h.item.to_dict(), h.score) for h in ram.search("the report", 3)]
 
 
 def test_importing_the_package_leaves_search_unloaded() -> None:

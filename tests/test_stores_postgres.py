@@ -15,6 +15,7 @@ from agents.memory.exceptions import (
 )
 from agents.memory.search import HashingEmbedder
 from agents.memory.stores import PostgresStore, open_store
+from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -234,3 +235,113 @@ def test_damaged_vector_row_is_named_by_store_session_and_seq(postgres_url: str)
     message = f"item {seqs[1]} of session 's' of {re.escape(url)} holds 4 bytes; expected 128"
     with open_store(postgres_url) as store, pytest.raises(CorruptStoreError, match=message):
         store.search("s", "a", mode="semantic", embedder=embedder)
+
+
+# -- the keyword index (schema version 4) ------------------------------------------------
+
+
+# Schema version 3 added the tables of stored vectors.
+V3_VECTOR_DDL = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_embedders (
+        session_id text PRIMARY KEY REFERENCES kvmemory_sessions ON DELETE CASCADE,
+        model text NOT NULL,
+        dimension integer NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS kvmemory_vectors (
+        session_id text NOT NULL,
+        seq bigint NOT NULL,
+        fields text NOT NULL,
+        vector bytea NOT NULL,
+        PRIMARY KEY (session_id, seq, fields),
+        FOREIGN KEY (session_id, seq) REFERENCES kvmemory_items ON DELETE CASCADE
+    )""",
+)
+
+
+def write_corpus_store(url: str, version: int) -> None:
+    """Write tables of schema version 2 or 3 by hand holding the ranking corpus in session 'a' and one item in 'b'."""
+    with psycopg.connect(url, autocommit=True) as con:
+        for statement in V1_DDL:
+            con.execute(statement)
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN metadata bytea NOT NULL DEFAULT '\\x7b7d'::bytea"
+        )
+        con.execute(
+            "ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false"
+        )
+        if version == 3:
+            for statement in V3_VECTOR_DDL:
+                con.execute(statement)
+        con.execute("INSERT INTO kvmemory_schema VALUES (%s)", (version,))
+        items = ranking_corpus()
+        con.execute(
+            "INSERT INTO kvmemory_sessions (session_id, step_key, next_seq, created)"
+            " VALUES ('a', 'step', %s, 1700000000.0), ('b', 'step', 1, 1700000000.0)",
+            (len(items),),
+        )
+        rows = [("a", seq, item.to_json_bytes()) for seq, item in enumerate(items, 1)]
+        rows.append(("b", 1, b'{"step":1,"note":"file"}'))
+        for sid, seq, data in rows:
+            con.execute(
+                "INSERT INTO kvmemory_items VALUES (%s, %s, NULL, 1700000000.5, %s, NULL)",
+                (sid, seq, data),
+            )
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("version", [2, 3])
+def test_older_store_is_migrated_and_searched_by_its_new_index(
+    postgres_url: str, version: int
+) -> None:
+    """v2 or v3 tables opened writable get the keyword index over their items and rank as Memory.search."""
+    write_corpus_store(postgres_url, version)
+    with open_store(postgres_url) as store:
+        assert store.keyword_index
+        assert_ranks_as_memory(store, "a")
+        assert_ranks_as_memory(store, "b")
+
+
+@pytest.mark.postgres
+def test_v3_store_opened_read_only_searches_by_scanning(postgres_url: str) -> None:
+    """v3 tables (before the keyword index) opened read-only are not migrated; they search by reading the session, ranking the same."""
+    write_corpus_store(postgres_url, 3)
+    with open_store(postgres_url, read_only=True) as store:
+        assert not store.keyword_index
+        assert_ranks_as_memory(store, "a")
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(3,)]
+
+
+@pytest.mark.postgres
+def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(postgres_url: str) -> None:
+    """A row whose tsvector holds a term its counts lack makes search raise, naming the repair."""
+    with open_store(postgres_url) as store:
+        seqs = store.append("s", ranking_corpus())
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("UPDATE kvmemory_items SET tf = '{}' WHERE seq = %s", (seqs[1],))
+    with open_store(postgres_url) as store:
+        with pytest.raises(CorruptStoreError, match=r"keyword index.*rebuild_keyword_index"):
+            store.search("s", "file")
+        assert store.read("s") == ranking_corpus()
+        store.rebuild_keyword_index()
+        assert_ranks_as_memory(store, "s")
+
+
+@pytest.mark.postgres
+def test_a_missing_index_is_named_on_search_and_write_and_can_be_rebuilt(
+    postgres_url: str,
+) -> None:
+    """With the terms column dropped, search and writes raise naming the repair, and write nothing."""
+    with open_store(postgres_url) as store:
+        store.append("s", ranking_corpus())
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("ALTER TABLE kvmemory_items DROP COLUMN terms")
+    with open_store(postgres_url) as store:
+        with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
+            store.search("s", "file")
+        with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
+            store.append("s", [MemoryItem(step=99, note="file")])
+        assert store.count("s") == len(ranking_corpus())
+        store.rebuild_keyword_index()
+        store.append("s", [MemoryItem(step=99, note="file")])
+        assert_ranks_as_memory(store, "s")

@@ -13,10 +13,13 @@ from agents.memory.exceptions import (
     CorruptStoreError,
     InvalidStoreURLError,
     SchemaVersionError,
+    StoreError,
     StoreNotFoundError,
 )
 from agents.memory.search import HashingEmbedder
 from agents.memory.stores import SQLiteStore, open_store
+from agents.memory.stores._sqlite import SCHEMA_VERSION
+from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
 
 # The layout kvmemory wrote as schema version 1, statement for statement.
 V1_DDL = (
@@ -67,8 +70,8 @@ def user_version(path: Path) -> int:
         con.close()
 
 
-def test_v1_store_is_migrated_to_v2_without_loss(tmp_path: Path) -> None:
-    """A v1 file opened writable gets schema v2; every session, item and seq is kept."""
+def test_v1_store_is_migrated_to_the_current_schema_without_loss(tmp_path: Path) -> None:
+    """A v1 file opened writable gets the current schema; every session, item and seq is kept."""
     path = tmp_path / "old.db"
     write_v1_store(path)
     with SQLiteStore(path) as store:
@@ -248,3 +251,166 @@ def test_damaged_vector_row_is_named_by_store_session_and_seq(tmp_path: Path) ->
     message = f"item {seqs[1]} of session 's' of sqlite:///{path} holds 4 bytes; expected 128"
     with open_store(path) as store, pytest.raises(CorruptStoreError, match=message):
         store.search("s", "a", mode="semantic", embedder=embedder)
+
+
+# -- the keyword index (schema version 3) ------------------------------------------------
+
+# Schema version 2: version 1 and the session metadata column, as kvmemory wrote it.
+V2_DDL = (
+    *V1_DDL,
+    "ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'",
+)
+# Schema version 3 added the tables of stored vectors.
+V3_VECTOR_DDL = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_embedders (
+        session_id TEXT PRIMARY KEY,
+        model TEXT NOT NULL,
+        dimension INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS kvmemory_vectors (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        fields TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq, fields)
+    )""",
+)
+
+
+def write_corpus_store(path: Path, version: int) -> list[MemoryItem]:
+    """Write a store of schema version 2 or 3 by hand holding the ranking corpus in session 'a' (and one item in 'b')."""
+    items = ranking_corpus()
+    con = sqlite3.connect(path)
+    for statement in V2_DDL:
+        con.execute(statement)
+    con.execute("INSERT INTO kvmemory_sessions VALUES ('a', 'step', 1700000000.0, x'7b7d')")
+    con.execute("INSERT INTO kvmemory_sessions VALUES ('b', 'step', 1700000000.0, x'7b7d')")
+    rows = [("a", str(item["step"]), 1700000000.5, item.to_json_bytes()) for item in items]
+    rows.append(("b", "1", 1700000000.5, b'{"step":1,"note":"file"}'))
+    con.executemany(
+        "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES (?, ?, ?, ?)", rows
+    )
+    if version == 3:
+        for statement in V3_VECTOR_DDL:
+            con.execute(statement)
+    con.execute(f"PRAGMA user_version = {version}")
+    con.commit()
+    con.close()
+    return items
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_older_store_is_migrated_and_searched_by_its_new_index(
+    tmp_path: Path, version: int
+) -> None:
+    """A v2 or v3 file opened writable gets the keyword index over its items and ranks as Memory.search."""
+    path = tmp_path / "old.db"
+    write_corpus_store(path, version)
+    with SQLiteStore(path) as store:
+        assert store.keyword_index
+        assert_ranks_as_memory(store, "a")
+        assert_ranks_as_memory(store, "b")
+    assert user_version(path) == SCHEMA_VERSION
+
+
+def test_v3_store_opened_read_only_searches_by_scanning(tmp_path: Path) -> None:
+    """A v3 file (before the keyword index) opened read-only is not migrated; it searches by reading the session, ranking the same."""
+    path = tmp_path / "old.db"
+    write_corpus_store(path, 3)
+    before = path.read_bytes()
+    with SQLiteStore(path, read_only=True) as store:
+        assert not store.keyword_index
+        assert_ranks_as_memory(store, "a")
+    assert path.read_bytes() == before
+    assert user_version(path) == 3
+
+
+def test_search_reads_only_the_items_it_finds(tmp_path: Path) -> None:
+    """The index answers the search: a damaged item that holds no query word is never read."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        seqs = store.append("s", ranking_corpus())
+        assert store.keyword_index
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_items SET data = x'7b' WHERE seq = ?", (seqs[9],))  # "the the the"
+    con.commit()
+    con.close()
+    with SQLiteStore(path) as store:
+        assert [hit.item["step"] for hit in store.search("s", "report", 2)] == [7, 6]
+        with pytest.raises(CorruptStoreError, match=f"Item {seqs[9]}"):
+            store.search("s", "report", keys=["thought"])  # keys read the session
+
+
+def damage(path: Path, *statements: str) -> bytes:
+    """Run SQL on a store file outside kvmemory and return the file's bytes afterwards."""
+    con = sqlite3.connect(path)
+    for statement in statements:
+        con.execute(statement)
+    con.commit()
+    con.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("sessions", [1, 2], ids=["bm25", "postings"])
+def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(
+    tmp_path: Path, sessions: int
+) -> None:
+    """An FTS row for an item the session does not hold makes search raise, naming the store and the repair."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        store.append("s", ranking_corpus())
+        if sessions == 2:
+            store.append("t", [MemoryItem(step=1)])
+    key = sqlite3.connect(path).execute("SELECT key FROM kvmemory_search WHERE session_id = 's'")
+    (prefix,) = key.fetchone()
+    before = damage(
+        path, f"INSERT INTO kvmemory_fts (rowid, terms) VALUES (999, '{prefix}\u00b7zebra')"
+    )
+    with SQLiteStore(path) as store:
+        with pytest.raises(
+            CorruptStoreError, match=r"runs\.db.*keyword index.*rebuild_keyword_index"
+        ):
+            store.search("s", "zebra")
+        assert store.read("s") == ranking_corpus()
+    assert path.read_bytes() == before
+    with SQLiteStore(path) as store:
+        store.rebuild_keyword_index()
+        assert store.search("s", "zebra") == []
+        assert_ranks_as_memory(store, "s")
+
+
+def test_a_missing_index_is_named_on_search_and_write_and_can_be_rebuilt(tmp_path: Path) -> None:
+    """With the FTS table dropped, search and writes raise naming the repair, and write nothing."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        store.append("s", ranking_corpus())
+    damage(path, "DROP TABLE kvmemory_fts")
+    with SQLiteStore(path) as store:
+        with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
+            store.search("s", "file")
+        with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
+            store.append("s", [MemoryItem(step=99, note="file")])
+        assert store.count("s") == len(ranking_corpus())
+        store.rebuild_keyword_index()
+        store.append("s", [MemoryItem(step=99, note="file")])
+        assert_ranks_as_memory(store, "s")
+
+
+def test_rebuilding_the_index_of_a_read_only_store_is_refused(tmp_path: Path) -> None:
+    """rebuild_keyword_index on a read-only handle raises and changes nothing."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        store.append("s", [MemoryItem(step=1, note="file")])
+    with SQLiteStore(path, read_only=True) as store, pytest.raises(StoreError, match="read-only"):
+        store.rebuild_keyword_index()
+
+
+def test_older_store_with_a_damaged_row_still_migrates(tmp_path: Path) -> None:
+    """A row that cannot be decoded does not stop the migration: it is indexed without text, the others searched."""
+    path = tmp_path / "old.db"
+    write_corpus_store(path, 3)
+    damage(path, "UPDATE kvmemory_items SET data = x'7b' WHERE seq = 1")  # step 0 of 'a'
+    with SQLiteStore(path) as store:
+        assert store.keyword_index
+        assert [hit.item["step"] for hit in store.search("a", "report", 2)] == [7, 6]
+        assert store.ranking("a", "large") == []  # only step 0 held "large"

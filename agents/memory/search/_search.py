@@ -289,6 +289,13 @@ def _predicate(where: Where | None) -> Callable[[MemoryItem], bool] | None:
     return matches
 
 
+checked_where = _predicate
+"""Return the predicate of a :data:`Where` filter (``None`` for no filter), else raise :class:`InvalidQueryError`.
+
+For the stores room: ``StoredMemory.search`` filters the store's ranking with it.
+"""
+
+
 def embedder_for(memory: Memory, embedder: Embedder | None = None) -> Embedder:
     """Return the embedder a semantic search of ``memory`` uses.
 

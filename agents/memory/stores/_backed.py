@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import Self
 
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import check_k, checked_keys, checked_query
+from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
+from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
 from agents.memory._vectors import Embedder, SearchMode, progress_bar
 from agents.memory.exceptions import ArgumentTypeError
 from agents.memory.memory import ChangeCallback, Memory
@@ -105,6 +105,27 @@ class SessionWriter:
     def holds_row(self, seq: int) -> bool:
         """Return whether the memory holds the store row ``seq``."""
         return seq in self._item_at
+
+    def item_of_row(self, seq: int) -> MemoryItem | None:
+        """Return the item the memory holds for the store row ``seq``, or ``None``."""
+        return self._item_at.get(seq)
+
+    def in_memory_order(self, items: Iterable[MemoryItem]) -> list[MemoryItem]:
+        """Return ``items`` that the memory holds, once each, in the memory's order.
+
+        The rows are mapped in the memory's order, so the newest are found
+        first: ordering hits with a window of recent items reads few of them.
+        """
+        wanted = {id(item) for item in items}
+        found: list[MemoryItem] = []
+        for item in reversed(self._item_at.values()):
+            if id(item) in wanted:
+                found.append(item)
+                wanted.discard(id(item))
+                if not wanted:
+                    break
+        found.reverse()
+        return found
 
     # -- MemoryWriter -------------------------------------------------------------
 
@@ -378,7 +399,7 @@ class StoredMemory(Memory):
     def __repr__(self) -> str:
         return f"<StoredMemory {self._sid!r} of {self.store.url}: {len(self)} items, step_key={self.step_key!r}>"
 
-    # -- search with the store's vectors ---------------------------------------------
+    # -- search in the store: its keyword index and its vectors ------------------------
 
     def search(
         self,
@@ -400,13 +421,27 @@ class StoredMemory(Memory):
         embedded again, and the hits are those of ``Memory.search`` on the
         same items with the same embedder.
 
+        In keyword mode without ``keys``, a store with a keyword index
+        (SQLite, PostgreSQL; see ``BaseStore.keyword_index``) ranks the
+        session and the memory's own items are returned, so no in-RAM index
+        is built; ``where`` filters the store's ranking, asking it for more
+        until ``k`` hits pass. The hits, scores (to float rounding) and
+        matched fields are those of ``Memory.search``. With ``keys``, with a
+        search index of another tokenizer, and on stores without a keyword
+        index, the in-RAM index answers. The store ranks the session as it
+        holds it: rows another process appended count once :meth:`refresh`
+        brings them in.
+
         Raises:
             InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            CorruptStoreError: if the store's keyword index is damaged or missing.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
             EmbedderMismatchError: if the session's vectors come from another model;
                 nothing is changed (see :meth:`drop_vectors`).
             StoreError: if the store cannot be read or written.
         """
+        if self._store_searches(mode, keys):
+            return [hit for _, hit in self._store_search(query, k, where)]
         if mode in ("semantic", "hybrid"):
             checked_query(query)
             check_k(k)
@@ -427,13 +462,22 @@ class StoredMemory(Memory):
     ) -> list[MemoryItem]:
         """Return the top ``k`` hits and the ``recent`` window's items, once each, in session order.
 
-        Semantic and hybrid modes use the store's vectors as :meth:`search` does.
+        Semantic and hybrid modes use the store's vectors, and keyword mode
+        the store's keyword index, as :meth:`search` does.
 
         Raises:
             InvalidQueryError: as :meth:`search`.
             EmbedderMismatchError: if the session's vectors come from another model.
             BudgetExceededError: if the window's pinned items alone break its bounds.
         """
+        if self._store_searches(mode, keys):
+            with self._lock:
+                chosen = [hit.item for _, hit in self._store_search(query, k, where)]
+                if recent is not None:
+                    from agents.memory.prompt import select_window
+
+                    chosen.extend(select_window(self, recent).items)
+                return self._session.in_memory_order(chosen)
         if mode in ("semantic", "hybrid"):
             checked_query(query)
             check_k(k)
@@ -536,6 +580,46 @@ class StoredMemory(Memory):
         return self.store.records(
             self._sid, after=after or None, on_unknown_class=self._on_unknown_class
         )
+
+    def _store_searches(self, mode: str, keys: Iterable[str] | None) -> bool:
+        """Return whether a search goes to the store (keyword mode, all fields, the default tokenizer)."""
+        if mode != "keyword" or keys is not None or not self.store.keyword_index:
+            return False
+        default = Tokenizer()
+        # A search index made with another tokenizer (a stemmer) ranks by other terms.
+        return all(getattr(o, "tokenizer", default) == default for o in self.observers)
+
+    def _store_search(self, query: str, k: int, where: Where | None) -> list[tuple[int, Hit]]:
+        """Return ``(seq, hit)`` of the best ``k`` items by the store's ranking that pass ``where``."""
+        from agents.memory.search import Hit
+        from agents.memory.search._search import checked_where
+
+        checked_query(query)
+        check_k(k)
+        predicate = checked_where(where)
+        tokenizer = Tokenizer()
+        wanted = set(tokenizer(query))
+        session = self._session
+        limit = k
+        with self._lock:
+            while True:
+                ranked = self.store.ranking(self._sid, query, limit)
+                hits: list[tuple[int, Hit]] = []
+                for seq, score in ranked:
+                    item = session.item_of_row(seq)
+                    if item is None or (predicate is not None and not predicate(item)):
+                        continue
+                    fields = {
+                        field: None
+                        for field, text in item_texts(item_fields(item), None)
+                        if not wanted.isdisjoint(tokenizer(text))
+                    }
+                    hits.append((seq, Hit(item, score, tuple(fields))))
+                    if len(hits) == k:
+                        return hits
+                if len(ranked) < limit:
+                    return hits
+                limit *= 4  # the filter (or rows this memory does not hold) dropped some
 
     def _drop_deleted_rows(self, seqs: Sequence[int]) -> int:
         """Remove from RAM the items whose rows the store just deleted (the writer's delete finds them gone)."""

@@ -97,6 +97,7 @@ __all__ = [
     "WriteBatch",
     "check_session_id",
     "check_store_path",
+    "item_terms",
     "migrate",
     "step_text",
 ]
@@ -340,6 +341,40 @@ KeywordMatch = tuple[int, int, dict[str, int]]
 
 _TOKENIZER: Final = Tokenizer()
 
+Terms = tuple[str, int]
+"""An item's search terms as a store indexes them: ``(terms joined by spaces, how many)``."""
+
+
+def item_terms(item: MemoryItem) -> Terms:
+    """Return the terms keyword search counts for ``item``: every string field, nested strings included.
+
+    The terms are those of the default :class:`~agents.memory.search.Tokenizer`
+    (the ones ``Memory.search`` counts), in order with repeats, joined by
+    single spaces; a term never holds a space. The texts are tokenized
+    joined by newlines, which gives the same terms as tokenizing each one
+    (a newline separates terms and never combines with a neighbour in NFKC).
+    """
+    texts = [text for _, text in item_texts(item_fields(item), None)]
+    if not texts:
+        return "", 0
+    terms = _TOKENIZER(texts[0] if len(texts) == 1 else "\n".join(texts))
+    return " ".join(terms), len(terms)
+
+
+def rows_terms(
+    items: Sequence[MemoryItem], rows: Sequence[Row], on_unencodable: OnUnencodable
+) -> list[Terms]:
+    """Return the search terms of ``items`` as the store will hold them (``rows``, their encodings).
+
+    Under the ``"error"`` policy the codec stores every value as it is, so
+    the terms come from the items in hand; under ``"repr"`` or ``"drop"``
+    the stored item can differ, so the rows are decoded and their terms taken.
+    """
+    if on_unencodable == "error":
+        return [item_terms(item) for item in items]
+    pairs = decode_pairs([(0, data) for _, _, data in rows], "the items being written", "base")
+    return [item_terms(item) for _, item in pairs]
+
 
 @attrs.frozen
 class SessionInfo:
@@ -423,6 +458,13 @@ class BaseStore(abc.ABC):
     driver_errors: tuple[type[BaseException], ...] = (OSError,)
     """Exceptions of the storage driver that :meth:`_errors` turns into :class:`StoreError`."""
 
+    keeps_terms: bool = False
+    """Whether writes hand the rows' search terms to :meth:`_insert_indexed` and :meth:`_update_indexed`.
+
+    A store that keeps a keyword index sets this; :class:`WriteBatch` then
+    tokenizes each item once, where it is encoded.
+    """
+
     def __init__(self, url: str, *, read_only: bool = False) -> None:
         self._url = url
         self.read_only = read_only
@@ -487,7 +529,13 @@ class BaseStore(abc.ABC):
     def _transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
         """Open one exclusive write transaction on a session and yield a handle for the primitives."""
 
-    def _append_rows(self, session_id: str, step_key: str, rows: Sequence[Row]) -> list[int] | None:
+    def _append_rows(
+        self,
+        session_id: str,
+        step_key: str,
+        rows: Sequence[Row],
+        terms: Sequence[Terms] | None = None,
+    ) -> list[int] | None:
         """Optionally append rows in one step and return their seqs, or ``None`` to decline.
 
         A store whose engine can create-or-lock the session, check its step key
@@ -495,7 +543,8 @@ class BaseStore(abc.ABC):
         round trip instead of four). It must decline, writing nothing, unless
         the session is new or live with this ``step_key``; :class:`WriteBatch`
         then runs the general transaction, which raises or recreates. By
-        default every append takes the general transaction.
+        default every append takes the general transaction. ``terms`` are
+        the rows' search terms when the store :attr:`keeps_terms`.
         """
         return None
 
@@ -518,6 +567,18 @@ class BaseStore(abc.ABC):
     @abc.abstractmethod
     def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
         """Replace the step text and data of rows by seq; return the seqs that existed."""
+
+    def _insert_indexed(
+        self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        """Insert rows as :meth:`_insert_rows` does, with their search terms (see :attr:`keeps_terms`)."""
+        return self._insert_rows(tx, session_id, rows)
+
+    def _update_indexed(
+        self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+    ) -> list[int]:
+        """Update rows as :meth:`_update_rows` does, with their new search terms (see :attr:`keeps_terms`)."""
+        return self._update_rows(tx, session_id, rows)
 
     @abc.abstractmethod
     def _delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
@@ -650,6 +711,17 @@ class BaseStore(abc.ABC):
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether :meth:`search` without ``keys`` is answered by a keyword index the store keeps.
+
+        ``True`` for SQLite (FTS5) and PostgreSQL (``tsvector``); ``False``
+        for the JSONL and in-memory stores, and for an SQLite file of an
+        older layout opened read-only, which read the session and tokenize
+        it on every search. Either way the ranking is the same.
+        """
+        return False
 
     def append(
         self,
@@ -878,9 +950,13 @@ class BaseStore(abc.ABC):
         The ranking is the one ``Memory.search(query, k, keys=keys)`` gives
         for the same items (default :class:`~agents.memory.search.Tokenizer`,
         FTS5's ``k1``, ``b`` and IDF floor, statistics of this session alone),
-        within ties, which keep session order. The session is read a page at
-        a time and only the items holding a query term are kept, so a stored
-        session is searched without loading it into a ``Memory``.
+        within ties, which keep session order. SQLite and PostgreSQL answer
+        it from a keyword index they keep with the rows (FTS5, ``tsvector``)
+        and read only the ``k`` items found; with ``keys``, and in the JSONL
+        and in-memory stores, the session is read a page at a time and
+        tokenized, keeping only the items holding a query term (see
+        :attr:`keyword_index`). Either way a stored session is searched
+        without loading it into a ``Memory``.
 
         Args:
             session_id: The session to search; an unknown session has no hits.
@@ -909,14 +985,16 @@ class BaseStore(abc.ABC):
             EmbeddingError: if the embedder returns the wrong shape or NaN.
             MissingDependencyError: naming the extra when numpy is missing.
             CorruptSessionError: if a stored item cannot be decoded.
-            CorruptStoreError: if a stored vector has the wrong length.
+            CorruptStoreError: if a stored vector has the wrong length, or the
+                store's keyword index is damaged or missing (the message names
+                the call that rebuilds it).
             StoreError: if the store cannot be read.
         """
         sid = self._check(session_id)
-        text = checked_query(query)
-        check_k(k)
-        fields = checked_keys(keys)
         if mode != "keyword":
+            text = checked_query(query)
+            check_k(k)
+            fields = checked_keys(keys)
             if mode not in ("semantic", "hybrid"):
                 msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
                 raise InvalidQueryError(msg)
@@ -924,16 +1002,67 @@ class BaseStore(abc.ABC):
             return self._vector_search(
                 sid, text, k, fields, mode, embedder, weight, on_unknown_class
             )
-        terms = _TOKENIZER(text)
-        if not terms:
-            msg = f"Query {text!r} holds no word to search for; keyword search matches letters and digits."
-            raise InvalidQueryError(msg)
+        terms, fields = _keyword_query(query, k, keys)
         with self._errors("search", sid):
-            n_items, total, matches, found = self._keyword_matches(
-                sid, terms, fields, on_unknown_class
-            )
+            best, found = self._keyword_top(sid, terms, fields, k, on_unknown_class)
+        missing = [seq for _, seq in best if seq not in found]
+        if missing:
+            with self._errors("search", sid):
+                rows = self._fetch_seqs(sid, missing)
+            found = {
+                **found,
+                **dict(decode_pairs(rows, f"session {sid!r} of {self._url}", on_unknown_class)),
+            }
+        # An item deleted between the two reads is left out rather than failing the search.
+        return [StoreHit(seq, found[seq], score) for score, seq in best if seq in found]
+
+    def ranking(
+        self, session_id: str, query: str, k: int = 5, *, keys: Iterable[str] | None = None
+    ) -> list[tuple[int, float]]:
+        """Return ``(seq, score)`` of the ``k`` items that best match ``query``, best first, without reading them.
+
+        The ranking of :meth:`search` (ties in seq order), for a caller that
+        holds the items already (``StoredMemory.search`` keeps them in RAM)
+        or wants only their seqs. A store with a keyword index reads no
+        item; the others read the session as :meth:`search` does.
+
+        Args:
+            session_id: The session to search; an unknown session has no hits.
+            query: The words to look for.
+            k: How many seqs at most.
+            keys: Search only these fields.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            InvalidQueryError: as :meth:`search`.
+            CorruptSessionError: if the store reads items and one cannot be decoded.
+            CorruptStoreError: if the store's keyword index is damaged or missing.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._check(session_id)
+        terms, fields = _keyword_query(query, k, keys)
+        with self._errors("search", sid):
+            best, _ = self._keyword_top(sid, terms, fields, k, "base")
+        return [(seq, score) for score, seq in best]
+
+    def _keyword_top(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        k: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
+        """Return the ``k`` best ``(score, seq)``, best first (ties by seq), and any of those items already decoded.
+
+        This base version scores what :meth:`_keyword_matches` gives, in
+        Python; a store with a keyword index overrides it to score in its
+        own query language and return no items (they are then read with
+        :meth:`_fetch_seqs`).
+        """
+        n_items, total, matches, found = self._keyword_matches(sid, terms, keys, on_unknown_class)
         if not matches:
-            return []
+            return [], {}
         df = Counter(term for _, _, counts in matches for term in counts)
         avgdl = total / n_items if total else 1.0
         # BM25 per (term, item) as the search index computes it, query terms counted with repeats.
@@ -949,16 +1078,7 @@ class BaseStore(abc.ABC):
                     score += lift[term] * tf / (tf + flat + slope * length)
             scored.append((score, seq))
         best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
-        missing = [seq for _, seq in best if seq not in found]
-        if missing:
-            with self._errors("search", sid):
-                rows = self._fetch_seqs(sid, missing)
-            found = {
-                **found,
-                **dict(decode_pairs(rows, f"session {sid!r} of {self._url}", on_unknown_class)),
-            }
-        # An item deleted between the two reads is left out rather than failing the search.
-        return [StoreHit(seq, found[seq], score) for score, seq in best if seq in found]
+        return best, {seq: found[seq] for _, seq in best if seq in found}
 
     def _keyword_matches(
         self,
@@ -1654,6 +1774,20 @@ class BaseStore(abc.ABC):
         return SessionInfo(session_id, step_key, metadata, when)
 
 
+def _keyword_query(
+    query: object, k: object, keys: Iterable[str] | None
+) -> tuple[list[str], tuple[str, ...] | None]:
+    """Check a keyword search's arguments; return the query's terms and the searched fields."""
+    text = checked_query(query)
+    check_k(k)
+    fields = checked_keys(keys)
+    terms = _TOKENIZER(text)
+    if not terms:
+        msg = f"Query {text!r} holds no word to search for; keyword search matches letters and digits."
+        raise InvalidQueryError(msg)
+    return terms, fields
+
+
 def encode_metadata(metadata: Mapping[str, Any], session_id: str) -> bytes:
     """Encode session metadata through the codec.
 
@@ -1703,6 +1837,9 @@ class WriteBatch:
         self._delete: dict[int, None] = {}
         self._update: list[RowUpdate] = []
         self._append: list[Row] = []
+        # The search terms of _append and _update, when the store keeps them (BaseStore.keeps_terms).
+        self._append_terms: list[Terms] | None = [] if store.keeps_terms else None
+        self._update_terms: list[Terms] | None = [] if store.keeps_terms else None
         self._keep_last: int | None = None
         self._older_than: float | None = None
         self.appended: list[int] = []
@@ -1721,7 +1858,10 @@ class WriteBatch:
             if not isinstance(item, MemoryItem):
                 msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; nothing was written to session {self.session_id!r}."
                 raise StoreArgumentError(msg)
-        self._append.extend(encode_rows(batch, self.step_key, self._on_unencodable))
+        rows = encode_rows(batch, self.step_key, self._on_unencodable)
+        if self._append_terms is not None:
+            self._append_terms.extend(rows_terms(batch, rows, self._on_unencodable))
+        self._append.extend(rows)
 
     def update(self, items: Mapping[int, MemoryItem]) -> None:
         """Stage replacing the stored fields of the rows ``items`` names by seq.
@@ -1731,7 +1871,10 @@ class WriteBatch:
             SerializationError: if a value cannot be encoded; nothing is staged.
         """
         seqs = [_check_seq(seq, "seq") for seq in items]
-        rows = encode_rows(list(items.values()), self.step_key, self._on_unencodable)
+        batch = list(items.values())
+        rows = encode_rows(batch, self.step_key, self._on_unencodable)
+        if self._update_terms is not None:
+            self._update_terms.extend(rows_terms(batch, rows, self._on_unencodable))
         self._update.extend(
             (seq, step, data) for seq, (step, _, data) in zip(seqs, rows, strict=True)
         )
@@ -1750,6 +1893,8 @@ class WriteBatch:
         self._clear = True
         self._delete.clear()
         self._update.clear()
+        if self._update_terms is not None:
+            self._update_terms.clear()
 
     def keep_last(self, n: int) -> None:
         """Stage deleting all but the last ``n`` rows (applied after the appends).
@@ -1810,7 +1955,11 @@ class WriteBatch:
         )
         if only_appends:
             with store._errors("write to", sid):
-                appended = store._append_rows(sid, self.step_key, self._append)
+                appended = (
+                    store._append_rows(sid, self.step_key, self._append)
+                    if self._append_terms is None
+                    else store._append_rows(sid, self.step_key, self._append, self._append_terms)
+                )
             if appended is not None:
                 self.appended = appended
                 return
@@ -1826,12 +1975,18 @@ class WriteBatch:
             if self._delete:
                 deleted += store._delete_rows(tx, sid, list(self._delete))
             if self._update:
-                self.updated = store._update_rows(tx, sid, self._update)
+                if self._update_terms is None:
+                    self.updated = store._update_rows(tx, sid, self._update)
+                else:
+                    self.updated = store._update_indexed(tx, sid, self._update, self._update_terms)
                 if self.updated:
                     # A vector belongs to the fields it was embedded from.
                     store._delete_vectors(tx, sid, self.updated)
             if self._append:
-                self.appended = store._insert_rows(tx, sid, self._append)
+                if self._append_terms is None:
+                    self.appended = store._insert_rows(tx, sid, self._append)
+                else:
+                    self.appended = store._insert_indexed(tx, sid, self._append, self._append_terms)
             if self._keep_last is not None:
                 index = store._row_index(tx, sid)
                 old = [entry[0] for entry in index[: max(len(index) - self._keep_last, 0)]]

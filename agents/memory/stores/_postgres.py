@@ -1,14 +1,16 @@
 """The PostgreSQL store: sessions shared by processes on many machines.
 
 Needs the ``postgres`` extra (psycopg 3 and psycopg_pool), imported only
-when a ``postgresql://`` URL is opened. Layout (schema version 3, recorded in
+when a ``postgresql://`` URL is opened. Layout (schema version 4, recorded in
 ``kvmemory_schema``)::
 
     kvmemory_sessions(session_id text PRIMARY KEY, step_key text, next_seq bigint,
-                      created float8, metadata bytea, deleted boolean)   -- metadata, deleted: v2
+                      created float8, metadata bytea, deleted boolean,   -- metadata, deleted: v2
+                      n_items bigint, n_terms bigint)                    -- n_items, n_terms: v4
     kvmemory_items(session_id text, seq bigint, step text, created float8,
-                   data bytea, doc jsonb, PRIMARY KEY (session_id, seq))
-    index (session_id, step), index (session_id, created)
+                   data bytea, doc jsonb, PRIMARY KEY (session_id, seq),
+                   terms tsvector, n_terms integer, tf jsonb)        -- terms, n_terms, tf: v4
+    index (session_id, step), index (session_id, created), GIN index (terms): v4
     kvmemory_embedders(session_id text PRIMARY KEY, model text, dimension integer)  -- v3
     kvmemory_vectors(session_id text, seq bigint, fields text, vector bytea,
                      PRIMARY KEY (session_id, seq, fields))                      -- v3
@@ -42,14 +44,20 @@ transaction and never creates or migrates tables.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import orjson
 
+from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory._text import BM25_B, BM25_K1, MIN_IDF
 from agents.memory.exceptions import (
+    CorruptSessionError,
+    CorruptStoreError,
     SchemaVersionError,
     StoreError,
     StoreUnreachableError,
@@ -61,7 +69,10 @@ from agents.memory.stores._base import (
     Row,
     RowUpdate,
     SessionRow,
+    Terms,
     check_schema_version,
+    decode_pairs,
+    item_terms,
     migrate,
 )
 
@@ -127,10 +138,147 @@ def _add_vectors(con: Any) -> None:
     )
 
 
-MIGRATIONS: Final = (_create_v1, _add_metadata_and_tombstones, _add_vectors)
+# -- the keyword index (schema version 4) ----------------------------------------------
+#
+# Each row keeps its search terms (the library tokenizer's) three ways: n_terms, their
+# number; tf, a JSONB object of each distinct term's count; and terms, a tsvector of the
+# distinct terms, each prefixed with the session id and "·" (never part of a term or
+# a session id), built from the lexemes as they are (no text search parser, no
+# folding), under a GIN index. The prefix makes a term's postings the session's own, so
+# its document frequency is counted within the session. kvmemory_sessions keeps each
+# session's item and term counts (BM25's statistics), kept by statement triggers on
+# every insert, update and delete of rows, whatever the statement.
+
+_MARK: Final = "·"
+_LONGEST_LEXEME: Final = 2000  # bytes; PostgreSQL refuses lexemes of 2 kB and more
+
+_COUNT_FUNCTIONS: Final = (
+    """CREATE OR REPLACE FUNCTION kvmemory_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_items = s.n_items + d.n, n_terms = s.n_terms + d.t
+        FROM (SELECT session_id, count(*) AS n, sum(n_terms) AS t FROM new_rows GROUP BY session_id) AS d
+        WHERE s.session_id = d.session_id;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION kvmemory_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_items = s.n_items - d.n, n_terms = s.n_terms - d.t
+        FROM (SELECT session_id, count(*) AS n, sum(n_terms) AS t FROM old_rows GROUP BY session_id) AS d
+        WHERE s.session_id = d.session_id;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION kvmemory_count_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_terms = s.n_terms + d.t
+        FROM (
+            SELECT session_id, sum(t) AS t FROM (
+                SELECT session_id, n_terms AS t FROM new_rows
+                UNION ALL SELECT session_id, -n_terms FROM old_rows
+            ) AS both_rows GROUP BY session_id
+        ) AS d
+        WHERE s.session_id = d.session_id AND d.t <> 0;
+        RETURN NULL;
+    END $$""",
+)
+
+_COUNT_TRIGGERS: Final = (
+    "CREATE TRIGGER kvmemory_items_count_insert AFTER INSERT ON kvmemory_items"
+    " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_inserted()",
+    "CREATE TRIGGER kvmemory_items_count_delete AFTER DELETE ON kvmemory_items"
+    " REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_deleted()",
+    "CREATE TRIGGER kvmemory_items_count_update AFTER UPDATE ON kvmemory_items"
+    " REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows"
+    " FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_updated()",
+)
+
+
+def _build_keyword_index(con: Any) -> None:
+    """(Re)create the keyword index from the rows' data: terms, counts, GIN index, triggers."""
+    for name in ("insert", "delete", "update"):
+        con.execute(f"DROP TRIGGER IF EXISTS kvmemory_items_count_{name} ON kvmemory_items")
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS n_terms integer NOT NULL DEFAULT 0"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS tf jsonb NOT NULL DEFAULT '{}'"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS terms tsvector NOT NULL DEFAULT ''"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN IF NOT EXISTS n_items bigint NOT NULL DEFAULT 0"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN IF NOT EXISTS n_terms bigint NOT NULL DEFAULT 0"
+    )
+    con.execute("DROP INDEX IF EXISTS kvmemory_items_terms")
+    rows: list[tuple[Any, ...]] = []
+    with con.cursor(name="kvmemory_index_terms") as cur:
+        cur.execute("SELECT session_id, seq, data FROM kvmemory_items")
+        for session_id, seq, data in cur:
+            text, n, tf = _index_columns(session_id, _terms_of_data(bytes(data)))
+            rows.append((text, n, tf, session_id, seq))
+    with con.cursor() as cur:
+        cur.executemany(
+            "UPDATE kvmemory_items SET terms = %s::tsvector, n_terms = %s, tf = %s::jsonb"
+            " WHERE session_id = %s AND seq = %s",
+            rows,
+        )
+    con.execute("UPDATE kvmemory_sessions SET n_items = 0, n_terms = 0")
+    con.execute(
+        "UPDATE kvmemory_sessions AS s SET n_items = c.n, n_terms = c.t FROM (SELECT session_id,"
+        " count(*) AS n, sum(n_terms) AS t FROM kvmemory_items GROUP BY session_id) AS c"
+        " WHERE c.session_id = s.session_id"
+    )
+    con.execute("CREATE INDEX kvmemory_items_terms ON kvmemory_items USING gin (terms)")
+    for statement in (*_COUNT_FUNCTIONS, *_COUNT_TRIGGERS):
+        con.execute(statement)
+
+
+def _terms_of_data(data: bytes) -> Terms:
+    """Return the search terms of a stored row; a row that cannot be decoded has none."""
+    try:
+        pairs = decode_pairs([(0, data)], "a row being indexed", "base")
+    except (CorruptStoreError, CorruptSessionError):
+        return "", 0  # searched as an item without text
+    return item_terms(pairs[0][1])
+
+
+def _lexeme(session_id: str, term: str) -> str:
+    lexeme = f"{session_id}{_MARK}{term}"
+    if len(lexeme.encode("utf-8")) <= _LONGEST_LEXEME:
+        return lexeme
+    # "#" is never part of a term: a long term is filed under its digest.
+    return f"{session_id}{_MARK}#{hashlib.sha256(term.encode('utf-8')).hexdigest()}"
+
+
+def _index_columns(session_id: str, terms: Terms) -> tuple[str, int, str]:
+    """Return a row's ``(tsvector literal, n_terms, tf JSON)`` for its search terms."""
+    text, n = terms
+    if not n:
+        return "", 0, "{}"
+    counts = Counter(text.split(" "))
+    # Lexemes hold no quote or backslash: session ids and terms never do.
+    vector = " ".join(f"'{_lexeme(session_id, term)}'" for term in counts)
+    return vector, n, orjson.dumps(counts).decode("utf-8")
+
+
+def _add_keyword_index(con: Any) -> None:
+    _build_keyword_index(con)
+
+
+MIGRATIONS: Final = (
+    _create_v1,
+    _add_metadata_and_tombstones,
+    _add_vectors,
+    _add_keyword_index,
+)
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+_SEARCHED_BY_SCAN: Final = (
+    3  # the layout before the keyword index: read-only opens search by scanning
+)
 
 _INSERT: Final = """
 WITH s AS (
@@ -138,10 +286,12 @@ WITH s AS (
     WHERE session_id = %(sid)s
     RETURNING next_seq
 )
-INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc)
-SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb
-FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[])
-    WITH ORDINALITY AS r(step, created, data, doc, ord)
+INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc, terms, n_terms, tf)
+SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb,
+    r.terms::tsvector, r.n_terms, r.tf::jsonb
+FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[],
+    %(terms)s::text[], %(n_terms)s::int[], %(tfs)s::text[])
+    WITH ORDINALITY AS r(step, created, data, doc, terms, n_terms, tf, ord)
 RETURNING seq
 """
 
@@ -158,17 +308,21 @@ WITH s AS (
     WHERE s.step_key = %(key)s AND NOT s.deleted
     RETURNING s.next_seq
 )
-INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc)
-SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb
-FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[])
-    WITH ORDINALITY AS r(step, created, data, doc, ord)
+INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc, terms, n_terms, tf)
+SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb,
+    r.terms::tsvector, r.n_terms, r.tf::jsonb
+FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[],
+    %(terms)s::text[], %(n_terms)s::int[], %(tfs)s::text[])
+    WITH ORDINALITY AS r(step, created, data, doc, terms, n_terms, tf, ord)
 RETURNING seq
 """
 
 _UPDATE: Final = """
-UPDATE kvmemory_items AS i SET step = u.step, data = u.data, doc = u.doc::jsonb
-FROM unnest(%(seqs)s::bigint[], %(steps)s::text[], %(datas)s::bytea[], %(docs)s::text[])
-    AS u(seq, step, data, doc)
+UPDATE kvmemory_items AS i SET step = u.step, data = u.data, doc = u.doc::jsonb,
+    terms = u.terms::tsvector, n_terms = u.n_terms, tf = u.tf::jsonb
+FROM unnest(%(seqs)s::bigint[], %(steps)s::text[], %(datas)s::bytea[], %(docs)s::text[],
+    %(terms)s::text[], %(n_terms)s::int[], %(tfs)s::text[])
+    AS u(seq, step, data, doc, terms, n_terms, tf)
 WHERE i.session_id = %(sid)s AND i.seq = u.seq
 RETURNING i.seq
 """
@@ -229,6 +383,7 @@ class PostgresStore(BaseStore):
     """
 
     schema_version = SCHEMA_VERSION
+    keeps_terms = True
 
     def __init__(
         self,
@@ -249,6 +404,7 @@ class PostgresStore(BaseStore):
         super().__init__(_redact(conninfo), read_only=read_only)
         self.driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
         self._empty = False
+        self._indexed = True
         try:
             # One plain connection first: a host that does not resolve or a refused
             # login fails here at once, with the driver's reason, instead of after
@@ -288,6 +444,9 @@ class PostgresStore(BaseStore):
                     self._empty = True
                     return
                 version = check_schema_version(self._version(con), SCHEMA_VERSION, store=store)
+            if version == _SEARCHED_BY_SCAN:
+                self._indexed = False  # the layout before the keyword index reads the same
+                return
             if version < SCHEMA_VERSION:
                 msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
                 raise SchemaVersionError(msg)
@@ -308,8 +467,19 @@ class PostgresStore(BaseStore):
         return int(row[0]) if row and row[0] is not None else 0
 
     def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
+        text = str(exc)
+        if any(name in text for name in _INDEX_NAMES):
+            return self._index_damaged(action, where, text)
         msg = f"Cannot {action}{where} PostgreSQL store {self.url}: {exc}; nothing was changed."
         return StoreError(msg)
+
+    def _index_damaged(self, action: str, where: str, reason: str) -> CorruptStoreError:
+        msg = (
+            f"Cannot {action}{where} PostgreSQL store {self.url}: its keyword index is damaged or "
+            f"missing ({reason}); nothing was changed. Rebuild the index from the stored items "
+            "with store.rebuild_keyword_index()."
+        )
+        return CorruptStoreError(msg)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -408,7 +578,13 @@ class PostgresStore(BaseStore):
         with self._pool.connection() as con, con.transaction():
             yield con
 
-    def _append_rows(self, session_id: str, step_key: str, rows: Sequence[Row]) -> list[int] | None:
+    def _append_rows(
+        self,
+        session_id: str,
+        step_key: str,
+        rows: Sequence[Row],
+        terms: Sequence[Terms] | None = None,
+    ) -> list[int] | None:
         params = {
             "sid": session_id,
             "key": step_key,
@@ -418,6 +594,7 @@ class PostgresStore(BaseStore):
             "created": [row[1] for row in rows],
             "datas": [row[2] for row in rows],
             "docs": [_doc(row[2]) for row in rows],
+            **_index_params(session_id, rows, terms),
         }
         with self._pool.connection() as con:
             seqs = sorted(int(r[0]) for r in con.execute(_APPEND, params).fetchall())
@@ -455,6 +632,11 @@ class PostgresStore(BaseStore):
         )
 
     def _insert_rows(self, tx: Any, session_id: str, rows: Sequence[Row]) -> list[int]:
+        return self._insert_indexed(tx, session_id, rows, None)
+
+    def _insert_indexed(
+        self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
+    ) -> list[int]:
         params = {
             "sid": session_id,
             "n": len(rows),
@@ -462,16 +644,23 @@ class PostgresStore(BaseStore):
             "created": [row[1] for row in rows],
             "datas": [row[2] for row in rows],
             "docs": [_doc(row[2]) for row in rows],
+            **_index_params(session_id, rows, terms),
         }
         return sorted(int(r[0]) for r in tx.execute(_INSERT, params).fetchall())
 
     def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+        return self._update_indexed(tx, session_id, rows, None)
+
+    def _update_indexed(
+        self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms] | None
+    ) -> list[int]:
         params = {
             "sid": session_id,
             "seqs": [row[0] for row in rows],
             "steps": [row[1] for row in rows],
             "datas": [row[2] for row in rows],
             "docs": [_doc(row[2]) for row in rows],
+            **_index_params(session_id, [(None, 0.0, data) for _, _, data in rows], terms),
         }
         return sorted(int(r[0]) for r in tx.execute(_UPDATE, params).fetchall())
 
@@ -636,6 +825,131 @@ class PostgresStore(BaseStore):
 
     def _close(self) -> None:
         self._pool.close()
+
+    # -- keyword search --------------------------------------------------------------
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether :meth:`search` is answered by the ``tsvector`` index (``False`` for older tables opened read-only)."""
+        return self._indexed
+
+    def _keyword_top(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        k: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
+        if keys is not None or not self._indexed or self._empty:
+            # Per-field statistics are not in the index: read the session (see docs/stores.md).
+            return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+        weights = Counter(terms)
+        names = list(weights)
+        queries = [f"'{_lexeme(sid, term)}'" for term in names]
+        params: dict[str, Any] = {
+            "sid": sid,
+            "query": " | ".join(queries),
+            "min_idf": MIN_IDF,
+            "k1p1": BM25_K1 + 1.0,
+            "flat": BM25_K1 * (1.0 - BM25_B),
+            "k1b": BM25_K1 * BM25_B,
+            "k": k,
+        }
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+        # One statement, so one snapshot: the counts, the IDFs and the scores agree.
+        rows = self._query(_score_sql(len(names)), params)
+        if rows and rows[0][2]:
+            reason = f"row {rows[0][0]} matches a query term its counts do not hold"
+            raise self._index_damaged("search", f" session {sid!r} of", reason)
+        return [(float(score), int(seq)) for seq, score, _ in rows], {}
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        self._check_open()
+        if self.read_only:
+            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+            raise StoreError(msg)
+        try:
+            with self._pool.connection() as con, con.transaction():
+                con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                _build_keyword_index(con)
+        except self.driver_errors as exc:
+            msg = f"Cannot rebuild the keyword index of PostgreSQL store {self.url}: {exc}; nothing was changed."
+            raise StoreError(msg) from exc
+
+
+_INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"tf"', '"terms"')
+
+
+def _score_sql(n_terms: int) -> str:
+    """Return the query for BM25 over a session's items holding one of ``n_terms`` query terms.
+
+    One pass over the session's rows that the tsvector matches (through the
+    GIN index; each lexeme is the session's own) reads each query term's
+    count from the row's JSONB counts once; a term's document frequency in
+    the session is the number of those rows holding it. With the session's
+    counts that gives the IDFs (as ``bm25_idf`` computes them, times
+    ``k1 + 1`` and the term's repeats in the query) and BM25 of each row,
+    best first. A matched row whose counts hold no query term is damaged: it
+    sorts first, flagged.
+    """
+    terms = range(n_terms)
+    counts = ", ".join(f"(i.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
+    frequencies = ", ".join(f"count(m.f{j}) AS d{j}" for j in terms)
+    lifts = ", ".join(
+        f"%(w{j})s * greatest(ln((s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)), %(min_idf)s)"
+        f" * %(k1p1)s AS l{j}"
+        for j in terms
+    )
+    score = " + ".join(
+        f"coalesce(l.l{j} * m.f{j} / (m.f{j} + %(flat)s + l.slope * m.n_terms), 0.0)" for j in terms
+    )
+    held = ", ".join(f"m.f{j}" for j in terms)
+    return f"""
+WITH s AS (
+    SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
+    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+),
+m AS MATERIALIZED (
+    SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i CROSS JOIN LATERAL (SELECT {counts}) AS f
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+),
+d AS (SELECT {frequencies} FROM m),
+l AS (
+    SELECT {lifts},
+        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope
+    FROM s, d
+)
+SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
+FROM m, l
+ORDER BY damaged DESC, score DESC, m.seq
+LIMIT %(k)s
+"""
+
+
+def _index_params(
+    session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
+) -> dict[str, list[Any]]:
+    """Return the keyword index columns of rows as arrays for the insert and update statements."""
+    if terms is None:
+        terms = [_terms_of_data(data) for _, _, data in rows]
+    columns = [_index_columns(session_id, row_terms) for row_terms in terms]
+    return {
+        "terms": [vector for vector, _, _ in columns],
+        "n_terms": [n for _, n, _ in columns],
+        "tfs": [tf for _, _, tf in columns],
+    }
 
 
 def _doc(data: bytes) -> str | None:

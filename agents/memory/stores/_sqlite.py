@@ -1,12 +1,17 @@
 """The SQLite store: one file, many processes, the embedded default.
 
-Layout (schema version 3, recorded in ``PRAGMA user_version``)::
+Layout (schema version 4, recorded in ``PRAGMA user_version``)::
 
     kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
                       metadata BLOB)                                   -- metadata: v2
     kvmemory_items(seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT,
-                   step TEXT, created REAL, data BLOB)
+                   step TEXT, created REAL, data BLOB,
+                   terms TEXT, n_terms INTEGER)                        -- terms, n_terms: v4
     index (session_id, seq), index (session_id, step), index (session_id, created)
+    kvmemory_search(key INTEGER PRIMARY KEY, session_id TEXT, items INTEGER,
+                    terms INTEGER)                                     -- v4
+    kvmemory_fts: FTS5 over the terms, kvmemory_fts_row and _instance: its
+    fts5vocab tables, kvmemory_fts_content: the view it reads   -- v4
     kvmemory_embedders(session_id TEXT PRIMARY KEY, model TEXT,
                        dimension INTEGER)                              -- v3
     kvmemory_vectors(session_id TEXT, seq INTEGER, fields TEXT, vector BLOB,
@@ -44,6 +49,7 @@ Durability follows ``synchronous`` (a URL option):
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import sqlite3
 import threading
@@ -52,7 +58,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal
 
 from agents.memory import _codec
+from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, bm25_idf
 from agents.memory.exceptions import (
+    CorruptSessionError,
     CorruptStoreError,
     InvalidArgumentError,
     SchemaVersionError,
@@ -65,8 +74,11 @@ from agents.memory.stores._base import (
     Row,
     RowUpdate,
     SessionRow,
+    Terms,
     check_schema_version,
     check_store_path,
+    decode_pairs,
+    item_terms,
     migrate,
 )
 
@@ -129,10 +141,143 @@ def _add_vectors(con: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: Final = (_create_v1, _add_session_metadata, _add_vectors)
+# -- the keyword index (schema version 4) ----------------------------------------------
+#
+# Each row keeps its search terms (the library tokenizer's, joined by spaces) and
+# their number; an FTS5 table indexes them, each term prefixed with its session's
+# key and "·" (never part of a term), so that a session's postings are its own:
+# a term's document frequency is counted within the session, and a query never
+# reads another session's postings. The "ascii" tokenizer splits only at ASCII
+# characters that are not letters or digits, which terms never hold, so FTS5 sees
+# exactly the library's terms. kvmemory_search keeps each session's key, item
+# count and term count (BM25's statistics). Every row has an FTS row, empty for an
+# item without text, so that a store holding one session has FTS5's own statistics
+# equal to the session's. Triggers keep the FTS table and the counts in step with
+# every insert, update and delete of a row, whatever the statement; the FTS table
+# reads its text (for 'rebuild') through a view.
+
+_MARK: Final = "·"
+
+
+def _prefixed(row: str, key: str) -> str:
+    """Return the SQL for the text FTS5 indexes for a row: its terms, each prefixed with the session key."""
+    return (
+        f"CASE WHEN {row}.n_terms = 0 THEN '' ELSE {key} || '{_MARK}' || "
+        f"replace({row}.terms, ' ', ' ' || {key} || '{_MARK}') END"
+    )
+
+
+_KEYWORD_DDL: Final = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_search (
+        key INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL UNIQUE,
+        items INTEGER NOT NULL DEFAULT 0,
+        terms INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE VIEW kvmemory_fts_content AS SELECT i.seq AS seq, "
+    + _prefixed("i", "s.key")
+    + " AS terms FROM kvmemory_items AS i JOIN kvmemory_search AS s"
+    " ON s.session_id = i.session_id",
+    "CREATE VIRTUAL TABLE kvmemory_fts USING fts5(terms, content='kvmemory_fts_content',"
+    " content_rowid='seq', tokenize='ascii')",
+    "CREATE VIRTUAL TABLE kvmemory_fts_row USING fts5vocab(kvmemory_fts, row)",
+    "CREATE VIRTUAL TABLE kvmemory_fts_instance USING fts5vocab(kvmemory_fts, instance)",
+    """CREATE TRIGGER kvmemory_items_search_insert AFTER INSERT ON kvmemory_items BEGIN
+        INSERT INTO kvmemory_search (session_id) VALUES (new.session_id)
+            ON CONFLICT (session_id) DO NOTHING;
+        UPDATE kvmemory_search SET items = items + 1, terms = terms + new.n_terms
+            WHERE session_id = new.session_id;
+        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
+    + _prefixed("new", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id;
+    END""",
+    """CREATE TRIGGER kvmemory_items_search_delete AFTER DELETE ON kvmemory_items BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id;
+        UPDATE kvmemory_search SET items = items - 1, terms = terms - old.n_terms
+            WHERE session_id = old.session_id;
+    END""",
+    """CREATE TRIGGER kvmemory_items_search_update AFTER UPDATE OF terms, n_terms ON kvmemory_items
+    BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id;
+        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
+    + _prefixed("new", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id;
+        UPDATE kvmemory_search SET terms = terms - old.n_terms + new.n_terms
+            WHERE session_id = new.session_id;
+    END""",
+)
+
+_KEYWORD_OBJECTS: Final = (
+    ("TRIGGER", "kvmemory_items_search_insert"),
+    ("TRIGGER", "kvmemory_items_search_delete"),
+    ("TRIGGER", "kvmemory_items_search_update"),
+    ("TABLE", "kvmemory_fts_instance"),
+    ("TABLE", "kvmemory_fts_row"),
+    ("TABLE", "kvmemory_fts"),
+    ("VIEW", "kvmemory_fts_content"),
+    ("TABLE", "kvmemory_search"),
+)
+
+
+def _build_keyword_index(con: sqlite3.Connection) -> None:
+    """(Re)create the keyword index from the rows' data: terms, counts, FTS table, triggers."""
+    for kind, name in _KEYWORD_OBJECTS:
+        con.execute(f"DROP {kind} IF EXISTS {name}")
+    con.execute("UPDATE kvmemory_items SET terms = '', n_terms = 0 WHERE n_terms <> 0")
+    for statement in _KEYWORD_DDL:
+        con.execute(statement)
+    # Keys and counts first, with no terms: the updates below add each row's terms.
+    con.execute(
+        "INSERT INTO kvmemory_search (session_id, items) SELECT session_id, count(*)"
+        " FROM kvmemory_items GROUP BY session_id"
+    )
+    con.execute("INSERT INTO kvmemory_fts (kvmemory_fts) VALUES ('rebuild')")  # empty rows, counted
+    after = 0
+    while True:
+        rows = con.execute(
+            "SELECT seq, data FROM kvmemory_items WHERE seq > ? ORDER BY seq LIMIT 1000", (after,)
+        ).fetchall()
+        if not rows:
+            return
+        after = rows[-1][0]
+        updates = [(text, n, seq) for seq, (text, n) in _terms_of_rows(rows) if n]
+        con.executemany("UPDATE kvmemory_items SET terms = ?, n_terms = ? WHERE seq = ?", updates)
+
+
+def _terms_of_rows(rows: Sequence[tuple[int, bytes]]) -> list[tuple[int, Terms]]:
+    """Return the search terms of stored rows; a row that cannot be decoded has none."""
+    try:
+        pairs = decode_pairs(rows, "a row being indexed", "base")
+    except (CorruptStoreError, CorruptSessionError):
+        out: list[tuple[int, Terms]] = []
+        for seq, data in rows:
+            try:
+                out.extend(
+                    (s, item_terms(item)) for s, item in decode_pairs([(seq, data)], "", "base")
+                )
+            except (CorruptStoreError, CorruptSessionError):
+                out.append((seq, ("", 0)))  # searched as an item without text
+        return out
+    return [(seq, item_terms(item)) for seq, item in pairs]
+
+
+def _add_keyword_index(con: sqlite3.Connection) -> None:
+    con.execute("ALTER TABLE kvmemory_items ADD COLUMN terms TEXT NOT NULL DEFAULT ''")
+    con.execute("ALTER TABLE kvmemory_items ADD COLUMN n_terms INTEGER NOT NULL DEFAULT 0")
+    _build_keyword_index(con)
+
+
+MIGRATIONS: Final = (_create_v1, _add_session_metadata, _add_vectors, _add_keyword_index)
 """Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+_SEARCHED_BY_SCAN: Final = (
+    3  # the layout before the keyword index: read-only opens search by scanning
+)
 
 _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
 _DAMAGED: Final = ("malformed", "disk image")
@@ -178,6 +323,7 @@ class SQLiteStore(BaseStore):
         self.synchronous: Synchronous = synchronous
         self._lock = threading.RLock()
         self._empty = False
+        self._indexed = True
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
             raise StoreNotFoundError(msg)
@@ -224,8 +370,10 @@ class SQLiteStore(BaseStore):
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        if version == SCHEMA_VERSION or (self.read_only and version == 0):
+        if version == SCHEMA_VERSION or (self.read_only and version in (0, _SEARCHED_BY_SCAN)):
+            # A file of the layout before the keyword index reads the same, searched by scanning.
             self._empty = version == 0
+            self._indexed = version == SCHEMA_VERSION
             if not self.read_only:
                 self._use_wal()
             return
@@ -282,6 +430,8 @@ class SQLiteStore(BaseStore):
 
     def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
         text = str(exc)
+        if any(name in text for name in _INDEX_NAMES) or "fts5" in text:
+            return self._index_damaged(action, where, text)
         if any(marker in text for marker in _NOT_A_DATABASE):
             msg = f"Cannot {action}{where} SQLite store {self.path!r}: the file is not a kvmemory store (not an SQLite database: {text}); it was left unchanged. Open another path."
             return CorruptStoreError(msg)
@@ -293,6 +443,14 @@ class SQLiteStore(BaseStore):
             return StoreError(msg)
         msg = f"Cannot {action}{where} SQLite store {self.path!r}: {text}; nothing was changed."
         return StoreError(msg)
+
+    def _index_damaged(self, action: str, where: str, reason: str) -> CorruptStoreError:
+        msg = (
+            f"Cannot {action}{where} SQLite store {self.path!r}: its keyword index is damaged or "
+            f"missing ({reason}); nothing was changed. Rebuild the index from the stored items "
+            "with store.rebuild_keyword_index()."
+        )
+        return CorruptStoreError(msg)
 
     @contextlib.contextmanager
     def _transaction(self, session_id: str | None) -> Iterator[sqlite3.Connection]:
@@ -400,12 +558,24 @@ class SQLiteStore(BaseStore):
     def _insert_rows(
         self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row]
     ) -> list[int]:
-        sql = "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES (?, ?, ?, ?)"
+        pairs = _terms_of_rows([(0, data) for _, _, data in rows])
+        return self._insert_indexed(tx, session_id, rows, [terms for _, terms in pairs])
+
+    def _insert_indexed(
+        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        sql = (
+            "INSERT INTO kvmemory_items (session_id, step, created, data, terms, n_terms)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+        )
+        values = [
+            (session_id, step, created, data, text, n)
+            for (step, created, data), (text, n) in zip(rows, terms, strict=True)
+        ]
         if len(rows) == 1:
-            step, created, data = rows[0]
-            last = tx.execute(sql, (session_id, step, created, data)).lastrowid
+            last = tx.execute(sql, values[0]).lastrowid
         else:
-            tx.executemany(sql, [(session_id, step, created, data) for step, created, data in rows])
+            tx.executemany(sql, values)
             last = tx.execute("SELECT last_insert_rowid()").fetchone()[0]
         assert last is not None  # an INSERT always sets the last rowid
         # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
@@ -414,11 +584,24 @@ class SQLiteStore(BaseStore):
     def _update_rows(
         self, tx: sqlite3.Connection, session_id: str, rows: Sequence[RowUpdate]
     ) -> list[int]:
-        sql = "UPDATE kvmemory_items SET step = ?, data = ? WHERE session_id = ? AND seq = ?"
+        pairs = _terms_of_rows([(0, data) for _, _, data in rows])
+        return self._update_indexed(tx, session_id, rows, [terms for _, terms in pairs])
+
+    def _update_indexed(
+        self,
+        tx: sqlite3.Connection,
+        session_id: str,
+        rows: Sequence[RowUpdate],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        sql = (
+            "UPDATE kvmemory_items SET step = ?, data = ?, terms = ?, n_terms = ?"
+            " WHERE session_id = ? AND seq = ?"
+        )
         return [
             seq
-            for seq, step, data in rows
-            if tx.execute(sql, (step, data, session_id, seq)).rowcount
+            for (seq, step, data), (text, n) in zip(rows, terms, strict=True)
+            if tx.execute(sql, (step, data, text, n, session_id, seq)).rowcount
         ]
 
     def _delete_rows(
@@ -442,6 +625,7 @@ class SQLiteStore(BaseStore):
     def _delete_session(self, session_id: str) -> bool:
         with self._transaction(session_id) as con:
             con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
+            con.execute("DELETE FROM kvmemory_search WHERE session_id = ?", (session_id,))
             self._drop_vectors(con, session_id)
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
@@ -571,6 +755,227 @@ class SQLiteStore(BaseStore):
         with self._lock:
             self._con.close()
 
+    # -- keyword search --------------------------------------------------------------
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether :meth:`search` is answered by the FTS5 index (``False`` for an older file opened read-only)."""
+        return self._indexed
+
+    def _keyword_top(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        k: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
+        if keys is not None or not self._indexed or self._empty:
+            # Per-field statistics are not in the index: read the session (see docs/stores.md).
+            return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+        try:
+            with self._lock:
+                return self._indexed_top(sid, terms, k), {}
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise self._index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self._index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+
+    def _indexed_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Score the session's items holding a query term by BM25 in SQL, from the FTS5 postings."""
+        con = self._con
+        # One read transaction: the counts and the postings come from one snapshot.
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(
+                "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?", (sid,)
+            ).fetchone()
+            if stats is None or stats[1] <= 0:
+                return []
+            key, n_items, total = stats
+            if con.execute("SELECT sum(items) FROM kvmemory_search").fetchone()[0] == n_items:
+                # Every FTS row is this session's: FTS5's statistics are the session's own.
+                match = " OR ".join(f'"{key}{_MARK}{term}"' for term in terms)
+                rows = con.execute(_BM25, (match, k)).fetchall()
+                return self._checked(con, sid, [(-score, seq) for seq, score in rows])
+            weights: dict[str, int] = {}
+            for term in terms:
+                name = f"{key}{_MARK}{term}"
+                weights[name] = weights.get(name, 0) + 1
+            names = list(weights)
+            marks = ", ".join("?" * len(names))
+            df = dict(
+                con.execute(
+                    f"SELECT term, doc FROM kvmemory_fts_row WHERE term IN ({marks})", names
+                ).fetchall()
+            )
+            if not df:
+                return []
+            avgdl = total / n_items if total else 1.0
+            flat = BM25_K1 * (1.0 - BM25_B)
+            slope = BM25_K1 * BM25_B / avgdl
+            # A query term repeated counts once per occurrence, as in the in-RAM index.
+            lifts = [
+                (name, weights[name] * bm25_idf(n_items, df[name]) * (BM25_K1 + 1.0))
+                for name in names
+                if name in df
+            ]
+            scorer = _Scorer(con, sid, flat, slope)
+            common = [(n, lift) for n, lift in lifts if bm25_idf(n_items, df[n]) == MIN_IDF]
+            if common and len(common) < len(lifts):
+                best = scorer.rare_first(lifts, common, k)
+                if best is not None:
+                    return best
+            return [(score, seq) for seq, score, _ in scorer.top(lifts, k)]
+        finally:
+            con.execute("COMMIT")
+
+    @staticmethod
+    def _checked(
+        con: sqlite3.Connection, sid: str, best: list[tuple[float, int]]
+    ) -> list[tuple[float, int]]:
+        """Return ``best`` if the session holds every item it names, else raise (the index is damaged)."""
+        if best:
+            seqs = _json_list([seq for _, seq in best])
+            (held,) = con.execute(
+                "SELECT count(*) FROM kvmemory_items WHERE session_id = ?"
+                " AND seq IN (SELECT value FROM json_each(?))",
+                (sid, seqs),
+            ).fetchone()
+            if held != len(best):
+                msg = f"the index names items {seqs} of which session {sid!r} holds {held}"
+                raise sqlite3.DatabaseError(msg)
+        return best
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction.
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        self._check_open()
+        if self.read_only:
+            msg = f"Store {self._url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+            raise StoreError(msg)
+        try:
+            with self._transaction(None) as con:
+                _build_keyword_index(con)
+        except sqlite3.Error as exc:
+            raise super()._error("rebuild the keyword index of", "", exc) from exc
+
+
+_INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
+
+
+# BM25 of the items holding a query term, from the FTS5 postings (the session's own,
+# by their prefix): one pass over the query terms' occurrences counts each term's tf
+# per item, and each term's lift (its IDF times k1 + 1, times its repeats in the
+# query) is bound as a value. "sound" is 0 when the index names an item the session
+# does not hold (or not with that many terms): such rows sort first and are refused.
+class _Scorer:
+    """BM25 of one session's items in SQL, from the FTS5 postings, as the in-RAM index scores them."""
+
+    def __init__(self, con: sqlite3.Connection, sid: str, flat: float, slope: float) -> None:
+        self.con = con
+        self.sid = sid
+        self.flat = flat
+        self.slope = slope
+
+    def top(
+        self, lifts: Sequence[tuple[str, float]], k: int | None, cut: float | None = None
+    ) -> list[tuple[int, float, int]]:
+        """Return ``(seq, score, length)`` of the best ``k`` items (all with ``cut``: those scoring at least it)."""
+        params: dict[str, object] = {"sid": self.sid, "flat": self.flat, "slope": self.slope}
+        params.update(k=-1 if k is None else k, cut=cut)
+        for j, (name, lift) in enumerate(lifts):
+            params[f"term{j}"] = name
+            params[f"lift{j}"] = lift
+        rows = self.con.execute(_score_sql(len(lifts), cut is not None), params).fetchall()
+        if rows and rows[0][3] != 1:
+            msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
+            raise sqlite3.DatabaseError(msg)
+        return [(int(seq), float(score), int(length)) for seq, score, length, _ in rows]
+
+    def rare_first(
+        self,
+        lifts: Sequence[tuple[str, float]],
+        common: Sequence[tuple[str, float]],
+        k: int,
+    ) -> list[tuple[float, int]] | None:
+        """Score the rare terms first and the common ones for the few items that can still make the top ``k``.
+
+        A common term (in more than half the items) has its IDF floored, so
+        it adds less than its lift to any score: the items whose score over
+        the rare terms is below the ``k``-th best minus the common lifts can
+        never reach the top ``k``, and the common postings (the largest) are
+        read for the others only. ``None`` when too few items hold a rare
+        term for that (then every item is scored).
+        """
+        names = {name for name, _ in common}
+        rare = [pair for pair in lifts if pair[0] not in names]
+        bound = sum(lift for _, lift in common)
+        first = self.top(rare, k)
+        if len(first) < k or first[-1][1] <= bound:
+            return None
+        candidates = self.top(rare, None, cut=first[-1][1] - bound)
+        seqs = _json_list([seq for seq, _, _ in candidates])
+        counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j})" for j in range(len(common)))
+        params: dict[str, object] = {f"term{j}": name for j, (name, _) in enumerate(common)}
+        params["seqs"] = seqs
+        terms = ", ".join(f":term{j}" for j in range(len(common)))
+        tfs = {
+            int(row[0]): row[1:]
+            for row in self.con.execute(
+                f"SELECT doc, {counts} FROM kvmemory_fts_instance WHERE term IN ({terms})"
+                " AND doc IN (SELECT value FROM json_each(:seqs)) GROUP BY doc",
+                params,
+            )
+        }
+        scored = []
+        for seq, score, length in candidates:
+            # Common terms added after the rare ones, in query order, as the in-RAM index does.
+            for (_, lift), tf in zip(common, tfs.get(seq, ()), strict=False):
+                if tf:
+                    score += lift * tf / (tf + self.flat + self.slope * length)
+            scored.append((score, seq))
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+
+
+def _score_sql(n_terms: int, cut: bool = False) -> str:
+    terms = range(n_terms)
+    counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j}) AS tf{j}" for j in terms)
+    score = " + ".join(
+        f"(CASE WHEN t.tf{j} THEN :lift{j} * t.tf{j}"
+        f" / (t.tf{j} + :flat + :slope * i.n_terms) ELSE 0.0 END)"
+        for j in terms
+    )
+    held = " + ".join(f"t.tf{j}" for j in terms)
+    return f"""
+SELECT * FROM (
+    SELECT t.doc, {score} AS score, i.n_terms,
+        coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound
+    FROM (
+        SELECT doc, {counts} FROM kvmemory_fts_instance
+        WHERE term IN ({", ".join(f":term{j}" for j in terms)}) GROUP BY doc
+    ) AS t LEFT JOIN kvmemory_items AS i ON i.seq = t.doc
+) {"WHERE sound = 0 OR score >= :cut" if cut else ""}
+ORDER BY sound, score DESC, doc
+LIMIT :k
+"""
+
+
+# FTS5's own BM25, used when the store holds one session (its statistics are then the session's).
+_BM25: Final = (
+    "SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts WHERE kvmemory_fts MATCH ?"
+    " ORDER BY score, rowid LIMIT ?"
+)
 
 _SELECT_SESSION: Final = (
     "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"

@@ -48,7 +48,9 @@ __all__ = [
     "CountingEmbedder",
     "MakeStore",
     "StoreContract",
+    "assert_ranks_as_memory",
     "every_codec_type",
+    "ranking_corpus",
     "same",
     "search_session",
     "summary_session",
@@ -98,6 +100,81 @@ def search_session() -> list[MemoryItem]:
         MemoryItem(step=3, obs={"text": ["error dialog", "click retry"]}),
         MemoryItem(step=4),
     ]
+
+
+def ranking_corpus() -> list[MemoryItem]:
+    """Return items whose keyword ranking the contract compares with ``Memory.search``.
+
+    Repeated words, nested strings, texts of several lengths, items without
+    text, Unicode that NFKC and case folding change, ``_`` splitting words,
+    and a word longer than any index's lexeme limit.
+    """
+    long_word = "x" * 3000
+    return [
+        MemoryItem(step=0, action="open the file", note="the file is large"),
+        MemoryItem(step=1, action="save file", obs={"text": ["file saved", "ok"]}),
+        MemoryItem(step=2, action="click_input button", thought="the button is grey"),
+        MemoryItem(step=3),
+        MemoryItem(step=4, thought="STRASSE and Straße and ﬁle", tags=("café", "CAFÉ")),
+        MemoryItem(step=5, thought=f"{long_word} file", n=3, when=dt.date(2024, 5, 1)),
+        MemoryItem(step=6, action="open", args={"x": 1, "label": "Open the report"}),
+        MemoryItem(step=7, thought="report report report on the dialog " * 5),
+        MemoryItem(step=8, action="type", text="会议 记录 file"),
+        MemoryItem(step=9, action="the the the the"),
+    ]
+
+
+RANKING_QUERIES = (
+    "file",
+    "the file",
+    "open report",
+    "the report",
+    "file open button",
+    "strasse CAFE",
+    "click",
+    "button grey input",
+    "file file",
+    "x" * 3000,
+    "会议",
+    "the",
+    "nothing matches this",
+)
+
+
+def assert_ranks_as_memory(
+    store: BaseStore, session_id: str, queries: Iterator[str] | tuple[str, ...] = RANKING_QUERIES
+) -> None:
+    """Assert that ``store.search`` ranks the session as ``Memory.search`` ranks its items read back.
+
+    Every hit is asked for (``k`` = the session's length), so the lists match
+    whole: the same items in the same order, scores equal to float rounding;
+    items whose scores differ by rounding alone may come in either order.
+    """
+    items = store.read(session_id)
+    memory = Memory()
+    memory.add_memory_items(items)
+    k = max(len(items), 1)
+    for query in queries:
+        got = [(hit.item.to_dict(), hit.score) for hit in store.search(session_id, query, k)]
+        want = [(hit.item.to_dict(), hit.score) for hit in memory.search(query, k)]
+        assert len(got) == len(want), (query, got, want)
+        for (_, score), (_, expected) in zip(got, want, strict=True):
+            assert score == pytest.approx(expected, rel=1e-9), (query, got, want)
+        assert _tie_groups(got) == _tie_groups(want), (query, got, want)
+        ranked = store.ranking(session_id, query, k)
+        assert [score for _, score in ranked] == [score for _, score in got]
+
+
+def _tie_groups(hits: list[tuple[dict[str, Any], float]]) -> list[list[str]]:
+    """Group hits whose scores are equal to rounding; each group as sorted item texts."""
+    groups: list[list[str]] = []
+    last: float | None = None
+    for fields, score in hits:
+        if last is None or score != pytest.approx(last, rel=1e-9):
+            groups.append([])
+        groups[-1].append(repr(fields))
+        last = score
+    return [sorted(group) for group in groups]
 
 
 def every_codec_type() -> list[MemoryItem]:
@@ -553,6 +630,90 @@ class StoreContract:
         store.append("s", search_session())
         with pytest.raises(InvalidQueryError, match=message):
             store.search("s", query, k)
+
+    def test_search_ranks_as_memory_search(self, store: BaseStore) -> None:
+        """search ranks a session as Memory.search ranks the same items, query by query."""
+        store.append("s", ranking_corpus())
+        assert_ranks_as_memory(store, "s")
+
+    def test_search_statistics_are_the_sessions_own(self, store: BaseStore) -> None:
+        """Item count, lengths and document frequencies come from the searched session alone."""
+        store.append("a", ranking_corpus())
+        store.append("b", [MemoryItem(step=i, note="file report the") for i in range(30)])
+        store.append("c", ranking_corpus()[:3])
+        for session in ("a", "b", "c"):
+            assert_ranks_as_memory(store, session)
+
+    @pytest.mark.parametrize("k", [1, 2, 3])
+    def test_search_top_k_is_memory_search_top_k(self, store: BaseStore, k: int) -> None:
+        """The k best hits are Memory.search's k best, also when common words join rare ones."""
+        items = [
+            MemoryItem(step=i, note=f"the dialog {'report ' * (i % 4)}step {i % 3}", n=i)
+            for i in range(40)
+        ]
+        store.append("s", items)
+        store.append("other", items[:5])
+        memory = Memory()
+        memory.add_memory_items(store.read("s"))
+        for query in ("the report", "report dialog step 2", "the dialog 1", "step"):
+            got = [(hit.item["n"], hit.score) for hit in store.search("s", query, k)]
+            want = [(hit.item["n"], hit.score) for hit in memory.search(query, k)]
+            assert [n for n, _ in got] == [n for n, _ in want], query
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+
+    def test_search_follows_updates_deletes_and_trims(self, store: BaseStore) -> None:
+        """After updates, deletes, keep_last and expire the ranking is that of the items left."""
+        seqs = store.append("s", ranking_corpus())
+        store.append("other", ranking_corpus())
+        with store.batch("s") as batch:
+            batch.update(
+                {seqs[0]: MemoryItem(step=0, note="report"), seqs[3]: MemoryItem(step=3, a="file")}
+            )
+            batch.delete([seqs[1], seqs[7]])
+        assert_ranks_as_memory(store, "s")
+        store.delete_steps("s", [2])
+        assert_ranks_as_memory(store, "s")
+        store.keep_last("s", 4)
+        assert_ranks_as_memory(store, "s")
+        store.append("s", [MemoryItem(step=10, thought="file report")])
+        store.expire("s", 3600)
+        assert_ranks_as_memory(store, "s")
+        store.expire("s", 0)
+        assert store.search("s", "file") == []
+        assert_ranks_as_memory(store, "other")
+
+    def test_search_follows_clear_and_a_recreated_session(self, store: BaseStore) -> None:
+        """A cleared session, and one deleted and created again, rank only their new items."""
+        store.append("s", ranking_corpus())
+        store.clear("s")
+        assert store.search("s", "file") == []
+        store.append("s", ranking_corpus()[:4])
+        assert_ranks_as_memory(store, "s")
+        store.delete_session("s")
+        assert store.search("s", "file") == []
+        store.append("s", ranking_corpus()[4:])
+        assert_ranks_as_memory(store, "s")
+
+    def test_search_is_the_same_from_another_and_a_reopened_handle(
+        self, make_store: MakeStore
+    ) -> None:
+        """A second handle, and a handle opened after the first was closed, rank the same."""
+        with make_store() as first:
+            first.append("s", ranking_corpus())
+            want = [(hit.seq, hit.score) for hit in first.search("s", "the file", 10)]
+            with make_store() as second:
+                assert [(hit.seq, hit.score) for hit in second.search("s", "the file", 10)] == want
+                second.append("s", [MemoryItem(step=11, note="file file file")])
+            assert first.search("s", "file", 1)[0].item["step"] == 11
+        with make_store(read_only=True) as reopened:
+            assert_ranks_as_memory(reopened, "s")
+
+    def test_ranking_gives_the_seqs_and_scores_of_search(self, store: BaseStore) -> None:
+        """ranking returns (seq, score) of search's hits, best first, without the items."""
+        store.append("s", ranking_corpus())
+        hits = store.search("s", "the file report", 4)
+        assert store.ranking("s", "the file report", 4) == [(hit.seq, hit.score) for hit in hits]
+        assert store.ranking("nobody", "file") == []
 
     # -- session metadata -------------------------------------------------------------
 
