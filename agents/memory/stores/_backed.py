@@ -442,11 +442,7 @@ class StoredMemory(Memory):
         """
         if self._store_searches(mode, keys):
             return [hit for _, hit in self._store_search(query, k, where)]
-        if mode in ("semantic", "hybrid"):
-            checked_query(query)
-            check_k(k)
-            keys = checked_keys(keys)  # once: an iterator of keys is read here
-            embedder = self._vectors_from_store(embedder, keys)
+        keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
         return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def recall(
@@ -478,14 +474,30 @@ class StoredMemory(Memory):
 
                     chosen.extend(select_window(self, recent).items)
                 return self._session.in_memory_order(chosen)
-        if mode in ("semantic", "hybrid"):
-            checked_query(query)
-            check_k(k)
-            keys = checked_keys(keys)  # once: an iterator of keys is read here
-            embedder = self._vectors_from_store(embedder, keys)
+        keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
         return super().recall(
             query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
         )
+
+    def _with_stored_vectors(
+        self,
+        query: str,
+        k: int,
+        keys: Iterable[str] | None,
+        mode: SearchMode,
+        embedder: Embedder | None,
+    ) -> tuple[Iterable[str] | None, Embedder | None]:
+        """Before a semantic or hybrid query in RAM: have the store embed what it lacks, adopt its vectors.
+
+        Returns the keys (read once: an iterator of keys is consumed here) and
+        the embedder to query with; keyword mode passes them through.
+        """
+        if mode not in ("semantic", "hybrid"):
+            return keys, embedder
+        checked_query(query)
+        check_k(k)
+        fields = checked_keys(keys)
+        return fields, self._vectors_from_store(embedder, fields)
 
     def index_embeddings(
         self,
