@@ -461,7 +461,9 @@ class MemoryItem:
             InvalidKeyError: if a key is not a string.
             FieldValidationError: if a declared field gets an invalid value.
         """
-        _check_keys(values)
+        exact_str_keys = set(map(type, values)) <= _STR
+        if not exact_str_keys:
+            _check_keys(values)  # names a key that is not a str; str subclasses pass
         declared = self._declared
         checked = (
             {
@@ -472,7 +474,7 @@ class MemoryItem:
             if declared
             else None
         )
-        if self._owners is None and set(map(type, values)) <= _STR:
+        if self._owners is None and exact_str_keys:
             # One update in C: no watcher to tell, every key an exact str.
             _set_plain(self, None)
             fields = self._fields
