@@ -53,6 +53,7 @@ import heapq
 import os
 import sqlite3
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal
@@ -340,6 +341,7 @@ class SQLiteStore(BaseStore):
             # leaves behind. A writer that starts meanwhile writes to its own -wal,
             # so the main file this handle reads stays as it was.
             uri += "&immutable=1"
+        self._timeout = timeout
         try:
             self._con = sqlite3.connect(
                 uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -418,7 +420,20 @@ class SQLiteStore(BaseStore):
 
     def _use_wal(self) -> None:
         con = self._con
-        mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        # Switching a new file to WAL needs it to itself, and SQLite answers
+        # "database is locked" at once, without its busy handler, while another
+        # process is creating or migrating the store: wait for it here instead.
+        deadline = time.monotonic() + self._timeout
+        delay = 0.005
+        while True:
+            try:
+                mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
         if (
             str(mode).lower() != "wal"
         ):  # pragma: no cover - only on file systems without shared memory
