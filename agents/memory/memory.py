@@ -158,6 +158,9 @@ class Memory:
         self._items: dict[int, MemoryItem] = {}
         self._next_seq = 0
         self._first_seq = 0
+        # Items under keys from here on were appended on the fast path and are
+        # not yet filed, watched or told to observers: _settle() catches up.
+        self._settled = 0
         # step -> sorted seqs; built on first step lookup, then kept up to date.
         # Step -> the seqs of its items: a bare seq for a step of one item (most
         # steps), a sorted list for more. Built on the first step lookup.
@@ -208,15 +211,27 @@ class Memory:
 
         The observer first hears the current content as one ``write_replace``,
         then every add, delete, field change and whole-content load with the
-        same calls a :class:`MemoryWriter` gets, under the memory's lock. This
-        is how state derived item by item (the index behind :meth:`search`)
-        follows the memory. An observer must not raise: the change is already
-        applied.
+        same calls a :class:`MemoryWriter` gets, under the memory's lock, in
+        the order the changes happened. This is how state derived item by item
+        (the index behind :meth:`search`) follows the memory. An observer must
+        not raise: the change is already applied.
+
+        Adds reach observers in batches: items added one by one (while the
+        memory has no writer, callbacks or ``max_items``) are told in one
+        ``write_add`` before the next other change is told, or when
+        :meth:`notify_observers` is called. An observer calls it before it
+        reads what it derived, so building a memory pays nothing per item
+        for its observers.
         """
         with self._lock:
             self._index()  # items are watched while the index exists: field changes reach observers
             self._observers.append(observer)
             observer.write_replace(self, list(self._items.items()))
+
+    def notify_observers(self) -> None:
+        """Tell the observers of the items added since they last heard (see :meth:`add_observer`)."""
+        with self._lock:
+            self._settle()
 
     def remove_observer(self, observer: MemoryWriter) -> None:
         """Stop telling ``observer`` of changes.
@@ -277,13 +292,9 @@ class Memory:
             raise ArgumentTypeError(msg)
         with self._lock:
             if self._writer is None and not self._callbacks and self._max_items is None:
-                # Nothing to ask first and nothing to evict: append in place, then tell observers.
-                seq = self._next_seq
-                self._append(memory_item)
-                if self._observers:
-                    added = ((seq, memory_item),)
-                    for observer in self._observers:
-                        observer.write_add(self, added, ())
+                # Nothing to ask first and nothing to evict: store it. The step
+                # index and the observers catch up on their next read (_settle).
+                self._push(memory_item)
             else:
                 self._add([memory_item])
 
@@ -795,13 +806,17 @@ class Memory:
     def _add(self, batch: list[MemoryItem]) -> None:
         """Append checked items, drop the oldest beyond ``max_items``, announce both."""
         with self._lock:
+            self._settle()  # items added on the fast path are announced first
             start = self._next_seq
             seqs = range(start, start + len(batch))
             evicted = self._oldest_beyond_bound(seqs)
             if self._writer is not None:
                 self._writer.write_add(self, list(zip(seqs, batch, strict=True)), evicted)
             for item in batch:
-                self._append(item)
+                seq = self._push(item)
+                if self._by_step is not None:
+                    self._index_seq(seq, item)
+            self._settled = self._next_seq
             removed = [self._remove_seq(seq) for seq in evicted]
             if removed:
                 self._list = None
@@ -814,7 +829,8 @@ class Memory:
                     self._run_callbacks(MemoryChange("delete", tuple(removed)))
                 self._run_callbacks(MemoryChange("add", tuple(batch)))
 
-    def _append(self, item: MemoryItem) -> None:
+    def _push(self, item: MemoryItem) -> int:
+        """Store ``item`` under the next key and return the key (nothing is filed or told)."""
         seq = self._next_seq
         self._next_seq = seq + 1
         self._items[seq] = item
@@ -823,8 +839,25 @@ class Memory:
                 self._list = None
             else:
                 self._list.append(item)
-        if self._by_step is not None:
-            self._index_seq(seq, item)
+        return seq
+
+    def _settle(self) -> None:
+        """File, watch and announce to observers the items stored by the fast path since the last call."""
+        start = self._settled
+        if start == self._next_seq:
+            return
+        self._settled = self._next_seq
+        if self._by_step is None:
+            return  # nothing is filed or watched, and observers exist only with the index
+        tail: list[tuple[int, MemoryItem]] = []
+        for seq, item in reversed(self._items.items()):
+            if seq < start:
+                break
+            tail.append((seq, item))
+        tail.reverse()
+        self._file([seq for seq, _ in tail], [item for _, item in tail])
+        for observer in self._observers:
+            observer.write_add(self, tail, ())
 
     def _oldest_beyond_bound(self, incoming: range) -> list[int]:
         """Return the keys ``max_items`` evicts once ``incoming`` is appended, oldest first."""
@@ -853,6 +886,7 @@ class Memory:
         """Delete the items under ``seqs`` (in memory order), announce it, return how many."""
         if not seqs:
             return 0
+        self._settle()
         if self._writer is not None:
             self._writer.write_delete(self, seqs)
         removed = [self._remove_seq(seq) for seq in seqs]
@@ -905,35 +939,45 @@ class Memory:
         self._list = None
 
     def _index(self) -> dict[Any, int | list[int]]:
+        """Return the step index, built on first use and caught up with the fast path's items."""
         index = self._by_step
         if index is None:
             index = self._by_step = {}
-            stepless: dict[int, None] = {}
-            unhashable: dict[int, None] = {}
-            self._stepless = stepless
-            self._unhashable_steps = unhashable
-            items = self._items
-            watch_items(items.values(), self, self._watcher)
-            key = self._step_key
-            # One pass in seq order (the dict's order), so each bucket is
-            # appended to in order and needs no sorting.
-            for seq, fields in zip(items, map(_fields_of, items.values()), strict=True):
-                step = fields.get(key, NOTHING)
-                if step is NOTHING:
-                    stepless[seq] = None
-                    continue
-                try:
-                    bucket = index.get(step)
-                except TypeError:
-                    unhashable[seq] = None
-                    continue
-                if bucket is None:
-                    index[step] = seq
-                elif isinstance(bucket, int):
-                    index[step] = [bucket, seq]
-                else:
-                    bucket.append(seq)
+            self._stepless = {}
+            self._unhashable_steps = {}
+            self._file(self._items, self._items.values())
+            # Observers exist only with the index: none was told of anything yet.
+            self._settled = self._next_seq
+        elif self._settled != self._next_seq:
+            self._settle()
         return index
+
+    def _file(self, seqs: Iterable[int], items: Iterable[MemoryItem]) -> None:
+        """Watch ``items`` and file them in the step index under ``seqs``, all above every seq filed."""
+        watch_items(items, self, self._watcher)
+        index = self._by_step
+        assert index is not None  # only called once the index exists
+        stepless = self._stepless
+        unhashable = self._unhashable_steps
+        key = self._step_key
+        # Seqs come in increasing order, above those filed, so each bucket is
+        # appended to in order and needs no sorting.
+        for seq, fields in zip(seqs, map(_fields_of, items), strict=True):
+            step = fields.get(key, NOTHING)
+            if step is NOTHING:
+                stepless[seq] = None
+                continue
+            try:
+                bucket = index.get(step)
+            except TypeError:
+                unhashable[seq] = None
+                continue
+            if bucket is None:
+                index[step] = seq
+            elif isinstance(bucket, int):
+                index[step] = [bucket, seq]
+            else:
+                bucket.append(seq)
 
     def _slot(self, step: Any) -> Sequence[int] | dict[int, None]:
         """Return the seqs filed under ``step`` (``NOTHING`` for items without a step)."""
@@ -1038,6 +1082,7 @@ class Memory:
         with self._lock:
             if self._by_step is None:
                 return
+            self._settle()  # observers hear earlier adds before this change
             step_changed = key == self._step_key
             filed = old if step_changed else item_fields(item).get(self._step_key, NOTHING)
             items = self._items

@@ -2,16 +2,21 @@
 
 The index is an observer of its memory (``Memory.add_observer``): it hears
 every add, delete, field change and whole-content load by item key, after the
-change is applied. Hearing costs almost nothing: a changed item is only
+change is applied. Hearing costs almost nothing: the memory tells adds in
+batches (the index asks for them before each read), a changed item is only
 marked, and the marked items are (re)tokenized or (re)embedded by the next
 query that needs them. So building a memory stays fast, a query never
 rebuilds what did not change, and a memory that is never searched pays nothing.
+
+Lock order: the memory's lock before the index's. Public reads ask the
+memory for its pending adds (``_follow``) before they take the index's lock.
 """
 
 from __future__ import annotations
 
 import heapq
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -123,6 +128,7 @@ class SearchIndex:
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
         self.embedder: Embedder | None = None
         self._lock = threading.RLock()
+        self._memory: weakref.ref[Memory] | None = None
         self._items: dict[int, MemoryItem] = {}
         self._pending: dict[int, None] = {}
         self._docs: dict[int, tuple[tuple[str, str, int], ...]] = {}
@@ -171,6 +177,7 @@ class SearchIndex:
     def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
         """Start over with ``added`` as the whole content (all marked for indexing)."""
         with self._lock:
+            self._memory = weakref.ref(memory)
             self._items = dict(added)
             self._pending = dict.fromkeys(self._items)
             self._docs = {}
@@ -199,6 +206,7 @@ class SearchIndex:
         when none was left out); items that are scored get their full score.
         Stop words then cost nothing unless the rarer words match too few items.
         """
+        self._follow()
         with self._lock:
             self._catch_up()
             n_items = len(self._items)
@@ -252,6 +260,7 @@ class SearchIndex:
         scores of different queries on one 0..1 scale, low when an item
         matches only common words.
         """
+        self._follow()
         with self._lock:
             self._catch_up()
             n_items = len(self._items)
@@ -267,6 +276,7 @@ class SearchIndex:
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
     ) -> tuple[str, ...]:
         """Return the fields of the item under ``key`` that hold a query term, in field order."""
+        self._follow()
         with self._lock:
             wanted = set(terms)
             out: dict[str, None] = {}
@@ -293,8 +303,9 @@ class SearchIndex:
         Items without a vector are embedded first. ``limit=None`` scores every item.
         """
         query_vector = checked_vectors(embedder, [query])[0]
+        self._follow()
         with self._lock:
-            vectors = self.embed(embedder, keys, batch_size=batch_size, progress=progress)
+            vectors = self._embed(embedder, keys, batch_size=batch_size, progress=progress)
             return vectors.scores(query_vector, limit, among)
 
     def embed(
@@ -311,35 +322,48 @@ class SearchIndex:
             EmbedderMismatchError: if the stored vectors have another dimension.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
         """
+        self._follow()
         with self._lock:
-            vectors = self._table(embedder, keys)
-            waiting = self._unembedded[keys]
-            todo: list[tuple[int, str]] = []
-            for key in list(waiting):
-                item = self._items.get(key)
-                if item is None:
-                    del waiting[key]
-                    continue
-                text = embed_text(item.to_dict(), keys)
-                if text.strip():
-                    todo.append((key, text))
-                else:
-                    del waiting[key]  # no text, no vector: never a semantic hit
-            done = 0
-            for start in range(0, len(todo), batch_size):
-                chunk = todo[start : start + batch_size]
-                unit = checked_vectors(embedder, [text for _, text in chunk])
-                chunk_keys = [key for key, _ in chunk]
-                vectors.put(chunk_keys, unit)
-                for key in chunk_keys:
-                    del waiting[key]
-                done += len(chunk)
-                if progress is not None:
-                    progress(done, len(todo))
-            return vectors
+            return self._embed(embedder, keys, batch_size=batch_size, progress=progress)
+
+    def _embed(
+        self,
+        embedder: Embedder,
+        keys: tuple[str, ...] | None,
+        *,
+        batch_size: int,
+        progress: Progress | None,
+    ) -> _Vectors:
+        """:meth:`embed`, under the index's lock."""
+        vectors = self._table(embedder, keys)
+        waiting = self._unembedded[keys]
+        todo: list[tuple[int, str]] = []
+        for key in list(waiting):
+            item = self._items.get(key)
+            if item is None:
+                del waiting[key]
+                continue
+            text = embed_text(item.to_dict(), keys)
+            if text.strip():
+                todo.append((key, text))
+            else:
+                del waiting[key]  # no text, no vector: never a semantic hit
+        done = 0
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start : start + batch_size]
+            unit = checked_vectors(embedder, [text for _, text in chunk])
+            chunk_keys = [key for key, _ in chunk]
+            vectors.put(chunk_keys, unit)
+            for key in chunk_keys:
+                del waiting[key]
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(todo))
+        return vectors
 
     def missing_vectors(self, keys: tuple[str, ...] | None) -> list[int]:
         """Return the keys of the items that wait for a vector over ``keys`` (every item before the first embedding)."""
+        self._follow()
         with self._lock:
             waiting = self._unembedded.get(keys)
             if waiting is None:
@@ -361,6 +385,7 @@ class SearchIndex:
         Raises:
             EmbedderMismatchError: if the index holds vectors of another dimension.
         """
+        self._follow()
         with self._lock:
             table = self._table(embedder, keys)
             waiting = self._unembedded[keys]
@@ -388,12 +413,14 @@ class SearchIndex:
 
     def item(self, key: int) -> MemoryItem:
         """Return the item under ``key``."""
+        self._follow()
         return self._items[key]
 
     def keys_of(self, items: Iterable[MemoryItem]) -> dict[int, int]:
         """Return ``{id(item): key}`` for ``items``, scanning the index from its newest item."""
         wanted = {id(item) for item in items}
         found: dict[int, int] = {}
+        self._follow()
         with self._lock:
             for key in reversed(self._items):
                 held = id(self._items[key])
@@ -407,6 +434,7 @@ class SearchIndex:
         self, scores: dict[int, float], k: int, where: Predicate | None
     ) -> list[tuple[int, MemoryItem, float]]:
         """Return the ``k`` best ``(key, item, score)`` among items ``where`` keeps; ties by session order."""
+        self._follow()
         with self._lock:
             items = self._items
             pairs: Iterable[tuple[int, float]] = [
@@ -418,6 +446,12 @@ class SearchIndex:
             return [(key, items[key], score) for key, score in best]
 
     # -- internals -----------------------------------------------------------------------
+
+    def _follow(self) -> None:
+        """Hear the adds the memory has not told yet (it tells them in batches); never under the index's lock."""
+        memory = self._memory() if self._memory is not None else None
+        if memory is not None:
+            memory.notify_observers()
 
     def _table(self, embedder: Embedder, keys: tuple[str, ...] | None) -> _Vectors:
         """Return the vectors over ``keys``, created for ``embedder`` on first use; refuse another dimension."""
