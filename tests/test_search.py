@@ -183,6 +183,34 @@ def test_where_filters_by_equality_step_range_and_predicate() -> None:
     assert memory.search("menu", where={"missing": 1}) == []
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(["apple", "red", "car", "pie"]), max_size=4), max_size=60
+    ),
+    kinds=st.lists(st.sampled_from("abc"), min_size=60, max_size=60),
+    query=st.sampled_from(["apple", "red car", "apple pie red"]),
+    k=st.integers(1, 8),
+    kind=st.sampled_from("abc"),
+)
+def test_top_k_with_a_filter_is_the_filtered_full_ranking(
+    texts: list[list[str]], kinds: list[str], query: str, k: int, kind: str
+) -> None:
+    """search(k, where) gives the first k hits of the whole ranking that pass the filter, ties in session order."""
+    memory = Memory(
+        MemoryItem(step=i, thought=" ".join(words), kind=kinds[i]) for i, words in enumerate(texts)
+    )
+    everything = memory.search(query, k=len(memory) + 1)
+    for where in ({"kind": kind}, None):
+        expected = [h for h in everything if where is None or h.item["kind"] == kind][:k]
+        assert memory.search(query, k=k, where=where) == expected
+    scores = [h.score for h in everything]
+    assert scores == sorted(scores, reverse=True)
+    for first, second in zip(everything, everything[1:]):
+        if first.score == second.score:
+            assert first.item["step"] < second.item["step"]
+
+
 # -- the index follows the memory --------------------------------------------------------
 
 

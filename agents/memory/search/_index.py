@@ -99,6 +99,11 @@ class _Vectors:
         return out
 
 
+def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
+    """Sort key of ``(key, score)``: higher score first, then session order."""
+    return -pair[1], pair[0]
+
+
 class _LengthsIn(dict[int, int]):
     """The length of each item over some fields, worked out when first asked for."""
 
@@ -234,16 +239,19 @@ class SearchIndex:
                 if skip_common and idf == MIN_IDF:
                     common.append((matches, lift))
                     continue
-                part = {
-                    key: lift * tf / (tf + flat + slope * lengths[key])
-                    for key, tf in matches.items()
-                }
                 if not scores:
-                    scores = part
+                    scores = {
+                        key: lift * tf / (tf + flat + slope * lengths[key])
+                        for key, tf in matches.items()
+                    }
                 else:
                     get = scores.get
-                    for key, value in part.items():
-                        scores[key] = get(key, 0.0) + value
+                    scores.update(
+                        {
+                            key: get(key, 0.0) + lift * tf / (tf + flat + slope * lengths[key])
+                            for key, tf in matches.items()
+                        }
+                    )
             for matches, lift in common:
                 for key in scores:
                     tf = matches.get(key)
@@ -433,17 +441,33 @@ class SearchIndex:
     def top(
         self, scores: dict[int, float], k: int, where: Predicate | None
     ) -> list[tuple[int, MemoryItem, float]]:
-        """Return the ``k`` best ``(key, item, score)`` among items ``where`` keeps; ties by session order."""
+        """Return the ``k`` best ``(key, item, score)`` among items ``where`` keeps; ties by session order.
+
+        Only the best scores are sorted: the ``k``-th best score is found
+        first, and ``where`` is asked of the best items only, more of them
+        while too few pass.
+        """
         self._follow()
         with self._lock:
             items = self._items
-            pairs: Iterable[tuple[int, float]] = [
-                (key, score) for key, score in scores.items() if key in items
-            ]
-            if where is not None:
-                pairs = [(key, score) for key, score in pairs if where(items[key])]
-            best = heapq.nsmallest(k, pairs, key=lambda pair: (-pair[1], pair[0]))
-            return [(key, items[key], score) for key, score in best]
+            out: list[tuple[int, MemoryItem, float]] = []
+            wanted = k
+            while True:
+                if wanted < len(scores):
+                    cut = heapq.nlargest(wanted, scores.values())[-1]
+                    chosen = [(key, score) for key, score in scores.items() if score >= cut]
+                else:
+                    chosen = list(scores.items())
+                out = []
+                for key, score in heapq.nsmallest(wanted, chosen, key=_best_first):
+                    item = items.get(key)
+                    if item is not None and (where is None or where(item)):
+                        out.append((key, item, score))
+                        if len(out) == k:
+                            return out
+                if len(chosen) == len(scores):
+                    return out
+                wanted *= 4
 
     # -- internals -----------------------------------------------------------------------
 

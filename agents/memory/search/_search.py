@@ -146,15 +146,15 @@ def search(
         if len(top) < k or (rest and top[-1][2] <= rest):
             # Items holding only common words could still make the top k: score them all.
             scores, _ = index.keyword_scores(terms, wanted)
+            top = index.top(scores, k, predicate)
     elif mode == "semantic":
         model = _embedder_for(index, embedder)
         limit = k
         while True:
             # Only the best cosines are read; a filter that drops some asks for more.
             scores = index.semantic_scores(model, text, wanted, limit=limit)
-            if predicate is None or len(scores) < limit:
-                break
-            if len(index.top(scores, k, predicate)) == k:
+            top = index.top(scores, k, predicate)
+            if predicate is None or len(scores) < limit or len(top) == k:
                 break
             limit *= 4
         index.embedder = model  # remembered once it worked
@@ -166,12 +166,9 @@ def search(
         semantic = index.semantic_scores(
             model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
         )
-        scores = blend(keyword, ceiling, semantic, weight)
+        top = index.top(blend(keyword, ceiling, semantic, weight), k, predicate)
         index.embedder = model
-    return [
-        Hit(item, score, index.matched_fields(key, terms, wanted))
-        for key, item, score in index.top(scores, k, predicate)
-    ]
+    return [Hit(item, score, index.matched_fields(key, terms, wanted)) for key, item, score in top]
 
 
 def recall(
