@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 import sys
@@ -206,7 +207,7 @@ def test_top_k_with_a_filter_is_the_filtered_full_ranking(
         assert memory.search(query, k=k, where=where) == expected
     scores = [h.score for h in everything]
     assert scores == sorted(scores, reverse=True)
-    for first, second in zip(everything, everything[1:]):
+    for first, second in itertools.pairwise(everything):
         if first.score == second.score:
             assert first.item["step"] < second.item["step"]
 

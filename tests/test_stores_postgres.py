@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import pytest
 
 from agents.memory import MemoryItem
@@ -345,3 +350,171 @@ def test_a_missing_index_is_named_on_search_and_write_and_can_be_rebuilt(
         store.rebuild_keyword_index()
         store.append("s", [MemoryItem(step=99, note="file")])
         assert_ranks_as_memory(store, "s")
+
+
+# -- pgvector: semantic ranking in the server ----------------------------------------------
+
+
+@pytest.fixture
+def pgvector_url(postgres_url: str) -> str:
+    """The test schema's URL, on a server that offers pgvector (scripts/test builds it; fail under CI, else skip)."""
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        offered = con.execute(
+            "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+        ).fetchone()
+    if not offered:
+        reason = "the PostgreSQL server does not offer pgvector (scripts/test builds it)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return postgres_url
+
+
+PGVECTOR_TEXTS = [
+    "export the quarterly report as pdf",
+    "send the pdf to the manager by email",
+    "open the spreadsheet of monthly costs",
+    "the dialog asks to save changes",
+    "",  # no text: no vector, never a hit
+    "close the spreadsheet and the dialog",
+    "email the costs to finance",
+    "export the report",  # the same text twice: tied cosines keep session order
+    "export the report",
+]
+PGVECTOR_QUERIES = ["export the report", "email", "spreadsheet costs", "zebra crossing"]
+
+
+def semantic_hits(store: PostgresStore, **options: object) -> list[tuple[str, str, float]]:
+    """Every semantic and hybrid hit of the queries: mode, the item's text and its score.
+
+    Items of the same text are told apart by nothing but rounding (numpy
+    and pgvector sum products in different orders), so hits name texts.
+    """
+    out = []
+    for mode in ("semantic", "hybrid"):
+        for query in PGVECTOR_QUERIES:
+            for k in (1, 3, 20):
+                for hit in store.search("s", query, k, mode=mode, embedder=PG_EMBEDDER, **options):  # type: ignore[arg-type]
+                    out.append((f"{mode} {query} {k}", hit.item["note"], hit.score))
+    return out
+
+
+def assert_same_hits(got: list[tuple[str, str, float]], want: list[tuple[str, str, float]]) -> None:
+    """The same hits in the same order, scores equal to float32 rounding."""
+    assert [hit[:2] for hit in got] == [hit[:2] for hit in want]
+    assert [hit[2] for hit in got] == pytest.approx([hit[2] for hit in want], abs=1e-5)
+
+
+def unranked_rows(url: str) -> int:
+    """Count the stored vectors that have no pgvector copy (scored in Python)."""
+    with psycopg.connect(url, autocommit=True) as con:
+        row = con.execute(
+            "SELECT count(*) FROM kvmemory_vectors WHERE embedding IS NULL AND length(vector) > 0"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+class RandomEmbedder:
+    """Dense seeded random unit vectors per text: cosines far apart (no near-ties from rounding), equal texts tie exactly."""
+
+    name = "random-64"
+    dimension = 64
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        rows = [
+            np.random.default_rng(list(hashlib.sha256(text.encode()).digest())).standard_normal(64)
+            for text in texts
+        ]
+        matrix = np.array(rows, dtype=np.float32)
+        return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+PG_EMBEDDER = RandomEmbedder()
+
+
+@pytest.mark.postgres
+def test_pgvector_ranks_as_numpy_over_the_same_vectors(pgvector_url: str) -> None:
+    """With pgvector, semantic and hybrid hits equal the numpy ranking of the same rows, ties in session order."""
+    with PostgresStore(pgvector_url) as store, PostgresStore(pgvector_url, pgvector=False) as plain:
+        assert store.uses_pgvector
+        assert not plain.uses_pgvector
+        seqs = store.append("s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)])
+        store.index_embeddings("s", PG_EMBEDDER)
+        assert_same_hits(semantic_hits(store), semantic_hits(plain))
+        assert_same_hits(semantic_hits(store, keys=["note"]), semantic_hits(plain, keys=["note"]))
+        tied = [
+            hit.seq
+            for hit in store.search(
+                "s", "export the report", 2, mode="semantic", embedder=PG_EMBEDDER
+            )
+        ]
+        assert tied == seqs[7:9]
+        # Changed and deleted items: their vectors go with them, new ones are ranked.
+        with store.batch("s") as batch:
+            batch.update({seqs[0]: MemoryItem(step=0, note="email the spreadsheet")})
+            batch.delete([seqs[1]])
+        store.index_embeddings("s", PG_EMBEDDER)
+        assert_same_hits(semantic_hits(store), semantic_hits(plain))
+    assert unranked_rows(pgvector_url) == 0  # every vector a pgvector handle writes is ranked there
+
+
+@pytest.mark.postgres
+def test_pgvector_arriving_later_fills_stored_vectors_and_ranks_rows_of_older_handles(
+    pgvector_url: str,
+) -> None:
+    """A store embedded without pgvector gets its embedding column filled; rows an older handle writes still rank."""
+    with PostgresStore(pgvector_url, pgvector=False) as before:
+        seqs = before.append(
+            "s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)]
+        )
+        before.index_embeddings("s", PG_EMBEDDER)
+        with psycopg.connect(pgvector_url, autocommit=True) as con:
+            assert con.execute(
+                "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone() == (0,)
+        with PostgresStore(pgvector_url) as store:
+            assert store.uses_pgvector
+            assert unranked_rows(pgvector_url) == 0  # filled from the stored vectors
+            assert_same_hits(semantic_hits(store), semantic_hits(before))
+            # The older handle does not know the column: its vectors are stored without it.
+            before.append("s", [MemoryItem(step=20, note="export the pdf report by email")])
+            with before.batch("s") as batch:
+                batch.update({seqs[2]: MemoryItem(step=2, note="report costs by email")})
+            before.index_embeddings("s", PG_EMBEDDER)
+            assert unranked_rows(pgvector_url) == 2
+            assert_same_hits(semantic_hits(store), semantic_hits(before))
+            with PostgresStore(pgvector_url, read_only=True) as reader:
+                assert reader.uses_pgvector
+                assert_same_hits(semantic_hits(reader), semantic_hits(before))
+
+
+@pytest.mark.postgres
+def test_read_only_pgvector_handle_embeds_what_has_no_vector_yet(pgvector_url: str) -> None:
+    """A read-only handle ranks stored vectors in the server and embeds, for the query only, items without one."""
+    with PostgresStore(pgvector_url) as store:
+        store.append("s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)])
+        store.index_embeddings("s", PG_EMBEDDER)
+        store.append("s", [MemoryItem(step=30, note="export the report again")])
+        with PostgresStore(pgvector_url, read_only=True) as reader:
+            assert reader.uses_pgvector
+            got = semantic_hits(reader)
+        store.index_embeddings("s", PG_EMBEDDER)
+        assert_same_hits(got, semantic_hits(store))
+
+
+@pytest.mark.postgres
+def test_damaged_vector_row_is_named_when_ranked_by_pgvector(pgvector_url: str) -> None:
+    """A stored vector of the wrong size is damage on the pgvector path too, named by session and seq."""
+    with PostgresStore(pgvector_url) as store:
+        assert store.uses_pgvector
+        seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
+        store.index_embeddings("s", PG_EMBEDDER)
+        with psycopg.connect(pgvector_url, autocommit=True) as con:
+            con.execute(
+                "UPDATE kvmemory_vectors SET vector = '\\x00000000'::bytea WHERE seq = %s",
+                (seqs[1],),
+            )
+        message = f"item {seqs[1]} of session 's' of {re.escape(store.url)} holds 4 bytes"
+        with pytest.raises(CorruptStoreError, match=message):
+            store.search("s", "a", mode="semantic", embedder=PG_EMBEDDER)

@@ -24,6 +24,7 @@ import abc
 import contextlib
 import datetime as dt
 import heapq
+import itertools
 import os
 import re
 import threading
@@ -1533,10 +1534,9 @@ class BaseStore(abc.ABC):
         query = checked_vectors(embedder, [text])[0]
         if not self.read_only:
             self._embed_missing(sid, embedder, fields, 256, None)
-        pages = self._cosine_pages(sid, embedder, fields)
         found: dict[int, MemoryItem] = {}
         if mode == "semantic":
-            scores = best_cosines(pages, query, k)
+            scores = self._nearest(sid, embedder, fields, query, k)
         else:
             terms = _TOKENIZER(text)
             keyword: dict[int, float] = {}
@@ -1544,7 +1544,9 @@ class BaseStore(abc.ABC):
             if terms:
                 keyword, ceiling, found = self._hybrid_keyword(sid, terms, fields, on_unknown_class)
             pool = max(10 * k, HYBRID_POOL)
-            scores = blend(keyword, ceiling, best_cosines(pages, query, pool, keyword), weight)
+            scores = blend(
+                keyword, ceiling, self._nearest(sid, embedder, fields, query, pool, keyword), weight
+            )
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:
@@ -1597,26 +1599,52 @@ class BaseStore(abc.ABC):
             scores[seq] = score
         return scores, ceiling * (BM25_K1 + 1.0) or 1.0, found
 
+    def _nearest(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        query: Any,
+        limit: int | None,
+        among: Iterable[int] = (),
+    ) -> dict[int, float]:
+        """Return the cosine with the unit ``query`` of the best ``limit`` items (with ties) and of ``among``, by seq.
+
+        The default reads the stored vectors a page at a time and scores
+        them with numpy; a backend that can rank vectors itself (pgvector)
+        overrides it and must return the same.
+        """
+        pages = itertools.chain(
+            self._cosine_pages(sid, embedder, fields),
+            self._unstored_cosine_pages(sid, embedder, fields),
+        )
+        return best_cosines(pages, query, limit, among)
+
     def _cosine_pages(
         self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None
     ) -> Iterator[tuple[list[int], Any]]:
-        """Yield ``(seqs, unit vectors)`` of a session a page at a time.
-
-        A read-only handle also embeds, without storing, the items that
-        have no vector yet, so its ranking is the same as a writer's.
-        """
-        filed = fields_text(fields)
-        pages = self._vector_pages(sid, filed, 4096)
+        """Yield ``(seqs, unit vectors)`` of a session's stored vectors a page at a time."""
+        pages = self._vector_pages(sid, fields_text(fields), 4096)
         while True:
             with self._errors("search", sid):
                 rows = next(pages, None)
             if rows is None:
-                break
+                return
             yield self._decoded_vectors(sid, embedder, rows)
+
+    def _unstored_cosine_pages(
+        self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None
+    ) -> Iterator[tuple[list[int], Any]]:
+        """Yield ``(seqs, unit vectors)`` of the items without a stored vector, embedded now, on a read-only handle.
+
+        A read-only handle cannot store vectors; it embeds those it lacks
+        for each query, so its ranking is the same as a writer's. A writable
+        handle embedded and stored them before the query: nothing is yielded.
+        """
         if not self.read_only:
             return
         source = f"session {sid!r} of {self._url}"
-        unembedded = self._unembedded_pages(sid, filed, 1024)
+        unembedded = self._unembedded_pages(sid, fields_text(fields), 1024)
         while True:
             with self._errors("search", sid):
                 rows = next(unembedded, None)

@@ -17,8 +17,15 @@ when a ``postgresql://`` URL is opened. Layout (schema version 4, recorded in
 
 ``vector`` holds an item's unit vector as little-endian float32 (empty for
 an item without text), embedded over the fields ``fields`` names by the
-model ``kvmemory_embedders`` records; semantic search reads the vectors a
-page at a time and computes exact cosines with numpy (pgvector is not used).
+model ``kvmemory_embedders`` records. Where the database has the pgvector
+extension, ``kvmemory_vectors`` also has a column ``embedding`` of its type
+``vector`` holding the same floats (added and filled from ``vector`` when a
+writable store first opens with pgvector there; not a schema version, since
+it depends on the server), and semantic search ranks in the server with
+pgvector's inner product, exactly, over every row. Without it, semantic
+search reads the vectors a page at a time and computes exact cosines with
+numpy. Either way ``vector`` stays the record, so the tables read the same
+with and without the extension.
 
 ``data`` holds the codec's bytes for the item (exact, with its field order);
 ``doc`` the same item as JSONB for queries in SQL (``NULL`` for the rare item
@@ -43,18 +50,28 @@ transaction and never creates or migrates tables.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import hashlib
 import math
+import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import orjson
 
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import BM25_B, BM25_K1, MIN_IDF
+from agents.memory._vectors import (
+    VECTOR_DTYPE,
+    Embedder,
+    best_scores,
+    cosines,
+    fields_text,
+    numpy,
+)
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -336,6 +353,41 @@ JOIN kvmemory_items AS i ON i.session_id = %(sid)s AND i.seq = u.seq AND i.data 
 ON CONFLICT (session_id, seq, fields) DO UPDATE SET vector = EXCLUDED.vector
 """
 
+_PUT_EMBEDDED_VECTORS: Final = """
+INSERT INTO kvmemory_vectors (session_id, seq, fields, vector, embedding)
+SELECT %(sid)s, u.seq, %(fields)s, u.vector, u.embedding::{schema}.vector
+FROM unnest(%(seqs)s::bigint[], %(datas)s::bytea[], %(vectors)s::bytea[], %(embeddings)s::text[])
+    AS u(seq, data, vector, embedding)
+JOIN kvmemory_items AS i ON i.session_id = %(sid)s AND i.seq = u.seq AND i.data = u.data
+ON CONFLICT (session_id, seq, fields) DO UPDATE
+    SET vector = EXCLUDED.vector, embedding = EXCLUDED.embedding
+"""
+
+# The cosines of a session's vectors (unit length: the inner product), computed
+# once; the rows at least as good as the limit-th best (ties included), those
+# asked for by seq, and any whose stored vector has the wrong size (damage,
+# reported as the numpy path reports it). pgvector's inner product sums
+# float32 products, as numpy's does, in another order: scores agree to float32
+# rounding.
+_NEAREST: Final = """
+WITH d AS MATERIALIZED (
+    SELECT seq, {schema}.inner_product(embedding, %(query)s::{schema}.vector) AS cos,
+        CASE WHEN length(vector) <> %(size)s THEN vector END AS damaged
+    FROM kvmemory_vectors
+    WHERE session_id = %(sid)s AND fields = %(fields)s AND embedding IS NOT NULL
+)
+SELECT seq, cos, damaged FROM d
+WHERE %(every)s OR seq = ANY(%(among)s) OR damaged IS NOT NULL
+    OR cos >= COALESCE(
+        (SELECT cos FROM d ORDER BY cos DESC OFFSET %(last)s LIMIT 1), '-infinity'::float8
+    )
+"""
+
+_UNRANKED: Final = (
+    "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
+    " AND embedding IS NULL AND length(vector) > 0 ORDER BY seq"
+)
+
 _LOCK_SESSION: Final = (
     "SELECT step_key, created, metadata, deleted FROM kvmemory_sessions"
     " WHERE session_id = %s FOR UPDATE"
@@ -363,6 +415,28 @@ _PROJECT: Final = (
 )
 
 
+# -- pgvector (where the database has it) -----------------------------------------------
+
+
+def _quoted(name: str) -> str:
+    """Return ``name`` as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _vector_literal(blob: bytes) -> str | None:
+    """Return pgvector's text for a stored little-endian float32 vector (``None`` for an empty one)."""
+    if not blob:
+        return None
+    floats = array.array("f", blob)
+    if sys.byteorder == "big":
+        floats.byteswap()
+    # repr of each float32 value read back as float32 (pgvector parses with strtof) is exact.
+    return str(floats.tolist())
+
+
+_PGVECTOR_ROWS: Final = 1000  # rows per statement when filling the embedding column
+
+
 class PostgresStore(BaseStore):
     """Sessions in a PostgreSQL database, through a connection pool.
 
@@ -372,6 +446,10 @@ class PostgresStore(BaseStore):
         max_size: Connections the pool opens at most (one per concurrent call).
         timeout: Seconds to wait for the server, and for a connection from the pool.
         read_only: Run every statement read-only; never create or migrate tables.
+        pgvector: Rank semantic queries in the server with the pgvector
+            extension where the database has it (a writable store creates
+            the extension when the server offers it and the login may).
+            ``False`` ranks them in Python; the stored vectors are the same.
 
     Raises:
         MissingDependencyError: if psycopg or psycopg_pool is not installed.
@@ -393,6 +471,7 @@ class PostgresStore(BaseStore):
         max_size: int = 4,
         timeout: float = 30.0,
         read_only: bool = False,
+        pgvector: bool = True,
     ) -> None:
         try:
             import psycopg
@@ -405,6 +484,10 @@ class PostgresStore(BaseStore):
         self.driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
         self._empty = False
         self._indexed = True
+        # The schema of the pgvector extension once kvmemory_vectors has its embedding
+        # column (every write then fills it); search uses it when _pgvector is set.
+        self._vector_schema: str | None = None
+        self._pgvector = False
         try:
             # One plain connection first: a host that does not resolve or a refused
             # login fails here at once, with the driver's reason, instead of after
@@ -415,6 +498,9 @@ class PostgresStore(BaseStore):
             raise StoreUnreachableError(msg) from exc
         with first, self._errors("open", None):
             self._setup(first)
+            if not self._empty:
+                self._vector_schema = self._embedding_column(first, create=pgvector)
+            self._pgvector = pgvector and self._vector_schema is not None
         self._pool = psycopg_pool.ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -460,6 +546,85 @@ class PostgresStore(BaseStore):
                 reached = migrate(MIGRATIONS, found, con, store=store)
                 con.execute("DELETE FROM kvmemory_schema")
                 con.execute("INSERT INTO kvmemory_schema (version) VALUES (%s)", (reached,))
+
+    def _embedding_column(self, con: Any, *, create: bool) -> str | None:
+        """Return the schema of pgvector if ``kvmemory_vectors`` has its ``embedding`` column.
+
+        With ``create`` on a writable store, first create the extension (when
+        the server offers it and the login may) and the column, filled from
+        the stored vectors, under the schema lock.
+        """
+        has_column = (
+            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('kvmemory_vectors')"
+            " AND attname = 'embedding' AND NOT attisdropped"
+        )
+        if con.execute(has_column).fetchone():
+            return self._pgvector_schema(con)
+        if create and not self.read_only:
+            with con.transaction():
+                con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                schema = self._pgvector_schema(con)
+                if (
+                    schema is None
+                    and con.execute(
+                        "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+                    ).fetchone()
+                ):
+                    try:
+                        with con.transaction():  # a savepoint: a refusal leaves the rest as it was
+                            con.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    except self.driver_errors[0]:
+                        return None  # not allowed to: semantic search ranks in Python
+                    schema = self._pgvector_schema(con)
+                if schema is not None and not con.execute(has_column).fetchone():
+                    con.execute(
+                        "ALTER TABLE kvmemory_vectors ADD COLUMN embedding"
+                        f" {_quoted(schema)}.vector"
+                    )
+                    # Rows written without the column (by a handle opened before it
+                    # existed) are found by this index and scored in Python.
+                    con.execute(
+                        "CREATE INDEX IF NOT EXISTS kvmemory_vectors_unranked ON kvmemory_vectors"
+                        " (session_id, fields, seq) WHERE embedding IS NULL AND length(vector) > 0"
+                    )
+                    self._fill_embeddings(con, schema)
+                return schema
+        return None
+
+    @staticmethod
+    def _pgvector_schema(con: Any) -> str | None:
+        row = con.execute(
+            "SELECT n.nspname FROM pg_extension AS e JOIN pg_namespace AS n"
+            " ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    @staticmethod
+    def _fill_embeddings(con: Any, schema: str) -> None:
+        """Fill the ``embedding`` of every row that lacks it from its stored ``vector``."""
+        update = (
+            f"UPDATE kvmemory_vectors AS v SET embedding = u.embedding::{_quoted(schema)}.vector"
+            " FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[])"
+            " AS u(session_id, seq, fields, embedding)"
+            " WHERE v.session_id = u.session_id AND v.seq = u.seq AND v.fields = u.fields"
+        )
+        while True:
+            rows = con.execute(
+                "SELECT session_id, seq, fields, vector FROM kvmemory_vectors"
+                " WHERE embedding IS NULL AND length(vector) > 0 LIMIT %s",
+                (_PGVECTOR_ROWS,),
+                binary=True,
+            ).fetchall()
+            if not rows:
+                return
+            columns = list(zip(*rows, strict=True))
+            literals = [_vector_literal(bytes(blob)) for blob in columns[3]]
+            con.execute(update, (list(columns[0]), list(columns[1]), list(columns[2]), literals))
+
+    @property
+    def uses_pgvector(self) -> bool:
+        """Whether semantic queries are ranked in the server by pgvector."""
+        return self._pgvector
 
     @staticmethod
     def _version(con: Any) -> int:
@@ -750,7 +915,7 @@ class PostgresStore(BaseStore):
             yield rows
             rows = self._binary_query(sql, (session_id, fields, rows[-1][0], size))
 
-    def _binary_query(self, sql: str, params: Any) -> list[tuple[int, bytes]]:
+    def _binary_query(self, sql: str, params: Any) -> list[Any]:
         # Binary results: a bytea arrives as its bytes, not as hex text twice its size.
         with self._pool.connection() as con:
             return list(con.execute(sql, params, binary=True).fetchall())
@@ -809,8 +974,58 @@ class PostgresStore(BaseStore):
             "datas": [row[1] for row in rows],
             "vectors": [row[2] for row in rows],
         }
-        cur = tx.execute(_PUT_VECTORS, params)
+        schema = self._vector_schema
+        if schema is None:
+            cur = tx.execute(_PUT_VECTORS, params)
+        else:
+            params["embeddings"] = [_vector_literal(row[2]) for row in rows]
+            cur = tx.execute(_PUT_EMBEDDED_VECTORS.format(schema=_quoted(schema)), params)
         return int(cur.rowcount)
+
+    def _nearest(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        query: Any,
+        limit: int | None,
+        among: Iterable[int] = (),
+    ) -> dict[int, float]:
+        """Rank by pgvector's inner product in the server where the database has it; else as the base does.
+
+        The server returns the best ``limit`` rows with every row tied with
+        the last, and those of ``among``; rows stored without an embedding
+        (by a handle opened before the column existed) and, on a read-only
+        handle, items without a vector are scored here and merged in.
+        """
+        schema = self._vector_schema
+        if not self._pgvector or schema is None:
+            return super()._nearest(sid, embedder, fields, query, limit, among)
+        np = numpy()
+        wanted = list(among)
+        filed = fields_text(fields)
+        params = {
+            "sid": sid,
+            "fields": filed,
+            "query": _vector_literal(query.astype(VECTOR_DTYPE).tobytes()),
+            "last": (limit or 1) - 1,
+            "size": 4 * embedder.dimension,
+            "every": limit is None,
+            "among": wanted,
+        }
+        with self._errors("search", sid):
+            ranked: list[tuple[int, float, bytes | None]]
+            ranked = self._binary_query(_NEAREST.format(schema=_quoted(schema)), params)
+            unranked = self._binary_query(_UNRANKED, (sid, filed))
+        damaged = [(seq, blob) for seq, _, blob in ranked if blob is not None]
+        pages = [self._decoded_vectors(sid, embedder, [*damaged, *unranked])]
+        keys, sims = cosines([*pages, *self._unstored_cosine_pages(sid, embedder, fields)], query)
+        return best_scores(
+            [int(seq) for seq, _, _ in ranked] + keys,
+            np.concatenate([np.array([cos for _, cos, _ in ranked], dtype=VECTOR_DTYPE), sims]),
+            limit,
+            wanted,
+        )
 
     def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
         tx.execute(
