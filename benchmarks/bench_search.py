@@ -60,7 +60,7 @@ from _common import best, make_rows, make_ufo_rows
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Tokenizer, WordLlamaEmbedder, search, search_index
-from agents.memory.stores import StoredMemory, open_store
+from agents.memory.stores import BaseStore, StoredMemory, open_store
 
 SUBJECTS = [
     ("car", "automobile"),
@@ -487,11 +487,13 @@ def raw_cosine(matrix: Any, embedder: BytesEmbedder, query: str) -> Any:
     return top[np.argsort(-sims[top])]
 
 
-def bench_stored(label: str, url: str, n_items: int, dimension: int, repeat: int) -> None:
+def bench_stored(
+    label: str, opener: Callable[[], BaseStore], n_items: int, dimension: int, repeat: int
+) -> None:
     """Time embedding a stored session, then semantic queries against raw numpy over the same matrix."""
     embedder = BytesEmbedder(dimension)
     items = [MemoryItem(**row) for row in make_rows(n_items)]
-    with open_store(url) as store:
+    with opener() as store:
         for start in range(0, n_items, 10_000):
             store.append("vectors", items[start : start + 10_000])
         took = time.perf_counter()
@@ -537,16 +539,35 @@ def bench_stored(label: str, url: str, n_items: int, dimension: int, repeat: int
 
 def run_stored(n_items: int, dimension: int, repeat: int, postgres: str | None) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        bench_stored("in-process store", "memory://bench-vectors", n_items, dimension, repeat)
-        bench_stored("SQLite", f"sqlite:///{folder}/v.db", n_items, dimension, repeat)
-        bench_stored("JSONL", f"jsonl:///{folder}/logs", n_items, dimension, repeat)
+        for label, url in (
+            ("in-process store", "memory://bench-vectors"),
+            ("SQLite", f"sqlite:///{folder}/v.db"),
+            ("JSONL", f"jsonl:///{folder}/logs"),
+        ):
+            bench_stored(label, lambda url=url: open_store(url), n_items, dimension, repeat)
     if postgres == "none":
         return
     from bench_stores import postgres_url
 
-    with postgres_url(postgres) as url:
-        if url is not None:
-            bench_stored("PostgreSQL", url, n_items, dimension, repeat)
+    from agents.memory.stores import PostgresStore
+
+    # Two databases' worth: a fresh schema each, one ranking in Python, one with pgvector.
+    for pgvector in (False, True):
+        with postgres_url(postgres) as url:
+            if url is None:
+                return
+            with PostgresStore(url, pgvector=pgvector) as probe:
+                how = "pgvector in the server" if probe.uses_pgvector else "numpy over the rows"
+            if pgvector and how != "pgvector in the server":
+                print("\nPostgreSQL with pgvector: the server does not offer it; skipped")
+                return
+            bench_stored(
+                f"PostgreSQL, {how}",
+                lambda url=url, pgvector=pgvector: PostgresStore(url, pgvector=pgvector),
+                n_items,
+                dimension,
+                repeat,
+            )
 
 
 def main() -> None:

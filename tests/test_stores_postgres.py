@@ -238,7 +238,13 @@ def test_damaged_vector_row_is_named_by_store_session_and_seq(postgres_url: str)
             "UPDATE kvmemory_vectors SET vector = '\\x00000000'::bytea WHERE seq = %s", (seqs[1],)
         )
     message = f"item {seqs[1]} of session 's' of {re.escape(url)} holds 4 bytes; expected 128"
+    # Where the vectors are read (without pgvector, and read_vectors with it).
     with open_store(postgres_url) as store, pytest.raises(CorruptStoreError, match=message):
+        store.read_vectors("s", embedder)
+    with (
+        PostgresStore(postgres_url, pgvector=False) as store,
+        pytest.raises(CorruptStoreError, match=message),
+    ):
         store.search("s", "a", mode="semantic", embedder=embedder)
 
 
@@ -504,17 +510,21 @@ def test_read_only_pgvector_handle_embeds_what_has_no_vector_yet(pgvector_url: s
 
 
 @pytest.mark.postgres
-def test_damaged_vector_row_is_named_when_ranked_by_pgvector(pgvector_url: str) -> None:
-    """A stored vector of the wrong size is damage on the pgvector path too, named by session and seq."""
+def test_damaged_pgvector_copy_is_named_and_changes_nothing(pgvector_url: str) -> None:
+    """A pgvector copy of another dimension than the query raises CorruptStoreError naming the session and the fix."""
     with PostgresStore(pgvector_url) as store:
         assert store.uses_pgvector
         seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
         store.index_embeddings("s", PG_EMBEDDER)
         with psycopg.connect(pgvector_url, autocommit=True) as con:
             con.execute(
-                "UPDATE kvmemory_vectors SET vector = '\\x00000000'::bytea WHERE seq = %s",
-                (seqs[1],),
+                "UPDATE kvmemory_vectors SET embedding = '[1,0]' WHERE seq = %s", (seqs[1],)
             )
-        message = f"item {seqs[1]} of session 's' of {re.escape(store.url)} holds 4 bytes"
-        with pytest.raises(CorruptStoreError, match=message):
-            store.search("s", "a", mode="semantic", embedder=PG_EMBEDDER)
+        before = store.read_vectors("s", PG_EMBEDDER)
+        message = r"session 's' of .* the store is damaged .*drop_vectors"
+        for mode in ("semantic", "hybrid"):
+            with pytest.raises(CorruptStoreError, match=message):
+                store.search("s", "a", mode=mode, embedder=PG_EMBEDDER)  # type: ignore[arg-type]
+        after = store.read_vectors("s", PG_EMBEDDER)
+        assert after.keys() == before.keys()
+        assert all((after[seq] == before[seq]).all() for seq in before)
