@@ -841,7 +841,7 @@ class SQLiteStore(BaseStore):
                 best = scorer.rare_first(lifts, common, k)
                 if best is not None:
                     return best
-            if common:
+            if common and n_tokens > 0:
                 # Scoring every item holding a common word reads most of the postings
                 # (slow in SQL): follow FTS5's own ranking instead, while it settles the top k.
                 ratio = _ratio_to_fts5(n_items, avgdl, n_rows, n_tokens / n_rows, df.values())
