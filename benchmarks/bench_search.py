@@ -404,7 +404,9 @@ def run_stores(n_items: int, repeat: int, postgres: str | None) -> None:
 
         _latency_table("SQLite, one session (FTS5 bm25())", indexed, direct, repeat)
         indexed.append("other", items[:1000])
-        _latency_table("SQLite, two sessions (fts5vocab postings)", indexed, direct, repeat)
+        _latency_table(
+            "SQLite, two sessions (session BM25: FTS5 order or postings)", indexed, direct, repeat
+        )
         indexed.close()
         con.close()
     if postgres is None:

@@ -16,10 +16,15 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
-from agents.memory.search import HashingEmbedder
+from agents.memory.search import HashingEmbedder, Tokenizer
 from agents.memory.stores import SQLiteStore, open_store
-from agents.memory.stores._sqlite import SCHEMA_VERSION
-from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
+from agents.memory.stores._sqlite import SCHEMA_VERSION, _ratio_to_fts5
+from agents.memory.stores.testing import (
+    COMMON_WORD_QUERIES,
+    assert_ranks_as_memory,
+    common_words_session,
+    ranking_corpus,
+)
 
 # The layout kvmemory wrote as schema version 1, statement for statement.
 V1_DDL = (
@@ -351,9 +356,13 @@ def damage(path: Path, *statements: str) -> bytes:
     return path.read_bytes()
 
 
-@pytest.mark.parametrize("sessions", [1, 2], ids=["bm25", "postings"])
+@pytest.mark.parametrize(
+    ("sessions", "word"),
+    [(1, "zebra"), (2, "zebra"), (2, "the")],
+    ids=["bm25", "postings", "along-bm25"],
+)
 def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(
-    tmp_path: Path, sessions: int
+    tmp_path: Path, sessions: int, word: str
 ) -> None:
     """An FTS row for an item the session does not hold makes search raise, naming the store and the repair."""
     path = tmp_path / "runs.db"
@@ -364,19 +373,63 @@ def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(
     key = sqlite3.connect(path).execute("SELECT key FROM kvmemory_search WHERE session_id = 's'")
     (prefix,) = key.fetchone()
     before = damage(
-        path, f"INSERT INTO kvmemory_fts (rowid, terms) VALUES (999, '{prefix}\u00b7zebra')"
+        path, f"INSERT INTO kvmemory_fts (rowid, terms) VALUES (999, '{prefix}\u00b7{word}')"
     )
     with SQLiteStore(path) as store:
         with pytest.raises(
             CorruptStoreError, match=r"runs\.db.*keyword index.*rebuild_keyword_index"
         ):
-            store.search("s", "zebra")
+            store.search("s", word)
         assert store.read("s") == ranking_corpus()
     assert path.read_bytes() == before
     with SQLiteStore(path) as store:
         store.rebuild_keyword_index()
-        assert store.search("s", "zebra") == []
+        assert 999 not in [hit.seq for hit in store.search("s", word)]
         assert_ranks_as_memory(store, "s")
+
+
+@pytest.mark.parametrize("query", COMMON_WORD_QUERIES)
+def test_session_bm25_is_within_the_bound_on_fts5_bm25(tmp_path: Path, query: str) -> None:
+    """Every item's BM25 in its session is at most the bound times FTS5's bm25() over the whole table.
+
+    Searching a session of a store of several sessions reads items in the
+    order of FTS5's bm25() and stops by this bound.
+    """
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        store.append("short", common_words_session())
+        store.append("long", common_words_session(seed=2, items=300, length=(30, 60)))
+    con = sqlite3.connect(tmp_path / "runs.db")
+    n_rows, n_tokens = con.execute("SELECT sum(items), sum(terms) FROM kvmemory_search").fetchone()
+    terms = Tokenizer()(query)
+    for session in ("short", "long"):
+        key, n_items, total = con.execute(
+            "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?", (session,)
+        ).fetchone()
+        names = [f"{key}\u00b7{term}" for term in terms]
+        marks = ", ".join("?" * len(names))
+        dfs = dict(
+            con.execute(f"SELECT term, doc FROM kvmemory_fts_row WHERE term IN ({marks})", names)
+        )
+        if not dfs:
+            continue
+        ratio = _ratio_to_fts5(n_items, total / n_items, n_rows, n_tokens / n_rows, dfs.values())
+        engine = dict(
+            con.execute(
+                "SELECT rowid, -bm25(kvmemory_fts) FROM kvmemory_fts WHERE kvmemory_fts MATCH ?",
+                (" OR ".join(f'"{name}"' for name in names),),
+            )
+        )
+        hits = store_ranking(tmp_path / "runs.db", session, query)
+        assert hits
+        for seq, score in hits:
+            assert score <= ratio * engine[seq] * (1 + 1e-12), (session, seq)
+    con.close()
+
+
+def store_ranking(path: Path, session: str, query: str) -> list[tuple[int, float]]:
+    """Return every (seq, score) of a session's ranking for ``query``."""
+    with SQLiteStore(path) as store:
+        return store.ranking(session, query, store.count(session))
 
 
 def test_a_missing_index_is_named_on_search_and_write_and_can_be_rebuilt(tmp_path: Path) -> None:

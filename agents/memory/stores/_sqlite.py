@@ -50,12 +50,14 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import math
 import os
 import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal
 
 from agents.memory import _codec
@@ -804,28 +806,24 @@ class SQLiteStore(BaseStore):
         # One read transaction: the counts and the postings come from one snapshot.
         con.execute("BEGIN")
         try:
-            stats = con.execute(
-                "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?", (sid,)
-            ).fetchone()
+            stats = con.execute(_STATISTICS, (sid,)).fetchone()
             if stats is None or stats[1] <= 0:
                 return []
-            key, n_items, total = stats
-            if con.execute("SELECT sum(items) FROM kvmemory_search").fetchone()[0] == n_items:
+            key, n_items, total, n_rows, n_tokens = stats
+            match = " OR ".join(f'"{key}{_MARK}{term}"' for term in terms)
+            if n_rows == n_items:
                 # Every FTS row is this session's: FTS5's statistics are the session's own.
-                match = " OR ".join(f'"{key}{_MARK}{term}"' for term in terms)
                 rows = con.execute(_BM25, (match, k)).fetchall()
                 return self._checked(con, sid, [(-score, seq) for seq, score in rows])
-            weights: dict[str, int] = {}
-            for term in terms:
-                name = f"{key}{_MARK}{term}"
-                weights[name] = weights.get(name, 0) + 1
-            names = list(weights)
+            weights = Counter(terms)
+            names = {f"{key}{_MARK}{term}": term for term in weights}
             marks = ", ".join("?" * len(names))
-            df = dict(
-                con.execute(
-                    f"SELECT term, doc FROM kvmemory_fts_row WHERE term IN ({marks})", names
-                ).fetchall()
-            )
+            df = {
+                names[name]: int(docs)
+                for name, docs in con.execute(
+                    f"SELECT term, doc FROM kvmemory_fts_row WHERE term IN ({marks})", list(names)
+                )
+            }
             if not df:
                 return []
             avgdl = total / n_items if total else 1.0
@@ -833,14 +831,21 @@ class SQLiteStore(BaseStore):
             slope = BM25_K1 * BM25_B / avgdl
             # A query term repeated counts once per occurrence, as in the in-RAM index.
             lifts = [
-                (name, weights[name] * bm25_idf(n_items, df[name]) * (BM25_K1 + 1.0))
-                for name in names
-                if name in df
+                (term, weights[term] * bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0))
+                for term in weights
+                if term in df
             ]
-            scorer = _Scorer(con, sid, flat, slope)
-            common = [(n, lift) for n, lift in lifts if bm25_idf(n_items, df[n]) == MIN_IDF]
+            scorer = _Scorer(con, sid, flat, slope, f"{key}{_MARK}")
+            common = [(t, lift) for t, lift in lifts if bm25_idf(n_items, df[t]) == MIN_IDF]
             if common and len(common) < len(lifts):
                 best = scorer.rare_first(lifts, common, k)
+                if best is not None:
+                    return best
+            if common and n_tokens > 0:
+                # Scoring every item holding a common word reads most of the postings
+                # (slow in SQL): follow FTS5's own ranking instead, while it settles the top k.
+                ratio = _ratio_to_fts5(n_items, avgdl, n_rows, n_tokens / n_rows, df.values())
+                best = scorer.along_fts5(match, lifts, ratio, k)
                 if best is not None:
                     return best
             return [(score, seq) for seq, score, _ in scorer.top(lifts, k)]
@@ -889,19 +894,97 @@ class SQLiteStore(BaseStore):
 _INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
 
 
-# BM25 of the items holding a query term, from the FTS5 postings (the session's own,
-# by their prefix): one pass over the query terms' occurrences counts each term's tf
-# per item, and each term's lift (its IDF times k1 + 1, times its repeats in the
-# query) is bound as a value. "sound" is 0 when the index names an item the session
-# does not hold (or not with that many terms): such rows sort first and are refused.
 class _Scorer:
-    """BM25 of one session's items in SQL, from the FTS5 postings, as the in-RAM index scores them."""
+    """BM25 of one session's items, as the in-RAM index scores them, in a store of several sessions.
 
-    def __init__(self, con: sqlite3.Connection, sid: str, flat: float, slope: float) -> None:
+    FTS5's ``bm25()`` ranks with the statistics of the whole table, so it
+    does not give the session's scores; :meth:`along_fts5` uses its order to
+    find the few items worth scoring. :meth:`top` and :meth:`rare_first`
+    score from the FTS5 postings in SQL instead (one pass over every
+    occurrence of the query terms: the slow way for common words).
+    """
+
+    def __init__(
+        self, con: sqlite3.Connection, sid: str, flat: float, slope: float, prefix: str
+    ) -> None:
         self.con = con
         self.sid = sid
         self.flat = flat
         self.slope = slope
+        self.prefix = prefix
+
+    def along_fts5(
+        self, match: str, lifts: Sequence[tuple[str, float]], ratio: float, k: int
+    ) -> list[tuple[float, int]] | None:
+        """Score the items in FTS5's ``bm25()`` order until no item after them can make the top ``k``.
+
+        An item FTS5 scores ``g`` scores at most ``ratio * g`` in the session
+        (see :func:`_ratio_to_fts5`), so once the ``k``-th best score reaches
+        ``ratio`` times FTS5's score of the next item, the items from there on
+        are left unread: none can beat the ``k``-th by more than float
+        rounding (scores equal to rounding may come in either order, as the
+        store's ranking allows; exact ties keep seq order, since FTS5 orders
+        its ties by rowid). Items are scored exactly from the terms their
+        rows keep, in batches growing fourfold. ``None`` when the first
+        :data:`_FTS5_CANDIDATES` items do not settle it, or when an item
+        breaks the bound (FTS5 then ranks some other way than assumed).
+        """
+        ranked = self.con.execute(_BM25, (match, _FTS5_CANDIDATES)).fetchall()
+        scored: list[tuple[float, int]] = []
+        done = 0
+        size = 4 * k
+        while True:
+            batch = ranked[done : done + size]
+            exact = self._exact(batch, lifts, ratio)
+            if exact is None:
+                return None
+            scored += exact
+            done += len(batch)
+            best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+            if done == len(ranked) and len(ranked) < _FTS5_CANDIDATES:
+                return best  # every item holding a query term is scored
+            following = -ranked[min(done, len(ranked) - 1)][1]
+            if len(best) == k and best[-1][0] * _ROUNDING >= ratio * following:
+                return best
+            if done == len(ranked):
+                return None
+            size *= 4
+
+    def _exact(
+        self, batch: Sequence[tuple[int, float]], lifts: Sequence[tuple[str, float]], ratio: float
+    ) -> list[tuple[float, int]] | None:
+        """Return ``(score, seq)`` of the ``(seq, bm25)`` items FTS5 ranked, from the terms their rows keep."""
+        if not batch:
+            return []
+        rows = self.con.execute(
+            "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ?"
+            " AND seq IN (SELECT value FROM json_each(?))",
+            (self.sid, _json_list([seq for seq, _ in batch])),
+        ).fetchall()
+        if len(rows) != len(batch):
+            held = {row[0] for row in rows}
+            seq = next(seq for seq, _ in batch if seq not in held)
+            msg = f"the index holds item {seq}, which session {self.sid!r} does not hold"
+            raise sqlite3.DatabaseError(msg)
+        engine = dict(batch)
+        flat = self.flat
+        slope = self.slope
+        out = []
+        for seq, length, text in rows:
+            words = text.split(" ")
+            score = 0.0
+            for term, lift in lifts:
+                tf = words.count(term)
+                if tf:
+                    # The operations and their order of the SQL in _score_sql.
+                    score += lift * tf / (tf + flat + slope * length)
+            if not score:
+                msg = f"the index holds item {seq} for a query term its row does not hold"
+                raise sqlite3.DatabaseError(msg)
+            if score > ratio * -engine[seq] * _ROUNDING:
+                return None
+            out.append((score, seq))
+        return out
 
     def top(
         self, lifts: Sequence[tuple[str, float]], k: int | None, cut: float | None = None
@@ -909,8 +992,8 @@ class _Scorer:
         """Return ``(seq, score, length)`` of the best ``k`` items (all with ``cut``: those scoring at least it)."""
         params: dict[str, object] = {"sid": self.sid, "flat": self.flat, "slope": self.slope}
         params.update(k=-1 if k is None else k, cut=cut)
-        for j, (name, lift) in enumerate(lifts):
-            params[f"term{j}"] = name
+        for j, (term, lift) in enumerate(lifts):
+            params[f"term{j}"] = self.prefix + term
             params[f"lift{j}"] = lift
         rows = self.con.execute(_score_sql(len(lifts), cut is not None), params).fetchall()
         if rows and rows[0][3] != 1:
@@ -933,7 +1016,7 @@ class _Scorer:
         read for the others only. ``None`` when too few items hold a rare
         term for that (then every item is scored).
         """
-        names = {name for name, _ in common}
+        names = {term for term, _ in common}
         rare = [pair for pair in lifts if pair[0] not in names]
         bound = sum(lift for _, lift in common)
         first = self.top(rare, k)
@@ -942,7 +1025,9 @@ class _Scorer:
         candidates = self.top(rare, None, cut=first[-1][1] - bound)
         seqs = _json_list([seq for seq, _, _ in candidates])
         counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j})" for j in range(len(common)))
-        params: dict[str, object] = {f"term{j}": name for j, (name, _) in enumerate(common)}
+        params: dict[str, object] = {
+            f"term{j}": self.prefix + term for j, (term, _) in enumerate(common)
+        }
         params["seqs"] = seqs
         terms = ", ".join(f":term{j}" for j in range(len(common)))
         tfs = {
@@ -963,6 +1048,41 @@ class _Scorer:
         return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
+def _ratio_to_fts5(
+    n_items: int, avgdl: float, n_rows: int, table_avgdl: float, dfs: Iterable[int]
+) -> float:
+    """Return the most an item's BM25 in its session can be, as a multiple of FTS5's ``bm25()`` of it.
+
+    Per query term both are ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b) + k1 * b * dl / avgdl)``:
+    the session's with its own IDF and average length, FTS5's with those of
+    the whole table (``n_rows`` rows, ``table_avgdl`` terms on average; FTS5
+    replaces an IDF <= 0 by 1e-6). With ``x = tf + k1 * (1 - b)`` and
+    ``c = k1 * b * dl``, the ratio of the two fractions is
+    ``(x + c / table_avgdl) / (x + c / avgdl)``, which lies between 1 and
+    ``avgdl / table_avgdl``; so each term's share, and the sum, is at most
+    the largest IDF ratio times ``max(1, avgdl / table_avgdl)``.
+    """
+    lengths = max(1.0, avgdl / table_avgdl)
+    return lengths * max(bm25_idf(n_items, df) / _fts5_idf(n_rows, df) for df in dfs)
+
+
+def _fts5_idf(n_rows: int, df: int) -> float:
+    """Return the IDF FTS5's ``bm25()`` gives a term held by ``df`` of ``n_rows`` rows."""
+    idf = math.log((n_rows - df + 0.5) / (df + 0.5))
+    return idf if idf > 0.0 else 1e-6
+
+
+_FTS5_CANDIDATES: Final = 1024
+"""How many items, in FTS5's order, :meth:`_Scorer.along_fts5` scores at most before scoring all."""
+_ROUNDING: Final = 1.0 + 1e-9
+"""Float rounding in the bound of :meth:`_Scorer.along_fts5` (the ranking's own tolerance for ties)."""
+
+
+# BM25 of the items holding a query term, from the FTS5 postings (the session's own,
+# by their prefix): one pass over the query terms' occurrences counts each term's tf
+# per item, and each term's lift (its IDF times k1 + 1, times its repeats in the
+# query) is bound as a value. "sound" is 0 when the index names an item the session
+# does not hold (or not with that many terms): such rows sort first and are refused.
 def _score_sql(n_terms: int, cut: bool = False) -> str:
     terms = range(n_terms)
     counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j}) AS tf{j}" for j in terms)
@@ -986,7 +1106,14 @@ LIMIT :k
 """
 
 
-# FTS5's own BM25, used when the store holds one session (its statistics are then the session's).
+_STATISTICS: Final = (
+    "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search),"
+    " (SELECT sum(terms) FROM kvmemory_search) FROM kvmemory_search WHERE session_id = ?"
+)
+"""The session's key, item and term counts (BM25's statistics), then the whole table's (FTS5's)."""
+
+# FTS5's own BM25 over the whole table: the session's when the store holds one
+# session, else the order _Scorer.along_fts5 follows.
 _BM25: Final = (
     "SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts WHERE kvmemory_fts MATCH ?"
     " ORDER BY score, rowid LIMIT ?"

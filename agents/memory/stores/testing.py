@@ -25,6 +25,7 @@ import datetime as dt
 import enum
 import math
 import pathlib
+import random
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
@@ -123,6 +124,39 @@ def ranking_corpus() -> list[MemoryItem]:
         MemoryItem(step=9, action="the the the the"),
     ]
 
+
+COMMON_WORDS = ("the", "dialog", "report", "file", "open", "ok")
+
+
+def common_words_session(
+    *, seed: int = 1, items: int = 120, length: tuple[int, int] = (2, 14)
+) -> list[MemoryItem]:
+    """Return items made mostly of a few words that most items hold, of varied lengths.
+
+    Every item holds "the"; one in twenty holds the rare "zeta". A second
+    session made with other lengths has other statistics, so that the
+    store-wide ranking of SQLite FTS5 differs from the session's own.
+    """
+    rng = random.Random(seed)
+    out = []
+    for n in range(items):
+        words = ["the"] + [rng.choice(COMMON_WORDS) for _ in range(rng.randint(*length))]
+        if n % 20 == 7:
+            words.append("zeta")
+        rng.shuffle(words)
+        out.append(MemoryItem(step=n, n=n, note=" ".join(words)))
+    return out
+
+
+COMMON_WORD_QUERIES = (
+    "the",
+    "the dialog",
+    "report file open the ok dialog",
+    "the the dialog",
+    "zeta the",
+    "zeta report file",
+    "open ok missing",
+)
 
 RANKING_QUERIES = (
     "file",
@@ -660,6 +694,22 @@ class StoreContract:
             want = [(hit.item["n"], hit.score) for hit in memory.search(query, k)]
             assert [n for n, _ in got] == [n for n, _ in want], query
             assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+
+    @pytest.mark.parametrize("k", [1, 3, 10])
+    def test_search_of_common_words_across_sessions_is_memory_search(
+        self, store: BaseStore, k: int
+    ) -> None:
+        """Queries of common words (and rare words found in fewer than k items) give Memory.search's k best in sessions of different shapes."""
+        store.append("short", common_words_session())
+        store.append("long", common_words_session(seed=2, items=300, length=(30, 60)))
+        for session in ("short", "long"):
+            memory = Memory()
+            memory.add_memory_items(store.read(session))
+            for query in COMMON_WORD_QUERIES:
+                got = [(hit.item["n"], hit.score) for hit in store.search(session, query, k)]
+                want = [(hit.item["n"], hit.score) for hit in memory.search(query, k)]
+                assert [n for n, _ in got] == [n for n, _ in want], (session, query)
+                assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
 
     def test_search_follows_updates_deletes_and_trims(self, store: BaseStore) -> None:
         """After updates, deletes, keep_last and expire the ranking is that of the items left."""
