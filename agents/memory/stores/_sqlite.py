@@ -760,17 +760,35 @@ class SQLiteStore(BaseStore):
             return None
         if self._empty:
             return []
-        rows = self._query(
-            _NEAREST,
-            {
-                "sid": session_id,
-                "fields": fields,
-                "query": query,
-                "size": len(query),
-                "limit": limit,
-                "among": _json_list(among),
-            },
-        )
+        params: dict[str, object] = {
+            "sid": session_id,
+            "fields": fields,
+            "query": query,
+            "size": len(query),
+            "limit": limit + 1,
+        }
+        con = self._con
+        with self._lock:
+            # One read transaction: the best rows, their ties and the hybrid's own come from one snapshot.
+            con.execute("BEGIN")
+            try:
+                rows = con.execute(_BEST, params).fetchall()
+                if (
+                    len(rows) > limit
+                    and rows[limit][1] is not None
+                    and rows[limit][1] == rows[limit - 1][1]
+                ):
+                    # More rows tie with the last of the best (rare): take them all.
+                    rows = con.execute(_AT_LEAST, {**params, "cut": rows[limit][1]}).fetchall()
+                else:
+                    rows = rows[:limit]
+                have = {row[0] for row in rows}
+                missing = [seq for seq in among if seq not in have]
+                if missing:
+                    params["seqs"] = _json_list(missing)
+                    rows += con.execute(_OF_SEQS, params).fetchall()
+            finally:
+                con.execute("COMMIT")
         return [
             (int(seq), None if cosine is None else float(cosine), int(length))
             for seq, cosine, length in rows
@@ -1042,25 +1060,21 @@ _BM25: Final = (
     " ORDER BY score, rowid LIMIT ?"
 )
 
-# The best cosines of a session's vectors (and of the seqs in "among"), computed in SQL
-# by sqlite-vec over the stored BLOBs; a row of the wrong length has no cosine and is
-# always returned, so that the caller names it. A vector with no direction (all
-# zeros) gets a NaN distance, which SQLite reads as NULL: its cosine is 0, as numpy
-# computes it. The cut is the "limit"-th best cosine, so ties with it all come back.
-_NEAREST: Final = """
-WITH scored AS MATERIALIZED (
-    SELECT seq, length(vector) AS length,
-        CASE WHEN length(vector) = :size
-            THEN coalesce(1.0 - vec_distance_cosine(vector, :query), 0.0) END AS cosine
-    FROM kvmemory_vectors
-    WHERE session_id = :sid AND fields = :fields AND length(vector) > 0
-)
-SELECT seq, cosine, length FROM scored
-WHERE cosine IS NULL
-    OR cosine >= coalesce((SELECT cosine FROM scored WHERE cosine IS NOT NULL
-                           ORDER BY cosine DESC LIMIT 1 OFFSET :limit - 1), -9e999)
-    OR seq IN (SELECT value FROM json_each(:among))
-"""
+# The cosines of a session's vectors, computed in SQL by sqlite-vec over the stored
+# BLOBs. A row of the wrong length gets no cosine and sorts first, so that the caller
+# names it. A vector with no direction (all zeros) gets a NaN distance, which SQLite
+# reads as NULL: its cosine is 0, as numpy computes it. (Ordering by the result
+# columns' names computes each cosine once.)
+_COSINES: Final = """
+SELECT seq,
+    CASE WHEN length(vector) = :size
+        THEN coalesce(1.0 - vec_distance_cosine(vector, :query), 0.0) END AS cosine,
+    length(vector) AS length
+FROM kvmemory_vectors
+WHERE session_id = :sid AND fields = :fields AND length(vector) > 0"""
+_BEST: Final = _COSINES + " ORDER BY length = :size, cosine DESC, seq LIMIT :limit"
+_AT_LEAST: Final = f"SELECT * FROM ({_COSINES}) WHERE cosine IS NULL OR cosine >= :cut"
+_OF_SEQS: Final = _COSINES + " AND seq IN (SELECT value FROM json_each(:seqs))"
 
 # Two vectors of kvmemory's layout (little-endian float32) whose cosine is 0.6: the
 # extension reads vectors in the machine's byte order, and is used only where it
