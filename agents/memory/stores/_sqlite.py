@@ -1079,10 +1079,7 @@ _OF_SEQS: Final = _COSINES + " AND seq IN (SELECT value FROM json_each(:seqs))"
 # Two vectors of kvmemory's layout (little-endian float32) whose cosine is 0.6: the
 # extension reads vectors in the machine's byte order, and is used only where it
 # reads ours as written.
-_PROBE: Final = (
-    "WITH probe AS MATERIALIZED (SELECT vec_distance_cosine(?, ?) AS distance)"
-    " SELECT 1.0 - distance FROM probe"
-)
+_PROBE: Final = "SELECT 1.0 - vec_distance_cosine(?, ?)"
 _PROBE_VECTORS: Final = (struct.pack("<2f", 1.0, 0.0), struct.pack("<2f", 0.6, 0.8))
 
 
