@@ -500,7 +500,7 @@ class SQLiteStore(BaseStore):
                     con.execute("ROLLBACK")
                 raise
 
-    def _query(self, sql: str, params: Sequence[object] | dict[str, object] = ()) -> list[Any]:
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         with self._lock:
             return self._con.execute(sql, params).fetchall()
 
@@ -746,10 +746,12 @@ class SQLiteStore(BaseStore):
         """Whether semantic and hybrid searches compute cosines in SQL with the sqlite-vec extension.
 
         ``True`` when the extension loaded (the ``sqlite-vec`` extra, and a
-        Python whose ``sqlite3`` can load extensions): a query then reads no
-        vector into Python. ``False`` when the vectors are read a page at a
-        time and scored with numpy. The hits and their scores are the same
-        either way (scores to float32 rounding).
+        Python whose ``sqlite3`` can load extensions): a query then reads
+        only the best rows' cosines into Python, not the vectors (except on
+        a read-only handle while some items have no vector yet). ``False``
+        when the vectors are read a page at a time and scored with numpy.
+        The hits and their order are the same either way, the scores equal
+        to float32 rounding.
         """
         return self._vec
 
