@@ -19,7 +19,9 @@
    each store (in-process, SQLite, JSONL, PostgreSQL when a server can be
    started or ``--postgres URL`` is given): the time to embed and store the
    vectors, then a semantic query by ``BaseStore.search`` (exact cosine over
-   the stored vectors, read a page at a time) and by a reopened
+   the stored vectors, read a page at a time; in SQLite also computed in SQL
+   by the sqlite-vec extension on the same file, where this Python can load
+   it) and by a reopened
    ``StoredMemory`` (the stored vectors loaded once, then searched in RAM),
    each as a ratio to a raw numpy cosine and top-5 over the same unit
    matrix in this process. The vectors come from a stand-in embedder
@@ -60,7 +62,7 @@ from _common import best, make_rows, make_ufo_rows
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Tokenizer, WordLlamaEmbedder, search, search_index
-from agents.memory.stores import BaseStore, StoredMemory, open_store
+from agents.memory.stores import BaseStore, SQLiteStore, StoredMemory, open_store
 
 SUBJECTS = [
     ("car", "automobile"),
@@ -507,20 +509,7 @@ def bench_stored(
             f"\n{label}: embedding and storing {n_items} vectors of {dimension} float32: "
             f"{took:.2f} s ({matrix.nbytes / 2**20:.0f} MiB of vectors)"
         )
-        print(f"{'query':<36}{'store ms':>10}{'raw ms':>9}{'ratio':>8}")
-        for query in STORED_QUERIES:
-            ours = best(
-                lambda query=query: store.search(
-                    "vectors", query, 5, mode="semantic", embedder=embedder
-                ),
-                repeat,
-            )
-            raw = best(lambda query=query: raw_cosine(matrix, embedder, query), repeat)
-            print(f"{query:<36}{ours * 1e3:>10.1f}{raw * 1e3:>9.2f}{ours / raw:>8.1f}")
-        hits = store.search("vectors", STORED_QUERIES[0], 5, mode="semantic", embedder=embedder)
-        seqs = list(stored)
-        want = [seqs[row] for row in raw_cosine(matrix, embedder, STORED_QUERIES[0])]
-        assert [hit.seq for hit in hits] == want, (hits, want)
+        query_table(store, list(stored), matrix, embedder, repeat)
         took = time.perf_counter()
         memory = StoredMemory(store, "vectors")
         opened = time.perf_counter() - took
@@ -539,14 +528,54 @@ def bench_stored(
         )
 
 
+def query_table(
+    store: Any, seqs: list[int], matrix: Any, embedder: BytesEmbedder, repeat: int
+) -> None:
+    """Time semantic store queries against raw numpy over the stored matrix; check the hits are raw's."""
+    print(f"{'query':<36}{'store ms':>10}{'raw ms':>9}{'ratio':>8}")
+    for query in STORED_QUERIES:
+        ours = best(
+            lambda query=query: store.search(
+                "vectors", query, 5, mode="semantic", embedder=embedder
+            ),
+            repeat,
+        )
+        raw = best(lambda query=query: raw_cosine(matrix, embedder, query), repeat)
+        print(f"{query:<36}{ours * 1e3:>10.1f}{raw * 1e3:>9.2f}{ours / raw:>8.1f}")
+    hits = store.search("vectors", STORED_QUERIES[0], 5, mode="semantic", embedder=embedder)
+    want = [seqs[row] for row in raw_cosine(matrix, embedder, STORED_QUERIES[0])]
+    assert [hit.seq for hit in hits] == want, (hits, want)
+
+
+def bench_sqlite_vec(path: str, dimension: int, repeat: int) -> None:
+    """Time semantic queries on the SQLite file bench_stored embedded, computed in SQL by sqlite-vec."""
+    with SQLiteStore(path) as store:
+        if not store.uses_sqlite_vec:
+            print(
+                "\nSQLite with sqlite-vec: not measured; it needs the sqlite-vec extra and a "
+                "Python whose sqlite3 can load extensions (see docs/search.md)"
+            )
+            return
+        embedder = BytesEmbedder(dimension)
+        stored = store.read_vectors("vectors", embedder)
+        print("\nSQLite with sqlite-vec (cosines computed in SQL), the same file:")
+        query_table(store, list(stored), np.stack(list(stored.values())), embedder, repeat)
+
+
 def run_stored(n_items: int, dimension: int, repeat: int, postgres: str | None) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        for label, url in (
-            ("in-process store", "memory://bench-vectors"),
-            ("SQLite", f"sqlite:///{folder}/v.db"),
-            ("JSONL", f"jsonl:///{folder}/logs"),
-        ):
-            bench_stored(label, lambda url=url: open_store(url), n_items, dimension, repeat)
+
+        def opener(url: str) -> Callable[[], BaseStore]:
+            return lambda: open_store(url)
+
+        bench_stored(
+            "in-process store", opener("memory://bench-vectors"), n_items, dimension, repeat
+        )
+        url = f"sqlite:///{folder}/v.db?sqlite_vec=off"
+        label = "SQLite (numpy over the vectors read)"
+        bench_stored(label, opener(url), n_items, dimension, repeat)
+        bench_sqlite_vec(f"{folder}/v.db", dimension, repeat)
+        bench_stored("JSONL", opener(f"jsonl:///{folder}/logs"), n_items, dimension, repeat)
     if postgres == "none":
         return
     from bench_stores import postgres_url

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import random
 import sqlite3
 import stat
+import struct
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,15 +19,18 @@ from agents.memory import MemoryItem
 from agents.memory.exceptions import (
     CorruptStoreError,
     InvalidStoreURLError,
+    MissingDependencyError,
     SchemaVersionError,
     StoreError,
     StoreNotFoundError,
 )
-from agents.memory.search import HashingEmbedder, Tokenizer
-from agents.memory.stores import SQLiteStore, open_store
+from agents.memory.search import Embedder, HashingEmbedder, Tokenizer
+from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_store
 from agents.memory.stores._sqlite import SCHEMA_VERSION, _ratio_to_fts5
 from agents.memory.stores.testing import (
     COMMON_WORD_QUERIES,
+    VECTOR_MODES,
+    CountingEmbedder,
     assert_ranks_as_memory,
     common_words_session,
     ranking_corpus,
@@ -467,3 +477,330 @@ def test_older_store_with_a_damaged_row_still_migrates(tmp_path: Path) -> None:
         assert store.keyword_index
         assert [hit.item["step"] for hit in store.search("a", "report", 2)] == [7, 6]
         assert store.ranking("a", "large") == []  # only step 0 held "large"
+
+
+# -- the sqlite-vec extension ---------------------------------------------------------------
+#
+# scripts/test runs these tests a second time in a virtual environment made from
+# Debian's python3, whose sqlite3 can load extensions, with the sqlite-vec extra
+# installed, and sets KVMEMORY_TEST_SQLITE_VEC=1 there: the tests that need the
+# extension then fail instead of skipping when it did not load.
+
+SQLITE_VEC_REQUIRED = os.environ.get("KVMEMORY_TEST_SQLITE_VEC") == "1"
+WORDS = (
+    "open",
+    "save",
+    "export",
+    "report",
+    "email",
+    "invoice",
+    "folder",
+    "dialog",
+    "click",
+    "type",
+    "search",
+    "agent",
+    "task",
+    "menu",
+    "file",
+    "print",
+    "close",
+    "window",
+    "button",
+    "summary",
+    "draft",
+    "send",
+    "attach",
+    "table",
+    "chart",
+)
+REPEATED = "save the report in the folder"
+SESSIONS = {"a": (1, 300), "b": (2, 120), "c": (3, 9)}
+QUERIES = ("save the report", "email the invoice", "print the chart table", "zebra", REPEATED)
+
+
+@pytest.fixture
+def sqlite_vec(tmp_path: Path) -> None:
+    """Skip where the sqlite-vec extension cannot be loaded (fail where this run requires it)."""
+    pytest.importorskip("numpy")
+    with SQLiteStore(tmp_path / "probe.db") as store:
+        if store.uses_sqlite_vec:
+            return
+    if SQLITE_VEC_REQUIRED:
+        pytest.fail("KVMEMORY_TEST_SQLITE_VEC=1, but the sqlite-vec extension did not load")
+    pytest.skip("the sqlite-vec extension cannot be loaded by this Python (see docs/search.md)")
+
+
+class GaussianEmbedder:
+    """Seeded random vectors, one per distinct text, so that only equal texts tie; zeros for a text without words."""
+
+    name = "gaussian-48"
+    dimension = 48
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            if any(char.isalnum() for char in text):
+                seed = int.from_bytes(
+                    hashlib.blake2b(text.encode(), digest_size=8).digest(), "little"
+                )
+                out[row] = np.random.default_rng(seed).standard_normal(self.dimension)
+        return out
+
+
+def generated_items(seed: int, n: int) -> list[MemoryItem]:
+    """Return ``n`` steps of a few words each, with repeated texts, texts without words and items without text."""
+    rng = random.Random(seed)
+    items = []
+    for step in range(n):
+        if step % 17 == 5:
+            items.append(MemoryItem(step=step, thought="-- ... --"))  # text, but a zero vector
+        elif step % 23 == 7:
+            items.append(MemoryItem(step=step, cost=0.5))  # no text: never a semantic hit
+        elif step % 11 == 3:
+            items.append(MemoryItem(step=step, thought=REPEATED))  # equal vectors: exact ties
+        else:
+            words = rng.sample(WORDS, rng.randint(2, 6))
+            items.append(MemoryItem(step=step, thought=" ".join(words), note=rng.choice(WORDS)))
+    return items
+
+
+def write_sessions(path: Path, embedder: Embedder) -> None:
+    """Write the generated sessions to a store and embed them."""
+    with SQLiteStore(path) as store:
+        for sid, (seed, n) in SESSIONS.items():
+            store.append(sid, generated_items(seed, n))
+            store.index_embeddings(sid, embedder)
+
+
+def assert_same_hits(got: list[StoreHit], want: list[StoreHit]) -> None:
+    """The same items in the same order, scores equal to float32 rounding."""
+    assert [hit.seq for hit in got] == [hit.seq for hit in want]
+    assert [hit.score for hit in got] == pytest.approx([hit.score for hit in want], abs=1e-6)
+
+
+def searches(path: Path, embedder: Embedder) -> Iterator[tuple[list[StoreHit], list[StoreHit]]]:
+    """Yield the hits of each session, mode, query and k with the extension and without it."""
+    with (
+        SQLiteStore(path, sqlite_vec=True) as vec,
+        SQLiteStore(path, sqlite_vec=False) as exact,
+    ):
+        assert vec.uses_sqlite_vec
+        assert not exact.uses_sqlite_vec
+        for sid in SESSIONS:
+            for mode in VECTOR_MODES:
+                for query in QUERIES:
+                    for k in (1, 5, 40):
+                        got = vec.search(sid, query, k, mode=mode, embedder=embedder)
+                        yield got, exact.search(sid, query, k, mode=mode, embedder=embedder)
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+def test_sqlite_vec_ranks_as_exact_numpy_search(tmp_path: Path) -> None:
+    """With the extension, semantic and hybrid hits of several sessions are the numpy path's, ties in session order."""
+    path = tmp_path / "runs.db"
+    embedder = GaussianEmbedder()
+    write_sessions(path, embedder)
+    for got, want in searches(path, embedder):
+        assert_same_hits(got, want)
+    with SQLiteStore(path, sqlite_vec=True) as store:
+        hits = store.search("a", REPEATED, 40, mode="semantic", embedder=embedder)
+    assert [hit.item["thought"] for hit in hits[:20]] == [REPEATED] * 20
+    assert [hit.seq for hit in hits[:20]] == sorted(hit.seq for hit in hits[:20])
+    assert len({hit.score for hit in hits[:20]}) == 1
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+def test_sqlite_vec_agrees_to_rounding_where_cosines_tie_in_exact_arithmetic(
+    tmp_path: Path,
+) -> None:
+    """HashingEmbedder's small-integer vectors tie often in exact arithmetic: the two paths round those ties apart, nothing more."""
+    path = tmp_path / "runs.db"
+    embedder = HashingEmbedder(64)
+    write_sessions(path, embedder)
+    for got, want in searches(path, embedder):
+        assert len(got) == len(want)
+        # Position by position the scores agree, so items trade places only within a tie.
+        assert [hit.score for hit in got] == pytest.approx([hit.score for hit in want], abs=1e-6)
+        cut = want[-1].score + 1e-6
+        assert {hit.seq for hit in got if hit.score > cut} == {
+            hit.seq for hit in want if hit.score > cut
+        }
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+def test_sqlite_vec_follows_updates_and_deletes(tmp_path: Path) -> None:
+    """After items change and go (their vectors with them), both paths still rank alike."""
+    path = tmp_path / "runs.db"
+    embedder = GaussianEmbedder()
+    write_sessions(path, embedder)
+    with SQLiteStore(path) as store:
+        seqs = [record.seq for record in store.records("a")]
+        with store.batch("a") as batch:
+            batch.update(
+                {seq: MemoryItem(step=-seq, thought="email the invoice") for seq in seqs[::7]}
+            )
+            batch.delete(seqs[1::9])
+        store.delete_steps("b", [0, 1, 2, 3])
+        store.index_embeddings("a", embedder)
+    for got, want in searches(path, embedder):
+        assert_same_hits(got, want)
+    changed = set(seqs[::7]) - set(seqs[1::9])
+    with SQLiteStore(path, sqlite_vec=True) as store:
+        hits = store.search("a", "email the invoice", 300, mode="semantic", embedder=embedder)
+    assert {hit.seq for hit in hits if hit.score > 0.999} == changed
+    assert not {hit.seq for hit in hits} & set(seqs[1::9])
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+def test_sqlite_vec_search_reads_no_vector_into_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the extension, SQLite computes the cosines: the vectors are never read page by page."""
+    embedder = GaussianEmbedder()
+    with SQLiteStore(tmp_path / "runs.db", sqlite_vec=True) as store:
+        store.append("a", generated_items(1, 50))
+        store.index_embeddings("a", embedder)
+        want = store.search("a", "save the report", 5, mode="hybrid", embedder=embedder)
+
+        def refuse(*args: object) -> None:
+            raise AssertionError("vectors were read into Python")
+
+        monkeypatch.setattr(store, "_vector_pages", refuse)
+        assert store.search("a", "save the report", 5, mode="hybrid", embedder=embedder) == want
+        assert store.search("a", "report", 5, mode="semantic", embedder=embedder)
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+@pytest.mark.parametrize("writer_uses_it", [True, False])
+def test_a_store_is_read_alike_with_and_without_sqlite_vec(
+    tmp_path: Path, writer_uses_it: bool
+) -> None:
+    """Vectors written with the extension are read without it, and the other way round; nothing is embedded again."""
+    path = tmp_path / "runs.db"
+    embedder = CountingEmbedder()
+    with SQLiteStore(path, sqlite_vec=writer_uses_it) as store:
+        assert store.uses_sqlite_vec is writer_uses_it
+        store.append("a", generated_items(1, 60))
+        store.search("a", "save the report", 5, mode="semantic", embedder=embedder)
+        written = store.read_vectors("a", embedder)
+    embedder.texts = 0
+    with SQLiteStore(path, sqlite_vec=not writer_uses_it) as store:
+        assert store.uses_sqlite_vec is not writer_uses_it
+        again = store.read_vectors("a", embedder)
+        assert again.keys() == written.keys()
+        assert all((again[seq] == vector).all() for seq, vector in written.items())
+        store.search("a", "save the report", 5, mode="semantic", embedder=embedder)
+        store.append("a", [MemoryItem(step=99, thought="print the chart")])
+        store.index_embeddings("a", embedder)
+    assert embedder.texts == 2  # the query and the one new item
+    with SQLiteStore(path, sqlite_vec=True) as vec, SQLiteStore(path, sqlite_vec=False) as exact:
+        for mode in VECTOR_MODES:
+            got = vec.search("a", "print the chart", 10, mode=mode, embedder=embedder)
+            assert got[0].item["step"] == 99
+            want = exact.search("a", "print the chart", 10, mode=mode, embedder=embedder)
+            assert [hit.seq for hit in got[:1]] == [hit.seq for hit in want[:1]]
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+def test_read_only_handle_with_sqlite_vec_ranks_as_numpy_with_items_not_yet_embedded(
+    tmp_path: Path,
+) -> None:
+    """A read-only handle embeds the items without a vector for each query and ranks them with the stored ones, ties in session order."""
+    path = tmp_path / "runs.db"
+    embedder = GaussianEmbedder()
+    with SQLiteStore(path) as store:
+        store.append("a", generated_items(1, 150))
+        embedded = store.index_embeddings("a", embedder)
+        store.append("a", generated_items(4, 150))  # stored without vectors
+    with (
+        SQLiteStore(path, read_only=True, sqlite_vec=True) as vec,
+        SQLiteStore(path, read_only=True, sqlite_vec=False) as exact,
+    ):
+        for mode in VECTOR_MODES:
+            for query in QUERIES:
+                for k in (1, 5, 40):
+                    got = vec.search("a", query, k, mode=mode, embedder=embedder)
+                    assert_same_hits(got, exact.search("a", query, k, mode=mode, embedder=embedder))
+        assert len(vec.read_vectors("a", embedder)) == embedded  # the searches stored nothing
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+def test_damaged_vector_row_is_named_with_sqlite_vec(tmp_path: Path) -> None:
+    """A vector row of the wrong length is damage with the extension too, named by store, session and seq."""
+    path = tmp_path / "runs.db"
+    embedder = HashingEmbedder(32)
+    with SQLiteStore(path) as store:
+        seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
+        store.index_embeddings("s", embedder)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_vectors SET vector = x'0000803f' WHERE seq = ?", (seqs[0],))
+    con.commit()
+    con.close()
+    message = f"item {seqs[0]} of session 's' of sqlite:///{path} holds 4 bytes; expected 128"
+    with SQLiteStore(path, sqlite_vec=True) as store:
+        for mode in VECTOR_MODES:
+            with pytest.raises(CorruptStoreError, match=message):
+                store.search("s", "b", 1, mode=mode, embedder=embedder)
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+def test_sqlite_vec_reading_another_byte_order_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The extension is used only where it reads kvmemory's little-endian vectors as written."""
+    swapped = tuple(
+        struct.pack(">2f", *struct.unpack("<2f", vector)) for vector in _sqlite._PROBE_VECTORS
+    )
+    monkeypatch.setattr(_sqlite, "_PROBE_VECTORS", swapped)
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        assert not store.uses_sqlite_vec
+    with pytest.raises(StoreError, match="another byte order"):
+        SQLiteStore(tmp_path / "runs.db", sqlite_vec=True)
+
+
+def test_sqlite_vec_is_used_where_this_run_requires_it(tmp_path: Path) -> None:
+    """Where scripts/test requires the extension, a store opened by URL, with no option, uses it."""
+    if not SQLITE_VEC_REQUIRED:
+        pytest.skip("only in the run that requires sqlite-vec (KVMEMORY_TEST_SQLITE_VEC=1)")
+    with open_store(f"sqlite:///{tmp_path}/runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        assert store.uses_sqlite_vec
+    with open_store(f"sqlite:///{tmp_path}/runs.db?sqlite_vec=on") as store:
+        assert isinstance(store, SQLiteStore)
+        assert store.uses_sqlite_vec
+
+
+def test_without_the_sqlite_vec_package_search_falls_back_and_on_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the package a store searches with numpy; requiring it raises naming the extra."""
+    monkeypatch.setitem(sys.modules, "sqlite_vec", None)  # what a missing package looks like
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        assert not store.uses_sqlite_vec
+    with pytest.raises(MissingDependencyError, match=r"pip install 'kvmemory\[sqlite-vec\]'"):
+        open_store(f"sqlite:///{tmp_path}/runs.db?sqlite_vec=on")
+
+
+@pytest.mark.skipif(
+    hasattr(sqlite3.Connection, "enable_load_extension"),
+    reason="this Python's sqlite3 can load extensions",
+)
+def test_python_that_cannot_load_extensions_searches_with_numpy(tmp_path: Path) -> None:
+    """A Python built without extension loading falls back silently; requiring the extension names why it cannot."""
+    pytest.importorskip("sqlite_vec")
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        assert not store.uses_sqlite_vec
+    with pytest.raises(StoreError, match=r"built without extension loading.*can load extensions"):
+        SQLiteStore(tmp_path / "runs.db", sqlite_vec=True)
+
+
+def test_sqlite_vec_off_in_the_url_never_loads_it(tmp_path: Path) -> None:
+    """?sqlite_vec=off searches with numpy; an unknown value is refused naming the option."""
+    with open_store(f"sqlite:///{tmp_path}/runs.db?sqlite_vec=off") as store:
+        assert isinstance(store, SQLiteStore)
+        assert not store.uses_sqlite_vec
+    with pytest.raises(InvalidStoreURLError, match=r"sqlite_vec='yes'.*'auto', 'on' or 'off'"):
+        open_store(f"sqlite:///{tmp_path}/runs.db?sqlite_vec=yes")

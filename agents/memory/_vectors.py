@@ -26,11 +26,9 @@ __all__ = [
     "Embedder",
     "SearchMode",
     "best_cosines",
-    "best_scores",
     "blend",
     "checked_vectors",
     "checked_weight",
-    "cosines",
     "embed_text",
     "fields_text",
     "numpy",
@@ -170,12 +168,6 @@ def best_cosines(
     cosines (4 bytes an item) are kept until the best are picked by
     :func:`top_rows`, as over one matrix.
     """
-    every, sims = cosines(pages, query)
-    return best_scores(every, sims, limit, among)
-
-
-def cosines(pages: Iterable[tuple[Sequence[int], Any]], query: Any) -> tuple[list[int], Any]:
-    """Return the keys of ``pages`` (``(keys, unit matrix)`` blocks) and their cosines with ``query``, in order."""
     np = numpy()
     every: list[int] = []
     parts = []
@@ -183,15 +175,9 @@ def cosines(pages: Iterable[tuple[Sequence[int], Any]], query: Any) -> tuple[lis
         if len(keys):
             every.extend(keys)
             parts.append(matrix @ query)
-    return every, np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-
-
-def best_scores(
-    every: Sequence[int], sims: Any, limit: int | None, among: Iterable[int] = ()
-) -> dict[int, float]:
-    """Return the best ``limit`` of the scores ``sims`` of keys ``every`` (with ties) and those of ``among``, by key."""
-    if not len(every):
+    if not parts:
         return {}
+    sims = np.concatenate(parts)
     rows = top_rows(sims, limit)
     out = {every[row]: float(sims[row]) for row in rows.tolist()}
     wanted = set(among) - out.keys()

@@ -10,7 +10,8 @@ Open a store by URL and a memory backed by one of its sessions::
 URLs:
 
 * ``sqlite:///path/to/file.db`` or a bare path: SQLite, the embedded default
-  (options ``?synchronous=full|normal|off``, ``?timeout=SECONDS``, ``?mode=ro``).
+  (options ``?synchronous=full|normal|off``, ``?timeout=SECONDS``, ``?mode=ro``,
+  ``?sqlite_vec=auto|on|off``).
 * ``jsonl:///path/to/dir``: one append-only JSONL log per session
   (option ``?fsync=always|never``).
 * ``postgresql://user:password@host:port/dbname``: PostgreSQL, for many
@@ -133,9 +134,11 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
         CorruptStoreError: if the file or directory is not a kvmemory store (it is left unchanged).
         SchemaVersionError: if a newer kvmemory wrote the store, or an older
             one needs a migration that ``read_only`` forbids.
-        MissingDependencyError: for ``postgresql://`` without the ``postgres`` extra.
+        MissingDependencyError: for ``postgresql://`` without the ``postgres``
+            extra, or ``?sqlite_vec=on`` without the ``sqlite-vec`` extra.
         StoreUnreachableError: if a PostgreSQL server cannot be reached.
-        StoreError: if the store cannot be opened.
+        StoreError: if the store cannot be opened, or ``?sqlite_vec=on`` and
+            this Python's ``sqlite3`` cannot load the extension.
     """
     text = os.fspath(url)
     if type(text) is not str:
@@ -177,7 +180,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
             msg = f"Option fsync={fsync!r} in {text!r} must be 'always' or 'never'."
             raise exceptions.InvalidStoreURLError(msg)
         return JSONLStore(path, fsync=fsync == "always", read_only=read_only, url=text)
-    _no_options(text, options, ("synchronous", "timeout", "mode"))
+    _no_options(text, options, ("synchronous", "timeout", "mode", "sqlite_vec"))
     synchronous = options.get("synchronous", "full").lower()
     if synchronous not in ("full", "normal", "off"):
         msg = f"Option synchronous={synchronous!r} in {text!r} must be 'full', 'normal' or 'off'."
@@ -185,6 +188,10 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
     mode = options.get("mode", "rwc")
     if mode not in ("ro", "rw", "rwc"):
         msg = f"Option mode={mode!r} in {text!r} must be 'ro' or 'rwc'."
+        raise exceptions.InvalidStoreURLError(msg)
+    vec = options.get("sqlite_vec", "auto")
+    if vec not in _SQLITE_VEC:
+        msg = f"Option sqlite_vec={vec!r} in {text!r} must be 'auto', 'on' or 'off'."
         raise exceptions.InvalidStoreURLError(msg)
     try:
         timeout = float(options.get("timeout", "30"))
@@ -199,7 +206,11 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
         timeout=timeout,
         read_only=read_only or mode == "ro",
         url=text,
+        sqlite_vec=_SQLITE_VEC[vec],
     )
+
+
+_SQLITE_VEC: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 
 
 def open_memory(

@@ -420,7 +420,8 @@ class BaseStore(abc.ABC):
     * Optionally the vectors of semantic search: reading with
       :meth:`_vector_model`, :meth:`_vector_pages` and
       :meth:`_unembedded_pages` (and, for speed, :meth:`_vector_count`,
-      :meth:`_vector_counts` and :meth:`_fetch_vectors`); writing, inside a transaction, with
+      :meth:`_vector_counts`, :meth:`_fetch_vectors`, and :meth:`_nearest` where
+      the database computes cosines itself); writing, inside a transaction, with
       :meth:`_claim_vector_model`, :meth:`_put_vectors`,
       :meth:`_delete_vectors` and :meth:`_drop_vectors`; and
       :meth:`_delete_session` removes them too. The defaults keep no
@@ -687,6 +688,25 @@ class BaseStore(abc.ABC):
         """
         msg = f"{type(self).__name__} {self._url} keeps no vectors: its backend does not implement BaseStore._put_vectors."
         raise StoreError(msg)
+
+    def _nearest(
+        self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
+    ) -> list[tuple[int, float | None, int]] | None:
+        """Return cosines that the database computes where the vectors lie, or ``None`` if it cannot.
+
+        A store whose database can compute the cosine of two stored vectors
+        overrides this, so that a query does not read every vector.
+        ``query`` is the unit query vector laid out as stored vectors are.
+        The rows returned are ``(seq, cosine, length)`` of the session's
+        non-empty vector rows over ``fields`` that are among the best
+        ``limit`` by cosine (with every row tied with the last) or whose seq
+        is in ``among``, and of every row whose byte length is not
+        ``len(query)``, with cosine ``None`` (the base reports it as damage):
+        what :func:`best_cosines` keeps of the same cosines. By default
+        (``None``) the base reads the vectors with :meth:`_vector_pages` and
+        computes the cosines with numpy.
+        """
+        return None
 
     def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
         """Delete the vectors (over every ``fields``) of these seqs, deleted or changed in this transaction."""
@@ -1536,7 +1556,7 @@ class BaseStore(abc.ABC):
             self._embed_missing(sid, embedder, fields, 256, None)
         found: dict[int, MemoryItem] = {}
         if mode == "semantic":
-            scores = self._nearest(sid, embedder, fields, query, k)
+            scores = self._best_cosines(sid, embedder, fields, query, k, {})
         else:
             terms = _TOKENIZER(text)
             keyword: dict[int, float] = {}
@@ -1544,9 +1564,8 @@ class BaseStore(abc.ABC):
             if terms:
                 keyword, ceiling, found = self._hybrid_keyword(sid, terms, fields, on_unknown_class)
             pool = max(10 * k, HYBRID_POOL)
-            scores = blend(
-                keyword, ceiling, self._nearest(sid, embedder, fields, query, pool, keyword), weight
-            )
+            cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword)
+            scores = blend(keyword, ceiling, cosines, weight)
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:
@@ -1599,32 +1618,48 @@ class BaseStore(abc.ABC):
             scores[seq] = score
         return scores, ceiling * (BM25_K1 + 1.0) or 1.0, found
 
-    def _nearest(
+    def _best_cosines(
         self,
         sid: str,
         embedder: Embedder,
         fields: tuple[str, ...] | None,
         query: Any,
-        limit: int | None,
-        among: Iterable[int] = (),
+        limit: int,
+        among: Iterable[int],
     ) -> dict[int, float]:
-        """Return the cosine with the unit ``query`` of the best ``limit`` items (with ties) and of ``among``, by seq.
+        """Return the cosines of the best ``limit`` items (with ties) and of ``among``, by seq.
 
-        The default reads the stored vectors a page at a time and scores
-        them with numpy; a backend that can rank vectors itself (pgvector)
-        overrides it and must return the same.
+        The database computes them where it can (:meth:`_nearest`); else the
+        vectors are read a page at a time and scored with numpy. A read-only
+        handle also embeds, without storing, the items that have no vector
+        yet, so its ranking is the same as a writer's; it then scores every
+        item with numpy, so that the items embedded now and those stored
+        are compared by one computation (a tie is a tie in both).
         """
-        pages = itertools.chain(
-            self._cosine_pages(sid, embedder, fields),
-            self._unstored_cosine_pages(sid, embedder, fields),
-        )
-        return best_cosines(pages, query, limit, among)
+        filed = fields_text(fields)
+        wanted = list(among)
+        with self._errors("search", sid):
+            rows = self._nearest(sid, filed, query.astype(VECTOR_DTYPE).tobytes(), limit, wanted)
+            if rows is not None and self.read_only:
+                rows = rows if self._vector_count(sid, filed) >= self._count(sid) else None
+        if rows is None:
+            pages = itertools.chain(
+                self._stored_cosine_pages(sid, embedder, filed),
+                self._unembedded_cosine_pages(sid, embedder, fields),
+            )
+            return best_cosines(pages, query, limit, wanted)
+        scored: dict[int, float] = {}
+        for seq, cosine, length in rows:
+            if cosine is None:
+                raise self._damaged_vector(sid, seq, length, embedder)
+            scored[seq] = cosine
+        return scored
 
-    def _cosine_pages(
-        self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None
+    def _stored_cosine_pages(
+        self, sid: str, embedder: Embedder, filed: str
     ) -> Iterator[tuple[list[int], Any]]:
-        """Yield ``(seqs, unit vectors)`` of a session's stored vectors a page at a time."""
-        pages = self._vector_pages(sid, fields_text(fields), 4096)
+        """Yield ``(seqs, unit vectors)`` of the stored vectors of a session a page at a time."""
+        pages = self._vector_pages(sid, filed, 4096)
         while True:
             with self._errors("search", sid):
                 rows = next(pages, None)
@@ -1632,19 +1667,15 @@ class BaseStore(abc.ABC):
                 return
             yield self._decoded_vectors(sid, embedder, rows)
 
-    def _unstored_cosine_pages(
+    def _unembedded_cosine_pages(
         self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None
     ) -> Iterator[tuple[list[int], Any]]:
-        """Yield ``(seqs, unit vectors)`` of the items without a stored vector, embedded now, on a read-only handle.
-
-        A read-only handle cannot store vectors; it embeds those it lacks
-        for each query, so its ranking is the same as a writer's. A writable
-        handle embedded and stored them before the query: nothing is yielded.
-        """
+        """Yield ``(seqs, unit vectors)`` of the items without a vector, embedded now (read-only handles only)."""
         if not self.read_only:
             return
+        filed = fields_text(fields)
         source = f"session {sid!r} of {self._url}"
-        unembedded = self._unembedded_pages(sid, fields_text(fields), 1024)
+        unembedded = self._unembedded_pages(sid, filed, 1024)
         while True:
             with self._errors("search", sid):
                 rows = next(unembedded, None)
@@ -1676,17 +1707,23 @@ class BaseStore(abc.ABC):
                 seqs.append(seq)
                 blobs.append(bytes(vector))
             elif len(vector):
-                msg = (
-                    f"The vector of item {seq} of session {sid!r} of {self._url} holds "
-                    f"{len(vector)} bytes; expected {size} ({embedder.dimension} float32 of model "
-                    f"{embedder.name!r}). The store is damaged: drop the session's vectors with "
-                    f"drop_vectors({sid!r}) and index them again."
-                )
-                raise CorruptStoreError(msg)
+                raise self._damaged_vector(sid, seq, len(vector), embedder)
         matrix = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE).reshape(
             len(blobs), embedder.dimension
         )
         return seqs, matrix.astype(np.float32, copy=False)
+
+    def _damaged_vector(
+        self, sid: str, seq: int, length: int, embedder: Embedder
+    ) -> CorruptStoreError:
+        """Return the error for a stored vector of the wrong byte length."""
+        msg = (
+            f"The vector of item {seq} of session {sid!r} of {self._url} holds "
+            f"{length} bytes; expected {4 * embedder.dimension} ({embedder.dimension} float32 of "
+            f"model {embedder.name!r}). The store is damaged: drop the session's vectors with "
+            f"drop_vectors({sid!r}) and index them again."
+        )
+        return CorruptStoreError(msg)
 
     def _store_vectors(
         self, sid: str, embedder: Embedder, filed: str, chunk: Sequence[tuple[int, bytes, str]]

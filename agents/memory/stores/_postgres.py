@@ -57,21 +57,13 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import orjson
 
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import BM25_B, BM25_K1, MIN_IDF
-from agents.memory._vectors import (
-    VECTOR_DTYPE,
-    Embedder,
-    best_scores,
-    cosines,
-    fields_text,
-    numpy,
-)
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -364,22 +356,25 @@ ON CONFLICT (session_id, seq, fields) DO UPDATE
 """
 
 # The cosines of a session's vectors (unit length: the inner product), best first,
-# ties in session order: the first LIMIT rows, or (_COSINE_AT_LEAST) every row
-# from a cut down, or (_COSINES_OF) those of some seqs. pgvector's inner
-# product sums float32 products, as numpy's does, in another order: scores
-# agree to float32 rounding.
+# ties in session order, a row whose stored vector has the wrong size (damage)
+# before all: the first LIMIT rows, or (_COSINE_AT_LEAST) every row from a cut
+# down, or (_COSINES_OF) those of some seqs. pgvector's inner product sums
+# float32 products, as numpy's does, in another order: scores agree to float32
+# rounding.
 _COSINE: Final = "{schema}.inner_product(embedding, %(query)s::{schema}.vector)"
 _RANKED: Final = (
-    "SELECT seq, " + _COSINE + " AS cos FROM kvmemory_vectors"
-    " WHERE session_id = %(sid)s AND fields = %(fields)s AND embedding IS NOT NULL"
+    "SELECT seq, CASE WHEN length(vector) = %(size)s THEN " + _COSINE + " END AS cos,"
+    " length(vector) FROM kvmemory_vectors WHERE session_id = %(sid)s AND fields = %(fields)s"
+    " AND embedding IS NOT NULL AND length(vector) > 0"
 )
-_NEAREST: Final = _RANKED + " ORDER BY cos DESC, seq LIMIT %(limit)s"
-_COSINE_AT_LEAST: Final = _RANKED + " AND " + _COSINE + " >= %(cut)s"
+_NEAREST: Final = _RANKED + " ORDER BY cos DESC NULLS FIRST, seq LIMIT %(limit)s"
+_COSINE_AT_LEAST: Final = _RANKED + " AND " + _COSINE + " >= %(cut)s ORDER BY cos DESC, seq"
 _COSINES_OF: Final = _RANKED + " AND seq = ANY(%(among)s)"
 
+# Is there a stored vector without its pgvector copy? (Found through a partial index.)
 _UNRANKED: Final = (
-    "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
-    " AND embedding IS NULL AND length(vector) > 0 ORDER BY seq"
+    "SELECT 1 FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
+    " AND embedding IS NULL AND length(vector) > 0 LIMIT 1"
 )
 
 _LOCK_SESSION: Final = (
@@ -996,57 +991,40 @@ class PostgresStore(BaseStore):
         return int(cur.rowcount)
 
     def _nearest(
-        self,
-        sid: str,
-        embedder: Embedder,
-        fields: tuple[str, ...] | None,
-        query: Any,
-        limit: int | None,
-        among: Iterable[int] = (),
-    ) -> dict[int, float]:
-        """Rank by pgvector's inner product in the server where the database has it; else as the base does.
+        self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
+    ) -> list[tuple[int, float | None, int]] | None:
+        """Rank by pgvector's inner product in the server where the database has it (see the base).
 
-        The server returns the best ``limit`` rows with every row tied with
-        the last, and those of ``among``; rows stored without an embedding
-        (by a handle opened before the column existed) and, on a read-only
-        handle, items without a vector are scored here and merged in.
+        ``None`` (numpy over the vectors read) without pgvector, and while
+        some stored vector has no pgvector copy (written by a handle opened
+        before the column existed), so that every row is scored one way.
+        A damaged row, if any, comes first.
         """
         schema = self._vector_schema
-        if not self._pgvector or schema is None:
-            return super()._nearest(sid, embedder, fields, query, limit, among)
-        np = numpy()
-        wanted = set(among)
-        filed = fields_text(fields)
+        if not self._pgvector or schema is None or self._empty:
+            return None
+        if self._query(_UNRANKED, (session_id, fields)):
+            return None
         name = _quoted(schema)
         params: dict[str, Any] = {
-            "sid": sid,
-            "fields": filed,
-            "query": _vector_literal(query.astype(VECTOR_DTYPE).tobytes()),
-            "limit": None
-            if limit is None
-            else limit + 1,  # one more: are there ties past the limit?
+            "sid": session_id,
+            "fields": fields,
+            "query": _vector_literal(query),
+            "size": len(query),
+            "limit": limit + 1,  # one more: are there ties past the limit?
         }
-        with self._errors("search", sid):
-            ranked: list[tuple[int, float]] = self._query(_NEAREST.format(schema=name), params)
-            if (
-                limit is not None
-                and len(ranked) > limit
-                and ranked[limit][1] == ranked[limit - 1][1]
-            ):
-                params["cut"] = ranked[limit - 1][1]
-                ranked = self._query(_COSINE_AT_LEAST.format(schema=name), params)
-            params["among"] = list(wanted - {seq for seq, _ in ranked})
-            if params["among"]:
-                ranked += self._query(_COSINES_OF.format(schema=name), params)
-            unranked = self._binary_query(_UNRANKED, (sid, filed))
-        pages = [self._decoded_vectors(sid, embedder, unranked)]
-        keys, sims = cosines([*pages, *self._unstored_cosine_pages(sid, embedder, fields)], query)
-        return best_scores(
-            [int(seq) for seq, _ in ranked] + keys,
-            np.concatenate([np.array([cos for _, cos in ranked], dtype=VECTOR_DTYPE), sims]),
-            limit,
-            wanted,
+        ranked: list[tuple[int, float | None, int]] = self._query(
+            _NEAREST.format(schema=name), params
         )
+        if ranked and ranked[0][1] is None:
+            return ranked[:1]  # damage: reported by the base
+        if len(ranked) > limit and ranked[limit][1] == ranked[limit - 1][1]:
+            params["cut"] = ranked[limit - 1][1]
+            ranked = self._query(_COSINE_AT_LEAST.format(schema=name), params)
+        params["among"] = list(set(among) - {seq for seq, _, _ in ranked})
+        if params["among"]:
+            ranked += self._query(_COSINES_OF.format(schema=name), params)
+        return ranked
 
     def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
         tx.execute(

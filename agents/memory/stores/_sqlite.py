@@ -22,9 +22,12 @@ text, so step filters are answered by the ``(session_id, step)`` index;
 ``metadata`` the codec's bytes for the session's metadata; ``vector`` an
 item's unit vector as little-endian float32 (empty for an item without
 text), embedded over the fields ``fields`` names (``*``: all) by the model
-``kvmemory_embedders`` records for the session. Semantic search reads the
-vectors a page at a time and computes exact cosines with numpy (the
-sqlite-vec extension is not used). The file runs in
+``kvmemory_embedders`` records for the session. Semantic search computes
+exact cosines in SQL with the sqlite-vec extension's ``vec_distance_cosine``
+over these same BLOBs where the extension loads (the ``sqlite-vec`` extra,
+and a Python whose ``sqlite3`` can load extensions), and otherwise reads the
+vectors a page at a time and computes them with numpy; either way the file
+is the same, so every Python reads and writes it. The file runs in
 WAL mode; every write is one ``BEGIN IMMEDIATE`` transaction, so writers from
 several processes queue on the busy timeout instead of failing with
 "database is locked", and ``AUTOINCREMENT`` seqs follow commit order and are
@@ -50,9 +53,11 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import importlib
 import math
 import os
 import sqlite3
+import struct
 import threading
 import time
 import urllib.parse
@@ -70,6 +75,7 @@ from agents.memory.exceptions import (
     SchemaVersionError,
     StoreError,
     StoreNotFoundError,
+    missing_dependency,
 )
 from agents.memory.stores._base import (
     BaseStore,
@@ -296,14 +302,21 @@ class SQLiteStore(BaseStore):
         read_only: Open without write access: the file must exist, and it is
             never created, migrated or written.
         url: The URL to report in messages (defaults to ``sqlite:///<path>``).
+        sqlite_vec: Whether semantic and hybrid searches compute cosines in
+            SQL with the sqlite-vec extension: ``None`` (default) when it
+            loads, else with numpy; ``True`` requires it; ``False`` never
+            loads it. See :attr:`uses_sqlite_vec`.
 
     Raises:
         InvalidStoreURLError: if the path holds a NUL character.
+        MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
+            extra is not installed.
         StoreNotFoundError: if ``read_only`` and the file does not exist.
         CorruptStoreError: if the file is not a kvmemory store (it is left unchanged).
         SchemaVersionError: if a newer kvmemory wrote the file, or ``read_only``
             meets an older layout that needs a migration.
-        StoreError: if the file cannot be opened.
+        StoreError: if the file cannot be opened, or ``sqlite_vec=True`` and
+            this Python's ``sqlite3`` cannot load the extension.
     """
 
     schema_version = SCHEMA_VERSION
@@ -317,6 +330,7 @@ class SQLiteStore(BaseStore):
         timeout: float = 30.0,
         read_only: bool = False,
         url: str | None = None,
+        sqlite_vec: bool | None = None,
     ) -> None:
         self.path = check_store_path(path)
         super().__init__(url or f"sqlite:///{self.path}", read_only=read_only)
@@ -354,6 +368,7 @@ class SQLiteStore(BaseStore):
         try:
             with self._errors("open", None):
                 self._setup()
+            self._vec = _load_sqlite_vec(self._con, sqlite_vec, self.path)
         except BaseException:
             self._con.close()
             raise
@@ -727,6 +742,61 @@ class SQLiteStore(BaseStore):
         while rows:
             yield rows
             rows = self._query(sql, (session_id, rows[-1][0], fields, size))
+
+    @property
+    def uses_sqlite_vec(self) -> bool:
+        """Whether semantic and hybrid searches compute cosines in SQL with the sqlite-vec extension.
+
+        ``True`` when the extension loaded (the ``sqlite-vec`` extra, and a
+        Python whose ``sqlite3`` can load extensions): a query then reads
+        only the best rows' cosines into Python, not the vectors (except on
+        a read-only handle while some items have no vector yet). ``False``
+        when the vectors are read a page at a time and scored with numpy.
+        The hits and their order are the same either way, the scores equal
+        to float32 rounding.
+        """
+        return self._vec
+
+    def _nearest(
+        self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
+    ) -> list[tuple[int, float | None, int]] | None:
+        if not self._vec:
+            return None
+        if self._empty:
+            return []
+        params: dict[str, object] = {
+            "sid": session_id,
+            "fields": fields,
+            "query": query,
+            "size": len(query),
+            "limit": limit + 1,
+        }
+        con = self._con
+        with self._lock:
+            # One read transaction: the best rows, their ties and the hybrid's own come from one snapshot.
+            con.execute("BEGIN")
+            try:
+                rows = con.execute(_BEST, params).fetchall()
+                if (
+                    len(rows) > limit
+                    and rows[limit][1] is not None
+                    and rows[limit][1] == rows[limit - 1][1]
+                ):
+                    # More rows tie with the last of the best (rare): take them all.
+                    rows = con.execute(_AT_LEAST, {**params, "cut": rows[limit][1]}).fetchall()
+                else:
+                    rows = rows[:limit]
+                have = {row[0] for row in rows}
+                missing = [seq for seq in among if seq not in have]
+                if missing:
+                    params["seqs"] = _json_list(missing)
+                    rows += con.execute(_OF_SEQS, params).fetchall()
+            finally:
+                con.execute("COMMIT")
+        return [
+            (int(seq), None if cosine is None else float(cosine), int(length))
+            for seq, cosine, length in rows
+        ]
 
     def _claim_vector_model(
         self, tx: sqlite3.Connection, session_id: str, model: str, dimension: int
@@ -1118,6 +1188,72 @@ _BM25: Final = (
     "SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts WHERE kvmemory_fts MATCH ?"
     " ORDER BY score, rowid LIMIT ?"
 )
+
+# The cosines of a session's vectors, computed in SQL by sqlite-vec over the stored
+# BLOBs. A row of the wrong length gets no cosine and sorts first, so that the caller
+# names it. A vector with no direction (all zeros) gets a NaN distance, which SQLite
+# reads as NULL: its cosine is 0, as numpy computes it. (Ordering by the result
+# columns' names computes each cosine once.)
+_COSINES: Final = """
+SELECT seq,
+    CASE WHEN length(vector) = :size
+        THEN coalesce(1.0 - vec_distance_cosine(vector, :query), 0.0) END AS cosine,
+    length(vector) AS length
+FROM kvmemory_vectors
+WHERE session_id = :sid AND fields = :fields AND length(vector) > 0"""
+_BEST: Final = _COSINES + " ORDER BY length = :size, cosine DESC, seq LIMIT :limit"
+_AT_LEAST: Final = f"SELECT * FROM ({_COSINES}) WHERE cosine IS NULL OR cosine >= :cut"
+_OF_SEQS: Final = _COSINES + " AND seq IN (SELECT value FROM json_each(:seqs))"
+
+# Two vectors of kvmemory's layout (little-endian float32) whose cosine is 0.6: the
+# extension reads vectors in the machine's byte order, and is used only where it
+# reads ours as written.
+_PROBE: Final = "SELECT 1.0 - vec_distance_cosine(?, ?)"
+_PROBE_VECTORS: Final = (struct.pack("<2f", 1.0, 0.0), struct.pack("<2f", 0.6, 0.8))
+
+
+def _load_sqlite_vec(con: sqlite3.Connection, wanted: bool | None, path: str) -> bool:
+    """Load the sqlite-vec extension into ``con``; return whether searches use it.
+
+    ``wanted`` is ``None`` to use it when it loads and reads kvmemory's
+    vectors, ``True`` to raise when it cannot, ``False`` not to load it.
+    Extension loading is switched on only for the load itself, so SQL run
+    later on the connection cannot load other libraries.
+    """
+    if wanted is False:
+        return False
+    try:
+        sqlite_vec = importlib.import_module("sqlite_vec")
+    except ImportError as exc:
+        if wanted:
+            raise missing_dependency("sqlite_vec", "sqlite-vec") from exc
+        return False
+    enable = getattr(con, "enable_load_extension", None)
+    if enable is None:
+        problem = "this Python's sqlite3 module was built without extension loading"
+    else:
+        try:
+            enable(True)
+            try:
+                sqlite_vec.load(con)
+            finally:
+                enable(False)
+            cosine = con.execute(_PROBE, _PROBE_VECTORS).fetchone()[0]
+        except (sqlite3.Error, OSError) as exc:
+            problem = f"loading it failed ({exc})"
+        else:
+            if cosine is not None and abs(cosine - 0.6) < 1e-6:
+                return True
+            problem = f"it computed {cosine!r} for a cosine of 0.6 (another byte order?)"
+    if wanted:
+        msg = (
+            f"SQLite store {path!r} cannot use the sqlite-vec extension: {problem}. Use a "
+            "Python whose sqlite3 module can load extensions (a Linux distribution's python3 "
+            "usually can), or open the store without sqlite_vec=True to search with numpy."
+        )
+        raise StoreError(msg)
+    return False
+
 
 _SELECT_SESSION: Final = (
     "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
