@@ -730,6 +730,13 @@ class PostgresStore(BaseStore):
     def _count(self, session_id: str) -> int:
         if self._empty:
             return 0
+        if self._indexed:
+            # The session's row keeps its item count (the keyword index's statistics,
+            # kept by the same statements as the rows): no scan of the items.
+            rows = self._query(
+                "SELECT n_items FROM kvmemory_sessions WHERE session_id = %s", (session_id,)
+            )
+            return int(rows[0][0]) if rows else 0
         rows = self._query(
             "SELECT count(*) FROM kvmemory_items WHERE session_id = %s", (session_id,)
         )
