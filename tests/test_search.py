@@ -212,6 +212,32 @@ def test_top_k_with_a_filter_is_the_filtered_full_ranking(
             assert first.item["step"] < second.item["step"]
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # every item holds each word once: the shortest ones all tie at the bound
+        ["the button", "click click the button"],  # a shorter item, a higher count
+    ],
+)
+def test_queries_of_common_words_rank_as_scoring_every_item(extra: list[str]) -> None:
+    """A query of words most items hold ranks as scoring every item: shorter items first, ties in session order."""
+    texts = (
+        ["click the button"] * 30 + ["click the button now"] * 5 + ["click the big red button"] * 5
+    )
+    memory = Memory(MemoryItem(step=i, thought=text) for i, text in enumerate(texts + extra))
+    memory[3]["thought"] = "click the red button"
+    memory.search("red")  # the index files item 3 under another length, then back: last of its length
+    memory[3]["thought"] = "click the button"
+    memory[39]["thought"] = "notes"
+    everything = memory.search("click the button", k=len(memory))
+    assert len(everything) == len(memory) - 1
+    for k in (1, 2, 3, 5, 31, 36):
+        assert memory.search("click the button", k=k) == everything[:k]
+    if not extra:
+        steps = [hit.item["step"] for hit in memory.search("click the button", k=5)]
+        assert steps == [0, 1, 2, 3, 4]
+
+
 # -- the index follows the memory --------------------------------------------------------
 
 

@@ -138,6 +138,8 @@ class SearchIndex:
         self._pending: dict[int, None] = {}
         self._docs: dict[int, tuple[tuple[str, str, int], ...]] = {}
         self._lengths: dict[int, int] = {}
+        # length -> the keys of the items of that length (over every field).
+        self._by_length: dict[int, dict[int, None]] = {}
         self._postings: dict[str, dict[int, int]] = {}
         # field -> term -> {key: tf}: built by the first query with keys.
         self._by_field: dict[str, dict[str, dict[int, int]]] | None = None
@@ -187,6 +189,7 @@ class SearchIndex:
             self._pending = dict.fromkeys(self._items)
             self._docs = {}
             self._lengths = {}
+            self._by_length = {}
             self._postings = {}
             self._by_field = None
             self._total = 0
@@ -197,7 +200,12 @@ class SearchIndex:
     # -- keyword search ------------------------------------------------------------
 
     def keyword_scores(
-        self, terms: Sequence[str], keys: tuple[str, ...] | None, *, skip_common: bool = False
+        self,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        *,
+        skip_common: bool = False,
+        limit: int | None = None,
     ) -> tuple[dict[int, float], float]:
         """Return the BM25 score of the items that hold a query term (in ``keys``), by key.
 
@@ -210,6 +218,12 @@ class SearchIndex:
         the second value is the highest score such an item can have (``0.0``
         when none was left out); items that are scored get their full score.
         Stop words then cost nothing unless the rarer words match too few items.
+
+        With ``limit`` (and no ``keys``), the scores returned hold every item
+        that can be among the best ``limit`` (ties with the last included),
+        not every item that holds a term: items holding only common terms are
+        scored shortest first while they can still reach the ``limit``-th
+        best score (see :meth:`_add_common_only`).
         """
         self._follow()
         with self._lock:
@@ -227,38 +241,98 @@ class SearchIndex:
             # BM25 per (term, item): idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)).
             flat = BM25_K1 * (1.0 - BM25_B)
             slope = BM25_K1 * BM25_B / avgdl
-            scores: dict[int, float] = {}
-            common: list[tuple[dict[int, int], float]] = []
+            bounded = limit is not None and keys is None and not skip_common
+            prune = skip_common or bounded
+            # (postings, idf * (k1 + 1), common) of each query term any item holds, in query order.
+            weighted: list[tuple[dict[int, int], float, bool]] = []
             for term in terms:
                 matches = self._matches(term, keys)
-                if not matches:
-                    continue
-                df = len(matches)
-                idf = bm25_idf(n_items, df)
-                lift = idf * (BM25_K1 + 1.0)
-                if skip_common and idf == MIN_IDF:
-                    common.append((matches, lift))
-                    continue
-                if not scores:
-                    scores = {
-                        key: lift * tf / (tf + flat + slope * lengths[key])
-                        for key, tf in matches.items()
-                    }
+                if matches:
+                    idf = bm25_idf(n_items, len(matches))
+                    weighted.append((matches, idf * (BM25_K1 + 1.0), prune and idf == MIN_IDF))
+            common = [(matches, lift) for matches, lift, is_common in weighted if is_common]
+            # Pruning common terms, only the items holding a rarer term are scored here.
+            candidates: dict[int, int] = {}
+            if common:
+                for matches, _, is_common in weighted:
+                    if not is_common:
+                        candidates.update(matches)
+            # Each item's score is summed in query order, whatever path scores it,
+            # so that every path gives the same float.
+            scores: dict[int, float] = {}
+            for matches, lift, is_common in weighted:
+                get = scores.get
+                if is_common:
+                    scores.update(
+                        {
+                            key: get(key, 0.0) + lift * tf / (tf + flat + slope * lengths[key])
+                            for key in candidates
+                            if (tf := matches.get(key))
+                        }
+                    )
                 else:
-                    get = scores.get
                     scores.update(
                         {
                             key: get(key, 0.0) + lift * tf / (tf + flat + slope * lengths[key])
                             for key, tf in matches.items()
                         }
                     )
-            for matches, lift in common:
-                for key in scores:
-                    tf = matches.get(key)
-                    if tf:
-                        scores[key] += lift * tf / (tf + flat + slope * lengths[key])
+            if bounded and common:
+                assert limit is not None  # bounded implies it
+                self._add_common_only(scores, common, limit, flat, slope)
+                return scores, 0.0
             # tf / (tf + norm) < 1, so an item holding only common terms scores below this.
             return scores, sum(lift for _, lift in common)
+
+    def _add_common_only(
+        self,
+        scores: dict[int, float],
+        common: list[tuple[dict[int, int], float]],
+        limit: int,
+        flat: float,
+        slope: float,
+    ) -> None:
+        """Score the items holding only common terms that can still be among the best ``limit``.
+
+        An item of length ``dl`` scores at most the sum over the common terms
+        of ``lift * most / (most + flat + slope * dl)``, ``most`` being the
+        term's highest count in any item: the same float operations on
+        larger counts, so the bound holds in floats too, and it falls as
+        ``dl`` grows. Items are visited by length, shortest first, and by key
+        within a length; the visit stops once no item left can beat the
+        ``limit``-th best ``(score, key)`` (a higher score, or an equal score
+        and an earlier key). Each item's score is summed in query order, as
+        a full scoring sums it.
+        """
+        # The best `limit` so far as (score, -key): the root is the worst of them.
+        best = heapq.nlargest(limit, ((score, -key) for key, score in scores.items()))
+        heapq.heapify(best)
+        highest = [(matches, lift, max(matches.values())) for matches, lift in common]
+        for length in sorted(self._by_length):
+            bound = 0.0
+            for _, lift, most in highest:
+                bound += lift * most / (most + flat + slope * length)
+            if len(best) == limit and bound < best[0][0]:
+                return  # longer items have lower bounds still
+            for key in sorted(self._by_length[length]):
+                if len(best) == limit and (bound, -key) < best[0]:
+                    break  # no later key of this length can beat the worst kept
+                if key in scores:
+                    continue  # holds a rare term: scored in full already
+                score = 0.0
+                held = False
+                for matches, lift, _ in highest:
+                    tf = matches.get(key)
+                    if tf:
+                        score += lift * tf / (tf + flat + slope * length)
+                        held = True
+                if not held:
+                    continue
+                scores[key] = score
+                if len(best) < limit:
+                    heapq.heappush(best, (score, -key))
+                elif (score, -key) > best[0]:
+                    heapq.heapreplace(best, (score, -key))
 
     def keyword_ceiling(self, terms: Sequence[str], keys: tuple[str, ...] | None) -> float:
         """Return the BM25 score an item would get holding every query term very often: the scale of a query.
@@ -459,14 +533,15 @@ class SearchIndex:
                 else:
                     chosen = list(scores.items())
                 out = []
+                # The best `wanted` by (score, session order); ties past them wait for a later round.
                 for key, score in heapq.nsmallest(wanted, chosen, key=_best_first):
                     item = items.get(key)
                     if item is not None and (where is None or where(item)):
                         out.append((key, item, score))
                         if len(out) == k:
                             return out
-                if len(chosen) == len(scores):
-                    return out
+                if wanted >= len(scores):
+                    return out  # every item was asked
                 wanted *= 4
 
     # -- internals -----------------------------------------------------------------------
@@ -523,6 +598,11 @@ class SearchIndex:
             if self._by_field is not None:
                 self._file_fields(key, self._docs[key])
             self._lengths[key] = len(every)
+            bucket = self._by_length.get(len(every))
+            if bucket is None:
+                self._by_length[len(every)] = {key: None}
+            else:
+                bucket[key] = None
             self._total += len(every)
         self._pending = {}
 
@@ -530,7 +610,12 @@ class SearchIndex:
         doc = self._docs.pop(key, None)
         if doc is None:
             return
-        self._total -= self._lengths.pop(key)
+        length = self._lengths.pop(key)
+        self._total -= length
+        bucket = self._by_length[length]
+        del bucket[key]
+        if not bucket:
+            del self._by_length[length]
         postings = self._postings
         terms: set[str] = set()
         by_field = self._by_field

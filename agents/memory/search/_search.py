@@ -144,8 +144,10 @@ def search(
         scores, rest = index.keyword_scores(terms, wanted, skip_common=True)
         top = index.top(scores, k, predicate)
         if len(top) < k or (rest and top[-1][2] <= rest):
-            # Items holding only common words could still make the top k: score them all.
-            scores, _ = index.keyword_scores(terms, wanted)
+            # Items holding only common words could still make the top k: score those that
+            # can (all of them when a filter may drop some of the best).
+            limit = k if predicate is None else None
+            scores, _ = index.keyword_scores(terms, wanted, limit=limit)
             top = index.top(scores, k, predicate)
     elif mode == "semantic":
         model = _embedder_for(index, embedder)
