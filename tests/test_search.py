@@ -226,16 +226,35 @@ def test_queries_of_common_words_rank_as_scoring_every_item(extra: list[str]) ->
     )
     memory = Memory(MemoryItem(step=i, thought=text) for i, text in enumerate(texts + extra))
     memory[3]["thought"] = "click the red button"
-    memory.search("red")  # the index files item 3 under another length, then back: last of its length
+    memory.search(
+        "red"
+    )  # the index files item 3 under another length, then back: last of its length
     memory[3]["thought"] = "click the button"
     memory[39]["thought"] = "notes"
-    everything = memory.search("click the button", k=len(memory))
-    assert len(everything) == len(memory) - 1
-    for k in (1, 2, 3, 5, 31, 36):
-        assert memory.search("click the button", k=k) == everything[:k]
+    for keys in (None, ["thought"], ["thought", "step"]):
+        everything = memory.search("click the button", k=len(memory), keys=keys)
+        assert len(everything) == len(memory) - 1
+        for k in (1, 2, 3, 5, 31, 36):
+            assert memory.search("click the button", k=k, keys=keys) == everything[:k]
     if not extra:
         steps = [hit.item["step"] for hit in memory.search("click the button", k=5)]
         assert steps == [0, 1, 2, 3, 4]
+
+
+def test_lengths_over_many_key_sets_follow_changes() -> None:
+    """Queries over more sets of fields than the index keeps lengths for still rank as a fresh memory."""
+    memory = Memory(
+        MemoryItem(step=i, a="click the button", b="the dialog", **{f"f{i % 10}": "the end"})
+        for i in range(40)
+    )
+    key_sets = [["a"], ["b"], *[["a", f"f{n}"] for n in range(10)]]
+    for round_ in range(2):
+        for keys in key_sets:
+            assert hits_of(memory, "the button", {"keys": keys}) == hits_of(
+                Memory(item.copy() for item in memory), "the button", {"keys": keys}
+            )
+        memory[round_]["a"] = "the button the button"
+        memory.delete_memory_item(10 + round_)
 
 
 # -- the index follows the memory --------------------------------------------------------

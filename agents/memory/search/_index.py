@@ -104,18 +104,34 @@ def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
     return -pair[1], pair[0]
 
 
-class _LengthsIn(dict[int, int]):
-    """The length of each item over some fields, worked out when first asked for."""
+class _Lengths:
+    """Each item's length (its number of terms) over some fields, and the items of each length."""
 
-    def __init__(self, docs: dict[int, tuple[tuple[str, str, int], ...]], keys: tuple[str, ...]):
-        super().__init__()
-        self._docs = docs
-        self._keys = keys
+    def __init__(self) -> None:
+        self.of: dict[int, int] = {}
+        self.by_length: dict[int, dict[int, None]] = {}
 
-    def __missing__(self, key: int) -> int:
-        keys = self._keys
-        size = self[key] = sum(length for field, _, length in self._docs[key] if field in keys)
-        return size
+    def put(self, key: int, length: int) -> None:
+        self.of[key] = length
+        bucket = self.by_length.get(length)
+        if bucket is None:
+            self.by_length[length] = {key: None}
+        else:
+            bucket[key] = None
+
+    def drop(self, key: int) -> int:
+        """Forget the item's length and return it (0 for an item not filed)."""
+        length = self.of.pop(key, None)
+        if length is None:
+            return 0
+        bucket = self.by_length[length]
+        del bucket[key]
+        if not bucket:
+            del self.by_length[length]
+        return length
+
+
+_KEYED_LENGTHS = 8  # sets of searched fields whose lengths are kept (the most recently used)
 
 
 class SearchIndex:
@@ -137,9 +153,10 @@ class SearchIndex:
         self._items: dict[int, MemoryItem] = {}
         self._pending: dict[int, None] = {}
         self._docs: dict[int, tuple[tuple[str, str, int], ...]] = {}
-        self._lengths: dict[int, int] = {}
-        # length -> the keys of the items of that length (over every field).
-        self._by_length: dict[int, dict[int, None]] = {}
+        self._lengths = _Lengths()  # over every field
+        # The same over the fields of a query's keys: made by the first query with
+        # those keys, kept up to date from then on (the most recent few sets).
+        self._keyed_lengths: dict[tuple[str, ...], _Lengths] = {}
         self._postings: dict[str, dict[int, int]] = {}
         # field -> term -> {key: tf}: built by the first query with keys.
         self._by_field: dict[str, dict[str, dict[int, int]]] | None = None
@@ -188,8 +205,8 @@ class SearchIndex:
             self._items = dict(added)
             self._pending = dict.fromkeys(self._items)
             self._docs = {}
-            self._lengths = {}
-            self._by_length = {}
+            self._lengths = _Lengths()
+            self._keyed_lengths = {}
             self._postings = {}
             self._by_field = None
             self._total = 0
@@ -233,15 +250,16 @@ class SearchIndex:
                 return {}, 0.0
             if keys is None:
                 total = self._total
-                lengths: dict[int, int] = self._lengths
+                sizes = self._lengths
             else:
                 total = sum(self._field_total[field] for field in keys)
-                lengths = _LengthsIn(self._docs, keys)
+                sizes = self._lengths_in(keys)
+            lengths = sizes.of
             avgdl = total / n_items if total else 1.0
             # BM25 per (term, item): idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)).
             flat = BM25_K1 * (1.0 - BM25_B)
             slope = BM25_K1 * BM25_B / avgdl
-            bounded = limit is not None and keys is None and not skip_common
+            bounded = limit is not None and not skip_common
             prune = skip_common or bounded
             # (postings, idf * (k1 + 1), common) of each query term any item holds, in query order.
             weighted: list[tuple[dict[int, int], float, bool]] = []
@@ -279,7 +297,7 @@ class SearchIndex:
                     )
             if bounded and common:
                 assert limit is not None  # bounded implies it
-                self._add_common_only(scores, common, limit, flat, slope)
+                self._add_common_only(scores, common, limit, flat, slope, sizes.by_length)
                 return scores, 0.0
             # tf / (tf + norm) < 1, so an item holding only common terms scores below this.
             return scores, sum(lift for _, lift in common)
@@ -291,6 +309,7 @@ class SearchIndex:
         limit: int,
         flat: float,
         slope: float,
+        by_length: dict[int, dict[int, None]],
     ) -> None:
         """Score the items holding only common terms that can still be among the best ``limit``.
 
@@ -308,13 +327,13 @@ class SearchIndex:
         best = heapq.nlargest(limit, ((score, -key) for key, score in scores.items()))
         heapq.heapify(best)
         highest = [(matches, lift, max(matches.values())) for matches, lift in common]
-        for length in sorted(self._by_length):
+        for length in sorted(by_length):
             bound = 0.0
             for _, lift, most in highest:
                 bound += lift * most / (most + flat + slope * length)
             if len(best) == limit and bound < best[0][0]:
                 return  # longer items have lower bounds still
-            for key in sorted(self._by_length[length]):
+            for key in sorted(by_length[length]):
                 if len(best) == limit and (bound, -key) < best[0]:
                     break  # no later key of this length can beat the worst kept
                 if key in scores:
@@ -597,12 +616,9 @@ class SearchIndex:
             self._docs[key] = tuple(doc)
             if self._by_field is not None:
                 self._file_fields(key, self._docs[key])
-            self._lengths[key] = len(every)
-            bucket = self._by_length.get(len(every))
-            if bucket is None:
-                self._by_length[len(every)] = {key: None}
-            else:
-                bucket[key] = None
+            self._lengths.put(key, len(every))
+            for keys, sizes in self._keyed_lengths.items():
+                sizes.put(key, sum(size for field, _, size in doc if field in keys))
             self._total += len(every)
         self._pending = {}
 
@@ -610,12 +626,9 @@ class SearchIndex:
         doc = self._docs.pop(key, None)
         if doc is None:
             return
-        length = self._lengths.pop(key)
-        self._total -= length
-        bucket = self._by_length[length]
-        del bucket[key]
-        if not bucket:
-            del self._by_length[length]
+        self._total -= self._lengths.drop(key)
+        for sizes in self._keyed_lengths.values():
+            sizes.drop(key)
         postings = self._postings
         terms: set[str] = set()
         by_field = self._by_field
@@ -645,6 +658,18 @@ class SearchIndex:
         for keys_of, vectors in self._vectors.items():
             vectors.drop(key)
             self._unembedded[keys_of].pop(key, None)
+
+    def _lengths_in(self, keys: tuple[str, ...]) -> _Lengths:
+        """Return the items' lengths over the fields ``keys``, made on first use and kept from then on."""
+        sizes = self._keyed_lengths.pop(keys, None)
+        if sizes is None:
+            sizes = _Lengths()
+            for key, doc in self._docs.items():
+                sizes.put(key, sum(size for field, _, size in doc if field in keys))
+            if len(self._keyed_lengths) >= _KEYED_LENGTHS:
+                del self._keyed_lengths[next(iter(self._keyed_lengths))]  # the least recently used
+        self._keyed_lengths[keys] = sizes  # last: the most recently used
+        return sizes
 
     def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
         """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); do not change it."""
