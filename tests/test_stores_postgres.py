@@ -528,3 +528,31 @@ def test_damaged_pgvector_copy_is_named_and_changes_nothing(pgvector_url: str) -
         after = store.read_vectors("s", PG_EMBEDDER)
         assert after.keys() == before.keys()
         assert all((after[seq] == before[seq]).all() for seq in before)
+
+
+@pytest.mark.postgres
+def test_login_that_may_not_create_pgvector_ranks_with_numpy(pgvector_url: str) -> None:
+    """A login that may not create the extension opens the store without it and ranks the same with numpy."""
+    role = "kvmemory_plain_" + re.sub(r"\W", "", pgvector_url.rsplit("%3D", 1)[-1])
+    schema = pgvector_url.rsplit("%3D", 1)[-1]
+    with psycopg.connect(pgvector_url, autocommit=True) as con:
+        con.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        con.execute(f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}")
+    try:
+        url = pgvector_url.replace("://kvmemory@", f"://{role}@", 1)
+        with PostgresStore(url) as store:
+            assert not store.uses_pgvector
+            store.append("s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)])
+            store.index_embeddings("s", PG_EMBEDDER)
+            got = semantic_hits(store)
+        with psycopg.connect(pgvector_url, autocommit=True) as con:
+            assert con.execute(
+                "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone() == (0,)
+        with PostgresStore(pgvector_url) as owner:  # a superuser: creates it and fills the copies
+            assert owner.uses_pgvector
+            assert_same_hits(semantic_hits(owner), got)
+    finally:
+        with psycopg.connect(pgvector_url, autocommit=True) as con:
+            con.execute(f"DROP OWNED BY {role} CASCADE")
+            con.execute(f"DROP ROLE {role}")
