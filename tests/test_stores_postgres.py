@@ -14,6 +14,7 @@ import pytest
 from agents.memory import MemoryItem
 from agents.memory.exceptions import (
     CorruptStoreError,
+    InvalidStoreURLError,
     SchemaVersionError,
     StoreError,
     StoreUnreachableError,
@@ -556,3 +557,22 @@ def test_login_that_may_not_create_pgvector_ranks_with_numpy(pgvector_url: str) 
         with psycopg.connect(pgvector_url, autocommit=True) as con:
             con.execute(f"DROP OWNED BY {role} CASCADE")
             con.execute(f"DROP ROLE {role}")
+
+
+@pytest.mark.postgres
+def test_pgvector_url_option(pgvector_url: str) -> None:
+    """?pgvector=off in a store URL ranks with numpy and never creates the extension; a bad value is named."""
+    with open_store(pgvector_url + "&pgvector=off") as store:
+        assert not store.uses_pgvector  # type: ignore[attr-defined]  # a PostgresStore
+        store.append("s", [MemoryItem(step=1, note="export the report")])
+        store.index_embeddings("s", PG_EMBEDDER)
+        assert [h.seq for h in store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER)]
+    with psycopg.connect(pgvector_url, autocommit=True) as con:
+        assert con.execute(
+            "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
+        ).fetchone() == (0,)
+    with open_store(pgvector_url + "&pgvector=auto") as store:
+        assert store.uses_pgvector  # type: ignore[attr-defined]  # a PostgresStore
+    for bad in ("&pgvector=on", "&pgvector=off&pgvector=auto"):
+        with pytest.raises(InvalidStoreURLError, match="pgvector"):
+            open_store(pgvector_url + bad)

@@ -15,7 +15,8 @@ URLs:
 * ``jsonl:///path/to/dir``: one append-only JSONL log per session
   (option ``?fsync=always|never``).
 * ``postgresql://user:password@host:port/dbname``: PostgreSQL, for many
-  processes on many machines (needs ``pip install 'kvmemory[postgres]'``).
+  processes on many machines (needs ``pip install 'kvmemory[postgres]'``;
+  option ``?pgvector=auto|off``, the rest of the URL goes to libpq).
 * ``memory://`` (private) or ``memory://NAME`` (shared in this process).
 
 After ``sqlite://`` and ``jsonl://`` comes the path as written, so
@@ -160,7 +161,8 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
     if scheme in ("postgresql", "postgres"):
         from agents.memory.stores._postgres import PostgresStore
 
-        return PostgresStore(text, read_only=read_only)
+        conninfo, pgvector = _pgvector_option(text)
+        return PostgresStore(conninfo, read_only=read_only, pgvector=pgvector)
     raw_path, _, query = rest.partition("?")
     options = _options(text, query)
     path = urllib.parse.unquote(raw_path)
@@ -211,6 +213,21 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
 
 
 _SQLITE_VEC: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+
+
+def _pgvector_option(text: str) -> tuple[str, bool]:
+    """Split kvmemory's own ``pgvector=auto|off`` from a PostgreSQL URL; the rest goes to libpq as it is."""
+    base, mark, query = text.partition("?")
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True) if mark else []
+    chosen = [value for name, value in pairs if name == "pgvector"]
+    if not chosen:
+        return text, True
+    if len(chosen) > 1 or chosen[0] not in ("auto", "off"):
+        msg = f"Option pgvector in {_redact(text)!r} must be given once, as 'auto' or 'off'."
+        raise exceptions.InvalidStoreURLError(msg)
+    rest = [(name, value) for name, value in pairs if name != "pgvector"]
+    conninfo = base + ("?" + urllib.parse.urlencode(rest) if rest else "")
+    return conninfo, chosen[0] == "auto"
 
 
 def open_memory(
