@@ -576,3 +576,23 @@ def test_pgvector_url_option(pgvector_url: str) -> None:
     for bad in ("&pgvector=on", "&pgvector=off&pgvector=auto"):
         with pytest.raises(InvalidStoreURLError, match="pgvector"):
             open_store(pgvector_url + bad)
+
+
+@pytest.mark.postgres
+def test_damaged_vector_met_when_pgvector_arrives_is_named_on_search(pgvector_url: str) -> None:
+    """Filling the pgvector copies skips a damaged vector (no copy); the session's search then names it."""
+    with PostgresStore(pgvector_url, pgvector=False) as before:
+        seqs = before.append(
+            "s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)]
+        )
+        before.index_embeddings("s", PG_EMBEDDER)
+    with psycopg.connect(pgvector_url, autocommit=True) as con:
+        con.execute(
+            "UPDATE kvmemory_vectors SET vector = '\\x000000'::bytea WHERE seq = %s", (seqs[2],)
+        )
+    with PostgresStore(pgvector_url) as store:
+        assert store.uses_pgvector
+        assert unranked_rows(pgvector_url) == 1
+        message = f"item {seqs[2]} of session 's' of .* holds 3 bytes"
+        with pytest.raises(CorruptStoreError, match=message):
+            store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER)

@@ -552,44 +552,43 @@ class PostgresStore(BaseStore):
         if create and not self.read_only:
             with con.transaction():
                 con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                schema = self._pgvector_schema(con)
-                if (
-                    schema is None
-                    and con.execute(
-                        "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
-                    ).fetchone()
-                ):
-                    try:
-                        with con.transaction():  # a savepoint: a refusal leaves the rest as it was
-                            con.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                    except self.driver_errors[0]:
-                        return None  # not allowed to: semantic search ranks in Python
-                    schema = self._pgvector_schema(con)
-                if schema is not None and not con.execute(has_column).fetchone():
-                    con.execute(
-                        "ALTER TABLE kvmemory_vectors ADD COLUMN embedding"
-                        f" {_quoted(schema)}.vector"
-                    )
-                    # A row holds each vector twice (2 kB at 256 dimensions), over the size
-                    # at which PostgreSQL moves a value out of the row. Keep the embedding
-                    # in the row and move the bytea copy out, so the ranking scan reads
-                    # one page per few rows instead of a TOAST lookup per row (34 ms
-                    # instead of 170 ms over 100,000 rows).
-                    con.execute(
-                        "ALTER TABLE kvmemory_vectors ALTER COLUMN embedding SET STORAGE MAIN"
-                    )
-                    con.execute(
-                        "ALTER TABLE kvmemory_vectors ALTER COLUMN vector SET STORAGE EXTERNAL"
-                    )
-                    # Rows written without the column (by a handle opened before it
-                    # existed) are found by this index and scored in Python.
-                    con.execute(
-                        "CREATE INDEX IF NOT EXISTS kvmemory_vectors_unranked ON kvmemory_vectors"
-                        " (session_id, fields, seq) WHERE embedding IS NULL AND length(vector) > 0"
-                    )
-                    self._fill_embeddings(con, schema)
-                return schema
+                try:
+                    with con.transaction():  # a savepoint: a refusal leaves everything as it was
+                        return self._add_embedding_column(con, has_column)
+                except self.driver_errors[0]:
+                    # Not allowed to (create the extension, use its type): rank in Python.
+                    return None
         return None
+
+    def _add_embedding_column(self, con: Any, has_column: str) -> str | None:
+        """Create pgvector where offered and add the ``embedding`` column, filled; return pgvector's schema."""
+        schema = self._pgvector_schema(con)
+        if schema is None:
+            if not con.execute(
+                "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+            ).fetchone():
+                return None
+            con.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            schema = self._pgvector_schema(con)
+        if schema is not None and not con.execute(has_column).fetchone():
+            con.execute(
+                f"ALTER TABLE kvmemory_vectors ADD COLUMN embedding {_quoted(schema)}.vector"
+            )
+            # A row holds each vector twice (2 kB at 256 dimensions), over the size
+            # at which PostgreSQL moves a value out of the row. Keep the embedding
+            # in the row and move the bytea copy out, so the ranking scan reads
+            # one page per few rows instead of a TOAST lookup per row (34 ms
+            # instead of 170 ms over 100,000 rows).
+            con.execute("ALTER TABLE kvmemory_vectors ALTER COLUMN embedding SET STORAGE MAIN")
+            con.execute("ALTER TABLE kvmemory_vectors ALTER COLUMN vector SET STORAGE EXTERNAL")
+            # Rows written without the column (by a handle opened before it
+            # existed) are found by this index and scored in Python.
+            con.execute(
+                "CREATE INDEX IF NOT EXISTS kvmemory_vectors_unranked ON kvmemory_vectors"
+                " (session_id, fields, seq) WHERE embedding IS NULL AND length(vector) > 0"
+            )
+            self._fill_embeddings(con, schema)
+        return schema
 
     @staticmethod
     def _pgvector_schema(con: Any) -> str | None:
@@ -601,25 +600,37 @@ class PostgresStore(BaseStore):
 
     @staticmethod
     def _fill_embeddings(con: Any, schema: str) -> None:
-        """Fill the ``embedding`` of every row that lacks it from its stored ``vector``."""
+        """Fill the ``embedding`` of every row that lacks it from its stored ``vector``.
+
+        Rows are read in key order, once each: a damaged vector (a byte length
+        that is no whole number of float32) keeps no copy, so its session is
+        ranked with numpy, which names the damage.
+        """
         update = (
             f"UPDATE kvmemory_vectors AS v SET embedding = u.embedding::{_quoted(schema)}.vector"
             " FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[])"
             " AS u(session_id, seq, fields, embedding)"
             " WHERE v.session_id = u.session_id AND v.seq = u.seq AND v.fields = u.fields"
         )
+        after: tuple[str, int, str] = ("", -1, "")
         while True:
             rows = con.execute(
                 "SELECT session_id, seq, fields, vector FROM kvmemory_vectors"
-                " WHERE embedding IS NULL AND length(vector) > 0 LIMIT %s",
-                (_PGVECTOR_ROWS,),
+                " WHERE (session_id, seq, fields) > (%s, %s, %s) AND embedding IS NULL"
+                " AND length(vector) > 0 ORDER BY session_id, seq, fields LIMIT %s",
+                (*after, _PGVECTOR_ROWS),
                 binary=True,
             ).fetchall()
             if not rows:
                 return
-            columns = list(zip(*rows, strict=True))
-            literals = [_vector_literal(bytes(blob)) for blob in columns[3]]
-            con.execute(update, (list(columns[0]), list(columns[1]), list(columns[2]), literals))
+            after = tuple(rows[-1][:3])
+            rows = [row for row in rows if len(row[3]) % 4 == 0]
+            if rows:
+                columns = list(zip(*rows, strict=True))
+                literals = [_vector_literal(bytes(blob)) for blob in columns[3]]
+                con.execute(
+                    update, (list(columns[0]), list(columns[1]), list(columns[2]), literals)
+                )
 
     @property
     def uses_pgvector(self) -> bool:
