@@ -236,11 +236,11 @@ class SearchIndex:
         when none was left out); items that are scored get their full score.
         Stop words then cost nothing unless the rarer words match too few items.
 
-        With ``limit`` (and no ``keys``), the scores returned hold every item
-        that can be among the best ``limit`` (ties with the last included),
-        not every item that holds a term: items holding only common terms are
-        scored shortest first while they can still reach the ``limit``-th
-        best score (see :meth:`_add_common_only`).
+        With ``limit``, the scores returned hold every item that can be among
+        the best ``limit`` (ties with the last included), not every item that
+        holds a term: items holding only common terms are scored shortest
+        first (by their length over ``keys``) while they can still reach the
+        ``limit``-th best score (see :meth:`_add_common_only`).
         """
         self._follow()
         with self._lock:
