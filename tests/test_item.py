@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -688,3 +689,59 @@ def test_item_from_json_errors_are_library_errors() -> None:
         AgentMemoryError, match=r"item JSON, at \$\.fields\.when: the 'timedelta' tag"
     ):
         MemoryItem.from_json(data)
+
+
+def test_field_changes_racing_unwatch_never_fail() -> None:
+    """Regression: a field set or deleted while another thread unwatches its only owner never raises.
+
+    The item used to read its owners twice (once to decide whether to tell
+    anyone, once to tell them); an ``unwatch`` in between made the second read
+    find nobody and fail an assertion (about one round in two below, before the fix).
+    """
+    heard: list[object] = []
+
+    def watcher(item: MemoryItem, key: str, old: object, new: object) -> None:
+        heard.append(new)
+
+    def round_of_races() -> list[BaseException]:
+        item = MemoryItem(n=0)
+        owner = object()
+        errors: list[BaseException] = []
+        started, done = threading.Event(), threading.Event()
+
+        def flip() -> None:
+            started.set()
+            while not done.is_set():
+                item.watch(owner, lambda: watcher)
+                item.unwatch(owner)
+
+        def write() -> None:
+            started.wait()
+            try:
+                for n in range(20_000):
+                    item.set_value("n", n)
+                    item["m"] = n
+                    del item["m"]
+            except BaseException as exc:  # the test reports whatever the thread raised
+                errors.append(exc)
+            finally:
+                done.set()
+
+        threads = [threading.Thread(target=flip), threading.Thread(target=write)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if not errors:
+            assert item.to_dict() == {"n": 19_999}
+        return errors
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(10):
+            errors = round_of_races()
+            assert errors == []
+    finally:
+        sys.setswitchinterval(old_interval)
+    assert heard  # the watcher was told of some changes while it watched

@@ -447,7 +447,9 @@ class MemoryItem:
         if owners is not None:
             old = fields.get(key, NOTHING)
             fields[key] = value
-            self._notify(key, old, value)
+            # The owners read once above are those told: another thread may
+            # unwatch in between, and reading them again could find none.
+            self._notify(owners, key, old, value)
         else:
             fields[key] = value
 
@@ -571,12 +573,13 @@ class MemoryItem:
             msg = f"{type(self).__name__} has no field {key!r}; its fields are {list(fields)}."
             raise FieldNotFoundError(msg)
         _set_plain(self, None)
-        if self._owners is None:
+        owners = self._owners  # one read: see _store
+        if owners is None:
             return fields.pop(key)
         before = dict(fields)
         value = fields.pop(key)
         try:
-            self._notify(key, value, NOTHING)
+            self._notify(owners, key, value, NOTHING)
         except BaseException:
             # Put the field back where it was, not at the end.
             fields.clear()
@@ -749,10 +752,13 @@ class MemoryItem:
         if not owners:
             _set_owners(self, None)
 
-    def _notify(self, key: str, old: Any, new: Any) -> None:
+    def _notify(
+        self, owners: WatcherRef | dict[int, WatcherRef], key: str, old: Any, new: Any
+    ) -> None:
+        """Tell the watchers of ``owners`` (the caller's one read of them) of a change."""
         told: list[FieldWatcher] = []
-        owners = self._owners
-        assert owners is not None  # the caller checked that someone watches
+        # A dict of owners can change under another thread's (un)watch: copy
+        # its refs in one C call.
         refs = list(owners.values()) if isinstance(owners, dict) else [owners]
         for ref in refs:
             watcher = ref()

@@ -187,6 +187,18 @@ class Memory:
         """The bound on the number of items, or ``None`` for no bound."""
         return self._max_items
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock every method holds; hold it to make several calls one consistent step.
+
+        It is reentrant, so the memory's own calls work while you hold it::
+
+            with memory.lock:
+                if memory.get_latest_item() is last_seen:
+                    memory.add_memory_item(item)
+        """
+        return self._lock
+
     def add_callback(self, callback: ChangeCallback) -> None:
         """Run ``callback(memory, change)`` after each add, delete and clear."""
         with self._lock:
@@ -485,6 +497,51 @@ class Memory:
     def __repr__(self) -> str:
         label = f" {self.session_id!r}" if self.session_id else ""
         return f"<Memory{label}: {len(self._items)} items, step_key={self._step_key!r}>"
+
+    # -- copying and pickling -------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Return what ``pickle`` and ``copy`` keep: the items and the settings, not the lock.
+
+        The copy gets a lock of its own, builds its step index on its first
+        lookup and has no observers (the search index is built again on the
+        copy's first search; embeddings are computed again). Change callbacks
+        travel with it (``pickle`` needs them to be picklable).
+
+        Raises:
+            ArgumentTypeError: if the memory writes to a store: a copy would
+                write to the same session. Copy ``memory.content`` into a
+                ``Memory`` instead.
+        """
+        with self._lock:
+            if self._writer is not None:
+                msg = (
+                    f"{self!r} writes through to a store and cannot be pickled or copied (a copy "
+                    "would write to the same session); copy its items instead: "
+                    "Memory(copy.deepcopy(memory.content))."
+                )
+                raise ArgumentTypeError(msg)
+            state = {k: v for k, v in self.__dict__.items() if k not in _RUNTIME_STATE}
+            state["_items"] = list(self._items.values())
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Take the state :meth:`__getstate__` gave, with a new lock and no observers."""
+        state = dict(state)
+        items: list[MemoryItem] = list(state.pop("_items"))
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+        self._watcher = weakref.WeakMethod(self._on_item_change)
+        self._writer = None
+        self._observers = []
+        self._items = dict(enumerate(items))
+        self._next_seq = self._settled = len(items)
+        self._first_seq = 0
+        self._by_step = None
+        self._stepless = {}
+        self._unhashable_steps = {}
+        self._list = list(items)
+        self._list_shared = False
 
     # -- extended reads ------------------------------------------------------
 
@@ -1152,6 +1209,27 @@ class Memory:
                 self.metadata = header["metadata"]
             if "created_at" in header:
                 self.created_at = header["created_at"]
+
+
+# What a memory holds only while it runs (its lock, index, observers and
+# writer, the keys of its items): never pickled or copied, made anew by __setstate__.
+_RUNTIME_STATE = frozenset(
+    {
+        "_lock",
+        "_watcher",
+        "_writer",
+        "_observers",
+        "_items",
+        "_next_seq",
+        "_first_seq",
+        "_settled",
+        "_by_step",
+        "_stepless",
+        "_unhashable_steps",
+        "_list",
+        "_list_shared",
+    }
+)
 
 
 def _checked_items(items: Iterable[MemoryItem], outcome: str) -> list[MemoryItem]:
