@@ -9,6 +9,7 @@ accepted.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy as _copy
 import importlib
@@ -19,6 +20,7 @@ import reprlib
 import sys
 import types
 import typing
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeAlias, TypeVar
 
@@ -46,6 +48,7 @@ __all__ = [
     "FieldWatcher",
     "MemoryItem",
     "OnUnknownClass",
+    "OwnedRef",
     "decode_item",
     "decode_items",
     "dumps_item",
@@ -222,9 +225,6 @@ _REPR.maxother = 80
 _REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 8
 
 
-_STR: Final = frozenset({str})
-
-
 def _key_error(key: object) -> InvalidKeyError:
     msg = f"Field keys must be strings, got {key!r} ({type(key).__name__}); convert the key with str() first."
     return InvalidKeyError(msg)
@@ -242,6 +242,14 @@ def _check_keys(fields: Mapping[Any, Any]) -> None:
         raise  # pragma: no cover - join failed for a reason other than a key
 
 
+def _exact_str_keys(fields: Iterable[Any]) -> bool:
+    """Return whether every key is an exact ``str`` (a loop: type() is a specialised call in it)."""
+    for key in fields:  # noqa: SIM110 - all() of a generator is twice as slow on a dozen keys
+        if type(key) is not str:
+            return False
+    return True
+
+
 class FieldWatcher(Protocol):
     """Told of each field change of a watched item: ``watcher(item, key, old, new)``."""
 
@@ -250,6 +258,27 @@ class FieldWatcher(Protocol):
 
 WatcherRef: TypeAlias = "Callable[[], FieldWatcher | None]"
 """How an item reaches a watcher: a call that returns it, or ``None`` once it is gone."""
+
+
+class OwnedRef(weakref.WeakMethod):  # type: ignore[type-arg]  # WeakMethod is generic only in the stubs
+    """A weak reference to an owner's watcher method that also names the owner (by ``id``).
+
+    An item watched by one owner through such a ref stores the ref alone,
+    not the owner's id beside it: building a memory's step index then writes
+    one slot per item, not two.
+    """
+
+    __slots__ = ("owner_key",)
+    owner_key: int
+
+    def __new__(cls, method: Callable[..., Any], owner: object) -> Self:
+        self = super().__new__(cls, method)
+        self.owner_key = id(owner)
+        return self
+
+    def __init__(self, method: Callable[..., Any], owner: object) -> None:
+        # weakref.ref.__init__ takes (object, callback); the owner is no callback.
+        super().__init__(method)  # type: ignore[call-arg]  # the stubs give WeakMethod no __init__
 
 
 class MemoryItem:
@@ -463,7 +492,7 @@ class MemoryItem:
             InvalidKeyError: if a key is not a string.
             FieldValidationError: if a declared field gets an invalid value.
         """
-        exact_str_keys = set(map(type, values)) <= _STR
+        exact_str_keys = _exact_str_keys(values)
         if not exact_str_keys:
             _check_keys(values)  # names a key that is not a str; str subclasses pass
         declared = self._declared
@@ -729,14 +758,30 @@ class MemoryItem:
         key = id(owner)
         owners = self._owners
         if owners is None:
-            _set_owner_key(self, key)
-            _set_owners(self, callback_ref)
+            self._watch_alone(key, callback_ref)
         elif isinstance(owners, dict):
             owners[key] = callback_ref
-        elif self._owner_key == key:
-            _set_owners(self, callback_ref)
         else:
-            _set_owners(self, {self._owner_key: owners, key: callback_ref})
+            alone = self._key_of(owners)
+            if alone == key:
+                self._watch_alone(key, callback_ref)
+            else:
+                _set_owners(self, {alone: owners, key: callback_ref})
+
+    def _watch_alone(self, key: int, callback_ref: WatcherRef) -> None:
+        """Make ``callback_ref`` the one watcher, of the owner whose id is ``key``."""
+        if type(callback_ref) is OwnedRef:
+            # The ref names its owner: no key to store (or, naming another, a dict of one).
+            _set_owners(
+                self, callback_ref if callback_ref.owner_key == key else {key: callback_ref}
+            )
+        else:
+            _set_owner_key(self, key)
+            _set_owners(self, callback_ref)
+
+    def _key_of(self, alone: WatcherRef) -> int:
+        """Return the owner id of the one watcher ``alone``."""
+        return alone.owner_key if type(alone) is OwnedRef else self._owner_key
 
     def unwatch(self, owner: object) -> None:
         """Stop calling ``owner``'s watcher (no error if it had none)."""
@@ -745,7 +790,7 @@ class MemoryItem:
             return
         key = id(owner)
         if not isinstance(owners, dict):
-            if self._owner_key == key:
+            if self._key_of(owners) == key:
                 _set_owners(self, None)
             return
         owners.pop(key, None)
@@ -784,10 +829,12 @@ _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
 _set_owner_key = MemoryItem.__dict__["_owner_key"].__set__
 _set_plain = MemoryItem.__dict__["_plain"].__set__
+_owners_of: Callable[[MemoryItem], Any] = operator.attrgetter("_owners")
 # The live field dict of an item, for the package's hot loops (step index,
 # projections, stores). Read it, never change it: a change made through it
 # bypasses the item's watchers, so no memory or store would hear of it.
 item_fields: Callable[[MemoryItem], dict[str, Any]] = operator.attrgetter("_fields")
+_plain_of: Callable[[MemoryItem], _codec.PlainVerdict | None] = operator.attrgetter("_plain")
 MemoryItem._kv_ready = True
 
 
@@ -883,8 +930,25 @@ def items_from_mappings(
 
 
 def watch_items(items: Iterable[MemoryItem], owner: object, callback_ref: WatcherRef) -> None:
-    """Call :meth:`MemoryItem.watch` on each of ``items``, in one loop (for building an index)."""
+    """Call :meth:`MemoryItem.watch` on each of ``items``, in one loop (for building an index).
+
+    With an :class:`OwnedRef` of ``owner``, an item not watched yet costs one
+    slot write.
+    """
     key = id(owner)
+    if type(callback_ref) is OwnedRef and callback_ref.owner_key == key:
+        batch = items if isinstance(items, (list, tuple)) else list(items)
+        owners = list(map(_owners_of, batch))
+        if owners.count(None) == len(batch):
+            # No item is watched yet (a fresh index): one C-level pass.
+            collections.deque(map(_set_owners, batch, itertools.repeat(callback_ref)), maxlen=0)
+            return
+        for item, watched in zip(batch, owners, strict=True):
+            if watched is None:
+                _set_owners(item, callback_ref)
+            else:
+                item.watch(owner, callback_ref)
+        return
     for item in items:
         if item._owners is None:
             _set_owner_key(item, key)
@@ -928,27 +992,53 @@ def _wires(
     ``_codec.plain_verdict``); its containers are checked on every call,
     because they can change in place without the item knowing.
     """
-    verdicts = [item._verdict() for item in batch]
-    containers = [v for v in verdicts if v is not True and v is not False]
-    # Group the n-th dict (and list) of every item: items of one agent keep
-    # the same fields in the same order, so a group is mostly one field.
-    shared = _codec.containers_plain(
-        itertools.zip_longest(*[v[0] for v in containers], fillvalue=_NO_DICT),
-        itertools.zip_longest(*[v[1] for v in containers], fillvalue=_NO_LIST),
-    )
-    # When every container is plain, each item with a verdict is its fields;
-    # otherwise each item checks its own and is walked if it must be.
+    cached = list(map(_plain_of, batch))
+    # True, False, None (not judged yet) and shared shapes, all hashed by identity.
+    kinds: set[Any] = set(cached)
+    if None in kinds:
+        verdicts = [
+            verdict if verdict is not None else item._verdict()
+            for item, verdict in zip(batch, cached, strict=True)
+        ]
+        kinds = set(verdicts)
+    else:
+        verdicts = typing.cast("list[_codec.PlainVerdict]", cached)
+    fields = list(map(item_fields, batch))
+    if kinds == {True}:
+        return fields
+    shapes: list[_codec.Shape] = [kind for kind in kinds if kind is not True and kind is not False]
+    # Check the containers of all items of a shape together, one field at a
+    # time: items of one agent keep the same fields, so there is mostly one shape.
+    dict_groups: list[list[dict[Any, Any]]] = []
+    list_groups: list[list[list[Any]]] = []
+    for shape in shapes:
+        members = (
+            fields
+            if len(kinds) == 1
+            else [f for f, verdict in zip(fields, verdicts, strict=True) if verdict is shape]
+        )
+        dict_groups += [list(map(operator.itemgetter(key), members)) for key in shape.dicts]
+        list_groups += [list(map(operator.itemgetter(key), members)) for key in shape.lists]
+    if _codec.containers_plain(dict_groups, list_groups):
+        if False not in kinds:
+            return fields
+        return [
+            item._wire(step_key, on_unencodable) if verdict is False else own
+            for item, own, verdict in zip(batch, fields, verdicts, strict=True)
+        ]
+    # Some container holds what needs a tag: each item checks its own and is walked if it must be.
     return [
-        item._fields
+        own
         if verdict is True
-        or (verdict and (shared or _codec.containers_plain([verdict[0]], [verdict[1]])))
+        or (
+            verdict is not False
+            and _codec.containers_plain(
+                [[own[key] for key in verdict.dicts]], [[own[key] for key in verdict.lists]]
+            )
+        )
         else item._wire(step_key, on_unencodable)
-        for item, verdict in zip(batch, verdicts, strict=True)
+        for item, own, verdict in zip(batch, fields, verdicts, strict=True)
     ]
-
-
-_NO_DICT: Final[dict[str, Any]] = {}
-_NO_LIST: Final[list[Any]] = []
 
 
 def ufo_json_items(
