@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -29,6 +30,7 @@ from agents.memory import (
     MemoryItem,
     field,
 )
+from agents.memory._item import OwnedRef
 from agents.memory.memory import MemoryItem as UfoPathMemoryItem
 
 
@@ -745,3 +747,50 @@ def test_field_changes_racing_unwatch_never_fail() -> None:
     finally:
         sys.setswitchinterval(old_interval)
     assert heard  # the watcher was told of some changes while it watched
+
+
+def test_owned_refs_and_plain_refs_watch_side_by_side() -> None:
+    """An OwnedRef (what a memory passes) and a plain ref each watch for their owner; unwatching one leaves the other."""
+
+    class Owner:
+        def __init__(self) -> None:
+            self.heard: list[object] = []
+
+        def on(self, item: MemoryItem, key: str, old: object, new: object) -> None:
+            self.heard.append(new)
+
+    a, b = Owner(), Owner()
+    item = MemoryItem()
+    item.watch(a, OwnedRef(a.on, a))
+    item.watch(b, weakref.WeakMethod(b.on))
+    item.set_value("x", 1)
+    item.watch(a, OwnedRef(a.on, a))  # watching again replaces, it does not add
+    item.set_value("x", 2)
+    item.unwatch(a)
+    item.set_value("x", 3)
+    assert (a.heard, b.heard) == ([1, 2], [1, 2, 3])
+    item.unwatch(b)
+    # A ref naming another owner still watches for the owner it is given for.
+    item.watch(a, OwnedRef(b.on, b))
+    item.set_value("x", 4)
+    item.unwatch(b)  # b owns no watcher of this item: nothing changes
+    item.set_value("x", 5)
+    item.unwatch(a)
+    item.set_value("x", 6)
+    assert (a.heard, b.heard) == ([1, 2], [1, 2, 3, 4, 5])
+
+
+def test_memory_index_and_another_owner_watch_the_same_items() -> None:
+    """Items in a memory's step index and watched by another owner tell both; a memory reload unwatches only itself."""
+    heard: list[object] = []
+    items = [MemoryItem(step=n) for n in range(3)]
+    memory = Memory(items)
+    assert memory.filter_memory_from_steps([1]) == [{"step": 1}]  # the index watches every item
+    other = object()
+    for item in items:
+        item.watch(other, lambda: lambda item, key, old, new: heard.append(new))
+    items[1]["step"] = 7
+    assert memory.filter_memory_from_steps([7]) == [{"step": 7}]
+    memory.load([])
+    items[1]["step"] = 8
+    assert heard == [7, 8]

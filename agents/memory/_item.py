@@ -938,13 +938,12 @@ def watch_items(items: Iterable[MemoryItem], owner: object, callback_ref: Watche
     key = id(owner)
     if type(callback_ref) is OwnedRef and callback_ref.owner_key == key:
         batch = items if isinstance(items, (list, tuple)) else list(items)
-        owners = list(map(_owners_of, batch))
-        if owners.count(None) == len(batch):
+        if operator.countOf(map(_owners_of, batch), None) == len(batch):
             # No item is watched yet (a fresh index): one C-level pass.
             collections.deque(map(_set_owners, batch, itertools.repeat(callback_ref)), maxlen=0)
             return
-        for item, watched in zip(batch, owners, strict=True):
-            if watched is None:
+        for item in batch:
+            if item._owners is None:
                 _set_owners(item, callback_ref)
             else:
                 item.watch(owner, callback_ref)
@@ -993,17 +992,23 @@ def _wires(
     because they can change in place without the item knowing.
     """
     cached = list(map(_plain_of, batch))
+    fields = list(map(item_fields, batch))
     # True, False, None (not judged yet) and shared shapes, all hashed by identity.
     kinds: set[Any] = set(cached)
     if None in kinds:
-        verdicts = [
-            verdict if verdict is not None else item._verdict()
-            for item, verdict in zip(batch, cached, strict=True)
-        ]
+        if kinds == {None} and set(map(type, batch)) == {MemoryItem}:
+            # A fresh batch of base items (a first export): judge and keep the
+            # verdicts in C-level passes, as MemoryItem._verdict would one by one.
+            verdicts = list(map(_codec.plain_verdict, fields))
+            collections.deque(map(_set_plain, batch, verdicts), maxlen=0)
+        else:
+            verdicts = [
+                verdict if verdict is not None else item._verdict()
+                for item, verdict in zip(batch, cached, strict=True)
+            ]
         kinds = set(verdicts)
     else:
         verdicts = typing.cast("list[_codec.PlainVerdict]", cached)
-    fields = list(map(item_fields, batch))
     if kinds == {True}:
         return fields
     shapes: list[_codec.Shape] = [kind for kind in kinds if kind is not True and kind is not False]

@@ -977,11 +977,15 @@ class Memory:
             bound = self._max_items
             kept = items if bound is None else items[max(len(items) - bound, 0) :]
             start = self._next_seq
-            pairs = list(zip(range(start, start + len(kept)), kept, strict=True))
+            seqs = range(start, start + len(kept))
+            # The (key, item) pairs only for those who are told: a tuple per
+            # item is as many objects for the collector to go through.
+            told = self._writer is not None or bool(self._observers)
+            pairs = list(zip(seqs, kept, strict=True)) if told else []
             if self._writer is not None:
                 self._writer.write_replace(self, pairs)
             self._reset()
-            self._items = dict(pairs)
+            self._items = dict(zip(seqs, kept, strict=True))
             self._next_seq = start + len(kept)
             self._first_seq = start
             self._list = list(kept)
@@ -1019,12 +1023,14 @@ class Memory:
 
     def _file(self, seqs: Iterable[int], items: Iterable[MemoryItem]) -> None:
         """Watch ``items`` and file them in the step index under ``seqs``, all above every seq filed."""
-        watch_items(items, self, self._watcher)
+        batch = items if isinstance(items, list) else list(items)
+        watch_items(batch, self, self._watcher)
         index = self._by_step
         assert index is not None  # only called once the index exists
         stepless = self._stepless
         unhashable = self._unhashable_steps
         key = self._step_key
+        items = batch
         # Seqs come in increasing order, above those filed, so each bucket is
         # appended to in order and needs no sorting.
         # One dict operation per item: setdefault files a new step and
