@@ -17,7 +17,7 @@ it the UFO column is skipped, except for the build, where a stand-in with
 UFO's data layout is timed instead and named as such.
 
 Run: .venv/bin/python benchmarks/bench_core.py --ufo PATH/TO/ufo/agents/memory/memory.py [--items N] [--repeat R]
-     .venv/bin/python benchmarks/bench_core.py --gc-study   (the collector's share, at 100k and 1M items)
+     .venv/bin/python benchmarks/bench_core.py --gc-study [--ufo PATH]   (the collector's share, at N and 10 N items)
 """
 
 from __future__ import annotations
@@ -205,12 +205,12 @@ def main() -> None:
     if args.wall:
         global CLOCK
         CLOCK = time.perf_counter
+    ufo = load_ufo(args.ufo) if args.ufo else None
     if args.gc_study:
-        gc_study()
+        gc_study(ufo, [args.items, 10 * args.items])
         return
     if args.repeat < 5:
         print("note: fewer than 5 runs; the spread says little on a shared machine")
-    ufo = load_ufo(args.ufo) if args.ufo else None
     if ufo is None:
         print(
             "No --ufo PATH given: the UFO column is skipped (the build is compared with a "
@@ -393,54 +393,111 @@ def fresh_ufo_delete(memory_class: Any, built: Any, doomed: list[int]) -> None:
         fresh_ufo.delete_memory_item(step)
 
 
-def gc_study() -> None:
-    """Print what the collector costs a build and a first export, and what gc.freeze() saves."""
-    print("The collector's share (one run each; see docs/format.md#performance):")
-    for n in (100_000, 1_000_000):
+class OneObjectItem(dict):  # type: ignore[type-arg]  # a prototype, for --gc-study only
+    """A prototype of an item as one object (a dict subclass with slots), to measure that design.
+
+    Not a design kvmemory can take without changing what users see (an item
+    would be a ``dict``, its methods would shadow fields such as ``items``);
+    it shows what the collector costs a build when an item is one object.
+    """
+
+    __slots__ = ("_owners", "_plain")
+
+    def __init__(self) -> None:
+        self._owners = None
+        self._plain = None
+
+    add_values_from_dict = dict.update
+
+
+class OneObjectMemory:
+    """The memory side of the prototype: a list, as UFO's."""
+
+    def __init__(self) -> None:
+        self.content: list[Any] = []
+
+    def add_memory_item(self, item: Any) -> None:
+        self.content.append(item)
+
+
+def gc_study(ufo: ModuleType | None, sizes: list[int]) -> None:
+    """Print what the collector costs builds and first exports, and what gc.freeze() saves after a load."""
+    impls: list[tuple[str, Any, Any]] = [("kvmemory", Memory, MemoryItem)]
+    if ufo is not None:
+        impls.append(("UFO", ufo.Memory, ufo.MemoryItem))
+    impls.append(("one-object item (prototype)", OneObjectMemory, OneObjectItem))
+    print(
+        f"The collector's share: one run each, {'wall' if CLOCK is time.perf_counter else 'CPU'} "
+        f"time, Python {sys.version.split()[0]}, load {'/'.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    for n in sizes:
         rows = make_rows(n)
-        for gc_on in (False, True):
-            gc.collect()
-            if not gc_on:
-                gc.disable()
-            start = CLOCK()
-            memory = Memory()
-            for row in rows:
-                item = MemoryItem()
-                item.add_values_from_dict(row)
-                memory.add_memory_item(item)
-            built = CLOCK() - start
-            start = CLOCK()
-            memory.to_json_bytes()
-            exported = CLOCK() - start
-            gc.enable()
-            print(
-                f"  {n:>9,} items, GC {'on ' if gc_on else 'off'}: add {built / n * 1e6:5.2f} us/item, "
-                f"first to_json_bytes {exported / n * 1e6:5.2f} us/item"
-            )
-            del memory
-        # A long-lived memory, loaded once: later allocations (a prompt's
-        # projections) pay for scans of it in every full collection.
+        for name, memory_class, item_class in impls:
+            line = f"  {n:>9,} items, {name:28s}"
+            for gc_on in (False, True):
+                gc.collect()
+                if not gc_on:
+                    gc.disable()
+                start = CLOCK()
+                memory = memory_class()
+                for row in rows:
+                    item = item_class()
+                    item.add_values_from_dict(row)
+                    memory.add_memory_item(item)
+                built = CLOCK() - start
+                line += f"  add GC {'on ' if gc_on else 'off'} {built / n * 1e6:5.2f} us"
+                if memory_class is Memory:
+                    start = CLOCK()
+                    memory.to_json_bytes()
+                    line += f", first export {(CLOCK() - start) / n * 1e6:5.2f} us"
+                gc.enable()
+                del memory
+            print(line + " an item", flush=True)
         data = orjson.dumps(rows)
-        del rows
+        line = f"  {n:>9,} items, load from JSON{'':15s}"
+        for gc_on in (False, True):
+            times = []
+            for load in (orjson.loads, Memory.from_json):
+                gc.collect()
+                if not gc_on:
+                    gc.disable()
+                start = CLOCK()
+                loaded = load(data)
+                times.append(CLOCK() - start)
+                gc.enable()
+                del loaded
+            line += (
+                f"  GC {'on ' if gc_on else 'off'} {times[1] / n * 1e6:5.2f} us an item, "
+                f"{times[1] / times[0]:4.2f}x orjson.loads"
+            )
+        print(line, flush=True)
+        # A long-lived memory, loaded once; then a workload that allocates
+        # (building a second memory of the same rows) and a full collection.
         memory = Memory.from_json(data)
+        del data
         for frozen in (False, True):
             gc.collect()
             if frozen:
                 gc.freeze()
             start = CLOCK()
-            for _ in range(3):
-                memory.filter_memory_from_keys(["step", "thought", "action"])
-            projected = (CLOCK() - start) / 3
+            second = Memory()
+            for row in rows:
+                item = MemoryItem()
+                item.add_values_from_dict(row)
+                second.add_memory_item(item)
+            built = CLOCK() - start
+            del second
             start = CLOCK()
             gc.collect()
             full = CLOCK() - start
             if frozen:
                 gc.unfreeze()
             print(
-                f"  {n:>9,} items loaded, gc.freeze() {'yes' if frozen else 'no '}: "
-                f"filter_memory_from_keys {projected * 1e3:7.1f} ms, a full gc.collect() {full * 1e3:7.1f} ms"
+                f"  {n:>9,} items loaded, then gc.freeze() {'yes' if frozen else 'no '}: "
+                f"adding {n:,} more {built / n * 1e6:5.2f} us an item, a full gc.collect() {full * 1e3:7.1f} ms",
+                flush=True,
             )
-        del memory
+        del memory, rows
 
 
 if __name__ == "__main__":
