@@ -996,16 +996,13 @@ def _wires(
     # True, False, None (not judged yet) and shared shapes, all hashed by identity.
     kinds: set[Any] = set(cached)
     if None in kinds:
-        if kinds == {None} and set(map(type, batch)) == {MemoryItem}:
-            # A fresh batch of base items (a first export): judge and keep the
-            # verdicts in C-level passes, as MemoryItem._verdict would one by one.
-            verdicts = list(map(_codec.plain_verdict, fields))
-            collections.deque(map(_set_plain, batch, verdicts), maxlen=0)
-        else:
-            verdicts = [
-                verdict if verdict is not None else item._verdict()
-                for item, verdict in zip(batch, cached, strict=True)
-            ]
+        # Each item judges and keeps its verdict at once (not in one pass for
+        # all, then another): a field set by another thread in between would
+        # leave a verdict on values the item no longer holds.
+        verdicts = [
+            verdict if verdict is not None else item._verdict()
+            for item, verdict in zip(batch, cached, strict=True)
+        ]
         kinds = set(verdicts)
     else:
         verdicts = typing.cast("list[_codec.PlainVerdict]", cached)
