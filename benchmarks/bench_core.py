@@ -9,7 +9,8 @@ hits all three. Times are the process's CPU time (``time.process_time``),
 which waiting for a core on a shared machine does not inflate; each line
 gives the median time of each and the median and spread (lowest-highest)
 of the per-run ratios, with the load average beside. ``--wall`` times wall
-clock instead.
+clock instead; ``--collector`` adds, under each line, the time each side
+spent in garbage collections and how many of them were full ones.
 
 UFO's class is loaded from the file given with ``--ufo`` (UFO's
 ``ufo/agents/memory/memory.py``; never copied into this repository). Without
@@ -122,12 +123,36 @@ class StandInMemory:
         self._content.append(item)
 
 
+class CollectorClock:
+    """Time spent in garbage collections, and the number of full ones, while the block runs."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = CLOCK()
+            return
+        self.seconds += CLOCK() - self._started
+        self.full += info["generation"] == 2
+
+    def __enter__(self) -> CollectorClock:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
 class Table:
     """Times workloads interleaved run by run and prints one line each."""
 
-    def __init__(self, repeat: int, *, only: str | None) -> None:
+    def __init__(self, repeat: int, *, only: str | None, collector: bool = False) -> None:
         self.repeat = repeat
         self.only = only
+        self.collector = collector
         self.rows: list[str] = []
 
     def time(
@@ -147,6 +172,7 @@ class Table:
         if self.only is not None and self.only not in name:
             return
         times: dict[str, list[float]] = {"ours": [], "ufo": [], "raw": []}
+        collector: dict[str, list[tuple[float, int]]] = {"ours": [], "ufo": [], "raw": []}
         for _ in range(self.repeat):
             for label, fn in (("ours", ours), ("ufo", ufo), ("raw", raw)):
                 if fn is None:
@@ -154,10 +180,26 @@ class Table:
                 if setup is not None and label == "ours":
                     setup()
                 gc.collect()
-                start = CLOCK()
-                fn()
-                times[label].append(CLOCK() - start)
+                with CollectorClock() as spent:
+                    start = CLOCK()
+                    fn()
+                    times[label].append(CLOCK() - start)
+                collector[label].append((spent.seconds, spent.full))
         self.print_line(name, times)
+        if self.collector:
+            print(
+                "    of which the collector: "
+                + ", ".join(
+                    f"{side} {statistics.median(s for s, _ in runs) * 1e3:.1f}ms "
+                    f"({statistics.median(n for _, n in runs):g} full)"
+                    for side, runs in (
+                        ("kvmemory", collector["ours"]),
+                        ("UFO", collector["ufo"]),
+                        ("raw", collector["raw"]),
+                    )
+                    if runs
+                )
+            )
 
     def print_line(self, name: str, times: dict[str, list[float]]) -> None:
         ours, ufo, raw = times["ours"], times["ufo"], times["raw"]
@@ -194,6 +236,11 @@ def main() -> None:
     parser.add_argument("--ufo", metavar="PATH", help="UFO's ufo/agents/memory/memory.py")
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--collector",
+        action="store_true",
+        help="also print the time each side spent in garbage collections, and how many were full",
+    )
     parser.add_argument("--wall", action="store_true", help="time wall clock, not CPU time")
     parser.add_argument(
         "--only", metavar="TEXT", help="run only the workloads whose name holds TEXT"
@@ -217,10 +264,17 @@ def main() -> None:
             "stand-in of UFO's layout instead). Pass UFO's ufo/agents/memory/memory.py to "
             "measure against UFO's real class."
         )
-    run(make_rows(args.items), args.repeat, ufo, args.only)
+    run(make_rows(args.items), args.repeat, ufo, args.only, collector=args.collector)
 
 
-def run(rows: list[dict[str, Any]], repeat: int, ufo: ModuleType | None, only: str | None) -> None:
+def run(
+    rows: list[dict[str, Any]],
+    repeat: int,
+    ufo: ModuleType | None,
+    only: str | None,
+    *,
+    collector: bool = False,
+) -> None:
     """Time every workload on ``rows`` and print the table."""
     n = len(rows)
     rng = random.Random(7)
@@ -236,7 +290,7 @@ def run(rows: list[dict[str, Any]], repeat: int, ufo: ModuleType | None, only: s
         f"{'workload':45s} {'kvmemory':>10s} {'UFO':>10s} {'raw':>10s}"
         f"  {'kvmemory/UFO [spread] target':33s}  {'kvmemory/raw [spread] target':33s}"
     )
-    table = Table(repeat, only=only)
+    table = Table(repeat, only=only, collector=collector)
     UfoMemory: Any = ufo.Memory if ufo is not None else StandInMemory
     UfoItem: Any = ufo.MemoryItem if ufo is not None else StandInItem
 
