@@ -37,6 +37,7 @@ from agents.memory.prompt import (
     image_refs,
     latest_value,
     project,
+    prompt_cost,
     render_json,
     render_parts,
     render_text,
@@ -397,11 +398,12 @@ def test_window_max_images_strips_older_images() -> None:
 
 
 def test_window_charges_per_image_tokens() -> None:
-    """Each attached image costs the counter's image_tokens."""
+    """Each attached image costs the counter's image_tokens, and its path is not charged as text."""
     counter = EstimateCounter(image_tokens=50)
     memory = Memory([MemoryItem(screenshot="a.png")])
     result = select_window(memory, Window(max_tokens=1000, counter=counter))
-    assert result.tokens == 1 + item_cost({"screenshot": "a.png"}) + 50
+    assert (result.text_tokens, result.image_tokens) == (1 + item_cost({}), 50)
+    assert result.tokens == 1 + item_cost({}) + 50
 
 
 def test_window_image_cost_can_exclude_item() -> None:
@@ -468,7 +470,9 @@ def memory_from(spec: list[tuple[int, str, bool]]) -> Memory:
     """Build a memory where consecutive entries with equal numbers form groups."""
     return Memory(
         [
-            MemoryItem(group=g, text=t, **({"screenshot": "x.png"} if img else {}))
+            MemoryItem(
+                group=g, text=t, **({"screenshot": "https://example.invalid/x.png"} if img else {})
+            )
             for g, t, img in spec
         ]
     )
@@ -479,13 +483,14 @@ def memory_from(spec: list[tuple[int, str, bool]]) -> Memory:
 def test_property_window_never_exceeds_budget(
     spec: list[tuple[int, str, bool]], budget: int, images: int | None
 ) -> None:
-    """A window's rendered JSON plus its images never costs more than max_tokens."""
+    """What render_parts() sends for a window never costs more than the window says, nor than max_tokens."""
     counter = EstimateCounter(image_tokens=7)
     window = Window(max_tokens=budget, max_images=images, group_by="group", counter=counter)
     result = select_window(memory_from(spec), window)
-    rendered = counter.count(render_json(result.records)) + 7 * result.images
-    assert result.tokens <= budget
-    assert rendered <= budget or not result.records
+    sent = prompt_cost(render_parts(result.records), counter)
+    assert result.tokens == result.text_tokens + result.image_tokens <= budget
+    assert sent.text_tokens <= result.text_tokens
+    assert (sent.images, sent.image_tokens) == (result.images, result.image_tokens)
     if images is not None:
         assert result.images <= images
 
