@@ -165,6 +165,7 @@ def write_summary(memory: Memory, key: str, summary: Summary) -> None:
 
 # -- the offline summariser ----------------------------------------------------------
 
+_OTHER: Final = "(other)"
 _HEAD: Final = re.compile(r"^Earlier: (\d+) items, steps (.+?) to (.+?)\.$")
 _LINE: Final = re.compile(r"^- ([^:]+): (.*)$")
 
@@ -193,7 +194,8 @@ class TallySummarizer:
 
     Meant for examples, tests and benchmarks, where no model is at hand. The
     summary names the range of steps covered, counts the values of the
-    ``tally`` fields (which actions were taken how often), and lists the
+    ``tally`` fields (which actions were taken how often; the ``most``
+    frequent values by name, the rest as ``(other)``), and lists the
     steps of the last ``recent`` records holding one of the ``notable``
     fields (errors, by default). It reads its own previous text to extend it,
     so it works across processes with nothing kept in RAM, and its length
@@ -205,12 +207,14 @@ class TallySummarizer:
         notable: Fields that make a record worth naming.
         recent: How many notable steps are named.
         step_key: The field that names a record's step.
+        most: How many values of each tallied field are named.
     """
 
     tally: tuple[str, ...] = attrs.field(default=("action",), converter=tuple)
     notable: tuple[str, ...] = attrs.field(default=("error",), converter=tuple)
-    recent: int = 5
+    recent: int = attrs.field(default=5, validator=attrs.validators.ge(0))
     step_key: str = "step"
+    most: int = attrs.field(default=8, validator=attrs.validators.ge(1))
 
     def __call__(self, previous: str | None, records: Sequence[Mapping[str, Any]]) -> str:
         """Return ``previous`` extended with ``records``."""
@@ -240,7 +244,17 @@ class TallySummarizer:
                 if name in record:
                     named.append(f"step {step} {name}: {_shown(record[name])}")
         lines = [f"Earlier: {total} items, steps {first} to {last}."]
-        lines += [f"- {name}: {_counts_text(c)}" for name, c in counts.items() if c]
+        lines += [f"- {name}: {_counts_text(self._top(c))}" for name, c in counts.items() if c]
         if named and self.recent:
             lines.append(f"- notable: {', '.join(named[-self.recent :])}")
         return "\n".join(lines)
+
+    def _top(self, counts: dict[str, int]) -> dict[str, int]:
+        """Keep the ``most`` most frequent values (first seen first on ties); add the rest as (other)."""
+        other = counts.pop(_OTHER, 0)
+        ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+        named = dict(ranked[: self.most])
+        other += sum(n for _, n in ranked[self.most :])
+        if other:
+            named[_OTHER] = other
+        return named

@@ -666,10 +666,21 @@ def _choose(
 def _candidates(
     result: WindowResult, source: Memory | Iterable[MemoryItem], keys: tuple[Key, ...] | None
 ) -> Sequence[MemoryItem]:
-    # Items left out because their record was empty still count as "seen" for
-    # the unmatched-key report: look at what was kept, or a few newest items.
-    if result.items or keys is None:
-        return result.items
+    # Items left out because their record was empty, or folded into a
+    # summary, still count as "seen" for the unmatched-key report: look at
+    # what was kept (not the summary), or a few newest items.
+    kept = result.items
+    if result.summary is not None:
+        text = result.summary.text
+        kept = tuple(
+            item
+            for item, record in zip(result.items, result.records, strict=True)
+            if not (len(record) == 1 and next(iter(record.values())) is text)
+        )
+    if result.summary is not None and isinstance(source, Memory):
+        return (*kept, *source.last(8))  # folded items were seen, by the summariser
+    if kept or keys is None:
+        return kept
     if isinstance(source, Memory):
         return source.last(32)
     return list(source)[-32:] if not isinstance(source, Iterator) else []
