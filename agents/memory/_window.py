@@ -263,8 +263,12 @@ class _Budget:
             if refs or any(k in record for k in image_keys):
                 plain = {k: v for k, v in record.items() if k not in image_keys}
             if refs:
-                cost = sum(count_image_tokens(ref, counter) for ref in refs)
-                if not self._images_fit(images + len(refs), image_tokens + cost):
+                # Count first: an image beyond max_images is stripped without
+                # reading its file for a size.
+                cost = -1
+                if self._count_fits(images + len(refs)):
+                    cost = sum(count_image_tokens(ref, counter) for ref in refs)
+                if cost < 0 or not self._tokens_fit(image_tokens + cost):
                     records[i] = plain
                 else:
                     images += len(refs)
@@ -272,11 +276,12 @@ class _Budget:
             text += counter.count(window.measure(plain)) + 1
         return text, images, image_tokens
 
-    def _images_fit(self, images: int, image_tokens: int) -> bool:
-        window = self.window
-        if window.max_images is not None and self.images + images > window.max_images:
-            return False
-        cap = window.max_image_tokens
+    def _count_fits(self, images: int) -> bool:
+        cap = self.window.max_images
+        return cap is None or self.images + images <= cap
+
+    def _tokens_fit(self, image_tokens: int) -> bool:
+        cap = self.window.max_image_tokens
         return cap is None or self.image_tokens + image_tokens <= cap
 
     def fits(self, n_items: int, text: int, image_tokens: int) -> bool:
