@@ -20,6 +20,7 @@ from agents.memory.exceptions import ArgumentTypeError, BudgetExceededError, Inv
 from agents.memory.prompt import (
     Compaction,
     EstimateCounter,
+    Key,
     TallySummarizer,
     Window,
     project,
@@ -317,6 +318,54 @@ def test_property_every_step_is_shown_or_summarised(
         memory.add_memory_item(MemoryItem(step=i, action="a" * size, note=""))
     seen = [s for _, steps in summarizer.calls for s in steps]
     assert len(seen) == len(set(seen))
+
+
+class Collector:
+    """A summariser that records the 'text' field of every record it folds."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, previous: str | None, records: Sequence[Mapping[str, Any]]) -> str:
+        self.seen.extend(r["text"] for r in records)
+        return f"{len(self.seen)} folded"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stepped=st.lists(st.booleans(), min_size=1, max_size=50),
+    budget=st.integers(40, 200),
+    keep=st.sampled_from([0.0, 0.5]),
+)
+def test_property_items_with_and_without_steps_fold_once(
+    stepped: list[bool], budget: int, keep: float
+) -> None:
+    """Items with a step, without one, or mixed, each reach the summariser at most once, oldest first."""
+    summarizer = Collector()
+    memory = Memory([MemoryItem(task="t")])
+    win = window(summarizer, budget=budget, keep=keep)
+    for i, has_step in enumerate(stepped):
+        result = select_window(memory, win, keys=["task", Key("step", optional=True), "text"])
+        shown = [r["text"] for r in result.records if "text" in r]
+        assert summarizer.seen + shown == [f"m{k}" for k in range(i)]
+        fields: dict[str, Any] = {"text": f"m{i}"}
+        if has_step:
+            fields["step"] = i
+        memory.add_memory_item(MemoryItem(**fields))
+
+
+def test_deleting_summarised_items_keeps_the_rest_covered() -> None:
+    """Old items deleted after they were folded (keep_last, max_items) do not make others count as covered."""
+    summarizer = Recorder()
+    memory = Memory([MemoryItem(task="t")])
+    play(memory, 0, 40, window(summarizer))
+    summary = read_summary(memory)
+    assert summary is not None
+    memory.delete_items([memory[i] for i in range(1, 11)])  # the oldest ten steps
+    results = play(memory, 40, 60, window(summarizer))
+    seen = [s for _, steps in summarizer.calls for s in steps]
+    assert seen == list(range(len(seen)))
+    assert covered_or_shown(results[-1], 59) == []
 
 
 def _bench_module() -> Any:

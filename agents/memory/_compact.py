@@ -70,12 +70,17 @@ class Compaction:
     once every several steps, not at every step.
 
     The summary is stored in the memory's session metadata under ``key``, as
-    ``{"text": ..., "steps": [...], "items": n}`` (the steps it covers, in
-    order, and how many items), so it is saved with a session file and
-    written through to every store (``memory.metadata = ...``); a memory
-    reopened in another process continues it. Items are recognised as
-    covered by their step value: the newest item whose step the summary
-    lists, and every unpinned item before it, are covered.
+    ``{"text": ..., "steps": [...], "items": n, "trailing": t}`` (the steps
+    it covers, in order, and how many items), so it is saved with a session
+    file and written through to every store (``memory.metadata = ...``); a
+    memory reopened in another process continues it. Items are recognised as
+    covered by their step value, so steps should identify items (increase
+    through the session): the newest item with the last step the summary
+    lists, every unpinned item before it, and the ``trailing`` items without
+    a step folded after it are covered. In a memory whose items have no step
+    the first ``items`` unpinned items are (deleting old items then shifts
+    what is covered). Two processes compacting one session at once each
+    write the summary; the last write wins.
 
     Args:
         summarizer: ``summarizer(previous, records) -> str``: ``previous`` is
@@ -107,15 +112,23 @@ class Summary:
         steps: The step values of the covered items, oldest first (an item
             without a step adds none).
         items: How many items it covers.
+        trailing: How many of them, items without a step, come after the
+            newest covered item that has one.
     """
 
     text: str
     steps: tuple[Any, ...] = ()
     items: int = 0
+    trailing: int = 0
 
     def to_metadata(self) -> dict[str, Any]:
         """Return the summary as the session metadata stores it."""
-        return {"text": self.text, "steps": list(self.steps), "items": self.items}
+        return {
+            "text": self.text,
+            "steps": list(self.steps),
+            "items": self.items,
+            "trailing": self.trailing,
+        }
 
     def covered_steps(self) -> set[Hashable]:
         """Return the hashable step values the summary covers."""
@@ -146,8 +159,9 @@ def read_summary(memory: Memory, key: str = DEFAULT_SUMMARY_KEY) -> Summary | No
         not isinstance(value, Mapping)
         or not isinstance(value.get("text"), str)
         or not isinstance(value.get("steps", []), (list, tuple))
-        or type(value.get("items", 0)) is not int
-        or value.get("items", 0) < 0
+        or any(
+            type(value.get(k, 0)) is not int or value.get(k, 0) < 0 for k in ("items", "trailing")
+        )
     ):
         msg = (
             f"Session metadata {key!r} of session {memory.session_id!r} is not a summary "
@@ -155,7 +169,12 @@ def read_summary(memory: Memory, key: str = DEFAULT_SUMMARY_KEY) -> Summary | No
             f"delete memory.metadata[{key!r}] to start a new summary, or pass Compaction(key=...)."
         )
         raise CorruptSessionError(msg)
-    return Summary(str(value["text"]), tuple(value.get("steps", ())), int(value.get("items", 0)))
+    return Summary(
+        str(value["text"]),
+        tuple(value.get("steps", ())),
+        int(value.get("items", 0)),
+        int(value.get("trailing", 0)),
+    )
 
 
 def write_summary(memory: Memory, key: str, summary: Summary) -> None:

@@ -480,19 +480,48 @@ def _hashable_step(item: MemoryItem, step_key: str) -> Hashable | None:
 
 
 def _cursor(selected: _Selected, pins: set[int], summary: Summary | None, step_key: str) -> int:
-    """Return the index of the newest item the summary covers (-1: none)."""
+    """Return the index of the newest item the summary covers (-1: none).
+
+    That is the newest unpinned item whose step is the last step the summary
+    lists (or, if that item is gone, any step it lists), followed by the
+    ``trailing`` unpinned items without a step that were folded after it.
+    """
     if summary is None:
         return -1
-    steps = summary.covered_steps()
-    if not steps:
-        return -1
-    for index in range(len(selected) - 1, -1, -1):
-        if index in pins:
-            continue
-        step = _hashable_step(selected[index], step_key)
-        if step is not None and step in steps:
-            return index
-    return -1
+    base = -1
+    if summary.steps:
+        last = summary.steps[-1]
+        covered = summary.covered_steps()
+        fallback = -1
+        for index in range(len(selected) - 1, -1, -1):
+            if index in pins:
+                continue
+            step = _hashable_step(selected[index], step_key)
+            if step is None:
+                continue
+            if step in covered and _same_step(step, last):
+                base = index
+                break
+            if fallback < 0 and step in covered:
+                fallback = index
+        else:
+            base = fallback
+        if base < 0:
+            return -1  # none of its steps is left: nothing is covered
+    trailing = summary.trailing if summary.steps else summary.items
+    index = base
+    while trailing > 0 and index + 1 < len(selected):
+        index += 1
+        if index not in pins:
+            trailing -= 1
+    return index
+
+
+def _same_step(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # a step whose comparison fails matches nothing
+        return False
 
 
 def _summary_row(summary: Summary, compaction: Compaction) -> tuple[MemoryItem, dict[str, Any]]:
@@ -544,10 +573,15 @@ def _fill_compacted(
             )
             raise ArgumentTypeError(msg)
         steps = [item_fields(item).get(step_key, NOTHING) for item in items]
+        stepped = [i for i, item in enumerate(items) if _hashable_step(item, step_key) is not None]
+        trailing = len(items) - 1 - stepped[-1] if stepped else len(items)
+        if not stepped and summary is not None:
+            trailing += summary.trailing
         summary = Summary(
             text,
             (*(summary.steps if summary else ()), *(s for s in steps if s is not NOTHING)),
             (summary.items if summary else 0) + len(items),
+            trailing,
         )
         write_summary(memory, compaction.key, summary)
         folded += len(items)
