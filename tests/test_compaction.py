@@ -389,3 +389,24 @@ def test_benchmark_session_keeps_its_promises(tmp_path: pathlib.Path) -> None:
     summary = read_summary(out["memory"])
     assert summary is not None
     assert sum(out["calls"]) == summary.items
+
+
+def test_agent_history_window_compacts_from_the_first_prompt() -> None:
+    """BasicAgent.history_window with a compacting window: no warning on the first prompt, then a summary."""
+    import warnings
+
+    from agents.agent import BasicAgent
+
+    agent = BasicAgent("app")
+    agent.inject_context([{"task": "save the report"}])
+    win = Window(max_text_tokens=120, max_images=2, pin_first=1, compaction=Compaction(Recorder()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = agent.history_window(win, KEYS)
+        for i in range(30):
+            agent.record_step(action=f"click button {i}", note="the dialog is still open")
+            last = agent.history_window(win, KEYS)
+    assert first.records == ({"task": "save the report"},)
+    assert last.summary is not None
+    assert last.records[0] == {"task": "save the report"}
+    assert covered_or_shown(last, 30) == []
