@@ -333,24 +333,25 @@ class Collector:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    stepped=st.lists(st.booleans(), min_size=1, max_size=50),
+    stepped=st.lists(st.sampled_from(["int", "none", "null", "list"]), min_size=1, max_size=50),
     budget=st.integers(40, 200),
     keep=st.sampled_from([0.0, 0.5]),
 )
 def test_property_items_with_and_without_steps_fold_once(
-    stepped: list[bool], budget: int, keep: float
+    stepped: list[str], budget: int, keep: float
 ) -> None:
     """Items with a step, without one, or mixed, each reach the summariser at most once, oldest first."""
     summarizer = Collector()
     memory = Memory([MemoryItem(task="t")])
     win = window(summarizer, budget=budget, keep=keep)
-    for i, has_step in enumerate(stepped):
+    for i, kind in enumerate(stepped):
         result = select_window(memory, win, keys=["task", Key("step", optional=True), "text"])
         shown = [r["text"] for r in result.records if "text" in r]
         assert summarizer.seen + shown == [f"m{k}" for k in range(i)]
         fields: dict[str, Any] = {"text": f"m{i}"}
-        if has_step:
-            fields["step"] = i
+        if kind != "none":
+            # A step that can be looked up, or one that cannot (None, a list).
+            fields["step"] = {"int": i, "null": None, "list": [i]}[kind]
         memory.add_memory_item(MemoryItem(**fields))
 
 

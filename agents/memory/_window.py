@@ -572,14 +572,16 @@ def _fill_compacted(
                 f"returned {type(text).__name__}, not a str; the summary was left unchanged."
             )
             raise ArgumentTypeError(msg)
-        steps = [item_fields(item).get(step_key, NOTHING) for item in items]
-        stepped = [i for i, item in enumerate(items) if _hashable_step(item, step_key) is not None]
+        # Items are recognised later by their step (see _cursor): record the
+        # steps that can be looked up, and how many items without one follow.
+        steps = [_hashable_step(item, step_key) for item in items]
+        stepped = [i for i, step in enumerate(steps) if step is not None]
         trailing = len(items) - 1 - stepped[-1] if stepped else len(items)
         if not stepped and summary is not None:
             trailing += summary.trailing
         summary = Summary(
             text,
-            (*(summary.steps if summary else ()), *(s for s in steps if s is not NOTHING)),
+            (*(summary.steps if summary else ()), *(s for s in steps if s is not None)),
             (summary.items if summary else 0) + len(items),
             trailing,
         )
