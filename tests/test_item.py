@@ -794,3 +794,41 @@ def test_memory_index_and_another_owner_watch_the_same_items() -> None:
     memory.load([])
     items[1]["step"] = 8
     assert heard == [7, 8]
+
+
+def test_two_owners_watching_and_unwatching_in_threads_keep_each_other() -> None:
+    """Two owners (un)watching one item from two threads never lose each other's watcher."""
+
+    def round_of_races() -> set[str]:
+        item = MemoryItem(n=0)
+        heard: set[str] = set()
+        owners = {"a": object(), "b": object()}
+        start = threading.Barrier(2)
+
+        def flip(name: str) -> None:
+            owner = owners[name]
+
+            def watcher(item: MemoryItem, key: str, old: object, new: object) -> None:
+                heard.add(name)
+
+            start.wait()
+            for _ in range(3_000):
+                item.watch(owner, lambda: watcher)
+                item.unwatch(owner)
+            item.watch(owner, lambda: watcher)
+
+        threads = [threading.Thread(target=flip, args=(name,)) for name in owners]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        item.set_value("n", 1)
+        return heard
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            assert round_of_races() == {"a", "b"}
+    finally:
+        sys.setswitchinterval(old_interval)

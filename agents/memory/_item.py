@@ -18,6 +18,7 @@ import itertools
 import operator
 import reprlib
 import sys
+import threading
 import types
 import typing
 import weakref
@@ -755,7 +756,11 @@ class MemoryItem:
                 ``None`` once it is gone: pass a ``weakref.WeakMethod`` so that
                 the item does not keep its owner alive.
         """
-        key = id(owner)
+        with _WATCH_LOCK:
+            self._watch(id(owner), callback_ref)
+
+    def _watch(self, key: int, callback_ref: WatcherRef) -> None:
+        """Add the watcher of the owner whose id is ``key`` (the caller holds ``_WATCH_LOCK``)."""
         owners = self._owners
         if owners is None:
             self._watch_alone(key, callback_ref)
@@ -785,17 +790,20 @@ class MemoryItem:
 
     def unwatch(self, owner: object) -> None:
         """Stop calling ``owner``'s watcher (no error if it had none)."""
-        owners = self._owners
-        if owners is None:
+        if self._owners is None:
             return
         key = id(owner)
-        if not isinstance(owners, dict):
-            if self._key_of(owners) == key:
+        with _WATCH_LOCK:
+            owners = self._owners
+            if owners is None:
+                return
+            if not isinstance(owners, dict):
+                if self._key_of(owners) == key:
+                    _set_owners(self, None)
+                return
+            owners.pop(key, None)
+            if not owners:
                 _set_owners(self, None)
-            return
-        owners.pop(key, None)
-        if not owners:
-            _set_owners(self, None)
 
     def _notify(
         self, owners: WatcherRef | dict[int, WatcherRef], key: str, old: Any, new: Any
@@ -825,6 +833,11 @@ class MemoryItem:
 
 
 _new = object.__new__
+# Held while an item's owners change (watch, unwatch, watch_items), so that
+# two owners in two threads never lose each other's watcher. Reading the
+# owners to tell them of a change needs no lock (see _store).
+_WATCH_LOCK: Final = threading.Lock()
+_consume: Callable[[Iterable[Any]], None] = collections.deque(maxlen=0).extend
 _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
 _set_owner_key = MemoryItem.__dict__["_owner_key"].__set__
@@ -936,24 +949,20 @@ def watch_items(items: Iterable[MemoryItem], owner: object, callback_ref: Watche
     slot write.
     """
     key = id(owner)
-    if type(callback_ref) is OwnedRef and callback_ref.owner_key == key:
-        batch = items if isinstance(items, (list, tuple)) else list(items)
-        if operator.countOf(map(_owners_of, batch), None) == len(batch):
+    batch = items if isinstance(items, (list, tuple)) else list(items)
+    # Under the lock, no other owner watches or unwatches these items between
+    # the check and the writes below.
+    with _WATCH_LOCK:
+        if (
+            type(callback_ref) is OwnedRef
+            and callback_ref.owner_key == key
+            and operator.countOf(map(_owners_of, batch), None) == len(batch)
+        ):
             # No item is watched yet (a fresh index): one C-level pass.
-            collections.deque(map(_set_owners, batch, itertools.repeat(callback_ref)), maxlen=0)
+            _consume(map(_set_owners, batch, itertools.repeat(callback_ref)))
             return
         for item in batch:
-            if item._owners is None:
-                _set_owners(item, callback_ref)
-            else:
-                item.watch(owner, callback_ref)
-        return
-    for item in items:
-        if item._owners is None:
-            _set_owner_key(item, key)
-            _set_owners(item, callback_ref)
-        else:
-            item.watch(owner, callback_ref)
+            item._watch(key, callback_ref)
 
 
 def dumps_items(
