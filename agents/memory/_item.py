@@ -60,6 +60,7 @@ __all__ = [
     "item_fields",
     "items_from_mappings",
     "ufo_json_items",
+    "unwatch_items",
     "watch_items",
 ]
 
@@ -792,18 +793,21 @@ class MemoryItem:
         """Stop calling ``owner``'s watcher (no error if it had none)."""
         if self._owners is None:
             return
-        key = id(owner)
         with _WATCH_LOCK:
-            owners = self._owners
-            if owners is None:
-                return
-            if not isinstance(owners, dict):
-                if self._key_of(owners) == key:
-                    _set_owners(self, None)
-                return
-            owners.pop(key, None)
-            if not owners:
+            self._unwatch(id(owner))
+
+    def _unwatch(self, key: int) -> None:
+        """Drop the watcher of the owner whose id is ``key`` (the caller holds ``_WATCH_LOCK``)."""
+        owners = self._owners
+        if owners is None:
+            return
+        if not isinstance(owners, dict):
+            if self._key_of(owners) == key:
                 _set_owners(self, None)
+            return
+        owners.pop(key, None)
+        if not owners:
+            _set_owners(self, None)
 
     def _notify(
         self, owners: WatcherRef | dict[int, WatcherRef], key: str, old: Any, new: Any
@@ -963,6 +967,14 @@ def watch_items(items: Iterable[MemoryItem], owner: object, callback_ref: Watche
             return
         for item in batch:
             item._watch(key, callback_ref)
+
+
+def unwatch_items(items: Iterable[MemoryItem], owner: object) -> None:
+    """Call :meth:`MemoryItem.unwatch` on each of ``items``, under one hold of the owners' lock."""
+    key = id(owner)
+    with _WATCH_LOCK:
+        for item in items:
+            item._unwatch(key)
 
 
 def dumps_items(

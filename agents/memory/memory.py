@@ -32,6 +32,7 @@ from agents.memory._item import (
     item_fields,
     items_from_mappings,
     ufo_json_items,
+    unwatch_items,
     watch_items,
 )
 from agents.memory.exceptions import (
@@ -998,8 +999,7 @@ class Memory:
     def _reset(self) -> None:
         """Drop every item and the index (items are no longer watched)."""
         if self._by_step is not None:
-            for item in self._items.values():
-                item.unwatch(self)
+            unwatch_items(self._items.values(), self)
         self._items = {}
         self._first_seq = self._next_seq
         self._by_step = None
