@@ -90,7 +90,11 @@ def test_steps_are_items_with_kind_run_and_step() -> None:
     ]
     assert memory.steps() == [1, 2]
     assert memory[2]["tool_calls"] == [
-        {"id": "call_2", "name": "add", "arguments": {"a": 2, "b": 3}}
+        {
+            "id": "call_2",
+            "type": "function",
+            "function": {"name": "add", "arguments": {"a": 2, "b": 3}},
+        }
     ]
     assert memory[2]["token_usage"] == {"input_tokens": 20, "output_tokens": 7}
     assert memory[3]["is_final_answer"] is True

@@ -38,16 +38,32 @@ session, without smolagents.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
+import warnings
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from agents.memory._item import MemoryItem
-from agents.memory.exceptions import ArgumentTypeError, CorruptSessionError, missing_dependency
+from agents.memory.exceptions import (
+    ArgumentTypeError,
+    CorruptSessionError,
+    InvalidArgumentError,
+    missing_dependency,
+)
 from agents.memory.memory import Memory
 
-__all__ = ["KINDS", "SmolagentsRecorder", "full_steps", "restore_steps", "succinct_steps"]
+__all__ = [
+    "KINDS",
+    "SmolagentsRecorder",
+    "UnsavedValueWarning",
+    "full_steps",
+    "restore_python_state",
+    "restore_steps",
+    "succinct_steps",
+]
 
 KINDS: Final[tuple[str, ...]] = ("system_prompt", "task", "planning", "action")
 """The ``kind`` of each item the recorder writes."""
@@ -142,7 +158,15 @@ def _encode_field(name: str, value: Any) -> Any:
     if name in _MESSAGES:
         return _encode_message(value)
     if name == "tool_calls":
-        return [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in value]
+        # smolagents' own shape (ToolCall.dict()), with the arguments as they were.
+        return [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in value
+        ]
     if name == "error":
         return {"type": type(value).__name__, "message": str(value.message)}
     if name == "timing":
@@ -167,12 +191,51 @@ def _kind_of(step: Any, sm: Any) -> str | None:
     return None  # FinalAnswerStep and others are not part of agent.memory.steps
 
 
-def _step_item(step: Any, kind: str, run: int, step_key: str) -> MemoryItem:
+def _type_name(value: Any) -> str:
+    cls = type(value)
+    module = getattr(cls, "__module__", None)
+    qualname = getattr(cls, "__qualname__", cls.__name__)
+    return qualname if module in (None, "builtins") else f"{module}.{qualname}"
+
+
+def _encodes(fields: Mapping[str, Any]) -> bool:
+    """Return whether the codec writes ``fields`` under the strict policy."""
+    try:
+        MemoryItem(**fields).to_json_bytes()
+    except Exception:  # any failure means "cannot be saved": recording must not break the run
+        return False
+    return True
+
+
+def _step_fields(
+    step: Any, kind: str, run: int, step_key: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Return a step's item fields and, by field name, the type of each value left out.
+
+    A value that cannot be encoded (``range(3)``, an instance of a class the
+    agent's code defined) is left out of the fields, so that the rest is kept.
+    """
     fields: dict[str, Any] = {"kind": kind, "run": run}
+    left_out: dict[str, str] = {}
     for spec in dataclasses.fields(step):
         name = step_key if spec.name == "step_number" else spec.name
-        fields[name] = _encode_field(spec.name, getattr(step, spec.name))
-    return MemoryItem(**fields)
+        value = getattr(step, spec.name)
+        try:
+            fields[name] = _encode_field(spec.name, value)
+        except Exception:  # an odd value (a broken image) is left out, never raised
+            left_out[name] = _type_name(value)
+    if not _encodes(fields):
+        for name in list(fields):
+            if not _encodes({name: fields[name]}):
+                left_out[name] = _type_name(getattr(step, _field_name(name, step_key), None))
+                del fields[name]
+    if left_out:
+        fields["left_out"] = left_out
+    return fields, left_out
+
+
+def _field_name(name: str, step_key: str) -> str:
+    return "step_number" if name == step_key else name
 
 
 # -- decoding: stored values -> smolagents objects ---------------------------------
@@ -244,6 +307,16 @@ def _decode_error(value: Mapping[str, Any], sm: Any) -> Any:
     return cls(value["message"], silent)
 
 
+def _decode_tool_call(call: Mapping[str, Any], sm: Any) -> Any:
+    if "function" in call:  # smolagents' shape: {"id", "type", "function": {"name", "arguments"}}
+        function = call["function"]
+        return sm.memory.ToolCall(
+            name=function["name"], arguments=function.get("arguments"), id=call["id"]
+        )
+    # Sessions written by earlier kvmemory versions kept {"id", "name", "arguments"}.
+    return sm.memory.ToolCall(name=call["name"], arguments=call["arguments"], id=call["id"])
+
+
 def _decode_field(name: str, value: Any, sm: Any, where: str) -> Any:
     if value is None:
         return None
@@ -254,9 +327,7 @@ def _decode_field(name: str, value: Any, sm: Any, where: str) -> Any:
     if name in _MESSAGES:
         return _decode_message(value, sm, f"{where}, field {name!r}")
     if name == "tool_calls":
-        return [
-            sm.memory.ToolCall(name=c["name"], arguments=c["arguments"], id=c["id"]) for c in value
-        ]
+        return [_decode_tool_call(call, sm) for call in value]
     if name == "error":
         return _decode_error(value, sm)
     if name == "timing":
@@ -299,6 +370,21 @@ def _latest_run(memory: Memory, run: int | None) -> tuple[int, list[MemoryItem]]
     return wanted, [item for item in items if item.get_value("run") == wanted]
 
 
+def _restored(
+    memory: Memory, run: int | None, sm: Any
+) -> tuple[int, str | None, list[tuple[MemoryItem, Any]]]:
+    """Return the run's number, its system prompt and each step item with the step read from it."""
+    wanted, items = _latest_run(memory, run)
+    system: str | None = None
+    pairs: list[tuple[MemoryItem, Any]] = []
+    for position, item in enumerate(items):
+        if item.get_value("kind") == "system_prompt":
+            system = item.get_value("system_prompt")
+        else:
+            pairs.append((item, _step_of(item, memory.step_key, sm, position)))
+    return wanted, system, pairs
+
+
 def restore_steps(memory: Memory, *, run: int | None = None) -> tuple[str | None, list[Any]]:
     """Return the system prompt and the steps of a recorded run as real smolagents objects.
 
@@ -316,52 +402,210 @@ def restore_steps(memory: Memory, *, run: int | None = None) -> tuple[str | None
         CorruptSessionError: naming an item that cannot be read back as a step.
     """
     sm = _smolagents()
+    _, system, pairs = _restored(memory, run, sm)
+    return system, [step for _, step in pairs]
+
+
+def _checked_state(
+    item: MemoryItem, where: str
+) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    changed = item.get_value(_STATE)
+    removed = item.get_value(_STATE_REMOVED)
+    left_out = item.get_value(_STATE_LEFT_OUT)
+    if changed is not None and not (
+        isinstance(changed, dict) and all(type(name) is str for name in changed)
+    ):
+        msg = f"Field {_STATE!r} of {where} holds {type(changed).__name__}, not a dict of variables by name; the session was not written by SmolagentsRecorder."
+        raise CorruptSessionError(msg)
+    if removed is not None and not (
+        isinstance(removed, list) and all(type(name) is str for name in removed)
+    ):
+        msg = f"Field {_STATE_REMOVED!r} of {where} holds {type(removed).__name__}, not a list of variable names; the session was not written by SmolagentsRecorder."
+        raise CorruptSessionError(msg)
+    if left_out is not None and not (
+        isinstance(left_out, dict)
+        and all(type(name) is str and type(why) is str for name, why in left_out.items())
+    ):
+        msg = f"Field {_STATE_LEFT_OUT!r} of {where} holds {type(left_out).__name__}, not a dict of type names by variable; the session was not written by SmolagentsRecorder."
+        raise CorruptSessionError(msg)
+    return changed or {}, removed or [], left_out or {}
+
+
+def restore_python_state(
+    memory: Memory, *, run: int | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Return the Python variables a recorded ``CodeAgent`` run held after its last recorded step.
+
+    Each action item carries the variables of the agent's Python executor
+    that changed in that step (``python_state``), the names that went
+    (``python_state_removed``) and those whose values could not be saved
+    (``python_state_left_out``); this replays them in order. Works without
+    smolagents.
+
+    Args:
+        memory: A session written by :class:`SmolagentsRecorder`.
+        run: The run to read (default: the newest).
+
+    Returns:
+        ``(variables, left_out)``: fresh copies of the saved variables by
+        name, and the type of each variable that could not be saved (it is
+        missing from ``variables``).
+
+    Raises:
+        CorruptSessionError: naming an item whose state fields are damaged.
+    """
     _, items = _latest_run(memory, run)
-    system: str | None = None
-    steps: list[Any] = []
+    variables: dict[str, Any] = {}
+    left: dict[str, str] = {}
     for position, item in enumerate(items):
-        if item.get_value("kind") == "system_prompt":
-            system = item.get_value("system_prompt")
-        else:
-            steps.append(_step_of(item, memory.step_key, sm, position))
-    return system, steps
+        if item.get_value("kind") != "action":
+            continue
+        changed, removed, left_out = _checked_state(item, f"item {position} (action step)")
+        for name in removed:
+            variables.pop(name, None)
+            left.pop(name, None)
+        for name, value in changed.items():
+            variables[name] = value
+            left.pop(name, None)
+        for name, why in left_out.items():
+            variables.pop(name, None)
+            left[name] = why
+    return copy.deepcopy(variables), left
+
+
+# -- recording ------------------------------------------------------------------------
+
+
+class UnsavedValueWarning(UserWarning):
+    """A value of a smolagents step or of a ``CodeAgent``'s Python state cannot be saved; it was left out."""
+
+
+_STATE: Final = "python_state"
+_STATE_REMOVED: Final = "python_state_removed"
+_STATE_LEFT_OUT: Final = "python_state_left_out"
+_OWN_FIELDS: Final = frozenset({_STATE, _STATE_REMOVED, _STATE_LEFT_OUT})
+# Names the executor keeps for itself in its state (print buffer, operation count).
+_EXECUTOR_INTERNALS: Final = frozenset({"__name__", "_print_outputs", "_operations_count"})
+# Values of these types cannot change while the executor holds the same object.
+_IMMUTABLE: Final = frozenset({int, float, complex, str, bytes, bool, type(None)})
+# Lists up to this long have their elements in a step's signature (images, tool calls).
+_SIGNATURE_ELEMENTS: Final = 64
+
+
+def _signature(step: Any) -> list[Any]:
+    """Return what a step's fields are now: each value, and each list's length and elements.
+
+    Comparing two signatures by identity tells, without encoding anything,
+    whether a field was set again or a list grew, shrank or had an element
+    replaced since the step was written.
+    """
+    out: list[Any] = []
+    for spec in dataclasses.fields(step):
+        value = getattr(step, spec.name)
+        out.append(value)
+        if type(value) is list:
+            out.append(len(value))
+            if len(value) <= _SIGNATURE_ELEMENTS:
+                out.extend(value)
+    return out
+
+
+def _same(old: list[Any], new: list[Any]) -> bool:
+    if len(old) != len(new):
+        return False
+    for a, b in zip(old, new, strict=True):
+        if a is not b and not (type(a) is int and type(b) is int and a == b):
+            return False
+    return True
+
+
+def _differs(stored: Any, value: Any) -> bool:
+    try:
+        return bool(stored != value)
+    except Exception:  # values without a truthful == (arrays): write them again
+        return True
+
+
+class _Record:
+    """A step of the current run, the item it was written to, and its signature when written."""
+
+    __slots__ = ("item", "kind", "listed", "signature", "step")
+
+    def __init__(self, step: Any, kind: str, item: MemoryItem, *, listed: bool) -> None:
+        self.step = step
+        self.kind = kind
+        self.item = item
+        self.listed = listed  # seen in agent.memory.steps (not only passed as the current step)
+        self.signature = _signature(step)
 
 
 class SmolagentsRecorder:
     """A smolagents step callback that writes the agent's memory to a kvmemory ``Memory``.
 
     Pass it as a step callback (``ToolCallingAgent(..., step_callbacks=[recorder])``)
-    or call :meth:`attach`. Each time it is called it writes, in order, the
-    steps of ``agent.memory`` it has not written yet (the task step of each
-    run included), the step being finalized, and the system prompt whenever
-    it changes. A new ``agent.memory.steps`` list (``agent.run(task)``
-    resets it) starts a new ``run``.
+    or call :meth:`attach`. Either way it writes after every other callback
+    of a step has run: called from the list, it registers itself once more
+    (as :meth:`attach` does) to run last and writes from there, so a
+    screenshot a later callback attaches is in the record.
+
+    Each time it runs it writes, in order, the steps of ``agent.memory`` it
+    has not written yet (the task step of each run included), the step being
+    finalized, the system prompt whenever it changes, and for a
+    ``CodeAgent`` the Python variables its code changed. It also looks again
+    at the ``recheck_last`` steps written before and, at the end of each
+    ``agent.run``, at every step written during it, and writes what changed
+    since (a callback that clears older steps' images). A new
+    ``agent.memory.steps`` list (``agent.run(task)`` resets it) starts a new
+    ``run``. Each step costs the same whatever the length of the run.
+
+    A value that cannot be saved (``range(3)``, an instance of a class the
+    agent's code defined) never stops the run: the rest of the step is
+    written, the field is named in the item's ``left_out`` (variables in
+    ``python_state_left_out``) and an :class:`UnsavedValueWarning` says so.
 
     Args:
         memory: Where the steps go; a stored memory (``open_memory``) makes them durable.
+        recheck_last: How many earlier steps to compare again at each step (0: only at the end of a run).
+
+    Raises:
+        InvalidArgumentError: if ``recheck_last`` is not a whole number of at least 0.
     """
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, *, recheck_last: int = 8) -> None:
+        if type(recheck_last) is not int or recheck_last < 0:
+            msg = f"recheck_last must be a whole number of at least 0, got {recheck_last!r}."
+            raise InvalidArgumentError(msg)
         self.memory = memory
+        self.recheck_last = recheck_last
         self.run = max(
             (int(item.get_value("run") or 0) for item in memory if item.get_value("kind") in KINDS),
             default=0,
         )
-        self._steps: list[Any] | None = None  # the agent's steps list this run writes
-        self._written: dict[int, Any] = {}  # id(step) -> step, for the steps of this run
+        self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._start_run(None)
+
+    def _start_run(self, steps: list[Any] | None) -> None:
+        self._steps = steps  # the agent's steps list this run writes
+        self._seen = 0  # how many entries of it were looked at
+        self._last: Any = None  # the entry at _seen - 1 then
+        self._records: dict[int, _Record] = {}  # id(step) -> record
+        self._order: list[_Record] = []
+        self._swept = 0  # records before this were compared at the end of an agent.run
         self._system: str | None = None
-        self._attached: dict[int, None] = {}
+        self._vars: dict[
+            str, tuple[Any, bytes | None]
+        ] = {}  # name -> (value, its encoding or None)
 
     def attach(self, agent: Any) -> None:
-        """Register the recorder on ``agent`` for every step kind (planning steps are written at once)."""
-        if id(agent) in self._attached:
+        """Register the recorder on ``agent`` for every step kind, after the callbacks registered so far."""
+        if agent in self._attached:
             return
         sm = _smolagents()
-        agent.step_callbacks.register(sm.memory.MemoryStep, self)
-        self._attached[id(agent)] = None
+        agent.step_callbacks.register(sm.memory.MemoryStep, self._record)
+        self._attached.add(agent)
 
     def __call__(self, memory_step: Any, agent: Any = None) -> None:
-        """Write the steps of ``agent.memory`` not written yet, then ``memory_step``.
+        """Make sure the recorder runs after every other callback of each step (see the class).
 
         Raises:
             ArgumentTypeError: if smolagents did not pass the agent (register the recorder as a step callback).
@@ -369,40 +613,193 @@ class SmolagentsRecorder:
         if agent is None:
             msg = "SmolagentsRecorder needs the agent: register it as a step callback (step_callbacks=[recorder] or recorder.attach(agent))."
             raise ArgumentTypeError(msg)
+        # smolagents calls the callbacks of the step's class before those of
+        # MemoryStep, so the registration made here runs later in this very
+        # step, after the callbacks listed behind the recorder.
+        self.attach(agent)
+
+    def _record(self, memory_step: Any, agent: Any = None) -> None:
+        if agent is None:
+            msg = "SmolagentsRecorder needs the agent: register it as a step callback (step_callbacks=[recorder] or recorder.attach(agent))."
+            raise ArgumentTypeError(msg)
         self.write(agent, memory_step)
 
     def write(self, agent: Any, current: Any = None) -> None:
-        """Write what ``agent.memory`` holds that is not written yet, then ``current`` (a step being finalized)."""
+        """Write what ``agent.memory`` holds that is not written yet, then ``current`` (a step being finalized).
+
+        Also writes what changed in the last ``recheck_last`` steps written
+        before, and when ``current`` is smolagents' ``FinalAnswerStep``, in
+        every step written since the last one.
+        """
         sm = _smolagents()
-        steps = agent.memory.steps
+        steps: list[Any] = agent.memory.steps
         if steps is not self._steps:
-            self._steps = steps
-            self._written = {}
-            self._system = None
+            self._start_run(steps)
             self.run += 1
+        elif self._seen > len(steps) or (self._seen and steps[self._seen - 1] is not self._last):
+            self._forget_removed(steps)
         step_key = self.memory.step_key
         items: list[MemoryItem] = []
         system = agent.memory.system_prompt.system_prompt
         if system != self._system:
             items.append(MemoryItem(kind="system_prompt", run=self.run, system_prompt=system))
             self._system = system
-        for step in [*steps, current]:
-            if step is None or id(step) in self._written:
-                continue
-            kind = _kind_of(step, sm)
-            if kind is None:
-                continue
-            items.append(_step_item(step, kind, self.run, step_key))
-            self._written[id(step)] = step
+        before = len(self._order)
+        for step in steps[self._seen :]:
+            record = self._records.get(id(step))
+            if record is not None:
+                record.listed = True
+            else:
+                self._add(step, sm, step_key, items, listed=True)
+        if steps:
+            self._seen = len(steps)
+            self._last = steps[-1]
+        if current is not None and id(current) not in self._records:
+            self._add(current, sm, step_key, items, listed=False)
+        added = self._order[before:]
+        actions = [record for record in added if record.kind == "action"]
+        if actions:
+            newest = actions[-1]
+            newest.item.add_values_from_dict(self._python_state(agent, newest))
+        start = max(before - self.recheck_last, 0)
+        if isinstance(current, sm.memory.FinalAnswerStep):
+            start = min(start, self._swept)
+            self._swept = len(self._order)
+        changed = [
+            record
+            for record in self._order[start:before]
+            if not _same(record.signature, _signature(record.step))
+        ]
         if items:
             self.memory.add_memory_items(items)
+        for record in changed:
+            self._update(record, step_key)
+
+    def sync(self, agent: Any) -> None:
+        """Write every change to the steps of the run since they were written, comparing each in full.
+
+        For changes the recorder does not see by itself: a step older than
+        ``recheck_last`` changed between two ``agent.run`` calls, or an
+        object changed in place (an image's pixels). Costs one encoding of
+        every step of the run.
+        """
+        self.write(agent)
+        step_key = self.memory.step_key
+        for record in self._order:
+            self._update(record, step_key)
+
+    def _add(
+        self, step: Any, sm: Any, step_key: str, items: list[MemoryItem], *, listed: bool
+    ) -> None:
+        kind = _kind_of(step, sm)
+        if kind is None:
+            return
+        fields, left_out = _step_fields(step, kind, self.run, step_key)
+        if left_out:
+            self._warn_fields(step, kind, left_out)
+        record = _Record(step, kind, MemoryItem(**fields), listed=listed)
+        self._records[id(step)] = record
+        self._order.append(record)
+        items.append(record.item)
+
+    def _update(self, record: _Record, step_key: str) -> None:
+        fields, left_out = _step_fields(record.step, record.kind, self.run, step_key)
+        item = record.item
+        if left_out and left_out != item.get_value("left_out"):
+            self._warn_fields(record.step, record.kind, left_out)
+        for key, value in fields.items():
+            if key not in item or _differs(item[key], value):
+                item.set_value(key, value)
+        for key in item.attributes:  # a new list: fields go while it is read
+            if key not in fields and key not in _OWN_FIELDS:
+                item.delete_value(key)
+        record.signature = _signature(record.step)
+
+    def _forget_removed(self, steps: list[Any]) -> None:
+        """Delete the items of steps taken out of ``agent.memory.steps`` (found by one pass over it)."""
+        present = {id(step) for step in steps}
+        gone = [r for r in self._order if r.listed and id(r.step) not in present]
+        if gone:
+            self.memory.delete_items([record.item for record in gone])
+            kept = [r for r in self._order if not (r.listed and id(r.step) not in present)]
+            self._order = kept
+            self._records = {id(record.step): record for record in kept}
+        self._swept = min(self._swept, len(self._order))
+        self._seen = 0
+        self._last = None
+
+    def _where(self, step: Any, kind: str) -> str:
+        number = getattr(step, "step_number", None)
+        return f"{kind} step {number}" if number is not None else f"{kind} step"
+
+    def _warn_fields(self, step: Any, kind: str, left_out: Mapping[str, str]) -> None:
+        names = ", ".join(f"{name!r} (got {why})" for name, why in left_out.items())
+        msg = (
+            f"Field(s) {names} of {self._where(step, kind)} of run {self.run} cannot be saved; "
+            "the rest of the step was written, the item's 'left_out' names them, and a restored "
+            "step has their defaults (None). Keep such values as text, numbers, lists or dicts to save them."
+        )
+        warnings.warn(msg, UnsavedValueWarning, stacklevel=4)
+
+    def _python_state(self, agent: Any, record: _Record) -> dict[str, Any]:
+        """Return the fields that record how the agent's Python variables changed since the last action step."""
+        executor = getattr(agent, "python_executor", None)
+        state = getattr(executor, "state", None)
+        if not isinstance(state, dict):
+            return {}  # not a CodeAgent, or an executor that keeps its state in another process
+        changed: dict[str, Any] = {}
+        left_out: dict[str, str] = {}
+        present: set[str] = set()
+        for name, value in list(state.items()):
+            if type(name) is not str or name in _EXECUTOR_INTERNALS:
+                continue
+            present.add(name)
+            known = self._vars.get(name)
+            if (
+                known is not None
+                and known[0] is value
+                and (known[1] is None or type(value) in _IMMUTABLE)
+            ):
+                continue  # the same object: still unsaveable, or cannot have changed
+            try:
+                data = MemoryItem(v=value).to_json_bytes()
+            except Exception:  # any failure means "cannot be saved": the run goes on
+                left_out[name] = _type_name(value)
+                self._vars[name] = (value, None)
+                continue
+            if known is None or known[1] != data:
+                changed[name] = MemoryItem.from_json(data)["v"]  # a copy, as a store keeps it
+            self._vars[name] = (value, data)
+        removed = [name for name in self._vars if name not in present]
+        for name in removed:
+            del self._vars[name]
+        fields: dict[str, Any] = {}
+        if changed:
+            fields[_STATE] = changed
+        if removed:
+            fields[_STATE_REMOVED] = removed
+        if left_out:
+            fields[_STATE_LEFT_OUT] = left_out
+            names = ", ".join(f"{name!r} (got {why})" for name, why in left_out.items())
+            msg = (
+                f"Python variable(s) {names} of the CodeAgent after {self._where(record.step, 'action')} "
+                f"of run {self.run} cannot be saved; the other variables were, the item's "
+                f"{_STATE_LEFT_OUT!r} names these, and after a restore they are undefined until the "
+                "agent's code creates them again."
+            )
+            warnings.warn(msg, UnsavedValueWarning, stacklevel=4)
+        return fields
 
     def restore(self, agent: Any, *, run: int | None = None) -> None:
-        """Rebuild ``agent.memory`` from the recorded run and go on recording it.
+        """Rebuild ``agent.memory`` (and a ``CodeAgent``'s Python variables) from the recorded run and go on recording it.
 
         After this, ``agent.run(next_task, reset=False)`` continues the run
         (the model sees the same messages it would have seen had the old
-        process gone on), and ``agent.replay()`` shows it.
+        process gone on), ``agent.replay()`` shows it, and ``agent.task`` is
+        the run's last task. A ``CodeAgent`` with smolagents' local executor
+        gets back the variables that were saved (see
+        :func:`restore_python_state`); those that were not are named in an
+        :class:`UnsavedValueWarning`.
 
         Args:
             agent: A new smolagents agent (its current memory is replaced).
@@ -413,17 +810,44 @@ class SmolagentsRecorder:
             CorruptSessionError: naming an item that cannot be read back as a step.
         """
         sm = _smolagents()
-        system, steps = restore_steps(self.memory, run=run)
-        if system is None and not steps:
+        wanted, system, pairs = _restored(self.memory, run, sm)
+        if system is None and not pairs:
             self.attach(agent)  # nothing recorded: the agent's next run is the first
             return
+        variables, left_out = restore_python_state(self.memory, run=wanted)
+        steps = [step for _, step in pairs]
         agent.memory.steps = steps
         if system is not None:
             agent.memory.system_prompt = sm.memory.SystemPromptStep(system_prompt=system)
-        self._steps = steps
-        self._written = {id(step): step for step in steps}
+        tasks = [step.task for step in steps if isinstance(step, sm.memory.TaskStep)]
+        if tasks:
+            agent.task = tasks[-1]
+        self._start_run(steps)
+        self.run = wanted
         self._system = system
-        self.run, _ = _latest_run(self.memory, run)
+        for item, step in pairs:
+            record = _Record(step, str(item.get_value("kind")), item, listed=True)
+            self._records[id(step)] = record
+            self._order.append(record)
+        self._seen = len(steps)
+        self._last = steps[-1] if steps else None
+        self._swept = len(self._order)
+        executor: Any = getattr(agent, "python_executor", None)
+        state = getattr(executor, "state", None)
+        if isinstance(state, dict) and (variables or left_out):
+            executor.send_variables(variables)
+            self._vars = {
+                name: (value, MemoryItem(v=value).to_json_bytes())
+                for name, value in variables.items()
+            }
+            if left_out:
+                names = ", ".join(f"{name!r} ({why})" for name, why in left_out.items())
+                msg = (
+                    f"Python variable(s) {names} of run {wanted} were not saved and are undefined "
+                    "in the restored agent; a step that uses them fails until the agent's code "
+                    "creates them again."
+                )
+                warnings.warn(msg, UnsavedValueWarning, stacklevel=2)
         self.attach(agent)
 
 
