@@ -6,10 +6,13 @@ import json
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("smolagents")
 
@@ -19,15 +22,36 @@ from smolagents.memory import ActionStep, TaskStep
 from smolagents.models import MessageRole
 from smolagents.monitoring import LogLevel, Timing
 from smolagents.utils import AgentToolExecutionError
-from smolagents_agent import FIRST_TASK, NEXT_TASK, add, make_agent, message_dicts
+from smolagents_agent import (
+    BROWSE_TASK,
+    CODE_FIRST,
+    CODE_FIRST_SNIPPETS,
+    CODE_NEXT,
+    CODE_NEXT_SNIPPETS,
+    FIRST_TASK,
+    NEXT_TASK,
+    add,
+    make_agent,
+    make_code_agent,
+    message_dicts,
+    take_screenshot,
+)
 
 from agents.integrations.smolagents import (
     SmolagentsRecorder,
+    UnsavedValueWarning,
     full_steps,
+    restore_python_state,
     restore_steps,
     succinct_steps,
 )
-from agents.memory import CorruptSessionError, Memory, MemoryItem, MissingDependencyError
+from agents.memory import (
+    CorruptSessionError,
+    InvalidArgumentError,
+    Memory,
+    MemoryItem,
+    MissingDependencyError,
+)
 from agents.memory.stores import open_memory
 
 HERE = Path(__file__).resolve().parent
@@ -307,3 +331,281 @@ def test_image_action_output_is_stored_as_png() -> None:
     )
     recorder.write(agent, step)
     assert memory[-1]["action_output"].startswith(b"\x89PNG")
+
+
+# -- steps changed after they were recorded, callback order ------------------------
+
+
+def _images(steps: list[Any]) -> list[list[bytes] | None]:
+    """Each step's observation images as pixels (None where it has none)."""
+    return [
+        [image.tobytes() for image in step.observations_images]
+        if getattr(step, "observations_images", None)
+        else None
+        for step in steps
+    ]
+
+
+def test_later_changes_and_later_callbacks_survive_a_restart(tmp_path: Path) -> None:
+    """With step_callbacks=[recorder, take_screenshot], killed and restored, the next model input is the uninterrupted one."""
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    script = str(HERE / "smolagents_agent.py")
+    first = subprocess.run([sys.executable, script, "browse-first", url, "b"], cwd=HERE)
+    assert first.returncode == -signal.SIGKILL
+    out = tmp_path / "next.json"
+    subprocess.run(
+        [sys.executable, script, "browse-restore", url, "b", str(out)], check=True, cwd=HERE
+    )
+
+    agent, model = make_agent([take_screenshot])
+    agent.run(BROWSE_TASK)
+    assert _images(agent.memory.steps)[1:] == [None, None, None, ANY_IMAGES, ANY_IMAGES]
+    agent.run(NEXT_TASK, reset=False)
+    assert json.loads(out.read_text(encoding="utf-8")) == message_dicts(model.inputs[-1])
+
+
+class _AnyImages:
+    """Equal to any non-empty list of images (the screenshots of the last two steps)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, list) and len(other) > 0
+
+    __hash__ = None  # type: ignore[assignment]  # only compared, never hashed
+
+
+ANY_IMAGES: Any = _AnyImages()
+
+
+def test_list_form_records_what_later_callbacks_attach() -> None:
+    """Listed before take_screenshot, the recorder still writes each step with its screenshot."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory), take_screenshot])
+    agent.run(BROWSE_TASK)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+    assert _images(steps)[-1] is not None
+
+
+def test_images_cleared_by_an_earlier_callback_stay_cleared() -> None:
+    """attach() after take_screenshot: images the callback clears on older steps are cleared in the record."""
+    memory = Memory()
+    agent, _ = make_agent([take_screenshot])
+    SmolagentsRecorder(memory).attach(agent)
+    agent.run(BROWSE_TASK)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+    assert [image is None for image in _images(steps)] == [True, True, True, True, False, False]
+
+
+def test_without_recheck_changes_are_written_at_the_end_of_the_run() -> None:
+    """recheck_last=0 compares nothing per step, but the end of agent.run writes what earlier steps became."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory, recheck_last=0), take_screenshot])
+    agent.run(BROWSE_TASK)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+
+
+def test_sync_writes_changes_made_between_runs() -> None:
+    """A change to an old step between two runs is written by sync()."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory, recheck_last=1)
+    agent, _ = make_agent([recorder, take_screenshot])
+    agent.run(BROWSE_TASK)
+    agent.memory.steps[4].observations_images = None
+    agent.memory.steps[1].observations = "edited"
+    recorder.sync(agent)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+    assert steps[1].observations == "edited"
+
+
+def test_steps_taken_out_of_the_agent_memory_leave_the_record() -> None:
+    """Deleting a step from agent.memory.steps deletes its item at the next callback."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.run(FIRST_TASK)
+    del agent.memory.steps[1]
+    agent.run(NEXT_TASK, reset=False)
+    _, steps = restore_steps(memory)
+    assert [step.dict() for step in steps] == [step.dict() for step in agent.memory.steps]
+
+
+def test_recheck_last_must_be_a_whole_number() -> None:
+    """A negative or non-integer recheck_last is refused, naming the option."""
+    with pytest.raises(InvalidArgumentError, match=r"recheck_last must be a whole number"):
+        SmolagentsRecorder(Memory(), recheck_last=-1)
+    with pytest.raises(InvalidArgumentError, match=r"got 1.5"):
+        SmolagentsRecorder(Memory(), recheck_last=1.5)  # type: ignore[arg-type]  # the wrong type is the point
+
+
+# -- a CodeAgent's Python variables and values that cannot be saved -----------------
+
+
+def test_code_agent_variables_survive_a_restart(tmp_path: Path) -> None:
+    """A step after SIGKILL and restore uses variables set before it; those not saved are named."""
+    url = f"sqlite:///{tmp_path / 'code.db'}"
+    script = str(HERE / "smolagents_agent.py")
+    first = subprocess.run([sys.executable, script, "code-first", url, "c"], cwd=HERE)
+    assert first.returncode == -signal.SIGKILL
+    out = tmp_path / "next.json"
+    subprocess.run(
+        [sys.executable, script, "code-restore", url, "c", str(out)], check=True, cwd=HERE
+    )
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["answer"] == 42  # a = 40 and items = [1, 2, 3], both set before the kill
+    assert result["task"] == CODE_NEXT
+    (warning,) = result["warnings"]
+    assert "'Point' (type), 'p' (smolagents.local_python_executor.Point), 'r' (range)" in warning
+
+    agent, model = make_code_agent(CODE_FIRST_SNIPPETS + CODE_NEXT_SNIPPETS)
+    agent.run(CODE_FIRST)
+    assert agent.run(CODE_NEXT, reset=False) == 42
+    assert result["inputs"] == message_dicts(model.inputs[-1])
+
+
+def test_unsaveable_values_never_stop_the_run(tmp_path: Path) -> None:
+    """range(3) and instances of the code's own class are left out, named and warned about; the run finishes."""
+    with open_memory(f"sqlite:///{tmp_path / 'a.db'}", "c") as memory:
+        agent, _ = make_code_agent(CODE_FIRST_SNIPPETS, [SmolagentsRecorder(memory)])
+        with pytest.warns(UnsavedValueWarning) as caught:
+            assert agent.run(CODE_FIRST) == 40
+        messages = [str(w.message) for w in caught]
+        assert any("'action_output' (got range) of action step 1 of run 1" in m for m in messages)
+        assert any("'p' (got smolagents.local_python_executor.Point)" in m for m in messages)
+        first = memory[2]
+        assert first["left_out"] == {"action_output": "range"}
+        assert "action_output" not in first
+        assert first["python_state"] == {"a": 40, "items": [1, 2]}
+        assert set(first["python_state_left_out"]) == {"Point", "p", "r"}
+        assert memory[3]["python_state"] == {"items": [1, 2, 3]}  # changed in place, recorded
+    with open_memory(f"sqlite:///{tmp_path / 'a.db'}", "c") as memory:
+        _, steps = restore_steps(memory)
+        assert steps[1].action_output is None
+        assert restore_python_state(memory)[0] == {"a": 40, "items": [1, 2, 3]}
+
+
+def test_an_in_memory_record_stays_encodable() -> None:
+    """A Memory the recorder writes to can always be saved, whatever the step held."""
+
+    class Local:
+        pass
+
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory)
+    agent, _ = make_agent()
+    step = ActionStep(step_number=1, timing=Timing(0.0, 1.0), action_output=Local())
+    with pytest.warns(UnsavedValueWarning, match=r"'action_output' \(got .*Local\)"):
+        recorder.write(agent, step)
+    assert Memory.from_json(memory.to_json()).content == memory.content
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["a", "b", "c", "d"]),
+            st.one_of(
+                st.integers(),
+                st.text(max_size=5),
+                st.lists(st.integers(), max_size=3),
+                st.just(range(2)),
+            ),
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_python_state_replays_to_the_last_state(states: list[dict[str, Any]]) -> None:
+    """Whatever the variables did step by step, the replayed deltas give the last state's saveable values."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory)
+    agent, _ = make_code_agent([])
+    executor_state = agent.python_executor.state
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnsavedValueWarning)
+        for number, state in enumerate(states, start=1):
+            for name in "abcd":
+                executor_state.pop(name, None)
+            executor_state.update(state)
+            step = ActionStep(step_number=number, timing=Timing(0.0, 1.0))
+            agent.memory.steps.append(step)
+            recorder.write(agent, step)
+    variables, left_out = restore_python_state(memory)
+    last = states[-1]
+    assert variables == {k: v for k, v in last.items() if not isinstance(v, range)}
+    assert left_out == {k: "range" for k, v in last.items() if isinstance(v, range)}
+
+
+def test_damaged_python_state_is_named() -> None:
+    """A python_state that is not a dict of variables raises CorruptSessionError naming the item."""
+    memory = Memory(
+        [
+            MemoryItem(
+                kind="action",
+                run=1,
+                step=1,
+                timing={"start_time": 0.0, "end_time": 1.0},
+                python_state=[1],
+            )
+        ]
+    )
+    with pytest.raises(
+        CorruptSessionError, match=r"Field 'python_state' of item 0 \(action step\) holds list"
+    ):
+        restore_python_state(memory)
+
+
+# -- restore sets the task; tool calls in smolagents' shape ---------------------------
+
+
+def test_restore_sets_the_task() -> None:
+    """The restored agent's task is the run's last task."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.run(FIRST_TASK)
+    agent.run(NEXT_TASK, reset=False)
+    fresh, _ = make_agent()
+    SmolagentsRecorder(memory).restore(fresh)
+    assert fresh.task == NEXT_TASK == agent.task
+
+
+def test_tool_calls_keep_smolagents_shape() -> None:
+    """full_steps and succinct_steps show tool calls as smolagents' get_full_steps() does."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.run(FIRST_TASK)
+    ours = [step["tool_calls"] for step in succinct_steps(memory) if step["kind"] == "action"]
+    theirs = [
+        step["tool_calls"] for step in agent.memory.get_succinct_steps() if "step_number" in step
+    ]
+    assert ours == theirs
+    assert ours[0] == [
+        {
+            "id": "call_2",
+            "type": "function",
+            "function": {"name": "add", "arguments": {"a": 2, "b": 3}},
+        }
+    ]
+
+
+def test_flat_tool_calls_of_older_sessions_still_restore() -> None:
+    """A tool call stored as {id, name, arguments} is read back as smolagents' ToolCall."""
+    memory = Memory(
+        [
+            MemoryItem(
+                kind="action",
+                run=1,
+                step=1,
+                timing={"start_time": 0.0, "end_time": 1.0},
+                tool_calls=[{"id": "c1", "name": "add", "arguments": {"a": 1}}],
+            )
+        ]
+    )
+    (step,) = restore_steps(memory)[1]
+    assert step.tool_calls[0].dict() == {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "add", "arguments": {"a": 1}},
+    }
