@@ -198,6 +198,21 @@ def _type_name(value: Any) -> str:
     return qualname if module in (None, "builtins") else f"{module}.{qualname}"
 
 
+_LEAVES: Final = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Return whether ``value`` is made of JSON-like containers and scalars only (the codec surely writes it)."""
+    cls = type(value)
+    if cls in _LEAVES:
+        return True
+    if cls is list or cls is tuple:
+        return all(map(_plain, value))
+    if cls is dict:
+        return all(type(key) is str for key in value) and all(map(_plain, value.values()))
+    return False
+
+
 def _encodes(fields: Mapping[str, Any]) -> bool:
     """Return whether the codec writes ``fields`` under the strict policy."""
     try:
@@ -207,35 +222,57 @@ def _encodes(fields: Mapping[str, Any]) -> bool:
     return True
 
 
+def _field_value(name: str, value: Any) -> tuple[bool, Any]:
+    """Return ``(True, stored form)`` of a step's field, or ``(False, type name)`` if it cannot be saved."""
+    try:
+        encoded = _encode_field(name, value)
+    except Exception:  # an odd value (a broken image) is left out, never raised
+        return False, _type_name(value)
+    try:
+        plain = _plain(encoded)
+    except RecursionError:  # nested deeper than Python walks: let the codec judge
+        plain = False
+    if plain or _encodes({name: encoded}):
+        return True, encoded
+    return False, _type_name(value)
+
+
 def _step_fields(
-    step: Any, kind: str, run: int, step_key: str
+    step: Any, kind: str, run: int, step_key: str, names: frozenset[str] | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Return a step's item fields and, by field name, the type of each value left out.
+    """Return a step's item fields and, by field key, the type of each value left out.
 
     A value that cannot be encoded (``range(3)``, an instance of a class the
-    agent's code defined) is left out of the fields, so that the rest is kept.
+    agent's code defined) is left out of the fields, so that the rest is
+    kept. With ``names``, only those smolagents fields are read, and
+    ``kind``, ``run`` and ``left_out`` are not given.
     """
-    fields: dict[str, Any] = {"kind": kind, "run": run}
+    fields: dict[str, Any] = {"kind": kind, "run": run} if names is None else {}
     left_out: dict[str, str] = {}
-    for spec in dataclasses.fields(step):
-        name = step_key if spec.name == "step_number" else spec.name
-        value = getattr(step, spec.name)
-        try:
-            fields[name] = _encode_field(spec.name, value)
-        except Exception:  # an odd value (a broken image) is left out, never raised
-            left_out[name] = _type_name(value)
-    if not _encodes(fields):
-        for name in list(fields):
-            if not _encodes({name: fields[name]}):
-                left_out[name] = _type_name(getattr(step, _field_name(name, step_key), None))
-                del fields[name]
-    if left_out:
+    for name in _field_names(step):
+        if names is not None and name not in names:
+            continue
+        key = step_key if name == "step_number" else name
+        ok, out = _field_value(name, getattr(step, name))
+        if ok:
+            fields[key] = out
+        else:
+            left_out[key] = out
+    if left_out and names is None:
         fields["left_out"] = left_out
     return fields, left_out
 
 
-def _field_name(name: str, step_key: str) -> str:
-    return "step_number" if name == step_key else name
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(step: Any) -> tuple[str, ...]:
+    """Return the dataclass field names of a step's class (read once per class)."""
+    cls = type(step)
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(spec.name for spec in dataclasses.fields(step))
+    return names
 
 
 # -- decoding: stored values -> smolagents objects ---------------------------------
@@ -492,31 +529,60 @@ _IMMUTABLE: Final = frozenset({int, float, complex, str, bytes, bool, type(None)
 _SIGNATURE_ELEMENTS: Final = 64
 
 
-def _signature(step: Any) -> list[Any]:
-    """Return what a step's fields are now: each value, and each list's length and elements.
+def _signature(step: Any) -> list[tuple[Any, ...]]:
+    """Return what each of a step's fields is now: the value, and a list's length and elements.
 
     Comparing two signatures by identity tells, without encoding anything,
-    whether a field was set again or a list grew, shrank or had an element
-    replaced since the step was written.
+    which fields were set again or had a list grow, shrink or have an
+    element replaced since the step was written.
     """
-    out: list[Any] = []
-    for spec in dataclasses.fields(step):
-        value = getattr(step, spec.name)
-        out.append(value)
+    out: list[tuple[Any, ...]] = []
+    for name in _field_names(step):
+        value = getattr(step, name)
         if type(value) is list:
-            out.append(len(value))
-            if len(value) <= _SIGNATURE_ELEMENTS:
-                out.extend(value)
+            count = len(value)
+            out.append((value, count, *value) if count <= _SIGNATURE_ELEMENTS else (value, count))
+        else:
+            out.append((value,))
     return out
 
 
-def _same(old: list[Any], new: list[Any]) -> bool:
+def _ids(step: Any) -> tuple[int, ...]:
+    """Return the identities in :func:`_signature`, flat: equal tuples mean no field changed.
+
+    The record keeps the signature's objects alive, so their ids cannot be
+    reused by new objects while they are compared.
+    """
+    out: list[int] = []
+    for name in _field_names(step):
+        value = getattr(step, name)
+        out.append(id(value))
+        if type(value) is list:
+            count = len(value)
+            out.append(count)
+            if count <= _SIGNATURE_ELEMENTS:
+                out.extend(map(id, value))
+    return tuple(out)
+
+
+def _same(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
     if len(old) != len(new):
         return False
     for a, b in zip(old, new, strict=True):
         if a is not b and not (type(a) is int and type(b) is int and a == b):
             return False
     return True
+
+
+def _changed_names(
+    step: Any, old: list[tuple[Any, ...]], new: list[tuple[Any, ...]]
+) -> frozenset[str]:
+    names = _field_names(step)
+    if len(old) != len(new):
+        return frozenset(names)
+    return frozenset(
+        name for name, was, now in zip(names, old, new, strict=True) if not _same(was, now)
+    )
 
 
 def _differs(stored: Any, value: Any) -> bool:
@@ -529,7 +595,7 @@ def _differs(stored: Any, value: Any) -> bool:
 class _Record:
     """A step of the current run, the item it was written to, and its signature when written."""
 
-    __slots__ = ("item", "kind", "listed", "signature", "step")
+    __slots__ = ("ids", "item", "kind", "listed", "signature", "step")
 
     def __init__(self, step: Any, kind: str, item: MemoryItem, *, listed: bool) -> None:
         self.step = step
@@ -537,6 +603,7 @@ class _Record:
         self.item = item
         self.listed = listed  # seen in agent.memory.steps (not only passed as the current step)
         self.signature = _signature(step)
+        self.ids = _ids(step)
 
 
 class SmolagentsRecorder:
@@ -571,7 +638,7 @@ class SmolagentsRecorder:
         InvalidArgumentError: if ``recheck_last`` is not a whole number of at least 0.
     """
 
-    def __init__(self, memory: Memory, *, recheck_last: int = 8) -> None:
+    def __init__(self, memory: Memory, *, recheck_last: int = 4) -> None:
         if type(recheck_last) is not int or recheck_last < 0:
             msg = f"recheck_last must be a whole number of at least 0, got {recheck_last!r}."
             raise InvalidArgumentError(msg)
@@ -665,15 +732,22 @@ class SmolagentsRecorder:
         if isinstance(current, sm.memory.FinalAnswerStep):
             start = min(start, self._swept)
             self._swept = len(self._order)
-        changed = [
-            record
-            for record in self._order[start:before]
-            if not _same(record.signature, _signature(record.step))
-        ]
+        changed: list[tuple[_Record, list[tuple[Any, ...]], frozenset[str]]] = []
+        for record in self._order[start:before]:
+            ids = _ids(record.step)
+            if ids == record.ids:
+                continue
+            now = _signature(record.step)
+            names = _changed_names(record.step, record.signature, now)
+            if names:
+                changed.append((record, now, names))
+            else:
+                record.signature, record.ids = now, ids
         if items:
             self.memory.add_memory_items(items)
-        for record in changed:
-            self._update(record, step_key)
+        for record, now, names in changed:
+            self._update(record, step_key, names)
+            record.signature, record.ids = now, _ids(record.step)
 
     def sync(self, agent: Any) -> None:
         """Write every change to the steps of the run since they were written, comparing each in full.
@@ -702,18 +776,34 @@ class SmolagentsRecorder:
         self._order.append(record)
         items.append(record.item)
 
-    def _update(self, record: _Record, step_key: str) -> None:
-        fields, left_out = _step_fields(record.step, record.kind, self.run, step_key)
+    def _update(self, record: _Record, step_key: str, names: frozenset[str] | None = None) -> None:
+        """Write what changed in a recorded step: the fields ``names`` (default: all of them)."""
         item = record.item
-        if left_out and left_out != item.get_value("left_out"):
-            self._warn_fields(record.step, record.kind, left_out)
+        step = record.step
+        fields, left_out = _step_fields(step, record.kind, self.run, step_key, names)
+        read = _field_names(step) if names is None else names
+        keys = {step_key if name == "step_number" else name for name in read}
+        stored = item.get_value("left_out")
+        before = dict(stored) if isinstance(stored, dict) else {}
+        after = {key: why for key, why in before.items() if key not in keys} | left_out
+        if any(before.get(key) != why for key, why in left_out.items()):
+            self._warn_fields(step, record.kind, left_out)
+        if names is None:
+            fields.pop("left_out", None)
+            keys |= {key for key in item.attributes if key not in _OWN_FIELDS}
         for key, value in fields.items():
             if key not in item or _differs(item[key], value):
                 item.set_value(key, value)
-        for key in item.attributes:  # a new list: fields go while it is read
-            if key not in fields and key not in _OWN_FIELDS:
+        for key in keys:
+            if key not in fields and key != "left_out" and key in item:
                 item.delete_value(key)
-        record.signature = _signature(record.step)
+        if after != before:
+            if after:
+                item.set_value("left_out", after)
+            else:
+                item.delete_value("left_out")
+        if names is None:
+            record.signature, record.ids = _signature(step), _ids(step)
 
     def _forget_removed(self, steps: list[Any]) -> None:
         """Delete the items of steps taken out of ``agent.memory.steps`` (found by one pass over it)."""
