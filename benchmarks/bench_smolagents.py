@@ -58,7 +58,9 @@ def _step(number: int) -> Any:
             ChatMessage(role=MessageRole.SYSTEM, content=[{"type": "text", "text": "You act."}]),
             ChatMessage(role=MessageRole.USER, content=[{"type": "text", "text": "Close it."}]),
         ],
-        tool_calls=[ToolCall(name="click", arguments={"x": number % 800, "y": 40}, id=f"c{number}")],
+        tool_calls=[
+            ToolCall(name="click", arguments={"x": number % 800, "y": 40}, id=f"c{number}")
+        ],
         model_output_message=ChatMessage(role=MessageRole.ASSISTANT, content=text),
         model_output=text,
         observations=f"window 'Report {number % 97}.docx' is focused",
@@ -118,7 +120,9 @@ def main() -> None:
         best = {size: min(cost(size, attempt) for attempt in range(args.repeat)) for size in sizes}
     base = best[sizes[0]]
     where = "an in-memory Memory" if args.store == "memory" else "a SQLite store"
-    print(f"smolagents recorder into {where}, median of the last {TIMED} steps, best of {args.repeat}:")
+    print(
+        f"smolagents recorder into {where}, median of the last {TIMED} steps, best of {args.repeat}:"
+    )
     for size in sizes:
         ratio = best[size] / base
         verdict = "ok" if ratio < TARGET else "OVER TARGET"

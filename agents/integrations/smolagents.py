@@ -4,10 +4,12 @@ smolagents keeps an agent's memory in RAM (``agent.memory``: a system prompt
 and a list of ``TaskStep``, ``ActionStep`` and ``PlanningStep`` objects), so
 it is lost when the process ends. :class:`SmolagentsRecorder` is a step
 callback that writes every step to a kvmemory ``Memory`` (a stored one, from
-``open_memory``, makes it durable) as the agent runs, and
-:meth:`SmolagentsRecorder.restore` rebuilds ``agent.memory`` in a new agent
-from it, so that ``agent.run(next_task, reset=False)`` continues where the
-old process stopped and ``agent.replay()`` shows the whole run.
+``open_memory``, makes it durable) as the agent runs, after the step's other
+callbacks, and writes later changes to steps it wrote (a callback that clears
+older screenshots). :meth:`SmolagentsRecorder.restore` rebuilds
+``agent.memory``, ``agent.task`` and a ``CodeAgent``'s Python variables in a
+new agent from it, so that ``agent.run(next_task, reset=False)`` continues
+where the old process stopped and ``agent.replay()`` shows the whole run.
 
 Each step is one item with ``kind`` (``"system_prompt"``, ``"task"``,
 ``"planning"`` or ``"action"``), ``run`` (counts the agent's memory resets)
@@ -20,12 +22,19 @@ step's ``step_number`` is the memory's step key. Values are kept losslessly:
 * timing as ``{"start_time", "end_time"}``, token usage as
   ``{"input_tokens", "output_tokens"}``;
 * chat messages (model input and output) as ``{"role", "content",
-  "tool_calls", "raw", "token_usage"}``, tool calls as ``{"id", "name",
-  "arguments"}``.
+  "tool_calls", "raw", "token_usage"}``; tool calls, there and in
+  ``tool_calls``, in smolagents' shape ``{"id", "type", "function":
+  {"name", "arguments"}}``.
 
 Any other field that holds a PIL image (a code agent's ``action_output``)
-is stored as PNG bytes and read back as those bytes; any other value goes
-through the codec under the memory's ``on_unencodable`` policy.
+is stored as PNG bytes and read back as those bytes; any other value is
+kept if the codec can write it. A value it cannot write is left out and
+named, with its type, in the item's ``left_out`` field (an
+:class:`UnsavedValueWarning` says so): recording never stops the run.
+
+A ``CodeAgent``'s action items also carry the Python variables the step
+changed (``python_state``), removed (``python_state_removed``) or could not
+save (``python_state_left_out``); :func:`restore_python_state` replays them.
 
 Restored errors are instances of the smolagents error class of that name
 (``AgentError`` for a class smolagents does not define); a message's
