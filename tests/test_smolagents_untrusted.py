@@ -362,3 +362,24 @@ def test_float_images_keep_their_integer_part_up_to_16_bits() -> None:
     agent.run(FIRST_TASK, images=images)
     (task, *_) = restore_steps(memory)[1]
     assert [im.getpixel((0, 0)) for im in task.task_images] == [300, 65535, 0]
+
+
+def test_hostile_rows_are_refused_on_every_store(store_url: str) -> None:
+    """EPS bytes and a bad run, kept in any store (SQLite, JSONL, PostgreSQL, memory), are refused as CorruptSessionError on restore."""
+    for session, items in _rows_holding(EPS).items():
+        with open_memory(store_url, session) as memory:
+            memory.add_memory_items(items)
+        with open_memory(store_url, session) as memory:
+            before = memory.to_json()
+            agent, _ = make_agent()
+            with pytest.raises(CorruptSessionError, match=r"not a PNG image"):
+                SmolagentsRecorder(memory).restore(agent)
+            assert agent.memory.steps == []
+            assert memory.to_json() == before
+    with open_memory(store_url, "bad-run") as memory:
+        memory.add_memory_items([MemoryItem(kind="task", run="one", task="t")])
+    with (
+        open_memory(store_url, "bad-run") as memory,
+        pytest.raises(CorruptSessionError, match=r"Field 'run' of item 0 holds str 'one'"),
+    ):
+        SmolagentsRecorder(memory)
