@@ -539,22 +539,29 @@ def test_python_state_replays_to_the_last_state(states: list[dict[str, Any]]) ->
 
 
 def test_damaged_python_state_is_named() -> None:
-    """A python_state that is not a dict of variables raises CorruptSessionError naming the item."""
+    """A python_state that is not a dict of variables raises CorruptSessionError naming the item; restore changes nothing."""
     memory = Memory(
         [
+            MemoryItem(kind="task", run=1, task="t"),
             MemoryItem(
                 kind="action",
                 run=1,
                 step=1,
                 timing={"start_time": 0.0, "end_time": 1.0},
                 python_state=[1],
-            )
+            ),
         ]
     )
     with pytest.raises(
-        CorruptSessionError, match=r"Field 'python_state' of item 0 \(action step\) holds list"
+        CorruptSessionError, match=r"Field 'python_state' of item 1 \(action step\) holds list"
     ):
         restore_python_state(memory)
+    agent, _ = make_code_agent([])
+    steps, variables = agent.memory.steps, dict(agent.python_executor.state)
+    with pytest.raises(CorruptSessionError, match=r"python_state"):
+        SmolagentsRecorder(memory).restore(agent)
+    assert agent.memory.steps is steps
+    assert agent.python_executor.state == variables
 
 
 # -- restore sets the task; tool calls in smolagents' shape ---------------------------

@@ -17,7 +17,10 @@ and the step's fields under their smolagents names, except that an action
 step's ``step_number`` is the memory's step key. Values are kept losslessly:
 
 * images (``task_images``, ``observations_images``, image parts of chat
-  messages) as PNG bytes;
+  messages) as PNG bytes; an image in a mode PNG cannot hold is converted
+  first (CMYK, YCbCr, LAB, HSV, RGBX to RGB; RGBa and PA to RGBA; La to LA;
+  I, F and the other 16-bit modes to 16-bit greyscale ``I;16``, clipped to
+  0..65535 with fractions dropped), so that no image stops the agent's run;
 * errors as ``{"type": "AgentToolExecutionError", "message": ...}``;
 * timing as ``{"start_time", "end_time"}``, token usage as
   ``{"input_tokens", "output_tokens"}``;
@@ -36,6 +39,13 @@ A ``CodeAgent``'s action items also carry the Python variables the step
 changed (``python_state``), removed (``python_state_removed``) or could not
 save (``python_state_left_out``); :func:`restore_python_state` replays them.
 
+Stored rows are untrusted input (another process or machine may have
+written them): restoring checks the shape of every field it reads, decodes
+image bytes only when they are PNG (the one format the recorder writes;
+an EPS file would make Pillow run Ghostscript) and only up to
+``PIL.Image.MAX_IMAGE_PIXELS`` pixels, and raises ``CorruptSessionError``
+naming the item and field of anything else, leaving the agent as it was.
+
 Restored errors are instances of the smolagents error class of that name
 (``AgentError`` for a class smolagents does not define); a message's
 ``raw`` API response comes back as the JSON data it was stored as.
@@ -50,6 +60,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import struct
 import warnings
 import weakref
 from collections.abc import Iterable, Mapping
@@ -57,6 +68,7 @@ from typing import Any, Final
 
 from agents.memory._item import MemoryItem
 from agents.memory.exceptions import (
+    AgentMemoryError,
     ArgumentTypeError,
     CorruptSessionError,
     InvalidArgumentError,
@@ -96,9 +108,28 @@ def _smolagents() -> Any:
 # -- encoding: smolagents objects -> JSON-able values (and bytes) ---------------
 
 
+_PNG_MODES: Final = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I;16", "I;16B"})
+"""Pillow modes that PNG holds as they are; others are converted before saving."""
+
+
+def _png_mode(image: Any) -> Any:
+    # An agent's image may be in any Pillow mode; a step callback that raises
+    # kills the agent's run, so convert to the nearest mode PNG holds.
+    mode = image.mode
+    if mode in _PNG_MODES:
+        return image
+    if mode == "La":  # premultiplied alpha: Pillow converts it to LA only
+        return image.convert("LA")
+    if mode == "F" or mode == "I" or mode.startswith("I;"):
+        # 32-bit and float greyscale -> 16-bit greyscale (clipped, fractions dropped);
+        # F goes through I because Pillow's direct F -> I;16 passes through 8 bits.
+        return (image.convert("I") if mode == "F" else image).convert("I;16")
+    return image.convert("RGBA" if mode.endswith(("A", "a")) else "RGB")
+
+
 def _png(image: Any) -> bytes:
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
+    _png_mode(image).save(buffer, format="PNG")
     return buffer.getvalue()
 
 
@@ -287,99 +318,240 @@ def _field_names(step: Any) -> tuple[str, ...]:
 # -- decoding: stored values -> smolagents objects ---------------------------------
 
 
-def _image(data: Any, where: str) -> Any:
-    from PIL import Image
+_PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
+_PNG_IHDR: Final = b"\x00\x00\x00\x0dIHDR"
 
+
+def _png_size(data: bytes, where: str) -> tuple[int, int]:
+    """Return the width and height a PNG's header claims, refusing bytes that are not PNG."""
+    if not data.startswith(_PNG_SIGNATURE) or data[8:16] != _PNG_IHDR or len(data) < 24:
+        msg = (
+            f"{where} holds {len(data)} bytes that are not a PNG image; SmolagentsRecorder writes "
+            "PNG only and restore decodes nothing else (other formats can make Pillow run "
+            "external programs). The row was not written by SmolagentsRecorder or was altered."
+        )
+        raise CorruptSessionError(msg)
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def _image(data: Any, where: str) -> Any:
+    """Decode stored image bytes: PNG only, within Pillow's pixel limit, fully read.
+
+    Stored rows are untrusted: the bytes are checked to be PNG before Pillow
+    sees them, Pillow is told to try its PNG decoder alone (an EPS file would
+    make it call Ghostscript), and a header claiming more pixels than
+    ``PIL.Image.MAX_IMAGE_PIXELS`` is refused before any pixel is decoded.
+    """
     if not isinstance(data, (bytes, bytearray)):
         msg = f"{where} holds {type(data).__name__}, not image bytes; the session was not written by SmolagentsRecorder."
         raise CorruptSessionError(msg)
-    image = Image.open(io.BytesIO(data))
-    image.load()
+    data = bytes(data)
+    width, height = _png_size(data, where)
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > limit:
+        msg = (
+            f"{where} holds a PNG image of {width}x{height} pixels, more than "
+            f"PIL.Image.MAX_IMAGE_PIXELS ({limit}); it was not decoded. Raise that limit "
+            "to restore images this large from a session you trust."
+        )
+        raise CorruptSessionError(msg)
+    try:
+        image = Image.open(io.BytesIO(data), formats=["PNG"])
+        image.load()
+    # Pillow reports damaged image data with many exception types (OSError,
+    # SyntaxError, ValueError, EOFError, zlib.error, struct.error, its
+    # decompression bomb errors); each means the stored bytes are not a PNG
+    # image the recorder wrote.
+    except Exception as exc:
+        msg = f"{where} holds PNG bytes that cannot be decoded ({type(exc).__name__}: {exc}); the row is damaged."
+        raise CorruptSessionError(msg) from exc
     return image
 
 
-def _decode_content(content: Any, where: str) -> Any:
-    if not isinstance(content, list):
+class _Invalid(ValueError):
+    """A stored value of the wrong shape; :func:`_step_of` names the item and field."""
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _mapping(value: Any, path: str, required: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        msg = f"{path}: expected an object, got {_describe(value)}"
+        raise _Invalid(msg)
+    missing = [key for key in required if key not in value]
+    if missing:
+        msg = f"{path}: lacks {', '.join(map(repr, missing))}"
+        raise _Invalid(msg)
+    return value
+
+
+def _typed(value: Any, path: str, check: Any, expected: str) -> Any:
+    if not check(value):
+        msg = f"{path}: expected {expected}, got {_describe(value)}"
+        raise _Invalid(msg)
+    return value
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_opt_str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    return list(_typed(value, path, lambda v: isinstance(v, list), "a list"))
+
+
+def _decode_content(content: Any, where: str, path: str) -> Any:
+    if content is None or isinstance(content, str):
         return content
-    return [
-        {**part, "image": _image(part["image"], where)}
-        if isinstance(part, Mapping)
-        and part.get("type") == "image"
-        and isinstance(part.get("image"), (bytes, bytearray))
-        else part
-        for part in content
-    ]
+    parts = []
+    for index, part in enumerate(_list(content, f"{path}.content")):
+        part = _mapping(part, f"{path}.content[{index}]", ())
+        if part.get("type") == "image" and isinstance(part.get("image"), (bytes, bytearray)):
+            part = {**part, "image": _image(part["image"], f"{where}, {path}.content[{index}]")}
+        parts.append(dict(part))
+    return parts
 
 
-def _decode_usage(value: Any, sm: Any) -> Any:
+def _decode_usage(value: Any, sm: Any, path: str) -> Any:
     if value is None:
         return None
+    value = _mapping(value, path, ("input_tokens", "output_tokens"))
     return sm.monitoring.TokenUsage(
-        input_tokens=value["input_tokens"], output_tokens=value["output_tokens"]
+        input_tokens=_typed(value["input_tokens"], f"{path}.input_tokens", _is_int, "an int"),
+        output_tokens=_typed(value["output_tokens"], f"{path}.output_tokens", _is_int, "an int"),
     )
 
 
-def _decode_message(value: Mapping[str, Any], sm: Any, where: str) -> Any:
+def _decode_message_call(call: Any, models: Any, path: str) -> Any:
+    call = _mapping(call, path, ("id", "type", "function"))
+    function = _mapping(call["function"], f"{path}.function", ("name", "arguments"))
+    return models.ChatMessageToolCall(
+        function=models.ChatMessageToolCallFunction(
+            name=_typed(function["name"], f"{path}.function.name", _is_str, "a str"),
+            arguments=function["arguments"],
+            description=_typed(
+                function.get("description"), f"{path}.function.description", _is_opt_str, "a str"
+            ),
+        ),
+        id=_typed(call["id"], f"{path}.id", _is_str, "a str"),
+        type=_typed(call["type"], f"{path}.type", _is_str, "a str"),
+    )
+
+
+def _decode_message(value: Any, sm: Any, where: str, path: str) -> Any:
     models = sm.models
-    role = value["role"]
+    value = _mapping(value, path, ("role",))
+    role = _typed(value["role"], f"{path}.role", _is_str, "a str")
     if role in models.MessageRole.roles():
         role = models.MessageRole(role)
     calls = value.get("tool_calls")
     return models.ChatMessage(
         role=role,
-        content=_decode_content(value.get("content"), where),
+        content=_decode_content(value.get("content"), where, path),
         tool_calls=None
         if calls is None
         else [
-            models.ChatMessageToolCall(
-                function=models.ChatMessageToolCallFunction(**call["function"]),
-                id=call["id"],
-                type=call["type"],
-            )
-            for call in calls
+            _decode_message_call(call, models, f"{path}.tool_calls[{index}]")
+            for index, call in enumerate(_list(calls, f"{path}.tool_calls"))
         ],
         raw=value.get("raw"),
-        token_usage=_decode_usage(value.get("token_usage"), sm),
+        token_usage=_decode_usage(value.get("token_usage"), sm, f"{path}.token_usage"),
     )
 
 
-def _decode_error(value: Mapping[str, Any], sm: Any) -> Any:
+def _decode_error(value: Any, sm: Any) -> Any:
+    value = _mapping(value, "error", ("message",))
+    message = _typed(value["message"], "error.message", _is_str, "a str")
     utils = sm.utils
-    cls = getattr(utils, str(value.get("type")), None)
+    name = value.get("type")
+    cls = getattr(utils, name, None) if isinstance(name, str) else None
     if not (isinstance(cls, type) and issubclass(cls, utils.AgentError)):
         cls = utils.AgentError
     # smolagents errors log themselves when made: give them a logger that prints nothing.
     silent = sm.monitoring.AgentLogger(level=sm.monitoring.LogLevel.OFF)
-    return cls(value["message"], silent)
+    return cls(message, silent)
 
 
-def _decode_tool_call(call: Mapping[str, Any], sm: Any) -> Any:
+def _decode_timing(value: Any, sm: Any) -> Any:
+    value = _mapping(value, "timing", ("start_time",))
+    start = _typed(value["start_time"], "timing.start_time", _is_number, "a number")
+    end = value.get("end_time")
+    _typed(end, "timing.end_time", lambda v: v is None or _is_number(v), "a number or null")
+    return sm.monitoring.Timing(start_time=start, end_time=end)
+
+
+_TEXT_FIELDS: Final = {"task": False, "plan": False, "code_action": True, "observations": True}
+"""String fields of the steps, and whether ``None`` is allowed."""
+
+
+def _decode_tool_call(call: Any, sm: Any, path: str) -> Any:
+    call = _mapping(call, path, ("id",))
     if "function" in call:  # smolagents' shape: {"id", "type", "function": {"name", "arguments"}}
-        function = call["function"]
-        return sm.memory.ToolCall(
-            name=function["name"], arguments=function.get("arguments"), id=call["id"]
-        )
-    # Sessions written by earlier kvmemory versions kept {"id", "name", "arguments"}.
-    return sm.memory.ToolCall(name=call["name"], arguments=call["arguments"], id=call["id"])
+        function = _mapping(call["function"], f"{path}.function", ("name", "arguments"))
+        name, arguments, where = function["name"], function["arguments"], f"{path}.function.name"
+    else:  # sessions written by earlier kvmemory versions: {"id", "name", "arguments"}
+        call = _mapping(call, path, ("id", "name", "arguments"))
+        name, arguments, where = call["name"], call["arguments"], f"{path}.name"
+    return sm.memory.ToolCall(
+        name=_typed(name, where, _is_str, "a str"),
+        arguments=arguments,
+        id=_typed(call["id"], f"{path}.id", _is_str, "a str"),
+    )
 
 
 def _decode_field(name: str, value: Any, sm: Any, where: str) -> Any:
+    if name in _TEXT_FIELDS:
+        nullable = _TEXT_FIELDS[name]
+        check = _is_opt_str if nullable else _is_str
+        return _typed(value, name, check, "a str or null" if nullable else "a str")
+    if name == "step_number":
+        return _typed(value, name, _is_int, "an int")
+    if name == "is_final_answer":
+        return _typed(value, name, lambda v: isinstance(v, bool), "a bool")
+    if name == "model_output":
+        return _typed(
+            value, name, lambda v: v is None or isinstance(v, (str, list)), "a str, a list or null"
+        )
     if value is None:
         return None
     if name in _IMAGE_LISTS:
-        return [_image(data, f"{where}, field {name!r}") for data in value]
+        return [_image(data, f"{where}, field {name!r}") for data in _list(value, name)]
     if name in _MESSAGE_LISTS:
-        return [_decode_message(message, sm, f"{where}, field {name!r}") for message in value]
+        return [
+            _decode_message(message, sm, where, f"{name}[{index}]")
+            for index, message in enumerate(_list(value, name))
+        ]
     if name in _MESSAGES:
-        return _decode_message(value, sm, f"{where}, field {name!r}")
+        return _decode_message(value, sm, where, name)
     if name == "tool_calls":
-        return [_decode_tool_call(call, sm) for call in value]
+        return [
+            _decode_tool_call(call, sm, f"{name}[{index}]")
+            for index, call in enumerate(_list(value, name))
+        ]
     if name == "error":
         return _decode_error(value, sm)
     if name == "timing":
-        return sm.monitoring.Timing(start_time=value["start_time"], end_time=value["end_time"])
+        return _decode_timing(value, sm)
     if name == "token_usage":
-        return _decode_usage(value, sm)
+        return _decode_usage(value, sm, name)
     return value
 
 
@@ -398,8 +570,13 @@ def _step_of(item: MemoryItem, step_key: str, sm: Any, position: int) -> Any:
         if source in item:
             try:
                 kwargs[spec.name] = _decode_field(spec.name, item[source], sm, where)
-            except (KeyError, TypeError, ValueError) as exc:
-                msg = f"Field {source!r} of {where} cannot be read as smolagents' {spec.name} ({type(exc).__name__}: {exc})."
+            except AgentMemoryError:
+                raise
+            # A stored row is untrusted: smolagents' constructors may fail on a
+            # value of the right shape in ways of their own; each is named here.
+            except Exception as exc:
+                detail = str(exc) if isinstance(exc, _Invalid) else f"{type(exc).__name__}: {exc}"
+                msg = f"Field {source!r} of {where} cannot be read as smolagents' {spec.name} ({detail}); the row was not written by SmolagentsRecorder or was altered."
                 raise CorruptSessionError(msg) from exc
     try:
         return cls(**kwargs)
@@ -408,12 +585,32 @@ def _step_of(item: MemoryItem, step_key: str, sm: Any, position: int) -> Any:
         raise CorruptSessionError(msg) from exc
 
 
+def _run_of(item: MemoryItem, index: int) -> int:
+    """Return an item's ``run``, refusing anything but a non-negative int (a missing one is 0)."""
+    value = item.get_value("run")
+    if value is None:
+        return 0
+    if not _is_int(value) or value < 0:
+        msg = f"Field 'run' of item {index} holds {_describe(value)}; SmolagentsRecorder writes a run number (an int from 1 up). The row was altered; fix or remove it."
+        raise CorruptSessionError(msg)
+    return int(value)
+
+
+def _recorded(memory: Memory) -> list[tuple[int, MemoryItem]]:
+    """Return the recorder's items with their runs, checking every run number."""
+    return [
+        (_run_of(item, index), item)
+        for index, item in enumerate(memory)
+        if isinstance(item.get_value("kind"), str) and item.get_value("kind") in KINDS
+    ]
+
+
 def _latest_run(memory: Memory, run: int | None) -> tuple[int, list[MemoryItem]]:
-    items = [item for item in memory if item.get_value("kind") in KINDS]
-    if not items:
+    recorded = _recorded(memory)
+    if not recorded:
         return 0, []
-    wanted = run if run is not None else max(int(item.get_value("run") or 0) for item in items)
-    return wanted, [item for item in items if item.get_value("run") == wanted]
+    wanted = run if run is not None else max(number for number, _ in recorded)
+    return wanted, [item for number, item in recorded if number == wanted]
 
 
 def _restored(
@@ -426,6 +623,9 @@ def _restored(
     for position, item in enumerate(items):
         if item.get_value("kind") == "system_prompt":
             system = item.get_value("system_prompt")
+            if not isinstance(system, str):
+                msg = f"Field 'system_prompt' of item {position} (system_prompt) holds {_describe(system)}, not a str; the row was not written by SmolagentsRecorder or was altered."
+                raise CorruptSessionError(msg)
         else:
             pairs.append((item, _step_of(item, memory.step_key, sm, position)))
     return wanted, system, pairs
@@ -445,7 +645,10 @@ def restore_steps(memory: Memory, *, run: int | None = None) -> tuple[str | None
 
     Raises:
         MissingDependencyError: if smolagents is not installed.
-        CorruptSessionError: naming an item that cannot be read back as a step.
+        CorruptSessionError: naming the item and field that cannot be read
+            back as a step: a value of the wrong shape, a ``run`` that is not
+            a non-negative int, image bytes that are not a whole PNG or claim
+            more pixels than ``PIL.Image.MAX_IMAGE_PIXELS``.
     """
     sm = _smolagents()
     _, system, pairs = _restored(memory, run, sm)
@@ -645,6 +848,8 @@ class SmolagentsRecorder:
 
     Raises:
         InvalidArgumentError: if ``recheck_last`` is not a whole number of at least 0.
+        CorruptSessionError: if an item of ``memory`` recorded before holds a
+            ``run`` that is not a non-negative int (naming the item).
     """
 
     def __init__(self, memory: Memory, *, recheck_last: int = 4) -> None:
@@ -653,10 +858,7 @@ class SmolagentsRecorder:
             raise InvalidArgumentError(msg)
         self.memory = memory
         self.recheck_last = recheck_last
-        self.run = max(
-            (int(item.get_value("run") or 0) for item in memory if item.get_value("kind") in KINDS),
-            default=0,
-        )
+        self.run = max((number for number, _ in _recorded(memory)), default=0)
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
         self._start_run(None)
 
@@ -906,7 +1108,9 @@ class SmolagentsRecorder:
 
         Raises:
             MissingDependencyError: if smolagents is not installed.
-            CorruptSessionError: naming an item that cannot be read back as a step.
+            CorruptSessionError: naming the item and field that cannot be read
+                back as a step (see :func:`restore_steps`) or whose Python
+                state is damaged; the agent is left as it was.
         """
         sm = _smolagents()
         wanted, system, pairs = _restored(self.memory, run, sm)

@@ -11,7 +11,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -125,10 +125,19 @@ def checked_query(query: object) -> str:
     return query
 
 
+_MAX_K: Final = 2**63 - 1
+"""The largest ``k`` a search takes: the largest row count SQLite and PostgreSQL can be asked for."""
+
+
 def check_k(k: object) -> None:
-    """Raise :class:`InvalidQueryError` unless ``k`` (how many hits) is an int >= 1."""
-    if type(k) is not int or k < 1:
-        msg = f"k must be an int >= 1 (how many hits), got {k!r}."
+    """Raise :class:`InvalidQueryError` unless ``k`` (how many hits) is an int from 1 to 2**63 - 1."""
+    if type(k) is not int or not 1 <= k <= _MAX_K:
+        shown = (
+            repr(k)
+            if type(k) is not int or k.bit_length() < 80
+            else f"an int of {k.bit_length()} bits"
+        )
+        msg = f"k must be an int from 1 to 2**63 - 1 (how many hits), got {shown}."
         raise InvalidQueryError(msg)
 
 
