@@ -500,6 +500,35 @@ def test_an_in_memory_record_stays_encodable() -> None:
     assert Memory.from_json(memory.to_json()).content == memory.content
 
 
+class _Opaque:
+    """A client's response object that the codec cannot write."""
+
+
+def test_a_message_keeps_all_but_an_unsaveable_raw_response() -> None:
+    """A model message whose raw API response cannot be saved is kept without it, and the raw is named."""
+    memory = Memory()
+    agent, model = make_agent([SmolagentsRecorder(memory)])
+    generate = model.generate
+
+    def with_raw(*args: Any, **kwargs: Any) -> ChatMessage:
+        message = generate(*args, **kwargs)
+        message.raw = _Opaque()
+        return message
+
+    model.generate = with_raw  # type: ignore[method-assign]  # the client hands back its own object
+    with pytest.warns(UnsavedValueWarning, match=r"'model_output_message.raw' \(got .*_Opaque\)"):
+        agent.run(FIRST_TASK)
+    action = memory[2]
+    assert action["left_out"] == {"model_output_message.raw": f"{__name__}._Opaque"}
+    assert action["model_output_message"]["content"] == "I will add the numbers."
+    assert action["model_output_message"]["raw"] is None
+    _, steps = restore_steps(memory)
+    assert (
+        steps[1].model_output_message.tool_calls
+        == agent.memory.steps[1].model_output_message.tool_calls
+    )
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(

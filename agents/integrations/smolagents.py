@@ -262,19 +262,41 @@ def _encodes(fields: Mapping[str, Any]) -> bool:
     return True
 
 
-def _field_value(name: str, value: Any) -> tuple[bool, Any]:
-    """Return ``(True, stored form)`` of a step's field, or ``(False, type name)`` if it cannot be saved."""
-    try:
-        encoded = _encode_field(name, value)
-    except Exception:  # an odd value (a broken image) is left out, never raised
-        return False, _type_name(value)
+def _saveable(encoded: Any) -> bool:
     try:
         plain = _plain(encoded)
     except RecursionError:  # nested deeper than Python walks: let the codec judge
         plain = False
-    if plain or _encodes({name: encoded}):
-        return True, encoded
-    return False, _type_name(value)
+    return plain or _encodes({"v": encoded})
+
+
+def _field_value(name: str, key: str, value: Any) -> tuple[bool, Any, dict[str, str]]:
+    """Return whether a step's field can be saved, its stored form, and what was left out of it.
+
+    A chat message whose ``raw`` API response cannot be saved is kept
+    without it (``raw`` is ``None``; ``"<key>.raw"`` names its type), so a
+    client's response object never costs the message.
+    """
+    try:
+        encoded = _encode_field(name, value)
+    except Exception:  # an odd value (a broken image) is left out, never raised
+        return False, None, {key: _type_name(value)}
+    if _saveable(encoded):
+        return True, encoded, {}
+    if (name in _MESSAGE_LISTS and isinstance(encoded, list)) or name in _MESSAGES:
+        messages = encoded if name in _MESSAGE_LISTS else [encoded]
+        raws = [m.get("raw") if isinstance(m, dict) else None for m in messages]
+        bad = [raw is not None and not _saveable(raw) for raw in raws]
+        if any(bad):
+            kept = [
+                {**m, "raw": None} if dropped else m
+                for m, dropped in zip(messages, bad, strict=True)
+            ]
+            out = kept if name in _MESSAGE_LISTS else kept[0]
+            if _saveable(out):
+                types = sorted({_type_name(raw) for raw, b in zip(raws, bad, strict=True) if b})
+                return True, out, {f"{key}.raw": ", ".join(types)}
+    return False, None, {key: _type_name(value)}
 
 
 def _step_fields(
@@ -293,11 +315,10 @@ def _step_fields(
         if names is not None and name not in names:
             continue
         key = step_key if name == "step_number" else name
-        ok, out = _field_value(name, getattr(step, name))
+        ok, out, missing = _field_value(name, key, getattr(step, name))
         if ok:
             fields[key] = out
-        else:
-            left_out[key] = out
+        left_out.update(missing)
     if left_out and names is None:
         fields["left_out"] = left_out
     return fields, left_out
@@ -996,7 +1017,9 @@ class SmolagentsRecorder:
         keys = {step_key if name == "step_number" else name for name in read}
         stored = item.get_value("left_out")
         before = dict(stored) if isinstance(stored, dict) else {}
-        after = {key: why for key, why in before.items() if key not in keys} | left_out
+        after = {
+            key: why for key, why in before.items() if key.split(".")[0] not in keys
+        } | left_out
         if any(before.get(key) != why for key, why in left_out.items()):
             self._warn_fields(step, record.kind, left_out)
         if names is None:
