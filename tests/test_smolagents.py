@@ -431,6 +431,43 @@ def test_steps_taken_out_of_the_agent_memory_leave_the_record() -> None:
     assert [step.dict() for step in steps] == [step.dict() for step in agent.memory.steps]
 
 
+class _CountingList(list[Any]):
+    """A steps list that counts how many entries its readers go through."""
+
+    visited = 0
+
+    def __iter__(self) -> Any:
+        _CountingList.visited += len(self)
+        return super().__iter__()
+
+    def __getitem__(self, index: Any) -> Any:
+        got = super().__getitem__(index)
+        _CountingList.visited += len(got) if isinstance(index, slice) else 1
+        return got
+
+
+def test_each_step_reads_a_bounded_number_of_steps() -> None:
+    """Over 400 steps the recorder goes through a few entries of agent.memory.steps per step, not all of them."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory)
+    agent, _ = make_agent([recorder, take_screenshot])
+    steps = _CountingList([TaskStep(task=BROWSE_TASK)])
+    agent.memory.steps = steps
+    _CountingList.visited = 0
+    for number in range(1, 401):
+        step = ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=str(number))
+        reads_before = _CountingList.visited
+        agent.step_callbacks.callback(step, agent=agent)
+        take_screenshot_reads = len(
+            steps
+        )  # the screenshot callback walks every step, as the example does
+        assert _CountingList.visited - reads_before - take_screenshot_reads <= 3
+        steps.append(step)
+    assert len(memory) == 402  # the system prompt, the task and 400 actions
+    _, restored = restore_steps(memory)
+    assert _images(restored) == _images(steps)
+
+
 def test_recheck_last_must_be_a_whole_number() -> None:
     """A negative or non-integer recheck_last is refused, naming the option."""
     with pytest.raises(InvalidArgumentError, match=r"recheck_last must be a whole number"):
