@@ -406,6 +406,28 @@ def test_without_recheck_changes_are_written_at_the_end_of_the_run() -> None:
     assert _images(steps) == _images(agent.memory.steps)
 
 
+@pytest.mark.parametrize("ending", ["final answer", "max steps"])
+def test_the_last_action_step_ends_the_run_for_the_recorder(ending: str) -> None:
+    """Without a FinalAnswerStep callback (smolagents before late 2025), the final or max-steps action step still makes the recorder compare the run's steps."""
+    from smolagents.utils import AgentMaxStepsError
+
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory, recheck_last=0)
+    agent, _ = make_agent([recorder])
+    agent.memory.steps.append(TaskStep(task="t"))
+    for number in range(1, 4):
+        step = ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=str(number))
+        if number == 2:
+            agent.memory.steps[1].observations = "changed later"
+        if number == 3 and ending == "final answer":
+            step.is_final_answer = True
+        if number == 3 and ending == "max steps":
+            step.error = AgentMaxStepsError("Reached max steps.", agent.logger)
+        agent.step_callbacks.callback(step, agent=agent)
+        agent.memory.steps.append(step)
+    assert memory[2]["observations"] == "changed later"
+
+
 def test_sync_writes_changes_made_between_runs() -> None:
     """A change to an old step between two runs is written by sync()."""
     memory = Memory()

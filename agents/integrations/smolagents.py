@@ -825,6 +825,19 @@ def _differs(stored: Any, value: Any) -> bool:
         return True
 
 
+def _ends_run(step: Any, sm: Any) -> bool:
+    """Return whether ``step`` is the last of an ``agent.run``: the final answer, or the step at max_steps.
+
+    smolagents calls step callbacks with its ``FinalAnswerStep`` only since
+    late 2025; the final action step is recognised on every version.
+    """
+    if isinstance(step, sm.memory.FinalAnswerStep):
+        return True
+    if not isinstance(step, sm.memory.ActionStep):
+        return False
+    return bool(step.is_final_answer) or isinstance(step.error, sm.utils.AgentMaxStepsError)
+
+
 class _Record:
     """A step of the current run, the item it was written to, and its signature when written."""
 
@@ -961,7 +974,7 @@ class SmolagentsRecorder:
             newest = actions[-1]
             newest.item.add_values_from_dict(self._python_state(agent, newest))
         start = max(before - self.recheck_last, 0)
-        if isinstance(current, sm.memory.FinalAnswerStep):
+        if _ends_run(current, sm):
             start = min(start, self._swept)
             self._swept = len(self._order)
         changed: list[tuple[_Record, list[tuple[Any, ...]], frozenset[str]]] = []
