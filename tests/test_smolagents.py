@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import warnings
@@ -51,6 +52,7 @@ from agents.memory import (
     Memory,
     MemoryItem,
     MissingDependencyError,
+    StoreError,
 )
 from agents.memory.stores import open_memory
 
@@ -488,6 +490,27 @@ def test_each_step_reads_a_bounded_number_of_steps() -> None:
     assert len(memory) == 402  # the system prompt, the task and 400 actions
     _, restored = restore_steps(memory)
     assert _images(restored) == _images(steps)
+
+
+def test_a_refused_write_is_written_at_the_next_step(tmp_path: Path) -> None:
+    """A store error at a step is raised, and the next step writes what it did not (system prompt and task included)."""
+    path = tmp_path / "locked.db"
+    with open_memory(f"sqlite:///{path}?timeout=0.05", "s") as memory:
+        agent, _ = make_agent([SmolagentsRecorder(memory)])
+        agent.memory.steps.append(TaskStep(task="t"))
+        lock = sqlite3.connect(path)
+        lock.execute("BEGIN EXCLUSIVE")
+        first = ActionStep(step_number=1, timing=Timing(0.0, 1.0), observations="1")
+        with pytest.raises(StoreError):
+            agent.step_callbacks.callback(first, agent=agent)
+        lock.rollback()
+        lock.close()
+        assert len(memory) == 0
+        second = ActionStep(step_number=2, timing=Timing(0.0, 1.0), observations="2")
+        agent.step_callbacks.callback(second, agent=agent)
+        agent.memory.steps.append(second)
+        assert [item["kind"] for item in memory] == ["system_prompt", "task", "action"]
+        assert memory[2]["observations"] == "2"
 
 
 def test_recheck_last_must_be_a_whole_number() -> None:

@@ -904,9 +904,8 @@ class SmolagentsRecorder:
         self._order: list[_Record] = []
         self._swept = 0  # records before this were compared at the end of an agent.run
         self._system: str | None = None
-        self._vars: dict[
-            str, tuple[Any, bytes | None]
-        ] = {}  # name -> (value, its encoding or None)
+        # A CodeAgent's variables as last written: name -> (value, its encoding or None).
+        self._vars: dict[str, tuple[Any, bytes | None]] = {}
 
     def attach(self, agent: Any) -> None:
         """Register the recorder on ``agent`` for every step kind, after the callbacks registered so far."""
@@ -940,8 +939,13 @@ class SmolagentsRecorder:
         """Write what ``agent.memory`` holds that is not written yet, then ``current`` (a step being finalized).
 
         Also writes what changed in the last ``recheck_last`` steps written
-        before, and when ``current`` is smolagents' ``FinalAnswerStep``, in
-        every step written since the last one.
+        before and, when ``current`` ends an ``agent.run`` (smolagents'
+        ``FinalAnswerStep``, the final-answer action step or the one at
+        ``max_steps``), in every step written since the last run ended.
+        Values that cannot be saved are left out (see the class).
+
+        Raises:
+            StoreError: if a stored memory cannot write (the agent's steps are unchanged).
         """
         sm = _smolagents()
         steps: list[Any] = agent.memory.steps
@@ -951,6 +955,8 @@ class SmolagentsRecorder:
         elif self._seen > len(steps) or (self._seen and steps[self._seen - 1] is not self._last):
             self._forget_removed(steps)
         step_key = self.memory.step_key
+        # What this call changes, to undo if the memory refuses the items (a store error).
+        undo = (self._seen, self._last, self._system, self._swept, dict(self._vars))
         items: list[MemoryItem] = []
         system = agent.memory.system_prompt.system_prompt
         if system != self._system:
@@ -989,7 +995,15 @@ class SmolagentsRecorder:
             else:
                 record.signature, record.ids = now, ids
         if items:
-            self.memory.add_memory_items(items)
+            try:
+                self.memory.add_memory_items(items)
+            except BaseException:
+                # Nothing was added: forget this call's steps, so the next call writes them.
+                for record in self._order[before:]:
+                    del self._records[id(record.step)]
+                del self._order[before:]
+                self._seen, self._last, self._system, self._swept, self._vars = undo
+                raise
         for record, now, names in changed:
             self._update(record, step_key, names)
             record.signature, record.ids = now, _ids(record.step)
