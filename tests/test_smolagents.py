@@ -430,6 +430,56 @@ def test_the_last_action_step_ends_the_run_for_the_recorder(ending: str) -> None
     assert memory[2]["observations"] == "changed later"
 
 
+_EDITS = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # how many steps back
+        st.sampled_from(["text", "clear", "set", "append", "replace"]),
+        st.integers(0, 255),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(_EDITS, min_size=1, max_size=10), st.integers(0, 3))
+def test_any_later_edits_are_in_the_record_when_the_run_ends(
+    edits: list[list[tuple[int, str, int]]], recheck_last: int
+) -> None:
+    """A callback listed after the recorder edits earlier steps at will: when the run ends, every restored step equals the live one."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory, recheck_last=recheck_last)
+    todo: list[list[tuple[int, str, int]]] = list(edits)
+
+    def edit(memory_step: ActionStep, agent: Any) -> None:
+        actions = [s for s in agent.memory.steps if isinstance(s, ActionStep)] + [memory_step]
+        for back, how, shade in todo.pop(0):
+            step = actions[max(len(actions) - 1 - back, 0)]
+            image = Image.new("L", (2, 1), shade)
+            if how == "text":
+                step.observations = f"edited {shade}"
+            elif how == "clear":
+                step.observations_images = None
+            elif how == "set":
+                step.observations_images = [image]
+            elif step.observations_images and how == "replace":
+                step.observations_images[0] = image
+            elif step.observations_images:
+                step.observations_images.append(image)
+
+    agent, _ = make_agent([recorder, edit])
+    agent.memory.steps.append(TaskStep(task="t"))
+    for number in range(1, len(edits) + 1):
+        step = ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=str(number))
+        step.is_final_answer = number == len(edits)
+        agent.step_callbacks.callback(step, agent=agent)
+        agent.memory.steps.append(step)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+    assert [getattr(s, "observations", None) for s in steps] == [
+        getattr(s, "observations", None) for s in agent.memory.steps
+    ]
+
+
 def test_sync_writes_changes_made_between_runs() -> None:
     """A change to an old step between two runs is written by sync()."""
     memory = Memory()
