@@ -53,13 +53,23 @@ def test_search_k_beyond_64_bits_is_named_on_every_store(store_url: str, k: int)
     with open_memory(store_url, "s") as memory:
         memory.add_memory_item(MemoryItem(step=1, thought="hello world"))
         store = memory.store
-        with pytest.raises(InvalidQueryError, match=r"k must be an int from 1 to 2\*\*63 - 1"):
+        with pytest.raises(
+            InvalidQueryError,
+            match=r"k must be at most 2\*\*63 - 1 \(how many hits\), got an int of \d+ bits",
+        ):
             store.search("s", "hello", k=k)
-        with pytest.raises(InvalidQueryError, match=r"k must be an int from 1 to 2\*\*63 - 1"):
+        with pytest.raises(
+            InvalidQueryError,
+            match=r"k must be at most 2\*\*63 - 1 \(how many hits\), got an int of \d+ bits",
+        ):
             store.ranking("s", "hello", k=k)
-        with pytest.raises(InvalidQueryError, match=r"k must be an int"):
+        with pytest.raises(InvalidQueryError, match=r"k must be at most 2\*\*63 - 1"):
             Memory(list(memory)).search("hello", k=k)
         assert [hit.item["step"] for hit in store.search("s", "hello", k=2**63 - 1)] == [1]
+        with pytest.raises(
+            InvalidQueryError, match=r"k must be an int >= 1 \(how many hits\), got "
+        ):
+            store.search("s", "hello", k=-k)
 
 
 # -- SQLite files ---------------------------------------------------------------------------------

@@ -131,13 +131,18 @@ _MAX_K: Final = 2**63 - 1
 
 def check_k(k: object) -> None:
     """Raise :class:`InvalidQueryError` unless ``k`` (how many hits) is an int from 1 to 2**63 - 1."""
-    if type(k) is not int or not 1 <= k <= _MAX_K:
+    if type(k) is not int or k < 1:
+        # An int too long for repr (more digits than Python converts) is named by its size.
         shown = (
-            repr(k)
-            if type(k) is not int or k.bit_length() < 80
-            else f"an int of {k.bit_length()} bits"
+            f"an int of {k.bit_length()} bits"
+            if type(k) is int and k.bit_length() > 64
+            else repr(k)
         )
-        msg = f"k must be an int from 1 to 2**63 - 1 (how many hits), got {shown}."
+        msg = f"k must be an int >= 1 (how many hits), got {shown}."
+        raise InvalidQueryError(msg)
+    if k > _MAX_K:
+        # Stores pass k to SQL as a 64-bit integer; every search refuses more alike.
+        msg = f"k must be at most 2**63 - 1 (how many hits), got an int of {k.bit_length()} bits."
         raise InvalidQueryError(msg)
 
 
