@@ -60,6 +60,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import operator
 import struct
 import warnings
 import weakref
@@ -783,19 +784,35 @@ def _signature(step: Any) -> list[tuple[Any, ...]]:
 def _ids(step: Any) -> tuple[int, ...]:
     """Return the identities in :func:`_signature`, flat: equal tuples mean no field changed.
 
-    The record keeps the signature's objects alive, so their ids cannot be
-    reused by new objects while they are compared.
+    The fields' ids come first, then each list's length and its elements'
+    ids. The record keeps the signature's objects alive, so their ids
+    cannot be reused by new objects while they are compared.
     """
-    out: list[int] = []
-    for name in _field_names(step):
-        value = getattr(step, name)
-        out.append(id(value))
-        if type(value) is list:
-            count = len(value)
-            out.append(count)
-            if count <= _SIGNATURE_ELEMENTS:
-                out.extend(map(id, value))
-    return tuple(out)
+    values = _getter(step)(step)
+    ids = tuple(map(id, values))
+    lists = [value for value in values if type(value) is list]
+    if not lists:
+        return ids
+    tail: list[int] = []
+    for value in lists:
+        tail.append(len(value))
+        if len(value) <= _SIGNATURE_ELEMENTS:
+            tail.extend(map(id, value))
+    return ids + tuple(tail)
+
+
+_GETTERS: dict[type, Any] = {}
+
+
+def _getter(step: Any) -> Any:
+    """Return a function that reads all of a step's fields at once, as a tuple (made once per class)."""
+    cls = type(step)
+    getter = _GETTERS.get(cls)
+    if getter is None:
+        names = _field_names(step)
+        read = operator.attrgetter(*names)
+        getter = _GETTERS[cls] = read if len(names) > 1 else (lambda s: (read(s),))
+    return getter
 
 
 def _same(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
