@@ -563,12 +563,30 @@ def test_a_refused_write_is_written_at_the_next_step(tmp_path: Path) -> None:
         assert memory[2]["observations"] == "2"
 
 
+def test_without_model_inputs_the_next_model_input_is_the_same() -> None:
+    """keep_model_inputs=False writes no model_input_messages, and a restored agent still sends the model what the live one sends."""
+    memory = Memory()
+    agent, model = make_agent([SmolagentsRecorder(memory, keep_model_inputs=False)])
+    agent.run(FIRST_TASK)
+    assert all("model_input_messages" not in item for item in memory)
+    fresh, fresh_model = make_agent()
+    SmolagentsRecorder(memory).restore(fresh)
+    assert all(getattr(step, "model_input_messages", None) is None for step in fresh.memory.steps)
+    agent.run(NEXT_TASK, reset=False)
+    fresh.run(NEXT_TASK, reset=False)
+    assert message_dicts(fresh_model.inputs[-1]) == message_dicts(model.inputs[-1])
+
+
 def test_recheck_last_must_be_a_whole_number() -> None:
     """A negative or non-integer recheck_last is refused, naming the option."""
     with pytest.raises(InvalidArgumentError, match=r"recheck_last must be a whole number"):
         SmolagentsRecorder(Memory(), recheck_last=-1)
     with pytest.raises(InvalidArgumentError, match=r"got 1.5"):
         SmolagentsRecorder(Memory(), recheck_last=1.5)  # type: ignore[arg-type]  # the wrong type is the point
+    with pytest.raises(
+        InvalidArgumentError, match=r"keep_model_inputs must be True or False, got 'no'"
+    ):
+        SmolagentsRecorder(Memory(), keep_model_inputs="no")  # type: ignore[arg-type]  # the wrong type is the point
 
 
 # -- a CodeAgent's Python variables and values that cannot be saved -----------------

@@ -301,19 +301,25 @@ def _field_value(name: str, key: str, value: Any) -> tuple[bool, Any, dict[str, 
 
 
 def _step_fields(
-    step: Any, kind: str, run: int, step_key: str, names: frozenset[str] | None = None
+    step: Any,
+    kind: str,
+    run: int,
+    step_key: str,
+    names: frozenset[str] | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Return a step's item fields and, by field key, the type of each value left out.
 
     A value that cannot be encoded (``range(3)``, an instance of a class the
     agent's code defined) is left out of the fields, so that the rest is
     kept. With ``names``, only those smolagents fields are read, and
-    ``kind``, ``run`` and ``left_out`` are not given.
+    ``kind``, ``run`` and ``left_out`` are not given; fields in ``skip`` are
+    never read.
     """
     fields: dict[str, Any] = {"kind": kind, "run": run} if names is None else {}
     left_out: dict[str, str] = {}
     for name in _field_names(step):
-        if names is not None and name not in names:
+        if (names is not None and name not in names) or name in skip:
             continue
         key = step_key if name == "step_number" else name
         ok, out, missing = _field_value(name, key, getattr(step, name))
@@ -886,7 +892,9 @@ class SmolagentsRecorder:
     ``agent.run``, at every step written during it, and writes what changed
     since (a callback that clears older steps' images). A new
     ``agent.memory.steps`` list (``agent.run(task)`` resets it) starts a new
-    ``run``. Each step costs the same whatever the length of the run.
+    ``run``. The recorder's own work per step is the same whatever the
+    length of the run; the model inputs smolagents keeps with each step grow
+    with it (see ``keep_model_inputs``).
 
     A value that cannot be saved (``range(3)``, an instance of a class the
     agent's code defined) never stops the run: the rest of the step is
@@ -896,19 +904,32 @@ class SmolagentsRecorder:
     Args:
         memory: Where the steps go; a stored memory (``open_memory``) makes them durable.
         recheck_last: How many earlier steps to compare again at each step (0: only at the end of a run).
+        keep_model_inputs: Write each step's ``model_input_messages``. They hold
+            the whole history so far, so writing them costs more at each step of
+            a long run; without them a restored step has ``None`` there, and
+            the model's next input is the same (smolagents builds it from the
+            other fields).
 
     Raises:
-        InvalidArgumentError: if ``recheck_last`` is not a whole number of at least 0.
+        InvalidArgumentError: if ``recheck_last`` is not a whole number of at
+            least 0, or ``keep_model_inputs`` not a bool.
         CorruptSessionError: if an item of ``memory`` recorded before holds a
             ``run`` that is not a non-negative int (naming the item).
     """
 
-    def __init__(self, memory: Memory, *, recheck_last: int = 4) -> None:
+    def __init__(
+        self, memory: Memory, *, recheck_last: int = 4, keep_model_inputs: bool = True
+    ) -> None:
         if type(recheck_last) is not int or recheck_last < 0:
             msg = f"recheck_last must be a whole number of at least 0, got {recheck_last!r}."
             raise InvalidArgumentError(msg)
+        if not isinstance(keep_model_inputs, bool):
+            msg = f"keep_model_inputs must be True or False, got {keep_model_inputs!r}."
+            raise InvalidArgumentError(msg)
         self.memory = memory
         self.recheck_last = recheck_last
+        self.keep_model_inputs = keep_model_inputs
+        self._skip = frozenset() if keep_model_inputs else frozenset({"model_input_messages"})
         self.run = max((number for number, _ in _recorded(memory)), default=0)
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
         self._start_run(None)
@@ -1044,7 +1065,7 @@ class SmolagentsRecorder:
         kind = _kind_of(step, sm)
         if kind is None:
             return
-        fields, left_out = _step_fields(step, kind, self.run, step_key)
+        fields, left_out = _step_fields(step, kind, self.run, step_key, skip=self._skip)
         if left_out:
             self._warn_fields(step, kind, left_out)
         record = _Record(step, kind, MemoryItem(**fields), listed=listed)
@@ -1056,7 +1077,9 @@ class SmolagentsRecorder:
         """Write what changed in a recorded step: the fields ``names`` (default: all of them)."""
         item = record.item
         step = record.step
-        fields, left_out = _step_fields(step, record.kind, self.run, step_key, names)
+        fields, left_out = _step_fields(
+            step, record.kind, self.run, step_key, names, skip=self._skip
+        )
         read = _field_names(step) if names is None else names
         keys = {step_key if name == "step_number" else name for name in read}
         stored = item.get_value("left_out")
