@@ -743,6 +743,29 @@ def test_damaged_python_state_is_named() -> None:
     assert agent.python_executor.state == variables
 
 
+@pytest.mark.parametrize("name", ["final_answer", "add", "print", "_print_outputs"])
+def test_a_variable_named_like_a_tool_is_refused(name: str) -> None:
+    """A stored variable that would hide a tool or an executor internal is refused, naming it; the agent is unchanged."""
+    memory = Memory(
+        [
+            MemoryItem(kind="task", run=1, task="t"),
+            MemoryItem(
+                kind="action",
+                run=1,
+                step=1,
+                timing={"start_time": 0.0, "end_time": 1.0},
+                python_state={name: 1, "a": 2},
+            ),
+        ]
+    )
+    agent, _ = make_code_agent([])
+    steps, variables = agent.memory.steps, dict(agent.python_executor.state)
+    with pytest.raises(CorruptSessionError, match=rf"variable\(s\) '{name}', named like a tool"):
+        SmolagentsRecorder(memory).restore(agent)
+    assert agent.memory.steps is steps
+    assert agent.python_executor.state == variables
+
+
 # -- restore sets the task; tool calls in smolagents' shape ---------------------------
 
 

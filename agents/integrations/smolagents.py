@@ -753,6 +753,36 @@ def restore_python_state(
 # -- recording ------------------------------------------------------------------------
 
 
+def _check_names(
+    variables: Mapping[str, Any], agent: Any, executor: Any, sm: Any, run: int
+) -> None:
+    """Refuse restored variables named like the executor's tools or internals.
+
+    The agent's code cannot assign such names (smolagents refuses to erase a
+    tool), so a recorded run cannot hold them; put into the executor's
+    state they would hide the tool from the code.
+    """
+    from smolagents.local_python_executor import BASE_PYTHON_TOOLS
+
+    taken = set(_EXECUTOR_INTERNALS) | set(BASE_PYTHON_TOOLS)
+    for names in (
+        getattr(agent, "tools", None),
+        getattr(agent, "managed_agents", None),
+        getattr(executor, "additional_functions", None),
+    ):
+        if isinstance(names, Mapping):
+            taken.update(name for name in names if isinstance(name, str))
+    clashes = sorted(name for name in variables if name in taken)
+    if clashes:
+        msg = (
+            f"The Python state of run {run} holds variable(s) {', '.join(map(repr, clashes))}, named "
+            "like a tool or an internal name of the agent's executor, which the agent's code cannot "
+            "assign: the rows were not written by SmolagentsRecorder or were altered. The agent was "
+            "left as it was."
+        )
+        raise CorruptSessionError(msg)
+
+
 class UnsavedValueWarning(UserWarning):
     """A value of a smolagents step or of a ``CodeAgent``'s Python state cannot be saved; it was left out."""
 
@@ -1208,6 +1238,10 @@ class SmolagentsRecorder:
             self.attach(agent)  # nothing recorded: the agent's next run is the first
             return
         variables, left_out = restore_python_state(self.memory, run=wanted)
+        executor: Any = getattr(agent, "python_executor", None)
+        state = getattr(executor, "state", None)
+        if isinstance(state, dict):
+            _check_names(variables, agent, executor, sm, wanted)
         steps = [step for _, step in pairs]
         agent.memory.steps = steps
         if system is not None:
@@ -1225,8 +1259,6 @@ class SmolagentsRecorder:
         self._seen = len(steps)
         self._last = steps[-1] if steps else None
         self._swept = len(self._order)
-        executor: Any = getattr(agent, "python_executor", None)
-        state = getattr(executor, "state", None)
         if isinstance(state, dict) and (variables or left_out):
             executor.send_variables(variables)
             self._vars = {
