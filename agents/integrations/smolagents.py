@@ -1283,8 +1283,10 @@ def full_steps(source: Memory | Iterable[MemoryItem]) -> list[dict[str, Any]]:
     """Return every step's fields as fresh dicts, like smolagents' ``get_full_steps()``.
 
     Works on any kvmemory session; items of a recorded smolagents run keep
-    their ``kind`` and ``run``; system prompt items are left out, as
-    smolagents leaves its system prompt out of its steps.
+    their ``kind`` and ``run`` (and, where the recorder wrote them,
+    ``left_out`` and a ``CodeAgent``'s ``python_state`` fields); system
+    prompt items are left out, as smolagents leaves its system prompt out of
+    its steps.
     """
     return [item.to_dict() for item in source if item.get_value("kind") != "system_prompt"]
 
