@@ -10,11 +10,12 @@ parts of two processes:
         builds a new agent, restores its memory from the session, runs the
         next task with reset=False (one step), writes the model's input
         messages of that step to OUT_JSON and prints agent.replay().
-    python smolagents_agent.py browse-first STORE_URL SESSION
+    python smolagents_agent.py browse-first STORE_URL SESSION [list|attach]
         runs BROWSE_TASK (five steps) with step_callbacks=[recorder,
-        take_screenshot]: the screenshot callback, listed after the recorder,
-        attaches an image to each step and clears the images of steps two or
-        more behind (as smolagents' web-browser example does); then SIGKILL.
+        take_screenshot] (or [take_screenshot] and recorder.attach): the
+        screenshot callback attaches an image to each step and clears the
+        images of steps two or more behind (as smolagents' web-browser
+        example does); then SIGKILL.
     python smolagents_agent.py browse-restore STORE_URL SESSION OUT_JSON
         restores, runs NEXT_TASK with reset=False and writes the model's
         input messages of that step to OUT_JSON.
@@ -213,7 +214,11 @@ def _main(argv: list[str]) -> None:
         _code(mode, recorder, argv)
         return
     if mode == "browse-first":
-        agent, _ = make_agent([recorder, take_screenshot])
+        if argv[3:] == ["attach"]:
+            agent, _ = make_agent([take_screenshot])
+            recorder.attach(agent)
+        else:
+            agent, _ = make_agent([recorder, take_screenshot])
         agent.run(BROWSE_TASK)
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "browse-restore":

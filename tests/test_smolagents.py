@@ -348,11 +348,12 @@ def _images(steps: list[Any]) -> list[list[bytes] | None]:
     ]
 
 
-def test_later_changes_and_later_callbacks_survive_a_restart(tmp_path: Path) -> None:
-    """With step_callbacks=[recorder, take_screenshot], killed and restored, the next model input is the uninterrupted one."""
+@pytest.mark.parametrize("form", ["list", "attach"])
+def test_later_changes_and_later_callbacks_survive_a_restart(tmp_path: Path, form: str) -> None:
+    """With step_callbacks=[recorder, take_screenshot] or attach(), killed and restored, the next model input is the uninterrupted one."""
     url = f"sqlite:///{tmp_path / 'agent.db'}"
     script = str(HERE / "smolagents_agent.py")
-    first = subprocess.run([sys.executable, script, "browse-first", url, "b"], cwd=HERE)
+    first = subprocess.run([sys.executable, script, "browse-first", url, "b", form], cwd=HERE)
     assert first.returncode == -signal.SIGKILL
     out = tmp_path / "next.json"
     subprocess.run(
