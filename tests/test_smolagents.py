@@ -744,6 +744,47 @@ def test_damaged_python_state_is_named() -> None:
     assert agent.python_executor.state == variables
 
 
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4) | st.binary(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["python_state", "python_state_removed", "python_state_left_out"]),
+        _JSONISH,
+        min_size=1,
+    )
+)
+def test_any_stored_python_state_restores_or_is_named(fields: dict[str, Any]) -> None:
+    """Whatever a row's python_state fields hold, restore succeeds or raises CorruptSessionError and leaves the CodeAgent as it was."""
+    memory = Memory(
+        [
+            MemoryItem(kind="task", run=1, task="t"),
+            MemoryItem(
+                kind="action", run=1, step=1, timing={"start_time": 0.0, "end_time": 1.0}, **fields
+            ),
+        ]
+    )
+    agent, _ = make_code_agent([])
+    steps, variables = agent.memory.steps, dict(agent.python_executor.state)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnsavedValueWarning)
+            SmolagentsRecorder(memory).restore(agent)
+    except CorruptSessionError:
+        assert agent.memory.steps is steps
+        assert agent.python_executor.state == variables
+    else:
+        restored, _ = restore_python_state(memory)
+        assert {k: v for k, v in agent.python_executor.state.items() if k in restored} == restored
+
+
 @pytest.mark.parametrize("name", ["final_answer", "add", "print", "_print_outputs"])
 def test_a_variable_named_like_a_tool_is_refused(name: str) -> None:
     """A stored variable that would hide a tool or an executor internal is refused, naming it; the agent is unchanged."""
