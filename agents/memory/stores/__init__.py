@@ -27,6 +27,7 @@ relative ``a.db``.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import typing
 import urllib.parse
@@ -162,6 +163,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
         from agents.memory.stores._postgres import PostgresStore
 
         conninfo, pgvector = _pgvector_option(text)
+        _check_libpq_options(conninfo, text)
         return PostgresStore(conninfo, read_only=read_only, pgvector=pgvector)
     raw_path, _, query = rest.partition("?")
     options = _options(text, query)
@@ -199,8 +201,8 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
         timeout = float(options.get("timeout", "30"))
     except ValueError:
         timeout = -1.0
-    if not timeout >= 0:
-        msg = f"Option timeout={options.get('timeout')!r} in {text!r} must be a number of seconds >= 0."
+    if not (timeout >= 0 and math.isfinite(timeout)):
+        msg = f"Option timeout={options.get('timeout')!r} in {text!r} must be a finite number of seconds >= 0."
         raise exceptions.InvalidStoreURLError(msg)
     return SQLiteStore(
         path,
@@ -228,6 +230,22 @@ def _pgvector_option(text: str) -> tuple[str, bool]:
     rest = [(name, value) for name, value in pairs if name != "pgvector"]
     conninfo = base + ("?" + urllib.parse.urlencode(rest) if rest else "")
     return conninfo, chosen[0] == "auto"
+
+
+def _check_libpq_options(conninfo: str, text: str) -> None:
+    """Name a connection option libpq does not know before connecting, instead of reporting the server unreachable."""
+    try:
+        import psycopg.conninfo
+    except ImportError:
+        return  # PostgresStore names the missing extra
+    try:
+        psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        msg = (
+            f"PostgreSQL URL {_redact(text)!r} cannot be parsed by libpq: {exc}. Check the option "
+            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off)."
+        )
+        raise exceptions.InvalidStoreURLError(msg) from exc
 
 
 def open_memory(
