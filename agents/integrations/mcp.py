@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import attrs
 import orjson
 
+from agents import __version__
 from agents.memory import (
     AgentMemoryError,
     InvalidArgumentError,
@@ -447,6 +448,7 @@ class MemoryServer:
         )
         return Server(
             self._name,
+            version=__version__,
             instructions=instructions,
             lifespan=self._lifespan,
             on_list_tools=self._list_tools,
