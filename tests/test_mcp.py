@@ -225,6 +225,22 @@ def test_images_are_kept_as_data_urls_or_paths_inside_the_folder(
     assert fields["images"] == [f"data:image/png;base64,{PNG}", str(folder / "one.png")]
 
 
+def test_steps_continue_under_the_sessions_own_step_key(sqlite_url: str) -> None:
+    """A session made with UFO's step key 'Step' gets its next step numbered under 'Step'."""
+    with open_store(sqlite_url) as store:
+        store.append("ufo", [MemoryItem(Step=4, action="click")], step_key="Step")
+
+    async def main() -> None:
+        async with Client(server(sqlite_url, "--session", "ufo")) as client:
+            result = await client.call_tool("record_step", {"fields": {"action": "type"}})
+            assert result.structured_content["step"] == 5
+            shown = await client.call_tool("show_steps", {"steps": [5]})
+            assert shown.structured_content["items"][0]["fields"]["action"] == "type"
+
+    run(main)
+    assert [fields.get("Step") for _, fields in snapshot(sqlite_url)["ufo"]] == [4, 5]
+
+
 def test_semantic_search_needs_an_embedder(sqlite_url: str) -> None:
     """With --embedder hashing, semantic search ranks by meaning; without one, asking for it names 'mode'."""
     pytest.importorskip("numpy") if not os.environ.get("CI") else None
@@ -369,7 +385,19 @@ HOSTILE = [
         "images",
     ),
     ("record_step", {"session": "agent-1", "fields": {"step": [1, 2]}}, "fields"),
+    ("record_step", {"session": "agent-1", "fields": {"screenshot": "/etc/passwd"}}, "fields"),
+    ("record_step", {"session": "agent-1", "fields": {"images": ["link.png", 1]}}, "fields"),
     ("record_message", {"session": "agent-1", "role": "king", "content": "hi"}, "role"),
+    (
+        "record_message",
+        {"session": "agent-1", "role": "user", "content": "hi", "fields": {"image": "../x.png"}},
+        "fields",
+    ),
+    (
+        "record_message",
+        {"session": "agent-1", "role": "user", "content": "hi", "fields": {"role": "system"}},
+        "fields",
+    ),
     ("record_message", {"session": "agent-1", "role": "user", "content": ["hi"]}, "content"),
     ("recent_history", {"session": "agent-1", "max_tokens": -1}, "max_tokens"),
     ("recent_history", {"session": "agent-1", "max_tokens": "lots"}, "max_tokens"),

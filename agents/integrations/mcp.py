@@ -56,7 +56,14 @@ from agents.memory import (
     UnmatchedKeyWarning,
 )
 from agents.memory.exceptions import missing_dependency
-from agents.memory.prompt import EstimateCounter, Window, render_json, render_text, select_window
+from agents.memory.prompt import (
+    DEFAULT_IMAGE_KEYS,
+    EstimateCounter,
+    Window,
+    render_json,
+    render_text,
+    select_window,
+)
 from agents.memory.stores import BaseStore, StoredRecord, check_session_id, open_store
 
 if TYPE_CHECKING:
@@ -381,7 +388,7 @@ class MemoryServer:
         )
         self._name = name
         self._subscribers: dict[int, tuple[ServerSession, set[str]]] = {}
-        self._seen: dict[str, tuple[int, int]] | None = None
+        self._watched: dict[str, int] = {}
         self._thread_limiter: Any = None
         self.server: Server[Any] = self._build()
 
@@ -441,6 +448,7 @@ class MemoryServer:
         from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
         self._bus = InMemorySubscriptionBus()
+        self._listener = ListenHandler(self._bus)
         instructions = (
             "Long-term memory backed by a kvmemory store, serving "
             f"{self.scope.describe()}. Record each step or message as you go, and search "
@@ -458,7 +466,7 @@ class MemoryServer:
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
-            on_subscriptions_listen=ListenHandler(self._bus),
+            on_subscriptions_listen=self._listen,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
         )
@@ -751,7 +759,20 @@ class MemoryServer:
                 argument,
                 f"is {size} bytes as JSON; the limit is {MAX_FIELDS_BYTES} (keep big data in files).",
             )
-        return dict(value)
+        fields = dict(value)
+        for key in DEFAULT_IMAGE_KEYS:
+            # Renderers and chat exports read image fields from disk: a path a client
+            # names must pass the same checks as the images argument.
+            if key in fields:
+                refs = fields[key] if isinstance(fields[key], list) else [fields[key]]
+                if len(refs) > MAX_IMAGES:
+                    raise ToolArgumentError(
+                        argument,
+                        f"field {key!r} holds {len(refs)} images; the limit is {MAX_IMAGES}.",
+                    )
+                checked = [self._image(ref, argument) for ref in refs]
+                fields[key] = checked if isinstance(fields[key], list) else checked[0]
+        return fields
 
     def _images(self, args: Mapping[str, Any]) -> list[str]:
         value = args.get("images")
@@ -767,71 +788,72 @@ class MemoryServer:
             )
         return [self._image(ref) for ref in value]
 
-    def _image(self, ref: object) -> str:
+    def _image(self, ref: object, argument: str = "images") -> str:
         if type(ref) is not str or not ref:
             raise ToolArgumentError(
-                "images", f"must hold data URLs or paths (strings), got {_brief(ref)}."
+                argument, f"must hold data URLs or paths (strings), got {_brief(ref)}."
             )
         if ref.startswith("data:"):
             if len(ref) > MAX_IMAGE_BYTES * 4 // 3 + 100:
                 raise ToolArgumentError(
-                    "images", f"a data URL is larger than the {MAX_IMAGE_BYTES} byte limit."
+                    argument, f"a data URL is larger than the {MAX_IMAGE_BYTES} byte limit."
                 )
             match = _DATA_URL.fullmatch(ref)
             if match is None:
                 raise ToolArgumentError(
-                    "images",
+                    argument,
                     "a data URL must read data:image/(png|jpeg|gif|webp);base64,<base64 bytes>.",
                 )
             try:
                 data = base64.b64decode("".join(match.group(2).split()), validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise ToolArgumentError(
-                    "images", f"a data URL holds invalid base64 ({exc})."
+                    argument, f"a data URL holds invalid base64 ({exc})."
                 ) from exc
             if not data:
-                raise ToolArgumentError("images", "a data URL holds no bytes.")
+                raise ToolArgumentError(argument, "a data URL holds no bytes.")
             return ref
         if self.image_dir is None:
             raise ToolArgumentError(
-                "images",
+                argument,
                 f"{_brief(ref)} is a path, and this server accepts no image paths; send a data URL, "
                 "or start the server with an image folder (kvmemory mcp --images DIR).",
             )
         if "\x00" in ref:
-            raise ToolArgumentError("images", "a path holds a NUL character.")
+            raise ToolArgumentError(argument, "a path holds a NUL character.")
         path = os.path.realpath(os.path.join(self.image_dir, ref))
         if os.path.commonpath([path, self.image_dir]) != self.image_dir:
             raise ToolArgumentError(
-                "images", f"path {_brief(ref)} lies outside the image folder {self.image_dir!r}."
+                argument, f"path {_brief(ref)} lies outside the image folder {self.image_dir!r}."
             )
         try:
             info = os.stat(path)
         except OSError as exc:
             raise ToolArgumentError(
-                "images", f"path {_brief(ref)} cannot be read ({exc.strerror or exc})."
+                argument, f"path {_brief(ref)} cannot be read ({exc.strerror or exc})."
             ) from exc
         if not stat.S_ISREG(info.st_mode):
-            raise ToolArgumentError("images", f"path {_brief(ref)} is not a regular file.")
+            raise ToolArgumentError(argument, f"path {_brief(ref)} is not a regular file.")
         if info.st_size > MAX_IMAGE_BYTES:
             raise ToolArgumentError(
-                "images",
+                argument,
                 f"file {_brief(ref)} is {info.st_size} bytes; the limit is {MAX_IMAGE_BYTES}.",
             )
         return path
 
-    def _next_step(self, session: str) -> int:
-        last = self.store.tail(session, 1, on_unknown_class="base")
-        if not last:
-            return 1
-        step = last[0].item.get_value(_STEP)
-        if type(step) is int:
-            return step + 1
-        return self.store.count(session) + 1
-
-    def _append(self, session: str, item: MemoryItem) -> int:
+    def _next_step(self, session: str) -> tuple[str, int]:
+        """Return the session's step key and the step after its last one (1 for a new session)."""
         info = self.store.session_info(session)
         step_key = info.step_key if info is not None else _STEP
+        last = self.store.tail(session, 1, on_unknown_class="base")
+        if not last:
+            return step_key, 1
+        step = last[0].item.get_value(step_key)
+        if type(step) is int:
+            return step_key, step + 1
+        return step_key, self.store.count(session) + 1
+
+    def _append(self, session: str, item: MemoryItem, step_key: str) -> int:
         try:
             (seq,) = self.store.append(session, [item], step_key=step_key)
         except AgentMemoryError as exc:
@@ -858,13 +880,14 @@ class MemoryServer:
                     "images", "fields already hold 'images'; pass the images in one place."
                 )
             fields["images"] = images
-        if _STEP in fields:
-            fields[_STEP] = _step_value(fields[_STEP], "fields")
+        step_key, step = self._next_step(session)
+        if step_key in fields:
+            fields[step_key] = _step_value(fields[step_key], "fields")
         else:
-            fields = {_STEP: self._next_step(session), **fields}
-        seq = self._append(session, self._item(fields, "fields"))
-        text = f"Recorded step {_brief(fields[_STEP])} in session {session!r} (seq {seq})."
-        return text, {"session": session, "seq": seq, "step": fields[_STEP]}
+            fields = {step_key: step, **fields}
+        seq = self._append(session, self._item(fields, "fields"), step_key)
+        text = f"Recorded step {_brief(fields[step_key])} in session {session!r} (seq {seq})."
+        return text, {"session": session, "seq": seq, "step": fields[step_key]}
 
     def _record_message(self, args: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         from agents.memory import from_messages
@@ -900,20 +923,13 @@ class MemoryServer:
             (item,) = from_messages([message])
         except AgentMemoryError as exc:
             raise ToolArgumentError("content", str(exc)) from exc
-        for key, value in extra.items():
-            item[key] = value
-        if _STEP not in item:
-            item[_STEP] = self._next_step(session)
-        fields = _plain(item)
-        if (
-            len(orjson.dumps(fields)) > MAX_FIELDS_BYTES + MAX_IMAGES * MAX_IMAGE_BYTES * 2
-        ):  # pragma: no cover
-            raise ToolArgumentError("content", "the message is too large.")
-        seq = self._append(session, item)
-        text = (
-            f"Recorded a {role} message as step {item[_STEP]!r} in session {session!r} (seq {seq})."
-        )
-        return text, {"session": session, "seq": seq, "step": item[_STEP]}
+        step_key, step = self._next_step(session)
+        fields = {**item.to_dict(), **extra}
+        fields[step_key] = _step_value(fields[step_key], "fields") if step_key in fields else step
+        item = self._item(fields, "fields")
+        seq = self._append(session, item, step_key)
+        text = f"Recorded a {role} message as step {item[step_key]!r} in session {session!r} (seq {seq})."
+        return text, {"session": session, "seq": seq, "step": item[step_key]}
 
     def _window(
         self, session: str, max_tokens: int, max_items: int, keys: list[str] | None
@@ -1195,42 +1211,72 @@ class MemoryServer:
             entry[1].discard(str(params.uri))
         return types.EmptyResult()
 
-    def _snapshot(self, _: object) -> dict[str, tuple[int, int]]:
-        """Return, per session in scope, its item count and last seq: what changes on a write."""
-        seen = {}
-        for name in self._sessions(None):
+    async def _listen(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.SubscriptionsListenRequestParams
+    ) -> mcp_types.SubscriptionsListenResult:
+        """Serve a 2026 ``subscriptions/listen`` stream, noting its resources so the poller watches them."""
+        uris = [str(uri) for uri in params.notifications.resource_subscriptions or ()]
+        for uri in uris:
+            self._watched[uri] = self._watched.get(uri, 0) + 1
+        try:
+            return await self._listener(ctx, params)
+        finally:
+            for uri in uris:
+                self._watched[uri] -= 1
+                if not self._watched[uri]:
+                    del self._watched[uri]
+
+    def _watched_uris(self) -> set[str]:
+        uris = set(self._watched)
+        for _, subscribed in self._subscribers.values():
+            uris |= subscribed
+        return uris
+
+    def _snapshot(self, sessions: set[str]) -> tuple[set[str], dict[str, tuple[int, int]]]:
+        """Return the sessions in scope, and for the watched ones their count and last seq.
+
+        A write changes one or the other: an append the last seq, a delete the count.
+        """
+        names = set(self._sessions(None))
+        marks = {}
+        for name in sorted(sessions & names):
             last = self.store.tail(name, 1, on_unknown_class="base")
-            seen[name] = (self.store.count(name), last[0].seq if last else 0)
-        return seen
+            marks[name] = (self.store.count(name), last[0].seq if last else 0)
+        return names, marks
 
     async def _poll(self) -> None:
         import anyio
         from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated
 
+        listed: set[str] | None = None
+        marks: dict[str, tuple[int, int]] = {}
         while True:
+            uris = self._watched_uris()
+            watched = {name for name in map(self._uri_names, uris) if name is not None}
             try:
-                now = await self._in_thread(self._snapshot, None)
+                names, now = await self._in_thread(self._snapshot, watched)
             except AgentMemoryError:
                 # The store is briefly unreachable (a restarting server): try again next time.
-                now = None
-            if now is not None:
-                before, self._seen = self._seen, now
-                if before is not None:
-                    changed = [name for name, mark in now.items() if before.get(name) != mark]
-                    changed += [name for name in before if name not in now]
-                    if set(now) != set(before):
-                        await self._bus.publish(ResourcesListChanged())
-                    for name in changed:
-                        uris = [f"{_URI_PREFIX}{name}", f"{_URI_PREFIX}{name}/last"]
-                        for uri in uris:
-                            await self._bus.publish(ResourceUpdated(uri))
-                        await self._notify_subscribers(name)
+                await anyio.sleep(self.poll_seconds)
+                continue
+            if listed is not None and names != listed:
+                await self._bus.publish(ResourcesListChanged())
+            listed = names
+            changed = {
+                name for name in watched if name in marks and now.get(name, (0, 0)) != marks[name]
+            }
+            marks = {name: now.get(name, (0, 0)) for name in watched}
+            for uri in sorted(uris):
+                if self._uri_names(uri) in changed:
+                    await self._bus.publish(ResourceUpdated(uri))
+            for name in sorted(changed):
+                await self._notify_subscribers(name)
             await anyio.sleep(self.poll_seconds)
 
     async def _notify_subscribers(self, session: str) -> None:
         for key, (peer, uris) in list(self._subscribers.items()):
             for uri in sorted(uris):
-                if uri.startswith(_URI_PREFIX) and self._uri_names(uri) == session:
+                if self._uri_names(uri) == session:
                     try:
                         await peer.send_resource_updated(uri)
                     except Exception:  # a client that went away must not stop the poller
@@ -1238,8 +1284,16 @@ class MemoryServer:
                         break
 
     def _uri_names(self, uri: str) -> str | None:
+        """Return the session a resource URI names, or ``None`` if it names none in scope."""
         match = _LAST_URI.fullmatch(uri) or _SESSION_URI.fullmatch(uri)
-        return None if match is None else match.group(1)
+        if match is None:
+            return None
+        try:
+            name = check_session_id(match.group(1))
+        except AgentMemoryError:
+            return None
+        # A listener naming a session outside the scope hears nothing of it.
+        return name if self.scope.allows(name) else None
 
     # -- prompts --------------------------------------------------------------------------
 
