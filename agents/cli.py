@@ -412,11 +412,8 @@ def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
         if args.http:
             from agents.integrations.mcp import DEFAULT_HTTP_PORT
 
-            host = args.host or "127.0.0.1"
             port = DEFAULT_HTTP_PORT if args.port is None else args.port
-            server.http_app(token=token, host=host)  # checks the bind before anything listens
-            _print(sys.stderr, f"kvmemory: serving MCP at http://{host}:{port}/mcp")
-            server.serve_http(host=host, port=port, token=token)
+            server.serve_http(host=args.host or "127.0.0.1", port=port, token=token)
         else:
             import anyio
 

@@ -50,6 +50,7 @@ import orjson
 from agents import __version__
 from agents.memory import (
     AgentMemoryError,
+    EmbeddingError,
     InvalidArgumentError,
     MemoryItem,
     StoreError,
@@ -373,7 +374,7 @@ class MemoryServer:
         embedder: Embedder | None = None,
         name: str = "kvmemory",
     ) -> None:
-        self._lowlevel = _sdk()
+        _sdk()
         if not isinstance(poll_seconds, (int, float)) or not 0 < poll_seconds <= 3600:
             msg = f"poll_seconds must be a number of seconds above 0 and at most 3600, got {poll_seconds!r}."
             raise InvalidArgumentError(msg)
@@ -390,7 +391,11 @@ class MemoryServer:
         self._subscribers: dict[int, tuple[ServerSession, set[str]]] = {}
         self._watched: dict[str, int] = {}
         self._thread_limiter: Any = None
-        self.server: Server[Any] = self._build()
+        try:
+            self.server: Server[Any] = self._build()
+        except BaseException:
+            self.close()
+            raise
 
     # -- public calls -------------------------------------------------------------------
 
@@ -433,12 +438,19 @@ class MemoryServer:
     ) -> None:
         """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted.
 
+        Says where it listens on stderr (stdout stays free), once the bind is allowed.
+
         Raises:
             InvalidArgumentError: if ``host`` is not a loopback address and no token is given.
         """
+        import sys
+
         import uvicorn
 
         app = self.http_app(token=token, host=host)
+        where = f"[{host}]" if ":" in host else host
+        guard = "a bearer token" if token is not None else "no token (loopback only)"
+        print(f"kvmemory: serving MCP at http://{where}:{port}/mcp, with {guard}", file=sys.stderr)
         uvicorn.run(app, host=host, port=port, log_level="warning")
 
     # -- building the MCP server ---------------------------------------------------------
@@ -983,6 +995,8 @@ class MemoryServer:
                 mode=mode,  # type: ignore[arg-type]  # checked against the three modes by _mode
                 embedder=self.embedder,
             )
+        except EmbeddingError as exc:
+            raise ToolArgumentError("mode", str(exc)) from exc
         except AgentMemoryError as exc:
             if isinstance(exc, StoreError):
                 raise
