@@ -63,8 +63,11 @@ def snapshot(url: str) -> dict[str, list[tuple[int, dict[str, Any]]]]:
         }
 
 
-def append_from_another_process(url: str, session: str, **fields: Any) -> None:
-    """Append one item to a session from a separate Python process."""
+def append_from_another_process(
+    url: str, session: str, fields: dict[str, Any] | None = None, **more: Any
+) -> None:
+    """Append one item (``fields`` and ``more``) to a session from a separate Python process."""
+    fields = {**(fields or {}), **more}
     script = (
         "import sys, json\n"
         "from agents.memory import MemoryItem\n"
@@ -322,6 +325,35 @@ def test_a_listening_client_hears_of_another_process_appending(any_url: str) -> 
     run(main)
 
 
+def test_a_listener_hears_nothing_of_sessions_outside_the_scope(sqlite_url: str) -> None:
+    """Listening on another session's URI is honoured by the SDK but no change of that session is told."""
+    mine, theirs = "kvmemory://session/agent-1", "kvmemory://session/other"
+    with open_store(sqlite_url) as store:
+        store.append("agent-1", [MemoryItem(step=1)])
+        store.append("other", [MemoryItem(step=1)])
+    heard: list[str] = []
+
+    async def main() -> None:
+        async with (
+            Client(server(sqlite_url, "--prefix", "agent-")) as client,
+            client.listen(resource_subscriptions=[mine, theirs]) as subscription,
+        ):
+            for step in (2, 3):
+                # "other" changes before each change of "agent-1": a leak would be heard first.
+                for session in ("other", "agent-1"):
+                    await anyio.to_thread.run_sync(
+                        append_from_another_process, sqlite_url, session, {"step": step}
+                    )
+                with anyio.fail_after(WAIT):
+                    async for event in subscription:
+                        heard.append(str(getattr(event, "uri", "")))
+                        if heard[-1] == mine:
+                            break
+
+    run(main)
+    assert heard == [mine, mine]
+
+
 def test_a_subscribed_legacy_client_is_notified(sqlite_url: str) -> None:
     """A handshake-era client (Claude Desktop's kind) subscribes and gets notifications/resources/updated."""
     uri = "kvmemory://session/run-1"
@@ -334,10 +366,13 @@ def test_a_subscribed_legacy_client_is_notified(sqlite_url: str) -> None:
             heard.set()
 
     async def main() -> None:
-        async with Client(server(sqlite_url), mode="legacy", message_handler=handler) as client:
+        scoped = server(sqlite_url, "--prefix", "run-")
+        async with Client(scoped, mode="legacy", message_handler=handler) as client:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", MCPDeprecationWarning)  # the 2025 call, on purpose
                 await client.subscribe_resource(uri)
+                with pytest.raises(MCPError, match="outside this server's scope"):
+                    await client.subscribe_resource("kvmemory://session/other")
             await anyio.to_thread.run_sync(
                 lambda: append_from_another_process(sqlite_url, "run-1", step=2)
             )
