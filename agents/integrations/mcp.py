@@ -1429,6 +1429,9 @@ class _TokenGate:
         self._expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # nothing is served there
+            return
         if scope["type"] == "http":
             given = b""
             for name, value in scope.get("headers", ()):
