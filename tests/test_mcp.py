@@ -606,6 +606,58 @@ def test_http_without_the_right_token_reaches_nothing(sqlite_url: str) -> None:
     assert snapshot(sqlite_url) == before
 
 
+def test_a_legacy_http_client_is_notified(sqlite_url: str) -> None:
+    """Over HTTP a handshake-era client's subscription is told of another process's append too."""
+    uri = "kvmemory://session/run-1/last/5"
+    with open_store(sqlite_url) as store:
+        store.append("run-1", [MemoryItem(step=1)])
+    heard = anyio.Event()
+
+    async def handler(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification) and message.params.uri == uri:
+            heard.set()
+
+    async def main(endpoint: str) -> None:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=WAIT) as http,
+            Client(
+                streamable_http_client(endpoint, http_client=http),
+                mode="legacy",
+                message_handler=handler,
+            ) as client,
+        ):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)  # the 2025 call, on purpose
+                await client.subscribe_resource(uri)
+            await anyio.to_thread.run_sync(append_from_another_process, sqlite_url, "run-1")
+            with anyio.fail_after(WAIT):
+                await heard.wait()
+
+    with http_server(sqlite_url) as endpoint:
+        anyio.run(main, endpoint)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--session", "a", "--prefix", "b"], ["--port", "8000"], ["--http", "--port", "0"]],
+    ids=["session and prefix", "port without http", "port 0"],
+)
+def test_command_line_mistakes_are_usage_errors(sqlite_url: str, args: list[str]) -> None:
+    """Contradicting or malformed options exit with status 2 before anything is served."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "mcp", sqlite_url, *args],
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+
+
 def test_binding_beyond_loopback_needs_a_token(sqlite_url: str) -> None:
     """``--host 0.0.0.0`` without a token is refused before anything listens."""
     env = {**os.environ, **ENV}
