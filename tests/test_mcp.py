@@ -238,6 +238,7 @@ def test_steps_continue_under_the_sessions_own_step_key(sqlite_url: str) -> None
             result = await client.call_tool("record_step", {"fields": {"action": "type"}})
             assert result.structured_content["step"] == 5
             shown = await client.call_tool("show_steps", {"steps": [5]})
+            assert text(shown).startswith("## ufo step 5 (seq 2)")
             assert shown.structured_content["items"][0]["fields"]["action"] == "type"
 
     run(main)

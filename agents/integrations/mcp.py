@@ -287,16 +287,20 @@ def _entry(session: str, record: StoredRecord, **extra: Any) -> dict[str, Any]:
 
 
 def _render(entries: Sequence[Mapping[str, Any]], *, empty: str) -> str:
+    """Return items as text a model reads well: a heading per item, then its fields as ``- key: value`` lines."""
     if not entries:
         return empty
     parts = []
     for entry in entries:
         fields = entry["fields"]
-        head = f"## {entry['session']} step {_brief(fields.get(_STEP, '-'))} (seq {entry['seq']}"
+        # UFO's sessions name the step 'Step'; the heading shows whichever the item has.
+        key = next((k for k in (_STEP, "Step") if k in fields), None)
+        step = _brief(fields[key]) if key is not None else "-"
+        head = f"## {entry['session']} step {step} (seq {entry['seq']}"
         if "score" in entry:
             head += f", score {entry['score']:.3f}"
         head += ")"
-        body = render_text([{k: v for k, v in fields.items() if k != _STEP}])
+        body = render_text([{k: v for k, v in fields.items() if k != key}])
         parts.append(f"{head}\n{body}" if body else head)
     return "\n\n".join(parts)
 
