@@ -29,6 +29,9 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from agents.memory import MemoryItem
 from agents.memory.stores import open_store
 
+# Every test starts the server (and often a second writer) as a process of its own.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {"PYTHONPATH": str(ROOT)}
 PNG = base64.b64encode(
