@@ -330,6 +330,25 @@ def test_a_listening_client_hears_of_another_process_appending(any_url: str) -> 
     run(main)
 
 
+def test_a_write_right_after_listening_is_heard_with_a_slow_poll(sqlite_url: str) -> None:
+    """The server notes a session's state when the listen starts, not at its next poll, so no write slips by."""
+    uri = "kvmemory://session/run-1"
+
+    async def main() -> None:
+        # A 5-second poll: the append lands between the listen and the server's next look.
+        async with (
+            Client(server(sqlite_url, "--poll", "5")) as client,
+            client.listen(resource_subscriptions=[uri]) as subscription,
+        ):
+            await anyio.to_thread.run_sync(append_from_another_process, sqlite_url, "run-1")
+            with anyio.fail_after(WAIT):
+                async for event in subscription:
+                    if getattr(event, "uri", None) == uri:
+                        break
+
+    run(main)
+
+
 def test_a_listener_hears_nothing_of_sessions_outside_the_scope(sqlite_url: str) -> None:
     """Listening on another session's URI is honoured by the SDK but no change of that session is told."""
     mine, theirs = "kvmemory://session/agent-1", "kvmemory://session/other"

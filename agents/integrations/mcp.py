@@ -394,6 +394,7 @@ class MemoryServer:
         self._name = name
         self._subscribers: dict[int, tuple[ServerSession, set[str]]] = {}
         self._watched: dict[str, int] = {}
+        self._marks: dict[str, tuple[int, int]] = {}
         self._thread_limiter: Any = None
         try:
             self.server: Server[Any] = self._build()
@@ -1214,6 +1215,7 @@ class MemoryServer:
 
         uri = str(params.uri)
         await self._guarded(lambda u: str(self._uri_session(u)), uri)
+        await self._baseline([uri])
         key = id(ctx.session)
         entry = self._subscribers.setdefault(key, (ctx.session, set()))
         entry[1].add(uri)
@@ -1237,6 +1239,7 @@ class MemoryServer:
         for uri in uris:
             self._watched[uri] = self._watched.get(uri, 0) + 1
         try:
+            await self._baseline(uris)
             return await self._listener(ctx, params)
         finally:
             for uri in uris:
@@ -1249,6 +1252,21 @@ class MemoryServer:
         for _, subscribed in self._subscribers.values():
             uris |= subscribed
         return uris
+
+    async def _baseline(self, uris: Sequence[str]) -> None:
+        """Note now how the sessions ``uris`` name stand, so a write right after a subscription is seen.
+
+        Taken before the subscription is acknowledged: a mark the poller took
+        later could already hold the client's next write, which then would
+        never count as a change.
+        """
+        names = {name for name in map(self._uri_names, uris) if name is not None}
+        fresh = names - set(self._marks)
+        if fresh:
+            with contextlib.suppress(AgentMemoryError):  # the poller takes the mark next time
+                _, marks = await self._in_thread(self._snapshot, fresh)
+                for name in fresh:
+                    self._marks.setdefault(name, marks.get(name, (0, 0)))
 
     def _snapshot(self, sessions: set[str]) -> tuple[set[str], dict[str, tuple[int, int]]]:
         """Return the sessions in scope, and for the watched ones their count and last seq.
@@ -1267,7 +1285,6 @@ class MemoryServer:
         from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated
 
         listed: set[str] | None = None
-        marks: dict[str, tuple[int, int]] = {}
         while True:
             uris = self._watched_uris()
             watched = {name for name in map(self._uri_names, uris) if name is not None}
@@ -1280,10 +1297,16 @@ class MemoryServer:
             if listed is not None and names != listed:
                 await self._bus.publish(ResourcesListChanged())
             listed = names
+            marks = self._marks
             changed = {
                 name for name in watched if name in marks and now.get(name, (0, 0)) != marks[name]
             }
-            marks = {name: now.get(name, (0, 0)) for name in watched}
+            for name in watched:
+                marks[name] = now.get(name, (0, 0))
+            # Forget sessions nobody watches any more; keep the marks subscriptions took meanwhile.
+            current = {name for name in map(self._uri_names, self._watched_uris()) if name}
+            for name in set(marks) - current:
+                del marks[name]
             for uri in sorted(uris):
                 if self._uri_names(uri) in changed:
                     await self._bus.publish(ResourceUpdated(uri))
