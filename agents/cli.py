@@ -19,6 +19,7 @@ Examples::
     kvmemory convert runs.db --session run-1 run-1.jsonl
     kvmemory stats session.json
     kvmemory import ufo-log logs/my_task --store runs.db --session ufo-1
+    kvmemory mcp runs.db --prefix agent-
 """
 
 from __future__ import annotations
@@ -383,6 +384,67 @@ def _cmd_import_ufo_log(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
+    """Serve a store over MCP: stdio by default (stdout then carries only the protocol)."""
+    from agents.integrations.mcp import MemoryServer, Scope
+
+    embedder: Any = None
+    if args.embedder == "hashing":
+        from agents.memory.search import HashingEmbedder
+
+        embedder = HashingEmbedder()
+    elif args.embedder == "wordllama":
+        from agents.memory.search import WordLlamaEmbedder
+
+        embedder = WordLlamaEmbedder()
+    token = os.environ.get(args.token_env) or None
+    if not args.http and (args.host is not None or args.port is not None):
+        msg = "--host and --port are for --http; stdio needs neither."
+        raise _UsageError(msg)
+    with MemoryServer(
+        args.store,
+        scope=Scope(session=args.session, prefix=args.prefix),
+        read_only=args.read_only,
+        image_dir=args.images,
+        poll_seconds=args.poll,
+        embedder=embedder,
+    ) as server:
+        if args.http:
+            from agents.integrations.mcp import DEFAULT_HTTP_PORT
+
+            port = DEFAULT_HTTP_PORT if args.port is None else args.port
+            server.serve_http(host=args.host or "127.0.0.1", port=port, token=token)
+        else:
+            import anyio
+
+            anyio.run(server.run_stdio)
+    return 0
+
+
+def _seconds(text: str) -> float:
+    """Parse ``--poll``: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        msg = f"expected a number of seconds above 0 and at most 3600, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _port(text: str) -> int:
+    """Parse ``--port``: a TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 < value < 65536:
+        msg = f"expected a TCP port from 1 to 65535, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvmemory",
@@ -474,6 +536,56 @@ def _parser() -> argparse.ArgumentParser:
     )
     ufo.add_argument("--append", action="store_true", help="append to a non-empty session")
     ufo.set_defaults(run=_cmd_import_ufo_log)
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve a store to any agent over the Model Context Protocol (needs kvmemory[mcp])",
+        description=(
+            "Serve STORE to MCP clients: tools to record, search and recall steps, "
+            "resources with change notifications, and a history prompt. stdio by default."
+        ),
+    )
+    mcp.add_argument(
+        "store", help="store URL or SQLite path (created if missing, unless --read-only)"
+    )
+    scope = mcp.add_mutually_exclusive_group()
+    scope.add_argument("--session", help="serve only this session")
+    scope.add_argument(
+        "--prefix", help="serve only the sessions whose ids start with P", metavar="P"
+    )
+    mcp.add_argument(
+        "--read-only",
+        action="store_true",
+        help="offer no tool that writes; open the store read-only",
+    )
+    mcp.add_argument(
+        "--images", metavar="DIR", help="the folder image paths sent by clients must lie in"
+    )
+    mcp.add_argument(
+        "--embedder",
+        choices=("hashing", "wordllama"),
+        help="offer semantic and hybrid search with this embedder (hashing needs numpy; wordllama kvmemory[semantic])",
+    )
+    mcp.add_argument(
+        "--poll",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often to look for changes by other processes (default: 1)",
+    )
+    mcp.add_argument(
+        "--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio"
+    )
+    mcp.add_argument("--host", help="address to bind with --http (default: 127.0.0.1)")
+    mcp.add_argument("--port", type=_port, help="port to bind with --http (default: 8765)")
+    mcp.add_argument(
+        "--token-env",
+        default="KVMEMORY_MCP_TOKEN",
+        metavar="VAR",
+        help="environment variable holding the bearer token HTTP clients must send "
+        "(default: KVMEMORY_MCP_TOKEN); required to bind anywhere but 127.0.0.1",
+    )
+    mcp.set_defaults(run=_cmd_mcp)
     return parser
 
 

@@ -55,6 +55,7 @@ REFERENCE_PAGES = {
     "agents.agent": "agent",
     "agents.integrations.smolagents": "integrations",
     "agents.integrations.ufo": "integrations",
+    "agents.integrations.mcp": "integrations",
     "agents.cli": "cli",
     "kvmemory": "cli",
 }
