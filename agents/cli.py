@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import orjson
 
+from agents import __version__
 from agents.agent import escape_controls
 from agents.memory import AgentMemoryError, Memory, MemoryItem, write_session
 from agents.memory.exceptions import InvalidSessionIdError
@@ -167,11 +168,15 @@ def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _selected(args: argparse.Namespace) -> Memory:
-    if args.last is not None and not _is_file_source(args.source):
-        # The store reads only the newest items, whatever the length of the session.
+    if not _is_file_source(args.source) and (args.last is not None or args.steps is not None):
+        # The store reads only the items asked for, whatever the length of the session.
         with _open_session_store(args.source, args.session) as (store, name):
-            records = store.tail(name, args.last, steps=args.steps, on_unknown_class="base")
-        return Memory([record.item for record in records], session_id=name)
+            if args.last is not None:
+                records = store.tail(name, args.last, steps=args.steps, on_unknown_class="base")
+                items = [record.item for record in records]
+            else:
+                items = store.read(name, steps=args.steps, on_unknown_class="base")
+        return Memory(items, session_id=name)
     memory = _read(args.source, args.session)
     items = memory.content if args.steps is None else memory.items_of_steps(args.steps)
     if args.last is not None:
@@ -393,6 +398,7 @@ def _parser() -> argparse.ArgumentParser:
             "does not define show as plain items."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"kvmemory {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sessions = commands.add_parser("sessions", help="list the sessions of a store")

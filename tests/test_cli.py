@@ -52,6 +52,16 @@ def run(*argv: str) -> tuple[int, str]:
     return status, out.getvalue()
 
 
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version prints kvmemory's version and exits 0."""
+    import agents
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"kvmemory {agents.__version__}\n"
+
+
 def test_show_prints_chosen_keys_of_last_items(session_file: Path) -> None:
     """show --keys --last prints the chosen fields of the newest items."""
     assert run("show", str(session_file), "--keys", "step,action", "--last", "2") == (
@@ -651,6 +661,17 @@ def test_show_last_reads_only_the_last_items(
     """show --last N of a store session reads only those items: a damaged first item is never read."""
     damage_first_item(long_store)
     assert run(command[0], str(long_store), "--session", "long", *command[1:]) == (0, expected)
+
+
+@pytest.mark.parametrize("command", ["show", "replay"])
+def test_steps_of_a_store_session_read_only_those_steps(long_store: Path, command: str) -> None:
+    """show/replay --steps of a store session read only those steps: a damaged first item is never read."""
+    damage_first_item(long_store)
+    status, text = run(command, str(long_store), "--session", "long", "--steps", "5,2400")
+    assert status == 0
+    assert "a5" in text
+    assert "a2400" in text
+    assert "a6" not in text
 
 
 def test_replay_last_reads_only_the_last_items(long_store: Path) -> None:
