@@ -34,7 +34,14 @@ import orjson
 
 from agents import __version__
 from agents.agent import escape_controls
-from agents.memory import AgentMemoryError, Memory, MemoryItem, write_session
+from agents.memory import (
+    AgentMemoryError,
+    Memory,
+    MemoryItem,
+    SessionPages,
+    read_session_pages,
+    write_session,
+)
 from agents.memory.exceptions import InvalidSessionIdError
 
 __all__ = ["main"]
@@ -56,6 +63,20 @@ def _open_existing_store(url: str) -> Any:
         msg = f"No store file {path!r}; check the path (a new store is only created by convert)."
         raise _UsageError(msg)
     return open_store(url, read_only=True)
+
+
+@contextlib.contextmanager
+def _session_pages(source: str, session: str | None) -> Iterator[SessionPages]:
+    """Open the session file SOURCE for reading a page at a time; check ``--session``."""
+    try:
+        with read_session_pages(source, size=_PAGE, on_unknown_class="base") as pages:
+            if session is not None and pages.session_id not in (None, session):
+                msg = f"{source!r} holds session {pages.session_id!r}, not {session!r}."
+                raise _UsageError(msg)
+            yield pages
+    except FileNotFoundError as exc:
+        msg = f"No session file {source!r}; check the path."
+        raise _UsageError(msg) from exc
 
 
 def _read(source: str, session: str | None) -> Memory:
@@ -270,8 +291,12 @@ _PAGE = 1000
 
 
 @contextlib.contextmanager
-def _progress(args: argparse.Namespace, total: int, what: str) -> Iterator[Callable[[int], None]]:
+def _progress(
+    args: argparse.Namespace, total: int | None, what: str
+) -> Iterator[Callable[[int], None]]:
     """Yield ``advance(n)``, which moves a progress bar on the terminal (stderr).
+
+    Without a ``total`` (a file read as it streams) the bar counts without an end.
 
     The bar needs the ``kvmemory[rich]`` extra; with ``--quiet``, output that
     is not a terminal, or without rich, ``advance`` does nothing.
@@ -311,15 +336,16 @@ def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
         msg = f"{dest!r} exists; pass --force to replace it."
         raise _UsageError(msg)
     if _is_file_source(args.source):
-        # A session file is one document: it is read whole, then written on in pages.
-        memory = _read(args.source, args.session)
         if _is_file_source(dest):
+            memory = _read(args.source, args.session)
             memory.save(dest, on_unencodable=args.on_unencodable)
             _print(out, f"wrote {len(memory)} items to {dest}")
             return 0
-        items = memory.content
-        pages = (items[start : start + _PAGE] for start in range(0, len(items), _PAGE))
-        return _append_pages(args, out, pages, len(items), memory.session_id, memory.step_key)
+        # A JSONL file is read a page at a time (a JSON document is one value, read whole).
+        with _session_pages(args.source, args.session) as session:
+            return _append_pages(
+                args, out, session.pages, None, session.session_id, session.step_key
+            )
     # A store session is read a page at a time and never held whole.
     with _open_session_store(args.source, args.session) as (store, name):
         total = store.count(name)
@@ -348,7 +374,7 @@ def _append_pages(
     args: argparse.Namespace,
     out: IO[str],
     pages: Iterator[list[MemoryItem]],
-    total: int,
+    total: int | None,
     session_id: str | None,
     step_key: str,
 ) -> int:

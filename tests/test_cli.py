@@ -712,6 +712,72 @@ def test_convert_of_a_long_store_session_copies_every_item(
         assert (copied.content, copied.session_id) == (expected, "long")
 
 
+def long_jsonl(tmp_path: Path, *, damaged_line: int | None = None) -> Path:
+    """A 2,500-item JSONL session file (three convert pages), one line optionally cut short."""
+    path = tmp_path / "long.jsonl"
+    memory = Memory(session_id="long", step_key="turn")
+    memory.add_memory_items([MemoryItem(turn=n, action=f"a{n}") for n in range(2_500)])
+    memory.save(path)
+    if damaged_line is not None:
+        lines = path.read_bytes().split(b"\n")
+        lines[damaged_line - 1] = lines[damaged_line - 1][:10]
+        path.write_bytes(b"\n".join(lines))
+    return path
+
+
+def test_convert_of_a_jsonl_file_to_a_store_copies_every_item(tmp_path: Path) -> None:
+    """A JSONL file streamed into a store arrives whole, in order, with its step key."""
+    source = long_jsonl(tmp_path)
+    dest = tmp_path / "c.db"
+    assert run("convert", str(source), str(dest)) == (
+        0,
+        f"appended 2500 items to session 'long' of {dest}\n",
+    )
+    with open_store(str(dest)) as store:
+        assert store.read("long") == Memory.from_file(source).content
+        info = store.session_info("long")
+        assert info is not None
+        assert info.step_key == "turn"
+
+
+def test_convert_of_a_jsonl_file_damaged_late_leaves_the_store_session_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged line after the first pages exits 1 naming the line, and takes back what was appended."""
+    source = long_jsonl(tmp_path, damaged_line=2_400)
+    dest = tmp_path / "c.db"
+    assert run("convert", str(source), str(dest))[0] == 1
+    assert "line 2400" in capsys.readouterr().err
+    with open_store(str(dest)) as store:
+        assert store.count("long") == 0
+
+
+def test_read_session_pages_decodes_a_page_at_a_time(tmp_path: Path) -> None:
+    """The first page of a JSONL file is read before a damaged later line is reached."""
+    from agents.memory import CorruptSessionError, read_session_pages
+
+    source = long_jsonl(tmp_path, damaged_line=2_400)
+    with read_session_pages(source, size=1_000) as session:
+        assert (session.session_id, session.step_key) == ("long", "turn")
+        first = next(session.pages)
+        assert [item["turn"] for item in first] == list(range(1_000))
+        assert len(next(session.pages)) == 1_000
+        with pytest.raises(CorruptSessionError, match="line 2400"):
+            next(session.pages)
+
+
+@pytest.mark.parametrize("size", [0, -1, 1.5, True])
+def test_read_session_pages_refuses_a_bad_page_size(tmp_path: Path, size: object) -> None:
+    """A page size that is not a positive int is named."""
+    from agents.memory import InvalidArgumentError, read_session_pages
+
+    with (
+        pytest.raises(InvalidArgumentError, match="size must be"),
+        read_session_pages(long_jsonl(tmp_path), size=size),  # type: ignore[arg-type]
+    ):
+        pass
+
+
 def test_convert_shows_no_progress_off_a_terminal(
     long_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -382,8 +382,8 @@ def settle(browser: Any) -> None:
 def test_large_session_renders_only_what_is_in_view(tmp_path: Path, browser: Any) -> None:
     """A 10,000-step page counts every step but puts only a window of cards in the page."""
     open_page(browser, replay_html(large_session(), tmp_path / "large.html"))
-    assert browser.find_element("id", "status").text.startswith("10,000 steps")
-    assert browser.find_element("css selector", "h1").text.endswith("10,000 steps")
+    assert browser.find_element("id", "status").text == "10,000 items"
+    assert browser.find_element("css selector", "h1").text.endswith(": 10,000 items")
     assert 0 < card_count(browser) < 1_000
     browser.execute_script("window.kvTimeline.reveal(9000)")
     assert browser.find_element("css selector", '.card[data-position="9000"]').is_displayed()

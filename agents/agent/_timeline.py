@@ -73,7 +73,7 @@ def replay_html(
     items = list(memory)
     step_key = memory.step_key if isinstance(memory, Memory) else "step"
     session = getattr(memory, "session_id", None)
-    count = f"{len(items):,} step" + ("" if len(items) == 1 else "s")
+    count = f"{len(items):,} item" + ("" if len(items) == 1 else "s")
     heading = title or f"Session {session or ''}".rstrip() + f": {count}"
     payload = _Payload(step_key, image_keys, cost_key, tokens_key, label_key)
     for position, item in enumerate(items):
