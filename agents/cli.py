@@ -24,6 +24,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import os
 import sys
@@ -156,10 +157,19 @@ def _print(out: IO[str], text: str) -> None:
     out.write(escape_controls(text) + "\n")
 
 
-def _print_json(out: IO[str], value: Any) -> None:
+def _print_json(out: IO[str], value: Any, *, default: Callable[[Any], Any] = str) -> None:
     """Write ``value`` as one line of JSON, control characters escaped the JSON way."""
-    text = orjson.dumps(value, default=str).decode()
+    text = orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
     out.write(escape_controls(text, json=True) + "\n")
+
+
+def _plain_value(value: Any) -> Any:
+    """Return a value JSON cannot hold as plain JSON: bytes as base64, collections as lists, else text."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
 
 
 def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
@@ -216,12 +226,19 @@ def _projected(args: argparse.Namespace, keys: list[str]) -> list[dict[str, Any]
 
 
 def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.plain and not args.json:
+        msg = "--plain chooses the form of --json output; pass both: --json --plain."
+        raise _UsageError(msg)
     keys = _split(args.keys)
     if keys is not None and not args.json and not _is_file_source(args.source):
         for fields in _projected(args, keys):
             _print(out, "  ".join(f"{key}={value!r}" for key, value in fields.items()))
         return 0
     memory = _selected(args)
+    if args.json and args.plain:
+        rows = [item.to_dict() if keys is None else item.filter(keys) for item in memory]
+        _print_json(out, rows, default=_plain_value)
+        return 0
     if args.json:
         if keys is not None:
             memory = Memory(
@@ -450,7 +467,19 @@ def _parser() -> argparse.ArgumentParser:
     source_args(show)
     selection_args(show)
     show.add_argument("--keys", help="comma-separated keys to show, e.g. step,action")
-    show.add_argument("--json", action="store_true", help="print the items as JSON")
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help="print the items as kvmemory's lossless JSON (Memory.from_json reads it back)",
+    )
+    show.add_argument(
+        "--plain",
+        action="store_true",
+        help=(
+            "with --json: print one plain JSON object of fields per item, for scripts "
+            "(dates as ISO text, bytes as base64, other values as text)"
+        ),
+    )
     show.set_defaults(run=_cmd_show)
 
     replay = commands.add_parser("replay", help="print the session step by step")

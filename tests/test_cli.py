@@ -77,6 +77,36 @@ def test_show_json_of_chosen_steps(session_file: Path) -> None:
     assert json.loads(text) == [{"action": "open"}, {"action": "save"}]
 
 
+def test_show_json_plain_gives_one_object_of_fields_per_item(tmp_path: Path) -> None:
+    """--json is lossless (an item holding a date is wrapped); --json --plain is fields only, for scripts."""
+    import datetime as dt
+
+    path = tmp_path / "typed.json"
+    when = dt.datetime(2026, 11, 26, 9, 30, tzinfo=dt.timezone.utc)
+    Memory([MemoryItem(step=1, at=when, blob=b"hi"), MemoryItem(step=2, action="open")]).save(path)
+    lossless = json.loads(run("show", str(path), "--json")[1])
+    assert lossless[0]["$kv"] == "item"
+    assert Memory.from_json(json.dumps(lossless)).content[0]["at"] == when
+    status, text = run("show", str(path), "--json", "--plain")
+    assert status == 0
+    assert json.loads(text) == [
+        {"step": 1, "at": "2026-11-26T09:30:00+00:00", "blob": "aGk="},
+        {"step": 2, "action": "open"},
+    ]
+    assert json.loads(run("show", str(path), "--json", "--plain", "--keys", "at")[1]) == [
+        {"at": "2026-11-26T09:30:00+00:00"},
+        {},
+    ]
+
+
+def test_plain_without_json_is_a_usage_error(
+    session_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--plain alone exits 2 and says to pass --json too."""
+    assert run("show", str(session_file), "--plain") == (2, "")
+    assert "--json --plain" in capsys.readouterr().err
+
+
 def test_stats_counts_items_fields_and_cost(session_file: Path) -> None:
     """stats reports items, steps, total cost and field counts."""
     status, text = run("stats", str(session_file))
