@@ -61,9 +61,7 @@ def test_every_store_call_answers_as_the_sync_store(store_url: str) -> None:
                 "search": [h.item["step"] for h in await store.search("a", "click 3", k=2)],
                 "summary": (await store.summary("a")).items,
                 "info": (await store.session_info("a")).step_key,  # type: ignore[union-attr]
-                "pages": [
-                    [r.item for r in page] async for page in store.pages("a", size=4)
-                ],
+                "pages": [[r.item for r in page] async for page in store.pages("a", size=4)],
             }
             assert await store.delete_steps("a", [0]) == 1
             assert await store.keep_last("a", 4) == 1
@@ -97,10 +95,14 @@ def test_batch_commits_at_the_end_of_the_block_and_not_on_error(store_url: str) 
                 batch.append(steps(3))
                 batch.append(steps(1, start=3))
             assert len(batch.appended) == 4
-            with pytest.raises(RuntimeError, match="stop"):
+
+            async def failing_batch() -> None:
                 async with store.batch("s") as failing:
                     failing.clear()
                     raise RuntimeError("stop")
+
+            with pytest.raises(RuntimeError, match="stop"):
+                await failing_batch()
             assert await store.read("s") == steps(4)
 
     run(main)
@@ -116,7 +118,11 @@ def test_async_memory_writes_through_and_reopens(store_url: str) -> None:
             await memory.add_memory_items(steps(3, start=2))
             await memory.delete_memory_item(3)
             assert [item["step"] for item in memory] == [1, 2, 4]
-            assert memory.filter_memory_from_keys(["step"]) == [{"step": 1}, {"step": 2}, {"step": 4}]
+            assert memory.filter_memory_from_keys(["step"]) == [
+                {"step": 1},
+                {"step": 2},
+                {"step": 4},
+            ]
             assert memory.get_latest_item() == steps(1, start=4)[0]
         with open_memory(store_url, "run-1") as again:
             assert [item["step"] for item in again] == [1, 2, 4]

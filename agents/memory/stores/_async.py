@@ -22,8 +22,15 @@ import concurrent.futures
 import functools
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from collections.abc import Generator
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from agents.memory._item import MemoryItem
@@ -408,7 +415,6 @@ async def open_memory_on(
         )
     )
     return AsyncStoredMemory(async_store, view, owns_store=owns_store)
-
 
 
 class AsyncOpener(Generic[Closable]):
