@@ -22,7 +22,7 @@ import threading
 import types
 import typing
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, ValuesView
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeAlias, TypeVar
 
 import attrs
@@ -953,7 +953,8 @@ def watch_items(items: Iterable[MemoryItem], owner: object, callback_ref: Watche
     slot write.
     """
     key = id(owner)
-    batch = items if isinstance(items, (list, tuple)) else list(items)
+    # A dict's values view is gone through twice below without a copy.
+    batch = items if isinstance(items, (list, tuple, ValuesView)) else list(items)
     # Under the lock, no other owner watches or unwatches these items between
     # the check and the writes below.
     with _WATCH_LOCK:

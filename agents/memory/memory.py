@@ -15,7 +15,7 @@ import datetime as dt
 import operator
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, ValuesView
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import attrs
@@ -1023,7 +1023,8 @@ class Memory:
 
     def _file(self, seqs: Iterable[int], items: Iterable[MemoryItem]) -> None:
         """Watch ``items`` and file them in the step index under ``seqs``, all above every seq filed."""
-        batch = items if isinstance(items, list) else list(items)
+        # A list, or the memory's own values view (gone through twice, not copied).
+        batch = items if isinstance(items, (list, ValuesView)) else list(items)
         watch_items(batch, self, self._watcher)
         index = self._by_step
         assert index is not None  # only called once the index exists
