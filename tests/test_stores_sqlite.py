@@ -25,7 +25,7 @@ from agents.memory.exceptions import (
     StoreNotFoundError,
 )
 from agents.memory.search import Embedder, HashingEmbedder, Tokenizer
-from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_store
+from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_memory, open_store
 from agents.memory.stores._sqlite import SCHEMA_VERSION, _ratio_to_fts5
 from agents.memory.stores.testing import (
     COMMON_WORD_QUERIES,
@@ -132,6 +132,23 @@ def test_read_only_inspection_creates_no_files(tmp_path: Path) -> None:
         assert reader.sessions() == ["s"]
         assert reader.count("s") == 1
     assert [p.name for p in tmp_path.iterdir()] == ["runs.db"]
+    assert path.read_bytes() == before
+
+
+def test_open_memory_with_mode_ro_reopens_and_searches_a_closed_file(tmp_path: Path) -> None:
+    """open_memory on a ?mode=ro URL reopens a session, searches it and leaves the file untouched."""
+    path = tmp_path / "agent.db"
+    with open_memory(path, "s") as memory:
+        memory.add_memory_items([MemoryItem(step=1, action="open the file"), MemoryItem(step=2)])
+    before = path.read_bytes()
+    with open_memory(f"sqlite://{path}?mode=ro", "s", max_items=1) as reader:
+        assert [item.to_dict() for item in reader.content] == [{"step": 2}]
+        assert reader.refresh() == 0
+        reader.reload()
+        assert reader.search("file") == []  # the item holding it is beyond max_items
+    with open_memory(f"sqlite://{path}?mode=ro", "s") as reader:
+        assert [hit.item["step"] for hit in reader.search("file")] == [1]
+    assert [p.name for p in tmp_path.iterdir()] == ["agent.db"]
     assert path.read_bytes() == before
 
 

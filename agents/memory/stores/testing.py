@@ -953,6 +953,70 @@ class StoreContract:
         with make_store() as store:
             assert steps_of(store.read("s")) == [1, 2]
 
+    def test_every_session_reopens_read_only(self, make_store: MakeStore) -> None:
+        """A read-only handle reopens every session as a memory holding the stored items, with metadata."""
+        from agents.memory.stores._backed import StoredMemory
+
+        with make_store() as store:
+            store.append("a", search_session())
+            store.append("b", summary_session())
+            store.set_metadata("b", {"owner": "agent", "n": 2})
+            store.append("c", [MemoryItem(turn=1, text="hi")], step_key="turn")
+        with make_store(read_only=True) as reader:
+            for sid in reader.sessions():
+                info = reader.session_info(sid)
+                assert info is not None
+                memory = StoredMemory(reader, sid, step_key=info.step_key)
+                assert [i.to_dict() for i in memory.content] == [
+                    i.to_dict() for i in reader.read(sid)
+                ]
+                assert memory.metadata == info.metadata
+                memory.reload()
+                assert len(memory) == reader.count(sid)
+                with pytest.raises(StoreError, match="open read-only"):
+                    memory.add_memory_item(MemoryItem(step=99))
+                assert len(memory) == reader.count(sid)
+        with make_store() as store:
+            assert steps_of(store.read("a")) == steps_of(search_session())
+
+    def test_read_only_memory_refreshes_and_searches(self, make_store: MakeStore) -> None:
+        """A read-only memory refreshes what a writer appends and searches as Memory.search does."""
+        from agents.memory.stores._backed import StoredMemory
+
+        with make_store() as writer:
+            writer.append("s", search_session())
+            with make_store(read_only=True) as reader:
+                memory = StoredMemory(reader, "s")
+                writer.append("s", [MemoryItem(step=5, action="open the file again")])
+                assert memory.refresh() == 1
+                assert memory.refresh() == 0
+                ram = Memory([*search_session(), MemoryItem(step=5, action="open the file again")])
+                assert [i.to_dict() for i in memory.content] == [i.to_dict() for i in ram.content]
+                for query in ("file", "click the button", "open"):
+                    got = memory.search(query, 3)
+                    want = ram.search(query, 3)
+                    assert [(h.item.to_dict(), h.fields) for h in got] == [
+                        (h.item.to_dict(), h.fields) for h in want
+                    ]
+                    # The store's index sums the same terms in SQL: equal to float rounding.
+                    assert [h.score for h in got] == pytest.approx([h.score for h in want])
+            assert writer.count("s") == 6
+
+    def test_read_only_memory_bounds_only_ram(self, make_store: MakeStore) -> None:
+        """max_items on a read-only memory keeps the newest items in RAM and leaves the store as it was."""
+        from agents.memory.stores._backed import StoredMemory
+
+        with make_store() as writer:
+            writer.append("s", [MemoryItem(step=i) for i in range(5)])
+            with make_store(read_only=True) as reader:
+                memory = StoredMemory(reader, "s", max_items=2)
+                assert steps_of(memory.content) == [3, 4]
+                writer.append("s", [MemoryItem(step=5)])
+                assert memory.refresh() == 1
+                assert steps_of(memory.content) == [4, 5]
+                assert reader.count("s") == 6
+            assert steps_of(writer.read("s")) == [0, 1, 2, 3, 4, 5]
+
     def test_refused_batch_applies_none_of_its_writes(self, make_store: MakeStore) -> None:
         """A batch whose append the store refuses (other step key) deletes and updates nothing."""
         with make_store() as store:
