@@ -596,3 +596,26 @@ def test_damaged_vector_met_when_pgvector_arrives_is_named_on_search(pgvector_ur
         message = f"item {seqs[2]} of session 's' of .* holds 3 bytes"
         with pytest.raises(CorruptStoreError, match=message):
             store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("last", [None, 10])
+def test_step_filters_read_through_the_step_index(postgres_url: str, last: int | None) -> None:
+    """The store's step-filtered queries (all rows, the last n) use the (session_id, step) index."""
+    from agents.memory.stores._postgres import _PROJECT, _SELECT_ROWS, rows_query
+
+    with open_store(postgres_url) as store:
+        for start in range(0, 6000, 2000):
+            store.append("s", [MemoryItem(step=i, n=i) for i in range(start, start + 2000)])
+        store.append("other", [MemoryItem(step=i) for i in range(2000)])
+        wanted = list(range(100, 150))
+        assert [i["n"] for i in store.read("s", steps=wanted)] == wanted
+        assert [r.item["n"] for r in store.tail("s", 10, steps=wanted)] == wanted[-10:]
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("ANALYZE kvmemory_items")
+        for select in (_SELECT_ROWS, _PROJECT):
+            sql, params = rows_query(select, "s", steps=[str(s) for s in wanted], last=last)
+            params["keys"] = ["n"]
+            plan = "\n".join(row[0] for row in con.execute("EXPLAIN " + sql, params))
+            assert "kvmemory_items_step" in plan, plan
+            assert "kvmemory_items_pkey" not in plan, plan

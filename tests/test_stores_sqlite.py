@@ -821,3 +821,29 @@ def test_sqlite_vec_off_in_the_url_never_loads_it(tmp_path: Path) -> None:
         assert not store.uses_sqlite_vec
     with pytest.raises(InvalidStoreURLError, match=r"sqlite_vec='yes'.*'auto', 'on' or 'off'"):
         open_store(f"sqlite:///{tmp_path}/runs.db?sqlite_vec=yes")
+
+
+def test_step_filters_read_through_the_step_index(tmp_path: Path) -> None:
+    """read, project, tail and records with steps query the (session_id, step) index, never the session scan."""
+    path = tmp_path / "plan.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=i, action=f"a{i}", n=i) for i in range(300)])
+        store.append("other", [MemoryItem(step=i) for i in range(300)])
+        statements: list[str] = []
+        store._con.set_trace_callback(statements.append)
+        wanted = list(range(100, 110))
+        assert [i["n"] for i in store.read("s", steps=wanted)] == wanted
+        assert [f["n"] for f in store.project("s", ["n"], steps=wanted)] == wanted
+        assert [r.item["n"] for r in store.tail("s", 3, steps=wanted)] == wanted[-3:]
+        assert [r.item["n"] for r in store.records("s", steps=wanted, after=1)] == wanted
+        store._con.set_trace_callback(None)
+    reads = [sql for sql in statements if sql.startswith("SELECT") and "step IN" in sql]
+    assert len(reads) == 4
+    con = sqlite3.connect(path)
+    try:
+        for sql in reads:
+            plan = " ".join(row[3] for row in con.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "USING INDEX kvmemory_items_step (session_id=? AND step=?" in plan, plan
+            assert "kvmemory_items_session" not in plan, plan
+    finally:
+        con.close()

@@ -86,6 +86,7 @@ from agents.memory.stores._base import (
     check_store_path,
     migrate,
 )
+from agents.memory.stores._rows import RowTable
 
 __all__ = ["JSONLStore"]
 
@@ -111,7 +112,7 @@ class _Log:
     next_seq: int = 1
     metadata: bytes = b"{}"
     dead: int = 0
-    rows: dict[int, tuple[str | None, float, bytes]] = attrs.Factory(dict)
+    rows: RowTable = attrs.Factory(RowTable)
     partial_at: int = 0
     model: tuple[str, int] | None = None
     # fields -> seq -> the vector's bytes (empty for an item without text)
@@ -405,9 +406,7 @@ class JSONLStore(BaseStore):
             log.partial_at = log.lines + 1
 
     @staticmethod
-    def _apply_line(
-        where: str, log: _Log, rows: dict[int, tuple[str | None, float, bytes]], line: bytes
-    ) -> None:
+    def _apply_line(where: str, log: _Log, rows: RowTable, line: bytes) -> None:
         # In an item record the first ',"item":' is its key: the fields before it are
         # numbers and JSON strings, in which a quote is always escaped.
         cut = line.find(_ITEM) if line.startswith(b'{"seq":') else -1
@@ -440,7 +439,7 @@ class JSONLStore(BaseStore):
                 msg = f'the "del" record holds {gone!r}; expected a list of int seqs'
                 raise CorruptSessionError(msg)
             for seq in gone:
-                if rows.pop(seq, None) is not None:
+                if rows.discard(seq):
                     log.dead += 1
             log.drop_vectors_of(gone)
         elif "clear" in head:
@@ -509,13 +508,10 @@ class JSONLStore(BaseStore):
             log = self._log(session_id)
             if log is None:
                 return []
-            wanted = None if steps is None else frozenset(steps)
+            if steps is not None:
+                return log.rows.of_steps(steps, after=after)
             low = -1 if after is None else after
-            return [
-                (seq, data)
-                for seq, (step, _, data) in log.rows.items()
-                if seq > low and (wanted is None or step in wanted)
-            ]
+            return [(seq, data) for seq, (_, _, data) in log.rows.items() if seq > low]
 
     def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         with self._locked(exclusive=False):
@@ -604,7 +600,7 @@ class JSONLStore(BaseStore):
 
     def _delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
         log = _open_log(tx)
-        gone = [seq for seq in dict.fromkeys(seqs) if log.rows.pop(seq, None) is not None]
+        gone = [seq for seq in dict.fromkeys(seqs) if log.rows.discard(seq)]
         if gone:
             tx.parts.append(b'{"del":' + _codec.dumps(gone) + b"}\n")
             log.dead += len(gone)
@@ -766,7 +762,7 @@ class JSONLStore(BaseStore):
             lines=len(chunks),
             next_seq=log.next_seq,
             metadata=log.metadata,
-            rows=dict(log.rows),
+            rows=RowTable(log.rows.items()),
             model=log.model,
             vectors={
                 fields: {seq: vector for seq, vector in table.items() if seq in log.rows}

@@ -23,6 +23,7 @@ from agents.memory.stores._base import (
     RowUpdate,
     SessionRow,
 )
+from agents.memory.stores._rows import RowTable
 
 __all__ = ["InMemoryStore"]
 
@@ -32,7 +33,7 @@ class _Session:
     step_key: str
     created: float
     metadata: bytes = b"{}"
-    rows: dict[int, tuple[str | None, float, bytes]] = attrs.Factory(dict)
+    rows: RowTable = attrs.Factory(RowTable)
     model: tuple[str, int] | None = None
     # fields -> seq -> the vector's bytes (empty for an item without text)
     vectors: dict[str, dict[int, bytes]] = attrs.Factory(dict)
@@ -82,13 +83,10 @@ class InMemoryStore(BaseStore):
             session = self._space.sessions.get(session_id)
             if session is None:
                 return []
-            wanted = None if steps is None else frozenset(steps)
+            if steps is not None:
+                return session.rows.of_steps(steps, after=after)
             low = -1 if after is None else after
-            return [
-                (seq, data)
-                for seq, (step, _, data) in session.rows.items()
-                if seq > low and (wanted is None or step in wanted)
-            ]
+            return [(seq, data) for seq, (_, _, data) in session.rows.items() if seq > low]
 
     def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         with self._space.lock:
@@ -144,7 +142,7 @@ class InMemoryStore(BaseStore):
 
     def _delete_rows(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> list[int]:
         table = tx.sessions[session_id].rows
-        return [seq for seq in seqs if table.pop(seq, None) is not None]
+        return [seq for seq in seqs if table.discard(seq)]
 
     def _clear_rows(self, tx: _Space, session_id: str) -> int:
         table = tx.sessions[session_id].rows

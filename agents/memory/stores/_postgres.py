@@ -402,6 +402,37 @@ _PROJECT: Final = (
     " ELSE convert_to(" + _PICK.format(source="doc") + "::text, 'UTF8') END"
     " FROM kvmemory_items WHERE session_id = %(session)s"
 )
+_SELECT_ROWS: Final = "SELECT seq, data FROM kvmemory_items WHERE session_id = %(session)s"
+
+
+def rows_query(
+    select: str,
+    session_id: str,
+    *,
+    steps: Sequence[str] | None = None,
+    after: int | None = None,
+    last: int | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Return the SQL and parameters that read a session's rows, in seq order (the ``last`` n, newest first).
+
+    A step filter is answered by the ``(session_id, step)`` index: ordering
+    by ``seq + 0`` keeps the planner from walking the session's ``(session_id,
+    seq)`` key backwards to skip a sort, which reads the whole session when
+    the wanted steps are old ones.
+    """
+    sql = select
+    params: dict[str, Any] = {"session": session_id}
+    if after is not None:
+        sql += " AND seq > %(after)s"
+        params["after"] = after
+    if steps is not None:
+        sql += " AND step = ANY(%(steps)s)"
+        params["steps"] = list(steps)
+    order = "seq" if steps is None else "seq + 0"
+    if last is None:
+        return f"{sql} ORDER BY {order}", params
+    params["last"] = last
+    return f"{sql} ORDER BY {order} DESC LIMIT %(last)s", params
 
 
 # -- pgvector (where the database has it) -----------------------------------------------
@@ -686,15 +717,8 @@ class PostgresStore(BaseStore):
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = %s"
-        params: list[Any] = [session_id]
-        if after is not None:
-            sql += " AND seq > %s"
-            params.append(after)
-        if steps is not None:
-            sql += " AND step = ANY(%s)"
-            params.append(list(steps))
-        rows = self._query(sql + " ORDER BY seq", params)
+        sql, params = rows_query(_SELECT_ROWS, session_id, steps=steps, after=after)
+        rows = self._query(sql, params)
         return [(int(seq), bytes(data)) for seq, data in rows]
 
     def _fetch_last(
@@ -702,12 +726,8 @@ class PostgresStore(BaseStore):
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = %s"
-        params: list[Any] = [session_id]
-        if steps is not None:
-            sql += " AND step = ANY(%s)"
-            params.append(list(steps))
-        rows = self._query(sql + " ORDER BY seq DESC LIMIT %s", [*params, n])
+        sql, params = rows_query(_SELECT_ROWS, session_id, steps=steps, last=n)
+        rows = self._query(sql, params)
         return [(int(seq), bytes(data)) for seq, data in reversed(rows)]
 
     def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
@@ -730,12 +750,8 @@ class PostgresStore(BaseStore):
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        sql = _PROJECT
-        params: dict[str, Any] = {"keys": list(keys), "session": session_id}
-        if steps is not None:
-            sql += " AND step = ANY(%(steps)s)"
-            params["steps"] = list(steps)
-        rows = self._query(sql + " ORDER BY seq", params)
+        sql, params = rows_query(_PROJECT, session_id, steps=steps)
+        rows = self._query(sql, {**params, "keys": list(keys)})
         return [(int(seq), bytes(data)) for seq, data in rows]
 
     def _count(self, session_id: str) -> int:

@@ -519,7 +519,7 @@ class SQLiteStore(BaseStore):
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
+        sql = "SELECT seq, data FROM " + _rows_of(steps) + " WHERE session_id = ?"
         params: list[object] = [session_id]
         if after is not None:
             sql += " AND seq > ?"
@@ -534,7 +534,7 @@ class SQLiteStore(BaseStore):
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
+        sql = "SELECT seq, data FROM " + _rows_of(steps) + " WHERE session_id = ?"
         params: list[object] = [session_id]
         if steps is not None:
             sql += " AND step IN (SELECT value FROM json_each(?))"
@@ -1253,6 +1253,16 @@ def _load_sqlite_vec(con: sqlite3.Connection, wanted: bool | None, path: str) ->
         )
         raise StoreError(msg)
     return False
+
+
+def _rows_of(steps: Sequence[str] | None) -> str:
+    """Return the table a read selects from: through the ``(session_id, step)`` index when steps filter it.
+
+    Left to itself the planner walks the session's ``(session_id, seq)`` index
+    to skip the sort and reads the whole session; a step filter names few
+    steps as a rule, so their index answers it (sorting the rows it finds).
+    """
+    return "kvmemory_items" if steps is None else "kvmemory_items INDEXED BY kvmemory_items_step"
 
 
 _SELECT_SESSION: Final = (

@@ -351,6 +351,24 @@ class StoreContract:
         assert [i["a"] for i in store.read("s", steps=["1", 2])] == [2, 3]
         assert store.read("s", steps=[]) == []
 
+    def test_step_filter_follows_updates_deletes_and_clears(self, store: BaseStore) -> None:
+        """A step filter finds an item under its new step after an update, and no deleted item."""
+        seqs = store.append("s", [MemoryItem(step=i % 5, n=i) for i in range(20)])
+        with store.batch("s") as batch:
+            batch.update({seqs[0]: MemoryItem(step=9, n=0), seqs[6]: MemoryItem(n=6)})
+            batch.delete([seqs[1], seqs[11]])
+        for steps in ([0], [1], [9], [0, 9, 4], [7], list(range(10))):
+            want = [i["n"] for i in store.read("s") if i.get_value("step") in steps]
+            assert [i["n"] for i in store.read("s", steps=steps)] == want
+            assert [r.item["n"] for r in store.tail("s", 2, steps=steps)] == want[-2:]
+            assert [f["n"] for f in store.project("s", ["n"], steps=steps)] == want
+            assert [r.item["n"] for r in store.records("s", steps=steps, after=seqs[9])] == [
+                n for n in want if n > 9
+            ]
+        store.clear("s")
+        store.append("s", [MemoryItem(step=0, n=100)])
+        assert [i["n"] for i in store.read("s", steps=[0])] == [100]
+
     def test_delete_steps_removes_only_those_steps(self, store: BaseStore) -> None:
         """delete_steps deletes every item of the steps and reports how many."""
         store.append("s", [MemoryItem(step=1), MemoryItem(step=2), MemoryItem(step=1)])
