@@ -847,3 +847,58 @@ def test_step_filters_read_through_the_step_index(tmp_path: Path) -> None:
             assert "kvmemory_items_session" not in plan, plan
     finally:
         con.close()
+
+
+def test_append_takes_terms_from_the_items_without_decoding_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append tokenizes the items it was given: no stored row is decoded to find its terms."""
+    decoded: list[int] = []
+    real = _sqlite.decode_pairs
+
+    def counting(rows: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = list(rows)
+        decoded.append(len(rows))
+        return real(rows, *args, **kwargs)
+
+    monkeypatch.setattr(_sqlite, "decode_pairs", counting)
+    with open_store(tmp_path / "a.db") as store:
+        seqs = store.append("s", [MemoryItem(step=i, note=f"save file {i}") for i in range(50)])
+        with store.batch("s") as batch:
+            batch.update({seqs[0]: MemoryItem(step=0, note="export report")})
+        assert decoded == []
+        assert [hit.seq for hit in store.search("s", "export")] == [seqs[0]]
+        assert len(store.search("s", "file", 100)) == 49
+
+
+def test_v4_file_is_migrated_to_index_inserts_by_batch(tmp_path: Path) -> None:
+    """A v4 file (inserts indexed by a trigger) reads read-only as it is, and is migrated to v5 without loss."""
+    path = tmp_path / "v4.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1, note="open the report")])
+    con = sqlite3.connect(path, isolation_level=None)
+    con.executescript(
+        """
+        CREATE TRIGGER kvmemory_items_search_insert AFTER INSERT ON kvmemory_items BEGIN
+            INSERT INTO kvmemory_search (session_id) VALUES (new.session_id)
+                ON CONFLICT (session_id) DO NOTHING;
+        END;
+        PRAGMA user_version = 4;
+        """
+    )
+    con.close()
+    with open_store(path, read_only=True) as reader:
+        assert reader.keyword_index
+        assert [hit.item["step"] for hit in reader.search("s", "report")] == [1]
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=2, note="save the report")])
+        assert [hit.item["step"] for hit in store.search("s", "report", 5)] == [1, 2]
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert con.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
+            " AND name = 'kvmemory_items_search_insert'"
+        ).fetchone() == (0,)
+    finally:
+        con.close()

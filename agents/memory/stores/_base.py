@@ -83,6 +83,7 @@ from agents.memory.exceptions import (
     StoreArgumentError,
     StoreError,
 )
+from agents.memory.stores._keyword import Terms, item_terms
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
@@ -341,25 +342,6 @@ KeywordMatch = tuple[int, int, dict[str, int]]
 """An item holding a query term: ``(seq, length in terms over the searched fields, {query term: count})``."""
 
 _TOKENIZER: Final = Tokenizer()
-
-Terms = tuple[str, int]
-"""An item's search terms as a store indexes them: ``(terms joined by spaces, how many)``."""
-
-
-def item_terms(item: MemoryItem) -> Terms:
-    """Return the terms keyword search counts for ``item``: every string field, nested strings included.
-
-    The terms are those of the default :class:`~agents.memory.search.Tokenizer`
-    (the ones ``Memory.search`` counts), in order with repeats, joined by
-    single spaces; a term never holds a space. The texts are tokenized
-    joined by newlines, which gives the same terms as tokenizing each one
-    (a newline separates terms and never combines with a neighbour in NFKC).
-    """
-    texts = [text for _, text in item_texts(item_fields(item), None)]
-    if not texts:
-        return "", 0
-    terms = _TOKENIZER(texts[0] if len(texts) == 1 else "\n".join(texts))
-    return " ".join(terms), len(terms)
 
 
 def rows_terms(

@@ -78,12 +78,11 @@ from agents.memory.stores._base import (
     Row,
     RowUpdate,
     SessionRow,
-    Terms,
     check_schema_version,
     decode_pairs,
-    item_terms,
     migrate,
 )
+from agents.memory.stores._keyword import Terms, item_terms
 
 __all__ = ["PostgresStore"]
 
