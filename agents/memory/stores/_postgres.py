@@ -260,15 +260,44 @@ def _lexeme(session_id: str, term: str) -> str:
     return f"{session_id}{_MARK}#{hashlib.sha256(term.encode('utf-8')).hexdigest()}"
 
 
+def _overflow(session_id: str) -> str:
+    """Return the lexeme that marks a row whose distinct terms do not all fit in its tsvector."""
+    # "#" is never part of a term, and "overflow" is no digest: no term is filed under it.
+    return f"{session_id}{_MARK}#overflow"
+
+
 def _index_columns(session_id: str, terms: Terms) -> tuple[str, int, str]:
-    """Return a row's ``(tsvector literal, n_terms, tf JSON)`` for its search terms."""
+    """Return a row's ``(tsvector literal, n_terms, tf JSON)`` for its search terms.
+
+    A tsvector holds at most 1 MB, so the distinct terms go into it until
+    :data:`_TSVECTOR_BUDGET` bytes; a row with more gets the overflow
+    lexeme instead of the rest, which every query also matches: such a row
+    is then scored from its ``tf`` counts, which hold every term.
+    """
     text, n = terms
     if not n:
         return "", 0, "{}"
     counts = Counter(text.split(" "))
+    lexemes = []
+    size = 0
+    for term in counts:
+        lexeme = _lexeme(session_id, term)
+        size += len(lexeme.encode("utf-8")) + _LEXEME_OVERHEAD
+        if size > _TSVECTOR_BUDGET:
+            lexemes.append(_overflow(session_id))
+            break
+        lexemes.append(lexeme)
     # Lexemes hold no quote or backslash: session ids and terms never do.
-    vector = " ".join(f"'{_lexeme(session_id, term)}'" for term in counts)
+    vector = " ".join(f"'{lexeme}'" for lexeme in lexemes)
     return vector, n, orjson.dumps(counts).decode("utf-8")
+
+
+_TSVECTOR_BUDGET: Final = 900_000
+"""Bytes of lexemes a row's tsvector holds at most (PostgreSQL refuses one over 1 MB)."""
+_LEXEME_OVERHEAD: Final = 8
+"""Bytes a tsvector spends on each lexeme besides its text (its entry, with alignment)."""
+_COLUMN_TERMS: Final = 256
+"""The most distinct query terms scored with a column each; more are scored from arrays."""
 
 
 def _add_keyword_index(con: Any) -> None:
@@ -1094,19 +1123,28 @@ class PostgresStore(BaseStore):
         weights = Counter(terms)
         names = list(weights)
         queries = [f"'{_lexeme(sid, term)}'" for term in names]
+        overflow = f"'{_overflow(sid)}'"
         params: dict[str, Any] = {
             "sid": sid,
-            "query": " | ".join(queries),
+            "query": " | ".join([*queries, overflow]),
+            "overflow": overflow,
+            "names": names,
             "min_idf": MIN_IDF,
             "k1p1": BM25_K1 + 1.0,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
             "k": k,
         }
-        params.update((f"t{j}", term) for j, term in enumerate(names))
-        params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+        if len(names) > _COLUMN_TERMS:
+            # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
+            params["weights"] = [float(weights[term]) for term in names]
+            sql = _SCORE_ARRAYS
+        else:
+            params.update((f"t{j}", term) for j, term in enumerate(names))
+            params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+            sql = _score_sql(len(names))
         # One statement, so one snapshot: the counts, the IDFs and the scores agree.
-        rows = self._query(_score_sql(len(names)), params)
+        rows = self._query(sql, params)
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
@@ -1175,7 +1213,7 @@ m AS MATERIALIZED (
     SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i CROSS JOIN LATERAL (
         SELECT {counts} FROM (SELECT i.tf || '{{}}'::jsonb AS tf OFFSET 0) AS c
     ) AS f
-    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery{_HOLDS_A_TERM}
 ),
 d AS (SELECT {frequencies} FROM m),
 l AS (
@@ -1186,6 +1224,46 @@ l AS (
 SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
 FROM m, l
 ORDER BY damaged DESC, score DESC, m.seq
+LIMIT %(k)s
+"""
+
+
+# A row matched only by its overflow lexeme (see _index_columns) counts if its tf holds a query term.
+_HOLDS_A_TERM: Final = " AND (NOT i.terms @@ %(overflow)s::tsquery OR i.tf ?| %(names)s::text[])"
+
+# BM25 as _score_sql computes it, for any number of query terms: the terms and their
+# repeats come as two arrays, each (row, term) held is one row of f, and a row's score
+# is the sum over its terms (in another order than the columns' sum: equal to rounding).
+_SCORE_ARRAYS: Final = f"""
+WITH s AS (
+    SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
+    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+),
+q AS (SELECT t, w FROM unnest(%(names)s::text[], %(weights)s::float8[]) AS q(t, w)),
+m AS MATERIALIZED (
+    SELECT i.seq, i.n_terms, i.tf || '{{}}'::jsonb AS tf FROM kvmemory_items AS i
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery{_HOLDS_A_TERM}
+),
+f AS MATERIALIZED (
+    SELECT m.seq, m.n_terms, q.t, (m.tf ->> q.t)::float8 AS f FROM m JOIN q ON m.tf ? q.t
+),
+d AS (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
+l AS (
+    SELECT d.t, q.w * greatest(ln((s.n - d.d + 0.5) / (d.d + 0.5)), %(min_idf)s) * %(k1p1)s AS lift
+    FROM d JOIN q USING (t) CROSS JOIN s
+),
+slope AS (
+    SELECT %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope FROM s
+),
+scored AS (
+    SELECT m.seq,
+        coalesce(sum(l.lift * f.f / (f.f + %(flat)s + slope.slope * m.n_terms)), 0.0) AS score,
+        count(f.t) = 0 AS damaged
+    FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
+    GROUP BY m.seq
+)
+SELECT seq, score, damaged FROM scored
+ORDER BY damaged DESC, score DESC, seq
 LIMIT %(k)s
 """
 

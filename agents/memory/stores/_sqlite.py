@@ -913,11 +913,12 @@ class SQLiteStore(BaseStore):
                 return self._checked(con, sid, [(-score, seq) for seq, score in rows])
             weights = Counter(terms)
             names = {f"{key}{_MARK}{term}": term for term in weights}
-            marks = ", ".join("?" * len(names))
             df = {
                 names[name]: int(docs)
                 for name, docs in con.execute(
-                    f"SELECT term, doc FROM kvmemory_fts_row WHERE term IN ({marks})", list(names)
+                    "SELECT term, doc FROM kvmemory_fts_row"
+                    " WHERE term IN (SELECT value FROM json_each(?))",
+                    (_json_list(list(names)),),
                 )
             }
             if not df:
@@ -932,6 +933,9 @@ class SQLiteStore(BaseStore):
                 if term in df
             ]
             scorer = _Scorer(con, sid, flat, slope, f"{key}{_MARK}")
+            if len(lifts) > _COLUMN_TERMS:
+                # A column per term would pass SQLite's limits on columns and expression depth.
+                return scorer.in_python(lifts, k)
             common = [(t, lift) for t, lift in lifts if bm25_idf(n_items, df[t]) == MIN_IDF]
             if common and len(common) < len(lifts):
                 best = scorer.rare_first(lifts, common, k)
@@ -1097,6 +1101,44 @@ class _Scorer:
             raise sqlite3.DatabaseError(msg)
         return [(int(seq), float(score), int(length)) for seq, score, length, _ in rows]
 
+    def in_python(self, lifts: Sequence[tuple[str, float]], k: int) -> list[tuple[float, int]]:
+        """Return the best ``k`` ``(score, seq)``, for any number of terms: counts from SQL, scores in Python.
+
+        One query counts each query term in each item holding one (the FTS5
+        postings, as :meth:`top` reads them); the scores are summed here in
+        query order, as the in-RAM index sums them.
+        """
+        lift_of = {self.prefix + term: (j, lift) for j, (term, lift) in enumerate(lifts)}
+        held: dict[int, list[tuple[int, float, int]]] = {}
+        for doc, term, tf in self.con.execute(
+            "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
+            " WHERE term IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
+            (_json_list(list(lift_of)),),
+        ):
+            j, lift = lift_of[term]
+            held.setdefault(int(doc), []).append((j, lift, int(tf)))
+        if not held:
+            return []
+        lengths = {
+            int(seq): int(n)
+            for seq, n in self.con.execute(
+                "SELECT seq, n_terms FROM kvmemory_items WHERE session_id = ?"
+                " AND seq IN (SELECT value FROM json_each(?))",
+                (self.sid, _json_list(list(held))),
+            )
+        }
+        scored = []
+        for seq, counts in held.items():
+            length = lengths.get(seq)
+            if length is None or length < sum(tf for _, _, tf in counts):
+                msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
+                raise sqlite3.DatabaseError(msg)
+            score = 0.0
+            for _, lift, tf in sorted(counts):
+                score += lift * tf / (tf + self.flat + self.slope * length)
+            scored.append((score, seq))
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+
     def rare_first(
         self,
         lifts: Sequence[tuple[str, float]],
@@ -1168,6 +1210,8 @@ def _fts5_idf(n_rows: int, df: int) -> float:
     return idf if idf > 0.0 else 1e-6
 
 
+_COLUMN_TERMS: Final = 256
+"""The most distinct query terms scored in SQL with a column each; more are scored by :meth:`_Scorer.in_python`."""
 _FTS5_CANDIDATES: Final = 1024
 """How many items, in FTS5's order, :meth:`_Scorer.along_fts5` scores at most before scoring all."""
 _ROUNDING: Final = 1.0 + 1e-9

@@ -729,6 +729,27 @@ class StoreContract:
                 assert [n for n, _ in got] == [n for n, _ in want], (session, query)
                 assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
 
+    def test_search_of_any_number_of_words_and_terms_ranks_as_memory(
+        self, store: BaseStore
+    ) -> None:
+        """Queries of 2,500 distinct words and items of 30,000 distinct terms rank as Memory.search."""
+        items = [
+            MemoryItem(step=i, note=" ".join(f"w{(i * 13 + j) % 2500}" for j in range(30)))
+            for i in range(40)
+        ]
+        items.append(MemoryItem(step=40, note=" ".join(f"big{j}" for j in range(30_000)) + " w7"))
+        store.append("s", items)
+        store.append("other", items[:5])  # statistics of several sessions in one index
+        assert_ranks_as_memory(
+            store,
+            "s",
+            (
+                " ".join(f"w{j}" for j in range(2500)),
+                " ".join(f"big{j}" for j in range(0, 30_000, 11)),
+                "w7 big29999",
+            ),
+        )
+
     def test_search_follows_updates_deletes_and_trims(self, store: BaseStore) -> None:
         """After updates, deletes, keep_last and expire the ranking is that of the items left."""
         seqs = store.append("s", ranking_corpus())
