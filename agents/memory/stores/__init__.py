@@ -33,6 +33,7 @@ import urllib.parse
 
 from agents.memory import exceptions
 from agents.memory.stores._backed import SessionWriter, StoredMemory
+from agents.memory.stores._backend import Backend, Store
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
     BaseStore,
@@ -66,6 +67,7 @@ if typing.TYPE_CHECKING:
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
+    "Backend",
     "BaseStore",
     "InMemoryStore",
     "IndexEntry",
@@ -78,6 +80,7 @@ __all__ = [
     "SessionRow",
     "SessionSummary",
     "SessionWriter",
+    "Store",
     "StoreHit",
     "StoredMemory",
     "StoredRecord",
