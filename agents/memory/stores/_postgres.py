@@ -74,7 +74,6 @@ from agents.memory.exceptions import (
 )
 from agents.memory.stores._base import (
     BaseStore,
-    IndexEntry,
     Row,
     RowUpdate,
     SessionRow,
@@ -83,6 +82,7 @@ from agents.memory.stores._base import (
     migrate,
 )
 from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._sql import POSTGRES, SQLRows
 
 __all__ = ["PostgresStore"]
 
@@ -485,7 +485,7 @@ def _vector_literal(blob: bytes) -> str | None:
 _PGVECTOR_ROWS: Final = 1000  # rows per statement when filling the embedding column
 
 
-class PostgresStore(BaseStore):
+class PostgresStore(SQLRows, BaseStore):
     """Sessions in a PostgreSQL database, through a connection pool.
 
     Args:
@@ -509,6 +509,7 @@ class PostgresStore(BaseStore):
     """
 
     schema_version = SCHEMA_VERSION
+    dialect = POSTGRES
     keeps_terms = True
 
     def __init__(
@@ -899,24 +900,6 @@ class PostgresStore(BaseStore):
         }
         return sorted(int(r[0]) for r in tx.execute(_UPDATE, params).fetchall())
 
-    def _delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
-        rows = tx.execute(
-            "DELETE FROM kvmemory_items WHERE session_id = %s AND seq = ANY(%s) RETURNING seq",
-            (session_id, list(seqs)),
-        ).fetchall()
-        return sorted(int(r[0]) for r in rows)
-
-    def _clear_rows(self, tx: Any, session_id: str) -> int:
-        cur = tx.execute("DELETE FROM kvmemory_items WHERE session_id = %s", (session_id,))
-        return int(cur.rowcount)
-
-    def _row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
-        rows = tx.execute(
-            "SELECT seq, step, created FROM kvmemory_items WHERE session_id = %s ORDER BY seq",
-            (session_id,),
-        ).fetchall()
-        return [(int(seq), step, float(created)) for seq, step, created in rows]
-
     def _delete_session(self, session_id: str) -> bool:
         with self._transaction(session_id) as tx:
             row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
@@ -932,107 +915,12 @@ class PostgresStore(BaseStore):
             )
             return True
 
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
-        if self._empty:
-            return []
-        rows = self._query(
-            "SELECT seq, data FROM kvmemory_items WHERE session_id = %s AND seq = ANY(%s)"
-            " ORDER BY seq",
-            (session_id, list(seqs)),
-        )
-        return [(int(seq), bytes(data)) for seq, data in rows]
-
     # -- vectors ---------------------------------------------------------------------
 
-    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
-        if self._empty:
-            return None
-        rows = self._query(
-            "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = %s", (session_id,)
-        )
-        return (str(rows[0][0]), int(rows[0][1])) if rows else None
-
-    def _vector_count(self, session_id: str, fields: str) -> int:
-        if self._empty:
-            return 0
-        rows = self._query(
-            "SELECT count(*) FROM kvmemory_vectors WHERE session_id = %s AND fields = %s",
-            (session_id, fields),
-        )
-        return int(rows[0][0])
-
-    def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
-        if self._empty:
-            return 0, 0
-        rows = self._query(
-            "SELECT count(*), count(*) FILTER (WHERE length(vector) > 0) FROM kvmemory_vectors"
-            " WHERE session_id = %s AND fields = %s",
-            (session_id, fields),
-        )
-        return int(rows[0][0]), int(rows[0][1])
-
-    def _vector_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
-            return
-        sql = (
-            "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
-            " AND seq > %s ORDER BY seq LIMIT %s"
-        )
-        rows = self._binary_query(sql, (session_id, fields, -1, size))
-        while rows:
-            yield rows
-            rows = self._binary_query(sql, (session_id, fields, rows[-1][0], size))
-
-    def _binary_query(self, sql: str, params: Any) -> list[Any]:
+    def _vector_query(self, sql: str, params: Any) -> list[Any]:
         # Binary results: a bytea arrives as its bytes, not as hex text twice its size.
         with self._pool.connection() as con:
             return list(con.execute(sql, params, binary=True).fetchall())
-
-    def _fetch_vectors(
-        self, session_id: str, fields: str, seqs: Sequence[int]
-    ) -> list[tuple[int, bytes]]:
-        if self._empty:
-            return []
-        return self._binary_query(
-            "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
-            " AND seq = ANY(%s) ORDER BY seq",
-            (session_id, fields, list(seqs)),
-        )
-
-    def _unembedded_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
-            return
-        # OFFSET 0 keeps the subquery a per-row primary-key probe: as an anti-join the
-        # planner hashed every vector of the session for each page (quadratic in the
-        # session: 60 s instead of 12 s to embed 100,000 items).
-        sql = (
-            "SELECT seq, data FROM kvmemory_items AS i WHERE session_id = %s AND seq > %s"
-            " AND NOT EXISTS (SELECT 1 FROM kvmemory_vectors AS v"
-            " WHERE v.session_id = i.session_id AND v.seq = i.seq AND v.fields = %s OFFSET 0)"
-            " ORDER BY seq LIMIT %s"
-        )
-        rows = self._query(sql, (session_id, -1, fields, size))
-        while rows:
-            page = [(int(seq), bytes(data)) for seq, data in rows]
-            yield page
-            rows = self._query(sql, (session_id, page[-1][0], fields, size))
-
-    def _claim_vector_model(
-        self, tx: Any, session_id: str, model: str, dimension: int
-    ) -> tuple[str, int]:
-        tx.execute(
-            "INSERT INTO kvmemory_embedders (session_id, model, dimension) VALUES (%s, %s, %s)"
-            " ON CONFLICT (session_id) DO NOTHING",
-            (session_id, model, dimension),
-        )
-        row = tx.execute(
-            "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = %s", (session_id,)
-        ).fetchone()
-        return str(row[0]), int(row[1])
 
     def _put_vectors(
         self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
@@ -1087,17 +975,6 @@ class PostgresStore(BaseStore):
         if params["among"]:
             ranked += self._query(_COSINES_OF.format(schema=name), params)
         return ranked
-
-    def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
-        tx.execute(
-            "DELETE FROM kvmemory_vectors WHERE session_id = %s AND seq = ANY(%s)",
-            (session_id, list(seqs)),
-        )
-
-    def _drop_vectors(self, tx: Any, session_id: str) -> int:
-        cur = tx.execute("DELETE FROM kvmemory_vectors WHERE session_id = %s", (session_id,))
-        tx.execute("DELETE FROM kvmemory_embedders WHERE session_id = %s", (session_id,))
-        return int(cur.rowcount)
 
     def _close(self) -> None:
         self._pool.close()

@@ -79,7 +79,6 @@ from agents.memory.exceptions import (
 )
 from agents.memory.stores._base import (
     BaseStore,
-    IndexEntry,
     Row,
     RowUpdate,
     SessionRow,
@@ -89,6 +88,7 @@ from agents.memory.stores._base import (
     migrate,
 )
 from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._sql import SQLITE, SQLRows
 
 __all__ = ["SQLiteStore", "Synchronous"]
 
@@ -313,7 +313,7 @@ _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
 _DAMAGED: Final = ("malformed", "disk image")
 
 
-class SQLiteStore(BaseStore):
+class SQLiteStore(SQLRows, BaseStore):
     """Sessions in one SQLite file, safe for several processes at once.
 
     Args:
@@ -342,6 +342,7 @@ class SQLiteStore(BaseStore):
 
     schema_version = SCHEMA_VERSION
     driver_errors = (sqlite3.Error,)
+    dialect = SQLITE
     keeps_terms = True  # terms come with the rows from where they are encoded, never re-decoded
 
     def __init__(
@@ -662,24 +663,6 @@ class SQLiteStore(BaseStore):
             if tx.execute(sql, (step, data, text, n, session_id, seq)).rowcount
         ]
 
-    def _delete_rows(
-        self, tx: sqlite3.Connection, session_id: str, seqs: Sequence[int]
-    ) -> list[int]:
-        rows = tx.execute(
-            "DELETE FROM kvmemory_items WHERE session_id = ? AND seq IN (SELECT value FROM json_each(?)) RETURNING seq",
-            (session_id, _json_list(seqs)),
-        ).fetchall()
-        return sorted(int(row[0]) for row in rows)
-
-    def _clear_rows(self, tx: sqlite3.Connection, session_id: str) -> int:
-        return tx.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,)).rowcount
-
-    def _row_index(self, tx: sqlite3.Connection, session_id: str) -> list[IndexEntry]:
-        return tx.execute(
-            "SELECT seq, step, created FROM kvmemory_items WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        ).fetchall()
-
     def _delete_session(self, session_id: str) -> bool:
         with self._transaction(session_id) as con:
             con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
@@ -690,84 +673,7 @@ class SQLiteStore(BaseStore):
             ).rowcount
         return gone > 0
 
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
-        if self._empty:
-            return []
-        return self._query(
-            "SELECT seq, data FROM kvmemory_items WHERE session_id = ?"
-            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
-            (session_id, _json_list(seqs)),
-        )
-
     # -- vectors ---------------------------------------------------------------------
-
-    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
-        if self._empty:
-            return None
-        rows = self._query(
-            "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = ?", (session_id,)
-        )
-        return (str(rows[0][0]), int(rows[0][1])) if rows else None
-
-    def _vector_count(self, session_id: str, fields: str) -> int:
-        if self._empty:
-            return 0
-        rows = self._query(
-            "SELECT count(*) FROM kvmemory_vectors WHERE session_id = ? AND fields = ?",
-            (session_id, fields),
-        )
-        return int(rows[0][0])
-
-    def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
-        if self._empty:
-            return 0, 0
-        rows = self._query(
-            "SELECT count(*), coalesce(sum(length(vector) > 0), 0) FROM kvmemory_vectors"
-            " WHERE session_id = ? AND fields = ?",
-            (session_id, fields),
-        )
-        return int(rows[0][0]), int(rows[0][1])
-
-    def _vector_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
-            return
-        sql = (
-            "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = ? AND fields = ?"
-            " AND seq > ? ORDER BY seq LIMIT ?"
-        )
-        rows = self._query(sql, (session_id, fields, -1, size))
-        while rows:
-            yield rows
-            rows = self._query(sql, (session_id, fields, rows[-1][0], size))
-
-    def _fetch_vectors(
-        self, session_id: str, fields: str, seqs: Sequence[int]
-    ) -> list[tuple[int, bytes]]:
-        if self._empty:
-            return []
-        return self._query(
-            "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = ? AND fields = ?"
-            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
-            (session_id, fields, _json_list(seqs)),
-        )
-
-    def _unembedded_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
-            return
-        sql = (
-            "SELECT seq, data FROM kvmemory_items AS i WHERE session_id = ? AND seq > ?"
-            " AND NOT EXISTS (SELECT 1 FROM kvmemory_vectors AS v"
-            " WHERE v.session_id = i.session_id AND v.seq = i.seq AND v.fields = ?)"
-            " ORDER BY seq LIMIT ?"
-        )
-        rows = self._query(sql, (session_id, -1, fields, size))
-        while rows:
-            yield rows
-            rows = self._query(sql, (session_id, rows[-1][0], fields, size))
 
     @property
     def uses_sqlite_vec(self) -> bool:
@@ -824,18 +730,6 @@ class SQLiteStore(BaseStore):
             for seq, cosine, length in rows
         ]
 
-    def _claim_vector_model(
-        self, tx: sqlite3.Connection, session_id: str, model: str, dimension: int
-    ) -> tuple[str, int]:
-        tx.execute(
-            "INSERT OR IGNORE INTO kvmemory_embedders (session_id, model, dimension) VALUES (?, ?, ?)",
-            (session_id, model, dimension),
-        )
-        row = tx.execute(
-            "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        return str(row[0]), int(row[1])
-
     def _put_vectors(
         self,
         tx: sqlite3.Connection,
@@ -850,19 +744,6 @@ class SQLiteStore(BaseStore):
             [(session_id, seq, fields, vector, data) for seq, data, vector in rows],
         )
         return int(cur.rowcount)
-
-    def _delete_vectors(self, tx: sqlite3.Connection, session_id: str, seqs: Sequence[int]) -> None:
-        tx.execute(
-            "DELETE FROM kvmemory_vectors WHERE session_id = ? AND seq IN (SELECT value FROM json_each(?))",
-            (session_id, _json_list(seqs)),
-        )
-
-    def _drop_vectors(self, tx: sqlite3.Connection, session_id: str) -> int:
-        gone = tx.execute(
-            "DELETE FROM kvmemory_vectors WHERE session_id = ?", (session_id,)
-        ).rowcount
-        tx.execute("DELETE FROM kvmemory_embedders WHERE session_id = ?", (session_id,))
-        return int(gone)
 
     def _close(self) -> None:
         with self._lock:
