@@ -902,3 +902,36 @@ def test_v4_file_is_migrated_to_index_inserts_by_batch(tmp_path: Path) -> None:
         ).fetchone() == (0,)
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("writer_stays", [True, False], ids=["writer-open", "writer-closed"])
+def test_read_only_handle_on_an_idle_file_sees_later_writers(
+    tmp_path: Path, writer_stays: bool
+) -> None:
+    """A read-only memory opened on a closed file refreshes and searches what a later writer commits."""
+    path = tmp_path / "agent.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1, note="open")])
+    with open_memory(f"sqlite://{path}?mode=ro", "s") as reader:
+        assert len(reader) == 1
+        writer = open_store(path)
+        writer.append("s", [MemoryItem(step=2, note="export the report")])
+        writer.append("new", [MemoryItem(step=1)])
+        if not writer_stays:
+            writer.close()
+        assert reader.refresh() == 1
+        assert [hit.item["step"] for hit in reader.search("report")] == [2]
+        assert reader.store.sessions() == ["new", "s"]
+        writer.close()
+
+
+def test_read_only_handle_on_an_empty_file_sees_the_store_created_later(tmp_path: Path) -> None:
+    """A read-only handle on an empty file reads the sessions a writer creates afterwards."""
+    path = tmp_path / "empty.db"
+    path.touch()
+    with open_store(path, read_only=True) as reader:
+        assert reader.sessions() == []
+        with open_store(path) as writer:
+            writer.append("s", [MemoryItem(step=1, note="saved")])
+        assert reader.sessions() == ["s"]
+        assert [hit.item["step"] for hit in reader.search("s", "saved")] == [1]

@@ -369,25 +369,16 @@ class SQLiteStore(SQLRows, BaseStore):
             raise StoreNotFoundError(msg)
         if not read_only:
             self._create_file()
-        # A path written with a leading "//" would read as a URI authority; POSIX
-        # treats extra leading slashes as one.
-        absolute = "/" + os.path.abspath(self.path).lstrip("/")
-        uri = f"file:{urllib.parse.quote(absolute)}?mode={'ro' if read_only else 'rw'}"
-        if read_only and not os.path.exists(f"{self.path}-wal"):
-            # No -wal file: no connection has the database open, and every commit is in
-            # the main file. Reading it as immutable keeps SQLite from creating the
-            # -wal and -shm files a read-only connection to a WAL database otherwise
-            # leaves behind. A writer that starts meanwhile writes to its own -wal,
-            # so the main file this handle reads stays as it was.
-            uri += "&immutable=1"
+        # No -wal file: no connection has the database open, and every commit is in
+        # the main file. Reading it as immutable keeps SQLite from creating the -wal
+        # and -shm files a read-only connection to a WAL database otherwise leaves
+        # behind. A writer that starts meanwhile writes to its own -wal, so the main
+        # file this handle reads stays as it was until a checkpoint: every read first
+        # looks for that (_follow_writers) and opens the file again when it changed.
+        self._immutable = read_only and not os.path.exists(f"{self.path}-wal")
+        self._stamp = self._file_stamp()
         self._timeout = timeout
-        try:
-            self._con = sqlite3.connect(
-                uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            msg = f"Cannot open SQLite store {self.path!r}: {exc}; check that the directory exists and is writable."
-            raise StoreError(msg) from exc
+        self._con = self._connect()
         try:
             with self._errors("open", None):
                 self._setup()
@@ -397,6 +388,63 @@ class SQLiteStore(SQLRows, BaseStore):
             raise
 
     # -- opening ------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        # A path written with a leading "//" would read as a URI authority; POSIX
+        # treats extra leading slashes as one.
+        absolute = "/" + os.path.abspath(self.path).lstrip("/")
+        uri = f"file:{urllib.parse.quote(absolute)}?mode={'ro' if self.read_only else 'rw'}"
+        if self._immutable:
+            uri += "&immutable=1"
+        try:
+            return sqlite3.connect(
+                uri, uri=True, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            msg = f"Cannot open SQLite store {self.path!r}: {exc}; check that the directory exists and is writable."
+            raise StoreError(msg) from exc
+
+    @property
+    def _empty(self) -> bool:
+        """Whether the file holds no tables yet (read as empty), after following writers (see :meth:`_follow_writers`)."""
+        with self._lock:
+            self._follow_writers()
+            return self._no_tables
+
+    @_empty.setter
+    def _empty(self, value: bool) -> None:
+        self._no_tables = value
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return info.st_ino, info.st_size, info.st_mtime_ns
+
+    def _follow_writers(self) -> None:
+        """On a handle reading the file as immutable, open it again if a writer has changed it since.
+
+        A writer at work has a -wal file: the handle then reads through
+        SQLite's shared memory like any reader and sees each commit. A file
+        changed with no -wal left (a writer came and went) is read afresh,
+        still as immutable. Two ``stat`` calls per read, on this handle only.
+        """
+        if not self._immutable:
+            return
+        active = os.path.exists(f"{self.path}-wal")
+        stamp = self._file_stamp()
+        if not active and stamp == self._stamp:
+            return
+        old = self._con
+        self._immutable = not active
+        self._stamp = stamp
+        self._con = self._connect()
+        old.close()
+        with self._errors("open", None):
+            self._setup()
+        if self._vec:
+            self._vec = _load_sqlite_vec(self._con, None, self.path)
 
     def _create_file(self) -> None:
         # Created here rather than by SQLite so that it is private from the first byte.
@@ -528,6 +576,7 @@ class SQLiteStore(SQLRows, BaseStore):
 
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         with self._lock:
+            self._follow_writers()
             return self._con.execute(sql, params).fetchall()
 
     # -- reading ---------------------------------------------------------------------
@@ -703,8 +752,9 @@ class SQLiteStore(SQLRows, BaseStore):
             "size": len(query),
             "limit": limit + 1,
         }
-        con = self._con
         with self._lock:
+            self._follow_writers()
+            con = self._con
             # One read transaction: the best rows, their ties and the hybrid's own come from one snapshot.
             con.execute("BEGIN")
             try:
@@ -769,6 +819,7 @@ class SQLiteStore(SQLRows, BaseStore):
             return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
         try:
             with self._lock:
+                self._follow_writers()
                 return self._indexed_top(sid, terms, k), {}
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
