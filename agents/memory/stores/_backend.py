@@ -201,6 +201,10 @@ class Backend:
         """Yield ``(seq, vector)`` of the vector rows over ``fields`` in seq order, at most ``size`` at a time."""
         yield from ()
 
+    def vector_count(self, session_id: str, fields: str) -> int:
+        """Return how many items have a vector row over ``fields`` (asked before every semantic query; default: count the pages)."""
+        return sum(len(page) for page in self.vector_pages(session_id, fields, 4096))
+
     def claim_vector_model(
         self, tx: Any, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:
@@ -340,6 +344,9 @@ class Store(BaseStore):
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         return self.backend.vector_pages(session_id, fields, size)
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        return self.backend.vector_count(session_id, fields)
 
     def _claim_vector_model(
         self, tx: Any, session_id: str, model: str, dimension: int

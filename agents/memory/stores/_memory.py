@@ -16,16 +16,12 @@ from typing import Final
 
 import attrs
 
-from agents.memory.stores._base import (
-    BaseStore,
-    IndexEntry,
-    Row,
-    RowUpdate,
-    SessionRow,
-)
+from agents.memory.stores._backend import Backend, Store
+from agents.memory.stores._encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._keyword import Terms
 from agents.memory.stores._rows import RowTable
 
-__all__ = ["InMemoryStore"]
+__all__ = ["InMemoryStore", "SpaceBackend"]
 
 
 @attrs.define
@@ -51,8 +47,12 @@ _NAMED: Final[dict[str, _Space]] = {}
 _NAMED_LOCK: Final = threading.Lock()
 
 
-class InMemoryStore(BaseStore):
+class InMemoryStore(Store):
     """Sessions in this process's memory; lost when the process ends.
+
+    A :class:`~agents.memory.stores.Store` over the backend below: the
+    in-process store is written against the public :class:`Backend`
+    interface, as a third-party backend is.
 
     Args:
         name: Share the store with every ``InMemoryStore(name)`` of this process;
@@ -61,7 +61,21 @@ class InMemoryStore(BaseStore):
     """
 
     def __init__(self, name: str = "", *, read_only: bool = False) -> None:
-        super().__init__(f"memory://{name}", read_only=read_only)
+        super().__init__(SpaceBackend(name), read_only=read_only)
+
+
+class SpaceBackend(Backend):
+    """The rows of ``memory://NAME`` stores: dicts in this process, shared by name.
+
+    Args:
+        name: Share the rows with every backend of that name in this process;
+            ``""`` makes private ones.
+    """
+
+    keeps_vectors = True
+
+    def __init__(self, name: str = "") -> None:
+        self.url = f"memory://{name}"
         if name:
             with _NAMED_LOCK:
                 space = _NAMED.setdefault(name, _Space())
@@ -71,13 +85,13 @@ class InMemoryStore(BaseStore):
 
     # -- reading ---------------------------------------------------------------------
 
-    def _read_session(self, session_id: str) -> SessionRow | None:
+    def read_session(self, session_id: str) -> SessionRow | None:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             return None if session is None else _session_row(session)
 
-    def _fetch(
-        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
@@ -88,41 +102,43 @@ class InMemoryStore(BaseStore):
             low = -1 if after is None else after
             return [(seq, data) for seq, (_, _, data) in session.rows.items() if seq > low]
 
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             rows = session.rows if session is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
 
-    def _count(self, session_id: str) -> int:
+    def count(self, session_id: str) -> int:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             return 0 if session is None else len(session.rows)
 
-    def _sessions(self) -> list[str]:
+    def sessions(self) -> list[str]:
         with self._space.lock:
             return sorted(self._space.sessions)
 
     # -- writing ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self, session_id: str) -> Iterator[_Space]:
+    def transaction(self, session_id: str) -> Iterator[_Space]:
         # Every change is a plain dict operation that cannot fail half way, and
         # the checks that can refuse a write run before the first change.
         with self._space.lock:
             yield self._space
 
-    def _lock_session(self, tx: _Space, session_id: str) -> SessionRow | None:
+    def lock_session(self, tx: _Space, session_id: str) -> SessionRow | None:
         session = tx.sessions.get(session_id)
         return None if session is None else _session_row(session)
 
-    def _create_session(self, tx: _Space, session_id: str, step_key: str, created: float) -> None:
+    def create_session(self, tx: _Space, session_id: str, step_key: str, created: float) -> None:
         tx.sessions[session_id] = _Session(step_key, created)
 
-    def _set_metadata(self, tx: _Space, session_id: str, metadata: bytes) -> None:
+    def set_metadata(self, tx: _Space, session_id: str, metadata: bytes) -> None:
         tx.sessions[session_id].metadata = metadata
 
-    def _insert_rows(self, tx: _Space, session_id: str, rows: Sequence[Row]) -> list[int]:
+    def insert_rows(
+        self, tx: _Space, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
         table = tx.sessions[session_id].rows
         start = tx.next_seq
         for offset, row in enumerate(rows):
@@ -130,7 +146,9 @@ class InMemoryStore(BaseStore):
         tx.next_seq = start + len(rows)
         return list(range(start, tx.next_seq))
 
-    def _update_rows(self, tx: _Space, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+    def update_rows(
+        self, tx: _Space, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+    ) -> list[int]:
         table = tx.sessions[session_id].rows
         done = []
         for seq, step, data in rows:
@@ -140,32 +158,32 @@ class InMemoryStore(BaseStore):
                 done.append(seq)
         return done
 
-    def _delete_rows(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> list[int]:
+    def delete_rows(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> list[int]:
         table = tx.sessions[session_id].rows
         return [seq for seq in seqs if table.discard(seq)]
 
-    def _clear_rows(self, tx: _Space, session_id: str) -> int:
+    def clear_rows(self, tx: _Space, session_id: str) -> int:
         table = tx.sessions[session_id].rows
         count = len(table)
         table.clear()
         return count
 
-    def _row_index(self, tx: _Space, session_id: str) -> list[IndexEntry]:
+    def row_index(self, tx: _Space, session_id: str) -> list[IndexEntry]:
         table = tx.sessions[session_id].rows
         return [(seq, step, created) for seq, (step, created, _) in table.items()]
 
-    def _delete_session(self, session_id: str) -> bool:
+    def delete_session(self, session_id: str) -> bool:
         with self._space.lock:
             return self._space.sessions.pop(session_id, None) is not None
 
     # -- vectors -------------------------------------------------------------------------
 
-    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             return None if session is None else session.model
 
-    def _vector_pages(
+    def vector_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         with self._space.lock:
@@ -174,12 +192,12 @@ class InMemoryStore(BaseStore):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
-    def _vector_count(self, session_id: str, fields: str) -> int:
+    def vector_count(self, session_id: str, fields: str) -> int:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             return len(session.vectors.get(fields) or {}) if session else 0
 
-    def _claim_vector_model(
+    def claim_vector_model(
         self, tx: _Space, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:
         session = tx.sessions[session_id]
@@ -187,7 +205,7 @@ class InMemoryStore(BaseStore):
             session.model = (model, dimension)
         return session.model
 
-    def _put_vectors(
+    def put_vectors(
         self, tx: _Space, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
     ) -> int:
         session = tx.sessions[session_id]
@@ -200,20 +218,21 @@ class InMemoryStore(BaseStore):
                 written += 1
         return written
 
-    def _delete_vectors(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> None:
+    def delete_vectors(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> None:
         for table in tx.sessions[session_id].vectors.values():
             for seq in seqs:
                 table.pop(seq, None)
 
-    def _drop_vectors(self, tx: _Space, session_id: str) -> int:
+    def drop_vectors(self, tx: _Space, session_id: str) -> int:
         session = tx.sessions[session_id]
         count = sum(map(len, session.vectors.values()))
         session.vectors = {}
         session.model = None
         return count
 
-    def _close(self) -> None:
+    def close(self) -> None:
         """Nothing to release: the rows live as long as the name's space."""
+        return
 
 
 def _session_row(session: _Session) -> SessionRow:
