@@ -205,6 +205,16 @@ class Backend:
         """Return how many items have a vector row over ``fields`` (asked before every semantic query; default: count the pages)."""
         return sum(len(page) for page in self.vector_pages(session_id, fields, 4096))
 
+    def unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, data)`` of the rows with no vector row over ``fields``, in seq order, at most ``size`` at a time."""
+        have = {seq for page in self.vector_pages(session_id, fields, 4096) for seq, _ in page}
+        for page in self.read_pages(session_id, size):
+            missing = [row for row in page if row[0] not in have]
+            if missing:
+                yield missing
+
     def claim_vector_model(
         self, tx: Any, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:
@@ -347,6 +357,11 @@ class Store(BaseStore):
 
     def _vector_count(self, session_id: str, fields: str) -> int:
         return self.backend.vector_count(session_id, fields)
+
+    def _unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        return self.backend.unembedded_pages(session_id, fields, size)
 
     def _claim_vector_model(
         self, tx: Any, session_id: str, model: str, dimension: int
