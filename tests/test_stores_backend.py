@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,9 @@ import pytest
 
 from agents.memory import MemoryItem, StoreError
 from agents.memory.stores import Backend, BaseStore, Store
-from agents.memory.stores.testing import MakeStore, StoreContract
+from agents.memory.stores._jsonl import LogBackend
+from agents.memory.stores._memory import SpaceBackend
+from agents.memory.stores.testing import BackendContract, MakeStore, StoreContract
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "stores.md"
 FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -77,3 +81,32 @@ def test_keyword_top_of_a_backend_answers_search() -> None:
         seqs = store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
         assert store.ranking("s", "anything", 1) == [(seqs[0], 9.0)]
         assert [hit.item["step"] for hit in store.search("s", "anything", 2)] == [1, 2]
+
+
+class TestDocumentedBackendOperations(BackendContract):
+    """The Backend operations of the docs' DictBackend, checked directly."""
+
+    @pytest.fixture
+    def make_backend(self) -> Callable[[], Backend]:
+        """Open backends on one fresh dict store."""
+        tables = DOCS["Tables"]()
+        return lambda: DOCS["DictBackend"](tables)  # type: ignore[no-any-return]  # a class from the docs' block
+
+
+class TestSpaceBackendOperations(BackendContract):
+    """The Backend operations of the in-process store's backend."""
+
+    @pytest.fixture
+    def make_backend(self) -> Callable[[], Backend]:
+        """Open backends on one fresh named space."""
+        name = f"backend-{uuid.uuid4().hex}"
+        return lambda: SpaceBackend(name)
+
+
+class TestLogBackendOperations(BackendContract):
+    """The Backend operations of the JSONL store's backend, on a real directory."""
+
+    @pytest.fixture
+    def make_backend(self, tmp_path: Path) -> Callable[[], Backend]:
+        """Open backends on one store directory."""
+        return lambda: LogBackend(tmp_path / "logs")

@@ -10,8 +10,9 @@ reading gives fresh items decoded through the codec.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 import attrs
@@ -120,56 +121,80 @@ class SpaceBackend(Backend):
     # -- writing ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self, session_id: str) -> Iterator[_Space]:
-        # Every change is a plain dict operation that cannot fail half way, and
-        # the checks that can refuse a write run before the first change.
+    def transaction(self, session_id: str) -> Iterator[_Tx]:
+        # Each change records how to undo it: a transaction left by an exception
+        # (a KeyboardInterrupt between two changes) is rolled back, not half applied.
         with self._space.lock:
-            yield self._space
+            tx = _Tx(self._space)
+            try:
+                yield tx
+            except BaseException:
+                for undo in reversed(tx.undo):
+                    undo()
+                raise
 
-    def lock_session(self, tx: _Space, session_id: str) -> SessionRow | None:
-        session = tx.sessions.get(session_id)
+    def lock_session(self, tx: _Tx, session_id: str) -> SessionRow | None:
+        session = tx.space.sessions.get(session_id)
         return None if session is None else _session_row(session)
 
-    def create_session(self, tx: _Space, session_id: str, step_key: str, created: float) -> None:
-        tx.sessions[session_id] = _Session(step_key, created)
+    def create_session(self, tx: _Tx, session_id: str, step_key: str, created: float) -> None:
+        sessions = tx.space.sessions
+        sessions[session_id] = _Session(step_key, created)
+        tx.undo.append(lambda: sessions.pop(session_id, None))
 
-    def set_metadata(self, tx: _Space, session_id: str, metadata: bytes) -> None:
-        tx.sessions[session_id].metadata = metadata
+    def set_metadata(self, tx: _Tx, session_id: str, metadata: bytes) -> None:
+        session = tx.space.sessions[session_id]
+        old = session.metadata
+        session.metadata = metadata
+        tx.undo.append(lambda: setattr(session, "metadata", old))
 
     def insert_rows(
-        self, tx: _Space, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+        self, tx: _Tx, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
     ) -> list[int]:
-        table = tx.sessions[session_id].rows
-        start = tx.next_seq
-        for offset, row in enumerate(rows):
-            table[start + offset] = row
-        tx.next_seq = start + len(rows)
-        return list(range(start, tx.next_seq))
+        space = tx.space
+        table = space.sessions[session_id].rows
+        start = space.next_seq
+        seqs = list(range(start, start + len(rows)))
+
+        def undo() -> None:
+            for seq in seqs:
+                table.discard(seq)
+            # Seqs are never given twice: next_seq stays where it went.
+
+        tx.undo.append(undo)
+        for seq, row in zip(seqs, rows, strict=True):
+            table[seq] = row
+        space.next_seq = start + len(rows)
+        return seqs
 
     def update_rows(
-        self, tx: _Space, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+        self, tx: _Tx, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
     ) -> list[int]:
-        table = tx.sessions[session_id].rows
+        table = tx.space.sessions[session_id].rows
         done = []
         for seq, step, data in rows:
             old = table.get(seq)
             if old is not None:
+                tx.undo.append(functools.partial(table.__setitem__, seq, old))
                 table[seq] = (step, old[1], data)
                 done.append(seq)
         return done
 
-    def delete_rows(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> list[int]:
-        table = tx.sessions[session_id].rows
+    def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
+        table = tx.space.sessions[session_id].rows
+        gone = {seq: table[seq] for seq in seqs if seq in table}
+        tx.undo.append(lambda: _restore(table, gone))
         return [seq for seq in seqs if table.discard(seq)]
 
-    def clear_rows(self, tx: _Space, session_id: str) -> int:
-        table = tx.sessions[session_id].rows
-        count = len(table)
+    def clear_rows(self, tx: _Tx, session_id: str) -> int:
+        table = tx.space.sessions[session_id].rows
+        gone = dict(table)
+        tx.undo.append(lambda: _restore(table, gone))
         table.clear()
-        return count
+        return len(gone)
 
-    def row_index(self, tx: _Space, session_id: str) -> list[IndexEntry]:
-        table = tx.sessions[session_id].rows
+    def row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
+        table = tx.space.sessions[session_id].rows
         return [(seq, step, created) for seq, (step, created, _) in table.items()]
 
     def delete_session(self, session_id: str) -> bool:
@@ -198,17 +223,19 @@ class SpaceBackend(Backend):
             return len(session.vectors.get(fields) or {}) if session else 0
 
     def claim_vector_model(
-        self, tx: _Space, session_id: str, model: str, dimension: int
+        self, tx: _Tx, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:
-        session = tx.sessions[session_id]
+        session = tx.space.sessions[session_id]
         if session.model is None:
+            tx.undo.append(lambda: setattr(session, "model", None))
             session.model = (model, dimension)
         return session.model
 
     def put_vectors(
-        self, tx: _Space, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+        self, tx: _Tx, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
     ) -> int:
-        session = tx.sessions[session_id]
+        session = tx.space.sessions[session_id]
+        self._keep_vectors(tx, session)
         table = session.vectors.setdefault(fields, {})
         written = 0
         for seq, data, vector in rows:
@@ -218,21 +245,52 @@ class SpaceBackend(Backend):
                 written += 1
         return written
 
-    def delete_vectors(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> None:
-        for table in tx.sessions[session_id].vectors.values():
+    def delete_vectors(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> None:
+        session = tx.space.sessions[session_id]
+        self._keep_vectors(tx, session)
+        for table in session.vectors.values():
             for seq in seqs:
                 table.pop(seq, None)
 
-    def drop_vectors(self, tx: _Space, session_id: str) -> int:
-        session = tx.sessions[session_id]
+    def drop_vectors(self, tx: _Tx, session_id: str) -> int:
+        session = tx.space.sessions[session_id]
+        self._keep_vectors(tx, session)
         count = sum(map(len, session.vectors.values()))
         session.vectors = {}
         session.model = None
         return count
 
+    @staticmethod
+    def _keep_vectors(tx: _Tx, session: _Session) -> None:
+        """Record the session's vectors as they are, to put back if the transaction fails."""
+        vectors = {fields: dict(table) for fields, table in session.vectors.items()}
+        model = session.model
+
+        def undo() -> None:
+            session.vectors = vectors
+            session.model = model
+
+        tx.undo.append(undo)
+
     def close(self) -> None:
         """Nothing to release: the rows live as long as the name's space."""
         return
+
+
+@attrs.define
+class _Tx:
+    """A write transaction on a space: the changes made, each with its undo."""
+
+    space: _Space
+    undo: list[Callable[[], object]] = attrs.Factory(list)
+
+
+def _restore(table: RowTable, rows: dict[int, tuple[str | None, float, bytes]]) -> None:
+    """Put deleted rows back, in seq order (the table keeps insertion order)."""
+    kept = dict(table)
+    table.clear()
+    for seq, row in sorted({**kept, **rows}.items()):
+        table[seq] = row
 
 
 def _session_row(session: _Session) -> SessionRow:

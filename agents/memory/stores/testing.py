@@ -42,9 +42,11 @@ from agents.memory.exceptions import (
     InvalidSessionIdError,
     StoreArgumentError,
 )
+from agents.memory.stores._backend import Backend
 from agents.memory.stores._base import BaseStore, SessionInfo, SessionSummary
 
 __all__ = [
+    "BackendContract",
     "BrokenEmbedder",
     "CountingEmbedder",
     "MakeStore",
@@ -284,6 +286,125 @@ def same(a: Any, b: Any) -> bool:
 def steps_of(items: list[MemoryItem]) -> list[Any]:
     """Return the step field of each item."""
     return [item.get_value("step") for item in items]
+
+
+class BackendContract:
+    """The row operations of a :class:`~agents.memory.stores.Backend`, checked directly.
+
+    Subclass it and provide a ``make_backend`` fixture: a function that opens
+    a new backend on one fresh store each time it is called (the same store
+    for every call within a test). Run :class:`StoreContract` on
+    ``Store(backend)`` as well: this suite names the operation that breaks,
+    that one checks the meaning of every store call built on them.
+    """
+
+    ROWS: Sequence[tuple[str | None, float, bytes]] = (
+        ("1", 1.0, b'{"step":1}'),
+        (None, 2.0, b'{"note":"x"}'),
+        ("2", 3.0, b'{"step":2}'),
+    )
+
+    @pytest.fixture
+    def backend(self, make_backend: Callable[[], Backend]) -> Iterator[Backend]:
+        """Yield a backend on a fresh store, closed after the test."""
+        opened = make_backend()
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    def _insert(self, backend: Backend, sid: str, rows: Sequence[Any] | None = None) -> list[int]:
+        rows = list(self.ROWS if rows is None else rows)
+        with backend.transaction(sid) as tx:
+            if backend.lock_session(tx, sid) is None:
+                backend.create_session(tx, sid, "step", 100.0)
+            return backend.insert_rows(tx, sid, rows, [("", 0)] * len(rows))
+
+    def test_inserted_rows_read_back_in_seq_order(self, backend: Backend) -> None:
+        """insert_rows gives increasing seqs; read_rows, read_seqs and read_last give the rows back in that order."""
+        seqs = self._insert(backend, "s")
+        assert seqs == sorted(seqs)
+        assert len(set(seqs)) == 3
+        assert backend.read_rows("s") == [
+            (q, row[2]) for q, row in zip(seqs, self.ROWS, strict=True)
+        ]
+        assert backend.read_seqs("s", [seqs[2], seqs[0], 10**12]) == [
+            (seqs[0], self.ROWS[0][2]),
+            (seqs[2], self.ROWS[2][2]),
+        ]
+        assert backend.read_last("s", 2) == [(seqs[1], self.ROWS[1][2]), (seqs[2], self.ROWS[2][2])]
+        assert [row for page in backend.read_pages("s", 2) for row in page] == backend.read_rows(
+            "s"
+        )
+        assert backend.count("s") == 3
+        assert backend.read_session("s") == ("step", 100.0, b"{}")
+        assert backend.sessions() == ["s"]
+
+    def test_step_and_after_filters(self, backend: Backend) -> None:
+        """read_rows with steps keeps the rows filed under them, with after those above that seq."""
+        seqs = self._insert(backend, "s")
+        assert [seq for seq, _ in backend.read_rows("s", steps=["2", "1"])] == [seqs[0], seqs[2]]
+        assert [seq for seq, _ in backend.read_rows("s", steps=["1"], after=seqs[0])] == []
+        assert [seq for seq, _ in backend.read_rows("s", after=seqs[0])] == seqs[1:]
+        assert backend.read_rows("s", steps=[]) == []
+
+    def test_a_transaction_that_raises_changes_nothing(self, backend: Backend) -> None:
+        """Everything done in a transaction left by an exception is undone, for this and other handles."""
+        seqs = self._insert(backend, "s")
+
+        class Abort(Exception):
+            pass
+
+        def write_then_fail() -> None:
+            with backend.transaction("s") as tx:
+                backend.delete_rows(tx, "s", seqs[:1])
+                backend.insert_rows(tx, "s", [("9", 9.0, b"{}")], [("", 0)])
+                backend.set_metadata(tx, "s", b'{"a":1}')
+                raise Abort
+
+        with pytest.raises(Abort):
+            write_then_fail()
+        assert [seq for seq, _ in backend.read_rows("s")] == seqs
+        assert backend.read_session("s") == ("step", 100.0, b"{}")
+
+    def test_updates_deletes_clears_and_row_index(self, backend: Backend) -> None:
+        """update_rows and delete_rows report the seqs that existed; clear_rows how many went."""
+        seqs = self._insert(backend, "s")
+        with backend.transaction("s") as tx:
+            assert backend.update_rows(
+                tx, "s", [(seqs[1], "7", b'{"step":7}'), (10**12, None, b"{}")], [("", 0)] * 2
+            ) == [seqs[1]]
+            assert backend.delete_rows(tx, "s", [seqs[0], 10**12]) == [seqs[0]]
+            assert backend.row_index(tx, "s") == [(seqs[1], "7", 2.0), (seqs[2], "2", 3.0)]
+        assert backend.read_rows("s", steps=["7"]) == [(seqs[1], b'{"step":7}')]
+        with backend.transaction("s") as tx:
+            assert backend.clear_rows(tx, "s") == 2
+        assert backend.read_rows("s") == []
+        assert backend.sessions() == ["s"]
+
+    def test_a_deleted_session_never_gives_a_seq_again(self, backend: Backend) -> None:
+        """A session deleted and created again continues above every seq it had."""
+        seqs = self._insert(backend, "s")
+        assert backend.delete_session("s") is True
+        assert backend.delete_session("s") is False
+        assert backend.read_session("s") is None
+        assert backend.sessions() == []
+        again = self._insert(backend, "s")
+        assert min(again) > max(seqs)
+
+    def test_other_handles_see_committed_writes(
+        self, backend: Backend, make_backend: Callable[[], Backend]
+    ) -> None:
+        """A second backend on the same store reads what the first committed."""
+        seqs = self._insert(backend, "s")
+        other = make_backend()
+        try:
+            assert [seq for seq, _ in other.read_rows("s")] == seqs
+            with other.transaction("s") as tx:
+                other.delete_rows(tx, "s", seqs[:1])
+            assert [seq for seq, _ in backend.read_rows("s")] == seqs[1:]
+        finally:
+            other.close()
 
 
 class StoreContract:
