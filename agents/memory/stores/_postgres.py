@@ -1090,7 +1090,7 @@ m AS MATERIALIZED (
     SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i CROSS JOIN LATERAL (
         SELECT {counts} FROM (SELECT i.tf || '{{}}'::jsonb AS tf OFFSET 0) AS c
     ) AS f
-    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery{_HOLDS_A_TERM}
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
 ),
 d AS (SELECT {frequencies} FROM m),
 l AS (
@@ -1100,12 +1100,18 @@ l AS (
 )
 SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
 FROM m, l
+WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
+    SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
+        AND o.terms @@ %(overflow)s::tsquery
+) ELSE true END
 ORDER BY damaged DESC, score DESC, m.seq
 LIMIT %(k)s
 """
 
 
-# A row matched only by its overflow lexeme (see _index_columns) counts if its tf holds a query term.
+# A row matched only by its overflow lexeme (see _index_columns) counts if its tf holds a
+# query term. (_score_sql asks the tsvector only of rows whose counts hold no query term:
+# asking every matched row cost a sixth of a query's time.)
 _HOLDS_A_TERM: Final = " AND (NOT i.terms @@ %(overflow)s::tsquery OR i.tf ?| %(names)s::text[])"
 
 # BM25 as _score_sql computes it, for any number of query terms: the terms and their
