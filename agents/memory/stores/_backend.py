@@ -101,14 +101,15 @@ class Backend:
         return [row for row in self.read_rows(session_id) if row[0] in wanted]
 
     def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
-        """Yield ``(seq, data)`` of a session's rows in seq order, at most ``size`` (> 0) at a time."""
-        after: int | None = None
-        while True:
-            page = self.read_rows(session_id, after=after)[:size]
-            if not page:
-                return
-            yield page
-            after = page[-1][0]
+        """Yield ``(seq, data)`` of a session's rows in seq order, at most ``size`` (> 0) at a time.
+
+        By default the session is read once and handed out in pages; a
+        backend that can read a page at a time overrides this, so that a
+        reader holds one page at once.
+        """
+        rows = self.read_rows(session_id)
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
 
     def count(self, session_id: str) -> int:
         """Return the number of rows of a session (0 if it does not exist)."""
