@@ -1081,7 +1081,7 @@ def ufo_json_items(
 def filter_fields(fields: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
     """Return the fields among ``keys`` in the fields' order (UFO's ``filter``)."""
     wanted = keys if isinstance(keys, (set, frozenset, dict)) else frozenset(keys)
-    return {key: value for key, value in fields.items() if key in wanted}
+    return {key: fields[key] for key in fields if key in wanted}
 
 
 def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable) -> bytes:

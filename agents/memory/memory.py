@@ -348,7 +348,9 @@ class Memory:
         with self._lock:
             items = self._snapshot()
         # filter_fields, inlined: a call per item is a third of the time here.
-        return [{k: v for k, v in f.items() if k in wanted} for f in map(_fields_of, items)]
+        # Going through the keys and reading the few wanted values beats
+        # going through every (key, value) pair.
+        return [{k: f[k] for k in f if k in wanted} for f in map(_fields_of, items)]
 
     def filter_memory_from_steps(self, steps: Iterable[Any]) -> list[dict[str, Any]]:
         """Return a new dict of fields for every item whose step is in ``steps``, in memory order."""
