@@ -1315,3 +1315,14 @@ def test_batch_export_of_ufo_rows_is_byte_identical_to_the_encoder_before_shared
         assert memory.to_json_bytes() == _reference_export(items)
     items[3]["arguments"]["z"] = {1, 2}  # a set, tagged, in place: the shape's check catches it
     assert memory.to_json_bytes() == _reference_export(items)
+
+
+def test_items_of_more_container_layouts_than_the_shape_bound_export_as_before() -> None:
+    """Past the bound on shared shapes, each further layout gets a shape of its own and exports byte for byte as before."""
+    layouts = _codec._MAX_SHAPES + 50
+    items = [MemoryItem(step=n, **{f"args_{n}": {"x": n}, "tags": [n]}) for n in range(layouts)]
+    memory = Memory(items)
+    for _ in range(2):
+        assert memory.to_json_bytes() == _reference_export(items)
+    items[-1][f"args_{layouts - 1}"]["x"] = (1, 2)  # in place: a tuple, tagged
+    assert memory.to_json_bytes() == _reference_export(items)
