@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import reprlib
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -271,8 +272,13 @@ class _Invalid(ValueError):
 
 
 def _describe(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+    """Name a stored value's type and show its start (bounded: a row may hold anything)."""
+    if _is_int(value) and value.bit_length() > 64:
+        return f"int of {value.bit_length()} bits"
+    try:
+        return f"{type(value).__name__} {reprlib.repr(value)}"
+    except ValueError:  # an int inside it has more digits than Python writes out
+        return type(value).__name__
 
 
 def _is_int(value: Any) -> bool:
@@ -474,31 +480,32 @@ def _step_of(item: MemoryItem, step_key: str, sm: Any, position: int) -> Any:
 
 
 def _run_of(item: MemoryItem, index: int) -> int:
-    """Return an item's ``run``, refusing anything but a non-negative int (a missing one is 0)."""
+    """Return an item's ``run``, refusing anything but an int from 0 to 2**63 - 1 (a missing one is 0)."""
     value = item.get_value("run")
     if value is None:
         return 0
-    if not _is_int(value) or value < 0:
-        msg = f"Field 'run' of item {index} holds {_describe(value)}; SmolagentsRecorder writes a run number (an int from 1 up). The row was altered; fix or remove it."
+    if not _is_int(value) or not 0 <= value < 2**63:
+        msg = f"Field 'run' of item {index} holds {_describe(value)}; SmolagentsRecorder writes a run number (an int from 1 to 2**63 - 1). The row was altered; fix or remove it."
         raise CorruptSessionError(msg)
     return int(value)
 
 
-def _recorded(memory: Memory) -> list[tuple[int, MemoryItem]]:
-    """Return the recorder's items with their runs, checking every run number."""
+def _recorded(memory: Memory) -> list[tuple[int, int, MemoryItem]]:
+    """Return the recorder's items as ``(run, index in memory, item)``, checking every run number."""
     return [
-        (_run_of(item, index), item)
+        (_run_of(item, index), index, item)
         for index, item in enumerate(memory)
         if isinstance(item.get_value("kind"), str) and item.get_value("kind") in KINDS
     ]
 
 
-def _latest_run(memory: Memory, run: int | None) -> tuple[int, list[MemoryItem]]:
+def _latest_run(memory: Memory, run: int | None) -> tuple[int, list[tuple[int, MemoryItem]]]:
+    """Return the run to restore and its items with their indexes in ``memory``."""
     recorded = _recorded(memory)
     if not recorded:
         return 0, []
-    wanted = run if run is not None else max(number for number, _ in recorded)
-    return wanted, [item for number, item in recorded if number == wanted]
+    wanted = run if run is not None else max(number for number, _, _ in recorded)
+    return wanted, [(index, item) for number, index, item in recorded if number == wanted]
 
 
 def restore_steps(memory: Memory, *, run: int | None = None) -> tuple[str | None, list[Any]]:
@@ -515,16 +522,17 @@ def restore_steps(memory: Memory, *, run: int | None = None) -> tuple[str | None
 
     Raises:
         MissingDependencyError: if smolagents is not installed.
-        CorruptSessionError: naming the item and field that cannot be read
-            back as a step: a value of the wrong shape, a ``run`` that is not
-            a non-negative int, image bytes that are not a whole PNG or claim
-            more pixels than ``PIL.Image.MAX_IMAGE_PIXELS``.
+        CorruptSessionError: naming the item (by its index in ``memory``)
+            and field that cannot be read back as a step: a value of the
+            wrong shape, a ``run`` that is not an int from 0 to 2**63 - 1,
+            image bytes that are not a whole PNG or claim more pixels than
+            ``PIL.Image.MAX_IMAGE_PIXELS``.
     """
     sm = _smolagents()
     _, items = _latest_run(memory, run)
     system: str | None = None
     steps: list[Any] = []
-    for position, item in enumerate(items):
+    for position, item in items:
         if item.get_value("kind") == "system_prompt":
             system = item.get_value("system_prompt")
             if not isinstance(system, str):
@@ -550,12 +558,12 @@ class SmolagentsRecorder:
 
     Raises:
         CorruptSessionError: if an item of ``memory`` recorded before holds a
-            ``run`` that is not a non-negative int (naming the item).
+            ``run`` that is not an int from 0 to 2**63 - 1 (naming the item).
     """
 
     def __init__(self, memory: Memory) -> None:
         self.memory = memory
-        self.run = max((number for number, _ in _recorded(memory)), default=0)
+        self.run = max((number for number, _, _ in _recorded(memory)), default=0)
         self._steps: list[Any] | None = None  # the agent's steps list this run writes
         self._written: dict[int, Any] = {}  # id(step) -> step, for the steps of this run
         self._system: str | None = None
