@@ -151,6 +151,21 @@ def test_a_file_cut_short_is_refused_before_anything_is_written(
         assert _leftovers(path) == [], cut
 
 
+@pytest.mark.parametrize("start", [b"SQLite format 3\x00", b"x"])
+def test_a_file_shorter_than_an_sqlite_header_is_left_alone(tmp_path: Path, start: bytes) -> None:
+    """A file of 1 to 99 bytes (SQLite took a 1-byte file for an empty database and wrote a store over it) raises CorruptStoreError, unchanged."""
+    path = tmp_path / "short.db"
+    for size in range(1, 100):
+        data = (start * 100)[:size]
+        path.write_bytes(data)
+        with pytest.raises(
+            CorruptStoreError, match=rf"is {size} bytes long, shorter than an SQLite header"
+        ):
+            open_store(f"sqlite:///{path}")
+        assert path.read_bytes() == data
+        assert _leftovers(path) == []
+
+
 def test_a_store_of_whole_pages_still_opens(tmp_path: Path) -> None:
     """The page check refuses only cut files: a whole store, an empty file and a new path open."""
     path = tmp_path / "whole.db"
