@@ -136,6 +136,24 @@ def test_cli_sessions_on_a_schema_that_is_not_utf8_prints_no_traceback(tmp_path:
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("column", ["session_id", "step_key"])
+def test_row_text_that_is_not_utf8_is_a_corrupt_store(tmp_path: Path, column: str) -> None:
+    """A session row whose text is not UTF-8 raises CorruptStoreError naming the store, not a bare StoreError."""
+    path = tmp_path / "a.db"
+    _store_with_rows(path, 2)
+    con = sqlite3.connect(path)
+    con.execute(f"UPDATE kvmemory_sessions SET {column} = CAST(X'73FF' AS TEXT)")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    read = (lambda s: s.sessions()) if column == "session_id" else (lambda s: open_memory(s, "s"))
+    store = open_store(f"sqlite:///{path}")
+    with pytest.raises(CorruptStoreError, match=r"a\.db': the database is damaged .*UTF-8"):
+        read(store)
+    store.close()
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("read_only", [False, True])
 def test_a_file_cut_short_is_refused_before_anything_is_written(
     tmp_path: Path, read_only: bool

@@ -291,7 +291,7 @@ _SEARCHED_BY_SCAN: Final = (
 _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _SQLITE_HEADER_SIZE: Final = 100
-_DAMAGED: Final = ("malformed", "disk image")
+_DAMAGED: Final = ("malformed", "disk image", "Could not decode to UTF-8")
 
 
 class SQLiteStore(BaseStore):
