@@ -220,21 +220,6 @@ def test_error_of_the_wrong_shape_is_named(error: Any, expected: str) -> None:
         restore_steps(memory)
 
 
-def test_a_damaged_item_is_named_by_its_index_in_the_memory() -> None:
-    """The error names the item by its index in the memory, whatever run it is in."""
-    memory = Memory(
-        [
-            MemoryItem(kind="task", run=1, task="t"),
-            MemoryItem(kind="note", run=2, text="not a step"),
-            MemoryItem(kind="task", run=2, task="u"),
-            MemoryItem(kind="action", run=2, step=1, timing=_timing(), error="boom"),
-        ]
-    )
-    with pytest.raises(CorruptSessionError, match=r"Field 'error' of item 3 \(action step\)"):
-        restore_steps(memory)
-    assert len(restore_steps(memory, run=1)[1]) == 1
-
-
 @pytest.mark.parametrize(
     "run",
     ["one", [1], math.nan, -1, 1.0, True, {"n": 1}, pytest.param(10**5000, id="5001-digit int")],

@@ -490,22 +490,21 @@ def _run_of(item: MemoryItem, index: int) -> int:
     return int(value)
 
 
-def _recorded(memory: Memory) -> list[tuple[int, int, MemoryItem]]:
-    """Return the recorder's items as ``(run, index in memory, item)``, checking every run number."""
+def _recorded(memory: Memory) -> list[tuple[int, MemoryItem]]:
+    """Return the recorder's items with their runs, checking every run number."""
     return [
-        (_run_of(item, index), index, item)
+        (_run_of(item, index), item)
         for index, item in enumerate(memory)
         if isinstance(item.get_value("kind"), str) and item.get_value("kind") in KINDS
     ]
 
 
-def _latest_run(memory: Memory, run: int | None) -> tuple[int, list[tuple[int, MemoryItem]]]:
-    """Return the run to restore and its items with their indexes in ``memory``."""
+def _latest_run(memory: Memory, run: int | None) -> tuple[int, list[MemoryItem]]:
     recorded = _recorded(memory)
     if not recorded:
         return 0, []
-    wanted = run if run is not None else max(number for number, _, _ in recorded)
-    return wanted, [(index, item) for number, index, item in recorded if number == wanted]
+    wanted = run if run is not None else max(number for number, _ in recorded)
+    return wanted, [item for number, item in recorded if number == wanted]
 
 
 def restore_steps(memory: Memory, *, run: int | None = None) -> tuple[str | None, list[Any]]:
@@ -522,17 +521,16 @@ def restore_steps(memory: Memory, *, run: int | None = None) -> tuple[str | None
 
     Raises:
         MissingDependencyError: if smolagents is not installed.
-        CorruptSessionError: naming the item (by its index in ``memory``)
-            and field that cannot be read back as a step: a value of the
-            wrong shape, a ``run`` that is not an int from 0 to 2**63 - 1,
-            image bytes that are not a whole PNG or claim more pixels than
-            ``PIL.Image.MAX_IMAGE_PIXELS``.
+        CorruptSessionError: naming the item and field that cannot be read
+            back as a step: a value of the wrong shape, a ``run`` that is not
+            an int from 0 to 2**63 - 1, image bytes that are not a whole PNG
+            or claim more pixels than ``PIL.Image.MAX_IMAGE_PIXELS``.
     """
     sm = _smolagents()
     _, items = _latest_run(memory, run)
     system: str | None = None
     steps: list[Any] = []
-    for position, item in items:
+    for position, item in enumerate(items):
         if item.get_value("kind") == "system_prompt":
             system = item.get_value("system_prompt")
             if not isinstance(system, str):
@@ -563,7 +561,7 @@ class SmolagentsRecorder:
 
     def __init__(self, memory: Memory) -> None:
         self.memory = memory
-        self.run = max((number for number, _, _ in _recorded(memory)), default=0)
+        self.run = max((number for number, _ in _recorded(memory)), default=0)
         self._steps: list[Any] | None = None  # the agent's steps list this run writes
         self._written: dict[int, Any] = {}  # id(step) -> step, for the steps of this run
         self._system: str | None = None
