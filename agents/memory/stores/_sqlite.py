@@ -343,12 +343,12 @@ class SQLiteStore(BaseStore):
         self._lock = threading.RLock()
         self._empty = False
         self._indexed = True
+        self._check_whole_pages()  # an existing file, before SQLite opens it
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
             raise StoreNotFoundError(msg)
         if not read_only:
             self._create_file()
-        self._check_whole_pages()
         # A path written with a leading "//" would read as a URI authority; POSIX
         # treats extra leading slashes as one.
         absolute = "/" + os.path.abspath(self.path).lstrip("/")
