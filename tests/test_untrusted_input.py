@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from agents.memory import (
     Conversation,
+    CorruptSessionError,
     CorruptStoreError,
     InvalidQueryError,
     InvalidSessionIdError,
@@ -319,3 +320,21 @@ def test_a_refused_prefix_creates_no_store(tmp_path: Path, prefix: str, keep_ste
     with pytest.raises(InvalidSessionIdError):
         Conversation.for_context(str(path), {"a": 1}, prefix=prefix, keep_steps=keep_steps)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rows_orjson_refuses_are_read_by_the_codec_or_named(tmp_path: Path) -> None:
+    """A row only json reads (NaN) loads; b'\\x000' (UTF-16 to json, an error to orjson) raises a library error, not orjson's."""
+    path = tmp_path / "a.db"
+    with open_memory(f"sqlite:///{path}", "s") as memory:
+        memory.add_memory_items([MemoryItem(step=1), MemoryItem(step=2)])
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_items SET data = ? WHERE seq = 2", (b'{"step": 2, "x": NaN}',))
+    con.commit()
+    with open_memory(f"sqlite:///{path}", "s") as memory:
+        assert memory[1]["step"] == 2
+        assert memory[1]["x"] != memory[1]["x"]  # NaN
+    con.execute("UPDATE kvmemory_items SET data = ? WHERE seq = 2", (b"\x000",))
+    con.commit()
+    con.close()
+    with pytest.raises(CorruptSessionError, match=r"item 2 of session 's'.* is a JSON int"):
+        open_memory(f"sqlite:///{path}", "s")
