@@ -178,10 +178,10 @@ def test_import_refuses_a_non_empty_session(tmp_path: Path) -> None:
 
 
 def test_bad_line_is_named_and_nothing_is_written(tmp_path: Path) -> None:
-    """A line that is not JSON is named by number, and the store is left untouched."""
+    """A line that is not JSON before the last one is named by number, and the store is left untouched."""
     folder = _log_folder(tmp_path)
     with (folder / "response.log").open("a", encoding="utf-8") as log:
-        log.write('{"Step": 3, "Action": \n')
+        log.write('{"Step": 3, "Action": \n{"Step": 4}\n')
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     with pytest.raises(CorruptSessionError, match=r"Line 4 of .*response\.log' is not valid JSON"):
         import_ufo_log(folder, url, "ufo-1")
@@ -241,7 +241,7 @@ def test_command_line_no_link_and_append(tmp_path: Path) -> None:
 def test_command_line_reports_a_missing_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A path without a UFO log exits 1 and names it."""
+    """A path without a UFO log is a usage error (exit 2), as a missing file is for other commands."""
     status = main(
         [
             "import",
@@ -253,5 +253,5 @@ def test_command_line_reports_a_missing_log(
             "s",
         ]
     )
-    assert status == 1
+    assert status == 2
     assert "No UFO log at" in capsys.readouterr().err

@@ -113,3 +113,16 @@ def image_data_url(ref: str | os.PathLike[str], *, max_bytes: int = MAX_IMAGE_BY
         msg = f"File {text!r} is not a recognised image (PNG, JPEG, GIF, BMP, WebP or an image suffix); store an image path."
         raise ImageReadError(msg)
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def image_mime_of(data: bytes) -> str | None:
+    """Return the MIME type of image bytes, recognised by their contents only (never a name).
+
+    Args:
+        data: The first bytes of a file (16 are enough).
+
+    Returns:
+        ``"image/png"``, ``"image/jpeg"``, ``"image/gif"``, ``"image/bmp"``,
+        ``"image/webp"``, or ``None`` when the bytes are none of these.
+    """
+    return _sniff(data)
