@@ -245,7 +245,9 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     if _is_file_source(args.source):
         memory = _read(args.source, args.session)
         cost_keys = cost_keys or _cost_keys(memory.metadata)
-        counts = SessionSummary.of([memory.content], step_key=memory.step_key, cost_key=cost_keys[0])
+        counts = SessionSummary.of(
+            [memory.content], step_key=memory.step_key, cost_key=cost_keys[0]
+        )
         cost = counts.cost + sum(
             SessionSummary.of([memory.content], cost_key=key).cost for key in cost_keys[1:]
         )

@@ -110,7 +110,9 @@ UFO_LOG_GENERATIONS: Final[dict[str, UfoLogGeneration]] = {
 }
 """The log shapes :func:`read_ufo_log` knows, by name."""
 
-_UFO3_MARKS: Final = frozenset({"session_step", "round_step", "agent_step", "agent_type", "llm_cost"})
+_UFO3_MARKS: Final = frozenset(
+    {"session_step", "round_step", "agent_step", "agent_type", "llm_cost"}
+)
 _UFO2_MARKS: Final = frozenset({"Step", "RoundStep", "AgentStep", "Cost", "Agent"})
 
 _LINKED: Final = "screenshots"
@@ -354,12 +356,12 @@ def read_ufo_log(
         where = f"Line {number} of {os.fspath(log)!r}"
         try:
             fields = _parse(raw, where)
-        except CorruptSessionError as exc:
+        except CorruptSessionError:
             if not last:
                 raise
             msg = (
-                f"{where}, the last line, is damaged (a run stopped while writing it?) and was "
-                f"skipped: {exc}"
+                f"{where}, the last line, is not valid JSON (a run stopped while writing it?) "
+                "and was skipped; the lines before it were read."
             )
             warnings.warn(SkippedRecordWarning(msg), stacklevel=2)
             continue
