@@ -588,3 +588,15 @@ def test_log_file_linked_from_outside_is_refused(tmp_path: Path) -> None:
     (folder / "response.log").symlink_to(tmp_path / "elsewhere.log")
     with pytest.raises(CorruptSessionError, match=r"is a link to a file outside its folder"):
         read_ufo_log(folder)
+
+
+def test_image_too_large_for_a_prompt_is_not_linked(tmp_path: Path) -> None:
+    """A screenshot over 20 MiB is not linked, so the prompts of its step still build."""
+    folder = _log_folder(tmp_path, [{"Step": 1, "CleanScreenshot": "huge.png"}])
+    with (folder / "huge.png").open("wb") as big:
+        big.write(PNG)
+        big.truncate(21 * 1024 * 1024)
+    with pytest.warns(SkippedRecordWarning, match=r"larger than 20971520 bytes"):
+        (item,) = read_ufo_log(folder)
+    assert "screenshots" not in item
+    assert to_messages([item], text_keys=["Step"]) == [{"role": "user", "content": '{"Step":1}'}]

@@ -56,7 +56,7 @@ import attrs
 import orjson
 
 from agents.memory._codec import loads
-from agents.memory._images import image_mime_of
+from agents.memory._images import MAX_IMAGE_BYTES, image_mime_of
 from agents.memory._item import MemoryItem
 from agents.memory.exceptions import (
     CorruptSessionError,
@@ -86,7 +86,7 @@ __all__ = [
 LOG_FILE: Final = "response.log"
 """The file of a UFO log folder that holds one step per line."""
 
-Generation = Literal["auto", "ufo2", "ufo3"]
+_Generation = Literal["auto", "ufo2", "ufo3"]
 
 
 @attrs.frozen
@@ -163,19 +163,29 @@ def _inside(real: str, folder_real: str) -> bool:
     return real != folder_real and os.path.commonpath([real, folder_real]) == folder_real
 
 
-def _is_image(path: str) -> bool:
-    """Return whether ``path`` is a regular file whose first bytes are an image's."""
+def _not_an_image(path: str) -> str:
+    """Return why ``path`` cannot be linked as a screenshot, or ``""`` if it can.
+
+    Linked files must be regular files whose first bytes are an image's, no
+    larger than a prompt can send (``MAX_IMAGE_BYTES``): a linked file that a
+    prompt cannot send would break every prompt that holds its step.
+    """
     try:
         # O_NONBLOCK: a named pipe must not block the import.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return False
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        return image_mime_of(os.read(fd, _SNIFF_BYTES)) is not None
-    except OSError:
-        return False
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            return "is not a regular file"
+        if status.st_size > MAX_IMAGE_BYTES:
+            return f"is larger than {MAX_IMAGE_BYTES} bytes, more than a prompt can send"
+        if image_mime_of(os.read(fd, _SNIFF_BYTES)) is None:
+            return "is not an image file (by its contents)"
+        return ""
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
     finally:
         os.close(fd)
 
@@ -210,14 +220,12 @@ def _resolve(
     if ".." in parts:
         return None, "names a parent folder ('..')"
     absolute = reference.startswith(("/", "\\")) or _WINDOWS_DRIVE.match(reference) is not None
-    if absolute and not allow_absolute:
-        # Looked up by its tail inside the folder below, as UFO's trajectory parser does.
-        pass
-    elif absolute and os.path.isabs(reference) and os.path.lexists(reference):
+    # Without allow_absolute an absolute path is looked up by its tail inside the folder
+    # below, as UFO's own trajectory parser does.
+    if allow_absolute and absolute and os.path.isabs(reference) and os.path.lexists(reference):
         real = os.path.realpath(reference)
-        if _is_image(real):
-            return real, ""
-        return None, "is not an image file (by its contents)"
+        why = _not_an_image(real)
+        return (None, why) if why else (real, "")
     why = ""  # not found: the usual case for a screenshot UFO did not save, no warning
     for candidate in _candidates(reference, folder):
         if not os.path.lexists(candidate):
@@ -226,8 +234,8 @@ def _resolve(
         if not _inside(real, folder_real):
             why = "is a link that leaves the log folder"
             continue
-        if not _is_image(real):
-            why = "is not an image file (by its contents)"
+        why = _not_an_image(real)
+        if why:
             continue
         return real, ""
     return None, why
@@ -313,7 +321,7 @@ def read_ufo_log(
     path: str | os.PathLike[str],
     *,
     step_key: str | None = None,
-    generation: Generation = "auto",
+    generation: _Generation = "auto",
     link_screenshots: bool = True,
     allow_absolute: bool = False,
 ) -> Memory:
@@ -402,7 +410,7 @@ def import_ufo_log(
     session_id: str,
     *,
     step_key: str | None = None,
-    generation: Generation = "auto",
+    generation: _Generation = "auto",
     link_screenshots: bool = True,
     allow_absolute: bool = False,
     append: bool = False,
