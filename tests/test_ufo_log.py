@@ -262,23 +262,35 @@ def test_command_line_reports_a_missing_log(
 
 
 def _ufo3_steps() -> list[dict[str, Any]]:
-    """A HostAgent line and two AppAgent lines in UFO 3's snake_case shape (values made up)."""
+    """A HostAgent line and two AppAgent lines in UFO 3's shape (values made up).
+
+    Each is what UFO 3's processing context writes (its ``selected_keys`` that
+    are attributes of the context): HostAgent lines have no ``session_step``
+    and no screenshot field, and carry the context's ``cost``; AppAgent lines
+    carry ``session_step``, ``llm_cost`` and five ``*_screenshot_path`` fields.
+    """
     host = {
-        "agent_type": "HostAgent",
-        "agent_name": "HostAgent",
+        "status": "ASSIGN",
         "round_step": 0,
         "agent_step": 0,
         "round_num": 0,
-        "status": "ASSIGN",
-        "request": "Write a note that says hello and save it.",
-        "llm_cost": 0.02,
-        "observation": "A desktop with an editor window.",
-        "thought": "The editor should do this.",
-        "plan": ["Type the note", "Save it"],
-        "comment": "",
-        "subtask": "Type the note",
+        "subtask_index": 0,
         "action": [{"function": "select_application_window", "arguments": {"id": "4"}}],
-        "desktop_screenshot_path": "logs/note3/action_step0.png",
+        "function_call": "select_application_window",
+        "action_representation": "select_application_window(id='4')",
+        "arguments": {"id": "4"},
+        "action_type": "",
+        "request": "Write a note that says hello and save it.",
+        "agent_type": "HostAgent",
+        "agent_name": "HostAgent",
+        "application": "",
+        "cost": 0.0,
+        "results": "",
+        "result": None,
+        "last_error": None,
+        "execution_times": {"data_collection": 0.4, "llm_interaction": 2.1},
+        "total_time": 2.6,
+        "control_log": {},
     }
     apps = [
         {
@@ -291,7 +303,7 @@ def _ufo3_steps() -> list[dict[str, Any]]:
             "round_num": 0,
             "status": "CONTINUE",
             "request": "Write a note that says hello and save it.",
-            "llm_cost": 0.0125,
+            "llm_cost": 0.0125 if step == 1 else 0.0325,
             "observation": "An empty document.",
             "thought": "Type the greeting.",
             "plan": ["Save"],
@@ -305,10 +317,11 @@ def _ufo3_steps() -> list[dict[str, Any]]:
             "annotated_screenshot_path": f"logs/note3/action_step{step}_annotated.png",
             "concat_screenshot_path": f"logs/note3/action_step{step}_concat.png",
             "selected_control_screenshot_path": f"logs/note3/action_step{step}_selected_controls.png",
+            "desktop_screenshot_path": f"logs/note3/desktop_step{step}.png" if step == 1 else "",
             "action_success": True,
             "function_call": "set_edit_text",
             "save_screenshot": {"save": False, "reason": ""},
-            "control_log": [],
+            "control_log": {},
         }
         for step in (1, 2)
     ]
@@ -320,7 +333,7 @@ def _ufo3_folder(root: Path) -> Path:
     folder.mkdir(parents=True)
     lines = [json.dumps(step) for step in _ufo3_steps()]
     (folder / "response.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    names = ["action_step0.png"] + [
+    names = ["desktop_step1.png"] + [
         f"action_step{step}{suffix}.png"
         for step in (1, 2)
         for suffix in ("", "_annotated", "_concat", "_selected_controls")
@@ -344,15 +357,20 @@ def test_ufo3_log_is_recognised_and_steps_by_session_step(tmp_path: Path) -> Non
 
 
 def test_ufo3_every_screenshot_field_is_linked(tmp_path: Path) -> None:
-    """Every *_screenshot_path field UFO 3 writes is linked from the folder, HostAgent's desktop one too."""
+    """Every *_screenshot_path field UFO 3 writes is linked from the folder; empty ones are left alone."""
     folder = _ufo3_folder(tmp_path)
-    host, first, _second = read_ufo_log(folder)
-    assert host["screenshots"] == [str((folder / "action_step0.png").resolve())]
+    host, first, second = read_ufo_log(folder)
+    assert "screenshots" not in host
     assert first["screenshots"] == [
-        str((folder / f"action_step1{suffix}.png").resolve())
-        for suffix in ("", "_annotated", "_concat", "_selected_controls")
+        *(
+            str((folder / f"action_step1{suffix}.png").resolve())
+            for suffix in ("", "_annotated", "_concat", "_selected_controls")
+        ),
+        str((folder / "desktop_step1.png").resolve()),
     ]
+    assert len(second["screenshots"]) == 4
     assert "missing_screenshots" not in first
+    assert "missing_screenshots" not in second
 
 
 def test_ufo2_log_is_recognised_with_its_cost_field(tmp_path: Path) -> None:
@@ -475,6 +493,8 @@ def test_stats_sums_the_cost_field_the_source_wrote(tmp_path: Path) -> None:
 
     u3 = stats("--session", "u3")
     assert (u3["total_cost"], u3["cost_fields"]) == (0.045, ["llm_cost"])
+    with_host = stats("--session", "u3", "--cost-field", "llm_cost,cost")
+    assert with_host["total_cost"] == 0.045
     u2 = stats("--session", "u2")
     assert (u2["total_cost"], u2["cost_fields"]) == (0.0218, ["Cost"])
     both = stats("--session", "u3", "--cost-field", "llm_cost,round_step")
