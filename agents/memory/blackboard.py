@@ -9,8 +9,9 @@ renders them as chat content parts with the same text UFO writes, so prompt
 templates written for UFO keep working.
 
 Differences from UFO, each a fix or an option, listed in ``docs/ufo.md``: no
-configuration is read (files and counts are arguments; ``docs/ufo.md`` shows
-the lines that read UFO's configuration in a UFO checkout); a screenshot that
+configuration is read (files and counts are arguments; in a UFO checkout
+the switch-over file of ``docs/ufo.md`` reads UFO's configuration through
+``agents.integrations.ufo.load_ufo_questions``); a screenshot that
 cannot be read is sent as an empty image with an :class:`ImageReadWarning`
 (``strict_images=True`` raises); ``add_image`` keeps the whole metadata dict
 and passes URLs through; ``blackboard_from_dict`` is all-or-nothing;
