@@ -14,7 +14,9 @@ import datetime as dt
 import enum
 import io
 import json
+import os
 import sqlite3
+import sys
 import tempfile
 import uuid
 import zoneinfo
@@ -436,6 +438,33 @@ def _plant_ufo_folder(root: Path, log: bytes, plant_links: bool) -> tuple[Path, 
     return folder, secret
 
 
+_OPENED: list[str] | None = None
+"""Paths opened while a UFO log is read, recorded by the audit hook below (None: not recording)."""
+
+
+def _record_opens(event: str, args: tuple[Any, ...]) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], (str, bytes, Path)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+# Audit hooks cannot be removed; this one records only while _OPENED is a list.
+sys.addaudithook(_record_opens)
+
+
+def _read_recording_opens(read: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """Run ``read`` and return its result (or its library error) and every path it opened."""
+    global _OPENED
+    _OPENED = []
+    try:
+        try:
+            result: Any = read()
+        except AgentMemoryError as exc:
+            result = exc
+        return result, list(_OPENED)
+    finally:
+        _OPENED = None
+
+
 def _folder_state(folder: Path) -> list[tuple[str, bytes]]:
     return sorted(
         (str(path.relative_to(folder)), path.read_bytes()[:64] if path.is_file() else b"")
@@ -467,11 +496,13 @@ def test_fuzzed_ufo_log_folder(case: tuple[bytes, list[str], bool]) -> None:
                 )
         before = _folder_state(folder)
         folder_real = str(folder.resolve())
-        try:
-            memory = read_ufo_log(folder)
-        except AgentMemoryError:
-            memory = None
-        if memory is not None:
+        memory, opened = _read_recording_opens(lambda: read_ufo_log(folder))
+        outside = [
+            path for path in opened if not os.path.realpath(path).startswith(folder_real + "/")
+        ]
+        assert outside == []
+        assert any(path.endswith("response.log") for path in opened)  # the hook does record
+        if isinstance(memory, Memory):
             for item in memory:
                 for linked in item.get_value("screenshots", []):
                     assert linked.startswith(folder_real + "/")
