@@ -415,7 +415,9 @@ def ufo_log_folders(draw: st.DrawFn) -> tuple[bytes, list[str], bool]:
     if draw(st.booleans()):
         log = draw(mutations(log))
     extra = draw(st.lists(screenshot_names, max_size=3))
-    return log, extra, draw(st.booleans())
+    # Fields prompt renderers read from disk themselves, beside UFO's own screenshot fields.
+    extra_key = draw(st.sampled_from(["SelectedControlScreenshot", "screenshot", "image_path"]))
+    return log, [extra_key, *extra] if extra else [], draw(st.booleans())
 
 
 def _plant_ufo_folder(root: Path, log: bytes, plant_links: bool) -> tuple[Path, Path]:
@@ -491,9 +493,7 @@ def test_fuzzed_ufo_log_folder(case: tuple[bytes, list[str], bool]) -> None:
         folder, secret = _plant_ufo_folder(root, log, plant_links)
         if extra:
             with (folder / "response.log").open("ab") as stream:
-                stream.write(
-                    json.dumps({"Step": 9, "SelectedControlScreenshot": extra[0]}).encode()
-                )
+                stream.write(json.dumps({"Step": 9, extra[0]: extra[1]}).encode())
         before = _folder_state(folder)
         folder_real = str(folder.resolve())
         memory, opened = _read_recording_opens(lambda: read_ufo_log(folder))

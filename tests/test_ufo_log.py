@@ -620,3 +620,26 @@ def test_image_too_large_for_a_prompt_is_not_linked(tmp_path: Path) -> None:
         (item,) = read_ufo_log(folder)
     assert "screenshots" not in item
     assert to_messages([item], text_keys=["Step"]) == [{"role": "user", "content": '{"Step":1}'}]
+
+
+@pytest.mark.parametrize("key", ["screenshot", "screenshot_path", "image", "image_path", "images"])
+def test_field_prompt_renderers_read_from_disk_is_refused(tmp_path: Path, key: str) -> None:
+    """A field such as 'screenshot' would be read from disk as written by to_messages: refused, nothing written."""
+    outside = str(tmp_path / "private" / "holiday.png")
+    folder = _hostile_folder(tmp_path, "a.png")
+    step = {"Step": 1, key: [outside] if key == "images" else outside}
+    (folder / "response.log").write_text(json.dumps(step) + "\n", encoding="utf-8")
+    with pytest.raises(CorruptSessionError, match=rf"has a field '{key}' holding the path"):
+        read_ufo_log(folder)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with pytest.raises(CorruptSessionError):
+        import_ufo_log(folder, url, "s")
+    with open_store(url) as store:
+        assert store.count("s") == 0
+
+
+def test_url_in_an_image_field_is_kept(tmp_path: Path) -> None:
+    """An http(s) URL in such a field reads nothing from disk and is kept as logged."""
+    folder = _log_folder(tmp_path, [{"Step": 1, "image_url": "https://example.org/shot.png"}])
+    (item,) = read_ufo_log(folder)
+    assert item["image_url"] == "https://example.org/shot.png"

@@ -67,6 +67,7 @@ from agents.memory.exceptions import (
     StoreNotFoundError,
 )
 from agents.memory.memory import Memory
+from agents.memory.prompt import DEFAULT_IMAGE_KEYS, image_refs
 
 if TYPE_CHECKING:
     from agents.memory.blackboard import Blackboard
@@ -115,6 +116,7 @@ _UFO3_MARKS: Final = frozenset(
 )
 _UFO2_MARKS: Final = frozenset({"Step", "RoundStep", "AgentStep", "Cost", "Agent"})
 
+_URL_PREFIXES: Final = ("http://", "https://", "data:")
 _LINKED: Final = "screenshots"
 _MISSING: Final = "missing_screenshots"
 _SNIFF_BYTES: Final = 16
@@ -249,6 +251,19 @@ def _link(
     allow_absolute: bool,
     refused: list[str],
 ) -> None:
+    for key in DEFAULT_IMAGE_KEYS:
+        if key == _LINKED or key not in fields:
+            continue
+        local = [ref for ref in image_refs(fields[key]) if not ref.startswith(_URL_PREFIXES)]
+        if local:
+            # Prompt renderers read this field from disk as given (relative to the working
+            # directory), so leaving it would bypass the folder check. UFO never writes it.
+            msg = (
+                f"{where} has a field {key!r} holding the path {local[0][:200]!r}, which prompt "
+                "renderers would read from disk as it is written; UFO writes no such field. "
+                "Rename the field, or pass link_screenshots=False (--no-link) only for a log you trust."
+            )
+            raise CorruptSessionError(msg)
     found: list[str] = []
     missing: list[str] = []
     for key, value in fields.items():
