@@ -162,7 +162,11 @@ def _log_file(path: str | os.PathLike[str]) -> tuple[pathlib.Path, pathlib.Path]
 
 
 def _inside(real: str, folder_real: str) -> bool:
-    return real != folder_real and os.path.commonpath([real, folder_real]) == folder_real
+    """Return whether the resolved path ``real`` lies strictly inside the resolved ``folder_real``."""
+    try:
+        return real != folder_real and os.path.commonpath([real, folder_real]) == folder_real
+    except ValueError:  # paths on two Windows drives have no common path
+        return False
 
 
 def _not_an_image(path: str) -> str:
