@@ -7,6 +7,7 @@ pins one point of docs/ufo.md.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
 import json
@@ -865,3 +866,28 @@ def test_screenshot_over_the_cap_is_sent_empty_and_the_cap_is_declared(
         board.add_image(str(big), {"step": 1})
     assert board.screenshots_to_prompt()[1] == {"type": "image_url", "image_url": {"url": ""}}
     assert "20 MiB" in (ROOT / "docs" / "ufo.md").read_text(encoding="utf-8")
+
+
+def test_screenshot_is_sent_as_the_files_own_bytes_labelled_by_content(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A screenshot's data: URL holds the file's own bytes (no re-encoding); the label comes from its content."""
+    shot = tmp_path / "shot.jpg"  # a PNG under a JPEG name: the one case where UFO's label differs
+    shot.write_bytes(PNG.read_bytes())
+    board = Blackboard()
+    board.add_image(str(shot), {"step": 1})
+    url = board.screenshots_to_prompt()[1]["image_url"]["url"]
+    assert url == "data:image/png;base64," + base64.b64encode(PNG.read_bytes()).decode()
+    assert "data:image/jpeg;base64,iVBORw0KGgo" in (ROOT / "docs" / "ufo.md").read_text(
+        encoding="utf-8"
+    )
+
+
+def test_install_instructions_do_not_name_a_package_index_release() -> None:
+    """docs/ufo.md installs from a source checkout or a built wheel, not a bare `pip install kvmemory`."""
+    text = (ROOT / "docs" / "ufo.md").read_text(encoding="utf-8")
+    installs = re.findall(r"pip install [^\n`]*", text)
+    assert installs
+    assert not [line for line in installs if line.strip() == "pip install kvmemory"]
+    assert "pip install /path/to/kvmemory" in text
+    assert "python -m build --wheel" in text
