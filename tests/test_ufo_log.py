@@ -5,10 +5,14 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agents.cli import main
 from agents.integrations.ufo import import_ufo_log, read_ufo_log
@@ -643,3 +647,36 @@ def test_url_in_an_image_field_is_kept(tmp_path: Path) -> None:
     folder = _log_folder(tmp_path, [{"Step": 1, "image_url": "https://example.org/shot.png"}])
     (item,) = read_ufo_log(folder)
     assert item["image_url"] == "https://example.org/shot.png"
+
+
+_PIECES = ["..", ".", "", "a.png", "out.png", "outdir", "holiday.png", "task", "logs", "C:", "~"]
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pieces=st.lists(st.sampled_from(_PIECES) | st.text(max_size=6), min_size=1, max_size=5),
+    separator=st.sampled_from(["/", "\\"]),
+    rooted=st.booleans(),
+)
+def test_property_linked_screenshots_are_always_inside_the_folder(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[str], separator: str, rooted: bool
+) -> None:
+    """Whatever a screenshot field holds, whatever is linked is an image file inside the log folder."""
+    root = tmp_path_factory.mktemp("prop")
+    (root / "secret").mkdir()
+    (root / "secret" / "holiday.png").write_bytes(SECRET)
+    reference = ("/" if rooted else "") + separator.join(pieces)
+    folder = _log_folder(root, [{"Step": 1, "CleanScreenshot": reference}])
+    folder = folder.rename(root / "logs" / "task")
+    (folder / "a.png").write_bytes(PNG)
+    (folder / "out.png").symlink_to(root / "secret" / "holiday.png")
+    (folder / "outdir").symlink_to(root / "secret", target_is_directory=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedRecordWarning)
+        (item,) = read_ufo_log(folder)
+    inside = str(folder.resolve()) + os.sep
+    for linked in item.get_value("screenshots", []):
+        assert linked.startswith(inside)
+        assert Path(linked).read_bytes() != SECRET
