@@ -6,6 +6,8 @@
 * :mod:`agents.integrations.ufo`: turn a UFO 2 or UFO 3 run's log folder
   into a session, and read UFO's configuration for the switch-over files of
   ``docs/ufo.md``.
+* :mod:`agents.integrations.mcp`: serve a store to any agent over the Model
+  Context Protocol (extra ``kvmemory[mcp]``; ``kvmemory mcp`` on the command line).
 
 Each adapter imports its framework only when it is used, and names the extra
 to install when the framework is missing.
