@@ -16,7 +16,9 @@ import enum
 import functools
 import io
 import json
+import os
 import sqlite3
+import sys
 import tempfile
 import uuid
 import zoneinfo
@@ -348,6 +350,179 @@ def test_damaged_store_row_fails_reload_and_keeps_the_memory(tmp_path: Path) -> 
         with pytest.raises(AgentMemoryError, match="2"):
             memory.reload()
         assert state_of(memory) == before
+
+
+# -- UFO log folders: lines, screenshot names, links and sizes --------------------------------------
+
+_PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"\0" * 8
+_SECRET = _PNG_BYTES + b"outside the log folder: must never be read into any output"
+
+UFO_LOG_SEED = (
+    b"\n".join(
+        json.dumps(line).encode()
+        for line in [
+            {
+                "Step": 1,
+                "Agent": "HostAgent",
+                "Cost": 0.5,
+                "CleanScreenshot": "logs/task/action_step1.png",
+            },
+            {
+                "Step": 2,
+                "Agent": "AppAgent",
+                "Handle": 2**70,
+                "AnnotatedScreenshot": "C:\\UFO\\logs\\task\\a.png",
+            },
+            {
+                "agent_type": "AppAgent",
+                "session_step": 3,
+                "llm_cost": 0.25,
+                "clean_screenshot_path": "a.png",
+            },
+        ]
+    )
+    + b"\n"
+)
+
+screenshot_names = st.sampled_from(
+    [
+        "a.png",
+        "logs/task/a.png",
+        "../secret/holiday.png",
+        "../../secret/holiday.png",
+        "sub/../../secret/holiday.png",
+        "C:\\UFO\\logs\\task\\a.png",
+        "out.png",
+        "outdir/holiday.png",
+        "notes.png",
+        "huge.png",
+        "fifo.png",
+        "a.png\0.png",
+        "",
+        ".",
+        "/",
+        "x" * 300 + ".png",
+    ]
+) | st.text(max_size=20)
+
+
+@st.composite
+def ufo_log_folders(draw: st.DrawFn) -> tuple[bytes, list[str], bool]:
+    """A mutated response.log whose lines name screenshots, and whether to plant links out of the folder."""
+    lines = [json.loads(line) for line in UFO_LOG_SEED.splitlines()]
+    for line in lines:
+        key = "clean_screenshot_path" if "session_step" in line else "ConcatScreenshot"
+        line[key] = draw(screenshot_names)
+    log = b"\n".join(json.dumps(line).encode() for line in lines) + b"\n"
+    if draw(st.booleans()):
+        log = draw(mutations(log))
+    extra = draw(st.lists(screenshot_names, max_size=3))
+    # Fields prompt renderers read from disk themselves, beside UFO's own screenshot fields.
+    extra_key = draw(st.sampled_from(["SelectedControlScreenshot", "screenshot", "image_path"]))
+    return log, [extra_key, *extra] if extra else [], draw(st.booleans())
+
+
+def _plant_ufo_folder(root: Path, log: bytes, plant_links: bool) -> tuple[Path, Path]:
+    """Write a log folder beside a secret image outside it; return (folder, secret)."""
+    secret_dir = root / "secret"
+    secret_dir.mkdir()
+    secret = secret_dir / "holiday.png"
+    secret.write_bytes(_SECRET)
+    folder = root / "logs" / "task"
+    folder.mkdir(parents=True)
+    (folder / "response.log").write_bytes(log)
+    (folder / "a.png").write_bytes(_PNG_BYTES)
+    (folder / "notes.png").write_text("not an image")
+    with (folder / "huge.png").open("wb") as big:
+        big.write(_PNG_BYTES)
+        big.truncate(64 * 1024 * 1024)  # sparse: large, not slow to write
+    if plant_links:
+        (folder / "out.png").symlink_to(secret)
+        (folder / "outdir").symlink_to(secret_dir, target_is_directory=True)
+    return folder, secret
+
+
+_OPENED: list[str] | None = None
+"""Paths opened while a UFO log is read, recorded by the audit hook below (None: not recording)."""
+
+
+def _record_opens(event: str, args: tuple[Any, ...]) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], (str, bytes, Path)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+# Audit hooks cannot be removed; this one records only while _OPENED is a list.
+sys.addaudithook(_record_opens)
+
+
+def _read_recording_opens(read: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """Run ``read`` and return its result (or its library error) and every path it opened."""
+    global _OPENED
+    _OPENED = []
+    try:
+        try:
+            result: Any = read()
+        except AgentMemoryError as exc:
+            result = exc
+        return result, list(_OPENED)
+    finally:
+        _OPENED = None
+
+
+def _folder_state(folder: Path) -> list[tuple[str, bytes]]:
+    return sorted(
+        (str(path.relative_to(folder)), path.read_bytes()[:64] if path.is_file() else b"")
+        for path in folder.rglob("*")
+        if not path.is_symlink()
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=ufo_log_folders())
+def test_fuzzed_ufo_log_folder(case: tuple[bytes, list[str], bool]) -> None:
+    """A mutated UFO log folder imports or raises a library error; nothing outside it is read; a failure writes nothing."""
+    import base64
+    import warnings
+
+    from agents.integrations.ufo import import_ufo_log, read_ufo_log
+    from agents.memory import to_messages
+    from agents.memory.stores import open_store
+
+    log, extra, plant_links = case
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # skipped lines and refused screenshots warn by design
+        root = Path(tmp)
+        folder, secret = _plant_ufo_folder(root, log, plant_links)
+        if extra:
+            with (folder / "response.log").open("ab") as stream:
+                stream.write(json.dumps({"Step": 9, extra[0]: extra[1]}).encode())
+        before = _folder_state(folder)
+        folder_real = str(folder.resolve())
+        memory, opened = _read_recording_opens(lambda: read_ufo_log(folder))
+        outside = [
+            path for path in opened if not os.path.realpath(path).startswith(folder_real + "/")
+        ]
+        assert outside == []
+        assert any(path.endswith("response.log") for path in opened)  # the hook does record
+        if isinstance(memory, Memory):
+            for item in memory:
+                for linked in item.get_value("screenshots", []):
+                    assert linked.startswith(folder_real + "/")
+                    assert Path(linked).read_bytes() != _SECRET
+            rendered = json.dumps(to_messages(memory.content, text_keys=["Step"])).encode()
+            assert base64.b64encode(_SECRET) not in rendered
+        db = root / "runs.db"
+        with open_store(db) as store:
+            store.append("other", [MemoryItem(step=1)])
+            try:
+                import_ufo_log(folder, store, "ufo")
+            except AgentMemoryError:
+                assert store.count("ufo") == 0
+                assert store.session_info("ufo") is None
+            assert store.count("other") == 1
+        assert _folder_state(folder) == before
+        assert secret.read_bytes() == _SECRET
+        assert b"must never be read" not in db.read_bytes()
 
 
 # -- stored smolagents rows -------------------------------------------------------------------

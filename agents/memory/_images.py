@@ -237,3 +237,16 @@ def image_size(ref: str | os.PathLike[str]) -> tuple[int, int] | None:
     if text[:7].lower() == "http://" or text[:8].lower() == "https://":
         return None
     return _file_size_of(text)
+
+
+def image_mime_of(data: bytes) -> str | None:
+    """Return the MIME type of image bytes, recognised by their contents only (never a name).
+
+    Args:
+        data: The first bytes of a file (16 are enough).
+
+    Returns:
+        ``"image/png"``, ``"image/jpeg"``, ``"image/gif"``, ``"image/bmp"``,
+        ``"image/webp"``, or ``None`` when the bytes are none of these.
+    """
+    return _sniff(data)
