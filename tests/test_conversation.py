@@ -162,9 +162,9 @@ def test_last_messages_keeps_tool_groups_whole() -> None:
 
 
 def test_last_messages_without_system() -> None:
-    """keep_system=False does not pin the opening system message."""
+    """include_system=False does not pin the opening system message."""
     conversation = _chat()
-    assert [m["content"] for m in conversation.messages(LastMessages(1, keep_system=False))] == [
+    assert [m["content"] for m in conversation.messages(LastMessages(1, include_system=False))] == [
         "1 and 1"
     ]
 

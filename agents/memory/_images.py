@@ -14,7 +14,14 @@ from typing import Any, Final
 
 from agents.memory.exceptions import ImageReadError
 
-__all__ = ["DEFAULT_IMAGE_KEYS", "MAX_IMAGE_BYTES", "count_images", "image_data_url", "image_refs"]
+__all__ = [
+    "DEFAULT_IMAGE_KEYS",
+    "MAX_IMAGE_BYTES",
+    "count_images",
+    "image_data_url",
+    "image_refs",
+    "is_image_url",
+]
 
 DEFAULT_IMAGE_KEYS: Final[tuple[str, ...]] = (
     "image",
@@ -31,6 +38,11 @@ MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
 """The largest image file read into a prompt (20 MiB, the limit chat APIs commonly set)."""
 
 _URL_PREFIXES: Final = ("http://", "https://", "data:")
+
+
+def is_image_url(ref: str) -> bool:
+    """Return whether ``ref`` is a URL (``http://``, ``https://`` or ``data:``, any case) rather than a path."""
+    return ref[:8].lower().startswith(_URL_PREFIXES)
 
 
 def image_refs(value: Any) -> list[str]:
@@ -69,7 +81,7 @@ def _sniff(data: bytes) -> str | None:
 def image_data_url(ref: str | os.PathLike[str], *, max_bytes: int = MAX_IMAGE_BYTES) -> str:
     """Return an image reference as a URL a chat API accepts.
 
-    URLs (``http://``, ``https://``, ``data:``) are returned unchanged. A path
+    URLs (``http://``, ``https://``, ``data:``, the scheme in any case) are returned unchanged. A path
     is read now and returned as a ``data:`` URL with the image's MIME type
     (from the file's contents, or its suffix when the contents are not
     recognised) and its bytes in base64. Only regular files are read, and at
@@ -85,7 +97,7 @@ def image_data_url(ref: str | os.PathLike[str], *, max_bytes: int = MAX_IMAGE_BY
             file, is larger than ``max_bytes`` or is not an image.
     """
     text = os.fspath(ref)
-    if text.startswith(_URL_PREFIXES):
+    if is_image_url(text):
         return text
     if "\0" in text:
         msg = f"Image path {text!r} holds a NUL byte, which no file name can contain; store the image's real path."
