@@ -36,9 +36,9 @@ def _required(typed_dict: Any) -> list[str]:
     required = []
     for key, hint in _hints(typed_dict).items():
         origin = typing.get_origin(hint)
-        if origin in (Required, typing.Required):
-            required.append(key)
-        elif origin not in (NotRequired, typing.NotRequired) and typed_dict.__total__:
+        marked = origin in (Required, typing.Required)
+        unmarked = origin not in (NotRequired, typing.NotRequired)
+        if marked or (unmarked and typed_dict.__total__):
             required.append(key)
     return required
 
