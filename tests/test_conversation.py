@@ -16,17 +16,21 @@ from hypothesis import strategies as st
 from agents.memory import (
     BudgetExceededError,
     Conversation,
+    ConversationInfo,
     EstimateCounter,
     FieldValidationError,
+    InvalidArgumentError,
     InvalidSessionIdError,
     LastMessages,
     Memory,
     MemoryItem,
     TokenBudget,
     context_session_id,
+    list_conversations,
     message_tokens,
 )
-from agents.memory.stores import check_session_id, open_memory
+from agents.memory.messages import NO_RESULT
+from agents.memory.stores import check_session_id, open_memory, open_store
 
 
 def _call(call_id: str) -> dict[str, Any]:
@@ -97,8 +101,8 @@ def test_add_messages_is_all_or_nothing() -> None:
     assert len(conversation) == 2
 
 
-def test_orphan_tool_results_stand_alone() -> None:
-    """Tool results without a calling assistant message are their own groups."""
+def test_orphan_tool_results_follow_the_unanswered_policy() -> None:
+    """A tool result without a calling message is refused by default, left out under 'drop' or 'close'."""
     conversation = Conversation(
         Memory(
             [
@@ -108,7 +112,11 @@ def test_orphan_tool_results_stand_alone() -> None:
         )
     )
     assert [item["content"] for item in conversation.select(LastMessages(1))] == ["y"]
-    assert len(conversation.select(LastMessages(2))) == 2
+    with pytest.raises(FieldValidationError, match=r"call id 'gone' answers no call"):
+        conversation.select(LastMessages(2))
+    for policy in ("drop", "close"):
+        chosen = conversation.select(LastMessages(2, unanswered=policy))
+        assert [item["content"] for item in chosen] == ["y"]
 
 
 def test_selector_bounds_are_checked() -> None:
@@ -355,8 +363,6 @@ def test_for_context_closes_the_store_it_opened_on_failure(tmp_path: Path) -> No
     """An open store given to for_context is left open; a bad context opens nothing."""
     with pytest.raises(InvalidSessionIdError):
         Conversation.for_context(tmp_path / "c.db", {"a": object()})
-    from agents.memory.stores import open_store
-
     with open_store(tmp_path / "c.db") as store:
         with Conversation.for_context(store, {"a": 1}) as chat:
             chat.add_user("x")
@@ -379,3 +385,308 @@ def test_search_finds_messages_by_their_text(tmp_path: Path) -> None:
         assert [hit.item["role"] for hit in hits] == ["user", "user"]
         everywhere = chat.search("quarterly", keys=None, k=5)
         assert sorted(hit.item["role"] for hit in everywhere) == ["assistant", "user", "user"]
+
+
+# -- trimming as LangChain's trim_messages knows it -------------------------------------
+
+
+def _turns() -> Conversation:
+    chat = Conversation()
+    chat.add_system("sys")
+    chat.add_user("u1")
+    chat.add_assistant("a1")
+    chat.add_user("u2")
+    chat.add_assistant("a2")
+    return chat
+
+
+def _contents(chat: Conversation, selector: Any) -> list[Any]:
+    return [item["content"] for item in chat.select(selector)]
+
+
+def test_start_on_makes_the_history_start_on_a_role() -> None:
+    """start_on='user' drops older groups until the first kept message is a user's (after the system message)."""
+    chat = _turns()
+    assert _contents(chat, LastMessages(3)) == ["sys", "u2", "a2"]
+    assert _contents(chat, LastMessages(2)) == ["sys", "a2"]
+    assert _contents(chat, LastMessages(2, start_on="user")) == ["sys"]
+    assert _contents(chat, LastMessages(4, start_on=["user"])) == ["sys", "u2", "a2"]
+    assert _contents(chat, TokenBudget(2000, start_on="user")) == ["sys", "u1", "a1", "u2", "a2"]
+
+
+def test_end_on_drops_newer_groups_until_a_role() -> None:
+    """end_on='user' ends the selection on the newest user message, before counting with 'last'."""
+    chat = _turns()
+    assert _contents(chat, LastMessages(3, end_on="user")) == ["sys", "a1", "u2"]
+    assert _contents(chat, LastMessages(3, end_on=("user", "tool"))) == ["sys", "a1", "u2"]
+
+
+def test_strategy_first_takes_the_oldest_messages() -> None:
+    """strategy='first' takes the oldest groups that fit; end_on then trims its newest end."""
+    chat = _turns()
+    assert _contents(chat, LastMessages(3, strategy="first")) == ["sys", "u1", "a1"]
+    assert _contents(chat, LastMessages(3, strategy="first", end_on="user")) == ["sys", "u1"]
+    assert _contents(chat, LastMessages(2, strategy="first", include_system=False)) == [
+        "sys",
+        "u1",
+    ]
+    roles = [m["role"] for m in _chat().messages(LastMessages(5, strategy="first"))]
+    assert roles == ["system", "user", "assistant", "user"]  # the tool group does not fit
+
+
+def test_include_system_false_treats_system_messages_like_others() -> None:
+    """include_system=False neither keeps nor charges the opening system message."""
+    chat = _turns()
+    assert _contents(chat, LastMessages(2, include_system=False)) == ["u2", "a2"]
+    assert _contents(chat, LastMessages(5, include_system=False)) == ["sys", "u1", "a1", "u2", "a2"]
+
+
+def test_exclude_prompt_leaves_the_current_user_message_out() -> None:
+    """exclude_prompt leaves the newest message out of selection and count when it is a user's."""
+    chat = _turns()
+    chat.add_user("the question being answered")
+    assert _contents(chat, LastMessages(3, exclude_prompt=True)) == ["sys", "u2", "a2"]
+    counter = EstimateCounter()
+    budget = sum(message_tokens(item, counter) for item in chat.history.content[:-1])
+    assert len(chat.select(TokenBudget(budget, exclude_prompt=True))) == 5
+    assert len(chat.select(TokenBudget(budget))) < 6
+    chat.add_assistant("answer")
+    assert _contents(chat, LastMessages(2, exclude_prompt=True)) == ["sys", "answer"]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"strategy": "middle"}, r"strategy='middle' must be one of \['last', 'first'\]"),
+        ({"start_on": "robot"}, r"start_on=\('robot',\) must be a role"),
+        ({"end_on": []}, r"end_on=\(\) must be a role"),
+        ({"strategy": "first", "start_on": "user"}, r"start_on applies to strategy='last'"),
+        ({"unanswered": "ignore"}, r"unanswered='ignore' must be one of"),
+        ({"include_system": 1}, r"include_system must be True or False"),
+    ],
+)
+def test_bad_trimming_options_are_refused(options: dict[str, Any], match: str) -> None:
+    """Unknown strategies, roles and policies are refused when the selector is made."""
+    with pytest.raises(InvalidArgumentError, match=match):
+        LastMessages(3, **options)
+
+
+_broken_kinds = st.lists(
+    st.sampled_from(["user", "assistant", "calls", "half", "unanswered", "orphan", "system"]),
+    max_size=12,
+)
+
+
+def _build_broken(kinds: list[str]) -> Conversation:
+    """A history as crashes and stray writes leave it: items written as they come, unchecked."""
+    memory = Memory()
+    for index, kind in enumerate(kinds):
+        if kind in ("calls", "half", "unanswered"):
+            ids = [f"c{index}a", f"c{index}b"]
+            calls = [{**_call(i), "function": {"name": "add", "arguments": "{}"}} for i in ids]
+            memory.add_memory_item(MemoryItem(role="assistant", tool_calls=calls))
+            answered = {"calls": ids, "half": ids[:1], "unanswered": []}[kind]
+            for call_id in answered:
+                memory.add_memory_item(MemoryItem(role="tool", content="ok", tool_call_id=call_id))
+        elif kind == "orphan":
+            memory.add_memory_item(MemoryItem(role="tool", content="late", tool_call_id="c0a"))
+        else:
+            memory.add_memory_item(MemoryItem(role=kind, content=f"{kind} {index}"))
+    return Conversation(memory)
+
+
+@given(
+    _broken_kinds,
+    st.integers(0, 20),
+    st.sampled_from(["drop", "close"]),
+    st.sampled_from(["last", "first"]),
+    st.none() | st.sampled_from(["user", "assistant"]),
+    st.booleans(),
+)
+def test_selections_of_broken_histories_are_valid_under_drop_and_close(
+    kinds: list[str],
+    k: int,
+    policy: str,
+    strategy: str,
+    end_on: str | None,
+    include_system: bool,
+) -> None:
+    """Every selection, under every trimming option, renders as messages the openai types and tool rules accept, within k."""
+    chat = _build_broken(kinds)
+    start_on = "user" if strategy == "last" and end_on == "assistant" else None
+    selector = LastMessages(
+        k,
+        strategy=strategy,
+        end_on=end_on,
+        start_on=start_on,
+        include_system=include_system,
+        unanswered=policy,
+    )
+    try:
+        chosen = chat.select(selector)
+    except BudgetExceededError:
+        return
+    assert len(chosen) <= k
+    assert conversation_errors(to_messages_of(chosen)) == []
+    if end_on is not None and len(chosen) > 0 and chosen[-1]["role"] != "system":
+        assert chosen[-1]["role"] in (end_on, "tool")
+
+
+def to_messages_of(items: list[MemoryItem]) -> list[dict[str, Any]]:
+    from agents.memory import to_messages
+
+    return to_messages(items)
+
+
+def test_close_in_a_selector_counts_the_closing_message() -> None:
+    """A closing no-result message made by a selector is a new item, counted against k."""
+    memory = Memory(
+        [
+            MemoryItem(role="user", content="add"),
+            MemoryItem(role="assistant", tool_calls=[_call("c1")]),
+        ]
+    )
+    chat = Conversation(memory)
+    with pytest.raises(FieldValidationError, match=r"call id 'c1'\) has no tool result"):
+        chat.messages(LastMessages(5))
+    chosen = chat.select(LastMessages(2, unanswered="close"))
+    assert [item["role"] for item in chosen] == ["assistant", "tool"]
+    assert chosen[1]["content"] == NO_RESULT
+    assert chosen[0] is memory[1]
+    assert [item["role"] for item in chat.select(LastMessages(1, unanswered="close"))] == []
+
+
+# -- conversations users can find and manage --------------------------------------------
+
+
+def test_context_is_kept_with_the_conversation(tmp_path: Path) -> None:
+    """for_context keeps the context keys in the session metadata; a later open reads them back."""
+    url = f"sqlite://{tmp_path / 'chats.db'}"
+    with Conversation.for_context(url, {"chat_id": 42, "user": "ann"}) as chat:
+        assert chat.context == {"chat_id": 42, "user": "ann"}
+        chat.add_user("hi")
+    with open_store(url, read_only=True) as store:
+        info = store.session_info(context_session_id({"chat_id": 42, "user": "ann"}))
+        assert info is not None
+        assert info.metadata == {
+            "context": {"chat_id": 42, "user": "ann"},
+            "context_prefix": "chat",
+        }
+    assert Conversation().context is None
+
+
+def test_list_conversations_of_a_context_subset_in_every_store(store_url: str) -> None:
+    """list_conversations finds all chats of user 'ann' (and only hers) in every kind of store."""
+    with open_store(store_url) as store:
+        for chat_id, user in [(1, "ann"), (2, "bob"), (3, "ann"), (4, "ann")]:
+            with Conversation.for_context(store, {"chat_id": chat_id, "user": user}) as chat:
+                chat.add_user(f"hello from {user}")
+        with Conversation.for_context(store, {"chat_id": 5, "user": "ann"}, prefix="bot"):
+            pass
+        with Conversation.for_context(
+            store, {"chat_id": 6, "user": "ann"}, keep_steps=True
+        ) as chat:
+            chat.scratchpad.add_memory_item(MemoryItem(step=1))
+        store.set_metadata("chat-forged", {"context": {"user": "ann"}, "context_prefix": "chat"})
+        found = list_conversations(store, {"user": "ann"})
+        assert sorted(info.context["chat_id"] for info in found) == [1, 3, 4, 6]
+        assert all(isinstance(info, ConversationInfo) for info in found)
+        assert found[0].session_id == context_session_id(found[0].context)
+        assert [i.context["chat_id"] for i in list_conversations(store, {"user": "bob"})] == [2]
+        assert list_conversations(store, {"user": "ann", "chat_id": "1"}) == []
+        assert len(list_conversations(store)) == 5
+        assert [i.context["chat_id"] for i in list_conversations(store, prefix="bot")] == [5]
+
+
+def test_list_conversations_opens_a_url_read_only(tmp_path: Path) -> None:
+    """Given a URL, list_conversations opens the store read-only and closes it."""
+    url = f"sqlite://{tmp_path / 'chats.db'}"
+    with Conversation.for_context(url, {"user": "ann", "chat_id": 1}) as chat:
+        chat.add_user("x")
+    (info,) = list_conversations(url, {"user": "ann"})
+    assert info.context == {"user": "ann", "chat_id": 1}
+    with pytest.raises(InvalidSessionIdError):
+        list_conversations(url, {"user": [1]})
+
+
+def test_messages_get_ids_and_can_be_found_and_deleted() -> None:
+    """Each added message gets an id; get finds it, delete removes it (whole tool groups by default)."""
+    chat = _chat()
+    ids = [item["id"] for item in chat.history]
+    assert len(set(ids)) == len(ids) == 8
+    assert chat.get(ids[1]) is chat.history[1]
+    assert chat.get("no such id") is None
+    assert chat.delete(ids[1]) == 1
+    assert chat.get(ids[1]) is None
+    call = chat.history[3]  # the assistant message that calls two tools
+    assert chat.delete(chat.history[4]) == 3  # one result takes its call and the other result
+    assert call not in chat.history.content
+    assert conversation_errors(chat.messages()) == []
+    assert chat.delete("no such id") == 0
+
+
+def test_delete_without_whole_groups_and_repair() -> None:
+    """whole_groups=False deletes exactly what is named; repair_tool_calls then closes the call."""
+    chat = _chat()
+    assert chat.delete(chat.history[5], whole_groups=False) == 1
+    with pytest.raises(FieldValidationError, match=r"call id 'c1'\) has no tool result"):
+        chat.messages()
+    assert chat.repair_tool_calls() == 1
+    assert chat.repair_tool_calls() == 0
+    messages = chat.messages()
+    assert conversation_errors(messages) == []
+    assert {"role": "tool", "content": NO_RESULT, "tool_call_id": "c1"} in messages
+
+
+def test_delete_selected_removes_what_a_selector_picks() -> None:
+    """delete_selected(LastMessages(2, include_system=False)) deletes the last two messages."""
+    chat = _turns()
+    assert chat.delete_selected(LastMessages(2, include_system=False)) == 2
+    assert [m["content"] for m in chat.messages()] == ["sys", "u1", "a1"]
+
+
+def test_last_system_message() -> None:
+    """last_system_message gives the newest system message, or None."""
+    chat = _turns()
+    assert chat.last_system_message()["content"] == "sys"  # type: ignore[index]
+    chat.add_system("new rules")
+    assert chat.last_system_message()["content"] == "new rules"  # type: ignore[index]
+    assert Conversation().last_system_message() is None
+
+
+def test_a_second_handle_sees_new_messages_after_refresh(tmp_path: Path) -> None:
+    """Two handles on one stored conversation: the second sees the first's messages after refresh()."""
+    url = f"sqlite://{tmp_path / 'chats.db'}"
+    with (
+        Conversation.for_context(url, {"chat_id": 1}) as first,
+        Conversation.for_context(url, {"chat_id": 1}) as second,
+    ):
+        first.add_user("written by the first handle")
+        assert len(second) == 0  # stale until refreshed
+        assert second.refresh() == 1
+        assert second.last_user_message()["content"] == "written by the first handle"  # type: ignore[index]
+        assert second.refresh() == 0
+    assert Conversation().refresh() == 0
+
+
+def test_repair_tool_calls_after_a_crash_is_durable(tmp_path: Path) -> None:
+    """A call left unanswered by a killed process is repaired in the store; a new process reads valid messages."""
+    url = f"sqlite://{tmp_path / 'chats.db'}"
+    code = (
+        "import os, signal, sys; from agents.memory import Conversation\n"
+        "chat = Conversation.for_context(sys.argv[1], {'chat_id': 1})\n"
+        "chat.add_user('add 1 and 1')\n"
+        "chat.add_assistant(tool_calls=[{'id': 'c1', 'type': 'function', 'function': {'name': 'add', 'arguments': '{}'}}])\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, url], check=False)
+    assert done.returncode == -9
+    with Conversation.for_context(url, {"chat_id": 1}) as chat:
+        with pytest.raises(FieldValidationError, match=r"repair_tool_calls"):
+            chat.messages()
+        assert len(chat.messages(unanswered="drop")) == 1
+        assert chat.repair_tool_calls("drop") == 1
+    with Conversation.for_context(url, {"chat_id": 1}) as chat:
+        assert chat.messages() == [{"role": "user", "content": "add 1 and 1"}]
+    with pytest.raises(FieldValidationError, match=r"takes 'close' or 'drop'"):
+        Conversation().repair_tool_calls("refuse")

@@ -287,10 +287,14 @@ class _Trim:
         for group in groups:
             if any(id(item) in pinned_ids for item in group):
                 break
-            settled = self._settle(group)
+            # Under "refuse" a group is checked only once it fits: a broken
+            # group that would not be sent anyway raises nothing.
+            settled = group if self.unanswered == "refuse" else self._settle(group)
             price = sum(cost(item) for item in settled)
             if spent + price > limit:
                 break
+            if self.unanswered == "refuse":
+                self._settle(group)
             spent += price
             if settled:
                 chosen.append(settled)
