@@ -241,7 +241,11 @@ def _check_call_ids(message: Mapping[str, Any], position: int) -> None:
 
 
 def _valid_call(call: Any) -> bool:
-    if not isinstance(call, Mapping) or set(call) != {"id", "type", call.get("type")}:
+    if (
+        not isinstance(call, Mapping)
+        or not isinstance(call.get("type"), str)
+        or set(call) != {"id", "type", call["type"]}
+    ):
         return False
     kind = call["type"]
     body = call.get(kind)
@@ -344,6 +348,9 @@ def from_messages(
             chat message (or that gives two of its tool calls one id).
         ImageReadError: with ``read_paths``, naming a file that cannot be read as an image.
     """
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        msg = f"Chat messages come as a list of message dicts, got {_brief(messages)}."
+        raise FieldValidationError(msg)
     listed = list(messages)
     for position, message in enumerate(listed):
         check_message(message, position)
@@ -589,7 +596,9 @@ def settle_tool_calls(
         assistant = out[head]
         if missing:
             calls = _get(assistant, "tool_calls")
-            named = {_call_id(call): _call_name(call) for call in calls}
+            named = {
+                cid: _call_name(call) for call in calls if isinstance(cid := _call_id(call), str)
+            }
             if unanswered == "refuse":
                 cid = missing[0]
                 msg = (
