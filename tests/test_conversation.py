@@ -690,3 +690,50 @@ def test_repair_tool_calls_after_a_crash_is_durable(tmp_path: Path) -> None:
         assert chat.messages() == [{"role": "user", "content": "add 1 and 1"}]
     with pytest.raises(FieldValidationError, match=r"takes 'close' or 'drop'"):
         Conversation().repair_tool_calls("refuse")
+
+
+RICH = [
+    {"role": "developer", "content": "Answer in French."},
+    {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+    {
+        "role": "user",
+        "name": "ann",
+        "content": [
+            {"type": "text", "text": "Look"},
+            {
+                "type": "image_url",
+                "image_url": {"url": "HTTPS://example.org/a.png", "detail": "low"},
+            },
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "mp3"}},
+            {"type": "file", "file": {"file_data": "JVBERi0=", "filename": "a.pdf"}},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}},
+            {"id": "c2", "type": "custom", "custom": {"name": "sh", "input": "ls"}},
+        ],
+    },
+    {"role": "tool", "content": [{"type": "text", "text": "2"}], "tool_call_id": "c2"},
+    {"role": "tool", "content": "1", "tool_call_id": "c1"},
+    {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},
+    {"role": "assistant", "content": "Voilà.", "audio": {"id": "audio_1"}, "name": "bot"},
+]
+
+
+def test_messages_round_trip_through_every_store(store_url: str) -> None:
+    """Every message kind goes into a stored conversation and comes out identical to a new handle, valid for the API."""
+    assert conversation_errors(RICH) == []
+    with open_store(store_url) as store:
+        with Conversation.for_context(store, {"chat_id": 1}) as chat:
+            chat.add_messages(RICH)
+        with Conversation.for_context(store, {"chat_id": 1}) as chat:
+            assert chat.messages() == RICH
+            for selector in [
+                LastMessages(3),
+                TokenBudget(60, start_on="user"),
+                LastMessages(4, strategy="first"),
+            ]:
+                assert conversation_errors(chat.messages(selector)) == []
