@@ -19,6 +19,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from typing_extensions import NotRequired, Required, is_typeddict
 
@@ -155,3 +156,86 @@ def conversation_errors(messages: list[Any]) -> list[str]:
             pending = dict.fromkeys(ids, False)
     errors += [f"end: call {c!r} was never answered" for c, d in pending.items() if not d]
     return errors
+
+
+# -- hypothesis strategies of valid messages, shared by the test modules -------------------
+
+TEXT = st.text(max_size=20)
+NAME = st.sampled_from(["ann", "bob"])
+URL = st.sampled_from(
+    ["https://example.org/a.png", "HTTPS://EXAMPLE.ORG/B.PNG", "data:image/png;base64,AAAA"]
+)
+TEXT_PART = st.builds(lambda t: {"type": "text", "text": t}, TEXT)
+USER_PART = st.one_of(
+    TEXT_PART,
+    st.builds(lambda u: {"type": "image_url", "image_url": {"url": u}}, URL),
+    st.builds(
+        lambda u, d: {"type": "image_url", "image_url": {"url": u, "detail": d}},
+        URL,
+        st.sampled_from(["auto", "low", "high"]),
+    ),
+    st.builds(
+        lambda f: {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": f}},
+        st.sampled_from(["wav", "mp3"]),
+    ),
+    st.just({"type": "file", "file": {"file_id": "file-abc"}}),
+    st.just({"type": "file", "file": {"file_data": "JVBERi0=", "filename": "a.pdf"}}),
+)
+ASSISTANT_PART = st.one_of(TEXT_PART, st.builds(lambda t: {"type": "refusal", "refusal": t}, TEXT))
+
+
+def _with_name(role: str, content: Any, name: str | None) -> dict[str, Any]:
+    message = {"role": role, "content": content}
+    if name is not None:
+        message["name"] = name
+    return message
+
+
+PLAIN_MESSAGE = st.one_of(
+    st.builds(
+        _with_name,
+        st.sampled_from(["system", "developer"]),
+        st.one_of(TEXT, st.lists(TEXT_PART, min_size=1, max_size=3)),
+        st.none() | NAME,
+    ),
+    st.builds(
+        _with_name,
+        st.just("user"),
+        st.one_of(TEXT, st.lists(USER_PART, min_size=1, max_size=4)),
+        st.none() | NAME,
+    ),
+    st.builds(
+        _with_name,
+        st.just("assistant"),
+        st.one_of(TEXT, st.lists(ASSISTANT_PART, min_size=1, max_size=3)),
+        st.none() | NAME,
+    ),
+    st.builds(lambda r: {"role": "assistant", "content": None, "refusal": r}, TEXT),
+    st.builds(lambda a: {"role": "assistant", "audio": {"id": a}}, st.just("audio_1")),
+    st.builds(lambda c: {"role": "assistant", "content": c, "audio": {"id": "audio_2"}}, TEXT),
+)
+
+
+def tool_call(call_id: str, custom: bool, arguments: str) -> dict[str, Any]:
+    if custom:
+        return {"id": call_id, "type": "custom", "custom": {"name": "sh", "input": arguments}}
+    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": arguments}}
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Draw a valid conversation: every role, part kind and tool-call shape, results in any order."""
+    messages: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            messages.append(draw(PLAIN_MESSAGE))
+        else:
+            ids = [f"call_{index}_{n}" for n in range(draw(st.integers(1, 3)))]
+            calls = [tool_call(i, draw(st.booleans()), draw(TEXT)) for i in ids]
+            assistant: dict[str, Any] = {"role": "assistant", "tool_calls": calls}
+            assistant["content"] = draw(st.none() | TEXT)
+            messages.append(assistant)
+            for i in draw(st.permutations(ids)):
+                content = draw(st.one_of(TEXT, st.lists(TEXT_PART, min_size=1, max_size=2)))
+                messages.append({"role": "tool", "content": content, "tool_call_id": i})
+    return messages

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_schema import conversation_errors
-from hypothesis import given
+from chat_schema import conversation_errors, conversations
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import (
@@ -737,3 +737,66 @@ def test_messages_round_trip_through_every_store(store_url: str) -> None:
                 LastMessages(4, strategy="first"),
             ]:
                 assert conversation_errors(chat.messages(selector)) == []
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    conversations(),
+    st.integers(0, 12),
+    st.integers(0, 300),
+    st.sampled_from(["last", "first"]),
+    st.none() | st.sampled_from(["user", "assistant", "tool"]),
+    st.none() | st.sampled_from(["user", "assistant"]),
+    st.booleans(),
+    st.booleans(),
+)
+def test_selections_of_any_valid_conversation_are_valid_and_gapless(
+    messages: list[dict[str, Any]],
+    k: int,
+    tokens: int,
+    strategy: str,
+    end_on: str | None,
+    start_on: str | None,
+    include_system: bool,
+    exclude_prompt: bool,
+) -> None:
+    """Over any valid conversation, every trimming option selects a run of whole groups the openai types and tool rules accept."""
+    chat = Conversation()
+    chat.add_messages(messages)
+    history = chat.history.content
+    options: dict[str, Any] = {
+        "strategy": strategy,
+        "end_on": end_on,
+        "start_on": start_on if strategy == "last" else None,
+        "include_system": include_system,
+        "exclude_prompt": exclude_prompt,
+    }
+    counter = EstimateCounter()
+    for selector, cost, limit in [
+        (LastMessages(k, **options), lambda item: 1, k),
+        (TokenBudget(tokens, **options), lambda item: message_tokens(item, counter), tokens),
+    ]:
+        try:
+            chosen = chat.select(selector)
+        except BudgetExceededError:
+            continue
+        assert sum(cost(item) for item in chosen) <= limit
+        sent = chat.messages(selector)
+        assert conversation_errors(sent) == []
+        positions = [next(i for i, h in enumerate(history) if h is item) for item in chosen]
+        assert positions == sorted(positions)
+        opening = 0
+        while (
+            include_system
+            and opening < len(history)
+            and history[opening]["role"] in ("system", "developer")
+        ):
+            opening += 1
+        rest = positions[opening:] if positions[:opening] == list(range(opening)) else positions
+        assert rest == list(range(rest[0], rest[-1] + 1)) if rest else True
+        if exclude_prompt and history and history[-1]["role"] == "user" and len(history) > opening:
+            assert len(history) - 1 not in positions
+        if end_on is not None and rest:
+            assert history[rest[-1]]["role"] == end_on
+        if start_on is not None and strategy == "last" and rest:
+            assert history[rest[0]]["role"] == start_on

@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_schema import conversation_errors, message_errors
+from chat_schema import (
+    ASSISTANT_PART,
+    TEXT,
+    URL,
+    USER_PART,
+    conversation_errors,
+    conversations,
+    message_errors,
+    tool_call,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,90 +116,8 @@ def test_messages_out_are_valid_chat_messages() -> None:
     assert conversation_errors(messages) == []
 
 
-_text = st.text(max_size=20)
-_name = st.sampled_from(["ann", "bob"])
-_url = st.sampled_from(
-    ["https://example.org/a.png", "HTTPS://EXAMPLE.ORG/B.PNG", "data:image/png;base64,AAAA"]
-)
-_text_part = st.builds(lambda t: {"type": "text", "text": t}, _text)
-_user_part = st.one_of(
-    _text_part,
-    st.builds(lambda u: {"type": "image_url", "image_url": {"url": u}}, _url),
-    st.builds(
-        lambda u, d: {"type": "image_url", "image_url": {"url": u, "detail": d}},
-        _url,
-        st.sampled_from(["auto", "low", "high"]),
-    ),
-    st.builds(
-        lambda f: {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": f}},
-        st.sampled_from(["wav", "mp3"]),
-    ),
-    st.just({"type": "file", "file": {"file_id": "file-abc"}}),
-    st.just({"type": "file", "file": {"file_data": "JVBERi0=", "filename": "a.pdf"}}),
-)
-_assistant_part = st.one_of(
-    _text_part, st.builds(lambda t: {"type": "refusal", "refusal": t}, _text)
-)
-
-
-def _with_name(role: str, content: Any, name: str | None) -> dict[str, Any]:
-    message = {"role": role, "content": content}
-    if name is not None:
-        message["name"] = name
-    return message
-
-
-_plain_message = st.one_of(
-    st.builds(
-        _with_name,
-        st.sampled_from(["system", "developer"]),
-        st.one_of(_text, st.lists(_text_part, min_size=1, max_size=3)),
-        st.none() | _name,
-    ),
-    st.builds(
-        _with_name,
-        st.just("user"),
-        st.one_of(_text, st.lists(_user_part, min_size=1, max_size=4)),
-        st.none() | _name,
-    ),
-    st.builds(
-        _with_name,
-        st.just("assistant"),
-        st.one_of(_text, st.lists(_assistant_part, min_size=1, max_size=3)),
-        st.none() | _name,
-    ),
-    st.builds(lambda r: {"role": "assistant", "content": None, "refusal": r}, _text),
-    st.builds(lambda a: {"role": "assistant", "audio": {"id": a}}, st.just("audio_1")),
-    st.builds(lambda c: {"role": "assistant", "content": c, "audio": {"id": "audio_2"}}, _text),
-)
-
-
-def _call(call_id: str, custom: bool, arguments: str) -> dict[str, Any]:
-    if custom:
-        return {"id": call_id, "type": "custom", "custom": {"name": "sh", "input": arguments}}
-    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": arguments}}
-
-
-@st.composite
-def _conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    for index in range(draw(st.integers(0, 6))):
-        if draw(st.booleans()):
-            messages.append(draw(_plain_message))
-        else:
-            ids = [f"call_{index}_{n}" for n in range(draw(st.integers(1, 3)))]
-            calls = [_call(i, draw(st.booleans()), draw(_text)) for i in ids]
-            assistant: dict[str, Any] = {"role": "assistant", "tool_calls": calls}
-            assistant["content"] = draw(st.none() | _text)
-            messages.append(assistant)
-            for i in draw(st.permutations(ids)):
-                content = draw(st.one_of(_text, st.lists(_text_part, min_size=1, max_size=2)))
-                messages.append({"role": "tool", "content": content, "tool_call_id": i})
-    return messages
-
-
 @PROPERTY
-@given(_conversations())
+@given(conversations())
 def test_any_valid_conversation_round_trips(messages: list[dict[str, Any]]) -> None:
     """Any valid conversation comes back identical and passes the openai types and the tool rules."""
     assert conversation_errors(messages) == []
@@ -200,7 +127,7 @@ def test_any_valid_conversation_round_trips(messages: list[dict[str, Any]]) -> N
 
 
 @PROPERTY
-@given(_conversations())
+@given(conversations())
 def test_round_trip_through_a_session_file(messages: list[dict[str, Any]]) -> None:
     """Messages kept in a session document come back identical."""
     memory = Memory(from_messages(messages))
@@ -208,7 +135,7 @@ def test_round_trip_through_a_session_file(messages: list[dict[str, Any]]) -> No
 
 
 @PROPERTY
-@given(_conversations())
+@given(conversations())
 def test_round_trip_through_a_stored_conversation(messages: list[dict[str, Any]]) -> None:
     """Messages added to a conversation in a store come out identical."""
     with Conversation.for_context("memory://", {"chat": 1}) as chat:
@@ -219,14 +146,14 @@ def test_round_trip_through_a_stored_conversation(messages: list[dict[str, Any]]
 _step_item = st.builds(
     lambda step, shots, action: MemoryItem(step=step, action=action, screenshots=shots),
     st.integers(0, 99),
-    st.lists(_url, max_size=2),
-    _text,
+    st.lists(URL, max_size=2),
+    TEXT,
 )
 
 
 @PROPERTY
 @given(
-    st.lists(st.one_of(_conversations(), st.lists(_step_item, max_size=2)), max_size=4),
+    st.lists(st.one_of(conversations(), st.lists(_step_item, max_size=2)), max_size=4),
     st.sampled_from(["system", "developer", "user", "assistant"]),
 )
 def test_mixed_memories_render_valid_messages(chunks: list[list[Any]], role: str) -> None:
@@ -239,11 +166,12 @@ def test_mixed_memories_render_valid_messages(chunks: list[list[Any]], role: str
 
 
 _loose_value = st.one_of(
-    st.none(), st.booleans(), st.integers(-2, 2), _text, st.just([]), st.just({})
+    st.none(), st.booleans(), st.integers(-2, 2), TEXT, st.just([]), st.just({})
 )
 _loose_part = st.one_of(
-    _user_part,
-    _assistant_part,
+    USER_PART,
+    ASSISTANT_PART,
+    TEXT,
     st.dictionaries(
         st.sampled_from(["type", "text", "image_url", "refusal", "file", "input_audio", "x"]),
         st.one_of(_loose_value, st.sampled_from(["text", "image_url", "refusal", "file"])),
@@ -256,7 +184,9 @@ _loose_message = st.dictionaries(
         _loose_value,
         st.sampled_from(["system", "developer", "user", "assistant", "tool", "robot"]),
         st.lists(_loose_part, max_size=2),
-        st.lists(st.builds(_call, st.sampled_from(["a", "b"]), st.booleans(), _text), max_size=2),
+        st.lists(
+            st.builds(tool_call, st.sampled_from(["a", "b"]), st.booleans(), TEXT), max_size=2
+        ),
         st.just({"id": "audio_1"}),
     ),
     max_size=5,

@@ -45,6 +45,7 @@ from agents.memory.messages import (
     MESSAGE_KEYS,
     ROLES,
     UNANSWERED,
+    check_message,
     from_messages,
     image_count,
     settle_tool_calls,
@@ -561,6 +562,7 @@ class Conversation:
             message["tags"] = tag_list
         message.update(fields)
         message.setdefault("id", _new_id())
+        check_message(message)
         (item,) = from_messages([message], read_paths=read_paths)
         self.history.add_memory_item(item)
         return item

@@ -229,7 +229,7 @@ def _check_tool_calls(calls: Any, position: int | None) -> None:
             )
 
 
-def _check_call_ids(message: Mapping[str, Any], position: int) -> None:
+def _check_call_ids(message: Mapping[str, Any], position: int | None) -> None:
     seen: set[str] = set()
     for call in message.get("tool_calls") or ():
         if call["id"] in seen:
@@ -259,20 +259,23 @@ def _valid_call(call: Any) -> bool:
     )
 
 
-def check_message(message: Mapping[str, Any], position: int | None = None) -> None:
+def check_message(
+    message: Mapping[str, Any], position: int | None = None, *, distinct_ids: bool = True
+) -> None:
     """Check that ``message`` is a chat message the chat-completions schema accepts.
 
     The keys of :data:`MESSAGE_KEYS` are held to the schema of the message's
     role (``name`` on a tool result, ``refusal`` on a user message, image
     parts on a system message are refused); any other key is a custom field
     and is not checked (``function_call``, deprecated by the API, is refused).
-    Rules between messages (tool calls and their results, distinct call ids)
-    are those of :func:`settle_tool_calls`; :func:`from_messages` also
-    refuses two calls with one id in a message.
+    Rules between messages (tool calls and their results) are those of
+    :func:`settle_tool_calls`.
 
     Args:
         message: The message (``role``, ``content`` and the keys of :data:`MESSAGE_KEYS`).
         position: Its index, named in the error.
+        distinct_ids: Refuse two tool calls with one id (``False`` leaves
+            them to :func:`settle_tool_calls` and its ``unanswered`` policy).
 
     Raises:
         FieldValidationError: naming the message and what is wrong with it.
@@ -299,6 +302,8 @@ def check_message(message: Mapping[str, Any], position: int | None = None) -> No
     _check_content(message, role, position)
     if "tool_calls" in message:
         _check_tool_calls(message["tool_calls"], position)
+        if distinct_ids:
+            _check_call_ids(message, position)
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         raise _refuse(
             position,
@@ -345,7 +350,7 @@ def from_messages(
 
     Raises:
         FieldValidationError: naming the first message that is not a valid
-            chat message (or that gives two of its tool calls one id).
+            chat message (two tool calls of a message with one id included).
         ImageReadError: with ``read_paths``, naming a file that cannot be read as an image.
     """
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
@@ -354,7 +359,6 @@ def from_messages(
     listed = list(messages)
     for position, message in enumerate(listed):
         check_message(message, position)
-        _check_call_ids(message, position)
     if read_paths:
         listed = [_read_paths(message) for message in listed]
     return [MemoryItem(**dict(message)) for message in listed]
@@ -485,10 +489,10 @@ def to_messages(
         if made is not None:
             many = [made] if isinstance(made, Mapping) else list(made)
             for message in many:
-                check_message(message, len(out))
+                check_message(message, len(out), distinct_ids=False)
                 out.append(_message_of(message))
         elif is_message(record):
-            check_message(record, len(out))
+            check_message(record, len(out), distinct_ids=False)
             out.append(_message_of(record))
         else:
             step_role = role(record) if callable(role) else role
