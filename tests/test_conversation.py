@@ -669,6 +669,26 @@ def test_a_second_handle_sees_new_messages_after_refresh(tmp_path: Path) -> None
     assert Conversation().refresh() == 0
 
 
+def test_a_following_handle_is_never_stale(tmp_path: Path) -> None:
+    """With follow=True each read first takes in what other handles appended."""
+    url = f"sqlite://{tmp_path / 'chats.db'}"
+    with (
+        Conversation.for_context(url, {"chat_id": 1}) as writer,
+        Conversation.for_context(url, {"chat_id": 1}, follow=True) as reader,
+    ):
+        writer.add_system("rules")
+        assert reader.last_system_message()["content"] == "rules"  # type: ignore[index]
+        first = writer.add_user("one")
+        assert reader.messages() == [
+            {"role": "system", "content": "rules"},
+            {"role": "user", "content": "one"},
+        ]
+        writer.add_user("two")
+        assert reader.last_user_message()["content"] == "two"  # type: ignore[index]
+        assert reader.get(first["id"])["content"] == "one"  # type: ignore[index]
+        assert len(reader.select(LastMessages(10))) == 3
+
+
 def test_repair_tool_calls_after_a_crash_is_durable(tmp_path: Path) -> None:
     """A call left unanswered by a killed process is repaired in the store; a new process reads valid messages."""
     url = f"sqlite://{tmp_path / 'chats.db'}"

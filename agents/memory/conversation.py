@@ -417,6 +417,11 @@ class Conversation:
             (a new in-RAM memory by default).
         keep_steps: Keep the scratchpad's steps when a new request begins
             (by default :meth:`new_request` clears them).
+        follow: Before each read (:meth:`select`, :meth:`messages`,
+            :meth:`last_user_message`, :meth:`last_system_message`,
+            :meth:`get`, :meth:`tagged`, :meth:`search`), read the messages
+            other handles appended to a stored history (:meth:`refresh`), so
+            this handle is never stale; one short store read each time.
     """
 
     def __init__(
@@ -425,10 +430,12 @@ class Conversation:
         *,
         scratchpad: Memory | None = None,
         keep_steps: bool = False,
+        follow: bool = False,
     ) -> None:
         self.history = history if history is not None else Memory()
         self.scratchpad = scratchpad if scratchpad is not None else Memory()
         self.keep_steps = keep_steps
+        self.follow = follow
         self._store: BaseStore | None = None
 
     @classmethod
@@ -439,6 +446,7 @@ class Conversation:
         *,
         prefix: str = "chat",
         keep_steps: bool = False,
+        follow: bool = False,
     ) -> Self:
         """Open the conversation of ``context`` in ``store``; the same keys give it back in any process.
 
@@ -456,6 +464,7 @@ class Conversation:
             context: The keys that name the conversation (``{"chat_id": 42, "user": "ann"}``).
             prefix: Starts the session id.
             keep_steps: Keep the scratchpad in the store across requests.
+            follow: Read what other handles appended before each read (see :class:`Conversation`).
 
         Raises:
             InvalidSessionIdError: if the context cannot name a session.
@@ -474,7 +483,7 @@ class Conversation:
             if owned is not None:
                 owned.close()
             raise
-        conversation = cls(history, scratchpad=scratchpad, keep_steps=keep_steps)
+        conversation = cls(history, scratchpad=scratchpad, keep_steps=keep_steps, follow=follow)
         conversation._store = owned
         try:
             conversation._record_context(opened, dict(context), prefix)
@@ -612,6 +621,7 @@ class Conversation:
 
     def last_user_message(self) -> MemoryItem | None:
         """Return the newest user message, or ``None`` when there is none (reads newest first)."""
+        self._fresh()
         for item in self.history.iter_newest():
             if item.get_value("role") == "user":
                 return item
@@ -619,6 +629,7 @@ class Conversation:
 
     def last_system_message(self) -> MemoryItem | None:
         """Return the newest system message, or ``None`` when there is none (reads newest first)."""
+        self._fresh()
         for item in self.history.iter_newest():
             if item.get_value("role") == "system":
                 return item
@@ -626,6 +637,7 @@ class Conversation:
 
     def get(self, message_id: str) -> MemoryItem | None:
         """Return the message whose ``id`` field is ``message_id`` (the newest if several), or ``None``."""
+        self._fresh()
         for item in self.history.iter_newest():
             if item.get_value("id") == message_id:
                 return item
@@ -716,13 +728,18 @@ class Conversation:
         holds the history as it read it, plus what it wrote. Call this before
         building a prompt when another handle may have written. Deletions
         made elsewhere are seen by ``history.reload()``. A history in RAM has
-        nothing to read: 0.
+        nothing to read: 0. A conversation made with ``follow=True`` does
+        this before each read.
 
         Raises:
             StoreError: if the store cannot be read.
         """
         refresh = getattr(self.history, "refresh", None)
         return int(refresh()) if refresh is not None else 0
+
+    def _fresh(self) -> None:
+        if self.follow:
+            self.refresh()
 
     def tag(self, item: MemoryItem, *tags: str) -> None:
         """Add ``tags`` to a message's ``tags`` field (each once, in order; written through when stored)."""
@@ -733,10 +750,12 @@ class Conversation:
 
     def tagged(self, tag: str) -> list[MemoryItem]:
         """Return the messages tagged ``tag``, in order."""
+        self._fresh()
         return self.history.select(lambda item: tag in (item.get_value("tags") or ()))
 
     def select(self, selector: MessageSelector | None = None) -> list[MemoryItem]:
         """Return the messages ``selector`` chooses (all when ``None``), in memory order."""
+        self._fresh()
         if selector is None:
             return self.history.content
         return list(selector(self.history))
@@ -761,6 +780,7 @@ class Conversation:
             InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
         """
+        self._fresh()
         return self.history.search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def messages(
