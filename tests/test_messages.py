@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -602,3 +603,44 @@ def test_message_helpers() -> None:
     assert message_text(CHAT[2]) == ""
     assert image_count(item) == 1
     assert image_count(CHAT[1]) == 0
+
+
+_hostile_value = st.one_of(
+    st.none(), st.integers(), st.text(max_size=3), st.lists(st.integers(), max_size=2), st.just({})
+)
+_hostile_item = st.one_of(
+    st.builds(
+        lambda cid: MemoryItem(role="tool", content="r", tool_call_id=cid),
+        st.one_of(st.sampled_from(["a", "b"]), _hostile_value),
+    ),
+    st.builds(
+        lambda ids: MemoryItem(
+            role="assistant",
+            tool_calls=[
+                {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                for i in ids
+            ],
+        ),
+        st.lists(st.one_of(st.sampled_from(["a", "b"]), _hostile_value), min_size=1, max_size=3),
+    ),
+    st.builds(lambda calls: MemoryItem(role="assistant", tool_calls=calls), _hostile_value),
+    st.just(MemoryItem(role="user", content="u")),
+)
+
+
+@PROPERTY
+@given(st.lists(_hostile_item, max_size=8), st.sampled_from(["refuse", "drop", "close"]))
+def test_damaged_stored_tool_calls_raise_only_library_errors(
+    items: list[MemoryItem], policy: str
+) -> None:
+    """Tool calls and results as a damaged store row may hold them: to_messages and the selectors raise only FieldValidationError."""
+    from agents.memory import LastMessages
+
+    memory = Memory(items)
+    for render in (
+        lambda: to_messages(memory, unanswered=policy),
+        lambda: LastMessages(len(items), unanswered=policy)(memory),
+        lambda: settle_tool_calls(memory.content, unanswered=policy),
+    ):
+        with contextlib.suppress(FieldValidationError):
+            render()

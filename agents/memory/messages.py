@@ -590,7 +590,7 @@ def settle_tool_calls(
     out: list[M | dict[str, Any]] = []
     pending: dict[str, bool] = {}  # call id -> answered, for the open group
     head = -1  # index in out of the open group's assistant message
-    closed: dict[str, int] = {}  # call id -> position of the call, for groups already closed
+    closed: dict[str, int] = {}  # call id -> index in out of its call, for groups already closed
 
     def close_group() -> None:
         nonlocal head
@@ -662,6 +662,12 @@ def settle_tool_calls(
 
 
 def _stray_result(cid: Any, pending: Mapping[str, bool], closed: Mapping[str, int]) -> str:
+    if not isinstance(cid, str):
+        return (
+            f"A tool result has tool_call_id {_brief(cid)}, not the string id of a call; a chat API "
+            "refuses the request. Pass unanswered='drop' or 'close' to leave it out, or repair the "
+            "stored history with Conversation.repair_tool_calls()."
+        )
     if pending.get(cid) is True:
         why = "answers it a second time"
     elif cid in closed:
@@ -679,7 +685,11 @@ def _stray_result(cid: Any, pending: Mapping[str, bool], closed: Mapping[str, in
 def _drop_calls(out: list[Any], head: int, missing: set[str]) -> None:
     """Leave the ``missing`` calls out of the assistant message at ``out[head]`` (all of it when empty)."""
     fields = _fields(out[head])
-    kept = [call for call in fields["tool_calls"] if _call_id(call) not in missing]
+    kept = [
+        call
+        for call in fields["tool_calls"]
+        if not (isinstance(cid := _call_id(call), str) and cid in missing)
+    ]
     if kept:
         fields["tool_calls"] = kept
         out[head] = fields
