@@ -4,19 +4,24 @@ A :class:`Conversation` is a ``Memory`` whose items are chat messages (see
 :mod:`agents.memory.messages`), plus a *scratchpad*: a second memory for
 the working steps of the current request, kept apart from the history.
 
-* Appending by role, reading the last user message and tagging are one call
-  each (:meth:`Conversation.add_user`, :meth:`Conversation.last_user_message`,
-  :meth:`Conversation.tag`).
+* Appending by role, reading the last user or system message, finding a
+  message by its id, deleting and tagging are one call each
+  (:meth:`Conversation.add_user`, :meth:`Conversation.last_user_message`,
+  :meth:`Conversation.get`, :meth:`Conversation.delete`, :meth:`Conversation.tag`).
 * Selectors choose what goes into the prompt. :class:`LastMessages` and
-  :class:`TokenBudget` take the newest messages, whole *groups* at a time,
-  and stop at the first group that does not fit, so the selection has no
-  gaps; an assistant message that calls tools and the tool results that
-  follow it form one group, so a call is never split from its result. The
-  system messages that open the conversation are kept (and counted). Any
-  function ``memory -> list of items`` is a selector too.
+  :class:`TokenBudget` take whole *groups* at a time (an assistant message
+  that calls tools and the tool results that follow it form one group, so
+  a call is never split from its result) and stop at the first group that
+  does not fit, so the selection has no gaps. They take the options of
+  LangChain's ``trim_messages`` (``strategy``, ``start_on``, ``end_on``,
+  ``include_system``), ``exclude_prompt`` and the ``unanswered`` policy for
+  tool calls without a result. Any function ``memory -> list of items`` is
+  a selector too.
 * :meth:`Conversation.for_context` opens the conversation of a set of
   context keys (``{"chat_id": 42, "user": "ann"}``) in a store; the same keys
-  give the same session in any process (see :func:`context_session_id`).
+  give the same session in any process (see :func:`context_session_id`),
+  the context is kept in the session's metadata, and
+  :func:`list_conversations` lists the conversations of part of a context.
 """
 
 from __future__ import annotations
