@@ -360,6 +360,22 @@ SECRET_SIGNS = (
 PLACEHOLDER = "@secret-path"
 
 
+def chat_seeds() -> list[bytes]:
+    """Return two client chat requests naming a local file as an image: plain kinds, and every kind."""
+    plain = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look"},
+                {"type": "image_url", "image_url": {"url": PLACEHOLDER}},
+            ],
+        },
+        {"role": "assistant", "content": "A cat."},
+    ]
+    return [json.dumps(plain).encode(), chat_seed()]
+
+
 def chat_seed() -> bytes:
     """Return a client's chat request: every message kind, and an image part naming a local file."""
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a":1}'}}
@@ -388,7 +404,7 @@ def with_secret(value: Any, path: str) -> Any:
 
 
 @FUZZ
-@given(data=mutations(chat_seed()))
+@given(data=st.sampled_from(chat_seeds()).flatmap(mutations))
 def test_fuzzed_incoming_chat_messages(data: bytes) -> None:
     """Mutated client messages: only library errors escape, a refused request changes nothing, no file is read."""
     from agents.memory import Conversation, to_messages
@@ -423,16 +439,17 @@ def test_fuzzed_incoming_chat_messages(data: bytes) -> None:
 
 
 def test_chat_seed_is_accepted_and_keeps_the_path(tmp_path: Path) -> None:
-    """The unmutated request is accepted; its local image path is kept as given and the file never read."""
+    """The unmutated requests are accepted; their local image path is kept as given and the file never read."""
     from agents.memory import Conversation
 
     secret = tmp_path / "secret.png"
     secret.write_bytes(SECRET)
-    request = with_secret(json.loads(chat_seed()), str(secret))
-    chat = Conversation()
-    chat.add_messages(request)
-    sent = repr(chat.messages())
-    assert str(secret) in sent
-    assert not any(sign in sent for sign in SECRET_SIGNS)
-    chat.add_messages(request, read_paths=True)  # the explicit opt-in reads it
-    assert SECRET_SIGNS[1] in repr(chat.messages())
+    for seed in chat_seeds():
+        request = with_secret(json.loads(seed), str(secret))
+        chat = Conversation()
+        chat.add_messages(request)
+        sent = repr(chat.messages())
+        assert str(secret) in sent
+        assert not any(sign in sent for sign in SECRET_SIGNS)
+        chat.add_messages(request, read_paths=True)  # the explicit opt-in reads it
+        assert SECRET_SIGNS[1] in repr(chat.messages())
