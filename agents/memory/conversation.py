@@ -307,8 +307,12 @@ class _Trim:
         if self.strategy == "last":
             chosen.reverse()
             if self.start_on is not None:
-                while chosen and chosen[0][0].get_value("role") not in self.start_on:
-                    chosen.pop(0)
+                start_on = self.start_on
+                first = next(
+                    (n for n, group in enumerate(chosen) if group[0].get_value("role") in start_on),
+                    len(chosen),
+                )
+                del chosen[:first]
         else:
             chosen = list(self._ending(iter(reversed(chosen)), newest_first=True))[::-1]
         return [*pinned, *(item for group in chosen for item in group)]
