@@ -495,6 +495,7 @@ def _build_broken(kinds: list[str]) -> Conversation:
     return Conversation(memory)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     _broken_kinds,
     st.integers(0, 20),
@@ -530,6 +531,15 @@ def test_selections_of_broken_histories_are_valid_under_drop_and_close(
     assert conversation_errors(to_messages_of(chosen)) == []
     if end_on is not None and len(chosen) > 0 and chosen[-1]["role"] != "system":
         assert chosen[-1]["role"] in (end_on, "tool")
+
+
+def test_end_on_sees_the_settled_group() -> None:
+    """end_on judges a group as it will be sent: a dropped unanswered call does not make it end on 'assistant'."""
+    chat = _build_broken(["user", "unanswered"])
+    selector = LastMessages(1, end_on="assistant", include_system=False, unanswered="drop")
+    assert chat.select(selector) == []
+    closing = LastMessages(2, end_on="tool", include_system=False, unanswered="close")
+    assert [item["role"] for item in chat.select(closing)] == ["assistant", "tool"]
 
 
 def to_messages_of(items: list[MemoryItem]) -> list[dict[str, Any]]:

@@ -280,30 +280,37 @@ class _Trim:
             and newest.get_value("role") == "user"
             and len(memory) > skip
         )
+        # Under "refuse" settling changes nothing, so a group is checked only
+        # once it fits (a broken group that would not be sent raises nothing);
+        # under "drop" and "close" groups are settled first, so that end_on
+        # and the price see what will be sent.
+        presettled = self.unanswered != "refuse"
+        groups: Iterator[list[MemoryItem]]
         if self.strategy == "last":
             rest: Iterator[MemoryItem] = memory.iter_newest()
             if drop_prompt:
                 next(rest)
-            groups = self._ending(_groups_newest_first(rest), newest_first=True)
+            groups = _groups_newest_first(rest)
+            if presettled:
+                groups = (settled for settled in map(self._settle, groups) if settled)
+            groups = self._ending(groups)
         else:
             stop = len(memory) - 1 if drop_prompt else len(memory)
             groups = _grouped(memory[index] for index in range(skip, stop))
+            if presettled:
+                groups = (settled for settled in map(self._settle, groups) if settled)
         pinned_ids = {id(item) for item in pinned}
         chosen: list[list[MemoryItem]] = []
         for group in groups:
             if any(id(item) in pinned_ids for item in group):
                 break
-            # Under "refuse" a group is checked only once it fits: a broken
-            # group that would not be sent anyway raises nothing.
-            settled = group if self.unanswered == "refuse" else self._settle(group)
-            price = sum(cost(item) for item in settled)
+            price = sum(cost(item) for item in group)
             if spent + price > limit:
                 break
-            if self.unanswered == "refuse":
+            if not presettled:
                 self._settle(group)
             spent += price
-            if settled:
-                chosen.append(settled)
+            chosen.append(group)
         if self.strategy == "last":
             chosen.reverse()
             if self.start_on is not None:
@@ -314,13 +321,11 @@ class _Trim:
                 )
                 del chosen[:first]
         else:
-            chosen = list(self._ending(iter(reversed(chosen)), newest_first=True))[::-1]
+            chosen = list(self._ending(iter(reversed(chosen))))[::-1]
         return [*pinned, *(item for group in chosen for item in group)]
 
-    def _ending(
-        self, groups: Iterator[list[MemoryItem]], *, newest_first: bool
-    ) -> Iterator[list[MemoryItem]]:
-        """Skip the newest groups until one ends on a role of ``end_on``."""
+    def _ending(self, groups: Iterator[list[MemoryItem]]) -> Iterator[list[MemoryItem]]:
+        """Skip the groups (given newest first) until one ends on a role of ``end_on``."""
         if self.end_on is None:
             yield from groups
             return
@@ -331,6 +336,10 @@ class _Trim:
         yield from groups
 
     def _settle(self, group: list[MemoryItem]) -> list[MemoryItem]:
+        if len(group) == 1:
+            (item,) = group
+            if item.get_value("role") != "tool" and not item.get_value("tool_calls"):
+                return group  # most groups: one message that neither calls nor answers
         settled = settle_tool_calls(group, unanswered=self.unanswered)
         return [item if isinstance(item, MemoryItem) else MemoryItem(**item) for item in settled]
 
