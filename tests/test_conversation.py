@@ -538,8 +538,8 @@ def test_end_on_sees_the_settled_group() -> None:
     chat = _build_broken(["user", "unanswered"])
     selector = LastMessages(1, end_on="assistant", include_system=False, unanswered="drop")
     assert chat.select(selector) == []
-    closing = LastMessages(2, end_on="tool", include_system=False, unanswered="close")
-    assert [item["role"] for item in chat.select(closing)] == ["assistant", "tool"]
+    closing = LastMessages(3, end_on="tool", include_system=False, unanswered="close")
+    assert [item["role"] for item in chat.select(closing)] == ["assistant", "tool", "tool"]
 
 
 def to_messages_of(items: list[MemoryItem]) -> list[dict[str, Any]]:
