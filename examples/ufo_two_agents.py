@@ -10,8 +10,8 @@ What it shows:
 
 * custom per-step fields, with a typed step class for the app agent;
 * each prompt built from chosen keys under a token budget (a window that
-  pins the subtask, caps images, and costs text without image paths), plus
-  the blackboard in UFO's prompt format under its own budget;
+  pins the subtask and caps images), plus the blackboard in UFO's prompt
+  format under its own budget, and costed with ``prompt_cost``;
 * a step callback that drops the images of old steps;
 * earlier context injected as ordinary items;
 * the session kept in a durable store (a SQLite file by default): every
@@ -43,12 +43,11 @@ import attrs
 from agents.agent import BasicAgent, drop_old_images, replay
 from agents.memory import Blackboard, Memory, MemoryChange, MemoryItem, field
 from agents.memory.prompt import (
-    DEFAULT_IMAGE_KEYS,
     EstimateCounter,
     Key,
     Window,
     latest_value,
-    render_json,
+    prompt_cost,
     render_parts,
 )
 from agents.memory.stores import open_memory
@@ -141,18 +140,6 @@ class ScriptedModel:
         return dict(self._script[agent].pop(0))
 
 
-def prompt_tokens(parts: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
-    """Return (tokens, images) of chat content parts under the example's counter."""
-    images = sum(1 for p in parts if p["type"] == "image_url")
-    text = sum(COUNTER.count(p["text"]) for p in parts if p["type"] == "text")
-    return text + images * COUNTER.image_tokens, images
-
-
-def text_without_images(record: Mapping[str, Any]) -> str:
-    """Render a record's non-image fields as compact JSON (what the window charges for)."""
-    return render_json([{k: v for k, v in record.items() if k not in DEFAULT_IMAGE_KEYS}])[1:-1]
-
-
 class AppStep(MemoryItem):
     """One step of the app agent: typed fields, validated, plus any extra ones."""
 
@@ -181,7 +168,7 @@ class HostAgent(BasicAgent):
         if self.step:  # the first decision has no history yet
             history = self.build_history(["task", "step", "subtask", "status"], budget=self.window)
             parts += render_parts(history, header="[Your previous decisions:]")
-        tokens, _ = prompt_tokens(parts)
+        tokens = prompt_cost(parts, COUNTER).tokens
         reply = self.model.complete(self.name, parts)
         item = self.record_step(agent=self.name, prompt_tokens=tokens, **reply)
         print(
@@ -211,15 +198,10 @@ class AppAgent(BasicAgent):
         )
         self.model = model
         self.screens = screens
-        # Pin the subtask (the first item), attach at most the newest earlier
-        # screenshot, and charge text without the image paths.
-        self.window = Window(
-            max_tokens=HISTORY_BUDGET,
-            max_images=1,
-            pin_first=1,
-            counter=COUNTER,
-            measure=text_without_images,
-        )
+        # Pin the subtask (the first item) and attach at most the newest
+        # earlier screenshot; the window charges text without the image paths,
+        # as render_parts() sends it.
+        self.window = Window(max_tokens=HISTORY_BUDGET, max_images=1, pin_first=1, counter=COUNTER)
 
     def screenshot(self) -> pathlib.Path:
         """Take the current screenshot (a stand-in PNG file)."""
@@ -242,13 +224,12 @@ class AppAgent(BasicAgent):
             if self.step:  # the first step has no history yet
                 window = self.history_window(self.window, self.HISTORY_KEYS)
                 kept, history_tokens, dropped = len(window.records), window.tokens, window.dropped
-                parts += render_parts(
-                    window.records, header="[Previous steps:]", text=text_without_images
-                )
+                parts += render_parts(window.records, header="[Previous steps:]")
             else:
                 parts.append({"type": "text", "text": f"[Subtask:] {subtask}"})
             parts += render_parts([{"screenshot": str(shot)}], header="[Current screenshot:]")
-            tokens, images = prompt_tokens(parts)
+            cost = prompt_cost(parts, COUNTER)
+            tokens, images = cost.tokens, cost.images
             reply = self.model.complete(self.name, parts)
             item = self.record_step(
                 agent=self.name, prompt_tokens=tokens, screenshot=str(shot), **reply

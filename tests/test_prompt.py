@@ -17,9 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.memory.exceptions import (
+    ArgumentTypeError,
     BudgetExceededError,
     FieldNotFoundError,
     ImageReadError,
+    InvalidArgumentError,
     MissingDependencyError,
     TokenizerUnavailableError,
     UnmatchedKeyError,
@@ -27,16 +29,22 @@ from agents.memory.exceptions import (
 )
 from agents.memory.memory import Memory, MemoryItem
 from agents.memory.prompt import (
+    AreaImageCost,
     EstimateCounter,
     Key,
+    PromptCost,
     TiktokenCounter,
+    TileImageCost,
     Window,
+    count_image_tokens,
     count_tokens,
     estimate_cost,
     image_data_url,
     image_refs,
+    image_size,
     latest_value,
     project,
+    prompt_cost,
     render_json,
     render_parts,
     render_text,
@@ -397,11 +405,12 @@ def test_window_max_images_strips_older_images() -> None:
 
 
 def test_window_charges_per_image_tokens() -> None:
-    """Each attached image costs the counter's image_tokens."""
+    """Each attached image costs the counter's image_tokens, and its path is not charged as text."""
     counter = EstimateCounter(image_tokens=50)
     memory = Memory([MemoryItem(screenshot="a.png")])
     result = select_window(memory, Window(max_tokens=1000, counter=counter))
-    assert result.tokens == 1 + item_cost({"screenshot": "a.png"}) + 50
+    assert (result.text_tokens, result.image_tokens) == (1 + item_cost({}), 50)
+    assert result.tokens == 1 + item_cost({}) + 50
 
 
 def test_window_image_cost_can_exclude_item() -> None:
@@ -468,7 +477,9 @@ def memory_from(spec: list[tuple[int, str, bool]]) -> Memory:
     """Build a memory where consecutive entries with equal numbers form groups."""
     return Memory(
         [
-            MemoryItem(group=g, text=t, **({"screenshot": "x.png"} if img else {}))
+            MemoryItem(
+                group=g, text=t, **({"screenshot": "https://example.invalid/x.png"} if img else {})
+            )
             for g, t, img in spec
         ]
     )
@@ -479,13 +490,14 @@ def memory_from(spec: list[tuple[int, str, bool]]) -> Memory:
 def test_property_window_never_exceeds_budget(
     spec: list[tuple[int, str, bool]], budget: int, images: int | None
 ) -> None:
-    """A window's rendered JSON plus its images never costs more than max_tokens."""
+    """What render_parts() sends for a window never costs more than the window says, nor than max_tokens."""
     counter = EstimateCounter(image_tokens=7)
     window = Window(max_tokens=budget, max_images=images, group_by="group", counter=counter)
     result = select_window(memory_from(spec), window)
-    rendered = counter.count(render_json(result.records)) + 7 * result.images
-    assert result.tokens <= budget
-    assert rendered <= budget or not result.records
+    sent = prompt_cost(render_parts(result.records), counter)
+    assert result.tokens == result.text_tokens + result.image_tokens <= budget
+    assert sent.text_tokens <= result.text_tokens
+    assert (sent.images, sent.image_tokens) == (result.images, result.image_tokens)
     if images is not None:
         assert result.images <= images
 
@@ -681,3 +693,232 @@ def test_image_path_with_a_nul_byte_is_refused() -> None:
     """An image path with a NUL byte raises ImageReadError naming it, not a bare ValueError."""
     with pytest.raises(ImageReadError, match="holds a NUL byte"):
         image_data_url("shot.png\0.txt")
+
+
+# -- prompt economy: budgets, image sizes, prompt_cost ------------------------------
+
+
+def png_of(width: int, height: int) -> bytes:
+    """Return a real PNG of ``width`` x ``height`` gray pixels."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    body = zlib.compress((b"\x00" + b"\x80" * width) * height)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+    )
+
+
+def ufo_steps(n: int, shots: pathlib.Path | None = None) -> Memory:
+    """Return a pinned task and ``n`` steps of about 40 tokens, each with a screenshot."""
+    items = [MemoryItem(task="save the report as PDF")]
+    for i in range(n):
+        shot = f"https://example.invalid/{i}.png"
+        if shots is not None:
+            path = shots / f"{i}.png"
+            path.write_bytes(png_of(320, 200))
+            shot = str(path)
+        items.append(
+            MemoryItem(
+                step=i,
+                action="click_input",
+                observation=f"The dialog {i} is open and the OK button is enabled now.",
+                screenshot=shot,
+            )
+        )
+    return Memory(items)
+
+
+def test_text_budget_and_image_cap_are_separate() -> None:
+    """max_text_tokens plus max_images holds 2,000 tokens of text and 2 images; max_tokens would hold far less."""
+    memory = ufo_steps(200)
+    keys = ["task", "step", "action", "observation", "screenshot"]
+    split = select_window(
+        memory, Window(max_text_tokens=2000, max_images=2, pin_first=1), keys=keys
+    )
+    total = select_window(memory, Window(max_tokens=2000, max_images=2, pin_first=1), keys=keys)
+    assert split.text_tokens <= 2000 < split.text_tokens + 30
+    assert (split.images, split.image_tokens) == (2, 2 * 765)
+    assert split.tokens == split.text_tokens + split.image_tokens
+    assert len(split.records) > 4 * len(total.records)
+
+
+def test_max_tokens_still_bounds_text_and_images_together() -> None:
+    """max_tokens keeps its meaning: text and image tokens together stay under it."""
+    memory = ufo_steps(50)
+    result = select_window(memory, Window(max_tokens=3000, max_images=2), keys=None)
+    assert result.text_tokens + result.image_tokens == result.tokens <= 3000
+    assert result.images == 2
+
+
+def test_max_image_tokens_strips_older_images() -> None:
+    """max_image_tokens keeps the newest images within it; older items keep their text only."""
+    result = select_window(ufo_steps(10), Window(max_image_tokens=1600, max_items=6))
+    assert (result.images, result.image_tokens) == (2, 1530)
+    assert [("screenshot" in r) for r in result.records] == [False] * 4 + [True] * 2
+
+
+def test_window_costs_text_without_the_image_paths() -> None:
+    """The text cost of an item with a screenshot is the cost of its other fields."""
+    memory = Memory([MemoryItem(step=1, screenshot="/very/long/path/" + "x" * 400 + ".png")])
+    result = select_window(memory, Window(max_text_tokens=100), keys=None)
+    assert result.text_tokens == 1 + item_cost({"step": 1})
+
+
+def test_window_cost_matches_what_render_parts_sends(tmp_path: pathlib.Path) -> None:
+    """prompt_cost(render_parts(records)) equals the window's image cost, and its text is within the window's."""
+    counter = EstimateCounter(image_cost=TileImageCost())
+    memory = ufo_steps(30, tmp_path)
+    result = select_window(
+        memory, Window(max_text_tokens=500, max_images=2, pin_first=1, counter=counter)
+    )
+    sent = prompt_cost(render_parts(result.records), counter)
+    assert (sent.images, sent.image_tokens) == (2, 2 * 255)
+    assert sent.image_tokens == result.image_tokens
+    # The window also charges the list brackets and a separator per record.
+    assert sent.text_tokens <= result.text_tokens <= sent.text_tokens + 1 + len(result.records)
+
+
+def test_first_prompt_with_only_pinned_items_does_not_warn() -> None:
+    """A memory that holds only the pinned task gives no UnmatchedKeyWarning for the step keys."""
+    memory = Memory([MemoryItem(task="book a flight")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = select_window(
+            memory, Window(max_tokens=500, pin_first=1), keys=["task", "step", "action"]
+        )
+        records = project(
+            memory, ["task", "step", "action"], budget=Window(max_tokens=500, pin_first=1)
+        )
+    assert result.records == ({"task": "book a flight"},)
+    assert records == [{"task": "book a flight"}]
+
+
+def test_unmatched_key_still_warns_once_steps_exist() -> None:
+    """With an unpinned step present, a key no item holds is still reported."""
+    memory = Memory([MemoryItem(task="t"), MemoryItem(step=0, action="a")])
+    with pytest.warns(UnmatchedKeyWarning, match="'actoin'"):
+        select_window(memory, Window(max_tokens=500, pin_first=1), keys=["step", "actoin"])
+
+
+@pytest.mark.parametrize(
+    ("size", "tokens"),
+    [((1024, 1024), 765), ((2048, 4096), 1105), ((320, 200), 255), ((4096, 8192), 1105)],
+)
+def test_tile_image_cost_follows_openai_formula(size: tuple[int, int], tokens: int) -> None:
+    """TileImageCost gives the token counts of OpenAI's published examples."""
+    assert TileImageCost().tokens(*size) == tokens
+
+
+def test_tile_image_cost_low_detail_is_flat() -> None:
+    """detail='low' costs the base tokens whatever the size."""
+    assert TileImageCost(detail="low").tokens(4000, 3000) == 85
+
+
+@pytest.mark.parametrize(
+    ("size", "tokens"), [((320, 200), 86), ((1000, 1000), 1334), ((4000, 3000), 1600)]
+)
+def test_area_image_cost_follows_anthropic_formula(size: tuple[int, int], tokens: int) -> None:
+    """AreaImageCost is width x height / 750, long edge scaled to 1568, at most 1600 tokens."""
+    assert AreaImageCost().tokens(*size) == tokens
+
+
+def test_image_cost_refuses_a_bad_size() -> None:
+    """A size that is not two positive ints is refused naming it."""
+    with pytest.raises(InvalidArgumentError, match="0 x 5"):
+        TileImageCost().tokens(0, 5)
+
+
+def test_counter_refuses_an_image_cost_without_tokens() -> None:
+    """image_cost must be an ImageCost; a number is refused naming the fix."""
+    with pytest.raises(ArgumentTypeError, match="TileImageCost"):
+        EstimateCounter(image_cost=765)  # type: ignore[arg-type]  # the wrong type on purpose
+
+
+def test_image_size_reads_headers_of_common_formats(tmp_path: pathlib.Path) -> None:
+    """image_size reads PNG, GIF, BMP, JPEG and WebP headers, from files and data URLs."""
+    import struct
+
+    gif = b"GIF89a" + struct.pack("<HH", 33, 44) + b"\x00" * 10
+    bmp = b"BM" + b"\x00" * 16 + struct.pack("<ii", 55, -66) + b"\x00" * 30
+    jpeg = (
+        b"\xff\xd8\xff\xe0"
+        + struct.pack(">H", 16)
+        + b"JFIF\x00" * 2
+        + b"\x00\x00\x00\x00"
+        + b"\xff\xc0"
+        + struct.pack(">HBHH", 17, 8, 77, 88)
+        + b"\x00" * 12
+    )
+    webp = b"RIFF" + b"\x00" * 4 + b"WEBPVP8X" + b"\x00" * 8 + (98).to_bytes(3, "little")
+    webp += (87).to_bytes(3, "little")
+    cases = {"a.png": png_of(320, 200), "a.gif": gif, "a.bmp": bmp, "a.jpg": jpeg, "a.webp": webp}
+    sizes = {}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        sizes[name] = image_size(tmp_path / name)
+    assert sizes == {
+        "a.png": (320, 200),
+        "a.gif": (33, 44),
+        "a.bmp": (55, 66),
+        "a.jpg": (88, 77),
+        "a.webp": (99, 88),
+    }
+    data_url = "data:image/png;base64," + base64.b64encode(png_of(7, 9)).decode()
+    assert image_size(data_url) == (7, 9)
+
+
+@pytest.mark.parametrize(
+    "ref", ["https://example.invalid/a.png", "HTTP://x/y.png", "missing.png", "data:,text"]
+)
+def test_image_size_unknown_is_none(ref: str) -> None:
+    """URLs are not fetched and unreadable images have no size: None."""
+    assert image_size(ref) is None
+
+
+def test_image_of_unknown_size_costs_the_flat_tokens() -> None:
+    """With an image_cost formula, an image whose size cannot be read costs image_tokens."""
+    counter = EstimateCounter(image_tokens=99, image_cost=AreaImageCost())
+    assert count_image_tokens("https://example.invalid/a.png", counter) == 99
+    assert count_image_tokens((320, 200), counter) == 86
+
+
+def test_prompt_cost_counts_text_and_image_parts(tmp_path: pathlib.Path) -> None:
+    """prompt_cost sums text parts and prices image parts by size from their data URLs."""
+    path = tmp_path / "shot.png"
+    path.write_bytes(png_of(320, 200))
+    parts = render_parts([{"step": 1, "screenshot": str(path)}], header="[History]")
+    counter = EstimateCounter(image_cost=AreaImageCost())
+    cost = prompt_cost(parts, counter)
+    texts = [p["text"] for p in parts if p["type"] == "text"]
+    assert cost == PromptCost(sum(counter.count(t) for t in texts), 86, 1)
+    assert cost.tokens == cost.text_tokens + 86
+    assert prompt_cost("abcd" * 10) == PromptCost(10, 0, 0)
+    assert prompt_cost(parts, counter) + prompt_cost("abcd") == PromptCost(
+        cost.text_tokens + 1, 86, 1
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "error", "match"),
+    [
+        ([{"type": "audio", "audio": {}}], InvalidArgumentError, "part 0 has type 'audio'"),
+        ([{"type": "text"}], InvalidArgumentError, "part 0 is a text part"),
+        ([{"type": "image_url", "image_url": {}}], InvalidArgumentError, "without a URL"),
+        (["hello"], ArgumentTypeError, "part 0 is a str"),
+        ({"type": "text", "text": "x"}, ArgumentTypeError, "a list of content parts"),
+    ],
+)
+def test_prompt_cost_names_what_it_cannot_count(content: Any, error: type, match: str) -> None:
+    """Content prompt_cost cannot count is refused, naming the part and what it takes."""
+    with pytest.raises(error, match=match):
+        prompt_cost(content)

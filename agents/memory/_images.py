@@ -20,7 +20,9 @@ __all__ = [
     "count_images",
     "image_data_url",
     "image_refs",
+    "image_size",
     "is_image_url",
+    "size_of_image_bytes",
 ]
 
 DEFAULT_IMAGE_KEYS: Final[tuple[str, ...]] = (
@@ -125,3 +127,119 @@ def image_data_url(ref: str | os.PathLike[str], *, max_bytes: int = MAX_IMAGE_BY
         msg = f"File {text!r} is not a recognised image (PNG, JPEG, GIF, BMP, WebP or an image suffix); store an image path."
         raise ImageReadError(msg)
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """Return (width, height) from a JPEG's first start-of-frame segment."""
+    pos = 2
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            pos += 2
+            continue
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if length < 2:
+            return None
+        # SOF0..SOF15 carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) do not.
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if pos + 9 > len(data):
+                return None
+            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
+            return width, height
+        pos += 2 + length
+    return None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8X" and len(data) >= 30:
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    if chunk == b"VP8L" and len(data) >= 25 and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8 " and len(data) >= 30 and data[23:26] == b"\x9d\x01\x2a":
+        return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(
+            data[28:30], "little"
+        ) & 0x3FFF
+    return None
+
+
+def size_of_image_bytes(data: bytes) -> tuple[int, int] | None:
+    """Return (width, height) read from the header of a PNG, JPEG, GIF, BMP or WebP image.
+
+    Only the header is parsed; nothing is decoded. Returns ``None`` for other
+    formats and for headers too short or damaged to read.
+    """
+    size: tuple[int, int] | None = None
+    if data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) >= 24 and data[12:16] == b"IHDR":
+        size = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    elif data.startswith((b"GIF87a", b"GIF89a")) and len(data) >= 10:
+        size = int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    elif data.startswith(b"\xff\xd8\xff"):
+        size = _jpeg_size(data)
+    elif data.startswith(b"BM") and len(data) >= 26:
+        width = int.from_bytes(data[18:22], "little", signed=True)
+        height = int.from_bytes(data[22:26], "little", signed=True)
+        size = abs(width), abs(height)  # a negative height means rows stored top-down
+    elif data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        size = _webp_size(data)
+    if size is None or size[0] <= 0 or size[1] <= 0:
+        return None
+    return size
+
+
+_HEADER_BYTES: Final = 64 * 1024
+_SIZE_CACHE: dict[tuple[str, int, int], tuple[int, int] | None] = {}
+_SIZE_CACHE_LIMIT: Final = 1024
+
+
+def _file_size_of(path: str) -> tuple[int, int] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        return None
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(stream.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        key = (path, info.st_mtime_ns, info.st_size)
+        if key in _SIZE_CACHE:
+            return _SIZE_CACHE[key]
+        head = stream.read(_HEADER_BYTES)
+        size = size_of_image_bytes(head)
+        if size is None and head.startswith(b"\xff\xd8\xff") and info.st_size > len(head):
+            # A JPEG's frame header can follow large metadata segments.
+            size = size_of_image_bytes(head + stream.read(MAX_IMAGE_BYTES))
+    if len(_SIZE_CACHE) >= _SIZE_CACHE_LIMIT:
+        _SIZE_CACHE.clear()
+    _SIZE_CACHE[key] = size
+    return size
+
+
+def image_size(ref: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """Return the (width, height) in pixels of an image path or ``data:`` URL, or ``None``.
+
+    Paths are opened and only their header is read (sizes are cached by path,
+    modification time and file size); base64 ``data:`` URLs are decoded.
+    ``http(s)`` URLs are not fetched, so their size is unknown: ``None``, as
+    for files that are missing or not a PNG, JPEG, GIF, BMP or WebP image.
+    """
+    text = os.fspath(ref)
+    if text[:5].lower() == "data:":
+        head, _, payload = text.partition(",")
+        if not head.lower().endswith(";base64"):
+            return None
+        try:
+            data = base64.b64decode(payload, validate=False)
+        except (ValueError, TypeError):
+            return None
+        return size_of_image_bytes(data)
+    if text[:7].lower() == "http://" or text[:8].lower() == "https://":
+        return None
+    return _file_size_of(text)

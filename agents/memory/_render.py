@@ -8,13 +8,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from agents.memory import _codec
-from agents.memory._images import DEFAULT_IMAGE_KEYS, count_images, image_data_url, image_refs
-from agents.memory._item import MemoryItem
-from agents.memory._tokens import DEFAULT_COUNTER, TokenCounter
-from agents.memory.exceptions import FieldNotFoundError
+import attrs
 
-__all__ = ["estimate_cost", "render_json", "render_parts", "render_text", "ufo_json"]
+from agents.memory import _codec
+from agents.memory._images import DEFAULT_IMAGE_KEYS, image_data_url, image_refs
+from agents.memory._item import MemoryItem
+from agents.memory._tokens import DEFAULT_COUNTER, TokenCounter, count_image_tokens
+from agents.memory.exceptions import ArgumentTypeError, FieldNotFoundError, InvalidArgumentError
+
+__all__ = [
+    "PromptCost",
+    "estimate_cost",
+    "prompt_cost",
+    "render_json",
+    "render_parts",
+    "render_text",
+    "ufo_json",
+]
 
 
 def _records_list(records: Iterable[Mapping[str, Any] | MemoryItem]) -> list[dict[str, Any]]:
@@ -151,6 +161,10 @@ def estimate_cost(
 ) -> int:
     """Return the tokens of ``render_json(records)`` plus the images' cost under ``counter``.
 
+    Each image costs what :func:`count_image_tokens` says (by size when the
+    counter has an ``image_cost`` formula). To cost what a renderer
+    returned, use :func:`prompt_cost`.
+
     Args:
         records: Projected records.
         counter: The token counter (default :class:`EstimateCounter`).
@@ -158,5 +172,109 @@ def estimate_cost(
     """
     chosen = counter or DEFAULT_COUNTER
     listed = _records_list(records)
-    images = sum(count_images(r, image_keys) for r in listed)
-    return chosen.count(render_json(listed)) + images * chosen.image_tokens
+    refs = [ref for r in listed for k in image_keys if k in r for ref in image_refs(r[k])]
+    return chosen.count(render_json(listed)) + sum(count_image_tokens(r, chosen) for r in refs)
+
+
+@attrs.frozen
+class PromptCost:
+    """What a prompt costs: its text tokens, its images and their tokens.
+
+    Attributes:
+        text_tokens: The tokens of the text.
+        image_tokens: The tokens of the images.
+        images: How many images.
+    """
+
+    text_tokens: int
+    image_tokens: int
+    images: int
+
+    @property
+    def tokens(self) -> int:
+        """The total: text tokens plus image tokens."""
+        return self.text_tokens + self.image_tokens
+
+    def __add__(self, other: PromptCost) -> PromptCost:
+        if not isinstance(other, PromptCost):
+            return NotImplemented
+        return PromptCost(
+            self.text_tokens + other.text_tokens,
+            self.image_tokens + other.image_tokens,
+            self.images + other.images,
+        )
+
+
+def _image_url_of(part: Mapping[str, Any], position: int) -> str:
+    value = part.get("image_url")
+    url = value.get("url") if isinstance(value, Mapping) else value
+    if not isinstance(url, str):
+        msg = (
+            f"Content part {position} is an image_url part without a URL string "
+            f"(got {type(url).__name__}); give it {{'image_url': {{'url': ...}}}}."
+        )
+        raise InvalidArgumentError(msg)
+    return url
+
+
+def prompt_cost(
+    content: str | Iterable[Mapping[str, Any]], counter: TokenCounter | None = None
+) -> PromptCost:
+    """Return what a rendered prompt costs: exactly what a renderer returned, nothing else.
+
+    ``content`` is what :func:`render_json` or :func:`render_text` return (a
+    string, counted as text), or chat content parts as :func:`render_parts`
+    returns them: each ``text`` part costs the tokens of its text, each
+    ``image_url`` part what its image costs under ``counter`` (by size when
+    the counter has an ``image_cost`` formula, read from the ``data:`` URL;
+    otherwise the flat ``image_tokens``, see :func:`count_image_tokens`).
+    Costs add up: ``prompt_cost(a) + prompt_cost(b)``.
+
+    Example::
+
+        parts = render_parts(window.records, header="[Previous steps:]")
+        cost = prompt_cost(parts, counter)   # cost.text_tokens, cost.image_tokens, cost.tokens
+
+    Args:
+        content: A rendered string, or a sequence of content parts.
+        counter: The token counter (default :class:`EstimateCounter`).
+
+    Returns:
+        The text tokens, image tokens and image count.
+
+    Raises:
+        ArgumentTypeError: if ``content`` is neither a string nor parts, or a part is not a mapping.
+        InvalidArgumentError: naming the part whose type is neither ``text`` nor ``image_url``,
+            or which lacks its text or URL.
+    """
+    chosen = counter or DEFAULT_COUNTER
+    if isinstance(content, str):
+        return PromptCost(chosen.count(content), 0, 0)
+    if isinstance(content, (bytes, bytearray, Mapping)) or not isinstance(content, Iterable):
+        msg = (
+            f"prompt_cost() takes a rendered string or a list of content parts, got {type(content).__name__}; "
+            "pass render_parts(...) or render_text(...)."
+        )
+        raise ArgumentTypeError(msg)
+    text = image = images = 0
+    for position, part in enumerate(content):
+        if not isinstance(part, Mapping):
+            msg = f"Content part {position} is a {type(part).__name__}, not a dict with a 'type'."
+            raise ArgumentTypeError(msg)
+        kind = part.get("type")
+        if kind == "text":
+            value = part.get("text")
+            if not isinstance(value, str):
+                msg = f"Content part {position} is a text part whose 'text' is a {type(value).__name__}, not a string."
+                raise InvalidArgumentError(msg)
+            text += chosen.count(value)
+        elif kind == "image_url":
+            image += count_image_tokens(_image_url_of(part, position), chosen)
+            images += 1
+        else:
+            msg = (
+                f"Content part {position} has type {kind!r}; prompt_cost() counts 'text' and 'image_url' "
+                "parts (what render_parts() returns)."
+            )
+            raise InvalidArgumentError(msg)
+    return PromptCost(text, image, images)
