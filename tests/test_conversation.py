@@ -830,3 +830,31 @@ def test_selections_of_any_valid_conversation_are_valid_and_gapless(
             assert history[rest[-1]]["role"] == end_on
         if start_on is not None and strategy == "last" and rest:
             assert history[rest[0]]["role"] == start_on
+
+
+def test_token_budget_costs_data_url_images_by_size(tmp_path: Path) -> None:
+    """With an image_cost formula, a data: URL image is costed by its size; a path kept as given is never opened and costs the flat rate."""
+    import base64
+
+    from agents.memory.prompt import TileImageCost, count_image_tokens
+
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    counter = EstimateCounter(image_tokens=999, image_cost=TileImageCost())
+    text = MemoryItem(role="user", content=[{"type": "text", "text": "look"}])
+    for ref, expected in [
+        (url, count_image_tokens((1, 1), counter)),
+        (str(tmp_path / "no-such.png"), 999),
+        ("https://example.org/a.png", 999),
+    ]:
+        item = MemoryItem(
+            role="user",
+            content=[
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": ref}},
+            ],
+        )
+        assert message_tokens(item, counter) == message_tokens(text, counter) + expected
+    assert count_image_tokens((1, 1), counter) != 999

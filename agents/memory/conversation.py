@@ -52,12 +52,11 @@ from agents.memory.messages import (
     UNANSWERED,
     check_message,
     from_messages,
-    image_count,
     settle_tool_calls,
     to_messages,
     tool_arguments,
 )
-from agents.memory.prompt import EstimateCounter, TokenCounter, render_json
+from agents.memory.prompt import EstimateCounter, TokenCounter, count_image_tokens, render_json
 
 if TYPE_CHECKING:
     from agents.memory.search import Embedder, Hit, SearchMode, Where
@@ -129,19 +128,32 @@ def message_tokens(message: MemoryItem, counter: TokenCounter) -> int:
 
     The cost: the tokens of the message's keys (:data:`~agents.memory.messages.MESSAGE_KEYS`)
     as compact JSON with its image parts left out, plus one for the
-    separator, plus ``counter.image_tokens`` per image part.
+    separator, plus each image part's cost. An image sent as a ``data:`` URL
+    costs what :func:`~agents.memory.prompt.count_image_tokens` gives (by its
+    size, when the counter has an ``image_cost``); any other image (an
+    ``http(s)`` URL, or a path kept as given, which is never opened here)
+    costs the counter's flat ``image_tokens``.
     """
     record = {key: message[key] for key in MESSAGE_KEYS if key in message}
     content = record.get("content")
+    images = 0
     if isinstance(content, list):
-        record["content"] = [
-            part
-            for part in content
-            if not (isinstance(part, Mapping) and part.get("type") == "image_url")
-        ]
-    return (
-        counter.count(render_json([record])[1:-1]) + 1 + image_count(message) * counter.image_tokens
-    )
+        kept = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "image_url":
+                images += _image_part_tokens(part, counter)
+            else:
+                kept.append(part)
+        record["content"] = kept
+    return counter.count(render_json([record])[1:-1]) + 1 + images
+
+
+def _image_part_tokens(part: Mapping[str, Any], counter: TokenCounter) -> int:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, Mapping) else None
+    if isinstance(url, str) and url[:5].lower() == "data:":
+        return count_image_tokens(url, counter)
+    return counter.image_tokens
 
 
 _PROMPT_ROLES: Final = ("system", "developer")
