@@ -19,11 +19,13 @@ Examples::
     kvmemory convert runs.db --session run-1 run-1.jsonl
     kvmemory stats session.json
     kvmemory import ufo-log logs/my_task --store runs.db --session ufo-1
+    kvmemory mcp runs.db --prefix agent-
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import os
 import sys
@@ -32,8 +34,16 @@ from typing import IO, Any
 
 import orjson
 
+from agents import __version__
 from agents.agent import escape_controls
-from agents.memory import AgentMemoryError, Memory, MemoryItem, write_session
+from agents.memory import (
+    AgentMemoryError,
+    Memory,
+    MemoryItem,
+    SessionPages,
+    read_session_pages,
+    write_session,
+)
 from agents.memory.exceptions import InvalidSessionIdError
 
 __all__ = ["main"]
@@ -55,6 +65,20 @@ def _open_existing_store(url: str) -> Any:
         msg = f"No store file {path!r}; check the path (a new store is only created by convert)."
         raise _UsageError(msg)
     return open_store(url, read_only=True)
+
+
+@contextlib.contextmanager
+def _session_pages(source: str, session: str | None) -> Iterator[SessionPages]:
+    """Open the session file SOURCE for reading a page at a time; check ``--session``."""
+    try:
+        with read_session_pages(source, size=_PAGE, on_unknown_class="base") as pages:
+            if session is not None and pages.session_id not in (None, session):
+                msg = f"{source!r} holds session {pages.session_id!r}, not {session!r}."
+                raise _UsageError(msg)
+            yield pages
+    except FileNotFoundError as exc:
+        msg = f"No session file {source!r}; check the path."
+        raise _UsageError(msg) from exc
 
 
 def _read(source: str, session: str | None) -> Memory:
@@ -134,10 +158,19 @@ def _print(out: IO[str], text: str) -> None:
     out.write(escape_controls(text) + "\n")
 
 
-def _print_json(out: IO[str], value: Any) -> None:
+def _print_json(out: IO[str], value: Any, *, default: Callable[[Any], Any] = str) -> None:
     """Write ``value`` as one line of JSON, control characters escaped the JSON way."""
-    text = orjson.dumps(value, default=str).decode()
+    text = orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
     out.write(escape_controls(text, json=True) + "\n")
+
+
+def _plain_value(value: Any) -> Any:
+    """Return a value JSON cannot hold as plain JSON: bytes as base64, collections as lists, else text."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
 
 
 def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
@@ -167,11 +200,15 @@ def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _selected(args: argparse.Namespace) -> Memory:
-    if args.last is not None and not _is_file_source(args.source):
-        # The store reads only the newest items, whatever the length of the session.
+    if not _is_file_source(args.source) and (args.last is not None or args.steps is not None):
+        # The store reads only the items asked for, whatever the length of the session.
         with _open_session_store(args.source, args.session) as (store, name):
-            records = store.tail(name, args.last, steps=args.steps, on_unknown_class="base")
-        return Memory([record.item for record in records], session_id=name)
+            if args.last is not None:
+                records = store.tail(name, args.last, steps=args.steps, on_unknown_class="base")
+                items = [record.item for record in records]
+            else:
+                items = store.read(name, steps=args.steps, on_unknown_class="base")
+        return Memory(items, session_id=name)
     memory = _read(args.source, args.session)
     items = memory.content if args.steps is None else memory.items_of_steps(args.steps)
     if args.last is not None:
@@ -190,12 +227,19 @@ def _projected(args: argparse.Namespace, keys: list[str]) -> list[dict[str, Any]
 
 
 def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.plain and not args.json:
+        msg = "--plain chooses the form of --json output; pass both: --json --plain."
+        raise _UsageError(msg)
     keys = _split(args.keys)
     if keys is not None and not args.json and not _is_file_source(args.source):
         for fields in _projected(args, keys):
             _print(out, "  ".join(f"{key}={value!r}" for key, value in fields.items()))
         return 0
     memory = _selected(args)
+    if args.json and args.plain:
+        rows = [item.to_dict() if keys is None else item.filter(keys) for item in memory]
+        _print_json(out, rows, default=_plain_value)
+        return 0
     if args.json:
         if keys is not None:
             memory = Memory(
@@ -265,8 +309,12 @@ _PAGE = 1000
 
 
 @contextlib.contextmanager
-def _progress(args: argparse.Namespace, total: int, what: str) -> Iterator[Callable[[int], None]]:
+def _progress(
+    args: argparse.Namespace, total: int | None, what: str
+) -> Iterator[Callable[[int], None]]:
     """Yield ``advance(n)``, which moves a progress bar on the terminal (stderr).
+
+    Without a ``total`` (a file read as it streams) the bar counts without an end.
 
     The bar needs the ``kvmemory[rich]`` extra; with ``--quiet``, output that
     is not a terminal, or without rich, ``advance`` does nothing.
@@ -306,15 +354,16 @@ def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
         msg = f"{dest!r} exists; pass --force to replace it."
         raise _UsageError(msg)
     if _is_file_source(args.source):
-        # A session file is one document: it is read whole, then written on in pages.
-        memory = _read(args.source, args.session)
         if _is_file_source(dest):
+            memory = _read(args.source, args.session)
             memory.save(dest, on_unencodable=args.on_unencodable)
             _print(out, f"wrote {len(memory)} items to {dest}")
             return 0
-        items = memory.content
-        pages = (items[start : start + _PAGE] for start in range(0, len(items), _PAGE))
-        return _append_pages(args, out, pages, len(items), memory.session_id, memory.step_key)
+        # A JSONL file is read a page at a time (a JSON document is one value, read whole).
+        with _session_pages(args.source, args.session) as session:
+            return _append_pages(
+                args, out, session.pages, None, session.session_id, session.step_key
+            )
     # A store session is read a page at a time and never held whole.
     with _open_session_store(args.source, args.session) as (store, name):
         total = store.count(name)
@@ -343,7 +392,7 @@ def _append_pages(
     args: argparse.Namespace,
     out: IO[str],
     pages: Iterator[list[MemoryItem]],
-    total: int,
+    total: int | None,
     session_id: str | None,
     step_key: str,
 ) -> int:
@@ -383,6 +432,67 @@ def _cmd_import_ufo_log(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
+    """Serve a store over MCP: stdio by default (stdout then carries only the protocol)."""
+    from agents.integrations.mcp import MemoryServer, Scope
+
+    embedder: Any = None
+    if args.embedder == "hashing":
+        from agents.memory.search import HashingEmbedder
+
+        embedder = HashingEmbedder()
+    elif args.embedder == "wordllama":
+        from agents.memory.search import WordLlamaEmbedder
+
+        embedder = WordLlamaEmbedder()
+    token = os.environ.get(args.token_env) or None
+    if not args.http and (args.host is not None or args.port is not None):
+        msg = "--host and --port are for --http; stdio needs neither."
+        raise _UsageError(msg)
+    with MemoryServer(
+        args.store,
+        scope=Scope(session=args.session, prefix=args.prefix),
+        read_only=args.read_only,
+        image_dir=args.images,
+        poll_seconds=args.poll,
+        embedder=embedder,
+    ) as server:
+        if args.http:
+            from agents.integrations.mcp import DEFAULT_HTTP_PORT
+
+            port = DEFAULT_HTTP_PORT if args.port is None else args.port
+            server.serve_http(host=args.host or "127.0.0.1", port=port, token=token)
+        else:
+            import anyio
+
+            anyio.run(server.run_stdio)
+    return 0
+
+
+def _seconds(text: str) -> float:
+    """Parse ``--poll``: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        msg = f"expected a number of seconds above 0 and at most 3600, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _port(text: str) -> int:
+    """Parse ``--port``: a TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 < value < 65536:
+        msg = f"expected a TCP port from 1 to 65535, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvmemory",
@@ -393,6 +503,7 @@ def _parser() -> argparse.ArgumentParser:
             "does not define show as plain items."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"kvmemory {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sessions = commands.add_parser("sessions", help="list the sessions of a store")
@@ -418,7 +529,19 @@ def _parser() -> argparse.ArgumentParser:
     source_args(show)
     selection_args(show)
     show.add_argument("--keys", help="comma-separated keys to show, e.g. step,action")
-    show.add_argument("--json", action="store_true", help="print the items as JSON")
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help="print the items as kvmemory's lossless JSON (Memory.from_json reads it back)",
+    )
+    show.add_argument(
+        "--plain",
+        action="store_true",
+        help=(
+            "with --json: print one plain JSON object of fields per item, for scripts "
+            "(dates as ISO text, bytes as base64, other values as text)"
+        ),
+    )
     show.set_defaults(run=_cmd_show)
 
     replay = commands.add_parser("replay", help="print the session step by step")
@@ -474,6 +597,56 @@ def _parser() -> argparse.ArgumentParser:
     )
     ufo.add_argument("--append", action="store_true", help="append to a non-empty session")
     ufo.set_defaults(run=_cmd_import_ufo_log)
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve a store to any agent over the Model Context Protocol (needs kvmemory[mcp])",
+        description=(
+            "Serve STORE to MCP clients: tools to record, search and recall steps, "
+            "resources with change notifications, and a history prompt. stdio by default."
+        ),
+    )
+    mcp.add_argument(
+        "store", help="store URL or SQLite path (created if missing, unless --read-only)"
+    )
+    scope = mcp.add_mutually_exclusive_group()
+    scope.add_argument("--session", help="serve only this session")
+    scope.add_argument(
+        "--prefix", help="serve only the sessions whose ids start with P", metavar="P"
+    )
+    mcp.add_argument(
+        "--read-only",
+        action="store_true",
+        help="offer no tool that writes; open the store read-only",
+    )
+    mcp.add_argument(
+        "--images", metavar="DIR", help="the folder image paths sent by clients must lie in"
+    )
+    mcp.add_argument(
+        "--embedder",
+        choices=("hashing", "wordllama"),
+        help="offer semantic and hybrid search with this embedder (hashing needs numpy; wordllama kvmemory[semantic])",
+    )
+    mcp.add_argument(
+        "--poll",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often to look for changes by other processes (default: 1)",
+    )
+    mcp.add_argument(
+        "--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio"
+    )
+    mcp.add_argument("--host", help="address to bind with --http (default: 127.0.0.1)")
+    mcp.add_argument("--port", type=_port, help="port to bind with --http (default: 8765)")
+    mcp.add_argument(
+        "--token-env",
+        default="KVMEMORY_MCP_TOKEN",
+        metavar="VAR",
+        help="environment variable holding the bearer token HTTP clients must send "
+        "(default: KVMEMORY_MCP_TOKEN); required to bind anywhere but 127.0.0.1",
+    )
+    mcp.set_defaults(run=_cmd_mcp)
     return parser
 
 

@@ -10,6 +10,22 @@ parts of two processes:
         builds a new agent, restores its memory from the session, runs the
         next task with reset=False (one step), writes the model's input
         messages of that step to OUT_JSON and prints agent.replay().
+    python smolagents_agent.py browse-first STORE_URL SESSION [list|attach]
+        runs BROWSE_TASK (five steps) with step_callbacks=[recorder,
+        take_screenshot] (or [take_screenshot] and recorder.attach): the
+        screenshot callback attaches an image to each step and clears the
+        images of steps two or more behind (as smolagents' web-browser
+        example does); then SIGKILL.
+    python smolagents_agent.py browse-restore STORE_URL SESSION OUT_JSON
+        restores, runs NEXT_TASK with reset=False and writes the model's
+        input messages of that step to OUT_JSON.
+    python smolagents_agent.py code-first STORE_URL SESSION
+        a CodeAgent runs CODE_FIRST (sets variables, some that cannot be
+        saved), then SIGKILL.
+    python smolagents_agent.py code-restore STORE_URL SESSION OUT_JSON
+        restores into a new CodeAgent and runs CODE_NEXT, whose code uses the
+        variables set before the kill; writes the answer, the warnings and
+        the model's input messages to OUT_JSON.
 """
 
 from __future__ import annotations
@@ -20,12 +36,16 @@ import signal
 import sys
 from typing import Any
 
-from smolagents import ChatMessage, Model, ToolCallingAgent, tool
+from PIL import Image
+from smolagents import ActionStep, ChatMessage, CodeAgent, Model, ToolCallingAgent, tool
 from smolagents.models import ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole
 from smolagents.monitoring import LogLevel, TokenUsage
 
 FIRST_TASK = "Add 2 and 3."
 NEXT_TASK = "Say that you are done."
+BROWSE_TASK = "Browse: add 1 four times."
+CODE_FIRST = "Compute a and keep some values."
+CODE_NEXT = "Use a again."
 
 
 @tool
@@ -67,7 +87,15 @@ class ScriptedModel(Model):
         self.inputs.append(list(messages))
         last = messages[-1]
         text = last.content[0]["text"] if isinstance(last.content, list) else str(last.content)
-        if last.role == MessageRole.TOOL_RESPONSE:
+        browsing = any(
+            isinstance(m.content, list)
+            and any(p.get("type") == "text" and "Browse:" in p.get("text", "") for p in m.content)
+            for m in messages[:2]
+        )
+        answers = sum(m.role == MessageRole.TOOL_RESPONSE for m in messages)
+        if browsing and last.role == MessageRole.TOOL_RESPONSE and answers < 4:
+            name, arguments, say = "add", {"a": answers, "b": 1}, f"Adding, round {answers + 1}."
+        elif last.role == MessageRole.TOOL_RESPONSE:
             name, arguments, say = (
                 "final_answer",
                 {"answer": text.split("\n")[-1]},
@@ -75,6 +103,8 @@ class ScriptedModel(Model):
             )
         elif "Use the broken tool" in text:
             name, arguments, say = "broken", {"text": "x"}, "Trying the broken tool."
+        elif "Browse:" in text:
+            name, arguments, say = "add", {"a": 0, "b": 1}, "Adding, round 1."
         elif "Add 2 and 3" in text:
             name, arguments, say = "add", {"a": 2, "b": 3}, "I will add the numbers."
         else:
@@ -105,9 +135,72 @@ def make_agent(
     return agent, model
 
 
+def take_screenshot(memory_step: ActionStep, agent: Any) -> None:
+    """Attach this step's "screenshot" and clear those of steps two or more behind, as smolagents' web-browser example does."""
+    current = memory_step.step_number
+    for previous in agent.memory.steps:
+        if isinstance(previous, ActionStep) and previous.step_number <= current - 2:
+            previous.observations_images = None
+    memory_step.observations_images = [Image.new("RGB", (4, 3), (current * 40, 7, 9))]
+
+
+class CodeScript(Model):
+    """A code-writing model that answers with the next of the given code snippets."""
+
+    def __init__(self, snippets: list[str]) -> None:
+        super().__init__(model_id="code-script")
+        self.snippets = list(snippets)
+        self.inputs: list[list[ChatMessage]] = []
+
+    def generate(
+        self,
+        messages: list[Any],
+        stop_sequences: Any = None,
+        response_format: Any = None,
+        tools_to_call_from: Any = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        self.inputs.append(list(messages))
+        code = self.snippets.pop(0)
+        return ChatMessage(
+            role=MessageRole.ASSISTANT, content=f"Thought: go on.\n<code>\n{code}\n</code>"
+        )
+
+
+# The first run: `a` and `items` can be saved, `r`, `Point` and `p` cannot (and
+# neither can the step's action output, range(3)); the second step changes
+# `items` in place.
+CODE_FIRST_SNIPPETS = [
+    "a = 40\nitems = [1, 2]\nclass Point:\n    pass\np = Point()\nr = range(3)\nr",
+    "items.append(3)\nprint(a, items)",
+    "final_answer(a)",
+]
+CODE_NEXT_SNIPPETS = ["final_answer(a + len(items) - 1)"]
+
+
+def make_code_agent(
+    snippets: list[str], step_callbacks: list[Any] | None = None
+) -> tuple[CodeAgent, CodeScript]:
+    model = CodeScript(snippets)
+    agent = CodeAgent(
+        tools=[add], model=model, step_callbacks=step_callbacks or [], verbosity_level=LogLevel.OFF
+    )
+    return agent, model
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Image.Image):
+        return {"image": value.mode, "size": list(value.size), "pixels": value.tobytes().hex()}
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """The messages as plain JSON data, to compare across processes."""
-    return json.loads(json.dumps([message.dict() for message in messages], default=str))
+    """The messages as plain JSON data (images as their pixels), to compare across processes."""
+    return json.loads(json.dumps(_plain([message.dict() for message in messages]), default=str))
 
 
 def _main(argv: list[str]) -> None:
@@ -117,6 +210,25 @@ def _main(argv: list[str]) -> None:
     mode, url, session = argv[:3]
     memory = open_memory(url, session)
     recorder = SmolagentsRecorder(memory)
+    if mode.startswith("code-"):
+        _code(mode, recorder, argv)
+        return
+    if mode == "browse-first":
+        if argv[3:] == ["attach"]:
+            agent, _ = make_agent([take_screenshot])
+            recorder.attach(agent)
+        else:
+            agent, _ = make_agent([recorder, take_screenshot])
+        agent.run(BROWSE_TASK)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "browse-restore":
+        agent, model = make_agent([recorder, take_screenshot])
+        recorder.restore(agent)
+        agent.run(NEXT_TASK, reset=False)
+        with open(argv[3], "w", encoding="utf-8") as out:
+            json.dump(message_dicts(model.inputs[-1]), out)
+        memory.close()
+        return
     if mode == "first":
         agent, _ = make_agent([recorder])
         agent.run(FIRST_TASK)
@@ -129,6 +241,35 @@ def _main(argv: list[str]) -> None:
         json.dump(message_dicts(model.inputs[-1]), out)
     agent.replay()
     memory.close()
+
+
+def _code(mode: str, recorder: Any, argv: list[str]) -> None:
+    import warnings
+
+    if mode == "code-first":
+        agent, _ = make_code_agent(CODE_FIRST_SNIPPETS, [recorder])
+        with warnings.catch_warnings():
+            warnings.simplefilter(
+                "ignore"
+            )  # the values that cannot be saved are named; checked in-process
+            agent.run(CODE_FIRST)
+        os.kill(os.getpid(), signal.SIGKILL)
+    agent, model = make_code_agent(CODE_NEXT_SNIPPETS, [recorder])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recorder.restore(agent)
+    answer = agent.run(CODE_NEXT, reset=False)
+    with open(argv[3], "w", encoding="utf-8") as out:
+        json.dump(
+            {
+                "answer": answer,
+                "warnings": [str(w.message) for w in caught],
+                "task": agent.task,
+                "inputs": message_dicts(model.inputs[-1]),
+            },
+            out,
+        )
+    recorder.memory.close()
 
 
 if __name__ == "__main__":

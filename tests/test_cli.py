@@ -52,6 +52,16 @@ def run(*argv: str) -> tuple[int, str]:
     return status, out.getvalue()
 
 
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version prints kvmemory's version and exits 0."""
+    import agents
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"kvmemory {agents.__version__}\n"
+
+
 def test_show_prints_chosen_keys_of_last_items(session_file: Path) -> None:
     """show --keys --last prints the chosen fields of the newest items."""
     assert run("show", str(session_file), "--keys", "step,action", "--last", "2") == (
@@ -65,6 +75,36 @@ def test_show_json_of_chosen_steps(session_file: Path) -> None:
     status, text = run("show", str(session_file), "--steps", "1,3", "--json", "--keys", "action")
     assert status == 0
     assert json.loads(text) == [{"action": "open"}, {"action": "save"}]
+
+
+def test_show_json_plain_gives_one_object_of_fields_per_item(tmp_path: Path) -> None:
+    """--json is lossless (an item holding a date is wrapped); --json --plain is fields only, for scripts."""
+    import datetime as dt
+
+    path = tmp_path / "typed.json"
+    when = dt.datetime(2026, 11, 26, 9, 30, tzinfo=dt.timezone.utc)
+    Memory([MemoryItem(step=1, at=when, blob=b"hi"), MemoryItem(step=2, action="open")]).save(path)
+    lossless = json.loads(run("show", str(path), "--json")[1])
+    assert lossless[0]["$kv"] == "item"
+    assert Memory.from_json(json.dumps(lossless)).content[0]["at"] == when
+    status, text = run("show", str(path), "--json", "--plain")
+    assert status == 0
+    assert json.loads(text) == [
+        {"step": 1, "at": "2026-11-26T09:30:00+00:00", "blob": "aGk="},
+        {"step": 2, "action": "open"},
+    ]
+    assert json.loads(run("show", str(path), "--json", "--plain", "--keys", "at")[1]) == [
+        {"at": "2026-11-26T09:30:00+00:00"},
+        {},
+    ]
+
+
+def test_plain_without_json_is_a_usage_error(
+    session_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--plain alone exits 2 and says to pass --json too."""
+    assert run("show", str(session_file), "--plain") == (2, "")
+    assert "--json --plain" in capsys.readouterr().err
 
 
 def test_stats_counts_items_fields_and_cost(session_file: Path) -> None:
@@ -653,6 +693,17 @@ def test_show_last_reads_only_the_last_items(
     assert run(command[0], str(long_store), "--session", "long", *command[1:]) == (0, expected)
 
 
+@pytest.mark.parametrize("command", ["show", "replay"])
+def test_steps_of_a_store_session_read_only_those_steps(long_store: Path, command: str) -> None:
+    """show/replay --steps of a store session read only those steps: a damaged first item is never read."""
+    damage_first_item(long_store)
+    status, text = run(command, str(long_store), "--session", "long", "--steps", "5,2400")
+    assert status == 0
+    assert "a5" in text
+    assert "a2400" in text
+    assert "a6" not in text
+
+
 def test_replay_last_reads_only_the_last_items(long_store: Path) -> None:
     """replay --last N of a store session reads only those items."""
     damage_first_item(long_store)
@@ -689,6 +740,72 @@ def test_convert_of_a_long_store_session_copies_every_item(
         assert text == f"wrote 2500 items to {dest}\n"
         copied = Memory.from_file(dest)
         assert (copied.content, copied.session_id) == (expected, "long")
+
+
+def long_jsonl(tmp_path: Path, *, damaged_line: int | None = None) -> Path:
+    """A 2,500-item JSONL session file (three convert pages), one line optionally cut short."""
+    path = tmp_path / "long.jsonl"
+    memory = Memory(session_id="long", step_key="turn")
+    memory.add_memory_items([MemoryItem(turn=n, action=f"a{n}") for n in range(2_500)])
+    memory.save(path)
+    if damaged_line is not None:
+        lines = path.read_bytes().split(b"\n")
+        lines[damaged_line - 1] = lines[damaged_line - 1][:10]
+        path.write_bytes(b"\n".join(lines))
+    return path
+
+
+def test_convert_of_a_jsonl_file_to_a_store_copies_every_item(tmp_path: Path) -> None:
+    """A JSONL file streamed into a store arrives whole, in order, with its step key."""
+    source = long_jsonl(tmp_path)
+    dest = tmp_path / "c.db"
+    assert run("convert", str(source), str(dest)) == (
+        0,
+        f"appended 2500 items to session 'long' of {dest}\n",
+    )
+    with open_store(str(dest)) as store:
+        assert store.read("long") == Memory.from_file(source).content
+        info = store.session_info("long")
+        assert info is not None
+        assert info.step_key == "turn"
+
+
+def test_convert_of_a_jsonl_file_damaged_late_leaves_the_store_session_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged line after the first pages exits 1 naming the line, and takes back what was appended."""
+    source = long_jsonl(tmp_path, damaged_line=2_400)
+    dest = tmp_path / "c.db"
+    assert run("convert", str(source), str(dest))[0] == 1
+    assert "line 2400" in capsys.readouterr().err
+    with open_store(str(dest)) as store:
+        assert store.count("long") == 0
+
+
+def test_read_session_pages_decodes_a_page_at_a_time(tmp_path: Path) -> None:
+    """The first page of a JSONL file is read before a damaged later line is reached."""
+    from agents.memory import CorruptSessionError, read_session_pages
+
+    source = long_jsonl(tmp_path, damaged_line=2_400)
+    with read_session_pages(source, size=1_000) as session:
+        assert (session.session_id, session.step_key) == ("long", "turn")
+        first = next(session.pages)
+        assert [item["turn"] for item in first] == list(range(1_000))
+        assert len(next(session.pages)) == 1_000
+        with pytest.raises(CorruptSessionError, match="line 2400"):
+            next(session.pages)
+
+
+@pytest.mark.parametrize("size", [0, -1, 1.5, True])
+def test_read_session_pages_refuses_a_bad_page_size(tmp_path: Path, size: object) -> None:
+    """A page size that is not a positive int is named."""
+    from agents.memory import InvalidArgumentError, read_session_pages
+
+    with (
+        pytest.raises(InvalidArgumentError, match="size must be"),
+        read_session_pages(long_jsonl(tmp_path), size=size),  # type: ignore[arg-type]
+    ):
+        pass
 
 
 def test_convert_shows_no_progress_off_a_terminal(

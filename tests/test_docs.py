@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,7 @@ REFERENCE_PAGES = {
     "agents.agent": "agent",
     "agents.integrations.smolagents": "integrations",
     "agents.integrations.ufo": "integrations",
+    "agents.integrations.mcp": "integrations",
     "agents.cli": "cli",
     "kvmemory": "cli",
 }
@@ -117,3 +119,12 @@ def test_site_build_fails_on(tmp_path: Path, page: str, text: str, complaint: st
     built = build_site(copy, tmp_path / "site")
     assert built.returncode != 0
     assert complaint in built.stderr
+
+
+def test_home_page_first_code_block_fits_its_column(site: Path, browser: Any) -> None:
+    """The first code block of the docs' home page needs no sideways scrolling in a desktop window."""
+    browser.get((site / "index.html").as_uri())
+    widths = browser.execute_script(
+        "var code = document.querySelector('pre code'); return [code.scrollWidth, code.clientWidth];"
+    )
+    assert widths[0] <= widths[1]

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import datetime as dt
 import enum
+import functools
 import io
 import json
 import sqlite3
@@ -453,3 +454,184 @@ def test_chat_seed_is_accepted_and_keeps_the_path(tmp_path: Path) -> None:
         assert not any(sign in sent for sign in SECRET_SIGNS)
         chat.add_messages(request, read_paths=True)  # the explicit opt-in reads it
         assert SECRET_SIGNS[1] in repr(chat.messages())
+
+
+# -- stored smolagents rows -------------------------------------------------------------------
+#
+# A session recorded by SmolagentsRecorder from a real smolagents agent (system
+# prompt, task with an image, planning, actions with tool calls, an error and
+# observations), kept in a real SQLite store. Restoring it is loading untrusted
+# rows: only library errors may escape, and a refused restore changes neither
+# the agent nor the store. Pillow must never see anything but PNG.
+
+HOSTILE_IMAGES = [
+    b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n%%EndComments\nshowpage\n%%EOF\n",
+    b"\x89PNG\r\n\x1a\n",
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x9c@\x00\x00\x9c@\x08\x00\x00\x00\x00",
+    b"GIF89a\x01\x00\x01\x00\x00\x00\x00;",
+    b"",
+]
+"""Image bytes a hostile row may hold: EPS, a bare PNG signature, a 40000x40000 header, GIF, nothing."""
+
+
+@functools.cache
+def smolagents_seed() -> tuple[list[MemoryItem], bytes]:
+    """Return the items a real recorded smolagents session holds, and a SQLite store file holding them."""
+    pytest.importorskip("smolagents")
+    from PIL import Image
+    from smolagents_agent import FIRST_TASK, make_agent
+
+    from agents.integrations.smolagents import SmolagentsRecorder
+
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory)
+    agent, _ = make_agent()
+    agent.planning_interval = 5
+    recorder.attach(agent)
+    agent.run(FIRST_TASK, images=[Image.new("RGB", (4, 3), (1, 2, 3))])
+    agent.planning_interval = None  # the scripted model calls tools only outside planning
+    agent.run("Use the broken tool.")
+    items = list(memory)
+    assert {item["kind"] for item in items} == {"system_prompt", "task", "planning", "action"}
+    assert any(item.get_value("error") for item in items)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "seed.db"
+        with open_memory(f"sqlite://{path}", "run") as stored:
+            stored.add_memory_items([item.copy() for item in items])
+        return items, path.read_bytes()
+
+
+def _sentinel_agent() -> tuple[Any, list[Any], list[Any]]:
+    """Return an agent whose memory holds one task step, that memory's list, and its steps as dicts."""
+    from smolagents.memory import TaskStep
+    from smolagents_agent import make_agent
+
+    agent, _ = make_agent()
+    agent.memory.steps = [TaskStep(task="keep me")]
+    steps = agent.memory.steps
+    return agent, steps, [step.dict() for step in steps]
+
+
+def check_restore(memory: Memory, *, into_agent: bool = True) -> None:
+    """Restore every run of ``memory`` (and, with ``into_agent``, into an agent): success, or an AgentMemoryError that changed nothing."""
+    from agents.integrations.smolagents import SmolagentsRecorder, restore_steps
+
+    before = state_of(memory)
+    for run in (1, 2, None):
+        with contextlib.suppress(AgentMemoryError):
+            restore_steps(memory, run=run)
+    if not into_agent:
+        assert state_of(memory) == before
+        return
+    agent, steps, dicts = _sentinel_agent()
+    try:
+        SmolagentsRecorder(memory).restore(agent)
+    except AgentMemoryError:
+        assert agent.memory.steps is steps
+        assert [step.dict() for step in steps] == dicts
+    assert state_of(memory) == before
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_smolagents_row(data: st.DataObject) -> None:
+    """A damaged row of a recorded smolagents session in a real SQLite store: reopening and restoring raise only library errors, changing nothing."""
+    items, store_file = smolagents_seed()
+    index = data.draw(st.integers(0, len(items) - 1), label="row")
+    mutated = data.draw(mutations(items[index].to_json().encode()), label="bytes")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "store.db"
+        path.write_bytes(store_file)
+        with sqlite3.connect(path) as con:
+            con.execute("UPDATE kvmemory_items SET data = ? WHERE seq = ?", (mutated, index + 1))
+        con.close()
+        on_disk = path.read_bytes()
+        try:
+            memory = open_memory(f"sqlite://{path}", "run")
+        except AgentMemoryError:
+            assert path.read_bytes() == on_disk
+            return
+        with memory:
+            check_restore(memory)
+        assert path.read_bytes() == on_disk
+
+
+_DELETE = object()
+
+
+def _field_values() -> list[Any]:
+    """Values every field of every step kind is set to in turn: wrong shapes, hostile images, NaN."""
+    return [
+        None, "x", "", 0, -1, 2**70, 1.5, float("nan"), True, [], {}, [1], ["x"], [None], [{}],
+        {"a": 1}, {"role": 1}, {"type": "AgentError"}, {"start_time": "noon"},
+        [{"role": "user", "content": [{"type": "image", "image": b"GIF89a"}]}],
+        [{"id": 1, "name": None, "arguments": {}}], *HOSTILE_IMAGES, *[[b] for b in HOSTILE_IMAGES],
+    ]  # fmt: skip
+
+
+def test_every_field_of_every_step_kind_damaged() -> None:
+    """Each field of each recorded item, set to each wrong value or removed: restore succeeds or raises a library error, changing nothing."""
+    items, _ = smolagents_seed()
+    values = _field_values()
+    seen: set[tuple[str, str]] = set()
+    for index, item in enumerate(items):
+        for key in item.to_dict():
+            seen.add((item["kind"], key))
+            for value in [*values, _DELETE]:
+                damaged = [other.copy() for other in items]
+                if value is _DELETE:
+                    del damaged[index][key]
+                else:
+                    damaged[index][key] = value
+                # restore() reads every step before it touches the agent, and the
+                # fuzz tests above check the agent: here the reading alone, fast.
+                check_restore(Memory(damaged), into_agent=False)
+    kinds = {kind for kind, _ in seen}
+    assert kinds == {"system_prompt", "task", "planning", "action"}
+    assert ("action", "observations_images") in seen
+    assert ("planning", "model_output_message") in seen
+
+
+@FUZZ
+@given(data=st.data(), image=st.sampled_from(HOSTILE_IMAGES) | st.binary(max_size=64))
+def test_fuzzed_image_bytes_in_message_parts(data: st.DataObject, image: bytes) -> None:
+    """Image bytes in any content part of any stored chat message: PNG only, anything else a library error."""
+    items, _ = smolagents_seed()
+    damaged = [item.copy() for item in items]
+    places = [
+        (index, key, number)
+        for index, item in enumerate(damaged)
+        for key in ("model_input_messages", "model_output_message")
+        if item.get_value(key)
+        for number in range(len(item[key]) if key == "model_input_messages" else 1)
+    ]
+    index, key, number = data.draw(st.sampled_from(places))
+    value = copy.deepcopy(damaged[index][key])
+    message = value[number] if key == "model_input_messages" else value
+    parts = message["content"] if isinstance(message["content"], list) else []
+    position = data.draw(st.integers(0, len(parts)))
+    message["content"] = [*parts[:position], {"type": "image", "image": image}, *parts[position:]]
+    damaged[index][key] = value
+    check_restore(Memory(damaged))
+
+
+# -- contexts of incoming conversations -------------------------------------------------------
+
+
+@FUZZ
+@given(context=json_values, prefix=st.text(max_size=70) | st.just("chat"), keep=st.booleans())
+def test_fuzzed_conversation_context(context: Any, prefix: str, keep: bool) -> None:
+    """Any context and prefix a client sends: for_context opens a conversation or raises a library error and creates no file."""
+    from agents.memory import Conversation
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "chats.db"
+        try:
+            chat = Conversation.for_context(str(path), context, prefix=prefix, keep_steps=keep)
+        except AgentMemoryError:
+            assert not path.exists()
+            return
+        with chat:
+            assert len(chat.history.session_id) <= 128
+            if keep:
+                assert len(chat.scratchpad.session_id) <= 128

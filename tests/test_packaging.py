@@ -53,6 +53,16 @@ def test_build_makes_a_wheel_and_an_sdist_that_pass_twine_check(dist: Path) -> N
     assert output.count("PASSED") == 2
 
 
+def test_description_is_written_for_someone_who_installed_the_package(dist: Path) -> None:
+    """The wheel's description says how to install and names no repository-only script or relative link."""
+    with zipfile.ZipFile(only(dist, "kvmemory-*.whl")) as wheel:
+        (metadata,) = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]
+        description = wheel.read(metadata).decode("utf-8").split("\n\n", 1)[1]
+    assert "pip install" in description
+    assert "scripts/" not in description
+    assert "](" not in description  # no relative links: they break on the package index
+
+
 def test_wheel_holds_the_package_and_its_entry_point(dist: Path) -> None:
     """The wheel has the agents package with its typing marker and page template, and kvmemory.py."""
     names = zipfile.ZipFile(only(dist, "kvmemory-*.whl")).namelist()

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("smolagents")
 
@@ -19,15 +23,37 @@ from smolagents.memory import ActionStep, TaskStep
 from smolagents.models import MessageRole
 from smolagents.monitoring import LogLevel, Timing
 from smolagents.utils import AgentToolExecutionError
-from smolagents_agent import FIRST_TASK, NEXT_TASK, add, make_agent, message_dicts
+from smolagents_agent import (
+    BROWSE_TASK,
+    CODE_FIRST,
+    CODE_FIRST_SNIPPETS,
+    CODE_NEXT,
+    CODE_NEXT_SNIPPETS,
+    FIRST_TASK,
+    NEXT_TASK,
+    add,
+    make_agent,
+    make_code_agent,
+    message_dicts,
+    take_screenshot,
+)
 
 from agents.integrations.smolagents import (
     SmolagentsRecorder,
+    UnsavedValueWarning,
     full_steps,
+    restore_python_state,
     restore_steps,
     succinct_steps,
 )
-from agents.memory import CorruptSessionError, Memory, MemoryItem, MissingDependencyError
+from agents.memory import (
+    CorruptSessionError,
+    InvalidArgumentError,
+    Memory,
+    MemoryItem,
+    MissingDependencyError,
+    StoreError,
+)
 from agents.memory.stores import open_memory
 
 HERE = Path(__file__).resolve().parent
@@ -90,7 +116,11 @@ def test_steps_are_items_with_kind_run_and_step() -> None:
     ]
     assert memory.steps() == [1, 2]
     assert memory[2]["tool_calls"] == [
-        {"id": "call_2", "name": "add", "arguments": {"a": 2, "b": 3}}
+        {
+            "id": "call_2",
+            "type": "function",
+            "function": {"name": "add", "arguments": {"a": 2, "b": 3}},
+        }
     ]
     assert memory[2]["token_usage"] == {"input_tokens": 20, "output_tokens": 7}
     assert memory[3]["is_final_answer"] is True
@@ -303,3 +333,530 @@ def test_image_action_output_is_stored_as_png() -> None:
     )
     recorder.write(agent, step)
     assert memory[-1]["action_output"].startswith(b"\x89PNG")
+
+
+# -- steps changed after they were recorded, callback order ------------------------
+
+
+def _images(steps: list[Any]) -> list[list[bytes] | None]:
+    """Each step's observation images as pixels (None where it has none)."""
+    return [
+        [image.tobytes() for image in step.observations_images]
+        if getattr(step, "observations_images", None)
+        else None
+        for step in steps
+    ]
+
+
+@pytest.mark.parametrize("form", ["list", "attach"])
+def test_later_changes_and_later_callbacks_survive_a_restart(tmp_path: Path, form: str) -> None:
+    """With step_callbacks=[recorder, take_screenshot] or attach(), killed and restored, the next model input is the uninterrupted one."""
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    script = str(HERE / "smolagents_agent.py")
+    first = subprocess.run([sys.executable, script, "browse-first", url, "b", form], cwd=HERE)
+    assert first.returncode == -signal.SIGKILL
+    out = tmp_path / "next.json"
+    subprocess.run(
+        [sys.executable, script, "browse-restore", url, "b", str(out)], check=True, cwd=HERE
+    )
+
+    agent, model = make_agent([take_screenshot])
+    agent.run(BROWSE_TASK)
+    assert _images(agent.memory.steps)[1:] == [None, None, None, ANY_IMAGES, ANY_IMAGES]
+    agent.run(NEXT_TASK, reset=False)
+    assert json.loads(out.read_text(encoding="utf-8")) == message_dicts(model.inputs[-1])
+
+
+class _AnyImages:
+    """Equal to any non-empty list of images (the screenshots of the last two steps)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, list) and len(other) > 0
+
+    __hash__ = None  # type: ignore[assignment]  # only compared, never hashed
+
+
+ANY_IMAGES: Any = _AnyImages()
+
+
+def test_list_form_records_what_later_callbacks_attach() -> None:
+    """Listed before take_screenshot, the recorder still writes each step with its screenshot."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory), take_screenshot])
+    agent.run(BROWSE_TASK)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+    assert _images(steps)[-1] is not None
+
+
+def test_images_cleared_by_an_earlier_callback_stay_cleared() -> None:
+    """attach() after take_screenshot: images the callback clears on older steps are cleared in the record."""
+    memory = Memory()
+    agent, _ = make_agent([take_screenshot])
+    SmolagentsRecorder(memory).attach(agent)
+    agent.run(BROWSE_TASK)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+    assert [image is None for image in _images(steps)] == [True, True, True, True, False, False]
+
+
+def test_without_recheck_changes_are_written_at_the_end_of_the_run() -> None:
+    """recheck_last=0 compares nothing per step, but the end of agent.run writes what earlier steps became."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory, recheck_last=0), take_screenshot])
+    agent.run(BROWSE_TASK)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+
+
+@pytest.mark.parametrize("ending", ["final answer", "max steps"])
+def test_the_last_action_step_ends_the_run_for_the_recorder(ending: str) -> None:
+    """Without a FinalAnswerStep callback (smolagents before late 2025), the final or max-steps action step still makes the recorder compare the run's steps."""
+    from smolagents.utils import AgentMaxStepsError
+
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory, recheck_last=0)
+    agent, _ = make_agent([recorder])
+    agent.memory.steps.append(TaskStep(task="t"))
+    for number in range(1, 4):
+        step = ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=str(number))
+        if number == 2:
+            agent.memory.steps[1].observations = "changed later"
+        if number == 3 and ending == "final answer":
+            step.is_final_answer = True
+        if number == 3 and ending == "max steps":
+            step.error = AgentMaxStepsError("Reached max steps.", agent.logger)
+        agent.step_callbacks.callback(step, agent=agent)
+        agent.memory.steps.append(step)
+    assert memory[2]["observations"] == "changed later"
+
+
+_EDITS = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # how many steps back
+        st.sampled_from(["text", "clear", "set", "append", "replace"]),
+        st.integers(0, 255),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(_EDITS, min_size=1, max_size=10), st.integers(0, 3))
+def test_any_later_edits_are_in_the_record_when_the_run_ends(
+    edits: list[list[tuple[int, str, int]]], recheck_last: int
+) -> None:
+    """A callback listed after the recorder edits earlier steps at will: when the run ends, every restored step equals the live one."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory, recheck_last=recheck_last)
+    todo: list[list[tuple[int, str, int]]] = list(edits)
+
+    def edit(memory_step: ActionStep, agent: Any) -> None:
+        actions = [s for s in agent.memory.steps if isinstance(s, ActionStep)] + [memory_step]
+        for back, how, shade in todo.pop(0):
+            step = actions[max(len(actions) - 1 - back, 0)]
+            image = Image.new("L", (2, 1), shade)
+            if how == "text":
+                step.observations = f"edited {shade}"
+            elif how == "clear":
+                step.observations_images = None
+            elif how == "set":
+                step.observations_images = [image]
+            elif step.observations_images and how == "replace":
+                step.observations_images[0] = image
+            elif step.observations_images:
+                step.observations_images.append(image)
+
+    agent, _ = make_agent([recorder, edit])
+    agent.memory.steps.append(TaskStep(task="t"))
+    for number in range(1, len(edits) + 1):
+        step = ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=str(number))
+        step.is_final_answer = number == len(edits)
+        agent.step_callbacks.callback(step, agent=agent)
+        agent.memory.steps.append(step)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+    assert [getattr(s, "observations", None) for s in steps] == [
+        getattr(s, "observations", None) for s in agent.memory.steps
+    ]
+
+
+def test_sync_writes_changes_made_between_runs() -> None:
+    """A change to an old step between two runs is written by sync()."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory, recheck_last=1)
+    agent, _ = make_agent([recorder, take_screenshot])
+    agent.run(BROWSE_TASK)
+    agent.memory.steps[4].observations_images = None
+    agent.memory.steps[1].observations = "edited"
+    recorder.sync(agent)
+    _, steps = restore_steps(memory)
+    assert _images(steps) == _images(agent.memory.steps)
+    assert steps[1].observations == "edited"
+
+
+def test_steps_taken_out_of_the_agent_memory_leave_the_record() -> None:
+    """Deleting a step from agent.memory.steps deletes its item at the next callback."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.run(FIRST_TASK)
+    del agent.memory.steps[1]
+    agent.run(NEXT_TASK, reset=False)
+    _, steps = restore_steps(memory)
+    assert [step.dict() for step in steps] == [step.dict() for step in agent.memory.steps]
+
+
+class _CountingList(list[Any]):
+    """A steps list that counts how many entries its readers go through."""
+
+    visited = 0
+
+    def __iter__(self) -> Any:
+        _CountingList.visited += len(self)
+        return super().__iter__()
+
+    def __getitem__(self, index: Any) -> Any:
+        got = super().__getitem__(index)
+        _CountingList.visited += len(got) if isinstance(index, slice) else 1
+        return got
+
+
+def test_each_step_reads_a_bounded_number_of_steps() -> None:
+    """Over 400 steps the recorder goes through a few entries of agent.memory.steps per step, not all of them."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory)
+    agent, _ = make_agent([recorder, take_screenshot])
+    steps = _CountingList([TaskStep(task=BROWSE_TASK)])
+    agent.memory.steps = steps
+    _CountingList.visited = 0
+    for number in range(1, 401):
+        step = ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=str(number))
+        reads_before = _CountingList.visited
+        agent.step_callbacks.callback(step, agent=agent)
+        take_screenshot_reads = len(
+            steps
+        )  # the screenshot callback walks every step, as the example does
+        assert _CountingList.visited - reads_before - take_screenshot_reads <= 3
+        steps.append(step)
+    assert len(memory) == 402  # the system prompt, the task and 400 actions
+    _, restored = restore_steps(memory)
+    assert _images(restored) == _images(steps)
+
+
+def test_a_refused_write_is_written_at_the_next_step(tmp_path: Path) -> None:
+    """A store error at a step is raised, and the next step writes what it did not (system prompt and task included)."""
+    path = tmp_path / "locked.db"
+    with open_memory(f"sqlite:///{path}?timeout=0.05", "s") as memory:
+        agent, _ = make_agent([SmolagentsRecorder(memory)])
+        agent.memory.steps.append(TaskStep(task="t"))
+        lock = sqlite3.connect(path)
+        lock.execute("BEGIN EXCLUSIVE")
+        first = ActionStep(step_number=1, timing=Timing(0.0, 1.0), observations="1")
+        with pytest.raises(StoreError):
+            agent.step_callbacks.callback(first, agent=agent)
+        lock.rollback()
+        lock.close()
+        assert len(memory) == 0
+        second = ActionStep(step_number=2, timing=Timing(0.0, 1.0), observations="2")
+        agent.step_callbacks.callback(second, agent=agent)
+        agent.memory.steps.append(second)
+        assert [item["kind"] for item in memory] == ["system_prompt", "task", "action"]
+        assert memory[2]["observations"] == "2"
+
+
+def test_without_model_inputs_the_next_model_input_is_the_same() -> None:
+    """keep_model_inputs=False writes no model_input_messages, and a restored agent still sends the model what the live one sends."""
+    memory = Memory()
+    agent, model = make_agent([SmolagentsRecorder(memory, keep_model_inputs=False)])
+    agent.run(FIRST_TASK)
+    assert all("model_input_messages" not in item for item in memory)
+    fresh, fresh_model = make_agent()
+    SmolagentsRecorder(memory).restore(fresh)
+    assert all(getattr(step, "model_input_messages", None) is None for step in fresh.memory.steps)
+    agent.run(NEXT_TASK, reset=False)
+    fresh.run(NEXT_TASK, reset=False)
+    assert message_dicts(fresh_model.inputs[-1]) == message_dicts(model.inputs[-1])
+
+
+def test_recheck_last_must_be_a_whole_number() -> None:
+    """A negative or non-integer recheck_last is refused, naming the option."""
+    with pytest.raises(InvalidArgumentError, match=r"recheck_last must be a whole number"):
+        SmolagentsRecorder(Memory(), recheck_last=-1)
+    with pytest.raises(InvalidArgumentError, match=r"got 1.5"):
+        SmolagentsRecorder(Memory(), recheck_last=1.5)  # type: ignore[arg-type]  # the wrong type is the point
+    with pytest.raises(
+        InvalidArgumentError, match=r"keep_model_inputs must be True or False, got 'no'"
+    ):
+        SmolagentsRecorder(Memory(), keep_model_inputs="no")  # type: ignore[arg-type]  # the wrong type is the point
+
+
+# -- a CodeAgent's Python variables and values that cannot be saved -----------------
+
+
+def test_code_agent_variables_survive_a_restart(tmp_path: Path) -> None:
+    """A step after SIGKILL and restore uses variables set before it; those not saved are named."""
+    url = f"sqlite:///{tmp_path / 'code.db'}"
+    script = str(HERE / "smolagents_agent.py")
+    first = subprocess.run([sys.executable, script, "code-first", url, "c"], cwd=HERE)
+    assert first.returncode == -signal.SIGKILL
+    out = tmp_path / "next.json"
+    subprocess.run(
+        [sys.executable, script, "code-restore", url, "c", str(out)], check=True, cwd=HERE
+    )
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["answer"] == 42  # a = 40 and items = [1, 2, 3], both set before the kill
+    assert result["task"] == CODE_NEXT
+    (warning,) = result["warnings"]
+    assert "'Point' (type), 'p' (smolagents.local_python_executor.Point), 'r' (range)" in warning
+
+    agent, model = make_code_agent(CODE_FIRST_SNIPPETS + CODE_NEXT_SNIPPETS)
+    agent.run(CODE_FIRST)
+    assert agent.run(CODE_NEXT, reset=False) == 42
+    assert result["inputs"] == message_dicts(model.inputs[-1])
+
+
+def test_unsaveable_values_never_stop_the_run(tmp_path: Path) -> None:
+    """range(3) and instances of the code's own class are left out, named and warned about; the run finishes."""
+    with open_memory(f"sqlite:///{tmp_path / 'a.db'}", "c") as memory:
+        agent, _ = make_code_agent(CODE_FIRST_SNIPPETS, [SmolagentsRecorder(memory)])
+        with pytest.warns(UnsavedValueWarning) as caught:
+            assert agent.run(CODE_FIRST) == 40
+        messages = [str(w.message) for w in caught]
+        assert any("'action_output' (got range) of action step 1 of run 1" in m for m in messages)
+        assert any("'p' (got smolagents.local_python_executor.Point)" in m for m in messages)
+        first = memory[2]
+        assert first["left_out"] == {"action_output": "range"}
+        assert "action_output" not in first
+        assert first["python_state"] == {"a": 40, "items": [1, 2]}
+        assert set(first["python_state_left_out"]) == {"Point", "p", "r"}
+        assert memory[3]["python_state"] == {"items": [1, 2, 3]}  # changed in place, recorded
+    with open_memory(f"sqlite:///{tmp_path / 'a.db'}", "c") as memory:
+        _, steps = restore_steps(memory)
+        assert steps[1].action_output is None
+        assert restore_python_state(memory)[0] == {"a": 40, "items": [1, 2, 3]}
+
+
+def test_an_in_memory_record_stays_encodable() -> None:
+    """A Memory the recorder writes to can always be saved, whatever the step held."""
+
+    class Local:
+        pass
+
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory)
+    agent, _ = make_agent()
+    step = ActionStep(step_number=1, timing=Timing(0.0, 1.0), action_output=Local())
+    with pytest.warns(UnsavedValueWarning, match=r"'action_output' \(got .*Local\)"):
+        recorder.write(agent, step)
+    assert Memory.from_json(memory.to_json()).content == memory.content
+
+
+class _Opaque:
+    """A client's response object that the codec cannot write."""
+
+
+def test_a_message_keeps_all_but_an_unsaveable_raw_response() -> None:
+    """A model message whose raw API response cannot be saved is kept without it, and the raw is named."""
+    memory = Memory()
+    agent, model = make_agent([SmolagentsRecorder(memory)])
+    generate = model.generate
+
+    def with_raw(*args: Any, **kwargs: Any) -> ChatMessage:
+        message = generate(*args, **kwargs)
+        message.raw = _Opaque()
+        return message
+
+    model.generate = with_raw  # type: ignore[method-assign]  # the client hands back its own object
+    with pytest.warns(UnsavedValueWarning, match=r"'model_output_message.raw' \(got .*_Opaque\)"):
+        agent.run(FIRST_TASK)
+    action = memory[2]
+    assert action["left_out"] == {"model_output_message.raw": f"{__name__}._Opaque"}
+    assert action["model_output_message"]["content"] == "I will add the numbers."
+    assert action["model_output_message"]["raw"] is None
+    _, steps = restore_steps(memory)
+    assert (
+        steps[1].model_output_message.tool_calls
+        == agent.memory.steps[1].model_output_message.tool_calls
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["a", "b", "c", "d"]),
+            st.one_of(
+                st.integers(),
+                st.text(max_size=5),
+                st.lists(st.integers(), max_size=3),
+                st.just(range(2)),
+            ),
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_python_state_replays_to_the_last_state(states: list[dict[str, Any]]) -> None:
+    """Whatever the variables did step by step, the replayed deltas give the last state's saveable values."""
+    memory = Memory()
+    recorder = SmolagentsRecorder(memory)
+    agent, _ = make_code_agent([])
+    executor_state = agent.python_executor.state
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnsavedValueWarning)
+        for number, state in enumerate(states, start=1):
+            for name in "abcd":
+                executor_state.pop(name, None)
+            executor_state.update(state)
+            step = ActionStep(step_number=number, timing=Timing(0.0, 1.0))
+            agent.memory.steps.append(step)
+            recorder.write(agent, step)
+    variables, left_out = restore_python_state(memory)
+    last = states[-1]
+    assert variables == {k: v for k, v in last.items() if not isinstance(v, range)}
+    assert left_out == {k: "range" for k, v in last.items() if isinstance(v, range)}
+
+
+def test_damaged_python_state_is_named() -> None:
+    """A python_state that is not a dict of variables raises CorruptSessionError naming the item; restore changes nothing."""
+    memory = Memory(
+        [
+            MemoryItem(kind="task", run=1, task="t"),
+            MemoryItem(
+                kind="action",
+                run=1,
+                step=1,
+                timing={"start_time": 0.0, "end_time": 1.0},
+                python_state=[1],
+            ),
+        ]
+    )
+    with pytest.raises(
+        CorruptSessionError, match=r"Field 'python_state' of item 1 \(action step\) holds list"
+    ):
+        restore_python_state(memory)
+    agent, _ = make_code_agent([])
+    steps, variables = agent.memory.steps, dict(agent.python_executor.state)
+    with pytest.raises(CorruptSessionError, match=r"python_state"):
+        SmolagentsRecorder(memory).restore(agent)
+    assert agent.memory.steps is steps
+    assert agent.python_executor.state == variables
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4) | st.binary(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["python_state", "python_state_removed", "python_state_left_out"]),
+        _JSONISH,
+        min_size=1,
+    )
+)
+def test_any_stored_python_state_restores_or_is_named(fields: dict[str, Any]) -> None:
+    """Whatever a row's python_state fields hold, restore succeeds or raises CorruptSessionError and leaves the CodeAgent as it was."""
+    memory = Memory(
+        [
+            MemoryItem(kind="task", run=1, task="t"),
+            MemoryItem(
+                kind="action", run=1, step=1, timing={"start_time": 0.0, "end_time": 1.0}, **fields
+            ),
+        ]
+    )
+    agent, _ = make_code_agent([])
+    steps, variables = agent.memory.steps, dict(agent.python_executor.state)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnsavedValueWarning)
+            SmolagentsRecorder(memory).restore(agent)
+    except CorruptSessionError:
+        assert agent.memory.steps is steps
+        assert agent.python_executor.state == variables
+    else:
+        restored, _ = restore_python_state(memory)
+        assert {k: v for k, v in agent.python_executor.state.items() if k in restored} == restored
+
+
+@pytest.mark.parametrize("name", ["final_answer", "add", "print", "_print_outputs"])
+def test_a_variable_named_like_a_tool_is_refused(name: str) -> None:
+    """A stored variable that would hide a tool or an executor internal is refused, naming it; the agent is unchanged."""
+    memory = Memory(
+        [
+            MemoryItem(kind="task", run=1, task="t"),
+            MemoryItem(
+                kind="action",
+                run=1,
+                step=1,
+                timing={"start_time": 0.0, "end_time": 1.0},
+                python_state={name: 1, "a": 2},
+            ),
+        ]
+    )
+    agent, _ = make_code_agent([])
+    steps, variables = agent.memory.steps, dict(agent.python_executor.state)
+    with pytest.raises(CorruptSessionError, match=rf"variable\(s\) '{name}', named like a tool"):
+        SmolagentsRecorder(memory).restore(agent)
+    assert agent.memory.steps is steps
+    assert agent.python_executor.state == variables
+
+
+# -- restore sets the task; tool calls in smolagents' shape ---------------------------
+
+
+def test_restore_sets_the_task() -> None:
+    """The restored agent's task is the run's last task."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.run(FIRST_TASK)
+    agent.run(NEXT_TASK, reset=False)
+    fresh, _ = make_agent()
+    SmolagentsRecorder(memory).restore(fresh)
+    assert fresh.task == NEXT_TASK == agent.task
+
+
+def test_tool_calls_keep_smolagents_shape() -> None:
+    """full_steps and succinct_steps show tool calls as smolagents' get_full_steps() does."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.run(FIRST_TASK)
+    ours = [step["tool_calls"] for step in succinct_steps(memory) if step["kind"] == "action"]
+    theirs = [
+        step["tool_calls"] for step in agent.memory.get_succinct_steps() if "step_number" in step
+    ]
+    assert ours == theirs
+    assert ours[0] == [
+        {
+            "id": "call_2",
+            "type": "function",
+            "function": {"name": "add", "arguments": {"a": 2, "b": 3}},
+        }
+    ]
+
+
+def test_flat_tool_calls_of_older_sessions_still_restore() -> None:
+    """A tool call stored as {id, name, arguments} is read back as smolagents' ToolCall."""
+    memory = Memory(
+        [
+            MemoryItem(
+                kind="action",
+                run=1,
+                step=1,
+                timing={"start_time": 0.0, "end_time": 1.0},
+                tool_calls=[{"id": "c1", "name": "add", "arguments": {"a": 1}}],
+            )
+        ]
+    )
+    (step,) = restore_steps(memory)[1]
+    assert step.tool_calls[0].dict() == {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "add", "arguments": {"a": 1}},
+    }

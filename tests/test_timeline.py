@@ -344,20 +344,130 @@ def test_unreadable_image_is_named_on_its_card(tmp_path: Path, browser: Any) -> 
     assert console_errors(browser) == []
 
 
-def test_large_session_renders_only_what_is_in_view(tmp_path: Path, browser: Any) -> None:
-    """A 10,000-step page counts every step but puts only a screenful or so of cards in the page."""
-    memory = Memory(
+def large_session(n: int = 10_000) -> Memory:
+    """Return ``n`` steps over three agents, with thoughts of varied length (cards of varied height)."""
+    return Memory(
         [
-            MemoryItem(step=n, agent=f"agent-{n % 3}", thought="t" * (n % 50), cost=0.001)
-            for n in range(10_000)
+            MemoryItem(step=n, agent=f"agent-{n % 3}", thought="t" * (n % 50 * 7), cost=0.001)
+            for n in range(n)
         ]
     )
-    open_page(browser, replay_html(memory, tmp_path / "large.html"))
-    assert browser.find_element("id", "status").text.startswith("10,000 steps")
-    rendered = len(browser.find_elements("css selector", ".card"))
-    assert 0 < rendered < 1_000
+
+
+def card_count(browser: Any) -> int:
+    return int(browser.execute_script("return document.querySelectorAll('.card').length"))
+
+
+def cards_in_view(browser: Any) -> list[int]:
+    """Return the positions of the cards that intersect the window."""
+    return list(
+        browser.execute_script(
+            """
+            return Array.from(document.querySelectorAll('.card')).filter(function (card) {
+              var box = card.getBoundingClientRect();
+              return box.bottom > 0 && box.top < innerHeight;
+            }).map(function (card) { return Number(card.dataset.position); });
+            """
+        )
+    )
+
+
+def settle(browser: Any) -> None:
+    """Let the page handle the scroll events of the last action (two animation frames)."""
+    browser.execute_async_script(
+        "var done = arguments[0]; requestAnimationFrame(function () { requestAnimationFrame(done); });"
+    )
+
+
+def test_large_session_renders_only_what_is_in_view(tmp_path: Path, browser: Any) -> None:
+    """A 10,000-step page counts every step but puts only a window of cards in the page."""
+    open_page(browser, replay_html(large_session(), tmp_path / "large.html"))
+    assert browser.find_element("id", "status").text == "10,000 items"
+    assert browser.find_element("css selector", "h1").text.endswith(": 10,000 items")
+    assert 0 < card_count(browser) < 1_000
     browser.execute_script("window.kvTimeline.reveal(9000)")
     assert browser.find_element("css selector", '.card[data-position="9000"]').is_displayed()
+    assert card_count(browser) < 1_000
+
+
+def test_jumping_to_the_end_keeps_the_document_small(tmp_path: Path, browser: Any) -> None:
+    """A click on the chart's right end shows the last step with well under 1,000 cards in the page."""
+    open_page(browser, replay_html(large_session(), tmp_path / "large.html"))
+    chart = browser.find_element("css selector", "#chart svg")
+    browser.execute_script(
+        """
+        var svg = arguments[0], box = svg.getBoundingClientRect();
+        svg.dispatchEvent(new MouseEvent('click', {clientX: box.right - 1, clientY: box.top + 5, bubbles: true}));
+        """,
+        chart,
+    )
+    settle(browser)
+    assert browser.find_element("css selector", '.card[data-position="9999"]').is_displayed()
+    assert card_count(browser) < 1_000
+    assert max(cards_in_view(browser)) >= 9_950
+
+
+def test_end_key_and_scrolling_back_keep_the_window_bounded(tmp_path: Path, browser: Any) -> None:
+    """Scrolling to the bottom (End) and back up moves the window; the page never holds every card."""
+    open_page(browser, replay_html(large_session(), tmp_path / "large.html"))
+    counts = []
+    browser.execute_script("window.scrollTo(0, document.documentElement.scrollHeight)")
+    for _ in range(5):
+        settle(browser)
+        counts.append(card_count(browser))
+    assert 9_999 in cards_in_view(browser)
+    for _ in range(30):  # scroll up a few screens at a time: cards are put back above the view
+        browser.execute_script("window.scrollBy(0, -2 * innerHeight)")
+        settle(browser)
+        counts.append(card_count(browser))
+        assert cards_in_view(browser), "the view must never be left empty"
+    assert min(cards_in_view(browser)) < 9_900
+    browser.execute_script("window.scrollTo(0, document.documentElement.scrollHeight / 2)")
+    settle(browser)
+    middle = cards_in_view(browser)
+    assert middle
+    assert 3_000 < min(middle) < 7_000
+    assert max(counts) < 1_000
+
+
+def test_cards_in_view_follow_in_order_after_scrolling(tmp_path: Path, browser: Any) -> None:
+    """Scrolling down through the window shows consecutive steps, none skipped or repeated."""
+    open_page(browser, replay_html(large_session(2_000), tmp_path / "large.html"))
+    seen: list[int] = []
+    for _ in range(40):
+        seen.extend(p for p in cards_in_view(browser) if not seen or p > seen[-1])
+        browser.execute_script("window.scrollBy(0, innerHeight * 0.9)")
+        settle(browser)
+    assert seen == list(range(seen[0], seen[-1] + 1))
+    assert seen[0] == 0
+    assert seen[-1] > 150
+
+
+def test_line_separators_show_as_line_breaks(tmp_path: Path, browser: Any) -> None:
+    """U+2028 and U+2029 inside a value break the line instead of vanishing."""
+    memory = Memory([MemoryItem(step=1, thought="line one\u2028line two\u2029line three")])
+    open_page(browser, replay_html(memory, tmp_path / "separators.html"))
+    text = browser.find_element("css selector", ".card dd").text
+    assert text.splitlines() == ["line one", "line two", "line three"]
+
+
+def test_a_single_cost_is_named_but_not_drawn(tmp_path: Path) -> None:
+    """One known cost gives a legend with its total and no chart line or lone dot."""
+    page = page_text(tmp_path, Memory([MemoryItem(step=1, cost=0.25), MemoryItem(step=2)]))
+    assert "total 0.25" in page
+    assert "<svg" not in page
+    assert "<circle" not in page
+
+
+def test_scheme_references_are_not_read_as_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``javascript:alert(3)`` is named as not embedded, even when a file of that name exists."""
+    monkeypatch.chdir(tmp_path)
+    Path("javascript:alert(3)").write_bytes(png(2, 2, []))
+    page = page_text(tmp_path, Memory([MemoryItem(step=1, screenshot="javascript:alert(3)")]))
+    assert "data:image/png;base64" not in page
+    assert "not a file path, an http(s) URL or an image data: URL" in page
 
 
 def test_screenshot_of_the_demo_session(demo_page: Path, browser: Any) -> None:

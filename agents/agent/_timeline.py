@@ -27,6 +27,8 @@ _DOTS: Final = 80  # lines of at most this many points get a dot per point
 _PAD: Final = 5.0  # room above and below the lines for the dots
 _NO_LANE: Final = "(no agent)"
 _SLOT: Final = re.compile(r"\{\{(title|chart|data)\}\}")
+# A URL scheme of two or more letters ("C:\\shot.png" stays a Windows path).
+_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
 
 
 def replay_html(
@@ -71,7 +73,8 @@ def replay_html(
     items = list(memory)
     step_key = memory.step_key if isinstance(memory, Memory) else "step"
     session = getattr(memory, "session_id", None)
-    heading = title or f"Session {session or ''}".rstrip() + f": {len(items)} items"
+    count = f"{len(items):,} item" + ("" if len(items) == 1 else "s")
+    heading = title or f"Session {session or ''}".rstrip() + f": {count}"
     payload = _Payload(step_key, image_keys, cost_key, tokens_key, label_key)
     for position, item in enumerate(items):
         payload.add(position, item)
@@ -145,8 +148,12 @@ class _Payload:
 
     def _image(self, ref: str) -> list[Any]:
         """Return ``[index of the embedded data URL, ref]``, or ``[-1, ref, why]`` when not embedded."""
-        if ref.startswith(("http://", "https://")):
+        lowered = ref.lower()
+        if lowered.startswith(("http://", "https://")):
             return [-1, ref, "link"]
+        if _SCHEME.match(ref) and not lowered.startswith("data:image/"):
+            # javascript:, file: and the like are neither read as paths nor linked.
+            return [-1, ref, "not a file path, an http(s) URL or an image data: URL"]
         if ref not in self.image_index:
             try:
                 url = image_data_url(ref)
@@ -186,10 +193,12 @@ def _script_json(data: dict[str, Any]) -> str:
 def _series(name: str, values: Sequence[float | None], width: float, height: float) -> str:
     """Return an SVG line of ``values`` scaled to the box, merged to at most _CHART_POINTS points.
 
-    Few points also get a dot each, so a short session's steps can be told apart.
+    Few points also get a dot each, so a short session's steps can be told
+    apart. Fewer than two known values make no line: a lone dot in a corner
+    says nothing the legend does not.
     """
     known = [v for v in values if v is not None]
-    if not known:
+    if len(known) < 2:
         return ""
     top = max(known) or 1.0
     size = max(1, math.ceil(len(values) / _CHART_POINTS))
@@ -210,29 +219,31 @@ def _series(name: str, values: Sequence[float | None], width: float, height: flo
 
 
 def _chart(payload: _Payload) -> str:
-    """Return an inline SVG chart of cost and prompt tokens per step, or "" when there are none."""
+    """Return an inline SVG chart of cost and prompt tokens per step, or "" when there are none.
+
+    A series with a single value is named in the legend but not drawn.
+    """
     width, height = 1000.0, 56.0
-    costs = _series("cost", payload.costs, width, height)
-    tokens = _series("tokens", payload.tokens, width, height)
-    if not costs and not tokens:
-        return ""
-    total = sum(v for v in payload.costs if v is not None)
+    known_costs = [v for v in payload.costs if v is not None]
     known_tokens = [v for v in payload.tokens if v is not None]
     legend = []
     lines = []
-    if tokens:
+    if known_tokens:
         legend.append(
             f'<span class="key tokens">{html.escape(payload.tokens_key)} '
             f"(max {max(known_tokens):,.0f})</span>"
         )
-        lines.append(tokens)
-    if costs:
-        known_costs = [v for v in payload.costs if v is not None]
+        lines.append(_series("tokens", payload.tokens, width, height))
+    if known_costs:
         legend.append(
             f'<span class="key cost">{html.escape(payload.cost_key)} '
-            f"(max {max(known_costs):.4g}, total {total:.6g})</span>"
+            f"(max {max(known_costs):.4g}, total {sum(known_costs):.6g})</span>"
         )
-        lines.append(costs)
+        lines.append(_series("cost", payload.costs, width, height))
+    if not legend:
+        return ""
+    if not any(lines):
+        return '<figure id="chart"><figcaption>' + " ".join(legend) + "</figcaption></figure>"
     return (
         '<figure id="chart"><figcaption>'
         + " ".join(legend)

@@ -4,6 +4,8 @@
   in a kvmemory session as it runs, and restore it into a new agent
   (extra ``kvmemory[smolagents]``).
 * :mod:`agents.integrations.ufo`: turn a UFO run's log folder into a session.
+* :mod:`agents.integrations.mcp`: serve a store to any agent over the Model
+  Context Protocol (extra ``kvmemory[mcp]``; ``kvmemory mcp`` on the command line).
 
 Each adapter imports its framework only when it is used, and names the extra
 to install when the framework is missing.

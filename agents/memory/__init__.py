@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
-from agents.memory._session import write_session
+from agents.memory._session import SessionPages, read_session_pages, write_session
 from agents.memory.exceptions import (
     AgentMemoryError,
     ArgumentTypeError,
@@ -188,6 +188,7 @@ __all__ = [
     "OnUnknownClass",
     "SchemaVersionError",
     "SerializationError",
+    "SessionPages",
     "SkippedRecordWarning",
     "StepNotFoundError",
     "StoreArgumentError",
@@ -213,6 +214,7 @@ __all__ = [
     "list_conversations",
     "message_tokens",
     "project",
+    "read_session_pages",
     "render_json",
     "render_parts",
     "render_text",

@@ -20,27 +20,32 @@ so a bad file leaves it unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, Final, NamedTuple
 
+import attrs
 import orjson
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable, OnUnknownClass
 from agents.memory._item import MemoryItem, decode_items, dumps_item, dumps_items
-from agents.memory.exceptions import CorruptSessionError
+from agents.memory.exceptions import CorruptSessionError, InvalidArgumentError
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "LoadOptions",
+    "SessionPages",
     "check_header",
     "envelope",
     "read_document",
     "read_jsonl",
+    "read_jsonl_pages",
     "read_session_file",
+    "read_session_pages",
     "session_chunks",
     "write_session",
 ]
@@ -230,6 +235,72 @@ def read_session_file(name: str, options: LoadOptions) -> tuple[dict[str, Any], 
         return read_document(stream.read(), source, options)
 
 
+@attrs.frozen
+class SessionPages:
+    """A session file's header, and its items a page at a time (see :func:`read_session_pages`)."""
+
+    session_id: str | None
+    """The session id the file records, or ``None``."""
+    step_key: str
+    """The field that names an item's step."""
+    metadata: dict[str, Any]
+    """The session's metadata."""
+    pages: Iterator[list[MemoryItem]]
+    """The items in order, in lists of at most the page size; read once."""
+
+
+@contextlib.contextmanager
+def read_session_pages(
+    path: str | os.PathLike[str],
+    *,
+    size: int = 1000,
+    on_unknown_class: OnUnknownClass = "error",
+) -> Iterator[SessionPages]:
+    """Open a session file and read its items a page at a time, for files larger than memory.
+
+    A JSONL file (``.jsonl``, or a stream whose first line is a JSONL header)
+    is read a line at a time and held a page at a time; a JSON document is
+    one value and is read whole first, then handed out in pages. Classes are
+    found among those this process defines (see ``Memory.from_file``). The
+    file stays open until the ``with`` block ends. ``kvmemory convert`` streams
+    a JSONL file into a store this way.
+
+    Args:
+        path: The session file to read.
+        size: The most items in a page (1 or more).
+        on_unknown_class: ``"base"`` reads items of a class this process does
+            not define as plain ``MemoryItem`` instead of raising.
+
+    Yields:
+        The header (session id, step key, metadata) and the pages.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        InvalidArgumentError: if ``path`` holds a NUL byte or ``size`` is not a positive int.
+        CorruptSessionError: naming the file and line of invalid content, for
+            a JSONL file when the page holding it is reached.
+        UnsupportedVersionError: if a newer kvmemory wrote the file.
+    """
+    if type(size) is not int or size < 1:
+        msg = f"size must be a whole number of items, 1 or more, got {size!r}."
+        raise InvalidArgumentError(msg)
+    name = _codec.file_path(path, what="session file path")
+    source = f"Session file {name!r}"
+    options = LoadOptions(on_unknown_class)
+    with open(name, "rb") as stream:
+        if name.endswith(".jsonl") or _looks_like_jsonl(stream):
+            header, pages = read_jsonl_pages(stream, source, options, size=size)
+        else:
+            header, items = read_document(stream.read(), source, options)
+            pages = (items[start : start + size] for start in range(0, len(items), size))
+        yield SessionPages(
+            session_id=header.get("session_id"),
+            step_key=header.get("step_key", "step"),
+            metadata=header["metadata"] if header else {},
+            pages=pages,
+        )
+
+
 def read_document(
     data: str | bytes, source: str, options: LoadOptions
 ) -> tuple[dict[str, Any], list[MemoryItem]]:
@@ -271,24 +342,60 @@ def read_jsonl(
         CorruptSessionError: naming the line of invalid content.
         UnsupportedVersionError: if a newer version of the format wrote it.
     """
+    header, pages = read_jsonl_pages(stream, source, options, size=_WHOLE)
+    return header, [item for page in pages for item in page]
+
+
+_WHOLE: Final = 1 << 62  # a page size no stream reaches: the whole stream as one page
+
+
+def read_jsonl_pages(
+    stream: IO[bytes], source: str, options: LoadOptions, *, size: int
+) -> tuple[dict[str, Any], Iterator[list[MemoryItem]]]:
+    """Read a JSONL session stream's checked header now, and its items a page at a time.
+
+    The pages are decoded as they are asked for, so a stream of any length is
+    held one page at a time; an error in a later page is raised when that
+    page is reached.
+
+    Raises:
+        CorruptSessionError: naming the line of invalid content (from the
+            iterator, for lines after the header).
+        UnsupportedVersionError: if a newer version of the format wrote it.
+    """
     lines = _jsonl_lines(stream, source)
     header: dict[str, Any] = {}
-    first = next(lines, None)
     pending: list[tuple[int, Any]] = []
+    first = next(lines, None)
     if first is not None:
         obj = first[1]
         if type(obj) is dict and "format" in obj and obj.get("items") == "jsonl":
             header = check_header(obj, source=source, options=options)
         else:
             pending.append(first)
-    numbered = [*pending, *lines]
-    items = decode_items(
+
+    def pages() -> Iterator[list[MemoryItem]]:
+        numbered = pending
+        for line in lines:
+            numbered.append(line)
+            if len(numbered) >= size:
+                yield _decode_lines(numbered, source, options)
+                numbered = []
+        if numbered:
+            yield _decode_lines(numbered, source, options)
+
+    return header, pages()
+
+
+def _decode_lines(
+    numbered: list[tuple[int, Any]], source: str, options: LoadOptions
+) -> list[MemoryItem]:
+    return decode_items(
         [wire for _, wire in numbered],
         where=lambda i: f"line {numbered[i][0]} of {source}",
         on_unknown_class=options.on_unknown_class,
         trusted_import=options.trusted_import,
     )
-    return header, items
 
 
 def _jsonl_lines(stream: IO[bytes], source: str) -> Iterator[tuple[int, Any]]:

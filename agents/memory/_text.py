@@ -11,7 +11,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -125,10 +125,24 @@ def checked_query(query: object) -> str:
     return query
 
 
+_MAX_K: Final = 2**63 - 1
+"""The largest ``k`` a search takes: the largest row count SQLite and PostgreSQL can be asked for."""
+
+
 def check_k(k: object) -> None:
-    """Raise :class:`InvalidQueryError` unless ``k`` (how many hits) is an int >= 1."""
+    """Raise :class:`InvalidQueryError` unless ``k`` (how many hits) is an int from 1 to 2**63 - 1."""
     if type(k) is not int or k < 1:
-        msg = f"k must be an int >= 1 (how many hits), got {k!r}."
+        # An int too long for repr (more digits than Python converts) is named by its size.
+        shown = (
+            f"an int of {k.bit_length()} bits"
+            if type(k) is int and k.bit_length() > 64
+            else repr(k)
+        )
+        msg = f"k must be an int >= 1 (how many hits), got {shown}."
+        raise InvalidQueryError(msg)
+    if k > _MAX_K:
+        # Stores pass k to SQL as a 64-bit integer; every search refuses more alike.
+        msg = f"k must be at most 2**63 - 1 (how many hits), got an int of {k.bit_length()} bits."
         raise InvalidQueryError(msg)
 
 

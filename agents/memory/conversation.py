@@ -77,6 +77,27 @@ MessageSelector = Callable[[Memory], Sequence[MemoryItem]]
 """Chooses the messages of a conversation that go into the prompt, in memory order."""
 
 _MAX_PREFIX: Final = 60
+_MAX_INT_DIGITS: Final = 4300
+_INT_LIMIT: Final = 10**_MAX_INT_DIGITS
+_STEPS_SUFFIX: Final = ".steps"
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text (no lone surrogates), so that its JSON escape names it alone."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _steps_session_id(session_id: str) -> str:
+    """Return the scratchpad's session id: ``session_id + ".steps"``, its digest shortened to fit the id limit."""
+    from agents.memory.stores import SESSION_ID_MAX_LENGTH
+
+    over = len(session_id) + len(_STEPS_SUFFIX) - SESSION_ID_MAX_LENGTH
+    # Only prefixes of 58 to 60 characters need it; the digest keeps at least 61 hex digits.
+    return (session_id[:-over] if over > 0 else session_id) + _STEPS_SUFFIX
 
 
 def context_session_id(context: Mapping[str, Any], *, prefix: str = "chat") -> str:
@@ -90,12 +111,20 @@ def context_session_id(context: Mapping[str, Any], *, prefix: str = "chat") -> s
     are different contexts). Two different contexts share an id only if
     SHA-256 collides.
 
+    Strings (keys and values) must be Unicode text: a string holding a lone
+    surrogate (``"\\ud83d\\ude00"`` written as two code points) is refused,
+    since its JSON escape is the escape of the character ``"\\U0001F600"``
+    and the two contexts would share a conversation.
+
     Args:
-        context: Keys (strings) to values that are strings, ints, finite floats, bools or ``None``.
+        context: Keys (strings) to values that are strings, ints of at most
+            4300 digits, finite floats, bools or ``None``.
         prefix: Starts the id (1 to 60 of ASCII letters, digits, ``_``, ``.``, ``-``).
 
     Raises:
-        InvalidSessionIdError: for a non-string key, another type of value, or a bad prefix.
+        InvalidSessionIdError: for a non-string key, a string holding a lone
+            surrogate, an int of more than 4300 digits, another type of
+            value, or a bad prefix (naming the key or the prefix).
     """
     if not isinstance(context, Mapping) or not context:
         msg = f"A conversation context is a non-empty dict of keys to values, got {context!r}."
@@ -103,6 +132,17 @@ def context_session_id(context: Mapping[str, Any], *, prefix: str = "chat") -> s
     for key, value in context.items():
         if type(key) is not str:
             msg = f"Context key {key!r} is a {type(key).__name__}; context keys are strings."
+            raise InvalidSessionIdError(msg)
+        if not _is_text(key):
+            msg = f"Context key {key!r} holds a lone surrogate; context keys and values are Unicode text (encodable as UTF-8)."
+            raise InvalidSessionIdError(msg)
+        if type(value) is str and not _is_text(value):
+            # Its JSON escape would equal the escape of the character the pair
+            # stands for, so two contexts would share one conversation.
+            msg = f"Context key {key!r} has a value holding a lone surrogate ({value[:40]!r}); context strings are Unicode text (encodable as UTF-8)."
+            raise InvalidSessionIdError(msg)
+        if type(value) is int and not -_INT_LIMIT < value < _INT_LIMIT:
+            msg = f"Context key {key!r} has an int of more than {_MAX_INT_DIGITS} digits; context ints have at most {_MAX_INT_DIGITS}, so that every Python process can write them."
             raise InvalidSessionIdError(msg)
         if not (
             value is None
@@ -119,7 +159,13 @@ def context_session_id(context: Mapping[str, Any], *, prefix: str = "chat") -> s
         raise InvalidSessionIdError(msg)
     from agents.memory.stores import check_session_id
 
-    canonical = json.dumps(dict(context), sort_keys=True, separators=(",", ":")).encode("ascii")
+    try:
+        canonical = json.dumps(dict(context), sort_keys=True, separators=(",", ":")).encode("ascii")
+    except (
+        ValueError
+    ) as exc:  # this process limits int digits below the default (sys.set_int_max_str_digits)
+        msg = f"The context cannot be written as JSON in this process ({exc}); use smaller ints."
+        raise InvalidSessionIdError(msg) from exc
     return check_session_id(f"{prefix}-{hashlib.sha256(canonical).hexdigest()}")
 
 
@@ -486,8 +532,11 @@ class Conversation:
         :func:`list_conversations` can find the conversations of part of a
         context (all the chats of one user). With
         ``keep_steps``, the scratchpad is kept too, in the session of that id
-        plus ``".steps"``, and is not cleared by :meth:`new_request`;
-        otherwise it lives in RAM for the current request only.
+        plus ``".steps"`` (for a prefix of 58 to 60 characters the digest in
+        that id is cut to keep it within 128 characters), and is not cleared
+        by :meth:`new_request`; otherwise it lives in RAM for the current
+        request only. Both ids are checked before the store is opened, so a
+        refused call creates no file.
 
         Args:
             store: A store URL or path (opened now, closed by :meth:`close`) or an open store.
@@ -503,12 +552,13 @@ class Conversation:
         from agents.memory.stores import BaseStore, open_memory, open_store
 
         session_id = context_session_id(context, prefix=prefix)
+        steps_id = _steps_session_id(session_id)  # checked before the store is opened or created
         owned = None if isinstance(store, BaseStore) else open_store(store)
         opened = store if isinstance(store, BaseStore) else owned
         assert opened is not None  # one of the two branches opened it
         try:
             history = open_memory(opened, session_id)
-            scratchpad = open_memory(opened, f"{session_id}.steps") if keep_steps else None
+            scratchpad = open_memory(opened, steps_id) if keep_steps else None
         except BaseException:
             if owned is not None:
                 owned.close()
@@ -807,7 +857,7 @@ class Conversation:
         :meth:`agents.memory.Memory.search`, on :attr:`history`.
 
         Raises:
-            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            InvalidQueryError: for an empty query, ``k`` outside 1 to 2**63 - 1, an unknown mode or a bad filter.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
         """
         self._fresh()

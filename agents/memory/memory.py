@@ -584,7 +584,7 @@ class Memory:
             embedder: The model for semantic and hybrid modes.
 
         Raises:
-            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            InvalidQueryError: for an empty query, ``k`` outside 1 to 2**63 - 1, an unknown mode or a bad filter.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
             EmbedderMismatchError: if the memory was embedded with another model.
         """

@@ -122,7 +122,7 @@ def search(
 
     Raises:
         InvalidQueryError: for an empty query (or one with no words in
-            keyword mode), ``k`` < 1, an unknown mode, or a bad filter or keys.
+            keyword mode), ``k`` outside 1 to 2**63 - 1, an unknown mode, or a bad filter or keys.
         EmbeddingError: if the embedder returns the wrong shape or NaN.
         EmbedderMismatchError: if the memory was embedded with another model.
         MissingDependencyError: naming the extra when numpy or wordllama is missing.

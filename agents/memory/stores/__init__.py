@@ -27,6 +27,7 @@ relative ``a.db``.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import typing
 import urllib.parse
@@ -61,11 +62,21 @@ if typing.TYPE_CHECKING:
     from agents.memory._codec import OnUnencodable
     from agents.memory._item import OnUnknownClass
     from agents.memory.memory import ChangeCallback
+    from agents.memory.stores._async import (
+        AsyncOpener,
+        AsyncStore,
+        AsyncStoredMemory,
+        AsyncWriteBatch,
+    )
     from agents.memory.stores._jsonl import JSONLStore
     from agents.memory.stores._postgres import PostgresStore
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
+    "AsyncOpener",
+    "AsyncStore",
+    "AsyncStoredMemory",
+    "AsyncWriteBatch",
     "BaseStore",
     "InMemoryStore",
     "IndexEntry",
@@ -86,6 +97,8 @@ __all__ = [
     "check_session_id",
     "check_store_path",
     "migrate",
+    "open_async_memory",
+    "open_async_store",
     "open_memory",
     "open_store",
 ]
@@ -93,6 +106,10 @@ __all__ = [
 # Imported on first use, so that importing this package loads neither the
 # JSONL store's fcntl-based locking nor, above all, psycopg.
 _LAZY = {
+    "AsyncOpener": "agents.memory.stores._async",
+    "AsyncStore": "agents.memory.stores._async",
+    "AsyncStoredMemory": "agents.memory.stores._async",
+    "AsyncWriteBatch": "agents.memory.stores._async",
     "JSONLStore": "agents.memory.stores._jsonl",
     "PostgresStore": "agents.memory.stores._postgres",
 }
@@ -162,6 +179,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
         from agents.memory.stores._postgres import PostgresStore
 
         conninfo, pgvector = _pgvector_option(text)
+        _check_libpq_options(conninfo, text)
         return PostgresStore(conninfo, read_only=read_only, pgvector=pgvector)
     raw_path, _, query = rest.partition("?")
     options = _options(text, query)
@@ -199,8 +217,8 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseS
         timeout = float(options.get("timeout", "30"))
     except ValueError:
         timeout = -1.0
-    if not timeout >= 0:
-        msg = f"Option timeout={options.get('timeout')!r} in {text!r} must be a number of seconds >= 0."
+    if not (timeout >= 0 and math.isfinite(timeout)):
+        msg = f"Option timeout={options.get('timeout')!r} in {text!r} must be a finite number of seconds >= 0."
         raise exceptions.InvalidStoreURLError(msg)
     return SQLiteStore(
         path,
@@ -228,6 +246,22 @@ def _pgvector_option(text: str) -> tuple[str, bool]:
     rest = [(name, value) for name, value in pairs if name != "pgvector"]
     conninfo = base + ("?" + urllib.parse.urlencode(rest) if rest else "")
     return conninfo, chosen[0] == "auto"
+
+
+def _check_libpq_options(conninfo: str, text: str) -> None:
+    """Name a connection option libpq does not know before connecting, instead of reporting the server unreachable."""
+    try:
+        import psycopg.conninfo
+    except ImportError:
+        return  # PostgresStore names the missing extra
+    try:
+        psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        msg = (
+            f"PostgreSQL URL {_redact(text)!r} cannot be parsed by libpq: {exc}. Check the option "
+            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off)."
+        )
+        raise exceptions.InvalidStoreURLError(msg) from exc
 
 
 def open_memory(
@@ -282,6 +316,95 @@ def open_memory(
         if owns_store:
             opened.close()
         raise
+
+
+def open_async_store(
+    url: str | os.PathLike[str], *, read_only: bool = False
+) -> AsyncOpener[AsyncStore]:
+    """Open a store for asyncio programs: ``async with open_async_store(url) as store:``.
+
+    Takes the URLs and paths :func:`open_store` takes. Every call of the
+    store is awaitable and runs the sync store's call on worker threads of
+    the store's own (see :class:`AsyncStore`), so the event loop never waits
+    on a disk or a server. ``store = await open_async_store(url)`` opens it
+    without a block; close it then with ``await store.aclose()``.
+
+    Args:
+        url: A store URL, or a filesystem path for a SQLite file.
+        read_only: Open for inspection, as :func:`open_store`.
+
+    Returns:
+        An opener to ``await`` or to use with ``async with``.
+
+    Raises:
+        What :func:`open_store` raises, when awaited or entered.
+    """
+    from agents.memory.stores._async import AsyncOpener, AsyncStore
+
+    return AsyncOpener(lambda: AsyncStore.open(url, read_only=read_only))
+
+
+def open_async_memory(
+    store: str | os.PathLike[str] | AsyncStore,
+    session_id: str,
+    *,
+    step_key: str = "step",
+    max_items: int | None = None,
+    callbacks: Iterable[ChangeCallback] = (),
+    on_unencodable: OnUnencodable = "error",
+    on_unknown_class: OnUnknownClass = "error",
+    metadata: Mapping[str, Any] | None = None,
+) -> AsyncOpener[AsyncStoredMemory]:
+    """Open a session for asyncio programs: ``async with open_async_memory(url, sid) as memory:``.
+
+    The async twin of :func:`open_memory`, with its arguments: ``await
+    memory.add_memory_item(item)`` and the other writing calls return once
+    the store holds the change and ``memory.view`` (the in-RAM memory, read
+    with plain calls) shows it.
+
+    Args:
+        store: A store URL or path (the memory then owns the store and
+            closes it), or an open :class:`AsyncStore` (left open).
+        session_id: The session to open; created on its first item.
+        step_key: The field that names an item's step.
+        max_items: Keep at most this many items, in RAM and in the store.
+        callbacks: Run after each change as ``callback(memory, change)``.
+        on_unencodable: The codec's policy for values JSON cannot hold.
+        on_unknown_class: ``"base"`` reads items whose class is unknown as plain ``MemoryItem``.
+        metadata: Free-form data about the session, saved in the store.
+
+    Returns:
+        An opener to ``await`` or to use with ``async with``.
+
+    Raises:
+        InvalidSessionIdError: if ``session_id`` is not a valid id (at once; no store is opened).
+        What :func:`open_memory` raises, when awaited or entered.
+    """
+    from agents.memory.stores._async import AsyncOpener, AsyncStore, open_memory_on
+
+    check_session_id(session_id)
+
+    async def opening() -> AsyncStoredMemory:
+        owns_store = not isinstance(store, AsyncStore)
+        opened = store if isinstance(store, AsyncStore) else await AsyncStore.open(store)
+        try:
+            return await open_memory_on(
+                opened,
+                session_id,
+                owns_store=owns_store,
+                step_key=step_key,
+                max_items=max_items,
+                callbacks=callbacks,
+                on_unencodable=on_unencodable,
+                on_unknown_class=on_unknown_class,
+                metadata=metadata,
+            )
+        except BaseException:
+            if owns_store:
+                await opened.aclose()
+            raise
+
+    return AsyncOpener(opening)
 
 
 def _options(url: str, query: str) -> dict[str, str]:

@@ -433,7 +433,7 @@ class StoredMemory(Memory):
         brings them in.
 
         Raises:
-            InvalidQueryError: for an empty query, ``k`` < 1, an unknown mode or a bad filter.
+            InvalidQueryError: for an empty query, ``k`` outside 1 to 2**63 - 1, an unknown mode or a bad filter.
             CorruptStoreError: if the store's keyword index is damaged or missing.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
             EmbedderMismatchError: if the session's vectors come from another model;

@@ -999,7 +999,7 @@ class BaseStore(abc.ABC):
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
-            InvalidQueryError: for an empty query or one without words, ``k`` < 1,
+            InvalidQueryError: for an empty query or one without words, ``k`` outside 1 to 2**63 - 1,
                 keys that are not field names, an unknown mode, or no embedder
                 in semantic and hybrid modes.
             EmbedderMismatchError: if the session holds vectors of another model.

@@ -289,6 +289,8 @@ _SEARCHED_BY_SCAN: Final = (
 )
 
 _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_SQLITE_HEADER_SIZE: Final = 100
 _DAMAGED: Final = ("malformed", "disk image")
 
 
@@ -346,6 +348,7 @@ class SQLiteStore(BaseStore):
             raise StoreNotFoundError(msg)
         if not read_only:
             self._create_file()
+        self._check_whole_pages()
         # A path written with a leading "//" would read as a URI authority; POSIX
         # treats extra leading slashes as one.
         absolute = "/" + os.path.abspath(self.path).lstrip("/")
@@ -386,6 +389,33 @@ class SQLiteStore(BaseStore):
             msg = f"Cannot create SQLite store {self.path!r}: {exc}; check that the directory exists and is writable."
             raise StoreError(msg) from exc
 
+    def _check_whole_pages(self) -> None:
+        """Refuse an SQLite file whose size is not a whole number of its pages (cut short), before SQLite writes to it.
+
+        SQLite opens such a file and goes on writing to it, growing it back
+        over the lost bytes; the rows in the cut-off part are then gone or
+        damaged. A file that does not start with SQLite's header is left to
+        the schema check, which names it.
+        """
+        try:
+            with open(self.path, "rb") as file:
+                header = file.read(_SQLITE_HEADER_SIZE)
+                size = os.fstat(file.fileno()).st_size
+        except OSError:
+            return  # a missing or unreadable file is reported by the connection that follows
+        if len(header) < _SQLITE_HEADER_SIZE or not header.startswith(_SQLITE_MAGIC):
+            return
+        (raw,) = struct.unpack(">H", header[16:18])
+        page_size = 65536 if raw == 1 else raw
+        if page_size < 512 or page_size & (page_size - 1) or size % page_size == 0:
+            return  # an impossible page size: SQLite itself reports the file as damaged
+        msg = (
+            f"SQLite store {self.path!r} is damaged: it is {size} bytes long, not a whole number "
+            f"of its {page_size}-byte pages, so it was cut short; it was left unchanged. Restore "
+            "it from a backup or open another path."
+        )
+        raise CorruptStoreError(msg)
+
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
@@ -415,12 +445,24 @@ class SQLiteStore(BaseStore):
             con.execute("BEGIN")
         try:
             version = con.execute("PRAGMA user_version").fetchone()[0]
-            names = {
-                row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
+            # Read as bytes: a damaged or hostile file's schema may hold text
+            # that is not UTF-8, which the sqlite3 module cannot decode.
+            try:
+                schema = con.execute(
+                    "SELECT CAST(type AS BLOB), CAST(name AS BLOB), CAST(sql AS BLOB) FROM sqlite_master"
+                ).fetchall()
+            except UnicodeDecodeError as exc:
+                # SQLite could not parse the schema, and its message quotes bytes that are not UTF-8.
+                msg = (
+                    f"SQLite file {self.path!r} is damaged: its schema is malformed and holds text "
+                    f"that is not UTF-8 ({exc}); it was left unchanged. Restore it from a backup "
+                    "or open another path."
+                )
+                raise CorruptStoreError(msg) from exc
         finally:
             if not outer:
                 con.execute("COMMIT")
+        names = {name.decode() for kind, name, _ in self._schema_text(schema) if kind == "table"}
         ours = "kvmemory_items" in names and "kvmemory_sessions" in names
         if version > SCHEMA_VERSION:
             return check_schema_version(
@@ -434,6 +476,25 @@ class SQLiteStore(BaseStore):
             )
             raise CorruptStoreError(msg)
         return check_schema_version(version, SCHEMA_VERSION, store=f"SQLite store {self.path!r}")
+
+    def _schema_text(
+        self, rows: list[tuple[bytes | None, bytes | None, bytes | None]]
+    ) -> list[tuple[str, bytes, bytes]]:
+        """Return the schema rows as ``(type, name, sql)``, refusing text that is not UTF-8."""
+        checked = []
+        for kind, name, sql in rows:
+            for value in (kind, name, sql):
+                try:
+                    (value or b"").decode()
+                except UnicodeDecodeError as exc:
+                    msg = (
+                        f"SQLite file {self.path!r} is damaged: its schema holds text that is not "
+                        f"UTF-8 ({(name or b'')[:40]!r}: {exc}); it was left unchanged. Restore it "
+                        "from a backup or open another path."
+                    )
+                    raise CorruptStoreError(msg) from exc
+            checked.append(((kind or b"").decode(), name or b"", sql or b""))
+        return checked
 
     def _use_wal(self) -> None:
         con = self._con

@@ -1,0 +1,441 @@
+"""Stores and durable memories for asyncio programs: every call that does I/O is awaitable.
+
+An :class:`AsyncStore` owns a sync store and a small pool of worker threads
+of its own (one for SQLite, JSONL and in-process stores, whose writes are
+serialised anyway; eight for PostgreSQL, whose pool serves calls at once). Each awaitable call runs the sync store's call on those
+threads, so the event loop never blocks on a disk or a server, and the SQL
+is the one the sync stores run: there is no second copy of it to drift.
+
+A call whose await is cancelled still runs to its end on its thread: its
+transaction commits or rolls back as a whole, and for an
+:class:`AsyncStoredMemory` the in-RAM view changes in the same step as the
+store, so after a cancellation the write either happened (in the store and
+in RAM) or did not (in neither). Calls made through one memory run in the
+order they were made, a cancelled one included; calls on an
+:class:`AsyncStore` run concurrently where the store has several threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import os
+import threading
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+
+from agents.memory._item import MemoryItem
+from agents.memory.stores._backed import StoredMemory
+from agents.memory.stores._base import BaseStore, StoredRecord, WriteBatch
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from typing_extensions import Self
+
+    from agents.memory._codec import OnUnencodable
+    from agents.memory._item import OnUnknownClass
+    from agents.memory.memory import ChangeCallback
+
+__all__ = ["AsyncOpener", "AsyncStore", "AsyncStoredMemory", "AsyncWriteBatch"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Closable = TypeVar("Closable", "AsyncStore", "AsyncStoredMemory")
+
+# Worker threads for a PostgreSQL store: as many as the issue's baseline of 8 threads on
+# the sync store; calls beyond the pool's connections wait for one inside the pool.
+_POSTGRES_WORKERS = 8
+
+
+def _store_call(
+    method: Callable[Concatenate[BaseStore, P], R],
+) -> Callable[Concatenate[AsyncStore, P], Awaitable[R]]:
+    """Make an awaitable twin of a store method, run on the async store's threads."""
+    name = method.__name__
+
+    async def call(self: AsyncStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self.run(functools.partial(getattr(self.store, name), *args, **kwargs))
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = (
+        f"Await :meth:`BaseStore.{name}`: the same arguments, result and errors, "
+        "computed on the store's worker thread."
+    )
+    return call
+
+
+def _memory_call(
+    method: Callable[Concatenate[StoredMemory, P], R],
+) -> Callable[Concatenate[AsyncStoredMemory, P], Awaitable[R]]:
+    """Make an awaitable twin of a durable memory's method, run on its store's threads."""
+    name = method.__name__
+
+    async def call(self: AsyncStoredMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound = getattr(self.view, name)
+        return await self.run(functools.partial(bound, *args, **kwargs))
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = (
+        f"Await :meth:`StoredMemory.{name}`: the store is written and the in-RAM view "
+        "changed in one step on the store's worker thread."
+    )
+    return call
+
+
+def _take_outcome(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+class AsyncStore:
+    """A store for asyncio programs: the sync store's calls, awaitable.
+
+    Open one with :func:`open_async_store` (``async with``). Each call takes
+    the arguments of the :class:`BaseStore` call of the same name and
+    returns what it returns, once the write is as durable as the sync call
+    makes it. ``store`` is the sync store underneath, for calls that do no
+    I/O (``url``, ``closed``, ``keyword_index``).
+    """
+
+    def __init__(self, store: BaseStore, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+        self.store = store
+        self._executor = executor
+
+    @classmethod
+    async def open(cls, url: str | os.PathLike[str], *, read_only: bool = False) -> AsyncStore:
+        """Open the store ``url`` names (any form :func:`open_store` takes) without blocking the loop.
+
+        Raises:
+            What :func:`open_store` raises.
+        """
+        from agents.memory.stores import open_store
+
+        text = os.fspath(url)
+        postgres = text.lower().startswith(("postgresql://", "postgres://"))
+        executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=_POSTGRES_WORKERS if postgres else 1,
+            thread_name_prefix="kvmemory-store",
+        )
+        try:
+            loop = asyncio.get_running_loop()
+            store = await loop.run_in_executor(
+                executor, functools.partial(open_store, text, read_only=read_only)
+            )
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(store, executor)
+
+    async def run(self, call: Callable[[], R]) -> R:
+        """Run ``call`` (no arguments) on the store's worker threads and await its result.
+
+        Cancelling the await does not stop the call, even one still queued:
+        it runs to its end (so the calls queued behind it keep their order).
+        """
+        running = asyncio.get_running_loop().run_in_executor(self._executor, call)
+        # A cancelled await leaves the outcome to nobody: take it, so it is not logged as lost.
+        running.add_done_callback(_take_outcome)
+        return await asyncio.shield(running)
+
+    append = _store_call(BaseStore.append)
+    read = _store_call(BaseStore.read)
+    records = _store_call(BaseStore.records)
+    project = _store_call(BaseStore.project)
+    tail = _store_call(BaseStore.tail)
+    search = _store_call(BaseStore.search)
+    ranking = _store_call(BaseStore.ranking)
+    summary = _store_call(BaseStore.summary)
+    count = _store_call(BaseStore.count)
+    session_info = _store_call(BaseStore.session_info)
+    set_metadata = _store_call(BaseStore.set_metadata)
+    delete_steps = _store_call(BaseStore.delete_steps)
+    delete_seqs = _store_call(BaseStore.delete_seqs)
+    clear = _store_call(BaseStore.clear)
+    sessions = _store_call(BaseStore.sessions)
+    delete_session = _store_call(BaseStore.delete_session)
+    keep_last = _store_call(BaseStore.keep_last)
+    expire = _store_call(BaseStore.expire)
+    vector_model = _store_call(BaseStore.vector_model)
+    index_embeddings = _store_call(BaseStore.index_embeddings)
+    read_vectors = _store_call(BaseStore.read_vectors)
+    drop_vectors = _store_call(BaseStore.drop_vectors)
+
+    async def pages(
+        self,
+        session_id: str,
+        *,
+        size: int = 1000,
+        on_unknown_class: OnUnknownClass = "error",
+    ) -> AsyncIterator[list[StoredRecord]]:
+        """Yield a session's records a page at a time, each page read on the worker thread.
+
+        Raises:
+            What :meth:`BaseStore.pages` raises.
+        """
+        pages: Iterator[list[StoredRecord]] = await self.run(
+            functools.partial(
+                self.store.pages, session_id, size=size, on_unknown_class=on_unknown_class
+            )
+        )
+        while True:
+            page = await self.run(functools.partial(next, pages, None))
+            if page is None:
+                return
+            yield page
+
+    def batch(
+        self, session_id: str, *, step_key: str = "step", on_unencodable: OnUnencodable = "error"
+    ) -> AsyncWriteBatch:
+        """Return a batch of writes to one session, applied in one transaction by ``async with``.
+
+        See :meth:`BaseStore.batch`. Staging calls are plain calls; the
+        transaction runs on the worker thread when the block ends.
+        """
+        return AsyncWriteBatch(
+            self, self.store.batch(session_id, step_key=step_key, on_unencodable=on_unencodable)
+        )
+
+    async def aclose(self) -> None:
+        """Close the store once the calls already made have ended; calling it again does nothing."""
+        if self.store.closed:
+            return
+        loop = asyncio.get_running_loop()
+        # Wait for the calls in flight on a thread of the loop's own, then close.
+        await loop.run_in_executor(None, functools.partial(self._executor.shutdown, wait=True))
+        await loop.run_in_executor(None, self.store.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<AsyncStore {self.store!r}>"
+
+
+class AsyncWriteBatch:
+    """Writes to one session staged by plain calls and applied in one transaction when ``async with`` ends.
+
+    The staging calls (``append``, ``update``, ``delete``, ``clear``,
+    ``keep_last``, ``expire``) are :class:`WriteBatch`'s and check and
+    encode at once. On a clean exit the transaction runs on the store's
+    worker thread; leaving the block with an exception writes nothing. The
+    seqs written are in ``appended``, ``updated`` and ``deleted`` afterwards.
+    """
+
+    def __init__(self, store: AsyncStore, batch: WriteBatch) -> None:
+        self._store = store
+        self.batch = batch
+        self.append = batch.append
+        self.update = batch.update
+        self.delete = batch.delete
+        self.clear = batch.clear
+        self.keep_last = batch.keep_last
+        self.expire = batch.expire
+
+    @property
+    def appended(self) -> list[int]:
+        """The seqs given to the appended items, in order (after the block)."""
+        return self.batch.appended
+
+    @property
+    def updated(self) -> list[int]:
+        """The seqs of the updated rows that existed (after the block)."""
+        return self.batch.updated
+
+    @property
+    def deleted(self) -> list[int]:
+        """The seqs removed by ``delete``, ``keep_last`` and ``expire`` (after the block)."""
+        return self.batch.deleted
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self._store.run(functools.partial(self.batch.__exit__, exc_type, exc, traceback))
+
+
+class _Turns:
+    """Tickets that make calls run in the order they were issued, whatever thread runs each.
+
+    Tickets are issued on the event loop's thread, in the order of the calls;
+    the executor hands queued calls to its threads first in, first out, so
+    the lowest ticket not yet done is always on a thread and the others wait
+    for it, never the other way round.
+    """
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._issued = 0
+        self._next = 0
+
+    def issue(self) -> int:
+        ticket = self._issued
+        self._issued += 1
+        return ticket
+
+    def take(self, ticket: int, call: Callable[[], R]) -> R:
+        with self._turn:
+            self._turn.wait_for(lambda: self._next == ticket)
+        try:
+            return call()
+        finally:
+            with self._turn:
+                self._next += 1
+                self._turn.notify_all()
+
+
+class AsyncStoredMemory:
+    """A durable session for asyncio programs: writes are awaitable, reads of the in-RAM view are plain.
+
+    Open one with :func:`open_async_memory`. Every call that writes
+    (``add_memory_item``, ``delete_memory_item``, ``clear``, ...) or reads
+    the store (``refresh``, ``search``, ``recall``) is awaitable and
+    returns once the store holds the change and the in-RAM view shows it;
+    both change in one step on the store's worker thread, so a cancelled
+    await leaves them agreeing. ``view`` is the in-RAM :class:`StoredMemory`:
+    read it with plain calls (``view.filter_memory_from_keys(...)``,
+    ``len(view)``); its writing calls work too but block the loop.
+    """
+
+    def __init__(self, async_store: AsyncStore, view: StoredMemory, *, owns_store: bool) -> None:
+        self.async_store = async_store
+        self.view = view
+        self._owns_store = owns_store
+        self._turns = _Turns()
+
+    async def run(self, call: Callable[[], R]) -> R:
+        """Run ``call`` on the store's worker threads after every call made before it on this memory.
+
+        Calls made through one memory run in the order they were made, also
+        when an earlier await was cancelled (its call still runs first).
+        """
+        ticket = self._turns.issue()
+        return await self.async_store.run(functools.partial(self._turns.take, ticket, call))
+
+    @property
+    def session_id(self) -> str:
+        """The session this memory holds."""
+        return self.view.session_id
+
+    @property
+    def content(self) -> list[MemoryItem]:
+        """The items in order (a new list), as ``Memory.content``."""
+        return self.view.content
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __iter__(self) -> Iterator[MemoryItem]:
+        return iter(self.view.content)
+
+    def filter_memory_from_keys(self, keys: list[str]) -> list[dict[str, Any]]:
+        """Return the chosen keys of every item, as ``Memory.filter_memory_from_keys``."""
+        return self.view.filter_memory_from_keys(keys)
+
+    def filter_memory_from_steps(self, steps: list[Any]) -> list[dict[str, Any]]:
+        """Return the fields of the items of these steps, as ``Memory.filter_memory_from_steps``."""
+        return self.view.filter_memory_from_steps(steps)
+
+    def get_latest_item(self) -> MemoryItem | None:
+        """Return the newest item, or ``None`` when empty."""
+        return self.view.get_latest_item()
+
+    add_memory_item = _memory_call(StoredMemory.add_memory_item)
+    add_memory_items = _memory_call(StoredMemory.add_memory_items)
+    delete_memory_item = _memory_call(StoredMemory.delete_memory_item)
+    delete_items = _memory_call(StoredMemory.delete_items)
+    clear = _memory_call(StoredMemory.clear)
+    save_item = _memory_call(StoredMemory.save_item)
+    save_metadata = _memory_call(StoredMemory.save_metadata)
+    keep_last = _memory_call(StoredMemory.keep_last)
+    expire = _memory_call(StoredMemory.expire)
+    refresh = _memory_call(StoredMemory.refresh)
+    reload = _memory_call(StoredMemory.reload)
+    search = _memory_call(StoredMemory.search)
+    recall = _memory_call(StoredMemory.recall)
+    index_embeddings = _memory_call(StoredMemory.index_embeddings)
+    drop_vectors = _memory_call(StoredMemory.drop_vectors)
+
+    async def aclose(self) -> None:
+        """Close the memory, and the store when it was opened from a URL."""
+        if self._owns_store:
+            await self.async_store.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<AsyncStoredMemory {self.session_id!r}: {len(self.view)} items in {self.async_store.store.url!r}>"
+
+
+async def open_memory_on(
+    async_store: AsyncStore,
+    session_id: str,
+    *,
+    owns_store: bool,
+    step_key: str,
+    max_items: int | None,
+    callbacks: Iterable[ChangeCallback],
+    on_unencodable: OnUnencodable,
+    on_unknown_class: OnUnknownClass,
+    metadata: Mapping[str, Any] | None,
+) -> AsyncStoredMemory:
+    """Read ``session_id`` of an open async store into a durable memory, on the worker thread."""
+    view = await async_store.run(
+        functools.partial(
+            StoredMemory,
+            async_store.store,
+            session_id,
+            step_key=step_key,
+            max_items=max_items,
+            callbacks=callbacks,
+            on_unencodable=on_unencodable,
+            on_unknown_class=on_unknown_class,
+            metadata=metadata,
+        )
+    )
+    return AsyncStoredMemory(async_store, view, owns_store=owns_store)
+
+
+class AsyncOpener(Generic[Closable]):
+    """What :func:`open_async_store` and :func:`open_async_memory` return: await it, or ``async with`` it.
+
+    ``async with opener as x:`` opens ``x`` and closes it when the block
+    ends; ``x = await opener`` opens it and leaves closing (``await
+    x.aclose()``) to you.
+    """
+
+    def __init__(self, opening: Callable[[], Awaitable[Closable]]) -> None:
+        self._opening: Callable[[], Awaitable[Closable]] = opening
+        self._opened: Closable | None = None
+
+    def __await__(self) -> Generator[Any, None, Closable]:
+        return self._opening().__await__()
+
+    async def __aenter__(self) -> Closable:
+        self._opened = await self._opening()
+        return self._opened
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._opened is not None:
+            await self._opened.aclose()

@@ -1,0 +1,275 @@
+"""The async API: open_async_store / open_async_memory on every store kind.
+
+Each test runs its coroutine with ``asyncio.run`` (no plugin). The stores are
+real: SQLite files, JSONL folders and the PostgreSQL server of ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from agents.memory import InvalidSessionIdError, MemoryItem, StoreError
+from agents.memory.stores import (
+    AsyncStore,
+    AsyncStoredMemory,
+    open_async_memory,
+    open_async_store,
+    open_memory,
+    open_store,
+)
+
+T = TypeVar("T")
+
+
+def run(coroutine: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await coroutine()
+
+    return asyncio.run(main())
+
+
+def steps(n: int, *, start: int = 0, tag: str = "") -> list[MemoryItem]:
+    return [
+        MemoryItem(step=i, action=f"click {tag}{i}", arguments={"x": i, "y": -i}, cost=0.001)
+        for i in range(start, start + n)
+    ]
+
+
+def test_every_store_call_answers_as_the_sync_store(store_url: str) -> None:
+    """Each awaitable call returns what the same sync call returns on the same store."""
+
+    async def main() -> None:
+        async with open_async_store(store_url) as store:
+            assert isinstance(store, AsyncStore)
+            seqs = await store.append("a", steps(6), step_key="step")
+            assert len(seqs) == 6
+            await store.append("b", steps(2, tag="b"))
+            got = {
+                "read": await store.read("a"),
+                "records": [r.seq for r in await store.records("a", after=seqs[2])],
+                "project": await store.project("a", ["step", "action"], steps=[1, 4]),
+                "tail": [r.item for r in await store.tail("a", 2)],
+                "count": await store.count("a"),
+                "sessions": sorted(await store.sessions()),
+                "search": [h.item["step"] for h in await store.search("a", "click 3", k=2)],
+                "summary": (await store.summary("a")).items,
+                "info": (await store.session_info("a")).step_key,  # type: ignore[union-attr]
+                "pages": [[r.item for r in page] async for page in store.pages("a", size=4)],
+            }
+            assert await store.delete_steps("a", [0]) == 1
+            assert await store.keep_last("a", 4) == 1
+            assert await store.delete_session("b") is True
+        with open_store(store_url) as sync:
+            expected = {
+                "read": steps(6),
+                "records": seqs[3:],
+                "project": [{"step": 1, "action": "click 1"}, {"step": 4, "action": "click 4"}],
+                "tail": steps(6)[4:],
+                "count": 6,
+                "sessions": ["a", "b"],
+                "summary": 6,
+                "info": "step",
+                "pages": [steps(6)[:4], steps(6)[4:]],
+            }
+            assert {key: got[key] for key in expected} == expected
+            assert got["search"][0] == 3
+            assert sync.read("a") == steps(6)[2:]
+            assert sync.sessions() == ["a"]
+
+    run(main)
+
+
+def test_batch_commits_at_the_end_of_the_block_and_not_on_error(store_url: str) -> None:
+    """An async batch applies its writes in one transaction on exit, and none when the block raises."""
+
+    async def main() -> None:
+        async with open_async_store(store_url) as store:
+            async with store.batch("s") as batch:
+                batch.append(steps(3))
+                batch.append(steps(1, start=3))
+            assert len(batch.appended) == 4
+
+            async def failing_batch() -> None:
+                async with store.batch("s") as failing:
+                    failing.clear()
+                    raise RuntimeError("stop")
+
+            with pytest.raises(RuntimeError, match="stop"):
+                await failing_batch()
+            assert await store.read("s") == steps(4)
+
+    run(main)
+
+
+def test_async_memory_writes_through_and_reopens(store_url: str) -> None:
+    """Awaited adds and deletes are in the store on return; a sync or async reopen sees them."""
+
+    async def main() -> None:
+        async with open_async_memory(store_url, "run-1") as memory:
+            assert isinstance(memory, AsyncStoredMemory)
+            await memory.add_memory_item(MemoryItem(step=1, action="open"))
+            await memory.add_memory_items(steps(3, start=2))
+            await memory.delete_memory_item(3)
+            assert [item["step"] for item in memory] == [1, 2, 4]
+            assert memory.filter_memory_from_keys(["step"]) == [
+                {"step": 1},
+                {"step": 2},
+                {"step": 4},
+            ]
+            assert memory.get_latest_item() == steps(1, start=4)[0]
+        with open_memory(store_url, "run-1") as again:
+            assert [item["step"] for item in again] == [1, 2, 4]
+        async with open_async_memory(store_url, "run-1") as reopened:
+            assert reopened.content == again.content
+            hits = await reopened.search("open", k=1)
+            assert hits[0].item["action"] == "open"
+
+    run(main)
+
+
+def test_a_second_handle_refreshes_to_see_another_writer(store_url: str) -> None:
+    """An async memory refreshed after another handle appended holds the new items."""
+
+    async def main() -> None:
+        async with (
+            open_async_store(store_url) as store,
+            open_async_memory(store, "s") as first,
+        ):
+            with open_memory(store_url, "s") as writer:
+                writer.add_memory_items(steps(3))
+            assert len(first) == 0
+            assert await first.refresh() == 3
+            assert first.content == steps(3)
+
+    run(main)
+
+
+def test_read_only_async_store_reads_and_refuses_writes(store_url: str) -> None:
+    """A read-only async store reads what another handle wrote and refuses to write."""
+    with open_store(store_url) as sync:
+        sync.append("s", steps(2))
+
+    async def main() -> None:
+        async with open_async_store(store_url, read_only=True) as store:
+            assert await store.read("s") == steps(2)
+            with pytest.raises(StoreError, match="read-only"):
+                await store.append("s", steps(1))
+
+    run(main)
+    with open_store(store_url) as sync:
+        assert sync.read("s") == steps(2)
+
+
+def test_bad_session_id_is_refused_before_anything_opens(tmp_path: Path) -> None:
+    """open_async_memory names a bad session id at once, and creates no store file."""
+    with pytest.raises(InvalidSessionIdError):
+        open_async_memory(tmp_path / "x.db", "")
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_await_form_opens_and_leaves_closing_to_the_caller(tmp_path: Path) -> None:
+    """``store = await open_async_store(url)`` opens; ``aclose`` closes, twice is harmless."""
+
+    async def main() -> None:
+        store = await open_async_store(tmp_path / "a.db")
+        await store.append("s", steps(1))
+        await store.aclose()
+        await store.aclose()
+        assert store.store.closed
+
+    run(main)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_cancelled_writes_leave_store_and_memory_agreeing(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """Cancelling an awaited add at any point leaves the store and the in-RAM view holding the same items."""
+    url = durable_url(kind)
+
+    async def main() -> None:
+        async with open_async_memory(url, "s") as memory:
+            for delay in range(12):
+                task = asyncio.ensure_future(memory.add_memory_items(steps(50, start=100 * delay)))
+                for _ in range(delay):
+                    await asyncio.sleep(0)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                # A later call on the memory runs after the cancelled one: the views then agree.
+                assert await memory.refresh() == 0
+                stored = await memory.async_store.read("s")
+                assert stored == memory.content
+        with open_memory(url, "s") as again:
+            assert again.content == stored
+
+    run(main)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_concurrent_sessions_lose_nothing(kind: str, durable_url: Callable[[str], str]) -> None:
+    """Fifty sessions appended concurrently with gather each hold all their items, in order."""
+    url = durable_url(kind)
+
+    async def one(store: AsyncStore, n: int) -> None:
+        async with open_async_memory(store, f"s{n}") as memory:
+            for i in range(5):
+                await memory.add_memory_items(steps(4, start=4 * i, tag=f"{n}-"))
+
+    async def main() -> None:
+        async with open_async_store(url) as store:
+            await asyncio.gather(*(one(store, n) for n in range(50)))
+            for n in range(50):
+                assert await store.read(f"s{n}") == steps(20, tag=f"{n}-")
+
+    run(main)
+
+
+def test_a_write_waiting_on_a_lock_does_not_block_the_loop(tmp_path: Path) -> None:
+    """While an append waits for another process's SQLite write lock, other tasks keep running."""
+    db = tmp_path / "locked.db"
+    with open_store(db) as sync:
+        sync.append("s", steps(1))
+    locker = sqlite3.connect(db, check_same_thread=False)
+    locker.execute("BEGIN IMMEDIATE")
+    released = threading.Event()
+
+    async def main() -> int:
+        ticks = 0
+        async with open_async_store(f"sqlite://{db}?timeout=20") as store:
+            append = asyncio.ensure_future(store.append("s", steps(1, start=1)))
+            while ticks < 20:
+                await asyncio.sleep(0.01)
+                assert not append.done()
+                ticks += 1
+            locker.rollback()
+            released.set()
+            await append
+            assert await store.count("s") == 2
+        return ticks
+
+    try:
+        assert run(main) == 20
+    finally:
+        if not released.is_set():
+            locker.rollback()
+        locker.close()
+
+
+def test_store_errors_surface_from_the_await(tmp_path: Path) -> None:
+    """A library error raised on the worker thread is raised by the await, with its message."""
+
+    async def main() -> Any:
+        async with open_async_store(tmp_path / "e.db") as store:
+            with pytest.raises(InvalidSessionIdError):
+                await store.append("", steps(1))
+            return await store.sessions()
+
+    assert run(main) == []
