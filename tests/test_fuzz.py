@@ -523,6 +523,110 @@ def test_fuzzed_ufo_log_folder(case: tuple[bytes, list[str], bool]) -> None:
         assert _folder_state(folder) == before
         assert secret.read_bytes() == _SECRET
         assert b"must never be read" not in db.read_bytes()
+# -- incoming chat messages ---------------------------------------------------------------
+
+SECRET = b"\x89PNG\r\n\x1a\n" + b"kvmemory-fuzz-secret-" * 8
+SECRET_SIGNS = (
+    SECRET.decode("latin-1"),
+    __import__("base64").b64encode(SECRET).decode(),
+    "kvmemory-fuzz-secret",
+)
+PLACEHOLDER = "@secret-path"
+
+
+def chat_seeds() -> list[bytes]:
+    """Return two client chat requests naming a local file as an image: plain kinds, and every kind."""
+    plain = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look"},
+                {"type": "image_url", "image_url": {"url": PLACEHOLDER}},
+            ],
+        },
+        {"role": "assistant", "content": "A cat."},
+    ]
+    return [json.dumps(plain).encode(), chat_seed()]
+
+
+def chat_seed() -> bytes:
+    """Return a client's chat request: every message kind, and an image part naming a local file."""
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a":1}'}}
+    image = {"type": "image_url", "image_url": {"url": PLACEHOLDER, "detail": "low"}}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "developer", "content": [{"type": "text", "text": "No tables."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Look"}, image], "name": "ann"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "2", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "Done.", "audio": {"id": "au_1"}, "tags": ["x"]},
+        {"role": "user", "content": [{"type": "file", "file": {"file_id": "f-1"}}]},
+    ]
+    return json.dumps(messages).encode()
+
+
+def with_secret(value: Any, path: str) -> Any:
+    """Return ``value`` with every placeholder string replaced by the secret file's path."""
+    if isinstance(value, str):
+        return path if value == PLACEHOLDER else value
+    if isinstance(value, list):
+        return [with_secret(v, path) for v in value]
+    if isinstance(value, dict):
+        return {k: with_secret(v, path) for k, v in value.items()}
+    return value
+
+
+@FUZZ
+@given(data=st.sampled_from(chat_seeds()).flatmap(mutations))
+def test_fuzzed_incoming_chat_messages(data: bytes) -> None:
+    """Mutated client messages: only library errors escape, a refused request changes nothing, no file is read."""
+    from agents.memory import Conversation, to_messages
+
+    try:
+        request = json.loads(data)
+    except ValueError:
+        return  # not JSON: the server's parser refuses it before kvmemory sees it
+    with tempfile.TemporaryDirectory() as folder:
+        secret = Path(folder) / "secret.png"
+        secret.write_bytes(SECRET)
+        request = with_secret(request, str(secret))
+        store = Path(folder) / "chats.db"
+        with Conversation.for_context(f"sqlite://{store}", {"user": "ann"}) as chat:
+            chat.add_user("earlier")
+            before = state_of(chat.history)
+            try:
+                chat.add_messages(request)
+            except AgentMemoryError:
+                assert state_of(chat.history) == before
+                chat.history.reload()
+                assert chat.history.to_list_of_dicts() == before[1]
+            outputs = [chat.history.to_json()]
+            for policy in ("refuse", "drop", "close"):
+                with contextlib.suppress(AgentMemoryError):
+                    outputs.append(repr(to_messages(chat.history, unanswered=policy)))
+        written = [
+            path.read_bytes().decode("latin-1") for path in Path(folder).iterdir() if path != secret
+        ]
+        for text in [*outputs, *written]:
+            assert not any(sign in text for sign in SECRET_SIGNS)
+
+
+def test_chat_seed_is_accepted_and_keeps_the_path(tmp_path: Path) -> None:
+    """The unmutated requests are accepted; their local image path is kept as given and the file never read."""
+    from agents.memory import Conversation
+
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(SECRET)
+    for seed in chat_seeds():
+        request = with_secret(json.loads(seed), str(secret))
+        chat = Conversation()
+        chat.add_messages(request)
+        sent = repr(chat.messages())
+        assert str(secret) in sent
+        assert not any(sign in sent for sign in SECRET_SIGNS)
+        chat.add_messages(request, read_paths=True)  # the explicit opt-in reads it
+        assert SECRET_SIGNS[1] in repr(chat.messages())
 
 
 # -- stored smolagents rows -------------------------------------------------------------------
