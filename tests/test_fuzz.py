@@ -523,6 +523,8 @@ def test_fuzzed_ufo_log_folder(case: tuple[bytes, list[str], bool]) -> None:
         assert _folder_state(folder) == before
         assert secret.read_bytes() == _SECRET
         assert b"must never be read" not in db.read_bytes()
+
+
 # -- incoming chat messages ---------------------------------------------------------------
 
 SECRET = b"\x89PNG\r\n\x1a\n" + b"kvmemory-fuzz-secret-" * 8
