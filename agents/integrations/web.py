@@ -28,12 +28,13 @@ the app is built.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import html
 import os
 import threading
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -50,7 +51,7 @@ from agents.memory.exceptions import (
     missing_dependency,
 )
 from agents.memory.prompt import DEFAULT_IMAGE_KEYS
-from agents.memory.stores import BaseStore, StoredRecord, open_store
+from agents.memory.stores import BaseStore, SQLiteStore, StoredRecord, open_store
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -79,8 +80,7 @@ _IMAGE_TYPES: Final = (
 )
 _TIMELINE_CSP: Final = (
     "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
-    "script-src {script}; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-    "frame-ancestors 'none'"
+    "script-src {script}; connect-src 'self'; base-uri 'none'; form-action 'none'"
 )
 _LIST_CSP: Final = (
     "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
@@ -194,7 +194,7 @@ def live_app(
             "modes": view.modes(sid),
         }
         page, policy = live_page(f"Session {sid} (live)", config, csp=_TIMELINE_CSP)
-        return HTMLResponse(page, headers=_headers(policy))
+        return HTMLResponse(page, headers=_headers(policy + "; frame-ancestors 'none'"))
 
     def api_sessions(request: Request) -> Response:
         try:
@@ -248,7 +248,15 @@ def live_app(
         body, kind = found
         return Response(body, media_type=kind, headers=_headers(_API_CSP))
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            view.close()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/", index),
             Route("/session", session_page),
@@ -257,7 +265,8 @@ def live_app(
             Route("/api/after", api_after),
             Route("/api/search", api_search),
             Route("/image", image),
-        ]
+            Route("/favicon.ico", lambda request: Response(b"", 204, headers=_headers(_API_CSP))),
+        ],
     )
     if token is not None:
         app.add_middleware(_TokenGate, token=token)
@@ -328,6 +337,8 @@ class _View:
         image_keys: tuple[str, ...],
     ) -> None:
         self.store = store
+        self.given = store
+        self.signature = self._signature()
         self.roots = roots
         self.embedder = embedder
         self.cost_key = cost_key
@@ -337,8 +348,43 @@ class _View:
         self.figures: dict[str, _Figures] = {}
         self.step_keys: dict[str, str] = {}
 
+    def _signature(self) -> tuple[int, int, bool] | None:
+        """Return what tells that another process wrote a SQLite file: its time, size and -wal file."""
+        if not isinstance(self.store, SQLiteStore):
+            return None
+        try:
+            stat = os.stat(self.store.path)
+        except OSError:
+            return None
+        return (stat.st_mtime_ns, stat.st_size, os.path.exists(f"{self.store.path}-wal"))
+
+    def refresh(self) -> None:
+        """Reopen a read-only SQLite handle when another process has written the file since.
+
+        A read-only handle opened while no process had the file open reads it as
+        immutable (so that it leaves no -wal and -shm files behind) and would never
+        see a later append; a fresh handle does, and once a writer keeps a -wal
+        file, the fresh handle reads through it and sees each append as it commits.
+        """
+        signature = self._signature()
+        if signature is None or signature == self.signature:
+            return
+        fresh = open_store(self.store.url, read_only=True)
+        if self.store is not self.given:
+            self.store.close()
+        self.store = fresh
+        self.signature = signature
+
+    def close(self) -> None:
+        """Close the handles this view opened itself (never the one it was given)."""
+        with self.lock:
+            if self.store is not self.given:
+                self.store.close()
+                self.store = self.given
+
     def sessions(self) -> list[dict[str, Any]]:
         with self.lock:
+            self.refresh()
             rows = []
             for sid in self.store.sessions():
                 figures = self._figures(sid)
@@ -392,6 +438,7 @@ class _View:
 
     def info(self, sid: str) -> Any:
         with self.lock:
+            self.refresh()
             info = self.store.session_info(sid)
             if info is not None:
                 self.step_keys[sid] = info.step_key
@@ -426,6 +473,7 @@ class _View:
     def tail(self, sid: str, n: int, before: int | None) -> dict[str, Any]:
         """Return the last ``n`` items of a session, or the last ``n`` before seq ``before``."""
         with self.lock:
+            self.refresh()
             count = self.store.count(sid)
             if before is None:
                 records = self.store.tail(sid, n, on_unknown_class="base")
@@ -451,6 +499,7 @@ class _View:
 
     def after(self, sid: str, seq: int | None) -> dict[str, Any]:
         with self.lock:
+            self.refresh()
             count = self.store.count(sid)
             records = self.store.records(sid, after=seq, on_unknown_class="base")
             more = len(records) > _MOST_NEW
@@ -467,6 +516,7 @@ class _View:
             msg = f"Unknown search mode {mode!r}; use keyword, semantic or hybrid."
             raise InvalidQueryError(msg)
         with self.lock:
+            self.refresh()
             if mode == "keyword":
                 hits = self.store.search(sid, query, _HITS, on_unknown_class="base")
             else:
@@ -494,9 +544,10 @@ class _View:
         if ":" in ref.split("/", 1)[0] and not (len(ref) > 2 and ref[1] == ":"):
             return [None, ref, "not a file path or an http(s) URL"]
         if not self.roots:
-            return [None, ref, "not shown: start kvmemory serve with --images DIR to show images"]
-        if self._allowed(ref) is None:
-            return [None, ref, "not shown: not an image file inside an --images folder"]
+            return [None, ref, "start kvmemory serve with --images DIR to show images"]
+        path = self._allowed(ref)
+        if path is None or _image_type(path, 12) is None:
+            return [None, ref, "not an image file inside an --images folder"]
         return ["/image?path=" + urllib.parse.quote(ref, safe=""), ref]
 
     def _allowed(self, ref: str) -> str | None:
@@ -514,19 +565,25 @@ class _View:
         path = self._allowed(ref)
         if path is None:
             return None
-        try:
-            with open(path, "rb") as file:
-                body = file.read(_IMAGE_BYTES + 1)
-        except OSError:
+        found = _image_type(path, _IMAGE_BYTES + 1)
+        if found is None or len(found[0]) > _IMAGE_BYTES:
             return None
-        if len(body) > _IMAGE_BYTES:
-            return None
-        for magic, kind in _IMAGE_TYPES:
-            if body.startswith(magic):
-                return body, kind
-        if body[:4] == b"RIFF" and body[8:12] == b"WEBP":
-            return body, "image/webp"
+        return found
+
+
+def _image_type(path: str, size: int) -> tuple[bytes, str] | None:
+    """Read up to ``size`` bytes of a file; return them with the image type they start with."""
+    try:
+        with open(path, "rb") as file:
+            body = file.read(size)
+    except OSError:
         return None
+    for magic, kind in _IMAGE_TYPES:
+        if body.startswith(magic):
+            return body, kind
+    if body[:4] == b"RIFF" and body[8:12] == b"WEBP":
+        return body, "image/webp"
+    return None
 
 
 def _image_root(folder: str | os.PathLike[str]) -> str:

@@ -1,0 +1,515 @@
+"""Tests for ``kvmemory serve`` (agents.integrations.web): a real server process, real stores, real Chromium."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_timeline import png, screenshot
+
+from agents.memory import MemoryItem
+from agents.memory.stores import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOT = ROOT / "build" / "screenshots" / "serve.png"
+DOCS_SCREENSHOT = ROOT / "docs" / "serve.png"
+TOKEN = "a-serve-token-of-some-length"
+HOSTILE = "<script>window.kvPwned = 1</script><img src=x onerror='window.kvPwned = 2'>"
+
+pytest.importorskip("starlette") if not os.environ.get("CI") else None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: this worktree's package first on the path."""
+    values = dict(os.environ)
+    values["PYTHONPATH"] = os.pathsep.join([str(ROOT), values.get("PYTHONPATH", "")])
+    values.update(extra)
+    return values
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """GET a URL and return its status, headers and body, 4xx and 5xx included."""
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+@contextlib.contextmanager
+def serving(url: str, *args: str, token: str | None = None) -> Iterator[str]:
+    """Run ``python -m agents.cli serve URL`` on a free port; yield its base address."""
+    port = free_port()
+    extra = {} if token is None else {"KVMEMORY_SERVE_TOKEN": token}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agents.cli",
+            "serve",
+            url,
+            "--port",
+            str(port),
+            "--poll",
+            "0.2",
+            *args,
+        ],
+        env=env(**extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60  # waiting for the server to listen, not a timed assertion
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", port), timeout=1),
+            ):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                output = process.communicate()[0]
+                pytest.fail(f"kvmemory serve did not start: {output}")
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+
+
+def append_in_another_process(url: str, session: str, texts: list[str], first_step: int) -> None:
+    """Append one item per text to a session from a second Python process."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from agents.memory import MemoryItem
+        from agents.memory.stores import open_store
+        url, session, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        with open_store(url) as store:
+            for n, text in enumerate(sys.argv[4:]):
+                store.append(session, [MemoryItem(step=first + n, agent="Writer", thought=text, cost=0.5)])
+        """
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, url, session, str(first_step), *texts],
+        env=env(),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def fill(url: str, session: str, n: int, *, agent: str = "Planner") -> None:
+    with open_store(url) as store:
+        store.append(
+            session,
+            [
+                MemoryItem(
+                    step=i,
+                    agent=agent if i % 3 else "Executor",
+                    thought=f"thought number {i}",
+                    cost=0.001 * i,
+                )
+                for i in range(n)
+            ],
+        )
+
+
+def wait(browser: Any, script: str, *args: Any, seconds: float = 20) -> Any:
+    """Wait until ``script`` returns something truthy in the page, and return it."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, seconds, poll_frequency=0.05).until(
+        lambda driver: driver.execute_script(script, *args)
+    )
+
+
+def card_texts(browser: Any) -> list[str]:
+    return list(
+        browser.execute_script(
+            "return [...document.querySelectorAll('.card')].map(c => c.textContent)"
+        )
+    )
+
+
+def open_session(browser: Any, base: str, session: str) -> None:
+    """Open the session list, follow the session's link, and wait for its first steps."""
+    browser.get(base + "/")
+    link = browser.find_element("link text", session)
+    link.click()
+    wait(browser, "return document.querySelectorAll('.card').length > 0")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite://{tmp_path / 'runs.db'}"
+    fill(url, "run-1", 40)
+    return url
+
+
+# -- the session list and the API, without a browser ---------------------------------------
+
+
+def test_session_list_shows_items_agents_and_cost(sqlite_url: str) -> None:
+    """The list names each session with its item count, agents, last step and total cost."""
+    fill(sqlite_url, "run-2", 3, agent="Solo")
+    with serving(sqlite_url) as base:
+        status, headers, body = get(base + "/")
+    page = body.decode()
+    assert status == 200
+    assert "default-src 'none'" in headers["content-security-policy"]
+    assert '<a href="/session?id=run-1">run-1</a>' in page
+    assert '<td class="num">40</td><td>Executor, Planner</td><td>39</td>' in page
+    assert f"{sum(0.001 * i for i in range(40)):.6g}" in page
+    assert '<td class="num">3</td><td>Executor, Solo</td><td>2</td>' in page
+
+
+def test_api_pages_the_session_from_its_end(tmp_path: Path) -> None:
+    """The timeline's API answers the newest page first and earlier pages before a seq."""
+    url = f"sqlite://{tmp_path / 'long.db'}"
+    fill(url, "long", 1200)
+    with serving(url) as base:
+        _, _, newest = get(base + "/api/tail?session=long&n=500")
+        import orjson
+
+        page = orjson.loads(newest)
+        _, _, older = get(base + f"/api/tail?session=long&n=500&before={page['first']}")
+        before = orjson.loads(older)
+        _, _, oldest = get(base + f"/api/tail?session=long&n=500&before={before['first']}")
+        last = orjson.loads(oldest)
+    assert [len(page["steps"]), page["count"], page["earlier"]] == [500, 1200, True]
+    assert page["steps"][-1]["s"] == "step 1199"
+    assert [before["steps"][0]["s"], before["steps"][-1]["s"], before["earlier"]] == [
+        "step 200",
+        "step 699",
+        True,
+    ]
+    assert [len(last["steps"]), last["steps"][0]["s"], last["earlier"]] == [200, "step 0", False]
+
+
+def test_binding_elsewhere_without_a_token_is_refused(sqlite_url: str) -> None:
+    """``--host 0.0.0.0`` without a token exits with an error naming the token variable."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agents.cli",
+            "serve",
+            sqlite_url,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+        ],
+        env={k: v for k, v in env().items() if k != "KVMEMORY_SERVE_TOKEN"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "KVMEMORY_SERVE_TOKEN" in done.stderr
+
+
+def test_a_wrong_or_missing_token_gets_401_and_nothing_else(sqlite_url: str) -> None:
+    """Page, API, image and list answer 401 with a bare body to a missing or wrong token, and serve the right one."""
+    paths = [
+        "/",
+        "/session?id=run-1",
+        "/api/sessions",
+        "/api/tail?session=run-1&n=5",
+        "/api/after?session=run-1&seq=0",
+        "/api/search?session=run-1&q=thought",
+        "/image?path=x.png",
+    ]
+    wrong = [
+        ({}, ""),
+        ({}, "token=wrong-token-of-some-length"),
+        ({"Authorization": "Bearer wrong-token-of-some-length"}, ""),
+        ({"Cookie": "kvmemory_token=wrong-token-of-some-length"}, ""),
+        ({"Authorization": TOKEN}, ""),  # the token without "Bearer "
+    ]
+    with serving(sqlite_url, token=TOKEN) as base:
+        for path in paths:
+            for headers, query in wrong:
+                sep = "&" if "?" in path else "?"
+                status, answer_headers, body = get(
+                    base + path + (sep + query if query else ""), headers
+                )
+                assert (status, body) == (401, b"401 Unauthorized\n"), (path, headers, query)
+                assert "set-cookie" not in {k.lower() for k in answer_headers}
+        status, headers, body = get(base + "/session?id=run-1&token=" + TOKEN)
+        assert status == 200
+        cookie = headers["set-cookie"].split(";")[0]
+        assert get(base + "/api/tail?session=run-1&n=5", {"Cookie": cookie})[0] == 200
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        assert get(base + "/api/sessions", bearer)[0] == 200
+
+
+def test_images_are_served_only_from_the_allowed_folder(tmp_path: Path) -> None:
+    """An image inside --images is served; one outside, a non-image and a scheme are named, never read."""
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    (shots / "ok.png").write_bytes(png(4, 3, []))
+    (shots / "not-an-image.png").write_bytes(b"secret text")
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(png(4, 3, []))
+    url = f"sqlite://{tmp_path / 'img.db'}"
+    with open_store(url) as store:
+        store.append(
+            "shots",
+            [
+                MemoryItem(step=1, screenshot=str(shots / "ok.png")),
+                MemoryItem(step=2, screenshot=str(outside)),
+                MemoryItem(step=3, screenshot=str(shots / ".." / "outside.png")),
+                MemoryItem(step=4, screenshot="javascript:alert(3)"),
+                MemoryItem(step=5, screenshot=str(shots / "not-an-image.png")),
+            ],
+        )
+    import orjson
+
+    with serving(url, "--images", str(shots)) as base:
+        steps = orjson.loads(get(base + "/api/tail?session=shots&n=10")[2])["steps"]
+        images = [step["i"][0] for step in steps]
+        served = get(base + images[0][0])
+        direct = [
+            get(base + "/image?path=" + urllib.parse.quote(str(p), safe=""))
+            for p in (
+                outside,
+                shots / ".." / "outside.png",
+                Path("/etc/passwd"),
+                shots / "not-an-image.png",
+            )
+        ]
+    assert images[0][0].startswith("/image?path=")
+    assert (served[0], served[1]["content-type"], served[2]) == (
+        200,
+        "image/png",
+        (shots / "ok.png").read_bytes(),
+    )
+    assert [image[0] for image in images[1:]] == [None, None, None, None]
+    assert "not a file path" in images[3][2]
+    assert [answer[0] for answer in direct] == [404, 404, 404, 404]
+    assert all(b"secret" not in answer[2] and b"root" not in answer[2] for answer in direct)
+
+
+def test_a_missing_extra_names_kvmemory_serve() -> None:
+    """Without Starlette, building the app raises MissingDependencyError naming kvmemory[serve]."""
+    code = (
+        "import sys; sys.modules['starlette'] = None\n"
+        "from agents.memory.stores import open_store\n"
+        "from agents.integrations.web import live_app\n"
+        "from agents.memory.exceptions import MissingDependencyError\n"
+        "try:\n"
+        "    live_app(open_store('memory://x'))\n"
+        "except MissingDependencyError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env(), capture_output=True, text=True, check=True
+    )
+    assert "pip install 'kvmemory[serve]'" in done.stdout
+
+
+# -- the live page in a real browser -------------------------------------------------------
+
+
+def test_live_page_opens_on_the_newest_steps_and_loads_earlier_ones(
+    tmp_path: Path, browser: Any
+) -> None:
+    """A 1,200-step session opens on its newest 500 items; "load earlier" brings the rest page by page."""
+    url = f"sqlite://{tmp_path / 'long.db'}"
+    fill(url, "long", 1200)
+    with serving(url) as base:
+        open_session(browser, base, "long")
+        wait(browser, "return document.getElementById('live').textContent.includes('500 of 1,200')")
+        assert "step 1199" in card_texts(browser)[-1]
+        browser.find_element("id", "earlier").click()
+        wait(
+            browser, "return document.getElementById('live').textContent.includes('1,000 of 1,200')"
+        )
+        browser.find_element("id", "earlier").click()
+        wait(
+            browser, "return document.getElementById('live').textContent.includes('1,200 of 1,200')"
+        )
+        assert browser.find_element("id", "earlier").get_attribute("disabled") is not None
+        assert "step 0" in card_texts(browser)[0]
+        assert len(card_texts(browser)) <= 1000  # the document stays windowed
+
+
+def test_live_page_shows_steps_appended_to_sqlite(sqlite_url: str, browser: Any) -> None:
+    """Steps another process appends to a SQLite session appear in the open page without a reload."""
+    with serving(sqlite_url) as base:
+        open_session(browser, base, "run-1")
+        browser.execute_script("window.kvMarker = 1")  # gone if the page reloads
+        append_in_another_process(sqlite_url, "run-1", ["appended one", "appended two"], 40)
+        wait(browser, "return document.body.textContent.includes('appended two')")
+        assert browser.execute_script("return window.kvMarker") == 1
+        assert "step 41" in card_texts(browser)[-1]
+        lanes = browser.execute_script(
+            "return [...document.querySelectorAll('.lane-head')].map(h => h.dataset.lane)"
+        )
+        assert "Writer" in lanes
+
+
+@pytest.mark.postgres
+def test_live_page_shows_steps_appended_to_postgres(postgres_url: str, browser: Any) -> None:
+    """Steps another process appends to a PostgreSQL session appear in the open page without a reload."""
+    fill(postgres_url, "pg-run", 10)
+    with serving(postgres_url) as base:
+        open_session(browser, base, "pg-run")
+        browser.execute_script("window.kvMarker = 1")
+        append_in_another_process(postgres_url, "pg-run", ["from postgres"], 10)
+        wait(browser, "return document.body.textContent.includes('from postgres')")
+        assert browser.execute_script("return window.kvMarker") == 1
+        assert "step 10" in card_texts(browser)[-1]
+
+
+def test_store_search_shows_the_stores_hits(sqlite_url: str, browser: Any) -> None:
+    """Searching the store shows the items store.search finds, and clearing it shows the session again."""
+    with serving(sqlite_url) as base:
+        open_session(browser, base, "run-1")
+        browser.execute_script(
+            """
+            const source = document.querySelector('.controls.live select');
+            source.value = 'keyword'; source.dispatchEvent(new Event('change'));
+            const search = document.getElementById('search');
+            search.value = '17'; search.dispatchEvent(new Event('input'));
+            """
+        )
+        wait(
+            browser,
+            "return document.getElementById('live').textContent.includes('hits from the store')",
+        )
+        assert [text for text in card_texts(browser) if "thought number" in text] == [
+            text for text in card_texts(browser) if "thought number 17" in text
+        ]
+        assert len(card_texts(browser)) == 1
+        browser.execute_script(
+            "const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input'));"
+        )
+        wait(browser, "return document.getElementById('live').textContent.includes('40 of 40')")
+
+
+def test_hostile_session_injects_nothing(tmp_path: Path, browser: Any) -> None:
+    """Markup in values, keys, agents, class-like names and image refs shows as text and runs nothing."""
+    url = f"sqlite://{tmp_path / 'hostile.db'}"
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    with open_store(url) as store:
+        store.append(
+            "hostile",
+            [
+                MemoryItem(step=HOSTILE, agent=HOSTILE, thought=HOSTILE, **{HOSTILE: HOSTILE}),
+                MemoryItem(step=2, screenshot="javascript:window.kvPwned=3", agent="A"),
+                MemoryItem(step=3, screenshot='x" onerror="window.kvPwned=4', agent="A"),
+                MemoryItem(step=4, screenshot=f"{shots}/<img src=x onerror=window.kvPwned=5>.png"),
+            ],
+        )
+    with serving(url, "--images", str(shots)) as base:
+        browser.get(base + "/")
+        assert (
+            HOSTILE not in browser.page_source
+        )  # the list page escapes too (nothing to escape here but ids)
+        open_session(browser, base, "hostile")
+        append_in_another_process(url, "hostile", [HOSTILE + " live"], 5)
+        wait(browser, "return document.body.textContent.includes('> live')")
+        browser.execute_script(
+            """
+            const source = document.querySelector('.controls.live select');
+            source.value = 'keyword'; source.dispatchEvent(new Event('change'));
+            const search = document.getElementById('search');
+            search.value = 'kvPwned'; search.dispatchEvent(new Event('input'));
+            """
+        )
+        wait(
+            browser,
+            "return document.getElementById('live').textContent.includes('hits from the store')",
+        )
+        assert browser.execute_script("return window.kvPwned") is None
+        assert browser.execute_script("return document.scripts.length") == 2
+        assert browser.execute_script("return document.querySelectorAll('main img').length") == 0
+        assert HOSTILE in browser.find_element("tag name", "main").text
+
+
+def test_serving_leaves_the_store_file_byte_identical(tmp_path: Path, browser: Any) -> None:
+    """Listing, opening, paging, polling and searching a SQLite store changes none of its bytes."""
+    path = tmp_path / "still.db"
+    fill(f"sqlite://{path}", "still", 600)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
+    with serving(str(path)) as base:
+        open_session(browser, base, "still")
+        browser.find_element("id", "earlier").click()
+        wait(browser, "return document.getElementById('live').textContent.includes('600 of 600')")
+        get(base + "/api/search?session=still&q=thought")
+        get(base + "/")
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
+    assert after == before
+
+
+def test_screenshot_of_the_live_page(tmp_path: Path, browser: Any) -> None:
+    """The test run saves a picture of the live page (docs/serve.png with KVMEMORY_UPDATE_SCREENSHOTS=1)."""
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    url = f"sqlite://{tmp_path / 'demo.db'}"
+    with open_store(url) as store:
+        store.append(
+            "ufo-live-demo",
+            [
+                MemoryItem(
+                    step=n,
+                    agent="HostAgent" if n % 4 == 0 else "AppAgent",
+                    thought=f"Step {n}: look at the window and pick the next control.",
+                    action="click" if n % 2 else "type_text",
+                    screenshot=screenshot(shots / f"app-{n}.png", n % 6),
+                    cost=0.002 + 0.0004 * n,
+                    prompt_tokens=800 + 40 * n,
+                )
+                for n in range(12)
+            ],
+        )
+    target = DOCS_SCREENSHOT if os.environ.get("KVMEMORY_UPDATE_SCREENSHOTS") == "1" else SCREENSHOT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with serving(url, "--images", str(shots)) as base:
+        size = browser.get_window_size()
+        browser.set_window_size(1280, 900)
+        try:
+            open_session(browser, base, "ufo-live-demo")
+            append_in_another_process(
+                url, "ufo-live-demo", ["The report is saved; the task is done."], 12
+            )
+            wait(browser, "return document.body.textContent.includes('the task is done')")
+            wait(
+                browser,
+                "return [...document.querySelectorAll('.thumbs img')].every(i => i.complete && i.naturalWidth > 0)",
+            )
+            assert browser.save_screenshot(str(target))
+        finally:
+            browser.set_window_size(size["width"], size["height"])
+    assert target.read_bytes().startswith(b"\x89PNG")
