@@ -191,6 +191,51 @@ def test_session_list_shows_items_agents_and_cost(sqlite_url: str) -> None:
     assert '<td class="num">3</td><td>Executor, Solo</td><td>2</td>' in page
 
 
+def test_session_list_adds_up_appends_since_the_last_reload(sqlite_url: str) -> None:
+    """A reload after another process appended shows the new count, agent, last step and cost."""
+    with serving(sqlite_url) as base:
+        first = get(base + "/")[2].decode()
+        append_in_another_process(sqlite_url, "run-1", ["one", "two"], 40)
+        again = get(base + "/")[2].decode()
+    assert '<td class="num">40</td><td>Executor, Planner</td><td>39</td>' in first
+    assert '<td class="num">42</td><td>Executor, Planner, Writer</td><td>41</td>' in again
+    assert f"{sum(0.001 * i for i in range(40)) + 1.0:.6g}" in again
+
+
+def test_semantic_search_is_offered_where_the_session_has_vectors_of_the_model(
+    tmp_path: Path,
+) -> None:
+    """With --embedder hashing, a session indexed by that model offers and answers semantic search."""
+    pytest.importorskip("numpy") if not os.environ.get("CI") else None
+    import orjson
+
+    from agents.memory.search import HashingEmbedder
+
+    url = f"sqlite://{tmp_path / 'vec.db'}"
+    fill(url, "plain", 5)
+    with open_store(url) as store:
+        store.append(
+            "indexed",
+            [
+                MemoryItem(step=1, thought="open the spreadsheet"),
+                MemoryItem(step=2, thought="type the summary"),
+            ],
+        )
+        store.index_embeddings("indexed", HashingEmbedder())
+    with serving(url, "--embedder", "hashing") as base:
+        indexed = get(base + "/session?id=indexed")[2].decode()
+        plain = get(base + "/session?id=plain")[2].decode()
+        hits = orjson.loads(
+            get(base + "/api/search?session=indexed&q=spreadsheet&mode=semantic")[2]
+        )
+        unknown = get(base + "/api/search?session=indexed&q=x&mode=telepathy")
+    assert '"modes":["keyword","semantic","hybrid"]' in indexed
+    assert '"modes":["keyword"]' in plain
+    assert hits["steps"][0]["s"] == "step 1"
+    assert unknown[0] == 400
+    assert b"telepathy" in unknown[2]
+
+
 def test_api_pages_the_session_from_its_end(tmp_path: Path) -> None:
     """The timeline's API answers the newest page first and earlier pages before a seq."""
     url = f"sqlite://{tmp_path / 'long.db'}"

@@ -474,21 +474,23 @@ class _View:
         """Return the last ``n`` items of a session, or the last ``n`` before seq ``before``."""
         with self.lock:
             self.refresh()
-            count = self.store.count(sid)
             if before is None:
                 records = self.store.tail(sid, n, on_unknown_class="base")
-                earlier = len(records) < count
             else:
                 # The store reads from the end: ask for enough to reach past ``before``.
                 want = n
                 while True:
-                    records = self.store.tail(sid, want, on_unknown_class="base")
-                    older = [r for r in records if r.seq < before]
-                    if len(older) >= n or len(records) < want:
+                    window = self.store.tail(sid, want, on_unknown_class="base")
+                    older = [r for r in window if r.seq < before]
+                    if len(older) >= n or len(window) < want:
                         break
                     want *= 2
-                earlier = len(older) > n or len(records) == want
                 records = older[-n:]
+            # Counted after reading, so an append in between can only make "earlier" say
+            # yes when there is nothing more (one empty click), never hide items.
+            count = self.store.count(sid)
+            newer = 0 if before is None else sum(1 for r in window if r.seq >= before)
+            earlier = count > len(records) + newer
             return {
                 "steps": self._steps(sid, records),
                 "first": records[0].seq if records else None,
