@@ -46,11 +46,19 @@ def env(**extra: str) -> dict[str, str]:
     return values
 
 
-def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    """GET a URL and return its status, headers and body, 4xx and 5xx included."""
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def get(
+    url: str, headers: dict[str, str] | None = None, *, follow: bool = True
+) -> tuple[int, dict[str, str], bytes]:
+    """GET a URL and return its status, headers and body, 4xx and 5xx (and unfollowed 3xx) included."""
     request = urllib.request.Request(url, headers=headers or {})
+    opener = urllib.request.build_opener() if follow else urllib.request.build_opener(_NoRedirect)
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with opener.open(request, timeout=30) as answer:
             return answer.status, dict(answer.headers), answer.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
@@ -309,9 +317,10 @@ def test_a_wrong_or_missing_token_gets_401_and_nothing_else(sqlite_url: str) -> 
                 )
                 assert (status, body) == (401, b"401 Unauthorized\n"), (path, headers, query)
                 assert "set-cookie" not in {k.lower() for k in answer_headers}
-        status, headers, body = get(base + "/session?id=run-1&token=" + TOKEN)
-        assert status == 200
+        status, headers, body = get(base + "/session?id=run-1&token=" + TOKEN, follow=False)
+        assert (status, headers["location"]) == (303, "/session?id=run-1")
         cookie = headers["set-cookie"].split(";")[0]
+        assert get(base + "/session?id=run-1", {"Cookie": cookie})[0] == 200
         assert get(base + "/api/tail?session=run-1&n=5", {"Cookie": cookie})[0] == 200
         bearer = {"Authorization": f"Bearer {TOKEN}"}
         assert get(base + "/api/sessions", bearer)[0] == 200
@@ -421,6 +430,19 @@ def test_live_page_shows_steps_appended_to_sqlite(sqlite_url: str, browser: Any)
             "return [...document.querySelectorAll('.lane-head')].map(h => h.dataset.lane)"
         )
         assert "Writer" in lanes
+
+
+def test_live_page_works_through_a_token_given_once(sqlite_url: str, browser: Any) -> None:
+    """With a token, ?token= on the first visit lets the page, its API calls and its polls through."""
+    with serving(sqlite_url, token=TOKEN) as base:
+        browser.delete_all_cookies()
+        browser.get(base + "/?token=" + TOKEN)
+        assert TOKEN not in browser.current_url
+        browser.find_element("link text", "run-1").click()
+        wait(browser, "return document.querySelectorAll('.card').length > 0")
+        append_in_another_process(sqlite_url, "run-1", ["behind a token"], 40)
+        wait(browser, "return document.body.textContent.includes('behind a token')")
+        browser.delete_all_cookies()
 
 
 @pytest.mark.postgres

@@ -12,8 +12,8 @@ It only reads: the store is opened with ``read_only=True``, so nothing is
 created, migrated or written. It binds 127.0.0.1 by default; binding any
 other address needs a token, which every request must then bear (the page,
 the JSON API and images alike), as ``?token=`` on the first visit (the
-answer sets a cookie), a cookie, or ``Authorization: Bearer``. Anything
-else gets a bare 401.
+answer sets a cookie and redirects to the address without the token), a
+cookie, or ``Authorization: Bearer``. Anything else gets a bare 401.
 
 Every value reaches the browser as JSON and is put in the page as text
 only; the pages carry a strict Content-Security-Policy (no script but the
@@ -712,15 +712,32 @@ class _TokenGate:
             )
             await send({"type": "http.response.body", "body": body})
             return
-        if not from_query:
+        if not from_query or scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        cookie = f"{_COOKIE}={self._token.decode()}; Path=/; HttpOnly; SameSite=Strict".encode()
-
-        async def send_with_cookie(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message = dict(message)
-                message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie)]
-            await send(message)
-
-        await self._app(scope, receive, send_with_cookie)
+        # A token in the address: set it as a cookie and send the browser to the same
+        # address without it, so it stays out of the address bar, history and referrers.
+        kept = [
+            (key, value)
+            for key, value in urllib.parse.parse_qsl(
+                scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True
+            )
+            if key != "token"
+        ]
+        where = urllib.parse.quote(scope.get("path", "/")) + (
+            "?" + urllib.parse.urlencode(kept) if kept else ""
+        )
+        cookie = f"{_COOKIE}={self._token.decode()}; Path=/; HttpOnly; SameSite=Strict"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 303,
+                "headers": [
+                    (b"location", where.encode("latin-1")),
+                    (b"set-cookie", cookie.encode("latin-1")),
+                    (b"content-length", b"0"),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
