@@ -244,6 +244,18 @@ def test_semantic_search_is_offered_where_the_session_has_vectors_of_the_model(
     assert b"telepathy" in unknown[2]
 
 
+@pytest.mark.postgres
+def test_session_list_never_shows_a_database_password(postgres_url: str) -> None:
+    """A password in the PostgreSQL URL served is shown as *** in the list page."""
+    url = postgres_url.replace("postgresql://kvmemory@", "postgresql://kvmemory:s3cret-pw@", 1)
+    assert "s3cret-pw" in url
+    fill(url, "pg", 2)
+    with serving(url) as base:
+        page = get(base + "/")[2].decode()
+    assert "s3cret-pw" not in page
+    assert "kvmemory:***@" in page
+
+
 def test_api_pages_the_session_from_its_end(tmp_path: Path) -> None:
     """The timeline's API answers the newest page first and earlier pages before a seq."""
     url = f"sqlite://{tmp_path / 'long.db'}"

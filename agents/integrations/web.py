@@ -174,7 +174,7 @@ def live_app(
             rows = view.sessions()
         except AgentMemoryError as exc:
             return HTMLResponse(_error_page(str(exc)), 500, headers=_headers(_LIST_CSP))
-        return HTMLResponse(_list_page(store.url, rows), headers=_headers(_LIST_CSP))
+        return HTMLResponse(_list_page(_shown_url(store.url), rows), headers=_headers(_LIST_CSP))
 
     def session_page(request: Request) -> Response:
         sid = request.query_params.get("id", "")
@@ -585,6 +585,16 @@ def _image_type(path: str, size: int) -> tuple[bytes, str] | None:
     if body[:4] == b"RIFF" and body[8:12] == b"WEBP":
         return body, "image/webp"
     return None
+
+
+def _shown_url(url: str) -> str:
+    """Return a store URL fit to show in a page: any password replaced by ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def _image_root(folder: str | os.PathLike[str]) -> str:
