@@ -13,11 +13,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from test_timeline import png, screenshot
 
 from agents.memory import MemoryItem
@@ -592,3 +595,40 @@ def test_screenshot_of_the_live_page(tmp_path: Path, browser: Any) -> None:
         finally:
             browser.set_window_size(size["width"], size["height"])
     assert target.read_bytes().startswith(b"\x89PNG")
+
+
+# -- properties of the app, in process (Starlette's test client over a real in-memory store) --
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=st.text(min_size=1), key=st.text(min_size=1).filter(lambda k: k != "step"))
+def test_api_returns_any_text_exactly(value: str, key: str) -> None:
+    """Any text in any field comes back from the API as the same text, for the page to show as text."""
+    from starlette.testclient import TestClient
+
+    from agents.integrations.web import live_app
+
+    with open_store(f"memory://{uuid.uuid4().hex}") as store:
+        store.append("s", [MemoryItem(step=1, **{key: value})])
+        with TestClient(live_app(store)) as client:
+            page = client.get("/api/tail", params={"session": "s", "n": "5"}).json()
+    assert page["steps"][0]["f"] == [[key, value, 0]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(guess=st.text(min_size=1, alphabet=st.characters(min_codepoint=33, max_codepoint=126)))
+def test_any_other_token_gets_401(guess: str) -> None:
+    """Any token but the right one, as a bearer header or a query parameter, gets the bare 401."""
+    from starlette.testclient import TestClient
+
+    from agents.integrations.web import live_app
+
+    assume(guess != TOKEN)
+    with (
+        open_store(f"memory://{uuid.uuid4().hex}") as store,
+        TestClient(live_app(store, token=TOKEN)) as client,
+    ):
+        by_header = client.get("/api/sessions", headers={"Authorization": f"Bearer {guess}"})
+        by_query = client.get("/api/sessions", params={"token": guess}, follow_redirects=False)
+    assert (by_header.status_code, by_header.content) == (401, b"401 Unauthorized\n")
+    assert (by_query.status_code, by_query.content) == (401, b"401 Unauthorized\n")
