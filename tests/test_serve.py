@@ -305,6 +305,21 @@ def test_binding_elsewhere_without_a_token_is_refused(sqlite_url: str) -> None:
     assert "KVMEMORY_SERVE_TOKEN" in done.stderr
 
 
+def test_a_missing_store_is_an_error_and_is_not_created(tmp_path: Path) -> None:
+    """Serving a SQLite path that does not exist exits with status 1 and creates no file."""
+    missing = tmp_path / "nope.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "serve", str(missing), "--port", str(free_port())],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "does not exist" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_wrong_or_missing_token_gets_401_and_nothing_else(sqlite_url: str) -> None:
     """Page, API, image and list answer 401 with a bare body to a missing or wrong token, and serve the right one."""
     paths = [
