@@ -202,6 +202,18 @@ def test_session_list_shows_items_agents_and_cost(sqlite_url: str) -> None:
     assert '<td class="num">3</td><td>Executor, Solo</td><td>2</td>' in page
 
 
+def test_live_page_runs_only_its_own_script(sqlite_url: str) -> None:
+    """The live page's policy pins its one script by hash and connects only to its own server."""
+    with serving(sqlite_url) as base:
+        _, headers, body = get(base + "/session?id=run-1")
+    policy = headers["content-security-policy"]
+    assert "script-src 'sha256-" in policy
+    assert "'unsafe-inline'" not in policy.split("script-src", 1)[1].split(";")[0]
+    assert "connect-src 'self'" in policy
+    assert "default-src 'none'" in policy
+    assert "script-src 'sha256-" in body.decode()  # the page's own copy of the policy
+
+
 def test_session_list_adds_up_appends_since_the_last_reload(sqlite_url: str) -> None:
     """A reload after another process appended shows the new count, agent, last step and cost."""
     with serving(sqlite_url) as base:
