@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from _common import make_ufo_rows
 
@@ -35,15 +36,25 @@ def _items(n: int, tag: int) -> list[MemoryItem]:
     return [MemoryItem(**row, tag=tag) for row in make_ufo_rows(n)]
 
 
-def _postgres_url(base: str) -> str:
-    """Return ``base`` with a fresh schema as its search path (created here)."""
+@contextlib.contextmanager
+def _postgres_url(base: str) -> Iterator[str]:
+    """Yield ``base`` with a fresh schema as its search path, dropped afterwards."""
     import psycopg
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(base, autocommit=True) as con:
         con.execute(f"CREATE SCHEMA {schema}")
     sep = "&" if "?" in base else "?"
-    return f"{base}{sep}options=-csearch_path%3D{schema}"
+    try:
+        yield f"{base}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(base, autocommit=True) as con:
+            con.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def in_schema(run: Callable[[str, int, int], float], base: str, sessions: int, steps: int) -> float:
+    with _postgres_url(base) as url:
+        return run(url, sessions, steps)
 
 
 def sync_threads(url: str, sessions: int, steps: int) -> float:
@@ -125,11 +136,11 @@ def main() -> None:
     if args.postgres:
         done = args.sessions * args.steps
         sync = repeated(
-            lambda: sync_threads(_postgres_url(args.postgres), args.sessions, args.steps),
+            lambda: in_schema(sync_threads, args.postgres, args.sessions, args.steps),
             args.repeat,
         )
         gathered = repeated(
-            lambda: async_gather(_postgres_url(args.postgres), args.sessions, args.steps),
+            lambda: in_schema(async_gather, args.postgres, args.sessions, args.steps),
             args.repeat,
         )
         print(

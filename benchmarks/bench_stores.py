@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from _common import make_rows
+from _common import make_rows, make_ufo_rows
 
 from agents.memory import MemoryItem
 from agents.memory._item import dumps_item
@@ -350,7 +350,14 @@ def main() -> None:
     parser.add_argument("--synchronous", choices=["normal", "full"], default="normal")
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--targets", action="store_true", help="print the store layer's target table"
+    )
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    if args.targets:
+        targets(args.reopen, args.runs)
+        return
     bench_sqlite(args.items, args.reopen, args.synchronous)
     with tempfile.TemporaryDirectory() as folder:
         bench_projection(f"sqlite://{folder}/projection.db", "SQLite", args.items)
@@ -359,6 +366,189 @@ def main() -> None:
             if url is not None:
                 bench_postgres(url, args.items, args.reopen)
                 bench_projection(url, "PostgreSQL", args.items)
+
+
+# -- the issue's target table (``--targets``) ------------------------------------------
+
+WORDS = [
+    *("report", "dialog", "window", "save", "export", "click", "button", "table"),
+    *("chart", "sheet", "mail", "attach", "document", "folder", "picture", "title"),
+    *("menu", "ribbon", "insert", "format", "style", "font", "color", "page"),
+]
+
+
+def ufo_items(n: int, start: int = 0) -> list[MemoryItem]:
+    """Return ``n`` UFO-shaped steps of 1-2 kB with nested values (the issue's rows)."""
+    out = []
+    for row in make_ufo_rows(n, start):
+        i = row["step"]
+        words = [WORDS[(i * 7 + k * 3) % len(WORDS)] + str((i + k) % 50) for k in range(120)]
+        row["response"] = {"comment": " ".join(words), "plan": ["save", f"export {i % 11}"]}
+        out.append(MemoryItem(**row))
+    return out
+
+
+def cpu(fn: Callable[[], object]) -> float:
+    """Return the CPU time of this process for one call of ``fn``."""
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def wall(fn: Callable[[], object]) -> float:
+    """Return the wall time of one call of ``fn``."""
+    return timed(fn)
+
+
+def spread(ratios: list[float]) -> str:
+    """Return ``median (min-max)`` of ratios."""
+    ordered = sorted(ratios)
+    return f"{ordered[len(ordered) // 2]:5.2f}x ({ordered[0]:.2f}-{ordered[-1]:.2f})"
+
+
+def targets(n: int, runs: int) -> None:
+    """Print the issue's target table: each workload ``runs`` times, median and spread of the ratio."""
+    from agents.memory.stores._keyword import item_terms
+
+    print(f"load average {os.getloadavg()}; {n} UFO-shaped rows, {runs} runs")
+    results: dict[str, list[float]] = {}
+    items = ufo_items(n)
+    print(
+        f"row size: {min(len(d) for _, _, d in encoded(items[:100]))}-{max(len(d) for _, _, d in encoded(items[:100]))} bytes"
+    )
+    rows = encoded(items)
+    texts = [item_terms(item)[0] for item in items]
+    for run in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            _target_run(tmp, items, rows, texts, results)
+        print(f"run {run + 1} done, load average {os.getloadavg()}")
+    for name, ratios in results.items():
+        print(f"{name:<80} {spread(ratios)}")
+
+
+def _target_run(
+    tmp: str,
+    items: list[MemoryItem],
+    rows: list[tuple[str | None, float, bytes]],
+    texts: list[str],
+    results: dict[str, list[float]],
+) -> None:
+    """Run each workload of the target table once in ``tmp``; add the ratios to ``results``."""
+    n = len(items)
+    # Batched append, keyword index on: store.append in batches of 1,000
+    # against raw INSERTs of the same bytes plus an FTS5 insert of the same text.
+    url = f"sqlite://{tmp}/kv.db?synchronous=normal"
+    with open_store(url) as store:
+        ours = cpu(lambda: [store.append("big", items[i : i + 1000]) for i in range(0, n, 1000)])
+    raw = raw_sqlite(f"{tmp}/raw.db", "normal")
+    raw.execute("CREATE VIRTUAL TABLE fts USING fts5(terms, tokenize='ascii')")
+
+    def raw_append() -> None:
+        for i in range(0, n, 1000):
+            raw.execute("BEGIN IMMEDIATE")
+            last = raw.execute("SELECT coalesce(max(seq), 0) FROM items").fetchone()[0]
+            raw.executemany(
+                "INSERT INTO items (session_id, step, created, data) VALUES (?, ?, ?, ?)",
+                [("big", s, c, d) for s, c, d in rows[i : i + 1000]],
+            )
+            raw.executemany(
+                "INSERT INTO fts (rowid, terms) VALUES (?, ?)",
+                [(last + 1 + j, t) for j, t in enumerate(texts[i : i + 1000])],
+            )
+            raw.execute("COMMIT")
+
+    raw_cpu = cpu(raw_append)
+    results.setdefault("batched append, keyword index on / raw INSERT + FTS5 (CPU)", []).append(
+        ours / raw_cpu
+    )
+    lang = _langgraph_cpu(tmp, items)
+    if lang is not None:
+        results.setdefault(
+            "batched append / LangGraph SqliteStore.batch of PutOps (CPU)", []
+        ).append(ours / lang)
+
+    # A 1,000-step range of the session, two keys projected.
+    wanted = list(range(n // 2, n // 2 + 1000))
+    step_json = orjson.dumps([step_text(s) for s in wanted]).decode()
+    with open_store(url) as store:
+        ours = min(
+            wall(lambda: store.project("big", ["action", "thought"], steps=wanted))
+            for _ in range(3)
+        )
+
+        def raw_range() -> Any:
+            got = raw.execute(
+                "SELECT seq, data FROM items INDEXED BY items_step WHERE session_id = ?"
+                " AND step IN (SELECT value FROM json_each(?)) ORDER BY seq",
+                ("big", step_json),
+            ).fetchall()
+            return [orjson.loads(d) for _, d in got]
+
+        raw_time = min(wall(raw_range) for _ in range(3))
+    results.setdefault(
+        "1,000-step range of the session, 2 keys / indexed SELECT + orjson.loads", []
+    ).append(ours / raw_time)
+
+    # Reopen the whole session (index built) against SELECT + orjson.loads.
+    def reopen() -> None:
+        with open_memory(url, "big") as memory:
+            memory.items_of_step(0)  # the step index built
+
+    def raw_reopen() -> Any:
+        got = raw.execute(
+            "SELECT seq, data FROM items WHERE session_id = ? ORDER BY seq", ("big",)
+        ).fetchall()
+        return [orjson.loads(d) for _, d in got]
+
+    results.setdefault("reopen the session / SELECT + orjson.loads", []).append(
+        wall(reopen) / wall(raw_reopen)
+    )
+
+    # One step per commit, synchronous=normal.
+    few = items[: min(n, 2000)]
+    few_rows = rows[: len(few)]
+    with open_memory(url, "steps") as memory:
+        ours = cpu(lambda: [memory.add_memory_item(item) for item in few])
+
+    def raw_steps() -> None:
+        for s, c, d in few_rows:
+            raw.execute("BEGIN IMMEDIATE")
+            raw.execute(
+                "INSERT INTO items (session_id, step, created, data) VALUES (?, ?, ?, ?)",
+                ("steps", s, c, d),
+            )
+            raw.execute("COMMIT")
+
+    results.setdefault("one step per commit / BEGIN IMMEDIATE; INSERT; COMMIT (CPU)", []).append(
+        ours / cpu(raw_steps)
+    )
+    raw.close()
+
+
+def _langgraph_cpu(tmp: str, items: list[MemoryItem]) -> float | None:
+    """Return the CPU time of LangGraph's SqliteStore putting the same records in batches of 1,000, or None."""
+    try:
+        from langgraph.store.base import PutOp
+        from langgraph.store.sqlite import SqliteStore
+    except ImportError:
+        print("LangGraph baseline skipped: pip install langgraph langgraph-checkpoint-sqlite")
+        return None
+    con = sqlite3.connect(f"{tmp}/langgraph.db", check_same_thread=False, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    store = SqliteStore(con)
+    store.setup()
+    values = [item.to_dict() for item in items]
+
+    def put() -> None:
+        for i in range(0, len(values), 1000):
+            store.batch(
+                [PutOp(("big",), str(i + j), value) for j, value in enumerate(values[i : i + 1000])]
+            )
+
+    took = cpu(put)
+    con.close()
+    return took
 
 
 if __name__ == "__main__":

@@ -596,3 +596,67 @@ def test_damaged_vector_met_when_pgvector_arrives_is_named_on_search(pgvector_ur
         message = f"item {seqs[2]} of session 's' of .* holds 3 bytes"
         with pytest.raises(CorruptStoreError, match=message):
             store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("last", [None, 10])
+def test_step_filters_read_through_the_step_index(postgres_url: str, last: int | None) -> None:
+    """The store's step-filtered queries (all rows, the last n) use the (session_id, step) index."""
+    from agents.memory.stores._postgres import _PROJECT, _SELECT_ROWS, rows_query
+
+    with open_store(postgres_url) as store:
+        for start in range(0, 6000, 2000):
+            store.append("s", [MemoryItem(step=i, n=i) for i in range(start, start + 2000)])
+        store.append("other", [MemoryItem(step=i) for i in range(2000)])
+        wanted = list(range(100, 150))
+        assert [i["n"] for i in store.read("s", steps=wanted)] == wanted
+        assert [r.item["n"] for r in store.tail("s", 10, steps=wanted)] == wanted[-10:]
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("ANALYZE kvmemory_items")
+        for select in (_SELECT_ROWS, _PROJECT):
+            sql, params = rows_query(select, "s", steps=[str(s) for s in wanted], last=last)
+            params["keys"] = ["n"]
+            plan = "\n".join(row[0] for row in con.execute("EXPLAIN " + sql, params))
+            assert "kvmemory_items_step" in plan, plan
+            assert "kvmemory_items_pkey" not in plan, plan
+
+
+@pytest.mark.postgres
+def test_query_of_thousands_of_distinct_words_ranks_as_memory(postgres_url: str) -> None:
+    """A query of 2,500 distinct words searches (no column or parameter limit) and ranks as Memory.search."""
+    from agents.memory import Memory
+
+    items = [
+        MemoryItem(step=i, note=" ".join(f"w{(i * 13 + j) % 3000}" for j in range(40)))
+        for i in range(60)
+    ]
+    query = " ".join(f"w{j}" for j in range(2500))
+    with open_store(postgres_url) as store:
+        store.append("s", items)
+        got = store.search("s", query, 10)
+    want = Memory(items).search(query, 10)
+    assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
+    assert [hit.score for hit in got] == pytest.approx([hit.score for hit in want])
+
+
+@pytest.mark.postgres
+def test_item_of_more_than_a_megabyte_of_distinct_terms_is_stored_and_found(
+    postgres_url: str,
+) -> None:
+    """An item whose distinct terms pass tsvector's 1 MB is stored, found by any of its terms, ranked as in RAM."""
+    from agents.memory import Memory
+
+    huge = MemoryItem(step=0, note=" ".join(f"term{j:07d}" for j in range(120_000)))
+    items = [huge, MemoryItem(step=1, note="term0119999 and more"), MemoryItem(step=2, note="x")]
+    with open_store(postgres_url) as store:
+        store.append("s", items)
+        ram = Memory(items)
+        for query in ("term0000001", "term0119999", "term0119999 more", "x"):
+            got = store.search("s", query, 3)
+            want = ram.search(query, 3)
+            assert [hit.item["step"] for hit in got] == [hit.item["step"] for hit in want]
+            assert [hit.score for hit in got] == pytest.approx([hit.score for hit in want])
+        assert store.search("s", "absent", 3) == []
+        with store.batch("s") as batch:
+            batch.update({store.records("s")[0].seq: MemoryItem(step=0, note="small now")})
+        assert [hit.item["step"] for hit in store.search("s", "term0119999", 3)] == [1]

@@ -25,7 +25,7 @@ from agents.memory.exceptions import (
     StoreNotFoundError,
 )
 from agents.memory.search import Embedder, HashingEmbedder, Tokenizer
-from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_store
+from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_memory, open_store
 from agents.memory.stores._sqlite import SCHEMA_VERSION, _ratio_to_fts5
 from agents.memory.stores.testing import (
     COMMON_WORD_QUERIES,
@@ -132,6 +132,23 @@ def test_read_only_inspection_creates_no_files(tmp_path: Path) -> None:
         assert reader.sessions() == ["s"]
         assert reader.count("s") == 1
     assert [p.name for p in tmp_path.iterdir()] == ["runs.db"]
+    assert path.read_bytes() == before
+
+
+def test_open_memory_with_mode_ro_reopens_and_searches_a_closed_file(tmp_path: Path) -> None:
+    """open_memory on a ?mode=ro URL reopens a session, searches it and leaves the file untouched."""
+    path = tmp_path / "agent.db"
+    with open_memory(path, "s") as memory:
+        memory.add_memory_items([MemoryItem(step=1, action="open the file"), MemoryItem(step=2)])
+    before = path.read_bytes()
+    with open_memory(f"sqlite://{path}?mode=ro", "s", max_items=1) as reader:
+        assert [item.to_dict() for item in reader.content] == [{"step": 2}]
+        assert reader.refresh() == 0
+        reader.reload()
+        assert reader.search("file") == []  # the item holding it is beyond max_items
+    with open_memory(f"sqlite://{path}?mode=ro", "s") as reader:
+        assert [hit.item["step"] for hit in reader.search("file")] == [1]
+    assert [p.name for p in tmp_path.iterdir()] == ["agent.db"]
     assert path.read_bytes() == before
 
 
@@ -804,3 +821,117 @@ def test_sqlite_vec_off_in_the_url_never_loads_it(tmp_path: Path) -> None:
         assert not store.uses_sqlite_vec
     with pytest.raises(InvalidStoreURLError, match=r"sqlite_vec='yes'.*'auto', 'on' or 'off'"):
         open_store(f"sqlite:///{tmp_path}/runs.db?sqlite_vec=yes")
+
+
+def test_step_filters_read_through_the_step_index(tmp_path: Path) -> None:
+    """read, project, tail and records with steps query the (session_id, step) index, never the session scan."""
+    path = tmp_path / "plan.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=i, action=f"a{i}", n=i) for i in range(300)])
+        store.append("other", [MemoryItem(step=i) for i in range(300)])
+        statements: list[str] = []
+        store._con.set_trace_callback(statements.append)
+        wanted = list(range(100, 110))
+        assert [i["n"] for i in store.read("s", steps=wanted)] == wanted
+        assert [f["n"] for f in store.project("s", ["n"], steps=wanted)] == wanted
+        assert [r.item["n"] for r in store.tail("s", 3, steps=wanted)] == wanted[-3:]
+        assert [r.item["n"] for r in store.records("s", steps=wanted, after=1)] == wanted
+        store._con.set_trace_callback(None)
+    reads = [sql for sql in statements if sql.startswith("SELECT") and "step IN" in sql]
+    assert len(reads) == 4
+    con = sqlite3.connect(path)
+    try:
+        for sql in reads:
+            plan = " ".join(row[3] for row in con.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "USING INDEX kvmemory_items_step (session_id=? AND step=?" in plan, plan
+            assert "kvmemory_items_session" not in plan, plan
+    finally:
+        con.close()
+
+
+def test_append_takes_terms_from_the_items_without_decoding_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append tokenizes the items it was given: no stored row is decoded to find its terms."""
+    decoded: list[int] = []
+    real = _sqlite.decode_pairs
+
+    def counting(rows: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = list(rows)
+        decoded.append(len(rows))
+        return real(rows, *args, **kwargs)
+
+    monkeypatch.setattr(_sqlite, "decode_pairs", counting)
+    with open_store(tmp_path / "a.db") as store:
+        seqs = store.append("s", [MemoryItem(step=i, note=f"save file {i}") for i in range(50)])
+        with store.batch("s") as batch:
+            batch.update({seqs[0]: MemoryItem(step=0, note="export report")})
+        assert decoded == []
+        assert [hit.seq for hit in store.search("s", "export")] == [seqs[0]]
+        assert len(store.search("s", "file", 100)) == 49
+
+
+def test_v4_file_is_migrated_to_index_inserts_by_batch(tmp_path: Path) -> None:
+    """A v4 file (inserts indexed by a trigger) reads read-only as it is, and is migrated to v5 without loss."""
+    path = tmp_path / "v4.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1, note="open the report")])
+    con = sqlite3.connect(path, isolation_level=None)
+    con.executescript(
+        """
+        CREATE TRIGGER kvmemory_items_search_insert AFTER INSERT ON kvmemory_items BEGIN
+            INSERT INTO kvmemory_search (session_id) VALUES (new.session_id)
+                ON CONFLICT (session_id) DO NOTHING;
+        END;
+        PRAGMA user_version = 4;
+        """
+    )
+    con.close()
+    with open_store(path, read_only=True) as reader:
+        assert reader.keyword_index
+        assert [hit.item["step"] for hit in reader.search("s", "report")] == [1]
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=2, note="save the report")])
+        assert [hit.item["step"] for hit in store.search("s", "report", 5)] == [1, 2]
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert con.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
+            " AND name = 'kvmemory_items_search_insert'"
+        ).fetchone() == (0,)
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("writer_stays", [True, False], ids=["writer-open", "writer-closed"])
+def test_read_only_handle_on_an_idle_file_sees_later_writers(
+    tmp_path: Path, writer_stays: bool
+) -> None:
+    """A read-only memory opened on a closed file refreshes and searches what a later writer commits."""
+    path = tmp_path / "agent.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1, note="open")])
+    with open_memory(f"sqlite://{path}?mode=ro", "s") as reader:
+        assert len(reader) == 1
+        writer = open_store(path)
+        writer.append("s", [MemoryItem(step=2, note="export the report")])
+        writer.append("new", [MemoryItem(step=1)])
+        if not writer_stays:
+            writer.close()
+        assert reader.refresh() == 1
+        assert [hit.item["step"] for hit in reader.search("report")] == [2]
+        assert reader.store.sessions() == ["new", "s"]
+        writer.close()
+
+
+def test_read_only_handle_on_an_empty_file_sees_the_store_created_later(tmp_path: Path) -> None:
+    """A read-only handle on an empty file reads the sessions a writer creates afterwards."""
+    path = tmp_path / "empty.db"
+    path.touch()
+    with open_store(path, read_only=True) as reader:
+        assert reader.sessions() == []
+        with open_store(path) as writer:
+            writer.append("s", [MemoryItem(step=1, note="saved")])
+        assert reader.sessions() == ["s"]
+        assert [hit.item["step"] for hit in reader.search("s", "saved")] == [1]

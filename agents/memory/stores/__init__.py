@@ -34,6 +34,7 @@ import urllib.parse
 
 from agents.memory import exceptions
 from agents.memory.stores._backed import SessionWriter, StoredMemory
+from agents.memory.stores._backend import Backend, Store
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
     BaseStore,
@@ -77,6 +78,7 @@ __all__ = [
     "AsyncStore",
     "AsyncStoredMemory",
     "AsyncWriteBatch",
+    "Backend",
     "BaseStore",
     "InMemoryStore",
     "IndexEntry",
@@ -89,6 +91,7 @@ __all__ = [
     "SessionRow",
     "SessionSummary",
     "SessionWriter",
+    "Store",
     "StoreHit",
     "StoredMemory",
     "StoredRecord",

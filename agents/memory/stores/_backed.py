@@ -24,7 +24,10 @@ Opening, :meth:`StoredMemory.reload` and :meth:`StoredMemory.refresh` go
 through the very same ``Memory`` calls as any load or add (so the step
 index, item watching and ``max_items`` hold exactly as for a memory built in
 RAM); the writer knows those items are already stored and writes only what
-``max_items`` drops.
+``max_items`` drops. A pure read (opening, reloading, refreshing, searching)
+therefore never opens a write batch, and a handle on a read-only store does
+all of it; there ``max_items`` bounds only what RAM holds, as the store may
+not be changed.
 """
 
 from __future__ import annotations
@@ -136,17 +139,21 @@ class SessionWriter:
         dropped = set(evicted)
         stored = self._stored
         new = [(key, item) for key, item in added if id(item) not in stored and key not in dropped]
-        with self._batch() as batch:
-            batch.delete(self._seq_of[key] for key in evicted if key in self._seq_of)
-            batch.delete(
-                stored[id(item)] for key, item in added if key in dropped and id(item) in stored
-            )
-            batch.append([item for _, item in new])
+        gone = [self._seq_of[key] for key in evicted if key in self._seq_of]
+        gone += [stored[id(item)] for key, item in added if key in dropped and id(item) in stored]
+        appended: list[int] = []
+        if new or (gone and not self._reading_only()):
+            # Rows read from the store (a refresh) are mapped, not written: a pure
+            # read never opens a write batch, so a read-only handle refreshes too.
+            with self._batch() as batch:
+                batch.delete(gone)
+                batch.append([item for _, item in new])
+            appended = batch.appended
         self._forget(evicted)
         for key, item in added:
             if key not in dropped and id(item) in stored:
                 self._map(key, stored[id(item)], item)
-        for (key, item), seq in zip(new, batch.appended, strict=True):
+        for (key, item), seq in zip(new, appended, strict=True):
             self._map(key, seq, item)
 
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
@@ -168,16 +175,23 @@ class SessionWriter:
         # The row of each item that came from the store, None for an item to write.
         seqs: list[int | None] = list(map(stored.get, map(id, items)))
         unwritten = [i for i, seq in enumerate(seqs) if seq is None]
-        with self._batch() as batch:
-            if self._restoring:
-                kept = set(seqs)
-                kept.discard(None)
-                if len(kept) < len(stored):
-                    batch.delete(seq for seq in stored.values() if seq not in kept)
-            else:
-                batch.clear()
-            batch.append([items[i] for i in unwritten])
-        for i, seq in zip(unwritten, batch.appended, strict=True):
+        gone: list[int] = []
+        if self._restoring and not self._reading_only():
+            kept = set(seqs)
+            kept.discard(None)
+            if len(kept) < len(stored):
+                gone = [seq for seq in stored.values() if seq not in kept]
+        appended: list[int] = []
+        if unwritten or gone or not self._restoring:
+            # A reopen of what the store holds writes nothing (only what max_items
+            # drops), so it never opens a write batch on a read-only handle.
+            with self._batch() as batch:
+                if not self._restoring:
+                    batch.clear()
+                batch.delete(gone)
+                batch.append([items[i] for i in unwritten])
+            appended = batch.appended
+        for i, seq in zip(unwritten, appended, strict=True):
             seqs[i] = seq
         self._seq_of = dict(zip(keys, seqs, strict=True))  # type: ignore[arg-type]  # no None left
         self._item_at = dict(zip(seqs, items, strict=True))  # type: ignore[arg-type]
@@ -188,6 +202,14 @@ class SessionWriter:
         return self.store.batch(
             self.session_id, step_key=self.step_key, on_unencodable=self.on_unencodable
         )
+
+    def _reading_only(self) -> bool:
+        """Whether items read from the store stay there as they are (a read-only handle).
+
+        ``max_items`` then bounds only what the memory holds: the rows it
+        drops stay in the store, which this handle may not change.
+        """
+        return self._restoring and self.store.read_only
 
     def _map(self, key: int, seq: int, item: MemoryItem) -> None:
         self._seq_of[key] = seq
@@ -214,7 +236,8 @@ class StoredMemory(Memory):
         session_id: The session to open or create.
         step_key: The field that names an item's step.
         max_items: Keep at most this many items, in RAM and in the store
-            (enforced on open, on refresh and on every add).
+            (enforced on open, on refresh and on every add; on a read-only
+            store, in RAM only).
         callbacks: Run after each change as ``callback(memory, change)``.
         on_unencodable: The codec's policy for values JSON cannot hold.
         on_unknown_class: ``"base"`` reads items whose class is unknown as plain ``MemoryItem``.

@@ -31,20 +31,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final
 
 import attrs
-import orjson
 from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import (
-    NOTHING,
     MemoryItem,
     OnUnknownClass,
-    decode_items,
-    dumps_item,
     item_fields,
 )
 from agents.memory._text import (
@@ -56,7 +52,6 @@ from agents.memory._text import (
     check_k,
     checked_keys,
     checked_query,
-    item_texts,
 )
 from agents.memory._vectors import (
     HYBRID_POOL,
@@ -78,11 +73,33 @@ from agents.memory.exceptions import (
     InvalidQueryError,
     InvalidSessionIdError,
     InvalidStoreURLError,
-    SchemaVersionError,
-    SerializationError,
     StoreArgumentError,
     StoreError,
 )
+from agents.memory.stores._encoding import (
+    SEQ_MAX,
+    IndexEntry,
+    Row,
+    RowUpdate,
+    SessionRow,
+    StoredRecord,
+    check_seq,
+    decode_pairs,
+    decode_rows,
+    encode_metadata,
+    encode_rows,
+    rows_terms,
+    step_text,
+    step_texts,
+)
+from agents.memory.stores._keyword import (
+    Terms,
+    item_terms,
+    keyword_matches,
+    keyword_query,
+    rank_pages,
+)
+from agents.memory.stores._migrations import check_schema_version, migrate
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
@@ -94,10 +111,16 @@ __all__ = [
     "SessionRow",
     "StoreHit",
     "StoredRecord",
+    "Terms",
     "VectorModel",
     "WriteBatch",
+    "check_schema_version",
     "check_session_id",
     "check_store_path",
+    "decode_pairs",
+    "decode_rows",
+    "encode_metadata",
+    "encode_rows",
     "item_terms",
     "migrate",
     "step_text",
@@ -106,22 +129,7 @@ __all__ = [
 SESSION_ID_MAX_LENGTH: Final = 128
 """The longest session id a store accepts, in characters."""
 _SESSION_ID: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-_SEQ_MAX: Final = 2**63 - 1
 _EMPTY_METADATA: Final = b"{}"
-
-Row = tuple[str | None, float, bytes]
-"""One row to insert: ``(step_text, created_unix_time, encoded_item)``."""
-
-RowUpdate = tuple[int, str | None, bytes]
-"""New contents for an existing row: ``(seq, step_text, encoded_item)``."""
-
-IndexEntry = tuple[int, str | None, float]
-"""What a store knows of a row without its bytes: ``(seq, step_text, created_unix_time)``."""
-
-SessionRow = tuple[str, float, bytes]
-"""A session as a store keeps it: ``(step_key, created_unix_time, encoded_metadata)``."""
-
-T = TypeVar("T")
 
 
 def check_session_id(session_id: object) -> str:
@@ -181,78 +189,6 @@ def check_store_path(path: str | os.PathLike[str]) -> str:
         msg = "The store path is empty; pass a file or directory path."
         raise InvalidStoreURLError(msg)
     return text
-
-
-def step_text(value: Any) -> str | None:
-    """Return the canonical text a store files a step value under (``None`` for no step).
-
-    Numbers that Python counts as equal (``1``, ``1.0``, ``True``) get the same
-    text, as they share one entry in ``Memory``'s step index; other values are
-    written as their compact codec JSON.
-    """
-    if value is NOTHING:
-        return None
-    cls = type(value)
-    if cls is int:
-        return str(value)  # the common case, and what the codec would write
-    if cls is bool:
-        return "1" if value else "0"
-    if cls is float and value.is_integer():
-        return str(int(value))
-    return _codec.dumps(_codec.encode_value(value, on_unencodable="repr")).decode("utf-8")
-
-
-def migrate(migrations: Sequence[Callable[[T], None]], found: int, target: T, *, store: str) -> int:
-    """Bring a store from schema version ``found`` to ``len(migrations)`` and return the new version.
-
-    Every store keeps its migrations the same way: an ordered list of steps in
-    which the step at position ``i`` turns a version-``i`` layout into version
-    ``i + 1`` (so position 0 creates the first layout in an empty store), and
-    the version it reached recorded in the store itself. The caller runs this
-    inside one transaction and records the returned version in it.
-
-    Args:
-        migrations: The store's steps, oldest first.
-        found: The version recorded in the store (0 for an empty one).
-        target: What each step works on (a connection, a directory).
-        store: Names the store in error messages.
-
-    Raises:
-        SchemaVersionError: if a newer kvmemory wrote the store.
-    """
-    check_schema_version(found, len(migrations), store=store)
-    for step in migrations[found:]:
-        step(target)
-    return len(migrations)
-
-
-def check_schema_version(found: object, newest: int, *, store: str) -> int:
-    """Return ``found`` if this kvmemory can open a store of that schema version, else raise.
-
-    Raises:
-        SchemaVersionError: if the version is not a number, or newer than ``newest``.
-    """
-    if type(found) is not int or found < 0:
-        msg = f"{store} records the schema version {found!r}, which is not a version number; it was not written by kvmemory."
-        raise CorruptStoreError(msg)
-    if found > newest:
-        msg = (
-            f"{store} has schema version {found}, newer than the {newest} this kvmemory "
-            "writes; upgrade kvmemory to open it."
-        )
-        raise SchemaVersionError(msg)
-    return found
-
-
-class StoredRecord(NamedTuple):
-    """One item as a store holds it: its seq in the session and the decoded item.
-
-    A named tuple rather than an attrs class: a reopen makes one per stored
-    item, and a tuple is built in a third of the time.
-    """
-
-    seq: int
-    item: MemoryItem
 
 
 @attrs.frozen
@@ -337,44 +273,7 @@ class StoreHit:
     score: float
 
 
-KeywordMatch = tuple[int, int, dict[str, int]]
-"""An item holding a query term: ``(seq, length in terms over the searched fields, {query term: count})``."""
-
 _TOKENIZER: Final = Tokenizer()
-
-Terms = tuple[str, int]
-"""An item's search terms as a store indexes them: ``(terms joined by spaces, how many)``."""
-
-
-def item_terms(item: MemoryItem) -> Terms:
-    """Return the terms keyword search counts for ``item``: every string field, nested strings included.
-
-    The terms are those of the default :class:`~agents.memory.search.Tokenizer`
-    (the ones ``Memory.search`` counts), in order with repeats, joined by
-    single spaces; a term never holds a space. The texts are tokenized
-    joined by newlines, which gives the same terms as tokenizing each one
-    (a newline separates terms and never combines with a neighbour in NFKC).
-    """
-    texts = [text for _, text in item_texts(item_fields(item), None)]
-    if not texts:
-        return "", 0
-    terms = _TOKENIZER(texts[0] if len(texts) == 1 else "\n".join(texts))
-    return " ".join(terms), len(terms)
-
-
-def rows_terms(
-    items: Sequence[MemoryItem], rows: Sequence[Row], on_unencodable: OnUnencodable
-) -> list[Terms]:
-    """Return the search terms of ``items`` as the store will hold them (``rows``, their encodings).
-
-    Under the ``"error"`` policy the codec stores every value as it is, so
-    the terms come from the items in hand; under ``"repr"`` or ``"drop"``
-    the stored item can differ, so the rows are decoded and their terms taken.
-    """
-    if on_unencodable == "error":
-        return [item_terms(item) for item in items]
-    pairs = decode_pairs([(0, data) for _, _, data in rows], "the items being written", "base")
-    return [item_terms(item) for _, item in pairs]
 
 
 @attrs.frozen
@@ -821,9 +720,9 @@ class BaseStore(abc.ABC):
             StoreError: if the store cannot be read.
         """
         sid = self._check(session_id)
-        texts = None if steps is None else _step_texts(steps)
+        texts = None if steps is None else step_texts(steps)
         if after is not None:
-            after = _check_seq(after, "after")
+            after = check_seq(after, "after")
         if texts == []:
             return []
         with self._errors("read", sid):
@@ -861,7 +760,7 @@ class BaseStore(abc.ABC):
             if type(key) is not str:
                 msg = f"project() takes string keys, got {key!r} ({type(key).__name__})."
                 raise StoreArgumentError(msg)
-        texts = None if steps is None else _step_texts(steps)
+        texts = None if steps is None else step_texts(steps)
         if texts == []:
             return []
         with self._errors("read", sid):
@@ -903,7 +802,7 @@ class BaseStore(abc.ABC):
         if type(n) is not int or n < 0:
             msg = f"tail() takes a number of items, 0 or more, got {n!r}."
             raise StoreArgumentError(msg)
-        texts = None if steps is None else _step_texts(steps)
+        texts = None if steps is None else step_texts(steps)
         if n == 0 or texts == []:
             return []
         with self._errors("read", sid):
@@ -1023,7 +922,7 @@ class BaseStore(abc.ABC):
             return self._vector_search(
                 sid, text, k, fields, mode, embedder, weight, on_unknown_class
             )
-        terms, fields = _keyword_query(query, k, keys)
+        terms, fields = keyword_query(query, k, keys)
         with self._errors("search", sid):
             best, found = self._keyword_top(sid, terms, fields, k, on_unknown_class)
         missing = [seq for _, seq in best if seq not in found]
@@ -1061,7 +960,7 @@ class BaseStore(abc.ABC):
             StoreError: if the store cannot be read.
         """
         sid = self._check(session_id)
-        terms, fields = _keyword_query(query, k, keys)
+        terms, fields = keyword_query(query, k, keys)
         with self._errors("search", sid):
             best, _ = self._keyword_top(sid, terms, fields, k, "base")
         return [(seq, score) for score, seq in best]
@@ -1076,70 +975,13 @@ class BaseStore(abc.ABC):
     ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
         """Return the ``k`` best ``(score, seq)``, best first (ties by seq), and any of those items already decoded.
 
-        This base version scores what :meth:`_keyword_matches` gives, in
-        Python; a store with a keyword index overrides it to score in its
-        own query language and return no items (they are then read with
+        This base version reads the session a page at a time and scores it
+        in Python (:func:`~agents.memory.stores._keyword.rank_pages`); a
+        store with a keyword index overrides it to score in its own query
+        language and return no items (they are then read with
         :meth:`_fetch_seqs`).
         """
-        n_items, total, matches, found = self._keyword_matches(sid, terms, keys, on_unknown_class)
-        if not matches:
-            return [], {}
-        df = Counter(term for _, _, counts in matches for term in counts)
-        avgdl = total / n_items if total else 1.0
-        # BM25 per (term, item) as the search index computes it, query terms counted with repeats.
-        flat = BM25_K1 * (1.0 - BM25_B)
-        slope = BM25_K1 * BM25_B / avgdl
-        lift = {term: bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0) for term in df}
-        scored = []
-        for seq, length, counts in matches:
-            score = 0.0
-            for term in terms:
-                tf = counts.get(term)
-                if tf:
-                    score += lift[term] * tf / (tf + flat + slope * length)
-            scored.append((score, seq))
-        best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
-        return best, {seq: found[seq] for _, seq in best if seq in found}
-
-    def _keyword_matches(
-        self,
-        sid: str,
-        terms: Sequence[str],
-        keys: tuple[str, ...] | None,
-        on_unknown_class: OnUnknownClass,
-    ) -> tuple[int, int, list[KeywordMatch], dict[int, MemoryItem]]:
-        """Return what BM25 needs of a session for ``terms``, over the fields ``keys`` (``None``: all).
-
-        That is: the number of items, their total length in terms, the items
-        holding a query term as ``(seq, length, {term: count})``, and any of
-        those items already decoded, by seq (the others are read with
-        :meth:`_fetch_seqs` if they make the top ``k``). This base version
-        reads the session a page at a time and tokenizes every item, keeping
-        the matching items; a store that keeps term counts answers it in its
-        own query language instead.
-        """
-        wanted = set(terms)
-        tokenize = _TOKENIZER
-        n_items = 0
-        total = 0
-        matches: list[KeywordMatch] = []
-        found: dict[int, MemoryItem] = {}
-        for page in self._decoded_pages(sid, 1000, on_unknown_class):
-            n_items += len(page)
-            for record in page:
-                length = 0
-                counts: dict[str, int] = {}
-                for _, field_text in item_texts(record.item.to_dict(), keys):
-                    words = tokenize(field_text)
-                    length += len(words)
-                    for word in words:
-                        if word in wanted:
-                            counts[word] = counts.get(word, 0) + 1
-                total += length
-                if counts:
-                    matches.append((record.seq, length, counts))
-                    found[record.seq] = record.item
-        return n_items, total, matches, found
+        return rank_pages(self._decoded_pages(sid, 1000, on_unknown_class), terms, keys, k)
 
     def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         """Return ``(seq, data)`` of the rows with these seqs that exist, in seq order.
@@ -1267,7 +1109,7 @@ class BaseStore(abc.ABC):
             StoreError: if the store cannot be written; nothing is deleted.
         """
         sid = self._check_write(session_id)
-        wanted = frozenset(_step_texts(steps))
+        wanted = frozenset(step_texts(steps))
         if not wanted:
             return 0
         with self._errors("delete steps from", sid), self._transaction(sid) as tx:
@@ -1506,7 +1348,7 @@ class BaseStore(abc.ABC):
         if seqs is None:
             pages = self._vector_pages(sid, filed, 4096)
         else:
-            wanted = [_check_seq(seq, "seq") for seq in seqs]
+            wanted = [check_seq(seq, "seq") for seq in seqs]
             with self._errors("read the vectors of", sid):
                 pages = iter([self._fetch_vectors(sid, filed, wanted)] if wanted else [])
         while True:
@@ -1591,8 +1433,8 @@ class BaseStore(abc.ABC):
         the rarer terms first, then the common ones, in query order.
         """
         with self._errors("search", sid):
-            n_items, total, matches, found = self._keyword_matches(
-                sid, terms, fields, on_unknown_class
+            n_items, total, matches, found = keyword_matches(
+                self._decoded_pages(sid, 1000, on_unknown_class), terms, fields
             )
         if not n_items:
             return {}, 1.0, found
@@ -1839,43 +1681,6 @@ class BaseStore(abc.ABC):
         return SessionInfo(session_id, step_key, metadata, when)
 
 
-def _keyword_query(
-    query: object, k: object, keys: Iterable[str] | None
-) -> tuple[list[str], tuple[str, ...] | None]:
-    """Check a keyword search's arguments; return the query's terms and the searched fields."""
-    text = checked_query(query)
-    check_k(k)
-    fields = checked_keys(keys)
-    terms = _TOKENIZER(text)
-    if not terms:
-        msg = f"Query {text!r} holds no word to search for; keyword search matches letters and digits."
-        raise InvalidQueryError(msg)
-    return terms, fields
-
-
-def encode_metadata(metadata: Mapping[str, Any], session_id: str) -> bytes:
-    """Encode session metadata through the codec.
-
-    Raises:
-        StoreArgumentError: if ``metadata`` is not a mapping with string keys.
-        SerializationError: if a value cannot be encoded.
-    """
-    if not isinstance(metadata, Mapping):
-        msg = (
-            f"Metadata of session {session_id!r} must be a mapping, got {type(metadata).__name__}."
-        )
-        raise StoreArgumentError(msg)
-    for key in metadata:
-        if type(key) is not str:
-            msg = f"Metadata of session {session_id!r} has the key {key!r} ({type(key).__name__}); metadata keys are strings."
-            raise StoreArgumentError(msg)
-    try:
-        return _codec.dumps(_codec.encode_value(dict(metadata)))
-    except SerializationError as exc:
-        msg = f"Metadata of session {session_id!r} cannot be saved: {exc}"
-        raise SerializationError(msg) from exc
-
-
 class WriteBatch:
     """Writes to one session, staged by its calls and applied in one transaction when the ``with`` block ends.
 
@@ -1935,7 +1740,7 @@ class WriteBatch:
             StoreArgumentError: if a seq is not an int in the store's range.
             SerializationError: if a value cannot be encoded; nothing is staged.
         """
-        seqs = [_check_seq(seq, "seq") for seq in items]
+        seqs = [check_seq(seq, "seq") for seq in items]
         batch = list(items.values())
         rows = encode_rows(batch, self.step_key, self._on_unencodable)
         if self._update_terms is not None:
@@ -1950,7 +1755,7 @@ class WriteBatch:
         Raises:
             StoreArgumentError: if a seq is not an int in the store's range; nothing is staged.
         """
-        checked = [_check_seq(seq, "seq") for seq in seqs]
+        checked = [check_seq(seq, "seq") for seq in seqs]
         self._delete.update(dict.fromkeys(checked))
 
     def clear(self) -> None:
@@ -1967,7 +1772,7 @@ class WriteBatch:
         Raises:
             StoreArgumentError: if ``n`` is not an int >= 0.
         """
-        if type(n) is not int or not 0 <= n <= _SEQ_MAX:
+        if type(n) is not int or not 0 <= n <= SEQ_MAX:
             msg = f"keep_last() takes n >= 0 (an int), got {n!r}."
             raise StoreArgumentError(msg)
         self._keep_last = n
@@ -2066,79 +1871,6 @@ class WriteBatch:
             self.deleted = sorted(deleted)
 
 
-def encode_rows(
-    items: Sequence[MemoryItem], step_key: str, on_unencodable: OnUnencodable
-) -> list[Row]:
-    """Encode items into rows through the codec (all or nothing).
-
-    Raises:
-        SerializationError: naming the key and step of a value that cannot be encoded.
-    """
-    now = time.time()
-    rows: list[Row] = []
-    for item in items:
-        step = item_fields(item).get(step_key, NOTHING)
-        data = dumps_item(item, step_key=step_key, on_unencodable=on_unencodable)
-        rows.append((step_text(step), now, data))
-    return rows
-
-
-def decode_rows(
-    rows: Iterable[tuple[int, bytes]], source: str, on_unknown_class: OnUnknownClass = "error"
-) -> list[StoredRecord]:
-    """Decode ``(seq, data)`` rows into records through the codec.
-
-    Raises:
-        CorruptStoreError: naming the seq and session of a row that is not valid JSON.
-        CorruptSessionError: naming the seq and session of a row that is not a valid item.
-    """
-    pairs = decode_pairs(rows, source, on_unknown_class)
-    return list(map(StoredRecord._make, pairs))
-
-
-def decode_pairs(
-    rows: Iterable[tuple[int, bytes]], source: str, on_unknown_class: OnUnknownClass = "error"
-) -> list[tuple[int, MemoryItem]]:
-    """Decode ``(seq, data)`` rows into ``(seq, item)`` pairs (the fast path of :func:`decode_rows`).
-
-    Raises:
-        CorruptStoreError: naming the seq and session of a row that is not valid JSON.
-        CorruptSessionError: naming the seq and session of a row that is not a valid item.
-    """
-    rows = rows if isinstance(rows, list) else list(rows)
-    seqs = [seq for seq, _ in rows]
-    try:
-        # One C-level pass; the loop below only runs to name a damaged row.
-        wires = list(map(orjson.loads, [data for _, data in rows]))
-    except (orjson.JSONDecodeError, TypeError):
-        for seq, data in rows:
-            if type(data) not in (bytes, str):
-                msg = f"Item {seq} of {source} is damaged: its row holds a {type(data).__name__} where the item's JSON text belongs."
-                raise CorruptStoreError(msg) from None
-            try:
-                _codec.loads(data, source=source)
-            except CorruptSessionError as exc:
-                msg = f"Item {seq} of {source} is damaged: {exc}"
-                raise CorruptStoreError(msg) from exc
-        raise  # pragma: no cover - the loop above finds the row orjson refused
-    items = decode_items(
-        wires, where=lambda i: f"item {seqs[i]} of {source}", on_unknown_class=on_unknown_class
-    )
-    return list(zip(seqs, items, strict=True))
-
-
-def _step_texts(steps: Iterable[Any]) -> list[str]:
-    if isinstance(steps, (str, bytes)):
-        msg = f"steps must be an iterable of step values, got the single value {steps!r}; wrap it: [{steps!r}]."
-        raise StoreArgumentError(msg)
-    out: dict[str, None] = {}
-    for step in steps:
-        text = step_text(step)
-        if text is not None:
-            out[text] = None
-    return list(out)
-
-
 def _check_embedder(embedder: object) -> None:
     name = getattr(embedder, "name", None)
     dimension = getattr(embedder, "dimension", None)
@@ -2150,13 +1882,3 @@ def _check_embedder(embedder: object) -> None:
     ):
         msg = f"embedder must be an Embedder (a callable with a str name and an int dimension >= 1), got {embedder!r}."
         raise StoreArgumentError(msg)
-
-
-def _check_seq(seq: object, name: str) -> int:
-    if type(seq) is not int:
-        msg = f"A {name} must be an int, got {seq!r} ({type(seq).__name__})."
-        raise StoreArgumentError(msg)
-    if not -_SEQ_MAX <= seq <= _SEQ_MAX:
-        msg = f"{name} {seq} is outside the 64-bit range a store holds seqs in; no item has it."
-        raise StoreArgumentError(msg)
-    return seq

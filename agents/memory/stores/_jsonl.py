@@ -75,19 +75,14 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
-from agents.memory.stores._base import (
-    BaseStore,
-    IndexEntry,
-    Row,
-    RowUpdate,
-    SessionRow,
-    check_schema_version,
-    check_session_id,
-    check_store_path,
-    migrate,
-)
+from agents.memory.stores._backend import Backend, Store
+from agents.memory.stores._base import check_session_id, check_store_path
+from agents.memory.stores._encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._keyword import Terms
+from agents.memory.stores._migrations import check_schema_version, migrate
+from agents.memory.stores._rows import RowTable
 
-__all__ = ["JSONLStore"]
+__all__ = ["JSONLStore", "LogBackend"]
 
 STORE_FORMAT: Final = "kvmemory.jsonl-store"
 LOG_FORMAT: Final = "kvmemory.jsonl-log"
@@ -111,7 +106,7 @@ class _Log:
     next_seq: int = 1
     metadata: bytes = b"{}"
     dead: int = 0
-    rows: dict[int, tuple[str | None, float, bytes]] = attrs.Factory(dict)
+    rows: RowTable = attrs.Factory(RowTable)
     partial_at: int = 0
     model: tuple[str, int] | None = None
     # fields -> seq -> the vector's bytes (empty for an item without text)
@@ -134,21 +129,21 @@ class _Tx:
     new: bool = False
 
 
-def _create_v1(store: JSONLStore) -> None:
+def _create_v1(store: LogBackend) -> None:
     """An empty directory needs nothing before its marker is written."""
 
 
-def _add_generations(store: JSONLStore) -> None:
+def _add_generations(store: LogBackend) -> None:
     # v2 logs carry a generation id (and their next seq) in the header; rewrite each v1 log once.
     # A damaged log is left as it is: v2 reads v1 logs, and its error shows when it is read.
-    for session_id in store._sessions():
+    for session_id in store.sessions():
         with contextlib.suppress(CorruptStoreError):
             log = store._log(session_id)
             if log is not None:
                 store._compact(session_id, log)
 
 
-def _add_vectors(store: JSONLStore) -> None:
+def _add_vectors(store: LogBackend) -> None:
     """v3 logs may hold vector records (``vm``, ``vec``, ``vdrop``); v2 logs need no change."""
 
 
@@ -158,8 +153,11 @@ MIGRATIONS: Final = (_create_v1, _add_generations, _add_vectors)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
-class JSONLStore(BaseStore):
+class JSONLStore(Store):
     """Sessions as append-only JSONL logs in one directory.
+
+    A :class:`~agents.memory.stores.Store` over :class:`LogBackend`, which
+    keeps the logs.
 
     Args:
         directory: The store directory; created when missing unless ``read_only``.
@@ -179,7 +177,49 @@ class JSONLStore(BaseStore):
     """
 
     schema_version = SCHEMA_VERSION
-    driver_errors = (OSError,)
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        read_only: bool = False,
+        url: str | None = None,
+    ) -> None:
+        backend = LogBackend(directory, fsync=fsync, read_only=read_only, url=url)
+        super().__init__(backend, read_only=read_only)
+        self.backend: LogBackend = backend
+
+    @property
+    def directory(self) -> str:
+        """The store directory."""
+        return self.backend.directory
+
+    @property
+    def fsync(self) -> bool:
+        """Whether every append is flushed to disk with ``fsync``."""
+        return self.backend.fsync
+
+    def compact(self, session_id: str) -> None:
+        """Rewrite a session's log without its deleted items, atomically.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the log cannot be written; the old log stays as it was.
+        """
+        sid = self._check_write(session_id)
+        with self._errors("compact", sid):
+            self.backend.compact(sid)
+
+
+class LogBackend(Backend):
+    """The rows of a JSONL store: one append-only log per session in a directory.
+
+    Opening reads (or, unless ``read_only``, creates and migrates) the
+    store directory; see :class:`JSONLStore` for the arguments.
+    """
+
+    keeps_vectors = True
 
     def __init__(
         self,
@@ -190,17 +230,23 @@ class JSONLStore(BaseStore):
         url: str | None = None,
     ) -> None:
         self.directory = check_store_path(directory)
-        super().__init__(url or f"jsonl:///{self.directory}", read_only=read_only)
+        self.url = url or f"jsonl:///{self.directory}"
+        self.read_only = read_only
         self.fsync = fsync
         self._logs: dict[str, _Log] = {}
         self._tlock = threading.RLock()
         self._depth = 0
         self._lock_fd = -1
-        with self._errors("open", None):
+        try:
             if read_only:
                 self._open_read_only()
             else:
                 self._open_writable()
+        except StoreError:
+            raise
+        except OSError as exc:
+            msg = f"Cannot open {self.url}: {exc}; nothing was changed."
+            raise StoreError(msg) from exc
 
     # -- opening ---------------------------------------------------------------------
 
@@ -405,9 +451,7 @@ class JSONLStore(BaseStore):
             log.partial_at = log.lines + 1
 
     @staticmethod
-    def _apply_line(
-        where: str, log: _Log, rows: dict[int, tuple[str | None, float, bytes]], line: bytes
-    ) -> None:
+    def _apply_line(where: str, log: _Log, rows: RowTable, line: bytes) -> None:
         # In an item record the first ',"item":' is its key: the fields before it are
         # numbers and JSON strings, in which a quote is always escaped.
         cut = line.find(_ITEM) if line.startswith(b'{"seq":') else -1
@@ -440,7 +484,7 @@ class JSONLStore(BaseStore):
                 msg = f'the "del" record holds {gone!r}; expected a list of int seqs'
                 raise CorruptSessionError(msg)
             for seq in gone:
-                if rows.pop(seq, None) is not None:
+                if rows.discard(seq):
                     log.dead += 1
             log.drop_vectors_of(gone)
         elif "clear" in head:
@@ -498,36 +542,33 @@ class JSONLStore(BaseStore):
 
     # -- reading -----------------------------------------------------------------------
 
-    def _read_session(self, session_id: str) -> SessionRow | None:
+    def read_session(self, session_id: str) -> SessionRow | None:
         log = self._snapshot(session_id)
         return None if log is None else (log.step_key, log.created, log.metadata)
 
-    def _fetch(
-        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
         with self._locked(exclusive=False):
             log = self._log(session_id)
             if log is None:
                 return []
-            wanted = None if steps is None else frozenset(steps)
+            if steps is not None:
+                return log.rows.of_steps(steps, after=after)
             low = -1 if after is None else after
-            return [
-                (seq, data)
-                for seq, (step, _, data) in log.rows.items()
-                if seq > low and (wanted is None or step in wanted)
-            ]
+            return [(seq, data) for seq, (_, _, data) in log.rows.items() if seq > low]
 
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         with self._locked(exclusive=False):
             log = self._log(session_id)
             rows = log.rows if log is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
 
-    def _count(self, session_id: str) -> int:
+    def count(self, session_id: str) -> int:
         log = self._snapshot(session_id)
         return 0 if log is None else len(log.rows)
 
-    def _sessions(self) -> list[str]:
+    def sessions(self) -> list[str]:
         out = []
         for name in os.listdir(self.directory):
             if name.endswith(".jsonl") and not name.startswith("."):
@@ -539,7 +580,7 @@ class JSONLStore(BaseStore):
     # -- writing ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self, session_id: str) -> Iterator[_Tx]:
+    def transaction(self, session_id: str) -> Iterator[_Tx]:
         with self._locked(exclusive=True):
             tx = _Tx(self._log(session_id))
             try:
@@ -565,22 +606,24 @@ class JSONLStore(BaseStore):
         if log.dead >= _COMPACT_MIN_DEAD and log.dead > len(log.rows):
             self._compact(session_id, log)
 
-    def _lock_session(self, tx: _Tx, session_id: str) -> SessionRow | None:
+    def lock_session(self, tx: _Tx, session_id: str) -> SessionRow | None:
         log = tx.log
         return None if log is None else (log.step_key, log.created, log.metadata)
 
-    def _create_session(self, tx: _Tx, session_id: str, step_key: str, created: float) -> None:
+    def create_session(self, tx: _Tx, session_id: str, step_key: str, created: float) -> None:
         next_seq = self._deleted_next_seq(session_id)
         header = _header(session_id, step_key, created, next_seq, b"{}")
         tx.log = _Log(header=header, step_key=step_key, created=created, next_seq=next_seq)
         tx.new = True
 
-    def _set_metadata(self, tx: _Tx, session_id: str, metadata: bytes) -> None:
+    def set_metadata(self, tx: _Tx, session_id: str, metadata: bytes) -> None:
         log = _open_log(tx)
         tx.parts.append(_META + metadata + b"}\n")
         log.metadata = metadata
 
-    def _insert_rows(self, tx: _Tx, session_id: str, rows: Sequence[Row]) -> list[int]:
+    def insert_rows(
+        self, tx: _Tx, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
         log = _open_log(tx)
         start = log.next_seq
         for offset, (step, created, data) in enumerate(rows, start=start):
@@ -589,7 +632,9 @@ class JSONLStore(BaseStore):
         log.next_seq = start + len(rows)
         return list(range(start, log.next_seq))
 
-    def _update_rows(self, tx: _Tx, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+    def update_rows(
+        self, tx: _Tx, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+    ) -> list[int]:
         log = _open_log(tx)
         done = []
         for seq, step, data in rows:
@@ -602,16 +647,16 @@ class JSONLStore(BaseStore):
         log.drop_vectors_of(done)  # as reading the "u" records does
         return done
 
-    def _delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
+    def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
         log = _open_log(tx)
-        gone = [seq for seq in dict.fromkeys(seqs) if log.rows.pop(seq, None) is not None]
+        gone = [seq for seq in dict.fromkeys(seqs) if log.rows.discard(seq)]
         if gone:
             tx.parts.append(b'{"del":' + _codec.dumps(gone) + b"}\n")
             log.dead += len(gone)
             log.drop_vectors_of(gone)  # as reading the "del" record does
         return sorted(gone)
 
-    def _clear_rows(self, tx: _Tx, session_id: str) -> int:
+    def clear_rows(self, tx: _Tx, session_id: str) -> int:
         log = _open_log(tx)
         count = len(log.rows)
         if count:
@@ -620,17 +665,17 @@ class JSONLStore(BaseStore):
             log.rows.clear()
         return count
 
-    def _row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
+    def row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
         log = _open_log(tx)
         return [(seq, step, created) for seq, (step, created, _) in log.rows.items()]
 
     # -- vectors: records in the log ------------------------------------------------------
 
-    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
         log = self._snapshot(session_id)
         return None if log is None else log.model
 
-    def _vector_pages(
+    def vector_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         log = self._snapshot(session_id)
@@ -638,11 +683,11 @@ class JSONLStore(BaseStore):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
-    def _vector_count(self, session_id: str, fields: str) -> int:
+    def vector_count(self, session_id: str, fields: str) -> int:
         log = self._snapshot(session_id)
         return len(log.vectors.get(fields) or {}) if log is not None else 0
 
-    def _unembedded_pages(
+    def unembedded_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         with self._locked(exclusive=False):
@@ -654,7 +699,7 @@ class JSONLStore(BaseStore):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
-    def _claim_vector_model(
+    def claim_vector_model(
         self, tx: _Tx, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:
         log = _open_log(tx)
@@ -663,7 +708,7 @@ class JSONLStore(BaseStore):
             log.model = (model, dimension)
         return log.model
 
-    def _put_vectors(
+    def put_vectors(
         self, tx: _Tx, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
     ) -> int:
         log = _open_log(tx)
@@ -680,7 +725,7 @@ class JSONLStore(BaseStore):
             written += 1
         return written
 
-    def _drop_vectors(self, tx: _Tx, session_id: str) -> int:
+    def drop_vectors(self, tx: _Tx, session_id: str) -> int:
         log = _open_log(tx)
         count = sum(map(len, log.vectors.values()))
         if count or log.model is not None:
@@ -690,7 +735,7 @@ class JSONLStore(BaseStore):
             log.model = None
         return count
 
-    def _delete_session(self, session_id: str) -> bool:
+    def delete_session(self, session_id: str) -> bool:
         with self._locked(exclusive=True):
             try:
                 log = self._log(session_id)
@@ -766,7 +811,7 @@ class JSONLStore(BaseStore):
             lines=len(chunks),
             next_seq=log.next_seq,
             metadata=log.metadata,
-            rows=dict(log.rows),
+            rows=RowTable(log.rows.items()),
             model=log.model,
             vectors={
                 fields: {seq: vector for seq, vector in table.items() if seq in log.rows}
@@ -775,19 +820,13 @@ class JSONLStore(BaseStore):
         )
 
     def compact(self, session_id: str) -> None:
-        """Rewrite a session's log without its deleted items, atomically.
-
-        Raises:
-            InvalidSessionIdError: if ``session_id`` is not a valid id.
-            StoreError: if the log cannot be written; the old log stays as it was.
-        """
-        sid = self._check_write(session_id)
-        with self._errors("compact", sid), self._locked(exclusive=True):
-            log = self._log(sid)
+        """Rewrite a session's log without its deleted items, atomically (the old log stays on failure)."""
+        with self._locked(exclusive=True):
+            log = self._log(session_id)
             if log is not None:
-                self._compact(sid, log)
+                self._compact(session_id, log)
 
-    def _close(self) -> None:
+    def close(self) -> None:
         with self._tlock:
             os.close(self._lock_fd)
             self._logs.clear()

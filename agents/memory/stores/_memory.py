@@ -10,21 +10,19 @@ reading gives fresh items decoded through the codec.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 import attrs
 
-from agents.memory.stores._base import (
-    BaseStore,
-    IndexEntry,
-    Row,
-    RowUpdate,
-    SessionRow,
-)
+from agents.memory.stores._backend import Backend, Store
+from agents.memory.stores._encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._keyword import Terms
+from agents.memory.stores._rows import RowTable
 
-__all__ = ["InMemoryStore"]
+__all__ = ["InMemoryStore", "SpaceBackend"]
 
 
 @attrs.define
@@ -32,7 +30,7 @@ class _Session:
     step_key: str
     created: float
     metadata: bytes = b"{}"
-    rows: dict[int, tuple[str | None, float, bytes]] = attrs.Factory(dict)
+    rows: RowTable = attrs.Factory(RowTable)
     model: tuple[str, int] | None = None
     # fields -> seq -> the vector's bytes (empty for an item without text)
     vectors: dict[str, dict[int, bytes]] = attrs.Factory(dict)
@@ -50,8 +48,12 @@ _NAMED: Final[dict[str, _Space]] = {}
 _NAMED_LOCK: Final = threading.Lock()
 
 
-class InMemoryStore(BaseStore):
+class InMemoryStore(Store):
     """Sessions in this process's memory; lost when the process ends.
+
+    A :class:`~agents.memory.stores.Store` over the backend below: the
+    in-process store is written against the public :class:`Backend`
+    interface, as a third-party backend is.
 
     Args:
         name: Share the store with every ``InMemoryStore(name)`` of this process;
@@ -60,7 +62,21 @@ class InMemoryStore(BaseStore):
     """
 
     def __init__(self, name: str = "", *, read_only: bool = False) -> None:
-        super().__init__(f"memory://{name}", read_only=read_only)
+        super().__init__(SpaceBackend(name), read_only=read_only)
+
+
+class SpaceBackend(Backend):
+    """The rows of ``memory://NAME`` stores: dicts in this process, shared by name.
+
+    Args:
+        name: Share the rows with every backend of that name in this process;
+            ``""`` makes private ones.
+    """
+
+    keeps_vectors = True
+
+    def __init__(self, name: str = "") -> None:
+        self.url = f"memory://{name}"
         if name:
             with _NAMED_LOCK:
                 space = _NAMED.setdefault(name, _Space())
@@ -70,104 +86,129 @@ class InMemoryStore(BaseStore):
 
     # -- reading ---------------------------------------------------------------------
 
-    def _read_session(self, session_id: str) -> SessionRow | None:
+    def read_session(self, session_id: str) -> SessionRow | None:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             return None if session is None else _session_row(session)
 
-    def _fetch(
-        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             if session is None:
                 return []
-            wanted = None if steps is None else frozenset(steps)
+            if steps is not None:
+                return session.rows.of_steps(steps, after=after)
             low = -1 if after is None else after
-            return [
-                (seq, data)
-                for seq, (step, _, data) in session.rows.items()
-                if seq > low and (wanted is None or step in wanted)
-            ]
+            return [(seq, data) for seq, (_, _, data) in session.rows.items() if seq > low]
 
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             rows = session.rows if session is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
 
-    def _count(self, session_id: str) -> int:
+    def count(self, session_id: str) -> int:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             return 0 if session is None else len(session.rows)
 
-    def _sessions(self) -> list[str]:
+    def sessions(self) -> list[str]:
         with self._space.lock:
             return sorted(self._space.sessions)
 
     # -- writing ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self, session_id: str) -> Iterator[_Space]:
-        # Every change is a plain dict operation that cannot fail half way, and
-        # the checks that can refuse a write run before the first change.
+    def transaction(self, session_id: str) -> Iterator[_Tx]:
+        # Each change records how to undo it: a transaction left by an exception
+        # (a KeyboardInterrupt between two changes) is rolled back, not half applied.
         with self._space.lock:
-            yield self._space
+            tx = _Tx(self._space)
+            try:
+                yield tx
+            except BaseException:
+                for undo in reversed(tx.undo):
+                    undo()
+                raise
 
-    def _lock_session(self, tx: _Space, session_id: str) -> SessionRow | None:
-        session = tx.sessions.get(session_id)
+    def lock_session(self, tx: _Tx, session_id: str) -> SessionRow | None:
+        session = tx.space.sessions.get(session_id)
         return None if session is None else _session_row(session)
 
-    def _create_session(self, tx: _Space, session_id: str, step_key: str, created: float) -> None:
-        tx.sessions[session_id] = _Session(step_key, created)
+    def create_session(self, tx: _Tx, session_id: str, step_key: str, created: float) -> None:
+        sessions = tx.space.sessions
+        sessions[session_id] = _Session(step_key, created)
+        tx.undo.append(lambda: sessions.pop(session_id, None))
 
-    def _set_metadata(self, tx: _Space, session_id: str, metadata: bytes) -> None:
-        tx.sessions[session_id].metadata = metadata
+    def set_metadata(self, tx: _Tx, session_id: str, metadata: bytes) -> None:
+        session = tx.space.sessions[session_id]
+        old = session.metadata
+        session.metadata = metadata
+        tx.undo.append(lambda: setattr(session, "metadata", old))
 
-    def _insert_rows(self, tx: _Space, session_id: str, rows: Sequence[Row]) -> list[int]:
-        table = tx.sessions[session_id].rows
-        start = tx.next_seq
-        for offset, row in enumerate(rows):
-            table[start + offset] = row
-        tx.next_seq = start + len(rows)
-        return list(range(start, tx.next_seq))
+    def insert_rows(
+        self, tx: _Tx, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        space = tx.space
+        table = space.sessions[session_id].rows
+        start = space.next_seq
+        seqs = list(range(start, start + len(rows)))
 
-    def _update_rows(self, tx: _Space, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
-        table = tx.sessions[session_id].rows
+        def undo() -> None:
+            for seq in seqs:
+                table.discard(seq)
+            # Seqs are never given twice: next_seq stays where it went.
+
+        tx.undo.append(undo)
+        for seq, row in zip(seqs, rows, strict=True):
+            table[seq] = row
+        space.next_seq = start + len(rows)
+        return seqs
+
+    def update_rows(
+        self, tx: _Tx, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+    ) -> list[int]:
+        table = tx.space.sessions[session_id].rows
         done = []
         for seq, step, data in rows:
             old = table.get(seq)
             if old is not None:
+                tx.undo.append(functools.partial(table.__setitem__, seq, old))
                 table[seq] = (step, old[1], data)
                 done.append(seq)
         return done
 
-    def _delete_rows(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> list[int]:
-        table = tx.sessions[session_id].rows
-        return [seq for seq in seqs if table.pop(seq, None) is not None]
+    def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
+        table = tx.space.sessions[session_id].rows
+        gone = {seq: table[seq] for seq in seqs if seq in table}
+        tx.undo.append(lambda: _restore(table, gone))
+        return [seq for seq in seqs if table.discard(seq)]
 
-    def _clear_rows(self, tx: _Space, session_id: str) -> int:
-        table = tx.sessions[session_id].rows
-        count = len(table)
+    def clear_rows(self, tx: _Tx, session_id: str) -> int:
+        table = tx.space.sessions[session_id].rows
+        gone = dict(table)
+        tx.undo.append(lambda: _restore(table, gone))
         table.clear()
-        return count
+        return len(gone)
 
-    def _row_index(self, tx: _Space, session_id: str) -> list[IndexEntry]:
-        table = tx.sessions[session_id].rows
+    def row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
+        table = tx.space.sessions[session_id].rows
         return [(seq, step, created) for seq, (step, created, _) in table.items()]
 
-    def _delete_session(self, session_id: str) -> bool:
+    def delete_session(self, session_id: str) -> bool:
         with self._space.lock:
             return self._space.sessions.pop(session_id, None) is not None
 
     # -- vectors -------------------------------------------------------------------------
 
-    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             return None if session is None else session.model
 
-    def _vector_pages(
+    def vector_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         with self._space.lock:
@@ -176,23 +217,25 @@ class InMemoryStore(BaseStore):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
-    def _vector_count(self, session_id: str, fields: str) -> int:
+    def vector_count(self, session_id: str, fields: str) -> int:
         with self._space.lock:
             session = self._space.sessions.get(session_id)
             return len(session.vectors.get(fields) or {}) if session else 0
 
-    def _claim_vector_model(
-        self, tx: _Space, session_id: str, model: str, dimension: int
+    def claim_vector_model(
+        self, tx: _Tx, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:
-        session = tx.sessions[session_id]
+        session = tx.space.sessions[session_id]
         if session.model is None:
+            tx.undo.append(lambda: setattr(session, "model", None))
             session.model = (model, dimension)
         return session.model
 
-    def _put_vectors(
-        self, tx: _Space, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+    def put_vectors(
+        self, tx: _Tx, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
     ) -> int:
-        session = tx.sessions[session_id]
+        session = tx.space.sessions[session_id]
+        self._keep_vectors(tx, session)
         table = session.vectors.setdefault(fields, {})
         written = 0
         for seq, data, vector in rows:
@@ -202,20 +245,52 @@ class InMemoryStore(BaseStore):
                 written += 1
         return written
 
-    def _delete_vectors(self, tx: _Space, session_id: str, seqs: Sequence[int]) -> None:
-        for table in tx.sessions[session_id].vectors.values():
+    def delete_vectors(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> None:
+        session = tx.space.sessions[session_id]
+        self._keep_vectors(tx, session)
+        for table in session.vectors.values():
             for seq in seqs:
                 table.pop(seq, None)
 
-    def _drop_vectors(self, tx: _Space, session_id: str) -> int:
-        session = tx.sessions[session_id]
+    def drop_vectors(self, tx: _Tx, session_id: str) -> int:
+        session = tx.space.sessions[session_id]
+        self._keep_vectors(tx, session)
         count = sum(map(len, session.vectors.values()))
         session.vectors = {}
         session.model = None
         return count
 
-    def _close(self) -> None:
+    @staticmethod
+    def _keep_vectors(tx: _Tx, session: _Session) -> None:
+        """Record the session's vectors as they are, to put back if the transaction fails."""
+        vectors = {fields: dict(table) for fields, table in session.vectors.items()}
+        model = session.model
+
+        def undo() -> None:
+            session.vectors = vectors
+            session.model = model
+
+        tx.undo.append(undo)
+
+    def close(self) -> None:
         """Nothing to release: the rows live as long as the name's space."""
+        return
+
+
+@attrs.define
+class _Tx:
+    """A write transaction on a space: the changes made, each with its undo."""
+
+    space: _Space
+    undo: list[Callable[[], object]] = attrs.Factory(list)
+
+
+def _restore(table: RowTable, rows: dict[int, tuple[str | None, float, bytes]]) -> None:
+    """Put deleted rows back, in seq order (the table keeps insertion order)."""
+    kept = dict(table)
+    table.clear()
+    for seq, row in sorted({**kept, **rows}.items()):
+        table[seq] = row
 
 
 def _session_row(session: _Session) -> SessionRow:

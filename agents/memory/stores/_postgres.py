@@ -74,16 +74,15 @@ from agents.memory.exceptions import (
 )
 from agents.memory.stores._base import (
     BaseStore,
-    IndexEntry,
     Row,
     RowUpdate,
     SessionRow,
-    Terms,
     check_schema_version,
     decode_pairs,
-    item_terms,
     migrate,
 )
+from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._sql import POSTGRES, SQLRows
 
 __all__ = ["PostgresStore"]
 
@@ -261,15 +260,44 @@ def _lexeme(session_id: str, term: str) -> str:
     return f"{session_id}{_MARK}#{hashlib.sha256(term.encode('utf-8')).hexdigest()}"
 
 
+def _overflow(session_id: str) -> str:
+    """Return the lexeme that marks a row whose distinct terms do not all fit in its tsvector."""
+    # "#" is never part of a term, and "overflow" is no digest: no term is filed under it.
+    return f"{session_id}{_MARK}#overflow"
+
+
 def _index_columns(session_id: str, terms: Terms) -> tuple[str, int, str]:
-    """Return a row's ``(tsvector literal, n_terms, tf JSON)`` for its search terms."""
+    """Return a row's ``(tsvector literal, n_terms, tf JSON)`` for its search terms.
+
+    A tsvector holds at most 1 MB, so the distinct terms go into it until
+    :data:`_TSVECTOR_BUDGET` bytes; a row with more gets the overflow
+    lexeme instead of the rest, which every query also matches: such a row
+    is then scored from its ``tf`` counts, which hold every term.
+    """
     text, n = terms
     if not n:
         return "", 0, "{}"
     counts = Counter(text.split(" "))
+    lexemes = []
+    size = 0
+    for term in counts:
+        lexeme = _lexeme(session_id, term)
+        size += len(lexeme.encode("utf-8")) + _LEXEME_OVERHEAD
+        if size > _TSVECTOR_BUDGET:
+            lexemes.append(_overflow(session_id))
+            break
+        lexemes.append(lexeme)
     # Lexemes hold no quote or backslash: session ids and terms never do.
-    vector = " ".join(f"'{_lexeme(session_id, term)}'" for term in counts)
+    vector = " ".join(f"'{lexeme}'" for lexeme in lexemes)
     return vector, n, orjson.dumps(counts).decode("utf-8")
+
+
+_TSVECTOR_BUDGET: Final = 900_000
+"""Bytes of lexemes a row's tsvector holds at most (PostgreSQL refuses one over 1 MB)."""
+_LEXEME_OVERHEAD: Final = 8
+"""Bytes a tsvector spends on each lexeme besides its text (its entry, with alignment)."""
+_COLUMN_TERMS: Final = 256
+"""The most distinct query terms scored with a column each; more are scored from arrays."""
 
 
 def _add_keyword_index(con: Any) -> None:
@@ -402,6 +430,37 @@ _PROJECT: Final = (
     " ELSE convert_to(" + _PICK.format(source="doc") + "::text, 'UTF8') END"
     " FROM kvmemory_items WHERE session_id = %(session)s"
 )
+_SELECT_ROWS: Final = "SELECT seq, data FROM kvmemory_items WHERE session_id = %(session)s"
+
+
+def rows_query(
+    select: str,
+    session_id: str,
+    *,
+    steps: Sequence[str] | None = None,
+    after: int | None = None,
+    last: int | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Return the SQL and parameters that read a session's rows, in seq order (the ``last`` n, newest first).
+
+    A step filter is answered by the ``(session_id, step)`` index: ordering
+    by ``seq + 0`` keeps the planner from walking the session's ``(session_id,
+    seq)`` key backwards to skip a sort, which reads the whole session when
+    the wanted steps are old ones.
+    """
+    sql = select
+    params: dict[str, Any] = {"session": session_id}
+    if after is not None:
+        sql += " AND seq > %(after)s"
+        params["after"] = after
+    if steps is not None:
+        sql += " AND step = ANY(%(steps)s)"
+        params["steps"] = list(steps)
+    order = "seq" if steps is None else "seq + 0"
+    if last is None:
+        return f"{sql} ORDER BY {order}", params
+    params["last"] = last
+    return f"{sql} ORDER BY {order} DESC LIMIT %(last)s", params
 
 
 # -- pgvector (where the database has it) -----------------------------------------------
@@ -426,7 +485,7 @@ def _vector_literal(blob: bytes) -> str | None:
 _PGVECTOR_ROWS: Final = 1000  # rows per statement when filling the embedding column
 
 
-class PostgresStore(BaseStore):
+class PostgresStore(SQLRows, BaseStore):
     """Sessions in a PostgreSQL database, through a connection pool.
 
     Args:
@@ -450,6 +509,7 @@ class PostgresStore(BaseStore):
     """
 
     schema_version = SCHEMA_VERSION
+    dialect = POSTGRES
     keeps_terms = True
 
     def __init__(
@@ -686,15 +746,8 @@ class PostgresStore(BaseStore):
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = %s"
-        params: list[Any] = [session_id]
-        if after is not None:
-            sql += " AND seq > %s"
-            params.append(after)
-        if steps is not None:
-            sql += " AND step = ANY(%s)"
-            params.append(list(steps))
-        rows = self._query(sql + " ORDER BY seq", params)
+        sql, params = rows_query(_SELECT_ROWS, session_id, steps=steps, after=after)
+        rows = self._query(sql, params)
         return [(int(seq), bytes(data)) for seq, data in rows]
 
     def _fetch_last(
@@ -702,12 +755,8 @@ class PostgresStore(BaseStore):
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        sql = "SELECT seq, data FROM kvmemory_items WHERE session_id = %s"
-        params: list[Any] = [session_id]
-        if steps is not None:
-            sql += " AND step = ANY(%s)"
-            params.append(list(steps))
-        rows = self._query(sql + " ORDER BY seq DESC LIMIT %s", [*params, n])
+        sql, params = rows_query(_SELECT_ROWS, session_id, steps=steps, last=n)
+        rows = self._query(sql, params)
         return [(int(seq), bytes(data)) for seq, data in reversed(rows)]
 
     def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
@@ -730,12 +779,8 @@ class PostgresStore(BaseStore):
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
-        sql = _PROJECT
-        params: dict[str, Any] = {"keys": list(keys), "session": session_id}
-        if steps is not None:
-            sql += " AND step = ANY(%(steps)s)"
-            params["steps"] = list(steps)
-        rows = self._query(sql + " ORDER BY seq", params)
+        sql, params = rows_query(_PROJECT, session_id, steps=steps)
+        rows = self._query(sql, {**params, "keys": list(keys)})
         return [(int(seq), bytes(data)) for seq, data in rows]
 
     def _count(self, session_id: str) -> int:
@@ -855,24 +900,6 @@ class PostgresStore(BaseStore):
         }
         return sorted(int(r[0]) for r in tx.execute(_UPDATE, params).fetchall())
 
-    def _delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
-        rows = tx.execute(
-            "DELETE FROM kvmemory_items WHERE session_id = %s AND seq = ANY(%s) RETURNING seq",
-            (session_id, list(seqs)),
-        ).fetchall()
-        return sorted(int(r[0]) for r in rows)
-
-    def _clear_rows(self, tx: Any, session_id: str) -> int:
-        cur = tx.execute("DELETE FROM kvmemory_items WHERE session_id = %s", (session_id,))
-        return int(cur.rowcount)
-
-    def _row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
-        rows = tx.execute(
-            "SELECT seq, step, created FROM kvmemory_items WHERE session_id = %s ORDER BY seq",
-            (session_id,),
-        ).fetchall()
-        return [(int(seq), step, float(created)) for seq, step, created in rows]
-
     def _delete_session(self, session_id: str) -> bool:
         with self._transaction(session_id) as tx:
             row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
@@ -888,107 +915,12 @@ class PostgresStore(BaseStore):
             )
             return True
 
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
-        if self._empty:
-            return []
-        rows = self._query(
-            "SELECT seq, data FROM kvmemory_items WHERE session_id = %s AND seq = ANY(%s)"
-            " ORDER BY seq",
-            (session_id, list(seqs)),
-        )
-        return [(int(seq), bytes(data)) for seq, data in rows]
-
     # -- vectors ---------------------------------------------------------------------
 
-    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
-        if self._empty:
-            return None
-        rows = self._query(
-            "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = %s", (session_id,)
-        )
-        return (str(rows[0][0]), int(rows[0][1])) if rows else None
-
-    def _vector_count(self, session_id: str, fields: str) -> int:
-        if self._empty:
-            return 0
-        rows = self._query(
-            "SELECT count(*) FROM kvmemory_vectors WHERE session_id = %s AND fields = %s",
-            (session_id, fields),
-        )
-        return int(rows[0][0])
-
-    def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
-        if self._empty:
-            return 0, 0
-        rows = self._query(
-            "SELECT count(*), count(*) FILTER (WHERE length(vector) > 0) FROM kvmemory_vectors"
-            " WHERE session_id = %s AND fields = %s",
-            (session_id, fields),
-        )
-        return int(rows[0][0]), int(rows[0][1])
-
-    def _vector_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
-            return
-        sql = (
-            "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
-            " AND seq > %s ORDER BY seq LIMIT %s"
-        )
-        rows = self._binary_query(sql, (session_id, fields, -1, size))
-        while rows:
-            yield rows
-            rows = self._binary_query(sql, (session_id, fields, rows[-1][0], size))
-
-    def _binary_query(self, sql: str, params: Any) -> list[Any]:
+    def _vector_query(self, sql: str, params: Any) -> list[Any]:
         # Binary results: a bytea arrives as its bytes, not as hex text twice its size.
         with self._pool.connection() as con:
             return list(con.execute(sql, params, binary=True).fetchall())
-
-    def _fetch_vectors(
-        self, session_id: str, fields: str, seqs: Sequence[int]
-    ) -> list[tuple[int, bytes]]:
-        if self._empty:
-            return []
-        return self._binary_query(
-            "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
-            " AND seq = ANY(%s) ORDER BY seq",
-            (session_id, fields, list(seqs)),
-        )
-
-    def _unembedded_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
-            return
-        # OFFSET 0 keeps the subquery a per-row primary-key probe: as an anti-join the
-        # planner hashed every vector of the session for each page (quadratic in the
-        # session: 60 s instead of 12 s to embed 100,000 items).
-        sql = (
-            "SELECT seq, data FROM kvmemory_items AS i WHERE session_id = %s AND seq > %s"
-            " AND NOT EXISTS (SELECT 1 FROM kvmemory_vectors AS v"
-            " WHERE v.session_id = i.session_id AND v.seq = i.seq AND v.fields = %s OFFSET 0)"
-            " ORDER BY seq LIMIT %s"
-        )
-        rows = self._query(sql, (session_id, -1, fields, size))
-        while rows:
-            page = [(int(seq), bytes(data)) for seq, data in rows]
-            yield page
-            rows = self._query(sql, (session_id, page[-1][0], fields, size))
-
-    def _claim_vector_model(
-        self, tx: Any, session_id: str, model: str, dimension: int
-    ) -> tuple[str, int]:
-        tx.execute(
-            "INSERT INTO kvmemory_embedders (session_id, model, dimension) VALUES (%s, %s, %s)"
-            " ON CONFLICT (session_id) DO NOTHING",
-            (session_id, model, dimension),
-        )
-        row = tx.execute(
-            "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = %s", (session_id,)
-        ).fetchone()
-        return str(row[0]), int(row[1])
 
     def _put_vectors(
         self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
@@ -1044,17 +976,6 @@ class PostgresStore(BaseStore):
             ranked += self._query(_COSINES_OF.format(schema=name), params)
         return ranked
 
-    def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
-        tx.execute(
-            "DELETE FROM kvmemory_vectors WHERE session_id = %s AND seq = ANY(%s)",
-            (session_id, list(seqs)),
-        )
-
-    def _drop_vectors(self, tx: Any, session_id: str) -> int:
-        cur = tx.execute("DELETE FROM kvmemory_vectors WHERE session_id = %s", (session_id,))
-        tx.execute("DELETE FROM kvmemory_embedders WHERE session_id = %s", (session_id,))
-        return int(cur.rowcount)
-
     def _close(self) -> None:
         self._pool.close()
 
@@ -1079,19 +1000,28 @@ class PostgresStore(BaseStore):
         weights = Counter(terms)
         names = list(weights)
         queries = [f"'{_lexeme(sid, term)}'" for term in names]
+        overflow = f"'{_overflow(sid)}'"
         params: dict[str, Any] = {
             "sid": sid,
-            "query": " | ".join(queries),
+            "query": " | ".join([*queries, overflow]),
+            "overflow": overflow,
+            "names": names,
             "min_idf": MIN_IDF,
             "k1p1": BM25_K1 + 1.0,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
             "k": k,
         }
-        params.update((f"t{j}", term) for j, term in enumerate(names))
-        params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+        if len(names) > _COLUMN_TERMS:
+            # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
+            params["weights"] = [float(weights[term]) for term in names]
+            sql = _SCORE_ARRAYS
+        else:
+            params.update((f"t{j}", term) for j, term in enumerate(names))
+            params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+            sql = _score_sql(len(names))
         # One statement, so one snapshot: the counts, the IDFs and the scores agree.
-        rows = self._query(_score_sql(len(names)), params)
+        rows = self._query(sql, params)
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
@@ -1170,7 +1100,53 @@ l AS (
 )
 SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
 FROM m, l
+WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
+    SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
+        AND o.terms @@ %(overflow)s::tsquery
+) ELSE true END
 ORDER BY damaged DESC, score DESC, m.seq
+LIMIT %(k)s
+"""
+
+
+# A row matched only by its overflow lexeme (see _index_columns) counts if its tf holds a
+# query term. (_score_sql asks the tsvector only of rows whose counts hold no query term:
+# asking every matched row cost a sixth of a query's time.)
+_HOLDS_A_TERM: Final = " AND (NOT i.terms @@ %(overflow)s::tsquery OR i.tf ?| %(names)s::text[])"
+
+# BM25 as _score_sql computes it, for any number of query terms: the terms and their
+# repeats come as two arrays, each (row, term) held is one row of f, and a row's score
+# is the sum over its terms (in another order than the columns' sum: equal to rounding).
+_SCORE_ARRAYS: Final = f"""
+WITH s AS (
+    SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
+    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+),
+q AS (SELECT t, w FROM unnest(%(names)s::text[], %(weights)s::float8[]) AS q(t, w)),
+m AS MATERIALIZED (
+    SELECT i.seq, i.n_terms, i.tf || '{{}}'::jsonb AS tf FROM kvmemory_items AS i
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery{_HOLDS_A_TERM}
+),
+f AS MATERIALIZED (
+    SELECT m.seq, m.n_terms, q.t, (m.tf ->> q.t)::float8 AS f FROM m JOIN q ON m.tf ? q.t
+),
+d AS (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
+l AS (
+    SELECT d.t, q.w * greatest(ln((s.n - d.d + 0.5) / (d.d + 0.5)), %(min_idf)s) * %(k1p1)s AS lift
+    FROM d JOIN q USING (t) CROSS JOIN s
+),
+slope AS (
+    SELECT %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope FROM s
+),
+scored AS (
+    SELECT m.seq,
+        coalesce(sum(l.lift * f.f / (f.f + %(flat)s + slope.slope * m.n_terms)), 0.0) AS score,
+        count(f.t) = 0 AS damaged
+    FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
+    GROUP BY m.seq
+)
+SELECT seq, score, damaged FROM scored
+ORDER BY damaged DESC, score DESC, seq
 LIMIT %(k)s
 """
 

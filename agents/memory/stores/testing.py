@@ -42,9 +42,11 @@ from agents.memory.exceptions import (
     InvalidSessionIdError,
     StoreArgumentError,
 )
+from agents.memory.stores._backend import Backend
 from agents.memory.stores._base import BaseStore, SessionInfo, SessionSummary
 
 __all__ = [
+    "BackendContract",
     "BrokenEmbedder",
     "CountingEmbedder",
     "MakeStore",
@@ -286,6 +288,125 @@ def steps_of(items: list[MemoryItem]) -> list[Any]:
     return [item.get_value("step") for item in items]
 
 
+class BackendContract:
+    """The row operations of a :class:`~agents.memory.stores.Backend`, checked directly.
+
+    Subclass it and provide a ``make_backend`` fixture: a function that opens
+    a new backend on one fresh store each time it is called (the same store
+    for every call within a test). Run :class:`StoreContract` on
+    ``Store(backend)`` as well: this suite names the operation that breaks,
+    that one checks the meaning of every store call built on them.
+    """
+
+    ROWS: Sequence[tuple[str | None, float, bytes]] = (
+        ("1", 1.0, b'{"step":1}'),
+        (None, 2.0, b'{"note":"x"}'),
+        ("2", 3.0, b'{"step":2}'),
+    )
+
+    @pytest.fixture
+    def backend(self, make_backend: Callable[[], Backend]) -> Iterator[Backend]:
+        """Yield a backend on a fresh store, closed after the test."""
+        opened = make_backend()
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    def _insert(self, backend: Backend, sid: str, rows: Sequence[Any] | None = None) -> list[int]:
+        rows = list(self.ROWS if rows is None else rows)
+        with backend.transaction(sid) as tx:
+            if backend.lock_session(tx, sid) is None:
+                backend.create_session(tx, sid, "step", 100.0)
+            return backend.insert_rows(tx, sid, rows, [("", 0)] * len(rows))
+
+    def test_inserted_rows_read_back_in_seq_order(self, backend: Backend) -> None:
+        """insert_rows gives increasing seqs; read_rows, read_seqs and read_last give the rows back in that order."""
+        seqs = self._insert(backend, "s")
+        assert seqs == sorted(seqs)
+        assert len(set(seqs)) == 3
+        assert backend.read_rows("s") == [
+            (q, row[2]) for q, row in zip(seqs, self.ROWS, strict=True)
+        ]
+        assert backend.read_seqs("s", [seqs[2], seqs[0], 10**12]) == [
+            (seqs[0], self.ROWS[0][2]),
+            (seqs[2], self.ROWS[2][2]),
+        ]
+        assert backend.read_last("s", 2) == [(seqs[1], self.ROWS[1][2]), (seqs[2], self.ROWS[2][2])]
+        assert [row for page in backend.read_pages("s", 2) for row in page] == backend.read_rows(
+            "s"
+        )
+        assert backend.count("s") == 3
+        assert backend.read_session("s") == ("step", 100.0, b"{}")
+        assert backend.sessions() == ["s"]
+
+    def test_step_and_after_filters(self, backend: Backend) -> None:
+        """read_rows with steps keeps the rows filed under them, with after those above that seq."""
+        seqs = self._insert(backend, "s")
+        assert [seq for seq, _ in backend.read_rows("s", steps=["2", "1"])] == [seqs[0], seqs[2]]
+        assert [seq for seq, _ in backend.read_rows("s", steps=["1"], after=seqs[0])] == []
+        assert [seq for seq, _ in backend.read_rows("s", after=seqs[0])] == seqs[1:]
+        assert backend.read_rows("s", steps=[]) == []
+
+    def test_a_transaction_that_raises_changes_nothing(self, backend: Backend) -> None:
+        """Everything done in a transaction left by an exception is undone, for this and other handles."""
+        seqs = self._insert(backend, "s")
+
+        class Abort(Exception):
+            pass
+
+        def write_then_fail() -> None:
+            with backend.transaction("s") as tx:
+                backend.delete_rows(tx, "s", seqs[:1])
+                backend.insert_rows(tx, "s", [("9", 9.0, b"{}")], [("", 0)])
+                backend.set_metadata(tx, "s", b'{"a":1}')
+                raise Abort
+
+        with pytest.raises(Abort):
+            write_then_fail()
+        assert [seq for seq, _ in backend.read_rows("s")] == seqs
+        assert backend.read_session("s") == ("step", 100.0, b"{}")
+
+    def test_updates_deletes_clears_and_row_index(self, backend: Backend) -> None:
+        """update_rows and delete_rows report the seqs that existed; clear_rows how many went."""
+        seqs = self._insert(backend, "s")
+        with backend.transaction("s") as tx:
+            assert backend.update_rows(
+                tx, "s", [(seqs[1], "7", b'{"step":7}'), (10**12, None, b"{}")], [("", 0)] * 2
+            ) == [seqs[1]]
+            assert backend.delete_rows(tx, "s", [seqs[0], 10**12]) == [seqs[0]]
+            assert backend.row_index(tx, "s") == [(seqs[1], "7", 2.0), (seqs[2], "2", 3.0)]
+        assert backend.read_rows("s", steps=["7"]) == [(seqs[1], b'{"step":7}')]
+        with backend.transaction("s") as tx:
+            assert backend.clear_rows(tx, "s") == 2
+        assert backend.read_rows("s") == []
+        assert backend.sessions() == ["s"]
+
+    def test_a_deleted_session_never_gives_a_seq_again(self, backend: Backend) -> None:
+        """A session deleted and created again continues above every seq it had."""
+        seqs = self._insert(backend, "s")
+        assert backend.delete_session("s") is True
+        assert backend.delete_session("s") is False
+        assert backend.read_session("s") is None
+        assert backend.sessions() == []
+        again = self._insert(backend, "s")
+        assert min(again) > max(seqs)
+
+    def test_other_handles_see_committed_writes(
+        self, backend: Backend, make_backend: Callable[[], Backend]
+    ) -> None:
+        """A second backend on the same store reads what the first committed."""
+        seqs = self._insert(backend, "s")
+        other = make_backend()
+        try:
+            assert [seq for seq, _ in other.read_rows("s")] == seqs
+            with other.transaction("s") as tx:
+                other.delete_rows(tx, "s", seqs[:1])
+            assert [seq for seq, _ in backend.read_rows("s")] == seqs[1:]
+        finally:
+            other.close()
+
+
 class StoreContract:
     """The calls every store answers the same way; subclass it and provide ``make_store``.
 
@@ -350,6 +471,24 @@ class StoreContract:
         assert [i["a"] for i in store.read("s", steps=[1.0])] == [1, 5]
         assert [i["a"] for i in store.read("s", steps=["1", 2])] == [2, 3]
         assert store.read("s", steps=[]) == []
+
+    def test_step_filter_follows_updates_deletes_and_clears(self, store: BaseStore) -> None:
+        """A step filter finds an item under its new step after an update, and no deleted item."""
+        seqs = store.append("s", [MemoryItem(step=i % 5, n=i) for i in range(20)])
+        with store.batch("s") as batch:
+            batch.update({seqs[0]: MemoryItem(step=9, n=0), seqs[6]: MemoryItem(n=6)})
+            batch.delete([seqs[1], seqs[11]])
+        for steps in ([0], [1], [9], [0, 9, 4], [7], list(range(10))):
+            want = [i["n"] for i in store.read("s") if i.get_value("step") in steps]
+            assert [i["n"] for i in store.read("s", steps=steps)] == want
+            assert [r.item["n"] for r in store.tail("s", 2, steps=steps)] == want[-2:]
+            assert [f["n"] for f in store.project("s", ["n"], steps=steps)] == want
+            assert [r.item["n"] for r in store.records("s", steps=steps, after=seqs[9])] == [
+                n for n in want if n > 9
+            ]
+        store.clear("s")
+        store.append("s", [MemoryItem(step=0, n=100)])
+        assert [i["n"] for i in store.read("s", steps=[0])] == [100]
 
     def test_delete_steps_removes_only_those_steps(self, store: BaseStore) -> None:
         """delete_steps deletes every item of the steps and reports how many."""
@@ -711,6 +850,27 @@ class StoreContract:
                 assert [n for n, _ in got] == [n for n, _ in want], (session, query)
                 assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
 
+    def test_search_of_any_number_of_words_and_terms_ranks_as_memory(
+        self, store: BaseStore
+    ) -> None:
+        """Queries of 2,500 distinct words and items of 30,000 distinct terms rank as Memory.search."""
+        items = [
+            MemoryItem(step=i, note=" ".join(f"w{(i * 13 + j) % 2500}" for j in range(30)))
+            for i in range(40)
+        ]
+        items.append(MemoryItem(step=40, note=" ".join(f"big{j}" for j in range(30_000)) + " w7"))
+        store.append("s", items)
+        store.append("other", items[:5])  # statistics of several sessions in one index
+        assert_ranks_as_memory(
+            store,
+            "s",
+            (
+                " ".join(f"w{j}" for j in range(2500)),
+                " ".join(f"big{j}" for j in range(0, 30_000, 11)),
+                "w7 big29999",
+            ),
+        )
+
     def test_search_follows_updates_deletes_and_trims(self, store: BaseStore) -> None:
         """After updates, deletes, keep_last and expire the ranking is that of the items left."""
         seqs = store.append("s", ranking_corpus())
@@ -952,6 +1112,70 @@ class StoreContract:
             write(reader)
         with make_store() as store:
             assert steps_of(store.read("s")) == [1, 2]
+
+    def test_every_session_reopens_read_only(self, make_store: MakeStore) -> None:
+        """A read-only handle reopens every session as a memory holding the stored items, with metadata."""
+        from agents.memory.stores._backed import StoredMemory
+
+        with make_store() as store:
+            store.append("a", search_session())
+            store.append("b", summary_session())
+            store.set_metadata("b", {"owner": "agent", "n": 2})
+            store.append("c", [MemoryItem(turn=1, text="hi")], step_key="turn")
+        with make_store(read_only=True) as reader:
+            for sid in reader.sessions():
+                info = reader.session_info(sid)
+                assert info is not None
+                memory = StoredMemory(reader, sid, step_key=info.step_key)
+                assert [i.to_dict() for i in memory.content] == [
+                    i.to_dict() for i in reader.read(sid)
+                ]
+                assert memory.metadata == info.metadata
+                memory.reload()
+                assert len(memory) == reader.count(sid)
+                with pytest.raises(StoreError, match="open read-only"):
+                    memory.add_memory_item(MemoryItem(step=99))
+                assert len(memory) == reader.count(sid)
+        with make_store() as store:
+            assert steps_of(store.read("a")) == steps_of(search_session())
+
+    def test_read_only_memory_refreshes_and_searches(self, make_store: MakeStore) -> None:
+        """A read-only memory refreshes what a writer appends and searches as Memory.search does."""
+        from agents.memory.stores._backed import StoredMemory
+
+        with make_store() as writer:
+            writer.append("s", search_session())
+            with make_store(read_only=True) as reader:
+                memory = StoredMemory(reader, "s")
+                writer.append("s", [MemoryItem(step=5, action="open the file again")])
+                assert memory.refresh() == 1
+                assert memory.refresh() == 0
+                ram = Memory([*search_session(), MemoryItem(step=5, action="open the file again")])
+                assert [i.to_dict() for i in memory.content] == [i.to_dict() for i in ram.content]
+                for query in ("file", "click the button", "open"):
+                    got = memory.search(query, 3)
+                    want = ram.search(query, 3)
+                    assert [(h.item.to_dict(), h.fields) for h in got] == [
+                        (h.item.to_dict(), h.fields) for h in want
+                    ]
+                    # The store's index sums the same terms in SQL: equal to float rounding.
+                    assert [h.score for h in got] == pytest.approx([h.score for h in want])
+            assert writer.count("s") == 6
+
+    def test_read_only_memory_bounds_only_ram(self, make_store: MakeStore) -> None:
+        """max_items on a read-only memory keeps the newest items in RAM and leaves the store as it was."""
+        from agents.memory.stores._backed import StoredMemory
+
+        with make_store() as writer:
+            writer.append("s", [MemoryItem(step=i) for i in range(5)])
+            with make_store(read_only=True) as reader:
+                memory = StoredMemory(reader, "s", max_items=2)
+                assert steps_of(memory.content) == [3, 4]
+                writer.append("s", [MemoryItem(step=5)])
+                assert memory.refresh() == 1
+                assert steps_of(memory.content) == [4, 5]
+                assert reader.count("s") == 6
+            assert steps_of(writer.read("s")) == [0, 1, 2, 3, 4, 5]
 
     def test_refused_batch_applies_none_of_its_writes(self, make_store: MakeStore) -> None:
         """A batch whose append the store refuses (other step key) deletes and updates nothing."""

@@ -1,0 +1,385 @@
+"""The public backend interface: the row operations a store is built on, and the ``Store`` over one.
+
+A third party adds a durable home for sessions by writing a :class:`Backend`
+(a handful of row operations, all public names) and handing it to
+:class:`Store`, which gives it every call users make (``append``, ``read``,
+``search``, ``batch``, ``StoredMemory``, ...) with the checks, the encoding
+through the codec and the error wrapping done once for every store. The
+``Store`` holds the backend; it does not inherit from it, so a backend sees
+only its own rows, and the contract suite
+(:class:`agents.memory.stores.testing.StoreContract`) checks a backend
+through ``Store(backend)``.
+
+The words the operations use:
+
+* a *row* to insert is ``(step_text, created, data)`` (:data:`Row`): the
+  item's canonical step text (``None`` for no step), the unix time it was
+  written and the codec's bytes for it; an update is ``(seq, step_text,
+  data)`` (:data:`RowUpdate`);
+* *terms* are an item's search terms, ``(text, count)`` (:data:`Terms`),
+  handed with each row inserted or updated so that a backend that keeps a
+  keyword index never decodes a row to index it;
+* a *seq* is the number the backend gives a row when it is inserted:
+  increasing in commit order within a session, never given twice, not even
+  after the session is deleted and created again;
+* a *session row* is ``(step_key, created, metadata)`` (:data:`SessionRow`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory.stores._base import (
+    BaseStore,
+    IndexEntry,
+    Row,
+    RowUpdate,
+    SessionRow,
+)
+from agents.memory.stores._keyword import Terms
+
+__all__ = ["Backend", "Store"]
+
+
+class Backend:
+    """The row operations of one durable home for sessions; subclass it and hand it to :class:`Store`.
+
+    Implement the operations that raise :class:`NotImplementedError` here:
+    reading (:meth:`read_session`, :meth:`read_rows`, :meth:`count`,
+    :meth:`sessions`) and writing (:meth:`transaction`, and inside it
+    :meth:`lock_session`, :meth:`create_session`, :meth:`set_metadata`,
+    :meth:`insert_rows`, :meth:`update_rows`, :meth:`delete_rows`,
+    :meth:`clear_rows`, :meth:`row_index`; then :meth:`delete_session` and
+    :meth:`close`). The others have defaults built on those, which a backend
+    overrides where its engine does better (read the last rows of a session
+    without the rest, rank by keyword from an index it keeps). The vector
+    operations are optional as a group: set :attr:`keeps_vectors` and
+    implement them for semantic search in the store.
+
+    Operations may assume valid session ids and checked arguments, and let
+    the engine's errors escape: :class:`Store` turns the types listed in
+    :attr:`driver_errors` into :class:`~agents.memory.StoreError`.
+    """
+
+    url: str = "backend://"
+    """What the store is called in messages (hide passwords)."""
+
+    driver_errors: tuple[type[BaseException], ...] = (OSError,)
+    """The engine's exception types that the store reports as :class:`~agents.memory.StoreError`."""
+
+    keeps_vectors: bool = False
+    """Whether the vector operations are implemented (semantic search in the store)."""
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read_session(self, session_id: str) -> SessionRow | None:
+        """Return the session's ``(step_key, created, metadata)``, or ``None`` if it does not exist."""
+        raise NotImplementedError
+
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the rows filed under ``steps`` (all if ``None``) with seq above ``after``, in seq order.
+
+        Answer a step filter from an index of ``(session, step)`` where the
+        engine has one: a filter names few steps of a long session as a rule.
+        """
+        raise NotImplementedError
+
+    def read_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the last ``n`` (> 0) rows among ``steps``, in seq order (default: read them all, keep the end)."""
+        return self.read_rows(session_id, steps=steps)[-n:]
+
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the rows with these seqs that exist, in seq order."""
+        wanted = set(seqs)
+        return [row for row in self.read_rows(session_id) if row[0] in wanted]
+
+    def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, data)`` of a session's rows in seq order, at most ``size`` (> 0) at a time.
+
+        By default the session is read once and handed out in pages; a
+        backend that can read a page at a time overrides this, so that a
+        reader holds one page at once.
+        """
+        rows = self.read_rows(session_id)
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def count(self, session_id: str) -> int:
+        """Return the number of rows of a session (0 if it does not exist)."""
+        raise NotImplementedError
+
+    def sessions(self) -> list[str]:
+        """Return the ids of every session, sorted by code point."""
+        raise NotImplementedError
+
+    # -- writing ---------------------------------------------------------------------
+
+    def transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
+        """Open one exclusive write transaction on a session and yield a handle ``tx`` for the operations below.
+
+        What they do becomes visible to other handles all together when the
+        block exits cleanly, and not at all when it raises.
+        """
+        raise NotImplementedError
+
+    def lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
+        """Return the session inside the transaction (``None`` if it does not exist), keeping other writers out."""
+        raise NotImplementedError
+
+    def create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
+        """Create a session with empty metadata (``b"{}"``)."""
+        raise NotImplementedError
+
+    def set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
+        """Replace a session's encoded metadata."""
+        raise NotImplementedError
+
+    def insert_rows(
+        self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        """Insert rows (with their search terms, one per row) and return their new seqs, increasing."""
+        raise NotImplementedError
+
+    def update_rows(
+        self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+    ) -> list[int]:
+        """Replace the step and data of rows by seq (with their new terms); return the seqs that existed."""
+        raise NotImplementedError
+
+    def delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+        """Delete rows by seq; return the seqs that existed."""
+        raise NotImplementedError
+
+    def clear_rows(self, tx: Any, session_id: str) -> int:
+        """Delete every row of a session; return how many there were."""
+        raise NotImplementedError
+
+    def row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
+        """Return ``(seq, step_text, created)`` of every row of a session, in seq order."""
+        raise NotImplementedError
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session, its rows and vectors in one transaction; return whether it existed.
+
+        Remember its last seq: a session created again under the same id
+        continues above it.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections and files."""
+
+    # -- optional: keyword search from an index the backend keeps -------------------------
+
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        """Return the ``k`` best ``(score, seq)`` by BM25 (ties by seq), or ``None`` to have the store score the session.
+
+        ``terms`` are the query's terms with repeats. A backend that keeps a
+        keyword index (from the terms each insert hands it) answers here
+        with the ranking ``Memory.search`` gives; by default the store reads
+        the session a page at a time and scores it.
+        """
+        return None
+
+    # -- optional: vectors (with keeps_vectors) ---------------------------------------------
+
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
+        """Return the ``(model, dimension)`` recorded for a session's vectors, or ``None``."""
+        return None
+
+    def vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, vector)`` of the vector rows over ``fields`` in seq order, at most ``size`` at a time."""
+        yield from ()
+
+    def vector_count(self, session_id: str, fields: str) -> int:
+        """Return how many items have a vector row over ``fields`` (asked before every semantic query; default: count the pages)."""
+        return sum(len(page) for page in self.vector_pages(session_id, fields, 4096))
+
+    def unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, data)`` of the rows with no vector row over ``fields``, in seq order, at most ``size`` at a time."""
+        have = {seq for page in self.vector_pages(session_id, fields, 4096) for seq, _ in page}
+        for page in self.read_pages(session_id, size):
+            missing = [row for row in page if row[0] not in have]
+            if missing:
+                yield missing
+
+    def claim_vector_model(
+        self, tx: Any, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        """Record ``(model, dimension)`` for a session that has none; return the one recorded."""
+        raise NotImplementedError
+
+    def put_vectors(
+        self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+    ) -> int:
+        """Write ``(seq, data, vector)`` rows over ``fields`` where item ``seq`` still holds ``data``; return how many."""
+        raise NotImplementedError
+
+    def delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
+        """Delete the vectors (over every ``fields``) of these seqs."""
+
+    def drop_vectors(self, tx: Any, session_id: str) -> int:
+        """Delete every vector of a session and its recorded model; return how many vector rows went."""
+        return 0
+
+
+class Store(BaseStore):
+    """A store over a :class:`Backend`: every public store call, built on the backend's row operations.
+
+    Example::
+
+        store = Store(MyBackend(...))
+        store.append("run-1", [MemoryItem(step=1)])
+        memory = StoredMemory(store, "run-1")
+
+    Args:
+        backend: The backend that keeps the rows; :meth:`close` closes it.
+        read_only: Refuse every write call.
+    """
+
+    keeps_terms = True
+
+    def __init__(self, backend: Backend, *, read_only: bool = False) -> None:
+        super().__init__(backend.url, read_only=read_only)
+        self.backend = backend
+        self.driver_errors = backend.driver_errors
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether the backend answers keyword searches itself (it overrides :meth:`Backend.keyword_top`)."""
+        return type(self.backend).keyword_top is not Backend.keyword_top
+
+    # BaseStore's hooks, each one call of the backend.
+
+    def _read_session(self, session_id: str) -> SessionRow | None:
+        return self.backend.read_session(session_id)
+
+    def _fetch(
+        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
+    ) -> list[tuple[int, bytes]]:
+        return self.backend.read_rows(session_id, steps=steps, after=after)
+
+    def _fetch_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None
+    ) -> list[tuple[int, bytes]]:
+        return self.backend.read_last(session_id, n, steps=steps)
+
+    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        return self.backend.read_pages(session_id, size)
+
+    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        return self.backend.read_seqs(session_id, seqs)
+
+    def _count(self, session_id: str) -> int:
+        return self.backend.count(session_id)
+
+    def _sessions(self) -> list[str]:
+        return self.backend.sessions()
+
+    def _transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
+        return self.backend.transaction(session_id)
+
+    def _lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
+        return self.backend.lock_session(tx, session_id)
+
+    def _create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
+        self.backend.create_session(tx, session_id, step_key, created)
+
+    def _set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
+        self.backend.set_metadata(tx, session_id, metadata)
+
+    def _insert_rows(self, tx: Any, session_id: str, rows: Sequence[Row]) -> list[int]:
+        msg = "Store hands every insert its terms (keeps_terms)"
+        raise AssertionError(msg)  # never called: WriteBatch calls _insert_indexed
+
+    def _insert_indexed(
+        self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        return self.backend.insert_rows(tx, session_id, rows, terms)
+
+    def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
+        msg = "Store hands every update its terms (keeps_terms)"
+        raise AssertionError(msg)  # never called: WriteBatch calls _update_indexed
+
+    def _update_indexed(
+        self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+    ) -> list[int]:
+        return self.backend.update_rows(tx, session_id, rows, terms)
+
+    def _delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+        return self.backend.delete_rows(tx, session_id, seqs)
+
+    def _clear_rows(self, tx: Any, session_id: str) -> int:
+        return self.backend.clear_rows(tx, session_id)
+
+    def _row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
+        return self.backend.row_index(tx, session_id)
+
+    def _delete_session(self, session_id: str) -> bool:
+        return self.backend.delete_session(session_id)
+
+    def _close(self) -> None:
+        self.backend.close()
+
+    def _keyword_top(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        k: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
+        if keys is None:
+            best = self.backend.keyword_top(sid, terms, k)
+            if best is not None:
+                return best, {}
+        return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+
+    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+        return self.backend.vector_model(session_id)
+
+    def _vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        return self.backend.vector_pages(session_id, fields, size)
+
+    def _vector_count(self, session_id: str, fields: str) -> int:
+        return self.backend.vector_count(session_id, fields)
+
+    def _unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        return self.backend.unembedded_pages(session_id, fields, size)
+
+    def _claim_vector_model(
+        self, tx: Any, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        if not self.backend.keeps_vectors:
+            return super()._claim_vector_model(tx, session_id, model, dimension)
+        return self.backend.claim_vector_model(tx, session_id, model, dimension)
+
+    def _put_vectors(
+        self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+    ) -> int:
+        if not self.backend.keeps_vectors:
+            return super()._put_vectors(tx, session_id, fields, rows)
+        return self.backend.put_vectors(tx, session_id, fields, rows)
+
+    def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
+        self.backend.delete_vectors(tx, session_id, seqs)
+
+    def _drop_vectors(self, tx: Any, session_id: str) -> int:
+        return self.backend.drop_vectors(tx, session_id)

@@ -1,0 +1,194 @@
+"""Keyword search terms as the stores index them: one pass over an item's values.
+
+The terms are those of the default :class:`~agents.memory.search.Tokenizer`,
+the ones ``Memory.search`` counts; they are taken once per item, from the
+values in hand where the item is encoded, and handed to the backend with
+the row, so no store decodes a row it has just encoded to find them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from agents.memory._item import MemoryItem, item_fields
+from agents.memory._text import (
+    BM25_B,
+    BM25_K1,
+    Tokenizer,
+    bm25_idf,
+    check_k,
+    checked_keys,
+    checked_query,
+    item_texts,
+)
+from agents.memory.exceptions import InvalidQueryError
+
+if TYPE_CHECKING:
+    from agents.memory.stores._encoding import StoredRecord
+
+__all__ = [
+    "KeywordMatch",
+    "Terms",
+    "item_terms",
+    "keyword_matches",
+    "keyword_query",
+    "rank_pages",
+    "texts_of",
+]
+
+Terms = tuple[str, int]
+"""An item's search terms as a store indexes them: ``(terms joined by spaces, how many)``."""
+
+KeywordMatch = tuple[int, int, dict[str, int]]
+"""An item holding a query term: ``(seq, length in terms over the searched fields, {query term: count})``."""
+
+_TOKENIZER: Final = Tokenizer()
+# For ASCII text the tokenizer's NFKC is the identity, casefold is lower() and its
+# runs of letters and digits are these: the same terms, found faster.
+_ASCII_WORD: Final = re.compile(r"[a-z0-9]+")
+
+
+def texts_of(fields: Mapping[str, Any]) -> list[str]:
+    """Return every string of an item's fields, nested strings included, in field order.
+
+    The strings ``item_texts`` yields for all fields (dict values, list,
+    tuple and set members; not numbers, dates or bytes), gathered by one
+    recursive walk instead of nested generators (four times faster on
+    UFO-shaped steps).
+    """
+    out: list[str] = []
+    for value in fields.values():
+        _walk(value, out)
+    return out
+
+
+def _walk(value: Any, out: list[str]) -> None:
+    cls = type(value)
+    if cls is str:
+        out.append(value)
+    elif cls is dict:
+        for inner in value.values():
+            _walk(inner, out)
+    elif cls is list or cls is tuple:
+        for inner in value:
+            _walk(inner, out)
+    elif cls in _NOT_TEXT:
+        return
+    elif isinstance(value, str):
+        out.append(str(value))
+    elif isinstance(value, Mapping):
+        for inner in value.values():
+            _walk(inner, out)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for inner in value:
+            _walk(inner, out)
+
+
+_NOT_TEXT: Final = frozenset({int, float, bool, type(None), bytes})
+
+
+def item_terms(item: MemoryItem) -> Terms:
+    """Return the terms keyword search counts for ``item``: every string field, nested strings included.
+
+    The terms are those of the default :class:`~agents.memory.search.Tokenizer`
+    (the ones ``Memory.search`` counts), in order with repeats, joined by
+    single spaces; a term never holds a space. The texts are tokenized
+    joined by newlines, which gives the same terms as tokenizing each one
+    (a newline separates terms and never combines with a neighbour in NFKC).
+    """
+    texts = texts_of(item_fields(item))
+    if not texts:
+        return "", 0
+    text = texts[0] if len(texts) == 1 else "\n".join(texts)
+    terms = _ASCII_WORD.findall(text.lower()) if text.isascii() else _TOKENIZER(text)
+    return " ".join(terms), len(terms)
+
+
+def keyword_query(
+    query: object, k: object, keys: Iterable[str] | None
+) -> tuple[list[str], tuple[str, ...] | None]:
+    """Check a keyword search's arguments; return the query's terms and the searched fields.
+
+    Raises:
+        InvalidQueryError: for an empty query, one without words, ``k`` < 1 or bad keys.
+    """
+    text = checked_query(query)
+    check_k(k)
+    fields = checked_keys(keys)
+    terms = _TOKENIZER(text)
+    if not terms:
+        msg = f"Query {text!r} holds no word to search for; keyword search matches letters and digits."
+        raise InvalidQueryError(msg)
+    return terms, fields
+
+
+def rank_pages(
+    pages: Iterable[Sequence[StoredRecord]],
+    terms: Sequence[str],
+    keys: tuple[str, ...] | None,
+    k: int,
+) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
+    """Rank a session read in pages by BM25 as ``Memory.search`` does; return the ``k`` best and their items.
+
+    The best are ``(score, seq)``, best first, ties by seq; the items are
+    those of the best, by seq (they were decoded to be scored). Every item
+    is tokenized over the fields ``keys`` (``None``: all); the statistics
+    are the session's own. This is how a store without a keyword index
+    answers a search, and how every store answers one with ``keys``.
+    """
+    n_items, total, matches, found = keyword_matches(pages, terms, keys)
+    if not matches:
+        return [], {}
+    df = Counter(term for _, _, counts in matches for term in counts)
+    avgdl = total / n_items if total else 1.0
+    # BM25 per (term, item) as the search index computes it, query terms counted with repeats.
+    flat = BM25_K1 * (1.0 - BM25_B)
+    slope = BM25_K1 * BM25_B / avgdl
+    lift = {term: bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0) for term in df}
+    scored = []
+    for seq, length, counts in matches:
+        score = 0.0
+        for term in terms:
+            tf = counts.get(term)
+            if tf:
+                score += lift[term] * tf / (tf + flat + slope * length)
+        scored.append((score, seq))
+    best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+    return best, {seq: found[seq] for _, seq in best if seq in found}
+
+
+def keyword_matches(
+    pages: Iterable[Sequence[StoredRecord]], terms: Sequence[str], keys: tuple[str, ...] | None
+) -> tuple[int, int, list[KeywordMatch], dict[int, MemoryItem]]:
+    """Return what BM25 needs of a session read in pages, for ``terms`` over the fields ``keys`` (``None``: all).
+
+    That is: the number of items, their total length in terms, the items
+    holding a query term as ``(seq, length, {term: count})``, and those
+    items by seq.
+    """
+    wanted = set(terms)
+    tokenize = _TOKENIZER
+    n_items = 0
+    total = 0
+    matches: list[KeywordMatch] = []
+    found: dict[int, MemoryItem] = {}
+    for page in pages:
+        n_items += len(page)
+        for record in page:
+            length = 0
+            counts: dict[str, int] = {}
+            for _, field_text in item_texts(record.item.to_dict(), keys):
+                words = tokenize(field_text)
+                length += len(words)
+                for word in words:
+                    if word in wanted:
+                        counts[word] = counts.get(word, 0) + 1
+            total += length
+            if counts:
+                matches.append((record.seq, length, counts))
+                found[record.seq] = record.item
+    return n_items, total, matches, found
