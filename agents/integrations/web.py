@@ -28,13 +28,12 @@ the app is built.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import html
 import os
 import threading
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -51,7 +50,7 @@ from agents.memory.exceptions import (
     missing_dependency,
 )
 from agents.memory.prompt import DEFAULT_IMAGE_KEYS
-from agents.memory.stores import BaseStore, SQLiteStore, StoredRecord, open_store
+from agents.memory.stores import BaseStore, StoredRecord, open_store
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -248,15 +247,7 @@ def live_app(
         body, kind = found
         return Response(body, media_type=kind, headers=_headers(_API_CSP))
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            view.close()
-
     app = Starlette(
-        lifespan=lifespan,
         routes=[
             Route("/", index),
             Route("/session", session_page),
@@ -337,8 +328,6 @@ class _View:
         image_keys: tuple[str, ...],
     ) -> None:
         self.store = store
-        self.given = store
-        self.signature = self._signature()
         self.roots = roots
         self.embedder = embedder
         self.cost_key = cost_key
@@ -348,43 +337,8 @@ class _View:
         self.figures: dict[str, _Figures] = {}
         self.step_keys: dict[str, str] = {}
 
-    def _signature(self) -> tuple[int, int, bool] | None:
-        """Return what tells that another process wrote a SQLite file: its time, size and -wal file."""
-        if not isinstance(self.store, SQLiteStore):
-            return None
-        try:
-            stat = os.stat(self.store.path)
-        except OSError:
-            return None
-        return (stat.st_mtime_ns, stat.st_size, os.path.exists(f"{self.store.path}-wal"))
-
-    def refresh(self) -> None:
-        """Reopen a read-only SQLite handle when another process has written the file since.
-
-        A read-only handle opened while no process had the file open reads it as
-        immutable (so that it leaves no -wal and -shm files behind) and would never
-        see a later append; a fresh handle does, and once a writer keeps a -wal
-        file, the fresh handle reads through it and sees each append as it commits.
-        """
-        signature = self._signature()
-        if signature is None or signature == self.signature:
-            return
-        fresh = open_store(self.store.url, read_only=True)
-        if self.store is not self.given:
-            self.store.close()
-        self.store = fresh
-        self.signature = signature
-
-    def close(self) -> None:
-        """Close the handles this view opened itself (never the one it was given)."""
-        with self.lock:
-            if self.store is not self.given:
-                self.store.close()
-                self.store = self.given
-
     def sessions(self) -> list[dict[str, Any]]:
         with self.lock:
-            self.refresh()
             rows = []
             for sid in self.store.sessions():
                 figures = self._figures(sid)
@@ -438,7 +392,6 @@ class _View:
 
     def info(self, sid: str) -> Any:
         with self.lock:
-            self.refresh()
             info = self.store.session_info(sid)
             if info is not None:
                 self.step_keys[sid] = info.step_key
@@ -473,7 +426,6 @@ class _View:
     def tail(self, sid: str, n: int, before: int | None) -> dict[str, Any]:
         """Return the last ``n`` items of a session, or the last ``n`` before seq ``before``."""
         with self.lock:
-            self.refresh()
             if before is None:
                 records = self.store.tail(sid, n, on_unknown_class="base")
             else:
@@ -501,7 +453,6 @@ class _View:
 
     def after(self, sid: str, seq: int | None) -> dict[str, Any]:
         with self.lock:
-            self.refresh()
             # No count here: counting a long session's rows costs more than the poll itself.
             records = self.store.records(sid, after=seq, on_unknown_class="base")
             more = len(records) > _MOST_NEW
@@ -517,7 +468,6 @@ class _View:
             msg = f"Unknown search mode {mode!r}; use keyword, semantic or hybrid."
             raise InvalidQueryError(msg)
         with self.lock:
-            self.refresh()
             if mode == "keyword":
                 hits = self.store.search(sid, query, _HITS, on_unknown_class="base")
             else:
