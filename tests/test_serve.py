@@ -286,7 +286,7 @@ def test_api_pages_the_session_from_its_end(tmp_path: Path) -> None:
         before = orjson.loads(older)
         _, _, oldest = get(base + f"/api/tail?session=long&n=500&before={before['first']}")
         last = orjson.loads(oldest)
-    assert [len(page["steps"]), page["count"], page["earlier"]] == [500, 1200, True]
+    assert [len(page["steps"]), page["earlier"]] == [500, True]
     assert page["steps"][-1]["s"] == "step 1199"
     assert [before["steps"][0]["s"], before["steps"][-1]["s"], before["earlier"]] == [
         "step 200",
@@ -294,6 +294,24 @@ def test_api_pages_the_session_from_its_end(tmp_path: Path) -> None:
         True,
     ]
     assert [len(last["steps"]), last["steps"][0]["s"], last["earlier"]] == [200, "step 0", False]
+
+
+def test_api_says_whether_earlier_items_exist_exactly(tmp_path: Path) -> None:
+    """A session of exactly one page has nothing earlier; one more item has; /api/count counts them."""
+    import orjson
+
+    url = f"sqlite://{tmp_path / 'edge.db'}"
+    fill(url, "page", 500)
+    fill(url, "more", 501)
+    with serving(url) as base:
+        page = orjson.loads(get(base + "/api/tail?session=page&n=500")[2])
+        more = orjson.loads(get(base + "/api/tail?session=more&n=500")[2])
+        rest = orjson.loads(get(base + f"/api/tail?session=more&n=500&before={more['first']}")[2])
+        count = orjson.loads(get(base + "/api/count?session=more")[2])
+    assert [len(page["steps"]), page["earlier"]] == [500, False]
+    assert [len(more["steps"]), more["earlier"]] == [500, True]
+    assert [len(rest["steps"]), rest["earlier"]] == [1, False]
+    assert count == {"count": 501, "last": more["last"]}
 
 
 def test_binding_elsewhere_without_a_token_is_refused(sqlite_url: str) -> None:
@@ -342,6 +360,7 @@ def test_a_wrong_or_missing_token_gets_401_and_nothing_else(sqlite_url: str) -> 
         "/api/sessions",
         "/api/tail?session=run-1&n=5",
         "/api/after?session=run-1&seq=0",
+        "/api/count?session=run-1",
         "/api/search?session=run-1&q=thought",
         "/image?path=x.png",
     ]

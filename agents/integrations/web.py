@@ -224,6 +224,12 @@ def live_app(
         except AgentMemoryError as exc:
             return failed(exc)
 
+    def api_count(request: Request) -> Response:
+        try:
+            return json(view.count(request.query_params.get("session", "")))
+        except AgentMemoryError as exc:
+            return failed(exc)
+
     def api_search(request: Request) -> Response:
         params = request.query_params
         try:
@@ -254,6 +260,7 @@ def live_app(
             Route("/api/sessions", api_sessions),
             Route("/api/tail", api_tail),
             Route("/api/after", api_after),
+            Route("/api/count", api_count),
             Route("/api/search", api_search),
             Route("/image", image),
             Route("/favicon.ico", lambda request: Response(b"", 204, headers=_headers(_API_CSP))),
@@ -427,29 +434,35 @@ class _View:
         """Return the last ``n`` items of a session, or the last ``n`` before seq ``before``."""
         with self.lock:
             if before is None:
-                records = self.store.tail(sid, n, on_unknown_class="base")
+                window = self.store.tail(sid, n + 1, on_unknown_class="base")
+                earlier = len(window) > n
+                records = window[-n:]
             else:
                 # The store reads from the end: ask for enough to reach past ``before``.
-                want = n
+                want = n + 1
                 while True:
                     window = self.store.tail(sid, want, on_unknown_class="base")
                     older = [r for r in window if r.seq < before]
-                    if len(older) >= n or len(window) < want:
+                    if len(older) > n or len(window) < want:
                         break
                     want *= 2
+                earlier = len(older) > n
                 records = older[-n:]
-            # Counted after reading, so an append in between can only make "earlier" say
-            # yes when there is nothing more (one empty click), never hide items.
-            count = self.store.count(sid)
-            newer = 0 if before is None else sum(1 for r in window if r.seq >= before)
-            earlier = count > len(records) + newer
+            # No count: counting a long session's rows would make opening it grow
+            # with its length (the page asks /api/count once it shows the steps).
             return {
                 "steps": self._steps(sid, records),
                 "first": records[0].seq if records else None,
                 "last": records[-1].seq if records else None,
-                "count": count,
                 "earlier": earlier,
             }
+
+    def count(self, sid: str) -> dict[str, Any]:
+        """Return a session's item count with the seq of its newest item, read together."""
+        with self.lock:
+            count = self.store.count(sid)
+            newest = self.store.tail(sid, 1, on_unknown_class="base")
+            return {"count": count, "last": newest[-1].seq if newest else None}
 
     def after(self, sid: str, seq: int | None) -> dict[str, Any]:
         with self.lock:
