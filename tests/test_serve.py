@@ -225,6 +225,8 @@ def test_session_list_adds_up_appends_since_the_last_reload(sqlite_url: str) -> 
     assert '<td class="num">40</td><td>Executor, Planner</td><td>39</td>' in first
     assert '<td class="num">42</td><td>Executor, Planner, Writer</td><td>41</td>' in again
     assert f"{sum(0.001 * i for i in range(40)) + 1.0:.6g}" in again
+    assert "not while served" in first
+    assert "not while served" not in again  # the last change is the moment the server saw it
 
 
 def test_semantic_search_is_offered_where_the_session_has_vectors_of_the_model(

@@ -28,6 +28,7 @@ the app is built.
 
 from __future__ import annotations
 
+import datetime as dt
 import hmac
 import html
 import os
@@ -99,6 +100,8 @@ class _Figures:
     last_step: str
     created: str
     step_key: str
+    changed: str = ""
+    """When this server last saw the item count change (empty until it does)."""
 
 
 def live_app(
@@ -356,6 +359,7 @@ class _View:
                         "agents": sorted(figures.agents),
                         "last_step": figures.last_step,
                         "created": figures.created,
+                        "changed": figures.changed,
                         "cost": figures.cost,
                     }
                 )
@@ -367,11 +371,13 @@ class _View:
         known = self.figures.get(sid)
         if known is not None and known.count == count:
             return known
+        seen = _now() if known is not None else ""
         if known is not None and count > known.count and known.last_seq is not None:
             new = self.store.records(sid, after=known.last_seq, on_unknown_class="base")
             if len(new) == count - known.count:  # only appends since: add them up
                 self._add(known, new)
                 known.count = count
+                known.changed = seen
                 return known
         info = self.store.session_info(sid)
         created = "" if info is None else info.created.strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -380,6 +386,7 @@ class _View:
         for page in self.store.pages(sid, on_unknown_class="base"):
             self._add(figures, page)
         figures.count = count
+        figures.changed = seen
         self.figures[sid] = figures
         return figures
 
@@ -550,6 +557,10 @@ def _image_type(path: str, size: int) -> tuple[bytes, str] | None:
     return None
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _shown_url(url: str) -> str:
     """Return a store URL fit to show in a page: any password replaced by ``***``."""
     parts = urllib.parse.urlsplit(url)
@@ -616,12 +627,13 @@ def _list_page(url: str, rows: list[dict[str, Any]]) -> str:
             f"<td>{e(', '.join(row['agents'])) or '<span class=muted>none</span>'}</td>"
             f"<td>{e(row['last_step'])}</td>"
             f"<td>{e(row['created'])}</td>"
+            f"<td>{e(row['changed']) or '<span class=muted>not while served</span>'}</td>"
             f'<td class="num">{row["cost"]:.6g}</td>'
             "</tr>"
         )
     table = (
         "<table><thead><tr><th>session</th><th>items</th><th>agents</th><th>last step</th>"
-        "<th>created</th><th>total cost</th></tr></thead><tbody>"
+        "<th>created</th><th>last change</th><th>total cost</th></tr></thead><tbody>"
         + "".join(body)
         + "</tbody></table>"
         if rows
