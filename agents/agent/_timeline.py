@@ -209,12 +209,13 @@ def timeline_step(
 
 
 def live_page(title: str, live: dict[str, Any], *, csp: str) -> tuple[str, str]:
-    """Return the timeline page in live mode, and the hash of its script for ``script-src``.
+    """Return the timeline page in live mode, and its Content-Security-Policy.
 
     The page starts empty and fetches its steps from the server named in
     ``live`` (see :mod:`agents.integrations.web`); ``csp`` is put in the
     page's own policy, with ``{script}`` replaced by the script's hash
-    source (``'sha256-...'``), so no other inline script can run.
+    source (``'sha256-...'``), so no other inline script can run; the same
+    policy is returned for the server to send as a header.
     """
     data = {
         "lanes": [],
