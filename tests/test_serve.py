@@ -523,9 +523,18 @@ def test_live_page_shows_steps_appended_to_postgres(postgres_url: str, browser: 
         assert "step 10" in card_texts(browser)[-1]
 
 
-def test_store_search_shows_the_stores_hits(sqlite_url: str, browser: Any) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_store_search_shows_the_stores_hits(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, browser: Any
+) -> None:
     """Searching the store shows the items store.search finds, and clearing it shows the session again."""
-    with serving(sqlite_url) as base:
+    url = (
+        f"sqlite://{tmp_path / 'runs.db'}"
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    fill(url, "run-1", 40)
+    with serving(url) as base:
         open_session(browser, base, "run-1")
         browser.execute_script(
             """
