@@ -649,7 +649,22 @@ def test_screenshot_of_the_live_page(tmp_path: Path, browser: Any) -> None:
                 browser,
                 "return [...document.querySelectorAll('.thumbs img')].every(i => i.complete && i.naturalWidth > 0)",
             )
+            wait(browser, "return document.querySelectorAll('#chart polyline').length === 2")
+            legend = browser.find_element("css selector", "#chart figcaption").text
+            assert "prompt_tokens (max 1,240)" in legend
+            assert "total 0.5504, loaded items" in legend  # 12 demo costs and the appended 0.5
             assert browser.save_screenshot(str(target))
+            browser.execute_script(
+                """
+                const svg = document.querySelector('#chart svg'), box = svg.getBoundingClientRect();
+                svg.dispatchEvent(new MouseEvent('click', {clientX: box.left + 2, clientY: box.top + 5}));
+                """
+            )
+            wait(  # the chart's left end brings step 0 into view
+                browser,
+                "return [...document.querySelectorAll('.card')].some(c => c.textContent.startsWith('step 0')"
+                " && c.getBoundingClientRect().top >= 0 && c.getBoundingClientRect().bottom <= innerHeight)",
+            )
         finally:
             browser.set_window_size(size["width"], size["height"])
     assert target.read_bytes().startswith(b"\x89PNG")

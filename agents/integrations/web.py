@@ -112,6 +112,7 @@ def live_app(
     embedder: Embedder | None = None,
     poll_seconds: float = 1.0,
     cost_key: str = "cost",
+    tokens_key: str = "prompt_tokens",
     label_key: str = "agent",
     image_keys: Sequence[str] = DEFAULT_IMAGE_KEYS,
 ) -> Starlette:
@@ -127,7 +128,8 @@ def live_app(
         embedder: Offer semantic and hybrid search for the sessions whose
             vectors came from this model.
         poll_seconds: How often an open page asks for new steps.
-        cost_key: The numeric field summed as a session's cost.
+        cost_key: The numeric field summed as a session's cost, and charted.
+        tokens_key: The numeric field charted as prompt tokens.
         label_key: The field naming the agent of a step (its lane).
         image_keys: The fields that hold image paths or URLs.
 
@@ -194,6 +196,8 @@ def live_app(
             "page": PAGE_SIZE,
             "poll_ms": poll_ms,
             "modes": view.modes(sid),
+            "cost": cost_key,
+            "tokens": tokens_key,
         }
         page, policy = live_page(f"Session {sid} (live)", config, csp=_TIMELINE_CSP)
         return HTMLResponse(page, headers=_headers(policy + "; frame-ancestors 'none'"))
