@@ -354,6 +354,24 @@ def test_a_missing_store_is_an_error_and_is_not_created(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_port_in_use_is_an_error_before_anything_is_served(sqlite_url: str) -> None:
+    """A port another socket holds makes serve exit with status 1 naming the address, printing no address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "agents.cli", "serve", sqlite_url, "--port", str(port)],
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"Cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "serving" not in done.stdout
+
+
 def test_a_wrong_or_missing_token_gets_401_and_nothing_else(sqlite_url: str) -> None:
     """Page, API, image and list answer 401 with a bare body to a missing or wrong token, and serve the right one."""
     paths = [

@@ -32,6 +32,7 @@ import datetime as dt
 import hmac
 import html
 import os
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -308,6 +309,7 @@ def serve(
         MissingDependencyError: naming ``kvmemory[serve]`` when Starlette or uvicorn is missing.
         StoreNotFoundError: if the store does not exist.
         StoreError: if the store cannot be opened.
+        OSError: if the address cannot be bound (a port in use, an unknown host).
     """
     if host not in _LOOPBACK and token is None:
         msg = (
@@ -323,10 +325,33 @@ def serve(
         app = live_app(
             store, token=token, image_dirs=image_dirs, embedder=embedder, poll_seconds=poll_seconds
         )
-        where = f"[{host}]" if ":" in host else host
-        if on_ready is not None:
-            on_ready(f"http://{where}:{port}/")
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        with _bind(host, port) as sock:
+            where = f"[{host}]" if ":" in host else host
+            if on_ready is not None:
+                on_ready(f"http://{where}:{sock.getsockname()[1]}/")
+            server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+            server.run(sockets=[sock])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind the listening socket here, so a port in use is an error before anything is printed."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        msg = f"Cannot listen on {host}:{port}: {exc}; pick another --host."
+        raise OSError(msg) from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        msg = f"Cannot listen on {host}:{port}: {exc.strerror or exc}; stop what uses it or pick another --port."
+        raise OSError(msg) from exc
+    return sock
 
 
 class _View:
