@@ -66,7 +66,7 @@ __all__ = ["DEFAULT_PORT", "live_app", "serve"]
 DEFAULT_PORT: Final = 8766
 """The port ``kvmemory serve`` listens on unless told otherwise."""
 
-PAGE_SIZE: Final = 500  # items a timeline opens on, and loads per "load earlier" click
+_PAGE_SIZE: Final = 500  # items a timeline opens on, and loads per "load earlier" click
 _MOST_NEW: Final = 2000  # most new items one poll answer carries (the page asks again at once)
 _HITS: Final = 50
 _IMAGE_BYTES: Final = 20 * 1024 * 1024
@@ -194,7 +194,7 @@ def live_app(
         config = {
             "api": "",
             "session": sid,
-            "page": PAGE_SIZE,
+            "page": _PAGE_SIZE,
             "poll_ms": poll_ms,
             "modes": view.modes(sid),
             "cost": cost_key,
@@ -212,7 +212,7 @@ def live_app(
     def api_tail(request: Request) -> Response:
         params = request.query_params
         try:
-            n = _int(params.get("n", str(PAGE_SIZE)), "n", 1, 100_000)
+            n = _int(params.get("n", str(_PAGE_SIZE)), "n", 1, 100_000)
             before = params.get("before")
             return json(
                 view.tail(
