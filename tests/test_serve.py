@@ -298,6 +298,21 @@ def test_api_pages_the_session_from_its_end(tmp_path: Path) -> None:
     assert [len(last["steps"]), last["steps"][0]["s"], last["earlier"]] == [200, "step 0", False]
 
 
+def test_api_follows_appends_to_a_jsonl_store(tmp_path: Path) -> None:
+    """A JSONL store served read-only answers polls with the items another process appended."""
+    import orjson
+
+    url = f"jsonl://{tmp_path / 'logs'}"
+    fill(url, "j", 3)
+    with serving(url) as base:
+        first = orjson.loads(get(base + "/api/tail?session=j&n=500")[2])
+        append_in_another_process(url, "j", ["late"], 3)
+        new = orjson.loads(get(base + f"/api/after?session=j&seq={first['last']}")[2])
+    assert [step["s"] for step in first["steps"]] == ["step 0", "step 1", "step 2"]
+    assert [step["s"] for step in new["steps"]] == ["step 3"]
+    assert new["steps"][0]["f"][0] == ["thought", "late", 0]
+
+
 def test_api_says_whether_earlier_items_exist_exactly(tmp_path: Path) -> None:
     """A session of exactly one page has nothing earlier; one more item has; /api/count counts them."""
     import orjson
