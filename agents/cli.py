@@ -94,7 +94,18 @@ def _read(source: str, session: str | None) -> Memory:
             raise _UsageError(msg)
         return memory
     with _open_session_store(source, session) as (store, name):
-        return Memory(store.read(name, on_unknown_class="base"), session_id=name)
+        info = store.session_info(name)
+        return Memory(
+            store.read(name, on_unknown_class="base"),
+            session_id=name,
+            step_key=_step_key_of(info),
+            metadata=info.metadata if info is not None else None,
+        )
+
+
+def _step_key_of(info: Any) -> str:
+    """Return the step key a store keeps for a session (``"step"`` for one it does not know)."""
+    return info.step_key if info is not None else "step"
 
 
 @contextlib.contextmanager
@@ -203,12 +214,13 @@ def _selected(args: argparse.Namespace) -> Memory:
     if not _is_file_source(args.source) and (args.last is not None or args.steps is not None):
         # The store reads only the items asked for, whatever the length of the session.
         with _open_session_store(args.source, args.session) as (store, name):
+            step_key = _step_key_of(store.session_info(name))
             if args.last is not None:
                 records = store.tail(name, args.last, steps=args.steps, on_unknown_class="base")
                 items = [record.item for record in records]
             else:
                 items = store.read(name, steps=args.steps, on_unknown_class="base")
-        return Memory(items, session_id=name)
+        return Memory(items, session_id=name, step_key=step_key)
     memory = _read(args.source, args.session)
     items = memory.content if args.steps is None else memory.items_of_steps(args.steps)
     if args.last is not None:
@@ -273,14 +285,27 @@ def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
 def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     from agents.memory.stores import SessionSummary
 
+    cost_keys = _split(args.cost_field)
     if _is_file_source(args.source):
         memory = _read(args.source, args.session)
-        counts = SessionSummary.of([memory.content], step_key=memory.step_key)
+        cost_keys = cost_keys or _cost_keys(memory.metadata)
+        counts = SessionSummary.of(
+            [memory.content], step_key=memory.step_key, cost_key=cost_keys[0]
+        )
+        cost = counts.cost + sum(
+            SessionSummary.of([memory.content], cost_key=key).cost for key in cost_keys[1:]
+        )
         session = memory.session_id
     else:
         # Counted a page at a time: the session is never held whole.
         with _open_session_store(args.source, args.session) as (store, session):
-            counts = store.summary(session)
+            info = store.session_info(session)
+            cost_keys = cost_keys or _cost_keys(info.metadata if info is not None else {})
+            counts = store.summary(session, cost_key=cost_keys[0])
+            # Each further cost field is one more paged pass; sessions rarely name more than one.
+            cost = counts.cost + sum(
+                store.summary(session, cost_key=key).cost for key in cost_keys[1:]
+            )
     if args.json:
         summary = {
             "session": session,
@@ -288,7 +313,8 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
             "steps": counts.steps,
             "first_step": counts.first_step,
             "last_step": counts.last_step,
-            "total_cost": round(counts.cost, 6),
+            "total_cost": round(cost, 6),
+            "cost_fields": cost_keys,
             "fields": counts.fields,
         }
         _print_json(out, summary)
@@ -297,11 +323,20 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     _print(out, f"items: {counts.items}")
     span = f" ({counts.first_step!r} .. {counts.last_step!r})" if counts.steps else ""
     _print(out, f"steps: {counts.steps}{span}")
-    _print(out, f"total cost: {round(counts.cost, 6)}")
+    _print(out, f"total cost: {round(cost, 6)}")
+    _print(out, f"cost fields: {', '.join(cost_keys)}")
     _print(out, "fields:")
     for key, count in counts.fields.items():
         _print(out, f"  {key}: {count}")
     return 0
+
+
+def _cost_keys(metadata: dict[str, Any]) -> list[str]:
+    """Return the cost fields a session's source wrote (saved by its importer), else ``["cost"]``."""
+    keys = metadata.get("cost_keys")
+    if isinstance(keys, list) and keys and all(type(key) is str and key for key in keys):
+        return list(keys)
+    return ["cost"]
 
 
 _PAGE = 1000
@@ -423,10 +458,24 @@ def _append_pages(
 
 
 def _cmd_import_ufo_log(args: argparse.Namespace, out: IO[str]) -> int:
-    from agents.integrations.ufo import import_ufo_log
+    from agents.integrations.ufo import LOG_FILE, import_ufo_log
 
+    path: str = args.path
+    if not os.path.isfile(path) and not os.path.isfile(os.path.join(path, LOG_FILE)):
+        msg = (
+            f"No UFO log at {path!r}: expected a log folder holding {LOG_FILE!r} "
+            "(UFO's logs/<task name>/) or the log file itself; check the path."
+        )
+        raise _UsageError(msg)
     count = import_ufo_log(
-        args.path, args.store, args.session, link_screenshots=args.link, append=args.append
+        path,
+        args.store,
+        args.session,
+        step_key=args.step_key,
+        generation=args.generation,
+        link_screenshots=args.link,
+        allow_absolute=args.allow_absolute,
+        append=args.append,
     )
     out.write(f"imported {count} steps into session {args.session!r} of {args.store}\n")
     return 0
@@ -596,6 +645,14 @@ def _parser() -> argparse.ArgumentParser:
     stats = commands.add_parser("stats", help="count items, steps, fields and cost")
     source_args(stats)
     stats.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    stats.add_argument(
+        "--cost-field",
+        metavar="NAMES",
+        help=(
+            "comma-separated numeric fields summed as cost (default: what the session's source "
+            "wrote: llm_cost for a UFO 3 log, Cost for UFO 2, else cost)"
+        ),
+    )
     stats.set_defaults(run=_cmd_stats)
 
     convert = commands.add_parser("convert", help="copy a session to a file or another store")
@@ -629,6 +686,21 @@ def _parser() -> argparse.ArgumentParser:
         help="list the screenshots found in a 'screenshots' field (default: on)",
     )
     ufo.add_argument("--append", action="store_true", help="append to a non-empty session")
+    ufo.add_argument(
+        "--step-key",
+        help="the field that names a step (default: Step for UFO 2 logs, session_step for UFO 3)",
+    )
+    ufo.add_argument(
+        "--generation",
+        choices=("auto", "ufo2", "ufo3"),
+        default="auto",
+        help="the UFO generation that wrote the log (default: recognised from its lines)",
+    )
+    ufo.add_argument(
+        "--allow-absolute",
+        action="store_true",
+        help="also link screenshots named by an absolute path outside the log folder",
+    )
     ufo.set_defaults(run=_cmd_import_ufo_log)
 
     mcp = commands.add_parser(

@@ -1,144 +1,241 @@
-"""A checker for chat messages as the OpenAI Chat Completions API documents them.
+"""A strict checker for chat messages, derived from the ``openai`` package's typed message params.
 
-Written from the API reference's message types (system, user, assistant,
-tool) so that tests can validate what kvmemory sends. It checks the shapes
-that reference lists: required keys, allowed keys, value types, content
-part types, and tool-call objects.
+``message_errors`` walks ``openai.types.chat.ChatCompletionMessageParam`` (a
+union of TypedDicts) with the value: every key must be one the TypedDict
+declares (no extra keys), every required key present, every value of the
+declared type (``Iterable`` is a JSON array, ``Literal`` one of its values,
+a union any of its members). The ``function`` role and the deprecated
+``function_call`` key are left out: kvmemory never sends them.
+
+``conversation_errors`` adds the chat API's tool-call rules, which the types
+cannot state: the results of an assistant message's calls follow it
+directly, one per call; a message's call ids are distinct.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import collections.abc
+import types
+import typing
+from typing import Any, Literal, Union
 
-_TEXT_PART = {"type", "text"}
-_IMAGE_PART = {"type", "image_url"}
-_IMAGE_URL = {"url", "detail"}
-_DETAILS = {"auto", "low", "high"}
+from hypothesis import strategies as st
+from openai.types.chat import ChatCompletionMessageParam
+from typing_extensions import NotRequired, Required, is_typeddict
 
-_ALLOWED = {
-    "system": {"role", "content", "name"},
-    "developer": {"role", "content", "name"},
-    "user": {"role", "content", "name"},
-    "assistant": {"role", "content", "name", "refusal", "tool_calls", "audio", "function_call"},
-    "tool": {"role", "content", "tool_call_id"},
-}
-_PART_TYPES = {
-    "system": {"text"},
-    "developer": {"text"},
-    "user": {"text", "image_url", "input_audio", "file"},
-    "assistant": {"text", "refusal"},
-    "tool": {"text"},
-}
+_HINTS: dict[Any, dict[str, Any]] = {}
 
 
-def _part_errors(role: str, part: Any, where: str) -> list[str]:
-    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-        return [f"{where}: a content part is an object with a string 'type'"]
-    kind = part["type"]
-    if kind not in _PART_TYPES[role]:
-        return [f"{where}: part type {kind!r} is not allowed in a {role} message"]
-    if kind == "text":
-        errors = (
-            [] if isinstance(part.get("text"), str) else [f"{where}: text part needs string 'text'"]
-        )
-        return errors + [f"{where}: unknown key {k!r}" for k in set(part) - _TEXT_PART]
-    if kind == "image_url":
-        image = part.get("image_url")
-        if not isinstance(image, dict) or not isinstance(image.get("url"), str):
-            return [f"{where}: image_url part needs image_url.url (string)"]
-        errors = [f"{where}: unknown key {k!r}" for k in set(part) - _IMAGE_PART]
-        errors += [f"{where}: unknown image_url key {k!r}" for k in set(image) - _IMAGE_URL]
-        url = image["url"]
-        if not url.startswith(("http://", "https://", "data:image/")):
-            errors.append(
-                f"{where}: image url must be http(s) or a data:image/ URL, got {url[:30]!r}"
-            )
-        if "detail" in image and image["detail"] not in _DETAILS:
-            errors.append(f"{where}: detail must be one of {sorted(_DETAILS)}")
+def _hints(typed_dict: Any) -> dict[str, Any]:
+    if typed_dict not in _HINTS:
+        _HINTS[typed_dict] = typing.get_type_hints(typed_dict, include_extras=True)
+    return _HINTS[typed_dict]
+
+
+def _required(typed_dict: Any) -> list[str]:
+    """Return the required keys, read from ``Required[...]`` (string annotations hide them from ``__required_keys__``)."""
+    required = []
+    for key, hint in _hints(typed_dict).items():
+        origin = typing.get_origin(hint)
+        marked = origin in (Required, typing.Required)
+        unmarked = origin not in (NotRequired, typing.NotRequired)
+        if marked or (unmarked and typed_dict.__total__):
+            required.append(key)
+    return required
+
+
+def _members(tp: Any) -> tuple[Any, ...]:
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        return tuple(m for arg in typing.get_args(tp) for m in _members(arg))
+    return (tp,)
+
+
+def type_errors(value: Any, tp: Any, where: str) -> list[str]:
+    """Return how ``value`` fails the type ``tp`` (empty when it conforms), strictly."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Annotated, Required, NotRequired, typing.Required, typing.NotRequired):
+        return type_errors(value, typing.get_args(tp)[0], where)
+    if tp is Any or tp is object:
+        return []
+    if tp is str:
+        return [] if type(value) is str else [f"{where}: expected a string, got {value!r}"]
+    if tp is type(None):
+        return [] if value is None else [f"{where}: expected null, got {value!r}"]
+    if tp is bool:
+        return [] if type(value) is bool else [f"{where}: expected a bool, got {value!r}"]
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        ok = any(type(value) is type(a) and value == a for a in allowed)
+        return [] if ok else [f"{where}: expected one of {allowed!r}, got {value!r}"]
+    if origin is Union or origin is types.UnionType:
+        found = [type_errors(value, member, where) for member in _members(tp)]
+        if any(not errors for errors in found):
+            return []
+        return min(found, key=len)
+    if origin in (collections.abc.Iterable, collections.abc.Sequence, list):
+        if type(value) is not list:
+            return [f"{where}: expected an array, got {value!r}"]
+        (item,) = typing.get_args(tp)
+        return [e for i, v in enumerate(value) for e in type_errors(v, item, f"{where}[{i}]")]
+    if is_typeddict(tp):
+        if type(value) is not dict:
+            return [f"{where}: expected an object ({tp.__name__}), got {value!r}"]
+        hints = _hints(tp)
+        errors = [f"{where}: key {k!r} is not in {tp.__name__}" for k in value if k not in hints]
+        errors += [
+            f"{where}: required key {k!r} of {tp.__name__} is missing"
+            for k in _required(tp)
+            if k not in value
+        ]
+        for key, hint in hints.items():
+            if key in value:
+                errors += type_errors(value[key], hint, f"{where}.{key}")
         return errors
-    if kind == "refusal":
-        return (
-            []
-            if isinstance(part.get("refusal"), str)
-            else [f"{where}: refusal part needs 'refusal'"]
-        )
-    return []
-
-
-def _tool_call_errors(call: Any, where: str) -> list[str]:
-    if not isinstance(call, dict):
-        return [f"{where}: a tool call is an object"]
-    errors = []
-    if not isinstance(call.get("id"), str):
-        errors.append(f"{where}: tool call needs string 'id'")
-    if call.get("type") != "function":
-        errors.append(f"{where}: tool call type must be 'function'")
-    function = call.get("function")
-    if not isinstance(function, dict):
-        return [*errors, f"{where}: tool call needs 'function'"]
-    if not isinstance(function.get("name"), str):
-        errors.append(f"{where}: function needs string 'name'")
-    if not isinstance(function.get("arguments"), str):
-        errors.append(f"{where}: function 'arguments' must be a JSON string")
-    errors += [
-        f"{where}: unknown function key {k!r}" for k in set(function) - {"name", "arguments"}
-    ]
-    errors += [
-        f"{where}: unknown tool call key {k!r}" for k in set(call) - {"id", "type", "function"}
-    ]
-    return errors
+    msg = f"the checker does not know the type {tp!r} (at {where})"
+    raise NotImplementedError(msg)
 
 
 def message_errors(message: Any, where: str = "message") -> list[str]:
-    """Return what makes ``message`` invalid under the documented schema (empty when valid)."""
-    if not isinstance(message, dict):
-        return [f"{where}: a message is an object"]
-    role = message.get("role")
-    if role not in _ALLOWED:
-        return [f"{where}: unknown role {role!r}"]
-    errors = [
-        f"{where}: key {k!r} is not allowed in a {role} message"
-        for k in set(message) - _ALLOWED[role]
+    """Return what makes ``message`` invalid under the openai package's message params (empty when valid)."""
+    role = message.get("role") if type(message) is dict else None
+    if role == "function" or (type(message) is dict and "function_call" in message):
+        return [f"{where}: the function role and function_call are deprecated"]
+    candidates = [
+        member
+        for member in _members(ChatCompletionMessageParam)
+        if typing.get_args(typing.get_args(_hints(member)["role"])[0]) == (role,)
     ]
+    if not candidates:
+        return [f"{where}: unknown role {role!r}"]
+    errors = type_errors(message, candidates[0], where)
     content = message.get("content")
-    if content is None:
-        if role != "assistant" or not ("tool_calls" in message or "refusal" in message):
-            errors.append(f"{where}: {role} message needs content")
-    elif isinstance(content, list):
-        if not content:
-            errors.append(f"{where}: content array must not be empty")
-        for index, part in enumerate(content):
-            errors += _part_errors(role, part, f"{where}.content[{index}]")
-    elif not isinstance(content, str):
-        errors.append(f"{where}: content must be a string or an array of parts")
-    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
-        errors.append(f"{where}: tool message needs string 'tool_call_id'")
-    if "tool_calls" in message:
-        calls = message["tool_calls"]
-        if not isinstance(calls, list):
-            errors.append(f"{where}: tool_calls must be an array")
-        else:
-            for index, call in enumerate(calls):
-                errors += _tool_call_errors(call, f"{where}.tool_calls[{index}]")
-    for key in ("name", "refusal"):
-        if key in message and not isinstance(message[key], str):
-            errors.append(f"{where}: {key} must be a string")
+    if (
+        role == "assistant"
+        and content is None
+        and not message.get("tool_calls")
+        and message.get("refusal") is None
+        and message.get("audio") is None
+    ):
+        errors.append(
+            f"{where}: an assistant message needs content, tool_calls, a refusal or audio"
+        )
+    if isinstance(content, list) and not content:
+        errors.append(f"{where}: content array must not be empty")
+    if "tool_calls" in message and message["tool_calls"] == []:
+        errors.append(f"{where}: tool_calls must not be empty")
     return errors
 
 
 def conversation_errors(messages: list[Any]) -> list[str]:
-    """Return the errors of every message, plus tool results that answer no earlier call."""
+    """Return the errors of every message, plus every break of the tool-call rules."""
     errors: list[str] = []
-    open_calls: set[str] = set()
+    pending: dict[str, bool] = {}
     for index, message in enumerate(messages):
         found = message_errors(message, f"messages[{index}]")
         errors += found
         if found:
             continue
-        for call in message.get("tool_calls") or ():
-            open_calls.add(call["id"])
-        if message["role"] == "tool" and message["tool_call_id"] not in open_calls:
-            errors.append(
-                f"messages[{index}]: answers tool call {message['tool_call_id']!r} never made"
-            )
+        if message["role"] == "tool":
+            cid = message["tool_call_id"]
+            if pending.get(cid) is not False:
+                errors.append(
+                    f"messages[{index}]: answers {cid!r}, no open call of the assistant message before it"
+                )
+            else:
+                pending[cid] = True
+            continue
+        errors += [
+            f"messages[{index}]: call {c!r} was never answered" for c, d in pending.items() if not d
+        ]
+        pending = {}
+        if message["role"] == "assistant":
+            ids = [call["id"] for call in message.get("tool_calls") or ()]
+            if len(set(ids)) < len(ids):
+                errors.append(f"messages[{index}]: duplicate tool call ids {ids!r}")
+            pending = dict.fromkeys(ids, False)
+    errors += [f"end: call {c!r} was never answered" for c, d in pending.items() if not d]
     return errors
+
+
+# -- hypothesis strategies of valid messages, shared by the test modules -------------------
+
+TEXT = st.text(max_size=20)
+NAME = st.sampled_from(["ann", "bob"])
+URL = st.sampled_from(
+    ["https://example.org/a.png", "HTTPS://EXAMPLE.ORG/B.PNG", "data:image/png;base64,AAAA"]
+)
+TEXT_PART = st.builds(lambda t: {"type": "text", "text": t}, TEXT)
+USER_PART = st.one_of(
+    TEXT_PART,
+    st.builds(lambda u: {"type": "image_url", "image_url": {"url": u}}, URL),
+    st.builds(
+        lambda u, d: {"type": "image_url", "image_url": {"url": u, "detail": d}},
+        URL,
+        st.sampled_from(["auto", "low", "high"]),
+    ),
+    st.builds(
+        lambda f: {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": f}},
+        st.sampled_from(["wav", "mp3"]),
+    ),
+    st.just({"type": "file", "file": {"file_id": "file-abc"}}),
+    st.just({"type": "file", "file": {"file_data": "JVBERi0=", "filename": "a.pdf"}}),
+)
+ASSISTANT_PART = st.one_of(TEXT_PART, st.builds(lambda t: {"type": "refusal", "refusal": t}, TEXT))
+
+
+def _with_name(role: str, content: Any, name: str | None) -> dict[str, Any]:
+    message = {"role": role, "content": content}
+    if name is not None:
+        message["name"] = name
+    return message
+
+
+PLAIN_MESSAGE = st.one_of(
+    st.builds(
+        _with_name,
+        st.sampled_from(["system", "developer"]),
+        st.one_of(TEXT, st.lists(TEXT_PART, min_size=1, max_size=3)),
+        st.none() | NAME,
+    ),
+    st.builds(
+        _with_name,
+        st.just("user"),
+        st.one_of(TEXT, st.lists(USER_PART, min_size=1, max_size=4)),
+        st.none() | NAME,
+    ),
+    st.builds(
+        _with_name,
+        st.just("assistant"),
+        st.one_of(TEXT, st.lists(ASSISTANT_PART, min_size=1, max_size=3)),
+        st.none() | NAME,
+    ),
+    st.builds(lambda r: {"role": "assistant", "content": None, "refusal": r}, TEXT),
+    st.builds(lambda a: {"role": "assistant", "audio": {"id": a}}, st.just("audio_1")),
+    st.builds(lambda c: {"role": "assistant", "content": c, "audio": {"id": "audio_2"}}, TEXT),
+)
+
+
+def tool_call(call_id: str, custom: bool, arguments: str) -> dict[str, Any]:
+    if custom:
+        return {"id": call_id, "type": "custom", "custom": {"name": "sh", "input": arguments}}
+    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": arguments}}
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Draw a valid conversation: every role, part kind and tool-call shape, results in any order."""
+    messages: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            messages.append(draw(PLAIN_MESSAGE))
+        else:
+            ids = [f"call_{index}_{n}" for n in range(draw(st.integers(1, 3)))]
+            calls = [tool_call(i, draw(st.booleans()), draw(TEXT)) for i in ids]
+            assistant: dict[str, Any] = {"role": "assistant", "tool_calls": calls}
+            assistant["content"] = draw(st.none() | TEXT)
+            messages.append(assistant)
+            for i in draw(st.permutations(ids)):
+                content = draw(st.one_of(TEXT, st.lists(TEXT_PART, min_size=1, max_size=2)))
+                messages.append({"role": "tool", "content": content, "tool_call_id": i})
+    return messages

@@ -126,6 +126,7 @@ def test_stats_json_is_one_object(session_file: Path) -> None:
         "first_step": 1,
         "last_step": 3,
         "total_cost": 1.5,
+        "cost_fields": ["cost"],
         "fields": {"step": 3, "action": 3, "cost": 3},
     }
 

@@ -16,7 +16,9 @@ import enum
 import functools
 import io
 import json
+import os
 import sqlite3
+import sys
 import tempfile
 import uuid
 import zoneinfo
@@ -348,6 +350,285 @@ def test_damaged_store_row_fails_reload_and_keeps_the_memory(tmp_path: Path) -> 
         with pytest.raises(AgentMemoryError, match="2"):
             memory.reload()
         assert state_of(memory) == before
+
+
+# -- UFO log folders: lines, screenshot names, links and sizes --------------------------------------
+
+_PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"\0" * 8
+_SECRET = _PNG_BYTES + b"outside the log folder: must never be read into any output"
+
+UFO_LOG_SEED = (
+    b"\n".join(
+        json.dumps(line).encode()
+        for line in [
+            {
+                "Step": 1,
+                "Agent": "HostAgent",
+                "Cost": 0.5,
+                "CleanScreenshot": "logs/task/action_step1.png",
+            },
+            {
+                "Step": 2,
+                "Agent": "AppAgent",
+                "Handle": 2**70,
+                "AnnotatedScreenshot": "C:\\UFO\\logs\\task\\a.png",
+            },
+            {
+                "agent_type": "AppAgent",
+                "session_step": 3,
+                "llm_cost": 0.25,
+                "clean_screenshot_path": "a.png",
+            },
+        ]
+    )
+    + b"\n"
+)
+
+screenshot_names = st.sampled_from(
+    [
+        "a.png",
+        "logs/task/a.png",
+        "../secret/holiday.png",
+        "../../secret/holiday.png",
+        "sub/../../secret/holiday.png",
+        "C:\\UFO\\logs\\task\\a.png",
+        "out.png",
+        "outdir/holiday.png",
+        "notes.png",
+        "huge.png",
+        "fifo.png",
+        "a.png\0.png",
+        "",
+        ".",
+        "/",
+        "x" * 300 + ".png",
+    ]
+) | st.text(max_size=20)
+
+
+@st.composite
+def ufo_log_folders(draw: st.DrawFn) -> tuple[bytes, list[str], bool]:
+    """A mutated response.log whose lines name screenshots, and whether to plant links out of the folder."""
+    lines = [json.loads(line) for line in UFO_LOG_SEED.splitlines()]
+    for line in lines:
+        key = "clean_screenshot_path" if "session_step" in line else "ConcatScreenshot"
+        line[key] = draw(screenshot_names)
+    log = b"\n".join(json.dumps(line).encode() for line in lines) + b"\n"
+    if draw(st.booleans()):
+        log = draw(mutations(log))
+    extra = draw(st.lists(screenshot_names, max_size=3))
+    # Fields prompt renderers read from disk themselves, beside UFO's own screenshot fields.
+    extra_key = draw(st.sampled_from(["SelectedControlScreenshot", "screenshot", "image_path"]))
+    return log, [extra_key, *extra] if extra else [], draw(st.booleans())
+
+
+def _plant_ufo_folder(root: Path, log: bytes, plant_links: bool) -> tuple[Path, Path]:
+    """Write a log folder beside a secret image outside it; return (folder, secret)."""
+    secret_dir = root / "secret"
+    secret_dir.mkdir()
+    secret = secret_dir / "holiday.png"
+    secret.write_bytes(_SECRET)
+    folder = root / "logs" / "task"
+    folder.mkdir(parents=True)
+    (folder / "response.log").write_bytes(log)
+    (folder / "a.png").write_bytes(_PNG_BYTES)
+    (folder / "notes.png").write_text("not an image")
+    with (folder / "huge.png").open("wb") as big:
+        big.write(_PNG_BYTES)
+        big.truncate(64 * 1024 * 1024)  # sparse: large, not slow to write
+    if plant_links:
+        (folder / "out.png").symlink_to(secret)
+        (folder / "outdir").symlink_to(secret_dir, target_is_directory=True)
+    return folder, secret
+
+
+_OPENED: list[str] | None = None
+"""Paths opened while a UFO log is read, recorded by the audit hook below (None: not recording)."""
+
+
+def _record_opens(event: str, args: tuple[Any, ...]) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], (str, bytes, Path)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+# Audit hooks cannot be removed; this one records only while _OPENED is a list.
+sys.addaudithook(_record_opens)
+
+
+def _read_recording_opens(read: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """Run ``read`` and return its result (or its library error) and every path it opened."""
+    global _OPENED
+    _OPENED = []
+    try:
+        try:
+            result: Any = read()
+        except AgentMemoryError as exc:
+            result = exc
+        return result, list(_OPENED)
+    finally:
+        _OPENED = None
+
+
+def _folder_state(folder: Path) -> list[tuple[str, bytes]]:
+    return sorted(
+        (str(path.relative_to(folder)), path.read_bytes()[:64] if path.is_file() else b"")
+        for path in folder.rglob("*")
+        if not path.is_symlink()
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=ufo_log_folders())
+def test_fuzzed_ufo_log_folder(case: tuple[bytes, list[str], bool]) -> None:
+    """A mutated UFO log folder imports or raises a library error; nothing outside it is read; a failure writes nothing."""
+    import base64
+    import warnings
+
+    from agents.integrations.ufo import import_ufo_log, read_ufo_log
+    from agents.memory import to_messages
+    from agents.memory.stores import open_store
+
+    log, extra, plant_links = case
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # skipped lines and refused screenshots warn by design
+        root = Path(tmp)
+        folder, secret = _plant_ufo_folder(root, log, plant_links)
+        if extra:
+            with (folder / "response.log").open("ab") as stream:
+                stream.write(json.dumps({"Step": 9, extra[0]: extra[1]}).encode())
+        before = _folder_state(folder)
+        folder_real = str(folder.resolve())
+        memory, opened = _read_recording_opens(lambda: read_ufo_log(folder))
+        outside = [
+            path for path in opened if not os.path.realpath(path).startswith(folder_real + "/")
+        ]
+        assert outside == []
+        assert any(path.endswith("response.log") for path in opened)  # the hook does record
+        if isinstance(memory, Memory):
+            for item in memory:
+                for linked in item.get_value("screenshots", []):
+                    assert linked.startswith(folder_real + "/")
+                    assert Path(linked).read_bytes() != _SECRET
+            rendered = json.dumps(to_messages(memory.content, text_keys=["Step"])).encode()
+            assert base64.b64encode(_SECRET) not in rendered
+        db = root / "runs.db"
+        with open_store(db) as store:
+            store.append("other", [MemoryItem(step=1)])
+            try:
+                import_ufo_log(folder, store, "ufo")
+            except AgentMemoryError:
+                assert store.count("ufo") == 0
+                assert store.session_info("ufo") is None
+            assert store.count("other") == 1
+        assert _folder_state(folder) == before
+        assert secret.read_bytes() == _SECRET
+        assert b"must never be read" not in db.read_bytes()
+
+
+# -- incoming chat messages ---------------------------------------------------------------
+
+SECRET = b"\x89PNG\r\n\x1a\n" + b"kvmemory-fuzz-secret-" * 8
+SECRET_SIGNS = (
+    SECRET.decode("latin-1"),
+    __import__("base64").b64encode(SECRET).decode(),
+    "kvmemory-fuzz-secret",
+)
+PLACEHOLDER = "@secret-path"
+
+
+def chat_seeds() -> list[bytes]:
+    """Return two client chat requests naming a local file as an image: plain kinds, and every kind."""
+    plain = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look"},
+                {"type": "image_url", "image_url": {"url": PLACEHOLDER}},
+            ],
+        },
+        {"role": "assistant", "content": "A cat."},
+    ]
+    return [json.dumps(plain).encode(), chat_seed()]
+
+
+def chat_seed() -> bytes:
+    """Return a client's chat request: every message kind, and an image part naming a local file."""
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a":1}'}}
+    image = {"type": "image_url", "image_url": {"url": PLACEHOLDER, "detail": "low"}}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "developer", "content": [{"type": "text", "text": "No tables."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Look"}, image], "name": "ann"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "2", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "Done.", "audio": {"id": "au_1"}, "tags": ["x"]},
+        {"role": "user", "content": [{"type": "file", "file": {"file_id": "f-1"}}]},
+    ]
+    return json.dumps(messages).encode()
+
+
+def with_secret(value: Any, path: str) -> Any:
+    """Return ``value`` with every placeholder string replaced by the secret file's path."""
+    if isinstance(value, str):
+        return path if value == PLACEHOLDER else value
+    if isinstance(value, list):
+        return [with_secret(v, path) for v in value]
+    if isinstance(value, dict):
+        return {k: with_secret(v, path) for k, v in value.items()}
+    return value
+
+
+@FUZZ
+@given(data=st.sampled_from(chat_seeds()).flatmap(mutations))
+def test_fuzzed_incoming_chat_messages(data: bytes) -> None:
+    """Mutated client messages: only library errors escape, a refused request changes nothing, no file is read."""
+    from agents.memory import Conversation, to_messages
+
+    try:
+        request = json.loads(data)
+    except ValueError:
+        return  # not JSON: the server's parser refuses it before kvmemory sees it
+    with tempfile.TemporaryDirectory() as folder:
+        secret = Path(folder) / "secret.png"
+        secret.write_bytes(SECRET)
+        request = with_secret(request, str(secret))
+        store = Path(folder) / "chats.db"
+        with Conversation.for_context(f"sqlite://{store}", {"user": "ann"}) as chat:
+            chat.add_user("earlier")
+            before = state_of(chat.history)
+            try:
+                chat.add_messages(request)
+            except AgentMemoryError:
+                assert state_of(chat.history) == before
+                chat.history.reload()
+                assert chat.history.to_list_of_dicts() == before[1]
+            outputs = [chat.history.to_json()]
+            for policy in ("refuse", "drop", "close"):
+                with contextlib.suppress(AgentMemoryError):
+                    outputs.append(repr(to_messages(chat.history, unanswered=policy)))
+        written = [
+            path.read_bytes().decode("latin-1") for path in Path(folder).iterdir() if path != secret
+        ]
+        for text in [*outputs, *written]:
+            assert not any(sign in text for sign in SECRET_SIGNS)
+
+
+def test_chat_seed_is_accepted_and_keeps_the_path(tmp_path: Path) -> None:
+    """The unmutated requests are accepted; their local image path is kept as given and the file never read."""
+    from agents.memory import Conversation
+
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(SECRET)
+    for seed in chat_seeds():
+        request = with_secret(json.loads(seed), str(secret))
+        chat = Conversation()
+        chat.add_messages(request)
+        sent = repr(chat.messages())
+        assert str(secret) in sent
+        assert not any(sign in sent for sign in SECRET_SIGNS)
+        chat.add_messages(request, read_paths=True)  # the explicit opt-in reads it
+        assert SECRET_SIGNS[1] in repr(chat.messages())
 
 
 # -- stored smolagents rows -------------------------------------------------------------------

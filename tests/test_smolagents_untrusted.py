@@ -220,7 +220,10 @@ def test_error_of_the_wrong_shape_is_named(error: Any, expected: str) -> None:
         restore_steps(memory)
 
 
-@pytest.mark.parametrize("run", ["one", [1], math.nan, -1, 1.0, True, {"n": 1}])
+@pytest.mark.parametrize(
+    "run",
+    ["one", [1], math.nan, -1, 1.0, True, {"n": 1}, pytest.param(10**5000, id="5001-digit int")],
+)
 def test_run_that_is_not_a_run_number_is_named(run: Any) -> None:
     """A ``run`` that is not a non-negative int raises CorruptSessionError naming the item, in restore and in the recorder."""
     memory = Memory(

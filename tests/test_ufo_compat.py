@@ -7,6 +7,7 @@ pins one point of docs/ufo.md.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
 import json
@@ -507,103 +508,329 @@ def test_read_json_file_refuses_bad_last_k(tmp_path: pathlib.Path) -> None:
         Blackboard.read_json_file(tmp_path / "qa.jsonl", last_k=-2)
 
 
-# -- 9. the switch-over files of docs/ufo.md ---------------------------------------------------------
+# -- 9. the switch-over files of docs/ufo.md, run against stand-ins of each UFO's configuration -------
+#
+# Each stand-in has the module paths, names, config objects and defaults of one UFO generation's
+# configuration (read from UFO's code); the values, and the code, are the test's own. A stand-in's
+# settings come from the test instead of YAML files, so no YAML parser is needed.
 
 
 SWITCH_OVER = re.compile(
     r"^```py\n# (ufo/agents/memory/\w+\.py)\n(.*?)^```", re.DOTALL | re.MULTILINE
 )
 
-STAND_IN_CONFIG = '''
-"""A stand-in for UFO's configuration singleton, for the test only."""
+# UFO 2.0.0: ufo/config/config.py holds the singleton; ufo/config/__init__.py exports nothing.
+UFO2_CONFIG = """
+import os
+
+SETTINGS = {settings!r}
 
 
 class Config:
     _instance = None
 
-    def __init__(self) -> None:
-        self.config_data = {settings!r}
+    def __init__(self):
+        self.config_data = self.load_config()
+
+    @staticmethod
+    def get_instance():
+        if Config._instance is None:
+            Config._instance = Config()
+        return Config._instance
+
+    def load_config(self):
+        merged = dict(os.environ)
+        merged.update(SETTINGS)
+        return merged
+"""
+
+# UFO 3: a top-level config package with a typed loader; ufo/config/__init__.py keeps a legacy
+# Config whose YAML file (ufo/config/config.yaml) is gone, so it sees the environment only.
+UFO3_LEGACY_CONFIG = """
+import os
+
+LEGACY_SETTINGS = {legacy!r}
+
+
+class Config:
+    _instance = None
+
+    def __init__(self):
+        self.config_data = dict(os.environ)
+        self.config_data.update(LEGACY_SETTINGS)
+
+    @staticmethod
+    def get_instance():
+        if Config._instance is None:
+            Config._instance = Config()
+        return Config._instance
+"""
+
+UFO3_SCHEMAS = """
+from dataclasses import dataclass, field
+from typing import Any, Dict
+
+
+@dataclass
+class SystemConfig:
+    max_step: int = 50
+    ask_question: bool = False
+    use_customization: bool = False
+    qa_pair_file: str = "customization/global_memory.jsonl"
+    qa_pair_num: int = 20
+    _extras: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    NAMES = {"MAX_STEP": "max_step", "ASK_QUESTION": "ask_question",
+             "USE_CUSTOMIZATION": "use_customization", "QA_PAIR_FILE": "qa_pair_file",
+             "QA_PAIR_NUM": "qa_pair_num"}
 
     @classmethod
-    def get_instance(cls) -> "Config":
-        if cls._instance is None:
-            cls._instance = cls()
-        return cls._instance
-'''
+    def from_dict(cls, data):
+        known = {cls.NAMES[k]: v for k, v in data.items() if k in cls.NAMES}
+        made = cls(**known)
+        made._extras = {k: v for k, v in data.items() if k not in cls.NAMES}
+        return made
 
 
-def ufo_checkout(root: pathlib.Path, settings: dict[str, Any]) -> pathlib.Path:
-    """Write a stand-in UFO package whose memory module is docs/ufo.md's switch-over files."""
+@dataclass
+class UFOConfig:
+    system: SystemConfig
+    _raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __getitem__(self, key):
+        return self._raw[key]
+
+    def get(self, key, default=None):
+        return self._raw.get(key, default)
+
+    @classmethod
+    def from_dict(cls, data):
+        return cls(system=SystemConfig.from_dict(data), _raw=data)
+"""
+
+UFO3_LOADER = """
+import os
+
+from config.config_schemas import UFOConfig
+
+SETTINGS = {settings!r}
+_cached = None
+
+
+def get_ufo_config(reload=False):
+    global _cached
+    if _cached is None or reload:
+        merged = dict(os.environ)
+        merged.update(SETTINGS)
+        _cached = UFOConfig.from_dict(merged)
+    return _cached
+"""
+
+UFO3_PACKAGE = """
+from config.config_loader import get_ufo_config
+from config.config_schemas import SystemConfig, UFOConfig
+
+__all__ = ["SystemConfig", "UFOConfig", "get_ufo_config"]
+"""
+
+GENERATIONS = ("ufo2.0", "ufo2.x", "ufo3")
+
+
+def ufo_checkout(
+    root: pathlib.Path,
+    settings: dict[str, Any],
+    *,
+    generation: str = "ufo3",
+    legacy: dict[str, Any] | None = None,
+) -> pathlib.Path:
+    """Write a stand-in UFO checkout of one generation whose memory module is docs/ufo.md's switch-over files."""
     files = SWITCH_OVER.findall((ROOT / "docs" / "ufo.md").read_text(encoding="utf-8"))
     assert [name for name, _ in files] == [
         "ufo/agents/memory/memory.py",
         "ufo/agents/memory/blackboard.py",
     ]
+
+    def write(name: str, code: str) -> None:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(code), encoding="utf-8")
+
     for package in ("ufo", "ufo/agents", "ufo/agents/memory"):
-        (root / package).mkdir(parents=True, exist_ok=True)
-        (root / package / "__init__.py").write_text("", encoding="utf-8")
-    (root / "ufo" / "config.py").write_text(
-        textwrap.dedent(STAND_IN_CONFIG).replace("{settings!r}", repr(settings)), encoding="utf-8"
-    )
+        write(f"{package}/__init__.py", "")
+    config = UFO2_CONFIG.replace("{settings!r}", repr(settings))
+    if generation == "ufo2.0":
+        write("ufo/config/__init__.py", "")
+        write("ufo/config/config.py", config)
+    elif generation == "ufo2.x":
+        write("ufo/config/__init__.py", config)
+    else:
+        write(
+            "ufo/config/__init__.py", UFO3_LEGACY_CONFIG.replace("{legacy!r}", repr(legacy or {}))
+        )
+        write("config/__init__.py", UFO3_PACKAGE)
+        write("config/config_schemas.py", UFO3_SCHEMAS)
+        write("config/config_loader.py", UFO3_LOADER.replace("{settings!r}", repr(settings)))
     for name, code in files:
-        (root / name).write_text(code, encoding="utf-8")
+        write(name, code)
     return root
 
 
-def run_in_checkout(root: pathlib.Path, code: str) -> str:
-    """Run ``code`` in a fresh Python process with the stand-in checkout first on the path."""
+def run_in_checkout(root: pathlib.Path, code: str, *, warnings_as_errors: bool = True) -> str:
+    """Run ``code`` in a fresh Python process in the stand-in checkout, as UFO runs from its root."""
+    env = {"PYTHONPATH": os.pathsep.join([str(root), str(ROOT)])}
+    if warnings_as_errors:
+        env["PYTHONWARNINGS"] = "error"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=root,
         capture_output=True,
         text=True,
-        check=True,
-        env={"PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]), "PYTHONWARNINGS": "error"},
+        check=False,
+        env=env,
     )
+    assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
-def test_switch_over_blackboard_loads_saved_questions(tmp_path: pathlib.Path) -> None:
-    """With USE_CUSTOMIZATION on, the switched-over Blackboard() loads the last QA_PAIR_NUM lines."""
+QUESTIONS_PROMPT = (
+    "from ufo.agents.memory.blackboard import Blackboard\n"
+    "print(Blackboard().blackboard_to_prompt()[1]['text'])"
+)
+
+
+def write_questions(path: pathlib.Path, count: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"question": f"Q{n}", "answer": f"A{n}"}) for n in range(1, count + 1)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_switch_over_blackboard_loads_saved_questions(
+    tmp_path: pathlib.Path, generation: str
+) -> None:
+    """With USE_CUSTOMIZATION on, the switched-over Blackboard() loads the last QA_PAIR_NUM lines, on every UFO."""
     qa = tmp_path / "qa.jsonl"
-    qa.write_text(
-        '{"question": "Q1", "answer": "A1"}\n{"question": "Q2", "answer": "A2"}\n', "utf-8"
-    )
+    write_questions(qa, 2)
     settings = {"USE_CUSTOMIZATION": True, "QA_PAIR_FILE": str(qa), "QA_PAIR_NUM": 1}
-    root = ufo_checkout(tmp_path / "checkout", settings)
-    code = (
-        "from ufo.agents.memory.blackboard import Blackboard\n"
-        "print(Blackboard().blackboard_to_prompt()[1]['text'])"
-    )
+    root = ufo_checkout(tmp_path / "checkout", settings, generation=generation)
     assert (
-        run_in_checkout(root, code)
+        run_in_checkout(root, QUESTIONS_PROMPT)
         == '[Questions & Answers:]\n [{"question": "Q2", "answer": "A2"}]'
     )
 
 
-def test_switch_over_blackboard_with_missing_question_file_is_empty(tmp_path: pathlib.Path) -> None:
+def test_switch_over_on_ufo3_applies_its_typed_defaults(tmp_path: pathlib.Path) -> None:
+    """On UFO 3 only USE_CUSTOMIZATION is set: the typed defaults give the file and its last 20 lines."""
+    root = tmp_path / "checkout"
+    write_questions(root / "customization" / "global_memory.jsonl", 25)
+    ufo_checkout(root, {"USE_CUSTOMIZATION": True}, generation="ufo3")
+    code = (
+        "from ufo.agents.memory.blackboard import Blackboard\n"
+        "board = Blackboard()\n"
+        "print(board.questions.length, board.questions.content[0]['question'])"
+    )
+    assert run_in_checkout(root, code) == "20 Q6"
+
+
+def test_switch_over_on_ufo3_reads_the_typed_configuration_not_the_legacy_one(
+    tmp_path: pathlib.Path,
+) -> None:
+    """UFO 3's legacy ufo.config.Config is not what its blackboard reads: customization off there wins."""
+    qa = tmp_path / "qa.jsonl"
+    write_questions(qa, 3)
+    legacy = {"USE_CUSTOMIZATION": True, "QA_PAIR_FILE": str(qa), "QA_PAIR_NUM": -1}
+    root = ufo_checkout(tmp_path / "checkout", {}, generation="ufo3", legacy=legacy)
+    code = "from ufo.agents.memory.blackboard import Blackboard\nprint(Blackboard().is_empty())"
+    assert run_in_checkout(root, code) == "True"
+
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_switch_over_blackboard_with_missing_question_file_is_empty(
+    tmp_path: pathlib.Path, generation: str
+) -> None:
     """A QA_PAIR_FILE that does not exist yet adds nothing, as in UFO."""
     settings = {"USE_CUSTOMIZATION": True, "QA_PAIR_FILE": str(tmp_path / "none.jsonl")}
-    root = ufo_checkout(tmp_path / "checkout", settings)
+    root = ufo_checkout(tmp_path / "checkout", settings, generation=generation)
     code = (
         "from ufo.agents.memory.blackboard import Blackboard\nprint(Blackboard().questions.length)"
     )
     assert run_in_checkout(root, code) == "0"
 
 
-def test_switch_over_without_customization_reads_no_file(tmp_path: pathlib.Path) -> None:
-    """With USE_CUSTOMIZATION off, the question file is not read."""
-    qa = tmp_path / "qa.jsonl"
-    qa.write_text('{"question": "Q1"}\n', "utf-8")
-    settings = {"USE_CUSTOMIZATION": False, "QA_PAIR_FILE": str(qa)}
-    root = ufo_checkout(tmp_path / "checkout", settings)
+@pytest.mark.parametrize("generation", ["ufo2.0", "ufo2.x"])
+def test_switch_over_on_ufo2_without_a_question_file_setting_starts(
+    tmp_path: pathlib.Path, generation: str
+) -> None:
+    """Customization on and no QA_PAIR_FILE: UFO 2 reads "" (nothing), and so does the switch-over."""
+    root = ufo_checkout(tmp_path / "checkout", {"USE_CUSTOMIZATION": True}, generation=generation)
     code = "from ufo.agents.memory.blackboard import Blackboard\nprint(Blackboard().is_empty())"
     assert run_in_checkout(root, code) == "True"
 
 
-def test_switch_over_memory_module_serves_kvmemory(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_switch_over_without_customization_reads_no_file(
+    tmp_path: pathlib.Path, generation: str
+) -> None:
+    """With USE_CUSTOMIZATION off, the question file is not read."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "Q1"}\n', "utf-8")
+    settings = {"USE_CUSTOMIZATION": False, "QA_PAIR_FILE": str(qa)}
+    root = ufo_checkout(tmp_path / "checkout", settings, generation=generation)
+    code = "from ufo.agents.memory.blackboard import Blackboard\nprint(Blackboard().is_empty())"
+    assert run_in_checkout(root, code) == "True"
+
+
+def test_switch_over_skips_question_lines_that_are_not_objects(tmp_path: pathlib.Path) -> None:
+    """JSON lines that are arrays, numbers, booleans or null are skipped with a warning; UFO starts."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(
+        '{"question": "Q1"}\n[1, 2]\n7\ntrue\nnull\n"plain text"\n{"question": "Q2"}\n', "utf-8"
+    )
+    settings = {"USE_CUSTOMIZATION": True, "QA_PAIR_FILE": str(qa), "QA_PAIR_NUM": -1}
+    root = ufo_checkout(tmp_path / "checkout", settings, generation="ufo3")
+    code = (
+        "import warnings\n"
+        "from ufo.agents.memory.blackboard import Blackboard\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    board = Blackboard()\n"
+        "print(board.questions_to_json())\n"
+        "print([type(w.message).__name__ for w in caught], 'skipped 4 values' in str(caught[0].message))"
+    )
+    assert run_in_checkout(root, code, warnings_as_errors=False).splitlines() == [
+        '[{"question": "Q1"}, {"text": "plain text"}, {"question": "Q2"}]',
+        "['SkippedRecordWarning'] True",
+    ]
+
+
+def test_switch_over_qa_pair_num_zero_reads_every_line_as_ufo_does(tmp_path: pathlib.Path) -> None:
+    """QA_PAIR_NUM 0 reads every line, as UFO's lines[-0:] does."""
+    qa = tmp_path / "qa.jsonl"
+    write_questions(qa, 3)
+    settings = {"USE_CUSTOMIZATION": True, "QA_PAIR_FILE": str(qa), "QA_PAIR_NUM": 0}
+    root = ufo_checkout(tmp_path / "checkout", settings, generation="ufo2.0")
+    code = (
+        "from ufo.agents.memory.blackboard import Blackboard\nprint(Blackboard().questions.length)"
+    )
+    assert run_in_checkout(root, code) == "3"
+
+
+def test_switch_over_without_any_ufo_configuration_names_what_it_looked_for(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Outside a UFO checkout the settings reader raises MissingDependencyError naming both modules."""
+    code = (
+        "from agents.integrations.ufo import ufo_question_settings\n"
+        "try:\n    ufo_question_settings()\n"
+        "except ImportError as exc:\n    print(type(exc).__name__, 'get_ufo_config' in str(exc))"
+    )
+    assert run_in_checkout(tmp_path, code) == "MissingDependencyError True"
+
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_switch_over_memory_module_serves_kvmemory(tmp_path: pathlib.Path, generation: str) -> None:
     """UFO's imports (memory, blackboard names) resolve to kvmemory's classes."""
-    root = ufo_checkout(tmp_path / "checkout", {})
+    root = ufo_checkout(tmp_path / "checkout", {}, generation=generation)
     code = (
         "import agents.memory as kv\n"
         "from ufo.agents.memory.memory import Memory, MemoryItem\n"
@@ -611,3 +838,56 @@ def test_switch_over_memory_module_serves_kvmemory(tmp_path: pathlib.Path) -> No
         "print(Memory is kv.Memory, MemoryItem is kv.MemoryItem, ImageMemoryItem is kv.ImageMemoryItem)"
     )
     assert run_in_checkout(root, code) == "True True True"
+
+
+def test_read_json_file_of_an_empty_name_is_empty() -> None:
+    """read_json_file("") returns [], as UFO's (no QA_PAIR_FILE configured)."""
+    assert Blackboard.read_json_file("") == []
+
+
+def test_load_questions_returns_a_count_and_the_difference_is_declared(
+    tmp_path: pathlib.Path,
+) -> None:
+    """load_questions returns how many records it added (UFO: None); docs/ufo.md declares it."""
+    qa = tmp_path / "qa.jsonl"
+    write_questions(qa, 2)
+    assert Blackboard().load_questions(qa) == 2
+    assert "load_questions` returns" in (ROOT / "docs" / "ufo.md").read_text(encoding="utf-8")
+
+
+def test_screenshot_over_the_cap_is_sent_empty_and_the_cap_is_declared(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A screenshot over 20 MiB is sent as an empty image with a warning, as docs/ufo.md declares."""
+    big = tmp_path / "big.png"
+    big.write_bytes(PNG.read_bytes() + b"\0" * (20 * 1024 * 1024))
+    board = Blackboard()
+    with pytest.warns(ImageReadWarning, match="larger than max_bytes=20971520"):
+        board.add_image(str(big), {"step": 1})
+    assert board.screenshots_to_prompt()[1] == {"type": "image_url", "image_url": {"url": ""}}
+    assert "20 MiB" in (ROOT / "docs" / "ufo.md").read_text(encoding="utf-8")
+
+
+def test_screenshot_is_sent_as_the_files_own_bytes_labelled_by_content(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A screenshot's data: URL holds the file's own bytes (no re-encoding); the label comes from its content."""
+    shot = tmp_path / "shot.jpg"  # a PNG under a JPEG name: the one case where UFO's label differs
+    shot.write_bytes(PNG.read_bytes())
+    board = Blackboard()
+    board.add_image(str(shot), {"step": 1})
+    url = board.screenshots_to_prompt()[1]["image_url"]["url"]
+    assert url == "data:image/png;base64," + base64.b64encode(PNG.read_bytes()).decode()
+    assert "data:image/jpeg;base64,iVBORw0KGgo" in (ROOT / "docs" / "ufo.md").read_text(
+        encoding="utf-8"
+    )
+
+
+def test_install_instructions_do_not_name_a_package_index_release() -> None:
+    """docs/ufo.md installs from a source checkout or a built wheel, not a bare `pip install kvmemory`."""
+    text = (ROOT / "docs" / "ufo.md").read_text(encoding="utf-8")
+    installs = re.findall(r"pip install [^\n`]*", text)
+    assert installs
+    assert not [line for line in installs if line.strip() == "pip install kvmemory"]
+    assert "pip install /path/to/kvmemory" in text
+    assert "python -m build --wheel" in text

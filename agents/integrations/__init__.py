@@ -3,7 +3,9 @@
 * :mod:`agents.integrations.smolagents`: record a smolagents agent's memory
   in a kvmemory session as it runs, and restore it into a new agent
   (extra ``kvmemory[smolagents]``).
-* :mod:`agents.integrations.ufo`: turn a UFO run's log folder into a session.
+* :mod:`agents.integrations.ufo`: turn a UFO 2 or UFO 3 run's log folder
+  into a session, and read UFO's configuration for the switch-over files of
+  ``docs/ufo.md``.
 * :mod:`agents.integrations.mcp`: serve a store to any agent over the Model
   Context Protocol (extra ``kvmemory[mcp]``; ``kvmemory mcp`` on the command line).
 * :mod:`agents.integrations.web`: watch a store's sessions live in the

@@ -61,6 +61,7 @@ import copy
 import dataclasses
 import io
 import operator
+import reprlib
 import struct
 import warnings
 import weakref
@@ -404,8 +405,13 @@ class _Invalid(ValueError):
 
 
 def _describe(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+    """Name a stored value's type and show its start (bounded: a row may hold anything)."""
+    if _is_int(value) and value.bit_length() > 64:
+        return f"int of {value.bit_length()} bits"
+    try:
+        return f"{type(value).__name__} {reprlib.repr(value)}"
+    except ValueError:  # an int inside it has more digits than Python writes out
+        return type(value).__name__
 
 
 def _is_int(value: Any) -> bool:
@@ -614,12 +620,12 @@ def _step_of(item: MemoryItem, step_key: str, sm: Any, position: int) -> Any:
 
 
 def _run_of(item: MemoryItem, index: int) -> int:
-    """Return an item's ``run``, refusing anything but a non-negative int (a missing one is 0)."""
+    """Return an item's ``run``, refusing anything but an int from 0 to 2**63 - 1 (a missing one is 0)."""
     value = item.get_value("run")
     if value is None:
         return 0
-    if not _is_int(value) or value < 0:
-        msg = f"Field 'run' of item {index} holds {_describe(value)}; SmolagentsRecorder writes a run number (an int from 1 up). The row was altered; fix or remove it."
+    if not _is_int(value) or not 0 <= value < 2**63:
+        msg = f"Field 'run' of item {index} holds {_describe(value)}; SmolagentsRecorder writes a run number (an int from 1 to 2**63 - 1). The row was altered; fix or remove it."
         raise CorruptSessionError(msg)
     return int(value)
 
@@ -675,8 +681,8 @@ def restore_steps(memory: Memory, *, run: int | None = None) -> tuple[str | None
         MissingDependencyError: if smolagents is not installed.
         CorruptSessionError: naming the item and field that cannot be read
             back as a step: a value of the wrong shape, a ``run`` that is not
-            a non-negative int, image bytes that are not a whole PNG or claim
-            more pixels than ``PIL.Image.MAX_IMAGE_PIXELS``.
+            an int from 0 to 2**63 - 1, image bytes that are not a whole PNG
+            or claim more pixels than ``PIL.Image.MAX_IMAGE_PIXELS``.
     """
     sm = _smolagents()
     _, system, pairs = _restored(memory, run, sm)
@@ -944,7 +950,7 @@ class SmolagentsRecorder:
         InvalidArgumentError: if ``recheck_last`` is not a whole number of at
             least 0, or ``keep_model_inputs`` not a bool.
         CorruptSessionError: if an item of ``memory`` recorded before holds a
-            ``run`` that is not a non-negative int (naming the item).
+            ``run`` that is not an int from 0 to 2**63 - 1 (naming the item).
     """
 
     def __init__(

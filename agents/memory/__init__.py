@@ -62,10 +62,12 @@ if _TYPE_CHECKING:
     )
     from agents.memory.conversation import (
         Conversation,
+        ConversationInfo,
         LastMessages,
         MessageSelector,
         TokenBudget,
         context_session_id,
+        list_conversations,
         message_tokens,
     )
     from agents.memory.messages import ROLES, from_messages, to_messages
@@ -94,6 +96,7 @@ if _TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "Blackboard": "agents.memory.blackboard",
     "Conversation": "agents.memory.conversation",
+    "ConversationInfo": "agents.memory.conversation",
     "EstimateCounter": "agents.memory.prompt",
     "ImageItem": "agents.memory.blackboard",
     "ImageMemoryItem": "agents.memory.blackboard",
@@ -113,6 +116,7 @@ _LAZY: dict[str, str] = {
     "from_messages": "agents.memory.messages",
     "image_data_url": "agents.memory.prompt",
     "latest_value": "agents.memory.prompt",
+    "list_conversations": "agents.memory.conversation",
     "message_tokens": "agents.memory.conversation",
     "project": "agents.memory.prompt",
     "render_json": "agents.memory.prompt",
@@ -150,6 +154,7 @@ __all__ = [
     "ChangeCallback",
     "ChangeKind",
     "Conversation",
+    "ConversationInfo",
     "CorruptSessionError",
     "CorruptStoreError",
     "EmbedderMismatchError",
@@ -206,6 +211,7 @@ __all__ = [
     "from_messages",
     "image_data_url",
     "latest_value",
+    "list_conversations",
     "message_tokens",
     "project",
     "read_session_pages",

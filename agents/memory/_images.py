@@ -21,6 +21,7 @@ __all__ = [
     "image_data_url",
     "image_refs",
     "image_size",
+    "is_image_url",
     "size_of_image_bytes",
 ]
 
@@ -39,6 +40,11 @@ MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
 """The largest image file read into a prompt (20 MiB, the limit chat APIs commonly set)."""
 
 _URL_PREFIXES: Final = ("http://", "https://", "data:")
+
+
+def is_image_url(ref: str) -> bool:
+    """Return whether ``ref`` is a URL (``http://``, ``https://`` or ``data:``, any case) rather than a path."""
+    return ref[:8].lower().startswith(_URL_PREFIXES)
 
 
 def image_refs(value: Any) -> list[str]:
@@ -77,7 +83,7 @@ def _sniff(data: bytes) -> str | None:
 def image_data_url(ref: str | os.PathLike[str], *, max_bytes: int = MAX_IMAGE_BYTES) -> str:
     """Return an image reference as a URL a chat API accepts.
 
-    URLs (``http://``, ``https://``, ``data:``) are returned unchanged. A path
+    URLs (``http://``, ``https://``, ``data:``, the scheme in any case) are returned unchanged. A path
     is read now and returned as a ``data:`` URL with the image's MIME type
     (from the file's contents, or its suffix when the contents are not
     recognised) and its bytes in base64. Only regular files are read, and at
@@ -93,7 +99,7 @@ def image_data_url(ref: str | os.PathLike[str], *, max_bytes: int = MAX_IMAGE_BY
             file, is larger than ``max_bytes`` or is not an image.
     """
     text = os.fspath(ref)
-    if text.startswith(_URL_PREFIXES):
+    if is_image_url(text):
         return text
     if "\0" in text:
         msg = f"Image path {text!r} holds a NUL byte, which no file name can contain; store the image's real path."
@@ -237,3 +243,16 @@ def image_size(ref: str | os.PathLike[str]) -> tuple[int, int] | None:
     if text[:7].lower() == "http://" or text[:8].lower() == "https://":
         return None
     return _file_size_of(text)
+
+
+def image_mime_of(data: bytes) -> str | None:
+    """Return the MIME type of image bytes, recognised by their contents only (never a name).
+
+    Args:
+        data: The first bytes of a file (16 are enough).
+
+    Returns:
+        ``"image/png"``, ``"image/jpeg"``, ``"image/gif"``, ``"image/bmp"``,
+        ``"image/webp"``, or ``None`` when the bytes are none of these.
+    """
+    return _sniff(data)

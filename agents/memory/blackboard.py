@@ -9,8 +9,9 @@ renders them as chat content parts with the same text UFO writes, so prompt
 templates written for UFO keep working.
 
 Differences from UFO, each a fix or an option, listed in ``docs/ufo.md``: no
-configuration is read (files and counts are arguments; ``docs/ufo.md`` shows
-the lines that read UFO's configuration in a UFO checkout); a screenshot that
+configuration is read (files and counts are arguments; in a UFO checkout
+the switch-over file of ``docs/ufo.md`` reads UFO's configuration through
+``agents.integrations.ufo.load_ufo_questions``); a screenshot that
 cannot be read is sent as an empty image with an :class:`ImageReadWarning`
 (``strict_images=True`` raises); ``add_image`` keeps the whole metadata dict
 and passes URLs through; ``blackboard_from_dict`` is all-or-nothing;
@@ -268,7 +269,9 @@ class Blackboard:
             last_k: Add only the last ``last_k`` valid records; ``-1`` adds all.
 
         Returns:
-            How many records were added (0 for a missing file).
+            How many records were added (0 for a missing file). UFO's
+            ``load_questions`` returns ``None``; code that ignores the result,
+            as UFO's does, is unaffected (see ``docs/ufo.md``).
 
         Raises:
             OSError: if the file exists but cannot be read (a directory, no permission).
@@ -503,7 +506,8 @@ class Blackboard:
 
         ``last_k`` counts lines, as in UFO: only the last ``last_k`` lines
         are read (``-1`` reads all; ``0`` reads none, where UFO read all).
-        A missing file gives ``[]``. Lines that are not JSON are skipped with a
+        A missing file, or an empty file name (UFO's ``QA_PAIR_FILE`` left
+        unset), gives ``[]``. Lines that are not JSON are skipped with a
         warning (UFO printed one); blank lines are skipped silently.
 
         Args:
@@ -519,6 +523,9 @@ class Blackboard:
         if type(last_k) is not int or last_k < -1:
             msg = f"last_k must be -1 (all lines) or an int >= 0, got {last_k!r}."
             raise InvalidArgumentError(msg)
+        if isinstance(file_path, str) and not file_path:
+            # UFO's os.path.exists("") is False: no QA_PAIR_FILE configured reads nothing.
+            return []
         name = _codec.file_path(file_path, what="JSON file path")
         if not os.path.exists(name):
             return []

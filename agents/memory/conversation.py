@@ -4,27 +4,34 @@ A :class:`Conversation` is a ``Memory`` whose items are chat messages (see
 :mod:`agents.memory.messages`), plus a *scratchpad*: a second memory for
 the working steps of the current request, kept apart from the history.
 
-* Appending by role, reading the last user message and tagging are one call
-  each (:meth:`Conversation.add_user`, :meth:`Conversation.last_user_message`,
-  :meth:`Conversation.tag`).
+* Appending by role, reading the last user or system message, finding a
+  message by its id, deleting and tagging are one call each
+  (:meth:`Conversation.add_user`, :meth:`Conversation.last_user_message`,
+  :meth:`Conversation.get`, :meth:`Conversation.delete`, :meth:`Conversation.tag`).
 * Selectors choose what goes into the prompt. :class:`LastMessages` and
-  :class:`TokenBudget` take the newest messages, whole *groups* at a time,
-  and stop at the first group that does not fit, so the selection has no
-  gaps; an assistant message that calls tools and the tool results that
-  follow it form one group, so a call is never split from its result. The
-  system messages that open the conversation are kept (and counted). Any
-  function ``memory -> list of items`` is a selector too.
+  :class:`TokenBudget` take whole *groups* at a time (an assistant message
+  that calls tools and the tool results that follow it form one group, so
+  a call is never split from its result) and stop at the first group that
+  does not fit, so the selection has no gaps. They take the options of
+  LangChain's ``trim_messages`` (``strategy``, ``start_on``, ``end_on``,
+  ``include_system``), ``exclude_prompt`` and the ``unanswered`` policy for
+  tool calls without a result. Any function ``memory -> list of items`` is
+  a selector too.
 * :meth:`Conversation.for_context` opens the conversation of a set of
   context keys (``{"chat_id": 42, "user": "ann"}``) in a store; the same keys
-  give the same session in any process (see :func:`context_session_id`).
+  give the same session in any process (see :func:`context_session_id`),
+  the context is kept in the session's metadata, and
+  :func:`list_conversations` lists the conversations of part of a context.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import math
 import os
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,19 +41,22 @@ from typing_extensions import Self
 from agents.memory._item import MemoryItem
 from agents.memory.exceptions import (
     BudgetExceededError,
+    FieldValidationError,
     InvalidArgumentError,
     InvalidSessionIdError,
 )
 from agents.memory.memory import Memory
 from agents.memory.messages import (
     MESSAGE_KEYS,
+    ROLES,
+    UNANSWERED,
     check_message,
     from_messages,
-    image_count,
+    settle_tool_calls,
     to_messages,
     tool_arguments,
 )
-from agents.memory.prompt import EstimateCounter, TokenCounter, render_json
+from agents.memory.prompt import EstimateCounter, TokenCounter, count_image_tokens, render_json
 
 if TYPE_CHECKING:
     from agents.memory.search import Embedder, Hit, SearchMode, Where
@@ -54,10 +64,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Conversation",
+    "ConversationInfo",
     "LastMessages",
     "MessageSelector",
     "TokenBudget",
     "context_session_id",
+    "list_conversations",
     "message_tokens",
 ]
 
@@ -162,27 +174,63 @@ def message_tokens(message: MemoryItem, counter: TokenCounter) -> int:
 
     The cost: the tokens of the message's keys (:data:`~agents.memory.messages.MESSAGE_KEYS`)
     as compact JSON with its image parts left out, plus one for the
-    separator, plus ``counter.image_tokens`` per image part.
+    separator, plus each image part's cost. An image sent as a ``data:`` URL
+    costs what :func:`~agents.memory.prompt.count_image_tokens` gives (by its
+    size, when the counter has an ``image_cost``); any other image (an
+    ``http(s)`` URL, or a path kept as given, which is never opened here)
+    costs the counter's flat ``image_tokens``.
     """
     record = {key: message[key] for key in MESSAGE_KEYS if key in message}
     content = record.get("content")
+    images = 0
     if isinstance(content, list):
-        record["content"] = [
-            part
-            for part in content
-            if not (isinstance(part, Mapping) and part.get("type") == "image_url")
-        ]
-    return (
-        counter.count(render_json([record])[1:-1]) + 1 + image_count(message) * counter.image_tokens
-    )
+        kept = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "image_url":
+                images += _image_part_tokens(part, counter)
+            else:
+                kept.append(part)
+        record["content"] = kept
+    return counter.count(render_json([record])[1:-1]) + 1 + images
+
+
+def _image_part_tokens(part: Mapping[str, Any], counter: TokenCounter) -> int:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, Mapping) else None
+    if isinstance(url, str) and url[:5].lower() == "data:":
+        return count_image_tokens(url, counter)
+    return counter.image_tokens
+
+
+_PROMPT_ROLES: Final = ("system", "developer")
+
+
+def _grouped(items: Iterable[MemoryItem]) -> Iterator[list[MemoryItem]]:
+    """Yield the items in groups, in the order given (oldest first), each group in memory order.
+
+    An assistant message with ``tool_calls`` and the tool results right after
+    it form one group; every other item stands alone (a tool result that
+    follows no such message too).
+    """
+    group: list[MemoryItem] = []
+    for item in items:
+        role = item.get_value("role")
+        if role == "tool" and group:
+            group.append(item)
+            continue
+        if group:
+            yield group
+            group = []
+        if role == "assistant" and item.get_value("tool_calls"):
+            group = [item]
+        else:
+            yield [item]
+    if group:
+        yield group
 
 
 def _groups_newest_first(items: Iterator[MemoryItem]) -> Iterator[list[MemoryItem]]:
-    """Yield the items in groups, newest group first, each group in memory order.
-
-    An assistant message with ``tool_calls`` and the tool results right after
-    it form one group; every other item stands alone.
-    """
+    """Yield the items (given newest first) in groups, newest group first, each group in memory order."""
     pending: list[MemoryItem] = []  # tool results, newest first, waiting for their call
     for item in items:
         role = item.get_value("role")
@@ -205,38 +253,41 @@ def _leading_system(memory: Memory) -> list[MemoryItem]:
     pinned: list[MemoryItem] = []
     for index in range(len(memory)):
         item = memory[index]
-        if item.get_value("role") != "system":
+        if item.get_value("role") not in _PROMPT_ROLES:
             break
         pinned.append(item)
     return pinned
 
 
-def _take_newest(
-    memory: Memory,
-    keep_system: bool,
-    cost: Callable[[MemoryItem], int],
-    limit: int,
-    what: str,
-) -> list[MemoryItem]:
-    pinned = _leading_system(memory) if keep_system else []
-    spent = sum(cost(item) for item in pinned)
-    if spent > limit:
-        msg = (
-            f"The {len(pinned)} opening system messages alone cost {spent} {what}, more than the limit of "
-            f"{limit}; raise the limit, shorten the system prompt, or pass keep_system=False."
-        )
-        raise BudgetExceededError(msg)
-    pinned_ids = {id(item) for item in pinned}
-    chosen: list[list[MemoryItem]] = []
-    for group in _groups_newest_first(memory.iter_newest()):
-        if any(id(item) in pinned_ids for item in group):
-            break
-        price = sum(cost(item) for item in group)
-        if spent + price > limit:
-            break
-        spent += price
-        chosen.append(group)
-    return [*pinned, *(item for group in reversed(chosen) for item in group)]
+def _roles(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, tuple) or not value or any(role not in ROLES for role in value):
+        msg = f"{attribute.name}={value!r} must be a role or a list of roles among {list(ROLES)}, or None."
+        raise InvalidArgumentError(msg)
+
+
+def _to_roles(value: Any) -> Any:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return tuple(value)
+    return value
+
+
+def _one_of(*allowed: str) -> Callable[[object, attrs.Attribute[Any], Any], None]:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, str) or value not in allowed:
+            msg = f"{attribute.name}={value!r} must be one of {list(allowed)}."
+            raise InvalidArgumentError(msg)
+
+    return check
+
+
+def _flag(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not bool:
+        msg = f"{attribute.name} must be True or False, got {value!r}."
+        raise InvalidArgumentError(msg)
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -246,61 +297,189 @@ def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any)
 
 
 @attrs.frozen
-class LastMessages:
+class _Trim:
+    """The trimming options the selectors share (see :class:`LastMessages`)."""
+
+    include_system: bool = attrs.field(default=True, kw_only=True, validator=_flag)
+    strategy: str = attrs.field(default="last", kw_only=True, validator=_one_of("last", "first"))
+    start_on: tuple[str, ...] | None = attrs.field(
+        default=None, kw_only=True, converter=_to_roles, validator=_roles
+    )
+    end_on: tuple[str, ...] | None = attrs.field(
+        default=None, kw_only=True, converter=_to_roles, validator=_roles
+    )
+    exclude_prompt: bool = attrs.field(default=False, kw_only=True, validator=_flag)
+    unanswered: str = attrs.field(default="refuse", kw_only=True, validator=_one_of(*UNANSWERED))
+
+    def __attrs_post_init__(self) -> None:
+        if self.start_on is not None and self.strategy == "first":
+            msg = (
+                "start_on applies to strategy='last' (the oldest kept message must be of a role); "
+                "with strategy='first' the selection starts at the start. Use end_on, or strategy='last'."
+            )
+            raise InvalidArgumentError(msg)
+
+    def _select(
+        self, memory: Memory, cost: Callable[[MemoryItem], int], limit: int, what: str
+    ) -> list[MemoryItem]:
+        pinned = _leading_system(memory) if self.include_system else []
+        spent = sum(cost(item) for item in pinned)
+        if spent > limit:
+            msg = (
+                f"The {len(pinned)} opening system messages alone cost {spent} {what}, more than the limit "
+                f"of {limit}; raise the limit, shorten the system prompt, or pass include_system=False."
+            )
+            raise BudgetExceededError(msg)
+        skip = len(pinned)
+        newest = memory.get_latest_item()
+        drop_prompt = (
+            self.exclude_prompt
+            and newest is not None
+            and newest.get_value("role") == "user"
+            and len(memory) > skip
+        )
+        # Under "refuse" settling changes nothing, so a group is checked only
+        # once it fits (a broken group that would not be sent raises nothing);
+        # under "drop" and "close" groups are settled first, so that end_on
+        # and the price see what will be sent.
+        presettled = self.unanswered != "refuse"
+        groups: Iterator[list[MemoryItem]]
+        if self.strategy == "last":
+            rest: Iterator[MemoryItem] = memory.iter_newest()
+            if drop_prompt:
+                next(rest)
+            groups = _groups_newest_first(rest)
+            if presettled:
+                groups = (settled for settled in map(self._settle, groups) if settled)
+            groups = self._ending(groups)
+        else:
+            stop = len(memory) - 1 if drop_prompt else len(memory)
+            groups = _grouped(memory[index] for index in range(skip, stop))
+            if presettled:
+                groups = (settled for settled in map(self._settle, groups) if settled)
+        pinned_ids = {id(item) for item in pinned}
+        chosen: list[list[MemoryItem]] = []
+        for group in groups:
+            if any(id(item) in pinned_ids for item in group):
+                break
+            price = sum(cost(item) for item in group)
+            if spent + price > limit:
+                break
+            if not presettled:
+                self._settle(group)
+            spent += price
+            chosen.append(group)
+        if self.strategy == "last":
+            chosen.reverse()
+            if self.start_on is not None:
+                start_on = self.start_on
+                first = next(
+                    (n for n, group in enumerate(chosen) if group[0].get_value("role") in start_on),
+                    len(chosen),
+                )
+                del chosen[:first]
+        else:
+            chosen = list(self._ending(iter(reversed(chosen))))[::-1]
+        return [*pinned, *(item for group in chosen for item in group)]
+
+    def _ending(self, groups: Iterator[list[MemoryItem]]) -> Iterator[list[MemoryItem]]:
+        """Skip the groups (given newest first) until one ends on a role of ``end_on``."""
+        if self.end_on is None:
+            yield from groups
+            return
+        for group in groups:
+            if group[-1].get_value("role") in self.end_on:
+                yield group
+                break
+        yield from groups
+
+    def _settle(self, group: list[MemoryItem]) -> list[MemoryItem]:
+        if len(group) == 1:
+            (item,) = group
+            if item.get_value("role") != "tool" and not item.get_value("tool_calls"):
+                return group  # most groups: one message that neither calls nor answers
+        settled = settle_tool_calls(group, unanswered=self.unanswered)
+        return [item if isinstance(item, MemoryItem) else MemoryItem(**item) for item in settled]
+
+
+@attrs.frozen
+class LastMessages(_Trim):
     """Select the last ``k`` messages, never splitting a tool call from its results.
 
-    Whole groups are taken newest first while they fit in ``k``; the
-    selection stops at the first group that does not, so it may hold fewer
-    than ``k`` messages but never has a gap.
+    Messages are taken in whole *groups* (an assistant message that calls
+    tools and the results right after it are one group) while they fit in
+    ``k``; the selection stops at the first group that does not, so it may
+    hold fewer than ``k`` messages but never has a gap. The options follow
+    LangChain's ``trim_messages``:
 
     Args:
-        k: The most messages to select (the opening system messages count).
-        keep_system: Always keep the system messages that open the conversation.
+        k: The most messages to select (kept system messages count).
+        include_system: Keep the system (and developer) messages that open
+            the conversation, and count them (LangChain's default is not to;
+            here it is). ``False`` treats them like any other message.
+        strategy: ``"last"`` takes the newest messages, ``"first"`` the oldest.
+        start_on: With ``"last"``: a role or roles the first selected message
+            (after the kept system messages) must have; older groups are
+            dropped until one starts on it (``"user"``: the history starts on
+            a user's turn).
+        end_on: A role or roles the last selected message must have; newer
+            groups are dropped until one ends on it (before taking the
+            newest with ``"last"``, after taking the oldest with ``"first"``).
+        exclude_prompt: Leave the newest message out, and out of the count,
+            when it is a user message: the current prompt, which the caller
+            sends on its own.
+        unanswered: A tool call without a result: ``"refuse"`` (raise),
+            ``"drop"`` or ``"close"``, as in :func:`~agents.memory.messages.settle_tool_calls`
+            (closing messages are new items, counted like the others).
+
+    Raises:
+        InvalidArgumentError: for a bad option, or ``start_on`` with ``strategy="first"``.
     """
 
     k: int = attrs.field(validator=_non_negative)
-    keep_system: bool = True
 
     def __call__(self, memory: Memory) -> list[MemoryItem]:
         """Return the selected message items of ``memory``, in memory order.
 
         Raises:
             BudgetExceededError: if the opening system messages alone are more than ``k``.
+            FieldValidationError: with ``unanswered="refuse"``, for a tool call
+                without a result or a stray result among the messages looked at.
         """
-        return _take_newest(memory, self.keep_system, lambda item: 1, self.k, "messages")
+        return self._select(memory, lambda item: 1, self.k, "messages")
 
 
 @attrs.frozen
-class TokenBudget:
+class TokenBudget(_Trim):
     """Select the last messages within a token budget, never splitting a tool call from its results.
 
     Each message costs :func:`message_tokens` under ``counter`` (its text and
-    ``counter.image_tokens`` per image). Whole groups are taken newest
-    first while they fit; the selection stops at the first group that does not.
+    ``counter.image_tokens`` per image). Whole groups are taken while they
+    fit; the selection stops at the first group that does not. The trimming
+    options are those of :class:`LastMessages`.
 
     Args:
         max_tokens: The budget.
         counter: The token counter (default :class:`~agents.memory.EstimateCounter`).
-        keep_system: Always keep (and charge) the system messages that open the conversation.
+
+    Raises:
+        InvalidArgumentError: for a bad option, or ``start_on`` with ``strategy="first"``.
     """
 
     max_tokens: int = attrs.field(validator=_non_negative)
     counter: TokenCounter = attrs.field(factory=EstimateCounter)
-    keep_system: bool = True
 
     def __call__(self, memory: Memory) -> list[MemoryItem]:
         """Return the selected message items of ``memory``, in memory order.
 
         Raises:
             BudgetExceededError: if the opening system messages alone break the budget.
+            FieldValidationError: with ``unanswered="refuse"``, for a tool call
+                without a result or a stray result among the messages looked at.
         """
         counter = self.counter
-        return _take_newest(
-            memory,
-            self.keep_system,
-            lambda item: message_tokens(item, counter),
-            self.max_tokens,
-            "tokens",
+        return self._select(
+            memory, lambda item: message_tokens(item, counter), self.max_tokens, "tokens"
         )
 
 
@@ -314,6 +493,11 @@ class Conversation:
             (a new in-RAM memory by default).
         keep_steps: Keep the scratchpad's steps when a new request begins
             (by default :meth:`new_request` clears them).
+        follow: Before each read (:meth:`select`, :meth:`messages`,
+            :meth:`last_user_message`, :meth:`last_system_message`,
+            :meth:`get`, :meth:`tagged`, :meth:`search`), read the messages
+            other handles appended to a stored history (:meth:`refresh`), so
+            this handle is never stale; one short store read each time.
     """
 
     def __init__(
@@ -322,10 +506,12 @@ class Conversation:
         *,
         scratchpad: Memory | None = None,
         keep_steps: bool = False,
+        follow: bool = False,
     ) -> None:
         self.history = history if history is not None else Memory()
         self.scratchpad = scratchpad if scratchpad is not None else Memory()
         self.keep_steps = keep_steps
+        self.follow = follow
         self._store: BaseStore | None = None
 
     @classmethod
@@ -336,10 +522,15 @@ class Conversation:
         *,
         prefix: str = "chat",
         keep_steps: bool = False,
+        follow: bool = False,
     ) -> Self:
         """Open the conversation of ``context`` in ``store``; the same keys give it back in any process.
 
-        The history is the session :func:`context_session_id` names. With
+        The history is the session :func:`context_session_id` names. The
+        context itself is kept in the session's metadata (``"context"`` and
+        ``"context_prefix"``, written when a writable store opens it), so
+        :func:`list_conversations` can find the conversations of part of a
+        context (all the chats of one user). With
         ``keep_steps``, the scratchpad is kept too, in the session of that id
         plus ``".steps"`` (for a prefix of 58 to 60 characters the digest in
         that id is cut to keep it within 128 characters), and is not cleared
@@ -352,6 +543,7 @@ class Conversation:
             context: The keys that name the conversation (``{"chat_id": 42, "user": "ann"}``).
             prefix: Starts the session id.
             keep_steps: Keep the scratchpad in the store across requests.
+            follow: Read what other handles appended before each read (see :class:`Conversation`).
 
         Raises:
             InvalidSessionIdError: if the context cannot name a session.
@@ -371,9 +563,29 @@ class Conversation:
             if owned is not None:
                 owned.close()
             raise
-        conversation = cls(history, scratchpad=scratchpad, keep_steps=keep_steps)
+        conversation = cls(history, scratchpad=scratchpad, keep_steps=keep_steps, follow=follow)
         conversation._store = owned
+        try:
+            conversation._record_context(opened, dict(context), prefix)
+        except BaseException:
+            conversation.close()
+            raise
         return conversation
+
+    def _record_context(self, store: BaseStore, context: dict[str, Any], prefix: str) -> None:
+        """Keep the context in the history's metadata (in a writable store), so it can be listed."""
+        metadata = self.history.metadata
+        if store.read_only or (
+            metadata.get("context") == context and metadata.get("context_prefix") == prefix
+        ):
+            return
+        self.history.metadata = {**metadata, "context": context, "context_prefix": prefix}
+
+    @property
+    def context(self) -> dict[str, Any] | None:
+        """The context keys this conversation was opened for (:meth:`for_context`), or ``None``."""
+        context = self.history.metadata.get("context")
+        return dict(context) if isinstance(context, Mapping) else None
 
     # -- adding ----------------------------------------------------------------
 
@@ -387,25 +599,34 @@ class Conversation:
         tool_call_id: str | None = None,
         name: str | None = None,
         tags: Iterable[str] = (),
+        read_paths: bool = False,
         **fields: Any,
     ) -> MemoryItem:
         """Append one message and return its item.
 
+        The item gets an ``id`` field (a random hex string, unless ``id=...``
+        is given), which :meth:`get` and :meth:`delete` take.
+
         Args:
-            role: ``"system"``, ``"user"``, ``"assistant"`` or ``"tool"``.
+            role: ``"system"``, ``"developer"``, ``"user"``, ``"assistant"`` or ``"tool"``.
             content: Text, or a list of content parts.
-            images: Image paths or URLs, appended as ``image_url`` parts (a
-                path is read when messages are built, not now).
+            images: Image URLs (or paths, see ``read_paths``), appended as
+                ``image_url`` parts; only a user message may hold images.
             tool_calls: On an assistant message: calls as ``{"id", "type":
                 "function", "function": {"name", "arguments"}}``; arguments
                 that are not text are written as JSON.
             tool_call_id: On a tool message: the id of the call it answers.
             name: The participant's name.
             tags: Tags of the message (see :meth:`tag`).
+            read_paths: Read image parts that name a local file now, as
+                ``data:`` URLs (by default a path is kept as given and never
+                read: a path that came from a client could name any file).
             **fields: Any other fields, kept in the item and left out of messages.
 
         Raises:
             FieldValidationError: naming what makes the message invalid; nothing is added.
+            ImageReadError: with ``read_paths``, naming a file that cannot be
+                read as an image; nothing is added.
         """
         message: dict[str, Any] = {"role": role}
         refs = [os.fspath(ref) for ref in images]
@@ -429,8 +650,9 @@ class Conversation:
         if tag_list:
             message["tags"] = tag_list
         message.update(fields)
+        message.setdefault("id", _new_id())
         check_message(message)
-        item = MemoryItem(**message)
+        (item,) = from_messages([message], read_paths=read_paths)
         self.history.add_memory_item(item)
         return item
 
@@ -454,13 +676,24 @@ class Conversation:
         """Append the result of the tool call ``tool_call_id`` (see :meth:`add`)."""
         return self.add("tool", content, tool_call_id=tool_call_id, **fields)
 
-    def add_messages(self, messages: Iterable[Mapping[str, Any]]) -> list[MemoryItem]:
+    def add_messages(
+        self, messages: Iterable[Mapping[str, Any]], *, read_paths: bool = False
+    ) -> list[MemoryItem]:
         """Append chat messages (every key kept as a field), all or nothing.
+
+        Each message without an ``id`` gets one. Image URLs are kept as given;
+        a local path is read only with ``read_paths=True`` (see
+        :func:`~agents.memory.from_messages`): keep it off for messages that
+        come from another program.
 
         Raises:
             FieldValidationError: naming the first invalid message; nothing is added.
+            ImageReadError: with ``read_paths``, naming a file that cannot be read; nothing is added.
         """
-        items = from_messages(messages)
+        items = from_messages(messages, read_paths=read_paths)
+        for item in items:
+            if "id" not in item:
+                item["id"] = _new_id()
         self.history.add_memory_items(items)
         return items
 
@@ -468,10 +701,125 @@ class Conversation:
 
     def last_user_message(self) -> MemoryItem | None:
         """Return the newest user message, or ``None`` when there is none (reads newest first)."""
+        self._fresh()
         for item in self.history.iter_newest():
             if item.get_value("role") == "user":
                 return item
         return None
+
+    def last_system_message(self) -> MemoryItem | None:
+        """Return the newest system message, or ``None`` when there is none (reads newest first)."""
+        self._fresh()
+        for item in self.history.iter_newest():
+            if item.get_value("role") == "system":
+                return item
+        return None
+
+    def get(self, message_id: str) -> MemoryItem | None:
+        """Return the message whose ``id`` field is ``message_id`` (the newest if several), or ``None``."""
+        self._fresh()
+        for item in self.history.iter_newest():
+            if item.get_value("id") == message_id:
+                return item
+        return None
+
+    def delete(self, *messages: MemoryItem | str, whole_groups: bool = True) -> int:
+        """Delete messages, given as items or ids, and return how many went (in the store too).
+
+        With ``whole_groups`` (the default), deleting an assistant message
+        that calls tools, or one of their results, deletes the whole group,
+        so that no call is left without its result. Ids and items the
+        history does not hold are skipped.
+
+        Args:
+            *messages: Message items of the history, or their ``id`` fields.
+            whole_groups: Widen the deletion to whole tool-call groups.
+
+        Raises:
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        ids = {message for message in messages if isinstance(message, str)}
+        targets = {id(message) for message in messages if isinstance(message, MemoryItem)}
+        content = self.history.content
+        if ids:
+            targets.update(id(item) for item in content if item.get_value("id") in ids)
+        chosen = [item for item in content if id(item) in targets]
+        if whole_groups:
+            chosen = [
+                item
+                for group in _grouped(content)
+                if any(id(member) in targets for member in group)
+                for item in group
+            ]
+        return self.history.delete_items(chosen) if chosen else 0
+
+    def delete_selected(self, selector: MessageSelector) -> int:
+        """Delete the messages ``selector`` picks (``LastMessages(2)``: the last two) and return how many went.
+
+        Items the selector made (closing tool messages) are not in the
+        history and are skipped.
+
+        Raises:
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        return self.history.delete_items(selector(self.history))
+
+    def repair_tool_calls(self, unanswered: str = "close") -> int:
+        """Make the stored history follow the chat API's tool-call rules, and return how many messages changed.
+
+        After a crash between ``add_assistant(tool_calls=...)`` and
+        ``add_tool(...)`` the call has no result, and every later request
+        carries it. This applies :func:`~agents.memory.messages.settle_tool_calls`
+        to the whole history and writes the outcome back in one replacement
+        (one transaction in a store): ``"close"`` adds a tool message holding
+        :data:`~agents.memory.messages.NO_RESULT` after each unanswered call,
+        ``"drop"`` takes the call out; stray results go in both.
+
+        Args:
+            unanswered: ``"close"`` or ``"drop"``.
+
+        Returns:
+            The number of messages added, changed or removed (0: the history already followed the rules).
+
+        Raises:
+            FieldValidationError: for another policy.
+            StoreError: if the store cannot be written; the history is unchanged.
+        """
+        if unanswered not in ("close", "drop"):
+            msg = f"repair_tool_calls(unanswered={unanswered!r}) takes 'close' or 'drop'."
+            raise FieldValidationError(msg)
+        content = self.history.content
+        settled = settle_tool_calls(content, unanswered=unanswered)
+        kept = {id(item) for item in settled}
+        new = [item for item in settled if not isinstance(item, MemoryItem)]
+        changes = len(new) + sum(1 for item in content if id(item) not in kept)
+        if changes:
+            repaired = [
+                item if isinstance(item, MemoryItem) else _repaired(item) for item in settled
+            ]
+            self.history.load(repaired)
+        return changes
+
+    def refresh(self) -> int:
+        """Read the messages other handles and processes appended to a stored history; return how many.
+
+        Two handles on one stored conversation (two ``for_context`` calls, two
+        processes) do not see each other's new messages by themselves: each
+        holds the history as it read it, plus what it wrote. Call this before
+        building a prompt when another handle may have written. Deletions
+        made elsewhere are seen by ``history.reload()``. A history in RAM has
+        nothing to read: 0. A conversation made with ``follow=True`` does
+        this before each read.
+
+        Raises:
+            StoreError: if the store cannot be read.
+        """
+        refresh = getattr(self.history, "refresh", None)
+        return int(refresh()) if refresh is not None else 0
+
+    def _fresh(self) -> None:
+        if self.follow:
+            self.refresh()
 
     def tag(self, item: MemoryItem, *tags: str) -> None:
         """Add ``tags`` to a message's ``tags`` field (each once, in order; written through when stored)."""
@@ -482,10 +830,12 @@ class Conversation:
 
     def tagged(self, tag: str) -> list[MemoryItem]:
         """Return the messages tagged ``tag``, in order."""
+        self._fresh()
         return self.history.select(lambda item: tag in (item.get_value("tags") or ()))
 
     def select(self, selector: MessageSelector | None = None) -> list[MemoryItem]:
         """Return the messages ``selector`` chooses (all when ``None``), in memory order."""
+        self._fresh()
         if selector is None:
             return self.history.content
         return list(selector(self.history))
@@ -510,6 +860,7 @@ class Conversation:
             InvalidQueryError: for an empty query, ``k`` outside 1 to 2**63 - 1, an unknown mode or a bad filter.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
         """
+        self._fresh()
         return self.history.search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def messages(
@@ -551,6 +902,93 @@ class Conversation:
             f"Conversation(session_id={self.history.session_id!r}, messages={len(self.history)}, "
             f"steps={len(self.scratchpad)})"
         )
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _repaired(message: Mapping[str, Any]) -> MemoryItem:
+    fields = dict(message)
+    if "id" not in fields:
+        fields["id"] = _new_id()
+    return MemoryItem(**fields)
+
+
+@attrs.frozen
+class ConversationInfo:
+    """A conversation :func:`list_conversations` found: its session, context and creation time."""
+
+    session_id: str
+    """The session that holds its history."""
+    context: dict[str, Any]
+    """The context keys it was opened for."""
+    created: dt.datetime
+    """When its session was created (UTC)."""
+
+
+def list_conversations(
+    store: str | os.PathLike[str] | BaseStore,
+    context: Mapping[str, Any] | None = None,
+    *,
+    prefix: str = "chat",
+) -> list[ConversationInfo]:
+    """Return the conversations of a store whose context holds all of ``context``, oldest first.
+
+    ``list_conversations(store, {"user": "ann"})`` finds every chat of user
+    ``ann``, whatever its other keys; ``None`` or ``{}`` finds all. A value
+    matches when it is equal and of the same type (``42`` is not ``"42"``).
+    The conversations found are those :meth:`Conversation.for_context` opened
+    (in a writable store) with ``prefix``: their context is kept with them,
+    and checked against their session id. Works the same in every store
+    (memory, SQLite, JSONL, PostgreSQL), through the public store API; it
+    reads each session's metadata, one read per session.
+
+    Args:
+        store: A store URL or path (opened read-only and closed again) or an open store.
+        context: The keys and values to match.
+        prefix: The prefix the conversations were opened with.
+
+    Raises:
+        InvalidSessionIdError: for a context or prefix :func:`context_session_id` refuses.
+        StoreError: if the store cannot be opened or read.
+    """
+    from agents.memory.stores import BaseStore, open_store
+
+    wanted = dict(context or {})
+    if wanted:
+        context_session_id(wanted, prefix=prefix)  # the same checks as an id
+    else:
+        context_session_id({"": None}, prefix=prefix)
+    owned = None if isinstance(store, BaseStore) else open_store(store, read_only=True)
+    opened = store if isinstance(store, BaseStore) else owned
+    assert opened is not None  # one of the two branches opened it
+    try:
+        found: list[ConversationInfo] = []
+        start = f"{prefix}-"
+        for session_id in opened.sessions():
+            if not session_id.startswith(start) or session_id.endswith(".steps"):
+                continue
+            info = opened.session_info(session_id)
+            if info is None or info.metadata.get("context_prefix") != prefix:
+                continue
+            held = info.metadata.get("context")
+            if not isinstance(held, dict) or not all(
+                key in held and type(held[key]) is type(value) and held[key] == value
+                for key, value in wanted.items()
+            ):
+                continue
+            try:
+                if context_session_id(held, prefix=prefix) != session_id:
+                    continue
+            except InvalidSessionIdError:
+                continue
+            found.append(ConversationInfo(session_id, dict(held), info.created))
+    finally:
+        if owned is not None:
+            owned.close()
+    found.sort(key=lambda info: (info.created, info.session_id))
+    return found
 
 
 def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:

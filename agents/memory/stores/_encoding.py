@@ -165,16 +165,19 @@ def decode_pairs(
         # One C-level pass; the loop below only runs to name a damaged row.
         wires = list(map(orjson.loads, [data for _, data in rows]))
     except (orjson.JSONDecodeError, TypeError):
+        # Row by row through the codec, which names the damaged row and also
+        # reads what orjson refuses and json reads (NaN, Infinity): such a row
+        # is decoded, not re-raised as orjson's error.
+        wires = []
         for seq, data in rows:
             if type(data) not in (bytes, str):
                 msg = f"Item {seq} of {source} is damaged: its row holds a {type(data).__name__} where the item's JSON text belongs."
                 raise CorruptStoreError(msg) from None
             try:
-                _codec.loads(data, source=source)
+                wires.append(_codec.loads(data, source=source))
             except CorruptSessionError as exc:
                 msg = f"Item {seq} of {source} is damaged: {exc}"
                 raise CorruptStoreError(msg) from exc
-        raise  # pragma: no cover - the loop above finds the row orjson refused
     items = decode_items(
         wires, where=lambda i: f"item {seqs[i]} of {source}", on_unknown_class=on_unknown_class
     )

@@ -312,7 +312,7 @@ _READS_AS_CURRENT: Final = (
 _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _SQLITE_HEADER_SIZE: Final = 100
-_DAMAGED: Final = ("malformed", "disk image")
+_DAMAGED: Final = ("malformed", "disk image", "Could not decode to UTF-8")
 
 
 class SQLiteStore(SQLRows, BaseStore):
@@ -366,12 +366,12 @@ class SQLiteStore(SQLRows, BaseStore):
         self._lock = threading.RLock()
         self._empty = False
         self._indexed = True
+        self._check_whole_pages()  # an existing file, before SQLite opens it
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
             raise StoreNotFoundError(msg)
         if not read_only:
             self._create_file()
-        self._check_whole_pages()
         # No -wal file: no connection has the database open, and every commit is in
         # the main file. Reading it as immutable keeps SQLite from creating the -wal
         # and -shm files a read-only connection to a WAL database otherwise leaves
@@ -474,8 +474,17 @@ class SQLiteStore(SQLRows, BaseStore):
                 size = os.fstat(file.fileno()).st_size
         except OSError:
             return  # a missing or unreadable file is reported by the connection that follows
-        if len(header) < _SQLITE_HEADER_SIZE or not header.startswith(_SQLITE_MAGIC):
-            return
+        if 0 < size < _SQLITE_HEADER_SIZE:
+            # SQLite takes a 1-byte file for an empty database and writes a new
+            # store over it; no SQLite file is shorter than its header.
+            msg = (
+                f"SQLite store {self.path!r} is {size} bytes long, shorter than an SQLite "
+                f"header ({_SQLITE_HEADER_SIZE} bytes): it is not an SQLite database, or one cut "
+                "short; it was left unchanged. Restore it from a backup or open another path."
+            )
+            raise CorruptStoreError(msg)
+        if not header.startswith(_SQLITE_MAGIC):
+            return  # not SQLite: the schema check names it
         (raw,) = struct.unpack(">H", header[16:18])
         page_size = 65536 if raw == 1 else raw
         if page_size < 512 or page_size & (page_size - 1) or size % page_size == 0:
@@ -521,7 +530,8 @@ class SQLiteStore(SQLRows, BaseStore):
             # that is not UTF-8, which the sqlite3 module cannot decode.
             try:
                 schema = con.execute(
-                    "SELECT CAST(type AS BLOB), CAST(name AS BLOB), CAST(sql AS BLOB) FROM sqlite_master"
+                    "SELECT CAST(type AS BLOB), CAST(name AS BLOB), CAST(tbl_name AS BLOB),"
+                    " CAST(sql AS BLOB) FROM sqlite_master"
                 ).fetchall()
             except UnicodeDecodeError as exc:
                 # SQLite could not parse the schema, and its message quotes bytes that are not UTF-8.
@@ -534,7 +544,7 @@ class SQLiteStore(SQLRows, BaseStore):
         finally:
             if not outer:
                 con.execute("COMMIT")
-        names = {name.decode() for kind, name, _ in self._schema_text(schema) if kind == "table"}
+        names = {name for kind, name in self._schema_text(schema) if kind == "table"}
         ours = "kvmemory_items" in names and "kvmemory_sessions" in names
         if version > SCHEMA_VERSION:
             return check_schema_version(
@@ -549,23 +559,20 @@ class SQLiteStore(SQLRows, BaseStore):
             raise CorruptStoreError(msg)
         return check_schema_version(version, SCHEMA_VERSION, store=f"SQLite store {self.path!r}")
 
-    def _schema_text(
-        self, rows: list[tuple[bytes | None, bytes | None, bytes | None]]
-    ) -> list[tuple[str, bytes, bytes]]:
-        """Return the schema rows as ``(type, name, sql)``, refusing text that is not UTF-8."""
+    def _schema_text(self, rows: list[tuple[bytes | None, ...]]) -> list[tuple[str, str]]:
+        """Return the schema rows as ``(type, name)``, refusing any text that is not UTF-8."""
         checked = []
-        for kind, name, sql in rows:
-            for value in (kind, name, sql):
-                try:
-                    (value or b"").decode()
-                except UnicodeDecodeError as exc:
-                    msg = (
-                        f"SQLite file {self.path!r} is damaged: its schema holds text that is not "
-                        f"UTF-8 ({(name or b'')[:40]!r}: {exc}); it was left unchanged. Restore it "
-                        "from a backup or open another path."
-                    )
-                    raise CorruptStoreError(msg) from exc
-            checked.append(((kind or b"").decode(), name or b"", sql or b""))
+        for row in rows:
+            try:
+                kind, name, *_ = [(value or b"").decode() for value in row]
+            except UnicodeDecodeError as exc:
+                msg = (
+                    f"SQLite file {self.path!r} is damaged: its schema holds text that is not "
+                    f"UTF-8 ({(row[1] or b'')[:40]!r}: {exc}); it was left unchanged. Restore it "
+                    "from a backup or open another path."
+                )
+                raise CorruptStoreError(msg) from exc
+            checked.append((kind, name))
         return checked
 
     def _use_wal(self) -> None:
