@@ -216,6 +216,19 @@ def test_live_page_runs_only_its_own_script(sqlite_url: str) -> None:
     assert f'content="{meta}"' in body.decode()  # the page's own copy of the policy
 
 
+def test_session_list_sums_the_cost_fields_the_session_names(tmp_path: Path) -> None:
+    """A session whose metadata names its cost fields (a UFO 3 import: llm_cost) is summed by them."""
+    url = f"sqlite://{tmp_path / 'ufo.db'}"
+    with open_store(url) as store:
+        store.append("ufo3", [MemoryItem(step=1, llm_cost=0.25), MemoryItem(step=2, llm_cost=0.5)])
+        store.set_metadata("ufo3", {"cost_keys": ["llm_cost"]})
+    with serving(url) as base:
+        page = get(base + "/")[2].decode()
+        live = get(base + "/session?id=ufo3")[2].decode()
+    assert '<td class="num">0.75</td>' in page
+    assert '"cost":"llm_cost"' in live
+
+
 def test_session_list_adds_up_appends_since_the_last_reload(sqlite_url: str) -> None:
     """A reload after another process appended shows the new count, agent, last step and cost."""
     with serving(sqlite_url) as base:
@@ -718,7 +731,7 @@ def test_api_returns_any_text_exactly(value: str, key: str) -> None:
         store.append("s", [MemoryItem(step=1, **{key: value})])
         with TestClient(live_app(store)) as client:
             page = client.get("/api/tail", params={"session": "s", "n": "5"}).json()
-    assert page["steps"][0]["f"] == [[key, value, 0]]
+    assert [field[:2] for field in page["steps"][0]["f"]] == [[key, value]]  # [2] marks error fields
 
 
 @settings(max_examples=60, deadline=None)

@@ -101,6 +101,7 @@ class _Figures:
     last_step: str
     created: str
     step_key: str
+    cost_keys: tuple[str, ...]
     changed: str = ""
     """When this server last saw the item count change (empty until it does)."""
 
@@ -129,7 +130,9 @@ def live_app(
         embedder: Offer semantic and hybrid search for the sessions whose
             vectors came from this model.
         poll_seconds: How often an open page asks for new steps.
-        cost_key: The numeric field summed as a session's cost, and charted.
+        cost_key: The numeric field summed as a session's cost, and charted,
+            unless the session's metadata names its own (``cost_keys``, as
+            the UFO log importer saves: ``llm_cost``, ``Cost``).
         tokens_key: The numeric field charted as prompt tokens.
         label_key: The field naming the agent of a step (its lane).
         image_keys: The fields that hold image paths or URLs.
@@ -197,7 +200,7 @@ def live_app(
             "page": _PAGE_SIZE,
             "poll_ms": poll_ms,
             "modes": view.modes(sid),
-            "cost": cost_key,
+            "cost": view.cost_keys(info.metadata)[0],
             "tokens": tokens_key,
         }
         page, policy = live_page(f"Session {sid} (live)", config, csp=_TIMELINE_CSP)
@@ -411,7 +414,8 @@ class _View:
         info = self.store.session_info(sid)
         created = "" if info is None else info.created.strftime("%Y-%m-%d %H:%M:%S UTC")
         step_key = "step" if info is None else info.step_key
-        figures = _Figures(0, None, 0.0, set(), "", created, step_key)
+        keys = self.cost_keys(info.metadata if info is not None else {})
+        figures = _Figures(0, None, 0.0, set(), "", created, step_key, keys)
         for page in self.store.pages(sid, on_unknown_class="base"):
             self._add(figures, page)
         figures.count = count
@@ -422,9 +426,10 @@ class _View:
     def _add(self, figures: _Figures, records: Sequence[StoredRecord]) -> None:
         for record in records:
             item = record.item
-            value = item.get_value(self.cost_key) if self.cost_key in item else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                figures.cost += value
+            for key in figures.cost_keys:
+                value = item.get_value(key) if key in item else None
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    figures.cost += value
             if self.label_key in item:
                 figures.agents.add(value_text(item.get_value(self.label_key)))
             figures.last_seq = record.seq
@@ -439,6 +444,13 @@ class _View:
             if info is not None:
                 self.step_keys[sid] = info.step_key
             return info
+
+    def cost_keys(self, metadata: dict[str, Any]) -> tuple[str, ...]:
+        """Return the cost fields a session's importer saved in its metadata, else ``cost_key``."""
+        keys = metadata.get("cost_keys")
+        if isinstance(keys, list) and keys and all(type(key) is str and key for key in keys):
+            return tuple(keys)
+        return (self.cost_key,)
 
     def modes(self, sid: str) -> list[str]:
         modes = ["keyword"]
