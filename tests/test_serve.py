@@ -731,7 +731,9 @@ def test_api_returns_any_text_exactly(value: str, key: str) -> None:
         store.append("s", [MemoryItem(step=1, **{key: value})])
         with TestClient(live_app(store)) as client:
             page = client.get("/api/tail", params={"session": "s", "n": "5"}).json()
-    assert [field[:2] for field in page["steps"][0]["f"]] == [[key, value]]  # [2] marks error fields
+    assert [field[:2] for field in page["steps"][0]["f"]] == [
+        [key, value]
+    ]  # [2] marks error fields
 
 
 @settings(max_examples=60, deadline=None)
