@@ -518,6 +518,39 @@ def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace, out: IO[str]) -> int:
+    """Serve a store's live view in the browser until interrupted (read-only)."""
+    from agents.integrations.web import DEFAULT_PORT, serve
+
+    embedder: Any = None
+    if args.embedder == "hashing":
+        from agents.memory.search import HashingEmbedder
+
+        embedder = HashingEmbedder()
+    elif args.embedder == "wordllama":
+        from agents.memory.search import WordLlamaEmbedder
+
+        embedder = WordLlamaEmbedder()
+    token = os.environ.get(args.token_env) or None
+
+    def ready(address: str) -> None:
+        guard = "a token" if token is not None else "no token (loopback only)"
+        _print(out, f"kvmemory: serving {args.store} read-only at {address}, with {guard}")
+        out.flush()
+
+    serve(
+        args.store,
+        host=args.host,
+        port=DEFAULT_PORT if args.port is None else args.port,
+        token=token,
+        image_dirs=args.images,
+        embedder=embedder,
+        poll_seconds=args.poll,
+        on_ready=ready,
+    )
+    return 0
+
+
 def _seconds(text: str) -> float:
     """Parse ``--poll``: a number of seconds above 0."""
     try:
@@ -719,6 +752,45 @@ def _parser() -> argparse.ArgumentParser:
         "(default: KVMEMORY_MCP_TOKEN); required to bind anywhere but 127.0.0.1",
     )
     mcp.set_defaults(run=_cmd_mcp)
+
+    serve = commands.add_parser(
+        "serve",
+        help="watch a store's sessions live in the browser, read-only (needs kvmemory[serve])",
+        description=(
+            "Serve a page listing STORE's sessions, each opening a live timeline that shows "
+            "steps as other processes append them. Only reads; binds 127.0.0.1 by default."
+        ),
+    )
+    serve.add_argument("store", help="store URL or SQLite path (must exist; opened read-only)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=_port, help="port to bind (default: 8766)")
+    serve.add_argument(
+        "--token-env",
+        default="KVMEMORY_SERVE_TOKEN",
+        metavar="VAR",
+        help="environment variable holding the token every request must bear "
+        "(default: KVMEMORY_SERVE_TOKEN); required to bind anywhere but 127.0.0.1",
+    )
+    serve.add_argument(
+        "--images",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="show image files inside DIR (repeatable); other image paths show as names",
+    )
+    serve.add_argument(
+        "--embedder",
+        choices=("hashing", "wordllama"),
+        help="offer semantic and hybrid search for sessions whose vectors came from this model",
+    )
+    serve.add_argument(
+        "--poll",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often an open page asks for new steps (default: 1)",
+    )
+    serve.set_defaults(run=_cmd_serve)
     return parser
 
 

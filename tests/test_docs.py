@@ -57,6 +57,7 @@ REFERENCE_PAGES = {
     "agents.integrations.smolagents": "integrations",
     "agents.integrations.ufo": "integrations",
     "agents.integrations.mcp": "integrations",
+    "agents.integrations.web": "integrations",
     "agents.cli": "cli",
     "kvmemory": "cli",
 }

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import importlib.resources
 import math
 import os
 import pathlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from agents.agent._replay import ERROR_KEYS, value_text
@@ -26,7 +28,12 @@ _CHART_POINTS: Final = (
 _DOTS: Final = 80  # lines of at most this many points get a dot per point
 _PAD: Final = 5.0  # room above and below the lines for the dots
 _NO_LANE: Final = "(no agent)"
-_SLOT: Final = re.compile(r"\{\{(title|chart|data)\}\}")
+_SLOT: Final = re.compile(r"\{\{(title|chart|data|csp)\}\}")
+# The file page fetches nothing; the live page (``kvmemory serve``) talks only to its own server.
+FILE_CSP: Final = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+)
+_MAIN_SCRIPT: Final = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 # A URL scheme of two or more letters ("C:\\shot.png" stays a Windows path).
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
 
@@ -115,36 +122,22 @@ class _Payload:
         self.tokens: list[float | None] = []
 
     def add(self, position: int, item: MemoryItem) -> None:
-        fields = item.to_dict()
-        step = fields.pop(self.step_key, None)
-        label = _NO_LANE
-        if self.label_key is not None and self.label_key in fields:
-            label = value_text(fields.pop(self.label_key)) or _NO_LANE
-        lane = self.lanes.setdefault(label, len(self.lanes))
-        refs = [ref for key in self.image_keys if key in fields for ref in image_refs(fields[key])]
-        images = [self._image(ref) for ref in refs]
-        for key in self.image_keys:
-            if refs and key in fields:
-                del fields[key]
-        shown: list[list[Any]] = []
-        for key, value in fields.items():
-            self.fields.setdefault(key, None)
-            shown.append([key, value_text(value), 1 if key in ERROR_KEYS and value else 0])
-        kind = type(item).__name__
-        cost = _number(fields.get(self.cost_key))
-        tokens = _number(fields.get(self.tokens_key))
-        self.costs.append(cost)
-        self.tokens.append(tokens)
-        self.steps.append(
-            {
-                "p": position,
-                "s": f"step {value_text(step)}" if step is not None else f"item {position}",
-                "l": lane,
-                "k": "" if kind == "MemoryItem" else kind,
-                "f": shown,
-                "i": images,
-            }
+        step = timeline_step(
+            position,
+            item,
+            step_key=self.step_key,
+            image_keys=self.image_keys,
+            label_key=self.label_key,
+            image=self._image,
         )
+        label = step["l"]
+        step["l"] = self.lanes.setdefault(label, len(self.lanes))
+        for key, _text, _error in step["f"]:
+            self.fields.setdefault(key, None)
+        fields = item.to_dict()
+        self.costs.append(_number(fields.get(self.cost_key)))
+        self.tokens.append(_number(fields.get(self.tokens_key)))
+        self.steps.append(step)
 
     def _image(self, ref: str) -> list[Any]:
         """Return ``[index of the embedded data URL, ref]``, or ``[-1, ref, why]`` when not embedded."""
@@ -172,6 +165,81 @@ class _Payload:
             "cost": self.cost_key,
             "tokens": self.tokens_key,
         }
+
+
+def timeline_step(
+    position: int,
+    item: MemoryItem,
+    *,
+    step_key: str,
+    image_keys: Sequence[str],
+    label_key: str | None,
+    image: Callable[[str], list[Any]],
+) -> dict[str, Any]:
+    """Return one item as the timeline's script reads it: plain strings and numbers only.
+
+    ``{"p": position, "s": heading, "l": lane name, "k": class name or "",
+    "f": [[key, text, 1 if an error field else 0], ...], "i": images}``;
+    each image is what ``image(ref)`` makes of a reference found in
+    ``image_keys`` (the file page embeds it, the live server links it).
+    """
+    fields = item.to_dict()
+    step = fields.pop(step_key, None)
+    label = _NO_LANE
+    if label_key is not None and label_key in fields:
+        label = value_text(fields.pop(label_key)) or _NO_LANE
+    refs = [ref for key in image_keys if key in fields for ref in image_refs(fields[key])]
+    images = [image(ref) for ref in refs]
+    for key in image_keys:
+        if refs and key in fields:
+            del fields[key]
+    shown = [
+        [key, value_text(value), 1 if key in ERROR_KEYS and value else 0]
+        for key, value in fields.items()
+    ]
+    kind = type(item).__name__
+    return {
+        "p": position,
+        "s": f"step {value_text(step)}" if step is not None else f"item {position}",
+        "l": label,
+        "k": "" if kind == "MemoryItem" else kind,
+        "f": shown,
+        "i": images,
+    }
+
+
+def live_page(title: str, live: dict[str, Any], *, csp: str) -> tuple[str, str]:
+    """Return the timeline page in live mode, and its Content-Security-Policy.
+
+    The page starts empty and fetches its steps from the server named in
+    ``live`` (see :mod:`agents.integrations.web`); ``csp`` is put in the
+    page's own policy, with ``{script}`` replaced by the script's hash
+    source (``'sha256-...'``), so no other inline script can run; the same
+    policy is returned for the server to send as a header.
+    """
+    data = {
+        "lanes": [],
+        "fields": [],
+        "steps": [],
+        "images": [],
+        "cost": "",
+        "tokens": "",
+        "live": live,
+    }
+    template = _template()
+    found = _MAIN_SCRIPT.search(template)
+    if found is None:  # pragma: no cover - the template in the package always has its script
+        msg = "agents/agent/timeline.html has no script"
+        raise RuntimeError(msg)
+    digest = base64.b64encode(hashlib.sha256(found.group(1).encode("utf-8")).digest()).decode()
+    policy = csp.replace("{script}", f"'sha256-{digest}'")
+    parts = {
+        "title": html.escape(title),
+        "chart": "",
+        "data": _script_json(data),
+        "csp": html.escape(policy),
+    }
+    return _SLOT.sub(lambda match: parts[match.group(1)], template), policy
 
 
 def _script_json(data: dict[str, Any]) -> str:
@@ -256,11 +324,21 @@ def _chart(payload: _Payload) -> str:
 
 
 def _page(title: str, payload: _Payload) -> str:
-    template = importlib.resources.files("agents.agent").joinpath("timeline.html")
-    parts = {
-        "title": html.escape(title),
-        "chart": _chart(payload),
-        "data": _script_json(payload.data()),
-    }
+    return _fill(
+        {
+            "title": html.escape(title),
+            "chart": _chart(payload),
+            "data": _script_json(payload.data()),
+            "csp": FILE_CSP,
+        }
+    )
+
+
+def _fill(parts: dict[str, str]) -> str:
     # One pass, so a title holding "{{data}}" stays text.
-    return _SLOT.sub(lambda match: parts[match.group(1)], template.read_text(encoding="utf-8"))
+    return _SLOT.sub(lambda match: parts[match.group(1)], _template())
+
+
+def _template() -> str:
+    source = importlib.resources.files("agents.agent").joinpath("timeline.html")
+    return source.read_text(encoding="utf-8")

@@ -8,6 +8,8 @@
   ``docs/ufo.md``.
 * :mod:`agents.integrations.mcp`: serve a store to any agent over the Model
   Context Protocol (extra ``kvmemory[mcp]``; ``kvmemory mcp`` on the command line).
+* :mod:`agents.integrations.web`: watch a store's sessions live in the
+  browser, read-only (extra ``kvmemory[serve]``; ``kvmemory serve``).
 
 Each adapter imports its framework only when it is used, and names the extra
 to install when the framework is missing.
