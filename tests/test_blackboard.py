@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import pathlib
+import pickle
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -594,3 +597,24 @@ def test_ufo_blackboard_file_of_the_wrong_shape_is_not_a_blackboard(tmp_path: pa
     ):
         board.load(path)
     assert board.blackboard_to_dict() == before
+
+
+@pytest.mark.parametrize(
+    "clone",
+    [copy.deepcopy, lambda b: pickle.loads(pickle.dumps(b))],
+    ids=["deepcopy", "pickle"],
+)
+def test_deepcopy_and_pickle_give_an_independent_equal_blackboard(
+    clone: Callable[[Blackboard], Blackboard],
+) -> None:
+    """Regression (TypeError: cannot pickle '_thread.RLock'): a copy has every section, its own lock, and changes alone."""
+    board = fixture_board()
+    copied = clone(board)
+    assert copied.blackboard_to_json() == board.blackboard_to_json()
+    assert copied.blackboard_to_prompt() == board.blackboard_to_prompt()
+    assert copied.lock is not board.lock
+    assert copied.trajectories.lock is not board.trajectories.lock
+    copied.add_trajectories({"step": 2})
+    assert (len(copied.trajectories), len(board.trajectories)) == (2, 1)
+    with copied.lock:
+        copied.add_requests("reentrant")

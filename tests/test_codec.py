@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import enum
 import io
+import itertools
 import json
 import math
 import os
@@ -1179,3 +1181,148 @@ def test_property_export_matches_the_walk_after_in_place_changes(
             target.append(new)
         assert _outcome(memory.to_json_bytes) == _outcome(lambda: _walked(items))
         assert _outcome(items[0].to_json_bytes) == _outcome(lambda: _walked(items[:1])[1:-1])
+
+
+# -- the batch export against a copy of the encoder before shared shapes (issue 22) ----------
+#
+# Until verdicts became shared Shapes, an item's verdict held its containers
+# and a batch grouped the n-th container of every item. The copy below is that
+# encoder, kept as the oracle: the export must stay byte for byte what it wrote.
+
+_REF_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _reference_verdict(fields: dict[str, Any]) -> Any:
+    if "$kv" in fields:
+        return False
+    values = fields.values()
+    if set(map(type, values)) <= _REF_SCALARS:
+        return True
+    dicts: list[dict[Any, Any]] = []
+    lists: list[list[Any]] = []
+    for value in values:
+        kind = type(value)
+        if kind in _REF_SCALARS:
+            continue
+        if kind is dict:
+            dicts.append(value)
+        elif kind is list:
+            lists.append(value)
+        elif kind is not float or value - value != 0.0:
+            return False
+    if not dicts and not lists:
+        return True
+    return tuple(dicts), tuple(lists)
+
+
+def _reference_wire(item: MemoryItem, verdict: Any, *, walk: bool = False) -> Any:
+    fields = item.to_dict()
+    if not walk and verdict is True:
+        return fields
+    class_name = None if type(item) is MemoryItem else _codec.class_path(type(item))
+    return _codec.encode_fields(
+        fields, class_name=class_name, step_key="step", on_unencodable="error"
+    )
+
+
+def _reference_export(items: list[MemoryItem]) -> bytes | str:
+    verdicts = [
+        _reference_verdict(item.to_dict()) if type(item) is MemoryItem else False for item in items
+    ]
+    containers = [v for v in verdicts if v is not True and v is not False]
+    shared = _codec.containers_plain(
+        itertools.zip_longest(*[v[0] for v in containers], fillvalue={}),
+        itertools.zip_longest(*[v[1] for v in containers], fillvalue=[]),
+    )
+    wires = [
+        item.to_dict()
+        if verdict is True
+        or (verdict and (shared or _codec.containers_plain([verdict[0]], [verdict[1]])))
+        else _reference_wire(item, verdict)
+        for item, verdict in zip(items, verdicts, strict=True)
+    ]
+    try:
+        try:
+            return _codec.dumps(wires)
+        except _codec.IntegerOutOfRange:
+            raise
+        except SerializationError:
+            return _codec.dumps(
+                [_reference_wire(i, v) for i, v in zip(items, verdicts, strict=True)]
+            )
+    except _codec.IntegerOutOfRange:
+        try:
+            return _codec.dumps(
+                [_reference_wire(i, v, walk=True) for i, v in zip(items, verdicts, strict=True)]
+            )
+        except SerializationError as exc:
+            return f"{type(exc).__name__}: {exc}"
+    except SerializationError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+class TypedStep(MemoryItem):
+    """A typed item class: always wrapped, whatever its values."""
+
+    step: int = 0
+
+
+_row_keys = st.sampled_from(["step", "args", "tags", "x", "$kv"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.dictionaries(_row_keys, _plainish, max_size=4), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 2), st.booleans()), max_size=12),
+    st.data(),
+)
+def test_property_batch_export_matches_the_encoder_before_shared_shapes(
+    templates: list[dict[str, Any]], layout: list[tuple[int, bool]], data: st.DataObject
+) -> None:
+    """Batches of items sharing shapes (and typed items among them) export byte for byte as before, also after in-place changes."""
+    items: list[MemoryItem] = []
+    for position, (which, typed) in enumerate(layout):
+        row = copy.deepcopy(templates[which % len(templates)])
+        row["step"] = position
+        items.append(TypedStep(**row) if typed else MemoryItem(**row))
+    memory = Memory(items)
+    assert _outcome(memory.to_json_bytes) == _reference_export(items)
+    for _ in range(data.draw(st.integers(0, 3))):
+        containers = [c for item in items for v in item.to_dict().values() for c in _containers(v)]
+        if containers:
+            target = data.draw(st.sampled_from(containers))
+            new = data.draw(_plainish)
+            if type(target) is dict:
+                target[data.draw(st.sampled_from(["a", "$kv", 7]))] = new
+            else:
+                target.append(new)
+        elif items:
+            items[0]["x"] = data.draw(_plainish)
+        assert _outcome(memory.to_json_bytes) == _reference_export(items)
+
+
+def test_batch_export_of_ufo_rows_is_byte_identical_to_the_encoder_before_shared_shapes() -> None:
+    """UFO-shaped rows (a dict field, a float) and rows of other shapes export as before, in one batch."""
+    rows: list[dict[str, Any]] = [
+        {"step": i, "arguments": {"x": i, "y": 2, "button": "left"}, "cost": 0.5, "ok": True}
+        for i in range(50)
+    ]
+    rows += [{"step": 50, "controls": [{"label": "1"}], "arguments": {"x": 1}}, {"step": 51}]
+    rows += [{"step": 52, "arguments": {"x": (1, 2)}}, {"step": 53, "cost": math.inf}]
+    items = [MemoryItem(**row) for row in rows]
+    memory = Memory(items)
+    for _ in range(2):  # the first call judges every item, the second reuses the verdicts
+        assert memory.to_json_bytes() == _reference_export(items)
+    items[3]["arguments"]["z"] = {1, 2}  # a set, tagged, in place: the shape's check catches it
+    assert memory.to_json_bytes() == _reference_export(items)
+
+
+def test_items_of_more_container_layouts_than_the_shape_bound_export_as_before() -> None:
+    """Past the bound on shared shapes, each further layout gets a shape of its own and exports byte for byte as before."""
+    layouts = _codec._MAX_SHAPES + 50
+    items = [MemoryItem(step=n, **{f"args_{n}": {"x": n}, "tags": [n]}) for n in range(layouts)]
+    memory = Memory(items)
+    for _ in range(2):
+        assert memory.to_json_bytes() == _reference_export(items)
+    items[-1][f"args_{layouts - 1}"]["x"] = (1, 2)  # in place: a tuple, tagged
+    assert memory.to_json_bytes() == _reference_export(items)

@@ -8,6 +8,8 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -28,6 +30,7 @@ from agents.memory import (
     MemoryItem,
     field,
 )
+from agents.memory._item import OwnedRef
 from agents.memory.memory import MemoryItem as UfoPathMemoryItem
 
 
@@ -688,3 +691,144 @@ def test_item_from_json_errors_are_library_errors() -> None:
         AgentMemoryError, match=r"item JSON, at \$\.fields\.when: the 'timedelta' tag"
     ):
         MemoryItem.from_json(data)
+
+
+def test_field_changes_racing_unwatch_never_fail() -> None:
+    """Regression: a field set or deleted while another thread unwatches its only owner never raises.
+
+    The item used to read its owners twice (once to decide whether to tell
+    anyone, once to tell them); an ``unwatch`` in between made the second read
+    find nobody and fail an assertion (about one round in two below, before the fix).
+    """
+    heard: list[object] = []
+
+    def watcher(item: MemoryItem, key: str, old: object, new: object) -> None:
+        heard.append(new)
+
+    def round_of_races() -> list[BaseException]:
+        item = MemoryItem(n=0)
+        owner = object()
+        errors: list[BaseException] = []
+        started, done = threading.Event(), threading.Event()
+
+        def flip() -> None:
+            started.set()
+            while not done.is_set():
+                item.watch(owner, lambda: watcher)
+                item.unwatch(owner)
+
+        def write() -> None:
+            started.wait()
+            try:
+                for n in range(20_000):
+                    item.set_value("n", n)
+                    item["m"] = n
+                    del item["m"]
+            except BaseException as exc:  # the test reports whatever the thread raised
+                errors.append(exc)
+            finally:
+                done.set()
+
+        threads = [threading.Thread(target=flip), threading.Thread(target=write)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if not errors:
+            assert item.to_dict() == {"n": 19_999}
+        return errors
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(10):
+            errors = round_of_races()
+            assert errors == []
+    finally:
+        sys.setswitchinterval(old_interval)
+    assert heard  # the watcher was told of some changes while it watched
+
+
+def test_owned_refs_and_plain_refs_watch_side_by_side() -> None:
+    """An OwnedRef (what a memory passes) and a plain ref each watch for their owner; unwatching one leaves the other."""
+
+    class Owner:
+        def __init__(self) -> None:
+            self.heard: list[object] = []
+
+        def on(self, item: MemoryItem, key: str, old: object, new: object) -> None:
+            self.heard.append(new)
+
+    a, b = Owner(), Owner()
+    item = MemoryItem()
+    item.watch(a, OwnedRef(a.on, a))
+    item.watch(b, weakref.WeakMethod(b.on))
+    item.set_value("x", 1)
+    item.watch(a, OwnedRef(a.on, a))  # watching again replaces, it does not add
+    item.set_value("x", 2)
+    item.unwatch(a)
+    item.set_value("x", 3)
+    assert (a.heard, b.heard) == ([1, 2], [1, 2, 3])
+    item.unwatch(b)
+    # A ref naming another owner still watches for the owner it is given for.
+    item.watch(a, OwnedRef(b.on, b))
+    item.set_value("x", 4)
+    item.unwatch(b)  # b owns no watcher of this item: nothing changes
+    item.set_value("x", 5)
+    item.unwatch(a)
+    item.set_value("x", 6)
+    assert (a.heard, b.heard) == ([1, 2], [1, 2, 3, 4, 5])
+
+
+def test_memory_index_and_another_owner_watch_the_same_items() -> None:
+    """Items in a memory's step index and watched by another owner tell both; a memory reload unwatches only itself."""
+    heard: list[object] = []
+    items = [MemoryItem(step=n) for n in range(3)]
+    memory = Memory(items)
+    assert memory.filter_memory_from_steps([1]) == [{"step": 1}]  # the index watches every item
+    other = object()
+    for item in items:
+        item.watch(other, lambda: lambda item, key, old, new: heard.append(new))
+    items[1]["step"] = 7
+    assert memory.filter_memory_from_steps([7]) == [{"step": 7}]
+    memory.load([])
+    items[1]["step"] = 8
+    assert heard == [7, 8]
+
+
+def test_two_owners_watching_and_unwatching_in_threads_keep_each_other() -> None:
+    """Two owners (un)watching one item from two threads never lose each other's watcher."""
+
+    def round_of_races() -> set[str]:
+        item = MemoryItem(n=0)
+        heard: set[str] = set()
+        owners = {"a": object(), "b": object()}
+        start = threading.Barrier(2)
+
+        def flip(name: str) -> None:
+            owner = owners[name]
+
+            def watcher(item: MemoryItem, key: str, old: object, new: object) -> None:
+                heard.add(name)
+
+            start.wait()
+            for _ in range(3_000):
+                item.watch(owner, lambda: watcher)
+                item.unwatch(owner)
+            item.watch(owner, lambda: watcher)
+
+        threads = [threading.Thread(target=flip, args=(name,)) for name in owners]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        item.set_value("n", 1)
+        return heard
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            assert round_of_races() == {"a", "b"}
+    finally:
+        sys.setswitchinterval(old_interval)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import io
 import json
+import pickle
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -527,6 +531,135 @@ def test_concurrent_step_deletes_remove_exactly_their_steps() -> None:
     for thread in threads:
         thread.join()
     assert steps_of(memory) == [s for s in range(400) if s % 8 >= 4]
+
+
+# -- lock, copies and pickles ------------------------------------------------------------
+
+
+def test_lock_is_the_lock_every_call_holds() -> None:
+    """memory.lock is reentrant and is held while a call runs, so holding it makes calls one step."""
+    memory = steps_memory(2)
+    free_during_callback: list[bool] = []
+
+    def callback(memory: Memory, change: MemoryChange) -> None:
+        # Callbacks run under the memory's lock: another thread cannot take memory.lock now.
+        probe = threading.Thread(
+            target=lambda: free_during_callback.append(memory.lock.acquire(blocking=False))
+        )
+        probe.start()
+        probe.join()
+
+    memory.add_callback(callback)
+    with memory.lock:
+        memory.add_memory_item(MemoryItem(step=2))  # reentrant: no deadlock
+    assert free_during_callback == [False]
+    assert memory.lock is memory.lock
+    assert steps_of(memory) == [0, 1, 2]
+
+
+def pickled_memory() -> Memory:
+    """Return a memory with settings, typed values and an index built, to copy."""
+    memory = Memory(step_key="Step", max_items=10, session_id="s1", metadata={"user": "ana"})
+    memory.add_memory_items(
+        [MemoryItem(Step=0, at=dt.date(2024, 5, 1), pos=(1, 2)), MemoryItem(Step=1, action="ok")]
+    )
+    memory.add_memory_item(MemoryItem(Step=1, action="again"))
+    assert len(memory.filter_memory_from_steps([1])) == 2  # builds the step index
+    return memory
+
+
+@pytest.mark.parametrize(
+    "clone",
+    [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))],
+    ids=["deepcopy", "pickle"],
+)
+def test_deepcopy_and_pickle_give_an_independent_equal_memory(
+    clone: Callable[[Memory], Memory],
+) -> None:
+    """Regression (TypeError: cannot pickle '_thread.RLock'): a copy is equal, has its own lock and items, and works."""
+    memory = pickled_memory()
+    copied = clone(memory)
+    assert copied == memory
+    assert copied.to_json_bytes() == memory.to_json_bytes()
+    assert (copied.step_key, copied.max_items, copied.session_id, copied.metadata) == (
+        "Step",
+        10,
+        "s1",
+        {"user": "ana"},
+    )
+    assert copied.created_at == memory.created_at
+    assert copied.lock is not memory.lock
+    assert all(a is not b for a, b in zip(copied, memory, strict=True))
+    # The copy's step index follows its own items, and the original does not see them.
+    copied[2]["Step"] = 7
+    assert copied.filter_memory_from_steps([7]) == [{"Step": 7, "action": "again"}]
+    assert memory.filter_memory_from_steps([7]) == []
+    copied.add_memory_items([MemoryItem(Step=n) for n in range(20, 30)])
+    assert (len(copied), len(memory)) == (10, 3)
+    assert memory.delete_memory_item(1) == 2
+    assert len(copied) == 10
+
+
+def test_copy_of_a_searched_memory_searches_its_own_items() -> None:
+    """A copy has no observers: its first search builds an index of its own items."""
+    memory = Memory([MemoryItem(step=0, text="open the report"), MemoryItem(step=1, text="save")])
+    assert [hit.item["step"] for hit in memory.search("report")] == [0]
+    copied = copy.deepcopy(memory)
+    assert copied.observers == ()
+    copied[1]["text"] = "save the report"
+    assert sorted(hit.item["step"] for hit in copied.search("report")) == [0, 1]
+    assert [hit.item["step"] for hit in memory.search("report")] == [0]
+
+
+def test_copy_keeps_callbacks_and_attributes_of_a_subclass() -> None:
+    """Change callbacks and a subclass's own attributes travel with a copy."""
+
+    class Tagged(Memory):
+        pass
+
+    heard: list[str] = []
+    memory = Tagged(callbacks=[lambda m, change: heard.append(change.kind)])
+    memory.tag = "agent-1"  # type: ignore[attr-defined]  # a subclass's own attribute
+    copied = copy.deepcopy(memory)
+    assert type(copied) is Tagged
+    assert copied.tag == "agent-1"  # type: ignore[attr-defined]
+    copied.add_memory_item(MemoryItem(step=0))
+    assert heard == ["add"]
+
+
+def test_shallow_copy_shares_items_but_not_the_list() -> None:
+    """copy.copy gives a memory of the same (live) items that adds and deletes on its own."""
+    memory = steps_memory(3)
+    copied = copy.copy(memory)
+    assert copied[0] is memory[0]
+    copied.delete_memory_item(0)
+    assert (steps_of(copied), steps_of(memory)) == ([1, 2], [0, 1, 2])
+    assert (len(copied), len(memory)) == (2, 3)
+    assert memory.filter_memory_from_steps([0]) == [{"step": 0, "action": "a0"}]
+
+
+def test_memory_with_a_writer_refuses_to_be_copied() -> None:
+    """A memory writing to a store cannot be copied (the copy would write to the same session)."""
+
+    class Recorder:
+        def write_add(self, memory: Memory, added: Any, evicted: Any) -> None:
+            pass
+
+        def write_delete(self, memory: Memory, keys: Any) -> None:
+            pass
+
+        def write_update(self, memory: Memory, keys: Any, item: MemoryItem) -> None:
+            pass
+
+        def write_replace(self, memory: Memory, added: Any) -> None:
+            pass
+
+    memory = Memory([MemoryItem(step=0)], writer=Recorder())
+    with pytest.raises(ArgumentTypeError, match=r"writes through to a store.*content"):
+        copy.deepcopy(memory)
+    with pytest.raises(ArgumentTypeError, match="writes through to a store"):
+        pickle.dumps(memory)
+    assert steps_of(memory) == [0]
 
 
 # -- all-or-nothing loading ---------------------------------------------------------------

@@ -63,6 +63,7 @@ __all__ = [
     "TAG",
     "OnUnencodable",
     "OnUnknownClass",
+    "Shape",
     "atomic_write",
     "check_format",
     "check_on_unknown_class",
@@ -452,16 +453,38 @@ def is_plain(fields: Mapping[str, Any]) -> bool:
     return False
 
 
-PlainVerdict: TypeAlias = bool | tuple[tuple[dict[Any, Any], ...], tuple[list[Any], ...]]
+class Shape:
+    """Which top-level fields of an item hold a ``list`` or a ``dict``: the part of a verdict checked on each write.
+
+    Shapes are shared: every item whose containers sit under the same keys
+    holds the same ``Shape`` object (see :func:`plain_verdict`), so a verdict
+    costs an item no allocation and a batch is grouped by identity.
+    """
+
+    __slots__ = ("dicts", "lists")
+
+    def __init__(self, dicts: tuple[str, ...], lists: tuple[str, ...]) -> None:
+        self.dicts = dicts
+        self.lists = lists
+
+    def __repr__(self) -> str:
+        return f"Shape(dicts={self.dicts!r}, lists={self.lists!r})"
+
+
+PlainVerdict: TypeAlias = "bool | Shape"
 """What :func:`plain_verdict` says of an item's fields.
 
-``True``: written as they are. ``False``: they need the walk. A pair
-``(dicts, lists)``: written as they are while these top-level containers
+``True``: written as they are. ``False``: they need the walk. A
+:class:`Shape`: written as they are while the top-level containers it names
 still hold plain data (:func:`containers_plain`), which they may stop doing
 when they are changed in place.
 """
 
 _PLAIN_KINDS: Final = _SCALARS_AND_FLOAT | {list, dict}
+# Shapes by their keys. Bounded: past the bound (an odd program with endless
+# distinct container keys) a verdict gets a shape of its own, unshared.
+_SHAPES: Final[dict[tuple[tuple[str, ...], tuple[str, ...]], Shape]] = {}
+_MAX_SHAPES: Final = 4096
 
 
 def plain_verdict(fields: Mapping[str, Any]) -> PlainVerdict:
@@ -469,30 +492,35 @@ def plain_verdict(fields: Mapping[str, Any]) -> PlainVerdict:
 
     Only the top-level values are judged here: they change only through the
     item's own calls, so the verdict can be kept until then. A ``list`` or
-    ``dict`` value can change in place without the item knowing, so it is
-    returned to be checked on every write with :func:`containers_plain`.
+    ``dict`` value can change in place without the item knowing, so the
+    verdict names the keys that hold them (a shared :class:`Shape`), to be
+    checked on every write with :func:`containers_plain`.
     """
     if TAG in fields:
         return False
-    values = fields.values()
-    if set(map(type, values)) <= _SCALARS:
-        return True
-    # One pass in Python beats several C-level filters on a dozen values.
-    dicts: list[dict[Any, Any]] = []
-    lists: list[list[Any]] = []
-    for value in values:
+    dicts: tuple[str, ...] = ()
+    lists: tuple[str, ...] = ()
+    # One pass in Python: type(value) is a specialised call there, faster on a
+    # dozen values than the C-level map(type, ...) and filter passes.
+    for key, value in fields.items():
         kind = type(value)
         if kind in _SCALARS:
             continue
         if kind is dict:
-            dicts.append(value)
+            dicts += (key,)
         elif kind is list:
-            lists.append(value)
+            lists += (key,)
         elif kind is not float or value - value != 0.0:
             return False
     if not dicts and not lists:
         return True
-    return tuple(dicts), tuple(lists)
+    keys = (dicts, lists)
+    shape = _SHAPES.get(keys)
+    if shape is None:
+        shape = Shape(dicts, lists)
+        if len(_SHAPES) < _MAX_SHAPES:
+            _SHAPES[keys] = shape
+    return shape
 
 
 def containers_plain(

@@ -9,6 +9,7 @@ accepted.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy as _copy
 import importlib
@@ -17,9 +18,11 @@ import itertools
 import operator
 import reprlib
 import sys
+import threading
 import types
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, ValuesView
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeAlias, TypeVar
 
 import attrs
@@ -46,6 +49,7 @@ __all__ = [
     "FieldWatcher",
     "MemoryItem",
     "OnUnknownClass",
+    "OwnedRef",
     "decode_item",
     "decode_items",
     "dumps_item",
@@ -56,6 +60,7 @@ __all__ = [
     "item_fields",
     "items_from_mappings",
     "ufo_json_items",
+    "unwatch_items",
     "watch_items",
 ]
 
@@ -222,9 +227,6 @@ _REPR.maxother = 80
 _REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 8
 
 
-_STR: Final = frozenset({str})
-
-
 def _key_error(key: object) -> InvalidKeyError:
     msg = f"Field keys must be strings, got {key!r} ({type(key).__name__}); convert the key with str() first."
     return InvalidKeyError(msg)
@@ -242,6 +244,14 @@ def _check_keys(fields: Mapping[Any, Any]) -> None:
         raise  # pragma: no cover - join failed for a reason other than a key
 
 
+def _exact_str_keys(fields: Iterable[Any]) -> bool:
+    """Return whether every key is an exact ``str`` (a loop: type() is a specialised call in it)."""
+    for key in fields:  # noqa: SIM110 - all() of a generator is twice as slow on a dozen keys
+        if type(key) is not str:
+            return False
+    return True
+
+
 class FieldWatcher(Protocol):
     """Told of each field change of a watched item: ``watcher(item, key, old, new)``."""
 
@@ -250,6 +260,27 @@ class FieldWatcher(Protocol):
 
 WatcherRef: TypeAlias = "Callable[[], FieldWatcher | None]"
 """How an item reaches a watcher: a call that returns it, or ``None`` once it is gone."""
+
+
+class OwnedRef(weakref.WeakMethod):  # type: ignore[type-arg]  # WeakMethod is generic only in the stubs
+    """A weak reference to an owner's watcher method that also names the owner (by ``id``).
+
+    An item watched by one owner through such a ref stores the ref alone,
+    not the owner's id beside it: building a memory's step index then writes
+    one slot per item, not two.
+    """
+
+    __slots__ = ("owner_key",)
+    owner_key: int
+
+    def __new__(cls, method: Callable[..., Any], owner: object) -> Self:
+        self = super().__new__(cls, method)
+        self.owner_key = id(owner)
+        return self
+
+    def __init__(self, method: Callable[..., Any], owner: object) -> None:
+        # weakref.ref.__init__ takes (object, callback); the owner is no callback.
+        super().__init__(method)  # type: ignore[call-arg]  # the stubs give WeakMethod no __init__
 
 
 class MemoryItem:
@@ -447,7 +478,9 @@ class MemoryItem:
         if owners is not None:
             old = fields.get(key, NOTHING)
             fields[key] = value
-            self._notify(key, old, value)
+            # The owners read once above are those told: another thread may
+            # unwatch in between, and reading them again could find none.
+            self._notify(owners, key, old, value)
         else:
             fields[key] = value
 
@@ -461,7 +494,7 @@ class MemoryItem:
             InvalidKeyError: if a key is not a string.
             FieldValidationError: if a declared field gets an invalid value.
         """
-        exact_str_keys = set(map(type, values)) <= _STR
+        exact_str_keys = _exact_str_keys(values)
         if not exact_str_keys:
             _check_keys(values)  # names a key that is not a str; str subclasses pass
         declared = self._declared
@@ -571,12 +604,13 @@ class MemoryItem:
             msg = f"{type(self).__name__} has no field {key!r}; its fields are {list(fields)}."
             raise FieldNotFoundError(msg)
         _set_plain(self, None)
-        if self._owners is None:
+        owners = self._owners  # one read: see _store
+        if owners is None:
             return fields.pop(key)
         before = dict(fields)
         value = fields.pop(key)
         try:
-            self._notify(key, value, NOTHING)
+            self._notify(owners, key, value, NOTHING)
         except BaseException:
             # Put the field back where it was, not at the end.
             fields.clear()
@@ -723,36 +757,65 @@ class MemoryItem:
                 ``None`` once it is gone: pass a ``weakref.WeakMethod`` so that
                 the item does not keep its owner alive.
         """
-        key = id(owner)
+        with _WATCH_LOCK:
+            self._watch(id(owner), callback_ref)
+
+    def _watch(self, key: int, callback_ref: WatcherRef) -> None:
+        """Add the watcher of the owner whose id is ``key`` (the caller holds ``_WATCH_LOCK``)."""
         owners = self._owners
         if owners is None:
-            _set_owner_key(self, key)
-            _set_owners(self, callback_ref)
+            self._watch_alone(key, callback_ref)
         elif isinstance(owners, dict):
             owners[key] = callback_ref
-        elif self._owner_key == key:
-            _set_owners(self, callback_ref)
         else:
-            _set_owners(self, {self._owner_key: owners, key: callback_ref})
+            alone = self._key_of(owners)
+            if alone == key:
+                self._watch_alone(key, callback_ref)
+            else:
+                _set_owners(self, {alone: owners, key: callback_ref})
+
+    def _watch_alone(self, key: int, callback_ref: WatcherRef) -> None:
+        """Make ``callback_ref`` the one watcher, of the owner whose id is ``key``."""
+        if type(callback_ref) is OwnedRef:
+            # The ref names its owner: no key to store (or, naming another, a dict of one).
+            _set_owners(
+                self, callback_ref if callback_ref.owner_key == key else {key: callback_ref}
+            )
+        else:
+            _set_owner_key(self, key)
+            _set_owners(self, callback_ref)
+
+    def _key_of(self, alone: WatcherRef) -> int:
+        """Return the owner id of the one watcher ``alone``."""
+        return alone.owner_key if type(alone) is OwnedRef else self._owner_key
 
     def unwatch(self, owner: object) -> None:
         """Stop calling ``owner``'s watcher (no error if it had none)."""
+        if self._owners is None:
+            return
+        with _WATCH_LOCK:
+            self._unwatch(id(owner))
+
+    def _unwatch(self, key: int) -> None:
+        """Drop the watcher of the owner whose id is ``key`` (the caller holds ``_WATCH_LOCK``)."""
         owners = self._owners
         if owners is None:
             return
-        key = id(owner)
         if not isinstance(owners, dict):
-            if self._owner_key == key:
+            if self._key_of(owners) == key:
                 _set_owners(self, None)
             return
         owners.pop(key, None)
         if not owners:
             _set_owners(self, None)
 
-    def _notify(self, key: str, old: Any, new: Any) -> None:
+    def _notify(
+        self, owners: WatcherRef | dict[int, WatcherRef], key: str, old: Any, new: Any
+    ) -> None:
+        """Tell the watchers of ``owners`` (the caller's one read of them) of a change."""
         told: list[FieldWatcher] = []
-        owners = self._owners
-        assert owners is not None  # the caller checked that someone watches
+        # A dict of owners can change under another thread's (un)watch: copy
+        # its refs in one C call.
         refs = list(owners.values()) if isinstance(owners, dict) else [owners]
         for ref in refs:
             watcher = ref()
@@ -774,14 +837,21 @@ class MemoryItem:
 
 
 _new = object.__new__
+# Held while an item's owners change (watch, unwatch, watch_items), so that
+# two owners in two threads never lose each other's watcher. Reading the
+# owners to tell them of a change needs no lock (see _store).
+_WATCH_LOCK: Final = threading.Lock()
+_consume: Callable[[Iterable[Any]], None] = collections.deque(maxlen=0).extend
 _set_fields = MemoryItem.__dict__["_fields"].__set__
 _set_owners = MemoryItem.__dict__["_owners"].__set__
 _set_owner_key = MemoryItem.__dict__["_owner_key"].__set__
 _set_plain = MemoryItem.__dict__["_plain"].__set__
+_owners_of: Callable[[MemoryItem], Any] = operator.attrgetter("_owners")
 # The live field dict of an item, for the package's hot loops (step index,
 # projections, stores). Read it, never change it: a change made through it
 # bypasses the item's watchers, so no memory or store would hear of it.
 item_fields: Callable[[MemoryItem], dict[str, Any]] = operator.attrgetter("_fields")
+_plain_of: Callable[[MemoryItem], _codec.PlainVerdict | None] = operator.attrgetter("_plain")
 MemoryItem._kv_ready = True
 
 
@@ -877,14 +947,35 @@ def items_from_mappings(
 
 
 def watch_items(items: Iterable[MemoryItem], owner: object, callback_ref: WatcherRef) -> None:
-    """Call :meth:`MemoryItem.watch` on each of ``items``, in one loop (for building an index)."""
+    """Call :meth:`MemoryItem.watch` on each of ``items``, in one loop (for building an index).
+
+    With an :class:`OwnedRef` of ``owner``, an item not watched yet costs one
+    slot write.
+    """
     key = id(owner)
-    for item in items:
-        if item._owners is None:
-            _set_owner_key(item, key)
-            _set_owners(item, callback_ref)
-        else:
-            item.watch(owner, callback_ref)
+    # A dict's values view is gone through twice below without a copy.
+    batch = items if isinstance(items, (list, tuple, ValuesView)) else list(items)
+    # Under the lock, no other owner watches or unwatches these items between
+    # the check and the writes below.
+    with _WATCH_LOCK:
+        if (
+            type(callback_ref) is OwnedRef
+            and callback_ref.owner_key == key
+            and operator.countOf(map(_owners_of, batch), None) == len(batch)
+        ):
+            # No item is watched yet (a fresh index): one C-level pass.
+            _consume(map(_set_owners, batch, itertools.repeat(callback_ref)))
+            return
+        for item in batch:
+            item._watch(key, callback_ref)
+
+
+def unwatch_items(items: Iterable[MemoryItem], owner: object) -> None:
+    """Call :meth:`MemoryItem.unwatch` on each of ``items``, under one hold of the owners' lock."""
+    key = id(owner)
+    with _WATCH_LOCK:
+        for item in items:
+            item._unwatch(key)
 
 
 def dumps_items(
@@ -922,27 +1013,56 @@ def _wires(
     ``_codec.plain_verdict``); its containers are checked on every call,
     because they can change in place without the item knowing.
     """
-    verdicts = [item._verdict() for item in batch]
-    containers = [v for v in verdicts if v is not True and v is not False]
-    # Group the n-th dict (and list) of every item: items of one agent keep
-    # the same fields in the same order, so a group is mostly one field.
-    shared = _codec.containers_plain(
-        itertools.zip_longest(*[v[0] for v in containers], fillvalue=_NO_DICT),
-        itertools.zip_longest(*[v[1] for v in containers], fillvalue=_NO_LIST),
-    )
-    # When every container is plain, each item with a verdict is its fields;
-    # otherwise each item checks its own and is walked if it must be.
+    cached = list(map(_plain_of, batch))
+    fields = list(map(item_fields, batch))
+    # True, False, None (not judged yet) and shared shapes, all hashed by identity.
+    kinds: set[Any] = set(cached)
+    if None in kinds:
+        # Each item judges and keeps its verdict at once (not in one pass for
+        # all, then another): a field set by another thread in between would
+        # leave a verdict on values the item no longer holds.
+        verdicts = [
+            verdict if verdict is not None else item._verdict()
+            for item, verdict in zip(batch, cached, strict=True)
+        ]
+        kinds = set(verdicts)
+    else:
+        verdicts = typing.cast("list[_codec.PlainVerdict]", cached)
+    if kinds == {True}:
+        return fields
+    shapes: list[_codec.Shape] = [kind for kind in kinds if kind is not True and kind is not False]
+    # Check the containers of all items of a shape together, one field at a
+    # time: items of one agent keep the same fields, so there is mostly one shape.
+    dict_groups: list[list[dict[Any, Any]]] = []
+    list_groups: list[list[list[Any]]] = []
+    for shape in shapes:
+        members = (
+            fields
+            if len(kinds) == 1
+            else [f for f, verdict in zip(fields, verdicts, strict=True) if verdict is shape]
+        )
+        dict_groups += [list(map(operator.itemgetter(key), members)) for key in shape.dicts]
+        list_groups += [list(map(operator.itemgetter(key), members)) for key in shape.lists]
+    if _codec.containers_plain(dict_groups, list_groups):
+        if False not in kinds:
+            return fields
+        return [
+            item._wire(step_key, on_unencodable) if verdict is False else own
+            for item, own, verdict in zip(batch, fields, verdicts, strict=True)
+        ]
+    # Some container holds what needs a tag: each item checks its own and is walked if it must be.
     return [
-        item._fields
+        own
         if verdict is True
-        or (verdict and (shared or _codec.containers_plain([verdict[0]], [verdict[1]])))
+        or (
+            verdict is not False
+            and _codec.containers_plain(
+                [[own[key] for key in verdict.dicts]], [[own[key] for key in verdict.lists]]
+            )
+        )
         else item._wire(step_key, on_unencodable)
-        for item, verdict in zip(batch, verdicts, strict=True)
+        for item, own, verdict in zip(batch, fields, verdicts, strict=True)
     ]
-
-
-_NO_DICT: Final[dict[str, Any]] = {}
-_NO_LIST: Final[list[Any]] = []
 
 
 def ufo_json_items(
@@ -961,7 +1081,7 @@ def ufo_json_items(
 def filter_fields(fields: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
     """Return the fields among ``keys`` in the fields' order (UFO's ``filter``)."""
     wanted = keys if isinstance(keys, (set, frozenset, dict)) else frozenset(keys)
-    return {key: value for key, value in fields.items() if key in wanted}
+    return {key: fields[key] for key in fields if key in wanted}
 
 
 def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable) -> bytes:

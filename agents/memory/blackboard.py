@@ -164,6 +164,18 @@ class Blackboard:
         """The lock held by every method; hold it to read several sections consistently."""
         return self._lock
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Return what ``pickle`` and ``copy`` keep: every section and setting, not the lock."""
+        with self._lock:
+            state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Take the state :meth:`__getstate__` gave, with a new lock."""
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     def _sections(self) -> dict[str, Memory]:
         return {
             "questions": self._questions,
