@@ -481,19 +481,24 @@ def _cmd_import_ufo_log(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def _embedder(name: str | None) -> Any:
+    """Return the embedder ``--embedder`` names (``hashing`` or ``wordllama``), or ``None``."""
+    if name == "hashing":
+        from agents.memory.search import HashingEmbedder
+
+        return HashingEmbedder()
+    if name == "wordllama":
+        from agents.memory.search import WordLlamaEmbedder
+
+        return WordLlamaEmbedder()
+    return None
+
+
 def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
     """Serve a store over MCP: stdio by default (stdout then carries only the protocol)."""
     from agents.integrations.mcp import MemoryServer, Scope
 
-    embedder: Any = None
-    if args.embedder == "hashing":
-        from agents.memory.search import HashingEmbedder
-
-        embedder = HashingEmbedder()
-    elif args.embedder == "wordllama":
-        from agents.memory.search import WordLlamaEmbedder
-
-        embedder = WordLlamaEmbedder()
+    embedder = _embedder(args.embedder)
     token = os.environ.get(args.token_env) or None
     if not args.http and (args.host is not None or args.port is not None):
         msg = "--host and --port are for --http; stdio needs neither."
@@ -522,15 +527,7 @@ def _cmd_serve(args: argparse.Namespace, out: IO[str]) -> int:
     """Serve a store's live view in the browser until interrupted (read-only)."""
     from agents.integrations.web import DEFAULT_PORT, serve
 
-    embedder: Any = None
-    if args.embedder == "hashing":
-        from agents.memory.search import HashingEmbedder
-
-        embedder = HashingEmbedder()
-    elif args.embedder == "wordllama":
-        from agents.memory.search import WordLlamaEmbedder
-
-        embedder = WordLlamaEmbedder()
+    embedder = _embedder(args.embedder)
     token = os.environ.get(args.token_env) or None
 
     def ready(address: str) -> None:

@@ -48,6 +48,7 @@ import attrs
 import orjson
 
 from agents import __version__
+from agents.integrations._local import LOOPBACK, image_root
 from agents.memory import (
     AgentMemoryError,
     EmbeddingError,
@@ -386,7 +387,7 @@ class MemoryServer:
         self.read_only = read_only
         self.poll_seconds = float(poll_seconds)
         self.embedder = embedder
-        self.image_dir = None if image_dir is None else _image_root(image_dir)
+        self.image_dir = None if image_dir is None else image_root(image_dir)
         self._owns_store = not isinstance(store, BaseStore)
         self.store: BaseStore = (
             store if isinstance(store, BaseStore) else open_store(store, read_only=read_only)
@@ -1423,24 +1424,11 @@ def _argument_of(exc: AgentMemoryError) -> str | None:
     return None
 
 
-def _image_root(folder: str | os.PathLike[str]) -> str:
-    path = os.path.realpath(os.fspath(folder))
-    if not os.path.isdir(path):
-        msg = (
-            f"The image folder {os.fspath(folder)!r} is not a directory; create it or pass another."
-        )
-        raise InvalidArgumentError(msg)
-    return path
-
-
-_LOOPBACK: Final = ("127.0.0.1", "localhost", "::1")
-
-
 def _check_bind(host: str, token: str | None) -> None:
     if token is not None and (type(token) is not str or len(token) < 16):
         msg = "The HTTP token must be a string of at least 16 characters; make one with: python -c 'import secrets; print(secrets.token_urlsafe())'."
         raise InvalidArgumentError(msg)
-    if host not in _LOOPBACK and token is None:
+    if host not in LOOPBACK and token is None:
         msg = (
             f"Serving MCP on {host!r} lets other machines reach the store; set a token "
             "(KVMEMORY_MCP_TOKEN) to bind anywhere but 127.0.0.1."

@@ -42,6 +42,7 @@ import attrs
 
 from agents.agent._replay import value_text
 from agents.agent._timeline import live_page, timeline_step
+from agents.integrations._local import LOOPBACK, image_root
 from agents.memory import _codec
 from agents.memory.exceptions import (
     AgentMemoryError,
@@ -70,7 +71,6 @@ _PAGE_SIZE: Final = 500  # items a timeline opens on, and loads per "load earlie
 _MOST_NEW: Final = 2000  # most new items one poll answer carries (the page asks again at once)
 _HITS: Final = 50
 _IMAGE_BYTES: Final = 20 * 1024 * 1024
-_LOOPBACK: Final = ("127.0.0.1", "localhost", "::1")
 _COOKIE: Final = "kvmemory_token"
 _IMAGE_TYPES: Final = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -157,7 +157,7 @@ def live_app(
     if not 0.1 <= poll_seconds <= 3600:
         msg = f"poll_seconds must be between 0.1 and 3600, got {poll_seconds!r}."
         raise InvalidArgumentError(msg)
-    roots = tuple(_image_root(folder) for folder in image_dirs)
+    roots = tuple(image_root(folder) for folder in image_dirs)
     view = _View(store, roots, embedder, cost_key, label_key, tuple(image_keys))
     poll_ms = round(poll_seconds * 1000)
 
@@ -314,7 +314,7 @@ def serve(
         StoreError: if the store cannot be opened.
         OSError: if the address cannot be bound (a port in use, an unknown host).
     """
-    if host not in _LOOPBACK and token is None:
+    if host not in LOOPBACK and token is None:
         msg = (
             f"Serving the live view on {host!r} lets other machines read the store; set a token "
             "in the variable named by --token-env (default KVMEMORY_SERVE_TOKEN) to bind anywhere but 127.0.0.1."
@@ -610,16 +610,6 @@ def _shown_url(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     user = parts.username or ""
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def _image_root(folder: str | os.PathLike[str]) -> str:
-    path = os.path.realpath(os.fspath(folder))
-    if not os.path.isdir(path):
-        msg = (
-            f"The image folder {os.fspath(folder)!r} is not a directory; create it or pass another."
-        )
-        raise InvalidArgumentError(msg)
-    return path
 
 
 def _int(text: str, name: str, low: int, high: int) -> int:
