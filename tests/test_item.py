@@ -693,6 +693,12 @@ def test_item_from_json_errors_are_library_errors() -> None:
         MemoryItem.from_json(data)
 
 
+# A 1 us switch interval under a trace function (coverage's) twice left a thread of
+# these stress tests gone and the other spinning or waiting forever; they run in the
+# untraced passes (scripts/test runs the suite again on Python 3.10 without coverage).
+TRACED = "thread-race stress test: runs only without a trace function (coverage) installed"
+
+
 def test_field_changes_racing_unwatch_never_fail() -> None:
     """Regression: a field set or deleted while another thread unwatches its only owner never raises.
 
@@ -700,6 +706,8 @@ def test_field_changes_racing_unwatch_never_fail() -> None:
     anyone, once to tell them); an ``unwatch`` in between made the second read
     find nobody and fail an assertion (about one round in two below, before the fix).
     """
+    if sys.gettrace() is not None:
+        pytest.skip(TRACED)
     heard: list[object] = []
 
     def watcher(item: MemoryItem, key: str, old: object, new: object) -> None:
@@ -713,13 +721,17 @@ def test_field_changes_racing_unwatch_never_fail() -> None:
 
         def flip() -> None:
             started.set()
-            while not done.is_set():
-                item.watch(owner, lambda: watcher)
-                item.unwatch(owner)
+            try:
+                while not done.is_set():
+                    item.watch(owner, lambda: watcher)
+                    item.unwatch(owner)
+            except BaseException as exc:  # the test reports whatever the thread raised
+                errors.append(exc)
+                done.set()
 
         def write() -> None:
-            started.wait()
             try:
+                started.wait()
                 for n in range(20_000):
                     item.set_value("n", n)
                     item["m"] = n
@@ -798,6 +810,8 @@ def test_memory_index_and_another_owner_watch_the_same_items() -> None:
 
 def test_two_owners_watching_and_unwatching_in_threads_keep_each_other() -> None:
     """Two owners (un)watching one item from two threads never lose each other's watcher."""
+    if sys.gettrace() is not None:
+        pytest.skip(TRACED)
 
     def round_of_races() -> set[str]:
         item = MemoryItem(n=0)
