@@ -25,6 +25,10 @@ from typing_extensions import NotRequired, Required, is_typeddict
 
 _HINTS: dict[Any, dict[str, Any]] = {}
 
+# typing has Required and NotRequired from Python 3.11; the openai package uses typing_extensions'.
+_REQUIRED = {Required, getattr(typing, "Required", Required)}
+_NOT_REQUIRED = {NotRequired, getattr(typing, "NotRequired", NotRequired)}
+
 
 def _hints(typed_dict: Any) -> dict[str, Any]:
     if typed_dict not in _HINTS:
@@ -37,8 +41,8 @@ def _required(typed_dict: Any) -> list[str]:
     required = []
     for key, hint in _hints(typed_dict).items():
         origin = typing.get_origin(hint)
-        marked = origin in (Required, typing.Required)
-        unmarked = origin not in (NotRequired, typing.NotRequired)
+        marked = origin in _REQUIRED
+        unmarked = origin not in _NOT_REQUIRED
         if marked or (unmarked and typed_dict.__total__):
             required.append(key)
     return required
@@ -54,7 +58,7 @@ def _members(tp: Any) -> tuple[Any, ...]:
 def type_errors(value: Any, tp: Any, where: str) -> list[str]:
     """Return how ``value`` fails the type ``tp`` (empty when it conforms), strictly."""
     origin = typing.get_origin(tp)
-    if origin in (typing.Annotated, Required, NotRequired, typing.Required, typing.NotRequired):
+    if origin is typing.Annotated or origin in _REQUIRED or origin in _NOT_REQUIRED:
         return type_errors(value, typing.get_args(tp)[0], where)
     if tp is Any or tp is object:
         return []

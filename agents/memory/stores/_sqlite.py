@@ -533,11 +533,16 @@ class SQLiteStore(SQLRows, BaseStore):
                     "SELECT CAST(type AS BLOB), CAST(name AS BLOB), CAST(tbl_name AS BLOB),"
                     " CAST(sql AS BLOB) FROM sqlite_master"
                 ).fetchall()
-            except UnicodeDecodeError as exc:
-                # SQLite could not parse the schema, and its message quotes bytes that are not UTF-8.
+            except (UnicodeDecodeError, sqlite3.DatabaseError) as exc:
+                # SQLite could not parse the schema, and its message quotes bytes that are not
+                # UTF-8: Python 3.11's sqlite3 raises the decoding error, 3.10's an error whose
+                # message is empty. Any other database error is reported as it is.
+                if isinstance(exc, sqlite3.DatabaseError) and str(exc):
+                    raise
+                reason = str(exc) or "SQLite's own message could not be decoded"
                 msg = (
                     f"SQLite file {self.path!r} is damaged: its schema is malformed and holds text "
-                    f"that is not UTF-8 ({exc}); it was left unchanged. Restore it from a backup "
+                    f"that is not UTF-8 ({reason}); it was left unchanged. Restore it from a backup "
                     "or open another path."
                 )
                 raise CorruptStoreError(msg) from exc
