@@ -23,6 +23,7 @@ __all__ = [
     "MIN_IDF",
     "Tokenizer",
     "bm25_idf",
+    "lucene_idf",
     "check_k",
     "checked_keys",
     "checked_query",
@@ -40,6 +41,16 @@ MIN_IDF = 1e-6
 def bm25_idf(n_items: int, df: int) -> float:
     """Return the IDF of a term held by ``df`` of ``n_items`` items (FTS5's formula, floored at :data:`MIN_IDF`)."""
     return max(math.log((n_items - df + 0.5) / (df + 0.5)), MIN_IDF)
+
+
+def lucene_idf(n_items: int, df: int) -> float:
+    """Return the IDF of a term held by ``df`` of ``n_items`` items as Lucene's BM25 computes it.
+
+    ``ln(1 + (n_items - df + 0.5) / (df + 0.5))``: always above zero, so a
+    word held by most items still counts a little (FTS5's formula gives it
+    almost nothing), and a rarer word always counts more than a commoner one.
+    """
+    return math.log1p((n_items - df + 0.5) / (df + 0.5))
 
 
 # Runs of letters and digits in any script; "_" splits, so click_input gives two terms.
