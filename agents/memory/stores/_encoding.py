@@ -160,6 +160,13 @@ def decode_pairs(
         CorruptSessionError: naming the seq and session of a row that is not a valid item.
     """
     rows = rows if isinstance(rows, list) else list(rows)
+    with _codec.collector_paused(len(rows)):
+        return _decode_pairs(rows, source, on_unknown_class)
+
+
+def _decode_pairs(
+    rows: list[tuple[int, bytes]], source: str, on_unknown_class: OnUnknownClass
+) -> list[tuple[int, MemoryItem]]:
     seqs = [seq for seq, _ in rows]
     try:
         # One C-level pass; the loop below only runs to name a damaged row.
