@@ -1403,3 +1403,31 @@ def test_bulk_row_decoding_runs_no_collection() -> None:
         gc.callbacks.remove(record)
     assert [item["step"] for _, item in pairs] == list(range(2000))
     assert during <= 2, collections  # at most the one collection as the pause ends (start, stop)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.dictionaries(st.sampled_from(["step", "x", "y", "$kv"]), _plainish), max_size=5),
+    st.sampled_from(["error", "repr", "drop"]),
+)
+def test_property_each_item_of_a_batch_encodes_as_on_its_own(
+    rows: list[dict[str, Any]], policy: Any
+) -> None:
+    """dumps_each (a store's batch) gives each item's dumps_item bytes, or the error the first bad item raises."""
+    from agents.memory._item import dumps_each, dumps_item
+
+    items = [MemoryItem(**row) for row in rows]
+
+    def one_by_one() -> list[bytes]:
+        return [dumps_item(item, step_key="step", on_unencodable=policy) for item in items]
+
+    def batch() -> list[bytes]:
+        return dumps_each(items, step_key="step", on_unencodable=policy)
+
+    def outcome(encode: Any) -> list[bytes] | str:
+        try:
+            return encode()  # type: ignore[no-any-return]
+        except SerializationError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    assert outcome(batch) == outcome(one_by_one)

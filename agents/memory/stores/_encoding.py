@@ -23,7 +23,7 @@ from agents.memory._item import (
     MemoryItem,
     OnUnknownClass,
     decode_items,
-    dumps_item,
+    dumps_each,
     item_fields,
 )
 from agents.memory.exceptions import (
@@ -129,12 +129,11 @@ def encode_rows(
         SerializationError: naming the key and step of a value that cannot be encoded.
     """
     now = time.time()
-    rows: list[Row] = []
-    for item in items:
-        step = item_fields(item).get(step_key, NOTHING)
-        data = dumps_item(item, step_key=step_key, on_unencodable=on_unencodable)
-        rows.append((step_text(step), now, data))
-    return rows
+    encoded = dumps_each(items, step_key=step_key, on_unencodable=on_unencodable)
+    return [
+        (step_text(item_fields(item).get(step_key, NOTHING)), now, data)
+        for item, data in zip(items, encoded, strict=True)
+    ]
 
 
 def decode_rows(

@@ -9,7 +9,6 @@ the row, so no store decodes a row it has just encoded to find them.
 from __future__ import annotations
 
 import heapq
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -48,8 +47,12 @@ KeywordMatch = tuple[int, int, dict[str, int]]
 
 _TOKENIZER: Final = Tokenizer()
 # For ASCII text the tokenizer's NFKC is the identity, casefold is lower() and its
-# runs of letters and digits are these: the same terms, found faster.
-_ASCII_WORD: Final = re.compile(r"[a-z0-9]+")
+# terms are the runs of ASCII letters and digits: mapping every other byte to a
+# space (and A-Z to a-z) and splitting at spaces gives the same terms, about three
+# times faster than a regular expression's findall.
+_ASCII_TERMS: Final = bytes(
+    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+)
 
 
 def texts_of(fields: Mapping[str, Any]) -> list[str]:
@@ -104,7 +107,10 @@ def item_terms(item: MemoryItem) -> Terms:
     if not texts:
         return "", 0
     text = texts[0] if len(texts) == 1 else "\n".join(texts)
-    terms = _ASCII_WORD.findall(text.lower()) if text.isascii() else _TOKENIZER(text)
+    if text.isascii():
+        words = text.encode("ascii").translate(_ASCII_TERMS).split()
+        return b" ".join(words).decode("ascii"), len(words)
+    terms = _TOKENIZER(text)
     return " ".join(terms), len(terms)
 
 
