@@ -35,6 +35,7 @@ __all__ = [
     "item_terms",
     "keyword_matches",
     "keyword_query",
+    "rank_matches",
     "rank_pages",
     "texts_of",
 ]
@@ -147,8 +148,23 @@ def rank_pages(
     answers a search, and how every store answers one with ``keys``.
     """
     n_items, total, matches, found = keyword_matches(pages, terms, keys)
+    best = rank_matches(n_items, total, matches, terms, k)
+    return best, {seq: found[seq] for _, seq in best if seq in found}
+
+
+def rank_matches(
+    n_items: int, total: int, matches: Sequence[KeywordMatch], terms: Sequence[str], k: int
+) -> list[tuple[float, int]]:
+    """Rank the items holding a query term by BM25 as ``Memory.search`` does; return the ``k`` best.
+
+    ``n_items`` and ``total`` (items and their terms in all) are the
+    session's; ``matches`` every item of it holding a query term. The best
+    are ``(score, seq)``, best first, ties by seq. :func:`rank_pages` ranks
+    a session read in pages with it, and the SQLite store the rows its FTS
+    table does not hold yet.
+    """
     if not matches:
-        return [], {}
+        return []
     df = Counter(term for _, _, counts in matches for term in counts)
     avgdl = total / n_items if total else 1.0
     # BM25 per (term, item) as the search index computes it, query terms counted with repeats.
@@ -163,8 +179,7 @@ def rank_pages(
             if tf:
                 score += lift[term] * tf / (tf + flat + slope * length)
         scored.append((score, seq))
-    best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
-    return best, {seq: found[seq] for _, seq in best if seq in found}
+    return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
 def keyword_matches(
