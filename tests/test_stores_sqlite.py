@@ -9,11 +9,14 @@ import sqlite3
 import stat
 import struct
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.memory import MemoryItem
 from agents.memory.exceptions import (
@@ -979,14 +982,25 @@ def test_one_item_commits_leave_rows_pending_that_every_handle_finds_and_ranks(
         for item in ranking_corpus():
             memory.add_memory_item(item)
         assert fold_state(path) == (len(ranking_corpus()) + 3,) * 2  # a small batch waits too
-        assert_ranks_as_memory(store, "a")
-        assert_ranks_as_memory(store, "b")
         with SQLiteStore(path, read_only=True) as reader:
             assert_ranks_as_memory(reader, "a")
             assert_ranks_as_memory(reader, "b")
+        assert fold_state(path) == (len(ranking_corpus()) + 3,) * 2  # reading wrote nothing
         memory.close()  # the writer folds what is pending as it closes
         assert fold_state(path)[0] == 0
         assert_ranks_as_memory(store, "a")
+    check_fts_integrity(path)
+
+
+def test_a_writable_handle_folds_pending_rows_before_it_searches(tmp_path: Path) -> None:
+    """A search on a writable handle folds the pending rows first, then ranks from the FTS table alone."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        for item in ranking_corpus():
+            store.append("s", [item])
+        assert fold_state(path) == (len(ranking_corpus()),) * 2
+        assert_ranks_as_memory(store, "s")
+        assert fold_state(path) == (0, len(ranking_corpus()))
     check_fts_integrity(path)
 
 
@@ -1124,3 +1138,51 @@ def test_v5_file_reads_read_only_as_it_is_and_is_migrated_to_fold_few_inserts(
             batch.delete([seq for seq, _ in store.records("s")][:2])
         check_fts_integrity(path)
         assert_ranks_as_memory(store, "s")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["append", "batch", "update", "delete", "search", "reopen"]),
+            st.integers(0, 10_000),
+        ),
+        max_size=14,
+    )
+)
+def test_property_any_writes_keep_the_fts_table_exact_and_the_ranking(
+    ops: list[tuple[str, int]],
+) -> None:
+    """After any appends, batches, updates, deletes, searches and reopens, the FTS table is exact and search ranks as Memory."""
+    words = ["file", "report", "open", "the", "save", "dialog"]
+
+    def item(n: int) -> MemoryItem:
+        return MemoryItem(step=n, note=" ".join(words[(n >> k) % 6] for k in range(n % 5)))
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "runs.db"
+        store = SQLiteStore(path)
+        try:
+            for op, n in ops:
+                seqs = [seq for seq, _ in store.records("s")]
+                if op == "append":
+                    store.append("s" if n % 3 else "t", [item(n)])
+                elif op == "batch":
+                    store.append("s", [item(n + i) for i in range(n % 90)])
+                elif op == "update" and seqs:
+                    with store.batch("s") as batch:
+                        batch.update({seqs[n % len(seqs)]: item(n + 1)})
+                elif op == "delete" and seqs:
+                    with store.batch("s") as batch:
+                        batch.delete([seqs[n % len(seqs)]])
+                elif op == "search":
+                    with SQLiteStore(path, read_only=True) as reader:
+                        assert_ranks_as_memory(reader, "s", ("file", "the report"))
+                elif op == "reopen":
+                    store.close()
+                    store = SQLiteStore(path)
+            check_fts_integrity(path)
+            assert_ranks_as_memory(store, "s", ("file", "the report", "open dialog save"))
+            check_fts_integrity(path)
+        finally:
+            store.close()

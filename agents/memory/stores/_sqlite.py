@@ -929,23 +929,31 @@ class SQLiteStore(SQLRows, BaseStore):
             self._con.close()
 
     def _fold_pending(self) -> None:
-        """Fold the store's pending rows into the FTS table, so that readers of the closed file search by the index alone.
+        """Fold the store's pending rows into the FTS table, if it can without waiting.
 
-        Best effort, without waiting: while another process writes, or if
-        the index is damaged, the rows stay pending (searches read them, the
-        next write folds them, and a damaged index is reported by the next
-        search or write).
+        A writable handle does this as it closes (readers of the closed file
+        then search by the index alone) and before it searches (the FTS
+        table then answers: scoring pending rows reads every posting of the
+        query terms, 6x slower for common words). Best effort: while another
+        process writes, or if the index is damaged, the rows stay pending
+        (searches read them, the next write folds them, and a damaged index
+        is reported by the search or write that meets it).
         """
         con = self._con
         with contextlib.suppress(sqlite3.Error):
             if not con.execute(_ANY_PENDING).fetchone()[0]:
                 return
             con.execute("PRAGMA busy_timeout = 0")
-            with self._transaction(None):
-                (through,) = con.execute(_THROUGH).fetchone()
-                (last,) = con.execute("SELECT coalesce(max(seq), 0) FROM kvmemory_items").fetchone()
-                con.execute(_FOLD, (through, last))
-                con.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
+            try:
+                with self._transaction(None):
+                    (through,) = con.execute(_THROUGH).fetchone()
+                    (last,) = con.execute(
+                        "SELECT coalesce(max(seq), 0) FROM kvmemory_items"
+                    ).fetchone()
+                    con.execute(_FOLD, (through, last))
+                    con.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
+            finally:
+                con.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
 
     # -- keyword search --------------------------------------------------------------
 
@@ -979,6 +987,7 @@ class SQLiteStore(SQLRows, BaseStore):
     def _snapshot_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
         """Score the session's items holding a query term, from one snapshot of the file.
 
+        A writable handle first folds any pending rows (:meth:`_fold_pending`).
         With no pending row in the store (see :data:`_MARK_DDL`) the FTS table
         holds every row and :meth:`_indexed_top` scores; ``PRAGMA data_version``
         read before and after tells that no other connection committed in
@@ -988,6 +997,8 @@ class SQLiteStore(SQLRows, BaseStore):
         con = self._con
         if not self._folds:
             return self._indexed_top(sid, terms, k)
+        if not self.read_only:
+            self._fold_pending()
         for _ in range(_SNAPSHOT_TRIES):
             (version,) = con.execute("PRAGMA data_version").fetchone()
             if con.execute(_ANY_PENDING).fetchone()[0]:
