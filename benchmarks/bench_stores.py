@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 from _common import make_rows, make_ufo_rows
 
-from agents.memory import MemoryItem
+from agents.memory import MemoryItem, _codec
 from agents.memory._item import dumps_item
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores._base import step_text
@@ -500,9 +500,19 @@ def _target_run(
         ).fetchall()
         return [orjson.loads(d) for _, d in got]
 
+    ours_reopen = wall(reopen)
     results.setdefault("reopen the session / SELECT + orjson.loads", []).append(
-        wall(reopen) / wall(raw_reopen)
+        ours_reopen / wall(raw_reopen)
     )
+
+    def raw_reopen_paused() -> Any:
+        # The baseline with the collector paused as kvmemory pauses it while it decodes.
+        with _codec.collector_paused(n):
+            return raw_reopen()
+
+    results.setdefault(
+        "reopen the session / the same, collector paused as kvmemory does", []
+    ).append(ours_reopen / wall(raw_reopen_paused))
 
     # One step per commit, synchronous=normal.
     few = items[: min(n, 2000)]

@@ -1,6 +1,6 @@
 """The SQLite store: one file, many processes, the embedded default.
 
-Layout (schema version 5, recorded in ``PRAGMA user_version``)::
+Layout (schema version 6, recorded in ``PRAGMA user_version``)::
 
     kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
                       metadata BLOB)                                   -- metadata: v2
@@ -12,6 +12,8 @@ Layout (schema version 5, recorded in ``PRAGMA user_version``)::
                     terms INTEGER)                                     -- v4
     kvmemory_fts: FTS5 over the terms, kvmemory_fts_row and _instance: its
     fts5vocab tables, kvmemory_fts_content: the view it reads   -- v4
+    kvmemory_fts_mark(through INTEGER): rows of a seq up to it have their
+                     FTS rows; later ones are pending               -- v6
     kvmemory_embedders(session_id TEXT PRIMARY KEY, model TEXT,
                        dimension INTEGER)                              -- v3
     kvmemory_vectors(session_id TEXT, seq INTEGER, fields TEXT, vector BLOB,
