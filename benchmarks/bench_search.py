@@ -18,7 +18,7 @@
 4. Stored vectors: a 100,000-item session with 256-dimension vectors in
    each store (in-process, SQLite, JSONL, PostgreSQL when a server can be
    started or ``--postgres URL`` is given): the time to embed and store the
-   vectors, then a semantic query by ``BaseStore.search`` (exact cosine over
+   vectors, then a semantic query by ``Store.search`` (exact cosine over
    the stored vectors, read a page at a time; in SQLite also computed in SQL
    by the sqlite-vec extension on the same file, where this Python can load
    it) and by a reopened
@@ -62,7 +62,7 @@ from _common import best, make_rows, make_ufo_rows
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Tokenizer, WordLlamaEmbedder, search, search_index
-from agents.memory.stores import BaseStore, SQLiteStore, StoredMemory, open_store
+from agents.memory.stores import SQLiteStore, Store, StoredMemory, open_store
 
 SUBJECTS = [
     ("car", "automobile"),
@@ -457,10 +457,9 @@ def _drop_sqlite_index(store: object) -> None:
     """Make ``store`` a plain SQLite store: no FTS table, triggers or terms (the baseline)."""
     from agents.memory.stores._sqlite import _KEYWORD_OBJECTS
 
-    with store._transaction(None) as con:  # type: ignore[attr-defined]
+    with store.backend.transaction(None) as con:  # type: ignore[attr-defined]
         for kind, name in _KEYWORD_OBJECTS:
             con.execute(f"DROP {kind} IF EXISTS {name}")
-    store.keeps_terms = False  # type: ignore[attr-defined]
 
 
 class BytesEmbedder:
@@ -492,7 +491,7 @@ def raw_cosine(matrix: Any, embedder: BytesEmbedder, query: str) -> Any:
 
 
 def bench_stored(
-    label: str, opener: Callable[[], BaseStore], n_items: int, dimension: int, repeat: int
+    label: str, opener: Callable[[], Store], n_items: int, dimension: int, repeat: int
 ) -> None:
     """Time embedding a stored session, then semantic queries against raw numpy over the same matrix."""
     embedder = BytesEmbedder(dimension)
@@ -565,7 +564,7 @@ def bench_sqlite_vec(path: str, dimension: int, repeat: int) -> None:
 def run_stored(n_items: int, dimension: int, repeat: int, postgres: str | None) -> None:
     with tempfile.TemporaryDirectory() as folder:
 
-        def opener(url: str) -> Callable[[], BaseStore]:
+        def opener(url: str) -> Callable[[], Store]:
             return lambda: open_store(url)
 
         bench_stored(
