@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agents.memory import MemoryItem, StoreArgumentError, StoreError
+from agents.memory import InvalidSessionIdError, MemoryItem, StoreArgumentError, StoreError
 from agents.memory.stores import (
     Backend,
     BaseStore,
@@ -178,3 +178,44 @@ def test_base_store_given_a_url_names_the_migration() -> None:
         ),
     ):
         BaseStore("legacy://")  # type: ignore[arg-type]  # the old signature is the point
+
+
+def test_store_of_something_that_is_not_a_backend_is_refused() -> None:
+    """Store() given a URL or a plain object raises StoreArgumentError naming Backend and open_store."""
+    for value in ("sqlite:///x.db", object(), None):
+        with pytest.raises(StoreArgumentError, match=r"takes a Backend.*open_store\(\)"):
+            Store(value)  # type: ignore[arg-type]  # the wrong type is the point
+
+
+def test_guarded_runs_a_subclass_call_checked_and_wrapped() -> None:
+    """A Store subclass's own call is refused on a bad id, a read-only or closed store, and sees driver errors as StoreError."""
+
+    class Flaky(DOCS["DictBackend"]):  # type: ignore[misc]  # a class from the docs' block
+        url = "flaky://"
+        driver_errors = (KeyError,)
+
+        def vacuum(self, sid: str) -> None:
+            raise KeyError(sid)
+
+    class VacuumStore(Store):
+        def vacuum(self, session_id: str) -> str:
+            with self.guarded("vacuum", session_id, write=True) as sid:
+                self.backend.vacuum(sid)
+            return sid
+
+    tables = DOCS["Tables"]()
+    with VacuumStore(Flaky(tables)) as store:
+        with pytest.raises(StoreError, match="Cannot vacuum session 's' of flaky://"):
+            store.vacuum("s")
+        with pytest.raises(InvalidSessionIdError):
+            store.vacuum("../etc")
+    with pytest.raises(StoreError, match="is closed"):
+        store.vacuum("s")
+    with (
+        VacuumStore(Flaky(tables), read_only=True) as reader,
+        pytest.raises(StoreError, match="open read-only"),
+    ):
+        reader.vacuum("s")
+    with Store(Flaky(tables), read_only=True) as reader, reader.guarded("count") as sid:
+        assert sid == ""
+        assert reader.backend.count("s") == 0

@@ -52,6 +52,7 @@ from agents.memory.stores._base import (
     check_store_path,
     migrate,
 )
+from agents.memory.stores._checks import redact_url as _redact
 from agents.memory.stores._memory import InMemoryStore
 from agents.memory.stores._sqlite import SQLiteBackend, SQLiteStore
 from agents.memory.stores._store import Store
@@ -430,14 +431,3 @@ def _no_options(url: str, options: dict[str, str], allowed: tuple[str, ...]) -> 
         known = ", ".join(allowed) if allowed else "none"
         msg = f"Unknown option {unknown[0]!r} in store URL {url!r}; the options of this store are: {known}."
         raise exceptions.InvalidStoreURLError(msg)
-
-
-def _redact(url: str) -> str:
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

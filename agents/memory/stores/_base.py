@@ -84,7 +84,7 @@ class _Alias(type):
 
 
 class BaseStore(Store, metaclass=_Alias):
-    """Deprecated alias of :class:`~agents.memory.stores.Store`; removed in the release after next.
+    """Deprecated alias of :class:`~agents.memory.stores.Store`, kept for one release.
 
     ``isinstance(x, BaseStore)`` is ``isinstance(x, Store)``. Subclassing it
     or creating one raises a :class:`DeprecationWarning`; its underscore

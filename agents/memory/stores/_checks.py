@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from typing import Final
 
 from agents.memory.exceptions import InvalidSessionIdError, InvalidStoreURLError
 
-__all__ = ["SESSION_ID_MAX_LENGTH", "check_session_id", "check_store_path"]
+__all__ = ["SESSION_ID_MAX_LENGTH", "check_session_id", "check_store_path", "redact_url"]
 
 SESSION_ID_MAX_LENGTH: Final = 128
 """The longest session id a store accepts, in characters."""
@@ -72,3 +73,15 @@ def check_store_path(path: str | os.PathLike[str]) -> str:
         msg = "The store path is empty; pass a file or directory path."
         raise InvalidStoreURLError(msg)
     return text
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with its password, if any, shown as ``***`` (for messages and ``store.url``)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

@@ -72,6 +72,7 @@ from agents.memory.exceptions import (
     missing_dependency,
 )
 from agents.memory.stores._backend import Backend
+from agents.memory.stores._checks import redact_url
 from agents.memory.stores._encoding import Row, RowUpdate, SessionRow, decode_pairs
 from agents.memory.stores._keyword import Terms, item_terms
 from agents.memory.stores._migrations import check_schema_version, migrate
@@ -504,9 +505,7 @@ class PostgresBackend(SQLRows, Backend):
             import psycopg_pool
         except ImportError as exc:
             raise missing_dependency(exc.name or "psycopg", "postgres") from exc
-        from agents.memory.stores import _redact
-
-        self.url = _redact(conninfo)
+        self.url = redact_url(conninfo)
         self.read_only = read_only
         self.driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
         self._empty = False

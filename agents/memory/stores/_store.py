@@ -18,7 +18,7 @@ from typing_extensions import Self
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import MemoryItem
-from agents.memory.exceptions import StoreError
+from agents.memory.exceptions import StoreArgumentError, StoreError
 from agents.memory.stores._backend import Backend
 from agents.memory.stores._batch import WriteBatch
 from agents.memory.stores._encoding import encode_metadata, step_texts
@@ -48,12 +48,21 @@ class Store(ReadCalls, SearchCalls):
     Args:
         backend: The backend that keeps the rows; :meth:`close` closes it.
         read_only: Refuse every write call.
+
+    Raises:
+        StoreArgumentError: if ``backend`` is not a :class:`Backend`.
     """
 
     schema_version: int = 2
     """The layout version this kvmemory writes (each store names its own)."""
 
     def __init__(self, backend: Backend, *, read_only: bool = False) -> None:
+        if not isinstance(backend, Backend):
+            msg = (
+                f"Store() takes a Backend (a subclass of agents.memory.stores.Backend), got "
+                f"{backend!r} ({type(backend).__name__}); to open a store by URL, use open_store()."
+            )
+            raise StoreArgumentError(msg)
         self.backend = backend
         self._engine = Engine(backend, read_only=read_only)
         ReadCalls.__init__(self, self._engine)

@@ -422,9 +422,10 @@ class StoreContract:
         with make_store() as opened:
             yield opened
 
-    def test_store_is_a_base_store(self, store: Store) -> None:
-        """Every store is a Store."""
+    def test_store_is_a_store(self, store: Store) -> None:
+        """Every store is a Store over a Backend."""
         assert isinstance(store, Store)
+        assert isinstance(store.backend, Backend)
 
     def test_round_trip_of_every_codec_type(self, store: Store) -> None:
         """Items come back with the same classes, values and field order."""
