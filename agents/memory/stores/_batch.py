@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Self
 
@@ -20,10 +20,11 @@ from agents.memory.stores._encoding import (
     encode_rows,
     rows_terms,
 )
+from agents.memory.stores._engine import open_session
 from agents.memory.stores._keyword import Terms
 
 if TYPE_CHECKING:
-    from agents.memory.stores._engine import Engine
+    from agents.memory.stores._store import Store
 
 __all__ = ["WriteBatch"]
 
@@ -44,9 +45,9 @@ class WriteBatch:
     """
 
     def __init__(
-        self, engine: Engine, session_id: str, step_key: str, on_unencodable: OnUnencodable
+        self, store: Store, session_id: str, step_key: str, on_unencodable: OnUnencodable
     ) -> None:
-        self._engine = engine
+        self._store = store
         self.session_id = session_id
         self.step_key = step_key
         self._on_unencodable: OnUnencodable = on_unencodable
@@ -157,10 +158,7 @@ class WriteBatch:
             or self._older_than is not None
         ):
             return
-        engine = self._engine
-        backend = engine.backend
-        sid = self.session_id
-        engine.check_write(sid)
+        backend = self._store.backend
         only_appends = not (
             self._clear
             or self._delete
@@ -168,39 +166,44 @@ class WriteBatch:
             or self._keep_last is not None
             or self._older_than is not None
         )
-        if only_appends:
-            with engine.errors("write to", sid):
+        with self._store.guarded("write to", self.session_id, write=True) as sid:
+            if only_appends:
                 appended = backend.append_rows(sid, self.step_key, self._append, self._append_terms)
-            if appended is not None:
-                self.appended = appended
-                return
-        with engine.errors("write to", sid), backend.transaction(sid) as tx:
-            if self._append:
-                engine.open_session(tx, sid, self.step_key)
-            elif backend.lock_session(tx, sid) is None:
-                return
-            deleted: list[int] = []
-            if self._clear:
-                backend.clear_rows(tx, sid)
-                backend.drop_vectors(tx, sid)
-            if self._delete:
-                deleted += backend.delete_rows(tx, sid, list(self._delete))
-            if self._update:
-                self.updated = backend.update_rows(tx, sid, self._update, self._update_terms)
-                if self.updated:
-                    # A vector belongs to the fields it was embedded from.
-                    backend.delete_vectors(tx, sid, self.updated)
-            if self._append:
-                self.appended = backend.insert_rows(tx, sid, self._append, self._append_terms)
-            if self._keep_last is not None:
-                index = backend.row_index(tx, sid)
-                old = [entry[0] for entry in index[: max(len(index) - self._keep_last, 0)]]
-                deleted += backend.delete_rows(tx, sid, old) if old else []
-            if self._older_than is not None:
-                cutoff = time.time() - self._older_than
-                index = backend.row_index(tx, sid)
-                old = [entry[0] for entry in index if entry[2] < cutoff]
-                deleted += backend.delete_rows(tx, sid, old) if old else []
-            if deleted:
-                backend.delete_vectors(tx, sid, deleted)
-            self.deleted = sorted(deleted)
+                if appended is not None:
+                    self.appended = appended
+                    return
+            with backend.transaction(sid) as tx:
+                self._apply(tx, sid)
+
+    def _apply(self, tx: Any, sid: str) -> None:
+        """Apply the staged writes inside the backend's transaction ``tx``."""
+        backend = self._store.backend
+        if self._append:
+            open_session(backend, tx, sid, self.step_key)
+        elif backend.lock_session(tx, sid) is None:
+            return
+        deleted: list[int] = []
+        if self._clear:
+            backend.clear_rows(tx, sid)
+            backend.drop_vectors(tx, sid)
+        if self._delete:
+            deleted += backend.delete_rows(tx, sid, list(self._delete))
+        if self._update:
+            self.updated = backend.update_rows(tx, sid, self._update, self._update_terms)
+            if self.updated:
+                # A vector belongs to the fields it was embedded from.
+                backend.delete_vectors(tx, sid, self.updated)
+        if self._append:
+            self.appended = backend.insert_rows(tx, sid, self._append, self._append_terms)
+        if self._keep_last is not None:
+            index = backend.row_index(tx, sid)
+            old = [entry[0] for entry in index[: max(len(index) - self._keep_last, 0)]]
+            deleted += backend.delete_rows(tx, sid, old) if old else []
+        if self._older_than is not None:
+            cutoff = time.time() - self._older_than
+            index = backend.row_index(tx, sid)
+            old = [entry[0] for entry in index if entry[2] < cutoff]
+            deleted += backend.delete_rows(tx, sid, old) if old else []
+        if deleted:
+            backend.delete_vectors(tx, sid, deleted)
+        self.deleted = sorted(deleted)

@@ -21,7 +21,7 @@ from agents.memory.stores._backend import Backend
 from agents.memory.stores._checks import check_session_id
 from agents.memory.stores._encoding import StoredRecord, decode_pairs, decode_rows
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "open_session"]
 
 
 class Engine:
@@ -73,18 +73,6 @@ class Engine:
             raise StoreError(msg)
         return sid
 
-    def open_session(self, tx: Any, session_id: str, step_key: str) -> None:
-        """Create the session in ``tx`` if it does not exist, else check its step key."""
-        row = self.backend.lock_session(tx, session_id)
-        if row is None:
-            self.backend.create_session(tx, session_id, step_key, time.time())
-        elif row[0] != step_key:
-            msg = (
-                f"Session {session_id!r} of {self.url} files steps under {row[0]!r}, "
-                f"not {step_key!r}; open it with step_key={row[0]!r}. Nothing was written."
-            )
-            raise StoreError(msg)
-
     def source(self, session_id: str) -> str:
         """Name a session in messages."""
         return f"session {session_id!r} of {self.url}"
@@ -118,3 +106,20 @@ class Engine:
                 return
             self.closed = True
             self.backend.close()
+
+
+def open_session(backend: Backend, tx: Any, session_id: str, step_key: str) -> None:
+    """Create the session in ``tx`` if it does not exist, else check its step key.
+
+    Raises:
+        StoreError: if the session files its steps under another key; nothing is written.
+    """
+    row = backend.lock_session(tx, session_id)
+    if row is None:
+        backend.create_session(tx, session_id, step_key, time.time())
+    elif row[0] != step_key:
+        msg = (
+            f"Session {session_id!r} of {backend.url} files steps under {row[0]!r}, "
+            f"not {step_key!r}; open it with step_key={row[0]!r}. Nothing was written."
+        )
+        raise StoreError(msg)

@@ -22,7 +22,7 @@ from agents.memory.exceptions import StoreArgumentError, StoreError
 from agents.memory.stores._backend import Backend
 from agents.memory.stores._batch import WriteBatch
 from agents.memory.stores._encoding import encode_metadata, step_texts
-from agents.memory.stores._engine import Engine
+from agents.memory.stores._engine import Engine, open_session
 from agents.memory.stores._reading import ReadCalls
 from agents.memory.stores._searching import SearchCalls
 
@@ -192,9 +192,7 @@ class Store(ReadCalls, SearchCalls):
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreError: if the store is closed or open read-only.
         """
-        return WriteBatch(
-            self._engine, self._engine.check_write(session_id), step_key, on_unencodable
-        )
+        return WriteBatch(self, self._engine.check_write(session_id), step_key, on_unencodable)
 
     def set_metadata(
         self, session_id: str, metadata: Mapping[str, Any], *, step_key: str = "step"
@@ -220,7 +218,7 @@ class Store(ReadCalls, SearchCalls):
         sid = self._engine.check_write(session_id)
         data = encode_metadata(metadata, sid)
         with self._engine.errors("write metadata of", sid), self.backend.transaction(sid) as tx:
-            self._engine.open_session(tx, sid, step_key)
+            open_session(self.backend, tx, sid, step_key)
             self.backend.set_metadata(tx, sid, data)
 
     def delete_steps(self, session_id: str, steps: Iterable[Any]) -> int:

@@ -200,7 +200,7 @@ class VectorSearch:
     ) -> dict[int, float]:
         """Return the cosines of the best ``limit`` items (with ties) and of ``among``, by seq.
 
-        The database computes them where it can (:meth:`_nearest`); else the
+        The backend computes them where it can (:meth:`Backend.nearest`); else the
         vectors are read a page at a time and scored with numpy. A read-only
         handle also embeds, without storing, the items that have no vector
         yet, so its ranking is the same as a writer's; it then scores every
