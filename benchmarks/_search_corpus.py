@@ -316,7 +316,6 @@ SENTENCES = [
     "Cleaned up {k} {noun} entries with the {noun2} tool.",
     "Waiting for the {noun} to {verb}; {k} percent done.",
 ]
-# A few filler sentences name a fact's subject in another context, as real pages do.
 DISTRACTORS = [
     "The {subject} field is {adj}.",
     "Search results for {subject} show {k} entries.",
@@ -437,22 +436,21 @@ def _ui_line(rng: random.Random) -> str:
 
 
 def _page(rng: random.Random, words: int) -> list[str]:
-    """Return the lines of a page of about ``words`` words: prose sentences and UI lines."""
+    """Return the lines of a page of about ``words`` words: prose sentences and UI lines.
+
+    One page in 30 names a fact's subject in another context, as real pages do.
+    """
     out: list[str] = []
     count = 0
     while count < words:
-        roll = rng.random()
-        if roll < 0.002:
-            subject = rng.choice(SUBJECTS)[0]
-            text = rng.choice(DISTRACTORS).format(
-                subject=subject, adj=rng.choice(ADJECTIVES), k=rng.randrange(2, 60)
-            )
-        elif roll < 0.3:
-            text = _sentence(rng)
-        else:
-            text = _ui_line(rng)
+        text = _sentence(rng) if rng.random() < 0.3 else _ui_line(rng)
         out.append(text)
         count += text.count(" ") + 1
+    if rng.random() < 1 / 30:
+        line = rng.choice(DISTRACTORS).format(
+            subject=rng.choice(SUBJECTS)[0], adj=rng.choice(ADJECTIVES), k=rng.randrange(2, 60)
+        )
+        out.insert(rng.randrange(len(out) + 1), line)
     return out
 
 

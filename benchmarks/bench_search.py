@@ -304,13 +304,19 @@ def quality_run(
         took = time.perf_counter()
         peers.append(make(docs))
         built[make.name] = time.perf_counter() - took
+    shares = ", ".join(
+        f"{word!r} {100 * sum(word in doc for doc in docs) / len(docs):.0f}%"
+        for word in ("is", "with", "to", "was")
+    )
     print(
-        f"  seed {seed}: {len(rows)} steps, {sum(map(len, docs)) / len(docs):.0f} terms a step; "
+        f"  seed {seed}: {len(rows)} steps, {sum(map(len, docs)) / len(docs):.0f} terms a step, "
+        f"held by: {shares}; "
         f"kvmemory indexed in {indexed:.1f} s, embedded in {embedded:.1f} s; "
         + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in built.items())
         + f"; {load()}",
         flush=True,
     )
+    check_same_terms(memory, docs, peers, facts[:10], tokenize)
     ranked: dict[tuple[str, str], list[list[int]]] = {}
     spent: dict[str, float] = {}
     for kind in KINDS:
@@ -332,6 +338,44 @@ def quality_run(
         flush=True,
     )
     return ranked, facts
+
+
+def check_same_terms(
+    memory: Memory,
+    docs: Sequence[list[str]],
+    peers: Sequence[Fts5 | Tantivy | Bm25s | RankBm25],
+    facts: Sequence[Fact],
+    tokenize: Tokenizer,
+) -> None:
+    """Assert that kvmemory, tantivy and FTS5 find each query term in as many steps as the terms say.
+
+    Shows that every engine indexed the same terms (kvmemory counts a term's
+    holders by a one-word query asking for every hit).
+    """
+    terms = {"is", "with"} | {
+        term
+        for fact in facts
+        for text in (fact.lexical, fact.paraphrased)
+        for term in tokenize(text)
+    }
+    held = dict.fromkeys(terms, 0)
+    for doc in docs:
+        for term in terms.intersection(doc):
+            held[term] += 1
+    for peer in peers:
+        for term, count in held.items():
+            if isinstance(peer, Tantivy):
+                found = peer.searcher.doc_freq("body", term)
+            elif isinstance(peer, Fts5):
+                sql = "SELECT count(*) FROM docs WHERE docs MATCH ?"
+                found = peer.db.execute(sql, (f'"{term}"',)).fetchone()[0]
+            else:
+                continue
+            assert found == count, (peer.name, term, found, count)
+    for term, count in held.items():
+        if count:
+            found = len(memory.search(term, len(docs)))
+            assert found == count, ("kvmemory", term, found, count)
 
 
 def _cell(values: Sequence[float], spread: bool) -> str:
