@@ -833,13 +833,13 @@ def test_step_filters_read_through_the_step_index(tmp_path: Path) -> None:
         store.append("s", [MemoryItem(step=i, action=f"a{i}", n=i) for i in range(300)])
         store.append("other", [MemoryItem(step=i) for i in range(300)])
         statements: list[str] = []
-        store._con.set_trace_callback(statements.append)
+        store.backend.connection.set_trace_callback(statements.append)
         wanted = list(range(100, 110))
         assert [i["n"] for i in store.read("s", steps=wanted)] == wanted
         assert [f["n"] for f in store.project("s", ["n"], steps=wanted)] == wanted
         assert [r.item["n"] for r in store.tail("s", 3, steps=wanted)] == wanted[-3:]
         assert [r.item["n"] for r in store.records("s", steps=wanted, after=1)] == wanted
-        store._con.set_trace_callback(None)
+        store.backend.connection.set_trace_callback(None)
     reads = [sql for sql in statements if sql.startswith("SELECT") and "step IN" in sql]
     assert len(reads) == 4
     con = sqlite3.connect(path)
@@ -1060,7 +1060,9 @@ def test_searching_while_another_process_commits_ranks_one_snapshot(tmp_path: Pa
     with SQLiteStore(path) as store:
         store.append("s", [MemoryItem(step=i, note=f"file report {i % 3}") for i in range(80)])
         writer = SQLiteStore(path)
-        real = store._indexed_top
+        backend = store.backend
+        assert isinstance(backend, _sqlite.SQLiteBackend)
+        real = backend._indexed_top
         calls = 0
 
         def commit_meanwhile(*args: Any) -> Any:
@@ -1070,11 +1072,11 @@ def test_searching_while_another_process_commits_ranks_one_snapshot(tmp_path: Pa
             return real(*args)
 
         try:
-            store._indexed_top = commit_meanwhile  # type: ignore[method-assign]
+            backend._indexed_top = commit_meanwhile  # type: ignore[method-assign]
             hits = store.search("s", "file", 100)
             assert calls == 1  # the commit left a row pending: searched with the pending rows
             assert [hit.item["step"] for hit in hits[:1]] == [101]
-            store._indexed_top = real  # type: ignore[method-assign]
+            backend._indexed_top = real  # type: ignore[method-assign]
             assert_ranks_as_memory(store, "s", ("file", "report 2"))
         finally:
             writer.close()
