@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sqlite3
 import sys
@@ -32,7 +33,7 @@ from typing import Any
 import orjson
 from _common import make_rows, make_ufo_rows
 
-from agents.memory import MemoryItem, _codec
+from agents.memory import MemoryItem
 from agents.memory._item import dumps_item
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores._base import step_text
@@ -505,14 +506,19 @@ def _target_run(
         ours_reopen / wall(raw_reopen)
     )
 
-    def raw_reopen_paused() -> Any:
-        # The baseline with the collector paused as kvmemory pauses it while it decodes.
-        with _codec.collector_paused(n):
-            return raw_reopen()
+    def without_collector(fn: Callable[[], object]) -> float:
+        # CPU with the collector off on both sides: the decoding work alone,
+        # without the collections either side's allocations trigger.
+        gc.collect()
+        gc.disable()
+        try:
+            return cpu(fn)
+        finally:
+            gc.enable()
 
     results.setdefault(
-        "reopen the session / the same, collector paused as kvmemory does", []
-    ).append(ours_reopen / wall(raw_reopen_paused))
+        "reopen the session / the same, collector off on both sides (CPU)", []
+    ).append(without_collector(reopen) / without_collector(raw_reopen))
 
     # One step per commit, synchronous=normal.
     few = items[: min(n, 2000)]
