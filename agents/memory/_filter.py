@@ -323,7 +323,7 @@ def _same(value: Any, operand: Any) -> bool:
     """Python's ``==`` as a bool; a comparison that fails or gives no truth value (a numpy array) is false."""
     try:
         return bool(value == operand)
-    except Exception:  # noqa: BLE001  # a value's __eq__ or __bool__ may raise anything; it is then not equal
+    except Exception:  # a value's __eq__ or __bool__ may raise anything; it is then not equal
         return False
 
 
@@ -339,7 +339,7 @@ def _member_of(label: str, op: str, operand: Any) -> _ValueTest:
     for element in operand:
         by_kind.setdefault(_checked_operand(label, op, element), []).append(element)
     nulls = _NULL in by_kind
-    bools = {value for value in by_kind.get(_BOOL, ())}
+    bools = set(by_kind.get(_BOOL, ()))
     numbers = by_kind.get(_NUMBER, [])
     strings = by_kind.get(_STRING, [])
     others = by_kind.get(_OTHER, [])

@@ -38,6 +38,7 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
+from agents.memory._filter import Filter, Where
 from agents.memory._item import (
     MemoryItem,
     OnUnknownClass,
@@ -92,6 +93,7 @@ from agents.memory.stores._encoding import (
     step_text,
     step_texts,
 )
+from agents.memory.stores._filtering import ALL, Passing, first_passing, widening
 from agents.memory.stores._keyword import (
     Terms,
     item_terms,
@@ -864,6 +866,7 @@ class BaseStore(abc.ABC):
         mode: SearchMode = "keyword",
         embedder: Embedder | None = None,
         hybrid_weight: float | None = None,
+        where: Where | None = None,
     ) -> list[StoreHit]:
         """Return the ``k`` items of a session that best match ``query``, best first: by BM25 unless ``mode`` says otherwise.
 
@@ -895,12 +898,19 @@ class BaseStore(abc.ABC):
             embedder: The model, for semantic and hybrid modes (required there).
             hybrid_weight: The keyword share of a hybrid score, 0 to 1
                 (default ``HYBRID_KEYWORD_WEIGHT``).
+            where: Keep only items that pass this filter (see
+                :class:`~agents.memory.search.Filter`): the best ``k`` of the
+                ranking that pass, the hits ``Memory.search(where=...)``
+                gives. The ranking is walked best first and its items are
+                decoded and tested until ``k`` pass (a store with a keyword
+                index is asked for a longer ranking when too few of the
+                first pass).
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             InvalidQueryError: for an empty query or one without words, ``k`` outside 1 to 2**63 - 1,
-                keys that are not field names, an unknown mode, or no embedder
-                in semantic and hybrid modes.
+                keys that are not field names, an unknown mode, no embedder
+                in semantic and hybrid modes, or a filter that is not understood.
             EmbedderMismatchError: if the session holds vectors of another model.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
             MissingDependencyError: naming the extra when numpy is missing.
@@ -911,6 +921,7 @@ class BaseStore(abc.ABC):
             StoreError: if the store cannot be read.
         """
         sid = self._check(session_id)
+        keep = Filter.of(where)
         if mode != "keyword":
             text = checked_query(query)
             check_k(k)
@@ -920,9 +931,12 @@ class BaseStore(abc.ABC):
                 raise InvalidQueryError(msg)
             weight = checked_weight(hybrid_weight)
             return self._vector_search(
-                sid, text, k, fields, mode, embedder, weight, on_unknown_class
+                sid, text, k, fields, mode, embedder, weight, on_unknown_class, keep
             )
         terms, fields = keyword_query(query, k, keys)
+        if keep is not None:
+            passing = self._filtered_keyword(sid, terms, fields, k, keep, on_unknown_class)
+            return [StoreHit(seq, item, score) for seq, score, item in passing]
         with self._errors("search", sid):
             best, found = self._keyword_top(sid, terms, fields, k, on_unknown_class)
         missing = [seq for _, seq in best if seq not in found]
@@ -937,7 +951,13 @@ class BaseStore(abc.ABC):
         return [StoreHit(seq, found[seq], score) for score, seq in best if seq in found]
 
     def ranking(
-        self, session_id: str, query: str, k: int = 5, *, keys: Iterable[str] | None = None
+        self,
+        session_id: str,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        where: Where | None = None,
     ) -> list[tuple[int, float]]:
         """Return ``(seq, score)`` of the ``k`` items that best match ``query``, best first, without reading them.
 
@@ -951,6 +971,9 @@ class BaseStore(abc.ABC):
             query: The words to look for.
             k: How many seqs at most.
             keys: Search only these fields.
+            where: Keep only items that pass this filter, as :meth:`search`
+                does; the candidates' items are then read to be tested
+                (classes the process does not know read as ``MemoryItem``).
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -960,10 +983,58 @@ class BaseStore(abc.ABC):
             StoreError: if the store cannot be read.
         """
         sid = self._check(session_id)
+        keep = Filter.of(where)
         terms, fields = keyword_query(query, k, keys)
+        if keep is not None:
+            passing = self._filtered_keyword(sid, terms, fields, k, keep, "base")
+            return [(seq, score) for seq, score, _ in passing]
         with self._errors("search", sid):
             best, _ = self._keyword_top(sid, terms, fields, k, "base")
         return [(seq, score) for score, seq in best]
+
+    def _filtered_keyword(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        k: int,
+        keep: Filter,
+        on_unknown_class: OnUnknownClass,
+    ) -> Passing:
+        """Return the best ``k`` items by BM25 that pass ``keep``, widening the store's ranking until they are found.
+
+        A ranking scored in Python (no keyword index, or ``keys``) is asked
+        for every candidate at once: it decodes them all to score them anyway.
+        """
+        found: dict[int, MemoryItem] = {}
+
+        def rank(limit: int) -> list[tuple[int, float]]:
+            with self._errors("search", sid):
+                best, items = self._keyword_top(sid, terms, fields, limit, on_unknown_class)
+            found.update(items)
+            return [(seq, score) for score, seq in best]
+
+        python_ranked = fields is not None or not self.keyword_index
+        return widening(
+            rank,
+            k,
+            keep,
+            found,
+            self._items_reader(sid, on_unknown_class),
+            first=ALL if python_ranked else k,
+        )
+
+    def _items_reader(
+        self, sid: str, on_unknown_class: OnUnknownClass
+    ) -> Callable[[Sequence[int]], dict[int, MemoryItem]]:
+        """Return a function that reads and decodes the items of some seqs (those that exist)."""
+
+        def read(seqs: Sequence[int]) -> dict[int, MemoryItem]:
+            with self._errors("search", sid):
+                rows = self._fetch_seqs(sid, sorted(seqs))
+            return dict(decode_pairs(rows, f"session {sid!r} of {self._url}", on_unknown_class))
+
+        return read
 
     def _keyword_top(
         self,
@@ -1386,8 +1457,15 @@ class BaseStore(abc.ABC):
         embedder: Embedder | None,
         weight: float,
         on_unknown_class: OnUnknownClass,
+        keep: Filter | None = None,
     ) -> list[StoreHit]:
-        """Rank a session by exact cosine over its stored vectors (semantic), or blended with BM25 (hybrid)."""
+        """Rank a session by exact cosine over its stored vectors (semantic), or blended with BM25 (hybrid).
+
+        With ``keep``, the best ``k`` that pass it, as ``Memory.search`` keeps
+        them: in semantic mode the best cosines are asked for four times as
+        many until ``k`` pass; in hybrid mode the blended candidates are
+        walked best first.
+        """
         if embedder is None:
             msg = f"search(mode={mode!r}) of a store needs embedder=...: the model the session's vectors come from (for example HashingEmbedder() or WordLlamaEmbedder())."
             raise InvalidQueryError(msg)
@@ -1397,6 +1475,15 @@ class BaseStore(abc.ABC):
         if not self.read_only:
             self._embed_missing(sid, embedder, fields, 256, None)
         found: dict[int, MemoryItem] = {}
+        read = self._items_reader(sid, on_unknown_class)
+        if mode == "semantic" and keep is not None:
+
+            def rank(limit: int) -> list[tuple[int, float]]:
+                cosines = self._best_cosines(sid, embedder, fields, query, limit, {})
+                return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
+
+            passing = widening(rank, k, keep, found, read)
+            return [StoreHit(seq, item, score) for seq, score, item in passing]
         if mode == "semantic":
             scores = self._best_cosines(sid, embedder, fields, query, k, {})
         else:
@@ -1408,6 +1495,10 @@ class BaseStore(abc.ABC):
             pool = max(10 * k, HYBRID_POOL)
             cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword)
             scores = blend(keyword, ceiling, cosines, weight)
+            if keep is not None:
+                ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
+                passing = first_passing(ranked, k, keep, found, read)
+                return [StoreHit(seq, item, score) for seq, score, item in passing]
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:

@@ -1,0 +1,98 @@
+"""A store's side of ``where=``: the best ``k`` of a ranking whose items pass a filter.
+
+A store ranks a session without the filter (the scores, and the statistics
+behind them, are those of the whole session, as in ``Memory.search``) and
+then walks the ranking best first, decoding the items it has not read yet
+and testing them with the one compiled :class:`~agents.memory.search.Filter`
+that ``Memory.search`` uses, until ``k`` pass. When the ranking it was given
+runs out before ``k`` pass, it asks for a longer one (four times as long),
+until the ranking holds every candidate. So the hits are always those of
+``Memory.search`` on the same items with the same filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+from agents.memory._filter import Filter
+from agents.memory._item import MemoryItem
+
+__all__ = ["ALL", "Passing", "first_passing", "widening"]
+
+ALL: Final = 2**62
+"""A ranking length that holds every candidate of any session (for rankings scored in Python)."""
+
+Passing = list[tuple[int, float, MemoryItem]]
+"""``(seq, score, item)`` of the items that pass, best first."""
+
+_CHUNK: Final = 64
+
+
+def first_passing(
+    ranked: Sequence[tuple[int, float]],
+    k: int,
+    keep: Filter,
+    found: dict[int, MemoryItem],
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+) -> Passing:
+    """Return the first ``k`` of ``ranked`` (``(seq, score)``, best first) whose items pass ``keep``.
+
+    Args:
+        ranked: The ranking, best first.
+        k: How many at most.
+        keep: The filter.
+        found: Items already decoded, by seq; the items read are added to it.
+        read: Reads and decodes the items of some seqs (a seq deleted since
+            it was ranked is absent from the answer and left out).
+
+    Returns:
+        ``(seq, score, item)`` of up to ``k`` items, in the order of ``ranked``.
+    """
+    out: Passing = []
+    start = 0
+    while start < len(ranked) and len(out) < k:
+        chunk = ranked[start : start + max(_CHUNK, 2 * (k - len(out)))]
+        start += len(chunk)
+        missing = [seq for seq, _ in chunk if seq not in found]
+        if missing:
+            found.update(read(missing))
+        for seq, score in chunk:
+            item = found.get(seq)
+            if item is not None and keep(item):
+                out.append((seq, score, item))
+                if len(out) == k:
+                    break
+    return out
+
+
+def widening(
+    rank: Callable[[int], Sequence[tuple[int, float]]],
+    k: int,
+    keep: Filter,
+    found: dict[int, MemoryItem],
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+    *,
+    first: int | None = None,
+) -> Passing:
+    """Return the best ``k`` items that pass ``keep``, asking ``rank(limit)`` for longer rankings until they are found.
+
+    Args:
+        rank: Returns the best ``limit`` ``(seq, score)``, best first, ties in
+            seq order; a ranking shorter than ``limit`` holds every candidate.
+        k: How many at most.
+        keep: The filter.
+        found: Items already decoded, by seq (``rank`` may add to it).
+        read: Reads and decodes the items of some seqs.
+        first: The length of the first ranking asked for (default ``k``).
+
+    Returns:
+        ``(seq, score, item)`` of up to ``k`` items, best first.
+    """
+    limit = k if first is None else first
+    while True:
+        ranked = rank(limit)
+        out = first_passing(ranked, k, keep, found, read)
+        if len(out) == k or len(ranked) < limit or limit >= ALL:
+            return out
+        limit = min(4 * limit, ALL)
