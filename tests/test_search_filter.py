@@ -147,7 +147,7 @@ def conditions(draw: st.DrawFn) -> Any:
 
 
 def filters(depth: int = 2) -> st.SearchStrategy[dict[str, Any]]:
-    leaf = st.dictionaries(st.sampled_from(FIELDS), conditions(), max_size=2)
+    leaf = st.dictionaries(st.sampled_from(FIELDS), conditions(), min_size=1, max_size=2)
     if depth == 0:
         return leaf
 
