@@ -411,3 +411,57 @@ def test_a_function_filter_works_in_stores(store_url: str) -> None:
         store.append("s", [MemoryItem(step=i, text="alpha") for i in range(6)])
         hits = store.search("s", "alpha", 2, where=lambda item: item["step"] % 2 == 1)
         assert [h.item["step"] for h in hits] == [1, 3]
+
+
+def test_a_damaged_sqlite_row_is_reported_by_a_filtered_search(tmp_path: Any) -> None:
+    """A row that is not JSON makes a filtered search raise CorruptStoreError naming the row, never skip it."""
+    import sqlite3
+
+    from agents.memory import CorruptStoreError
+
+    path = tmp_path / "store.db"
+    with open_store(f"sqlite://{path}") as store:
+        seqs = store.append("s", [MemoryItem(step=i, text="alpha") for i in range(20)])
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE kvmemory_items SET data = x'7b6e6f' WHERE seq = ?", (seqs[-1],))
+    with (
+        open_store(f"sqlite://{path}") as store,
+        pytest.raises(CorruptStoreError, match=f"Item {seqs[-1]} of session 's'.* is damaged"),
+    ):
+        store.search("s", "alpha", 3, where={"step": {"$gte": 19}})
+
+
+def test_sql_narrowing_keeps_every_row_that_passes(store_url: str) -> None:
+    """Selective filters over values SQL cannot judge (dates, tuples, big ints, NaN, infinities) still find every hit."""
+    odd: list[Any] = [
+        dt.date(2024, 1, 1),
+        (1, 2),
+        2**64 - 1,
+        2**70,
+        float("inf"),
+        float("nan"),
+        -0.0,
+        1e16,
+        True,
+        "2",
+        None,
+        {"x": 1},
+        [1, 2],
+    ]
+    session = [{"step": i, "text": "alpha", "v": odd[i % len(odd)]} for i in range(200)]
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        for where in (
+            {"v": {"$gte": 2**64 - 1}},
+            {"v": {"$lte": 0}},
+            {"v": 0},
+            {"v": {"$in": [(1, 2), None]}},
+            {"v": {"$gt": 1e15, "$lt": 1e17}},
+            {"v": {"$ne": True}, "step": {"$lt": 30}},
+            {"v": float("inf")},
+            {"v": 2**70},
+            {"v": {"$nin": [True, "2", None, 0]}, "step": {"$in": [5, 6, 7]}},
+        ):
+            want = [fields["step"] for fields, _ in ram_hits(session, where, 5)]
+            got = [h.item["step"] for h in store.search("s", "alpha", 5, where=where)]
+            assert got == want, where

@@ -36,10 +36,22 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias
 
+import attrs
+
 from agents.memory._item import NOTHING, MemoryItem
 from agents.memory.exceptions import InvalidQueryError
 
-__all__ = ["COMPARISONS", "LOGICAL", "Filter", "Where"]
+__all__ = [
+    "COMPARISONS",
+    "LOGICAL",
+    "AllOf",
+    "AnyOf",
+    "Condition",
+    "Filter",
+    "FilterNode",
+    "Predicate",
+    "Where",
+]
 
 Where: TypeAlias = Mapping[str, Any] | Callable[[MemoryItem], bool]
 """A filter applied before ranking: a mapping in the filter language, or a function of the item.
@@ -55,6 +67,44 @@ COMPARISONS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
 
 LOGICAL: Final = ("$and", "$or")
 """The operators that combine whole filters: ``{"$or": [{...}, {...}]}``."""
+
+
+@attrs.frozen
+class Condition:
+    """One condition on one field: ``op`` is one of :data:`COMPARISONS` or ``"range"``.
+
+    ``operand`` is checked (no NaN; a tuple for ``$in``/``$nin``, a number
+    or a string for ordering, a ``range`` for ``"range"``).
+    """
+
+    field: str
+    op: str
+    operand: Any
+
+
+@attrs.frozen
+class AllOf:
+    """Every part holds (a dict of several conditions, or ``$and``)."""
+
+    parts: tuple[FilterNode, ...]
+
+
+@attrs.frozen
+class AnyOf:
+    """Some part holds (``$or``)."""
+
+    parts: tuple[FilterNode, ...]
+
+
+@attrs.frozen
+class Predicate:
+    """A function of the item: only Python can tell."""
+
+    function: Callable[[MemoryItem], bool]
+
+
+FilterNode: TypeAlias = "Condition | AllOf | AnyOf | Predicate"
+"""The parsed form of a filter, for a store that translates it into its query language."""
 
 _Test: TypeAlias = Callable[[MemoryItem], bool]
 _ValueTest: TypeAlias = Callable[[Any], bool]
@@ -125,21 +175,26 @@ class Filter:
             function. The message names the field, the operator and the fix.
     """
 
-    __slots__ = ("_test", "where")
+    __slots__ = ("_test", "tree", "where")
 
     where: Where
     """The filter as given (a mapping or a function)."""
 
+    tree: FilterNode
+    """The filter parsed: conditions under ``AllOf``/``AnyOf``, or a ``Predicate``."""
+
     def __init__(self, where: Where | Filter) -> None:
         if isinstance(where, Filter):
             self.where = where.where
+            self.tree = where.tree
             self._test: _Test = where._test
         elif isinstance(where, Mapping):
             self.where = where
-            self._test = _compile(where, "")
+            self._test, self.tree = _compile(where, "")
         elif callable(where):
             function = where
             self.where = where
+            self.tree = Predicate(function)
             self._test = lambda item: bool(function(item))
         else:
             msg = (
@@ -168,15 +223,15 @@ class Filter:
 # -- compiling ---------------------------------------------------------------------
 
 
-def _compile(where: Mapping[Any, Any], place: str) -> _Test:
+def _compile(where: Mapping[Any, Any], place: str) -> tuple[_Test, FilterNode]:
     """Compile a mapping of field conditions and ``$and``/``$or``; ``place`` says where it sits in the filter."""
-    tests: list[_Test] = []
+    compiled: list[tuple[_Test, FilterNode]] = []
     for key, condition in where.items():
         if type(key) is not str:
             msg = f"where takes field names (strings) as keys{place}, got {key!r}; write {{'step': 3}}."
             raise InvalidQueryError(msg)
         if key in LOGICAL:
-            tests.append(_logical(key, condition, place))
+            compiled.append(_logical(key, condition, place))
         elif key.startswith("$"):
             msg = (
                 f"where{place} uses {key!r}, which is not an operator: filters combine with "
@@ -185,19 +240,21 @@ def _compile(where: Mapping[Any, Any], place: str) -> _Test:
             )
             raise InvalidQueryError(msg)
         else:
-            tests.append(_field(key, condition, place))
+            compiled.append(_field(key, condition, place))
+    if len(compiled) == 1:
+        return compiled[0]
+    tests = [test for test, _ in compiled]
+    node = AllOf(tuple(node for _, node in compiled))
     if not tests:
-        return _always
-    if len(tests) == 1:
-        return tests[0]
-    return lambda item: all(test(item) for test in tests)
+        return _always, node
+    return lambda item: all(test(item) for test in tests), node
 
 
 def _always(item: MemoryItem) -> bool:
     return True
 
 
-def _logical(op: str, operand: Any, place: str) -> _Test:
+def _logical(op: str, operand: Any, place: str) -> tuple[_Test, FilterNode]:
     if not isinstance(operand, (list, tuple)) or not operand:
         msg = (
             f"where{place}: {op!r} takes a non-empty list of filters, got "
@@ -205,7 +262,7 @@ def _logical(op: str, operand: Any, place: str) -> _Test:
             f"{{{op!r}: [{{'step': {{'$gte': 2}}}}, {{'agent': 'host'}}]}}."
         )
         raise InvalidQueryError(msg)
-    tests = []
+    compiled = []
     for index, inner in enumerate(operand):
         where = f"{place} in {op}[{index}]"
         if not isinstance(inner, Mapping):
@@ -214,30 +271,40 @@ def _logical(op: str, operand: Any, place: str) -> _Test:
                 f"{type(inner).__name__} {inner!r}."
             )
             raise InvalidQueryError(msg)
-        tests.append(_compile(inner, where))
+        compiled.append(_compile(inner, where))
+    tests = [test for test, _ in compiled]
+    nodes = tuple(node for _, node in compiled)
     if op == "$and":
-        return lambda item: all(test(item) for test in tests)
-    return lambda item: any(test(item) for test in tests)
+        return lambda item: all(test(item) for test in tests), AllOf(nodes)
+    return lambda item: any(test(item) for test in tests), AnyOf(nodes)
 
 
-def _field(name: str, condition: Any, place: str) -> _Test:
+def _field(name: str, condition: Any, place: str) -> tuple[_Test, FilterNode]:
     """Compile the condition on one field: a plain value, a range, or a dict of operators."""
     label = f"Filter on field {name!r}{place}"
+    node: FilterNode
     if isinstance(condition, range):
         span = condition
         value_test: _ValueTest = lambda value: type(value) is int and value in span  # noqa: E731  # one-line closure
+        node = Condition(name, "range", span)
     elif isinstance(condition, Mapping) and any(
         type(key) is str and key.startswith("$") for key in condition
     ):
         value_test = _operators(label, condition)
+        conditions = tuple(
+            Condition(name, op, tuple(operand) if op in ("$in", "$nin") else operand)
+            for op, operand in condition.items()
+        )
+        node = conditions[0] if len(conditions) == 1 else AllOf(conditions)
     else:
         value_test = _equal_to(label, "$eq", condition)
+        node = Condition(name, "$eq", condition)
     if "." not in name:
 
         def test(item: MemoryItem) -> bool:
             return value_test(item.get_value(name, NOTHING))
 
-        return test
+        return test, node
     path = name.split(".")
 
     def nested(item: MemoryItem) -> bool:
@@ -251,7 +318,7 @@ def _field(name: str, condition: Any, place: str) -> _Test:
                 value = value.get(part, NOTHING)
         return value_test(value)
 
-    return nested
+    return nested, node
 
 
 def _operators(label: str, condition: Mapping[Any, Any]) -> _ValueTest:

@@ -38,7 +38,7 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._filter import Filter, Where
+from agents.memory._filter import Filter, FilterNode, Where
 from agents.memory._item import (
     MemoryItem,
     OnUnknownClass,
@@ -1022,7 +1022,26 @@ class BaseStore(abc.ABC):
             found,
             self._items_reader(sid, on_unknown_class),
             first=ALL if python_ranked else k,
+            narrow=self._narrower(sid, keep),
         )
+
+    def _narrower(self, sid: str, keep: Filter) -> Callable[[], set[int] | None]:
+        """Return a function asking the store which rows may pass ``keep`` (see :meth:`_filter_candidates`)."""
+
+        def narrow() -> set[int] | None:
+            with self._errors("search", sid):
+                return self._filter_candidates(sid, keep.tree)
+
+        return narrow
+
+    def _filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the seqs of the session's rows that may pass a filter, or ``None`` when the store cannot tell.
+
+        A store that can evaluate (part of) a filter where the rows lie
+        overrides this to return a superset of the rows that pass; the
+        items are still tested with the filter. By default ``None``.
+        """
+        return None
 
     def _items_reader(
         self, sid: str, on_unknown_class: OnUnknownClass
@@ -1482,7 +1501,7 @@ class BaseStore(abc.ABC):
                 cosines = self._best_cosines(sid, embedder, fields, query, limit, {})
                 return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
 
-            passing = widening(rank, k, keep, found, read)
+            passing = widening(rank, k, keep, found, read, narrow=self._narrower(sid, keep))
             return [StoreHit(seq, item, score) for seq, score, item in passing]
         if mode == "semantic":
             scores = self._best_cosines(sid, embedder, fields, query, k, {})

@@ -35,6 +35,7 @@ def first_passing(
     keep: Filter,
     found: dict[int, MemoryItem],
     read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+    allowed: set[int] | None = None,
 ) -> Passing:
     """Return the first ``k`` of ``ranked`` (``(seq, score)``, best first) whose items pass ``keep``.
 
@@ -45,10 +46,14 @@ def first_passing(
         found: Items already decoded, by seq; the items read are added to it.
         read: Reads and decodes the items of some seqs (a seq deleted since
             it was ranked is absent from the answer and left out).
+        allowed: When given, the only seqs that may pass (the others are
+            skipped unread).
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, in the order of ``ranked``.
     """
+    if allowed is not None:
+        ranked = [hit for hit in ranked if hit[0] in allowed]
     out: Passing = []
     start = 0
     while start < len(ranked) and len(out) < k:
@@ -74,6 +79,7 @@ def widening(
     read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
     *,
     first: int | None = None,
+    narrow: Callable[[], set[int] | None] | None = None,
 ) -> Passing:
     """Return the best ``k`` items that pass ``keep``, asking ``rank(limit)`` for longer rankings until they are found.
 
@@ -85,14 +91,29 @@ def widening(
         found: Items already decoded, by seq (``rank`` may add to it).
         read: Reads and decodes the items of some seqs.
         first: The length of the first ranking asked for (default ``k``).
+        narrow: Returns the seqs that may pass (``None``: it cannot tell),
+            asked once the first ranking proved too short: the others are
+            then skipped unread, and the ranking stops growing once it
+            holds all of them.
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, best first.
     """
     limit = k if first is None else first
+    allowed: set[int] | None = None
+    asked = False
     while True:
         ranked = rank(limit)
-        out = first_passing(ranked, k, keep, found, read)
+        out = first_passing(ranked, k, keep, found, read, allowed)
         if len(out) == k or len(ranked) < limit or limit >= ALL:
             return out
+        if allowed is not None and sum(seq in allowed for seq, _ in ranked) == len(allowed):
+            return out  # every item that may pass has been ranked and tested
+        if narrow is not None and not asked:
+            asked = True
+            allowed = narrow()
+            if allowed is not None and not allowed:
+                return []
+            if allowed is not None and sum(seq in allowed for seq, _ in ranked) == len(allowed):
+                return first_passing(ranked, k, keep, found, read, allowed)
         limit = min(4 * limit, ALL)
