@@ -1021,16 +1021,19 @@ class BaseStore(abc.ABC):
             keep,
             found,
             self._items_reader(sid, on_unknown_class),
-            first=ALL if python_ranked else k,
+            # An indexed ranking costs about the same for a few more: ask for enough that one
+            # ranking usually settles a filter most items pass.
+            first=ALL if python_ranked else max(4 * k, 64),
             narrow=self._narrower(sid, keep),
         )
 
-    def _narrower(self, sid: str, keep: Filter) -> Callable[[], set[int] | None]:
-        """Return a function asking the store which rows may pass ``keep`` (see :meth:`_filter_candidates`)."""
+    def _narrower(self, sid: str, keep: Filter) -> Callable[[], tuple[set[int], int] | None]:
+        """Return a function asking the store which rows may pass ``keep`` (see :meth:`_filter_candidates`), and how many rows there are."""
 
-        def narrow() -> set[int] | None:
+        def narrow() -> tuple[set[int], int] | None:
             with self._errors("search", sid):
-                return self._filter_candidates(sid, keep.tree)
+                allowed = self._filter_candidates(sid, keep.tree)
+                return None if allowed is None else (allowed, self._count(sid))
 
         return narrow
 

@@ -32,8 +32,11 @@ from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode
 
 __all__ = ["candidates_query"]
 
+# SQLite's JSON functions cut a string at an escaped NUL character: rows holding one are
+# judged in Python, as PostgreSQL's rows without a JSONB copy are.
 _SQLITE_ROWS: Final = (
-    "SELECT seq FROM (SELECT seq, CASE WHEN json_type(d, '$.\"$kv\"') IS NULL THEN d"
+    "SELECT seq FROM (SELECT seq, instr(d, '\\u0000') > 0 AS opaque,"
+    " CASE WHEN json_type(d, '$.\"$kv\"') IS NULL THEN d"
     " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq, CAST(data AS TEXT) AS d"
     " FROM kvmemory_items WHERE session_id = ?)) WHERE "
 )
@@ -75,9 +78,8 @@ class _Writer:
         return f"json_type(f, {self.p(self.key(name))})"
 
     def opaque(self, name: str) -> str:
-        """The value is a JSON object or array (or, in PostgreSQL, the row has no JSONB copy): SQL cannot judge it."""
-        inner = f"{self.type_of(name)} IN ('object', 'array')"
-        return f"(opaque OR {inner})" if self.postgres else f"({inner})"
+        """The value is a JSON object or array, or the row is one SQL cannot read exactly: SQL cannot judge it."""
+        return f"(opaque OR {self.type_of(name)} IN ('object', 'array'))"
 
     def is_number(self, name: str) -> str:
         if self.postgres:
@@ -108,7 +110,8 @@ def candidates_query(
 
     The condition reads ``f``, the item's fields (unwrapped from the
     codec's item wrapper) as JSON text in SQLite and JSONB in PostgreSQL,
-    beside PostgreSQL's ``opaque`` (the row has no JSONB copy). ``None``
+    beside ``opaque``: the row holds a NUL character (SQLite's JSON
+    functions cut strings there) or has no JSONB copy (PostgreSQL). ``None``
     when the condition would keep every row (nothing to gain from asking).
     """
     writer = _Writer(postgres, [session_id])
@@ -120,16 +123,22 @@ def candidates_query(
 
 def _maybe(w: _Writer, node: FilterNode) -> str | None:
     """SQL that holds for every row where ``node`` may hold; ``None`` for "every row"."""
+    mark = len(w.params)
+    sql = _node_maybe(w, node)
+    if sql is None:
+        del w.params[mark:]  # the parameters of parts written before SQL gave up
+    return sql
+
+
+def _node_maybe(w: _Writer, node: FilterNode) -> str | None:
     if isinstance(node, AllOf):
         parts = [sql for sql in (_maybe(w, part) for part in node.parts) if sql is not None]
         return " AND ".join(f"({sql})" for sql in parts) if parts else None
     if isinstance(node, AnyOf):
         parts = []
         for part in node.parts:
-            mark = len(w.params)
             sql = _maybe(w, part)
             if sql is None:
-                del w.params[mark:]
                 return None
             parts.append(sql)
         return " OR ".join(f"({sql})" for sql in parts)
@@ -140,7 +149,7 @@ def _maybe(w: _Writer, node: FilterNode) -> str | None:
 
 def _plain_name(name: str) -> bool:
     """Whether SQL can address the field: no dots (a path), quotes or backslashes."""
-    return bool(name) and not any(c in name for c in '."\\')
+    return bool(name) and not any(c in name for c in '."\\\x00')
 
 
 def _condition(w: _Writer, node: Condition) -> str | None:
@@ -204,6 +213,8 @@ def _equal_sure(w: _Writer, name: str, x: Any) -> str | None:
             return f"f -> {w.p(name, 'text')} = '{word}'::jsonb"
         return f"{w.type_of(name)} = '{word}'"
     if isinstance(x, str):
+        if "\x00" in x:
+            return w.false  # no string SQL reads holds NUL (rows holding one are opaque)
         return f"{w.text(name)} = {w.p(str(x), 'text')}"
     return None
 
@@ -211,6 +222,8 @@ def _equal_sure(w: _Writer, name: str, x: Any) -> str | None:
 def _ordered_maybe(w: _Writer, name: str, op: str, x: Any) -> str | None:
     sign = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
     if isinstance(x, str):
+        if "\x00" in x:
+            return None  # PostgreSQL cannot take it as text; Python judges
         compare = w.sure(f"{w.text(name)} {sign} {w.p(str(x), 'text')}")
         return f"{compare} OR {w.opaque(name)}"
     value = _number_operand(x)

@@ -18,7 +18,7 @@ from typing import Final
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem
 
-__all__ = ["ALL", "Passing", "first_passing", "widening"]
+__all__ = ["ALL", "NARROW_AT", "Passing", "first_passing", "widening"]
 
 ALL: Final = 2**62
 """A ranking length that holds every candidate of any session (for rankings scored in Python)."""
@@ -27,6 +27,10 @@ Passing = list[tuple[int, float, MemoryItem]]
 """``(seq, score, item)`` of the items that pass, best first."""
 
 _CHUNK: Final = 64
+
+NARROW_AT: Final = 1024
+"""Ask which rows may pass before asking for a ranking this long: reading the candidates
+one by one costs more than one pass of SQL over the session from about here on."""
 
 
 def first_passing(
@@ -79,22 +83,27 @@ def widening(
     read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
     *,
     first: int | None = None,
-    narrow: Callable[[], set[int] | None] | None = None,
+    narrow: Callable[[], tuple[set[int], int] | None] | None = None,
 ) -> Passing:
     """Return the best ``k`` items that pass ``keep``, asking ``rank(limit)`` for longer rankings until they are found.
 
     Args:
         rank: Returns the best ``limit`` ``(seq, score)``, best first, ties in
             seq order; a ranking shorter than ``limit`` holds every candidate.
+            Each ranking asked for is at least four times as long as the last,
+            and as long as the pass rate seen so far says ``k`` passing items
+            need, twice over.
         k: How many at most.
         keep: The filter.
         found: Items already decoded, by seq (``rank`` may add to it).
         read: Reads and decodes the items of some seqs.
         first: The length of the first ranking asked for (default ``k``).
-        narrow: Returns the seqs that may pass (``None``: it cannot tell),
-            asked once the first ranking proved too short: the others are
-            then skipped unread, and the ranking stops growing once it
-            holds all of them.
+        narrow: Returns the seqs that may pass and the session's number of
+            items (``None``: it cannot tell), asked once the ranking would
+            need :data:`NARROW_AT` items: the others are then skipped unread,
+            and the next ranking is as long as ``k`` of them need if they
+            lie evenly in it, twice over (unless the ranking in hand holds
+            them all).
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, best first.
@@ -109,11 +118,14 @@ def widening(
             return out
         if allowed is not None and sum(seq in allowed for seq, _ in ranked) == len(allowed):
             return out  # every item that may pass has been ranked and tested
-        if narrow is not None and not asked:
+        # The ranking that k passing items need at the pass rate seen so far, twice over.
+        need = 2 * k * len(ranked) // max(len(out), 1) if out else 4 * k * len(ranked)
+        if narrow is not None and not asked and need >= NARROW_AT:
             asked = True
-            allowed = narrow()
-            if allowed is not None and not allowed:
-                return []
-            if allowed is not None and sum(seq in allowed for seq, _ in ranked) == len(allowed):
-                return first_passing(ranked, k, keep, found, read, allowed)
-        limit = min(4 * limit, ALL)
+            narrowed = narrow()
+            if narrowed is not None:
+                allowed, n_items = narrowed
+                if sum(seq in allowed for seq, _ in ranked) == len(allowed):
+                    return first_passing(ranked, k, keep, found, read, allowed)
+                need = max(need, 2 * k * n_items // len(allowed))
+        limit = min(max(4 * limit, need), ALL)
