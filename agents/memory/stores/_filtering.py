@@ -13,12 +13,15 @@ until the ranking holds every candidate. So the hits are always those of
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from agents.memory._filter import Filter
-from agents.memory._item import MemoryItem
+from agents.memory._item import MemoryItem, OnUnknownClass
 
-__all__ = ["ALL", "NARROW_AT", "Passing", "first_passing", "widening"]
+if TYPE_CHECKING:
+    from agents.memory.stores._engine import Engine
+
+__all__ = ["ALL", "NARROW_AT", "Passing", "first_passing", "narrower", "reader", "widening"]
 
 ALL: Final = 2**62
 """A ranking length that holds every candidate of any session (for rankings scored in Python)."""
@@ -129,3 +132,21 @@ def widening(
                     return first_passing(ranked, k, keep, found, read, allowed)
                 need = max(need, 2 * k * n_items // len(allowed))
         limit = min(max(4 * limit, need), ALL)
+
+
+def reader(
+    engine: Engine, sid: str, on_unknown_class: OnUnknownClass
+) -> Callable[[Sequence[int]], dict[int, MemoryItem]]:
+    """Return a function that reads and decodes the items of some seqs of a session (those that exist)."""
+    return lambda seqs: engine.read_items(sid, sorted(seqs), on_unknown_class)
+
+
+def narrower(engine: Engine, sid: str, keep: Filter) -> Callable[[], tuple[set[int], int] | None]:
+    """Return a function asking the backend which rows may pass ``keep`` (``Backend.filter_candidates``), and how many rows there are."""
+
+    def narrow() -> tuple[set[int], int] | None:
+        with engine.errors("search", sid):
+            allowed = engine.backend.filter_candidates(sid, keep.tree)
+            return None if allowed is None else (allowed, engine.backend.count(sid))
+
+    return narrow
