@@ -46,7 +46,8 @@ def _postgres_url(base: str) -> Iterator[str]:
         con.execute(f"CREATE SCHEMA {schema}")
     sep = "&" if "?" in base else "?"
     try:
-        yield f"{base}{sep}options=-csearch_path%3D{schema}"
+        # pgvector=off: no extension is created (it would be database-wide, outliving the schema).
+        yield f"{base}{sep}options=-csearch_path%3D{schema}&pgvector=off"
     finally:
         with psycopg.connect(base, autocommit=True) as con:
             con.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -173,6 +173,10 @@ class AsyncStore:
         await does not stop the call, even one not yet started: it runs to
         its end (so the calls queued behind it keep their order).
         """
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            # Closed: the store's call raises its StoreError at once, before any I/O.
+            return call()
         running: asyncio.Future[R]
         if self._executor is None:
             running = asyncio.ensure_future(_bridge_module().run_bridged(call))
