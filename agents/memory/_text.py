@@ -23,11 +23,11 @@ __all__ = [
     "MIN_IDF",
     "Tokenizer",
     "bm25_idf",
-    "lucene_idf",
     "check_k",
     "checked_keys",
     "checked_query",
     "item_texts",
+    "lucene_idf",
 ]
 
 BM25_K1 = 1.2
