@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agents.memory.stores import AsyncStore, BaseStore, open_async_store
+from agents.memory.stores import AsyncStore, Store, open_async_store
 from agents.memory.stores.testing import MakeStore, StoreContract
 
 T = TypeVar("T")
@@ -51,7 +51,7 @@ AWAITED = frozenset(
     }
 )
 # Attributes that do no I/O: read from the sync store underneath.
-PLAIN = frozenset({"url", "read_only", "closed", "keyword_index"})
+PLAIN = frozenset({"url", "read_only", "closed", "keyword_index", "backend"})
 
 
 class LoopThread:
@@ -95,10 +95,10 @@ class AwaitedStore:
         self._runner = runner
         self.async_store = store
 
-    # StoredMemory and the contract check for a BaseStore: this one stands in for it.
+    # StoredMemory and the contract check for a Store: this one stands in for it.
     @property  # type: ignore[misc]
-    def __class__(self) -> type[BaseStore]:
-        return BaseStore
+    def __class__(self) -> type[Store]:
+        return Store
 
     def __getattr__(self, name: str) -> Any:
         if name in AWAITED:
@@ -175,7 +175,7 @@ class TestAsyncStoreContract(StoreContract):
     def make_store(self, async_url: str, runner: LoopThread) -> MakeStore:
         """Open handles on one fresh store with open_async_store, wrapped for the suite."""
 
-        def make(*, read_only: bool = False) -> BaseStore:
+        def make(*, read_only: bool = False) -> Store:
             opened = runner.call(_open(async_url, read_only=read_only))
             return AwaitedStore(runner, opened)  # type: ignore[return-value]  # stands in for one
 
@@ -190,7 +190,7 @@ def test_awaited_store_reaches_the_async_calls(tmp_path: Path, runner: LoopThrea
     """The adapter answers through the AsyncStore (no sync call of the store underneath is made)."""
     opened = runner.call(_open(str(tmp_path / "a.db"), read_only=False))
     with AwaitedStore(runner, opened) as store:
-        assert isinstance(store, BaseStore)
+        assert isinstance(store, Store)
         assert set(AWAITED) <= set(dir(AsyncStore))
         with pytest.raises(AttributeError, match="add it to AWAITED"):
             _ = store.rebuild_keyword_index
