@@ -434,3 +434,40 @@ def test_postgres_without_greenlet_names_the_async_extra(
             await open_async_store(postgres_url)
 
     run(main)
+
+
+@pytest.mark.postgres
+def test_embedder_of_an_async_postgres_store_runs_off_the_loop(postgres_url: str) -> None:
+    """index_embeddings and semantic search call the embedder on a thread, never on the loop's, with the same hits."""
+    pytest.importorskip("numpy")
+    from agents.memory.stores.testing import CountingEmbedder
+
+    class Where(CountingEmbedder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.threads: set[int] = set()
+
+        def __call__(self, texts: Any, /) -> Any:
+            self.threads.add(threading.get_ident())
+            return super().__call__(texts)
+
+    embedder = Where()
+
+    async def main() -> tuple[int, list[int]]:
+        async with open_async_store(postgres_url) as store:
+            assert store.runs_on_loop
+            await store.append("s", steps(4))
+            assert await store.index_embeddings("s", embedder) == 4
+            hits = await store.search("s", "click 2", 1, mode="semantic", embedder=embedder)
+            async with open_async_memory(store, "s") as memory:
+                await memory.search("click 3", k=1, mode="semantic", embedder=embedder)
+        return threading.get_ident(), [hit.item["step"] for hit in hits]
+
+    loop_thread, found = run(main)
+    assert embedder.threads
+    assert loop_thread not in embedder.threads
+    with open_store(postgres_url) as sync:
+        assert [
+            h.item["step"]
+            for h in sync.search("s", "click 2", 1, mode="semantic", embedder=embedder)
+        ] == found

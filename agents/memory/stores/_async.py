@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 import os
 from collections.abc import (
     AsyncIterator,
@@ -74,19 +75,53 @@ def _bridge_module() -> ModuleType:
     return _bridge
 
 
+def _embedder_off_loop(
+    method: Callable[..., Any],
+) -> Callable[[bool, tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Return how to pass a call's ``embedder`` so that it runs on a thread, not on the event loop.
+
+    A PostgreSQL store runs its calls on the loop's thread; an embedder (a
+    model, or a call to an embedding service) would stall the loop there,
+    so it is wrapped to run on the loop's default executor. SQLite and the
+    others already run every call on a worker thread.
+    """
+    signature = inspect.signature(method)
+    if "embedder" not in signature.parameters:
+        return lambda on_loop, args, kwargs: (args, kwargs)
+
+    def arguments(
+        on_loop: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if not on_loop:
+            return args, kwargs
+        try:
+            bound = signature.bind(None, *args, **kwargs)
+        except TypeError:
+            return args, kwargs  # the call itself names what is wrong
+        embedder = bound.arguments.get("embedder")
+        if embedder is None:
+            return args, kwargs
+        bound.arguments["embedder"] = _bridge_module().OffLoop(embedder)
+        return bound.args[1:], bound.kwargs
+
+    return arguments
+
+
 def _store_call(
     method: Callable[Concatenate[Store, P], R],
 ) -> Callable[Concatenate[AsyncStore, P], Awaitable[R]]:
-    """Make an awaitable twin of a store method, run on the async store's threads."""
+    """Make an awaitable twin of a store method, run for the loop by :meth:`AsyncStore.run`."""
     name = method.__name__
+    arguments = _embedder_off_loop(method)
 
     async def call(self: AsyncStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self.run(functools.partial(getattr(self.store, name), *args, **kwargs))
+        passed, named = arguments(self.runs_on_loop, args, kwargs)
+        return await self.run(functools.partial(getattr(self.store, name), *passed, **named))
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = (
         f"Await :meth:`Store.{name}`: the same arguments, result and errors, "
-        "computed on the store's worker thread."
+        "computed without blocking the event loop."
     )
     return call
 
@@ -94,17 +129,19 @@ def _store_call(
 def _memory_call(
     method: Callable[Concatenate[StoredMemory, P], R],
 ) -> Callable[Concatenate[AsyncStoredMemory, P], Awaitable[R]]:
-    """Make an awaitable twin of a durable memory's method, run on its store's threads."""
+    """Make an awaitable twin of a durable memory's method, run for the loop by its store."""
     name = method.__name__
+    arguments = _embedder_off_loop(method)
 
     async def call(self: AsyncStoredMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
         bound = getattr(self.view, name)
-        return await self.run(functools.partial(bound, *args, **kwargs))
+        passed, named = arguments(self.async_store.runs_on_loop, args, kwargs)
+        return await self.run(functools.partial(bound, *passed, **named))
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = (
         f"Await :meth:`StoredMemory.{name}`: the store is written and the in-RAM view "
-        "changed in one step on the store's worker thread."
+        "changed in one step, without blocking the event loop."
     )
     return call
 
@@ -132,6 +169,11 @@ class AsyncStore:
         self._executor = executor
         self._running: set[asyncio.Future[Any]] = set()
         self._closing: asyncio.Future[None] | None = None
+
+    @property
+    def runs_on_loop(self) -> bool:
+        """Whether calls run on the event loop's thread, awaiting each server call (PostgreSQL), not on a worker thread."""
+        return self._executor is None
 
     @classmethod
     async def open(cls, url: str | os.PathLike[str], *, read_only: bool = False) -> AsyncStore:

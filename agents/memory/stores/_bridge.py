@@ -20,6 +20,7 @@ opens a PostgreSQL store.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -31,7 +32,7 @@ import psycopg_pool
 
 from agents.memory.exceptions import StoreError
 
-__all__ = ["Connection", "Cursor", "Pool", "connect", "run_bridged", "wait"]
+__all__ = ["Connection", "Cursor", "OffLoop", "Pool", "connect", "run_bridged", "wait"]
 
 R = TypeVar("R")
 
@@ -85,6 +86,37 @@ async def run_bridged(call: Callable[[], R]) -> R:
             sent = worker.switch(value)
     result: R = sent
     return result
+
+
+class OffLoop:
+    """An embedder whose calls made under :func:`run_bridged` run on the loop's default executor.
+
+    The store's code calls it like the embedder it wraps (``name``,
+    ``dimension``, ``embedder(texts)``); a model or an embedding service
+    then never stalls the event loop. Called outside the bridge, it calls
+    the embedder in place.
+    """
+
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = embedder
+
+    @property
+    def name(self) -> str:
+        """The wrapped embedder's model name."""
+        return str(self.embedder.name)
+
+    @property
+    def dimension(self) -> int:
+        """The wrapped embedder's vector length."""
+        return int(self.embedder.dimension)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.embedder, name)
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        if not isinstance(greenlet.getcurrent(), _Bridged):
+            return self.embedder(texts)
+        return wait(asyncio.to_thread(self.embedder, texts))
 
 
 @contextlib.contextmanager
