@@ -131,6 +131,53 @@ def driver_round_trips(base: str, calls: int) -> tuple[float, float]:
     return sync, asyncio.run(main())
 
 
+def raw_pools(base: str, sessions: int, steps: int) -> tuple[float, float]:
+    """Return commits/s of one-row INSERTs, no kvmemory: ConnectionPool on 8 threads, AsyncConnectionPool with gather.
+
+    Both pools hold 4 connections (the store's default). This is psycopg
+    alone on this machine: the ceiling of any async design on its driver.
+    """
+    import psycopg_pool
+
+    payload = "x" * 1500
+    with _postgres_url(base) as url:
+        conninfo = url.replace("&pgvector=off", "")
+        autocommit = {"autocommit": True}  # as the store's pools: one round trip a commit
+        with psycopg_pool.ConnectionPool(
+            conninfo, min_size=4, max_size=4, kwargs=autocommit, open=True
+        ) as pool:
+            with pool.connection() as con:
+                con.execute("CREATE TABLE raw (sid text, i int, data text)")
+
+            def one(n: int) -> None:
+                for i in range(steps):
+                    with pool.connection() as con:
+                        con.execute("INSERT INTO raw VALUES (%s, %s, %s)", (f"s{n}", i, payload))
+
+            start = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(8) as threads:
+                list(threads.map(one, range(sessions)))
+            threaded = sessions * steps / (time.perf_counter() - start)
+
+        async def main() -> float:
+            async with psycopg_pool.AsyncConnectionPool(
+                conninfo, min_size=4, max_size=4, kwargs=autocommit, open=False
+            ) as pool:
+
+                async def one(n: int) -> None:
+                    for i in range(steps):
+                        async with pool.connection() as con:
+                            await con.execute(
+                                "INSERT INTO raw VALUES (%s, %s, %s)", (f"a{n}", i, payload)
+                            )
+
+                start = time.perf_counter()
+                await asyncio.gather(*(one(n) for n in range(sessions)))
+                return sessions * steps / (time.perf_counter() - start)
+
+        return threaded, asyncio.run(main())
+
+
 # -- SQLite: the driver behind open_async_store ---------------------------------------------
 
 _SCHEMA = (
@@ -293,6 +340,12 @@ def main() -> None:
         print(
             f"psycopg round trip (SELECT 1): sync {summary([s for s, _ in trips], 0)} us, "
             f"AsyncConnection {summary([a for _, a in trips], 0)} us; async/sync {summary([a / s for s, a in trips], 2)}"
+        )
+        raw = [raw_pools(args.postgres, args.sessions, args.steps) for _ in range(args.repeat)]
+        print(
+            f"psycopg alone, {args.sessions} x {args.steps} INSERTs: ConnectionPool on 8 threads "
+            f"{summary([t for t, _ in raw], 0)} commits/s, AsyncConnectionPool with gather "
+            f"{summary([a for _, a in raw], 0)} commits/s; async/threads {summary([a / t for t, a in raw], 2)}"
         )
         pairs = []
         for _ in range(args.repeat):
