@@ -158,7 +158,8 @@ class AsyncStore:
     the arguments of the :class:`Store` call of the same name and
     returns what it returns, once the write is as durable as the sync call
     makes it. ``store`` is the sync store underneath, for calls that do no
-    I/O (``url``, ``closed``, ``keyword_index``).
+    I/O (``url``, ``closed``, ``keyword_index``); on PostgreSQL its calls
+    that do I/O raise :class:`StoreError` (they run only awaited).
     """
 
     def __init__(
@@ -262,7 +263,7 @@ class AsyncStore:
         size: int = 1000,
         on_unknown_class: OnUnknownClass = "error",
     ) -> AsyncIterator[list[StoredRecord]]:
-        """Yield a session's records a page at a time, each page read on the worker thread.
+        """Yield a session's records a page at a time, each page read as :meth:`run` runs calls.
 
         Raises:
             What :meth:`Store.pages` raises.
@@ -284,7 +285,7 @@ class AsyncStore:
         """Return a batch of writes to one session, applied in one transaction by ``async with``.
 
         See :meth:`Store.batch`. Staging calls are plain calls; the
-        transaction runs on the worker thread when the block ends.
+        transaction runs (as :meth:`AsyncStore.run` runs calls) when the block ends.
         """
         return AsyncWriteBatch(
             self, self.store.batch(session_id, step_key=step_key, on_unencodable=on_unencodable)
@@ -325,8 +326,9 @@ class AsyncWriteBatch:
     The staging calls (``append``, ``update``, ``delete``, ``clear``,
     ``keep_last``, ``expire``) are :class:`WriteBatch`'s and check and
     encode at once. On a clean exit the transaction runs on the store's
-    worker thread; leaving the block with an exception writes nothing. The
-    seqs written are in ``appended``, ``updated`` and ``deleted`` afterwards.
+    worker thread or, for PostgreSQL, on the loop's; leaving the block with
+    an exception writes nothing. The seqs written are in ``appended``,
+    ``updated`` and ``deleted`` afterwards.
     """
 
     def __init__(self, store: AsyncStore, batch: WriteBatch) -> None:
@@ -373,10 +375,11 @@ class AsyncStoredMemory:
     (``add_memory_item``, ``delete_memory_item``, ``clear``, ...) or reads
     the store (``refresh``, ``search``, ``recall``) is awaitable and
     returns once the store holds the change and the in-RAM view shows it;
-    both change in one step on the store's worker thread, so a cancelled
+    both change in one step (see :meth:`AsyncStore.run`), so a cancelled
     await leaves them agreeing. ``view`` is the in-RAM :class:`StoredMemory`:
     read it with plain calls (``view.filter_memory_from_keys(...)``,
-    ``len(view)``); its writing calls work too but block the loop.
+    ``len(view)``); its writing calls work too but block the loop (on
+    PostgreSQL they raise :class:`StoreError`: await the twin instead).
     """
 
     def __init__(self, async_store: AsyncStore, view: StoredMemory, *, owns_store: bool) -> None:
@@ -475,7 +478,7 @@ async def open_memory_on(
     on_unknown_class: OnUnknownClass,
     metadata: Mapping[str, Any] | None,
 ) -> AsyncStoredMemory:
-    """Read ``session_id`` of an open async store into a durable memory, on the worker thread."""
+    """Read ``session_id`` of an open async store into a durable memory, without blocking the loop."""
     view = await async_store.run(
         functools.partial(
             StoredMemory,
