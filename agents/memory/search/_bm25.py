@@ -44,6 +44,7 @@ _GONE: Final = 2**62  # the generation of a removed row: newer than any array
 # A share computed in floats may differ from the exact one by a few ulps; every
 # bound is loosened by this much (relative) so that pruning never drops a tie.
 _SLACK: Final = 1e-9
+_FEW: Final = 256  # this many items or fewer are scored from the postings dicts
 
 
 def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
@@ -216,32 +217,99 @@ class Ranker:
                 rows = rows[np.argpartition(shares, len(shares) - many)[len(shares) - many :]]
             seeds.update(self.key_at[rows].tolist())
         threshold = self._kth_score(terms, seeds, lengths, average, k)
-        # MaxScore: terms by highest share first; an item first met at a term can
-        # reach at most its share there plus the bounds of the terms after it.
+        # MaxScore, a term at a time, terms by bound (highest first). An item first
+        # met at a term scores at most its share there plus the bounds of the terms
+        # after it: items that cannot reach the threshold are never taken, and taken
+        # ones are dropped once they cannot. `got` sums what the taken items hold of
+        # the terms seen (a lower bound of their score), which raises the threshold.
         mark = np.zeros(self.used, dtype=bool)
-        order = sorted(distinct, key=bounds.__getitem__, reverse=True)
+        where = np.zeros(self.used, dtype=np.int64)  # a taken row's place in `taken`
+        taken = np.zeros(0, dtype=np.int64)
+        got = np.zeros(0, dtype=np.float64)
         after = sum(bounds.values())
-        for term in order:
+        skipped = 0.0  # the bounds of the terms not added to `got`
+        for term in sorted(distinct, key=bounds.__getitem__, reverse=True):
             after -= bounds[term]
             parts, weight = distinct[term]
             need = (threshold - after) * (1.0 - _SLACK) - _SLACK
+            unit = need / weight if need > 0.0 else 0.0
+            # Adding this term's shares to `got` only pays while many items are taken.
+            update = len(taken) > _FEW and bounds[term] > _SLACK * threshold
+            if not update:
+                skipped += bounds[term]
+            new_rows = []
+            new_got = []
             for part in parts:
-                mark[self._reaching(part, slope, need / weight if need > 0 else 0.0)] = True
-        # The exact score of every marked item, summed in query order.
-        scores = np.zeros(self.used, dtype=np.float64)
+                if update:
+                    at = self._held(part, mark)
+                    got[where[part.rows[at]]] += weight * self._shares(part, at, slope)
+                at = self._reaching(part, slope, unit)
+                if part.valid is not None:
+                    at = at[part.valid[at]]
+                rows = part.rows[at]
+                fresh = ~mark[rows]
+                new_rows.append(rows[fresh])
+                new_got.append(weight * self._shares(part, at[fresh], slope))
+            added = np.concatenate(new_rows)
+            if len(added):
+                where[added] = np.arange(len(taken), len(taken) + len(added))
+                mark[added] = True
+                taken = np.concatenate((taken, added))
+                got = np.concatenate((got, np.concatenate(new_got)))
+            if len(taken) > k:
+                threshold = max(threshold, float(np.partition(got, len(got) - k)[len(got) - k]))
+                keep = got + (after + skipped) >= threshold * (1.0 - _SLACK) - _SLACK
+                if not keep.all():
+                    mark[taken[~keep]] = False
+                    taken = taken[keep]
+                    got = got[keep]
+                    where[taken] = np.arange(len(taken))
+        # The exact score of every item still taken, summed in query order.
+        if len(taken) <= _FEW:
+            return self._exact_top(terms, self.key_at[taken].tolist(), lengths, average, k)
+        scores = np.zeros(len(taken), dtype=np.float64)
         for term, _, weight in terms:
             for part in distinct[term][0]:
-                hit = mark[part.rows]
-                if part.valid is not None:
-                    hit &= part.valid
-                at = np.flatnonzero(hit)
+                at = self._held(part, mark)
                 tf = part.tf[at]
-                scores[part.rows[at]] += weight * tf / (tf + _FLAT + slope * part.dl[at])
-        rows = np.flatnonzero(mark & (scores > 0.0))
-        found = scores[rows]
-        keys = self.key_at[rows]
-        ranked = np.lexsort((keys, -found))[:k]
-        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+                # bm25_term_score's operations in its order, so the floats are the same.
+                scores[where[part.rows[at]]] += weight * tf / (tf + _FLAT + slope * part.dl[at])
+        keys = self.key_at[taken]
+        ranked = np.lexsort((keys, -scores))[:k]
+        return list(zip(keys[ranked].tolist(), scores[ranked].tolist(), strict=True))
+
+    def _held(self, part: _Part, mark: Any) -> Any:
+        """Return the positions in the part of current entries whose row is marked."""
+        hit = mark[part.rows]
+        if part.valid is not None:
+            hit &= part.valid
+        return self.np.flatnonzero(hit)
+
+    @staticmethod
+    def _shares(part: _Part, at: Any, slope: float) -> Any:
+        """Return the unit-weight shares of the part's entries at positions ``at``."""
+        tf = part.tf[at]
+        return tf / (tf + _FLAT + slope * part.dl[at])
+
+    @staticmethod
+    def _exact_top(
+        terms: Sequence[QueryTerm],
+        keys: list[int],
+        lengths: Mapping[int, int],
+        average: float,
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """Return the best ``k`` of ``keys`` by exact score, read from the postings (for few keys)."""
+        scored = []
+        for key in keys:
+            score = 0.0
+            for _, posting, weight in terms:
+                tf = posting.get(key)
+                if tf:
+                    score += bm25_term_score(weight, tf, lengths[key], average)
+            if score > 0.0:
+                scored.append((key, score))
+        return heapq.nsmallest(k, scored, key=_best_first)
 
     def _parts(
         self,
@@ -309,19 +377,19 @@ class Ranker:
         return tf / (tf + _FLAT + slope * impacts.dl[at]), impacts.rows[at]
 
     def _reaching(self, part: _Part, slope: float, need: float) -> Any:
-        """Return the rows of the part whose unit-weight share is at least ``need``."""
+        """Return the positions in the part of the entries whose unit-weight share is at least ``need``."""
         np = self.np
         impacts = part.impacts
         if need <= 0.0:
-            return part.rows
+            return np.arange(len(part.rows))
         if impacts is None:
-            return part.rows[part.share >= need]
+            return np.flatnonzero(part.share >= need)
         picks = []
         for start, end, count in impacts.segments:
             if count == 0:
                 tf = impacts.tf[start:end]
                 share = tf / (tf + _FLAT + slope * impacts.dl[start:end])
-                picks.append(impacts.rows[start:end][share >= need])
+                picks.append(start + np.flatnonzero(share >= need))
                 continue
             # count / (count + flat + slope * dl) >= need  <=>  dl <= (count / need - count - flat) / slope
             if need >= 1.0:
@@ -335,7 +403,7 @@ class Ranker:
                 )
             )
             if stop:
-                picks.append(impacts.rows[start : start + stop])
+                picks.append(np.arange(start, start + stop))
         if not picks:
             return np.zeros(0, dtype=np.int64)
         return np.concatenate(picks)
