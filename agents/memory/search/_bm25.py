@@ -44,7 +44,8 @@ _GONE: Final = 2**62  # the generation of a removed row: newer than any array
 # A share computed in floats may differ from the exact one by a few ulps; every
 # bound is loosened by this much (relative) so that pruning never drops a tie.
 _SLACK: Final = 1e-9
-_FEW: Final = 256  # this many items or fewer are scored from the postings dicts
+_FEW: Final = 64  # this many items or fewer are scored from the postings dicts
+_WORTH: Final = 0.02  # a term whose bound is below this share of the threshold is not summed early
 
 
 def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
@@ -223,7 +224,7 @@ class Ranker:
         # ones are dropped once they cannot. `got` sums what the taken items hold of
         # the terms seen (a lower bound of their score), which raises the threshold.
         mark = np.zeros(self.used, dtype=bool)
-        where = np.zeros(self.used, dtype=np.int64)  # a taken row's place in `taken`
+        where = np.empty(self.used, dtype=np.int64)  # a taken row's place in `taken`
         taken = np.zeros(0, dtype=np.int64)
         got = np.zeros(0, dtype=np.float64)
         after = sum(bounds.values())
@@ -233,10 +234,11 @@ class Ranker:
             parts, weight = distinct[term]
             need = (threshold - after) * (1.0 - _SLACK) - _SLACK
             unit = need / weight if need > 0.0 else 0.0
-            # Adding this term's shares to `got` only pays while many items are taken.
-            update = len(taken) > _FEW and bounds[term] > _SLACK * threshold
-            if not update:
-                skipped += bounds[term]
+            # Adding this term's shares to `got` pays while many items are taken, for a
+            # term that can move a score (a word in every item adds almost nothing).
+            update = len(taken) > _FEW and bounds[term] >= _WORTH * threshold
+            if not update and len(taken):
+                skipped += bounds[term]  # the items taken so far may hold it
             new_rows = []
             new_got = []
             for part in parts:
@@ -274,6 +276,10 @@ class Ranker:
                 tf = part.tf[at]
                 # bm25_term_score's operations in its order, so the floats are the same.
                 scores[where[part.rows[at]]] += weight * tf / (tf + _FLAT + slope * part.dl[at])
+        if len(scores) > k:
+            best = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+            taken = taken[best]
+            scores = scores[best]
         keys = self.key_at[taken]
         ranked = np.lexsort((keys, -scores))[:k]
         return list(zip(keys[ranked].tolist(), scores[ranked].tolist(), strict=True))

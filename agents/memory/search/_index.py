@@ -131,6 +131,83 @@ class _Lengths:
 _KEYED_LENGTHS = 8  # sets of searched fields whose lengths are kept (the most recently used)
 
 
+class _Fields:
+    """Keyword statistics per field: postings, each item's field lengths, totals, lengths over key sets."""
+
+    def __init__(self) -> None:
+        self.postings: dict[str, dict[str, dict[int, int]]] = {}  # field -> term -> {key: tf}
+        self.sizes: dict[int, tuple[int, ...]] = {}  # key -> its fields' lengths, in doc order
+        self.total: Counter[str] = Counter()
+        # Lengths over the fields of a query's keys: made by the first query with
+        # those keys, kept up to date from then on (the most recent few sets).
+        self.lengths: dict[tuple[str, ...], _Lengths] = {}
+
+    def file(
+        self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Callable[[str], list[str]]
+    ) -> list[str]:
+        """File the item's terms field by field; return all its terms, in field order."""
+        every: list[str] = []
+        sizes = []
+        for field, text in doc:
+            terms = tokenize(text)
+            sizes.append(len(terms))
+            self.total[field] += len(terms)
+            every += terms
+            postings = self.postings.get(field)
+            if postings is None:
+                postings = self.postings[field] = {}
+            for term, count in Counter(terms).items():
+                posting = postings.get(term)
+                if posting is None:
+                    postings[term] = {key: count}
+                else:
+                    posting[key] = count
+        self.sizes[key] = tuple(sizes)
+        for keys, lengths in self.lengths.items():
+            lengths.put(
+                key, sum(size for (field, _), size in zip(doc, sizes, strict=True) if field in keys)
+            )
+        return every
+
+    def unfile(
+        self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Callable[[str], list[str]]
+    ) -> set[str]:
+        """Forget the item's terms field by field; return the set of all its terms."""
+        every: set[str] = set()
+        for (field, text), size in zip(doc, self.sizes.pop(key), strict=True):
+            self.total[field] -= size
+            terms = set(tokenize(text))
+            every |= terms
+            postings = self.postings[field]
+            for term in terms:
+                posting = postings.get(term)
+                if posting is not None:
+                    posting.pop(key, None)
+                    if not posting:
+                        del postings[term]
+        for lengths in self.lengths.values():
+            lengths.drop(key)
+        return every
+
+    def lengths_in(
+        self, keys: tuple[str, ...], docs: Mapping[int, tuple[tuple[str, str], ...]]
+    ) -> _Lengths:
+        """Return the items' lengths over the fields ``keys``, made on first use and kept from then on."""
+        lengths = self.lengths.pop(keys, None)
+        if lengths is None:
+            lengths = _Lengths()
+            for key, doc in docs.items():
+                sizes = self.sizes[key]
+                lengths.put(
+                    key,
+                    sum(size for (field, _), size in zip(doc, sizes, strict=True) if field in keys),
+                )
+            if len(self.lengths) >= _KEYED_LENGTHS:
+                del self.lengths[next(iter(self.lengths))]  # the least recently used
+        self.lengths[keys] = lengths  # last: the most recently used
+        return lengths
+
+
 class SearchIndex:
     """The BM25 index and the vectors of one memory, kept in step with it by item key.
 
@@ -149,16 +226,14 @@ class SearchIndex:
         self._memory: weakref.ref[Memory] | None = None
         self._items: dict[int, MemoryItem] = {}
         self._pending: dict[int, None] = {}
-        self._docs: dict[int, tuple[tuple[str, str, int], ...]] = {}
+        # Each item's (field, text) pairs: the text is kept (a reference, not a copy),
+        # so deleting or re-indexing the item later finds its old terms from it.
+        self._docs: dict[int, tuple[tuple[str, str], ...]] = {}
         self._lengths = _Lengths()  # over every field
-        # The same over the fields of a query's keys: made by the first query with
-        # those keys, kept up to date from then on (the most recent few sets).
-        self._keyed_lengths: dict[tuple[str, ...], _Lengths] = {}
         self._postings: dict[str, dict[int, int]] = {}
-        # field -> term -> {key: tf}: built by the first query with keys.
-        self._by_field: dict[str, dict[str, dict[int, int]]] | None = None
         self._total = 0
-        self._field_total: Counter[str] = Counter()
+        # The statistics per field, made by the first query with keys.
+        self._fields: _Fields | None = None
         # The pruned top-k (numpy), made by the first keyword query when numpy is there.
         self._ranker: Ranker | None = None
         self._vectors: dict[tuple[str, ...] | None, _Vectors] = {}
@@ -205,11 +280,9 @@ class SearchIndex:
             self._pending = dict.fromkeys(self._items)
             self._docs = {}
             self._lengths = _Lengths()
-            self._keyed_lengths = {}
             self._postings = {}
-            self._by_field = None
             self._total = 0
-            self._field_total = Counter()
+            self._fields = None
             self._ranker = None
             self._vectors = {}
             self._unembedded = {}
@@ -298,8 +371,9 @@ class SearchIndex:
             total = self._total
             sizes = self._lengths
         else:
-            total = sum(self._field_total[field] for field in keys)
-            sizes = self._lengths_in(keys)
+            fields = self._fields_now()
+            total = sum(fields.total[field] for field in keys)
+            sizes = fields.lengths_in(keys, self._docs)
         average = bm25_average_length(total, n_items)
         query: list[QueryTerm] = []
         seen: dict[str, tuple[dict[int, int], float]] = {}
@@ -353,7 +427,7 @@ class SearchIndex:
         with self._lock:
             wanted = set(terms)
             out: dict[str, None] = {}
-            for field, text, _ in self._docs.get(key, ()):
+            for field, text in self._docs.get(key, ()):
                 if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
                     out[field] = None
             return tuple(out)
@@ -564,39 +638,38 @@ class SearchIndex:
             return
         tokenize = self.tokenizer
         postings = self._postings
-        field_total = self._field_total
+        items = self._items
+        docs = self._docs
+        lengths = self._lengths.of
+        fields = self._fields
         ranker = self._ranker
         if ranker is not None:
             ranker.next_generation()
+        total = 0
         for key in self._pending:
-            item = self._items.get(key)
+            item = items.get(key)
             if item is None:
                 continue
-            doc = []
-            every: list[str] = []
-            for field, text in field_texts(item_fields(item)):
-                terms = tokenize(text)
-                size = len(terms)
-                # The text itself is kept (a reference, not a copy): deleting or
-                # re-indexing the item later finds its old terms from it.
-                doc.append((field, text, size))
-                field_total[field] += size
-                every += terms
-            for term, count in Counter(every).items():
+            doc = tuple(field_texts(item_fields(item)))
+            if fields is not None:
+                terms = fields.file(key, doc, tokenize)
+            elif len(doc) == 1:
+                terms = tokenize(doc[0][1])
+            else:
+                # One text: a newline never joins the terms around it.
+                terms = tokenize("\n".join([text for _, text in doc]))
+            for term, count in Counter(terms).items():
                 posting = postings.get(term)
                 if posting is None:
                     postings[term] = {key: count}
                 else:
                     posting[key] = count
-            self._docs[key] = tuple(doc)
-            if self._by_field is not None:
-                self._file_fields(key, self._docs[key])
-            self._lengths.put(key, len(every))
-            for keys, sizes in self._keyed_lengths.items():
-                sizes.put(key, sum(size for field, _, size in doc if field in keys))
-            self._total += len(every)
+            docs[key] = doc
+            lengths[key] = len(terms)
+            total += len(terms)
             if ranker is not None:
                 ranker.indexed(key)
+        self._total += total
         self._pending = {}
 
     def _unindex(self, key: int) -> None:
@@ -606,23 +679,11 @@ class SearchIndex:
         if self._ranker is not None:
             self._ranker.removed(key)
         self._total -= self._lengths.drop(key)
-        for sizes in self._keyed_lengths.values():
-            sizes.drop(key)
+        if self._fields is not None:
+            terms = self._fields.unfile(key, doc, self.tokenizer)
+        else:
+            terms = set(self.tokenizer("\n".join([text for _, text in doc])))
         postings = self._postings
-        terms: set[str] = set()
-        by_field = self._by_field
-        for field, text, size in doc:
-            self._field_total[field] -= size
-            words = self.tokenizer(text)
-            terms.update(words)
-            if by_field is not None:
-                field_postings = by_field[field]
-                for word in words:
-                    posting = field_postings.get(word)
-                    if posting is not None:
-                        posting.pop(key, None)
-                        if not posting:
-                            del field_postings[word]
         for term in terms:
             posting = postings.get(term)
             if posting is not None:
@@ -638,23 +699,20 @@ class SearchIndex:
             vectors.drop(key)
             self._unembedded[keys_of].pop(key, None)
 
-    def _lengths_in(self, keys: tuple[str, ...]) -> _Lengths:
-        """Return the items' lengths over the fields ``keys``, made on first use and kept from then on."""
-        sizes = self._keyed_lengths.pop(keys, None)
-        if sizes is None:
-            sizes = _Lengths()
+    def _fields_now(self) -> _Fields:
+        """Return the statistics per field, made on the first query with keys and kept from then on."""
+        fields = self._fields
+        if fields is None:
+            fields = self._fields = _Fields()
             for key, doc in self._docs.items():
-                sizes.put(key, sum(size for field, _, size in doc if field in keys))
-            if len(self._keyed_lengths) >= _KEYED_LENGTHS:
-                del self._keyed_lengths[next(iter(self._keyed_lengths))]  # the least recently used
-        self._keyed_lengths[keys] = sizes  # last: the most recently used
-        return sizes
+                fields.file(key, doc, self.tokenizer)
+        return fields
 
     def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
         """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); do not change it."""
         if keys is None:
             return self._postings.get(term) or {}
-        by_field = self._field_postings()
+        by_field = self._fields_now().postings
         found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
         if len(found) == 1:
             return found[0]
@@ -664,27 +722,3 @@ class SearchIndex:
             for key, tf in posting.items():
                 out[key] = get(key, 0) + tf
         return out
-
-    def _field_postings(self) -> dict[str, dict[str, dict[int, int]]]:
-        """Return the postings per field, built on the first query with ``keys`` and kept from then on."""
-        by_field = self._by_field
-        if by_field is None:
-            by_field = self._by_field = {}
-            for key, doc in self._docs.items():
-                self._file_fields(key, doc)
-        return by_field
-
-    def _file_fields(self, key: int, doc: tuple[tuple[str, str, int], ...]) -> None:
-        by_field = self._by_field
-        assert by_field is not None  # only called while the per-field postings exist
-        tokenize = self.tokenizer
-        for field, text, _ in doc:
-            postings = by_field.get(field)
-            if postings is None:
-                postings = by_field[field] = {}
-            for term in tokenize(text):
-                posting = postings.get(term)
-                if posting is None:
-                    postings[term] = {key: 1}
-                else:
-                    posting[key] = posting.get(key, 0) + 1
