@@ -73,7 +73,7 @@ def exhaustive_top(
 class _Impacts:
     """One term's postings as arrays in impact order (count, then length), built at one generation."""
 
-    __slots__ = ("dl", "epoch", "log_pos", "removals", "rows", "segments", "tf")
+    __slots__ = ("dl", "epoch", "heads", "log_pos", "removals", "rows", "segments", "tf")
 
     def __init__(
         self, np: Any, rows: Any, tf: Any, dl: Any, epoch: int, log_pos: int, removals: int
@@ -92,6 +92,7 @@ class _Impacts:
             (start, end, int(value) if value < _GROUPS else 0)
             for start, end, value in zip(starts, ends, values.tolist(), strict=True)
         ]
+        self.heads: dict[int, Any] = {}  # positions of each segment's first n entries, by n
         self.epoch = epoch
         self.log_pos = log_pos
         self.removals = removals
@@ -234,6 +235,9 @@ class Ranker:
             parts, weight = distinct[term]
             need = (threshold - after) * (1.0 - _SLACK) - _SLACK
             unit = need / weight if need > 0.0 else 0.0
+            if unit == 0.0 and sum(len(part.rows) for part in parts) > self.used // 4:
+                # Every item holding a common word may still be among the best: score them all.
+                return self._dense_top(terms, distinct, slope, k)
             # Adding this term's shares to `got` pays while many items are taken, for a
             # term that can move a score (a word in every item adds almost nothing).
             update = len(taken) > _FEW and bounds[term] >= _WORTH * threshold
@@ -283,6 +287,33 @@ class Ranker:
         keys = self.key_at[taken]
         ranked = np.lexsort((keys, -scores))[:k]
         return list(zip(keys[ranked].tolist(), scores[ranked].tolist(), strict=True))
+
+    def _dense_top(
+        self,
+        terms: Sequence[QueryTerm],
+        distinct: Mapping[str, tuple[list[_Part], float]],
+        slope: float,
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """Return the best ``k`` by scoring every entry of every term into one array by row."""
+        np = self.np
+        scores = np.zeros(self.used, dtype=np.float64)
+        for term, _, weight in terms:
+            for part in distinct[term][0]:
+                rows, tf, dl = part.rows, part.tf, part.dl
+                if part.valid is not None:
+                    rows, tf, dl = rows[part.valid], tf[part.valid], dl[part.valid]
+                # bm25_term_score's operations in its order, so the floats are the same.
+                scores[rows] += weight * tf / (tf + _FLAT + slope * dl)
+        if self.used > k:
+            cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
+            rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
+        else:
+            rows = np.flatnonzero(scores > 0.0)
+        found = scores[rows]
+        keys = self.key_at[rows]
+        ranked = np.lexsort((keys, -found))[:k]
+        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
 
     def _held(self, part: _Part, mark: Any) -> Any:
         """Return the positions in the part of current entries whose row is marked."""
@@ -375,10 +406,14 @@ class Ranker:
             tf = part.tf
             part.share = tf / (tf + _FLAT + slope * part.dl)
             return part.share, part.rows
-        picks = []
-        for start, end, count in impacts.segments:
-            picks.append(np.arange(start, end if count == 0 else min(end, start + k)))
-        at = np.concatenate(picks)
+        at = impacts.heads.get(k)
+        if at is None:
+            at = impacts.heads[k] = np.concatenate(
+                [
+                    np.arange(start, end if count == 0 else min(end, start + k))
+                    for start, end, count in impacts.segments
+                ]
+            )
         tf = impacts.tf[at]
         return tf / (tf + _FLAT + slope * impacts.dl[at]), impacts.rows[at]
 
