@@ -22,7 +22,10 @@ __all__ = [
     "BM25_K1",
     "MIN_IDF",
     "Tokenizer",
+    "bm25_average_length",
     "bm25_idf",
+    "bm25_term_score",
+    "bm25_weight",
     "lucene_idf",
     "check_k",
     "checked_keys",
@@ -31,9 +34,9 @@ __all__ = [
 ]
 
 BM25_K1 = 1.2
-"""BM25's term-frequency saturation (SQLite FTS5's value)."""
+"""BM25's term-frequency saturation (Lucene's and SQLite FTS5's value)."""
 BM25_B = 0.75
-"""BM25's document-length normalisation (SQLite FTS5's value)."""
+"""BM25's document-length normalisation (Lucene's and SQLite FTS5's value)."""
 MIN_IDF = 1e-6
 """The floor of a term's IDF: FTS5 floors the IDF of terms in more than half the items here."""
 
@@ -51,6 +54,37 @@ def lucene_idf(n_items: int, df: int) -> float:
     almost nothing), and a rarer word always counts more than a commoner one.
     """
     return math.log1p((n_items - df + 0.5) / (df + 0.5))
+
+
+def bm25_weight(n_items: int, df: int) -> float:
+    """Return a query term's weight: ``lucene_idf(n_items, df) * (BM25_K1 + 1.0)``.
+
+    ``n_items`` counts every item of the memory or session (also items
+    without text); ``df`` the items holding the term in the searched fields.
+    """
+    return lucene_idf(n_items, df) * (BM25_K1 + 1.0)
+
+
+def bm25_average_length(total: int, n_items: int) -> float:
+    """Return the average item length BM25 divides by: ``total / n_items``, or ``1.0`` when no item has a term."""
+    return total / n_items if total else 1.0
+
+
+def bm25_term_score(weight: float, tf: int, length: int, average_length: float) -> float:
+    """Return one query term's share of an item's BM25 score: the one formula every search uses.
+
+    ``weight * tf / (tf + k1 * (1 - b) + (k1 * b / average_length) * length)``,
+    with ``weight`` from :func:`bm25_weight`, ``tf`` the term's count in the
+    item and ``length`` the item's number of terms, both over the searched
+    fields. An item's score is the sum of these shares over the query's
+    terms, in query order (a repeated query word counts again), starting
+    from ``0.0`` and skipping terms the item lacks: summed in that order,
+    the float is the same wherever it is computed.
+    """
+    return weight * tf / (tf + _FLAT + BM25_K1 * BM25_B / average_length * length)
+
+
+_FLAT: Final = BM25_K1 * (1.0 - BM25_B)
 
 
 # Runs of letters and digits in any script; "_" splits, so click_input gives two terms.
