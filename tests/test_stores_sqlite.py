@@ -24,15 +24,13 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
-from agents.memory.search import Embedder, HashingEmbedder, Tokenizer
+from agents.memory.search import Embedder, HashingEmbedder
 from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_memory, open_store
-from agents.memory.stores._sqlite import SCHEMA_VERSION, _ratio_to_fts5
+from agents.memory.stores._sqlite import SCHEMA_VERSION
 from agents.memory.stores.testing import (
-    COMMON_WORD_QUERIES,
     VECTOR_MODES,
     CountingEmbedder,
     assert_ranks_as_memory,
-    common_words_session,
     ranking_corpus,
 )
 
@@ -413,44 +411,6 @@ def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(
         store.rebuild_keyword_index()
         assert 999 not in [hit.seq for hit in store.search("s", word)]
         assert_ranks_as_memory(store, "s")
-
-
-@pytest.mark.parametrize("query", COMMON_WORD_QUERIES)
-def test_session_bm25_is_within_the_bound_on_fts5_bm25(tmp_path: Path, query: str) -> None:
-    """Every item's BM25 in its session is at most the bound times FTS5's bm25() over the whole table.
-
-    Searching a session of a store of several sessions reads items in the
-    order of FTS5's bm25() and stops by this bound.
-    """
-    with SQLiteStore(tmp_path / "runs.db") as store:
-        store.append("short", common_words_session())
-        store.append("long", common_words_session(seed=2, items=300, length=(30, 60)))
-    con = sqlite3.connect(tmp_path / "runs.db")
-    n_rows, n_tokens = con.execute("SELECT sum(items), sum(terms) FROM kvmemory_search").fetchone()
-    terms = Tokenizer()(query)
-    for session in ("short", "long"):
-        key, n_items, total = con.execute(
-            "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?", (session,)
-        ).fetchone()
-        names = [f"{key}\u00b7{term}" for term in terms]
-        marks = ", ".join("?" * len(names))
-        dfs = dict(
-            con.execute(f"SELECT term, doc FROM kvmemory_fts_row WHERE term IN ({marks})", names)
-        )
-        if not dfs:
-            continue
-        ratio = _ratio_to_fts5(n_items, total / n_items, n_rows, n_tokens / n_rows, dfs.values())
-        engine = dict(
-            con.execute(
-                "SELECT rowid, -bm25(kvmemory_fts) FROM kvmemory_fts WHERE kvmemory_fts MATCH ?",
-                (" OR ".join(f'"{name}"' for name in names),),
-            )
-        )
-        hits = store_ranking(tmp_path / "runs.db", session, query)
-        assert hits
-        for seq, score in hits:
-            assert score <= ratio * engine[seq] * (1 + 1e-12), (session, seq)
-    con.close()
 
 
 def store_ranking(path: Path, session: str, query: str) -> list[tuple[int, float]]:
