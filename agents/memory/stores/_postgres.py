@@ -53,6 +53,7 @@ from __future__ import annotations
 import array
 import contextlib
 import hashlib
+import heapq
 import math
 import sys
 import time
@@ -63,7 +64,7 @@ from typing import Any, Final
 import orjson
 
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import BM25_B, BM25_K1, MIN_IDF
+from agents.memory._text import BM25_B, BM25_K1, bm25_average_length
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -81,7 +82,7 @@ from agents.memory.stores._base import (
     decode_pairs,
     migrate,
 )
-from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._keyword import Terms, bm25_score, item_terms, query_weights
 from agents.memory.stores._sql import POSTGRES, SQLRows
 
 __all__ = ["PostgresStore"]
@@ -298,6 +299,37 @@ _LEXEME_OVERHEAD: Final = 8
 """Bytes a tsvector spends on each lexeme besides its text (its entry, with alignment)."""
 _COLUMN_TERMS: Final = 256
 """The most distinct query terms scored with a column each; more are scored from arrays."""
+_MARGIN: Final = 1.0 + 1e-9
+"""How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
+_SPARE: Final = 16
+"""Rows past the ``k``-th a search reads, to catch the items that tie with it to rounding."""
+
+
+def _exact_top(
+    rows: Sequence[tuple[Any, ...]], terms: Sequence[str], names: Sequence[str], k: int
+) -> list[tuple[float, int]]:
+    """Return the ``k`` best ``(score, seq)`` of the rows SQL ranked, scored again as ``Memory.search`` sums them.
+
+    SQL sums a row's shares by distinct term and computes the IDF with
+    ``ln(1 + x)``, equal to the in-RAM floats to rounding only; the rows
+    whose SQL score is within :data:`_MARGIN` squared of the ``k``-th are
+    scored again from their counts (``tfs``, in the order of ``names``)
+    with the session's statistics (``dfs`` likewise).
+    """
+    if not rows:
+        return []
+    if len(rows) > k:
+        cut = rows[k - 1][1] / _MARGIN**2
+        rows = [row for row in rows if row[1] >= cut]
+    _, _, _, _, _, n_items, total, dfs = rows[0]
+    df = {term: int(count) for term, count in zip(names, dfs, strict=True) if count}
+    weighted = query_weights(terms, df, int(n_items))
+    average = bm25_average_length(int(total), int(n_items))
+    scored = []
+    for seq, _, _, length, tfs, _, _, _ in rows:
+        counts = {term: int(tf) for term, tf in zip(names, tfs, strict=True) if tf}
+        scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
+    return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
 def _add_keyword_index(con: Any) -> None:
@@ -1006,11 +1038,10 @@ class PostgresStore(SQLRows, BaseStore):
             "query": " | ".join([*queries, overflow]),
             "overflow": overflow,
             "names": names,
-            "min_idf": MIN_IDF,
             "k1p1": BM25_K1 + 1.0,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
-            "k": k,
+            "k": k + _SPARE,
         }
         if len(names) > _COLUMN_TERMS:
             # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
@@ -1022,10 +1053,13 @@ class PostgresStore(SQLRows, BaseStore):
             sql = _score_sql(len(names))
         # One statement, so one snapshot: the counts, the IDFs and the scores agree.
         rows = self._query(sql, params)
+        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+            # Items tie with the k-th to rounding past the spare rows: take every one.
+            rows = self._query(sql, {**params, "k": None})
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
-        return [(float(score), int(seq)) for seq, score, _ in rows], {}
+        return _exact_top(rows, terms, names, k), {}
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
@@ -1073,14 +1107,14 @@ def _score_sql(n_terms: int) -> str:
     counts = ", ".join(f"(c.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
     frequencies = ", ".join(f"count(m.f{j}) AS d{j}" for j in terms)
     lifts = ", ".join(
-        f"%(w{j})s * greatest(ln((s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)), %(min_idf)s)"
-        f" * %(k1p1)s AS l{j}"
+        f"%(w{j})s * ln(1.0 + (s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)) * %(k1p1)s AS l{j}"
         for j in terms
     )
     score = " + ".join(
         f"coalesce(l.l{j} * m.f{j} / (m.f{j} + %(flat)s + l.slope * m.n_terms), 0.0)" for j in terms
     )
     held = ", ".join(f"m.f{j}" for j in terms)
+    dfs = ", ".join(f"d.d{j}" for j in terms)
     return f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
@@ -1095,10 +1129,12 @@ m AS MATERIALIZED (
 d AS (SELECT {frequencies} FROM m),
 l AS (
     SELECT {lifts},
-        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope
+        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope,
+        s.n, s.total, ARRAY[{dfs}]::float8[] AS dfs
     FROM s, d
 )
-SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
+SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged, m.n_terms,
+    ARRAY[{held}]::float8[] AS tfs, l.n, l.total, l.dfs
 FROM m, l
 WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
     SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
@@ -1122,7 +1158,7 @@ WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
     WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
 ),
-q AS (SELECT t, w FROM unnest(%(names)s::text[], %(weights)s::float8[]) AS q(t, w)),
+q AS (SELECT t, w, i FROM unnest(%(names)s::text[], %(weights)s::float8[]) WITH ORDINALITY AS q(t, w, i)),
 m AS MATERIALIZED (
     SELECT i.seq, i.n_terms, i.tf || '{{}}'::jsonb AS tf FROM kvmemory_items AS i
     WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery{_HOLDS_A_TERM}
@@ -1132,7 +1168,7 @@ f AS MATERIALIZED (
 ),
 d AS (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
 l AS (
-    SELECT d.t, q.w * greatest(ln((s.n - d.d + 0.5) / (d.d + 0.5)), %(min_idf)s) * %(k1p1)s AS lift
+    SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(k1p1)s AS lift
     FROM d JOIN q USING (t) CROSS JOIN s
 ),
 slope AS (
@@ -1145,8 +1181,11 @@ scored AS (
     FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
     GROUP BY m.seq
 )
-SELECT seq, score, damaged FROM scored
-ORDER BY damaged DESC, score DESC, seq
+SELECT scored.seq, score, damaged, m.n_terms,
+    ARRAY(SELECT (m.tf ->> q.t)::float8 FROM q ORDER BY q.i) AS tfs, s.n, s.total,
+    ARRAY(SELECT d.d FROM q LEFT JOIN d USING (t) ORDER BY q.i) AS dfs
+FROM scored JOIN m USING (seq) CROSS JOIN s
+ORDER BY damaged DESC, score DESC, scored.seq
 LIMIT %(k)s
 """
 
