@@ -9,13 +9,17 @@ import sqlite3
 import stat
 import struct
 import sys
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from agents.memory import MemoryItem
+from agents.memory._text import bm25_average_length, bm25_term_score
 from agents.memory.exceptions import (
     CorruptStoreError,
     InvalidStoreURLError,
@@ -895,3 +899,33 @@ def test_read_only_handle_on_an_empty_file_sees_the_store_created_later(tmp_path
             writer.append("s", [MemoryItem(step=1, note="saved")])
         assert reader.sessions() == ["s"]
         assert [hit.item["step"] for hit in reader.search("s", "saved")] == [1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(st.sampled_from(["is", "the", "to", "zeta", "filler"]), max_size=30),
+        min_size=1,
+        max_size=40,
+    ),
+    query=st.lists(st.sampled_from(["is", "the", "to", "zeta"]), min_size=1, max_size=5),
+)
+def test_each_terms_share_is_at_most_the_bound_the_scorer_prunes_by(
+    rows: list[list[str]], query: list[str]
+) -> None:
+    """No item's share of a query term passes the bound by which search leaves items unscored."""
+    held = [Counter(words) for words in rows]
+    vocab = {
+        term: (sum(1 for c in held if c[term]), sum(c[term] for c in held))
+        for term in dict.fromkeys(query)
+        if any(c[term] for c in held)
+    }
+    assume(vocab)
+    total = sum(len(words) for words in rows)
+    scorer = _sqlite._Scorer(sqlite3.connect(":memory:"), "s", "", query, vocab, len(rows), total)
+    average = bm25_average_length(total, len(rows))
+    for counts, words in zip(held, rows, strict=True):
+        for term in vocab:
+            if counts[term]:
+                share = bm25_term_score(scorer.lifts[term], counts[term], len(words), average)
+                assert share <= scorer._bound(term, len(words)) <= scorer._bound(term)

@@ -997,9 +997,14 @@ class _Scorer:
         self.most = {term: max(count - docs + 1, 1) for term, (docs, count) in vocab.items()}
         self.order = sorted(weights, key=lambda term: (self.df[term], term))  # rarest first
 
-    def best(self, k: int) -> list[tuple[float, int]]:
-        """Return the ``k`` best ``(score, seq)``, best first, ties by seq."""
-        order = self.order
+    def best(self, k: int, order: Sequence[str] | None = None) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)``, best first, ties by seq.
+
+        With ``order`` (some of the query's terms, rarest first), the best by
+        those terms alone; their scores are exact for the items that hold
+        none of the other terms.
+        """
+        order = self.order if order is None else order
         if len(order) > _COLUMN_TERMS:
             # A column per term would pass SQLite's limits on columns and expression depth.
             return self._in_python(k)
@@ -1014,7 +1019,7 @@ class _Scorer:
             found = self._rare_first(rare, rest, rest_most, k)
             if found is not None:
                 return found
-        return self._all(k)
+        return self._all(k, order)
 
     def _bound(self, term: str, length: int | None = None) -> float:
         """Return the most ``term`` can add to the score of an item (of ``length`` terms, if known).
@@ -1036,7 +1041,12 @@ class _Scorer:
         """Return the ``k`` best from the items holding a ``rare`` term, or ``None`` if that cannot settle them."""
         rows = self._scores(rare, None)
         if len(rows) < k:
-            return None
+            # Fewer than k items hold a rare term: they and the best by the other
+            # terms (whose scores are whole for the items without a rare term).
+            few = self._exact([seq for seq, _, _ in rows], len(rows))
+            taken = {seq for _, seq in few}
+            others = [hit for hit in self.best(k + len(few), rest) if hit[1] not in taken]
+            return heapq.nsmallest(k, few + others, key=lambda hit: (-hit[0], hit[1]))
         theta = heapq.nlargest(k, [score for _, score, _ in rows])[-1] / _MARGIN
         if rest_most >= theta:
             return None  # an item holding only the other terms may still beat the k-th
@@ -1054,12 +1064,12 @@ class _Scorer:
                     return None  # too many to score one by one: a rarer term set will come
         return self._exact(chosen, k)
 
-    def _all(self, k: int) -> list[tuple[float, int]]:
-        """Return the ``k`` best, the items holding any query term scored in SQL, the best scored again exactly."""
-        rows = self._scores(self.order, k + _SPARE)
+    def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
+        """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
+        rows = self._scores(order, k + _SPARE)
         if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
             # Items tie with the k-th to rounding past the spare rows: take every one.
-            rows = self._scores(self.order, None, cut=rows[k - 1][1] / _MARGIN**2)
+            rows = self._scores(order, None, cut=rows[k - 1][1] / _MARGIN**2)
         if len(rows) > k:
             cut = rows[k - 1][1] / _MARGIN**2
             rows = [row for row in rows if row[1] >= cut]
