@@ -909,7 +909,7 @@ class SQLiteStore(SQLRows, BaseStore):
             stats = con.execute(_STATISTICS, (sid,)).fetchone()
             if stats is None or stats[1] <= 0:
                 return []
-            key, n_items, total = stats
+            key, n_items, total, n_rows = stats
             prefix = f"{key}{_MARK}"
             names = {prefix + term: term for term in dict.fromkeys(terms)}
             # Each term's postings are the session's own (by their prefix): doc is
@@ -924,7 +924,10 @@ class SQLiteStore(SQLRows, BaseStore):
             }
             if not vocab:
                 return []
-            return _Scorer(con, sid, prefix, terms, vocab, n_items, total).best(k)
+            scorer = _Scorer(con, sid, prefix, terms, vocab, n_items, total)
+            # Every FTS row is this session's: FTS5's statistics are the session's own.
+            scorer.alone = n_rows == n_items
+            return scorer.best(k)
         finally:
             con.execute("COMMIT")
 
@@ -996,6 +999,7 @@ class _Scorer:
         # The most times one item can hold a term: its occurrences past one per holder, plus one.
         self.most = {term: max(count - docs + 1, 1) for term, (docs, count) in vocab.items()}
         self.order = sorted(weights, key=lambda term: (self.df[term], term))  # rarest first
+        self.alone = False  # whether the session is the only one in the FTS5 table
 
     def best(self, k: int, order: Sequence[str] | None = None) -> list[tuple[float, int]]:
         """Return the ``k`` best ``(score, seq)``, best first, ties by seq.
@@ -1011,8 +1015,8 @@ class _Scorer:
         held = sum(self.df.values())
         for n_rare in range(1, len(order)):
             rare, rest = order[:n_rare], order[n_rare:]
-            if 2 * sum(self.df[term] for term in rare) > held:
-                break  # the rare terms' postings are most of them: score them all at once
+            if 4 * sum(self.df[term] for term in rare) > held:
+                break  # a quarter of the postings: too many to prune by; score them all at once
             rest_most = sum(self._bound(term) for term in rest) * _MARGIN
             if sum(self._bound(term) for term in rare) <= rest_most:
                 continue  # no item's rare score can beat what the others may add
@@ -1066,10 +1070,17 @@ class _Scorer:
 
     def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
         """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
-        rows = self._scores(order, k + _SPARE)
-        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
-            # Items tie with the k-th to rounding past the spare rows: take every one.
-            rows = self._scores(order, None, cut=rows[k - 1][1] / _MARGIN**2)
+        if len(order) == 1 and self.alone:
+            # One term in a table of one session: FTS5's bm25() is its share times a
+            # constant (the two IDFs' ratio), the same order at a direct query's cost.
+            rows = self._fts5(order[0], k + _SPARE)
+            if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+                rows = self._fts5(order[0], None)
+        else:
+            rows = self._scores(order, k + _SPARE)
+            if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+                # Items tie with the k-th to rounding past the spare rows: take every one.
+                rows = self._scores(order, None, cut=rows[k - 1][1] / _MARGIN**2)
         if len(rows) > k:
             cut = rows[k - 1][1] / _MARGIN**2
             rows = [row for row in rows if row[1] >= cut]
@@ -1097,6 +1108,13 @@ class _Scorer:
             msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
             raise sqlite3.DatabaseError(msg)
         return [(int(seq), float(score), int(length)) for seq, score, length, _ in rows]
+
+    def _fts5(self, term: str, limit: int | None) -> list[tuple[int, float, int]]:
+        """Return ``(seq, FTS5's bm25() negated, 0)`` of the items holding ``term``, best first (``limit``: that many)."""
+        rows = self.con.execute(
+            _BM25, ('"' + self.prefix + term + '"', -1 if limit is None else limit)
+        )
+        return [(int(seq), -float(score), 0) for seq, score in rows]
 
     def _exact(self, seqs: Sequence[int], k: int) -> list[tuple[float, int]]:
         """Return the ``k`` best ``(score, seq)`` of the items ``seqs``, scored from the terms their rows keep."""
@@ -1196,8 +1214,17 @@ LIMIT :k
 """
 
 
-_STATISTICS: Final = "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?"
-"""The session's key, item count and term count (BM25's statistics)."""
+_STATISTICS: Final = (
+    "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search)"
+    " FROM kvmemory_search WHERE session_id = ?"
+)
+"""The session's key, item count and term count (BM25's statistics), then the FTS5 table's row count."""
+
+# FTS5's own BM25 of one term's items, best first (ties by rowid, as BM25 ties keep seq order).
+_BM25: Final = (
+    "SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts WHERE kvmemory_fts MATCH ?"
+    " ORDER BY score, rowid LIMIT ?"
+)
 
 # The cosines of a session's vectors, computed in SQL by sqlite-vec over the stored
 # BLOBs. A row of the wrong length gets no cosine and sorts first, so that the caller
