@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import importlib
+import math
 import os
 import sqlite3
 import struct
@@ -1015,8 +1016,10 @@ class _Scorer:
         held = sum(self.df.values())
         for n_rare in range(1, len(order)):
             rare, rest = order[:n_rare], order[n_rare:]
-            if 4 * sum(self.df[term] for term in rare) > held:
-                break  # a quarter of the postings: too many to prune by; score them all at once
+            if 16 * sum(self.df[term] for term in rare) > held:
+                # Past a sixteenth of the postings the rare terms score about as
+                # flatly as the rest, so the bound seldom settles it: score them all.
+                break
             rest_most = sum(self._bound(term) for term in rest) * _MARGIN
             if sum(self._bound(term) for term in rare) <= rest_most:
                 continue  # no item's rare score can beat what the others may add
@@ -1047,49 +1050,86 @@ class _Scorer:
         if len(rows) < k:
             # Fewer than k items hold a rare term: they and the best by the other
             # terms (whose scores are whole for the items without a rare term).
-            few = self._exact([seq for seq, _, _ in rows], len(rows))
+            few = self._whole(rows, rest)
             taken = {seq for _, seq in few}
             others = [hit for hit in self.best(k + len(few), rest) if hit[1] not in taken]
-            return heapq.nsmallest(k, few + others, key=lambda hit: (-hit[0], hit[1]))
-        theta = heapq.nlargest(k, [score for _, score, _ in rows])[-1] / _MARGIN
+            return heapq.nsmallest(k, few + others, key=_best_first)
+        theta = heapq.nlargest(k, [row[1] for row in rows])[-1] / _MARGIN
         if rest_most >= theta:
             return None  # an item holding only the other terms may still beat the k-th
         bounds: dict[int, float] = {}
         chosen = []
-        for seq, score, length in rows:
+        for row in rows:
+            _, score, length, _ = row
             if score + rest_most < theta:
                 continue
             most = bounds.get(length)
             if most is None:
                 most = bounds[length] = sum(self._bound(term, length) for term in rest) * _MARGIN
             if score + most >= theta:
-                chosen.append(seq)
+                chosen.append(row)
                 if len(chosen) > _CANDIDATES:
                     return None  # too many to score one by one: a rarer term set will come
-        return self._exact(chosen, k)
+        return heapq.nsmallest(k, self._whole(chosen, rest), key=_best_first)
 
     def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
         """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
         if len(order) == 1 and self.alone:
             # One term in a table of one session: FTS5's bm25() is its share times a
             # constant (the two IDFs' ratio), the same order at a direct query's cost.
-            rows = self._fts5(order[0], k + _SPARE)
-            if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
-                rows = self._fts5(order[0], None)
-        else:
-            rows = self._scores(order, k + _SPARE)
-            if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
-                # Items tie with the k-th to rounding past the spare rows: take every one.
-                rows = self._scores(order, None, cut=rows[k - 1][1] / _MARGIN**2)
+            ranked = self._fts5(order[0], k + _SPARE)
+            if len(ranked) == k + _SPARE and ranked[-1][1] >= ranked[k - 1][1] / _MARGIN**2:
+                ranked = self._fts5(order[0], None, cut=ranked[k - 1][1] / _MARGIN**2)
+            if len(ranked) > k:
+                cut = ranked[k - 1][1] / _MARGIN**2
+                ranked = [row for row in ranked if row[1] >= cut]
+            return self._exact([seq for seq, _ in ranked], k)
+        rows = self._scores(order, k + _SPARE)
+        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+            # Items tie with the k-th to rounding past the spare rows: take every one.
+            rows = self._scores(order, None, cut=rows[k - 1][1] / _MARGIN**2)
         if len(rows) > k:
             cut = rows[k - 1][1] / _MARGIN**2
             rows = [row for row in rows if row[1] >= cut]
-        return self._exact([seq for seq, _, _ in rows], k)
+        # The counts are every query term's for the items holding none but these.
+        scored = [
+            (bm25_score(counts, length, self.weighted, self.average), seq)
+            for seq, _, length, counts in rows
+        ]
+        return heapq.nsmallest(k, scored, key=_best_first)
+
+    def _whole(self, rows: Sequence[_Row], rest: Sequence[str]) -> list[tuple[float, int]]:
+        """Return ``(score, seq)`` of ``rows`` (scored over some terms) over every query term, exactly.
+
+        The counts of the ``rest`` of the terms come from their FTS5 postings,
+        read for these items only.
+        """
+        if not rows:
+            return []
+        more: dict[int, dict[str, int]] = {}
+        if rest:
+            names = {self.prefix + term: term for term in rest}
+            for doc, name, tf in self.con.execute(
+                "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
+                " WHERE term IN (SELECT value FROM json_each(?))"
+                " AND doc IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
+                (_json_list(list(names)), _json_list([row[0] for row in rows])),
+            ):
+                more.setdefault(int(doc), {})[names[name]] = int(tf)
+        out = []
+        for seq, _, length, counts in rows:
+            extra = more.get(seq)
+            held = {**counts, **extra} if extra else counts
+            if length < sum(held.values()):
+                msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
+                raise sqlite3.DatabaseError(msg)
+            out.append((bm25_score(held, length, self.weighted, self.average), seq))
+        return out
 
     def _scores(
         self, terms: Sequence[str], limit: int | None, cut: float | None = None
-    ) -> list[tuple[int, float, int]]:
-        """Return ``(seq, score over terms, length)`` of the items holding one of ``terms``, best first.
+    ) -> list[_Row]:
+        """Return ``(seq, score over terms, length, {term: count})`` of the items holding one of ``terms``, best first.
 
         ``limit``: the best that many only; ``cut``: those scoring at least it only.
         """
@@ -1107,14 +1147,25 @@ class _Scorer:
         if rows and rows[0][3] != 1:
             msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
             raise sqlite3.DatabaseError(msg)
-        return [(int(seq), float(score), int(length)) for seq, score, length, _ in rows]
+        return [
+            (
+                int(row[0]),
+                float(row[1]),
+                int(row[2]),
+                {term: int(tf) for term, tf in zip(terms, row[4:], strict=True) if tf},
+            )
+            for row in rows
+        ]
 
-    def _fts5(self, term: str, limit: int | None) -> list[tuple[int, float, int]]:
-        """Return ``(seq, FTS5's bm25() negated, 0)`` of the items holding ``term``, best first (``limit``: that many)."""
-        rows = self.con.execute(
-            _BM25, ('"' + self.prefix + term + '"', -1 if limit is None else limit)
-        )
-        return [(int(seq), -float(score), 0) for seq, score in rows]
+    def _fts5(
+        self, term: str, limit: int | None, cut: float | None = None
+    ) -> list[tuple[int, float]]:
+        """Return ``(seq, FTS5's bm25() negated)`` of the items holding ``term``, best first.
+
+        ``limit``: the best that many only; ``cut``: those scoring at least it only.
+        """
+        params = ('"' + self.prefix + term + '"', math.inf if cut is None else -cut, limit or -1)
+        return [(int(seq), -float(score)) for seq, score in self.con.execute(_BM25, params)]
 
     def _exact(self, seqs: Sequence[int], k: int) -> list[tuple[float, int]]:
         """Return the ``k`` best ``(score, seq)`` of the items ``seqs``, scored from the terms their rows keep."""
@@ -1173,7 +1224,16 @@ class _Scorer:
                 msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
                 raise sqlite3.DatabaseError(msg)
             scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
-        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+        return heapq.nsmallest(k, scored, key=_best_first)
+
+
+_Row = tuple[int, float, int, dict[str, int]]
+"""An item SQL scored: ``(seq, score over some terms, length, {term: count} of those terms)``."""
+
+
+def _best_first(hit: tuple[float, int]) -> tuple[float, int]:
+    """Sort key of ``(score, seq)``: the higher score first, then the lower seq."""
+    return -hit[0], hit[1]
 
 
 _COLUMN_TERMS: Final = 256
@@ -1181,8 +1241,8 @@ _COLUMN_TERMS: Final = 256
 _MARGIN: Final = 1.0 + 1e-9
 """How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
 _CANDIDATES: Final = 4096
-"""The most items :meth:`_Scorer._rare_first` scores one by one before it tries with one more rare term."""
-_SPARE: Final = 16
+"""The most items :meth:`_Scorer._rare_first` scores in full before it tries with one more rare term."""
+_SPARE: Final = 64
 """Rows past the ``k``-th that :meth:`_Scorer._all` reads, to catch the items that tie with it to rounding."""
 
 
@@ -1200,10 +1260,11 @@ def _score_sql(n_terms: int, cut: bool = False) -> str:
         for j in terms
     )
     held = " + ".join(f"t.tf{j}" for j in terms)
+    tfs = ", ".join(f"t.tf{j}" for j in terms)
     return f"""
 SELECT * FROM (
     SELECT t.doc, {score} AS score, i.n_terms,
-        coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound
+        coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound, {tfs}
     FROM (
         SELECT doc, {counts} FROM kvmemory_fts_instance
         WHERE term IN ({", ".join(f":term{j}" for j in terms)}) GROUP BY doc
@@ -1222,8 +1283,8 @@ _STATISTICS: Final = (
 
 # FTS5's own BM25 of one term's items, best first (ties by rowid, as BM25 ties keep seq order).
 _BM25: Final = (
-    "SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts WHERE kvmemory_fts MATCH ?"
-    " ORDER BY score, rowid LIMIT ?"
+    "SELECT * FROM (SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts"
+    " WHERE kvmemory_fts MATCH ?) WHERE score <= ? ORDER BY score, rowid LIMIT ?"
 )
 
 # The cosines of a session's vectors, computed in SQL by sqlite-vec over the stored
