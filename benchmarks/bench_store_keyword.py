@@ -118,7 +118,9 @@ def table(
             f"{query:<36}{om:>8.2f}{op:>8.2f}{rm:>8.2f}{rp:>8.2f}{om / rm:>10.2f}{op / rp:>10.2f}"
         )
     (om, op), (rm, rp) = percentiles(ours_all), percentiles(raw_all)
-    print(f"{'all queries':<36}{om:>8.2f}{op:>8.2f}{rm:>8.2f}{rp:>8.2f}{om / rm:>10.2f}{op / rp:>10.2f}")
+    print(
+        f"{'all queries':<36}{om:>8.2f}{op:>8.2f}{rm:>8.2f}{rp:>8.2f}{om / rm:>10.2f}{op / rp:>10.2f}"
+    )
 
 
 SQLITE_DIRECT = (
@@ -187,7 +189,9 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--sqlite-path", help="reuse (or create) this SQLite file")
-    parser.add_argument("--postgres", help="PostgreSQL URL (a scratch database: the table is written)")
+    parser.add_argument(
+        "--postgres", help="PostgreSQL URL (a scratch database: the table is written)"
+    )
     args = parser.parse_args()
     items = make_items(args.items)
     run_sqlite(items, args.repeat, args.sqlite_path)

@@ -26,11 +26,11 @@ __all__ = [
     "bm25_idf",
     "bm25_term_score",
     "bm25_weight",
-    "lucene_idf",
     "check_k",
     "checked_keys",
     "checked_query",
     "item_texts",
+    "lucene_idf",
 ]
 
 BM25_K1 = 1.2
