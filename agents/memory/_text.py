@@ -29,6 +29,7 @@ __all__ = [
     "check_k",
     "checked_keys",
     "checked_query",
+    "field_texts",
     "item_texts",
     "lucene_idf",
 ]
@@ -89,6 +90,8 @@ _FLAT: Final = BM25_K1 * (1.0 - BM25_B)
 
 # Runs of letters and digits in any script; "_" splits, so click_input gives two terms.
 _WORD = re.compile(r"[^\W_]+")
+# The same runs in ASCII text, once lowered (casefold is lower() there): found faster.
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 
 def _is_stemmer(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -120,9 +123,10 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         """Return the terms of ``text`` in order (repeats kept)."""
-        if not text.isascii():
-            text = unicodedata.normalize("NFKC", text)
-        terms = _WORD.findall(text.casefold())
+        if text.isascii():
+            terms = _ASCII_WORD.findall(text.lower())
+        else:
+            terms = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
         if self.min_length > 1:
             terms = [term for term in terms if len(term) >= self.min_length]
         stem = self.stemmer
@@ -144,6 +148,44 @@ def item_texts(
     for name in names:
         for text in _strings(fields[name]):
             yield name, text
+
+
+def field_texts(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Return ``(field, text)`` per field holding text: its strings (as :func:`item_texts` finds them) joined by newlines.
+
+    Tokenizing the joined text gives the terms of tokenizing each string in
+    turn: a newline separates terms and never joins its neighbours (NFKC
+    leaves it alone). One walk, without nested generators.
+    """
+    out: list[tuple[str, str]] = []
+    for name, value in fields.items():
+        if type(value) is str:
+            out.append((name, value))
+            continue
+        found: list[str] = []
+        _walk(value, found)
+        if found:
+            out.append((name, found[0] if len(found) == 1 else "\n".join(found)))
+    return out
+
+
+def _walk(value: Any, out: list[str]) -> None:
+    cls = type(value)
+    if cls is str:
+        out.append(value)
+    elif cls is dict:
+        for inner in value.values():
+            _walk(inner, out)
+    elif cls is list or cls is tuple:
+        for inner in value:
+            _walk(inner, out)
+    elif cls in _NOT_TEXT:
+        return
+    else:
+        out.extend(_strings(value))
+
+
+_NOT_TEXT: Final = frozenset({int, float, bool, type(None), bytes})
 
 
 def _strings(value: Any) -> Iterator[str]:
