@@ -296,8 +296,6 @@ _COLUMN_TERMS: Final = 256
 """The most distinct query terms scored with a column each; more are scored from arrays."""
 _MARGIN: Final = 1.0 + 1e-9
 """How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
-_SPARE: Final = 16
-"""Rows past the ``k``-th a search reads, to catch the items that tie with it to rounding."""
 
 
 def _exact_top(
@@ -306,9 +304,9 @@ def _exact_top(
     """Return the ``k`` best ``(score, seq)`` of the rows SQL ranked, scored again as ``Memory.search`` sums them.
 
     SQL sums a row's shares by distinct term and computes the IDF with
-    ``ln(1 + x)``, equal to the in-RAM floats to rounding only; the rows
-    whose SQL score is within :data:`_MARGIN` squared of the ``k``-th are
-    scored again from their counts (``tfs``, in the order of ``names``)
+    ``ln(1 + x)``, equal to the in-RAM floats to rounding only, and returns
+    the rows whose SQL score is within :data:`_MARGIN` squared of the
+    ``k``-th (``_BAND``); they are scored again from their counts (``tfs``, in the order of ``names``)
     with the session's statistics (``dfs`` likewise).
     """
     if not rows:
@@ -1021,7 +1019,8 @@ class PostgresBackend(SQLRows, Backend):
             "k1p1": BM25_K1 + 1.0,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
-            "k": k + _SPARE,
+            "offset": k - 1,
+            "band": _MARGIN**2,
         }
         if len(names) > _COLUMN_TERMS:
             # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
@@ -1033,9 +1032,6 @@ class PostgresBackend(SQLRows, Backend):
             sql = _score_sql(len(names))
         # One statement, so one snapshot: the counts, the IDFs and the scores agree.
         rows = self._query(sql, params)
-        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
-            # Items tie with the k-th to rounding past the spare rows: take every one.
-            rows = self._query(sql, {**params, "k": None})
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
@@ -1177,16 +1173,17 @@ l AS (
         %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope,
         s.n, s.total, ARRAY[{dfs}]::float8[] AS dfs
     FROM s, d
+),
+r AS MATERIALIZED (
+    SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged, m.n_terms,
+        ARRAY[{held}]::float8[] AS tfs, l.n, l.total, l.dfs
+    FROM m, l
+    WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
+        SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
+            AND o.terms @@ %(overflow)s::tsquery
+    ) ELSE true END
 )
-SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged, m.n_terms,
-    ARRAY[{held}]::float8[] AS tfs, l.n, l.total, l.dfs
-FROM m, l
-WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
-    SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
-        AND o.terms @@ %(overflow)s::tsquery
-) ELSE true END
-ORDER BY damaged DESC, score DESC, m.seq
-LIMIT %(k)s
+{_BAND}
 """
 
 
@@ -1198,6 +1195,15 @@ _HOLDS_A_TERM: Final = " AND (NOT i.terms @@ %(overflow)s::tsquery OR i.tf ?| %(
 # BM25 as _score_sql computes it, for any number of query terms: the terms and their
 # repeats come as two arrays, each (row, term) held is one row of f, and a row's score
 # is the sum over its terms (in another order than the columns' sum: equal to rounding).
+# The rows of r that can be among the best k: a damaged row (first, to be named), and
+# every row scoring within the margin squared of the k-th (all rows if fewer than k),
+# so that _exact_top scores again exactly those that tie with the k-th to rounding.
+_BAND: Final = """SELECT * FROM r
+WHERE r.damaged OR r.score >= coalesce(
+    (SELECT score FROM r ORDER BY score DESC LIMIT 1 OFFSET %(offset)s), '-Infinity'::float8
+) / %(band)s
+ORDER BY r.damaged DESC, r.score DESC, r.seq"""
+
 _SCORE_ARRAYS: Final = f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
@@ -1225,13 +1231,14 @@ scored AS (
         count(f.t) = 0 AS damaged
     FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
     GROUP BY m.seq
+),
+r AS MATERIALIZED (
+    SELECT scored.seq, score, damaged, m.n_terms,
+        ARRAY(SELECT (m.tf ->> q.t)::float8 FROM q ORDER BY q.i) AS tfs, s.n, s.total,
+        ARRAY(SELECT d.d FROM q LEFT JOIN d USING (t) ORDER BY q.i) AS dfs
+    FROM scored JOIN m USING (seq) CROSS JOIN s
 )
-SELECT scored.seq, score, damaged, m.n_terms,
-    ARRAY(SELECT (m.tf ->> q.t)::float8 FROM q ORDER BY q.i) AS tfs, s.n, s.total,
-    ARRAY(SELECT d.d FROM q LEFT JOIN d USING (t) ORDER BY q.i) AS dfs
-FROM scored JOIN m USING (seq) CROSS JOIN s
-ORDER BY damaged DESC, score DESC, scored.seq
-LIMIT %(k)s
+{_BAND}
 """
 
 
