@@ -10,15 +10,17 @@ import stat
 import struct
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import MemoryItem
+from agents.memory._text import bm25_average_length, bm25_term_score
 from agents.memory.exceptions import (
     CorruptStoreError,
     InvalidStoreURLError,
@@ -27,15 +29,13 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
-from agents.memory.search import Embedder, HashingEmbedder, Tokenizer
+from agents.memory.search import Embedder, HashingEmbedder
 from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_memory, open_store
-from agents.memory.stores._sqlite import SCHEMA_VERSION, _ratio_to_fts5
+from agents.memory.stores._sqlite import SCHEMA_VERSION
 from agents.memory.stores.testing import (
-    COMMON_WORD_QUERIES,
     VECTOR_MODES,
     CountingEmbedder,
     assert_ranks_as_memory,
-    common_words_session,
     ranking_corpus,
 )
 
@@ -416,44 +416,6 @@ def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(
         store.rebuild_keyword_index()
         assert 999 not in [hit.seq for hit in store.search("s", word)]
         assert_ranks_as_memory(store, "s")
-
-
-@pytest.mark.parametrize("query", COMMON_WORD_QUERIES)
-def test_session_bm25_is_within_the_bound_on_fts5_bm25(tmp_path: Path, query: str) -> None:
-    """Every item's BM25 in its session is at most the bound times FTS5's bm25() over the whole table.
-
-    Searching a session of a store of several sessions reads items in the
-    order of FTS5's bm25() and stops by this bound.
-    """
-    with SQLiteStore(tmp_path / "runs.db") as store:
-        store.append("short", common_words_session())
-        store.append("long", common_words_session(seed=2, items=300, length=(30, 60)))
-    con = sqlite3.connect(tmp_path / "runs.db")
-    n_rows, n_tokens = con.execute("SELECT sum(items), sum(terms) FROM kvmemory_search").fetchone()
-    terms = Tokenizer()(query)
-    for session in ("short", "long"):
-        key, n_items, total = con.execute(
-            "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?", (session,)
-        ).fetchone()
-        names = [f"{key}\u00b7{term}" for term in terms]
-        marks = ", ".join("?" * len(names))
-        dfs = dict(
-            con.execute(f"SELECT term, doc FROM kvmemory_fts_row WHERE term IN ({marks})", names)
-        )
-        if not dfs:
-            continue
-        ratio = _ratio_to_fts5(n_items, total / n_items, n_rows, n_tokens / n_rows, dfs.values())
-        engine = dict(
-            con.execute(
-                "SELECT rowid, -bm25(kvmemory_fts) FROM kvmemory_fts WHERE kvmemory_fts MATCH ?",
-                (" OR ".join(f'"{name}"' for name in names),),
-            )
-        )
-        hits = store_ranking(tmp_path / "runs.db", session, query)
-        assert hits
-        for seq, score in hits:
-            assert score <= ratio * engine[seq] * (1 + 1e-12), (session, seq)
-    con.close()
 
 
 def store_ranking(path: Path, session: str, query: str) -> list[tuple[int, float]]:
@@ -1188,3 +1150,31 @@ def test_property_any_writes_keep_the_fts_table_exact_and_the_ranking(
             check_fts_integrity(path)
         finally:
             store.close()
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(st.sampled_from(["is", "the", "to", "zeta", "filler"]), max_size=30),
+        min_size=1,
+        max_size=40,
+    ),
+    query=st.lists(st.sampled_from(["is", "the", "to", "zeta"]), min_size=1, max_size=5),
+)
+def test_each_terms_share_is_at_most_the_bound_the_scorer_prunes_by(
+    rows: list[list[str]], query: list[str]
+) -> None:
+    """No item's share of a query term passes the bound by which search leaves items unscored."""
+    held = [Counter(words) for words in rows]
+    vocab = {
+        term: (sum(1 for c in held if c[term]), sum(c[term] for c in held))
+        for term in dict.fromkeys(query)
+        if any(c[term] for c in held)
+    }
+    assume(vocab)
+    total = sum(len(words) for words in rows)
+    scorer = _sqlite._Scorer(sqlite3.connect(":memory:"), "s", "", query, vocab, len(rows), total)
+    average = bm25_average_length(total, len(rows))
+    for counts, words in zip(held, rows, strict=True):
+        for term in vocab:
+            if counts[term]:
+                share = bm25_term_score(scorer.lifts[term], counts[term], len(words), average)
+                assert share <= scorer._bound(term, len(words)) <= scorer._bound(term)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
-    BM25_B,
-    BM25_K1,
     Tokenizer,
-    bm25_idf,
+    bm25_average_length,
+    bm25_term_score,
+    bm25_weight,
     check_k,
     checked_keys,
     checked_query,
@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 __all__ = [
     "KeywordMatch",
     "Terms",
+    "bm25_score",
     "item_terms",
     "keyword_matches",
     "keyword_query",
+    "query_weights",
     "rank_matches",
     "rank_pages",
     "texts_of",
@@ -133,6 +135,42 @@ def keyword_query(
     return terms, fields
 
 
+def bm25_score(
+    counts: Mapping[str, int],
+    length: int,
+    weighted: Sequence[tuple[str, float]],
+    average_length: float,
+) -> float:
+    """Return an item's BM25 score as ``Memory.search`` sums it, to the last bit.
+
+    Args:
+        counts: The item's count of each query term it holds (others may be missing).
+        length: The item's number of terms over the searched fields.
+        weighted: The query's terms in query order, repeats kept, each with
+            its weight (:func:`~agents.memory._text.bm25_weight`); terms no
+            item holds may be left out.
+        average_length: The session's average length (:func:`~agents.memory._text.bm25_average_length`).
+
+    Returns:
+        The sum of :func:`~agents.memory._text.bm25_term_score` over the
+        query's terms the item holds, in query order, from ``0.0``.
+    """
+    score = 0.0
+    for term, weight in weighted:
+        tf = counts.get(term)
+        if tf:
+            score += bm25_term_score(weight, tf, length, average_length)
+    return score
+
+
+def query_weights(
+    terms: Sequence[str], df: Mapping[str, int], n_items: int
+) -> list[tuple[str, float]]:
+    """Return ``(term, weight)`` of the query's terms some item holds, in query order with repeats."""
+    weight = {term: bm25_weight(n_items, count) for term, count in df.items() if count}
+    return [(term, weight[term]) for term in terms if term in weight]
+
+
 def rank_pages(
     pages: Iterable[Sequence[StoredRecord]],
     terms: Sequence[str],
@@ -166,19 +204,11 @@ def rank_matches(
     if not matches:
         return []
     df = Counter(term for _, _, counts in matches for term in counts)
-    avgdl = total / n_items if total else 1.0
-    # BM25 per (term, item) as the search index computes it, query terms counted with repeats.
-    flat = BM25_K1 * (1.0 - BM25_B)
-    slope = BM25_K1 * BM25_B / avgdl
-    lift = {term: bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0) for term in df}
-    scored = []
-    for seq, length, counts in matches:
-        score = 0.0
-        for term in terms:
-            tf = counts.get(term)
-            if tf:
-                score += lift[term] * tf / (tf + flat + slope * length)
-        scored.append((score, seq))
+    weighted = query_weights(terms, df, n_items)
+    average = bm25_average_length(total, n_items)
+    scored = [
+        (bm25_score(counts, length, weighted, average), seq) for seq, length, counts in matches
+    ]
     return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
