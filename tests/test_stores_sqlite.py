@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import random
@@ -1180,3 +1181,30 @@ def test_each_terms_share_is_at_most_the_bound_the_scorer_prunes_by(
             if counts[term]:
                 share = bm25_term_score(scorer.lifts[term], counts[term], len(words), average)
                 assert share <= scorer._bound(term, len(words)) <= scorer._bound(term)
+
+
+def test_reopening_a_large_session_runs_no_collection_until_its_index_is_built(
+    tmp_path: Path,
+) -> None:
+    """Reopen (read, decode, items, step index) allocates under one collector pause: no collection walks the growing heap."""
+    url = f"sqlite://{tmp_path}/big.db"
+    rows = [MemoryItem(step=i, tags=[{"a": [1, 2]}] * 4, note=f"n{i}") for i in range(3000)]
+    with open_memory(url, "s") as memory:
+        memory.add_memory_items(rows)
+    collections: list[str] = []
+
+    def record(phase: str, info: dict[str, int]) -> None:
+        collections.append(phase)
+
+    gc.collect()
+    gc.callbacks.append(record)
+    try:
+        with open_memory(url, "s") as memory:
+            first = memory.items_of_step(0)
+            during = len(collections)
+            assert len(memory) == 3000
+    finally:
+        gc.callbacks.remove(record)
+    assert first[0].to_dict() == rows[0].to_dict()
+    assert gc.isenabled()
+    assert during <= 2, collections  # at most the one collection as the pause ends (start, stop)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Self
 
-from agents.memory._codec import OnUnencodable
+from agents.memory._codec import BULK_VALUES, OnUnencodable, collector_paused
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
 from agents.memory._vectors import Embedder, SearchMode, progress_bar
@@ -401,7 +401,10 @@ class StoredMemory(Memory):
             StoreError: if the store cannot be read.
             CorruptSessionError: if a stored item cannot be decoded; the memory is unchanged.
         """
-        with self._lock:
+        # One collector pause over read, decode, items and step index: the
+        # collector would otherwise walk the growing heap of live items again
+        # each time the allocations after the decode trigger it.
+        with self._lock, collector_paused(BULK_VALUES):
             info = self.store.session_info(self._sid)
             records = self._records(after=None)
             with self._session.already_stored(records):
