@@ -13,6 +13,7 @@ from agents.memory.search._index import BM25_B, BM25_K1, SearchIndex
 from agents.memory.search._search import (
     HYBRID_KEYWORD_WEIGHT,
     HYBRID_POOL,
+    EmbedParts,
     Hit,
     SearchMode,
     Where,
@@ -28,6 +29,7 @@ __all__ = [
     "BM25_K1",
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
+    "EmbedParts",
     "Embedder",
     "HashingEmbedder",
     "Hit",

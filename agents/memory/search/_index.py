@@ -23,8 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory._item import MemoryItem
 from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, Tokenizer, bm25_idf, item_texts
-from agents.memory._vectors import Embedder, checked_vectors, embed_text, numpy, top_rows
-from agents.memory.exceptions import EmbedderMismatchError
+from agents.memory._vectors import (
+    Embedder,
+    EmbedParts,
+    best_per_key,
+    checked_vectors,
+    keyword_scale,
+    numpy,
+    top_rows,
+)
+from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -37,65 +45,79 @@ Progress = Callable[[int, int], object]
 
 
 class _Vectors:
-    """One model's unit vectors for the items, rows reused as items come and go."""
+    """One model's unit vectors of the items' parts, rows reused as items come and go.
 
-    def __init__(self, model: str, dimension: int) -> None:
+    An item holds one or more rows (its parts, see ``EmbedParts``); ``owner``
+    gives each row's item key (``-1`` for a free row). An item scores the
+    best cosine among its rows.
+    """
+
+    def __init__(self, model: str, dimension: int, parts: EmbedParts) -> None:
         np = numpy()
         self.model = model
+        self.parts = parts
         self.matrix = np.zeros((64, dimension), dtype=np.float32)
-        self.valid = np.zeros(64, dtype=bool)
-        self.row_of: dict[int, int] = {}
-        self.key_at: list[int] = []
+        self.owner = np.full(64, -1, dtype=np.int64)
+        self.rows_of: dict[int, list[int]] = {}
+        self.used = 0  # rows ever handed out: the rows past it are all free
         self.free: list[int] = []
 
-    def put(self, keys: Sequence[int], vectors: Any) -> None:
+    def put(self, keys: Sequence[int], vectors: Sequence[Any]) -> None:
+        """File each key's part vectors (a matrix, one row a part; a 1-D vector is one part)."""
         np = numpy()
-        for key, vector in zip(keys, vectors, strict=True):
-            self.drop(key)  # a key embedded again keeps one row
-            row = self.free.pop() if self.free else len(self.key_at)
-            if row == len(self.key_at):
-                self.key_at.append(key)
-            else:
-                self.key_at[row] = key
-            if row >= len(self.matrix):
-                grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
-                grown[: len(self.matrix)] = self.matrix
-                self.matrix = grown
-                valid = np.zeros(len(grown), dtype=bool)
-                valid[: len(self.valid)] = self.valid
-                self.valid = valid
-            self.matrix[row] = vector
-            self.valid[row] = True
-            self.row_of[key] = row
+        for key, block in zip(keys, vectors, strict=True):
+            self.drop(key)  # a key embedded again keeps only its new parts
+            block = np.asarray(block, dtype=np.float32)
+            if block.ndim == 1:
+                block = block[None, :]
+            rows: list[int] = []
+            for vector in block:
+                if self.free:
+                    row = self.free.pop()
+                else:
+                    row = self.used
+                    self.used += 1
+                if row >= len(self.matrix):
+                    grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
+                    grown[: len(self.matrix)] = self.matrix
+                    self.matrix = grown
+                    owner = np.full(len(grown), -1, dtype=np.int64)
+                    owner[: len(self.owner)] = self.owner
+                    self.owner = owner
+                self.matrix[row] = vector
+                self.owner[row] = key
+                rows.append(row)
+            if rows:
+                self.rows_of[key] = rows
 
     def drop(self, key: int) -> None:
-        row = self.row_of.pop(key, None)
-        if row is not None:
-            self.valid[row] = False
-            self.free.append(row)
+        rows = self.rows_of.pop(key, None)
+        if rows is not None:
+            self.owner[rows] = -1
+            self.free.extend(reversed(rows))
 
     def scores(
         self, query: Any, limit: int | None = None, among: Iterable[int] = ()
     ) -> dict[int, float]:
-        """Return the cosine with the unit ``query`` vector of the best ``limit`` items and of ``among``, by key.
+        """Return the best cosine of a part with the unit ``query`` of the best ``limit`` items and of ``among``, by key.
 
         Items tied with the ``limit``-th best are all returned, so that ties
         can keep session order; ``limit=None`` returns every item.
         """
         np = numpy()
-        used = len(self.key_at)
-        if not used:
+        if not self.rows_of:
             return {}
-        sims = self.matrix[:used] @ query
-        sims[~self.valid[:used]] = -np.inf
-        rows = top_rows(sims, limit)
-        key_at = self.key_at
-        out = {key_at[row]: float(sims[row]) for row in rows.tolist()}
-        row_of = self.row_of
-        for key in among:
-            row = row_of.get(key)
-            if row is not None:
-                out[key] = float(sims[row])
+        owner = self.owner[: self.used]
+        held = owner >= 0
+        sims = self.matrix[: self.used][held] @ query
+        keys, best = best_per_key(owner[held], sims)
+        rows = top_rows(best, limit)
+        keys_at = keys.tolist()
+        out = {keys_at[row]: float(best[row]) for row in rows.tolist()}
+        wanted = [key for key in among if key in self.rows_of and key not in out]
+        if wanted:
+            positions = np.searchsorted(keys, wanted)
+            out.update(zip(wanted, best[positions].tolist(), strict=True))
         return out
 
 
@@ -143,10 +165,16 @@ class SearchIndex:
 
     Args:
         tokenizer: How text is split into terms.
+        parts: How items are cut into the texts that get embedded (default
+            ``EmbedParts.WHOLE``, one text per item, as the stores embed
+            items; ``EmbedParts()`` embeds fields and windows of long ones).
     """
 
-    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer | None = None, *, parts: EmbedParts | None = None
+    ) -> None:
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
+        self._parts = parts if parts is not None else EmbedParts.WHOLE
         self.embedder: Embedder | None = None
         self._lock = threading.RLock()
         self._memory: weakref.ref[Memory] | None = None
@@ -353,25 +381,11 @@ class SearchIndex:
                 elif (score, -key) > best[0]:
                     heapq.heapreplace(best, (score, -key))
 
-    def keyword_ceiling(self, terms: Sequence[str], keys: tuple[str, ...] | None) -> float:
-        """Return the BM25 score an item would get holding every query term very often: the scale of a query.
-
-        It is the sum over query terms of ``idf * (k1 + 1)``, with the IDF of
-        a term no item holds taken for ``n = 0``. Dividing a score by it puts
-        scores of different queries on one 0..1 scale, low when an item
-        matches only common words.
-        """
+    def keyword_scale(self) -> float:
+        """Return the BM25 score a hybrid blend maps to 0.5 in this memory (see ``keyword_scale`` of the vectors room)."""
         self._follow()
         with self._lock:
-            self._catch_up()
-            n_items = len(self._items)
-            if not n_items:
-                return 1.0
-            ceiling = 0.0
-            for term in terms:
-                df = len(self._matches(term, keys))
-                ceiling += bm25_idf(n_items, df)
-            return ceiling * (BM25_K1 + 1.0) or 1.0
+            return keyword_scale(len(self._items))
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
@@ -438,23 +452,28 @@ class SearchIndex:
         """:meth:`embed`, under the index's lock."""
         vectors = self._table(embedder, keys)
         waiting = self._unembedded[keys]
-        todo: list[tuple[int, str]] = []
+        todo: list[tuple[int, list[str]]] = []
         for key in list(waiting):
             item = self._items.get(key)
             if item is None:
                 del waiting[key]
                 continue
-            text = embed_text(item.to_dict(), keys)
-            if text.strip():
-                todo.append((key, text))
+            texts = self._parts.texts(item.to_dict(), keys)
+            if texts:
+                todo.append((key, texts))
             else:
                 del waiting[key]  # no text, no vector: never a semantic hit
         done = 0
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
-            unit = checked_vectors(embedder, [text for _, text in chunk])
+            unit = checked_vectors(embedder, [text for _, texts in chunk for text in texts])
+            blocks = []
+            row = 0
+            for _, texts in chunk:
+                blocks.append(unit[row : row + len(texts)])
+                row += len(texts)
             chunk_keys = [key for key, _ in chunk]
-            vectors.put(chunk_keys, unit)
+            vectors.put(chunk_keys, blocks)
             for key in chunk_keys:
                 del waiting[key]
             done += len(chunk)
@@ -476,9 +495,11 @@ class SearchIndex:
     ) -> int:
         """Take unit vectors made elsewhere by ``embedder`` (a store keeps them) for items waiting for one.
 
-        Vectors of items that do not wait for one (already embedded, or
-        gone) are ignored. Pass them in key order, so that the rows are laid
-        out as embedding the items here would lay them out.
+        Each value is an item's parts, one row a part, cut as :attr:`parts`
+        cuts them (a 1-D vector is one part). Vectors of items that do not
+        wait for one (already embedded, or gone) are ignored. Pass them in
+        key order, so that the rows are laid out as embedding the items here
+        would lay them out.
 
         Returns:
             How many vectors were taken.
@@ -496,6 +517,23 @@ class SearchIndex:
                 for key in chosen:
                     del waiting[key]
             return len(chosen)
+
+    @property
+    def parts(self) -> EmbedParts:
+        """How items are cut into the texts that get embedded."""
+        return self._parts
+
+    @parts.setter
+    def parts(self, parts: EmbedParts) -> None:
+        """Cut items another way from now on; vectors cut the old way are forgotten."""
+        if not isinstance(parts, EmbedParts):
+            msg = f"SearchIndex.parts takes an EmbedParts, got {parts!r}."
+            raise InvalidArgumentError(msg)
+        with self._lock:
+            if parts != self._parts:
+                self._parts = parts
+                self._vectors = {}
+                self._unembedded = {}
 
     def vector_model(self) -> str | None:
         """Return the name of the model the stored vectors came from, or ``None``."""
@@ -575,7 +613,7 @@ class SearchIndex:
         """Return the vectors over ``keys``, created for ``embedder`` on first use; refuse another dimension."""
         vectors = self._vectors.get(keys)
         if vectors is None:
-            vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
+            vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension, self._parts)
             self._unembedded[keys] = dict.fromkeys(self._items)
         if vectors.matrix.shape[1] != embedder.dimension:
             msg = (

@@ -42,7 +42,7 @@ from typing_extensions import Self
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
-from agents.memory._vectors import Embedder, SearchMode, progress_bar
+from agents.memory._vectors import Embedder, EmbedParts, SearchMode, progress_bar
 from agents.memory.exceptions import ArgumentTypeError
 from agents.memory.memory import ChangeCallback, Memory
 from agents.memory.stores._base import BaseStore, StoredRecord, check_session_id
@@ -591,6 +591,11 @@ class StoredMemory(Memory):
             model = search.embedder_for(self, embedder)
             store = self.store
             index = search.search_index(self)
+            if index.parts != EmbedParts.WHOLE:
+                # The store keeps one vector per item (its whole text); an index that
+                # cuts items into parts embeds them itself, in RAM.
+                store.read_vectors(self._sid, model, seqs=[])  # still refuse another model
+                return model
             missing = index.missing_vectors(wanted)
             if not missing:
                 store.read_vectors(self._sid, model, seqs=[])  # still refuse another model

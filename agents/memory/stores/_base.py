@@ -64,6 +64,7 @@ from agents.memory._vectors import (
     checked_weight,
     embed_text,
     fields_text,
+    keyword_scale,
     numpy,
 )
 from agents.memory.exceptions import (
@@ -1402,12 +1403,12 @@ class BaseStore(abc.ABC):
         else:
             terms = _TOKENIZER(text)
             keyword: dict[int, float] = {}
-            ceiling = 1.0
+            scale = 1.0
             if terms:
-                keyword, ceiling, found = self._hybrid_keyword(sid, terms, fields, on_unknown_class)
+                keyword, scale, found = self._hybrid_keyword(sid, terms, fields, on_unknown_class)
             pool = max(10 * k, HYBRID_POOL)
             cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword)
-            scores = blend(keyword, ceiling, cosines, weight)
+            scores = blend(keyword, scale, cosines, weight)
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:
@@ -1426,7 +1427,7 @@ class BaseStore(abc.ABC):
         fields: tuple[str, ...] | None,
         on_unknown_class: OnUnknownClass,
     ) -> tuple[dict[int, float], float, dict[int, MemoryItem]]:
-        """Return the keyword side of a hybrid query: BM25 by seq, the query's ceiling, items read.
+        """Return the keyword side of a hybrid query: BM25 by seq, the corpus's keyword scale, items read.
 
         As the search index does it for ``Memory.search``: items holding
         only common terms (floored IDF) are left out, the others summed over
@@ -1439,9 +1440,6 @@ class BaseStore(abc.ABC):
         if not n_items:
             return {}, 1.0, found
         df = Counter(term for _, _, counts in matches for term in counts)
-        ceiling = 0.0
-        for term in terms:
-            ceiling += bm25_idf(n_items, df.get(term, 0))
         avgdl = total / n_items if total else 1.0
         flat = BM25_K1 * (1.0 - BM25_B)
         slope = BM25_K1 * BM25_B / avgdl
@@ -1458,7 +1456,7 @@ class BaseStore(abc.ABC):
                 if tf:
                     score += idf[term] * (BM25_K1 + 1.0) * tf / (tf + flat + slope * length)
             scores[seq] = score
-        return scores, ceiling * (BM25_K1 + 1.0) or 1.0, found
+        return scores, keyword_scale(n_items), found
 
     def _best_cosines(
         self,
