@@ -40,6 +40,11 @@
    ``ts_rank``.
 
 
+6. Hybrid (``--sections hybrid``, not in the default run): recall@5 of
+   keyword, semantic (whole items and parts) and hybrid search on corpora
+   that vary step length, the fact's place and the query's wording; see
+   ``benchmarks/_hybrid_quality.py``.
+
 Run: .venv/bin/python benchmarks/bench_search.py [--facts 200] [--steps 10000] [--items 100000]
      [--stored-items 100000] [--dimension 256]
      [--sections quality,latency,upkeep,stored,keyword-stores] [--postgres URL | --no-postgres]
@@ -612,10 +617,23 @@ def main() -> None:
     parser.add_argument("--sections", default="quality,latency,upkeep,stored,keyword-stores")
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--hybrid-steps", type=int, default=4000)
+    parser.add_argument("--hybrid-facts", type=int, default=160)
+    parser.add_argument("--hybrid-corpora", default="short,thought,page-mid,mixed")
+    parser.add_argument("--hybrid-weights", default="0.5")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     if "quality" in sections:
         run_quality(args.steps, args.facts)
+    if "hybrid" in sections:
+        from _hybrid_quality import run_hybrid
+
+        run_hybrid(
+            args.hybrid_steps,
+            args.hybrid_facts,
+            args.hybrid_corpora.split(","),
+            [float(w) for w in args.hybrid_weights.split(",")],
+        )
     if "latency" in sections:
         run_latency(args.items, args.repeat)
     if "upkeep" in sections:
