@@ -284,14 +284,13 @@ def best_per_key(keys: Any, sims: Any) -> tuple[Any, Any]:
     """Return the distinct ``keys`` (ascending) and the highest of ``sims`` among each key's rows.
 
     ``keys`` holds the owner of each row (an item's parts are several rows
-    with one key); ``-inf`` in ``sims`` is a row that is not a part.
+    with one key).
     """
     np = numpy()
-    order = np.lexsort((-sims, keys))  # by key, then the best cosine first
-    ordered = keys[order]
-    first = np.ones(len(ordered), dtype=bool)
-    first[1:] = ordered[1:] != ordered[:-1]
-    return ordered[first], sims[order][first]
+    distinct, slot = np.unique(keys, return_inverse=True)
+    best = np.full(len(distinct), -np.inf, dtype=sims.dtype)
+    np.maximum.at(best, slot, sims)
+    return distinct, best
 
 
 def best_cosines(

@@ -26,7 +26,6 @@ from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, Tokenizer, bm25_idf, i
 from agents.memory._vectors import (
     Embedder,
     EmbedParts,
-    best_per_key,
     checked_vectors,
     keyword_scale,
     numpy,
@@ -45,11 +44,11 @@ Progress = Callable[[int, int], object]
 
 
 class _Vectors:
-    """One model's unit vectors of the items' parts, rows reused as items come and go.
+    """One model's unit vectors of the items' parts, rows and slots reused as items come and go.
 
-    An item holds one or more rows (its parts, see ``EmbedParts``); ``owner``
-    gives each row's item key (``-1`` for a free row). An item scores the
-    best cosine among its rows.
+    An item holds a slot (``slot_of``) and one or more rows (its parts,
+    see ``EmbedParts``); ``owner`` gives each row's slot (``-1`` for a free
+    row). An item scores the best cosine among its rows.
     """
 
     def __init__(self, model: str, dimension: int, parts: EmbedParts) -> None:
@@ -58,43 +57,61 @@ class _Vectors:
         self.parts = parts
         self.matrix = np.zeros((64, dimension), dtype=np.float32)
         self.owner = np.full(64, -1, dtype=np.int64)
-        self.rows_of: dict[int, list[int]] = {}
         self.used = 0  # rows ever handed out: the rows past it are all free
         self.free: list[int] = []
+        self.slot_of: dict[int, int] = {}
+        self.key_at: list[int] = []  # the key of each slot, -1 for a free slot
+        self.free_slots: list[int] = []
+        self.rows_of: dict[int, list[int]] = {}
 
     def put(self, keys: Sequence[int], vectors: Sequence[Any]) -> None:
         """File each key's part vectors (a matrix, one row a part; a 1-D vector is one part)."""
         np = numpy()
         for key, block in zip(keys, vectors, strict=True):
             self.drop(key)  # a key embedded again keeps only its new parts
-            block = np.asarray(block, dtype=np.float32)
-            if block.ndim == 1:
-                block = block[None, :]
+            matrix = np.asarray(block, dtype=np.float32)
+            if matrix.ndim == 1:
+                matrix = matrix[None, :]
+            if not len(matrix):
+                continue
+            if self.free_slots:
+                slot = self.free_slots.pop()
+                self.key_at[slot] = key
+            else:
+                slot = len(self.key_at)
+                self.key_at.append(key)
             rows: list[int] = []
-            for vector in block:
+            for vector in matrix:
                 if self.free:
                     row = self.free.pop()
                 else:
                     row = self.used
                     self.used += 1
                 if row >= len(self.matrix):
-                    grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
-                    grown[: len(self.matrix)] = self.matrix
-                    self.matrix = grown
-                    owner = np.full(len(grown), -1, dtype=np.int64)
-                    owner[: len(self.owner)] = self.owner
-                    self.owner = owner
+                    self._grow()
                 self.matrix[row] = vector
-                self.owner[row] = key
+                self.owner[row] = slot
                 rows.append(row)
-            if rows:
-                self.rows_of[key] = rows
+            self.slot_of[key] = slot
+            self.rows_of[key] = rows
+
+    def _grow(self) -> None:
+        np = numpy()
+        grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
+        grown[: len(self.matrix)] = self.matrix
+        self.matrix = grown
+        owner = np.full(len(grown), -1, dtype=np.int64)
+        owner[: len(self.owner)] = self.owner
+        self.owner = owner
 
     def drop(self, key: int) -> None:
         rows = self.rows_of.pop(key, None)
         if rows is not None:
             self.owner[rows] = -1
             self.free.extend(reversed(rows))
+            slot = self.slot_of.pop(key)
+            self.key_at[slot] = -1
+            self.free_slots.append(slot)
 
     def scores(
         self, query: Any, limit: int | None = None, among: Iterable[int] = ()
@@ -107,17 +124,18 @@ class _Vectors:
         np = numpy()
         if not self.rows_of:
             return {}
+        sims = self.matrix[: self.used] @ query
         owner = self.owner[: self.used]
         held = owner >= 0
-        sims = self.matrix[: self.used][held] @ query
-        keys, best = best_per_key(owner[held], sims)
-        rows = top_rows(best, limit)
-        keys_at = keys.tolist()
-        out = {keys_at[row]: float(best[row]) for row in rows.tolist()}
-        wanted = [key for key in among if key in self.rows_of and key not in out]
-        if wanted:
-            positions = np.searchsorted(keys, wanted)
-            out.update(zip(wanted, best[positions].tolist(), strict=True))
+        best = np.full(len(self.key_at), -np.inf, dtype=sims.dtype)  # free slots stay -inf
+        np.maximum.at(best, owner[held], sims[held])
+        key_at = self.key_at
+        out = {key_at[slot]: float(best[slot]) for slot in top_rows(best, limit).tolist()}
+        slot_of = self.slot_of
+        for key in among:
+            slot = slot_of.get(key)
+            if slot is not None:
+                out[key] = float(best[slot])
         return out
 
 
