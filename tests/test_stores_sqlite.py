@@ -830,13 +830,13 @@ def test_step_filters_read_through_the_step_index(tmp_path: Path) -> None:
         store.append("s", [MemoryItem(step=i, action=f"a{i}", n=i) for i in range(300)])
         store.append("other", [MemoryItem(step=i) for i in range(300)])
         statements: list[str] = []
-        store._con.set_trace_callback(statements.append)
+        store.backend.connection.set_trace_callback(statements.append)
         wanted = list(range(100, 110))
         assert [i["n"] for i in store.read("s", steps=wanted)] == wanted
         assert [f["n"] for f in store.project("s", ["n"], steps=wanted)] == wanted
         assert [r.item["n"] for r in store.tail("s", 3, steps=wanted)] == wanted[-3:]
         assert [r.item["n"] for r in store.records("s", steps=wanted, after=1)] == wanted
-        store._con.set_trace_callback(None)
+        store.backend.connection.set_trace_callback(None)
     reads = [sql for sql in statements if sql.startswith("SELECT") and "step IN" in sql]
     assert len(reads) == 4
     con = sqlite3.connect(path)

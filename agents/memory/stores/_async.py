@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from agents.memory._item import MemoryItem
 from agents.memory.stores._backed import StoredMemory
-from agents.memory.stores._base import BaseStore, StoredRecord, WriteBatch
+from agents.memory.stores._batch import WriteBatch
+from agents.memory.stores._encoding import StoredRecord
+from agents.memory.stores._store import Store
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -58,7 +60,7 @@ _POSTGRES_WORKERS = 8
 
 
 def _store_call(
-    method: Callable[Concatenate[BaseStore, P], R],
+    method: Callable[Concatenate[Store, P], R],
 ) -> Callable[Concatenate[AsyncStore, P], Awaitable[R]]:
     """Make an awaitable twin of a store method, run on the async store's threads."""
     name = method.__name__
@@ -68,7 +70,7 @@ def _store_call(
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = (
-        f"Await :meth:`BaseStore.{name}`: the same arguments, result and errors, "
+        f"Await :meth:`Store.{name}`: the same arguments, result and errors, "
         "computed on the store's worker thread."
     )
     return call
@@ -101,13 +103,13 @@ class AsyncStore:
     """A store for asyncio programs: the sync store's calls, awaitable.
 
     Open one with :func:`open_async_store` (``async with``). Each call takes
-    the arguments of the :class:`BaseStore` call of the same name and
+    the arguments of the :class:`Store` call of the same name and
     returns what it returns, once the write is as durable as the sync call
     makes it. ``store`` is the sync store underneath, for calls that do no
     I/O (``url``, ``closed``, ``keyword_index``).
     """
 
-    def __init__(self, store: BaseStore, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+    def __init__(self, store: Store, executor: concurrent.futures.ThreadPoolExecutor) -> None:
         self.store = store
         self._executor = executor
 
@@ -147,28 +149,28 @@ class AsyncStore:
         running.add_done_callback(_take_outcome)
         return await asyncio.shield(running)
 
-    append = _store_call(BaseStore.append)
-    read = _store_call(BaseStore.read)
-    records = _store_call(BaseStore.records)
-    project = _store_call(BaseStore.project)
-    tail = _store_call(BaseStore.tail)
-    search = _store_call(BaseStore.search)
-    ranking = _store_call(BaseStore.ranking)
-    summary = _store_call(BaseStore.summary)
-    count = _store_call(BaseStore.count)
-    session_info = _store_call(BaseStore.session_info)
-    set_metadata = _store_call(BaseStore.set_metadata)
-    delete_steps = _store_call(BaseStore.delete_steps)
-    delete_seqs = _store_call(BaseStore.delete_seqs)
-    clear = _store_call(BaseStore.clear)
-    sessions = _store_call(BaseStore.sessions)
-    delete_session = _store_call(BaseStore.delete_session)
-    keep_last = _store_call(BaseStore.keep_last)
-    expire = _store_call(BaseStore.expire)
-    vector_model = _store_call(BaseStore.vector_model)
-    index_embeddings = _store_call(BaseStore.index_embeddings)
-    read_vectors = _store_call(BaseStore.read_vectors)
-    drop_vectors = _store_call(BaseStore.drop_vectors)
+    append = _store_call(Store.append)
+    read = _store_call(Store.read)
+    records = _store_call(Store.records)
+    project = _store_call(Store.project)
+    tail = _store_call(Store.tail)
+    search = _store_call(Store.search)
+    ranking = _store_call(Store.ranking)
+    summary = _store_call(Store.summary)
+    count = _store_call(Store.count)
+    session_info = _store_call(Store.session_info)
+    set_metadata = _store_call(Store.set_metadata)
+    delete_steps = _store_call(Store.delete_steps)
+    delete_seqs = _store_call(Store.delete_seqs)
+    clear = _store_call(Store.clear)
+    sessions = _store_call(Store.sessions)
+    delete_session = _store_call(Store.delete_session)
+    keep_last = _store_call(Store.keep_last)
+    expire = _store_call(Store.expire)
+    vector_model = _store_call(Store.vector_model)
+    index_embeddings = _store_call(Store.index_embeddings)
+    read_vectors = _store_call(Store.read_vectors)
+    drop_vectors = _store_call(Store.drop_vectors)
 
     async def pages(
         self,
@@ -180,7 +182,7 @@ class AsyncStore:
         """Yield a session's records a page at a time, each page read on the worker thread.
 
         Raises:
-            What :meth:`BaseStore.pages` raises.
+            What :meth:`Store.pages` raises.
         """
         pages: Iterator[list[StoredRecord]] = await self.run(
             functools.partial(
@@ -198,7 +200,7 @@ class AsyncStore:
     ) -> AsyncWriteBatch:
         """Return a batch of writes to one session, applied in one transaction by ``async with``.
 
-        See :meth:`BaseStore.batch`. Staging calls are plain calls; the
+        See :meth:`Store.batch`. Staging calls are plain calls; the
         transaction runs on the worker thread when the block ends.
         """
         return AsyncWriteBatch(

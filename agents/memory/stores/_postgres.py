@@ -62,7 +62,6 @@ from typing import Any, Final
 
 import orjson
 
-from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import BM25_B, BM25_K1, MIN_IDF
 from agents.memory.exceptions import (
     CorruptSessionError,
@@ -72,19 +71,15 @@ from agents.memory.exceptions import (
     StoreUnreachableError,
     missing_dependency,
 )
-from agents.memory.stores._base import (
-    BaseStore,
-    Row,
-    RowUpdate,
-    SessionRow,
-    check_schema_version,
-    decode_pairs,
-    migrate,
-)
+from agents.memory.stores._backend import Backend
+from agents.memory.stores._checks import redact_url
+from agents.memory.stores._encoding import Row, RowUpdate, SessionRow, decode_pairs
 from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._migrations import check_schema_version, migrate
 from agents.memory.stores._sql import POSTGRES, SQLRows
+from agents.memory.stores._store import Store
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresBackend", "PostgresStore"]
 
 _SCHEMA_LOCK: Final = 0x6B766D656D  # "kvmem": serializes schema setup across processes
 
@@ -335,7 +330,7 @@ RETURNING seq
 # An append to a live session with the same step key, or to a new session, in
 # one statement (so one round trip in autocommit mode): the upsert takes the
 # session row's lock until commit and reserves the seqs. Anything else (another
-# step key, a deleted session's row) inserts nothing, and BaseStore then runs
+# step key, a deleted session's row) inserts nothing, and the store then runs
 # the general transaction, which raises or recreates.
 _APPEND: Final = """
 WITH s AS (
@@ -485,32 +480,15 @@ def _vector_literal(blob: bytes) -> str | None:
 _PGVECTOR_ROWS: Final = 1000  # rows per statement when filling the embedding column
 
 
-class PostgresStore(SQLRows, BaseStore):
-    """Sessions in a PostgreSQL database, through a connection pool.
+class PostgresBackend(SQLRows, Backend):
+    """The rows of a PostgreSQL store, through a connection pool (see :class:`PostgresStore` for the arguments).
 
-    Args:
-        conninfo: A libpq URL or connection string (``postgresql://user@host/db``).
-        min_size: Connections the pool keeps open.
-        max_size: Connections the pool opens at most (one per concurrent call).
-        timeout: Seconds to wait for the server, and for a connection from the pool.
-        read_only: Run every statement read-only; never create or migrate tables.
-        pgvector: Rank semantic queries in the server with the pgvector
-            extension where the database has it (a writable store creates
-            the extension when the server offers it and the login may).
-            ``False`` ranks them in Python; the stored vectors are the same.
-
-    Raises:
-        MissingDependencyError: if psycopg or psycopg_pool is not installed.
-        StoreUnreachableError: if the server cannot be reached (its host name
-            does not resolve, nothing listens, the login is refused); raised at once.
-        SchemaVersionError: if a newer kvmemory created the tables, or
-            ``read_only`` meets older tables that need a migration.
-        StoreError: if the tables cannot be created.
+    Opening connects, then (unless ``read_only``) creates or migrates the
+    tables; :class:`PostgresStore` is the store over this backend.
     """
 
-    schema_version = SCHEMA_VERSION
     dialect = POSTGRES
-    keeps_terms = True
+    keeps_vectors = True
 
     def __init__(
         self,
@@ -527,9 +505,8 @@ class PostgresStore(SQLRows, BaseStore):
             import psycopg_pool
         except ImportError as exc:
             raise missing_dependency(exc.name or "psycopg", "postgres") from exc
-        from agents.memory.stores import _redact
-
-        super().__init__(_redact(conninfo), read_only=read_only)
+        self.url = redact_url(conninfo)
+        self.read_only = read_only
         self.driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
         self._empty = False
         self._indexed = True
@@ -545,7 +522,7 @@ class PostgresStore(SQLRows, BaseStore):
         except psycopg.Error as exc:
             msg = f"Cannot connect to PostgreSQL store {self.url}: {exc}; check that the server is running and the URL's host, port, user, password and database are right."
             raise StoreUnreachableError(msg) from exc
-        with first, self._errors("open", None):
+        with first, self._opening():
             self._setup(first)
             if not self._empty:
                 self._vector_schema = self._embedding_column(first, create=pgvector)
@@ -560,11 +537,26 @@ class PostgresStore(SQLRows, BaseStore):
             open=False,
         )
         try:
-            with self._errors("open", None):
+            with self._opening():
                 self._pool.open(wait=True, timeout=timeout)
         except BaseException:
             self._pool.close()
             raise
+
+    @contextlib.contextmanager
+    def _opening(self) -> Iterator[None]:
+        """Report the driver's errors while the store is opened as :meth:`store_error` names them."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except self.driver_errors as exc:
+            raise self.store_error("open", "", exc) from exc
+
+    @property
+    def pool(self) -> Any:
+        """The ``psycopg_pool.ConnectionPool`` every call takes a connection from, to inspect the server's settings (never leave a transaction open on it)."""
+        return self._pool
 
     def _configure(self, con: Any) -> None:
         if self.read_only:
@@ -702,7 +694,7 @@ class PostgresStore(SQLRows, BaseStore):
         row = con.execute("SELECT max(version) FROM kvmemory_schema").fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
-    def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
+    def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
         text = str(exc)
         if any(name in text for name in _INDEX_NAMES):
             return self._index_damaged(action, where, text)
@@ -731,7 +723,7 @@ class PostgresStore(SQLRows, BaseStore):
         with self._pool.connection() as con:
             return list(con.execute(sql, params).fetchall())
 
-    def _read_session(self, session_id: str) -> SessionRow | None:
+    def read_session(self, session_id: str) -> SessionRow | None:
         if self._empty:
             return None
         rows = self._query(
@@ -741,8 +733,8 @@ class PostgresStore(SQLRows, BaseStore):
         )
         return (rows[0][0], rows[0][1], bytes(rows[0][2])) if rows else None
 
-    def _fetch(
-        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -750,8 +742,8 @@ class PostgresStore(SQLRows, BaseStore):
         rows = self._query(sql, params)
         return [(int(seq), bytes(data)) for seq, data in rows]
 
-    def _fetch_last(
-        self, session_id: str, n: int, *, steps: Sequence[str] | None
+    def read_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -759,7 +751,7 @@ class PostgresStore(SQLRows, BaseStore):
         rows = self._query(sql, params)
         return [(int(seq), bytes(data)) for seq, data in reversed(rows)]
 
-    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+    def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
         if self._empty:
             return
         # One short query per page: no connection is held between pages.
@@ -774,8 +766,8 @@ class PostgresStore(SQLRows, BaseStore):
             yield page
             rows = self._query(later, (session_id, page[-1][0], size))
 
-    def _fetch_keys(
-        self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None
+    def read_keys(
+        self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -783,7 +775,7 @@ class PostgresStore(SQLRows, BaseStore):
         rows = self._query(sql, {**params, "keys": list(keys)})
         return [(int(seq), bytes(data)) for seq, data in rows]
 
-    def _count(self, session_id: str) -> int:
+    def count(self, session_id: str) -> int:
         if self._empty:
             return 0
         if self._indexed:
@@ -798,7 +790,7 @@ class PostgresStore(SQLRows, BaseStore):
         )
         return int(rows[0][0])
 
-    def _sessions(self) -> list[str]:
+    def sessions(self) -> list[str]:
         if self._empty:
             return []
         rows = self._query(
@@ -810,16 +802,12 @@ class PostgresStore(SQLRows, BaseStore):
     # -- writing ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self, session_id: str) -> Iterator[Any]:
+    def transaction(self, session_id: str) -> Iterator[Any]:
         with self._pool.connection() as con, con.transaction():
             yield con
 
-    def _append_rows(
-        self,
-        session_id: str,
-        step_key: str,
-        rows: Sequence[Row],
-        terms: Sequence[Terms] | None = None,
+    def append_rows(
+        self, session_id: str, step_key: str, rows: Sequence[Row], terms: Sequence[Terms] | None
     ) -> list[int] | None:
         params = {
             "sid": session_id,
@@ -836,7 +824,7 @@ class PostgresStore(SQLRows, BaseStore):
             seqs = sorted(int(r[0]) for r in con.execute(_APPEND, params).fetchall())
         return seqs or None
 
-    def _lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
+    def lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
         row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
         if row is None:
             # No row to lock yet: insert a deleted placeholder, which locks it. A writer
@@ -853,7 +841,7 @@ class PostgresStore(SQLRows, BaseStore):
         step_key, created, metadata, deleted = row
         return None if deleted else (step_key, created, bytes(metadata))
 
-    def _create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
+    def create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
         # The row exists (locked by _lock_session), possibly holding a deleted session's next_seq.
         tx.execute(
             "UPDATE kvmemory_sessions SET step_key = %s, created = %s,"
@@ -861,16 +849,13 @@ class PostgresStore(SQLRows, BaseStore):
             (step_key, created, session_id),
         )
 
-    def _set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
+    def set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
         tx.execute(
             "UPDATE kvmemory_sessions SET metadata = %s WHERE session_id = %s",
             (metadata, session_id),
         )
 
-    def _insert_rows(self, tx: Any, session_id: str, rows: Sequence[Row]) -> list[int]:
-        return self._insert_indexed(tx, session_id, rows, None)
-
-    def _insert_indexed(
+    def insert_rows(
         self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
     ) -> list[int]:
         params = {
@@ -884,10 +869,7 @@ class PostgresStore(SQLRows, BaseStore):
         }
         return sorted(int(r[0]) for r in tx.execute(_INSERT, params).fetchall())
 
-    def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
-        return self._update_indexed(tx, session_id, rows, None)
-
-    def _update_indexed(
+    def update_rows(
         self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms] | None
     ) -> list[int]:
         params = {
@@ -900,12 +882,12 @@ class PostgresStore(SQLRows, BaseStore):
         }
         return sorted(int(r[0]) for r in tx.execute(_UPDATE, params).fetchall())
 
-    def _delete_session(self, session_id: str) -> bool:
-        with self._transaction(session_id) as tx:
+    def delete_session(self, session_id: str) -> bool:
+        with self.transaction(session_id) as tx:
             row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
             if row is None or row[3]:
                 return False
-            self._drop_vectors(tx, session_id)
+            self.drop_vectors(tx, session_id)
             tx.execute("DELETE FROM kvmemory_items WHERE session_id = %s", (session_id,))
             # The row stays, marked deleted, so that its next_seq is never given again.
             tx.execute(
@@ -922,7 +904,7 @@ class PostgresStore(SQLRows, BaseStore):
         with self._pool.connection() as con:
             return list(con.execute(sql, params, binary=True).fetchall())
 
-    def _put_vectors(
+    def put_vectors(
         self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
     ) -> int:
         params = {
@@ -940,7 +922,7 @@ class PostgresStore(SQLRows, BaseStore):
             cur = tx.execute(_PUT_EMBEDDED_VECTORS.format(schema=_quoted(schema)), params)
         return int(cur.rowcount)
 
-    def _nearest(
+    def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
     ) -> list[tuple[int, float | None, int]] | None:
         """Rank by pgvector's inner product in the server where the database has it (see the base).
@@ -976,27 +958,25 @@ class PostgresStore(SQLRows, BaseStore):
             ranked += self._query(_COSINES_OF.format(schema=name), params)
         return ranked
 
-    def _close(self) -> None:
+    def close(self) -> None:
         self._pool.close()
 
     # -- keyword search --------------------------------------------------------------
 
     @property
     def keyword_index(self) -> bool:
-        """Whether :meth:`search` is answered by the ``tsvector`` index (``False`` for older tables opened read-only)."""
+        """Whether keyword searches are answered by the ``tsvector`` index (``False`` for older tables opened read-only)."""
         return self._indexed
 
-    def _keyword_top(
-        self,
-        sid: str,
-        terms: Sequence[str],
-        keys: tuple[str, ...] | None,
-        k: int,
-        on_unknown_class: OnUnknownClass,
-    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
-        if keys is not None or not self._indexed or self._empty:
-            # Per-field statistics are not in the index: read the session (see docs/stores.md).
-            return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        """Score the session by BM25 in one statement over the ``tsvector`` index (``None``: older tables read-only)."""
+        if not self._indexed:
+            return None
+        if self._empty:
+            return []
+        sid = session_id
         weights = Counter(terms)
         names = list(weights)
         queries = [f"'{_lexeme(sid, term)}'" for term in names]
@@ -1025,7 +1005,7 @@ class PostgresStore(SQLRows, BaseStore):
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
-        return [(float(score), int(seq)) for seq, score, _ in rows], {}
+        return [(float(score), int(seq)) for seq, score, _ in rows]
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
@@ -1038,10 +1018,6 @@ class PostgresStore(SQLRows, BaseStore):
         Raises:
             StoreError: if the store is read-only or cannot be written; nothing is changed.
         """
-        self._check_open()
-        if self.read_only:
-            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
-            raise StoreError(msg)
         try:
             with self._pool.connection() as con, con.transaction():
                 con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -1049,6 +1025,75 @@ class PostgresStore(SQLRows, BaseStore):
         except self.driver_errors as exc:
             msg = f"Cannot rebuild the keyword index of PostgreSQL store {self.url}: {exc}; nothing was changed."
             raise StoreError(msg) from exc
+
+
+class PostgresStore(Store):
+    """Sessions in a PostgreSQL database, through a connection pool: a :class:`Store` over :class:`PostgresBackend`.
+
+    Args:
+        conninfo: A libpq URL or connection string (``postgresql://user@host/db``).
+        min_size: Connections the pool keeps open.
+        max_size: Connections the pool opens at most (one per concurrent call).
+        timeout: Seconds to wait for the server, and for a connection from the pool.
+        read_only: Run every statement read-only; never create or migrate tables.
+        pgvector: Rank semantic queries in the server with the pgvector
+            extension where the database has it (a writable store creates
+            the extension when the server offers it and the login may).
+            ``False`` ranks them in Python; the stored vectors are the same.
+
+    Raises:
+        MissingDependencyError: if psycopg or psycopg_pool is not installed.
+        StoreUnreachableError: if the server cannot be reached (its host name
+            does not resolve, nothing listens, the login is refused); raised at once.
+        SchemaVersionError: if a newer kvmemory created the tables, or
+            ``read_only`` meets older tables that need a migration.
+        StoreError: if the tables cannot be created.
+    """
+
+    schema_version = SCHEMA_VERSION
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        timeout: float = 30.0,
+        read_only: bool = False,
+        pgvector: bool = True,
+    ) -> None:
+        backend = PostgresBackend(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            read_only=read_only,
+            pgvector=pgvector,
+        )
+        super().__init__(backend, read_only=read_only)
+        self.backend: PostgresBackend = backend
+
+    @property
+    def uses_pgvector(self) -> bool:
+        """Whether semantic queries are ranked in the server by pgvector."""
+        return self.backend.uses_pgvector
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        if self.read_only and not self.closed:
+            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+            raise StoreError(msg)
+        with self.guarded("rebuild the keyword index of", write=True):
+            self.backend.rebuild_keyword_index()
 
 
 _INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"tf"', '"terms"')

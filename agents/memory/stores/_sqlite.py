@@ -66,7 +66,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal
 
 from agents.memory import _codec
-from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, bm25_idf
 from agents.memory.exceptions import (
     CorruptSessionError,
@@ -77,20 +76,15 @@ from agents.memory.exceptions import (
     StoreNotFoundError,
     missing_dependency,
 )
-from agents.memory.stores._base import (
-    BaseStore,
-    Row,
-    RowUpdate,
-    SessionRow,
-    check_schema_version,
-    check_store_path,
-    decode_pairs,
-    migrate,
-)
+from agents.memory.stores._backend import Backend
+from agents.memory.stores._checks import check_store_path
+from agents.memory.stores._encoding import Row, RowUpdate, SessionRow, decode_pairs
 from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._migrations import check_schema_version, migrate
 from agents.memory.stores._sql import SQLITE, SQLRows
+from agents.memory.stores._store import Store
 
-__all__ = ["SQLiteStore", "Synchronous"]
+__all__ = ["SQLiteBackend", "SQLiteStore", "Synchronous"]
 
 Synchronous = Literal["full", "normal", "off"]
 
@@ -315,37 +309,16 @@ _SQLITE_HEADER_SIZE: Final = 100
 _DAMAGED: Final = ("malformed", "disk image", "Could not decode to UTF-8")
 
 
-class SQLiteStore(SQLRows, BaseStore):
-    """Sessions in one SQLite file, safe for several processes at once.
+class SQLiteBackend(SQLRows, Backend):
+    """The rows of an SQLite store: one file, many processes (see :class:`SQLiteStore` for the arguments).
 
-    Args:
-        path: The database file; created (readable by its owner only) unless ``read_only``.
-        synchronous: ``"full"`` (default), ``"normal"`` or ``"off"``; see the module docs.
-        timeout: Seconds a writer waits for another process's transaction.
-        read_only: Open without write access: the file must exist, and it is
-            never created, migrated or written.
-        url: The URL to report in messages (defaults to ``sqlite:///<path>``).
-        sqlite_vec: Whether semantic and hybrid searches compute cosines in
-            SQL with the sqlite-vec extension: ``None`` (default) when it
-            loads, else with numpy; ``True`` requires it; ``False`` never
-            loads it. See :attr:`uses_sqlite_vec`.
-
-    Raises:
-        InvalidStoreURLError: if the path holds a NUL character.
-        MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
-            extra is not installed.
-        StoreNotFoundError: if ``read_only`` and the file does not exist.
-        CorruptStoreError: if the file is not a kvmemory store (it is left unchanged).
-        SchemaVersionError: if a newer kvmemory wrote the file, or ``read_only``
-            meets an older layout that needs a migration.
-        StoreError: if the file cannot be opened, or ``sqlite_vec=True`` and
-            this Python's ``sqlite3`` cannot load the extension.
+    Opening checks the file (or, unless ``read_only``, creates and
+    migrates it); :class:`SQLiteStore` is the store over this backend.
     """
 
-    schema_version = SCHEMA_VERSION
     driver_errors = (sqlite3.Error,)
     dialect = SQLITE
-    keeps_terms = True  # terms come with the rows from where they are encoded, never re-decoded
+    keeps_vectors = True
 
     def __init__(
         self,
@@ -358,7 +331,8 @@ class SQLiteStore(SQLRows, BaseStore):
         sqlite_vec: bool | None = None,
     ) -> None:
         self.path = check_store_path(path)
-        super().__init__(url or f"sqlite:///{self.path}", read_only=read_only)
+        self.url = url or f"sqlite:///{self.path}"
+        self.read_only = read_only
         if synchronous not in ("full", "normal", "off"):
             msg = f"synchronous must be 'full', 'normal' or 'off', got {synchronous!r}."
             raise InvalidArgumentError(msg)
@@ -383,7 +357,7 @@ class SQLiteStore(SQLRows, BaseStore):
         self._timeout = timeout
         self._con = self._connect()
         try:
-            with self._errors("open", None):
+            with self._opening():
                 self._setup()
             self._vec = _load_sqlite_vec(self._con, sqlite_vec, self.path)
         except BaseException:
@@ -391,6 +365,16 @@ class SQLiteStore(SQLRows, BaseStore):
             raise
 
     # -- opening ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _opening(self) -> Iterator[None]:
+        """Report the driver's errors while the file is opened as :meth:`store_error` names them."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except sqlite3.Error as exc:
+            raise self.store_error("open", "", exc) from exc
 
     def _connect(self) -> sqlite3.Connection:
         # A path written with a leading "//" would read as a URI authority; POSIX
@@ -406,6 +390,15 @@ class SQLiteStore(SQLRows, BaseStore):
         except sqlite3.Error as exc:
             msg = f"Cannot open SQLite store {self.path!r}: {exc}; check that the directory exists and is writable."
             raise StoreError(msg) from exc
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The ``sqlite3`` connection reads and writes go through now, to trace or inspect (never commit, roll back or close it).
+
+        A read-only handle on a file no writer had open reopens it when a
+        writer appears, so ask again rather than keep it.
+        """
+        return self._con
 
     @property
     def _empty(self) -> bool:
@@ -444,7 +437,7 @@ class SQLiteStore(SQLRows, BaseStore):
         self._stamp = stamp
         self._con = self._connect()
         old.close()
-        with self._errors("open", None):
+        with self._opening():
             self._setup()
         if self._vec:
             self._vec = _load_sqlite_vec(self._con, None, self.path)
@@ -511,7 +504,7 @@ class SQLiteStore(SQLRows, BaseStore):
             msg = f"SQLite store {self.path!r} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)
         self._use_wal()
-        with self._transaction(None):
+        with self.transaction(None):
             found = self._kvmemory_version()  # another process may have migrated it meanwhile
             reached = migrate(MIGRATIONS, found, con, store=f"SQLite store {self.path!r}")
             con.execute(f"PRAGMA user_version={reached}")
@@ -605,7 +598,7 @@ class SQLiteStore(SQLRows, BaseStore):
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
+    def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
         text = str(exc)
         if any(name in text for name in _INDEX_NAMES) or "fts5" in text:
             return self._index_damaged(action, where, text)
@@ -630,7 +623,7 @@ class SQLiteStore(SQLRows, BaseStore):
         return CorruptStoreError(msg)
 
     @contextlib.contextmanager
-    def _transaction(self, session_id: str | None) -> Iterator[sqlite3.Connection]:
+    def transaction(self, session_id: str | None) -> Iterator[sqlite3.Connection]:
         con = self._con
         with self._lock:
             con.execute("BEGIN IMMEDIATE")
@@ -654,14 +647,14 @@ class SQLiteStore(SQLRows, BaseStore):
 
     # -- reading ---------------------------------------------------------------------
 
-    def _read_session(self, session_id: str) -> SessionRow | None:
+    def read_session(self, session_id: str) -> SessionRow | None:
         if self._empty:
             return None
         rows = self._query(_SELECT_SESSION, (session_id,))
         return rows[0] if rows else None
 
-    def _fetch(
-        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -675,8 +668,8 @@ class SQLiteStore(SQLRows, BaseStore):
             params.append(_json_list(steps))
         return self._query(sql + " ORDER BY seq", params)
 
-    def _fetch_last(
-        self, session_id: str, n: int, *, steps: Sequence[str] | None
+    def read_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -689,7 +682,7 @@ class SQLiteStore(SQLRows, BaseStore):
         rows.reverse()
         return rows
 
-    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+    def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
         if self._empty:
             return
         first = "SELECT seq, data FROM kvmemory_items WHERE session_id = ? ORDER BY seq LIMIT ?"
@@ -699,7 +692,7 @@ class SQLiteStore(SQLRows, BaseStore):
             yield rows
             rows = self._query(later, (session_id, rows[-1][0], size))
 
-    def _count(self, session_id: str) -> int:
+    def count(self, session_id: str) -> int:
         if self._empty:
             return 0
         rows = self._query(
@@ -707,7 +700,7 @@ class SQLiteStore(SQLRows, BaseStore):
         )
         return int(rows[0][0])
 
-    def _sessions(self) -> list[str]:
+    def sessions(self) -> list[str]:
         if self._empty:
             return []
         rows = self._query("SELECT session_id FROM kvmemory_sessions ORDER BY session_id")
@@ -715,12 +708,12 @@ class SQLiteStore(SQLRows, BaseStore):
 
     # -- writing ---------------------------------------------------------------------
 
-    def _lock_session(self, tx: sqlite3.Connection, session_id: str) -> SessionRow | None:
+    def lock_session(self, tx: sqlite3.Connection, session_id: str) -> SessionRow | None:
         # BEGIN IMMEDIATE already keeps every other writer out of the whole file.
         row: SessionRow | None = tx.execute(_SELECT_SESSION, (session_id,)).fetchone()
         return row
 
-    def _create_session(
+    def create_session(
         self, tx: sqlite3.Connection, session_id: str, step_key: str, created: float
     ) -> None:
         tx.execute(
@@ -728,18 +721,12 @@ class SQLiteStore(SQLRows, BaseStore):
             (session_id, step_key, created),
         )
 
-    def _set_metadata(self, tx: sqlite3.Connection, session_id: str, metadata: bytes) -> None:
+    def set_metadata(self, tx: sqlite3.Connection, session_id: str, metadata: bytes) -> None:
         tx.execute(
             "UPDATE kvmemory_sessions SET metadata = ? WHERE session_id = ?", (metadata, session_id)
         )
 
-    def _insert_rows(
-        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row]
-    ) -> list[int]:
-        pairs = _terms_of_rows([(0, data) for _, _, data in rows])
-        return self._insert_indexed(tx, session_id, rows, [terms for _, terms in pairs])
-
-    def _insert_indexed(
+    def insert_rows(
         self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
     ) -> list[int]:
         sql = (
@@ -762,13 +749,7 @@ class SQLiteStore(SQLRows, BaseStore):
         tx.execute(_INDEX_INSERTED, (session_id, first, last))
         return list(range(first, last + 1))
 
-    def _update_rows(
-        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[RowUpdate]
-    ) -> list[int]:
-        pairs = _terms_of_rows([(0, data) for _, _, data in rows])
-        return self._update_indexed(tx, session_id, rows, [terms for _, terms in pairs])
-
-    def _update_indexed(
+    def update_rows(
         self,
         tx: sqlite3.Connection,
         session_id: str,
@@ -785,11 +766,11 @@ class SQLiteStore(SQLRows, BaseStore):
             if tx.execute(sql, (step, data, text, n, session_id, seq)).rowcount
         ]
 
-    def _delete_session(self, session_id: str) -> bool:
-        with self._transaction(session_id) as con:
+    def delete_session(self, session_id: str) -> bool:
+        with self.transaction(session_id) as con:
             con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
             con.execute("DELETE FROM kvmemory_search WHERE session_id = ?", (session_id,))
-            self._drop_vectors(con, session_id)
+            self.drop_vectors(con, session_id)
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
             ).rowcount
@@ -811,7 +792,7 @@ class SQLiteStore(SQLRows, BaseStore):
         """
         return self._vec
 
-    def _nearest(
+    def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
     ) -> list[tuple[int, float | None, int]] | None:
         if not self._vec:
@@ -853,7 +834,7 @@ class SQLiteStore(SQLRows, BaseStore):
             for seq, cosine, length in rows
         ]
 
-    def _put_vectors(
+    def put_vectors(
         self,
         tx: sqlite3.Connection,
         session_id: str,
@@ -868,7 +849,7 @@ class SQLiteStore(SQLRows, BaseStore):
         )
         return int(cur.rowcount)
 
-    def _close(self) -> None:
+    def close(self) -> None:
         with self._lock:
             self._con.close()
 
@@ -876,24 +857,22 @@ class SQLiteStore(SQLRows, BaseStore):
 
     @property
     def keyword_index(self) -> bool:
-        """Whether :meth:`search` is answered by the FTS5 index (``False`` for an older file opened read-only)."""
+        """Whether keyword searches are answered by the FTS5 index (``False`` for an older file opened read-only)."""
         return self._indexed
 
-    def _keyword_top(
-        self,
-        sid: str,
-        terms: Sequence[str],
-        keys: tuple[str, ...] | None,
-        k: int,
-        on_unknown_class: OnUnknownClass,
-    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
-        if keys is not None or not self._indexed or self._empty:
-            # Per-field statistics are not in the index: read the session (see docs/stores.md).
-            return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        """Score the session by BM25 from the FTS5 index (``None``: an older file read-only, scanned by the store)."""
+        if not self._indexed:
+            return None
+        if self._empty:
+            return []
+        sid = session_id
         try:
             with self._lock:
                 self._follow_writers()
-                return self._indexed_top(sid, terms, k), {}
+                return self._indexed_top(sid, terms, k)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise
@@ -975,6 +954,98 @@ class SQLiteStore(SQLRows, BaseStore):
         return best
 
     def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction (:meth:`SQLiteStore.rebuild_keyword_index`).
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        try:
+            with self.transaction(None) as con:
+                _build_keyword_index(con)
+        except sqlite3.Error as exc:
+            raise super().store_error("rebuild the keyword index of", "", exc) from exc
+
+
+class SQLiteStore(Store):
+    """Sessions in one SQLite file, safe for several processes at once: a :class:`Store` over :class:`SQLiteBackend`.
+
+    Args:
+        path: The database file; created (readable by its owner only) unless ``read_only``.
+        synchronous: ``"full"`` (default), ``"normal"`` or ``"off"``; see the module docs.
+        timeout: Seconds a writer waits for another process's transaction.
+        read_only: Open without write access: the file must exist, and it is
+            never created, migrated or written.
+        url: The URL to report in messages (defaults to ``sqlite:///<path>``).
+        sqlite_vec: Whether semantic and hybrid searches compute cosines in
+            SQL with the sqlite-vec extension: ``None`` (default) when it
+            loads, else with numpy; ``True`` requires it; ``False`` never
+            loads it. See :attr:`uses_sqlite_vec`.
+
+    Raises:
+        InvalidStoreURLError: if the path holds a NUL character.
+        MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
+            extra is not installed.
+        StoreNotFoundError: if ``read_only`` and the file does not exist.
+        CorruptStoreError: if the file is not a kvmemory store (it is left unchanged).
+        SchemaVersionError: if a newer kvmemory wrote the file, or ``read_only``
+            meets an older layout that needs a migration.
+        StoreError: if the file cannot be opened, or ``sqlite_vec=True`` and
+            this Python's ``sqlite3`` cannot load the extension.
+    """
+
+    schema_version = SCHEMA_VERSION
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "full",
+        timeout: float = 30.0,
+        read_only: bool = False,
+        url: str | None = None,
+        sqlite_vec: bool | None = None,
+    ) -> None:
+        backend = SQLiteBackend(
+            path,
+            synchronous=synchronous,
+            timeout=timeout,
+            read_only=read_only,
+            url=url,
+            sqlite_vec=sqlite_vec,
+        )
+        super().__init__(backend, read_only=read_only)
+        self.backend: SQLiteBackend = backend
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self.backend.path
+
+    @property
+    def synchronous(self) -> Synchronous:
+        """The durability setting (see the module docs)."""
+        return self.backend.synchronous
+
+    @property
+    def uses_sqlite_vec(self) -> bool:
+        """Whether semantic and hybrid searches compute cosines in SQL with the sqlite-vec extension.
+
+        ``True`` when the extension loaded (the ``sqlite-vec`` extra, and a
+        Python whose ``sqlite3`` can load extensions): a query then reads
+        only the best rows' cosines into Python, not the vectors (except on
+        a read-only handle while some items have no vector yet). ``False``
+        when the vectors are read a page at a time and scored with numpy.
+        The hits and their order are the same either way, the scores equal
+        to float32 rounding.
+        """
+        return self.backend.uses_sqlite_vec
+
+    def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction.
 
         The index follows every write on its own; this is the repair for an
@@ -985,15 +1056,11 @@ class SQLiteStore(SQLRows, BaseStore):
         Raises:
             StoreError: if the store is read-only or cannot be written; nothing is changed.
         """
-        self._check_open()
-        if self.read_only:
-            msg = f"Store {self._url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+        if self.read_only and not self.closed:
+            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
             raise StoreError(msg)
-        try:
-            with self._transaction(None) as con:
-                _build_keyword_index(con)
-        except sqlite3.Error as exc:
-            raise super()._error("rebuild the keyword index of", "", exc) from exc
+        with self.guarded("rebuild the keyword index of", write=True):
+            self.backend.rebuild_keyword_index()
 
 
 _INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
