@@ -49,21 +49,21 @@ __all__ = [
 SearchMode = Literal["keyword", "semantic", "hybrid"]
 """How a search ranks: BM25 over words, cosine over embeddings, or a blend of both."""
 
-HYBRID_KEYWORD_WEIGHT = 0.5
+HYBRID_KEYWORD_WEIGHT = 0.4
 """The share of the keyword score in a hybrid score (the rest is the semantic one).
 
-Both are put on a 0..1 scale first. BM25 is saturated against the corpus,
+Both are on an absolute 0..1 scale. BM25 is saturated against the corpus,
 not the query: ``bm25 / (bm25 + scale)``, ``scale`` being
 :func:`keyword_scale` (twice the IDF of a word only one item holds), so an
 item matching two rare query words once scores 0.5 and one matching only
 common words stays near 0, whatever words of the query no item holds. The
-cosine is min-max scaled over the candidates. In
-``benchmarks/bench_search.py --sections hybrid`` this blend at 0.5 came
-within 0.02 of the better of keyword and semantic search on lexical and
-paraphrased queries, on short and long steps, with and without question
-words; dividing BM25 by the query's own ceiling, by the best hit, or
-reciprocal rank fusion each fell 0.05 or more behind on one of them (see
-docs/search.md).
+cosine is taken as it is (below 0 as 0). In ``benchmarks/bench_search.py
+--sections hybrid`` this blend at 0.4 came within 0.02 of the better of
+keyword and semantic search on lexical and paraphrased queries, on short
+and long steps, with and without question words, with vectors of whole
+items and of parts; dividing BM25 by the query's own ceiling, by the best
+hit, min-max scaling the cosines, or reciprocal rank fusion each fell 0.05
+or more behind on one of them (see docs/search.md).
 """
 
 HYBRID_POOL = 100
@@ -341,11 +341,14 @@ def checked_weight(weight: object) -> float:
 def blend(
     keyword: dict[int, float], scale: float, semantic: dict[int, float], w: float
 ) -> dict[int, float]:
-    """Mix saturated BM25 and scaled cosine over the keyword hits and the best semantic ones.
+    """Mix saturated BM25 and cosine over the keyword hits and the best semantic ones.
 
-    Each candidate scores ``w * bm25 / (bm25 + scale) + (1 - w) * (cos - low) / (high - low)``,
-    ``low`` and ``high`` being the lowest and highest cosine among the
-    candidates (a keyword hit without a cosine counts as ``low``).
+    Each candidate scores ``w * bm25 / (bm25 + scale) + (1 - w) * max(cos, 0)``:
+    both parts on an absolute 0..1 scale, not one stretched over the
+    candidates, so a side whose best candidate is a poor match (words only
+    common ones match, or every cosine alike) adds little and cannot
+    outvote the other. A keyword hit without a cosine (no text embedded
+    over the searched fields) counts cosine 0.
 
     Args:
         keyword: BM25 scores by key.
@@ -356,16 +359,11 @@ def blend(
     Returns:
         The blended score (0..1) of every candidate, by key.
     """
-    candidates = dict.fromkeys([*keyword, *semantic])
-    if not candidates:
-        return {}
-    cosines = [semantic.get(key, 0.0) for key in candidates]
-    low, high = min(cosines), max(cosines)
-    spread = (high - low) or 1.0
     out = {}
-    for key in candidates:
+    rest = 1.0 - w
+    for key in dict.fromkeys([*keyword, *semantic]):
         bm25 = keyword.get(key, 0.0)
-        out[key] = w * (bm25 / (bm25 + scale)) + (1.0 - w) * (semantic.get(key, low) - low) / spread
+        out[key] = w * (bm25 / (bm25 + scale)) + rest * max(semantic.get(key, 0.0), 0.0)
     return out
 
 
