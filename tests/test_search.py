@@ -949,3 +949,40 @@ def test_stored_memory_with_parts_ranks_as_memory() -> None:
         got = stored.search("invoice paid in Lisbon", 3, mode=mode, embedder=EMBEDDER)
         assert [(h.item["step"], h.score) for h in got] == [(h.item["step"], h.score) for h in want]
         assert got[0].item["step"] == 17
+
+
+@pytest.mark.parametrize("name", ["vectors-v5.db", "vectors-jsonl"])
+def test_whole_item_vectors_of_an_older_store_stay_readable(name: str, tmp_path: Any) -> None:
+    """A store embedded before parts keeps its whole-item vectors (not embedded again); parts are added beside them."""
+    import shutil
+    from pathlib import Path
+
+    source = Path(__file__).parent / "fixtures" / name
+    target = tmp_path / name
+    if source.is_dir():
+        shutil.copytree(source, target)
+        url = f"jsonl:///{target}"
+    else:
+        shutil.copy(source, target)
+        url = f"sqlite:///{target}"
+    embedder = CountingHashing()
+    with open_store(url) as store:
+        items = store.read("run")
+        assert store.vector_model("run") is not None
+        whole = store.search("run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder)
+        assert embedder.texts == 1  # the query: the stored vectors were read, not made again
+        ram = Memory(items)
+        want = search(ram, "invoice paid Lisbon", 3, mode="semantic", embedder=EMBEDDER)
+        assert [(h.item.to_dict(), round(h.score, 5)) for h in whole] == [
+            (h.item.to_dict(), round(h.score, 5)) for h in want
+        ]
+        assert whole[0].item["step"] == 6
+        parted = store.search(
+            "run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder, parts=EmbedParts()
+        )
+        assert parted[0].item["step"] == 3
+        assert embedder.texts > 2  # the items' parts were embedded and stored
+        before = embedder.texts
+        again = store.search("run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder)
+        assert [h.seq for h in again] == [h.seq for h in whole]
+        assert embedder.texts == before + 1

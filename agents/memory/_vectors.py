@@ -256,11 +256,18 @@ def keyword_scale(n_items: int) -> float:
     return 2.0 * lucene_idf(max(n_items, 1), 1)
 
 
-def fields_text(keys: tuple[str, ...] | None) -> str:
-    """Return how a store files the vectors embedded over ``keys``: ``"*"`` for every field."""
-    if keys is None:
-        return "*"
-    return _codec.dumps(list(keys)).decode("utf-8")
+def fields_text(keys: tuple[str, ...] | None, parts: EmbedParts | None = None) -> str:
+    """Return how a store files the vectors embedded over ``keys``, cut as ``parts``.
+
+    ``"*"`` for every field, else the keys as JSON; vectors cut otherwise
+    than one per item (:attr:`EmbedParts.WHOLE`, how every vector was
+    filed before parts) add ``"|"`` and :meth:`EmbedParts.label`, so
+    vectors cut two ways are kept apart.
+    """
+    filed = "*" if keys is None else _codec.dumps(list(keys)).decode("utf-8")
+    if parts is None or parts == EmbedParts.WHOLE:
+        return filed
+    return f"{filed}|{parts.label()}"
 
 
 def top_rows(sims: Any, limit: int | None) -> Any:

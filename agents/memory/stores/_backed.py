@@ -42,7 +42,7 @@ from typing_extensions import Self
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
-from agents.memory._vectors import Embedder, EmbedParts, SearchMode, progress_bar
+from agents.memory._vectors import Embedder, SearchMode, progress_bar
 from agents.memory.exceptions import ArgumentTypeError
 from agents.memory.memory import ChangeCallback, Memory
 from agents.memory.stores._checks import check_session_id
@@ -593,23 +593,24 @@ class StoredMemory(Memory):
             model = search.embedder_for(self, embedder)
             store = self.store
             index = search.search_index(self)
-            if index.parts != EmbedParts.WHOLE:
-                # The store keeps one vector per item (its whole text); an index that
-                # cuts items into parts embeds them itself, in RAM.
-                store.read_vectors(self._sid, model, seqs=[])  # still refuse another model
-                return model
+            parts = index.parts  # the store keeps vectors cut as the index cuts them
             missing = index.missing_vectors(wanted)
             if not missing:
                 store.read_vectors(self._sid, model, seqs=[])  # still refuse another model
                 return model
             if not store.read_only:
                 store.index_embeddings(
-                    self._sid, model, keys=wanted, batch_size=batch_size, progress=progress
+                    self._sid,
+                    model,
+                    keys=wanted,
+                    batch_size=batch_size,
+                    progress=progress,
+                    parts=parts,
                 )
             seq_of = self._session.seqs_of(missing)
             # Many missing (a reopened session): one pass over the vectors beats a list of seqs.
             seqs = None if len(seq_of) > 1000 else list(seq_of.values())
-            stored = store.read_vectors(self._sid, model, keys=wanted, seqs=seqs)
+            stored = store.read_vectors(self._sid, model, keys=wanted, seqs=seqs, parts=parts)
             key_of = {seq: key for key, seq in seq_of.items()}
             index.adopt_vectors(
                 model,

@@ -676,7 +676,7 @@ class PostgresBackend(SQLRows, Backend):
             if not rows:
                 return
             after = tuple(rows[-1][:3])
-            rows = [row for row in rows if len(row[3]) % 4 == 0]
+            rows = [row for row in rows if len(row[3]) % 4 == 0 and "|" not in row[2]]
             if rows:
                 columns = list(zip(*rows, strict=True))
                 literals = [_vector_literal(bytes(blob)) for blob in columns[3]]
@@ -918,7 +918,10 @@ class PostgresBackend(SQLRows, Backend):
         if schema is None:
             cur = tx.execute(_PUT_VECTORS, params)
         else:
-            params["embeddings"] = [_vector_literal(row[2]) for row in rows]
+            # Rows of vectors cut into parts hold several vectors each ("|" in their
+            # fields, see fields_text): ranked with numpy, they keep no pgvector copy.
+            parted = "|" in fields
+            params["embeddings"] = [None if parted else _vector_literal(row[2]) for row in rows]
             cur = tx.execute(_PUT_EMBEDDED_VECTORS.format(schema=_quoted(schema)), params)
         return int(cur.rowcount)
 
