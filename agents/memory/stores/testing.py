@@ -1464,7 +1464,7 @@ class StoreContract:
             assert embedder.texts == 3  # the three queries
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_parts_rank_as_memory_search_with_the_same_parts(self, store: BaseStore) -> None:
+    def test_parts_rank_as_memory_search_with_the_same_parts(self, store: Store) -> None:
         """Vectors cut into parts rank as Memory.search with those parts; whole-item vectors stay apart and unchanged."""
         from agents.memory.search import EmbedParts, search_index
 
@@ -1491,7 +1491,7 @@ class StoreContract:
         again = store.read_vectors("s", embedder)
         assert all((again[seq] == whole[seq]).all() for seq in whole)
         with pytest.raises(StoreArgumentError, match="parts must be an EmbedParts"):
-            store.search("s", "save", mode="semantic", embedder=embedder, parts="words")  # type: ignore[arg-type]
+            store.search("s", "save", mode="semantic", embedder=embedder, parts="words")
 
     @pytest.mark.usefixtures("numpy_installed")
     def test_stored_memory_with_parts_reads_the_stored_parts(self, make_store: MakeStore) -> None:
