@@ -1491,7 +1491,7 @@ class StoreContract:
         again = store.read_vectors("s", embedder)
         assert all((again[seq] == whole[seq]).all() for seq in whole)
         with pytest.raises(StoreArgumentError, match="parts must be an EmbedParts"):
-            store.search("s", "save", mode="semantic", embedder=embedder, parts="words")
+            store.search("s", "save", mode="semantic", embedder=embedder, parts="words")  # type: ignore[arg-type]  # a wrong type on purpose
 
     @pytest.mark.usefixtures("numpy_installed")
     def test_stored_memory_with_parts_reads_the_stored_parts(self, make_store: MakeStore) -> None:
