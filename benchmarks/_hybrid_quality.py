@@ -108,7 +108,23 @@ Queries = dict[str, list[tuple[str, int]]]
 
 
 def make_corpus(kind: str, n_steps: int, n_facts: int, seed: int = 7) -> tuple[Memory, Queries]:
-    """Return a session of ``kind`` (one of :data:`CORPORA`) and its four query sets ``(query, step)``."""
+    """Return a session of ``kind`` and its query sets ``(query, step)``.
+
+    ``kind`` is one of :data:`CORPORA`, or ``short-steps`` / ``long-pages``:
+    the quality section's corpora (benchmarks/_search_corpus.py, whose
+    queries are statements or questions by shape), asked lexically and
+    paraphrased.
+    """
+    if kind in ("short-steps", "long-pages"):
+        from _search_corpus import SHAPES
+        from _search_corpus import make_corpus as make_shaped
+
+        rows, planted = make_shaped(SHAPES[kind], n_steps, n_facts, seed)
+        shaped = Memory([MemoryItem(**row) for row in rows])
+        return shaped, {
+            "lexical": [(fact.lexical, fact.step) for fact in planted],
+            "paraphrased": [(fact.paraphrased, fact.step) for fact in planted],
+        }
     rng = random.Random(seed)
     pairs = [(s, r) for s in SUBJECTS for r in RELATIONS]
     rng.shuffle(pairs)

@@ -925,7 +925,7 @@ def test_hybrid_keeps_a_keyword_hit_when_the_query_holds_unknown_words() -> None
 
 
 def test_hybrid_keyword_share_saturates_against_the_corpus() -> None:
-    """The keyword half of a hybrid score is bm25 / (bm25 + keyword_scale): 0.5 for a score of twice a rare word's IDF."""
+    """The keyword half of a hybrid score is x**3 / (1 + x**3), x = bm25 / keyword_scale: 0.5 at twice a rare word's IDF."""
     memory = corpus_memory()
     index = search_index(memory)
     scale = index.keyword_scale()
@@ -934,7 +934,9 @@ def test_hybrid_keyword_share_saturates_against_the_corpus() -> None:
     hits = search(memory, "pdf option", 8, mode="hybrid", embedder=EMBEDDER, hybrid_weight=1.0)
     assert {
         hit.item["step"]: hit.score for hit in hits if hit.item["step"] in keyword
-    } == pytest.approx({step: bm25 / (bm25 + scale) for step, bm25 in keyword.items()})
+    } == pytest.approx(
+        {step: (bm25 / scale) ** 3 / (1 + (bm25 / scale) ** 3) for step, bm25 in keyword.items()}
+    )
 
 
 def test_stored_memory_with_parts_ranks_as_memory() -> None:

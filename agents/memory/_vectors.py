@@ -41,6 +41,7 @@ __all__ = [
     "embed_text",
     "fields_text",
     "keyword_scale",
+    "keyword_share",
     "numpy",
     "progress_bar",
     "top_rows",
@@ -49,21 +50,22 @@ __all__ = [
 SearchMode = Literal["keyword", "semantic", "hybrid"]
 """How a search ranks: BM25 over words, cosine over embeddings, or a blend of both."""
 
-HYBRID_KEYWORD_WEIGHT = 0.4
+HYBRID_KEYWORD_WEIGHT = 0.5
 """The share of the keyword score in a hybrid score (the rest is the semantic one).
 
-Both are on an absolute 0..1 scale. BM25 is saturated against the corpus,
-not the query: ``bm25 / (bm25 + scale)``, ``scale`` being
-:func:`keyword_scale` (twice the IDF of a word only one item holds), so an
-item matching two rare query words once scores 0.5 and one matching only
-common words stays near 0, whatever words of the query no item holds. The
-cosine is taken as it is (below 0 as 0). In ``benchmarks/bench_search.py
---sections hybrid`` this blend at 0.4 came within 0.02 of the better of
-keyword and semantic search on lexical and paraphrased queries, on short
-and long steps, with and without question words, with vectors of whole
-items and of parts; dividing BM25 by the query's own ceiling, by the best
-hit, min-max scaling the cosines, or reciprocal rank fusion each fell 0.05
-or more behind on one of them (see docs/search.md).
+Both are on an absolute 0..1 scale. BM25 is scaled against the corpus,
+not the query (:func:`keyword_share`: ``x**3 / (1 + x**3)``, ``x`` being
+BM25 over :func:`keyword_scale`, twice the IDF of a word only one item
+holds), so words of the query that no item holds change nothing and a
+match on common words alone stays near 0. The cosine is taken as it is
+(below 0 as 0). In ``benchmarks/bench_search.py --sections hybrid`` this
+blend at 0.5 came within 0.02 of the better of keyword and semantic search
+on lexical and paraphrased queries, statements and questions, short and
+long steps, facts in a field or at the start, middle or end of a page,
+with vectors of whole items and of parts; dividing BM25 by the query's own
+ceiling or by the best hit, min-max scaling the cosines, reciprocal rank
+fusion, or a linear BM25 share each fell 0.04 or more behind on one of them
+(see docs/search.md).
 """
 
 HYBRID_POOL = 100
@@ -345,12 +347,27 @@ def checked_weight(weight: object) -> float:
     raise InvalidQueryError(msg)
 
 
+def keyword_share(bm25: float, scale: float) -> float:
+    """Return BM25 on the 0..1 scale of a hybrid blend: ``x**3 / (1 + x**3)`` with ``x = bm25 / scale``.
+
+    0.5 at ``scale`` (:func:`keyword_scale`: two rare query words matched
+    once), rising steeply through it: a match on one rare word or on common
+    words alone (``x`` about 0.3 to 0.5) counts 0.03 to 0.1, two or three rare
+    words 0.5 to 0.8. The cube keeps a partial keyword match of a
+    paraphrase from outvoting its semantic match, and a full one from
+    being outvoted.
+    """
+    x = bm25 / scale
+    cube = x * x * x
+    return cube / (1.0 + cube)
+
+
 def blend(
     keyword: dict[int, float], scale: float, semantic: dict[int, float], w: float
 ) -> dict[int, float]:
-    """Mix saturated BM25 and cosine over the keyword hits and the best semantic ones.
+    """Mix BM25 and cosine over the keyword hits and the best semantic ones.
 
-    Each candidate scores ``w * bm25 / (bm25 + scale) + (1 - w) * max(cos, 0)``:
+    Each candidate scores ``w * keyword_share(bm25, scale) + (1 - w) * max(cos, 0)``:
     both parts on an absolute 0..1 scale, not one stretched over the
     candidates, so a side whose best candidate is a poor match (words only
     common ones match, or every cosine alike) adds little and cannot
@@ -369,8 +386,9 @@ def blend(
     out = {}
     rest = 1.0 - w
     for key in dict.fromkeys([*keyword, *semantic]):
-        bm25 = keyword.get(key, 0.0)
-        out[key] = w * (bm25 / (bm25 + scale)) + rest * max(semantic.get(key, 0.0), 0.0)
+        out[key] = w * keyword_share(keyword.get(key, 0.0), scale) + rest * max(
+            semantic.get(key, 0.0), 0.0
+        )
     return out
 
 
