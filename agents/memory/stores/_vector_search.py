@@ -345,8 +345,9 @@ class VectorSearch:
         """Return the error for a stored vector of the wrong byte length."""
         msg = (
             f"The vector of item {seq} of session {sid!r} of {self._engine.url} holds "
-            f"{length} bytes; expected a multiple of {4 * embedder.dimension} ({embedder.dimension} "
-            f"float32 of model {embedder.name!r} a vector). The store is damaged: drop the session's vectors with "
+            f"{length} bytes; expected {4 * embedder.dimension} ({embedder.dimension} float32 of "
+            f"model {embedder.name!r}), or a multiple of it for vectors cut into parts. "
+            f"The store is damaged: drop the session's vectors with "
             f"drop_vectors({sid!r}) and index them again."
         )
         return CorruptStoreError(msg)
