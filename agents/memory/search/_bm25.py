@@ -73,7 +73,17 @@ def exhaustive_top(
 class _Impacts:
     """One term's postings as arrays in impact order (count, then length), built at one generation."""
 
-    __slots__ = ("dl", "epoch", "heads", "log_pos", "removals", "rows", "segments", "tf")
+    __slots__ = (
+        "contrib",
+        "dl",
+        "epoch",
+        "heads",
+        "log_pos",
+        "removals",
+        "rows",
+        "segments",
+        "tf",
+    )
 
     def __init__(
         self, np: Any, rows: Any, tf: Any, dl: Any, epoch: int, log_pos: int, removals: int
@@ -93,6 +103,8 @@ class _Impacts:
             for start, end, value in zip(starts, ends, values.tolist(), strict=True)
         ]
         self.heads: dict[int, Any] = {}  # positions of each segment's first n entries, by n
+        # (slope, weight, each entry's share of a score): kept while neither changes.
+        self.contrib: tuple[float, float, Any] | None = None
         self.epoch = epoch
         self.log_pos = log_pos
         self.removals = removals
@@ -110,6 +122,20 @@ class _Part:
         self.impacts = impacts
         self.valid = valid  # a mask of entries still current, or None when all are
         self.share: Any = None  # the per-entry share at unit weight, for parts read whole
+
+    def contrib(self, weight: float, slope: float) -> Any:
+        """Return each entry's share of a score for one occurrence of the term: ``bm25_term_score``'s floats."""
+        impacts = self.impacts
+        if impacts is not None and impacts.contrib is not None:
+            seen_slope, seen_weight, contrib = impacts.contrib
+            if seen_slope == slope and seen_weight == weight:
+                return contrib
+        tf = self.tf
+        # bm25_term_score's operations in its order, so the floats are the same.
+        contrib = weight * tf / (tf + _FLAT + slope * self.dl)
+        if impacts is not None:
+            impacts.contrib = (slope, weight, contrib)
+        return contrib
 
 
 class Ranker:
@@ -193,10 +219,12 @@ class Ranker:
         slope = BM25_K1 * BM25_B / average
         # Distinct terms, their summed weight (for bounds) and their parts.
         distinct: dict[str, tuple[list[_Part], float]] = {}
+        single: dict[str, float] = {}  # the weight of one occurrence
         for term, posting, weight in terms:
             seen = distinct.get(term)
             if seen is None:
                 distinct[term] = (self._parts(term, posting, scope, lengths), weight)
+                single[term] = weight
             else:
                 distinct[term] = (seen[0], seen[1] + weight)
         # Each term's highest share, and seeds: the items with each term's best shares
@@ -235,9 +263,12 @@ class Ranker:
             parts, weight = distinct[term]
             need = (threshold - after) * (1.0 - _SLACK) - _SLACK
             unit = need / weight if need > 0.0 else 0.0
-            if unit == 0.0 and sum(len(part.rows) for part in parts) > self.used // 4:
-                # Every item holding a common word may still be among the best: score them all.
+            reaching = [self._reaching(part, slope, unit) for part in parts]
+            if len(taken) + sum(len(at) for at in reaching) > self.used // 4:
+                # A quarter of the items may still be among the best (the query's words
+                # are common and spread alike): scoring every posting costs less.
                 return self._dense_top(terms, distinct, slope, k)
+            times = weight / single[term]  # how many times the query holds it
             # Adding this term's shares to `got` pays while many items are taken, for a
             # term that can move a score (a word in every item adds almost nothing).
             update = len(taken) > _FEW and bounds[term] >= _WORTH * threshold
@@ -245,17 +276,16 @@ class Ranker:
                 skipped += bounds[term]  # the items taken so far may hold it
             new_rows = []
             new_got = []
-            for part in parts:
+            for part, at in zip(parts, reaching, strict=True):
                 if update:
-                    at = self._held(part, mark)
-                    got[where[part.rows[at]]] += weight * self._shares(part, at, slope)
-                at = self._reaching(part, slope, unit)
+                    held = self._held(part, mark)
+                    got[where[part.rows[held]]] += times * part.contrib(single[term], slope)[held]
                 if part.valid is not None:
                     at = at[part.valid[at]]
                 rows = part.rows[at]
                 fresh = ~mark[rows]
                 new_rows.append(rows[fresh])
-                new_got.append(weight * self._shares(part, at[fresh], slope))
+                new_got.append(times * part.contrib(single[term], slope)[at[fresh]])
             added = np.concatenate(new_rows)
             if len(added):
                 where[added] = np.arange(len(taken), len(taken) + len(added))
@@ -277,9 +307,7 @@ class Ranker:
         for term, _, weight in terms:
             for part in distinct[term][0]:
                 at = self._held(part, mark)
-                tf = part.tf[at]
-                # bm25_term_score's operations in its order, so the floats are the same.
-                scores[where[part.rows[at]]] += weight * tf / (tf + _FLAT + slope * part.dl[at])
+                scores[where[part.rows[at]]] += part.contrib(weight, slope)[at]
         if len(scores) > k:
             best = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
             taken = taken[best]
@@ -300,11 +328,14 @@ class Ranker:
         scores = np.zeros(self.used, dtype=np.float64)
         for term, _, weight in terms:
             for part in distinct[term][0]:
-                rows, tf, dl = part.rows, part.tf, part.dl
+                rows, contrib = part.rows, part.contrib(weight, slope)
                 if part.valid is not None:
-                    rows, tf, dl = rows[part.valid], tf[part.valid], dl[part.valid]
-                # bm25_term_score's operations in its order, so the floats are the same.
-                scores[rows] += weight * tf / (tf + _FLAT + slope * dl)
+                    rows, contrib = rows[part.valid], contrib[part.valid]
+                if len(rows) > self.used // 8:
+                    # One pass in row order; adding 0.0 to the rows without the term changes nothing.
+                    scores += np.bincount(rows, weights=contrib, minlength=self.used)
+                else:
+                    scores[rows] += contrib
         if self.used > k:
             cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
             rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
@@ -321,12 +352,6 @@ class Ranker:
         if part.valid is not None:
             hit &= part.valid
         return self.np.flatnonzero(hit)
-
-    @staticmethod
-    def _shares(part: _Part, at: Any, slope: float) -> Any:
-        """Return the unit-weight shares of the part's entries at positions ``at``."""
-        tf = part.tf[at]
-        return tf / (tf + _FLAT + slope * part.dl[at])
 
     @staticmethod
     def _exact_top(

@@ -628,12 +628,11 @@ class StoredMemory(Memory):
 
     def _store_search(self, query: str, k: int, where: Where | None) -> list[tuple[int, Hit]]:
         """Return ``(seq, hit)`` of the best ``k`` items by the store's ranking that pass ``where``."""
-        from agents.memory.search import Hit
-        from agents.memory.search._search import checked_where
+        from agents.memory.search import Filter, Hit
 
         checked_query(query)
         check_k(k)
-        predicate = checked_where(where)
+        predicate = Filter.of(where)
         tokenizer = Tokenizer()
         wanted = set(tokenizer(query))
         session = self._session

@@ -31,6 +31,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from agents.memory._filter import FilterNode
 from agents.memory.exceptions import StoreError
 from agents.memory.stores._encoding import IndexEntry, Row, RowUpdate, SessionRow
 from agents.memory.stores._keyword import Terms
@@ -223,6 +224,19 @@ class Backend:
         keyword index (from the terms each insert hands it) answers here
         with the ranking ``Memory.search`` gives; by default the store reads
         the session a page at a time and scores it.
+        """
+        return None
+
+    # -- optional: narrowing a filtered search ------------------------------------------
+
+    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the seqs of the rows that may pass a search filter, or ``None`` to have every row tested.
+
+        ``tree`` is the parsed filter (:attr:`~agents.memory.search.Filter.tree`).
+        A backend that can judge (part of) it where the rows lie returns a
+        superset of the rows that pass: a row left out is never tested, so
+        leaving out one that passes loses a hit; the rows returned are still
+        tested with the filter in Python. By default ``None``.
         """
         return None
 

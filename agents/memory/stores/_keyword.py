@@ -9,7 +9,6 @@ the row, so no store decodes a row it has just encoded to find them.
 from __future__ import annotations
 
 import heapq
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -38,6 +37,7 @@ __all__ = [
     "keyword_matches",
     "keyword_query",
     "query_weights",
+    "rank_matches",
     "rank_pages",
     "texts_of",
 ]
@@ -50,8 +50,12 @@ KeywordMatch = tuple[int, int, dict[str, int]]
 
 _TOKENIZER: Final = Tokenizer()
 # For ASCII text the tokenizer's NFKC is the identity, casefold is lower() and its
-# runs of letters and digits are these: the same terms, found faster.
-_ASCII_WORD: Final = re.compile(r"[a-z0-9]+")
+# terms are the runs of ASCII letters and digits: mapping every other byte to a
+# space (and A-Z to a-z) and splitting at spaces gives the same terms, about three
+# times faster than a regular expression's findall.
+_ASCII_TERMS: Final = bytes(
+    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+)
 
 
 def texts_of(fields: Mapping[str, Any]) -> list[str]:
@@ -106,7 +110,10 @@ def item_terms(item: MemoryItem) -> Terms:
     if not texts:
         return "", 0
     text = texts[0] if len(texts) == 1 else "\n".join(texts)
-    terms = _ASCII_WORD.findall(text.lower()) if text.isascii() else _TOKENIZER(text)
+    if text.isascii():
+        words = text.encode("ascii").translate(_ASCII_TERMS).split()
+        return b" ".join(words).decode("ascii"), len(words)
+    terms = _TOKENIZER(text)
     return " ".join(terms), len(terms)
 
 
@@ -179,16 +186,30 @@ def rank_pages(
     answers a search, and how every store answers one with ``keys``.
     """
     n_items, total, matches, found = keyword_matches(pages, terms, keys)
+    best = rank_matches(n_items, total, matches, terms, k)
+    return best, {seq: found[seq] for _, seq in best if seq in found}
+
+
+def rank_matches(
+    n_items: int, total: int, matches: Sequence[KeywordMatch], terms: Sequence[str], k: int
+) -> list[tuple[float, int]]:
+    """Rank the items holding a query term by BM25 as ``Memory.search`` does; return the ``k`` best.
+
+    ``n_items`` and ``total`` (items and their terms in all) are the
+    session's; ``matches`` every item of it holding a query term. The best
+    are ``(score, seq)``, best first, ties by seq. :func:`rank_pages` ranks
+    a session read in pages with it, and the SQLite store the rows its FTS
+    table does not hold yet.
+    """
     if not matches:
-        return [], {}
+        return []
     df = Counter(term for _, _, counts in matches for term in counts)
     weighted = query_weights(terms, df, n_items)
     average = bm25_average_length(total, n_items)
     scored = [
         (bm25_score(counts, length, weighted, average), seq) for seq, length, counts in matches
     ]
-    best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
-    return best, {seq: found[seq] for _, seq in best if seq in found}
+    return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
 def keyword_matches(

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import BM25_K1, bm25_average_length, bm25_idf
 from agents.memory.stores._engine import Engine
+from agents.memory.stores._filtering import ALL, Passing, narrower, reader, widening
 from agents.memory.stores._keyword import (
     bm25_score,
     keyword_matches,
@@ -40,9 +42,13 @@ class KeywordSearch:
         k: int,
         keys: Iterable[str] | None,
         on_unknown_class: OnUnknownClass,
+        keep: Filter | None = None,
     ) -> list[StoreHit]:
-        """Return the ``k`` best hits by BM25, best first (``Store.search`` in keyword mode)."""
+        """Return the ``k`` best hits by BM25 (that pass ``keep``), best first (``Store.search`` in keyword mode)."""
         terms, fields = keyword_query(query, k, keys)
+        if keep is not None:
+            passing = self.filtered(sid, terms, fields, k, keep, on_unknown_class)
+            return [StoreHit(seq, item, score) for seq, score, item in passing]
         engine = self._engine
         with engine.errors("search", sid):
             best, found = self.top(sid, terms, fields, k, on_unknown_class)
@@ -53,13 +59,56 @@ class KeywordSearch:
         return [StoreHit(seq, found[seq], score) for score, seq in best if seq in found]
 
     def ranking(
-        self, sid: str, query: str, k: int, keys: Iterable[str] | None
+        self, sid: str, query: str, k: int, keys: Iterable[str] | None, keep: Filter | None = None
     ) -> list[tuple[int, float]]:
-        """Return ``(seq, score)`` of the ``k`` best items, best first, reading as few items as the backend allows."""
+        """Return ``(seq, score)`` of the ``k`` best items (that pass ``keep``), best first, reading as few items as the backend allows."""
         terms, fields = keyword_query(query, k, keys)
+        if keep is not None:
+            passing = self.filtered(sid, terms, fields, k, keep, "base")
+            return [(seq, score) for seq, score, _ in passing]
         with self._engine.errors("search", sid):
             best, _ = self.top(sid, terms, fields, k, "base")
         return [(seq, score) for score, seq in best]
+
+    def filtered(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        k: int,
+        keep: Filter,
+        on_unknown_class: OnUnknownClass,
+    ) -> Passing:
+        """Return the best ``k`` items by BM25 that pass ``keep``, widening the ranking until they are found.
+
+        A ranking scored in Python (no keyword index, or ``fields``) is asked
+        for every candidate at once: it decodes them all to score them
+        anyway. An indexed one is asked for a few more than ``k``, then as
+        many as the pass rate seen needs; once that reaches
+        ``NARROW_AT`` the backend is asked which rows may pass
+        (``Backend.filter_candidates``) and the others are skipped unread.
+        """
+        found: dict[int, MemoryItem] = {}
+
+        def rank(limit: int) -> list[tuple[int, float]]:
+            with self._engine.errors("search", sid):
+                best, items = self.top(sid, terms, fields, limit, on_unknown_class)
+            found.update(items)
+            return [(seq, score) for score, seq in best]
+
+        engine = self._engine
+        python_ranked = fields is not None or not engine.backend.keyword_index
+        return widening(
+            rank,
+            k,
+            keep,
+            found,
+            reader(engine, sid, on_unknown_class),
+            # An indexed ranking costs about the same for a few more: ask for enough that one
+            # ranking usually settles a filter most items pass.
+            first=ALL if python_ranked else max(4 * k, 64),
+            narrow=narrower(engine, sid, keep),
+        )
 
     def top(
         self,

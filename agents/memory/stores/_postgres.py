@@ -52,14 +52,15 @@ from __future__ import annotations
 
 import array
 import contextlib
+import contextvars
 import hashlib
 import heapq
 import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -509,6 +510,25 @@ def _vector_literal(blob: bytes) -> str | None:
     return str(floats.tolist())
 
 
+class Drivers(NamedTuple):
+    """Where a PostgreSQL store gets its connections: ``connect(conninfo, **options)`` and ``pool(conninfo, **options)``.
+
+    Both take psycopg's sync signatures (``psycopg.connect``,
+    ``psycopg_pool.ConnectionPool``). The async store opens its PostgreSQL
+    store with :data:`DRIVERS` set to the asyncio bridge's, so the same
+    store code runs on psycopg's async connections and pool.
+    """
+
+    connect: Callable[..., Any]
+    pool: Callable[..., Any]
+
+
+# The drivers of the PostgreSQL stores opened in this context; None: psycopg's sync ones.
+DRIVERS: contextvars.ContextVar[Drivers | None] = contextvars.ContextVar(
+    "kvmemory_postgres_drivers", default=None
+)
+
+
 _PGVECTOR_ROWS: Final = 1000  # rows per statement when filling the embedding column
 
 
@@ -550,7 +570,8 @@ class PostgresBackend(SQLRows, Backend):
             # One plain connection first: a host that does not resolve or a refused
             # login fails here at once, with the driver's reason, instead of after
             # the pool's timeout of retrying in the background.
-            first = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(int(timeout), 1))
+            drivers = DRIVERS.get() or Drivers(psycopg.connect, psycopg_pool.ConnectionPool)
+            first = drivers.connect(conninfo, autocommit=True, connect_timeout=max(int(timeout), 1))
         except psycopg.Error as exc:
             msg = f"Cannot connect to PostgreSQL store {self.url}: {exc}; check that the server is running and the URL's host, port, user, password and database are right."
             raise StoreUnreachableError(msg) from exc
@@ -559,7 +580,7 @@ class PostgresBackend(SQLRows, Backend):
             if not self._empty:
                 self._vector_schema = self._embedding_column(first, create=pgvector)
             self._pgvector = pgvector and self._vector_schema is not None
-        self._pool = psycopg_pool.ConnectionPool(
+        self._pool = drivers.pool(
             conninfo,
             min_size=min_size,
             max_size=max_size,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from agents.memory._filter import Filter, Where
 from agents.memory._item import OnUnknownClass
 from agents.memory._text import check_k, checked_keys, checked_query
 from agents.memory._vectors import Embedder, SearchMode, checked_weight
@@ -45,6 +46,7 @@ class SearchCalls:
         mode: SearchMode = "keyword",
         embedder: Embedder | None = None,
         hybrid_weight: float | None = None,
+        where: Where | None = None,
     ) -> list[StoreHit]:
         """Return the ``k`` items of a session that best match ``query``, best first: by BM25 unless ``mode`` says otherwise.
 
@@ -76,12 +78,19 @@ class SearchCalls:
             embedder: The model, for semantic and hybrid modes (required there).
             hybrid_weight: The keyword share of a hybrid score, 0 to 1
                 (default ``HYBRID_KEYWORD_WEIGHT``).
+            where: Keep only items that pass this filter (see
+                :class:`~agents.memory.search.Filter`): the best ``k`` of the
+                ranking that pass, the hits ``Memory.search(where=...)``
+                gives. The ranking is walked best first and its items are
+                decoded and tested until ``k`` pass; SQLite and PostgreSQL
+                first skip, in SQL, rows that cannot pass once few do (see
+                docs/search.md, "Filters").
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             InvalidQueryError: for an empty query or one without words, ``k`` outside 1 to 2**63 - 1,
-                keys that are not field names, an unknown mode, or no embedder
-                in semantic and hybrid modes.
+                keys that are not field names, an unknown mode, no embedder
+                in semantic and hybrid modes, or a filter that is not understood.
             EmbedderMismatchError: if the session holds vectors of another model.
             EmbeddingError: if the embedder returns the wrong shape or NaN.
             MissingDependencyError: naming the extra when numpy is missing.
@@ -92,8 +101,9 @@ class SearchCalls:
             StoreError: if the store cannot be read.
         """
         sid = self._search_engine.check(session_id)
+        keep = Filter.of(where)
         if mode == "keyword":
-            return self._keyword.search(sid, query, k, keys, on_unknown_class)
+            return self._keyword.search(sid, query, k, keys, on_unknown_class, keep)
         text = checked_query(query)
         check_k(k)
         fields = checked_keys(keys)
@@ -101,10 +111,18 @@ class SearchCalls:
             msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
             raise InvalidQueryError(msg)
         weight = checked_weight(hybrid_weight)
-        return self._vectors.search(sid, text, k, fields, mode, embedder, weight, on_unknown_class)
+        return self._vectors.search(
+            sid, text, k, fields, mode, embedder, weight, on_unknown_class, keep
+        )
 
     def ranking(
-        self, session_id: str, query: str, k: int = 5, *, keys: Iterable[str] | None = None
+        self,
+        session_id: str,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        where: Where | None = None,
     ) -> list[tuple[int, float]]:
         """Return ``(seq, score)`` of the ``k`` items that best match ``query``, best first, without reading them.
 
@@ -118,6 +136,9 @@ class SearchCalls:
             query: The words to look for.
             k: How many seqs at most.
             keys: Search only these fields.
+            where: Keep only items that pass this filter, as :meth:`search`
+                does; the candidates' items are then read to be tested
+                (classes the process does not know read as ``MemoryItem``).
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -127,7 +148,7 @@ class SearchCalls:
             StoreError: if the store cannot be read.
         """
         sid = self._search_engine.check(session_id)
-        return self._keyword.ranking(sid, query, k, keys)
+        return self._keyword.ranking(sid, query, k, keys, Filter.of(where))
 
     def vector_model(self, session_id: str) -> VectorModel | None:
         """Return the embedding model a session's vectors came from, or ``None`` if it has none.

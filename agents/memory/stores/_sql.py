@@ -20,7 +20,9 @@ from typing import Any, ClassVar, Final
 import attrs
 
 from agents.memory import _codec
+from agents.memory._filter import FilterNode
 from agents.memory.stores._encoding import IndexEntry
+from agents.memory.stores._filter_sql import candidates_query
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLRows"]
 
@@ -123,6 +125,7 @@ class SQLRows:
     """
 
     dialect: ClassVar[Dialect]
+    driver_errors: tuple[type[BaseException], ...]
     _empty: bool
 
     def _query(self, sql: str, params: Any = ()) -> list[Any]:
@@ -140,6 +143,29 @@ class SQLRows:
             return []
         d = self.dialect
         return _pairs(self._query(d.spell(_ROWS_OF_SEQS), (session_id, d.bind_list(seqs))))
+
+    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the seqs of the session's rows that may pass a filter, judged in SQL over the stored JSON.
+
+        Sound, not exact (see ``_filter_sql``): the rows left out cannot
+        pass; the others are still tested in Python. ``None`` when SQL
+        cannot narrow the filter, or the engine cannot read the rows as
+        JSON (an SQLite without JSON functions, a damaged row: decoding
+        then reports it).
+        """
+        if self._empty:
+            return set()
+        query = candidates_query(tree, session_id, postgres=self.dialect is POSTGRES)
+        if query is None:
+            return None
+        try:
+            return {int(seq) for (seq,) in self._query(*query)}
+        except self.driver_errors as exc:
+            if "json" not in str(exc).lower():
+                raise
+            # No JSON functions, or a row that is not JSON: filtering in Python alone still
+            # gives the exact answer, and decoding the rows reports the damage.
+            return None
 
     def vector_model(self, session_id: str) -> tuple[str, int] | None:
         if self._empty:

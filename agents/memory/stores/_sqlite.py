@@ -1,6 +1,6 @@
 """The SQLite store: one file, many processes, the embedded default.
 
-Layout (schema version 5, recorded in ``PRAGMA user_version``)::
+Layout (schema version 6, recorded in ``PRAGMA user_version``)::
 
     kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
                       metadata BLOB)                                   -- metadata: v2
@@ -12,6 +12,8 @@ Layout (schema version 5, recorded in ``PRAGMA user_version``)::
                     terms INTEGER)                                     -- v4
     kvmemory_fts: FTS5 over the terms, kvmemory_fts_row and _instance: its
     fts5vocab tables, kvmemory_fts_content: the view it reads   -- v4
+    kvmemory_fts_mark(through INTEGER): rows of a seq up to it have their
+                     FTS rows; later ones are pending               -- v6
     kvmemory_embedders(session_id TEXT PRIMARY KEY, model TEXT,
                        dimension INTEGER)                              -- v3
     kvmemory_vectors(session_id TEXT, seq INTEGER, fields TEXT, vector BLOB,
@@ -79,7 +81,14 @@ from agents.memory.exceptions import (
 from agents.memory.stores._backend import Backend
 from agents.memory.stores._checks import check_store_path
 from agents.memory.stores._encoding import Row, RowUpdate, SessionRow, decode_pairs
-from agents.memory.stores._keyword import Terms, bm25_score, item_terms, query_weights
+from agents.memory.stores._keyword import (
+    KeywordMatch,
+    Terms,
+    bm25_score,
+    item_terms,
+    query_weights,
+    rank_matches,
+)
 from agents.memory.stores._migrations import check_schema_version, migrate
 from agents.memory.stores._sql import SQLITE, SQLRows
 from agents.memory.stores._store import Store
@@ -172,6 +181,54 @@ def _prefixed(row: str, key: str) -> str:
     )
 
 
+# Schema version 6: rows inserted a few at a time are folded into the FTS table
+# later, many at once (FTS5 writes a segment per transaction that touches it: 150 us
+# of the 200 us of database CPU a one-item commit cost). kvmemory_fts_mark holds
+# one number, "through": every row of a seq up to it has its FTS row; the rows
+# after it are pending (their terms are in their rows, and their counts already in
+# kvmemory_search). A write folds the pending rows of every session once
+# _FOLD_AT are pending, and a batch of _FOLD_AT rows or more is indexed at once
+# (see SQLiteStore._insert_indexed). The triggers touch the FTS rows of folded rows only.
+_MARK_DDL: Final = (
+    "CREATE TABLE IF NOT EXISTS kvmemory_fts_mark (through INTEGER NOT NULL)",
+    """CREATE TRIGGER kvmemory_items_search_delete AFTER DELETE ON kvmemory_items BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id
+            AND old.seq <= (SELECT through FROM kvmemory_fts_mark);
+        UPDATE kvmemory_search SET items = items - 1, terms = terms - old.n_terms
+            WHERE session_id = old.session_id;
+    END""",
+    """CREATE TRIGGER kvmemory_items_search_update AFTER UPDATE OF terms, n_terms ON kvmemory_items
+    BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id
+            AND old.seq <= (SELECT through FROM kvmemory_fts_mark);
+        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
+    + _prefixed("new", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id
+            AND new.seq <= (SELECT through FROM kvmemory_fts_mark);
+        UPDATE kvmemory_search SET terms = terms - old.n_terms + new.n_terms
+            WHERE session_id = new.session_id;
+    END""",
+)
+_FOLD_AT: Final = 64
+"""Pending rows (or a batch's rows) from which a write folds them into the FTS table.
+
+One-item commits, 2,000 UFO rows, database CPU per commit: FTS row in each
+commit 198 us, folded every 16 rows 100 us, every 64 78 us, every 256 71 us,
+never 51 us (benchmarks/bench_stores.py --targets; docs/stores.md)."""
+
+
+def _mark_all_indexed(con: sqlite3.Connection) -> None:
+    """Record every row as folded into the FTS table (true after a rebuild or a migration from an eager layout)."""
+    con.execute("DELETE FROM kvmemory_fts_mark")
+    con.execute(
+        "INSERT INTO kvmemory_fts_mark (through) SELECT coalesce(max(seq), 0) FROM kvmemory_items"
+    )
+
+
 _KEYWORD_DDL: Final = (
     """CREATE TABLE IF NOT EXISTS kvmemory_search (
         key INTEGER PRIMARY KEY,
@@ -187,24 +244,7 @@ _KEYWORD_DDL: Final = (
     " content_rowid='seq', tokenize='ascii')",
     "CREATE VIRTUAL TABLE kvmemory_fts_row USING fts5vocab(kvmemory_fts, row)",
     "CREATE VIRTUAL TABLE kvmemory_fts_instance USING fts5vocab(kvmemory_fts, instance)",
-    """CREATE TRIGGER kvmemory_items_search_delete AFTER DELETE ON kvmemory_items BEGIN
-        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
-    + _prefixed("old", "key")
-    + """ FROM kvmemory_search WHERE session_id = old.session_id;
-        UPDATE kvmemory_search SET items = items - 1, terms = terms - old.n_terms
-            WHERE session_id = old.session_id;
-    END""",
-    """CREATE TRIGGER kvmemory_items_search_update AFTER UPDATE OF terms, n_terms ON kvmemory_items
-    BEGIN
-        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
-    + _prefixed("old", "key")
-    + """ FROM kvmemory_search WHERE session_id = old.session_id;
-        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
-    + _prefixed("new", "key")
-    + """ FROM kvmemory_search WHERE session_id = new.session_id;
-        UPDATE kvmemory_search SET terms = terms - old.n_terms + new.n_terms
-            WHERE session_id = new.session_id;
-    END""",
+    *_MARK_DDL,
 )
 
 _KEYWORD_OBJECTS: Final = (
@@ -216,6 +256,7 @@ _KEYWORD_OBJECTS: Final = (
     ("TABLE", "kvmemory_fts"),
     ("VIEW", "kvmemory_fts_content"),
     ("TABLE", "kvmemory_search"),
+    ("TABLE", "kvmemory_fts_mark"),
 )
 
 
@@ -232,6 +273,7 @@ def _build_keyword_index(con: sqlite3.Connection) -> None:
         " FROM kvmemory_items GROUP BY session_id"
     )
     con.execute("INSERT INTO kvmemory_fts (kvmemory_fts) VALUES ('rebuild')")  # empty rows, counted
+    _mark_all_indexed(con)  # every row has its FTS row: the updates below keep them
     after = 0
     while True:
         rows = con.execute(
@@ -271,14 +313,25 @@ def _index_inserts_by_batch(con: sqlite3.Connection) -> None:
     con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_insert")
 
 
-# The keyword index of rows just inserted, in one statement per batch: their FTS
-# rows (terms prefixed with the session's key, as _prefixed writes them).
-_INDEX_INSERTED: Final = (
+def _fold_few_inserts(con: sqlite3.Connection) -> None:
+    con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_delete")
+    con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_update")
+    for statement in _MARK_DDL:
+        con.execute(statement)
+    _mark_all_indexed(con)  # layout 5 indexed every row as it was inserted
+
+
+# The FTS rows of the pending rows of every session, seqs ?1 < seq <= ?2, in one
+# statement (terms prefixed with the session's key, as _prefixed writes them). Run
+# on every insert, with an empty range when nothing is folded: a missing FTS table
+# is then reported by the write, as when every insert was indexed.
+_FOLD: Final = (
     "INSERT INTO kvmemory_fts (rowid, terms) SELECT i.seq, "
     + _prefixed("i", "s.key")
     + " FROM kvmemory_items AS i JOIN kvmemory_search AS s ON s.session_id = i.session_id"
-    " WHERE i.session_id = ? AND i.seq BETWEEN ? AND ?"
+    " WHERE i.seq > ?1 AND i.seq <= ?2"
 )
+_THROUGH: Final = "SELECT through FROM kvmemory_fts_mark"
 _COUNT_INSERTED: Final = (
     "INSERT INTO kvmemory_search (session_id, items, terms) VALUES (?, ?, ?)"
     " ON CONFLICT (session_id) DO UPDATE SET items = items + excluded.items,"
@@ -292,6 +345,7 @@ MIGRATIONS: Final = (
     _add_vectors,
     _add_keyword_index,
     _index_inserts_by_batch,
+    _fold_few_inserts,
 )
 """Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -302,6 +356,7 @@ _SEARCHED_BY_SCAN: Final = (
 _READS_AS_CURRENT: Final = (
     4  # the layout whose inserts a trigger indexed: it reads as the current one
 )
+_INDEXED_EAGERLY: Final = 5  # the last layout that indexed every insert at once (no pending rows)
 
 _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
@@ -340,6 +395,7 @@ class SQLiteBackend(SQLRows, Backend):
         self._lock = threading.RLock()
         self._empty = False
         self._indexed = True
+        self._folds = True  # whether the file may hold rows not yet in the FTS table (layout 6)
         self._check_whole_pages()  # an existing file, before SQLite opens it
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
@@ -492,11 +548,12 @@ class SQLiteBackend(SQLRows, Backend):
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        readable = (0, _SEARCHED_BY_SCAN, _READS_AS_CURRENT)
+        readable = (0, _SEARCHED_BY_SCAN, _READS_AS_CURRENT, _INDEXED_EAGERLY)
         if version == SCHEMA_VERSION or (self.read_only and version in readable):
             # A file of the layout before the keyword index reads the same, searched by scanning.
             self._empty = version == 0
             self._indexed = version >= _READS_AS_CURRENT
+            self._folds = version == 0 or version > _INDEXED_EAGERLY
             if not self.read_only:
                 self._use_wal()
             return
@@ -508,6 +565,7 @@ class SQLiteBackend(SQLRows, Backend):
             found = self._kvmemory_version()  # another process may have migrated it meanwhile
             reached = migrate(MIGRATIONS, found, con, store=f"SQLite store {self.path!r}")
             con.execute(f"PRAGMA user_version={reached}")
+        self._folds = True
 
     def _kvmemory_version(self) -> int:
         """Return the file's schema version (0 when empty); refuse a file that is not a kvmemory store."""
@@ -746,7 +804,12 @@ class SQLiteBackend(SQLRows, Backend):
         # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
         first = last - len(rows) + 1
         tx.execute(_COUNT_INSERTED, (session_id, len(rows), sum(n for _, n in terms)))
-        tx.execute(_INDEX_INSERTED, (session_id, first, last))
+        (through,) = tx.execute(_THROUGH).fetchone()
+        if last - through >= _FOLD_AT:
+            tx.execute(_FOLD, (through, last))
+            tx.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
+        else:
+            tx.execute(_FOLD, (last, last))  # nothing to fold; checks the FTS table is there
         return list(range(first, last + 1))
 
     def update_rows(
@@ -851,7 +914,36 @@ class SQLiteBackend(SQLRows, Backend):
 
     def close(self) -> None:
         with self._lock:
+            if not self.read_only and self._folds:
+                self._fold_pending()
             self._con.close()
+
+    def _fold_pending(self) -> None:
+        """Fold the store's pending rows into the FTS table, if it can without waiting.
+
+        A writable handle does this as it closes (readers of the closed file
+        then search by the index alone) and before it searches (the FTS
+        table then answers: scoring pending rows reads every posting of the
+        query terms, 6x slower for common words). Best effort: while another
+        process writes, or if the index is damaged, the rows stay pending
+        (searches read them, the next write folds them, and a damaged index
+        is reported by the search or write that meets it).
+        """
+        con = self._con
+        with contextlib.suppress(sqlite3.Error):
+            if not con.execute(_ANY_PENDING).fetchone()[0]:
+                return
+            con.execute("PRAGMA busy_timeout = 0")
+            try:
+                with self.transaction(None):
+                    (through,) = con.execute(_THROUGH).fetchone()
+                    (last,) = con.execute(
+                        "SELECT coalesce(max(seq), 0) FROM kvmemory_items"
+                    ).fetchone()
+                    con.execute(_FOLD, (through, last))
+                    con.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
+            finally:
+                con.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
 
     # -- keyword search --------------------------------------------------------------
 
@@ -872,13 +964,91 @@ class SQLiteBackend(SQLRows, Backend):
         try:
             with self._lock:
                 self._follow_writers()
-                return self._indexed_top(sid, terms, k)
+                return self._snapshot_top(sid, terms, k)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise
             raise self._index_damaged("search", f" session {sid!r} of", str(exc)) from exc
         except sqlite3.DatabaseError as exc:
             raise self._index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+
+    def _snapshot_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Score the session's items holding a query term, from one snapshot of the file.
+
+        A writable handle first folds any pending rows (:meth:`_fold_pending`).
+        With no pending row in the store (see :data:`_MARK_DDL`) the FTS table
+        holds every row and :meth:`_indexed_top` scores; ``PRAGMA data_version``
+        read before and after tells that no other connection committed in
+        between (its snapshot was the one checked). Otherwise
+        :meth:`_pending_top` scores, in one read transaction.
+        """
+        con = self._con
+        if not self._folds:
+            return self._indexed_top(sid, terms, k)
+        if not self.read_only:
+            self._fold_pending()
+        for _ in range(_SNAPSHOT_TRIES):
+            (version,) = con.execute("PRAGMA data_version").fetchone()
+            if con.execute(_ANY_PENDING).fetchone()[0]:
+                break
+            best = self._indexed_top(sid, terms, k)
+            if con.execute("PRAGMA data_version").fetchone()[0] == version:
+                return best
+        return self._pending_top(sid, terms, k)
+
+    def _pending_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Score the session's items by BM25 while some rows of the store are not yet in the FTS table.
+
+        The one place that reads pending rows: the folded items holding a
+        query term are counted from the FTS postings (the session's own, by
+        their prefix), the session's pending rows from the terms they keep,
+        and all of them ranked by :func:`rank_matches` with the session's
+        counts (which include the pending rows): the ranking of
+        ``Memory.search``, as every other path gives it. FTS5's table-wide
+        statistics, which lack the pending rows, are not used.
+        """
+        con = self._con
+        # One read transaction: counts, postings and pending rows from one snapshot.
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(_SESSION_COUNTS, (sid,)).fetchone()
+            if stats is None or stats[1] <= 0:
+                return []
+            key, n_items, total = stats
+            (through,) = con.execute(_THROUGH).fetchone()
+            prefix = f"{key}{_MARK}"
+            wanted = set(terms)
+            held: dict[int, dict[str, int]] = {}
+            for doc, name, tf in con.execute(
+                "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
+                " WHERE term IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
+                (_json_list([prefix + term for term in wanted]),),
+            ):
+                held.setdefault(int(doc), {})[name[len(prefix) :]] = int(tf)
+            lengths = dict(
+                con.execute(
+                    "SELECT seq, n_terms FROM kvmemory_items WHERE session_id = ? AND seq <= ?"
+                    " AND seq IN (SELECT value FROM json_each(?))",
+                    (sid, through, _json_list(list(held))),
+                ).fetchall()
+            )
+            matches: list[KeywordMatch] = []
+            for seq, counts in held.items():
+                length = lengths.get(seq)
+                if length is None or length < sum(counts.values()):
+                    msg = f"the index holds item {seq}, which session {sid!r} does not hold with those terms"
+                    raise sqlite3.DatabaseError(msg)
+                matches.append((seq, int(length), counts))
+            for seq, length, text in con.execute(_PENDING_ROWS, (sid, through)):
+                counts = {}
+                for word in text.split(" "):
+                    if word in wanted:
+                        counts[word] = counts.get(word, 0) + 1
+                if counts:
+                    matches.append((int(seq), int(length), counts))
+            return rank_matches(n_items, total, matches, terms, k)
+        finally:
+            con.execute("COMMIT")
 
     def _indexed_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
         """Return the session's ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`_Scorer`)."""
@@ -1022,6 +1192,13 @@ class SQLiteStore(Store):
 
 
 _INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
+_SNAPSHOT_TRIES: Final = 3
+"""Searches tried with the FTS table alone while other connections commit, before reading pending rows."""
+_ANY_PENDING: Final = "SELECT EXISTS (SELECT 1 FROM kvmemory_items WHERE seq > (SELECT through FROM kvmemory_fts_mark))"
+_PENDING_ROWS: Final = (
+    "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ? AND seq > ? ORDER BY seq"
+)
+_SESSION_COUNTS: Final = "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?"
 
 
 class _Scorer:

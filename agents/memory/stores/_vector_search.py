@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
+from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory._text import Tokenizer
 from agents.memory._vectors import (
@@ -36,6 +37,7 @@ from agents.memory.exceptions import (
 )
 from agents.memory.stores._encoding import check_seq, decode_pairs
 from agents.memory.stores._engine import Engine
+from agents.memory.stores._filtering import first_passing, narrower, reader, widening
 from agents.memory.stores._keyword_search import KeywordSearch
 from agents.memory.stores._values import StoreHit, VectorModel
 
@@ -161,8 +163,15 @@ class VectorSearch:
         embedder: Embedder | None,
         weight: float,
         on_unknown_class: OnUnknownClass,
+        keep: Filter | None = None,
     ) -> list[StoreHit]:
-        """Rank a session by exact cosine over its stored vectors (semantic), or blended with BM25 (hybrid)."""
+        """Rank a session by exact cosine over its stored vectors (semantic), or blended with BM25 (hybrid).
+
+        With ``keep``, the best ``k`` that pass it, as ``Memory.search`` keeps
+        them: in semantic mode the best cosines are asked for in longer
+        rankings until ``k`` pass; in hybrid mode the blended candidates are
+        walked best first.
+        """
         if embedder is None:
             msg = f"search(mode={mode!r}) of a store needs embedder=...: the model the session's vectors come from (for example HashingEmbedder() or WordLlamaEmbedder())."
             raise InvalidQueryError(msg)
@@ -172,6 +181,16 @@ class VectorSearch:
         if not self._engine.read_only:
             self._embed_missing(sid, embedder, fields, 256, None)
         found: dict[int, MemoryItem] = {}
+        read = reader(self._engine, sid, on_unknown_class)
+        if mode == "semantic" and keep is not None:
+
+            def rank(limit: int) -> list[tuple[int, float]]:
+                cosines = self._best_cosines(sid, embedder, fields, query, limit, {})
+                return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
+
+            narrow = narrower(self._engine, sid, keep)
+            passing = widening(rank, k, keep, found, read, narrow=narrow)
+            return [StoreHit(seq, item, score) for seq, score, item in passing]
         if mode == "semantic":
             scores = self._best_cosines(sid, embedder, fields, query, k, {})
         else:
@@ -183,6 +202,10 @@ class VectorSearch:
             pool = max(10 * k, HYBRID_POOL)
             cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword)
             scores = blend(keyword, ceiling, cosines, weight)
+            if keep is not None:
+                ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
+                passing = first_passing(ranked, k, keep, found, read)
+                return [StoreHit(seq, item, score) for seq, score, item in passing]
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:

@@ -836,6 +836,39 @@ class StoreContract:
             assert [n for n, _ in got] == [n for n, _ in want], query
             assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
 
+    @pytest.mark.parametrize("k", [1, 2, 5])
+    def test_search_and_ranking_with_where_are_memory_search_with_where(
+        self, store: Store, k: int
+    ) -> None:
+        """where= keeps the best k hits that pass the filter, as Memory.search(where=) does."""
+        items = [
+            MemoryItem(
+                step=i,
+                note=f"the dialog {'report ' * (i % 4)}step {i % 3}",
+                n=i % 5,
+                kind="ab"[i % 2],
+            )
+            for i in range(40)
+        ]
+        store.append("s", items)
+        store.append("other", items[:5])
+        memory = Memory()
+        memory.add_memory_items(store.read("s"))
+        wheres: list[dict[str, Any]] = [
+            {"n": {"$gte": 3}},
+            {"$or": [{"kind": "b", "n": {"$ne": 1}}, {"step": {"$in": [0, 38]}}]},
+            {"step": {"$gt": 36}},
+            {"missing": 1},
+        ]
+        for where in wheres:
+            for query in ("the report", "report dialog step 2"):
+                got = store.search("s", query, k, where=where)
+                want = memory.search(query, k, where=where)
+                assert [h.item["step"] for h in got] == [h.item["step"] for h in want], where
+                assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-9)
+                ranked = store.ranking("s", query, k, where=where)
+                assert ranked == [(h.seq, h.score) for h in got]
+
     @pytest.mark.parametrize("k", [1, 3, 10])
     def test_search_of_common_words_across_sessions_is_memory_search(
         self, store: Store, k: int
