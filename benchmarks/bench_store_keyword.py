@@ -165,7 +165,7 @@ def run_postgres(items: list[MemoryItem], repeat: int, url: str) -> None:
     import psycopg
 
     tokenize = Tokenizer()
-    store = PostgresStore(url)
+    store = PostgresStore(url, pgvector=False)  # keyword only: never create the extension
     store.delete_session("run")
     for i in range(0, len(items), 1000):
         store.append("run", items[i : i + 1000])
