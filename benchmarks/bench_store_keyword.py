@@ -152,7 +152,7 @@ def run_sqlite(items: list[MemoryItem], repeat: int, path: str | None) -> None:
         def search(query: str) -> object:
             return store.search("run", query, 5)
 
-        table(f"SQLite, one session of {len(items)} items", search, direct, repeat)
+        table(f"SQLite, one session of {store.count('run')} items", search, direct, repeat)
         if path is None:
             store.append("other", items[: len(items) // 10])
             table("SQLite, the same session and a second one in the file", search, direct, repeat)
