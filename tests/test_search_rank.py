@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import sys
+import unicodedata
 from collections import Counter
 from typing import Any
 
@@ -181,3 +183,11 @@ def test_ranking_after_changes_to_a_queried_memory_equals_plain_bm25(k: int) -> 
         memory.add_memory_items([random_item(rng, 10_000 * (round_ + 1) + i) for i in range(40)])
         for query in asked:
             assert_ranks_as_model(memory, query)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.characters(max_codepoint=127)) | st.text())
+def test_tokenizer_terms_are_runs_of_letters_and_digits_after_nfkc_and_casefold(text: str) -> None:
+    """The tokenizer's ASCII path gives the terms its general rule gives: NFKC, casefold, runs of letters and digits."""
+    expected = re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text).casefold())
+    assert Tokenizer()(text) == expected
