@@ -44,6 +44,7 @@ _GONE: Final = 2**62  # the generation of a removed row: newer than any array
 # A share computed in floats may differ from the exact one by a few ulps; every
 # bound is loosened by this much (relative) so that pruning never drops a tie.
 _SLACK: Final = 1e-9
+_SPAN: Final = 2.0**32  # above any item length: segment number * _SPAN + length orders entries
 _FEW: Final = 64  # this many items or fewer are scored from the postings dicts
 _WORTH: Final = 0.02  # a term whose bound is below this share of the threshold is not summed early
 
@@ -75,13 +76,17 @@ class _Impacts:
 
     __slots__ = (
         "contrib",
+        "counts",
         "dl",
         "epoch",
         "heads",
         "log_pos",
+        "mixed",
+        "ordered",
         "removals",
         "rows",
         "segments",
+        "starts",
         "tf",
     )
 
@@ -102,6 +107,17 @@ class _Impacts:
             (start, end, int(value) if value < _GROUPS else 0)
             for start, end, value in zip(starts, ends, values.tolist(), strict=True)
         ]
+        # The segments of one count, as arrays, and the key that orders every entry:
+        # segment number * 2**32 + length, so one search finds each segment's cut.
+        single = [segment for segment in self.segments if segment[2]]
+        self.starts = np.array([start for start, _, _ in single], dtype=np.int64)
+        self.counts = np.array([count for _, _, count in single], dtype=np.float64)
+        self.mixed = next(((start, end) for start, end, count in self.segments if not count), None)
+        segment_of = np.repeat(
+            np.arange(len(self.segments), dtype=np.float64),
+            [end - start for start, end, _ in self.segments],
+        )
+        self.ordered = segment_of * _SPAN + self.dl
         self.heads: dict[int, Any] = {}  # positions of each segment's first n entries, by n
         # (slope, weight, each entry's share of a score): kept while neither changes.
         self.contrib: tuple[float, float, Any] | None = None
@@ -229,7 +245,7 @@ class Ranker:
                 distinct[term] = (seen[0], seen[1] + weight)
         # Each term's highest share, and seeds: the items with each term's best shares
         # (more of them for the term with the highest, which the best items likely hold).
-        wide = max(4 * k, 64)
+        wide = max(2 * k, 16)
         bounds: dict[str, float] = {}
         heads: dict[str, tuple[Any, Any]] = {}
         for term, (parts, weight) in distinct.items():
@@ -451,28 +467,28 @@ class Ranker:
         if impacts is None:
             return np.flatnonzero(part.share >= need)
         picks = []
-        for start, end, count in impacts.segments:
-            if count == 0:
-                tf = impacts.tf[start:end]
-                share = tf / (tf + _FLAT + slope * impacts.dl[start:end])
-                picks.append(start + np.flatnonzero(share >= need))
-                continue
+        if need < 1.0 and len(impacts.starts):  # a share is always below 1
             # count / (count + flat + slope * dl) >= need  <=>  dl <= (count / need - count - flat) / slope
-            if need >= 1.0:
-                continue  # a share is always below 1
-            longest = (count / need - count - _FLAT) / slope
-            if longest < 0.0:
-                continue
-            stop = int(
-                np.searchsorted(
-                    impacts.dl[start:end], longest * (1.0 + _SLACK) + _SLACK, side="right"
-                )
-            )
-            if stop:
-                picks.append(np.arange(start, start + stop))
+            counts = impacts.counts
+            longest = (counts / need - counts - _FLAT) / slope
+            # Lengths are whole numbers: 1e-3 more keeps a tie whatever the rounding.
+            longest = np.clip(longest * (1.0 + _SLACK) + 1e-3, -1.0, _SPAN - 1.0)
+            segment = np.arange(len(counts), dtype=np.float64)  # the mixed segment is last
+            stops = np.searchsorted(impacts.ordered, segment * _SPAN + longest, side="right")
+            sizes = np.maximum(stops - impacts.starts, 0)
+            total = int(sizes.sum())
+            if total:
+                # The ranges [start, start + size) of every segment, in one array.
+                offsets = np.repeat(impacts.starts - (np.cumsum(sizes) - sizes), sizes)
+                picks.append(np.arange(total) + offsets)
+        if impacts.mixed is not None:
+            start, end = impacts.mixed
+            tf = impacts.tf[start:end]
+            share = tf / (tf + _FLAT + slope * impacts.dl[start:end])
+            picks.append(start + np.flatnonzero(share >= need))
         if not picks:
             return np.zeros(0, dtype=np.int64)
-        return np.concatenate(picks)
+        return picks[0] if len(picks) == 1 else np.concatenate(picks)
 
     def _kth_score(
         self,
