@@ -180,15 +180,20 @@ class Ranker:
         """Open a batch of (re)indexed items: arrays built before it do not hold them."""
         self.epoch += 1
 
-    def indexed(self, key: int) -> None:
-        """File ``key`` as (re)indexed in the current batch."""
-        row = self.row_of.get(key)
-        if row is None:
-            row = self.free.pop() if self.free else self._grow()
-            self.row_of[key] = row
-            self.key_at[row] = key
-        self.gen[row] = self.epoch
-        self.log.append(key)
+    def indexed(self, keys: list[int]) -> None:
+        """File ``keys`` as (re)indexed in the current batch."""
+        row_of = self.row_of
+        free = self.free
+        rows = []
+        for key in keys:
+            row = row_of.get(key)
+            if row is None:
+                row = row_of[key] = free.pop() if free else self._grow()
+            rows.append(row)
+        at = self.np.array(rows, dtype=self.np.int64)
+        self.key_at[at] = keys
+        self.gen[at] = self.epoch
+        self.log += keys
 
     def removed(self, key: int) -> None:
         """Forget ``key``: its entries in existing arrays no longer count."""
