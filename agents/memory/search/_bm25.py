@@ -75,6 +75,7 @@ class _Impacts:
     """One term's postings as arrays in impact order (count, then length), built at one generation."""
 
     __slots__ = (
+        "by_row",
         "contrib",
         "counts",
         "dl",
@@ -121,6 +122,9 @@ class _Impacts:
         self.heads: dict[int, Any] = {}  # positions of each segment's first n entries, by n
         # (slope, weight, each entry's share of a score): kept while neither changes.
         self.contrib: tuple[float, float, Any] | None = None
+        # (slope, weight, removals, rows in use, the shares laid out by row, 0.0 where
+        # the term is missing): for a common term, read by row instead of searched.
+        self.by_row: tuple[float, float, int, int, Any] | None = None
         self.epoch = epoch
         self.log_pos = log_pos
         self.removals = removals
@@ -173,6 +177,7 @@ class Ranker:
         self.log: list[int] = []  # keys indexed since the arrays were last dropped, in order
         self.removals = 0  # rows removed since then
         self.impacts: dict[tuple[tuple[str, ...] | None, str], _Impacts] = {}
+        self.laid_out: dict[int, _Impacts] = {}  # the arrays holding a `by_row`, oldest first
 
     # -- upkeep -----------------------------------------------------------------------
 
@@ -299,8 +304,14 @@ class Ranker:
             new_got = []
             for part, at in zip(parts, reaching, strict=True):
                 if update:
-                    held = self._held(part, mark)
-                    got[where[part.rows[held]]] += times * part.contrib(single[term], slope)[held]
+                    by_row = self._by_row(part, single[term], slope)
+                    if by_row is not None:
+                        got += times * by_row[taken]
+                    else:
+                        held = self._held(part, mark)
+                        got[where[part.rows[held]]] += (
+                            times * part.contrib(single[term], slope)[held]
+                        )
                 if part.valid is not None:
                     at = at[part.valid[at]]
                 rows = part.rows[at]
@@ -327,8 +338,12 @@ class Ranker:
         scores = np.zeros(len(taken), dtype=np.float64)
         for term, _, weight in terms:
             for part in distinct[term][0]:
-                at = self._held(part, mark)
-                scores[where[part.rows[at]]] += part.contrib(weight, slope)[at]
+                by_row = self._by_row(part, weight, slope)
+                if by_row is not None:
+                    scores += by_row[taken]  # adding 0.0 where the term is missing changes nothing
+                else:
+                    at = self._held(part, mark)
+                    scores[where[part.rows[at]]] += part.contrib(weight, slope)[at]
         if len(scores) > k:
             best = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
             taken = taken[best]
@@ -349,14 +364,14 @@ class Ranker:
         scores = np.zeros(self.used, dtype=np.float64)
         for term, _, weight in terms:
             for part in distinct[term][0]:
+                by_row = self._by_row(part, weight, slope)
+                if by_row is not None:
+                    scores += by_row  # adding 0.0 where the term is missing changes nothing
+                    continue
                 rows, contrib = part.rows, part.contrib(weight, slope)
                 if part.valid is not None:
                     rows, contrib = rows[part.valid], contrib[part.valid]
-                if len(rows) > self.used // 8:
-                    # One pass in row order; adding 0.0 to the rows without the term changes nothing.
-                    scores += np.bincount(rows, weights=contrib, minlength=self.used)
-                else:
-                    scores[rows] += contrib
+                scores[rows] += contrib
         if self.used > k:
             cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
             rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
@@ -366,6 +381,29 @@ class Ranker:
         keys = self.key_at[rows]
         ranked = np.lexsort((keys, -found))[:k]
         return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+
+    def _by_row(self, part: _Part, weight: float, slope: float) -> Any:
+        """Return the part's current shares laid out by row, for a common term's arrays (else ``None``)."""
+        impacts = part.impacts
+        if impacts is None or len(part.rows) <= self.used // 8:
+            return None
+        seen = impacts.by_row
+        if seen is not None and seen[:4] == (slope, weight, self.removals, self.used):
+            return seen[4]
+        np = self.np
+        rows, contrib = part.rows, part.contrib(weight, slope)
+        if part.valid is not None:
+            rows, contrib = rows[part.valid], contrib[part.valid]
+        by_row = np.zeros(self.used, dtype=np.float64)
+        by_row[rows] = contrib
+        impacts.by_row = (slope, weight, self.removals, self.used, by_row)
+        laid_out = self.laid_out
+        laid_out.pop(id(impacts), None)
+        laid_out[id(impacts)] = impacts
+        # At most about 64 MiB of them: the oldest give theirs up.
+        while len(laid_out) > max(4, 2**23 // self.used):
+            laid_out.pop(next(iter(laid_out))).by_row = None
+        return by_row
 
     def _held(self, part: _Part, mark: Any) -> Any:
         """Return the positions in the part of current entries whose row is marked."""
@@ -441,6 +479,7 @@ class Ranker:
         limit = max(1024, n_items // 32)
         if len(self.log) > limit or self.removals > limit:
             self.impacts = {}
+            self.laid_out = {}
             self.log = []
             self.removals = 0
 
