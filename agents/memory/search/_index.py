@@ -395,8 +395,7 @@ class SearchIndex:
                 return None
             ranker = self._ranker = Ranker(np)
             ranker.next_generation()
-            for key in self._docs:
-                ranker.indexed(key)
+            ranker.indexed(list(self._docs))
         return self._ranker
 
     def keyword_ceiling(self, terms: Sequence[str], keys: tuple[str, ...] | None) -> float:
@@ -646,10 +645,12 @@ class SearchIndex:
         if ranker is not None:
             ranker.next_generation()
         total = 0
+        done = []
         for key in self._pending:
             item = items.get(key)
             if item is None:
                 continue
+            done.append(key)
             doc = tuple(field_texts(item_fields(item)))
             if fields is not None:
                 terms = fields.file(key, doc, tokenize)
@@ -659,16 +660,15 @@ class SearchIndex:
                 # One text: a newline never joins the terms around it.
                 terms = tokenize("\n".join([text for _, text in doc]))
             for term, count in Counter(terms).items():
-                posting = postings.get(term)
-                if posting is None:
+                try:
+                    postings[term][key] = count
+                except KeyError:
                     postings[term] = {key: count}
-                else:
-                    posting[key] = count
             docs[key] = doc
             lengths[key] = len(terms)
             total += len(terms)
-            if ranker is not None:
-                ranker.indexed(key)
+        if ranker is not None:
+            ranker.indexed(done)
         self._total += total
         self._pending = {}
 
