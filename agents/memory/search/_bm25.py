@@ -39,7 +39,6 @@ QueryTerm = tuple[str, Mapping[int, int], float]
 _FLAT: Final = BM25_K1 * (1.0 - BM25_B)
 _SMALL: Final = 256  # postings shorter than this are read from the dict at each query
 _GROUPS: Final = 48  # counts below this get a segment each; higher counts share the last one
-_CACHED_TERMS: Final = 2048  # term arrays kept (the most recently used)
 _GONE: Final = 2**62  # the generation of a removed row: newer than any array
 # A share computed in floats may differ from the exact one by a few ulps; every
 # bound is loosened by this much (relative) so that pruning never drops a tie.
@@ -177,6 +176,7 @@ class Ranker:
         self.log: list[int] = []  # keys indexed since the arrays were last dropped, in order
         self.removals = 0  # rows removed since then
         self.impacts: dict[tuple[tuple[str, ...] | None, str], _Impacts] = {}
+        self.entries = 0  # the entries of the arrays in `impacts`
         self.laid_out: dict[int, _Impacts] = {}  # the arrays holding a `by_row`, oldest first
 
     # -- upkeep -----------------------------------------------------------------------
@@ -445,9 +445,13 @@ class Ranker:
         impacts = self.impacts.pop((scope, term), None)
         if impacts is None:
             impacts = self._build(posting, lengths)
+            self.entries += len(impacts.rows)
         self.impacts[scope, term] = impacts  # last: the most recently used
-        if len(self.impacts) > _CACHED_TERMS:
-            del self.impacts[next(iter(self.impacts))]
+        # The least recently used go while all hold more than 2**20 entries and twice the rows.
+        while len(self.impacts) > 1 and self.entries > max(1 << 20, 2 * self.used):
+            oldest = self.impacts.pop(next(iter(self.impacts)))
+            self.entries -= len(oldest.rows)
+            self.laid_out.pop(id(oldest), None)
         # Rows removed since the build (or reused by another item) are masked out.
         valid = None
         if self.removals != impacts.removals:
@@ -479,6 +483,7 @@ class Ranker:
         limit = max(1024, n_items // 32)
         if len(self.log) > limit or self.removals > limit:
             self.impacts = {}
+            self.entries = 0
             self.laid_out = {}
             self.log = []
             self.removals = 0
