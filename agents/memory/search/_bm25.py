@@ -361,6 +361,44 @@ class Ranker:
     ) -> list[tuple[int, float]]:
         """Return the best ``k`` by scoring every entry of every term into one array by row."""
         np = self.np
+        scores = self._dense_scores(terms, distinct, slope)
+        if self.used > k:
+            cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
+            rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
+        else:
+            rows = np.flatnonzero(scores > 0.0)
+        found = scores[rows]
+        keys = self.key_at[rows]
+        ranked = np.lexsort((keys, -found))[:k]
+        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+
+    def all_scores(
+        self,
+        terms: Sequence[QueryTerm],
+        scope: tuple[str, ...] | None,
+        lengths: Mapping[int, int],
+        average: float,
+    ) -> dict[int, float]:
+        """Return the score of every item holding a query term, by key (the floats :meth:`top` gives)."""
+        np = self.np
+        self._tidy(len(lengths))
+        slope = BM25_K1 * BM25_B / average
+        distinct: dict[str, tuple[list[_Part], float]] = {}
+        for term, posting, weight in terms:
+            if term not in distinct:
+                distinct[term] = (self._parts(term, posting, scope, lengths), weight)
+        scores = self._dense_scores(terms, distinct, slope)
+        rows = np.flatnonzero(scores)
+        return dict(zip(self.key_at[rows].tolist(), scores[rows].tolist(), strict=True))
+
+    def _dense_scores(
+        self,
+        terms: Sequence[QueryTerm],
+        distinct: Mapping[str, tuple[list[_Part], float]],
+        slope: float,
+    ) -> Any:
+        """Return every row's score: each term's entries added into one array, in query order."""
+        np = self.np
         scores = np.zeros(self.used, dtype=np.float64)
         for term, _, weight in terms:
             for part in distinct[term][0]:
@@ -372,15 +410,7 @@ class Ranker:
                 if part.valid is not None:
                     rows, contrib = rows[part.valid], contrib[part.valid]
                 scores[rows] += contrib
-        if self.used > k:
-            cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
-            rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
-        else:
-            rows = np.flatnonzero(scores > 0.0)
-        found = scores[rows]
-        keys = self.key_at[rows]
-        ranked = np.lexsort((keys, -found))[:k]
-        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+        return scores
 
     def _by_row(self, part: _Part, weight: float, slope: float) -> Any:
         """Return the part's current shares laid out by row, for a common term's arrays (else ``None``)."""
