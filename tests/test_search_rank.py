@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import Tokenizer
+from agents.memory.search import Tokenizer, search_index
 
 WORDS = [f"w{n}" for n in range(30)]
 # Zipf-like: the first words are held by most items, the last by a few.
@@ -197,3 +197,18 @@ def test_tokenizer_terms_are_runs_of_letters_and_digits_after_nfkc_and_casefold(
     """The tokenizer's ASCII path gives the terms its general rule gives: NFKC, casefold, runs of letters and digits."""
     expected = re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text).casefold())
     assert Tokenizer()(text) == expected
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32), asked=st.lists(queries, min_size=1, max_size=3))
+def test_keyword_scores_of_every_item_equal_plain_bm25(seed: int, asked: list[Any]) -> None:
+    """SearchIndex.keyword_scores (the hybrid's keyword side) gives every holding item its plain BM25 score."""
+    rng = random.Random(seed)
+    memory = Memory(random_item(rng, step) for step in range(rng.choice([30, 700])))
+    index = search_index(memory)
+    for words, _, keys, _ in asked:
+        text = " ".join(words)
+        scores, rest = index.keyword_scores(Tokenizer()(text), keys)
+        got = {index.item(key)["step"]: score for key, score in scores.items()}
+        assert got == dict(model_top(memory, text, len(memory), keys, None))
+        assert rest == 0.0

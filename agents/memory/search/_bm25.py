@@ -39,7 +39,6 @@ QueryTerm = tuple[str, Mapping[int, int], float]
 _FLAT: Final = BM25_K1 * (1.0 - BM25_B)
 _SMALL: Final = 256  # postings shorter than this are read from the dict at each query
 _GROUPS: Final = 48  # counts below this get a segment each; higher counts share the last one
-_CACHED_TERMS: Final = 2048  # term arrays kept (the most recently used)
 _GONE: Final = 2**62  # the generation of a removed row: newer than any array
 # A share computed in floats may differ from the exact one by a few ulps; every
 # bound is loosened by this much (relative) so that pruning never drops a tie.
@@ -177,6 +176,7 @@ class Ranker:
         self.log: list[int] = []  # keys indexed since the arrays were last dropped, in order
         self.removals = 0  # rows removed since then
         self.impacts: dict[tuple[tuple[str, ...] | None, str], _Impacts] = {}
+        self.entries = 0  # the entries of the arrays in `impacts`
         self.laid_out: dict[int, _Impacts] = {}  # the arrays holding a `by_row`, oldest first
 
     # -- upkeep -----------------------------------------------------------------------
@@ -361,6 +361,44 @@ class Ranker:
     ) -> list[tuple[int, float]]:
         """Return the best ``k`` by scoring every entry of every term into one array by row."""
         np = self.np
+        scores = self._dense_scores(terms, distinct, slope)
+        if self.used > k:
+            cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
+            rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
+        else:
+            rows = np.flatnonzero(scores > 0.0)
+        found = scores[rows]
+        keys = self.key_at[rows]
+        ranked = np.lexsort((keys, -found))[:k]
+        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+
+    def all_scores(
+        self,
+        terms: Sequence[QueryTerm],
+        scope: tuple[str, ...] | None,
+        lengths: Mapping[int, int],
+        average: float,
+    ) -> dict[int, float]:
+        """Return the score of every item holding a query term, by key (the floats :meth:`top` gives)."""
+        np = self.np
+        self._tidy(len(lengths))
+        slope = BM25_K1 * BM25_B / average
+        distinct: dict[str, tuple[list[_Part], float]] = {}
+        for term, posting, weight in terms:
+            if term not in distinct:
+                distinct[term] = (self._parts(term, posting, scope, lengths), weight)
+        scores = self._dense_scores(terms, distinct, slope)
+        rows = np.flatnonzero(scores)
+        return dict(zip(self.key_at[rows].tolist(), scores[rows].tolist(), strict=True))
+
+    def _dense_scores(
+        self,
+        terms: Sequence[QueryTerm],
+        distinct: Mapping[str, tuple[list[_Part], float]],
+        slope: float,
+    ) -> Any:
+        """Return every row's score: each term's entries added into one array, in query order."""
+        np = self.np
         scores = np.zeros(self.used, dtype=np.float64)
         for term, _, weight in terms:
             for part in distinct[term][0]:
@@ -372,15 +410,7 @@ class Ranker:
                 if part.valid is not None:
                     rows, contrib = rows[part.valid], contrib[part.valid]
                 scores[rows] += contrib
-        if self.used > k:
-            cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
-            rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
-        else:
-            rows = np.flatnonzero(scores > 0.0)
-        found = scores[rows]
-        keys = self.key_at[rows]
-        ranked = np.lexsort((keys, -found))[:k]
-        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+        return scores
 
     def _by_row(self, part: _Part, weight: float, slope: float) -> Any:
         """Return the part's current shares laid out by row, for a common term's arrays (else ``None``)."""
@@ -445,9 +475,13 @@ class Ranker:
         impacts = self.impacts.pop((scope, term), None)
         if impacts is None:
             impacts = self._build(posting, lengths)
+            self.entries += len(impacts.rows)
         self.impacts[scope, term] = impacts  # last: the most recently used
-        if len(self.impacts) > _CACHED_TERMS:
-            del self.impacts[next(iter(self.impacts))]
+        # The least recently used go while all hold more than 2**20 entries and twice the rows.
+        while len(self.impacts) > 1 and self.entries > max(1 << 20, 2 * self.used):
+            oldest = self.impacts.pop(next(iter(self.impacts)))
+            self.entries -= len(oldest.rows)
+            self.laid_out.pop(id(oldest), None)
         # Rows removed since the build (or reused by another item) are masked out.
         valid = None
         if self.removals != impacts.removals:
@@ -479,6 +513,7 @@ class Ranker:
         limit = max(1024, n_items // 32)
         if len(self.log) > limit or self.removals > limit:
             self.impacts = {}
+            self.entries = 0
             self.laid_out = {}
             self.log = []
             self.removals = 0

@@ -349,6 +349,9 @@ class SearchIndex:
             self._catch_up()
             query, sizes, average = self._query_terms(terms, keys)
             lengths = sizes.of
+            ranker = self._ranker_now()
+            if ranker is not None and query:
+                return ranker.all_scores(query, keys, lengths, average), 0.0
             scores: dict[int, float] = {}
             for _, matches, weight in query:
                 get = scores.get
