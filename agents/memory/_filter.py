@@ -113,8 +113,14 @@ _NULL, _BOOL, _NUMBER, _STRING, _OTHER = range(5)
 _OPERATORS_TEXT: Final = "$eq, $ne, $gt, $gte, $lt, $lte, $in and $nin"
 
 
+_EXACT_KINDS: Final = {type(None): 0, bool: 1, int: 2, float: 2, str: 3}
+
+
 def _kind(value: Any) -> int:
     """Return the kind of a value: values of two kinds are never equal and never ordered."""
+    kind = _EXACT_KINDS.get(type(value))
+    if kind is not None:
+        return kind
     if value is None:
         return _NULL
     if isinstance(value, bool):
@@ -380,7 +386,14 @@ def _equal_to(label: str, op: str, operand: Any) -> _ValueTest:
     if kind == _BOOL:
         return lambda value: value is operand
     if kind == _NUMBER:
-        return lambda value: _kind(value) == _NUMBER and value == operand
+
+        def number(value: Any) -> bool:
+            cls = type(value)
+            if cls is int or cls is float:  # the common case, without _kind's lookups
+                return bool(value == operand)
+            return _kind(value) == _NUMBER and bool(value == operand)
+
+        return number
     if kind == _STRING:
         return lambda value: isinstance(value, str) and value == operand
     return lambda value: value is not NOTHING and _kind(value) == _OTHER and _same(value, operand)
@@ -464,4 +477,13 @@ def _ordered(label: str, op: str, operand: Any) -> _ValueTest:
         compare = lambda value: value < operand  # noqa: E731
     else:
         compare = lambda value: value <= operand  # noqa: E731
-    return lambda value: _kind(value) == kind and compare(value)
+    if kind == _NUMBER:
+
+        def number(value: Any) -> bool:
+            cls = type(value)
+            if cls is int or cls is float:  # the common case, without _kind's lookups
+                return compare(value)
+            return _kind(value) == _NUMBER and compare(value)
+
+        return number
+    return lambda value: isinstance(value, str) and compare(value)

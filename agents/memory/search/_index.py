@@ -538,12 +538,15 @@ class SearchIndex:
 
         Only the best scores are sorted: the ``k``-th best score is found
         first, and ``where`` is asked of the best items only, more of them
-        while too few pass.
+        while too few pass; once the pass rate seen says ``k`` passing items
+        need the whole ranking (twice over), ``where`` is asked of every
+        scored item once and the best ``k`` that pass are taken.
         """
         self._follow()
         with self._lock:
             items = self._items
             out: list[tuple[int, MemoryItem, float]] = []
+            passed: dict[int, bool] = {}  # each item is asked once, however many rounds
             wanted = k
             while True:
                 if wanted < len(scores):
@@ -555,12 +558,36 @@ class SearchIndex:
                 # The best `wanted` by (score, session order); ties past them wait for a later round.
                 for key, score in heapq.nsmallest(wanted, chosen, key=_best_first):
                     item = items.get(key)
-                    if item is not None and (where is None or where(item)):
-                        out.append((key, item, score))
-                        if len(out) == k:
-                            return out
+                    if item is None:
+                        continue
+                    if where is not None:
+                        verdict = passed.get(key)
+                        if verdict is None:
+                            verdict = passed[key] = where(item)
+                        if not verdict:
+                            continue
+                    out.append((key, item, score))
+                    if len(out) == k:
+                        return out
                 if wanted >= len(scores):
                     return out  # every item was asked
+                if where is not None and 2 * k * wanted >= len(scores) * max(len(out), 1):
+                    # Few pass: ask each scored item once and rank those that pass, rather
+                    # than sorting ever longer prefixes of the ranking.
+                    kept = []
+                    for key, score in scores.items():
+                        item = items.get(key)
+                        if item is None:
+                            continue
+                        verdict = passed.get(key)
+                        if verdict is None:
+                            verdict = where(item)
+                        if verdict:
+                            kept.append((key, score))
+                    return [
+                        (key, items[key], score)
+                        for key, score in heapq.nsmallest(k, kept, key=_best_first)
+                    ]
                 wanted *= 4
 
     # -- internals -----------------------------------------------------------------------
