@@ -525,3 +525,21 @@ def test_store_search_on_a_long_session_agrees_with_memory_for_any_filter(store_
             ]
 
         check()
+
+
+def test_async_store_search_and_ranking_take_where(store_url: str) -> None:
+    """AsyncStore.search and ranking pass where= through to the store."""
+    import asyncio
+
+    from agents.memory.stores import open_async_store
+
+    async def main() -> tuple[list[Any], list[tuple[int, float]]]:
+        async with open_async_store(store_url) as store:
+            await store.append("s", [MemoryItem(step=i, text="alpha") for i in range(10)])
+            hits = await store.search("s", "alpha", 3, where={"step": {"$gte": 4, "$lt": 6}})
+            ranked = await store.ranking("s", "alpha", 3, where={"step": {"$in": [9]}})
+            return [h.item["step"] for h in hits], ranked
+
+    steps, ranked = asyncio.run(main())
+    assert steps == [4, 5]
+    assert len(ranked) == 1
