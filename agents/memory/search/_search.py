@@ -135,14 +135,7 @@ def search(
         if not terms:
             msg = f"Query {query!r} holds no word to search for; keyword search matches letters and digits."
             raise InvalidQueryError(msg)
-        scores, rest = index.keyword_scores(terms, wanted, skip_common=True)
-        top = index.top(scores, k, predicate)
-        if len(top) < k or (rest and top[-1][2] <= rest):
-            # Items holding only common words could still make the top k: score those that
-            # can (all of them when a filter may drop some of the best).
-            limit = k if predicate is None else None
-            scores, _ = index.keyword_scores(terms, wanted, limit=limit)
-            top = index.top(scores, k, predicate)
+        top = index.keyword_top(terms, wanted, k, predicate)
     elif mode == "semantic":
         model = _embedder_for(index, embedder)
         limit = k

@@ -332,9 +332,10 @@ def open_async_store(
     """Open a store for asyncio programs: ``async with open_async_store(url) as store:``.
 
     Takes the URLs and paths :func:`open_store` takes. Every call of the
-    store is awaitable and runs the sync store's call on worker threads of
-    the store's own (see :class:`AsyncStore`), so the event loop never waits
-    on a disk or a server. ``store = await open_async_store(url)`` opens it
+    store is awaitable and runs the sync store's code without blocking the
+    event loop: PostgreSQL on psycopg's asyncio driver (the ``async``
+    extra), the others on a worker thread of the store's own (see
+    :class:`AsyncStore`). ``store = await open_async_store(url)`` opens it
     without a block; close it then with ``await store.aclose()``.
 
     Args:
@@ -345,6 +346,8 @@ def open_async_store(
         An opener to ``await`` or to use with ``async with``.
 
     Raises:
+        MissingDependencyError: for a PostgreSQL URL without the ``async``
+            extra (when awaited or entered).
         What :func:`open_store` raises, when awaited or entered.
     """
     from agents.memory.stores._async import AsyncOpener, AsyncStore

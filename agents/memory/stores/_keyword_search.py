@@ -14,10 +14,16 @@ from collections.abc import Iterable, Sequence
 
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, bm25_idf
+from agents.memory._text import BM25_K1, bm25_average_length, bm25_idf
 from agents.memory.stores._engine import Engine
 from agents.memory.stores._filtering import ALL, Passing, narrower, reader, widening
-from agents.memory.stores._keyword import keyword_matches, keyword_query, rank_pages
+from agents.memory.stores._keyword import (
+    bm25_score,
+    keyword_matches,
+    keyword_query,
+    query_weights,
+    rank_pages,
+)
 from agents.memory.stores._values import StoreHit
 
 __all__ = ["KeywordSearch"]
@@ -134,9 +140,9 @@ class KeywordSearch:
     ) -> tuple[dict[int, float], float, dict[int, MemoryItem]]:
         """Return the keyword side of a hybrid query: BM25 by seq, the query's ceiling, items read.
 
-        As the search index does it for ``Memory.search``: items holding
-        only common terms (floored IDF) are left out, the others summed over
-        the rarer terms first, then the common ones, in query order.
+        As the search index scores them for ``Memory.search``: every item
+        holding a query term, summed in query order (no IDF is floored, so
+        no item can be left out as near zero).
         """
         with self._engine.errors("search", sid):
             n_items, total, matches, found = keyword_matches(
@@ -148,20 +154,9 @@ class KeywordSearch:
         ceiling = 0.0
         for term in terms:
             ceiling += bm25_idf(n_items, df.get(term, 0))
-        avgdl = total / n_items if total else 1.0
-        flat = BM25_K1 * (1.0 - BM25_B)
-        slope = BM25_K1 * BM25_B / avgdl
-        idf = {term: bm25_idf(n_items, df[term]) for term in df}
-        rare = [term for term in terms if term in idf and idf[term] != MIN_IDF]
-        common = [term for term in terms if term in idf and idf[term] == MIN_IDF]
-        scores: dict[int, float] = {}
-        for seq, length, counts in matches:
-            if not any(term in counts for term in rare):
-                continue
-            score = 0.0
-            for term in (*rare, *common):
-                tf = counts.get(term)
-                if tf:
-                    score += idf[term] * (BM25_K1 + 1.0) * tf / (tf + flat + slope * length)
-            scores[seq] = score
+        weighted = query_weights(terms, df, n_items)
+        average = bm25_average_length(total, n_items)
+        scores = {
+            seq: bm25_score(counts, length, weighted, average) for seq, length, counts in matches
+        }
         return scores, ceiling * (BM25_K1 + 1.0) or 1.0, found

@@ -52,17 +52,19 @@ from __future__ import annotations
 
 import array
 import contextlib
+import contextvars
 import hashlib
+import heapq
 import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, NamedTuple
 
 import orjson
 
-from agents.memory._text import BM25_B, BM25_K1, MIN_IDF
+from agents.memory._text import BM25_B, BM25_K1, bm25_average_length
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -74,7 +76,7 @@ from agents.memory.exceptions import (
 from agents.memory.stores._backend import Backend
 from agents.memory.stores._checks import redact_url
 from agents.memory.stores._encoding import Row, RowUpdate, SessionRow, decode_pairs
-from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._keyword import Terms, bm25_score, item_terms, query_weights
 from agents.memory.stores._migrations import check_schema_version, migrate
 from agents.memory.stores._sql import POSTGRES, SQLRows
 from agents.memory.stores._store import Store
@@ -293,6 +295,35 @@ _LEXEME_OVERHEAD: Final = 8
 """Bytes a tsvector spends on each lexeme besides its text (its entry, with alignment)."""
 _COLUMN_TERMS: Final = 256
 """The most distinct query terms scored with a column each; more are scored from arrays."""
+_MARGIN: Final = 1.0 + 1e-9
+"""How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
+
+
+def _exact_top(
+    rows: Sequence[tuple[Any, ...]], terms: Sequence[str], names: Sequence[str], k: int
+) -> list[tuple[float, int]]:
+    """Return the ``k`` best ``(score, seq)`` of the rows SQL ranked, scored again as ``Memory.search`` sums them.
+
+    SQL sums a row's shares by distinct term and computes the IDF with
+    ``ln(1 + x)``, equal to the in-RAM floats to rounding only, and returns
+    the rows whose SQL score is within :data:`_MARGIN` squared of the
+    ``k``-th (``_BAND``); they are scored again from their counts (``tfs``, in the order of ``names``)
+    with the session's statistics (``dfs`` likewise).
+    """
+    if not rows:
+        return []
+    if len(rows) > k:
+        cut = rows[k - 1][1] / _MARGIN**2
+        rows = [row for row in rows if row[1] >= cut]
+    _, _, _, _, _, n_items, total, dfs = rows[0]
+    df = {term: int(count) for term, count in zip(names, dfs, strict=True) if count}
+    weighted = query_weights(terms, df, int(n_items))
+    average = bm25_average_length(int(total), int(n_items))
+    scored = []
+    for seq, _, _, length, tfs, _, _, _ in rows:
+        counts = {term: int(tf) for term, tf in zip(names, tfs, strict=True) if tf}
+        scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
+    return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
 def _add_keyword_index(con: Any) -> None:
@@ -477,6 +508,25 @@ def _vector_literal(blob: bytes) -> str | None:
     return str(floats.tolist())
 
 
+class Drivers(NamedTuple):
+    """Where a PostgreSQL store gets its connections: ``connect(conninfo, **options)`` and ``pool(conninfo, **options)``.
+
+    Both take psycopg's sync signatures (``psycopg.connect``,
+    ``psycopg_pool.ConnectionPool``). The async store opens its PostgreSQL
+    store with :data:`DRIVERS` set to the asyncio bridge's, so the same
+    store code runs on psycopg's async connections and pool.
+    """
+
+    connect: Callable[..., Any]
+    pool: Callable[..., Any]
+
+
+# The drivers of the PostgreSQL stores opened in this context; None: psycopg's sync ones.
+DRIVERS: contextvars.ContextVar[Drivers | None] = contextvars.ContextVar(
+    "kvmemory_postgres_drivers", default=None
+)
+
+
 _PGVECTOR_ROWS: Final = 1000  # rows per statement when filling the embedding column
 
 
@@ -518,7 +568,8 @@ class PostgresBackend(SQLRows, Backend):
             # One plain connection first: a host that does not resolve or a refused
             # login fails here at once, with the driver's reason, instead of after
             # the pool's timeout of retrying in the background.
-            first = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(int(timeout), 1))
+            drivers = DRIVERS.get() or Drivers(psycopg.connect, psycopg_pool.ConnectionPool)
+            first = drivers.connect(conninfo, autocommit=True, connect_timeout=max(int(timeout), 1))
         except psycopg.Error as exc:
             msg = f"Cannot connect to PostgreSQL store {self.url}: {exc}; check that the server is running and the URL's host, port, user, password and database are right."
             raise StoreUnreachableError(msg) from exc
@@ -527,7 +578,7 @@ class PostgresBackend(SQLRows, Backend):
             if not self._empty:
                 self._vector_schema = self._embedding_column(first, create=pgvector)
             self._pgvector = pgvector and self._vector_schema is not None
-        self._pool = psycopg_pool.ConnectionPool(
+        self._pool = drivers.pool(
             conninfo,
             min_size=min_size,
             max_size=max_size,
@@ -986,11 +1037,11 @@ class PostgresBackend(SQLRows, Backend):
             "query": " | ".join([*queries, overflow]),
             "overflow": overflow,
             "names": names,
-            "min_idf": MIN_IDF,
             "k1p1": BM25_K1 + 1.0,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
-            "k": k,
+            "offset": k - 1,
+            "band": _MARGIN**2,
         }
         if len(names) > _COLUMN_TERMS:
             # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
@@ -1005,7 +1056,7 @@ class PostgresBackend(SQLRows, Backend):
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
-        return [(float(score), int(seq)) for seq, score, _ in rows]
+        return _exact_top(rows, terms, names, k)
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
@@ -1118,14 +1169,14 @@ def _score_sql(n_terms: int) -> str:
     counts = ", ".join(f"(c.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
     frequencies = ", ".join(f"count(m.f{j}) AS d{j}" for j in terms)
     lifts = ", ".join(
-        f"%(w{j})s * greatest(ln((s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)), %(min_idf)s)"
-        f" * %(k1p1)s AS l{j}"
+        f"%(w{j})s * ln(1.0 + (s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)) * %(k1p1)s AS l{j}"
         for j in terms
     )
     score = " + ".join(
         f"coalesce(l.l{j} * m.f{j} / (m.f{j} + %(flat)s + l.slope * m.n_terms), 0.0)" for j in terms
     )
     held = ", ".join(f"m.f{j}" for j in terms)
+    dfs = ", ".join(f"d.d{j}" for j in terms)
     return f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
@@ -1140,17 +1191,20 @@ m AS MATERIALIZED (
 d AS (SELECT {frequencies} FROM m),
 l AS (
     SELECT {lifts},
-        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope
+        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope,
+        s.n, s.total, ARRAY[{dfs}]::float8[] AS dfs
     FROM s, d
+),
+r AS MATERIALIZED (
+    SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged, m.n_terms,
+        ARRAY[{held}]::float8[] AS tfs, l.n, l.total, l.dfs
+    FROM m, l
+    WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
+        SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
+            AND o.terms @@ %(overflow)s::tsquery
+    ) ELSE true END
 )
-SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
-FROM m, l
-WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
-    SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
-        AND o.terms @@ %(overflow)s::tsquery
-) ELSE true END
-ORDER BY damaged DESC, score DESC, m.seq
-LIMIT %(k)s
+{_BAND}
 """
 
 
@@ -1162,12 +1216,21 @@ _HOLDS_A_TERM: Final = " AND (NOT i.terms @@ %(overflow)s::tsquery OR i.tf ?| %(
 # BM25 as _score_sql computes it, for any number of query terms: the terms and their
 # repeats come as two arrays, each (row, term) held is one row of f, and a row's score
 # is the sum over its terms (in another order than the columns' sum: equal to rounding).
+# The rows of r that can be among the best k: a damaged row (first, to be named), and
+# every row scoring within the margin squared of the k-th (all rows if fewer than k),
+# so that _exact_top scores again exactly those that tie with the k-th to rounding.
+_BAND: Final = """SELECT * FROM r
+WHERE r.damaged OR r.score >= coalesce(
+    (SELECT score FROM r ORDER BY score DESC LIMIT 1 OFFSET %(offset)s), '-Infinity'::float8
+) / %(band)s
+ORDER BY r.damaged DESC, r.score DESC, r.seq"""
+
 _SCORE_ARRAYS: Final = f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
     WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
 ),
-q AS (SELECT t, w FROM unnest(%(names)s::text[], %(weights)s::float8[]) AS q(t, w)),
+q AS (SELECT t, w, i FROM unnest(%(names)s::text[], %(weights)s::float8[]) WITH ORDINALITY AS q(t, w, i)),
 m AS MATERIALIZED (
     SELECT i.seq, i.n_terms, i.tf || '{{}}'::jsonb AS tf FROM kvmemory_items AS i
     WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery{_HOLDS_A_TERM}
@@ -1177,7 +1240,7 @@ f AS MATERIALIZED (
 ),
 d AS (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
 l AS (
-    SELECT d.t, q.w * greatest(ln((s.n - d.d + 0.5) / (d.d + 0.5)), %(min_idf)s) * %(k1p1)s AS lift
+    SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(k1p1)s AS lift
     FROM d JOIN q USING (t) CROSS JOIN s
 ),
 slope AS (
@@ -1189,10 +1252,14 @@ scored AS (
         count(f.t) = 0 AS damaged
     FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
     GROUP BY m.seq
+),
+r AS MATERIALIZED (
+    SELECT scored.seq, score, damaged, m.n_terms,
+        ARRAY(SELECT (m.tf ->> q.t)::float8 FROM q ORDER BY q.i) AS tfs, s.n, s.total,
+        ARRAY(SELECT d.d FROM q LEFT JOIN d USING (t) ORDER BY q.i) AS dfs
+    FROM scored JOIN m USING (seq) CROSS JOIN s
 )
-SELECT seq, score, damaged FROM scored
-ORDER BY damaged DESC, score DESC, seq
-LIMIT %(k)s
+{_BAND}
 """
 
 
