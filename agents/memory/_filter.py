@@ -253,11 +253,41 @@ def _compile(where: Mapping[Any, Any], place: str) -> tuple[_Test, FilterNode]:
     node = AllOf(tuple(node for _, node in compiled))
     if not tests:
         return _always, node
-    return lambda item: all(test(item) for test in tests), node
+    return _every(tests), node
 
 
 def _always(item: MemoryItem) -> bool:
     return True
+
+
+def _every(tests: list[Callable[[Any], bool]]) -> Callable[[Any], bool]:
+    """Return the test that all of ``tests`` hold (a loop: a generator in all() costs more per item)."""
+    if len(tests) == 2:
+        first, second = tests
+        return lambda x: first(x) and second(x)
+
+    def every(x: Any) -> bool:
+        for test in tests:  # noqa: SIM110  # a loop: all() of a generator costs more per item
+            if not test(x):
+                return False
+        return True
+
+    return every
+
+
+def _some(tests: list[Callable[[Any], bool]]) -> Callable[[Any], bool]:
+    """Return the test that one of ``tests`` holds."""
+    if len(tests) == 2:
+        first, second = tests
+        return lambda x: first(x) or second(x)
+
+    def some(x: Any) -> bool:
+        for test in tests:  # noqa: SIM110  # a loop: any() of a generator costs more per item
+            if test(x):
+                return True
+        return False
+
+    return some
 
 
 def _logical(op: str, operand: Any, place: str) -> tuple[_Test, FilterNode]:
@@ -281,8 +311,8 @@ def _logical(op: str, operand: Any, place: str) -> tuple[_Test, FilterNode]:
     tests = [test for test, _ in compiled]
     nodes = tuple(node for _, node in compiled)
     if op == "$and":
-        return lambda item: all(test(item) for test in tests), AllOf(nodes)
-    return lambda item: any(test(item) for test in tests), AnyOf(nodes)
+        return _every(tests), AllOf(nodes)
+    return _some(tests), AnyOf(nodes)
 
 
 def _field(name: str, condition: Any, place: str) -> tuple[_Test, FilterNode]:
@@ -339,7 +369,7 @@ def _operators(label: str, condition: Mapping[Any, Any]) -> _ValueTest:
     tests = [_operator(label, op, operand) for op, operand in condition.items()]
     if len(tests) == 1:
         return tests[0]
-    return lambda value: all(test(value) for test in tests)
+    return _every(tests)
 
 
 def _operator(label: str, op: str, operand: Any) -> _ValueTest:
