@@ -543,3 +543,22 @@ def test_async_store_search_and_ranking_take_where(store_url: str) -> None:
     steps, ranked = asyncio.run(main())
     assert steps == [4, 5]
     assert len(ranked) == 1
+
+
+def test_stored_memory_with_a_rare_filter_is_memory_search(store_url: str) -> None:
+    """StoredMemory passes a filter of fields to its store (which may narrow in SQL) and keeps Memory.search's hits."""
+    session = [
+        {"step": i, "text": "alpha beta" if i % 3 else "alpha", "cost": i % 300}
+        for i in range(1200)
+    ]
+    ram = Memory(MemoryItem(**fields) for fields in session)
+    with open_memory(store_url, "run") as stored:
+        stored.add_memory_items([MemoryItem(**fields) for fields in session])
+        for where in ({"cost": 299}, {"cost": -1}, {"$or": [{"cost": 7}, {"step": 1199}]}):
+            for k in (1, 5):
+                got = [
+                    (h.item["step"], h.score) for h in stored.search("alpha beta", k, where=where)
+                ]
+                want = [(h.item["step"], h.score) for h in ram.search("alpha beta", k, where=where)]
+                assert [s for s, _ in got] == [s for s, _ in want], where
+                assert [x for _, x in got] == pytest.approx([x for _, x in want], rel=1e-9)
