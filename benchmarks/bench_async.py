@@ -1,14 +1,25 @@
-"""The async store API against the sync store on threads, in one process.
+"""The async store API against the sync store on threads, and the SQLite driver choice, in one process.
 
-Two workloads, each as the median and spread of ``--repeat`` runs, with the
-load average printed beside them:
+Two parts, each printed as the median and spread of ``--repeat`` runs, with
+the load average (``uptime``) before and after:
 
-* PostgreSQL: ``--sessions`` sessions, each appending ``--steps`` one-step
-  commits, run concurrently with ``asyncio.gather`` on one
-  ``open_async_store`` against the same sessions on the sync store from 8
-  threads (the issue's baseline). Needs ``--postgres URL``.
-* SQLite: the cost of the thread hop, one awaited append against one sync
-  append of the same row, per call.
+* PostgreSQL (``--postgres URL``): ``--sessions`` sessions, each appending
+  ``--steps`` one-step commits, run concurrently with ``asyncio.gather`` on
+  one ``open_async_store`` (psycopg's ``AsyncConnectionPool``, the store's
+  code in greenlets) against the same sessions on the sync store from 8
+  threads (the issue's baseline). Runs alternate, each in a fresh schema;
+  the ratio is async throughput / threaded throughput per pair. The raw
+  driver's round trip (``SELECT 1``, sync ``psycopg.Connection`` against
+  ``AsyncConnection``) is printed beside it: it bounds what any async
+  design on psycopg can reach on this machine.
+* SQLite: the driver for ``open_async_store``. Seven statements shaped as
+  a one-item append (``BEGIN IMMEDIATE``, the session row, the item, its
+  FTS5 postings, the counts, ``COMMIT``; the store itself runs more,
+  counted with a trace callback and printed) run on a dedicated thread, one
+  hop per append (the design kvmemory uses), against aiosqlite, one hop
+  per statement (what the store's code would pay on aiosqlite through a
+  bridge like PostgreSQL's). Plus the awaited ``AsyncStore.append``
+  against the sync ``append`` of the same row.
 
 Run: ``python benchmarks/bench_async.py --postgres postgresql://... --repeat 5``
 """
@@ -20,7 +31,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import sqlite3
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -36,6 +49,13 @@ def _items(n: int, tag: int) -> list[MemoryItem]:
     return [MemoryItem(**row, tag=tag) for row in make_ufo_rows(n)]
 
 
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"load average: {os.getloadavg()}"
+
+
 @contextlib.contextmanager
 def _postgres_url(base: str) -> Iterator[str]:
     """Yield ``base`` with a fresh schema as its search path, dropped afterwards."""
@@ -46,7 +66,8 @@ def _postgres_url(base: str) -> Iterator[str]:
         con.execute(f"CREATE SCHEMA {schema}")
     sep = "&" if "?" in base else "?"
     try:
-        yield f"{base}{sep}options=-csearch_path%3D{schema}"
+        # pgvector=off: no extension is created (it would be database-wide, outliving the schema).
+        yield f"{base}{sep}options=-csearch_path%3D{schema}&pgvector=off"
     finally:
         with psycopg.connect(base, autocommit=True) as con:
             con.execute(f"DROP SCHEMA {schema} CASCADE")
@@ -90,6 +111,174 @@ def async_gather(url: str, sessions: int, steps: int) -> float:
     return asyncio.run(main())
 
 
+def driver_round_trips(base: str, calls: int) -> tuple[float, float]:
+    """Return microseconds per ``SELECT 1`` round trip: sync psycopg, then its AsyncConnection."""
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as con:
+        start = time.perf_counter()
+        for _ in range(calls):
+            con.execute("SELECT 1").fetchall()
+        sync = (time.perf_counter() - start) / calls * 1e6
+
+    async def main() -> float:
+        async with await psycopg.AsyncConnection.connect(base, autocommit=True) as con:
+            start = time.perf_counter()
+            for _ in range(calls):
+                await (await con.execute("SELECT 1")).fetchall()
+            return (time.perf_counter() - start) / calls * 1e6
+
+    return sync, asyncio.run(main())
+
+
+def raw_pools(base: str, sessions: int, steps: int) -> tuple[float, float]:
+    """Return commits/s of one-row INSERTs, no kvmemory: ConnectionPool on 8 threads, AsyncConnectionPool with gather.
+
+    Both pools hold 4 connections (the store's default). This is psycopg
+    alone on this machine: the ceiling of any async design on its driver.
+    """
+    import psycopg_pool
+
+    payload = "x" * 1500
+    with _postgres_url(base) as url:
+        conninfo = url.replace("&pgvector=off", "")
+        autocommit = {"autocommit": True}  # as the store's pools: one round trip a commit
+        with psycopg_pool.ConnectionPool(
+            conninfo, min_size=4, max_size=4, kwargs=autocommit, open=True
+        ) as pool:
+            with pool.connection() as con:
+                con.execute("CREATE TABLE raw (sid text, i int, data text)")
+
+            def one(n: int) -> None:
+                for i in range(steps):
+                    with pool.connection() as con:
+                        con.execute("INSERT INTO raw VALUES (%s, %s, %s)", (f"s{n}", i, payload))
+
+            start = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(8) as threads:
+                list(threads.map(one, range(sessions)))
+            threaded = sessions * steps / (time.perf_counter() - start)
+
+        async def main() -> float:
+            async with psycopg_pool.AsyncConnectionPool(
+                conninfo, min_size=4, max_size=4, kwargs=autocommit, open=False
+            ) as pool:
+
+                async def one(n: int) -> None:
+                    for i in range(steps):
+                        async with pool.connection() as con:
+                            await con.execute(
+                                "INSERT INTO raw VALUES (%s, %s, %s)", (f"a{n}", i, payload)
+                            )
+
+                start = time.perf_counter()
+                await asyncio.gather(*(one(n) for n in range(sessions)))
+                return sessions * steps / (time.perf_counter() - start)
+
+        return threaded, asyncio.run(main())
+
+
+# -- SQLite: the driver behind open_async_store ---------------------------------------------
+
+_SCHEMA = (
+    "CREATE TABLE sessions (id TEXT PRIMARY KEY, n INTEGER NOT NULL, next_seq INTEGER NOT NULL)",
+    "CREATE TABLE items (sid TEXT, seq INTEGER, step TEXT, data BLOB, PRIMARY KEY (sid, seq))",
+    "CREATE VIRTUAL TABLE postings USING fts5(terms)",
+)
+
+
+def _append_statements(sid: str, seq: int, data: str) -> list[str]:
+    """Seven statements shaped as a one-item append (the store's tables, fewer statements than it runs)."""
+    text = data.replace("'", "''")
+    return [
+        "BEGIN IMMEDIATE",
+        f"INSERT INTO sessions VALUES ('{sid}', 0, 1) ON CONFLICT (id) DO NOTHING",
+        f"SELECT n, next_seq FROM sessions WHERE id = '{sid}'",
+        f"INSERT INTO items VALUES ('{sid}', {seq}, '{seq}', '{text}')",
+        f"INSERT INTO postings (terms) VALUES ('{text}')",
+        f"UPDATE sessions SET n = n + 1, next_seq = {seq + 1} WHERE id = '{sid}'",
+        "COMMIT",
+    ]
+
+
+def store_statements_per_append() -> int:
+    """Count the statements kvmemory's SQLite store runs for a one-item append (a trace callback)."""
+    folder = tempfile.mkdtemp()
+    seen: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
+        con = connect(*args, **kwargs)  # type: ignore[arg-type]
+        con.set_trace_callback(seen.append)
+        return con
+
+    sqlite3.connect = traced  # type: ignore[assignment]
+    try:
+        with open_store(f"sqlite://{folder}/count.db?synchronous=off") as store:
+            store.append("s", _items(1, 0))
+            seen.clear()
+            store.append("s", _items(1, 0))
+            return len(seen)
+    finally:
+        sqlite3.connect = connect  # type: ignore[assignment]
+
+
+def sqlite_drivers(appends: int, tasks: int) -> tuple[float, float]:
+    """Return seconds for ``appends`` one-item appends from ``tasks`` tasks: dedicated thread, aiosqlite."""
+    import aiosqlite
+
+    data = MemoryItem(**make_ufo_rows(1)[0]).to_json()
+    per_task = appends // tasks
+    folder = tempfile.mkdtemp()
+
+    def fresh(name: str) -> str:
+        path = f"{folder}/{name}-{uuid.uuid4().hex}.db"
+        con = sqlite3.connect(path)
+        for sql in _SCHEMA:
+            con.execute(sql)
+        con.commit()
+        con.close()
+        return path
+
+    async def on_thread() -> float:
+        con = sqlite3.connect(fresh("thread"), isolation_level=None, check_same_thread=False)
+        con.execute("PRAGMA synchronous=off")
+        thread = concurrent.futures.ThreadPoolExecutor(1)
+        loop = asyncio.get_running_loop()
+
+        def append(sid: str, seq: int) -> None:
+            for sql in _append_statements(sid, seq, data):
+                con.execute(sql).fetchall()
+
+        async def one(n: int) -> None:
+            for i in range(per_task):
+                await loop.run_in_executor(thread, append, f"s{n}", i)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(n) for n in range(tasks)))
+        took = time.perf_counter() - start
+        thread.shutdown()
+        con.close()
+        return took
+
+    async def on_aiosqlite() -> float:
+        async with aiosqlite.connect(fresh("aio"), isolation_level=None) as con:
+            await con.execute("PRAGMA synchronous=off")
+            turn = asyncio.Lock()  # one writer at a time, as SQLite allows
+
+            async def one(n: int) -> None:
+                for i in range(per_task):
+                    async with turn:
+                        for sql in _append_statements(f"s{n}", i, data):
+                            await (await con.execute(sql)).fetchall()
+
+            start = time.perf_counter()
+            await asyncio.gather(*(one(n) for n in range(tasks)))
+            return time.perf_counter() - start
+
+    return asyncio.run(on_thread()), asyncio.run(on_aiosqlite())
+
+
 def sqlite_hop(calls: int) -> tuple[float, float]:
     """Return seconds per call of sync and awaited single-row appends to SQLite (synchronous=off)."""
     folder = tempfile.mkdtemp()
@@ -111,12 +300,8 @@ def sqlite_hop(calls: int) -> tuple[float, float]:
     return sync, asyncio.run(main())
 
 
-def summary(values: list[float]) -> str:
-    return f"median {statistics.median(values):.3f} (min {min(values):.3f}, max {max(values):.3f})"
-
-
-def repeated(fn: Callable[[], float], repeat: int) -> list[float]:
-    return [fn() for _ in range(repeat)]
+def summary(values: list[float], digits: int = 3) -> str:
+    return f"median {statistics.median(values):.{digits}f} (min {min(values):.{digits}f}, max {max(values):.{digits}f})"
 
 
 def main() -> None:
@@ -125,33 +310,61 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--skip-sqlite", action="store_true")
     args = parser.parse_args()
-    print(f"load average: {os.getloadavg()}")
-    hops = [sqlite_hop(2_000) for _ in range(args.repeat)]
-    ratio = [a / s for s, a in hops]
-    print(
-        f"SQLite, one append per call: sync {statistics.median(s for s, _ in hops) * 1e6:.0f} us, "
-        f"awaited {statistics.median(a for _, a in hops) * 1e6:.0f} us; awaited/sync {summary(ratio)}"
-    )
+    print(f"before: {uptime()}")
+    if not args.skip_sqlite:
+        count = store_statements_per_append()
+        print(
+            f"SQLite: kvmemory's store runs {count} statements for a one-item append (the replay runs 7)."
+        )
+        for tasks in (1, 20):
+            runs = [sqlite_drivers(2_000, tasks) for _ in range(args.repeat)]
+            thread = [t for t, _ in runs]
+            aio = [a for _, a in runs]
+            ratio = [a / t for t, a in runs]
+            print(
+                f"SQLite driver, 2,000 one-item appends from {tasks} task(s): dedicated thread "
+                f"{summary([t / 2_000 * 1e6 for t in thread], 0)} us/append, aiosqlite "
+                f"{summary([a / 2_000 * 1e6 for a in aio], 0)} us/append; aiosqlite/thread time {summary(ratio, 2)}"
+            )
+        hops = [sqlite_hop(2_000) for _ in range(args.repeat)]
+        ratio = [a / s for s, a in hops]
+        print(
+            f"SQLite store, one append per call: sync {statistics.median(s for s, _ in hops) * 1e6:.0f} us, "
+            f"awaited {statistics.median(a for _, a in hops) * 1e6:.0f} us; awaited/sync {summary(ratio, 2)}"
+        )
     if args.postgres:
         done = args.sessions * args.steps
-        sync = repeated(
-            lambda: in_schema(sync_threads, args.postgres, args.sessions, args.steps),
-            args.repeat,
+        trips = [driver_round_trips(args.postgres, 2_000) for _ in range(args.repeat)]
+        print(
+            f"psycopg round trip (SELECT 1): sync {summary([s for s, _ in trips], 0)} us, "
+            f"AsyncConnection {summary([a for _, a in trips], 0)} us; async/sync {summary([a / s for s, a in trips], 2)}"
         )
-        gathered = repeated(
-            lambda: in_schema(async_gather, args.postgres, args.sessions, args.steps),
-            args.repeat,
+        raw = [raw_pools(args.postgres, args.sessions, args.steps) for _ in range(args.repeat)]
+        print(
+            f"psycopg alone, {args.sessions} x {args.steps} INSERTs: ConnectionPool on 8 threads "
+            f"{summary([t for t, _ in raw], 0)} commits/s, AsyncConnectionPool with gather "
+            f"{summary([a for _, a in raw], 0)} commits/s; async/threads {summary([a / t for t, a in raw], 2)}"
         )
+        pairs = []
+        for _ in range(args.repeat):
+            threads = in_schema(sync_threads, args.postgres, args.sessions, args.steps)
+            gathered = in_schema(async_gather, args.postgres, args.sessions, args.steps)
+            pairs.append((threads, gathered))
+            print(
+                f"  run: 8 threads {done / threads:.0f} commits/s, gather {done / gathered:.0f} commits/s",
+                flush=True,
+            )
         print(
             f"PostgreSQL, {args.sessions} sessions x {args.steps} commits: "
-            f"8 threads {done / statistics.median(sync):.0f} commits/s ({summary(sync)} s), "
-            f"asyncio.gather {done / statistics.median(gathered):.0f} commits/s ({summary(gathered)} s); "
-            f"async/threads throughput {statistics.median(sync) / statistics.median(gathered):.2f}"
+            f"8 threads {summary([done / t for t, _ in pairs], 0)} commits/s, "
+            f"asyncio.gather {summary([done / g for _, g in pairs], 0)} commits/s; "
+            f"async/threads throughput {summary([t / g for t, g in pairs], 2)}"
         )
     else:
         print("PostgreSQL: skipped (pass --postgres URL)")
-    print(f"load average: {os.getloadavg()}")
+    print(f"after: {uptime()}")
 
 
 if __name__ == "__main__":

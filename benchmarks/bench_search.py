@@ -1,6 +1,38 @@
 """Search benchmark: retrieval quality and query latency against the engines users pick, and upkeep.
 
+<<<<<<< HEAD
+1. Quality: a generated 10,000-step agent session with 200 planted facts
+   ("the car was moved to Lisbon"), each asked for twice: a *lexical* query
+   that shares words with its fact ("the car was moved to") and a
+   *paraphrased* one that shares no content word ("the automobile got
+   relocated to"). Prints recall@5 and MRR for keyword, semantic (wordllama,
+   the offline default), hybrid (the library's weighted blend at several
+   keyword weights) and reciprocal rank fusion of the keyword and semantic
+   lists (k=60), for each query set.
+2. Latency: keyword queries on 100,000 agent steps in RAM (index built),
+   best of several runs per query, next to SQLite FTS5 ``bm25()`` queried
+   directly over the same texts in memory.
+   Semantic and hybrid query latency on the same session, embedded.
+3. Upkeep: building a 100,000-item memory with a search index attached
+   against one without (the index marks items; it tokenizes them on the
+   next query, timed apart as the first query's catch-up).
+4. Stored vectors: a 100,000-item session with 256-dimension vectors in
+   each store (in-process, SQLite, JSONL, PostgreSQL when a server can be
+   started or ``--postgres URL`` is given): the time to embed and store the
+   vectors, then a semantic query by ``Store.search`` (exact cosine over
+   the stored vectors, read a page at a time; in SQLite also computed in SQL
+   by the sqlite-vec extension on the same file, where this Python can load
+   it) and by a reopened
+   ``StoredMemory`` (the stored vectors loaded once, then searched in RAM),
+   each as a ratio to a raw numpy cosine and top-5 over the same unit
+   matrix in this process. The vectors come from a stand-in embedder
+   (hashed bytes of the text), since the cost measured is reading and
+   scoring vectors, not computing them. On a busy machine, run it with
+   ``OPENBLAS_NUM_THREADS=1``: threaded BLAS on page-sized products then
+   waits for cores and the figures swing tenfold.
+=======
 Sections (``--sections``, comma-separated; default all):
+>>>>>>> b25-bench
 
 quality
     Corpora of UFO-shaped agent steps (nested ``arguments`` dict, a
@@ -40,7 +72,7 @@ stored
     A 100,000-item session with 256-dimension vectors in each store
     (in-process, SQLite, JSONL, PostgreSQL when a server can be started or
     ``--postgres URL`` is given): the time to embed and store the vectors,
-    then a semantic query by ``BaseStore.search`` (exact cosine over the
+    then a semantic query by ``Store.search`` (exact cosine over the
     stored vectors, read a page at a time; in SQLite also computed in SQL by
     the sqlite-vec extension on the same file, where this Python can load
     it) and by a reopened ``StoredMemory`` (the stored vectors loaded once,
@@ -98,7 +130,7 @@ from agents.memory.search import (
     WordLlamaEmbedder,
     search_index,
 )
-from agents.memory.stores import BaseStore, SQLiteStore, StoredMemory, open_store
+from agents.memory.stores import SQLiteStore, Store, StoredMemory, open_store
 
 TOP = 10  # each engine returns its top 10: recall@5 reads 5 of them, MRR@10 all
 KINDS = ("lexical", "paraphrased")
@@ -813,7 +845,7 @@ def raw_cosine(matrix: Any, embedder: BytesEmbedder, query: str) -> Any:
 
 
 def bench_stored(
-    label: str, opener: Callable[[], BaseStore], n_items: int, dimension: int, repeat: int
+    label: str, opener: Callable[[], Store], n_items: int, dimension: int, repeat: int
 ) -> None:
     """Time embedding a stored session, then semantic queries against raw numpy over the same matrix."""
     embedder = BytesEmbedder(dimension)
@@ -886,7 +918,7 @@ def bench_sqlite_vec(path: str, dimension: int, repeat: int) -> None:
 def run_stored(n_items: int, dimension: int, repeat: int, postgres: str | None) -> None:
     with tempfile.TemporaryDirectory() as folder:
 
-        def opener(url: str) -> Callable[[], BaseStore]:
+        def opener(url: str) -> Callable[[], Store]:
             return lambda: open_store(url)
 
         bench_stored(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sqlite3
 import sys
@@ -500,9 +501,24 @@ def _target_run(
         ).fetchall()
         return [orjson.loads(d) for _, d in got]
 
+    ours_reopen = wall(reopen)
     results.setdefault("reopen the session / SELECT + orjson.loads", []).append(
-        wall(reopen) / wall(raw_reopen)
+        ours_reopen / wall(raw_reopen)
     )
+
+    def without_collector(fn: Callable[[], object]) -> float:
+        # CPU with the collector off on both sides: the decoding work alone,
+        # without the collections either side's allocations trigger.
+        gc.collect()
+        gc.disable()
+        try:
+            return cpu(fn)
+        finally:
+            gc.enable()
+
+    results.setdefault(
+        "reopen the session / the same, collector off on both sides (CPU)", []
+    ).append(without_collector(reopen) / without_collector(raw_reopen))
 
     # One step per commit, synchronous=normal.
     few = items[: min(n, 2000)]

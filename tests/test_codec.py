@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import enum
+import gc
 import io
 import itertools
 import json
 import math
 import os
 import sys
+import threading
 import types
 import uuid
 from decimal import Decimal
@@ -1326,3 +1328,106 @@ def test_items_of_more_container_layouts_than_the_shape_bound_export_as_before()
         assert memory.to_json_bytes() == _reference_export(items)
     items[-1][f"args_{layouts - 1}"]["x"] = (1, 2)  # in place: a tuple, tagged
     assert memory.to_json_bytes() == _reference_export(items)
+
+
+# -- the collector paused during bulk decoding ---------------------------------------
+
+
+def test_collector_is_paused_while_many_values_decode_and_restored_after() -> None:
+    """A bulk decode runs with the collector off; it is on again afterwards, off if it was off."""
+    assert gc.isenabled()
+    with _codec.collector_paused(_codec.BULK_VALUES - 1):
+        assert gc.isenabled()  # a small decode pauses nothing
+    with _codec.collector_paused(_codec.BULK_VALUES):
+        assert not gc.isenabled()
+        with _codec.collector_paused(10**6):
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause is still on
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _codec.collector_paused(10**6):
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the caller's own setting is kept
+    finally:
+        gc.enable()
+
+
+def test_collector_resumes_after_a_failed_decode() -> None:
+    """An exception inside a pause turns the collector back on."""
+    with pytest.raises(CorruptSessionError), _codec.collector_paused(10**6):
+        _codec.loads(b"{", source="'x.json'")
+    assert gc.isenabled()
+
+
+def test_pauses_of_several_threads_resume_the_collector_once_all_end() -> None:
+    """Threads decoding at once keep the collector off until the last one ends."""
+    inside = threading.Barrier(3)
+    leave = threading.Event()
+    seen: list[bool] = []
+
+    def decode() -> None:
+        with _codec.collector_paused(10**6):
+            inside.wait(timeout=10)
+            leave.wait(timeout=10)
+            seen.append(gc.isenabled())
+
+    threads = [threading.Thread(target=decode) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    inside.wait(timeout=10)
+    assert not gc.isenabled()
+    leave.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert gc.isenabled()
+    assert seen.count(False) >= 1  # the first to leave left it off for the other
+
+
+def test_bulk_row_decoding_runs_no_collection() -> None:
+    """Decoding a store's rows in bulk allocates without triggering the collector."""
+    from agents.memory.stores._encoding import decode_pairs
+
+    rows = [(seq, orjson.dumps({"step": seq, "tags": [{"a": [1, 2]}] * 4})) for seq in range(2000)]
+    collections: list[str] = []
+
+    def record(phase: str, info: dict[str, int]) -> None:
+        collections.append(phase)
+
+    gc.collect()
+    gc.callbacks.append(record)
+    try:
+        pairs = decode_pairs(rows, "a test session")
+        during = len(collections)
+    finally:
+        gc.callbacks.remove(record)
+    assert [item["step"] for _, item in pairs] == list(range(2000))
+    assert during <= 2, collections  # at most the one collection as the pause ends (start, stop)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.dictionaries(st.sampled_from(["step", "x", "y", "$kv"]), _plainish), max_size=5),
+    st.sampled_from(["error", "repr", "drop"]),
+)
+def test_property_each_item_of_a_batch_encodes_as_on_its_own(
+    rows: list[dict[str, Any]], policy: Any
+) -> None:
+    """dumps_each (a store's batch) gives each item's dumps_item bytes, or the error the first bad item raises."""
+    from agents.memory._item import dumps_each, dumps_item
+
+    items = [MemoryItem(**row) for row in rows]
+
+    def one_by_one() -> list[bytes]:
+        return [dumps_item(item, step_key="step", on_unencodable=policy) for item in items]
+
+    def batch() -> list[bytes]:
+        return dumps_each(items, step_key="step", on_unencodable=policy)
+
+    def outcome(encode: Any) -> list[bytes] | str:
+        try:
+            return encode()  # type: ignore[no-any-return]
+        except SerializationError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    assert outcome(batch) == outcome(one_by_one)

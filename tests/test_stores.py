@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.memory.stores import BaseStore, open_store
+from agents.memory.stores import Store, open_store
 from agents.memory.stores.testing import MakeStore, StoreContract
 
 
@@ -21,7 +21,7 @@ class TestStoreContract(StoreContract):
     def make_store(self, store_url: str) -> MakeStore:
         """Open handles on one fresh store of each kind by its URL."""
 
-        def make(*, read_only: bool = False) -> BaseStore:
+        def make(*, read_only: bool = False) -> Store:
             return open_store(store_url, read_only=read_only)
 
         return make

@@ -7,7 +7,9 @@ real: SQLite files, JSONL folders and the PostgreSQL server of ``conftest.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agents.memory import InvalidSessionIdError, MemoryItem, StoreError
+from agents.memory import InvalidSessionIdError, MemoryItem, MissingDependencyError, StoreError
 from agents.memory.stores import (
     AsyncStore,
     AsyncStoredMemory,
@@ -273,3 +275,199 @@ def test_store_errors_surface_from_the_await(tmp_path: Path) -> None:
             return await store.sessions()
 
     assert run(main) == []
+
+
+# -- PostgreSQL on psycopg's asyncio driver ------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_postgres_calls_run_on_the_loop_thread_and_sqlite_calls_on_a_worker(
+    durable_url: Callable[[str], str],
+) -> None:
+    """PostgreSQL writes run on the event loop's thread (psycopg's async driver); SQLite's on the store's thread."""
+
+    async def thread_of_a_write(url: str) -> int:
+        seen: list[int] = []
+        async with open_async_memory(
+            url, "s", callbacks=[lambda memory, change: seen.append(threading.get_ident())]
+        ) as memory:
+            await memory.add_memory_item(MemoryItem(step=1))
+        return seen[0]
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        assert await thread_of_a_write(durable_url("postgres")) == loop_thread
+        assert await thread_of_a_write(durable_url("sqlite")) != loop_thread
+
+    run(main)
+
+
+@pytest.mark.postgres
+def test_cancelling_a_postgres_append_at_every_await_leaves_all_or_nothing(
+    postgres_url: str,
+) -> None:
+    """An append cancelled after any number of loop steps commits whole (once started, its call runs on) or not at all."""
+
+    async def main() -> list[MemoryItem]:
+        expected: list[MemoryItem] = []
+        for delay in range(16):
+            batch = steps(20, start=100 * delay)
+            store = await open_async_store(postgres_url)
+            task = asyncio.ensure_future(store.append("s", batch))
+            for _ in range(delay):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await store.aclose()  # waits for the call the cancelled await left running
+            async with open_async_store(postgres_url) as reader:
+                stored = await reader.read("s")
+            # Cancelled before its coroutine ran: no call was made. Later: the call ran to its end.
+            if delay > 0:
+                expected += batch
+            assert stored == expected, delay
+        return expected
+
+    expected = run(main)
+    with open_store(postgres_url) as sync:
+        assert sync.read("s") == expected
+
+
+@pytest.mark.postgres
+def test_many_tasks_appending_to_one_postgres_session_get_distinct_seqs_in_order(
+    postgres_url: str,
+) -> None:
+    """Forty tasks appending to one session through the async pool lose nothing and share no seq."""
+
+    async def main() -> None:
+        async with open_async_store(postgres_url) as store:
+
+            async def one(n: int) -> list[int]:
+                seqs: list[int] = []
+                for i in range(5):
+                    seqs += await store.append("shared", steps(2, start=2 * i, tag=f"{n}-"))
+                return seqs
+
+            per_task = await asyncio.gather(*(one(n) for n in range(40)))
+            records = await store.records("shared")
+        every = [seq for seqs in per_task for seq in seqs]
+        assert len(every) == len(set(every)) == 400
+        assert [r.seq for r in records] == sorted(every)
+        for n, seqs in enumerate(per_task):
+            assert seqs == sorted(seqs)
+            mine = [r.item for r in records if r.seq in set(seqs)]
+            assert mine == steps(10, tag=f"{n}-")
+
+    run(main)
+
+
+@pytest.mark.postgres
+def test_two_async_postgres_stores_see_each_others_commits(postgres_url: str) -> None:
+    """Two async stores on one database: one's awaited append is read by the other at once."""
+
+    async def main() -> None:
+        async with (
+            open_async_store(postgres_url) as first,
+            open_async_store(postgres_url) as second,
+            open_async_memory(second, "s") as memory,
+        ):
+            await asyncio.gather(*(first.append("s", steps(1, start=i)) for i in range(10)))
+            assert await memory.refresh() == 10
+            assert sorted(item["step"] for item in memory) == list(range(10))
+
+    run(main)
+
+
+@pytest.mark.postgres
+def test_sync_write_of_an_async_postgres_memory_is_refused_and_changes_nothing(
+    postgres_url: str,
+) -> None:
+    """The in-RAM view's blocking add raises a StoreError naming the awaitable call; store and RAM keep their items."""
+
+    async def main() -> None:
+        async with open_async_memory(postgres_url, "s") as memory:
+            await memory.add_memory_items(steps(2))
+            with pytest.raises(StoreError, match=r"await memory\.add_memory_item"):
+                memory.view.add_memory_item(MemoryItem(step=9))
+            assert memory.content == steps(2)
+            assert await memory.async_store.read("s") == steps(2)
+
+    run(main)
+
+
+@pytest.mark.postgres
+def test_server_error_inside_an_awaited_write_rolls_back_and_is_a_store_error(
+    postgres_url: str,
+) -> None:
+    """A statement the server refuses mid-transaction raises StoreError from the await; nothing is written."""
+    import psycopg
+
+    async def main() -> None:
+        async with open_async_memory(postgres_url, "s") as memory:
+            await memory.add_memory_items(steps(2))
+            with psycopg.connect(postgres_url, autocommit=True) as con:
+                con.execute(
+                    "ALTER TABLE kvmemory_items ADD CONSTRAINT no_step_7"
+                    " CHECK (step IS DISTINCT FROM '7')"
+                )
+            with pytest.raises(StoreError, match="PostgreSQL store"):
+                await memory.add_memory_items(steps(3, start=5))
+            assert memory.content == steps(2)
+            assert await memory.async_store.read("s") == steps(2)
+            await memory.add_memory_item(MemoryItem(step=8))
+            assert await memory.async_store.count("s") == 3
+
+    run(main)
+
+
+@pytest.mark.postgres
+def test_postgres_without_greenlet_names_the_async_extra(
+    monkeypatch: pytest.MonkeyPatch, postgres_url: str
+) -> None:
+    """open_async_store on PostgreSQL without greenlet raises MissingDependencyError naming kvmemory[async]."""
+    monkeypatch.setitem(sys.modules, "greenlet", None)
+    monkeypatch.delitem(sys.modules, "agents.memory.stores._bridge", raising=False)
+    monkeypatch.delattr(sys.modules["agents.memory.stores"], "_bridge", raising=False)
+
+    async def main() -> None:
+        with pytest.raises(MissingDependencyError, match=r"kvmemory\[async\]"):
+            await open_async_store(postgres_url)
+
+    run(main)
+
+
+@pytest.mark.postgres
+def test_embedder_of_an_async_postgres_store_runs_off_the_loop(postgres_url: str) -> None:
+    """index_embeddings and semantic search call the embedder on a thread, never on the loop's, with the same hits."""
+    pytest.importorskip("numpy")
+    from agents.memory.stores.testing import CountingEmbedder
+
+    class Where(CountingEmbedder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.threads: set[int] = set()
+
+        def __call__(self, texts: Any, /) -> Any:
+            self.threads.add(threading.get_ident())
+            return super().__call__(texts)
+
+    embedder = Where()
+
+    async def main() -> tuple[int, list[int]]:
+        async with open_async_store(postgres_url) as store:
+            assert store.runs_on_loop
+            await store.append("s", steps(4))
+            assert await store.index_embeddings("s", embedder) == 4
+            hits = await store.search("s", "click 2", 1, mode="semantic", embedder=embedder)
+            async with open_async_memory(store, "s") as memory:
+                await memory.search("click 3", k=1, mode="semantic", embedder=embedder)
+        return threading.get_ident(), [hit.item["step"] for hit in hits]
+
+    loop_thread, found = run(main)
+    assert embedder.threads
+    assert loop_thread not in embedder.threads
+    with open_store(postgres_url) as sync:
+        assert [
+            h.item["step"]
+            for h in sync.search("s", "click 2", 1, mode="semantic", embedder=embedder)
+        ] == found

@@ -10,8 +10,15 @@ from typing import Any
 
 import pytest
 
-from agents.memory import MemoryItem, StoreError
-from agents.memory.stores import Backend, BaseStore, Store
+from agents.memory import InvalidSessionIdError, MemoryItem, StoreArgumentError, StoreError
+from agents.memory.stores import (
+    Backend,
+    BaseStore,
+    InMemoryStore,
+    SQLiteBackend,
+    SQLiteStore,
+    Store,
+)
 from agents.memory.stores._jsonl import LogBackend
 from agents.memory.stores._memory import SpaceBackend
 from agents.memory.stores.testing import BackendContract, MakeStore, StoreContract
@@ -42,7 +49,7 @@ class TestDocumentedBackend(StoreContract):
         """Open handles on one fresh dict store."""
         tables = DOCS["Tables"]()
 
-        def make(*, read_only: bool = False) -> BaseStore:
+        def make(*, read_only: bool = False) -> Store:
             return Store(DOCS["DictBackend"](tables), read_only=read_only)
 
         return make
@@ -110,3 +117,105 @@ class TestLogBackendOperations(BackendContract):
     def make_backend(self, tmp_path: Path) -> Callable[[], Backend]:
         """Open backends on one store directory."""
         return lambda: LogBackend(tmp_path / "logs")
+
+
+class TestSQLiteBackendOperations(BackendContract):
+    """The Backend operations of the SQLite store's backend, on a real file."""
+
+    @pytest.fixture
+    def make_backend(self, tmp_path: Path) -> Callable[[], Backend]:
+        """Open backends on one database file."""
+        return lambda: SQLiteBackend(tmp_path / "store.db")
+
+
+@pytest.mark.postgres
+class TestPostgresBackendOperations(BackendContract):
+    """The Backend operations of the PostgreSQL store's backend, on the real server."""
+
+    @pytest.fixture
+    def make_backend(self, postgres_url: str) -> Callable[[], Backend]:
+        """Open backends on one fresh schema."""
+        from agents.memory.stores import PostgresBackend
+
+        return lambda: PostgresBackend(postgres_url, max_size=2)
+
+
+def test_sql_stores_are_stores_over_their_backends(tmp_path: Path) -> None:
+    """SQLiteStore holds an SQLiteBackend and inherits every call from Store, not from BaseStore."""
+    with SQLiteStore(tmp_path / "a.db") as store:
+        assert isinstance(store.backend, SQLiteBackend)
+        assert BaseStore not in type(store).__mro__
+        assert store.backend.url == store.url
+        seqs = store.append("s", [MemoryItem(step=1, note="kept")])
+        assert store.backend.read_rows("s") == [(seqs[0], store.backend.read_seqs("s", seqs)[0][1])]
+
+
+def test_base_store_is_a_deprecated_alias_of_store() -> None:
+    """Every store is still a BaseStore, silently; subclassing or creating a BaseStore warns and points at Backend."""
+    with InMemoryStore() as store:
+        assert isinstance(store, BaseStore)
+    assert issubclass(SQLiteStore, BaseStore)
+    assert not isinstance(object(), BaseStore)
+    with pytest.warns(DeprecationWarning, match="Backend"):
+
+        class Legacy(BaseStore):
+            pass
+
+    assert issubclass(Legacy, Store)
+    with pytest.warns(DeprecationWarning, match=r"use Store\(backend\)"):
+        legacy = BaseStore(DOCS["DictBackend"](DOCS["Tables"]()))
+    with legacy:
+        assert legacy.append("s", [MemoryItem(step=1)]) == [1]
+        assert legacy.read("s") == [MemoryItem(step=1)]
+
+
+def test_base_store_given_a_url_names_the_migration() -> None:
+    """The old BaseStore(url) of a subclass with underscore hooks is refused with the way to a Backend."""
+    with (
+        pytest.warns(DeprecationWarning, match="BaseStore is deprecated"),
+        pytest.raises(
+            StoreArgumentError, match=r"no longer implements underscore hooks.*Store\(backend\)"
+        ),
+    ):
+        BaseStore("legacy://")  # type: ignore[arg-type]  # the old signature is the point
+
+
+def test_store_of_something_that_is_not_a_backend_is_refused() -> None:
+    """Store() given a URL or a plain object raises StoreArgumentError naming Backend and open_store."""
+    for value in ("sqlite:///x.db", object(), None):
+        with pytest.raises(StoreArgumentError, match=r"takes a Backend.*open_store\(\)"):
+            Store(value)  # type: ignore[arg-type]  # the wrong type is the point
+
+
+def test_guarded_runs_a_subclass_call_checked_and_wrapped() -> None:
+    """A Store subclass's own call is refused on a bad id, a read-only or closed store, and sees driver errors as StoreError."""
+
+    class Flaky(DOCS["DictBackend"]):  # type: ignore[misc]  # a class from the docs' block
+        url = "flaky://"
+        driver_errors = (KeyError,)
+
+        def vacuum(self, sid: str) -> None:
+            raise KeyError(sid)
+
+    class VacuumStore(Store):
+        def vacuum(self, session_id: str) -> str:
+            with self.guarded("vacuum", session_id, write=True) as sid:
+                self.backend.vacuum(sid)
+            return sid
+
+    tables = DOCS["Tables"]()
+    with VacuumStore(Flaky(tables)) as store:
+        with pytest.raises(StoreError, match="Cannot vacuum session 's' of flaky://"):
+            store.vacuum("s")
+        with pytest.raises(InvalidSessionIdError):
+            store.vacuum("../etc")
+    with pytest.raises(StoreError, match="is closed"):
+        store.vacuum("s")
+    with (
+        VacuumStore(Flaky(tables), read_only=True) as reader,
+        pytest.raises(StoreError, match="open read-only"),
+    ):
+        reader.vacuum("s")
+    with Store(Flaky(tables), read_only=True) as reader, reader.guarded("count") as sid:
+        assert sid == ""
+        assert reader.backend.count("s") == 0

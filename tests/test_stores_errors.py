@@ -26,7 +26,14 @@ from agents.memory.exceptions import (
     StoreError,
 )
 from agents.memory.search import HashingEmbedder
-from agents.memory.stores import BaseStore, InMemoryStore, SQLiteStore, open_memory, open_store
+from agents.memory.stores import (
+    Backend,
+    SQLiteStore,
+    Store,
+    open_memory,
+    open_store,
+)
+from agents.memory.stores._memory import SpaceBackend
 
 
 def test_unknown_scheme_is_refused() -> None:
@@ -132,7 +139,7 @@ def test_empty_sqlite_file_becomes_a_store(tmp_path: Path) -> None:
         version = con.execute("PRAGMA user_version").fetchone()[0]
     finally:
         con.close()
-    assert version == SQLiteStore.schema_version == 5
+    assert version == SQLiteStore.schema_version == 6
 
 
 def test_newer_jsonl_store_is_refused(tmp_path: Path) -> None:
@@ -260,21 +267,22 @@ def test_damaged_row_is_named_and_nothing_is_loaded(tmp_path: Path) -> None:
         assert store.count("s1") == 3
 
 
-class NoVectorStore(InMemoryStore):
-    """An in-process store with the vector primitives left at BaseStore's defaults (a backend written before them)."""
+class NoVectorBackend(SpaceBackend):
+    """The in-process backend with the vector operations left at Backend's defaults (a backend written before them)."""
 
-    _vector_model = BaseStore._vector_model
-    _vector_pages = BaseStore._vector_pages
-    _vector_count = BaseStore._vector_count
-    _claim_vector_model = BaseStore._claim_vector_model
-    _put_vectors = BaseStore._put_vectors
-    _delete_vectors = BaseStore._delete_vectors
-    _drop_vectors = BaseStore._drop_vectors
+    keeps_vectors = False
+    vector_model = Backend.vector_model
+    vector_pages = Backend.vector_pages
+    vector_count = Backend.vector_count
+    claim_vector_model = Backend.claim_vector_model
+    put_vectors = Backend.put_vectors
+    delete_vectors = Backend.delete_vectors
+    drop_vectors = Backend.drop_vectors
 
 
 def test_backend_without_vectors_refuses_semantic_search_only() -> None:
     """A backend without vector primitives writes, deletes and searches by keyword; semantic search is a named StoreError."""
-    with NoVectorStore() as store:
+    with Store(NoVectorBackend()) as store:
         seqs = store.append("s", [MemoryItem(step=1, note="report"), MemoryItem(step=2)])
         with store.batch("s") as batch:
             batch.update({seqs[0]: MemoryItem(step=1, note="the report")})

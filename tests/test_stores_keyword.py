@@ -1,18 +1,22 @@
-"""The terms a store indexes are the terms Memory.search counts, taken in one pass over the values."""
+"""The terms a store indexes are the terms Memory.search counts, and stores rank them as Memory.search does."""
 
 from __future__ import annotations
 
+import itertools
+import random
 from typing import Any
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.memory import MemoryItem
+from agents.memory import Memory, MemoryItem
 from agents.memory._item import item_fields
 from agents.memory._text import Tokenizer, item_texts
+from agents.memory.stores import open_store
 from agents.memory.stores._keyword import item_terms, texts_of
 
 TOKENIZER = Tokenizer()
+SESSIONS = itertools.count()
 
 text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
 ascii_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=30)
@@ -51,3 +55,65 @@ def test_item_terms_of_unicode_and_subclassed_values() -> None:
     assert text.split(" ")[:4] == ["strasse", "strasse", "file", "café"]
     assert sorted(text.split(" ")[5:]) == ["x", "y", "z"]
     assert n == 8
+
+
+COMMON = ("is", "the", "to", "with")
+RARE = ("zeta", "ticket", "orbit")
+
+
+def step_items(seed: int, n_items: int, repeats: int) -> list[MemoryItem]:
+    """Return items whose notes hold each common word in most items and each rare word in few.
+
+    "is" is in two items of three (more than half); the other common words in
+    30-80% of the items; a rare word in about one in twenty. A word is written
+    up to ``repeats`` times; some items also have an ``extra`` field.
+    """
+    rng = random.Random(seed)
+    shares = {word: rng.uniform(0.3, 0.8) for word in COMMON[1:]}
+    items = []
+    for n in range(n_items):
+        words = ["is"] * (n % 3 != 0)
+        words += [w for w, share in shares.items() if rng.random() < share]
+        words += [w for w in RARE if rng.random() < 0.05]
+        words = [w for w in words for _ in range(rng.randint(1, repeats))]
+        words += ["filler"] * rng.randint(0, 12)
+        rng.shuffle(words)
+        extra = {"extra": rng.choice(COMMON + RARE)} if rng.random() < 0.3 else {}
+        items.append(MemoryItem(n=n, note=" ".join(words), **extra))
+    return items
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(0, 2**32),
+    n_items=st.integers(1, 150),
+    repeats=st.integers(1, 3),
+    query=st.lists(st.sampled_from((*COMMON, *RARE, "missing")), min_size=1, max_size=6),
+    k=st.integers(1, 12),
+    keys=st.sampled_from([None, ("note",)]),
+)
+def test_store_ranking_with_common_words_is_memory_search(
+    store_url: str,
+    seed: int,
+    n_items: int,
+    repeats: int,
+    query: list[str],
+    k: int,
+    keys: tuple[str, ...] | None,
+) -> None:
+    """Queries of words most items hold give Memory.search's top k and scores, in every store, beside another session."""
+    items = step_items(seed, n_items, repeats)
+    with open_store(store_url) as store:
+        session = f"s{next(SESSIONS)}"
+        store.append(session, items)
+        store.append(f"{session}-other", items[: len(items) // 2] * 3)
+        memory = Memory()
+        memory.add_memory_items(store.read(session))
+        text = " ".join(query)
+        got = [(hit.item["n"], hit.score) for hit in store.search(session, text, k, keys=keys)]
+        want = [(hit.item["n"], hit.score) for hit in memory.search(text, k, keys=keys)]
+        assert got == want

@@ -132,7 +132,7 @@ def test_read_only_handle_runs_read_only_transactions(postgres_url: str) -> None
     with open_store(postgres_url, read_only=True) as reader:
         with pytest.raises(StoreError, match="open read-only"):
             reader.append("s", [MemoryItem(step=2)])
-        with reader._pool.connection() as con:  # type: ignore[attr-defined]  # the server's own setting is the point
+        with reader.backend.pool.connection() as con:  # the server's own setting is the point
             assert con.execute("SHOW default_transaction_read_only").fetchone() == ("on",)
 
 

@@ -66,7 +66,7 @@ from agents.memory.prompt import (
     render_text,
     select_window,
 )
-from agents.memory.stores import BaseStore, StoredRecord, check_session_id, open_store
+from agents.memory.stores import Store, StoredRecord, check_session_id, open_store
 
 if TYPE_CHECKING:
     import mcp_types
@@ -370,7 +370,7 @@ class MemoryServer:
 
     def __init__(
         self,
-        store: str | os.PathLike[str] | BaseStore,
+        store: str | os.PathLike[str] | Store,
         *,
         scope: Scope | None = None,
         read_only: bool = False,
@@ -388,9 +388,9 @@ class MemoryServer:
         self.poll_seconds = float(poll_seconds)
         self.embedder = embedder
         self.image_dir = None if image_dir is None else image_root(image_dir)
-        self._owns_store = not isinstance(store, BaseStore)
-        self.store: BaseStore = (
-            store if isinstance(store, BaseStore) else open_store(store, read_only=read_only)
+        self._owns_store = not isinstance(store, Store)
+        self.store: Store = (
+            store if isinstance(store, Store) else open_store(store, read_only=read_only)
         )
         self._name = name
         self._subscribers: dict[int, tuple[ServerSession, set[str]]] = {}

@@ -457,7 +457,7 @@ def import_ufo_log(
         StoreError: if the store cannot be written (also when an existing
             session has another step key); nothing is written.
     """
-    from agents.memory.stores import BaseStore, check_session_id, open_store
+    from agents.memory.stores import Store, check_session_id, open_store
 
     check_session_id(session_id)
     memory = read_ufo_log(
@@ -467,7 +467,7 @@ def import_ufo_log(
         link_screenshots=link_screenshots,
         allow_absolute=allow_absolute,
     )
-    opened = store if isinstance(store, BaseStore) else open_store(store)
+    opened = store if isinstance(store, Store) else open_store(store)
     try:
         held = opened.count(session_id)
         if held and not append:

@@ -2,9 +2,9 @@
 
 The server lists the store's sessions and opens each in the same timeline
 page that ``replay_html`` writes, in a live mode: the page asks the server
-for the newest steps (:meth:`BaseStore.tail`), loads earlier ones on demand,
-polls for steps other processes append (:meth:`BaseStore.records` with
-``after``), and searches through the store's own :meth:`BaseStore.search`.
+for the newest steps (:meth:`Store.tail`), loads earlier ones on demand,
+polls for steps other processes append (:meth:`Store.records` with
+``after``), and searches through the store's own :meth:`Store.search`.
 It never holds a whole session, so a session of a million steps opens as
 fast as one of a hundred.
 
@@ -53,7 +53,7 @@ from agents.memory.exceptions import (
     missing_dependency,
 )
 from agents.memory.prompt import DEFAULT_IMAGE_KEYS
-from agents.memory.stores import BaseStore, StoredRecord, open_store
+from agents.memory.stores import Store, StoredRecord, open_store
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -107,7 +107,7 @@ class _Figures:
 
 
 def live_app(
-    store: BaseStore,
+    store: Store,
     *,
     token: str | None = None,
     image_dirs: Sequence[str | os.PathLike[str]] = (),
@@ -362,7 +362,7 @@ class _View:
 
     def __init__(
         self,
-        store: BaseStore,
+        store: Store,
         roots: tuple[str, ...],
         embedder: Embedder | None,
         cost_key: str,

@@ -52,6 +52,7 @@ __all__ = [
     "OwnedRef",
     "decode_item",
     "decode_items",
+    "dumps_each",
     "dumps_item",
     "dumps_items",
     "field",
@@ -1002,6 +1003,31 @@ def dumps_items(
     except _codec.IntegerOutOfRange:
         # A plain-looking item held an int beyond 64 bits: walk every value to tag it.
         return _codec.dumps([item._wire(step_key, on_unencodable, walk=True) for item in batch])
+
+
+def dumps_each(
+    items: Iterable[MemoryItem], *, step_key: str, on_unencodable: OnUnencodable
+) -> list[bytes]:
+    """Encode each item's wire form on its own, as :func:`dumps_item` does, checking all of them at once.
+
+    The bytes are those :func:`dumps_item` gives for each item; the plain
+    containers of the whole batch are checked together (see :func:`_wires`),
+    which halves the cost of encoding a store's batch item by item.
+
+    Raises:
+        SerializationError: naming the key, step and type of a value that cannot be encoded.
+    """
+    batch = items if isinstance(items, (list, tuple)) else list(items)
+    try:
+        try:
+            return list(map(_codec.dumps, _wires(batch, step_key, on_unencodable)))
+        except _codec.IntegerOutOfRange:
+            raise
+        except SerializationError:
+            # As in dumps_items: a plain-looking container held what the writer refuses.
+            return [_codec.dumps(item._wire(step_key, on_unencodable)) for item in batch]
+    except _codec.IntegerOutOfRange:
+        return [_codec.dumps(item._wire(step_key, on_unencodable, walk=True)) for item in batch]
 
 
 def _wires(

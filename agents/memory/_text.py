@@ -22,18 +22,22 @@ __all__ = [
     "BM25_K1",
     "MIN_IDF",
     "Tokenizer",
+    "bm25_average_length",
     "bm25_idf",
-    "lucene_idf",
+    "bm25_term_score",
+    "bm25_weight",
     "check_k",
     "checked_keys",
     "checked_query",
+    "field_texts",
     "item_texts",
+    "lucene_idf",
 ]
 
 BM25_K1 = 1.2
-"""BM25's term-frequency saturation (SQLite FTS5's value)."""
+"""BM25's term-frequency saturation (Lucene's and SQLite FTS5's value)."""
 BM25_B = 0.75
-"""BM25's document-length normalisation (SQLite FTS5's value)."""
+"""BM25's document-length normalisation (Lucene's and SQLite FTS5's value)."""
 MIN_IDF = 1e-6
 """The floor of a term's IDF: FTS5 floors the IDF of terms in more than half the items here."""
 
@@ -53,8 +57,41 @@ def lucene_idf(n_items: int, df: int) -> float:
     return math.log1p((n_items - df + 0.5) / (df + 0.5))
 
 
+def bm25_weight(n_items: int, df: int) -> float:
+    """Return a query term's weight: ``lucene_idf(n_items, df) * (BM25_K1 + 1.0)``.
+
+    ``n_items`` counts every item of the memory or session (also items
+    without text); ``df`` the items holding the term in the searched fields.
+    """
+    return lucene_idf(n_items, df) * (BM25_K1 + 1.0)
+
+
+def bm25_average_length(total: int, n_items: int) -> float:
+    """Return the average item length BM25 divides by: ``total / n_items``, or ``1.0`` when no item has a term."""
+    return total / n_items if total else 1.0
+
+
+def bm25_term_score(weight: float, tf: int, length: int, average_length: float) -> float:
+    """Return one query term's share of an item's BM25 score: the one formula every search uses.
+
+    ``weight * tf / (tf + k1 * (1 - b) + (k1 * b / average_length) * length)``,
+    with ``weight`` from :func:`bm25_weight`, ``tf`` the term's count in the
+    item and ``length`` the item's number of terms, both over the searched
+    fields. An item's score is the sum of these shares over the query's
+    terms, in query order (a repeated query word counts again), starting
+    from ``0.0`` and skipping terms the item lacks: summed in that order,
+    the float is the same wherever it is computed.
+    """
+    return weight * tf / (tf + _FLAT + BM25_K1 * BM25_B / average_length * length)
+
+
+_FLAT: Final = BM25_K1 * (1.0 - BM25_B)
+
+
 # Runs of letters and digits in any script; "_" splits, so click_input gives two terms.
 _WORD = re.compile(r"[^\W_]+")
+# The same runs in ASCII text, once lowered (casefold is lower() there): found faster.
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 
 def _is_stemmer(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -86,9 +123,10 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         """Return the terms of ``text`` in order (repeats kept)."""
-        if not text.isascii():
-            text = unicodedata.normalize("NFKC", text)
-        terms = _WORD.findall(text.casefold())
+        if text.isascii():
+            terms = _ASCII_WORD.findall(text.lower())
+        else:
+            terms = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
         if self.min_length > 1:
             terms = [term for term in terms if len(term) >= self.min_length]
         stem = self.stemmer
@@ -110,6 +148,44 @@ def item_texts(
     for name in names:
         for text in _strings(fields[name]):
             yield name, text
+
+
+def field_texts(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Return ``(field, text)`` per field holding text: its strings (as :func:`item_texts` finds them) joined by newlines.
+
+    Tokenizing the joined text gives the terms of tokenizing each string in
+    turn: a newline separates terms and never joins its neighbours (NFKC
+    leaves it alone). One walk, without nested generators.
+    """
+    out: list[tuple[str, str]] = []
+    for name, value in fields.items():
+        if type(value) is str:
+            out.append((name, value))
+            continue
+        found: list[str] = []
+        _walk(value, found)
+        if found:
+            out.append((name, found[0] if len(found) == 1 else "\n".join(found)))
+    return out
+
+
+def _walk(value: Any, out: list[str]) -> None:
+    cls = type(value)
+    if cls is str:
+        out.append(value)
+    elif cls is dict:
+        for inner in value.values():
+            _walk(inner, out)
+    elif cls is list or cls is tuple:
+        for inner in value:
+            _walk(inner, out)
+    elif cls in _NOT_TEXT:
+        return
+    else:
+        out.extend(_strings(value))
+
+
+_NOT_TEXT: Final = frozenset({int, float, bool, type(None), bytes})
 
 
 def _strings(value: Any) -> Iterator[str]:

@@ -60,7 +60,7 @@ from agents.memory.prompt import EstimateCounter, TokenCounter, count_image_toke
 
 if TYPE_CHECKING:
     from agents.memory.search import Embedder, Hit, SearchMode, Where
-    from agents.memory.stores import BaseStore
+    from agents.memory.stores import Store
 
 __all__ = [
     "Conversation",
@@ -512,12 +512,12 @@ class Conversation:
         self.scratchpad = scratchpad if scratchpad is not None else Memory()
         self.keep_steps = keep_steps
         self.follow = follow
-        self._store: BaseStore | None = None
+        self._store: Store | None = None
 
     @classmethod
     def for_context(
         cls,
-        store: str | os.PathLike[str] | BaseStore,
+        store: str | os.PathLike[str] | Store,
         context: Mapping[str, Any],
         *,
         prefix: str = "chat",
@@ -549,12 +549,12 @@ class Conversation:
             InvalidSessionIdError: if the context cannot name a session.
             StoreError: if the store cannot be opened or read.
         """
-        from agents.memory.stores import BaseStore, open_memory, open_store
+        from agents.memory.stores import Store, open_memory, open_store
 
         session_id = context_session_id(context, prefix=prefix)
         steps_id = _steps_session_id(session_id)  # checked before the store is opened or created
-        owned = None if isinstance(store, BaseStore) else open_store(store)
-        opened = store if isinstance(store, BaseStore) else owned
+        owned = None if isinstance(store, Store) else open_store(store)
+        opened = store if isinstance(store, Store) else owned
         assert opened is not None  # one of the two branches opened it
         try:
             history = open_memory(opened, session_id)
@@ -572,7 +572,7 @@ class Conversation:
             raise
         return conversation
 
-    def _record_context(self, store: BaseStore, context: dict[str, Any], prefix: str) -> None:
+    def _record_context(self, store: Store, context: dict[str, Any], prefix: str) -> None:
         """Keep the context in the history's metadata (in a writable store), so it can be listed."""
         metadata = self.history.metadata
         if store.read_only or (
@@ -928,7 +928,7 @@ class ConversationInfo:
 
 
 def list_conversations(
-    store: str | os.PathLike[str] | BaseStore,
+    store: str | os.PathLike[str] | Store,
     context: Mapping[str, Any] | None = None,
     *,
     prefix: str = "chat",
@@ -953,15 +953,15 @@ def list_conversations(
         InvalidSessionIdError: for a context or prefix :func:`context_session_id` refuses.
         StoreError: if the store cannot be opened or read.
     """
-    from agents.memory.stores import BaseStore, open_store
+    from agents.memory.stores import Store, open_store
 
     wanted = dict(context or {})
     if wanted:
         context_session_id(wanted, prefix=prefix)  # the same checks as an id
     else:
         context_session_id({"": None}, prefix=prefix)
-    owned = None if isinstance(store, BaseStore) else open_store(store, read_only=True)
-    opened = store if isinstance(store, BaseStore) else owned
+    owned = None if isinstance(store, Store) else open_store(store, read_only=True)
+    opened = store if isinstance(store, Store) else owned
     assert opened is not None  # one of the two branches opened it
     try:
         found: list[ConversationInfo] = []

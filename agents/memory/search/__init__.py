@@ -7,6 +7,7 @@ Semantic search needs numpy and an :class:`Embedder`; the offline default,
 :class:`WordLlamaEmbedder`, comes with ``pip install 'kvmemory[semantic]'``.
 """
 
+from agents.memory._filter import Filter
 from agents.memory._text import Tokenizer
 from agents.memory.search._embed import Embedder, HashingEmbedder, WordLlamaEmbedder
 from agents.memory.search._index import BM25_B, BM25_K1, SearchIndex
@@ -29,6 +30,7 @@ __all__ = [
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
     "Embedder",
+    "Filter",
     "HashingEmbedder",
     "Hit",
     "SearchIndex",

@@ -21,10 +21,20 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agents.memory._item import MemoryItem
-from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, Tokenizer, bm25_idf, item_texts
+from agents.memory._item import MemoryItem, item_fields
+from agents.memory._text import (
+    BM25_B,
+    BM25_K1,
+    Tokenizer,
+    bm25_average_length,
+    bm25_idf,
+    bm25_term_score,
+    bm25_weight,
+    field_texts,
+)
 from agents.memory._vectors import Embedder, checked_vectors, embed_text, numpy, top_rows
 from agents.memory.exceptions import EmbedderMismatchError
+from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -105,33 +115,97 @@ def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
 
 
 class _Lengths:
-    """Each item's length (its number of terms) over some fields, and the items of each length."""
+    """Each item's length (its number of terms) over some fields, by key."""
 
     def __init__(self) -> None:
         self.of: dict[int, int] = {}
-        self.by_length: dict[int, dict[int, None]] = {}
 
     def put(self, key: int, length: int) -> None:
         self.of[key] = length
-        bucket = self.by_length.get(length)
-        if bucket is None:
-            self.by_length[length] = {key: None}
-        else:
-            bucket[key] = None
 
     def drop(self, key: int) -> int:
         """Forget the item's length and return it (0 for an item not filed)."""
-        length = self.of.pop(key, None)
-        if length is None:
-            return 0
-        bucket = self.by_length[length]
-        del bucket[key]
-        if not bucket:
-            del self.by_length[length]
-        return length
+        return self.of.pop(key, 0)
 
 
 _KEYED_LENGTHS = 8  # sets of searched fields whose lengths are kept (the most recently used)
+
+
+class _Fields:
+    """Keyword statistics per field: postings, each item's field lengths, totals, lengths over key sets."""
+
+    def __init__(self) -> None:
+        self.postings: dict[str, dict[str, dict[int, int]]] = {}  # field -> term -> {key: tf}
+        self.sizes: dict[int, tuple[int, ...]] = {}  # key -> its fields' lengths, in doc order
+        self.total: Counter[str] = Counter()
+        # Lengths over the fields of a query's keys: made by the first query with
+        # those keys, kept up to date from then on (the most recent few sets).
+        self.lengths: dict[tuple[str, ...], _Lengths] = {}
+
+    def file(
+        self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Callable[[str], list[str]]
+    ) -> list[str]:
+        """File the item's terms field by field; return all its terms, in field order."""
+        every: list[str] = []
+        sizes = []
+        for field, text in doc:
+            terms = tokenize(text)
+            sizes.append(len(terms))
+            self.total[field] += len(terms)
+            every += terms
+            postings = self.postings.get(field)
+            if postings is None:
+                postings = self.postings[field] = {}
+            for term, count in Counter(terms).items():
+                posting = postings.get(term)
+                if posting is None:
+                    postings[term] = {key: count}
+                else:
+                    posting[key] = count
+        self.sizes[key] = tuple(sizes)
+        for keys, lengths in self.lengths.items():
+            lengths.put(
+                key, sum(size for (field, _), size in zip(doc, sizes, strict=True) if field in keys)
+            )
+        return every
+
+    def unfile(
+        self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Callable[[str], list[str]]
+    ) -> set[str]:
+        """Forget the item's terms field by field; return the set of all its terms."""
+        every: set[str] = set()
+        for (field, text), size in zip(doc, self.sizes.pop(key), strict=True):
+            self.total[field] -= size
+            terms = set(tokenize(text))
+            every |= terms
+            postings = self.postings[field]
+            for term in terms:
+                posting = postings.get(term)
+                if posting is not None:
+                    posting.pop(key, None)
+                    if not posting:
+                        del postings[term]
+        for lengths in self.lengths.values():
+            lengths.drop(key)
+        return every
+
+    def lengths_in(
+        self, keys: tuple[str, ...], docs: Mapping[int, tuple[tuple[str, str], ...]]
+    ) -> _Lengths:
+        """Return the items' lengths over the fields ``keys``, made on first use and kept from then on."""
+        lengths = self.lengths.pop(keys, None)
+        if lengths is None:
+            lengths = _Lengths()
+            for key, doc in docs.items():
+                sizes = self.sizes[key]
+                lengths.put(
+                    key,
+                    sum(size for (field, _), size in zip(doc, sizes, strict=True) if field in keys),
+                )
+            if len(self.lengths) >= _KEYED_LENGTHS:
+                del self.lengths[next(iter(self.lengths))]  # the least recently used
+        self.lengths[keys] = lengths  # last: the most recently used
+        return lengths
 
 
 class SearchIndex:
@@ -152,16 +226,16 @@ class SearchIndex:
         self._memory: weakref.ref[Memory] | None = None
         self._items: dict[int, MemoryItem] = {}
         self._pending: dict[int, None] = {}
-        self._docs: dict[int, tuple[tuple[str, str, int], ...]] = {}
+        # Each item's (field, text) pairs: the text is kept (a reference, not a copy),
+        # so deleting or re-indexing the item later finds its old terms from it.
+        self._docs: dict[int, tuple[tuple[str, str], ...]] = {}
         self._lengths = _Lengths()  # over every field
-        # The same over the fields of a query's keys: made by the first query with
-        # those keys, kept up to date from then on (the most recent few sets).
-        self._keyed_lengths: dict[tuple[str, ...], _Lengths] = {}
         self._postings: dict[str, dict[int, int]] = {}
-        # field -> term -> {key: tf}: built by the first query with keys.
-        self._by_field: dict[str, dict[str, dict[int, int]]] | None = None
         self._total = 0
-        self._field_total: Counter[str] = Counter()
+        # The statistics per field, made by the first query with keys.
+        self._fields: _Fields | None = None
+        # The pruned top-k (numpy), made by the first keyword query when numpy is there.
+        self._ranker: Ranker | None = None
         self._vectors: dict[tuple[str, ...] | None, _Vectors] = {}
         self._unembedded: dict[tuple[str, ...] | None, dict[int, None]] = {}
 
@@ -206,15 +280,53 @@ class SearchIndex:
             self._pending = dict.fromkeys(self._items)
             self._docs = {}
             self._lengths = _Lengths()
-            self._keyed_lengths = {}
             self._postings = {}
-            self._by_field = None
             self._total = 0
-            self._field_total = Counter()
+            self._fields = None
+            self._ranker = None
             self._vectors = {}
             self._unembedded = {}
 
     # -- keyword search ------------------------------------------------------------
+
+    def keyword_top(
+        self, terms: Sequence[str], keys: tuple[str, ...] | None, k: int, where: Predicate | None
+    ) -> list[tuple[int, MemoryItem, float]]:
+        """Return the ``k`` best ``(key, item, score)`` by BM25 among items ``where`` keeps, best first; ties by session order.
+
+        The ranking is exactly that of scoring every item holding a query
+        term (in ``keys``) with :func:`~agents.memory._text.bm25_term_score`,
+        the terms summed in query order: with numpy only the items that can
+        still be among the best are scored (see ``_bm25.Ranker``), without
+        it every item holding a term is. The statistics (number of items,
+        average length, how many items hold a term) are those of the whole
+        memory over the searched fields. ``where`` is asked of the best items
+        only, more of them while too few pass.
+        """
+        self._follow()
+        with self._lock:
+            self._catch_up()
+            query, sizes, average = self._query_terms(terms, keys)
+            if not query:
+                return []
+            ranker = self._ranker_now()
+            items = self._items
+            wanted = k
+            while True:
+                if ranker is not None:
+                    ranked = ranker.top(query, keys, sizes.of, average, wanted)
+                else:
+                    ranked = exhaustive_top(query, sizes.of, average, wanted)
+                out = []
+                for key, score in ranked:
+                    item = items[key]
+                    if where is None or where(item):
+                        out.append((key, item, score))
+                        if len(out) == k:
+                            return out
+                if len(ranked) < wanted:
+                    return out  # every item holding a term was asked
+                wanted *= 4
 
     def keyword_scores(
         self,
@@ -224,134 +336,68 @@ class SearchIndex:
         skip_common: bool = False,
         limit: int | None = None,
     ) -> tuple[dict[int, float], float]:
-        """Return the BM25 score of the items that hold a query term (in ``keys``), by key.
+        """Return the BM25 score of every item that holds a query term (in ``keys``), by key.
 
-        The statistics (number of items, average length, how many items hold
-        a term) are those of the whole memory over the searched fields; each
-        query term counts once per occurrence in the query, as in SQLite FTS5.
-
-        With ``skip_common``, items that hold only *common* terms (in more than
-        half of the items, whose IDF is floored near zero) are left out, and
-        the second value is the highest score such an item can have (``0.0``
-        when none was left out); items that are scored get their full score.
-        Stop words then cost nothing unless the rarer words match too few items.
-
-        With ``limit``, the scores returned hold every item that can be among
-        the best ``limit`` (ties with the last included), not every item that
-        holds a term: items holding only common terms are scored shortest
-        first (by their length over ``keys``) while they can still reach the
-        ``limit``-th best score (see :meth:`_add_common_only`).
+        The scores are those :meth:`keyword_top` ranks by. ``skip_common`` and
+        ``limit`` are accepted for callers of the FTS5-style ranking, whose
+        IDF let items holding only common words be skipped; with Lucene's IDF
+        every item holding a term is scored, and the second value is always
+        ``0.0`` (no item was left out).
         """
         self._follow()
         with self._lock:
             self._catch_up()
-            n_items = len(self._items)
-            if not n_items:
-                return {}, 0.0
-            if keys is None:
-                total = self._total
-                sizes = self._lengths
-            else:
-                total = sum(self._field_total[field] for field in keys)
-                sizes = self._lengths_in(keys)
+            query, sizes, average = self._query_terms(terms, keys)
             lengths = sizes.of
-            avgdl = total / n_items if total else 1.0
-            # BM25 per (term, item): idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)).
-            flat = BM25_K1 * (1.0 - BM25_B)
-            slope = BM25_K1 * BM25_B / avgdl
-            bounded = limit is not None and not skip_common
-            prune = skip_common or bounded
-            # (postings, idf * (k1 + 1), common) of each query term any item holds, in query order.
-            weighted: list[tuple[dict[int, int], float, bool]] = []
-            for term in terms:
-                matches = self._matches(term, keys)
-                if matches:
-                    idf = bm25_idf(n_items, len(matches))
-                    weighted.append((matches, idf * (BM25_K1 + 1.0), prune and idf == MIN_IDF))
-            common = [(matches, lift) for matches, lift, is_common in weighted if is_common]
-            # Pruning common terms, only the items holding a rarer term are scored here.
-            candidates: dict[int, int] = {}
-            if common:
-                for matches, _, is_common in weighted:
-                    if not is_common:
-                        candidates.update(matches)
-            # Each item's score is summed in query order, whatever path scores it,
-            # so that every path gives the same float.
             scores: dict[int, float] = {}
-            for matches, lift, is_common in weighted:
+            for _, matches, weight in query:
                 get = scores.get
-                if is_common:
-                    scores.update(
-                        {
-                            key: get(key, 0.0) + lift * tf / (tf + flat + slope * lengths[key])
-                            for key in candidates
-                            if (tf := matches.get(key))
-                        }
-                    )
-                else:
-                    scores.update(
-                        {
-                            key: get(key, 0.0) + lift * tf / (tf + flat + slope * lengths[key])
-                            for key, tf in matches.items()
-                        }
-                    )
-            if bounded and common:
-                assert limit is not None  # bounded implies it
-                self._add_common_only(scores, common, limit, flat, slope, sizes.by_length)
-                return scores, 0.0
-            # tf / (tf + norm) < 1, so an item holding only common terms scores below this.
-            return scores, sum(lift for _, lift in common)
+                scores.update(
+                    {
+                        key: get(key, 0.0) + bm25_term_score(weight, tf, lengths[key], average)
+                        for key, tf in matches.items()
+                    }
+                )
+            return scores, 0.0
 
-    def _add_common_only(
-        self,
-        scores: dict[int, float],
-        common: list[tuple[dict[int, int], float]],
-        limit: int,
-        flat: float,
-        slope: float,
-        by_length: dict[int, dict[int, None]],
-    ) -> None:
-        """Score the items holding only common terms that can still be among the best ``limit``.
+    def _query_terms(
+        self, terms: Sequence[str], keys: tuple[str, ...] | None
+    ) -> tuple[list[QueryTerm], _Lengths, float]:
+        """Return the query terms some item holds as ``(term, postings, weight)``, the lengths and the average length."""
+        n_items = len(self._items)
+        if not n_items:
+            return [], self._lengths, 1.0
+        if keys is None:
+            total = self._total
+            sizes = self._lengths
+        else:
+            fields = self._fields_now()
+            total = sum(fields.total[field] for field in keys)
+            sizes = fields.lengths_in(keys, self._docs)
+        average = bm25_average_length(total, n_items)
+        query: list[QueryTerm] = []
+        seen: dict[str, tuple[dict[int, int], float]] = {}
+        for term in terms:
+            found = seen.get(term)
+            if found is None:
+                matches = self._matches(term, keys)
+                found = seen[term] = (matches, bm25_weight(n_items, len(matches)))
+            if found[0]:
+                query.append((term, *found))
+        return query, sizes, average
 
-        An item of length ``dl`` scores at most the sum over the common terms
-        of ``lift * most / (most + flat + slope * dl)``, ``most`` being the
-        term's highest count in any item: the same float operations on
-        larger counts, so the bound holds in floats too, and it falls as
-        ``dl`` grows. Items are visited by length, shortest first, and by key
-        within a length; the visit stops once no item left can beat the
-        ``limit``-th best ``(score, key)`` (a higher score, or an equal score
-        and an earlier key). Each item's score is summed in query order, as
-        a full scoring sums it.
-        """
-        # The best `limit` so far as (score, -key): the root is the worst of them.
-        best = heapq.nlargest(limit, ((score, -key) for key, score in scores.items()))
-        heapq.heapify(best)
-        highest = [(matches, lift, max(matches.values())) for matches, lift in common]
-        for length in sorted(by_length):
-            bound = 0.0
-            for _, lift, most in highest:
-                bound += lift * most / (most + flat + slope * length)
-            if len(best) == limit and bound < best[0][0]:
-                return  # longer items have lower bounds still
-            for key in sorted(by_length[length]):
-                if len(best) == limit and (bound, -key) < best[0]:
-                    break  # no later key of this length can beat the worst kept
-                if key in scores:
-                    continue  # holds a rare term: scored in full already
-                score = 0.0
-                held = False
-                for matches, lift, _ in highest:
-                    tf = matches.get(key)
-                    if tf:
-                        score += lift * tf / (tf + flat + slope * length)
-                        held = True
-                if not held:
-                    continue
-                scores[key] = score
-                if len(best) < limit:
-                    heapq.heappush(best, (score, -key))
-                elif (score, -key) > best[0]:
-                    heapq.heapreplace(best, (score, -key))
+    def _ranker_now(self) -> Ranker | None:
+        """Return the numpy ranker, made on first use (``None`` without numpy: rank exhaustively)."""
+        if self._ranker is None:
+            try:
+                import numpy as np  # optional: the pure-Python ranking needs none
+            except ImportError:
+                return None
+            ranker = self._ranker = Ranker(np)
+            ranker.next_generation()
+            for key in self._docs:
+                ranker.indexed(key)
+        return self._ranker
 
     def keyword_ceiling(self, terms: Sequence[str], keys: tuple[str, ...] | None) -> float:
         """Return the BM25 score an item would get holding every query term very often: the scale of a query.
@@ -381,7 +427,7 @@ class SearchIndex:
         with self._lock:
             wanted = set(terms)
             out: dict[str, None] = {}
-            for field, text, _ in self._docs.get(key, ()):
+            for field, text in self._docs.get(key, ()):
                 if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
                     out[field] = None
             return tuple(out)
@@ -592,58 +638,52 @@ class SearchIndex:
             return
         tokenize = self.tokenizer
         postings = self._postings
-        field_total = self._field_total
+        items = self._items
+        docs = self._docs
+        lengths = self._lengths.of
+        fields = self._fields
+        ranker = self._ranker
+        if ranker is not None:
+            ranker.next_generation()
+        total = 0
         for key in self._pending:
-            item = self._items.get(key)
+            item = items.get(key)
             if item is None:
                 continue
-            doc = []
-            every: list[str] = []
-            for field, text in item_texts(item.to_dict(), None):
-                terms = tokenize(text)
-                size = len(terms)
-                # The text itself is kept (a reference, not a copy): deleting or
-                # re-indexing the item later finds its old terms from it.
-                doc.append((field, text, size))
-                field_total[field] += size
-                every += terms
-            for term, count in Counter(every).items():
+            doc = tuple(field_texts(item_fields(item)))
+            if fields is not None:
+                terms = fields.file(key, doc, tokenize)
+            elif len(doc) == 1:
+                terms = tokenize(doc[0][1])
+            else:
+                # One text: a newline never joins the terms around it.
+                terms = tokenize("\n".join([text for _, text in doc]))
+            for term, count in Counter(terms).items():
                 posting = postings.get(term)
                 if posting is None:
                     postings[term] = {key: count}
                 else:
                     posting[key] = count
-            self._docs[key] = tuple(doc)
-            if self._by_field is not None:
-                self._file_fields(key, self._docs[key])
-            self._lengths.put(key, len(every))
-            for keys, sizes in self._keyed_lengths.items():
-                sizes.put(key, sum(size for field, _, size in doc if field in keys))
-            self._total += len(every)
+            docs[key] = doc
+            lengths[key] = len(terms)
+            total += len(terms)
+            if ranker is not None:
+                ranker.indexed(key)
+        self._total += total
         self._pending = {}
 
     def _unindex(self, key: int) -> None:
         doc = self._docs.pop(key, None)
         if doc is None:
             return
+        if self._ranker is not None:
+            self._ranker.removed(key)
         self._total -= self._lengths.drop(key)
-        for sizes in self._keyed_lengths.values():
-            sizes.drop(key)
+        if self._fields is not None:
+            terms = self._fields.unfile(key, doc, self.tokenizer)
+        else:
+            terms = set(self.tokenizer("\n".join([text for _, text in doc])))
         postings = self._postings
-        terms: set[str] = set()
-        by_field = self._by_field
-        for field, text, size in doc:
-            self._field_total[field] -= size
-            words = self.tokenizer(text)
-            terms.update(words)
-            if by_field is not None:
-                field_postings = by_field[field]
-                for word in words:
-                    posting = field_postings.get(word)
-                    if posting is not None:
-                        posting.pop(key, None)
-                        if not posting:
-                            del field_postings[word]
         for term in terms:
             posting = postings.get(term)
             if posting is not None:
@@ -659,23 +699,20 @@ class SearchIndex:
             vectors.drop(key)
             self._unembedded[keys_of].pop(key, None)
 
-    def _lengths_in(self, keys: tuple[str, ...]) -> _Lengths:
-        """Return the items' lengths over the fields ``keys``, made on first use and kept from then on."""
-        sizes = self._keyed_lengths.pop(keys, None)
-        if sizes is None:
-            sizes = _Lengths()
+    def _fields_now(self) -> _Fields:
+        """Return the statistics per field, made on the first query with keys and kept from then on."""
+        fields = self._fields
+        if fields is None:
+            fields = self._fields = _Fields()
             for key, doc in self._docs.items():
-                sizes.put(key, sum(size for field, _, size in doc if field in keys))
-            if len(self._keyed_lengths) >= _KEYED_LENGTHS:
-                del self._keyed_lengths[next(iter(self._keyed_lengths))]  # the least recently used
-        self._keyed_lengths[keys] = sizes  # last: the most recently used
-        return sizes
+                fields.file(key, doc, self.tokenizer)
+        return fields
 
     def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
         """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); do not change it."""
         if keys is None:
             return self._postings.get(term) or {}
-        by_field = self._field_postings()
+        by_field = self._fields_now().postings
         found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
         if len(found) == 1:
             return found[0]
@@ -685,27 +722,3 @@ class SearchIndex:
             for key, tf in posting.items():
                 out[key] = get(key, 0) + tf
         return out
-
-    def _field_postings(self) -> dict[str, dict[str, dict[int, int]]]:
-        """Return the postings per field, built on the first query with ``keys`` and kept from then on."""
-        by_field = self._by_field
-        if by_field is None:
-            by_field = self._by_field = {}
-            for key, doc in self._docs.items():
-                self._file_fields(key, doc)
-        return by_field
-
-    def _file_fields(self, key: int, doc: tuple[tuple[str, str, int], ...]) -> None:
-        by_field = self._by_field
-        assert by_field is not None  # only called while the per-field postings exist
-        tokenize = self.tokenizer
-        for field, text, _ in doc:
-            postings = by_field.get(field)
-            if postings is None:
-                postings = by_field[field] = {}
-            for term in tokenize(text):
-                posting = postings.get(term)
-                if posting is None:
-                    postings[term] = {key: 1}
-                else:
-                    posting[key] = posting.get(key, 0) + 1

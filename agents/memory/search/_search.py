@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import attrs
 
-from agents.memory._item import NOTHING, MemoryItem
+from agents.memory._filter import Filter, Where
+from agents.memory._item import MemoryItem
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query
 from agents.memory._vectors import (
     HYBRID_KEYWORD_WEIGHT,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
+    "Filter",
     "Hit",
     "SearchMode",
     "Where",
@@ -38,14 +40,6 @@ __all__ = [
     "search_index",
 ]
 
-
-Where = Mapping[str, Any] | Callable[[MemoryItem], bool]
-"""A filter applied before ranking: ``{field: value}`` (all must hold) or a predicate.
-
-A value matches a field that holds an equal value; a ``range`` matches a
-field whose value lies in it (``{"step": range(10, 20)}``). Items without
-the field never match.
-"""
 
 _MODES = ("keyword", "semantic", "hybrid")
 _default_embedder: Embedder | None = None
@@ -130,7 +124,7 @@ def search(
     text = checked_query(query)
     check_k(k)
     wanted = checked_keys(keys)
-    predicate = _predicate(where)
+    predicate = Filter.of(where)
     if mode not in _MODES:
         msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
         raise InvalidQueryError(msg)
@@ -141,14 +135,7 @@ def search(
         if not terms:
             msg = f"Query {query!r} holds no word to search for; keyword search matches letters and digits."
             raise InvalidQueryError(msg)
-        scores, rest = index.keyword_scores(terms, wanted, skip_common=True)
-        top = index.top(scores, k, predicate)
-        if len(top) < k or (rest and top[-1][2] <= rest):
-            # Items holding only common words could still make the top k: score those that
-            # can (all of them when a filter may drop some of the best).
-            limit = k if predicate is None else None
-            scores, _ = index.keyword_scores(terms, wanted, limit=limit)
-            top = index.top(scores, k, predicate)
+        top = index.keyword_top(terms, wanted, k, predicate)
     elif mode == "semantic":
         model = _embedder_for(index, embedder)
         limit = k
@@ -259,40 +246,6 @@ def index_embeddings(
 
 
 # -- internals -----------------------------------------------------------------------
-
-
-def _predicate(where: Where | None) -> Callable[[MemoryItem], bool] | None:
-    if where is None or callable(where):
-        return where
-    if not isinstance(where, Mapping):
-        msg = f"where must be a mapping of field to value or a function of the item, got {where!r}."
-        raise InvalidQueryError(msg)
-    tests = list(where.items())
-    for field, _ in tests:
-        if type(field) is not str:
-            msg = f"where takes field names (strings) as keys, got {field!r}."
-            raise InvalidQueryError(msg)
-
-    def matches(item: MemoryItem) -> bool:
-        for field, wanted in tests:
-            value = item.get_value(field, NOTHING)
-            if value is NOTHING:
-                return False
-            if isinstance(wanted, range):
-                if not (type(value) is int and value in wanted):
-                    return False
-            elif value != wanted:
-                return False
-        return True
-
-    return matches
-
-
-checked_where = _predicate
-"""Return the predicate of a :data:`Where` filter (``None`` for no filter), else raise :class:`InvalidQueryError`.
-
-For the stores room: ``StoredMemory.search`` filters the store's ranking with it.
-"""
 
 
 def embedder_for(memory: Memory, embedder: Embedder | None = None) -> Embedder:

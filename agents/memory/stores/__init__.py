@@ -1,4 +1,4 @@
-"""Durable homes for sessions, behind one documented base class (:class:`BaseStore`).
+"""Durable homes for sessions: one :class:`Store` API over backends (:class:`Backend`).
 
 Open a store by URL and a memory backed by one of its sessions::
 
@@ -34,7 +34,7 @@ import urllib.parse
 
 from agents.memory import exceptions
 from agents.memory.stores._backed import SessionWriter, StoredMemory
-from agents.memory.stores._backend import Backend, Store
+from agents.memory.stores._backend import Backend
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
     BaseStore,
@@ -52,8 +52,10 @@ from agents.memory.stores._base import (
     check_store_path,
     migrate,
 )
+from agents.memory.stores._checks import redact_url as _redact
 from agents.memory.stores._memory import InMemoryStore
-from agents.memory.stores._sqlite import SQLiteStore
+from agents.memory.stores._sqlite import SQLiteBackend, SQLiteStore
+from agents.memory.stores._store import Store
 
 # Names only annotations use, kept out of the package's namespace.
 if typing.TYPE_CHECKING:
@@ -70,7 +72,7 @@ if typing.TYPE_CHECKING:
         AsyncWriteBatch,
     )
     from agents.memory.stores._jsonl import JSONLStore
-    from agents.memory.stores._postgres import PostgresStore
+    from agents.memory.stores._postgres import PostgresBackend, PostgresStore
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
@@ -83,9 +85,11 @@ __all__ = [
     "InMemoryStore",
     "IndexEntry",
     "JSONLStore",
+    "PostgresBackend",
     "PostgresStore",
     "Row",
     "RowUpdate",
+    "SQLiteBackend",
     "SQLiteStore",
     "SessionInfo",
     "SessionRow",
@@ -114,6 +118,7 @@ _LAZY = {
     "AsyncStoredMemory": "agents.memory.stores._async",
     "AsyncWriteBatch": "agents.memory.stores._async",
     "JSONLStore": "agents.memory.stores._jsonl",
+    "PostgresBackend": "agents.memory.stores._postgres",
     "PostgresStore": "agents.memory.stores._postgres",
 }
 
@@ -135,7 +140,7 @@ def __dir__() -> list[str]:
 _SCHEMES = ("sqlite", "jsonl", "postgresql", "postgres", "memory")
 
 
-def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> BaseStore:
+def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store:
     """Open the store named by ``url`` (see the module docs for the forms).
 
     Args:
@@ -268,7 +273,7 @@ def _check_libpq_options(conninfo: str, text: str) -> None:
 
 
 def open_memory(
-    store: str | os.PathLike[str] | BaseStore,
+    store: str | os.PathLike[str] | Store,
     session_id: str,
     *,
     step_key: str = "step",
@@ -301,8 +306,8 @@ def open_memory(
         StoreError: if the store cannot be opened or read.
     """
     check_session_id(session_id)
-    owns_store = not isinstance(store, BaseStore)
-    opened = store if isinstance(store, BaseStore) else open_store(store)
+    owns_store = not isinstance(store, Store)
+    opened = store if isinstance(store, Store) else open_store(store)
     try:
         return StoredMemory(
             opened,
@@ -327,9 +332,10 @@ def open_async_store(
     """Open a store for asyncio programs: ``async with open_async_store(url) as store:``.
 
     Takes the URLs and paths :func:`open_store` takes. Every call of the
-    store is awaitable and runs the sync store's call on worker threads of
-    the store's own (see :class:`AsyncStore`), so the event loop never waits
-    on a disk or a server. ``store = await open_async_store(url)`` opens it
+    store is awaitable and runs the sync store's code without blocking the
+    event loop: PostgreSQL on psycopg's asyncio driver (the ``async``
+    extra), the others on a worker thread of the store's own (see
+    :class:`AsyncStore`). ``store = await open_async_store(url)`` opens it
     without a block; close it then with ``await store.aclose()``.
 
     Args:
@@ -340,6 +346,8 @@ def open_async_store(
         An opener to ``await`` or to use with ``async with``.
 
     Raises:
+        MissingDependencyError: for a PostgreSQL URL without the ``async``
+            extra (when awaited or entered).
         What :func:`open_store` raises, when awaited or entered.
     """
     from agents.memory.stores._async import AsyncOpener, AsyncStore
@@ -426,14 +434,3 @@ def _no_options(url: str, options: dict[str, str], allowed: tuple[str, ...]) -> 
         known = ", ".join(allowed) if allowed else "none"
         msg = f"Unknown option {unknown[0]!r} in store URL {url!r}; the options of this store are: {known}."
         raise exceptions.InvalidStoreURLError(msg)
-
-
-def _redact(url: str) -> str:
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

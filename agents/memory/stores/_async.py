@@ -1,18 +1,25 @@
 """Stores and durable memories for asyncio programs: every call that does I/O is awaitable.
 
-An :class:`AsyncStore` owns a sync store and a small pool of worker threads
-of its own (one for SQLite, JSONL and in-process stores, whose writes are
-serialised anyway; eight for PostgreSQL, whose pool serves calls at once). Each awaitable call runs the sync store's call on those
-threads, so the event loop never blocks on a disk or a server, and the SQL
-is the one the sync stores run: there is no second copy of it to drift.
+Each awaitable call runs the sync store's own code (its checks, encoding,
+batches and SQL: there is no second copy to drift), in one of two ways:
 
-A call whose await is cancelled still runs to its end on its thread: its
-transaction commits or rolls back as a whole, and for an
-:class:`AsyncStoredMemory` the in-RAM view changes in the same step as the
-store, so after a cancellation the write either happened (in the store and
-in RAM) or did not (in neither). Calls made through one memory run in the
-order they were made, a cancelled one included; calls on an
-:class:`AsyncStore` run concurrently where the store has several threads.
+* **PostgreSQL** runs on psycopg's asyncio driver (``AsyncConnection`` and
+  ``AsyncConnectionPool``, the ``async`` extra): the call runs on the event
+  loop's thread in a greenlet, and every round trip to the server is an
+  ``await`` on the loop (see ``_bridge.py``), so thousands of sessions share
+  one thread and the pool's connections.
+* **SQLite, JSONL and in-process stores** run each call on one worker
+  thread of the store's own (SQLite writes are serialised anyway; measured
+  against aiosqlite, which makes every statement a thread hop, one hop per
+  call is cheaper: see docs/stores.md).
+
+A call whose await is cancelled still runs to its end: its transaction
+commits or rolls back as a whole, and for an :class:`AsyncStoredMemory`
+the in-RAM view changes in the same step as the store, so after a
+cancellation the write either happened (in the store and in RAM) or did
+not (in neither). Calls made through one memory run in the order they
+were made, a cancelled one included; calls on an :class:`AsyncStore` run
+concurrently (PostgreSQL) or in turn (the others).
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 import os
-import threading
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -34,11 +41,14 @@ from collections.abc import (
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from agents.memory._item import MemoryItem
+from agents.memory.exceptions import missing_dependency
 from agents.memory.stores._backed import StoredMemory
-from agents.memory.stores._base import BaseStore, StoredRecord, WriteBatch
+from agents.memory.stores._batch import WriteBatch
+from agents.memory.stores._encoding import StoredRecord
+from agents.memory.stores._store import Store
 
 if TYPE_CHECKING:
-    from types import TracebackType
+    from types import ModuleType, TracebackType
 
     from typing_extensions import Self
 
@@ -52,24 +62,66 @@ P = ParamSpec("P")
 R = TypeVar("R")
 Closable = TypeVar("Closable", "AsyncStore", "AsyncStoredMemory")
 
-# Worker threads for a PostgreSQL store: as many as the issue's baseline of 8 threads on
-# the sync store; calls beyond the pool's connections wait for one inside the pool.
-_POSTGRES_WORKERS = 8
+
+def _bridge_module() -> ModuleType:
+    """Import the asyncio bridge for PostgreSQL, naming the extra when greenlet is missing."""
+    try:
+        from agents.memory.stores import _bridge
+    except ImportError as exc:
+        name = exc.name or "greenlet"
+        raise missing_dependency(
+            name, "postgres" if name.startswith("psycopg") else "async"
+        ) from exc
+    return _bridge
+
+
+def _embedder_off_loop(
+    method: Callable[..., Any],
+) -> Callable[[bool, tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Return how to pass a call's ``embedder`` so that it runs on a thread, not on the event loop.
+
+    A PostgreSQL store runs its calls on the loop's thread; an embedder (a
+    model, or a call to an embedding service) would stall the loop there,
+    so it is wrapped to run on the loop's default executor. SQLite and the
+    others already run every call on a worker thread.
+    """
+    signature = inspect.signature(method)
+    if "embedder" not in signature.parameters:
+        return lambda on_loop, args, kwargs: (args, kwargs)
+
+    def arguments(
+        on_loop: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if not on_loop:
+            return args, kwargs
+        try:
+            bound = signature.bind(None, *args, **kwargs)
+        except TypeError:
+            return args, kwargs  # the call itself names what is wrong
+        embedder = bound.arguments.get("embedder")
+        if embedder is None:
+            return args, kwargs
+        bound.arguments["embedder"] = _bridge_module().OffLoop(embedder)
+        return bound.args[1:], bound.kwargs
+
+    return arguments
 
 
 def _store_call(
-    method: Callable[Concatenate[BaseStore, P], R],
+    method: Callable[Concatenate[Store, P], R],
 ) -> Callable[Concatenate[AsyncStore, P], Awaitable[R]]:
-    """Make an awaitable twin of a store method, run on the async store's threads."""
+    """Make an awaitable twin of a store method, run for the loop by :meth:`AsyncStore.run`."""
     name = method.__name__
+    arguments = _embedder_off_loop(method)
 
     async def call(self: AsyncStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self.run(functools.partial(getattr(self.store, name), *args, **kwargs))
+        passed, named = arguments(self.runs_on_loop, args, kwargs)
+        return await self.run(functools.partial(getattr(self.store, name), *passed, **named))
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = (
-        f"Await :meth:`BaseStore.{name}`: the same arguments, result and errors, "
-        "computed on the store's worker thread."
+        f"Await :meth:`Store.{name}`: the same arguments, result and errors, "
+        "computed without blocking the event loop."
     )
     return call
 
@@ -77,17 +129,19 @@ def _store_call(
 def _memory_call(
     method: Callable[Concatenate[StoredMemory, P], R],
 ) -> Callable[Concatenate[AsyncStoredMemory, P], Awaitable[R]]:
-    """Make an awaitable twin of a durable memory's method, run on its store's threads."""
+    """Make an awaitable twin of a durable memory's method, run for the loop by its store."""
     name = method.__name__
+    arguments = _embedder_off_loop(method)
 
     async def call(self: AsyncStoredMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
         bound = getattr(self.view, name)
-        return await self.run(functools.partial(bound, *args, **kwargs))
+        passed, named = arguments(self.async_store.runs_on_loop, args, kwargs)
+        return await self.run(functools.partial(bound, *passed, **named))
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = (
         f"Await :meth:`StoredMemory.{name}`: the store is written and the in-RAM view "
-        "changed in one step on the store's worker thread."
+        "changed in one step, without blocking the event loop."
     )
     return call
 
@@ -101,30 +155,50 @@ class AsyncStore:
     """A store for asyncio programs: the sync store's calls, awaitable.
 
     Open one with :func:`open_async_store` (``async with``). Each call takes
-    the arguments of the :class:`BaseStore` call of the same name and
+    the arguments of the :class:`Store` call of the same name and
     returns what it returns, once the write is as durable as the sync call
     makes it. ``store`` is the sync store underneath, for calls that do no
-    I/O (``url``, ``closed``, ``keyword_index``).
+    I/O (``url``, ``closed``, ``keyword_index``); on PostgreSQL its calls
+    that do I/O raise :class:`StoreError` (they run only awaited).
     """
 
-    def __init__(self, store: BaseStore, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+    def __init__(
+        self, store: Store, executor: concurrent.futures.ThreadPoolExecutor | None
+    ) -> None:
         self.store = store
+        # None: the store's I/O is awaited on the loop (PostgreSQL through the bridge).
         self._executor = executor
+        self._running: set[asyncio.Future[Any]] = set()
+        self._closing: asyncio.Future[None] | None = None
+
+    @property
+    def runs_on_loop(self) -> bool:
+        """Whether calls run on the event loop's thread, awaiting each server call (PostgreSQL), not on a worker thread."""
+        return self._executor is None
 
     @classmethod
     async def open(cls, url: str | os.PathLike[str], *, read_only: bool = False) -> AsyncStore:
         """Open the store ``url`` names (any form :func:`open_store` takes) without blocking the loop.
 
         Raises:
+            MissingDependencyError: for a PostgreSQL URL without the ``async``
+                extra (greenlet) or the ``postgres`` extra.
             What :func:`open_store` raises.
         """
         from agents.memory.stores import open_store
 
         text = os.fspath(url)
-        postgres = text.lower().startswith(("postgresql://", "postgres://"))
+        if text.lower().startswith(("postgresql://", "postgres://")):
+            bridge = _bridge_module()
+            from agents.memory.stores._postgres import DRIVERS, Drivers
+
+            def open_bridged() -> Store:
+                DRIVERS.set(Drivers(bridge.connect, bridge.Pool))  # this greenlet's own context
+                return open_store(text, read_only=read_only)
+
+            return cls(await bridge.run_bridged(open_bridged), None)
         executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=_POSTGRES_WORKERS if postgres else 1,
-            thread_name_prefix="kvmemory-store",
+            max_workers=1, thread_name_prefix="kvmemory-store"
         )
         try:
             loop = asyncio.get_running_loop()
@@ -137,38 +211,50 @@ class AsyncStore:
         return cls(store, executor)
 
     async def run(self, call: Callable[[], R]) -> R:
-        """Run ``call`` (no arguments) on the store's worker threads and await its result.
+        """Run ``call`` (no arguments, the sync store's code) for the loop, and await its result.
 
-        Cancelling the await does not stop the call, even one still queued:
-        it runs to its end (so the calls queued behind it keep their order).
+        PostgreSQL runs it on the loop's thread, awaiting each server call;
+        the other stores run it on the store's worker thread. Cancelling the
+        await does not stop the call, even one not yet started: it runs to
+        its end (so the calls queued behind it keep their order).
         """
-        running = asyncio.get_running_loop().run_in_executor(self._executor, call)
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            # Closed: the store's call raises its StoreError at once, before any I/O.
+            return call()
+        running: asyncio.Future[R]
+        if self._executor is None:
+            running = asyncio.ensure_future(_bridge_module().run_bridged(call))
+        else:
+            running = asyncio.get_running_loop().run_in_executor(self._executor, call)
+        self._running.add(running)
+        running.add_done_callback(self._running.discard)
         # A cancelled await leaves the outcome to nobody: take it, so it is not logged as lost.
         running.add_done_callback(_take_outcome)
         return await asyncio.shield(running)
 
-    append = _store_call(BaseStore.append)
-    read = _store_call(BaseStore.read)
-    records = _store_call(BaseStore.records)
-    project = _store_call(BaseStore.project)
-    tail = _store_call(BaseStore.tail)
-    search = _store_call(BaseStore.search)
-    ranking = _store_call(BaseStore.ranking)
-    summary = _store_call(BaseStore.summary)
-    count = _store_call(BaseStore.count)
-    session_info = _store_call(BaseStore.session_info)
-    set_metadata = _store_call(BaseStore.set_metadata)
-    delete_steps = _store_call(BaseStore.delete_steps)
-    delete_seqs = _store_call(BaseStore.delete_seqs)
-    clear = _store_call(BaseStore.clear)
-    sessions = _store_call(BaseStore.sessions)
-    delete_session = _store_call(BaseStore.delete_session)
-    keep_last = _store_call(BaseStore.keep_last)
-    expire = _store_call(BaseStore.expire)
-    vector_model = _store_call(BaseStore.vector_model)
-    index_embeddings = _store_call(BaseStore.index_embeddings)
-    read_vectors = _store_call(BaseStore.read_vectors)
-    drop_vectors = _store_call(BaseStore.drop_vectors)
+    append = _store_call(Store.append)
+    read = _store_call(Store.read)
+    records = _store_call(Store.records)
+    project = _store_call(Store.project)
+    tail = _store_call(Store.tail)
+    search = _store_call(Store.search)
+    ranking = _store_call(Store.ranking)
+    summary = _store_call(Store.summary)
+    count = _store_call(Store.count)
+    session_info = _store_call(Store.session_info)
+    set_metadata = _store_call(Store.set_metadata)
+    delete_steps = _store_call(Store.delete_steps)
+    delete_seqs = _store_call(Store.delete_seqs)
+    clear = _store_call(Store.clear)
+    sessions = _store_call(Store.sessions)
+    delete_session = _store_call(Store.delete_session)
+    keep_last = _store_call(Store.keep_last)
+    expire = _store_call(Store.expire)
+    vector_model = _store_call(Store.vector_model)
+    index_embeddings = _store_call(Store.index_embeddings)
+    read_vectors = _store_call(Store.read_vectors)
+    drop_vectors = _store_call(Store.drop_vectors)
 
     async def pages(
         self,
@@ -177,10 +263,10 @@ class AsyncStore:
         size: int = 1000,
         on_unknown_class: OnUnknownClass = "error",
     ) -> AsyncIterator[list[StoredRecord]]:
-        """Yield a session's records a page at a time, each page read on the worker thread.
+        """Yield a session's records a page at a time, each page read as :meth:`run` runs calls.
 
         Raises:
-            What :meth:`BaseStore.pages` raises.
+            What :meth:`Store.pages` raises.
         """
         pages: Iterator[list[StoredRecord]] = await self.run(
             functools.partial(
@@ -198,8 +284,8 @@ class AsyncStore:
     ) -> AsyncWriteBatch:
         """Return a batch of writes to one session, applied in one transaction by ``async with``.
 
-        See :meth:`BaseStore.batch`. Staging calls are plain calls; the
-        transaction runs on the worker thread when the block ends.
+        See :meth:`Store.batch`. Staging calls are plain calls; the
+        transaction runs (as :meth:`AsyncStore.run` runs calls) when the block ends.
         """
         return AsyncWriteBatch(
             self, self.store.batch(session_id, step_key=step_key, on_unencodable=on_unencodable)
@@ -207,7 +293,17 @@ class AsyncStore:
 
     async def aclose(self) -> None:
         """Close the store once the calls already made have ended; calling it again does nothing."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         if self.store.closed:
+            return
+        while self._running:
+            await asyncio.wait(list(self._running))
+        if self._executor is None:
+            await _bridge_module().run_bridged(self.store.close)
             return
         loop = asyncio.get_running_loop()
         # Wait for the calls in flight on a thread of the loop's own, then close.
@@ -230,8 +326,9 @@ class AsyncWriteBatch:
     The staging calls (``append``, ``update``, ``delete``, ``clear``,
     ``keep_last``, ``expire``) are :class:`WriteBatch`'s and check and
     encode at once. On a clean exit the transaction runs on the store's
-    worker thread; leaving the block with an exception writes nothing. The
-    seqs written are in ``appended``, ``updated`` and ``deleted`` afterwards.
+    worker thread or, for PostgreSQL, on the loop's; leaving the block with
+    an exception writes nothing. The seqs written are in ``appended``,
+    ``updated`` and ``deleted`` afterwards.
     """
 
     def __init__(self, store: AsyncStore, batch: WriteBatch) -> None:
@@ -271,36 +368,6 @@ class AsyncWriteBatch:
         await self._store.run(functools.partial(self.batch.__exit__, exc_type, exc, traceback))
 
 
-class _Turns:
-    """Tickets that make calls run in the order they were issued, whatever thread runs each.
-
-    Tickets are issued on the event loop's thread, in the order of the calls;
-    the executor hands queued calls to its threads first in, first out, so
-    the lowest ticket not yet done is always on a thread and the others wait
-    for it, never the other way round.
-    """
-
-    def __init__(self) -> None:
-        self._turn = threading.Condition()
-        self._issued = 0
-        self._next = 0
-
-    def issue(self) -> int:
-        ticket = self._issued
-        self._issued += 1
-        return ticket
-
-    def take(self, ticket: int, call: Callable[[], R]) -> R:
-        with self._turn:
-            self._turn.wait_for(lambda: self._next == ticket)
-        try:
-            return call()
-        finally:
-            with self._turn:
-                self._next += 1
-                self._turn.notify_all()
-
-
 class AsyncStoredMemory:
     """A durable session for asyncio programs: writes are awaitable, reads of the in-RAM view are plain.
 
@@ -308,26 +375,37 @@ class AsyncStoredMemory:
     (``add_memory_item``, ``delete_memory_item``, ``clear``, ...) or reads
     the store (``refresh``, ``search``, ``recall``) is awaitable and
     returns once the store holds the change and the in-RAM view shows it;
-    both change in one step on the store's worker thread, so a cancelled
+    both change in one step (see :meth:`AsyncStore.run`), so a cancelled
     await leaves them agreeing. ``view`` is the in-RAM :class:`StoredMemory`:
     read it with plain calls (``view.filter_memory_from_keys(...)``,
-    ``len(view)``); its writing calls work too but block the loop.
+    ``len(view)``); its writing calls work too but block the loop (on
+    PostgreSQL they raise :class:`StoreError`: await the twin instead).
     """
 
     def __init__(self, async_store: AsyncStore, view: StoredMemory, *, owns_store: bool) -> None:
         self.async_store = async_store
         self.view = view
         self._owns_store = owns_store
-        self._turns = _Turns()
+        # The call made last on this memory: the next one starts when it has ended.
+        self._last: asyncio.Future[Any] | None = None
 
     async def run(self, call: Callable[[], R]) -> R:
-        """Run ``call`` on the store's worker threads after every call made before it on this memory.
+        """Run ``call`` as :meth:`AsyncStore.run` does, after every call made before it on this memory.
 
         Calls made through one memory run in the order they were made, also
         when an earlier await was cancelled (its call still runs first).
         """
-        ticket = self._turns.issue()
-        return await self.async_store.run(functools.partial(self._turns.take, ticket, call))
+        previous = self._last
+
+        async def in_turn() -> R:
+            if previous is not None:
+                await asyncio.wait([previous])  # its outcome is its caller's
+            return await self.async_store.run(call)
+
+        turn = asyncio.ensure_future(in_turn())
+        self._last = turn
+        turn.add_done_callback(_take_outcome)
+        return await asyncio.shield(turn)
 
     @property
     def session_id(self) -> str:
@@ -400,7 +478,7 @@ async def open_memory_on(
     on_unknown_class: OnUnknownClass,
     metadata: Mapping[str, Any] | None,
 ) -> AsyncStoredMemory:
-    """Read ``session_id`` of an open async store into a durable memory, on the worker thread."""
+    """Read ``session_id`` of an open async store into a durable memory, without blocking the loop."""
     view = await async_store.run(
         functools.partial(
             StoredMemory,

@@ -45,7 +45,9 @@ from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query,
 from agents.memory._vectors import Embedder, SearchMode, progress_bar
 from agents.memory.exceptions import ArgumentTypeError
 from agents.memory.memory import ChangeCallback, Memory
-from agents.memory.stores._base import BaseStore, StoredRecord, check_session_id
+from agents.memory.stores._checks import check_session_id
+from agents.memory.stores._encoding import StoredRecord
+from agents.memory.stores._store import Store
 
 if TYPE_CHECKING:
     from agents.memory.prompt import Window
@@ -70,7 +72,7 @@ class SessionWriter:
     """
 
     def __init__(
-        self, store: BaseStore, session_id: str, step_key: str, on_unencodable: OnUnencodable
+        self, store: Store, session_id: str, step_key: str, on_unencodable: OnUnencodable
     ) -> None:
         self.store = store
         self.session_id = session_id
@@ -253,7 +255,7 @@ class StoredMemory(Memory):
 
     def __init__(
         self,
-        store: BaseStore,
+        store: Store,
         session_id: str,
         *,
         step_key: str = "step",
@@ -265,7 +267,7 @@ class StoredMemory(Memory):
         owns_store: bool = False,
     ) -> None:
         sid = check_session_id(session_id)
-        if not isinstance(store, BaseStore):
+        if not isinstance(store, Store):
             msg = f"StoredMemory takes a store from open_store(), got {type(store).__name__}."
             raise ArgumentTypeError(msg)
         self._sid = sid
@@ -325,7 +327,7 @@ class StoredMemory(Memory):
         self.store.set_metadata(self._sid, self._metadata, step_key=self.step_key)
 
     @property
-    def store(self) -> BaseStore:
+    def store(self) -> Store:
         """The store that holds this memory's session."""
         return self._session.store
 
@@ -445,7 +447,7 @@ class StoredMemory(Memory):
         same items with the same embedder.
 
         In keyword mode without ``keys``, a store with a keyword index
-        (SQLite, PostgreSQL; see ``BaseStore.keyword_index``) ranks the
+        (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
         session and the memory's own items are returned, so no in-RAM index
         is built; ``where`` filters the store's ranking, asking it for more
         until ``k`` hits pass. The hits, scores (to float rounding) and
@@ -626,12 +628,11 @@ class StoredMemory(Memory):
 
     def _store_search(self, query: str, k: int, where: Where | None) -> list[tuple[int, Hit]]:
         """Return ``(seq, hit)`` of the best ``k`` items by the store's ranking that pass ``where``."""
-        from agents.memory.search import Hit
-        from agents.memory.search._search import checked_where
+        from agents.memory.search import Filter, Hit
 
         checked_query(query)
         check_k(k)
-        predicate = checked_where(where)
+        predicate = Filter.of(where)
         tokenizer = Tokenizer()
         wanted = set(tokenizer(query))
         session = self._session

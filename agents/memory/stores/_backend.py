@@ -1,4 +1,4 @@
-"""The public backend interface: the row operations a store is built on, and the ``Store`` over one.
+"""The public backend interface: the row operations a store is built on.
 
 A third party adds a durable home for sessions by writing a :class:`Backend`
 (a handful of row operations, all public names) and handing it to
@@ -31,17 +31,12 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory.stores._base import (
-    BaseStore,
-    IndexEntry,
-    Row,
-    RowUpdate,
-    SessionRow,
-)
+from agents.memory._filter import FilterNode
+from agents.memory.exceptions import StoreError
+from agents.memory.stores._encoding import IndexEntry, Row, RowUpdate, SessionRow
 from agents.memory.stores._keyword import Terms
 
-__all__ = ["Backend", "Store"]
+__all__ = ["Backend"]
 
 
 class Backend:
@@ -89,6 +84,17 @@ class Backend:
         """
         raise NotImplementedError
 
+    def read_keys(
+        self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the rows among ``steps``, where ``data`` may hold only the fields ``keys``.
+
+        A backend that can cut rows down to some keys in its query language,
+        exactly as the codec wrote them, overrides this (``Store.project``);
+        by default whole rows are read and cut in Python.
+        """
+        return self.read_rows(session_id, steps=steps)
+
     def read_last(
         self, session_id: str, n: int, *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
@@ -128,6 +134,19 @@ class Backend:
         block exits cleanly, and not at all when it raises.
         """
         raise NotImplementedError
+
+    def append_rows(
+        self, session_id: str, step_key: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int] | None:
+        """Optionally append rows in one step and return their seqs, or ``None`` to decline (the default).
+
+        A backend whose engine can create-or-lock the session, check its step
+        key and insert the rows in one statement overrides this (PostgreSQL:
+        one round trip instead of four). It must decline, writing nothing,
+        unless the session is new or live with this ``step_key``; the store
+        then runs the general transaction, which raises or recreates.
+        """
+        return None
 
     def lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
         """Return the session inside the transaction (``None`` if it does not exist), keeping other writers out."""
@@ -176,7 +195,25 @@ class Backend:
     def close(self) -> None:
         """Release connections and files."""
 
+    def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
+        """Return the :class:`~agents.memory.StoreError` for an engine error of :attr:`driver_errors`.
+
+        Override to tell damage apart (return a :class:`~agents.memory.CorruptStoreError`).
+
+        Args:
+            action: What the call did, as in ``"Cannot {action}..."``.
+            where: ``" session 'id' of"``, or ``""`` for a call on the whole store.
+            exc: The engine's error.
+        """
+        msg = f"Cannot {action}{where} {self.url}: {exc}; nothing was changed."
+        return StoreError(msg)
+
     # -- optional: keyword search from an index the backend keeps -------------------------
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether :meth:`keyword_top` answers keyword searches (by default: whether it is overridden)."""
+        return type(self).keyword_top is not Backend.keyword_top
 
     def keyword_top(
         self, session_id: str, terms: Sequence[str], k: int
@@ -187,6 +224,19 @@ class Backend:
         keyword index (from the terms each insert hands it) answers here
         with the ranking ``Memory.search`` gives; by default the store reads
         the session a page at a time and scores it.
+        """
+        return None
+
+    # -- optional: narrowing a filtered search ------------------------------------------
+
+    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the seqs of the rows that may pass a search filter, or ``None`` to have every row tested.
+
+        ``tree`` is the parsed filter (:attr:`~agents.memory.search.Filter.tree`).
+        A backend that can judge (part of) it where the rows lie returns a
+        superset of the rows that pass: a row left out is never tested, so
+        leaving out one that passes loses a hit; the rows returned are still
+        tested with the filter in Python. By default ``None``.
         """
         return None
 
@@ -205,6 +255,37 @@ class Backend:
     def vector_count(self, session_id: str, fields: str) -> int:
         """Return how many items have a vector row over ``fields`` (asked before every semantic query; default: count the pages)."""
         return sum(len(page) for page in self.vector_pages(session_id, fields, 4096))
+
+    def vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
+        """Return how many items have a vector row over ``fields``, and how many of those rows are not empty."""
+        rows = [row for page in self.vector_pages(session_id, fields, 4096) for row in page]
+        return len(rows), sum(1 for _, vector in rows if vector)
+
+    def vectors_of(
+        self, session_id: str, fields: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, vector)`` of the vector rows over ``fields`` with these seqs, in seq order."""
+        wanted = set(seqs)
+        return [
+            row
+            for page in self.vector_pages(session_id, fields, 4096)
+            for row in page
+            if row[0] in wanted
+        ]
+
+    def nearest(
+        self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
+    ) -> list[tuple[int, float | None, int]] | None:
+        """Return cosines the engine computes where the vectors lie, or ``None`` (the default) to have the store read them.
+
+        ``query`` is the unit query vector laid out as stored vectors are.
+        The rows returned are ``(seq, cosine, length)`` of the session's
+        non-empty vector rows over ``fields`` among the best ``limit`` by
+        cosine (with every row tied with the last) or whose seq is in
+        ``among``, and of every row whose byte length is not ``len(query)``,
+        with cosine ``None`` (reported as damage).
+        """
+        return None
 
     def unembedded_pages(
         self, session_id: str, fields: str, size: int
@@ -234,152 +315,3 @@ class Backend:
     def drop_vectors(self, tx: Any, session_id: str) -> int:
         """Delete every vector of a session and its recorded model; return how many vector rows went."""
         return 0
-
-
-class Store(BaseStore):
-    """A store over a :class:`Backend`: every public store call, built on the backend's row operations.
-
-    Example::
-
-        store = Store(MyBackend(...))
-        store.append("run-1", [MemoryItem(step=1)])
-        memory = StoredMemory(store, "run-1")
-
-    Args:
-        backend: The backend that keeps the rows; :meth:`close` closes it.
-        read_only: Refuse every write call.
-    """
-
-    keeps_terms = True
-
-    def __init__(self, backend: Backend, *, read_only: bool = False) -> None:
-        super().__init__(backend.url, read_only=read_only)
-        self.backend = backend
-        self.driver_errors = backend.driver_errors
-
-    @property
-    def keyword_index(self) -> bool:
-        """Whether the backend answers keyword searches itself (it overrides :meth:`Backend.keyword_top`)."""
-        return type(self.backend).keyword_top is not Backend.keyword_top
-
-    # BaseStore's hooks, each one call of the backend.
-
-    def _read_session(self, session_id: str) -> SessionRow | None:
-        return self.backend.read_session(session_id)
-
-    def _fetch(
-        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
-    ) -> list[tuple[int, bytes]]:
-        return self.backend.read_rows(session_id, steps=steps, after=after)
-
-    def _fetch_last(
-        self, session_id: str, n: int, *, steps: Sequence[str] | None
-    ) -> list[tuple[int, bytes]]:
-        return self.backend.read_last(session_id, n, steps=steps)
-
-    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
-        return self.backend.read_pages(session_id, size)
-
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
-        return self.backend.read_seqs(session_id, seqs)
-
-    def _count(self, session_id: str) -> int:
-        return self.backend.count(session_id)
-
-    def _sessions(self) -> list[str]:
-        return self.backend.sessions()
-
-    def _transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
-        return self.backend.transaction(session_id)
-
-    def _lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
-        return self.backend.lock_session(tx, session_id)
-
-    def _create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
-        self.backend.create_session(tx, session_id, step_key, created)
-
-    def _set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
-        self.backend.set_metadata(tx, session_id, metadata)
-
-    def _insert_rows(self, tx: Any, session_id: str, rows: Sequence[Row]) -> list[int]:
-        msg = "Store hands every insert its terms (keeps_terms)"
-        raise AssertionError(msg)  # never called: WriteBatch calls _insert_indexed
-
-    def _insert_indexed(
-        self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
-    ) -> list[int]:
-        return self.backend.insert_rows(tx, session_id, rows, terms)
-
-    def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
-        msg = "Store hands every update its terms (keeps_terms)"
-        raise AssertionError(msg)  # never called: WriteBatch calls _update_indexed
-
-    def _update_indexed(
-        self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
-    ) -> list[int]:
-        return self.backend.update_rows(tx, session_id, rows, terms)
-
-    def _delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
-        return self.backend.delete_rows(tx, session_id, seqs)
-
-    def _clear_rows(self, tx: Any, session_id: str) -> int:
-        return self.backend.clear_rows(tx, session_id)
-
-    def _row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
-        return self.backend.row_index(tx, session_id)
-
-    def _delete_session(self, session_id: str) -> bool:
-        return self.backend.delete_session(session_id)
-
-    def _close(self) -> None:
-        self.backend.close()
-
-    def _keyword_top(
-        self,
-        sid: str,
-        terms: Sequence[str],
-        keys: tuple[str, ...] | None,
-        k: int,
-        on_unknown_class: OnUnknownClass,
-    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
-        if keys is None:
-            best = self.backend.keyword_top(sid, terms, k)
-            if best is not None:
-                return best, {}
-        return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
-
-    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
-        return self.backend.vector_model(session_id)
-
-    def _vector_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        return self.backend.vector_pages(session_id, fields, size)
-
-    def _vector_count(self, session_id: str, fields: str) -> int:
-        return self.backend.vector_count(session_id, fields)
-
-    def _unembedded_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        return self.backend.unembedded_pages(session_id, fields, size)
-
-    def _claim_vector_model(
-        self, tx: Any, session_id: str, model: str, dimension: int
-    ) -> tuple[str, int]:
-        if not self.backend.keeps_vectors:
-            return super()._claim_vector_model(tx, session_id, model, dimension)
-        return self.backend.claim_vector_model(tx, session_id, model, dimension)
-
-    def _put_vectors(
-        self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
-    ) -> int:
-        if not self.backend.keeps_vectors:
-            return super()._put_vectors(tx, session_id, fields, rows)
-        return self.backend.put_vectors(tx, session_id, fields, rows)
-
-    def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
-        self.backend.delete_vectors(tx, session_id, seqs)
-
-    def _drop_vectors(self, tx: Any, session_id: str) -> int:
-        return self.backend.drop_vectors(tx, session_id)

@@ -23,7 +23,7 @@ from agents.memory._item import (
     MemoryItem,
     OnUnknownClass,
     decode_items,
-    dumps_item,
+    dumps_each,
     item_fields,
 )
 from agents.memory.exceptions import (
@@ -129,12 +129,11 @@ def encode_rows(
         SerializationError: naming the key and step of a value that cannot be encoded.
     """
     now = time.time()
-    rows: list[Row] = []
-    for item in items:
-        step = item_fields(item).get(step_key, NOTHING)
-        data = dumps_item(item, step_key=step_key, on_unencodable=on_unencodable)
-        rows.append((step_text(step), now, data))
-    return rows
+    encoded = dumps_each(items, step_key=step_key, on_unencodable=on_unencodable)
+    return [
+        (step_text(item_fields(item).get(step_key, NOTHING)), now, data)
+        for item, data in zip(items, encoded, strict=True)
+    ]
 
 
 def decode_rows(
@@ -160,6 +159,13 @@ def decode_pairs(
         CorruptSessionError: naming the seq and session of a row that is not a valid item.
     """
     rows = rows if isinstance(rows, list) else list(rows)
+    with _codec.collector_paused(len(rows)):
+        return _decode_pairs(rows, source, on_unknown_class)
+
+
+def _decode_pairs(
+    rows: list[tuple[int, bytes]], source: str, on_unknown_class: OnUnknownClass
+) -> list[tuple[int, MemoryItem]]:
     seqs = [seq for seq, _ in rows]
     try:
         # One C-level pass; the loop below only runs to name a damaged row.

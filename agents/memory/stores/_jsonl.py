@@ -75,12 +75,13 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
-from agents.memory.stores._backend import Backend, Store
-from agents.memory.stores._base import check_session_id, check_store_path
+from agents.memory.stores._backend import Backend
+from agents.memory.stores._checks import check_session_id, check_store_path
 from agents.memory.stores._encoding import IndexEntry, Row, RowUpdate, SessionRow
 from agents.memory.stores._keyword import Terms
 from agents.memory.stores._migrations import check_schema_version, migrate
 from agents.memory.stores._rows import RowTable
+from agents.memory.stores._store import Store
 
 __all__ = ["JSONLStore", "LogBackend"]
 
@@ -207,8 +208,7 @@ class JSONLStore(Store):
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreError: if the log cannot be written; the old log stays as it was.
         """
-        sid = self._check_write(session_id)
-        with self._errors("compact", sid):
+        with self.guarded("compact", session_id, write=True) as sid:
             self.backend.compact(sid)
 
 
@@ -833,7 +833,7 @@ class LogBackend(Backend):
 
 
 def _open_log(tx: _Tx) -> _Log:
-    assert tx.log is not None  # BaseStore calls row primitives only on a session that exists
+    assert tx.log is not None  # Store calls row primitives only on a session that exists
     return tx.log
 
 

@@ -9,17 +9,16 @@ the row, so no store decodes a row it has just encoded to find them.
 from __future__ import annotations
 
 import heapq
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
-    BM25_B,
-    BM25_K1,
     Tokenizer,
-    bm25_idf,
+    bm25_average_length,
+    bm25_term_score,
+    bm25_weight,
     check_k,
     checked_keys,
     checked_query,
@@ -33,9 +32,12 @@ if TYPE_CHECKING:
 __all__ = [
     "KeywordMatch",
     "Terms",
+    "bm25_score",
     "item_terms",
     "keyword_matches",
     "keyword_query",
+    "query_weights",
+    "rank_matches",
     "rank_pages",
     "texts_of",
 ]
@@ -48,8 +50,12 @@ KeywordMatch = tuple[int, int, dict[str, int]]
 
 _TOKENIZER: Final = Tokenizer()
 # For ASCII text the tokenizer's NFKC is the identity, casefold is lower() and its
-# runs of letters and digits are these: the same terms, found faster.
-_ASCII_WORD: Final = re.compile(r"[a-z0-9]+")
+# terms are the runs of ASCII letters and digits: mapping every other byte to a
+# space (and A-Z to a-z) and splitting at spaces gives the same terms, about three
+# times faster than a regular expression's findall.
+_ASCII_TERMS: Final = bytes(
+    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+)
 
 
 def texts_of(fields: Mapping[str, Any]) -> list[str]:
@@ -104,7 +110,10 @@ def item_terms(item: MemoryItem) -> Terms:
     if not texts:
         return "", 0
     text = texts[0] if len(texts) == 1 else "\n".join(texts)
-    terms = _ASCII_WORD.findall(text.lower()) if text.isascii() else _TOKENIZER(text)
+    if text.isascii():
+        words = text.encode("ascii").translate(_ASCII_TERMS).split()
+        return b" ".join(words).decode("ascii"), len(words)
+    terms = _TOKENIZER(text)
     return " ".join(terms), len(terms)
 
 
@@ -126,6 +135,42 @@ def keyword_query(
     return terms, fields
 
 
+def bm25_score(
+    counts: Mapping[str, int],
+    length: int,
+    weighted: Sequence[tuple[str, float]],
+    average_length: float,
+) -> float:
+    """Return an item's BM25 score as ``Memory.search`` sums it, to the last bit.
+
+    Args:
+        counts: The item's count of each query term it holds (others may be missing).
+        length: The item's number of terms over the searched fields.
+        weighted: The query's terms in query order, repeats kept, each with
+            its weight (:func:`~agents.memory._text.bm25_weight`); terms no
+            item holds may be left out.
+        average_length: The session's average length (:func:`~agents.memory._text.bm25_average_length`).
+
+    Returns:
+        The sum of :func:`~agents.memory._text.bm25_term_score` over the
+        query's terms the item holds, in query order, from ``0.0``.
+    """
+    score = 0.0
+    for term, weight in weighted:
+        tf = counts.get(term)
+        if tf:
+            score += bm25_term_score(weight, tf, length, average_length)
+    return score
+
+
+def query_weights(
+    terms: Sequence[str], df: Mapping[str, int], n_items: int
+) -> list[tuple[str, float]]:
+    """Return ``(term, weight)`` of the query's terms some item holds, in query order with repeats."""
+    weight = {term: bm25_weight(n_items, count) for term, count in df.items() if count}
+    return [(term, weight[term]) for term in terms if term in weight]
+
+
 def rank_pages(
     pages: Iterable[Sequence[StoredRecord]],
     terms: Sequence[str],
@@ -141,24 +186,30 @@ def rank_pages(
     answers a search, and how every store answers one with ``keys``.
     """
     n_items, total, matches, found = keyword_matches(pages, terms, keys)
-    if not matches:
-        return [], {}
-    df = Counter(term for _, _, counts in matches for term in counts)
-    avgdl = total / n_items if total else 1.0
-    # BM25 per (term, item) as the search index computes it, query terms counted with repeats.
-    flat = BM25_K1 * (1.0 - BM25_B)
-    slope = BM25_K1 * BM25_B / avgdl
-    lift = {term: bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0) for term in df}
-    scored = []
-    for seq, length, counts in matches:
-        score = 0.0
-        for term in terms:
-            tf = counts.get(term)
-            if tf:
-                score += lift[term] * tf / (tf + flat + slope * length)
-        scored.append((score, seq))
-    best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+    best = rank_matches(n_items, total, matches, terms, k)
     return best, {seq: found[seq] for _, seq in best if seq in found}
+
+
+def rank_matches(
+    n_items: int, total: int, matches: Sequence[KeywordMatch], terms: Sequence[str], k: int
+) -> list[tuple[float, int]]:
+    """Rank the items holding a query term by BM25 as ``Memory.search`` does; return the ``k`` best.
+
+    ``n_items`` and ``total`` (items and their terms in all) are the
+    session's; ``matches`` every item of it holding a query term. The best
+    are ``(score, seq)``, best first, ties by seq. :func:`rank_pages` ranks
+    a session read in pages with it, and the SQLite store the rows its FTS
+    table does not hold yet.
+    """
+    if not matches:
+        return []
+    df = Counter(term for _, _, counts in matches for term in counts)
+    weighted = query_weights(terms, df, n_items)
+    average = bm25_average_length(total, n_items)
+    scored = [
+        (bm25_score(counts, length, weighted, average), seq) for seq, length, counts in matches
+    ]
+    return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
 def keyword_matches(

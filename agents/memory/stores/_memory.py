@@ -17,10 +17,11 @@ from typing import Final
 
 import attrs
 
-from agents.memory.stores._backend import Backend, Store
+from agents.memory.stores._backend import Backend
 from agents.memory.stores._encoding import IndexEntry, Row, RowUpdate, SessionRow
 from agents.memory.stores._keyword import Terms
 from agents.memory.stores._rows import RowTable
+from agents.memory.stores._store import Store
 
 __all__ = ["InMemoryStore", "SpaceBackend"]
 

@@ -52,18 +52,19 @@ from __future__ import annotations
 
 import array
 import contextlib
+import contextvars
 import hashlib
+import heapq
 import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, NamedTuple
 
 import orjson
 
-from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import BM25_B, BM25_K1, MIN_IDF
+from agents.memory._text import BM25_B, BM25_K1, bm25_average_length
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -72,19 +73,15 @@ from agents.memory.exceptions import (
     StoreUnreachableError,
     missing_dependency,
 )
-from agents.memory.stores._base import (
-    BaseStore,
-    Row,
-    RowUpdate,
-    SessionRow,
-    check_schema_version,
-    decode_pairs,
-    migrate,
-)
-from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._backend import Backend
+from agents.memory.stores._checks import redact_url
+from agents.memory.stores._encoding import Row, RowUpdate, SessionRow, decode_pairs
+from agents.memory.stores._keyword import Terms, bm25_score, item_terms, query_weights
+from agents.memory.stores._migrations import check_schema_version, migrate
 from agents.memory.stores._sql import POSTGRES, SQLRows
+from agents.memory.stores._store import Store
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresBackend", "PostgresStore"]
 
 _SCHEMA_LOCK: Final = 0x6B766D656D  # "kvmem": serializes schema setup across processes
 
@@ -298,6 +295,35 @@ _LEXEME_OVERHEAD: Final = 8
 """Bytes a tsvector spends on each lexeme besides its text (its entry, with alignment)."""
 _COLUMN_TERMS: Final = 256
 """The most distinct query terms scored with a column each; more are scored from arrays."""
+_MARGIN: Final = 1.0 + 1e-9
+"""How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
+
+
+def _exact_top(
+    rows: Sequence[tuple[Any, ...]], terms: Sequence[str], names: Sequence[str], k: int
+) -> list[tuple[float, int]]:
+    """Return the ``k`` best ``(score, seq)`` of the rows SQL ranked, scored again as ``Memory.search`` sums them.
+
+    SQL sums a row's shares by distinct term and computes the IDF with
+    ``ln(1 + x)``, equal to the in-RAM floats to rounding only, and returns
+    the rows whose SQL score is within :data:`_MARGIN` squared of the
+    ``k``-th (``_BAND``); they are scored again from their counts (``tfs``, in the order of ``names``)
+    with the session's statistics (``dfs`` likewise).
+    """
+    if not rows:
+        return []
+    if len(rows) > k:
+        cut = rows[k - 1][1] / _MARGIN**2
+        rows = [row for row in rows if row[1] >= cut]
+    _, _, _, _, _, n_items, total, dfs = rows[0]
+    df = {term: int(count) for term, count in zip(names, dfs, strict=True) if count}
+    weighted = query_weights(terms, df, int(n_items))
+    average = bm25_average_length(int(total), int(n_items))
+    scored = []
+    for seq, _, _, length, tfs, _, _, _ in rows:
+        counts = {term: int(tf) for term, tf in zip(names, tfs, strict=True) if tf}
+        scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
+    return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
 def _add_keyword_index(con: Any) -> None:
@@ -335,7 +361,7 @@ RETURNING seq
 # An append to a live session with the same step key, or to a new session, in
 # one statement (so one round trip in autocommit mode): the upsert takes the
 # session row's lock until commit and reserves the seqs. Anything else (another
-# step key, a deleted session's row) inserts nothing, and BaseStore then runs
+# step key, a deleted session's row) inserts nothing, and the store then runs
 # the general transaction, which raises or recreates.
 _APPEND: Final = """
 WITH s AS (
@@ -482,35 +508,37 @@ def _vector_literal(blob: bytes) -> str | None:
     return str(floats.tolist())
 
 
+class Drivers(NamedTuple):
+    """Where a PostgreSQL store gets its connections: ``connect(conninfo, **options)`` and ``pool(conninfo, **options)``.
+
+    Both take psycopg's sync signatures (``psycopg.connect``,
+    ``psycopg_pool.ConnectionPool``). The async store opens its PostgreSQL
+    store with :data:`DRIVERS` set to the asyncio bridge's, so the same
+    store code runs on psycopg's async connections and pool.
+    """
+
+    connect: Callable[..., Any]
+    pool: Callable[..., Any]
+
+
+# The drivers of the PostgreSQL stores opened in this context; None: psycopg's sync ones.
+DRIVERS: contextvars.ContextVar[Drivers | None] = contextvars.ContextVar(
+    "kvmemory_postgres_drivers", default=None
+)
+
+
 _PGVECTOR_ROWS: Final = 1000  # rows per statement when filling the embedding column
 
 
-class PostgresStore(SQLRows, BaseStore):
-    """Sessions in a PostgreSQL database, through a connection pool.
+class PostgresBackend(SQLRows, Backend):
+    """The rows of a PostgreSQL store, through a connection pool (see :class:`PostgresStore` for the arguments).
 
-    Args:
-        conninfo: A libpq URL or connection string (``postgresql://user@host/db``).
-        min_size: Connections the pool keeps open.
-        max_size: Connections the pool opens at most (one per concurrent call).
-        timeout: Seconds to wait for the server, and for a connection from the pool.
-        read_only: Run every statement read-only; never create or migrate tables.
-        pgvector: Rank semantic queries in the server with the pgvector
-            extension where the database has it (a writable store creates
-            the extension when the server offers it and the login may).
-            ``False`` ranks them in Python; the stored vectors are the same.
-
-    Raises:
-        MissingDependencyError: if psycopg or psycopg_pool is not installed.
-        StoreUnreachableError: if the server cannot be reached (its host name
-            does not resolve, nothing listens, the login is refused); raised at once.
-        SchemaVersionError: if a newer kvmemory created the tables, or
-            ``read_only`` meets older tables that need a migration.
-        StoreError: if the tables cannot be created.
+    Opening connects, then (unless ``read_only``) creates or migrates the
+    tables; :class:`PostgresStore` is the store over this backend.
     """
 
-    schema_version = SCHEMA_VERSION
     dialect = POSTGRES
-    keeps_terms = True
+    keeps_vectors = True
 
     def __init__(
         self,
@@ -527,9 +555,8 @@ class PostgresStore(SQLRows, BaseStore):
             import psycopg_pool
         except ImportError as exc:
             raise missing_dependency(exc.name or "psycopg", "postgres") from exc
-        from agents.memory.stores import _redact
-
-        super().__init__(_redact(conninfo), read_only=read_only)
+        self.url = redact_url(conninfo)
+        self.read_only = read_only
         self.driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
         self._empty = False
         self._indexed = True
@@ -541,16 +568,17 @@ class PostgresStore(SQLRows, BaseStore):
             # One plain connection first: a host that does not resolve or a refused
             # login fails here at once, with the driver's reason, instead of after
             # the pool's timeout of retrying in the background.
-            first = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(int(timeout), 1))
+            drivers = DRIVERS.get() or Drivers(psycopg.connect, psycopg_pool.ConnectionPool)
+            first = drivers.connect(conninfo, autocommit=True, connect_timeout=max(int(timeout), 1))
         except psycopg.Error as exc:
             msg = f"Cannot connect to PostgreSQL store {self.url}: {exc}; check that the server is running and the URL's host, port, user, password and database are right."
             raise StoreUnreachableError(msg) from exc
-        with first, self._errors("open", None):
+        with first, self._opening():
             self._setup(first)
             if not self._empty:
                 self._vector_schema = self._embedding_column(first, create=pgvector)
             self._pgvector = pgvector and self._vector_schema is not None
-        self._pool = psycopg_pool.ConnectionPool(
+        self._pool = drivers.pool(
             conninfo,
             min_size=min_size,
             max_size=max_size,
@@ -560,11 +588,26 @@ class PostgresStore(SQLRows, BaseStore):
             open=False,
         )
         try:
-            with self._errors("open", None):
+            with self._opening():
                 self._pool.open(wait=True, timeout=timeout)
         except BaseException:
             self._pool.close()
             raise
+
+    @contextlib.contextmanager
+    def _opening(self) -> Iterator[None]:
+        """Report the driver's errors while the store is opened as :meth:`store_error` names them."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except self.driver_errors as exc:
+            raise self.store_error("open", "", exc) from exc
+
+    @property
+    def pool(self) -> Any:
+        """The ``psycopg_pool.ConnectionPool`` every call takes a connection from, to inspect the server's settings (never leave a transaction open on it)."""
+        return self._pool
 
     def _configure(self, con: Any) -> None:
         if self.read_only:
@@ -702,7 +745,7 @@ class PostgresStore(SQLRows, BaseStore):
         row = con.execute("SELECT max(version) FROM kvmemory_schema").fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
-    def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
+    def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
         text = str(exc)
         if any(name in text for name in _INDEX_NAMES):
             return self._index_damaged(action, where, text)
@@ -731,7 +774,7 @@ class PostgresStore(SQLRows, BaseStore):
         with self._pool.connection() as con:
             return list(con.execute(sql, params).fetchall())
 
-    def _read_session(self, session_id: str) -> SessionRow | None:
+    def read_session(self, session_id: str) -> SessionRow | None:
         if self._empty:
             return None
         rows = self._query(
@@ -741,8 +784,8 @@ class PostgresStore(SQLRows, BaseStore):
         )
         return (rows[0][0], rows[0][1], bytes(rows[0][2])) if rows else None
 
-    def _fetch(
-        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -750,8 +793,8 @@ class PostgresStore(SQLRows, BaseStore):
         rows = self._query(sql, params)
         return [(int(seq), bytes(data)) for seq, data in rows]
 
-    def _fetch_last(
-        self, session_id: str, n: int, *, steps: Sequence[str] | None
+    def read_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -759,7 +802,7 @@ class PostgresStore(SQLRows, BaseStore):
         rows = self._query(sql, params)
         return [(int(seq), bytes(data)) for seq, data in reversed(rows)]
 
-    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+    def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
         if self._empty:
             return
         # One short query per page: no connection is held between pages.
@@ -774,8 +817,8 @@ class PostgresStore(SQLRows, BaseStore):
             yield page
             rows = self._query(later, (session_id, page[-1][0], size))
 
-    def _fetch_keys(
-        self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None
+    def read_keys(
+        self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -783,7 +826,7 @@ class PostgresStore(SQLRows, BaseStore):
         rows = self._query(sql, {**params, "keys": list(keys)})
         return [(int(seq), bytes(data)) for seq, data in rows]
 
-    def _count(self, session_id: str) -> int:
+    def count(self, session_id: str) -> int:
         if self._empty:
             return 0
         if self._indexed:
@@ -798,7 +841,7 @@ class PostgresStore(SQLRows, BaseStore):
         )
         return int(rows[0][0])
 
-    def _sessions(self) -> list[str]:
+    def sessions(self) -> list[str]:
         if self._empty:
             return []
         rows = self._query(
@@ -810,16 +853,12 @@ class PostgresStore(SQLRows, BaseStore):
     # -- writing ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self, session_id: str) -> Iterator[Any]:
+    def transaction(self, session_id: str) -> Iterator[Any]:
         with self._pool.connection() as con, con.transaction():
             yield con
 
-    def _append_rows(
-        self,
-        session_id: str,
-        step_key: str,
-        rows: Sequence[Row],
-        terms: Sequence[Terms] | None = None,
+    def append_rows(
+        self, session_id: str, step_key: str, rows: Sequence[Row], terms: Sequence[Terms] | None
     ) -> list[int] | None:
         params = {
             "sid": session_id,
@@ -836,7 +875,7 @@ class PostgresStore(SQLRows, BaseStore):
             seqs = sorted(int(r[0]) for r in con.execute(_APPEND, params).fetchall())
         return seqs or None
 
-    def _lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
+    def lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
         row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
         if row is None:
             # No row to lock yet: insert a deleted placeholder, which locks it. A writer
@@ -853,7 +892,7 @@ class PostgresStore(SQLRows, BaseStore):
         step_key, created, metadata, deleted = row
         return None if deleted else (step_key, created, bytes(metadata))
 
-    def _create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
+    def create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
         # The row exists (locked by _lock_session), possibly holding a deleted session's next_seq.
         tx.execute(
             "UPDATE kvmemory_sessions SET step_key = %s, created = %s,"
@@ -861,16 +900,13 @@ class PostgresStore(SQLRows, BaseStore):
             (step_key, created, session_id),
         )
 
-    def _set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
+    def set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
         tx.execute(
             "UPDATE kvmemory_sessions SET metadata = %s WHERE session_id = %s",
             (metadata, session_id),
         )
 
-    def _insert_rows(self, tx: Any, session_id: str, rows: Sequence[Row]) -> list[int]:
-        return self._insert_indexed(tx, session_id, rows, None)
-
-    def _insert_indexed(
+    def insert_rows(
         self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
     ) -> list[int]:
         params = {
@@ -884,10 +920,7 @@ class PostgresStore(SQLRows, BaseStore):
         }
         return sorted(int(r[0]) for r in tx.execute(_INSERT, params).fetchall())
 
-    def _update_rows(self, tx: Any, session_id: str, rows: Sequence[RowUpdate]) -> list[int]:
-        return self._update_indexed(tx, session_id, rows, None)
-
-    def _update_indexed(
+    def update_rows(
         self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms] | None
     ) -> list[int]:
         params = {
@@ -900,12 +933,12 @@ class PostgresStore(SQLRows, BaseStore):
         }
         return sorted(int(r[0]) for r in tx.execute(_UPDATE, params).fetchall())
 
-    def _delete_session(self, session_id: str) -> bool:
-        with self._transaction(session_id) as tx:
+    def delete_session(self, session_id: str) -> bool:
+        with self.transaction(session_id) as tx:
             row = tx.execute(_LOCK_SESSION, (session_id,)).fetchone()
             if row is None or row[3]:
                 return False
-            self._drop_vectors(tx, session_id)
+            self.drop_vectors(tx, session_id)
             tx.execute("DELETE FROM kvmemory_items WHERE session_id = %s", (session_id,))
             # The row stays, marked deleted, so that its next_seq is never given again.
             tx.execute(
@@ -922,7 +955,7 @@ class PostgresStore(SQLRows, BaseStore):
         with self._pool.connection() as con:
             return list(con.execute(sql, params, binary=True).fetchall())
 
-    def _put_vectors(
+    def put_vectors(
         self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
     ) -> int:
         params = {
@@ -940,7 +973,7 @@ class PostgresStore(SQLRows, BaseStore):
             cur = tx.execute(_PUT_EMBEDDED_VECTORS.format(schema=_quoted(schema)), params)
         return int(cur.rowcount)
 
-    def _nearest(
+    def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
     ) -> list[tuple[int, float | None, int]] | None:
         """Rank by pgvector's inner product in the server where the database has it (see the base).
@@ -976,27 +1009,25 @@ class PostgresStore(SQLRows, BaseStore):
             ranked += self._query(_COSINES_OF.format(schema=name), params)
         return ranked
 
-    def _close(self) -> None:
+    def close(self) -> None:
         self._pool.close()
 
     # -- keyword search --------------------------------------------------------------
 
     @property
     def keyword_index(self) -> bool:
-        """Whether :meth:`search` is answered by the ``tsvector`` index (``False`` for older tables opened read-only)."""
+        """Whether keyword searches are answered by the ``tsvector`` index (``False`` for older tables opened read-only)."""
         return self._indexed
 
-    def _keyword_top(
-        self,
-        sid: str,
-        terms: Sequence[str],
-        keys: tuple[str, ...] | None,
-        k: int,
-        on_unknown_class: OnUnknownClass,
-    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
-        if keys is not None or not self._indexed or self._empty:
-            # Per-field statistics are not in the index: read the session (see docs/stores.md).
-            return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        """Score the session by BM25 in one statement over the ``tsvector`` index (``None``: older tables read-only)."""
+        if not self._indexed:
+            return None
+        if self._empty:
+            return []
+        sid = session_id
         weights = Counter(terms)
         names = list(weights)
         queries = [f"'{_lexeme(sid, term)}'" for term in names]
@@ -1006,11 +1037,11 @@ class PostgresStore(SQLRows, BaseStore):
             "query": " | ".join([*queries, overflow]),
             "overflow": overflow,
             "names": names,
-            "min_idf": MIN_IDF,
             "k1p1": BM25_K1 + 1.0,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
-            "k": k,
+            "offset": k - 1,
+            "band": _MARGIN**2,
         }
         if len(names) > _COLUMN_TERMS:
             # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
@@ -1025,7 +1056,7 @@ class PostgresStore(SQLRows, BaseStore):
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
-        return [(float(score), int(seq)) for seq, score, _ in rows], {}
+        return _exact_top(rows, terms, names, k)
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
@@ -1038,10 +1069,6 @@ class PostgresStore(SQLRows, BaseStore):
         Raises:
             StoreError: if the store is read-only or cannot be written; nothing is changed.
         """
-        self._check_open()
-        if self.read_only:
-            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
-            raise StoreError(msg)
         try:
             with self._pool.connection() as con, con.transaction():
                 con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -1049,6 +1076,75 @@ class PostgresStore(SQLRows, BaseStore):
         except self.driver_errors as exc:
             msg = f"Cannot rebuild the keyword index of PostgreSQL store {self.url}: {exc}; nothing was changed."
             raise StoreError(msg) from exc
+
+
+class PostgresStore(Store):
+    """Sessions in a PostgreSQL database, through a connection pool: a :class:`Store` over :class:`PostgresBackend`.
+
+    Args:
+        conninfo: A libpq URL or connection string (``postgresql://user@host/db``).
+        min_size: Connections the pool keeps open.
+        max_size: Connections the pool opens at most (one per concurrent call).
+        timeout: Seconds to wait for the server, and for a connection from the pool.
+        read_only: Run every statement read-only; never create or migrate tables.
+        pgvector: Rank semantic queries in the server with the pgvector
+            extension where the database has it (a writable store creates
+            the extension when the server offers it and the login may).
+            ``False`` ranks them in Python; the stored vectors are the same.
+
+    Raises:
+        MissingDependencyError: if psycopg or psycopg_pool is not installed.
+        StoreUnreachableError: if the server cannot be reached (its host name
+            does not resolve, nothing listens, the login is refused); raised at once.
+        SchemaVersionError: if a newer kvmemory created the tables, or
+            ``read_only`` meets older tables that need a migration.
+        StoreError: if the tables cannot be created.
+    """
+
+    schema_version = SCHEMA_VERSION
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        timeout: float = 30.0,
+        read_only: bool = False,
+        pgvector: bool = True,
+    ) -> None:
+        backend = PostgresBackend(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            read_only=read_only,
+            pgvector=pgvector,
+        )
+        super().__init__(backend, read_only=read_only)
+        self.backend: PostgresBackend = backend
+
+    @property
+    def uses_pgvector(self) -> bool:
+        """Whether semantic queries are ranked in the server by pgvector."""
+        return self.backend.uses_pgvector
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        if self.read_only and not self.closed:
+            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+            raise StoreError(msg)
+        with self.guarded("rebuild the keyword index of", write=True):
+            self.backend.rebuild_keyword_index()
 
 
 _INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"tf"', '"terms"')
@@ -1073,14 +1169,14 @@ def _score_sql(n_terms: int) -> str:
     counts = ", ".join(f"(c.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
     frequencies = ", ".join(f"count(m.f{j}) AS d{j}" for j in terms)
     lifts = ", ".join(
-        f"%(w{j})s * greatest(ln((s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)), %(min_idf)s)"
-        f" * %(k1p1)s AS l{j}"
+        f"%(w{j})s * ln(1.0 + (s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)) * %(k1p1)s AS l{j}"
         for j in terms
     )
     score = " + ".join(
         f"coalesce(l.l{j} * m.f{j} / (m.f{j} + %(flat)s + l.slope * m.n_terms), 0.0)" for j in terms
     )
     held = ", ".join(f"m.f{j}" for j in terms)
+    dfs = ", ".join(f"d.d{j}" for j in terms)
     return f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
@@ -1095,17 +1191,20 @@ m AS MATERIALIZED (
 d AS (SELECT {frequencies} FROM m),
 l AS (
     SELECT {lifts},
-        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope
+        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope,
+        s.n, s.total, ARRAY[{dfs}]::float8[] AS dfs
     FROM s, d
+),
+r AS MATERIALIZED (
+    SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged, m.n_terms,
+        ARRAY[{held}]::float8[] AS tfs, l.n, l.total, l.dfs
+    FROM m, l
+    WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
+        SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
+            AND o.terms @@ %(overflow)s::tsquery
+    ) ELSE true END
 )
-SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged
-FROM m, l
-WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
-    SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
-        AND o.terms @@ %(overflow)s::tsquery
-) ELSE true END
-ORDER BY damaged DESC, score DESC, m.seq
-LIMIT %(k)s
+{_BAND}
 """
 
 
@@ -1117,12 +1216,21 @@ _HOLDS_A_TERM: Final = " AND (NOT i.terms @@ %(overflow)s::tsquery OR i.tf ?| %(
 # BM25 as _score_sql computes it, for any number of query terms: the terms and their
 # repeats come as two arrays, each (row, term) held is one row of f, and a row's score
 # is the sum over its terms (in another order than the columns' sum: equal to rounding).
+# The rows of r that can be among the best k: a damaged row (first, to be named), and
+# every row scoring within the margin squared of the k-th (all rows if fewer than k),
+# so that _exact_top scores again exactly those that tie with the k-th to rounding.
+_BAND: Final = """SELECT * FROM r
+WHERE r.damaged OR r.score >= coalesce(
+    (SELECT score FROM r ORDER BY score DESC LIMIT 1 OFFSET %(offset)s), '-Infinity'::float8
+) / %(band)s
+ORDER BY r.damaged DESC, r.score DESC, r.seq"""
+
 _SCORE_ARRAYS: Final = f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
     WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
 ),
-q AS (SELECT t, w FROM unnest(%(names)s::text[], %(weights)s::float8[]) AS q(t, w)),
+q AS (SELECT t, w, i FROM unnest(%(names)s::text[], %(weights)s::float8[]) WITH ORDINALITY AS q(t, w, i)),
 m AS MATERIALIZED (
     SELECT i.seq, i.n_terms, i.tf || '{{}}'::jsonb AS tf FROM kvmemory_items AS i
     WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery{_HOLDS_A_TERM}
@@ -1132,7 +1240,7 @@ f AS MATERIALIZED (
 ),
 d AS (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
 l AS (
-    SELECT d.t, q.w * greatest(ln((s.n - d.d + 0.5) / (d.d + 0.5)), %(min_idf)s) * %(k1p1)s AS lift
+    SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(k1p1)s AS lift
     FROM d JOIN q USING (t) CROSS JOIN s
 ),
 slope AS (
@@ -1144,10 +1252,14 @@ scored AS (
         count(f.t) = 0 AS damaged
     FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
     GROUP BY m.seq
+),
+r AS MATERIALIZED (
+    SELECT scored.seq, score, damaged, m.n_terms,
+        ARRAY(SELECT (m.tf ->> q.t)::float8 FROM q ORDER BY q.i) AS tfs, s.n, s.total,
+        ARRAY(SELECT d.d FROM q LEFT JOIN d USING (t) ORDER BY q.i) AS dfs
+    FROM scored JOIN m USING (seq) CROSS JOIN s
 )
-SELECT seq, score, damaged FROM scored
-ORDER BY damaged DESC, score DESC, seq
-LIMIT %(k)s
+{_BAND}
 """
 
 

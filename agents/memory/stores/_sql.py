@@ -20,7 +20,9 @@ from typing import Any, ClassVar, Final
 import attrs
 
 from agents.memory import _codec
-from agents.memory.stores._base import IndexEntry
+from agents.memory._filter import FilterNode
+from agents.memory.stores._encoding import IndexEntry
+from agents.memory.stores._filter_sql import candidates_query
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLRows"]
 
@@ -116,13 +118,14 @@ def _pairs(rows: Sequence[Any]) -> list[tuple[int, bytes]]:
 
 
 class SQLRows:
-    """The row and vector primitives of :class:`~agents.memory.stores.BaseStore`, in SQL both engines speak.
+    """The row and vector operations of :class:`~agents.memory.stores.Backend`, in SQL both engines speak.
 
-    A store mixes this in before ``BaseStore`` and provides :attr:`dialect`,
+    A backend mixes this in before ``Backend`` and provides :attr:`dialect`,
     ``_empty`` (no table yet: read as empty) and :meth:`_query`.
     """
 
     dialect: ClassVar[Dialect]
+    driver_errors: tuple[type[BaseException], ...]
     _empty: bool
 
     def _query(self, sql: str, params: Any = ()) -> list[Any]:
@@ -135,31 +138,54 @@ class SQLRows:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _fetch_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
         d = self.dialect
         return _pairs(self._query(d.spell(_ROWS_OF_SEQS), (session_id, d.bind_list(seqs))))
 
-    def _vector_model(self, session_id: str) -> tuple[str, int] | None:
+    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the seqs of the session's rows that may pass a filter, judged in SQL over the stored JSON.
+
+        Sound, not exact (see ``_filter_sql``): the rows left out cannot
+        pass; the others are still tested in Python. ``None`` when SQL
+        cannot narrow the filter, or the engine cannot read the rows as
+        JSON (an SQLite without JSON functions, a damaged row: decoding
+        then reports it).
+        """
+        if self._empty:
+            return set()
+        query = candidates_query(tree, session_id, postgres=self.dialect is POSTGRES)
+        if query is None:
+            return None
+        try:
+            return {int(seq) for (seq,) in self._query(*query)}
+        except self.driver_errors as exc:
+            if "json" not in str(exc).lower():
+                raise
+            # No JSON functions, or a row that is not JSON: filtering in Python alone still
+            # gives the exact answer, and decoding the rows reports the damage.
+            return None
+
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
         if self._empty:
             return None
         rows = self._query(self.dialect.spell(_VECTOR_MODEL), (session_id,))
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
 
-    def _vector_count(self, session_id: str, fields: str) -> int:
+    def vector_count(self, session_id: str, fields: str) -> int:
         if self._empty:
             return 0
         rows = self._query(self.dialect.spell(_VECTOR_COUNT), (session_id, fields))
         return int(rows[0][0])
 
-    def _vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
+    def vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
         if self._empty:
             return 0, 0
         rows = self._query(self.dialect.spell(_VECTOR_COUNTS), (session_id, fields))
         return int(rows[0][0]), int(rows[0][1])
 
-    def _vector_pages(
+    def vector_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         if self._empty:
@@ -170,7 +196,7 @@ class SQLRows:
             yield rows
             rows = _pairs(self._vector_query(sql, (session_id, fields, rows[-1][0], size)))
 
-    def _fetch_vectors(
+    def vectors_of(
         self, session_id: str, fields: str, seqs: Sequence[int]
     ) -> list[tuple[int, bytes]]:
         if self._empty:
@@ -179,7 +205,7 @@ class SQLRows:
         params = (session_id, fields, d.bind_list(seqs))
         return _pairs(self._vector_query(d.spell(_VECTORS_OF_SEQS), params))
 
-    def _unembedded_pages(
+    def unembedded_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         if self._empty:
@@ -192,7 +218,7 @@ class SQLRows:
 
     # -- writing, inside a transaction (``tx`` is the driver's connection) -------------------
 
-    def _claim_vector_model(
+    def claim_vector_model(
         self, tx: Any, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:
         d = self.dialect
@@ -200,24 +226,24 @@ class SQLRows:
         row = tx.execute(d.spell(_VECTOR_MODEL), (session_id,)).fetchone()
         return str(row[0]), int(row[1])
 
-    def _delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
+    def delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
         d = self.dialect
         tx.execute(d.spell(_DELETE_VECTORS_OF), (session_id, d.bind_list(seqs)))
 
-    def _drop_vectors(self, tx: Any, session_id: str) -> int:
+    def drop_vectors(self, tx: Any, session_id: str) -> int:
         d = self.dialect
         gone = tx.execute(d.spell(_DELETE_VECTORS), (session_id,)).rowcount
         tx.execute(d.spell(_DELETE_MODEL), (session_id,))
         return int(gone)
 
-    def _delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+    def delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
         d = self.dialect
         rows = tx.execute(d.spell(_DELETE_ROWS), (session_id, d.bind_list(seqs))).fetchall()
         return sorted(int(row[0]) for row in rows)
 
-    def _clear_rows(self, tx: Any, session_id: str) -> int:
+    def clear_rows(self, tx: Any, session_id: str) -> int:
         return int(tx.execute(self.dialect.spell(_CLEAR_ROWS), (session_id,)).rowcount)
 
-    def _row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
+    def row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
         rows = tx.execute(self.dialect.spell(_ROW_INDEX), (session_id,)).fetchall()
         return [(int(seq), step, float(created)) for seq, step, created in rows]

@@ -1,6 +1,6 @@
 """The SQLite store: one file, many processes, the embedded default.
 
-Layout (schema version 5, recorded in ``PRAGMA user_version``)::
+Layout (schema version 6, recorded in ``PRAGMA user_version``)::
 
     kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
                       metadata BLOB)                                   -- metadata: v2
@@ -12,6 +12,8 @@ Layout (schema version 5, recorded in ``PRAGMA user_version``)::
                     terms INTEGER)                                     -- v4
     kvmemory_fts: FTS5 over the terms, kvmemory_fts_row and _instance: its
     fts5vocab tables, kvmemory_fts_content: the view it reads   -- v4
+    kvmemory_fts_mark(through INTEGER): rows of a seq up to it have their
+                     FTS rows; later ones are pending               -- v6
     kvmemory_embedders(session_id TEXT PRIMARY KEY, model TEXT,
                        dimension INTEGER)                              -- v3
     kvmemory_vectors(session_id TEXT, seq INTEGER, fields TEXT, vector BLOB,
@@ -62,12 +64,11 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal
 
 from agents.memory import _codec
-from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import BM25_B, BM25_K1, MIN_IDF, bm25_idf
+from agents.memory._text import BM25_B, BM25_K1, bm25_average_length, bm25_term_score
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
@@ -77,20 +78,22 @@ from agents.memory.exceptions import (
     StoreNotFoundError,
     missing_dependency,
 )
-from agents.memory.stores._base import (
-    BaseStore,
-    Row,
-    RowUpdate,
-    SessionRow,
-    check_schema_version,
-    check_store_path,
-    decode_pairs,
-    migrate,
+from agents.memory.stores._backend import Backend
+from agents.memory.stores._checks import check_store_path
+from agents.memory.stores._encoding import Row, RowUpdate, SessionRow, decode_pairs
+from agents.memory.stores._keyword import (
+    KeywordMatch,
+    Terms,
+    bm25_score,
+    item_terms,
+    query_weights,
+    rank_matches,
 )
-from agents.memory.stores._keyword import Terms, item_terms
+from agents.memory.stores._migrations import check_schema_version, migrate
 from agents.memory.stores._sql import SQLITE, SQLRows
+from agents.memory.stores._store import Store
 
-__all__ = ["SQLiteStore", "Synchronous"]
+__all__ = ["SQLiteBackend", "SQLiteStore", "Synchronous"]
 
 Synchronous = Literal["full", "normal", "off"]
 
@@ -178,6 +181,54 @@ def _prefixed(row: str, key: str) -> str:
     )
 
 
+# Schema version 6: rows inserted a few at a time are folded into the FTS table
+# later, many at once (FTS5 writes a segment per transaction that touches it: 150 us
+# of the 200 us of database CPU a one-item commit cost). kvmemory_fts_mark holds
+# one number, "through": every row of a seq up to it has its FTS row; the rows
+# after it are pending (their terms are in their rows, and their counts already in
+# kvmemory_search). A write folds the pending rows of every session once
+# _FOLD_AT are pending, and a batch of _FOLD_AT rows or more is indexed at once
+# (see SQLiteStore._insert_indexed). The triggers touch the FTS rows of folded rows only.
+_MARK_DDL: Final = (
+    "CREATE TABLE IF NOT EXISTS kvmemory_fts_mark (through INTEGER NOT NULL)",
+    """CREATE TRIGGER kvmemory_items_search_delete AFTER DELETE ON kvmemory_items BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id
+            AND old.seq <= (SELECT through FROM kvmemory_fts_mark);
+        UPDATE kvmemory_search SET items = items - 1, terms = terms - old.n_terms
+            WHERE session_id = old.session_id;
+    END""",
+    """CREATE TRIGGER kvmemory_items_search_update AFTER UPDATE OF terms, n_terms ON kvmemory_items
+    BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id
+            AND old.seq <= (SELECT through FROM kvmemory_fts_mark);
+        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
+    + _prefixed("new", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id
+            AND new.seq <= (SELECT through FROM kvmemory_fts_mark);
+        UPDATE kvmemory_search SET terms = terms - old.n_terms + new.n_terms
+            WHERE session_id = new.session_id;
+    END""",
+)
+_FOLD_AT: Final = 64
+"""Pending rows (or a batch's rows) from which a write folds them into the FTS table.
+
+One-item commits, 2,000 UFO rows, database CPU per commit: FTS row in each
+commit 198 us, folded every 16 rows 100 us, every 64 78 us, every 256 71 us,
+never 51 us (benchmarks/bench_stores.py --targets; docs/stores.md)."""
+
+
+def _mark_all_indexed(con: sqlite3.Connection) -> None:
+    """Record every row as folded into the FTS table (true after a rebuild or a migration from an eager layout)."""
+    con.execute("DELETE FROM kvmemory_fts_mark")
+    con.execute(
+        "INSERT INTO kvmemory_fts_mark (through) SELECT coalesce(max(seq), 0) FROM kvmemory_items"
+    )
+
+
 _KEYWORD_DDL: Final = (
     """CREATE TABLE IF NOT EXISTS kvmemory_search (
         key INTEGER PRIMARY KEY,
@@ -193,24 +244,7 @@ _KEYWORD_DDL: Final = (
     " content_rowid='seq', tokenize='ascii')",
     "CREATE VIRTUAL TABLE kvmemory_fts_row USING fts5vocab(kvmemory_fts, row)",
     "CREATE VIRTUAL TABLE kvmemory_fts_instance USING fts5vocab(kvmemory_fts, instance)",
-    """CREATE TRIGGER kvmemory_items_search_delete AFTER DELETE ON kvmemory_items BEGIN
-        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
-    + _prefixed("old", "key")
-    + """ FROM kvmemory_search WHERE session_id = old.session_id;
-        UPDATE kvmemory_search SET items = items - 1, terms = terms - old.n_terms
-            WHERE session_id = old.session_id;
-    END""",
-    """CREATE TRIGGER kvmemory_items_search_update AFTER UPDATE OF terms, n_terms ON kvmemory_items
-    BEGIN
-        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
-    + _prefixed("old", "key")
-    + """ FROM kvmemory_search WHERE session_id = old.session_id;
-        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
-    + _prefixed("new", "key")
-    + """ FROM kvmemory_search WHERE session_id = new.session_id;
-        UPDATE kvmemory_search SET terms = terms - old.n_terms + new.n_terms
-            WHERE session_id = new.session_id;
-    END""",
+    *_MARK_DDL,
 )
 
 _KEYWORD_OBJECTS: Final = (
@@ -222,6 +256,7 @@ _KEYWORD_OBJECTS: Final = (
     ("TABLE", "kvmemory_fts"),
     ("VIEW", "kvmemory_fts_content"),
     ("TABLE", "kvmemory_search"),
+    ("TABLE", "kvmemory_fts_mark"),
 )
 
 
@@ -238,6 +273,7 @@ def _build_keyword_index(con: sqlite3.Connection) -> None:
         " FROM kvmemory_items GROUP BY session_id"
     )
     con.execute("INSERT INTO kvmemory_fts (kvmemory_fts) VALUES ('rebuild')")  # empty rows, counted
+    _mark_all_indexed(con)  # every row has its FTS row: the updates below keep them
     after = 0
     while True:
         rows = con.execute(
@@ -277,14 +313,25 @@ def _index_inserts_by_batch(con: sqlite3.Connection) -> None:
     con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_insert")
 
 
-# The keyword index of rows just inserted, in one statement per batch: their FTS
-# rows (terms prefixed with the session's key, as _prefixed writes them).
-_INDEX_INSERTED: Final = (
+def _fold_few_inserts(con: sqlite3.Connection) -> None:
+    con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_delete")
+    con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_update")
+    for statement in _MARK_DDL:
+        con.execute(statement)
+    _mark_all_indexed(con)  # layout 5 indexed every row as it was inserted
+
+
+# The FTS rows of the pending rows of every session, seqs ?1 < seq <= ?2, in one
+# statement (terms prefixed with the session's key, as _prefixed writes them). Run
+# on every insert, with an empty range when nothing is folded: a missing FTS table
+# is then reported by the write, as when every insert was indexed.
+_FOLD: Final = (
     "INSERT INTO kvmemory_fts (rowid, terms) SELECT i.seq, "
     + _prefixed("i", "s.key")
     + " FROM kvmemory_items AS i JOIN kvmemory_search AS s ON s.session_id = i.session_id"
-    " WHERE i.session_id = ? AND i.seq BETWEEN ? AND ?"
+    " WHERE i.seq > ?1 AND i.seq <= ?2"
 )
+_THROUGH: Final = "SELECT through FROM kvmemory_fts_mark"
 _COUNT_INSERTED: Final = (
     "INSERT INTO kvmemory_search (session_id, items, terms) VALUES (?, ?, ?)"
     " ON CONFLICT (session_id) DO UPDATE SET items = items + excluded.items,"
@@ -298,6 +345,7 @@ MIGRATIONS: Final = (
     _add_vectors,
     _add_keyword_index,
     _index_inserts_by_batch,
+    _fold_few_inserts,
 )
 """Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -308,6 +356,7 @@ _SEARCHED_BY_SCAN: Final = (
 _READS_AS_CURRENT: Final = (
     4  # the layout whose inserts a trigger indexed: it reads as the current one
 )
+_INDEXED_EAGERLY: Final = 5  # the last layout that indexed every insert at once (no pending rows)
 
 _NOT_A_DATABASE: Final = ("not a database", "file is encrypted")
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
@@ -315,37 +364,16 @@ _SQLITE_HEADER_SIZE: Final = 100
 _DAMAGED: Final = ("malformed", "disk image", "Could not decode to UTF-8")
 
 
-class SQLiteStore(SQLRows, BaseStore):
-    """Sessions in one SQLite file, safe for several processes at once.
+class SQLiteBackend(SQLRows, Backend):
+    """The rows of an SQLite store: one file, many processes (see :class:`SQLiteStore` for the arguments).
 
-    Args:
-        path: The database file; created (readable by its owner only) unless ``read_only``.
-        synchronous: ``"full"`` (default), ``"normal"`` or ``"off"``; see the module docs.
-        timeout: Seconds a writer waits for another process's transaction.
-        read_only: Open without write access: the file must exist, and it is
-            never created, migrated or written.
-        url: The URL to report in messages (defaults to ``sqlite:///<path>``).
-        sqlite_vec: Whether semantic and hybrid searches compute cosines in
-            SQL with the sqlite-vec extension: ``None`` (default) when it
-            loads, else with numpy; ``True`` requires it; ``False`` never
-            loads it. See :attr:`uses_sqlite_vec`.
-
-    Raises:
-        InvalidStoreURLError: if the path holds a NUL character.
-        MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
-            extra is not installed.
-        StoreNotFoundError: if ``read_only`` and the file does not exist.
-        CorruptStoreError: if the file is not a kvmemory store (it is left unchanged).
-        SchemaVersionError: if a newer kvmemory wrote the file, or ``read_only``
-            meets an older layout that needs a migration.
-        StoreError: if the file cannot be opened, or ``sqlite_vec=True`` and
-            this Python's ``sqlite3`` cannot load the extension.
+    Opening checks the file (or, unless ``read_only``, creates and
+    migrates it); :class:`SQLiteStore` is the store over this backend.
     """
 
-    schema_version = SCHEMA_VERSION
     driver_errors = (sqlite3.Error,)
     dialect = SQLITE
-    keeps_terms = True  # terms come with the rows from where they are encoded, never re-decoded
+    keeps_vectors = True
 
     def __init__(
         self,
@@ -358,7 +386,8 @@ class SQLiteStore(SQLRows, BaseStore):
         sqlite_vec: bool | None = None,
     ) -> None:
         self.path = check_store_path(path)
-        super().__init__(url or f"sqlite:///{self.path}", read_only=read_only)
+        self.url = url or f"sqlite:///{self.path}"
+        self.read_only = read_only
         if synchronous not in ("full", "normal", "off"):
             msg = f"synchronous must be 'full', 'normal' or 'off', got {synchronous!r}."
             raise InvalidArgumentError(msg)
@@ -366,6 +395,7 @@ class SQLiteStore(SQLRows, BaseStore):
         self._lock = threading.RLock()
         self._empty = False
         self._indexed = True
+        self._folds = True  # whether the file may hold rows not yet in the FTS table (layout 6)
         self._check_whole_pages()  # an existing file, before SQLite opens it
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
@@ -383,7 +413,7 @@ class SQLiteStore(SQLRows, BaseStore):
         self._timeout = timeout
         self._con = self._connect()
         try:
-            with self._errors("open", None):
+            with self._opening():
                 self._setup()
             self._vec = _load_sqlite_vec(self._con, sqlite_vec, self.path)
         except BaseException:
@@ -391,6 +421,16 @@ class SQLiteStore(SQLRows, BaseStore):
             raise
 
     # -- opening ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _opening(self) -> Iterator[None]:
+        """Report the driver's errors while the file is opened as :meth:`store_error` names them."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except sqlite3.Error as exc:
+            raise self.store_error("open", "", exc) from exc
 
     def _connect(self) -> sqlite3.Connection:
         # A path written with a leading "//" would read as a URI authority; POSIX
@@ -406,6 +446,15 @@ class SQLiteStore(SQLRows, BaseStore):
         except sqlite3.Error as exc:
             msg = f"Cannot open SQLite store {self.path!r}: {exc}; check that the directory exists and is writable."
             raise StoreError(msg) from exc
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The ``sqlite3`` connection reads and writes go through now, to trace or inspect (never commit, roll back or close it).
+
+        A read-only handle on a file no writer had open reopens it when a
+        writer appears, so ask again rather than keep it.
+        """
+        return self._con
 
     @property
     def _empty(self) -> bool:
@@ -444,7 +493,7 @@ class SQLiteStore(SQLRows, BaseStore):
         self._stamp = stamp
         self._con = self._connect()
         old.close()
-        with self._errors("open", None):
+        with self._opening():
             self._setup()
         if self._vec:
             self._vec = _load_sqlite_vec(self._con, None, self.path)
@@ -499,11 +548,12 @@ class SQLiteStore(SQLRows, BaseStore):
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        readable = (0, _SEARCHED_BY_SCAN, _READS_AS_CURRENT)
+        readable = (0, _SEARCHED_BY_SCAN, _READS_AS_CURRENT, _INDEXED_EAGERLY)
         if version == SCHEMA_VERSION or (self.read_only and version in readable):
             # A file of the layout before the keyword index reads the same, searched by scanning.
             self._empty = version == 0
             self._indexed = version >= _READS_AS_CURRENT
+            self._folds = version == 0 or version > _INDEXED_EAGERLY
             if not self.read_only:
                 self._use_wal()
             return
@@ -511,10 +561,11 @@ class SQLiteStore(SQLRows, BaseStore):
             msg = f"SQLite store {self.path!r} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)
         self._use_wal()
-        with self._transaction(None):
+        with self.transaction(None):
             found = self._kvmemory_version()  # another process may have migrated it meanwhile
             reached = migrate(MIGRATIONS, found, con, store=f"SQLite store {self.path!r}")
             con.execute(f"PRAGMA user_version={reached}")
+        self._folds = True
 
     def _kvmemory_version(self) -> int:
         """Return the file's schema version (0 when empty); refuse a file that is not a kvmemory store."""
@@ -605,7 +656,7 @@ class SQLiteStore(SQLRows, BaseStore):
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _error(self, action: str, where: str, exc: BaseException) -> StoreError:
+    def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
         text = str(exc)
         if any(name in text for name in _INDEX_NAMES) or "fts5" in text:
             return self._index_damaged(action, where, text)
@@ -630,7 +681,7 @@ class SQLiteStore(SQLRows, BaseStore):
         return CorruptStoreError(msg)
 
     @contextlib.contextmanager
-    def _transaction(self, session_id: str | None) -> Iterator[sqlite3.Connection]:
+    def transaction(self, session_id: str | None) -> Iterator[sqlite3.Connection]:
         con = self._con
         with self._lock:
             con.execute("BEGIN IMMEDIATE")
@@ -654,14 +705,14 @@ class SQLiteStore(SQLRows, BaseStore):
 
     # -- reading ---------------------------------------------------------------------
 
-    def _read_session(self, session_id: str) -> SessionRow | None:
+    def read_session(self, session_id: str) -> SessionRow | None:
         if self._empty:
             return None
         rows = self._query(_SELECT_SESSION, (session_id,))
         return rows[0] if rows else None
 
-    def _fetch(
-        self, session_id: str, *, steps: Sequence[str] | None, after: int | None
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -675,8 +726,8 @@ class SQLiteStore(SQLRows, BaseStore):
             params.append(_json_list(steps))
         return self._query(sql + " ORDER BY seq", params)
 
-    def _fetch_last(
-        self, session_id: str, n: int, *, steps: Sequence[str] | None
+    def read_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
         if self._empty:
             return []
@@ -689,7 +740,7 @@ class SQLiteStore(SQLRows, BaseStore):
         rows.reverse()
         return rows
 
-    def _fetch_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+    def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
         if self._empty:
             return
         first = "SELECT seq, data FROM kvmemory_items WHERE session_id = ? ORDER BY seq LIMIT ?"
@@ -699,7 +750,7 @@ class SQLiteStore(SQLRows, BaseStore):
             yield rows
             rows = self._query(later, (session_id, rows[-1][0], size))
 
-    def _count(self, session_id: str) -> int:
+    def count(self, session_id: str) -> int:
         if self._empty:
             return 0
         rows = self._query(
@@ -707,7 +758,7 @@ class SQLiteStore(SQLRows, BaseStore):
         )
         return int(rows[0][0])
 
-    def _sessions(self) -> list[str]:
+    def sessions(self) -> list[str]:
         if self._empty:
             return []
         rows = self._query("SELECT session_id FROM kvmemory_sessions ORDER BY session_id")
@@ -715,12 +766,12 @@ class SQLiteStore(SQLRows, BaseStore):
 
     # -- writing ---------------------------------------------------------------------
 
-    def _lock_session(self, tx: sqlite3.Connection, session_id: str) -> SessionRow | None:
+    def lock_session(self, tx: sqlite3.Connection, session_id: str) -> SessionRow | None:
         # BEGIN IMMEDIATE already keeps every other writer out of the whole file.
         row: SessionRow | None = tx.execute(_SELECT_SESSION, (session_id,)).fetchone()
         return row
 
-    def _create_session(
+    def create_session(
         self, tx: sqlite3.Connection, session_id: str, step_key: str, created: float
     ) -> None:
         tx.execute(
@@ -728,18 +779,12 @@ class SQLiteStore(SQLRows, BaseStore):
             (session_id, step_key, created),
         )
 
-    def _set_metadata(self, tx: sqlite3.Connection, session_id: str, metadata: bytes) -> None:
+    def set_metadata(self, tx: sqlite3.Connection, session_id: str, metadata: bytes) -> None:
         tx.execute(
             "UPDATE kvmemory_sessions SET metadata = ? WHERE session_id = ?", (metadata, session_id)
         )
 
-    def _insert_rows(
-        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row]
-    ) -> list[int]:
-        pairs = _terms_of_rows([(0, data) for _, _, data in rows])
-        return self._insert_indexed(tx, session_id, rows, [terms for _, terms in pairs])
-
-    def _insert_indexed(
+    def insert_rows(
         self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
     ) -> list[int]:
         sql = (
@@ -759,16 +804,15 @@ class SQLiteStore(SQLRows, BaseStore):
         # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
         first = last - len(rows) + 1
         tx.execute(_COUNT_INSERTED, (session_id, len(rows), sum(n for _, n in terms)))
-        tx.execute(_INDEX_INSERTED, (session_id, first, last))
+        (through,) = tx.execute(_THROUGH).fetchone()
+        if last - through >= _FOLD_AT:
+            tx.execute(_FOLD, (through, last))
+            tx.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
+        else:
+            tx.execute(_FOLD, (last, last))  # nothing to fold; checks the FTS table is there
         return list(range(first, last + 1))
 
-    def _update_rows(
-        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[RowUpdate]
-    ) -> list[int]:
-        pairs = _terms_of_rows([(0, data) for _, _, data in rows])
-        return self._update_indexed(tx, session_id, rows, [terms for _, terms in pairs])
-
-    def _update_indexed(
+    def update_rows(
         self,
         tx: sqlite3.Connection,
         session_id: str,
@@ -785,11 +829,11 @@ class SQLiteStore(SQLRows, BaseStore):
             if tx.execute(sql, (step, data, text, n, session_id, seq)).rowcount
         ]
 
-    def _delete_session(self, session_id: str) -> bool:
-        with self._transaction(session_id) as con:
+    def delete_session(self, session_id: str) -> bool:
+        with self.transaction(session_id) as con:
             con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
             con.execute("DELETE FROM kvmemory_search WHERE session_id = ?", (session_id,))
-            self._drop_vectors(con, session_id)
+            self.drop_vectors(con, session_id)
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
             ).rowcount
@@ -811,7 +855,7 @@ class SQLiteStore(SQLRows, BaseStore):
         """
         return self._vec
 
-    def _nearest(
+    def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
     ) -> list[tuple[int, float | None, int]] | None:
         if not self._vec:
@@ -853,7 +897,7 @@ class SQLiteStore(SQLRows, BaseStore):
             for seq, cosine, length in rows
         ]
 
-    def _put_vectors(
+    def put_vectors(
         self,
         tx: sqlite3.Connection,
         session_id: str,
@@ -868,32 +912,59 @@ class SQLiteStore(SQLRows, BaseStore):
         )
         return int(cur.rowcount)
 
-    def _close(self) -> None:
+    def close(self) -> None:
         with self._lock:
+            if not self.read_only and self._folds:
+                self._fold_pending()
             self._con.close()
+
+    def _fold_pending(self) -> None:
+        """Fold the store's pending rows into the FTS table, if it can without waiting.
+
+        A writable handle does this as it closes (readers of the closed file
+        then search by the index alone) and before it searches (the FTS
+        table then answers: scoring pending rows reads every posting of the
+        query terms, 6x slower for common words). Best effort: while another
+        process writes, or if the index is damaged, the rows stay pending
+        (searches read them, the next write folds them, and a damaged index
+        is reported by the search or write that meets it).
+        """
+        con = self._con
+        with contextlib.suppress(sqlite3.Error):
+            if not con.execute(_ANY_PENDING).fetchone()[0]:
+                return
+            con.execute("PRAGMA busy_timeout = 0")
+            try:
+                with self.transaction(None):
+                    (through,) = con.execute(_THROUGH).fetchone()
+                    (last,) = con.execute(
+                        "SELECT coalesce(max(seq), 0) FROM kvmemory_items"
+                    ).fetchone()
+                    con.execute(_FOLD, (through, last))
+                    con.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
+            finally:
+                con.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
 
     # -- keyword search --------------------------------------------------------------
 
     @property
     def keyword_index(self) -> bool:
-        """Whether :meth:`search` is answered by the FTS5 index (``False`` for an older file opened read-only)."""
+        """Whether keyword searches are answered by the FTS5 index (``False`` for an older file opened read-only)."""
         return self._indexed
 
-    def _keyword_top(
-        self,
-        sid: str,
-        terms: Sequence[str],
-        keys: tuple[str, ...] | None,
-        k: int,
-        on_unknown_class: OnUnknownClass,
-    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
-        if keys is not None or not self._indexed or self._empty:
-            # Per-field statistics are not in the index: read the session (see docs/stores.md).
-            return super()._keyword_top(sid, terms, keys, k, on_unknown_class)
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        """Score the session by BM25 from the FTS5 index (``None``: an older file read-only, scanned by the store)."""
+        if not self._indexed:
+            return None
+        if self._empty:
+            return []
+        sid = session_id
         try:
             with self._lock:
                 self._follow_writers()
-                return self._indexed_top(sid, terms, k), {}
+                return self._snapshot_top(sid, terms, k)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise
@@ -901,8 +972,86 @@ class SQLiteStore(SQLRows, BaseStore):
         except sqlite3.DatabaseError as exc:
             raise self._index_damaged("search", f" session {sid!r} of", str(exc)) from exc
 
+    def _snapshot_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Score the session's items holding a query term, from one snapshot of the file.
+
+        A writable handle first folds any pending rows (:meth:`_fold_pending`).
+        With no pending row in the store (see :data:`_MARK_DDL`) the FTS table
+        holds every row and :meth:`_indexed_top` scores; ``PRAGMA data_version``
+        read before and after tells that no other connection committed in
+        between (its snapshot was the one checked). Otherwise
+        :meth:`_pending_top` scores, in one read transaction.
+        """
+        con = self._con
+        if not self._folds:
+            return self._indexed_top(sid, terms, k)
+        if not self.read_only:
+            self._fold_pending()
+        for _ in range(_SNAPSHOT_TRIES):
+            (version,) = con.execute("PRAGMA data_version").fetchone()
+            if con.execute(_ANY_PENDING).fetchone()[0]:
+                break
+            best = self._indexed_top(sid, terms, k)
+            if con.execute("PRAGMA data_version").fetchone()[0] == version:
+                return best
+        return self._pending_top(sid, terms, k)
+
+    def _pending_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Score the session's items by BM25 while some rows of the store are not yet in the FTS table.
+
+        The one place that reads pending rows: the folded items holding a
+        query term are counted from the FTS postings (the session's own, by
+        their prefix), the session's pending rows from the terms they keep,
+        and all of them ranked by :func:`rank_matches` with the session's
+        counts (which include the pending rows): the ranking of
+        ``Memory.search``, as every other path gives it. FTS5's table-wide
+        statistics, which lack the pending rows, are not used.
+        """
+        con = self._con
+        # One read transaction: counts, postings and pending rows from one snapshot.
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(_SESSION_COUNTS, (sid,)).fetchone()
+            if stats is None or stats[1] <= 0:
+                return []
+            key, n_items, total = stats
+            (through,) = con.execute(_THROUGH).fetchone()
+            prefix = f"{key}{_MARK}"
+            wanted = set(terms)
+            held: dict[int, dict[str, int]] = {}
+            for doc, name, tf in con.execute(
+                "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
+                " WHERE term IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
+                (_json_list([prefix + term for term in wanted]),),
+            ):
+                held.setdefault(int(doc), {})[name[len(prefix) :]] = int(tf)
+            lengths = dict(
+                con.execute(
+                    "SELECT seq, n_terms FROM kvmemory_items WHERE session_id = ? AND seq <= ?"
+                    " AND seq IN (SELECT value FROM json_each(?))",
+                    (sid, through, _json_list(list(held))),
+                ).fetchall()
+            )
+            matches: list[KeywordMatch] = []
+            for seq, counts in held.items():
+                length = lengths.get(seq)
+                if length is None or length < sum(counts.values()):
+                    msg = f"the index holds item {seq}, which session {sid!r} does not hold with those terms"
+                    raise sqlite3.DatabaseError(msg)
+                matches.append((seq, int(length), counts))
+            for seq, length, text in con.execute(_PENDING_ROWS, (sid, through)):
+                counts = {}
+                for word in text.split(" "):
+                    if word in wanted:
+                        counts[word] = counts.get(word, 0) + 1
+                if counts:
+                    matches.append((int(seq), int(length), counts))
+            return rank_matches(n_items, total, matches, terms, k)
+        finally:
+            con.execute("COMMIT")
+
     def _indexed_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
-        """Score the session's items holding a query term by BM25 in SQL, from the FTS5 postings."""
+        """Return the session's ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`_Scorer`)."""
         con = self._con
         # One read transaction: the counts and the postings come from one snapshot.
         con.execute("BEGIN")
@@ -910,69 +1059,119 @@ class SQLiteStore(SQLRows, BaseStore):
             stats = con.execute(_STATISTICS, (sid,)).fetchone()
             if stats is None or stats[1] <= 0:
                 return []
-            key, n_items, total, n_rows, n_tokens = stats
-            match = " OR ".join(f'"{key}{_MARK}{term}"' for term in terms)
-            if n_rows == n_items:
-                # Every FTS row is this session's: FTS5's statistics are the session's own.
-                rows = con.execute(_BM25, (match, k)).fetchall()
-                return self._checked(con, sid, [(-score, seq) for seq, score in rows])
-            weights = Counter(terms)
-            names = {f"{key}{_MARK}{term}": term for term in weights}
-            df = {
-                names[name]: int(docs)
-                for name, docs in con.execute(
-                    "SELECT term, doc FROM kvmemory_fts_row"
+            key, n_items, total, n_rows = stats
+            prefix = f"{key}{_MARK}"
+            names = {prefix + term: term for term in dict.fromkeys(terms)}
+            # Each term's postings are the session's own (by their prefix): doc is
+            # its document frequency in the session, cnt its number of occurrences.
+            vocab = {
+                names[name]: (int(docs), int(count))
+                for name, docs, count in con.execute(
+                    "SELECT term, doc, cnt FROM kvmemory_fts_row"
                     " WHERE term IN (SELECT value FROM json_each(?))",
                     (_json_list(list(names)),),
                 )
             }
-            if not df:
+            if not vocab:
                 return []
-            avgdl = total / n_items if total else 1.0
-            flat = BM25_K1 * (1.0 - BM25_B)
-            slope = BM25_K1 * BM25_B / avgdl
-            # A query term repeated counts once per occurrence, as in the in-RAM index.
-            lifts = [
-                (term, weights[term] * bm25_idf(n_items, df[term]) * (BM25_K1 + 1.0))
-                for term in weights
-                if term in df
-            ]
-            scorer = _Scorer(con, sid, flat, slope, f"{key}{_MARK}")
-            if len(lifts) > _COLUMN_TERMS:
-                # A column per term would pass SQLite's limits on columns and expression depth.
-                return scorer.in_python(lifts, k)
-            common = [(t, lift) for t, lift in lifts if bm25_idf(n_items, df[t]) == MIN_IDF]
-            if common and len(common) < len(lifts):
-                best = scorer.rare_first(lifts, common, k)
-                if best is not None:
-                    return best
-            if common and n_tokens > 0:
-                # Scoring every item holding a common word reads most of the postings
-                # (slow in SQL): follow FTS5's own ranking instead, while it settles the top k.
-                ratio = _ratio_to_fts5(n_items, avgdl, n_rows, n_tokens / n_rows, df.values())
-                best = scorer.along_fts5(match, lifts, ratio, k)
-                if best is not None:
-                    return best
-            return [(score, seq) for seq, score, _ in scorer.top(lifts, k)]
+            scorer = _Scorer(con, sid, prefix, terms, vocab, n_items, total)
+            # Every FTS row is this session's: FTS5's statistics are the session's own.
+            scorer.alone = n_rows == n_items
+            return scorer.best(k)
         finally:
             con.execute("COMMIT")
 
-    @staticmethod
-    def _checked(
-        con: sqlite3.Connection, sid: str, best: list[tuple[float, int]]
-    ) -> list[tuple[float, int]]:
-        """Return ``best`` if the session holds every item it names, else raise (the index is damaged)."""
-        if best:
-            seqs = _json_list([seq for _, seq in best])
-            (held,) = con.execute(
-                "SELECT count(*) FROM kvmemory_items WHERE session_id = ?"
-                " AND seq IN (SELECT value FROM json_each(?))",
-                (sid, seqs),
-            ).fetchone()
-            if held != len(best):
-                msg = f"the index names items {seqs} of which session {sid!r} holds {held}"
-                raise sqlite3.DatabaseError(msg)
-        return best
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction (:meth:`SQLiteStore.rebuild_keyword_index`).
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        try:
+            with self.transaction(None) as con:
+                _build_keyword_index(con)
+        except sqlite3.Error as exc:
+            raise super().store_error("rebuild the keyword index of", "", exc) from exc
+
+
+class SQLiteStore(Store):
+    """Sessions in one SQLite file, safe for several processes at once: a :class:`Store` over :class:`SQLiteBackend`.
+
+    Args:
+        path: The database file; created (readable by its owner only) unless ``read_only``.
+        synchronous: ``"full"`` (default), ``"normal"`` or ``"off"``; see the module docs.
+        timeout: Seconds a writer waits for another process's transaction.
+        read_only: Open without write access: the file must exist, and it is
+            never created, migrated or written.
+        url: The URL to report in messages (defaults to ``sqlite:///<path>``).
+        sqlite_vec: Whether semantic and hybrid searches compute cosines in
+            SQL with the sqlite-vec extension: ``None`` (default) when it
+            loads, else with numpy; ``True`` requires it; ``False`` never
+            loads it. See :attr:`uses_sqlite_vec`.
+
+    Raises:
+        InvalidStoreURLError: if the path holds a NUL character.
+        MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
+            extra is not installed.
+        StoreNotFoundError: if ``read_only`` and the file does not exist.
+        CorruptStoreError: if the file is not a kvmemory store (it is left unchanged).
+        SchemaVersionError: if a newer kvmemory wrote the file, or ``read_only``
+            meets an older layout that needs a migration.
+        StoreError: if the file cannot be opened, or ``sqlite_vec=True`` and
+            this Python's ``sqlite3`` cannot load the extension.
+    """
+
+    schema_version = SCHEMA_VERSION
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "full",
+        timeout: float = 30.0,
+        read_only: bool = False,
+        url: str | None = None,
+        sqlite_vec: bool | None = None,
+    ) -> None:
+        backend = SQLiteBackend(
+            path,
+            synchronous=synchronous,
+            timeout=timeout,
+            read_only=read_only,
+            url=url,
+            sqlite_vec=sqlite_vec,
+        )
+        super().__init__(backend, read_only=read_only)
+        self.backend: SQLiteBackend = backend
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self.backend.path
+
+    @property
+    def synchronous(self) -> Synchronous:
+        """The durability setting (see the module docs)."""
+        return self.backend.synchronous
+
+    @property
+    def uses_sqlite_vec(self) -> bool:
+        """Whether semantic and hybrid searches compute cosines in SQL with the sqlite-vec extension.
+
+        ``True`` when the extension loaded (the ``sqlite-vec`` extra, and a
+        Python whose ``sqlite3`` can load extensions): a query then reads
+        only the best rows' cosines into Python, not the vectors (except on
+        a read-only handle while some items have no vector yet). ``False``
+        when the vectors are read a page at a time and scored with numpy.
+        The hits and their order are the same either way, the scores equal
+        to float32 rounding.
+        """
+        return self.backend.uses_sqlite_vec
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction.
@@ -985,143 +1184,273 @@ class SQLiteStore(SQLRows, BaseStore):
         Raises:
             StoreError: if the store is read-only or cannot be written; nothing is changed.
         """
-        self._check_open()
-        if self.read_only:
-            msg = f"Store {self._url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+        if self.read_only and not self.closed:
+            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
             raise StoreError(msg)
-        try:
-            with self._transaction(None) as con:
-                _build_keyword_index(con)
-        except sqlite3.Error as exc:
-            raise super()._error("rebuild the keyword index of", "", exc) from exc
+        with self.guarded("rebuild the keyword index of", write=True):
+            self.backend.rebuild_keyword_index()
 
 
 _INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
+_SNAPSHOT_TRIES: Final = 3
+"""Searches tried with the FTS table alone while other connections commit, before reading pending rows."""
+_ANY_PENDING: Final = "SELECT EXISTS (SELECT 1 FROM kvmemory_items WHERE seq > (SELECT through FROM kvmemory_fts_mark))"
+_PENDING_ROWS: Final = (
+    "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ? AND seq > ? ORDER BY seq"
+)
+_SESSION_COUNTS: Final = "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?"
 
 
 class _Scorer:
-    """BM25 of one session's items, as the in-RAM index scores them, in a store of several sessions.
+    """The ``k`` best items of one session by BM25, as ``Memory.search`` scores them, from the FTS5 postings.
 
-    FTS5's ``bm25()`` ranks with the statistics of the whole table, so it
-    does not give the session's scores; :meth:`along_fts5` uses its order to
-    find the few items worth scoring. :meth:`top` and :meth:`rare_first`
-    score from the FTS5 postings in SQL instead (one pass over every
-    occurrence of the query terms: the slow way for common words).
+    Exact scores come from the terms each row keeps (:meth:`_exact`, summed
+    as :func:`~agents.memory.stores._keyword.bm25_score` sums them, so they
+    are the in-RAM index's floats); SQL over the postings (``_score_sql``)
+    finds which rows to score, its sums equal to those to float rounding
+    (they are compared with a margin of :data:`_MARGIN`).
+
+    Every term counts (Lucene's IDF is above zero for any document
+    frequency), so a query's common words would make SQL read most of the
+    postings. :meth:`best` reads them only when it must, as MaxScore does:
+    the rarest terms are scored first; an item holding none of them scores
+    at most the sum of the other terms' upper bounds (:meth:`_bound`), so
+    once the ``k``-th best over the rare terms alone beats that sum, only
+    the items holding a rare term can make the top ``k``, and only those
+    whose rare score plus the bounds for their length can reach it are
+    scored in full.
     """
 
     def __init__(
-        self, con: sqlite3.Connection, sid: str, flat: float, slope: float, prefix: str
+        self,
+        con: sqlite3.Connection,
+        sid: str,
+        prefix: str,
+        terms: Sequence[str],
+        vocab: dict[str, tuple[int, int]],
+        n_items: int,
+        total: int,
     ) -> None:
         self.con = con
         self.sid = sid
-        self.flat = flat
-        self.slope = slope
         self.prefix = prefix
+        self.average = bm25_average_length(total, n_items)
+        self.df = {term: docs for term, (docs, _) in vocab.items()}
+        self.weighted = query_weights(terms, self.df, n_items)
+        repeats = Counter(term for term, _ in self.weighted)
+        weights = dict(self.weighted)
+        # A term repeated in the query counts once per repeat: SQL multiplies instead.
+        self.lifts = {term: repeats[term] * weight for term, weight in weights.items()}
+        # The most times one item can hold a term: its occurrences past one per holder, plus one.
+        self.most = {term: max(count - docs + 1, 1) for term, (docs, count) in vocab.items()}
+        self.order = sorted(weights, key=lambda term: (self.df[term], term))  # rarest first
+        self.alone = False  # whether the session is the only one in the FTS5 table
 
-    def along_fts5(
-        self, match: str, lifts: Sequence[tuple[str, float]], ratio: float, k: int
-    ) -> list[tuple[float, int]] | None:
-        """Score the items in FTS5's ``bm25()`` order until no item after them can make the top ``k``.
+    def best(self, k: int, order: Sequence[str] | None = None) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)``, best first, ties by seq.
 
-        An item FTS5 scores ``g`` scores at most ``ratio * g`` in the session
-        (see :func:`_ratio_to_fts5`), so once the ``k``-th best score reaches
-        ``ratio`` times FTS5's score of the next item, the items from there on
-        are left unread: none can beat the ``k``-th by more than float
-        rounding (scores equal to rounding may come in either order, as the
-        store's ranking allows; exact ties keep seq order, since FTS5 orders
-        its ties by rowid). Items are scored exactly from the terms their
-        rows keep, in batches growing fourfold. ``None`` when the first
-        :data:`_FTS5_CANDIDATES` items do not settle it, or when an item
-        breaks the bound (FTS5 then ranks some other way than assumed).
+        With ``order`` (some of the query's terms, rarest first), the best by
+        those terms alone; their scores are exact for the items that hold
+        none of the other terms.
         """
-        ranked = self.con.execute(_BM25, (match, _FTS5_CANDIDATES)).fetchall()
-        scored: list[tuple[float, int]] = []
-        done = 0
-        size = 4 * k
-        while True:
-            batch = ranked[done : done + size]
-            exact = self._exact(batch, lifts, ratio)
-            if exact is None:
-                return None
-            scored += exact
-            done += len(batch)
-            best = heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
-            if done == len(ranked) and len(ranked) < _FTS5_CANDIDATES:
-                return best  # every item holding a query term is scored
-            following = -ranked[min(done, len(ranked) - 1)][1]
-            if len(best) == k and best[-1][0] * _ROUNDING >= ratio * following:
-                return best
-            if done == len(ranked):
-                return None
-            size *= 4
+        order = self.order if order is None else order
+        if len(order) > _COLUMN_TERMS:
+            # A column per term would pass SQLite's limits on columns and expression depth.
+            return self._in_python(k)
+        held = sum(self.df.values())
+        for n_rare in range(1, len(order)):
+            rare, rest = order[:n_rare], order[n_rare:]
+            if 16 * sum(self.df[term] for term in rare) > held:
+                # Past a sixteenth of the postings the rare terms score about as
+                # flatly as the rest, so the bound seldom settles it: score them all.
+                break
+            rest_most = sum(self._bound(term) for term in rest) * _MARGIN
+            if sum(self._bound(term) for term in rare) <= rest_most:
+                continue  # no item's rare score can beat what the others may add
+            found = self._rare_first(rare, rest, rest_most, k)
+            if found is not None:
+                return found
+        return self._all(k, order)
 
-    def _exact(
-        self, batch: Sequence[tuple[int, float]], lifts: Sequence[tuple[str, float]], ratio: float
+    def _bound(self, term: str, length: int | None = None) -> float:
+        """Return the most ``term`` can add to the score of an item (of ``length`` terms, if known).
+
+        A term's share ``lift * tf / (tf + flat + slope * length)`` grows with
+        ``tf`` and falls with ``length``, and ``tf <= length``: so it is at
+        most its value at ``tf = length = most``, or for a known length at
+        ``tf = min(most, length)``.
+        """
+        most = self.most[term]
+        if length is None:
+            return bm25_term_score(self.lifts[term], most, most, self.average)
+        tf = min(most, length)
+        return bm25_term_score(self.lifts[term], tf, length, self.average)
+
+    def _rare_first(
+        self, rare: Sequence[str], rest: Sequence[str], rest_most: float, k: int
     ) -> list[tuple[float, int]] | None:
-        """Return ``(score, seq)`` of the ``(seq, bm25)`` items FTS5 ranked, from the terms their rows keep."""
-        if not batch:
+        """Return the ``k`` best from the items holding a ``rare`` term, or ``None`` if that cannot settle them."""
+        rows = self._scores(rare, None)
+        if len(rows) < k:
+            # Fewer than k items hold a rare term: they and the best by the other
+            # terms (whose scores are whole for the items without a rare term).
+            few = self._whole(rows, rest)
+            taken = {seq for _, seq in few}
+            others = [hit for hit in self.best(k + len(few), rest) if hit[1] not in taken]
+            return heapq.nsmallest(k, few + others, key=_best_first)
+        theta = heapq.nlargest(k, [row[1] for row in rows])[-1] / _MARGIN
+        if rest_most >= theta:
+            return None  # an item holding only the other terms may still beat the k-th
+        bounds: dict[int, float] = {}
+        chosen = []
+        for row in rows:
+            _, score, length, _ = row
+            if score + rest_most < theta:
+                continue
+            most = bounds.get(length)
+            if most is None:
+                most = bounds[length] = sum(self._bound(term, length) for term in rest) * _MARGIN
+            if score + most >= theta:
+                chosen.append(row)
+                if len(chosen) > _CANDIDATES:
+                    return None  # too many to score one by one: a rarer term set will come
+        return heapq.nsmallest(k, self._whole(chosen, rest), key=_best_first)
+
+    def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
+        """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
+        if len(order) == 1 and self.alone:
+            # One term in a table of one session: FTS5's bm25() is its share times a
+            # constant (the two IDFs' ratio), the same order at a direct query's cost.
+            ranked = self._fts5(order[0], k + _SPARE)
+            if len(ranked) == k + _SPARE and ranked[-1][1] >= ranked[k - 1][1] / _MARGIN**2:
+                ranked = self._fts5(order[0], None, cut=ranked[k - 1][1] / _MARGIN**2)
+            if len(ranked) > k:
+                cut = ranked[k - 1][1] / _MARGIN**2
+                ranked = [row for row in ranked if row[1] >= cut]
+            return self._exact([seq for seq, _ in ranked], k)
+        rows = self._scores(order, k + _SPARE)
+        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+            # Items tie with the k-th to rounding past the spare rows: take every one.
+            rows = self._scores(order, None, cut=rows[k - 1][1] / _MARGIN**2)
+        if len(rows) > k:
+            cut = rows[k - 1][1] / _MARGIN**2
+            rows = [row for row in rows if row[1] >= cut]
+        # The counts are every query term's for the items holding none but these.
+        scored = [
+            (bm25_score(counts, length, self.weighted, self.average), seq)
+            for seq, _, length, counts in rows
+        ]
+        return heapq.nsmallest(k, scored, key=_best_first)
+
+    def _whole(self, rows: Sequence[_Row], rest: Sequence[str]) -> list[tuple[float, int]]:
+        """Return ``(score, seq)`` of ``rows`` (scored over some terms) over every query term, exactly.
+
+        The counts of the ``rest`` of the terms come from their FTS5 postings,
+        read for these items only.
+        """
+        if not rows:
+            return []
+        more: dict[int, dict[str, int]] = {}
+        if rest:
+            names = {self.prefix + term: term for term in rest}
+            for doc, name, tf in self.con.execute(
+                "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
+                " WHERE term IN (SELECT value FROM json_each(?))"
+                " AND doc IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
+                (_json_list(list(names)), _json_list([row[0] for row in rows])),
+            ):
+                more.setdefault(int(doc), {})[names[name]] = int(tf)
+        out = []
+        for seq, _, length, counts in rows:
+            extra = more.get(seq)
+            held = {**counts, **extra} if extra else counts
+            if length < sum(held.values()):
+                msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
+                raise sqlite3.DatabaseError(msg)
+            out.append((bm25_score(held, length, self.weighted, self.average), seq))
+        return out
+
+    def _scores(
+        self, terms: Sequence[str], limit: int | None, cut: float | None = None
+    ) -> list[_Row]:
+        """Return ``(seq, score over terms, length, {term: count})`` of the items holding one of ``terms``, best first.
+
+        ``limit``: the best that many only; ``cut``: those scoring at least it only.
+        """
+        params: dict[str, object] = {
+            "sid": self.sid,
+            "flat": BM25_K1 * (1.0 - BM25_B),
+            "slope": BM25_K1 * BM25_B / self.average,
+            "k": -1 if limit is None else limit,
+            "cut": cut,
+        }
+        for j, term in enumerate(terms):
+            params[f"term{j}"] = self.prefix + term
+            params[f"lift{j}"] = self.lifts[term]
+        rows = self.con.execute(_score_sql(len(terms), cut is not None), params).fetchall()
+        if rows and rows[0][3] != 1:
+            msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
+            raise sqlite3.DatabaseError(msg)
+        return [
+            (
+                int(row[0]),
+                float(row[1]),
+                int(row[2]),
+                {term: int(tf) for term, tf in zip(terms, row[4:], strict=True) if tf},
+            )
+            for row in rows
+        ]
+
+    def _fts5(
+        self, term: str, limit: int | None, cut: float | None = None
+    ) -> list[tuple[int, float]]:
+        """Return ``(seq, FTS5's bm25() negated)`` of the items holding ``term``, best first.
+
+        ``limit``: the best that many only; ``cut``: those scoring at least it only.
+        """
+        params = ('"' + self.prefix + term + '"', math.inf if cut is None else -cut, limit or -1)
+        return [(int(seq), -float(score)) for seq, score in self.con.execute(_BM25, params)]
+
+    def _exact(self, seqs: Sequence[int], k: int) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)`` of the items ``seqs``, scored from the terms their rows keep."""
+        if not seqs:
             return []
         rows = self.con.execute(
             "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ?"
             " AND seq IN (SELECT value FROM json_each(?))",
-            (self.sid, _json_list([seq for seq, _ in batch])),
+            (self.sid, _json_list(list(seqs))),
         ).fetchall()
-        if len(rows) != len(batch):
+        if len(rows) != len(seqs):
             held = {row[0] for row in rows}
-            seq = next(seq for seq, _ in batch if seq not in held)
+            seq = next(seq for seq in seqs if seq not in held)
             msg = f"the index holds item {seq}, which session {self.sid!r} does not hold"
             raise sqlite3.DatabaseError(msg)
-        engine = dict(batch)
-        flat = self.flat
-        slope = self.slope
-        out = []
+        terms = self.order
+        scored = []
         for seq, length, text in rows:
             words = text.split(" ")
-            score = 0.0
-            for term, lift in lifts:
-                tf = words.count(term)
-                if tf:
-                    # The operations and their order of the SQL in _score_sql.
-                    score += lift * tf / (tf + flat + slope * length)
-            if not score:
+            counts = {term: words.count(term) for term in terms}
+            if not any(counts.values()):
                 msg = f"the index holds item {seq} for a query term its row does not hold"
                 raise sqlite3.DatabaseError(msg)
-            if score > ratio * -engine[seq] * _ROUNDING:
-                return None
-            out.append((score, seq))
-        return out
+            scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
-    def top(
-        self, lifts: Sequence[tuple[str, float]], k: int | None, cut: float | None = None
-    ) -> list[tuple[int, float, int]]:
-        """Return ``(seq, score, length)`` of the best ``k`` items (all with ``cut``: those scoring at least it)."""
-        params: dict[str, object] = {"sid": self.sid, "flat": self.flat, "slope": self.slope}
-        params.update(k=-1 if k is None else k, cut=cut)
-        for j, (term, lift) in enumerate(lifts):
-            params[f"term{j}"] = self.prefix + term
-            params[f"lift{j}"] = lift
-        rows = self.con.execute(_score_sql(len(lifts), cut is not None), params).fetchall()
-        if rows and rows[0][3] != 1:
-            msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
-            raise sqlite3.DatabaseError(msg)
-        return [(int(seq), float(score), int(length)) for seq, score, length, _ in rows]
-
-    def in_python(self, lifts: Sequence[tuple[str, float]], k: int) -> list[tuple[float, int]]:
+    def _in_python(self, k: int) -> list[tuple[float, int]]:
         """Return the best ``k`` ``(score, seq)``, for any number of terms: counts from SQL, scores in Python.
 
         One query counts each query term in each item holding one (the FTS5
-        postings, as :meth:`top` reads them); the scores are summed here in
-        query order, as the in-RAM index sums them.
+        postings, as :meth:`_scores` reads them); the scores are summed here
+        as :meth:`_exact` sums them.
         """
-        lift_of = {self.prefix + term: (j, lift) for j, (term, lift) in enumerate(lifts)}
-        held: dict[int, list[tuple[int, float, int]]] = {}
-        for doc, term, tf in self.con.execute(
+        names = {self.prefix + term: term for term in self.order}
+        held: dict[int, dict[str, int]] = {}
+        for doc, name, tf in self.con.execute(
             "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
             " WHERE term IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
-            (_json_list(list(lift_of)),),
+            (_json_list(list(names)),),
         ):
-            j, lift = lift_of[term]
-            held.setdefault(int(doc), []).append((j, lift, int(tf)))
+            held.setdefault(int(doc), {})[names[name]] = int(tf)
         if not held:
             return []
         lengths = {
@@ -1135,92 +1464,30 @@ class _Scorer:
         scored = []
         for seq, counts in held.items():
             length = lengths.get(seq)
-            if length is None or length < sum(tf for _, _, tf in counts):
+            if length is None or length < sum(counts.values()):
                 msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
                 raise sqlite3.DatabaseError(msg)
-            score = 0.0
-            for _, lift, tf in sorted(counts):
-                score += lift * tf / (tf + self.flat + self.slope * length)
-            scored.append((score, seq))
-        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
-
-    def rare_first(
-        self,
-        lifts: Sequence[tuple[str, float]],
-        common: Sequence[tuple[str, float]],
-        k: int,
-    ) -> list[tuple[float, int]] | None:
-        """Score the rare terms first and the common ones for the few items that can still make the top ``k``.
-
-        A common term (in more than half the items) has its IDF floored, so
-        it adds less than its lift to any score: the items whose score over
-        the rare terms is below the ``k``-th best minus the common lifts can
-        never reach the top ``k``, and the common postings (the largest) are
-        read for the others only. ``None`` when too few items hold a rare
-        term for that (then every item is scored).
-        """
-        names = {term for term, _ in common}
-        rare = [pair for pair in lifts if pair[0] not in names]
-        bound = sum(lift for _, lift in common)
-        first = self.top(rare, k)
-        if len(first) < k or first[-1][1] <= bound:
-            return None
-        candidates = self.top(rare, None, cut=first[-1][1] - bound)
-        seqs = _json_list([seq for seq, _, _ in candidates])
-        counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j})" for j in range(len(common)))
-        params: dict[str, object] = {
-            f"term{j}": self.prefix + term for j, (term, _) in enumerate(common)
-        }
-        params["seqs"] = seqs
-        terms = ", ".join(f":term{j}" for j in range(len(common)))
-        tfs = {
-            int(row[0]): row[1:]
-            for row in self.con.execute(
-                f"SELECT doc, {counts} FROM kvmemory_fts_instance WHERE term IN ({terms})"
-                " AND doc IN (SELECT value FROM json_each(:seqs)) GROUP BY doc",
-                params,
-            )
-        }
-        scored = []
-        for seq, score, length in candidates:
-            # Common terms added after the rare ones, in query order, as the in-RAM index does.
-            for (_, lift), tf in zip(common, tfs.get(seq, ()), strict=False):
-                if tf:
-                    score += lift * tf / (tf + self.flat + self.slope * length)
-            scored.append((score, seq))
-        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+            scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
+        return heapq.nsmallest(k, scored, key=_best_first)
 
 
-def _ratio_to_fts5(
-    n_items: int, avgdl: float, n_rows: int, table_avgdl: float, dfs: Iterable[int]
-) -> float:
-    """Return the most an item's BM25 in its session can be, as a multiple of FTS5's ``bm25()`` of it.
-
-    Per query term both are ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b) + k1 * b * dl / avgdl)``:
-    the session's with its own IDF and average length, FTS5's with those of
-    the whole table (``n_rows`` rows, ``table_avgdl`` terms on average; FTS5
-    replaces an IDF <= 0 by 1e-6). With ``x = tf + k1 * (1 - b)`` and
-    ``c = k1 * b * dl``, the ratio of the two fractions is
-    ``(x + c / table_avgdl) / (x + c / avgdl)``, which lies between 1 and
-    ``avgdl / table_avgdl``; so each term's share, and the sum, is at most
-    the largest IDF ratio times ``max(1, avgdl / table_avgdl)``.
-    """
-    lengths = max(1.0, avgdl / table_avgdl)
-    return lengths * max(bm25_idf(n_items, df) / _fts5_idf(n_rows, df) for df in dfs)
+_Row = tuple[int, float, int, dict[str, int]]
+"""An item SQL scored: ``(seq, score over some terms, length, {term: count} of those terms)``."""
 
 
-def _fts5_idf(n_rows: int, df: int) -> float:
-    """Return the IDF FTS5's ``bm25()`` gives a term held by ``df`` of ``n_rows`` rows."""
-    idf = math.log((n_rows - df + 0.5) / (df + 0.5))
-    return idf if idf > 0.0 else 1e-6
+def _best_first(hit: tuple[float, int]) -> tuple[float, int]:
+    """Sort key of ``(score, seq)``: the higher score first, then the lower seq."""
+    return -hit[0], hit[1]
 
 
 _COLUMN_TERMS: Final = 256
-"""The most distinct query terms scored in SQL with a column each; more are scored by :meth:`_Scorer.in_python`."""
-_FTS5_CANDIDATES: Final = 1024
-"""How many items, in FTS5's order, :meth:`_Scorer.along_fts5` scores at most before scoring all."""
-_ROUNDING: Final = 1.0 + 1e-9
-"""Float rounding in the bound of :meth:`_Scorer.along_fts5` (the ranking's own tolerance for ties)."""
+"""The most distinct query terms scored in SQL with a column each; more are scored by :meth:`_Scorer._in_python`."""
+_MARGIN: Final = 1.0 + 1e-9
+"""How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
+_CANDIDATES: Final = 4096
+"""The most items :meth:`_Scorer._rare_first` scores in full before it tries with one more rare term."""
+_SPARE: Final = 64
+"""Rows past the ``k``-th that :meth:`_Scorer._all` reads, to catch the items that tie with it to rounding."""
 
 
 # BM25 of the items holding a query term, from the FTS5 postings (the session's own,
@@ -1237,10 +1504,11 @@ def _score_sql(n_terms: int, cut: bool = False) -> str:
         for j in terms
     )
     held = " + ".join(f"t.tf{j}" for j in terms)
+    tfs = ", ".join(f"t.tf{j}" for j in terms)
     return f"""
 SELECT * FROM (
     SELECT t.doc, {score} AS score, i.n_terms,
-        coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound
+        coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound, {tfs}
     FROM (
         SELECT doc, {counts} FROM kvmemory_fts_instance
         WHERE term IN ({", ".join(f":term{j}" for j in terms)}) GROUP BY doc
@@ -1252,16 +1520,15 @@ LIMIT :k
 
 
 _STATISTICS: Final = (
-    "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search),"
-    " (SELECT sum(terms) FROM kvmemory_search) FROM kvmemory_search WHERE session_id = ?"
+    "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search)"
+    " FROM kvmemory_search WHERE session_id = ?"
 )
-"""The session's key, item and term counts (BM25's statistics), then the whole table's (FTS5's)."""
+"""The session's key, item count and term count (BM25's statistics), then the FTS5 table's row count."""
 
-# FTS5's own BM25 over the whole table: the session's when the store holds one
-# session, else the order _Scorer.along_fts5 follows.
+# FTS5's own BM25 of one term's items, best first (ties by rowid, as BM25 ties keep seq order).
 _BM25: Final = (
-    "SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts WHERE kvmemory_fts MATCH ?"
-    " ORDER BY score, rowid LIMIT ?"
+    "SELECT * FROM (SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts"
+    " WHERE kvmemory_fts MATCH ?) WHERE score <= ? ORDER BY score, rowid LIMIT ?"
 )
 
 # The cosines of a session's vectors, computed in SQL by sqlite-vec over the stored

@@ -43,7 +43,8 @@ from agents.memory.exceptions import (
     StoreArgumentError,
 )
 from agents.memory.stores._backend import Backend
-from agents.memory.stores._base import BaseStore, SessionInfo, SessionSummary
+from agents.memory.stores._store import Store
+from agents.memory.stores._values import SessionInfo, SessionSummary
 
 __all__ = [
     "BackendContract",
@@ -64,7 +65,7 @@ __all__ = [
 class MakeStore(Protocol):
     """Open a new handle on the store under test (read-only when asked)."""
 
-    def __call__(self, *, read_only: bool = False) -> BaseStore:
+    def __call__(self, *, read_only: bool = False) -> Store:
         """Return an open store; the caller closes it."""
         ...
 
@@ -178,7 +179,7 @@ RANKING_QUERIES = (
 
 
 def assert_ranks_as_memory(
-    store: BaseStore, session_id: str, queries: Iterator[str] | tuple[str, ...] = RANKING_QUERIES
+    store: Store, session_id: str, queries: Iterator[str] | tuple[str, ...] = RANKING_QUERIES
 ) -> None:
     """Assert that ``store.search`` ranks the session as ``Memory.search`` ranks its items read back.
 
@@ -411,21 +412,22 @@ class StoreContract:
     """The calls every store answers the same way; subclass it and provide ``make_store``.
 
     ``make_store(read_only=False)`` opens a new handle on the one store of the
-    test. Pass ``read_only`` on to ``BaseStore.__init__``, which then refuses
+    test. Pass ``read_only`` on to ``Store.__init__``, which then refuses
     every write call; the read-only tests check that, and that reads work.
     """
 
     @pytest.fixture
-    def store(self, make_store: MakeStore) -> Iterator[BaseStore]:
+    def store(self, make_store: MakeStore) -> Iterator[Store]:
         """Yield an open handle on the store under test."""
         with make_store() as opened:
             yield opened
 
-    def test_store_is_a_base_store(self, store: BaseStore) -> None:
-        """Every store is a BaseStore."""
-        assert isinstance(store, BaseStore)
+    def test_store_is_a_store(self, store: Store) -> None:
+        """Every store is a Store over a Backend."""
+        assert isinstance(store, Store)
+        assert isinstance(store.backend, Backend)
 
-    def test_round_trip_of_every_codec_type(self, store: BaseStore) -> None:
+    def test_round_trip_of_every_codec_type(self, store: Store) -> None:
         """Items come back with the same classes, values and field order."""
         items = every_codec_type()
         store.append("s", items)
@@ -434,21 +436,21 @@ class StoreContract:
         for original, loaded in zip(items, back, strict=True):
             assert same(original, loaded), (original, loaded)
 
-    def test_order_is_append_order_across_calls(self, store: BaseStore) -> None:
+    def test_order_is_append_order_across_calls(self, store: Store) -> None:
         """Single appends and batches read back in the order they were made."""
         store.append("s", [MemoryItem(step=1)])
         store.append("s", [MemoryItem(step=2), MemoryItem(step=3)])
         store.append("s", [MemoryItem(step=0)])
         assert steps_of(store.read("s")) == [1, 2, 3, 0]
 
-    def test_seqs_increase_and_after_reads_only_newer(self, store: BaseStore) -> None:
+    def test_seqs_increase_and_after_reads_only_newer(self, store: Store) -> None:
         """append returns increasing seqs and read(after=) returns only later items."""
         first = store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
         second = store.append("s", [MemoryItem(step=3)])
         assert first[0] < first[1] < second[0]
         assert steps_of(store.read("s", after=first[1])) == [3]
 
-    def test_sessions_are_isolated(self, store: BaseStore) -> None:
+    def test_sessions_are_isolated(self, store: Store) -> None:
         """Items of one session never show in another, even one whose id is a prefix."""
         store.append("run", [MemoryItem(step=1)])
         store.append("run-2", [MemoryItem(step=2)])
@@ -456,7 +458,7 @@ class StoreContract:
         assert steps_of(store.read("run-2")) == [2]
         assert store.read("ru") == []
 
-    def test_step_filter_matches_like_memory(self, store: BaseStore) -> None:
+    def test_step_filter_matches_like_memory(self, store: Store) -> None:
         """Step filters match equal numbers (1 and 1.0), strings exactly, and never stepless items."""
         store.append(
             "s",
@@ -472,7 +474,7 @@ class StoreContract:
         assert [i["a"] for i in store.read("s", steps=["1", 2])] == [2, 3]
         assert store.read("s", steps=[]) == []
 
-    def test_step_filter_follows_updates_deletes_and_clears(self, store: BaseStore) -> None:
+    def test_step_filter_follows_updates_deletes_and_clears(self, store: Store) -> None:
         """A step filter finds an item under its new step after an update, and no deleted item."""
         seqs = store.append("s", [MemoryItem(step=i % 5, n=i) for i in range(20)])
         with store.batch("s") as batch:
@@ -490,7 +492,7 @@ class StoreContract:
         store.append("s", [MemoryItem(step=0, n=100)])
         assert [i["n"] for i in store.read("s", steps=[0])] == [100]
 
-    def test_delete_steps_removes_only_those_steps(self, store: BaseStore) -> None:
+    def test_delete_steps_removes_only_those_steps(self, store: Store) -> None:
         """delete_steps deletes every item of the steps and reports how many."""
         store.append("s", [MemoryItem(step=1), MemoryItem(step=2), MemoryItem(step=1)])
         store.append("other", [MemoryItem(step=1)])
@@ -498,20 +500,20 @@ class StoreContract:
         assert steps_of(store.read("s")) == [2]
         assert store.count("other") == 1
 
-    def test_delete_seqs_removes_those_items(self, store: BaseStore) -> None:
+    def test_delete_seqs_removes_those_items(self, store: Store) -> None:
         """delete_seqs deletes exactly the given items and counts only those that existed."""
         seqs = store.append("s", [MemoryItem(step=i) for i in range(4)])
         assert store.delete_seqs("s", [seqs[1], seqs[3], 10**9]) == 2
         assert steps_of(store.read("s")) == [0, 2]
 
-    def test_clear_empties_session_but_keeps_it_listed(self, store: BaseStore) -> None:
+    def test_clear_empties_session_but_keeps_it_listed(self, store: Store) -> None:
         """clear deletes the items, returns their number, and the session stays listed."""
         store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
         assert store.clear("s") == 2
         assert store.count("s") == 0
         assert store.sessions() == ["s"]
 
-    def test_sessions_are_listed_sorted_and_deleted(self, store: BaseStore) -> None:
+    def test_sessions_are_listed_sorted_and_deleted(self, store: Store) -> None:
         """sessions() lists every session sorted; delete_session removes one with its items."""
         for sid in ("b", "a", "c"):
             store.append(sid, [MemoryItem(step=1)])
@@ -521,7 +523,7 @@ class StoreContract:
         assert store.sessions() == ["a", "c"]
         assert store.read("b") == []
 
-    def test_keep_last_trims_oldest(self, store: BaseStore) -> None:
+    def test_keep_last_trims_oldest(self, store: Store) -> None:
         """keep_last(n) deletes all but the newest n items."""
         store.append("s", [MemoryItem(step=i) for i in range(5)])
         assert store.keep_last("s", 2) == 3
@@ -529,7 +531,7 @@ class StoreContract:
         assert store.keep_last("s", 0) == 2
         assert store.count("s") == 0
 
-    def test_expire_deletes_only_items_older_than_age(self, store: BaseStore) -> None:
+    def test_expire_deletes_only_items_older_than_age(self, store: Store) -> None:
         """expire keeps items younger than the age and deletes the older ones."""
         store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
         assert store.expire("s", dt.timedelta(hours=1)) == 0
@@ -547,7 +549,7 @@ class StoreContract:
             back = again.read("s")
         assert all(same(a, b) for a, b in zip(items, back, strict=True))
 
-    def test_unknown_session_reads_empty(self, store: BaseStore) -> None:
+    def test_unknown_session_reads_empty(self, store: Store) -> None:
         """An unknown session reads as empty with count 0."""
         assert store.read("never") == []
         assert store.count("never") == 0
@@ -556,7 +558,7 @@ class StoreContract:
         "bad", ["", "../x", "a/b", "a\\b", "it's", 'say"hi', "a b", ".hidden", "x" * 129]
     )
     def test_invalid_session_id_is_refused_and_changes_nothing(
-        self, store: BaseStore, bad: str
+        self, store: Store, bad: str
     ) -> None:
         """A session id with separators, quotes, spaces or bad length is refused before any write."""
         store.append("good", [MemoryItem(step=1)])
@@ -564,20 +566,20 @@ class StoreContract:
             store.append(bad, [MemoryItem(step=2)])
         assert store.sessions() == ["good"]
 
-    def test_reading_without_session_id_is_an_error(self, store: BaseStore) -> None:
+    def test_reading_without_session_id_is_an_error(self, store: Store) -> None:
         """Passing None as the session id raises instead of reading every session."""
         store.append("s", [MemoryItem(step=1)])
         with pytest.raises(InvalidSessionIdError, match="must be a string"):
             store.read(None)  # type: ignore[arg-type]
 
-    def test_other_step_key_is_refused_and_writes_nothing(self, store: BaseStore) -> None:
+    def test_other_step_key_is_refused_and_writes_nothing(self, store: Store) -> None:
         """Appending with a step key other than the session's raises and writes nothing."""
         store.append("s", [MemoryItem(Step=1)], step_key="Step")
         with pytest.raises(StoreError, match="step_key='Step'"):
             store.append("s", [MemoryItem(step=2)], step_key="step")
         assert store.count("s") == 1
 
-    def test_unencodable_value_writes_nothing(self, store: BaseStore) -> None:
+    def test_unencodable_value_writes_nothing(self, store: Store) -> None:
         """A batch with an unencodable value raises and none of the batch is written."""
         from agents.memory import SerializationError
 
@@ -593,7 +595,7 @@ class StoreContract:
         with pytest.raises(StoreError, match="is closed"):
             opened.read("s")
 
-    def test_project_returns_chosen_keys_in_key_order(self, store: BaseStore) -> None:
+    def test_project_returns_chosen_keys_in_key_order(self, store: Store) -> None:
         """project() gives one dict per item with the asked keys in the asked order, {} for none."""
         store.append(
             "s",
@@ -609,13 +611,13 @@ class StoreContract:
             {},
         ]
 
-    def test_project_with_steps_matches_step_filter(self, store: BaseStore) -> None:
+    def test_project_with_steps_matches_step_filter(self, store: Store) -> None:
         """project(steps=...) keeps the items read(steps=...) keeps."""
         store.append("s", [MemoryItem(step=s, action=f"a{s}", big="y" * 100) for s in range(5)])
         assert store.project("s", ["action"], steps=[1, 3]) == [{"action": "a1"}, {"action": "a3"}]
         assert store.project("s", ["action"], steps=[]) == []
 
-    def test_project_keeps_exact_values(self, store: BaseStore) -> None:
+    def test_project_keeps_exact_values(self, store: Store) -> None:
         """Projected values equal the stored ones: big ints, nested JSON, unicode, keys with quotes."""
         item = MemoryItem(
             step=1,
@@ -631,12 +633,12 @@ class StoreContract:
         keys = ["n", "nested", "text", 'we"ird key', "f", "ok", "none", "e"]
         assert store.project("s", keys) == [item.filter(keys), plain.filter(keys)]
 
-    def test_project_rejects_non_string_keys(self, store: BaseStore) -> None:
+    def test_project_rejects_non_string_keys(self, store: Store) -> None:
         """A non-string key is refused by name."""
         with pytest.raises(StoreArgumentError, match=r"string keys, got 3 \(int\)"):
             store.project("s", ["step", 3])  # type: ignore[list-item]  # the wrong type is the point
 
-    def test_tail_returns_the_last_items_oldest_first(self, store: BaseStore) -> None:
+    def test_tail_returns_the_last_items_oldest_first(self, store: Store) -> None:
         """tail(n) gives the newest n items with their seqs, in seq order, as read() would end."""
         store.append("s", [MemoryItem(step=s, action=f"a{s}") for s in range(6)])
         store.delete_steps("s", [4])
@@ -644,25 +646,25 @@ class StoreContract:
         assert [r.item for r in tail] == store.read("s")[-3:]
         assert [r.seq for r in tail] == [r.seq for r in store.records("s")][-3:]
 
-    def test_tail_of_steps_keeps_the_last_of_those_steps(self, store: BaseStore) -> None:
+    def test_tail_of_steps_keeps_the_last_of_those_steps(self, store: Store) -> None:
         """tail(n, steps=...) keeps the newest n items among those steps."""
         store.append("s", [MemoryItem(step=s % 3, n=s) for s in range(9)])
         assert [r.item["n"] for r in store.tail("s", 2, steps=[0, 1])] == [6, 7]
         assert store.tail("s", 2, steps=[]) == []
 
-    def test_tail_beyond_the_session_and_of_zero(self, store: BaseStore) -> None:
+    def test_tail_beyond_the_session_and_of_zero(self, store: Store) -> None:
         """tail() longer than the session gives all of it; tail(0) and an unknown session give none."""
         store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
         assert [r.item for r in store.tail("s", 10)] == store.read("s")
         assert store.tail("s", 0) == []
         assert store.tail("unknown", 3) == []
 
-    def test_tail_refuses_a_negative_count(self, store: BaseStore) -> None:
+    def test_tail_refuses_a_negative_count(self, store: Store) -> None:
         """tail(-1) is refused with a message naming the count."""
         with pytest.raises(StoreArgumentError, match=r"0 or more, got -1"):
             store.tail("s", -1)
 
-    def test_pages_cover_the_session_in_order(self, store: BaseStore) -> None:
+    def test_pages_cover_the_session_in_order(self, store: Store) -> None:
         """pages(size) yields every record once, in seq order, in pages of at most size."""
         store.append("s", [MemoryItem(step=s) for s in range(7)])
         store.delete_steps("s", [2])
@@ -671,12 +673,12 @@ class StoreContract:
         assert [r for page in pages for r in page] == store.records("s")
         assert list(store.pages("unknown")) == []
 
-    def test_pages_refuse_a_size_below_one(self, store: BaseStore) -> None:
+    def test_pages_refuse_a_size_below_one(self, store: Store) -> None:
         """pages(size=0) is refused with a message naming the size."""
         with pytest.raises(StoreArgumentError, match=r"1 or more items, got 0"):
             store.pages("s", size=0)
 
-    def test_summary_counts_what_the_items_say(self, store: BaseStore) -> None:
+    def test_summary_counts_what_the_items_say(self, store: Store) -> None:
         """summary() says what SessionSummary.of the session's items says."""
         store.append("s", summary_session())
         assert store.summary("s") == SessionSummary.of([summary_session()])
@@ -689,14 +691,14 @@ class StoreContract:
             fields={"step": 5, "cost": 5, "action": 3, "when": 1, "note": 1, "extra": 1},
         )
 
-    def test_summary_after_deletes_and_of_an_unknown_session(self, store: BaseStore) -> None:
+    def test_summary_after_deletes_and_of_an_unknown_session(self, store: Store) -> None:
         """summary() follows deletes, and an unknown session counts as empty."""
         store.append("s", summary_session())
         store.delete_steps("s", [1, 3])
         assert store.summary("s") == SessionSummary.of([store.read("s")])
         assert store.summary("nobody") == SessionSummary(0, 0, None, None, 0.0, {})
 
-    def test_summary_reads_steps_by_the_session_step_key(self, store: BaseStore) -> None:
+    def test_summary_reads_steps_by_the_session_step_key(self, store: Store) -> None:
         """summary() counts steps under the key the session was created with, and sums cost_key."""
         store.append("s", [MemoryItem(turn=n % 2, price=n / 2) for n in range(4)], step_key="turn")
         counts = store.summary("s", cost_key="price")
@@ -733,7 +735,7 @@ class StoreContract:
                 stage_then_fail()
             assert steps_of(store.read("s")) == [1]
 
-    def test_batch_reports_updated_and_deleted_seqs(self, store: BaseStore) -> None:
+    def test_batch_reports_updated_and_deleted_seqs(self, store: Store) -> None:
         """After a batch, updated and deleted hold the seqs that existed, appended the new ones."""
         first = store.append("s", [MemoryItem(step=i) for i in range(4)])
         with store.batch("s") as batch:
@@ -749,31 +751,31 @@ class StoreContract:
 
     # -- keyword search -----------------------------------------------------------------
 
-    def test_search_ranks_by_bm25_best_first(self, store: BaseStore) -> None:
+    def test_search_ranks_by_bm25_best_first(self, store: Store) -> None:
         """search ranks the items holding a query word by BM25: more occurrences in a shorter text first."""
         store.append("s", search_session())
         hits = store.search("s", "file")
         assert [hit.item["step"] for hit in hits] == [1, 0]
         assert hits[0].score > hits[1].score > 0
 
-    def test_search_keys_limit_the_fields_searched(self, store: BaseStore) -> None:
+    def test_search_keys_limit_the_fields_searched(self, store: Store) -> None:
         """With keys, only those fields (nested strings included) are searched."""
         store.append("s", search_session())
         assert [hit.item["step"] for hit in store.search("s", "click")] == [2, 3]
         assert [hit.item["step"] for hit in store.search("s", "click", keys=["obs"])] == [3]
 
-    def test_search_returns_at_most_k_hits_with_seqs(self, store: BaseStore) -> None:
+    def test_search_returns_at_most_k_hits_with_seqs(self, store: Store) -> None:
         """k caps the hits, and each hit carries the seq the store gave its item."""
         seqs = store.append("s", search_session())
         hits = store.search("s", "file click", k=1)
         assert [(hit.seq, hit.item["step"]) for hit in hits] == [(seqs[1], 1)]
 
-    def test_search_ties_keep_session_order(self, store: BaseStore) -> None:
+    def test_search_ties_keep_session_order(self, store: Store) -> None:
         """Items with equal scores come in the order they were appended."""
         store.append("s", [MemoryItem(step=i, action="same words") for i in (5, 3, 4)])
         assert [hit.item["step"] for hit in store.search("s", "words")] == [5, 3, 4]
 
-    def test_search_sees_updates_deletes_and_clears(self, store: BaseStore) -> None:
+    def test_search_sees_updates_deletes_and_clears(self, store: Store) -> None:
         """Changed, deleted and cleared items are searched as they are now, never as they were."""
         seqs = store.append("s", search_session())
         with store.batch("s") as batch:
@@ -784,7 +786,7 @@ class StoreContract:
         store.clear("s")
         assert store.search("s", "file") == []
 
-    def test_search_of_an_unknown_session_has_no_hits(self, store: BaseStore) -> None:
+    def test_search_of_an_unknown_session_has_no_hits(self, store: Store) -> None:
         """Searching a session that does not exist finds nothing."""
         assert store.search("nobody", "file") == []
 
@@ -797,19 +799,19 @@ class StoreContract:
         ],
     )
     def test_search_refuses_a_bad_query(
-        self, store: BaseStore, query: str, k: int, message: str
+        self, store: Store, query: str, k: int, message: str
     ) -> None:
         """An empty query, one without words and k below 1 are named errors."""
         store.append("s", search_session())
         with pytest.raises(InvalidQueryError, match=message):
             store.search("s", query, k)
 
-    def test_search_ranks_as_memory_search(self, store: BaseStore) -> None:
+    def test_search_ranks_as_memory_search(self, store: Store) -> None:
         """search ranks a session as Memory.search ranks the same items, query by query."""
         store.append("s", ranking_corpus())
         assert_ranks_as_memory(store, "s")
 
-    def test_search_statistics_are_the_sessions_own(self, store: BaseStore) -> None:
+    def test_search_statistics_are_the_sessions_own(self, store: Store) -> None:
         """Item count, lengths and document frequencies come from the searched session alone."""
         store.append("a", ranking_corpus())
         store.append("b", [MemoryItem(step=i, note="file report the") for i in range(30)])
@@ -818,7 +820,7 @@ class StoreContract:
             assert_ranks_as_memory(store, session)
 
     @pytest.mark.parametrize("k", [1, 2, 3])
-    def test_search_top_k_is_memory_search_top_k(self, store: BaseStore, k: int) -> None:
+    def test_search_top_k_is_memory_search_top_k(self, store: Store, k: int) -> None:
         """The k best hits are Memory.search's k best, also when common words join rare ones."""
         items = [
             MemoryItem(step=i, note=f"the dialog {'report ' * (i % 4)}step {i % 3}", n=i)
@@ -834,9 +836,42 @@ class StoreContract:
             assert [n for n, _ in got] == [n for n, _ in want], query
             assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
 
+    @pytest.mark.parametrize("k", [1, 2, 5])
+    def test_search_and_ranking_with_where_are_memory_search_with_where(
+        self, store: Store, k: int
+    ) -> None:
+        """where= keeps the best k hits that pass the filter, as Memory.search(where=) does."""
+        items = [
+            MemoryItem(
+                step=i,
+                note=f"the dialog {'report ' * (i % 4)}step {i % 3}",
+                n=i % 5,
+                kind="ab"[i % 2],
+            )
+            for i in range(40)
+        ]
+        store.append("s", items)
+        store.append("other", items[:5])
+        memory = Memory()
+        memory.add_memory_items(store.read("s"))
+        wheres: list[dict[str, Any]] = [
+            {"n": {"$gte": 3}},
+            {"$or": [{"kind": "b", "n": {"$ne": 1}}, {"step": {"$in": [0, 38]}}]},
+            {"step": {"$gt": 36}},
+            {"missing": 1},
+        ]
+        for where in wheres:
+            for query in ("the report", "report dialog step 2"):
+                got = store.search("s", query, k, where=where)
+                want = memory.search(query, k, where=where)
+                assert [h.item["step"] for h in got] == [h.item["step"] for h in want], where
+                assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-9)
+                ranked = store.ranking("s", query, k, where=where)
+                assert ranked == [(h.seq, h.score) for h in got]
+
     @pytest.mark.parametrize("k", [1, 3, 10])
     def test_search_of_common_words_across_sessions_is_memory_search(
-        self, store: BaseStore, k: int
+        self, store: Store, k: int
     ) -> None:
         """Queries of common words (and rare words found in fewer than k items) give Memory.search's k best in sessions of different shapes."""
         store.append("short", common_words_session())
@@ -850,9 +885,7 @@ class StoreContract:
                 assert [n for n, _ in got] == [n for n, _ in want], (session, query)
                 assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
 
-    def test_search_of_any_number_of_words_and_terms_ranks_as_memory(
-        self, store: BaseStore
-    ) -> None:
+    def test_search_of_any_number_of_words_and_terms_ranks_as_memory(self, store: Store) -> None:
         """Queries of 2,500 distinct words and items of 30,000 distinct terms rank as Memory.search."""
         items = [
             MemoryItem(step=i, note=" ".join(f"w{(i * 13 + j) % 2500}" for j in range(30)))
@@ -871,7 +904,7 @@ class StoreContract:
             ),
         )
 
-    def test_search_follows_updates_deletes_and_trims(self, store: BaseStore) -> None:
+    def test_search_follows_updates_deletes_and_trims(self, store: Store) -> None:
         """After updates, deletes, keep_last and expire the ranking is that of the items left."""
         seqs = store.append("s", ranking_corpus())
         store.append("other", ranking_corpus())
@@ -892,7 +925,7 @@ class StoreContract:
         assert store.search("s", "file") == []
         assert_ranks_as_memory(store, "other")
 
-    def test_search_follows_clear_and_a_recreated_session(self, store: BaseStore) -> None:
+    def test_search_follows_clear_and_a_recreated_session(self, store: Store) -> None:
         """A cleared session, and one deleted and created again, rank only their new items."""
         store.append("s", ranking_corpus())
         store.clear("s")
@@ -918,7 +951,7 @@ class StoreContract:
         with make_store(read_only=True) as reopened:
             assert_ranks_as_memory(reopened, "s")
 
-    def test_ranking_gives_the_seqs_and_scores_of_search(self, store: BaseStore) -> None:
+    def test_ranking_gives_the_seqs_and_scores_of_search(self, store: Store) -> None:
         """ranking returns (seq, score) of search's hits, best first, without the items."""
         store.append("s", ranking_corpus())
         hits = store.search("s", "the file report", 4)
@@ -927,11 +960,11 @@ class StoreContract:
 
     # -- session metadata -------------------------------------------------------------
 
-    def test_unknown_session_has_no_info(self, store: BaseStore) -> None:
+    def test_unknown_session_has_no_info(self, store: Store) -> None:
         """session_info of a session that does not exist is None."""
         assert store.session_info("never") is None
 
-    def test_appended_session_has_info_with_empty_metadata(self, store: BaseStore) -> None:
+    def test_appended_session_has_info_with_empty_metadata(self, store: Store) -> None:
         """A session created by an append records its step key, no metadata and a UTC time."""
         store.append("s", [MemoryItem(Step=1)], step_key="Step")
         info = store.session_info("s")
@@ -939,7 +972,7 @@ class StoreContract:
         assert (info.session_id, info.step_key, info.metadata) == ("s", "Step", {})
         assert info.created.tzinfo is dt.timezone.utc
 
-    def test_set_metadata_creates_the_session(self, store: BaseStore) -> None:
+    def test_set_metadata_creates_the_session(self, store: Store) -> None:
         """set_metadata on a new session creates it, listed, with no items."""
         store.set_metadata("s", {"agent": "planner"}, step_key="turn")
         info = store.session_info("s")
@@ -964,7 +997,7 @@ class StoreContract:
             assert info is not None
             assert same(info.metadata, metadata)
 
-    def test_set_metadata_replaces_and_keeps_items(self, store: BaseStore) -> None:
+    def test_set_metadata_replaces_and_keeps_items(self, store: Store) -> None:
         """A second set_metadata replaces the metadata as a whole and leaves the items."""
         store.append("s", [MemoryItem(step=1)])
         store.set_metadata("s", {"a": 1, "b": 2})
@@ -974,7 +1007,7 @@ class StoreContract:
         assert info.metadata == {"c": 3}
         assert steps_of(store.read("s")) == [1]
 
-    def test_set_metadata_with_other_step_key_is_refused(self, store: BaseStore) -> None:
+    def test_set_metadata_with_other_step_key_is_refused(self, store: Store) -> None:
         """set_metadata checks the step key of an existing session and writes nothing."""
         store.set_metadata("s", {"a": 1}, step_key="Step")
         with pytest.raises(StoreError, match="step_key='Step'"):
@@ -983,18 +1016,18 @@ class StoreContract:
         assert info is not None
         assert info.metadata == {"a": 1}
 
-    def test_unencodable_metadata_writes_nothing(self, store: BaseStore) -> None:
+    def test_unencodable_metadata_writes_nothing(self, store: Store) -> None:
         """Metadata holding a value the codec refuses raises and creates nothing."""
         with pytest.raises(SerializationError, match="Metadata of session 's'"):
             store.set_metadata("s", {"obj": object()})
         assert store.session_info("s") is None
 
-    def test_metadata_with_a_non_string_key_is_refused(self, store: BaseStore) -> None:
+    def test_metadata_with_a_non_string_key_is_refused(self, store: Store) -> None:
         """Metadata keys must be strings."""
         with pytest.raises(StoreArgumentError, match=r"key 1 \(int\)"):
             store.set_metadata("s", {1: "one"})  # type: ignore[dict-item]  # the wrong type is the point
 
-    def test_deleted_session_loses_its_metadata(self, store: BaseStore) -> None:
+    def test_deleted_session_loses_its_metadata(self, store: Store) -> None:
         """A session deleted and created again starts with empty metadata."""
         store.set_metadata("s", {"a": 1})
         store.delete_session("s")
@@ -1040,7 +1073,7 @@ class StoreContract:
     # -- arguments ------------------------------------------------------------------------
 
     @pytest.mark.parametrize("seq", [2**64, -(2**70), 2**63])
-    def test_out_of_range_seq_is_a_named_error(self, store: BaseStore, seq: int) -> None:
+    def test_out_of_range_seq_is_a_named_error(self, store: Store, seq: int) -> None:
         """A seq beyond 64 bits raises StoreArgumentError and deletes nothing."""
         store.append("s", [MemoryItem(step=1)])
         with pytest.raises(StoreArgumentError, match="outside the 64-bit range"):
@@ -1049,7 +1082,7 @@ class StoreContract:
             store.read("s", after=seq)
         assert store.count("s") == 1
 
-    def test_bad_keep_last_is_refused(self, store: BaseStore) -> None:
+    def test_bad_keep_last_is_refused(self, store: Store) -> None:
         """keep_last with a negative or huge n is refused by name."""
         store.append("s", [MemoryItem(step=1)])
         with pytest.raises(StoreArgumentError, match=r"n >= 0 \(an int\), got -1"):
@@ -1100,7 +1133,7 @@ class StoreContract:
         ],
     )
     def test_read_only_handle_refuses_every_write(
-        self, make_store: MakeStore, write: Callable[[BaseStore], object]
+        self, make_store: MakeStore, write: Callable[[Store], object]
     ) -> None:
         """Every write call on a read-only handle raises StoreError and changes nothing."""
         with make_store() as store:
@@ -1199,7 +1232,7 @@ class StoreContract:
         pytest.importorskip("numpy")
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_semantic_and_hybrid_search_rank_as_memory_search(self, store: BaseStore) -> None:
+    def test_semantic_and_hybrid_search_rank_as_memory_search(self, store: Store) -> None:
         """Semantic and hybrid hits of a stored session are Memory.search's on the same items (scores to float32 precision)."""
         embedder = CountingEmbedder()
         items = vector_session()
@@ -1214,7 +1247,7 @@ class StoreContract:
                 )
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_semantic_search_over_keys_ranks_as_memory_search(self, store: BaseStore) -> None:
+    def test_semantic_search_over_keys_ranks_as_memory_search(self, store: Store) -> None:
         """With keys, vectors are embedded over those fields only, as Memory.search does."""
         items = vector_session()
         store.append("s", items)
@@ -1223,7 +1256,7 @@ class StoreContract:
         assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_index_embeddings_embeds_each_item_once(self, store: BaseStore) -> None:
+    def test_index_embeddings_embeds_each_item_once(self, store: Store) -> None:
         """index_embeddings embeds the items without a vector in batches; a second call embeds none."""
         embedder = CountingEmbedder()
         store.append("s", vector_session())
@@ -1241,7 +1274,7 @@ class StoreContract:
         assert (model.name, model.dimension) == (embedder.name, embedder.dimension)
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_search_embeds_only_the_query_once_items_hold_vectors(self, store: BaseStore) -> None:
+    def test_search_embeds_only_the_query_once_items_hold_vectors(self, store: Store) -> None:
         """Once the items are embedded, a semantic query embeds its own text and nothing else."""
         embedder = CountingEmbedder()
         store.append("s", vector_session())
@@ -1282,7 +1315,7 @@ class StoreContract:
             assert embedder.texts == 2
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_vectors_follow_updates_and_deletes(self, store: BaseStore) -> None:
+    def test_vectors_follow_updates_and_deletes(self, store: Store) -> None:
         """An updated item is embedded again from its new fields; a deleted one is never a hit."""
         embedder = CountingEmbedder()
         seqs = store.append("s", vector_session())
@@ -1298,7 +1331,7 @@ class StoreContract:
         assert seqs[3] not in store.read_vectors("s", embedder)
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_trims_clear_and_delete_session_remove_vectors(self, store: BaseStore) -> None:
+    def test_trims_clear_and_delete_session_remove_vectors(self, store: Store) -> None:
         """keep_last, delete_steps, expire, clear and delete_session take the vectors of their items along."""
         embedder = CountingEmbedder()
         seqs = store.append("s", vector_session())
@@ -1322,7 +1355,7 @@ class StoreContract:
         assert store.read_vectors("s", embedder) == {}
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_another_model_is_refused_and_changes_nothing(self, store: BaseStore) -> None:
+    def test_another_model_is_refused_and_changes_nothing(self, store: Store) -> None:
         """A session embedded with one model refuses queries and indexing by another, naming both and the fix."""
         store.append("s", vector_session())
         store.index_embeddings("s", EMBEDDER)
@@ -1377,7 +1410,7 @@ class StoreContract:
             assert [hit.seq for hit in hits] == [seqs[0]]
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_semantic_search_of_an_unknown_session_has_no_hits(self, store: BaseStore) -> None:
+    def test_semantic_search_of_an_unknown_session_has_no_hits(self, store: Store) -> None:
         """Semantic and hybrid searches of a session that does not exist find nothing and store nothing."""
         assert store.search("nobody", "report", mode="semantic", embedder=EMBEDDER) == []
         assert store.search("nobody", "report", mode="hybrid", embedder=EMBEDDER) == []
@@ -1385,7 +1418,7 @@ class StoreContract:
         assert store.vector_model("nobody") is None
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_dropped_vectors_let_another_model_embed(self, store: BaseStore) -> None:
+    def test_dropped_vectors_let_another_model_embed(self, store: Store) -> None:
         """drop_vectors forgets the model, after which another model embeds the session."""
         store.append("s", vector_session())
         store.index_embeddings("s", EMBEDDER)
@@ -1397,9 +1430,7 @@ class StoreContract:
 
     @pytest.mark.usefixtures("numpy_installed")
     @pytest.mark.parametrize(("kind", "match"), [("shape", r"shape \(7, 3\)"), ("nan", "NaN")])
-    def test_bad_embedder_output_stores_nothing(
-        self, store: BaseStore, kind: str, match: str
-    ) -> None:
+    def test_bad_embedder_output_stores_nothing(self, store: Store, kind: str, match: str) -> None:
         """An embedder returning the wrong shape or NaN raises EmbeddingError; no vector or model is stored."""
         store.append("s", vector_session())
         with pytest.raises(EmbeddingError, match=match):
@@ -1408,7 +1439,7 @@ class StoreContract:
         assert store.read_vectors("s", BrokenEmbedder(kind)) == {}
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_semantic_search_needs_an_embedder(self, store: BaseStore) -> None:
+    def test_semantic_search_needs_an_embedder(self, store: Store) -> None:
         """A semantic store search without embedder= is a named error."""
         store.append("s", vector_session())
         with pytest.raises(InvalidQueryError, match="needs embedder="):
@@ -1417,7 +1448,7 @@ class StoreContract:
             store.search("s", "report", mode="fuzzy")  # type: ignore[arg-type]  # the wrong mode is the test
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_items_without_text_are_never_semantic_hits(self, store: BaseStore) -> None:
+    def test_items_without_text_are_never_semantic_hits(self, store: Store) -> None:
         """An item without text holds no vector and never comes back from a semantic search."""
         store.append("s", [MemoryItem(step=1), MemoryItem(step=2, thought="report")])
         hits = store.search("s", "report", 5, mode="semantic", embedder=EMBEDDER)

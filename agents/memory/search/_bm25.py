@@ -1,0 +1,499 @@
+"""BM25 top-k for the search index: exhaustive in pure Python, pruned and exact with numpy.
+
+Every ranking here is the one of ``agents.memory._text``: an item's score is
+the sum, over the query's terms in query order (repeats counted), of
+:func:`~agents.memory._text.bm25_term_score`, and ties keep session order
+(lower key first). The two ways to get the best ``k`` give the same items
+and the same floats:
+
+- :func:`exhaustive_top` scores every item that holds a query term (pure
+  Python, the path without numpy);
+- :class:`Ranker` (numpy) scores only the items that can still be among the
+  best ``k``, as MaxScore does: each term's postings are kept in *impact
+  order* (by count, then by length, so within one count the item with the
+  highest share comes first and a share threshold is a binary search), a
+  first threshold comes from each term's own best items, and an item whose
+  best possible score stays below it is never scored. The items that are
+  scored get their exact score, summed in query order.
+
+Upkeep stays incremental: a term's arrays are built by the first query that
+needs them; items indexed later sit in a *tail* that queries read from the
+postings, items removed later are masked by a generation number, and the
+arrays are rebuilt lazily once the tail or the removals grow past a small
+share of the memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from agents.memory._text import BM25_B, BM25_K1, bm25_term_score
+
+__all__ = ["QueryTerm", "Ranker", "exhaustive_top"]
+
+QueryTerm = tuple[str, Mapping[int, int], float]
+"""A query term as the rankers take it: ``(term, {key: tf}, weight)``, in query order, repeats kept."""
+
+_FLAT: Final = BM25_K1 * (1.0 - BM25_B)
+_SMALL: Final = 256  # postings shorter than this are read from the dict at each query
+_GROUPS: Final = 48  # counts below this get a segment each; higher counts share the last one
+_CACHED_TERMS: Final = 2048  # term arrays kept (the most recently used)
+_GONE: Final = 2**62  # the generation of a removed row: newer than any array
+# A share computed in floats may differ from the exact one by a few ulps; every
+# bound is loosened by this much (relative) so that pruning never drops a tie.
+_SLACK: Final = 1e-9
+_FEW: Final = 64  # this many items or fewer are scored from the postings dicts
+_WORTH: Final = 0.02  # a term whose bound is below this share of the threshold is not summed early
+
+
+def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
+    return -pair[1], pair[0]
+
+
+def exhaustive_top(
+    terms: Sequence[QueryTerm], lengths: Mapping[int, int], average: float, k: int
+) -> list[tuple[int, float]]:
+    """Return the best ``k`` ``(key, score)``, best first, ties by key, scoring every item holding a term."""
+    scores: dict[int, float] = {}
+    for _, posting, weight in terms:
+        get = scores.get
+        scores.update(
+            {
+                key: get(key, 0.0) + bm25_term_score(weight, tf, lengths[key], average)
+                for key, tf in posting.items()
+            }
+        )
+    if k >= len(scores):
+        return sorted(scores.items(), key=_best_first)
+    return heapq.nsmallest(k, scores.items(), key=_best_first)
+
+
+class _Impacts:
+    """One term's postings as arrays in impact order (count, then length), built at one generation."""
+
+    __slots__ = (
+        "contrib",
+        "dl",
+        "epoch",
+        "heads",
+        "log_pos",
+        "removals",
+        "rows",
+        "segments",
+        "tf",
+    )
+
+    def __init__(
+        self, np: Any, rows: Any, tf: Any, dl: Any, epoch: int, log_pos: int, removals: int
+    ) -> None:
+        clipped = np.minimum(tf, _GROUPS)
+        order = np.lexsort((dl, clipped))
+        self.rows = rows[order]
+        self.tf = tf[order]
+        self.dl = dl[order]
+        clipped = clipped[order]
+        values = np.unique(clipped)
+        starts = np.searchsorted(clipped, values, side="left").tolist()
+        ends = [*starts[1:], len(clipped)]
+        # (start, end, count): one count and lengths ascending; count 0 marks the mixed last one.
+        self.segments = [
+            (start, end, int(value) if value < _GROUPS else 0)
+            for start, end, value in zip(starts, ends, values.tolist(), strict=True)
+        ]
+        self.heads: dict[int, Any] = {}  # positions of each segment's first n entries, by n
+        # (slope, weight, each entry's share of a score): kept while neither changes.
+        self.contrib: tuple[float, float, Any] | None = None
+        self.epoch = epoch
+        self.log_pos = log_pos
+        self.removals = removals
+
+
+class _Part:
+    """Postings of one query term read at query time: arrays, their shares, an impact order or none."""
+
+    __slots__ = ("dl", "impacts", "rows", "share", "tf", "valid")
+
+    def __init__(self, rows: Any, tf: Any, dl: Any, impacts: _Impacts | None, valid: Any) -> None:
+        self.rows = rows
+        self.tf = tf
+        self.dl = dl
+        self.impacts = impacts
+        self.valid = valid  # a mask of entries still current, or None when all are
+        self.share: Any = None  # the per-entry share at unit weight, for parts read whole
+
+    def contrib(self, weight: float, slope: float) -> Any:
+        """Return each entry's share of a score for one occurrence of the term: ``bm25_term_score``'s floats."""
+        impacts = self.impacts
+        if impacts is not None and impacts.contrib is not None:
+            seen_slope, seen_weight, contrib = impacts.contrib
+            if seen_slope == slope and seen_weight == weight:
+                return contrib
+        tf = self.tf
+        # bm25_term_score's operations in its order, so the floats are the same.
+        contrib = weight * tf / (tf + _FLAT + slope * self.dl)
+        if impacts is not None:
+            impacts.contrib = (slope, weight, contrib)
+        return contrib
+
+
+class Ranker:
+    """The numpy side of a search index: rows for item keys, term arrays in impact order, and the pruned top-k.
+
+    The index tells it each item it (re)indexes (:meth:`indexed`, in
+    batches opened by :meth:`next_generation`) and each item it removes
+    (:meth:`removed`); :meth:`top` ranks.
+    """
+
+    def __init__(self, np: Any) -> None:
+        self.np = np
+        self.row_of: dict[int, int] = {}
+        self.key_at = np.zeros(64, dtype=np.int64)
+        self.gen = np.full(64, _GONE, dtype=np.int64)
+        self.used = 0
+        self.free: list[int] = []
+        self.epoch = 0
+        self.log: list[int] = []  # keys indexed since the arrays were last dropped, in order
+        self.removals = 0  # rows removed since then
+        self.impacts: dict[tuple[tuple[str, ...] | None, str], _Impacts] = {}
+
+    # -- upkeep -----------------------------------------------------------------------
+
+    def next_generation(self) -> None:
+        """Open a batch of (re)indexed items: arrays built before it do not hold them."""
+        self.epoch += 1
+
+    def indexed(self, key: int) -> None:
+        """File ``key`` as (re)indexed in the current batch."""
+        row = self.row_of.get(key)
+        if row is None:
+            row = self.free.pop() if self.free else self._grow()
+            self.row_of[key] = row
+            self.key_at[row] = key
+        self.gen[row] = self.epoch
+        self.log.append(key)
+
+    def removed(self, key: int) -> None:
+        """Forget ``key``: its entries in existing arrays no longer count."""
+        row = self.row_of.pop(key, None)
+        if row is not None:
+            self.gen[row] = _GONE
+            self.free.append(row)
+            self.removals += 1
+
+    def _grow(self) -> int:
+        np = self.np
+        row = self.used
+        if row == len(self.key_at):
+            size = 2 * len(self.key_at)
+            key_at = np.zeros(size, dtype=np.int64)
+            key_at[:row] = self.key_at
+            gen = np.full(size, _GONE, dtype=np.int64)
+            gen[:row] = self.gen
+            self.key_at, self.gen = key_at, gen
+        self.used += 1
+        return row
+
+    # -- ranking -------------------------------------------------------------------------
+
+    def top(
+        self,
+        terms: Sequence[QueryTerm],
+        scope: tuple[str, ...] | None,
+        lengths: Mapping[int, int],
+        average: float,
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """Return the best ``k`` ``(key, score)``, best first, ties by key: :func:`exhaustive_top`'s answer.
+
+        Args:
+            terms: The query terms any item holds, in query order, repeats kept.
+            scope: The searched fields (``None``: all), naming the arrays kept per term.
+            lengths: Each item's length over the searched fields, by key.
+            average: The average length.
+            k: How many.
+        """
+        np = self.np
+        self._tidy(len(lengths))
+        slope = BM25_K1 * BM25_B / average
+        # Distinct terms, their summed weight (for bounds) and their parts.
+        distinct: dict[str, tuple[list[_Part], float]] = {}
+        single: dict[str, float] = {}  # the weight of one occurrence
+        for term, posting, weight in terms:
+            seen = distinct.get(term)
+            if seen is None:
+                distinct[term] = (self._parts(term, posting, scope, lengths), weight)
+                single[term] = weight
+            else:
+                distinct[term] = (seen[0], seen[1] + weight)
+        # Each term's highest share, and seeds: the items with each term's best shares
+        # (more of them for the term with the highest, which the best items likely hold).
+        wide = max(4 * k, 64)
+        bounds: dict[str, float] = {}
+        heads: dict[str, tuple[Any, Any]] = {}
+        for term, (parts, weight) in distinct.items():
+            picked = [self._heads(part, slope, wide) for part in parts]
+            shares = np.concatenate([shares for shares, _ in picked])
+            rows = np.concatenate([rows for _, rows in picked])
+            heads[term] = (shares, rows)
+            best = float(shares.max()) if len(shares) else 0.0
+            bounds[term] = weight * best * (1.0 + _SLACK)
+        seeds: set[int] = set()
+        first = max(bounds, key=bounds.__getitem__)
+        for term, (shares, rows) in heads.items():
+            many = wide if term == first else k
+            if len(shares) > many:
+                rows = rows[np.argpartition(shares, len(shares) - many)[len(shares) - many :]]
+            seeds.update(self.key_at[rows].tolist())
+        threshold = self._kth_score(terms, seeds, lengths, average, k)
+        # MaxScore, a term at a time, terms by bound (highest first). An item first
+        # met at a term scores at most its share there plus the bounds of the terms
+        # after it: items that cannot reach the threshold are never taken, and taken
+        # ones are dropped once they cannot. `got` sums what the taken items hold of
+        # the terms seen (a lower bound of their score), which raises the threshold.
+        mark = np.zeros(self.used, dtype=bool)
+        where = np.empty(self.used, dtype=np.int64)  # a taken row's place in `taken`
+        taken = np.zeros(0, dtype=np.int64)
+        got = np.zeros(0, dtype=np.float64)
+        after = sum(bounds.values())
+        skipped = 0.0  # the bounds of the terms not added to `got`
+        for term in sorted(distinct, key=bounds.__getitem__, reverse=True):
+            after -= bounds[term]
+            parts, weight = distinct[term]
+            need = (threshold - after) * (1.0 - _SLACK) - _SLACK
+            unit = need / weight if need > 0.0 else 0.0
+            reaching = [self._reaching(part, slope, unit) for part in parts]
+            if len(taken) + sum(len(at) for at in reaching) > self.used // 4:
+                # A quarter of the items may still be among the best (the query's words
+                # are common and spread alike): scoring every posting costs less.
+                return self._dense_top(terms, distinct, slope, k)
+            times = weight / single[term]  # how many times the query holds it
+            # Adding this term's shares to `got` pays while many items are taken, for a
+            # term that can move a score (a word in every item adds almost nothing).
+            update = len(taken) > _FEW and bounds[term] >= _WORTH * threshold
+            if not update and len(taken):
+                skipped += bounds[term]  # the items taken so far may hold it
+            new_rows = []
+            new_got = []
+            for part, at in zip(parts, reaching, strict=True):
+                if update:
+                    held = self._held(part, mark)
+                    got[where[part.rows[held]]] += times * part.contrib(single[term], slope)[held]
+                if part.valid is not None:
+                    at = at[part.valid[at]]
+                rows = part.rows[at]
+                fresh = ~mark[rows]
+                new_rows.append(rows[fresh])
+                new_got.append(times * part.contrib(single[term], slope)[at[fresh]])
+            added = np.concatenate(new_rows)
+            if len(added):
+                where[added] = np.arange(len(taken), len(taken) + len(added))
+                mark[added] = True
+                taken = np.concatenate((taken, added))
+                got = np.concatenate((got, np.concatenate(new_got)))
+            if len(taken) > k:
+                threshold = max(threshold, float(np.partition(got, len(got) - k)[len(got) - k]))
+                keep = got + (after + skipped) >= threshold * (1.0 - _SLACK) - _SLACK
+                if not keep.all():
+                    mark[taken[~keep]] = False
+                    taken = taken[keep]
+                    got = got[keep]
+                    where[taken] = np.arange(len(taken))
+        # The exact score of every item still taken, summed in query order.
+        if len(taken) <= _FEW:
+            return self._exact_top(terms, self.key_at[taken].tolist(), lengths, average, k)
+        scores = np.zeros(len(taken), dtype=np.float64)
+        for term, _, weight in terms:
+            for part in distinct[term][0]:
+                at = self._held(part, mark)
+                scores[where[part.rows[at]]] += part.contrib(weight, slope)[at]
+        if len(scores) > k:
+            best = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+            taken = taken[best]
+            scores = scores[best]
+        keys = self.key_at[taken]
+        ranked = np.lexsort((keys, -scores))[:k]
+        return list(zip(keys[ranked].tolist(), scores[ranked].tolist(), strict=True))
+
+    def _dense_top(
+        self,
+        terms: Sequence[QueryTerm],
+        distinct: Mapping[str, tuple[list[_Part], float]],
+        slope: float,
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """Return the best ``k`` by scoring every entry of every term into one array by row."""
+        np = self.np
+        scores = np.zeros(self.used, dtype=np.float64)
+        for term, _, weight in terms:
+            for part in distinct[term][0]:
+                rows, contrib = part.rows, part.contrib(weight, slope)
+                if part.valid is not None:
+                    rows, contrib = rows[part.valid], contrib[part.valid]
+                if len(rows) > self.used // 8:
+                    # One pass in row order; adding 0.0 to the rows without the term changes nothing.
+                    scores += np.bincount(rows, weights=contrib, minlength=self.used)
+                else:
+                    scores[rows] += contrib
+        if self.used > k:
+            cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
+            rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
+        else:
+            rows = np.flatnonzero(scores > 0.0)
+        found = scores[rows]
+        keys = self.key_at[rows]
+        ranked = np.lexsort((keys, -found))[:k]
+        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+
+    def _held(self, part: _Part, mark: Any) -> Any:
+        """Return the positions in the part of current entries whose row is marked."""
+        hit = mark[part.rows]
+        if part.valid is not None:
+            hit &= part.valid
+        return self.np.flatnonzero(hit)
+
+    @staticmethod
+    def _exact_top(
+        terms: Sequence[QueryTerm],
+        keys: list[int],
+        lengths: Mapping[int, int],
+        average: float,
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """Return the best ``k`` of ``keys`` by exact score, read from the postings (for few keys)."""
+        scored = []
+        for key in keys:
+            score = 0.0
+            for _, posting, weight in terms:
+                tf = posting.get(key)
+                if tf:
+                    score += bm25_term_score(weight, tf, lengths[key], average)
+            if score > 0.0:
+                scored.append((key, score))
+        return heapq.nsmallest(k, scored, key=_best_first)
+
+    def _parts(
+        self,
+        term: str,
+        posting: Mapping[int, int],
+        scope: tuple[str, ...] | None,
+        lengths: Mapping[int, int],
+    ) -> list[_Part]:
+        """Return the term's postings as parts: its impact arrays and their tail, or one part read now."""
+        if len(posting) < _SMALL:
+            return [self._read(posting, posting, lengths)]
+        impacts = self.impacts.pop((scope, term), None)
+        if impacts is None:
+            impacts = self._build(posting, lengths)
+        self.impacts[scope, term] = impacts  # last: the most recently used
+        if len(self.impacts) > _CACHED_TERMS:
+            del self.impacts[next(iter(self.impacts))]
+        # Rows removed since the build (or reused by another item) are masked out.
+        valid = None
+        if self.removals != impacts.removals:
+            valid = self.gen[impacts.rows] <= impacts.epoch
+        parts = [_Part(impacts.rows, impacts.tf, impacts.dl, impacts, valid)]
+        tail = [key for key in dict.fromkeys(self.log[impacts.log_pos :]) if key in posting]
+        if tail:
+            parts.append(self._read(tail, posting, lengths))
+        return parts
+
+    def _read(self, keys: Any, posting: Mapping[int, int], lengths: Mapping[int, int]) -> _Part:
+        np = self.np
+        count = len(keys)
+        rows = np.fromiter(map(self.row_of.__getitem__, keys), np.int64, count)
+        tf = np.fromiter(map(posting.__getitem__, keys), np.float64, count)
+        dl = np.fromiter(map(lengths.__getitem__, keys), np.float64, count)
+        return _Part(rows, tf, dl, None, None)
+
+    def _build(self, posting: Mapping[int, int], lengths: Mapping[int, int]) -> _Impacts:
+        np = self.np
+        count = len(posting)
+        rows = np.fromiter(map(self.row_of.__getitem__, posting), np.int64, count)
+        tf = np.fromiter(posting.values(), np.float64, count)
+        dl = np.fromiter(map(lengths.__getitem__, posting), np.float64, count)
+        return _Impacts(np, rows, tf, dl, self.epoch, len(self.log), self.removals)
+
+    def _tidy(self, n_items: int) -> None:
+        """Drop every term's arrays once the tails or the removals outgrow a small share of the items."""
+        limit = max(1024, n_items // 32)
+        if len(self.log) > limit or self.removals > limit:
+            self.impacts = {}
+            self.log = []
+            self.removals = 0
+
+    def _heads(self, part: _Part, slope: float, k: int) -> tuple[Any, Any]:
+        """Return the unit-weight shares and rows of candidates for the part's best ``k`` (its highest share among them)."""
+        np = self.np
+        impacts = part.impacts
+        if impacts is None:
+            tf = part.tf
+            part.share = tf / (tf + _FLAT + slope * part.dl)
+            return part.share, part.rows
+        at = impacts.heads.get(k)
+        if at is None:
+            at = impacts.heads[k] = np.concatenate(
+                [
+                    np.arange(start, end if count == 0 else min(end, start + k))
+                    for start, end, count in impacts.segments
+                ]
+            )
+        tf = impacts.tf[at]
+        return tf / (tf + _FLAT + slope * impacts.dl[at]), impacts.rows[at]
+
+    def _reaching(self, part: _Part, slope: float, need: float) -> Any:
+        """Return the positions in the part of the entries whose unit-weight share is at least ``need``."""
+        np = self.np
+        impacts = part.impacts
+        if need <= 0.0:
+            return np.arange(len(part.rows))
+        if impacts is None:
+            return np.flatnonzero(part.share >= need)
+        picks = []
+        for start, end, count in impacts.segments:
+            if count == 0:
+                tf = impacts.tf[start:end]
+                share = tf / (tf + _FLAT + slope * impacts.dl[start:end])
+                picks.append(start + np.flatnonzero(share >= need))
+                continue
+            # count / (count + flat + slope * dl) >= need  <=>  dl <= (count / need - count - flat) / slope
+            if need >= 1.0:
+                continue  # a share is always below 1
+            longest = (count / need - count - _FLAT) / slope
+            if longest < 0.0:
+                continue
+            stop = int(
+                np.searchsorted(
+                    impacts.dl[start:end], longest * (1.0 + _SLACK) + _SLACK, side="right"
+                )
+            )
+            if stop:
+                picks.append(np.arange(start, start + stop))
+        if not picks:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate(picks)
+
+    def _kth_score(
+        self,
+        terms: Sequence[QueryTerm],
+        keys: set[int],
+        lengths: Mapping[int, int],
+        average: float,
+        k: int,
+    ) -> float:
+        """Return the ``k``-th best exact score among ``keys`` (0.0 with fewer than ``k`` holding a term)."""
+        if len(keys) < k:
+            return 0.0
+        scores = []
+        for key in keys:
+            score = 0.0
+            for _, posting, weight in terms:
+                tf = posting.get(key)
+                if tf:
+                    score += bm25_term_score(weight, tf, lengths[key], average)
+            if score > 0.0:
+                scores.append(score)
+        if len(scores) < k:
+            return 0.0
+        return heapq.nlargest(k, scores)[-1]

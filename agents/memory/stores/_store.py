@@ -1,0 +1,328 @@
+"""The store: every public store call, composed over a :class:`Backend`.
+
+:class:`Store` holds a backend and calls only its public operations. Its
+calls are built from parts with one job each: the :class:`Engine` (state,
+checks, error wrapping), the read calls (:class:`ReadCalls`), the search
+calls (:class:`SearchCalls`: keyword search in ``_keyword_search``, vectors
+in ``_vector_search``), and :class:`WriteBatch` for writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from typing_extensions import Self
+
+from agents.memory._codec import OnUnencodable
+from agents.memory._item import MemoryItem
+from agents.memory.exceptions import StoreArgumentError, StoreError
+from agents.memory.stores._backend import Backend
+from agents.memory.stores._batch import WriteBatch
+from agents.memory.stores._encoding import encode_metadata, step_texts
+from agents.memory.stores._engine import Engine, open_session
+from agents.memory.stores._reading import ReadCalls
+from agents.memory.stores._searching import SearchCalls
+
+__all__ = ["Store"]
+
+
+class Store(ReadCalls, SearchCalls):
+    """Every public store call, over a :class:`Backend` that keeps the rows.
+
+    The checks, the encoding through the codec, read-only refusal and the
+    wrapping of the backend's errors into :class:`~agents.memory.StoreError`
+    are done here, once, for every store; the backend only keeps rows
+    (see :class:`Backend`). Writes are staged by a :class:`WriteBatch` and
+    applied in one backend transaction. ``SQLiteStore``, ``PostgresStore``,
+    ``JSONLStore`` and ``InMemoryStore`` are stores over their own backends.
+
+    Example::
+
+        store = Store(MyBackend(...))
+        store.append("run-1", [MemoryItem(step=1)])
+        memory = StoredMemory(store, "run-1")
+
+    Args:
+        backend: The backend that keeps the rows; :meth:`close` closes it.
+        read_only: Refuse every write call.
+
+    Raises:
+        StoreArgumentError: if ``backend`` is not a :class:`Backend`.
+    """
+
+    schema_version: int = 2
+    """The layout version this kvmemory writes (each store names its own)."""
+
+    def __init__(self, backend: Backend, *, read_only: bool = False) -> None:
+        if not isinstance(backend, Backend):
+            msg = (
+                f"Store() takes a Backend (a subclass of agents.memory.stores.Backend), got "
+                f"{backend!r} ({type(backend).__name__}); to open a store by URL, use open_store()."
+            )
+            raise StoreArgumentError(msg)
+        self.backend = backend
+        self._engine = Engine(backend, read_only=read_only)
+        ReadCalls.__init__(self, self._engine)
+        SearchCalls.__init__(self, self._engine)
+
+    @property
+    def url(self) -> str:
+        """The URL the store was opened with (passwords hidden)."""
+        return self._engine.url
+
+    @property
+    def read_only(self) -> bool:
+        """Whether every write call is refused."""
+        return self._engine.read_only
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._engine.closed
+
+    @property
+    def driver_errors(self) -> tuple[type[BaseException], ...]:
+        """The backend's exception types that calls report as :class:`~agents.memory.StoreError`."""
+        return self.backend.driver_errors
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether :meth:`search` without ``keys`` is answered by a keyword index the backend keeps.
+
+        ``True`` for SQLite (FTS5) and PostgreSQL (``tsvector``); ``False``
+        for the JSONL and in-memory stores, and for an SQLite file of an
+        older layout opened read-only, which read the session and tokenize
+        it on every search. Either way the ranking is the same.
+        """
+        return self.backend.keyword_index
+
+    @contextlib.contextmanager
+    def guarded(
+        self, action: str, session_id: object = None, *, write: bool = False
+    ) -> Iterator[str]:
+        """Run a store-specific call as every store call runs: checked, and with the backend's errors as :class:`~agents.memory.StoreError`.
+
+        For a subclass that adds a call of its own (``JSONLStore.compact``)::
+
+            with self.guarded("compact", session_id, write=True) as sid:
+                self.backend.compact(sid)
+
+        Args:
+            action: What the call does, for messages (``"Cannot {action} ..."``).
+            session_id: The session the call changes or reads, or ``None`` for the whole store.
+            write: Refuse the call on a read-only store.
+
+        Yields:
+            The checked session id (``""`` for the whole store).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store is closed, or read-only and ``write``; or
+                from the backend's errors inside the block.
+        """
+        engine = self._engine
+        if session_id is None:
+            engine.check_open()
+            if write and engine.read_only:
+                msg = f"Store {engine.url} is open read-only; open it writable to call this ({action}). Nothing was changed."
+                raise StoreError(msg)
+            sid = ""
+        else:
+            sid = engine.check_write(session_id) if write else engine.check(session_id)
+        with engine.errors(action, sid or None):
+            yield sid
+
+    def append(
+        self,
+        session_id: str,
+        items: Iterable[MemoryItem],
+        *,
+        step_key: str = "step",
+        on_unencodable: OnUnencodable = "error",
+    ) -> list[int]:
+        """Append ``items`` to a session in one transaction and return their seqs.
+
+        The session is created on its first append and remembers ``step_key``.
+
+        Args:
+            session_id: The session to append to.
+            items: The items, in order.
+            step_key: The field that names an item's step.
+            on_unencodable: The codec's policy for values JSON cannot hold.
+
+        Returns:
+            The seqs given to the items, increasing.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if an element is not a ``MemoryItem``; nothing is written.
+            SerializationError: if a value cannot be encoded; nothing is written.
+            StoreError: if the store cannot be written, or the session was
+                created with another ``step_key``; nothing is written.
+        """
+        with self.batch(session_id, step_key=step_key, on_unencodable=on_unencodable) as batch:
+            batch.append(items)
+        return batch.appended
+
+    def batch(
+        self,
+        session_id: str,
+        *,
+        step_key: str = "step",
+        on_unencodable: OnUnencodable = "error",
+    ) -> WriteBatch:
+        """Return a batch of writes to one session, applied together when its ``with`` block ends.
+
+        Example::
+
+            with store.batch("run-1") as batch:
+                batch.delete([3, 4])
+                batch.append([MemoryItem(step=5)])
+            batch.appended   # the seqs the new items got
+
+        Args:
+            session_id: The session to write.
+            step_key: The field that names an item's step.
+            on_unencodable: The codec's policy for values JSON cannot hold.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store is closed or open read-only.
+        """
+        return WriteBatch(self, self._engine.check_write(session_id), step_key, on_unencodable)
+
+    def set_metadata(
+        self, session_id: str, metadata: Mapping[str, Any], *, step_key: str = "step"
+    ) -> None:
+        """Save ``metadata`` as the session's metadata, creating the session if it does not exist.
+
+        The metadata is encoded through the codec, so every value type an item
+        field can hold comes back unchanged from :meth:`session_info`.
+
+        Args:
+            session_id: The session.
+            metadata: The new metadata; it replaces the old one as a whole.
+            step_key: The step key of the session (recorded if it is created,
+                checked otherwise).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``metadata`` is not a mapping with string keys.
+            SerializationError: if a value cannot be encoded; nothing is written.
+            StoreError: if the store cannot be written, or the session was
+                created with another ``step_key``; nothing is written.
+        """
+        sid = self._engine.check_write(session_id)
+        data = encode_metadata(metadata, sid)
+        with self._engine.errors("write metadata of", sid), self.backend.transaction(sid) as tx:
+            open_session(self.backend, tx, sid, step_key)
+            self.backend.set_metadata(tx, sid, data)
+
+    def delete_steps(self, session_id: str, steps: Iterable[Any]) -> int:
+        """Delete every item whose step is in ``steps`` and return how many went.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        sid = self._engine.check_write(session_id)
+        wanted = frozenset(step_texts(steps))
+        if not wanted:
+            return 0
+        with self._engine.errors("delete steps from", sid), self.backend.transaction(sid) as tx:
+            if self.backend.lock_session(tx, sid) is None:
+                return 0
+            seqs = [entry[0] for entry in self.backend.row_index(tx, sid) if entry[1] in wanted]
+            gone = self.backend.delete_rows(tx, sid, seqs) if seqs else []
+            if gone:
+                self.backend.delete_vectors(tx, sid, gone)
+            return len(gone)
+
+    def delete_seqs(self, session_id: str, seqs: Iterable[int]) -> int:
+        """Delete items by seq and return how many of them existed.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if a seq is not an int in the store's range.
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        with self.batch(session_id) as batch:
+            batch.delete(seqs)
+        return len(batch.deleted)
+
+    def clear(self, session_id: str) -> int:
+        """Delete every item of a session and return how many went; the session stays listed.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        sid = self._engine.check_write(session_id)
+        with self._engine.errors("clear", sid), self.backend.transaction(sid) as tx:
+            if self.backend.lock_session(tx, sid) is None:
+                return 0
+            self.backend.drop_vectors(tx, sid)
+            return self.backend.clear_rows(tx, sid)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its items; return whether it existed.
+
+        Seqs are not reused: if the session is created again, its items get
+        seqs above every seq it had before.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        sid = self._engine.check_write(session_id)
+        with self._engine.errors("delete", sid):
+            return self.backend.delete_session(sid)
+
+    def keep_last(self, session_id: str, n: int) -> int:
+        """Delete all but the last ``n`` items of a session and return how many went.
+
+        Raises:
+            StoreArgumentError: if ``n`` is not an int >= 0.
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        with self.batch(session_id) as batch:
+            batch.keep_last(n)
+        return len(batch.deleted)
+
+    def expire(self, session_id: str, older_than: dt.timedelta | float) -> int:
+        """Delete the items of a session written more than ``older_than`` ago.
+
+        Args:
+            session_id: The session to trim.
+            older_than: An age, as a ``timedelta`` or a number of seconds.
+
+        Returns:
+            How many items were deleted.
+
+        Raises:
+            StoreArgumentError: if ``older_than`` is negative or not a duration.
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        with self.batch(session_id) as batch:
+            batch.expire(older_than)
+        return len(batch.deleted)
+
+    def close(self) -> None:
+        """Release the store's connections and files; closing twice is harmless."""
+        self._engine.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = " read-only" if self.read_only else ""
+        state += " closed" if self.closed else ""
+        return f"<{type(self).__name__} {self.url!r}{state}>"

@@ -1,0 +1,521 @@
+"""Search filters: the operators, their documented edge cases, refusals, and RAM and every store against a plain model."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents.memory import InvalidQueryError, Memory, MemoryItem
+from agents.memory.search import Filter, HashingEmbedder
+from agents.memory.stores import open_memory, open_store
+
+# -- a plain model of the filter language, written apart from agents.memory._filter --------
+
+_MISSING = object()
+
+
+def kind(value: Any) -> str:
+    """The documented kinds: values of two kinds are never equal and never ordered."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "other"
+
+
+def lookup(fields: Mapping[str, Any], name: str) -> Any:
+    """The whole field name first, else the dotted path through nested dicts."""
+    if name in fields:
+        return fields[name]
+    if "." not in name:
+        return _MISSING
+    value: Any = fields
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def same(value: Any, operand: Any) -> bool:
+    return value is not _MISSING and kind(value) == kind(operand) and value == operand
+
+
+def holds(value: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return same(value, operand)
+    if op == "$ne":
+        return not same(value, operand)
+    if op == "$in":
+        return any(same(value, x) for x in operand)
+    if op == "$nin":
+        return not any(same(value, x) for x in operand)
+    if value is _MISSING or kind(value) != kind(operand):
+        return False
+    return {
+        "$gt": value > operand,
+        "$gte": value >= operand,
+        "$lt": value < operand,
+        "$lte": value <= operand,
+    }[op]
+
+
+def model(fields: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+    """Whether an item's fields pass ``where``, by the rules docs/search.md states."""
+    for key, condition in where.items():
+        if key == "$and":
+            ok = all(model(fields, inner) for inner in condition)
+        elif key == "$or":
+            ok = any(model(fields, inner) for inner in condition)
+        else:
+            value = lookup(fields, key)
+            if isinstance(condition, range):
+                ok = type(value) is int and value in condition
+            elif isinstance(condition, dict) and condition and all(k[0] == "$" for k in condition):
+                ok = all(holds(value, op, operand) for op, operand in condition.items())
+            else:
+                ok = same(value, condition)
+        if not ok:
+            return False
+    return True
+
+
+# -- generated sessions and filters ------------------------------------------------------
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([-1.5, 0.0, 1.0, 2.0, 2.5, 1e300]),
+    st.sampled_from(["", "a", "b", "2", "ab", "é"]),
+)
+values = st.one_of(scalars, st.sampled_from([[1, 2], (1, 2), {"x": 1}, [True]]))
+FIELDS = ("step", "n", "s", "meta.n", "meta", "missing")
+
+
+@st.composite
+def items(draw: st.DrawFn) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "text": " ".join(draw(st.lists(st.sampled_from(["alpha", "beta", "gamma"]), max_size=4)))
+        + " alpha"
+    }
+    for name in ("step", "n", "s"):
+        if draw(st.booleans()):
+            fields[name] = draw(values)
+    choice = draw(st.integers(0, 2))
+    if choice == 1:
+        fields["meta"] = {"n": draw(values), "tag": "x"}
+    elif choice == 2:
+        fields["meta"] = draw(values)
+    return fields
+
+
+condition_operands = {
+    "$eq": values,
+    "$ne": values,
+    "$gt": st.one_of(st.integers(-3, 3), st.sampled_from([0.5, 2.0, "a", "2", ""])),
+    "$in": st.lists(values, max_size=4),
+}
+condition_operands["$gte"] = condition_operands["$lt"] = condition_operands["$lte"] = (
+    condition_operands["$gt"]
+)
+condition_operands["$nin"] = condition_operands["$in"]
+
+
+@st.composite
+def conditions(draw: st.DrawFn) -> Any:
+    choice = draw(st.integers(0, 3))
+    if choice == 0:
+        return draw(values)  # a plain value: equality
+    if choice == 1:
+        start = draw(st.integers(-3, 3))
+        return range(start, start + draw(st.integers(0, 4)))
+    ops = draw(
+        st.lists(st.sampled_from(sorted(condition_operands)), min_size=1, max_size=3, unique=True)
+    )
+    return {op: draw(condition_operands[op]) for op in ops}
+
+
+def filters(depth: int = 2) -> st.SearchStrategy[dict[str, Any]]:
+    leaf = st.dictionaries(st.sampled_from(FIELDS), conditions(), min_size=1, max_size=2)
+    if depth == 0:
+        return leaf
+
+    @st.composite
+    def node(draw: st.DrawFn) -> dict[str, Any]:
+        where = draw(leaf)
+        for op in ("$and", "$or"):
+            if draw(st.integers(0, 2)) == 0:
+                where[op] = draw(st.lists(filters(depth - 1), min_size=1, max_size=3))
+        return where
+
+    return node()
+
+
+# -- RAM ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=items(), where=filters())
+def test_filter_keeps_what_the_model_keeps(fields: dict[str, Any], where: dict[str, Any]) -> None:
+    """A compiled filter passes an item exactly when the plain model of the documented rules does."""
+    assert Filter(where)(MemoryItem(**fields)) is model(fields, where)
+
+
+@settings(max_examples=80, deadline=None)
+@given(session=st.lists(items(), min_size=1, max_size=12), where=filters(), k=st.integers(1, 6))
+def test_memory_search_gives_the_best_k_that_pass(
+    session: list[dict[str, Any]], where: dict[str, Any], k: int
+) -> None:
+    """Memory.search(where=) gives the first k items of the unfiltered ranking that the model keeps."""
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    everything = memory.search("alpha beta", k=len(session))
+    want = [(h.item.to_dict(), h.score) for h in everything if model(h.item.to_dict(), where)][:k]
+    got = [(h.item.to_dict(), h.score) for h in memory.search("alpha beta", k=k, where=where)]
+    assert got == want
+
+
+# -- every store -------------------------------------------------------------------------
+
+
+def ram_hits(session: list[dict[str, Any]], where: Any, k: int, **options: Any) -> list[Any]:
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    return [
+        (h.item.to_dict(), h.score)
+        for h in memory.search("alpha beta", k=k, where=where, **options)
+    ]
+
+
+def test_store_search_and_ranking_agree_with_memory_and_the_model(store_url: str) -> None:
+    """On generated sessions and filters, each store's search and ranking give Memory.search's filtered hits."""
+    with open_store(store_url) as store:
+        store.append("neighbour", [MemoryItem(step=0, text="alpha beta gamma")])
+
+        @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(
+            session=st.lists(items(), min_size=1, max_size=10),
+            where=filters(),
+            k=st.integers(1, 5),
+            keys=st.sampled_from([None, ["text"]]),
+        )
+        def check(
+            session: list[dict[str, Any]], where: dict[str, Any], k: int, keys: list[str] | None
+        ) -> None:
+            sid = f"s{uuid.uuid4().hex}"
+            seqs = store.append(sid, [MemoryItem(**fields) for fields in session])
+            want = ram_hits(session, where, k, keys=keys)
+            hits = store.search(sid, "alpha beta", k, keys=keys, where=where)
+            got = [(h.item.to_dict(), h.score) for h in hits]
+            assert got == [(f, pytest.approx(s, rel=1e-9)) for f, s in want]
+            assert all(model(h.item.to_dict(), where) for h in hits)
+            ranked = store.ranking(sid, "alpha beta", k, keys=keys, where=where)
+            assert ranked == [(h.seq, h.score) for h in hits]
+            assert set(seqs) >= {seq for seq, _ in ranked}
+
+        check()
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_store_vector_search_with_a_filter_is_memory_search(store_url: str, mode: str) -> None:
+    """Semantic and hybrid store searches keep the best k that pass, as Memory.search does."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "text": f"alpha {'beta ' * (i % 3)}gamma {i}", "n": i % 4 - 1.5 * (i % 2)}
+        for i in range(40)
+    ]
+    wheres: list[Any] = [
+        {"n": {"$gte": 0}},
+        {"$or": [{"step": {"$in": [3, 17, 39]}}, {"n": {"$lt": -1}}]},
+        {"step": {"$gt": 35}},
+        {"missing": {"$ne": 1}, "step": {"$nin": list(range(0, 40, 2))}},
+    ]
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        for where in wheres:
+            for k in (1, 3, 8):
+                memory = Memory(MemoryItem(**fields) for fields in session)
+                want = [
+                    (h.item.to_dict(), h.score)
+                    for h in memory.search(
+                        "alpha beta", k, mode=mode, where=where, embedder=embedder
+                    )  # type: ignore[arg-type]  # mode is one of the two
+                ]
+                hits = store.search(
+                    "s",
+                    "alpha beta",
+                    k,
+                    mode=mode,
+                    where=where,
+                    embedder=embedder,  # type: ignore[arg-type]
+                )
+                got = [(h.item.to_dict(), h.score) for h in hits]
+                assert got == [(f, pytest.approx(s, rel=1e-5, abs=1e-6)) for f, s in want], (
+                    where,
+                    k,
+                )
+                assert all(model(h.item.to_dict(), where) for h in hits)
+
+
+def test_stored_memory_search_and_recall_take_operator_filters(store_url: str) -> None:
+    """StoredMemory.search and recall keep the items an operator filter keeps, as Memory does."""
+    session = [
+        {"step": i, "text": "alpha beta" if i % 2 else "alpha", "cost": i / 4} for i in range(12)
+    ]
+    where = {"step": {"$gte": 2, "$lte": 5}}
+    with open_memory(store_url, "run") as stored:
+        stored.add_memory_items([MemoryItem(**fields) for fields in session])
+        ram = Memory(MemoryItem(**fields) for fields in session)
+        for k in (1, 2, 10):
+            got = [(h.item.to_dict(), h.score) for h in stored.search("alpha beta", k, where=where)]
+            want = [(h.item.to_dict(), h.score) for h in ram.search("alpha beta", k, where=where)]
+            assert got == [(f, pytest.approx(s, rel=1e-9)) for f, s in want]
+        assert [i["step"] for i in stored.recall("beta", 5, where=where)] == [3, 5]
+
+
+# -- the documented rules ----------------------------------------------------------------
+
+
+def steps(memory: Memory, where: Any) -> list[Any]:
+    return sorted(h.item.get_value("step") for h in memory.search("alpha", k=50, where=where))
+
+
+def test_ranges_of_steps_use_gte_and_lte() -> None:
+    """{'step': {'$gte': 2, '$lte': 5}} keeps steps 2 to 5, where it used to keep nothing."""
+    memory = Memory(MemoryItem(step=i, text="alpha") for i in range(10))
+    assert steps(memory, {"step": {"$gte": 2, "$lte": 5}}) == [2, 3, 4, 5]
+    assert steps(memory, {"step": {"$gt": 2, "$lt": 5}}) == [3, 4]
+    assert steps(memory, {"step": range(2, 6)}) == [2, 3, 4, 5]
+
+
+def test_bool_is_never_a_number_and_strings_never_numbers() -> None:
+    """True is not 1 and not > 0; '2' is not 2 and is never ordered with numbers."""
+    memory = Memory(
+        [
+            MemoryItem(step=0, text="alpha", v=True),
+            MemoryItem(step=1, text="alpha", v=1),
+            MemoryItem(step=2, text="alpha", v="2"),
+            MemoryItem(step=3, text="alpha", v=2.0),
+            MemoryItem(step=4, text="alpha", v=None),
+        ]
+    )
+    assert steps(memory, {"v": 1}) == [1]
+    assert steps(memory, {"v": True}) == [0]
+    assert steps(memory, {"v": {"$gt": 0}}) == [1, 3]
+    assert steps(memory, {"v": 2}) == [3]  # an int operand equals an equal float
+    assert steps(memory, {"v": {"$in": ["2", None]}}) == [2, 4]
+    assert steps(memory, {"v": {"$gte": ""}}) == [2]  # strings order with strings only
+    assert steps(memory, {"v": None}) == [4]
+
+
+def test_a_missing_field_fails_every_operator_but_ne_and_nin() -> None:
+    """An item without the field fails $eq, order and $in, and passes $ne and $nin."""
+    memory = Memory([MemoryItem(step=0, text="alpha", v=1), MemoryItem(step=1, text="alpha")])
+    assert steps(memory, {"v": {"$ne": 2}}) == [0, 1]
+    assert steps(memory, {"v": {"$nin": [1]}}) == [1]
+    assert steps(memory, {"v": {"$lt": 5}}) == [0]
+    assert steps(memory, {"v": None}) == []
+    assert steps(memory, {"$or": [{"v": 1}, {"v": {"$nin": [1, 2]}}]}) == [0, 1]
+
+
+def test_dotted_names_reach_into_nested_dicts_after_whole_names() -> None:
+    """'action.name' is the nested value, unless the item has a field of that whole name."""
+    memory = Memory(
+        [
+            MemoryItem(step=0, text="alpha", action={"name": "click", "args": {"x": 3}}),
+            MemoryItem(step=1, text="alpha", action={"name": "type"}),
+            MemoryItem(step=2, text="alpha", **{"action.name": "click"}),
+            MemoryItem(step=3, text="alpha", action="click"),
+        ]
+    )
+    assert steps(memory, {"action.name": "click"}) == [0, 2]
+    assert steps(memory, {"action.args.x": {"$gte": 3}}) == [0]
+    assert steps(memory, {"action": {"name": "type"}}) == [1]  # a dict without operators is a value
+
+
+def test_other_values_compare_for_equality_only() -> None:
+    """Lists, tuples and dates are equal to equal values of their own type and are never ordered."""
+    when = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
+    memory = Memory(
+        [
+            MemoryItem(step=0, text="alpha", v=[1, 2]),
+            MemoryItem(step=1, text="alpha", v=(1, 2)),
+            MemoryItem(step=2, text="alpha", v=when),
+        ]
+    )
+    assert steps(memory, {"v": [1, 2]}) == [0]
+    assert steps(memory, {"v": {"$in": [(1, 2), when]}}) == [1, 2]
+    with pytest.raises(InvalidQueryError, match=r"'\$gt' orders numbers or strings"):
+        memory.search("alpha", where={"v": {"$gt": when}})
+
+
+@pytest.mark.parametrize(
+    ("where", "match"),
+    [
+        ({"step": {"$gtt": 2}}, r"field 'step' uses the unknown operator '\$gtt'"),
+        (
+            {"step": {"$gte": 2, "max": 5}},
+            r"field 'step' mixes operators \['\$gte'\] with plain keys \['max'\]",
+        ),
+        (
+            {"step": {"$in": 3}},
+            r"field 'step': '\$in' takes a list of values, got int 3; write \{'\$in': \[3\]\}",
+        ),
+        ({"step": {"$nin": "ab"}}, r"'\$nin' takes a list of values, got str"),
+        ({"step": {"$lt": None}}, r"field 'step': '\$lt' orders numbers or strings, got NoneType"),
+        ({"step": {"$gt": True}}, r"'\$gt' orders numbers or strings, got bool"),
+        ({"step": {"$eq": float("nan")}}, r"field 'step': '\$eq' got NaN"),
+        ({"step": {"$in": [1, float("nan")]}}, r"'\$in' got NaN"),
+        (
+            {"step": {"$or": [{"step": 1}]}},
+            r"field 'step' uses '\$or', which combines whole filters",
+        ),
+        ({"$or": []}, r"'\$or' takes a non-empty list of filters"),
+        ({"$and": {"step": 1}}, r"'\$and' takes a non-empty list of filters, got dict"),
+        ({"$or": [{"step": 1}, 3]}, r"in \$or\[1\]: '\$or' takes filters"),
+        ({"$or": [{"step": {"$gtt": 1}}]}, r"field 'step' in \$or\[0\] uses the unknown operator"),
+        ({"$not": {"step": 1}}, r"uses '\$not', which is not an operator"),
+        ({3: "x"}, r"where takes field names \(strings\) as keys, got 3"),
+        ([("step", 1)], r"where must be a mapping"),
+    ],
+)
+def test_a_filter_not_understood_is_refused_by_memory_and_every_store(
+    store_url: str, where: Any, match: str
+) -> None:
+    """A filter not understood raises InvalidQueryError naming field, operator and fix; never an empty result."""
+    memory = Memory([MemoryItem(step=1, text="alpha")])
+    with pytest.raises(InvalidQueryError, match=match):
+        memory.search("alpha", where=where)
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(step=1, text="alpha")])
+        with pytest.raises(InvalidQueryError, match=match):
+            store.search("s", "alpha", where=where)
+        with pytest.raises(InvalidQueryError, match=match):
+            store.ranking("s", "alpha", where=where)
+        with pytest.raises(InvalidQueryError, match=match):
+            store.search("s", "alpha", where=where, mode="semantic", embedder=HashingEmbedder(8))
+
+
+def test_a_function_filter_works_in_stores(store_url: str) -> None:
+    """A function of the item filters a store's search as it filters Memory.search."""
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(step=i, text="alpha") for i in range(6)])
+        hits = store.search("s", "alpha", 2, where=lambda item: item["step"] % 2 == 1)
+        assert [h.item["step"] for h in hits] == [1, 3]
+
+
+def test_a_damaged_sqlite_row_is_reported_by_a_filtered_search(tmp_path: Any) -> None:
+    """A row that is not JSON makes a filtered search raise CorruptStoreError naming the row, never skip it."""
+    import sqlite3
+
+    from agents.memory import CorruptStoreError
+
+    path = tmp_path / "store.db"
+    with open_store(f"sqlite://{path}") as store:
+        seqs = store.append("s", [MemoryItem(step=i, text="alpha") for i in range(20)])
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE kvmemory_items SET data = x'7b6e6f' WHERE seq = ?", (seqs[-1],))
+    with (
+        open_store(f"sqlite://{path}") as store,
+        pytest.raises(CorruptStoreError, match=f"Item {seqs[-1]} of session 's'.* is damaged"),
+    ):
+        store.search("s", "alpha", 3, where={"step": {"$gte": 19}})
+
+
+def test_sql_narrowing_keeps_every_row_that_passes(store_url: str) -> None:
+    """Selective filters over values SQL cannot judge (dates, tuples, big ints, NaN, infinities) still find every hit."""
+    odd: list[Any] = [
+        dt.date(2024, 1, 1),
+        (1, 2),
+        2**64 - 1,
+        2**70,
+        float("inf"),
+        float("nan"),
+        -0.0,
+        1e16,
+        True,
+        "2",
+        None,
+        {"x": 1},
+        [1, 2],
+        "a\x00b",  # PostgreSQL keeps no JSONB copy of a row holding NUL
+    ]
+    session = [{"step": i, "text": "alpha", "v": odd[i % len(odd)]} for i in range(200)]
+    session[-1]["pad"] = "x" * 5000  # a large row holding 1e16 has no JSONB copy either
+    session[-1]["v"] = 1e16
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        for where in (
+            {"v": {"$gte": 2**64 - 1}},
+            {"v": {"$lte": 0}},
+            {"v": 0},
+            {"v": {"$in": [(1, 2), None]}},
+            {"v": {"$gt": 1e15, "$lt": 1e17}},
+            {"v": {"$ne": True}, "step": {"$lt": 30}},
+            {"v": float("inf")},
+            {"v": 2**70},
+            {"v": {"$nin": [True, "2", None, 0]}, "step": {"$in": [5, 6, 7]}},
+            {"v": {"$gte": "a\x00"}},
+            {"v": 1e16, "step": {"$gt": 150}},
+        ):
+            want = [fields["step"] for fields, _ in ram_hits(session, where, 5)]
+            got = [h.item["step"] for h in store.search("s", "alpha", 5, where=where)]
+            assert got == want, where
+
+
+def test_store_search_on_a_long_session_agrees_with_memory_for_any_filter(store_url: str) -> None:
+    """On 1,500 generated items, where rare filters make SQL stores narrow the rows first, every store is Memory.search."""
+    import random
+
+    rng = random.Random(25)
+    pool: list[Any] = [
+        None,
+        True,
+        False,
+        -1,
+        0,
+        1,
+        2,
+        2.0,
+        2.5,
+        "",
+        "a",
+        "b",
+        "2",
+        "a\x00",
+        [1, 2],
+        (1, 2),
+    ]
+    session: list[dict[str, Any]] = []
+    for i in range(1500):
+        fields: dict[str, Any] = {"step": i, "text": "alpha " + "beta " * rng.randrange(3)}
+        for name in ("n", "s"):
+            if rng.random() < 0.8:
+                fields[name] = rng.choice(pool)
+        if rng.random() < 0.5:
+            fields["meta"] = {"n": rng.choice(pool)}
+        session.append(fields)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(where=filters(), k=st.sampled_from([1, 5, 20]))
+        def check(where: dict[str, Any], k: int) -> None:
+            want = [h.item["step"] for h in memory.search("alpha beta", k, where=where)]
+            got = [h.item["step"] for h in store.search("s", "alpha beta", k, where=where)]
+            assert got == want
+            assert [seq for seq, _ in store.ranking("s", "alpha beta", k, where=where)] == [
+                h.seq for h in store.search("s", "alpha beta", k, where=where)
+            ]
+
+        check()
