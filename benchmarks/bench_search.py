@@ -231,7 +231,13 @@ class Bm25s:
 
 
 class RankBm25:
-    """rank_bm25's ``BM25Okapi`` (its own IDF, floored at 0.25 of the mean), k1 and b as kvmemory's."""
+    """rank_bm25's ``BM25Okapi`` (its own IDF, floored at 0.25 of the mean), k1 and b as kvmemory's.
+
+    ``get_scores`` of one term is kept per term: a query's scores are those
+    arrays summed from zero in query order, as ``get_scores`` sums them, so
+    the floats are the same and the many queries sharing "the" or "was" do
+    not recount them (quality only; its query time is not compared).
+    """
 
     name = "rank_bm25"
 
@@ -239,9 +245,15 @@ class RankBm25:
         from rank_bm25 import BM25Okapi
 
         self.model = BM25Okapi(docs, k1=BM25_K1, b=BM25_B)
+        self.per_term: dict[str, Any] = {}
 
     def query(self, terms: Sequence[str], k: int) -> list[int]:
-        scores = self.model.get_scores(list(terms))
+        scores = np.zeros(self.model.corpus_size)
+        for term in terms:
+            part = self.per_term.get(term)
+            if part is None:
+                part = self.per_term[term] = self.model.get_scores([term])
+            scores += part
         top = np.argpartition(-scores, k)[:k]
         order = sorted(top.tolist(), key=lambda doc: (-scores[doc], doc))
         return [doc for doc in order if scores[doc] > 0]
