@@ -101,6 +101,7 @@ from agents.memory import Memory, MemoryItem
 from agents.memory.search import (
     BM25_B,
     BM25_K1,
+    EmbedParts,
     Tokenizer,
     WordLlamaEmbedder,
     search_index,
@@ -297,6 +298,8 @@ ENGINES = (
     "kvmemory keyword",
     "kvmemory semantic",
     "kvmemory hybrid",
+    "kvmemory semantic (parts)",
+    "kvmemory hybrid (parts)",
     "rank_bm25",
     "bm25s",
     "tantivy",
@@ -318,6 +321,12 @@ def quality_run(
     took = time.perf_counter()
     memory.index_embeddings(WordLlamaEmbedder())
     embedded = time.perf_counter() - took
+    # The same steps embedded in parts (EmbedParts(): each field, long ones in windows).
+    parted = memory_of(rows)
+    search_index(parted, parts=EmbedParts())
+    took = time.perf_counter()
+    parted.index_embeddings(WordLlamaEmbedder())
+    embedded_parts = time.perf_counter() - took
     peers: list[Fts5 | Tantivy | Bm25s | RankBm25] = []
     built = {}
     for make in (RankBm25, Bm25s, Tantivy, Fts5):
@@ -331,7 +340,8 @@ def quality_run(
     print(
         f"  seed {seed}: {len(rows)} steps, {sum(map(len, docs)) / len(docs):.0f} terms a step, "
         f"held by: {shares}; "
-        f"kvmemory indexed in {indexed:.1f} s, embedded in {embedded:.1f} s; "
+        f"kvmemory indexed in {indexed:.1f} s, embedded in {embedded:.1f} s "
+        f"(in parts {embedded_parts:.1f} s); "
         + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in built.items())
         + f"; {load()}",
         flush=True,
@@ -348,6 +358,13 @@ def quality_run(
             ranked[f"kvmemory {mode}", kind] = [query(text, TOP) for text in texts]
             spent[f"kvmemory {mode}"] = (
                 spent.get(f"kvmemory {mode}", 0.0) + time.perf_counter() - took
+            )
+        for mode in ("semantic", "hybrid"):
+            query = kvmemory_query(parted, mode)
+            took = time.perf_counter()
+            ranked[f"kvmemory {mode} (parts)", kind] = [query(text, TOP) for text in texts]
+            spent[f"kvmemory {mode} (parts)"] = (
+                spent.get(f"kvmemory {mode} (parts)", 0.0) + time.perf_counter() - took
             )
         for peer in peers:
             took = time.perf_counter()
@@ -439,7 +456,7 @@ def _quality_table(
     recalls: Recalls = {}
     print(
         f"\n{name}: recall@5 and MRR@10, median over {seeds} seeds (recall's min-max)"
-        f"\n{'engine':<19}" + "".join(f"{kind + ' R@5':>26}{'MRR':>7}" for kind in KINDS)
+        f"\n{'engine':<27}" + "".join(f"{kind + ' R@5':>26}{'MRR':>7}" for kind in KINDS)
     )
     for engine in ENGINES:
         cells = []
@@ -452,11 +469,11 @@ def _quality_table(
             cells.append(
                 f"{_cell([r for r, _ in pairs], True):>26}{_cell([m for _, m in pairs], False):>7}"
             )
-        print(f"{engine:<19}" + "".join(cells))
+        print(f"{engine:<27}" + "".join(cells))
     positions = sorted({fact.position for run_facts in facts for fact in run_facts})
     print("recall@5 by fact position (median over seeds), lexical | paraphrased")
     print(
-        f"{'engine':<19}"
+        f"{'engine':<27}"
         + "".join(f"{p[:13]:>14}" for p in positions)
         + " |"
         + "".join(f"{p[:13]:>14}" for p in positions)
@@ -476,7 +493,7 @@ def _quality_table(
                         values.append(scores_of([s for s, _ in picked], [a for _, a in picked])[0])
                 cells.append(f"{statistics.median(values):>14.3f}" if values else f"{'-':>14}")
             cells.append(" |")
-        print(f"{engine:<19}" + "".join(cells[:-1]))
+        print(f"{engine:<27}" + "".join(cells[:-1]))
     return recalls
 
 
@@ -673,6 +690,17 @@ def print_summary(quality: dict[str, Recalls], latency: Latency | None) -> None:
                 f"hybrid {cell(recalls['kvmemory hybrid', kind])}, "
                 f"{statistics.median(recalls['kvmemory hybrid', kind]) - statistics.median(modes[better]):+.3f}"
                 f" against the better mode ({better})"
+            )
+            parts = {
+                "keyword": modes["keyword"],
+                "semantic": recalls["kvmemory semantic (parts)", kind],
+            }
+            best = max(parts, key=lambda mode: statistics.median(parts[mode]))
+            print(
+                f"{'':<52}{'semantic (parts) ' + cell(parts['semantic']):<29}"
+                f"hybrid (parts) {cell(recalls['kvmemory hybrid (parts)', kind])}, "
+                f"{statistics.median(recalls['kvmemory hybrid (parts)', kind]) - statistics.median(parts[best]):+.3f}"
+                f" against the better mode ({best})"
             )
     if latency is None:
         return
