@@ -1,38 +1,6 @@
 """Search benchmark: retrieval quality and query latency against the engines users pick, and upkeep.
 
-<<<<<<< HEAD
-1. Quality: a generated 10,000-step agent session with 200 planted facts
-   ("the car was moved to Lisbon"), each asked for twice: a *lexical* query
-   that shares words with its fact ("the car was moved to") and a
-   *paraphrased* one that shares no content word ("the automobile got
-   relocated to"). Prints recall@5 and MRR for keyword, semantic (wordllama,
-   the offline default), hybrid (the library's weighted blend at several
-   keyword weights) and reciprocal rank fusion of the keyword and semantic
-   lists (k=60), for each query set.
-2. Latency: keyword queries on 100,000 agent steps in RAM (index built),
-   best of several runs per query, next to SQLite FTS5 ``bm25()`` queried
-   directly over the same texts in memory.
-   Semantic and hybrid query latency on the same session, embedded.
-3. Upkeep: building a 100,000-item memory with a search index attached
-   against one without (the index marks items; it tokenizes them on the
-   next query, timed apart as the first query's catch-up).
-4. Stored vectors: a 100,000-item session with 256-dimension vectors in
-   each store (in-process, SQLite, JSONL, PostgreSQL when a server can be
-   started or ``--postgres URL`` is given): the time to embed and store the
-   vectors, then a semantic query by ``Store.search`` (exact cosine over
-   the stored vectors, read a page at a time; in SQLite also computed in SQL
-   by the sqlite-vec extension on the same file, where this Python can load
-   it) and by a reopened
-   ``StoredMemory`` (the stored vectors loaded once, then searched in RAM),
-   each as a ratio to a raw numpy cosine and top-5 over the same unit
-   matrix in this process. The vectors come from a stand-in embedder
-   (hashed bytes of the text), since the cost measured is reading and
-   scoring vectors, not computing them. On a busy machine, run it with
-   ``OPENBLAS_NUM_THREADS=1``: threaded BLAS on page-sized products then
-   waits for cores and the figures swing tenfold.
-=======
 Sections (``--sections``, comma-separated; default all):
->>>>>>> b25-bench
 
 quality
     Corpora of UFO-shaped agent steps (nested ``arguments`` dict, a

@@ -1150,6 +1150,8 @@ def test_property_any_writes_keep_the_fts_table_exact_and_the_ranking(
             check_fts_integrity(path)
         finally:
             store.close()
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     rows=st.lists(

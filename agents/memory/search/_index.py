@@ -301,7 +301,10 @@ class SearchIndex:
         it every item holding a term is. The statistics (number of items,
         average length, how many items hold a term) are those of the whole
         memory over the searched fields. ``where`` is asked of the best items
-        only, more of them while too few pass.
+        only (each once), more of them while too few pass: as many as the
+        pass rate seen needs; when that reaches a quarter of the items
+        holding a query term, ``where`` is asked of every item holding one
+        and only those that pass are scored.
         """
         self._follow()
         with self._lock:
@@ -311,6 +314,7 @@ class SearchIndex:
                 return []
             ranker = self._ranker_now()
             items = self._items
+            passed: dict[int, bool] = {}  # each item is asked once, however many rounds
             wanted = k
             while True:
                 if ranker is not None:
@@ -320,13 +324,38 @@ class SearchIndex:
                 out = []
                 for key, score in ranked:
                     item = items[key]
-                    if where is None or where(item):
-                        out.append((key, item, score))
-                        if len(out) == k:
-                            return out
+                    if where is not None:
+                        verdict = passed.get(key)
+                        if verdict is None:
+                            verdict = passed[key] = where(item)
+                        if not verdict:
+                            continue
+                    out.append((key, item, score))
+                    if len(out) == k:
+                        return out
                 if len(ranked) < wanted:
                     return out  # every item holding a term was asked
-                wanted *= 4
+                # At least four times as many, and as many as the pass rate seen needs, twice over.
+                wanted = max(4 * wanted, 2 * k * len(ranked) // max(len(out), 1))
+                if where is not None and 4 * wanted >= max(len(p) for _, p, _ in query):
+                    # Few pass: ask each item holding a term once, and score only those that pass
+                    # (the same terms, weights and lengths, summed in the same order).
+                    keep = set()
+                    for _, posting, _ in query:
+                        for key in posting:
+                            verdict = passed.get(key)
+                            if verdict is None:
+                                verdict = passed[key] = where(items[key])
+                            if verdict:
+                                keep.add(key)
+                    among = [
+                        (term, {key: tf for key, tf in posting.items() if key in keep}, weight)
+                        for term, posting, weight in query
+                    ]
+                    return [
+                        (key, items[key], score)
+                        for key, score in exhaustive_top(among, sizes.of, average, k)
+                    ]
 
     def keyword_scores(
         self,
@@ -586,12 +615,15 @@ class SearchIndex:
 
         Only the best scores are sorted: the ``k``-th best score is found
         first, and ``where`` is asked of the best items only, more of them
-        while too few pass.
+        while too few pass; once the pass rate seen says ``k`` passing items
+        need the whole ranking (twice over), ``where`` is asked of every
+        scored item once and the best ``k`` that pass are taken.
         """
         self._follow()
         with self._lock:
             items = self._items
             out: list[tuple[int, MemoryItem, float]] = []
+            passed: dict[int, bool] = {}  # each item is asked once, however many rounds
             wanted = k
             while True:
                 if wanted < len(scores):
@@ -603,12 +635,36 @@ class SearchIndex:
                 # The best `wanted` by (score, session order); ties past them wait for a later round.
                 for key, score in heapq.nsmallest(wanted, chosen, key=_best_first):
                     item = items.get(key)
-                    if item is not None and (where is None or where(item)):
-                        out.append((key, item, score))
-                        if len(out) == k:
-                            return out
+                    if item is None:
+                        continue
+                    if where is not None:
+                        verdict = passed.get(key)
+                        if verdict is None:
+                            verdict = passed[key] = where(item)
+                        if not verdict:
+                            continue
+                    out.append((key, item, score))
+                    if len(out) == k:
+                        return out
                 if wanted >= len(scores):
                     return out  # every item was asked
+                if where is not None and 2 * k * wanted >= len(scores) * max(len(out), 1):
+                    # Few pass: ask each scored item once and rank those that pass, rather
+                    # than sorting ever longer prefixes of the ranking.
+                    kept = []
+                    for key, score in scores.items():
+                        item = items.get(key)
+                        if item is None:
+                            continue
+                        verdict = passed.get(key)
+                        if verdict is None:
+                            verdict = where(item)
+                        if verdict:
+                            kept.append((key, score))
+                    return [
+                        (key, items[key], score)
+                        for key, score in heapq.nsmallest(k, kept, key=_best_first)
+                    ]
                 wanted *= 4
 
     # -- internals -----------------------------------------------------------------------

@@ -450,7 +450,9 @@ class StoredMemory(Memory):
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
         session and the memory's own items are returned, so no in-RAM index
         is built; ``where`` filters the store's ranking, asking it for more
-        until ``k`` hits pass. The hits, scores (to float rounding) and
+        until ``k`` hits pass (a filter of fields is handed to the store,
+        which may skip in SQL the rows that cannot pass; a function of the
+        item is asked of the memory's own items). The hits, scores (to float rounding) and
         matched fields are those of ``Memory.search``. With ``keys``, with a
         search index of another tokenizer, and on stores without a keyword
         index, the in-RAM index answers. The store ranks the session as it
@@ -636,10 +638,13 @@ class StoredMemory(Memory):
         tokenizer = Tokenizer()
         wanted = set(tokenizer(query))
         session = self._session
+        # A filter of fields goes to the store too, which can skip the rows that cannot pass
+        # (in SQL) rather than rank ever deeper; a function of the item is asked here only.
+        pushed = predicate if isinstance(where, Mapping) else None
         limit = k
         with self._lock:
             while True:
-                ranked = self.store.ranking(self._sid, query, limit)
+                ranked = self.store.ranking(self._sid, query, limit, where=pushed)
                 hits: list[tuple[int, Hit]] = []
                 for seq, score in ranked:
                     item = session.item_of_row(seq)

@@ -28,6 +28,8 @@ from agents.memory.stores._values import StoreHit
 
 __all__ = ["KeywordSearch"]
 
+_LARGEST_K = 2**62
+
 
 class KeywordSearch:
     """The keyword side of a store's search calls, over its :class:`Engine`."""
@@ -125,7 +127,9 @@ class KeywordSearch:
         index, the session is read a page at a time and scored here.
         """
         if keys is None:
-            best = self._engine.backend.keyword_top(sid, terms, k)
+            # A backend may ask its engine for a few rows past the k-th: keep that within
+            # 64-bit integers (no session holds 2**62 items, so the answer is the same).
+            best = self._engine.backend.keyword_top(sid, terms, min(k, _LARGEST_K))
             if best is not None:
                 return best, {}
         pages = self._engine.decoded_pages(sid, 1000, on_unknown_class)

@@ -869,6 +869,36 @@ class StoreContract:
                 ranked = store.ranking("s", query, k, where=where)
                 assert ranked == [(h.seq, h.score) for h in got]
 
+    def test_search_with_a_rare_filter_is_memory_search(self, store: Store) -> None:
+        """Filters that few of 1,200 items pass (where a backend may narrow the rows first) keep Memory.search's hits."""
+        items = [
+            MemoryItem(
+                step=i,
+                note=f"the dialog {'report ' * (i % 3)}",
+                cost=i % 400,
+                kind="ab"[i % 2],
+                **({"tag": None} if i % 150 == 0 else {}),
+            )
+            for i in range(1200)
+        ]
+        store.append("s", items)
+        memory = Memory()
+        memory.add_memory_items(store.read("s"))
+        wheres: list[dict[str, Any]] = [
+            {"cost": 399},
+            {"cost": {"$gt": 396}, "kind": "a"},
+            {"cost": -1},
+            {"$or": [{"cost": 7}, {"tag": None}]},
+            {"cost": {"$in": [3, 5]}, "tag": {"$ne": None}},
+        ]
+        for where in wheres:
+            for k in (1, 5):
+                got = store.search("s", "report dialog", k, where=where)
+                want = memory.search("report dialog", k, where=where)
+                assert [h.item["step"] for h in got] == [h.item["step"] for h in want], where
+                ranked = store.ranking("s", "report dialog", k, where=where)
+                assert ranked == [(h.seq, h.score) for h in got]
+
     @pytest.mark.parametrize("k", [1, 3, 10])
     def test_search_of_common_words_across_sessions_is_memory_search(
         self, store: Store, k: int
