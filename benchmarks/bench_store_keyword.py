@@ -152,7 +152,7 @@ def run_sqlite(items: list[MemoryItem], repeat: int, path: str | None) -> None:
         def search(query: str) -> object:
             return store.search("run", query, 5)
 
-        table(f"SQLite, one session of {len(items)} items", search, direct, repeat)
+        table(f"SQLite, one session of {store.count('run')} items", search, direct, repeat)
         if path is None:
             store.append("other", items[: len(items) // 10])
             table("SQLite, the same session and a second one in the file", search, direct, repeat)
@@ -165,7 +165,7 @@ def run_postgres(items: list[MemoryItem], repeat: int, url: str) -> None:
     import psycopg
 
     tokenize = Tokenizer()
-    store = PostgresStore(url)
+    store = PostgresStore(url, pgvector=False)  # keyword only: never create the extension
     store.delete_session("run")
     for i in range(0, len(items), 1000):
         store.append("run", items[i : i + 1000])

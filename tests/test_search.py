@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from rank_bm25 import BM25Okapi
 from agents.memory import (
     EmbedderMismatchError,
     EmbeddingError,
+    InvalidArgumentError,
     InvalidQueryError,
     Memory,
     MemoryItem,
@@ -29,6 +31,7 @@ from agents.memory import (
     project,
 )
 from agents.memory.search import (
+    EmbedParts,
     HashingEmbedder,
     Hit,
     Tokenizer,
@@ -808,3 +811,187 @@ def test_search_function_and_method_agree() -> None:
     """agents.memory.search.search(memory, ...) is what memory.search(...) returns."""
     memory = corpus_memory()
     assert search(memory, "report", 3) == memory.search("report", 3)
+
+
+# -- embedding parts and the hybrid blend (issue 25) ------------------------------------------
+
+
+def long_steps(fact_at: int) -> Memory:
+    """Thirty steps with a 200-word page each; step 17's page holds a fact at word ``fact_at``."""
+    rng = random.Random(5)
+    filler = ["dialog", "window", "table", "cell", "column", "sheet", "chart", "pane", "ribbon"]
+    memory = Memory()
+    for step in range(30):
+        page = [rng.choice(filler) for _ in range(200)]
+        if step == 17:
+            page[fact_at:fact_at] = ["the", "invoice", "was", "paid", "in", "Lisbon"]
+        memory.add_memory_item(MemoryItem(step=step, thought=f"step {step}", page=" ".join(page)))
+    memory.add_memory_item(MemoryItem(step=30, thought="invoices pending"))
+    return memory
+
+
+def test_embed_parts_cuts_each_field_into_windows_of_words() -> None:
+    """Each field's strings are one text, cut into windows of chunk_words that overlap; whole adds the item's text."""
+    fields = {"a": "one two three four five six", "b": ["x", {"k": "y"}], "n": 3}
+    assert EmbedParts(chunk_words=3, overlap=1).texts(fields, None) == [
+        "one two three",
+        "three four five",
+        "five six",
+        "x y",
+    ]
+    assert EmbedParts(chunk_words=4).texts(fields, ("b",)) == ["x y"]
+    assert EmbedParts(chunk_words=None, whole=True).texts(fields, None) == [
+        "one two three four five six",
+        "x y",
+        "one two three four five six\nx\ny",
+    ]
+    assert EmbedParts.WHOLE.texts(fields, None) == ["one two three four five six\nx\ny"]
+    assert EmbedParts().texts({"n": 3, "blank": "  "}, None) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"chunk_words": 0}, "chunk_words=...\\) takes an int >= 1"),
+        (
+            {"chunk_words": 4, "overlap": 4},
+            "overlap=...\\) takes an int from 0 to chunk_words - 1 \\(4\\), got 4",
+        ),
+        ({"overlap": -1}, "got -1"),
+    ],
+)
+def test_bad_embed_parts_are_named(options: dict[str, Any], match: str) -> None:
+    """A window below one word or an overlap as long as the window is refused with its value."""
+    with pytest.raises(InvalidArgumentError, match=match):
+        EmbedParts(**options)
+
+
+@pytest.mark.parametrize("fact_at", [0, 97, 200])
+def test_semantic_ranks_an_item_by_its_best_part(fact_at: int) -> None:
+    """A fact buried in a long page is found by its window's vector, wherever it lies; the score is that window's cosine."""
+    memory = long_steps(fact_at)
+    query = "invoice paid Lisbon"
+    whole = search(memory, query, 1, mode="semantic", embedder=EMBEDDER)
+    assert whole[0].item["step"] == 30  # averaged over 200 words, the fact is lost
+    search_index(memory, parts=EmbedParts())
+    (hit,) = search(memory, query, 1, mode="semantic", embedder=EMBEDDER)
+    assert hit.item["step"] == 17
+    texts = EmbedParts().texts(hit.item.to_dict(), None)
+    vectors = EMBEDDER(texts)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    wanted = EMBEDDER([query])[0]
+    assert hit.score == pytest.approx(
+        float(np.max(vectors @ (wanted / np.linalg.norm(wanted)))), rel=1e-5
+    )
+
+
+def test_changing_the_parts_embeds_the_items_again() -> None:
+    """Setting other parts forgets the vectors cut the old way; the next embedding cuts items the new way."""
+    memory = long_steps(50)
+    embedder = CountingHashing()
+    assert memory.index_embeddings(embedder) == 31
+    assert embedder.texts == 31
+    index = search_index(memory, parts=EmbedParts(chunk_words=50))
+    assert index.missing_vectors(None) == list(range(31))
+    assert memory.index_embeddings(embedder) == 31
+    # Each step: its thought and 4 windows of its 200-word page (5 for step 17's 206); step 30: one.
+    assert embedder.texts == 31 + 30 * 5 + 1 + 1
+    with pytest.raises(InvalidArgumentError, match="takes an EmbedParts"):
+        search_index(memory, parts="words")  # type: ignore[arg-type]
+
+
+class CountingHashing(HashingEmbedder):
+    """A hashing embedder that counts the texts it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.texts = 0
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        self.texts += len(texts)
+        return super().__call__(texts)
+
+
+def test_hybrid_keeps_a_keyword_hit_when_the_query_holds_unknown_words() -> None:
+    """Query words no item holds ("which", "when") do not shrink BM25's share: the exact match stays first."""
+    memory = Memory(
+        [
+            MemoryItem(step=i, thought=f"press the button number {i} in the toolbar")
+            for i in range(40)
+        ]
+    )
+    memory.add_memory_item(
+        MemoryItem(step=40, thought="Noted, while the dialog was open: the car was moved to Lisbon")
+    )
+    memory.add_memory_item(MemoryItem(step=41, thought="whichstep wasit whenthe carwas movedd"))
+    query = "which step was it when the car was moved"
+    semantic = search(memory, query, 1, mode="semantic", embedder=EMBEDDER)
+    assert semantic[0].item["step"] == 41  # shares letters, not words
+    hits = search(memory, query, 2, mode="hybrid", embedder=EMBEDDER)
+    assert [hit.item["step"] for hit in hits] == [40, 41]
+
+
+def test_hybrid_keyword_share_saturates_against_the_corpus() -> None:
+    """The keyword half of a hybrid score is x**3 / (1 + x**3), x = bm25 / keyword_scale: 0.5 at twice a rare word's IDF."""
+    memory = corpus_memory()
+    index = search_index(memory)
+    scale = index.keyword_scale()
+    assert scale == pytest.approx(2 * math.log1p((len(CORPUS) - 0.5) / 1.5))
+    keyword = {hit.item["step"]: hit.score for hit in search(memory, "pdf option", 8)}
+    hits = search(memory, "pdf option", 8, mode="hybrid", embedder=EMBEDDER, hybrid_weight=1.0)
+    assert {
+        hit.item["step"]: hit.score for hit in hits if hit.item["step"] in keyword
+    } == pytest.approx(
+        {step: (bm25 / scale) ** 3 / (1 + (bm25 / scale) ** 3) for step, bm25 in keyword.items()}
+    )
+
+
+def test_stored_memory_with_parts_ranks_as_memory() -> None:
+    """A stored memory whose index cuts items into parts embeds them in RAM and ranks as a plain memory does."""
+    memory = long_steps(120)
+    stored = open_memory(f"memory://{uuid.uuid4().hex}", "s")
+    stored.add_memory_items(list(memory))
+    for target in (memory, stored):
+        search_index(target, parts=EmbedParts(chunk_words=6, overlap=2))
+    for mode in ("semantic", "hybrid"):
+        want = search(memory, "invoice paid in Lisbon", 3, mode=mode, embedder=EMBEDDER)
+        got = stored.search("invoice paid in Lisbon", 3, mode=mode, embedder=EMBEDDER)
+        assert [(h.item["step"], h.score) for h in got] == [(h.item["step"], h.score) for h in want]
+        assert got[0].item["step"] == 17
+
+
+@pytest.mark.parametrize("name", ["vectors-v5.db", "vectors-jsonl"])
+def test_whole_item_vectors_of_an_older_store_stay_readable(name: str, tmp_path: Any) -> None:
+    """A store embedded before parts keeps its whole-item vectors (not embedded again); parts are added beside them."""
+    import shutil
+    from pathlib import Path
+
+    source = Path(__file__).parent / "fixtures" / name
+    target = tmp_path / name
+    if source.is_dir():
+        shutil.copytree(source, target)
+        url = f"jsonl:///{target}"
+    else:
+        shutil.copy(source, target)
+        url = f"sqlite:///{target}"
+    embedder = CountingHashing()
+    with open_store(url) as store:
+        items = store.read("run")
+        assert store.vector_model("run") is not None
+        whole = store.search("run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder)
+        assert embedder.texts == 1  # the query: the stored vectors were read, not made again
+        ram = Memory(items)
+        want = search(ram, "invoice paid Lisbon", 3, mode="semantic", embedder=EMBEDDER)
+        assert [(h.item.to_dict(), round(h.score, 5)) for h in whole] == [
+            (h.item.to_dict(), round(h.score, 5)) for h in want
+        ]
+        assert whole[0].item["step"] == 6
+        parted = store.search(
+            "run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder, parts=EmbedParts()
+        )
+        assert parted[0].item["step"] == 3
+        assert embedder.texts > 2  # the items' parts were embedded and stored
+        before = embedder.texts
+        again = store.search("run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder)
+        assert [h.seq for h in again] == [h.seq for h in whole]
+        assert embedder.texts == before + 1

@@ -449,9 +449,11 @@ def test_sql_narrowing_keeps_every_row_that_passes(store_url: str) -> None:
         [1, 2],
         "a\x00b",  # PostgreSQL keeps no JSONB copy of a row holding NUL
     ]
-    session = [{"step": i, "text": "alpha", "v": odd[i % len(odd)]} for i in range(200)]
+    n = 100 * len(odd)
+    session = [{"step": i, "text": "alpha", "v": odd[i % len(odd)]} for i in range(n)]
     session[-1]["pad"] = "x" * 5000  # a large row holding 1e16 has no JSONB copy either
     session[-1]["v"] = 1e16
+    late = {"step": {"$gte": n - 100}}  # the hits lie deep in the ranking (ties by seq): rare
     with open_store(store_url) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         for where in (
@@ -460,16 +462,20 @@ def test_sql_narrowing_keeps_every_row_that_passes(store_url: str) -> None:
             {"v": 0},
             {"v": {"$in": [(1, 2), None]}},
             {"v": {"$gt": 1e15, "$lt": 1e17}},
-            {"v": {"$ne": True}, "step": {"$lt": 30}},
+            {"v": {"$ne": True}},
             {"v": float("inf")},
             {"v": 2**70},
-            {"v": {"$nin": [True, "2", None, 0]}, "step": {"$in": [5, 6, 7]}},
+            {"v": dt.date(2024, 1, 1)},
+            {"v": {"$nin": [True, "2", None, 0]}},
             {"v": {"$gte": "a\x00"}},
-            {"v": 1e16, "step": {"$gt": 150}},
+            {"v": 1e16},
+            {"v": [1, 2]},
         ):
-            want = [fields["step"] for fields, _ in ram_hits(session, where, 5)]
-            got = [h.item["step"] for h in store.search("s", "alpha", 5, where=where)]
-            assert got == want, where
+            for scope in (late, {}):
+                rare = {**where, **scope}
+                want = [fields["step"] for fields, _ in ram_hits(session, rare, 5)]
+                got = [h.item["step"] for h in store.search("s", "alpha", 5, where=rare)]
+                assert got == want, rare
 
 
 def test_store_search_on_a_long_session_agrees_with_memory_for_any_filter(store_url: str) -> None:
@@ -519,3 +525,40 @@ def test_store_search_on_a_long_session_agrees_with_memory_for_any_filter(store_
             ]
 
         check()
+
+
+def test_async_store_search_and_ranking_take_where(store_url: str) -> None:
+    """AsyncStore.search and ranking pass where= through to the store."""
+    import asyncio
+
+    from agents.memory.stores import open_async_store
+
+    async def main() -> tuple[list[Any], list[tuple[int, float]]]:
+        async with open_async_store(store_url) as store:
+            await store.append("s", [MemoryItem(step=i, text="alpha") for i in range(10)])
+            hits = await store.search("s", "alpha", 3, where={"step": {"$gte": 4, "$lt": 6}})
+            ranked = await store.ranking("s", "alpha", 3, where={"step": {"$in": [9]}})
+            return [h.item["step"] for h in hits], ranked
+
+    steps, ranked = asyncio.run(main())
+    assert steps == [4, 5]
+    assert len(ranked) == 1
+
+
+def test_stored_memory_with_a_rare_filter_is_memory_search(store_url: str) -> None:
+    """StoredMemory passes a filter of fields to its store (which may narrow in SQL) and keeps Memory.search's hits."""
+    session = [
+        {"step": i, "text": "alpha beta" if i % 3 else "alpha", "cost": i % 300}
+        for i in range(1200)
+    ]
+    ram = Memory(MemoryItem(**fields) for fields in session)
+    with open_memory(store_url, "run") as stored:
+        stored.add_memory_items([MemoryItem(**fields) for fields in session])
+        for where in ({"cost": 299}, {"cost": -1}, {"$or": [{"cost": 7}, {"step": 1199}]}):
+            for k in (1, 5):
+                got = [
+                    (h.item["step"], h.score) for h in stored.search("alpha beta", k, where=where)
+                ]
+                want = [(h.item["step"], h.score) for h in ram.search("alpha beta", k, where=where)]
+                assert [s for s, _ in got] == [s for s, _ in want], where
+                assert [x for _, x in got] == pytest.approx([x for _, x in want], rel=1e-9)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import sys
+import unicodedata
 from collections import Counter
 from typing import Any
 
@@ -13,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import Tokenizer
+from agents.memory.search import Tokenizer, search_index
 
 WORDS = [f"w{n}" for n in range(30)]
 # Zipf-like: the first words are held by most items, the last by a few.
@@ -161,14 +163,20 @@ def test_a_rarer_word_outweighs_a_commoner_one() -> None:
     assert [hit.item["step"] for hit in hits] == [6, 0]  # then the first of the ties
 
 
-@pytest.mark.parametrize("k", [1, 5, 2000])
-def test_ranking_after_changes_to_a_queried_memory_equals_plain_bm25(k: int) -> None:
+@pytest.mark.parametrize(("k", "size"), [(1, 1500), (5, 1500), (2000, 1500), (5, 5000)])
+def test_ranking_after_changes_to_a_queried_memory_equals_plain_bm25(k: int, size: int) -> None:
     """Items deleted, changed and added after queries over large postings rank as a plain BM25 says."""
     rng = random.Random(k)
-    memory = Memory(random_item(rng, step) for step in range(1500))
+    memory = Memory(random_item(rng, step) for step in range(size))
     asked = [
         ([*words], k, keys, kind)
-        for words in (["w0"], ["w1", "w5"], ["w0", "w2", "w29"], ["w3", "w3", "w0"])
+        for words in (
+            ["w0"],
+            ["w1", "w5"],
+            ["w0", "w2", "w29"],
+            ["w3", "w3", "w0"],
+            ["w12", "w15", "w0"],
+        )
         for keys in (None, ("thought",))
         for kind in (None, "b")
     ]
@@ -181,3 +189,26 @@ def test_ranking_after_changes_to_a_queried_memory_equals_plain_bm25(k: int) -> 
         memory.add_memory_items([random_item(rng, 10_000 * (round_ + 1) + i) for i in range(40)])
         for query in asked:
             assert_ranks_as_model(memory, query)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.characters(max_codepoint=127)) | st.text())
+def test_tokenizer_terms_are_runs_of_letters_and_digits_after_nfkc_and_casefold(text: str) -> None:
+    """The tokenizer's ASCII path gives the terms its general rule gives: NFKC, casefold, runs of letters and digits."""
+    expected = re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text).casefold())
+    assert Tokenizer()(text) == expected
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32), asked=st.lists(queries, min_size=1, max_size=3))
+def test_keyword_scores_of_every_item_equal_plain_bm25(seed: int, asked: list[Any]) -> None:
+    """SearchIndex.keyword_scores (the hybrid's keyword side) gives every holding item its plain BM25 score."""
+    rng = random.Random(seed)
+    memory = Memory(random_item(rng, step) for step in range(rng.choice([30, 700])))
+    index = search_index(memory)
+    for words, _, keys, _ in asked:
+        text = " ".join(words)
+        scores, rest = index.keyword_scores(Tokenizer()(text), keys)
+        got = {index.item(key)["step"]: score for key, score in scores.items()}
+        assert got == dict(model_top(memory, text, len(memory), keys, None))
+        assert rest == 0.0

@@ -113,8 +113,14 @@ _NULL, _BOOL, _NUMBER, _STRING, _OTHER = range(5)
 _OPERATORS_TEXT: Final = "$eq, $ne, $gt, $gte, $lt, $lte, $in and $nin"
 
 
+_EXACT_KINDS: Final = {type(None): 0, bool: 1, int: 2, float: 2, str: 3}
+
+
 def _kind(value: Any) -> int:
     """Return the kind of a value: values of two kinds are never equal and never ordered."""
+    kind = _EXACT_KINDS.get(type(value))
+    if kind is not None:
+        return kind
     if value is None:
         return _NULL
     if isinstance(value, bool):
@@ -247,11 +253,41 @@ def _compile(where: Mapping[Any, Any], place: str) -> tuple[_Test, FilterNode]:
     node = AllOf(tuple(node for _, node in compiled))
     if not tests:
         return _always, node
-    return lambda item: all(test(item) for test in tests), node
+    return _every(tests), node
 
 
 def _always(item: MemoryItem) -> bool:
     return True
+
+
+def _every(tests: list[Callable[[Any], bool]]) -> Callable[[Any], bool]:
+    """Return the test that all of ``tests`` hold (a loop: a generator in all() costs more per item)."""
+    if len(tests) == 2:
+        first, second = tests
+        return lambda x: first(x) and second(x)
+
+    def every(x: Any) -> bool:
+        for test in tests:  # noqa: SIM110  # a loop: all() of a generator costs more per item
+            if not test(x):
+                return False
+        return True
+
+    return every
+
+
+def _some(tests: list[Callable[[Any], bool]]) -> Callable[[Any], bool]:
+    """Return the test that one of ``tests`` holds."""
+    if len(tests) == 2:
+        first, second = tests
+        return lambda x: first(x) or second(x)
+
+    def some(x: Any) -> bool:
+        for test in tests:  # noqa: SIM110  # a loop: any() of a generator costs more per item
+            if test(x):
+                return True
+        return False
+
+    return some
 
 
 def _logical(op: str, operand: Any, place: str) -> tuple[_Test, FilterNode]:
@@ -275,8 +311,8 @@ def _logical(op: str, operand: Any, place: str) -> tuple[_Test, FilterNode]:
     tests = [test for test, _ in compiled]
     nodes = tuple(node for _, node in compiled)
     if op == "$and":
-        return lambda item: all(test(item) for test in tests), AllOf(nodes)
-    return lambda item: any(test(item) for test in tests), AnyOf(nodes)
+        return _every(tests), AllOf(nodes)
+    return _some(tests), AnyOf(nodes)
 
 
 def _field(name: str, condition: Any, place: str) -> tuple[_Test, FilterNode]:
@@ -333,7 +369,7 @@ def _operators(label: str, condition: Mapping[Any, Any]) -> _ValueTest:
     tests = [_operator(label, op, operand) for op, operand in condition.items()]
     if len(tests) == 1:
         return tests[0]
-    return lambda value: all(test(value) for test in tests)
+    return _every(tests)
 
 
 def _operator(label: str, op: str, operand: Any) -> _ValueTest:
@@ -380,7 +416,14 @@ def _equal_to(label: str, op: str, operand: Any) -> _ValueTest:
     if kind == _BOOL:
         return lambda value: value is operand
     if kind == _NUMBER:
-        return lambda value: _kind(value) == _NUMBER and value == operand
+
+        def number(value: Any) -> bool:
+            cls = type(value)
+            if cls is int or cls is float:  # the common case, without _kind's lookups
+                return bool(value == operand)
+            return _kind(value) == _NUMBER and bool(value == operand)
+
+        return number
     if kind == _STRING:
         return lambda value: isinstance(value, str) and value == operand
     return lambda value: value is not NOTHING and _kind(value) == _OTHER and _same(value, operand)
@@ -464,4 +507,13 @@ def _ordered(label: str, op: str, operand: Any) -> _ValueTest:
         compare = lambda value: value < operand  # noqa: E731
     else:
         compare = lambda value: value <= operand  # noqa: E731
-    return lambda value: _kind(value) == kind and compare(value)
+    if kind == _NUMBER:
+
+        def number(value: Any) -> bool:
+            cls = type(value)
+            if cls is int or cls is float:  # the common case, without _kind's lookups
+                return compare(value)
+            return _kind(value) == _NUMBER and compare(value)
+
+        return number
+    return lambda value: isinstance(value, str) and compare(value)

@@ -90,8 +90,9 @@ _FLAT: Final = BM25_K1 * (1.0 - BM25_B)
 
 # Runs of letters and digits in any script; "_" splits, so click_input gives two terms.
 _WORD = re.compile(r"[^\W_]+")
-# The same runs in ASCII text, once lowered (casefold is lower() there): found faster.
-_ASCII_WORD = re.compile(r"[a-z0-9]+")
+# The same runs in ASCII text, once lowered (casefold is lower() there): every other
+# character becomes a space and the text is split there, faster than the pattern.
+_ASCII_SPACES: Final = str.maketrans({code: " " for code in range(128) if not chr(code).isalnum()})
 
 
 def _is_stemmer(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -124,7 +125,7 @@ class Tokenizer:
     def __call__(self, text: str) -> list[str]:
         """Return the terms of ``text`` in order (repeats kept)."""
         if text.isascii():
-            terms = _ASCII_WORD.findall(text.lower())
+            terms = text.lower().translate(_ASCII_SPACES).split()
         else:
             terms = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
         if self.min_length > 1:

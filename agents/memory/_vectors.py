@@ -13,24 +13,35 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
+
+import attrs
 
 from agents.memory import _codec
-from agents.memory._text import item_texts
-from agents.memory.exceptions import EmbeddingError, InvalidQueryError, missing_dependency
+from agents.memory._text import item_texts, lucene_idf
+from agents.memory.exceptions import (
+    EmbeddingError,
+    InvalidArgumentError,
+    InvalidQueryError,
+    missing_dependency,
+)
 
 __all__ = [
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
     "VECTOR_DTYPE",
+    "EmbedParts",
     "Embedder",
     "SearchMode",
     "best_cosines",
     "blend",
     "checked_vectors",
     "checked_weight",
+    "embed_parts",
     "embed_text",
     "fields_text",
+    "keyword_scale",
+    "keyword_share",
     "numpy",
     "progress_bar",
     "top_rows",
@@ -39,16 +50,22 @@ __all__ = [
 SearchMode = Literal["keyword", "semantic", "hybrid"]
 """How a search ranks: BM25 over words, cosine over embeddings, or a blend of both."""
 
-HYBRID_KEYWORD_WEIGHT = 0.7
+HYBRID_KEYWORD_WEIGHT = 0.5
 """The share of the keyword score in a hybrid score (the rest is the semantic one).
 
-Both are put on a 0..1 scale first: BM25 divided by the query's ceiling
-(the score of an item holding every query word very often, so a match on
-common words alone stays low), the cosine min-max scaled over the
-candidates. In ``benchmarks/bench_search.py`` this weight was the one
-that matched the better of keyword and semantic search on both query sets
-(weights 0.3 to 0.8 came within a few queries); reciprocal rank fusion and
-a blend scaling BM25 by the best hit fell well behind on paraphrases.
+Both are on an absolute 0..1 scale. BM25 is scaled against the corpus,
+not the query (:func:`keyword_share`: ``x**3 / (1 + x**3)``, ``x`` being
+BM25 over :func:`keyword_scale`, twice the IDF of a word only one item
+holds), so words of the query that no item holds change nothing and a
+match on common words alone stays near 0. The cosine is taken as it is
+(below 0 as 0). In ``benchmarks/bench_search.py --sections hybrid`` this
+blend at 0.5 came within 0.02 of the better of keyword and semantic search
+on lexical and paraphrased queries, statements and questions, short and
+long steps, facts in a field or at the start, middle or end of a page,
+with vectors of whole items and of parts; dividing BM25 by the query's own
+ceiling or by the best hit, min-max scaling the cosines, reciprocal rank
+fusion, or a linear BM25 share each fell 0.04 or more behind on one of them
+(see docs/search.md).
 """
 
 HYBRID_POOL = 100
@@ -131,11 +148,128 @@ def embed_text(fields: Mapping[str, Any], keys: tuple[str, ...] | None) -> str:
     return "\n".join(text for _, text in item_texts(fields, keys))
 
 
-def fields_text(keys: tuple[str, ...] | None) -> str:
-    """Return how a store files the vectors embedded over ``keys``: ``"*"`` for every field."""
-    if keys is None:
-        return "*"
-    return _codec.dumps(list(keys)).decode("utf-8")
+def _check_overlap(instance: EmbedParts, attribute: attrs.Attribute[Any], value: int) -> None:
+    if (
+        type(value) is not int
+        or value < 0
+        or (instance.chunk_words is not None and value >= instance.chunk_words)
+    ):
+        msg = f"EmbedParts(overlap=...) takes an int from 0 to chunk_words - 1 ({instance.chunk_words}), got {value!r}."
+        raise InvalidArgumentError(msg)
+
+
+def _check_chunk(instance: EmbedParts, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (type(value) is not int or value < 1):
+        msg = f"EmbedParts(chunk_words=...) takes an int >= 1, or None for whole fields; got {value!r}."
+        raise InvalidArgumentError(msg)
+
+
+@attrs.frozen
+class EmbedParts:
+    """How an item is cut into the texts that get embedded; an item ranks by its best part.
+
+    Each top-level field's strings (nested ones included), joined, are one
+    text; a text of more than ``chunk_words`` words (split at white space)
+    is cut into windows of ``chunk_words`` words, each window starting
+    ``chunk_words - overlap`` words after the one before, the last one
+    reaching the text's end. A fact that is a small part of a long step
+    then has a vector of its own instead of being averaged away. Semantic
+    search scores an item by the highest cosine of its parts.
+
+    Args:
+        chunk_words: Words per part of a long field; ``None`` embeds each
+            field whole.
+        overlap: Words two neighbouring windows share (0 to ``chunk_words - 1``),
+            so a phrase that straddles a cut is still whole in one window.
+        whole: Also embed the item's whole text (every field, one per line)
+            as one more part. With ``chunk_words=None`` and one field, or
+            ``EmbedParts.WHOLE``, this is the item as one text.
+        fields: Embed the fields as parts; ``False`` embeds only the whole
+            text (:attr:`EmbedParts.WHOLE`, how items were embedded before).
+
+    Raises:
+        InvalidArgumentError: for a ``chunk_words`` below 1 or an ``overlap``
+            outside 0 to ``chunk_words - 1``.
+    """
+
+    chunk_words: int | None = attrs.field(default=8, validator=_check_chunk)
+    overlap: int = attrs.field(default=0, validator=_check_overlap)
+    whole: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    fields: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+
+    WHOLE: ClassVar[EmbedParts]
+    """One part per item: its whole text, as kvmemory embedded items before parts."""
+
+    def label(self) -> str:
+        """Return how stores file vectors cut this way: ``"8/4"``, ``"field"``, ``"whole"``, with ``"+whole"`` when both."""
+        if not self.fields:
+            return "whole"
+        cut = "field" if self.chunk_words is None else f"{self.chunk_words}/{self.overlap}"
+        return f"{cut}+whole" if self.whole else cut
+
+    def texts(self, fields: Mapping[str, Any], keys: tuple[str, ...] | None) -> list[str]:
+        """Return the parts of an item with these fields (over ``keys``), in field order; none for an item without text."""
+        out: list[str] = []
+        if self.fields:
+            joined: dict[str, list[str]] = {}
+            for name, text in item_texts(fields, keys):
+                joined.setdefault(name, []).append(text)
+            size = self.chunk_words
+            for texts in joined.values():
+                words = "\n".join(texts).split()
+                if not words:
+                    continue
+                if size is None or len(words) <= size:
+                    out.append(" ".join(words))
+                    continue
+                stride = size - self.overlap
+                start = 0
+                while True:
+                    out.append(" ".join(words[start : start + size]))
+                    if start + size >= len(words):
+                        break
+                    start += stride
+        if self.whole or not self.fields:
+            text = embed_text(fields, keys)
+            if text.strip():
+                out.append(text)
+        return out
+
+
+EmbedParts.WHOLE = EmbedParts(chunk_words=None, overlap=0, whole=True, fields=False)
+
+
+def embed_parts(
+    fields: Mapping[str, Any], keys: tuple[str, ...] | None, parts: EmbedParts
+) -> list[str]:
+    """Return the texts embedded for an item with these fields: :meth:`EmbedParts.texts`."""
+    return parts.texts(fields, keys)
+
+
+def keyword_scale(n_items: int) -> float:
+    """Return the BM25 score that a hybrid blend maps to 0.5: twice the IDF of a word one item of ``n_items`` holds.
+
+    An item holding such a word once, at the average length, scores that
+    IDF; so two rare query words matched score 0.5, and words most items
+    hold add next to nothing. The scale depends on the corpus, not on the
+    query, so words of the query that no item holds ("what", "which") do
+    not shrink the keyword share of a blend.
+    """
+    return 2.0 * lucene_idf(max(n_items, 1), 1)
+
+
+def fields_text(keys: tuple[str, ...] | None, parts: EmbedParts | None = None) -> str:
+    """Return how a store files the vectors embedded over ``keys``, cut as ``parts``.
+
+    ``"*"`` for every field, else the keys as JSON; vectors cut otherwise
+    than one per item (:attr:`EmbedParts.WHOLE`, how every vector was
+    filed before parts) add ``"|"`` and :meth:`EmbedParts.label`, so
+    vectors cut two ways are kept apart.
+    """
+    filed = "*" if keys is None else _codec.dumps(list(keys)).decode("utf-8")
+    if parts is None or parts == EmbedParts.WHOLE:
+        return filed
+    return f"{filed}|{parts.label()}"
 
 
 def top_rows(sims: Any, limit: int | None) -> Any:
@@ -155,18 +289,32 @@ def top_rows(sims: Any, limit: int | None) -> Any:
     return np.flatnonzero(sims >= cut)
 
 
+def best_per_key(keys: Any, sims: Any) -> tuple[Any, Any]:
+    """Return the distinct ``keys`` (ascending) and the highest of ``sims`` among each key's rows.
+
+    ``keys`` holds the owner of each row (an item's parts are several rows
+    with one key).
+    """
+    np = numpy()
+    distinct, slot = np.unique(keys, return_inverse=True)
+    best = np.full(len(distinct), -np.inf, dtype=sims.dtype)
+    np.maximum.at(best, slot, sims)
+    return distinct, best
+
+
 def best_cosines(
     pages: Iterable[tuple[Sequence[int], Any]],
     query: Any,
     limit: int | None,
     among: Iterable[int] = (),
 ) -> dict[int, float]:
-    """Return the cosine with the unit ``query`` of the best ``limit`` items (with ties) and of ``among``, by key.
+    """Return the best cosine over its parts with the unit ``query`` of the best ``limit`` items (with ties) and of ``among``, by key.
 
-    ``pages`` yields ``(keys, matrix)``: the items' unit vectors a block at a
-    time, so a session is scored without holding all its vectors; only the
-    cosines (4 bytes an item) are kept until the best are picked by
-    :func:`top_rows`, as over one matrix.
+    ``pages`` yields ``(keys, matrix)``: unit vectors of parts a block at a
+    time, ``keys[i]`` owning row ``i`` (an item's parts may span pages), so
+    a session is scored without holding all its vectors; only the cosines
+    (4 bytes a part) are kept until each item's best part is taken and the
+    best items picked by :func:`top_rows`, as over one matrix.
     """
     np = numpy()
     every: list[int] = []
@@ -177,12 +325,13 @@ def best_cosines(
             parts.append(matrix @ query)
     if not parts:
         return {}
-    sims = np.concatenate(parts)
+    owners, sims = best_per_key(np.asarray(every, dtype=np.int64), np.concatenate(parts))
     rows = top_rows(sims, limit)
-    out = {every[row]: float(sims[row]) for row in rows.tolist()}
+    keys_at = owners.tolist()
+    out = {keys_at[row]: float(sims[row]) for row in rows.tolist()}
     wanted = set(among) - out.keys()
     if wanted:
-        for position, key in enumerate(every):
+        for position, key in enumerate(keys_at):
             if key in wanted:
                 out[key] = float(sims[position])
     return out
@@ -198,31 +347,49 @@ def checked_weight(weight: object) -> float:
     raise InvalidQueryError(msg)
 
 
+def keyword_share(bm25: float, scale: float) -> float:
+    """Return BM25 on the 0..1 scale of a hybrid blend: ``x**3 / (1 + x**3)`` with ``x = bm25 / scale``.
+
+    0.5 at ``scale`` (:func:`keyword_scale`: two rare query words matched
+    once), rising steeply through it: a match on one rare word or on common
+    words alone (``x`` about 0.3 to 0.5) counts 0.03 to 0.1, two or three rare
+    words 0.5 to 0.8. The cube keeps a partial keyword match of a
+    paraphrase from outvoting its semantic match, and a full one from
+    being outvoted.
+    """
+    x = bm25 / scale
+    cube = x * x * x
+    return cube / (1.0 + cube)
+
+
 def blend(
-    keyword: dict[int, float], ceiling: float, semantic: dict[int, float], w: float
+    keyword: dict[int, float], scale: float, semantic: dict[int, float], w: float
 ) -> dict[int, float]:
-    """Mix scaled BM25 and scaled cosine over the keyword hits and the best semantic ones.
+    """Mix BM25 and cosine over the keyword hits and the best semantic ones.
+
+    Each candidate scores ``w * keyword_share(bm25, scale) + (1 - w) * max(cos, 0)``:
+    both parts on an absolute 0..1 scale, not one stretched over the
+    candidates, so a side whose best candidate is a poor match (words only
+    common ones match, or every cosine alike) adds little and cannot
+    outvote the other. A keyword hit without a cosine (no text embedded
+    over the searched fields) counts cosine 0.
 
     Args:
         keyword: BM25 scores by key.
-        ceiling: The query's BM25 ceiling (scales BM25 to 0..1).
+        scale: The corpus's :func:`keyword_scale` (the BM25 that maps to 0.5).
         semantic: Cosines by key (the best ones, and those of the keyword hits).
         w: The keyword share, 0 to 1.
 
     Returns:
         The blended score (0..1) of every candidate, by key.
     """
-    candidates = dict.fromkeys([*keyword, *semantic])
-    if not candidates:
-        return {}
-    cosines = [semantic.get(key, 0.0) for key in candidates]
-    low, high = min(cosines), max(cosines)
-    spread = (high - low) or 1.0
-    return {
-        key: w * keyword.get(key, 0.0) / ceiling
-        + (1.0 - w) * (semantic.get(key, low) - low) / spread
-        for key in candidates
-    }
+    out = {}
+    rest = 1.0 - w
+    for key in dict.fromkeys([*keyword, *semantic]):
+        out[key] = w * keyword_share(keyword.get(key, 0.0), scale) + rest * max(
+            semantic.get(key, 0.0), 0.0
+        )
+    return out
 
 
 def progress_bar(done: int, total: int) -> None:

@@ -14,6 +14,7 @@ from agents.memory.search._index import BM25_B, BM25_K1, SearchIndex
 from agents.memory.search._search import (
     HYBRID_KEYWORD_WEIGHT,
     HYBRID_POOL,
+    EmbedParts,
     Hit,
     SearchMode,
     Where,
@@ -29,6 +30,7 @@ __all__ = [
     "BM25_K1",
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
+    "EmbedParts",
     "Embedder",
     "Filter",
     "HashingEmbedder",

@@ -39,11 +39,11 @@ QueryTerm = tuple[str, Mapping[int, int], float]
 _FLAT: Final = BM25_K1 * (1.0 - BM25_B)
 _SMALL: Final = 256  # postings shorter than this are read from the dict at each query
 _GROUPS: Final = 48  # counts below this get a segment each; higher counts share the last one
-_CACHED_TERMS: Final = 2048  # term arrays kept (the most recently used)
 _GONE: Final = 2**62  # the generation of a removed row: newer than any array
 # A share computed in floats may differ from the exact one by a few ulps; every
 # bound is loosened by this much (relative) so that pruning never drops a tie.
 _SLACK: Final = 1e-9
+_SPAN: Final = 2.0**32  # above any item length: segment number * _SPAN + length orders entries
 _FEW: Final = 64  # this many items or fewer are scored from the postings dicts
 _WORTH: Final = 0.02  # a term whose bound is below this share of the threshold is not summed early
 
@@ -74,14 +74,19 @@ class _Impacts:
     """One term's postings as arrays in impact order (count, then length), built at one generation."""
 
     __slots__ = (
+        "by_row",
         "contrib",
+        "counts",
         "dl",
         "epoch",
         "heads",
         "log_pos",
+        "mixed",
+        "ordered",
         "removals",
         "rows",
         "segments",
+        "starts",
         "tf",
     )
 
@@ -102,9 +107,23 @@ class _Impacts:
             (start, end, int(value) if value < _GROUPS else 0)
             for start, end, value in zip(starts, ends, values.tolist(), strict=True)
         ]
+        # The segments of one count, as arrays, and the key that orders every entry:
+        # segment number * 2**32 + length, so one search finds each segment's cut.
+        single = [segment for segment in self.segments if segment[2]]
+        self.starts = np.array([start for start, _, _ in single], dtype=np.int64)
+        self.counts = np.array([count for _, _, count in single], dtype=np.float64)
+        self.mixed = next(((start, end) for start, end, count in self.segments if not count), None)
+        segment_of = np.repeat(
+            np.arange(len(self.segments), dtype=np.float64),
+            [end - start for start, end, _ in self.segments],
+        )
+        self.ordered = segment_of * _SPAN + self.dl
         self.heads: dict[int, Any] = {}  # positions of each segment's first n entries, by n
         # (slope, weight, each entry's share of a score): kept while neither changes.
         self.contrib: tuple[float, float, Any] | None = None
+        # (slope, weight, removals, rows in use, the shares laid out by row, 0.0 where
+        # the term is missing): for a common term, read by row instead of searched.
+        self.by_row: tuple[float, float, int, int, Any] | None = None
         self.epoch = epoch
         self.log_pos = log_pos
         self.removals = removals
@@ -157,6 +176,8 @@ class Ranker:
         self.log: list[int] = []  # keys indexed since the arrays were last dropped, in order
         self.removals = 0  # rows removed since then
         self.impacts: dict[tuple[tuple[str, ...] | None, str], _Impacts] = {}
+        self.entries = 0  # the entries of the arrays in `impacts`
+        self.laid_out: dict[int, _Impacts] = {}  # the arrays holding a `by_row`, oldest first
 
     # -- upkeep -----------------------------------------------------------------------
 
@@ -164,15 +185,20 @@ class Ranker:
         """Open a batch of (re)indexed items: arrays built before it do not hold them."""
         self.epoch += 1
 
-    def indexed(self, key: int) -> None:
-        """File ``key`` as (re)indexed in the current batch."""
-        row = self.row_of.get(key)
-        if row is None:
-            row = self.free.pop() if self.free else self._grow()
-            self.row_of[key] = row
-            self.key_at[row] = key
-        self.gen[row] = self.epoch
-        self.log.append(key)
+    def indexed(self, keys: list[int]) -> None:
+        """File ``keys`` as (re)indexed in the current batch."""
+        row_of = self.row_of
+        free = self.free
+        rows = []
+        for key in keys:
+            row = row_of.get(key)
+            if row is None:
+                row = row_of[key] = free.pop() if free else self._grow()
+            rows.append(row)
+        at = self.np.array(rows, dtype=self.np.int64)
+        self.key_at[at] = keys
+        self.gen[at] = self.epoch
+        self.log += keys
 
     def removed(self, key: int) -> None:
         """Forget ``key``: its entries in existing arrays no longer count."""
@@ -229,7 +255,7 @@ class Ranker:
                 distinct[term] = (seen[0], seen[1] + weight)
         # Each term's highest share, and seeds: the items with each term's best shares
         # (more of them for the term with the highest, which the best items likely hold).
-        wide = max(4 * k, 64)
+        wide = max(2 * k, 16)
         bounds: dict[str, float] = {}
         heads: dict[str, tuple[Any, Any]] = {}
         for term, (parts, weight) in distinct.items():
@@ -278,8 +304,14 @@ class Ranker:
             new_got = []
             for part, at in zip(parts, reaching, strict=True):
                 if update:
-                    held = self._held(part, mark)
-                    got[where[part.rows[held]]] += times * part.contrib(single[term], slope)[held]
+                    by_row = self._by_row(part, single[term], slope)
+                    if by_row is not None:
+                        got += times * by_row[taken]
+                    else:
+                        held = self._held(part, mark)
+                        got[where[part.rows[held]]] += (
+                            times * part.contrib(single[term], slope)[held]
+                        )
                 if part.valid is not None:
                     at = at[part.valid[at]]
                 rows = part.rows[at]
@@ -306,8 +338,12 @@ class Ranker:
         scores = np.zeros(len(taken), dtype=np.float64)
         for term, _, weight in terms:
             for part in distinct[term][0]:
-                at = self._held(part, mark)
-                scores[where[part.rows[at]]] += part.contrib(weight, slope)[at]
+                by_row = self._by_row(part, weight, slope)
+                if by_row is not None:
+                    scores += by_row[taken]  # adding 0.0 where the term is missing changes nothing
+                else:
+                    at = self._held(part, mark)
+                    scores[where[part.rows[at]]] += part.contrib(weight, slope)[at]
         if len(scores) > k:
             best = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
             taken = taken[best]
@@ -325,17 +361,7 @@ class Ranker:
     ) -> list[tuple[int, float]]:
         """Return the best ``k`` by scoring every entry of every term into one array by row."""
         np = self.np
-        scores = np.zeros(self.used, dtype=np.float64)
-        for term, _, weight in terms:
-            for part in distinct[term][0]:
-                rows, contrib = part.rows, part.contrib(weight, slope)
-                if part.valid is not None:
-                    rows, contrib = rows[part.valid], contrib[part.valid]
-                if len(rows) > self.used // 8:
-                    # One pass in row order; adding 0.0 to the rows without the term changes nothing.
-                    scores += np.bincount(rows, weights=contrib, minlength=self.used)
-                else:
-                    scores[rows] += contrib
+        scores = self._dense_scores(terms, distinct, slope)
         if self.used > k:
             cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
             rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
@@ -345,6 +371,69 @@ class Ranker:
         keys = self.key_at[rows]
         ranked = np.lexsort((keys, -found))[:k]
         return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+
+    def all_scores(
+        self,
+        terms: Sequence[QueryTerm],
+        scope: tuple[str, ...] | None,
+        lengths: Mapping[int, int],
+        average: float,
+    ) -> dict[int, float]:
+        """Return the score of every item holding a query term, by key (the floats :meth:`top` gives)."""
+        np = self.np
+        self._tidy(len(lengths))
+        slope = BM25_K1 * BM25_B / average
+        distinct: dict[str, tuple[list[_Part], float]] = {}
+        for term, posting, weight in terms:
+            if term not in distinct:
+                distinct[term] = (self._parts(term, posting, scope, lengths), weight)
+        scores = self._dense_scores(terms, distinct, slope)
+        rows = np.flatnonzero(scores)
+        return dict(zip(self.key_at[rows].tolist(), scores[rows].tolist(), strict=True))
+
+    def _dense_scores(
+        self,
+        terms: Sequence[QueryTerm],
+        distinct: Mapping[str, tuple[list[_Part], float]],
+        slope: float,
+    ) -> Any:
+        """Return every row's score: each term's entries added into one array, in query order."""
+        np = self.np
+        scores = np.zeros(self.used, dtype=np.float64)
+        for term, _, weight in terms:
+            for part in distinct[term][0]:
+                by_row = self._by_row(part, weight, slope)
+                if by_row is not None:
+                    scores += by_row  # adding 0.0 where the term is missing changes nothing
+                    continue
+                rows, contrib = part.rows, part.contrib(weight, slope)
+                if part.valid is not None:
+                    rows, contrib = rows[part.valid], contrib[part.valid]
+                scores[rows] += contrib
+        return scores
+
+    def _by_row(self, part: _Part, weight: float, slope: float) -> Any:
+        """Return the part's current shares laid out by row, for a common term's arrays (else ``None``)."""
+        impacts = part.impacts
+        if impacts is None or len(part.rows) <= self.used // 8:
+            return None
+        seen = impacts.by_row
+        if seen is not None and seen[:4] == (slope, weight, self.removals, self.used):
+            return seen[4]
+        np = self.np
+        rows, contrib = part.rows, part.contrib(weight, slope)
+        if part.valid is not None:
+            rows, contrib = rows[part.valid], contrib[part.valid]
+        by_row = np.zeros(self.used, dtype=np.float64)
+        by_row[rows] = contrib
+        impacts.by_row = (slope, weight, self.removals, self.used, by_row)
+        laid_out = self.laid_out
+        laid_out.pop(id(impacts), None)
+        laid_out[id(impacts)] = impacts
+        # At most about 64 MiB of them: the oldest give theirs up.
+        while len(laid_out) > max(4, 2**23 // self.used):
+            laid_out.pop(next(iter(laid_out))).by_row = None
+        return by_row
 
     def _held(self, part: _Part, mark: Any) -> Any:
         """Return the positions in the part of current entries whose row is marked."""
@@ -386,9 +475,13 @@ class Ranker:
         impacts = self.impacts.pop((scope, term), None)
         if impacts is None:
             impacts = self._build(posting, lengths)
+            self.entries += len(impacts.rows)
         self.impacts[scope, term] = impacts  # last: the most recently used
-        if len(self.impacts) > _CACHED_TERMS:
-            del self.impacts[next(iter(self.impacts))]
+        # The least recently used go while all hold more than 2**20 entries and twice the rows.
+        while len(self.impacts) > 1 and self.entries > max(1 << 20, 2 * self.used):
+            oldest = self.impacts.pop(next(iter(self.impacts)))
+            self.entries -= len(oldest.rows)
+            self.laid_out.pop(id(oldest), None)
         # Rows removed since the build (or reused by another item) are masked out.
         valid = None
         if self.removals != impacts.removals:
@@ -420,6 +513,8 @@ class Ranker:
         limit = max(1024, n_items // 32)
         if len(self.log) > limit or self.removals > limit:
             self.impacts = {}
+            self.entries = 0
+            self.laid_out = {}
             self.log = []
             self.removals = 0
 
@@ -451,28 +546,28 @@ class Ranker:
         if impacts is None:
             return np.flatnonzero(part.share >= need)
         picks = []
-        for start, end, count in impacts.segments:
-            if count == 0:
-                tf = impacts.tf[start:end]
-                share = tf / (tf + _FLAT + slope * impacts.dl[start:end])
-                picks.append(start + np.flatnonzero(share >= need))
-                continue
+        if need < 1.0 and len(impacts.starts):  # a share is always below 1
             # count / (count + flat + slope * dl) >= need  <=>  dl <= (count / need - count - flat) / slope
-            if need >= 1.0:
-                continue  # a share is always below 1
-            longest = (count / need - count - _FLAT) / slope
-            if longest < 0.0:
-                continue
-            stop = int(
-                np.searchsorted(
-                    impacts.dl[start:end], longest * (1.0 + _SLACK) + _SLACK, side="right"
-                )
-            )
-            if stop:
-                picks.append(np.arange(start, start + stop))
+            counts = impacts.counts
+            longest = (counts / need - counts - _FLAT) / slope
+            # Lengths are whole numbers: 1e-3 more keeps a tie whatever the rounding.
+            longest = np.clip(longest * (1.0 + _SLACK) + 1e-3, -1.0, _SPAN - 1.0)
+            segment = np.arange(len(counts), dtype=np.float64)  # the mixed segment is last
+            stops = np.searchsorted(impacts.ordered, segment * _SPAN + longest, side="right")
+            sizes = np.maximum(stops - impacts.starts, 0)
+            total = int(sizes.sum())
+            if total:
+                # The ranges [start, start + size) of every segment, in one array.
+                offsets = np.repeat(impacts.starts - (np.cumsum(sizes) - sizes), sizes)
+                picks.append(np.arange(total) + offsets)
+        if impacts.mixed is not None:
+            start, end = impacts.mixed
+            tf = impacts.tf[start:end]
+            share = tf / (tf + _FLAT + slope * impacts.dl[start:end])
+            picks.append(start + np.flatnonzero(share >= need))
         if not picks:
             return np.zeros(0, dtype=np.int64)
-        return np.concatenate(picks)
+        return picks[0] if len(picks) == 1 else np.concatenate(picks)
 
     def _kth_score(
         self,

@@ -27,13 +27,19 @@ from agents.memory._text import (
     BM25_K1,
     Tokenizer,
     bm25_average_length,
-    bm25_idf,
     bm25_term_score,
     bm25_weight,
     field_texts,
 )
-from agents.memory._vectors import Embedder, checked_vectors, embed_text, numpy, top_rows
-from agents.memory.exceptions import EmbedderMismatchError
+from agents.memory._vectors import (
+    Embedder,
+    EmbedParts,
+    checked_vectors,
+    keyword_scale,
+    numpy,
+    top_rows,
+)
+from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
 from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
 
 if TYPE_CHECKING:
@@ -47,65 +53,98 @@ Progress = Callable[[int, int], object]
 
 
 class _Vectors:
-    """One model's unit vectors for the items, rows reused as items come and go."""
+    """One model's unit vectors of the items' parts, rows and slots reused as items come and go.
 
-    def __init__(self, model: str, dimension: int) -> None:
+    An item holds a slot (``slot_of``) and one or more rows (its parts,
+    see ``EmbedParts``); ``owner`` gives each row's slot (``-1`` for a free
+    row). An item scores the best cosine among its rows.
+    """
+
+    def __init__(self, model: str, dimension: int, parts: EmbedParts) -> None:
         np = numpy()
         self.model = model
+        self.parts = parts
         self.matrix = np.zeros((64, dimension), dtype=np.float32)
-        self.valid = np.zeros(64, dtype=bool)
-        self.row_of: dict[int, int] = {}
-        self.key_at: list[int] = []
+        self.owner = np.full(64, -1, dtype=np.int64)
+        self.used = 0  # rows ever handed out: the rows past it are all free
         self.free: list[int] = []
+        self.slot_of: dict[int, int] = {}
+        self.key_at: list[int] = []  # the key of each slot, -1 for a free slot
+        self.free_slots: list[int] = []
+        self.rows_of: dict[int, list[int]] = {}
 
-    def put(self, keys: Sequence[int], vectors: Any) -> None:
+    def put(self, keys: Sequence[int], vectors: Sequence[Any]) -> None:
+        """File each key's part vectors (a matrix, one row a part; a 1-D vector is one part)."""
         np = numpy()
-        for key, vector in zip(keys, vectors, strict=True):
-            self.drop(key)  # a key embedded again keeps one row
-            row = self.free.pop() if self.free else len(self.key_at)
-            if row == len(self.key_at):
-                self.key_at.append(key)
+        for key, block in zip(keys, vectors, strict=True):
+            self.drop(key)  # a key embedded again keeps only its new parts
+            matrix = np.asarray(block, dtype=np.float32)
+            if matrix.ndim == 1:
+                matrix = matrix[None, :]
+            if not len(matrix):
+                continue
+            if self.free_slots:
+                slot = self.free_slots.pop()
+                self.key_at[slot] = key
             else:
-                self.key_at[row] = key
-            if row >= len(self.matrix):
-                grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
-                grown[: len(self.matrix)] = self.matrix
-                self.matrix = grown
-                valid = np.zeros(len(grown), dtype=bool)
-                valid[: len(self.valid)] = self.valid
-                self.valid = valid
-            self.matrix[row] = vector
-            self.valid[row] = True
-            self.row_of[key] = row
+                slot = len(self.key_at)
+                self.key_at.append(key)
+            rows: list[int] = []
+            for vector in matrix:
+                if self.free:
+                    row = self.free.pop()
+                else:
+                    row = self.used
+                    self.used += 1
+                if row >= len(self.matrix):
+                    self._grow()
+                self.matrix[row] = vector
+                self.owner[row] = slot
+                rows.append(row)
+            self.slot_of[key] = slot
+            self.rows_of[key] = rows
+
+    def _grow(self) -> None:
+        np = numpy()
+        grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
+        grown[: len(self.matrix)] = self.matrix
+        self.matrix = grown
+        owner = np.full(len(grown), -1, dtype=np.int64)
+        owner[: len(self.owner)] = self.owner
+        self.owner = owner
 
     def drop(self, key: int) -> None:
-        row = self.row_of.pop(key, None)
-        if row is not None:
-            self.valid[row] = False
-            self.free.append(row)
+        rows = self.rows_of.pop(key, None)
+        if rows is not None:
+            self.owner[rows] = -1
+            self.free.extend(reversed(rows))
+            slot = self.slot_of.pop(key)
+            self.key_at[slot] = -1
+            self.free_slots.append(slot)
 
     def scores(
         self, query: Any, limit: int | None = None, among: Iterable[int] = ()
     ) -> dict[int, float]:
-        """Return the cosine with the unit ``query`` vector of the best ``limit`` items and of ``among``, by key.
+        """Return the best cosine of a part with the unit ``query`` of the best ``limit`` items and of ``among``, by key.
 
         Items tied with the ``limit``-th best are all returned, so that ties
         can keep session order; ``limit=None`` returns every item.
         """
         np = numpy()
-        used = len(self.key_at)
-        if not used:
+        if not self.rows_of:
             return {}
-        sims = self.matrix[:used] @ query
-        sims[~self.valid[:used]] = -np.inf
-        rows = top_rows(sims, limit)
+        sims = self.matrix[: self.used] @ query
+        owner = self.owner[: self.used]
+        held = owner >= 0
+        best = np.full(len(self.key_at), -np.inf, dtype=sims.dtype)  # free slots stay -inf
+        np.maximum.at(best, owner[held], sims[held])
         key_at = self.key_at
-        out = {key_at[row]: float(sims[row]) for row in rows.tolist()}
-        row_of = self.row_of
+        out = {key_at[slot]: float(best[slot]) for slot in top_rows(best, limit).tolist()}
+        slot_of = self.slot_of
         for key in among:
-            row = row_of.get(key)
-            if row is not None:
-                out[key] = float(sims[row])
+            slot = slot_of.get(key)
+            if slot is not None:
+                out[key] = float(best[slot])
         return out
 
 
@@ -217,10 +256,16 @@ class SearchIndex:
 
     Args:
         tokenizer: How text is split into terms.
+        parts: How items are cut into the texts that get embedded (default
+            ``EmbedParts.WHOLE``, one text per item, as the stores embed
+            items; ``EmbedParts()`` embeds fields and windows of long ones).
     """
 
-    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer | None = None, *, parts: EmbedParts | None = None
+    ) -> None:
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
+        self._parts = parts if parts is not None else EmbedParts.WHOLE
         self.embedder: Embedder | None = None
         self._lock = threading.RLock()
         self._memory: weakref.ref[Memory] | None = None
@@ -301,7 +346,10 @@ class SearchIndex:
         it every item holding a term is. The statistics (number of items,
         average length, how many items hold a term) are those of the whole
         memory over the searched fields. ``where`` is asked of the best items
-        only, more of them while too few pass.
+        only (each once), more of them while too few pass: as many as the
+        pass rate seen needs; when that reaches a quarter of the items
+        holding a query term, ``where`` is asked of every item holding one
+        and only those that pass are scored.
         """
         self._follow()
         with self._lock:
@@ -311,6 +359,7 @@ class SearchIndex:
                 return []
             ranker = self._ranker_now()
             items = self._items
+            passed: dict[int, bool] = {}  # each item is asked once, however many rounds
             wanted = k
             while True:
                 if ranker is not None:
@@ -320,13 +369,38 @@ class SearchIndex:
                 out = []
                 for key, score in ranked:
                     item = items[key]
-                    if where is None or where(item):
-                        out.append((key, item, score))
-                        if len(out) == k:
-                            return out
+                    if where is not None:
+                        verdict = passed.get(key)
+                        if verdict is None:
+                            verdict = passed[key] = where(item)
+                        if not verdict:
+                            continue
+                    out.append((key, item, score))
+                    if len(out) == k:
+                        return out
                 if len(ranked) < wanted:
                     return out  # every item holding a term was asked
-                wanted *= 4
+                # At least four times as many, and as many as the pass rate seen needs, twice over.
+                wanted = max(4 * wanted, 2 * k * len(ranked) // max(len(out), 1))
+                if where is not None and 4 * wanted >= max(len(p) for _, p, _ in query):
+                    # Few pass: ask each item holding a term once, and score only those that pass
+                    # (the same terms, weights and lengths, summed in the same order).
+                    keep = set()
+                    for _, posting, _ in query:
+                        for key in posting:
+                            verdict = passed.get(key)
+                            if verdict is None:
+                                verdict = passed[key] = where(items[key])
+                            if verdict:
+                                keep.add(key)
+                    among = [
+                        (term, {key: tf for key, tf in posting.items() if key in keep}, weight)
+                        for term, posting, weight in query
+                    ]
+                    return [
+                        (key, items[key], score)
+                        for key, score in exhaustive_top(among, sizes.of, average, k)
+                    ]
 
     def keyword_scores(
         self,
@@ -349,6 +423,9 @@ class SearchIndex:
             self._catch_up()
             query, sizes, average = self._query_terms(terms, keys)
             lengths = sizes.of
+            ranker = self._ranker_now()
+            if ranker is not None and query:
+                return ranker.all_scores(query, keys, lengths, average), 0.0
             scores: dict[int, float] = {}
             for _, matches, weight in query:
                 get = scores.get
@@ -395,29 +472,14 @@ class SearchIndex:
                 return None
             ranker = self._ranker = Ranker(np)
             ranker.next_generation()
-            for key in self._docs:
-                ranker.indexed(key)
+            ranker.indexed(list(self._docs))
         return self._ranker
 
-    def keyword_ceiling(self, terms: Sequence[str], keys: tuple[str, ...] | None) -> float:
-        """Return the BM25 score an item would get holding every query term very often: the scale of a query.
-
-        It is the sum over query terms of ``idf * (k1 + 1)``, with the IDF of
-        a term no item holds taken for ``n = 0``. Dividing a score by it puts
-        scores of different queries on one 0..1 scale, low when an item
-        matches only common words.
-        """
+    def keyword_scale(self) -> float:
+        """Return the BM25 score a hybrid blend maps to 0.5 in this memory (see ``keyword_scale`` of the vectors room)."""
         self._follow()
         with self._lock:
-            self._catch_up()
-            n_items = len(self._items)
-            if not n_items:
-                return 1.0
-            ceiling = 0.0
-            for term in terms:
-                df = len(self._matches(term, keys))
-                ceiling += bm25_idf(n_items, df)
-            return ceiling * (BM25_K1 + 1.0) or 1.0
+            return keyword_scale(len(self._items))
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
@@ -484,23 +546,28 @@ class SearchIndex:
         """:meth:`embed`, under the index's lock."""
         vectors = self._table(embedder, keys)
         waiting = self._unembedded[keys]
-        todo: list[tuple[int, str]] = []
+        todo: list[tuple[int, list[str]]] = []
         for key in list(waiting):
             item = self._items.get(key)
             if item is None:
                 del waiting[key]
                 continue
-            text = embed_text(item.to_dict(), keys)
-            if text.strip():
-                todo.append((key, text))
+            texts = self._parts.texts(item.to_dict(), keys)
+            if texts:
+                todo.append((key, texts))
             else:
                 del waiting[key]  # no text, no vector: never a semantic hit
         done = 0
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
-            unit = checked_vectors(embedder, [text for _, text in chunk])
+            unit = checked_vectors(embedder, [text for _, texts in chunk for text in texts])
+            blocks = []
+            row = 0
+            for _, texts in chunk:
+                blocks.append(unit[row : row + len(texts)])
+                row += len(texts)
             chunk_keys = [key for key, _ in chunk]
-            vectors.put(chunk_keys, unit)
+            vectors.put(chunk_keys, blocks)
             for key in chunk_keys:
                 del waiting[key]
             done += len(chunk)
@@ -522,9 +589,11 @@ class SearchIndex:
     ) -> int:
         """Take unit vectors made elsewhere by ``embedder`` (a store keeps them) for items waiting for one.
 
-        Vectors of items that do not wait for one (already embedded, or
-        gone) are ignored. Pass them in key order, so that the rows are laid
-        out as embedding the items here would lay them out.
+        Each value is an item's parts, one row a part, cut as :attr:`parts`
+        cuts them (a 1-D vector is one part). Vectors of items that do not
+        wait for one (already embedded, or gone) are ignored. Pass them in
+        key order, so that the rows are laid out as embedding the items here
+        would lay them out.
 
         Returns:
             How many vectors were taken.
@@ -542,6 +611,23 @@ class SearchIndex:
                 for key in chosen:
                     del waiting[key]
             return len(chosen)
+
+    @property
+    def parts(self) -> EmbedParts:
+        """How items are cut into the texts that get embedded."""
+        return self._parts
+
+    @parts.setter
+    def parts(self, parts: EmbedParts) -> None:
+        """Cut items another way from now on; vectors cut the old way are forgotten."""
+        if not isinstance(parts, EmbedParts):
+            msg = f"SearchIndex.parts takes an EmbedParts, got {parts!r}."
+            raise InvalidArgumentError(msg)
+        with self._lock:
+            if parts != self._parts:
+                self._parts = parts
+                self._vectors = {}
+                self._unembedded = {}
 
     def vector_model(self) -> str | None:
         """Return the name of the model the stored vectors came from, or ``None``."""
@@ -584,12 +670,15 @@ class SearchIndex:
 
         Only the best scores are sorted: the ``k``-th best score is found
         first, and ``where`` is asked of the best items only, more of them
-        while too few pass.
+        while too few pass; once the pass rate seen says ``k`` passing items
+        need the whole ranking (twice over), ``where`` is asked of every
+        scored item once and the best ``k`` that pass are taken.
         """
         self._follow()
         with self._lock:
             items = self._items
             out: list[tuple[int, MemoryItem, float]] = []
+            passed: dict[int, bool] = {}  # each item is asked once, however many rounds
             wanted = k
             while True:
                 if wanted < len(scores):
@@ -601,12 +690,36 @@ class SearchIndex:
                 # The best `wanted` by (score, session order); ties past them wait for a later round.
                 for key, score in heapq.nsmallest(wanted, chosen, key=_best_first):
                     item = items.get(key)
-                    if item is not None and (where is None or where(item)):
-                        out.append((key, item, score))
-                        if len(out) == k:
-                            return out
+                    if item is None:
+                        continue
+                    if where is not None:
+                        verdict = passed.get(key)
+                        if verdict is None:
+                            verdict = passed[key] = where(item)
+                        if not verdict:
+                            continue
+                    out.append((key, item, score))
+                    if len(out) == k:
+                        return out
                 if wanted >= len(scores):
                     return out  # every item was asked
+                if where is not None and 2 * k * wanted >= len(scores) * max(len(out), 1):
+                    # Few pass: ask each scored item once and rank those that pass, rather
+                    # than sorting ever longer prefixes of the ranking.
+                    kept = []
+                    for key, score in scores.items():
+                        item = items.get(key)
+                        if item is None:
+                            continue
+                        verdict = passed.get(key)
+                        if verdict is None:
+                            verdict = where(item)
+                        if verdict:
+                            kept.append((key, score))
+                    return [
+                        (key, items[key], score)
+                        for key, score in heapq.nsmallest(k, kept, key=_best_first)
+                    ]
                 wanted *= 4
 
     # -- internals -----------------------------------------------------------------------
@@ -621,7 +734,7 @@ class SearchIndex:
         """Return the vectors over ``keys``, created for ``embedder`` on first use; refuse another dimension."""
         vectors = self._vectors.get(keys)
         if vectors is None:
-            vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension)
+            vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension, self._parts)
             self._unembedded[keys] = dict.fromkeys(self._items)
         if vectors.matrix.shape[1] != embedder.dimension:
             msg = (
@@ -646,10 +759,12 @@ class SearchIndex:
         if ranker is not None:
             ranker.next_generation()
         total = 0
+        done = []
         for key in self._pending:
             item = items.get(key)
             if item is None:
                 continue
+            done.append(key)
             doc = tuple(field_texts(item_fields(item)))
             if fields is not None:
                 terms = fields.file(key, doc, tokenize)
@@ -659,16 +774,15 @@ class SearchIndex:
                 # One text: a newline never joins the terms around it.
                 terms = tokenize("\n".join([text for _, text in doc]))
             for term, count in Counter(terms).items():
-                posting = postings.get(term)
-                if posting is None:
+                try:
+                    postings[term][key] = count
+                except KeyError:
                     postings[term] = {key: count}
-                else:
-                    posting[key] = count
             docs[key] = doc
             lengths[key] = len(terms)
             total += len(terms)
-            if ranker is not None:
-                ranker.indexed(key)
+        if ranker is not None:
+            ranker.indexed(done)
         self._total += total
         self._pending = {}
 

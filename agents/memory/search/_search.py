@@ -13,12 +13,13 @@ from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query
 from agents.memory._vectors import (
     HYBRID_KEYWORD_WEIGHT,
     HYBRID_POOL,
+    EmbedParts,
     SearchMode,
     blend,
     checked_weight,
     progress_bar,
 )
-from agents.memory.exceptions import EmbedderMismatchError, InvalidQueryError
+from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError, InvalidQueryError
 from agents.memory.search._embed import Embedder, WordLlamaEmbedder
 from agents.memory.search._index import SearchIndex
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
+    "EmbedParts",
     "Filter",
     "Hit",
     "SearchMode",
@@ -52,7 +54,7 @@ class Hit:
     Attributes:
         item: The (live) item found.
         score: Higher is better; BM25 in keyword mode, cosine in semantic
-            mode, the blend (0..1) in hybrid mode.
+            mode (of the item's best part), the blend (0..1) in hybrid mode.
         fields: The fields of the item that hold a query term, in field order
             (may be empty in semantic mode).
     """
@@ -62,24 +64,39 @@ class Hit:
     fields: tuple[str, ...]
 
 
-def search_index(memory: Memory, *, tokenizer: Tokenizer | None = None) -> SearchIndex:
+def search_index(
+    memory: Memory, *, tokenizer: Tokenizer | None = None, parts: EmbedParts | None = None
+) -> SearchIndex:
     """Return the search index of ``memory``, creating it on first use.
 
     Args:
         memory: The memory to search.
         tokenizer: Use this tokenizer; an index made with another one is
             replaced (its items are tokenized again on the next query).
+        parts: Cut items this way for semantic search (see :class:`EmbedParts`);
+            vectors cut another way are forgotten (embedded again on the next
+            semantic query).
 
     Returns:
         The index, an observer of ``memory``.
+
+    Raises:
+        InvalidArgumentError: if ``parts`` is not an :class:`EmbedParts`.
     """
     for observer in memory.observers:
         if isinstance(observer, SearchIndex):
             if tokenizer is None or tokenizer == observer.tokenizer:
+                if parts is not None:
+                    observer.parts = parts
                 return observer
             memory.remove_observer(observer)
+            if parts is None:
+                parts = observer.parts
             break
-    index = SearchIndex(tokenizer)
+    if parts is not None and not isinstance(parts, EmbedParts):
+        msg = f"search_index(parts=...) takes an EmbedParts, got {parts!r}."
+        raise InvalidArgumentError(msg)
+    index = SearchIndex(tokenizer, parts=parts)
     memory.add_observer(index)
     return index
 
@@ -151,11 +168,10 @@ def search(
         model = _embedder_for(index, embedder)
         # Items holding only common words add under 1e-5 to a blended score; they are not read.
         keyword = index.keyword_scores(terms, wanted, skip_common=True)[0] if terms else {}
-        ceiling = index.keyword_ceiling(terms, wanted) if terms else 1.0
         semantic = index.semantic_scores(
             model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
         )
-        top = index.top(blend(keyword, ceiling, semantic, weight), k, predicate)
+        top = index.top(blend(keyword, index.keyword_scale(), semantic, weight), k, predicate)
         index.embedder = model
     return [Hit(item, score, index.matched_fields(key, terms, wanted)) for key, item, score in top]
 
@@ -242,7 +258,7 @@ def index_embeddings(
     report = progress_bar if progress is True else (progress or None)
     vectors = index.embed(model, wanted, batch_size=batch_size, progress=report)
     index.embedder = model
-    return len(vectors.row_of)
+    return len(vectors.rows_of)
 
 
 # -- internals -----------------------------------------------------------------------

@@ -453,7 +453,9 @@ class StoredMemory(Memory):
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
         session and the memory's own items are returned, so no in-RAM index
         is built; ``where`` filters the store's ranking, asking it for more
-        until ``k`` hits pass. The hits, scores (to float rounding) and
+        until ``k`` hits pass (a filter of fields is handed to the store,
+        which may skip in SQL the rows that cannot pass; a function of the
+        item is asked of the memory's own items). The hits, scores (to float rounding) and
         matched fields are those of ``Memory.search``. With ``keys``, with a
         search index of another tokenizer, and on stores without a keyword
         index, the in-RAM index answers. The store ranks the session as it
@@ -596,18 +598,24 @@ class StoredMemory(Memory):
             model = search.embedder_for(self, embedder)
             store = self.store
             index = search.search_index(self)
+            parts = index.parts  # the store keeps vectors cut as the index cuts them
             missing = index.missing_vectors(wanted)
             if not missing:
                 store.read_vectors(self._sid, model, seqs=[])  # still refuse another model
                 return model
             if not store.read_only:
                 store.index_embeddings(
-                    self._sid, model, keys=wanted, batch_size=batch_size, progress=progress
+                    self._sid,
+                    model,
+                    keys=wanted,
+                    batch_size=batch_size,
+                    progress=progress,
+                    parts=parts,
                 )
             seq_of = self._session.seqs_of(missing)
             # Many missing (a reopened session): one pass over the vectors beats a list of seqs.
             seqs = None if len(seq_of) > 1000 else list(seq_of.values())
-            stored = store.read_vectors(self._sid, model, keys=wanted, seqs=seqs)
+            stored = store.read_vectors(self._sid, model, keys=wanted, seqs=seqs, parts=parts)
             key_of = {seq: key for key, seq in seq_of.items()}
             index.adopt_vectors(
                 model,
@@ -639,10 +647,13 @@ class StoredMemory(Memory):
         tokenizer = Tokenizer()
         wanted = set(tokenizer(query))
         session = self._session
+        # A filter of fields goes to the store too, which can skip the rows that cannot pass
+        # (in SQL) rather than rank ever deeper; a function of the item is asked here only.
+        pushed = predicate if isinstance(where, Mapping) else None
         limit = k
         with self._lock:
             while True:
-                ranked = self.store.ranking(self._sid, query, limit)
+                ranked = self.store.ranking(self._sid, query, limit, where=pushed)
                 hits: list[tuple[int, Hit]] = []
                 for seq, score in ranked:
                     item = session.item_of_row(seq)

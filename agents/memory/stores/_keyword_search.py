@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import BM25_K1, bm25_average_length, bm25_idf
+from agents.memory._text import bm25_average_length
+from agents.memory._vectors import keyword_scale
 from agents.memory.stores._engine import Engine
 from agents.memory.stores._filtering import ALL, Passing, narrower, reader, widening
 from agents.memory.stores._keyword import (
@@ -27,6 +28,8 @@ from agents.memory.stores._keyword import (
 from agents.memory.stores._values import StoreHit
 
 __all__ = ["KeywordSearch"]
+
+_LARGEST_K = 2**62
 
 
 class KeywordSearch:
@@ -125,7 +128,9 @@ class KeywordSearch:
         index, the session is read a page at a time and scored here.
         """
         if keys is None:
-            best = self._engine.backend.keyword_top(sid, terms, k)
+            # A backend may ask its engine for a few rows past the k-th: keep that within
+            # 64-bit integers (no session holds 2**62 items, so the answer is the same).
+            best = self._engine.backend.keyword_top(sid, terms, min(k, _LARGEST_K))
             if best is not None:
                 return best, {}
         pages = self._engine.decoded_pages(sid, 1000, on_unknown_class)
@@ -138,7 +143,7 @@ class KeywordSearch:
         fields: tuple[str, ...] | None,
         on_unknown_class: OnUnknownClass,
     ) -> tuple[dict[int, float], float, dict[int, MemoryItem]]:
-        """Return the keyword side of a hybrid query: BM25 by seq, the query's ceiling, items read.
+        """Return the keyword side of a hybrid query: BM25 by seq, the corpus's keyword scale, items read.
 
         As the search index scores them for ``Memory.search``: every item
         holding a query term, summed in query order (no IDF is floored, so
@@ -151,12 +156,9 @@ class KeywordSearch:
         if not n_items:
             return {}, 1.0, found
         df = Counter(term for _, _, counts in matches for term in counts)
-        ceiling = 0.0
-        for term in terms:
-            ceiling += bm25_idf(n_items, df.get(term, 0))
         weighted = query_weights(terms, df, n_items)
         average = bm25_average_length(total, n_items)
         scores = {
             seq: bm25_score(counts, length, weighted, average) for seq, length, counts in matches
         }
-        return scores, ceiling * (BM25_K1 + 1.0) or 1.0, found
+        return scores, keyword_scale(n_items), found

@@ -297,6 +297,8 @@ _COLUMN_TERMS: Final = 256
 """The most distinct query terms scored with a column each; more are scored from arrays."""
 _MARGIN: Final = 1.0 + 1e-9
 """How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
+_SPARE: Final = 64
+"""Rows past the ``k``-th a search reads, to catch the items that tie with it to rounding."""
 
 
 def _exact_top(
@@ -305,9 +307,9 @@ def _exact_top(
     """Return the ``k`` best ``(score, seq)`` of the rows SQL ranked, scored again as ``Memory.search`` sums them.
 
     SQL sums a row's shares by distinct term and computes the IDF with
-    ``ln(1 + x)``, equal to the in-RAM floats to rounding only, and returns
-    the rows whose SQL score is within :data:`_MARGIN` squared of the
-    ``k``-th (``_BAND``); they are scored again from their counts (``tfs``, in the order of ``names``)
+    ``ln(1 + x)``, equal to the in-RAM floats to rounding only; the rows
+    whose SQL score is within :data:`_MARGIN` squared of the ``k``-th are
+    scored again from their counts (``tfs``, in the order of ``names``)
     with the session's statistics (``dfs`` likewise).
     """
     if not rows:
@@ -727,7 +729,7 @@ class PostgresBackend(SQLRows, Backend):
             if not rows:
                 return
             after = tuple(rows[-1][:3])
-            rows = [row for row in rows if len(row[3]) % 4 == 0]
+            rows = [row for row in rows if len(row[3]) % 4 == 0 and "|" not in row[2]]
             if rows:
                 columns = list(zip(*rows, strict=True))
                 literals = [_vector_literal(bytes(blob)) for blob in columns[3]]
@@ -969,7 +971,10 @@ class PostgresBackend(SQLRows, Backend):
         if schema is None:
             cur = tx.execute(_PUT_VECTORS, params)
         else:
-            params["embeddings"] = [_vector_literal(row[2]) for row in rows]
+            # Rows of vectors cut into parts hold several vectors each ("|" in their
+            # fields, see fields_text): ranked with numpy, they keep no pgvector copy.
+            parted = "|" in fields
+            params["embeddings"] = [None if parted else _vector_literal(row[2]) for row in rows]
             cur = tx.execute(_PUT_EMBEDDED_VECTORS.format(schema=_quoted(schema)), params)
         return int(cur.rowcount)
 
@@ -1040,8 +1045,8 @@ class PostgresBackend(SQLRows, Backend):
             "k1p1": BM25_K1 + 1.0,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
-            "offset": k - 1,
-            "band": _MARGIN**2,
+            "k": k + _SPARE,
+            "cut": None,
         }
         if len(names) > _COLUMN_TERMS:
             # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
@@ -1053,6 +1058,9 @@ class PostgresBackend(SQLRows, Backend):
             sql = _score_sql(len(names))
         # One statement, so one snapshot: the counts, the IDFs and the scores agree.
         rows = self._query(sql, params)
+        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+            # Items tie with the k-th to rounding past the spare rows: take every one.
+            rows = self._query(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)
@@ -1194,8 +1202,8 @@ l AS (
         %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope,
         s.n, s.total, ARRAY[{dfs}]::float8[] AS dfs
     FROM s, d
-),
-r AS MATERIALIZED (
+)
+SELECT * FROM (
     SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged, m.n_terms,
         ARRAY[{held}]::float8[] AS tfs, l.n, l.total, l.dfs
     FROM m, l
@@ -1203,7 +1211,7 @@ r AS MATERIALIZED (
         SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
             AND o.terms @@ %(overflow)s::tsquery
     ) ELSE true END
-)
+) AS r
 {_BAND}
 """
 
@@ -1216,14 +1224,13 @@ _HOLDS_A_TERM: Final = " AND (NOT i.terms @@ %(overflow)s::tsquery OR i.tf ?| %(
 # BM25 as _score_sql computes it, for any number of query terms: the terms and their
 # repeats come as two arrays, each (row, term) held is one row of f, and a row's score
 # is the sum over its terms (in another order than the columns' sum: equal to rounding).
-# The rows of r that can be among the best k: a damaged row (first, to be named), and
-# every row scoring within the margin squared of the k-th (all rows if fewer than k),
-# so that _exact_top scores again exactly those that tie with the k-th to rounding.
-_BAND: Final = """SELECT * FROM r
-WHERE r.damaged OR r.score >= coalesce(
-    (SELECT score FROM r ORDER BY score DESC LIMIT 1 OFFSET %(offset)s), '-Infinity'::float8
-) / %(band)s
-ORDER BY r.damaged DESC, r.score DESC, r.seq"""
+# The best rows of r, a damaged row first (to be named): the best k plus spare rows
+# (cut NULL), or every row scoring at least the cut (k NULL), which the search asks
+# for when the spare rows tie with the k-th to rounding (_exact_top then scores
+# those again exactly).
+_BAND: Final = """WHERE r.damaged OR %(cut)s::float8 IS NULL OR r.score >= %(cut)s
+ORDER BY r.damaged DESC, r.score DESC, r.seq
+LIMIT %(k)s"""
 
 _SCORE_ARRAYS: Final = f"""
 WITH s AS (
@@ -1252,13 +1259,13 @@ scored AS (
         count(f.t) = 0 AS damaged
     FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
     GROUP BY m.seq
-),
-r AS MATERIALIZED (
+)
+SELECT * FROM (
     SELECT scored.seq, score, damaged, m.n_terms,
         ARRAY(SELECT (m.tf ->> q.t)::float8 FROM q ORDER BY q.i) AS tfs, s.n, s.total,
         ARRAY(SELECT d.d FROM q LEFT JOIN d USING (t) ORDER BY q.i) AS dfs
     FROM scored JOIN m USING (seq) CROSS JOIN s
-)
+) AS r
 {_BAND}
 """
 

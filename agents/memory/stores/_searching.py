@@ -13,8 +13,8 @@ from typing import Any
 from agents.memory._filter import Filter, Where
 from agents.memory._item import OnUnknownClass
 from agents.memory._text import check_k, checked_keys, checked_query
-from agents.memory._vectors import Embedder, SearchMode, checked_weight
-from agents.memory.exceptions import InvalidQueryError
+from agents.memory._vectors import Embedder, EmbedParts, SearchMode, checked_weight
+from agents.memory.exceptions import InvalidQueryError, StoreArgumentError
 from agents.memory.stores._engine import Engine
 from agents.memory.stores._keyword_search import KeywordSearch
 from agents.memory.stores._values import StoreHit, VectorModel
@@ -47,6 +47,7 @@ class SearchCalls:
         embedder: Embedder | None = None,
         hybrid_weight: float | None = None,
         where: Where | None = None,
+        parts: EmbedParts | None = None,
     ) -> list[StoreHit]:
         """Return the ``k`` items of a session that best match ``query``, best first: by BM25 unless ``mode`` says otherwise.
 
@@ -85,9 +86,15 @@ class SearchCalls:
                 decoded and tested until ``k`` pass; SQLite and PostgreSQL
                 first skip, in SQL, rows that cannot pass once few do (see
                 docs/search.md, "Filters").
+            parts: How items are cut into the texts that get embedded (see
+                :class:`~agents.memory.search.EmbedParts`; default
+                ``EmbedParts.WHOLE``, one vector per item). Vectors cut two
+                ways are stored apart; parts are scored with numpy, never by
+                sqlite-vec or pgvector.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``parts`` is not an ``EmbedParts``.
             InvalidQueryError: for an empty query or one without words, ``k`` outside 1 to 2**63 - 1,
                 keys that are not field names, an unknown mode, no embedder
                 in semantic and hybrid modes, or a filter that is not understood.
@@ -112,7 +119,16 @@ class SearchCalls:
             raise InvalidQueryError(msg)
         weight = checked_weight(hybrid_weight)
         return self._vectors.search(
-            sid, text, k, fields, mode, embedder, weight, on_unknown_class, keep
+            sid,
+            text,
+            k,
+            fields,
+            mode,
+            embedder,
+            weight,
+            on_unknown_class,
+            keep,
+            _checked_parts(parts),
         )
 
     def ranking(
@@ -167,6 +183,7 @@ class SearchCalls:
         keys: Iterable[str] | None = None,
         batch_size: int = 256,
         progress: Callable[[int, int], object] | None = None,
+        parts: EmbedParts | None = None,
     ) -> int:
         """Embed the items of a session that have no vector yet, store the vectors, and return how many items hold one.
 
@@ -187,14 +204,16 @@ class SearchCalls:
             batch_size: Texts per embedder call.
             progress: Called as ``progress(done, total)`` after each batch
                 (``total`` counts the items that had no vector).
+            parts: Cut items this way (see :meth:`search`); an item's parts
+                are stored together, in one vector row.
 
         Returns:
             How many items of the session hold a vector over ``keys``.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
-            StoreArgumentError: if ``batch_size`` < 1 or ``embedder`` has no
-                ``name`` and ``dimension``.
+            StoreArgumentError: if ``batch_size`` < 1, ``embedder`` has no
+                ``name`` and ``dimension``, or ``parts`` is not an ``EmbedParts``.
             InvalidQueryError: if keys are not field names.
             EmbedderMismatchError: if the session holds vectors of another
                 model; nothing is changed.
@@ -205,7 +224,9 @@ class SearchCalls:
         """
         sid = self._search_engine.check_write(session_id)
         fields = checked_keys(keys)
-        return self._vectors.index(sid, embedder, fields, batch_size, progress)
+        return self._vectors.index(
+            sid, embedder, fields, batch_size, progress, _checked_parts(parts)
+        )
 
     def read_vectors(
         self,
@@ -214,6 +235,7 @@ class SearchCalls:
         *,
         keys: Iterable[str] | None = None,
         seqs: Iterable[int] | None = None,
+        parts: EmbedParts | None = None,
     ) -> dict[int, Any]:
         """Return the stored unit vectors of a session's items (over ``keys``), by seq.
 
@@ -224,9 +246,11 @@ class SearchCalls:
             embedder: The model the vectors must come from.
             keys: The fields the vectors were embedded over.
             seqs: Only these items (default: every item).
+            parts: How the vectors were cut (see :meth:`search`).
 
         Returns:
-            ``{seq: float32 array of shape (dimension,)}`` in seq order.
+            ``{seq: float32 array of shape (dimension,)}`` in seq order; with
+            ``parts`` other than ``EmbedParts.WHOLE``, ``(n_parts, dimension)``.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -235,7 +259,7 @@ class SearchCalls:
             StoreError: if the store cannot be read.
         """
         sid = self._search_engine.check(session_id)
-        return self._vectors.read(sid, embedder, checked_keys(keys), seqs)
+        return self._vectors.read(sid, embedder, checked_keys(keys), seqs, _checked_parts(parts))
 
     def drop_vectors(self, session_id: str) -> int:
         """Delete every vector of a session and forget its model; return how many vector rows went.
@@ -249,3 +273,13 @@ class SearchCalls:
             StoreError: if the store cannot be written; nothing is deleted.
         """
         return self._vectors.drop(self._search_engine.check_write(session_id))
+
+
+def _checked_parts(parts: object) -> EmbedParts:
+    """Return ``parts`` (``None``: ``EmbedParts.WHOLE``), else raise :class:`StoreArgumentError`."""
+    if parts is None:
+        return EmbedParts.WHOLE
+    if isinstance(parts, EmbedParts):
+        return parts
+    msg = f"parts must be an EmbedParts (see agents.memory.search.EmbedParts), got {parts!r}."
+    raise StoreArgumentError(msg)

@@ -21,10 +21,10 @@ from agents.memory._vectors import (
     HYBRID_POOL,
     VECTOR_DTYPE,
     Embedder,
+    EmbedParts,
     best_cosines,
     blend,
     checked_vectors,
-    embed_text,
     fields_text,
     numpy,
 )
@@ -42,6 +42,12 @@ from agents.memory.stores._keyword_search import KeywordSearch
 from agents.memory.stores._values import StoreHit, VectorModel
 
 __all__ = ["VectorSearch", "check_embedder"]
+
+
+def _run_ends(keys: Sequence[int]) -> list[int]:
+    """Return the positions where a run of equal keys ends (each but the last run)."""
+    return [position for position in range(1, len(keys)) if keys[position] != keys[position - 1]]
+
 
 _TOKENIZER: Final = Tokenizer()
 
@@ -67,6 +73,7 @@ class VectorSearch:
         fields: tuple[str, ...] | None,
         batch_size: int,
         progress: Callable[[int, int], object] | None,
+        parts: EmbedParts,
     ) -> int:
         """Embed and store the missing vectors; return how many items hold one (``Store.index_embeddings``)."""
         if type(batch_size) is not int or batch_size < 1:
@@ -74,9 +81,9 @@ class VectorSearch:
             raise StoreArgumentError(msg)
         check_embedder(embedder)
         self._checked_model(sid, embedder)
-        self._embed_missing(sid, embedder, fields, batch_size, progress)
+        self._embed_missing(sid, embedder, fields, batch_size, progress, parts)
         with self._engine.errors("read the vectors of", sid):
-            return self._backend.vector_counts(sid, fields_text(fields))[1]
+            return self._backend.vector_counts(sid, fields_text(fields, parts))[1]
 
     def read(
         self,
@@ -84,12 +91,13 @@ class VectorSearch:
         embedder: Embedder,
         fields: tuple[str, ...] | None,
         seqs: Iterable[int] | None,
+        parts: EmbedParts,
     ) -> dict[int, Any]:
-        """Return the stored unit vectors by seq (``Store.read_vectors``)."""
+        """Return the stored unit vectors by seq (``Store.read_vectors``): a matrix of parts each, a vector with ``WHOLE``."""
         check_embedder(embedder)
         if self._checked_model(sid, embedder) is None:
             return {}
-        filed = fields_text(fields)
+        filed = fields_text(fields, parts)
         out: dict[int, Any] = {}
         errors = self._engine.errors
         if seqs is None:
@@ -104,7 +112,13 @@ class VectorSearch:
             if rows is None:
                 return out
             keys_of, matrix = self._decoded_vectors(sid, embedder, rows)
-            out.update(zip(keys_of, matrix, strict=True))
+            if parts == EmbedParts.WHOLE:
+                out.update(zip(keys_of, matrix, strict=True))
+                continue
+            start = 0
+            for end in [*_run_ends(keys_of), len(keys_of)] if keys_of else []:
+                out[keys_of[start]] = matrix[start:end]
+                start = end
 
     def drop(self, sid: str) -> int:
         """Delete a session's vectors and model in one transaction (``Store.drop_vectors``)."""
@@ -121,9 +135,10 @@ class VectorSearch:
         fields: tuple[str, ...] | None,
         batch_size: int,
         progress: Callable[[int, int], object] | None,
+        parts: EmbedParts,
     ) -> None:
         """Embed and store the items without a vector over ``fields`` (two counts when there are none)."""
-        filed = fields_text(fields)
+        filed = fields_text(fields, parts)
         with self._engine.errors("read the vectors of", sid):
             covered = self._backend.vector_count(sid, filed)
             count = self._backend.count(sid)
@@ -131,7 +146,7 @@ class VectorSearch:
             return
         total = count - covered
         source = f"session {sid!r} of {self._engine.url}"
-        pending: list[tuple[int, bytes, str]] = []
+        pending: list[tuple[int, bytes, list[str]]] = []
         done = 0
         pages = self._backend.unembedded_pages(sid, filed, max(batch_size, 256))
         while True:
@@ -140,7 +155,7 @@ class VectorSearch:
             if rows is not None:
                 pairs = decode_pairs(rows, source, "base")
                 pending += [
-                    (seq, data, embed_text(item_fields(item), fields))
+                    (seq, data, parts.texts(item_fields(item), fields))
                     for (seq, data), (_, item) in zip(rows, pairs, strict=True)
                 ]
             while pending and (len(pending) >= batch_size or rows is None):
@@ -164,6 +179,7 @@ class VectorSearch:
         weight: float,
         on_unknown_class: OnUnknownClass,
         keep: Filter | None = None,
+        parts: EmbedParts = EmbedParts.WHOLE,
     ) -> list[StoreHit]:
         """Rank a session by exact cosine over its stored vectors (semantic), or blended with BM25 (hybrid).
 
@@ -179,29 +195,29 @@ class VectorSearch:
         self._checked_model(sid, embedder)
         query = checked_vectors(embedder, [text])[0]
         if not self._engine.read_only:
-            self._embed_missing(sid, embedder, fields, 256, None)
+            self._embed_missing(sid, embedder, fields, 256, None, parts)
         found: dict[int, MemoryItem] = {}
         read = reader(self._engine, sid, on_unknown_class)
         if mode == "semantic" and keep is not None:
 
             def rank(limit: int) -> list[tuple[int, float]]:
-                cosines = self._best_cosines(sid, embedder, fields, query, limit, {})
+                cosines = self._best_cosines(sid, embedder, fields, query, limit, {}, parts)
                 return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
 
             narrow = narrower(self._engine, sid, keep)
             passing = widening(rank, k, keep, found, read, narrow=narrow)
             return [StoreHit(seq, item, score) for seq, score, item in passing]
         if mode == "semantic":
-            scores = self._best_cosines(sid, embedder, fields, query, k, {})
+            scores = self._best_cosines(sid, embedder, fields, query, k, {}, parts)
         else:
             terms = _TOKENIZER(text)
             keyword: dict[int, float] = {}
-            ceiling = 1.0
+            scale = 1.0
             if terms:
-                keyword, ceiling, found = self._keyword.hybrid(sid, terms, fields, on_unknown_class)
+                keyword, scale, found = self._keyword.hybrid(sid, terms, fields, on_unknown_class)
             pool = max(10 * k, HYBRID_POOL)
-            cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword)
-            scores = blend(keyword, ceiling, cosines, weight)
+            cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword, parts)
+            scores = blend(keyword, scale, cosines, weight)
             if keep is not None:
                 ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
                 passing = first_passing(ranked, k, keep, found, read)
@@ -220,22 +236,27 @@ class VectorSearch:
         query: Any,
         limit: int,
         among: Iterable[int],
+        parts: EmbedParts,
     ) -> dict[int, float]:
-        """Return the cosines of the best ``limit`` items (with ties) and of ``among``, by seq.
+        """Return the best cosine of a part of the best ``limit`` items (with ties) and of ``among``, by seq.
 
         The backend computes them where it can (:meth:`Backend.nearest`); else the
         vectors are read a page at a time and scored with numpy. A read-only
         handle also embeds, without storing, the items that have no vector
         yet, so its ranking is the same as a writer's; it then scores every
         item with numpy, so that the items embedded now and those stored
-        are compared by one computation (a tie is a tie in both).
+        are compared by one computation (a tie is a tie in both). The
+        backend computes one cosine per stored row, so vectors cut into
+        parts (several vectors a row) are always scored with numpy.
         """
-        filed = fields_text(fields)
+        filed = fields_text(fields, parts)
         wanted = list(among)
         with self._engine.errors("search", sid):
-            rows = self._backend.nearest(
-                sid, filed, query.astype(VECTOR_DTYPE).tobytes(), limit, wanted
-            )
+            rows = None
+            if parts == EmbedParts.WHOLE:
+                rows = self._backend.nearest(
+                    sid, filed, query.astype(VECTOR_DTYPE).tobytes(), limit, wanted
+                )
             if rows is not None and self._engine.read_only:
                 rows = (
                     rows
@@ -245,7 +266,7 @@ class VectorSearch:
         if rows is None:
             pages = itertools.chain(
                 self._stored_cosine_pages(sid, embedder, filed),
-                self._unembedded_cosine_pages(sid, embedder, fields),
+                self._unembedded_cosine_pages(sid, embedder, fields, parts),
             )
             return best_cosines(pages, query, limit, wanted)
         scored: dict[int, float] = {}
@@ -268,12 +289,12 @@ class VectorSearch:
             yield self._decoded_vectors(sid, embedder, rows)
 
     def _unembedded_cosine_pages(
-        self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None
+        self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None, parts: EmbedParts
     ) -> Iterator[tuple[list[int], Any]]:
-        """Yield ``(seqs, unit vectors)`` of the items without a vector, embedded now (read-only handles only)."""
+        """Yield ``(seqs, unit vectors)`` of the parts of items without vectors, embedded now (read-only handles only)."""
         if not self._engine.read_only:
             return
-        filed = fields_text(fields)
+        filed = fields_text(fields, parts)
         source = f"session {sid!r} of {self._engine.url}"
         unembedded = self._backend.unembedded_pages(sid, filed, 1024)
         while True:
@@ -282,17 +303,22 @@ class VectorSearch:
             if rows is None:
                 return
             texts = [
-                (seq, embed_text(item_fields(item), fields))
+                (seq, text)
                 for seq, item in decode_pairs(rows, source, "base")
+                for text in parts.texts(item_fields(item), fields)
             ]
-            texts = [(seq, text) for seq, text in texts if text.strip()]
             if texts:
                 yield [seq for seq, _ in texts], checked_vectors(embedder, [t for _, t in texts])
 
     def _decoded_vectors(
         self, sid: str, embedder: Embedder, rows: Sequence[tuple[int, bytes]]
     ) -> tuple[list[int], Any]:
-        """Return the seqs and the matrix of the non-empty vector rows; a row of the wrong length is damage."""
+        """Return the seq of each stored vector and their matrix; a row of no whole number of vectors is damage.
+
+        A row holds an item's vectors one after the other: one with
+        ``EmbedParts.WHOLE``, one per part otherwise (none for an item
+        without text), so its seq is repeated once per vector.
+        """
         np = numpy()
         size = 4 * embedder.dimension
         vectors = [vector for _, vector in rows]
@@ -303,13 +329,13 @@ class VectorSearch:
         seqs: list[int] = []
         blobs: list[bytes] = []
         for seq, vector in rows:
-            if len(vector) == size:
-                seqs.append(seq)
-                blobs.append(bytes(vector))
-            elif len(vector):
+            if len(vector) % size:
                 raise self._damaged_vector(sid, seq, len(vector), embedder)
+            if len(vector):
+                seqs.extend([seq] * (len(vector) // size))
+                blobs.append(bytes(vector))
         matrix = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE).reshape(
-            len(blobs), embedder.dimension
+            len(seqs), embedder.dimension
         )
         return seqs, matrix.astype(np.float32, copy=False)
 
@@ -320,21 +346,28 @@ class VectorSearch:
         msg = (
             f"The vector of item {seq} of session {sid!r} of {self._engine.url} holds "
             f"{length} bytes; expected {4 * embedder.dimension} ({embedder.dimension} float32 of "
-            f"model {embedder.name!r}). The store is damaged: drop the session's vectors with "
+            f"model {embedder.name!r}), or a multiple of it for vectors cut into parts. "
+            f"The store is damaged: drop the session's vectors with "
             f"drop_vectors({sid!r}) and index them again."
         )
         return CorruptStoreError(msg)
 
     def _store_vectors(
-        self, sid: str, embedder: Embedder, filed: str, chunk: Sequence[tuple[int, bytes, str]]
+        self,
+        sid: str,
+        embedder: Embedder,
+        filed: str,
+        chunk: Sequence[tuple[int, bytes, list[str]]],
     ) -> None:
-        """Embed one batch and write its vectors in one transaction (nothing if the embedder fails)."""
+        """Embed one batch and write its vectors (an item's parts in one row) in one transaction (nothing if the embedder fails)."""
         blobs = [b""] * len(chunk)
-        texted = [position for position, (_, _, text) in enumerate(chunk) if text.strip()]
-        if texted:
-            unit = checked_vectors(embedder, [chunk[position][2] for position in texted])
-            for position, vector in zip(texted, unit, strict=True):
-                blobs[position] = vector.astype(VECTOR_DTYPE).tobytes()
+        texts = [text for _, _, item_texts in chunk for text in item_texts]
+        if texts:
+            unit = checked_vectors(embedder, texts).astype(VECTOR_DTYPE)
+            row = 0
+            for position, (_, _, item_texts) in enumerate(chunk):
+                blobs[position] = unit[row : row + len(item_texts)].tobytes()
+                row += len(item_texts)
         rows = [(seq, data, blob) for (seq, data, _), blob in zip(chunk, blobs, strict=True)]
         with self._engine.errors("write the vectors of", sid), self._backend.transaction(sid) as tx:
             if self._backend.lock_session(tx, sid) is None:

@@ -869,6 +869,36 @@ class StoreContract:
                 ranked = store.ranking("s", query, k, where=where)
                 assert ranked == [(h.seq, h.score) for h in got]
 
+    def test_search_with_a_rare_filter_is_memory_search(self, store: Store) -> None:
+        """Filters that few of 1,200 items pass (where a backend may narrow the rows first) keep Memory.search's hits."""
+        items = [
+            MemoryItem(
+                step=i,
+                note=f"the dialog {'report ' * (i % 3)}",
+                cost=i % 400,
+                kind="ab"[i % 2],
+                **({"tag": None} if i % 150 == 0 else {}),
+            )
+            for i in range(1200)
+        ]
+        store.append("s", items)
+        memory = Memory()
+        memory.add_memory_items(store.read("s"))
+        wheres: list[dict[str, Any]] = [
+            {"cost": 399},
+            {"cost": {"$gt": 396}, "kind": "a"},
+            {"cost": -1},
+            {"$or": [{"cost": 7}, {"tag": None}]},
+            {"cost": {"$in": [3, 5]}, "tag": {"$ne": None}},
+        ]
+        for where in wheres:
+            for k in (1, 5):
+                got = store.search("s", "report dialog", k, where=where)
+                want = memory.search("report dialog", k, where=where)
+                assert [h.item["step"] for h in got] == [h.item["step"] for h in want], where
+                ranked = store.ranking("s", "report dialog", k, where=where)
+                assert ranked == [(h.seq, h.score) for h in got]
+
     @pytest.mark.parametrize("k", [1, 3, 10])
     def test_search_of_common_words_across_sessions_is_memory_search(
         self, store: Store, k: int
@@ -1495,6 +1525,61 @@ class StoreContract:
             expected = ram.recall("the pdf", 2, mode="semantic", embedder=EMBEDDER)
             assert [item.to_dict() for item in recalled] == [item.to_dict() for item in expected]
             assert embedder.texts == 3  # the three queries
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_parts_rank_as_memory_search_with_the_same_parts(self, store: Store) -> None:
+        """Vectors cut into parts rank as Memory.search with those parts; whole-item vectors stay apart and unchanged."""
+        from agents.memory.search import EmbedParts, search_index
+
+        parts = EmbedParts(chunk_words=3, overlap=1)
+        embedder = CountingEmbedder()
+        items = vector_session()
+        store.append("s", items)
+        assert store.index_embeddings("s", embedder) == 7
+        whole = store.read_vectors("s", embedder)
+        assert store.index_embeddings("s", embedder, parts=parts) == 7
+        ram = Memory(items)
+        search_index(ram, parts=parts)
+        for mode in VECTOR_MODES:
+            for query in VECTOR_QUERIES:
+                got = store.search("s", query, 4, mode=mode, embedder=embedder, parts=parts)
+                want = ram.search(query, 4, mode=mode, embedder=CountingEmbedder())
+                assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
+                assert [hit.score for hit in got] == pytest.approx(
+                    [hit.score for hit in want], rel=1e-5, abs=1e-6
+                )
+        stored = store.read_vectors("s", embedder, parts=parts)
+        first = stored[min(stored)]
+        assert first.shape == (len(parts.texts(items[0].to_dict(), None)), embedder.dimension)
+        again = store.read_vectors("s", embedder)
+        assert all((again[seq] == whole[seq]).all() for seq in whole)
+        with pytest.raises(StoreArgumentError, match="parts must be an EmbedParts"):
+            store.search("s", "save", mode="semantic", embedder=embedder, parts="words")  # type: ignore[arg-type]  # a wrong type on purpose
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_stored_memory_with_parts_reads_the_stored_parts(self, make_store: MakeStore) -> None:
+        """A reopened StoredMemory whose index cuts items into parts reads them from the store, embedding only its queries."""
+        from agents.memory.search import EmbedParts, search_index
+        from agents.memory.stores._backed import StoredMemory
+
+        parts = EmbedParts(chunk_words=4)
+        embedder = CountingEmbedder()
+        with make_store() as store:
+            StoredMemory(store, "s").add_memory_items(vector_session())
+            store.index_embeddings("s", embedder, parts=parts)
+        embedder.texts = 0
+        with make_store() as store:
+            memory = StoredMemory(store, "s")
+            search_index(memory, parts=parts)
+            ram = Memory(vector_session())
+            search_index(ram, parts=parts)
+            for mode in VECTOR_MODES:
+                got = memory.search("export the pdf", 3, mode=mode, embedder=embedder)
+                want = ram.search("export the pdf", 3, mode=mode, embedder=EMBEDDER)
+                assert [(h.item.to_dict(), h.score) for h in got] == [
+                    (h.item.to_dict(), h.score) for h in want
+                ]
+            assert embedder.texts == 2  # the two queries
 
 
 VECTOR_TEXTS = [
