@@ -275,23 +275,16 @@ class LogBackend(Backend):
             raise StoreError(msg) from exc
         marker = os.path.join(self.directory, _MARKER)
         if not os.path.lexists(marker):
-            # Only what another process opening this new store at the same time leaves.
-            others = sorted(
-                name
-                for name in os.listdir(self.directory)
-                if name != _LOCK and not name.startswith(".kvmemory-")
-            )
-            if others:
-                msg = (
-                    f"Directory {self.directory!r} is not a kvmemory JSONL store: it holds other "
-                    f"files ({', '.join(others[:5])}) and no {_MARKER}; it was left unchanged. "
-                    "Point the URL at a store or at a new or empty directory."
-                )
-                raise CorruptStoreError(msg)
+            # Refused before a lock file is left in someone else's directory.
+            self._refuse_foreign_files()
         self._lock_fd = self._open_lock(os.O_RDWR | os.O_CREAT)
         try:
             with self._locked(exclusive=True):
-                found = self._read_marker() if os.path.lexists(marker) else 0
+                if os.path.lexists(marker):
+                    found = self._read_marker()
+                else:
+                    self._refuse_foreign_files()
+                    found = 0
                 if found < SCHEMA_VERSION:
                     reached = migrate(
                         MIGRATIONS, found, self, store=f"JSONL store {self.directory!r}"
@@ -302,6 +295,23 @@ class LogBackend(Backend):
         except BaseException:
             os.close(self._lock_fd)
             raise
+
+    def _refuse_foreign_files(self) -> None:
+        """Raise unless the directory, which has no marker, holds only kvmemory's own files."""
+        others = sorted(
+            name
+            for name in os.listdir(self.directory)
+            if name != _LOCK and not name.startswith(".kvmemory-")
+        )
+        # Listed before the marker is looked for: a store being created by another
+        # process gets its marker before any other file, so files it wrote show with it.
+        if others and not os.path.lexists(os.path.join(self.directory, _MARKER)):
+            msg = (
+                f"Directory {self.directory!r} is not a kvmemory JSONL store: it holds other "
+                f"files ({', '.join(others[:5])}) and no {_MARKER}; it was left unchanged. "
+                "Point the URL at a store or at a new or empty directory."
+            )
+            raise CorruptStoreError(msg)
 
     def _open_lock(self, flags: int) -> int:
         path = os.path.join(self.directory, _LOCK)
