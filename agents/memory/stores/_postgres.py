@@ -560,7 +560,7 @@ class PostgresBackend(SQLRows, Backend):
         self.url = redact_url(conninfo)
         self.read_only = read_only
         self.driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
-        self._empty = False
+        self._no_tables = False
         self._indexed = True
         # The schema of the pgvector extension once kvmemory_vectors has its embedding
         # column (every write then fills it); search uses it when _pgvector is set.
@@ -577,7 +577,7 @@ class PostgresBackend(SQLRows, Backend):
             raise StoreUnreachableError(msg) from exc
         with first, self._opening():
             self._setup(first)
-            if not self._empty:
+            if not self.no_tables:
                 self._vector_schema = self._embedding_column(first, create=pgvector)
             self._pgvector = pgvector and self._vector_schema is not None
         self._pool = drivers.pool(
@@ -621,7 +621,7 @@ class PostgresBackend(SQLRows, Backend):
             with con.transaction():
                 con.execute("SET TRANSACTION READ ONLY")
                 if con.execute("SELECT to_regclass('kvmemory_schema')").fetchone()[0] is None:
-                    self._empty = True
+                    self._no_tables = True
                     return
                 version = check_schema_version(self._version(con), SCHEMA_VERSION, store=store)
             if version == _SEARCHED_BY_SCAN:
@@ -630,7 +630,7 @@ class PostgresBackend(SQLRows, Backend):
             if version < SCHEMA_VERSION:
                 msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
                 raise SchemaVersionError(msg)
-            self._empty = version == 0
+            self._no_tables = version == 0
             return
         with con.transaction():
             con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -772,14 +772,20 @@ class PostgresBackend(SQLRows, Backend):
 
     # -- reading ---------------------------------------------------------------------
 
-    def _query(self, sql: str, params: Any = ()) -> list[Any]:
+    @property
+    def no_tables(self) -> bool:
+        """Whether the database held no kvmemory tables when this handle opened (read as empty)."""
+        return self._no_tables
+
+    def query_rows(self, sql: str, params: Any = ()) -> list[Any]:
+        """Run one read statement on a pooled connection and return its rows."""
         with self._pool.connection() as con:
             return list(con.execute(sql, params).fetchall())
 
     def read_session(self, session_id: str) -> SessionRow | None:
-        if self._empty:
+        if self.no_tables:
             return None
-        rows = self._query(
+        rows = self.query_rows(
             "SELECT step_key, created, metadata FROM kvmemory_sessions"
             " WHERE session_id = %s AND NOT deleted",
             (session_id,),
@@ -789,27 +795,27 @@ class PostgresBackend(SQLRows, Backend):
     def read_rows(
         self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
-        if self._empty:
+        if self.no_tables:
             return []
         sql, params = rows_query(_SELECT_ROWS, session_id, steps=steps, after=after)
-        rows = self._query(sql, params)
+        rows = self.query_rows(sql, params)
         return [(int(seq), bytes(data)) for seq, data in rows]
 
     def read_last(
         self, session_id: str, n: int, *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
-        if self._empty:
+        if self.no_tables:
             return []
         sql, params = rows_query(_SELECT_ROWS, session_id, steps=steps, last=n)
-        rows = self._query(sql, params)
+        rows = self.query_rows(sql, params)
         return [(int(seq), bytes(data)) for seq, data in reversed(rows)]
 
     def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
+        if self.no_tables:
             return
         # One short query per page: no connection is held between pages.
         first = "SELECT seq, data FROM kvmemory_items WHERE session_id = %s ORDER BY seq LIMIT %s"
-        rows = self._query(first, (session_id, size))
+        rows = self.query_rows(first, (session_id, size))
         later = (
             "SELECT seq, data FROM kvmemory_items WHERE session_id = %s AND seq > %s"
             " ORDER BY seq LIMIT %s"
@@ -817,36 +823,36 @@ class PostgresBackend(SQLRows, Backend):
         while rows:
             page = [(int(seq), bytes(data)) for seq, data in rows]
             yield page
-            rows = self._query(later, (session_id, page[-1][0], size))
+            rows = self.query_rows(later, (session_id, page[-1][0], size))
 
     def read_keys(
         self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
-        if self._empty:
+        if self.no_tables:
             return []
         sql, params = rows_query(_PROJECT, session_id, steps=steps)
-        rows = self._query(sql, {**params, "keys": list(keys)})
+        rows = self.query_rows(sql, {**params, "keys": list(keys)})
         return [(int(seq), bytes(data)) for seq, data in rows]
 
     def count(self, session_id: str) -> int:
-        if self._empty:
+        if self.no_tables:
             return 0
         if self._indexed:
             # The session's row keeps its item count (the keyword index's statistics,
             # kept by the same statements as the rows): no scan of the items.
-            rows = self._query(
+            rows = self.query_rows(
                 "SELECT n_items FROM kvmemory_sessions WHERE session_id = %s", (session_id,)
             )
             return int(rows[0][0]) if rows else 0
-        rows = self._query(
+        rows = self.query_rows(
             "SELECT count(*) FROM kvmemory_items WHERE session_id = %s", (session_id,)
         )
         return int(rows[0][0])
 
     def sessions(self) -> list[str]:
-        if self._empty:
+        if self.no_tables:
             return []
-        rows = self._query(
+        rows = self.query_rows(
             "SELECT session_id FROM kvmemory_sessions WHERE NOT deleted"
             ' ORDER BY session_id COLLATE "C"'
         )
@@ -952,7 +958,8 @@ class PostgresBackend(SQLRows, Backend):
 
     # -- vectors ---------------------------------------------------------------------
 
-    def _vector_query(self, sql: str, params: Any) -> list[Any]:
+    def query_vectors(self, sql: str, params: Any) -> list[Any]:
+        """Run one statement that reads vectors and return its rows."""
         # Binary results: a bytea arrives as its bytes, not as hex text twice its size.
         with self._pool.connection() as con:
             return list(con.execute(sql, params, binary=True).fetchall())
@@ -989,9 +996,9 @@ class PostgresBackend(SQLRows, Backend):
         A damaged row, if any, comes first.
         """
         schema = self._vector_schema
-        if not self._pgvector or schema is None or self._empty:
+        if not self._pgvector or schema is None or self.no_tables:
             return None
-        if self._query(_UNRANKED, (session_id, fields)):
+        if self.query_rows(_UNRANKED, (session_id, fields)):
             return None
         name = _quoted(schema)
         params: dict[str, Any] = {
@@ -1001,17 +1008,17 @@ class PostgresBackend(SQLRows, Backend):
             "size": len(query),
             "limit": limit + 1,  # one more: are there ties past the limit?
         }
-        ranked: list[tuple[int, float | None, int]] = self._query(
+        ranked: list[tuple[int, float | None, int]] = self.query_rows(
             _NEAREST.format(schema=name), params
         )
         if ranked and ranked[0][1] is None:
             return ranked[:1]  # damage: reported by the base
         if len(ranked) > limit and ranked[limit][1] == ranked[limit - 1][1]:
             params["cut"] = ranked[limit - 1][1]
-            ranked = self._query(_COSINE_AT_LEAST.format(schema=name), params)
+            ranked = self.query_rows(_COSINE_AT_LEAST.format(schema=name), params)
         params["among"] = list(set(among) - {seq for seq, _, _ in ranked})
         if params["among"]:
-            ranked += self._query(_COSINES_OF.format(schema=name), params)
+            ranked += self.query_rows(_COSINES_OF.format(schema=name), params)
         return ranked
 
     def close(self) -> None:
@@ -1030,7 +1037,7 @@ class PostgresBackend(SQLRows, Backend):
         """Score the session by BM25 in one statement over the ``tsvector`` index (``None``: older tables read-only)."""
         if not self._indexed:
             return None
-        if self._empty:
+        if self.no_tables:
             return []
         sid = session_id
         weights = Counter(terms)
@@ -1057,10 +1064,10 @@ class PostgresBackend(SQLRows, Backend):
             params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
             sql = _score_sql(len(names))
         # One statement, so one snapshot: the counts, the IDFs and the scores agree.
-        rows = self._query(sql, params)
+        rows = self.query_rows(sql, params)
         if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
             # Items tie with the k-th to rounding past the spare rows: take every one.
-            rows = self._query(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
+            rows = self.query_rows(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self._index_damaged("search", f" session {sid!r} of", reason)

@@ -120,29 +120,36 @@ def _pairs(rows: Sequence[Any]) -> list[tuple[int, bytes]]:
 class SQLRows:
     """The row and vector operations of :class:`~agents.memory.stores.Backend`, in SQL both engines speak.
 
-    A backend mixes this in before ``Backend`` and provides :attr:`dialect`,
-    ``_empty`` (no table yet: read as empty) and :meth:`_query`.
+    A backend mixes this in before ``Backend`` and provides three public
+    members these operations are written over: :attr:`dialect`,
+    :attr:`no_tables` (true while the database has no kvmemory tables yet, so
+    every read is empty) and :meth:`query_rows` (one read statement on the
+    backend's own connection).
     """
 
     dialect: ClassVar[Dialect]
     driver_errors: tuple[type[BaseException], ...]
-    _empty: bool
 
-    def _query(self, sql: str, params: Any = ()) -> list[Any]:
+    @property
+    def no_tables(self) -> bool:
+        """Whether the database has no kvmemory tables yet: every read is empty."""
+        raise NotImplementedError
+
+    def query_rows(self, sql: str, params: Any = ()) -> list[Any]:
         """Run one read statement and return its rows (the store's own connection handling)."""
         raise NotImplementedError
 
-    def _vector_query(self, sql: str, params: Any) -> list[Any]:
+    def query_vectors(self, sql: str, params: Any) -> list[Any]:
         """Run a statement that reads vectors (PostgreSQL reads them in binary)."""
-        return self._query(sql, params)
+        return self.query_rows(sql, params)
 
     # -- reading ---------------------------------------------------------------------------
 
     def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
-        if self._empty:
+        if self.no_tables:
             return []
         d = self.dialect
-        return _pairs(self._query(d.spell(_ROWS_OF_SEQS), (session_id, d.bind_list(seqs))))
+        return _pairs(self.query_rows(d.spell(_ROWS_OF_SEQS), (session_id, d.bind_list(seqs))))
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
         """Return the seqs of the session's rows that may pass a filter, judged in SQL over the stored JSON.
@@ -153,13 +160,13 @@ class SQLRows:
         JSON (an SQLite without JSON functions, a damaged row: decoding
         then reports it).
         """
-        if self._empty:
+        if self.no_tables:
             return set()
         query = candidates_query(tree, session_id, postgres=self.dialect is POSTGRES)
         if query is None:
             return None
         try:
-            return {int(seq) for (seq,) in self._query(*query)}
+            return {int(seq) for (seq,) in self.query_rows(*query)}
         except self.driver_errors as exc:
             if "json" not in str(exc).lower():
                 raise
@@ -168,53 +175,53 @@ class SQLRows:
             return None
 
     def vector_model(self, session_id: str) -> tuple[str, int] | None:
-        if self._empty:
+        if self.no_tables:
             return None
-        rows = self._query(self.dialect.spell(_VECTOR_MODEL), (session_id,))
+        rows = self.query_rows(self.dialect.spell(_VECTOR_MODEL), (session_id,))
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
 
     def vector_count(self, session_id: str, fields: str) -> int:
-        if self._empty:
+        if self.no_tables:
             return 0
-        rows = self._query(self.dialect.spell(_VECTOR_COUNT), (session_id, fields))
+        rows = self.query_rows(self.dialect.spell(_VECTOR_COUNT), (session_id, fields))
         return int(rows[0][0])
 
     def vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
-        if self._empty:
+        if self.no_tables:
             return 0, 0
-        rows = self._query(self.dialect.spell(_VECTOR_COUNTS), (session_id, fields))
+        rows = self.query_rows(self.dialect.spell(_VECTOR_COUNTS), (session_id, fields))
         return int(rows[0][0]), int(rows[0][1])
 
     def vector_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
+        if self.no_tables:
             return
         sql = self.dialect.spell(_VECTOR_PAGE)
-        rows = _pairs(self._vector_query(sql, (session_id, fields, -1, size)))
+        rows = _pairs(self.query_vectors(sql, (session_id, fields, -1, size)))
         while rows:
             yield rows
-            rows = _pairs(self._vector_query(sql, (session_id, fields, rows[-1][0], size)))
+            rows = _pairs(self.query_vectors(sql, (session_id, fields, rows[-1][0], size)))
 
     def vectors_of(
         self, session_id: str, fields: str, seqs: Sequence[int]
     ) -> list[tuple[int, bytes]]:
-        if self._empty:
+        if self.no_tables:
             return []
         d = self.dialect
         params = (session_id, fields, d.bind_list(seqs))
-        return _pairs(self._vector_query(d.spell(_VECTORS_OF_SEQS), params))
+        return _pairs(self.query_vectors(d.spell(_VECTORS_OF_SEQS), params))
 
     def unembedded_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
+        if self.no_tables:
             return
         sql = self.dialect.spell(_UNEMBEDDED_PAGE)
-        rows = _pairs(self._query(sql, (session_id, -1, fields, size)))
+        rows = _pairs(self.query_rows(sql, (session_id, -1, fields, size)))
         while rows:
             yield rows
-            rows = _pairs(self._query(sql, (session_id, rows[-1][0], fields, size)))
+            rows = _pairs(self.query_rows(sql, (session_id, rows[-1][0], fields, size)))
 
     # -- writing, inside a transaction (``tx`` is the driver's connection) -------------------
 

@@ -393,7 +393,7 @@ class SQLiteBackend(SQLRows, Backend):
             raise InvalidArgumentError(msg)
         self.synchronous: Synchronous = synchronous
         self._lock = threading.RLock()
-        self._empty = False
+        self._no_tables = False
         self._indexed = True
         self._folds = True  # whether the file may hold rows not yet in the FTS table (layout 6)
         self._check_whole_pages()  # an existing file, before SQLite opens it
@@ -457,15 +457,11 @@ class SQLiteBackend(SQLRows, Backend):
         return self._con
 
     @property
-    def _empty(self) -> bool:
+    def no_tables(self) -> bool:
         """Whether the file holds no tables yet (read as empty), after following writers (see :meth:`_follow_writers`)."""
         with self._lock:
             self._follow_writers()
             return self._no_tables
-
-    @_empty.setter
-    def _empty(self, value: bool) -> None:
-        self._no_tables = value
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -551,7 +547,7 @@ class SQLiteBackend(SQLRows, Backend):
         readable = (0, _SEARCHED_BY_SCAN, _READS_AS_CURRENT, _INDEXED_EAGERLY)
         if version == SCHEMA_VERSION or (self.read_only and version in readable):
             # A file of the layout before the keyword index reads the same, searched by scanning.
-            self._empty = version == 0
+            self._no_tables = version == 0
             self._indexed = version >= _READS_AS_CURRENT
             self._folds = version == 0 or version > _INDEXED_EAGERLY
             if not self.read_only:
@@ -698,7 +694,8 @@ class SQLiteBackend(SQLRows, Backend):
                     con.execute("ROLLBACK")
                 raise
 
-    def _query(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+    def query_rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        """Run one read statement on this handle's connection and return its rows."""
         with self._lock:
             self._follow_writers()
             return self._con.execute(sql, params).fetchall()
@@ -706,15 +703,15 @@ class SQLiteBackend(SQLRows, Backend):
     # -- reading ---------------------------------------------------------------------
 
     def read_session(self, session_id: str) -> SessionRow | None:
-        if self._empty:
+        if self.no_tables:
             return None
-        rows = self._query(_SELECT_SESSION, (session_id,))
+        rows = self.query_rows(_SELECT_SESSION, (session_id,))
         return rows[0] if rows else None
 
     def read_rows(
         self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
     ) -> list[tuple[int, bytes]]:
-        if self._empty:
+        if self.no_tables:
             return []
         sql = "SELECT seq, data FROM " + _rows_of(steps) + " WHERE session_id = ?"
         params: list[object] = [session_id]
@@ -724,44 +721,44 @@ class SQLiteBackend(SQLRows, Backend):
         if steps is not None:
             sql += " AND step IN (SELECT value FROM json_each(?))"
             params.append(_json_list(steps))
-        return self._query(sql + " ORDER BY seq", params)
+        return self.query_rows(sql + " ORDER BY seq", params)
 
     def read_last(
         self, session_id: str, n: int, *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
-        if self._empty:
+        if self.no_tables:
             return []
         sql = "SELECT seq, data FROM " + _rows_of(steps) + " WHERE session_id = ?"
         params: list[object] = [session_id]
         if steps is not None:
             sql += " AND step IN (SELECT value FROM json_each(?))"
             params.append(_json_list(steps))
-        rows = self._query(sql + " ORDER BY seq DESC LIMIT ?", [*params, n])
+        rows = self.query_rows(sql + " ORDER BY seq DESC LIMIT ?", [*params, n])
         rows.reverse()
         return rows
 
     def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
-        if self._empty:
+        if self.no_tables:
             return
         first = "SELECT seq, data FROM kvmemory_items WHERE session_id = ? ORDER BY seq LIMIT ?"
-        rows = self._query(first, (session_id, size))
+        rows = self.query_rows(first, (session_id, size))
         later = "SELECT seq, data FROM kvmemory_items WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
         while rows:
             yield rows
-            rows = self._query(later, (session_id, rows[-1][0], size))
+            rows = self.query_rows(later, (session_id, rows[-1][0], size))
 
     def count(self, session_id: str) -> int:
-        if self._empty:
+        if self.no_tables:
             return 0
-        rows = self._query(
+        rows = self.query_rows(
             "SELECT count(*) FROM kvmemory_items WHERE session_id = ?", (session_id,)
         )
         return int(rows[0][0])
 
     def sessions(self) -> list[str]:
-        if self._empty:
+        if self.no_tables:
             return []
-        rows = self._query("SELECT session_id FROM kvmemory_sessions ORDER BY session_id")
+        rows = self.query_rows("SELECT session_id FROM kvmemory_sessions ORDER BY session_id")
         return [str(row[0]) for row in rows]
 
     # -- writing ---------------------------------------------------------------------
@@ -860,7 +857,7 @@ class SQLiteBackend(SQLRows, Backend):
     ) -> list[tuple[int, float | None, int]] | None:
         if not self._vec:
             return None
-        if self._empty:
+        if self.no_tables:
             return []
         params: dict[str, object] = {
             "sid": session_id,
@@ -958,7 +955,7 @@ class SQLiteBackend(SQLRows, Backend):
         """Score the session by BM25 from the FTS5 index (``None``: an older file read-only, scanned by the store)."""
         if not self._indexed:
             return None
-        if self._empty:
+        if self.no_tables:
             return []
         sid = session_id
         try:
