@@ -871,10 +871,12 @@ def test_semantic_ranks_an_item_by_its_best_part(fact_at: int) -> None:
     """A fact buried in a long page is found by its window's vector, wherever it lies; the score is that window's cosine."""
     memory = long_steps(fact_at)
     query = "invoice paid Lisbon"
+    search_index(memory, parts=EmbedParts.WHOLE)
     whole = search(memory, query, 1, mode="semantic", embedder=EMBEDDER)
     assert whole[0].item["step"] == 30  # averaged over 200 words, the fact is lost
-    search_index(memory, parts=EmbedParts())
-    (hit,) = search(memory, query, 1, mode="semantic", embedder=EMBEDDER)
+    fresh = long_steps(fact_at)  # parts are the default: nothing to ask for
+    (hit,) = search(fresh, query, 1, mode="semantic", embedder=EMBEDDER)
+    assert search_index(fresh).parts == EmbedParts()
     assert hit.item["step"] == 17
     texts = EmbedParts().texts(hit.item.to_dict(), None)
     vectors = EMBEDDER(texts)
@@ -889,6 +891,7 @@ def test_changing_the_parts_embeds_the_items_again() -> None:
     """Setting other parts forgets the vectors cut the old way; the next embedding cuts items the new way."""
     memory = long_steps(50)
     embedder = CountingHashing()
+    search_index(memory, parts=EmbedParts.WHOLE)
     assert memory.index_embeddings(embedder) == 31
     assert embedder.texts == 31
     index = search_index(memory, parts=EmbedParts(chunk_words=50))
@@ -962,7 +965,7 @@ def test_stored_memory_with_parts_ranks_as_memory() -> None:
 
 @pytest.mark.parametrize("name", ["vectors-v5.db", "vectors-jsonl"])
 def test_whole_item_vectors_of_an_older_store_stay_readable(name: str, tmp_path: Any) -> None:
-    """A store embedded before parts keeps its whole-item vectors (not embedded again); parts are added beside them."""
+    """A store embedded whole (the old default) gets parts embedded and stored beside its whole-item vectors, which parts=WHOLE still reads."""
     import shutil
     from pathlib import Path
 
@@ -975,23 +978,42 @@ def test_whole_item_vectors_of_an_older_store_stay_readable(name: str, tmp_path:
         shutil.copy(source, target)
         url = f"sqlite:///{target}"
     embedder = CountingHashing()
+    query = "invoice paid Lisbon"
     with open_store(url) as store:
         items = store.read("run")
         assert store.vector_model("run") is not None
-        whole = store.search("run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder)
+        whole = store.search(
+            "run", query, 3, mode="semantic", embedder=embedder, parts=EmbedParts.WHOLE
+        )
         assert embedder.texts == 1  # the query: the stored vectors were read, not made again
         ram = Memory(items)
-        want = search(ram, "invoice paid Lisbon", 3, mode="semantic", embedder=EMBEDDER)
+        search_index(ram, parts=EmbedParts.WHOLE)
+        want = search(ram, query, 3, mode="semantic", embedder=EMBEDDER)
         assert [(h.item.to_dict(), round(h.score, 5)) for h in whole] == [
             (h.item.to_dict(), round(h.score, 5)) for h in want
         ]
         assert whole[0].item["step"] == 6
-        parted = store.search(
-            "run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder, parts=EmbedParts()
-        )
-        assert parted[0].item["step"] == 3
-        assert embedder.texts > 2  # the items' parts were embedded and stored
+        assert store.read_vectors("run", embedder) == {}  # no parts stored yet
+    # A read-only handle embeds the parts for each query, storing nothing, and ranks as a writer.
+    with open_store(url, read_only=True) as reader:
+        looked = reader.search("run", query, 3, mode="semantic", embedder=embedder)
+        assert reader.read_vectors("run", embedder) == {}
+    assert looked[0].item["step"] == 3
+    with open_store(url) as store:
         before = embedder.texts
-        again = store.search("run", "invoice paid Lisbon", 3, mode="semantic", embedder=embedder)
-        assert [h.seq for h in again] == [h.seq for h in whole]
-        assert embedder.texts == before + 1
+        parted = store.search("run", query, 3, mode="semantic", embedder=embedder)
+        assert embedder.texts > before + 1  # the items' parts were embedded and stored
+        assert [(h.seq, h.score) for h in parted] == [(h.seq, h.score) for h in looked]
+        default = search(Memory(items), query, 3, mode="semantic", embedder=EMBEDDER)
+        assert [(h.item.to_dict(), round(h.score, 5)) for h in parted] == [
+            (h.item.to_dict(), round(h.score, 5)) for h in default
+        ]
+        before = embedder.texts
+        again = store.search("run", query, 3, mode="semantic", embedder=embedder)
+        assert [h.seq for h in again] == [h.seq for h in parted]
+        assert embedder.texts == before + 1  # parts are stored now: only the query
+        kept = store.search(
+            "run", query, 3, mode="semantic", embedder=embedder, parts=EmbedParts.WHOLE
+        )
+        assert [h.seq for h in kept] == [h.seq for h in whole]
+        assert embedder.texts == before + 2

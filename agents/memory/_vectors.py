@@ -10,6 +10,7 @@ use (the ``semantic`` or ``numpy`` extra).
 
 from __future__ import annotations
 
+import heapq
 import importlib
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,6 +30,7 @@ from agents.memory.exceptions import (
 __all__ = [
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
+    "SEMANTIC_REFERENCE",
     "VECTOR_DTYPE",
     "EmbedParts",
     "Embedder",
@@ -44,13 +46,14 @@ __all__ = [
     "keyword_share",
     "numpy",
     "progress_bar",
+    "semantic_discount",
     "top_rows",
 ]
 
 SearchMode = Literal["keyword", "semantic", "hybrid"]
 """How a search ranks: BM25 over words, cosine over embeddings, or a blend of both."""
 
-HYBRID_KEYWORD_WEIGHT = 0.5
+HYBRID_KEYWORD_WEIGHT = 0.6
 """The share of the keyword score in a hybrid score (the rest is the semantic one).
 
 Both are on an absolute 0..1 scale. BM25 is scaled against the corpus,
@@ -58,15 +61,17 @@ not the query (:func:`keyword_share`: ``x**3 / (1 + x**3)``, ``x`` being
 BM25 over :func:`keyword_scale`, twice the IDF of a word only one item
 holds), so words of the query that no item holds change nothing and a
 match on common words alone stays near 0. The cosine is taken as it is
-(below 0 as 0). In ``benchmarks/bench_search.py --sections hybrid`` this
-blend at 0.5 came within 0.02 of the better of keyword and semantic search
-on lexical and paraphrased queries, statements and questions, short and
-long steps, facts in a field or at the start, middle or end of a page,
-with vectors of whole items and of parts; dividing BM25 by the query's own
-ceiling or by the best hit, min-max scaling the cosines, reciprocal rank
-fusion, or a linear BM25 share each fell 0.04 or more behind on one of them
+(below 0 as 0) and discounted by how crowded the top of the query's
+cosine ranking is (:func:`semantic_discount`). In ``benchmarks/bench_search.py
+--sections hybrid`` this blend came within 0.02 of the better of keyword
+and semantic search on lexical and paraphrased queries, statements and
+questions, short and long steps, facts in a field or at the start, middle
+or end of a page, with vectors of parts (the default) and of whole items
 (see docs/search.md).
 """
+
+SEMANTIC_REFERENCE = 100
+"""The rank whose cosine is a hybrid query's background (:func:`semantic_discount`)."""
 
 HYBRID_POOL = 100
 """Hybrid mode blends the keyword hits with this many best semantic ones (at least ``10 * k``)."""
@@ -362,29 +367,56 @@ def keyword_share(bm25: float, scale: float) -> float:
     return cube / (1.0 + cube)
 
 
+def semantic_discount(semantic: Mapping[int, float]) -> float:
+    """Return the factor a hybrid blend weighs the cosines by: ``(1 - c) ** 2``, ``c`` the query's background cosine.
+
+    ``c`` is the cosine of the :data:`SEMANTIC_REFERENCE`-th best item (of the
+    worst one in a smaller memory), at least 0: how close the crowd comes.
+    Where a hundred items come close to the query (an item ranked by its
+    best of many parts, or long items all alike), a high cosine says little
+    about this item in particular and the keyword side keeps its say; where
+    few do, a high cosine stands out and counts nearly in full.
+
+    ``semantic`` holds the best cosines of the query (and may hold others,
+    lower ones): both the in-RAM index and the stores pass at least the best
+    ``HYBRID_POOL`` (>= :data:`SEMANTIC_REFERENCE`), so they find the same ``c``.
+    """
+    if not semantic:
+        return 1.0
+    values = semantic.values()
+    if len(semantic) > SEMANTIC_REFERENCE:
+        background = heapq.nlargest(SEMANTIC_REFERENCE, values)[-1]
+    else:
+        background = min(values)
+    room = 1.0 - min(max(background, 0.0), 1.0)
+    return room * room
+
+
 def blend(
     keyword: dict[int, float], scale: float, semantic: dict[int, float], w: float
 ) -> dict[int, float]:
     """Mix BM25 and cosine over the keyword hits and the best semantic ones.
 
-    Each candidate scores ``w * keyword_share(bm25, scale) + (1 - w) * max(cos, 0)``:
-    both parts on an absolute 0..1 scale, not one stretched over the
-    candidates, so a side whose best candidate is a poor match (words only
-    common ones match, or every cosine alike) adds little and cannot
-    outvote the other. A keyword hit without a cosine (no text embedded
-    over the searched fields) counts cosine 0.
+    Each candidate scores ``w * keyword_share(bm25, scale) + (1 - w) * d * max(cos, 0)``,
+    ``d`` being the query's :func:`semantic_discount`: both parts on an
+    absolute scale, not one stretched over the candidates, so a side whose
+    best candidate is a poor match (words only common ones match, or every
+    cosine alike) adds little and cannot outvote the other. A keyword hit
+    without a cosine (no text embedded over the searched fields) counts
+    cosine 0.
 
     Args:
         keyword: BM25 scores by key.
         scale: The corpus's :func:`keyword_scale` (the BM25 that maps to 0.5).
-        semantic: Cosines by key (the best ones, and those of the keyword hits).
+        semantic: Cosines by key (the best ones, at least the best
+            ``HYBRID_POOL``, and those of the keyword hits).
         w: The keyword share, 0 to 1.
 
     Returns:
         The blended score (0..1) of every candidate, by key.
     """
     out = {}
-    rest = 1.0 - w
+    rest = (1.0 - w) * semantic_discount(semantic)
     for key in dict.fromkeys([*keyword, *semantic]):
         out[key] = w * keyword_share(keyword.get(key, 0.0), scale) + rest * max(
             semantic.get(key, 0.0), 0.0

@@ -257,15 +257,16 @@ class SearchIndex:
     Args:
         tokenizer: How text is split into terms.
         parts: How items are cut into the texts that get embedded (default
-            ``EmbedParts.WHOLE``, one text per item, as the stores embed
-            items; ``EmbedParts()`` embeds fields and windows of long ones).
+            ``EmbedParts()``: each field, long ones in windows of 8 words, an
+            item ranked by its best part, as the stores cut them;
+            ``EmbedParts.WHOLE`` embeds each item as one text).
     """
 
     def __init__(
         self, tokenizer: Tokenizer | None = None, *, parts: EmbedParts | None = None
     ) -> None:
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
-        self._parts = parts if parts is not None else EmbedParts.WHOLE
+        self._parts = parts if parts is not None else EmbedParts()
         self.embedder: Embedder | None = None
         self._lock = threading.RLock()
         self._memory: weakref.ref[Memory] | None = None

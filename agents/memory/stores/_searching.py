@@ -22,6 +22,8 @@ from agents.memory.stores._vector_search import VectorSearch
 
 __all__ = ["SearchCalls"]
 
+_DEFAULT_PARTS = EmbedParts()
+
 
 class SearchCalls:
     """A store's search calls (a base of :class:`~agents.memory.stores.Store`).
@@ -88,9 +90,14 @@ class SearchCalls:
                 docs/search.md, "Filters").
             parts: How items are cut into the texts that get embedded (see
                 :class:`~agents.memory.search.EmbedParts`; default
-                ``EmbedParts.WHOLE``, one vector per item). Vectors cut two
-                ways are stored apart; parts are scored with numpy, never by
-                sqlite-vec or pgvector.
+                ``EmbedParts()``, a vector per field and per window of 8
+                words of a long one, as ``Memory.search`` cuts them). Vectors
+                cut two ways are stored apart: a session embedded whole (the
+                default before parts) gets its parts embedded and stored
+                beside its whole-item vectors by the first call that needs
+                them, and ``parts=EmbedParts.WHOLE`` still searches those.
+                Parts are scored with numpy; sqlite-vec and pgvector rank
+                ``EmbedParts.WHOLE`` vectors only.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -249,8 +256,8 @@ class SearchCalls:
             parts: How the vectors were cut (see :meth:`search`).
 
         Returns:
-            ``{seq: float32 array of shape (dimension,)}`` in seq order; with
-            ``parts`` other than ``EmbedParts.WHOLE``, ``(n_parts, dimension)``.
+            ``{seq: float32 array of shape (n_parts, dimension)}`` in seq
+            order; with ``parts=EmbedParts.WHOLE``, of shape ``(dimension,)``.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -276,9 +283,9 @@ class SearchCalls:
 
 
 def _checked_parts(parts: object) -> EmbedParts:
-    """Return ``parts`` (``None``: ``EmbedParts.WHOLE``), else raise :class:`StoreArgumentError`."""
+    """Return ``parts`` (``None``: the default ``EmbedParts()``), else raise :class:`StoreArgumentError`."""
     if parts is None:
-        return EmbedParts.WHOLE
+        return _DEFAULT_PARTS
     if isinstance(parts, EmbedParts):
         return parts
     msg = f"parts must be an EmbedParts (see agents.memory.search.EmbedParts), got {parts!r}."

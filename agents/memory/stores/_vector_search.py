@@ -179,7 +179,7 @@ class VectorSearch:
         weight: float,
         on_unknown_class: OnUnknownClass,
         keep: Filter | None = None,
-        parts: EmbedParts = EmbedParts.WHOLE,
+        parts: EmbedParts | None = None,
     ) -> list[StoreHit]:
         """Rank a session by exact cosine over its stored vectors (semantic), or blended with BM25 (hybrid).
 
@@ -188,6 +188,8 @@ class VectorSearch:
         rankings until ``k`` pass; in hybrid mode the blended candidates are
         walked best first.
         """
+        if parts is None:
+            parts = EmbedParts()
         if embedder is None:
             msg = f"search(mode={mode!r}) of a store needs embedder=...: the model the session's vectors come from (for example HashingEmbedder() or WordLlamaEmbedder())."
             raise InvalidQueryError(msg)
