@@ -265,7 +265,8 @@ def test_damaged_vector_record_is_named_by_store_session_and_seq(tmp_path: Path)
         seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
         store.index_embeddings("s", embedder)
     with (directory / "s.jsonl").open("ab") as log:
-        log.write(b'{"vec":[%d,"*","AAAAAA=="]}\n' % seqs[1])
+        # filed as the default parts are: every field, windows of 8 words
+        log.write(b'{"vec":[%d,"*|8/0","AAAAAA=="]}\n' % seqs[1])
     message = f"item {seqs[1]} of session 's' of jsonl:///{directory} holds 4 bytes; expected 128"
     with JSONLStore(directory) as store, pytest.raises(CorruptStoreError, match=message):
         store.search("s", "a", mode="semantic", embedder=embedder)

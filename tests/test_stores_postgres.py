@@ -19,7 +19,7 @@ from agents.memory.exceptions import (
     StoreError,
     StoreUnreachableError,
 )
-from agents.memory.search import HashingEmbedder
+from agents.memory.search import EmbedParts, HashingEmbedder
 from agents.memory.stores import PostgresStore, open_store
 from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
 
@@ -388,6 +388,9 @@ PGVECTOR_TEXTS = [
     "export the report",  # the same text twice: tied cosines keep session order
     "export the report",
 ]
+# pgvector computes one cosine per vector row, so it ranks vectors of whole items only;
+# the tests of that path ask for them (parts, the default, are scored with numpy).
+WHOLE = EmbedParts.WHOLE
 PGVECTOR_QUERIES = ["export the report", "email", "spreadsheet costs", "zebra crossing"]
 
 
@@ -396,7 +399,9 @@ def semantic_hits(store: PostgresStore, **options: object) -> list[tuple[str, st
 
     Items of the same text are told apart by nothing but rounding (numpy
     and pgvector sum products in different orders), so hits name texts.
+    Vectors of whole items unless ``options`` say otherwise.
     """
+    options = {"parts": WHOLE, **options}
     out = []
     for mode in ("semantic", "hybrid"):
         for query in PGVECTOR_QUERIES:
@@ -447,13 +452,13 @@ def test_pgvector_ranks_as_numpy_over_the_same_vectors(pgvector_url: str) -> Non
         assert store.uses_pgvector
         assert not plain.uses_pgvector
         seqs = store.append("s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)])
-        store.index_embeddings("s", PG_EMBEDDER)
+        store.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
         assert_same_hits(semantic_hits(store), semantic_hits(plain))
         assert_same_hits(semantic_hits(store, keys=["note"]), semantic_hits(plain, keys=["note"]))
         tied = [
             hit.seq
             for hit in store.search(
-                "s", "export the report", 2, mode="semantic", embedder=PG_EMBEDDER
+                "s", "export the report", 2, mode="semantic", embedder=PG_EMBEDDER, parts=WHOLE
             )
         ]
         assert tied == seqs[7:9]
@@ -461,7 +466,7 @@ def test_pgvector_ranks_as_numpy_over_the_same_vectors(pgvector_url: str) -> Non
         with store.batch("s") as batch:
             batch.update({seqs[0]: MemoryItem(step=0, note="email the spreadsheet")})
             batch.delete([seqs[1]])
-        store.index_embeddings("s", PG_EMBEDDER)
+        store.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
         assert_same_hits(semantic_hits(store), semantic_hits(plain))
     assert unranked_rows(pgvector_url) == 0  # every vector a pgvector handle writes is ranked there
 
@@ -475,7 +480,7 @@ def test_pgvector_arriving_later_fills_stored_vectors_and_ranks_rows_of_older_ha
         seqs = before.append(
             "s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)]
         )
-        before.index_embeddings("s", PG_EMBEDDER)
+        before.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
         with psycopg.connect(pgvector_url, autocommit=True) as con:
             assert con.execute(
                 "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
@@ -488,7 +493,7 @@ def test_pgvector_arriving_later_fills_stored_vectors_and_ranks_rows_of_older_ha
             before.append("s", [MemoryItem(step=20, note="export the pdf report by email")])
             with before.batch("s") as batch:
                 batch.update({seqs[2]: MemoryItem(step=2, note="report costs by email")})
-            before.index_embeddings("s", PG_EMBEDDER)
+            before.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
             assert unranked_rows(pgvector_url) == 2
             assert_same_hits(semantic_hits(store), semantic_hits(before))
             with PostgresStore(pgvector_url, read_only=True) as reader:
@@ -501,12 +506,12 @@ def test_read_only_pgvector_handle_embeds_what_has_no_vector_yet(pgvector_url: s
     """A read-only handle ranks stored vectors in the server and embeds, for the query only, items without one."""
     with PostgresStore(pgvector_url) as store:
         store.append("s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)])
-        store.index_embeddings("s", PG_EMBEDDER)
+        store.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
         store.append("s", [MemoryItem(step=30, note="export the report again")])
         with PostgresStore(pgvector_url, read_only=True) as reader:
             assert reader.uses_pgvector
             got = semantic_hits(reader)
-        store.index_embeddings("s", PG_EMBEDDER)
+        store.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
         assert_same_hits(got, semantic_hits(store))
 
 
@@ -516,17 +521,17 @@ def test_damaged_pgvector_copy_is_named_and_changes_nothing(pgvector_url: str) -
     with PostgresStore(pgvector_url) as store:
         assert store.uses_pgvector
         seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
-        store.index_embeddings("s", PG_EMBEDDER)
+        store.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
         with psycopg.connect(pgvector_url, autocommit=True) as con:
             con.execute(
                 "UPDATE kvmemory_vectors SET embedding = '[1,0]' WHERE seq = %s", (seqs[1],)
             )
-        before = store.read_vectors("s", PG_EMBEDDER)
+        before = store.read_vectors("s", PG_EMBEDDER, parts=WHOLE)
         message = r"session 's' of .* the store is damaged .*drop_vectors"
         for mode in ("semantic", "hybrid"):
             with pytest.raises(CorruptStoreError, match=message):
-                store.search("s", "a", mode=mode, embedder=PG_EMBEDDER)  # type: ignore[arg-type]
-        after = store.read_vectors("s", PG_EMBEDDER)
+                store.search("s", "a", mode=mode, embedder=PG_EMBEDDER, parts=WHOLE)  # type: ignore[arg-type]
+        after = store.read_vectors("s", PG_EMBEDDER, parts=WHOLE)
         assert after.keys() == before.keys()
         assert all((after[seq] == before[seq]).all() for seq in before)
 
@@ -544,7 +549,7 @@ def test_login_that_may_not_create_pgvector_ranks_with_numpy(pgvector_url: str) 
         with PostgresStore(url) as store:
             assert not store.uses_pgvector
             store.append("s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)])
-            store.index_embeddings("s", PG_EMBEDDER)
+            store.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
             got = semantic_hits(store)
         with psycopg.connect(pgvector_url, autocommit=True) as con:
             assert con.execute(
@@ -565,8 +570,11 @@ def test_pgvector_url_option(pgvector_url: str) -> None:
     with open_store(pgvector_url + "&pgvector=off") as store:
         assert not store.uses_pgvector  # type: ignore[attr-defined]  # a PostgresStore
         store.append("s", [MemoryItem(step=1, note="export the report")])
-        store.index_embeddings("s", PG_EMBEDDER)
-        assert [h.seq for h in store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER)]
+        store.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
+        assert [
+            h.seq
+            for h in store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER, parts=WHOLE)
+        ]
     with psycopg.connect(pgvector_url, autocommit=True) as con:
         assert con.execute(
             "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
@@ -585,7 +593,7 @@ def test_damaged_vector_met_when_pgvector_arrives_is_named_on_search(pgvector_ur
         seqs = before.append(
             "s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)]
         )
-        before.index_embeddings("s", PG_EMBEDDER)
+        before.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
     with psycopg.connect(pgvector_url, autocommit=True) as con:
         con.execute(
             "UPDATE kvmemory_vectors SET vector = '\\x000000'::bytea WHERE seq = %s", (seqs[2],)
@@ -595,7 +603,7 @@ def test_damaged_vector_met_when_pgvector_arrives_is_named_on_search(pgvector_ur
         assert unranked_rows(pgvector_url) == 1
         message = f"item {seqs[2]} of session 's' of .* holds 3 bytes"
         with pytest.raises(CorruptStoreError, match=message):
-            store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER)
+            store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER, parts=WHOLE)
 
 
 @pytest.mark.postgres

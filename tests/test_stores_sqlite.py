@@ -30,7 +30,7 @@ from agents.memory.exceptions import (
     StoreError,
     StoreNotFoundError,
 )
-from agents.memory.search import Embedder, HashingEmbedder
+from agents.memory.search import Embedder, EmbedParts, HashingEmbedder
 from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_memory, open_store
 from agents.memory.stores._sqlite import SCHEMA_VERSION
 from agents.memory.stores.testing import (
@@ -499,6 +499,9 @@ WORDS = (
 )
 REPEATED = "save the report in the folder"
 SESSIONS = {"a": (1, 300), "b": (2, 120), "c": (3, 9)}
+# sqlite-vec computes one cosine per vector row, so it ranks vectors of whole items only;
+# the tests of that path ask for them (parts, the default, are scored with numpy).
+WHOLE = EmbedParts.WHOLE
 QUERIES = ("save the report", "email the invoice", "print the chart table", "zebra", REPEATED)
 
 
@@ -555,7 +558,7 @@ def write_sessions(path: Path, embedder: Embedder) -> None:
     with SQLiteStore(path) as store:
         for sid, (seed, n) in SESSIONS.items():
             store.append(sid, generated_items(seed, n))
-            store.index_embeddings(sid, embedder)
+            store.index_embeddings(sid, embedder, parts=WHOLE)
 
 
 def assert_same_hits(got: list[StoreHit], want: list[StoreHit]) -> None:
@@ -576,8 +579,11 @@ def searches(path: Path, embedder: Embedder) -> Iterator[tuple[list[StoreHit], l
             for mode in VECTOR_MODES:
                 for query in QUERIES:
                     for k in (1, 5, 40):
-                        got = vec.search(sid, query, k, mode=mode, embedder=embedder)
-                        yield got, exact.search(sid, query, k, mode=mode, embedder=embedder)
+                        got = vec.search(sid, query, k, mode=mode, embedder=embedder, parts=WHOLE)
+                        yield (
+                            got,
+                            exact.search(sid, query, k, mode=mode, embedder=embedder, parts=WHOLE),
+                        )
 
 
 @pytest.mark.usefixtures("sqlite_vec")
@@ -589,10 +595,29 @@ def test_sqlite_vec_ranks_as_exact_numpy_search(tmp_path: Path) -> None:
     for got, want in searches(path, embedder):
         assert_same_hits(got, want)
     with SQLiteStore(path, sqlite_vec=True) as store:
-        hits = store.search("a", REPEATED, 40, mode="semantic", embedder=embedder)
+        hits = store.search("a", REPEATED, 40, mode="semantic", embedder=embedder, parts=WHOLE)
     assert [hit.item["thought"] for hit in hits[:20]] == [REPEATED] * 20
     assert [hit.seq for hit in hits[:20]] == sorted(hit.seq for hit in hits[:20])
     assert len({hit.score for hit in hits[:20]}) == 1
+
+
+@pytest.mark.usefixtures("sqlite_vec")
+def test_parts_on_a_store_with_sqlite_vec_rank_as_without_it(tmp_path: Path) -> None:
+    """Parts (the default) are scored with numpy on a store that loads the extension: the same hits as without it."""
+    path = tmp_path / "runs.db"
+    embedder = GaussianEmbedder()
+    with SQLiteStore(path) as store:
+        store.append("a", generated_items(1, 120))
+    with (
+        SQLiteStore(path, sqlite_vec=True) as vec,
+        SQLiteStore(path, sqlite_vec=False) as exact,
+    ):
+        assert vec.uses_sqlite_vec
+        for mode in VECTOR_MODES:
+            for query in QUERIES:
+                got = vec.search("a", query, 5, mode=mode, embedder=embedder)
+                assert_same_hits(got, exact.search("a", query, 5, mode=mode, embedder=embedder))
+        assert vec.read_vectors("a", embedder, parts=WHOLE) == {}  # only parts were embedded
 
 
 @pytest.mark.usefixtures("sqlite_vec")
@@ -627,12 +652,14 @@ def test_sqlite_vec_follows_updates_and_deletes(tmp_path: Path) -> None:
             )
             batch.delete(seqs[1::9])
         store.delete_steps("b", [0, 1, 2, 3])
-        store.index_embeddings("a", embedder)
+        store.index_embeddings("a", embedder, parts=WHOLE)
     for got, want in searches(path, embedder):
         assert_same_hits(got, want)
     changed = set(seqs[::7]) - set(seqs[1::9])
     with SQLiteStore(path, sqlite_vec=True) as store:
-        hits = store.search("a", "email the invoice", 300, mode="semantic", embedder=embedder)
+        hits = store.search(
+            "a", "email the invoice", 300, mode="semantic", embedder=embedder, parts=WHOLE
+        )
     assert {hit.seq for hit in hits if hit.score > 0.999} == changed
     assert not {hit.seq for hit in hits} & set(seqs[1::9])
 
@@ -645,15 +672,20 @@ def test_sqlite_vec_search_reads_no_vector_into_python(
     embedder = GaussianEmbedder()
     with SQLiteStore(tmp_path / "runs.db", sqlite_vec=True) as store:
         store.append("a", generated_items(1, 50))
-        store.index_embeddings("a", embedder)
-        want = store.search("a", "save the report", 5, mode="hybrid", embedder=embedder)
+        store.index_embeddings("a", embedder, parts=WHOLE)
+        want = store.search(
+            "a", "save the report", 5, mode="hybrid", embedder=embedder, parts=WHOLE
+        )
 
         def refuse(*args: object) -> None:
             raise AssertionError("vectors were read into Python")
 
-        monkeypatch.setattr(store, "_vector_pages", refuse)
-        assert store.search("a", "save the report", 5, mode="hybrid", embedder=embedder) == want
-        assert store.search("a", "report", 5, mode="semantic", embedder=embedder)
+        monkeypatch.setattr(store.backend, "vector_pages", refuse)
+        assert (
+            store.search("a", "save the report", 5, mode="hybrid", embedder=embedder, parts=WHOLE)
+            == want
+        )
+        assert store.search("a", "report", 5, mode="semantic", embedder=embedder, parts=WHOLE)
 
 
 @pytest.mark.usefixtures("sqlite_vec")
@@ -667,23 +699,25 @@ def test_a_store_is_read_alike_with_and_without_sqlite_vec(
     with SQLiteStore(path, sqlite_vec=writer_uses_it) as store:
         assert store.uses_sqlite_vec is writer_uses_it
         store.append("a", generated_items(1, 60))
-        store.search("a", "save the report", 5, mode="semantic", embedder=embedder)
-        written = store.read_vectors("a", embedder)
+        store.search("a", "save the report", 5, mode="semantic", embedder=embedder, parts=WHOLE)
+        written = store.read_vectors("a", embedder, parts=WHOLE)
     embedder.texts = 0
     with SQLiteStore(path, sqlite_vec=not writer_uses_it) as store:
         assert store.uses_sqlite_vec is not writer_uses_it
-        again = store.read_vectors("a", embedder)
+        again = store.read_vectors("a", embedder, parts=WHOLE)
         assert again.keys() == written.keys()
         assert all((again[seq] == vector).all() for seq, vector in written.items())
-        store.search("a", "save the report", 5, mode="semantic", embedder=embedder)
+        store.search("a", "save the report", 5, mode="semantic", embedder=embedder, parts=WHOLE)
         store.append("a", [MemoryItem(step=99, thought="print the chart")])
-        store.index_embeddings("a", embedder)
+        store.index_embeddings("a", embedder, parts=WHOLE)
     assert embedder.texts == 2  # the query and the one new item
     with SQLiteStore(path, sqlite_vec=True) as vec, SQLiteStore(path, sqlite_vec=False) as exact:
         for mode in VECTOR_MODES:
-            got = vec.search("a", "print the chart", 10, mode=mode, embedder=embedder)
+            got = vec.search("a", "print the chart", 10, mode=mode, embedder=embedder, parts=WHOLE)
             assert got[0].item["step"] == 99
-            want = exact.search("a", "print the chart", 10, mode=mode, embedder=embedder)
+            want = exact.search(
+                "a", "print the chart", 10, mode=mode, embedder=embedder, parts=WHOLE
+            )
             assert [hit.seq for hit in got[:1]] == [hit.seq for hit in want[:1]]
 
 
@@ -696,7 +730,7 @@ def test_read_only_handle_with_sqlite_vec_ranks_as_numpy_with_items_not_yet_embe
     embedder = GaussianEmbedder()
     with SQLiteStore(path) as store:
         store.append("a", generated_items(1, 150))
-        embedded = store.index_embeddings("a", embedder)
+        embedded = store.index_embeddings("a", embedder, parts=WHOLE)
         store.append("a", generated_items(4, 150))  # stored without vectors
     with (
         SQLiteStore(path, read_only=True, sqlite_vec=True) as vec,
@@ -705,9 +739,13 @@ def test_read_only_handle_with_sqlite_vec_ranks_as_numpy_with_items_not_yet_embe
         for mode in VECTOR_MODES:
             for query in QUERIES:
                 for k in (1, 5, 40):
-                    got = vec.search("a", query, k, mode=mode, embedder=embedder)
-                    assert_same_hits(got, exact.search("a", query, k, mode=mode, embedder=embedder))
-        assert len(vec.read_vectors("a", embedder)) == embedded  # the searches stored nothing
+                    got = vec.search("a", query, k, mode=mode, embedder=embedder, parts=WHOLE)
+                    assert_same_hits(
+                        got, exact.search("a", query, k, mode=mode, embedder=embedder, parts=WHOLE)
+                    )
+        assert (
+            len(vec.read_vectors("a", embedder, parts=WHOLE)) == embedded
+        )  # the searches stored nothing
 
 
 @pytest.mark.usefixtures("sqlite_vec")
@@ -717,7 +755,7 @@ def test_damaged_vector_row_is_named_with_sqlite_vec(tmp_path: Path) -> None:
     embedder = HashingEmbedder(32)
     with SQLiteStore(path) as store:
         seqs = store.append("s", [MemoryItem(step=1, note="a"), MemoryItem(step=2, note="b")])
-        store.index_embeddings("s", embedder)
+        store.index_embeddings("s", embedder, parts=WHOLE)
     con = sqlite3.connect(path)
     con.execute("UPDATE kvmemory_vectors SET vector = x'0000803f' WHERE seq = ?", (seqs[0],))
     con.commit()
@@ -726,7 +764,7 @@ def test_damaged_vector_row_is_named_with_sqlite_vec(tmp_path: Path) -> None:
     with SQLiteStore(path, sqlite_vec=True) as store:
         for mode in VECTOR_MODES:
             with pytest.raises(CorruptStoreError, match=message):
-                store.search("s", "b", 1, mode=mode, embedder=embedder)
+                store.search("s", "b", 1, mode=mode, embedder=embedder, parts=WHOLE)
 
 
 @pytest.mark.usefixtures("sqlite_vec")

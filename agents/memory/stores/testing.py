@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import pytest
 
 from agents.memory import Memory, MemoryItem, SerializationError, StoreError, field
-from agents.memory._vectors import SearchMode
+from agents.memory._vectors import EmbedParts, SearchMode
 from agents.memory.exceptions import (
     EmbedderMismatchError,
     EmbeddingError,
@@ -1294,11 +1294,13 @@ class StoreContract:
         count = store.index_embeddings(
             "s", embedder, batch_size=3, progress=lambda d, t: done.append((d, t))
         )
+        # Each item's parts (EmbedParts(), the default: each field, windows of 8 words) once.
+        parts = sum(len(EmbedParts().texts(item.to_dict(), None)) for item in vector_session())
         assert count == len(VECTOR_TEXTS)
-        assert embedder.texts == len(VECTOR_TEXTS)
+        assert embedder.texts == parts > len(VECTOR_TEXTS)
         assert done == [(3, 8), (6, 8), (8, 8)]  # items read, the one without text included
         assert store.index_embeddings("s", embedder) == len(VECTOR_TEXTS)
-        assert embedder.texts == len(VECTOR_TEXTS)
+        assert embedder.texts == parts
         model = store.vector_model("s")
         assert model is not None
         assert (model.name, model.dimension) == (embedder.name, embedder.dimension)
@@ -1459,7 +1461,9 @@ class StoreContract:
         assert model.dimension == 32
 
     @pytest.mark.usefixtures("numpy_installed")
-    @pytest.mark.parametrize(("kind", "match"), [("shape", r"shape \(7, 3\)"), ("nan", "NaN")])
+    @pytest.mark.parametrize(
+        ("kind", "match"), [("shape", r"shape \(13, 3\) for 13 texts"), ("nan", "NaN")]
+    )
     def test_bad_embedder_output_stores_nothing(self, store: Store, kind: str, match: str) -> None:
         """An embedder returning the wrong shape or NaN raises EmbeddingError; no vector or model is stored."""
         store.append("s", vector_session())
