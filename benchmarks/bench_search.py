@@ -15,7 +15,9 @@ quality
     such as "where"). Prints recall@5 and MRR@10 per engine, query kind and
     corpus, the median over the seeds (with recall's range), and recall@5
     by fact position. Engines: kvmemory ``Memory.search`` in keyword,
-    semantic (wordllama, the offline default) and hybrid mode (defaults);
+    semantic (wordllama, the offline default) and hybrid mode (defaults:
+    items embedded in parts, ``EmbedParts()``), and semantic and hybrid over
+    vectors of whole items (``EmbedParts.WHOLE``, rows marked "(whole)");
     rank_bm25 (``BM25Okapi``), bm25s (``method="lucene"``), tantivy and
     SQLite FTS5 ``bm25()`` queried directly. Every peer is given the terms
     kvmemory's ``Tokenizer`` makes of the step's strings and of the query
@@ -298,8 +300,8 @@ ENGINES = (
     "kvmemory keyword",
     "kvmemory semantic",
     "kvmemory hybrid",
-    "kvmemory semantic (parts)",
-    "kvmemory hybrid (parts)",
+    "kvmemory semantic (whole)",
+    "kvmemory hybrid (whole)",
     "rank_bm25",
     "bm25s",
     "tantivy",
@@ -321,12 +323,12 @@ def quality_run(
     took = time.perf_counter()
     memory.index_embeddings(WordLlamaEmbedder())
     embedded = time.perf_counter() - took
-    # The same steps embedded in parts (EmbedParts(): each field, long ones in windows).
-    parted = memory_of(rows)
-    search_index(parted, parts=EmbedParts())
+    # The same steps embedded whole (EmbedParts.WHOLE: one vector a step, the default before parts).
+    whole = memory_of(rows)
+    search_index(whole, parts=EmbedParts.WHOLE)
     took = time.perf_counter()
-    parted.index_embeddings(WordLlamaEmbedder())
-    embedded_parts = time.perf_counter() - took
+    whole.index_embeddings(WordLlamaEmbedder())
+    embedded_whole = time.perf_counter() - took
     peers: list[Fts5 | Tantivy | Bm25s | RankBm25] = []
     built = {}
     for make in (RankBm25, Bm25s, Tantivy, Fts5):
@@ -340,8 +342,8 @@ def quality_run(
     print(
         f"  seed {seed}: {len(rows)} steps, {sum(map(len, docs)) / len(docs):.0f} terms a step, "
         f"held by: {shares}; "
-        f"kvmemory indexed in {indexed:.1f} s, embedded in {embedded:.1f} s "
-        f"(in parts {embedded_parts:.1f} s); "
+        f"kvmemory indexed in {indexed:.1f} s, embedded in parts in {embedded:.1f} s "
+        f"(whole {embedded_whole:.1f} s); "
         + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in built.items())
         + f"; {load()}",
         flush=True,
@@ -360,11 +362,11 @@ def quality_run(
                 spent.get(f"kvmemory {mode}", 0.0) + time.perf_counter() - took
             )
         for mode in ("semantic", "hybrid"):
-            query = kvmemory_query(parted, mode)
+            query = kvmemory_query(whole, mode)
             took = time.perf_counter()
-            ranked[f"kvmemory {mode} (parts)", kind] = [query(text, TOP) for text in texts]
-            spent[f"kvmemory {mode} (parts)"] = (
-                spent.get(f"kvmemory {mode} (parts)", 0.0) + time.perf_counter() - took
+            ranked[f"kvmemory {mode} (whole)", kind] = [query(text, TOP) for text in texts]
+            spent[f"kvmemory {mode} (whole)"] = (
+                spent.get(f"kvmemory {mode} (whole)", 0.0) + time.perf_counter() - took
             )
         for peer in peers:
             took = time.perf_counter()
@@ -691,15 +693,15 @@ def print_summary(quality: dict[str, Recalls], latency: Latency | None) -> None:
                 f"{statistics.median(recalls['kvmemory hybrid', kind]) - statistics.median(modes[better]):+.3f}"
                 f" against the better mode ({better})"
             )
-            parts = {
+            whole = {
                 "keyword": modes["keyword"],
-                "semantic": recalls["kvmemory semantic (parts)", kind],
+                "semantic": recalls["kvmemory semantic (whole)", kind],
             }
-            best = max(parts, key=lambda mode: statistics.median(parts[mode]))
+            best = max(whole, key=lambda mode: statistics.median(whole[mode]))
             print(
-                f"{'':<52}{'semantic (parts) ' + cell(parts['semantic']):<29}"
-                f"hybrid (parts) {cell(recalls['kvmemory hybrid (parts)', kind])}, "
-                f"{statistics.median(recalls['kvmemory hybrid (parts)', kind]) - statistics.median(parts[best]):+.3f}"
+                f"{'':<52}{'semantic (whole) ' + cell(whole['semantic']):<29}"
+                f"hybrid (whole) {cell(recalls['kvmemory hybrid (whole)', kind])}, "
+                f"{statistics.median(recalls['kvmemory hybrid (whole)', kind]) - statistics.median(whole[best]):+.3f}"
                 f" against the better mode ({best})"
             )
     if latency is None:
@@ -1063,7 +1065,7 @@ def main() -> None:
     parser.add_argument("--hybrid-steps", type=int, default=4000)
     parser.add_argument("--hybrid-facts", type=int, default=160)
     parser.add_argument("--hybrid-corpora", default="short,thought,page-mid,mixed")
-    parser.add_argument("--hybrid-weights", default="0.5")
+    parser.add_argument("--hybrid-weights", default="0.6")
     args = parser.parse_args()
     quick = args.quick
     seeds = [int(s) for s in (args.seeds or ("1" if quick else "1,2,3")).split(",")]
