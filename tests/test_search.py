@@ -31,6 +31,7 @@ from agents.memory import (
     project,
 )
 from agents.memory.search import (
+    HYBRID_KEYWORD_WEIGHT,
     EmbedParts,
     HashingEmbedder,
     Hit,
@@ -947,6 +948,62 @@ def test_hybrid_keyword_share_saturates_against_the_corpus() -> None:
     } == pytest.approx(
         {step: (bm25 / scale) ** 3 / (1 + (bm25 / scale) ** 3) for step, bm25 in keyword.items()}
     )
+
+
+def crowd(n: int, seed: int = 3) -> Memory:
+    """Return ``n`` short steps of a few words drawn from a small vocabulary: many alike, some far."""
+    rng = random.Random(seed)
+    words = ["export", "report", "invoice", "email", "print", "chart", "save", "dialog", "lunch"]
+    return Memory(
+        MemoryItem(step=i, thought="notes: " + " ".join(rng.sample(words, rng.randint(1, 4))))
+        for i in range(n)
+    )
+
+
+@pytest.mark.parametrize("n", [40, 150])
+def test_hybrid_discounts_the_cosine_by_the_query_background(n: int) -> None:
+    """The semantic half of a hybrid score is the cosine times (1 - c)**2, c the 100th best cosine (the worst in a smaller memory)."""
+    memory = crowd(n)
+    query = "notes on the email chart"
+    cosines = sorted(
+        (hit.score for hit in search(memory, query, n, mode="semantic", embedder=EMBEDDER)),
+        reverse=True,
+    )
+    background = max(cosines[min(100, len(cosines)) - 1], 0.0)
+    assert 0.0 < background < 1.0  # a crowd, not every item alike
+    discount = (1 - background) ** 2
+    hits = search(memory, query, 5, mode="hybrid", embedder=EMBEDDER, hybrid_weight=0.0)
+    assert [hit.score for hit in hits] == pytest.approx([discount * c for c in cosines[:5]])
+    weighted = search(memory, query, 5, mode="hybrid", embedder=EMBEDDER)
+    keyword = {h.item["step"]: h.score for h in search(memory, query, n)}
+    scale = search_index(memory).keyword_scale()
+    semantic = {
+        h.item["step"]: h.score
+        for h in search(memory, query, n, mode="semantic", embedder=EMBEDDER)
+    }
+    for hit in weighted:
+        x = keyword.get(hit.item["step"], 0.0) / scale
+        want = HYBRID_KEYWORD_WEIGHT * x**3 / (1 + x**3) + (1 - HYBRID_KEYWORD_WEIGHT) * (
+            discount * max(semantic[hit.item["step"]], 0.0)
+        )
+        assert hit.score == pytest.approx(want)
+
+
+def test_hybrid_keeps_the_exact_match_among_items_whose_best_part_comes_close() -> None:
+    """With parts, every long step has a window near the query; the one that holds all its words stays first in hybrid mode."""
+    rng = random.Random(5)
+    filler = ["the", "car", "bicycle", "was", "moved", "to", "repaired", "by", "table", "cell"]
+    memory = Memory()
+    for step in range(150):
+        page = [rng.choice(filler) for _ in range(60)]
+        if step == 77:
+            page[30:30] = ["the", "car", "was", "moved", "to", "Lisbon"]
+        else:  # another subject with the same relation: close to the query, not the fact
+            page[30:30] = ["the", "bicycle", "was", "moved", "to", rng.choice(["Porto", "Oslo"])]
+        memory.add_memory_item(MemoryItem(step=step, page=" ".join(page)))
+    assert search(memory, "car moved Lisbon", 1)[0].item["step"] == 77
+    hits = search(memory, "car moved Lisbon", 1, mode="hybrid", embedder=EMBEDDER)
+    assert hits[0].item["step"] == 77
 
 
 def test_stored_memory_with_parts_ranks_as_memory() -> None:

@@ -1277,6 +1277,27 @@ class StoreContract:
                 )
 
     @pytest.mark.usefixtures("numpy_installed")
+    def test_hybrid_over_more_items_than_its_pool_ranks_as_memory_search(
+        self, store: Store
+    ) -> None:
+        """Past HYBRID_POOL items (the 100th best cosine discounts the semantic side), hybrid hits are Memory.search's."""
+        rng = random.Random(11)
+        words = [*VECTOR_QUERIES[0].split(), "invoice", "chart", "print", "lunch", "table"]
+        items = [
+            MemoryItem(step=i, thought=" ".join(rng.choices(words, k=rng.randint(3, 12))))
+            for i in range(160)
+        ]
+        store.append("s", items)
+        for k in (3, 12):  # a pool of 100 of the 160 items, then of all of them
+            for query in ("export the chart", "lunch table invoice"):
+                got = store.search("s", query, k, mode="hybrid", embedder=EMBEDDER)
+                want = Memory(items).search(query, k, mode="hybrid", embedder=EMBEDDER)
+                assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
+                assert [hit.score for hit in got] == pytest.approx(
+                    [hit.score for hit in want], rel=1e-5, abs=1e-6
+                )
+
+    @pytest.mark.usefixtures("numpy_installed")
     def test_semantic_search_over_keys_ranks_as_memory_search(self, store: Store) -> None:
         """With keys, vectors are embedded over those fields only, as Memory.search does."""
         items = vector_session()
