@@ -1036,7 +1036,7 @@ def test_searching_while_another_process_commits_ranks_one_snapshot(tmp_path: Pa
         writer = SQLiteStore(path)
         backend = store.backend
         assert isinstance(backend, _sqlite.SQLiteBackend)
-        real = backend.keywords._indexed_top
+        real = backend._keywords._indexed_top
         calls = 0
 
         def commit_meanwhile(*args: Any) -> Any:
@@ -1046,11 +1046,11 @@ def test_searching_while_another_process_commits_ranks_one_snapshot(tmp_path: Pa
             return real(*args)
 
         try:
-            backend.keywords._indexed_top = commit_meanwhile  # type: ignore[method-assign]
+            backend._keywords._indexed_top = commit_meanwhile  # type: ignore[method-assign]
             hits = store.search("s", "file", 100)
             assert calls == 1  # the commit left a row pending: searched with the pending rows
             assert [hit.item["step"] for hit in hits[:1]] == [101]
-            backend.keywords._indexed_top = real  # type: ignore[method-assign]
+            backend._keywords._indexed_top = real  # type: ignore[method-assign]
             assert_ranks_as_memory(store, "s", ("file", "report 2"))
         finally:
             writer.close()

@@ -61,13 +61,12 @@ class SQLiteBackend(SQLRows, Backend):
     """The rows of an SQLite store: one file, many processes (see :class:`SQLiteStore` for the arguments).
 
     Opening checks the file (or, unless ``read_only``, creates and
-    migrates it); :class:`SQLiteStore` is the store over this backend.
-
-    Attributes:
-        file: The open file (:class:`~agents.memory.stores._sqlite_file.SQLiteFile`):
-            its connection, lock and transactions.
-        keywords: Its keyword index
-            (:class:`~agents.memory.stores._sqlite_keyword.SQLiteKeywordIndex`).
+    migrates it); :class:`SQLiteStore` is the store over this backend. The
+    backend reads and writes rows and vectors; it holds the open file
+    (:class:`~agents.memory.stores._sqlite_file.SQLiteFile`: connection,
+    lock, transactions) and the file's keyword index
+    (:class:`~agents.memory.stores._sqlite_keyword.SQLiteKeywordIndex`), and
+    uses both through their public calls.
     """
 
     driver_errors = (sqlite3.Error,)
@@ -84,18 +83,18 @@ class SQLiteBackend(SQLRows, Backend):
         url: str | None = None,
         sqlite_vec: bool | None = None,
     ) -> None:
-        self.file = SQLiteFile(
+        self._file = SQLiteFile(
             path,
             synchronous=synchronous,
             timeout=timeout,
             read_only=read_only,
             sqlite_vec=sqlite_vec,
         )
-        self.path = self.file.path
+        self.path = self._file.path
         self.url = url or f"sqlite:///{self.path}"
         self.read_only = read_only
         self.synchronous: Synchronous = synchronous
-        self.keywords = SQLiteKeywordIndex(self.file)
+        self._keywords = SQLiteKeywordIndex(self._file)
 
     # -- the file ------------------------------------------------------------------
 
@@ -106,29 +105,29 @@ class SQLiteBackend(SQLRows, Backend):
         A read-only handle on a file no writer had open reopens it when a
         writer appears, so ask again rather than keep it.
         """
-        return self.file.connection
+        return self._file.connection
 
     @property
     def no_tables(self) -> bool:
         """Whether the file holds no tables yet (read as empty), after following writers (see :meth:`SQLiteFile.follow_writers`)."""
-        return self.file.no_tables
+        return self._file.no_tables
 
     def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
-        return self.file.error(action, where, exc)
+        return self._file.error(action, where, exc)
 
     def transaction(
         self, session_id: str | None
     ) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self.file.transaction()
+        return self._file.transaction()
 
     def query_rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         """Run one read statement on this handle's connection and return its rows."""
-        return self.file.query_rows(sql, params)
+        return self._file.query_rows(sql, params)
 
     def close(self) -> None:
-        with self.file.lock:
-            self.keywords.fold_pending()
-            self.file.close()
+        with self._file.lock:
+            self._keywords.fold_pending()
+            self._file.close()
 
     # -- reading ---------------------------------------------------------------------
 
@@ -230,7 +229,7 @@ class SQLiteBackend(SQLRows, Backend):
         assert last is not None  # an INSERT always sets the last rowid
         # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
         first = last - len(rows) + 1
-        self.keywords.index_inserted(tx, session_id, terms, last)
+        self._keywords.index_inserted(tx, session_id, terms, last)
         return list(range(first, last + 1))
 
     def update_rows(
@@ -274,12 +273,12 @@ class SQLiteBackend(SQLRows, Backend):
         The hits and their order are the same either way, the scores equal
         to float32 rounding.
         """
-        return self.file.uses_sqlite_vec
+        return self._file.uses_sqlite_vec
 
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
     ) -> list[tuple[int, float | None, int]] | None:
-        if not self.file.uses_sqlite_vec:
+        if not self._file.uses_sqlite_vec:
             return None
         if self.no_tables:
             return []
@@ -290,9 +289,9 @@ class SQLiteBackend(SQLRows, Backend):
             "size": len(query),
             "limit": limit + 1,
         }
-        with self.file.lock:
-            self.file.follow_writers()
-            con = self.file.connection
+        with self._file.lock:
+            self._file.follow_writers()
+            con = self._file.connection
             # One read transaction: the best rows, their ties and the hybrid's own come from one snapshot.
             con.execute("BEGIN")
             try:
@@ -338,13 +337,13 @@ class SQLiteBackend(SQLRows, Backend):
     @property
     def keyword_index(self) -> bool:
         """Whether keyword searches are answered by the FTS5 index (``False`` for an older file opened read-only)."""
-        return self.keywords.available
+        return self._keywords.available
 
     def keyword_top(
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
         """Score the session by BM25 from the FTS5 index (``None``: an older file read-only, scanned by the store)."""
-        return self.keywords.top(session_id, terms, k)
+        return self._keywords.top(session_id, terms, k)
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction (:meth:`SQLiteStore.rebuild_keyword_index`).
@@ -358,7 +357,7 @@ class SQLiteBackend(SQLRows, Backend):
             StoreError: if the store is read-only or cannot be written; nothing is changed.
         """
         try:
-            self.keywords.rebuild()
+            self._keywords.rebuild()
         except sqlite3.Error as exc:
             raise super().store_error("rebuild the keyword index of", "", exc) from exc
 

@@ -41,6 +41,21 @@ class FTSScorer:
     the items holding a rare term can make the top ``k``, and only those
     whose rare score plus the bounds for their length can reach it are
     scored in full.
+
+    Args:
+        con: The connection, inside the read transaction the statistics were read in.
+        sid: The session searched.
+        prefix: The session's key and mark, which begin each of its terms in the FTS table.
+        terms: The query's terms, with repeats.
+        vocab: ``{term: (items holding it, occurrences)}`` in the session, for
+            the query terms it holds.
+        n_items: The session's item count.
+        total: The session's term count.
+
+    Attributes:
+        alone: Whether the session is the only one in the FTS5 table (its
+            statistics are then the session's own, and a one-term query is
+            ranked by FTS5's ``bm25()``); ``False`` unless set.
     """
 
     def __init__(
