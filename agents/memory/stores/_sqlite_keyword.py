@@ -1,8 +1,8 @@
 """The keyword index of an SQLite store file: FTS5 postings kept with every write, BM25 searches over them.
 
-Each row keeps its search terms and the session counts in
-``kvmemory_search`` follow every write in its own transaction; the FTS5
-table is filled in batches (schema version 6, see
+Every write keeps each row's search terms, and the session counts in
+``kvmemory_search``, up to date in its own transaction; the FTS5 table is
+filled in batches (schema version 6, see
 :mod:`~agents.memory.stores._sqlite_schema`): rows committed a few at a
 time stay *pending* until :data:`~agents.memory.stores._sqlite_schema.FOLD_AT`
 of them wait, a writable handle folds them before it searches and as it
