@@ -381,7 +381,7 @@ class PostgresBackend(SQLRows, Backend):
         return None if deleted else (step_key, created, bytes(metadata))
 
     def create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
-        # The row exists (locked by _lock_session), possibly holding a deleted session's next_seq.
+        # The row exists (locked by lock_session), possibly holding a deleted session's next_seq.
         tx.execute(
             "UPDATE kvmemory_sessions SET step_key = %s, created = %s,"
             " metadata = '\\x7b7d'::bytea, deleted = false WHERE session_id = %s",

@@ -204,6 +204,7 @@ def _exact_top(
     return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
 
 
+# What the server's message names when a part of the index was dropped or altered.
 _INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"tf"', '"terms"')
 
 
