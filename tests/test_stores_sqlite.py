@@ -651,7 +651,8 @@ def test_sqlite_vec_search_reads_no_vector_into_python(
         def refuse(*args: object) -> None:
             raise AssertionError("vectors were read into Python")
 
-        monkeypatch.setattr(store, "_vector_pages", refuse)
+        monkeypatch.setattr(store.backend, "vector_pages", refuse)
+        monkeypatch.setattr(store.backend, "vectors_of", refuse)
         assert store.search("a", "save the report", 5, mode="hybrid", embedder=embedder) == want
         assert store.search("a", "report", 5, mode="semantic", embedder=embedder)
 
