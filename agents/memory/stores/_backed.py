@@ -138,8 +138,18 @@ class SessionWriter:
         self, memory: Memory, added: Sequence[tuple[int, MemoryItem]], evicted: Sequence[int]
     ) -> None:
         """Append the new items and delete the evicted ones, in one transaction."""
-        dropped = set(evicted)
         stored = self._stored
+        if added and not evicted and not stored:
+            # The agent's step: items of its own, none evicted (the general path below, shortened).
+            with self._batch() as batch:
+                batch.append([item for _, item in added])
+            seq_of = self._seq_of
+            item_at = self._item_at
+            for (key, item), seq in zip(added, batch.appended, strict=True):
+                seq_of[key] = seq
+                item_at[seq] = item
+            return
+        dropped = set(evicted)
         new = [(key, item) for key, item in added if id(item) not in stored and key not in dropped]
         gone = [self._seq_of[key] for key in evicted if key in self._seq_of]
         gone += [stored[id(item)] for key, item in added if key in dropped and id(item) in stored]
