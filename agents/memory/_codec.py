@@ -629,7 +629,7 @@ def shape_plain(fields: Mapping[str, Any], shape: Shape) -> bool:
     a walk in Python: for a single item the C-level passes of
     :func:`containers_plain` cost more to set up than they save (one UFO
     step: 2.5 us against 14 us). Containers nested deeper than
-    :data:`_WALK_DEPTH` are handed to :func:`containers_plain`, so the walk
+    ``_WALK_DEPTH`` (32) are handed to :func:`containers_plain`, so the walk
     never nears Python's recursion limit.
     """
     try:
@@ -637,11 +637,14 @@ def shape_plain(fields: Mapping[str, Any], shape: Shape) -> bool:
             value = fields[key]
             if TAG in value or not _plain_walk(value.values(), 1):
                 return False
-        return all(_plain_walk(fields[key], 1) for key in shape.lists)
+        for key in shape.lists:
+            if not _plain_walk(fields[key], 1):
+                return False
     except _TooDeep:
         return containers_plain(
             [[fields[key]] for key in shape.dicts], [[fields[key]] for key in shape.lists]
         )
+    return True
 
 
 class _TooDeep(Exception):
