@@ -598,27 +598,48 @@ def test_damaged_vector_met_when_pgvector_arrives_is_named_on_search(pgvector_ur
             store.search("s", "report", mode="semantic", embedder=PG_EMBEDDER)
 
 
-@pytest.mark.postgres
-@pytest.mark.parametrize("last", [None, 10])
-def test_step_filters_read_through_the_step_index(postgres_url: str, last: int | None) -> None:
-    """The store's step-filtered queries (all rows, the last n) use the (session_id, step) index."""
-    from agents.memory.stores._postgres import _PROJECT, _SELECT_ROWS, rows_query
+def explained(store: PostgresStore) -> list[str]:
+    """Return a list that fills with the plan of every statement the store runs from now on.
 
-    with open_store(postgres_url) as store:
+    The store must have a pool of one connection: auto_explain, loaded into
+    that connection's session, sends each statement's plan to the client as
+    a notice, which a handler on the connection collects.
+    """
+    plans: list[str] = []
+    with store.backend.pool.connection() as con:
+        assert store.backend.pool.max_size == 1
+        con.execute("LOAD 'auto_explain'")
+        con.execute("SET auto_explain.log_min_duration = 0")
+        con.execute("SET auto_explain.log_level = notice")
+        con.add_notice_handler(lambda notice: plans.append(notice.message_primary))
+    return plans
+
+
+@pytest.mark.postgres
+def test_step_filters_read_through_the_step_index(postgres_url: str) -> None:
+    """The statements the store runs for step-filtered reads (read, project, tail) use the (session_id, step) index."""
+    with PostgresStore(postgres_url, min_size=1, max_size=1) as store:
         for start in range(0, 6000, 2000):
             store.append("s", [MemoryItem(step=i, n=i) for i in range(start, start + 2000)])
         store.append("other", [MemoryItem(step=i) for i in range(2000)])
+        with store.backend.pool.connection() as con:
+            con.execute("ANALYZE kvmemory_items")
+        plans = explained(store)
         wanted = list(range(100, 150))
-        assert [i["n"] for i in store.read("s", steps=wanted)] == wanted
-        assert [r.item["n"] for r in store.tail("s", 10, steps=wanted)] == wanted[-10:]
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        con.execute("ANALYZE kvmemory_items")
-        for select in (_SELECT_ROWS, _PROJECT):
-            sql, params = rows_query(select, "s", steps=[str(s) for s in wanted], last=last)
-            params["keys"] = ["n"]
-            plan = "\n".join(row[0] for row in con.execute("EXPLAIN " + sql, params))
-            assert "kvmemory_items_step" in plan, plan
-            assert "kvmemory_items_pkey" not in plan, plan
+        calls = {
+            "read": lambda: [i["n"] for i in store.read("s", steps=wanted)],
+            "project": lambda: [i["n"] for i in store.project("s", ["n"], steps=wanted)],
+            "tail": lambda: [r.item["n"] for r in store.tail("s", 10, steps=wanted)],
+        }
+        for name, call in calls.items():
+            plans.clear()
+            assert call() == (wanted[-10:] if name == "tail" else wanted)
+            reads = [plan for plan in plans if "kvmemory_items" in plan]
+            assert reads, (name, plans)  # the rows were read by a statement, and explained
+            for plan in reads:
+                assert "step = ANY" in plan, (name, plan)
+                assert "kvmemory_items_step" in plan, (name, plan)
+                assert "kvmemory_items_pkey" not in plan, (name, plan)
 
 
 @pytest.mark.postgres

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import gc
 import hashlib
+import importlib.util
 import os
 import random
 import sqlite3
@@ -31,7 +33,16 @@ from agents.memory.exceptions import (
     StoreNotFoundError,
 )
 from agents.memory.search import Embedder, HashingEmbedder
-from agents.memory.stores import SQLiteStore, StoreHit, _sqlite, open_memory, open_store
+from agents.memory.stores import (
+    SQLiteStore,
+    StoreHit,
+    _sqlite,
+    _sqlite_file,
+    _sqlite_schema,
+    _sqlite_scorer,
+    open_memory,
+    open_store,
+)
 from agents.memory.stores._sqlite import SCHEMA_VERSION
 from agents.memory.stores.testing import (
     VECTOR_MODES,
@@ -651,7 +662,8 @@ def test_sqlite_vec_search_reads_no_vector_into_python(
         def refuse(*args: object) -> None:
             raise AssertionError("vectors were read into Python")
 
-        monkeypatch.setattr(store, "_vector_pages", refuse)
+        monkeypatch.setattr(store.backend, "vector_pages", refuse)
+        monkeypatch.setattr(store.backend, "vectors_of", refuse)
         assert store.search("a", "save the report", 5, mode="hybrid", embedder=embedder) == want
         assert store.search("a", "report", 5, mode="semantic", embedder=embedder)
 
@@ -735,9 +747,9 @@ def test_sqlite_vec_reading_another_byte_order_is_not_used(
 ) -> None:
     """The extension is used only where it reads kvmemory's little-endian vectors as written."""
     swapped = tuple(
-        struct.pack(">2f", *struct.unpack("<2f", vector)) for vector in _sqlite._PROBE_VECTORS
+        struct.pack(">2f", *struct.unpack("<2f", vector)) for vector in _sqlite_file._PROBE_VECTORS
     )
-    monkeypatch.setattr(_sqlite, "_PROBE_VECTORS", swapped)
+    monkeypatch.setattr(_sqlite_file, "_PROBE_VECTORS", swapped)
     with SQLiteStore(tmp_path / "runs.db") as store:
         assert not store.uses_sqlite_vec
     with pytest.raises(StoreError, match="another byte order"):
@@ -820,14 +832,14 @@ def test_append_takes_terms_from_the_items_without_decoding_rows(
 ) -> None:
     """An append tokenizes the items it was given: no stored row is decoded to find its terms."""
     decoded: list[int] = []
-    real = _sqlite.decode_pairs
+    real = _sqlite_schema.decode_pairs
 
     def counting(rows: Any, *args: Any, **kwargs: Any) -> Any:
         rows = list(rows)
         decoded.append(len(rows))
         return real(rows, *args, **kwargs)
 
-    monkeypatch.setattr(_sqlite, "decode_pairs", counting)
+    monkeypatch.setattr(_sqlite_schema, "decode_pairs", counting)
     with open_store(tmp_path / "a.db") as store:
         seqs = store.append("s", [MemoryItem(step=i, note=f"save file {i}") for i in range(50)])
         with store.batch("s") as batch:
@@ -927,7 +939,7 @@ def check_fts_integrity(path: Path) -> None:
         # FTS5 compares its index with its content (the view over every row): fold
         # a copy of the pending rows first, in a transaction rolled back after.
         con.execute("BEGIN")
-        con.execute(_sqlite._FOLD, (through, 2**62))
+        con.execute(_sqlite_schema.FOLD, (through, 2**62))
         con.execute("INSERT INTO kvmemory_fts (kvmemory_fts) VALUES ('integrity-check')")
         con.execute("ROLLBACK")
     finally:
@@ -970,18 +982,20 @@ def test_a_writable_handle_folds_pending_rows_before_it_searches(tmp_path: Path)
 def test_a_write_folds_the_pending_rows_of_every_session_at_the_threshold(
     tmp_path: Path,
 ) -> None:
-    """Once _FOLD_AT rows are pending, the next insert folds them all; a large batch is folded at once."""
+    """Once FOLD_AT rows are pending, the next insert folds them all; a large batch is folded at once."""
     path = tmp_path / "runs.db"
     store = SQLiteStore(path)
     try:
-        for i in range(_sqlite._FOLD_AT - 1):
+        for i in range(_sqlite_schema.FOLD_AT - 1):
             store.append("a" if i % 2 else "b", [MemoryItem(step=i, note=f"file {i % 5}")])
-        assert fold_state(path) == (_sqlite._FOLD_AT - 1, _sqlite._FOLD_AT - 1)
+        assert fold_state(path) == (_sqlite_schema.FOLD_AT - 1, _sqlite_schema.FOLD_AT - 1)
         store.append("c", [MemoryItem(step=0, note="file")])
-        assert fold_state(path) == (0, _sqlite._FOLD_AT)
+        assert fold_state(path) == (0, _sqlite_schema.FOLD_AT)
         store.append("c", [MemoryItem(step=1, note="report")])
-        assert fold_state(path) == (1, _sqlite._FOLD_AT + 1)
-        store.append("c", [MemoryItem(step=i, note="report") for i in range(_sqlite._FOLD_AT)])
+        assert fold_state(path) == (1, _sqlite_schema.FOLD_AT + 1)
+        store.append(
+            "c", [MemoryItem(step=i, note="report") for i in range(_sqlite_schema.FOLD_AT)]
+        )
         assert fold_state(path)[0] == 0
         check_fts_integrity(path)
         for session in ("a", "b", "c"):
@@ -1025,7 +1039,7 @@ def test_searching_while_another_process_commits_ranks_one_snapshot(tmp_path: Pa
         writer = SQLiteStore(path)
         backend = store.backend
         assert isinstance(backend, _sqlite.SQLiteBackend)
-        real = backend._indexed_top
+        real = backend._keywords._indexed_top
         calls = 0
 
         def commit_meanwhile(*args: Any) -> Any:
@@ -1035,11 +1049,11 @@ def test_searching_while_another_process_commits_ranks_one_snapshot(tmp_path: Pa
             return real(*args)
 
         try:
-            backend._indexed_top = commit_meanwhile  # type: ignore[method-assign]
+            backend._keywords._indexed_top = commit_meanwhile  # type: ignore[method-assign]
             hits = store.search("s", "file", 100)
             assert calls == 1  # the commit left a row pending: searched with the pending rows
             assert [hit.item["step"] for hit in hits[:1]] == [101]
-            backend._indexed_top = real  # type: ignore[method-assign]
+            backend._keywords._indexed_top = real  # type: ignore[method-assign]
             assert_ranks_as_memory(store, "s", ("file", "report 2"))
         finally:
             writer.close()
@@ -1174,7 +1188,9 @@ def test_each_terms_share_is_at_most_the_bound_the_scorer_prunes_by(
     }
     assume(vocab)
     total = sum(len(words) for words in rows)
-    scorer = _sqlite._Scorer(sqlite3.connect(":memory:"), "s", "", query, vocab, len(rows), total)
+    scorer = _sqlite_scorer.FTSScorer(
+        sqlite3.connect(":memory:"), "s", "", query, vocab, len(rows), total
+    )
     average = bm25_average_length(total, len(rows))
     for counts, words in zip(held, rows, strict=True):
         for term in vocab:
@@ -1208,3 +1224,39 @@ def test_reopening_a_large_session_runs_no_collection_until_its_index_is_built(
     assert first[0].to_dict() == rows[0].to_dict()
     assert gc.isenabled()
     assert during <= 2, collections  # at most the one collection as the pause ends (start, stop)
+
+
+SQLITE_MODULES = sorted(Path(_sqlite.__file__).parent.glob("_sqlite*.py"))
+
+
+def test_sqlite_store_classes_stay_under_500_lines() -> None:
+    """Each class of the SQLite store's modules is under 500 lines: the backend is composed of parts, not grown."""
+    sizes = {
+        f"{module.name}:{node.name}": node.end_lineno - node.lineno + 1
+        for module in SQLITE_MODULES
+        for node in ast.walk(ast.parse(module.read_text()))
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None
+    }
+    assert "_sqlite.py:SQLiteBackend" in sizes
+    assert {name: size for name, size in sizes.items() if size > 500} == {}
+
+
+@pytest.mark.parametrize("module", SQLITE_MODULES, ids=lambda path: path.name)
+def test_sqlite_store_modules_use_no_other_modules_private_names(module: Path) -> None:
+    """The SQLite store's modules reach each other (and the rest) through public names only."""
+    reached = []
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                is_module = hasattr(importlib.import_module(node.module), "__path__") and (
+                    importlib.util.find_spec(f"{node.module}.{alias.name}") is not None
+                )
+                if private and not is_module:
+                    reached.append(f"from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            owner = node.value
+            own = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+            if not own and not node.attr.startswith("__"):
+                reached.append(ast.unparse(node))
+    assert reached == []

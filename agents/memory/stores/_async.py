@@ -190,7 +190,7 @@ class AsyncStore:
         text = os.fspath(url)
         if text.lower().startswith(("postgresql://", "postgres://")):
             bridge = _bridge_module()
-            from agents.memory.stores._postgres import DRIVERS, Drivers
+            from agents.memory.stores._postgres_pool import DRIVERS, Drivers
 
             def open_bridged() -> Store:
                 DRIVERS.set(Drivers(bridge.connect, bridge.Pool))  # this greenlet's own context

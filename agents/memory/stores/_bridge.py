@@ -14,7 +14,7 @@ error. So the store's code is the same, every round trip to the server is
 awaited on the loop, and no thread is involved.
 
 The store uses these classes through :class:`Drivers` (see
-``agents.memory.stores._postgres``), which the async store sets while it
+``agents.memory.stores._postgres_pool``), which the async store sets while it
 opens a PostgreSQL store.
 """
 
