@@ -105,7 +105,7 @@ class BackendErrors:
     """A block whose backend errors are raised as :class:`StoreError` (see :meth:`Engine.errors`).
 
     A class rather than a generator-based context manager: every store call
-    enters one, and this costs a third as much (a one-item append enters two).
+    enters one, and this costs about half as much (0.5 us against 0.85 us).
     """
 
     __slots__ = ("_action", "_backend", "_session_id")
