@@ -1330,6 +1330,95 @@ def test_items_of_more_container_layouts_than_the_shape_bound_export_as_before()
     assert memory.to_json_bytes() == _reference_export(items)
 
 
+def _nested(depth: int, leaf: Any) -> Any:
+    """``leaf`` inside ``depth`` containers, alternating lists and dicts."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"a": value}
+    return value
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["step", "x", "y", "z"]), _plainish, max_size=4),
+    st.integers(0, 300),
+    st.sampled_from([0, "s", math.nan, (1,), {"$kv": 1}, 2**70]),
+)
+def test_property_one_item_walk_judges_containers_as_the_grouped_check(
+    fields: dict[str, Any], depth: int, leaf: Any
+) -> None:
+    """shape_plain (one item's containers walked) says what containers_plain says of the same containers, at any depth."""
+    fields["deep"] = _nested(depth, leaf)
+    verdict = _codec.plain_verdict(fields)
+    if not isinstance(verdict, _codec.Shape):
+        return
+    grouped = _codec.containers_plain(
+        [[fields[key]] for key in verdict.dicts], [[fields[key]] for key in verdict.lists]
+    )
+    assert _codec.shape_plain(fields, verdict) is grouped
+
+
+def test_one_item_walk_finds_a_cycle_and_a_nesting_past_the_writer_not_plain() -> None:
+    """A container holding itself, or nested past MAX_DEPTH, is not plain for the one-item walk either (the walk names it)."""
+    loop: list[Any] = [1]
+    loop.append(loop)
+    for fields in (
+        {"step": 1, "tags": loop},
+        {"step": 1, "tags": _nested(_codec.MAX_DEPTH + 1, 1)},
+    ):
+        verdict = _codec.plain_verdict(fields)
+        assert isinstance(verdict, _codec.Shape)
+        assert _codec.shape_plain(fields, verdict) is False
+    fields = {"step": 1, "tags": _nested(_codec.MAX_DEPTH, 1)}
+    verdict = _codec.plain_verdict(fields)
+    assert isinstance(verdict, _codec.Shape)
+    assert _codec.shape_plain(fields, verdict) is True  # as deep as the writer writes
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.dictionaries(_row_keys, _plainish, max_size=4), min_size=1, max_size=3),
+    st.integers(16, 40),
+    st.data(),
+)
+def test_property_grouped_and_one_by_one_container_checks_encode_alike(
+    templates: list[dict[str, Any]], size: int, data: st.DataObject
+) -> None:
+    """A batch checked in groups (16 items or more) gives each item the bytes it gets checked alone, also after in-place changes."""
+    from agents.memory._item import dumps_each, dumps_item
+
+    items = []
+    for position in range(size):
+        row = copy.deepcopy(templates[position % len(templates)])
+        row["step"] = position
+        items.append(MemoryItem(**row))
+
+    def outcome(encode: Any) -> list[bytes] | str:
+        try:
+            return encode()  # type: ignore[no-any-return]
+        except SerializationError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def alone() -> list[bytes]:
+        return [dumps_item(item, step_key="step", on_unencodable="error") for item in items]
+
+    def grouped() -> list[bytes]:
+        return dumps_each(items, step_key="step", on_unencodable="error")
+
+    for _ in range(data.draw(st.integers(1, 3))):
+        assert outcome(grouped) == outcome(alone)
+        assert _outcome(Memory(items).to_json_bytes) == _reference_export(items)
+        containers = [c for item in items for v in item.to_dict().values() for c in _containers(v)]
+        if not containers:
+            break
+        target = data.draw(st.sampled_from(containers))
+        new = data.draw(_plainish)
+        if type(target) is dict:
+            target[data.draw(st.sampled_from(["a", "$kv", 7]))] = new
+        else:
+            target.append(new)
+
+
 # -- the collector paused during bulk decoding ---------------------------------------
 
 

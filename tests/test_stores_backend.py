@@ -219,3 +219,30 @@ def test_guarded_runs_a_subclass_call_checked_and_wrapped() -> None:
     with Store(Flaky(tables), read_only=True) as reader, reader.guarded("count") as sid:
         assert sid == ""
         assert reader.backend.count("s") == 0
+
+
+def test_guarded_blocks_keep_the_cause_and_let_other_errors_through() -> None:
+    """A driver error becomes StoreError with the driver's error as its cause; a StoreError or any other error leaves the block unchanged."""
+
+    class Flaky(DOCS["DictBackend"]):  # type: ignore[misc]  # a class from the docs' block
+        url = "flaky://"
+        driver_errors = (KeyError,)
+
+    tables = DOCS["Tables"]()
+    with Store(Flaky(tables)) as store:
+        driver = KeyError("gone")
+        with (
+            pytest.raises(StoreError, match="Cannot tidy session 's' of flaky://") as caught,
+            store.guarded("tidy", "s", write=True),
+        ):
+            raise driver
+        assert caught.value.__cause__ is driver
+        own = StoreError("own message")
+        with pytest.raises(StoreError) as passed, store.guarded("tidy", "s"):
+            raise own
+        assert passed.value is own
+        with pytest.raises(ValueError, match="not a driver error"), store.guarded("tidy"):
+            raise ValueError("not a driver error")
+        guard = store.guarded("tidy", "../etc")  # checked when entered, not when made
+        with pytest.raises(InvalidSessionIdError), guard:
+            pass

@@ -57,6 +57,22 @@ def test_item_terms_of_unicode_and_subclassed_values() -> None:
     assert n == 8
 
 
+def test_item_terms_of_ascii_text_with_long_runs_between_words() -> None:
+    """Runs of separators of every length (up to thousands) give single spaces, counted as the tokenizer counts."""
+    runs = [" ", ".,;", "\n\t", "  -- ", "!" * 1001, " " * 4096, "'\"()[]{}" * 9]
+    words = [f"w{n}" for n in range(70)]
+    text = "".join(runs[n % len(runs)] * (n % 5 + 1) + word for n, word in enumerate(words))
+    for fields in (
+        {"a": text},
+        {"a": text + "  ...  "},
+        {"a": "?!" * 3000},
+        {"a": text, "b": [text]},
+    ):
+        item = MemoryItem(**fields)
+        terms = [term for t in texts_of(item_fields(item)) for term in TOKENIZER(t)]
+        assert item_terms(item) == (" ".join(terms), len(terms))
+
+
 COMMON = ("is", "the", "to", "with")
 RARE = ("zeta", "ticket", "orbit")
 

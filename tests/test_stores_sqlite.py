@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import gc
 import hashlib
-import importlib.util
 import os
 import random
 import sqlite3
@@ -1262,39 +1260,3 @@ def test_reopening_a_large_session_runs_no_collection_until_its_index_is_built(
     assert first[0].to_dict() == rows[0].to_dict()
     assert gc.isenabled()
     assert during <= 2, collections  # at most the one collection as the pause ends (start, stop)
-
-
-SQLITE_MODULES = sorted(Path(_sqlite.__file__).parent.glob("_sqlite*.py"))
-
-
-def test_sqlite_store_classes_stay_under_500_lines() -> None:
-    """Each class of the SQLite store's modules is under 500 lines: the backend is composed of parts, not grown."""
-    sizes = {
-        f"{module.name}:{node.name}": node.end_lineno - node.lineno + 1
-        for module in SQLITE_MODULES
-        for node in ast.walk(ast.parse(module.read_text()))
-        if isinstance(node, ast.ClassDef) and node.end_lineno is not None
-    }
-    assert "_sqlite.py:SQLiteBackend" in sizes
-    assert {name: size for name, size in sizes.items() if size > 500} == {}
-
-
-@pytest.mark.parametrize("module", SQLITE_MODULES, ids=lambda path: path.name)
-def test_sqlite_store_modules_use_no_other_modules_private_names(module: Path) -> None:
-    """The SQLite store's modules reach each other (and the rest) through public names only."""
-    reached = []
-    for node in ast.walk(ast.parse(module.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            for alias in node.names:
-                private = alias.name.startswith("_") and not alias.name.startswith("__")
-                is_module = hasattr(importlib.import_module(node.module), "__path__") and (
-                    importlib.util.find_spec(f"{node.module}.{alias.name}") is not None
-                )
-                if private and not is_module:
-                    reached.append(f"from {node.module} import {alias.name}")
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
-            owner = node.value
-            own = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
-            if not own and not node.attr.startswith("__"):
-                reached.append(ast.unparse(node))
-    assert reached == []

@@ -83,6 +83,7 @@ __all__ = [
     "is_plain",
     "loads",
     "plain_verdict",
+    "shape_plain",
     "unwrap",
 ]
 
@@ -618,6 +619,60 @@ def containers_plain(
             return True
         pending = nested
     return False
+
+
+def shape_plain(fields: Mapping[str, Any], shape: Shape) -> bool:
+    """Return whether the containers ``shape`` names in one item's ``fields`` hold plain data at every depth.
+
+    The verdict of :func:`containers_plain` for one item (``[[fields[k]] for
+    k in shape.dicts]``, ``[[fields[k]] for k in shape.lists]``), reached by
+    a walk in Python: for a single item the C-level passes of
+    :func:`containers_plain` cost more to set up than they save (one UFO
+    step: 2.5 us against 14 us). Containers nested deeper than
+    ``_WALK_DEPTH`` (32) are handed to :func:`containers_plain`, so the walk
+    never nears Python's recursion limit.
+    """
+    try:
+        for key in shape.dicts:
+            value = fields[key]
+            if TAG in value or not _plain_walk(value.values(), 1):
+                return False
+        for key in shape.lists:
+            if not _plain_walk(fields[key], 1):
+                return False
+    except _TooDeep:
+        return containers_plain(
+            [[fields[key]] for key in shape.dicts], [[fields[key]] for key in shape.lists]
+        )
+    return True
+
+
+class _TooDeep(Exception):
+    """Internal: :func:`_plain_walk` met a container deeper than it walks."""
+
+
+_WALK_DEPTH: Final = 32
+
+
+def _plain_walk(values: Iterable[Any], depth: int) -> bool:
+    """Return whether ``values`` (of a container at nesting ``depth``) are plain at every depth."""
+    for value in values:
+        kind = type(value)
+        if kind is str or kind is int or kind is bool or value is None:
+            continue
+        if kind is dict:
+            if depth >= _WALK_DEPTH:
+                raise _TooDeep
+            if TAG in value or not _plain_walk(value.values(), depth + 1):
+                return False
+        elif kind is list:
+            if depth >= _WALK_DEPTH:
+                raise _TooDeep
+            if not _plain_walk(value, depth + 1):
+                return False
+        elif kind is not float or value - value != 0.0:
+            return False
+    return True
 
 
 def _values_of(containers: Iterable[Any], of_dicts: bool) -> Iterator[Any]:

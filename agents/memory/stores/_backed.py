@@ -138,8 +138,18 @@ class SessionWriter:
         self, memory: Memory, added: Sequence[tuple[int, MemoryItem]], evicted: Sequence[int]
     ) -> None:
         """Append the new items and delete the evicted ones, in one transaction."""
-        dropped = set(evicted)
         stored = self._stored
+        if added and not evicted and not stored:
+            # The agent's step: items of its own, none evicted (the general path below, shortened).
+            with self.batch() as batch:
+                batch.append([item for _, item in added])
+            seq_of = self._seq_of
+            item_at = self._item_at
+            for (key, item), seq in zip(added, batch.appended, strict=True):
+                seq_of[key] = seq
+                item_at[seq] = item
+            return
+        dropped = set(evicted)
         new = [(key, item) for key, item in added if id(item) not in stored and key not in dropped]
         gone = [self._seq_of[key] for key in evicted if key in self._seq_of]
         gone += [stored[id(item)] for key, item in added if key in dropped and id(item) in stored]
@@ -147,7 +157,7 @@ class SessionWriter:
         if new or (gone and not self._reading_only()):
             # Rows read from the store (a refresh) are mapped, not written: a pure
             # read never opens a write batch, so a read-only handle refreshes too.
-            with self._batch() as batch:
+            with self.batch() as batch:
                 batch.delete(gone)
                 batch.append([item for _, item in new])
             appended = batch.appended
@@ -160,13 +170,13 @@ class SessionWriter:
 
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
         """Delete the rows of ``keys``."""
-        with self._batch() as batch:
+        with self.batch() as batch:
             batch.delete(self._seq_of[key] for key in keys if key in self._seq_of)
         self._forget(keys)
 
     def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
         """Write ``item``'s fields to the rows of ``keys``."""
-        with self._batch() as batch:
+        with self.batch() as batch:
             batch.update({self._seq_of[key]: item for key in keys if key in self._seq_of})
 
     def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
@@ -187,7 +197,7 @@ class SessionWriter:
         if unwritten or gone or not self._restoring:
             # A reopen of what the store holds writes nothing (only what max_items
             # drops), so it never opens a write batch on a read-only handle.
-            with self._batch() as batch:
+            with self.batch() as batch:
                 if not self._restoring:
                     batch.clear()
                 batch.delete(gone)
@@ -200,7 +210,8 @@ class SessionWriter:
 
     # -- internals ----------------------------------------------------------------
 
-    def _batch(self) -> Any:
+    def batch(self) -> Any:
+        """Open a write batch on this session with the memory's step key and encoding policy."""
         return self.store.batch(
             self.session_id, step_key=self.step_key, on_unencodable=self.on_unencodable
         )
@@ -353,7 +364,7 @@ class StoredMemory(Memory):
             StoreError: if the store cannot be written; nothing is deleted.
         """
         with self._lock:
-            with self._session._batch() as batch:
+            with self._session.batch() as batch:
                 batch.keep_last(n)
             return self._drop_deleted_rows(batch.deleted)
 
@@ -365,7 +376,7 @@ class StoredMemory(Memory):
             StoreError: if the store cannot be written; nothing is deleted.
         """
         with self._lock:
-            with self._session._batch() as batch:
+            with self._session.batch() as batch:
                 batch.expire(older_than)
             return self._drop_deleted_rows(batch.deleted)
 

@@ -149,16 +149,6 @@ class WriteBatch:
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         if exc_type is not None:
             return
-        if not (
-            self._clear
-            or self._delete
-            or self._update
-            or self._append
-            or self._keep_last is not None
-            or self._older_than is not None
-        ):
-            return
-        backend = self._store.backend
         only_appends = not (
             self._clear
             or self._delete
@@ -166,6 +156,9 @@ class WriteBatch:
             or self._keep_last is not None
             or self._older_than is not None
         )
+        if only_appends and not self._append:
+            return
+        backend = self._store.backend
         with self._store.guarded("write to", self.session_id, write=True) as sid:
             if only_appends:
                 appended = backend.append_rows(sid, self.step_key, self._append, self._append_terms)

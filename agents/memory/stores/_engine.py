@@ -9,10 +9,10 @@ to a read-only or closed store and turns the backend's errors into
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from types import TracebackType
 from typing import Any
 
 from agents.memory._item import MemoryItem, OnUnknownClass
@@ -21,7 +21,7 @@ from agents.memory.stores._backend import Backend
 from agents.memory.stores._checks import check_session_id
 from agents.memory.stores._encoding import StoredRecord, decode_pairs, decode_rows
 
-__all__ = ["Engine", "open_session"]
+__all__ = ["BackendErrors", "Engine", "Guard", "open_session"]
 
 
 class Engine:
@@ -43,16 +43,9 @@ class Engine:
         """The backend's URL (passwords hidden)."""
         return self.backend.url
 
-    @contextlib.contextmanager
-    def errors(self, action: str, session_id: str | None) -> Iterator[None]:
+    def errors(self, action: str, session_id: str | None) -> BackendErrors:
         """Turn the backend's errors raised inside the block into :class:`StoreError` (:meth:`Backend.store_error`)."""
-        try:
-            yield
-        except StoreError:
-            raise
-        except self.backend.driver_errors as exc:
-            where = f" session {session_id!r} of" if session_id else ""
-            raise self.backend.store_error(action, where, exc) from exc
+        return BackendErrors(self.backend, action, session_id)
 
     def check_open(self) -> None:
         """Raise :class:`StoreError` if the store is closed."""
@@ -106,6 +99,83 @@ class Engine:
                 return
             self.closed = True
             self.backend.close()
+
+
+class BackendErrors:
+    """A block whose backend errors are raised as :class:`StoreError` (see :meth:`Engine.errors`).
+
+    A class rather than a generator-based context manager: every store call
+    enters one, and this costs about half as much (0.5 us against 0.85 us).
+    """
+
+    __slots__ = ("_action", "_backend", "_session_id")
+
+    def __init__(self, backend: Backend, action: str, session_id: str | None) -> None:
+        self._backend = backend
+        self._action = action
+        self._session_id = session_id
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            _raise_store_error(self._backend, self._action, self._session_id, exc)
+
+
+class Guard:
+    """A store call's block: checked on entry, its backend errors raised as :class:`StoreError` (see ``Store.guarded``).
+
+    Entering checks that the store is open (and writable for ``write``) and
+    the session id, and gives the checked id (``""`` for the whole store).
+    """
+
+    __slots__ = ("_action", "_engine", "_session_id", "_sid", "_write")
+
+    def __init__(self, engine: Engine, action: str, session_id: object, write: bool) -> None:
+        self._engine = engine
+        self._action = action
+        self._session_id = session_id
+        self._write = write
+        self._sid = ""
+
+    def __enter__(self) -> str:
+        engine = self._engine
+        if self._session_id is None:
+            engine.check_open()
+            if self._write and engine.read_only:
+                msg = f"Store {engine.url} is open read-only; open it writable to call this ({self._action}). Nothing was changed."
+                raise StoreError(msg)
+        else:
+            self._sid = (
+                engine.check_write(self._session_id)
+                if self._write
+                else engine.check(self._session_id)
+            )
+        return self._sid
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            _raise_store_error(self._engine.backend, self._action, self._sid or None, exc)
+
+
+def _raise_store_error(
+    backend: Backend, action: str, session_id: str | None, exc: BaseException
+) -> None:
+    """Raise ``exc`` as the backend's :class:`StoreError` if it is one of the driver's errors (else return)."""
+    if not isinstance(exc, StoreError) and isinstance(exc, backend.driver_errors):
+        where = f" session {session_id!r} of" if session_id else ""
+        raise backend.store_error(action, where, exc) from exc
 
 
 def open_session(backend: Backend, tx: Any, session_id: str, step_key: str) -> None:

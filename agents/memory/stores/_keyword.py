@@ -67,31 +67,33 @@ def texts_of(fields: Mapping[str, Any]) -> list[str]:
     UFO-shaped steps).
     """
     out: list[str] = []
-    for value in fields.values():
-        _walk(value, out)
+    _walk_values(fields.values(), out)
     return out
 
 
-def _walk(value: Any, out: list[str]) -> None:
-    cls = type(value)
-    if cls is str:
-        out.append(value)
-    elif cls is dict:
-        for inner in value.values():
-            _walk(inner, out)
-    elif cls is list or cls is tuple:
-        for inner in value:
-            _walk(inner, out)
-    elif cls in _NOT_TEXT:
-        return
-    elif isinstance(value, str):
+def _walk_values(values: Iterable[Any], out: list[str]) -> None:
+    # Strings, numbers and plain containers are taken here, without a call per
+    # value (one frame per nesting level, as before).
+    for value in values:
+        cls = type(value)
+        if cls is str:
+            out.append(value)
+        elif cls is dict:
+            _walk_values(value.values(), out)
+        elif cls is list or cls is tuple:
+            _walk_values(value, out)
+        elif cls not in _NOT_TEXT:
+            _walk_other(value, out)
+
+
+def _walk_other(value: Any, out: list[str]) -> None:
+    # Subclasses, other mappings and sets: what item_texts also reads.
+    if isinstance(value, str):
         out.append(str(value))
     elif isinstance(value, Mapping):
-        for inner in value.values():
-            _walk(inner, out)
+        _walk_values(value.values(), out)
     elif isinstance(value, (list, tuple, set, frozenset)):
-        for inner in value:
-            _walk(inner, out)
+        _walk_values(value, out)
 
 
 _NOT_TEXT: Final = frozenset({int, float, bool, type(None), bytes})
@@ -111,8 +113,14 @@ def item_terms(item: MemoryItem) -> Terms:
         return "", 0
     text = texts[0] if len(texts) == 1 else "\n".join(texts)
     if text.isascii():
-        words = text.encode("ascii").translate(_ASCII_TERMS).split()
-        return b" ".join(words).decode("ascii"), len(words)
+        spaced = text.encode("ascii").translate(_ASCII_TERMS)
+        # Runs of spaces halve with each pass (a run of n takes log2(n) passes):
+        # no object per term, unlike split() and join() (3.6 us against 5.9 us
+        # for a UFO step's 175 terms).
+        while b"  " in spaced:
+            spaced = spaced.replace(b"  ", b" ")
+        spaced = spaced.strip(b" ")
+        return spaced.decode("ascii"), spaced.count(b" ") + 1 if spaced else 0
     terms = _TOKENIZER(text)
     return " ".join(terms), len(terms)
 

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from typing_extensions import Self
 
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import MemoryItem
-from agents.memory.exceptions import StoreArgumentError, StoreError
+from agents.memory.exceptions import StoreArgumentError
 from agents.memory.stores._backend import Backend
 from agents.memory.stores._batch import WriteBatch
 from agents.memory.stores._encoding import encode_metadata, step_texts
-from agents.memory.stores._engine import Engine, open_session
+from agents.memory.stores._engine import Engine, Guard, open_session
 from agents.memory.stores._reading import ReadCalls
 from agents.memory.stores._searching import SearchCalls
 
@@ -99,10 +99,9 @@ class Store(ReadCalls, SearchCalls):
         """
         return self.backend.keyword_index
 
-    @contextlib.contextmanager
     def guarded(
         self, action: str, session_id: object = None, *, write: bool = False
-    ) -> Iterator[str]:
+    ) -> contextlib.AbstractContextManager[str]:
         """Run a store-specific call as every store call runs: checked, and with the backend's errors as :class:`~agents.memory.StoreError`.
 
         For a subclass that adds a call of its own (``JSONLStore.compact``)::
@@ -115,25 +114,16 @@ class Store(ReadCalls, SearchCalls):
             session_id: The session the call changes or reads, or ``None`` for the whole store.
             write: Refuse the call on a read-only store.
 
-        Yields:
-            The checked session id (``""`` for the whole store).
+        Returns:
+            A context manager whose ``with`` gives the checked session id
+            (``""`` for the whole store); the checks run as the block is entered.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreError: if the store is closed, or read-only and ``write``; or
                 from the backend's errors inside the block.
         """
-        engine = self._engine
-        if session_id is None:
-            engine.check_open()
-            if write and engine.read_only:
-                msg = f"Store {engine.url} is open read-only; open it writable to call this ({action}). Nothing was changed."
-                raise StoreError(msg)
-            sid = ""
-        else:
-            sid = engine.check_write(session_id) if write else engine.check(session_id)
-        with engine.errors(action, sid or None):
-            yield sid
+        return Guard(self._engine, action, session_id, write)
 
     def append(
         self,
