@@ -372,10 +372,10 @@ def semantic_discount(semantic: Mapping[int, float]) -> float:
 
     ``c`` is the cosine of the :data:`SEMANTIC_REFERENCE`-th best item (of the
     worst one in a smaller memory), at least 0: how close the crowd comes.
-    Where a hundred items come close to the query (an item ranked by its
-    best of many parts, or long items all alike), a high cosine says little
-    about this item in particular and the keyword side keeps its say; where
-    few do, a high cosine stands out and counts nearly in full.
+    Where a hundred items come close to the query (as when each item ranks
+    by the best of its many parts), a high cosine says little about this
+    item in particular and the keyword side keeps its say; where few do, a
+    high cosine stands out and counts nearly in full.
 
     ``semantic`` holds the best cosines of the query (and may hold others,
     lower ones): both the in-RAM index and the stores pass at least the best
