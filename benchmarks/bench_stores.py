@@ -34,7 +34,7 @@ import orjson
 from _common import make_rows, make_ufo_rows
 
 from agents.memory import MemoryItem
-from agents.memory._item import dumps_item
+from agents.memory._wire import dumps_item
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores._base import step_text
 

@@ -1385,7 +1385,7 @@ def test_property_grouped_and_one_by_one_container_checks_encode_alike(
     templates: list[dict[str, Any]], size: int, data: st.DataObject
 ) -> None:
     """A batch checked in groups (16 items or more) gives each item the bytes it gets checked alone, also after in-place changes."""
-    from agents.memory._item import dumps_each, dumps_item
+    from agents.memory._wire import dumps_each, dumps_item
 
     items = []
     for position in range(size):
@@ -1503,7 +1503,7 @@ def test_property_each_item_of_a_batch_encodes_as_on_its_own(
     rows: list[dict[str, Any]], policy: Any
 ) -> None:
     """dumps_each (a store's batch) gives each item's dumps_item bytes, or the error the first bad item raises."""
-    from agents.memory._item import dumps_each, dumps_item
+    from agents.memory._wire import dumps_each, dumps_item
 
     items = [MemoryItem(**row) for row in rows]
 

@@ -50,19 +50,20 @@ __all__ = [
     "MemoryItem",
     "OnUnknownClass",
     "OwnedRef",
+    "cached_verdict",
     "decode_item",
-    "decode_items",
-    "dumps_each",
     "dumps_item",
-    "dumps_items",
     "field",
     "filter_fields",
     "item_class",
     "item_fields",
+    "item_from_fields",
+    "item_verdict",
+    "item_wire_form",
     "items_from_mappings",
-    "ufo_json_items",
     "unwatch_items",
     "watch_items",
+    "wire_alone",
 ]
 
 
@@ -444,14 +445,23 @@ class MemoryItem:
         Raises:
             CorruptSessionError: if ``data`` is not an encoded item, naming the field's path.
         """
+        _codec.check_on_unknown_class(on_unknown_class)
         wire = _codec.loads(data, source="item JSON")
-        return decode_items(
-            [wire],
-            where=lambda _: "item JSON",
+        if type(wire) is dict and _codec.TAG not in wire:
+            # to_json writes type tags in place, so walk the values of a plain object too.
+            fields = _codec.decode_fields(
+                wire,
+                where="item JSON",
+                on_unknown_class=on_unknown_class,
+                trusted_import=trusted_import,
+            )
+            return item_from_fields(fields)
+        return decode_item(
+            wire,
+            where="item JSON",
             on_unknown_class=on_unknown_class,
             trusted_import=trusted_import,
-            tagged_values=True,
-        )[0]
+        )
 
     # -- UFO's API -----------------------------------------------------------
 
@@ -567,7 +577,9 @@ class MemoryItem:
             SerializationError: if a value cannot be encoded under the policy.
         """
         # json.dumps of a one-element list is "[" + json.dumps(element) + "]".
-        return ufo_json_items([self], step_key=step_key, on_unencodable=on_unencodable)[1:-1]
+        return _codec.dumps_ufo_rows(
+            [self._fields], step_key=step_key, on_unencodable=on_unencodable
+        )[1:-1]
 
     def to_json_bytes(
         self, *, on_unencodable: OnUnencodable = "error", step_key: str = "step"
@@ -727,7 +739,7 @@ class MemoryItem:
         Items of plain JSON scalars are returned as they are (the verdict is
         cached until the item changes); others are walked, and so is every
         item when ``walk=True``, which also tags integers beyond 64 bits.
-        :func:`dumps_items` spares the walk of plain containers.
+        ``_wire.dumps_items`` spares the walk of plain containers.
         """
         fields = self._fields
         if not walk and self._verdict() is True:
@@ -852,8 +864,22 @@ _owners_of: Callable[[MemoryItem], Any] = operator.attrgetter("_owners")
 # projections, stores). Read it, never change it: a change made through it
 # bypasses the item's watchers, so no memory or store would hear of it.
 item_fields: Callable[[MemoryItem], dict[str, Any]] = operator.attrgetter("_fields")
-_plain_of: Callable[[MemoryItem], _codec.PlainVerdict | None] = operator.attrgetter("_plain")
+cached_verdict: Callable[[MemoryItem], _codec.PlainVerdict | None] = operator.attrgetter("_plain")
+"""An item's cached verdict on its fields (``None``: not judged since its last change)."""
+item_verdict: Callable[[MemoryItem], _codec.PlainVerdict] = MemoryItem._verdict
+"""Judge an item's fields (``_codec.plain_verdict``) and cache the verdict until it changes."""
+item_wire_form: Callable[..., dict[str, Any]] = MemoryItem._wire
+"""``item_wire_form(item, step_key, on_unencodable, walk=False)``: the item's JSON-native wire form."""
 MemoryItem._kv_ready = True
+
+
+def item_from_fields(fields: dict[str, Any]) -> MemoryItem:
+    """Return a base ``MemoryItem`` that takes ownership of ``fields`` (string keys, already checked)."""
+    item = _new(MemoryItem)
+    _set_fields(item, fields)
+    _set_owners(item, None)
+    _set_plain(item, None)
+    return item
 
 
 def _subclass_new(cls: type[MemoryItem], /, *args: Any, **kwargs: Any) -> MemoryItem:
@@ -979,131 +1005,17 @@ def unwatch_items(items: Iterable[MemoryItem], owner: object) -> None:
             item._unwatch(key)
 
 
-def dumps_items(
-    items: Iterable[MemoryItem], *, step_key: str, on_unencodable: OnUnencodable
-) -> bytes:
-    """Encode items as a JSON array of their wire forms.
+def filter_fields(fields: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """Return the fields among ``keys`` in the fields' order (UFO's ``filter``)."""
+    wanted = keys if isinstance(keys, (set, frozenset, dict)) else frozenset(keys)
+    return {key: fields[key] for key in fields if key in wanted}
 
-    With :func:`dumps_item` this is the one path from items to bytes:
-    ``Memory``, session files and stores all call them.
 
-    Raises:
-        SerializationError: naming the key, step and type of a value that cannot be encoded.
+def wire_alone(item: MemoryItem, step_key: str, on_unencodable: OnUnencodable) -> dict[str, Any]:
+    """Return one item's wire form, its containers walked on their own (``_codec.shape_plain``).
+
+    ``_wire`` checks the containers of a batch of 16 items or more in groups instead.
     """
-    batch = items if isinstance(items, (list, tuple)) else list(items)
-    try:
-        try:
-            return _codec.dumps(_wires(batch, step_key, on_unencodable))
-        except _codec.IntegerOutOfRange:
-            raise
-        except SerializationError:
-            # A plain-looking container held what the writer refuses (a key
-            # that is not a str, a nesting too deep): the walk names it.
-            return _codec.dumps([item._wire(step_key, on_unencodable) for item in batch])
-    except _codec.IntegerOutOfRange:
-        # A plain-looking item held an int beyond 64 bits: walk every value to tag it.
-        return _codec.dumps([item._wire(step_key, on_unencodable, walk=True) for item in batch])
-
-
-def dumps_each(
-    items: Iterable[MemoryItem], *, step_key: str, on_unencodable: OnUnencodable
-) -> list[bytes]:
-    """Encode each item's wire form on its own, as :func:`dumps_item` does, checking all of them at once.
-
-    The bytes are those :func:`dumps_item` gives for each item; the plain
-    containers of the whole batch are checked together (see :func:`_wires`),
-    which halves the cost of encoding a store's batch item by item.
-
-    Raises:
-        SerializationError: naming the key, step and type of a value that cannot be encoded.
-    """
-    batch = items if isinstance(items, (list, tuple)) else list(items)
-    try:
-        try:
-            return list(map(_codec.dumps, _wires(batch, step_key, on_unencodable)))
-        except _codec.IntegerOutOfRange:
-            raise
-        except SerializationError:
-            # As in dumps_items: a plain-looking container held what the writer refuses.
-            return [_codec.dumps(item._wire(step_key, on_unencodable)) for item in batch]
-    except _codec.IntegerOutOfRange:
-        return [_codec.dumps(item._wire(step_key, on_unencodable, walk=True)) for item in batch]
-
-
-def _wires(
-    batch: list[MemoryItem] | tuple[MemoryItem, ...], step_key: str, on_unencodable: OnUnencodable
-) -> list[dict[str, Any]]:
-    """Return the wire forms of ``batch``, checking the containers of all plain items at once.
-
-    An item's verdict on its top-level values is cached (see
-    ``_codec.plain_verdict``); its containers are checked on every call,
-    because they can change in place without the item knowing.
-    """
-    if len(batch) < _GROUPED_FROM:
-        return [_wire_alone(item, step_key, on_unencodable) for item in batch]
-    cached = list(map(_plain_of, batch))
-    fields = list(map(item_fields, batch))
-    # True, False, None (not judged yet) and shared shapes, all hashed by identity.
-    kinds: set[Any] = set(cached)
-    if None in kinds:
-        # Each item judges and keeps its verdict at once (not in one pass for
-        # all, then another): a field set by another thread in between would
-        # leave a verdict on values the item no longer holds.
-        verdicts = [
-            verdict if verdict is not None else item._verdict()
-            for item, verdict in zip(batch, cached, strict=True)
-        ]
-        kinds = set(verdicts)
-    else:
-        verdicts = typing.cast("list[_codec.PlainVerdict]", cached)
-    if kinds == {True}:
-        return fields
-    shapes: list[_codec.Shape] = [kind for kind in kinds if kind is not True and kind is not False]
-    # Check the containers of all items of a shape together, one field at a
-    # time: items of one agent keep the same fields, so there is mostly one shape.
-    dict_groups: list[list[dict[Any, Any]]] = []
-    list_groups: list[list[list[Any]]] = []
-    for shape in shapes:
-        members = (
-            fields
-            if len(kinds) == 1
-            else [f for f, verdict in zip(fields, verdicts, strict=True) if verdict is shape]
-        )
-        dict_groups += [list(map(operator.itemgetter(key), members)) for key in shape.dicts]
-        list_groups += [list(map(operator.itemgetter(key), members)) for key in shape.lists]
-    if _codec.containers_plain(dict_groups, list_groups):
-        if False not in kinds:
-            return fields
-        return [
-            item._wire(step_key, on_unencodable) if verdict is False else own
-            for item, own, verdict in zip(batch, fields, verdicts, strict=True)
-        ]
-    # Some container holds what needs a tag: each item checks its own and is walked if it must be.
-    return [
-        own
-        if verdict is True
-        or (
-            verdict is not False
-            and _codec.containers_plain(
-                [[own[key] for key in verdict.dicts]], [[own[key] for key in verdict.lists]]
-            )
-        )
-        else item._wire(step_key, on_unencodable)
-        for item, own, verdict in zip(batch, fields, verdicts, strict=True)
-    ]
-
-
-_GROUPED_FROM: Final = 16
-"""From this many items a batch's containers are checked in groups (``_codec.containers_plain``).
-
-Below it each item's containers are walked on their own
-(``_codec.shape_plain``): grouping costs more to set up than it saves for a
-few items (one UFO step: 2.5 us walked against 14 us grouped, CPU; equal
-per item from about 16 on)."""
-
-
-def _wire_alone(item: MemoryItem, step_key: str, on_unencodable: OnUnencodable) -> dict[str, Any]:
-    """Return one item's wire form as :func:`_wires` does, its containers walked on their own."""
     own = item._fields
     verdict = item._plain
     if verdict is None:
@@ -1113,87 +1025,24 @@ def _wire_alone(item: MemoryItem, step_key: str, on_unencodable: OnUnencodable) 
     return item._wire(step_key, on_unencodable)
 
 
-def ufo_json_items(
-    items: Iterable[MemoryItem], *, step_key: str, on_unencodable: OnUnencodable
-) -> str:
-    """Return items' fields as UFO's ``Memory.to_json`` writes them (``json.dumps`` of a list of dicts).
-
-    Raises:
-        SerializationError: naming the key, step and type of a value that cannot be encoded.
-    """
-    return _codec.dumps_ufo_rows(
-        [item._fields for item in items], step_key=step_key, on_unencodable=on_unencodable
-    )
-
-
-def filter_fields(fields: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
-    """Return the fields among ``keys`` in the fields' order (UFO's ``filter``)."""
-    wanted = keys if isinstance(keys, (set, frozenset, dict)) else frozenset(keys)
-    return {key: fields[key] for key in fields if key in wanted}
-
 
 def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable) -> bytes:
-    """Encode one item's wire form (a JSON object), as :func:`dumps_items` does for a list.
+    """Encode one item's wire form (a JSON object): the bytes ``_wire.dumps_items`` writes for it in a list.
 
     Raises:
         SerializationError: naming the key, step and type of a value that cannot be encoded.
     """
-    return dumps_items([item], step_key=step_key, on_unencodable=on_unencodable)[1:-1]
-
-
-def decode_items(
-    wires: Iterable[Any],
-    *,
-    where: Callable[[int], str],
-    on_unknown_class: OnUnknownClass = "error",
-    trusted_import: bool = False,
-    tagged_values: bool = False,
-) -> list[MemoryItem]:
-    """Turn many wire forms into items, all or nothing.
-
-    Plain field objects (the common case) become ``MemoryItem``s without a
-    walk over their values; wrapped items go through :func:`decode_item`.
-
-    Args:
-        wires: Wire forms as decoded from JSON, in order.
-        where: Names the item at a position in error messages.
-        on_unknown_class: See :func:`item_class`.
-        trusted_import: See :func:`item_class`.
-        tagged_values: Plain field objects may hold type tags (``to_json``
-            writes them in place), so walk their values too.
-
-    Raises:
-        CorruptSessionError: naming the item whose wire form or field is invalid.
-        InvalidArgumentError: if ``on_unknown_class`` is not ``"error"`` or ``"base"``.
-    """
-    _codec.check_on_unknown_class(on_unknown_class)
-    items: list[MemoryItem] = []
-    append = items.append
-    tag = _codec.TAG
-    for position, wire in enumerate(wires):
-        if type(wire) is dict and tag not in wire:
-            if tagged_values:
-                wire = _codec.decode_fields(
-                    wire,
-                    where=where(position),
-                    on_unknown_class=on_unknown_class,
-                    trusted_import=trusted_import,
-                )
-            item = _new(MemoryItem)
-            _set_fields(item, wire)
-            _set_owners(item, None)
-            _set_plain(item, None)
-            append(item)
-        else:
-            append(
-                decode_item(
-                    wire,
-                    where=where(position),
-                    on_unknown_class=on_unknown_class,
-                    trusted_import=trusted_import,
-                )
-            )
-    return items
+    try:
+        try:
+            return _codec.dumps(wire_alone(item, step_key, on_unencodable))
+        except _codec.IntegerOutOfRange:
+            raise
+        except SerializationError:
+            # A plain-looking container held what the writer refuses: the walk names it.
+            return _codec.dumps(item._wire(step_key, on_unencodable))
+    except _codec.IntegerOutOfRange:
+        # A plain-looking item held an int beyond 64 bits: walk every value to tag it.
+        return _codec.dumps(item._wire(step_key, on_unencodable, walk=True))
 
 
 def decode_item(

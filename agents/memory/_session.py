@@ -31,7 +31,8 @@ import orjson
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable, OnUnknownClass
-from agents.memory._item import MemoryItem, decode_items, dumps_item, dumps_items
+from agents.memory._item import MemoryItem, dumps_item
+from agents.memory._wire import decode_items, dumps_items
 from agents.memory.exceptions import CorruptSessionError, InvalidArgumentError
 
 __all__ = [

@@ -28,13 +28,12 @@ from agents.memory._item import (
     MemoryItem,
     OnUnknownClass,
     OwnedRef,
-    dumps_items,
     item_fields,
     items_from_mappings,
-    ufo_json_items,
     unwatch_items,
     watch_items,
 )
+from agents.memory._wire import dumps_items, ufo_json_items
 from agents.memory.exceptions import (
     ArgumentTypeError,
     CallbackError,

@@ -18,14 +18,8 @@ import orjson
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnencodable
-from agents.memory._item import (
-    NOTHING,
-    MemoryItem,
-    OnUnknownClass,
-    decode_items,
-    dumps_each,
-    item_fields,
-)
+from agents.memory._item import NOTHING, MemoryItem, OnUnknownClass, item_fields
+from agents.memory._wire import decode_items, dumps_each
 from agents.memory.exceptions import (
     CorruptSessionError,
     CorruptStoreError,
