@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import pickle
 import subprocess
@@ -298,6 +299,34 @@ def test_pickle_round_trip_in_a_fresh_process(tmp_path: Path) -> None:
     assert out.stdout.strip() == (
         "agents.memory._item MemoryItem {'step': 5, 'thought': 'fresh process', 'data': {'k': [1, 2]}}"
     )
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_pickles_written_by_release_0_1_0_still_load(protocol: int) -> None:
+    """Items, an ImageMemoryItem and a Memory pickled by kvmemory 0.1.0 load with their fields and classes."""
+    from agents.memory.blackboard import ImageMemoryItem
+
+    blob = pickle.loads((FIXTURES / "items-0.1.0.pickle").read_bytes())["pickles"][protocol]
+    loaded = pickle.loads(blob)
+    assert loaded["plain"].to_dict() == {
+        "step": 1,
+        "action": "click",
+        "arguments": {"x": 10, "y": 20},
+        "cost": 0.5,
+        "to_json": "a field named like a method",
+        "Bounding Box": (1, 2, 3, 4),
+        "when": datetime.date(2024, 5, 1),
+    }
+    assert loaded["plain"].to_json().startswith('{"step": 1, "action": "click"')
+    assert type(loaded["image"]) is ImageMemoryItem
+    assert loaded["image"].to_dict() == {"metadata": {"step": 2}, "image_path": "shot.png", "image_str": ""}
+    memory = loaded["memory"]
+    assert memory.filter_memory_from_steps([2]) == [{"step": 2, "thought": "t2", "nested": {"k": [2]}}]
+    memory.content[2].set_value("step", 7)
+    assert memory.filter_memory_from_steps([7]) == [{"step": 7, "thought": "t2", "nested": {"k": [2]}}]
 
 
 def test_pickle_keeps_typed_class() -> None:

@@ -312,7 +312,7 @@ class MemoryItem:
 
     def __init__(self, /, **fields: Any) -> None:
         if self._declared:
-            fields = self._with_declared(fields)
+            fields = _with_declared(self, fields)
         _set_fields(self, fields)
         _set_owners(self, None)
         _set_plain(self, None)
@@ -347,53 +347,6 @@ class MemoryItem:
         if "_kv_ready" not in cls.__dict__:
             _finish_class(cls)
         return dict(cls._declared)
-
-    @classmethod
-    def _checks(cls) -> dict[str, tuple[type, ...] | None]:
-        checks = cls._type_checks
-        if checks is None:
-            checks = {
-                name: _runtime_types(_resolve_hint(cls, spec.annotation))
-                for name, spec in cls._declared.items()
-            }
-            cls._type_checks = checks
-        return checks
-
-    def _with_declared(self, given: dict[str, Any]) -> dict[str, Any]:
-        fields: dict[str, Any] = {}
-        for name, spec in self._declared.items():
-            if name in given:
-                fields[name] = self._validated(spec, given.pop(name))
-            elif spec.required:
-                msg = f"{type(self).__name__} requires field {name!r}; pass {name}=... when creating it."
-                raise FieldValidationError(msg)
-            else:
-                fields[name] = spec.make_default()
-        fields.update(given)
-        return fields
-
-    def _validated(self, spec: FieldSpec, value: Any) -> Any:
-        if spec.converter is not None:
-            try:
-                value = spec.converter(value)
-            except Exception as exc:  # any error of a user's converter refuses the value
-                msg = f"Field {spec.name!r} of {type(self).__name__} could not convert {_REPR.repr(value)}: {type(exc).__name__}: {exc}"
-                raise FieldValidationError(msg) from exc
-        expected = self._checks().get(spec.name)
-        if expected is not None and not isinstance(value, expected):
-            names = " or ".join(t.__name__ for t in expected)
-            msg = (
-                f"Field {spec.name!r} of {type(self).__name__} must be {names}, "
-                f"got {_REPR.repr(value)} ({type(value).__name__})."
-            )
-            raise FieldValidationError(msg)
-        if spec.validator is not None:
-            try:
-                spec.validator(self, spec, value)
-            except (TypeError, ValueError) as exc:
-                msg = f"Field {spec.name!r} of {type(self).__name__} refused {_REPR.repr(value)}: {exc}"
-                raise FieldValidationError(msg) from exc
-        return value
 
     # -- construction helpers ------------------------------------------------
 
@@ -478,7 +431,7 @@ class MemoryItem:
             key = str(key)
         spec = self._declared.get(key)
         if spec is not None:
-            value = self._validated(spec, value)
+            value = _validated(self, spec, value)
         self._store(key, value)
 
     def _store(self, key: str, value: Any) -> None:
@@ -491,7 +444,7 @@ class MemoryItem:
             fields[key] = value
             # The owners read once above are those told: another thread may
             # unwatch in between, and reading them again could find none.
-            self._notify(owners, key, old, value)
+            _tell(self, owners, key, old, value)
         else:
             fields[key] = value
 
@@ -511,7 +464,7 @@ class MemoryItem:
         declared = self._declared
         checked = (
             {
-                key: self._validated(declared[key], value)
+                key: _validated(self, declared[key], value)
                 for key, value in values.items()
                 if key in declared
             }
@@ -623,7 +576,7 @@ class MemoryItem:
         before = dict(fields)
         value = fields.pop(key)
         try:
-            self._notify(owners, key, value, NOTHING)
+            _tell(self, owners, key, value, NOTHING)
         except BaseException:
             # Put the field back where it was, not at the end.
             fields.clear()
@@ -718,39 +671,6 @@ class MemoryItem:
         # Only the class and the fields travel; owner links and caches do not.
         return (_restore, (type(self), dict(self._fields)))
 
-    # -- internals used by Memory and the codec ------------------------------
-
-    def _verdict(self) -> _codec.PlainVerdict:
-        """Return whether this item's fields are written as they are (see ``_codec.plain_verdict``).
-
-        The verdict is kept until a field is set or deleted.
-        """
-        plain = self._plain
-        if plain is None:
-            plain = self._class_path is None and _codec.plain_verdict(self._fields)
-            _set_plain(self, plain)
-        return plain
-
-    def _wire(
-        self, step_key: str, on_unencodable: OnUnencodable, *, walk: bool = False
-    ) -> dict[str, Any]:
-        """Return the JSON-native wire form of this item (see ``_codec.encode_fields``).
-
-        Items of plain JSON scalars are returned as they are (the verdict is
-        cached until the item changes); others are walked, and so is every
-        item when ``walk=True``, which also tags integers beyond 64 bits.
-        ``_wire.dumps_items`` spares the walk of plain containers.
-        """
-        fields = self._fields
-        if not walk and self._verdict() is True:
-            return fields
-        wire = _codec.encode_fields(
-            fields, class_name=self._class_path, step_key=step_key, on_unencodable=on_unencodable
-        )
-        if walk and _codec.TAG in wire:
-            _set_plain(self, False)
-        return wire
-
     # -- watchers ----------------------------------------------------------------
 
     def watch(self, owner: object, callback_ref: WatcherRef) -> None:
@@ -771,82 +691,14 @@ class MemoryItem:
                 the item does not keep its owner alive.
         """
         with _WATCH_LOCK:
-            self._watch(id(owner), callback_ref)
-
-    def _watch(self, key: int, callback_ref: WatcherRef) -> None:
-        """Add the watcher of the owner whose id is ``key`` (the caller holds ``_WATCH_LOCK``)."""
-        owners = self._owners
-        if owners is None:
-            self._watch_alone(key, callback_ref)
-        elif isinstance(owners, dict):
-            owners[key] = callback_ref
-        else:
-            alone = self._key_of(owners)
-            if alone == key:
-                self._watch_alone(key, callback_ref)
-            else:
-                _set_owners(self, {alone: owners, key: callback_ref})
-
-    def _watch_alone(self, key: int, callback_ref: WatcherRef) -> None:
-        """Make ``callback_ref`` the one watcher, of the owner whose id is ``key``."""
-        if type(callback_ref) is OwnedRef:
-            # The ref names its owner: no key to store (or, naming another, a dict of one).
-            _set_owners(
-                self, callback_ref if callback_ref.owner_key == key else {key: callback_ref}
-            )
-        else:
-            _set_owner_key(self, key)
-            _set_owners(self, callback_ref)
-
-    def _key_of(self, alone: WatcherRef) -> int:
-        """Return the owner id of the one watcher ``alone``."""
-        return alone.owner_key if type(alone) is OwnedRef else self._owner_key
+            _add_watcher(self, id(owner), callback_ref)
 
     def unwatch(self, owner: object) -> None:
         """Stop calling ``owner``'s watcher (no error if it had none)."""
         if self._owners is None:
             return
         with _WATCH_LOCK:
-            self._unwatch(id(owner))
-
-    def _unwatch(self, key: int) -> None:
-        """Drop the watcher of the owner whose id is ``key`` (the caller holds ``_WATCH_LOCK``)."""
-        owners = self._owners
-        if owners is None:
-            return
-        if not isinstance(owners, dict):
-            if self._key_of(owners) == key:
-                _set_owners(self, None)
-            return
-        owners.pop(key, None)
-        if not owners:
-            _set_owners(self, None)
-
-    def _notify(
-        self, owners: WatcherRef | dict[int, WatcherRef], key: str, old: Any, new: Any
-    ) -> None:
-        """Tell the watchers of ``owners`` (the caller's one read of them) of a change."""
-        told: list[FieldWatcher] = []
-        # A dict of owners can change under another thread's (un)watch: copy
-        # its refs in one C call.
-        refs = list(owners.values()) if isinstance(owners, dict) else [owners]
-        for ref in refs:
-            watcher = ref()
-            if watcher is None:
-                continue
-            try:
-                watcher(self, key, old, new)
-            except BaseException:
-                fields = self._fields
-                if old is NOTHING:
-                    fields.pop(key, None)
-                else:
-                    fields[key] = old
-                for earlier in told:
-                    with contextlib.suppress(Exception):
-                        earlier(self, key, new, old)
-                raise
-            told.append(watcher)
+            _drop_watcher(self, id(owner))
 
 
 _new = object.__new__
@@ -866,11 +718,169 @@ _owners_of: Callable[[MemoryItem], Any] = operator.attrgetter("_owners")
 item_fields: Callable[[MemoryItem], dict[str, Any]] = operator.attrgetter("_fields")
 cached_verdict: Callable[[MemoryItem], _codec.PlainVerdict | None] = operator.attrgetter("_plain")
 """An item's cached verdict on its fields (``None``: not judged since its last change)."""
-item_verdict: Callable[[MemoryItem], _codec.PlainVerdict] = MemoryItem._verdict
-"""Judge an item's fields (``_codec.plain_verdict``) and cache the verdict until it changes."""
-item_wire_form: Callable[..., dict[str, Any]] = MemoryItem._wire
-"""``item_wire_form(item, step_key, on_unencodable, walk=False)``: the item's JSON-native wire form."""
 MemoryItem._kv_ready = True
+
+
+def _type_checks(cls: type[MemoryItem]) -> dict[str, tuple[type, ...] | None]:
+    """Return the ``isinstance`` check of each declared field of ``cls``, worked out on first use."""
+    checks = cls._type_checks
+    if checks is None:
+        checks = {
+            name: _runtime_types(_resolve_hint(cls, spec.annotation))
+            for name, spec in cls._declared.items()
+        }
+        cls._type_checks = checks
+    return checks
+
+
+def _with_declared(item: MemoryItem, given: dict[str, Any]) -> dict[str, Any]:
+    """Return ``given`` with the declared fields of ``item``'s class first, validated or defaulted."""
+    fields: dict[str, Any] = {}
+    for name, spec in item._declared.items():
+        if name in given:
+            fields[name] = _validated(item, spec, given.pop(name))
+        elif spec.required:
+            msg = (
+                f"{type(item).__name__} requires field {name!r}; pass {name}=... when creating it."
+            )
+            raise FieldValidationError(msg)
+        else:
+            fields[name] = spec.make_default()
+    fields.update(given)
+    return fields
+
+
+def _validated(item: MemoryItem, spec: FieldSpec, value: Any) -> Any:
+    """Return ``value`` converted and checked for the declared field ``spec`` of ``item``."""
+    if spec.converter is not None:
+        try:
+            value = spec.converter(value)
+        except Exception as exc:  # any error of a user's converter refuses the value
+            msg = f"Field {spec.name!r} of {type(item).__name__} could not convert {_REPR.repr(value)}: {type(exc).__name__}: {exc}"
+            raise FieldValidationError(msg) from exc
+    expected = _type_checks(type(item)).get(spec.name)
+    if expected is not None and not isinstance(value, expected):
+        names = " or ".join(t.__name__ for t in expected)
+        msg = (
+            f"Field {spec.name!r} of {type(item).__name__} must be {names}, "
+            f"got {_REPR.repr(value)} ({type(value).__name__})."
+        )
+        raise FieldValidationError(msg)
+    if spec.validator is not None:
+        try:
+            spec.validator(item, spec, value)
+        except (TypeError, ValueError) as exc:
+            msg = f"Field {spec.name!r} of {type(item).__name__} refused {_REPR.repr(value)}: {exc}"
+            raise FieldValidationError(msg) from exc
+    return value
+
+
+def item_verdict(item: MemoryItem) -> _codec.PlainVerdict:
+    """Return whether ``item``'s fields are written as they are (see ``_codec.plain_verdict``).
+
+    The verdict is kept until a field is set or deleted.
+    """
+    plain = item._plain
+    if plain is None:
+        plain = item._class_path is None and _codec.plain_verdict(item._fields)
+        _set_plain(item, plain)
+    return plain
+
+
+def item_wire_form(
+    item: MemoryItem, step_key: str, on_unencodable: OnUnencodable, *, walk: bool = False
+) -> dict[str, Any]:
+    """Return the JSON-native wire form of ``item`` (see ``_codec.encode_fields``).
+
+    Items of plain JSON scalars are returned as they are (the verdict is
+    cached until the item changes); others are walked, and so is every
+    item when ``walk=True``, which also tags integers beyond 64 bits.
+    ``_wire.dumps_items`` spares the walk of plain containers.
+    """
+    fields = item._fields
+    if not walk and item_verdict(item) is True:
+        return fields
+    wire = _codec.encode_fields(
+        fields, class_name=item._class_path, step_key=step_key, on_unencodable=on_unencodable
+    )
+    if walk and _codec.TAG in wire:
+        _set_plain(item, False)
+    return wire
+
+
+def _add_watcher(item: MemoryItem, key: int, callback_ref: WatcherRef) -> None:
+    """Add the watcher of the owner whose id is ``key`` (the caller holds ``_WATCH_LOCK``)."""
+    owners = item._owners
+    if owners is None:
+        _watch_alone(item, key, callback_ref)
+    elif isinstance(owners, dict):
+        owners[key] = callback_ref
+    else:
+        alone = _owner_key_of(item, owners)
+        if alone == key:
+            _watch_alone(item, key, callback_ref)
+        else:
+            _set_owners(item, {alone: owners, key: callback_ref})
+
+
+def _watch_alone(item: MemoryItem, key: int, callback_ref: WatcherRef) -> None:
+    """Make ``callback_ref`` the one watcher, of the owner whose id is ``key``."""
+    if type(callback_ref) is OwnedRef:
+        # The ref names its owner: no key to store (or, naming another, a dict of one).
+        _set_owners(item, callback_ref if callback_ref.owner_key == key else {key: callback_ref})
+    else:
+        _set_owner_key(item, key)
+        _set_owners(item, callback_ref)
+
+
+def _owner_key_of(item: MemoryItem, alone: WatcherRef) -> int:
+    """Return the owner id of ``item``'s one watcher ``alone``."""
+    return alone.owner_key if type(alone) is OwnedRef else item._owner_key
+
+
+def _drop_watcher(item: MemoryItem, key: int) -> None:
+    """Drop the watcher of the owner whose id is ``key`` (the caller holds ``_WATCH_LOCK``)."""
+    owners = item._owners
+    if owners is None:
+        return
+    if not isinstance(owners, dict):
+        if _owner_key_of(item, owners) == key:
+            _set_owners(item, None)
+        return
+    owners.pop(key, None)
+    if not owners:
+        _set_owners(item, None)
+
+
+def _tell(
+    item: MemoryItem, owners: WatcherRef | dict[int, WatcherRef], key: str, old: Any, new: Any
+) -> None:
+    """Tell the watchers of ``owners`` (the caller's one read of them) of a change of ``item``.
+
+    If a watcher raises, the field is put back as it was and the watchers
+    already told are told of the change back before the error propagates.
+    """
+    told: list[FieldWatcher] = []
+    # A dict of owners can change under another thread's (un)watch: copy
+    # its refs in one C call.
+    refs = list(owners.values()) if isinstance(owners, dict) else [owners]
+    for ref in refs:
+        watcher = ref()
+        if watcher is None:
+            continue
+        try:
+            watcher(item, key, old, new)
+        except BaseException:
+            fields = item._fields
+            if old is NOTHING:
+                fields.pop(key, None)
+            else:
+                fields[key] = old
+            for earlier in told:
+                with contextlib.suppress(Exception):
+                    earlier(item, key, new, old)
+            raise
+        told.append(watcher)
 
 
 def item_from_fields(fields: dict[str, Any]) -> MemoryItem:
@@ -994,7 +1004,7 @@ def watch_items(items: Iterable[MemoryItem], owner: object, callback_ref: Watche
             _consume(map(_set_owners, batch, itertools.repeat(callback_ref)))
             return
         for item in batch:
-            item._watch(key, callback_ref)
+            _add_watcher(item, key, callback_ref)
 
 
 def unwatch_items(items: Iterable[MemoryItem], owner: object) -> None:
@@ -1002,7 +1012,7 @@ def unwatch_items(items: Iterable[MemoryItem], owner: object) -> None:
     key = id(owner)
     with _WATCH_LOCK:
         for item in items:
-            item._unwatch(key)
+            _drop_watcher(item, key)
 
 
 def filter_fields(fields: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
@@ -1019,11 +1029,10 @@ def wire_alone(item: MemoryItem, step_key: str, on_unencodable: OnUnencodable) -
     own = item._fields
     verdict = item._plain
     if verdict is None:
-        verdict = item._verdict()
+        verdict = item_verdict(item)
     if verdict is True or (verdict is not False and _codec.shape_plain(own, verdict)):
         return own
-    return item._wire(step_key, on_unencodable)
-
+    return item_wire_form(item, step_key, on_unencodable)
 
 
 def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable) -> bytes:
@@ -1039,10 +1048,10 @@ def dumps_item(item: MemoryItem, *, step_key: str, on_unencodable: OnUnencodable
             raise
         except SerializationError:
             # A plain-looking container held what the writer refuses: the walk names it.
-            return _codec.dumps(item._wire(step_key, on_unencodable))
+            return _codec.dumps(item_wire_form(item, step_key, on_unencodable))
     except _codec.IntegerOutOfRange:
         # A plain-looking item held an int beyond 64 bits: walk every value to tag it.
-        return _codec.dumps(item._wire(step_key, on_unencodable, walk=True))
+        return _codec.dumps(item_wire_form(item, step_key, on_unencodable, walk=True))
 
 
 def decode_item(

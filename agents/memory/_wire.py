@@ -68,8 +68,9 @@ def dumps_items(
             return _codec.dumps([item_wire_form(item, step_key, on_unencodable) for item in batch])
     except _codec.IntegerOutOfRange:
         # A plain-looking item held an int beyond 64 bits: walk every value to tag it.
-        return _codec.dumps([item_wire_form(item, step_key, on_unencodable, walk=True) for item in batch])
-
+        return _codec.dumps(
+            [item_wire_form(item, step_key, on_unencodable, walk=True) for item in batch]
+        )
 
 
 def dumps_each(
@@ -94,8 +95,10 @@ def dumps_each(
             # As in dumps_items: a plain-looking container held what the writer refuses.
             return [_codec.dumps(item_wire_form(item, step_key, on_unencodable)) for item in batch]
     except _codec.IntegerOutOfRange:
-        return [_codec.dumps(item_wire_form(item, step_key, on_unencodable, walk=True)) for item in batch]
-
+        return [
+            _codec.dumps(item_wire_form(item, step_key, on_unencodable, walk=True))
+            for item in batch
+        ]
 
 
 def _wires(
@@ -170,7 +173,6 @@ few items (one UFO step: 2.5 us walked against 14 us grouped, CPU; equal
 per item from about 16 on)."""
 
 
-
 def ufo_json_items(
     items: Iterable[MemoryItem], *, step_key: str, on_unencodable: OnUnencodable
 ) -> str:
@@ -182,7 +184,6 @@ def ufo_json_items(
     return _codec.dumps_ufo_rows(
         [item._fields for item in items], step_key=step_key, on_unencodable=on_unencodable
     )
-
 
 
 def decode_items(
