@@ -60,6 +60,7 @@ __all__ = [
     "item_from_fields",
     "item_verdict",
     "item_wire_form",
+    "items_from_fields",
     "items_from_mappings",
     "unwatch_items",
     "watch_items",
@@ -890,6 +891,20 @@ def item_from_fields(fields: dict[str, Any]) -> MemoryItem:
     _set_owners(item, None)
     _set_plain(item, None)
     return item
+
+
+def items_from_fields(rows: list[dict[str, Any]]) -> list[MemoryItem]:
+    """Return one base ``MemoryItem`` per dict of ``rows``, each taking ownership of its dict.
+
+    Keys must be strings already (rows decoded from JSON). The items are made
+    in C-level passes, with no Python call per item.
+    """
+    items: list[MemoryItem] = list(map(_new, itertools.repeat(MemoryItem, len(rows))))
+    _consume(map(_set_fields, items, rows))
+    nothing = itertools.repeat(None)
+    _consume(map(_set_owners, items, nothing))
+    _consume(map(_set_plain, items, nothing))
+    return items
 
 
 def _subclass_new(cls: type[MemoryItem], /, *args: Any, **kwargs: Any) -> MemoryItem:

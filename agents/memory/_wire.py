@@ -11,6 +11,7 @@ items at once, and many decoded wire forms back into items, all or nothing.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import typing
 from collections.abc import Callable, Iterable
@@ -27,6 +28,7 @@ from agents.memory._item import (
     item_from_fields,
     item_verdict,
     item_wire_form,
+    items_from_fields,
     wire_alone,
 )
 from agents.memory.exceptions import SerializationError
@@ -182,7 +184,7 @@ def ufo_json_items(
         SerializationError: naming the key, step and type of a value that cannot be encoded.
     """
     return _codec.dumps_ufo_rows(
-        [item._fields for item in items], step_key=step_key, on_unencodable=on_unencodable
+        list(map(item_fields, items)), step_key=step_key, on_unencodable=on_unencodable
     )
 
 
@@ -212,10 +214,22 @@ def decode_items(
         InvalidArgumentError: if ``on_unknown_class`` is not ``"error"`` or ``"base"``.
     """
     _codec.check_on_unknown_class(on_unknown_class)
+    batch = wires if isinstance(wires, list) else list(wires)
+    tag = _codec.TAG
+    if (
+        not tagged_values
+        and operator.countOf(map(type, batch), dict) == len(batch)
+        and not any(map(operator.contains, batch, itertools.repeat(tag)))
+    ):
+        # Every wire form is a plain field object (a session of base items):
+        # make the items in C-level passes, the collector paused (see
+        # _codec.collector_paused): each new item would otherwise make it
+        # walk the decoded rows again.
+        with _codec.collector_paused(len(batch)):
+            return items_from_fields(batch)
     items: list[MemoryItem] = []
     append = items.append
-    tag = _codec.TAG
-    for position, wire in enumerate(wires):
+    for position, wire in enumerate(batch):
         if type(wire) is dict and tag not in wire:
             if tagged_values:
                 wire = _codec.decode_fields(
