@@ -19,6 +19,9 @@ UFO's data layout is timed instead and named as such.
 
 Run: .venv/bin/python benchmarks/bench_core.py --ufo PATH/TO/ufo/agents/memory/memory.py [--items N] [--repeat R]
      .venv/bin/python benchmarks/bench_core.py --gc-study [--ufo PATH]   (the collector's share, at N and 10 N items)
+
+The item layouts weighed for issue 33 (an item as one object the collector
+tracks, or two) are prototyped and timed by ``benchmarks/bench_item_study.py``.
 """
 
 from __future__ import annotations
@@ -396,6 +399,8 @@ def run(
         ufo_load if ufo is not None else None,
     )
 
+    if only is not None and only not in "reopen from SQLite, index built":
+        return  # the store and the byte count are set up only for the rows they time
     # Reopening a stored session: open_memory decodes every row and the first
     # step lookup builds the index, against reading the rows and orjson.loads.
     with tempfile.TemporaryDirectory() as folder:

@@ -322,11 +322,19 @@ def test_pickles_written_by_release_0_1_0_still_load(protocol: int) -> None:
     }
     assert loaded["plain"].to_json().startswith('{"step": 1, "action": "click"')
     assert type(loaded["image"]) is ImageMemoryItem
-    assert loaded["image"].to_dict() == {"metadata": {"step": 2}, "image_path": "shot.png", "image_str": ""}
+    assert loaded["image"].to_dict() == {
+        "metadata": {"step": 2},
+        "image_path": "shot.png",
+        "image_str": "",
+    }
     memory = loaded["memory"]
-    assert memory.filter_memory_from_steps([2]) == [{"step": 2, "thought": "t2", "nested": {"k": [2]}}]
+    assert memory.filter_memory_from_steps([2]) == [
+        {"step": 2, "thought": "t2", "nested": {"k": [2]}}
+    ]
     memory.content[2].set_value("step", 7)
-    assert memory.filter_memory_from_steps([7]) == [{"step": 7, "thought": "t2", "nested": {"k": [2]}}]
+    assert memory.filter_memory_from_steps([7]) == [
+        {"step": 7, "thought": "t2", "nested": {"k": [2]}}
+    ]
 
 
 def test_pickle_keeps_typed_class() -> None:
