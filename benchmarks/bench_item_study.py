@@ -5,7 +5,8 @@ collector and the hot paths; none is kvmemory's class. For every layout it
 times, with the collector on and as CPU time, interleaved run by run:
 
 - ``build``: ``item = Item(); item.add_values_from_dict(row); memory.append(item)``
-  for every UFO-shaped row (the row of ``bench_core.py``, with a nested ``arguments`` dict);
+  for every UFO-shaped row (the row of ``bench_core.py``, with a nested ``arguments`` dict),
+  with the collector on and, to tell its share, off;
 - ``load``: ``orjson.loads`` of the rows' JSON, then one item per decoded row;
 - ``index``: the first read of every item's fields as a dict (a step index,
   as a memory builds on its first step lookup), on freshly built items;
@@ -214,6 +215,9 @@ def main() -> None:
     parser.add_argument("--ufo", metavar="PATH", required=True, help="UFO's memory.py")
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--only", metavar="TEXT", help="time only the sections whose title holds TEXT"
+    )
     args = parser.parse_args()
     ufo = load_ufo(args.ufo)
     rows = make_rows(args.items)
@@ -271,7 +275,7 @@ def main() -> None:
     def raw_load() -> object:
         return orjson.loads(data)
 
-    print(f"{'layout':24s} {'tracked/item':>12s}")
+    print(f"{'layout':24s} {'tracked/item':>12s}")  # counted at n items, whatever --only says
     for name, cls in LAYOUTS.items():
         print(f"{name:24s} {tracked_per_item(build(cls), n):12.2f}", flush=True)
     print(f"{'UFO':24s} {tracked_per_item(ufo_build, n):12.2f}")
@@ -282,17 +286,25 @@ def main() -> None:
         return f"{statistics.median(ratios):5.2f}x [{min(ratios):4.2f}-{max(ratios):4.2f}]"
 
     def time_all(
-        title: str, fns: dict[str, tuple[Callable[[], object] | None, Callable[[], object]]]
+        title: str,
+        fns: dict[str, tuple[Callable[[], object] | None, Callable[[], object]]],
+        *,
+        collector: bool = True,
     ) -> None:
+        if args.only is not None and args.only not in title:
+            return
         times: dict[str, list[float]] = {label: [] for label in fns}
         for _ in range(args.repeat):
             for label, (setup, fn) in fns.items():
                 if setup is not None:
                     setup()
                 gc.collect()
+                if not collector:
+                    gc.disable()
                 start = time.process_time()
                 result = fn()
                 times[label].append(time.process_time() - start)
+                gc.enable()
                 del result
         print(f"\n{title}: {'median':>9s}   /UFO [spread]          /raw [spread]")
         for label in fns:
@@ -306,6 +318,12 @@ def main() -> None:
         "build the UFO way",
         {"UFO": (None, ufo_build), "raw": (None, raw_build)}
         | {name: (None, build(cls)) for name, cls in LAYOUTS.items()},
+    )
+    time_all(
+        "build the UFO way, collector off (what the collector costs is the difference)",
+        {"UFO": (None, ufo_build), "raw": (None, raw_build)}
+        | {name: (None, build(cls)) for name, cls in LAYOUTS.items()},
+        collector=False,
     )
     time_all(
         "load from JSON",
