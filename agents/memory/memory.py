@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
-import operator
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, ValuesView
@@ -57,7 +56,7 @@ __all__ = [
 ChangeKind = Literal["add", "delete", "clear"]
 """What a change did to a memory: items were added, deleted, or all cleared."""
 
-_fields_of = operator.attrgetter("_fields")
+_fields_of = item_fields  # the live fields dict of an item (read only)
 
 
 @attrs.frozen
