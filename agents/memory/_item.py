@@ -5,6 +5,14 @@ string (``"to_json"``, ``"Bounding Box"``) without shadowing a method. Typed
 subclasses declare fields with annotations; declared fields are validated,
 come first in :meth:`MemoryItem.to_dict`, and extra dynamic fields are still
 accepted.
+
+An item is two objects for the garbage collector: the instance (slots for its
+watchers and its cached encoding verdict) and its fields dict. The layouts
+that make it one were prototyped and cost more than they save
+(``benchmarks/bench_item_study.py``; docs/format.md, "Why an item stays two
+objects"). The wire format is ``_codec``'s; this module keeps only one item's
+own wire form and the class registry that decoding names classes by, and
+``_wire`` encodes and decodes items in batches.
 """
 
 from __future__ import annotations
