@@ -42,6 +42,7 @@ from agents.integrations.smolagents import (
     SmolagentsRecorder,
     UnsavedValueWarning,
     full_steps,
+    get_succinct_steps,
     restore_python_state,
     restore_steps,
     succinct_steps,
@@ -196,16 +197,20 @@ def test_unknown_error_type_becomes_agent_error() -> None:
     assert step.error.message == "m"
 
 
-def test_views_of_any_session() -> None:
-    """full_steps and succinct_steps read any session, like smolagents' views."""
+def test_deprecated_views_still_read_any_session() -> None:
+    """full_steps and succinct_steps still give the items of any session, with a DeprecationWarning naming their successors."""
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
     agent.run(FIRST_TASK)
-    full = full_steps(memory)
+    with pytest.warns(DeprecationWarning, match=r"full_steps\(\) is deprecated.*get_full_steps"):
+        full = full_steps(memory)
     assert [step["kind"] for step in full] == ["task", "action", "action"]
     assert "model_input_messages" in full[1]
-    assert all("model_input_messages" not in step for step in succinct_steps(memory))
-    assert succinct_steps([MemoryItem(step=1, action="click")]) == [{"step": 1, "action": "click"}]
+    with pytest.warns(DeprecationWarning, match=r"use get_succinct_steps|Use get_succinct_steps"):
+        assert all("model_input_messages" not in step for step in succinct_steps(memory))
+        assert succinct_steps([MemoryItem(step=1, action="click")]) == [
+            {"step": 1, "action": "click"}
+        ]
 
 
 def test_a_damaged_item_is_named() -> None:
@@ -548,9 +553,11 @@ def test_a_refused_write_is_written_at_the_next_step(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
     with open_memory(f"sqlite:///{path}?timeout=0.05", "s") as memory:
         agent, _ = make_agent([SmolagentsRecorder(memory)])
-        agent.memory.steps.append(TaskStep(task="t"))
         lock = sqlite3.connect(path)
         lock.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreError):
+            agent.memory.steps.append(TaskStep(task="t"))  # written at once, refused
+        assert len(agent.memory.steps) == 1
         first = ActionStep(step_number=1, timing=Timing(0.0, 1.0), observations="1")
         with pytest.raises(StoreError):
             agent.step_callbacks.callback(first, agent=agent)
@@ -827,7 +834,7 @@ def test_tool_calls_keep_smolagents_shape() -> None:
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
     agent.run(FIRST_TASK)
-    ours = [step["tool_calls"] for step in succinct_steps(memory) if step["kind"] == "action"]
+    ours = [step["tool_calls"] for step in get_succinct_steps(memory) if "step_number" in step]
     theirs = [
         step["tool_calls"] for step in agent.memory.get_succinct_steps() if "step_number" in step
     ]

@@ -313,58 +313,78 @@ def test_a_refused_restore_leaves_the_agent_and_the_store_as_they_were(tmp_path:
         assert memory.to_json() == before
 
 
-_MODES = {
-    "CMYK": "RGB",
-    "YCbCr": "RGB",
-    "LAB": "RGB",
-    "HSV": "RGB",
-    "RGBX": "RGB",
-    "RGBa": "RGBA",
-    "PA": "RGBA",
-    "La": "LA",
-    "I": "I;16",
-    "F": "I;16",
-    "I;16L": "I;16",
-    "I;16N": "I;16",
-    "RGB": "RGB",
-    "P": "P",
-    "1": "1",
-}
+def _image_in(mode: str) -> Image.Image:
+    """A 5x3 image in ``mode`` with distinct pixels (and, for P and PA, a palette of 6 colours)."""
+    if mode in ("P", "PA"):
+        image = Image.new(mode, (5, 3))
+        image.putpalette(bytes(range(18)), rawmode="RGB")
+    else:
+        image = Image.new(mode, (5, 3))
+    bands = len(image.getbands())
+    for x in range(5):
+        for y in range(3):
+            value = (x * 3 + y) % 6 if mode in ("P", "PA", "1") else x * 40 + y * 7 + 1
+            if mode == "1":
+                value = (x + y) % 2
+            if mode == "F":
+                value = value + 0.25 * y - 1e6 * (x == 4)
+            image.putpixel((x, y), value if bands == 1 else (value,) * bands)
+    return image
 
 
-@pytest.mark.parametrize(("mode", "stored_mode"), sorted(_MODES.items()))
-def test_images_in_any_mode_do_not_stop_the_run(mode: str, stored_mode: str) -> None:
-    """An image in a mode PNG cannot hold (CMYK, F, ...) is converted to one it can; the agent's run completes."""
+def image_state(image: Image.Image) -> dict[str, Any]:
+    """What an image is, for exact comparison: mode, size, pixels, palette and info."""
+    return {
+        "mode": image.mode,
+        "size": image.size,
+        "pixels": image.tobytes(),
+        "palette": image.getpalette(image.palette.mode) if image.palette is not None else None,
+        "info": dict(image.info),
+    }
+
+
+_ALL_MODES = [
+    "1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB",
+    "HSV", "I", "F", "I;16", "I;16B", "I;16L", "I;16N",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", _ALL_MODES)
+def test_images_in_every_mode_come_back_exact(mode: str) -> None:
+    """A task image in any Pillow mode is restored with its mode, size, pixels, palette and info."""
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
-    image = Image.new(mode, (3, 2))
+    image = _image_in(mode)
     agent.run(FIRST_TASK, images=[image])
-    stored = memory[1]["task_images"][0]
-    assert stored.startswith(b"\x89PNG")
     (task, *_) = restore_steps(memory)[1]
     assert isinstance(task, TaskStep)
-    assert task.task_images[0].mode == stored_mode
-    assert task.task_images[0].size == (3, 2)
+    assert image_state(task.task_images[0]) == image_state(image)
 
 
-def test_cmyk_pixels_come_back_as_pillow_converts_them() -> None:
-    """A CMYK image is stored as Pillow's RGB conversion of it."""
+@pytest.mark.parametrize(
+    "transparency", [("P", 3), ("P", bytes([0, 128, 255])), ("L", 7), ("RGB", (1, 2, 3))]
+)
+def test_transparency_comes_back(transparency: tuple[str, Any]) -> None:
+    """A palette image with per-colour alpha, and L and RGB images with a transparent colour, keep it."""
+    mode, value = transparency
+    image = _image_in(mode)
+    image.info["transparency"] = value
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
-    image = Image.new("CMYK", (2, 2), (10, 20, 30, 40))
     agent.run(FIRST_TASK, images=[image])
     (task, *_) = restore_steps(memory)[1]
-    assert task.task_images[0].tobytes() == image.convert("RGB").tobytes()
+    assert image_state(task.task_images[0]) == image_state(image)
 
 
-def test_float_images_keep_their_integer_part_up_to_16_bits() -> None:
-    """An F-mode image is stored as 16-bit greyscale: fractions dropped, values clipped to 0..65535."""
+def test_modes_png_holds_exactly_stay_png() -> None:
+    """RGB and the other modes a PNG gives back exactly are stored as PNG bytes; CMYK as a raw record."""
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
-    images = [Image.new("F", (1, 1), value) for value in (300.7, 70000.0, -4.0)]
-    agent.run(FIRST_TASK, images=images)
-    (task, *_) = restore_steps(memory)[1]
-    assert [im.getpixel((0, 0)) for im in task.task_images] == [300, 65535, 0]
+    agent.run(FIRST_TASK, images=[_image_in("RGB"), _image_in("CMYK")])
+    png, raw = memory[1]["task_images"]
+    assert png.startswith(b"\x89PNG")
+    assert raw["mode"] == "CMYK"
+    assert raw["size"] == [5, 3]
 
 
 def test_hostile_rows_are_refused_on_every_store(store_url: str) -> None:
