@@ -22,7 +22,7 @@ pytest.importorskip("smolagents")
 
 from PIL import Image  # smolagents brings Pillow; both are checked for above
 from smolagents.memory import TaskStep
-from smolagents_agent import FIRST_TASK, make_agent
+from smolagents_agent import FIRST_TASK, image_state, make_agent
 
 from agents.integrations.smolagents import SmolagentsRecorder, restore_steps
 from agents.memory import CorruptSessionError, Memory, MemoryItem
@@ -330,17 +330,6 @@ def _image_in(mode: str) -> Image.Image:
                 value = value + 0.25 * y - 1e6 * (x == 4)
             image.putpixel((x, y), value if bands == 1 else (value,) * bands)
     return image
-
-
-def image_state(image: Image.Image) -> dict[str, Any]:
-    """What an image is, for exact comparison: mode, size, pixels, palette and info."""
-    return {
-        "mode": image.mode,
-        "size": image.size,
-        "pixels": image.tobytes(),
-        "palette": image.getpalette(image.palette.mode) if image.palette is not None else None,
-        "info": dict(image.info),
-    }
 
 
 _ALL_MODES = [
