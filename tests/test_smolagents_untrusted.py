@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("smolagents")
 
@@ -73,7 +75,7 @@ def _timing() -> dict[str, Any]:
     return {"start_time": 1.0, "end_time": 2.0}
 
 
-def _rows_holding(data: bytes) -> dict[str, list[MemoryItem]]:
+def _rows_holding(data: Any) -> dict[str, list[MemoryItem]]:
     """One session per place a stored image can sit, each holding ``data`` there."""
     return {
         "task_images": [MemoryItem(kind="task", run=1, task="t", task_images=[data])],
@@ -395,3 +397,83 @@ def test_hostile_rows_are_refused_on_every_store(store_url: str) -> None:
         pytest.raises(CorruptSessionError, match=r"Field 'run' of item 0 holds str 'one'"),
     ):
         SmolagentsRecorder(memory)
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    """A raw image record as the recorder writes one (CMYK, 3x2), with ``changes``."""
+    record = {"mode": "CMYK", "size": [3, 2], "pixels": zlib.compress(bytes(24))}
+    record.update(changes)
+    return record
+
+
+_BAD_RECORDS = {
+    "unknown mode": (_record(mode="EPS"), r"mode 'EPS' is not one the recorder writes raw"),
+    "size shape": (_record(size=[3]), r"size must be \[width, height\]"),
+    "negative size": (_record(size=[-3, 2]), r"size must be \[width, height\]"),
+    "pixels text": (_record(pixels="AAAA"), r"pixels must be bytes, got str"),
+    "too many pixels": (
+        _record(size=[100_000, 100_000]),
+        r"100000x100000 pixels is more than PIL.Image.MAX_IMAGE_PIXELS",
+    ),
+    "short pixels": (
+        _record(pixels=zlib.compress(bytes(23))),
+        r"CMYK 3x2 needs 24 bytes of pixels",
+    ),
+    "long pixels": (
+        _record(pixels=zlib.compress(bytes(25))),
+        r"CMYK 3x2 needs 24 bytes of pixels",
+    ),
+    "inflates far": (
+        _record(mode="L", size=[1, 1], pixels=zlib.compress(bytes(50_000_000))),
+        r"L 1x1 needs 1 bytes of pixels",
+    ),
+    "not zlib": (_record(pixels=b"\x00" * 24), r"the pixels are not zlib data"),
+    "palette on CMYK": (_record(palette=["RGB", bytes(3)]), r"a CMYK image has no palette"),
+    "palette size": (
+        _record(mode="P", size=[1, 1], pixels=zlib.compress(b"\x00"), palette=["RGB", bytes(770)]),
+        r"a RGB palette of 770 bytes is not whole colours, at most 256",
+    ),
+    "transparency": (_record(transparency={"a": 1}), r"transparency must be a whole number"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(_BAD_RECORDS), ids=sorted(_BAD_RECORDS))
+def test_a_damaged_raw_image_is_refused_in_every_image_field(bad: str) -> None:
+    """A raw image record whose parts disagree is refused before Image.frombytes, naming the field; the agent is unchanged."""
+    record, message = _BAD_RECORDS[bad]
+    for field, items in _rows_holding(record).items():
+        agent, _ = make_agent()
+        steps = agent.memory.steps
+        with pytest.raises(CorruptSessionError, match=message) as caught:
+            SmolagentsRecorder(Memory(items)).restore(agent)
+        assert field in str(caught.value)
+        assert agent.memory.steps is steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {
+            "mode": st.sampled_from(["1", "L", "P", "PA", "CMYK", "F", "I;16B", "RGB", "X"]),
+            "size": st.lists(st.integers(-2, 6), min_size=0, max_size=3),
+            "pixels": st.binary(max_size=40).map(zlib.compress) | st.binary(max_size=8),
+        },
+        optional={
+            "palette": st.lists(
+                st.sampled_from(["RGB", "RGBA", 1]) | st.binary(max_size=12), max_size=3
+            ),
+            "transparency": st.integers(-1, 300)
+            | st.binary(max_size=4)
+            | st.lists(st.integers(0, 9)),
+        },
+    )
+)
+def test_any_raw_image_record_restores_or_is_refused(record: dict[str, Any]) -> None:
+    """Whatever a raw image record holds, restore rebuilds an image of its mode and size or raises CorruptSessionError."""
+    memory = Memory([MemoryItem(kind="task", run=1, task="t", task_images=[record])])
+    try:
+        (task,) = restore_steps(memory)[1]
+    except CorruptSessionError:
+        return
+    assert task.task_images[0].mode == record["mode"]
+    assert list(task.task_images[0].size) == record["size"]
