@@ -721,7 +721,9 @@ def _parser() -> argparse.ArgumentParser:
         "smolagents-dump",
         help="a JSON dump of smolagents' agent.memory.get_full_steps() (needs kvmemory[smolagents])",
     )
-    dump.add_argument("path", help="the JSON file json.dump(agent.memory.get_full_steps(), f) wrote")
+    dump.add_argument(
+        "path", help="the JSON file json.dump(agent.memory.get_full_steps(), f) wrote"
+    )
     dump.add_argument("--store", required=True, help="store URL or SQLite path to write to")
     dump.add_argument("--session", required=True, help="session id to write")
     dump.add_argument("--append", action="store_true", help="append to a non-empty session")
