@@ -32,7 +32,8 @@ parts of two processes:
         after the first step is appended to agent.memory.steps.
     python smolagents_agent.py loop-restore STORE_URL SESSION OUT_JSON
         restores into a new CodeAgent and goes on with the loop; writes the
-        answer and the model's input messages of each step to OUT_JSON.
+        answer, the model's input messages of each step and what the session
+        holds then to OUT_JSON.
 """
 
 from __future__ import annotations
@@ -377,7 +378,13 @@ def _loop(mode: str, recorder: Any, argv: list[str]) -> None:
     answer = run_step_by_step(agent, CODE_FIRST, first_step=done + 1)
     with open(argv[3], "w", encoding="utf-8") as out:
         json.dump(
-            {"answer": answer, "inputs": [message_dicts(inputs) for inputs in model.inputs]}, out
+            {
+                "answer": answer,
+                "inputs": [message_dicts(inputs) for inputs in model.inputs],
+                "recorded": [(item["kind"], item["run"]) for item in recorder.memory],
+                "steps": recorder.memory.steps(),
+            },
+            out,
         )
     recorder.memory.close()
 

@@ -543,8 +543,9 @@ def test_each_step_reads_a_bounded_number_of_steps() -> None:
     memory = Memory()
     recorder = SmolagentsRecorder(memory)
     agent, _ = make_agent([recorder, take_screenshot])
-    steps = _CountingList([TaskStep(task=BROWSE_TASK)])
-    agent.memory.steps = steps
+    agent.memory.steps = _CountingList([TaskStep(task=BROWSE_TASK)])
+    steps = agent.memory.steps  # the recorder watches a copy, of a subclass of _CountingList
+    assert isinstance(steps, _CountingList)
     _CountingList.visited = 0
     for number in range(1, 401):
         step = ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=str(number))
@@ -554,7 +555,9 @@ def test_each_step_reads_a_bounded_number_of_steps() -> None:
             steps
         )  # the screenshot callback walks every step, as the example does
         assert _CountingList.visited - reads_before - take_screenshot_reads <= 3
-        steps.append(step)
+        reads_before = _CountingList.visited
+        steps.append(step)  # the watched list writes the step again: no more reads
+        assert _CountingList.visited - reads_before <= 3
     assert len(memory) == 402  # the system prompt, the task and 400 actions
     _, restored = restore_steps(memory)
     assert _images(restored) == _images(steps)
@@ -963,6 +966,8 @@ def test_a_step_loop_killed_midway_goes_on_after_a_restore(tmp_path: Path) -> No
         assert run_step_by_step(agent, CODE_FIRST) == 40
     assert result["answer"] == 40
     assert result["inputs"] == [message_dicts(inputs) for inputs in model.inputs[1:]]
+    assert result["steps"] == [1, 2, 3]  # the restored loop goes on recording the same run
+    assert result["recorded"] == [["system_prompt", 1], ["task", 1]] + [["action", 1]] * 3
 
 
 def test_injected_steps_are_recorded_as_they_are_appended() -> None:
@@ -1144,6 +1149,8 @@ def test_cli_imports_a_dump_into_a_store(tmp_path: Path) -> None:
     argv = ["import", "smolagents-dump", str(path), "--store", store, "--session", "d"]
     assert main(argv, out=out) == 0
     assert out.getvalue() == f"imported 3 steps into session 'd' of {store}\n"
+    missing = ["import", "smolagents-dump", str(tmp_path / "none.json"), "--store", store]
+    assert main([*missing, "--session", "e"], out=io.StringIO()) == 2
     with open_memory(store, "d") as memory:
         assert memory.steps() == [1, 2]
         assert memory.metadata["source"] == "smolagents-dump"

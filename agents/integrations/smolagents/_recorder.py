@@ -145,13 +145,20 @@ class _Record:
 
 
 class SmolagentsRecorder:
-    """A smolagents step callback that writes the agent's memory to a kvmemory ``Memory``.
+    """Write a smolagents agent's memory to a kvmemory ``Memory`` as it changes.
 
     Pass it as a step callback (``ToolCallingAgent(..., step_callbacks=[recorder])``)
-    or call :meth:`attach`. Either way it writes after every other callback
-    of a step has run: called from the list, it registers itself once more
-    (as :meth:`attach` does) to run last and writes from there, so a
-    screenshot a later callback attaches is in the record.
+    or call :meth:`attach`. Either way it follows ``agent.memory`` however
+    steps get there: ``agent.run()``, ``agent.step()`` in a loop of your own
+    (smolagents fires no step callbacks there), and steps appended,
+    inserted, replaced, deleted or cleared through ``agent.memory.steps``, or
+    a new list assigned to it, each written as it happens (see
+    :meth:`attach`). Creating a recorder makes every smolagents agent given
+    it in ``step_callbacks`` attach it when the agent is made. In a step it
+    writes after every other callback of that step has run: it registers
+    itself once more for every step kind (as :meth:`attach` does) to run
+    last and writes from there, so a screenshot a later callback attaches
+    is in the record.
 
     Each time it runs it writes, in order, the steps of ``agent.memory`` it
     has not written yet (the task step of each run included), the step being
@@ -216,10 +223,18 @@ class SmolagentsRecorder:
         self._vars: dict[str, tuple[Any, bytes | None]] = {}
 
     def attach(self, agent: Any) -> None:
-        """Follow ``agent``'s memory: register for every step kind, after the callbacks registered so far, and watch its steps.
+        """Follow ``agent``'s memory: watch its steps, and register for every step kind after the callbacks registered so far.
 
-        From then on every change to ``agent.memory.steps`` is written as it
-        happens (see the class), as well as every step callback.
+        Watching makes ``agent.memory.steps`` a subclass of ``list`` (of the
+        list's own class) whose changing methods call :meth:`write` after
+        they ran, and gives ``agent.memory`` (an instance of a subclass of its
+        class) a ``steps`` attribute that puts a list assigned to it into a
+        new watched list with the same steps and calls :meth:`write`. Copies
+        and pickles of both are of smolagents' own classes. A store error
+        comes out of the call that changed the list (the change stays made;
+        the next write writes it). A memory whose class cannot be changed
+        (``__slots__``) is not watched: then steps are written at step
+        callbacks and :meth:`write` calls only.
         """
         watch_memory(agent, self)
         if agent in self._attached:
