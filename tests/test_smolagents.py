@@ -1255,3 +1255,66 @@ def test_images_png_cannot_hold_survive_a_restart(tmp_path: Path) -> None:
     assert _image_parts([resent[1]]) == _image_parts([sent[1]])
     assert [image["mode"] for image in _image_parts([sent[1]])] == ["CMYK", "F", "P"]
     assert message_dicts(resent) == message_dicts(sent)
+
+
+_EDITS_OF_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "append",
+                "append task",
+                "insert",
+                "set",
+                "del",
+                "pop",
+                "clear",
+                "assign",
+                "extend",
+                "reset",
+            ]
+        ),
+        st.integers(0, 8),
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_EDITS_OF_STEPS)
+def test_any_edits_of_the_steps_list_restore_to_it(edits: list[tuple[str, int]]) -> None:
+    """Whatever is done to agent.memory.steps through the list (append, insert, set, delete, clear, assign, reset), a restore gives the list."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    made = iter(range(1, 1000))
+
+    def new_step(kind: str = "action") -> Any:
+        number = next(made)
+        if kind == "task":
+            return TaskStep(task=f"task {number}")
+        return ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=f"{number}")
+
+    for edit, at in edits:
+        steps = agent.memory.steps
+        where = at % (len(steps) + 1)
+        if edit == "append":
+            steps.append(new_step())
+        elif edit == "append task":
+            steps.append(new_step("task"))
+        elif edit == "insert":
+            steps.insert(where, new_step())
+        elif edit == "extend":
+            steps.extend([new_step(), new_step()])
+        elif edit == "assign":
+            agent.memory.steps = [new_step("task")] + [new_step() for _ in range(at % 3)]
+        elif edit == "reset":
+            agent.memory.reset()
+        elif edit == "clear":
+            steps.clear()
+        elif steps and edit == "set":
+            steps[where % len(steps)] = new_step()
+        elif steps and edit == "del":
+            del steps[where % len(steps)]
+        elif steps and edit == "pop":
+            steps.pop()
+    _, restored = restore_steps(memory)
+    assert [step.dict() for step in restored] == [step.dict() for step in agent.memory.steps]

@@ -459,7 +459,11 @@ def test_any_raw_image_record_restores_or_is_refused(record: dict[str, Any]) -> 
     try:
         (task,) = restore_steps(memory)[1]
     except CorruptSessionError as exc:
-        assert "holds a raw image record that cannot be read" in str(exc)
+        refused = str(exc)
+    else:
+        refused = ""
+    if refused:
+        assert "holds a raw image record that cannot be read" in refused
         return
     assert task.task_images[0].mode == record["mode"]
     assert list(task.task_images[0].size) == record["size"]

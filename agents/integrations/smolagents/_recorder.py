@@ -213,6 +213,9 @@ class SmolagentsRecorder:
 
     def _start_run(self, steps: list[Any] | None) -> None:
         self._steps = steps  # the agent's steps list this run writes
+        self._rearranged = (
+            False  # steps were changed before the end of the list since the last write
+        )
         self._seen = 0  # how many entries of it were looked at
         self._last: Any = None  # the entry at _seen - 1 then
         self._records: dict[int, _Record] = {}  # id(step) -> record
@@ -236,7 +239,7 @@ class SmolagentsRecorder:
         (``__slots__``) is not watched: then steps are written at step
         callbacks and :meth:`write` calls only.
         """
-        watch_memory(agent, self)
+        watch_memory(agent, self._steps_changed)
         if agent in self._attached:
             return
         sm = load_smolagents()
@@ -277,13 +280,19 @@ class SmolagentsRecorder:
         """
         sm = load_smolagents()
         steps: list[Any] = agent.memory.steps
-        if steps is not self._steps and watch_memory(agent, self):
+        if steps is not self._steps and watch_memory(agent, self._steps_changed):
             steps = agent.memory.steps  # now the watched list
+        moved = False  # whether steps may have changed places (a full pass over them follows)
         if steps is not self._steps:
             self._start_run(steps)
             self.run += 1
-        elif self._seen > len(steps) or (self._seen and steps[self._seen - 1] is not self._last):
+        elif (
+            self._rearranged
+            or self._seen > len(steps)
+            or (self._seen and steps[self._seen - 1] is not self._last)
+        ):
             self._forget_removed(steps)
+            moved = True
         step_key = self.memory.step_key
         # What this call changes, to undo if the memory refuses the items (a store error).
         undo = (self._seen, self._last, self._system, self._swept, dict(self._vars))
@@ -337,6 +346,43 @@ class SmolagentsRecorder:
         for record, now, names in changed:
             self._update(record, step_key, names)
             record.signature, record.ids = now, _ids(record.step)
+        if moved:
+            self._keep_order(steps)
+        self._rearranged = False
+
+    def _steps_changed(self, agent: Any, rearranged: bool) -> None:
+        """Write a change to the watched ``agent.memory.steps`` (``rearranged``: not only at its end)."""
+        self._rearranged = self._rearranged or rearranged
+        self.write(agent)
+
+    def _keep_order(self, steps: list[Any]) -> None:
+        """Write again, in the agent's order, the items from the first step that changed places.
+
+        A step inserted or replaced before the end of ``agent.memory.steps``
+        (or a sort) was written after the others; its item and those that
+        should follow it are deleted and added again in the list's order.
+        """
+        listed = {id(step): self._records[id(step)] for step in steps if id(step) in self._records}
+        wanted = [*listed.values(), *(record for record in self._order if not record.listed)]
+        if len(wanted) != len(self._order):
+            return  # not one record per step (cannot happen after _forget_removed): keep the order
+        first = next(
+            (
+                i
+                for i, (was, now) in enumerate(zip(self._order, wanted, strict=True))
+                if was is not now
+            ),
+            None,
+        )
+        if first is None:
+            return
+        self.memory.delete_items([record.item for record in self._order[first:]])
+        fresh = [MemoryItem(**record.item.to_dict()) for record in wanted[first:]]
+        self.memory.add_memory_items(fresh)
+        for record, item in zip(wanted[first:], fresh, strict=True):
+            record.item = item
+        self._order = wanted
+        self._swept = min(self._swept, first)
 
     def sync(self, agent: Any) -> None:
         """Write every change to the steps of the run since they were written, comparing each in full.
@@ -504,7 +550,7 @@ class SmolagentsRecorder:
         state = getattr(executor, "state", None)
         if isinstance(state, dict):
             check_names(variables, agent, executor, sm, wanted)
-        watch_memory(agent, self)
+        watch_memory(agent, self._steps_changed)
         watch = watch_of(agent)
         with watch.quiet() if watch is not None else contextlib.nullcontext():
             agent.memory.steps = [step for _, step in pairs]

@@ -45,8 +45,13 @@ class Watch:
 
     def __init__(self, agent: Any) -> None:
         self.agent = weakref.ref(agent)
-        self.listeners: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.listeners: list[weakref.WeakMethod[Callable[[Any, bool], None]]] = []
         self.paused = 0
+
+    def add(self, listener: Callable[[Any, bool], None]) -> None:
+        """Call the bound method ``listener(agent, rearranged)`` at each change (held weakly, once)."""
+        if all(ref() != listener for ref in self.listeners):
+            self.listeners.append(weakref.WeakMethod(listener))
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -61,16 +66,18 @@ class Watch:
         """Return a watched list holding the steps of ``steps``."""
         return watched_list_class(type(steps))(steps, watch=self)
 
-    def changed(self, steps: Any) -> None:
-        """Tell each listener that ``steps`` changed, if they are still the agent's steps."""
+    def changed(self, steps: Any, *, rearranged: bool = True) -> None:
+        """Tell each listener that ``steps`` changed (``rearranged``: not only at its end), if they are still the agent's steps."""
         agent = self.agent()
         if self.paused or agent is None:
             return
         memory = getattr(agent, "memory", None)
         if getattr(memory, "__dict__", {}).get("steps") is not steps:
             return  # a list the agent no longer holds
-        for listener in list(self.listeners):
-            listener.write(agent)
+        for ref in list(self.listeners):
+            listener = ref()
+            if listener is not None:
+                listener(agent, rearranged)
 
 
 class WatchedSteps(list[Any]):
@@ -80,21 +87,21 @@ class WatchedSteps(list[Any]):
         super().__init__(steps)
         self.__dict__[WATCH_KEY] = watch
 
-    def _changed(self) -> None:
+    def _changed(self, *, rearranged: bool = True) -> None:
         watch = self.__dict__.get(WATCH_KEY)
         if watch is not None:
-            watch.changed(self)
+            watch.changed(self, rearranged=rearranged)
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         return (list, (list(self),))  # copies are plain lists, unwatched
 
     def append(self, step: Any) -> None:
         super().append(step)
-        self._changed()
+        self._changed(rearranged=False)
 
     def extend(self, steps: Any) -> None:
         super().extend(steps)
-        self._changed()
+        self._changed(rearranged=False)
 
     def insert(self, index: SupportsIndex, step: Any) -> None:
         super().insert(index, step)
@@ -131,7 +138,7 @@ class WatchedSteps(list[Any]):
 
     def __iadd__(self, steps: Iterable[Any], /) -> Self:  # type: ignore[misc]  # list.__add__ takes only lists; += takes any iterable, as list does
         super().__iadd__(steps)
-        self._changed()
+        self._changed(rearranged=False)
         return self
 
     def __imul__(self, count: SupportsIndex) -> Self:
@@ -213,8 +220,8 @@ def _watched_memory_class(cls: type) -> type:
     return found
 
 
-def watch_memory(agent: Any, listener: Any) -> bool:
-    """Make ``agent.memory`` tell ``listener`` (its ``write(agent)``) of every change to its steps.
+def watch_memory(agent: Any, listener: Callable[[Any, bool], None]) -> bool:
+    """Make ``agent.memory`` call ``listener(agent, rearranged)`` (a bound method) at every change to its steps.
 
     Returns:
         Whether the memory is watched; ``False`` for a memory object whose
@@ -234,7 +241,7 @@ def watch_memory(agent: Any, listener: Any) -> bool:
         watch = Watch(agent)
         state[WATCH_KEY] = watch
         state["steps"] = watch.wrap(state["steps"])
-    watch.listeners.add(listener)
+    watch.add(listener)
     return True
 
 
