@@ -2,10 +2,11 @@
 
 smolagents keeps an agent's memory in RAM (``agent.memory``: a system prompt
 and a list of ``TaskStep``, ``ActionStep`` and ``PlanningStep`` objects), so
-it is lost when the process ends. :class:`SmolagentsRecorder` writes every step to a kvmemory ``Memory`` (a stored one, from
-``open_memory``, makes it durable) as the agent runs, after the step's other
-callbacks, and writes later changes to steps it wrote (a callback that clears
-older screenshots). :meth:`SmolagentsRecorder.restore` rebuilds
+it is lost when the process ends. :class:`SmolagentsRecorder` writes every
+step to a kvmemory ``Memory`` (a stored one, from ``open_memory``, makes it
+durable) as it reaches ``agent.memory``, after the step's other callbacks,
+and writes later changes to steps it wrote (a callback that clears older
+screenshots). :meth:`SmolagentsRecorder.restore` rebuilds
 ``agent.memory``, ``agent.task`` and a ``CodeAgent``'s Python variables in a
 new agent from it, so that ``agent.run(next_task, reset=False)`` continues
 where the old process stopped and ``agent.replay()`` shows the whole run.
@@ -33,8 +34,7 @@ step's ``step_number`` is the memory's step key. Values are kept losslessly:
 
 Any other field that holds a PIL image (a code agent's ``action_output``)
 is stored as PNG bytes (converted to the nearest mode PNG holds) and read
-back as those bytes; any other value is
-kept if the codec can write it. A value it cannot write is left out and
+back as those bytes; any other value is kept if the codec can write it. A value it cannot write is left out and
 named, with its type, in the item's ``left_out`` field (an
 :class:`UnsavedValueWarning` says so): recording never stops the run.
 

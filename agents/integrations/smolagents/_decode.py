@@ -28,9 +28,9 @@ class _Invalid(ValueError):
     """A stored value of the wrong shape; :func:`step_of` names the item and field."""
 
 
-def describe(value: Any) -> str:
+def _describe(value: Any) -> str:
     """Name a stored value's type and show its start (bounded: a row may hold anything)."""
-    if is_int(value) and value.bit_length() > 64:
+    if _is_int(value) and value.bit_length() > 64:
         return f"int of {value.bit_length()} bits"
     try:
         return f"{type(value).__name__} {reprlib.repr(value)}"
@@ -38,7 +38,7 @@ def describe(value: Any) -> str:
         return type(value).__name__
 
 
-def is_int(value: Any) -> bool:
+def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -48,7 +48,7 @@ def _is_number(value: Any) -> bool:
 
 def _mapping(value: Any, path: str, required: tuple[str, ...]) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        msg = f"{path}: expected an object, got {describe(value)}"
+        msg = f"{path}: expected an object, got {_describe(value)}"
         raise _Invalid(msg)
     missing = [key for key in required if key not in value]
     if missing:
@@ -59,7 +59,7 @@ def _mapping(value: Any, path: str, required: tuple[str, ...]) -> Mapping[str, A
 
 def _typed(value: Any, path: str, check: Any, expected: str) -> Any:
     if not check(value):
-        msg = f"{path}: expected {expected}, got {describe(value)}"
+        msg = f"{path}: expected {expected}, got {_describe(value)}"
         raise _Invalid(msg)
     return value
 
@@ -99,8 +99,8 @@ def _decode_usage(value: Any, sm: Any, path: str) -> Any:
         return None
     value = _mapping(value, path, ("input_tokens", "output_tokens"))
     return sm.monitoring.TokenUsage(
-        input_tokens=_typed(value["input_tokens"], f"{path}.input_tokens", is_int, "an int"),
-        output_tokens=_typed(value["output_tokens"], f"{path}.output_tokens", is_int, "an int"),
+        input_tokens=_typed(value["input_tokens"], f"{path}.input_tokens", _is_int, "an int"),
+        output_tokens=_typed(value["output_tokens"], f"{path}.output_tokens", _is_int, "an int"),
     )
 
 
@@ -187,7 +187,7 @@ def _decode_field(name: str, value: Any, sm: Any, where: str) -> Any:
         check = _is_opt_str if nullable else _is_str
         return _typed(value, name, check, "a str or null" if nullable else "a str")
     if name == "step_number":
-        return _typed(value, name, is_int, "an int")
+        return _typed(value, name, _is_int, "an int")
     if name == "is_final_answer":
         return _typed(value, name, lambda v: isinstance(v, bool), "a bool")
     if name == "model_output":
@@ -220,6 +220,11 @@ def _decode_field(name: str, value: Any, sm: Any, where: str) -> Any:
 
 
 def step_of(item: MemoryItem, step_key: str, sm: Any, position: int) -> Any:
+    """Return the smolagents step an item holds, checked field by field as untrusted input.
+
+    Raises:
+        CorruptSessionError: naming ``item {position}``, its kind and the field that cannot be read.
+    """
     kind = item.get_value("kind")
     classes = {
         "task": sm.memory.TaskStep,
@@ -254,8 +259,8 @@ def _run_of(item: MemoryItem, index: int) -> int:
     value = item.get_value("run")
     if value is None:
         return 0
-    if not is_int(value) or not 0 <= value < 2**63:
-        msg = f"Field 'run' of item {index} holds {describe(value)}; SmolagentsRecorder writes a run number (an int from 1 to 2**63 - 1). The row was altered; fix or remove it."
+    if not _is_int(value) or not 0 <= value < 2**63:
+        msg = f"Field 'run' of item {index} holds {_describe(value)}; SmolagentsRecorder writes a run number (an int from 1 to 2**63 - 1). The row was altered; fix or remove it."
         raise CorruptSessionError(msg)
     return int(value)
 
@@ -269,7 +274,8 @@ def recorded(memory: Memory) -> list[tuple[int, MemoryItem]]:
     ]
 
 
-def latest_run(memory: Memory, run: int | None) -> tuple[int, list[MemoryItem]]:
+def _latest_run(memory: Memory, run: int | None) -> tuple[int, list[MemoryItem]]:
+    """Return the number of the run wanted (default: the newest) and its items, in order."""
     found = recorded(memory)
     if not found:
         return 0, []
@@ -281,14 +287,14 @@ def restored(
     memory: Memory, run: int | None, sm: Any
 ) -> tuple[int, str | None, list[tuple[MemoryItem, Any]]]:
     """Return the run's number, its system prompt and each step item with the step read from it."""
-    wanted, items = latest_run(memory, run)
+    wanted, items = _latest_run(memory, run)
     system: str | None = None
     pairs: list[tuple[MemoryItem, Any]] = []
     for position, item in enumerate(items):
         if item.get_value("kind") == "system_prompt":
             system = item.get_value("system_prompt")
             if not isinstance(system, str):
-                msg = f"Field 'system_prompt' of item {position} (system_prompt) holds {describe(system)}, not a str; the row was not written by SmolagentsRecorder or was altered."
+                msg = f"Field 'system_prompt' of item {position} (system_prompt) holds {_describe(system)}, not a str; the row was not written by SmolagentsRecorder or was altered."
                 raise CorruptSessionError(msg)
         else:
             pairs.append((item, step_of(item, memory.step_key, sm, position)))
@@ -367,7 +373,7 @@ def restore_python_state(
     Raises:
         CorruptSessionError: naming an item whose state fields are damaged.
     """
-    _, items = latest_run(memory, run)
+    _, items = _latest_run(memory, run)
     variables: dict[str, Any] = {}
     left: dict[str, str] = {}
     for position, item in enumerate(items):

@@ -14,7 +14,7 @@ from agents.integrations.smolagents._fields import UnsavedValueWarning, load_smo
 from agents.memory import Memory, MemoryItem
 from agents.memory.exceptions import CorruptSessionError, InvalidSessionIdError
 
-SOURCE: Final = "smolagents-dump"
+_SOURCE: Final = "smolagents-dump"
 """The ``source`` a session read from a dump has in its metadata."""
 
 _MESSAGE_FIELDS: Final = ("model_input_messages", "model_output_message")
@@ -161,7 +161,7 @@ def read_smolagents_dump(
             )
             warnings.warn(msg, UnsavedValueWarning, stacklevel=2)
         items.append(item)
-    return Memory(items, step_key=step_key, metadata={"source": SOURCE})
+    return Memory(items, step_key=step_key, metadata={"source": _SOURCE})
 
 
 def import_smolagents_dump(

@@ -14,11 +14,19 @@ KINDS: Final[tuple[str, ...]] = ("system_prompt", "task", "planning", "action")
 """The ``kind`` of each item the recorder writes."""
 
 IMAGE_LISTS: Final = ("task_images", "observations_images")
+"""Step fields that hold a list of images."""
 MESSAGE_LISTS: Final = ("model_input_messages",)
+"""Step fields that hold a list of chat messages."""
 MESSAGES: Final = ("model_output_message",)
+"""Step fields that hold one chat message."""
 
 
 def load_smolagents() -> Any:
+    """Import and return smolagents with the modules the integration uses.
+
+    Raises:
+        MissingDependencyError: naming the extra ``kvmemory[smolagents]``.
+    """
     try:
         import smolagents.memory
         import smolagents.models
@@ -109,6 +117,7 @@ def _encode_field(name: str, value: Any) -> Any:
 
 
 def kind_of(step: Any, sm: Any) -> str | None:
+    """Return the ``kind`` a step is recorded as, or ``None`` for a step that is not recorded."""
     memory = sm.memory
     if isinstance(step, memory.ActionStep):
         return "action"
@@ -120,6 +129,7 @@ def kind_of(step: Any, sm: Any) -> str | None:
 
 
 def type_name(value: Any) -> str:
+    """Return a value's type as ``module.Class`` (builtins by their bare name), to name what was left out."""
     cls = type(value)
     module = getattr(cls, "__module__", None)
     qualname = getattr(cls, "__qualname__", cls.__name__)
@@ -234,6 +244,7 @@ class UnsavedValueWarning(UserWarning):
     """A value of a smolagents step or of a ``CodeAgent``'s Python state cannot be saved; it was left out."""
 
 
+# A CodeAgent's Python variables: set or changed, removed, and left out, in each action item.
 STATE: Final = "python_state"
 STATE_REMOVED: Final = "python_state_removed"
 STATE_LEFT_OUT: Final = "python_state_left_out"

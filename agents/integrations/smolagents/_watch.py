@@ -36,7 +36,7 @@ from typing import Any, Final, SupportsIndex
 
 from typing_extensions import Self
 
-WATCH_KEY: Final = "_kvmemory_watch"
+_WATCH_KEY: Final = "_kvmemory_watch"
 """Where a watched memory and its watched steps list keep their :class:`Watch`."""
 
 
@@ -64,7 +64,7 @@ class Watch:
 
     def wrap(self, steps: Any) -> WatchedSteps:
         """Return a watched list holding the steps of ``steps``."""
-        return watched_list_class(type(steps))(steps, watch=self)
+        return _watched_list_class(type(steps))(steps, watch=self)
 
     def changed(self, steps: Any, *, rearranged: bool = True) -> None:
         """Tell each listener that ``steps`` changed (``rearranged``: not only at its end), if they are still the agent's steps."""
@@ -85,10 +85,10 @@ class WatchedSteps(list[Any]):
 
     def __init__(self, steps: Any = (), *, watch: Watch | None = None) -> None:
         super().__init__(steps)
-        self.__dict__[WATCH_KEY] = watch
+        self.__dict__[_WATCH_KEY] = watch
 
     def _changed(self, *, rearranged: bool = True) -> None:
-        watch = self.__dict__.get(WATCH_KEY)
+        watch = self.__dict__.get(_WATCH_KEY)
         if watch is not None:
             watch.changed(self, rearranged=rearranged)
 
@@ -150,7 +150,7 @@ class WatchedSteps(list[Any]):
 _LIST_CLASSES: dict[type, type[WatchedSteps]] = {list: WatchedSteps}
 
 
-def watched_list_class(cls: type) -> type[WatchedSteps]:
+def _watched_list_class(cls: type) -> type[WatchedSteps]:
     """Return the watched class for a steps list of class ``cls`` (a subclass of it, made once)."""
     if isinstance(cls, type) and issubclass(cls, WatchedSteps):
         return cls
@@ -179,7 +179,7 @@ class _StepsAttribute:
             raise AttributeError(msg) from None
 
     def __set__(self, memory: Any, value: Any) -> None:
-        watch = memory.__dict__.get(WATCH_KEY)
+        watch = memory.__dict__.get(_WATCH_KEY)
         if watch is None:
             memory.__dict__["steps"] = value
             return
@@ -196,7 +196,7 @@ def _new(cls: type) -> Any:
 def _reduce_memory(memory: Any, protocol: SupportsIndex) -> Any:
     """Copy a watched memory as an instance of its original class, with a plain steps list."""
     base = type(memory).__bases__[0]
-    state = {key: value for key, value in memory.__dict__.items() if key != WATCH_KEY}
+    state = {key: value for key, value in memory.__dict__.items() if key != _WATCH_KEY}
     if isinstance(state.get("steps"), list):
         state["steps"] = list(state["steps"])
     return (_new, (base,), state)
@@ -232,14 +232,14 @@ def watch_memory(agent: Any, listener: Callable[[Any, bool], None]) -> bool:
     state = getattr(memory, "__dict__", None)
     if state is None or not isinstance(state.get("steps"), list):
         return False
-    watch = state.get(WATCH_KEY)
+    watch = state.get(_WATCH_KEY)
     if not isinstance(watch, Watch) or watch.agent() is not agent:
         try:
             memory.__class__ = _watched_memory_class(type(memory))
         except TypeError:  # a class whose instances cannot change class (slots, a C type)
             return False
         watch = Watch(agent)
-        state[WATCH_KEY] = watch
+        state[_WATCH_KEY] = watch
         state["steps"] = watch.wrap(state["steps"])
     watch.add(listener)
     return True
@@ -247,7 +247,7 @@ def watch_memory(agent: Any, listener: Callable[[Any, bool], None]) -> bool:
 
 def watch_of(agent: Any) -> Watch | None:
     """Return the watch on ``agent.memory``, if it has one."""
-    watch = getattr(getattr(agent, "memory", None), "__dict__", {}).get(WATCH_KEY)
+    watch = getattr(getattr(agent, "memory", None), "__dict__", {}).get(_WATCH_KEY)
     return watch if isinstance(watch, Watch) else None
 
 
