@@ -1165,13 +1165,16 @@ _BAD_DUMPS = {
     "unknown keys": ([{"task": "t"}, {"thought": "x"}], r"Step 1 .* got keys \['thought'\]"),
     "bad timing": (
         [{"task": "t"}, {"step_number": 1, "timing": {"start": 1}}],
-        r"Step 1 of smolagents dump .* Field 'timing' of item 1 \(action step\)",
+        r"Field 'timing' of step 1 of smolagents dump '.*bad.json' cannot be read",
     ),
     "step number": (
         [{"task": "t"}, {"step_number": "one", "timing": {"start_time": 1.0}}],
-        r"Step 1 .* Field 'step'.*expected an int, got str 'one'",
+        r"Field 'step_number' of step 1 of smolagents dump .*expected an int, got str 'one'",
     ),
-    "task text": ([{"task": 7}], r"Step 0 .* Field 'task' of item 0 \(task step\)"),
+    "task text": (
+        [{"task": 7}],
+        r"Field 'task' of step 0 of smolagents dump .*not a dump of smolagents' get_full_steps\(\)",
+    ),
 }
 
 

@@ -219,11 +219,23 @@ def _decode_field(name: str, value: Any, sm: Any, where: str) -> Any:
     return value
 
 
-def step_of(item: MemoryItem, step_key: str, sm: Any, position: int) -> Any:
+_ROW: Final = "the row was not written by SmolagentsRecorder or was altered"
+
+
+def step_of(
+    item: MemoryItem,
+    step_key: str,
+    sm: Any,
+    position: int,
+    *,
+    where: str | None = None,
+    cause: str = _ROW,
+) -> Any:
     """Return the smolagents step an item holds, checked field by field as untrusted input.
 
     Raises:
-        CorruptSessionError: naming ``item {position}``, its kind and the field that cannot be read.
+        CorruptSessionError: naming ``where`` (default: ``item {position}``
+            and its kind) and the field that cannot be read, then ``cause``.
     """
     kind = item.get_value("kind")
     classes = {
@@ -232,7 +244,7 @@ def step_of(item: MemoryItem, step_key: str, sm: Any, position: int) -> Any:
         "action": sm.memory.ActionStep,
     }
     cls = classes[kind]
-    where = f"item {position} ({kind} step)"
+    where = where or f"item {position} ({kind} step)"
     kwargs: dict[str, Any] = {}
     for spec in dataclasses.fields(cls):
         source = step_key if spec.name == "step_number" else spec.name
@@ -245,12 +257,12 @@ def step_of(item: MemoryItem, step_key: str, sm: Any, position: int) -> Any:
             # value of the right shape in ways of their own; each is named here.
             except Exception as exc:
                 detail = str(exc) if isinstance(exc, _Invalid) else f"{type(exc).__name__}: {exc}"
-                msg = f"Field {source!r} of {where} cannot be read as smolagents' {spec.name} ({detail}); the row was not written by SmolagentsRecorder or was altered."
+                msg = f"Field {source!r} of {where} cannot be read as smolagents' {spec.name} ({detail}); {cause}."
                 raise CorruptSessionError(msg) from exc
     try:
         return cls(**kwargs)
     except TypeError as exc:
-        msg = f"{where} lacks fields smolagents' {cls.__name__} needs ({exc}); the session was not written by SmolagentsRecorder."
+        msg = f"{where} lacks fields smolagents' {cls.__name__} needs ({exc}); {cause}."
         raise CorruptSessionError(msg) from exc
 
 

@@ -48,14 +48,11 @@ def _message(value: Any) -> Any:
     return message
 
 
-def _fields(
-    step: Mapping[str, Any], kind: str, step_key: str
-) -> tuple[dict[str, Any], dict[str, str]]:
+def _fields(step: Mapping[str, Any], kind: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Return a dumped step's item fields, in the recorder's shape, and the image fields left out."""
     fields: dict[str, Any] = {"kind": kind, "run": 1}
     left_out: dict[str, str] = {}
     for name, value in step.items():
-        key = step_key if name == "step_number" else name
         if name in _IMAGE_FIELDS and value:
             # JSON holds no images: what is there is a stand-in (a repr, a dict of attributes).
             left_out[name] = type_name(value)
@@ -70,7 +67,7 @@ def _fields(
             value = _message(value)
         elif name == "tool_calls" and value == []:
             value = None  # smolagents dumps a step without tool calls as []
-        fields[key] = value
+        fields[name] = value
     if left_out:
         fields["left_out"] = left_out
     return fields, left_out
@@ -122,11 +119,14 @@ def read_smolagents_dump(
             read back as that step (naming the step's index and field).
         MissingDependencyError: if smolagents is not installed.
     """
-    name = repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else "given"
-    data = _load(source) if isinstance(source, (str, os.PathLike)) else source
+    if isinstance(source, (str, os.PathLike)):
+        name = f"smolagents dump {os.fspath(source)!r}"
+        data = _load(source)
+    else:
+        name, data = "the smolagents dump given", source
     if not isinstance(data, list):
         msg = (
-            f"smolagents dump {name} holds {type(data).__name__}, not the list of step dicts "
+            f"{name} holds {type(data).__name__}, not the list of step dicts "
             "agent.memory.get_full_steps() gives; nothing was read."
         )
         raise CorruptSessionError(msg)
@@ -141,22 +141,27 @@ def read_smolagents_dump(
                 else type(step).__name__
             )
             msg = (
-                f"Step {index} of smolagents dump {name} is not a smolagents step dict: expected "
+                f"Step {index} of {name} is not a smolagents step dict: expected "
                 "an ActionStep's (step_number, timing, ...), a PlanningStep's (plan, timing, ...) "
                 f"or a TaskStep's (task, ...), got {got}; nothing was read."
             )
             raise CorruptSessionError(msg)
-        fields, left_out = _fields(step, kind, step_key)
+        fields, left_out = _fields(step, kind)
+        step_of(
+            MemoryItem(**fields),
+            "step_number",
+            sm,
+            index,
+            where=f"step {index} of {name}",
+            cause="the file is not a dump of smolagents' get_full_steps(), or was altered; nothing was read",
+        )
+        if "step_number" in fields and step_key != "step_number":
+            fields[step_key] = fields.pop("step_number")
         item = MemoryItem(**fields)
-        try:
-            step_of(item, step_key, sm, index)
-        except CorruptSessionError as exc:
-            msg = f"Step {index} of smolagents dump {name} cannot be read back as a smolagents step: {exc} Nothing was read."
-            raise CorruptSessionError(msg) from exc
         if left_out:
             names = ", ".join(map(repr, left_out))
             msg = (
-                f"Field(s) {names} of step {index} of smolagents dump {name} hold no images "
+                f"Field(s) {names} of step {index} of {name} hold no images "
                 "(JSON cannot); the step was read without them, and its 'left_out' names them."
             )
             warnings.warn(msg, UnsavedValueWarning, stacklevel=2)
