@@ -496,6 +496,7 @@ def _embedder(name: str | None) -> Any:
 
 def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
     """Serve a store over MCP: stdio by default (stdout then carries only the protocol)."""
+    from agents.integrations._local import check_bind
     from agents.integrations.mcp import MemoryServer, Scope
 
     embedder = _embedder(args.embedder)
@@ -503,6 +504,8 @@ def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
     if not args.http and (args.host is not None or args.port is not None):
         msg = "--host and --port are for --http; stdio needs neither."
         raise _UsageError(msg)
+    if args.http:
+        check_bind(args.host or "127.0.0.1", token, server="MCP", token_env=args.token_env)
     with MemoryServer(
         args.store,
         scope=Scope(session=args.session, prefix=args.prefix),
@@ -525,10 +528,12 @@ def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
 
 def _cmd_serve(args: argparse.Namespace, out: IO[str]) -> int:
     """Serve a store's live view in the browser until interrupted (read-only)."""
+    from agents.integrations._local import check_bind
     from agents.integrations.web import DEFAULT_PORT, serve
 
     embedder = _embedder(args.embedder)
     token = os.environ.get(args.token_env) or None
+    check_bind(args.host, token, server="the live view", token_env=args.token_env)
 
     def ready(address: str) -> None:
         guard = "a token" if token is not None else "no token (loopback only)"

@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "build" / "screenshots" / "serve.png"
 DOCS_SCREENSHOT = ROOT / "docs" / "serve.png"
 TOKEN = "a-serve-token-of-some-length"
+UNAUTHORIZED = b"401 Unauthorized: Missing or wrong token; send Authorization: Bearer TOKEN.\n"
+LOCAL = "http://127.0.0.1:8766"  # the test client's address: a loopback name, as the gate requires
 HOSTILE = "<script>window.kvPwned = 1</script><img src=x onerror='window.kvPwned = 2'>"
 
 pytest.importorskip("starlette") if not os.environ.get("CI") else None
@@ -426,7 +428,7 @@ def test_a_wrong_or_missing_token_gets_401_and_nothing_else(sqlite_url: str) -> 
                 status, answer_headers, body = get(
                     base + path + (sep + query if query else ""), headers
                 )
-                assert (status, body) == (401, b"401 Unauthorized\n"), (path, headers, query)
+                assert (status, body) == (401, UNAUTHORIZED), (path, headers, query)
                 assert "set-cookie" not in {k.lower() for k in answer_headers}
         status, headers, body = get(base + "/session?id=run-1&token=" + TOKEN, follow=False)
         assert (status, headers["location"]) == (303, "/session?id=run-1")
@@ -729,7 +731,7 @@ def test_api_returns_any_text_exactly(value: str, key: str) -> None:
 
     with open_store(f"memory://{uuid.uuid4().hex}") as store:
         store.append("s", [MemoryItem(step=1, **{key: value})])
-        with TestClient(live_app(store)) as client:
+        with TestClient(live_app(store), base_url=LOCAL) as client:
             page = client.get("/api/tail", params={"session": "s", "n": "5"}).json()
     assert [field[:2] for field in page["steps"][0]["f"]] == [
         [key, value]
@@ -747,9 +749,9 @@ def test_any_other_token_gets_401(guess: str) -> None:
     assume(guess != TOKEN)
     with (
         open_store(f"memory://{uuid.uuid4().hex}") as store,
-        TestClient(live_app(store, token=TOKEN)) as client,
+        TestClient(live_app(store, token=TOKEN), base_url=LOCAL) as client,
     ):
         by_header = client.get("/api/sessions", headers={"Authorization": f"Bearer {guess}"})
         by_query = client.get("/api/sessions", params={"token": guess}, follow_redirects=False)
-    assert (by_header.status_code, by_header.content) == (401, b"401 Unauthorized\n")
-    assert (by_query.status_code, by_query.content) == (401, b"401 Unauthorized\n")
+    assert (by_header.status_code, by_header.content) == (401, UNAUTHORIZED)
+    assert (by_query.status_code, by_query.content) == (401, UNAUTHORIZED)

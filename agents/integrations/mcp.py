@@ -36,7 +36,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import hmac
 import os
 import re
 import stat
@@ -48,7 +47,7 @@ import attrs
 import orjson
 
 from agents import __version__
-from agents.integrations._local import LOOPBACK, image_root
+from agents.integrations._local import LocalGate, check_bind, image_root
 from agents.memory import (
     AgentMemoryError,
     EmbeddingError,
@@ -73,8 +72,7 @@ if TYPE_CHECKING:
     from mcp.server import Server
     from mcp.server.context import ServerRequestContext
     from mcp.server.session import ServerSession
-    from starlette.types import ASGIApp, Receive, Send
-    from starlette.types import Scope as ASGIScope
+    from starlette.types import ASGIApp
 
     from agents.memory.search import Embedder
 
@@ -429,15 +427,22 @@ class MemoryServer:
         Args:
             token: When given, every request must carry ``Authorization: Bearer TOKEN``;
                 others get 401 and reach nothing.
-            host: The address the app is served on; a loopback address turns
-                on the SDK's checks of the Host and Origin headers.
+            host: The address the app is served on. On a loopback address (the
+                default) a request addressed to another host name (``Host``) or
+                sent by another site's page (``Origin``) gets 421 or 403: the
+                protection against DNS rebinding, the same gate as ``kvmemory serve``'s.
 
         Raises:
             InvalidArgumentError: if ``host`` is not a loopback address and no token is given.
         """
-        _check_bind(host, token)
-        app = self.server.streamable_http_app(host=host)
-        return app if token is None else _TokenGate(app, token)
+        check_bind(host, token, server="MCP")
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        # The gate below is the one policy of every kvmemory server; the SDK's own
+        # check of the same headers would answer with other statuses and words.
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        app = self.server.streamable_http_app(host=host, transport_security=security)
+        return LocalGate(app, host=host, token=token)
 
     def serve_http(
         self, *, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT, token: str | None = None
@@ -1422,52 +1427,6 @@ def _argument_of(exc: AgentMemoryError) -> str | None:
     if isinstance(exc, InvalidQueryError):
         return "query"
     return None
-
-
-def _check_bind(host: str, token: str | None) -> None:
-    if token is not None and (type(token) is not str or len(token) < 16):
-        msg = "The HTTP token must be a string of at least 16 characters; make one with: python -c 'import secrets; print(secrets.token_urlsafe())'."
-        raise InvalidArgumentError(msg)
-    if host not in LOOPBACK and token is None:
-        msg = (
-            f"Serving MCP on {host!r} lets other machines reach the store; set a token "
-            "(KVMEMORY_MCP_TOKEN) to bind anywhere but 127.0.0.1."
-        )
-        raise InvalidArgumentError(msg)
-
-
-class _TokenGate:
-    """An ASGI wrapper that lets only requests bearing the token through."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self._app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})  # nothing is served there
-            return
-        if scope["type"] == "http":
-            given = b""
-            for name, value in scope.get("headers", ()):
-                if name.lower() == b"authorization":
-                    given = value
-            if not hmac.compare_digest(given, self._expected):
-                body = b'{"error":"missing or wrong token; send Authorization: Bearer TOKEN"}'
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b"Bearer"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self._app(scope, receive, send)
 
 
 def _sdk() -> Any:

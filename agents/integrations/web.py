@@ -13,7 +13,11 @@ created, migrated or written. It binds 127.0.0.1 by default; binding any
 other address needs a token, which every request must then bear (the page,
 the JSON API and images alike), as ``?token=`` on the first visit (the
 answer sets a cookie and redirects to the address without the token), a
-cookie, or ``Authorization: Bearer``. Anything else gets a bare 401.
+cookie, or ``Authorization: Bearer``. Anything else gets a bare 401. On
+loopback, a request addressed to another host name or sent by another site's
+page is refused (421 or 403), so a web page cannot read the store through DNS
+rebinding; the gate is :class:`agents.integrations._local.LocalGate`, the
+same as ``kvmemory mcp --http``'s.
 
 Every value reaches the browser as JSON and is put in the page as text
 only; the pages carry a strict Content-Security-Policy (no script but the
@@ -29,7 +33,6 @@ the app is built.
 from __future__ import annotations
 
 import datetime as dt
-import hmac
 import html
 import os
 import socket
@@ -42,7 +45,7 @@ import attrs
 
 from agents.agent._replay import value_text
 from agents.agent._timeline import live_page, timeline_step
-from agents.integrations._local import LOOPBACK, image_root
+from agents.integrations._local import LocalGate, check_bind, image_root
 from agents.memory import _codec
 from agents.memory.exceptions import (
     AgentMemoryError,
@@ -109,6 +112,7 @@ class _Figures:
 def live_app(
     store: Store,
     *,
+    host: str = "127.0.0.1",
     token: str | None = None,
     image_dirs: Sequence[str | os.PathLike[str]] = (),
     embedder: Embedder | None = None,
@@ -123,6 +127,10 @@ def live_app(
     Args:
         store: The store to show; open it with ``read_only=True`` (the app
             only reads, and a read-only handle makes sure).
+        host: The address the app is served on. On a loopback address (the
+            default) every request must be addressed to a loopback name
+            (``Host``) and come from no other site (``Origin``), or it gets
+            421 or 403: the protection against DNS rebinding.
         token: When given, every request must bear it (``?token=``, the cookie
             that answer sets, or ``Authorization: Bearer``); others get 401.
         image_dirs: Folders whose images the pages may show; an image path
@@ -142,7 +150,8 @@ def live_app(
 
     Raises:
         MissingDependencyError: naming ``kvmemory[serve]`` when Starlette is missing.
-        InvalidArgumentError: for a token shorter than 16 characters, a poll
+        InvalidArgumentError: for a token shorter than 16 characters, a ``host``
+            beyond loopback without a token, a poll
             interval outside 0.1 to 3600 seconds, or an image folder that is not a directory.
     """
     try:
@@ -151,9 +160,7 @@ def live_app(
         from starlette.routing import Route
     except ImportError as exc:
         raise missing_dependency("starlette", "serve") from exc
-    if token is not None and (type(token) is not str or len(token) < 16):
-        msg = "The serve token must be a string of at least 16 characters; make one with: python -c 'import secrets; print(secrets.token_urlsafe())'."
-        raise InvalidArgumentError(msg)
+    check_bind(host, token, server="the live view")
     if not 0.1 <= poll_seconds <= 3600:
         msg = f"poll_seconds must be between 0.1 and 3600, got {poll_seconds!r}."
         raise InvalidArgumentError(msg)
@@ -277,8 +284,7 @@ def live_app(
             Route("/favicon.ico", lambda request: Response(b"", 204, headers=_headers(_API_CSP))),
         ],
     )
-    if token is not None:
-        app.add_middleware(_TokenGate, token=token)
+    app.add_middleware(LocalGate, host=host, token=token, cookie=_COOKIE)
     return app
 
 
@@ -314,19 +320,19 @@ def serve(
         StoreError: if the store cannot be opened.
         OSError: if the address cannot be bound (a port in use, an unknown host).
     """
-    if host not in LOOPBACK and token is None:
-        msg = (
-            f"Serving the live view on {host!r} lets other machines read the store; set a token "
-            "in the variable named by --token-env (default KVMEMORY_SERVE_TOKEN) to bind anywhere but 127.0.0.1."
-        )
-        raise InvalidArgumentError(msg)
+    check_bind(host, token, server="the live view")
     try:
         import uvicorn
     except ImportError as exc:
         raise missing_dependency("uvicorn", "serve") from exc
     with open_store(url, read_only=True) as store:
         app = live_app(
-            store, token=token, image_dirs=image_dirs, embedder=embedder, poll_seconds=poll_seconds
+            store,
+            host=host,
+            token=token,
+            image_dirs=image_dirs,
+            embedder=embedder,
+            poll_seconds=poll_seconds,
         )
         with _bind(host, port) as sock:
             where = f"[{host}]" if ":" in host else host
@@ -685,75 +691,3 @@ def _error_page(message: str) -> str:
         f"<style>{_PAGE_STYLE}</style></head><body><main><h1>Cannot show this</h1>"
         f'<p>{html.escape(message)}</p><p><a href="/">all sessions</a></p></main></body></html>'
     )
-
-
-class _TokenGate:
-    """An ASGI wrapper that answers 401, and nothing else, to a request without the token."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self._app = app
-        self._token = token.encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self._app(scope, receive, send)
-            return
-        given: list[bytes] = []
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization" and value.startswith(b"Bearer "):
-                given.append(value[7:])
-            elif name == b"cookie":
-                for part in value.split(b";"):
-                    key, _, text = part.strip().partition(b"=")
-                    if key == _COOKIE.encode():
-                        given.append(text)
-        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        from_query = [text.encode() for text in query.get("token", [])]
-        if not any(hmac.compare_digest(value, self._token) for value in given + from_query):
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
-                return
-            body = b"401 Unauthorized\n"
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"text/plain; charset=utf-8"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b"Bearer"),
-                        (b"cache-control", b"no-store"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        if not from_query or scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        # A token in the address: set it as a cookie and send the browser to the same
-        # address without it, so it stays out of the address bar, history and referrers.
-        kept = [
-            (key, value)
-            for key, value in urllib.parse.parse_qsl(
-                scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True
-            )
-            if key != "token"
-        ]
-        where = urllib.parse.quote(scope.get("path", "/")) + (
-            "?" + urllib.parse.urlencode(kept) if kept else ""
-        )
-        cookie = f"{_COOKIE}={self._token.decode()}; Path=/; HttpOnly; SameSite=Strict"
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 303,
-                "headers": [
-                    (b"location", where.encode("latin-1")),
-                    (b"set-cookie", cookie.encode("latin-1")),
-                    (b"content-length", b"0"),
-                    (b"cache-control", b"no-store"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": b""})
