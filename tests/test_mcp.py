@@ -739,6 +739,34 @@ def test_several_client_processes_write_their_own_sessions_and_read_the_others(
         )
 
 
+def test_two_servers_recording_into_one_session_never_give_a_step_twice(any_url: str) -> None:
+    """Two server processes, a client each, recording into one session at once: steps 1..n, each once."""
+    writers, steps = 2, 20
+    given: list[int] = []
+
+    async def agent(number: int) -> None:
+        async with Client(server(any_url)) as client:
+            for step in range(steps):
+                result = await client.call_tool(
+                    "record_step",
+                    {"session": "shared", "fields": {"note": f"agent {number} call {step}"}},
+                )
+                assert not result.is_error, text(result)
+                given.append(result.structured_content["step"])
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for number in range(writers):
+                group.start_soon(agent, number)
+
+    with open_store(any_url):
+        pass  # create the store once, so the servers do not race to make its tables
+    run(main)
+    stored = [fields["step"] for _, fields in snapshot(any_url)["shared"]]
+    assert sorted(given) == list(range(1, writers * steps + 1))
+    assert stored == list(range(1, writers * steps + 1))
+
+
 # -- the extra ------------------------------------------------------------------------------
 
 

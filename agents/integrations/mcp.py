@@ -864,26 +864,20 @@ class MemoryServer:
             )
         return path
 
-    def _next_step(self, session: str) -> tuple[str, int]:
-        """Return the session's step key and the step after its last one (1 for a new session)."""
+    def _step_key(self, session: str) -> str:
+        """Return the field the session names its steps by (the default for a new session)."""
         info = self.store.session_info(session)
-        step_key = info.step_key if info is not None else _STEP
-        last = self.store.tail(session, 1, on_unknown_class="base")
-        if not last:
-            return step_key, 1
-        step = last[0].item.get_value(step_key)
-        if type(step) is int:
-            return step_key, step + 1
-        return step_key, self.store.count(session) + 1
+        return info.step_key if info is not None else _STEP
 
-    def _append(self, session: str, item: MemoryItem, step_key: str) -> int:
+    def _append(self, session: str, item: MemoryItem, step_key: str) -> tuple[int, Any]:
+        """Append ``item``, numbered in the write transaction if it has no step; return its seq and step."""
         try:
-            (seq,) = self.store.append(session, [item], step_key=step_key)
+            (record,) = self.store.append_steps(session, [item], step_key=step_key)
         except AgentMemoryError as exc:
             if isinstance(exc, StoreError):
                 raise
             raise ToolArgumentError("fields", str(exc)) from exc
-        return seq
+        return record.seq, record.item[step_key]
 
     def _item(self, fields: dict[str, Any], argument: str) -> MemoryItem:
         try:
@@ -903,14 +897,12 @@ class MemoryServer:
                     "images", "fields already hold 'images'; pass the images in one place."
                 )
             fields["images"] = images
-        step_key, step = self._next_step(session)
+        step_key = self._step_key(session)
         if step_key in fields:
             fields[step_key] = _step_value(fields[step_key], "fields")
-        else:
-            fields = {step_key: step, **fields}
-        seq = self._append(session, self._item(fields, "fields"), step_key)
-        text = f"Recorded step {_brief(fields[step_key])} in session {session!r} (seq {seq})."
-        return text, {"session": session, "seq": seq, "step": fields[step_key]}
+        seq, step = self._append(session, self._item(fields, "fields"), step_key)
+        text = f"Recorded step {_brief(step)} in session {session!r} (seq {seq})."
+        return text, {"session": session, "seq": seq, "step": step}
 
     def _record_message(self, args: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         from agents.memory import from_messages
@@ -946,13 +938,13 @@ class MemoryServer:
             (item,) = from_messages([message])
         except AgentMemoryError as exc:
             raise ToolArgumentError("content", str(exc)) from exc
-        step_key, step = self._next_step(session)
+        step_key = self._step_key(session)
         fields = {**item.to_dict(), **extra}
-        fields[step_key] = _step_value(fields[step_key], "fields") if step_key in fields else step
-        item = self._item(fields, "fields")
-        seq = self._append(session, item, step_key)
-        text = f"Recorded a {role} message as step {item[step_key]!r} in session {session!r} (seq {seq})."
-        return text, {"session": session, "seq": seq, "step": item[step_key]}
+        if step_key in fields:
+            fields[step_key] = _step_value(fields[step_key], "fields")
+        seq, step = self._append(session, self._item(fields, "fields"), step_key)
+        text = f"Recorded a {role} message as step {step!r} in session {session!r} (seq {seq})."
+        return text, {"session": session, "seq": seq, "step": step}
 
     def _window(
         self, session: str, max_tokens: int, max_items: int, keys: list[str] | None
