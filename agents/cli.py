@@ -284,11 +284,12 @@ def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
 
 def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     from agents.memory.stores import SessionSummary
+    from agents.service import SessionService, cost_keys_of
 
     cost_keys = _split(args.cost_field)
     if _is_file_source(args.source):
         memory = _read(args.source, args.session)
-        cost_keys = cost_keys or _cost_keys(memory.metadata)
+        cost_keys = cost_keys or list(cost_keys_of(memory.metadata))
         counts = SessionSummary.of(
             [memory.content], step_key=memory.step_key, cost_key=cost_keys[0]
         )
@@ -299,13 +300,8 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     else:
         # Counted a page at a time: the session is never held whole.
         with _open_session_store(args.source, args.session) as (store, session):
-            info = store.session_info(session)
-            cost_keys = cost_keys or _cost_keys(info.metadata if info is not None else {})
-            counts = store.summary(session, cost_key=cost_keys[0])
-            # Each further cost field is one more paged pass; sessions rarely name more than one.
-            cost = counts.cost + sum(
-                store.summary(session, cost_key=key).cost for key in cost_keys[1:]
-            )
+            stats = SessionService(store).stats(session, tuple(cost_keys or ()))
+            counts, cost, cost_keys = stats.summary, stats.cost, list(stats.cost_keys)
     if args.json:
         summary = {
             "session": session,
@@ -329,14 +325,6 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     for key, count in counts.fields.items():
         _print(out, f"  {key}: {count}")
     return 0
-
-
-def _cost_keys(metadata: dict[str, Any]) -> list[str]:
-    """Return the cost fields a session's source wrote (saved by its importer), else ``["cost"]``."""
-    keys = metadata.get("cost_keys")
-    if isinstance(keys, list) and keys and all(type(key) is str and key for key in keys):
-        return list(keys)
-    return ["cost"]
 
 
 _PAGE = 1000

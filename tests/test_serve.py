@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -216,6 +217,28 @@ def test_live_page_runs_only_its_own_script(sqlite_url: str) -> None:
     assert "default-src 'none'" in policy
     meta = html.escape(policy.removesuffix("; frame-ancestors 'none'"))
     assert f'content="{meta}"' in body.decode()  # the page's own copy of the policy
+
+
+def test_session_list_shows_the_agents_of_a_ufo2_import(tmp_path: Path) -> None:
+    """A UFO 2 log imported into a store lists its agents (key ``Agent``), and its lanes are those agents."""
+    from agents.integrations.ufo import import_ufo_log
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lines = [
+        {"Step": 1, "Agent": "HostAgent", "Cost": 0.5, "Subtask": "open Word"},
+        {"Step": 2, "Agent": "AppAgent", "Cost": 0.25, "Subtask": "type"},
+    ]
+    (folder / "response.log").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    url = f"sqlite://{tmp_path / 'ufo.db'}"
+    import_ufo_log(folder, url, "ufo-1")
+    with serving(url) as base:
+        rows = orjson.loads(get(base + "/api/sessions")[2])["sessions"]
+        tail = orjson.loads(get(base + "/api/tail?session=ufo-1&n=5")[2])
+    assert [(row["id"], row["agents"], row["cost"]) for row in rows] == [
+        ("ufo-1", ["AppAgent", "HostAgent"], 0.75)
+    ]
+    assert [step["l"] for step in tail["steps"]] == ["HostAgent", "AppAgent"]
 
 
 def test_session_list_sums_the_cost_fields_the_session_names(tmp_path: Path) -> None:

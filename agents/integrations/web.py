@@ -36,14 +36,10 @@ import datetime as dt
 import html
 import os
 import socket
-import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import attrs
-
-from agents.agent._replay import value_text
 from agents.agent._timeline import live_page, timeline_step
 from agents.integrations._local import LocalGate, check_bind, image_root
 from agents.memory import _codec
@@ -57,6 +53,7 @@ from agents.memory.exceptions import (
 )
 from agents.memory.prompt import DEFAULT_IMAGE_KEYS
 from agents.memory.stores import Store, StoredRecord, open_store
+from agents.service import SessionService
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -91,22 +88,6 @@ _LIST_CSP: Final = (
     "frame-ancestors 'none'"
 )
 _API_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
-
-
-@attrs.define
-class _Figures:
-    """What the session list shows of one session, kept until its item count changes."""
-
-    count: int
-    last_seq: int | None
-    cost: float
-    agents: set[str]
-    last_step: str
-    created: str
-    step_key: str
-    cost_keys: tuple[str, ...]
-    changed: str = ""
-    """When this server last saw the item count change (empty until it does)."""
 
 
 def live_app(
@@ -194,7 +175,7 @@ def live_app(
     def session_page(request: Request) -> Response:
         sid = request.query_params.get("id", "")
         try:
-            info = view.info(sid)
+            info = view.service.info(sid)
         except AgentMemoryError as exc:
             return HTMLResponse(_error_page(str(exc)), 400, headers=_headers(_LIST_CSP))
         if info is None:
@@ -206,8 +187,8 @@ def live_app(
             "session": sid,
             "page": _PAGE_SIZE,
             "poll_ms": poll_ms,
-            "modes": view.modes(sid),
-            "cost": view.cost_keys(info.metadata)[0],
+            "modes": view.service.modes(sid),
+            "cost": view.service.cost_keys(info)[0],
             "tokens": tokens_key,
         }
         page, policy = live_page(f"Session {sid} (live)", config, csp=_TIMELINE_CSP)
@@ -364,7 +345,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 class _View:
-    """The store's side of the app: every read, under one lock, with the session list's cache."""
+    """The store's side of the app: the session service, and what the pages need of each step."""
 
     def __init__(
         self,
@@ -375,110 +356,38 @@ class _View:
         label_key: str,
         image_keys: tuple[str, ...],
     ) -> None:
-        self.store = store
+        self.service = SessionService(
+            store, cost_key=cost_key, agent_key=label_key, embedder=embedder
+        )
         self.roots = roots
-        self.embedder = embedder
-        self.cost_key = cost_key
-        self.label_key = label_key
         self.image_keys = image_keys
-        self.lock = threading.Lock()  # one read at a time: the stores' handles are shared
-        self.figures: dict[str, _Figures] = {}
-        self.step_keys: dict[str, str] = {}
+        self.lanes: dict[str, str] = {}
 
     def sessions(self) -> list[dict[str, Any]]:
-        with self.lock:
-            rows = []
-            for sid in self.store.sessions():
-                figures = self._figures(sid)
-                rows.append(
-                    {
-                        "id": sid,
-                        "items": figures.count,
-                        "agents": sorted(figures.agents),
-                        "last_step": figures.last_step,
-                        "created": figures.created,
-                        "changed": figures.changed,
-                        "cost": figures.cost,
-                    }
-                )
-            return rows
-
-    def _figures(self, sid: str) -> _Figures:
-        """Count a session once per item count: a reload of an unchanged list reads one count per session."""
-        count = self.store.count(sid)
-        known = self.figures.get(sid)
-        if known is not None and known.count == count:
-            return known
-        seen = _now() if known is not None else ""
-        if known is not None and count > known.count and known.last_seq is not None:
-            new = self.store.records(sid, after=known.last_seq, on_unknown_class="base")
-            if len(new) == count - known.count:  # only appends since: add them up
-                self._add(known, new)
-                known.count = count
-                known.changed = seen
-                return known
-        info = self.store.session_info(sid)
-        created = "" if info is None else info.created.strftime("%Y-%m-%d %H:%M:%S UTC")
-        step_key = "step" if info is None else info.step_key
-        keys = self.cost_keys(info.metadata if info is not None else {})
-        figures = _Figures(0, None, 0.0, set(), "", created, step_key, keys)
-        for page in self.store.pages(sid, on_unknown_class="base"):
-            self._add(figures, page)
-        figures.count = count
-        figures.changed = seen
-        self.figures[sid] = figures
-        return figures
-
-    def _add(self, figures: _Figures, records: Sequence[StoredRecord]) -> None:
-        for record in records:
-            item = record.item
-            for key in figures.cost_keys:
-                value = item.get_value(key) if key in item else None
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    figures.cost += value
-            if self.label_key in item:
-                figures.agents.add(value_text(item.get_value(self.label_key)))
-            figures.last_seq = record.seq
-        if records:
-            last = records[-1].item
-            key = figures.step_key
-            figures.last_step = value_text(last.get_value(key)) if key in last else ""
-
-    def info(self, sid: str) -> Any:
-        with self.lock:
-            info = self.store.session_info(sid)
-            if info is not None:
-                self.step_keys[sid] = info.step_key
-            return info
-
-    def cost_keys(self, metadata: dict[str, Any]) -> tuple[str, ...]:
-        """Return the cost fields a session's importer saved in its metadata, else ``cost_key``."""
-        keys = metadata.get("cost_keys")
-        if isinstance(keys, list) and keys and all(type(key) is str and key for key in keys):
-            return tuple(keys)
-        return (self.cost_key,)
-
-    def modes(self, sid: str) -> list[str]:
-        modes = ["keyword"]
-        if self.embedder is not None:
-            with self.lock:
-                model = self.store.vector_model(sid)
-            if model is not None and model.name == self.embedder.name:
-                modes += ["semantic", "hybrid"]
-        return modes
+        return [
+            {
+                "id": row.session_id,
+                "items": row.items,
+                "agents": list(row.agents),
+                "last_step": row.last_step,
+                "created": _when(row.created),
+                "changed": _when(row.changed),
+                "cost": row.cost,
+            }
+            for row in self.service.overviews()
+        ]
 
     def _steps(self, sid: str, records: Sequence[StoredRecord]) -> list[dict[str, Any]]:
-        step_key = self.step_keys.get(sid)
-        if step_key is None:
-            info = self.store.session_info(sid)
-            step_key = self.step_keys[sid] = "step" if info is None else info.step_key
+        lane = self.lanes.get(sid)
+        if lane is None:
+            lane = self.lanes[sid] = self.service.agent_keys(self.service.info(sid))[0]
         return [
             timeline_step(
                 record.seq,
                 record.item,
-                step_key=step_key,
+                step_key=self.service.step_key(sid),
                 image_keys=self.image_keys,
-                label_key=self.label_key,
+                label_key=lane,
                 image=self._image_ref,
             )
             for record in records
@@ -486,73 +395,35 @@ class _View:
 
     def tail(self, sid: str, n: int, before: int | None) -> dict[str, Any]:
         """Return the last ``n`` items of a session, or the last ``n`` before seq ``before``."""
-        with self.lock:
-            if before is None:
-                window = self.store.tail(sid, n + 1, on_unknown_class="base")
-                earlier = len(window) > n
-                records = window[-n:]
-            else:
-                # The store reads from the end: ask for enough to reach past ``before``.
-                want = n + 1
-                while True:
-                    window = self.store.tail(sid, want, on_unknown_class="base")
-                    older = [r for r in window if r.seq < before]
-                    if len(older) > n or len(window) < want:
-                        break
-                    want *= 2
-                earlier = len(older) > n
-                records = older[-n:]
-            # No count: counting a long session's rows would make opening it grow
-            # with its length (the page asks /api/count once it shows the steps).
-            return {
-                "steps": self._steps(sid, records),
-                "first": records[0].seq if records else None,
-                "last": records[-1].seq if records else None,
-                "earlier": earlier,
-            }
+        window = self.service.tail(sid, n, before=before)
+        records = window.records
+        # No count: counting a long session's rows would make opening it grow
+        # with its length (the page asks /api/count once it shows the steps).
+        return {
+            "steps": self._steps(sid, records),
+            "first": records[0].seq if records else None,
+            "last": records[-1].seq if records else None,
+            "earlier": window.earlier,
+        }
 
     def count(self, sid: str) -> dict[str, Any]:
         """Return a session's item count with the seq of its newest item, read together."""
-        with self.lock:
-            count = self.store.count(sid)
-            newest = self.store.tail(sid, 1, on_unknown_class="base")
-            return {"count": count, "last": newest[-1].seq if newest else None}
+        count, last = self.service.count(sid)
+        return {"count": count, "last": last}
 
     def after(self, sid: str, seq: int | None) -> dict[str, Any]:
-        with self.lock:
-            # No count here: counting a long session's rows costs more than the poll itself.
-            records = self.store.records(sid, after=seq, on_unknown_class="base")
-            more = len(records) > _MOST_NEW
-            records = records[:_MOST_NEW]
-            return {
-                "steps": self._steps(sid, records),
-                "last": records[-1].seq if records else seq,
-                "more": more,
-            }
+        # No count here: counting a long session's rows costs more than the poll itself.
+        records, more = self.service.after(sid, seq, _MOST_NEW)
+        return {
+            "steps": self._steps(sid, records),
+            "last": records[-1].seq if records else seq,
+            "more": more,
+        }
 
     def search(self, sid: str, query: str, mode: str) -> dict[str, Any]:
-        if mode not in ("keyword", "semantic", "hybrid"):
-            msg = f"Unknown search mode {mode!r}; use keyword, semantic or hybrid."
-            raise InvalidQueryError(msg)
-        with self.lock:
-            if mode == "keyword":
-                hits = self.store.search(sid, query, _HITS, on_unknown_class="base")
-            else:
-                if self.embedder is None:
-                    msg = (
-                        "This server has no embedder for semantic search; start it with --embedder."
-                    )
-                    raise InvalidQueryError(msg)
-                hits = self.store.search(
-                    sid,
-                    query,
-                    _HITS,
-                    mode="semantic" if mode == "semantic" else "hybrid",
-                    embedder=self.embedder,
-                    on_unknown_class="base",
-                )
-            records = [StoredRecord(hit.seq, hit.item) for hit in hits]
-            return {"steps": self._steps(sid, records), "scores": [hit.score for hit in hits]}
+        hits = self.service.search(sid, query, _HITS, mode=mode)
+        records = [StoredRecord(hit.seq, hit.item) for hit in hits]
+        return {"steps": self._steps(sid, records), "scores": [hit.score for hit in hits]}
 
     def _image_ref(self, ref: str) -> list[Any]:
         """Return ``[URL, ref]`` for an image this server shows, or ``[None, ref, why]``."""
@@ -604,8 +475,8 @@ def _image_type(path: str, size: int) -> tuple[bytes, str] | None:
     return None
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _when(moment: dt.datetime | None) -> str:
+    return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _shown_url(url: str) -> str:
