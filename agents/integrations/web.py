@@ -4,7 +4,8 @@ The server lists the store's sessions and opens each in the same timeline
 page that ``replay_html`` writes, in a live mode: the page asks the server
 for the newest steps (:meth:`Store.tail`), loads earlier ones on demand,
 polls for steps other processes append (:meth:`Store.records` with
-``after``), and searches through the store's own :meth:`Store.search`.
+``after``), and searches through the store's own :meth:`Store.search`; a
+hit opens in place among its neighbours (:meth:`SessionService.around`).
 It never holds a whole session, so a session of a million steps opens as
 fast as one of a hundred.
 
@@ -223,6 +224,15 @@ def live_app(
         except AgentMemoryError as exc:
             return failed(exc)
 
+    def api_around(request: Request) -> Response:
+        params = request.query_params
+        try:
+            seq = _int(params.get("seq", ""), "seq", 0, 2**63 - 1)
+            n = _int(params.get("n", str(_PAGE_SIZE // 2)), "n", 0, 50_000)
+            return json(view.around(params.get("session", ""), seq, n))
+        except AgentMemoryError as exc:
+            return failed(exc)
+
     def api_count(request: Request) -> Response:
         try:
             return json(view.count(request.query_params.get("session", "")))
@@ -259,6 +269,7 @@ def live_app(
             Route("/api/sessions", api_sessions),
             Route("/api/tail", api_tail),
             Route("/api/after", api_after),
+            Route("/api/around", api_around),
             Route("/api/count", api_count),
             Route("/api/search", api_search),
             Route("/image", image),
@@ -411,6 +422,18 @@ class _View:
         count, last = self.service.count(sid)
         return {"count": count, "last": last}
 
+    def around(self, sid: str, seq: int, n: int) -> dict[str, Any]:
+        """Return the item at seq ``seq`` with up to ``n`` items each side (a search hit opened in place)."""
+        window = self.service.around(sid, seq, n)
+        records = window.records
+        return {
+            "steps": self._steps(sid, records),
+            "first": records[0].seq if records else None,
+            "last": records[-1].seq if records else None,
+            "earlier": window.earlier,
+            "later": window.later,
+        }
+
     def after(self, sid: str, seq: int | None) -> dict[str, Any]:
         # No count here: counting a long session's rows costs more than the poll itself.
         records, more = self.service.after(sid, seq, _MOST_NEW)
@@ -426,7 +449,7 @@ class _View:
         return {"steps": self._steps(sid, records), "scores": [hit.score for hit in hits]}
 
     def _image_ref(self, ref: str) -> list[Any]:
-        """Return ``[URL, ref]`` for an image this server shows, or ``[None, ref, why]``."""
+        """Return ``[URL, ref, ""]`` for an image this server shows, or ``[None, ref, why]``."""
         lowered = ref.lower()
         if lowered.startswith(("http://", "https://")):
             return [None, ref, "link"]
@@ -437,7 +460,7 @@ class _View:
         path = self._allowed(ref)
         if path is None or _image_type(path, 12) is None:
             return [None, ref, "not an image file inside an --images folder"]
-        return ["/image?path=" + urllib.parse.quote(ref, safe=""), ref]
+        return ["/image?path=" + urllib.parse.quote(ref, safe=""), ref, ""]
 
     def _allowed(self, ref: str) -> str | None:
         if not ref or "\x00" in ref:
