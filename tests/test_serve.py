@@ -369,6 +369,34 @@ def test_api_says_whether_earlier_items_exist_exactly(tmp_path: Path) -> None:
     assert count == {"count": 501, "last": more["last"]}
 
 
+def test_api_around_answers_a_seq_with_its_neighbours() -> None:
+    """/api/around gives the item at a seq with n items each side; a seq that is no number is a 400."""
+    from starlette.testclient import TestClient
+
+    from agents.integrations.web import live_app
+
+    with open_store(f"memory://{uuid.uuid4().hex}") as store:
+        seqs = store.append("s", [MemoryItem(step=n) for n in range(10)])
+        with TestClient(live_app(store), base_url=LOCAL) as client:
+            page = client.get("/api/around", params={"session": "s", "seq": seqs[4], "n": 2}).json()
+            bad = client.get("/api/around", params={"session": "s", "seq": "x"})
+    assert [step["s"] for step in page["steps"]] == [
+        "step 2",
+        "step 3",
+        "step 4",
+        "step 5",
+        "step 6",
+    ]
+    assert [page["first"], page["last"], page["earlier"], page["later"]] == [
+        seqs[2],
+        seqs[6],
+        True,
+        True,
+    ]
+    assert bad.status_code == 400
+    assert "The query parameter 'seq' must be a whole number" in bad.json()["error"]
+
+
 def test_binding_elsewhere_without_a_token_is_refused(sqlite_url: str) -> None:
     """``--host 0.0.0.0`` without a token exits with an error naming the token variable."""
     done = subprocess.run(
@@ -692,6 +720,28 @@ def test_a_hit_among_the_loaded_steps_opens_without_leaving_them(
         append_in_another_process(sqlite_url, "run-1", ["after the hit"], 40)
         wait(browser, "return document.getElementById('live').textContent.includes('41 of 41')")
         assert not browser.find_element("id", "later").is_displayed()
+
+
+def test_loading_later_steps_after_a_hit_reaches_the_end_and_follows_it(
+    tmp_path: Path, browser: Any
+) -> None:
+    """After a hit opened far back, "load later steps" reaches the newest steps, then new ones arrive."""
+    url = f"sqlite://{tmp_path / 'long.db'}"
+    fill(url, "long", 1200)
+    with serving(url) as base:
+        open_session(browser, base, "long")
+        store_search(browser, "number 17")
+        browser.find_element("css selector", ".card.openable").click()
+        wait(browser, "return document.querySelector('.card.focus')")
+        browser.find_element("id", "later").click()
+        wait(
+            browser, "return document.getElementById('live').textContent.includes('1,200 of 1,200')"
+        )
+        assert not browser.find_element("id", "later").is_displayed()
+        append_in_another_process(url, "long", ["newest of all"], 1200)
+        wait(
+            browser, "return document.getElementById('live').textContent.includes('1,201 of 1,201')"
+        )
 
 
 def test_store_hits_mark_the_query_words(sqlite_url: str, browser: Any) -> None:

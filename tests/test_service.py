@@ -128,7 +128,11 @@ def test_around_gives_a_seq_with_its_neighbours(store_url: str) -> None:
         middle = service.around("s", seqs[4], 3)
         start = service.around("s", seqs[1], 3)
         end = service.around("s", seqs[-2], 3)
-    assert ([r.seq for r in middle.records], middle.earlier, middle.later) == (seqs[1:8], True, True)
+    assert ([r.seq for r in middle.records], middle.earlier, middle.later) == (
+        seqs[1:8],
+        True,
+        True,
+    )
     assert ([r.seq for r in start.records], start.earlier, start.later) == (seqs[:5], False, True)
     assert ([r.seq for r in end.records], end.earlier, end.later) == (seqs[-5:], True, False)
 

@@ -22,10 +22,11 @@ same as ``kvmemory mcp --http``'s.
 
 Every value reaches the browser as JSON and is put in the page as text
 only; the pages carry a strict Content-Security-Policy (no script but the
-page's own, no connection but to this server). An image field is shown as
-its name, or, for a path inside a folder given with ``image_dirs``
-(``--images``), served by an endpoint that checks the folder and the
-image's bytes again on every request.
+page's own, no connection but to this server). An image is shown only for
+a path inside a folder given with ``image_dirs`` (``--images``), served by
+an endpoint that checks the folder and the image's bytes again on every
+request; any other image field is named on its card with its value, as
+text, and the reason it is not shown.
 
 Starlette and uvicorn (``pip install 'kvmemory[serve]'``) are imported when
 the app is built.
@@ -115,8 +116,8 @@ def live_app(
             421 or 403: the protection against DNS rebinding.
         token: When given, every request must bear it (``?token=``, the cookie
             that answer sets, or ``Authorization: Bearer``); others get 401.
-        image_dirs: Folders whose images the pages may show; an image path
-            elsewhere is shown as its name only.
+        image_dirs: Folders whose images the pages may show; an image field
+            with a path elsewhere is shown as its value, with the reason.
         embedder: Offer semantic and hybrid search for the sessions whose
             vectors came from this model.
         poll_seconds: How often an open page asks for new steps.
