@@ -722,6 +722,21 @@ def test_a_hit_among_the_loaded_steps_opens_without_leaving_them(
         assert not browser.find_element("id", "later").is_displayed()
 
 
+def test_a_hit_just_before_the_loaded_steps_joins_them(tmp_path: Path, browser: Any) -> None:
+    """A hit whose neighbours reach the loaded steps is loaded with them: one run to the newest step."""
+    url = f"sqlite://{tmp_path / 'near.db'}"
+    fill(url, "near", 600)
+    with serving(url) as base:
+        open_session(browser, base, "near")
+        wait(browser, "return document.getElementById('live').textContent.includes('500 of 600')")
+        store_search(browser, "number 17")
+        browser.find_element("css selector", ".card.openable").click()
+        focus = wait(browser, "return document.querySelector('.card.focus')")
+        assert focus.text.startswith("step 17")
+        wait(browser, "return document.getElementById('live').textContent.includes('600 of 600')")
+        assert not browser.find_element("id", "later").is_displayed()
+
+
 def test_loading_later_steps_after_a_hit_reaches_the_end_and_follows_it(
     tmp_path: Path, browser: Any
 ) -> None:

@@ -349,6 +349,17 @@ def test_unreadable_image_is_named_on_its_card(tmp_path: Path, browser: Any) -> 
     assert console_errors(browser) == []
 
 
+def test_search_finds_an_unshown_image_by_its_path(tmp_path: Path, browser: Any) -> None:
+    """The search box matches an image field's value, and marks it on the card."""
+    memory = Memory(
+        [MemoryItem(step=1, screenshot=str(tmp_path / "gone.png")), MemoryItem(step=2, thought="x")]
+    )
+    open_page(browser, replay_html(memory, tmp_path / "gone.html"))
+    set_control(browser, "#search", "gone.png")
+    assert [card.find_element("css selector", "h2").text for card in cards(browser)] == ["step 1"]
+    assert browser.find_element("css selector", ".card dd mark").text == "gone.png"
+
+
 def test_a_non_image_value_in_an_image_field_stays_a_field(tmp_path: Path) -> None:
     """A number under an image key is shown as a plain field, even beside a real image reference."""
     page = page_text(
