@@ -27,6 +27,7 @@ T = TypeVar("T")
 AWAITED = frozenset(
     {
         "append",
+        "append_steps",
         "read",
         "records",
         "project",

@@ -234,6 +234,7 @@ class AsyncStore:
         return await asyncio.shield(running)
 
     append = _store_call(Store.append)
+    append_steps = _store_call(Store.append_steps)
     read = _store_call(Store.read)
     records = _store_call(Store.records)
     project = _store_call(Store.project)
@@ -328,7 +329,8 @@ class AsyncWriteBatch:
     encode at once. On a clean exit the transaction runs on the store's
     worker thread or, for PostgreSQL, on the loop's; leaving the block with
     an exception writes nothing. The seqs written are in ``appended``,
-    ``updated`` and ``deleted`` afterwards.
+    ``updated`` and ``deleted`` afterwards, and the items numbered by
+    ``append(..., number_steps=True)`` in ``numbered``.
     """
 
     def __init__(self, store: AsyncStore, batch: WriteBatch) -> None:
@@ -345,6 +347,11 @@ class AsyncWriteBatch:
     def appended(self) -> list[int]:
         """The seqs given to the appended items, in order (after the block)."""
         return self.batch.appended
+
+    @property
+    def numbered(self) -> list[MemoryItem]:
+        """The items ``append(..., number_steps=True)`` numbered, as written (after the block)."""
+        return self.batch.numbered
 
     @property
     def updated(self) -> list[int]:

@@ -50,7 +50,8 @@ class Backend:
     :meth:`clear_rows`, :meth:`row_index`; then :meth:`delete_session` and
     :meth:`close`). The others have defaults built on those, which a backend
     overrides where its engine does better (read the last rows of a session
-    without the rest, rank by keyword from an index it keeps). The vector
+    without the rest, :meth:`last_step` without the whole row index, rank by
+    keyword from an index it keeps). The vector
     operations are optional as a group: set :attr:`keeps_vectors` and
     implement them for semantic search in the store.
 
@@ -183,6 +184,16 @@ class Backend:
     def row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
         """Return ``(seq, step_text, created)`` of every row of a session, in seq order."""
         raise NotImplementedError
+
+    def last_step(self, tx: Any, session_id: str) -> tuple[int, str | None]:
+        """Return the session's row count and the step text of its last row (``None`` for none), inside ``tx``.
+
+        :meth:`Store.append_steps` numbers new steps from these in the same
+        transaction that inserts them. The default reads :meth:`row_index`;
+        a backend whose engine can read the last row alone overrides it.
+        """
+        index = self.row_index(tx, session_id)
+        return len(index), (index[-1][1] if index else None)
 
     def delete_session(self, session_id: str) -> bool:
         """Delete a session, its rows and vectors in one transaction; return whether it existed.

@@ -341,6 +341,17 @@ class BackendContract:
         assert backend.read_session("s") == ("step", 100.0, b"{}")
         assert backend.sessions() == ["s"]
 
+    def test_last_step_is_the_row_count_and_the_last_rows_step(self, backend: Backend) -> None:
+        """last_step in a transaction gives the session's row count and its last row's step text, after deletes too."""
+        with backend.transaction("s") as tx:
+            backend.create_session(tx, "s", "step", 100.0)
+            assert backend.last_step(tx, "s") == (0, None)
+        seqs = self._insert(backend, "s")
+        with backend.transaction("s") as tx:
+            assert backend.last_step(tx, "s") == (3, "2")
+            backend.delete_rows(tx, "s", [seqs[2]])
+            assert backend.last_step(tx, "s") == (2, None)
+
     def test_step_and_after_filters(self, backend: Backend) -> None:
         """read_rows with steps keeps the rows filed under them, with after those above that seq."""
         seqs = self._insert(backend, "s")
@@ -449,6 +460,46 @@ class StoreContract:
         second = store.append("s", [MemoryItem(step=3)])
         assert first[0] < first[1] < second[0]
         assert steps_of(store.read("s", after=first[1])) == [3]
+
+    def test_append_steps_numbers_the_items_without_a_step(self, store: Store) -> None:
+        """append_steps gives 1, 2, ... in a new session, goes on after a whole-number step, and keeps given steps."""
+        first = store.append_steps("s", [MemoryItem(a=1), MemoryItem(a=2)])
+        assert [(r.item["step"], r.item["a"]) for r in first] == [(1, 1), (2, 2)]
+        given = store.append_steps("s", [MemoryItem(step=10, a=3), MemoryItem(a=4)])
+        assert [r.item["step"] for r in given] == [10, 11]
+        assert [r.seq for r in first + given] == [r.seq for r in store.records("s")]
+        assert [r.item for r in store.records("s")] == [r.item for r in first + given]
+        assert list(given[1].item.keys()) == ["step", "a"]
+
+    def test_append_steps_counts_after_a_step_that_is_not_a_number(self, store: Store) -> None:
+        """After a text step or an item without one, the next step is the item count plus one."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step="1b")])
+        assert store.append_steps("s", [MemoryItem()])[0].item["step"] == 3
+        store.append("s", [MemoryItem(note="no step")])
+        assert store.append_steps("s", [MemoryItem()])[0].item["step"] == 5
+
+    def test_append_steps_leaves_the_callers_items_alone(self, store: Store) -> None:
+        """The items passed in keep their fields; the records hold numbered copies."""
+        mine = [MemoryItem(text="t"), MemoryItem(note="n")]
+        records = store.append_steps("s", mine)
+        assert mine == [MemoryItem(text="t"), MemoryItem(note="n")]
+        assert [r.item["step"] for r in records] == [1, 2]
+        assert records[0].item is not mine[0]
+
+    def test_append_steps_under_the_sessions_step_key(self, store: Store) -> None:
+        """A session named by another step key is numbered under that key."""
+        store.append("s", [MemoryItem(Step=4)], step_key="Step")
+        (record,) = store.append_steps("s", [MemoryItem(x=1)], step_key="Step")
+        assert record.item.to_dict() == {"Step": 5, "x": 1}
+
+    def test_a_batch_numbers_after_its_own_deletes(self, store: Store) -> None:
+        """In a batch, numbering follows the rows left after the batch's deletes and clears."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+        with store.batch("s") as batch:
+            batch.clear()
+            batch.append([MemoryItem(a=1)], number_steps=True)
+        assert [r.item["step"] for r in store.records("s")] == [1]
+        assert batch.numbered == [MemoryItem(step=1, a=1)]
 
     def test_sessions_are_isolated(self, store: Store) -> None:
         """Items of one session never show in another, even one whose id is a prefix."""
