@@ -27,13 +27,3 @@ def test_decoding_many_plain_items_runs_no_collection() -> None:
     assert collections in ([], [0])
     assert gc.isenabled()
     assert items[2999] == MemoryItem(step=2999, arguments={"x": 2999})
-
-
-def test_decoding_plain_items_keeps_each_decoded_dict_as_the_fields() -> None:
-    """Each item of a plain batch owns its decoded dict, in order, with no watcher and no cached verdict."""
-    wires = [{"step": i} for i in range(600)]
-    items = decode_items(wires, where=lambda i: f"item {i}")
-    assert [item.to_dict() for item in items] == wires
-    assert all(type(item) is MemoryItem for item in items)
-    items[0].set_value("step", 9)
-    assert wires[0] == {"step": 9}
