@@ -98,6 +98,7 @@ def test_import_loads_only_the_core_modules() -> None:
     )
     assert loaded == str(
         [
+            "agents._install",
             "agents.memory",
             "agents.memory._codec",
             "agents.memory._item",

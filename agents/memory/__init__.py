@@ -5,9 +5,11 @@ the steps in order, indexed by step; the codec writes them as lossless JSON.
 """
 
 import importlib as _importlib
-import sys as _sys
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+# First: when another distribution's agents/__init__.py replaced kvmemory's (or
+# was removed with it), this import says so in one line (see agents/_install.py).
+from agents import _install  # noqa: F401 (its import is the check)
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
 from agents.memory._session import SessionPages, read_session_pages, write_session
@@ -227,19 +229,3 @@ __all__ = [
 
 __kvmemory__ = True
 """Marks this package as kvmemory's (see ``kvmemory.install_problem``)."""
-
-if getattr(_sys.modules.get("agents"), "__kvmemory__", None) is None:
-    # Another distribution's agents/__init__.py replaced kvmemory's (or was removed
-    # with it): say so in one line rather than fail later on a missing name.
-    try:
-        from kvmemory import install_problem as _install_problem
-
-        _problem = _install_problem()
-    except ImportError:
-        _problem = None
-    _msg = _problem or (
-        "kvmemory's install is broken: the package 'agents' is not kvmemory's "
-        "(openai-agents and an older package named agents share the name); "
-        "use a virtual environment without them and run: pip install --force-reinstall kvmemory"
-    )
-    raise ImportError(_msg)
