@@ -231,6 +231,29 @@ def test_images_are_kept_as_data_urls_or_paths_inside_the_folder(
     assert fields["images"] == [f"data:image/png;base64,{PNG}", str(folder / "one.png")]
 
 
+def test_message_image_path_inside_the_folder_is_kept_as_its_data(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """record_message reads an image path of the image folder into a data: URL: a message never holds a path."""
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    (folder / "one.png").write_bytes(base64.b64decode(PNG))
+
+    async def main() -> None:
+        async with Client(server(sqlite_url, "--session", "s", "--images", str(folder))) as client:
+            result = await client.call_tool(
+                "record_message", {"role": "user", "content": "look", "images": ["one.png"]}
+            )
+            assert not result.is_error, text(result)
+
+    run(main)
+    ((_, fields),) = snapshot(sqlite_url)["s"]
+    assert fields["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": f"data:image/png;base64,{PNG}"},
+    }
+
+
 def test_steps_continue_under_the_sessions_own_step_key(sqlite_url: str) -> None:
     """A session made with UFO's step key 'Step' gets its next step numbered under 'Step'."""
     with open_store(sqlite_url) as store:

@@ -938,7 +938,8 @@ class MemoryServer:
         if name is not None:
             message["name"] = name
         try:
-            (item,) = from_messages([message])
+            # Paths here were resolved inside the server's image folder by _image: read them.
+            (item,) = from_messages([message], read_paths=True)
         except AgentMemoryError as exc:
             raise ToolArgumentError("content", str(exc)) from exc
         step_key, step = self._next_step(session)
