@@ -103,6 +103,7 @@ def test_import_loads_only_the_core_modules() -> None:
             "agents.memory._codec",
             "agents.memory._item",
             "agents.memory._session",
+            "agents.memory._views",
             "agents.memory.exceptions",
             "agents.memory.memory",
         ]

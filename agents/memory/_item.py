@@ -30,6 +30,7 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnknownClass
+from agents.memory._views import ItemAttributes
 from agents.memory.exceptions import (
     ArgumentTypeError,
     CorruptSessionError,
@@ -589,8 +590,12 @@ class MemoryItem:
 
     @property
     def attributes(self) -> list[str]:
-        """The keys of this item's fields, in order (a new list)."""
-        return list(self._fields)
+        """The keys of this item's fields, in order: a new, read-only list.
+
+        Changing it raises :class:`~agents.memory.ReadOnlyViewError` naming
+        ``set_value`` and ``delete_value``, since the change would not reach the item.
+        """
+        return ItemAttributes(self._fields)
 
     # -- removal and mapping protocol ----------------------------------------
 

@@ -39,6 +39,7 @@ import attrs
 from typing_extensions import Self
 
 from agents.memory._item import MemoryItem
+from agents.memory._views import ConversationContext
 from agents.memory.exceptions import (
     BudgetExceededError,
     FieldValidationError,
@@ -591,7 +592,7 @@ class Conversation:
     def context(self) -> dict[str, Any] | None:
         """The context keys this conversation was opened for (:meth:`for_context`), or ``None``."""
         context = self.history.metadata.get("context")
-        return dict(context) if isinstance(context, Mapping) else None
+        return ConversationContext(context) if isinstance(context, Mapping) else None
 
     # -- adding ----------------------------------------------------------------
 
@@ -851,7 +852,7 @@ class Conversation:
         """Return the messages ``selector`` chooses (all when ``None``), in memory order."""
         self._fresh()
         if selector is None:
-            return self.history.content
+            return self.history[:]
         return list(selector(self.history))
 
     def search(

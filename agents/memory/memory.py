@@ -35,6 +35,7 @@ from agents.memory._item import (
     unwatch_items,
     watch_items,
 )
+from agents.memory._views import MemoryContent, MemoryListContent
 from agents.memory.exceptions import (
     ArgumentTypeError,
     CallbackError,
@@ -263,14 +264,19 @@ class Memory:
 
     @property
     def content(self) -> list[MemoryItem]:
-        """The items in order (a new list; the items themselves are live)."""
+        """The items in order: a new, read-only list (the items themselves are live).
+
+        Appending, inserting or deleting through it raises
+        :class:`~agents.memory.ReadOnlyViewError` naming the method to call
+        (``add_memory_item`` ...), since the change would not reach the memory.
+        """
         with self._lock:
-            return list(self._items.values())
+            return MemoryContent(self._items.values())
 
     @property
     def list_content(self) -> list[dict[str, Any]]:
-        """Each item's fields as a new dict, in order."""
-        return self.to_list_of_dicts()
+        """Each item's fields as a new dict, in order, in a read-only list (see :attr:`content`)."""
+        return MemoryListContent(self.to_list_of_dicts())
 
     @property
     def length(self) -> int:
