@@ -1122,6 +1122,19 @@ class StoreContract:
                 store, store.sessions(), query, 100
             ), query
 
+    def test_search_sessions_from_a_read_only_handle_sees_another_handles_writes(
+        self, make_store: MakeStore
+    ) -> None:
+        """A read-only handle ranks the rows another handle just wrote (not yet folded into any index) as Memory.search does."""
+        with make_store() as writer:
+            fill_sessions(writer)
+            writer.append("b-small", [MemoryItem(step=5, note="invoice again in the report")])
+            with make_store(read_only=True) as reader:
+                for query in SESSION_QUERIES:
+                    assert session_hits(reader.search_sessions(query, 50)) == union_hits(
+                        reader, reader.sessions(), query, 50
+                    ), query
+
     def test_search_sessions_of_an_empty_store_has_no_hits(self, store: Store) -> None:
         """A store without sessions, or a scope of unknown sessions, gives no hit."""
         assert store.search_sessions("invoice") == []
