@@ -151,12 +151,7 @@ class SQLiteKeywordIndex:
         try:
             with self.file.lock:
                 self.file.follow_writers()
-                # Ties with the k-th go by seq here, by session id there: take them all.
-                limit = k + _TIE_SPARE
-                best = self._snapshot_top(session_ids, terms, limit)
-                while len(best) == limit and best[-1][0] >= best[k - 1][0]:
-                    limit *= 4
-                    best = self._snapshot_top(session_ids, terms, limit)
+                best = self._snapshot_top(session_ids, terms, k)
                 if not best:
                     return []
                 owner = dict(
@@ -257,7 +252,8 @@ class SQLiteKeywordIndex:
                         counts[word] = counts.get(word, 0) + 1
                 if counts:
                     matches.append((int(seq), int(length), counts))
-            return rank_matches(n_items, total, matches, terms, k)
+            # Over several sessions ties go by session id, not seq: every match is kept to sort.
+            return rank_matches(n_items, total, matches, terms, k if len(sids) == 1 else len(matches))
         finally:
             con.execute("COMMIT")
 
@@ -341,8 +337,6 @@ class SQLiteKeywordIndex:
             build_keyword_index(con)
 
 
-_TIE_SPARE: Final = 16
-"""Hits past the ``k``-th a store-wide search asks for, to see whether any ties with it."""
 _SNAPSHOT_TRIES: Final = 3
 """Searches tried with the FTS table alone while other connections commit, before reading pending rows."""
 _ANY_PENDING: Final = "SELECT EXISTS (SELECT 1 FROM kvmemory_items WHERE seq > (SELECT through FROM kvmemory_fts_mark))"

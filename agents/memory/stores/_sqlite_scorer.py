@@ -139,7 +139,7 @@ class FTSScorer:
             few = self._whole(rows, rest)
             taken = {seq for _, seq in few}
             others = [hit for hit in self.best(k + len(few), rest) if hit[1] not in taken]
-            return heapq.nsmallest(k, few + others, key=_best_first)
+            return self._first(k, few + others)
         theta = heapq.nlargest(k, [row[1] for row in rows])[-1] / _MARGIN
         if rest_most >= theta:
             return None  # an item holding only the other terms may still beat the k-th
@@ -156,7 +156,7 @@ class FTSScorer:
                 chosen.append(row)
                 if len(chosen) > _CANDIDATES:
                     return None  # too many to score one by one: a rarer term set will come
-        return heapq.nsmallest(k, self._whole(chosen, rest), key=_best_first)
+        return self._first(k, self._whole(chosen, rest))
 
     def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
         """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
@@ -182,7 +182,7 @@ class FTSScorer:
             (bm25_score(counts, length, self.weighted, self.average), seq)
             for seq, _, length, counts in rows
         ]
-        return heapq.nsmallest(k, scored, key=_best_first)
+        return self._first(k, scored)
 
     def _whole(self, rows: Sequence[_Row], rest: Sequence[str]) -> list[tuple[float, int]]:
         """Return ``(score, seq)`` of ``rows`` (scored over some terms) over every query term, exactly.
@@ -280,7 +280,34 @@ class FTSScorer:
                 msg = f"the index holds item {seq} for a query term its row does not hold"
                 raise sqlite3.DatabaseError(msg)
             scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
-        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+        return self._first(k, scored)
+
+    def _first(self, k: int, scored: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)``, best first: ties by seq, or over several sessions by session id, then seq.
+
+        A store's seqs rise in commit order across its sessions, so over
+        several sessions the items tied with the ``k``-th are ordered by
+        their session's place among the sessions searched (read for those
+        items only), as one memory holding the sessions in id order would.
+        """
+        best = heapq.nsmallest(k, scored, key=_best_first)
+        if not self.many or len(scored) <= k:
+            return best
+        last = best[-1][0]
+        tied = [seq for score, seq in scored if score == last]
+        if len(tied) < 2:
+            return best
+        place = {sid: position for position, sid in enumerate(sorted(self.sids))}
+        owner = {
+            int(seq): place[sid]
+            for seq, sid in self.con.execute(
+                "SELECT seq, session_id FROM kvmemory_items WHERE seq IN (SELECT value FROM json_each(?))",
+                (SQLITE.bind_list(tied),),
+            )
+        }
+        return heapq.nsmallest(
+            k, scored, key=lambda hit: (-hit[0], owner.get(hit[1], -1), hit[1])
+        )
 
     def _names(self, terms: Sequence[str]) -> dict[str, str]:
         """Return ``{term as the FTS table files it: term}`` of ``terms`` in every session searched."""
@@ -318,7 +345,7 @@ class FTSScorer:
                 msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
                 raise sqlite3.DatabaseError(msg)
             scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
-        return heapq.nsmallest(k, scored, key=_best_first)
+        return self._first(k, scored)
 
 
 _Row = tuple[int, float, int, dict[str, int]]
