@@ -21,6 +21,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from _common import make_ufo_rows
 from bench_stores import postgres_url
@@ -83,7 +84,7 @@ def compare(
             f" {ratio:6.2f}x {min(ratios):5.2f}-{max(ratios):5.2f}x"
         )
     print(f"{'median over queries':28} {'':9} {'':10} {statistics.median(medians):6.2f}x")
-    print(f"loadavg: {open('/proc/loadavg').read().strip()}")
+    print(f"loadavg: {Path('/proc/loadavg').read_text().strip()}")
 
 
 def main() -> None:
@@ -96,14 +97,14 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        with (
-            open_store(f"sqlite:///{tmp}/wide.db") as wide,
-            open_store(f"sqlite:///{tmp}/single.db") as single,
-        ):
-            fill(wide, args.sessions, args.items, one=False)
-            fill(single, args.sessions, args.items, one=True)
-            compare("SQLite", wide, single, args.repeat, args.rounds)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        open_store(f"sqlite:///{tmp}/wide.db") as wide,
+        open_store(f"sqlite:///{tmp}/single.db") as single,
+    ):
+        fill(wide, args.sessions, args.items, one=False)
+        fill(single, args.sessions, args.items, one=True)
+        compare("SQLite", wide, single, args.repeat, args.rounds)
     if args.no_postgres:
         return
     with postgres_url(args.postgres) as url:

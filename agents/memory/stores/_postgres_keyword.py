@@ -304,7 +304,7 @@ def _score_many_sql(n_terms: int) -> str:
         .replace("WHERE i.session_id = %(sid)s AND", "WHERE i.session_id = ANY(%(sids)s) AND")
         .replace("o.session_id = %(sid)s AND", "o.session_id = m.session_id AND")
         .replace("l.n, l.total, l.dfs\n", "l.n, l.total, l.dfs, m.session_id\n")
-        .replace('r.score DESC, r.seq', 'r.score DESC, r.session_id COLLATE "C", r.seq')
+        .replace("r.score DESC, r.seq", 'r.score DESC, r.session_id COLLATE "C", r.seq')
     )
 
 

@@ -39,7 +39,7 @@ from agents.memory._vectors import (
 )
 from agents.memory.exceptions import InvalidQueryError, StoreArgumentError
 from agents.memory.stores._engine import Engine
-from agents.memory.stores._filtering import ALL, Passing, first_passing, widening
+from agents.memory.stores._filtering import ALL, Passing, widening
 from agents.memory.stores._keyword import (
     KeywordMatch,
     bm25_score,
@@ -120,7 +120,8 @@ class SessionSearch:
         return [
             sid
             for sid in chosen
-            if sid in rows and metadata(MemoryItem(**session_info(sid, rows[sid], engine.url).metadata))
+            if sid in rows
+            and metadata(MemoryItem(**session_info(sid, rows[sid], engine.url).metadata))
         ]
 
     def step_keys(self, scope: Sequence[str]) -> dict[str, str]:
@@ -249,9 +250,13 @@ class SessionSearch:
                 return heapq.nsmallest(limit, scored, key=_best_first)
 
             return self._hits(scope, rank, k, keep, found, on_unknown_class, k)
-        scores = self._hybrid(scope, text, k, fields, embedder, weight, query, parts, found, on_unknown_class)
+        scores = self._hybrid(
+            scope, text, k, fields, embedder, weight, query, parts, found, on_unknown_class
+        )
         ranked = sorted(scores.items(), key=_best_first)
-        return self._hits(scope, lambda limit: ranked[:limit], k, keep, found, on_unknown_class, ALL)
+        return self._hits(
+            scope, lambda limit: ranked[:limit], k, keep, found, on_unknown_class, ALL
+        )
 
     def _hybrid(
         self,

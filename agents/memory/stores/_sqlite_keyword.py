@@ -253,7 +253,9 @@ class SQLiteKeywordIndex:
                 if counts:
                     matches.append((int(seq), int(length), counts))
             # Over several sessions ties go by session id, not seq: every match is kept to sort.
-            return rank_matches(n_items, total, matches, terms, k if len(sids) == 1 else len(matches))
+            return rank_matches(
+                n_items, total, matches, terms, k if len(sids) == 1 else len(matches)
+            )
         finally:
             con.execute("COMMIT")
 

@@ -254,7 +254,11 @@ class FTSScorer:
 
         ``limit``: the best that many only; ``cut``: those scoring at least it only.
         """
-        params = ('"' + self.prefixes[0] + term + '"', math.inf if cut is None else -cut, limit or -1)
+        params = (
+            '"' + self.prefixes[0] + term + '"',
+            math.inf if cut is None else -cut,
+            limit or -1,
+        )
         return [(int(seq), -float(score)) for seq, score in self.con.execute(_BM25, params)]
 
     def _exact(self, seqs: Sequence[int], k: int) -> list[tuple[float, int]]:
@@ -305,9 +309,7 @@ class FTSScorer:
                 (SQLITE.bind_list(tied),),
             )
         }
-        return heapq.nsmallest(
-            k, scored, key=lambda hit: (-hit[0], owner.get(hit[1], -1), hit[1])
-        )
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], owner.get(hit[1], -1), hit[1]))
 
     def _names(self, terms: Sequence[str]) -> dict[str, str]:
         """Return ``{term as the FTS table files it: term}`` of ``terms`` in every session searched."""
@@ -391,7 +393,9 @@ def _score_sql(n_terms: int, cut: bool = False, many: bool = False) -> str:
         if many
         else f"kvmemory_fts_instance WHERE term IN ({', '.join(f':term{j}' for j in terms)})"
     )
-    session = "i.session_id IN (SELECT value FROM json_each(:sids))" if many else "i.session_id = :sid"
+    session = (
+        "i.session_id IN (SELECT value FROM json_each(:sids))" if many else "i.session_id = :sid"
+    )
     return f"""
 SELECT * FROM (
     SELECT t.doc, {score} AS score, i.n_terms,
