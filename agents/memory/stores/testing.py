@@ -1137,6 +1137,20 @@ class StoreContract:
                         reader, reader.sessions(), query, 50
                     ), query
 
+    def test_search_sessions_ties_go_by_session_id_then_seq(self, store: Store) -> None:
+        """Equal scores rank by session id, then seq, whichever session was written first."""
+        same = [
+            MemoryItem(step=i, note=f"the report {'pdf' if i % 3 else 'doc'}") for i in range(90)
+        ]
+        for sid in ("s-c", "s-b", "s-a"):  # written in reverse id order
+            store.append(sid, same)
+        for k in (1, 2, 5, 40, 100):
+            hits = store.search_sessions("report pdf", k)
+            assert session_hits(hits) == union_hits(store, store.sessions(), "report pdf", k)
+            assert [hit.session_id for hit in hits] == ["s-a"] * min(k, 60) + ["s-b"] * max(
+                0, min(k, 120) - 60
+            )
+
     def test_search_sessions_of_an_empty_store_has_no_hits(self, store: Store) -> None:
         """A store without sessions, or a scope of unknown sessions, gives no hit."""
         assert store.search_sessions("invoice") == []
