@@ -292,20 +292,29 @@ def _score_many_sql(n_terms: int) -> str:
     those rows holding it. The rows carry their session id last; ties go by
     session id (by code point), then seq.
     """
-    single = _score_sql(n_terms)
-    return (
-        single.replace(
-            "SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions\n"
-            "    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0",
-            "SELECT sum(n_items)::float8 AS n, sum(n_terms)::float8 AS total FROM kvmemory_sessions\n"
-            "    WHERE session_id = ANY(%(sids)s) AND NOT deleted HAVING sum(n_items) > 0",
-        )
-        .replace("SELECT i.seq, i.n_terms, f.*", "SELECT i.session_id, i.seq, i.n_terms, f.*")
-        .replace("WHERE i.session_id = %(sid)s AND", "WHERE i.session_id = ANY(%(sids)s) AND")
-        .replace("o.session_id = %(sid)s AND", "o.session_id = m.session_id AND")
-        .replace("l.n, l.total, l.dfs\n", "l.n, l.total, l.dfs, m.session_id\n")
-        .replace("r.score DESC, r.seq", 'r.score DESC, r.session_id COLLATE "C", r.seq')
-    )
+    sql = _score_sql(n_terms)
+    for one, many in _MANY_SESSIONS:
+        if one not in sql:  # pragma: no cover - guards the two queries drifting apart
+            msg = f"the store-wide keyword query cannot be made from the session's: {one!r} is gone"
+            raise RuntimeError(msg)
+        sql = sql.replace(one, many)
+    return sql
+
+
+_MANY_SESSIONS: Final = (
+    (
+        "SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions\n"
+        "    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0",
+        "SELECT sum(n_items)::float8 AS n, sum(n_terms)::float8 AS total FROM kvmemory_sessions\n"
+        "    WHERE session_id = ANY(%(sids)s) AND NOT deleted HAVING sum(n_items) > 0",
+    ),
+    ("SELECT i.seq, i.n_terms, f.*", "SELECT i.session_id, i.seq, i.n_terms, f.*"),
+    ("WHERE i.session_id = %(sid)s AND", "WHERE i.session_id = ANY(%(sids)s) AND"),
+    ("o.session_id = %(sid)s AND", "o.session_id = m.session_id AND"),
+    ("l.n, l.total, l.dfs\n", "l.n, l.total, l.dfs, m.session_id\n"),
+    ("r.score DESC, r.seq", 'r.score DESC, r.session_id COLLATE "C", r.seq'),
+)
+"""What :func:`_score_many_sql` changes in :func:`_score_sql`'s query: ``(text, replacement)``."""
 
 
 _SCORE_ARRAYS: Final = f"""
