@@ -287,7 +287,7 @@ def _score_many_sql(n_terms: int) -> str:
     """Return the query for BM25 over several sessions ranked as one corpus (a store-wide search).
 
     :func:`_score_sql` over the rows of every session in ``sids`` that the
-    tsvector matches (each session's own lexemes, OR-ed), with the
+    tsvector matches (each session's rows with its own lexemes), with the
     sessions' counts summed: a term's document frequency is the number of
     those rows holding it. The rows carry their session id last; ties go by
     session id (by code point), then seq.
@@ -308,8 +308,16 @@ _MANY_SESSIONS: Final = (
         "SELECT sum(n_items)::float8 AS n, sum(n_terms)::float8 AS total FROM kvmemory_sessions\n"
         "    WHERE session_id = ANY(%(sids)s) AND NOT deleted HAVING sum(n_items) > 0",
     ),
-    ("SELECT i.seq, i.n_terms, f.*", "SELECT i.session_id, i.seq, i.n_terms, f.*"),
-    ("WHERE i.session_id = %(sid)s AND", "WHERE i.session_id = ANY(%(sids)s) AND"),
+    # Each session's rows are matched with its own lexemes (a query the size of one
+    # session's, not one OR of every session's, which each row would be tested against).
+    (
+        "SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i CROSS JOIN LATERAL (",
+        "SELECT i.session_id, i.seq, i.n_terms, f.*"
+        " FROM unnest(%(sids)s::text[], %(queries)s::text[]) AS q(sid, query)"
+        " CROSS JOIN LATERAL (SELECT * FROM kvmemory_items AS o"
+        " WHERE o.session_id = q.sid AND o.terms @@ q.query::tsquery) AS i CROSS JOIN LATERAL (",
+    ),
+    ("WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery", "WHERE true"),
     ("o.session_id = %(sid)s AND", "o.session_id = m.session_id AND"),
     ("l.n, l.total, l.dfs\n", "l.n, l.total, l.dfs, m.session_id\n"),
     ("r.score DESC, r.seq", 'r.score DESC, r.session_id COLLATE "C", r.seq'),
@@ -459,11 +467,14 @@ class PostgresKeywordIndex:
         names = list(weights)
         if len(names) > _COLUMN_TERMS or not session_ids:
             return None if session_ids else []
-        lexemes = [f"'{_lexeme(sid, term)}'" for sid in session_ids for term in names]
+        queries = [
+            " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
+            for sid in session_ids
+        ]
         overflow = " | ".join(f"'{_overflow(sid)}'" for sid in session_ids)
         params: dict[str, Any] = {
             "sids": list(session_ids),
-            "query": " | ".join([*lexemes, overflow]),
+            "queries": queries,
             "overflow": overflow,
             "names": names,
             "k1p1": BM25_K1 + 1.0,
