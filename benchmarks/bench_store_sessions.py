@@ -10,7 +10,7 @@ The table gives each query's best time of ``--repeat`` calls in each layout
 and their ratio (target: at most 2x), for SQLite and PostgreSQL (a throwaway
 server unless ``--postgres URL`` names one).
 
-Run: ``python benchmarks/bench_store_sessions.py [--sessions 100] [--items 1000] [--repeat 5] [--rounds 3] [--no-postgres]``.
+Run: ``python benchmarks/bench_store_sessions.py [--sessions 100] [--items 1000] [--repeat 5] [--rounds 3] [--no-sqlite] [--no-postgres]``.
 """
 
 from __future__ import annotations
@@ -96,15 +96,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--no-sqlite", action="store_true")
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory() as tmp,
         open_store(f"sqlite:///{tmp}/wide.db") as wide,
         open_store(f"sqlite:///{tmp}/single.db") as single,
     ):
-        fill(wide, args.sessions, args.items, one=False)
-        fill(single, args.sessions, args.items, one=True)
-        compare("SQLite", wide, single, args.repeat, args.rounds)
+        if not args.no_sqlite:
+            fill(wide, args.sessions, args.items, one=False)
+            fill(single, args.sessions, args.items, one=True)
+            compare("SQLite", wide, single, args.repeat, args.rounds)
     if args.no_postgres:
         return
     with postgres_url(args.postgres) as url:
