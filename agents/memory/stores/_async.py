@@ -241,6 +241,8 @@ class AsyncStore:
     tail = _store_call(Store.tail)
     search = _store_call(Store.search)
     ranking = _store_call(Store.ranking)
+    search_sessions = _store_call(Store.search_sessions)
+    recall_sessions = _store_call(Store.recall_sessions)
     summary = _store_call(Store.summary)
     count = _store_call(Store.count)
     session_info = _store_call(Store.session_info)
