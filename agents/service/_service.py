@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from agents.memory.exceptions import InvalidQueryError
-from agents.memory.stores import SessionInfo, SessionSummary, Store, StoredRecord, StoreHit
+from agents.memory.stores import (
+    SessionHit,
+    SessionInfo,
+    SessionSummary,
+    Store,
+    StoredRecord,
+    StoreHit,
+)
 from agents.service._keys import agent_keys_of, cost_keys_of
 from agents.service._overview import SessionOverview, Tally
 
@@ -235,11 +242,50 @@ class SessionService:
                 on_unknown_class="base",
             )
 
+    def search_sessions(
+        self, query: str, k: int, *, prefix: str | None = None, mode: str = "keyword"
+    ) -> list[SessionHit]:
+        """Return the ``k`` items that best match ``query`` across the sessions this door may show, in one ranking.
+
+        The ranking is the store's :meth:`~agents.memory.stores.Store.search_sessions`:
+        the statistics are those of exactly the sessions searched, so scores
+        of different sessions compare (a word rare in a large session does
+        not outrank a better match in a small one), and each hit names its
+        session.
+
+        Args:
+            query: The words to look for.
+            k: How many hits at most.
+            prefix: Search only the sessions whose id starts with this.
+            mode: ``"keyword"``, ``"semantic"`` or ``"hybrid"``.
+
+        Raises:
+            InvalidQueryError: for an unknown mode, or semantic or hybrid
+                search on a service without an embedder.
+        """
+        chosen = self._mode(mode)
+        # A door limited to some sessions names them; otherwise the store picks them by prefix.
+        scope = self.sessions(prefix) if self.allows is not None else None
+        with self._lock:
+            if chosen == "keyword":
+                return self.store.search_sessions(
+                    query, k, sessions=scope, prefix=prefix, on_unknown_class="base"
+                )
+            return self.store.search_sessions(
+                query,
+                k,
+                sessions=scope,
+                prefix=prefix,
+                mode=chosen,
+                embedder=self.embedder,
+                on_unknown_class="base",
+            )
+
     def _mode(self, mode: str) -> SearchModeName:
         for name in _MODES:
             if mode == name:
                 if name != "keyword" and self.embedder is None:
-                    msg = f"{name.capitalize()} search needs an embedder, and this service has none; start it with --embedder."
+                    msg = f"{name.capitalize()} search needs an embedder, and none was given; pass --embedder (hashing or wordllama) or embedder=."
                     raise InvalidQueryError(msg)
                 return name
         msg = f"Unknown search mode {mode!r}; use keyword, semantic or hybrid."
