@@ -993,7 +993,9 @@ def two_sessions(tmp_path: Path) -> Path:
     path = tmp_path / "many.db"
     with open_store(str(path)) as store:
         big = [MemoryItem(step=n, note=f"filler step {n} about menus") for n in range(1, 200)]
-        big.append(MemoryItem(step=200, note="invoice"))
+        big.append(
+            MemoryItem(step=200, note="the menu bar shows an invoice icon among many other icons")
+        )
         store.append("big", big)
         store.append(
             "small",
