@@ -221,9 +221,22 @@ class SessionService:
         return modes
 
     def search(
-        self, session_id: str, query: str, k: int, *, mode: str = "keyword"
+        self,
+        session_id: str,
+        query: str,
+        k: int,
+        *,
+        mode: str = "keyword",
+        keys: list[str] | None = None,
     ) -> list[StoreHit]:
         """Return the ``k`` items of a session that best match ``query``, best first.
+
+        Args:
+            session_id: The session to search.
+            query: The words to look for.
+            k: How many hits at most.
+            mode: ``"keyword"``, ``"semantic"`` or ``"hybrid"``.
+            keys: Search only these fields.
 
         Raises:
             InvalidQueryError: for an unknown mode, or semantic or hybrid
@@ -232,18 +245,25 @@ class SessionService:
         chosen = self._mode(mode)
         with self._lock:
             if chosen == "keyword":
-                return self.store.search(session_id, query, k, on_unknown_class="base")
+                return self.store.search(session_id, query, k, keys=keys, on_unknown_class="base")
             return self.store.search(
                 session_id,
                 query,
                 k,
+                keys=keys,
                 mode=chosen,
                 embedder=self.embedder,
                 on_unknown_class="base",
             )
 
     def search_sessions(
-        self, query: str, k: int, *, prefix: str | None = None, mode: str = "keyword"
+        self,
+        query: str,
+        k: int,
+        *,
+        prefix: str | None = None,
+        mode: str = "keyword",
+        keys: list[str] | None = None,
     ) -> list[SessionHit]:
         """Return the ``k`` items that best match ``query`` across the sessions this door may show, in one ranking.
 
@@ -258,6 +278,7 @@ class SessionService:
             k: How many hits at most.
             prefix: Search only the sessions whose id starts with this.
             mode: ``"keyword"``, ``"semantic"`` or ``"hybrid"``.
+            keys: Search only these fields.
 
         Raises:
             InvalidQueryError: for an unknown mode, or semantic or hybrid
@@ -269,13 +290,14 @@ class SessionService:
         with self._lock:
             if chosen == "keyword":
                 return self.store.search_sessions(
-                    query, k, sessions=scope, prefix=prefix, on_unknown_class="base"
+                    query, k, sessions=scope, prefix=prefix, keys=keys, on_unknown_class="base"
                 )
             return self.store.search_sessions(
                 query,
                 k,
                 sessions=scope,
                 prefix=prefix,
+                keys=keys,
                 mode=chosen,
                 embedder=self.embedder,
                 on_unknown_class="base",
