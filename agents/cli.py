@@ -19,6 +19,7 @@ Examples::
     kvmemory convert runs.db --session run-1 run-1.jsonl
     kvmemory stats session.json
     kvmemory import ufo-log logs/my_task --store runs.db --session ufo-1
+    kvmemory import smolagents-dump steps.json --store runs.db --session agent-1
     kvmemory mcp runs.db --prefix agent-
 """
 
@@ -549,6 +550,23 @@ def _cmd_import_ufo_log(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def _cmd_import_smolagents_dump(args: argparse.Namespace, out: IO[str]) -> int:
+    from agents.integrations.smolagents import import_smolagents_dump
+
+    path: str = args.path
+    if not os.path.isfile(path):
+        msg = (
+            f"No smolagents dump at {path!r}: expected the JSON file that "
+            "json.dump(agent.memory.get_full_steps(), f) writes; check the path."
+        )
+        raise _UsageError(msg)
+    count = import_smolagents_dump(
+        path, args.store, args.session, step_key=args.step_key, append=args.append
+    )
+    out.write(f"imported {count} steps into session {args.session!r} of {args.store}\n")
+    return 0
+
+
 def _embedder(name: str | None) -> Any:
     """Return the embedder ``--embedder`` names (``hashing`` or ``wordllama``), or ``None``."""
     if name == "hashing":
@@ -815,6 +833,20 @@ def _parser() -> argparse.ArgumentParser:
         help="also link screenshots named by an absolute path outside the log folder",
     )
     ufo.set_defaults(run=_cmd_import_ufo_log)
+    dump = kinds.add_parser(
+        "smolagents-dump",
+        help="a JSON dump of smolagents' agent.memory.get_full_steps() (needs kvmemory[smolagents])",
+    )
+    dump.add_argument(
+        "path", help="the JSON file json.dump(agent.memory.get_full_steps(), f) wrote"
+    )
+    dump.add_argument("--store", required=True, help="store URL or SQLite path to write to")
+    dump.add_argument("--session", required=True, help="session id to write")
+    dump.add_argument("--append", action="store_true", help="append to a non-empty session")
+    dump.add_argument(
+        "--step-key", default="step", help="the field that holds a step's number (default: step)"
+    )
+    dump.set_defaults(run=_cmd_import_smolagents_dump)
 
     mcp = commands.add_parser(
         "mcp",

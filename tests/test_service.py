@@ -120,6 +120,43 @@ def test_tail_before_a_seq_pages_back_through_the_session(store_url: str) -> Non
     assert (newest.earlier, middle.earlier, oldest.earlier) == (True, True, False)
 
 
+def test_around_gives_a_seq_with_its_neighbours(store_url: str) -> None:
+    """around(seq, n) gives the item at seq with n items each side, and whether more lie beyond."""
+    with open_store(store_url) as store:
+        seqs = store.append("s", [MemoryItem(step=n) for n in range(1, 26)])
+        service = SessionService(store)
+        middle = service.around("s", seqs[4], 3)
+        start = service.around("s", seqs[1], 3)
+        end = service.around("s", seqs[-2], 3)
+    assert ([r.seq for r in middle.records], middle.earlier, middle.later) == (
+        seqs[1:8],
+        True,
+        True,
+    )
+    assert ([r.seq for r in start.records], start.earlier, start.later) == (seqs[:5], False, True)
+    assert ([r.seq for r in end.records], end.earlier, end.later) == (seqs[-5:], True, False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(0, 40),
+    at=st.integers(-2, 42),
+    n=st.integers(0, 12),
+)
+def test_around_is_the_slice_of_the_whole_session(size: int, at: int, n: int) -> None:
+    """around(seq, n) equals the n items before seq and the n + 1 from it on, cut from the whole session."""
+    with open_store("memory://around") as store:
+        store.clear("s")
+        seqs = store.append("s", [MemoryItem(step=i) for i in range(size)]) if size else []
+        seq = seqs[at] if 0 <= at < size else (at if at < 0 else (seqs[-1] + 1 if seqs else 0))
+        window = SessionService(store).around("s", seq, n)
+    older = [s for s in seqs if s < seq]
+    start = max(0, len(older) - n)
+    expected = seqs[start : len(older) + n + 1]
+    assert [r.seq for r in window.records] == expected
+    assert (window.earlier, window.later) == (start > 0, len(older) + n + 1 < size)
+
+
 def test_after_caps_what_it_returns_and_says_more_wait(store_url: str) -> None:
     """after(seq, limit) returns at most ``limit`` newer items and whether more are waiting."""
     with open_store(store_url) as store:

@@ -4,7 +4,8 @@ The server lists the store's sessions and opens each in the same timeline
 page that ``replay_html`` writes, in a live mode: the page asks the server
 for the newest steps (:meth:`Store.tail`), loads earlier ones on demand,
 polls for steps other processes append (:meth:`Store.records` with
-``after``), and searches through the store's own :meth:`Store.search`.
+``after``), and searches through the store's own :meth:`Store.search`; a
+hit opens in place among its neighbours (:meth:`SessionService.around`).
 It never holds a whole session, so a session of a million steps opens as
 fast as one of a hundred.
 
@@ -21,10 +22,11 @@ same as ``kvmemory mcp --http``'s.
 
 Every value reaches the browser as JSON and is put in the page as text
 only; the pages carry a strict Content-Security-Policy (no script but the
-page's own, no connection but to this server). An image field is shown as
-its name, or, for a path inside a folder given with ``image_dirs``
-(``--images``), served by an endpoint that checks the folder and the
-image's bytes again on every request.
+page's own, no connection but to this server). An image is shown only for
+a path inside a folder given with ``image_dirs`` (``--images``), served by
+an endpoint that checks the folder and the image's bytes again on every
+request; any other image field is named on its card with its value, as
+text, and the reason it is not shown.
 
 Starlette and uvicorn (``pip install 'kvmemory[serve]'``) are imported when
 the app is built.
@@ -114,8 +116,8 @@ def live_app(
             421 or 403: the protection against DNS rebinding.
         token: When given, every request must bear it (``?token=``, the cookie
             that answer sets, or ``Authorization: Bearer``); others get 401.
-        image_dirs: Folders whose images the pages may show; an image path
-            elsewhere is shown as its name only.
+        image_dirs: Folders whose images the pages may show; an image field
+            with a path elsewhere is shown as its value, with the reason.
         embedder: Offer semantic and hybrid search for the sessions whose
             vectors came from this model.
         poll_seconds: How often an open page asks for new steps.
@@ -223,6 +225,15 @@ def live_app(
         except AgentMemoryError as exc:
             return failed(exc)
 
+    def api_around(request: Request) -> Response:
+        params = request.query_params
+        try:
+            seq = _int(params.get("seq", ""), "seq", 0, 2**63 - 1)
+            n = _int(params.get("n", str(_PAGE_SIZE // 2)), "n", 0, 50_000)
+            return json(view.around(params.get("session", ""), seq, n))
+        except AgentMemoryError as exc:
+            return failed(exc)
+
     def api_count(request: Request) -> Response:
         try:
             return json(view.count(request.query_params.get("session", "")))
@@ -259,6 +270,7 @@ def live_app(
             Route("/api/sessions", api_sessions),
             Route("/api/tail", api_tail),
             Route("/api/after", api_after),
+            Route("/api/around", api_around),
             Route("/api/count", api_count),
             Route("/api/search", api_search),
             Route("/image", image),
@@ -411,6 +423,18 @@ class _View:
         count, last = self.service.count(sid)
         return {"count": count, "last": last}
 
+    def around(self, sid: str, seq: int, n: int) -> dict[str, Any]:
+        """Return the item at seq ``seq`` with up to ``n`` items each side (a search hit opened in place)."""
+        window = self.service.around(sid, seq, n)
+        records = window.records
+        return {
+            "steps": self._steps(sid, records),
+            "first": records[0].seq if records else None,
+            "last": records[-1].seq if records else None,
+            "earlier": window.earlier,
+            "later": window.later,
+        }
+
     def after(self, sid: str, seq: int | None) -> dict[str, Any]:
         # No count here: counting a long session's rows costs more than the poll itself.
         records, more = self.service.after(sid, seq, _MOST_NEW)
@@ -426,7 +450,7 @@ class _View:
         return {"steps": self._steps(sid, records), "scores": [hit.score for hit in hits]}
 
     def _image_ref(self, ref: str) -> list[Any]:
-        """Return ``[URL, ref]`` for an image this server shows, or ``[None, ref, why]``."""
+        """Return ``[URL, ref, ""]`` for an image this server shows, or ``[None, ref, why]``."""
         lowered = ref.lower()
         if lowered.startswith(("http://", "https://")):
             return [None, ref, "link"]
@@ -437,7 +461,7 @@ class _View:
         path = self._allowed(ref)
         if path is None or _image_type(path, 12) is None:
             return [None, ref, "not an image file inside an --images folder"]
-        return ["/image?path=" + urllib.parse.quote(ref, safe=""), ref]
+        return ["/image?path=" + urllib.parse.quote(ref, safe=""), ref, ""]
 
     def _allowed(self, ref: str) -> str | None:
         if not ref or "\x00" in ref:

@@ -10,9 +10,10 @@ doors read of them. A new door needs nothing else.
 
 from agents.service._keys import agent_keys_of, cost_keys_of
 from agents.service._overview import SessionOverview
-from agents.service._service import SessionService, SessionStats, TailWindow
+from agents.service._service import AroundWindow, SessionService, SessionStats, TailWindow
 
 __all__ = [
+    "AroundWindow",
     "SessionOverview",
     "SessionService",
     "SessionStats",

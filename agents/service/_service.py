@@ -24,7 +24,7 @@ from agents.service._overview import SessionOverview, Tally
 if TYPE_CHECKING:
     from agents.memory.search import Embedder
 
-__all__ = ["SessionService", "SessionStats", "TailWindow"]
+__all__ = ["AroundWindow", "SessionService", "SessionStats", "TailWindow"]
 
 SearchModeName = Literal["keyword", "semantic", "hybrid"]
 _MODES: tuple[SearchModeName, ...] = ("keyword", "semantic", "hybrid")
@@ -36,6 +36,15 @@ class TailWindow:
 
     records: list[StoredRecord]
     earlier: bool
+
+
+@attrs.frozen
+class AroundWindow:
+    """The items of a session around a seq, and whether earlier and later ones exist."""
+
+    records: list[StoredRecord]
+    earlier: bool
+    later: bool
 
 
 @attrs.frozen
@@ -199,6 +208,36 @@ class SessionService:
                     break
                 want *= 2
         return TailWindow(older[-n:], len(older) > n)
+
+    def around(self, session_id: str, seq: int, n: int) -> AroundWindow:
+        """Return the item at seq ``seq`` with up to ``n`` items before it and ``n`` after it.
+
+        Where no item has that seq, the window holds the ``n`` items before it
+        and the ``n + 1`` after it. The store reads from the end of the
+        session back to ``n`` items before ``seq`` (no store offers a bounded
+        read forward from a seq), so the cost follows how far from the end
+        the item lies, not the length of the session.
+
+        Args:
+            session_id: The session to read; an unknown session reads as empty.
+            seq: The seq of the item in the middle of the window.
+            n: How many items to take on each side of it.
+
+        Returns:
+            The items in seq order, with whether the session holds items
+            before the first of them and after the last of them.
+        """
+        with self._lock:
+            want = 2 * n + 1
+            while True:
+                window = self.store.tail(session_id, want, on_unknown_class="base")
+                older = sum(1 for record in window if record.seq < seq)
+                if older > n or len(window) < want:
+                    break
+                want *= 2
+        start = max(0, older - n)
+        end = older + n + 1
+        return AroundWindow(window[start:end], start > 0, end < len(window))
 
     def after(
         self, session_id: str, seq: int | None, limit: int
