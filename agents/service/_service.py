@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
+from agents.memory import MemoryItem
 from agents.memory.exceptions import InvalidQueryError
 from agents.memory.stores import (
     SessionHit,
@@ -181,6 +182,29 @@ class SessionService:
                 self.store.summary(session_id, cost_key=key).cost for key in keys[1:]
             )
         return SessionStats(summary, cost, keys)
+
+    # -- recording ---------------------------------------------------------------------
+
+    def record(self, session_id: str, item: MemoryItem) -> StoredRecord:
+        """Append ``item`` to a session as its next step, under the session's step key.
+
+        An item without a step is given the next step number inside the
+        store's write transaction (:meth:`~agents.memory.stores.Store.append_steps`),
+        so two doors recording into one session (two MCP servers, a server and
+        an agent) never give out the same step.
+
+        Returns:
+            The item's seq and the item as written (numbered when it had no step).
+
+        Raises:
+            StoreError: if the store cannot be written.
+            SerializationError: if a value cannot be encoded; nothing is written.
+        """
+        info = self.info(session_id)  # read afresh: another door may have created the session
+        step_key = "step" if info is None else info.step_key
+        with self._lock:
+            (record,) = self.store.append_steps(session_id, [item], step_key=step_key)
+        return record
 
     # -- reads -------------------------------------------------------------------------
 

@@ -163,13 +163,12 @@ class Operations:
 
     def _append(self, session: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Append ``fields`` as one item, numbered in the write transaction unless it holds a step."""
-        info = self.store.session_info(session)
+        info = self.service.info(session)
         step_key = info.step_key if info is not None else _STEP
         if step_key in fields:
             fields[step_key] = check_step(fields[step_key], "fields")
         try:
-            item = MemoryItem.from_mapping(fields)
-            (record,) = self.store.append_steps(session, [item], step_key=step_key)
+            record = self.service.record(session, MemoryItem.from_mapping(fields))
         except AgentMemoryError as exc:
             if isinstance(exc, StoreError):
                 raise
