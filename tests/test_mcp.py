@@ -898,6 +898,34 @@ def test_binding_beyond_loopback_needs_a_token(sqlite_url: str) -> None:
     assert "KVMEMORY_MCP_TOKEN" in done.stderr
 
 
+def test_search_across_sessions_is_one_ranking_with_shared_statistics(any_url: str) -> None:
+    """Without a session, search ranks every session as one memory holding them all would, scores equal."""
+    from agents.memory import Memory
+
+    with open_store(any_url) as store:
+        big = [MemoryItem(step=n, note=f"filler step {n} about menus") for n in range(1, 120)]
+        big.append(MemoryItem(step=120, note="the menu bar shows an invoice icon among others"))
+        store.append("big", big)
+        store.append(
+            "small",
+            [MemoryItem(step=1, note="invoice total paid"), MemoryItem(step=2, note="invoice")],
+        )
+        records = [(name, r) for name in ("big", "small") for r in store.records(name)]
+    union = Memory([record.item for _, record in records])
+    where = {id(record.item): (name, record.seq) for name, record in records}
+    expected = [(*where[id(hit.item)], round(hit.score, 6)) for hit in union.search("invoice", 3)]
+
+    async def main() -> None:
+        async with Client(server(any_url)) as client:
+            result = await client.call_tool("search", {"query": "invoice", "k": 3})
+            assert not result.is_error, text(result)
+            hits = result.structured_content["hits"]
+            assert [(hit["session"], hit["seq"], hit["score"]) for hit in hits] == expected
+            assert hits[0]["session"] == "small"
+
+    run(main)
+
+
 # -- concurrency ----------------------------------------------------------------------------
 
 
