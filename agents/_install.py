@@ -16,7 +16,7 @@ Either way the import fails with one line that names the clash and the fix.
 Importing this module as ``agents._install`` runs :func:`check` (once: the
 first import that passes is cached), so each of kvmemory's package
 ``__init__.py`` files that another distribution's code can reach first starts
-with ``import agents._install``. It imports nothing else of kvmemory's and no
+with ``from agents import _install``. It imports nothing else of kvmemory's and no
 third-party code, so that it runs under another distribution's
 ``agents/__init__.py``; ``kvmemory.py`` (outside the package) loads it by its
 path, under another name, for :func:`foreign_entries` alone.
@@ -27,39 +27,65 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["OWN_ENTRIES", "check", "foreign_entries"]
+__all__ = ["check", "foreign_entries"]
 
-OWN_ENTRIES = frozenset(
-    {
-        "__init__.py",
-        "__pycache__",
-        "_install.py",
-        "agent",
-        "cli.py",
-        "integrations",
-        "memory",
-        "py.typed",
-    }
-)
-"""The names kvmemory installs directly in its ``agents`` folder; any other name there is another distribution's."""
+
+def _own_names(parent: str, package: str) -> set[str] | None:
+    """Return the names kvmemory's wheel put directly in the package folder, from its ``RECORD``.
+
+    ``None`` when kvmemory was not installed from a wheel beside the package
+    (a source checkout, an editable install): there is nothing to compare with.
+    """
+    try:
+        infos = [
+            name
+            for name in os.listdir(parent)
+            if name.startswith("kvmemory-") and name.endswith(".dist-info")
+        ]
+    except OSError:
+        return None
+    if len(infos) != 1:
+        return None
+    prefix = package + "/"
+    try:
+        with open(os.path.join(parent, infos[0], "RECORD"), encoding="utf-8") as record:
+            own = {
+                line[len(prefix) :].split(",", 1)[0].split("/", 1)[0]
+                for line in record
+                if line.startswith(prefix)
+            }
+    except OSError:
+        return None
+    return own or None  # an editable install's RECORD lists no file of the package
 
 
 def foreign_entries(folder: str) -> list[str]:
-    """Return the names in ``folder`` (the ``agents`` package) that kvmemory does not install, sorted.
+    """Return the names in ``folder`` (the ``agents`` package) that kvmemory's wheel did not install, sorted.
 
-    Hidden names (an editor's or a tool's dot-files) are not counted.
+    The names kvmemory installed are read from its ``RECORD`` beside the
+    package, so nothing here needs updating when the package grows. Without
+    that record (a source checkout, an editable install) nothing counts as
+    another distribution's. ``__pycache__`` and hidden names are not counted.
 
     Args:
         folder: The folder of the ``agents`` package.
 
     Returns:
-        The other names; empty when the folder holds kvmemory's files only or cannot be listed.
+        The other names; empty when there are none or they cannot be told apart.
     """
+    folder = os.path.abspath(folder)
+    own = _own_names(os.path.dirname(folder), os.path.basename(folder))
+    if own is None:
+        return []
     try:
         names = os.listdir(folder)
     except OSError:
         return []
-    return sorted(name for name in names if name not in OWN_ENTRIES and not name.startswith("."))
+    return sorted(
+        name
+        for name in names
+        if name not in own and name != "__pycache__" and not name.startswith(".")
+    )
 
 
 def _fallback(foreign: list[str]) -> str:
@@ -76,9 +102,10 @@ def _fallback(foreign: list[str]) -> str:
 def check() -> None:
     """Raise ``ImportError`` in one line when the ``agents`` package is not kvmemory's alone.
 
-    Cheap when all is well: one look at ``sys.modules`` and one listing of the
-    package folder. Only on a problem is ``kvmemory.install_problem()`` asked
-    for the line that names the other distribution.
+    Cheap when all is well: one look at ``sys.modules``, a listing of the
+    package folder and of the folder above it, and one read of kvmemory's
+    ``RECORD``. Only on a problem is ``kvmemory.install_problem()`` asked for
+    the line that names the other distribution.
 
     Raises:
         ImportError: Another distribution's ``agents/__init__.py`` runs, or its

@@ -93,6 +93,7 @@ if _TYPE_CHECKING:
         ufo_json,
         values_of,
     )
+    from agents.memory.stores import SessionHit
 
 # Names whose modules load on first use (module __getattr__, PEP 562), so that
 # ``import agents.memory`` imports only the core: items, memory, codec, session files, errors.
@@ -108,6 +109,7 @@ _LAZY: dict[str, str] = {
     "LastMessages": "agents.memory.conversation",
     "MessageSelector": "agents.memory.conversation",
     "ROLES": "agents.memory.messages",
+    "SessionHit": "agents.memory.stores",
     "TiktokenCounter": "agents.memory.prompt",
     "TokenBudget": "agents.memory.conversation",
     "TokenCounter": "agents.memory.prompt",
@@ -192,6 +194,7 @@ __all__ = [
     "ReadOnlyViewError",
     "SchemaVersionError",
     "SerializationError",
+    "SessionHit",
     "SessionPages",
     "SkippedRecordWarning",
     "StepNotFoundError",
