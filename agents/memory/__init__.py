@@ -8,6 +8,7 @@ import importlib as _importlib
 import sys as _sys
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from agents.memory import _ports
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
 from agents.memory._session import SessionPages, read_session_pages, write_session
@@ -52,6 +53,16 @@ from agents.memory.memory import (
     MemoryChange,
     MemoryWriter,
 )
+
+
+def _search_room() -> _ports.SearchRoom:
+    """Import the search room on the first search (``Memory.search`` reaches it through ``_ports``)."""
+    from agents.memory import search
+
+    return search
+
+
+_ports.bind_search_room(_search_room)
 
 if _TYPE_CHECKING:
     from agents.memory.blackboard import (
