@@ -58,6 +58,8 @@ LAYERS: dict[str, int] = {
     "agents.memory._images": PROMPT,
     "agents.memory.messages": PROMPT,
     "agents.memory.blackboard": PROMPT,
+    "agents.memory._board_files": PROMPT,
+    "agents.memory._board_prompt": PROMPT,
     # search, agent, conversation, stores (and the text, vector and filter helpers search and stores share)
     "agents.memory.search": ROOMS,
     "agents.memory._text": ROOMS,
