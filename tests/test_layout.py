@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -368,3 +370,14 @@ def test_the_private_name_check_sees_a_reach(tmp_path: Path) -> None:
         "from agents.memory.stores._sql import _pairs",
         "store._backend",
     ]
+
+
+def test_memory_reaches_search_when_only_memory_py_is_imported() -> None:
+    """UFO's import path alone gives a Memory whose search works: the package binds the search room first."""
+    code = (
+        "from agents.memory.memory import Memory, MemoryItem\n"
+        "memory = Memory([MemoryItem(step=1, thought='open the invoice'), MemoryItem(step=2)])\n"
+        "print([hit.item['step'] for hit in memory.search('invoice')])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[1]"
