@@ -912,6 +912,21 @@ def test_observer_hears_content_then_every_change_after_it_is_applied() -> None:
     assert memory.observers[0] is observer
 
 
+def test_loading_a_file_of_another_step_key_indexes_by_that_key_with_an_observer(
+    tmp_path: Path,
+) -> None:
+    """Regression: with an observer, a loaded file's step key also keys the step index (it kept the old key)."""
+    path = tmp_path / "session.json"
+    Memory([MemoryItem(Step=1, action="click"), MemoryItem(Step=2)], step_key="Step").save(path)
+    memory = Memory()
+    memory.add_observer(RecordingWriter())
+    memory.load_file(path)
+    assert memory.step_key == "Step"
+    assert memory.items_of_step(1) == [MemoryItem(Step=1, action="click")]
+    memory[1]["Step"] = 5
+    assert memory.filter_memory_from_steps([5]) == [{"Step": 5}]
+
+
 def test_observer_hears_one_by_one_adds_in_a_batch_before_the_next_change() -> None:
     """Adds one by one reach an observer together: when it asks, or before any later change."""
     observer = RecordingWriter()
