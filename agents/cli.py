@@ -19,6 +19,7 @@ Examples::
     kvmemory convert runs.db --session run-1 run-1.jsonl
     kvmemory stats session.json
     kvmemory import ufo-log logs/my_task --store runs.db --session ufo-1
+    kvmemory import smolagents-dump steps.json --store runs.db --session agent-1
     kvmemory mcp runs.db --prefix agent-
 """
 
@@ -36,6 +37,7 @@ import orjson
 
 from agents import __version__
 from agents.agent import escape_controls
+from agents.agent._replay import fold, plural
 from agents.memory import (
     AgentMemoryError,
     Memory,
@@ -44,6 +46,7 @@ from agents.memory import (
     read_session_pages,
     write_session,
 )
+from agents.memory._keys import unmatched_key_message
 from agents.memory.exceptions import InvalidSessionIdError
 
 __all__ = ["main"]
@@ -200,7 +203,7 @@ def _cmd_sessions(args: argparse.Namespace, out: IO[str]) -> int:
         return 0
     for entry in listed:
         count = (
-            f"{entry['items']} items"
+            plural(entry["items"], "item")
             if entry["items"] is not None
             else "not a valid session id; kvmemory cannot read this session"
         )
@@ -244,10 +247,22 @@ def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
         raise _UsageError(msg)
     keys = _split(args.keys)
     if keys is not None and not args.json and not _is_file_source(args.source):
-        for fields in _projected(args, keys):
-            _print(out, "  ".join(f"{key}={value!r}" for key, value in fields.items()))
+        rows = _projected(args, keys)
+        for fields in rows:
+            _print(out, _show_line(fields))
+        if _unmatched(keys, rows):
+            with _open_session_store(args.source, args.session) as (store, name):
+                present = list(store.summary(name).fields)
+            _warn_unmatched(keys, rows, present)
         return 0
     memory = _selected(args)
+    if keys is not None and not args.json:
+        rows = [item.filter(keys) for item in memory]
+        for fields in rows:
+            _print(out, _show_line(fields))
+        present = list(dict.fromkeys(key for item in memory for key in item))
+        _warn_unmatched(keys, rows, present)
+        return 0
     if args.json and args.plain:
         rows = [item.to_dict() if keys is None else item.filter(keys) for item in memory]
         _print_json(out, rows, default=_plain_value)
@@ -263,8 +278,62 @@ def _cmd_show(args: argparse.Namespace, out: IO[str]) -> int:
         )
         return 0
     for item in memory:
-        fields = item.to_dict() if keys is None else item.filter(keys)
-        _print(out, "  ".join(f"{key}={value!r}" for key, value in fields.items()))
+        _print(out, _show_line(item.to_dict()))
+    return 0
+
+
+def _show_line(fields: dict[str, Any]) -> str:
+    """One item as ``show`` prints it: ``key=value`` pairs, each long value folded as ``replay`` folds it."""
+    return "  ".join(f"{key}={fold(repr(value))}" for key, value in fields.items())
+
+
+def _unmatched(keys: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    return [key for key in keys if not any(key in row for row in rows)]
+
+
+def _warn_unmatched(keys: list[str], rows: list[dict[str, Any]], present: list[str]) -> None:
+    """Warn on stderr about each key no shown item holds, with the suggestion ``Memory.project()`` gives."""
+    for key in _unmatched(keys, rows):
+        message = unmatched_key_message(
+            (key,), len(rows), present, consequence="nothing is shown for it", alias_hint=False
+        )
+        _print(sys.stderr, f"kvmemory: warning: {message}")
+
+
+def _cmd_search(args: argparse.Namespace, out: IO[str]) -> int:
+    """Search one session of a store, or many of them in one ranking."""
+    from agents.service import SessionService
+
+    if args.session is not None and args.prefix is not None:
+        msg = "pass either --session ID or --prefix P, not both."
+        raise _UsageError(msg)
+    with _open_existing_store(args.store) as store:
+        service = SessionService(store, embedder=_embedder(args.embedder))
+        if args.session is not None:
+            if args.session not in store.sessions():
+                msg = f"Store {args.store!r} has no session {args.session!r}; list them with: kvmemory sessions {args.store}"
+                raise _UsageError(msg)
+            found = service.search(args.session, args.query, args.k, mode=args.mode)
+            hits = [(args.session, hit.seq, hit.score, hit.item) for hit in found]
+        else:
+            many = service.search_sessions(args.query, args.k, prefix=args.prefix, mode=args.mode)
+            hits = [(hit.session_id, hit.seq, hit.score, hit.item) for hit in many]
+        step_keys = {session: service.step_key(session) for session, *_ in hits}
+    if args.json:
+        rows = [
+            {"session": session, "seq": seq, "score": score, "fields": item.to_dict()}
+            for session, seq, score, item in hits
+        ]
+        _print_json(out, rows, default=_plain_value)
+        return 0
+    for session, seq, score, item in hits:
+        fields = item.to_dict()
+        step_key = step_keys[session]
+        where = f"step {fields.pop(step_key)!r}" if step_key in fields else "no step"
+        _print(out, f"{session} · {where} · seq {seq} · score {score:.4f}")
+        _print(out, "  " + _show_line(fields))
+    if not hits:
+        _print(out, "no hits")
     return 0
 
 
@@ -284,11 +353,12 @@ def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
 
 def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     from agents.memory.stores import SessionSummary
+    from agents.service import SessionService, cost_keys_of
 
     cost_keys = _split(args.cost_field)
     if _is_file_source(args.source):
         memory = _read(args.source, args.session)
-        cost_keys = cost_keys or _cost_keys(memory.metadata)
+        cost_keys = cost_keys or list(cost_keys_of(memory.metadata))
         counts = SessionSummary.of(
             [memory.content], step_key=memory.step_key, cost_key=cost_keys[0]
         )
@@ -299,13 +369,8 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     else:
         # Counted a page at a time: the session is never held whole.
         with _open_session_store(args.source, args.session) as (store, session):
-            info = store.session_info(session)
-            cost_keys = cost_keys or _cost_keys(info.metadata if info is not None else {})
-            counts = store.summary(session, cost_key=cost_keys[0])
-            # Each further cost field is one more paged pass; sessions rarely name more than one.
-            cost = counts.cost + sum(
-                store.summary(session, cost_key=key).cost for key in cost_keys[1:]
-            )
+            stats = SessionService(store).stats(session, tuple(cost_keys or ()))
+            counts, cost, cost_keys = stats.summary, stats.cost, list(stats.cost_keys)
     if args.json:
         summary = {
             "session": session,
@@ -329,14 +394,6 @@ def _cmd_stats(args: argparse.Namespace, out: IO[str]) -> int:
     for key, count in counts.fields.items():
         _print(out, f"  {key}: {count}")
     return 0
-
-
-def _cost_keys(metadata: dict[str, Any]) -> list[str]:
-    """Return the cost fields a session's source wrote (saved by its importer), else ``["cost"]``."""
-    keys = metadata.get("cost_keys")
-    if isinstance(keys, list) and keys and all(type(key) is str and key for key in keys):
-        return list(keys)
-    return ["cost"]
 
 
 _PAGE = 1000
@@ -391,19 +448,31 @@ def _cmd_convert(args: argparse.Namespace, out: IO[str]) -> int:
     if _is_file_source(args.source):
         if _is_file_source(dest):
             memory = _read(args.source, args.session)
+            if args.step_key is not None:
+                memory = Memory(
+                    memory.content,
+                    step_key=args.step_key,
+                    session_id=memory.session_id,
+                    metadata=memory.metadata,
+                )
             memory.save(dest, on_unencodable=args.on_unencodable)
             _print(out, f"wrote {len(memory)} items to {dest}")
             return 0
         # A JSONL file is read a page at a time (a JSON document is one value, read whole).
         with _session_pages(args.source, args.session) as session:
             return _append_pages(
-                args, out, session.pages, None, session.session_id, session.step_key
+                args,
+                out,
+                session.pages,
+                None,
+                session.session_id,
+                args.step_key or session.step_key,
             )
     # A store session is read a page at a time and never held whole.
     with _open_session_store(args.source, args.session) as (store, name):
         total = store.count(name)
         info = store.session_info(name)
-        step_key = info.step_key if info is not None else "step"
+        step_key = args.step_key or (info.step_key if info is not None else "step")
         pages = (
             [record.item for record in page]
             for page in store.pages(name, size=_PAGE, on_unknown_class="base")
@@ -481,6 +550,23 @@ def _cmd_import_ufo_log(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def _cmd_import_smolagents_dump(args: argparse.Namespace, out: IO[str]) -> int:
+    from agents.integrations.smolagents import import_smolagents_dump
+
+    path: str = args.path
+    if not os.path.isfile(path):
+        msg = (
+            f"No smolagents dump at {path!r}: expected the JSON file that "
+            "json.dump(agent.memory.get_full_steps(), f) writes; check the path."
+        )
+        raise _UsageError(msg)
+    count = import_smolagents_dump(
+        path, args.store, args.session, step_key=args.step_key, append=args.append
+    )
+    out.write(f"imported {count} steps into session {args.session!r} of {args.store}\n")
+    return 0
+
+
 def _embedder(name: str | None) -> Any:
     """Return the embedder ``--embedder`` names (``hashing`` or ``wordllama``), or ``None``."""
     if name == "hashing":
@@ -496,6 +582,7 @@ def _embedder(name: str | None) -> Any:
 
 def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
     """Serve a store over MCP: stdio by default (stdout then carries only the protocol)."""
+    from agents.integrations._local import check_bind
     from agents.integrations.mcp import MemoryServer, Scope
 
     embedder = _embedder(args.embedder)
@@ -503,6 +590,8 @@ def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
     if not args.http and (args.host is not None or args.port is not None):
         msg = "--host and --port are for --http; stdio needs neither."
         raise _UsageError(msg)
+    if args.http:
+        check_bind(args.host or "127.0.0.1", token, server="MCP", token_env=args.token_env)
     with MemoryServer(
         args.store,
         scope=Scope(session=args.session, prefix=args.prefix),
@@ -525,10 +614,12 @@ def _cmd_mcp(args: argparse.Namespace, out: IO[str]) -> int:
 
 def _cmd_serve(args: argparse.Namespace, out: IO[str]) -> int:
     """Serve a store's live view in the browser until interrupted (read-only)."""
+    from agents.integrations._local import check_bind
     from agents.integrations.web import DEFAULT_PORT, serve
 
     embedder = _embedder(args.embedder)
     token = os.environ.get(args.token_env) or None
+    check_bind(args.host, token, server="the live view", token_env=args.token_env)
 
     def ready(address: str) -> None:
         guard = "a token" if token is not None else "no token (loopback only)"
@@ -623,6 +714,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     show.set_defaults(run=_cmd_show)
 
+    search = commands.add_parser(
+        "search",
+        help="search a store: one session, or many in one ranking",
+        description=(
+            "Search a store's sessions by keyword (BM25), or by meaning with --embedder. "
+            "Without --session, every session (or those whose id starts with --prefix) is "
+            "searched in one ranking whose statistics are those of the sessions searched, "
+            "so scores of different sessions compare."
+        ),
+    )
+    search.add_argument("store", help="store URL or SQLite path")
+    search.add_argument("query", help="the words to look for")
+    search.add_argument("--session", help="search only this session")
+    search.add_argument("--prefix", help="search only the sessions whose id starts with this")
+    search.add_argument(
+        "-k", type=_count, default=10, metavar="N", help="how many hits (default 10)"
+    )
+    search.add_argument(
+        "--mode",
+        choices=("keyword", "semantic", "hybrid"),
+        default="keyword",
+        help="keyword (default), or semantic or hybrid with --embedder",
+    )
+    search.add_argument(
+        "--embedder",
+        choices=("hashing", "wordllama"),
+        help="the model of the sessions' vectors, for semantic and hybrid search",
+    )
+    search.add_argument(
+        "--json",
+        action="store_true",
+        help='print a JSON list of {"session", "seq", "score", "fields"} (fields as plain JSON)',
+    )
+    search.set_defaults(run=_cmd_search)
+
     replay = commands.add_parser("replay", help="print the session step by step")
     source_args(replay)
     selection_args(replay)
@@ -656,6 +782,14 @@ def _parser() -> argparse.ArgumentParser:
     source_args(convert)
     convert.add_argument("dest", help="a .json/.jsonl file, or a store URL/path")
     convert.add_argument("--to-session", help="session id in the target store (default: the same)")
+    convert.add_argument(
+        "--step-key",
+        metavar="KEY",
+        help=(
+            "the field that numbers the steps in the copy (default: the source's own), "
+            "e.g. step_number for a smolagents get_full_steps() dump"
+        ),
+    )
     convert.add_argument(
         "--force", action="store_true", help="replace a file or append to a non-empty session"
     )
@@ -699,6 +833,20 @@ def _parser() -> argparse.ArgumentParser:
         help="also link screenshots named by an absolute path outside the log folder",
     )
     ufo.set_defaults(run=_cmd_import_ufo_log)
+    dump = kinds.add_parser(
+        "smolagents-dump",
+        help="a JSON dump of smolagents' agent.memory.get_full_steps() (needs kvmemory[smolagents])",
+    )
+    dump.add_argument(
+        "path", help="the JSON file json.dump(agent.memory.get_full_steps(), f) wrote"
+    )
+    dump.add_argument("--store", required=True, help="store URL or SQLite path to write to")
+    dump.add_argument("--session", required=True, help="session id to write")
+    dump.add_argument("--append", action="store_true", help="append to a non-empty session")
+    dump.add_argument(
+        "--step-key", default="step", help="the field that holds a step's number (default: step)"
+    )
+    dump.set_defaults(run=_cmd_import_smolagents_dump)
 
     mcp = commands.add_parser(
         "mcp",

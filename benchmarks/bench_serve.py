@@ -40,7 +40,10 @@ def main() -> None:
             for start in range(0, args.items, 20_000):
                 rows = make_rows(min(20_000, args.items - start), start)
                 store.append("long", [MemoryItem(**row) for row in rows])
-        with open_store(url, read_only=True) as store, TestClient(live_app(store)) as client:
+        with (
+            open_store(url, read_only=True) as store,
+            TestClient(live_app(store), base_url="http://127.0.0.1") as client,
+        ):
             times: dict[str, float] = {}
             last: dict[str, int] = {}
             for sid in ("100", "1000", "long"):

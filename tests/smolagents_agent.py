@@ -26,6 +26,14 @@ parts of two processes:
         restores into a new CodeAgent and runs CODE_NEXT, whose code uses the
         variables set before the kill; writes the answer, the warnings and
         the model's input messages to OUT_JSON.
+    python smolagents_agent.py loop-first STORE_URL SESSION
+        a CodeAgent made with step_callbacks=[recorder] runs CODE_FIRST one
+        step at a time, as smolagents' examples print the loop; SIGKILL
+        after the first step is appended to agent.memory.steps.
+    python smolagents_agent.py loop-restore STORE_URL SESSION OUT_JSON
+        restores into a new CodeAgent and goes on with the loop; writes the
+        answer, the model's input messages of each step and what the session
+        holds then to OUT_JSON.
 """
 
 from __future__ import annotations
@@ -34,12 +42,13 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from PIL import Image
-from smolagents import ActionStep, ChatMessage, CodeAgent, Model, ToolCallingAgent, tool
+from smolagents import ActionStep, ChatMessage, CodeAgent, Model, TaskStep, ToolCallingAgent, tool
 from smolagents.models import ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole
-from smolagents.monitoring import LogLevel, TokenUsage
+from smolagents.monitoring import LogLevel, Timing, TokenUsage
 
 FIRST_TASK = "Add 2 and 3."
 NEXT_TASK = "Say that you are done."
@@ -188,6 +197,85 @@ def make_code_agent(
     return agent, model
 
 
+class ToolScript(Model):
+    """A tool-calling model that answers with the next of the given replies.
+
+    A reply is a text (a plan) or ``(tool name, arguments, text)``.
+    """
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(model_id="tool-script")
+        self.replies = list(replies)
+        self.inputs: list[list[ChatMessage]] = []
+
+    def generate(
+        self,
+        messages: list[Any],
+        stop_sequences: Any = None,
+        response_format: Any = None,
+        tools_to_call_from: Any = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        self.inputs.append(list(messages))
+        reply = self.replies.pop(0)
+        if isinstance(reply, str):
+            return ChatMessage(role=MessageRole.ASSISTANT, content=reply)
+        name, arguments, text = reply
+        call = ChatMessageToolCall(
+            function=ChatMessageToolCallFunction(name=name, arguments=arguments),
+            id=f"call_{len(messages)}",
+            type="function",
+        )
+        return ChatMessage(
+            role=MessageRole.ASSISTANT,
+            content=text,
+            tool_calls=[call],
+            token_usage=TokenUsage(input_tokens=len(messages), output_tokens=3),
+        )
+
+
+def run_step_by_step(agent: Any, task: str, *, first_step: int = 1, stop_after: int = 0) -> Any:
+    """Run ``agent`` one step at a time, as smolagents' memory guide prints the loop.
+
+    Two lines differ from the guide, for smolagents 1.26: ``ActionStep``
+    needs ``timing``, and ``agent.step()`` returns an ``ActionOutput``
+    (the guide's smolagents returned the answer, or None). With
+    ``first_step`` above 1 the task is not appended again (a restored run
+    goes on); with ``stop_after``, the process is SIGKILLed after that step
+    is appended.
+    """
+    if first_step == 1:
+        agent.memory.steps.append(TaskStep(task=task, task_images=[]))
+
+    final_answer = None
+    step_number = first_step
+    while final_answer is None and step_number <= 10:
+        memory_step = ActionStep(
+            step_number=step_number,
+            timing=Timing(start_time=time.time()),
+            observations_images=[],
+        )
+        # Run one step.
+        output = agent.step(memory_step)
+        final_answer = output.output if output.is_final_answer else None
+        agent.memory.steps.append(memory_step)
+        if step_number == stop_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        step_number += 1
+    return final_answer
+
+
+def image_state(image: Image.Image) -> dict[str, Any]:
+    """What an image is, for exact comparison: mode, size, pixels, palette and info."""
+    return {
+        "mode": image.mode,
+        "size": image.size,
+        "pixels": image.tobytes(),
+        "palette": image.getpalette(image.palette.mode) if image.palette is not None else None,
+        "info": dict(image.info),
+    }
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, Image.Image):
         return {"image": value.mode, "size": list(value.size), "pixels": value.tobytes().hex()}
@@ -212,6 +300,9 @@ def _main(argv: list[str]) -> None:
     recorder = SmolagentsRecorder(memory)
     if mode.startswith("code-"):
         _code(mode, recorder, argv)
+        return
+    if mode.startswith("loop-"):
+        _loop(mode, recorder, argv)
         return
     if mode == "browse-first":
         if argv[3:] == ["attach"]:
@@ -266,6 +357,32 @@ def _code(mode: str, recorder: Any, argv: list[str]) -> None:
                 "warnings": [str(w.message) for w in caught],
                 "task": agent.task,
                 "inputs": message_dicts(model.inputs[-1]),
+            },
+            out,
+        )
+    recorder.memory.close()
+
+
+def _loop(mode: str, recorder: Any, argv: list[str]) -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")  # the values that cannot be saved are named; checked in-process
+    if mode == "loop-first":
+        agent, _ = make_code_agent(CODE_FIRST_SNIPPETS, [recorder])
+        agent.python_executor.send_tools({**agent.tools})
+        run_step_by_step(agent, CODE_FIRST, stop_after=1)
+    agent, model = make_code_agent(CODE_FIRST_SNIPPETS[1:], [recorder])
+    agent.python_executor.send_tools({**agent.tools})
+    recorder.restore(agent)
+    done = sum(isinstance(step, ActionStep) for step in agent.memory.steps)
+    answer = run_step_by_step(agent, CODE_FIRST, first_step=done + 1)
+    with open(argv[3], "w", encoding="utf-8") as out:
+        json.dump(
+            {
+                "answer": answer,
+                "inputs": [message_dicts(inputs) for inputs in model.inputs],
+                "recorded": [(item["kind"], item["run"]) for item in recorder.memory],
+                "steps": recorder.memory.steps(),
             },
             out,
         )

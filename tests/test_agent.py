@@ -276,9 +276,9 @@ def test_format_replay_exact_text() -> None:
         "  action: open\n"
         "  cost: 0.25\n"
         "  images attached: s0.png\n"
-        "── step 1 ──\n"
+        "── step 1 · error ──\n"
         "  action: pay\n"
-        "  error: card declined\n"
+        "! error: card declined\n"
         "  cost: 0.5\n"
         "total cost: 0.75"
     )
@@ -312,8 +312,8 @@ def test_replay_color_uses_ansi_styles() -> None:
     out = io.StringIO()
     replay(session(), file=out, color=True)
     text = out.getvalue()
-    assert "\x1b[1;31m  error: card declined" in text
-    assert "\x1b[1;36m── step 1 ──" in text
+    assert "\x1b[1;31m! error: card declined" in text
+    assert "\x1b[1;36m── step 1 · error ──" in text
 
 
 def test_replay_color_without_rich_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -332,7 +332,7 @@ def test_agent_replay_titles_with_name() -> None:
     agent.record_step(action="open")
     out = io.StringIO()
     agent.replay(file=out, color=False)
-    assert out.getvalue() == "Agent app: 1 items\n── step 0 ──\n  action: open\n"
+    assert out.getvalue() == "Agent app: 1 item\n── step 0 ──\n  action: open\n"
 
 
 def test_replay_shows_dates_and_paths_as_text() -> None:

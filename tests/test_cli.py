@@ -320,7 +320,7 @@ def test_show_and_replay_escape_keys_and_values_of_a_store(
 def test_replay_escapes_session_id(hostile_file: Path) -> None:
     """replay's title shows the session id's sequences as text."""
     text = run("replay", str(hostile_file), "--no-color")[1]
-    assert text.startswith(f"Session run{OSC52_SHOWN}{CSI_SHOWN}: 1 items\n")
+    assert text.startswith(f"Session run{OSC52_SHOWN}{CSI_SHOWN}: 1 item\n")
 
 
 def test_replay_in_colour_escapes_session_data(hostile_file: Path) -> None:
@@ -363,7 +363,7 @@ def test_sessions_escapes_session_ids(hostile_store: Path) -> None:
     assert_escaped(text)
     assert text.splitlines() == [
         f"run{OSC52_SHOWN}{CSI_SHOWN}\tnot a valid session id; kvmemory cannot read this session",
-        "run-2\t1 items",
+        "run-2\t1 item",
     ]
 
 
@@ -861,3 +861,188 @@ def test_convert_of_a_store_session_keeps_its_step_key_and_metadata(tmp_path: Pa
     assert run("convert", str(db), "--session", "t", str(dest))[0] == 0
     copied = Memory.from_file(dest)
     assert (copied.step_key, copied.metadata, copied.steps()) == ("turn", {"user": "ann"}, [1, 2])
+
+
+# -- what issue 29 found at the command line, run as a user runs it (a subprocess) ----------
+
+
+def kvmemory(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m agents.cli ARGV`` in a new process and return what it printed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "agents.cli", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def ufo2_store(tmp_path: Path) -> Path:
+    """A store holding a UFO 2 log import: keys ``Step``, ``Agent``, ``Action``."""
+    from agents.integrations.ufo import import_ufo_log
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lines = [
+        {"Step": 1, "Agent": "HostAgent", "Action": "select_application", "Cost": 0.5},
+        {"Step": 2, "Agent": "AppAgent", "Action": "click_input", "Cost": 0.25},
+    ]
+    (folder / "response.log").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    path = tmp_path / "runs.db"
+    import_ufo_log(folder, str(path), "ufo-1")
+    return path
+
+
+@pytest.mark.parametrize("where", ["store", "file"])
+def test_show_keys_that_match_nothing_warn_with_a_suggestion(
+    ufo2_store: Path, tmp_path: Path, where: str
+) -> None:
+    """``show --keys step,action`` on a UFO 2 session warns on stderr, suggesting 'Step' and 'Action'."""
+    if where == "store":
+        source = [str(ufo2_store), "--session", "ufo-1"]
+    else:
+        file = tmp_path / "ufo.json"
+        assert kvmemory("convert", str(ufo2_store), "--session", "ufo-1", str(file)).returncode == 0
+        source = [str(file)]
+    done = kvmemory("show", *source, "--keys", "step,action,Agent")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["Agent='HostAgent'", "Agent='AppAgent'"]
+    warnings = done.stderr.splitlines()
+    assert len(warnings) == 2
+    assert warnings[0].startswith(
+        "kvmemory: warning: Key 'step' matches none of the 2 selected items, so nothing is shown for it;"
+    )
+    assert warnings[0].endswith("did you mean 'Step'?.")
+    assert "did you mean 'Action'?" in warnings[1]
+
+
+def test_show_keys_that_all_match_print_no_warning(ufo2_store: Path) -> None:
+    """Keys every shown item holds print their values and nothing on stderr."""
+    done = kvmemory("show", str(ufo2_store), "--session", "ufo-1", "--keys", "Step,Action")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == [
+        "Step=1  Action='select_application'",
+        "Step=2  Action='click_input'",
+    ]
+
+
+def test_show_folds_long_values_as_replay_does(tmp_path: Path) -> None:
+    """A value of 10,000 characters is shown cut to 200 with an ellipsis, in show as in replay."""
+    path = tmp_path / "long.json"
+    Memory([MemoryItem(step=1, page="x" * 10_000)], session_id="s").save(path)
+    shown = kvmemory("show", str(path)).stdout.splitlines()
+    replayed = kvmemory("replay", str(path), "--no-color").stdout.splitlines()
+    assert shown == ["step=1  page='" + "x" * 198 + "…"]
+    assert "  page: " + "x" * 199 + "…" in replayed
+
+
+def test_replay_without_colour_marks_error_steps(tmp_path: Path) -> None:
+    """Without colour the error step's header and its error line are marked in words."""
+    path = tmp_path / "err.json"
+    Memory(
+        [MemoryItem(step=1, action="open"), MemoryItem(step=2, action="save", error="disk full")],
+        session_id="s",
+    ).save(path)
+    lines = kvmemory("replay", str(path), "--no-color").stdout.splitlines()
+    assert lines == [
+        "Session s: 2 items",
+        "── step 1 ──",
+        "  action: open",
+        "── step 2 · error ──",
+        "  action: save",
+        "! error: disk full",
+    ]
+
+
+def test_convert_with_step_key_keeps_the_steps_of_a_dump(tmp_path: Path) -> None:
+    """A list of step dicts numbered under step_number converts with --step-key, and replay finds step 2."""
+    dump = tmp_path / "steps.json"
+    dump.write_text(
+        json.dumps(
+            [
+                {"step_number": 1, "model_output": "look"},
+                {"step_number": 2, "model_output": "act"},
+            ]
+        )
+    )
+    store = tmp_path / "out.db"
+    done = kvmemory(
+        "convert", str(dump), str(store), "--to-session", "s", "--step-key", "step_number"
+    )
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(kvmemory("stats", str(store), "--session", "s", "--json").stdout)
+    assert (stats["steps"], stats["last_step"]) == (2, 2)
+    replayed = kvmemory("replay", str(store), "--session", "s", "--steps", "2", "--no-color")
+    assert "── step 2 ──" in replayed.stdout
+    assert "act" in replayed.stdout
+    assert "look" not in replayed.stdout
+
+
+def test_sessions_say_one_item_not_one_items(ufo2_store: Path) -> None:
+    """The session list writes 1 item and 2 items."""
+    assert kvmemory("sessions", str(ufo2_store)).stdout == "ufo-1\t2 items\n"
+
+
+@pytest.fixture
+def two_sessions(tmp_path: Path) -> Path:
+    """A store where 'invoice' is rare in a large session and the better match is in a small one."""
+    path = tmp_path / "many.db"
+    with open_store(str(path)) as store:
+        big = [MemoryItem(step=n, note=f"filler step {n} about menus") for n in range(1, 200)]
+        big.append(
+            MemoryItem(step=200, note="the menu bar shows an invoice icon among many other icons")
+        )
+        store.append("big", big)
+        store.append(
+            "small",
+            [
+                MemoryItem(step=1, note="invoice invoice total paid"),
+                MemoryItem(step=2, note="invoice"),
+                MemoryItem(step=3, note="invoice number"),
+            ],
+        )
+    return path
+
+
+def test_search_across_sessions_ranks_with_their_shared_statistics(two_sessions: Path) -> None:
+    """``kvmemory search STORE QUERY`` ranks all sessions as one memory holding them would, naming each hit's session."""
+    done = kvmemory("search", str(two_sessions), "invoice", "-k", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)
+    with open_store(str(two_sessions)) as store:
+        # Session after session in id order, each in seq order: the union the ranking is defined on.
+        records = [(name, r) for name in ("big", "small") for r in store.records(name)]
+    union = Memory([record.item for _, record in records])
+    where = {id(record.item): (name, record.seq) for name, record in records}
+    expected = union.search("invoice", 3)
+    assert [(hit["session"], hit["seq"], hit["score"]) for hit in hits] == [
+        (*where[id(hit.item)], hit.score) for hit in expected
+    ]
+    assert {hit["session"] for hit in hits} == {"small"}
+
+
+def test_search_one_session_prints_step_seq_score_and_fields(two_sessions: Path) -> None:
+    """``--session`` searches that session alone; each hit names its session, step, seq and score."""
+    done = kvmemory("search", str(two_sessions), "invoice number", "--session", "small", "-k", "1")
+    assert done.returncode == 0, done.stderr
+    first, fields = done.stdout.splitlines()
+    assert re.fullmatch(r"small · step 3 · seq \d+ · score \d+\.\d{4}", first), first
+    assert fields == "  note='invoice number'"
+
+
+def test_search_with_session_and_prefix_is_a_usage_error(two_sessions: Path) -> None:
+    """--session and --prefix together exit 2 before anything is read."""
+    done = kvmemory("search", str(two_sessions), "x", "--session", "big", "--prefix", "b")
+    assert done.returncode == 2
+    assert "either --session ID or --prefix P" in done.stderr
+
+
+def test_search_by_meaning_needs_an_embedder(two_sessions: Path) -> None:
+    """--mode semantic without --embedder exits 1 with the fix named."""
+    done = kvmemory("search", str(two_sessions), "bill", "--mode", "semantic")
+    assert done.returncode == 1
+    assert "Semantic search needs an embedder, and none was given; pass --embedder" in done.stderr

@@ -38,7 +38,14 @@ def test_docs_have_examples() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["agents.memory", "agents.memory.stores", "agents.memory.search", "agents.agent"]
+    "module",
+    [
+        "agents.memory",
+        "agents.memory.stores",
+        "agents.memory.search",
+        "agents.agent",
+        "agents.service",
+    ],
 )
 def test_every_public_name_is_in_the_api_reference(module: str) -> None:
     """Each name in a public package's __all__ appears in docs/api.md."""
@@ -54,6 +61,7 @@ REFERENCE_PAGES = {
     "agents.memory.stores": "stores",
     "agents.memory.search": "search",
     "agents.agent": "agent",
+    "agents.service": "service",
     "agents.integrations.smolagents": "integrations",
     "agents.integrations.ufo": "integrations",
     "agents.integrations.mcp": "integrations",

@@ -1,9 +1,9 @@
 """The package's shape: no class past about 500 lines, no import circle, no import up the layers.
 
-The rooms and their order are those of ``shared/ARCHITECTURE.md``'s diagram:
-exceptions < codec/item < memory < prompt/blackboard < search/agent/conversation/stores
-< service < the packages' public fronts < doors. Imports are read with ``ast``: one
-inside a function counts, one under ``if TYPE_CHECKING:`` does not (it never runs).
+The rooms and their order are those of the house plan: exceptions < codec/item < memory
+< prompt/blackboard < search/agent/conversation/stores < the packages' public fronts
+(``agents.memory`` re-exports those rooms) < service < doors. Imports are read with
+``ast``: one inside a function counts, one under ``if TYPE_CHECKING:`` does not (it never runs).
 The store package also meets other modules through public names only.
 """
 
@@ -29,14 +29,12 @@ MAX_CLASS_LINES = 500
 OVERSIZED = {
     # The contract test suite is a list of tests for backend authors, not part of a store.
     "memory/stores/testing.py:StoreContract",
-    # The MCP server is one class of many tools; another issue splits it.
-    "integrations/mcp.py:MemoryServer",
 }
 
 # The layer of each module or package (a package covers its submodules unless
 # they are named here). Lower numbers sit lower; an import may go down or
 # sideways, never up.
-EXCEPTIONS, ITEM, MEMORY, PROMPT, ROOMS, SERVICE, FRONTS, DOORS = range(8)
+EXCEPTIONS, ITEM, MEMORY, PROMPT, ROOMS, FRONTS, SERVICE, DOORS = range(8)
 LAYERS: dict[str, int] = {
     "agents.memory.exceptions": EXCEPTIONS,
     # codec and item: the wire encoding and the one object per step
@@ -70,9 +68,12 @@ LAYERS: dict[str, int] = {
     "agents.agent": ROOMS,
     "agents.memory.conversation": ROOMS,
     "agents.memory.stores": ROOMS,
-    # the packages' public fronts: they re-export (and bind) the rooms below them
+    # the packages' public fronts: they re-export (and bind) the rooms below them,
+    # for the service and the doors (and users) to import
     "agents": FRONTS,
     "agents.memory": FRONTS,
+    # service: what every door does with sessions
+    "agents.service": SERVICE,
     # doors
     "agents.cli": DOORS,
     "agents.integrations": DOORS,
@@ -220,10 +221,11 @@ def oversized(root: Path, allowed: set[str]) -> dict[str, int]:
 
 
 def test_no_class_is_over_500_lines() -> None:
-    """Every class in agents/ stays under 500 lines, but the few named with their reason in OVERSIZED."""
+    """Every class in agents/ stays under 500 lines but those OVERSIZED names with a reason (each still oversized)."""
     sizes = class_sizes(AGENTS)
     assert {"memory/memory.py:Memory", "memory/stores/_store.py:Store"} <= set(sizes)
     assert oversized(AGENTS, OVERSIZED) == {}
+    assert {name for name in OVERSIZED if sizes.get(name, 0) > MAX_CLASS_LINES} == OVERSIZED
 
 
 def test_the_allowed_oversized_classes_are_outside_the_memory_room() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -21,7 +22,9 @@ if not os.environ.get("CI"):  # under CI a missing mcp extra is an error, not a 
 
 import anyio
 import httpx2
+import jsonschema
 import mcp_types as types
+from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
@@ -78,8 +81,6 @@ def append_from_another_process(
         "with open_store(sys.argv[1]) as store:\n"
         "    store.append(sys.argv[2], [MemoryItem(**json.loads(sys.argv[3]))])\n"
     )
-    import json
-
     subprocess.run(
         [sys.executable, "-c", script, url, session, json.dumps(fields)],
         env={**os.environ, **ENV},
@@ -241,7 +242,7 @@ def test_steps_continue_under_the_sessions_own_step_key(sqlite_url: str) -> None
             result = await client.call_tool("record_step", {"fields": {"action": "type"}})
             assert result.structured_content["step"] == 5
             shown = await client.call_tool("show_steps", {"steps": [5]})
-            assert text(shown).startswith("## ufo step 5 (seq 2)")
+            assert json.loads(text(shown))["items"][0]["fields"]["Step"] == 5
             assert shown.structured_content["items"][0]["fields"]["action"] == "type"
 
     run(main)
@@ -266,6 +267,148 @@ def test_semantic_search_needs_an_embedder(sqlite_url: str) -> None:
             refused = await client.call_tool("search", {"query": "invoice", "mode": "semantic"})
             assert refused.is_error
             assert refused.structured_content["error"]["argument"] == "mode"
+
+    run(main)
+
+
+async def call_every_tool(client: Client) -> dict[str, types.CallToolResult]:
+    """Call each tool once, successfully, on a fresh store; return the results by tool."""
+    results = {}
+    for thought in ["open the inbox", "find the invoice from ACME"]:
+        results["record_step"] = await client.call_tool(
+            "record_step", {"session": "agent-1", "fields": {"thought": thought, "cost": 0.5}}
+        )
+    results["record_message"] = await client.call_tool(
+        "record_message", {"session": "agent-2", "role": "user", "content": "ACME pays late."}
+    )
+    results["recent_history"] = await client.call_tool("recent_history", {"session": "agent-1"})
+    results["search"] = await client.call_tool("search", {"query": "ACME"})
+    results["recall"] = await client.call_tool(
+        "recall", {"session": "agent-1", "query": "inbox", "recent": 1}
+    )
+    results["list_sessions"] = await client.call_tool("list_sessions", {})
+    results["show_steps"] = await client.call_tool(
+        "show_steps", {"session": "agent-1", "steps": [1, 2]}
+    )
+    results["delete_step"] = await client.call_tool(
+        "delete_step", {"session": "agent-1", "step": 1}
+    )
+    for name, result in results.items():
+        assert not result.is_error, f"{name}: {text(result)}"
+    return results
+
+
+def test_every_tool_declares_an_output_schema_its_results_validate_against(
+    sqlite_url: str,
+) -> None:
+    """Each tool lists an outputSchema, and its structured content validates against that schema."""
+
+    async def main() -> None:
+        async with Client(server(sqlite_url, "--prefix", "agent-")) as client:
+            schemas = {tool.name: tool.output_schema for tool in (await client.list_tools()).tools}
+            results = await call_every_tool(client)
+        assert sorted(results) == sorted(schemas)
+        for name, result in results.items():
+            schema = schemas[name]
+            assert schema is not None, f"{name} declares no outputSchema"
+            jsonschema.Draft202012Validator.check_schema(schema)
+            jsonschema.validate(result.structured_content, schema)
+
+    run(main)
+
+
+def test_the_text_content_is_the_json_of_the_structured_content(sqlite_url: str) -> None:
+    """Each tool's text block parses as JSON equal to its structured content (not Markdown)."""
+
+    async def main() -> None:
+        async with Client(server(sqlite_url, "--prefix", "agent-")) as client:
+            results = await call_every_tool(client)
+        for name, result in results.items():
+            assert json.loads(text(result)) == result.structured_content, name
+
+    run(main)
+
+
+async def call_with_raw_json(url: str, tool: str, arguments: str, *args: str) -> dict[str, Any]:
+    """Call ``tool`` over stdio with ``arguments`` as raw JSON text; return the JSON-RPC result.
+
+    The SDK's client writes NaN and infinities as null, so a client that sends them
+    (Python's json module does) is spoken for here line by line.
+    """
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    call = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+        f'"params": {{"name": "{tool}", "arguments": {arguments}}}}}'
+    )
+    lines = [
+        json.dumps(hello),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]
+    command = [sys.executable, "-m", "agents.cli", "mcp", url, *args]
+    async with await anyio.open_process(
+        command, env={**os.environ, **ENV}, stderr=subprocess.DEVNULL
+    ) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        await process.stdin.send(("\n".join([*lines, call]) + "\n").encode())
+        received = BufferedByteReceiveStream(process.stdout)
+        with anyio.fail_after(WAIT):
+            while True:
+                answer = json.loads(await received.receive_until(b"\n", 10_000_000))
+                if answer.get("id") == 1:
+                    break
+        await process.stdin.aclose()
+    return dict(answer["result"])
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("record_step", '{"fields": {"score": NaN}}'),
+        ("record_step", '{"fields": {"scores": [1, Infinity]}}'),
+        ("record_step", '{"fields": {"nested": {"low": -Infinity}}}'),
+        ("record_step", '{"fields": {"huge": 1e400}}'),
+        ("record_message", '{"role": "user", "content": "hi", "fields": {"weight": NaN}}'),
+    ],
+    ids=["NaN", "Infinity in a list", "-Infinity nested", "1e400", "message fields"],
+)
+def test_non_finite_numbers_in_recorded_fields_are_refused(
+    sqlite_url: str, tool: str, arguments: str
+) -> None:
+    """NaN, infinities and numbers too large for a double are an error naming 'fields'; nothing is stored."""
+    with open_store(sqlite_url) as store:
+        store.append("s", [MemoryItem(step=1, thought="before")])
+    before = snapshot(sqlite_url)
+    result = anyio.run(call_with_raw_json, sqlite_url, tool, arguments, "--session", "s")
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"]["argument"] == "fields"
+    assert "not a finite number" in result["content"][0]["text"]
+    assert snapshot(sqlite_url) == before
+
+
+def test_a_listed_step_past_2_53_is_an_argument_error(sqlite_url: str) -> None:
+    """show_steps refuses steps=[2**64] naming 'steps', as its range form refuses from_step past 2**53."""
+    with open_store(sqlite_url) as store:
+        store.append("s", [MemoryItem(step=1)])
+
+    async def main() -> None:
+        async with Client(server(sqlite_url, "--session", "s")) as client:
+            listed = await client.call_tool("show_steps", {"steps": [2**64]})
+            ranged = await client.call_tool("show_steps", {"from_step": 2**64})
+        assert ranged.is_error
+        assert ranged.structured_content["error"]["argument"] == "from_step"
+        assert listed.is_error, text(listed)
+        assert listed.structured_content["error"]["argument"] == "steps"
+        assert "2**53" in text(listed)
 
     run(main)
 
@@ -402,6 +545,44 @@ def test_a_subscribed_legacy_client_is_notified(sqlite_url: str) -> None:
             )
             with anyio.fail_after(WAIT):
                 await heard.wait()
+
+    run(main)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_resources_announce_that_their_list_changes(sqlite_url: str, mode: str) -> None:
+    """Both a 2026 client and a handshake-era one see resources.listChanged true."""
+
+    async def main() -> None:
+        async with Client(server(sqlite_url), mode=mode) as client:
+            capabilities = client.server_capabilities
+        assert capabilities is not None
+        assert capabilities.resources is not None
+        assert capabilities.resources.list_changed is True
+
+    run(main)
+
+
+def test_a_legacy_client_hears_that_a_session_appeared(sqlite_url: str) -> None:
+    """When another process starts a session in scope, a handshake-era client gets resources/list_changed."""
+    with open_store(sqlite_url) as store:
+        store.append("run-1", [MemoryItem(step=1)])
+    heard = anyio.Event()
+
+    async def handler(message: Any) -> None:
+        if isinstance(message, types.ResourceListChangedNotification):
+            heard.set()
+
+    async def main() -> None:
+        scoped = server(sqlite_url, "--prefix", "run-")
+        async with Client(scoped, mode="legacy", message_handler=handler) as client:
+            before = [r.uri for r in (await client.list_resources()).resources]
+            await anyio.to_thread.run_sync(append_from_another_process, sqlite_url, "run-2")
+            with anyio.fail_after(WAIT):
+                await heard.wait()
+            after = [r.uri for r in (await client.list_resources()).resources]
+        assert "kvmemory://session/run-2" not in before
+        assert "kvmemory://session/run-2" in after
 
     run(main)
 
@@ -682,6 +863,25 @@ def test_command_line_mistakes_are_usage_errors(sqlite_url: str, args: list[str]
     assert done.stdout == ""
 
 
+def test_a_stdio_server_says_what_it_serves_on_stderr(sqlite_url: str) -> None:
+    """Started in a terminal, ``kvmemory mcp`` names the store, its scope and stdio on stderr, stdout untouched."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "mcp", sqlite_url, "--prefix", "agent-"],
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    first = done.stderr.splitlines()[0]
+    assert first.startswith(f"kvmemory: serving MCP for {sqlite_url} (")
+    assert "'agent-'" in first
+    assert first.endswith(" over stdio")
+
+
 def test_binding_beyond_loopback_needs_a_token(sqlite_url: str) -> None:
     """``--host 0.0.0.0`` without a token is refused before anything listens."""
     env = {**os.environ, **ENV}
@@ -696,6 +896,34 @@ def test_binding_beyond_loopback_needs_a_token(sqlite_url: str) -> None:
     )
     assert done.returncode == 1
     assert "KVMEMORY_MCP_TOKEN" in done.stderr
+
+
+def test_search_across_sessions_is_one_ranking_with_shared_statistics(any_url: str) -> None:
+    """Without a session, search ranks every session as one memory holding them all would, scores equal."""
+    from agents.memory import Memory
+
+    with open_store(any_url) as store:
+        big = [MemoryItem(step=n, note=f"filler step {n} about menus") for n in range(1, 120)]
+        big.append(MemoryItem(step=120, note="the menu bar shows an invoice icon among others"))
+        store.append("big", big)
+        store.append(
+            "small",
+            [MemoryItem(step=1, note="invoice total paid"), MemoryItem(step=2, note="invoice")],
+        )
+        records = [(name, r) for name in ("big", "small") for r in store.records(name)]
+    union = Memory([record.item for _, record in records])
+    where = {id(record.item): (name, record.seq) for name, record in records}
+    expected = [(*where[id(hit.item)], round(hit.score, 6)) for hit in union.search("invoice", 3)]
+
+    async def main() -> None:
+        async with Client(server(any_url)) as client:
+            result = await client.call_tool("search", {"query": "invoice", "k": 3})
+            assert not result.is_error, text(result)
+            hits = result.structured_content["hits"]
+            assert [(hit["session"], hit["seq"], hit["score"]) for hit in hits] == expected
+            assert hits[0]["session"] == "small"
+
+    run(main)
 
 
 # -- concurrency ----------------------------------------------------------------------------
@@ -737,6 +965,34 @@ def test_several_client_processes_write_their_own_sessions_and_read_the_others(
         assert [fields["step"] for _, fields in stored[f"agent-{number}"]] == list(
             range(1, steps + 1)
         )
+
+
+def test_two_servers_recording_into_one_session_never_give_a_step_twice(any_url: str) -> None:
+    """Two server processes, a client each, recording into one session at once: steps 1..n, each once."""
+    writers, steps = 2, 20
+    given: list[int] = []
+
+    async def agent(number: int) -> None:
+        async with Client(server(any_url)) as client:
+            for step in range(steps):
+                result = await client.call_tool(
+                    "record_step",
+                    {"session": "shared", "fields": {"note": f"agent {number} call {step}"}},
+                )
+                assert not result.is_error, text(result)
+                given.append(result.structured_content["step"])
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for number in range(writers):
+                group.start_soon(agent, number)
+
+    with open_store(any_url):
+        pass  # create the store once, so the servers do not race to make its tables
+    run(main)
+    stored = [fields["step"] for _, fields in snapshot(any_url)["shared"]]
+    assert sorted(given) == list(range(1, writers * steps + 1))
+    assert stored == list(range(1, writers * steps + 1))
 
 
 # -- the extra ------------------------------------------------------------------------------

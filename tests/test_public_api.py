@@ -23,6 +23,7 @@ PUBLIC_PACKAGES = (
     "agents.memory.stores",
     "agents.memory.search",
     "agents.agent",
+    "agents.service",
 )
 
 

@@ -67,9 +67,9 @@ def test_format_replay_escapes_session_id_keys_and_values() -> None:
     text = format_replay(hostile_session())
     assert not RAW_CONTROL.search(text)
     assert text.splitlines() == [
-        f"Session run{OSC52_SHOWN}{CSI_SHOWN}: 1 items",
-        f"── step 1 · host{OSC52_SHOWN} ──",
-        f"  error: boom{CSI_SHOWN}",
+        f"Session run{OSC52_SHOWN}{CSI_SHOWN}: 1 item",
+        f"── step 1 · host{OSC52_SHOWN} · error ──",
+        f"! error: boom{CSI_SHOWN}",
         f"  key{OSC52_SHOWN}{CSI_SHOWN}: value{OSC52_SHOWN}{CSI_SHOWN}",
         "  cost: 0.5",
         f"  images attached: shot{OSC52_SHOWN}.png",

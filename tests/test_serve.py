@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "build" / "screenshots" / "serve.png"
 DOCS_SCREENSHOT = ROOT / "docs" / "serve.png"
 TOKEN = "a-serve-token-of-some-length"
+UNAUTHORIZED = b"401 Unauthorized: Missing or wrong token; send Authorization: Bearer TOKEN.\n"
+LOCAL = "http://127.0.0.1:8766"  # the test client's address: a loopback name, as the gate requires
 HOSTILE = "<script>window.kvPwned = 1</script><img src=x onerror='window.kvPwned = 2'>"
 
 pytest.importorskip("starlette") if not os.environ.get("CI") else None
@@ -216,6 +219,28 @@ def test_live_page_runs_only_its_own_script(sqlite_url: str) -> None:
     assert f'content="{meta}"' in body.decode()  # the page's own copy of the policy
 
 
+def test_session_list_shows_the_agents_of_a_ufo2_import(tmp_path: Path) -> None:
+    """A UFO 2 log imported into a store lists its agents (key ``Agent``), and its lanes are those agents."""
+    from agents.integrations.ufo import import_ufo_log
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lines = [
+        {"Step": 1, "Agent": "HostAgent", "Cost": 0.5, "Subtask": "open Word"},
+        {"Step": 2, "Agent": "AppAgent", "Cost": 0.25, "Subtask": "type"},
+    ]
+    (folder / "response.log").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    url = f"sqlite://{tmp_path / 'ufo.db'}"
+    import_ufo_log(folder, url, "ufo-1")
+    with serving(url) as base:
+        rows = orjson.loads(get(base + "/api/sessions")[2])["sessions"]
+        tail = orjson.loads(get(base + "/api/tail?session=ufo-1&n=5")[2])
+    assert [(row["id"], row["agents"], row["cost"]) for row in rows] == [
+        ("ufo-1", ["AppAgent", "HostAgent"], 0.75)
+    ]
+    assert [step["l"] for step in tail["steps"]] == ["HostAgent", "AppAgent"]
+
+
 def test_session_list_sums_the_cost_fields_the_session_names(tmp_path: Path) -> None:
     """A session whose metadata names its cost fields (a UFO 3 import: llm_cost) is summed by them."""
     url = f"sqlite://{tmp_path / 'ufo.db'}"
@@ -344,6 +369,34 @@ def test_api_says_whether_earlier_items_exist_exactly(tmp_path: Path) -> None:
     assert count == {"count": 501, "last": more["last"]}
 
 
+def test_api_around_answers_a_seq_with_its_neighbours() -> None:
+    """/api/around gives the item at a seq with n items each side; a seq that is no number is a 400."""
+    from starlette.testclient import TestClient
+
+    from agents.integrations.web import live_app
+
+    with open_store(f"memory://{uuid.uuid4().hex}") as store:
+        seqs = store.append("s", [MemoryItem(step=n) for n in range(10)])
+        with TestClient(live_app(store), base_url=LOCAL) as client:
+            page = client.get("/api/around", params={"session": "s", "seq": seqs[4], "n": 2}).json()
+            bad = client.get("/api/around", params={"session": "s", "seq": "x"})
+    assert [step["s"] for step in page["steps"]] == [
+        "step 2",
+        "step 3",
+        "step 4",
+        "step 5",
+        "step 6",
+    ]
+    assert [page["first"], page["last"], page["earlier"], page["later"]] == [
+        seqs[2],
+        seqs[6],
+        True,
+        True,
+    ]
+    assert bad.status_code == 400
+    assert "The query parameter 'seq' must be a whole number" in bad.json()["error"]
+
+
 def test_binding_elsewhere_without_a_token_is_refused(sqlite_url: str) -> None:
     """``--host 0.0.0.0`` without a token exits with an error naming the token variable."""
     done = subprocess.run(
@@ -426,7 +479,7 @@ def test_a_wrong_or_missing_token_gets_401_and_nothing_else(sqlite_url: str) -> 
                 status, answer_headers, body = get(
                     base + path + (sep + query if query else ""), headers
                 )
-                assert (status, body) == (401, b"401 Unauthorized\n"), (path, headers, query)
+                assert (status, body) == (401, UNAUTHORIZED), (path, headers, query)
                 assert "set-cookie" not in {k.lower() for k in answer_headers}
         status, headers, body = get(base + "/session?id=run-1&token=" + TOKEN, follow=False)
         assert (status, headers["location"]) == (303, "/session?id=run-1")
@@ -592,7 +645,7 @@ def test_store_search_shows_the_stores_hits(
         )
         wait(
             browser,
-            "return document.getElementById('live').textContent.includes('hits from the store')",
+            "return document.getElementById('live').textContent.includes('1 hit from the store')",
         )
         assert [text for text in card_texts(browser) if "thought number" in text] == [
             text for text in card_texts(browser) if "thought number 17" in text
@@ -602,6 +655,196 @@ def test_store_search_shows_the_stores_hits(
             "const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input'));"
         )
         wait(browser, "return document.getElementById('live').textContent.includes('40 of 40')")
+
+
+def store_search(browser: Any, query: str) -> None:
+    """Search the store from the open live page and wait for its hits."""
+    browser.execute_script(
+        """
+        const source = document.querySelector('.controls.live select');
+        source.value = 'keyword'; source.dispatchEvent(new Event('change'));
+        const search = document.getElementById('search');
+        search.value = arguments[0]; search.dispatchEvent(new Event('input'));
+        """,
+        query,
+    )
+    wait(browser, "return document.getElementById('live').textContent.includes('from the store')")
+
+
+def marks_of(browser: Any, selector: str) -> list[str]:
+    """Return the marked texts inside the first element matching ``selector``."""
+    return list(
+        browser.execute_script(
+            "return [...document.querySelector(arguments[0]).querySelectorAll('mark')]"
+            ".map(m => m.textContent)",
+            selector,
+        )
+    )
+
+
+def test_clicking_a_store_hit_opens_it_among_its_neighbours(tmp_path: Path, browser: Any) -> None:
+    """A hit far before the loaded steps opens in the timeline with its neighbours, in view, marked."""
+    url = f"sqlite://{tmp_path / 'long.db'}"
+    fill(url, "long", 1200)
+    with serving(url) as base:
+        open_session(browser, base, "long")
+        store_search(browser, "number 17")
+        browser.find_element("css selector", ".card.openable").click()
+        focus = wait(browser, "return document.querySelector('.card.focus')")
+        wait(  # brought into view
+            browser,
+            "const box = arguments[0].getBoundingClientRect();"
+            " return box.top >= 0 && box.bottom <= innerHeight",
+            focus,
+        )
+        texts = card_texts(browser)
+        assert focus.text.startswith("step 17")
+        assert sorted(set(marks_of(browser, ".card.focus"))) == ["17", "number"]
+        assert any(text.startswith("step 16") for text in texts)
+        assert any(text.startswith("step 18") for text in texts)
+        assert "hit" not in browser.find_element("id", "live").text
+        assert browser.find_element("id", "later").is_displayed()
+
+
+def test_a_hit_among_the_loaded_steps_opens_without_leaving_them(
+    sqlite_url: str, browser: Any
+) -> None:
+    """A hit inside the loaded steps opens there: the session stays loaded and followed from its end."""
+    with serving(sqlite_url) as base:
+        open_session(browser, base, "run-1")
+        store_search(browser, "number 5")
+        browser.find_element("css selector", ".card.openable").click()
+        focus = wait(browser, "return document.querySelector('.card.focus')")
+        assert focus.text.startswith("step 5")
+        wait(browser, "return document.getElementById('live').textContent.includes('40 of 40')")
+        append_in_another_process(sqlite_url, "run-1", ["after the hit"], 40)
+        wait(browser, "return document.getElementById('live').textContent.includes('41 of 41')")
+        assert not browser.find_element("id", "later").is_displayed()
+
+
+def test_a_hit_just_before_the_loaded_steps_joins_them(tmp_path: Path, browser: Any) -> None:
+    """A hit whose neighbours reach the loaded steps is loaded with them: one run to the newest step."""
+    url = f"sqlite://{tmp_path / 'near.db'}"
+    fill(url, "near", 600)
+    with serving(url) as base:
+        open_session(browser, base, "near")
+        wait(browser, "return document.getElementById('live').textContent.includes('500 of 600')")
+        store_search(browser, "number 17")
+        browser.find_element("css selector", ".card.openable").click()
+        focus = wait(browser, "return document.querySelector('.card.focus')")
+        assert focus.text.startswith("step 17")
+        wait(browser, "return document.getElementById('live').textContent.includes('600 of 600')")
+        assert not browser.find_element("id", "later").is_displayed()
+
+
+def test_loading_later_steps_after_a_hit_reaches_the_end_and_follows_it(
+    tmp_path: Path, browser: Any
+) -> None:
+    """After a hit opened far back, "load later steps" reaches the newest steps, then new ones arrive."""
+    url = f"sqlite://{tmp_path / 'long.db'}"
+    fill(url, "long", 1200)
+    with serving(url) as base:
+        open_session(browser, base, "long")
+        store_search(browser, "number 17")
+        browser.find_element("css selector", ".card.openable").click()
+        wait(browser, "return document.querySelector('.card.focus')")
+        browser.find_element("id", "later").click()
+        wait(
+            browser, "return document.getElementById('live').textContent.includes('1,200 of 1,200')"
+        )
+        assert not browser.find_element("id", "later").is_displayed()
+        append_in_another_process(url, "long", ["newest of all"], 1200)
+        wait(
+            browser, "return document.getElementById('live').textContent.includes('1,201 of 1,201')"
+        )
+
+
+def test_store_hits_mark_the_query_words(sqlite_url: str, browser: Any) -> None:
+    """Each word of a store search is marked in the hits, as text."""
+    with serving(sqlite_url) as base:
+        open_session(browser, base, "run-1")
+        store_search(browser, "Number 17")
+        best = browser.find_element("css selector", ".card")
+        assert best.text.startswith("step 17")
+        assert sorted(set(marks_of(browser, ".card"))) == ["17", "number"]
+
+
+def test_counts_of_one_are_singular(tmp_path: Path, browser: Any) -> None:
+    """One item, one hit and one step are counted in the singular."""
+    url = f"sqlite://{tmp_path / 'one.db'}"
+    fill(url, "one", 1)
+    with serving(url) as base:
+        open_session(browser, base, "one")
+        wait(browser, "return document.getElementById('live').textContent.includes('1 of 1 item ')")
+        assert browser.find_element("id", "status").text == "1 item"
+        assert browser.find_element("css selector", ".lane-head .count").text == "1 step"
+        store_search(browser, "thought")
+        assert browser.find_element("id", "live").text.startswith("· 1 hit from the store")
+
+
+def test_unshown_image_fields_are_named_with_their_value_and_why(
+    tmp_path: Path, browser: Any
+) -> None:
+    """An image field that is not shown appears as its field and value, with the reason."""
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(png(4, 3, []))
+    url = f"sqlite://{tmp_path / 'img.db'}"
+    with open_store(url) as store:
+        store.append(
+            "shots",
+            [
+                MemoryItem(step=1, screenshot=str(outside)),
+                MemoryItem(step=2, screenshot="javascript:alert(3)"),
+            ],
+        )
+
+    def fields() -> list[list[str]]:
+        return list(
+            browser.execute_script(
+                "return [...document.querySelectorAll('.card')].map(c =>"
+                " [c.querySelector('dt').textContent, c.querySelector('dd').textContent])"
+            )
+        )
+
+    with serving(url) as base:
+        open_session(browser, base, "shots")
+        without = fields()
+    with serving(url, "--images", str(shots)) as base:
+        open_session(browser, base, "shots")
+        elsewhere = fields()
+    assert without[0] == [
+        "screenshot",
+        f"{outside}image not shown: start kvmemory serve with --images DIR to show images",
+    ]
+    assert elsewhere == [
+        [
+            "screenshot",
+            f"{outside}image not shown: not an image file inside an --images folder",
+        ],
+        [
+            "screenshot",
+            "javascript:alert(3)image not shown: not a file path or an http(s) URL",
+        ],
+    ]
+
+
+def test_lane_headers_stay_in_view_while_following(sqlite_url: str, browser: Any) -> None:
+    """Following new steps at the end of a long page, the lane headers stay visible below the header."""
+    with serving(sqlite_url) as base:
+        open_session(browser, base, "run-1")
+        append_in_another_process(sqlite_url, "run-1", ["a step to follow"], 40)
+        wait(browser, "return document.body.textContent.includes('a step to follow')")
+        assert browser.execute_script("return scrollY") > 0
+        shown = browser.execute_script(
+            """
+            const head = document.querySelector('.lane-head'), box = head.getBoundingClientRect();
+            const under = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+            return box.top >= 0 && box.bottom <= innerHeight && head.contains(under);
+            """
+        )
+        assert shown
 
 
 def test_hostile_session_injects_nothing(tmp_path: Path, browser: Any) -> None:
@@ -636,7 +879,7 @@ def test_hostile_session_injects_nothing(tmp_path: Path, browser: Any) -> None:
         )
         wait(
             browser,
-            "return document.getElementById('live').textContent.includes('hits from the store')",
+            "return document.getElementById('live').textContent.includes('from the store')",
         )
         assert browser.execute_script("return window.kvPwned") is None
         assert browser.execute_script("return document.scripts.length") == 2
@@ -729,7 +972,7 @@ def test_api_returns_any_text_exactly(value: str, key: str) -> None:
 
     with open_store(f"memory://{uuid.uuid4().hex}") as store:
         store.append("s", [MemoryItem(step=1, **{key: value})])
-        with TestClient(live_app(store)) as client:
+        with TestClient(live_app(store), base_url=LOCAL) as client:
             page = client.get("/api/tail", params={"session": "s", "n": "5"}).json()
     assert [field[:2] for field in page["steps"][0]["f"]] == [
         [key, value]
@@ -747,9 +990,9 @@ def test_any_other_token_gets_401(guess: str) -> None:
     assume(guess != TOKEN)
     with (
         open_store(f"memory://{uuid.uuid4().hex}") as store,
-        TestClient(live_app(store, token=TOKEN)) as client,
+        TestClient(live_app(store, token=TOKEN), base_url=LOCAL) as client,
     ):
         by_header = client.get("/api/sessions", headers={"Authorization": f"Bearer {guess}"})
         by_query = client.get("/api/sessions", params={"token": guess}, follow_redirects=False)
-    assert (by_header.status_code, by_header.content) == (401, b"401 Unauthorized\n")
-    assert (by_query.status_code, by_query.content) == (401, b"401 Unauthorized\n")
+    assert (by_header.status_code, by_header.content) == (401, UNAUTHORIZED)
+    assert (by_query.status_code, by_query.content) == (401, UNAUTHORIZED)

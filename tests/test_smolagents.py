@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import io
 import json
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,8 +22,8 @@ from hypothesis import strategies as st
 pytest.importorskip("smolagents")
 
 from PIL import Image  # smolagents brings Pillow; both are checked for above
-from smolagents import ChatMessage, CodeAgent, Model
-from smolagents.memory import ActionStep, TaskStep
+from smolagents import ChatMessage, CodeAgent, Model, ToolCallingAgent
+from smolagents.memory import ActionStep, AgentMemory, TaskStep
 from smolagents.models import MessageRole
 from smolagents.monitoring import LogLevel, Timing
 from smolagents.utils import AgentToolExecutionError
@@ -31,10 +35,14 @@ from smolagents_agent import (
     CODE_NEXT_SNIPPETS,
     FIRST_TASK,
     NEXT_TASK,
+    ToolScript,
     add,
+    broken,
+    image_state,
     make_agent,
     make_code_agent,
     message_dicts,
+    run_step_by_step,
     take_screenshot,
 )
 
@@ -42,6 +50,10 @@ from agents.integrations.smolagents import (
     SmolagentsRecorder,
     UnsavedValueWarning,
     full_steps,
+    get_full_steps,
+    get_succinct_steps,
+    import_smolagents_dump,
+    read_smolagents_dump,
     restore_python_state,
     restore_steps,
     succinct_steps,
@@ -196,16 +208,21 @@ def test_unknown_error_type_becomes_agent_error() -> None:
     assert step.error.message == "m"
 
 
-def test_views_of_any_session() -> None:
-    """full_steps and succinct_steps read any session, like smolagents' views."""
+def test_deprecated_views_still_read_any_session() -> None:
+    """full_steps and succinct_steps still give the items of any session, with a DeprecationWarning naming their successors."""
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
     agent.run(FIRST_TASK)
-    full = full_steps(memory)
+    with pytest.warns(DeprecationWarning, match=r"full_steps\(\) is deprecated.*get_full_steps"):
+        full = full_steps(memory)
     assert [step["kind"] for step in full] == ["task", "action", "action"]
     assert "model_input_messages" in full[1]
-    assert all("model_input_messages" not in step for step in succinct_steps(memory))
-    assert succinct_steps([MemoryItem(step=1, action="click")]) == [{"step": 1, "action": "click"}]
+    with pytest.warns(DeprecationWarning, match=r"Use get_succinct_steps"):
+        succinct = succinct_steps(memory)
+    assert all("model_input_messages" not in step for step in succinct)
+    with pytest.warns(DeprecationWarning, match=r"succinct_steps\(\) is deprecated"):
+        any_items = succinct_steps([MemoryItem(step=1, action="click")])
+    assert any_items == [{"step": 1, "action": "click"}]
 
 
 def test_a_damaged_item_is_named() -> None:
@@ -526,8 +543,9 @@ def test_each_step_reads_a_bounded_number_of_steps() -> None:
     memory = Memory()
     recorder = SmolagentsRecorder(memory)
     agent, _ = make_agent([recorder, take_screenshot])
-    steps = _CountingList([TaskStep(task=BROWSE_TASK)])
-    agent.memory.steps = steps
+    agent.memory.steps = _CountingList([TaskStep(task=BROWSE_TASK)])
+    steps = agent.memory.steps  # the recorder watches a copy, of a subclass of _CountingList
+    assert isinstance(steps, _CountingList)
     _CountingList.visited = 0
     for number in range(1, 401):
         step = ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=str(number))
@@ -537,7 +555,9 @@ def test_each_step_reads_a_bounded_number_of_steps() -> None:
             steps
         )  # the screenshot callback walks every step, as the example does
         assert _CountingList.visited - reads_before - take_screenshot_reads <= 3
-        steps.append(step)
+        reads_before = _CountingList.visited
+        steps.append(step)  # the watched list writes the step again: no more reads
+        assert _CountingList.visited - reads_before <= 3
     assert len(memory) == 402  # the system prompt, the task and 400 actions
     _, restored = restore_steps(memory)
     assert _images(restored) == _images(steps)
@@ -548,9 +568,11 @@ def test_a_refused_write_is_written_at_the_next_step(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
     with open_memory(f"sqlite:///{path}?timeout=0.05", "s") as memory:
         agent, _ = make_agent([SmolagentsRecorder(memory)])
-        agent.memory.steps.append(TaskStep(task="t"))
         lock = sqlite3.connect(path)
         lock.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreError):
+            agent.memory.steps.append(TaskStep(task="t"))  # written at once, refused
+        assert len(agent.memory.steps) == 1
         first = ActionStep(step_number=1, timing=Timing(0.0, 1.0), observations="1")
         with pytest.raises(StoreError):
             agent.step_callbacks.callback(first, agent=agent)
@@ -827,7 +849,7 @@ def test_tool_calls_keep_smolagents_shape() -> None:
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
     agent.run(FIRST_TASK)
-    ours = [step["tool_calls"] for step in succinct_steps(memory) if step["kind"] == "action"]
+    ours = [step["tool_calls"] for step in get_succinct_steps(memory) if "step_number" in step]
     theirs = [
         step["tool_calls"] for step in agent.memory.get_succinct_steps() if "step_number" in step
     ]
@@ -860,3 +882,442 @@ def test_flat_tool_calls_of_older_sessions_still_restore() -> None:
         "type": "function",
         "function": {"name": "add", "arguments": {"a": 1}},
     }
+
+
+# -- steps that reach agent.memory without agent.run: step loops, injection, replacement ----
+
+
+def _without_timing(memory: Memory) -> list[dict[str, Any]]:
+    """The items' fields, timing left out (the clock differs from run to run)."""
+    return [{k: v for k, v in item.to_dict().items() if k != "timing"} for item in memory]
+
+
+CODE_LOOP_SNIPPETS = [
+    "a = 40\nitems = [1, 2]\nprint(a)",
+    "items.append(3)\nprint(a, items)",
+    "final_answer(a + len(items) - 1)",
+]
+
+
+def test_the_examples_step_by_step_loop_is_recorded() -> None:
+    """smolagents' step-by-step loop, with the recorder in step_callbacks, records every step as run() does, and restores."""
+    memory = Memory()
+    agent, _ = make_code_agent(CODE_LOOP_SNIPPETS, [SmolagentsRecorder(memory)])
+    agent.python_executor.send_tools({**agent.tools})
+    task = CODE_FIRST
+
+    # The loop as smolagents' memory guide prints it, with two changes that smolagents
+    # 1.26 needs: ActionStep takes timing, and agent.step() returns an ActionOutput.
+    agent.memory.steps.append(TaskStep(task=task, task_images=[]))
+
+    final_answer = None
+    step_number = 1
+    while final_answer is None and step_number <= 10:
+        memory_step = ActionStep(
+            step_number=step_number,
+            timing=Timing(start_time=time.time()),
+            observations_images=[],
+        )
+        # Run one step.
+        output = agent.step(memory_step)
+        final_answer = output.output if output.is_final_answer else None
+        agent.memory.steps.append(memory_step)
+        step_number += 1
+
+    assert final_answer == 42
+    assert [item["kind"] for item in memory] == [
+        "system_prompt",
+        "task",
+        "action",
+        "action",
+        "action",
+    ]
+    assert memory.steps() == [1, 2, 3]
+    assert memory[3]["python_state"] == {"items": [1, 2, 3]}
+    _, steps = restore_steps(memory)
+    assert [step.dict() for step in steps] == [step.dict() for step in agent.memory.steps]
+
+    ran = Memory()
+    by_run, _ = make_code_agent(CODE_LOOP_SNIPPETS, [SmolagentsRecorder(ran)])
+    by_run.run(task, images=[])
+    for item in ran:  # what the loop itself does otherwise than run() (the live steps differ too)
+        if item["kind"] == "action":
+            item["observations_images"] = []  # the loop passes [], run() its images
+            item["is_final_answer"] = False  # only run() marks the final step
+    assert _without_timing(memory) == _without_timing(ran)
+
+
+def test_a_step_loop_killed_midway_goes_on_after_a_restore(tmp_path: Path) -> None:
+    """A CodeAgent's step-by-step loop SIGKILLed after step 1 is restored in a new process; the next steps see what an unkilled loop sees."""
+    url = f"sqlite:///{tmp_path / 'loop.db'}"
+    script = str(HERE / "smolagents_agent.py")
+    first = subprocess.run([sys.executable, script, "loop-first", url, "l"], cwd=HERE)
+    assert first.returncode == -signal.SIGKILL
+    out = tmp_path / "rest.json"
+    subprocess.run(
+        [sys.executable, script, "loop-restore", url, "l", str(out)], check=True, cwd=HERE
+    )
+    result = json.loads(out.read_text(encoding="utf-8"))
+
+    agent, model = make_code_agent(CODE_FIRST_SNIPPETS)
+    agent.python_executor.send_tools({**agent.tools})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnsavedValueWarning)
+        assert run_step_by_step(agent, CODE_FIRST) == 40
+    assert result["answer"] == 40
+    assert result["inputs"] == [message_dicts(inputs) for inputs in model.inputs[1:]]
+    assert result["steps"] == [1, 2, 3]  # the restored loop goes on recording the same run
+    assert result["recorded"] == [["system_prompt", 1], ["task", 1]] + [["action", 1]] * 3
+
+
+def test_injected_steps_are_recorded_as_they_are_appended() -> None:
+    """Steps appended to agent.memory.steps by hand are in the record at once, with no callback, and restore."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.memory.steps.append(TaskStep(task="Injected task."))
+    assert [item["kind"] for item in memory] == ["system_prompt", "task"]
+    agent.memory.steps.append(
+        ActionStep(step_number=1, timing=Timing(0.0, 1.0), observations="seen", model_output="x")
+    )
+    assert memory.steps() == [1]
+    _, steps = restore_steps(memory)
+    assert [step.dict() for step in steps] == [step.dict() for step in agent.memory.steps]
+    copied = copy.deepcopy(agent.memory)  # copies are of smolagents' own classes
+    assert (type(copied), type(copied.steps)) == (AgentMemory, list)
+
+
+def test_replaced_steps_are_recorded_as_a_new_run() -> None:
+    """agent.memory.steps = another agent's steps is recorded at once as the next run, and restores to them."""
+    memory = Memory()
+    other, _ = make_agent()
+    other.run(FIRST_TASK)
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.memory.steps = other.memory.steps
+    assert {item["run"] for item in memory} == {1}
+    assert [item["kind"] for item in memory] == ["system_prompt", "task", "action", "action"]
+    fresh, _ = make_agent()
+    SmolagentsRecorder(memory).restore(fresh)
+    assert [s.dict() for s in fresh.memory.steps] == [s.dict() for s in other.memory.steps]
+
+
+def test_a_step_replaced_in_place_replaces_its_item() -> None:
+    """agent.memory.steps[-1] = new_step (the guide's way to update the latest step) is written at once."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    agent.run(FIRST_TASK)
+    agent.memory.steps[-1] = ActionStep(
+        step_number=2, timing=Timing(0.0, 1.0), observations="edited by hand"
+    )
+    assert [item.get_value("observations") for item in memory if item["kind"] == "action"] == [
+        "5",
+        "edited by hand",
+    ]
+    _, steps = restore_steps(memory)
+    assert [step.dict() for step in steps] == [step.dict() for step in agent.memory.steps]
+
+
+def test_cleared_steps_restore_as_cleared() -> None:
+    """agent.memory.steps.clear() and memory.reset() are followed at once: a restore gives no steps."""
+    for clear in (lambda agent: agent.memory.steps.clear(), lambda agent: agent.memory.reset()):
+        memory = Memory()
+        agent, _ = make_agent([SmolagentsRecorder(memory)])
+        agent.run(FIRST_TASK)
+        clear(agent)
+        fresh, _ = make_agent()
+        fresh.memory.steps.append(TaskStep(task="left from before"))
+        SmolagentsRecorder(memory).restore(fresh)
+        assert fresh.memory.steps == []
+
+
+# -- smolagents' own views, and reading them back ---------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    """Encode what json cannot: images by mode, size and pixels; bytes as hex."""
+    if isinstance(value, Image.Image):
+        return {"image": value.mode, "size": list(value.size), "pixels": value.tobytes().hex()}
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(type(value).__name__)
+
+
+def as_json(steps: list[dict[str, Any]]) -> Any:
+    """Steps as JSON data, with memory addresses masked.
+
+    smolagents writes an image inside a message as its attributes, one of
+    them a repr with the address of Pillow's pixel store, which differs from
+    one call of get_full_steps() to the next even on the live agent.
+    """
+    text = json.dumps(steps, default=_json_default)
+    return json.loads(re.sub(r" object at 0x[0-9a-f]+", " object", text))
+
+
+def _tool_calling_run(callbacks: list[Any]) -> ToolCallingAgent:
+    """A ToolCallingAgent run with two plans, a failed tool call, images and a final answer."""
+    model = ToolScript(
+        [
+            "Plan: add, then answer.",
+            ("broken", {"text": "x"}, "Trying the broken tool."),
+            ("add", {"a": 2, "b": 3}, "Adding instead."),
+            "Plan: answer now.",
+            ("final_answer", {"answer": "5"}, "Done."),
+        ]
+    )
+    agent = ToolCallingAgent(
+        tools=[add, broken],
+        model=model,
+        step_callbacks=callbacks,
+        planning_interval=2,
+        verbosity_level=LogLevel.OFF,
+    )
+    images = [Image.new("RGB", (3, 2), (9, 99, 199)), Image.new("CMYK", (2, 2), (1, 2, 3, 4))]
+    assert agent.run("Add 2 and 3.", images=images) == "5"
+    return agent
+
+
+def _code_run(callbacks: list[Any]) -> CodeAgent:
+    """A CodeAgent run with two plans, a failed step, an image and a final answer."""
+    snippets = [
+        "Plan: compute.",
+        "a = add(a=2, b=3)\nprint(a)",
+        "b = undefined_name",
+        "Plan: answer.",
+        "final_answer(a)",
+    ]
+    agent, _ = make_code_agent(snippets, callbacks)
+    agent.planning_interval = 2
+    assert agent.run("Compute.", images=[Image.new("F", (2, 1), 1.5)]) == 5
+    return agent
+
+
+@pytest.mark.parametrize("make_run", [_tool_calling_run, _code_run], ids=["tool-calling", "code"])
+def test_get_full_steps_equal_smolagents_own(tmp_path: Path, make_run: Any) -> None:
+    """get_full_steps and get_succinct_steps of a recorded run, read from its store file, equal the live agent's own, as JSON."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_memory(url, "s") as memory:
+        agent = make_run([SmolagentsRecorder(memory)])
+    kinds = [type(step).__name__ for step in agent.memory.steps]
+    assert kinds.count("PlanningStep") == 2
+    assert any(getattr(step, "error", None) is not None for step in agent.memory.steps)
+    with open_memory(url, "s") as memory:
+        assert as_json(get_full_steps(memory)) == as_json(agent.memory.get_full_steps())
+        assert as_json(get_succinct_steps(memory)) == as_json(agent.memory.get_succinct_steps())
+
+
+def test_kvmemory_fields_stay_on_the_items() -> None:
+    """kind, run and a CodeAgent's python_state are not in get_full_steps, and are on the items."""
+    memory = Memory()
+    _code_run([SmolagentsRecorder(memory)])
+    assert all("kind" not in step and "python_state" not in step for step in get_full_steps(memory))
+    assert [item["kind"] for item in memory][:3] == ["system_prompt", "task", "planning"]
+    assert memory[3]["python_state"] == {"a": 5}
+
+
+def _dump(steps: list[dict[str, Any]], path: Path) -> Path:
+    """Save steps as smolagents' examples do: json.dump(agent.memory.get_full_steps(), f)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(steps, f)
+    return path
+
+
+def test_a_dump_reads_back_with_its_step_numbers_and_restores(tmp_path: Path) -> None:
+    """A json.dump of get_full_steps() reads back as a run with its step numbers, gives the same dump, and a restored agent goes on as the live one."""
+    agent, model = make_agent()
+    agent.run("Use the broken tool.")
+    path = _dump(agent.memory.get_full_steps(), tmp_path / "steps.json")
+    memory = read_smolagents_dump(path)
+    assert memory.steps() == [1, 2]
+    assert [item["kind"] for item in memory] == ["task", "action", "action"]
+    assert as_json(get_full_steps(memory)) == json.loads(path.read_text(encoding="utf-8"))
+
+    fresh, fresh_model = make_agent()
+    SmolagentsRecorder(memory).restore(fresh)
+    agent.run(NEXT_TASK, reset=False)
+    fresh.run(NEXT_TASK, reset=False)
+    assert message_dicts(fresh_model.inputs[-1]) == message_dicts(model.inputs[-1])
+
+
+def test_cli_imports_a_dump_into_a_store(tmp_path: Path) -> None:
+    """kvmemory import smolagents-dump writes the steps as a session, with their step numbers, that restores."""
+    from agents.cli import main
+
+    agent, _ = make_agent()
+    agent.run(FIRST_TASK)
+    path = _dump(agent.memory.get_full_steps(), tmp_path / "steps.json")
+    store = str(tmp_path / "runs.db")
+    out = io.StringIO()
+    argv = ["import", "smolagents-dump", str(path), "--store", store, "--session", "d"]
+    assert main(argv, out=out) == 0
+    assert out.getvalue() == f"imported 3 steps into session 'd' of {store}\n"
+    missing = ["import", "smolagents-dump", str(tmp_path / "none.json"), "--store", store]
+    assert main([*missing, "--session", "e"], out=io.StringIO()) == 2
+    with open_memory(store, "d") as memory:
+        assert memory.steps() == [1, 2]
+        assert memory.metadata["source"] == "smolagents-dump"
+        fresh, _ = make_agent()
+        SmolagentsRecorder(memory).restore(fresh)
+    assert [s.dict() for s in fresh.memory.steps] == [s.dict() for s in agent.memory.steps]
+
+
+_BAD_DUMPS = {
+    "not a list": ({"steps": []}, r"holds dict, not the list of step dicts"),
+    "not a step": ([{"task": "t"}, 3], r"Step 1 of smolagents dump .* got int"),
+    "unknown keys": ([{"task": "t"}, {"thought": "x"}], r"Step 1 .* got keys \['thought'\]"),
+    "bad timing": (
+        [{"task": "t"}, {"step_number": 1, "timing": {"start": 1}}],
+        r"Field 'timing' of step 1 of smolagents dump '.*bad.json' cannot be read",
+    ),
+    "step number": (
+        [{"task": "t"}, {"step_number": "one", "timing": {"start_time": 1.0}}],
+        r"Field 'step_number' of step 1 of smolagents dump .*expected an int, got str 'one'",
+    ),
+    "task text": (
+        [{"task": 7}],
+        r"Field 'task' of step 0 of smolagents dump .*not a dump of smolagents' get_full_steps\(\)",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(_BAD_DUMPS), ids=sorted(_BAD_DUMPS))
+def test_a_bad_dump_is_named_and_writes_nothing(tmp_path: Path, bad: str) -> None:
+    """A dump that is not smolagents' step dicts raises CorruptSessionError naming the step; the CLI writes nothing."""
+    from agents.cli import main
+
+    data, message = _BAD_DUMPS[bad]
+    path = _dump(data, tmp_path / "bad.json")
+    with pytest.raises(CorruptSessionError, match=message):
+        read_smolagents_dump(path)
+    store = str(tmp_path / "runs.db")
+    with pytest.raises(CorruptSessionError, match=message):
+        import_smolagents_dump(path, store, "d")
+    argv = ["import", "smolagents-dump", str(path), "--store", store, "--session", "d"]
+    assert main(argv, out=io.StringIO()) == 1
+    with open_memory(store, "d") as memory:
+        assert len(memory) == 0
+
+
+def test_a_dump_that_is_not_json_is_named(tmp_path: Path) -> None:
+    """A dump file that is not JSON raises CorruptSessionError naming the file."""
+    path = tmp_path / "cut.json"
+    path.write_text('[{"task": "t"}, {"step_num', encoding="utf-8")
+    with pytest.raises(CorruptSessionError, match=r"dump '.*cut.json' is not valid JSON"):
+        read_smolagents_dump(path)
+
+
+def test_images_a_dump_cannot_hold_are_named(tmp_path: Path) -> None:
+    """Images saved with json.dump(..., default=str) are left out of the read steps, named in left_out and warned about."""
+    agent, _ = make_agent()
+    agent.run(FIRST_TASK, images=[Image.new("RGB", (2, 2))])
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps(agent.memory.get_full_steps(), default=str), encoding="utf-8")
+    with pytest.warns(UnsavedValueWarning) as caught:
+        memory = read_smolagents_dump(path)
+    assert [str(w.message).split(" of smolagents dump")[0] for w in caught] == [
+        "Field(s) 'task_images' of step 0",
+        "Field(s) 'observations_images' of step 1",
+        "Field(s) 'observations_images' of step 2",
+    ]
+    assert memory[0]["left_out"] == {"task_images": "list"}
+    _, steps = restore_steps(memory)
+    assert steps[0].task_images is None
+
+
+def _image_parts(messages: list[Any]) -> list[dict[str, Any]]:
+    """The images of the messages, as mode, size, pixels, palette and info."""
+    return [
+        image_state(part["image"])
+        for message in messages
+        if isinstance(message.content, list)
+        for part in message.content
+        if part.get("type") == "image"
+    ]
+
+
+def test_images_png_cannot_hold_survive_a_restart(tmp_path: Path) -> None:
+    """CMYK, 32-bit float and palette task images, restored from a store file, give the model the uninterrupted run's message 1."""
+    palette = Image.new("P", (3, 1))
+    palette.putpalette(bytes(range(9)))
+    palette.info["transparency"] = 2
+    images = [
+        Image.new("CMYK", (3, 2), (10, 20, 30, 40)),
+        Image.new("F", (2, 2), 300.75),
+        palette,
+    ]
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_memory(url, "s") as memory:
+        recorded, _ = make_agent([SmolagentsRecorder(memory)])
+        recorded.run(FIRST_TASK, images=images)
+    with open_memory(url, "s") as memory:
+        fresh, fresh_model = make_agent()
+        SmolagentsRecorder(memory).restore(fresh)
+        fresh.run(NEXT_TASK, reset=False)
+    agent, model = make_agent()
+    agent.run(FIRST_TASK, images=images)
+    agent.run(NEXT_TASK, reset=False)
+    sent, resent = model.inputs[-1], fresh_model.inputs[-1]
+    assert _image_parts([resent[1]]) == _image_parts([sent[1]])
+    assert [image["mode"] for image in _image_parts([sent[1]])] == ["CMYK", "F", "P"]
+    assert message_dicts(resent) == message_dicts(sent)
+
+
+_EDITS_OF_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "append",
+                "append task",
+                "insert",
+                "set",
+                "del",
+                "pop",
+                "clear",
+                "assign",
+                "extend",
+                "reset",
+            ]
+        ),
+        st.integers(0, 8),
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_EDITS_OF_STEPS)
+def test_any_edits_of_the_steps_list_restore_to_it(edits: list[tuple[str, int]]) -> None:
+    """Whatever is done to agent.memory.steps through the list (append, insert, set, delete, clear, assign, reset), a restore gives the list."""
+    memory = Memory()
+    agent, _ = make_agent([SmolagentsRecorder(memory)])
+    made = iter(range(1, 1000))
+
+    def new_step(kind: str = "action") -> Any:
+        number = next(made)
+        if kind == "task":
+            return TaskStep(task=f"task {number}")
+        return ActionStep(step_number=number, timing=Timing(0.0, 1.0), observations=f"{number}")
+
+    for edit, at in edits:
+        steps = agent.memory.steps
+        where = at % (len(steps) + 1)
+        if edit == "append":
+            steps.append(new_step())
+        elif edit == "append task":
+            steps.append(new_step("task"))
+        elif edit == "insert":
+            steps.insert(where, new_step())
+        elif edit == "extend":
+            steps.extend([new_step(), new_step()])
+        elif edit == "assign":
+            agent.memory.steps = [new_step("task")] + [new_step() for _ in range(at % 3)]
+        elif edit == "reset":
+            agent.memory.reset()
+        elif edit == "clear":
+            steps.clear()
+        elif steps and edit == "set":
+            steps[where % len(steps)] = new_step()
+        elif steps and edit == "del":
+            del steps[where % len(steps)]
+        elif steps and edit == "pop":
+            steps.pop()
+    _, restored = restore_steps(memory)
+    assert [step.dict() for step in restored] == [step.dict() for step in agent.memory.steps]

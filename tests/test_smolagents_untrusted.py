@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("smolagents")
 
 from PIL import Image  # smolagents brings Pillow; both are checked for above
 from smolagents.memory import TaskStep
-from smolagents_agent import FIRST_TASK, make_agent
+from smolagents_agent import FIRST_TASK, image_state, make_agent
 
 from agents.integrations.smolagents import SmolagentsRecorder, restore_steps
 from agents.memory import CorruptSessionError, Memory, MemoryItem
@@ -73,7 +75,7 @@ def _timing() -> dict[str, Any]:
     return {"start_time": 1.0, "end_time": 2.0}
 
 
-def _rows_holding(data: bytes) -> dict[str, list[MemoryItem]]:
+def _rows_holding(data: Any) -> dict[str, list[MemoryItem]]:
     """One session per place a stored image can sit, each holding ``data`` there."""
     return {
         "task_images": [MemoryItem(kind="task", run=1, task="t", task_images=[data])],
@@ -313,58 +315,52 @@ def test_a_refused_restore_leaves_the_agent_and_the_store_as_they_were(tmp_path:
         assert memory.to_json() == before
 
 
-_MODES = {
-    "CMYK": "RGB",
-    "YCbCr": "RGB",
-    "LAB": "RGB",
-    "HSV": "RGB",
-    "RGBX": "RGB",
-    "RGBa": "RGBA",
-    "PA": "RGBA",
-    "La": "LA",
-    "I": "I;16",
-    "F": "I;16",
-    "I;16L": "I;16",
-    "I;16N": "I;16",
-    "RGB": "RGB",
-    "P": "P",
-    "1": "1",
-}
+def _image_in(mode: str) -> Image.Image:
+    """A 5x3 image in ``mode`` with distinct pixels (and, for P and PA, a palette of 6 colours)."""
+    if mode in ("P", "PA"):
+        image = Image.new(mode, (5, 3))
+        image.putpalette(bytes(range(18)), rawmode="RGB")
+    else:
+        image = Image.new(mode, (5, 3))
+    bands = len(image.getbands())
+    for x in range(5):
+        for y in range(3):
+            value = (x * 3 + y) % 6 if mode in ("P", "PA", "1") else x * 40 + y * 7 + 1
+            if mode == "1":
+                value = (x + y) % 2
+            if mode == "F":
+                value = value + 0.25 * y - 1e6 * (x == 4)
+            image.putpixel((x, y), value if bands == 1 else (value,) * bands)
+    return image
 
 
-@pytest.mark.parametrize(("mode", "stored_mode"), sorted(_MODES.items()))
-def test_images_in_any_mode_do_not_stop_the_run(mode: str, stored_mode: str) -> None:
-    """An image in a mode PNG cannot hold (CMYK, F, ...) is converted to one it can; the agent's run completes."""
+_ALL_MODES = [
+    "1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB",
+    "HSV", "I", "F", "I;16", "I;16B", "I;16L", "I;16N",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", _ALL_MODES)
+def test_images_in_every_mode_come_back_exact(mode: str) -> None:
+    """A task image in any Pillow mode is restored with its mode, size, pixels, palette and info."""
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
-    image = Image.new(mode, (3, 2))
+    image = _image_in(mode)
     agent.run(FIRST_TASK, images=[image])
-    stored = memory[1]["task_images"][0]
-    assert stored.startswith(b"\x89PNG")
     (task, *_) = restore_steps(memory)[1]
     assert isinstance(task, TaskStep)
-    assert task.task_images[0].mode == stored_mode
-    assert task.task_images[0].size == (3, 2)
+    assert image_state(task.task_images[0]) == image_state(image)
 
 
-def test_cmyk_pixels_come_back_as_pillow_converts_them() -> None:
-    """A CMYK image is stored as Pillow's RGB conversion of it."""
+def test_modes_png_holds_exactly_stay_png() -> None:
+    """RGB and the other modes a PNG gives back exactly are stored as PNG bytes; CMYK as a raw record."""
     memory = Memory()
     agent, _ = make_agent([SmolagentsRecorder(memory)])
-    image = Image.new("CMYK", (2, 2), (10, 20, 30, 40))
-    agent.run(FIRST_TASK, images=[image])
-    (task, *_) = restore_steps(memory)[1]
-    assert task.task_images[0].tobytes() == image.convert("RGB").tobytes()
-
-
-def test_float_images_keep_their_integer_part_up_to_16_bits() -> None:
-    """An F-mode image is stored as 16-bit greyscale: fractions dropped, values clipped to 0..65535."""
-    memory = Memory()
-    agent, _ = make_agent([SmolagentsRecorder(memory)])
-    images = [Image.new("F", (1, 1), value) for value in (300.7, 70000.0, -4.0)]
-    agent.run(FIRST_TASK, images=images)
-    (task, *_) = restore_steps(memory)[1]
-    assert [im.getpixel((0, 0)) for im in task.task_images] == [300, 65535, 0]
+    agent.run(FIRST_TASK, images=[_image_in("RGB"), _image_in("CMYK")])
+    png, raw = memory[1]["task_images"]
+    assert png.startswith(b"\x89PNG")
+    assert raw["mode"] == "CMYK"
+    assert raw["size"] == [5, 3]
 
 
 def test_hostile_rows_are_refused_on_every_store(store_url: str) -> None:
@@ -386,3 +382,88 @@ def test_hostile_rows_are_refused_on_every_store(store_url: str) -> None:
         pytest.raises(CorruptSessionError, match=r"Field 'run' of item 0 holds str 'one'"),
     ):
         SmolagentsRecorder(memory)
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    """A raw image record as the recorder writes one (CMYK, 3x2), with ``changes``."""
+    record = {"mode": "CMYK", "size": [3, 2], "pixels": zlib.compress(bytes(24))}
+    record.update(changes)
+    return record
+
+
+_BAD_RECORDS = {
+    "unknown mode": (_record(mode="EPS"), r"mode 'EPS' is not one the recorder writes raw"),
+    "size shape": (_record(size=[3]), r"size must be \[width, height\]"),
+    "negative size": (_record(size=[-3, 2]), r"size must be \[width, height\]"),
+    "pixels text": (_record(pixels="AAAA"), r"pixels must be bytes, got str"),
+    "too many pixels": (
+        _record(size=[100_000, 100_000]),
+        r"100000x100000 pixels is more than PIL.Image.MAX_IMAGE_PIXELS",
+    ),
+    "short pixels": (
+        _record(pixels=zlib.compress(bytes(23))),
+        r"CMYK 3x2 needs 24 bytes of pixels",
+    ),
+    "long pixels": (
+        _record(pixels=zlib.compress(bytes(25))),
+        r"CMYK 3x2 needs 24 bytes of pixels",
+    ),
+    "inflates far": (
+        _record(mode="L", size=[1, 1], pixels=zlib.compress(bytes(50_000_000))),
+        r"L 1x1 needs 1 bytes of pixels",
+    ),
+    "not zlib": (_record(pixels=b"\x00" * 24), r"the pixels are not zlib data"),
+    "palette on CMYK": (_record(palette=["RGB", bytes(3)]), r"a CMYK image has no palette"),
+    "palette size": (
+        _record(mode="P", size=[1, 1], pixels=zlib.compress(b"\x00"), palette=["RGB", bytes(770)]),
+        r"a RGB palette of 770 bytes is not whole colours, at most 256",
+    ),
+    "transparency": (_record(transparency={"a": 1}), r"transparency must be a whole number"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(_BAD_RECORDS), ids=sorted(_BAD_RECORDS))
+def test_a_damaged_raw_image_is_refused_in_every_image_field(bad: str) -> None:
+    """A raw image record whose parts disagree is refused before Image.frombytes, naming the field; the agent is unchanged."""
+    record, message = _BAD_RECORDS[bad]
+    for field, items in _rows_holding(record).items():
+        agent, _ = make_agent()
+        steps = agent.memory.steps
+        with pytest.raises(CorruptSessionError, match=message) as caught:
+            SmolagentsRecorder(Memory(items)).restore(agent)
+        assert field in str(caught.value)
+        assert agent.memory.steps is steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {
+            "mode": st.sampled_from(["1", "L", "P", "PA", "CMYK", "F", "I;16B", "RGB", "X"]),
+            "size": st.lists(st.integers(-2, 6), min_size=0, max_size=3),
+            "pixels": st.binary(max_size=40).map(zlib.compress) | st.binary(max_size=8),
+        },
+        optional={
+            "palette": st.lists(
+                st.sampled_from(["RGB", "RGBA", 1]) | st.binary(max_size=12), max_size=3
+            ),
+            "transparency": st.integers(-1, 300)
+            | st.binary(max_size=4)
+            | st.lists(st.integers(0, 9)),
+        },
+    )
+)
+def test_any_raw_image_record_restores_or_is_refused(record: dict[str, Any]) -> None:
+    """Whatever a raw image record holds, restore rebuilds an image of its mode and size or raises CorruptSessionError naming the record."""
+    memory = Memory([MemoryItem(kind="task", run=1, task="t", task_images=[record])])
+    try:
+        (task,) = restore_steps(memory)[1]
+    except CorruptSessionError as exc:
+        refused = str(exc)
+    else:
+        refused = ""
+    if refused:
+        assert "holds a raw image record that cannot be read" in refused
+        return
+    assert task.task_images[0].mode == record["mode"]
+    assert list(task.task_images[0].size) == record["size"]

@@ -471,3 +471,17 @@ def test_embedder_of_an_async_postgres_store_runs_off_the_loop(postgres_url: str
             h.item["step"]
             for h in sync.search("s", "click 2", 1, mode="semantic", embedder=embedder)
         ] == found
+
+
+def test_concurrent_append_steps_give_each_step_once(store_url: str) -> None:
+    """Thirty tasks numbering steps of one session at once through one async store get 1..30, each once."""
+
+    async def main() -> list[int]:
+        async with open_async_store(store_url) as store:
+            written = await asyncio.gather(
+                *(store.append_steps("s", [MemoryItem(task=n)]) for n in range(30))
+            )
+            assert [r.item["step"] for r in await store.records("s")] == list(range(1, 31))
+            return [records[0].item["step"] for records in written]
+
+    assert sorted(asyncio.run(main())) == list(range(1, 31))

@@ -27,12 +27,15 @@ T = TypeVar("T")
 AWAITED = frozenset(
     {
         "append",
+        "append_steps",
         "read",
         "records",
         "project",
         "tail",
         "search",
         "ranking",
+        "search_sessions",
+        "recall_sessions",
         "summary",
         "count",
         "session_info",

@@ -93,6 +93,58 @@ def test_concurrent_writers_lose_nothing(kind: str, durable_url: Callable[[str],
     assert seqs == sorted(set(seqs))
 
 
+NUMBERER = textwrap.dedent(
+    """
+    import sys
+    from agents.memory import MemoryItem
+    from agents.memory.stores import open_store
+
+    url, writer, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with open_store(url) as store:
+        for i in range(count):
+            (record,) = store.append_steps("shared", [MemoryItem(writer=writer, call=i)])
+            sys.stdout.write(f"{record.item['step']}\\n")
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgres"])
+def test_processes_numbering_steps_at_once_never_give_one_twice(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """Four processes taking the next step of one session at once get 1..n between them, each once."""
+    url = durable_url(kind)
+    with open_store(url):
+        pass  # created once, so the writers do not race to make it
+    writers, per_writer = 4, 60
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", NUMBERER, url, f"w{n}", str(per_writer)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        for n in range(writers)
+    ]
+    told = []
+    for child in children:
+        out, _ = child.communicate(timeout=300)
+        assert child.returncode == 0
+        told += [int(line) for line in out.split()]
+    everything = list(range(1, writers * per_writer + 1))
+    assert sorted(told) == everything
+    with open_store(url) as store:
+        records = store.records("shared")
+    assert [r.item["step"] for r in records] == everything
+    for n in range(writers):
+        assert [r.item["call"] for r in records if r.item["writer"] == f"w{n}"] == list(
+            range(per_writer)
+        )
+
+
 OPENER = textwrap.dedent(
     """
     import sys

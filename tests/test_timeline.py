@@ -336,12 +336,52 @@ def test_script_in_a_value_shows_as_text(tmp_path: Path, browser: Any) -> None:
 
 
 def test_unreadable_image_is_named_on_its_card(tmp_path: Path, browser: Any) -> None:
-    """An image path that cannot be read is named on the card, and the page still loads."""
-    memory = Memory([MemoryItem(step=1, screenshot=str(tmp_path / "gone.png"))])
+    """An image path that cannot be read is shown as its field and value, with the reason, and the page still loads."""
+    gone = tmp_path / "gone.png"
+    memory = Memory([MemoryItem(step=1, screenshot=str(gone))])
     browser.get_log("browser")
     open_page(browser, replay_html(memory, tmp_path / "gone.html"))
-    assert "gone.png" in browser.find_element("css selector", ".thumbs .missing").text
+    card = cards(browser)[0]
+    assert card.find_element("css selector", "dt").text == "screenshot"
+    value = card.find_element("css selector", "dd")
+    assert value.text.startswith(str(gone))
+    assert "gone.png" in value.find_element("css selector", ".missing").text
     assert console_errors(browser) == []
+
+
+def test_search_finds_an_unshown_image_by_its_path(tmp_path: Path, browser: Any) -> None:
+    """The search box matches an image field's value, and marks it on the card."""
+    memory = Memory(
+        [MemoryItem(step=1, screenshot=str(tmp_path / "gone.png")), MemoryItem(step=2, thought="x")]
+    )
+    open_page(browser, replay_html(memory, tmp_path / "gone.html"))
+    set_control(browser, "#search", "gone.png")
+    assert [card.find_element("css selector", "h2").text for card in cards(browser)] == ["step 1"]
+    assert browser.find_element("css selector", ".card dd mark").text == "gone.png"
+
+
+def test_a_non_image_value_in_an_image_field_stays_a_field(tmp_path: Path) -> None:
+    """A number under an image key is shown as a plain field, even beside a real image reference."""
+    page = page_text(
+        tmp_path,
+        Memory([MemoryItem(step=1, screenshot=str(tmp_path / "gone.png"), image_url=7)]),
+    )
+    assert '["image_url","7",0]' in page
+
+
+def test_lane_headers_stay_in_view_when_scrolled(tmp_path: Path, browser: Any) -> None:
+    """Scrolled deep into a long session, the lane headers stay visible below the page's header."""
+    open_page(browser, replay_html(large_session(600), tmp_path / "long.html"))
+    browser.execute_script("scrollTo(0, document.documentElement.scrollHeight / 2)")
+    settle(browser)
+    shown = browser.execute_script(
+        """
+        const head = document.querySelector('.lane-head'), box = head.getBoundingClientRect();
+        const under = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+        return scrollY > 0 && box.top >= 0 && box.bottom <= innerHeight && head.contains(under);
+        """
+    )
+    assert shown
 
 
 def large_session(n: int = 10_000) -> Memory:

@@ -356,6 +356,7 @@ def test_ufo3_log_is_recognised_and_steps_by_session_step(tmp_path: Path) -> Non
         "source": "ufo-log",
         "ufo_generation": "ufo3",
         "cost_keys": ["llm_cost"],
+        "agent_keys": ["agent_type"],
     }
     assert [item["agent_type"] for item in memory] == ["HostAgent", "AppAgent", "AppAgent"]
 

@@ -84,11 +84,13 @@ def value_text(value: Any) -> str:
     return ufo_json(value)
 
 
+def fold(text: str, width: int = _WIDTH) -> str:
+    """Return ``text`` cut to ``width`` characters, the last one an ellipsis, as the replays show long values."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _shown(value: Any) -> str:
-    text = value_text(value)
-    if len(text) > _WIDTH:
-        text = text[: _WIDTH - 1] + "…"
-    return text.replace("\n", "\n      ")
+    return fold(value_text(value)).replace("\n", "\n      ")
 
 
 def _lines(
@@ -111,11 +113,14 @@ def _lines(
         tags = [] if kind == "MemoryItem" else [kind]
         if label_key is not None and isinstance(fields.get(label_key), str):
             tags.insert(0, fields.pop(label_key))
+        if any(fields.get(key) for key in ERROR_KEYS):
+            # Marked in the words too, not only in red: plain output and logs keep it.
+            tags.append("error")
         out.append(("header", f"── {' · '.join([label, *tags])} ──"))
         images = [ref for key in image_keys if key in fields for ref in image_refs(fields.pop(key))]
         for key, value in fields.items():
             if key in ERROR_KEYS and value:
-                out.append(("error", f"  {key}: {_shown(value)}"))
+                out.append(("error", f"! {key}: {_shown(value)}"))
             elif (
                 key == cost_key and isinstance(value, (int, float)) and not isinstance(value, bool)
             ):
@@ -181,7 +186,12 @@ def _session_lines(
 def _title(memory: Memory | Iterable[MemoryItem], count: int) -> str:
     session = getattr(memory, "session_id", None)
     name = f"Session {session}" if session else "Session"
-    return f"{name}: {count} items"
+    return f"{name}: {plural(count, 'item')}"
+
+
+def plural(count: int, noun: str) -> str:
+    """Return ``"1 item"``, ``"2 items"``: the count with its noun in the right number."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 _STYLES: Final[dict[_Kind, str]] = {

@@ -140,7 +140,7 @@ class _Payload:
         self.steps.append(step)
 
     def _image(self, ref: str) -> list[Any]:
-        """Return ``[index of the embedded data URL, ref]``, or ``[-1, ref, why]`` when not embedded."""
+        """Return ``[index of the embedded data URL, ref, ""]``, or ``[-1, ref, why]`` when not embedded."""
         lowered = ref.lower()
         if lowered.startswith(("http://", "https://")):
             return [-1, ref, "link"]
@@ -154,7 +154,7 @@ class _Payload:
                 return [-1, ref, str(exc)]
             self.image_index[ref] = len(self.images)
             self.images.append(url)
-        return [self.image_index[ref], ref]
+        return [self.image_index[ref], ref, ""]
 
     def data(self) -> dict[str, Any]:
         return {
@@ -181,18 +181,21 @@ def timeline_step(
     ``{"p": position, "s": heading, "l": lane name, "k": class name or "",
     "f": [[key, text, 1 if an error field else 0], ...], "i": images}``;
     each image is what ``image(ref)`` makes of a reference found in
-    ``image_keys`` (the file page embeds it, the live server links it).
+    ``image_keys`` (the file page embeds it, the live server links it:
+    ``[where, ref, why not shown or ""]``) followed by the field's key, so
+    an image that is not shown is named with its field, value and reason.
     """
     fields = item.to_dict()
     step = fields.pop(step_key, None)
     label = _NO_LANE
     if label_key is not None and label_key in fields:
         label = value_text(fields.pop(label_key)) or _NO_LANE
-    refs = [ref for key in image_keys if key in fields for ref in image_refs(fields[key])]
-    images = [image(ref) for ref in refs]
+    images: list[list[Any]] = []
     for key in image_keys:
-        if refs and key in fields:
+        refs = image_refs(fields[key]) if key in fields else []
+        if refs:  # a field holding no image reference (a number, say) stays a plain field
             del fields[key]
+            images += [[*image(ref), key] for ref in refs]
     shown = [
         [key, value_text(value), 1 if key in ERROR_KEYS and value else 0]
         for key, value in fields.items()

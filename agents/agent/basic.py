@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, Any, Final
 
+from agents.agent._replay import plural
 from agents.agent._replay import replay as _replay
 from agents.memory._item import MemoryItem
 from agents.memory.blackboard import Blackboard
@@ -277,7 +278,7 @@ class BasicAgent:
             self._memory,
             file=file,
             color=color,
-            title=f"Agent {self.name}: {len(self._memory)} items",
+            title=f"Agent {self.name}: {plural(len(self._memory), 'item')}",
         )
 
     def __repr__(self) -> str:

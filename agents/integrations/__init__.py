@@ -1,8 +1,8 @@
 """Adapters between kvmemory and the agent frameworks people already run.
 
 * :mod:`agents.integrations.smolagents`: record a smolagents agent's memory
-  in a kvmemory session as it runs, and restore it into a new agent
-  (extra ``kvmemory[smolagents]``).
+  in a kvmemory session as it changes, restore it into a new agent, and read
+  a dump of smolagents' ``get_full_steps()`` (extra ``kvmemory[smolagents]``).
 * :mod:`agents.integrations.ufo`: turn a UFO 2 or UFO 3 run's log folder
   into a session, and read UFO's configuration for the switch-over files of
   ``docs/ufo.md``.

@@ -98,16 +98,18 @@ class UfoLogGeneration:
         name: ``"ufo2"`` or ``"ufo3"``.
         step_key: The field that numbers a step (``Step``; ``session_step``).
         cost_key: The field that holds a step's model cost (``Cost``; ``llm_cost``).
+        agent_key: The field that names a step's agent (``Agent``; ``agent_type``).
     """
 
     name: str
     step_key: str
     cost_key: str
+    agent_key: str
 
 
 UFO_LOG_GENERATIONS: Final[dict[str, UfoLogGeneration]] = {
-    "ufo2": UfoLogGeneration("ufo2", "Step", "Cost"),
-    "ufo3": UfoLogGeneration("ufo3", "session_step", "llm_cost"),
+    "ufo2": UfoLogGeneration("ufo2", "Step", "Cost", "Agent"),
+    "ufo3": UfoLogGeneration("ufo3", "session_step", "llm_cost", "agent_type"),
 }
 """The log shapes :func:`read_ufo_log` knows, by name."""
 
@@ -414,7 +416,12 @@ def read_ufo_log(
             "folder are linked (absolute paths with allow_absolute=True / --allow-absolute)."
         )
         warnings.warn(SkippedRecordWarning(msg), stacklevel=2)
-    metadata = {"source": "ufo-log", "ufo_generation": shape.name, "cost_keys": [shape.cost_key]}
+    metadata = {
+        "source": "ufo-log",
+        "ufo_generation": shape.name,
+        "cost_keys": [shape.cost_key],
+        "agent_keys": [shape.agent_key],
+    }
     return Memory(
         items,
         step_key=step_key if step_key is not None else shape.step_key,
@@ -436,8 +443,9 @@ def import_ufo_log(
 ) -> int:
     """Write a UFO run's log into a store session, all or nothing; return the number of steps.
 
-    The session's metadata gets the log's ``source``, ``ufo_generation`` and
-    ``cost_keys`` (which ``kvmemory stats`` sums by default), added to what
+    The session's metadata gets the log's ``source``, ``ufo_generation``,
+    ``cost_keys`` (which ``kvmemory stats`` sums by default) and
+    ``agent_keys`` (which the session lists show as the agents), added to what
     the session already holds.
 
     Args:

@@ -4,7 +4,8 @@ The server lists the store's sessions and opens each in the same timeline
 page that ``replay_html`` writes, in a live mode: the page asks the server
 for the newest steps (:meth:`Store.tail`), loads earlier ones on demand,
 polls for steps other processes append (:meth:`Store.records` with
-``after``), and searches through the store's own :meth:`Store.search`.
+``after``), and searches through the store's own :meth:`Store.search`; a
+hit opens in place among its neighbours (:meth:`SessionService.around`).
 It never holds a whole session, so a session of a million steps opens as
 fast as one of a hundred.
 
@@ -13,14 +14,19 @@ created, migrated or written. It binds 127.0.0.1 by default; binding any
 other address needs a token, which every request must then bear (the page,
 the JSON API and images alike), as ``?token=`` on the first visit (the
 answer sets a cookie and redirects to the address without the token), a
-cookie, or ``Authorization: Bearer``. Anything else gets a bare 401.
+cookie, or ``Authorization: Bearer``. Anything else gets a bare 401. On
+loopback, a request addressed to another host name or sent by another site's
+page is refused (421 or 403), so a web page cannot read the store through DNS
+rebinding; the gate is :class:`agents.integrations._local.LocalGate`, the
+same as ``kvmemory mcp --http``'s.
 
 Every value reaches the browser as JSON and is put in the page as text
 only; the pages carry a strict Content-Security-Policy (no script but the
-page's own, no connection but to this server). An image field is shown as
-its name, or, for a path inside a folder given with ``image_dirs``
-(``--images``), served by an endpoint that checks the folder and the
-image's bytes again on every request.
+page's own, no connection but to this server). An image is shown only for
+a path inside a folder given with ``image_dirs`` (``--images``), served by
+an endpoint that checks the folder and the image's bytes again on every
+request; any other image field is named on its card with its value, as
+text, and the reason it is not shown.
 
 Starlette and uvicorn (``pip install 'kvmemory[serve]'``) are imported when
 the app is built.
@@ -29,20 +35,15 @@ the app is built.
 from __future__ import annotations
 
 import datetime as dt
-import hmac
 import html
 import os
 import socket
-import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import attrs
-
-from agents.agent._replay import value_text
 from agents.agent._timeline import live_page, timeline_step
-from agents.integrations._local import LOOPBACK, image_root
+from agents.integrations._local import LocalGate, check_bind, image_root
 from agents.memory import _codec
 from agents.memory.exceptions import (
     AgentMemoryError,
@@ -54,6 +55,7 @@ from agents.memory.exceptions import (
 )
 from agents.memory.prompt import DEFAULT_IMAGE_KEYS
 from agents.memory.stores import Store, StoredRecord, open_store
+from agents.service import SessionService
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -90,25 +92,10 @@ _LIST_CSP: Final = (
 _API_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
 
 
-@attrs.define
-class _Figures:
-    """What the session list shows of one session, kept until its item count changes."""
-
-    count: int
-    last_seq: int | None
-    cost: float
-    agents: set[str]
-    last_step: str
-    created: str
-    step_key: str
-    cost_keys: tuple[str, ...]
-    changed: str = ""
-    """When this server last saw the item count change (empty until it does)."""
-
-
 def live_app(
     store: Store,
     *,
+    host: str = "127.0.0.1",
     token: str | None = None,
     image_dirs: Sequence[str | os.PathLike[str]] = (),
     embedder: Embedder | None = None,
@@ -123,10 +110,14 @@ def live_app(
     Args:
         store: The store to show; open it with ``read_only=True`` (the app
             only reads, and a read-only handle makes sure).
+        host: The address the app is served on. On a loopback address (the
+            default) every request must be addressed to a loopback name
+            (``Host``) and come from no other site (``Origin``), or it gets
+            421 or 403: the protection against DNS rebinding.
         token: When given, every request must bear it (``?token=``, the cookie
             that answer sets, or ``Authorization: Bearer``); others get 401.
-        image_dirs: Folders whose images the pages may show; an image path
-            elsewhere is shown as its name only.
+        image_dirs: Folders whose images the pages may show; an image field
+            with a path elsewhere is shown as its value, with the reason.
         embedder: Offer semantic and hybrid search for the sessions whose
             vectors came from this model.
         poll_seconds: How often an open page asks for new steps.
@@ -142,7 +133,8 @@ def live_app(
 
     Raises:
         MissingDependencyError: naming ``kvmemory[serve]`` when Starlette is missing.
-        InvalidArgumentError: for a token shorter than 16 characters, a poll
+        InvalidArgumentError: for a token shorter than 16 characters, a ``host``
+            beyond loopback without a token, a poll
             interval outside 0.1 to 3600 seconds, or an image folder that is not a directory.
     """
     try:
@@ -151,9 +143,7 @@ def live_app(
         from starlette.routing import Route
     except ImportError as exc:
         raise missing_dependency("starlette", "serve") from exc
-    if token is not None and (type(token) is not str or len(token) < 16):
-        msg = "The serve token must be a string of at least 16 characters; make one with: python -c 'import secrets; print(secrets.token_urlsafe())'."
-        raise InvalidArgumentError(msg)
+    check_bind(host, token, server="the live view")
     if not 0.1 <= poll_seconds <= 3600:
         msg = f"poll_seconds must be between 0.1 and 3600, got {poll_seconds!r}."
         raise InvalidArgumentError(msg)
@@ -187,7 +177,7 @@ def live_app(
     def session_page(request: Request) -> Response:
         sid = request.query_params.get("id", "")
         try:
-            info = view.info(sid)
+            info = view.service.info(sid)
         except AgentMemoryError as exc:
             return HTMLResponse(_error_page(str(exc)), 400, headers=_headers(_LIST_CSP))
         if info is None:
@@ -199,8 +189,8 @@ def live_app(
             "session": sid,
             "page": _PAGE_SIZE,
             "poll_ms": poll_ms,
-            "modes": view.modes(sid),
-            "cost": view.cost_keys(info.metadata)[0],
+            "modes": view.service.modes(sid),
+            "cost": view.service.cost_keys(info)[0],
             "tokens": tokens_key,
         }
         page, policy = live_page(f"Session {sid} (live)", config, csp=_TIMELINE_CSP)
@@ -232,6 +222,15 @@ def live_app(
         try:
             seq = _int(params.get("seq", "-1"), "seq", -1, 2**63 - 1)
             return json(view.after(params.get("session", ""), None if seq < 0 else seq))
+        except AgentMemoryError as exc:
+            return failed(exc)
+
+    def api_around(request: Request) -> Response:
+        params = request.query_params
+        try:
+            seq = _int(params.get("seq", ""), "seq", 0, 2**63 - 1)
+            n = _int(params.get("n", str(_PAGE_SIZE // 2)), "n", 0, 50_000)
+            return json(view.around(params.get("session", ""), seq, n))
         except AgentMemoryError as exc:
             return failed(exc)
 
@@ -271,14 +270,14 @@ def live_app(
             Route("/api/sessions", api_sessions),
             Route("/api/tail", api_tail),
             Route("/api/after", api_after),
+            Route("/api/around", api_around),
             Route("/api/count", api_count),
             Route("/api/search", api_search),
             Route("/image", image),
             Route("/favicon.ico", lambda request: Response(b"", 204, headers=_headers(_API_CSP))),
         ],
     )
-    if token is not None:
-        app.add_middleware(_TokenGate, token=token)
+    app.add_middleware(LocalGate, host=host, token=token, cookie=_COOKIE)
     return app
 
 
@@ -314,19 +313,19 @@ def serve(
         StoreError: if the store cannot be opened.
         OSError: if the address cannot be bound (a port in use, an unknown host).
     """
-    if host not in LOOPBACK and token is None:
-        msg = (
-            f"Serving the live view on {host!r} lets other machines read the store; set a token "
-            "in the variable named by --token-env (default KVMEMORY_SERVE_TOKEN) to bind anywhere but 127.0.0.1."
-        )
-        raise InvalidArgumentError(msg)
+    check_bind(host, token, server="the live view")
     try:
         import uvicorn
     except ImportError as exc:
         raise missing_dependency("uvicorn", "serve") from exc
     with open_store(url, read_only=True) as store:
         app = live_app(
-            store, token=token, image_dirs=image_dirs, embedder=embedder, poll_seconds=poll_seconds
+            store,
+            host=host,
+            token=token,
+            image_dirs=image_dirs,
+            embedder=embedder,
+            poll_seconds=poll_seconds,
         )
         with _bind(host, port) as sock:
             where = f"[{host}]" if ":" in host else host
@@ -358,7 +357,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 class _View:
-    """The store's side of the app: every read, under one lock, with the session list's cache."""
+    """The store's side of the app: the session service, and what the pages need of each step."""
 
     def __init__(
         self,
@@ -369,110 +368,38 @@ class _View:
         label_key: str,
         image_keys: tuple[str, ...],
     ) -> None:
-        self.store = store
+        self.service = SessionService(
+            store, cost_key=cost_key, agent_key=label_key, embedder=embedder
+        )
         self.roots = roots
-        self.embedder = embedder
-        self.cost_key = cost_key
-        self.label_key = label_key
         self.image_keys = image_keys
-        self.lock = threading.Lock()  # one read at a time: the stores' handles are shared
-        self.figures: dict[str, _Figures] = {}
-        self.step_keys: dict[str, str] = {}
+        self.lanes: dict[str, str] = {}
 
     def sessions(self) -> list[dict[str, Any]]:
-        with self.lock:
-            rows = []
-            for sid in self.store.sessions():
-                figures = self._figures(sid)
-                rows.append(
-                    {
-                        "id": sid,
-                        "items": figures.count,
-                        "agents": sorted(figures.agents),
-                        "last_step": figures.last_step,
-                        "created": figures.created,
-                        "changed": figures.changed,
-                        "cost": figures.cost,
-                    }
-                )
-            return rows
-
-    def _figures(self, sid: str) -> _Figures:
-        """Count a session once per item count: a reload of an unchanged list reads one count per session."""
-        count = self.store.count(sid)
-        known = self.figures.get(sid)
-        if known is not None and known.count == count:
-            return known
-        seen = _now() if known is not None else ""
-        if known is not None and count > known.count and known.last_seq is not None:
-            new = self.store.records(sid, after=known.last_seq, on_unknown_class="base")
-            if len(new) == count - known.count:  # only appends since: add them up
-                self._add(known, new)
-                known.count = count
-                known.changed = seen
-                return known
-        info = self.store.session_info(sid)
-        created = "" if info is None else info.created.strftime("%Y-%m-%d %H:%M:%S UTC")
-        step_key = "step" if info is None else info.step_key
-        keys = self.cost_keys(info.metadata if info is not None else {})
-        figures = _Figures(0, None, 0.0, set(), "", created, step_key, keys)
-        for page in self.store.pages(sid, on_unknown_class="base"):
-            self._add(figures, page)
-        figures.count = count
-        figures.changed = seen
-        self.figures[sid] = figures
-        return figures
-
-    def _add(self, figures: _Figures, records: Sequence[StoredRecord]) -> None:
-        for record in records:
-            item = record.item
-            for key in figures.cost_keys:
-                value = item.get_value(key) if key in item else None
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    figures.cost += value
-            if self.label_key in item:
-                figures.agents.add(value_text(item.get_value(self.label_key)))
-            figures.last_seq = record.seq
-        if records:
-            last = records[-1].item
-            key = figures.step_key
-            figures.last_step = value_text(last.get_value(key)) if key in last else ""
-
-    def info(self, sid: str) -> Any:
-        with self.lock:
-            info = self.store.session_info(sid)
-            if info is not None:
-                self.step_keys[sid] = info.step_key
-            return info
-
-    def cost_keys(self, metadata: dict[str, Any]) -> tuple[str, ...]:
-        """Return the cost fields a session's importer saved in its metadata, else ``cost_key``."""
-        keys = metadata.get("cost_keys")
-        if isinstance(keys, list) and keys and all(type(key) is str and key for key in keys):
-            return tuple(keys)
-        return (self.cost_key,)
-
-    def modes(self, sid: str) -> list[str]:
-        modes = ["keyword"]
-        if self.embedder is not None:
-            with self.lock:
-                model = self.store.vector_model(sid)
-            if model is not None and model.name == self.embedder.name:
-                modes += ["semantic", "hybrid"]
-        return modes
+        return [
+            {
+                "id": row.session_id,
+                "items": row.items,
+                "agents": list(row.agents),
+                "last_step": row.last_step,
+                "created": _when(row.created),
+                "changed": _when(row.changed),
+                "cost": row.cost,
+            }
+            for row in self.service.overviews()
+        ]
 
     def _steps(self, sid: str, records: Sequence[StoredRecord]) -> list[dict[str, Any]]:
-        step_key = self.step_keys.get(sid)
-        if step_key is None:
-            info = self.store.session_info(sid)
-            step_key = self.step_keys[sid] = "step" if info is None else info.step_key
+        lane = self.lanes.get(sid)
+        if lane is None:
+            lane = self.lanes[sid] = self.service.agent_keys(self.service.info(sid))[0]
         return [
             timeline_step(
                 record.seq,
                 record.item,
-                step_key=step_key,
+                step_key=self.service.step_key(sid),
                 image_keys=self.image_keys,
-                label_key=self.label_key,
+                label_key=lane,
                 image=self._image_ref,
             )
             for record in records
@@ -480,76 +407,50 @@ class _View:
 
     def tail(self, sid: str, n: int, before: int | None) -> dict[str, Any]:
         """Return the last ``n`` items of a session, or the last ``n`` before seq ``before``."""
-        with self.lock:
-            if before is None:
-                window = self.store.tail(sid, n + 1, on_unknown_class="base")
-                earlier = len(window) > n
-                records = window[-n:]
-            else:
-                # The store reads from the end: ask for enough to reach past ``before``.
-                want = n + 1
-                while True:
-                    window = self.store.tail(sid, want, on_unknown_class="base")
-                    older = [r for r in window if r.seq < before]
-                    if len(older) > n or len(window) < want:
-                        break
-                    want *= 2
-                earlier = len(older) > n
-                records = older[-n:]
-            # No count: counting a long session's rows would make opening it grow
-            # with its length (the page asks /api/count once it shows the steps).
-            return {
-                "steps": self._steps(sid, records),
-                "first": records[0].seq if records else None,
-                "last": records[-1].seq if records else None,
-                "earlier": earlier,
-            }
+        window = self.service.tail(sid, n, before=before)
+        records = window.records
+        # No count: counting a long session's rows would make opening it grow
+        # with its length (the page asks /api/count once it shows the steps).
+        return {
+            "steps": self._steps(sid, records),
+            "first": records[0].seq if records else None,
+            "last": records[-1].seq if records else None,
+            "earlier": window.earlier,
+        }
 
     def count(self, sid: str) -> dict[str, Any]:
         """Return a session's item count with the seq of its newest item, read together."""
-        with self.lock:
-            count = self.store.count(sid)
-            newest = self.store.tail(sid, 1, on_unknown_class="base")
-            return {"count": count, "last": newest[-1].seq if newest else None}
+        count, last = self.service.count(sid)
+        return {"count": count, "last": last}
+
+    def around(self, sid: str, seq: int, n: int) -> dict[str, Any]:
+        """Return the item at seq ``seq`` with up to ``n`` items each side (a search hit opened in place)."""
+        window = self.service.around(sid, seq, n)
+        records = window.records
+        return {
+            "steps": self._steps(sid, records),
+            "first": records[0].seq if records else None,
+            "last": records[-1].seq if records else None,
+            "earlier": window.earlier,
+            "later": window.later,
+        }
 
     def after(self, sid: str, seq: int | None) -> dict[str, Any]:
-        with self.lock:
-            # No count here: counting a long session's rows costs more than the poll itself.
-            records = self.store.records(sid, after=seq, on_unknown_class="base")
-            more = len(records) > _MOST_NEW
-            records = records[:_MOST_NEW]
-            return {
-                "steps": self._steps(sid, records),
-                "last": records[-1].seq if records else seq,
-                "more": more,
-            }
+        # No count here: counting a long session's rows costs more than the poll itself.
+        records, more = self.service.after(sid, seq, _MOST_NEW)
+        return {
+            "steps": self._steps(sid, records),
+            "last": records[-1].seq if records else seq,
+            "more": more,
+        }
 
     def search(self, sid: str, query: str, mode: str) -> dict[str, Any]:
-        if mode not in ("keyword", "semantic", "hybrid"):
-            msg = f"Unknown search mode {mode!r}; use keyword, semantic or hybrid."
-            raise InvalidQueryError(msg)
-        with self.lock:
-            if mode == "keyword":
-                hits = self.store.search(sid, query, _HITS, on_unknown_class="base")
-            else:
-                if self.embedder is None:
-                    msg = (
-                        "This server has no embedder for semantic search; start it with --embedder."
-                    )
-                    raise InvalidQueryError(msg)
-                hits = self.store.search(
-                    sid,
-                    query,
-                    _HITS,
-                    mode="semantic" if mode == "semantic" else "hybrid",
-                    embedder=self.embedder,
-                    on_unknown_class="base",
-                )
-            records = [StoredRecord(hit.seq, hit.item) for hit in hits]
-            return {"steps": self._steps(sid, records), "scores": [hit.score for hit in hits]}
+        hits = self.service.search(sid, query, _HITS, mode=mode)
+        records = [StoredRecord(hit.seq, hit.item) for hit in hits]
+        return {"steps": self._steps(sid, records), "scores": [hit.score for hit in hits]}
 
     def _image_ref(self, ref: str) -> list[Any]:
-        """Return ``[URL, ref]`` for an image this server shows, or ``[None, ref, why]``."""
+        """Return ``[URL, ref, ""]`` for an image this server shows, or ``[None, ref, why]``."""
         lowered = ref.lower()
         if lowered.startswith(("http://", "https://")):
             return [None, ref, "link"]
@@ -560,7 +461,7 @@ class _View:
         path = self._allowed(ref)
         if path is None or _image_type(path, 12) is None:
             return [None, ref, "not an image file inside an --images folder"]
-        return ["/image?path=" + urllib.parse.quote(ref, safe=""), ref]
+        return ["/image?path=" + urllib.parse.quote(ref, safe=""), ref, ""]
 
     def _allowed(self, ref: str) -> str | None:
         if not ref or "\x00" in ref:
@@ -598,8 +499,8 @@ def _image_type(path: str, size: int) -> tuple[bytes, str] | None:
     return None
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _when(moment: dt.datetime | None) -> str:
+    return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _shown_url(url: str) -> str:
@@ -685,75 +586,3 @@ def _error_page(message: str) -> str:
         f"<style>{_PAGE_STYLE}</style></head><body><main><h1>Cannot show this</h1>"
         f'<p>{html.escape(message)}</p><p><a href="/">all sessions</a></p></main></body></html>'
     )
-
-
-class _TokenGate:
-    """An ASGI wrapper that answers 401, and nothing else, to a request without the token."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self._app = app
-        self._token = token.encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self._app(scope, receive, send)
-            return
-        given: list[bytes] = []
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization" and value.startswith(b"Bearer "):
-                given.append(value[7:])
-            elif name == b"cookie":
-                for part in value.split(b";"):
-                    key, _, text = part.strip().partition(b"=")
-                    if key == _COOKIE.encode():
-                        given.append(text)
-        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        from_query = [text.encode() for text in query.get("token", [])]
-        if not any(hmac.compare_digest(value, self._token) for value in given + from_query):
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
-                return
-            body = b"401 Unauthorized\n"
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"text/plain; charset=utf-8"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b"Bearer"),
-                        (b"cache-control", b"no-store"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        if not from_query or scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        # A token in the address: set it as a cookie and send the browser to the same
-        # address without it, so it stays out of the address bar, history and referrers.
-        kept = [
-            (key, value)
-            for key, value in urllib.parse.parse_qsl(
-                scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True
-            )
-            if key != "token"
-        ]
-        where = urllib.parse.quote(scope.get("path", "/")) + (
-            "?" + urllib.parse.urlencode(kept) if kept else ""
-        )
-        cookie = f"{_COOKIE}={self._token.decode()}; Path=/; HttpOnly; SameSite=Strict"
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 303,
-                "headers": [
-                    (b"location", where.encode("latin-1")),
-                    (b"set-cookie", cookie.encode("latin-1")),
-                    (b"content-length", b"0"),
-                    (b"cache-control", b"no-store"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": b""})

@@ -101,6 +101,7 @@ if _TYPE_CHECKING:
         ufo_json,
         values_of,
     )
+    from agents.memory.stores import SessionHit
 
 # Names whose modules load on first use (module __getattr__, PEP 562), so that
 # ``import agents.memory`` imports only the core: items, memory, codec, session files, errors.
@@ -116,6 +117,7 @@ _LAZY: dict[str, str] = {
     "LastMessages": "agents.memory.conversation",
     "MessageSelector": "agents.memory.conversation",
     "ROLES": "agents.memory.messages",
+    "SessionHit": "agents.memory.stores",
     "TiktokenCounter": "agents.memory.prompt",
     "TokenBudget": "agents.memory.conversation",
     "TokenCounter": "agents.memory.prompt",
@@ -199,6 +201,7 @@ __all__ = [
     "OnUnknownClass",
     "SchemaVersionError",
     "SerializationError",
+    "SessionHit",
     "SessionPages",
     "SkippedRecordWarning",
     "StepNotFoundError",

@@ -24,6 +24,7 @@ __all__ = [
     "project_fields",
     "report_unmatched",
     "to_names",
+    "unmatched_key_message",
     "values_of",
 ]
 
@@ -138,21 +139,38 @@ def report_unmatched(
         if not pending:
             return
     for key in pending:
-        names = " or ".join(repr(n) for n in key.names)
-        close = difflib.get_close_matches(key.name, list(present), n=1)
-        hint = (
-            f"did you mean {close[0]!r}? Add it as an alias: Key({key.name!r}, aliases=({close[0]!r},))"
-            if close
-            else "check the spelling or add an alias with Key(name, aliases=(...))"
-        )
-        shown = list(present)[:12]
-        msg = (
-            f"Key {names} matches none of the {len(items)} selected items, so the prompt gets no "
-            f"value for it; the items hold keys {shown}; {hint}."
-        )
+        msg = unmatched_key_message(key.names, len(items), list(present))
         if strict:
             raise UnmatchedKeyError(msg)
         warnings.warn(UnmatchedKeyWarning(msg), stacklevel=3)
+
+
+def unmatched_key_message(
+    names: Sequence[str],
+    selected: int,
+    present: Sequence[str],
+    *,
+    consequence: str = "the prompt gets no value for it",
+    alias_hint: bool = True,
+) -> str:
+    """Say that a key (under any of ``names``) matches none of ``selected`` items holding ``present`` keys, and suggest the closest.
+
+    The message :meth:`Memory.project` warns with; ``kvmemory show --keys``
+    prints the same, with its own ``consequence`` and no advice on ``Key`` aliases.
+    """
+    shown_names = " or ".join(repr(n) for n in names)
+    close = difflib.get_close_matches(names[0], list(present), n=1)
+    if not alias_hint:
+        hint = f"did you mean {close[0]!r}?" if close else "check the spelling"
+    elif close:
+        hint = f"did you mean {close[0]!r}? Add it as an alias: Key({names[0]!r}, aliases=({close[0]!r},))"
+    else:
+        hint = "check the spelling or add an alias with Key(name, aliases=(...))"
+    shown = list(present)[:12]
+    return (
+        f"Key {shown_names} matches none of the {selected} selected items, so {consequence}; "
+        f"the items hold keys {shown}; {hint}."
+    )
 
 
 def latest_value(source: Memory | Iterable[MemoryItem], key: str | Key, default: Any = None) -> Any:

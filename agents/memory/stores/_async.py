@@ -234,12 +234,15 @@ class AsyncStore:
         return await asyncio.shield(running)
 
     append = _store_call(Store.append)
+    append_steps = _store_call(Store.append_steps)
     read = _store_call(Store.read)
     records = _store_call(Store.records)
     project = _store_call(Store.project)
     tail = _store_call(Store.tail)
     search = _store_call(Store.search)
     ranking = _store_call(Store.ranking)
+    search_sessions = _store_call(Store.search_sessions)
+    recall_sessions = _store_call(Store.recall_sessions)
     summary = _store_call(Store.summary)
     count = _store_call(Store.count)
     session_info = _store_call(Store.session_info)
@@ -328,7 +331,8 @@ class AsyncWriteBatch:
     encode at once. On a clean exit the transaction runs on the store's
     worker thread or, for PostgreSQL, on the loop's; leaving the block with
     an exception writes nothing. The seqs written are in ``appended``,
-    ``updated`` and ``deleted`` afterwards.
+    ``updated`` and ``deleted`` afterwards, and the items numbered by
+    ``append(..., number_steps=True)`` in ``numbered``.
     """
 
     def __init__(self, store: AsyncStore, batch: WriteBatch) -> None:
@@ -345,6 +349,11 @@ class AsyncWriteBatch:
     def appended(self) -> list[int]:
         """The seqs given to the appended items, in order (after the block)."""
         return self.batch.appended
+
+    @property
+    def numbered(self) -> list[MemoryItem]:
+        """The items ``append(..., number_steps=True)`` numbered, as written (after the block)."""
+        return self.batch.numbered
 
     @property
     def updated(self) -> list[int]:

@@ -50,7 +50,8 @@ class Backend:
     :meth:`clear_rows`, :meth:`row_index`; then :meth:`delete_session` and
     :meth:`close`). The others have defaults built on those, which a backend
     overrides where its engine does better (read the last rows of a session
-    without the rest, rank by keyword from an index it keeps). The vector
+    without the rest, :meth:`last_step` without the whole row index, rank by
+    keyword from an index it keeps). The vector
     operations are optional as a group: set :attr:`keeps_vectors` and
     implement them for semantic search in the store.
 
@@ -125,6 +126,20 @@ class Backend:
         """Return the ids of every session, sorted by code point."""
         raise NotImplementedError
 
+    def read_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Return ``{session_id: (step_key, created, metadata)}`` of those of ``session_ids`` that exist.
+
+        A store-wide search with a metadata filter asks this of every session
+        in its scope; by default each is read with :meth:`read_session`, and
+        a backend whose engine reads many sessions in one query overrides it.
+        """
+        out = {}
+        for sid in session_ids:
+            row = self.read_session(sid)
+            if row is not None:
+                out[sid] = row
+        return out
+
     # -- writing ---------------------------------------------------------------------
 
     def transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
@@ -184,6 +199,16 @@ class Backend:
         """Return ``(seq, step_text, created)`` of every row of a session, in seq order."""
         raise NotImplementedError
 
+    def last_step(self, tx: Any, session_id: str) -> tuple[int, str | None]:
+        """Return the session's row count and the step text of its last row (``None`` for none), inside ``tx``.
+
+        :meth:`Store.append_steps` numbers new steps from these in the same
+        transaction that inserts them. The default reads :meth:`row_index`;
+        a backend whose engine can read the last row alone overrides it.
+        """
+        index = self.row_index(tx, session_id)
+        return len(index), (index[-1][1] if index else None)
+
     def delete_session(self, session_id: str) -> bool:
         """Delete a session, its rows and vectors in one transaction; return whether it existed.
 
@@ -224,6 +249,22 @@ class Backend:
         keyword index (from the terms each insert hands it) answers here
         with the ranking ``Memory.search`` gives; by default the store reads
         the session a page at a time and scores it.
+        """
+        return None
+
+    def keyword_top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions at once, or ``None``.
+
+        ``session_ids`` are existing sessions, sorted by code point; the
+        ranking is the one ``Memory.search`` gives over a memory holding
+        their items one session after the other (in that order, each in
+        seq order): the statistics (item count, average length, each term's
+        document frequency) are those of all of them together, and ties go
+        by session id, then seq. ``None`` (the default) has the store read
+        the sessions a page at a time and score them; a backend that keeps a
+        keyword index answers here without reading the items.
         """
         return None
 

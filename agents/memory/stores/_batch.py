@@ -41,7 +41,9 @@ class WriteBatch:
     After the block, :attr:`appended` holds the seqs given to the appended
     items (in order), :attr:`updated` the seqs of the updated rows that
     existed, and :attr:`deleted` the seqs removed by ``delete``,
-    ``keep_last`` and ``expire`` (not by ``clear``), increasing.
+    ``keep_last`` and ``expire`` (not by ``clear``), increasing. Items staged
+    with ``append(..., number_steps=True)`` that had no step are numbered in
+    the transaction; :attr:`numbered` then holds them as written, in order.
     """
 
     def __init__(
@@ -57,15 +59,26 @@ class WriteBatch:
         self._append: list[Row] = []
         # The search terms of _append and _update, handed to the backend with the rows.
         self._append_terms: list[Terms] = []
+        # Items to number in the transaction, by their position in _append.
+        self._unnumbered: dict[int, MemoryItem] = {}
         self._update_terms: list[Terms] = []
         self._keep_last: int | None = None
         self._older_than: float | None = None
         self.appended: list[int] = []
         self.updated: list[int] = []
         self.deleted: list[int] = []
+        self.numbered: list[MemoryItem] = []
 
-    def append(self, items: Iterable[MemoryItem]) -> None:
+    def append(self, items: Iterable[MemoryItem], *, number_steps: bool = False) -> None:
         """Stage appending ``items``, in order.
+
+        Args:
+            items: The items to append.
+            number_steps: Give each item without a step field the session's
+                next step number, read in the write transaction itself, so
+                that two writers never give out the same number (see
+                :func:`next_step` for the rule). The caller's items are not
+                changed: the numbered copies are in :attr:`numbered` after the block.
 
         Raises:
             StoreArgumentError: if an element is not a ``MemoryItem``; nothing is staged.
@@ -77,6 +90,11 @@ class WriteBatch:
                 msg = f"Element {position} is a {type(item).__name__}, not a MemoryItem; nothing was written to session {self.session_id!r}."
                 raise StoreArgumentError(msg)
         rows = encode_rows(batch, self.step_key, self._on_unencodable)
+        if number_steps:
+            start = len(self._append)
+            for offset, item in enumerate(batch):
+                if self.step_key not in item:
+                    self._unnumbered[start + offset] = item
         self._append_terms.extend(rows_terms(batch, rows, self._on_unencodable))
         self._append.extend(rows)
 
@@ -158,6 +176,7 @@ class WriteBatch:
         )
         if only_appends and not self._append:
             return
+        only_appends = only_appends and not self._unnumbered
         backend = self._store.backend
         with self._store.guarded("write to", self.session_id, write=True) as sid:
             if only_appends:
@@ -186,6 +205,8 @@ class WriteBatch:
             if self.updated:
                 # A vector belongs to the fields it was embedded from.
                 backend.delete_vectors(tx, sid, self.updated)
+        if self._unnumbered:
+            self._number(*backend.last_step(tx, sid))
         if self._append:
             self.appended = backend.insert_rows(tx, sid, self._append, self._append_terms)
         if self._keep_last is not None:
@@ -200,3 +221,33 @@ class WriteBatch:
         if deleted:
             backend.delete_vectors(tx, sid, deleted)
         self.deleted = sorted(deleted)
+
+    def _number(self, count: int, last: str | None) -> None:
+        """Number the staged items that have no step, following the session's ``count`` rows and ``last`` step text."""
+        numbered: list[MemoryItem] = []
+        for position, row in enumerate(self._append):
+            item = self._unnumbered.get(position)
+            if item is not None:
+                step = next_step(count, last)
+                item = type(item).from_mapping({self.step_key: step, **item.to_dict()})
+                (row,) = encode_rows([item], self.step_key, self._on_unencodable)
+                (terms,) = rows_terms([item], [row], self._on_unencodable)
+                self._append[position] = row
+                self._append_terms[position] = terms
+                numbered.append(item)
+            count, last = count + 1, row[0]
+        self.numbered = numbered
+
+
+def next_step(count: int, last: str | None) -> int:
+    """Return the step number after a session of ``count`` rows whose last row's step text is ``last``.
+
+    The rule: 1 for an empty session; the last row's step plus one when that
+    step is a whole number; otherwise the row count plus one (a session whose
+    last item has no step, or a text step such as ``"2a"``).
+    """
+    if count == 0:
+        return 1
+    if last is not None and last.lstrip("-").isdigit() and last.isascii():
+        return int(last) + 1
+    return count + 1

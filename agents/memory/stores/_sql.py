@@ -111,6 +111,11 @@ _ROW_INDEX: Final = (
     "SELECT seq, step, created FROM kvmemory_items WHERE session_id = {p} ORDER BY seq"
 )
 
+_LAST_STEP: Final = (
+    "SELECT count(*), (SELECT step FROM kvmemory_items WHERE session_id = {p}"
+    " ORDER BY seq DESC LIMIT 1) FROM kvmemory_items WHERE session_id = {p}"
+)
+
 
 def _pairs(rows: Sequence[Any]) -> list[tuple[int, bytes]]:
     # bytes() of a bytes object is that object; a driver's memoryview becomes bytes.
@@ -254,3 +259,9 @@ class SQLRows:
     def row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
         rows = tx.execute(self.dialect.spell(_ROW_INDEX), (session_id,)).fetchall()
         return [(int(seq), step, float(created)) for seq, step, created in rows]
+
+    def last_step(self, tx: Any, session_id: str) -> tuple[int, str | None]:
+        count, step = tx.execute(
+            self.dialect.spell(_LAST_STEP), (session_id, session_id)
+        ).fetchone()
+        return int(count), step

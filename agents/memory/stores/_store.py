@@ -4,7 +4,8 @@
 calls are built from parts with one job each: the :class:`Engine` (state,
 checks, error wrapping), the read calls (:class:`ReadCalls`), the search
 calls (:class:`SearchCalls`: keyword search in ``_keyword_search``, vectors
-in ``_vector_search``), and :class:`WriteBatch` for writes.
+in ``_vector_search``; :class:`SessionSearchCalls`: search across sessions
+in ``_session_search``), and :class:`WriteBatch` for writes.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from agents.memory._item import MemoryItem
 from agents.memory.exceptions import StoreArgumentError
 from agents.memory.stores._backend import Backend
 from agents.memory.stores._batch import WriteBatch
-from agents.memory.stores._encoding import encode_metadata, step_texts
+from agents.memory.stores._encoding import StoredRecord, encode_metadata, step_texts
 from agents.memory.stores._engine import Engine, Guard, open_session
 from agents.memory.stores._reading import ReadCalls
 from agents.memory.stores._searching import SearchCalls
+from agents.memory.stores._session_calls import SessionSearchCalls
 
 __all__ = ["Store"]
 
 
-class Store(ReadCalls, SearchCalls):
+class Store(ReadCalls, SearchCalls, SessionSearchCalls):
     """Every public store call, over a :class:`Backend` that keeps the rows.
 
     The checks, the encoding through the codec, read-only refusal and the
@@ -67,6 +69,7 @@ class Store(ReadCalls, SearchCalls):
         self._engine = Engine(backend, read_only=read_only)
         ReadCalls.__init__(self, self._engine)
         SearchCalls.__init__(self, self._engine)
+        SessionSearchCalls.__init__(self, self._engine)
 
     @property
     def url(self) -> str:
@@ -156,6 +159,48 @@ class Store(ReadCalls, SearchCalls):
         with self.batch(session_id, step_key=step_key, on_unencodable=on_unencodable) as batch:
             batch.append(items)
         return batch.appended
+
+    def append_steps(
+        self,
+        session_id: str,
+        items: Iterable[MemoryItem],
+        *,
+        step_key: str = "step",
+        on_unencodable: OnUnencodable = "error",
+    ) -> list[StoredRecord]:
+        """Append ``items`` as the session's next steps, numbering those without one, in one transaction.
+
+        Each item without a ``step_key`` field is written with the next step
+        number, read inside the same write transaction that inserts it, so two
+        processes or threads appending to one session never give out the same
+        number: 1 for an empty session, the last item's step plus one when it
+        is a whole number, else the item count plus one. Items that carry a
+        step keep it, and the numbering goes on from theirs. The caller's
+        items are not changed.
+
+        Args:
+            session_id: The session to append to.
+            items: The items, in order.
+            step_key: The field that names an item's step.
+            on_unencodable: The codec's policy for values JSON cannot hold.
+
+        Returns:
+            A record per item, in order: its seq and the item as written
+            (a numbered copy for those that had no step).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if an element is not a ``MemoryItem``; nothing is written.
+            SerializationError: if a value cannot be encoded; nothing is written.
+            StoreError: if the store cannot be written, or the session was
+                created with another ``step_key``; nothing is written.
+        """
+        given = list(items)
+        with self.batch(session_id, step_key=step_key, on_unencodable=on_unencodable) as batch:
+            batch.append(given, number_steps=True)
+        numbered = iter(batch.numbered)
+        written = [item if step_key in item else next(numbered) for item in given]
+        return [StoredRecord(seq, item) for seq, item in zip(batch.appended, written, strict=True)]
 
     def batch(
         self,
