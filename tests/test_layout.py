@@ -361,6 +361,35 @@ def test_store_modules_use_no_other_objects_private_names(module: Path) -> None:
     assert _private_reaches(module) == []
 
 
+# The doors and the service they share: each a thin adapter that meets the rooms below
+# through their public names.
+DOOR_MODULES = sorted(
+    [
+        AGENTS / "cli.py",
+        *(AGENTS / "integrations").rglob("*.py"),
+        *(AGENTS / "service").rglob("*.py"),
+    ]
+)
+
+
+@pytest.mark.parametrize("module", DOOR_MODULES, ids=lambda path: str(path.relative_to(AGENTS)))
+def test_doors_and_the_service_use_no_other_objects_private_names(module: Path) -> None:
+    """The CLI, every integration and the session service reach other modules through public names only."""
+    assert _private_reaches(module) == []
+
+
+def test_the_doors_and_the_service_are_checked() -> None:
+    """The private-name check above covers the CLI, the web view, the MCP package and the service."""
+    names = {str(path.relative_to(AGENTS)) for path in DOOR_MODULES}
+    assert {
+        "cli.py",
+        "integrations/web.py",
+        "integrations/mcp/_server.py",
+        "integrations/smolagents/_recorder.py",
+        "service/_service.py",
+    } <= names
+
+
 def test_the_private_name_check_sees_a_reach(tmp_path: Path) -> None:
     """The check above finds both forms of reaching in: a private import and a private attribute."""
     module = tmp_path / "reaching.py"
