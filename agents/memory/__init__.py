@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 # First: when another distribution's agents/__init__.py replaced kvmemory's (or
 # was removed with it), this import says so in one line (see agents/_install.py).
 from agents import _install  # noqa: F401 (its import is the check)
+from agents.memory import _ports
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
 from agents.memory._session import SessionPages, read_session_pages, write_session
@@ -55,6 +56,16 @@ from agents.memory.memory import (
     MemoryChange,
     MemoryWriter,
 )
+
+
+def _search_room() -> _ports.SearchRoom:
+    """Import the search room on the first search (``Memory.search`` reaches it through ``_ports``)."""
+    from agents.memory import search
+
+    return search
+
+
+_ports.bind_search_room(_search_room)
 
 if _TYPE_CHECKING:
     from agents.memory.blackboard import (

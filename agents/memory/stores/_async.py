@@ -185,7 +185,7 @@ class AsyncStore:
                 extra (greenlet) or the ``postgres`` extra.
             What :func:`open_store` raises.
         """
-        from agents.memory.stores import open_store
+        from agents.memory.stores._open import open_store
 
         text = os.fspath(url)
         if text.lower().startswith(("postgresql://", "postgres://")):

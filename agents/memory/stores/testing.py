@@ -33,15 +33,18 @@ from typing import Any, Protocol
 
 import pytest
 
-from agents.memory import Memory, MemoryItem, SerializationError, StoreError, field
+from agents.memory._item import MemoryItem, field
 from agents.memory._vectors import EmbedParts, SearchMode
 from agents.memory.exceptions import (
     EmbedderMismatchError,
     EmbeddingError,
     InvalidQueryError,
     InvalidSessionIdError,
+    SerializationError,
     StoreArgumentError,
+    StoreError,
 )
+from agents.memory.memory import Memory
 from agents.memory.stores._backend import Backend
 from agents.memory.stores._store import Store
 from agents.memory.stores._values import SessionInfo, SessionSummary
@@ -635,8 +638,6 @@ class StoreContract:
 
     def test_unencodable_value_writes_nothing(self, store: Store) -> None:
         """A batch with an unencodable value raises and none of the batch is written."""
-        from agents.memory import SerializationError
-
         with pytest.raises(SerializationError, match="'obj' of step 2"):
             store.append("s", [MemoryItem(step=1), MemoryItem(step=2, obj=object())])
         assert store.count("s") == 0
