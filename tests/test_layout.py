@@ -37,9 +37,12 @@ OVERSIZED = {
 EXCEPTIONS, ITEM, MEMORY, PROMPT, ROOMS, FRONTS, SERVICE, DOORS = range(8)
 LAYERS: dict[str, int] = {
     "agents.memory.exceptions": EXCEPTIONS,
+    # the check that the agents package is kvmemory's alone: imports nothing of kvmemory's
+    "agents._install": EXCEPTIONS,
     # codec and item: the wire encoding and the one object per step
     "agents.memory._codec": ITEM,
     "agents.memory._item": ITEM,
+    "agents.memory._views": ITEM,
     # memory: the ordered items, their index and bound, listeners, file formats
     "agents.memory.memory": MEMORY,
     "agents.memory._sequence": MEMORY,

@@ -590,11 +590,7 @@ class MemoryItem:
 
     @property
     def attributes(self) -> list[str]:
-        """The keys of this item's fields, in order: a new, read-only list.
-
-        Changing it raises :class:`~agents.memory.ReadOnlyViewError` naming
-        ``set_value`` and ``delete_value``, since the change would not reach the item.
-        """
+        """The keys of this item's fields, in order (a new list; changing it raises ``ReadOnlyViewError``)."""
         return ItemAttributes(self._fields)
 
     # -- removal and mapping protocol ----------------------------------------
