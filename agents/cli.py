@@ -300,6 +300,43 @@ def _warn_unmatched(keys: list[str], rows: list[dict[str, Any]], present: list[s
         _print(sys.stderr, f"kvmemory: warning: {message}")
 
 
+def _cmd_search(args: argparse.Namespace, out: IO[str]) -> int:
+    """Search one session of a store, or many of them in one ranking."""
+    from agents.service import SessionService
+
+    if args.session is not None and args.prefix is not None:
+        msg = "pass either --session ID or --prefix P, not both."
+        raise _UsageError(msg)
+    with _open_existing_store(args.store) as store:
+        service = SessionService(store, embedder=_embedder(args.embedder))
+        if args.session is not None:
+            if args.session not in store.sessions():
+                msg = f"Store {args.store!r} has no session {args.session!r}; list them with: kvmemory sessions {args.store}"
+                raise _UsageError(msg)
+            found = service.search(args.session, args.query, args.k, mode=args.mode)
+            hits = [(args.session, hit.seq, hit.score, hit.item) for hit in found]
+        else:
+            many = service.search_sessions(args.query, args.k, prefix=args.prefix, mode=args.mode)
+            hits = [(hit.session_id, hit.seq, hit.score, hit.item) for hit in many]
+        step_keys = {session: service.step_key(session) for session, *_ in hits}
+    if args.json:
+        rows = [
+            {"session": session, "seq": seq, "score": score, "fields": item.to_dict()}
+            for session, seq, score, item in hits
+        ]
+        _print_json(out, rows, default=_plain_value)
+        return 0
+    for session, seq, score, item in hits:
+        fields = item.to_dict()
+        step_key = step_keys[session]
+        where = f"step {fields.pop(step_key)!r}" if step_key in fields else "no step"
+        _print(out, f"{session} · {where} · seq {seq} · score {score:.4f}")
+        _print(out, "  " + _show_line(fields))
+    if not hits:
+        _print(out, "no hits")
+    return 0
+
+
 def _cmd_replay(args: argparse.Namespace, out: IO[str]) -> int:
     from agents.agent import replay
 
@@ -676,6 +713,41 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     show.set_defaults(run=_cmd_show)
+
+    search = commands.add_parser(
+        "search",
+        help="search a store: one session, or many in one ranking",
+        description=(
+            "Search a store's sessions by keyword (BM25), or by meaning with --embedder. "
+            "Without --session, every session (or those whose id starts with --prefix) is "
+            "searched in one ranking whose statistics are those of the sessions searched, "
+            "so scores of different sessions compare."
+        ),
+    )
+    search.add_argument("store", help="store URL or SQLite path")
+    search.add_argument("query", help="the words to look for")
+    search.add_argument("--session", help="search only this session")
+    search.add_argument("--prefix", help="search only the sessions whose id starts with this")
+    search.add_argument(
+        "-k", type=_count, default=10, metavar="N", help="how many hits (default 10)"
+    )
+    search.add_argument(
+        "--mode",
+        choices=("keyword", "semantic", "hybrid"),
+        default="keyword",
+        help="keyword (default), or semantic or hybrid with --embedder",
+    )
+    search.add_argument(
+        "--embedder",
+        choices=("hashing", "wordllama"),
+        help="the model of the sessions' vectors, for semantic and hybrid search",
+    )
+    search.add_argument(
+        "--json",
+        action="store_true",
+        help='print a JSON list of {"session", "seq", "score", "fields"} (fields as plain JSON)',
+    )
+    search.set_defaults(run=_cmd_search)
 
     replay = commands.add_parser("replay", help="print the session step by step")
     source_args(replay)

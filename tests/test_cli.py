@@ -985,3 +985,64 @@ def test_convert_with_step_key_keeps_the_steps_of_a_dump(tmp_path: Path) -> None
 def test_sessions_say_one_item_not_one_items(ufo2_store: Path) -> None:
     """The session list writes 1 item and 2 items."""
     assert kvmemory("sessions", str(ufo2_store)).stdout == "ufo-1\t2 items\n"
+
+
+@pytest.fixture
+def two_sessions(tmp_path: Path) -> Path:
+    """A store where 'invoice' is rare in a large session and the better match is in a small one."""
+    path = tmp_path / "many.db"
+    with open_store(str(path)) as store:
+        big = [MemoryItem(step=n, note=f"filler step {n} about menus") for n in range(1, 200)]
+        big.append(
+            MemoryItem(step=200, note="the menu bar shows an invoice icon among many other icons")
+        )
+        store.append("big", big)
+        store.append(
+            "small",
+            [
+                MemoryItem(step=1, note="invoice invoice total paid"),
+                MemoryItem(step=2, note="invoice"),
+                MemoryItem(step=3, note="invoice number"),
+            ],
+        )
+    return path
+
+
+def test_search_across_sessions_ranks_with_their_shared_statistics(two_sessions: Path) -> None:
+    """``kvmemory search STORE QUERY`` ranks all sessions as one memory holding them would, naming each hit's session."""
+    done = kvmemory("search", str(two_sessions), "invoice", "-k", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)
+    with open_store(str(two_sessions)) as store:
+        # Session after session in id order, each in seq order: the union the ranking is defined on.
+        records = [(name, r) for name in ("big", "small") for r in store.records(name)]
+    union = Memory([record.item for _, record in records])
+    where = {id(record.item): (name, record.seq) for name, record in records}
+    expected = union.search("invoice", 3)
+    assert [(hit["session"], hit["seq"], hit["score"]) for hit in hits] == [
+        (*where[id(hit.item)], hit.score) for hit in expected
+    ]
+    assert {hit["session"] for hit in hits} == {"small"}
+
+
+def test_search_one_session_prints_step_seq_score_and_fields(two_sessions: Path) -> None:
+    """``--session`` searches that session alone; each hit names its session, step, seq and score."""
+    done = kvmemory("search", str(two_sessions), "invoice number", "--session", "small", "-k", "1")
+    assert done.returncode == 0, done.stderr
+    first, fields = done.stdout.splitlines()
+    assert re.fullmatch(r"small · step 3 · seq \d+ · score \d+\.\d{4}", first), first
+    assert fields == "  note='invoice number'"
+
+
+def test_search_with_session_and_prefix_is_a_usage_error(two_sessions: Path) -> None:
+    """--session and --prefix together exit 2 before anything is read."""
+    done = kvmemory("search", str(two_sessions), "x", "--session", "big", "--prefix", "b")
+    assert done.returncode == 2
+    assert "either --session ID or --prefix P" in done.stderr
+
+
+def test_search_by_meaning_needs_an_embedder(two_sessions: Path) -> None:
+    """--mode semantic without --embedder exits 1 with the fix named."""
+    done = kvmemory("search", str(two_sessions), "bill", "--mode", "semantic")
+    assert done.returncode == 1
+    assert "Semantic search needs an embedder, and none was given; pass --embedder" in done.stderr

@@ -64,8 +64,8 @@ def test_example_replays_the_session(first_run: tuple[pathlib.Path, str]) -> Non
     _, out = first_run
     replay = out[len(EXPECTED_HEAD) :]
     assert replay.startswith("\nReplay of run 1\n── item 0 (no step) ──\n")
-    assert "── step 1 · AppAgent ──\n" in replay
-    assert "  error: control 'Open' not found; the menu was scrolled\n" in replay
+    assert "── step 1 · AppAgent · error ──\n" in replay
+    assert "! error: control 'Open' not found; the menu was scrolled\n" in replay
     assert replay.count("  image_dropped: true\n") == 3
     assert "  images attached: session_screens/app_step4.png\n" in replay
     assert replay.endswith("total cost: 0.0266\n")

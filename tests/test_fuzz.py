@@ -614,21 +614,22 @@ def test_fuzzed_incoming_chat_messages(data: bytes) -> None:
             assert not any(sign in text for sign in SECRET_SIGNS)
 
 
-def test_chat_seed_is_accepted_and_keeps_the_path(tmp_path: Path) -> None:
-    """The unmutated requests are accepted; their local image path is kept as given and the file never read."""
-    from agents.memory import Conversation
+def test_chat_seed_is_refused_for_its_path_unless_read_paths(tmp_path: Path) -> None:
+    """The unmutated requests are refused for their local image path (never read, never kept); read_paths=True reads it."""
+    from agents.memory import Conversation, FieldValidationError
 
     secret = tmp_path / "secret.png"
     secret.write_bytes(SECRET)
     for seed in chat_seeds():
         request = with_secret(json.loads(seed), str(secret))
         chat = Conversation()
-        chat.add_messages(request)
-        sent = repr(chat.messages())
-        assert str(secret) in sent
-        assert not any(sign in sent for sign in SECRET_SIGNS)
+        with pytest.raises(FieldValidationError, match="read_paths=True"):
+            chat.add_messages(request)
+        assert len(chat) == 0
         chat.add_messages(request, read_paths=True)  # the explicit opt-in reads it
-        assert SECRET_SIGNS[1] in repr(chat.messages())
+        sent = repr(chat.messages())
+        assert SECRET_SIGNS[1] in sent
+        assert str(secret) not in sent
 
 
 # -- stored smolagents rows -------------------------------------------------------------------

@@ -41,6 +41,15 @@ def install_other(site: Path, name: str, files: dict[str, str]) -> None:
         (site / path).write_text(text)
 
 
+def record_kvmemory(site: Path) -> None:
+    """Write the dist-info a kvmemory wheel leaves beside its package, its RECORD listing every file."""
+    info = site / "kvmemory-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kvmemory\nVersion: 0.1.0\n")
+    files = sorted(path.relative_to(site).as_posix() for path in site.rglob("*") if path.is_file())
+    (info / "RECORD").write_text("".join(f"{path},,\n" for path in files))
+
+
 def python(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run Python on ``site`` and the installed dependencies only, in the folder above it.
 
@@ -112,3 +121,44 @@ def test_missing_memory_package_is_reported(site: Path) -> None:
     assert done.stderr.startswith(
         f"kvmemory: error: kvmemory's install is broken: {site / 'agents' / 'memory' / '__init__.py'} is missing"
     )
+
+
+OPENAI_AGENTS_INIT = (
+    '"""openai-agents\' package, as it starts."""\nfrom .agent import Agent  # noqa\n'
+)
+
+
+def test_import_under_openai_agents_init_names_it_before_its_import_fails(site: Path) -> None:
+    """openai-agents installed after kvmemory: its __init__ imports agents.agent, which is kvmemory's and says so."""
+    files = {
+        "agents/__init__.py": OPENAI_AGENTS_INIT,
+        "agents/agent.py": "Agent = 1\n",
+        "agents/memory/__init__.py": '"""openai-agents\' sessions."""\n',
+    }
+    install_other(site, "openai-agents", files)
+    for statement in (
+        "import agents",
+        "import agents.memory",
+        "from agents.memory.memory import Memory",
+    ):
+        done = python(site, "-c", statement)
+        assert done.returncode == 1
+        assert done.stderr.splitlines()[-1].startswith(
+            f"ImportError: kvmemory's install is broken: {site / 'agents' / '__init__.py'} "
+            "belongs to openai-agents 0.2.0."
+        )
+
+
+def test_import_beside_another_distributions_files_names_it(site: Path) -> None:
+    """openai-agents installed before kvmemory: kvmemory's __init__ runs, finds files its RECORD does not list, names them."""
+    record_kvmemory(site)
+    install_other(site, "openai-agents", {"agents/agent.py": "Agent = 1\n", "agents/run.py": ""})
+    for args in (["-c", "import agents.memory"], ["-m", "kvmemory", "--help"]):
+        done = python(site, *args)
+        assert done.returncode == 1
+        assert done.stderr.splitlines()[-1].endswith(
+            f"kvmemory's install is broken: {site / 'agents'} also holds files of openai-agents 0.2.0 "
+            "(agent.py, run.py). kvmemory shares the import name 'agents' with openai-agents and an older "
+            "package named agents, so it cannot be installed beside either: give kvmemory a virtual "
+            "environment of its own, or run: pip uninstall openai-agents, then: pip install --force-reinstall kvmemory"
+        )

@@ -232,6 +232,29 @@ def test_images_are_kept_as_data_urls_or_paths_inside_the_folder(
     assert fields["images"] == [f"data:image/png;base64,{PNG}", str(folder / "one.png")]
 
 
+def test_message_image_path_inside_the_folder_is_kept_as_its_data(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """record_message reads an image path of the image folder into a data: URL: a message never holds a path."""
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    (folder / "one.png").write_bytes(base64.b64decode(PNG))
+
+    async def main() -> None:
+        async with Client(server(sqlite_url, "--session", "s", "--images", str(folder))) as client:
+            result = await client.call_tool(
+                "record_message", {"role": "user", "content": "look", "images": ["one.png"]}
+            )
+            assert not result.is_error, text(result)
+
+    run(main)
+    ((_, fields),) = snapshot(sqlite_url)["s"]
+    assert fields["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": f"data:image/png;base64,{PNG}"},
+    }
+
+
 def test_steps_continue_under_the_sessions_own_step_key(sqlite_url: str) -> None:
     """A session made with UFO's step key 'Step' gets its next step numbered under 'Step'."""
     with open_store(sqlite_url) as store:
@@ -896,6 +919,34 @@ def test_binding_beyond_loopback_needs_a_token(sqlite_url: str) -> None:
     )
     assert done.returncode == 1
     assert "KVMEMORY_MCP_TOKEN" in done.stderr
+
+
+def test_search_across_sessions_is_one_ranking_with_shared_statistics(any_url: str) -> None:
+    """Without a session, search ranks every session as one memory holding them all would, scores equal."""
+    from agents.memory import Memory
+
+    with open_store(any_url) as store:
+        big = [MemoryItem(step=n, note=f"filler step {n} about menus") for n in range(1, 120)]
+        big.append(MemoryItem(step=120, note="the menu bar shows an invoice icon among others"))
+        store.append("big", big)
+        store.append(
+            "small",
+            [MemoryItem(step=1, note="invoice total paid"), MemoryItem(step=2, note="invoice")],
+        )
+        records = [(name, r) for name in ("big", "small") for r in store.records(name)]
+    union = Memory([record.item for _, record in records])
+    where = {id(record.item): (name, record.seq) for name, record in records}
+    expected = [(*where[id(hit.item)], round(hit.score, 6)) for hit in union.search("invoice", 3)]
+
+    async def main() -> None:
+        async with Client(server(any_url)) as client:
+            result = await client.call_tool("search", {"query": "invoice", "k": 3})
+            assert not result.is_error, text(result)
+            hits = result.structured_content["hits"]
+            assert [(hit["session"], hit["seq"], hit["score"]) for hit in hits] == expected
+            assert hits[0]["session"] == "small"
+
+    run(main)
 
 
 # -- concurrency ----------------------------------------------------------------------------

@@ -568,6 +568,32 @@ def pickled_memory() -> Memory:
     return memory
 
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_a_pickle_written_by_release_0_1_0_loads() -> None:
+    """A memory pickled by kvmemory 0.1.0 (one class, before the parts) loads with its settings, items and index."""
+    memory = pickle.loads((FIXTURES / "memory-0.1.0.pickle").read_bytes())
+    assert type(memory) is Memory
+    assert (memory.step_key, memory.max_items, memory.session_id) == ("Step", 50, "fixture-session")
+    assert memory.metadata == {"app": "WINWORD.EXE", "n": 3}
+    assert memory.created_at == "2026-01-02T03:04:05+00:00"
+    assert [item.get_value("Step") for item in memory] == [1, 1, 2, 2, None]
+    assert memory[0].to_dict() == {
+        "Step": 1,
+        "action": "click 2",
+        "arguments": {"x": 2, "y": 4},
+        "when": dt.date(2026, 1, 3),
+        "tags": ("a", 2),
+    }
+    assert memory.filter_memory_from_steps([2]) == [item.to_dict() for item in memory[2:4]]
+    memory[0]["Step"] = 9  # the step index follows a field change
+    assert memory.items_of_step(9) == [memory[0]]
+    memory.add_memory_items([MemoryItem(Step=n) for n in range(100)])
+    assert len(memory) == 50
+    assert pickle.loads(pickle.dumps(memory)) == memory
+
+
 @pytest.mark.parametrize(
     "clone",
     [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))],
@@ -884,6 +910,21 @@ def test_observer_hears_content_then_every_change_after_it_is_applied() -> None:
     ]
     assert lengths == [2]  # told after the add and its eviction were applied
     assert memory.observers[0] is observer
+
+
+def test_loading_a_file_of_another_step_key_indexes_by_that_key_with_an_observer(
+    tmp_path: Path,
+) -> None:
+    """Regression: with an observer, a loaded file's step key also keys the step index (it kept the old key)."""
+    path = tmp_path / "session.json"
+    Memory([MemoryItem(Step=1, action="click"), MemoryItem(Step=2)], step_key="Step").save(path)
+    memory = Memory()
+    memory.add_observer(RecordingWriter())
+    memory.load_file(path)
+    assert memory.step_key == "Step"
+    assert memory.items_of_step(1) == [MemoryItem(Step=1, action="click")]
+    memory[1]["Step"] = 5
+    assert memory.filter_memory_from_steps([5]) == [{"Step": 5}]
 
 
 def test_observer_hears_one_by_one_adds_in_a_batch_before_the_next_change() -> None:

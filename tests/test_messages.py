@@ -206,21 +206,112 @@ def test_what_check_message_accepts_the_openai_types_accept(message: dict[str, A
     assert message_errors(sent) == []
 
 
-def test_local_image_path_is_kept_as_given_by_default(tmp_path: Path) -> None:
-    """An incoming message naming a local file keeps the path string; the file is never read."""
+def test_local_image_path_in_incoming_messages_is_refused_and_never_read(tmp_path: Path) -> None:
+    """An incoming message naming a local file is refused at input, naming read_paths=True; nothing is kept."""
     secret = tmp_path / "secret.png"
     secret.write_bytes(PNG)
     incoming = [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": str(secret)}}]}
     ]
-    items = from_messages(incoming)
-    assert to_messages(items) == incoming
+    with pytest.raises(
+        FieldValidationError,
+        match=r"Message 0 \(user\) content part 0 .*local path.*read_paths=True",
+    ):
+        from_messages(incoming)
     chat = Conversation()
-    chat.add_messages(incoming)
-    chat.add_user("and this", images=[str(secret)])
-    sent = repr(chat.messages()) + chat.history.to_json()
-    assert base64.b64encode(PNG).decode() not in sent
-    assert str(secret) in sent
+    with pytest.raises(FieldValidationError, match="read_paths=True"):
+        chat.add_messages(incoming)
+    assert len(chat) == 0
+
+
+def test_path_string_in_images_is_refused_naming_read_paths(tmp_path: Path) -> None:
+    """add_user(images=["shot.png"]) is refused at that call (a string may come from a client), naming read_paths=True."""
+    shot = tmp_path / "shot.png"
+    shot.write_bytes(PNG)
+    chat = Conversation()
+    with pytest.raises(
+        FieldValidationError, match=r"local path.*pathlib\.Path in images= or pass read_paths=True"
+    ):
+        chat.add_user("Compare", images=[str(shot)])
+    assert len(chat) == 0
+
+
+def test_path_object_in_images_is_sent_as_its_data(tmp_path: Path) -> None:
+    """add_user(images=[Path(...)]) reads the file the program names: messages() sends a data: URL, never the path."""
+    shot = tmp_path / "shot.png"
+    shot.write_bytes(PNG)
+    chat = Conversation()
+    chat.add_user("Compare", images=[shot])
+    (message,) = chat.messages()
+    assert message["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": f"data:image/png;base64,{base64.b64encode(PNG).decode()}"},
+    }
+    assert str(shot) not in repr(chat.messages()) + chat.history.to_json()
+
+
+def test_unreadable_path_object_in_images_is_named(tmp_path: Path) -> None:
+    """A Path in images= that is not an image file raises ImageReadError naming it; nothing is added."""
+    chat = Conversation()
+    with pytest.raises(ImageReadError, match=r"nothing\.png"):
+        chat.add_user("Compare", images=[tmp_path / "nothing.png"])
+    assert len(chat) == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "data:text/html;base64,PGI+aGk8L2I+",
+        "data:image/png,rawbytes",
+        "https://",
+        "http://example.org/a b.png",
+        "file:///etc/passwd",
+        "ftp://example.org/a.png",
+        "javascript:alert(1)",
+        "shot.png",
+    ],
+)
+def test_image_url_a_chat_api_refuses_is_refused_at_input(url: str) -> None:
+    """Only http(s) URLs with a host and data:image/...;base64 URLs come in as image URLs."""
+    incoming = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+    with pytest.raises(FieldValidationError, match=r"content part 0 has an image URL that"):
+        from_messages(incoming)
+
+
+def test_stored_message_item_with_a_path_is_refused_on_the_way_out() -> None:
+    """A message item holding a path (stored by an older version) is refused by to_messages, never sent as a URL."""
+    item = MemoryItem(
+        role="user", content=[{"type": "image_url", "image_url": {"url": "shots/1.png"}}]
+    )
+    with pytest.raises(FieldValidationError, match=r"Message 0 \(user\) .*local path"):
+        to_messages([item])
+
+
+SENDABLE_PREFIXES = ("http://", "https://", "data:image/")
+
+
+@PROPERTY
+@given(
+    st.one_of(
+        st.text(max_size=30),
+        st.builds(
+            lambda p, t: p + t,
+            st.sampled_from(["https://", "data:", "data:image/png;base64,", "/", "file://"]),
+            st.text(max_size=20),
+        ),
+    )
+)
+def test_messages_out_never_carry_an_image_url_a_chat_api_refuses(url: str) -> None:
+    """Whatever string comes in as an image URL, it is refused or goes out as http(s) or data:image URL."""
+    incoming = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+    try:
+        items = from_messages(incoming)
+    except FieldValidationError:
+        return
+    (message,) = to_messages(items)
+    sent = message["content"][0]["image_url"]["url"]
+    assert sent.lower().startswith(SENDABLE_PREFIXES)
+    assert not any(char.isspace() for char in sent) or sent.lower().startswith("data:")
 
 
 def test_read_paths_reads_local_images_into_data_urls(tmp_path: Path) -> None:
@@ -281,11 +372,18 @@ def test_image_path_of_a_step_becomes_data_url(tmp_path: Path) -> None:
     assert message_errors(message) == []
 
 
-def test_images_keep_passes_paths(tmp_path: Path) -> None:
-    """images='keep' sends references as they are."""
-    items = [MemoryItem(step=1, screenshot="shots/1.png")]
+def test_images_keep_passes_urls_and_refuses_paths() -> None:
+    """images='keep' sends URLs as they are; a path, which a chat API refuses, is named with the fix."""
+    items = [MemoryItem(step=1, screenshot="https://example.org/1.png")]
     (message,) = to_messages(items, images="keep")
-    assert message["content"][1] == {"type": "image_url", "image_url": {"url": "shots/1.png"}}
+    assert message["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": "https://example.org/1.png"},
+    }
+    with pytest.raises(
+        FieldValidationError, match=r"Image 'shots/1\.png' of step 1 .*images='data'"
+    ):
+        to_messages([MemoryItem(step=1, screenshot="shots/1.png")], images="keep")
 
 
 def test_missing_image_file_is_named() -> None:

@@ -105,3 +105,137 @@ def test_wheel_installs_and_runs_in_a_clean_environment(dist: Path, tmp_path: Pa
     output = run(python, ROOT / "examples" / "ufo_two_agents.py", work / "run.json", cwd=work)
     assert "Exported 9 items to" in output
     assert (work / "run.json").exists()
+
+
+# kvmemory beside openai-agents: both install a package named `agents` into one folder.
+# Each order is tested in a real virtual environment. openai-agents and its
+# dependencies are downloaded once from the package index pip is configured with,
+# then installed from that folder, so the two environments cost no second download.
+IMPORTS = (
+    "import agents",
+    "import agents.memory",
+    "from agents.memory.memory import Memory, MemoryItem",
+    "import agents.integrations.ufo",
+)
+
+
+@pytest.fixture(scope="module")
+def clash_wheels(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Return a folder with kvmemory's wheel, openai-agents and all their dependencies as wheels."""
+    folder = tmp_path_factory.mktemp("wheels")
+    wheel = only(dist, "kvmemory-*.whl")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--dest",
+            str(folder),
+            str(wheel),
+            "openai-agents",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONPATH": ""},
+    )
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        message = f"openai-agents cannot be downloaded from the package index pip is configured with: {why}"
+        if os.environ.get("CI"):  # under CI the clash must be tested, not skipped
+            pytest.fail(message)
+        pytest.skip(message)
+    return folder
+
+
+@pytest.fixture(scope="module", params=["kvmemory first", "openai-agents first"])
+def clash_env(
+    request: pytest.FixtureRequest, clash_wheels: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """Return a virtual environment with kvmemory and openai-agents installed, in the order of the parameter."""
+    env_dir = tmp_path_factory.mktemp("clash") / "venv"
+    venv.create(env_dir, with_pip=True)
+    wheel = only(clash_wheels, "kvmemory-*.whl")
+    order = (
+        [wheel, "openai-agents"] if request.param == "kvmemory first" else ["openai-agents", wheel]
+    )
+    for what in order:
+        run(
+            env_dir / "bin" / "python",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            clash_wheels,
+            what,
+        )
+    return env_dir
+
+
+def failure(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a command that must fail and return what it did."""
+    done = subprocess.run(
+        [str(arg) for arg in args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert done.returncode == 1, f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+@pytest.mark.parametrize("statement", IMPORTS)
+def test_import_beside_openai_agents_names_the_clash_in_one_line(
+    clash_env: Path, statement: str, tmp_path: Path
+) -> None:
+    """In either install order, every import of kvmemory's package fails with one line naming openai-agents and the fix."""
+    done = failure(clash_env / "bin" / "python", "-c", statement, cwd=tmp_path)
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"ImportError: kvmemory's install is broken: {clash_env}")
+    assert "openai-agents 0." in last
+    assert last.endswith(
+        "or run: pip uninstall openai-agents, then: pip install --force-reinstall kvmemory"
+    )
+
+
+def test_command_beside_openai_agents_names_the_clash_in_one_line(
+    clash_env: Path, tmp_path: Path
+) -> None:
+    """In either install order, the kvmemory command prints the same one line and exits 1."""
+    done = failure(clash_env / "bin" / "kvmemory", "--version", cwd=tmp_path)
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("kvmemory: error: kvmemory's install is broken:")
+    assert "openai-agents 0." in done.stderr
+
+
+def test_the_fix_the_clash_line_names_restores_kvmemory(
+    clash_env: Path, clash_wheels: Path, tmp_path: Path
+) -> None:
+    """Uninstalling openai-agents and reinstalling kvmemory, as the line says, makes the imports work again.
+
+    Runs after the tests above on the same environment (it changes the environment).
+    """
+    python = clash_env / "bin" / "python"
+    run(python, "-m", "pip", "uninstall", "--quiet", "--yes", "openai-agents")
+    wheel = only(clash_wheels, "kvmemory-*.whl")
+    run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-index",
+        "--force-reinstall",
+        "--no-deps",
+        wheel,
+    )
+    for statement in IMPORTS:
+        run(python, "-c", statement, cwd=tmp_path)
+    assert run(clash_env / "bin" / "kvmemory", "--version", cwd=tmp_path).startswith("kvmemory ")

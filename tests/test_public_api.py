@@ -99,10 +99,17 @@ def test_import_loads_only_the_core_modules() -> None:
     )
     assert loaded == str(
         [
+            "agents._install",
             "agents.memory",
             "agents.memory._codec",
+            "agents.memory._formats",
             "agents.memory._item",
+            "agents.memory._listeners",
+            "agents.memory._ports",
+            "agents.memory._sequence",
             "agents.memory._session",
+            "agents.memory._steps",
+            "agents.memory._views",
             "agents.memory._wire",
             "agents.memory.exceptions",
             "agents.memory.memory",

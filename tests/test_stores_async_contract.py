@@ -34,6 +34,8 @@ AWAITED = frozenset(
         "tail",
         "search",
         "ranking",
+        "search_sessions",
+        "recall_sessions",
         "summary",
         "count",
         "session_info",

@@ -8,6 +8,7 @@ pins one point of docs/ufo.md.
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import datetime as dt
 import json
@@ -26,6 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.agent import BasicAgent
+from agents.memory import Conversation, ReadOnlyViewError
 from agents.memory.blackboard import (
     Blackboard,
     ImageMemoryItem,
@@ -39,6 +41,7 @@ from agents.memory.exceptions import (
 )
 from agents.memory.memory import Memory, MemoryItem
 from agents.memory.prompt import image_data_url
+from agents.memory.stores import open_memory
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PNG = pathlib.Path(__file__).parent / "fixtures" / "one_pixel.png"
@@ -891,3 +894,103 @@ def test_install_instructions_do_not_name_a_package_index_release() -> None:
     assert not [line for line in installs if line.strip() == "pip install kvmemory"]
     assert "pip install /path/to/kvmemory" in text
     assert "python -m build --wheel" in text
+
+
+# -- properties that return containers: read-only snapshots, never a silent loss -----------------
+
+CHANGES = {
+    "append": lambda view, value: view.append(value),
+    "extend": lambda view, value: view.extend([value]),
+    "insert": lambda view, value: view.insert(0, value),
+    "+=": lambda view, value: view.__iadd__([value]),
+    "assign": lambda view, value: view.__setitem__(0, value),
+    "del": lambda view, value: view.__delitem__(0),
+    "pop": lambda view, value: view.pop(),
+    "remove": lambda view, value: view.remove(view[0]),
+    "clear": lambda view, value: view.clear(),
+    "sort": lambda view, value: view.sort(),
+    "reverse": lambda view, value: view.reverse(),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES)
+def test_changing_memory_content_raises_naming_add_memory_item(change: Any) -> None:
+    """memory.content.append(item) and every other change through content raise, naming the method; nothing is lost."""
+    memory = Memory([MemoryItem(step=1, action="click")])
+    seen: list[Any] = []
+    memory.add_callback(seen.append)
+    with pytest.raises(
+        ReadOnlyViewError, match=r"Memory\.content is a read-only snapshot.*add_memory_item\(item\)"
+    ):
+        change(memory.content, MemoryItem(step=2, action="type"))
+    assert memory.to_list_of_dicts() == [{"step": 1, "action": "click"}]
+    assert seen == []
+
+
+@pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES)
+def test_changing_list_content_raises_naming_the_methods(change: Any) -> None:
+    """memory.list_content.append({...}) raises, naming add_memory_item and to_list_of_dicts."""
+    memory = Memory([MemoryItem(step=1, action="click")])
+    with pytest.raises(
+        ReadOnlyViewError, match=r"Memory\.list_content .*add_memory_item.*to_list_of_dicts\(\)"
+    ):
+        change(memory.list_content, {"step": 2})
+    assert len(memory) == 1
+
+
+@pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES)
+def test_changing_item_attributes_raises_naming_set_value(change: Any) -> None:
+    """item.attributes.append(key) raises, naming set_value and delete_value; the item keeps its fields."""
+    item = MemoryItem(step=1, action="click")
+    with pytest.raises(
+        ReadOnlyViewError,
+        match=r"MemoryItem\.attributes .*set_value\(key, value\).*delete_value\(key\)",
+    ):
+        change(item.attributes, "thought")
+    assert item.to_dict() == {"step": 1, "action": "click"}
+
+
+def test_blackboard_memories_refuse_changes_through_content() -> None:
+    """A Blackboard's memories (questions, requests, ...) are Memory objects: their content refuses changes too."""
+    board = Blackboard()
+    with pytest.raises(ReadOnlyViewError, match="add_memory_item"):
+        board.requests.content.append(MemoryItem(request="open the file"))
+    assert board.requests.length == 0
+
+
+def test_stored_memory_content_refuses_changes_and_the_store_is_unchanged(
+    tmp_path: pathlib.Path,
+) -> None:
+    """On a memory written through to a store, content.append raises and nothing reaches the store."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with open_memory(url, "run-1") as memory:
+        memory.add_memory_item(MemoryItem(step=1, action="click"))
+        with pytest.raises(ReadOnlyViewError, match="add_memory_item"):
+            memory.content.append(MemoryItem(step=2, action="type"))
+    with open_memory(url, "run-1") as memory:
+        assert memory.to_list_of_dicts() == [{"step": 1, "action": "click"}]
+
+
+def test_conversation_context_refuses_changes(tmp_path: pathlib.Path) -> None:
+    """Conversation.context is a read-only copy; changing it raises, naming Conversation.for_context."""
+    chat = Conversation.for_context(f"sqlite:///{tmp_path / 'chat.db'}", {"user": "ada"})
+    with pytest.raises(
+        ReadOnlyViewError, match=r"Conversation\.context .*Conversation\.for_context"
+    ):
+        chat.context["user"] = "bob"  # type: ignore[index]  # the refusal is tested
+    assert chat.context == {"user": "ada"}
+
+
+def test_snapshots_read_as_lists_and_their_copies_change_freely() -> None:
+    """A snapshot reads as a plain list (equality, index, JSON); its copies are lists of your own, it refuses changes."""
+    memory = Memory([MemoryItem(step=1, action="click"), MemoryItem(step=2, action="type")])
+    content = memory.content
+    assert content == list(memory)
+    assert content[-1].action == "type"
+    assert json.loads(json.dumps(memory.list_content)) == memory.to_list_of_dicts()
+    for copied in (content[:], list(content), copy.copy(content), copy.deepcopy(content)):
+        copied.append(MemoryItem(step=3))
+        assert type(copied) is list
+    with pytest.raises(ReadOnlyViewError):
+        content.append(MemoryItem(step=3))
+    assert len(memory) == 2

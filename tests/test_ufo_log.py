@@ -6,6 +6,8 @@ import base64
 import io
 import json
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -417,6 +419,71 @@ def test_truncated_last_line_does_not_stop_the_import(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     with pytest.warns(SkippedRecordWarning, match="the last line"):
         assert import_ufo_log(folder, url, "ufo-1") == 2
+
+
+# A last line that ends with its newline was written whole: damage there is an error, not a cut.
+DAMAGED_WHOLE_LAST_LINES = {
+    "invalid UTF-8": b'{"Step": 3, "Text": "caf\xe9 \xff\xfe"}\n',
+    "NUL bytes": b'{"Step": 3, "Text": "a\x00\x00b"}\n',
+    "nested 2,000 deep": b'{"Step": 3, "Tree": ' + b"[" * 2000 + b"]" * 2000 + b"}\n",
+    "cut before its newline": b'{"Step": 3,\n',
+}
+
+
+def _store_with_a_session(tmp_path: Path) -> tuple[Path, str, list[dict[str, Any]]]:
+    """Return a log folder of two good steps, a store URL whose session 'ufo-1' holds them, and its items."""
+    folder = _log_folder(tmp_path)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert import_ufo_log(folder, url, "ufo-1") == 2
+    return folder, url, _stored(url)
+
+
+def _stored(url: str) -> list[dict[str, Any]]:
+    with open_memory(url, "ufo-1", step_key="Step") as memory:
+        return memory.to_list_of_dicts()
+
+
+@pytest.mark.parametrize("line", DAMAGED_WHOLE_LAST_LINES.values(), ids=DAMAGED_WHOLE_LAST_LINES)
+def test_damaged_last_line_with_its_newline_fails_the_import(tmp_path: Path, line: bytes) -> None:
+    """A damaged last line that ends with its newline is named by file and line, and nothing is written."""
+    folder, url, before = _store_with_a_session(tmp_path)
+    with (folder / "response.log").open("ab") as log:
+        log.write(line)
+    with pytest.raises(CorruptSessionError, match=r"Line 4 of '.*response\.log' is not valid JSON"):
+        import_ufo_log(folder, url, "ufo-1", append=True)
+    assert _stored(url) == before
+
+
+@pytest.mark.parametrize("line", DAMAGED_WHOLE_LAST_LINES.values(), ids=DAMAGED_WHOLE_LAST_LINES)
+def test_command_fails_on_a_damaged_last_line_with_its_newline(tmp_path: Path, line: bytes) -> None:
+    """kvmemory import ufo-log, run as a program, exits 1 naming the file and line, and the store is unchanged."""
+    folder, url, before = _store_with_a_session(tmp_path)
+    with (folder / "response.log").open("ab") as log:
+        log.write(line)
+    argv = ["import", "ufo-log", str(folder), "--store", url, "--session", "ufo-1", "--append"]
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "kvmemory", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    log = os.fspath(folder / "response.log")
+    assert done.stderr.startswith(f"kvmemory: error: Line 4 of {log!r} is not valid JSON")
+    assert done.stderr.count("\n") == 1
+    assert _stored(url) == before
+
+
+def test_cut_last_line_with_damage_is_still_skipped(tmp_path: Path) -> None:
+    """A last line without its newline is a cut, whatever it holds: skipped with a warning."""
+    folder = _log_folder(tmp_path)
+    with (folder / "response.log").open("ab") as log:
+        log.write(b'{"Step": 3, "Text": "caf\xe9 \xff')
+    with pytest.warns(SkippedRecordWarning, match=r"Line 4 of .*the last line, .*no newline"):
+        memory = read_ufo_log(folder)
+    assert memory.steps() == [1, 2]
 
 
 def test_damage_in_the_middle_stays_an_error(tmp_path: Path) -> None:

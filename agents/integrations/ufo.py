@@ -319,17 +319,16 @@ def _parse(raw: bytes, where: str) -> Any:
 
 
 def _lines(log: pathlib.Path) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(line number, line, is the last non-blank line)`` for the log's non-blank lines."""
-    pending: tuple[int, bytes] | None = None
+    """Yield ``(line number, line, was cut)`` for the log's non-blank lines.
+
+    A line was cut when it is the file's last and has no newline at its end
+    (a run stopped while writing it). Every other line was written whole,
+    the last one included when it ends with its newline.
+    """
     with log.open("rb") as stream:
         for number, raw in enumerate(stream, start=1):
-            if not raw.strip():
-                continue
-            if pending is not None:
-                yield pending[0], pending[1], False
-            pending = (number, raw)
-    if pending is not None:
-        yield pending[0], pending[1], True
+            if raw.strip():
+                yield number, raw, not raw.endswith(b"\n")
 
 
 def _check_generation(generation: str) -> None:
@@ -368,12 +367,15 @@ def read_ufo_log(
     Raises:
         StoreNotFoundError: if there is no log at ``path``.
         CorruptSessionError: naming the file and line that is not a JSON
-            object (a damaged last line is skipped with a warning instead), or
-            a log file that is a link out of its folder.
+            object, or a log file that is a link out of its folder. Only a
+            last line without its newline (cut when a run stopped while
+            writing it) is skipped with a warning instead; a last line that
+            ends with its newline was written whole, and damage there is an
+            error as anywhere else.
         InvalidArgumentError: for an unknown ``generation``.
 
     Warns:
-        SkippedRecordWarning: naming a damaged last line that was skipped, and
+        SkippedRecordWarning: naming a cut last line that was skipped, and
             the screenshot references that were not linked and why.
     """
     _check_generation(generation)
@@ -381,16 +383,16 @@ def read_ufo_log(
     folder_real = os.path.realpath(folder)
     rows: list[tuple[str, dict[str, Any]]] = []
     shape = None if generation == "auto" else UFO_LOG_GENERATIONS[generation]
-    for number, raw, last in _lines(log):
+    for number, raw, cut in _lines(log):
         where = f"Line {number} of {os.fspath(log)!r}"
         try:
             fields = _parse(raw, where)
         except CorruptSessionError:
-            if not last:
+            if not cut:
                 raise
             msg = (
-                f"{where}, the last line, is not valid JSON (a run stopped while writing it?) "
-                "and was skipped; the lines before it were read."
+                f"{where}, the last line, is not valid JSON and has no newline at its end "
+                "(a run stopped while writing it) and was skipped; the lines before it were read."
             )
             warnings.warn(SkippedRecordWarning(msg), stacklevel=2)
             continue

@@ -5,9 +5,12 @@ the steps in order, indexed by step; the codec writes them as lossless JSON.
 """
 
 import importlib as _importlib
-import sys as _sys
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+# First: when another distribution's agents/__init__.py replaced kvmemory's (or
+# was removed with it), this import says so in one line (see agents/_install.py).
+from agents import _install  # noqa: F401 (its import is the check)
+from agents.memory import _ports
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import NOTHING, FieldSpec, FieldWatcher, MemoryItem, OnUnknownClass, field
 from agents.memory._session import SessionPages, read_session_pages, write_session
@@ -32,6 +35,7 @@ from agents.memory.exceptions import (
     InvalidStoreURLError,
     ItemNotFoundError,
     MissingDependencyError,
+    ReadOnlyViewError,
     SchemaVersionError,
     SerializationError,
     SkippedRecordWarning,
@@ -52,6 +56,16 @@ from agents.memory.memory import (
     MemoryChange,
     MemoryWriter,
 )
+
+
+def _search_room() -> _ports.SearchRoom:
+    """Import the search room on the first search (``Memory.search`` reaches it through ``_ports``)."""
+    from agents.memory import search
+
+    return search
+
+
+_ports.bind_search_room(_search_room)
 
 if _TYPE_CHECKING:
     from agents.memory.blackboard import (
@@ -90,6 +104,7 @@ if _TYPE_CHECKING:
         ufo_json,
         values_of,
     )
+    from agents.memory.stores import SessionHit
 
 # Names whose modules load on first use (module __getattr__, PEP 562), so that
 # ``import agents.memory`` imports only the core: items, memory, codec, session files, errors.
@@ -105,6 +120,7 @@ _LAZY: dict[str, str] = {
     "LastMessages": "agents.memory.conversation",
     "MessageSelector": "agents.memory.conversation",
     "ROLES": "agents.memory.messages",
+    "SessionHit": "agents.memory.stores",
     "TiktokenCounter": "agents.memory.prompt",
     "TokenBudget": "agents.memory.conversation",
     "TokenCounter": "agents.memory.prompt",
@@ -186,8 +202,10 @@ __all__ = [
     "MissingDependencyError",
     "OnUnencodable",
     "OnUnknownClass",
+    "ReadOnlyViewError",
     "SchemaVersionError",
     "SerializationError",
+    "SessionHit",
     "SessionPages",
     "SkippedRecordWarning",
     "StepNotFoundError",
@@ -227,19 +245,3 @@ __all__ = [
 
 __kvmemory__ = True
 """Marks this package as kvmemory's (see ``kvmemory.install_problem``)."""
-
-if getattr(_sys.modules.get("agents"), "__kvmemory__", None) is None:
-    # Another distribution's agents/__init__.py replaced kvmemory's (or was removed
-    # with it): say so in one line rather than fail later on a missing name.
-    try:
-        from kvmemory import install_problem as _install_problem
-
-        _problem = _install_problem()
-    except ImportError:
-        _problem = None
-    _msg = _problem or (
-        "kvmemory's install is broken: the package 'agents' is not kvmemory's "
-        "(openai-agents and an older package named agents share the name); "
-        "use a virtual environment without them and run: pip install --force-reinstall kvmemory"
-    )
-    raise ImportError(_msg)

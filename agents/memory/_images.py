@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import mimetypes
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -21,6 +22,7 @@ __all__ = [
     "image_data_url",
     "image_refs",
     "image_size",
+    "image_url_problem",
     "is_image_url",
     "size_of_image_bytes",
 ]
@@ -40,11 +42,36 @@ MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
 """The largest image file read into a prompt (20 MiB, the limit chat APIs commonly set)."""
 
 _URL_PREFIXES: Final = ("http://", "https://", "data:")
+_HTTP_URL: Final = re.compile(r"https?://[^\s/?#]+(?:[/?#]\S*)?", re.IGNORECASE)
+_DATA_IMAGE_URL: Final = re.compile(r"data:image/[a-z0-9.+-]+;base64,", re.IGNORECASE)
 
 
 def is_image_url(ref: str) -> bool:
     """Return whether ``ref`` is a URL (``http://``, ``https://`` or ``data:``, any case) rather than a path."""
     return ref[:8].lower().startswith(_URL_PREFIXES)
+
+
+def image_url_problem(url: str) -> str | None:
+    """Return why a chat API would refuse ``url`` as an image URL, or ``None`` when it takes it.
+
+    Chat APIs take an ``http://`` or ``https://`` URL with a host, or a
+    ``data:image/<type>;base64,...`` URL (the scheme in any case). Anything
+    else (a local path, ``file:``, a ``data:`` URL of another type or without
+    base64) is refused there, so it must not leave in a message.
+
+    Args:
+        url: The ``url`` of an ``image_url`` content part.
+
+    Returns:
+        A phrase to follow the URL in a message (``"is a local path ..."``), or ``None``.
+    """
+    if _DATA_IMAGE_URL.match(url) or _HTTP_URL.fullmatch(url):
+        return None
+    if url[:5].lower() == "data:":
+        return "is a data: URL that is not data:image/<type>;base64,..., the only kind a chat API takes"
+    if is_image_url(url):
+        return "is not an http(s) URL with a host (and no spaces)"
+    return "is not an http(s) or data:image/...;base64 URL but a local path (or another scheme), which a chat API refuses"
 
 
 def image_refs(value: Any) -> list[str]:

@@ -38,6 +38,7 @@ from typing_extensions import Self
 
 from agents.memory import _codec
 from agents.memory._codec import OnUnknownClass
+from agents.memory._views import ItemAttributes
 from agents.memory.exceptions import (
     ArgumentTypeError,
     CorruptSessionError,
@@ -563,8 +564,8 @@ class MemoryItem:
 
     @property
     def attributes(self) -> list[str]:
-        """The keys of this item's fields, in order (a new list)."""
-        return list(self._fields)
+        """The keys of this item's fields, in order (a new list; changing it raises ``ReadOnlyViewError``)."""
+        return ItemAttributes(self._fields)
 
     # -- removal and mapping protocol ----------------------------------------
 

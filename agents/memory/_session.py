@@ -38,16 +38,21 @@ from agents.memory.exceptions import CorruptSessionError, InvalidArgumentError
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "PICKLED_SETTINGS",
     "LoadOptions",
     "SessionPages",
     "check_header",
     "envelope",
+    "pickled_memory",
     "read_document",
     "read_jsonl",
     "read_jsonl_pages",
+    "read_path",
     "read_session_file",
     "read_session_pages",
+    "save_items",
     "session_chunks",
+    "unpickled_memory",
     "write_session",
 ]
 
@@ -433,3 +438,81 @@ def _looks_like_jsonl(stream: IO[bytes]) -> bool:
         head += stream.readline()
     stream.seek(0)
     return head[:1] == b"{" and b'"items":"jsonl"' in head.split(b"\n", 1)[0]
+
+
+# -- a memory's own files and pickles --------------------------------------------
+
+
+def save_items(
+    path: str | os.PathLike[str],
+    header: dict[str, Any],
+    items: Sequence[MemoryItem],
+    *,
+    step_key: str,
+    on_unencodable: OnUnencodable,
+) -> None:
+    """Write ``items`` under ``header`` as a session file at ``path``, atomically (``Memory.save``).
+
+    Raises:
+        SerializationError: if a value cannot be encoded; no file is written.
+        InvalidArgumentError: if ``path`` holds a NUL byte; no file is written.
+    """
+    name = _codec.file_path(path, what="session file path")
+    # Encoded before the file is opened, so an unencodable value writes nothing.
+    chunks = list(
+        session_chunks(
+            header,
+            [items],
+            jsonl=name.endswith(".jsonl"),
+            step_key=step_key,
+            on_unencodable=on_unencodable,
+        )
+    )
+    _codec.atomic_write(name, chunks)
+
+
+def read_path(
+    path: str | os.PathLike[str], options: LoadOptions
+) -> tuple[dict[str, Any], list[MemoryItem]]:
+    """Read the session file at ``path`` (``Memory.load_file``): its checked header and items.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        InvalidArgumentError: if ``path`` holds a NUL byte.
+        CorruptSessionError: naming the file and position of invalid content.
+        UnsupportedVersionError: if a newer kvmemory wrote the file.
+    """
+    return read_session_file(_codec.file_path(path, what="session file path"), options)
+
+
+# The settings a pickled memory keeps beside its own attributes, under the
+# names every release has written (so that pickles load across releases).
+PICKLED_SETTINGS: Final = ("_step_key", "_max_items", "_callbacks", "_items")
+
+
+def pickled_memory(
+    attributes: Mapping[str, Any],
+    *,
+    step_key: str,
+    max_items: int | None,
+    callbacks: Sequence[Any],
+    items: Sequence[MemoryItem],
+) -> dict[str, Any]:
+    """Return the state ``pickle`` keeps of a memory: its attributes, settings and items."""
+    return {
+        **attributes,
+        "_step_key": step_key,
+        "_max_items": max_items,
+        "_callbacks": list(callbacks),
+        "_items": list(items),
+    }
+
+
+def unpickled_memory(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a pickled memory's state into its settings (``PICKLED_SETTINGS``) and its other attributes."""
+    attributes = dict(state)
+    settings: dict[str, Any] = {}
+    for name in PICKLED_SETTINGS:
+        if name in attributes:
+            settings[name] = attributes.pop(name)
+    return settings, attributes

@@ -22,28 +22,39 @@ whole blackboard; a lock makes it safe to share between agents in threads.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-import orjson
-
 from agents.memory import _codec
+from agents.memory._board_files import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SECTIONS,
+    read_board_file,
+    read_json_lines,
+    read_questions,
+    sections_from_dict,
+)
+from agents.memory._board_prompt import (
+    BLACKBOARD_PREFIX,
+    QUESTIONS_PREFIX,
+    REQUESTS_PREFIX,
+    TRAJECTORIES_PREFIX,
+    Part,
+    metadata_text,
+    text_part,
+    trim_to_budget,
+)
 from agents.memory._codec import OnUnknownClass
-from agents.memory._item import MemoryItem, decode_item
+from agents.memory._item import MemoryItem
 from agents.memory.exceptions import (
     ArgumentTypeError,
-    BudgetExceededError,
-    CorruptSessionError,
-    FieldValidationError,
     ImageReadError,
     ImageReadWarning,
     InvalidArgumentError,
-    InvalidKeyError,
-    SkippedRecordWarning,
 )
 from agents.memory.memory import Memory
 from agents.memory.prompt import (
@@ -60,19 +71,6 @@ __all__ = [
     "ImageMemoryItem",
     "ImageMemoryItemNames",
 ]
-
-SECTIONS: Final[tuple[str, ...]] = ("questions", "requests", "trajectories", "screenshots")
-"""The blackboard's sections, in prompt order."""
-
-BLACKBOARD_PREFIX: Final = "[Blackboard:]"
-QUESTIONS_PREFIX: Final = "[Questions & Answers:]"
-REQUESTS_PREFIX: Final = "[Request History:]"
-TRAJECTORIES_PREFIX: Final = "[Step Trajectories Completed Previously:]"
-
-_FORMAT_NAME: Final = "kvmemory.blackboard"
-_FORMAT_VERSION: Final = 1
-
-Part = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,37 +290,7 @@ class Blackboard:
         Warns:
             SkippedRecordWarning: naming the file and the lines skipped.
         """
-        if type(last_k) is not int or last_k < -1:
-            msg = f"last_k must be -1 (all records) or an int >= 0, got {last_k!r}."
-            raise InvalidArgumentError(msg)
-        name = _codec.file_path(file_path, what="questions file path")
-        records: list[MemoryItem] = []
-        skipped: list[int] = []
-        try:
-            stream = open(name, "rb")  # noqa: SIM115 - only a missing file is caught; the with below closes it
-        except FileNotFoundError:
-            return 0
-        with stream:
-            for lineno, line in enumerate(stream, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    skipped.append(lineno)
-                    continue
-                if type(obj) is not dict:
-                    skipped.append(lineno)
-                    continue
-                records.append(MemoryItem.from_mapping(obj))
-        if skipped:
-            msg = (
-                f"Questions file {name!r}: skipped lines {skipped[:20]} (not JSON objects); "
-                "fix or remove them to load those records."
-            )
-            warnings.warn(SkippedRecordWarning(msg), stacklevel=2)
-        if last_k != -1:
-            records = records[len(records) - last_k :] if last_k else []
+        records = read_questions(file_path, last_k)
         with self._lock:
             self._questions.add_memory_items(records)
         return len(records)
@@ -381,35 +349,7 @@ class Blackboard:
             InvalidKeyError: if a record has a key that is not a string.
             FieldValidationError: if a record is refused by its item class.
         """
-        if not isinstance(blackboard_dict, Mapping):
-            msg = f"blackboard_from_dict() takes a dict of sections, got {type(blackboard_dict).__name__}; the blackboard was left unchanged."
-            raise ArgumentTypeError(msg)
-        built: dict[str, list[MemoryItem]] = {}
-        for name in SECTIONS:
-            records = blackboard_dict.get(name, [])
-            if not isinstance(records, (list, tuple)):
-                msg = f"Section {name!r} must be a list of records, got {type(records).__name__}; the blackboard was left unchanged."
-                raise ArgumentTypeError(msg)
-            cls: type[MemoryItem] = ImageMemoryItem if name == "screenshots" else MemoryItem
-            items: list[MemoryItem] = []
-            for position, record in enumerate(records):
-                if isinstance(record, MemoryItem):
-                    record = record.to_dict()
-                if not isinstance(record, Mapping):
-                    msg = f"Record {position} of section {name!r} is a {type(record).__name__}, not a dict; the blackboard was left unchanged."
-                    raise ArgumentTypeError(msg)
-                try:
-                    items.append(cls.from_mapping(record))
-                except (TypeError, ValueError) as exc:
-                    msg = f"Record {position} of section {name!r}: {exc} The blackboard was left unchanged."
-                    error = (
-                        InvalidKeyError
-                        if isinstance(exc, InvalidKeyError)
-                        else FieldValidationError
-                    )
-                    raise error(msg) from exc
-            built[name] = items
-        self._install(built)
+        self._install(sections_from_dict(blackboard_dict, ImageMemoryItem))
 
     def _install(self, built: Mapping[str, list[MemoryItem]]) -> None:
         with self._lock:
@@ -433,7 +373,7 @@ class Blackboard:
                 name: _codec.loads(memory.to_json_bytes(), source=f"section {name!r}")
                 for name, memory in self._sections().items()
             }
-        document = {"format": _FORMAT_NAME, "version": _FORMAT_VERSION, "sections": sections}
+        document = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "sections": sections}
         _codec.atomic_write(path, [_codec.dumps(document)])
 
     def load(
@@ -463,54 +403,13 @@ class Blackboard:
             CorruptSessionError: naming the file and the bad part; the blackboard is unchanged.
             UnsupportedVersionError: if a newer kvmemory wrote the file.
         """
-        name = _codec.file_path(path, what="blackboard file path")
-        source = f"Blackboard file {name!r}"
-        with open(name, "rb") as stream:
-            document = _codec.loads(stream.read(), source=source)
-        if type(document) is dict and "format" not in document:
-            decoded = _codec.decode_value(
-                document,
-                where=source,
-                on_unknown_class=on_unknown_class,
-                trusted_import=trusted_import,
-            )
-            self._load_ufo_dict(decoded, source)
-            return
-        _codec.check_format(
-            document,
-            source=source,
-            name=_FORMAT_NAME,
-            version=_FORMAT_VERSION,
-            kind="saved blackboard",
+        built = read_board_file(
+            path,
+            screenshot_class=ImageMemoryItem,
+            on_unknown_class=on_unknown_class,
+            trusted_import=trusted_import,
         )
-        sections = document.get("sections")
-        if type(sections) is not dict or any(name not in SECTIONS for name in sections):
-            msg = f"{source} has no valid 'sections' object (expected keys among {list(SECTIONS)}); nothing was loaded."
-            raise CorruptSessionError(msg)
-        built: dict[str, list[MemoryItem]] = {}
-        for name in SECTIONS:
-            wires = sections.get(name, [])
-            if type(wires) is not list:
-                msg = f"{source}: section {name!r} is not a list; nothing was loaded."
-                raise CorruptSessionError(msg)
-            built[name] = [
-                decode_item(
-                    wire,
-                    where=f"item {i} of section {name!r} of {source}",
-                    on_unknown_class=on_unknown_class,
-                    trusted_import=trusted_import,
-                )
-                for i, wire in enumerate(wires)
-            ]
         self._install(built)
-
-    def _load_ufo_dict(self, document: Any, source: str) -> None:
-        """Load the decoded content of a ``blackboard_to_json()`` file (or UFO's ``json.dump(blackboard_to_dict())``)."""
-        try:
-            self.blackboard_from_dict(document)
-        except (TypeError, ValueError) as exc:
-            msg = f"{source} is not a blackboard: {exc}"
-            raise CorruptSessionError(msg) from exc
 
     @staticmethod
     def read_json_file(file_path: str | os.PathLike[str], last_k: int = -1) -> list[Any]:
@@ -532,34 +431,7 @@ class Blackboard:
         Warns:
             SkippedRecordWarning: naming the file and the lines skipped.
         """
-        if type(last_k) is not int or last_k < -1:
-            msg = f"last_k must be -1 (all lines) or an int >= 0, got {last_k!r}."
-            raise InvalidArgumentError(msg)
-        if isinstance(file_path, str) and not file_path:
-            # UFO's os.path.exists("") is False: no QA_PAIR_FILE configured reads nothing.
-            return []
-        name = _codec.file_path(file_path, what="JSON file path")
-        if not os.path.exists(name):
-            return []
-        with open(name, "rb") as stream:
-            lines = stream.readlines()
-        first = 1
-        if last_k != -1:
-            first = max(len(lines) - last_k, 0) + 1
-            lines = lines[first - 1 :]
-        values: list[Any] = []
-        skipped: list[int] = []
-        for lineno, line in enumerate(lines, start=first):
-            if not line.strip():
-                continue
-            try:
-                values.append(json.loads(line))
-            except (ValueError, RecursionError):  # json.loads recurses once per nesting level
-                skipped.append(lineno)
-        if skipped:
-            msg = f"JSON file {name!r}: skipped lines {skipped[:20]} (not JSON); fix or remove them to read those records."
-            warnings.warn(SkippedRecordWarning(msg), stacklevel=2)
-        return values
+        return read_json_lines(file_path, last_k)
 
     @classmethod
     def from_file(
@@ -602,7 +474,7 @@ class Blackboard:
             last_k: Only the newest ``last_k`` items.
         """
         records = _records(memory, last_k)
-        return [_text_part(prefix, [ufo_json(r) for r in records])]
+        return [text_part(prefix, [ufo_json(r) for r in records])]
 
     def screenshots_to_prompt(
         self, *, last_k: int | None = None, max_images: int | None = None
@@ -669,11 +541,11 @@ class Blackboard:
                 self._screenshots, _smallest(per_section.get("screenshots"), max_images)
             )
         if max_tokens is not None:
-            self._trim(texts, shots, max_tokens)
+            trim_to_budget(texts, shots, max_tokens, self.counter)
         parts: list[Part] = [{"type": "text", "text": BLACKBOARD_PREFIX}]
-        parts.append(_text_part(QUESTIONS_PREFIX, texts["questions"]))
-        parts.append(_text_part(REQUESTS_PREFIX, texts["requests"]))
-        parts.append(_text_part(TRAJECTORIES_PREFIX, texts["trajectories"]))
+        parts.append(text_part(QUESTIONS_PREFIX, texts["questions"]))
+        parts.append(text_part(REQUESTS_PREFIX, texts["requests"]))
+        parts.append(text_part(TRAJECTORIES_PREFIX, texts["trajectories"]))
         parts.extend(self._screenshot_parts(shots))
         return parts
 
@@ -684,49 +556,9 @@ class Blackboard:
                 url = record[_NAMES.IMAGE_STR]
             else:
                 url = self._image_url(record.get(_NAMES.IMAGE_PATH, ""))
-            parts.append({"type": "text", "text": _metadata_text(record)})
+            parts.append({"type": "text", "text": metadata_text(record)})
             parts.append({"type": "image_url", "image_url": {"url": url}})
         return parts
-
-    def _trim(
-        self, texts: dict[str, list[str]], shots: list[dict[str, Any]], max_tokens: int
-    ) -> None:
-        """Drop oldest entries of the costliest section until the prompt fits ``max_tokens``."""
-        counter = self.counter
-        prefixes = {
-            "questions": QUESTIONS_PREFIX,
-            "requests": REQUESTS_PREFIX,
-            "trajectories": TRAJECTORIES_PREFIX,
-        }
-
-        def text_cost(name: str) -> int:
-            return counter.count(_text_part(prefixes[name], texts[name])["text"])
-
-        def shots_cost() -> int:
-            return sum(counter.count(_metadata_text(s)) + counter.image_tokens for s in shots)
-
-        costs = {name: text_cost(name) for name in prefixes}
-        costs["screenshots"] = shots_cost()
-        floor = counter.count(BLACKBOARD_PREFIX) + sum(
-            counter.count(_text_part(p, [])["text"]) for p in prefixes.values()
-        )
-        if floor > max_tokens:
-            msg = f"The blackboard's section titles alone cost {floor} tokens, more than max_tokens={max_tokens}; raise the budget."
-            raise BudgetExceededError(msg)
-        header = counter.count(BLACKBOARD_PREFIX)
-        while header + sum(costs.values()) > max_tokens:
-            droppable = {
-                name: cost
-                for name, cost in costs.items()
-                if (shots if name == "screenshots" else texts[name])
-            }
-            name = max(droppable, key=lambda n: droppable[n])
-            if name == "screenshots":
-                del shots[0]
-                costs[name] = shots_cost()
-            else:
-                del texts[name][0]
-                costs[name] = text_cost(name)
 
     # -- state ---------------------------------------------------------------
 
@@ -767,14 +599,3 @@ def _per_section(last_k: int | Mapping[str, int] | None) -> dict[str, int]:
         msg = f"last_k names unknown sections {unknown}; expected some of {list(SECTIONS)}."
         raise InvalidArgumentError(msg)
     return dict(last_k)
-
-
-def _text_part(prefix: str, encoded: Iterable[str]) -> Part:
-    # Joining pre-encoded items with json.dumps's default item separator gives
-    # the same text as json.dumps of the whole list.
-    return {"type": "text", "text": f"{prefix}\n [{', '.join(encoded)}]"}
-
-
-def _metadata_text(record: Mapping[str, Any]) -> str:
-    # UFO sends json.dumps(record.get("metadata", "")).
-    return ufo_json(record.get(_NAMES.METADATA, ""))

@@ -39,6 +39,7 @@ import attrs
 from typing_extensions import Self
 
 from agents.memory._item import MemoryItem
+from agents.memory._views import ConversationContext
 from agents.memory.exceptions import (
     BudgetExceededError,
     FieldValidationError,
@@ -56,7 +57,13 @@ from agents.memory.messages import (
     to_messages,
     tool_arguments,
 )
-from agents.memory.prompt import EstimateCounter, TokenCounter, count_image_tokens, render_json
+from agents.memory.prompt import (
+    EstimateCounter,
+    TokenCounter,
+    count_image_tokens,
+    image_data_url,
+    render_json,
+)
 
 if TYPE_CHECKING:
     from agents.memory.search import Embedder, Hit, SearchMode, Where
@@ -585,7 +592,7 @@ class Conversation:
     def context(self) -> dict[str, Any] | None:
         """The context keys this conversation was opened for (:meth:`for_context`), or ``None``."""
         context = self.history.metadata.get("context")
-        return dict(context) if isinstance(context, Mapping) else None
+        return ConversationContext(context) if isinstance(context, Mapping) else None
 
     # -- adding ----------------------------------------------------------------
 
@@ -610,26 +617,33 @@ class Conversation:
         Args:
             role: ``"system"``, ``"developer"``, ``"user"``, ``"assistant"`` or ``"tool"``.
             content: Text, or a list of content parts.
-            images: Image URLs (or paths, see ``read_paths``), appended as
-                ``image_url`` parts; only a user message may hold images.
+            images: Images, appended as ``image_url`` parts; only a user
+                message may hold images. A string is an ``http(s)://`` or
+                ``data:image/...;base64`` URL (a string path is refused
+                unless ``read_paths=True``: a string may have come from a
+                client). A ``pathlib.Path`` (any ``os.PathLike``) names a file
+                your program chose: it is read now and kept as a ``data:`` URL.
             tool_calls: On an assistant message: calls as ``{"id", "type":
                 "function", "function": {"name", "arguments"}}``; arguments
                 that are not text are written as JSON.
             tool_call_id: On a tool message: the id of the call it answers.
             name: The participant's name.
             tags: Tags of the message (see :meth:`tag`).
-            read_paths: Read image parts that name a local file now, as
-                ``data:`` URLs (by default a path is kept as given and never
-                read: a path that came from a client could name any file).
+            read_paths: Read image strings and image parts that name a
+                local file now, as ``data:`` URLs (by default such a path is
+                refused and never read: a path that came from a client could
+                name any file). A path is never kept as an image URL.
             **fields: Any other fields, kept in the item and left out of messages.
 
         Raises:
-            FieldValidationError: naming what makes the message invalid; nothing is added.
-            ImageReadError: with ``read_paths``, naming a file that cannot be
-                read as an image; nothing is added.
+            FieldValidationError: naming what makes the message invalid (an
+                image URL a chat API refuses, such as a string path without
+                ``read_paths``, included); nothing is added.
+            ImageReadError: naming a ``Path`` (or, with ``read_paths``, a
+                path string) that cannot be read as an image; nothing is added.
         """
         message: dict[str, Any] = {"role": role}
-        refs = [os.fspath(ref) for ref in images]
+        refs = [image_data_url(ref) if isinstance(ref, os.PathLike) else ref for ref in images]
         if refs:
             parts: list[dict[str, Any]] = []
             if isinstance(content, str):
@@ -651,7 +665,7 @@ class Conversation:
             message["tags"] = tag_list
         message.update(fields)
         message.setdefault("id", _new_id())
-        check_message(message)
+        check_message(message, read_paths=read_paths)
         (item,) = from_messages([message], read_paths=read_paths)
         self.history.add_memory_item(item)
         return item
@@ -681,13 +695,14 @@ class Conversation:
     ) -> list[MemoryItem]:
         """Append chat messages (every key kept as a field), all or nothing.
 
-        Each message without an ``id`` gets one. Image URLs are kept as given;
-        a local path is read only with ``read_paths=True`` (see
-        :func:`~agents.memory.from_messages`): keep it off for messages that
-        come from another program.
+        Each message without an ``id`` gets one. Image URLs a chat API takes
+        are kept as given; a local path is refused, or read with
+        ``read_paths=True`` (see :func:`~agents.memory.from_messages`): keep
+        it off for messages that come from another program.
 
         Raises:
-            FieldValidationError: naming the first invalid message; nothing is added.
+            FieldValidationError: naming the first invalid message (a path
+                as an image URL without ``read_paths`` included); nothing is added.
             ImageReadError: with ``read_paths``, naming a file that cannot be read; nothing is added.
         """
         items = from_messages(messages, read_paths=read_paths)
@@ -837,7 +852,7 @@ class Conversation:
         """Return the messages ``selector`` chooses (all when ``None``), in memory order."""
         self._fresh()
         if selector is None:
-            return self.history.content
+            return self.history[:]
         return list(selector(self.history))
 
     def search(

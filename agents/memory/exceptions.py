@@ -13,6 +13,7 @@ from the builtin exception that code written for UFO would already catch, so
     ├── ItemNotFoundError(AgentMemoryError, ValueError)
     ├── UnmatchedKeyError(AgentMemoryError, KeyError)
     ├── InvalidKeyError(AgentMemoryError, TypeError)
+    ├── ReadOnlyViewError(AgentMemoryError, TypeError)
     ├── FieldValidationError(AgentMemoryError, TypeError, ValueError)
     ├── SerializationError(AgentMemoryError, TypeError)
     ├── CorruptSessionError(AgentMemoryError, ValueError)
@@ -65,6 +66,7 @@ __all__ = [
     "InvalidStoreURLError",
     "ItemNotFoundError",
     "MissingDependencyError",
+    "ReadOnlyViewError",
     "SchemaVersionError",
     "SerializationError",
     "SkippedRecordWarning",
@@ -117,6 +119,13 @@ class ItemNotFoundError(AgentMemoryError, ValueError):
 
 class InvalidKeyError(AgentMemoryError, TypeError):
     """A field key is not a string."""
+
+
+class ReadOnlyViewError(AgentMemoryError, TypeError):
+    """A read-only snapshot (``Memory.content``, ``Memory.list_content``, ``MemoryItem.attributes``) was changed.
+
+    The change would be lost; the message names the method that makes it.
+    """
 
 
 class FieldValidationError(AgentMemoryError, TypeError, ValueError):

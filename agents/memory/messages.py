@@ -16,9 +16,11 @@ sent to a model.
   each part and tool call. What the schema refuses raises
   :class:`~agents.memory.FieldValidationError`.
 * :func:`from_messages` turns chat messages into message items, checking
-  each one. Image URLs are kept as given: a local path in an incoming
-  message is read only with ``read_paths=True`` (a message from another
-  program must not make this one read its files).
+  each one. Image URLs a chat API takes (``http(s)://``,
+  ``data:image/...;base64``) are kept as given; a local path in an incoming
+  message is refused, or read into a ``data:`` URL with ``read_paths=True``
+  (a message from another program must not make this one read its files),
+  and never kept as a URL.
 * :func:`to_messages` turns items (a ``Memory``, a list, or the records of a
   :class:`~agents.memory.prompt.WindowResult`) into chat messages. Message
   items give their message back exactly; other items (agent steps) become
@@ -39,6 +41,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
+from agents.memory._images import image_url_problem, is_image_url
 from agents.memory._item import MemoryItem
 from agents.memory.exceptions import FieldValidationError
 from agents.memory.memory import Memory
@@ -140,7 +143,7 @@ def _keys_text(keys: Iterable[Any]) -> str:
     return ", ".join(sorted(map(repr, keys)))
 
 
-def _part_problem(part: Any, role: str) -> str | None:
+def _part_problem(part: Any, role: str, read_paths: bool) -> str | None:
     """Return what is wrong with one content part of a ``role`` message, or ``None``."""
     if not isinstance(part, Mapping):
         return "is not a dict with a 'type'"
@@ -159,7 +162,7 @@ def _part_problem(part: Any, role: str) -> str | None:
     if not isinstance(value, Mapping):
         return f"needs a dict {kind!r}, got {value!r}"
     if kind == _IMAGE_PART:
-        return _image_problem(value)
+        return _image_problem(value, read_paths)
     if kind == "input_audio":
         if set(value) != {"data", "format"} or not isinstance(value["data"], str):
             return "needs 'input_audio': {'data': base64 text, 'format': 'wav' or 'mp3'} and nothing else"
@@ -180,18 +183,29 @@ def _part_problem(part: Any, role: str) -> str | None:
     return None
 
 
-def _image_problem(image: Mapping[Any, Any]) -> str | None:
-    if not isinstance(image.get("url"), str):
-        return "needs 'image_url': {'url': str}; give an http(s) URL, a data: URL or (with read_paths=True) a path"
+def _image_problem(image: Mapping[Any, Any], read_paths: bool) -> str | None:
+    url = image.get("url")
+    if not isinstance(url, str):
+        return "needs 'image_url': {'url': str}; give an http(s) URL, a data:image/...;base64 URL or (with read_paths=True) a path"
     extra = set(image) - {"url", "detail"}
     if extra:
         return f"has unknown image_url keys {_keys_text(extra)}; it holds 'url' and 'detail' only"
     if "detail" in image and image["detail"] not in _DETAILS:
         return f"has detail {image['detail']!r}; use one of {', '.join(map(repr, _DETAILS))}"
-    return None
+    problem = image_url_problem(url)
+    if problem is None or (read_paths and not is_image_url(url)):
+        return None  # a path with read_paths=True is read into a data: URL before it is kept
+    if is_image_url(url):
+        return f"has an image URL that {problem}"
+    return (
+        f"has an image URL that {problem}; to send a local file your program names, give it as a "
+        "pathlib.Path in images= or pass read_paths=True (never for messages from another program)"
+    )
 
 
-def _check_content(message: Mapping[str, Any], role: str, position: int | None) -> None:
+def _check_content(
+    message: Mapping[str, Any], role: str, position: int | None, read_paths: bool
+) -> None:
     content = message.get("content", _MISSING)
     if content is None or content is _MISSING:
         if role != "assistant" or all(
@@ -211,7 +225,7 @@ def _check_content(message: Mapping[str, Any], role: str, position: int | None) 
             f"has content {content!r}; give text or a non-empty list of content parts.",
         )
     for index, part in enumerate(content):
-        problem = _part_problem(part, role)
+        problem = _part_problem(part, role, read_paths)
         if problem is not None:
             raise _refuse(position, f"({role}) content part {index} {problem}: {_brief(part)}.")
 
@@ -260,7 +274,11 @@ def _valid_call(call: Any) -> bool:
 
 
 def check_message(
-    message: Mapping[str, Any], position: int | None = None, *, distinct_ids: bool = True
+    message: Mapping[str, Any],
+    position: int | None = None,
+    *,
+    distinct_ids: bool = True,
+    read_paths: bool = False,
 ) -> None:
     """Check that ``message`` is a chat message the chat-completions schema accepts.
 
@@ -268,14 +286,19 @@ def check_message(
     role (``name`` on a tool result, ``refusal`` on a user message, image
     parts on a system message are refused); any other key is a custom field
     and is not checked (``function_call``, deprecated by the API, is refused).
-    Rules between messages (tool calls and their results) are those of
-    :func:`settle_tool_calls`.
+    An image part's URL must be one a chat API takes: ``http(s)://`` with a
+    host, or ``data:image/<type>;base64,...``; a local path is refused
+    unless ``read_paths`` says the caller reads it. Rules between messages
+    (tool calls and their results) are those of :func:`settle_tool_calls`.
 
     Args:
         message: The message (``role``, ``content`` and the keys of :data:`MESSAGE_KEYS`).
         position: Its index, named in the error.
         distinct_ids: Refuse two tool calls with one id (``False`` leaves
             them to :func:`settle_tool_calls` and its ``unanswered`` policy).
+        read_paths: Accept a local path as an image URL, because the caller
+            reads it into a ``data:`` URL (as :func:`from_messages` does with
+            ``read_paths=True``).
 
     Raises:
         FieldValidationError: naming the message and what is wrong with it.
@@ -299,7 +322,7 @@ def check_message(
             position,
             "has 'function_call', which the chat API deprecated; give the call as tool_calls=[...].",
         )
-    _check_content(message, role, position)
+    _check_content(message, role, position, read_paths)
     if "tool_calls" in message:
         _check_tool_calls(message["tool_calls"], position)
         if distinct_ids:
@@ -339,8 +362,10 @@ def from_messages(
     """Return chat messages as message items, all or nothing.
 
     Every key of each message is kept as a field (custom keys too). An image
-    URL is kept as it is given: a local path stays a path string, and no
-    file is read, unless ``read_paths=True``.
+    URL is kept as it is given when a chat API takes it (``http(s)://`` or
+    ``data:image/<type>;base64,...``). A local path is refused, and no file
+    is read, unless ``read_paths=True``: then the file is read now and kept
+    as a ``data:`` URL. A path is never kept as a URL.
 
     Args:
         messages: The chat messages.
@@ -350,7 +375,9 @@ def from_messages(
 
     Raises:
         FieldValidationError: naming the first message that is not a valid
-            chat message (two tool calls of a message with one id included).
+            chat message (two tool calls of a message with one id included,
+            and an image URL a chat API refuses, such as a path without
+            ``read_paths``).
         ImageReadError: with ``read_paths``, naming a file that cannot be read as an image.
     """
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
@@ -358,7 +385,7 @@ def from_messages(
         raise FieldValidationError(msg)
     listed = list(messages)
     for position, message in enumerate(listed):
-        check_message(message, position)
+        check_message(message, position, read_paths=read_paths)
     if read_paths:
         listed = [_read_paths(message) for message in listed]
     return [MemoryItem(**dict(message)) for message in listed]
@@ -384,6 +411,22 @@ def _send_part(part: Mapping[str, Any]) -> Any:
     return {**part, _IMAGE_PART: {**image, "url": url}}
 
 
+def _step_image(record: Mapping[str, Any], ref: str, images: str) -> str:
+    """Return a step's image reference as a URL a chat API takes, or raise naming the step."""
+    url = image_data_url(ref) if images == "data" else ref
+    problem = image_url_problem(url)
+    if problem is None:
+        return url
+    whose = f"step {record['step']!r}" if "step" in record else f"the step item {_brief(record)}"
+    fix = (
+        "send it with images='data' (the default), which reads an image path into a data: URL"
+        if images == "keep" and not is_image_url(ref)
+        else "store an http(s) URL, a data:image/...;base64 URL or the path of an image file"
+    )
+    msg = f"Image {_brief(ref)} of {whose} {problem}; {fix}."
+    raise FieldValidationError(msg)
+
+
 def _step_messages(
     record: Mapping[str, Any],
     role: str,
@@ -399,8 +442,10 @@ def _step_messages(
     refs = [ref for key in image_keys if key in record for ref in image_refs(record[key])]
     if not refs:
         return [{"role": role, "content": body}]
-    convert = image_data_url if images == "data" else str
-    image_parts = [{"type": _IMAGE_PART, _IMAGE_PART: {"url": convert(ref)}} for ref in refs]
+    image_parts = [
+        {"type": _IMAGE_PART, _IMAGE_PART: {"url": _step_image(record, ref, images)}}
+        for ref in refs
+    ]
     if role == "user":
         return [{"role": role, "content": [{"type": "text", "text": body}, *image_parts]}]
     # Only user messages may hold images: the step's images follow it in a
@@ -436,8 +481,8 @@ def to_messages(
 
     A message item (one with a ``role`` of :data:`ROLES`) gives its message:
     the fields of :data:`MESSAGE_KEYS` it holds, unchanged (an image URL is
-    sent as stored; a path in a message item is never read here, see
-    :func:`from_messages`). Any other item (an agent step) becomes one
+    sent as stored; a path in a message item is never read here, nor sent:
+    it is refused, see :func:`from_messages`). Any other item (an agent step) becomes one
     message of role ``role`` whose text is the item's fields as compact JSON
     (or ``text(fields)``), followed by one ``image_url`` part per image its
     ``image_keys`` fields name. Only user messages may hold images, so the
@@ -461,8 +506,9 @@ def to_messages(
         convert: Maps a record to a message, a list of messages, or ``None``
             to fall back to the rules above; its messages are checked.
         images: ``"data"`` reads the image paths of step items into
-            ``data:`` URLs; ``"keep"`` passes references as they are (for
-            models that fetch them).
+            ``data:`` URLs; ``"keep"`` passes their URLs as they are (for
+            models that fetch them) and refuses a path. Either way every
+            image URL sent is one a chat API takes (see :func:`check_message`).
         unanswered: What to do with a tool call no result answers:
             ``"refuse"`` (raise), ``"drop"`` (leave the call out, and late or
             orphan results with it) or ``"close"`` (answer it with a tool
@@ -472,9 +518,11 @@ def to_messages(
         Fresh message dicts; changing them never changes the memory.
 
     Raises:
-        FieldValidationError: for an invalid role, a malformed message, or
-            (with ``unanswered="refuse"``) a tool call or result that breaks
-            the pairing rules.
+        FieldValidationError: for an invalid role, a malformed message, an
+            image URL a chat API refuses (a path in a message item, or in a
+            step item with ``images="keep"``), or (with
+            ``unanswered="refuse"``) a tool call or result that breaks the
+            pairing rules.
         ImageReadError: naming a file that cannot be read as an image.
     """
     if not callable(role):

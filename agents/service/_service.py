@@ -9,8 +9,16 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
+from agents.memory import MemoryItem
 from agents.memory.exceptions import InvalidQueryError
-from agents.memory.stores import SessionInfo, SessionSummary, Store, StoredRecord, StoreHit
+from agents.memory.stores import (
+    SessionHit,
+    SessionInfo,
+    SessionSummary,
+    Store,
+    StoredRecord,
+    StoreHit,
+)
 from agents.service._keys import agent_keys_of, cost_keys_of
 from agents.service._overview import SessionOverview, Tally
 
@@ -175,6 +183,29 @@ class SessionService:
             )
         return SessionStats(summary, cost, keys)
 
+    # -- recording ---------------------------------------------------------------------
+
+    def record(self, session_id: str, item: MemoryItem) -> StoredRecord:
+        """Append ``item`` to a session as its next step, under the session's step key.
+
+        An item without a step is given the next step number inside the
+        store's write transaction (:meth:`~agents.memory.stores.Store.append_steps`),
+        so two doors recording into one session (two MCP servers, a server and
+        an agent) never give out the same step.
+
+        Returns:
+            The item's seq and the item as written (numbered when it had no step).
+
+        Raises:
+            StoreError: if the store cannot be written.
+            SerializationError: if a value cannot be encoded; nothing is written.
+        """
+        info = self.info(session_id)  # read afresh: another door may have created the session
+        step_key = "step" if info is None else info.step_key
+        with self._lock:
+            (record,) = self.store.append_steps(session_id, [item], step_key=step_key)
+        return record
+
     # -- reads -------------------------------------------------------------------------
 
     def count(self, session_id: str) -> tuple[int, int | None]:
@@ -253,9 +284,22 @@ class SessionService:
         return modes
 
     def search(
-        self, session_id: str, query: str, k: int, *, mode: str = "keyword"
+        self,
+        session_id: str,
+        query: str,
+        k: int,
+        *,
+        mode: str = "keyword",
+        keys: list[str] | None = None,
     ) -> list[StoreHit]:
         """Return the ``k`` items of a session that best match ``query``, best first.
+
+        Args:
+            session_id: The session to search.
+            query: The words to look for.
+            k: How many hits at most.
+            mode: ``"keyword"``, ``"semantic"`` or ``"hybrid"``.
+            keys: Search only these fields.
 
         Raises:
             InvalidQueryError: for an unknown mode, or semantic or hybrid
@@ -264,11 +308,59 @@ class SessionService:
         chosen = self._mode(mode)
         with self._lock:
             if chosen == "keyword":
-                return self.store.search(session_id, query, k, on_unknown_class="base")
+                return self.store.search(session_id, query, k, keys=keys, on_unknown_class="base")
             return self.store.search(
                 session_id,
                 query,
                 k,
+                keys=keys,
+                mode=chosen,
+                embedder=self.embedder,
+                on_unknown_class="base",
+            )
+
+    def search_sessions(
+        self,
+        query: str,
+        k: int,
+        *,
+        prefix: str | None = None,
+        mode: str = "keyword",
+        keys: list[str] | None = None,
+    ) -> list[SessionHit]:
+        """Return the ``k`` items that best match ``query`` across the sessions this door may show, in one ranking.
+
+        The ranking is the store's :meth:`~agents.memory.stores.Store.search_sessions`:
+        the statistics are those of exactly the sessions searched, so scores
+        of different sessions compare (a word rare in a large session does
+        not outrank a better match in a small one), and each hit names its
+        session.
+
+        Args:
+            query: The words to look for.
+            k: How many hits at most.
+            prefix: Search only the sessions whose id starts with this.
+            mode: ``"keyword"``, ``"semantic"`` or ``"hybrid"``.
+            keys: Search only these fields.
+
+        Raises:
+            InvalidQueryError: for an unknown mode, or semantic or hybrid
+                search on a service without an embedder.
+        """
+        chosen = self._mode(mode)
+        # A door limited to some sessions names them; otherwise the store picks them by prefix.
+        scope = self.sessions(prefix) if self.allows is not None else None
+        with self._lock:
+            if chosen == "keyword":
+                return self.store.search_sessions(
+                    query, k, sessions=scope, prefix=prefix, keys=keys, on_unknown_class="base"
+                )
+            return self.store.search_sessions(
+                query,
+                k,
+                sessions=scope,
+                prefix=prefix,
+                keys=keys,
                 mode=chosen,
                 embedder=self.embedder,
                 on_unknown_class="base",
@@ -278,7 +370,7 @@ class SessionService:
         for name in _MODES:
             if mode == name:
                 if name != "keyword" and self.embedder is None:
-                    msg = f"{name.capitalize()} search needs an embedder, and this service has none; start it with --embedder."
+                    msg = f"{name.capitalize()} search needs an embedder, and none was given; pass --embedder (hashing or wordllama) or embedder=."
                     raise InvalidQueryError(msg)
                 return name
         msg = f"Unknown search mode {mode!r}; use keyword, semantic or hybrid."

@@ -8,8 +8,9 @@ them before it writes, and returns the tool's structured content (see
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from agents.integrations.mcp._checks import (
@@ -42,6 +43,7 @@ from agents.memory import (
 )
 from agents.memory.prompt import EstimateCounter, Window, select_window
 from agents.memory.stores import Store, StoredRecord, check_session_id
+from agents.service import SessionService
 
 if TYPE_CHECKING:
     from agents.memory.search import Embedder
@@ -71,6 +73,7 @@ class Operations:
         self.scope = scope
         self.images = images
         self.embedder = embedder
+        self.service = SessionService(store, allows=scope.allows, embedder=embedder)
 
     # -- sessions in scope --------------------------------------------------------------
 
@@ -148,7 +151,8 @@ class Operations:
         if name is not None:
             message["name"] = name
         try:
-            (item,) = from_messages([message])
+            # Image paths here were resolved inside the server's image folder: read them.
+            (item,) = from_messages([message], read_paths=True)
         except AgentMemoryError as exc:
             raise ToolArgumentError("content", str(exc)) from exc
         return self._append(session, {**item.to_dict(), **extra})
@@ -160,13 +164,12 @@ class Operations:
 
     def _append(self, session: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Append ``fields`` as one item, numbered in the write transaction unless it holds a step."""
-        info = self.store.session_info(session)
+        info = self.service.info(session)
         step_key = info.step_key if info is not None else _STEP
         if step_key in fields:
             fields[step_key] = check_step(fields[step_key], "fields")
         try:
-            item = MemoryItem.from_mapping(fields)
-            (record,) = self.store.append_steps(session, [item], step_key=step_key)
+            record = self.service.record(session, MemoryItem.from_mapping(fields))
         except AgentMemoryError as exc:
             if isinstance(exc, StoreError):
                 raise
@@ -262,40 +265,43 @@ class Operations:
     def _hits(
         self, session: str, query: str, k: int, mode: str, keys: list[str] | None
     ) -> list[dict[str, Any]]:
+        with self._search_errors():
+            hits = self.service.search(session, query, k, mode=mode, keys=keys)
+        return [
+            entry(session, StoredRecord(hit.seq, hit.item), score=round(hit.score, 6))
+            for hit in hits
+        ]
+
+    @contextlib.contextmanager
+    def _search_errors(self) -> Iterator[None]:
+        """Report a search's argument errors as the tool argument they come from."""
         try:
-            hits = self.store.search(
-                session,
-                query,
-                k,
-                keys=keys,
-                on_unknown_class="base",
-                mode=mode,  # type: ignore[arg-type]  # checked against the three modes by _mode
-                embedder=self.embedder,
-            )
+            yield
         except EmbeddingError as exc:
             raise ToolArgumentError("mode", str(exc)) from exc
         except AgentMemoryError as exc:
             if isinstance(exc, StoreError):
                 raise
             raise ToolArgumentError("query", str(exc)) from exc
-        return [
-            entry(session, StoredRecord(hit.seq, hit.item), score=round(hit.score, 6))
-            for hit in hits
-        ]
 
     def search(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """Return the ``k`` best hits for ``query`` in one session, or in every session in scope."""
+        """Return the ``k`` best hits for ``query`` in one session, or across every session in scope in one ranking."""
         session = self.session(args, required=False)
         query = cast("str", check_text(args, "query"))
         k = check_integer(args, "k", 5, 1, MAX_K)
         mode = self._mode(args)
         keys = check_keys(args)
-        sessions = [session] if session is not None else self.sessions(None)
-        found: list[dict[str, Any]] = []
-        for name in sessions:
-            found += self._hits(name, query, k, mode, keys)
-        found.sort(key=lambda one: -one["score"])
-        return {"query": query, "mode": mode, "hits": found[:k]}
+        if session is not None:
+            return {"query": query, "mode": mode, "hits": self._hits(session, query, k, mode, keys)}
+        # One ranking over the sessions in scope, with their shared statistics: the
+        # scores of different sessions compare, as one session's do.
+        with self._search_errors():
+            many = self.service.search_sessions(query, k, mode=mode, keys=keys)
+        found = [
+            entry(hit.session_id, StoredRecord(hit.seq, hit.item), score=round(hit.score, 6))
+            for hit in many
+        ]
+        return {"query": query, "mode": mode, "hits": found}
 
     def recall(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Return a session's hits for ``query`` merged with its ``recent`` newest items, in session order."""
@@ -317,17 +323,13 @@ class Operations:
 
     def sessions(self, prefix: str | None) -> list[str]:
         """Return the ids of the sessions in scope (starting with ``prefix``), at most 1000."""
-        names = [
-            name
-            for name in self.store.sessions()
-            if self.scope.allows(name) and (prefix is None or name.startswith(prefix))
-        ]
-        return names[:MAX_SESSIONS]
+        return self.service.sessions(prefix)[:MAX_SESSIONS]
 
     def list_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Return the sessions in scope with their item counts."""
         prefix = check_text(args, "prefix", required=False, limit=128)
         listed = [
-            {"session": name, "items": self.store.count(name)} for name in self.sessions(prefix)
+            {"session": name, "items": self.service.count(name)[0]}
+            for name in self.sessions(prefix)
         ]
         return {"sessions": listed}

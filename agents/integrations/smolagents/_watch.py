@@ -176,7 +176,7 @@ class _StepsAttribute:
             return memory.__dict__["steps"]
         except KeyError:
             msg = f"{type(memory).__name__!r} object has no attribute 'steps'"
-            raise AttributeError(msg) from None
+            raise AttributeError(msg) from None  # attribute protocol
 
     def __set__(self, memory: Any, value: Any) -> None:
         watch = memory.__dict__.get(_WATCH_KEY)

@@ -36,11 +36,10 @@ from agents.memory._vectors import (
     EmbedParts,
     checked_vectors,
     keyword_scale,
-    numpy,
-    top_rows,
 )
-from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
+from agents.memory.exceptions import InvalidArgumentError
 from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
+from agents.memory.search._item_vectors import ItemVectors, Vectors
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -50,102 +49,6 @@ __all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
 
 Predicate = Callable[[MemoryItem], bool]
 Progress = Callable[[int, int], object]
-
-
-class _Vectors:
-    """One model's unit vectors of the items' parts, rows and slots reused as items come and go.
-
-    An item holds a slot (``slot_of``) and one or more rows (its parts,
-    see ``EmbedParts``); ``owner`` gives each row's slot (``-1`` for a free
-    row). An item scores the best cosine among its rows.
-    """
-
-    def __init__(self, model: str, dimension: int, parts: EmbedParts) -> None:
-        np = numpy()
-        self.model = model
-        self.parts = parts
-        self.matrix = np.zeros((64, dimension), dtype=np.float32)
-        self.owner = np.full(64, -1, dtype=np.int64)
-        self.used = 0  # rows ever handed out: the rows past it are all free
-        self.free: list[int] = []
-        self.slot_of: dict[int, int] = {}
-        self.key_at: list[int] = []  # the key of each slot, -1 for a free slot
-        self.free_slots: list[int] = []
-        self.rows_of: dict[int, list[int]] = {}
-
-    def put(self, keys: Sequence[int], vectors: Sequence[Any]) -> None:
-        """File each key's part vectors (a matrix, one row a part; a 1-D vector is one part)."""
-        np = numpy()
-        for key, block in zip(keys, vectors, strict=True):
-            self.drop(key)  # a key embedded again keeps only its new parts
-            matrix = np.asarray(block, dtype=np.float32)
-            if matrix.ndim == 1:
-                matrix = matrix[None, :]
-            if not len(matrix):
-                continue
-            if self.free_slots:
-                slot = self.free_slots.pop()
-                self.key_at[slot] = key
-            else:
-                slot = len(self.key_at)
-                self.key_at.append(key)
-            rows: list[int] = []
-            for vector in matrix:
-                if self.free:
-                    row = self.free.pop()
-                else:
-                    row = self.used
-                    self.used += 1
-                if row >= len(self.matrix):
-                    self._grow()
-                self.matrix[row] = vector
-                self.owner[row] = slot
-                rows.append(row)
-            self.slot_of[key] = slot
-            self.rows_of[key] = rows
-
-    def _grow(self) -> None:
-        np = numpy()
-        grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
-        grown[: len(self.matrix)] = self.matrix
-        self.matrix = grown
-        owner = np.full(len(grown), -1, dtype=np.int64)
-        owner[: len(self.owner)] = self.owner
-        self.owner = owner
-
-    def drop(self, key: int) -> None:
-        rows = self.rows_of.pop(key, None)
-        if rows is not None:
-            self.owner[rows] = -1
-            self.free.extend(reversed(rows))
-            slot = self.slot_of.pop(key)
-            self.key_at[slot] = -1
-            self.free_slots.append(slot)
-
-    def scores(
-        self, query: Any, limit: int | None = None, among: Iterable[int] = ()
-    ) -> dict[int, float]:
-        """Return the best cosine of a part with the unit ``query`` of the best ``limit`` items and of ``among``, by key.
-
-        Items tied with the ``limit``-th best are all returned, so that ties
-        can keep session order; ``limit=None`` returns every item.
-        """
-        np = numpy()
-        if not self.rows_of:
-            return {}
-        sims = self.matrix[: self.used] @ query
-        owner = self.owner[: self.used]
-        held = owner >= 0
-        best = np.full(len(self.key_at), -np.inf, dtype=sims.dtype)  # free slots stay -inf
-        np.maximum.at(best, owner[held], sims[held])
-        key_at = self.key_at
-        out = {key_at[slot]: float(best[slot]) for slot in top_rows(best, limit).tolist()}
-        slot_of = self.slot_of
-        for key in among:
-            slot = slot_of.get(key)
-            if slot is not None:
-                out[key] = float(best[slot])
-        return out
 
 
 def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
@@ -266,7 +169,6 @@ class SearchIndex:
         self, tokenizer: Tokenizer | None = None, *, parts: EmbedParts | None = None
     ) -> None:
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
-        self._parts = parts if parts is not None else EmbedParts()
         self.embedder: Embedder | None = None
         self._lock = threading.RLock()
         self._memory: weakref.ref[Memory] | None = None
@@ -282,8 +184,8 @@ class SearchIndex:
         self._fields: _Fields | None = None
         # The pruned top-k (numpy), made by the first keyword query when numpy is there.
         self._ranker: Ranker | None = None
-        self._vectors: dict[tuple[str, ...] | None, _Vectors] = {}
-        self._unembedded: dict[tuple[str, ...] | None, dict[int, None]] = {}
+        # The vectors over each set of keys embedded, and the items that wait for one.
+        self._vectors = ItemVectors(parts if parts is not None else EmbedParts())
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -297,8 +199,7 @@ class SearchIndex:
             for key, item in added:
                 items[key] = item
                 pending[key] = None
-            for waiting in self._unembedded.values():
-                waiting.update((key, None) for key, _ in added)
+            self._vectors.added(added)
             for key in evicted:
                 self._drop(key)
 
@@ -314,9 +215,7 @@ class SearchIndex:
             for key in keys:
                 self._unindex(key)
                 self._pending[key] = None
-                for keys_of, vectors in self._vectors.items():
-                    vectors.drop(key)
-                    self._unembedded[keys_of][key] = None
+                self._vectors.changed(key)
 
     def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
         """Start over with ``added`` as the whole content (all marked for indexing)."""
@@ -330,8 +229,7 @@ class SearchIndex:
             self._total = 0
             self._fields = None
             self._ranker = None
-            self._vectors = {}
-            self._unembedded = {}
+            self._vectors.reset()
 
     # -- keyword search ------------------------------------------------------------
 
@@ -515,7 +413,9 @@ class SearchIndex:
         query_vector = checked_vectors(embedder, [query])[0]
         self._follow()
         with self._lock:
-            vectors = self._embed(embedder, keys, batch_size=batch_size, progress=progress)
+            vectors = self._vectors.embed(
+                embedder, keys, self._items, batch_size=batch_size, progress=progress
+            )
             return vectors.scores(query_vector, limit, among)
 
     def embed(
@@ -525,7 +425,7 @@ class SearchIndex:
         *,
         batch_size: int = 256,
         progress: Progress | None = None,
-    ) -> _Vectors:
+    ) -> Vectors:
         """Embed the items that have no vector yet (over ``keys``) and return the vectors.
 
         Raises:
@@ -534,56 +434,15 @@ class SearchIndex:
         """
         self._follow()
         with self._lock:
-            return self._embed(embedder, keys, batch_size=batch_size, progress=progress)
-
-    def _embed(
-        self,
-        embedder: Embedder,
-        keys: tuple[str, ...] | None,
-        *,
-        batch_size: int,
-        progress: Progress | None,
-    ) -> _Vectors:
-        """:meth:`embed`, under the index's lock."""
-        vectors = self._table(embedder, keys)
-        waiting = self._unembedded[keys]
-        todo: list[tuple[int, list[str]]] = []
-        for key in list(waiting):
-            item = self._items.get(key)
-            if item is None:
-                del waiting[key]
-                continue
-            texts = self._parts.texts(item.to_dict(), keys)
-            if texts:
-                todo.append((key, texts))
-            else:
-                del waiting[key]  # no text, no vector: never a semantic hit
-        done = 0
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start : start + batch_size]
-            unit = checked_vectors(embedder, [text for _, texts in chunk for text in texts])
-            blocks = []
-            row = 0
-            for _, texts in chunk:
-                blocks.append(unit[row : row + len(texts)])
-                row += len(texts)
-            chunk_keys = [key for key, _ in chunk]
-            vectors.put(chunk_keys, blocks)
-            for key in chunk_keys:
-                del waiting[key]
-            done += len(chunk)
-            if progress is not None:
-                progress(done, len(todo))
-        return vectors
+            return self._vectors.embed(
+                embedder, keys, self._items, batch_size=batch_size, progress=progress
+            )
 
     def missing_vectors(self, keys: tuple[str, ...] | None) -> list[int]:
         """Return the keys of the items that wait for a vector over ``keys`` (every item before the first embedding)."""
         self._follow()
         with self._lock:
-            waiting = self._unembedded.get(keys)
-            if waiting is None:
-                return list(self._items)
-            return [key for key in waiting if key in self._items]
+            return self._vectors.missing(keys, self._items)
 
     def adopt_vectors(
         self, embedder: Embedder, keys: tuple[str, ...] | None, vectors: Mapping[int, Any]
@@ -604,19 +463,12 @@ class SearchIndex:
         """
         self._follow()
         with self._lock:
-            table = self._table(embedder, keys)
-            waiting = self._unembedded[keys]
-            chosen = [key for key in vectors if key in waiting and key in self._items]
-            if chosen:
-                table.put(chosen, [vectors[key] for key in chosen])
-                for key in chosen:
-                    del waiting[key]
-            return len(chosen)
+            return self._vectors.adopt(embedder, keys, vectors, self._items)
 
     @property
     def parts(self) -> EmbedParts:
         """How items are cut into the texts that get embedded."""
-        return self._parts
+        return self._vectors.parts
 
     @parts.setter
     def parts(self, parts: EmbedParts) -> None:
@@ -625,23 +477,18 @@ class SearchIndex:
             msg = f"SearchIndex.parts takes an EmbedParts, got {parts!r}."
             raise InvalidArgumentError(msg)
         with self._lock:
-            if parts != self._parts:
-                self._parts = parts
-                self._vectors = {}
-                self._unembedded = {}
+            if parts != self._vectors.parts:
+                self._vectors = ItemVectors(parts)
 
     def vector_model(self) -> str | None:
         """Return the name of the model the stored vectors came from, or ``None``."""
         with self._lock:
-            for vectors in self._vectors.values():
-                return vectors.model
-            return None
+            return self._vectors.model()
 
     def drop_vectors(self) -> None:
         """Forget every vector (to embed again with another model)."""
         with self._lock:
-            self._vectors = {}
-            self._unembedded = {}
+            self._vectors.reset()
 
     # -- reads -------------------------------------------------------------------------
 
@@ -677,51 +524,7 @@ class SearchIndex:
         """
         self._follow()
         with self._lock:
-            items = self._items
-            out: list[tuple[int, MemoryItem, float]] = []
-            passed: dict[int, bool] = {}  # each item is asked once, however many rounds
-            wanted = k
-            while True:
-                if wanted < len(scores):
-                    cut = heapq.nlargest(wanted, scores.values())[-1]
-                    chosen = [(key, score) for key, score in scores.items() if score >= cut]
-                else:
-                    chosen = list(scores.items())
-                out = []
-                # The best `wanted` by (score, session order); ties past them wait for a later round.
-                for key, score in heapq.nsmallest(wanted, chosen, key=_best_first):
-                    item = items.get(key)
-                    if item is None:
-                        continue
-                    if where is not None:
-                        verdict = passed.get(key)
-                        if verdict is None:
-                            verdict = passed[key] = where(item)
-                        if not verdict:
-                            continue
-                    out.append((key, item, score))
-                    if len(out) == k:
-                        return out
-                if wanted >= len(scores):
-                    return out  # every item was asked
-                if where is not None and 2 * k * wanted >= len(scores) * max(len(out), 1):
-                    # Few pass: ask each scored item once and rank those that pass, rather
-                    # than sorting ever longer prefixes of the ranking.
-                    kept = []
-                    for key, score in scores.items():
-                        item = items.get(key)
-                        if item is None:
-                            continue
-                        verdict = passed.get(key)
-                        if verdict is None:
-                            verdict = where(item)
-                        if verdict:
-                            kept.append((key, score))
-                    return [
-                        (key, items[key], score)
-                        for key, score in heapq.nsmallest(k, kept, key=_best_first)
-                    ]
-                wanted *= 4
+            return top_items(self._items, scores, k, where)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -730,21 +533,6 @@ class SearchIndex:
         memory = self._memory() if self._memory is not None else None
         if memory is not None:
             memory.notify_observers()
-
-    def _table(self, embedder: Embedder, keys: tuple[str, ...] | None) -> _Vectors:
-        """Return the vectors over ``keys``, created for ``embedder`` on first use; refuse another dimension."""
-        vectors = self._vectors.get(keys)
-        if vectors is None:
-            vectors = self._vectors[keys] = _Vectors(embedder.name, embedder.dimension, self._parts)
-            self._unembedded[keys] = dict.fromkeys(self._items)
-        if vectors.matrix.shape[1] != embedder.dimension:
-            msg = (
-                f"The memory's vectors from model {vectors.model!r} have {vectors.matrix.shape[1]} "
-                f"dimensions; embedder {embedder.name!r} gives {embedder.dimension}. Embed again "
-                "with memory.index_embeddings(embedder) under a name of its own."
-            )
-            raise EmbedderMismatchError(msg)
-        return vectors
 
     def _catch_up(self) -> None:
         """Tokenize the items marked since the last query and file their terms."""
@@ -810,9 +598,7 @@ class SearchIndex:
         self._items.pop(key, None)
         self._pending.pop(key, None)
         self._unindex(key)
-        for keys_of, vectors in self._vectors.items():
-            vectors.drop(key)
-            self._unembedded[keys_of].pop(key, None)
+        self._vectors.dropped(key)
 
     def _fields_now(self) -> _Fields:
         """Return the statistics per field, made on the first query with keys and kept from then on."""
@@ -837,3 +623,55 @@ class SearchIndex:
             for key, tf in posting.items():
                 out[key] = get(key, 0) + tf
         return out
+
+
+def top_items(
+    items: Mapping[int, MemoryItem],
+    scores: dict[int, float],
+    k: int,
+    where: Predicate | None,
+) -> list[tuple[int, MemoryItem, float]]:
+    """Return the ``k`` best ``(key, item, score)`` among ``items`` that ``where`` keeps (see ``SearchIndex.top``)."""
+    out: list[tuple[int, MemoryItem, float]] = []
+    passed: dict[int, bool] = {}  # each item is asked once, however many rounds
+    wanted = k
+    while True:
+        if wanted < len(scores):
+            cut = heapq.nlargest(wanted, scores.values())[-1]
+            chosen = [(key, score) for key, score in scores.items() if score >= cut]
+        else:
+            chosen = list(scores.items())
+        out = []
+        # The best `wanted` by (score, session order); ties past them wait for a later round.
+        for key, score in heapq.nsmallest(wanted, chosen, key=_best_first):
+            item = items.get(key)
+            if item is None:
+                continue
+            if where is not None:
+                verdict = passed.get(key)
+                if verdict is None:
+                    verdict = passed[key] = where(item)
+                if not verdict:
+                    continue
+            out.append((key, item, score))
+            if len(out) == k:
+                return out
+        if wanted >= len(scores):
+            return out  # every item was asked
+        if where is not None and 2 * k * wanted >= len(scores) * max(len(out), 1):
+            # Few pass: ask each scored item once and rank those that pass, rather
+            # than sorting ever longer prefixes of the ranking.
+            kept = []
+            for key, score in scores.items():
+                item = items.get(key)
+                if item is None:
+                    continue
+                verdict = passed.get(key)
+                if verdict is None:
+                    verdict = where(item)
+                if verdict:
+                    kept.append((key, score))
+            return [
+                (key, items[key], score) for key, score in heapq.nsmallest(k, kept, key=_best_first)
+            ]
+        wanted *= 4

@@ -185,7 +185,7 @@ class AsyncStore:
                 extra (greenlet) or the ``postgres`` extra.
             What :func:`open_store` raises.
         """
-        from agents.memory.stores import open_store
+        from agents.memory.stores._open import open_store
 
         text = os.fspath(url)
         if text.lower().startswith(("postgresql://", "postgres://")):
@@ -241,6 +241,8 @@ class AsyncStore:
     tail = _store_call(Store.tail)
     search = _store_call(Store.search)
     ranking = _store_call(Store.ranking)
+    search_sessions = _store_call(Store.search_sessions)
+    recall_sessions = _store_call(Store.recall_sessions)
     summary = _store_call(Store.summary)
     count = _store_call(Store.count)
     session_info = _store_call(Store.session_info)

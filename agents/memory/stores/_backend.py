@@ -126,6 +126,20 @@ class Backend:
         """Return the ids of every session, sorted by code point."""
         raise NotImplementedError
 
+    def read_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Return ``{session_id: (step_key, created, metadata)}`` of those of ``session_ids`` that exist.
+
+        A store-wide search with a metadata filter asks this of every session
+        in its scope; by default each is read with :meth:`read_session`, and
+        a backend whose engine reads many sessions in one query overrides it.
+        """
+        out = {}
+        for sid in session_ids:
+            row = self.read_session(sid)
+            if row is not None:
+                out[sid] = row
+        return out
+
     # -- writing ---------------------------------------------------------------------
 
     def transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
@@ -235,6 +249,22 @@ class Backend:
         keyword index (from the terms each insert hands it) answers here
         with the ranking ``Memory.search`` gives; by default the store reads
         the session a page at a time and scores it.
+        """
+        return None
+
+    def keyword_top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions at once, or ``None``.
+
+        ``session_ids`` are existing sessions, sorted by code point; the
+        ranking is the one ``Memory.search`` gives over a memory holding
+        their items one session after the other (in that order, each in
+        seq order): the statistics (item count, average length, each term's
+        document frequency) are those of all of them together, and ties go
+        by session id, then seq. ``None`` (the default) has the store read
+        the sessions a page at a time and score them; a backend that keeps a
+        keyword index answers here without reading the items.
         """
         return None
 

@@ -35,7 +35,13 @@ from agents.memory.stores._encoding import (
 from agents.memory.stores._keyword import Terms, item_terms
 from agents.memory.stores._migrations import check_schema_version, migrate
 from agents.memory.stores._store import Store
-from agents.memory.stores._values import SessionInfo, SessionSummary, StoreHit, VectorModel
+from agents.memory.stores._values import (
+    SessionHit,
+    SessionInfo,
+    SessionSummary,
+    StoreHit,
+    VectorModel,
+)
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
@@ -43,6 +49,7 @@ __all__ = [
     "IndexEntry",
     "Row",
     "RowUpdate",
+    "SessionHit",
     "SessionInfo",
     "SessionRow",
     "SessionSummary",

@@ -481,6 +481,27 @@ class PostgresBackend(SQLRows, Backend):
             return []
         return self._keyword.top(session_id, terms, k)
 
+    def keyword_top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Score several sessions as one corpus by BM25 in one statement over the ``tsvector`` index."""
+        if not self._indexed:
+            return None
+        if self.no_tables:
+            return []
+        return self._keyword.top_sessions(session_ids, terms, k)
+
+    def read_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Read the rows of many sessions in one query."""
+        if self.no_tables or not session_ids:
+            return {}
+        rows = self.query_rows(
+            "SELECT session_id, step_key, created, metadata FROM kvmemory_sessions"
+            " WHERE session_id = ANY(%s) AND NOT deleted",
+            (list(session_ids),),
+        )
+        return {str(row[0]): (row[1], row[2], bytes(row[3])) for row in rows}
+
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
 

@@ -283,6 +283,48 @@ SELECT * FROM (
 """
 
 
+def _score_many_sql(n_terms: int) -> str:
+    """Return the query for BM25 over several sessions ranked as one corpus (a store-wide search).
+
+    :func:`_score_sql` over the rows of every session in ``sids`` that the
+    tsvector matches (each session's rows with its own lexemes), with the
+    sessions' counts summed: a term's document frequency is the number of
+    those rows holding it. The rows carry their session id last; ties go by
+    session id (by code point), then seq.
+    """
+    sql = _score_sql(n_terms)
+    for one, many in _MANY_SESSIONS:
+        if one not in sql:  # pragma: no cover - guards the two queries drifting apart
+            msg = f"the store-wide keyword query cannot be made from the session's: {one!r} is gone"
+            raise RuntimeError(msg)
+        sql = sql.replace(one, many)
+    return sql
+
+
+_MANY_SESSIONS: Final = (
+    (
+        "SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions\n"
+        "    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0",
+        "SELECT sum(n_items)::float8 AS n, sum(n_terms)::float8 AS total FROM kvmemory_sessions\n"
+        "    WHERE session_id = ANY(%(sids)s) AND NOT deleted HAVING sum(n_items) > 0",
+    ),
+    # Each session's rows are matched with its own lexemes (a query the size of one
+    # session's, not one OR of every session's, which each row would be tested against).
+    (
+        "SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i CROSS JOIN LATERAL (",
+        "SELECT i.session_id, i.seq, i.n_terms, f.*"
+        " FROM unnest(%(sids)s::text[], %(queries)s::text[]) AS q(sid, query)"
+        " CROSS JOIN LATERAL (SELECT * FROM kvmemory_items AS o"
+        " WHERE o.session_id = q.sid AND o.terms @@ q.query::tsquery) AS i CROSS JOIN LATERAL (",
+    ),
+    ("WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery", "WHERE true"),
+    ("o.session_id = %(sid)s AND", "o.session_id = m.session_id AND"),
+    ("l.n, l.total, l.dfs\n", "l.n, l.total, l.dfs, m.session_id\n"),
+    ("r.score DESC, r.seq", 'r.score DESC, r.session_id COLLATE "C", r.seq'),
+)
+"""What :func:`_score_many_sql` changes in :func:`_score_sql`'s query: ``(text, replacement)``."""
+
+
 _SCORE_ARRAYS: Final = f"""
 WITH s AS (
     SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
@@ -405,6 +447,65 @@ class PostgresKeywordIndex:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self.damaged("search", f" session {sid!r} of", reason)
         return _exact_top(rows, terms, names, k)
+
+    def top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions as one corpus.
+
+        One statement over the ``tsvector`` index scores the rows of all the
+        sessions with their counts summed (:func:`_score_many_sql`); the rows
+        near the ``k``-th are scored again in Python, so the scores are those
+        of ``Memory.search`` over the sessions' union, to the bit. ``None``
+        for a query of more distinct terms than :data:`_COLUMN_TERMS` (the
+        store then reads the sessions and scores them).
+
+        Raises:
+            CorruptStoreError: if a row the index matches holds no query term in its counts.
+        """
+        weights = Counter(terms)
+        names = list(weights)
+        if len(names) > _COLUMN_TERMS or not session_ids:
+            return None if session_ids else []
+        queries = [
+            " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
+            for sid in session_ids
+        ]
+        overflow = " | ".join(f"'{_overflow(sid)}'" for sid in session_ids)
+        params: dict[str, Any] = {
+            "sids": list(session_ids),
+            "queries": queries,
+            "overflow": overflow,
+            "names": names,
+            "k1p1": BM25_K1 + 1.0,
+            "flat": BM25_K1 * (1.0 - BM25_B),
+            "k1b": BM25_K1 * BM25_B,
+            "k": k + _SPARE,
+            "cut": None,
+        }
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+        sql = _score_many_sql(len(names))
+        rows = self._query_rows(sql, params)
+        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+            rows = self._query_rows(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
+        if rows and rows[0][2]:
+            reason = f"row {rows[0][0]} of session {rows[0][8]!r} matches a query term its counts do not hold"
+            raise self.damaged("search", "", reason)
+        if not rows:
+            return []
+        if len(rows) > k:
+            cut = rows[k - 1][1] / _MARGIN**2
+            rows = [row for row in rows if row[1] >= cut]
+        _, _, _, _, _, n_items, total, dfs, _ = rows[0]
+        df = {term: int(count) for term, count in zip(names, dfs, strict=True) if count}
+        weighted = query_weights(terms, df, int(n_items))
+        average = bm25_average_length(int(total), int(n_items))
+        scored = []
+        for seq, _, _, length, tfs, _, _, _, sid in rows:
+            counts = {term: int(tf) for term, tf in zip(names, tfs, strict=True) if tf}
+            scored.append((bm25_score(counts, int(length), weighted, average), str(sid), int(seq)))
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1], hit[2]))
 
     @staticmethod
     def names_damage(message: str) -> bool:

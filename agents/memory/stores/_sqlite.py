@@ -345,6 +345,23 @@ class SQLiteBackend(SQLRows, Backend):
         """Score the session by BM25 from the FTS5 index (``None``: an older file read-only, scanned by the store)."""
         return self._keywords.top(session_id, terms, k)
 
+    def keyword_top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Score several sessions as one corpus by BM25 from the FTS5 index (``None``: an older file read-only)."""
+        return self._keywords.top_sessions(session_ids, terms, k)
+
+    def read_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Read the rows of many sessions in one query."""
+        if self.no_tables or not session_ids:
+            return {}
+        rows = self.query_rows(
+            "SELECT session_id, step_key, created, metadata FROM kvmemory_sessions"
+            " WHERE session_id IN (SELECT value FROM json_each(?))",
+            (SQLITE.bind_list(list(session_ids)),),
+        )
+        return {str(row[0]): (row[1], row[2], row[3]) for row in rows}
+
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction (:meth:`SQLiteStore.rebuild_keyword_index`).
 

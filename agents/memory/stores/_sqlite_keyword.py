@@ -120,7 +120,7 @@ class SQLiteKeywordIndex:
         try:
             with self.file.lock:
                 self.file.follow_writers()
-                return self._snapshot_top(sid, terms, k)
+                return self._snapshot_top([sid], terms, k)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise
@@ -128,7 +128,52 @@ class SQLiteKeywordIndex:
         except sqlite3.DatabaseError as exc:
             raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
 
-    def _snapshot_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+    def top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions as one corpus, ties by session id and seq.
+
+        The statistics are the sessions' counts summed, each term's document
+        frequency the sum of its postings' in each session (every session's
+        postings are its own, by their prefix): the ranking of
+        ``Memory.search`` over their union, scored as :meth:`top` scores one
+        session, reading the postings of the query terms of those sessions
+        only. ``None`` for an older file opened read-only.
+
+        Raises:
+            CorruptStoreError: if the index is damaged or missing.
+            sqlite3.OperationalError: if the file is locked or busy.
+        """
+        if not self.file.keyword_indexed:
+            return None
+        if self.file.no_tables or not session_ids:
+            return []
+        try:
+            with self.file.lock:
+                self.file.follow_writers()
+                best = self._snapshot_top(session_ids, terms, k)
+                if not best:
+                    return []
+                owner = dict(
+                    self.file.connection.execute(
+                        "SELECT seq, session_id FROM kvmemory_items"
+                        " WHERE seq IN (SELECT value FROM json_each(?))",
+                        (SQLITE.bind_list([seq for _, seq in best]),),
+                    ).fetchall()
+                )
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise self.file.index_damaged("search", "", str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self.file.index_damaged("search", "", str(exc)) from exc
+        # Seqs are the store's (one AUTOINCREMENT), so the key is (session, seq) in seq's order.
+        ranked = [(score, str(owner[seq]), seq) for score, seq in best if seq in owner]
+        return sorted(ranked, key=lambda hit: (-hit[0], hit[1], hit[2]))[:k]
+
+    def _snapshot_top(
+        self, sids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]]:
         """Score the session's items holding a query term, from one snapshot of the file.
 
         A writable handle first folds any pending rows (:meth:`fold_pending`).
@@ -140,18 +185,20 @@ class SQLiteKeywordIndex:
         """
         con = self.file.connection
         if not self.file.folds:
-            return self._indexed_top(sid, terms, k)
+            return self._indexed_top(sids, terms, k)
         self.fold_pending()
         for _ in range(_SNAPSHOT_TRIES):
             (version,) = con.execute("PRAGMA data_version").fetchone()
             if con.execute(_ANY_PENDING).fetchone()[0]:
                 break
-            best = self._indexed_top(sid, terms, k)
+            best = self._indexed_top(sids, terms, k)
             if con.execute("PRAGMA data_version").fetchone()[0] == version:
                 return best
-        return self._pending_top(sid, terms, k)
+        return self._pending_top(sids, terms, k)
 
-    def _pending_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+    def _pending_top(
+        self, sids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]]:
         """Score the session's items by BM25 while some rows of the store are not yet in the FTS table.
 
         The one place that reads pending rows: the folded items holding a
@@ -163,28 +210,32 @@ class SQLiteKeywordIndex:
         statistics, which lack the pending rows, are not used.
         """
         con = self.file.connection
+        sid = ", ".join(sids)
+        bound = SQLITE.bind_list(list(sids))
         # One read transaction: counts, postings and pending rows from one snapshot.
         con.execute("BEGIN")
         try:
-            stats = con.execute(_SESSION_COUNTS, (sid,)).fetchone()
-            if stats is None or stats[1] <= 0:
+            stats = con.execute(_SESSIONS_COUNTS, (bound,)).fetchall()
+            n_items = sum(int(row[1]) for row in stats)
+            total = sum(int(row[2]) for row in stats)
+            if n_items <= 0:
                 return []
-            key, n_items, total = stats
             (through,) = con.execute(THROUGH).fetchone()
-            prefix = f"{key}{MARK}"
             wanted = set(terms)
+            names = {f"{row[0]}{MARK}{term}": term for row in stats for term in wanted}
             held: dict[int, dict[str, int]] = {}
             for doc, name, tf in con.execute(
                 "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
                 " WHERE term IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
-                (SQLITE.bind_list([prefix + term for term in wanted]),),
+                (SQLITE.bind_list(list(names)),),
             ):
-                held.setdefault(int(doc), {})[name[len(prefix) :]] = int(tf)
+                held.setdefault(int(doc), {})[names[name]] = int(tf)
             lengths = dict(
                 con.execute(
-                    "SELECT seq, n_terms FROM kvmemory_items WHERE session_id = ? AND seq <= ?"
-                    " AND seq IN (SELECT value FROM json_each(?))",
-                    (sid, through, SQLITE.bind_list(list(held))),
+                    "SELECT seq, n_terms FROM kvmemory_items WHERE seq <= ?"
+                    " AND seq IN (SELECT value FROM json_each(?))"
+                    " AND session_id IN (SELECT value FROM json_each(?))",
+                    (through, SQLITE.bind_list(list(held)), bound),
                 ).fetchall()
             )
             matches: list[KeywordMatch] = []
@@ -194,19 +245,27 @@ class SQLiteKeywordIndex:
                     msg = f"the index holds item {seq}, which session {sid!r} does not hold with those terms"
                     raise sqlite3.DatabaseError(msg)
                 matches.append((seq, int(length), counts))
-            for seq, length, text in con.execute(_PENDING_ROWS, (sid, through)):
+            for seq, length, text in con.execute(_PENDING_ROWS, (bound, through)):
                 counts = {}
                 for word in text.split(" "):
                     if word in wanted:
                         counts[word] = counts.get(word, 0) + 1
                 if counts:
                     matches.append((int(seq), int(length), counts))
-            return rank_matches(n_items, total, matches, terms, k)
+            # Over several sessions ties go by session id, not seq: every match is kept to sort.
+            return rank_matches(
+                n_items, total, matches, terms, k if len(sids) == 1 else len(matches)
+            )
         finally:
             con.execute("COMMIT")
 
-    def _indexed_top(self, sid: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
-        """Return the session's ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`FTSScorer`)."""
+    def _indexed_top(
+        self, sids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]]:
+        """Return the sessions' ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`FTSScorer`)."""
+        if len(sids) > 1:
+            return self._indexed_top_of_many(sids, terms, k)
+        sid = sids[0]
         con = self.file.connection
         # One read transaction: the counts and the postings come from one snapshot.
         con.execute("BEGIN")
@@ -229,10 +288,44 @@ class SQLiteKeywordIndex:
             }
             if not vocab:
                 return []
-            scorer = FTSScorer(con, sid, prefix, terms, vocab, n_items, total)
+            scorer = FTSScorer(con, [sid], [prefix], terms, vocab, n_items, total)
             # Every FTS row is this session's: FTS5's statistics are the session's own.
             scorer.alone = n_rows == n_items
             return scorer.best(k)
+        finally:
+            con.execute("COMMIT")
+
+    def _indexed_top_of_many(
+        self, sids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)`` of several sessions ranked as one corpus, from the FTS5 postings.
+
+        Their counts and each term's postings statistics are summed over the
+        sessions (an upper bound on a term's count in one item stays one).
+        """
+        con = self.file.connection
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(_SESSIONS_COUNTS, (SQLITE.bind_list(list(sids)),)).fetchall()
+            n_items = sum(int(row[1]) for row in stats)
+            total = sum(int(row[2]) for row in stats)
+            if n_items <= 0:
+                return []
+            prefixes = [f"{row[0]}{MARK}" for row in stats]
+            wanted = list(dict.fromkeys(terms))
+            names = {prefix + term: term for prefix in prefixes for term in wanted}
+            vocab: dict[str, tuple[int, int]] = {}
+            for name, docs, count in con.execute(
+                "SELECT term, doc, cnt FROM kvmemory_fts_row"
+                " WHERE term IN (SELECT value FROM json_each(?))",
+                (SQLITE.bind_list(list(names)),),
+            ):
+                held, seen = vocab.get(names[name], (0, 0))
+                vocab[names[name]] = (held + int(docs), seen + int(count))
+            if not vocab:
+                return []
+            ids = [str(row[3]) for row in stats]
+            return FTSScorer(con, ids, prefixes, terms, vocab, n_items, total).best(k)
         finally:
             con.execute("COMMIT")
 
@@ -250,9 +343,14 @@ _SNAPSHOT_TRIES: Final = 3
 """Searches tried with the FTS table alone while other connections commit, before reading pending rows."""
 _ANY_PENDING: Final = "SELECT EXISTS (SELECT 1 FROM kvmemory_items WHERE seq > (SELECT through FROM kvmemory_fts_mark))"
 _PENDING_ROWS: Final = (
-    "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ? AND seq > ? ORDER BY seq"
+    "SELECT seq, n_terms, terms FROM kvmemory_items"
+    " WHERE session_id IN (SELECT value FROM json_each(?)) AND seq > ? ORDER BY seq"
 )
-_SESSION_COUNTS: Final = "SELECT key, items, terms FROM kvmemory_search WHERE session_id = ?"
+_SESSIONS_COUNTS: Final = (
+    "SELECT key, items, terms, session_id FROM kvmemory_search"
+    " WHERE session_id IN (SELECT value FROM json_each(?))"
+)
+"""Each session's key, item count and term count (BM25's statistics summed over the sessions), and id."""
 _STATISTICS: Final = (
     "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search)"
     " FROM kvmemory_search WHERE session_id = ?"

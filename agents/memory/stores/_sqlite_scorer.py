@@ -19,6 +19,7 @@ from typing import Final
 from agents.memory._text import BM25_B, BM25_K1, bm25_average_length, bm25_term_score
 from agents.memory.stores._keyword import bm25_score, query_weights
 from agents.memory.stores._sql import SQLITE
+from agents.memory.stores._sqlite_schema import MARK
 
 __all__ = ["FTSScorer"]
 
@@ -44,13 +45,14 @@ class FTSScorer:
 
     Args:
         con: The connection, inside the read transaction the statistics were read in.
-        sid: The session searched.
-        prefix: The session's key and mark, which begin each of its terms in the FTS table.
+        sids: The sessions searched (one, or several ranked as one corpus:
+            a store-wide search).
+        prefixes: Each session's key and mark, which begin each of its terms in the FTS table.
         terms: The query's terms, with repeats.
-        vocab: ``{term: (items holding it, occurrences)}`` in the session, for
-            the query terms it holds.
-        n_items: The session's item count.
-        total: The session's term count.
+        vocab: ``{term: (items holding it, occurrences)}`` in the sessions, for
+            the query terms they hold.
+        n_items: The sessions' item count.
+        total: The sessions' term count.
 
     Attributes:
         alone: Whether the session is the only one in the FTS5 table (its
@@ -61,16 +63,19 @@ class FTSScorer:
     def __init__(
         self,
         con: sqlite3.Connection,
-        sid: str,
-        prefix: str,
+        sids: Sequence[str],
+        prefixes: Sequence[str],
         terms: Sequence[str],
         vocab: dict[str, tuple[int, int]],
         n_items: int,
         total: int,
     ) -> None:
         self.con = con
-        self.sid = sid
-        self.prefix = prefix
+        self.sids = list(sids)
+        self.prefixes = list(prefixes)
+        self.many = len(self.sids) > 1
+        self.sid = self.sids[0] if not self.many else ", ".join(self.sids)
+        self.bound_sids = SQLITE.bind_list(self.sids)
         self.average = bm25_average_length(total, n_items)
         self.df = {term: docs for term, (docs, _) in vocab.items()}
         self.weighted = query_weights(terms, self.df, n_items)
@@ -134,7 +139,7 @@ class FTSScorer:
             few = self._whole(rows, rest)
             taken = {seq for _, seq in few}
             others = [hit for hit in self.best(k + len(few), rest) if hit[1] not in taken]
-            return heapq.nsmallest(k, few + others, key=_best_first)
+            return self._first(k, few + others)
         theta = heapq.nlargest(k, [row[1] for row in rows])[-1] / _MARGIN
         if rest_most >= theta:
             return None  # an item holding only the other terms may still beat the k-th
@@ -151,7 +156,7 @@ class FTSScorer:
                 chosen.append(row)
                 if len(chosen) > _CANDIDATES:
                     return None  # too many to score one by one: a rarer term set will come
-        return heapq.nsmallest(k, self._whole(chosen, rest), key=_best_first)
+        return self._first(k, self._whole(chosen, rest))
 
     def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
         """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
@@ -177,7 +182,7 @@ class FTSScorer:
             (bm25_score(counts, length, self.weighted, self.average), seq)
             for seq, _, length, counts in rows
         ]
-        return heapq.nsmallest(k, scored, key=_best_first)
+        return self._first(k, scored)
 
     def _whole(self, rows: Sequence[_Row], rest: Sequence[str]) -> list[tuple[float, int]]:
         """Return ``(score, seq)`` of ``rows`` (scored over some terms) over every query term, exactly.
@@ -189,7 +194,7 @@ class FTSScorer:
             return []
         more: dict[int, dict[str, int]] = {}
         if rest:
-            names = {self.prefix + term: term for term in rest}
+            names = self._names(rest)
             for doc, name, tf in self.con.execute(
                 "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
                 " WHERE term IN (SELECT value FROM json_each(?))"
@@ -216,15 +221,19 @@ class FTSScorer:
         """
         params: dict[str, object] = {
             "sid": self.sid,
+            "sids": self.bound_sids,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "slope": BM25_K1 * BM25_B / self.average,
             "k": -1 if limit is None else limit,
             "cut": cut,
         }
         for j, term in enumerate(terms):
-            params[f"term{j}"] = self.prefix + term
+            params[f"term{j}"] = term if self.many else self.prefixes[0] + term
             params[f"lift{j}"] = self.lifts[term]
-        rows = self.con.execute(_score_sql(len(terms), cut is not None), params).fetchall()
+        if self.many:
+            params["names"] = SQLITE.bind_list(list(self._names(terms)))
+        sql = _score_sql(len(terms), cut is not None, self.many)
+        rows = self.con.execute(sql, params).fetchall()
         if rows and rows[0][3] != 1:
             msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
             raise sqlite3.DatabaseError(msg)
@@ -245,7 +254,11 @@ class FTSScorer:
 
         ``limit``: the best that many only; ``cut``: those scoring at least it only.
         """
-        params = ('"' + self.prefix + term + '"', math.inf if cut is None else -cut, limit or -1)
+        params = (
+            '"' + self.prefixes[0] + term + '"',
+            math.inf if cut is None else -cut,
+            limit or -1,
+        )
         return [(int(seq), -float(score)) for seq, score in self.con.execute(_BM25, params)]
 
     def _exact(self, seqs: Sequence[int], k: int) -> list[tuple[float, int]]:
@@ -253,9 +266,9 @@ class FTSScorer:
         if not seqs:
             return []
         rows = self.con.execute(
-            "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ?"
-            " AND seq IN (SELECT value FROM json_each(?))",
-            (self.sid, SQLITE.bind_list(list(seqs))),
+            "SELECT seq, n_terms, terms FROM kvmemory_items WHERE seq IN (SELECT value FROM"
+            " json_each(?)) AND session_id IN (SELECT value FROM json_each(?))",
+            (SQLITE.bind_list(list(seqs)), self.bound_sids),
         ).fetchall()
         if len(rows) != len(seqs):
             held = {row[0] for row in rows}
@@ -271,7 +284,36 @@ class FTSScorer:
                 msg = f"the index holds item {seq} for a query term its row does not hold"
                 raise sqlite3.DatabaseError(msg)
             scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
-        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+        return self._first(k, scored)
+
+    def _first(self, k: int, scored: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)``, best first: ties by seq, or over several sessions by session id, then seq.
+
+        A store's seqs rise in commit order across its sessions, so over
+        several sessions the items tied with the ``k``-th are ordered by
+        their session's place among the sessions searched (read for those
+        items only), as one memory holding the sessions in id order would.
+        """
+        best = heapq.nsmallest(k, scored, key=_best_first)
+        if not self.many or len(scored) <= k:
+            return best
+        last = best[-1][0]
+        tied = [seq for score, seq in scored if score == last]
+        if len(tied) < 2:
+            return best
+        place = {sid: position for position, sid in enumerate(sorted(self.sids))}
+        owner = {
+            int(seq): place[sid]
+            for seq, sid in self.con.execute(
+                "SELECT seq, session_id FROM kvmemory_items WHERE seq IN (SELECT value FROM json_each(?))",
+                (SQLITE.bind_list(tied),),
+            )
+        }
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], owner.get(hit[1], -1), hit[1]))
+
+    def _names(self, terms: Sequence[str]) -> dict[str, str]:
+        """Return ``{term as the FTS table files it: term}`` of ``terms`` in every session searched."""
+        return {prefix + term: term for prefix in self.prefixes for term in terms}
 
     def _in_python(self, k: int) -> list[tuple[float, int]]:
         """Return the best ``k`` ``(score, seq)``, for any number of terms: counts from SQL, scores in Python.
@@ -280,7 +322,7 @@ class FTSScorer:
         postings, as :meth:`_scores` reads them); the scores are summed here
         as :meth:`_exact` sums them.
         """
-        names = {self.prefix + term: term for term in self.order}
+        names = self._names(self.order)
         held: dict[int, dict[str, int]] = {}
         for doc, name, tf in self.con.execute(
             "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
@@ -293,9 +335,9 @@ class FTSScorer:
         lengths = {
             int(seq): int(n)
             for seq, n in self.con.execute(
-                "SELECT seq, n_terms FROM kvmemory_items WHERE session_id = ?"
-                " AND seq IN (SELECT value FROM json_each(?))",
-                (self.sid, SQLITE.bind_list(list(held))),
+                "SELECT seq, n_terms FROM kvmemory_items WHERE seq IN (SELECT value FROM"
+                " json_each(?)) AND session_id IN (SELECT value FROM json_each(?))",
+                (SQLITE.bind_list(list(held)), self.bound_sids),
             )
         }
         scored = []
@@ -305,7 +347,7 @@ class FTSScorer:
                 msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
                 raise sqlite3.DatabaseError(msg)
             scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
-        return heapq.nsmallest(k, scored, key=_best_first)
+        return self._first(k, scored)
 
 
 _Row = tuple[int, float, int, dict[str, int]]
@@ -332,9 +374,12 @@ _SPARE: Final = 64
 # per item, and each term's lift (its IDF times k1 + 1, times its repeats in the
 # query) is bound as a value. "sound" is 0 when the index names an item the session
 # does not hold (or not with that many terms): such rows sort first and are refused.
-def _score_sql(n_terms: int, cut: bool = False) -> str:
+def _score_sql(n_terms: int, cut: bool = False, many: bool = False) -> str:
     terms = range(n_terms)
-    counts = ", ".join(f"count(*) FILTER (WHERE term = :term{j}) AS tf{j}" for j in terms)
+    # Over several sessions (many), each posting's term is compared without its session's
+    # prefix (the key and the mark, which no term holds), and the rows may be any of theirs.
+    column = "w" if many else "term"
+    counts = ", ".join(f"count(*) FILTER (WHERE {column} = :term{j}) AS tf{j}" for j in terms)
     score = " + ".join(
         f"(CASE WHEN t.tf{j} THEN :lift{j} * t.tf{j}"
         f" / (t.tf{j} + :flat + :slope * i.n_terms) ELSE 0.0 END)"
@@ -342,13 +387,21 @@ def _score_sql(n_terms: int, cut: bool = False) -> str:
     )
     held = " + ".join(f"t.tf{j}" for j in terms)
     tfs = ", ".join(f"t.tf{j}" for j in terms)
+    postings = (
+        f"(SELECT doc, substr(term, instr(term, '{MARK}') + 1) AS w FROM kvmemory_fts_instance"
+        " WHERE term IN (SELECT value FROM json_each(:names)))"
+        if many
+        else f"kvmemory_fts_instance WHERE term IN ({', '.join(f':term{j}' for j in terms)})"
+    )
+    session = (
+        "i.session_id IN (SELECT value FROM json_each(:sids))" if many else "i.session_id = :sid"
+    )
     return f"""
 SELECT * FROM (
     SELECT t.doc, {score} AS score, i.n_terms,
-        coalesce(i.session_id = :sid AND i.n_terms >= {held}, 0) AS sound, {tfs}
+        coalesce({session} AND i.n_terms >= {held}, 0) AS sound, {tfs}
     FROM (
-        SELECT doc, {counts} FROM kvmemory_fts_instance
-        WHERE term IN ({", ".join(f":term{j}" for j in terms)}) GROUP BY doc
+        SELECT doc, {counts} FROM {postings} GROUP BY doc
     ) AS t LEFT JOIN kvmemory_items AS i ON i.seq = t.doc
 ) {"WHERE sound = 0 OR score >= :cut" if cut else ""}
 ORDER BY sound, score DESC, doc

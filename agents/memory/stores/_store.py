@@ -4,7 +4,8 @@
 calls are built from parts with one job each: the :class:`Engine` (state,
 checks, error wrapping), the read calls (:class:`ReadCalls`), the search
 calls (:class:`SearchCalls`: keyword search in ``_keyword_search``, vectors
-in ``_vector_search``), and :class:`WriteBatch` for writes.
+in ``_vector_search``; :class:`SessionSearchCalls`: search across sessions
+in ``_session_search``), and :class:`WriteBatch` for writes.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from agents.memory.stores._encoding import StoredRecord, encode_metadata, step_t
 from agents.memory.stores._engine import Engine, Guard, open_session
 from agents.memory.stores._reading import ReadCalls
 from agents.memory.stores._searching import SearchCalls
+from agents.memory.stores._session_calls import SessionSearchCalls
 
 __all__ = ["Store"]
 
 
-class Store(ReadCalls, SearchCalls):
+class Store(ReadCalls, SearchCalls, SessionSearchCalls):
     """Every public store call, over a :class:`Backend` that keeps the rows.
 
     The checks, the encoding through the codec, read-only refusal and the
@@ -67,6 +69,7 @@ class Store(ReadCalls, SearchCalls):
         self._engine = Engine(backend, read_only=read_only)
         ReadCalls.__init__(self, self._engine)
         SearchCalls.__init__(self, self._engine)
+        SessionSearchCalls.__init__(self, self._engine)
 
     @property
     def url(self) -> str:

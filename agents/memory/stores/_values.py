@@ -14,7 +14,7 @@ from agents.memory._item import MemoryItem
 from agents.memory.exceptions import CorruptSessionError, CorruptStoreError
 from agents.memory.stores._encoding import SessionRow
 
-__all__ = ["SessionInfo", "SessionSummary", "StoreHit", "VectorModel", "session_info"]
+__all__ = ["SessionHit", "SessionInfo", "SessionSummary", "StoreHit", "VectorModel", "session_info"]
 
 
 @attrs.frozen
@@ -94,6 +94,24 @@ class VectorModel:
 class StoreHit:
     """One item found by :meth:`Store.search`: its seq, the item and its score (BM25, cosine or the hybrid blend)."""
 
+    seq: int
+    item: MemoryItem
+    score: float
+
+
+@attrs.frozen
+class SessionHit:
+    """One item found by :meth:`Store.search_sessions`: its session, its seq there, the item and its score.
+
+    Attributes:
+        session_id: The session that holds the item.
+        seq: The item's seq in that session.
+        item: The item.
+        score: BM25 (with the statistics of every session searched), cosine,
+            or the hybrid blend.
+    """
+
+    session_id: str
     seq: int
     item: MemoryItem
     score: float

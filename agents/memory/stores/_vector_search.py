@@ -230,6 +230,27 @@ class VectorSearch:
             found = {**found, **self._engine.read_items(sid, missing, on_unknown_class)}
         return [StoreHit(seq, found[seq], score) for seq, score in best if seq in found]
 
+    def cosines(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        query: Any,
+        limit: int,
+        among: Iterable[int],
+        parts: EmbedParts,
+    ) -> dict[int, float]:
+        """Return a session's best cosines with the unit ``query`` (the best ``limit`` with ties, and ``among``), by seq.
+
+        What a hybrid search over several sessions needs of each: the
+        session's model is checked and, on a writable handle, its items
+        without a vector are embedded and stored first, as :meth:`search` does.
+        """
+        self._checked_model(sid, embedder)
+        if not self._engine.read_only:
+            self._embed_missing(sid, embedder, fields, 256, None, parts)
+        return self._best_cosines(sid, embedder, fields, query, limit, among, parts)
+
     def _best_cosines(
         self,
         sid: str,

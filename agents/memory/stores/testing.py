@@ -33,15 +33,18 @@ from typing import Any, Protocol
 
 import pytest
 
-from agents.memory import Memory, MemoryItem, SerializationError, StoreError, field
+from agents.memory._item import MemoryItem, field
 from agents.memory._vectors import EmbedParts, SearchMode
 from agents.memory.exceptions import (
     EmbedderMismatchError,
     EmbeddingError,
     InvalidQueryError,
     InvalidSessionIdError,
+    SerializationError,
     StoreArgumentError,
+    StoreError,
 )
+from agents.memory.memory import Memory
 from agents.memory.stores._backend import Backend
 from agents.memory.stores._store import Store
 from agents.memory.stores._values import SessionInfo, SessionSummary
@@ -54,10 +57,13 @@ __all__ = [
     "StoreContract",
     "assert_ranks_as_memory",
     "every_codec_type",
+    "fill_sessions",
     "ranking_corpus",
     "same",
     "search_session",
+    "session_hits",
     "summary_session",
+    "union_hits",
     "vector_session",
 ]
 
@@ -632,8 +638,6 @@ class StoreContract:
 
     def test_unencodable_value_writes_nothing(self, store: Store) -> None:
         """A batch with an unencodable value raises and none of the batch is written."""
-        from agents.memory import SerializationError
-
         with pytest.raises(SerializationError, match="'obj' of step 2"):
             store.append("s", [MemoryItem(step=1), MemoryItem(step=2, obj=object())])
         assert store.count("s") == 0
@@ -1031,6 +1035,192 @@ class StoreContract:
             assert first.search("s", "file", 1)[0].item["step"] == 11
         with make_store(read_only=True) as reopened:
             assert_ranks_as_memory(reopened, "s")
+
+    # -- search across sessions ------------------------------------------------------------
+
+    def test_search_sessions_scores_equal_memory_search_over_the_union(self, store: Store) -> None:
+        """Every hit of a store-wide keyword search equals Memory.search over the sessions' items joined in session-id order (scores ==)."""
+        fill_sessions(store)
+        if store.keyword_index:  # answered by the index, not by reading the sessions
+            assert type(store.backend).keyword_top_sessions is not Backend.keyword_top_sessions
+        for query in (*SESSION_QUERIES, *COMMON_WORD_QUERIES):
+            for k in (1, 4, 1000):
+                assert session_hits(store.search_sessions(query, k)) == union_hits(
+                    store, store.sessions(), query, k
+                ), (query, k)
+
+    def test_search_sessions_weighs_a_word_by_every_session_searched(self, store: Store) -> None:
+        """A word rare in a large session and better matched in a small one ranks the small one's item first, as over the union."""
+        fill_sessions(store)
+        # Each session's own statistics rank the large session's item first (scores not comparable).
+        alone = store.search("a-large", "invoice format", 1)[0].score
+        assert alone > store.search("b-small", "invoice format", 1)[0].score
+        hits = store.search_sessions("invoice format", 3)
+        assert [(hit.session_id, hit.item["note"]) for hit in hits] == [
+            ("b-small", "the invoice format of ann"),
+            ("b-small", "ann asked about the invoice total"),
+            ("a-large", "invoice number 7 seen in the report"),
+        ]
+        assert session_hits(hits) == union_hits(store, store.sessions(), "invoice format", 3)
+
+    @pytest.mark.parametrize(
+        ("scope", "chosen"),
+        [
+            ({}, ["a-large", "a-mid", "b-small", "c-plain"]),
+            ({"sessions": ["b-small", "a-mid", "nobody"]}, ["a-mid", "b-small"]),
+            ({"prefix": "a-"}, ["a-large", "a-mid"]),
+            ({"metadata": {"user": "ann"}}, ["a-mid", "b-small"]),
+            ({"metadata": {"runs": {"$gte": 2}}}, ["a-large", "b-small"]),
+            ({"prefix": "a-", "metadata": {"user": "ann"}}, ["a-mid"]),
+            ({"sessions": ["a-large", "b-small"], "prefix": "b"}, ["b-small"]),
+            ({"sessions": ["nobody"]}, []),
+            ({"sessions": []}, []),
+            ({"prefix": "zz"}, []),
+        ],
+    )
+    def test_search_sessions_scope_forms_search_exactly_their_sessions(
+        self, store: Store, scope: dict[str, Any], chosen: list[str]
+    ) -> None:
+        """Ids, prefix and metadata filter (combined with AND) choose the sessions, whose union alone gives the statistics."""
+        fill_sessions(store)
+        for query in SESSION_QUERIES:
+            got = store.search_sessions(query, 1000, **scope)
+            assert session_hits(got) == union_hits(store, chosen, query, 1000), (scope, query)
+            assert {hit.session_id for hit in got} <= set(chosen)
+
+    def test_search_sessions_with_where_and_keys_is_memory_search(self, store: Store) -> None:
+        """A filter on items and a search of some fields give Memory.search's hits over the union."""
+        fill_sessions(store)
+        wheres: list[Any] = [{"step": {"$lt": 5}}, {"kind": "rare"}, lambda item: "n" in item]
+        for where in wheres:
+            for query in SESSION_QUERIES:
+                for k in (1, 3, 1000):
+                    got = store.search_sessions(query, k, where=where)
+                    want = union_hits(store, store.sessions(), query, k, where=where)
+                    assert session_hits(got) == want, (where, query, k)
+        for query in SESSION_QUERIES:
+            got = store.search_sessions(query, 50, keys=["note"], prefix="a")
+            want = union_hits(store, ["a-large", "a-mid"], query, 50, keys=["note"])
+            assert session_hits(got) == want, query
+
+    def test_search_sessions_of_one_session_is_that_sessions_search(self, store: Store) -> None:
+        """With one session in scope the hits are Store.search's, seqs and scores included."""
+        fill_sessions(store)
+        for query in SESSION_QUERIES:
+            got = store.search_sessions(query, 10, sessions=["a-large"])
+            want = store.search("a-large", query, 10)
+            assert [(h.seq, h.item.to_dict(), h.score) for h in got] == [
+                (h.seq, h.item.to_dict(), h.score) for h in want
+            ]
+            assert {hit.session_id for hit in got} <= {"a-large"}
+
+    def test_search_sessions_follows_writes_to_any_session(self, store: Store) -> None:
+        """After appends, updates and deletes in some sessions, the ranking is that of the items left."""
+        fill_sessions(store)
+        store.append("b-small", [MemoryItem(step=9, note="invoice invoice format")])
+        store.delete_steps("a-large", [3, 4, 5])
+        store.delete_session("c-plain")
+        for query in SESSION_QUERIES:
+            assert session_hits(store.search_sessions(query, 100)) == union_hits(
+                store, store.sessions(), query, 100
+            ), query
+
+    def test_search_sessions_from_a_read_only_handle_sees_another_handles_writes(
+        self, make_store: MakeStore
+    ) -> None:
+        """A read-only handle ranks the rows another handle just wrote (not yet folded into any index) as Memory.search does."""
+        with make_store() as writer:
+            fill_sessions(writer)
+            writer.append("b-small", [MemoryItem(step=5, note="invoice again in the report")])
+            with make_store(read_only=True) as reader:
+                for query in SESSION_QUERIES:
+                    assert session_hits(reader.search_sessions(query, 50)) == union_hits(
+                        reader, reader.sessions(), query, 50
+                    ), query
+
+    def test_search_sessions_ties_go_by_session_id_then_seq(self, store: Store) -> None:
+        """Equal scores rank by session id, then seq, whichever session was written first."""
+        same = [
+            MemoryItem(step=i, note=f"the report {'pdf' if i % 3 else 'doc'}") for i in range(90)
+        ]
+        for sid in ("s-c", "s-b", "s-a"):  # written in reverse id order
+            store.append(sid, same)
+        for k in (1, 2, 5, 40, 100):
+            hits = store.search_sessions("report pdf", k)
+            assert session_hits(hits) == union_hits(store, store.sessions(), "report pdf", k)
+            assert [hit.session_id for hit in hits] == ["s-a"] * min(k, 60) + ["s-b"] * max(
+                0, min(k, 120) - 60
+            )
+
+    def test_search_sessions_of_an_empty_store_has_no_hits(self, store: Store) -> None:
+        """A store without sessions, or a scope of unknown sessions, gives no hit."""
+        assert store.search_sessions("invoice") == []
+        store.append("s", [MemoryItem(step=1, note="invoice")])
+        assert store.search_sessions("invoice", sessions=["t"]) == []
+
+    def test_search_sessions_refuses_bad_scopes_and_queries(self, store: Store) -> None:
+        """A string for sessions, a prefix that is no string, a bad filter, query or id are refused before reading."""
+        with pytest.raises(StoreArgumentError, match=r"pass \['run-1'\] for one session"):
+            store.search_sessions("x", sessions="run-1")
+        with pytest.raises(StoreArgumentError, match="prefix takes the start of a session id"):
+            store.search_sessions("x", prefix=3)  # type: ignore[arg-type]  # the wrong type on purpose
+        with pytest.raises(InvalidQueryError, match="metadata takes a filter"):
+            store.search_sessions("x", metadata=3)  # type: ignore[arg-type]  # the wrong type on purpose
+        with pytest.raises(InvalidQueryError, match=r"\$bogus"):
+            store.search_sessions("x", metadata={"user": {"$bogus": 1}})
+        with pytest.raises(InvalidQueryError, match="holds no word"):
+            store.search_sessions("!!")
+        with pytest.raises(InvalidSessionIdError):
+            store.search_sessions("x", sessions=[""])
+        with pytest.raises(InvalidQueryError, match="mode='keyword', 'semantic' or 'hybrid'"):
+            store.search_sessions("x", mode="fuzzy")  # type: ignore[arg-type]  # the wrong mode on purpose
+
+    def test_recall_sessions_of_one_session_is_stored_memory_recall(
+        self, make_store: MakeStore
+    ) -> None:
+        """Recall over one session gives StoredMemory.recall's items; across sessions, hits and each session's window by session."""
+        from agents.memory.prompt import Window
+        from agents.memory.stores import StoredMemory
+
+        with make_store() as store:
+            fill_sessions(store)
+            window = Window(max_items=2)
+            for query in SESSION_QUERIES:
+                got = store.recall_sessions(query, 3, sessions=["a-mid"], recent=window)
+                want = StoredMemory(store, "a-mid").recall(query, 3, recent=window)
+                assert {s: [i.to_dict() for i in items] for s, items in got.items()} == {
+                    "a-mid": [item.to_dict() for item in want]
+                }
+            got = store.recall_sessions("invoice format", 2, prefix="b", recent=window)
+            assert [item["note"] for item in got["b-small"]] == [
+                "the invoice format of ann",
+                "ann asked about the invoice total",
+                "the report was sent",
+            ]
+            hits = store.recall_sessions("invoice format", 3, sessions=["a-large", "b-small"])
+            assert {sid: [item["note"] for item in items] for sid, items in hits.items()} == {
+                "a-large": ["invoice number 7 seen in the report"],
+                "b-small": ["the invoice format of ann", "ann asked about the invoice total"],
+            }
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_search_sessions_semantic_and_hybrid_rank_as_memory_search(self, store: Store) -> None:
+        """Semantic and hybrid hits across sessions are Memory.search's over the union (scores to float32 precision)."""
+        items = vector_session()
+        store.append("v1", items[:3])
+        store.append("v2", items[3:])
+        store.append("v3", [MemoryItem(step=1, thought="send the report by email today")])
+        for mode in VECTOR_MODES:
+            for query in VECTOR_QUERIES:
+                for where in (None, {"step": {"$gte": 1}}):
+                    got = store.search_sessions(query, 4, mode=mode, embedder=EMBEDDER, where=where)
+                    want = union_hits(
+                        store, store.sessions(), query, 4, mode=mode, embedder=EMBEDDER, where=where
+                    )
+                    assert [h[:3] for h in session_hits(got)] == [h[:3] for h in want]
+                    assert [h[3] for h in session_hits(got)] == pytest.approx(
+                        [h[3] for h in want], rel=1e-5, abs=1e-6
+                    )
 
     def test_ranking_gives_the_seqs_and_scores_of_search(self, store: Store) -> None:
         """ranking returns (seq, score) of search's hits, best first, without the items."""
@@ -1679,6 +1869,57 @@ def vector_session() -> list[MemoryItem]:
     ]
     items.insert(5, MemoryItem(step=9, cost=1.5))
     return items
+
+
+SESSION_QUERIES = ("invoice format", "the report", "invoice", "ann total", "the the zeta")
+"""Queries of the store-wide search tests: a rare word, common words, repeats."""
+
+
+def fill_sessions(store: Store) -> None:
+    """Write the sessions of the store-wide search tests: four of different sizes, with metadata.
+
+    ``a-large`` holds 200 items of common words, where "invoice" is rare;
+    ``b-small`` holds three items, one matching "invoice format" better;
+    ``a-mid`` and ``c-plain`` others (``c-plain`` with items without text).
+    """
+    large = common_words_session(seed=3, items=200, length=(4, 20))
+    large[3] = MemoryItem(step=3, n=3, note="invoice number 7 seen in the report", kind="rare")
+    store.append("a-large", large)
+    store.append("a-mid", common_words_session(seed=4, items=30, length=(2, 6)))
+    store.append(
+        "b-small",
+        [
+            MemoryItem(step=1, note="the invoice format of ann", kind="rare"),
+            MemoryItem(step=2, note="ann asked about the invoice total"),
+            MemoryItem(step=3, note="the report was sent"),
+        ],
+    )
+    store.append("c-plain", [MemoryItem(step=1, cost=2), MemoryItem(step=2, note="the report")])
+    store.set_metadata("a-large", {"user": "bob", "runs": 3})
+    store.set_metadata("a-mid", {"user": "ann", "runs": 1})
+    store.set_metadata("b-small", {"user": "ann", "runs": 2})
+
+
+def session_hits(hits: Sequence[Any]) -> list[tuple[str, int, dict[str, Any], float]]:
+    """Return store-wide hits as ``(session_id, seq, fields, score)``."""
+    return [(hit.session_id, hit.seq, hit.item.to_dict(), hit.score) for hit in hits]
+
+
+def union_hits(
+    store: Store, session_ids: Sequence[str], query: str, k: int, **options: Any
+) -> list[tuple[str, int, dict[str, Any], float]]:
+    """Return ``Memory.search`` over one memory of the sessions' items (session-id order, then seq) as :func:`session_hits` gives hits."""
+    memory = Memory()
+    origin: dict[int, tuple[str, int]] = {}
+    for sid in sorted(session_ids):
+        for record in store.records(sid):
+            origin[id(record.item)] = (sid, record.seq)
+            memory.add_memory_item(record.item)
+    out = []
+    for hit in memory.search(query, k, **options):
+        sid, seq = origin[id(hit.item)]
+        out.append((sid, seq, hit.item.to_dict(), hit.score))
+    return out
 
 
 class CountingEmbedder:
