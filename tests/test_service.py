@@ -204,3 +204,27 @@ def test_key_lists_fall_back_unless_they_are_non_empty_names(value: object) -> N
     expected = tuple(value) if isinstance(value, list) and valid else None
     assert cost_keys_of(metadata, "c") == (expected or ("c",))
     assert agent_keys_of(metadata, "a") == (expected or ("a",))
+
+
+def test_import_memory_refuses_a_session_that_holds_items_unless_appending(tmp_path: Path) -> None:
+    """import_memory writes into an empty session, refuses a full one naming append=True, and merges metadata."""
+    from agents.memory import InvalidSessionIdError, Memory
+    from agents.service import import_memory
+
+    url = f"sqlite://{tmp_path / 's.db'}"
+    first = Memory([MemoryItem(Step=1)], step_key="Step", metadata={"source": "a"})
+    assert import_memory(first, url, "run") == 1
+    again = Memory([MemoryItem(Step=2)], step_key="Step", metadata={"more": True})
+    with pytest.raises(InvalidSessionIdError, match=r"already holds 1 item;.*append=True"):
+        import_memory(again, url, "run")
+    seen: list[int] = []
+    assert (
+        import_memory(again, url, "run", append=True, before_append=lambda _, n: seen.append(n))
+        == 1
+    )
+    with open_store(url) as store:
+        assert [item["Step"] for item in store.read("run")] == [1, 2]
+        info = store.session_info("run")
+        assert info is not None
+        assert (info.metadata, info.step_key) == ({"source": "a", "more": True}, "Step")
+    assert seen == [1]

@@ -61,7 +61,6 @@ from agents.memory._item import MemoryItem
 from agents.memory.exceptions import (
     CorruptSessionError,
     InvalidArgumentError,
-    InvalidSessionIdError,
     MissingDependencyError,
     SkippedRecordWarning,
     StoreNotFoundError,
@@ -467,7 +466,8 @@ def import_ufo_log(
         StoreError: if the store cannot be written (also when an existing
             session has another step key); nothing is written.
     """
-    from agents.memory.stores import Store, check_session_id, open_store
+    from agents.memory.stores import check_session_id
+    from agents.service import import_memory
 
     check_session_id(session_id)
     memory = read_ufo_log(
@@ -477,24 +477,7 @@ def import_ufo_log(
         link_screenshots=link_screenshots,
         allow_absolute=allow_absolute,
     )
-    opened = store if isinstance(store, Store) else open_store(store)
-    try:
-        held = opened.count(session_id)
-        if held and not append:
-            msg = f"Session {session_id!r} already holds {held} items; import into a new session id, or pass append=True (--append)."
-            raise InvalidSessionIdError(msg)
-        info = opened.session_info(session_id)
-        metadata = {**(info.metadata if info is not None else {}), **memory.metadata}
-        seqs = opened.append(session_id, memory.content, step_key=memory.step_key)
-        try:
-            opened.set_metadata(session_id, metadata, step_key=memory.step_key)
-        except BaseException:
-            opened.delete_seqs(session_id, seqs)
-            raise
-    finally:
-        if opened is not store:
-            opened.close()
-    return len(memory)
+    return import_memory(memory, store, session_id, append=append)
 
 
 # -- UFO's configuration, read as the installed UFO's blackboard.py reads it ---------------------

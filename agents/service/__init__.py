@@ -8,6 +8,7 @@ last step, cost under the keys the session's importer named), and what the
 doors read of them. A new door needs nothing else.
 """
 
+from agents.service._imports import import_memory
 from agents.service._keys import agent_keys_of, cost_keys_of
 from agents.service._overview import SessionOverview
 from agents.service._service import AroundWindow, SessionService, SessionStats, TailWindow
@@ -20,4 +21,5 @@ __all__ = [
     "TailWindow",
     "agent_keys_of",
     "cost_keys_of",
+    "import_memory",
 ]

@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from agents.integrations.smolagents._decode import recorded, step_of
 from agents.integrations.smolagents._fields import UnsavedValueWarning, load_smolagents, type_name
 from agents.memory import Memory, MemoryItem
-from agents.memory.exceptions import CorruptSessionError, InvalidSessionIdError
+from agents.memory.exceptions import CorruptSessionError
+
+if TYPE_CHECKING:
+    from agents.memory.stores import Store
 
 _SOURCE: Final = "smolagents-dump"
 """The ``source`` a session read from a dump has in its metadata."""
@@ -194,30 +197,18 @@ def import_smolagents_dump(
         InvalidSessionIdError: for a bad session id, or a non-empty session without ``append``.
         StoreError: if the store cannot be written; nothing is written.
     """
-    from agents.memory.stores import Store, check_session_id, open_store
+    from agents.memory.stores import check_session_id
+    from agents.service import import_memory
 
     check_session_id(session_id)
     memory = read_smolagents_dump(source, step_key=step_key)
-    opened = store if isinstance(store, Store) else open_store(store)
-    try:
-        held = opened.count(session_id)
-        if held and not append:
-            msg = f"Session {session_id!r} already holds {held} items; import into a new session id, or pass append=True (--append)."
-            raise InvalidSessionIdError(msg)
+
+    def number_the_run(opened: Store, held: int) -> None:
+        # Appended to recorded runs, the dump is the next run.
         if held:
             before = Memory(opened.read(session_id, on_unknown_class="base"), step_key=step_key)
             run = max((number for number, _ in recorded(before)), default=0) + 1
             for item in memory:
                 item.set_value("run", run)
-        info = opened.session_info(session_id)
-        metadata = {**(info.metadata if info is not None else {}), **memory.metadata}
-        seqs = opened.append(session_id, memory.content, step_key=step_key)
-        try:
-            opened.set_metadata(session_id, metadata, step_key=step_key)
-        except BaseException:
-            opened.delete_seqs(session_id, seqs)
-            raise
-    finally:
-        if opened is not store:
-            opened.close()
-    return len(memory)
+
+    return import_memory(memory, store, session_id, append=append, before_append=number_the_run)
