@@ -408,15 +408,9 @@ class _View:
     def tail(self, sid: str, n: int, before: int | None) -> dict[str, Any]:
         """Return the last ``n`` items of a session, or the last ``n`` before seq ``before``."""
         window = self.service.tail(sid, n, before=before)
-        records = window.records
         # No count: counting a long session's rows would make opening it grow
         # with its length (the page asks /api/count once it shows the steps).
-        return {
-            "steps": self._steps(sid, records),
-            "first": records[0].seq if records else None,
-            "last": records[-1].seq if records else None,
-            "earlier": window.earlier,
-        }
+        return self._run(sid, window.records, earlier=window.earlier)
 
     def count(self, sid: str) -> dict[str, Any]:
         """Return a session's item count with the seq of its newest item, read together."""
@@ -426,13 +420,15 @@ class _View:
     def around(self, sid: str, seq: int, n: int) -> dict[str, Any]:
         """Return the item at seq ``seq`` with up to ``n`` items each side (a search hit opened in place)."""
         window = self.service.around(sid, seq, n)
-        records = window.records
+        return self._run(sid, window.records, earlier=window.earlier, later=window.later)
+
+    def _run(self, sid: str, records: Sequence[StoredRecord], **more: bool) -> dict[str, Any]:
+        """A run of consecutive steps as the page takes it: the steps, their first and last seq, and ``more`` flags."""
         return {
             "steps": self._steps(sid, records),
             "first": records[0].seq if records else None,
             "last": records[-1].seq if records else None,
-            "earlier": window.earlier,
-            "later": window.later,
+            **more,
         }
 
     def after(self, sid: str, seq: int | None) -> dict[str, Any]:

@@ -306,16 +306,15 @@ class SessionService:
                 search on a service without an embedder.
         """
         chosen = self._mode(mode)
+        embedder = None if chosen == "keyword" else self.embedder
         with self._lock:
-            if chosen == "keyword":
-                return self.store.search(session_id, query, k, keys=keys, on_unknown_class="base")
             return self.store.search(
                 session_id,
                 query,
                 k,
                 keys=keys,
                 mode=chosen,
-                embedder=self.embedder,
+                embedder=embedder,
                 on_unknown_class="base",
             )
 
@@ -350,11 +349,8 @@ class SessionService:
         chosen = self._mode(mode)
         # A door limited to some sessions names them; otherwise the store picks them by prefix.
         scope = self.sessions(prefix) if self.allows is not None else None
+        embedder = None if chosen == "keyword" else self.embedder
         with self._lock:
-            if chosen == "keyword":
-                return self.store.search_sessions(
-                    query, k, sessions=scope, prefix=prefix, keys=keys, on_unknown_class="base"
-                )
             return self.store.search_sessions(
                 query,
                 k,
@@ -362,7 +358,7 @@ class SessionService:
                 prefix=prefix,
                 keys=keys,
                 mode=chosen,
-                embedder=self.embedder,
+                embedder=embedder,
                 on_unknown_class="base",
             )
 

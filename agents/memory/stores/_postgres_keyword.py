@@ -439,14 +439,19 @@ class PostgresKeywordIndex:
             params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
             sql = _score_sql(len(names))
         # One statement, so one snapshot: the counts, the IDFs and the scores agree.
-        rows = self._query_rows(sql, params)
-        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
-            # Items tie with the k-th to rounding past the spare rows: take every one.
-            rows = self._query_rows(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
+        rows = self._top_rows(sql, params, k)
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self.damaged("search", f" session {sid!r} of", reason)
         return _exact_top(rows, terms, names, k)
+
+    def _top_rows(self, sql: str, params: dict[str, Any], k: int) -> list[Any]:
+        """Run a scoring statement for ``k`` rows and its spares, and again for every row that ties past them."""
+        rows = self._query_rows(sql, params)
+        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+            # Items tie with the k-th to rounding past the spare rows: take every one.
+            rows = self._query_rows(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
+        return rows
 
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int
@@ -486,9 +491,7 @@ class PostgresKeywordIndex:
         params.update((f"t{j}", term) for j, term in enumerate(names))
         params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
         sql = _score_many_sql(len(names))
-        rows = self._query_rows(sql, params)
-        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
-            rows = self._query_rows(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
+        rows = self._top_rows(sql, params, k)
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} of session {rows[0][8]!r} matches a query term its counts do not hold"
             raise self.damaged("search", "", reason)
