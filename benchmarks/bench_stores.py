@@ -409,7 +409,7 @@ def spread(ratios: list[float]) -> str:
 
 def targets(n: int, runs: int) -> None:
     """Print the issue's target table: each workload ``runs`` times, median and spread of the ratio."""
-    from agents.memory.stores._keyword import item_terms
+    from agents.memory.stores._core.terms import item_terms
 
     print(f"load average {os.getloadavg()}; {n} UFO-shaped rows, {runs} runs")
     results: dict[str, list[float]] = {}

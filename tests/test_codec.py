@@ -1475,7 +1475,7 @@ def test_pauses_of_several_threads_resume_the_collector_once_all_end() -> None:
 
 def test_bulk_row_decoding_runs_no_collection() -> None:
     """Decoding a store's rows in bulk allocates without triggering the collector."""
-    from agents.memory.stores._encoding import decode_pairs
+    from agents.memory.stores._core.encoding import decode_pairs
 
     rows = [(seq, orjson.dumps({"step": seq, "tags": [{"a": [1, 2]}] * 4})) for seq in range(2000)]
     collections: list[str] = []

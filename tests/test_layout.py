@@ -322,7 +322,7 @@ def test_the_size_check_sees_an_oversized_class(tmp_path: Path) -> None:
 
 # -- the store package -----------------------------------------------------------------
 
-STORE_MODULES = sorted(Path(agents.memory.stores.__file__).parent.glob("*.py"))
+STORE_MODULES = sorted(Path(agents.memory.stores.__file__).parent.rglob("*.py"))
 # Named tuples' own API is spelled with an underscore; it is public.
 NAMEDTUPLE_API = {"_make", "_replace", "_asdict", "_fields"}
 
@@ -332,10 +332,10 @@ def test_the_store_classes_are_composed() -> None:
     sizes = class_sizes(AGENTS)
     assert {
         "memory/stores/_store.py:Store",
-        "memory/stores/_sqlite.py:SQLiteBackend",
-        "memory/stores/_postgres.py:PostgresBackend",
-        "memory/stores/_jsonl.py:LogBackend",
-        "memory/stores/_memory.py:SpaceBackend",
+        "memory/stores/_sqlite/backend.py:SQLiteBackend",
+        "memory/stores/_postgres/backend.py:PostgresBackend",
+        "memory/stores/_jsonl/backend.py:LogBackend",
+        "memory/stores/_ram.py:SpaceBackend",
     } <= set(sizes)
 
 
@@ -398,11 +398,11 @@ def test_the_private_name_check_sees_a_reach(tmp_path: Path) -> None:
     """The check above finds both forms of reaching in: a private import and a private attribute."""
     module = tmp_path / "reaching.py"
     module.write_text(
-        "from agents.memory.stores._sql import _pairs\ndef f(store):\n    return store._backend\n",
+        "from agents.memory.stores._sql.dialect import _pairs\ndef f(store):\n    return store._backend\n",
         encoding="utf-8",
     )
     assert _private_reaches(module) == [
-        "from agents.memory.stores._sql import _pairs",
+        "from agents.memory.stores._sql.dialect import _pairs",
         "store._backend",
     ]
 

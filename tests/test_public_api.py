@@ -55,7 +55,7 @@ def test_stores_loads_its_optional_stores_lazily() -> None:
     """Importing agents.memory.stores loads neither psycopg nor pytest; JSONLStore and PostgresStore resolve on use."""
     code = (
         "import sys, agents.memory.stores as s; "
-        "before = sorted(m for m in ('psycopg', 'pytest', 'agents.memory.stores._postgres') if m in sys.modules); "
+        "before = sorted(m for m in ('psycopg', 'pytest', 'agents.memory.stores._postgres.backend') if m in sys.modules); "
         "print(before, s.JSONLStore.__name__, s.PostgresStore.__name__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

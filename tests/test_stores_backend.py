@@ -19,8 +19,8 @@ from agents.memory.stores import (
     SQLiteStore,
     Store,
 )
-from agents.memory.stores._jsonl import LogBackend
-from agents.memory.stores._memory import SpaceBackend
+from agents.memory.stores._jsonl.backend import LogBackend
+from agents.memory.stores._ram import SpaceBackend
 from agents.memory.stores.testing import BackendContract, MakeStore, StoreContract
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "stores.md"

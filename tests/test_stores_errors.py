@@ -33,7 +33,7 @@ from agents.memory.stores import (
     open_memory,
     open_store,
 )
-from agents.memory.stores._memory import SpaceBackend
+from agents.memory.stores._ram import SpaceBackend
 
 
 def test_unknown_scheme_is_refused() -> None:
@@ -220,7 +220,7 @@ def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_unreachable_postgres_is_a_store_error_with_hidden_password() -> None:
     """A server that does not answer gives StoreError without printing the password."""
     from agents.memory import StoreError
-    from agents.memory.stores._postgres import PostgresStore
+    from agents.memory.stores._postgres.backend import PostgresStore
 
     with pytest.raises(StoreError, match="server is running") as info:
         PostgresStore("postgresql://u:secret@127.0.0.1:1/db?connect_timeout=1", timeout=2)

@@ -13,7 +13,7 @@ from agents.memory import Memory, MemoryItem
 from agents.memory._item import item_fields
 from agents.memory._text import Tokenizer, item_texts
 from agents.memory.stores import open_store
-from agents.memory.stores._keyword import item_terms, texts_of
+from agents.memory.stores._core.terms import item_terms, texts_of
 
 TOKENIZER = Tokenizer()
 SESSIONS = itertools.count()

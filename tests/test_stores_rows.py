@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.memory.stores._rows import RowTable
+from agents.memory.stores._core.rows import RowTable
 
 ops = st.lists(
     st.one_of(

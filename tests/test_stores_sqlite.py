@@ -41,7 +41,7 @@ from agents.memory.stores import (
     open_memory,
     open_store,
 )
-from agents.memory.stores._sqlite import SCHEMA_VERSION
+from agents.memory.stores._sqlite.backend import SCHEMA_VERSION
 from agents.memory.stores.testing import (
     VECTOR_MODES,
     CountingEmbedder,

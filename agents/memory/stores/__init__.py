@@ -31,7 +31,6 @@ import os
 import typing
 
 from agents.memory.stores._backed import SessionWriter, StoredMemory
-from agents.memory.stores._backend import Backend
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
     BaseStore,
@@ -50,9 +49,10 @@ from agents.memory.stores._base import (
     check_store_path,
     migrate,
 )
-from agents.memory.stores._memory import InMemoryStore
+from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._open import open_store
-from agents.memory.stores._sqlite import SQLiteBackend, SQLiteStore
+from agents.memory.stores._ram import InMemoryStore
+from agents.memory.stores._sqlite.backend import SQLiteBackend, SQLiteStore
 from agents.memory.stores._store import Store
 
 # Names only annotations use, kept out of the package's namespace.
@@ -63,14 +63,14 @@ if typing.TYPE_CHECKING:
     from agents.memory._codec import OnUnencodable
     from agents.memory._item import OnUnknownClass
     from agents.memory.memory import ChangeCallback
-    from agents.memory.stores._async import (
+    from agents.memory.stores._async.store import (
         AsyncOpener,
         AsyncStore,
         AsyncStoredMemory,
         AsyncWriteBatch,
     )
-    from agents.memory.stores._jsonl import JSONLStore
-    from agents.memory.stores._postgres import PostgresBackend, PostgresStore
+    from agents.memory.stores._jsonl.backend import JSONLStore
+    from agents.memory.stores._postgres.backend import PostgresBackend, PostgresStore
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",
@@ -112,13 +112,13 @@ __all__ = [
 # Imported on first use, so that importing this package loads neither the
 # JSONL store's fcntl-based locking nor, above all, psycopg.
 _LAZY = {
-    "AsyncOpener": "agents.memory.stores._async",
-    "AsyncStore": "agents.memory.stores._async",
-    "AsyncStoredMemory": "agents.memory.stores._async",
-    "AsyncWriteBatch": "agents.memory.stores._async",
-    "JSONLStore": "agents.memory.stores._jsonl",
-    "PostgresBackend": "agents.memory.stores._postgres",
-    "PostgresStore": "agents.memory.stores._postgres",
+    "AsyncOpener": "agents.memory.stores._async.store",
+    "AsyncStore": "agents.memory.stores._async.store",
+    "AsyncStoredMemory": "agents.memory.stores._async.store",
+    "AsyncWriteBatch": "agents.memory.stores._async.store",
+    "JSONLStore": "agents.memory.stores._jsonl.backend",
+    "PostgresBackend": "agents.memory.stores._postgres.backend",
+    "PostgresStore": "agents.memory.stores._postgres.backend",
 }
 
 
@@ -214,7 +214,7 @@ def open_async_store(
             extra (when awaited or entered).
         What :func:`open_store` raises, when awaited or entered.
     """
-    from agents.memory.stores._async import AsyncOpener, AsyncStore
+    from agents.memory.stores._async.store import AsyncOpener, AsyncStore
 
     return AsyncOpener(lambda: AsyncStore.open(url, read_only=read_only))
 
@@ -255,7 +255,7 @@ def open_async_memory(
         InvalidSessionIdError: if ``session_id`` is not a valid id (at once; no store is opened).
         What :func:`open_memory` raises, when awaited or entered.
     """
-    from agents.memory.stores._async import AsyncOpener, AsyncStore, open_memory_on
+    from agents.memory.stores._async.store import AsyncOpener, AsyncStore, open_memory_on
 
     check_session_id(session_id)
 

@@ -45,8 +45,8 @@ from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query,
 from agents.memory._vectors import Embedder, SearchMode, progress_bar
 from agents.memory.exceptions import ArgumentTypeError
 from agents.memory.memory import ChangeCallback, Memory
-from agents.memory.stores._checks import check_session_id
-from agents.memory.stores._encoding import StoredRecord
+from agents.memory.stores._core.checks import check_session_id
+from agents.memory.stores._core.encoding import StoredRecord
 from agents.memory.stores._store import Store
 
 if TYPE_CHECKING:

@@ -17,10 +17,14 @@ import warnings
 from typing import Any
 
 from agents.memory.exceptions import StoreArgumentError
-from agents.memory.stores._backend import Backend
-from agents.memory.stores._batch import WriteBatch
-from agents.memory.stores._checks import SESSION_ID_MAX_LENGTH, check_session_id, check_store_path
-from agents.memory.stores._encoding import (
+from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._core.batch import WriteBatch
+from agents.memory.stores._core.checks import (
+    SESSION_ID_MAX_LENGTH,
+    check_session_id,
+    check_store_path,
+)
+from agents.memory.stores._core.encoding import (
     IndexEntry,
     Row,
     RowUpdate,
@@ -32,16 +36,16 @@ from agents.memory.stores._encoding import (
     encode_rows,
     step_text,
 )
-from agents.memory.stores._keyword import Terms, item_terms
-from agents.memory.stores._migrations import check_schema_version, migrate
-from agents.memory.stores._store import Store
-from agents.memory.stores._values import (
+from agents.memory.stores._core.migrations import check_schema_version, migrate
+from agents.memory.stores._core.terms import Terms, item_terms
+from agents.memory.stores._core.values import (
     SessionHit,
     SessionInfo,
     SessionSummary,
     StoreHit,
     VectorModel,
 )
+from agents.memory.stores._store import Store
 
 __all__ = [
     "SESSION_ID_MAX_LENGTH",

@@ -7,10 +7,10 @@ import os
 import urllib.parse
 
 from agents.memory import exceptions
-from agents.memory.stores._checks import check_store_path
-from agents.memory.stores._checks import redact_url as _redact
-from agents.memory.stores._memory import InMemoryStore
-from agents.memory.stores._sqlite import SQLiteStore
+from agents.memory.stores._core.checks import check_store_path
+from agents.memory.stores._core.checks import redact_url as _redact
+from agents.memory.stores._ram import InMemoryStore
+from agents.memory.stores._sqlite.backend import SQLiteStore
 from agents.memory.stores._store import Store
 
 __all__ = ["open_store"]
@@ -62,7 +62,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
         )
         raise exceptions.InvalidStoreURLError(msg)
     if scheme in ("postgresql", "postgres"):
-        from agents.memory.stores._postgres import PostgresStore
+        from agents.memory.stores._postgres.backend import PostgresStore
 
         conninfo, pgvector = _pgvector_option(text)
         _check_libpq_options(conninfo, text)
@@ -78,7 +78,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
         raise exceptions.InvalidStoreURLError(msg)
     check_store_path(path)
     if scheme == "jsonl":
-        from agents.memory.stores._jsonl import JSONLStore
+        from agents.memory.stores._jsonl.backend import JSONLStore
 
         _no_options(text, options, ("fsync",))
         fsync = options.get("fsync", "always")

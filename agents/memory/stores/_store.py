@@ -3,9 +3,9 @@
 :class:`Store` holds a backend and calls only its public operations. Its
 calls are built from parts with one job each: the :class:`Engine` (state,
 checks, error wrapping), the read calls (:class:`ReadCalls`), the search
-calls (:class:`SearchCalls`: keyword search in ``_keyword_search``, vectors
-in ``_vector_search``; :class:`SessionSearchCalls`: search across sessions
-in ``_session_search``), and :class:`WriteBatch` for writes.
+calls (:class:`SearchCalls`: keyword search in ``_search.keyword``, vectors
+in ``_search.vectors``; :class:`SessionSearchCalls`: search across sessions
+in ``_search.sessions``), and :class:`WriteBatch` for writes.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from typing_extensions import Self
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import MemoryItem
 from agents.memory.exceptions import StoreArgumentError
-from agents.memory.stores._backend import Backend
-from agents.memory.stores._batch import WriteBatch
-from agents.memory.stores._encoding import StoredRecord, encode_metadata, step_texts
-from agents.memory.stores._engine import Engine, Guard, open_session
-from agents.memory.stores._reading import ReadCalls
-from agents.memory.stores._searching import SearchCalls
-from agents.memory.stores._session_calls import SessionSearchCalls
+from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._core.batch import WriteBatch
+from agents.memory.stores._core.encoding import StoredRecord, encode_metadata, step_texts
+from agents.memory.stores._core.engine import Engine, Guard, open_session
+from agents.memory.stores._core.reading import ReadCalls
+from agents.memory.stores._search.calls import SearchCalls
+from agents.memory.stores._search.session_calls import SessionSearchCalls
 
 __all__ = ["Store"]
 

@@ -45,9 +45,9 @@ from agents.memory.exceptions import (
     StoreError,
 )
 from agents.memory.memory import Memory
-from agents.memory.stores._backend import Backend
+from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._core.values import SessionInfo, SessionSummary
 from agents.memory.stores._store import Store
-from agents.memory.stores._values import SessionInfo, SessionSummary
 
 __all__ = [
     "BackendContract",

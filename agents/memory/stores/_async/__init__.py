@@ -1,0 +1,1 @@
+"""The asyncio stores: the same calls as the sync ones, awaited."""

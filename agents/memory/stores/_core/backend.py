@@ -1,0 +1,358 @@
+"""The public backend interface: the row operations a store is built on.
+
+A third party adds a durable home for sessions by writing a :class:`Backend`
+(a handful of row operations, all public names) and handing it to
+:class:`Store`, which gives it every call users make (``append``, ``read``,
+``search``, ``batch``, ``StoredMemory``, ...) with the checks, the encoding
+through the codec and the error wrapping done once for every store. The
+``Store`` holds the backend; it does not inherit from it, so a backend sees
+only its own rows, and the contract suite
+(:class:`agents.memory.stores.testing.StoreContract`) checks a backend
+through ``Store(backend)``.
+
+The words the operations use:
+
+* a *row* to insert is ``(step_text, created, data)`` (:data:`Row`): the
+  item's canonical step text (``None`` for no step), the unix time it was
+  written and the codec's bytes for it; an update is ``(seq, step_text,
+  data)`` (:data:`RowUpdate`);
+* *terms* are an item's search terms, ``(text, count)`` (:data:`Terms`),
+  handed with each row inserted or updated so that a backend that keeps a
+  keyword index never decodes a row to index it;
+* a *seq* is the number the backend gives a row when it is inserted:
+  increasing in commit order within a session, never given twice, not even
+  after the session is deleted and created again;
+* a *session row* is ``(step_key, created, metadata)`` (:data:`SessionRow`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from agents.memory._filter import FilterNode
+from agents.memory.exceptions import StoreError
+from agents.memory.stores._core.encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._core.terms import Terms
+
+__all__ = ["Backend"]
+
+
+class Backend:
+    """The row operations of one durable home for sessions; subclass it and hand it to :class:`Store`.
+
+    Implement the operations that raise :class:`NotImplementedError` here:
+    reading (:meth:`read_session`, :meth:`read_rows`, :meth:`count`,
+    :meth:`sessions`) and writing (:meth:`transaction`, and inside it
+    :meth:`lock_session`, :meth:`create_session`, :meth:`set_metadata`,
+    :meth:`insert_rows`, :meth:`update_rows`, :meth:`delete_rows`,
+    :meth:`clear_rows`, :meth:`row_index`; then :meth:`delete_session` and
+    :meth:`close`). The others have defaults built on those, which a backend
+    overrides where its engine does better (read the last rows of a session
+    without the rest, :meth:`last_step` without the whole row index, rank by
+    keyword from an index it keeps). The vector
+    operations are optional as a group: set :attr:`keeps_vectors` and
+    implement them for semantic search in the store.
+
+    Operations may assume valid session ids and checked arguments, and let
+    the engine's errors escape: :class:`Store` turns the types listed in
+    :attr:`driver_errors` into :class:`~agents.memory.StoreError`.
+    """
+
+    url: str = "backend://"
+    """What the store is called in messages (hide passwords)."""
+
+    driver_errors: tuple[type[BaseException], ...] = (OSError,)
+    """The engine's exception types that the store reports as :class:`~agents.memory.StoreError`."""
+
+    keeps_vectors: bool = False
+    """Whether the vector operations are implemented (semantic search in the store)."""
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read_session(self, session_id: str) -> SessionRow | None:
+        """Return the session's ``(step_key, created, metadata)``, or ``None`` if it does not exist."""
+        raise NotImplementedError
+
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the rows filed under ``steps`` (all if ``None``) with seq above ``after``, in seq order.
+
+        Answer a step filter from an index of ``(session, step)`` where the
+        engine has one: a filter names few steps of a long session as a rule.
+        """
+        raise NotImplementedError
+
+    def read_keys(
+        self, session_id: str, keys: Sequence[str], *, steps: Sequence[str] | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the rows among ``steps``, where ``data`` may hold only the fields ``keys``.
+
+        A backend that can cut rows down to some keys in its query language,
+        exactly as the codec wrote them, overrides this (``Store.project``);
+        by default whole rows are read and cut in Python.
+        """
+        return self.read_rows(session_id, steps=steps)
+
+    def read_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the last ``n`` (> 0) rows among ``steps``, in seq order (default: read them all, keep the end)."""
+        return self.read_rows(session_id, steps=steps)[-n:]
+
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        """Return ``(seq, data)`` of the rows with these seqs that exist, in seq order."""
+        wanted = set(seqs)
+        return [row for row in self.read_rows(session_id) if row[0] in wanted]
+
+    def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, data)`` of a session's rows in seq order, at most ``size`` (> 0) at a time.
+
+        By default the session is read once and handed out in pages; a
+        backend that can read a page at a time overrides this, so that a
+        reader holds one page at once.
+        """
+        rows = self.read_rows(session_id)
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def count(self, session_id: str) -> int:
+        """Return the number of rows of a session (0 if it does not exist)."""
+        raise NotImplementedError
+
+    def sessions(self) -> list[str]:
+        """Return the ids of every session, sorted by code point."""
+        raise NotImplementedError
+
+    def read_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Return ``{session_id: (step_key, created, metadata)}`` of those of ``session_ids`` that exist.
+
+        A store-wide search with a metadata filter asks this of every session
+        in its scope; by default each is read with :meth:`read_session`, and
+        a backend whose engine reads many sessions in one query overrides it.
+        """
+        out = {}
+        for sid in session_ids:
+            row = self.read_session(sid)
+            if row is not None:
+                out[sid] = row
+        return out
+
+    # -- writing ---------------------------------------------------------------------
+
+    def transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
+        """Open one exclusive write transaction on a session and yield a handle ``tx`` for the operations below.
+
+        What they do becomes visible to other handles all together when the
+        block exits cleanly, and not at all when it raises.
+        """
+        raise NotImplementedError
+
+    def append_rows(
+        self, session_id: str, step_key: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int] | None:
+        """Optionally append rows in one step and return their seqs, or ``None`` to decline (the default).
+
+        A backend whose engine can create-or-lock the session, check its step
+        key and insert the rows in one statement overrides this (PostgreSQL:
+        one round trip instead of four). It must decline, writing nothing,
+        unless the session is new or live with this ``step_key``; the store
+        then runs the general transaction, which raises or recreates.
+        """
+        return None
+
+    def lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
+        """Return the session inside the transaction (``None`` if it does not exist), keeping other writers out."""
+        raise NotImplementedError
+
+    def create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
+        """Create a session with empty metadata (``b"{}"``)."""
+        raise NotImplementedError
+
+    def set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
+        """Replace a session's encoded metadata."""
+        raise NotImplementedError
+
+    def insert_rows(
+        self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        """Insert rows (with their search terms, one per row) and return their new seqs, increasing."""
+        raise NotImplementedError
+
+    def update_rows(
+        self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+    ) -> list[int]:
+        """Replace the step and data of rows by seq (with their new terms); return the seqs that existed."""
+        raise NotImplementedError
+
+    def delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+        """Delete rows by seq; return the seqs that existed."""
+        raise NotImplementedError
+
+    def clear_rows(self, tx: Any, session_id: str) -> int:
+        """Delete every row of a session; return how many there were."""
+        raise NotImplementedError
+
+    def row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
+        """Return ``(seq, step_text, created)`` of every row of a session, in seq order."""
+        raise NotImplementedError
+
+    def last_step(self, tx: Any, session_id: str) -> tuple[int, str | None]:
+        """Return the session's row count and the step text of its last row (``None`` for none), inside ``tx``.
+
+        :meth:`Store.append_steps` numbers new steps from these in the same
+        transaction that inserts them. The default reads :meth:`row_index`;
+        a backend whose engine can read the last row alone overrides it.
+        """
+        index = self.row_index(tx, session_id)
+        return len(index), (index[-1][1] if index else None)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session, its rows and vectors in one transaction; return whether it existed.
+
+        Remember its last seq: a session created again under the same id
+        continues above it.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections and files."""
+
+    def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
+        """Return the :class:`~agents.memory.StoreError` for an engine error of :attr:`driver_errors`.
+
+        Override to tell damage apart (return a :class:`~agents.memory.CorruptStoreError`).
+
+        Args:
+            action: What the call did, as in ``"Cannot {action}..."``.
+            where: ``" session 'id' of"``, or ``""`` for a call on the whole store.
+            exc: The engine's error.
+        """
+        msg = f"Cannot {action}{where} {self.url}: {exc}; nothing was changed."
+        return StoreError(msg)
+
+    # -- optional: keyword search from an index the backend keeps -------------------------
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether :meth:`keyword_top` answers keyword searches (by default: whether it is overridden)."""
+        return type(self).keyword_top is not Backend.keyword_top
+
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        """Return the ``k`` best ``(score, seq)`` by BM25 (ties by seq), or ``None`` to have the store score the session.
+
+        ``terms`` are the query's terms with repeats. A backend that keeps a
+        keyword index (from the terms each insert hands it) answers here
+        with the ranking ``Memory.search`` gives; by default the store reads
+        the session a page at a time and scores it.
+        """
+        return None
+
+    def keyword_top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions at once, or ``None``.
+
+        ``session_ids`` are existing sessions, sorted by code point; the
+        ranking is the one ``Memory.search`` gives over a memory holding
+        their items one session after the other (in that order, each in
+        seq order): the statistics (item count, average length, each term's
+        document frequency) are those of all of them together, and ties go
+        by session id, then seq. ``None`` (the default) has the store read
+        the sessions a page at a time and score them; a backend that keeps a
+        keyword index answers here without reading the items.
+        """
+        return None
+
+    # -- optional: narrowing a filtered search ------------------------------------------
+
+    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the seqs of the rows that may pass a search filter, or ``None`` to have every row tested.
+
+        ``tree`` is the parsed filter (:attr:`~agents.memory.search.Filter.tree`).
+        A backend that can judge (part of) it where the rows lie returns a
+        superset of the rows that pass: a row left out is never tested, so
+        leaving out one that passes loses a hit; the rows returned are still
+        tested with the filter in Python. By default ``None``.
+        """
+        return None
+
+    # -- optional: vectors (with keeps_vectors) ---------------------------------------------
+
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
+        """Return the ``(model, dimension)`` recorded for a session's vectors, or ``None``."""
+        return None
+
+    def vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, vector)`` of the vector rows over ``fields`` in seq order, at most ``size`` at a time."""
+        yield from ()
+
+    def vector_count(self, session_id: str, fields: str) -> int:
+        """Return how many items have a vector row over ``fields`` (asked before every semantic query; default: count the pages)."""
+        return sum(len(page) for page in self.vector_pages(session_id, fields, 4096))
+
+    def vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
+        """Return how many items have a vector row over ``fields``, and how many of those rows are not empty."""
+        rows = [row for page in self.vector_pages(session_id, fields, 4096) for row in page]
+        return len(rows), sum(1 for _, vector in rows if vector)
+
+    def vectors_of(
+        self, session_id: str, fields: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        """Return ``(seq, vector)`` of the vector rows over ``fields`` with these seqs, in seq order."""
+        wanted = set(seqs)
+        return [
+            row
+            for page in self.vector_pages(session_id, fields, 4096)
+            for row in page
+            if row[0] in wanted
+        ]
+
+    def nearest(
+        self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
+    ) -> list[tuple[int, float | None, int]] | None:
+        """Return cosines the engine computes where the vectors lie, or ``None`` (the default) to have the store read them.
+
+        ``query`` is the unit query vector laid out as stored vectors are.
+        The rows returned are ``(seq, cosine, length)`` of the session's
+        non-empty vector rows over ``fields`` among the best ``limit`` by
+        cosine (with every row tied with the last) or whose seq is in
+        ``among``, and of every row whose byte length is not ``len(query)``,
+        with cosine ``None`` (reported as damage).
+        """
+        return None
+
+    def unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Yield ``(seq, data)`` of the rows with no vector row over ``fields``, in seq order, at most ``size`` at a time."""
+        have = {seq for page in self.vector_pages(session_id, fields, 4096) for seq, _ in page}
+        for page in self.read_pages(session_id, size):
+            missing = [row for row in page if row[0] not in have]
+            if missing:
+                yield missing
+
+    def claim_vector_model(
+        self, tx: Any, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        """Record ``(model, dimension)`` for a session that has none; return the one recorded."""
+        raise NotImplementedError
+
+    def put_vectors(
+        self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+    ) -> int:
+        """Write ``(seq, data, vector)`` rows over ``fields`` where item ``seq`` still holds ``data``; return how many."""
+        raise NotImplementedError
+
+    def delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
+        """Delete the vectors (over every ``fields``) of these seqs."""
+
+    def drop_vectors(self, tx: Any, session_id: str) -> int:
+        """Delete every vector of a session and its recorded model; return how many vector rows went."""
+        return 0

@@ -1,0 +1,1 @@
+"""The JSONL backend: one append-only log per session in a directory."""

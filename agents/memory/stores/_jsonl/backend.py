@@ -1,0 +1,433 @@
+"""The JSONL log store: one append-only log file per session.
+
+A store is a directory (schema version 3, recorded in the marker file)::
+
+    kvmemory-store.json       {"format": "kvmemory.jsonl-store", "version": 3}
+    kvmemory-store.lock       taken (flock) by every writer, shared by readers
+    <session_id>.jsonl        the log of one session
+    <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
+
+Each log starts with a header line, then one record per line::
+
+    {"format":"kvmemory.jsonl-log","version":2,"session_id":"run-1","step_key":"step",
+     "created":...,"generation":"9f0c...","next_seq":1,"meta":{...}}
+    {"seq":1,"t":1732250000.1,"s":"1","item":{"step":1,"action":"click"}}   an appended item
+    {"seq":1,"t":1732250000.1,"s":"1","u":1,"item":{...}}                  new fields for item 1
+    {"del":[1,2]}                                                            items deleted
+    {"clear":1}                                                              every item deleted
+    {"meta":{...}}                                                           new session metadata
+    {"vm":["hashing-3gram-256",256]}                         the model of the vectors (v3)
+    {"vec":[1,"*","AACAPwAAAAA..."]}      item 1's unit vector over all fields, float32 base64 (v3)
+    {"vdrop":1}                                               every vector and the model dropped (v3)
+
+A vector belongs to the item's fields as they were when it was embedded:
+reading a ``"u"`` or ``"del"`` record forgets the vectors of those items.
+Semantic search reads the vectors from this process's view of the log (the
+whole session's vectors are held in RAM with its items) and computes exact
+cosines with numpy.
+
+``item`` is the codec's wire form of the item, byte for byte, and ``meta``
+the codec's form of the metadata. Appending writes the records of one
+transaction with a single ``write`` to the end of the file, then flushes it
+to disk with ``fsync`` unless the store was opened with ``?fsync=never``.
+Existing lines are never rewritten by an append.
+
+A crash in the middle of a write can leave a truncated last line. Readers
+skip it with a ``SkippedRecordWarning`` naming the file and line, keeping
+every complete line before it; the next writer cuts it off before appending.
+Deleting leaves tombstones; once they outnumber the live items, the log is
+compacted: the live items are written to a new file that atomically replaces
+the old one.
+
+Every time a log file is written whole (created, compacted, migrated) its
+header gets a new random ``generation``. A handle caches what it read of a
+log and, before using the cache, compares the header of the file with the
+one it read: a log that another handle deleted and created again, or
+compacted, is then read afresh instead of being taken for a longer version
+of the old one. A deleted session leaves ``<session_id>.deleted`` behind,
+so a session created again under the same id continues with higher seqs.
+
+Files are created readable by their owner only (``0600``), the directory
+``0700``; logs and the lock file are opened without following symbolic links.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import Final
+
+import attrs
+
+from agents.memory.exceptions import CorruptStoreError, StoreError
+from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._core.checks import check_store_path
+from agents.memory.stores._core.encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._core.terms import Terms
+from agents.memory.stores._jsonl.files import StoreFiles
+from agents.memory.stores._jsonl.log import (
+    CLEAR_RECORD,
+    DROP_VECTORS_RECORD,
+    SessionLog,
+    SessionLogs,
+    delete_record,
+    item_record,
+    meta_record,
+    model_record,
+    vector_record,
+)
+from agents.memory.stores._store import Store
+
+__all__ = ["JSONLStore", "LogBackend"]
+
+_COMPACT_MIN_DEAD: Final = 32
+
+
+@attrs.define
+class _Tx:
+    """One write transaction: the log as it will be, and the bytes that make it so."""
+
+    log: SessionLog | None
+    parts: list[bytes] = attrs.Factory(list)
+    new: bool = False
+
+
+def _create_v1(store: LogBackend) -> None:
+    """An empty directory needs nothing before its marker is written."""
+
+
+def _add_generations(store: LogBackend) -> None:
+    # v2 logs carry a generation id (and their next seq) in the header; rewrite each v1 log once.
+    # A damaged log is left as it is: v2 reads v1 logs, and its error shows when it is read.
+    for session_id in store.sessions():
+        with contextlib.suppress(CorruptStoreError):
+            store.compact(session_id)
+
+
+def _add_vectors(store: LogBackend) -> None:
+    """v3 logs may hold vector records (``vm``, ``vec``, ``vdrop``); v2 logs need no change."""
+
+
+MIGRATIONS: Final = (_create_v1, _add_generations, _add_vectors)
+"""Step ``i`` brings a store directory from schema version ``i`` to ``i + 1``."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+class JSONLStore(Store):
+    """Sessions as append-only JSONL logs in one directory.
+
+    A :class:`~agents.memory.stores.Store` over :class:`LogBackend`, which
+    keeps the logs.
+
+    Args:
+        directory: The store directory; created when missing unless ``read_only``.
+        fsync: Flush every append to disk with ``fsync`` (default); ``False``
+            leaves it to the operating system (a process crash loses nothing,
+            a power cut can lose recent appends).
+        read_only: Open without writing anything: the directory must be a
+            store already; nothing is created or migrated.
+        url: The URL to report in messages.
+
+    Raises:
+        InvalidStoreURLError: if the path holds a NUL character.
+        StoreNotFoundError: if ``read_only`` and the directory is not a store.
+        CorruptStoreError: if the directory holds other files and no kvmemory marker.
+        SchemaVersionError: if a newer kvmemory wrote the store.
+        StoreError: if the directory cannot be created, or its lock file is a symbolic link.
+    """
+
+    schema_version = SCHEMA_VERSION
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        read_only: bool = False,
+        url: str | None = None,
+    ) -> None:
+        backend = LogBackend(directory, fsync=fsync, read_only=read_only, url=url)
+        super().__init__(backend, read_only=read_only)
+        self.backend: LogBackend = backend
+
+    @property
+    def directory(self) -> str:
+        """The store directory."""
+        return self.backend.directory
+
+    @property
+    def fsync(self) -> bool:
+        """Whether every append is flushed to disk with ``fsync``."""
+        return self.backend.fsync
+
+    def compact(self, session_id: str) -> None:
+        """Rewrite a session's log without its deleted items, atomically.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the log cannot be written; the old log stays as it was.
+        """
+        with self.guarded("compact", session_id, write=True) as sid:
+            self.backend.compact(sid)
+
+
+class LogBackend(Backend):
+    """The rows of a JSONL store: one append-only log per session in a directory.
+
+    Opening reads (or, unless ``read_only``, creates and migrates) the
+    store directory; see :class:`JSONLStore` for the arguments. The
+    directory, its marker and its lock are a :class:`StoreFiles`
+    (``files``); the logs, read, followed and written, are a
+    :class:`SessionLogs` (``log``). This class turns the row
+    operations of :class:`Backend` into their records.
+    """
+
+    keeps_vectors = True
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        read_only: bool = False,
+        url: str | None = None,
+    ) -> None:
+        self.directory = check_store_path(directory)
+        self.url = url or f"jsonl:///{self.directory}"
+        self.read_only = read_only
+        self.fsync = fsync
+        self._files = StoreFiles(self.directory)
+        self._logs = SessionLogs(self._files, version=SCHEMA_VERSION, fsync=fsync)
+        try:
+            if read_only:
+                self._files.open_read_only(SCHEMA_VERSION)
+            else:
+                self._files.open_writable(MIGRATIONS, self)
+        except StoreError:
+            raise
+        except OSError as exc:
+            msg = f"Cannot open {self.url}: {exc}; nothing was changed."
+            raise StoreError(msg) from exc
+
+    def _snapshot(self, session_id: str) -> SessionLog | None:
+        with self._files.locked(exclusive=False):
+            return self._logs.current(session_id)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def read_session(self, session_id: str) -> SessionRow | None:
+        log = self._snapshot(session_id)
+        return None if log is None else (log.step_key, log.created, log.metadata)
+
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            if log is None:
+                return []
+            if steps is not None:
+                return log.rows.of_steps(steps, after=after)
+            low = -1 if after is None else after
+            return [(seq, data) for seq, (_, _, data) in log.rows.items() if seq > low]
+
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            rows = log.rows if log is not None else {}
+            return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
+
+    def count(self, session_id: str) -> int:
+        log = self._snapshot(session_id)
+        return 0 if log is None else len(log.rows)
+
+    def sessions(self) -> list[str]:
+        return self._files.session_ids()
+
+    # -- writing ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self, session_id: str) -> Iterator[_Tx]:
+        with self._files.locked(exclusive=True):
+            tx = _Tx(self._logs.current(session_id))
+            try:
+                yield tx
+                if tx.log is not None:
+                    self._commit(session_id, tx, tx.log)
+            except BaseException:
+                # The cached view may hold changes that never reached the file.
+                self._logs.forget(session_id)
+                raise
+
+    def _commit(self, session_id: str, tx: _Tx, log: SessionLog) -> None:
+        if tx.new:
+            self._logs.write_new(session_id, log, tx.parts)
+            self._files.forget_deleted(session_id)
+        elif tx.parts:
+            self._logs.append(session_id, log, b"".join(tx.parts))
+        self._logs.keep(session_id, log)
+        if log.dead >= _COMPACT_MIN_DEAD and log.dead > len(log.rows):
+            self._logs.compact(session_id, log)
+
+    def lock_session(self, tx: _Tx, session_id: str) -> SessionRow | None:
+        log = tx.log
+        return None if log is None else (log.step_key, log.created, log.metadata)
+
+    def create_session(self, tx: _Tx, session_id: str, step_key: str, created: float) -> None:
+        next_seq = self._files.deleted_next_seq(session_id)
+        tx.log = self._logs.new_log(session_id, step_key, created, next_seq)
+        tx.new = True
+
+    def set_metadata(self, tx: _Tx, session_id: str, metadata: bytes) -> None:
+        log = _open_log(tx)
+        tx.parts.append(meta_record(metadata))
+        log.metadata = metadata
+
+    def insert_rows(
+        self, tx: _Tx, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        log = _open_log(tx)
+        start = log.next_seq
+        for offset, (step, created, data) in enumerate(rows, start=start):
+            tx.parts.append(item_record(offset, created, step, data))
+            log.rows[offset] = (step, created, data)
+        log.next_seq = start + len(rows)
+        return list(range(start, log.next_seq))
+
+    def update_rows(
+        self, tx: _Tx, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+    ) -> list[int]:
+        log = _open_log(tx)
+        done = []
+        for seq, step, data in rows:
+            old = log.rows.get(seq)
+            if old is not None:
+                tx.parts.append(item_record(seq, old[1], step, data, update=True))
+                log.rows[seq] = (step, old[1], data)
+                log.dead += 1
+                done.append(seq)
+        log.drop_vectors_of(done)  # as reading the "u" records does
+        return done
+
+    def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
+        log = _open_log(tx)
+        gone = [seq for seq in dict.fromkeys(seqs) if log.rows.discard(seq)]
+        if gone:
+            tx.parts.append(delete_record(gone))
+            log.dead += len(gone)
+            log.drop_vectors_of(gone)  # as reading the "del" record does
+        return sorted(gone)
+
+    def clear_rows(self, tx: _Tx, session_id: str) -> int:
+        log = _open_log(tx)
+        count = len(log.rows)
+        if count:
+            tx.parts.append(CLEAR_RECORD)
+            log.dead += count
+            log.rows.clear()
+        return count
+
+    def row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
+        log = _open_log(tx)
+        return [(seq, step, created) for seq, (step, created, _) in log.rows.items()]
+
+    # -- vectors: records in the log ------------------------------------------------------
+
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
+        log = self._snapshot(session_id)
+        return None if log is None else log.model
+
+    def vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        log = self._snapshot(session_id)
+        rows = sorted((log.vectors.get(fields) or {}).items()) if log is not None else []
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def vector_count(self, session_id: str, fields: str) -> int:
+        log = self._snapshot(session_id)
+        return len(log.vectors.get(fields) or {}) if log is not None else 0
+
+    def unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            if log is None:
+                return
+            have = log.vectors.get(fields) or {}
+            rows = [(seq, row[2]) for seq, row in log.rows.items() if seq not in have]
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def claim_vector_model(
+        self, tx: _Tx, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        log = _open_log(tx)
+        if log.model is None:
+            tx.parts.append(model_record(model, dimension))
+            log.model = (model, dimension)
+        return log.model
+
+    def put_vectors(
+        self, tx: _Tx, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+    ) -> int:
+        log = _open_log(tx)
+        table = log.vectors.setdefault(fields, {})
+        written = 0
+        for seq, data, vector in rows:
+            row = log.rows.get(seq)
+            if row is None or row[2] != data:
+                continue
+            tx.parts.append(vector_record(seq, fields, vector))
+            if seq in table:
+                log.dead += 1
+            table[seq] = vector
+            written += 1
+        return written
+
+    def drop_vectors(self, tx: _Tx, session_id: str) -> int:
+        log = _open_log(tx)
+        count = sum(map(len, log.vectors.values()))
+        if count or log.model is not None:
+            tx.parts.append(DROP_VECTORS_RECORD)
+            log.dead += count + 1
+            log.vectors = {}
+            log.model = None
+        return count
+
+    # -- whole sessions --------------------------------------------------------------------
+
+    def delete_session(self, session_id: str) -> bool:
+        with self._files.locked(exclusive=True):
+            try:
+                log = self._logs.current(session_id)
+            except CorruptStoreError:
+                log = None  # a damaged log can still be deleted; its seqs are then unknown
+            path = self._files.log_path(session_id)
+            if not os.path.lexists(path):
+                return False
+            next_seq = max(self._files.deleted_next_seq(session_id), log.next_seq if log else 1)
+            self._files.record_deleted(session_id, next_seq)
+            self._logs.forget(session_id)
+            os.unlink(path)
+            return True
+
+    def compact(self, session_id: str) -> None:
+        """Rewrite a session's log without its deleted items, atomically (the old log stays on failure)."""
+        with self._files.locked(exclusive=True):
+            log = self._logs.current(session_id)
+            if log is not None:
+                self._logs.compact(session_id, log)
+
+    def close(self) -> None:
+        self._files.close()
+        self._logs.clear()
+
+
+def _open_log(tx: _Tx) -> SessionLog:
+    assert tx.log is not None  # Store calls row primitives only on a session that exists
+    return tx.log

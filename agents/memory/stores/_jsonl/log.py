@@ -1,0 +1,444 @@
+"""The session logs of a JSONL store: their records, and this process's view of each log.
+
+The records are described in :mod:`agents.memory.stores._jsonl.backend`. This module
+writes them (:func:`item_record` and the other ``*_record`` functions) and
+reads them back (:func:`read_header`, :func:`apply_records`) into a
+:class:`SessionLog`, what this process knows of one log; :class:`SessionLogs`
+keeps those views, follows each log as other handles append to it, and
+writes logs (appends, new logs, compactions).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import uuid
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+import attrs
+
+from agents.memory import _codec
+from agents.memory.exceptions import CorruptSessionError, CorruptStoreError, SkippedRecordWarning
+from agents.memory.stores._core.migrations import check_schema_version
+from agents.memory.stores._core.rows import RowTable
+from agents.memory.stores._jsonl.files import StoreFiles, open_file
+
+__all__ = [
+    "CLEAR_RECORD",
+    "DROP_VECTORS_RECORD",
+    "LOG_FORMAT",
+    "SessionLog",
+    "SessionLogs",
+    "apply_records",
+    "delete_record",
+    "item_record",
+    "meta_record",
+    "model_record",
+    "read_header",
+    "vector_record",
+]
+
+LOG_FORMAT: Final = "kvmemory.jsonl-log"
+_ITEM: Final = b',"item":'
+_META: Final = b'{"meta":'
+
+CLEAR_RECORD: Final = b'{"clear":1}\n'
+"""The record that deletes every item of the session."""
+
+DROP_VECTORS_RECORD: Final = b'{"vdrop":1}\n'
+"""The record that drops every vector of the session and its model."""
+
+
+@attrs.define
+class SessionLog:
+    """What this process knows of one session log, read up to ``offset``.
+
+    ``header`` is the log's first line as read (its generation tells the
+    same file from one written again), ``lines`` the lines read so far,
+    ``dead`` the records that no longer describe a live item or vector (the
+    measure of what compaction would save), ``partial_at`` the number of a
+    truncated last line (0 if none), ``vectors`` maps fields -> seq -> the
+    vector's bytes (empty for an item without text).
+    """
+
+    header: bytes
+    step_key: str
+    created: float
+    offset: int = 0
+    lines: int = 0
+    next_seq: int = 1
+    metadata: bytes = b"{}"
+    dead: int = 0
+    rows: RowTable = attrs.Factory(RowTable)
+    partial_at: int = 0
+    model: tuple[str, int] | None = None
+    vectors: dict[str, dict[int, bytes]] = attrs.Factory(dict)
+
+    def drop_vectors_of(self, seqs: Iterable[int]) -> None:
+        """Forget the vectors of items deleted or changed (their records imply it)."""
+        for table in self.vectors.values():
+            for seq in seqs:
+                if table.pop(seq, None) is not None:
+                    self.dead += 1
+
+
+class SessionLogs:
+    """This process's view of the logs of one store directory, kept up to date with the files.
+
+    Every method expects the caller to hold the store's lock
+    (:meth:`StoreFiles.locked`): shared to read, exclusive to write.
+
+    Args:
+        files: The store directory, opened.
+        version: The schema version written into new log headers (and the newest one read).
+        fsync: Flush every append to disk with ``fsync``.
+    """
+
+    def __init__(self, files: StoreFiles, *, version: int, fsync: bool) -> None:
+        self.files = files
+        self.version = version
+        self.fsync = fsync
+        self._logs: dict[str, SessionLog] = {}
+
+    def current(self, session_id: str) -> SessionLog | None:
+        """Bring this process's view of a log up to date with the file; ``None`` if there is none.
+
+        Raises:
+            CorruptStoreError: if the log is damaged (a truncated last line only warns).
+            StoreError: if the log is a symbolic link.
+        """
+        path = self.files.log_path(session_id)
+        try:
+            fd = open_file(path, os.O_RDONLY, "log")
+        except FileNotFoundError:
+            self._logs.pop(session_id, None)
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            log = self._logs.get(session_id)
+            # Same header (and so the same generation) means the same file, grown by appends.
+            if log is not None and (
+                size < log.offset or os.pread(fd, len(log.header), 0) != log.header
+            ):
+                log = None
+            if log is not None and size == log.offset:
+                return log
+            start = 0 if log is None else log.offset
+            chunk = os.pread(fd, size - start, start)
+        finally:
+            os.close(fd)
+        if log is None:
+            log = read_header(session_id, path, chunk, newest=self.version)
+            chunk = chunk[log.offset :]
+        apply_records(path, log, chunk)
+        self._logs[session_id] = log
+        return log
+
+    def keep(self, session_id: str, log: SessionLog) -> None:
+        """Take ``log`` as this process's view of the session (written to the file by the caller)."""
+        self._logs[session_id] = log
+
+    def forget(self, session_id: str) -> None:
+        """Drop the view of a session, so that it is read afresh from the file."""
+        self._logs.pop(session_id, None)
+
+    def clear(self) -> None:
+        """Drop every view."""
+        self._logs.clear()
+
+    def new_log(self, session_id: str, step_key: str, created: float, next_seq: int) -> SessionLog:
+        """Return the view of a new empty log (with a new generation); :meth:`write_new` writes it."""
+        header = _header(session_id, step_key, created, next_seq, b"{}", self.version)
+        return SessionLog(header=header, step_key=step_key, created=created, next_seq=next_seq)
+
+    def write_new(self, session_id: str, log: SessionLog, records: Sequence[bytes]) -> None:
+        """Write a new log, its header and ``records``, atomically replacing any file of the session."""
+        _codec.atomic_write(self.files.log_path(session_id), [log.header, *records])
+        log.offset = len(log.header) + sum(map(len, records))
+        log.lines = 1 + sum(part.count(b"\n") for part in records)
+
+    def append(self, session_id: str, log: SessionLog, data: bytes) -> None:
+        """Append whole records to a log with one ``write`` (and ``fsync``), after the view ``log``."""
+        fd = open_file(self.files.log_path(session_id), os.O_WRONLY | os.O_APPEND, "log")
+        try:
+            if log.partial_at:
+                # Cut off the line a crash left half written, so records start on a line of their own.
+                os.ftruncate(fd, log.offset)
+                log.partial_at = 0
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.offset += len(data)
+        log.lines += data.count(b"\n")
+
+    def compact(self, session_id: str, log: SessionLog) -> None:
+        """Rewrite a log with only its live items and vectors, atomically, and keep the new view."""
+        # Seqs are never reused, even for items the compaction drops: next_seq goes in the header.
+        header = _header(
+            session_id, log.step_key, log.created, log.next_seq, log.metadata, self.version
+        )
+        chunks = [header]
+        for seq, (step, created, data) in log.rows.items():
+            chunks.append(item_record(seq, created, step, data))
+        if log.model is not None:
+            chunks.append(model_record(*log.model))
+        for fields, table in log.vectors.items():
+            chunks.extend(
+                vector_record(seq, fields, vector)
+                for seq, vector in table.items()
+                if seq in log.rows
+            )
+        _codec.atomic_write(self.files.log_path(session_id), chunks)
+        self._logs[session_id] = SessionLog(
+            header=header,
+            step_key=log.step_key,
+            created=log.created,
+            offset=sum(map(len, chunks)),
+            lines=len(chunks),
+            next_seq=log.next_seq,
+            metadata=log.metadata,
+            rows=RowTable(log.rows.items()),
+            model=log.model,
+            vectors={
+                fields: {seq: vector for seq, vector in table.items() if seq in log.rows}
+                for fields, table in log.vectors.items()
+            },
+        )
+
+
+# -- writing records ---------------------------------------------------------------------
+
+
+def _header(
+    session_id: str, step_key: str, created: float, next_seq: int, meta: bytes, version: int
+) -> bytes:
+    head = {
+        "format": LOG_FORMAT,
+        "version": version,
+        "session_id": session_id,
+        "step_key": step_key,
+        "created": created,
+        "generation": uuid.uuid4().hex,
+        "next_seq": next_seq,
+    }
+    return _codec.dumps(head)[:-1] + b',"meta":' + meta + b"}\n"
+
+
+def item_record(
+    seq: int, created: float, step: str | None, data: bytes, *, update: bool = False
+) -> bytes:
+    """Return the record of item ``seq`` (``data`` is its codec bytes); ``update`` marks new fields of an item."""
+    return b"".join(
+        (
+            b'{"seq":',
+            str(seq).encode(),
+            b',"t":',
+            repr(created).encode(),
+            b',"s":',
+            _codec.dumps(step),
+            b',"u":1' if update else b"",
+            _ITEM,
+            data,
+            b"}\n",
+        )
+    )
+
+
+def meta_record(metadata: bytes) -> bytes:
+    """Return the record that sets the session's metadata (the codec's bytes of it)."""
+    return _META + metadata + b"}\n"
+
+
+def delete_record(seqs: Sequence[int]) -> bytes:
+    """Return the record that deletes the items ``seqs``."""
+    return b'{"del":' + _codec.dumps(seqs) + b"}\n"
+
+
+def model_record(model: str, dimension: int) -> bytes:
+    """Return the record that names the model of the session's vectors."""
+    return _codec.dumps({"vm": [model, dimension]}) + b"\n"
+
+
+def vector_record(seq: int, fields: str, vector: bytes) -> bytes:
+    """Return the record of item ``seq``'s vector over ``fields`` (float32 bytes, written as base64)."""
+    return _codec.dumps({"vec": [seq, fields, base64.b64encode(vector).decode("ascii")]}) + b"\n"
+
+
+# -- reading records ---------------------------------------------------------------------
+
+
+def read_header(session_id: str, path: str, chunk: bytes, *, newest: int) -> SessionLog:
+    """Return the view of a log whose bytes start with ``chunk``, read up to its header line.
+
+    Raises:
+        CorruptStoreError: if the header line is missing, damaged, of another
+            session or of a schema version newer than ``newest``.
+    """
+    end = chunk.find(b"\n")
+    if end < 0:
+        msg = f"JSONL log {path!r} has no complete header line; it was cut off while being created. Delete the file to start the session again."
+        raise CorruptStoreError(msg)
+    try:
+        header = _codec.loads(chunk[:end], source=f"the header line of JSONL log {path!r}")
+    except CorruptSessionError as exc:
+        raise CorruptStoreError(str(exc)) from exc
+    if type(header) is not dict or header.get("format") != LOG_FORMAT:
+        msg = f"{path!r} does not start with a kvmemory log header; it is not a session log of this store."
+        raise CorruptStoreError(msg)
+    check_schema_version(header.get("version"), newest, store=f"JSONL log {path!r}")
+    if header.get("session_id") != session_id:
+        msg = f"JSONL log {path!r} holds session {header.get('session_id')!r}, not {session_id!r}; the file was renamed by hand."
+        raise CorruptStoreError(msg)
+    step_key = header.get("step_key")
+    created = header.get("created")
+    next_seq = header.get("next_seq", 1)
+    meta = header.get("meta", {})
+    if (
+        type(step_key) is not str
+        or not isinstance(created, (int, float))
+        or type(next_seq) is not int
+        or type(meta) is not dict
+    ):
+        msg = (
+            f"The header line of JSONL log {path!r} holds step_key {step_key!r}, created "
+            f"{created!r}, next_seq {next_seq!r} and meta of type {type(meta).__name__}; "
+            "expected text, a number, an int and an object. The log is damaged."
+        )
+        raise CorruptStoreError(msg)
+    return SessionLog(
+        header=chunk[: end + 1],
+        step_key=step_key,
+        created=float(created),
+        offset=end + 1,
+        lines=1,
+        next_seq=next_seq,
+        metadata=_codec.dumps(meta),
+    )
+
+
+def apply_records(path: str, log: SessionLog, chunk: bytes) -> None:
+    """Read the records in ``chunk``, the bytes of the log after ``log.offset``, into ``log``.
+
+    A truncated last line is left unread (``log.partial_at`` names it) with
+    a :class:`~agents.memory.SkippedRecordWarning`, once per line.
+
+    Raises:
+        CorruptStoreError: if a complete line is not a record.
+    """
+    lines = chunk.split(b"\n")
+    tail = lines.pop()  # after the last newline: b"" when the log ends cleanly
+    rows = log.rows
+    for line in lines:
+        log.lines += 1
+        if not line.strip():
+            continue
+        where = f"line {log.lines} of JSONL log {path!r}"
+        try:
+            _apply_line(where, log, rows, line)
+        except CorruptSessionError as exc:
+            msg = f"Cannot read {where}: {exc}; the log is damaged in the middle (not a crash at the end). Restore it from a backup."
+            raise CorruptStoreError(msg) from exc
+    log.offset += len(chunk) - len(tail)
+    if tail:
+        if log.partial_at != log.lines + 1:
+            warnings.warn(
+                f"JSONL log {path!r} ends with a truncated line {log.lines + 1} "
+                f"({len(tail)} bytes, left by a crash during an append); it was skipped, "
+                "and every complete line before it was kept.",
+                SkippedRecordWarning,
+                stacklevel=6,
+            )
+        log.partial_at = log.lines + 1
+
+
+def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> None:
+    # In an item record the first ',"item":' is its key: the fields before it are
+    # numbers and JSON strings, in which a quote is always escaped.
+    cut = line.find(_ITEM) if line.startswith(b'{"seq":') else -1
+    head = _codec.loads(line[:cut] + b"}" if cut >= 0 else line, source=where)
+    if type(head) is not dict:
+        msg = f"{where} is a JSON {type(head).__name__}, not a record"
+        raise CorruptSessionError(msg)
+    if cut >= 0:
+        seq, created, step = head.get("seq"), head.get("t"), head.get("s")
+        if (
+            type(seq) is not int
+            or not isinstance(created, (int, float))
+            or not (step is None or type(step) is str)
+        ):
+            msg = f"the item record holds seq {seq!r}, t {created!r} and s {step!r}; expected an int, a number and text or null"
+            raise CorruptSessionError(msg)
+        data = line[cut + len(_ITEM) : -1]
+        if head.get("u"):
+            old = rows.get(seq)
+            if old is not None:
+                rows[seq] = (step, old[1], data)
+            log.dead += 1
+            log.drop_vectors_of((seq,))
+        else:
+            rows[seq] = (step, float(created), data)
+            log.next_seq = max(log.next_seq, seq + 1)
+    elif "del" in head:
+        gone = head["del"]
+        if type(gone) is not list or any(type(seq) is not int for seq in gone):
+            msg = f'the "del" record holds {gone!r}; expected a list of int seqs'
+            raise CorruptSessionError(msg)
+        for seq in gone:
+            if rows.discard(seq):
+                log.dead += 1
+        log.drop_vectors_of(gone)
+    elif "clear" in head:
+        log.dead += len(rows)
+        rows.clear()
+    elif "vec" in head:
+        vec = head["vec"]
+        if not (
+            type(vec) is list
+            and len(vec) == 3
+            and type(vec[0]) is int
+            and type(vec[1]) is str
+            and type(vec[2]) is str
+        ):
+            msg = f'the "vec" record holds {vec!r}; expected [seq, fields, base64 text]'
+            raise CorruptSessionError(msg)
+        try:
+            vector = base64.b64decode(vec[2], validate=True)
+        except binascii.Error as exc:
+            msg = f'the "vec" record of item {vec[0]} holds text that is not base64 ({exc})'
+            raise CorruptSessionError(msg) from exc
+        table = log.vectors.setdefault(vec[1], {})
+        if vec[0] in table:
+            log.dead += 1
+        table[vec[0]] = vector
+    elif "vm" in head:
+        model = head["vm"]
+        if not (
+            type(model) is list
+            and len(model) == 2
+            and type(model[0]) is str
+            and type(model[1]) is int
+        ):
+            msg = f'the "vm" record holds {model!r}; expected [model name, dimension]'
+            raise CorruptSessionError(msg)
+        log.model = (model[0], model[1])
+    elif "vdrop" in head:
+        log.dead += sum(map(len, log.vectors.values())) + 1
+        log.vectors = {}
+        log.model = None
+    elif "meta" in head:
+        if type(head["meta"]) is not dict:
+            msg = f'the "meta" record holds a {type(head["meta"]).__name__}; expected an object'
+            raise CorruptSessionError(msg)
+        log.metadata = (
+            line[len(_META) : -1] if line.startswith(_META) else _codec.dumps(head["meta"])
+        )
+    else:
+        msg = f"it is not a record this kvmemory knows ({line[:80]!r})"
+        raise CorruptSessionError(msg)

@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: its pool, schema, keyword index and pgvector search."""

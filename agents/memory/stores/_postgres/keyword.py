@@ -1,0 +1,531 @@
+"""The keyword index of a PostgreSQL store: the columns each write fills, and BM25 over them.
+
+Each row keeps its search terms (the library tokenizer's) three ways: n_terms, their
+number; tf, a JSONB object of each distinct term's count; and terms, a tsvector of the
+distinct terms, each prefixed with the session id and "·" (never part of a term or
+a session id), built from the lexemes as they are (no text search parser, no
+folding), under a GIN index. The prefix makes a term's postings the session's own, so
+its document frequency is counted within the session. kvmemory_sessions keeps each
+session's item and term counts (BM25's statistics), kept by statement triggers on
+every insert, update and delete of rows, whatever the statement (schema version 4).
+
+:class:`PostgresKeywordIndex` fills the columns and ranks;
+:func:`build_keyword_index` (re)creates the index from the stored rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import orjson
+
+from agents.memory._text import BM25_B, BM25_K1, bm25_average_length
+from agents.memory.exceptions import CorruptSessionError, CorruptStoreError
+from agents.memory.stores._core.encoding import Row, decode_pairs
+from agents.memory.stores._core.terms import Terms, bm25_score, item_terms, query_weights
+
+__all__ = ["PostgresKeywordIndex", "build_keyword_index"]
+
+_MARK: Final = "·"
+_LONGEST_LEXEME: Final = 2000  # bytes; PostgreSQL refuses lexemes of 2 kB and more
+
+_COUNT_FUNCTIONS: Final = (
+    """CREATE OR REPLACE FUNCTION kvmemory_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_items = s.n_items + d.n, n_terms = s.n_terms + d.t
+        FROM (SELECT session_id, count(*) AS n, sum(n_terms) AS t FROM new_rows GROUP BY session_id) AS d
+        WHERE s.session_id = d.session_id;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION kvmemory_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_items = s.n_items - d.n, n_terms = s.n_terms - d.t
+        FROM (SELECT session_id, count(*) AS n, sum(n_terms) AS t FROM old_rows GROUP BY session_id) AS d
+        WHERE s.session_id = d.session_id;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION kvmemory_count_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions AS s SET n_terms = s.n_terms + d.t
+        FROM (
+            SELECT session_id, sum(t) AS t FROM (
+                SELECT session_id, n_terms AS t FROM new_rows
+                UNION ALL SELECT session_id, -n_terms FROM old_rows
+            ) AS both_rows GROUP BY session_id
+        ) AS d
+        WHERE s.session_id = d.session_id AND d.t <> 0;
+        RETURN NULL;
+    END $$""",
+)
+
+_COUNT_TRIGGERS: Final = (
+    "CREATE TRIGGER kvmemory_items_count_insert AFTER INSERT ON kvmemory_items"
+    " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_inserted()",
+    "CREATE TRIGGER kvmemory_items_count_delete AFTER DELETE ON kvmemory_items"
+    " REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_deleted()",
+    "CREATE TRIGGER kvmemory_items_count_update AFTER UPDATE ON kvmemory_items"
+    " REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows"
+    " FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_count_updated()",
+)
+
+
+def build_keyword_index(con: Any) -> None:
+    """(Re)create the keyword index from the rows' data: terms, counts, GIN index, triggers."""
+    for name in ("insert", "delete", "update"):
+        con.execute(f"DROP TRIGGER IF EXISTS kvmemory_items_count_{name} ON kvmemory_items")
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS n_terms integer NOT NULL DEFAULT 0"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS tf jsonb NOT NULL DEFAULT '{}'"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS terms tsvector NOT NULL DEFAULT ''"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN IF NOT EXISTS n_items bigint NOT NULL DEFAULT 0"
+    )
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN IF NOT EXISTS n_terms bigint NOT NULL DEFAULT 0"
+    )
+    con.execute("DROP INDEX IF EXISTS kvmemory_items_terms")
+    rows: list[tuple[Any, ...]] = []
+    with con.cursor(name="kvmemory_index_terms") as cur:
+        cur.execute("SELECT session_id, seq, data FROM kvmemory_items")
+        for session_id, seq, data in cur:
+            text, n, tf = _index_columns(session_id, _terms_of_data(bytes(data)))
+            rows.append((text, n, tf, session_id, seq))
+    with con.cursor() as cur:
+        cur.executemany(
+            "UPDATE kvmemory_items SET terms = %s::tsvector, n_terms = %s, tf = %s::jsonb"
+            " WHERE session_id = %s AND seq = %s",
+            rows,
+        )
+    con.execute("UPDATE kvmemory_sessions SET n_items = 0, n_terms = 0")
+    con.execute(
+        "UPDATE kvmemory_sessions AS s SET n_items = c.n, n_terms = c.t FROM (SELECT session_id,"
+        " count(*) AS n, sum(n_terms) AS t FROM kvmemory_items GROUP BY session_id) AS c"
+        " WHERE c.session_id = s.session_id"
+    )
+    con.execute("CREATE INDEX kvmemory_items_terms ON kvmemory_items USING gin (terms)")
+    for statement in (*_COUNT_FUNCTIONS, *_COUNT_TRIGGERS):
+        con.execute(statement)
+
+
+def _terms_of_data(data: bytes) -> Terms:
+    """Return the search terms of a stored row; a row that cannot be decoded has none."""
+    try:
+        pairs = decode_pairs([(0, data)], "a row being indexed", "base")
+    except (CorruptStoreError, CorruptSessionError):
+        return "", 0  # searched as an item without text
+    return item_terms(pairs[0][1])
+
+
+def _lexeme(session_id: str, term: str) -> str:
+    lexeme = f"{session_id}{_MARK}{term}"
+    if len(lexeme.encode("utf-8")) <= _LONGEST_LEXEME:
+        return lexeme
+    # "#" is never part of a term: a long term is filed under its digest.
+    return f"{session_id}{_MARK}#{hashlib.sha256(term.encode('utf-8')).hexdigest()}"
+
+
+def _overflow(session_id: str) -> str:
+    """Return the lexeme that marks a row whose distinct terms do not all fit in its tsvector."""
+    # "#" is never part of a term, and "overflow" is no digest: no term is filed under it.
+    return f"{session_id}{_MARK}#overflow"
+
+
+def _index_columns(session_id: str, terms: Terms) -> tuple[str, int, str]:
+    """Return a row's ``(tsvector literal, n_terms, tf JSON)`` for its search terms.
+
+    A tsvector holds at most 1 MB, so the distinct terms go into it until
+    :data:`_TSVECTOR_BUDGET` bytes; a row with more gets the overflow
+    lexeme instead of the rest, which every query also matches: such a row
+    is then scored from its ``tf`` counts, which hold every term.
+    """
+    text, n = terms
+    if not n:
+        return "", 0, "{}"
+    counts = Counter(text.split(" "))
+    lexemes = []
+    size = 0
+    for term in counts:
+        lexeme = _lexeme(session_id, term)
+        size += len(lexeme.encode("utf-8")) + _LEXEME_OVERHEAD
+        if size > _TSVECTOR_BUDGET:
+            lexemes.append(_overflow(session_id))
+            break
+        lexemes.append(lexeme)
+    # Lexemes hold no quote or backslash: session ids and terms never do.
+    vector = " ".join(f"'{lexeme}'" for lexeme in lexemes)
+    return vector, n, orjson.dumps(counts).decode("utf-8")
+
+
+_TSVECTOR_BUDGET: Final = 900_000
+"""Bytes of lexemes a row's tsvector holds at most (PostgreSQL refuses one over 1 MB)."""
+_LEXEME_OVERHEAD: Final = 8
+"""Bytes a tsvector spends on each lexeme besides its text (its entry, with alignment)."""
+_COLUMN_TERMS: Final = 256
+"""The most distinct query terms scored with a column each; more are scored from arrays."""
+_MARGIN: Final = 1.0 + 1e-9
+"""How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
+_SPARE: Final = 64
+"""Rows past the ``k``-th a search reads, to catch the items that tie with it to rounding."""
+
+
+def _exact_top(
+    rows: Sequence[tuple[Any, ...]], terms: Sequence[str], names: Sequence[str], k: int
+) -> list[tuple[float, int]]:
+    """Return the ``k`` best ``(score, seq)`` of the rows SQL ranked, scored again as ``Memory.search`` sums them.
+
+    SQL sums a row's shares by distinct term and computes the IDF with
+    ``ln(1 + x)``, equal to the in-RAM floats to rounding only; the rows
+    whose SQL score is within :data:`_MARGIN` squared of the ``k``-th are
+    scored again from their counts (``tfs``, in the order of ``names``)
+    with the session's statistics (``dfs`` likewise).
+    """
+    if not rows:
+        return []
+    if len(rows) > k:
+        cut = rows[k - 1][1] / _MARGIN**2
+        rows = [row for row in rows if row[1] >= cut]
+    _, _, _, _, _, n_items, total, dfs = rows[0]
+    df = {term: int(count) for term, count in zip(names, dfs, strict=True) if count}
+    weighted = query_weights(terms, df, int(n_items))
+    average = bm25_average_length(int(total), int(n_items))
+    scored = []
+    for seq, _, _, length, tfs, _, _, _ in rows:
+        counts = {term: int(tf) for term, tf in zip(names, tfs, strict=True) if tf}
+        scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
+    return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+
+
+# What the server's message names when a part of the index was dropped or altered.
+_INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"tf"', '"terms"')
+
+
+# A row matched only by its overflow lexeme (see _index_columns) counts if its tf holds a
+# query term. (_score_sql asks the tsvector only of rows whose counts hold no query term:
+# asking every matched row cost a sixth of a query's time.)
+_HOLDS_A_TERM: Final = " AND (NOT i.terms @@ %(overflow)s::tsquery OR i.tf ?| %(names)s::text[])"
+
+# BM25 as _score_sql computes it, for any number of query terms: the terms and their
+# repeats come as two arrays, each (row, term) held is one row of f, and a row's score
+# is the sum over its terms (in another order than the columns' sum: equal to rounding).
+# The best rows of r, a damaged row first (to be named): the best k plus spare rows
+# (cut NULL), or every row scoring at least the cut (k NULL), which the search asks
+# for when the spare rows tie with the k-th to rounding (_exact_top then scores
+# those again exactly).
+_BAND: Final = """WHERE r.damaged OR %(cut)s::float8 IS NULL OR r.score >= %(cut)s
+ORDER BY r.damaged DESC, r.score DESC, r.seq
+LIMIT %(k)s"""
+
+
+def _score_sql(n_terms: int) -> str:
+    """Return the query for BM25 over a session's items holding one of ``n_terms`` query terms.
+
+    One pass over the session's rows that the tsvector matches (through the
+    GIN index; each lexeme is the session's own) reads each query term's
+    count from the row's JSONB counts once (decompressed once per row:
+    ``tf || '{}'`` in a subquery kept apart by ``OFFSET 0`` yields them
+    plain, where each ``->>`` on the column decompresses it anew, a third of
+    the time of a six-word query); a term's document frequency in the
+    session is the number of those rows holding it. With the session's
+    counts that gives the IDFs (as ``bm25_idf`` computes them, times
+    ``k1 + 1`` and the term's repeats in the query) and BM25 of each row,
+    best first. A matched row whose counts hold no query term is damaged: it
+    sorts first, flagged.
+    """
+    terms = range(n_terms)
+    counts = ", ".join(f"(c.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
+    frequencies = ", ".join(f"count(m.f{j}) AS d{j}" for j in terms)
+    lifts = ", ".join(
+        f"%(w{j})s * ln(1.0 + (s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)) * %(k1p1)s AS l{j}"
+        for j in terms
+    )
+    score = " + ".join(
+        f"coalesce(l.l{j} * m.f{j} / (m.f{j} + %(flat)s + l.slope * m.n_terms), 0.0)" for j in terms
+    )
+    held = ", ".join(f"m.f{j}" for j in terms)
+    dfs = ", ".join(f"d.d{j}" for j in terms)
+    return f"""
+WITH s AS (
+    SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
+    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+),
+m AS MATERIALIZED (
+    SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i CROSS JOIN LATERAL (
+        SELECT {counts} FROM (SELECT i.tf || '{{}}'::jsonb AS tf OFFSET 0) AS c
+    ) AS f
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+),
+d AS (SELECT {frequencies} FROM m),
+l AS (
+    SELECT {lifts},
+        %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope,
+        s.n, s.total, ARRAY[{dfs}]::float8[] AS dfs
+    FROM s, d
+)
+SELECT * FROM (
+    SELECT m.seq, {score} AS score, coalesce({held}) IS NULL AS damaged, m.n_terms,
+        ARRAY[{held}]::float8[] AS tfs, l.n, l.total, l.dfs
+    FROM m, l
+    WHERE CASE WHEN coalesce({held}) IS NULL THEN NOT EXISTS (
+        SELECT 1 FROM kvmemory_items AS o WHERE o.session_id = %(sid)s AND o.seq = m.seq
+            AND o.terms @@ %(overflow)s::tsquery
+    ) ELSE true END
+) AS r
+{_BAND}
+"""
+
+
+def _score_many_sql(n_terms: int) -> str:
+    """Return the query for BM25 over several sessions ranked as one corpus (a store-wide search).
+
+    :func:`_score_sql` over the rows of every session in ``sids`` that the
+    tsvector matches (each session's rows with its own lexemes), with the
+    sessions' counts summed: a term's document frequency is the number of
+    those rows holding it. The rows carry their session id last; ties go by
+    session id (by code point), then seq.
+    """
+    sql = _score_sql(n_terms)
+    for one, many in _MANY_SESSIONS:
+        if one not in sql:  # pragma: no cover - guards the two queries drifting apart
+            msg = f"the store-wide keyword query cannot be made from the session's: {one!r} is gone"
+            raise RuntimeError(msg)
+        sql = sql.replace(one, many)
+    return sql
+
+
+_MANY_SESSIONS: Final = (
+    (
+        "SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions\n"
+        "    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0",
+        "SELECT sum(n_items)::float8 AS n, sum(n_terms)::float8 AS total FROM kvmemory_sessions\n"
+        "    WHERE session_id = ANY(%(sids)s) AND NOT deleted HAVING sum(n_items) > 0",
+    ),
+    # Each session's rows are matched with its own lexemes (a query the size of one
+    # session's, not one OR of every session's, which each row would be tested against).
+    (
+        "SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i CROSS JOIN LATERAL (",
+        "SELECT i.session_id, i.seq, i.n_terms, f.*"
+        " FROM unnest(%(sids)s::text[], %(queries)s::text[]) AS q(sid, query)"
+        " CROSS JOIN LATERAL (SELECT * FROM kvmemory_items AS o"
+        " WHERE o.session_id = q.sid AND o.terms @@ q.query::tsquery) AS i CROSS JOIN LATERAL (",
+    ),
+    ("WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery", "WHERE true"),
+    ("o.session_id = %(sid)s AND", "o.session_id = m.session_id AND"),
+    ("l.n, l.total, l.dfs\n", "l.n, l.total, l.dfs, m.session_id\n"),
+    ("r.score DESC, r.seq", 'r.score DESC, r.session_id COLLATE "C", r.seq'),
+)
+"""What :func:`_score_many_sql` changes in :func:`_score_sql`'s query: ``(text, replacement)``."""
+
+
+_SCORE_ARRAYS: Final = f"""
+WITH s AS (
+    SELECT n_items::float8 AS n, n_terms::float8 AS total FROM kvmemory_sessions
+    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+),
+q AS (SELECT t, w, i FROM unnest(%(names)s::text[], %(weights)s::float8[]) WITH ORDINALITY AS q(t, w, i)),
+m AS MATERIALIZED (
+    SELECT i.seq, i.n_terms, i.tf || '{{}}'::jsonb AS tf FROM kvmemory_items AS i
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery{_HOLDS_A_TERM}
+),
+f AS MATERIALIZED (
+    SELECT m.seq, m.n_terms, q.t, (m.tf ->> q.t)::float8 AS f FROM m JOIN q ON m.tf ? q.t
+),
+d AS (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
+l AS (
+    SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(k1p1)s AS lift
+    FROM d JOIN q USING (t) CROSS JOIN s
+),
+slope AS (
+    SELECT %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope FROM s
+),
+scored AS (
+    SELECT m.seq,
+        coalesce(sum(l.lift * f.f / (f.f + %(flat)s + slope.slope * m.n_terms)), 0.0) AS score,
+        count(f.t) = 0 AS damaged
+    FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
+    GROUP BY m.seq
+)
+SELECT * FROM (
+    SELECT scored.seq, score, damaged, m.n_terms,
+        ARRAY(SELECT (m.tf ->> q.t)::float8 FROM q ORDER BY q.i) AS tfs, s.n, s.total,
+        ARRAY(SELECT d.d FROM q LEFT JOIN d USING (t) ORDER BY q.i) AS dfs
+    FROM scored JOIN m USING (seq) CROSS JOIN s
+) AS r
+{_BAND}
+"""
+
+
+class PostgresKeywordIndex:
+    """The keyword index of a PostgreSQL store's rows: what each write fills in, and BM25 over it.
+
+    Args:
+        query_rows: Runs one read statement and returns its rows (the
+            backend's :meth:`~PostgresBackend.query_rows`).
+        url: Names the store in messages.
+    """
+
+    def __init__(self, query_rows: Callable[[str, Any], list[Any]], *, url: str) -> None:
+        self._query_rows = query_rows
+        self._url = url
+
+    @staticmethod
+    def columns(
+        session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
+    ) -> dict[str, list[Any]]:
+        """Return the index columns of rows as arrays, for the insert and update statements.
+
+        Args:
+            session_id: The rows' session (its id prefixes every lexeme).
+            rows: The rows, whose data is decoded for its terms when ``terms`` is ``None``.
+            terms: Each row's search terms, as the store computed them.
+
+        Returns:
+            ``{"terms": tsvector literals, "n_terms": counts, "tfs": JSON objects}``, one per row.
+        """
+        if terms is None:
+            terms = [_terms_of_data(data) for _, _, data in rows]
+        columns = [_index_columns(session_id, row_terms) for row_terms in terms]
+        return {
+            "terms": [vector for vector, _, _ in columns],
+            "n_terms": [n for _, n, _ in columns],
+            "tfs": [tf for _, _, tf in columns],
+        }
+
+    def top(self, session_id: str, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Return the session's ``k`` best ``(score, seq)`` by BM25, as ``Memory.search`` scores them.
+
+        One statement over the ``tsvector`` index scores the rows in SQL; the
+        rows near the ``k``-th are scored again in Python from the counts it
+        returns, so the scores are RAM's to the bit.
+
+        Args:
+            session_id: The session searched.
+            terms: The query's terms, with repeats.
+            k: How many rows to return at most (> 0).
+
+        Raises:
+            CorruptStoreError: if a row the index matches holds no query term in its counts.
+        """
+        sid = session_id
+        weights = Counter(terms)
+        names = list(weights)
+        queries = [f"'{_lexeme(sid, term)}'" for term in names]
+        overflow = f"'{_overflow(sid)}'"
+        params: dict[str, Any] = {
+            "sid": sid,
+            "query": " | ".join([*queries, overflow]),
+            "overflow": overflow,
+            "names": names,
+            "k1p1": BM25_K1 + 1.0,
+            "flat": BM25_K1 * (1.0 - BM25_B),
+            "k1b": BM25_K1 * BM25_B,
+            "k": k + _SPARE,
+            "cut": None,
+        }
+        if len(names) > _COLUMN_TERMS:
+            # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
+            params["weights"] = [float(weights[term]) for term in names]
+            sql = _SCORE_ARRAYS
+        else:
+            params.update((f"t{j}", term) for j, term in enumerate(names))
+            params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+            sql = _score_sql(len(names))
+        # One statement, so one snapshot: the counts, the IDFs and the scores agree.
+        rows = self._top_rows(sql, params, k)
+        if rows and rows[0][2]:
+            reason = f"row {rows[0][0]} matches a query term its counts do not hold"
+            raise self.damaged("search", f" session {sid!r} of", reason)
+        return _exact_top(rows, terms, names, k)
+
+    def _top_rows(self, sql: str, params: dict[str, Any], k: int) -> list[Any]:
+        """Run a scoring statement for ``k`` rows and its spares, and again for every row that ties past them."""
+        rows = self._query_rows(sql, params)
+        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+            # Items tie with the k-th to rounding past the spare rows: take every one.
+            rows = self._query_rows(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
+        return rows
+
+    def top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions as one corpus.
+
+        One statement over the ``tsvector`` index scores the rows of all the
+        sessions with their counts summed (:func:`_score_many_sql`); the rows
+        near the ``k``-th are scored again in Python, so the scores are those
+        of ``Memory.search`` over the sessions' union, to the bit. ``None``
+        for a query of more distinct terms than :data:`_COLUMN_TERMS` (the
+        store then reads the sessions and scores them).
+
+        Raises:
+            CorruptStoreError: if a row the index matches holds no query term in its counts.
+        """
+        weights = Counter(terms)
+        names = list(weights)
+        if len(names) > _COLUMN_TERMS or not session_ids:
+            return None if session_ids else []
+        queries = [
+            " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
+            for sid in session_ids
+        ]
+        overflow = " | ".join(f"'{_overflow(sid)}'" for sid in session_ids)
+        params: dict[str, Any] = {
+            "sids": list(session_ids),
+            "queries": queries,
+            "overflow": overflow,
+            "names": names,
+            "k1p1": BM25_K1 + 1.0,
+            "flat": BM25_K1 * (1.0 - BM25_B),
+            "k1b": BM25_K1 * BM25_B,
+            "k": k + _SPARE,
+            "cut": None,
+        }
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+        sql = _score_many_sql(len(names))
+        rows = self._top_rows(sql, params, k)
+        if rows and rows[0][2]:
+            reason = f"row {rows[0][0]} of session {rows[0][8]!r} matches a query term its counts do not hold"
+            raise self.damaged("search", "", reason)
+        if not rows:
+            return []
+        if len(rows) > k:
+            cut = rows[k - 1][1] / _MARGIN**2
+            rows = [row for row in rows if row[1] >= cut]
+        _, _, _, _, _, n_items, total, dfs, _ = rows[0]
+        df = {term: int(count) for term, count in zip(names, dfs, strict=True) if count}
+        weighted = query_weights(terms, df, int(n_items))
+        average = bm25_average_length(int(total), int(n_items))
+        scored = []
+        for seq, _, _, length, tfs, _, _, _, sid in rows:
+            counts = {term: int(tf) for term, tf in zip(names, tfs, strict=True) if tf}
+            scored.append((bm25_score(counts, int(length), weighted, average), str(sid), int(seq)))
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1], hit[2]))
+
+    @staticmethod
+    def names_damage(message: str) -> bool:
+        """Return whether a server error message names a part of the index (dropped or altered outside kvmemory)."""
+        return any(name in message for name in _INDEX_NAMES)
+
+    def damaged(self, action: str, where: str, reason: str) -> CorruptStoreError:
+        """Return the error for a damaged or missing index, pointing at ``rebuild_keyword_index``.
+
+        Args:
+            action: What the call did, as in ``"Cannot {action}..."``.
+            where: ``" session 'id' of"``, or ``""`` for a call on the whole store.
+            reason: What was found wrong.
+        """
+        msg = (
+            f"Cannot {action}{where} PostgreSQL store {self._url}: its keyword index is damaged or "
+            f"missing ({reason}); nothing was changed. Rebuild the index from the stored items "
+            "with store.rebuild_keyword_index()."
+        )
+        return CorruptStoreError(msg)

@@ -1,0 +1,220 @@
+"""The tables of a PostgreSQL store: creating them, migrating them, and what opening finds.
+
+The layout is described in :mod:`agents.memory.stores._postgres.backend`. Every step
+that changes it runs under one advisory lock (:func:`lock_schema`), so
+processes opening one database at once set it up once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import attrs
+import orjson
+
+from agents.memory.exceptions import SchemaVersionError
+from agents.memory.stores._core.migrations import check_schema_version, migrate
+from agents.memory.stores._postgres.keyword import build_keyword_index
+
+__all__ = [
+    "CUT_ROWS_OVER",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Tables",
+    "jsonb_copy",
+    "lock_schema",
+    "open_tables",
+]
+
+_SCHEMA_LOCK: Final = 0x6B766D656D  # "kvmem": serializes schema setup across processes
+
+
+def lock_schema(con: Any) -> None:
+    """Take the lock that serializes changes of the tables, until the transaction of ``con`` ends."""
+    con.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+
+
+CUT_ROWS_OVER: Final = 4096
+"""Bytes of data over which a row read for some keys is cut down on the server from its JSONB copy."""
+
+
+def _create_v1(con: Any) -> None:
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_sessions (
+        session_id text PRIMARY KEY,
+        step_key text NOT NULL,
+        next_seq bigint NOT NULL DEFAULT 0,
+        created double precision NOT NULL
+    )"""
+    )
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_items (
+        session_id text NOT NULL REFERENCES kvmemory_sessions ON DELETE CASCADE,
+        seq bigint NOT NULL,
+        step text,
+        created double precision NOT NULL,
+        data bytea NOT NULL,
+        doc jsonb,
+        PRIMARY KEY (session_id, seq)
+    )"""
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_step ON kvmemory_items (session_id, step)"
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_created ON kvmemory_items (session_id, created)"
+    )
+
+
+def _add_metadata_and_tombstones(con: Any) -> None:
+    # '\x7b7d' is the codec's bytes for an empty dict: sessions of v1 had no metadata.
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN metadata bytea NOT NULL DEFAULT '\\x7b7d'::bytea"
+    )
+    con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN deleted boolean NOT NULL DEFAULT false")
+    _drop_inexact_docs(con)
+
+
+def _add_vectors(con: Any) -> None:
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_embedders (
+        session_id text PRIMARY KEY REFERENCES kvmemory_sessions ON DELETE CASCADE,
+        model text NOT NULL,
+        dimension integer NOT NULL
+    )"""
+    )
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_vectors (
+        session_id text NOT NULL,
+        seq bigint NOT NULL,
+        fields text NOT NULL,
+        vector bytea NOT NULL,
+        PRIMARY KEY (session_id, seq, fields),
+        FOREIGN KEY (session_id, seq) REFERENCES kvmemory_items ON DELETE CASCADE
+    )"""
+    )
+
+
+def _add_keyword_index(con: Any) -> None:
+    build_keyword_index(con)
+
+
+MIGRATIONS: Final = (
+    _create_v1,
+    _add_metadata_and_tombstones,
+    _add_vectors,
+    _add_keyword_index,
+)
+"""Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+_SEARCHED_BY_SCAN: Final = (
+    3  # the layout before the keyword index: read-only opens search by scanning
+)
+
+
+@attrs.frozen
+class Tables:
+    """What opening found in the database.
+
+    Attributes:
+        no_tables: The database holds no kvmemory tables yet (a read-only
+            handle then reads every session as empty).
+        keyword_index: The rows carry the keyword index (``False`` for the
+            tables before it, opened read-only: searches scan).
+    """
+
+    no_tables: bool = False
+    keyword_index: bool = True
+
+
+def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
+    """Create or migrate the tables over ``con`` (an autocommit connection), or only check them when ``read_only``.
+
+    Args:
+        con: A connection of its own, outside any transaction.
+        store: Names the store in messages.
+        read_only: Check the schema version in a read-only transaction and change nothing.
+
+    Returns:
+        What was found.
+
+    Raises:
+        SchemaVersionError: if a newer kvmemory created the tables, or
+            ``read_only`` meets older tables that need a migration.
+    """
+    if read_only:
+        with con.transaction():
+            con.execute("SET TRANSACTION READ ONLY")
+            if con.execute("SELECT to_regclass('kvmemory_schema')").fetchone()[0] is None:
+                return Tables(no_tables=True)
+            version = check_schema_version(_version(con), SCHEMA_VERSION, store=store)
+        if version == _SEARCHED_BY_SCAN:
+            # The layout before the keyword index reads the same.
+            return Tables(keyword_index=False)
+        if version < SCHEMA_VERSION:
+            msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
+            raise SchemaVersionError(msg)
+        return Tables(no_tables=version == 0)
+    with con.transaction():
+        lock_schema(con)
+        con.execute("CREATE TABLE IF NOT EXISTS kvmemory_schema (version integer NOT NULL)")
+        found = _version(con)
+        if found != SCHEMA_VERSION:
+            reached = migrate(MIGRATIONS, found, con, store=store)
+            con.execute("DELETE FROM kvmemory_schema")
+            con.execute("INSERT INTO kvmemory_schema (version) VALUES (%s)", (reached,))
+    return Tables()
+
+
+def _version(con: Any) -> int:
+    row = con.execute("SELECT max(version) FROM kvmemory_schema").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def jsonb_copy(data: bytes) -> str | None:
+    """Return the JSONB copy of a row's data, or ``None`` where JSONB cannot hold it exactly."""
+    # JSONB cannot hold the NUL character; such items are kept in ``data`` only.
+    if b"\\u0000" in data:
+        return None
+    if len(data) > CUT_ROWS_OVER and _jsonb_alters(orjson.loads(data)):
+        return None
+    return data.decode("utf-8")
+
+
+def _jsonb_alters(value: Any) -> bool:
+    """Return whether JSONB would give back some float of ``value`` as another value or type."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is float:
+            if node == 0.0 and math.copysign(1.0, node) < 0:
+                return True  # -0.0 comes back as 0
+            text = orjson.dumps(node)
+            if b"e" in text and b"e-" not in text:
+                return True  # 1e16 comes back as the integer 10000000000000000
+        elif kind is dict:
+            stack.extend(node.values())
+        elif kind is list:
+            stack.extend(node)
+    return False
+
+
+def _drop_inexact_docs(con: Any) -> None:
+    # v1 gave every row a JSONB copy; large rows whose floats it alters lose it (see jsonb_copy).
+    changed: list[tuple[str, int]] = []
+    with con.cursor(name="kvmemory_migrate_docs") as cur:
+        cur.execute(
+            "SELECT session_id, seq, data FROM kvmemory_items"
+            f" WHERE doc IS NOT NULL AND octet_length(data) > {CUT_ROWS_OVER}"
+        )
+        for session_id, seq, data in cur:
+            if jsonb_copy(bytes(data)) is None:
+                changed.append((session_id, seq))
+    for session_id, seq in changed:
+        con.execute(
+            "UPDATE kvmemory_items SET doc = NULL WHERE session_id = %s AND seq = %s",
+            (session_id, seq),
+        )

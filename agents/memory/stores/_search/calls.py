@@ -1,0 +1,292 @@
+"""The search calls of a store: keyword, semantic and hybrid search, and the vectors they use.
+
+:class:`SearchCalls` is the part of :class:`~agents.memory.stores.Store`
+that searches; the work is done by :class:`KeywordSearch` and
+:class:`VectorSearch` over the store's :class:`Engine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agents.memory._filter import Filter, Where
+from agents.memory._item import OnUnknownClass
+from agents.memory._text import check_k, checked_keys, checked_query
+from agents.memory._vectors import Embedder, EmbedParts, SearchMode, checked_weight
+from agents.memory.exceptions import InvalidQueryError, StoreArgumentError
+from agents.memory.stores._core.engine import Engine
+from agents.memory.stores._core.values import StoreHit, VectorModel
+from agents.memory.stores._search.keyword import KeywordSearch
+from agents.memory.stores._search.vectors import VectorSearch
+
+__all__ = ["SearchCalls"]
+
+_DEFAULT_PARTS = EmbedParts()
+
+
+class SearchCalls:
+    """A store's search calls (a base of :class:`~agents.memory.stores.Store`).
+
+    Args:
+        engine: The store's engine.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._search_engine = engine
+        self._keyword = KeywordSearch(engine)
+        self._vectors = VectorSearch(engine, self._keyword)
+
+    def search(
+        self,
+        session_id: str,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        on_unknown_class: OnUnknownClass = "error",
+        mode: SearchMode = "keyword",
+        embedder: Embedder | None = None,
+        hybrid_weight: float | None = None,
+        where: Where | None = None,
+        parts: EmbedParts | None = None,
+    ) -> list[StoreHit]:
+        """Return the ``k`` items of a session that best match ``query``, best first: by BM25 unless ``mode`` says otherwise.
+
+        The ranking is the one ``Memory.search(query, k, keys=keys)`` gives
+        for the same items (default :class:`~agents.memory.search.Tokenizer`,
+        Lucene's IDF, ``k1`` = 1.2, ``b`` = 0.75, statistics of this session
+        alone), with the same scores; ties keep session order. SQLite and PostgreSQL answer
+        it from a keyword index they keep with the rows (FTS5, ``tsvector``)
+        and read only the ``k`` items found; with ``keys``, and in the JSONL
+        and in-memory stores, the session is read a page at a time and
+        tokenized, keeping only the items holding a query term (see
+        :attr:`keyword_index`). Either way a stored session is searched
+        without loading it into a ``Memory``.
+
+        Args:
+            session_id: The session to search; an unknown session has no hits.
+            query: The words to look for.
+            k: How many hits at most.
+            keys: Search only these fields (default: every string field, nested strings included).
+            on_unknown_class: ``"base"`` reads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
+            mode: ``"keyword"`` (BM25, the default), ``"semantic"`` (exact
+                cosine over the vectors stored with the items, read a page
+                at a time) or ``"hybrid"`` (the blend ``Memory.search``
+                uses). Semantic and hybrid modes first embed and store the
+                items that have no vector yet (see :meth:`index_embeddings`;
+                a read-only handle embeds them without storing), and rank
+                as ``Memory.search`` with the same embedder does.
+            embedder: The model, for semantic and hybrid modes (required there).
+            hybrid_weight: The keyword share of a hybrid score, 0 to 1
+                (default ``HYBRID_KEYWORD_WEIGHT``).
+            where: Keep only items that pass this filter (see
+                :class:`~agents.memory.search.Filter`): the best ``k`` of the
+                ranking that pass, the hits ``Memory.search(where=...)``
+                gives. The ranking is walked best first and its items are
+                decoded and tested until ``k`` pass; SQLite and PostgreSQL
+                first skip, in SQL, rows that cannot pass once few do (see
+                docs/search.md, "Filters").
+            parts: How items are cut into the texts that get embedded (see
+                :class:`~agents.memory.search.EmbedParts`; default
+                ``EmbedParts()``, a vector per field and per window of 8
+                words of a long one, as ``Memory.search`` cuts them). Vectors
+                cut two ways are stored apart: a session embedded whole (the
+                default before parts) gets its parts embedded and stored
+                beside its whole-item vectors by the first call that needs
+                them, and ``parts=EmbedParts.WHOLE`` still searches those.
+                Parts are scored with numpy; sqlite-vec and pgvector rank
+                ``EmbedParts.WHOLE`` vectors only.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``parts`` is not an ``EmbedParts``.
+            InvalidQueryError: for an empty query or one without words, ``k`` outside 1 to 2**63 - 1,
+                keys that are not field names, an unknown mode, no embedder
+                in semantic and hybrid modes, or a filter that is not understood.
+            EmbedderMismatchError: if the session holds vectors of another model.
+            EmbeddingError: if the embedder returns the wrong shape or NaN.
+            MissingDependencyError: naming the extra when numpy is missing.
+            CorruptSessionError: if a stored item cannot be decoded.
+            CorruptStoreError: if a stored vector has the wrong length, or the
+                store's keyword index is damaged or missing (the message names
+                the call that rebuilds it).
+            StoreError: if the store cannot be read.
+        """
+        sid = self._search_engine.check(session_id)
+        keep = Filter.of(where)
+        if mode == "keyword":
+            return self._keyword.search(sid, query, k, keys, on_unknown_class, keep)
+        text = checked_query(query)
+        check_k(k)
+        fields = checked_keys(keys)
+        if mode not in ("semantic", "hybrid"):
+            msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
+            raise InvalidQueryError(msg)
+        weight = checked_weight(hybrid_weight)
+        return self._vectors.search(
+            sid,
+            text,
+            k,
+            fields,
+            mode,
+            embedder,
+            weight,
+            on_unknown_class,
+            keep,
+            _checked_parts(parts),
+        )
+
+    def ranking(
+        self,
+        session_id: str,
+        query: str,
+        k: int = 5,
+        *,
+        keys: Iterable[str] | None = None,
+        where: Where | None = None,
+    ) -> list[tuple[int, float]]:
+        """Return ``(seq, score)`` of the ``k`` items that best match ``query``, best first, without reading them.
+
+        The ranking of :meth:`search` (ties in seq order), for a caller that
+        holds the items already (``StoredMemory.search`` keeps them in RAM)
+        or wants only their seqs. A store with a keyword index reads no
+        item; the others read the session as :meth:`search` does.
+
+        Args:
+            session_id: The session to search; an unknown session has no hits.
+            query: The words to look for.
+            k: How many seqs at most.
+            keys: Search only these fields.
+            where: Keep only items that pass this filter, as :meth:`search`
+                does; the candidates' items are then read to be tested
+                (classes the process does not know read as ``MemoryItem``).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            InvalidQueryError: as :meth:`search`.
+            CorruptSessionError: if the store reads items and one cannot be decoded.
+            CorruptStoreError: if the store's keyword index is damaged or missing.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._search_engine.check(session_id)
+        return self._keyword.ranking(sid, query, k, keys, Filter.of(where))
+
+    def vector_model(self, session_id: str) -> VectorModel | None:
+        """Return the embedding model a session's vectors came from, or ``None`` if it has none.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be read.
+        """
+        return self._vectors.model(self._search_engine.check(session_id))
+
+    def index_embeddings(
+        self,
+        session_id: str,
+        embedder: Embedder,
+        *,
+        keys: Iterable[str] | None = None,
+        batch_size: int = 256,
+        progress: Callable[[int, int], object] | None = None,
+        parts: EmbedParts | None = None,
+    ) -> int:
+        """Embed the items of a session that have no vector yet, store the vectors, and return how many items hold one.
+
+        The session is read a page at a time; the items without a vector
+        (over ``keys``) are embedded ``batch_size`` texts per call and their
+        vectors written with the items, one transaction per batch, so each
+        item is embedded once however often it is searched or reopened. The
+        first call records the embedder's ``name`` and ``dimension`` for the
+        session; a later call or query with another model is refused. An
+        item without text gets an empty vector row (never a semantic hit).
+        A vector computed from an item that another handle changed or
+        deleted meanwhile is not stored.
+
+        Args:
+            session_id: The session to embed.
+            embedder: The model (see :class:`~agents.memory.search.Embedder`).
+            keys: Embed the text of these fields only (as ``search(keys=...)`` will ask).
+            batch_size: Texts per embedder call.
+            progress: Called as ``progress(done, total)`` after each batch
+                (``total`` counts the items that had no vector).
+            parts: Cut items this way (see :meth:`search`); an item's parts
+                are stored together, in one vector row.
+
+        Returns:
+            How many items of the session hold a vector over ``keys``.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``batch_size`` < 1, ``embedder`` has no
+                ``name`` and ``dimension``, or ``parts`` is not an ``EmbedParts``.
+            InvalidQueryError: if keys are not field names.
+            EmbedderMismatchError: if the session holds vectors of another
+                model; nothing is changed.
+            EmbeddingError: if the embedder returns the wrong shape or NaN;
+                that batch writes nothing (earlier batches keep their vectors).
+            MissingDependencyError: naming the extra when numpy is missing.
+            StoreError: if the store is read-only or cannot be written.
+        """
+        sid = self._search_engine.check_write(session_id)
+        fields = checked_keys(keys)
+        return self._vectors.index(
+            sid, embedder, fields, batch_size, progress, _checked_parts(parts)
+        )
+
+    def read_vectors(
+        self,
+        session_id: str,
+        embedder: Embedder,
+        *,
+        keys: Iterable[str] | None = None,
+        seqs: Iterable[int] | None = None,
+        parts: EmbedParts | None = None,
+    ) -> dict[int, Any]:
+        """Return the stored unit vectors of a session's items (over ``keys``), by seq.
+
+        Items without text, and items not embedded yet, are left out.
+
+        Args:
+            session_id: The session to read.
+            embedder: The model the vectors must come from.
+            keys: The fields the vectors were embedded over.
+            seqs: Only these items (default: every item).
+            parts: How the vectors were cut (see :meth:`search`).
+
+        Returns:
+            ``{seq: float32 array of shape (n_parts, dimension)}`` in seq
+            order; with ``parts=EmbedParts.WHOLE``, of shape ``(dimension,)``.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            EmbedderMismatchError: if the session holds vectors of another model.
+            CorruptStoreError: if a stored vector has the wrong length.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._search_engine.check(session_id)
+        return self._vectors.read(sid, embedder, checked_keys(keys), seqs, _checked_parts(parts))
+
+    def drop_vectors(self, session_id: str) -> int:
+        """Delete every vector of a session and forget its model; return how many vector rows went.
+
+        The items stay. Do this to embed the session again with another
+        model (``index_embeddings`` refuses one while vectors of another
+        are stored).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be written; nothing is deleted.
+        """
+        return self._vectors.drop(self._search_engine.check_write(session_id))
+
+
+def _checked_parts(parts: object) -> EmbedParts:
+    """Return ``parts`` (``None``: the default ``EmbedParts()``), else raise :class:`StoreArgumentError`."""
+    if parts is None:
+        return _DEFAULT_PARTS
+    if isinstance(parts, EmbedParts):
+        return parts
+    msg = f"parts must be an EmbedParts (see agents.memory.search.EmbedParts), got {parts!r}."
+    raise StoreArgumentError(msg)

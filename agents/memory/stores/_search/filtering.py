@@ -1,0 +1,152 @@
+"""A store's side of ``where=``: the best ``k`` of a ranking whose items pass a filter.
+
+A store ranks a session without the filter (the scores, and the statistics
+behind them, are those of the whole session, as in ``Memory.search``) and
+then walks the ranking best first, decoding the items it has not read yet
+and testing them with the one compiled :class:`~agents.memory.search.Filter`
+that ``Memory.search`` uses, until ``k`` pass. When the ranking it was given
+runs out before ``k`` pass, it asks for a longer one (four times as long),
+until the ranking holds every candidate. So the hits are always those of
+``Memory.search`` on the same items with the same filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final
+
+from agents.memory._filter import Filter
+from agents.memory._item import MemoryItem, OnUnknownClass
+
+if TYPE_CHECKING:
+    from agents.memory.stores._core.engine import Engine
+
+__all__ = ["ALL", "NARROW_AT", "Passing", "first_passing", "narrower", "reader", "widening"]
+
+ALL: Final = 2**62
+"""A ranking length that holds every candidate of any session (for rankings scored in Python)."""
+
+Passing = list[tuple[int, float, MemoryItem]]
+"""``(seq, score, item)`` of the items that pass, best first."""
+
+_CHUNK: Final = 64
+
+NARROW_AT: Final = 1024
+"""Ask which rows may pass before asking for a ranking this long: reading the candidates
+one by one costs more than one pass of SQL over the session from about here on."""
+
+
+def first_passing(
+    ranked: Sequence[tuple[int, float]],
+    k: int,
+    keep: Filter,
+    found: dict[int, MemoryItem],
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+    allowed: set[int] | None = None,
+) -> Passing:
+    """Return the first ``k`` of ``ranked`` (``(seq, score)``, best first) whose items pass ``keep``.
+
+    Args:
+        ranked: The ranking, best first.
+        k: How many at most.
+        keep: The filter.
+        found: Items already decoded, by seq; the items read are added to it.
+        read: Reads and decodes the items of some seqs (a seq deleted since
+            it was ranked is absent from the answer and left out).
+        allowed: When given, the only seqs that may pass (the others are
+            skipped unread).
+
+    Returns:
+        ``(seq, score, item)`` of up to ``k`` items, in the order of ``ranked``.
+    """
+    if allowed is not None:
+        ranked = [hit for hit in ranked if hit[0] in allowed]
+    out: Passing = []
+    start = 0
+    while start < len(ranked) and len(out) < k:
+        chunk = ranked[start : start + max(_CHUNK, 2 * (k - len(out)))]
+        start += len(chunk)
+        missing = [seq for seq, _ in chunk if seq not in found]
+        if missing:
+            found.update(read(missing))
+        for seq, score in chunk:
+            item = found.get(seq)
+            if item is not None and keep(item):
+                out.append((seq, score, item))
+                if len(out) == k:
+                    break
+    return out
+
+
+def widening(
+    rank: Callable[[int], Sequence[tuple[int, float]]],
+    k: int,
+    keep: Filter,
+    found: dict[int, MemoryItem],
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+    *,
+    first: int | None = None,
+    narrow: Callable[[], tuple[set[int], int] | None] | None = None,
+) -> Passing:
+    """Return the best ``k`` items that pass ``keep``, asking ``rank(limit)`` for longer rankings until they are found.
+
+    Args:
+        rank: Returns the best ``limit`` ``(seq, score)``, best first, ties in
+            seq order; a ranking shorter than ``limit`` holds every candidate.
+            Each ranking asked for is at least four times as long as the last,
+            and as long as the pass rate seen so far says ``k`` passing items
+            need, twice over.
+        k: How many at most.
+        keep: The filter.
+        found: Items already decoded, by seq (``rank`` may add to it).
+        read: Reads and decodes the items of some seqs.
+        first: The length of the first ranking asked for (default ``k``).
+        narrow: Returns the seqs that may pass and the session's number of
+            items (``None``: it cannot tell), asked once the ranking would
+            need :data:`NARROW_AT` items: the others are then skipped unread,
+            and the next ranking is as long as ``k`` of them need if they
+            lie evenly in it, twice over (unless the ranking in hand holds
+            them all).
+
+    Returns:
+        ``(seq, score, item)`` of up to ``k`` items, best first.
+    """
+    limit = k if first is None else first
+    allowed: set[int] | None = None
+    asked = False
+    while True:
+        ranked = rank(limit)
+        out = first_passing(ranked, k, keep, found, read, allowed)
+        if len(out) == k or len(ranked) < limit or limit >= ALL:
+            return out
+        if allowed is not None and sum(seq in allowed for seq, _ in ranked) == len(allowed):
+            return out  # every item that may pass has been ranked and tested
+        # The ranking that k passing items need at the pass rate seen so far, twice over.
+        need = 2 * k * len(ranked) // max(len(out), 1) if out else 4 * k * len(ranked)
+        if narrow is not None and not asked and need >= NARROW_AT:
+            asked = True
+            narrowed = narrow()
+            if narrowed is not None:
+                allowed, n_items = narrowed
+                if sum(seq in allowed for seq, _ in ranked) == len(allowed):
+                    return first_passing(ranked, k, keep, found, read, allowed)
+                need = max(need, 2 * k * n_items // len(allowed))
+        limit = min(max(4 * limit, need), ALL)
+
+
+def reader(
+    engine: Engine, sid: str, on_unknown_class: OnUnknownClass
+) -> Callable[[Sequence[int]], dict[int, MemoryItem]]:
+    """Return a function that reads and decodes the items of some seqs of a session (those that exist)."""
+    return lambda seqs: engine.read_items(sid, sorted(seqs), on_unknown_class)
+
+
+def narrower(engine: Engine, sid: str, keep: Filter) -> Callable[[], tuple[set[int], int] | None]:
+    """Return a function asking the backend which rows may pass ``keep`` (``Backend.filter_candidates``), and how many rows there are."""
+
+    def narrow() -> tuple[set[int], int] | None:
+        with engine.errors("search", sid):
+            allowed = engine.backend.filter_candidates(sid, keep.tree)
+            return None if allowed is None else (allowed, engine.backend.count(sid))
+
+    return narrow

@@ -1,0 +1,164 @@
+"""Keyword search of a stored session: BM25 from the backend's index, or over the session read a page at a time.
+
+The ranking is the one ``Memory.search`` gives for the same items. A backend
+that keeps a keyword index answers :meth:`Backend.keyword_top` and only the
+hits are read; otherwise (and for a search of some fields) the session is
+read a page at a time and scored in Python
+(:func:`~agents.memory.stores._core.terms.rank_pages`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from agents.memory._filter import Filter
+from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory._text import bm25_average_length
+from agents.memory._vectors import keyword_scale
+from agents.memory.stores._core.engine import Engine
+from agents.memory.stores._core.terms import (
+    bm25_score,
+    keyword_matches,
+    keyword_query,
+    query_weights,
+    rank_pages,
+)
+from agents.memory.stores._core.values import StoreHit
+from agents.memory.stores._search.filtering import ALL, Passing, narrower, reader, widening
+
+__all__ = ["KeywordSearch"]
+
+_LARGEST_K = 2**62
+
+
+class KeywordSearch:
+    """The keyword side of a store's search calls, over its :class:`Engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def search(
+        self,
+        sid: str,
+        query: str,
+        k: int,
+        keys: Iterable[str] | None,
+        on_unknown_class: OnUnknownClass,
+        keep: Filter | None = None,
+    ) -> list[StoreHit]:
+        """Return the ``k`` best hits by BM25 (that pass ``keep``), best first (``Store.search`` in keyword mode)."""
+        terms, fields = keyword_query(query, k, keys)
+        if keep is not None:
+            passing = self.filtered(sid, terms, fields, k, keep, on_unknown_class)
+            return [StoreHit(seq, item, score) for seq, score, item in passing]
+        engine = self._engine
+        with engine.errors("search", sid):
+            best, found = self.top(sid, terms, fields, k, on_unknown_class)
+        missing = [seq for _, seq in best if seq not in found]
+        if missing:
+            found = {**found, **engine.read_items(sid, missing, on_unknown_class)}
+        # An item deleted between the two reads is left out rather than failing the search.
+        return [StoreHit(seq, found[seq], score) for score, seq in best if seq in found]
+
+    def ranking(
+        self, sid: str, query: str, k: int, keys: Iterable[str] | None, keep: Filter | None = None
+    ) -> list[tuple[int, float]]:
+        """Return ``(seq, score)`` of the ``k`` best items (that pass ``keep``), best first, reading as few items as the backend allows."""
+        terms, fields = keyword_query(query, k, keys)
+        if keep is not None:
+            passing = self.filtered(sid, terms, fields, k, keep, "base")
+            return [(seq, score) for seq, score, _ in passing]
+        with self._engine.errors("search", sid):
+            best, _ = self.top(sid, terms, fields, k, "base")
+        return [(seq, score) for score, seq in best]
+
+    def filtered(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        k: int,
+        keep: Filter,
+        on_unknown_class: OnUnknownClass,
+    ) -> Passing:
+        """Return the best ``k`` items by BM25 that pass ``keep``, widening the ranking until they are found.
+
+        A ranking scored in Python (no keyword index, or ``fields``) is asked
+        for every candidate at once: it decodes them all to score them
+        anyway. An indexed one is asked for a few more than ``k``, then as
+        many as the pass rate seen needs; once that reaches
+        ``NARROW_AT`` the backend is asked which rows may pass
+        (``Backend.filter_candidates``) and the others are skipped unread.
+        """
+        found: dict[int, MemoryItem] = {}
+
+        def rank(limit: int) -> list[tuple[int, float]]:
+            with self._engine.errors("search", sid):
+                best, items = self.top(sid, terms, fields, limit, on_unknown_class)
+            found.update(items)
+            return [(seq, score) for score, seq in best]
+
+        engine = self._engine
+        python_ranked = fields is not None or not engine.backend.keyword_index
+        return widening(
+            rank,
+            k,
+            keep,
+            found,
+            reader(engine, sid, on_unknown_class),
+            # An indexed ranking costs about the same for a few more: ask for enough that one
+            # ranking usually settles a filter most items pass.
+            first=ALL if python_ranked else max(4 * k, 64),
+            narrow=narrower(engine, sid, keep),
+        )
+
+    def top(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        keys: tuple[str, ...] | None,
+        k: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[list[tuple[float, int]], dict[int, MemoryItem]]:
+        """Return the ``k`` best ``(score, seq)``, best first (ties by seq), and any of those items already decoded.
+
+        The backend's index answers where it has one (no items read); with
+        ``keys`` (per-field statistics are in no index) or without an
+        index, the session is read a page at a time and scored here.
+        """
+        if keys is None:
+            # A backend may ask its engine for a few rows past the k-th: keep that within
+            # 64-bit integers (no session holds 2**62 items, so the answer is the same).
+            best = self._engine.backend.keyword_top(sid, terms, min(k, _LARGEST_K))
+            if best is not None:
+                return best, {}
+        pages = self._engine.decoded_pages(sid, 1000, on_unknown_class)
+        return rank_pages(pages, terms, keys, k)
+
+    def hybrid(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[dict[int, float], float, dict[int, MemoryItem]]:
+        """Return the keyword side of a hybrid query: BM25 by seq, the corpus's keyword scale, items read.
+
+        As the search index scores them for ``Memory.search``: every item
+        holding a query term, summed in query order (no IDF is floored, so
+        no item can be left out as near zero).
+        """
+        with self._engine.errors("search", sid):
+            n_items, total, matches, found = keyword_matches(
+                self._engine.decoded_pages(sid, 1000, on_unknown_class), terms, fields
+            )
+        if not n_items:
+            return {}, 1.0, found
+        df = Counter(term for _, _, counts in matches for term in counts)
+        weighted = query_weights(terms, df, n_items)
+        average = bm25_average_length(total, n_items)
+        scores = {
+            seq: bm25_score(counts, length, weighted, average) for seq, length, counts in matches
+        }
+        return scores, keyword_scale(n_items), found

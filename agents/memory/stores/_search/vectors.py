@@ -1,0 +1,440 @@
+"""Semantic and hybrid search of a stored session, over the vectors stored with its items.
+
+Vectors are embedded once per item (:meth:`VectorSearch.index`), kept by the
+backend's vector operations, and ranked by exact cosine: in the engine where
+the backend computes them (:meth:`Backend.nearest`), else read a page at a
+time and scored with numpy. A hybrid query blends those cosines with the
+keyword side (:meth:`KeywordSearch.hybrid`) as ``Memory.search`` does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final
+
+from agents.memory._filter import Filter
+from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
+from agents.memory._text import Tokenizer
+from agents.memory._vectors import (
+    HYBRID_POOL,
+    VECTOR_DTYPE,
+    Embedder,
+    EmbedParts,
+    best_cosines,
+    blend,
+    checked_vectors,
+    fields_text,
+    numpy,
+)
+from agents.memory.exceptions import (
+    CorruptStoreError,
+    EmbedderMismatchError,
+    InvalidQueryError,
+    StoreArgumentError,
+    StoreError,
+)
+from agents.memory.stores._core.encoding import check_seq, decode_pairs
+from agents.memory.stores._core.engine import Engine
+from agents.memory.stores._core.values import StoreHit, VectorModel
+from agents.memory.stores._search.filtering import first_passing, narrower, reader, widening
+from agents.memory.stores._search.keyword import KeywordSearch
+
+__all__ = ["VectorSearch", "check_embedder"]
+
+
+def _run_ends(keys: Sequence[int]) -> list[int]:
+    """Return the positions where a run of equal keys ends (each but the last run)."""
+    return [position for position in range(1, len(keys)) if keys[position] != keys[position - 1]]
+
+
+_TOKENIZER: Final = Tokenizer()
+
+
+class VectorSearch:
+    """The vector side of a store's calls (embedding, reading and dropping vectors, semantic and hybrid search)."""
+
+    def __init__(self, engine: Engine, keyword: KeywordSearch) -> None:
+        self._engine = engine
+        self._backend = engine.backend
+        self._keyword = keyword
+
+    def model(self, sid: str) -> VectorModel | None:
+        """Return the session's recorded embedding model (``Store.vector_model``)."""
+        with self._engine.errors("read the vector model of", sid):
+            found = self._backend.vector_model(sid)
+        return None if found is None else VectorModel(found[0], found[1])
+
+    def index(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        batch_size: int,
+        progress: Callable[[int, int], object] | None,
+        parts: EmbedParts,
+    ) -> int:
+        """Embed and store the missing vectors; return how many items hold one (``Store.index_embeddings``)."""
+        if type(batch_size) is not int or batch_size < 1:
+            msg = f"index_embeddings() takes batch_size >= 1, got {batch_size!r}."
+            raise StoreArgumentError(msg)
+        check_embedder(embedder)
+        self._checked_model(sid, embedder)
+        self._embed_missing(sid, embedder, fields, batch_size, progress, parts)
+        with self._engine.errors("read the vectors of", sid):
+            return self._backend.vector_counts(sid, fields_text(fields, parts))[1]
+
+    def read(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        seqs: Iterable[int] | None,
+        parts: EmbedParts,
+    ) -> dict[int, Any]:
+        """Return the stored unit vectors by seq (``Store.read_vectors``): a matrix of parts each, a vector with ``WHOLE``."""
+        check_embedder(embedder)
+        if self._checked_model(sid, embedder) is None:
+            return {}
+        filed = fields_text(fields, parts)
+        out: dict[int, Any] = {}
+        errors = self._engine.errors
+        if seqs is None:
+            pages = self._backend.vector_pages(sid, filed, 4096)
+        else:
+            wanted = [check_seq(seq, "seq") for seq in seqs]
+            with errors("read the vectors of", sid):
+                pages = iter([self._backend.vectors_of(sid, filed, wanted)] if wanted else [])
+        while True:
+            with errors("read the vectors of", sid):
+                rows = next(pages, None)
+            if rows is None:
+                return out
+            keys_of, matrix = self._decoded_vectors(sid, embedder, rows)
+            if parts == EmbedParts.WHOLE:
+                out.update(zip(keys_of, matrix, strict=True))
+                continue
+            start = 0
+            for end in [*_run_ends(keys_of), len(keys_of)] if keys_of else []:
+                out[keys_of[start]] = matrix[start:end]
+                start = end
+
+    def drop(self, sid: str) -> int:
+        """Delete a session's vectors and model in one transaction (``Store.drop_vectors``)."""
+        backend = self._backend
+        with self._engine.errors("drop the vectors of", sid), backend.transaction(sid) as tx:
+            if backend.lock_session(tx, sid) is None:
+                return 0
+            return backend.drop_vectors(tx, sid)
+
+    def _embed_missing(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        batch_size: int,
+        progress: Callable[[int, int], object] | None,
+        parts: EmbedParts,
+    ) -> None:
+        """Embed and store the items without a vector over ``fields`` (two counts when there are none)."""
+        filed = fields_text(fields, parts)
+        with self._engine.errors("read the vectors of", sid):
+            covered = self._backend.vector_count(sid, filed)
+            count = self._backend.count(sid)
+        if covered >= count:
+            return
+        total = count - covered
+        source = f"session {sid!r} of {self._engine.url}"
+        pending: list[tuple[int, bytes, list[str]]] = []
+        done = 0
+        pages = self._backend.unembedded_pages(sid, filed, max(batch_size, 256))
+        while True:
+            with self._engine.errors("read", sid):
+                rows = next(pages, None)
+            if rows is not None:
+                pairs = decode_pairs(rows, source, "base")
+                pending += [
+                    (seq, data, parts.texts(item_fields(item), fields))
+                    for (seq, data), (_, item) in zip(rows, pairs, strict=True)
+                ]
+            while pending and (len(pending) >= batch_size or rows is None):
+                chunk = pending[:batch_size]
+                del pending[:batch_size]
+                self._store_vectors(sid, embedder, filed, chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, max(total, done))
+            if rows is None:
+                break
+
+    def search(
+        self,
+        sid: str,
+        text: str,
+        k: int,
+        fields: tuple[str, ...] | None,
+        mode: str,
+        embedder: Embedder | None,
+        weight: float,
+        on_unknown_class: OnUnknownClass,
+        keep: Filter | None = None,
+        parts: EmbedParts | None = None,
+    ) -> list[StoreHit]:
+        """Rank a session by exact cosine over its stored vectors (semantic), or blended with BM25 (hybrid).
+
+        With ``keep``, the best ``k`` that pass it, as ``Memory.search`` keeps
+        them: in semantic mode the best cosines are asked for in longer
+        rankings until ``k`` pass; in hybrid mode the blended candidates are
+        walked best first.
+        """
+        if parts is None:
+            parts = EmbedParts()
+        if embedder is None:
+            msg = f"search(mode={mode!r}) of a store needs embedder=...: the model the session's vectors come from (for example HashingEmbedder() or WordLlamaEmbedder())."
+            raise InvalidQueryError(msg)
+        check_embedder(embedder)
+        self._checked_model(sid, embedder)
+        query = checked_vectors(embedder, [text])[0]
+        if not self._engine.read_only:
+            self._embed_missing(sid, embedder, fields, 256, None, parts)
+        found: dict[int, MemoryItem] = {}
+        read = reader(self._engine, sid, on_unknown_class)
+        if mode == "semantic" and keep is not None:
+
+            def rank(limit: int) -> list[tuple[int, float]]:
+                cosines = self._best_cosines(sid, embedder, fields, query, limit, {}, parts)
+                return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
+
+            narrow = narrower(self._engine, sid, keep)
+            passing = widening(rank, k, keep, found, read, narrow=narrow)
+            return [StoreHit(seq, item, score) for seq, score, item in passing]
+        if mode == "semantic":
+            scores = self._best_cosines(sid, embedder, fields, query, k, {}, parts)
+        else:
+            terms = _TOKENIZER(text)
+            keyword: dict[int, float] = {}
+            scale = 1.0
+            if terms:
+                keyword, scale, found = self._keyword.hybrid(sid, terms, fields, on_unknown_class)
+            pool = max(10 * k, HYBRID_POOL)
+            cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword, parts)
+            scores = blend(keyword, scale, cosines, weight)
+            if keep is not None:
+                ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
+                passing = first_passing(ranked, k, keep, found, read)
+                return [StoreHit(seq, item, score) for seq, score, item in passing]
+        best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
+        missing = [seq for seq, _ in best if seq not in found]
+        if missing:
+            found = {**found, **self._engine.read_items(sid, missing, on_unknown_class)}
+        return [StoreHit(seq, found[seq], score) for seq, score in best if seq in found]
+
+    def cosines(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        query: Any,
+        limit: int,
+        among: Iterable[int],
+        parts: EmbedParts,
+    ) -> dict[int, float]:
+        """Return a session's best cosines with the unit ``query`` (the best ``limit`` with ties, and ``among``), by seq.
+
+        What a hybrid search over several sessions needs of each: the
+        session's model is checked and, on a writable handle, its items
+        without a vector are embedded and stored first, as :meth:`search` does.
+        """
+        self._checked_model(sid, embedder)
+        if not self._engine.read_only:
+            self._embed_missing(sid, embedder, fields, 256, None, parts)
+        return self._best_cosines(sid, embedder, fields, query, limit, among, parts)
+
+    def _best_cosines(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        query: Any,
+        limit: int,
+        among: Iterable[int],
+        parts: EmbedParts,
+    ) -> dict[int, float]:
+        """Return the best cosine of a part of the best ``limit`` items (with ties) and of ``among``, by seq.
+
+        The backend computes them where it can (:meth:`Backend.nearest`); else the
+        vectors are read a page at a time and scored with numpy. A read-only
+        handle also embeds, without storing, the items that have no vector
+        yet, so its ranking is the same as a writer's; it then scores every
+        item with numpy, so that the items embedded now and those stored
+        are compared by one computation (a tie is a tie in both). The
+        backend computes one cosine per stored row, so vectors cut into
+        parts (several vectors a row) are always scored with numpy.
+        """
+        filed = fields_text(fields, parts)
+        wanted = list(among)
+        with self._engine.errors("search", sid):
+            rows = None
+            if parts == EmbedParts.WHOLE:
+                rows = self._backend.nearest(
+                    sid, filed, query.astype(VECTOR_DTYPE).tobytes(), limit, wanted
+                )
+            if rows is not None and self._engine.read_only:
+                rows = (
+                    rows
+                    if self._backend.vector_count(sid, filed) >= self._backend.count(sid)
+                    else None
+                )
+        if rows is None:
+            pages = itertools.chain(
+                self._stored_cosine_pages(sid, embedder, filed),
+                self._unembedded_cosine_pages(sid, embedder, fields, parts),
+            )
+            return best_cosines(pages, query, limit, wanted)
+        scored: dict[int, float] = {}
+        for seq, cosine, length in rows:
+            if cosine is None:
+                raise self._damaged_vector(sid, seq, length, embedder)
+            scored[seq] = cosine
+        return scored
+
+    def _stored_cosine_pages(
+        self, sid: str, embedder: Embedder, filed: str
+    ) -> Iterator[tuple[list[int], Any]]:
+        """Yield ``(seqs, unit vectors)`` of the stored vectors of a session a page at a time."""
+        pages = self._backend.vector_pages(sid, filed, 4096)
+        while True:
+            with self._engine.errors("search", sid):
+                rows = next(pages, None)
+            if rows is None:
+                return
+            yield self._decoded_vectors(sid, embedder, rows)
+
+    def _unembedded_cosine_pages(
+        self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None, parts: EmbedParts
+    ) -> Iterator[tuple[list[int], Any]]:
+        """Yield ``(seqs, unit vectors)`` of the parts of items without vectors, embedded now (read-only handles only)."""
+        if not self._engine.read_only:
+            return
+        filed = fields_text(fields, parts)
+        source = f"session {sid!r} of {self._engine.url}"
+        unembedded = self._backend.unembedded_pages(sid, filed, 1024)
+        while True:
+            with self._engine.errors("search", sid):
+                rows = next(unembedded, None)
+            if rows is None:
+                return
+            texts = [
+                (seq, text)
+                for seq, item in decode_pairs(rows, source, "base")
+                for text in parts.texts(item_fields(item), fields)
+            ]
+            if texts:
+                yield [seq for seq, _ in texts], checked_vectors(embedder, [t for _, t in texts])
+
+    def _decoded_vectors(
+        self, sid: str, embedder: Embedder, rows: Sequence[tuple[int, bytes]]
+    ) -> tuple[list[int], Any]:
+        """Return the seq of each stored vector and their matrix; a row of no whole number of vectors is damage.
+
+        A row holds an item's vectors one after the other: one with
+        ``EmbedParts.WHOLE``, one per part otherwise (none for an item
+        without text), so its seq is repeated once per vector.
+        """
+        np = numpy()
+        size = 4 * embedder.dimension
+        vectors = [vector for _, vector in rows]
+        lengths = list(map(len, vectors))
+        if lengths and min(lengths) == max(lengths) == size:  # the usual page: all whole vectors
+            matrix = np.frombuffer(b"".join(vectors), dtype=VECTOR_DTYPE).reshape(len(rows), -1)
+            return [seq for seq, _ in rows], matrix.astype(np.float32, copy=False)
+        seqs: list[int] = []
+        blobs: list[bytes] = []
+        for seq, vector in rows:
+            if len(vector) % size:
+                raise self._damaged_vector(sid, seq, len(vector), embedder)
+            if len(vector):
+                seqs.extend([seq] * (len(vector) // size))
+                blobs.append(bytes(vector))
+        matrix = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE).reshape(
+            len(seqs), embedder.dimension
+        )
+        return seqs, matrix.astype(np.float32, copy=False)
+
+    def _damaged_vector(
+        self, sid: str, seq: int, length: int, embedder: Embedder
+    ) -> CorruptStoreError:
+        """Return the error for a stored vector of the wrong byte length."""
+        msg = (
+            f"The vector of item {seq} of session {sid!r} of {self._engine.url} holds "
+            f"{length} bytes; expected {4 * embedder.dimension} ({embedder.dimension} float32 of "
+            f"model {embedder.name!r}), or a multiple of it for vectors cut into parts. "
+            f"The store is damaged: drop the session's vectors with "
+            f"drop_vectors({sid!r}) and index them again."
+        )
+        return CorruptStoreError(msg)
+
+    def _store_vectors(
+        self,
+        sid: str,
+        embedder: Embedder,
+        filed: str,
+        chunk: Sequence[tuple[int, bytes, list[str]]],
+    ) -> None:
+        """Embed one batch and write its vectors (an item's parts in one row) in one transaction (nothing if the embedder fails)."""
+        blobs = [b""] * len(chunk)
+        texts = [text for _, _, item_texts in chunk for text in item_texts]
+        if texts:
+            unit = checked_vectors(embedder, texts).astype(VECTOR_DTYPE)
+            row = 0
+            for position, (_, _, item_texts) in enumerate(chunk):
+                blobs[position] = unit[row : row + len(item_texts)].tobytes()
+                row += len(item_texts)
+        rows = [(seq, data, blob) for (seq, data, _), blob in zip(chunk, blobs, strict=True)]
+        with self._engine.errors("write the vectors of", sid), self._backend.transaction(sid) as tx:
+            if self._backend.lock_session(tx, sid) is None:
+                return
+            if not self._backend.keeps_vectors:
+                msg = (
+                    f"Store {self._engine.url} keeps no vectors: its backend "
+                    f"({type(self._backend).__name__}) does not implement the vector operations "
+                    "(Backend.keeps_vectors). Search it by keyword, or load the session into a "
+                    "Memory for semantic search."
+                )
+                raise StoreError(msg)
+            found = self._backend.claim_vector_model(tx, sid, embedder.name, embedder.dimension)
+            if found != (embedder.name, embedder.dimension):
+                raise EmbedderMismatchError(self._mismatch(sid, found, embedder))
+            self._backend.put_vectors(tx, sid, filed, rows)
+
+    def _checked_model(self, sid: str, embedder: Embedder) -> tuple[str, int] | None:
+        """Return the session's recorded model; raise if ``embedder`` is another one."""
+        with self._engine.errors("read the vector model of", sid):
+            found = self._backend.vector_model(sid)
+        if found is not None and found != (embedder.name, embedder.dimension):
+            raise EmbedderMismatchError(self._mismatch(sid, found, embedder))
+        return found
+
+    def _mismatch(self, sid: str, found: tuple[str, int], embedder: Embedder) -> str:
+        return (
+            f"Session {sid!r} of {self._engine.url} holds vectors of embedding model {found[0]!r} "
+            f"({found[1]} dimensions), and this call uses {embedder.name!r} "
+            f"({embedder.dimension} dimensions); vectors of two models cannot be compared. "
+            f"Use the same embedder, or embed the session again: drop_vectors({sid!r}), then "
+            f"index_embeddings({sid!r}, embedder). Nothing was changed."
+        )
+
+
+def check_embedder(embedder: object) -> None:
+    """Raise :class:`StoreArgumentError` unless ``embedder`` looks like an :class:`Embedder`."""
+    name = getattr(embedder, "name", None)
+    dimension = getattr(embedder, "dimension", None)
+    if (
+        type(name) is not str
+        or type(dimension) is not int
+        or dimension < 1
+        or not callable(embedder)
+    ):
+        msg = f"embedder must be an Embedder (a callable with a str name and an int dimension >= 1), got {embedder!r}."
+        raise StoreArgumentError(msg)

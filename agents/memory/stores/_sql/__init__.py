@@ -1,0 +1,1 @@
+"""The SQL dialect SQLite and PostgreSQL share, and filters compiled to it."""

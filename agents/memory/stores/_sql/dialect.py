@@ -1,0 +1,267 @@
+"""The SQL that SQLite and PostgreSQL share: statements written once, spelled by a dialect.
+
+The two stores keep the same tables (``kvmemory_items``, ``kvmemory_vectors``,
+``kvmemory_embedders``) and answer most primitives with the same statements;
+they differ in a few spellings: the parameter mark (``?`` or ``%s``), how a
+list of values is bound (a JSON array read with ``json_each``, or an array
+compared with ``= ANY``), and PostgreSQL's ``OFFSET 0`` that keeps a
+subquery a per-row probe. :class:`Dialect` holds those spellings, and
+:class:`SQLRows` implements the shared primitives once on top of a store's
+``_query`` (and, inside a transaction, the driver's ``execute``, which
+sqlite3 and psycopg connections both have).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, Final
+
+import attrs
+
+from agents.memory import _codec
+from agents.memory._filter import FilterNode
+from agents.memory.stores._core.encoding import IndexEntry
+from agents.memory.stores._sql.filters import candidates_query
+
+__all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLRows"]
+
+
+@attrs.frozen
+class Dialect:
+    """How one SQL engine spells what the shared statements leave open.
+
+    Attributes:
+        name: The engine, for messages.
+        param: The parameter mark.
+        members: ``column`` + this is true when the column's value is in a bound list.
+        bind_list: Turns a list of values into the one parameter ``members`` reads.
+        fence: What keeps a correlated subquery from being turned into a join.
+    """
+
+    name: str
+    param: str
+    members: str
+    bind_list: Callable[[Sequence[object]], object]
+    fence: str = ""
+
+    def spell(self, template: str) -> str:
+        """Return ``template`` in this dialect: ``{p}`` is a parameter, ``{in}`` a list membership, ``{fence}`` the fence."""
+        return _spelled(self, template)
+
+
+@functools.cache
+def _spelled(dialect: Dialect, template: str) -> str:
+    return (
+        template.replace("{in}", dialect.members)
+        .replace("{fence}", dialect.fence)
+        .replace("{p}", dialect.param)
+    )
+
+
+def _json_list(values: Sequence[object]) -> str:
+    return _codec.dumps(list(values)).decode("utf-8")
+
+
+SQLITE: Final = Dialect(
+    name="SQLite", param="?", members=" IN (SELECT value FROM json_each(?))", bind_list=_json_list
+)
+POSTGRES: Final = Dialect(
+    name="PostgreSQL", param="%s", members=" = ANY(%s)", bind_list=list, fence=" OFFSET 0"
+)
+
+_ROWS_OF_SEQS: Final = (
+    "SELECT seq, data FROM kvmemory_items WHERE session_id = {p} AND seq{in} ORDER BY seq"
+)
+_VECTOR_MODEL: Final = "SELECT model, dimension FROM kvmemory_embedders WHERE session_id = {p}"
+_VECTOR_COUNT: Final = (
+    "SELECT count(*) FROM kvmemory_vectors WHERE session_id = {p} AND fields = {p}"
+)
+_VECTOR_COUNTS: Final = (
+    "SELECT count(*), coalesce(sum(CASE WHEN length(vector) > 0 THEN 1 ELSE 0 END), 0)"
+    " FROM kvmemory_vectors WHERE session_id = {p} AND fields = {p}"
+)
+_VECTOR_PAGE: Final = (
+    "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = {p} AND fields = {p}"
+    " AND seq > {p} ORDER BY seq LIMIT {p}"
+)
+_VECTORS_OF_SEQS: Final = (
+    "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = {p} AND fields = {p}"
+    " AND seq{in} ORDER BY seq"
+)
+# The fence keeps the subquery a per-row primary-key probe in PostgreSQL: as an
+# anti-join the planner hashed every vector of the session for each page
+# (quadratic in the session: 60 s instead of 12 s to embed 100,000 items).
+_UNEMBEDDED_PAGE: Final = (
+    "SELECT seq, data FROM kvmemory_items AS i WHERE session_id = {p} AND seq > {p}"
+    " AND NOT EXISTS (SELECT 1 FROM kvmemory_vectors AS v"
+    " WHERE v.session_id = i.session_id AND v.seq = i.seq AND v.fields = {p}{fence})"
+    " ORDER BY seq LIMIT {p}"
+)
+_CLAIM_MODEL: Final = (
+    "INSERT INTO kvmemory_embedders (session_id, model, dimension) VALUES ({p}, {p}, {p})"
+    " ON CONFLICT (session_id) DO NOTHING"
+)
+_DELETE_VECTORS_OF: Final = "DELETE FROM kvmemory_vectors WHERE session_id = {p} AND seq{in}"
+_DELETE_VECTORS: Final = "DELETE FROM kvmemory_vectors WHERE session_id = {p}"
+_DELETE_MODEL: Final = "DELETE FROM kvmemory_embedders WHERE session_id = {p}"
+_DELETE_ROWS: Final = "DELETE FROM kvmemory_items WHERE session_id = {p} AND seq{in} RETURNING seq"
+_CLEAR_ROWS: Final = "DELETE FROM kvmemory_items WHERE session_id = {p}"
+_ROW_INDEX: Final = (
+    "SELECT seq, step, created FROM kvmemory_items WHERE session_id = {p} ORDER BY seq"
+)
+
+_LAST_STEP: Final = (
+    "SELECT count(*), (SELECT step FROM kvmemory_items WHERE session_id = {p}"
+    " ORDER BY seq DESC LIMIT 1) FROM kvmemory_items WHERE session_id = {p}"
+)
+
+
+def _pairs(rows: Sequence[Any]) -> list[tuple[int, bytes]]:
+    # bytes() of a bytes object is that object; a driver's memoryview becomes bytes.
+    return [(int(seq), bytes(data)) for seq, data in rows]
+
+
+class SQLRows:
+    """The row and vector operations of :class:`~agents.memory.stores.Backend`, in SQL both engines speak.
+
+    A backend mixes this in before ``Backend`` and provides three public
+    members these operations are written over: :attr:`dialect`,
+    :attr:`no_tables` (true while the database has no kvmemory tables yet, so
+    every read is empty) and :meth:`query_rows` (one read statement on the
+    backend's own connection).
+    """
+
+    dialect: ClassVar[Dialect]
+    driver_errors: tuple[type[BaseException], ...]
+
+    @property
+    def no_tables(self) -> bool:
+        """Whether the database has no kvmemory tables yet: every read is empty."""
+        raise NotImplementedError
+
+    def query_rows(self, sql: str, params: Any = ()) -> list[Any]:
+        """Run one read statement and return its rows (the store's own connection handling)."""
+        raise NotImplementedError
+
+    def query_vectors(self, sql: str, params: Any) -> list[Any]:
+        """Run a statement that reads vectors (PostgreSQL reads them in binary)."""
+        return self.query_rows(sql, params)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        if self.no_tables:
+            return []
+        d = self.dialect
+        return _pairs(self.query_rows(d.spell(_ROWS_OF_SEQS), (session_id, d.bind_list(seqs))))
+
+    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the seqs of the session's rows that may pass a filter, judged in SQL over the stored JSON.
+
+        Sound, not exact (see ``_sql.filters``): the rows left out cannot
+        pass; the others are still tested in Python. ``None`` when SQL
+        cannot narrow the filter, or the engine cannot read the rows as
+        JSON (an SQLite without JSON functions, a damaged row: decoding
+        then reports it).
+        """
+        if self.no_tables:
+            return set()
+        query = candidates_query(tree, session_id, postgres=self.dialect is POSTGRES)
+        if query is None:
+            return None
+        try:
+            return {int(seq) for (seq,) in self.query_rows(*query)}
+        except self.driver_errors as exc:
+            if "json" not in str(exc).lower():
+                raise
+            # No JSON functions, or a row that is not JSON: filtering in Python alone still
+            # gives the exact answer, and decoding the rows reports the damage.
+            return None
+
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
+        if self.no_tables:
+            return None
+        rows = self.query_rows(self.dialect.spell(_VECTOR_MODEL), (session_id,))
+        return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def vector_count(self, session_id: str, fields: str) -> int:
+        if self.no_tables:
+            return 0
+        rows = self.query_rows(self.dialect.spell(_VECTOR_COUNT), (session_id, fields))
+        return int(rows[0][0])
+
+    def vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
+        if self.no_tables:
+            return 0, 0
+        rows = self.query_rows(self.dialect.spell(_VECTOR_COUNTS), (session_id, fields))
+        return int(rows[0][0]), int(rows[0][1])
+
+    def vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        if self.no_tables:
+            return
+        sql = self.dialect.spell(_VECTOR_PAGE)
+        rows = _pairs(self.query_vectors(sql, (session_id, fields, -1, size)))
+        while rows:
+            yield rows
+            rows = _pairs(self.query_vectors(sql, (session_id, fields, rows[-1][0], size)))
+
+    def vectors_of(
+        self, session_id: str, fields: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        if self.no_tables:
+            return []
+        d = self.dialect
+        params = (session_id, fields, d.bind_list(seqs))
+        return _pairs(self.query_vectors(d.spell(_VECTORS_OF_SEQS), params))
+
+    def unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        if self.no_tables:
+            return
+        sql = self.dialect.spell(_UNEMBEDDED_PAGE)
+        rows = _pairs(self.query_rows(sql, (session_id, -1, fields, size)))
+        while rows:
+            yield rows
+            rows = _pairs(self.query_rows(sql, (session_id, rows[-1][0], fields, size)))
+
+    # -- writing, inside a transaction (``tx`` is the driver's connection) -------------------
+
+    def claim_vector_model(
+        self, tx: Any, session_id: str, model: str, dimension: int
+    ) -> tuple[str, int]:
+        d = self.dialect
+        tx.execute(d.spell(_CLAIM_MODEL), (session_id, model, dimension))
+        row = tx.execute(d.spell(_VECTOR_MODEL), (session_id,)).fetchone()
+        return str(row[0]), int(row[1])
+
+    def delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
+        d = self.dialect
+        tx.execute(d.spell(_DELETE_VECTORS_OF), (session_id, d.bind_list(seqs)))
+
+    def drop_vectors(self, tx: Any, session_id: str) -> int:
+        d = self.dialect
+        gone = tx.execute(d.spell(_DELETE_VECTORS), (session_id,)).rowcount
+        tx.execute(d.spell(_DELETE_MODEL), (session_id,))
+        return int(gone)
+
+    def delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+        d = self.dialect
+        rows = tx.execute(d.spell(_DELETE_ROWS), (session_id, d.bind_list(seqs))).fetchall()
+        return sorted(int(row[0]) for row in rows)
+
+    def clear_rows(self, tx: Any, session_id: str) -> int:
+        return int(tx.execute(self.dialect.spell(_CLEAR_ROWS), (session_id,)).rowcount)
+
+    def row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
+        rows = tx.execute(self.dialect.spell(_ROW_INDEX), (session_id,)).fetchall()
+        return [(int(seq), step, float(created)) for seq, step, created in rows]
+
+    def last_step(self, tx: Any, session_id: str) -> tuple[int, str | None]:
+        count, step = tx.execute(
+            self.dialect.spell(_LAST_STEP), (session_id, session_id)
+        ).fetchone()
+        return int(count), step

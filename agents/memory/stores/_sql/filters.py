@@ -1,0 +1,236 @@
+"""A search filter as SQL: the rows of a session that may pass, so the others are never decoded.
+
+The stores filter a ranking with the one compiled
+:class:`~agents.memory.search.Filter`, in Python, on decoded items (see
+``_search.filtering``); that is what makes every store keep exactly what
+``Memory.search`` keeps. SQLite and PostgreSQL can also tell, in SQL over
+the stored JSON, which rows *may* pass: :func:`candidates_sql` writes that
+condition. It is sound, never exact by design: a row it leaves out cannot
+pass the filter; a row it keeps is still tested in Python. Whatever SQL
+cannot judge exactly is kept:
+
+* a value stored as a JSON object or array (dicts, lists, and every value
+  the codec tags: dates, tuples, enums, ``Decimal``, NaN, infinities, big
+  ints), a PostgreSQL row without its JSONB copy, a dotted field name, a
+  function filter;
+* numbers within a relative 1e-9 of the operand (SQL engines parse and
+  compare JSON numbers in their own arithmetic; Python decides the rest),
+  and ints beyond 2**53 as operands.
+
+Strings compare exactly: SQLite's BINARY collation and PostgreSQL's
+``COLLATE "C"`` order UTF-8 by code point, as Python does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import attrs
+
+from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode
+
+__all__ = ["candidates_query"]
+
+# SQLite's JSON functions cut a string at an escaped NUL character: rows holding one are
+# judged in Python, as PostgreSQL's rows without a JSONB copy are.
+_SQLITE_ROWS: Final = (
+    "SELECT seq FROM (SELECT seq, instr(d, '\\u0000') > 0 AS opaque,"
+    " CASE WHEN json_type(d, '$.\"$kv\"') IS NULL THEN d"
+    " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq, CAST(data AS TEXT) AS d"
+    " FROM kvmemory_items WHERE session_id = ?)) WHERE "
+)
+_POSTGRES_ROWS: Final = (
+    "SELECT seq FROM (SELECT seq, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
+    " THEN doc -> 'fields' ELSE doc END AS f FROM kvmemory_items WHERE session_id = %s) AS r"
+    " WHERE "
+)
+
+_SAFE_INT: Final = 2**53
+_SLACK: Final = 1e-9
+
+
+@attrs.define
+class _Writer:
+    """Writes the condition for one dialect, collecting its parameters in order."""
+
+    postgres: bool
+    params: list[Any] = attrs.Factory(list)
+
+    @property
+    def true(self) -> str:
+        return "TRUE" if self.postgres else "1"
+
+    @property
+    def false(self) -> str:
+        return "FALSE" if self.postgres else "0"
+
+    def p(self, value: Any, cast: str = "") -> str:
+        self.params.append(value)
+        return f"%s::{cast}" if self.postgres and cast else ("%s" if self.postgres else "?")
+
+    def key(self, name: str) -> Any:
+        return name if self.postgres else '$."' + name + '"'
+
+    def type_of(self, name: str) -> str:
+        if self.postgres:
+            return f"jsonb_typeof(f -> {self.p(name, 'text')})"
+        return f"json_type(f, {self.p(self.key(name))})"
+
+    def opaque(self, name: str) -> str:
+        """The value is a JSON object or array, or the row is one SQL cannot read exactly: SQL cannot judge it."""
+        return f"(opaque OR {self.type_of(name)} IN ('object', 'array'))"
+
+    def is_number(self, name: str) -> str:
+        if self.postgres:
+            return f"{self.type_of(name)} = 'number'"
+        return f"{self.type_of(name)} IN ('integer', 'real')"
+
+    def number(self, name: str) -> str:
+        if self.postgres:
+            return f"(CASE WHEN {self.is_number(name)} THEN (f -> {self.p(name, 'text')})::numeric::float8 END)"
+        return (
+            f"(CASE WHEN {self.is_number(name)} THEN json_extract(f, {self.p(self.key(name))}) END)"
+        )
+
+    def text(self, name: str) -> str:
+        if self.postgres:
+            return f"(CASE WHEN {self.type_of(name)} = 'string' THEN (f ->> {self.p(name, 'text')}) END) COLLATE \"C\""
+        return f"(CASE WHEN {self.type_of(name)} = 'text' THEN json_extract(f, {self.p(self.key(name))}) END)"
+
+    def sure(self, condition: str) -> str:
+        """A condition that is false, not NULL, where it cannot be evaluated."""
+        return f"COALESCE({condition}, {self.false})"
+
+
+def candidates_query(
+    tree: FilterNode, session_id: str, *, postgres: bool
+) -> tuple[str, list[Any]] | None:
+    """Return the query for the seqs of a session's rows that may pass ``tree``, with its parameters.
+
+    The condition reads ``f``, the item's fields (unwrapped from the
+    codec's item wrapper) as JSON text in SQLite and JSONB in PostgreSQL,
+    beside ``opaque``: the row holds a NUL character (SQLite's JSON
+    functions cut strings there) or has no JSONB copy (PostgreSQL). ``None``
+    when the condition would keep every row (nothing to gain from asking).
+    """
+    writer = _Writer(postgres, [session_id])
+    sql = _maybe(writer, tree)
+    if sql is None:
+        return None
+    return (_POSTGRES_ROWS if postgres else _SQLITE_ROWS) + f"({sql})", writer.params
+
+
+def _maybe(w: _Writer, node: FilterNode) -> str | None:
+    """SQL that holds for every row where ``node`` may hold; ``None`` for "every row"."""
+    mark = len(w.params)
+    sql = _node_maybe(w, node)
+    if sql is None:
+        del w.params[mark:]  # the parameters of parts written before SQL gave up
+    return sql
+
+
+def _node_maybe(w: _Writer, node: FilterNode) -> str | None:
+    if isinstance(node, AllOf):
+        parts = [sql for sql in (_maybe(w, part) for part in node.parts) if sql is not None]
+        return " AND ".join(f"({sql})" for sql in parts) if parts else None
+    if isinstance(node, AnyOf):
+        parts = []
+        for part in node.parts:
+            sql = _maybe(w, part)
+            if sql is None:
+                return None
+            parts.append(sql)
+        return " OR ".join(f"({sql})" for sql in parts)
+    if not isinstance(node, Condition) or not _plain_name(node.field):
+        return None
+    return _condition(w, node)
+
+
+def _plain_name(name: str) -> bool:
+    """Whether SQL can address the field: no dots (a path), quotes or backslashes."""
+    return bool(name) and not any(c in name for c in '."\\\x00')
+
+
+def _condition(w: _Writer, node: Condition) -> str | None:
+    name, op, x = node.field, node.op, node.operand
+    if op == "$eq":
+        return _equal_maybe(w, name, x)
+    if op == "$in":
+        parts = [_equal_maybe(w, name, element) for element in x]
+        if any(part is None for part in parts):
+            return None
+        return " OR ".join(f"({part})" for part in parts) if parts else w.false
+    if op == "$ne":
+        sure = _equal_sure(w, name, x)
+        return None if sure is None else f"NOT {w.sure(sure)}"
+    if op == "$nin":
+        sures = [_equal_sure(w, name, element) for element in x]
+        known = [sure for sure in sures if sure is not None]
+        if not known:
+            return None
+        return f"NOT {w.sure(' OR '.join(f'({sure})' for sure in known))}"
+    if op == "range":
+        if not x:
+            return w.false
+        low, high = min(x), max(x)
+        if max(abs(low), abs(high)) >= _SAFE_INT:
+            return None
+        # Each fragment binds its own parameters, in the order written: never reuse one.
+        above = f"{w.number(name)} >= {w.p(low - 0.5, 'float8')}"
+        inside = w.sure(f"{above} AND {w.number(name)} <= {w.p(high + 0.5, 'float8')}")
+        return f"{inside} OR {w.opaque(name)}"
+    return _ordered_maybe(w, name, op, x)
+
+
+def _number_operand(x: Any) -> float | None:
+    """The operand as a float SQL can compare with a slack, or ``None`` if it is too large to."""
+    value = float(x) if abs(x) < _SAFE_INT or isinstance(x, float) else math.inf
+    return value if math.isfinite(value) and abs(value) < 1e300 else None
+
+
+def _equal_maybe(w: _Writer, name: str, x: Any) -> str | None:
+    if isinstance(x, (bool, str)) or x is None:
+        sure = _equal_sure(w, name, x)
+        return f"{w.sure(sure or w.false)} OR {w.opaque(name)}"
+    if isinstance(x, (int, float)):
+        value = _number_operand(x)
+        if value is None:
+            return None
+        slack = abs(value) * _SLACK
+        near = w.sure(f"abs({w.number(name)} - {w.p(value, 'float8')}) <= {w.p(slack, 'float8')}")
+        return f"{near} OR {w.opaque(name)}"
+    return w.opaque(name)  # lists, dicts, tagged values: stored as objects and arrays
+
+
+def _equal_sure(w: _Writer, name: str, x: Any) -> str | None:
+    """SQL that holds only where the field is equal to ``x`` (``None``: SQL cannot be sure of any row)."""
+    if x is None:
+        return f"{w.type_of(name)} = 'null'"
+    if isinstance(x, bool):
+        word = "true" if x else "false"
+        if w.postgres:
+            return f"f -> {w.p(name, 'text')} = '{word}'::jsonb"
+        return f"{w.type_of(name)} = '{word}'"
+    if isinstance(x, str):
+        if "\x00" in x:
+            return w.false  # no string SQL reads holds NUL (rows holding one are opaque)
+        return f"{w.text(name)} = {w.p(str(x), 'text')}"
+    return None
+
+
+def _ordered_maybe(w: _Writer, name: str, op: str, x: Any) -> str | None:
+    sign = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
+    if isinstance(x, str):
+        if "\x00" in x:
+            return None  # PostgreSQL cannot take it as text; Python judges
+        compare = w.sure(f"{w.text(name)} {sign} {w.p(str(x), 'text')}")
+        return f"{compare} OR {w.opaque(name)}"
+    value = _number_operand(x)
+    if value is None:
+        return None
+    slack = abs(value) * _SLACK
+    bound = value - slack if op in ("$gt", "$gte") else value + slack
+    wide = ">=" if op in ("$gt", "$gte") else "<="
+    compare = w.sure(f"{w.number(name)} {wide} {w.p(bound, 'float8')}")
+    return f"{compare} OR {w.opaque(name)}"

@@ -1,0 +1,507 @@
+"""The SQLite store: one file, many processes, the embedded default.
+
+:class:`SQLiteBackend` is built of three parts, each in a module of its own:
+the open file (:class:`~agents.memory.stores._sqlite.file.SQLiteFile`:
+checks, connection, WAL mode, migrations, a read-only handle following
+writers), its layout (:mod:`~agents.memory.stores._sqlite.schema`: tables,
+index statements, migrations) and the keyword index
+(:class:`~agents.memory.stores._sqlite.keyword.SQLiteKeywordIndex`, FTS5
+filled in batches, BM25 over its postings). The backend itself reads and
+writes rows and vectors through the file's connection.
+
+Semantic search computes exact cosines in SQL with the sqlite-vec
+extension's ``vec_distance_cosine`` over the stored vectors where the
+extension loads (the ``sqlite-vec`` extra, and a Python whose ``sqlite3``
+can load extensions), and otherwise reads the vectors a page at a time and
+computes them with numpy; either way the file is the same, so every Python
+reads and writes it. The file runs in WAL mode; every write is one ``BEGIN IMMEDIATE`` transaction, so writers from
+several processes queue on the busy timeout instead of failing with
+"database is locked", and ``AUTOINCREMENT`` seqs follow commit order and are
+never reused, not even by a session deleted and created again. Appends only
+insert rows; nothing is rewritten.
+
+A new file is created readable by its owner only (``0600``); SQLite gives
+its ``-wal`` and ``-shm`` files the same permissions. A file that is not a
+kvmemory store (not an SQLite database, or a database with other tables) is
+refused with :class:`CorruptStoreError` before anything is written to it.
+
+Durability follows ``synchronous`` (a URL option):
+
+* ``full`` (default): the WAL is fsynced at every commit. A call that returned
+  survives a process crash and a power cut.
+* ``normal``: fsync only at checkpoints. A process crash loses nothing; a power
+  cut can lose the last commits (never corrupts the file).
+* ``off``: no fsync. A process crash loses nothing; a power cut can lose
+  commits or corrupt the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from agents.memory import _codec
+from agents.memory.exceptions import StoreError
+from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
+from agents.memory.stores._core.terms import Terms
+from agents.memory.stores._sql.dialect import SQLITE, SQLRows
+from agents.memory.stores._sqlite.file import SQLiteFile, Synchronous
+from agents.memory.stores._sqlite.keyword import SQLiteKeywordIndex
+from agents.memory.stores._sqlite.schema import SCHEMA_VERSION
+from agents.memory.stores._store import Store
+
+__all__ = ["SQLiteBackend", "SQLiteStore", "Synchronous"]
+
+
+class SQLiteBackend(SQLRows, Backend):
+    """The rows of an SQLite store: one file, many processes (see :class:`SQLiteStore` for the arguments).
+
+    Opening checks the file (or, unless ``read_only``, creates and
+    migrates it); :class:`SQLiteStore` is the store over this backend. The
+    backend reads and writes rows and vectors; it holds the open file
+    (:class:`~agents.memory.stores._sqlite.file.SQLiteFile`: connection,
+    lock, transactions) and the file's keyword index
+    (:class:`~agents.memory.stores._sqlite.keyword.SQLiteKeywordIndex`), and
+    uses both through their public calls.
+    """
+
+    driver_errors = (sqlite3.Error,)
+    dialect = SQLITE
+    keeps_vectors = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "full",
+        timeout: float = 30.0,
+        read_only: bool = False,
+        url: str | None = None,
+        sqlite_vec: bool | None = None,
+    ) -> None:
+        self._file = SQLiteFile(
+            path,
+            synchronous=synchronous,
+            timeout=timeout,
+            read_only=read_only,
+            sqlite_vec=sqlite_vec,
+        )
+        self.path = self._file.path
+        self.url = url or f"sqlite:///{self.path}"
+        self.read_only = read_only
+        self.synchronous: Synchronous = synchronous
+        self._keywords = SQLiteKeywordIndex(self._file)
+
+    # -- the file ------------------------------------------------------------------
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The ``sqlite3`` connection reads and writes go through now, to trace or inspect (never commit, roll back or close it).
+
+        A read-only handle on a file no writer had open reopens it when a
+        writer appears, so ask again rather than keep it.
+        """
+        return self._file.connection
+
+    @property
+    def no_tables(self) -> bool:
+        """Whether the file holds no tables yet (read as empty), after following writers (see :meth:`SQLiteFile.follow_writers`)."""
+        return self._file.no_tables
+
+    def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
+        return self._file.error(action, where, exc)
+
+    def transaction(
+        self, session_id: str | None
+    ) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._file.transaction()
+
+    def query_rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        """Run one read statement on this handle's connection and return its rows."""
+        return self._file.query_rows(sql, params)
+
+    def close(self) -> None:
+        with self._file.lock:
+            self._keywords.fold_pending()
+            self._file.close()
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read_session(self, session_id: str) -> SessionRow | None:
+        if self.no_tables:
+            return None
+        rows = self.query_rows(_SELECT_SESSION, (session_id,))
+        return rows[0] if rows else None
+
+    def read_rows(
+        self, session_id: str, *, steps: Sequence[str] | None = None, after: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        if self.no_tables:
+            return []
+        sql = "SELECT seq, data FROM " + _rows_of(steps) + " WHERE session_id = ?"
+        params: list[object] = [session_id]
+        if after is not None:
+            sql += " AND seq > ?"
+            params.append(after)
+        if steps is not None:
+            sql += " AND step IN (SELECT value FROM json_each(?))"
+            params.append(_json_list(steps))
+        return self.query_rows(sql + " ORDER BY seq", params)
+
+    def read_last(
+        self, session_id: str, n: int, *, steps: Sequence[str] | None = None
+    ) -> list[tuple[int, bytes]]:
+        if self.no_tables:
+            return []
+        sql = "SELECT seq, data FROM " + _rows_of(steps) + " WHERE session_id = ?"
+        params: list[object] = [session_id]
+        if steps is not None:
+            sql += " AND step IN (SELECT value FROM json_each(?))"
+            params.append(_json_list(steps))
+        rows = self.query_rows(sql + " ORDER BY seq DESC LIMIT ?", [*params, n])
+        rows.reverse()
+        return rows
+
+    def read_pages(self, session_id: str, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        if self.no_tables:
+            return
+        first = "SELECT seq, data FROM kvmemory_items WHERE session_id = ? ORDER BY seq LIMIT ?"
+        rows = self.query_rows(first, (session_id, size))
+        later = "SELECT seq, data FROM kvmemory_items WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        while rows:
+            yield rows
+            rows = self.query_rows(later, (session_id, rows[-1][0], size))
+
+    def count(self, session_id: str) -> int:
+        if self.no_tables:
+            return 0
+        rows = self.query_rows(
+            "SELECT count(*) FROM kvmemory_items WHERE session_id = ?", (session_id,)
+        )
+        return int(rows[0][0])
+
+    def sessions(self) -> list[str]:
+        if self.no_tables:
+            return []
+        rows = self.query_rows("SELECT session_id FROM kvmemory_sessions ORDER BY session_id")
+        return [str(row[0]) for row in rows]
+
+    # -- writing ---------------------------------------------------------------------
+
+    def lock_session(self, tx: sqlite3.Connection, session_id: str) -> SessionRow | None:
+        # BEGIN IMMEDIATE already keeps every other writer out of the whole file.
+        row: SessionRow | None = tx.execute(_SELECT_SESSION, (session_id,)).fetchone()
+        return row
+
+    def create_session(
+        self, tx: sqlite3.Connection, session_id: str, step_key: str, created: float
+    ) -> None:
+        tx.execute(
+            "INSERT INTO kvmemory_sessions (session_id, step_key, created) VALUES (?, ?, ?)",
+            (session_id, step_key, created),
+        )
+
+    def set_metadata(self, tx: sqlite3.Connection, session_id: str, metadata: bytes) -> None:
+        tx.execute(
+            "UPDATE kvmemory_sessions SET metadata = ? WHERE session_id = ?", (metadata, session_id)
+        )
+
+    def insert_rows(
+        self, tx: sqlite3.Connection, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int]:
+        sql = (
+            "INSERT INTO kvmemory_items (session_id, step, created, data, terms, n_terms)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+        )
+        values = [
+            (session_id, step, created, data, text, n)
+            for (step, created, data), (text, n) in zip(rows, terms, strict=True)
+        ]
+        if len(rows) == 1:
+            last = tx.execute(sql, values[0]).lastrowid
+        else:
+            tx.executemany(sql, values)
+            last = tx.execute("SELECT last_insert_rowid()").fetchone()[0]
+        assert last is not None  # an INSERT always sets the last rowid
+        # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
+        first = last - len(rows) + 1
+        self._keywords.index_inserted(tx, session_id, terms, last)
+        return list(range(first, last + 1))
+
+    def update_rows(
+        self,
+        tx: sqlite3.Connection,
+        session_id: str,
+        rows: Sequence[RowUpdate],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        sql = (
+            "UPDATE kvmemory_items SET step = ?, data = ?, terms = ?, n_terms = ?"
+            " WHERE session_id = ? AND seq = ?"
+        )
+        return [
+            seq
+            for (seq, step, data), (text, n) in zip(rows, terms, strict=True)
+            if tx.execute(sql, (step, data, text, n, session_id, seq)).rowcount
+        ]
+
+    def delete_session(self, session_id: str) -> bool:
+        with self.transaction(session_id) as con:
+            con.execute("DELETE FROM kvmemory_items WHERE session_id = ?", (session_id,))
+            con.execute("DELETE FROM kvmemory_search WHERE session_id = ?", (session_id,))
+            self.drop_vectors(con, session_id)
+            gone = con.execute(
+                "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
+            ).rowcount
+        return gone > 0
+
+    # -- vectors ---------------------------------------------------------------------
+
+    @property
+    def uses_sqlite_vec(self) -> bool:
+        """Whether semantic and hybrid searches compute cosines in SQL with the sqlite-vec extension.
+
+        ``True`` when the extension loaded (the ``sqlite-vec`` extra, and a
+        Python whose ``sqlite3`` can load extensions): a query then reads
+        only the best rows' cosines into Python, not the vectors (except on
+        a read-only handle while some items have no vector yet). ``False``
+        when the vectors are read a page at a time and scored with numpy.
+        The hits and their order are the same either way, the scores equal
+        to float32 rounding.
+        """
+        return self._file.uses_sqlite_vec
+
+    def nearest(
+        self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
+    ) -> list[tuple[int, float | None, int]] | None:
+        if not self._file.uses_sqlite_vec:
+            return None
+        if self.no_tables:
+            return []
+        params: dict[str, object] = {
+            "sid": session_id,
+            "fields": fields,
+            "query": query,
+            "size": len(query),
+            "limit": limit + 1,
+        }
+        with self._file.lock:
+            self._file.follow_writers()
+            con = self._file.connection
+            # One read transaction: the best rows, their ties and the hybrid's own come from one snapshot.
+            con.execute("BEGIN")
+            try:
+                rows = con.execute(_BEST, params).fetchall()
+                if (
+                    len(rows) > limit
+                    and rows[limit][1] is not None
+                    and rows[limit][1] == rows[limit - 1][1]
+                ):
+                    # More rows tie with the last of the best (rare): take them all.
+                    rows = con.execute(_AT_LEAST, {**params, "cut": rows[limit][1]}).fetchall()
+                else:
+                    rows = rows[:limit]
+                have = {row[0] for row in rows}
+                missing = [seq for seq in among if seq not in have]
+                if missing:
+                    params["seqs"] = _json_list(missing)
+                    rows += con.execute(_OF_SEQS, params).fetchall()
+            finally:
+                con.execute("COMMIT")
+        return [
+            (int(seq), None if cosine is None else float(cosine), int(length))
+            for seq, cosine, length in rows
+        ]
+
+    def put_vectors(
+        self,
+        tx: sqlite3.Connection,
+        session_id: str,
+        fields: str,
+        rows: Sequence[tuple[int, bytes, bytes]],
+    ) -> int:
+        cur = tx.executemany(
+            "INSERT OR REPLACE INTO kvmemory_vectors (session_id, seq, fields, vector)"
+            " SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM kvmemory_items"
+            " WHERE session_id = ?1 AND seq = ?2 AND data = ?5)",
+            [(session_id, seq, fields, vector, data) for seq, data, vector in rows],
+        )
+        return int(cur.rowcount)
+
+    # -- keyword search --------------------------------------------------------------
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether keyword searches are answered by the FTS5 index (``False`` for an older file opened read-only)."""
+        return self._keywords.available
+
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        """Score the session by BM25 from the FTS5 index (``None``: an older file read-only, scanned by the store)."""
+        return self._keywords.top(session_id, terms, k)
+
+    def keyword_top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Score several sessions as one corpus by BM25 from the FTS5 index (``None``: an older file read-only)."""
+        return self._keywords.top_sessions(session_ids, terms, k)
+
+    def read_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Read the rows of many sessions in one query."""
+        if self.no_tables or not session_ids:
+            return {}
+        rows = self.query_rows(
+            "SELECT session_id, step_key, created, metadata FROM kvmemory_sessions"
+            " WHERE session_id IN (SELECT value FROM json_each(?))",
+            (SQLITE.bind_list(list(session_ids)),),
+        )
+        return {str(row[0]): (row[1], row[2], row[3]) for row in rows}
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction (:meth:`SQLiteStore.rebuild_keyword_index`).
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        try:
+            self._keywords.rebuild()
+        except sqlite3.Error as exc:
+            raise super().store_error("rebuild the keyword index of", "", exc) from exc
+
+
+class SQLiteStore(Store):
+    """Sessions in one SQLite file, safe for several processes at once: a :class:`Store` over :class:`SQLiteBackend`.
+
+    Args:
+        path: The database file; created (readable by its owner only) unless ``read_only``.
+        synchronous: ``"full"`` (default), ``"normal"`` or ``"off"``; see the module docs.
+        timeout: Seconds a writer waits for another process's transaction.
+        read_only: Open without write access: the file must exist, and it is
+            never created, migrated or written.
+        url: The URL to report in messages (defaults to ``sqlite:///<path>``).
+        sqlite_vec: Whether semantic and hybrid searches compute cosines in
+            SQL with the sqlite-vec extension: ``None`` (default) when it
+            loads, else with numpy; ``True`` requires it; ``False`` never
+            loads it. See :attr:`uses_sqlite_vec`.
+
+    Raises:
+        InvalidStoreURLError: if the path holds a NUL character.
+        MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
+            extra is not installed.
+        StoreNotFoundError: if ``read_only`` and the file does not exist.
+        CorruptStoreError: if the file is not a kvmemory store (it is left unchanged).
+        SchemaVersionError: if a newer kvmemory wrote the file, or ``read_only``
+            meets an older layout that needs a migration.
+        StoreError: if the file cannot be opened, or ``sqlite_vec=True`` and
+            this Python's ``sqlite3`` cannot load the extension.
+    """
+
+    schema_version = SCHEMA_VERSION
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "full",
+        timeout: float = 30.0,
+        read_only: bool = False,
+        url: str | None = None,
+        sqlite_vec: bool | None = None,
+    ) -> None:
+        backend = SQLiteBackend(
+            path,
+            synchronous=synchronous,
+            timeout=timeout,
+            read_only=read_only,
+            url=url,
+            sqlite_vec=sqlite_vec,
+        )
+        super().__init__(backend, read_only=read_only)
+        self.backend: SQLiteBackend = backend
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self.backend.path
+
+    @property
+    def synchronous(self) -> Synchronous:
+        """The durability setting (see the module docs)."""
+        return self.backend.synchronous
+
+    @property
+    def uses_sqlite_vec(self) -> bool:
+        """Whether semantic and hybrid searches compute cosines in SQL with the sqlite-vec extension.
+
+        ``True`` when the extension loaded (the ``sqlite-vec`` extra, and a
+        Python whose ``sqlite3`` can load extensions): a query then reads
+        only the best rows' cosines into Python, not the vectors (except on
+        a read-only handle while some items have no vector yet). ``False``
+        when the vectors are read a page at a time and scored with numpy.
+        The hits and their order are the same either way, the scores equal
+        to float32 rounding.
+        """
+        return self.backend.uses_sqlite_vec
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction.
+
+        The index follows every write on its own; this is the repair for an
+        index that was damaged or dropped outside kvmemory, which searches
+        and writes report with :class:`CorruptStoreError`. It reads and
+        tokenizes every item of every session.
+
+        Raises:
+            StoreError: if the store is read-only or cannot be written; nothing is changed.
+        """
+        if self.read_only and not self.closed:
+            msg = f"Store {self.url} is open read-only; open it writable to rebuild its keyword index. Nothing was changed."
+            raise StoreError(msg)
+        with self.guarded("rebuild the keyword index of", write=True):
+            self.backend.rebuild_keyword_index()
+
+
+# The cosines of a session's vectors, computed in SQL by sqlite-vec over the stored
+# BLOBs. A row of the wrong length gets no cosine and sorts first, so that the caller
+# names it. A vector with no direction (all zeros) gets a NaN distance, which SQLite
+# reads as NULL: its cosine is 0, as numpy computes it. (Ordering by the result
+# columns' names computes each cosine once.)
+_COSINES: Final = """
+SELECT seq,
+    CASE WHEN length(vector) = :size
+        THEN coalesce(1.0 - vec_distance_cosine(vector, :query), 0.0) END AS cosine,
+    length(vector) AS length
+FROM kvmemory_vectors
+WHERE session_id = :sid AND fields = :fields AND length(vector) > 0"""
+_BEST: Final = _COSINES + " ORDER BY length = :size, cosine DESC, seq LIMIT :limit"
+_AT_LEAST: Final = f"SELECT * FROM ({_COSINES}) WHERE cosine IS NULL OR cosine >= :cut"
+_OF_SEQS: Final = _COSINES + " AND seq IN (SELECT value FROM json_each(:seqs))"
+
+
+def _rows_of(steps: Sequence[str] | None) -> str:
+    """Return the table a read selects from: through the ``(session_id, step)`` index when steps filter it.
+
+    Left to itself the planner walks the session's ``(session_id, seq)`` index
+    to skip the sort and reads the whole session; a step filter names few
+    steps as a rule, so their index answers it (sorting the rows it finds).
+    """
+    return "kvmemory_items" if steps is None else "kvmemory_items INDEXED BY kvmemory_items_step"
+
+
+_SELECT_SESSION: Final = (
+    "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
+)
+
+
+def _json_list(values: Sequence[object]) -> str:
+    return _codec.dumps(list(values)).decode("utf-8")

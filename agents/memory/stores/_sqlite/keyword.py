@@ -1,0 +1,358 @@
+"""The keyword index of an SQLite store file: FTS5 postings kept with every write, BM25 searches over them.
+
+Every write keeps each row's search terms, and the session counts in
+``kvmemory_search``, up to date in its own transaction; the FTS5 table is
+filled in batches (schema version 6, see
+:mod:`~agents.memory.stores._sqlite.schema`): rows committed a few at a
+time stay *pending* until :data:`~agents.memory.stores._sqlite.schema.FOLD_AT`
+of them wait, a writable handle folds them before it searches and as it
+closes, and a search that meets pending rows ranks them from the terms they
+keep. :class:`SQLiteKeywordIndex` does all of this over the connection of an
+:class:`~agents.memory.stores._sqlite.file.SQLiteFile`, reached through its
+public members; :class:`~agents.memory.stores._sqlite.scorer.FTSScorer`
+ranks when no row is pending.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Sequence
+from typing import Final
+
+from agents.memory.stores._core.terms import KeywordMatch, Terms, rank_matches
+from agents.memory.stores._sql.dialect import SQLITE
+from agents.memory.stores._sqlite.file import SQLiteFile
+from agents.memory.stores._sqlite.schema import (
+    COUNT_INSERTED,
+    FOLD,
+    FOLD_AT,
+    MARK,
+    THROUGH,
+    build_keyword_index,
+)
+from agents.memory.stores._sqlite.scorer import FTSScorer
+
+__all__ = ["SQLiteKeywordIndex"]
+
+
+class SQLiteKeywordIndex:
+    """Keep and search the keyword index of one open SQLite store file.
+
+    Args:
+        file: The open file; every statement runs on its connection, under its lock.
+    """
+
+    def __init__(self, file: SQLiteFile) -> None:
+        self.file = file
+
+    @property
+    def available(self) -> bool:
+        """Whether the file's layout has the index (``False`` for an older file opened read-only: the store scans)."""
+        return self.file.keyword_indexed
+
+    def index_inserted(
+        self, tx: sqlite3.Connection, session_id: str, terms: Sequence[Terms], last: int
+    ) -> None:
+        """Count rows just inserted into the session and fold the pending rows once :data:`FOLD_AT` wait.
+
+        Args:
+            tx: The connection, inside the write transaction that inserted the rows.
+            session_id: The session the rows belong to.
+            terms: The rows' terms, one per row.
+            last: The seq of the last row inserted.
+        """
+        tx.execute(COUNT_INSERTED, (session_id, len(terms), sum(n for _, n in terms)))
+        (through,) = tx.execute(THROUGH).fetchone()
+        if last - through >= FOLD_AT:
+            tx.execute(FOLD, (through, last))
+            tx.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
+        else:
+            tx.execute(FOLD, (last, last))  # nothing to fold; checks the FTS table is there
+
+    def fold_pending(self) -> None:
+        """Fold the store's pending rows into the FTS table, if it can without waiting.
+
+        A writable handle does this as it closes (readers of the closed file
+        then search by the index alone) and before it searches (the FTS
+        table then answers: scoring pending rows reads every posting of the
+        query terms, 6x slower for common words). Best effort: while another
+        process writes, or if the index is damaged, the rows stay pending
+        (searches read them, the next write folds them, and a damaged index
+        is reported by the search or write that meets it). Does nothing on
+        a read-only handle, or on a file of a layout that indexed every row
+        as it was inserted.
+        """
+        if self.file.read_only or not self.file.folds:
+            return
+        con = self.file.connection
+        with contextlib.suppress(sqlite3.Error):
+            if not con.execute(_ANY_PENDING).fetchone()[0]:
+                return
+            con.execute("PRAGMA busy_timeout = 0")
+            try:
+                with self.file.transaction():
+                    (through,) = con.execute(THROUGH).fetchone()
+                    (last,) = con.execute(
+                        "SELECT coalesce(max(seq), 0) FROM kvmemory_items"
+                    ).fetchone()
+                    con.execute(FOLD, (through, last))
+                    con.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
+            finally:
+                con.execute(f"PRAGMA busy_timeout = {int(self.file.timeout * 1000)}")
+
+    def top(self, session_id: str, terms: Sequence[str], k: int) -> list[tuple[float, int]] | None:
+        """Return the session's ``k`` best ``(score, seq)`` by BM25, ties by seq, from the FTS5 index.
+
+        ``None`` for an older file opened read-only, which has no index (the
+        store then scans the session).
+
+        Raises:
+            CorruptStoreError: if the index is damaged or missing (see
+                :meth:`SQLiteFile.index_damaged`).
+            sqlite3.OperationalError: if the file is locked or busy.
+        """
+        if not self.file.keyword_indexed:
+            return None
+        if self.file.no_tables:
+            return []
+        sid = session_id
+        try:
+            with self.file.lock:
+                self.file.follow_writers()
+                return self._snapshot_top([sid], terms, k)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+
+    def top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions as one corpus, ties by session id and seq.
+
+        The statistics are the sessions' counts summed, each term's document
+        frequency the sum of its postings' in each session (every session's
+        postings are its own, by their prefix): the ranking of
+        ``Memory.search`` over their union, scored as :meth:`top` scores one
+        session, reading the postings of the query terms of those sessions
+        only. ``None`` for an older file opened read-only.
+
+        Raises:
+            CorruptStoreError: if the index is damaged or missing.
+            sqlite3.OperationalError: if the file is locked or busy.
+        """
+        if not self.file.keyword_indexed:
+            return None
+        if self.file.no_tables or not session_ids:
+            return []
+        try:
+            with self.file.lock:
+                self.file.follow_writers()
+                best = self._snapshot_top(session_ids, terms, k)
+                if not best:
+                    return []
+                owner = dict(
+                    self.file.connection.execute(
+                        "SELECT seq, session_id FROM kvmemory_items"
+                        " WHERE seq IN (SELECT value FROM json_each(?))",
+                        (SQLITE.bind_list([seq for _, seq in best]),),
+                    ).fetchall()
+                )
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise self.file.index_damaged("search", "", str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self.file.index_damaged("search", "", str(exc)) from exc
+        # Seqs are the store's (one AUTOINCREMENT), so the key is (session, seq) in seq's order.
+        ranked = [(score, str(owner[seq]), seq) for score, seq in best if seq in owner]
+        return sorted(ranked, key=lambda hit: (-hit[0], hit[1], hit[2]))[:k]
+
+    def _snapshot_top(
+        self, sids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]]:
+        """Score the session's items holding a query term, from one snapshot of the file.
+
+        A writable handle first folds any pending rows (:meth:`fold_pending`).
+        With no pending row in the store (see :data:`THROUGH`) the FTS table
+        holds every row and :meth:`_indexed_top` scores; ``PRAGMA data_version``
+        read before and after tells that no other connection committed in
+        between (its snapshot was the one checked). Otherwise
+        :meth:`_pending_top` scores, in one read transaction.
+        """
+        con = self.file.connection
+        if not self.file.folds:
+            return self._indexed_top(sids, terms, k)
+        self.fold_pending()
+        for _ in range(_SNAPSHOT_TRIES):
+            (version,) = con.execute("PRAGMA data_version").fetchone()
+            if con.execute(_ANY_PENDING).fetchone()[0]:
+                break
+            best = self._indexed_top(sids, terms, k)
+            if con.execute("PRAGMA data_version").fetchone()[0] == version:
+                return best
+        return self._pending_top(sids, terms, k)
+
+    def _pending_top(
+        self, sids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]]:
+        """Score the session's items by BM25 while some rows of the store are not yet in the FTS table.
+
+        The one place that reads pending rows: the folded items holding a
+        query term are counted from the FTS postings (the session's own, by
+        their prefix), the session's pending rows from the terms they keep,
+        and all of them ranked by :func:`rank_matches` with the session's
+        counts (which include the pending rows): the ranking of
+        ``Memory.search``, as every other path gives it. FTS5's table-wide
+        statistics, which lack the pending rows, are not used.
+        """
+        con = self.file.connection
+        sid = ", ".join(sids)
+        bound = SQLITE.bind_list(list(sids))
+        # One read transaction: counts, postings and pending rows from one snapshot.
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(_SESSIONS_COUNTS, (bound,)).fetchall()
+            n_items = sum(int(row[1]) for row in stats)
+            total = sum(int(row[2]) for row in stats)
+            if n_items <= 0:
+                return []
+            (through,) = con.execute(THROUGH).fetchone()
+            wanted = set(terms)
+            names = {f"{row[0]}{MARK}{term}": term for row in stats for term in wanted}
+            held: dict[int, dict[str, int]] = {}
+            for doc, name, tf in con.execute(
+                "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
+                " WHERE term IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
+                (SQLITE.bind_list(list(names)),),
+            ):
+                held.setdefault(int(doc), {})[names[name]] = int(tf)
+            lengths = dict(
+                con.execute(
+                    "SELECT seq, n_terms FROM kvmemory_items WHERE seq <= ?"
+                    " AND seq IN (SELECT value FROM json_each(?))"
+                    " AND session_id IN (SELECT value FROM json_each(?))",
+                    (through, SQLITE.bind_list(list(held)), bound),
+                ).fetchall()
+            )
+            matches: list[KeywordMatch] = []
+            for seq, counts in held.items():
+                length = lengths.get(seq)
+                if length is None or length < sum(counts.values()):
+                    msg = f"the index holds item {seq}, which session {sid!r} does not hold with those terms"
+                    raise sqlite3.DatabaseError(msg)
+                matches.append((seq, int(length), counts))
+            for seq, length, text in con.execute(_PENDING_ROWS, (bound, through)):
+                counts = {}
+                for word in text.split(" "):
+                    if word in wanted:
+                        counts[word] = counts.get(word, 0) + 1
+                if counts:
+                    matches.append((int(seq), int(length), counts))
+            # Over several sessions ties go by session id, not seq: every match is kept to sort.
+            return rank_matches(
+                n_items, total, matches, terms, k if len(sids) == 1 else len(matches)
+            )
+        finally:
+            con.execute("COMMIT")
+
+    def _indexed_top(
+        self, sids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]]:
+        """Return the sessions' ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`FTSScorer`)."""
+        if len(sids) > 1:
+            return self._indexed_top_of_many(sids, terms, k)
+        sid = sids[0]
+        con = self.file.connection
+        # One read transaction: the counts and the postings come from one snapshot.
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(_STATISTICS, (sid,)).fetchone()
+            if stats is None or stats[1] <= 0:
+                return []
+            key, n_items, total, n_rows = stats
+            prefix = f"{key}{MARK}"
+            names = {prefix + term: term for term in dict.fromkeys(terms)}
+            # Each term's postings are the session's own (by their prefix): doc is
+            # its document frequency in the session, cnt its number of occurrences.
+            vocab = {
+                names[name]: (int(docs), int(count))
+                for name, docs, count in con.execute(
+                    "SELECT term, doc, cnt FROM kvmemory_fts_row"
+                    " WHERE term IN (SELECT value FROM json_each(?))",
+                    (SQLITE.bind_list(list(names)),),
+                )
+            }
+            if not vocab:
+                return []
+            scorer = FTSScorer(con, [sid], [prefix], terms, vocab, n_items, total)
+            # Every FTS row is this session's: FTS5's statistics are the session's own.
+            scorer.alone = n_rows == n_items
+            return scorer.best(k)
+        finally:
+            con.execute("COMMIT")
+
+    def _indexed_top_of_many(
+        self, sids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)`` of several sessions ranked as one corpus, from the FTS5 postings.
+
+        Their counts and each term's postings statistics are summed over the
+        sessions (an upper bound on a term's count in one item stays one).
+        """
+        con = self.file.connection
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(_SESSIONS_COUNTS, (SQLITE.bind_list(list(sids)),)).fetchall()
+            n_items = sum(int(row[1]) for row in stats)
+            total = sum(int(row[2]) for row in stats)
+            if n_items <= 0:
+                return []
+            prefixes = [f"{row[0]}{MARK}" for row in stats]
+            wanted = list(dict.fromkeys(terms))
+            names = {prefix + term: term for prefix in prefixes for term in wanted}
+            vocab: dict[str, tuple[int, int]] = {}
+            for name, docs, count in con.execute(
+                "SELECT term, doc, cnt FROM kvmemory_fts_row"
+                " WHERE term IN (SELECT value FROM json_each(?))",
+                (SQLITE.bind_list(list(names)),),
+            ):
+                held, seen = vocab.get(names[name], (0, 0))
+                vocab[names[name]] = (held + int(docs), seen + int(count))
+            if not vocab:
+                return []
+            ids = [str(row[3]) for row in stats]
+            return FTSScorer(con, ids, prefixes, terms, vocab, n_items, total).best(k)
+        finally:
+            con.execute("COMMIT")
+
+    def rebuild(self) -> None:
+        """Rebuild the index (FTS5 table, terms, counts) from the stored items, in one write transaction.
+
+        Raises:
+            sqlite3.Error: if the file is read-only or cannot be written; nothing is changed.
+        """
+        with self.file.transaction() as con:
+            build_keyword_index(con)
+
+
+_SNAPSHOT_TRIES: Final = 3
+"""Searches tried with the FTS table alone while other connections commit, before reading pending rows."""
+_ANY_PENDING: Final = "SELECT EXISTS (SELECT 1 FROM kvmemory_items WHERE seq > (SELECT through FROM kvmemory_fts_mark))"
+_PENDING_ROWS: Final = (
+    "SELECT seq, n_terms, terms FROM kvmemory_items"
+    " WHERE session_id IN (SELECT value FROM json_each(?)) AND seq > ? ORDER BY seq"
+)
+_SESSIONS_COUNTS: Final = (
+    "SELECT key, items, terms, session_id FROM kvmemory_search"
+    " WHERE session_id IN (SELECT value FROM json_each(?))"
+)
+"""Each session's key, item count and term count (BM25's statistics summed over the sessions), and id."""
+_STATISTICS: Final = (
+    "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search)"
+    " FROM kvmemory_search WHERE session_id = ?"
+)
+"""The session's key, item count and term count (BM25's statistics), then the FTS5 table's row count."""

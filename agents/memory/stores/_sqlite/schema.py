@@ -1,0 +1,320 @@
+"""The layout of an SQLite store file: its tables, the keyword index's statements, the migrations.
+
+Layout (schema version 6, recorded in ``PRAGMA user_version``)::
+
+    kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
+                      metadata BLOB)                                   -- metadata: v2
+    kvmemory_items(seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT,
+                   step TEXT, created REAL, data BLOB,
+                   terms TEXT, n_terms INTEGER)                        -- terms, n_terms: v4
+    index (session_id, seq), index (session_id, step), index (session_id, created)
+    kvmemory_search(key INTEGER PRIMARY KEY, session_id TEXT, items INTEGER,
+                    terms INTEGER)                                     -- v4
+    kvmemory_fts: FTS5 over the terms, kvmemory_fts_row and _instance: its
+    fts5vocab tables, kvmemory_fts_content: the view it reads   -- v4
+    kvmemory_fts_mark(through INTEGER): rows of a seq up to it have their
+                     FTS rows; later ones are pending               -- v6
+    kvmemory_embedders(session_id TEXT PRIMARY KEY, model TEXT,
+
+``data`` holds the codec's bytes for the item; ``step`` its canonical step
+text, so step filters are answered by the ``(session_id, step)`` index;
+``metadata`` the codec's bytes for the session's metadata; ``vector`` an
+item's unit vector as little-endian float32 (empty for an item without
+text), embedded over the fields ``fields`` names (``*``: all) by the model
+``kvmemory_embedders`` records for the session.
+
+:data:`MIGRATIONS` brings a file of any earlier version to
+:data:`SCHEMA_VERSION` (:class:`~agents.memory.stores._sqlite.file.SQLiteFile`
+runs them as it opens a file writable); the keyword index's statements
+(:data:`FOLD` and its neighbours) are run by
+:class:`~agents.memory.stores._sqlite.keyword.SQLiteKeywordIndex`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Final
+
+from agents.memory.exceptions import CorruptSessionError, CorruptStoreError
+from agents.memory.stores._core.encoding import decode_pairs
+from agents.memory.stores._core.terms import Terms, item_terms
+
+__all__ = [
+    "COUNT_INSERTED",
+    "FOLD",
+    "FOLD_AT",
+    "INDEXED_EAGERLY",
+    "MARK",
+    "MIGRATIONS",
+    "READS_AS_CURRENT",
+    "SCHEMA_VERSION",
+    "SEARCHED_BY_SCAN",
+    "THROUGH",
+    "build_keyword_index",
+]
+
+
+def _create_v1(con: sqlite3.Connection) -> None:
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_sessions (
+        session_id TEXT PRIMARY KEY,
+        step_key TEXT NOT NULL,
+        created REAL NOT NULL
+    ) WITHOUT ROWID"""
+    )
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_items (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        step TEXT,
+        created REAL NOT NULL,
+        data BLOB NOT NULL
+    )"""
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_session ON kvmemory_items (session_id, seq)"
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_step ON kvmemory_items (session_id, step)"
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_created ON kvmemory_items (session_id, created)"
+    )
+
+
+def _add_session_metadata(con: sqlite3.Connection) -> None:
+    # x'7b7d' is the codec's bytes for an empty dict: sessions of v1 had no metadata.
+    con.execute("ALTER TABLE kvmemory_sessions ADD COLUMN metadata BLOB NOT NULL DEFAULT x'7b7d'")
+
+
+def _add_vectors(con: sqlite3.Connection) -> None:
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_embedders (
+        session_id TEXT PRIMARY KEY,
+        model TEXT NOT NULL,
+        dimension INTEGER NOT NULL
+    ) WITHOUT ROWID"""
+    )
+    # A rowid table: its rows hold a kB or more of vector, which WITHOUT ROWID
+    # tables keep inside the index pages less well.
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_vectors (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        fields TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq, fields)
+    )"""
+    )
+
+
+# -- the keyword index (schema version 4) ----------------------------------------------
+#
+# Each row keeps its search terms (the library tokenizer's, joined by spaces) and
+# their number; an FTS5 table indexes them, each term prefixed with its session's
+# key and "·" (never part of a term), so that a session's postings are its own:
+# a term's document frequency is counted within the session, and a query never
+# reads another session's postings. The "ascii" tokenizer splits only at ASCII
+# characters that are not letters or digits, which terms never hold, so FTS5 sees
+# exactly the library's terms. kvmemory_search keeps each session's key, item
+# count and term count (BM25's statistics). Every row has an FTS row, empty for an
+# item without text, so that a store holding one session has FTS5's own statistics
+# equal to the session's. Triggers keep the FTS table and the counts in step with
+# every update and delete of a row, whatever the statement; the FTS table reads its
+# text (for 'rebuild') through a view. Inserts are indexed by the store itself, a
+# batch at a time (schema version 5): an insert trigger ran an UPDATE of the counts
+# and an FTS5 insert per row, four times the CPU of the same work done once per
+# batch with one INSERT ... SELECT (see COUNT_INSERTED and FOLD).
+
+MARK: Final = "·"
+"""What joins a session's key to each of its terms in the FTS table (never part of a term)."""
+
+
+def _prefixed(row: str, key: str) -> str:
+    """Return the SQL for the text FTS5 indexes for a row: its terms, each prefixed with the session key."""
+    return (
+        f"CASE WHEN {row}.n_terms = 0 THEN '' ELSE {key} || '{MARK}' || "
+        f"replace({row}.terms, ' ', ' ' || {key} || '{MARK}') END"
+    )
+
+
+# Schema version 6: rows inserted a few at a time are folded into the FTS table
+# later, many at once (FTS5 writes a segment per transaction that touches it: 150 us
+# of the 200 us of database CPU a one-item commit cost). kvmemory_fts_mark holds
+# one number, "through": every row of a seq up to it has its FTS row; the rows
+# after it are pending (their terms are in their rows, and their counts already in
+# kvmemory_search). A write folds the pending rows of every session once
+# FOLD_AT are pending, and a batch of FOLD_AT rows or more is indexed at once
+# (see SQLiteKeywordIndex.index_inserted). The triggers touch the FTS rows of folded
+# rows only.
+_MARK_DDL: Final = (
+    "CREATE TABLE IF NOT EXISTS kvmemory_fts_mark (through INTEGER NOT NULL)",
+    """CREATE TRIGGER kvmemory_items_search_delete AFTER DELETE ON kvmemory_items BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id
+            AND old.seq <= (SELECT through FROM kvmemory_fts_mark);
+        UPDATE kvmemory_search SET items = items - 1, terms = terms - old.n_terms
+            WHERE session_id = old.session_id;
+    END""",
+    """CREATE TRIGGER kvmemory_items_search_update AFTER UPDATE OF terms, n_terms ON kvmemory_items
+    BEGIN
+        INSERT INTO kvmemory_fts (kvmemory_fts, rowid, terms) SELECT 'delete', old.seq, """
+    + _prefixed("old", "key")
+    + """ FROM kvmemory_search WHERE session_id = old.session_id
+            AND old.seq <= (SELECT through FROM kvmemory_fts_mark);
+        INSERT INTO kvmemory_fts (rowid, terms) SELECT new.seq, """
+    + _prefixed("new", "key")
+    + """ FROM kvmemory_search WHERE session_id = new.session_id
+            AND new.seq <= (SELECT through FROM kvmemory_fts_mark);
+        UPDATE kvmemory_search SET terms = terms - old.n_terms + new.n_terms
+            WHERE session_id = new.session_id;
+    END""",
+)
+FOLD_AT: Final = 64
+"""Pending rows (or a batch's rows) from which a write folds them into the FTS table.
+
+One-item commits, 2,000 UFO rows, database CPU per commit: FTS row in each
+commit 198 us, folded every 16 rows 100 us, every 64 78 us, every 256 71 us,
+never 51 us (benchmarks/bench_stores.py --targets; docs/stores.md)."""
+
+
+def _mark_all_indexed(con: sqlite3.Connection) -> None:
+    """Record every row as folded into the FTS table (true after a rebuild or a migration from an eager layout)."""
+    con.execute("DELETE FROM kvmemory_fts_mark")
+    con.execute(
+        "INSERT INTO kvmemory_fts_mark (through) SELECT coalesce(max(seq), 0) FROM kvmemory_items"
+    )
+
+
+_KEYWORD_DDL: Final = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_search (
+        key INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL UNIQUE,
+        items INTEGER NOT NULL DEFAULT 0,
+        terms INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE VIEW kvmemory_fts_content AS SELECT i.seq AS seq, "
+    + _prefixed("i", "s.key")
+    + " AS terms FROM kvmemory_items AS i JOIN kvmemory_search AS s"
+    " ON s.session_id = i.session_id",
+    "CREATE VIRTUAL TABLE kvmemory_fts USING fts5(terms, content='kvmemory_fts_content',"
+    " content_rowid='seq', tokenize='ascii')",
+    "CREATE VIRTUAL TABLE kvmemory_fts_row USING fts5vocab(kvmemory_fts, row)",
+    "CREATE VIRTUAL TABLE kvmemory_fts_instance USING fts5vocab(kvmemory_fts, instance)",
+    *_MARK_DDL,
+)
+
+_KEYWORD_OBJECTS: Final = (
+    ("TRIGGER", "kvmemory_items_search_insert"),
+    ("TRIGGER", "kvmemory_items_search_delete"),
+    ("TRIGGER", "kvmemory_items_search_update"),
+    ("TABLE", "kvmemory_fts_instance"),
+    ("TABLE", "kvmemory_fts_row"),
+    ("TABLE", "kvmemory_fts"),
+    ("VIEW", "kvmemory_fts_content"),
+    ("TABLE", "kvmemory_search"),
+    ("TABLE", "kvmemory_fts_mark"),
+)
+
+
+def build_keyword_index(con: sqlite3.Connection) -> None:
+    """(Re)create the keyword index from the rows' data: terms, counts, FTS table, triggers."""
+    for kind, name in _KEYWORD_OBJECTS:
+        con.execute(f"DROP {kind} IF EXISTS {name}")
+    con.execute("UPDATE kvmemory_items SET terms = '', n_terms = 0 WHERE n_terms <> 0")
+    for statement in _KEYWORD_DDL:
+        con.execute(statement)
+    # Keys and counts first, with no terms: the updates below add each row's terms.
+    con.execute(
+        "INSERT INTO kvmemory_search (session_id, items) SELECT session_id, count(*)"
+        " FROM kvmemory_items GROUP BY session_id"
+    )
+    con.execute("INSERT INTO kvmemory_fts (kvmemory_fts) VALUES ('rebuild')")  # empty rows, counted
+    _mark_all_indexed(con)  # every row has its FTS row: the updates below keep them
+    after = 0
+    while True:
+        rows = con.execute(
+            "SELECT seq, data FROM kvmemory_items WHERE seq > ? ORDER BY seq LIMIT 1000", (after,)
+        ).fetchall()
+        if not rows:
+            return
+        after = rows[-1][0]
+        updates = [(text, n, seq) for seq, (text, n) in _terms_of_rows(rows) if n]
+        con.executemany("UPDATE kvmemory_items SET terms = ?, n_terms = ? WHERE seq = ?", updates)
+
+
+def _terms_of_rows(rows: Sequence[tuple[int, bytes]]) -> list[tuple[int, Terms]]:
+    """Return the search terms of stored rows; a row that cannot be decoded has none."""
+    try:
+        pairs = decode_pairs(rows, "a row being indexed", "base")
+    except (CorruptStoreError, CorruptSessionError):
+        out: list[tuple[int, Terms]] = []
+        for seq, data in rows:
+            try:
+                out.extend(
+                    (s, item_terms(item)) for s, item in decode_pairs([(seq, data)], "", "base")
+                )
+            except (CorruptStoreError, CorruptSessionError):
+                out.append((seq, ("", 0)))  # searched as an item without text
+        return out
+    return [(seq, item_terms(item)) for seq, item in pairs]
+
+
+def _add_keyword_index(con: sqlite3.Connection) -> None:
+    con.execute("ALTER TABLE kvmemory_items ADD COLUMN terms TEXT NOT NULL DEFAULT ''")
+    con.execute("ALTER TABLE kvmemory_items ADD COLUMN n_terms INTEGER NOT NULL DEFAULT 0")
+    build_keyword_index(con)
+
+
+def _index_inserts_by_batch(con: sqlite3.Connection) -> None:
+    con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_insert")
+
+
+def _fold_few_inserts(con: sqlite3.Connection) -> None:
+    con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_delete")
+    con.execute("DROP TRIGGER IF EXISTS kvmemory_items_search_update")
+    for statement in _MARK_DDL:
+        con.execute(statement)
+    _mark_all_indexed(con)  # layout 5 indexed every row as it was inserted
+
+
+# The FTS rows of the pending rows of every session, seqs ?1 < seq <= ?2, in one
+# statement (terms prefixed with the session's key, as _prefixed writes them). Run
+# on every insert, with an empty range when nothing is folded: a missing FTS table
+# is then reported by the write, as when every insert was indexed.
+FOLD: Final = (
+    "INSERT INTO kvmemory_fts (rowid, terms) SELECT i.seq, "
+    + _prefixed("i", "s.key")
+    + " FROM kvmemory_items AS i JOIN kvmemory_search AS s ON s.session_id = i.session_id"
+    " WHERE i.seq > ?1 AND i.seq <= ?2"
+)
+THROUGH: Final = "SELECT through FROM kvmemory_fts_mark"
+"""The seq up to which every row has its FTS row (the later rows are pending)."""
+COUNT_INSERTED: Final = (
+    "INSERT INTO kvmemory_search (session_id, items, terms) VALUES (?, ?, ?)"
+    " ON CONFLICT (session_id) DO UPDATE SET items = items + excluded.items,"
+    " terms = terms + excluded.terms"
+)
+"""Add a batch's rows and terms to its session's counts (BM25's statistics): session, rows, terms."""
+
+
+MIGRATIONS: Final = (
+    _create_v1,
+    _add_session_metadata,
+    _add_vectors,
+    _add_keyword_index,
+    _index_inserts_by_batch,
+    _fold_few_inserts,
+)
+"""Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+SEARCHED_BY_SCAN: Final = (
+    3  # the layout before the keyword index: read-only opens search by scanning
+)
+READS_AS_CURRENT: Final = (
+    4  # the layout whose inserts a trigger indexed: it reads as the current one
+)
+INDEXED_EAGERLY: Final = 5  # the last layout that indexed every insert at once (no pending rows)

@@ -1,0 +1,416 @@
+"""BM25 top-k of one session of an SQLite store, scored over the FTS5 postings.
+
+:class:`FTSScorer` is what :class:`~agents.memory.stores._sqlite.keyword.SQLiteKeywordIndex`
+runs when every row of the store is in the FTS5 table: it finds the ``k``
+best items of a session as ``Memory.search`` ranks them (Lucene's BM25 over
+the library tokenizer's terms), reading the postings of common query terms
+only when it must (MaxScore).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from typing import Final
+
+from agents.memory._text import BM25_B, BM25_K1, bm25_average_length, bm25_term_score
+from agents.memory.stores._core.terms import bm25_score, query_weights
+from agents.memory.stores._sql.dialect import SQLITE
+from agents.memory.stores._sqlite.schema import MARK
+
+__all__ = ["FTSScorer"]
+
+
+class FTSScorer:
+    """The ``k`` best items of one session by BM25, as ``Memory.search`` scores them, from the FTS5 postings.
+
+    Exact scores come from the terms each row keeps (:meth:`_exact`, summed
+    as :func:`~agents.memory.stores._core.terms.bm25_score` sums them, so they
+    are the in-RAM index's floats); SQL over the postings (``_score_sql``)
+    finds which rows to score, its sums equal to those to float rounding
+    (they are compared with a margin of :data:`_MARGIN`).
+
+    Every term counts (Lucene's IDF is above zero for any document
+    frequency), so a query's common words would make SQL read most of the
+    postings. :meth:`best` reads them only when it must, as MaxScore does:
+    the rarest terms are scored first; an item holding none of them scores
+    at most the sum of the other terms' upper bounds (:meth:`_bound`), so
+    once the ``k``-th best over the rare terms alone beats that sum, only
+    the items holding a rare term can make the top ``k``, and only those
+    whose rare score plus the bounds for their length can reach it are
+    scored in full.
+
+    Args:
+        con: The connection, inside the read transaction the statistics were read in.
+        sids: The sessions searched (one, or several ranked as one corpus:
+            a store-wide search).
+        prefixes: Each session's key and mark, which begin each of its terms in the FTS table.
+        terms: The query's terms, with repeats.
+        vocab: ``{term: (items holding it, occurrences)}`` in the sessions, for
+            the query terms they hold.
+        n_items: The sessions' item count.
+        total: The sessions' term count.
+
+    Attributes:
+        alone: Whether the session is the only one in the FTS5 table (its
+            statistics are then the session's own, and a one-term query is
+            ranked by FTS5's ``bm25()``); ``False`` unless set.
+    """
+
+    def __init__(
+        self,
+        con: sqlite3.Connection,
+        sids: Sequence[str],
+        prefixes: Sequence[str],
+        terms: Sequence[str],
+        vocab: dict[str, tuple[int, int]],
+        n_items: int,
+        total: int,
+    ) -> None:
+        self.con = con
+        self.sids = list(sids)
+        self.prefixes = list(prefixes)
+        self.many = len(self.sids) > 1
+        self.sid = self.sids[0] if not self.many else ", ".join(self.sids)
+        self.bound_sids = SQLITE.bind_list(self.sids)
+        self.average = bm25_average_length(total, n_items)
+        self.df = {term: docs for term, (docs, _) in vocab.items()}
+        self.weighted = query_weights(terms, self.df, n_items)
+        repeats = Counter(term for term, _ in self.weighted)
+        weights = dict(self.weighted)
+        # A term repeated in the query counts once per repeat: SQL multiplies instead.
+        self.lifts = {term: repeats[term] * weight for term, weight in weights.items()}
+        # The most times one item can hold a term: its occurrences past one per holder, plus one.
+        self.most = {term: max(count - docs + 1, 1) for term, (docs, count) in vocab.items()}
+        self.order = sorted(weights, key=lambda term: (self.df[term], term))  # rarest first
+        self.alone = False  # whether the session is the only one in the FTS5 table
+
+    def best(self, k: int, order: Sequence[str] | None = None) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)``, best first, ties by seq.
+
+        With ``order`` (some of the query's terms, rarest first), the best by
+        those terms alone; their scores are exact for the items that hold
+        none of the other terms.
+        """
+        order = self.order if order is None else order
+        if len(order) > _COLUMN_TERMS:
+            # A column per term would pass SQLite's limits on columns and expression depth.
+            return self._in_python(k)
+        held = sum(self.df.values())
+        for n_rare in range(1, len(order)):
+            rare, rest = order[:n_rare], order[n_rare:]
+            if 16 * sum(self.df[term] for term in rare) > held:
+                # Past a sixteenth of the postings the rare terms score about as
+                # flatly as the rest, so the bound seldom settles it: score them all.
+                break
+            rest_most = sum(self._bound(term) for term in rest) * _MARGIN
+            if sum(self._bound(term) for term in rare) <= rest_most:
+                continue  # no item's rare score can beat what the others may add
+            found = self._rare_first(rare, rest, rest_most, k)
+            if found is not None:
+                return found
+        return self._all(k, order)
+
+    def _bound(self, term: str, length: int | None = None) -> float:
+        """Return the most ``term`` can add to the score of an item (of ``length`` terms, if known).
+
+        A term's share ``lift * tf / (tf + flat + slope * length)`` grows with
+        ``tf`` and falls with ``length``, and ``tf <= length``: so it is at
+        most its value at ``tf = length = most``, or for a known length at
+        ``tf = min(most, length)``.
+        """
+        most = self.most[term]
+        if length is None:
+            return bm25_term_score(self.lifts[term], most, most, self.average)
+        tf = min(most, length)
+        return bm25_term_score(self.lifts[term], tf, length, self.average)
+
+    def _rare_first(
+        self, rare: Sequence[str], rest: Sequence[str], rest_most: float, k: int
+    ) -> list[tuple[float, int]] | None:
+        """Return the ``k`` best from the items holding a ``rare`` term, or ``None`` if that cannot settle them."""
+        rows = self._scores(rare, None)
+        if len(rows) < k:
+            # Fewer than k items hold a rare term: they and the best by the other
+            # terms (whose scores are whole for the items without a rare term).
+            few = self._whole(rows, rest)
+            taken = {seq for _, seq in few}
+            others = [hit for hit in self.best(k + len(few), rest) if hit[1] not in taken]
+            return self._first(k, few + others)
+        theta = heapq.nlargest(k, [row[1] for row in rows])[-1] / _MARGIN
+        if rest_most >= theta:
+            return None  # an item holding only the other terms may still beat the k-th
+        bounds: dict[int, float] = {}
+        chosen = []
+        for row in rows:
+            _, score, length, _ = row
+            if score + rest_most < theta:
+                continue
+            most = bounds.get(length)
+            if most is None:
+                most = bounds[length] = sum(self._bound(term, length) for term in rest) * _MARGIN
+            if score + most >= theta:
+                chosen.append(row)
+                if len(chosen) > _CANDIDATES:
+                    return None  # too many to score one by one: a rarer term set will come
+        return self._first(k, self._whole(chosen, rest))
+
+    def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
+        """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
+        if len(order) == 1 and self.alone:
+            # One term in a table of one session: FTS5's bm25() is its share times a
+            # constant (the two IDFs' ratio), the same order at a direct query's cost.
+            ranked = self._fts5(order[0], k + _SPARE)
+            if len(ranked) == k + _SPARE and ranked[-1][1] >= ranked[k - 1][1] / _MARGIN**2:
+                ranked = self._fts5(order[0], None, cut=ranked[k - 1][1] / _MARGIN**2)
+            if len(ranked) > k:
+                cut = ranked[k - 1][1] / _MARGIN**2
+                ranked = [row for row in ranked if row[1] >= cut]
+            return self._exact([seq for seq, _ in ranked], k)
+        rows = self._scores(order, k + _SPARE)
+        if len(rows) == k + _SPARE and rows[-1][1] >= rows[k - 1][1] / _MARGIN**2:
+            # Items tie with the k-th to rounding past the spare rows: take every one.
+            rows = self._scores(order, None, cut=rows[k - 1][1] / _MARGIN**2)
+        if len(rows) > k:
+            cut = rows[k - 1][1] / _MARGIN**2
+            rows = [row for row in rows if row[1] >= cut]
+        # The counts are every query term's for the items holding none but these.
+        scored = [
+            (bm25_score(counts, length, self.weighted, self.average), seq)
+            for seq, _, length, counts in rows
+        ]
+        return self._first(k, scored)
+
+    def _whole(self, rows: Sequence[_Row], rest: Sequence[str]) -> list[tuple[float, int]]:
+        """Return ``(score, seq)`` of ``rows`` (scored over some terms) over every query term, exactly.
+
+        The counts of the ``rest`` of the terms come from their FTS5 postings,
+        read for these items only.
+        """
+        if not rows:
+            return []
+        more: dict[int, dict[str, int]] = {}
+        if rest:
+            names = self._names(rest)
+            for doc, name, tf in self.con.execute(
+                "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
+                " WHERE term IN (SELECT value FROM json_each(?))"
+                " AND doc IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
+                (SQLITE.bind_list(list(names)), SQLITE.bind_list([row[0] for row in rows])),
+            ):
+                more.setdefault(int(doc), {})[names[name]] = int(tf)
+        out = []
+        for seq, _, length, counts in rows:
+            extra = more.get(seq)
+            held = {**counts, **extra} if extra else counts
+            if length < sum(held.values()):
+                msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
+                raise sqlite3.DatabaseError(msg)
+            out.append((bm25_score(held, length, self.weighted, self.average), seq))
+        return out
+
+    def _scores(
+        self, terms: Sequence[str], limit: int | None, cut: float | None = None
+    ) -> list[_Row]:
+        """Return ``(seq, score over terms, length, {term: count})`` of the items holding one of ``terms``, best first.
+
+        ``limit``: the best that many only; ``cut``: those scoring at least it only.
+        """
+        params: dict[str, object] = {
+            "sid": self.sid,
+            "sids": self.bound_sids,
+            "flat": BM25_K1 * (1.0 - BM25_B),
+            "slope": BM25_K1 * BM25_B / self.average,
+            "k": -1 if limit is None else limit,
+            "cut": cut,
+        }
+        for j, term in enumerate(terms):
+            params[f"term{j}"] = term if self.many else self.prefixes[0] + term
+            params[f"lift{j}"] = self.lifts[term]
+        if self.many:
+            params["names"] = SQLITE.bind_list(list(self._names(terms)))
+        sql = _score_sql(len(terms), cut is not None, self.many)
+        rows = self.con.execute(sql, params).fetchall()
+        if rows and rows[0][3] != 1:
+            msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
+            raise sqlite3.DatabaseError(msg)
+        return [
+            (
+                int(row[0]),
+                float(row[1]),
+                int(row[2]),
+                {term: int(tf) for term, tf in zip(terms, row[4:], strict=True) if tf},
+            )
+            for row in rows
+        ]
+
+    def _fts5(
+        self, term: str, limit: int | None, cut: float | None = None
+    ) -> list[tuple[int, float]]:
+        """Return ``(seq, FTS5's bm25() negated)`` of the items holding ``term``, best first.
+
+        ``limit``: the best that many only; ``cut``: those scoring at least it only.
+        """
+        params = (
+            '"' + self.prefixes[0] + term + '"',
+            math.inf if cut is None else -cut,
+            limit or -1,
+        )
+        return [(int(seq), -float(score)) for seq, score in self.con.execute(_BM25, params)]
+
+    def _exact(self, seqs: Sequence[int], k: int) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)`` of the items ``seqs``, scored from the terms their rows keep."""
+        if not seqs:
+            return []
+        rows = self.con.execute(
+            "SELECT seq, n_terms, terms FROM kvmemory_items WHERE seq IN (SELECT value FROM"
+            " json_each(?)) AND session_id IN (SELECT value FROM json_each(?))",
+            (SQLITE.bind_list(list(seqs)), self.bound_sids),
+        ).fetchall()
+        if len(rows) != len(seqs):
+            held = {row[0] for row in rows}
+            seq = next(seq for seq in seqs if seq not in held)
+            msg = f"the index holds item {seq}, which session {self.sid!r} does not hold"
+            raise sqlite3.DatabaseError(msg)
+        terms = self.order
+        scored = []
+        for seq, length, text in rows:
+            words = text.split(" ")
+            counts = {term: words.count(term) for term in terms}
+            if not any(counts.values()):
+                msg = f"the index holds item {seq} for a query term its row does not hold"
+                raise sqlite3.DatabaseError(msg)
+            scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
+        return self._first(k, scored)
+
+    def _first(self, k: int, scored: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)``, best first: ties by seq, or over several sessions by session id, then seq.
+
+        A store's seqs rise in commit order across its sessions, so over
+        several sessions the items tied with the ``k``-th are ordered by
+        their session's place among the sessions searched (read for those
+        items only), as one memory holding the sessions in id order would.
+        """
+        best = heapq.nsmallest(k, scored, key=_best_first)
+        if not self.many or len(scored) <= k:
+            return best
+        last = best[-1][0]
+        tied = [seq for score, seq in scored if score == last]
+        if len(tied) < 2:
+            return best
+        place = {sid: position for position, sid in enumerate(sorted(self.sids))}
+        owner = {
+            int(seq): place[sid]
+            for seq, sid in self.con.execute(
+                "SELECT seq, session_id FROM kvmemory_items WHERE seq IN (SELECT value FROM json_each(?))",
+                (SQLITE.bind_list(tied),),
+            )
+        }
+        return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], owner.get(hit[1], -1), hit[1]))
+
+    def _names(self, terms: Sequence[str]) -> dict[str, str]:
+        """Return ``{term as the FTS table files it: term}`` of ``terms`` in every session searched."""
+        return {prefix + term: term for prefix in self.prefixes for term in terms}
+
+    def _in_python(self, k: int) -> list[tuple[float, int]]:
+        """Return the best ``k`` ``(score, seq)``, for any number of terms: counts from SQL, scores in Python.
+
+        One query counts each query term in each item holding one (the FTS5
+        postings, as :meth:`_scores` reads them); the scores are summed here
+        as :meth:`_exact` sums them.
+        """
+        names = self._names(self.order)
+        held: dict[int, dict[str, int]] = {}
+        for doc, name, tf in self.con.execute(
+            "SELECT doc, term, count(*) FROM kvmemory_fts_instance"
+            " WHERE term IN (SELECT value FROM json_each(?)) GROUP BY doc, term",
+            (SQLITE.bind_list(list(names)),),
+        ):
+            held.setdefault(int(doc), {})[names[name]] = int(tf)
+        if not held:
+            return []
+        lengths = {
+            int(seq): int(n)
+            for seq, n in self.con.execute(
+                "SELECT seq, n_terms FROM kvmemory_items WHERE seq IN (SELECT value FROM"
+                " json_each(?)) AND session_id IN (SELECT value FROM json_each(?))",
+                (SQLITE.bind_list(list(held)), self.bound_sids),
+            )
+        }
+        scored = []
+        for seq, counts in held.items():
+            length = lengths.get(seq)
+            if length is None or length < sum(counts.values()):
+                msg = f"the index holds item {seq}, which session {self.sid!r} does not hold with those terms"
+                raise sqlite3.DatabaseError(msg)
+            scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
+        return self._first(k, scored)
+
+
+_Row = tuple[int, float, int, dict[str, int]]
+"""An item SQL scored: ``(seq, score over some terms, length, {term: count} of those terms)``."""
+
+
+def _best_first(hit: tuple[float, int]) -> tuple[float, int]:
+    """Sort key of ``(score, seq)``: the higher score first, then the lower seq."""
+    return -hit[0], hit[1]
+
+
+_COLUMN_TERMS: Final = 256
+"""The most distinct query terms scored in SQL with a column each; more are scored by :meth:`FTSScorer._in_python`."""
+_MARGIN: Final = 1.0 + 1e-9
+"""How far SQL's sums may be from the exact ones, as a ratio (they differ by float rounding)."""
+_CANDIDATES: Final = 4096
+"""The most items :meth:`FTSScorer._rare_first` scores in full before it tries with one more rare term."""
+_SPARE: Final = 64
+"""Rows past the ``k``-th that :meth:`FTSScorer._all` reads, to catch the items that tie with it to rounding."""
+
+
+# BM25 of the items holding a query term, from the FTS5 postings (the session's own,
+# by their prefix): one pass over the query terms' occurrences counts each term's tf
+# per item, and each term's lift (its IDF times k1 + 1, times its repeats in the
+# query) is bound as a value. "sound" is 0 when the index names an item the session
+# does not hold (or not with that many terms): such rows sort first and are refused.
+def _score_sql(n_terms: int, cut: bool = False, many: bool = False) -> str:
+    terms = range(n_terms)
+    # Over several sessions (many), each posting's term is compared without its session's
+    # prefix (the key and the mark, which no term holds), and the rows may be any of theirs.
+    column = "w" if many else "term"
+    counts = ", ".join(f"count(*) FILTER (WHERE {column} = :term{j}) AS tf{j}" for j in terms)
+    score = " + ".join(
+        f"(CASE WHEN t.tf{j} THEN :lift{j} * t.tf{j}"
+        f" / (t.tf{j} + :flat + :slope * i.n_terms) ELSE 0.0 END)"
+        for j in terms
+    )
+    held = " + ".join(f"t.tf{j}" for j in terms)
+    tfs = ", ".join(f"t.tf{j}" for j in terms)
+    postings = (
+        f"(SELECT doc, substr(term, instr(term, '{MARK}') + 1) AS w FROM kvmemory_fts_instance"
+        " WHERE term IN (SELECT value FROM json_each(:names)))"
+        if many
+        else f"kvmemory_fts_instance WHERE term IN ({', '.join(f':term{j}' for j in terms)})"
+    )
+    session = (
+        "i.session_id IN (SELECT value FROM json_each(:sids))" if many else "i.session_id = :sid"
+    )
+    return f"""
+SELECT * FROM (
+    SELECT t.doc, {score} AS score, i.n_terms,
+        coalesce({session} AND i.n_terms >= {held}, 0) AS sound, {tfs}
+    FROM (
+        SELECT doc, {counts} FROM {postings} GROUP BY doc
+    ) AS t LEFT JOIN kvmemory_items AS i ON i.seq = t.doc
+) {"WHERE sound = 0 OR score >= :cut" if cut else ""}
+ORDER BY sound, score DESC, doc
+LIMIT :k
+"""
+
+
+# FTS5's own BM25 of one term's items, best first (ties by rowid, as BM25 ties keep seq order).
+_BM25: Final = (
+    "SELECT * FROM (SELECT rowid, bm25(kvmemory_fts) AS score FROM kvmemory_fts"
+    " WHERE kvmemory_fts MATCH ?) WHERE score <= ? ORDER BY score, rowid LIMIT ?"
+)
