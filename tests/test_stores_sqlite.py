@@ -34,13 +34,13 @@ from agents.memory.search import Embedder, EmbedParts, HashingEmbedder
 from agents.memory.stores import (
     SQLiteStore,
     StoreHit,
-    _sqlite,
-    _sqlite_file,
-    _sqlite_schema,
-    _sqlite_scorer,
     open_memory,
     open_store,
 )
+from agents.memory.stores._sqlite import backend as _sqlite
+from agents.memory.stores._sqlite import file as _sqlite_file
+from agents.memory.stores._sqlite import schema as _sqlite_schema
+from agents.memory.stores._sqlite import scorer as _sqlite_scorer
 from agents.memory.stores._sqlite.backend import SCHEMA_VERSION
 from agents.memory.stores.testing import (
     VECTOR_MODES,
