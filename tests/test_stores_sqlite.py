@@ -1145,7 +1145,7 @@ def test_v5_file_reads_read_only_as_it_is_and_is_migrated_to_fold_few_inserts(
     assert path.read_bytes() == before
     assert user_version(path) == 5
     with SQLiteStore(path) as store:
-        assert user_version(path) == SCHEMA_VERSION == 6
+        assert user_version(path) == SCHEMA_VERSION == 7  # through v6, then v7's record keys
         assert fold_state(path) == (0, len(ranking_corpus()))
         store.append("s", [MemoryItem(step=10, note="the report file")])
         assert fold_state(path) == (1, len(ranking_corpus()) + 1)
