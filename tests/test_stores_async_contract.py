@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from agents.memory.stores import AsyncStore, Store, open_async_store
-from agents.memory.stores.testing import MakeStore, StoreContract
+from agents.memory.stores.testing import KeyedRecordContract, MakeStore, StoreContract
 
 T = TypeVar("T")
 
@@ -51,6 +51,14 @@ AWAITED = frozenset(
         "index_embeddings",
         "read_vectors",
         "drop_vectors",
+        "put_record",
+        "put_records",
+        "get_record",
+        "get_records",
+        "read_records",
+        "record_keys",
+        "delete_record",
+        "delete_records",
     }
 )
 # Attributes that do no I/O: read from the sync store underneath.
@@ -185,6 +193,20 @@ class TestAsyncStoreContract(StoreContract):
         return make
 
 
+class TestAsyncKeyedRecordContract(KeyedRecordContract):
+    """The keyed-record suite, every call made through the async API."""
+
+    @pytest.fixture
+    def make_store(self, async_url: str, runner: LoopThread) -> MakeStore:
+        """Open handles on one fresh store with open_async_store, wrapped for the suite."""
+
+        def make(*, read_only: bool = False) -> Store:
+            opened = runner.call(_open(async_url, read_only=read_only))
+            return AwaitedStore(runner, opened)  # type: ignore[return-value]  # stands in for one
+
+        return make
+
+
 async def _open(url: str, *, read_only: bool) -> AsyncStore:
     return await open_async_store(url, read_only=read_only)
 
@@ -197,3 +219,23 @@ def test_awaited_store_reaches_the_async_calls(tmp_path: Path, runner: LoopThrea
         assert set(AWAITED) <= set(dir(AsyncStore))
         with pytest.raises(AttributeError, match="add it to AWAITED"):
             _ = store.rebuild_keyword_index
+
+
+def test_async_stored_memory_puts_records(tmp_path: Path, runner: LoopThread) -> None:
+    """An AsyncStoredMemory awaits put_record and delete_record and reads records from RAM."""
+    from agents.memory import MemoryItem
+    from agents.memory.stores import open_async_memory
+
+    async def scenario() -> tuple[Any, list[str], bool, list[str]]:
+        url = str(tmp_path / "records.db")
+        async with open_async_memory(url, "s") as memory:
+            await memory.put_record("lang", {"value": "fr"})
+            await memory.put_record("lang", {"value": "de"})
+            found = memory.get_record("lang")
+            keys = memory.record_keys()
+            gone = await memory.delete_record("lang")
+            return found, keys, gone, memory.record_keys()
+
+    found, keys, gone, after = runner.call(scenario())
+    assert found == MemoryItem(key="lang", value="de")
+    assert (keys, gone, after) == (["lang"], True, [])
