@@ -7,6 +7,9 @@ keyed record of it (``Store.put_records`` and friends), whose fields are:
 * ``value``: the item's value, a dict, kept as the codec keeps any field;
 * ``created_at`` and ``updated_at``: Unix times in seconds; a put over an
   existing key keeps its ``created_at``;
+* ``written_at``: when the item was last written: its last put, or the last
+  TTL refresh on read (which writes the record again); a search without a
+  query returns the most recently written items first;
 * ``ttl`` and ``expires_at`` (only for an item put with a TTL): the TTL in
   minutes, and when the item expires;
 * ``embed_0``, ``embed_1``, ... (only with an index configuration, for an
@@ -56,7 +59,7 @@ from agents.memory.exceptions import InvalidQueryError
 from agents.memory.search import EmbedParts, Filter
 from agents.memory.stores import Store
 
-__all__ = ["EMBED", "EMBED_PARTS", "Embedder", "Operations", "QueryMode"]
+__all__ = ["EMBED", "EMBED_PARTS", "WRITTEN", "Embedder", "Operations", "QueryMode"]
 
 QueryMode = Literal["keyword", "semantic", "hybrid"]
 """How ``search(query=...)`` ranks: BM25, cosine over the index's vectors, or kvmemory's blend."""
@@ -66,6 +69,9 @@ EMBED_PARTS = 16
 
 EMBED: Final = tuple(f"embed_{n}" for n in range(EMBED_PARTS))
 """The item fields that hold the texts an index configuration selects, one vector each."""
+
+WRITTEN: Final = "written_at"
+"""The item field that holds when the item was last written (a put, or a TTL refresh on read)."""
 
 _WHOLE_FIELD = EmbedParts(chunk_words=None)
 
@@ -227,11 +233,8 @@ class Operations:
         if op.query and op.query.strip():
             found = self.ranked(op, scope, keep)
         else:
-            listed = self.listed(scope, keep, lambda item: True)
-            found = [
-                (namespace, item, None)
-                for namespace, item in listed[op.offset : op.offset + op.limit]
-            ]
+            listed = self.listed(scope, keep, op.offset + op.limit)
+            found = [(namespace, item, None) for namespace, item in listed[op.offset :]]
         if op.refresh_ttl:
             self.refresh(found, now)
         return [self.search_item(namespace, item, score) for namespace, item, score in found]
@@ -262,10 +265,11 @@ class Operations:
         if vectors and len(found) < wanted:
             # Items put with index=False have no vector: they follow, unscored, as in LangGraph's stores.
             def unembedded(item: MemoryItem) -> bool:
-                return item.get_value(EMBED[0]) is None
+                return item.get_value(EMBED[0]) is None and keep(item)
 
             found.extend(
-                (namespace, item, None) for namespace, item in self.listed(scope, keep, unembedded)
+                (namespace, item, None)
+                for namespace, item in self.listed(scope, unembedded, wanted - len(found))
             )
         return found[op.offset : wanted]
 
@@ -273,17 +277,32 @@ class Operations:
         self,
         scope: list[tuple[str, tuple[str, ...]]],
         keep: Callable[[MemoryItem], bool],
-        also: Callable[[MemoryItem], bool],
+        wanted: int,
     ) -> list[tuple[tuple[str, ...], MemoryItem]]:
-        """Return the items of ``scope`` that pass both tests, most recently updated first."""
+        """Return the ``wanted`` most recently written items of ``scope`` that pass ``keep``, newest first.
+
+        Each session is read from its end (``Store.tail``), a window four
+        times larger each time, until it gives ``wanted`` items that pass or
+        runs out: a put or a TTL refresh writes the item at the session's
+        end, so the newest writes come first and a search reads about the
+        items it returns, not the namespace.
+        """
         found = []
         for session_id, namespace in scope:
-            for record in self.store.read_records(session_id):
-                item = record.item
-                if keep(item) and also(item):
-                    found.append((namespace, item))
-        found.sort(key=lambda pair: -float(pair[1].get_value("updated_at", 0.0)))
-        return found
+            size = max(8 * wanted, 64)
+            while True:
+                window = self.store.tail(session_id, size)
+                passed = [
+                    record.item
+                    for record in window
+                    if record.item.get_value(WRITTEN) is not None and keep(record.item)
+                ]
+                if len(passed) >= wanted or len(window) < size:
+                    break
+                size *= 4
+            found.extend((namespace, item) for item in passed[-wanted:])
+        found.sort(key=lambda pair: -float(pair[1].get_value(WRITTEN)))
+        return found[:wanted]
 
     def list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         """Answer one namespace listing: the namespaces holding items, matched, cut to ``max_depth``, sorted."""
@@ -326,7 +345,12 @@ class Operations:
     def stored(self, op: PutOp, created: float, now: float) -> MemoryItem:
         """Return the item a put stores."""
         value = dict(op.value or {})
-        fields: dict[str, Any] = {VALUE: value, "created_at": created, "updated_at": now}
+        fields: dict[str, Any] = {
+            VALUE: value,
+            "created_at": created,
+            "updated_at": now,
+            WRITTEN: now,
+        }
         if op.ttl is not None:
             fields["ttl"] = float(op.ttl)
             fields["expires_at"] = now + float(op.ttl) * 60.0
@@ -355,6 +379,7 @@ class Operations:
         """Return a copy of an item whose TTL starts again now."""
         copy = item.copy()
         copy.set_value("expires_at", now + float(item.get_value("ttl")) * 60.0)
+        copy.set_value(WRITTEN, now)
         return copy
 
     def refresh(
