@@ -50,6 +50,8 @@ from agents.memory.stores._base import (
     migrate,
 )
 from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._core.encoding import KeyedRow
+from agents.memory.stores._core.records import KeyedRecord
 from agents.memory.stores._open import open_store
 from agents.memory.stores._ram import InMemoryStore
 from agents.memory.stores._sqlite.backend import SQLiteBackend, SQLiteStore
@@ -83,6 +85,8 @@ __all__ = [
     "InMemoryStore",
     "IndexEntry",
     "JSONLStore",
+    "KeyedRecord",
+    "KeyedRow",
     "PostgresBackend",
     "PostgresStore",
     "Row",
