@@ -287,7 +287,7 @@ class Operations:
         end, so the newest writes come first and a search reads about the
         items it returns, not the namespace.
         """
-        found = []
+        found: list[tuple[tuple[str, ...], MemoryItem]] = []
         for session_id, namespace in scope:
             size = max(8 * wanted, 64)
             while True:
