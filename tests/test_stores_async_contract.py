@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from agents.memory.stores import AsyncStore, Store, open_async_store
-from agents.memory.stores.testing import MakeStore, StoreContract
+from agents.memory.stores.testing import KeyedRecordContract, MakeStore, StoreContract
 
 T = TypeVar("T")
 
@@ -51,6 +51,14 @@ AWAITED = frozenset(
         "index_embeddings",
         "read_vectors",
         "drop_vectors",
+        "put_record",
+        "put_records",
+        "get_record",
+        "get_records",
+        "read_records",
+        "record_keys",
+        "delete_record",
+        "delete_records",
     }
 )
 # Attributes that do no I/O: read from the sync store underneath.
@@ -173,6 +181,20 @@ def async_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 class TestAsyncStoreContract(StoreContract):
     """The contract suite, every call made through the async API."""
+
+    @pytest.fixture
+    def make_store(self, async_url: str, runner: LoopThread) -> MakeStore:
+        """Open handles on one fresh store with open_async_store, wrapped for the suite."""
+
+        def make(*, read_only: bool = False) -> Store:
+            opened = runner.call(_open(async_url, read_only=read_only))
+            return AwaitedStore(runner, opened)  # type: ignore[return-value]  # stands in for one
+
+        return make
+
+
+class TestAsyncKeyedRecordContract(KeyedRecordContract):
+    """The keyed-record suite, every call made through the async API."""
 
     @pytest.fixture
     def make_store(self, async_url: str, runner: LoopThread) -> MakeStore:

@@ -258,6 +258,14 @@ class AsyncStore:
     index_embeddings = _store_call(Store.index_embeddings)
     read_vectors = _store_call(Store.read_vectors)
     drop_vectors = _store_call(Store.drop_vectors)
+    put_record = _store_call(Store.put_record)
+    put_records = _store_call(Store.put_records)
+    get_record = _store_call(Store.get_record)
+    get_records = _store_call(Store.get_records)
+    read_records = _store_call(Store.read_records)
+    record_keys = _store_call(Store.record_keys)
+    delete_record = _store_call(Store.delete_record)
+    delete_records = _store_call(Store.delete_records)
 
     async def pages(
         self,
