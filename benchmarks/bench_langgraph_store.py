@@ -36,7 +36,7 @@ KINDS = ("preference", "fact", "episode", "instruction")
 def memories(n: int) -> list[tuple[tuple[str, ...], str, dict[str, Any]]]:
     """Return ``n`` (namespace, key, value) agent memories: nested dicts and lists, a long text."""
     rng = random.Random(7)
-    words = "invoice report pdf export user prefers danish terse answers meeting calendar".split()
+    words = ["invoice", "report", "pdf", "export", "user", "prefers", "danish", "terse", "answers"]
     out = []
     for i in range(n):
         text = " ".join(rng.choice(words) for _ in range(60))

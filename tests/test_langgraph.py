@@ -22,6 +22,14 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
 
 from agents.cli import main as cli_main
 from agents.integrations.langgraph import (
@@ -37,15 +45,6 @@ from agents.memory.exceptions import (
     SerializationError,
 )
 from agents.memory.stores import check_session_id, open_store
-
-from langgraph.store.base import (
-    GetOp,
-    InvalidNamespaceError,
-    ListNamespacesOp,
-    MatchCondition,
-    PutOp,
-    SearchOp,
-)
 
 DURABLE = ("sqlite", "postgres")
 
@@ -603,10 +602,9 @@ def test_the_sync_store_answers_awaited_calls(store: KVMemoryStore) -> None:
 
 def test_a_graph_reads_and_writes_memories_the_cli_shows(tmp_path: Path) -> None:
     """A StateGraph compiled with the store remembers across runs, and kvmemory show lists the namespace's session."""
-    from typing_extensions import TypedDict
-
     from langgraph.config import get_store
     from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
 
     class State(TypedDict):
         user: str

@@ -29,14 +29,24 @@ from agents.integrations.langgraph._namespaces import namespace_to_session, sess
 from agents.memory.exceptions import missing_dependency
 
 if TYPE_CHECKING:
-    from agents.integrations.langgraph._store import AsyncKVMemoryStore, KVMemoryStore
+    from agents.integrations.langgraph._store import (
+        AsyncKVMemoryStore,
+        KVMemoryStore,
+        LoopThreadError,
+    )
 
-__all__ = ["AsyncKVMemoryStore", "KVMemoryStore", "namespace_to_session", "session_to_namespace"]
+__all__ = [
+    "AsyncKVMemoryStore",
+    "KVMemoryStore",
+    "LoopThreadError",
+    "namespace_to_session",
+    "session_to_namespace",
+]
 
 
 def __getattr__(name: str) -> Any:
     """Import the store classes (and LangGraph) on first use."""
-    if name in ("KVMemoryStore", "AsyncKVMemoryStore"):
+    if name in ("KVMemoryStore", "AsyncKVMemoryStore", "LoopThreadError"):
         try:
             import langgraph.store.base  # noqa: F401  # only to name the extra when it is missing
         except ImportError as exc:

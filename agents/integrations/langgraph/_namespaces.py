@@ -33,9 +33,8 @@ from agents.memory.stores import SESSION_ID_MAX_LENGTH
 __all__ = ["matches", "namespace_to_session", "session_to_namespace"]
 
 _PLAIN: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
-_LABEL: Final = re.compile(
-    r"(?:[A-Za-z0-9]|_[1-9a-f][0-9a-f]*_)(?:[A-Za-z0-9-]|_[1-9a-f][0-9a-f]*_)*"
-)
+_ESCAPED: Final = r"_(?:0|[1-9a-f][0-9a-f]*)_"
+_LABEL: Final = re.compile(rf"(?:[A-Za-z0-9]|{_ESCAPED})(?:[A-Za-z0-9-]|{_ESCAPED})*")
 _ESCAPE: Final = re.compile(r"_([0-9a-f]+)_")
 
 
