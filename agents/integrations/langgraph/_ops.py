@@ -281,9 +281,10 @@ class Operations:
     ) -> list[tuple[tuple[str, ...], MemoryItem]]:
         """Return the ``wanted`` most recently written items of ``scope`` that pass ``keep``, newest first.
 
-        Each session is read from its end (``Store.tail``), a window four
-        times larger each time, until it gives ``wanted`` items that pass or
-        runs out: a put or a TTL refresh writes the item at the session's
+        Each session is read from its end (``Store.tail``), a larger window
+        each time (as large as the share of items that passed says it takes;
+        the whole session when none did), until it gives ``wanted`` items
+        that pass or runs out: a put or a TTL refresh writes the item at the session's
         end, so the newest writes come first and a search reads about the
         items it returns, not the namespace.
         """
@@ -299,7 +300,12 @@ class Operations:
                 ]
                 if len(passed) >= wanted or len(window) < size:
                     break
-                size *= 4
+                # Read as much more as the share that passed says it takes; none passed: all.
+                size = (
+                    max(2 * size, (wanted * size * 3) // (2 * len(passed)))
+                    if passed
+                    else max(2 * size, self.store.count(session_id) + 1)
+                )
             found.extend((namespace, item) for item in passed[-wanted:])
         found.sort(key=lambda pair: -float(pair[1].get_value(WRITTEN)))
         return found[:wanted]
