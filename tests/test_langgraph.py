@@ -14,14 +14,16 @@ import io
 import math
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from langgraph.store.base import (
     GetOp,
     InvalidNamespaceError,
@@ -45,6 +47,7 @@ from agents.memory.exceptions import (
     SerializationError,
 )
 from agents.memory.stores import check_session_id, open_store
+from agents.service import SessionService
 
 DURABLE = ("sqlite", "postgres")
 
@@ -643,6 +646,31 @@ def test_a_graph_reads_and_writes_memories_the_cli_shows(tmp_path: Path) -> None
         assert opened.sessions() == ["users.ann.memories"]
 
 
+def test_the_session_service_serve_and_mcp_use_sees_the_memories(url: str) -> None:
+    """The session service under kvmemory serve and kvmemory mcp lists a namespace's session and finds its items."""
+    with KVMemoryStore(url) as store:
+        store.put(("users", "ann", "memories"), "language", {"text": "prefers Danish"})
+        service = SessionService(store.store)
+        assert service.sessions() == ["users.ann.memories"]
+        assert service.overview("users.ann.memories").items == 1
+        hits = service.search_sessions("danish", 5)
+        assert [hit.item["key"] for hit in hits] == ["language"]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "memory"])
+def test_the_other_stores_keep_langgraph_items(kind: str, tmp_path: Path) -> None:
+    """On the JSONL and in-process stores too, items put, search, list and delete."""
+    url = f"jsonl://{tmp_path / 'logs'}" if kind == "jsonl" else "memory://langgraph-test"
+    with KVMemoryStore(url) as store:
+        store.put(("users", "ann"), "a", {"text": "invoice format", "n": 1})
+        store.put(("users", "bob"), "b", {"text": "calendar", "n": 2})
+        assert keys(store.search(("users",), filter={"n": {"$gt": 1}})) == {"b"}
+        assert keys(store.search(("users",), query="invoice")) == {"a"}
+        assert store.list_namespaces() == [("users", "ann"), ("users", "bob")]
+        store.delete(("users", "ann"), "a")
+        assert store.list_namespaces() == [("users", "bob")]
+
+
 def test_the_store_classes_name_the_extra_when_langgraph_is_missing() -> None:
     """Without langgraph, the package imports and KVMemoryStore raises naming kvmemory[langgraph]."""
     code = (
@@ -665,3 +693,76 @@ def test_an_in_process_store_works_without_a_url() -> None:
         store.put(("a",), "k", {"v": 1})
         assert store.get(("a",), "k") is not None
         assert repr(store).startswith("KVMemoryStore('memory://")
+
+
+# -- against a plain model ---------------------------------------------------------------
+
+
+class StoreAgainstDict(RuleBasedStateMachine):
+    """KVMemoryStore on a SQLite file behaves as a dict of namespace -> key -> (value, created)."""
+
+    namespaces = st.sampled_from([("a",), ("a", "b"), ("a", "b", "c"), ("ab",), ("x_y/z", "é")])
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.TemporaryDirectory()
+        self.store = KVMemoryStore(f"sqlite://{self.folder.name}/model.db")
+        self.clock = Clock()
+        self.store.operations.clock = self.clock
+        self.model: dict[tuple[str, ...], dict[str, tuple[dict[str, Any], float]]] = {}
+
+    @rule(namespace=namespaces, key=st.sampled_from(["k1", "k2", "k 3"]), n=st.integers(0, 3))
+    def put(self, namespace: tuple[str, ...], key: str, n: int) -> None:
+        """Put a value; an existing key keeps its created time."""
+        self.clock.now += 1
+        value = {"n": n, "text": f"item {n}", "nested": {"n": n}}
+        self.store.put(namespace, key, value)
+        old = self.model.setdefault(namespace, {}).get(key)
+        self.model[namespace][key] = (value, self.clock.now if old is None else old[1])
+
+    @rule(namespace=namespaces, key=st.sampled_from(["k1", "k2", "k 3"]))
+    def delete(self, namespace: tuple[str, ...], key: str) -> None:
+        """Delete a key, there or not."""
+        self.store.batch([PutOp(namespace, key, None)])
+        self.model.get(namespace, {}).pop(key, None)
+
+    @rule(namespace=namespaces, key=st.sampled_from(["k1", "k2", "k 3"]))
+    def get(self, namespace: tuple[str, ...], key: str) -> None:
+        """A get gives the model's value and created time."""
+        [item] = self.store.batch([GetOp(namespace, key)])
+        held = self.model.get(namespace, {}).get(key)
+        if held is None:
+            assert item is None
+        else:
+            assert item is not None
+            assert item.value == held[0]
+            assert item.created_at.timestamp() == held[1]
+
+    @rule(prefix=st.sampled_from([(), ("a",), ("a", "b"), ("ab",)]), least=st.integers(0, 4))
+    def search(self, prefix: tuple[str, ...], least: int) -> None:
+        """A filtered search finds exactly the model's items under the prefix."""
+        [found] = self.store.batch([SearchOp(prefix, {"nested.n": {"$gte": least}}, limit=100)])
+        expected = {
+            (namespace, key)
+            for namespace, items in self.model.items()
+            if namespace[: len(prefix)] == prefix
+            for key, (value, _) in items.items()
+            if value["n"] >= least
+        }
+        assert {(item.namespace, item.key) for item in found} == expected  # type: ignore[union-attr]
+
+    @invariant()
+    def namespaces_listed(self) -> None:
+        """The namespaces listed are those holding items."""
+        [listed] = self.store.batch([ListNamespacesOp(limit=100)])
+        assert listed == sorted(namespace for namespace, items in self.model.items() if items)
+
+    def teardown(self) -> None:
+        self.store.close()
+        self.folder.cleanup()
+
+
+StoreAgainstDict.TestCase.settings = settings(
+    max_examples=15, stateful_step_count=20, deadline=None
+)
+test_the_store_behaves_as_a_dict = StoreAgainstDict.TestCase
