@@ -18,23 +18,18 @@ never see the new value.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
+from agents.memory import _records
 from agents.memory._codec import OnUnencodable
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory.exceptions import StoreArgumentError, StoreError
 from agents.memory.stores._core.encoding import KeyedRow, decode_pairs, encode_rows, rows_terms
 from agents.memory.stores._core.engine import Engine, open_session
 
-__all__ = ["KEY_FIELD", "KEY_MAX_BYTES", "KeyedRecord", "RecordCalls", "check_key", "keyed_item"]
-
-KEY_FIELD: Final = "key"
-"""The field a record's item carries its key in."""
-
-KEY_MAX_BYTES: Final = 1024
-"""The longest record key a store accepts, in UTF-8 bytes (an index entry of every SQL engine holds it)."""
+__all__ = ["KeyedRecord", "RecordCalls", "check_key", "check_keys", "keyed_item"]
 
 
 @attrs.frozen
@@ -55,38 +50,9 @@ class KeyedRecord:
 
 
 def check_key(key: object, session_id: str) -> str:
-    """Return ``key`` if a record may be filed under it, else raise.
-
-    A key is a non-empty ``str`` of at most :data:`KEY_MAX_BYTES` UTF-8 bytes
-    without NUL characters or lone surrogates (no store can hold those).
-
-    Raises:
-        StoreArgumentError: naming the key and the rule it breaks.
-    """
-    if type(key) is not str:
-        msg = (
-            f"A record key must be a str, got {key!r} ({type(key).__name__}) for session "
-            f"{session_id!r}; pass the key as text, e.g. str({key!r})."
-        )
-        raise StoreArgumentError(msg)
-    if not key:
-        msg = f"A record key must not be empty (session {session_id!r}); pick a name such as 'language'."
-        raise StoreArgumentError(msg)
-    try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        msg = f"Record key {key!r} of session {session_id!r} holds a lone surrogate, which no store can hold; remove it."
-        raise StoreArgumentError(msg) from exc
-    if "\x00" in key:
-        msg = f"Record key {key!r} of session {session_id!r} holds a NUL character, which no store can hold; remove it."
-        raise StoreArgumentError(msg)
-    if size > KEY_MAX_BYTES:
-        msg = (
-            f"Record key {key[:40]!r}... of session {session_id!r} is {size} UTF-8 bytes long; "
-            f"the limit is {KEY_MAX_BYTES}. Use a shorter key (a hash of a long one)."
-        )
-        raise StoreArgumentError(msg)
-    return key
+    """Return ``key`` if a record may be filed under it in a store, else raise :class:`StoreArgumentError` (see :func:`agents.memory._records.check_key`)."""
+    where = f"session {session_id!r}"
+    return _records.check_key(key, where, StoreArgumentError, StoreArgumentError)
 
 
 def check_keys(keys: Iterable[str], session_id: str) -> list[str]:
@@ -98,37 +64,8 @@ def check_keys(keys: Iterable[str], session_id: str) -> list[str]:
 
 
 def keyed_item(key: str, item: MemoryItem | Mapping[str, Any], session_id: str) -> MemoryItem:
-    """Return ``item`` as the record filed under ``key``: holding ``key`` in its field ``"key"``.
-
-    The caller's item is not changed: an item without the field is copied
-    with it (first).
-
-    Raises:
-        StoreArgumentError: if ``item`` is neither a ``MemoryItem`` nor a
-            mapping, or its own ``"key"`` field holds another value.
-    """
-    if isinstance(item, MemoryItem):
-        fields = item.to_dict()
-        cls: type[MemoryItem] = type(item)
-    elif isinstance(item, Mapping):
-        fields = dict(item)
-        cls = MemoryItem
-    else:
-        msg = (
-            f"The record {key!r} of session {session_id!r} must be a MemoryItem or a mapping of "
-            f"fields, got {type(item).__name__}; nothing was written."
-        )
-        raise StoreArgumentError(msg)
-    if KEY_FIELD in fields:
-        own = fields[KEY_FIELD]
-        if type(own) is not str or own != key:
-            msg = (
-                f"The record put under key {key!r} in session {session_id!r} holds another key in "
-                f"its own 'key' field ({own!r}); drop the field or make it {key!r}. Nothing was written."
-            )
-            raise StoreArgumentError(msg)
-        return item if isinstance(item, MemoryItem) else cls.from_mapping(fields)
-    return cls.from_mapping({KEY_FIELD: key, **fields})
+    """Return ``item`` as the record filed under ``key`` in a store (see :func:`agents.memory._records.keyed_item`)."""
+    return _records.keyed_item(key, item, f"session {session_id!r}", StoreArgumentError)
 
 
 class RecordCalls:
