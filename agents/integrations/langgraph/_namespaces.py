@@ -23,6 +23,7 @@ prefix of session ids.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Final
@@ -63,9 +64,23 @@ def namespace_to_session(namespace: Sequence[str]) -> str:
             non-empty string, or the spelling is longer than a session id
             may be (128 characters).
     """
-    if isinstance(namespace, str) or not namespace:
+    if isinstance(namespace, str) or not namespace or not isinstance(namespace, (tuple, list)):
         msg = f"A namespace is a non-empty tuple of labels such as ('users', 'ann'), got {namespace!r}."
         raise InvalidSessionIdError(msg)
+    try:
+        return _spelled(tuple(namespace))
+    except TypeError:  # an unhashable label: refused below, naming it
+        pass
+    return _spell(tuple(namespace))
+
+
+@functools.lru_cache(maxsize=4096)
+def _spelled(namespace: tuple[str, ...]) -> str:
+    """Return :func:`_spell` of a namespace, remembered: a store spells the same few namespaces over and over."""
+    return _spell(namespace)
+
+
+def _spell(namespace: tuple[str, ...]) -> str:
     parts = []
     for label in namespace:
         if type(label) is not str or not label:
@@ -95,6 +110,7 @@ def _label(text: str) -> str | None:
     return label if _label_id(label) == text else None
 
 
+@functools.lru_cache(maxsize=4096)
 def session_to_namespace(session_id: str) -> tuple[str, ...] | None:
     """Return the namespace stored under a session id, or ``None`` if no namespace maps to it.
 

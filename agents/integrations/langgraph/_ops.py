@@ -339,7 +339,7 @@ class Operations:
         deletes = [op.key for op in ops if op.value is None]
         if puts:
             old = self.store.get_records(session_id, [op.key for op in puts])
-            items = {}
+            items: dict[str, dict[str, Any]] = {}
             for op in puts:
                 before = old.get(op.key)
                 created = now if before is None else before.get_value("created_at", now)
@@ -348,8 +348,8 @@ class Operations:
         if deletes:
             self.store.delete_records(session_id, deletes)
 
-    def stored(self, op: PutOp, created: float, now: float) -> MemoryItem:
-        """Return the item a put stores."""
+    def stored(self, op: PutOp, created: float, now: float) -> dict[str, Any]:
+        """Return the fields of the item a put stores."""
         value = dict(op.value or {})
         fields: dict[str, Any] = {
             VALUE: value,
@@ -370,7 +370,7 @@ class Operations:
             if len(texts) > EMBED_PARTS:
                 texts[EMBED_PARTS - 1 :] = ["\n".join(texts[EMBED_PARTS - 1 :])]
             fields.update(zip(EMBED, texts, strict=False))  # fewer texts than fields
-        return MemoryItem(**fields)
+        return fields
 
     # -- TTL ------------------------------------------------------------------------------
 
