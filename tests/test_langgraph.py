@@ -40,6 +40,7 @@ from agents.integrations.langgraph import (
     namespace_to_session,
     session_to_namespace,
 )
+from agents.memory import MemoryItem
 from agents.memory.exceptions import (
     InvalidQueryError,
     InvalidSessionIdError,
@@ -446,6 +447,14 @@ def test_an_emptied_namespace_is_not_listed(store: KVMemoryStore) -> None:
     store.put(("b",), "k", {"v": 1})
     store.delete(("a",), "k")
     assert store.list_namespaces() == [("b",)]
+
+
+def test_items_other_code_appended_to_a_namespace_are_not_found(store: KVMemoryStore) -> None:
+    """An item appended to a namespace's session by other code is neither searched nor listed as a LangGraph item."""
+    store.put(("notes",), "k", {"text": "invoice"})
+    store.store.append("notes", [MemoryItem(step=1, value={"text": "invoice appended"})])
+    assert [item.key for item in store.search(("notes",))] == ["k"]
+    assert [item.key for item in store.search(("notes",), query="invoice")] == ["k"]
 
 
 def test_sessions_no_namespace_spells_are_not_listed(url: str) -> None:

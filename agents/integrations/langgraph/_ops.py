@@ -83,6 +83,12 @@ def _time(value: float) -> datetime:
 class Embedder:
     """A LangGraph embedding model as a kvmemory embedder: ``name``, ``dimension``, and texts to vectors.
 
+    The ``name`` recorded with the vectors is the embeddings class, its
+    ``model`` (or ``model_name``) when it has one, and ``dims``: vectors of
+    another model are never compared with a query. Documents and queries are
+    both embedded with ``embed_documents``, so the model needs a sync
+    ``embed_documents`` (an async-only embedding function is not enough).
+
     Args:
         config: The index configuration (``dims`` and ``embed``).
     """
@@ -91,7 +97,11 @@ class Embedder:
         embeddings = ensure_embeddings(config.get("embed"))
         self.embeddings = embeddings
         self.dimension = int(config["dims"])
-        self.name = f"langgraph:{type(embeddings).__name__}:{self.dimension}"
+        model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+        kind = (
+            type(embeddings).__name__ if model is None else f"{type(embeddings).__name__}:{model}"
+        )
+        self.name = f"langgraph:{kind}:{self.dimension}"
 
     def __call__(self, texts: Sequence[str], /) -> Any:
         """Return one vector per text (``embed_documents``), as a float32 array."""
@@ -228,7 +238,12 @@ class Operations:
         compiled = Filter.of(where)
 
         def keep(item: MemoryItem) -> bool:
-            return not self.expired(item, now) and (compiled is None or compiled(item))
+            # Items the adapter did not put (appended to the session by other code) are not LangGraph items.
+            return (
+                item.get_value(WRITTEN) is not None
+                and not self.expired(item, now)
+                and (compiled is None or compiled(item))
+            )
 
         if op.query and op.query.strip():
             found = self.ranked(op, scope, keep)
