@@ -576,6 +576,20 @@ def test_the_async_store_puts_gets_searches_and_lists(url: str) -> None:
     asyncio.run(run())
 
 
+def test_the_async_store_ranks_by_its_index(url: str) -> None:
+    """AsyncKVMemoryStore embeds and ranks with LangGraph's index configuration, as the sync store does."""
+
+    async def run() -> None:
+        config = {"dims": 26, "embed": letters, "fields": ["text"]}
+        async with AsyncKVMemoryStore(url, index=config) as store:  # type: ignore[arg-type]
+            await store.aput(("docs",), "z", {"text": "zzzz"})
+            await store.aput(("docs",), "a", {"text": "aaaa"})
+            found = await store.asearch(("docs",), query="zz")
+            assert [item.key for item in found] == ["z", "a"]
+
+    asyncio.run(run())
+
+
 def test_the_async_store_refuses_a_sync_call_on_its_loop(url: str) -> None:
     """A sync method called on the event loop's thread raises instead of waiting on itself."""
 
