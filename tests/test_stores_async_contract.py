@@ -219,3 +219,23 @@ def test_awaited_store_reaches_the_async_calls(tmp_path: Path, runner: LoopThrea
         assert set(AWAITED) <= set(dir(AsyncStore))
         with pytest.raises(AttributeError, match="add it to AWAITED"):
             _ = store.rebuild_keyword_index
+
+
+def test_async_stored_memory_puts_records(tmp_path: Path, runner: LoopThread) -> None:
+    """An AsyncStoredMemory awaits put_record and delete_record and reads records from RAM."""
+    from agents.memory import MemoryItem
+    from agents.memory.stores import open_async_memory
+
+    async def scenario() -> tuple[Any, list[str], bool, list[str]]:
+        url = str(tmp_path / "records.db")
+        async with open_async_memory(url, "s") as memory:
+            await memory.put_record("lang", {"value": "fr"})
+            await memory.put_record("lang", {"value": "de"})
+            found = memory.get_record("lang")
+            keys = memory.record_keys()
+            gone = await memory.delete_record("lang")
+            return found, keys, gone, memory.record_keys()
+
+    found, keys, gone, after = runner.call(scenario())
+    assert found == MemoryItem(key="lang", value="de")
+    assert (keys, gone, after) == (["lang"], True, [])

@@ -738,3 +738,22 @@ def test_v4_store_opened_read_only_reads_without_records(postgres_url: str) -> N
         assert reader.get_record("s", "lang") is None
     with psycopg.connect(postgres_url, autocommit=True) as con:
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(4,)]
+
+
+@pytest.mark.postgres
+def test_record_lookup_can_use_the_key_index(postgres_url: str) -> None:
+    """PostgreSQL can answer a lookup by keys from the partial (session_id, key) index."""
+    with open_store(postgres_url) as store:
+        store.put_records("s", {f"k{n}": {"n": n} for n in range(50)})
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("SET enable_seqscan = off")
+        con.execute("SET enable_bitmapscan = off")
+        plan = " ".join(
+            row[0]
+            for row in con.execute(
+                "EXPLAIN SELECT key, seq, created, data FROM kvmemory_items"
+                " WHERE session_id = %s AND key = ANY(%s)",
+                ("s", ["k1", "k7"]),
+            )
+        )
+    assert "kvmemory_items_key" in plan

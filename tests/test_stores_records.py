@@ -140,3 +140,30 @@ def test_records_agree_with_a_dict(
     run_state_machine_as_test(
         Machine, settings=settings(max_examples=25, stateful_step_count=20, deadline=None)
     )
+
+
+_PUT_IN_CHILD = """
+import sys
+from agents.memory.stores import open_store
+with open_store(sys.argv[1]) as store:
+    store.put_record("s", "lang", {"value": sys.argv[2]})
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgres"])
+def test_a_put_in_another_process_is_read_here(
+    kind: str, durable_url: Any, request: pytest.FixtureRequest
+) -> None:
+    """A record put by another process is read by key through a handle opened before it."""
+    import subprocess
+    import sys
+
+    if kind == "postgres":
+        request.applymarker(pytest.mark.postgres)
+    url = durable_url(kind)
+    with open_store(url) as store:
+        store.put_record("s", "lang", {"value": "fr"})
+        for value in ("de", "it"):
+            subprocess.run([sys.executable, "-c", _PUT_IN_CHILD, url, value], check=True)
+            assert store.get_record("s", "lang") == MemoryItem(key="lang", value=value)
+        assert len(store.read("s")) == 1

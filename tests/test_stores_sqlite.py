@@ -1145,7 +1145,7 @@ def test_v5_file_reads_read_only_as_it_is_and_is_migrated_to_fold_few_inserts(
     assert path.read_bytes() == before
     assert user_version(path) == 5
     with SQLiteStore(path) as store:
-        assert user_version(path) == SCHEMA_VERSION == 6
+        assert user_version(path) == SCHEMA_VERSION == 7  # through v6, then v7's record keys
         assert fold_state(path) == (0, len(ranking_corpus()))
         store.append("s", [MemoryItem(step=10, note="the report file")])
         assert fold_state(path) == (1, len(ranking_corpus()) + 1)
@@ -1325,7 +1325,7 @@ def test_v6_file_opened_read_only_reads_without_records(tmp_path: Path) -> None:
 
 
 def test_record_lookup_uses_the_key_index(tmp_path: Path) -> None:
-    """SQLite answers a record lookup from the (session_id, key) index, not by scanning the session."""
+    """SQLite answers a record lookup by probing the (session_id, key) index per key, not by scanning the session."""
     path = tmp_path / "k.db"
     with open_store(path) as store:
         store.put_record("s", "a", {"v": 1})
@@ -1335,10 +1335,11 @@ def test_record_lookup_uses_the_key_index(tmp_path: Path) -> None:
             str(row[-1])
             for row in con.execute(
                 "EXPLAIN QUERY PLAN SELECT key, seq, created, data FROM kvmemory_items"
-                " WHERE session_id = ? AND key IS NOT NULL AND key IN (SELECT value FROM json_each(?))",
+                " WHERE session_id = ? AND key IN (SELECT value FROM json_each(?))",
                 ("s", '["a"]'),
             )
         )
     finally:
         con.close()
-    assert "kvmemory_items_key" in plan
+    # One probe of the index per key (not a walk of the session's keyed rows).
+    assert "USING INDEX kvmemory_items_key (session_id=? AND key=?)" in plan

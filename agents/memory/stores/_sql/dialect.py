@@ -120,22 +120,15 @@ _LAST_STEP: Final = (
 # Keyed rows (records), read through the unique (session_id, key) index. A prefix
 # is a range of keys (both engines compare keys by code point: SQLite's BINARY
 # collation over UTF-8, PostgreSQL's "C" collation of the column).
-# "key IS NOT NULL" in every query lets SQLite use its partial index.
-_KEYED: Final = (
-    "SELECT key, seq, created, data FROM kvmemory_items WHERE session_id = {p} AND key IS NOT NULL"
-)
+# Both engines find rows by key through the partial index WHERE key IS NOT NULL: a
+# query that lists every record (or a prefix's) says "key IS NOT NULL"; one by keys
+# must not (SQLite would then walk every keyed row of the session as a range and
+# test the list on each, instead of probing the index once per key).
+_KEYED: Final = "SELECT key, seq, created, data FROM kvmemory_items WHERE session_id = {p}"
+_KEYED_ALL: Final = _KEYED + " AND key IS NOT NULL"
 _KEYED_OF: Final = _KEYED + " AND key{in}"
-_KEYED_ONE: Final = _KEYED + " AND key = {p}"
 _KEYS: Final = "SELECT key FROM kvmemory_items WHERE session_id = {p} AND key IS NOT NULL"
-_KEYED_SEQS: Final = (
-    "SELECT key, seq FROM kvmemory_items WHERE session_id = {p} AND key IS NOT NULL AND key{in}"
-)
-# One key is looked up by equality: SQLite plans "key IN (SELECT value FROM json_each(?))"
-# as a range scan of the session's keys from the smallest key listed (about 17 times
-# slower than the equality lookup for one key among 1,000; benchmarks/bench_langgraph_store.py).
-_KEYED_SEQ: Final = (
-    "SELECT key, seq FROM kvmemory_items WHERE session_id = {p} AND key IS NOT NULL AND key = {p}"
-)
+_KEYED_SEQS: Final = "SELECT key, seq FROM kvmemory_items WHERE session_id = {p} AND key{in}"
 _FROM_KEY: Final = " AND key >= {p}"
 _BELOW_KEY: Final = " AND key < {p}"
 
@@ -286,13 +279,10 @@ class SQLRows:
         if self.no_tables or not self.keyed_rows:
             return []
         d = self.dialect
-        params: list[object]
-        if keys is not None and len(keys) == 1:
-            sql, params = _KEYED_ONE, [session_id, keys[0]]
-        elif keys is not None:
+        if keys is not None:
             sql, params = _KEYED_OF, [session_id, d.bind_list(keys)]
         else:
-            sql, params = _KEYED, [session_id]
+            sql, params = _KEYED_ALL, [session_id]
         sql, params = _with_prefix(sql, params, prefix)
         return [
             (str(key), int(seq), float(created), bytes(data))
@@ -307,10 +297,7 @@ class SQLRows:
 
     def keyed_seqs(self, tx: Any, session_id: str, keys: Sequence[str]) -> dict[str, int]:
         d = self.dialect
-        if len(keys) == 1:
-            rows = tx.execute(d.spell(_KEYED_SEQ), (session_id, keys[0])).fetchall()
-        else:
-            rows = tx.execute(d.spell(_KEYED_SEQS), (session_id, d.bind_list(keys))).fetchall()
+        rows = tx.execute(d.spell(_KEYED_SEQS), (session_id, d.bind_list(keys))).fetchall()
         return {str(key): int(seq) for key, seq in rows}
 
     # -- writing, inside a transaction (``tx`` is the driver's connection) -------------------
