@@ -234,6 +234,23 @@ def test_a_restart_during_writes_loses_nothing_returned_and_writes_recover(
         assert steps_of(store, "s")[-1] == step
 
 
+def test_a_call_while_the_server_is_down_raises_unreachable_after_the_pool_timeout(
+    own_postgres: ThrowawayServer,
+) -> None:
+    """With the server stopped, a call waits pool_timeout and raises StoreUnreachableError naming it; nothing is written."""
+    with PostgresStore(own_postgres.url, min_size=1, max_size=2, timeout=1) as store:
+        store.append("s", [MemoryItem(step=0)])
+        own_postgres.stop("fast")
+        with pytest.raises(
+            StoreUnreachableError, match=r"no connection within 1 s.*pool_max"
+        ) as info:
+            store.append("s", [MemoryItem(step=1)])
+        assert not isinstance(info.value, StoreConnectionLostError)
+    own_postgres.start()
+    with open_store(own_postgres.url) as store:
+        assert steps_of(store, "s") == [0]
+
+
 def test_pool_size_and_timeout_come_from_the_url(postgres_url: str) -> None:
     """``?pool_min=&pool_max=&pool_timeout=`` size the pool and bound its wait."""
     with open_store(postgres_url + "&pool_min=2&pool_max=7&pool_timeout=3.5") as store:

@@ -226,7 +226,8 @@ class PostgresConnections:
         """
         if isinstance(exc, CommitUnconfirmed):
             return True
-        if not isinstance(exc, self._operational):
+        # The pool's timeout is an OperationalError too, but no connection was had to lose.
+        if isinstance(exc, self.pool_timeout) or not isinstance(exc, self._operational):
             return False
         state = getattr(exc, "sqlstate", None)
         # No SQLSTATE: the driver's own "server closed the connection", "consuming input failed".
