@@ -9,7 +9,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -172,6 +172,79 @@ def test_kills_during_writes_are_lost_connections_never_damage(
         outcomes.check(store, "s")
         store.append("s", [MemoryItem(step=1000, note="word1000 after")])
         assert steps_of(store, "s")[-1] == 1000
+
+
+@contextlib.contextmanager
+def stalled_trigger(url: str, function: str) -> Iterator[None]:
+    """Make kvmemory's count trigger ``function`` sleep (its name then in the killed statement's context), restored after."""
+    with psycopg.connect(url, autocommit=True) as con:
+        row = con.execute("SELECT pg_get_functiondef(%s::regproc)", (function,)).fetchone()
+        assert row is not None
+        con.execute(
+            f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$"
+        )
+        try:
+            yield
+        finally:
+            con.execute(row[0])
+
+
+def kill_when_stalled(server: str, name: str) -> None:
+    """Wait until a connection named ``name`` sleeps in the stalled trigger, then terminate it."""
+    with psycopg.connect(server, autocommit=True) as con:
+        for _ in range(6000):
+            row = con.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = %s AND wait_event = 'PgSleep'",
+                (name,),
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("no write reached the stalled trigger")
+
+
+@pytest.mark.parametrize(
+    ("function", "write", "retryable"),
+    [
+        ("kvmemory_count_inserted", "append", False),
+        ("kvmemory_count_inserted", "batch", True),
+        ("kvmemory_count_updated", "update", True),
+    ],
+)
+def test_a_kill_inside_the_keyword_index_triggers_is_a_lost_connection(
+    postgres_server: str, postgres_url: str, name: str, function: str, write: str, retryable: bool
+) -> None:
+    """A write killed in the keyword index's count trigger raises StoreConnectionLostError, not CorruptStoreError."""
+    url = named(postgres_url, name)
+    with open_store(url) as store:
+        [first] = store.append("s", [MemoryItem(step=0, note="zero")])
+
+        def update() -> None:
+            with store.batch("s") as batch:
+                batch.update({first: MemoryItem(step=0, note="changed")})
+
+        calls: dict[str, Callable[[], object]] = {
+            "append": lambda: store.append("s", [MemoryItem(step=1, note="one")]),
+            "batch": lambda: store.append_steps("s", [MemoryItem(note="one")]),
+            "update": update,
+        }
+        killer = threading.Thread(target=kill_when_stalled, args=(postgres_server, name))
+        with stalled_trigger(postgres_url, function):
+            killer.start()
+            with pytest.raises(
+                StoreConnectionLostError, match="connection to the server was lost"
+            ) as info:
+                calls[write]()
+            killer.join()
+        assert info.value.retryable is retryable
+        assert "rebuild_keyword_index" not in str(info.value)
+        assert [(i.get_value("step"), i.get_value("note")) for i in store.read("s")] == [
+            (0, "zero")
+        ]
+        store.append("s", [MemoryItem(step=2, note="two")])
+        assert [hit.item.get_value("step") for hit in store.search("s", "two")] == [2]
 
 
 def test_the_calls_after_a_kill_succeed(postgres_server: str, postgres_url: str, name: str) -> None:
@@ -401,5 +474,37 @@ def test_async_bad_pool_option_is_refused(postgres_url: str) -> None:
     async def main() -> None:
         with pytest.raises(InvalidStoreURLError, match=r"pool_max=1.*below pool_min=2"):
             await open_async_store(postgres_url + "&pool_min=2&pool_max=1")
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("write", "retryable"), [("append", False), ("batch", True)])
+def test_async_a_kill_inside_the_keyword_index_trigger_is_a_lost_connection(
+    postgres_server: str, postgres_url: str, name: str, write: str, retryable: bool
+) -> None:
+    """On the asyncio store, a write killed in the count trigger raises StoreConnectionLostError, not damage."""
+
+    async def main() -> None:
+        async with open_async_store(named(postgres_url, name)) as store:
+            await store.append("s", [MemoryItem(step=0, note="zero")])
+            killer = threading.Thread(target=kill_when_stalled, args=(postgres_server, name))
+            call = (
+                store.append("s", [MemoryItem(step=1, note="one")])
+                if write == "append"
+                else store.append_steps("s", [MemoryItem(note="one")])
+            )
+            with stalled_trigger(postgres_url, "kvmemory_count_inserted"):
+                killer.start()
+                with pytest.raises(
+                    StoreConnectionLostError, match="connection to the server was lost"
+                ) as info:
+                    await call
+                killer.join()
+            assert info.value.retryable is retryable
+            assert "rebuild_keyword_index" not in str(info.value)
+            assert [i.get_value("step") for i in await store.read("s")] == [0]
+            await store.append("s", [MemoryItem(step=2, note="two")])
+            hits = await store.search("s", "two")
+            assert [hit.item.get_value("step") for hit in hits] == [2]
 
     asyncio.run(main())
