@@ -574,7 +574,16 @@ class PostgresStore(Store):
             the extension when the server offers it and the login may).
             ``False`` ranks them in Python; the stored vectors are the same.
 
+    A connection the server drops (``pg_terminate_backend``, a restart) is
+    no damage: the call it served raises :class:`StoreConnectionLostError`
+    (``retryable`` unless the server may have been committing the write),
+    and a dropped connection waiting in the pool is replaced before a call
+    uses it. A call that gets no connection within ``timeout`` raises
+    :class:`StoreUnreachableError`.
+
     Raises:
+        StoreArgumentError: if ``min_size`` is not an integer >= 0, ``max_size``
+            not one >= 1 and >= ``min_size``, or ``timeout`` not finite and > 0.
         MissingDependencyError: if psycopg or psycopg_pool is not installed.
         StoreUnreachableError: if the server cannot be reached (its host name
             does not resolve, nothing listens, the login is refused); raised at once.
