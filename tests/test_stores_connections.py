@@ -10,11 +10,10 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from conftest import ThrowawayServer
 
 from agents.memory import MemoryItem
 from agents.memory.exceptions import (
@@ -24,6 +23,9 @@ from agents.memory.exceptions import (
     StoreUnreachableError,
 )
 from agents.memory.stores import PostgresStore, Store, open_async_store, open_store
+
+if TYPE_CHECKING:
+    from conftest import ThrowawayServer  # the own_postgres fixture's server
 
 pytestmark = pytest.mark.postgres
 
