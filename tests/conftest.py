@@ -52,47 +52,83 @@ def _as_postgres_user(argv: list[str]) -> list[str]:
     return argv
 
 
-@contextlib.contextmanager
-def _throwaway_server() -> Iterator[str]:
-    initdb = _find_bin("initdb")
-    pg_ctl = _find_bin("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        raise FileNotFoundError(
-            "initdb/pg_ctl not found; run scripts/test, which installs PostgreSQL"
-        )
-    root = tempfile.mkdtemp(prefix="kvmemory-pg-")
-    data = os.path.join(root, "data")
-    log = os.path.join(root, "server.log")
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
-    port = _free_port()
-    try:
-        subprocess.run(
-            _as_postgres_user(
-                [initdb, "-D", data, "-A", "trust", "-U", "kvmemory", "--no-sync", "-E", "UTF8"]
-            ),
-            check=True,
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-        )
-        options = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=60"
-        subprocess.run(
-            _as_postgres_user([pg_ctl, "-D", data, "-l", log, "-o", options, "-w", "start"]),
-            check=True,
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            yield f"postgresql://kvmemory@127.0.0.1:{port}/postgres"
-        finally:
+class ThrowawayServer:
+    """A PostgreSQL server in a temporary directory, which a test may stop and start again.
+
+    ``start()`` creates the cluster the first time (``initdb``) and starts
+    the server on the same port each time; ``stop(mode)`` stops it
+    (``fast`` ends every connection with "terminating connection due to
+    administrator command"); ``remove()`` stops it and deletes its files.
+    """
+
+    def __init__(self) -> None:
+        initdb = _find_bin("initdb")
+        pg_ctl = _find_bin("pg_ctl")
+        if initdb is None or pg_ctl is None:
+            raise FileNotFoundError(
+                "initdb/pg_ctl not found; run scripts/test, which installs PostgreSQL"
+            )
+        self._initdb = initdb
+        self._pg_ctl = pg_ctl
+        self.root = tempfile.mkdtemp(prefix="kvmemory-pg-")
+        self._data = os.path.join(self.root, "data")
+        self._log = os.path.join(self.root, "server.log")
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self.port = _free_port()
+        self.url = f"postgresql://kvmemory@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        """Start the server (creating its cluster the first time) and wait until it accepts connections."""
+        if not os.path.exists(self._data):
+            argv = [self._initdb, "-D", self._data, "-A", "trust", "-U", "kvmemory"]
             subprocess.run(
-                _as_postgres_user([pg_ctl, "-D", data, "-m", "immediate", "-w", "stop"]),
-                check=False,
+                _as_postgres_user([*argv, "--no-sync", "-E", "UTF8"]),
+                check=True,
                 capture_output=True,
                 stdin=subprocess.DEVNULL,
             )
+        options = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c max_connections=60"
+        )
+        started = subprocess.run(
+            _as_postgres_user(
+                [self._pg_ctl, "-D", self._data, "-l", self._log, "-o", options, "-w", "start"]
+            ),
+            check=False,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
+        if started.returncode:
+            with open(self._log, encoding="utf-8", errors="replace") as log:
+                tail = log.read()[-2000:]
+            raise subprocess.CalledProcessError(
+                started.returncode, started.args, started.stdout, started.stderr + tail.encode()
+            )
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``fast``: end the connections and shut down cleanly; ``immediate``: at once)."""
+        subprocess.run(
+            _as_postgres_user([self._pg_ctl, "-D", self._data, "-m", mode, "-w", "stop"]),
+            check=False,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def remove(self) -> None:
+        """Stop the server and delete its files."""
+        self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _throwaway_server() -> Iterator[str]:
+    server = ThrowawayServer()
+    try:
+        server.start()
+        yield server.url
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        server.remove()
 
 
 @pytest.fixture(scope="session")
@@ -115,6 +151,27 @@ def postgres_server() -> Iterator[str]:
         yield url
     finally:
         server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[ThrowawayServer]:
+    """Yield a PostgreSQL server of the test's own, started, which it may stop and start (fail under CI, else skip, when none)."""
+    server: ThrowawayServer | None = None
+    try:
+        server = ThrowawayServer()
+        server.start()
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        if server is not None:
+            server.remove()
+        detail = getattr(exc, "stderr", b"") or b""
+        reason = f"no PostgreSQL server for the tests: {exc} {detail.decode(errors='replace')}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield server
+    finally:
+        server.remove()
 
 
 @pytest.fixture

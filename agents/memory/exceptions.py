@@ -29,6 +29,7 @@ from the builtin exception that code written for UFO would already catch, so
     │   ├── CorruptStoreError
     │   ├── SchemaVersionError
     │   └── StoreUnreachableError(StoreError, ConnectionError)
+    │       └── StoreConnectionLostError
     ├── TokenizerUnavailableError(AgentMemoryError, RuntimeError)
     ├── InvalidQueryError(AgentMemoryError, ValueError)
     ├── EmbeddingError(AgentMemoryError, ValueError)
@@ -72,6 +73,7 @@ __all__ = [
     "SkippedRecordWarning",
     "StepNotFoundError",
     "StoreArgumentError",
+    "StoreConnectionLostError",
     "StoreError",
     "StoreNotFoundError",
     "StoreUnreachableError",
@@ -222,6 +224,35 @@ class StoreArgumentError(AgentMemoryError, TypeError, ValueError):
 
 class StoreUnreachableError(StoreError, ConnectionError):
     """A store server cannot be reached (its host name does not resolve, nothing listens)."""
+
+
+class StoreConnectionLostError(StoreUnreachableError):
+    """The connection to a store server was lost during a call (the server restarted, the connection was killed).
+
+    This is no damage to the store: the server dropped the connection, and
+    rolled back what the call had not committed. The next call takes
+    another connection (a broken pooled one is replaced first).
+
+    Attributes:
+        retryable: ``True`` when the server applied nothing of the call (a
+            read, or a write lost before its commit): calling again is safe.
+            ``False`` when the connection was lost while the server may have
+            been committing the write (it is then wholly applied or not at
+            all): read the session to see which before writing it again.
+    """
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickling passes args only; keep the keyword so the error crosses processes whole.
+        return (_connection_lost, (str(self), self.retryable))
+
+
+def _connection_lost(message: str, retryable: bool) -> StoreConnectionLostError:
+    """Rebuild a pickled :class:`StoreConnectionLostError`."""
+    return StoreConnectionLostError(message, retryable=retryable)
 
 
 class MissingDependencyError(AgentMemoryError, ImportError):

@@ -16,7 +16,12 @@ URLs:
   (option ``?fsync=always|never``).
 * ``postgresql://user:password@host:port/dbname``: PostgreSQL, for many
   processes on many machines (needs ``pip install 'kvmemory[postgres]'``;
-  option ``?pgvector=auto|off``, the rest of the URL goes to libpq).
+  options ``?pgvector=auto|off``, and the pool's ``?pool_min=N`` (default 1),
+  ``?pool_max=N`` (default 4) and ``?pool_timeout=SECONDS`` (default 30);
+  the rest of the URL goes to libpq, ``?connect_timeout=SECONDS`` included).
+  A connection the server drops (a kill, a restart) raises
+  :class:`~agents.memory.StoreConnectionLostError`, never damage, and is
+  replaced before the next call uses it.
 * ``memory://`` (private) or ``memory://NAME`` (shared in this process).
 
 After ``sqlite://`` and ``jsonl://`` comes the path as written, so

@@ -64,9 +64,16 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
     if scheme in ("postgresql", "postgres"):
         from agents.memory.stores._postgres.backend import PostgresStore
 
-        conninfo, pgvector = _pgvector_option(text)
+        conninfo, options = _postgres_options(text)
         _check_libpq_options(conninfo, text)
-        return PostgresStore(conninfo, read_only=read_only, pgvector=pgvector)
+        return PostgresStore(
+            conninfo,
+            read_only=read_only,
+            pgvector=options["pgvector"] == "auto",
+            min_size=int(options["pool_min"]),
+            max_size=int(options["pool_max"]),
+            timeout=float(options["pool_timeout"]),
+        )
     raw_path, _, query = rest.partition("?")
     options = _options(text, query)
     path = urllib.parse.unquote(raw_path)
@@ -119,19 +126,58 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
 _SQLITE_VEC: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 
 
-def _pgvector_option(text: str) -> tuple[str, bool]:
-    """Split kvmemory's own ``pgvector=auto|off`` from a PostgreSQL URL; the rest goes to libpq as it is."""
+# kvmemory's own options of a PostgreSQL URL, with their defaults; the rest goes to libpq.
+_POSTGRES_OPTIONS = {"pgvector": "auto", "pool_min": "1", "pool_max": "4", "pool_timeout": "30"}
+
+
+def _postgres_options(text: str) -> tuple[str, dict[str, str]]:
+    """Split kvmemory's own options (``pgvector``, ``pool_min``, ``pool_max``, ``pool_timeout``) from a PostgreSQL URL, checked.
+
+    Returns:
+        The URL for libpq (without them) and every option's value (the default where not given).
+    """
     base, mark, query = text.partition("?")
     pairs = urllib.parse.parse_qsl(query, keep_blank_values=True) if mark else []
-    chosen = [value for name, value in pairs if name == "pgvector"]
-    if not chosen:
-        return text, True
-    if len(chosen) > 1 or chosen[0] not in ("auto", "off"):
-        msg = f"Option pgvector in {_redact(text)!r} must be given once, as 'auto' or 'off'."
+    options = dict(_POSTGRES_OPTIONS)
+    for name in _POSTGRES_OPTIONS:
+        chosen = [value for key, value in pairs if key == name]
+        if len(chosen) > 1:
+            msg = f"Option {name} is given twice in {_redact(text)!r}; give it once."
+            raise exceptions.InvalidStoreURLError(msg)
+        if chosen:
+            options[name] = chosen[0]
+    if options["pgvector"] not in ("auto", "off"):
+        msg = (
+            f"Option pgvector={options['pgvector']!r} in {_redact(text)!r} must be 'auto' or 'off'."
+        )
         raise exceptions.InvalidStoreURLError(msg)
-    rest = [(name, value) for name, value in pairs if name != "pgvector"]
+    sizes = {}
+    for name, least in (("pool_min", 0), ("pool_max", 1)):
+        value = options[name]
+        if not (value.isascii() and value.isdigit()) or int(value) < least:
+            msg = f"Option {name}={value!r} in {_redact(text)!r} must be a whole number >= {least} (connections)."
+            raise exceptions.InvalidStoreURLError(msg)
+        sizes[name] = int(value)
+    if sizes["pool_max"] < sizes["pool_min"]:
+        msg = (
+            f"Option pool_max={sizes['pool_max']} in {_redact(text)!r} is below "
+            f"pool_min={sizes['pool_min']}; the pool cannot keep more connections than it may open."
+        )
+        raise exceptions.InvalidStoreURLError(msg)
+    try:
+        timeout = float(options["pool_timeout"])
+    except ValueError:
+        timeout = -1.0
+    if not 0 < timeout < math.inf:
+        msg = f"Option pool_timeout={options['pool_timeout']!r} in {_redact(text)!r} must be a finite number of seconds > 0."
+        raise exceptions.InvalidStoreURLError(msg)
+    connect = [value for key, value in pairs if key == "connect_timeout"]
+    if connect and not (connect[-1].isascii() and connect[-1].isdigit()):
+        msg = f"Option connect_timeout={connect[-1]!r} in {_redact(text)!r} must be a whole number of seconds >= 0 (0 waits forever)."
+        raise exceptions.InvalidStoreURLError(msg)
+    rest = [(name, value) for name, value in pairs if name not in _POSTGRES_OPTIONS]
     conninfo = base + ("?" + urllib.parse.urlencode(rest) if rest else "")
-    return conninfo, chosen[0] == "auto"
+    return conninfo, options
 
 
 def _check_libpq_options(conninfo: str, text: str) -> None:
@@ -145,7 +191,7 @@ def _check_libpq_options(conninfo: str, text: str) -> None:
     except psycopg.ProgrammingError as exc:
         msg = (
             f"PostgreSQL URL {_redact(text)!r} cannot be parsed by libpq: {exc}. Check the option "
-            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off)."
+            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off, pool_min, pool_max and pool_timeout)."
         )
         raise exceptions.InvalidStoreURLError(msg) from exc
 

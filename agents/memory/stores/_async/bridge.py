@@ -191,6 +191,11 @@ class Connection:
     def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
         self._connection = connection
 
+    @property
+    def pgconn(self) -> Any:
+        """The libpq connection (its socket and status, read without a round trip)."""
+        return self._connection.pgconn
+
     def execute(
         self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None, **options: Any
     ) -> Cursor:
@@ -247,6 +252,21 @@ class Pool:
         )
         if open:
             self.open(wait=True)
+
+    @property
+    def min_size(self) -> int:
+        """Connections the pool keeps open."""
+        return int(self._pool.min_size)
+
+    @property
+    def max_size(self) -> int:
+        """Connections the pool opens at most."""
+        return int(self._pool.max_size)
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a call waits for a connection."""
+        return float(self._pool.timeout)
 
     def open(self, wait: bool = False, timeout: float = 30.0) -> None:
         """Open the pool's connections (all ``min_size`` of them when ``wait``)."""

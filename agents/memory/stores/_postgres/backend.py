@@ -64,13 +64,18 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from agents.memory.exceptions import CorruptStoreError, StoreError
+from agents.memory.exceptions import (
+    CorruptStoreError,
+    StoreConnectionLostError,
+    StoreError,
+    StoreUnreachableError,
+)
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import redact_url
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._postgres.keyword import PostgresKeywordIndex, build_keyword_index
-from agents.memory.stores._postgres.pool import PostgresConnections
+from agents.memory.stores._postgres.pool import CommitUnconfirmed, PostgresConnections, check_pool
 from agents.memory.stores._postgres.schema import (
     CUT_ROWS_OVER,
     SCHEMA_VERSION,
@@ -227,6 +232,7 @@ class PostgresBackend(SQLRows, Backend):
         read_only: bool = False,
         pgvector: bool = True,
     ) -> None:
+        check_pool(min_size, max_size, timeout)
         self.url = redact_url(conninfo)
         self.read_only = read_only
         self._keyword = PostgresKeywordIndex(self.query_rows, url=self.url)
@@ -260,8 +266,22 @@ class PostgresBackend(SQLRows, Backend):
         return self._vectors.ranks
 
     def store_error(self, action: str, where: str, exc: BaseException) -> StoreError:
+        """Return the store's error for a driver error: a lost connection, a pool timeout, damage, or else :class:`StoreError`."""
         text = str(exc)
-        if self._keyword.names_damage(text):
+        if self._connections.lost(exc):
+            return self._lost(action, where, exc)
+        if isinstance(exc, self._connections.pool_timeout):
+            msg = (
+                f"Cannot {action}{where} PostgreSQL store {self.url}: no connection within "
+                f"{self._connections.timeout:g} s ({text}); the server does not answer, or all "
+                f"{self._connections.max_size} of the pool's connections are in use (raise "
+                "?pool_max= or ?pool_timeout= in the URL). Nothing was changed; calling again is safe."
+            )
+            return StoreUnreachableError(msg)
+        # Damage is a statement refused for a missing or altered part of the index
+        # (SQLSTATE class 42: undefined column, function, table; a type mismatch).
+        state = getattr(exc, "sqlstate", None) or ""
+        if state.startswith("42") and self._keyword.names_damage(text):
             return self._keyword.damaged(action, where, text)
         if "different vector dimensions" in text:  # pgvector's words for a copy of another size
             msg = (
@@ -273,6 +293,25 @@ class PostgresBackend(SQLRows, Backend):
             return CorruptStoreError(msg)
         msg = f"Cannot {action}{where} PostgreSQL store {self.url}: {exc}; nothing was changed."
         return StoreError(msg)
+
+    def _lost(self, action: str, where: str, exc: BaseException) -> StoreConnectionLostError:
+        """Return the error for a call whose connection was lost (retryable unless a commit was under way)."""
+        lines = str(exc).strip().splitlines()
+        reason = lines[0].strip() if lines else type(exc).__name__
+        if isinstance(exc, CommitUnconfirmed):
+            msg = (
+                f"Cannot {action}{where} PostgreSQL store {self.url}: the connection to the server "
+                f"was lost before it confirmed the write ({reason}). The server applied the write "
+                "wholly or not at all; read the session to see which before writing it again. "
+                "The store is not damaged, and the next call takes a new connection."
+            )
+            return StoreConnectionLostError(msg, retryable=False)
+        msg = (
+            f"Cannot {action}{where} PostgreSQL store {self.url}: the connection to the server "
+            f"was lost ({reason}); nothing was changed, and calling again is safe (it takes a "
+            "new connection). The store is not damaged."
+        )
+        return StoreConnectionLostError(msg, retryable=True)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -380,8 +419,8 @@ class PostgresBackend(SQLRows, Backend):
             "docs": [jsonb_copy(row[2]) for row in rows],
             **self._keyword.columns(session_id, rows, terms),
         }
-        with self.pool.connection() as con:
-            seqs = sorted(int(r[0]) for r in con.execute(_APPEND, params).fetchall())
+        # One statement committed on its own: lost before the server's answer, it may have committed.
+        seqs = sorted(int(r[0]) for r in self._connections.write_one(_APPEND, params))
         return seqs or None
 
     def lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
@@ -560,8 +599,7 @@ class PostgresBackend(SQLRows, Backend):
                 lock_schema(con)
                 build_keyword_index(con)
         except self.driver_errors as exc:
-            msg = f"Cannot rebuild the keyword index of PostgreSQL store {self.url}: {exc}; nothing was changed."
-            raise StoreError(msg) from exc
+            raise self.store_error("rebuild the keyword index of", "", exc) from exc
 
 
 class PostgresStore(Store):
@@ -578,7 +616,16 @@ class PostgresStore(Store):
             the extension when the server offers it and the login may).
             ``False`` ranks them in Python; the stored vectors are the same.
 
+    A connection the server drops (``pg_terminate_backend``, a restart) is
+    no damage: the call it served raises :class:`StoreConnectionLostError`
+    (``retryable`` unless the server may have been committing the write),
+    and a dropped connection waiting in the pool is replaced before a call
+    uses it. A call that gets no connection within ``timeout`` raises
+    :class:`StoreUnreachableError`.
+
     Raises:
+        StoreArgumentError: if ``min_size`` is not an integer >= 0, ``max_size``
+            not one >= 1 and >= ``min_size``, or ``timeout`` not finite and > 0.
         MissingDependencyError: if psycopg or psycopg_pool is not installed.
         StoreUnreachableError: if the server cannot be reached (its host name
             does not resolve, nothing listens, the login is refused); raised at once.
