@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from agents.memory import MemoryItem
 from agents.memory.stores import Store, open_store
-from agents.memory.stores.testing import MakeStore, StoreContract, session_hits, union_hits
+from agents.memory.stores.testing import MakeStore, VectorStoreContract, session_hits, union_hits
 
 _WORDS = ("invoice", "format", "the", "report", "ann", "pdf")
 
 
-class TestStoreContract(StoreContract):
+class TestStoreContract(VectorStoreContract):
     """The contract suite on each of the four stores kvmemory ships."""
 
     @pytest.fixture

@@ -21,7 +21,7 @@ from agents.memory.stores import (
 )
 from agents.memory.stores._jsonl.backend import LogBackend
 from agents.memory.stores._ram import SpaceBackend
-from agents.memory.stores.testing import BackendContract, MakeStore, StoreContract
+from agents.memory.stores.testing import BackendContract, MakeStore, VectorStoreContract
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "stores.md"
 FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -41,7 +41,7 @@ def documented_backend() -> dict[str, Any]:
 DOCS = documented_backend()
 
 
-class TestDocumentedBackend(StoreContract):
+class TestDocumentedBackend(VectorStoreContract):
     """The contract suite on Store(DictBackend) exactly as the docs print it."""
 
     @pytest.fixture

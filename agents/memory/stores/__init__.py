@@ -18,6 +18,9 @@ URLs:
   processes on many machines (needs ``pip install 'kvmemory[postgres]'``;
   option ``?pgvector=auto|off``, the rest of the URL goes to libpq).
 * ``memory://`` (private) or ``memory://NAME`` (shared in this process).
+* ``SCHEME://...`` of a backend of another package, registered with
+  :func:`register_backend` or declared in the entry-point group
+  ``kvmemory.backends`` (see :mod:`agents.memory.stores.backend`).
 
 After ``sqlite://`` and ``jsonl://`` comes the path as written, so
 ``sqlite:///tmp/a.db`` is the absolute ``/tmp/a.db`` and ``sqlite://a.db`` the
@@ -30,6 +33,7 @@ import importlib
 import os
 import typing
 
+from agents.memory._filter import FilterNode
 from agents.memory.stores._backed import SessionWriter, StoredMemory
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
@@ -49,8 +53,14 @@ from agents.memory.stores._base import (
     check_store_path,
     migrate,
 )
-from agents.memory.stores._core.backend import Backend
-from agents.memory.stores._open import open_store
+from agents.memory.stores._core.backend import Backend, Transaction
+from agents.memory.stores._core.terms import Terms
+from agents.memory.stores._open import (
+    ENTRY_POINT_GROUP,
+    BackendOpener,
+    open_store,
+    register_backend,
+)
 from agents.memory.stores._ram import InMemoryStore
 from agents.memory.stores._sqlite.backend import SQLiteBackend, SQLiteStore
 from agents.memory.stores._store import Store
@@ -73,13 +83,16 @@ if typing.TYPE_CHECKING:
     from agents.memory.stores._postgres.backend import PostgresBackend, PostgresStore
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "SESSION_ID_MAX_LENGTH",
     "AsyncOpener",
     "AsyncStore",
     "AsyncStoredMemory",
     "AsyncWriteBatch",
     "Backend",
+    "BackendOpener",
     "BaseStore",
+    "FilterNode",
     "InMemoryStore",
     "IndexEntry",
     "JSONLStore",
@@ -98,6 +111,8 @@ __all__ = [
     "StoreHit",
     "StoredMemory",
     "StoredRecord",
+    "Terms",
+    "Transaction",
     "VectorModel",
     "WriteBatch",
     "check_session_id",
@@ -107,6 +122,7 @@ __all__ = [
     "open_async_store",
     "open_memory",
     "open_store",
+    "register_backend",
 ]
 
 # Imported on first use, so that importing this package loads neither the
