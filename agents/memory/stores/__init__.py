@@ -207,19 +207,23 @@ def open_memory(
 
 
 def open_async_store(
-    url: str | os.PathLike[str], *, read_only: bool = False
+    url: str | os.PathLike[str] | Store, *, read_only: bool = False
 ) -> AsyncOpener[AsyncStore]:
     """Open a store for asyncio programs: ``async with open_async_store(url) as store:``.
 
-    Takes the URLs and paths :func:`open_store` takes. Every call of the
-    store is awaitable and runs the sync store's code without blocking the
-    event loop: PostgreSQL on psycopg's asyncio driver (the ``async``
-    extra), the others on a worker thread of the store's own (see
+    Takes the URLs and paths :func:`open_store` takes (a scheme of
+    :func:`register_backend` included), or an open :class:`Store`. Every
+    call of the store is awaitable and runs the sync store's code without
+    blocking the event loop: PostgreSQL on psycopg's asyncio driver (the
+    ``async`` extra), the others (a backend of your own included) on a
+    worker thread of the store's own, one call at a time (see
     :class:`AsyncStore`). ``store = await open_async_store(url)`` opens it
     without a block; close it then with ``await store.aclose()``.
 
     Args:
-        url: A store URL, or a filesystem path for a SQLite file.
+        url: A store URL, a filesystem path for a SQLite file, or an open
+            :class:`Store` (``Store(MyBackend(...))``), which the async
+            store then owns and closes.
         read_only: Open for inspection, as :func:`open_store`.
 
     Returns:
