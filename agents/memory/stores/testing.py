@@ -29,6 +29,7 @@ search tests skip without it); importing :mod:`agents.memory` or
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime as dt
 import enum
 import math
@@ -778,6 +779,27 @@ class StoreContract:
         store.append("s", [MemoryItem(turn=n % 2, price=n / 2) for n in range(4)], step_key="turn")
         counts = store.summary("s", cost_key="price")
         assert (counts.steps, counts.first_step, counts.last_step, counts.cost) == (2, 0, 1, 3.0)
+
+    def test_threads_sharing_one_handle_get_every_write_and_distinct_seqs(
+        self, store: Store
+    ) -> None:
+        """Four threads appending and reading through one handle at once: every item lands once, under its own seq."""
+
+        def work(thread: int) -> list[int]:
+            seqs: list[int] = []
+            for n in range(8):
+                seqs += store.append("s", [MemoryItem(step=n, thread=thread)])
+                assert len(store.read("s")) >= len(seqs)
+            return seqs
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            written = [seq for seqs in pool.map(work, range(4)) for seq in seqs]
+        assert len(set(written)) == 32
+        records = store.records("s")
+        assert [record.seq for record in records] == sorted(written)
+        assert sorted((r.item["thread"], r.item["step"]) for r in records) == [
+            (thread, n) for thread in range(4) for n in range(8)
+        ]
 
     def test_batch_applies_its_writes_in_one_go(self, make_store: MakeStore) -> None:
         """A write batch stages clear, deletes, updates and appends and applies them on exit."""

@@ -146,11 +146,6 @@ def _memory_call(
     return call
 
 
-def _worker() -> concurrent.futures.ThreadPoolExecutor:
-    """Return the worker thread a store's calls run on, one at a time."""
-    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvmemory-store")
-
-
 def _take_outcome(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
@@ -203,7 +198,10 @@ class AsyncStore:
             if read_only and not url.read_only:
                 msg = f"open_async_store(store, read_only=True) was given the writable store {url.url}; open the store read-only."
                 raise StoreArgumentError(msg)
-            return cls(url, _worker())
+            worker = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="kvmemory-store"
+            )
+            return cls(url, worker)
         text = os.fspath(url)
         if text.lower().startswith(("postgresql://", "postgres://")):
             bridge = _bridge_module()
@@ -214,7 +212,9 @@ class AsyncStore:
                 return open_store(text, read_only=read_only)
 
             return cls(await bridge.run_bridged(open_bridged), None)
-        executor = _worker()
+        executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="kvmemory-store"
+        )
         try:
             loop = asyncio.get_running_loop()
             store = await loop.run_in_executor(

@@ -76,12 +76,13 @@ class Backend:
 
     How the store calls a backend:
 
-    * **Inside a transaction** the store calls only the operations that take
-      ``tx``, with the ``tx`` that :meth:`transaction` yielded, on the thread
-      that opened it; it never calls a read (:meth:`read_rows`,
-      :meth:`count`, ...), :meth:`append_rows`, :meth:`delete_session` or a
-      second :meth:`transaction` on the same handle before the block ends.
-      So a backend may hold a lock or a connection for the whole block.
+    * **Inside a transaction** the store call that opened it calls only the
+      operations that take ``tx``, with the ``tx`` that :meth:`transaction`
+      yielded, on the thread that opened it; it never calls a read
+      (:meth:`read_rows`, :meth:`count`, ...), :meth:`append_rows`,
+      :meth:`delete_session` or a second :meth:`transaction` before the
+      block ends. So a backend may hold a lock or a connection for the
+      whole block.
     * **Threads.** The store takes no lock of its own. A program that shares
       one store between threads (a web server's handlers, two durable
       memories of one store) reaches the backend from those threads at once:
