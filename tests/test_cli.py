@@ -1046,3 +1046,15 @@ def test_search_by_meaning_needs_an_embedder(two_sessions: Path) -> None:
     done = kvmemory("search", str(two_sessions), "bill", "--mode", "semantic")
     assert done.returncode == 1
     assert "Semantic search needs an embedder, and none was given; pass --embedder" in done.stderr
+
+
+def test_show_prints_a_record_once_with_its_key(tmp_path: Path) -> None:
+    """show of a store session prints a keyed record like any item, its key field included, once after a replace."""
+    path = tmp_path / "records.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1, action="open")])
+        store.put_record("s", "lang", {"value": "fr"})
+        store.put_record("s", "lang", {"value": "de"})
+    status, text = run("show", str(path), "--session", "s", "--json", "--plain")
+    assert status == 0
+    assert json.loads(text) == [{"step": 1, "action": "open"}, {"key": "lang", "value": "de"}]

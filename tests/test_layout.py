@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "agents.memory.memory": MEMORY,
     "agents.memory._sequence": MEMORY,
     "agents.memory._steps": MEMORY,
+    "agents.memory._records": MEMORY,
     "agents.memory._listeners": MEMORY,
     "agents.memory._formats": MEMORY,
     "agents.memory._session": MEMORY,

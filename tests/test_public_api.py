@@ -94,7 +94,7 @@ def _run(code: str) -> str:
 
 
 def test_import_loads_only_the_core_modules() -> None:
-    """import agents.memory loads items, their wire encoding, memory, codec, session files and errors; prompt, blackboard, stores wait for first use."""
+    """import agents.memory loads items, their wire encoding, memory (with its record index), codec, session files and errors; prompt, blackboard, stores wait for first use."""
     loaded = _run(
         "import sys, agents.memory; print(sorted(m for m in sys.modules if m.startswith('agents.')))"
     )
@@ -107,6 +107,7 @@ def test_import_loads_only_the_core_modules() -> None:
             "agents.memory._item",
             "agents.memory._listeners",
             "agents.memory._ports",
+            "agents.memory._records",
             "agents.memory._sequence",
             "agents.memory._session",
             "agents.memory._steps",

@@ -996,3 +996,25 @@ def test_any_other_token_gets_401(guess: str) -> None:
         by_query = client.get("/api/sessions", params={"token": guess}, follow_redirects=False)
     assert (by_header.status_code, by_header.content) == (401, UNAUTHORIZED)
     assert (by_query.status_code, by_query.content) == (401, UNAUTHORIZED)
+
+
+def test_api_follows_a_replaced_record_once(tmp_path: Path) -> None:
+    """A record replaced by another process reaches a poll once; the session then holds it once, key shown."""
+    import orjson
+
+    url = f"sqlite://{tmp_path / 'records.db'}"
+    fill(url, "r", 2)
+    with open_store(url) as store:
+        store.put_record("r", "lang", {"value": "fr"})
+    with serving(url) as base:
+        first = orjson.loads(get(base + "/api/tail?session=r&n=500")[2])
+        with open_store(url) as store:
+            store.put_record("r", "lang", {"value": "de"})
+        new = orjson.loads(get(base + f"/api/after?session=r&seq={first['last']}")[2])
+        again = orjson.loads(get(base + "/api/tail?session=r&n=500")[2])
+    assert [field[:2] for field in new["steps"][0]["f"]] == [["key", "lang"], ["value", "de"]]
+    assert len(new["steps"]) == 1
+    fields = [[field[:2] for field in step["f"]] for step in again["steps"]]
+    assert fields.count([["key", "lang"], ["value", "de"]]) == 1
+    assert [["key", "lang"], ["value", "fr"]] not in fields
+    assert len(again["steps"]) == 3

@@ -14,9 +14,28 @@ from hypothesis import strategies as st
 
 from agents.memory import MemoryItem
 from agents.memory.stores import Store, open_store
-from agents.memory.stores.testing import MakeStore, VectorStoreContract, session_hits, union_hits
+from agents.memory.stores.testing import (
+    KeyedRecordContract,
+    MakeStore,
+    VectorStoreContract,
+    session_hits,
+    union_hits,
+)
 
 _WORDS = ("invoice", "format", "the", "report", "ann", "pdf")
+
+
+class TestKeyedRecordContract(KeyedRecordContract):
+    """The keyed-record suite on each of the four stores kvmemory ships."""
+
+    @pytest.fixture
+    def make_store(self, store_url: str) -> MakeStore:
+        """Open handles on one fresh store of each kind by its URL."""
+
+        def make(*, read_only: bool = False) -> Store:
+            return open_store(store_url, read_only=read_only)
+
+        return make
 
 
 class TestStoreContract(VectorStoreContract):

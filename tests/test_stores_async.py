@@ -427,7 +427,7 @@ def test_postgres_without_greenlet_names_the_async_extra(
     """open_async_store on PostgreSQL without greenlet raises MissingDependencyError naming kvmemory[async]."""
     monkeypatch.setitem(sys.modules, "greenlet", None)
     monkeypatch.delitem(sys.modules, "agents.memory.stores._async.bridge", raising=False)
-    monkeypatch.delattr(sys.modules["agents.memory.stores"], "_bridge", raising=False)
+    monkeypatch.delattr(sys.modules["agents.memory.stores._async"], "bridge", raising=False)
 
     async def main() -> None:
         with pytest.raises(MissingDependencyError, match=r"kvmemory\[async\]"):

@@ -268,3 +268,17 @@ def test_guarded_blocks_keep_the_cause_and_let_other_errors_through() -> None:
         guard = store.guarded("tidy", "../etc")  # checked when entered, not when made
         with pytest.raises(InvalidSessionIdError), guard:
             pass
+
+
+def test_a_backend_without_keyed_rows_refuses_records_naming_what_to_implement() -> None:
+    """Record calls on a backend without the keyed-row operations raise naming them; other calls work."""
+    with Store(DOCS["DictBackend"](DOCS["Tables"]())) as store:
+        assert not store.backend.keeps_records
+        store.append("s", [MemoryItem(step=1, key="lang")])
+        with pytest.raises(StoreError, match=r"keeps no keyed rows; implement Backend\.read_keyed"):
+            store.put_record("s", "lang", {"value": "fr"})
+        with pytest.raises(StoreError, match="DictBackend"):
+            store.get_record("s", "lang")
+        with pytest.raises(StoreError, match="insert_keyed"):
+            store.record_keys("s")
+        assert [item["key"] for item in store.read("s")] == ["lang"]

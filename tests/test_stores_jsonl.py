@@ -244,7 +244,8 @@ def test_v2_store_is_migrated_and_gets_vectors(tmp_path: Path) -> None:
     with JSONLStore(directory):
         pass  # gives the log a v2-style header (generation, next seq) ...
     log = directory / "run.jsonl"
-    log.write_bytes(log.read_bytes().replace(b'"version":3', b'"version":2', 1))
+    current = f'"version":{JSONLStore.schema_version}'.encode()
+    log.write_bytes(log.read_bytes().replace(current, b'"version":2', 1))
     marker = directory / "kvmemory-store.json"
     marker.write_bytes(b'{"format":"kvmemory.jsonl-store","version":2}')  # ... and marks it v2
     embedder = HashingEmbedder(32)
@@ -309,3 +310,80 @@ def test_damaged_vector_records_are_named_by_line(
         log.write(record + b"\n")
     with JSONLStore(directory) as store, pytest.raises(CorruptStoreError, match=f"line 3.*{match}"):
         store.vector_model("s")
+
+
+# -- records (schema version 4) -----------------------------------------------------------
+
+
+def test_v3_store_is_migrated_and_keeps_records(tmp_path: Path) -> None:
+    """A v3 store opened writable is marked v4; its items stay items, and records put after survive a reopen."""
+    directory = tmp_path / "logs"
+    with JSONLStore(directory) as store:
+        store.append("run", [MemoryItem(step=1, key="lang", value="fr")])
+    log = directory / "run.jsonl"
+    current = f'"version":{JSONLStore.schema_version}'.encode()
+    log.write_bytes(log.read_bytes().replace(current, b'"version":3', 1))
+    marker = directory / "kvmemory-store.json"
+    marker.write_bytes(b'{"format":"kvmemory.jsonl-store","version":3}')
+    with JSONLStore(directory) as store:
+        assert store.record_keys("run") == []
+        store.put_record("run", "lang", {"value": "de"})
+    assert json.loads(marker.read_bytes())["version"] == JSONLStore.schema_version == 4
+    with JSONLStore(directory, read_only=True) as reader:
+        assert reader.get_record("run", "lang") == MemoryItem(key="lang", value="de")
+        assert [item["value"] for item in reader.read("run")] == ["fr", "de"]
+
+
+def test_record_key_is_written_in_the_item_record(tmp_path: Path) -> None:
+    """A put writes the key as "k" in the item's log record; a replace adds a "del" of the old seq."""
+    directory = tmp_path / "logs"
+    with JSONLStore(directory) as store:
+        first = store.put_record("s", "lang", {"value": "fr"})
+        second = store.put_record("s", "lang", {"value": "de"})
+    lines = [json.loads(line) for line in (directory / "s.jsonl").read_bytes().splitlines()[1:]]
+    assert lines == [
+        {
+            "seq": first,
+            "t": lines[0]["t"],
+            "s": None,
+            "k": "lang",
+            "item": {"key": "lang", "value": "fr"},
+        },
+        {"del": [first]},
+        {
+            "seq": second,
+            "t": lines[2]["t"],
+            "s": None,
+            "k": "lang",
+            "item": {"key": "lang", "value": "de"},
+        },
+    ]
+
+
+def test_compaction_keeps_the_record_keys(tmp_path: Path) -> None:
+    """A log compacted (by hand or after many replaces) files its records under their keys again."""
+    directory = tmp_path / "logs"
+    with JSONLStore(directory) as store:
+        for n in range(40):
+            store.put_record("s", "counter", {"n": n})
+        store.put_record("s", "other", {"n": -1})
+        store.compact("s")
+        assert store.get_record("s", "counter") == MemoryItem(key="counter", n=39)
+    assert len((directory / "s.jsonl").read_bytes().splitlines()) == 3  # the header, two records
+    with JSONLStore(directory) as again:
+        assert again.record_keys("s") == ["counter", "other"]
+        assert again.get_record("s", "counter") == MemoryItem(key="counter", n=39)
+
+
+def test_damaged_record_key_is_named(tmp_path: Path) -> None:
+    """An item record whose "k" is not a non-empty string is reported as damage naming the line."""
+    directory = tmp_path / "logs"
+    with JSONLStore(directory) as store:
+        store.put_record("s", "lang", {"value": "fr"})
+    log = directory / "s.jsonl"
+    log.write_bytes(log.read_bytes().replace(b'"k":"lang"', b'"k":7'))
+    with (
+        JSONLStore(directory, read_only=True) as reader,
+        pytest.raises(CorruptStoreError, match=r"line 2 of JSONL log .* and k 7; expected"),
+    ):
+        reader.get_record("s", "lang")

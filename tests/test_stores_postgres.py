@@ -689,3 +689,71 @@ def test_item_of_more_than_a_megabyte_of_distinct_terms_is_stored_and_found(
         with store.batch("s") as batch:
             batch.update({store.records("s")[0].seq: MemoryItem(step=0, note="small now")})
         assert [hit.item["step"] for hit in store.search("s", "term0119999", 3)] == [1]
+
+
+def write_v4_store(url: str) -> None:
+    """Leave tables of schema version 4 (before record keys) holding two items, one with a "key" field."""
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(step=1, key="lang", note="open the report")])
+        store.append("s", [MemoryItem(step=2, note="save the report")])
+    with psycopg.connect(url, autocommit=True) as con:
+        # What the v5 migration added, taken away again.
+        con.execute("DROP INDEX kvmemory_items_key")
+        con.execute("ALTER TABLE kvmemory_items DROP COLUMN key")
+        con.execute("UPDATE kvmemory_schema SET version = 4")
+
+
+@pytest.mark.postgres
+def test_v4_store_is_migrated_to_record_keys(postgres_url: str) -> None:
+    """v4 tables opened writable get the key column and its unique index; their items stay items."""
+    write_v4_store(postgres_url)
+    with open_store(postgres_url) as store:
+        assert store.record_keys("s") == []
+        store.put_record("s", "lang", {"value": "fr", "note": "french report"})
+        assert store.get_record("s", "lang") == MemoryItem(
+            key="lang", value="fr", note="french report"
+        )
+        assert len(store.search("s", "report", 5)) == 3
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
+        assert (
+            con.execute(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'kvmemory_items_key'"
+                " AND schemaname = current_schema()"
+            )
+            .fetchone()[0]
+            .endswith("(session_id, key) WHERE (key IS NOT NULL)")
+        )
+
+
+@pytest.mark.postgres
+def test_v4_store_opened_read_only_reads_without_records(postgres_url: str) -> None:
+    """v4 tables opened read-only are not migrated: the items read as before, and there are no records."""
+    write_v4_store(postgres_url)
+    with open_store(postgres_url, read_only=True) as reader:
+        assert [item["step"] for item in reader.read("s")] == [1, 2]
+        assert reader.record_keys("s") == []
+        assert reader.get_record("s", "lang") is None
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(4,)]
+
+
+@pytest.mark.postgres
+def test_record_lookup_can_use_the_key_index(postgres_url: str) -> None:
+    """PostgreSQL can answer a lookup by keys from the partial (session_id, key) index."""
+    with open_store(postgres_url) as store:
+        store.put_records("s", {f"k{n}": {"n": n} for n in range(50)})
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("SET enable_seqscan = off")
+        con.execute("SET enable_bitmapscan = off")
+        plan = " ".join(
+            row[0]
+            for row in con.execute(
+                "EXPLAIN SELECT key, seq, created, data FROM kvmemory_items"
+                " WHERE session_id = %s AND key = ANY(%s)",
+                ("s", ["k1", "k7"]),
+            )
+        )
+    assert "kvmemory_items_key" in plan

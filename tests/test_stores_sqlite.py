@@ -909,7 +909,7 @@ def test_v4_file_is_migrated_to_index_inserts_by_batch(tmp_path: Path) -> None:
         assert [hit.item["step"] for hit in store.search("s", "report", 5)] == [1, 2]
     con = sqlite3.connect(path)
     try:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         assert con.execute(
             "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
             " AND name = 'kvmemory_items_search_insert'"
@@ -1145,7 +1145,7 @@ def test_v5_file_reads_read_only_as_it_is_and_is_migrated_to_fold_few_inserts(
     assert path.read_bytes() == before
     assert user_version(path) == 5
     with SQLiteStore(path) as store:
-        assert user_version(path) == SCHEMA_VERSION == 6
+        assert user_version(path) == SCHEMA_VERSION == 7  # through v6, then v7's record keys
         assert fold_state(path) == (0, len(ranking_corpus()))
         store.append("s", [MemoryItem(step=10, note="the report file")])
         assert fold_state(path) == (1, len(ranking_corpus()) + 1)
@@ -1260,3 +1260,86 @@ def test_reopening_a_large_session_runs_no_collection_until_its_index_is_built(
     assert first[0].to_dict() == rows[0].to_dict()
     assert gc.isenabled()
     assert during <= 2, collections  # at most the one collection as the pause ends (start, stop)
+
+
+# -- record keys (schema version 7) -------------------------------------------------------
+
+
+def write_v6_store(path: Path) -> None:
+    """Write a store of schema version 6 (before record keys) by its own migrations, holding two items."""
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        for step in _sqlite_schema.MIGRATIONS[:6]:
+            step(con)
+        con.execute("INSERT INTO kvmemory_sessions VALUES ('s', 'step', 1700000000.0, x'7b7d')")
+        con.executemany(
+            "INSERT INTO kvmemory_items (session_id, step, created, data) VALUES ('s', ?, ?, ?)",
+            [
+                ("1", 1700000000.5, b'{"step":1,"key":"lang","note":"open the report"}'),
+                ("2", 1700000001.5, b'{"step":2,"note":"save the file"}'),
+            ],
+        )
+        _sqlite_schema.build_keyword_index(con)
+        con.execute("PRAGMA user_version = 6")
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def test_v6_file_is_migrated_to_record_keys(tmp_path: Path) -> None:
+    """A v6 file opened writable gets the key column; its items stay items (not records) and records can be put."""
+    path = tmp_path / "v6.db"
+    write_v6_store(path)
+    with open_store(path) as store:
+        assert store.record_keys("s") == []
+        assert store.get_record("s", "lang") is None
+        seq = store.put_record("s", "lang", {"value": "fr", "note": "french report"})
+        assert store.get_record("s", "lang") == MemoryItem(
+            key="lang", value="fr", note="french report"
+        )
+        assert [item["step"] for item in store.read("s")[:2]] == [1, 2]
+        assert [hit.seq for hit in store.search("s", "report", 5)][-1] in (seq, 1)
+        assert len(store.search("s", "report", 5)) == 2
+    assert user_version(path) == SCHEMA_VERSION == 7
+    con = sqlite3.connect(path)
+    try:
+        indexes = {row[1] for row in con.execute("PRAGMA index_list(kvmemory_items)")}
+        assert "kvmemory_items_key" in indexes
+    finally:
+        con.close()
+
+
+def test_v6_file_opened_read_only_reads_without_records(tmp_path: Path) -> None:
+    """A v6 file opened read-only is not migrated: its items read as before and it holds no records."""
+    path = tmp_path / "v6.db"
+    write_v6_store(path)
+    before = path.read_bytes()
+    with open_store(path, read_only=True) as reader:
+        assert [item["step"] for item in reader.read("s")] == [1, 2]
+        assert reader.record_keys("s") == []
+        assert reader.read_records("s") == []
+        assert reader.get_record("s", "lang") is None
+    assert path.read_bytes() == before
+    assert user_version(path) == 6
+
+
+def test_record_lookup_uses_the_key_index(tmp_path: Path) -> None:
+    """SQLite answers a record lookup by probing the (session_id, key) index per key, not by scanning the session."""
+    path = tmp_path / "k.db"
+    with open_store(path) as store:
+        store.put_record("s", "a", {"v": 1})
+    con = sqlite3.connect(path)
+    try:
+        plan = " ".join(
+            str(row[-1])
+            for row in con.execute(
+                "EXPLAIN QUERY PLAN SELECT key, seq, created, data FROM kvmemory_items"
+                " WHERE session_id = ? AND key IN (SELECT value FROM json_each(?))",
+                ("s", '["a"]'),
+            )
+        )
+    finally:
+        con.close()
+    # One probe of the index per key (not a walk of the session's keyed rows).
+    assert "USING INDEX kvmemory_items_key (session_id=? AND key=?)" in plan

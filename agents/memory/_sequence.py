@@ -1,7 +1,9 @@
 """The ordered items of a memory: their keys, their step index and the size bound.
 
 Items live in a dict under their keys (ints given at add, never reused,
-increasing in memory order). Two paths change the set of items: appends
+increasing in memory order); the keyed records among them are filed in a
+:class:`~agents.memory._records.RecordIndex`, which forgets a record as its
+item leaves. Two paths change the set of items: appends
 (:meth:`ItemSequence.push` on the fast path, :meth:`ItemSequence.append`
 otherwise) and :meth:`ItemSequence.replace` (loads, reopens, ``clear``);
 single items go through :meth:`ItemSequence.remove`. The step index is built
@@ -26,6 +28,7 @@ from agents.memory._item import (
     unwatch_items,
     watch_items,
 )
+from agents.memory._records import RecordIndex
 from agents.memory._steps import StepIndex
 
 __all__ = ["ItemSequence"]
@@ -49,6 +52,7 @@ class ItemSequence:
         "items",
         "max_items",
         "next_key",
+        "records",
         "settled",
         "step_key",
         "watcher",
@@ -66,6 +70,8 @@ class ItemSequence:
         # not yet filed or watched: settle() catches up.
         self.settled = 0
         self.index: StepIndex | None = None
+        # The keyed records among the items (record key <-> item key).
+        self.records = RecordIndex()
         # The items as a list, kept while appends can grow it; None once stale.
         self._list: list[MemoryItem] | None = None
         self._shared = False
@@ -242,6 +248,7 @@ class ItemSequence:
         """Take out the item under ``key`` and return it (unwatched unless held under another key)."""
         item = self.items.pop(key)
         self._list = None
+        self.records.drop_item(key)
         index = self.index
         if index is not None:
             index.remove(key, index.step_of(item))
@@ -265,6 +272,7 @@ class ItemSequence:
         if self.index is not None:
             unwatch_items(self.items.values(), self)
         self.items = {}
+        self.records.clear()
         self.first_key = self.next_key
         self.settled = self.next_key
         self.index = None

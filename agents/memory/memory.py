@@ -10,7 +10,7 @@ every call is safe under threads.
 ``Memory`` is the front of parts that each own one thing: the ordered items
 with their step index and size bound (``_sequence``, ``_steps``), the
 listeners told of each change (``_listeners``: writer, observers,
-callbacks), the file formats and pickling (``_formats`` over ``_session``)
+callbacks), keyed records (``_records``), the file formats and pickling (``_formats`` over ``_session``)
 and the search room above it (``_ports``: reached, never imported, from here).
 """
 
@@ -26,6 +26,7 @@ from agents.memory._item import NOTHING, MemoryItem, OwnedRef, item_fields
 from agents.memory._listeners import ChangeCallback as ChangeCallback
 from agents.memory._listeners import ChangeKind, Listeners, MemoryChange, MemoryWriter
 from agents.memory._ports import SearchFront
+from agents.memory._records import RecordFront
 from agents.memory._sequence import ItemSequence
 from agents.memory._steps import fields_of
 from agents.memory._views import MemoryContent, MemoryListContent
@@ -51,7 +52,7 @@ def _validate_max_items(value: int | None) -> None:
         raise InvalidArgumentError(msg)
 
 
-class Memory(SessionFormats, SearchFront):
+class Memory(SessionFormats, SearchFront, RecordFront):
     """An ordered, indexed, thread-safe collection of ``MemoryItem`` steps.
 
     Args:

@@ -54,6 +54,8 @@ from agents.memory.stores._base import (
     migrate,
 )
 from agents.memory.stores._core.backend import Backend, Transaction
+from agents.memory.stores._core.encoding import KeyedRow
+from agents.memory.stores._core.records import KeyedRecord
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._open import (
     ENTRY_POINT_GROUP,
@@ -96,6 +98,8 @@ __all__ = [
     "InMemoryStore",
     "IndexEntry",
     "JSONLStore",
+    "KeyedRecord",
+    "KeyedRow",
     "PostgresBackend",
     "PostgresStore",
     "Row",

@@ -41,6 +41,7 @@ from typing_extensions import Self
 
 from agents.memory._codec import BULK_VALUES, OnUnencodable, collector_paused
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
+from agents.memory._records import KEY_FIELD
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
 from agents.memory._vectors import Embedder, SearchMode, progress_bar
 from agents.memory.exceptions import ArgumentTypeError
@@ -82,20 +83,42 @@ class SessionWriter:
         self._item_at: dict[int, MemoryItem] = {}  # store seq -> the item the memory holds
         self._stored: dict[int, int] = {}  # id(item) -> seq, for items coming from the store
         self._restoring = False  # within already_stored(): a replacement maps, it does not clear
+        self._deleted = False  # within already_deleted(): a delete unmaps, it does not write
         self.last_read = 0  # the highest seq read from the store (own appends not counted)
 
     @contextlib.contextmanager
-    def already_stored(self, records: Sequence[StoredRecord]) -> Iterator[None]:
-        """Within the block, items of ``records`` reaching the writer are mapped, not written."""
+    def already_stored(
+        self, records: Sequence[StoredRecord], *, read: bool = True
+    ) -> Iterator[None]:
+        """Within the block, items of ``records`` reaching the writer are mapped, not written.
+
+        ``read``: the records were read from the store (``False``: written by
+        this memory itself, as a record put is, which a refresh still reads past).
+        """
         seqs = [record.seq for record in records]
         self._stored = dict(zip(map(id, [record.item for record in records]), seqs, strict=True))
         self._restoring = True
-        self.last_read = max(seqs, default=self.last_read)
+        if read:
+            self.last_read = max(seqs, default=self.last_read)
         try:
             yield
         finally:
             self._stored = {}
             self._restoring = False
+
+    @contextlib.contextmanager
+    def already_deleted(self) -> Iterator[None]:
+        """Within the block, deletions reaching the writer only unmap their rows (the store deleted them already)."""
+        self._deleted = True
+        try:
+            yield
+        finally:
+            self._deleted = False
+
+    def keys_of_rows(self, seqs: Iterable[int]) -> dict[int, int]:
+        """Return ``{store seq: memory key}`` for the rows of ``seqs`` the memory holds."""
+        wanted = set(seqs)
+        return {seq: key for key, seq in self._seq_of.items() if seq in wanted}
 
     def items_at(self, seqs: Iterable[int]) -> list[MemoryItem]:
         """Return the items the memory holds for the store rows ``seqs``."""
@@ -170,8 +193,9 @@ class SessionWriter:
 
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
         """Delete the rows of ``keys``."""
-        with self.batch() as batch:
-            batch.delete(self._seq_of[key] for key in keys if key in self._seq_of)
+        if not self._deleted:
+            with self.batch() as batch:
+                batch.delete(self._seq_of[key] for key in keys if key in self._seq_of)
         self._forget(keys)
 
     def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
@@ -403,6 +427,8 @@ class StoredMemory(Memory):
                 return 0
             with session.already_stored(records):
                 self.add_memory_items([record.item for record in records])
+            keys = {record.item.get_value(KEY_FIELD) for record in records}
+            self._file_stored_records([key for key in keys if type(key) is str and key])
             return len(records)
 
     def reload(self) -> None:
@@ -420,6 +446,7 @@ class StoredMemory(Memory):
             records = self._records(after=None)
             with self._session.already_stored(records):
                 self.load([record.item for record in records])
+            self._file_stored_records(None)
             if info is not None:
                 self._metadata = info.metadata
                 self.created_at = info.created.isoformat()
@@ -681,6 +708,35 @@ class StoredMemory(Memory):
                 if len(ranked) < limit:
                     return hits
                 limit *= 4  # the filter (or rows this memory does not hold) dropped some
+
+    # -- keyed records: written to the store first, then filed in RAM ---------------------
+
+    def _put_record(self, key: str, record: MemoryItem) -> None:
+        """Put the record in the store (one transaction), then replace it in RAM without writing again."""
+        session = self._session
+        seq = self.store.put_record(
+            self._sid, key, record, step_key=self.step_key, on_unencodable=session.on_unencodable
+        )
+        held = self._record_held(key)
+        if held is not None:
+            with session.already_deleted():
+                self._delete_record(held)
+        with session.already_stored([StoredRecord(seq, record)], read=False):
+            self._add_record(key, record)
+
+    def _remove_record(self, key: str, held: int) -> None:
+        """Delete the record in the store (one transaction), then its item in RAM without writing again."""
+        self.store.delete_record(self._sid, key)
+        with self._session.already_deleted():
+            self._delete_record(held)
+
+    def _file_stored_records(self, keys: Sequence[str] | None) -> None:
+        """File in RAM the store's records (those under ``keys``; all if ``None``) whose rows the memory holds."""
+        if not self.store.backend.keeps_records or keys == []:
+            return
+        stored = self.store.read_records(self._sid, keys, on_unknown_class=self._on_unknown_class)
+        held = self._session.keys_of_rows(record.seq for record in stored)
+        self._file_records((r.key, held[r.seq]) for r in stored if r.seq in held)
 
     def _drop_deleted_rows(self, seqs: Sequence[int]) -> int:
         """Remove from RAM the items whose rows the store just deleted (the writer's delete finds them gone)."""

@@ -18,7 +18,7 @@ from typing import Final
 import attrs
 
 from agents.memory.stores._core.backend import Backend
-from agents.memory.stores._core.encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._store import Store
@@ -184,15 +184,48 @@ class SpaceBackend(Backend):
     def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
         table = tx.space.sessions[session_id].rows
         gone = {seq: table[seq] for seq in seqs if seq in table}
-        tx.undo.append(lambda: _restore(table, gone))
+        keys = table.keys_by_seq
+        tx.undo.append(lambda: _restore(table, gone, keys))
         return [seq for seq in seqs if table.discard(seq)]
 
     def clear_rows(self, tx: _Tx, session_id: str) -> int:
         table = tx.space.sessions[session_id].rows
         gone = dict(table)
-        tx.undo.append(lambda: _restore(table, gone))
+        keys = table.keys_by_seq
+        tx.undo.append(lambda: _restore(table, gone, keys))
         table.clear()
         return len(gone)
+
+    # -- keyed rows ------------------------------------------------------------------------
+
+    def read_keyed(
+        self, session_id: str, keys: Sequence[str] | None = None, *, prefix: str | None = None
+    ) -> list[KeyedRow]:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return [] if session is None else session.rows.keyed(keys, prefix)
+
+    def record_keys(self, session_id: str, prefix: str | None = None) -> list[str]:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return [] if session is None else session.rows.record_keys(prefix)
+
+    def keyed_seqs(self, tx: _Tx, session_id: str, keys: Sequence[str]) -> dict[str, int]:
+        return tx.space.sessions[session_id].rows.key_seqs(keys)
+
+    def insert_keyed(
+        self,
+        tx: _Tx,
+        session_id: str,
+        rows: Sequence[Row],
+        keys: Sequence[str],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        seqs = self.insert_rows(tx, session_id, rows, terms)
+        table = tx.space.sessions[session_id].rows
+        for seq, key in zip(seqs, keys, strict=True):
+            table.file_key(seq, key)  # the undo of insert_rows discards the row, and its key
+        return seqs
 
     def row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
         table = tx.space.sessions[session_id].rows
@@ -286,12 +319,18 @@ class _Tx:
     undo: list[Callable[[], object]] = attrs.Factory(list)
 
 
-def _restore(table: RowTable, rows: dict[int, tuple[str | None, float, bytes]]) -> None:
-    """Put deleted rows back, in seq order (the table keeps insertion order)."""
+def _restore(
+    table: RowTable, rows: dict[int, tuple[str | None, float, bytes]], keys: dict[int, str]
+) -> None:
+    """Put deleted rows back, with the record keys they were filed under, in seq order (the table keeps insertion order)."""
     kept = dict(table)
+    keys = {**keys, **table.keys_by_seq}
     table.clear()
     for seq, row in sorted({**kept, **rows}.items()):
         table[seq] = row
+    for seq, key in keys.items():
+        if seq in table:
+            table.file_key(seq, key)
 
 
 def _session_row(session: _Session) -> SessionRow:

@@ -2,7 +2,8 @@
 
 :class:`Store` holds a backend and calls only its public operations. Its
 calls are built from parts with one job each: the :class:`Engine` (state,
-checks, error wrapping), the read calls (:class:`ReadCalls`), the search
+checks, error wrapping), the read calls (:class:`ReadCalls`), the keyed
+records (:class:`RecordCalls`), the search
 calls (:class:`SearchCalls`: keyword search in ``_search.keyword``, vectors
 in ``_search.vectors``; :class:`SessionSearchCalls`: search across sessions
 in ``_search.sessions``), and :class:`WriteBatch` for writes.
@@ -25,13 +26,14 @@ from agents.memory.stores._core.batch import WriteBatch
 from agents.memory.stores._core.encoding import StoredRecord, encode_metadata, step_texts
 from agents.memory.stores._core.engine import Engine, Guard, open_session
 from agents.memory.stores._core.reading import ReadCalls
+from agents.memory.stores._core.records import RecordCalls
 from agents.memory.stores._search.calls import SearchCalls
 from agents.memory.stores._search.session_calls import SessionSearchCalls
 
 __all__ = ["Store"]
 
 
-class Store(ReadCalls, SearchCalls, SessionSearchCalls):
+class Store(ReadCalls, RecordCalls, SearchCalls, SessionSearchCalls):
     """Every public store call, over a :class:`Backend` that keeps the rows.
 
     The checks, the encoding through the codec, read-only refusal and the
@@ -78,6 +80,7 @@ class Store(ReadCalls, SearchCalls, SessionSearchCalls):
         self.backend = backend
         self._engine = Engine(backend, read_only=read_only)
         ReadCalls.__init__(self, self._engine)
+        RecordCalls.__init__(self, self._engine)
         SearchCalls.__init__(self, self._engine)
         SessionSearchCalls.__init__(self, self._engine)
 

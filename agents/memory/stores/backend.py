@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from agents.memory._filter import COMPARISONS, AllOf, AnyOf, Condition, FilterNode, Predicate
 from agents.memory.stores._core.backend import Backend, Transaction
-from agents.memory.stores._core.encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._open import ENTRY_POINT_GROUP, BackendOpener, register_backend
 from agents.memory.stores._store import Store
@@ -35,6 +35,7 @@ __all__ = [
     "Condition",
     "FilterNode",
     "IndexEntry",
+    "KeyedRow",
     "Predicate",
     "Row",
     "RowUpdate",

@@ -36,6 +36,7 @@ import math
 import pathlib
 import random
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from decimal import Decimal
@@ -69,6 +70,7 @@ __all__ = [
     "BackendContract",
     "BrokenEmbedder",
     "CountingEmbedder",
+    "KeyedRecordContract",
     "LoopThread",
     "MakeAsyncStore",
     "MakeStore",
@@ -444,6 +446,290 @@ class BackendContract:
             assert [seq for seq, _ in backend.read_rows("s")] == seqs[1:]
         finally:
             other.close()
+
+
+class KeyedRecordContract:
+    """Keyed records (``put_record`` and friends) on a store whose backend keeps keyed rows; subclass it and provide ``make_store``.
+
+    Every store kvmemory ships runs it beside :class:`StoreContract`. A
+    backend without the keyed-row operations passes :class:`StoreContract`
+    and not this suite: its record calls raise a ``StoreError`` naming the
+    operations to implement.
+    """
+
+    @pytest.fixture
+    def store(self, make_store: MakeStore) -> Iterator[Store]:
+        """Yield an open handle on the store under test."""
+        with make_store() as opened:
+            yield opened
+
+    def test_put_record_then_get_record(self, store: Store) -> None:
+        """A record put under a key reads back by key, carrying the key in its "key" field."""
+        store.put_record("s", "lang", MemoryItem(value="fr"))
+        assert store.get_record("s", "lang") == MemoryItem(key="lang", value="fr")
+        assert store.get_record("s", "other") is None
+
+    def test_put_record_takes_a_mapping(self, store: Store) -> None:
+        """A mapping is stored as a MemoryItem with the key first."""
+        store.put_record("s", "lang", {"value": "fr"})
+        item = store.get_record("s", "lang")
+        assert item is not None
+        assert list(item.to_dict().items()) == [("key", "lang"), ("value", "fr")]
+
+    def test_put_record_leaves_the_callers_item_unchanged(self, store: Store) -> None:
+        """put_record stores a copy with the key; the item passed in gets no "key" field."""
+        item = MemoryItem(value="fr")
+        store.put_record("s", "lang", item)
+        assert item.to_dict() == {"value": "fr"}
+
+    def test_put_record_creates_the_session(self, store: Store) -> None:
+        """A put into a session that does not exist creates it."""
+        store.put_record("new", "k", {"v": 1})
+        assert "new" in store.sessions()
+
+    def test_replace_gives_a_new_seq_at_the_end(self, store: Store) -> None:
+        """A replaced record leaves its old seq and gets a new one after every item of the session."""
+        first = store.put_record("s", "lang", {"value": "fr"})
+        middle = store.append("s", [MemoryItem(step=1)])
+        second = store.put_record("s", "lang", {"value": "de"})
+        assert first < middle[0] < second
+        records = store.records("s")
+        assert [record.seq for record in records] == [middle[0], second]
+        assert store.read("s", after=middle[0]) == [MemoryItem(key="lang", value="de")]
+
+    def test_replaced_record_appears_once_to_a_follower(self, store: Store) -> None:
+        """A reader following after a seq sees the new version once, and the old seq is gone."""
+        store.put_record("s", "a", {"v": 1})
+        seen = store.records("s")[-1].seq
+        store.put_record("s", "a", {"v": 2})
+        new = store.records("s", after=seen)
+        assert [record.item["v"] for record in new] == [2]
+        assert [record.item["v"] for record in store.records("s")] == [2]
+
+    def test_replace_takes_the_new_items_step(self, store: Store) -> None:
+        """The replaced record is filed under the new item's step, not the old one's."""
+        store.put_record("s", "k", {"step": 1, "v": "old"})
+        store.put_record("s", "k", {"step": 2, "v": "new"})
+        assert store.read("s", steps=[1]) == []
+        assert store.read("s", steps=[2]) == [MemoryItem(key="k", step=2, v="new")]
+
+    def test_put_records_returns_the_seqs_in_order(self, store: Store) -> None:
+        """put_records writes every record and returns their seqs, increasing in the mapping's order."""
+        seqs = store.put_records("s", {"b": {"v": 1}, "a": {"v": 2}})
+        assert list(seqs) == ["b", "a"]
+        assert seqs["b"] < seqs["a"]
+        assert store.get_records("s", ["a", "b"]) == {
+            "a": MemoryItem(key="a", v=2),
+            "b": MemoryItem(key="b", v=1),
+        }
+
+    def test_put_records_with_a_bad_item_writes_nothing(self, store: Store) -> None:
+        """A put_records whose later item cannot be encoded leaves the session as it was."""
+        store.put_record("s", "a", {"v": 1})
+        before = store.records("s")
+        with pytest.raises(SerializationError, match="cannot be encoded"):
+            store.put_records("s", {"a": {"v": 2}, "b": {"v": object()}})
+        assert store.records("s") == before
+        assert store.record_keys("s") == ["a"]
+
+    def test_put_records_with_a_bad_key_writes_nothing(self, store: Store) -> None:
+        """A put_records with an empty key among good ones writes none of them."""
+        with pytest.raises(StoreArgumentError, match="must not be empty"):
+            store.put_records("s", {"a": {"v": 1}, "": {"v": 2}})
+        assert store.sessions() == []
+
+    def test_get_records_returns_only_the_found_ones(self, store: Store) -> None:
+        """get_records leaves out the keys that hold no record."""
+        store.put_records("s", {"a": {"v": 1}, "b": {"v": 2}})
+        assert store.get_records("s", ["b", "zz"]) == {"b": MemoryItem(key="b", v=2)}
+        assert store.get_records("s", []) == {}
+        assert store.get_records("nowhere", ["a"]) == {}
+
+    def test_delete_record(self, store: Store) -> None:
+        """delete_record removes the record and says whether there was one."""
+        store.put_record("s", "a", {"v": 1})
+        assert store.delete_record("s", "a") is True
+        assert store.delete_record("s", "a") is False
+        assert store.get_record("s", "a") is None
+        assert store.read("s") == []
+
+    def test_delete_records_counts_those_that_existed(self, store: Store) -> None:
+        """delete_records removes the records under the keys and returns how many there were."""
+        store.put_records("s", {"a": {"v": 1}, "b": {"v": 2}, "c": {"v": 3}})
+        assert store.delete_records("s", ["a", "c", "zz"]) == 2
+        assert store.record_keys("s") == ["b"]
+        assert store.delete_records("nowhere", ["a"]) == 0
+
+    def test_record_keys_are_sorted_and_filtered_by_prefix(self, store: Store) -> None:
+        """record_keys lists the keys by code point, those starting with the prefix when one is given."""
+        keys = ["b", "a/2", "a/1", "é", "a", "ab", "a\U0010ffff", "z"]
+        store.put_records("s", {key: {"v": 1} for key in keys})
+        assert store.record_keys("s") == sorted(keys)
+        assert store.record_keys("s", prefix="a") == sorted(k for k in keys if k.startswith("a"))
+        assert store.record_keys("s", prefix="a/") == ["a/1", "a/2"]
+        assert store.record_keys("s", prefix="q") == []
+        assert store.record_keys("nowhere") == []
+
+    def test_read_records_gives_keys_seqs_and_times(self, store: Store) -> None:
+        """read_records returns every record sorted by key, with its seq and the time of its put."""
+        before = time.time()
+        seqs = store.put_records("s", {"b": {"v": 1}, "a": {"v": 2}})
+        store.append("s", [MemoryItem(step=1, key="not a record")])
+        records = store.read_records("s")
+        assert [(r.key, r.seq, r.item) for r in records] == [
+            ("a", seqs["a"], MemoryItem(key="a", v=2)),
+            ("b", seqs["b"], MemoryItem(key="b", v=1)),
+        ]
+        assert all(before - 1 <= r.created <= time.time() + 1 for r in records)
+        assert [r.key for r in store.read_records("s", ["b", "q"])] == ["b"]
+        assert [r.key for r in store.read_records("s", prefix="a")] == ["a"]
+
+    def test_replace_updates_the_created_time(self, store: Store) -> None:
+        """A replaced record's created time is that of the later put."""
+        store.put_record("s", "a", {"v": 1})
+        (first,) = store.read_records("s")
+        store.put_record("s", "a", {"v": 2})
+        (second,) = store.read_records("s")
+        assert second.created >= first.created
+        assert second.seq > first.seq
+
+    def test_appended_items_with_a_key_field_are_not_records(self, store: Store) -> None:
+        """An item appended with a "key" field is an item, not a record."""
+        store.append("s", [MemoryItem(key="lang", value="fr")])
+        assert store.get_record("s", "lang") is None
+        assert store.record_keys("s") == []
+        store.put_record("s", "lang", {"value": "de"})
+        assert [item["value"] for item in store.read("s")] == ["fr", "de"]
+        assert store.get_record("s", "lang") == MemoryItem(key="lang", value="de")
+
+    def test_records_survive_close_and_reopen(self, make_store: MakeStore) -> None:
+        """Records read back by key from a new handle after the first is closed."""
+        with make_store() as first:
+            first.put_records("s", {"a": {"v": 1}, "b": {"v": 2}})
+            first.put_record("s", "a", {"v": 3})
+            first.delete_record("s", "b")
+        with make_store() as again:
+            assert again.record_keys("s") == ["a"]
+            assert again.get_record("s", "a") == MemoryItem(key="a", v=3)
+
+    def test_a_second_handle_sees_a_put(self, make_store: MakeStore) -> None:
+        """A put through one handle is read by key through another handle open at the same time."""
+        with make_store() as writer, make_store(read_only=True) as reader:
+            writer.put_record("s", "a", {"v": 1})
+            assert reader.get_record("s", "a") == MemoryItem(key="a", v=1)
+            writer.put_record("s", "a", {"v": 2})
+            assert reader.get_record("s", "a") == MemoryItem(key="a", v=2)
+            assert [r.seq for r in reader.records("s")] == [r.seq for r in writer.records("s")]
+
+    def test_keyword_search_after_replace_finds_only_the_new_text(self, store: Store) -> None:
+        """After a replace, keyword search finds the new text and not the old."""
+        store.put_record("s", "note", {"text": "giraffes eat leaves"})
+        store.append("s", [MemoryItem(step=1, text="zebras run")])
+        store.put_record("s", "note", {"text": "penguins swim"})
+        assert store.search("s", "giraffes") == []
+        assert [hit.item["text"] for hit in store.search("s", "penguins")] == ["penguins swim"]
+        ram = Memory(store.read("s"))
+        for query in ("penguins", "zebras", "swim run"):
+            got = [(hit.item.to_dict(), hit.score) for hit in store.search("s", query, 5)]
+            want = [(hit.item.to_dict(), hit.score) for hit in ram.search(query, 5)]
+            assert got == want
+
+    def test_replace_drops_the_old_vectors(self, store: Store) -> None:
+        """A replaced record's vector goes with its old seq; the new one is embedded from the new text."""
+        pytest.importorskip("numpy")
+        embedder = CountingEmbedder()
+        old = store.put_record("s", "note", {"text": "giraffes eat leaves"})
+        store.index_embeddings("s", embedder)
+        assert old in store.read_vectors("s", embedder)
+        new = store.put_record("s", "note", {"text": "penguins swim"})
+        assert store.read_vectors("s", embedder) == {}
+        hits = store.search("s", "penguins", 3, mode="semantic", embedder=embedder)
+        assert [hit.seq for hit in hits] == [new]
+        assert list(store.read_vectors("s", embedder)) == [new]
+
+    def test_delete_steps_and_clear_free_the_keys(self, store: Store) -> None:
+        """Deleting a record's row by step, or clearing the session, removes the record."""
+        store.put_records("s", {"a": {"step": 1}, "b": {"step": 2}})
+        store.delete_steps("s", [1])
+        assert store.record_keys("s") == ["b"]
+        store.clear("s")
+        assert store.record_keys("s") == []
+        store.put_record("s", "b", {"v": 1})
+        assert store.record_keys("s") == ["b"]
+
+    def test_deleted_session_has_no_records(self, store: Store) -> None:
+        """A session deleted and created again starts without records."""
+        store.put_record("s", "a", {"v": 1})
+        store.delete_session("s")
+        assert store.get_record("s", "a") is None
+        store.put_record("s", "b", {"v": 1})
+        assert store.record_keys("s") == ["b"]
+
+    def test_read_only_store_refuses_puts(self, make_store: MakeStore) -> None:
+        """put_record and delete_record on a read-only handle raise and change nothing."""
+        with make_store() as writer:
+            writer.put_record("s", "a", {"v": 1})
+        with make_store(read_only=True) as reader:
+            with pytest.raises(StoreError, match="read-only"):
+                reader.put_record("s", "a", {"v": 2})
+            with pytest.raises(StoreError, match="read-only"):
+                reader.delete_record("s", "a")
+            assert reader.get_record("s", "a") == MemoryItem(key="a", v=1)
+
+    def test_empty_key_is_refused(self, store: Store) -> None:
+        """An empty key raises naming the rule, and nothing is written."""
+        with pytest.raises(StoreArgumentError, match="A record key must not be empty"):
+            store.put_record("s", "", {"v": 1})
+        with pytest.raises(StoreArgumentError, match="A record key must not be empty"):
+            store.get_record("s", "")
+        assert store.sessions() == []
+
+    def test_non_str_key_is_refused(self, store: Store) -> None:
+        """A key that is not a str raises naming it and its type."""
+        with pytest.raises(StoreArgumentError, match=r"A record key must be a str, got 5 \(int\)"):
+            store.put_record("s", 5, {"v": 1})  # type: ignore[arg-type]  # the error under test
+        with pytest.raises(StoreArgumentError, match=r"got 5 \(int\)"):
+            store.delete_record("s", 5)  # type: ignore[arg-type]  # the error under test
+        with pytest.raises(StoreArgumentError, match="wrap it"):
+            store.get_records("s", "ab")
+
+    def test_conflicting_key_field_is_refused(self, store: Store) -> None:
+        """An item whose own "key" field holds another key raises naming both, and nothing is written."""
+        store.put_record("s", "lang", {"value": "fr"})
+        with pytest.raises(
+            StoreArgumentError,
+            match=r"put under key 'lang' .* holds another key in its own 'key' field \('city'\)",
+        ):
+            store.put_record("s", "lang", MemoryItem(key="city", value="de"))
+        assert store.get_record("s", "lang") == MemoryItem(key="lang", value="fr")
+
+    def test_matching_key_field_is_kept(self, store: Store) -> None:
+        """An item that already holds its key in "key" is stored as it is."""
+        store.put_record("s", "lang", MemoryItem(value="fr", key="lang"))
+        item = store.get_record("s", "lang")
+        assert item is not None
+        assert list(item.to_dict()) == ["value", "key"]
+
+    def test_keys_with_any_text_round_trip(self, store: Store) -> None:
+        """Keys with spaces, quotes, slashes, percent signs and non-ASCII text are kept exactly."""
+        keys = ["a b", "it's", 'say "hi"', "a/b\\c", "50%_off", "日本語", "🙂", "x" * 300]
+        store.put_records("s", {key: {"n": n} for n, key in enumerate(keys)})
+        assert store.record_keys("s") == sorted(keys)
+        assert {key: item["n"] for key, item in store.get_records("s", keys).items()} == {
+            key: n for n, key in enumerate(keys)
+        }
+        assert store.record_keys("s", prefix="50%") == ["50%_off"]
+        assert store.record_keys("s", prefix="a_") == []
+
+    def test_unwritable_keys_are_refused(self, store: Store) -> None:
+        """Keys with a NUL character, a lone surrogate or over 1024 UTF-8 bytes are refused."""
+        with pytest.raises(StoreArgumentError, match="NUL character"):
+            store.put_record("s", "a\x00b", {"v": 1})
+        with pytest.raises(StoreArgumentError, match="lone surrogate"):
+            store.put_record("s", "a\ud800", {"v": 1})
+        with pytest.raises(StoreArgumentError, match="1025 UTF-8 bytes long; the limit is 1024"):
+            store.put_record("s", "k" * 1025, {"v": 1})
+        assert store.sessions() == []
 
 
 class StoreContract:
@@ -2097,6 +2383,14 @@ AWAITED: Final = frozenset(
         "index_embeddings",
         "read_vectors",
         "drop_vectors",
+        "put_record",
+        "put_records",
+        "get_record",
+        "get_records",
+        "read_records",
+        "record_keys",
+        "delete_record",
+        "delete_records",
     }
 )
 """The calls of :class:`AsyncStore` that :class:`AwaitedStore` answers by awaiting them."""

@@ -273,6 +273,14 @@ class AsyncStore:
     index_embeddings = _store_call(Store.index_embeddings)
     read_vectors = _store_call(Store.read_vectors)
     drop_vectors = _store_call(Store.drop_vectors)
+    put_record = _store_call(Store.put_record)
+    put_records = _store_call(Store.put_records)
+    get_record = _store_call(Store.get_record)
+    get_records = _store_call(Store.get_records)
+    read_records = _store_call(Store.read_records)
+    record_keys = _store_call(Store.record_keys)
+    delete_record = _store_call(Store.delete_record)
+    delete_records = _store_call(Store.delete_records)
 
     async def pages(
         self,
@@ -459,6 +467,16 @@ class AsyncStoredMemory:
         """Return the newest item, or ``None`` when empty."""
         return self.view.get_latest_item()
 
+    def get_record(self, key: str) -> MemoryItem | None:
+        """Return the item filed under ``key``, or ``None`` (from RAM), as ``Memory.get_record``."""
+        return self.view.get_record(key)
+
+    def record_keys(self, *, prefix: str | None = None) -> list[str]:
+        """Return the keys of the memory's records, sorted, as ``Memory.record_keys``."""
+        return self.view.record_keys(prefix=prefix)
+
+    put_record = _memory_call(StoredMemory.put_record)
+    delete_record = _memory_call(StoredMemory.delete_record)
     add_memory_item = _memory_call(StoredMemory.add_memory_item)
     add_memory_items = _memory_call(StoredMemory.add_memory_items)
     delete_memory_item = _memory_call(StoredMemory.delete_memory_item)

@@ -27,7 +27,12 @@ The words the operations use:
 * a *filter tree* is a parsed search filter (:data:`FilterNode`);
 * a *transaction handle* is whatever :meth:`Backend.transaction` yields
   (:data:`Transaction`): the store only hands it back to the operations
-  that take ``tx``.
+  that take ``tx``;
+* a *keyed row* is ``(key, seq, created, data)`` (:data:`KeyedRow`): a row
+  filed under a key unique within its session (a record, written by
+  ``Store.put_record``). The key is kept beside the row, like its step
+  text, so that a record is found by key without reading the session; it
+  goes with the row when the row is deleted.
 
 Every name a backend's signatures use is public in
 :mod:`agents.memory.stores.backend` (and in :mod:`agents.memory.stores`).
@@ -41,7 +46,7 @@ from typing import Any, TypeAlias
 
 from agents.memory._filter import FilterNode
 from agents.memory.exceptions import StoreError
-from agents.memory.stores._core.encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 
 __all__ = ["Backend", "Transaction"]
@@ -300,6 +305,55 @@ class Backend:
         """
         msg = f"Cannot {action}{where} {self.url}: {exc}; nothing was changed."
         return StoreError(msg)
+
+    # -- optional: keyed rows (records) -------------------------------------------------
+
+    @property
+    def keeps_records(self) -> bool:
+        """Whether the keyed-row operations are implemented (by default: whether :meth:`insert_keyed` is overridden)."""
+        return type(self).insert_keyed is not Backend.insert_keyed
+
+    def read_keyed(
+        self, session_id: str, keys: Sequence[str] | None = None, *, prefix: str | None = None
+    ) -> list[KeyedRow]:
+        """Return ``(key, seq, created, data)`` of the session's keyed rows, in any order.
+
+        Only the rows filed under ``keys`` when it is given (keys that are
+        not there are left out), and only those whose key starts with
+        ``prefix`` when it is given. Answer it from an index of ``(session,
+        key)``: a lookup never reads the session's other rows.
+        """
+        raise NotImplementedError
+
+    def record_keys(self, session_id: str, prefix: str | None = None) -> list[str]:
+        """Return the keys of the session's keyed rows (those starting with ``prefix``), in any order.
+
+        By default read with :meth:`read_keyed`; a backend that can list the
+        keys without the rows overrides it.
+        """
+        return [row[0] for row in self.read_keyed(session_id, prefix=prefix)]
+
+    def keyed_seqs(self, tx: Transaction, session_id: str, keys: Sequence[str]) -> dict[str, int]:
+        """Return ``{key: seq}`` of the rows filed under ``keys`` that exist, inside the transaction ``tx``."""
+        raise NotImplementedError
+
+    def insert_keyed(
+        self,
+        tx: Transaction,
+        session_id: str,
+        rows: Sequence[Row],
+        keys: Sequence[str],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        """Insert rows as :meth:`insert_rows` does, each filed under its key (one per row); return their seqs.
+
+        The store has deleted (with :meth:`delete_rows`) any row filed under
+        one of ``keys`` in the same transaction, so a key is never held by
+        two rows; an engine with a unique index on ``(session, key)`` may
+        rely on it. Deleting a row, clearing or deleting its session frees
+        its key.
+        """
+        raise NotImplementedError
 
     # -- optional: keyword search from an index the backend keeps -------------------------
 

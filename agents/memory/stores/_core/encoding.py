@@ -31,6 +31,7 @@ from agents.memory.stores._core.terms import Terms, item_terms
 __all__ = [
     "SEQ_MAX",
     "IndexEntry",
+    "KeyedRow",
     "Row",
     "RowUpdate",
     "SessionRow",
@@ -56,6 +57,9 @@ RowUpdate = tuple[int, str | None, bytes]
 
 IndexEntry = tuple[int, str | None, float]
 """What a store knows of a row without its bytes: ``(seq, step_text, created_unix_time)``."""
+
+KeyedRow = tuple[str, int, float, bytes]
+"""A row filed under a key (a record): ``(key, seq, created_unix_time, encoded_item)``."""
 
 SessionRow = tuple[str, float, bytes]
 """A session as a store keeps it: ``(step_key, created_unix_time, encoded_metadata)``."""

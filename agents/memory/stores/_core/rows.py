@@ -4,12 +4,13 @@ The in-process store and the JSONL store hold each session's rows in a dict
 (seq -> row). :class:`RowTable` is that dict, plus a map from step text to
 the seqs filed under it, kept up to date by every insert, update and
 removal, so that a step filter reads the rows of its steps and not the
-session.
+session; and a map from record key to seq (and back) for the rows filed
+under a key, so that a record is found without reading the session.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = ["RowTable", "StoredRow"]
 
@@ -25,13 +26,20 @@ class RowTable(dict[int, StoredRow]):
     stores, and would bypass the index).
     """
 
-    __slots__ = ("_by_step",)
+    __slots__ = ("_by_step", "_key_of", "_seq_of")
 
-    def __init__(self, rows: Iterable[tuple[int, StoredRow]] = ()) -> None:
+    def __init__(
+        self, rows: Iterable[tuple[int, StoredRow]] = (), keys: Mapping[int, str] | None = None
+    ) -> None:
         super().__init__()
         self._by_step: dict[str | None, dict[int, None]] = {}
+        self._seq_of: dict[str, int] = {}
+        self._key_of: dict[int, str] = {}
         for seq, row in rows:
             self[seq] = row
+        for seq, key in (keys or {}).items():
+            if seq in self:
+                self.file_key(seq, key)
 
     def __setitem__(self, seq: int, row: StoredRow) -> None:
         old = self.get(seq)
@@ -47,12 +55,54 @@ class RowTable(dict[int, StoredRow]):
         if old is None:
             return False
         self._unfile(seq, old[0])
+        key = self._key_of.pop(seq, None)
+        if key is not None:
+            del self._seq_of[key]
         return True
 
     def clear(self) -> None:
         """Remove every row."""
         super().clear()
         self._by_step.clear()
+        self._seq_of.clear()
+        self._key_of.clear()
+
+    # -- record keys -----------------------------------------------------------------------
+
+    def file_key(self, seq: int, key: str) -> None:
+        """File the row ``seq`` under the record key ``key`` (a row holding the key already loses it)."""
+        held = self._seq_of.get(key)
+        if held is not None:
+            del self._key_of[held]
+        self._seq_of[key] = seq
+        self._key_of[seq] = key
+
+    @property
+    def keys_by_seq(self) -> dict[int, str]:
+        """A new dict ``{seq: key}`` of the rows filed under a key."""
+        return dict(self._key_of)
+
+    def key_seqs(self, keys: Sequence[str]) -> dict[str, int]:
+        """Return ``{key: seq}`` of the rows filed under ``keys``."""
+        seq_of = self._seq_of
+        return {key: seq_of[key] for key in keys if key in seq_of}
+
+    def keyed(
+        self, keys: Sequence[str] | None = None, prefix: str | None = None
+    ) -> list[tuple[str, int, float, bytes]]:
+        """Return ``(key, seq, created, data)`` of the keyed rows (under ``keys``, starting with ``prefix``)."""
+        pairs = self._seq_of.items() if keys is None else self.key_seqs(keys).items()
+        return [
+            (key, seq, self[seq][1], self[seq][2])
+            for key, seq in pairs
+            if prefix is None or key.startswith(prefix)
+        ]
+
+    def record_keys(self, prefix: str | None = None) -> list[str]:
+        """Return the record keys (those starting with ``prefix``), in any order."""
+        if prefix is None:
+            return list(self._seq_of)
+        return [key for key in self._seq_of if key.startswith(prefix)]
 
     def of_steps(
         self, steps: Sequence[str], *, after: int | None = None

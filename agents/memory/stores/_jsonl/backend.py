@@ -1,8 +1,8 @@
 """The JSONL log store: one append-only log file per session.
 
-A store is a directory (schema version 3, recorded in the marker file)::
+A store is a directory (schema version 4, recorded in the marker file)::
 
-    kvmemory-store.json       {"format": "kvmemory.jsonl-store", "version": 3}
+    kvmemory-store.json       {"format": "kvmemory.jsonl-store", "version": 4}
     kvmemory-store.lock       taken (flock) by every writer, shared by readers
     <session_id>.jsonl        the log of one session
     <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
@@ -13,12 +13,18 @@ Each log starts with a header line, then one record per line::
      "created":...,"generation":"9f0c...","next_seq":1,"meta":{...}}
     {"seq":1,"t":1732250000.1,"s":"1","item":{"step":1,"action":"click"}}   an appended item
     {"seq":1,"t":1732250000.1,"s":"1","u":1,"item":{...}}                  new fields for item 1
+    {"seq":2,"t":1732250000.2,"s":null,"k":"lang","item":{"key":"lang",...}}  a record (v4)
     {"del":[1,2]}                                                            items deleted
     {"clear":1}                                                              every item deleted
     {"meta":{...}}                                                           new session metadata
     {"vm":["hashing-3gram-256",256]}                         the model of the vectors (v3)
     {"vec":[1,"*","AACAPwAAAAA..."]}      item 1's unit vector over all fields, float32 base64 (v3)
     {"vdrop":1}                                               every vector and the model dropped (v3)
+
+A record is an item whose record carries its key (``"k"``): replaying the log
+files it under that key again, and a ``"del"`` or ``"clear"`` record frees
+the key with the item. A replaced record is a ``"del"`` of its old seq and a
+new item record, written together.
 
 A vector belongs to the item's fields as they were when it was embedded:
 reading a ``"u"`` or ``"del"`` record forgets the vectors of those items.
@@ -63,7 +69,7 @@ import attrs
 from agents.memory.exceptions import CorruptStoreError, StoreError
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import check_store_path
-from agents.memory.stores._core.encoding import IndexEntry, Row, RowUpdate, SessionRow
+from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._jsonl.files import StoreFiles
 from agents.memory.stores._jsonl.log import (
@@ -109,7 +115,11 @@ def _add_vectors(store: LogBackend) -> None:
     """v3 logs may hold vector records (``vm``, ``vec``, ``vdrop``); v2 logs need no change."""
 
 
-MIGRATIONS: Final = (_create_v1, _add_generations, _add_vectors)
+def _add_record_keys(store: LogBackend) -> None:
+    """v4 item records may carry a record key (``k``); v3 logs need no change (they hold no records)."""
+
+
+MIGRATIONS: Final = (_create_v1, _add_generations, _add_vectors, _add_record_keys)
 """Step ``i`` brings a store directory from schema version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -295,6 +305,38 @@ class LogBackend(Backend):
             log.rows[offset] = (step, created, data)
         log.next_seq = start + len(rows)
         return list(range(start, log.next_seq))
+
+    def insert_keyed(
+        self,
+        tx: _Tx,
+        session_id: str,
+        rows: Sequence[Row],
+        keys: Sequence[str],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        log = _open_log(tx)
+        start = log.next_seq
+        for offset, ((step, created, data), key) in enumerate(zip(rows, keys, strict=True), start):
+            tx.parts.append(item_record(offset, created, step, data, key=key))
+            log.rows[offset] = (step, created, data)
+            log.rows.file_key(offset, key)
+        log.next_seq = start + len(rows)
+        return list(range(start, log.next_seq))
+
+    def keyed_seqs(self, tx: _Tx, session_id: str, keys: Sequence[str]) -> dict[str, int]:
+        return _open_log(tx).rows.key_seqs(keys)
+
+    def read_keyed(
+        self, session_id: str, keys: Sequence[str] | None = None, *, prefix: str | None = None
+    ) -> list[KeyedRow]:
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            return [] if log is None else log.rows.keyed(keys, prefix)
+
+    def record_keys(self, session_id: str, prefix: str | None = None) -> list[str]:
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            return [] if log is None else log.rows.record_keys(prefix)
 
     def update_rows(
         self, tx: _Tx, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]

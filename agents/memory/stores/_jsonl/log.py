@@ -185,8 +185,9 @@ class SessionLogs:
             session_id, log.step_key, log.created, log.next_seq, log.metadata, self.version
         )
         chunks = [header]
+        keys = log.rows.keys_by_seq
         for seq, (step, created, data) in log.rows.items():
-            chunks.append(item_record(seq, created, step, data))
+            chunks.append(item_record(seq, created, step, data, key=keys.get(seq)))
         if log.model is not None:
             chunks.append(model_record(*log.model))
         for fields, table in log.vectors.items():
@@ -204,7 +205,7 @@ class SessionLogs:
             lines=len(chunks),
             next_seq=log.next_seq,
             metadata=log.metadata,
-            rows=RowTable(log.rows.items()),
+            rows=RowTable(log.rows.items(), keys),
             model=log.model,
             vectors={
                 fields: {seq: vector for seq, vector in table.items() if seq in log.rows}
@@ -232,9 +233,15 @@ def _header(
 
 
 def item_record(
-    seq: int, created: float, step: str | None, data: bytes, *, update: bool = False
+    seq: int,
+    created: float,
+    step: str | None,
+    data: bytes,
+    *,
+    update: bool = False,
+    key: str | None = None,
 ) -> bytes:
-    """Return the record of item ``seq`` (``data`` is its codec bytes); ``update`` marks new fields of an item."""
+    """Return the record of item ``seq`` (``data`` is its codec bytes); ``update`` marks new fields of an item, ``key`` files it as a record."""
     return b"".join(
         (
             b'{"seq":',
@@ -244,6 +251,7 @@ def item_record(
             b',"s":',
             _codec.dumps(step),
             b',"u":1' if update else b"",
+            b"" if key is None else b',"k":' + _codec.dumps(key),
             _ITEM,
             data,
             b"}\n",
@@ -367,13 +375,14 @@ def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Non
         msg = f"{where} is a JSON {type(head).__name__}, not a record"
         raise CorruptSessionError(msg)
     if cut >= 0:
-        seq, created, step = head.get("seq"), head.get("t"), head.get("s")
+        seq, created, step, key = head.get("seq"), head.get("t"), head.get("s"), head.get("k")
         if (
             type(seq) is not int
             or not isinstance(created, (int, float))
             or not (step is None or type(step) is str)
+            or not (key is None or (type(key) is str and key))
         ):
-            msg = f"the item record holds seq {seq!r}, t {created!r} and s {step!r}; expected an int, a number and text or null"
+            msg = f"the item record holds seq {seq!r}, t {created!r}, s {step!r} and k {key!r}; expected an int, a number, text or null, and a non-empty key or none"
             raise CorruptSessionError(msg)
         data = line[cut + len(_ITEM) : -1]
         if head.get("u"):
@@ -384,6 +393,8 @@ def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Non
             log.drop_vectors_of((seq,))
         else:
             rows[seq] = (step, float(created), data)
+            if key is not None:
+                rows.file_key(seq, key)
             log.next_seq = max(log.next_seq, seq + 1)
     elif "del" in head:
         gone = head["del"]

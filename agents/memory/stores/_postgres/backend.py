@@ -1,7 +1,7 @@
 """The PostgreSQL store: sessions shared by processes on many machines.
 
 Needs the ``postgres`` extra (psycopg 3 and psycopg_pool), imported only
-when a ``postgresql://`` URL is opened. Layout (schema version 4, recorded in
+when a ``postgresql://`` URL is opened. Layout (schema version 5, recorded in
 ``kvmemory_schema``)::
 
     kvmemory_sessions(session_id text PRIMARY KEY, step_key text, next_seq bigint,
@@ -9,8 +9,10 @@ when a ``postgresql://`` URL is opened. Layout (schema version 4, recorded in
                       n_items bigint, n_terms bigint)                    -- n_items, n_terms: v4
     kvmemory_items(session_id text, seq bigint, step text, created float8,
                    data bytea, doc jsonb, PRIMARY KEY (session_id, seq),
-                   terms tsvector, n_terms integer, tf jsonb)        -- terms, n_terms, tf: v4
+                   terms tsvector, n_terms integer, tf jsonb,        -- terms, n_terms, tf: v4
+                   key text COLLATE "C")                              -- key: v5
     index (session_id, step), index (session_id, created), GIN index (terms): v4
+    unique index (session_id, key) WHERE key IS NOT NULL: v5
     kvmemory_embedders(session_id text PRIMARY KEY, model text, dimension integer)  -- v3
     kvmemory_vectors(session_id text, seq bigint, fields text, vector bytea,
                      PRIMARY KEY (session_id, seq, fields))                      -- v3
@@ -32,6 +34,8 @@ with and without the extension.
 whose text holds a NUL character, which JSONB cannot store, and for an item
 of more than 4 kB holding a float JSONB would change, such as ``1e16`` or
 ``-0.0``);
+``key`` the key a record is filed under (``NULL`` for an item appended as an
+item), so a record is found by the ``(session_id, key)`` index;
 ``metadata`` the codec's bytes for the session's metadata. A deleted session
 keeps its row, marked ``deleted``, so that its ``next_seq`` survives: a
 session created again under the same id continues above the old seqs.
@@ -91,6 +95,22 @@ SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::js
 FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[],
     %(terms)s::text[], %(n_terms)s::int[], %(tfs)s::text[])
     WITH ORDINALITY AS r(step, created, data, doc, terms, n_terms, tf, ord)
+RETURNING seq
+"""
+
+# The same, each row filed under its record key.
+_INSERT_KEYED: Final = """
+WITH s AS (
+    UPDATE kvmemory_sessions SET next_seq = next_seq + %(n)s
+    WHERE session_id = %(sid)s
+    RETURNING next_seq
+)
+INSERT INTO kvmemory_items (session_id, seq, step, created, data, doc, terms, n_terms, tf, key)
+SELECT %(sid)s, s.next_seq - %(n)s + r.ord, r.step, r.created, r.data, r.doc::jsonb,
+    r.terms::tsvector, r.n_terms, r.tf::jsonb, r.key
+FROM s, unnest(%(steps)s::text[], %(created)s::float8[], %(datas)s::bytea[], %(docs)s::text[],
+    %(terms)s::text[], %(n_terms)s::int[], %(tfs)s::text[], %(keys)s::text[])
+    WITH ORDINALITY AS r(step, created, data, doc, terms, n_terms, tf, key, ord)
 RETURNING seq
 """
 
@@ -224,6 +244,7 @@ class PostgresBackend(SQLRows, Backend):
         tables = self._connections.tables
         self._no_tables = tables.no_tables
         self._indexed = tables.keyword_index
+        self._keyed = tables.record_keys
         self._vectors = PostgresVectors(
             self.query_rows, schema=self._connections.vector_schema, ranks=pgvector
         )
@@ -397,7 +418,29 @@ class PostgresBackend(SQLRows, Backend):
     def insert_rows(
         self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
     ) -> list[int]:
-        params = {
+        params = self._insert_params(session_id, rows, terms)
+        return sorted(int(r[0]) for r in tx.execute(_INSERT, params).fetchall())
+
+    def insert_keyed(
+        self,
+        tx: Any,
+        session_id: str,
+        rows: Sequence[Row],
+        keys: Sequence[str],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        params = {**self._insert_params(session_id, rows, terms), "keys": list(keys)}
+        return sorted(int(r[0]) for r in tx.execute(_INSERT_KEYED, params).fetchall())
+
+    @property
+    def keyed_rows(self) -> bool:
+        """Whether the rows have the record key column (``False`` for older tables opened read-only: no records)."""
+        return self._keyed
+
+    def _insert_params(
+        self, session_id: str, rows: Sequence[Row], terms: Sequence[Terms] | None
+    ) -> dict[str, Any]:
+        return {
             "sid": session_id,
             "n": len(rows),
             "steps": [row[0] for row in rows],
@@ -406,7 +449,6 @@ class PostgresBackend(SQLRows, Backend):
             "docs": [jsonb_copy(row[2]) for row in rows],
             **self._keyword.columns(session_id, rows, terms),
         }
-        return sorted(int(r[0]) for r in tx.execute(_INSERT, params).fetchall())
 
     def update_rows(
         self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms] | None

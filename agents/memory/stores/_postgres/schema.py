@@ -100,11 +100,23 @@ def _add_keyword_index(con: Any) -> None:
     build_keyword_index(con)
 
 
+def _add_record_keys(con: Any) -> None:
+    # Every row of older tables is a plain item: NULL, which the partial index leaves out. The
+    # "C" collation orders keys by code point, as every store lists them, and lets the index
+    # answer a prefix as a range.
+    con.execute('ALTER TABLE kvmemory_items ADD COLUMN IF NOT EXISTS key text COLLATE "C"')
+    con.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS kvmemory_items_key ON kvmemory_items (session_id, key)"
+        " WHERE key IS NOT NULL"
+    )
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_metadata_and_tombstones,
     _add_vectors,
     _add_keyword_index,
+    _add_record_keys,
 )
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -112,6 +124,7 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 _SEARCHED_BY_SCAN: Final = (
     3  # the layout before the keyword index: read-only opens search by scanning
 )
+_NO_RECORD_KEYS: Final = 4  # the layout before record keys: read-only opens hold no records
 
 
 @attrs.frozen
@@ -123,10 +136,13 @@ class Tables:
             handle then reads every session as empty).
         keyword_index: The rows carry the keyword index (``False`` for the
             tables before it, opened read-only: searches scan).
+        record_keys: The rows have the record key column (``False`` for the
+            tables before it, opened read-only: they hold no records).
     """
 
     no_tables: bool = False
     keyword_index: bool = True
+    record_keys: bool = True
 
 
 def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
@@ -152,7 +168,9 @@ def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
             version = check_schema_version(_version(con), SCHEMA_VERSION, store=store)
         if version == _SEARCHED_BY_SCAN:
             # The layout before the keyword index reads the same.
-            return Tables(keyword_index=False)
+            return Tables(keyword_index=False, record_keys=False)
+        if version == _NO_RECORD_KEYS:
+            return Tables(record_keys=False)  # reads the same, with no records
         if version < SCHEMA_VERSION:
             msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)

@@ -21,10 +21,10 @@ import attrs
 
 from agents.memory import _codec
 from agents.memory._filter import FilterNode
-from agents.memory.stores._core.encoding import IndexEntry
+from agents.memory.stores._core.encoding import IndexEntry, KeyedRow
 from agents.memory.stores._sql.filters import candidates_query
 
-__all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLRows"]
+__all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLRows", "prefix_range"]
 
 
 @attrs.frozen
@@ -117,9 +117,47 @@ _LAST_STEP: Final = (
 )
 
 
+# Keyed rows (records), read through the unique (session_id, key) index. A prefix
+# is a range of keys (both engines compare keys by code point: SQLite's BINARY
+# collation over UTF-8, PostgreSQL's "C" collation of the column).
+# Both engines find rows by key through the partial index WHERE key IS NOT NULL: a
+# query that lists every record (or a prefix's) says "key IS NOT NULL"; one by keys
+# must not (SQLite would then walk every keyed row of the session as a range and
+# test the list on each, instead of probing the index once per key).
+_KEYED: Final = "SELECT key, seq, created, data FROM kvmemory_items WHERE session_id = {p}"
+_KEYED_ALL: Final = _KEYED + " AND key IS NOT NULL"
+_KEYED_OF: Final = _KEYED + " AND key{in}"
+_KEYS: Final = "SELECT key FROM kvmemory_items WHERE session_id = {p} AND key IS NOT NULL"
+_KEYED_SEQS: Final = "SELECT key, seq FROM kvmemory_items WHERE session_id = {p} AND key{in}"
+_FROM_KEY: Final = " AND key >= {p}"
+_BELOW_KEY: Final = " AND key < {p}"
+
+
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """Return the keys ``(low, high)`` such that a key starts with ``prefix`` iff ``low <= key < high`` (``high`` ``None``: no bound)."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            following = last + 1 if last + 1 != 0xD800 else 0xE000  # surrogates are never in a key
+            return prefix, "".join(chars) + chr(following)
+    return prefix, None
+
+
 def _pairs(rows: Sequence[Any]) -> list[tuple[int, bytes]]:
     # bytes() of a bytes object is that object; a driver's memoryview becomes bytes.
     return [(int(seq), bytes(data)) for seq, data in rows]
+
+
+def _with_prefix(sql: str, params: list[object], prefix: str | None) -> tuple[str, list[object]]:
+    """Add a key prefix to a keyed-row query, as a range the ``(session_id, key)`` index answers."""
+    if not prefix:
+        return sql, params
+    low, high = prefix_range(prefix)
+    sql, params = sql + _FROM_KEY, [*params, low]
+    if high is not None:
+        sql, params = sql + _BELOW_KEY, [*params, high]
+    return sql, params
 
 
 class SQLRows:
@@ -227,6 +265,40 @@ class SQLRows:
         while rows:
             yield rows
             rows = _pairs(self.query_rows(sql, (session_id, rows[-1][0], fields, size)))
+
+    # -- keyed rows --------------------------------------------------------------------------
+
+    @property
+    def keyed_rows(self) -> bool:
+        """Whether the rows have the record key column (``False`` for an older layout opened read-only)."""
+        return True
+
+    def read_keyed(
+        self, session_id: str, keys: Sequence[str] | None = None, *, prefix: str | None = None
+    ) -> list[KeyedRow]:
+        if self.no_tables or not self.keyed_rows:
+            return []
+        d = self.dialect
+        if keys is not None:
+            sql, params = _KEYED_OF, [session_id, d.bind_list(keys)]
+        else:
+            sql, params = _KEYED_ALL, [session_id]
+        sql, params = _with_prefix(sql, params, prefix)
+        return [
+            (str(key), int(seq), float(created), bytes(data))
+            for key, seq, created, data in self.query_rows(d.spell(sql), params)
+        ]
+
+    def record_keys(self, session_id: str, prefix: str | None = None) -> list[str]:
+        if self.no_tables or not self.keyed_rows:
+            return []
+        sql, params = _with_prefix(_KEYS, [session_id], prefix)
+        return [str(row[0]) for row in self.query_rows(self.dialect.spell(sql), params)]
+
+    def keyed_seqs(self, tx: Any, session_id: str, keys: Sequence[str]) -> dict[str, int]:
+        d = self.dialect
+        rows = tx.execute(d.spell(_KEYED_SEQS), (session_id, d.bind_list(keys))).fetchall()
+        return {str(key): int(seq) for key, seq in rows}
 
     # -- writing, inside a transaction (``tx`` is the driver's connection) -------------------
 

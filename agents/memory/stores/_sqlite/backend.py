@@ -221,14 +221,47 @@ class SQLiteBackend(SQLRows, Backend):
             (session_id, step, created, data, text, n)
             for (step, created, data), (text, n) in zip(rows, terms, strict=True)
         ]
-        if len(rows) == 1:
+        return self._insert(tx, session_id, sql, values, terms)
+
+    def insert_keyed(
+        self,
+        tx: sqlite3.Connection,
+        session_id: str,
+        rows: Sequence[Row],
+        keys: Sequence[str],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        sql = (
+            "INSERT INTO kvmemory_items (session_id, step, created, data, terms, n_terms, key)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
+        values = [
+            (session_id, step, created, data, text, n, key)
+            for (step, created, data), (text, n), key in zip(rows, terms, keys, strict=True)
+        ]
+        return self._insert(tx, session_id, sql, values, terms)
+
+    @property
+    def keyed_rows(self) -> bool:
+        """Whether the rows have the record key column (``False`` for an older file opened read-only: no records)."""
+        return self._file.keyed
+
+    def _insert(
+        self,
+        tx: sqlite3.Connection,
+        session_id: str,
+        sql: str,
+        values: Sequence[tuple[object, ...]],
+        terms: Sequence[Terms],
+    ) -> list[int]:
+        if len(values) == 1:
             last = tx.execute(sql, values[0]).lastrowid
         else:
             tx.executemany(sql, values)
             last = tx.execute("SELECT last_insert_rowid()").fetchone()[0]
         assert last is not None  # an INSERT always sets the last rowid
         # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
-        first = last - len(rows) + 1
+        first = last - len(values) + 1
         self._keywords.index_inserted(tx, session_id, terms, last)
         return list(range(first, last + 1))
 

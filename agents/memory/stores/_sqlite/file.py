@@ -43,6 +43,7 @@ from agents.memory.stores._core.migrations import check_schema_version, migrate
 from agents.memory.stores._sqlite.schema import (
     INDEXED_EAGERLY,
     MIGRATIONS,
+    NO_RECORD_KEYS,
     READS_AS_CURRENT,
     SCHEMA_VERSION,
     SEARCHED_BY_SCAN,
@@ -112,6 +113,7 @@ class SQLiteFile:
         self._no_tables = False
         self._indexed = True
         self._folds = True  # whether the file may hold rows not yet in the FTS table (layout 6)
+        self._keyed = True  # whether the rows have the record key column (layout 7)
         self._check_whole_pages()  # an existing file, before SQLite opens it
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
@@ -157,6 +159,11 @@ class SQLiteFile:
     def keyword_indexed(self) -> bool:
         """Whether the file's layout has the keyword index (``False`` for a file of version 3 or older opened read-only)."""
         return self._indexed
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the rows have the record key column (``False`` for an older file opened read-only: it holds no records)."""
+        return self._keyed
 
     @property
     def folds(self) -> bool:
@@ -357,12 +364,13 @@ class SQLiteFile:
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        readable = (0, SEARCHED_BY_SCAN, READS_AS_CURRENT, INDEXED_EAGERLY)
+        readable = (0, SEARCHED_BY_SCAN, READS_AS_CURRENT, INDEXED_EAGERLY, NO_RECORD_KEYS)
         if version == SCHEMA_VERSION or (self.read_only and version in readable):
             # A file of the layout before the keyword index reads the same, searched by scanning.
             self._no_tables = version == 0
             self._indexed = version >= READS_AS_CURRENT
             self._folds = version == 0 or version > INDEXED_EAGERLY
+            self._keyed = version == 0 or version > NO_RECORD_KEYS
             if not self.read_only:
                 self._use_wal()
             return

@@ -1,13 +1,15 @@
 """The layout of an SQLite store file: its tables, the keyword index's statements, the migrations.
 
-Layout (schema version 6, recorded in ``PRAGMA user_version``)::
+Layout (schema version 7, recorded in ``PRAGMA user_version``)::
 
     kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
                       metadata BLOB)                                   -- metadata: v2
     kvmemory_items(seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT,
                    step TEXT, created REAL, data BLOB,
-                   terms TEXT, n_terms INTEGER)                        -- terms, n_terms: v4
+                   terms TEXT, n_terms INTEGER,                        -- terms, n_terms: v4
+                   key TEXT)                                           -- key: v7
     index (session_id, seq), index (session_id, step), index (session_id, created)
+    unique index (session_id, key) WHERE key IS NOT NULL                -- v7
     kvmemory_search(key INTEGER PRIMARY KEY, session_id TEXT, items INTEGER,
                     terms INTEGER)                                     -- v4
     kvmemory_fts: FTS5 over the terms, kvmemory_fts_row and _instance: its
@@ -18,6 +20,8 @@ Layout (schema version 6, recorded in ``PRAGMA user_version``)::
 
 ``data`` holds the codec's bytes for the item; ``step`` its canonical step
 text, so step filters are answered by the ``(session_id, step)`` index;
+``key`` the key a record is filed under (``NULL`` for an item appended as
+an item), so a record is found by the ``(session_id, key)`` index;
 ``metadata`` the codec's bytes for the session's metadata; ``vector`` an
 item's unit vector as little-endian float32 (empty for an item without
 text), embedded over the fields ``fields`` names (``*``: all) by the model
@@ -47,6 +51,7 @@ __all__ = [
     "INDEXED_EAGERLY",
     "MARK",
     "MIGRATIONS",
+    "NO_RECORD_KEYS",
     "READS_AS_CURRENT",
     "SCHEMA_VERSION",
     "SEARCHED_BY_SCAN",
@@ -300,6 +305,17 @@ COUNT_INSERTED: Final = (
 """Add a batch's rows and terms to its session's counts (BM25's statistics): session, rows, terms."""
 
 
+def _add_record_keys(con: sqlite3.Connection) -> None:
+    # Every row of an older file is a plain item: NULL, which the partial index leaves out.
+    columns = {row[1] for row in con.execute("PRAGMA table_info(kvmemory_items)")}
+    if "key" not in columns:
+        con.execute("ALTER TABLE kvmemory_items ADD COLUMN key TEXT")
+    con.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS kvmemory_items_key ON kvmemory_items (session_id, key)"
+        " WHERE key IS NOT NULL"
+    )
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_session_metadata,
@@ -307,6 +323,7 @@ MIGRATIONS: Final = (
     _add_keyword_index,
     _index_inserts_by_batch,
     _fold_few_inserts,
+    _add_record_keys,
 )
 """Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -318,3 +335,4 @@ READS_AS_CURRENT: Final = (
     4  # the layout whose inserts a trigger indexed: it reads as the current one
 )
 INDEXED_EAGERLY: Final = 5  # the last layout that indexed every insert at once (no pending rows)
+NO_RECORD_KEYS: Final = 6  # the last layout without record keys: read-only opens have no records
