@@ -42,6 +42,7 @@ def test_docs_have_examples() -> None:
     [
         "agents.memory",
         "agents.memory.stores",
+        "agents.memory.stores.backend",
         "agents.memory.search",
         "agents.agent",
         "agents.service",

@@ -21,6 +21,7 @@ PUBLIC_PACKAGES = (
     "agents",
     "agents.memory",
     "agents.memory.stores",
+    "agents.memory.stores.backend",
     "agents.memory.search",
     "agents.agent",
     "agents.service",

@@ -17,7 +17,7 @@ from agents.memory.stores import Store, open_store
 from agents.memory.stores.testing import (
     KeyedRecordContract,
     MakeStore,
-    StoreContract,
+    VectorStoreContract,
     session_hits,
     union_hits,
 )
@@ -38,7 +38,7 @@ class TestKeyedRecordContract(KeyedRecordContract):
         return make
 
 
-class TestStoreContract(StoreContract):
+class TestStoreContract(VectorStoreContract):
     """The contract suite on each of the four stores kvmemory ships."""
 
     @pytest.fixture

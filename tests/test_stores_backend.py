@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +12,24 @@ import pytest
 
 from agents.memory import InvalidSessionIdError, MemoryItem, StoreArgumentError, StoreError
 from agents.memory.stores import (
+    AsyncStore,
     Backend,
     BaseStore,
     InMemoryStore,
     SQLiteBackend,
     SQLiteStore,
     Store,
+    open_async_store,
 )
 from agents.memory.stores._jsonl.backend import LogBackend
 from agents.memory.stores._ram import SpaceBackend
-from agents.memory.stores.testing import BackendContract, MakeStore, StoreContract
+from agents.memory.stores.testing import (
+    AsyncStoreContract,
+    BackendContract,
+    MakeAsyncStore,
+    MakeStore,
+    VectorStoreContract,
+)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "stores.md"
 FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -41,7 +49,7 @@ def documented_backend() -> dict[str, Any]:
 DOCS = documented_backend()
 
 
-class TestDocumentedBackend(StoreContract):
+class TestDocumentedBackend(VectorStoreContract):
     """The contract suite on Store(DictBackend) exactly as the docs print it."""
 
     @pytest.fixture
@@ -51,6 +59,20 @@ class TestDocumentedBackend(StoreContract):
 
         def make(*, read_only: bool = False) -> Store:
             return Store(DOCS["DictBackend"](tables), read_only=read_only)
+
+        return make
+
+
+class TestDocumentedBackendAsync(AsyncStoreContract, VectorStoreContract):
+    """The async contract suite on the docs' DictBackend, handed to open_async_store as a Store."""
+
+    @pytest.fixture
+    def make_async_store(self) -> MakeAsyncStore:
+        """Open async handles on one fresh dict store."""
+        tables = DOCS["Tables"]()
+
+        def make(*, read_only: bool = False) -> Awaitable[AsyncStore]:
+            return open_async_store(Store(DOCS["DictBackend"](tables), read_only=read_only))
 
         return make
 

@@ -280,16 +280,18 @@ class NoVectorBackend(SpaceBackend):
     drop_vectors = Backend.drop_vectors
 
 
-def test_backend_without_vectors_refuses_semantic_search_only() -> None:
-    """A backend without vector primitives writes, deletes and searches by keyword; semantic search is a named StoreError."""
+def test_backend_without_vectors_refuses_only_index_embeddings() -> None:
+    """A backend without vector primitives writes, deletes and searches (semantic too); index_embeddings is a named StoreError."""
     with Store(NoVectorBackend()) as store:
         seqs = store.append("s", [MemoryItem(step=1, note="report"), MemoryItem(step=2)])
         with store.batch("s") as batch:
             batch.update({seqs[0]: MemoryItem(step=1, note="the report")})
             batch.delete([seqs[1]])
         assert [hit.seq for hit in store.search("s", "report")] == [seqs[0]]
+        hits = store.search("s", "report", mode="semantic", embedder=HashingEmbedder())
+        assert [hit.seq for hit in hits] == [seqs[0]]
         with pytest.raises(StoreError, match="keeps no vectors"):
-            store.search("s", "report", mode="semantic", embedder=HashingEmbedder())
+            store.index_embeddings("s", HashingEmbedder())
         assert store.vector_model("s") is None
         assert store.drop_vectors("s") == 0
         store.clear("s")

@@ -103,7 +103,7 @@ class Predicate:
     function: Callable[[MemoryItem], bool]
 
 
-FilterNode: TypeAlias = "Condition | AllOf | AnyOf | Predicate"
+FilterNode: TypeAlias = Condition | AllOf | AnyOf | Predicate
 """The parsed form of a filter, for a store that translates it into its query language."""
 
 _Test: TypeAlias = Callable[[MemoryItem], bool]

@@ -23,6 +23,9 @@ URLs:
   :class:`~agents.memory.StoreConnectionLostError`, never damage, and is
   replaced before the next call uses it.
 * ``memory://`` (private) or ``memory://NAME`` (shared in this process).
+* ``SCHEME://...`` of a backend of another package, registered with
+  :func:`register_backend` or declared in the entry-point group
+  ``kvmemory.backends`` (see :mod:`agents.memory.stores.backend`).
 
 After ``sqlite://`` and ``jsonl://`` comes the path as written, so
 ``sqlite:///tmp/a.db`` is the absolute ``/tmp/a.db`` and ``sqlite://a.db`` the
@@ -35,6 +38,7 @@ import importlib
 import os
 import typing
 
+from agents.memory._filter import FilterNode
 from agents.memory.stores._backed import SessionWriter, StoredMemory
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
@@ -54,10 +58,16 @@ from agents.memory.stores._base import (
     check_store_path,
     migrate,
 )
-from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._core.backend import Backend, Transaction
 from agents.memory.stores._core.encoding import KeyedRow
 from agents.memory.stores._core.records import KeyedRecord
-from agents.memory.stores._open import open_store
+from agents.memory.stores._core.terms import Terms
+from agents.memory.stores._open import (
+    ENTRY_POINT_GROUP,
+    BackendOpener,
+    open_store,
+    register_backend,
+)
 from agents.memory.stores._ram import InMemoryStore
 from agents.memory.stores._sqlite.backend import SQLiteBackend, SQLiteStore
 from agents.memory.stores._store import Store
@@ -80,13 +90,16 @@ if typing.TYPE_CHECKING:
     from agents.memory.stores._postgres.backend import PostgresBackend, PostgresStore
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "SESSION_ID_MAX_LENGTH",
     "AsyncOpener",
     "AsyncStore",
     "AsyncStoredMemory",
     "AsyncWriteBatch",
     "Backend",
+    "BackendOpener",
     "BaseStore",
+    "FilterNode",
     "InMemoryStore",
     "IndexEntry",
     "JSONLStore",
@@ -107,6 +120,8 @@ __all__ = [
     "StoreHit",
     "StoredMemory",
     "StoredRecord",
+    "Terms",
+    "Transaction",
     "VectorModel",
     "WriteBatch",
     "check_session_id",
@@ -116,6 +131,7 @@ __all__ = [
     "open_async_store",
     "open_memory",
     "open_store",
+    "register_backend",
 ]
 
 # Imported on first use, so that importing this package loads neither the
@@ -200,19 +216,23 @@ def open_memory(
 
 
 def open_async_store(
-    url: str | os.PathLike[str], *, read_only: bool = False
+    url: str | os.PathLike[str] | Store, *, read_only: bool = False
 ) -> AsyncOpener[AsyncStore]:
     """Open a store for asyncio programs: ``async with open_async_store(url) as store:``.
 
-    Takes the URLs and paths :func:`open_store` takes. Every call of the
-    store is awaitable and runs the sync store's code without blocking the
-    event loop: PostgreSQL on psycopg's asyncio driver (the ``async``
-    extra), the others on a worker thread of the store's own (see
+    Takes the URLs and paths :func:`open_store` takes (a scheme of
+    :func:`register_backend` included), or an open :class:`Store`. Every
+    call of the store is awaitable and runs the sync store's code without
+    blocking the event loop: PostgreSQL on psycopg's asyncio driver (the
+    ``async`` extra), the others (a backend of your own included) on a
+    worker thread of the store's own, one call at a time (see
     :class:`AsyncStore`). ``store = await open_async_store(url)`` opens it
     without a block; close it then with ``await store.aclose()``.
 
     Args:
-        url: A store URL, or a filesystem path for a SQLite file.
+        url: A store URL, a filesystem path for a SQLite file, or an open
+            :class:`Store` (``Store(MyBackend(...))``), which the async
+            store then owns and closes.
         read_only: Open for inspection, as :func:`open_store`.
 
     Returns:

@@ -641,7 +641,7 @@ class StoredMemory(Memory):
             if not missing:
                 store.read_vectors(self._sid, model, seqs=[])  # still refuse another model
                 return model
-            if not store.read_only:
+            if not store.read_only and store.keeps_vectors:
                 store.index_embeddings(
                     self._sid,
                     model,

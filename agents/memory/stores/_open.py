@@ -1,21 +1,162 @@
-"""Open a store from its URL: the URL forms, their options and the checks on them."""
+"""Open a store from its URL: the URL forms, their options and the checks on them.
+
+Besides the built-in schemes, a URL may name a backend of another package:
+one registered in this process with :func:`register_backend`, or one that an
+installed distribution declares in the entry-point group
+``kvmemory.backends`` (the name is the scheme, the object an opener), which
+is how the ``kvmemory`` command, ``serve`` and ``mcp`` reach it without
+importing code named on their command line.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import os
+import re
+import threading
 import urllib.parse
+from typing import Final, Protocol
 
 from agents.memory import exceptions
+from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.checks import redact_url as _redact
 from agents.memory.stores._ram import InMemoryStore
 from agents.memory.stores._sqlite.backend import SQLiteStore
 from agents.memory.stores._store import Store
 
-__all__ = ["open_store"]
+__all__ = ["ENTRY_POINT_GROUP", "BackendOpener", "open_store", "register_backend"]
 
 _SCHEMES = ("sqlite", "jsonl", "postgresql", "postgres", "memory")
+
+ENTRY_POINT_GROUP: Final = "kvmemory.backends"
+"""The entry-point group in which an installed distribution names its backends' openers by URL scheme."""
+
+_SCHEME: Final = re.compile(r"[a-z][a-z0-9+.-]{0,63}")
+
+
+class BackendOpener(Protocol):
+    """Open a backend from a store URL: what :func:`register_backend` takes.
+
+    Called as ``opener(url, read_only=...)`` with the whole URL as the user
+    wrote it (scheme included); it parses the rest itself and returns an
+    open :class:`Backend`. Opened with ``read_only=True`` the backend
+    creates, migrates and writes nothing and sets
+    :attr:`Backend.read_only`; a store that does not exist is then
+    :class:`~agents.memory.StoreNotFoundError`. A bad URL is
+    :class:`~agents.memory.InvalidStoreURLError`.
+    """
+
+    def __call__(self, url: str, *, read_only: bool) -> Backend:
+        """Return the open backend ``url`` names."""
+        ...
+
+
+_REGISTERED: dict[str, BackendOpener] = {}
+_REGISTRY_LOCK: Final = threading.Lock()
+
+
+def register_backend(scheme: str, opener: BackendOpener) -> None:
+    """Make ``open_store("SCHEME://...")`` (and the async, CLI and server doors) open a backend of yours.
+
+    ``open_store(url, read_only=...)`` then calls ``opener(url,
+    read_only=read_only)`` and returns ``Store(backend)``;
+    ``open_async_store(url)`` runs that store's calls on a worker thread.
+    For the ``kvmemory`` command (``show``, ``serve``, ``mcp``, ...), which
+    imports no code of yours, declare the opener in your distribution's
+    entry points instead, group ``kvmemory.backends``, named by the scheme::
+
+        [project.entry-points."kvmemory.backends"]
+        jsonfile = "mypackage.backend:open_jsonfile"
+
+    Registering the same opener again does nothing.
+
+    Args:
+        scheme: The URL scheme, lower case: a letter, then letters, digits,
+            ``+``, ``-`` or ``.`` (64 characters at most).
+        opener: Called as ``opener(url, read_only=...)``; returns a :class:`Backend`.
+
+    Raises:
+        StoreArgumentError: if ``scheme`` is not such a scheme, is a scheme
+            kvmemory opens itself, or is registered to another opener; or
+            if ``opener`` is not callable.
+    """
+    if type(scheme) is not str or not _SCHEME.fullmatch(scheme):
+        msg = (
+            f"register_backend() takes a lower-case URL scheme (a letter, then letters, digits, "
+            f"'+', '-' or '.'; 64 at most) without '://', got {scheme!r}."
+        )
+        raise exceptions.StoreArgumentError(msg)
+    if scheme in _SCHEMES:
+        msg = f"Scheme {scheme!r} is kvmemory's own store; register your backend under another scheme."
+        raise exceptions.StoreArgumentError(msg)
+    if not callable(opener):
+        msg = f"register_backend() takes an opener called as opener(url, read_only=...), got {opener!r}."
+        raise exceptions.StoreArgumentError(msg)
+    with _REGISTRY_LOCK:
+        known = _REGISTERED.get(scheme)
+        if known is not None and known is not opener:
+            msg = (
+                f"Scheme {scheme!r} is already registered to {known!r}; choose another scheme "
+                f"for {opener!r}."
+            )
+            raise exceptions.StoreArgumentError(msg)
+        _REGISTERED[scheme] = opener
+
+
+def _opener_of(scheme: str, text: str) -> BackendOpener | None:
+    """Return the opener registered for ``scheme``, or the one an installed distribution declares, or ``None``."""
+    with _REGISTRY_LOCK:
+        known = _REGISTERED.get(scheme)
+    if known is not None:
+        return known
+    declared = [
+        point
+        for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        if point.name == scheme
+    ]
+    if not declared:
+        return None
+    values = sorted({point.value for point in declared})
+    if len(values) > 1:
+        msg = (
+            f"Scheme {scheme!r} of {_redact(text)!r} is declared by several installed "
+            f"distributions ({', '.join(values)}, entry-point group {ENTRY_POINT_GROUP!r}); "
+            "uninstall all but one."
+        )
+        raise exceptions.InvalidStoreURLError(msg)
+    try:
+        opener = declared[0].load()
+    except Exception as exc:
+        msg = (
+            f"The backend for scheme {scheme!r} ({values[0]}, entry-point group "
+            f"{ENTRY_POINT_GROUP!r}) cannot be loaded: {type(exc).__name__}: {exc}; "
+            "reinstall the distribution that declares it."
+        )
+        raise exceptions.InvalidStoreURLError(msg) from exc
+    if not callable(opener):
+        msg = f"The entry point {values[0]} for scheme {scheme!r} is not an opener (a callable), got {opener!r}."
+        raise exceptions.InvalidStoreURLError(msg)
+    with _REGISTRY_LOCK:
+        known = _REGISTERED.setdefault(scheme, opener)
+    return known
+
+
+def _open_registered(opener: BackendOpener, text: str, read_only: bool) -> Store:
+    """Open a store over the backend ``opener`` opens, read-only as asked."""
+    backend = opener(text, read_only=read_only)
+    if not isinstance(backend, Backend):
+        msg = (
+            f"The opener for {_redact(text)!r} returned {backend!r} ({type(backend).__name__}); "
+            "an opener returns a Backend (a subclass of agents.memory.stores.Backend)."
+        )
+        raise exceptions.StoreArgumentError(msg)
+    try:
+        return Store(backend, read_only=read_only or None)
+    except BaseException:
+        backend.close()
+        raise
 
 
 def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store:
@@ -56,9 +197,14 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
     scheme, _, rest = text.partition("://")
     scheme = scheme.lower()
     if scheme not in _SCHEMES:
+        opener = _opener_of(scheme, text)
+        if opener is not None:
+            return _open_registered(opener, text, read_only)
         msg = (
             f"Unknown store URL scheme {scheme!r} in {_redact(text)!r}; use one of "
-            "'sqlite:///path.db', 'jsonl:///dir', 'postgresql://...', 'memory://' or a bare file path."
+            "'sqlite:///path.db', 'jsonl:///dir', 'postgresql://...', 'memory://' or a bare file path, "
+            "or a scheme registered with register_backend() or declared by an installed "
+            f"distribution in the entry-point group {ENTRY_POINT_GROUP!r}."
         )
         raise exceptions.InvalidStoreURLError(msg)
     if scheme in ("postgresql", "postgres"):

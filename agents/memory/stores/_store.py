@@ -51,20 +51,30 @@ class Store(ReadCalls, RecordCalls, SearchCalls, SessionSearchCalls):
 
     Args:
         backend: The backend that keeps the rows; :meth:`close` closes it.
-        read_only: Refuse every write call.
+        read_only: Refuse every write call. ``None`` (the default) follows
+            the backend (:attr:`Backend.read_only`).
 
     Raises:
-        StoreArgumentError: if ``backend`` is not a :class:`Backend`.
+        StoreArgumentError: if ``backend`` is not a :class:`Backend`, or it
+            was opened read-only and ``read_only=False`` is asked.
     """
 
     schema_version: int = 2
     """The layout version this kvmemory writes (each store names its own)."""
 
-    def __init__(self, backend: Backend, *, read_only: bool = False) -> None:
+    def __init__(self, backend: Backend, *, read_only: bool | None = None) -> None:
         if not isinstance(backend, Backend):
             msg = (
                 f"Store() takes a Backend (a subclass of agents.memory.stores.Backend), got "
                 f"{backend!r} ({type(backend).__name__}); to open a store by URL, use open_store()."
+            )
+            raise StoreArgumentError(msg)
+        if read_only is None:
+            read_only = bool(backend.read_only)
+        elif backend.read_only and not read_only:
+            msg = (
+                f"Store(read_only=False) was given backend {backend.url} opened read-only; "
+                "open the backend writable, or leave read_only out."
             )
             raise StoreArgumentError(msg)
         self.backend = backend
@@ -104,6 +114,17 @@ class Store(ReadCalls, RecordCalls, SearchCalls, SessionSearchCalls):
         it on every search. Either way the ranking is the same.
         """
         return self.backend.keyword_index
+
+    @property
+    def keeps_vectors(self) -> bool:
+        """Whether the backend stores vectors with the items (:attr:`Backend.keeps_vectors`).
+
+        ``True`` for every store kvmemory ships. A store over a backend
+        without the vector operations still answers semantic and hybrid
+        searches, embedding the session's items at each query, and its
+        :meth:`index_embeddings` raises :class:`~agents.memory.StoreError`.
+        """
+        return self.backend.keeps_vectors
 
     def guarded(
         self, action: str, session_id: object = None, *, write: bool = False

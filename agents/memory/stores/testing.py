@@ -14,23 +14,33 @@ a test, so that tests can close and reopen it, or hold two handles at once)::
         def make_store(self, tmp_path):
             return lambda read_only=False: MyStore(tmp_path / "db", read_only=read_only)
 
-Then run ``pytest``. The module needs pytest (and uses numpy when it is
-installed; the semantic search tests skip without it); importing :mod:`agents.memory` or :mod:`agents.memory.stores`
-does not import it.
+Then run ``pytest``. A backend that keeps vectors (``Backend.keeps_vectors``)
+subclasses :class:`VectorStoreContract` instead, which adds the tests of
+vectors stored with the items. :class:`AsyncStoreContract` runs the same
+tests through the async API (``open_async_store``), from a
+``make_async_store`` fixture; :class:`BackendContract` checks the backend's
+operations one by one, from a ``make_backend`` fixture.
+
+The module needs pytest (and uses numpy when it is installed; the semantic
+search tests skip without it); importing :mod:`agents.memory` or
+:mod:`agents.memory.stores` does not import it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import datetime as dt
 import enum
 import math
 import pathlib
 import random
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import pytest
 
@@ -46,17 +56,26 @@ from agents.memory.exceptions import (
     StoreError,
 )
 from agents.memory.memory import Memory
+from agents.memory.stores._async.store import AsyncStore
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.values import SessionInfo, SessionSummary
 from agents.memory.stores._store import Store
 
 __all__ = [
+    "AWAITED",
+    "PLAIN",
+    "AsyncStoreContract",
+    "AwaitedBatch",
+    "AwaitedStore",
     "BackendContract",
     "BrokenEmbedder",
     "CountingEmbedder",
     "KeyedRecordContract",
+    "LoopThread",
+    "MakeAsyncStore",
     "MakeStore",
     "StoreContract",
+    "VectorStoreContract",
     "assert_ranks_as_memory",
     "every_codec_type",
     "fill_sessions",
@@ -68,6 +87,8 @@ __all__ = [
     "union_hits",
     "vector_session",
 ]
+
+T = TypeVar("T")
 
 
 class MakeStore(Protocol):
@@ -1045,6 +1066,27 @@ class StoreContract:
         counts = store.summary("s", cost_key="price")
         assert (counts.steps, counts.first_step, counts.last_step, counts.cost) == (2, 0, 1, 3.0)
 
+    def test_threads_sharing_one_handle_get_every_write_and_distinct_seqs(
+        self, store: Store
+    ) -> None:
+        """Four threads appending and reading through one handle at once: every item lands once, under its own seq."""
+
+        def work(thread: int) -> list[int]:
+            seqs: list[int] = []
+            for n in range(8):
+                seqs += store.append("s", [MemoryItem(step=n, thread=thread)])
+                assert len(store.read("s")) >= len(seqs)
+            return seqs
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            written = [seq for seqs in pool.map(work, range(4)) for seq in seqs]
+        assert len(set(written)) == 32
+        records = store.records("s")
+        assert [record.seq for record in records] == sorted(written)
+        assert sorted((r.item["thread"], r.item["step"]) for r in records) == [
+            (thread, n) for thread in range(4) for n in range(8)
+        ]
+
     def test_batch_applies_its_writes_in_one_go(self, make_store: MakeStore) -> None:
         """A write batch stages clear, deletes, updates and appends and applies them on exit."""
         with make_store() as store:
@@ -1834,6 +1876,101 @@ class StoreContract:
         assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
 
     @pytest.mark.usefixtures("numpy_installed")
+    def test_semantic_search_of_an_unknown_session_has_no_hits(self, store: Store) -> None:
+        """Semantic and hybrid searches of a session that does not exist find nothing and store nothing."""
+        assert store.search("nobody", "report", mode="semantic", embedder=EMBEDDER) == []
+        assert store.search("nobody", "report", mode="hybrid", embedder=EMBEDDER) == []
+        assert store.drop_vectors("nobody") == 0
+        assert store.vector_model("nobody") is None
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_semantic_search_needs_an_embedder(self, store: Store) -> None:
+        """A semantic store search without embedder= is a named error."""
+        store.append("s", vector_session())
+        with pytest.raises(InvalidQueryError, match="needs embedder="):
+            store.search("s", "report", mode="semantic")
+        with pytest.raises(InvalidQueryError, match="mode='keyword', 'semantic' or 'hybrid'"):
+            store.search("s", "report", mode="fuzzy")  # type: ignore[arg-type]  # the wrong mode is the test
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_items_without_text_are_never_semantic_hits(self, store: Store) -> None:
+        """An item without text holds no vector and never comes back from a semantic search."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step=2, thought="report")])
+        hits = store.search("s", "report", 5, mode="semantic", embedder=EMBEDDER)
+        assert [hit.item["step"] for hit in hits] == [2]
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_parts_rank_as_memory_search_with_the_same_parts(self, store: Store) -> None:
+        """Items cut into parts rank as Memory.search with those parts, in semantic and hybrid mode."""
+        from agents.memory.search import search_index
+
+        parts = EmbedParts(chunk_words=3, overlap=1)
+        items = vector_session()
+        store.append("s", items)
+        ram = Memory(items)
+        search_index(ram, parts=parts)
+        for mode in VECTOR_MODES:
+            for query in VECTOR_QUERIES:
+                got = store.search("s", query, 4, mode=mode, embedder=EMBEDDER, parts=parts)
+                want = ram.search(query, 4, mode=mode, embedder=CountingEmbedder())
+                assert [hit.item.to_dict() for hit in got] == [hit.item.to_dict() for hit in want]
+                assert [hit.score for hit in got] == pytest.approx(
+                    [hit.score for hit in want], rel=1e-5, abs=1e-6
+                )
+        with pytest.raises(StoreArgumentError, match="parts must be an EmbedParts"):
+            store.search("s", "save", mode="semantic", embedder=EMBEDDER, parts="words")  # type: ignore[arg-type]  # a wrong type on purpose
+
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_stored_memory_semantic_search_is_memory_search(self, make_store: MakeStore) -> None:
+        """A reopened StoredMemory gives Memory.search's semantic and hybrid hits and recall exactly."""
+        from agents.memory.stores._backed import StoredMemory
+
+        with make_store() as store:
+            StoredMemory(store, "s").add_memory_items(vector_session())
+        with make_store() as store:
+            memory = StoredMemory(store, "s")
+            ram = Memory(vector_session())
+            for mode in VECTOR_MODES:
+                got = memory.search("export the pdf", 3, mode=mode, embedder=EMBEDDER)
+                want = ram.search("export the pdf", 3, mode=mode, embedder=EMBEDDER)
+                assert [(h.item.to_dict(), h.score, h.fields) for h in got] == [
+                    (h.item.to_dict(), h.score, h.fields) for h in want
+                ]
+            recalled = memory.recall("the pdf", 2, mode="semantic", embedder=EMBEDDER)
+            expected = ram.recall("the pdf", 2, mode="semantic", embedder=EMBEDDER)
+            assert [item.to_dict() for item in recalled] == [item.to_dict() for item in expected]
+
+    def test_a_store_that_keeps_vectors_runs_the_vector_suite(self, store: Store) -> None:
+        """A store whose backend keeps vectors runs VectorStoreContract, and only such a store does."""
+        if store.keeps_vectors:
+            assert isinstance(self, VectorStoreContract), (
+                f"{store.url} keeps vectors (Backend.keeps_vectors): subclass VectorStoreContract "
+                "instead of StoreContract, so that its vector operations are checked."
+            )
+        else:
+            assert not isinstance(self, VectorStoreContract), (
+                f"{store.url} keeps no vectors (Backend.keeps_vectors is False): subclass "
+                "StoreContract; VectorStoreContract checks vectors stored with the items."
+            )
+
+
+class VectorStoreContract(StoreContract):
+    """:class:`StoreContract` and the calls of a store whose backend keeps vectors (``Backend.keeps_vectors``).
+
+    Subclass it instead of :class:`StoreContract` for such a backend, with
+    the same ``make_store`` fixture: it adds what storing vectors with the
+    items means (each item embedded once, vectors kept across handles and
+    reopening, following updates, deletes and trims, one model a session).
+    A backend without the vector operations runs :class:`StoreContract`
+    alone: its semantic and hybrid searches (checked there) embed the
+    items at each query.
+    """
+
+    def test_the_store_keeps_vectors(self, store: Store) -> None:
+        """The backend declares the vector operations (Backend.keeps_vectors)."""
+        assert store.keeps_vectors
+
+    @pytest.mark.usefixtures("numpy_installed")
     def test_index_embeddings_embeds_each_item_once(self, store: Store) -> None:
         """index_embeddings embeds the items without a vector in batches; a second call embeds none."""
         embedder = CountingEmbedder()
@@ -1990,14 +2127,6 @@ class StoreContract:
             assert [hit.seq for hit in hits] == [seqs[0]]
 
     @pytest.mark.usefixtures("numpy_installed")
-    def test_semantic_search_of_an_unknown_session_has_no_hits(self, store: Store) -> None:
-        """Semantic and hybrid searches of a session that does not exist find nothing and store nothing."""
-        assert store.search("nobody", "report", mode="semantic", embedder=EMBEDDER) == []
-        assert store.search("nobody", "report", mode="hybrid", embedder=EMBEDDER) == []
-        assert store.drop_vectors("nobody") == 0
-        assert store.vector_model("nobody") is None
-
-    @pytest.mark.usefixtures("numpy_installed")
     def test_dropped_vectors_let_another_model_embed(self, store: Store) -> None:
         """drop_vectors forgets the model, after which another model embeds the session."""
         store.append("s", vector_session())
@@ -2019,23 +2148,6 @@ class StoreContract:
             store.index_embeddings("s", BrokenEmbedder(kind))
         assert store.vector_model("s") is None
         assert store.read_vectors("s", BrokenEmbedder(kind)) == {}
-
-    @pytest.mark.usefixtures("numpy_installed")
-    def test_semantic_search_needs_an_embedder(self, store: Store) -> None:
-        """A semantic store search without embedder= is a named error."""
-        store.append("s", vector_session())
-        with pytest.raises(InvalidQueryError, match="needs embedder="):
-            store.search("s", "report", mode="semantic")
-        with pytest.raises(InvalidQueryError, match="mode='keyword', 'semantic' or 'hybrid'"):
-            store.search("s", "report", mode="fuzzy")  # type: ignore[arg-type]  # the wrong mode is the test
-
-    @pytest.mark.usefixtures("numpy_installed")
-    def test_items_without_text_are_never_semantic_hits(self, store: Store) -> None:
-        """An item without text holds no vector and never comes back from a semantic search."""
-        store.append("s", [MemoryItem(step=1), MemoryItem(step=2, thought="report")])
-        hits = store.search("s", "report", 5, mode="semantic", embedder=EMBEDDER)
-        assert [hit.item["step"] for hit in hits] == [2]
-        assert store.index_embeddings("s", EMBEDDER) == 1
 
     @pytest.mark.usefixtures("numpy_installed")
     def test_read_only_handle_ranks_unembedded_items_without_storing(
@@ -2133,6 +2245,12 @@ class StoreContract:
                 ]
             assert embedder.texts == 2  # the two queries
 
+    @pytest.mark.usefixtures("numpy_installed")
+    def test_index_embeddings_counts_the_items_with_text(self, store: Store) -> None:
+        """An item without text gets no vector that counts: index_embeddings reports the items with text."""
+        store.append("s", [MemoryItem(step=1), MemoryItem(step=2, thought="report")])
+        assert store.index_embeddings("s", EMBEDDER) == 1
+
 
 VECTOR_TEXTS = [
     "open the file menu and click export",
@@ -2206,6 +2324,246 @@ def union_hits(
         sid, seq = origin[id(hit.item)]
         out.append((sid, seq, hit.item.to_dict(), hit.score))
     return out
+
+
+class MakeAsyncStore(Protocol):
+    """Open a new handle on the async store under test: an awaitable of an :class:`AsyncStore`."""
+
+    def __call__(self, *, read_only: bool = False) -> Awaitable[AsyncStore]:
+        """Return something to await for an open async store (``open_async_store(...)``); the caller closes it."""
+        ...
+
+
+class LoopThread:
+    """An event loop running in a thread of its own; :meth:`call` awaits a coroutine there from sync code."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="kvmemory-contract-loop", daemon=True
+        )
+        self.thread.start()
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop and return its result (or raise its error)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def close(self) -> None:
+        """Stop the loop and its thread."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+# The AsyncStore calls the contract reaches, each awaited in turn.
+AWAITED: Final = frozenset(
+    {
+        "append",
+        "append_steps",
+        "read",
+        "records",
+        "project",
+        "tail",
+        "search",
+        "ranking",
+        "search_sessions",
+        "recall_sessions",
+        "summary",
+        "count",
+        "session_info",
+        "set_metadata",
+        "delete_steps",
+        "delete_seqs",
+        "clear",
+        "sessions",
+        "delete_session",
+        "keep_last",
+        "expire",
+        "vector_model",
+        "index_embeddings",
+        "read_vectors",
+        "drop_vectors",
+        "put_record",
+        "put_records",
+        "get_record",
+        "get_records",
+        "read_records",
+        "record_keys",
+        "delete_record",
+        "delete_records",
+    }
+)
+"""The calls of :class:`AsyncStore` that :class:`AwaitedStore` answers by awaiting them."""
+
+PLAIN: Final = frozenset(
+    {"url", "read_only", "closed", "keyword_index", "keeps_vectors", "backend"}
+)
+"""The attributes that do no I/O, read from the sync store underneath."""
+
+
+async def _awaited(call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    return await call(*args, **kwargs)
+
+
+async def _next(pages: AsyncIterator[T]) -> T:
+    return await pages.__anext__()
+
+
+class AwaitedBatch:
+    """A write batch whose ``with`` block ends by awaiting the async batch's ``async with`` exit."""
+
+    def __init__(self, runner: LoopThread, batch: Any) -> None:
+        self._runner = runner
+        self._batch = batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batch, name)
+
+    def __enter__(self) -> Any:
+        return self._runner.call(self._batch.__aenter__())
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._runner.call(self._batch.__aexit__(*exc_info))
+
+
+class AwaitedStore:
+    """The sync store API over an :class:`AsyncStore`, each call awaited on a :class:`LoopThread`.
+
+    What :class:`AsyncStoreContract` hands the tests of :class:`StoreContract`
+    (and what ``StoredMemory`` is built on there), so that every one of them
+    goes through the awaitable calls, their batches and pages.
+    """
+
+    def __init__(self, runner: LoopThread, store: AsyncStore) -> None:
+        self._runner = runner
+        self.async_store = store
+
+    # StoredMemory and the contract check for a Store: this one stands in for it.
+    @property  # type: ignore[misc]  # a property standing in for the class, on purpose
+    def __class__(self) -> type[Store]:  # type: ignore[override]  # stands in for a Store
+        return Store
+
+    def __getattr__(self, name: str) -> Any:
+        if name in AWAITED:
+            call: Callable[..., Awaitable[Any]] = getattr(self.async_store, name)
+            return lambda *args, **kwargs: self._runner.call(_awaited(call, *args, **kwargs))
+        if name in PLAIN:
+            return getattr(self.async_store.store, name)
+        msg = f"AwaitedStore has no {name!r}: add it to AWAITED or PLAIN if AsyncStore answers it."
+        raise AttributeError(msg)
+
+    def pages(self, session_id: str, **options: Any) -> Iterator[Any]:
+        """Return the async pages as an iterator; the first page is awaited at once (so a bad argument raises here, as the sync call does)."""
+        pages: AsyncIterator[Any] = self.async_store.pages(session_id, **options)
+        try:
+            first = self._runner.call(_next(pages))
+        except StopAsyncIteration:
+            return iter(())
+        return self._rest(first, pages)
+
+    def _rest(self, first: Any, pages: AsyncIterator[Any]) -> Iterator[Any]:
+        yield first
+        while True:
+            try:
+                yield self._runner.call(_next(pages))
+            except StopAsyncIteration:
+                return
+
+    def batch(self, session_id: str, **options: Any) -> AwaitedBatch:
+        """Return the async batch, entered and left with a plain ``with``."""
+        return AwaitedBatch(self._runner, self.async_store.batch(session_id, **options))
+
+    def close(self) -> None:
+        """Await the async store's ``aclose``."""
+        self._runner.call(self.async_store.aclose())
+
+    def __enter__(self) -> AwaitedStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<AwaitedStore {self.async_store!r}>"
+
+
+async def _opened(opening: Awaitable[AsyncStore]) -> AsyncStore:
+    return await opening
+
+
+class AsyncStoreContract(StoreContract):
+    """The store contract through the async API; subclass it and provide ``make_async_store``.
+
+    ``make_async_store`` is a function that opens a new async handle on one
+    fresh store each time it is called, returning what to await for it
+    (for a URL, ``open_async_store(url, read_only=read_only)``; for a
+    backend of your own, ``open_async_store(Store(MyBackend(...)))``).
+    Every test of :class:`StoreContract` then runs with each store call
+    awaited on an event loop (in a thread of the suite's own), and the
+    tests below check what only the async API has: ``async with`` blocks,
+    async pages, awaitable durable memories. For a backend that keeps
+    vectors, subclass ``(AsyncStoreContract, VectorStoreContract)``.
+    """
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def loop_thread(cls) -> Iterator[LoopThread]:
+        """One event loop, in a thread, for the class's tests."""
+        runner = LoopThread()
+        yield runner
+        runner.close()
+
+    @pytest.fixture
+    def make_store(self, make_async_store: MakeAsyncStore, loop_thread: LoopThread) -> MakeStore:
+        """Open handles with ``make_async_store``, each call of theirs awaited on the loop."""
+
+        def make(*, read_only: bool = False) -> Store:
+            opened = loop_thread.call(_opened(make_async_store(read_only=read_only)))
+            return AwaitedStore(loop_thread, opened)  # type: ignore[return-value]  # stands in for a Store
+
+        return make
+
+    def test_async_calls_answer_as_the_sync_store(
+        self, make_async_store: MakeAsyncStore, make_store: MakeStore
+    ) -> None:
+        """Awaited appends, reads, a batch under async with and async pages give what the sync store reads."""
+
+        async def main() -> list[list[int]]:
+            store = await make_async_store()
+            async with store:
+                seqs = await store.append("s", [MemoryItem(step=1), MemoryItem(step=2)])
+                assert await store.read("s", after=seqs[0]) == [MemoryItem(step=2)]
+                async with store.batch("s") as batch:
+                    batch.append([MemoryItem(step=3)])
+                    batch.delete([seqs[0]])
+                assert batch.deleted == [seqs[0]]
+                return [[r.item["step"] for r in page] async for page in store.pages("s", size=1)]
+
+        assert asyncio.run(main()) == [[2], [3]]
+        with make_store() as store:
+            assert [item["step"] for item in store.read("s")] == [2, 3]
+
+    def test_async_memory_writes_through_and_reopens(
+        self, make_async_store: MakeAsyncStore
+    ) -> None:
+        """An awaited add of an async memory is in the store when it returns; a reopened memory holds it."""
+        from agents.memory.stores import open_async_memory
+
+        async def main() -> tuple[int, list[Any]]:
+            store = await make_async_store()
+            async with store:
+                async with open_async_memory(store, "m") as memory:
+                    await memory.add_memory_item(MemoryItem(step=1, action="open the report"))
+                    await memory.add_memory_items([MemoryItem(step=2, action="print")])
+                    counted = await store.count("m")
+                async with open_async_memory(store, "m") as again:
+                    hits = await again.search("report", 1)
+                    return counted, [again.filter_memory_from_keys(["step"]), hits[0].item["step"]]
+
+        counted, (steps, hit) = asyncio.run(main())
+        assert counted == 2
+        assert steps == [{"step": 1}, {"step": 2}]
+        assert hit == 1
 
 
 class CountingEmbedder:

@@ -41,7 +41,7 @@ from collections.abc import (
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from agents.memory._item import MemoryItem
-from agents.memory.exceptions import missing_dependency
+from agents.memory.exceptions import StoreArgumentError, missing_dependency
 from agents.memory.stores._backed import StoredMemory
 from agents.memory.stores._core.batch import WriteBatch
 from agents.memory.stores._core.encoding import StoredRecord
@@ -177,16 +177,31 @@ class AsyncStore:
         return self._executor is None
 
     @classmethod
-    async def open(cls, url: str | os.PathLike[str], *, read_only: bool = False) -> AsyncStore:
+    async def open(
+        cls, url: str | os.PathLike[str] | Store, *, read_only: bool = False
+    ) -> AsyncStore:
         """Open the store ``url`` names (any form :func:`open_store` takes) without blocking the loop.
+
+        An open :class:`Store` (over a backend of your own, say) is taken as
+        it is: its calls run on a worker thread of the async store's own,
+        one at a time, and :meth:`aclose` closes it.
 
         Raises:
             MissingDependencyError: for a PostgreSQL URL without the ``async``
                 extra (greenlet) or the ``postgres`` extra.
+            StoreArgumentError: for ``read_only=True`` with a writable :class:`Store`.
             What :func:`open_store` raises.
         """
         from agents.memory.stores._open import open_store
 
+        if isinstance(url, Store):
+            if read_only and not url.read_only:
+                msg = f"open_async_store(store, read_only=True) was given the writable store {url.url}; open the store read-only."
+                raise StoreArgumentError(msg)
+            worker = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="kvmemory-store"
+            )
+            return cls(url, worker)
         text = os.fspath(url)
         if text.lower().startswith(("postgresql://", "postgres://")):
             bridge = _bridge_module()

@@ -23,25 +23,40 @@ The words the operations use:
   increasing in commit order within a session, never given twice, not even
   after the session is deleted and created again;
 * a *session row* is ``(step_key, created, metadata)`` (:data:`SessionRow`);
+* an *index entry* is ``(seq, step_text, created)`` (:data:`IndexEntry`);
+* a *filter tree* is a parsed search filter (:data:`FilterNode`);
+* a *transaction handle* is whatever :meth:`Backend.transaction` yields
+  (:data:`Transaction`): the store only hands it back to the operations
+  that take ``tx``;
 * a *keyed row* is ``(key, seq, created, data)`` (:data:`KeyedRow`): a row
   filed under a key unique within its session (a record, written by
   ``Store.put_record``). The key is kept beside the row, like its step
   text, so that a record is found by key without reading the session; it
   goes with the row when the row is deleted.
+
+Every name a backend's signatures use is public in
+:mod:`agents.memory.stores.backend` (and in :mod:`agents.memory.stores`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from agents.memory._filter import FilterNode
 from agents.memory.exceptions import StoreError
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "Transaction"]
+
+Transaction: TypeAlias = Any
+"""The handle :meth:`Backend.transaction` yields (a connection, a cursor, a dict of pending changes, ...).
+
+The store never looks inside it: it passes it back, unchanged, to the
+operations that take ``tx``, within the ``with`` block that yielded it.
+"""
 
 
 class Backend:
@@ -63,6 +78,45 @@ class Backend:
     Operations may assume valid session ids and checked arguments, and let
     the engine's errors escape: :class:`Store` turns the types listed in
     :attr:`driver_errors` into :class:`~agents.memory.StoreError`.
+
+    How the store calls a backend:
+
+    * **Inside a transaction** the store call that opened it calls only the
+      operations that take ``tx``, with the ``tx`` that :meth:`transaction`
+      yielded, on the thread that opened it; it never calls a read
+      (:meth:`read_rows`, :meth:`count`, ...), :meth:`append_rows`,
+      :meth:`delete_session` or a second :meth:`transaction` before the
+      block ends. So a backend may hold a lock or a connection for the
+      whole block.
+    * **Threads.** The store takes no lock of its own. A program that shares
+      one store between threads (a web server's handlers, two durable
+      memories of one store) reaches the backend from those threads at once:
+      reads while another thread's transaction is open, two transactions at
+      once. :meth:`transaction` must make writers of a session queue, and a
+      read must see only committed writes; a backend that cannot do that
+      with its engine takes a lock (a ``threading.RLock``) around each
+      operation and around the transaction. Calls may come from any thread,
+      not only the one that created the backend: the async store
+      (:func:`~agents.memory.stores.open_async_store`) runs every call on
+      a worker thread of its own, one at a time, and closes the backend from
+      another.
+    * **Read-only.** A backend opened for inspection sets :attr:`read_only`
+      (its constructor takes ``read_only``, and the opener registered with
+      :func:`~agents.memory.stores.register_backend` receives it) and then
+      creates, migrates and writes nothing, not even an empty file: a
+      missing store is :class:`~agents.memory.StoreNotFoundError`.
+      ``Store(backend)`` is read-only when the backend is, and never calls a
+      writing operation on a read-only store.
+    * **Errors.** :attr:`driver_errors` names the exception types the engine
+      raises when storage fails (``sqlite3.Error``, ``psycopg.Error``,
+      ``OSError`` for files): each becomes a
+      :class:`~agents.memory.StoreError` naming the call, the session and
+      :attr:`url`, with the engine's error as its cause
+      (:meth:`store_error` chooses the subclass). Leave out the types a bug
+      raises (``TypeError``, ``KeyError``, ``AttributeError``): they reach
+      the caller as they are, so they are seen. kvmemory's own errors
+      (a :class:`~agents.memory.StoreError` the backend raises itself, such
+      as :class:`~agents.memory.CorruptStoreError`) pass through unchanged.
     """
 
     url: str = "backend://"
@@ -72,7 +126,19 @@ class Backend:
     """The engine's exception types that the store reports as :class:`~agents.memory.StoreError`."""
 
     keeps_vectors: bool = False
-    """Whether the vector operations are implemented (semantic search in the store)."""
+    """Whether the vector operations are implemented (vectors stored with the items).
+
+    Without them semantic and hybrid search still work: the store embeds
+    the session's items at each query (as a read-only handle does), and
+    ``Store.index_embeddings`` refuses to store vectors.
+    """
+
+    read_only: bool = False
+    """Whether the backend was opened for reading only; ``Store(backend)`` is then read-only.
+
+    Set it in the constructor of a backend opened with ``read_only=True``:
+    such a backend creates, migrates and writes nothing.
+    """
 
     # -- reading ---------------------------------------------------------------------
 
@@ -147,7 +213,7 @@ class Backend:
 
     # -- writing ---------------------------------------------------------------------
 
-    def transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
+    def transaction(self, session_id: str) -> contextlib.AbstractContextManager[Transaction]:
         """Open one exclusive write transaction on a session and yield a handle ``tx`` for the operations below.
 
         What they do becomes visible to other handles all together when the
@@ -168,43 +234,45 @@ class Backend:
         """
         return None
 
-    def lock_session(self, tx: Any, session_id: str) -> SessionRow | None:
+    def lock_session(self, tx: Transaction, session_id: str) -> SessionRow | None:
         """Return the session inside the transaction (``None`` if it does not exist), keeping other writers out."""
         raise NotImplementedError
 
-    def create_session(self, tx: Any, session_id: str, step_key: str, created: float) -> None:
+    def create_session(
+        self, tx: Transaction, session_id: str, step_key: str, created: float
+    ) -> None:
         """Create a session with empty metadata (``b"{}"``)."""
         raise NotImplementedError
 
-    def set_metadata(self, tx: Any, session_id: str, metadata: bytes) -> None:
+    def set_metadata(self, tx: Transaction, session_id: str, metadata: bytes) -> None:
         """Replace a session's encoded metadata."""
         raise NotImplementedError
 
     def insert_rows(
-        self, tx: Any, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
+        self, tx: Transaction, session_id: str, rows: Sequence[Row], terms: Sequence[Terms]
     ) -> list[int]:
         """Insert rows (with their search terms, one per row) and return their new seqs, increasing."""
         raise NotImplementedError
 
     def update_rows(
-        self, tx: Any, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
+        self, tx: Transaction, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
     ) -> list[int]:
         """Replace the step and data of rows by seq (with their new terms); return the seqs that existed."""
         raise NotImplementedError
 
-    def delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+    def delete_rows(self, tx: Transaction, session_id: str, seqs: Sequence[int]) -> list[int]:
         """Delete rows by seq; return the seqs that existed."""
         raise NotImplementedError
 
-    def clear_rows(self, tx: Any, session_id: str) -> int:
+    def clear_rows(self, tx: Transaction, session_id: str) -> int:
         """Delete every row of a session; return how many there were."""
         raise NotImplementedError
 
-    def row_index(self, tx: Any, session_id: str) -> list[IndexEntry]:
+    def row_index(self, tx: Transaction, session_id: str) -> list[IndexEntry]:
         """Return ``(seq, step_text, created)`` of every row of a session, in seq order."""
         raise NotImplementedError
 
-    def last_step(self, tx: Any, session_id: str) -> tuple[int, str | None]:
+    def last_step(self, tx: Transaction, session_id: str) -> tuple[int, str | None]:
         """Return the session's row count and the step text of its last row (``None`` for none), inside ``tx``.
 
         :meth:`Store.append_steps` numbers new steps from these in the same
@@ -265,13 +333,13 @@ class Backend:
         """
         return [row[0] for row in self.read_keyed(session_id, prefix=prefix)]
 
-    def keyed_seqs(self, tx: Any, session_id: str, keys: Sequence[str]) -> dict[str, int]:
+    def keyed_seqs(self, tx: Transaction, session_id: str, keys: Sequence[str]) -> dict[str, int]:
         """Return ``{key: seq}`` of the rows filed under ``keys`` that exist, inside the transaction ``tx``."""
         raise NotImplementedError
 
     def insert_keyed(
         self,
-        tx: Any,
+        tx: Transaction,
         session_id: str,
         rows: Sequence[Row],
         keys: Sequence[str],
@@ -393,20 +461,24 @@ class Backend:
                 yield missing
 
     def claim_vector_model(
-        self, tx: Any, session_id: str, model: str, dimension: int
+        self, tx: Transaction, session_id: str, model: str, dimension: int
     ) -> tuple[str, int]:
         """Record ``(model, dimension)`` for a session that has none; return the one recorded."""
         raise NotImplementedError
 
     def put_vectors(
-        self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
+        self,
+        tx: Transaction,
+        session_id: str,
+        fields: str,
+        rows: Sequence[tuple[int, bytes, bytes]],
     ) -> int:
         """Write ``(seq, data, vector)`` rows over ``fields`` where item ``seq`` still holds ``data``; return how many."""
         raise NotImplementedError
 
-    def delete_vectors(self, tx: Any, session_id: str, seqs: Sequence[int]) -> None:
+    def delete_vectors(self, tx: Transaction, session_id: str, seqs: Sequence[int]) -> None:
         """Delete the vectors (over every ``fields``) of these seqs."""
 
-    def drop_vectors(self, tx: Any, session_id: str) -> int:
+    def drop_vectors(self, tx: Transaction, session_id: str) -> int:
         """Delete every vector of a session and its recorded model; return how many vector rows went."""
         return 0

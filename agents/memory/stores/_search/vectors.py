@@ -80,6 +80,14 @@ class VectorSearch:
             msg = f"index_embeddings() takes batch_size >= 1, got {batch_size!r}."
             raise StoreArgumentError(msg)
         check_embedder(embedder)
+        if not self._backend.keeps_vectors:
+            msg = (
+                f"Store {self._engine.url} keeps no vectors: its backend "
+                f"({type(self._backend).__name__}) does not implement the vector operations "
+                "(Backend.keeps_vectors), so there is nothing to index. Semantic and hybrid "
+                "search still work: they embed the session's items at each query. Nothing was changed."
+            )
+            raise StoreError(msg)
         self._checked_model(sid, embedder)
         self._embed_missing(sid, embedder, fields, batch_size, progress, parts)
         with self._engine.errors("read the vectors of", sid):
@@ -196,7 +204,7 @@ class VectorSearch:
         check_embedder(embedder)
         self._checked_model(sid, embedder)
         query = checked_vectors(embedder, [text])[0]
-        if not self._engine.read_only:
+        if self._stores_vectors():
             self._embed_missing(sid, embedder, fields, 256, None, parts)
         found: dict[int, MemoryItem] = {}
         read = reader(self._engine, sid, on_unknown_class)
@@ -247,7 +255,7 @@ class VectorSearch:
         without a vector are embedded and stored first, as :meth:`search` does.
         """
         self._checked_model(sid, embedder)
-        if not self._engine.read_only:
+        if self._stores_vectors():
             self._embed_missing(sid, embedder, fields, 256, None, parts)
         return self._best_cosines(sid, embedder, fields, query, limit, among, parts)
 
@@ -265,8 +273,9 @@ class VectorSearch:
 
         The backend computes them where it can (:meth:`Backend.nearest`); else the
         vectors are read a page at a time and scored with numpy. A read-only
-        handle also embeds, without storing, the items that have no vector
-        yet, so its ranking is the same as a writer's; it then scores every
+        handle (and a backend that keeps no vectors) also embeds, without
+        storing, the items that have no vector yet, so its ranking is the
+        same as a writer's; it then scores every
         item with numpy, so that the items embedded now and those stored
         are compared by one computation (a tie is a tie in both). The
         backend computes one cosine per stored row, so vectors cut into
@@ -314,8 +323,8 @@ class VectorSearch:
     def _unembedded_cosine_pages(
         self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None, parts: EmbedParts
     ) -> Iterator[tuple[list[int], Any]]:
-        """Yield ``(seqs, unit vectors)`` of the parts of items without vectors, embedded now (read-only handles only)."""
-        if not self._engine.read_only:
+        """Yield ``(seqs, unit vectors)`` of the parts of items without vectors, embedded now (handles that store none)."""
+        if self._stores_vectors():
             return
         filed = fields_text(fields, parts)
         source = f"session {sid!r} of {self._engine.url}"
@@ -395,18 +404,19 @@ class VectorSearch:
         with self._engine.errors("write the vectors of", sid), self._backend.transaction(sid) as tx:
             if self._backend.lock_session(tx, sid) is None:
                 return
-            if not self._backend.keeps_vectors:
-                msg = (
-                    f"Store {self._engine.url} keeps no vectors: its backend "
-                    f"({type(self._backend).__name__}) does not implement the vector operations "
-                    "(Backend.keeps_vectors). Search it by keyword, or load the session into a "
-                    "Memory for semantic search."
-                )
-                raise StoreError(msg)
             found = self._backend.claim_vector_model(tx, sid, embedder.name, embedder.dimension)
             if found != (embedder.name, embedder.dimension):
                 raise EmbedderMismatchError(self._mismatch(sid, found, embedder))
             self._backend.put_vectors(tx, sid, filed, rows)
+
+    def _stores_vectors(self) -> bool:
+        """Return whether a query stores the vectors it lacks (a writable handle on a backend that keeps them).
+
+        Otherwise (a read-only handle, a backend without the vector
+        operations) the items without a vector are embedded at each query
+        and scored with the stored ones, so the ranking is the same.
+        """
+        return not self._engine.read_only and self._backend.keeps_vectors
 
     def _checked_model(self, sid: str, embedder: Embedder) -> tuple[str, int] | None:
         """Return the session's recorded model; raise if ``embedder`` is another one."""
