@@ -52,7 +52,6 @@ __all__ = [
     "Pool",
     "StoreLoop",
     "connect",
-    "in_bridge",
     "run_bridged",
     "wait",
 ]
@@ -62,11 +61,6 @@ R = TypeVar("R")
 
 class _Bridged(greenlet.greenlet):  # type: ignore[misc]  # greenlet ships no type for subclassing
     """A greenlet running sync store code whose driver calls its parent coroutine awaits."""
-
-
-def in_bridge() -> bool:
-    """Return whether the caller is sync store code running under :func:`run_bridged`."""
-    return isinstance(greenlet.getcurrent(), _Bridged)
 
 
 def wait(awaitable: Awaitable[R], loop: asyncio.AbstractEventLoop | None = None) -> R:
@@ -87,7 +81,7 @@ def wait(awaitable: Awaitable[R], loop: asyncio.AbstractEventLoop | None = None)
     if isinstance(current, _Bridged):
         result: R = current.parent.switch(awaitable)
         return result
-    if loop is not None and not loop.is_closed() and not _runs_on(loop):
+    if loop is not None and loop.is_running() and not _runs_on(loop):
         try:
             return asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop).result()
         except RuntimeError as exc:  # the loop stopped between the check and the call
@@ -96,7 +90,7 @@ def wait(awaitable: Awaitable[R], loop: asyncio.AbstractEventLoop | None = None)
             raise StoreError(_CLOSED) from exc
     if inspect.iscoroutine(awaitable):
         awaitable.close()  # never awaited, by design: say so without a warning
-    raise StoreError(_CLOSED if loop is None or loop.is_closed() else _ON_ITS_LOOP)
+    raise StoreError(_ON_ITS_LOOP if loop is not None and loop.is_running() else _CLOSED)
 
 
 _CLOSED = (

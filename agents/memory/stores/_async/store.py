@@ -204,8 +204,9 @@ class AsyncStore:
     the arguments of the :class:`Store` call of the same name and
     returns what it returns, once the write is as durable as the sync call
     makes it. ``store`` is the sync store underneath, for calls that do no
-    I/O (``url``, ``closed``, ``keyword_index``); on PostgreSQL its calls
-    that do I/O raise :class:`StoreError` (they run only awaited).
+    I/O (``url``, ``closed``, ``keyword_index``); its calls that do I/O
+    block the caller's thread, the loop's included (on PostgreSQL each
+    server call is awaited on the store's own loop while the caller waits).
     """
 
     def __init__(
@@ -536,8 +537,11 @@ class AsyncStoredMemory:
     both change in one step (see :meth:`AsyncStore.run`), so a cancelled
     await leaves them agreeing. ``view`` is the in-RAM :class:`StoredMemory`:
     read it with plain calls (``view.filter_memory_from_keys(...)``,
-    ``len(view)``); its writing calls work too but block the loop (on
-    PostgreSQL they raise :class:`StoreError`: await the twin instead).
+    ``len(view)``); its writing calls, and a field set on one of its items
+    (``item.set_value(...)``, ``item[key] = ...``), are written through on
+    every store alike and block the loop for that write. The awaitable
+    ways: :meth:`set_value`, :meth:`set_metadata`, and :meth:`run` for any
+    sync code (``await memory.run(lambda: ...)``).
     """
 
     def __init__(self, async_store: AsyncStore, view: StoredMemory, *, owns_store: bool) -> None:
