@@ -590,11 +590,15 @@ def test_a_memory_used_from_a_second_loop_says_so_and_still_closes(
         assert [item["step"] for item in again] == [1]
 
 
-def test_a_closed_async_store_names_open_async_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_closed_async_store_names_open_async_store(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
     """A call after ``aclose`` raises a StoreError that says to reopen with open_async_store, not open_store."""
+    url = durable_url(kind)
 
     async def main() -> None:
-        store = await open_async_store(tmp_path / "c.db")
+        store = await open_async_store(url)
         await store.aclose()
         with pytest.raises(
             StoreError, match=r"closed; open it again with `async with open_async_store"
