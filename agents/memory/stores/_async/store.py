@@ -289,8 +289,8 @@ class AsyncStore:
         their order), and closing the store waits for it.
 
         Raises:
-            StoreError: if the store is closed, or was opened in another event loop.
-            What ``call`` raises.
+            StoreError: if the store is closed, or was opened in another
+                event loop; any error of ``call`` is raised by the await too.
         """
         return await asyncio.shield(self.submit(call))
 
@@ -562,8 +562,8 @@ class AsyncStoredMemory:
             await memory.run(lambda: memory.view.content[0].set_value("done", True))
 
         Raises:
-            StoreError: if the store is closed, or was opened in another event loop.
-            What ``call`` raises.
+            StoreError: if the store is closed, or was opened in another
+                event loop; any error of ``call`` is raised by the await too.
         """
         turn = self.async_store.submit(self._locked(call), after=self._last)
         self._last = turn
