@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import sqlite3
 import sys
 import threading
@@ -17,7 +18,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agents.memory import InvalidSessionIdError, MemoryItem, MissingDependencyError, StoreError
+from agents.memory import (
+    InvalidSessionIdError,
+    ItemNotFoundError,
+    MemoryItem,
+    MissingDependencyError,
+    StoreError,
+)
 from agents.memory.stores import (
     AsyncStore,
     AsyncStoredMemory,
@@ -281,10 +288,10 @@ def test_store_errors_surface_from_the_await(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-def test_postgres_calls_run_on_the_loop_thread_and_sqlite_calls_on_a_worker(
+def test_postgres_and_sqlite_calls_run_off_the_program_loop_thread(
     durable_url: Callable[[str], str],
 ) -> None:
-    """PostgreSQL writes run on the event loop's thread (psycopg's async driver); SQLite's on the store's thread."""
+    """PostgreSQL writes run on the store's own loop thread (psycopg's async driver), SQLite's on its worker: never on the program's loop."""
 
     async def thread_of_a_write(url: str) -> int:
         seen: list[int] = []
@@ -296,7 +303,7 @@ def test_postgres_calls_run_on_the_loop_thread_and_sqlite_calls_on_a_worker(
 
     async def main() -> None:
         loop_thread = threading.get_ident()
-        assert await thread_of_a_write(durable_url("postgres")) == loop_thread
+        assert await thread_of_a_write(durable_url("postgres")) != loop_thread
         assert await thread_of_a_write(durable_url("sqlite")) != loop_thread
 
     run(main)
@@ -374,23 +381,6 @@ def test_two_async_postgres_stores_see_each_others_commits(postgres_url: str) ->
             await asyncio.gather(*(first.append("s", steps(1, start=i)) for i in range(10)))
             assert await memory.refresh() == 10
             assert sorted(item["step"] for item in memory) == list(range(10))
-
-    run(main)
-
-
-@pytest.mark.postgres
-def test_sync_write_of_an_async_postgres_memory_is_refused_and_changes_nothing(
-    postgres_url: str,
-) -> None:
-    """The in-RAM view's blocking add raises a StoreError naming the awaitable call; store and RAM keep their items."""
-
-    async def main() -> None:
-        async with open_async_memory(postgres_url, "s") as memory:
-            await memory.add_memory_items(steps(2))
-            with pytest.raises(StoreError, match=r"await memory\.add_memory_item"):
-                memory.view.add_memory_item(MemoryItem(step=9))
-            assert memory.content == steps(2)
-            assert await memory.async_store.read("s") == steps(2)
 
     run(main)
 
@@ -485,3 +475,201 @@ def test_concurrent_append_steps_give_each_step_once(store_url: str) -> None:
             return [records[0].item["step"] for records in written]
 
     assert sorted(asyncio.run(main())) == list(range(1, 31))
+
+
+# -- What docs/stores.md promises: cancelled calls, closing, misuse, one behaviour --------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_ten_cancelled_calls_are_all_written_before_the_block_closes(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """Ten adds whose awaits are cancelled all run to their end before ``async with`` closes the store."""
+    url = durable_url(kind)
+
+    async def main() -> None:
+        async with open_async_memory(url, "s") as memory:
+            tasks = [
+                asyncio.ensure_future(memory.add_memory_item(MemoryItem(step=i))) for i in range(10)
+            ]
+            await asyncio.sleep(0)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    run(main)
+    with open_memory(url, "s") as again:
+        assert [item["step"] for item in again] == list(range(10))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_two_hundred_cancellations_at_random_points_leave_ram_and_store_agreeing(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """Adds and deletes cancelled after a random number of loop steps all run, in order: RAM, the store and a reopen end as a plain list does."""
+    url = durable_url(kind)
+    chance = random.Random(31)
+    model: list[MemoryItem] = []
+
+    async def main() -> list[MemoryItem]:
+        async with open_async_memory(url, "s") as memory:
+            for n in range(200):
+                if n % 5 == 4 and model:
+                    call = memory.delete_memory_item(model[0]["step"])
+                    del model[0]
+                else:
+                    batch = steps(chance.randint(1, 4), start=10 * n)
+                    call = memory.add_memory_items(batch)
+                    model.extend(batch)
+                task = asyncio.ensure_future(call)
+                # One step at least: a task cancelled before its first step never made its call.
+                for _ in range(chance.randint(1, 6)):
+                    await asyncio.sleep(0)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return memory.content
+
+    assert run(main) == model
+    with open_memory(url, "s") as again:
+        assert again.content == model
+
+
+def test_the_opener_used_without_async_with_says_async_with(tmp_path: Path) -> None:
+    """A call on the opener itself, or a plain ``with``, raises an error that says to use ``async with``."""
+    opener = open_async_memory(tmp_path / "m.db", "s")
+    with pytest.raises(AttributeError, match=r"async with open_async_memory\(url, session_id\)"):
+        opener.add_memory_item(MemoryItem(step=1))  # type: ignore[attr-defined]  # the misuse under test
+    with pytest.raises(TypeError, match="async with"), opener:  # type: ignore[attr-defined]
+        pass
+    assert not hasattr(opener, "no_such_thing")  # an unknown name stays a plain miss
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_an_opened_store_in_a_plain_with_says_async_with(tmp_path: Path) -> None:
+    """``with`` on an opened async store raises an error that says to use ``async with``."""
+
+    async def main() -> None:
+        store = await open_async_store(tmp_path / "w.db")
+        with pytest.raises(TypeError, match="async with"), store:  # type: ignore[attr-defined]
+            pass
+        await store.aclose()
+
+    run(main)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_memory_used_from_a_second_loop_says_so_and_still_closes(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """A call from a second event loop raises a StoreError naming the loops, while the first is open or closed; aclose closes from either."""
+    url = durable_url(kind)
+    first = asyncio.new_event_loop()
+
+    async def opened() -> AsyncStoredMemory:
+        return await open_async_memory(url, "s")
+
+    memory = first.run_until_complete(opened())
+    first.run_until_complete(memory.add_memory_item(MemoryItem(step=1)))
+
+    async def from_another_loop() -> None:
+        with pytest.raises(StoreError, match=r"another event loop \(now still open\)"):
+            await memory.add_memory_item(MemoryItem(step=2))
+
+    asyncio.run(from_another_loop())
+    first.close()
+
+    async def after_the_first_closed() -> None:
+        with pytest.raises(StoreError, match=r"now closed.*open_async_memory"):
+            await memory.refresh()
+        await memory.aclose()
+
+    asyncio.run(after_the_first_closed())
+    assert memory.async_store.store.closed
+    with open_memory(url, "s") as again:
+        assert [item["step"] for item in again] == [1]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_closed_async_store_names_open_async_store(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """A call after ``aclose`` raises a StoreError that says to reopen with open_async_store, not open_store."""
+    url = durable_url(kind)
+
+    async def main() -> None:
+        store = await open_async_store(url)
+        await store.aclose()
+        with pytest.raises(
+            StoreError, match=r"closed; open it again with `async with open_async_store"
+        ):
+            await store.count("s")
+
+    run(main)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_setting_a_field_of_a_held_item_writes_through_on_every_engine(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """A plain field set on an item of the view, or its metadata assigned, is written on SQLite and PostgreSQL alike."""
+    url = durable_url(kind)
+
+    async def main() -> None:
+        async with open_async_memory(url, "s") as memory:
+            await memory.add_memory_items(steps(2))
+            memory.content[0].set_value("done", True)
+            memory.view.content[1]["note"] = "kept"
+            memory.view.metadata = {"task": "save"}
+            assert memory.metadata == {"task": "save"}
+
+    run(main)
+    with open_memory(url, "s") as again:
+        assert again.content[0]["done"] is True
+        assert again.content[1]["note"] == "kept"
+        assert again.metadata == {"task": "save"}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_fields_and_metadata_set_by_awaitable_calls_reach_the_store(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """``await memory.set_value``, ``set_metadata`` and ``run(lambda: ...)`` write without blocking; a foreign item is refused."""
+    url = durable_url(kind)
+
+    async def main() -> None:
+        async with open_async_memory(url, "s") as memory:
+            await memory.add_memory_items(steps(2))
+            await memory.set_value(memory.content[0], "done", True)
+            await memory.set_metadata({"task": "save"})
+            await memory.run(lambda: memory.view.content[1].set_value("note", "kept"))
+            assert memory.metadata == {"task": "save"}
+            with pytest.raises(ItemNotFoundError, match="not an item of"):
+                await memory.set_value(MemoryItem(step=9), "done", True)
+
+    run(main)
+    with open_memory(url, "s") as again:
+        assert again.content[0]["done"] is True
+        assert again.content[1]["note"] == "kept"
+        assert again.metadata == {"task": "save"}
+        assert len(again) == 2
+
+
+@pytest.mark.postgres
+def test_a_sync_field_set_while_a_postgres_call_waits_its_turn_does_not_deadlock(
+    postgres_url: str,
+) -> None:
+    """A plain field set on the view while an awaited add is queued completes, and both writes land."""
+
+    async def main() -> None:
+        async with open_async_memory(postgres_url, "s") as memory:
+            await memory.add_memory_items(steps(1))
+            queued = asyncio.ensure_future(memory.add_memory_items(steps(50, start=1)))
+            await asyncio.sleep(0)
+            memory.content[0].set_value("done", True)
+            await queued
+
+    run(main)
+    with open_memory(postgres_url, "s") as again:
+        assert len(again) == 51
+        assert again.content[0]["done"] is True

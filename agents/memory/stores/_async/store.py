@@ -1,17 +1,25 @@
 """Stores and durable memories for asyncio programs: every call that does I/O is awaitable.
 
 Each awaitable call runs the sync store's own code (its checks, encoding,
-batches and SQL: there is no second copy to drift), in one of two ways:
+batches and SQL: there is no second copy to drift), off the program's
+event loop, in one of two ways:
 
 * **PostgreSQL** runs on psycopg's asyncio driver (``AsyncConnection`` and
-  ``AsyncConnectionPool``, the ``async`` extra): the call runs on the event
-  loop's thread in a greenlet, and every round trip to the server is an
-  ``await`` on the loop (see ``bridge.py``), so thousands of sessions share
-  one thread and the pool's connections.
+  ``AsyncConnectionPool``, the ``async`` extra) on an event loop of the
+  store's own, on a thread of its own: each call runs there in a greenlet,
+  and every round trip to the server is an ``await`` on that loop (see
+  ``bridge.py``), so the calls of thousands of sessions share one thread
+  and the pool's connections. The program's loop awaits one future per call.
 * **SQLite, JSONL and in-process stores** run each call on one worker
   thread of the store's own (SQLite writes are serialised anyway; measured
   against aiosqlite, which makes every statement a thread hop, one hop per
   call is cheaper: see docs/stores.md).
+
+Either way the store's Python (encoding, keyword terms, decoding) never
+runs on the program's loop, which shares the interpreter with it a switch
+interval (5 ms) at a time: ``benchmarks/bench_loop_lag.py`` measures the
+lag of a ticker beside each call. (With PostgreSQL's greenlets on the
+program's loop, an 18,000-item append froze that loop for 2.2 s.)
 
 A call whose await is cancelled still runs to its end: its transaction
 commits or rolls back as a whole, and for an :class:`AsyncStoredMemory`
@@ -19,16 +27,23 @@ the in-RAM view changes in the same step as the store, so after a
 cancellation the write either happened (in the store and in RAM) or did
 not (in neither). Calls made through one memory run in the order they
 were made, a cancelled one included; calls on an :class:`AsyncStore` run
-concurrently (PostgreSQL) or in turn (the others).
+concurrently (PostgreSQL) or in turn (the others). Closing waits for every
+call made before it, started or still waiting for its turn.
+
+A store (and a memory on it) belongs to the event loop that opened it: a
+call awaited in another loop raises :class:`StoreError` at once, saying so;
+``aclose()`` closes it from any loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import inspect
 import os
+import threading
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -41,7 +56,14 @@ from collections.abc import (
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from agents.memory._item import MemoryItem
-from agents.memory.exceptions import StoreArgumentError, missing_dependency
+from agents.memory.exceptions import (
+    ArgumentTypeError,
+    FieldAttributeError,
+    ItemNotFoundError,
+    StoreArgumentError,
+    StoreError,
+    missing_dependency,
+)
 from agents.memory.stores._backed import StoredMemory
 from agents.memory.stores._core.batch import WriteBatch
 from agents.memory.stores._core.encoding import StoredRecord
@@ -146,6 +168,31 @@ def _memory_call(
     return call
 
 
+def _worker() -> concurrent.futures.ThreadPoolExecutor:
+    """Return the one worker thread of a store that is not PostgreSQL."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvmemory-store")
+
+
+def _abandon(opening: concurrent.futures.Future[Store], store_loop: Any) -> None:
+    """Close the store an abandoned opening made, if any, then end the store's loop thread."""
+
+    def close() -> None:
+        if not opening.cancelled() and opening.exception() is None:
+            with contextlib.suppress(Exception):  # nobody is left to hear it
+                store_loop.submit(opening.result().close).result()
+        store_loop.stop()
+
+    threading.Thread(target=close, name="kvmemory-postgres-abandon", daemon=True).start()
+
+
+_ASYNC_WITH = (
+    "An async store or memory is opened with `async with`, not `with`: "
+    "`async with open_async_store(url) as store:` or "
+    "`async with open_async_memory(url, session_id) as memory:` "
+    "(or `store = await open_async_store(url)`, then `await store.aclose()`)."
+)
+
+
 def _take_outcome(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
@@ -158,23 +205,40 @@ class AsyncStore:
     the arguments of the :class:`Store` call of the same name and
     returns what it returns, once the write is as durable as the sync call
     makes it. ``store`` is the sync store underneath, for calls that do no
-    I/O (``url``, ``closed``, ``keyword_index``); on PostgreSQL its calls
-    that do I/O raise :class:`StoreError` (they run only awaited).
+    I/O (``url``, ``closed``, ``keyword_index``); its calls that do I/O
+    block the caller's thread, the loop's included (on PostgreSQL each
+    server call is awaited on the store's own loop while the caller waits).
     """
 
     def __init__(
-        self, store: Store, executor: concurrent.futures.ThreadPoolExecutor | None
+        self,
+        store: Store,
+        executor: concurrent.futures.ThreadPoolExecutor | None = None,
+        *,
+        store_loop: Any = None,
     ) -> None:
         self.store = store
-        # None: the store's I/O is awaited on the loop (PostgreSQL through the bridge).
+        # PostgreSQL: the bridge's StoreLoop, where the calls run; the others: a worker thread.
+        self._store_loop = store_loop
+        if store_loop is None and executor is None:
+            executor = _worker()
         self._executor = executor
+        # The calls made and not yet ended (a memory's call waiting for its turn included).
         self._running: set[asyncio.Future[Any]] = set()
         self._closing: asyncio.Future[None] | None = None
+        self._closed = False
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # bound by the first call
 
     @property
     def runs_on_loop(self) -> bool:
-        """Whether calls run on the event loop's thread, awaiting each server call (PostgreSQL), not on a worker thread."""
-        return self._executor is None
+        """Whether calls run on an event loop of the store's own (PostgreSQL's asyncio driver), not a plain worker thread.
+
+        Never the program's loop: either way the store's code runs on a thread of its own.
+        """
+        return self._store_loop is not None
 
     @classmethod
     async def open(
@@ -198,10 +262,7 @@ class AsyncStore:
             if read_only and not url.read_only:
                 msg = f"open_async_store(store, read_only=True) was given the writable store {url.url}; open the store read-only."
                 raise StoreArgumentError(msg)
-            worker = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="kvmemory-store"
-            )
-            return cls(url, worker)
+            return cls(url, _worker())
         text = os.fspath(url)
         if text.lower().startswith(("postgresql://", "postgres://")):
             bridge = _bridge_module()
@@ -211,10 +272,16 @@ class AsyncStore:
                 DRIVERS.set(Drivers(bridge.connect, bridge.Pool))  # this greenlet's own context
                 return open_store(text, read_only=read_only)
 
-            return cls(await bridge.run_bridged(open_bridged), None)
-        executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="kvmemory-store"
-        )
+            store_loop = bridge.StoreLoop()
+            opening = store_loop.submit(open_bridged)
+            try:
+                store = await asyncio.shield(asyncio.wrap_future(opening))
+            except BaseException:
+                # Cancelled or failed: close what the opening leaves, then end the loop's thread.
+                opening.add_done_callback(lambda done: _abandon(done, store_loop))
+                raise
+            return cls(store, store_loop=store_loop)
+        executor = _worker()
         try:
             loop = asyncio.get_running_loop()
             store = await loop.run_in_executor(
@@ -226,27 +293,83 @@ class AsyncStore:
         return cls(store, executor)
 
     async def run(self, call: Callable[[], R]) -> R:
-        """Run ``call`` (no arguments, the sync store's code) for the loop, and await its result.
+        """Run ``call`` (no arguments, the sync store's code) off the event loop, and await its result.
 
-        PostgreSQL runs it on the loop's thread, awaiting each server call;
-        the other stores run it on the store's worker thread. Cancelling the
-        await does not stop the call, even one not yet started: it runs to
-        its end (so the calls queued behind it keep their order).
+        PostgreSQL runs it on the store's own loop, awaiting each server
+        call there; the other stores run it on the store's worker thread.
+        Cancelling the await does not stop the call, even one not yet
+        started: it runs to its end (so the calls queued behind it keep
+        their order), and closing the store waits for it.
+
+        Raises:
+            StoreError: if the store is closed, or was opened in another
+                event loop; any error of ``call`` is raised by the await too.
         """
-        if self._closing is not None:
-            await asyncio.shield(self._closing)
-            # Closed: the store's call raises its StoreError at once, before any I/O.
-            return call()
+        return await asyncio.shield(self.submit(call))
+
+    def submit(
+        self, call: Callable[[], R], *, after: asyncio.Future[Any] | None = None
+    ) -> asyncio.Future[R]:
+        """Make the call :meth:`run` makes, started once ``after`` (a call made before) has ended; return its future.
+
+        The call counts as made now: closing the store waits for it, and it
+        runs to its end whatever becomes of the future's awaits.
+
+        Raises:
+            StoreError: if the store is closed, or was opened in another event loop.
+        """
+        self._check_usable()
+        if after is None:
+            return self._start(call)
+        previous = after
+
+        async def in_turn() -> R:
+            await asyncio.wait([previous])  # its outcome is its caller's
+            return await self._start(call)
+
+        turn = asyncio.ensure_future(in_turn())
+        self._track(turn)
+        return turn
+
+    def _check_usable(self) -> None:
+        """Raise :class:`StoreError` unless a call may be made now, from this loop."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        if loop is not self._loop:
+            first = "closed" if self._loop.is_closed() else "still open"
+            msg = (
+                f"The async store {self.store.url} was opened in another event loop (now "
+                f"{first}) than the one awaiting this call; its calls belong to the loop "
+                "that opened it. Open it in the loop that uses it (one `async with "
+                "open_async_store(...)` or `open_async_memory(...)` inside the coroutine "
+                "that asyncio.run() runs). `await store.aclose()` closes it from any loop."
+            )
+            raise StoreError(msg)
+        if self._closing is not None or self._closed:
+            msg = (
+                f"The async store {self.store.url} is closed; open it again with "
+                "`async with open_async_store(url) as store:` (or open_async_memory(url, "
+                "session_id) for a memory)."
+            )
+            raise StoreError(msg)
+
+    def _start(self, call: Callable[[], R]) -> asyncio.Future[R]:
+        """Start ``call`` off the loop, counted among the calls closing waits for."""
         running: asyncio.Future[R]
-        if self._executor is None:
-            running = asyncio.ensure_future(_bridge_module().run_bridged(call))
+        if self._store_loop is not None:
+            running = asyncio.wrap_future(self._store_loop.submit(call))
         else:
             running = asyncio.get_running_loop().run_in_executor(self._executor, call)
+        self._track(running)
+        return running
+
+    def _track(self, running: asyncio.Future[Any]) -> None:
+        """Count ``running`` among the calls made, until it ends."""
         self._running.add(running)
         running.add_done_callback(self._running.discard)
         # A cancelled await leaves the outcome to nobody: take it, so it is not logged as lost.
         running.add_done_callback(_take_outcome)
-        return await asyncio.shield(running)
 
     append = _store_call(Store.append)
     append_steps = _store_call(Store.append_steps)
@@ -318,23 +441,48 @@ class AsyncStore:
         )
 
     async def aclose(self) -> None:
-        """Close the store once the calls already made have ended; calling it again does nothing."""
+        """Close the store once the calls already made have ended; calling it again does nothing.
+
+        The calls made before it, started or not (a memory's calls wait
+        for their turn), and awaited or cancelled, all run first. Called
+        from an event loop other than the one that opened the store, it
+        closes the store and its pool without waiting for that loop's calls
+        (that loop may be closed), once the calls running now have ended.
+        """
+        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
+            if not self._closed:
+                self._closed = True
+                await self._release()
+            return
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close())
         await asyncio.shield(self._closing)
 
     async def _close(self) -> None:
-        if self.store.closed:
-            return
         while self._running:
             await asyncio.wait(list(self._running))
-        if self._executor is None:
-            await _bridge_module().run_bridged(self.store.close)
+        self._closed = True
+        await self._release()
+
+    async def _release(self) -> None:
+        """Close the sync store and end the store's thread (loop or worker)."""
+        if self._store_loop is not None:
+            if not self.store.closed and not self._store_loop.stopped:
+                await asyncio.wrap_future(self._store_loop.submit(self.store.close))
+            await asyncio.to_thread(self._store_loop.stop)
             return
-        loop = asyncio.get_running_loop()
+        executor = self._executor
+        assert executor is not None  # one of the two is set in __init__
         # Wait for the calls in flight on a thread of the loop's own, then close.
-        await loop.run_in_executor(None, functools.partial(self._executor.shutdown, wait=True))
-        await loop.run_in_executor(None, self.store.close)
+        await asyncio.to_thread(executor.shutdown, wait=True)
+        if not self.store.closed:
+            await asyncio.to_thread(self.store.close)
+
+    def __enter__(self) -> None:
+        raise ArgumentTypeError(_ASYNC_WITH)
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: ``__enter__`` raises."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -410,8 +558,11 @@ class AsyncStoredMemory:
     both change in one step (see :meth:`AsyncStore.run`), so a cancelled
     await leaves them agreeing. ``view`` is the in-RAM :class:`StoredMemory`:
     read it with plain calls (``view.filter_memory_from_keys(...)``,
-    ``len(view)``); its writing calls work too but block the loop (on
-    PostgreSQL they raise :class:`StoreError`: await the twin instead).
+    ``len(view)``); its writing calls, and a field set on one of its items
+    (``item.set_value(...)``, ``item[key] = ...``), are written through on
+    every store alike and block the loop for that write. The awaitable
+    ways: :meth:`set_value`, :meth:`set_metadata`, and :meth:`run` for any
+    sync code (``await memory.run(lambda: ...)``).
     """
 
     def __init__(self, async_store: AsyncStore, view: StoredMemory, *, owns_store: bool) -> None:
@@ -426,18 +577,76 @@ class AsyncStoredMemory:
 
         Calls made through one memory run in the order they were made, also
         when an earlier await was cancelled (its call still runs first).
+        This is the awaitable way to run sync code of the in-RAM view that
+        writes, without blocking the loop::
+
+            await memory.run(lambda: memory.view.content[0].set_value("done", True))
+
+        Raises:
+            StoreError: if the store is closed, or was opened in another
+                event loop; any error of ``call`` is raised by the await too.
         """
-        previous = self._last
-
-        async def in_turn() -> R:
-            if previous is not None:
-                await asyncio.wait([previous])  # its outcome is its caller's
-            return await self.async_store.run(call)
-
-        turn = asyncio.ensure_future(in_turn())
+        turn = self.async_store.submit(self._locked(call), after=self._last)
         self._last = turn
-        turn.add_done_callback(_take_outcome)
         return await asyncio.shield(turn)
+
+    def _locked(self, call: Callable[[], R]) -> Callable[[], R]:
+        """Return ``call`` holding the view's lock, taken without stalling the store's loop.
+
+        On PostgreSQL the call runs on the store's loop thread, where waiting
+        for a lock a sync call of the view holds on the program's thread
+        would stop the loop that sync call waits on; so the lock is tried,
+        and the loop given a turn until it is free.
+        """
+        if not self.async_store.runs_on_loop:
+            return call
+        bridge = _bridge_module()
+        lock = self.view.lock
+
+        def locked() -> R:
+            while not lock.acquire(blocking=False):
+                bridge.wait(asyncio.sleep(0.001))
+            try:
+                return call()
+            finally:
+                lock.release()
+
+        return locked
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The session's metadata, as the in-RAM view holds it (a copy); change it with :meth:`set_metadata`."""
+        return dict(self.view.metadata)
+
+    async def set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Replace the session's metadata, in the store and in RAM, without blocking the loop.
+
+        Raises:
+            SerializationError: if a value cannot be encoded; nothing changes.
+            StoreError: if the store cannot be written.
+        """
+        value = dict(metadata)
+
+        def assign() -> None:
+            self.view.metadata = value
+
+        await self.run(assign)
+
+    async def set_value(self, item: MemoryItem, key: str, value: Any) -> None:
+        """Set field ``key`` of ``item`` (an item of this memory) to ``value``, in the store and in RAM, without blocking the loop.
+
+        The awaitable form of ``item.set_value(key, value)`` (or ``item[key] = value``),
+        which on an async memory's item writes through on the caller's thread.
+
+        Raises:
+            ItemNotFoundError: if ``item`` is not held by this memory.
+            SerializationError: if ``value`` cannot be encoded; the store is unchanged.
+            StoreError: if the store cannot be written.
+        """
+        if not any(held is item for held in self.view.content):
+            msg = f"{item!r} is not an item of {self!r}; add it with `await memory.add_memory_item(item)`."
+            raise ItemNotFoundError(msg)
+        await self.run(functools.partial(item.set_value, key, value))
 
     @property
     def session_id(self) -> str:
@@ -494,9 +703,17 @@ class AsyncStoredMemory:
     drop_vectors = _memory_call(StoredMemory.drop_vectors)
 
     async def aclose(self) -> None:
-        """Close the memory, and the store when it was opened from a URL."""
+        """Close the memory once the calls made on it have ended, and the store when it was opened from a URL."""
         if self._owns_store:
             await self.async_store.aclose()
+        elif self._last is not None and self._last.get_loop() is asyncio.get_running_loop():
+            await asyncio.wait([self._last])
+
+    def __enter__(self) -> None:
+        raise ArgumentTypeError(_ASYNC_WITH)
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: ``__enter__`` raises."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -559,3 +776,22 @@ class AsyncOpener(Generic[Closable]):
     async def __aexit__(self, *exc_info: object) -> None:
         if self._opened is not None:
             await self._opened.aclose()
+
+    def __enter__(self) -> None:
+        raise ArgumentTypeError(_ASYNC_WITH)
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: ``__enter__`` raises."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or not (
+            hasattr(AsyncStore, name) or hasattr(AsyncStoredMemory, name)
+        ):
+            raise AttributeError(name)
+        msg = (
+            f"{name!r} is an attribute of the opened store or memory, not of its opener: "
+            "open it with `async with open_async_memory(url, session_id) as memory:` "
+            "(or `async with open_async_store(url) as store:`), or `memory = await "
+            f"open_async_memory(...)`, then use `memory.{name}`."
+        )
+        raise FieldAttributeError(msg)
