@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -191,6 +192,23 @@ class SQLiteBackend(SQLRows, Backend):
         return [str(row[0]) for row in rows]
 
     # -- writing ---------------------------------------------------------------------
+
+    def append_rows(
+        self, session_id: str, step_key: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int] | None:
+        """Append rows in one transaction (session created or checked, rows inserted and counted); ``None`` to decline.
+
+        The general transaction's steps for appends alone, without its
+        checks for the other writes: it declines, writing nothing, when the
+        session files its steps under another key (the store then raises).
+        """
+        with self._file.transaction() as tx:
+            row = tx.execute(_SELECT_STEP_KEY, (session_id,)).fetchone()
+            if row is None:
+                self.create_session(tx, session_id, step_key, time.time())
+            elif row[0] != step_key:
+                return None  # nothing written: the transaction commits no change
+            return self.insert_rows(tx, session_id, rows, terms)
 
     def lock_session(self, tx: sqlite3.Connection, session_id: str) -> SessionRow | None:
         # BEGIN IMMEDIATE already keeps every other writer out of the whole file.
@@ -531,6 +549,7 @@ def _rows_of(steps: Sequence[str] | None) -> str:
     return "kvmemory_items" if steps is None else "kvmemory_items INDEXED BY kvmemory_items_step"
 
 
+_SELECT_STEP_KEY: Final = "SELECT step_key FROM kvmemory_sessions WHERE session_id = ?"
 _SELECT_SESSION: Final = (
     "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
 )
