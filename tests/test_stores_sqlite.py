@@ -27,6 +27,7 @@ from agents.memory.exceptions import (
     InvalidStoreURLError,
     MissingDependencyError,
     SchemaVersionError,
+    StoreArgumentError,
     StoreError,
     StoreNotFoundError,
 )
@@ -1038,6 +1039,49 @@ def test_a_write_folds_the_pending_rows_of_every_session_at_the_threshold(
             assert_ranks_as_memory(store, session, ("file", "report file", "file 3"))
     finally:
         store.close()
+
+
+def test_a_lazy_keyword_fold_leaves_appends_pending_until_the_handle_searches(
+    tmp_path: Path,
+) -> None:
+    """With keyword_fold="lazy" no write folds, the handle's search does, and the scores equal a batched store's."""
+    lazy_path, batched_path = tmp_path / "lazy.db", tmp_path / "batched.db"
+    with (
+        open_store(f"sqlite://{lazy_path}?keyword_fold=lazy") as lazy,
+        SQLiteStore(batched_path) as batched,
+    ):
+        assert (lazy.keyword_fold, batched.keyword_fold) == ("lazy", "batched")
+        for store in (lazy, batched):
+            for i in range(_sqlite_schema.FOLD_AT + 5):
+                store.append("a", [MemoryItem(step=i, note=f"file {i % 5} report {i % 3}")])
+            store.append("a", [MemoryItem(step=i, note="file") for i in range(100)])
+        rows = _sqlite_schema.FOLD_AT + 105
+        assert fold_state(lazy_path) == (rows, rows)
+        for query in ("file", "report file", "file 3"):
+            assert lazy.search("a", query, 200) == batched.search("a", query, 200)
+        assert fold_state(lazy_path)[0] == 0
+        check_fts_integrity(lazy_path)
+
+
+def test_a_lazy_keyword_fold_folds_the_pending_rows_as_the_store_closes(tmp_path: Path) -> None:
+    """A store with keyword_fold="lazy" adds its pending rows to the FTS table when it closes."""
+    path = tmp_path / "lazy.db"
+    with SQLiteStore(path, keyword_fold="lazy") as store:
+        store.append("a", [MemoryItem(step=i, note="report") for i in range(100)])
+        assert fold_state(path) == (100, 100)
+    assert fold_state(path) == (0, 100)
+    check_fts_integrity(path)
+
+
+def test_a_keyword_fold_other_than_batched_or_lazy_is_refused(tmp_path: Path) -> None:
+    """An unknown keyword_fold, as a URL option or an argument, is refused before the file is created."""
+    with pytest.raises(
+        InvalidStoreURLError, match=r"keyword_fold='soon' in .* must be 'batched' or 'lazy'"
+    ):
+        open_store(f"sqlite://{tmp_path}/a.db?keyword_fold=soon")
+    with pytest.raises(StoreArgumentError, match="keyword_fold must be 'batched' or 'lazy'"):
+        SQLiteStore(tmp_path / "b.db", keyword_fold="soon")  # type: ignore[arg-type]
+    assert not list(tmp_path.iterdir())
 
 
 def test_updates_and_deletes_of_pending_and_folded_rows_keep_the_index_exact(

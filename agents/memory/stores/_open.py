@@ -239,7 +239,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
             msg = f"Option fsync={fsync!r} in {text!r} must be 'always' or 'never'."
             raise exceptions.InvalidStoreURLError(msg)
         return JSONLStore(path, fsync=fsync == "always", read_only=read_only, url=text)
-    _no_options(text, options, ("synchronous", "timeout", "mode", "sqlite_vec"))
+    _no_options(text, options, ("synchronous", "timeout", "mode", "sqlite_vec", "keyword_fold"))
     synchronous = options.get("synchronous", "full").lower()
     if synchronous not in ("full", "normal", "off"):
         msg = f"Option synchronous={synchronous!r} in {text!r} must be 'full', 'normal' or 'off'."
@@ -251,6 +251,10 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
     vec = options.get("sqlite_vec", "auto")
     if vec not in _SQLITE_VEC:
         msg = f"Option sqlite_vec={vec!r} in {text!r} must be 'auto', 'on' or 'off'."
+        raise exceptions.InvalidStoreURLError(msg)
+    fold = options.get("keyword_fold", "batched")
+    if fold not in ("batched", "lazy"):
+        msg = f"Option keyword_fold={fold!r} in {text!r} must be 'batched' or 'lazy'."
         raise exceptions.InvalidStoreURLError(msg)
     try:
         timeout = float(options.get("timeout", "30"))
@@ -266,6 +270,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
         read_only=read_only or mode == "ro",
         url=text,
         sqlite_vec=_SQLITE_VEC[vec],
+        keyword_fold=fold,  # type: ignore[arg-type]  # checked against the two names above
     )
 
 

@@ -40,21 +40,22 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from agents.memory import _codec
-from agents.memory.exceptions import StoreError
+from agents.memory.exceptions import StoreArgumentError, StoreError
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._sql.dialect import SQLITE, SQLRows
 from agents.memory.stores._sqlite.file import SQLiteFile, Synchronous
-from agents.memory.stores._sqlite.keyword import SQLiteKeywordIndex
+from agents.memory.stores._sqlite.keyword import KeywordFold, SQLiteKeywordIndex
 from agents.memory.stores._sqlite.schema import SCHEMA_VERSION
 from agents.memory.stores._store import Store
 
-__all__ = ["SQLiteBackend", "SQLiteStore", "Synchronous"]
+__all__ = ["KeywordFold", "SQLiteBackend", "SQLiteStore", "Synchronous"]
 
 
 class SQLiteBackend(SQLRows, Backend):
@@ -82,7 +83,11 @@ class SQLiteBackend(SQLRows, Backend):
         read_only: bool = False,
         url: str | None = None,
         sqlite_vec: bool | None = None,
+        keyword_fold: KeywordFold = "batched",
     ) -> None:
+        if keyword_fold not in ("batched", "lazy"):
+            msg = f"keyword_fold must be 'batched' or 'lazy', got {keyword_fold!r}."
+            raise StoreArgumentError(msg)
         self._file = SQLiteFile(
             path,
             synchronous=synchronous,
@@ -94,7 +99,8 @@ class SQLiteBackend(SQLRows, Backend):
         self.url = url or f"sqlite:///{self.path}"
         self.read_only = read_only
         self.synchronous: Synchronous = synchronous
-        self._keywords = SQLiteKeywordIndex(self._file)
+        self.keyword_fold: KeywordFold = keyword_fold
+        self._keywords = SQLiteKeywordIndex(self._file, keyword_fold)
 
     # -- the file ------------------------------------------------------------------
 
@@ -191,6 +197,23 @@ class SQLiteBackend(SQLRows, Backend):
         return [str(row[0]) for row in rows]
 
     # -- writing ---------------------------------------------------------------------
+
+    def append_rows(
+        self, session_id: str, step_key: str, rows: Sequence[Row], terms: Sequence[Terms]
+    ) -> list[int] | None:
+        """Append rows in one transaction (session created or checked, rows inserted and counted); ``None`` to decline.
+
+        The general transaction's steps for appends alone, without its
+        checks for the other writes: it declines, writing nothing, when the
+        session files its steps under another key (the store then raises).
+        """
+        with self._file.transaction() as tx:
+            row = tx.execute(_SELECT_STEP_KEY, (session_id,)).fetchone()
+            if row is None:
+                self.create_session(tx, session_id, step_key, time.time())
+            elif row[0] != step_key:
+                return None  # nothing written: the transaction commits no change
+            return self.insert_rows(tx, session_id, rows, terms)
 
     def lock_session(self, tx: sqlite3.Connection, session_id: str) -> SessionRow | None:
         # BEGIN IMMEDIATE already keeps every other writer out of the whole file.
@@ -426,9 +449,15 @@ class SQLiteStore(Store):
             SQL with the sqlite-vec extension: ``None`` (default) when it
             loads, else with numpy; ``True`` requires it; ``False`` never
             loads it. See :attr:`uses_sqlite_vec`.
+        keyword_fold: When rows appended a few at a time are added to the
+            keyword index's FTS5 table: ``"batched"`` (default) by the write
+            that finds 64 of them pending; ``"lazy"``: by this handle only,
+            before it searches and as it closes, so that writes never pay for
+            it (see :attr:`keyword_fold`). Searches rank the same either way.
 
     Raises:
         InvalidStoreURLError: if the path holds a NUL character.
+        StoreArgumentError: if ``keyword_fold`` is not ``"batched"`` or ``"lazy"``.
         MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
             extra is not installed.
         StoreNotFoundError: if ``read_only`` and the file does not exist.
@@ -450,6 +479,7 @@ class SQLiteStore(Store):
         read_only: bool = False,
         url: str | None = None,
         sqlite_vec: bool | None = None,
+        keyword_fold: KeywordFold = "batched",
     ) -> None:
         backend = SQLiteBackend(
             path,
@@ -458,6 +488,7 @@ class SQLiteStore(Store):
             read_only=read_only,
             url=url,
             sqlite_vec=sqlite_vec,
+            keyword_fold=keyword_fold,
         )
         super().__init__(backend, read_only=read_only)
         self.backend: SQLiteBackend = backend
@@ -485,6 +516,17 @@ class SQLiteStore(Store):
         to float32 rounding.
         """
         return self.backend.uses_sqlite_vec
+
+    @property
+    def keyword_fold(self) -> KeywordFold:
+        """When this handle's writes add pending rows to the FTS5 table: ``"batched"`` or ``"lazy"`` (see the ``keyword_fold`` argument).
+
+        ``"lazy"`` moves that work out of the writes, not away: the handle
+        does it before its next search and as it closes, and while rows are
+        pending a search on another handle reads their terms from the rows
+        (slower, same ranking).
+        """
+        return self.backend.keyword_fold
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (FTS5 table, terms, counts) from the stored items, in one transaction.
@@ -531,6 +573,7 @@ def _rows_of(steps: Sequence[str] | None) -> str:
     return "kvmemory_items" if steps is None else "kvmemory_items INDEXED BY kvmemory_items_step"
 
 
+_SELECT_STEP_KEY: Final = "SELECT step_key FROM kvmemory_sessions WHERE session_id = ?"
 _SELECT_SESSION: Final = (
     "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
 )

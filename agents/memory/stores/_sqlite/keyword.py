@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Literal
 
 from agents.memory.stores._core.terms import KeywordMatch, Terms, rank_matches
 from agents.memory.stores._sql.dialect import SQLITE
@@ -33,7 +33,10 @@ from agents.memory.stores._sqlite.schema import (
 )
 from agents.memory.stores._sqlite.scorer import FTSScorer
 
-__all__ = ["SQLiteKeywordIndex"]
+__all__ = ["KeywordFold", "SQLiteKeywordIndex"]
+
+KeywordFold = Literal["batched", "lazy"]
+"""When writes add pending rows to the FTS table: ``"batched"`` (once :data:`FOLD_AT` wait) or ``"lazy"`` (never; searches and closes do)."""
 
 
 class SQLiteKeywordIndex:
@@ -41,10 +44,14 @@ class SQLiteKeywordIndex:
 
     Args:
         file: The open file; every statement runs on its connection, under its lock.
+        fold: ``"batched"``: a write folds the pending rows once
+            :data:`FOLD_AT` wait; ``"lazy"``: writes never fold, this
+            handle folds before it searches and as it closes.
     """
 
-    def __init__(self, file: SQLiteFile) -> None:
+    def __init__(self, file: SQLiteFile, fold: KeywordFold = "batched") -> None:
         self.file = file
+        self.fold = fold
 
     @property
     def available(self) -> bool:
@@ -62,8 +69,14 @@ class SQLiteKeywordIndex:
             terms: The rows' terms, one per row.
             last: The seq of the last row inserted.
         """
-        tx.execute(COUNT_INSERTED, (session_id, len(terms), sum(n for _, n in terms)))
-        (through,) = tx.execute(THROUGH).fetchone()
+        if self.fold == "lazy":
+            tx.execute(COUNT_INSERTED, (session_id, len(terms), sum(n for _, n in terms)))
+            tx.execute(FOLD, (last, last))  # nothing to fold; checks the FTS table is there
+            return
+        # The counts and the fold mark in one statement (its RETURNING reads the mark).
+        (through,) = tx.execute(
+            _COUNT_INSERTED_THROUGH, (session_id, len(terms), sum(n for _, n in terms))
+        ).fetchone()
         if last - through >= FOLD_AT:
             tx.execute(FOLD, (through, last))
             tx.execute("UPDATE kvmemory_fts_mark SET through = ?", (last,))
@@ -339,6 +352,8 @@ class SQLiteKeywordIndex:
             build_keyword_index(con)
 
 
+_COUNT_INSERTED_THROUGH: Final = COUNT_INSERTED + " RETURNING (" + THROUGH + ")"
+""":data:`~agents.memory.stores._sqlite.schema.COUNT_INSERTED`, returning :data:`THROUGH` (one statement per commit fewer than both)."""
 _SNAPSHOT_TRIES: Final = 3
 """Searches tried with the FTS table alone while other connections commit, before reading pending rows."""
 _ANY_PENDING: Final = "SELECT EXISTS (SELECT 1 FROM kvmemory_items WHERE seq > (SELECT through FROM kvmemory_fts_mark))"
