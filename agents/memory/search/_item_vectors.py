@@ -208,6 +208,19 @@ class Vectors:
             out[key_at[slot]] = float(best[slot])
         return out
 
+    def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
+        """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key."""
+        np = numpy()
+        slot_of = self.slot_of
+        slots = sorted(slot for key in keys if (slot := slot_of.get(key)) is not None)
+        if not slots:
+            return {}
+        best = self._exact(np, query, np.asarray(slots, dtype=np.int64))
+        key_at = self.key_at
+        return {
+            key_at[slot]: float(score) for slot, score in zip(slots, best.tolist(), strict=True)
+        }
+
     def _screened(self, np: Any, query: Any, limit: int, wanted: list[int]) -> Any | None:
         """Return each slot's best cosine where it can be among the best ``limit`` or is ``wanted``, ``-inf`` elsewhere.
 
