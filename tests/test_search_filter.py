@@ -626,3 +626,43 @@ def test_a_rare_filter_is_asked_only_of_the_items_that_may_pass(mode: str) -> No
     )
     assert [h.item["step"] for h in hits] == [0, 250, 500, 750, 1000]
     assert index.filter_tests - before <= 8 + 5
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_stored_semantic_search_with_a_rare_filter_reads_only_the_vectors_that_may_pass(
+    kind: str, durable_url: Any
+) -> None:
+    """A semantic store search with a filter 6 of 600 rows pass reads those 6 rows' vectors, none other, and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(600)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        store.index_embeddings("s", embedder)
+        backend = store.backend
+        read: list[int] = []
+        pages, rows_of = backend.vector_pages, backend.vectors_of
+
+        def counted_pages(*args: Any) -> Any:
+            for page in pages(*args):
+                read.extend(seq for seq, _ in page)
+                yield page
+
+        def counted_rows(*args: Any) -> Any:
+            rows = rows_of(*args)
+            read.extend(seq for seq, _ in rows)
+            return rows
+
+        # The real backend's reads, counted on the way through.
+        backend.vector_pages = counted_pages  # type: ignore[method-assign]
+        backend.vectors_of = counted_rows  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+        seqs = {h.seq: h.item["step"] for h in hits}
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert len(read) == len(set(read)) == 6
+    assert set(seqs.values()) <= {7, 107, 207, 307, 407, 507}

@@ -272,6 +272,11 @@ class Vectors:
             screen.follow(np, self.matrix, self.used)
         return screen
 
+    def prepare(self) -> None:
+        """Make or follow the screen now, where embedding already takes time, rather than in the next query."""
+        if self.used >= SCREEN_ROWS and self.matrix.shape[1] >= 4 * SCREEN_LEAST:
+            self._screen_now(numpy())
+
 
 SCREEN_ROWS = 16384
 """Distinct part vectors from which a table is screened before it is scored."""
@@ -411,6 +416,7 @@ class ItemVectors:
             table.put(chosen, [vectors[key] for key in chosen])
             for key in chosen:
                 del waiting[key]
+            table.prepare()
         return len(chosen)
 
     def table(
@@ -476,6 +482,8 @@ class ItemVectors:
             done += len(chunk)
             if progress is not None:
                 progress(done, len(todo))
+        if todo:
+            vectors.prepare()
         return vectors
 
 
