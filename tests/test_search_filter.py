@@ -666,3 +666,38 @@ def test_a_stored_semantic_search_with_a_rare_filter_reads_only_the_vectors_that
     assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
     assert len(read) == len(set(read)) == 6
     assert set(seqs.values()) <= {7, 107, 207, 307, 407, 507}
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_a_stored_semantic_search_with_a_rare_filter_it_cannot_narrow_reads_the_vectors_once(
+    kind: str, durable_url: Any
+) -> None:
+    """A semantic store search over parts with a filter SQL cannot judge scores every vector once, not once per longer ranking, and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(600)
+    ]
+
+    def where(item: MemoryItem) -> bool:
+        return bool(item["agent"] == "reviewer")
+
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        store.index_embeddings("s", embedder)
+        backend = store.backend
+        passes: list[str] = []
+        pages = backend.vector_pages
+
+        def counted_pages(*args: Any) -> Any:
+            passes.append(args[0])
+            yield from pages(*args)
+
+        # The real backend's reads, counted on the way through.
+        backend.vector_pages = counted_pages  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+        got = [(h.item["step"], h.score) for h in hits]
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert got == [(h.item["step"], h.score) for h in want]
+    assert passes == ["s"]

@@ -38,7 +38,13 @@ from agents.memory.exceptions import (
 from agents.memory.stores._core.encoding import check_seq, decode_pairs
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
-from agents.memory.stores._search.filtering import first_passing, narrower, reader, widening
+from agents.memory.stores._search.filtering import (
+    ALL,
+    first_passing,
+    narrower,
+    reader,
+    widening,
+)
 from agents.memory.stores._search.keyword import KeywordSearch
 
 __all__ = ["FEW", "VectorSearch", "check_embedder"]
@@ -216,7 +222,9 @@ class VectorSearch:
                 return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
 
             narrow = narrower(self._engine, sid, keep)
-            passing = widening(rank, k, keep, found, read, narrow=narrow)
+            # Parts are scored in numpy, every cosine at each call: one ranking of them all.
+            first = ALL if parts != EmbedParts.WHOLE else None
+            passing = widening(rank, k, keep, found, read, first=first, narrow=narrow)
             return [StoreHit(seq, item, score) for seq, score, item in passing]
         if mode == "semantic":
             scores = self._best_cosines(sid, embedder, fields, query, k, {}, parts)
