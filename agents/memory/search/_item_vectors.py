@@ -81,12 +81,16 @@ class Vectors:
                 continue
             rows: list[int] = []
             for part, vector in enumerate(matrix):
-                row = self._row(np.ascontiguousarray(vector))
-                if texts is not None:
+                if texts is None:  # vectors made elsewhere: the same vector shares a row
+                    row = self._row(np.ascontiguousarray(vector))
+                else:  # the same text shares a row (``embedded`` embeds each text once)
                     text = texts[position][part]
-                    if text not in self.text_row:
-                        self.text_row[text] = row
-                        self.texts_at.setdefault(row, []).append(text)
+                    found = self.text_row.get(text)
+                    if found is None:
+                        row = self.text_row[text] = self._new_row(vector)
+                        self.texts_at[row] = [text]
+                    else:
+                        row = found
                 if row not in rows:
                     rows.append(row)
                     self.uses[row] += 1
@@ -98,6 +102,14 @@ class Vectors:
         row = self.row_of.get(digest)
         if row is not None and (self.matrix[row] == vector).all():
             return row
+        row = self._new_row(vector)
+        if digest not in self.row_of:  # a digest shared by two vectors files only the first
+            self.row_of[digest] = row
+            self.digest_at[row] = digest
+        return row
+
+    def _new_row(self, vector: Any) -> int:
+        """File ``vector`` in a free row and return it."""
         if self.free:
             row = self.free.pop()
         else:
@@ -108,9 +120,6 @@ class Vectors:
         self.matrix[row] = vector
         if self.screen is not None and row < self.screen.done:
             self.screen.refresh(numpy(), self.matrix, [row])
-        if digest not in self.row_of:  # a digest shared by two vectors files only the first
-            self.row_of[digest] = row
-            self.digest_at[row] = digest
         return row
 
     def _lay_out(self, key: int, rows: list[int]) -> None:
