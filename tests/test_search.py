@@ -1074,3 +1074,88 @@ def test_whole_item_vectors_of_an_older_store_stay_readable(name: str, tmp_path:
         )
         assert [h.seq for h in kept] == [h.seq for h in whole]
         assert embedder.texts == before + 2
+
+
+class _CountingEmbedder(HashingEmbedder):
+    """A hashing embedder that records every text it is asked to embed."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.texts: list[str] = []
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        self.texts.extend(texts)
+        return super().__call__(texts)
+
+
+def test_a_part_repeated_across_items_is_embedded_once() -> None:
+    """A field text that many steps repeat word for word is embedded once, before and after more steps come."""
+    memory = Memory(
+        [
+            MemoryItem(step=i, status="CONTINUE", thought=f"step {i} opens file{i}")
+            for i in range(40)
+        ]
+    )
+    embedder = _CountingEmbedder()
+    memory.index_embeddings(embedder)
+    memory.add_memory_item(MemoryItem(step=40, status="CONTINUE", thought="step 40 opens file40"))
+    memory.search("opens file40", 1, mode="semantic", embedder=embedder)
+    assert embedder.texts.count("CONTINUE") == 1
+    assert len(embedder.texts) == 1 + 41 + 1  # "CONTINUE", each thought, the query
+
+
+class _LatentEmbedder:
+    """Vectors from 16 latent directions (each word one random mix of them): parts that lie near a few directions."""
+
+    name = "latent-16-256"
+    dimension = 256
+
+    def __init__(self) -> None:
+        self._mix = np.random.default_rng(3).standard_normal((16, 256)).astype(np.float32)
+        self._words: dict[str, Any] = {}
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        out = np.zeros((len(texts), 16), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.split():
+                latent = self._words.get(word)
+                if latent is None:
+                    seed = sum(ord(ch) * 31**i for i, ch in enumerate(word)) % 2**32
+                    latent = self._words[word] = np.random.default_rng(seed).standard_normal(16)
+                out[row] += latent
+        return out @ self._mix
+
+
+def _ranked(memory: Memory, embedder: Any, query: str, k: int) -> list[tuple[int, float]]:
+    """Return the best ``k`` (step, cosine) from every item's exact cosine, ties in session order."""
+    index = search_index(memory)
+    scores = index.semantic_scores(embedder, query, None, limit=None)
+    best = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))[:k]
+    return [(index.item(key)["step"], score) for key, score in best]
+
+
+def test_a_large_session_ranks_parts_as_every_item_scored_exactly() -> None:
+    """Over enough parts to be screened first, semantic search gives each item's exact best cosine, also after deletes and changes."""
+    rng = random.Random(8)
+    vocabulary = [f"w{n}" for n in range(400)]
+    memory = Memory(
+        [
+            MemoryItem(step=i, text=" ".join(rng.choice(vocabulary) for _ in range(24)))
+            for i in range(1700)
+        ]
+    )
+    search_index(memory, parts=EmbedParts(chunk_words=2))
+    embedder = _LatentEmbedder()
+    memory.index_embeddings(embedder)
+    queries = [" ".join(rng.choice(vocabulary) for _ in range(3)) for _ in range(12)]
+    for round_ in range(2):
+        for query in queries:
+            for k in (1, 5, 40):
+                hits = memory.search(query, k, mode="semantic", embedder=embedder)
+                assert [(h.item["step"], h.score) for h in hits] == _ranked(
+                    memory, embedder, query, k
+                ), (round_, query, k)
+        for step in range(0, 1700, 3):
+            memory.delete_memory_item(step)
+        for step in range(1, 600, 3):
+            memory[step]["text"] = " ".join(rng.choice(vocabulary) for _ in range(24))

@@ -562,3 +562,142 @@ def test_stored_memory_with_a_rare_filter_is_memory_search(store_url: str) -> No
                 want = [(h.item["step"], h.score) for h in ram.search("alpha beta", k, where=where)]
                 assert [s for s, _ in got] == [s for s, _ in want], where
                 assert [x for _, x in got] == pytest.approx([x for _, x in want], rel=1e-9)
+
+
+# -- rare filters rank only the items that may pass ----------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_memory_search_with_a_rare_filter_keeps_what_the_model_keeps(mode: str) -> None:
+    """On 800 items whose filtered fields are rare, Memory.search(where=) is the unfiltered ranking's first k the model keeps, also after changes."""
+    import random
+
+    rng = random.Random(31)
+    pool: list[Any] = [None, True, False, -1, 0, 1, 2, 2.0, 2.5, "", "a", "b", "2", [1, 2], (1, 2)]
+    session: list[dict[str, Any]] = []
+    for i in range(800):
+        fields: dict[str, Any] = {"step": i, "text": "alpha " + "beta " * rng.randrange(3)}
+        for name in ("n", "s"):
+            if rng.random() < 0.05:
+                fields[name] = rng.choice(pool)
+        if rng.random() < 0.05:
+            fields["meta"] = {"n": rng.choice(pool)}
+        session.append(fields)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    embedder = HashingEmbedder(64)
+    for _ in range(2):
+        _agrees_with_model(memory, mode, embedder)
+        for item in memory[::7]:  # values change and items go: the filed values follow
+            item["n"] = rng.choice(pool)
+        for item in memory[3::11]:
+            memory.delete_memory_item(item["step"])
+
+
+def _agrees_with_model(memory: Memory, mode: str, embedder: HashingEmbedder) -> None:
+    """Check on generated filters that Memory.search(where=) is the unfiltered ranking's first k the model keeps."""
+    everything = memory.search("alpha beta", len(memory), mode=mode, embedder=embedder)
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(where=filters(), k=st.sampled_from([1, 5, 20]))
+    def check(where: dict[str, Any], k: int) -> None:
+        keep = [h for h in everything if model(h.item.to_dict(), where)][:k]
+        hits = memory.search("alpha beta", k, mode=mode, where=where, embedder=embedder)
+        assert [(h.item["step"], h.score) for h in hits] == [
+            (h.item["step"], h.score) for h in keep
+        ]
+
+    check()
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_a_rare_filter_is_asked_only_of_the_items_that_may_pass(mode: str) -> None:
+    """A filter 8 of 2,000 items pass is asked of those 8 and of the hits, not of the ranking's best items one by one."""
+    from agents.memory.search import search_index
+
+    memory = Memory(
+        MemoryItem(step=i, agent="reviewer" if i % 250 == 0 else "host", text="alpha beta")
+        for i in range(2000)
+    )
+    index = search_index(memory)
+    memory.search("alpha", 5, mode=mode, embedder=HashingEmbedder(64))  # embeds, tokenizes
+    before = index.filter_tests
+    hits = memory.search(
+        "alpha", 5, mode=mode, where={"agent": "reviewer"}, embedder=HashingEmbedder(64)
+    )
+    assert [h.item["step"] for h in hits] == [0, 250, 500, 750, 1000]
+    assert index.filter_tests - before <= 8 + 5
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_stored_semantic_search_with_a_rare_filter_reads_only_the_vectors_that_may_pass(
+    kind: str, durable_url: Any
+) -> None:
+    """A semantic store search with a filter 6 of 600 rows pass reads those 6 rows' vectors, none other, and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(600)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        store.index_embeddings("s", embedder)
+        backend = store.backend
+        read: list[int] = []
+        pages, rows_of = backend.vector_pages, backend.vectors_of
+
+        def counted_pages(*args: Any) -> Any:
+            for page in pages(*args):
+                read.extend(seq for seq, _ in page)
+                yield page
+
+        def counted_rows(*args: Any) -> Any:
+            rows = rows_of(*args)
+            read.extend(seq for seq, _ in rows)
+            return rows
+
+        # The real backend's reads, counted on the way through.
+        backend.vector_pages = counted_pages  # type: ignore[method-assign]
+        backend.vectors_of = counted_rows  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+        seqs = {h.seq: h.item["step"] for h in hits}
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert len(read) == len(set(read)) == 6
+    assert set(seqs.values()) <= {7, 107, 207, 307, 407, 507}
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_a_stored_semantic_search_with_a_rare_filter_it_cannot_narrow_reads_the_vectors_once(
+    kind: str, durable_url: Any
+) -> None:
+    """A semantic store search over parts with a filter SQL cannot judge scores every vector once, not once per longer ranking, and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(600)
+    ]
+
+    def where(item: MemoryItem) -> bool:
+        return bool(item["agent"] == "reviewer")
+
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        store.index_embeddings("s", embedder)
+        backend = store.backend
+        passes: list[str] = []
+        pages = backend.vector_pages
+
+        def counted_pages(*args: Any) -> Any:
+            passes.append(args[0])
+            yield from pages(*args)
+
+        # The real backend's reads, counted on the way through.
+        backend.vector_pages = counted_pages  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+        got = [(h.item["step"], h.score) for h in hits]
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert got == [(h.item["step"], h.score) for h in want]
+    assert passes == ["s"]

@@ -39,6 +39,7 @@ __all__ = [
     "blend",
     "checked_vectors",
     "checked_weight",
+    "cosines",
     "embed_parts",
     "embed_text",
     "fields_text",
@@ -277,6 +278,21 @@ def fields_text(keys: tuple[str, ...] | None, parts: EmbedParts | None = None) -
     return f"{filed}|{parts.label()}"
 
 
+def cosines(matrix: Any, query: Any) -> Any:
+    """Return ``matrix @ query`` (unit rows, a unit query: their cosines), each row's value independent of the others.
+
+    BLAS's matrix-vector product rounds a row differently depending on
+    where it falls in its blocks of rows (the last few rows of a matrix
+    take another path), so a part scored in a block of candidates could
+    differ in its last bit from the same part scored with every row.
+    numpy's ``einsum`` sums each row alone, always in one order: a cosine
+    is the same float whichever rows it was computed with, in RAM and in
+    every store. It is as fast as BLAS here (the product is bound by
+    reading the matrix) and uses no thread pool.
+    """
+    return numpy().einsum("ij,j->i", matrix, query)
+
+
 def top_rows(sims: Any, limit: int | None) -> Any:
     """Return the positions of the ``limit`` highest values of ``sims`` and of every value tied with the last, ascending.
 
@@ -327,7 +343,7 @@ def best_cosines(
     for keys, matrix in pages:
         if len(keys):
             every.extend(keys)
-            parts.append(matrix @ query)
+            parts.append(cosines(matrix, query))
     if not parts:
         return {}
     owners, sims = best_per_key(np.asarray(every, dtype=np.int64), np.concatenate(parts))

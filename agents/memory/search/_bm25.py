@@ -190,11 +190,18 @@ class Ranker:
         row_of = self.row_of
         free = self.free
         rows = []
+        used = self.used
         for key in keys:
             row = row_of.get(key)
             if row is None:
-                row = row_of[key] = free.pop() if free else self._grow()
+                if free:
+                    row = free.pop()
+                else:
+                    row = used
+                    used += 1
+                row_of[key] = row
             rows.append(row)
+        self._grow(used)
         at = self.np.array(rows, dtype=self.np.int64)
         self.key_at[at] = keys
         self.gen[at] = self.epoch
@@ -208,18 +215,20 @@ class Ranker:
             self.free.append(row)
             self.removals += 1
 
-    def _grow(self) -> int:
+    def _grow(self, used: int) -> None:
+        """Hold ``used`` rows (all rows from ``self.used`` on handed out at once, not one by one)."""
         np = self.np
         row = self.used
-        if row == len(self.key_at):
-            size = 2 * len(self.key_at)
+        if used > len(self.key_at):
+            size = len(self.key_at)
+            while size < used:
+                size *= 2
             key_at = np.zeros(size, dtype=np.int64)
-            key_at[:row] = self.key_at
+            key_at[:row] = self.key_at[:row]
             gen = np.full(size, _GONE, dtype=np.int64)
-            gen[:row] = self.gen
+            gen[:row] = self.gen[:row]
             self.key_at, self.gen = key_at, gen
-        self.used += 1
-        return row
+        self.used = used
 
     # -- ranking -------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from agents.memory._vectors import (
 from agents.memory.exceptions import InvalidArgumentError
 from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
 from agents.memory.search._item_vectors import ItemVectors, Vectors
+from agents.memory.search._values import FiledValues
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -71,6 +72,7 @@ class _Lengths:
 
 
 _KEYED_LENGTHS = 8  # sets of searched fields whose lengths are kept (the most recently used)
+_FEW = 16  # a filter that at most one item in this many may pass ranks only those items
 
 
 class _Fields:
@@ -163,6 +165,9 @@ class SearchIndex:
             ``EmbedParts()``: each field, long ones in windows of 8 words, an
             item ranked by its best part, as the stores cut them;
             ``EmbedParts.WHOLE`` embeds each item as one text).
+
+    Attributes:
+        filter_tests: How many times a search filter was asked of an item (see :meth:`passing`).
     """
 
     def __init__(
@@ -186,6 +191,7 @@ class SearchIndex:
         self._ranker: Ranker | None = None
         # The vectors over each set of keys embedded, and the items that wait for one.
         self._vectors = ItemVectors(parts if parts is not None else EmbedParts())
+        self._values, self.filter_tests = FiledValues(), 0  # the values filters named, by item
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -229,6 +235,7 @@ class SearchIndex:
             self._total = 0
             self._fields = None
             self._ranker = None
+            self._values = FiledValues()
             self._vectors.reset()
 
     # -- keyword search ------------------------------------------------------------
@@ -256,8 +263,11 @@ class SearchIndex:
             query, sizes, average = self._query_terms(terms, keys)
             if not query:
                 return []
-            ranker = self._ranker_now()
             items = self._items
+            if where is not None and (few := self._few(where)) is not None:  # score only those
+                return [(key, items[key], s) for key, s in _among(query, few, sizes, average, k)]
+            where = None if where is None else _counting(self, where)
+            ranker = self._ranker_now()
             passed: dict[int, bool] = {}  # each item is asked once, however many rounds
             wanted = k
             while True:
@@ -300,6 +310,18 @@ class SearchIndex:
                         (key, items[key], score)
                         for key, score in exhaustive_top(among, sizes.of, average, k)
                     ]
+
+    def passing(self, where: Predicate) -> set[int] | None:
+        """Return the keys of the items that pass ``where`` if one in 16 at most may, by the values of the fields it names, else ``None``."""
+        self._follow()
+        with self._lock:
+            self._catch_up()
+            return self._few(where)
+
+    def _few(self, where: Predicate) -> set[int] | None:
+        keys = self._values.few(where, self._items, self._docs, len(self._items) // _FEW)
+        self.filter_tests += len(keys or ())
+        return None if keys is None else {key for key in keys if where(self._items[key])}
 
     def keyword_scores(
         self,
@@ -403,12 +425,13 @@ class SearchIndex:
         *,
         limit: int | None = None,
         among: Iterable[int] = (),
+        only: Iterable[int] | None = None,
         batch_size: int = 256,
         progress: Progress | None = None,
     ) -> dict[int, float]:
         """Return the cosine between the query and the best ``limit`` items with text (and ``among``), by key.
 
-        Items without a vector are embedded first. ``limit=None`` scores every item.
+        Items without a vector are embedded first. ``limit=None`` scores every item, ``only`` just those.
         """
         query_vector = checked_vectors(embedder, [query])[0]
         self._follow()
@@ -416,6 +439,8 @@ class SearchIndex:
             vectors = self._vectors.embed(
                 embedder, keys, self._items, batch_size=batch_size, progress=progress
             )
+            if only is not None:
+                return vectors.scores_of(query_vector, only)
             return vectors.scores(query_vector, limit, among)
 
     def embed(
@@ -524,7 +549,8 @@ class SearchIndex:
         """
         self._follow()
         with self._lock:
-            return top_items(self._items, scores, k, where)
+            counted = None if where is None else _counting(self, where)
+            return top_items(self._items, scores, k, counted)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -570,6 +596,7 @@ class SearchIndex:
             docs[key] = doc
             lengths[key] = len(terms)
             total += len(terms)
+            self._values.add(key, item)
         if ranker is not None:
             ranker.indexed(done)
         self._total += total
@@ -581,6 +608,7 @@ class SearchIndex:
             return
         if self._ranker is not None:
             self._ranker.removed(key)
+        self._values.drop(key)
         self._total -= self._lengths.drop(key)
         if self._fields is not None:
             terms = self._fields.unfile(key, doc, self.tokenizer)
@@ -623,6 +651,27 @@ class SearchIndex:
             for key, tf in posting.items():
                 out[key] = get(key, 0) + tf
         return out
+
+
+def _counting(index: SearchIndex, where: Predicate) -> Predicate:
+    """Return ``where``, counting each item it is asked of in ``index.filter_tests``."""
+
+    def counted(item: MemoryItem) -> bool:
+        index.filter_tests += 1
+        return where(item)
+
+    return counted
+
+
+def _among(
+    query: Sequence[QueryTerm], keys: set[int], sizes: _Lengths, average: float, k: int
+) -> list[tuple[int, float]]:
+    """Return the best ``k`` of ``keys`` by BM25: the terms, weights and lengths of the ranking of every item, summed in its order."""
+    among = [
+        (term, {key: posting[key] for key in keys if key in posting}, weight)
+        for term, posting, weight in query
+    ]
+    return exhaustive_top(among, sizes.of, average, k)
 
 
 def top_items(

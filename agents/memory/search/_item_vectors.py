@@ -7,11 +7,12 @@ that wait for a vector, following the index's adds, changes and drops.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from agents.memory._item import MemoryItem
-from agents.memory._vectors import Embedder, EmbedParts, checked_vectors, numpy, top_rows
+from agents.memory._vectors import Embedder, EmbedParts, checked_vectors, cosines, numpy, top_rows
 from agents.memory.exceptions import EmbedderMismatchError
 
 __all__ = ["ItemVectors", "Vectors"]
@@ -20,11 +21,17 @@ Progress = Callable[[int, int], object]
 
 
 class Vectors:
-    """One model's unit vectors of the items' parts, rows and slots reused as items come and go.
+    """One model's unit vectors of the items' parts: each distinct vector held once, items laid out for a fast best-of-parts.
 
-    An item holds a slot (``slot_of``) and one or more rows (its parts,
-    see ``EmbedParts``); ``owner`` gives each row's slot (``-1`` for a free
-    row). An item scores the best cosine among its rows.
+    An item holds a slot (``slot_of``) and the rows of its distinct part
+    vectors (``rows_of``, see ``EmbedParts``). A part vector that several
+    items share (a field every step repeats: a status, an application, a
+    subtask) is one row of :attr:`matrix`, scored once per query. The rows
+    of the items are laid out slot after slot (``ref_row``, each slot's
+    first at ``start``), so an item's best cosine is one ``maximum.reduceat``
+    over the scored rows: a query costs one product over the distinct rows
+    and one pass over the items' row numbers. A dropped item's slot is only
+    marked dead; the layout is compacted once dead slots hold half of it.
     """
 
     def __init__(self, model: str, dimension: int, parts: EmbedParts) -> None:
@@ -32,62 +39,145 @@ class Vectors:
         self.model = model
         self.parts = parts
         self.matrix = np.zeros((64, dimension), dtype=np.float32)
-        self.owner = np.full(64, -1, dtype=np.int64)
+        self.uses = np.zeros(64, dtype=np.int64)  # how many items hold each row
         self.used = 0  # rows ever handed out: the rows past it are all free
         self.free: list[int] = []
+        self.row_of: dict[bytes, int] = {}  # a vector's digest -> its row
+        self.digest_at: dict[int, bytes] = {}
+        self.text_row: dict[str, int] = {}  # a text embedded here -> the row of its vector
+        self.texts_at: dict[int, list[str]] = {}
+        self.rows_of: dict[int, list[int]] = {}  # key -> its distinct rows
         self.slot_of: dict[int, int] = {}
-        self.key_at: list[int] = []  # the key of each slot, -1 for a free slot
-        self.free_slots: list[int] = []
-        self.rows_of: dict[int, list[int]] = {}
+        self.key_at: list[int] = []  # the key of each slot, -1 for a dead one
+        self.alive = np.zeros(64, dtype=bool)
+        self.start = np.zeros(64, dtype=np.int64)  # each slot's first place in ref_row
+        self.ref_row = np.zeros(256, dtype=np.int64)
+        self.refs = 0  # places of ref_row in use
+        self.dead = 0  # places held by dead slots
+        self.screen: Screen | None = None  # made by the first query of a large table
 
-    def put(self, keys: Sequence[int], vectors: Sequence[Any]) -> None:
-        """File each key's part vectors (a matrix, one row a part; a 1-D vector is one part)."""
+    def row_of_text(self, text: str) -> int | None:
+        """Return the row of the vector ``text`` was embedded as here, or ``None``."""
+        return self.text_row.get(text)
+
+    def put(
+        self,
+        keys: Sequence[int],
+        vectors: Sequence[Any],
+        texts: Sequence[Sequence[str]] | None = None,
+    ) -> None:
+        """File each key's part vectors (a matrix, one row a part; a 1-D vector is one part).
+
+        ``texts``, when given, holds each key's part texts (the embedder's
+        input), remembered so that the same text is not embedded twice.
+        """
         np = numpy()
-        for key, block in zip(keys, vectors, strict=True):
+        for position, (key, block) in enumerate(zip(keys, vectors, strict=True)):
             self.drop(key)  # a key embedded again keeps only its new parts
             matrix = np.asarray(block, dtype=np.float32)
             if matrix.ndim == 1:
                 matrix = matrix[None, :]
             if not len(matrix):
                 continue
-            if self.free_slots:
-                slot = self.free_slots.pop()
-                self.key_at[slot] = key
-            else:
-                slot = len(self.key_at)
-                self.key_at.append(key)
             rows: list[int] = []
-            for vector in matrix:
-                if self.free:
-                    row = self.free.pop()
-                else:
-                    row = self.used
-                    self.used += 1
-                if row >= len(self.matrix):
-                    self._grow()
-                self.matrix[row] = vector
-                self.owner[row] = slot
-                rows.append(row)
-            self.slot_of[key] = slot
-            self.rows_of[key] = rows
+            for part, vector in enumerate(matrix):
+                if texts is None:  # vectors made elsewhere: the same vector shares a row
+                    row = self._row(np.ascontiguousarray(vector))
+                else:  # the same text shares a row (``embedded`` embeds each text once)
+                    text = texts[position][part]
+                    found = self.text_row.get(text)
+                    if found is None:
+                        row = self.text_row[text] = self._new_row(vector)
+                        self.texts_at[row] = [text]
+                    else:
+                        row = found
+                if row not in rows:
+                    rows.append(row)
+                    self.uses[row] += 1
+            self._lay_out(key, rows)
 
-    def _grow(self) -> None:
+    def _row(self, vector: Any) -> int:
+        """Return the row holding ``vector``, filed now if no row holds it."""
+        digest = hashlib.blake2b(vector.tobytes(), digest_size=16).digest()
+        row = self.row_of.get(digest)
+        if row is not None and (self.matrix[row] == vector).all():
+            return row
+        row = self._new_row(vector)
+        if digest not in self.row_of:  # a digest shared by two vectors files only the first
+            self.row_of[digest] = row
+            self.digest_at[row] = digest
+        return row
+
+    def _new_row(self, vector: Any) -> int:
+        """File ``vector`` in a free row and return it."""
+        if self.free:
+            row = self.free.pop()
+        else:
+            row = self.used
+            self.used += 1
+            if row >= len(self.matrix):
+                self._grow_rows()
+        self.matrix[row] = vector
+        if self.screen is not None and row < self.screen.done:
+            self.screen.refresh(numpy(), self.matrix, [row])
+        return row
+
+    def _lay_out(self, key: int, rows: list[int]) -> None:
+        np = numpy()
+        slot = len(self.key_at)
+        if slot >= len(self.start):
+            self.start = _grown(np, self.start, 0)
+            self.alive = _grown(np, self.alive, False)
+        end = self.refs + len(rows)
+        while end > len(self.ref_row):
+            self.ref_row = _grown(np, self.ref_row, 0)
+        self.ref_row[self.refs : end] = rows
+        self.start[slot] = self.refs
+        self.alive[slot] = True
+        self.refs = end
+        self.key_at.append(key)
+        self.slot_of[key] = slot
+        self.rows_of[key] = rows
+
+    def _grow_rows(self) -> None:
         np = numpy()
         grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
         grown[: len(self.matrix)] = self.matrix
         self.matrix = grown
-        owner = np.full(len(grown), -1, dtype=np.int64)
-        owner[: len(self.owner)] = self.owner
-        self.owner = owner
+        self.uses = _grown(np, self.uses, 0)
 
     def drop(self, key: int) -> None:
         rows = self.rows_of.pop(key, None)
-        if rows is not None:
-            self.owner[rows] = -1
-            self.free.extend(reversed(rows))
-            slot = self.slot_of.pop(key)
-            self.key_at[slot] = -1
-            self.free_slots.append(slot)
+        if rows is None:
+            return
+        for row in rows:
+            self.uses[row] -= 1
+            if not self.uses[row]:
+                digest = self.digest_at.pop(row, None)
+                if digest is not None:
+                    del self.row_of[digest]
+                for text in self.texts_at.pop(row, ()):
+                    del self.text_row[text]
+                self.free.append(row)
+        slot = self.slot_of.pop(key)
+        self.key_at[slot] = -1
+        self.alive[slot] = False
+        self.dead += len(rows)
+        if self.dead > max(self.refs // 2, 4096):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Lay the living items out again, slot after slot, without the dead ones."""
+        np = numpy()
+        keys = list(self.rows_of)
+        self.key_at = []
+        self.slot_of = {}
+        self.refs = 0
+        self.dead = 0
+        self.alive = np.zeros(max(64, len(keys)), dtype=bool)
+        self.start = np.zeros(max(64, len(keys)), dtype=np.int64)
+        for key in keys:
+            self._lay_out(key, self.rows_of[key])
 
     def scores(
         self, query: Any, limit: int | None = None, among: Iterable[int] = ()
@@ -95,24 +185,176 @@ class Vectors:
         """Return the best cosine of a part with the unit ``query`` of the best ``limit`` items and of ``among``, by key.
 
         Items tied with the ``limit``-th best are all returned, so that ties
-        can keep session order; ``limit=None`` returns every item.
+        can keep session order; ``limit=None`` returns every item. A large
+        table is screened first (see :class:`Screen`): only the items whose
+        bound reaches the ``limit``-th best cosine are scored, and they are
+        scored exactly, so the answer is the same float for float.
         """
         np = numpy()
         if not self.rows_of:
             return {}
-        sims = self.matrix[: self.used] @ query
-        owner = self.owner[: self.used]
-        held = owner >= 0
-        best = np.full(len(self.key_at), -np.inf, dtype=sims.dtype)  # free slots stay -inf
-        np.maximum.at(best, owner[held], sims[held])
+        slot_of = self.slot_of
+        wanted = [slot for key in among if (slot := slot_of.get(key)) is not None]
+        slots = len(self.key_at)
+        best = None
+        if (
+            limit is not None
+            and self.used >= SCREEN_ROWS
+            and self.matrix.shape[1] >= 4 * SCREEN_LEAST
+            and 4 * (limit + len(wanted)) < len(self.rows_of)
+        ):
+            best = self._screened(np, query, limit, wanted)
+        if best is None:
+            best = np.maximum.reduceat(
+                cosines(self.matrix[: self.used], query)[self.ref_row[: self.refs]],
+                self.start[:slots],
+            )
+            if self.dead:
+                best[~self.alive[:slots]] = -np.inf
         key_at = self.key_at
         out = {key_at[slot]: float(best[slot]) for slot in top_rows(best, limit).tolist()}
-        slot_of = self.slot_of
-        for key in among:
-            slot = slot_of.get(key)
-            if slot is not None:
-                out[key] = float(best[slot])
+        for slot in wanted:
+            out[key_at[slot]] = float(best[slot])
         return out
+
+    def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
+        """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key."""
+        np = numpy()
+        slot_of = self.slot_of
+        slots = sorted(slot for key in keys if (slot := slot_of.get(key)) is not None)
+        if not slots:
+            return {}
+        best = self._exact(np, query, np.asarray(slots, dtype=np.int64))
+        key_at = self.key_at
+        return {
+            key_at[slot]: float(score) for slot, score in zip(slots, best.tolist(), strict=True)
+        }
+
+    def _screened(self, np: Any, query: Any, limit: int, wanted: list[int]) -> Any | None:
+        """Return each slot's best cosine where it can be among the best ``limit`` or is ``wanted``, ``-inf`` elsewhere.
+
+        The screen's bound of every item is computed; the items with the
+        highest bounds (and the ``wanted`` ones) are scored exactly; every
+        item whose bound reaches the ``limit``-th best cosine so found is
+        scored too. An item left out has a bound, so a cosine, below that
+        cosine: it cannot be among the best ``limit``, ties included.
+        """
+        slots = len(self.key_at)
+        screen = self._screen_now(np)
+        bound = np.maximum.reduceat(
+            screen.bounds(np, query, self.used)[self.ref_row[: self.refs]], self.start[:slots]
+        )
+        bound[~self.alive[:slots]] = -np.inf
+        best = np.full(slots, -np.inf, dtype=np.float32)
+        first = min(slots - 1, 4 * limit + 64)
+        chosen = np.argpartition(-bound, first)[:first]
+        chosen = np.union1d(chosen[bound[chosen] > -np.inf], np.asarray(wanted, dtype=np.int64))
+        best[chosen] = self._exact(np, query, chosen)
+        cut = np.partition(best[chosen], len(chosen) - limit)[len(chosen) - limit]
+        rest = np.flatnonzero((bound >= cut) & (best == -np.inf))
+        if 4 * (len(rest) + len(chosen)) > slots:
+            return None  # the bound keeps too many: score every item
+        if len(rest):
+            best[rest] = self._exact(np, query, rest)
+        return best
+
+    def _exact(self, np: Any, query: Any, slots: Any) -> Any:
+        """Return the best cosine of each of ``slots`` (living ones, at least one row each)."""
+        starts = self.start[slots]
+        after = (
+            slots + 1
+        )  # the next slot's first row ends a slot's rows, the last one's end at refs
+        ends = self.start[np.minimum(after, len(self.key_at) - 1)]
+        ends[after >= len(self.key_at)] = self.refs
+        lengths = ends - starts
+        offsets = np.cumsum(lengths) - lengths
+        places = np.arange(int(lengths.sum())) + np.repeat(starts - offsets, lengths)
+        sims = cosines(self.matrix[self.ref_row[places]], query)
+        return np.maximum.reduceat(sims, offsets)
+
+    def _screen_now(self, np: Any) -> Screen:
+        """Return the screen, made (again) once the rows have doubled since it was made."""
+        screen = self.screen
+        if screen is None or self.used >= 2 * screen.made_at:
+            screen = self.screen = Screen(np, self.matrix, self.used)
+        else:
+            screen.follow(np, self.matrix, self.used)
+        return screen
+
+    def prepare(self) -> None:
+        """Make or follow the screen now, where embedding already takes time, rather than in the next query."""
+        if self.used >= SCREEN_ROWS and self.matrix.shape[1] >= 4 * SCREEN_LEAST:
+            self._screen_now(numpy())
+
+
+SCREEN_ROWS = 16384
+"""Distinct part vectors from which a table is screened before it is scored."""
+
+SCREEN_DIMENSIONS = 64
+"""The directions a screen keeps of each part vector (at most a quarter of them)."""
+
+SCREEN_LEAST = 16
+"""Vectors shorter than four times this are not screened: the bound would save little."""
+
+
+class Screen:
+    """A cheap upper bound of every row's cosine with a query: ``low @ q_low + |q_rest| * |p_rest|``.
+
+    The rows are projected onto their :data:`SCREEN_DIMENSIONS` main
+    directions (a basis from the singular vectors of the rows, or of a
+    sample of them); what a row keeps outside them is its ``rest``, of
+    known length. The cosine splits into the two parts, and the second is
+    at most the product of the two lengths (Cauchy-Schwarz): the bound
+    reads 64 floats a row (a quarter of a 256-float vector) instead of it all. It prunes well where
+    the parts lie near a few directions (the steps of one agent resemble
+    each other); where they do not, more items are scored, never fewer
+    than needed.
+    """
+
+    def __init__(self, np: Any, matrix: Any, used: int) -> None:
+        rows = matrix[:used]
+        sample = rows[:: max(1, used // 8192)]
+        dimensions = min(SCREEN_DIMENSIONS, matrix.shape[1] // 4)
+        self.basis = np.linalg.svd(sample, full_matrices=False)[2][:dimensions].T.astype(np.float32)
+        self.low = np.zeros((len(matrix), dimensions), dtype=np.float32)
+        self.rest = np.zeros(len(matrix), dtype=np.float32)
+        self.made_at = used
+        self.done = 0
+        self.follow(np, matrix, used)
+
+    def follow(self, np: Any, matrix: Any, used: int) -> None:
+        """Project the rows filed since the last call (a row reused is filed again by ``refresh``)."""
+        if len(self.low) < len(matrix):
+            low = np.zeros((len(matrix), self.low.shape[1]), dtype=np.float32)
+            low[: len(self.low)] = self.low
+            rest = np.zeros(len(matrix), dtype=np.float32)
+            rest[: len(self.rest)] = self.rest
+            self.low, self.rest = low, rest
+        if used > self.done:
+            self.refresh(np, matrix, np.arange(self.done, used))
+            self.done = used
+
+    def refresh(self, np: Any, matrix: Any, rows: Any) -> None:
+        """Project ``rows`` of ``matrix`` again (their vectors changed)."""
+        vectors = matrix[rows]
+        low = vectors @ self.basis
+        self.low[rows] = low
+        left = np.einsum("ij,ij->i", vectors, vectors) - np.einsum("ij,ij->i", low, low)
+        self.rest[rows] = np.sqrt(np.maximum(left, 0.0))
+
+    def bounds(self, np: Any, query: Any, used: int) -> Any:
+        """Return an upper bound of each of the first ``used`` rows' cosine with the unit ``query``."""
+        low = query @ self.basis
+        rest = float(np.sqrt(max(float(query @ query) - float(low @ low), 0.0)))
+        # 1e-4 covers the rounding of both sides many times over: a bound is never below its cosine.
+        return cosines(self.low[:used], low) + (rest * self.rest[:used] + 1e-4)
+
+
+def _grown(np: Any, array: Any, fill: object) -> Any:
+    """Return ``array`` twice as long, the new places set to ``fill``."""
+    grown = np.full(2 * len(array), fill, dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
 
 
 class ItemVectors:
@@ -183,6 +425,7 @@ class ItemVectors:
             table.put(chosen, [vectors[key] for key in chosen])
             for key in chosen:
                 del waiting[key]
+            table.prepare()
         return len(chosen)
 
     def table(
@@ -237,17 +480,46 @@ class ItemVectors:
         done = 0
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
-            unit = checked_vectors(embedder, [text for _, texts in chunk for text in texts])
-            blocks = []
-            row = 0
-            for _, texts in chunk:
-                blocks.append(unit[row : row + len(texts)])
-                row += len(texts)
             chunk_keys = [key for key, _ in chunk]
-            vectors.put(chunk_keys, blocks)
+            vectors.put(
+                chunk_keys,
+                embedded(embedder, vectors, [texts for _, texts in chunk]),
+                texts=[texts for _, texts in chunk],
+            )
             for key in chunk_keys:
                 del waiting[key]
             done += len(chunk)
             if progress is not None:
                 progress(done, len(todo))
+        if todo:
+            vectors.prepare()
         return vectors
+
+
+def embedded(embedder: Embedder, vectors: Vectors, texts: Sequence[Sequence[str]]) -> list[Any]:
+    """Return the unit vectors of each item's part ``texts``, embedding each distinct text once.
+
+    A text that ``vectors`` already holds a vector of is not embedded again:
+    the steps of a session repeat many of their fields word for word.
+
+    Raises:
+        EmbeddingError: if the embedder returns the wrong shape or NaN.
+    """
+    np = numpy()
+    new: dict[str, int] = {}
+    for item_texts in texts:
+        for text in item_texts:
+            if text not in new and vectors.row_of_text(text) is None:
+                new[text] = len(new)
+    unit: Any = checked_vectors(embedder, list(new)) if new else None
+    blocks = []
+    for item_texts in texts:
+        block = np.empty((len(item_texts), vectors.matrix.shape[1]), dtype=np.float32)
+        for part, text in enumerate(item_texts):
+            at = new.get(text)
+            if at is not None:
+                block[part] = unit[at]
+            else:
+                block[part] = vectors.matrix[vectors.row_of_text(text)]
+        blocks.append(block)
+    return blocks

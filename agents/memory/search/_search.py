@@ -155,14 +155,11 @@ def search(
         top = index.keyword_top(terms, wanted, k, predicate)
     elif mode == "semantic":
         model = _embedder_for(index, embedder)
-        limit = k
-        while True:
-            # Only the best cosines are read; a filter that drops some asks for more.
-            scores = index.semantic_scores(model, text, wanted, limit=limit)
-            top = index.top(scores, k, predicate)
-            if predicate is None or len(scores) < limit or len(top) == k:
-                break
-            limit *= 4
+        few = None if predicate is None else index.passing(predicate)
+        if few is not None:  # few items pass: score only those
+            top = index.top(index.semantic_scores(model, text, wanted, only=few), k, predicate)
+        else:
+            top = _semantic_top(index, model, text, wanted, k, predicate)
         index.embedder = model  # remembered once it worked
     else:
         model = _embedder_for(index, embedder)
@@ -171,7 +168,11 @@ def search(
         semantic = index.semantic_scores(
             model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
         )
-        top = index.top(blend(keyword, index.keyword_scale(), semantic, weight), k, predicate)
+        blended = blend(keyword, index.keyword_scale(), semantic, weight)
+        few = None if predicate is None else index.passing(predicate)
+        if few is not None:  # few items pass: rank only those
+            blended = {key: score for key, score in blended.items() if key in few}
+        top = index.top(blended, k, predicate)
         index.embedder = model
     return [Hit(item, score, index.matched_fields(key, terms, wanted)) for key, item, score in top]
 
@@ -262,6 +263,25 @@ def index_embeddings(
 
 
 # -- internals -----------------------------------------------------------------------
+
+
+def _semantic_top(
+    index: SearchIndex,
+    model: Embedder,
+    text: str,
+    wanted: tuple[str, ...] | None,
+    k: int,
+    predicate: Filter | None,
+) -> list[tuple[int, MemoryItem, float]]:
+    """Return the best ``k`` by cosine that pass ``predicate``, asking for longer rankings while too few pass."""
+    limit = k
+    while True:
+        # Only the best cosines are read; a filter that drops some asks for more.
+        scores = index.semantic_scores(model, text, wanted, limit=limit)
+        top = index.top(scores, k, predicate)
+        if predicate is None or len(scores) < limit or len(top) == k:
+            return top
+        limit *= 4
 
 
 def embedder_for(memory: Memory, embedder: Embedder | None = None) -> Embedder:

@@ -38,10 +38,19 @@ from agents.memory.exceptions import (
 from agents.memory.stores._core.encoding import check_seq, decode_pairs
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
-from agents.memory.stores._search.filtering import first_passing, narrower, reader, widening
+from agents.memory.stores._search.filtering import (
+    ALL,
+    first_passing,
+    narrower,
+    reader,
+    widening,
+)
 from agents.memory.stores._search.keyword import KeywordSearch
 
-__all__ = ["VectorSearch", "check_embedder"]
+__all__ = ["FEW", "VectorSearch", "check_embedder"]
+
+FEW: Final = 16
+"""A filter that at most one row in this many may pass ranks only those rows (semantic search)."""
 
 
 def _run_ends(keys: Sequence[int]) -> list[int]:
@@ -209,13 +218,21 @@ class VectorSearch:
         found: dict[int, MemoryItem] = {}
         read = reader(self._engine, sid, on_unknown_class)
         if mode == "semantic" and keep is not None:
+            few = self._few(sid, keep)
+            if few is not None:  # few rows may pass: score only their vectors
+                cosines = self._cosines_of(sid, embedder, fields, query, few, parts)
+                ranked = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
+                passing = first_passing(ranked, k, keep, found, read)
+                return [StoreHit(seq, item, score) for seq, score, item in passing]
 
             def rank(limit: int) -> list[tuple[int, float]]:
                 cosines = self._best_cosines(sid, embedder, fields, query, limit, {}, parts)
                 return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
 
             narrow = narrower(self._engine, sid, keep)
-            passing = widening(rank, k, keep, found, read, narrow=narrow)
+            # Parts are scored in numpy, every cosine at each call: one ranking of them all.
+            first = ALL if parts != EmbedParts.WHOLE else None
+            passing = widening(rank, k, keep, found, read, first=first, narrow=narrow)
             return [StoreHit(seq, item, score) for seq, score, item in passing]
         if mode == "semantic":
             scores = self._best_cosines(sid, embedder, fields, query, k, {}, parts)
@@ -307,6 +324,39 @@ class VectorSearch:
                 raise self._damaged_vector(sid, seq, length, embedder)
             scored[seq] = cosine
         return scored
+
+    def _few(self, sid: str, keep: Filter) -> list[int] | None:
+        """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_candidates``), else ``None``.
+
+        A read-only handle, which embeds the items without a vector for each
+        query, ranks as before.
+        """
+        if self._engine.read_only:
+            return None
+        with self._engine.errors("search", sid):
+            allowed = self._backend.filter_candidates(sid, keep.tree)
+            if allowed is None or FEW * len(allowed) > self._backend.count(sid):
+                return None
+        return sorted(allowed)
+
+    def _cosines_of(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        query: Any,
+        seqs: Sequence[int],
+        parts: EmbedParts,
+    ) -> dict[int, float]:
+        """Return the best cosine of a part of each of ``seqs`` that holds a vector, by seq: the floats of scoring every row."""
+        filed = fields_text(fields, parts)
+        out: dict[int, float] = {}
+        for start in range(0, len(seqs), 4096):
+            with self._engine.errors("search", sid):
+                rows = self._backend.vectors_of(sid, filed, seqs[start : start + 4096])
+            if rows:
+                out.update(best_cosines([self._decoded_vectors(sid, embedder, rows)], query, None))
+        return out
 
     def _stored_cosine_pages(
         self, sid: str, embedder: Embedder, filed: str

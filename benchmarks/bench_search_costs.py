@@ -1,0 +1,325 @@
+"""What search costs beyond the plain query: parts against whole items, a rare filter, the first query.
+
+Three tables, each a ratio against a baseline measured in the same process
+on the same data (UFO-shaped agent steps with a page text, from
+benchmarks/_search_corpus.py):
+
+* ``parts``: embedding a session and querying it (semantic and hybrid) with
+  the default ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a
+  step), in RAM and in each store;
+* ``filters``: a keyword, semantic and hybrid query with a filter that 1%
+  of the items pass against the same query unfiltered, in RAM and in each
+  store;
+* ``first``: the first keyword query after opening a session (a Memory
+  loaded from a store, or the store itself) against the same query warm.
+
+Each cell is the median over ``--runs`` runs (each the best of ``--repeat``
+calls) with the spread (max - min) of the runs; the load average is printed
+beside each table, as the machine may be shared.
+
+Run: .venv/bin/python benchmarks/bench_search_costs.py [--items N] [--runs R]
+     [--sections parts,filters,first] [--postgres URL]
+PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
+server; the tables go to a fresh schema that is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _search_corpus import SHAPES, make_corpus
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.search import EmbedParts, search_index
+from agents.memory.stores import Store, open_store
+
+QUERIES = (
+    "the report dialog was closed",
+    "press OK to save the file",
+    "which window is focused",
+    "export the chart as PDF",
+    "where was the invoice moved to",
+)
+SEMANTIC = ("semantic", "hybrid")
+
+
+def load() -> str:
+    """Return the load average (1, 5, 15 minutes)."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def best_ms(call: Callable[[], object], repeat: int) -> float:
+    """Return the best wall time of ``repeat`` calls, in ms (the collector off while timing)."""
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        gc.disable()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+        gc.enable()
+    return 1000 * min(times)
+
+
+def cell(values: Sequence[float]) -> str:
+    """Return ``median (spread)`` of some figures."""
+    return f"{statistics.median(values):7.2f} ({max(values) - min(values):.2f})"
+
+
+def steps(n: int) -> list[dict[str, Any]]:
+    """Return ``n`` UFO-shaped steps (short ones: a 20 to 60 word page) with facts planted."""
+    rows, _ = make_corpus(SHAPES["short-steps"], n, min(240, n), seed=1)
+    rng = random.Random(5)
+    for row in rows:
+        # One item in a hundred is the reviewer's: the rare filter keeps those.
+        row["agent"] = "reviewer" if rng.random() < 0.01 else "host"
+    return rows
+
+
+@contextlib.contextmanager
+def stores(folder: str, postgres: str | None) -> Iterator[list[tuple[str, str]]]:
+    """Yield ``(name, url)`` of each store to measure (PostgreSQL in a fresh schema when given)."""
+    urls = [("sqlite", f"sqlite://{folder}/bench.db"), ("jsonl", f"jsonl://{folder}/logs")]
+    schema = None
+    if postgres:
+        import psycopg
+
+        schema = f"bench_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(postgres, autocommit=True) as con:
+            con.execute(f"CREATE SCHEMA {schema}")
+        sep = "&" if "?" in postgres else "?"
+        urls.append(("postgres", f"{postgres}{sep}options=-csearch_path%3D{schema}"))
+    try:
+        yield urls
+    finally:
+        if schema is not None:
+            import psycopg
+
+            with psycopg.connect(postgres, autocommit=True) as con:
+                con.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+# -- parts against whole items ---------------------------------------------------------------
+
+
+def parts_run(
+    rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]], repeat: int
+) -> dict[str, float]:
+    """Return one run's figures: embedding time per step and query times, parts and whole."""
+    from agents.memory.search import WordLlamaEmbedder
+
+    embedder = WordLlamaEmbedder()
+    embedder(list(QUERIES))  # loaded and warm before either side is timed
+    out: dict[str, float] = {}
+    for label, parts in (("whole", EmbedParts.WHOLE), ("parts", EmbedParts())):
+        memory = Memory([MemoryItem(**row) for row in rows])
+        search_index(memory, parts=parts)
+        start = time.perf_counter()
+        memory.index_embeddings(embedder)
+        out[f"embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
+        for mode in SEMANTIC:
+            out[f"RAM {mode}/{label}"] = statistics.median(
+                best_ms(
+                    lambda q=q, mode=mode, memory=memory: memory.search(
+                        q, 5, mode=mode, embedder=embedder
+                    ),
+                    repeat,
+                )
+                for q in QUERIES
+            )
+    for name, url in urls:
+        if name != "jsonl":  # JSONL keeps no vectors
+            out.update(_store_parts(name, url, rows, embedder, repeat))
+    return out
+
+
+def _store_parts(
+    name: str, url: str, rows: Sequence[dict[str, Any]], embedder: Any, repeat: int
+) -> dict[str, float]:
+    """Return a store's semantic and hybrid query times over parts and over whole items."""
+    out: dict[str, float] = {}
+    with open_store(url) as store:
+        sid = f"parts-{uuid.uuid4().hex[:8]}"
+        store.append(sid, [MemoryItem(**row) for row in rows])
+        for label, parts in (("parts", EmbedParts()), ("whole", EmbedParts.WHOLE)):
+            store.index_embeddings(sid, embedder, parts=parts)
+            for mode in SEMANTIC:
+                out[f"{name} {mode}/{label}"] = statistics.median(
+                    best_ms(
+                        lambda q=q, mode=mode, parts=parts: store.search(
+                            sid, q, 5, mode=mode, embedder=embedder, parts=parts
+                        ),
+                        repeat,
+                    )
+                    for q in QUERIES
+                )
+        store.delete_session(sid)
+    return out
+
+
+def print_parts(runs: Sequence[dict[str, float]]) -> None:
+    """Print parts against whole: ms (median and spread of the runs) and the ratio."""
+    print(f"\n== parts vs whole items (load {load()})")
+    print(f"{'':20} {'parts ms':>16} {'whole ms':>16} {'ratio':>16}")
+    for name in sorted({key.split("/")[0] for key in runs[0]}):
+        parts = [run[f"{name}/parts"] for run in runs]
+        whole = [run[f"{name}/whole"] for run in runs]
+        ratios = [p / w for p, w in zip(parts, whole, strict=True)]
+        unit = " (ms a step)" if name == "embed" else ""
+        print(f"{name + unit:20} {cell(parts):>16} {cell(whole):>16} {cell(ratios):>16}")
+
+
+# -- a rare filter -----------------------------------------------------------------------------
+
+RARE = {"agent": "reviewer"}
+
+
+def filters_run(
+    rows: Sequence[dict[str, Any]],
+    urls: Sequence[tuple[str, str]],
+    repeat: int,
+    modes: Sequence[str],
+) -> dict[str, float]:
+    """Return one run's figures: each query unfiltered and with a filter 1% of the items pass."""
+    from agents.memory.search import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    out: dict[str, float] = {}
+    memory = Memory([MemoryItem(**row) for row in rows])
+
+    def timed(prefix: str, search: Callable[[str, str, Any], object]) -> None:
+        for mode in modes:
+            for label, where in (("all", None), ("1%", RARE)):
+                search(QUERIES[0], mode, where)  # warm
+                out[f"{prefix} {mode}/{label}"] = statistics.median(
+                    best_ms(lambda q=q, mode=mode, where=where: search(q, mode, where), repeat)
+                    for q in QUERIES
+                )
+
+    timed(
+        "RAM", lambda q, mode, where: memory.search(q, 5, mode=mode, where=where, embedder=embedder)
+    )
+    for name, url in urls:
+        with open_store(url) as store:
+            sid = f"filters-{uuid.uuid4().hex[:8]}"
+            store.append(sid, [MemoryItem(**row) for row in rows])
+            wanted = list(modes) if store.backend.keeps_vectors else ["keyword"]
+            if len(wanted) > 1:
+                store.index_embeddings(sid, embedder)
+            timed(name, _store_search(store, sid, wanted, embedder))
+            store.delete_session(sid)
+    return {key: value for key, value in out.items() if value > 0.001}
+
+
+def _store_search(
+    store: Store, sid: str, wanted: Sequence[str], embedder: Any
+) -> Callable[[str, str, Any], object]:
+    """Return a search of one stored session in the modes ``wanted`` (the others do nothing)."""
+
+    def search(q: str, mode: str, where: Any) -> object:
+        if mode not in wanted:
+            return None
+        return store.search(sid, q, 5, mode=mode, where=where, embedder=embedder)
+
+    return search
+
+
+def print_filters(runs: Sequence[dict[str, float]]) -> None:
+    """Print filtered (1% pass) against unfiltered: ms and the ratio."""
+    print(f"\n== a filter 1% of the items pass vs none (load {load()})")
+    print(f"{'':20} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
+    for name in sorted({key.split("/")[0] for key in runs[0]}):
+        if f"{name}/1%" not in runs[0]:
+            continue
+        rare = [run[f"{name}/1%"] for run in runs]
+        every = [run[f"{name}/all"] for run in runs]
+        ratios = [r / a for r, a in zip(rare, every, strict=True)]
+        print(f"{name:20} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")
+
+
+# -- the first query -------------------------------------------------------------------------
+
+
+def first_run(rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]]) -> dict[str, float]:
+    """Return one run's figures: the first keyword query after opening a session, and a warm one."""
+    out: dict[str, float] = {}
+    for name, url in urls:
+        out.update(_first_figures(name, url, rows))
+    return out
+
+
+def _first_figures(name: str, url: str, rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Return one store's first and warm query times, of the store and of a Memory read from it."""
+    out: dict[str, float] = {}
+    query, other = QUERIES[1], QUERIES[3]  # the second has terms the first did not need
+    sid = f"first-{uuid.uuid4().hex[:8]}"
+    with open_store(url) as store:
+        store.append(sid, [MemoryItem(**row) for row in rows])
+    with open_store(url) as store:
+        out[f"{name} store/first"] = best_ms(lambda: store.search(sid, query, 5), 1)
+        out[f"{name} store/warm"] = best_ms(lambda: store.search(sid, query, 5), 5)
+        memory = Memory(store.read(sid))
+        out[f"{name} Memory/first"] = best_ms(lambda: memory.search(query, 5), 1)
+        out[f"{name} Memory/warm"] = best_ms(lambda: memory.search(query, 5), 5)
+        out[f"{name} Memory/new terms"] = best_ms(lambda: memory.search(other, 5), 1)
+        store.delete_session(sid)
+    return out
+
+
+def print_first(runs: Sequence[dict[str, float]]) -> None:
+    """Print the first query after opening against a warm one: ms and the ratio."""
+    print(f"\n== first query after opening vs warm (load {load()})")
+    print(f"{'':20} {'first ms':>16} {'warm ms':>16} {'ratio':>16}")
+    for name in sorted({key.split("/")[0] for key in runs[0] if "/" in key}):
+        first = [run[f"{name}/first"] for run in runs]
+        warm = [run[f"{name}/warm"] for run in runs]
+        ratios = [f / w for f, w in zip(first, warm, strict=True)]
+        print(f"{name:20} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
+        if f"{name}/new terms" in runs[0]:
+            fresh = [run[f"{name}/new terms"] for run in runs]
+            ratios = [f / w for f, w in zip(fresh, warm, strict=True)]
+            print(f"{name + ' new terms':20} {cell(fresh):>16} {cell(warm):>16} {cell(ratios):>16}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--items", type=int, default=20_000)
+    parser.add_argument("--first-items", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sections", default="parts,filters,first")
+    parser.add_argument("--modes", default="keyword,semantic,hybrid")
+    parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
+    parser.add_argument("--stores", default="sqlite,jsonl,postgres", help="'' for RAM only")
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    print(f"kvmemory search costs: {args.items} steps, {args.runs} runs; load {load()}")
+    rows = steps(args.items)
+    with tempfile.TemporaryDirectory() as folder, stores(folder, args.postgres) as every:
+        urls = [(name, url) for name, url in every if name in args.stores.split(",")]
+        if "filters" in sections:
+            modes = args.modes.split(",")
+            print_filters([filters_run(rows, urls, args.repeat, modes) for _ in range(args.runs)])
+        if "first" in sections:
+            many = steps(args.first_items)
+            print_first([first_run(many, urls) for _ in range(args.runs)])
+        if "parts" in sections:
+            print_parts([parts_run(rows, urls, args.repeat) for _ in range(args.runs)])
+
+
+if __name__ == "__main__":
+    main()
