@@ -55,4 +55,4 @@ def __getattr__(name: str) -> Any:
 
         return getattr(_store, name)
     msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
+    raise AttributeError(msg)  # attribute protocol

@@ -2450,7 +2450,7 @@ class AwaitedStore:
         if name in PLAIN:
             return getattr(self.async_store.store, name)
         msg = f"AwaitedStore has no {name!r}: add it to AWAITED or PLAIN if AsyncStore answers it."
-        raise AttributeError(msg)
+        raise AttributeError(msg)  # attribute protocol
 
     def pages(self, session_id: str, **options: Any) -> Iterator[Any]:
         """Return the async pages as an iterator; the first page is awaited at once (so a bad argument raises here, as the sync call does)."""

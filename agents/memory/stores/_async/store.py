@@ -787,7 +787,7 @@ class AsyncOpener(Generic[Closable]):
         if name.startswith("_") or not (
             hasattr(AsyncStore, name) or hasattr(AsyncStoredMemory, name)
         ):
-            raise AttributeError(name)
+            raise AttributeError(name)  # attribute protocol
         msg = (
             f"{name!r} is an attribute of the opened store or memory, not of its opener: "
             "open it with `async with open_async_memory(url, session_id) as memory:` "
