@@ -11,8 +11,13 @@ cannot judge exactly is kept:
 
 * a value stored as a JSON object or array (dicts, lists, and every value
   the codec tags: dates, tuples, enums, ``Decimal``, NaN, infinities, big
-  ints), a PostgreSQL row without its JSONB copy, a dotted field name, a
-  function filter;
+  ints), a PostgreSQL row without its JSONB copy, a function filter;
+* a dotted field name (a path into nested dicts, ``"value.color"``) in a row
+  that holds a field of that whole name (Python reads that field first) or
+  whose path passes through a type-tagged object (a dict the codec wrapped:
+  non-string keys, a ``"$kv"`` key); otherwise SQL follows the path one
+  object key at a time, so that, as in Python, a list or scalar on the way
+  leaves the value missing;
 * numbers within a relative 1e-9 of the operand (SQL engines parse and
   compare JSON numbers in their own arithmetic; Python decides the rest),
   and ints beyond 2**53 as operands.
@@ -28,17 +33,20 @@ from typing import Any, Final
 
 import attrs
 
+from agents.memory._codec import TAG
 from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode
 
 __all__ = ["candidates_query"]
 
 # SQLite's JSON functions cut a string at an escaped NUL character: rows holding one are
-# judged in Python, as PostgreSQL's rows without a JSONB copy are.
+# judged in Python, as PostgreSQL's rows without a JSONB copy are. "LIMIT -1 OFFSET 0" keeps
+# SQLite from flattening the subquery, which would unwrap ``f`` again (parsing the row's
+# JSON once more) in every JSON function that reads it.
 _SQLITE_ROWS: Final = (
     "SELECT seq FROM (SELECT seq, instr(d, '\\u0000') > 0 AS opaque,"
     " CASE WHEN json_type(d, '$.\"$kv\"') IS NULL THEN d"
     " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq, CAST(data AS TEXT) AS d"
-    " FROM kvmemory_items WHERE session_id = ?)) WHERE "
+    " FROM kvmemory_items WHERE session_id = ?) LIMIT -1 OFFSET 0) WHERE "
 )
 _POSTGRES_ROWS: Final = (
     "SELECT seq FROM (SELECT seq, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
@@ -69,13 +77,38 @@ class _Writer:
         self.params.append(value)
         return f"%s::{cast}" if self.postgres and cast else ("%s" if self.postgres else "?")
 
-    def key(self, name: str) -> Any:
-        return name if self.postgres else '$."' + name + '"'
+    def key(self, name: str) -> str:
+        """SQLite's JSON path of a field: one quoted object key per dotted part."""
+        return "$" + "".join(f'."{part}"' for part in name.split("."))
+
+    def at(self, name: str, *, text: bool = False) -> str:
+        """PostgreSQL's value of a field, one object key per dotted part (``->`` on a list gives NULL)."""
+        parts = name.split(".")
+        path = "".join(f" -> {self.p(part, 'text')}" for part in parts[:-1])
+        last = "->>" if text else "->"
+        return f"(f{path} {last} {self.p(parts[-1], 'text')})"
 
     def type_of(self, name: str) -> str:
         if self.postgres:
-            return f"jsonb_typeof(f -> {self.p(name, 'text')})"
+            return f"jsonb_typeof({self.at(name)})"
         return f"json_type(f, {self.p(self.key(name))})"
+
+    def present(self, name: str) -> str:
+        """The field (or path) holds a value, any JSON value."""
+        if self.postgres:
+            return f"{self.at(name)} IS NOT NULL"
+        return f"json_type(f, {self.p(self.key(name))}) IS NOT NULL"
+
+    def path_opaque(self, name: str) -> str:
+        """SQL cannot follow the dotted ``name`` as Python does: see the module's notes."""
+        if self.postgres:
+            whole = f"(f -> {self.p(name, 'text')}) IS NOT NULL"
+        else:
+            path = '$."' + name + '"'
+            whole = f"json_type(f, {self.p(path)}) IS NOT NULL"
+        parts = name.split(".")
+        tagged = [self.present(".".join([*parts[:end], TAG])) for end in range(1, len(parts))]
+        return "(" + " OR ".join(["opaque", whole, *tagged]) + ")"
 
     def opaque(self, name: str) -> str:
         """The value is a JSON object or array, or the row is one SQL cannot read exactly: SQL cannot judge it."""
@@ -88,14 +121,14 @@ class _Writer:
 
     def number(self, name: str) -> str:
         if self.postgres:
-            return f"(CASE WHEN {self.is_number(name)} THEN (f -> {self.p(name, 'text')})::numeric::float8 END)"
+            return f"(CASE WHEN {self.is_number(name)} THEN {self.at(name)}::numeric::float8 END)"
         return (
             f"(CASE WHEN {self.is_number(name)} THEN json_extract(f, {self.p(self.key(name))}) END)"
         )
 
     def text(self, name: str) -> str:
         if self.postgres:
-            return f"(CASE WHEN {self.type_of(name)} = 'string' THEN (f ->> {self.p(name, 'text')}) END) COLLATE \"C\""
+            return f"(CASE WHEN {self.type_of(name)} = 'string' THEN {self.at(name, text=True)} END) COLLATE \"C\""
         return f"(CASE WHEN {self.type_of(name)} = 'text' THEN json_extract(f, {self.p(self.key(name))}) END)"
 
     def sure(self, condition: str) -> str:
@@ -142,14 +175,17 @@ def _node_maybe(w: _Writer, node: FilterNode) -> str | None:
                 return None
             parts.append(sql)
         return " OR ".join(f"({sql})" for sql in parts)
-    if not isinstance(node, Condition) or not _plain_name(node.field):
+    if not isinstance(node, Condition) or not _addressable(node.field):
         return None
-    return _condition(w, node)
+    sql = _condition(w, node)
+    if sql is None or "." not in node.field:
+        return sql
+    return f"({sql}) OR {w.path_opaque(node.field)}"
 
 
-def _plain_name(name: str) -> bool:
-    """Whether SQL can address the field: no dots (a path), quotes or backslashes."""
-    return bool(name) and not any(c in name for c in '."\\\x00')
+def _addressable(name: str) -> bool:
+    """Whether SQL can address the field: no quotes, backslashes or NULs, no empty dotted part."""
+    return all(name.split(".")) and not any(c in name for c in '"\\\x00')
 
 
 def _condition(w: _Writer, node: Condition) -> str | None:
@@ -210,7 +246,7 @@ def _equal_sure(w: _Writer, name: str, x: Any) -> str | None:
     if isinstance(x, bool):
         word = "true" if x else "false"
         if w.postgres:
-            return f"f -> {w.p(name, 'text')} = '{word}'::jsonb"
+            return f"{w.at(name)} = '{word}'::jsonb"
         return f"{w.type_of(name)} = '{word}'"
     if isinstance(x, str):
         if "\x00" in x:
