@@ -656,3 +656,38 @@ def test_sql_narrows_a_dotted_path_to_the_rows_that_match(kind: str, durable_url
             compiled = Filter.of(where)
             assert compiled is not None
             assert store.backend.filter_candidates("s", compiled.tree) == set(want), where
+
+
+def test_store_tail_with_where_is_the_last_items_that_pass(store_url: str) -> None:
+    """``Store.tail(n, where=)`` gives the newest ``n`` items that pass, oldest first, on every store."""
+    import random
+
+    rng = random.Random(30)
+    pool: list[Any] = [None, True, 1, 2.5, "red", "blue", [1], (1, 2), {1: "x"}, "re\x00d"]
+    session: list[dict[str, Any]] = []
+    for i in range(400):
+        value = {"color": rng.choice(pool)} if rng.random() < 0.8 else rng.choice(pool)
+        session.append({"step": i, "value": value, "n": rng.choice(pool)})
+    with open_store(store_url) as store:
+        seqs = store.append("s", [MemoryItem(**fields) for fields in session])
+        for where in (
+            {"value.color": "red"},
+            {"value.color": {"$ne": "red"}},
+            {"value.color": {"$gte": 1}},
+            {"n": True, "value.color": {"$in": [None, "blue"]}},
+            {"value.color.x": 1},
+            {"step": {"$gte": 395}},
+        ):
+            compiled = Filter.of(where)
+            assert compiled is not None
+            passing = [
+                seq
+                for seq, fields in zip(seqs, session, strict=True)
+                if compiled(MemoryItem(**fields))
+            ]
+            for n in (1, 3, 50, 1000):
+                got = [record.seq for record in store.tail("s", n, where=where)]
+                assert got == passing[-n:], (where, n)
+        assert store.tail("s", 2, steps=[5, 6, 7], where={"step": {"$lte": 6}}) == store.tail(
+            "s", 2, steps=[5, 6]
+        )
