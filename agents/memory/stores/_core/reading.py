@@ -285,17 +285,29 @@ def _tail_passing(
     keep: Filter,
     on_unknown_class: OnUnknownClass,
 ) -> list[StoredRecord]:
-    """The last ``n`` items passing ``keep``: the rows SQL says may pass, newest first, else windows from the end."""
+    """The last ``n`` items passing ``keep``, oldest first.
+
+    A window from the end is read first (decoding a few rows costs less
+    than asking SQL to judge the session); if too few of it pass, the rows
+    SQL says may pass are read newest first, else ever larger windows.
+    """
     source = engine.source(sid)
     backend = engine.backend
+    size = max(2 * n, 64)
+    with engine.errors("read", sid):
+        rows = backend.read_last(sid, size, steps=texts)
+    records = decode_rows(rows, source, on_unknown_class)
+    passing = [record for record in records if keep(record.item)]
+    if len(passing) >= n or len(records) < size:
+        return passing[-n:]
     allowed = None
     if texts is None:
         with engine.errors("read", sid):
             allowed = backend.filter_candidates(sid, keep.tree)
-    found: list[StoredRecord] = []
     if allowed is not None:
-        seqs = sorted(allowed, reverse=True)
-        size = max(2 * n, 16)
+        found = passing[::-1]  # newest first
+        oldest = records[0].seq
+        seqs = sorted((seq for seq in allowed if seq < oldest), reverse=True)
         for start in range(0, len(seqs), size):
             with engine.errors("read", sid):
                 rows = backend.read_seqs(sid, seqs[start : start + size])
@@ -304,15 +316,13 @@ def _tail_passing(
             if len(found) >= n:
                 break
         return found[:n][::-1]
-    size = max(2 * n, 64)
-    while True:
+    while len(passing) < n and len(records) == size:
+        size *= 4
         with engine.errors("read", sid):
             rows = backend.read_last(sid, size, steps=texts)
         records = decode_rows(rows, source, on_unknown_class)
         passing = [record for record in records if keep(record.item)]
-        if len(passing) >= n or len(records) < size:
-            return passing[-n:]
-        size *= 4
+    return passing[-n:]
 
 
 def _seq(pair: tuple[int, MemoryItem]) -> int:

@@ -39,12 +39,14 @@ from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode
 __all__ = ["candidates_query"]
 
 # SQLite's JSON functions cut a string at an escaped NUL character: rows holding one are
-# judged in Python, as PostgreSQL's rows without a JSONB copy are. "LIMIT -1 OFFSET 0" keeps
-# SQLite from flattening the subquery, which would unwrap ``f`` again (parsing the row's
-# JSON once more) in every JSON function that reads it.
+# judged in Python, as PostgreSQL's rows without a JSONB copy are. A row whose text holds
+# no "$kv" (nor a backslash, which could spell it) is no item wrapper: it is not parsed to
+# find out. "LIMIT -1 OFFSET 0" keeps SQLite from flattening the subquery, which would
+# unwrap ``f`` again (parsing the row's JSON once more) in every JSON function reading it.
 _SQLITE_ROWS: Final = (
-    "SELECT seq FROM (SELECT seq, instr(d, '\\u0000') > 0 AS opaque,"
-    " CASE WHEN json_type(d, '$.\"$kv\"') IS NULL THEN d"
+    "SELECT seq FROM (SELECT seq, d, instr(d, '\\u0000') > 0 AS opaque,"
+    " CASE WHEN instr(d, '\"$kv\"') = 0 AND instr(d, char(92)) = 0"
+    " OR json_type(d, '$.\"$kv\"') IS NULL THEN d"
     " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq, CAST(data AS TEXT) AS d"
     " FROM kvmemory_items WHERE session_id = ?) LIMIT -1 OFFSET 0) WHERE "
 )
@@ -101,14 +103,25 @@ class _Writer:
 
     def path_opaque(self, name: str) -> str:
         """SQL cannot follow the dotted ``name`` as Python does: see the module's notes."""
+        parts = name.split(".")
         if self.postgres:
             whole = f"(f -> {self.p(name, 'text')}) IS NOT NULL"
-        else:
-            path = '$."' + name + '"'
-            whole = f"json_type(f, {self.p(path)}) IS NOT NULL"
-        parts = name.split(".")
-        tagged = [self.present(".".join([*parts[:end], TAG])) for end in range(1, len(parts))]
-        return "(" + " OR ".join(["opaque", whole, *tagged]) + ")"
+            inside = [self.present(".".join([*parts[:end], TAG])) for end in range(1, len(parts))]
+            return "(" + " OR ".join(["opaque", whole, *inside]) + ")"
+        # SQLite parses the row's JSON in every JSON function: a key that is not in the row's
+        # text, quoted as JSON writes it unescaped, is not in the row (a row holding a
+        # backslash may spell it with escapes: it is parsed).
+        whole = f"{self.in_text(name)} AND json_type(f, {self.p('$.' + _quoted(name))}) IS NOT NULL"
+        checks = ["opaque", whole]
+        for end in range(1, len(parts)):
+            guard = self.in_text(TAG)  # parameters bind in the order written
+            tagged = self.p(self.key(".".join([*parts[:end], TAG])))
+            checks.append(f"{guard} AND json_type(f, {tagged}) IS NOT NULL")
+        return "(" + " OR ".join(checks) + ")"
+
+    def in_text(self, key: str) -> str:
+        """SQLite: the row's text may hold ``key`` as an object key (or spells something with escapes)."""
+        return f"(instr(d, {self.p(_quoted(key))}) > 0 OR instr(d, {self.p(chr(92))}) > 0)"
 
     def opaque(self, name: str) -> str:
         """The value is a JSON object or array, or the row is one SQL cannot read exactly: SQL cannot judge it."""
@@ -225,7 +238,25 @@ def _number_operand(x: Any) -> float | None:
     return value if math.isfinite(value) and abs(value) < 1e300 else None
 
 
+def _quoted(key: str) -> str:
+    return '"' + key + '"'
+
+
 def _equal_maybe(w: _Writer, name: str, x: Any) -> str | None:
+    if not w.postgres and (isinstance(x, bool) or x is None):
+        # One parse of the row's JSON: the value's type says it all.
+        word = "null" if x is None else ("true" if x else "false")
+        return (
+            f"CASE json_type(f, {w.p(w.key(name))}) WHEN '{word}' THEN 1 WHEN 'object' THEN 1"
+            " WHEN 'array' THEN 1 ELSE opaque END"
+        )
+    if not w.postgres and isinstance(x, str) and "\x00" not in x:
+        kind = f"json_type(f, {w.p(w.key(name))})"
+        equal = f"COALESCE(json_extract(f, {w.p(w.key(name))}) = {w.p(x)}, 0)"
+        return (
+            f"CASE {kind} WHEN 'text' THEN {equal} OR opaque WHEN 'object' THEN 1"
+            " WHEN 'array' THEN 1 ELSE opaque END"
+        )
     if isinstance(x, (bool, str)) or x is None:
         sure = _equal_sure(w, name, x)
         return f"{w.sure(sure or w.false)} OR {w.opaque(name)}"
