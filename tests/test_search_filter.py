@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from agents.memory import InvalidQueryError, Memory, MemoryItem
 from agents.memory.search import Filter, HashingEmbedder
 from agents.memory.stores import open_memory, open_store
+from agents.memory.stores._sql.filters import candidates_query
 
 # -- a plain model of the filter language, written apart from agents.memory._filter --------
 
@@ -701,3 +702,134 @@ def test_a_stored_semantic_search_with_a_rare_filter_it_cannot_narrow_reads_the_
     want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
     assert got == [(h.item["step"], h.score) for h in want]
     assert passes == ["s"]
+
+
+# -- SQL narrowing of dotted paths -------------------------------------------------------
+
+nested_values = st.one_of(
+    scalars,
+    st.sampled_from(
+        [
+            "red",
+            "re\x00d",
+            [1, 2],
+            ["red"],
+            (1, 2),
+            dt.date(2024, 1, 1),
+            2**70,
+            float("nan"),
+            float("inf"),
+            {"b": 1},
+            {"b": "red"},
+            {"b": True},
+            {1: "x", "b": 2},  # non-string keys: the codec tags the dict
+            {"$kv": "x", "b": 2},  # a "$kv" key: tagged too
+            {"v": 2},
+        ]
+    ),
+)
+DOTTED = ("value.a", "value.a.b", "value.v", "value.$kv", "value.0", "value.a.v")
+
+
+@st.composite
+def nested_items(draw: st.DrawFn) -> dict[str, Any]:
+    fields: dict[str, Any] = {"text": "alpha"}
+    choice = draw(st.integers(0, 3))
+    if choice == 0:
+        fields["value"] = draw(st.dictionaries(st.sampled_from(["a", "v", "0"]), nested_values))
+    elif choice == 1:
+        fields["value"] = draw(nested_values)
+    elif choice == 2:  # a dict the codec tags, holding a path SQL would otherwise follow
+        fields["value"] = {1: "x", "a": draw(nested_values)}
+    if draw(st.booleans()):
+        fields[draw(st.sampled_from(DOTTED))] = draw(nested_values)  # a whole name with dots
+    return fields
+
+
+def dotted_filters() -> st.SearchStrategy[dict[str, Any]]:
+    leaf = st.dictionaries(st.sampled_from(DOTTED), conditions(), min_size=1, max_size=2)
+    return st.one_of(leaf, st.builds(lambda parts: {"$or": parts}, st.lists(leaf, min_size=1)))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_sql_narrowing_of_dotted_paths_keeps_every_row_that_passes(
+    kind: str, durable_url: Any
+) -> None:
+    """For dotted paths into nested values (tagged, lists, missing, bools), SQL keeps every row the Python filter keeps."""
+    with open_store(durable_url(kind)) as store:
+        counter = iter(range(10**6))
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(rows=st.lists(nested_items(), min_size=1, max_size=6), where=dotted_filters())
+        def check(rows: list[dict[str, Any]], where: dict[str, Any]) -> None:
+            session = f"s{next(counter)}"
+            seqs = store.append(session, [MemoryItem(**fields) for fields in rows])
+            compiled = Filter.of(where)
+            assert compiled is not None
+            passing = {
+                seq
+                for seq, fields in zip(seqs, rows, strict=True)
+                if compiled(MemoryItem(**fields))
+            }
+            assert passing == {
+                seq for seq, fields in zip(seqs, rows, strict=True) if model(fields, where)
+            }
+            allowed = store.backend.filter_candidates(session, compiled.tree)
+            asked = candidates_query(compiled.tree, session, postgres=kind == "postgres")
+            assert (allowed is None) == (asked is None)  # SQL ran (no error made it give up)
+            assert allowed is None or passing <= allowed
+
+        check()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_sql_narrows_a_dotted_path_to_the_rows_that_match(kind: str, durable_url: Any) -> None:
+    """A filter on a nested value (LangGraph's ``value.color``) is judged in SQL: only matching rows are read."""
+    colors = ["red", "blue", True, 1, None, 2.5]
+    with open_store(durable_url(kind)) as store:
+        seqs = store.append("s", [MemoryItem(value={"color": c}) for c in colors])
+        for where, want in (
+            ({"value.color": "red"}, [seqs[0]]),
+            ({"value.color": True}, [seqs[2]]),
+            ({"value.color": {"$gte": 1}}, [seqs[3], seqs[5]]),
+            ({"value.color": {"$ne": "red"}}, seqs[1:]),
+            ({"value.shade": "red"}, []),
+        ):
+            compiled = Filter.of(where)
+            assert compiled is not None
+            assert store.backend.filter_candidates("s", compiled.tree) == set(want), where
+
+
+def test_store_tail_with_where_is_the_last_items_that_pass(store_url: str) -> None:
+    """``Store.tail(n, where=)`` gives the newest ``n`` items that pass, oldest first, on every store."""
+    import random
+
+    rng = random.Random(30)
+    pool: list[Any] = [None, True, 1, 2.5, "red", "blue", [1], (1, 2), {1: "x"}, "re\x00d"]
+    session: list[dict[str, Any]] = []
+    for i in range(400):
+        value = {"color": rng.choice(pool)} if rng.random() < 0.8 else rng.choice(pool)
+        session.append({"step": i, "value": value, "n": rng.choice(pool)})
+    with open_store(store_url) as store:
+        seqs = store.append("s", [MemoryItem(**fields) for fields in session])
+        for where in (
+            {"value.color": "red"},
+            {"value.color": {"$ne": "red"}},
+            {"value.color": {"$gte": 1}},
+            {"n": True, "value.color": {"$in": [None, "blue"]}},
+            {"value.color.x": 1},
+            {"step": {"$gte": 395}},
+        ):
+            compiled = Filter.of(where)
+            assert compiled is not None
+            passing = [
+                seq
+                for seq, fields in zip(seqs, session, strict=True)
+                if compiled(MemoryItem(**fields))
+            ]
+            for n in (1, 3, 50, 1000):
+                got = [record.seq for record in store.tail("s", n, where=where)]
+                assert got == passing[-n:], (where, n)
+        assert store.tail("s", 2, steps=[5, 6, 7], where={"step": {"$lte": 6}}) == store.tail(
+            "s", 2, steps=[5, 6]
+        )

@@ -248,7 +248,7 @@ class Operations:
         if op.query and op.query.strip():
             found = self.ranked(op, scope, keep)
         else:
-            listed = self.listed(scope, keep, op.offset + op.limit)
+            listed = self.listed(scope, keep, op.offset + op.limit, where=compiled)
             found = [(namespace, item, None) for namespace, item in listed[op.offset :]]
         if op.refresh_ttl:
             self.refresh(found, now)
@@ -293,6 +293,8 @@ class Operations:
         scope: list[tuple[str, tuple[str, ...]]],
         keep: Callable[[MemoryItem], bool],
         wanted: int,
+        *,
+        where: Filter | None = None,
     ) -> list[tuple[tuple[str, ...], MemoryItem]]:
         """Return the ``wanted`` most recently written items of ``scope`` that pass ``keep``, newest first.
 
@@ -301,13 +303,16 @@ class Operations:
         the whole session when none did), until it gives ``wanted`` items
         that pass or runs out: a put or a TTL refresh writes the item at the session's
         end, so the newest writes come first and a search reads about the
-        items it returns, not the namespace.
+        items it returns, not the namespace. ``where`` (the part of ``keep``
+        that is the search's filter) is handed to ``Store.tail``, which
+        SQLite and PostgreSQL narrow in SQL, so the window holds only items
+        that pass it.
         """
         found: list[tuple[tuple[str, ...], MemoryItem]] = []
         for session_id, namespace in scope:
-            size = max(8 * wanted, 64)
+            size = max(8 * wanted, 64) if where is None else wanted
             while True:
-                window = self.store.tail(session_id, size)
+                window = self.store.tail(session_id, size, where=where)
                 passed = [
                     record.item
                     for record in window

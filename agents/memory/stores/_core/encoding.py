@@ -157,6 +157,8 @@ def decode_pairs(
         CorruptSessionError: naming the seq and session of a row that is not a valid item.
     """
     rows = rows if isinstance(rows, list) else list(rows)
+    if len(rows) < _codec.BULK_VALUES:  # a keyed get, a page: no pause to take
+        return _decode_pairs(rows, source, on_unknown_class)
     with _codec.collector_paused(len(rows)):
         return _decode_pairs(rows, source, on_unknown_class)
 

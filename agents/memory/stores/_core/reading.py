@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from agents.memory._filter import Filter, Where
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory.exceptions import StoreArgumentError
 from agents.memory.stores._core.encoding import (
@@ -136,24 +137,31 @@ class ReadCalls:
         n: int,
         *,
         steps: Iterable[Any] | None = None,
+        where: Where | Filter | None = None,
         on_unknown_class: OnUnknownClass = "error",
     ) -> list[StoredRecord]:
-        """Return the last ``n`` items of a session (among ``steps``, when given), oldest first.
+        """Return the last ``n`` items of a session (among ``steps``, and passing ``where``, when given), oldest first.
 
         SQLite and PostgreSQL read only those rows, so the cost follows ``n``,
         not the length of the session (``kvmemory show --last`` and ``replay
         --last`` use this); the JSONL and in-memory stores read the session
-        and keep its end.
+        and keep its end. With ``where``, SQLite and PostgreSQL first ask SQL
+        which rows may pass (as a filtered search does) and decode those,
+        newest first, until ``n`` pass, so a filter that few items pass does
+        not decode the session.
 
         Args:
             session_id: The session to read; an unknown session reads as empty.
             n: How many items, counted from the newest; 0 gives none.
             steps: Only items whose step is one of these.
+            where: Only items passing this filter (the language of
+                :class:`agents.memory.search.Filter`, or a compiled one).
             on_unknown_class: ``"base"`` reads items whose class cannot be
                 imported as plain ``MemoryItem`` instead of raising.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
+            InvalidQueryError: if ``where`` is not a filter kvmemory understands.
             StoreArgumentError: if ``n`` is not an int, or negative.
             CorruptSessionError: if a stored item cannot be decoded.
             StoreError: if the store cannot be read.
@@ -163,8 +171,11 @@ class ReadCalls:
             msg = f"tail() takes a number of items, 0 or more, got {n!r}."
             raise StoreArgumentError(msg)
         texts = None if steps is None else step_texts(steps)
+        keep = Filter.of(where)
         if n == 0 or texts == []:
             return []
+        if keep is not None:
+            return _tail_passing(self._read_engine, sid, n, texts, keep, on_unknown_class)
         with self._read_engine.errors("read", sid):
             rows = self._read_engine.backend.read_last(sid, n, steps=texts)
         return decode_rows(rows, f"session {sid!r} of {self._read_engine.url}", on_unknown_class)
@@ -264,3 +275,55 @@ class ReadCalls:
         self._read_engine.check_open()
         with self._read_engine.errors("list sessions of", None):
             return self._read_engine.backend.sessions()
+
+
+def _tail_passing(
+    engine: Engine,
+    sid: str,
+    n: int,
+    texts: list[str] | None,
+    keep: Filter,
+    on_unknown_class: OnUnknownClass,
+) -> list[StoredRecord]:
+    """The last ``n`` items passing ``keep``, oldest first.
+
+    A window from the end is read first (decoding a few rows costs less
+    than asking SQL to judge the session); if too few of it pass, the rows
+    SQL says may pass are read newest first, else ever larger windows.
+    """
+    source = engine.source(sid)
+    backend = engine.backend
+    size = max(2 * n, 64)
+    with engine.errors("read", sid):
+        rows = backend.read_last(sid, size, steps=texts)
+    records = decode_rows(rows, source, on_unknown_class)
+    passing = [record for record in records if keep(record.item)]
+    if len(passing) >= n or len(records) < size:
+        return passing[-n:]
+    allowed = None
+    if texts is None:
+        with engine.errors("read", sid):
+            allowed = backend.filter_candidates(sid, keep.tree)
+    if allowed is not None:
+        found = passing[::-1]  # newest first
+        oldest = records[0].seq
+        seqs = sorted((seq for seq in allowed if seq < oldest), reverse=True)
+        for start in range(0, len(seqs), size):
+            with engine.errors("read", sid):
+                rows = backend.read_seqs(sid, seqs[start : start + size])
+            pairs = sorted(decode_pairs(rows, source, on_unknown_class), key=_seq, reverse=True)
+            found.extend(StoredRecord(seq, item) for seq, item in pairs if keep(item))
+            if len(found) >= n:
+                break
+        return found[:n][::-1]
+    while len(passing) < n and len(records) == size:
+        size *= 4
+        with engine.errors("read", sid):
+            rows = backend.read_last(sid, size, steps=texts)
+        records = decode_rows(rows, source, on_unknown_class)
+        passing = [record for record in records if keep(record.item)]
+    return passing[-n:]
+
+
+def _seq(pair: tuple[int, MemoryItem]) -> int:
+    return pair[0]

@@ -11,8 +11,13 @@ cannot judge exactly is kept:
 
 * a value stored as a JSON object or array (dicts, lists, and every value
   the codec tags: dates, tuples, enums, ``Decimal``, NaN, infinities, big
-  ints), a PostgreSQL row without its JSONB copy, a dotted field name, a
-  function filter;
+  ints), a PostgreSQL row without its JSONB copy, a function filter;
+* a dotted field name (a path into nested dicts, ``"value.color"``) in a row
+  that holds a field of that whole name (Python reads that field first) or
+  whose path passes through a type-tagged object (a dict the codec wrapped:
+  non-string keys, a ``"$kv"`` key); otherwise SQL follows the path one
+  object key at a time, so that, as in Python, a list or scalar on the way
+  leaves the value missing;
 * numbers within a relative 1e-9 of the operand (SQL engines parse and
   compare JSON numbers in their own arithmetic; Python decides the rest),
   and ints beyond 2**53 as operands.
@@ -28,17 +33,22 @@ from typing import Any, Final
 
 import attrs
 
+from agents.memory._codec import TAG
 from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode
 
 __all__ = ["candidates_query"]
 
 # SQLite's JSON functions cut a string at an escaped NUL character: rows holding one are
-# judged in Python, as PostgreSQL's rows without a JSONB copy are.
+# judged in Python, as PostgreSQL's rows without a JSONB copy are. A row whose text holds
+# no "$kv" (nor a backslash, which could spell it) is no item wrapper: it is not parsed to
+# find out. "LIMIT -1 OFFSET 0" keeps SQLite from flattening the subquery, which would
+# unwrap ``f`` again (parsing the row's JSON once more) in every JSON function reading it.
 _SQLITE_ROWS: Final = (
-    "SELECT seq FROM (SELECT seq, instr(d, '\\u0000') > 0 AS opaque,"
-    " CASE WHEN json_type(d, '$.\"$kv\"') IS NULL THEN d"
+    "SELECT seq FROM (SELECT seq, d, instr(d, '\\u0000') > 0 AS opaque,"
+    " CASE WHEN instr(d, '\"$kv\"') = 0 AND instr(d, char(92)) = 0"
+    " OR json_type(d, '$.\"$kv\"') IS NULL THEN d"
     " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq, CAST(data AS TEXT) AS d"
-    " FROM kvmemory_items WHERE session_id = ?)) WHERE "
+    " FROM kvmemory_items WHERE session_id = ?) LIMIT -1 OFFSET 0) WHERE "
 )
 _POSTGRES_ROWS: Final = (
     "SELECT seq FROM (SELECT seq, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
@@ -69,13 +79,49 @@ class _Writer:
         self.params.append(value)
         return f"%s::{cast}" if self.postgres and cast else ("%s" if self.postgres else "?")
 
-    def key(self, name: str) -> Any:
-        return name if self.postgres else '$."' + name + '"'
+    def key(self, name: str) -> str:
+        """SQLite's JSON path of a field: one quoted object key per dotted part."""
+        return "$" + "".join(f'."{part}"' for part in name.split("."))
+
+    def at(self, name: str, *, text: bool = False) -> str:
+        """PostgreSQL's value of a field, one object key per dotted part (``->`` on a list gives NULL)."""
+        parts = name.split(".")
+        path = "".join(f" -> {self.p(part, 'text')}" for part in parts[:-1])
+        last = "->>" if text else "->"
+        return f"(f{path} {last} {self.p(parts[-1], 'text')})"
 
     def type_of(self, name: str) -> str:
         if self.postgres:
-            return f"jsonb_typeof(f -> {self.p(name, 'text')})"
+            return f"jsonb_typeof({self.at(name)})"
         return f"json_type(f, {self.p(self.key(name))})"
+
+    def present(self, name: str) -> str:
+        """The field (or path) holds a value, any JSON value."""
+        if self.postgres:
+            return f"{self.at(name)} IS NOT NULL"
+        return f"json_type(f, {self.p(self.key(name))}) IS NOT NULL"
+
+    def path_opaque(self, name: str) -> str:
+        """SQL cannot follow the dotted ``name`` as Python does: see the module's notes."""
+        parts = name.split(".")
+        if self.postgres:
+            whole = f"(f -> {self.p(name, 'text')}) IS NOT NULL"
+            inside = [self.present(".".join([*parts[:end], TAG])) for end in range(1, len(parts))]
+            return "(" + " OR ".join(["opaque", whole, *inside]) + ")"
+        # SQLite parses the row's JSON in every JSON function: a key that is not in the row's
+        # text, quoted as JSON writes it unescaped, is not in the row (a row holding a
+        # backslash may spell it with escapes: it is parsed).
+        whole = f"{self.in_text(name)} AND json_type(f, {self.p('$.' + _quoted(name))}) IS NOT NULL"
+        checks = ["opaque", whole]
+        for end in range(1, len(parts)):
+            guard = self.in_text(TAG)  # parameters bind in the order written
+            tagged = self.p(self.key(".".join([*parts[:end], TAG])))
+            checks.append(f"{guard} AND json_type(f, {tagged}) IS NOT NULL")
+        return "(" + " OR ".join(checks) + ")"
+
+    def in_text(self, key: str) -> str:
+        """SQLite: the row's text may hold ``key`` as an object key (or spells something with escapes)."""
+        return f"(instr(d, {self.p(_quoted(key))}) > 0 OR instr(d, {self.p(chr(92))}) > 0)"
 
     def opaque(self, name: str) -> str:
         """The value is a JSON object or array, or the row is one SQL cannot read exactly: SQL cannot judge it."""
@@ -88,14 +134,14 @@ class _Writer:
 
     def number(self, name: str) -> str:
         if self.postgres:
-            return f"(CASE WHEN {self.is_number(name)} THEN (f -> {self.p(name, 'text')})::numeric::float8 END)"
+            return f"(CASE WHEN {self.is_number(name)} THEN {self.at(name)}::numeric::float8 END)"
         return (
             f"(CASE WHEN {self.is_number(name)} THEN json_extract(f, {self.p(self.key(name))}) END)"
         )
 
     def text(self, name: str) -> str:
         if self.postgres:
-            return f"(CASE WHEN {self.type_of(name)} = 'string' THEN (f ->> {self.p(name, 'text')}) END) COLLATE \"C\""
+            return f"(CASE WHEN {self.type_of(name)} = 'string' THEN {self.at(name, text=True)} END) COLLATE \"C\""
         return f"(CASE WHEN {self.type_of(name)} = 'text' THEN json_extract(f, {self.p(self.key(name))}) END)"
 
     def sure(self, condition: str) -> str:
@@ -142,14 +188,17 @@ def _node_maybe(w: _Writer, node: FilterNode) -> str | None:
                 return None
             parts.append(sql)
         return " OR ".join(f"({sql})" for sql in parts)
-    if not isinstance(node, Condition) or not _plain_name(node.field):
+    if not isinstance(node, Condition) or not _addressable(node.field):
         return None
-    return _condition(w, node)
+    sql = _condition(w, node)
+    if sql is None or "." not in node.field:
+        return sql
+    return f"({sql}) OR {w.path_opaque(node.field)}"
 
 
-def _plain_name(name: str) -> bool:
-    """Whether SQL can address the field: no dots (a path), quotes or backslashes."""
-    return bool(name) and not any(c in name for c in '."\\\x00')
+def _addressable(name: str) -> bool:
+    """Whether SQL can address the field: no quotes, backslashes or NULs, no empty dotted part."""
+    return all(name.split(".")) and not any(c in name for c in '"\\\x00')
 
 
 def _condition(w: _Writer, node: Condition) -> str | None:
@@ -189,7 +238,25 @@ def _number_operand(x: Any) -> float | None:
     return value if math.isfinite(value) and abs(value) < 1e300 else None
 
 
+def _quoted(key: str) -> str:
+    return '"' + key + '"'
+
+
 def _equal_maybe(w: _Writer, name: str, x: Any) -> str | None:
+    if not w.postgres and (isinstance(x, bool) or x is None):
+        # One parse of the row's JSON: the value's type says it all.
+        word = "null" if x is None else ("true" if x else "false")
+        return (
+            f"CASE json_type(f, {w.p(w.key(name))}) WHEN '{word}' THEN 1 WHEN 'object' THEN 1"
+            " WHEN 'array' THEN 1 ELSE opaque END"
+        )
+    if not w.postgres and isinstance(x, str) and "\x00" not in x:
+        kind = f"json_type(f, {w.p(w.key(name))})"
+        equal = f"COALESCE(json_extract(f, {w.p(w.key(name))}) = {w.p(x)}, 0)"
+        return (
+            f"CASE {kind} WHEN 'text' THEN {equal} OR opaque WHEN 'object' THEN 1"
+            " WHEN 'array' THEN 1 ELSE opaque END"
+        )
     if isinstance(x, (bool, str)) or x is None:
         sure = _equal_sure(w, name, x)
         return f"{w.sure(sure or w.false)} OR {w.opaque(name)}"
@@ -210,7 +277,7 @@ def _equal_sure(w: _Writer, name: str, x: Any) -> str | None:
     if isinstance(x, bool):
         word = "true" if x else "false"
         if w.postgres:
-            return f"f -> {w.p(name, 'text')} = '{word}'::jsonb"
+            return f"{w.at(name)} = '{word}'::jsonb"
         return f"{w.type_of(name)} = '{word}'"
     if isinstance(x, str):
         if "\x00" in x:
