@@ -1,0 +1,189 @@
+"""Held-out search quality: keyword ranking against the peers, and the hybrid rule, per corpus family.
+
+Tuning corpora (what the term weighting and the blend were chosen on):
+benchmarks/_search_corpus.py (``short-steps``, ``long-pages``) and
+benchmarks/_hybrid_quality.py (``short``, ``thought``, ``page-mid``,
+``mixed``). Held-out families (never used to choose): benchmarks/corpora_heldout.py
+(``agent-steps``, ``chat``, ``pages``), asked lexically, paraphrased and mixed.
+
+Sections (``--sections``, comma-separated; default both):
+
+keyword
+    recall@5 of ``Memory.search`` (keyword) next to rank_bm25 (``BM25Okapi``),
+    bm25s (``method="lucene"``), tantivy and SQLite FTS5 ``bm25()``, every
+    engine given the same terms (kvmemory's ``Tokenizer``), k1 1.2, b 0.75;
+    median over the seeds. ``!`` marks kvmemory more than 0.01 below the
+    best engine. Queries with a word of the fact: lexical (and mixed on the
+    held-out families).
+rule
+    recall@5 of keyword, semantic and hybrid search (wordllama, the offline
+    default; items embedded in parts, the default), median over the seeds;
+    ``!`` marks a hybrid more than 0.02 below the better of the other two.
+
+Run: .venv/bin/python benchmarks/bench_heldout.py [--seeds 1,2,3] [--items 10000] [--facts 200]
+     [--keyword-items 20000] [--sections keyword,rule] [--families agent-steps,chat,pages]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import corpora_heldout as heldout
+from _search_corpus import SHAPES
+from _search_corpus import make_corpus as make_tuning
+from bench_search import Bm25s, Fts5, RankBm25, Tantivy, term_docs
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.search import Tokenizer, WordLlamaEmbedder
+
+TUNING_KEYWORD = ("short-steps", "long-pages")
+TUNING_RULE = ("short", "thought", "page-mid", "mixed")
+PEERS = (RankBm25, Bm25s, Tantivy, Fts5)
+MODES = ("keyword", "semantic", "hybrid")
+
+Sets = dict[str, list[tuple[str, int]]]
+
+
+def load() -> str:
+    """Return the load average as ``uptime`` prints it."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} CPUs)"
+
+
+def corpus(name: str, n_items: int, n_facts: int, seed: int) -> tuple[list[dict[str, Any]], Sets]:
+    """Return the items of a tuning corpus or held-out family and its query sets ``(query, item)``."""
+    if name in heldout.FAMILIES:
+        made = heldout.make_family(name, n_items, n_facts, seed)
+        return made.items, {kind: made.queries(kind) for kind in heldout.KINDS}
+    if name in SHAPES:
+        rows, facts = make_tuning(SHAPES[name], n_items, n_facts, seed)
+        return rows, {
+            "lexical": [(fact.lexical, fact.step) for fact in facts],
+            "paraphrased": [(fact.paraphrased, fact.step) for fact in facts],
+        }
+    from _hybrid_quality import make_corpus as make_hybrid
+
+    memory, sets = make_hybrid(name, n_items, min(n_facts, 200), seed)
+    return [item.to_dict() for item in memory], dict(sets)
+
+
+def number(hits: Sequence[Any]) -> list[int]:
+    """Return the item numbers of hits (``item`` in the held-out families, ``step`` in the tuning corpora)."""
+    out = []
+    for hit in hits:
+        fields = hit.item.to_dict()
+        out.append(fields["item"] if "item" in fields else fields["step"])
+    return out
+
+
+def recall(ranked: Sequence[list[int]], answers: Sequence[int]) -> float:
+    """Return the share of answers among the first five of their ranking."""
+    return sum(a in r[:5] for r, a in zip(ranked, answers, strict=True)) / len(answers)
+
+
+def run_keyword(names: Sequence[str], n_items: int, n_facts: int, seeds: Sequence[int]) -> None:
+    """Print keyword recall@5 of kvmemory and the peers per corpus and query kind."""
+    tokenize = Tokenizer()
+    engines = ["kvmemory", *(peer.name for peer in PEERS)]
+    print(
+        f"\n== keyword: recall@5, {n_items} items, {n_facts} facts, seeds {list(seeds)}; {load()}"
+    )
+    print(f"{'corpus':<24}{'queries':<13}" + "".join(f"{name:>12}" for name in engines) + "   gap")
+    for name in names:
+        got: dict[tuple[str, str], list[float]] = {}
+        for seed in seeds:
+            rows, sets = corpus(name, n_items, n_facts, seed)
+            docs = term_docs(rows, tokenize)
+            memory = Memory([MemoryItem(**row) for row in rows])
+            peers = [make(docs) for make in PEERS]
+            for kind, queries in sets.items():
+                if kind not in ("lexical", "mixed"):
+                    continue  # no word of the fact: every engine near 0
+                answers = [item for _, item in queries]
+                ranked = [number(memory.search(query, 5)) for query, _ in queries]
+                got.setdefault((kind, "kvmemory"), []).append(recall(ranked, answers))
+                for peer in peers:
+                    ranked = [peer.query(tokenize(query), 5) for query, _ in queries]
+                    got.setdefault((kind, peer.name), []).append(recall(ranked, answers))
+        tag = "held-out " if name in heldout.FAMILIES else "tuning "
+        for kind in sorted({kind for kind, _ in got}):
+            med = {engine: statistics.median(got[kind, engine]) for engine in engines}
+            gap = max(med[peer.name] for peer in PEERS) - med["kvmemory"]
+            print(
+                f"{tag + name:<24}{kind:<13}"
+                + "".join(f"{med[engine]:>12.3f}" for engine in engines)
+                + f"{gap:>+7.3f}{'!' if gap > 0.01 + 1e-9 else ''}",
+                flush=True,
+            )
+    print("gap: the best peer minus kvmemory; ! marks more than 0.01")
+
+
+def run_rule(names: Sequence[str], n_items: int, n_facts: int, seeds: Sequence[int]) -> None:
+    """Print keyword, semantic and hybrid recall@5 per corpus and query kind, flagging breaks of the rule."""
+    embedder = WordLlamaEmbedder()
+    print(
+        f"\n== rule: recall@5, {n_items} items, {n_facts} facts, seeds {list(seeds)}, "
+        f"semantic by {embedder.name} over parts; {load()}"
+    )
+    print(f"{'corpus':<24}{'queries':<22}" + "".join(f"{mode:>10}" for mode in MODES))
+    for name in names:
+        got: dict[tuple[str, str], list[float]] = {}
+        for seed in seeds:
+            took = time.perf_counter()
+            rows, sets = corpus(name, n_items, n_facts, seed)
+            memory = Memory([MemoryItem(**row) for row in rows])
+            memory.index_embeddings(embedder)
+            for kind, queries in sets.items():
+                answers = [item for _, item in queries]
+                for mode in MODES:
+                    ranked = [
+                        number(memory.search(query, 5, mode=mode))  # type: ignore[arg-type]
+                        for query, _ in queries
+                    ]
+                    got.setdefault((kind, mode), []).append(recall(ranked, answers))
+            print(f"  ({name} seed {seed}: {time.perf_counter() - took:.0f} s)", flush=True)
+        tag = "held-out " if name in heldout.FAMILIES else "tuning "
+        for kind in dict.fromkeys(kind for kind, _ in got):
+            med = {mode: statistics.median(got[kind, mode]) for mode in MODES}
+            broken = med["hybrid"] < max(med["keyword"], med["semantic"]) - 0.02 - 1e-9
+            print(
+                f"{tag + name:<24}{kind:<22}"
+                + "".join(f"{med[mode]:>10.3f}" for mode in MODES)
+                + ("!" if broken else ""),
+                flush=True,
+            )
+    print("! marks a hybrid more than 0.02 below the better of keyword and semantic")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--items", type=int, default=3000, help="items a corpus (rule)")
+    parser.add_argument("--facts", type=int, default=120)
+    parser.add_argument("--keyword-items", type=int, default=20000)
+    parser.add_argument("--keyword-facts", type=int, default=240)
+    parser.add_argument("--families", default=",".join(heldout.FAMILIES))
+    parser.add_argument("--tuning", default="yes", choices=["yes", "no"])
+    parser.add_argument("--sections", default="keyword,rule")
+    args = parser.parse_args()
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    families = args.families.split(",")
+    tuning = args.tuning == "yes"
+    sections = set(args.sections.split(","))
+    started = time.perf_counter()
+    if "keyword" in sections:
+        names = [*(TUNING_KEYWORD if tuning else ()), *families]
+        run_keyword(names, args.keyword_items, args.keyword_facts, seeds)
+    if "rule" in sections:
+        names = [*((*TUNING_KEYWORD, *TUNING_RULE) if tuning else ()), *families]
+        run_rule(names, args.items, args.facts, seeds)
+    print(f"\nbench_heldout done in {time.perf_counter() - started:.0f} s; {load()}")
+
+
+if __name__ == "__main__":
+    main()

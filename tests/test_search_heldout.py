@@ -1,0 +1,138 @@
+"""Search quality on held-out corpora (benchmarks/corpora_heldout.py): the hybrid rule, in RAM and every store.
+
+The rule: on every held-out set, hybrid recall@5 is never more than 0.02
+below the better of keyword and semantic search. The corpora here are small
+(a few seconds a family); benchmarks/bench_heldout.py runs the large ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.search import WordLlamaEmbedder
+from agents.memory.stores import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILIES = ("agent-steps", "chat", "pages")
+MODES = ("keyword", "semantic", "hybrid")
+N_ITEMS = 150
+N_FACTS = 30
+
+
+def _heldout() -> Any:
+    path = ROOT / "benchmarks" / "corpora_heldout.py"
+    spec = importlib.util.spec_from_file_location("corpora_heldout", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("corpora_heldout", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+HELDOUT = _heldout()
+
+
+@functools.cache
+def _embedder() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder()
+
+
+@functools.cache
+def _corpus(family: str) -> Any:
+    return HELDOUT.make_family(family, N_ITEMS, N_FACTS, seed=1)
+
+
+Ranked = dict[tuple[str, str], list[list[tuple[int, float]]]]
+
+
+@functools.cache
+def _ram_ranked(family: str) -> Ranked:
+    """Return each (mode, kind)'s ranked ``(item, score)`` lists in RAM, one per fact."""
+    corpus = _corpus(family)
+    memory = Memory([MemoryItem(**row) for row in corpus.items])
+    memory.index_embeddings(_embedder())
+    return {
+        (mode, kind): [
+            [(hit.item["item"], hit.score) for hit in memory.search(query, 5, mode=mode)]
+            for query, _ in corpus.queries(kind)
+        ]
+        for mode in MODES
+        for kind in HELDOUT.KINDS
+    }
+
+
+def _recall(ranked: list[list[tuple[int, float]]], answers: list[int]) -> float:
+    found = [
+        answer in [item for item, _ in hits] for hits, answer in zip(ranked, answers, strict=True)
+    ]
+    return sum(found) / len(answers)
+
+
+def _rule_breaks(family: str, ranked: Ranked) -> list[str]:
+    """Return the query kinds where the hybrid is more than 0.02 below the better mode, with the figures."""
+    corpus = _corpus(family)
+    out = []
+    for kind in HELDOUT.KINDS:
+        answers = [item for _, item in corpus.queries(kind)]
+        recall = {mode: _recall(ranked[mode, kind], answers) for mode in MODES}
+        if recall["hybrid"] < max(recall["keyword"], recall["semantic"]) - 0.02:
+            out.append(f"{family}/{kind}: {recall}")
+    return out
+
+
+# The breaks left with this release's blend (docs/search.md, "Held-out corpora"), on the
+# small sets: mixed queries (the subject said, the relation paraphrased). strict: each test
+# fails once its break is gone, so the table in the docs is kept true.
+CHAT_BREAK = pytest.mark.xfail(
+    strict=True, reason="chat/mixed: hybrid 0.933 against semantic 1.000 (30 facts)"
+)
+PAGES_BREAK = pytest.mark.xfail(
+    strict=True, reason="pages/mixed: hybrid below semantic by more than 0.02 (30 facts)"
+)
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        "agent-steps",
+        pytest.param("chat", marks=CHAT_BREAK),
+        pytest.param("pages", marks=PAGES_BREAK),
+    ],
+)
+def test_hybrid_holds_the_rule_on_a_heldout_family_in_ram(family: str) -> None:
+    """On each held-out family and query kind, hybrid recall@5 is within 0.02 of the better of keyword and semantic."""
+    assert _rule_breaks(family, _ram_ranked(family)) == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_store_ranks_a_heldout_family_as_memory_search_does(store_url: str, family: str) -> None:
+    """Every store gives Memory.search's hits and scores on a held-out family in each mode, so the rule holds (or breaks) alike."""
+    corpus = _corpus(family)
+    embedder = _embedder()
+    with open_store(store_url) as store:
+        session = f"s{uuid.uuid4().hex[:8]}"
+        store.append(session, [MemoryItem(**row) for row in corpus.items])
+        store.index_embeddings(session, embedder)
+        got: Ranked = {
+            (mode, kind): [
+                [
+                    (hit.item["item"], hit.score)
+                    for hit in store.search(session, query, 5, mode=mode, embedder=embedder)
+                ]
+                for query, _ in corpus.queries(kind)
+            ]
+            for mode in MODES
+            for kind in HELDOUT.KINDS
+        }
+    ram = _ram_ranked(family)
+    assert got == ram
+    assert _rule_breaks(family, got) == _rule_breaks(family, ram)
