@@ -51,6 +51,14 @@ class KeyedRecord:
 
 def check_key(key: object, session_id: str) -> str:
     """Return ``key`` if a record may be filed under it in a store, else raise :class:`StoreArgumentError` (see :func:`agents.memory._records.check_key`)."""
+    if (
+        type(key) is str
+        and key
+        and key.isascii()
+        and len(key) <= _records.KEY_MAX_BYTES
+        and "\x00" not in key
+    ):
+        return key  # plainly within every rule: no message to build
     where = f"session {session_id!r}"
     return _records.check_key(key, where, StoreArgumentError, StoreArgumentError)
 
@@ -65,6 +73,8 @@ def check_keys(keys: Iterable[str], session_id: str) -> list[str]:
 
 def keyed_item(key: str, item: MemoryItem | Mapping[str, Any], session_id: str) -> MemoryItem:
     """Return ``item`` as the record filed under ``key`` in a store (see :func:`agents.memory._records.keyed_item`)."""
+    if type(item) is dict and _records.KEY_FIELD not in item:
+        return MemoryItem.from_mapping({_records.KEY_FIELD: key, **item})  # no message to build
     return _records.keyed_item(key, item, f"session {session_id!r}", StoreArgumentError)
 
 
@@ -234,8 +244,21 @@ class RecordCalls:
             CorruptSessionError: if a stored item cannot be decoded.
             StoreError: if the store cannot be read.
         """
-        found = self.read_records(session_id, keys, on_unknown_class=on_unknown_class)
-        return {record.key: record.item for record in found}
+        engine = self._record_engine
+        sid = engine.check(session_id)
+        wanted = check_keys(keys, sid)
+        if not wanted:
+            return {}
+        _check_keeps_records(engine, "read records of")
+        with engine.errors("read records of", sid):
+            rows = engine.backend.read_keyed(sid, wanted)
+        if not rows:
+            return {}
+        ordered = sorted(rows)
+        pairs = decode_pairs(
+            [(seq, data) for _, seq, _, data in ordered], engine.source(sid), on_unknown_class
+        )
+        return {row[0]: item for row, (_, item) in zip(ordered, pairs, strict=True)}
 
     def read_records(
         self,
