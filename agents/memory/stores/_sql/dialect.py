@@ -300,6 +300,13 @@ class SQLRows:
         rows = tx.execute(d.spell(_KEYED_SEQS), (session_id, d.bind_list(keys))).fetchall()
         return {str(key): int(seq) for key, seq in rows}
 
+    def read_keyed_in(self, tx: Any, session_id: str, keys: Sequence[str]) -> list[KeyedRow]:
+        d = self.dialect
+        rows = tx.execute(d.spell(_KEYED_OF), (session_id, d.bind_list(keys))).fetchall()
+        return [
+            (str(key), int(seq), float(created), bytes(data)) for key, seq, created, data in rows
+        ]
+
     # -- writing, inside a transaction (``tx`` is the driver's connection) -------------------
 
     def claim_vector_model(
