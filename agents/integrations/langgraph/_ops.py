@@ -358,13 +358,9 @@ class Operations:
         puts = [op for op in ops if op.value is not None]
         deletes = [op.key for op in ops if op.value is None]
         if puts:
-            old = self.store.get_records(session_id, [op.key for op in puts])
-            items: dict[str, dict[str, Any]] = {}
-            for op in puts:
-                before = old.get(op.key)
-                created = now if before is None else before.get_value("created_at", now)
-                items[op.key] = self.stored(op, created, now)
-            self.store.put_records(session_id, items)
+            # A put over an existing key keeps its created_at, read in the write's own transaction.
+            items = {op.key: self.stored(op, now, now) for op in puts}
+            self.store.put_records(session_id, items, keep=("created_at",))
         if deletes:
             self.store.delete_records(session_id, deletes)
 

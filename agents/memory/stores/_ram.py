@@ -213,6 +213,9 @@ class SpaceBackend(Backend):
     def keyed_seqs(self, tx: _Tx, session_id: str, keys: Sequence[str]) -> dict[str, int]:
         return tx.space.sessions[session_id].rows.key_seqs(keys)
 
+    def read_keyed_in(self, tx: _Tx, session_id: str, keys: Sequence[str]) -> list[KeyedRow]:
+        return tx.space.sessions[session_id].rows.keyed(keys, None)
+
     def insert_keyed(
         self,
         tx: _Tx,

@@ -538,6 +538,23 @@ class KeyedRecordContract:
             store.put_records("s", {"a": {"v": 1}, "": {"v": 2}})
         assert store.sessions() == []
 
+    def test_put_records_keep_passes_fields_on_to_the_replacement(self, store: Store) -> None:
+        """put_records(keep=...) gives a replacing item the kept fields of the record it replaces."""
+        store.put_records("s", {"a": {"v": 1, "born": 10.0}})
+        item = MemoryItem(v=2, born=20.0)
+        store.put_records("s", {"a": item, "b": {"v": 3, "born": 30.0}}, keep=("born", "gone"))
+        assert store.get_records("s", ["a", "b"]) == {
+            "a": MemoryItem(key="a", v=2, born=10.0),
+            "b": MemoryItem(key="b", v=3, born=30.0),
+        }
+        assert item.to_dict() == {"v": 2, "born": 20.0}
+
+    def test_put_records_keep_must_name_fields(self, store: Store) -> None:
+        """A keep that is a single str is refused before anything is written."""
+        with pytest.raises(StoreArgumentError, match="keep must be a collection of field names"):
+            store.put_records("s", {"a": {"v": 1}}, keep="born")
+        assert store.sessions() == []
+
     def test_get_records_returns_only_the_found_ones(self, store: Store) -> None:
         """get_records leaves out the keys that hold no record."""
         store.put_records("s", {"a": {"v": 1}, "b": {"v": 2}})

@@ -337,6 +337,18 @@ class Backend:
         """Return ``{key: seq}`` of the rows filed under ``keys`` that exist, inside the transaction ``tx``."""
         raise NotImplementedError
 
+    def read_keyed_in(
+        self, tx: Transaction, session_id: str, keys: Sequence[str]
+    ) -> list[KeyedRow]:
+        """Return ``(key, seq, created, data)`` of the rows filed under ``keys`` that exist, in any order, inside ``tx``.
+
+        Called by ``Store.put_records(..., keep=...)``, after the session
+        was locked or created in ``tx``. By default read with
+        :meth:`read_keyed`, outside the transaction; a backend whose reads
+        would wait on its own transaction overrides it.
+        """
+        return self.read_keyed(session_id, keys)
+
     def insert_keyed(
         self,
         tx: Transaction,

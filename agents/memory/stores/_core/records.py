@@ -17,7 +17,7 @@ never see the new value.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -51,6 +51,14 @@ class KeyedRecord:
 
 def check_key(key: object, session_id: str) -> str:
     """Return ``key`` if a record may be filed under it in a store, else raise :class:`StoreArgumentError` (see :func:`agents.memory._records.check_key`)."""
+    if (
+        type(key) is str
+        and key
+        and key.isascii()
+        and len(key) <= _records.KEY_MAX_BYTES
+        and "\x00" not in key
+    ):
+        return key  # plainly within every rule: no message to build
     where = f"session {session_id!r}"
     return _records.check_key(key, where, StoreArgumentError, StoreArgumentError)
 
@@ -65,6 +73,8 @@ def check_keys(keys: Iterable[str], session_id: str) -> list[str]:
 
 def keyed_item(key: str, item: MemoryItem | Mapping[str, Any], session_id: str) -> MemoryItem:
     """Return ``item`` as the record filed under ``key`` in a store (see :func:`agents.memory._records.keyed_item`)."""
+    if type(item) is dict and _records.KEY_FIELD not in item:
+        return MemoryItem.from_mapping({_records.KEY_FIELD: key, **item})  # no message to build
     return _records.keyed_item(key, item, f"session {session_id!r}", StoreArgumentError)
 
 
@@ -129,6 +139,7 @@ class RecordCalls:
         *,
         step_key: str = "step",
         on_unencodable: OnUnencodable = "error",
+        keep: Collection[str] = (),
     ) -> dict[str, int]:
         """Put several records (``{key: item}``) as :meth:`put_record` does, all in one transaction.
 
@@ -136,13 +147,25 @@ class RecordCalls:
         raises before anything is written. The new rows get seqs in the
         order of ``records``.
 
+        Args:
+            session_id: The session.
+            records: ``{key: item}``, each item a ``MemoryItem`` or a mapping of fields.
+            step_key: The field that names an item's step.
+            on_unencodable: The codec's policy for values JSON cannot hold.
+            keep: Fields a record keeps when it is replaced: a new item put
+                under a key already filed takes the value of each of these
+                fields that the old record holds (say its creation time),
+                read in the same transaction; the caller's items are not
+                changed.
+
         Returns:
             ``{key: seq}`` of the records written.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
             StoreArgumentError: if ``records`` is not a mapping, or a key or
-                item is refused (see :meth:`put_record`); nothing is written.
+                item is refused (see :meth:`put_record`), or ``keep`` is not a
+                collection of field names; nothing is written.
             SerializationError: if a value cannot be encoded; nothing is written.
             StoreError: if the store cannot be written, or its backend keeps
                 no keyed rows; nothing is written.
@@ -152,6 +175,7 @@ class RecordCalls:
         if not isinstance(records, Mapping):
             msg = f"put_records() takes a mapping of key -> item, got {type(records).__name__}; nothing was written to session {sid!r}."
             raise StoreArgumentError(msg)
+        kept = _check_keep(keep, sid)
         keys = [check_key(key, sid) for key in records]
         if not keys:
             return {}
@@ -162,7 +186,15 @@ class RecordCalls:
         backend = engine.backend
         with engine.errors("put records in", sid), backend.transaction(sid) as tx:
             open_session(backend, tx, sid, step_key)
-            old = list(backend.keyed_seqs(tx, sid, keys).values())
+            if kept:
+                found = backend.read_keyed_in(tx, sid, keys)
+                old = [seq for _, seq, _, _ in found]
+                if found:
+                    _pass_on(found, kept, keys, items, engine.source(sid))
+                    rows = encode_rows(items, step_key, on_unencodable)
+                    terms = rows_terms(items, rows, on_unencodable)
+            else:
+                old = list(backend.keyed_seqs(tx, sid, keys).values())
             if old:
                 backend.delete_rows(tx, sid, old)
                 backend.delete_vectors(tx, sid, old)
@@ -234,8 +266,21 @@ class RecordCalls:
             CorruptSessionError: if a stored item cannot be decoded.
             StoreError: if the store cannot be read.
         """
-        found = self.read_records(session_id, keys, on_unknown_class=on_unknown_class)
-        return {record.key: record.item for record in found}
+        engine = self._record_engine
+        sid = engine.check(session_id)
+        wanted = check_keys(keys, sid)
+        if not wanted:
+            return {}
+        _check_keeps_records(engine, "read records of")
+        with engine.errors("read records of", sid):
+            rows = engine.backend.read_keyed(sid, wanted)
+        if not rows:
+            return {}
+        ordered = sorted(rows)
+        pairs = decode_pairs(
+            [(seq, data) for _, seq, _, data in ordered], engine.source(sid), on_unknown_class
+        )
+        return {row[0]: item for row, (_, item) in zip(ordered, pairs, strict=True)}
 
     def read_records(
         self,
@@ -286,6 +331,37 @@ class RecordCalls:
         _check_keeps_records(engine, "list the records of")
         with engine.errors("list the records of", sid):
             return sorted(engine.backend.record_keys(sid, prefix))
+
+
+def _check_keep(keep: object, session_id: str) -> tuple[str, ...]:
+    if isinstance(keep, (str, bytes)) or not isinstance(keep, Collection):
+        msg = f"keep must be a collection of field names such as ('created_at',), got {keep!r}; nothing was written to session {session_id!r}."
+        raise StoreArgumentError(msg)
+    fields = tuple(keep)
+    for field in fields:
+        if type(field) is not str:
+            msg = f"keep names fields by str, got {field!r} ({type(field).__name__}); nothing was written to session {session_id!r}."
+            raise StoreArgumentError(msg)
+    return fields
+
+
+def _pass_on(
+    found: Sequence[KeyedRow],
+    kept: tuple[str, ...],
+    keys: list[str],
+    items: list[MemoryItem],
+    source: str,
+) -> None:
+    """Copy the ``kept`` fields of the replaced records (``found``) into their new ``items``, in place."""
+    pairs = decode_pairs([(seq, data) for _, seq, _, data in found], source, "base")
+    position = {key: index for index, key in enumerate(keys)}
+    for (key, _, _, _), (_, before) in zip(found, pairs, strict=True):
+        index = position[key]
+        item = items[index].copy()  # never the caller's item
+        for field in kept:
+            if field in before:
+                item.set_value(field, before.get_value(field))
+        items[index] = item
 
 
 def _check_prefix(prefix: object, session_id: str) -> None:

@@ -326,6 +326,9 @@ class LogBackend(Backend):
     def keyed_seqs(self, tx: _Tx, session_id: str, keys: Sequence[str]) -> dict[str, int]:
         return _open_log(tx).rows.key_seqs(keys)
 
+    def read_keyed_in(self, tx: _Tx, session_id: str, keys: Sequence[str]) -> list[KeyedRow]:
+        return _open_log(tx).rows.keyed(keys, None)
+
     def read_keyed(
         self, session_id: str, keys: Sequence[str] | None = None, *, prefix: str | None = None
     ) -> list[KeyedRow]:

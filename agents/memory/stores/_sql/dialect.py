@@ -129,6 +129,9 @@ _KEYED_ALL: Final = _KEYED + " AND key IS NOT NULL"
 _KEYED_OF: Final = _KEYED + " AND key{in}"
 _KEYS: Final = "SELECT key FROM kvmemory_items WHERE session_id = {p} AND key IS NOT NULL"
 _KEYED_SEQS: Final = "SELECT key, seq FROM kvmemory_items WHERE session_id = {p} AND key{in}"
+# One key (a get, a put): an equality, which the engine answers without building a JSON list.
+_KEYED_ONE: Final = _KEYED + " AND key = {p}"
+_KEYED_SEQ_ONE: Final = "SELECT key, seq FROM kvmemory_items WHERE session_id = {p} AND key = {p}"
 _FROM_KEY: Final = " AND key >= {p}"
 _BELOW_KEY: Final = " AND key < {p}"
 
@@ -279,7 +282,10 @@ class SQLRows:
         if self.no_tables or not self.keyed_rows:
             return []
         d = self.dialect
-        if keys is not None:
+        params: list[object]
+        if keys is not None and len(keys) == 1:
+            sql, params = _KEYED_ONE, [session_id, keys[0]]
+        elif keys is not None:
             sql, params = _KEYED_OF, [session_id, d.bind_list(keys)]
         else:
             sql, params = _KEYED_ALL, [session_id]
@@ -297,8 +303,21 @@ class SQLRows:
 
     def keyed_seqs(self, tx: Any, session_id: str, keys: Sequence[str]) -> dict[str, int]:
         d = self.dialect
-        rows = tx.execute(d.spell(_KEYED_SEQS), (session_id, d.bind_list(keys))).fetchall()
+        if len(keys) == 1:
+            rows = tx.execute(d.spell(_KEYED_SEQ_ONE), (session_id, keys[0])).fetchall()
+        else:
+            rows = tx.execute(d.spell(_KEYED_SEQS), (session_id, d.bind_list(keys))).fetchall()
         return {str(key): int(seq) for key, seq in rows}
+
+    def read_keyed_in(self, tx: Any, session_id: str, keys: Sequence[str]) -> list[KeyedRow]:
+        d = self.dialect
+        if len(keys) == 1:
+            rows = tx.execute(d.spell(_KEYED_ONE), (session_id, keys[0])).fetchall()
+        else:
+            rows = tx.execute(d.spell(_KEYED_OF), (session_id, d.bind_list(keys))).fetchall()
+        return [
+            (str(key), int(seq), float(created), bytes(data)) for key, seq, created, data in rows
+        ]
 
     # -- writing, inside a transaction (``tx`` is the driver's connection) -------------------
 
