@@ -263,8 +263,8 @@ m AS MATERIALIZED (
     ) AS f
     WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
 ),
-d AS (SELECT {frequencies} FROM m),
-l AS (
+d AS MATERIALIZED (SELECT {frequencies} FROM m),
+l AS MATERIALIZED (
     SELECT {lifts},
         %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope,
         s.n, s.total, ARRAY[{dfs}]::float8[] AS dfs
@@ -338,12 +338,12 @@ m AS MATERIALIZED (
 f AS MATERIALIZED (
     SELECT m.seq, m.n_terms, q.t, (m.tf ->> q.t)::float8 AS f FROM m JOIN q ON m.tf ? q.t
 ),
-d AS (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
-l AS (
+d AS MATERIALIZED (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
+l AS MATERIALIZED (
     SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(k1p1)s AS lift
     FROM d JOIN q USING (t) CROSS JOIN s
 ),
-slope AS (
+slope AS MATERIALIZED (
     SELECT %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope FROM s
 ),
 scored AS (
