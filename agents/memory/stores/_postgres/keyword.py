@@ -238,7 +238,10 @@ def _score_sql(n_terms: int) -> str:
     counts that gives the IDFs (as ``bm25_idf`` computes them, times
     ``k1 + 1`` and the term's repeats in the query) and BM25 of each row,
     best first. A matched row whose counts hold no query term is damaged: it
-    sorts first, flagged.
+    sorts first, flagged. The one-row CTEs ``d`` and ``l`` are MATERIALIZED:
+    inlined, a planner that guesses the session has one row (statistics
+    gathered before it was written) joins them per matched row, counting the
+    document frequencies over every matched row again for each (quadratic).
     """
     terms = range(n_terms)
     counts = ", ".join(f"(c.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
