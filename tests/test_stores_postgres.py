@@ -757,3 +757,29 @@ def test_record_lookup_can_use_the_key_index(postgres_url: str) -> None:
             )
         )
     assert "kvmemory_items_key" in plan
+
+
+@pytest.mark.postgres
+def test_keyword_search_computes_its_statistics_once_when_planner_statistics_are_stale(
+    postgres_url: str,
+) -> None:
+    """A session added after the last ANALYZE is searched with each aggregate run once, not once per matched row."""
+    with PostgresStore(postgres_url, min_size=1, max_size=1) as store:
+        with store.backend.pool.connection() as con:
+            con.execute("ALTER TABLE kvmemory_items SET (autovacuum_enabled = false)")
+        store.append("old", [MemoryItem(step=i, note=f"save the file {i}") for i in range(300)])
+        with store.backend.pool.connection() as con:
+            con.execute("ANALYZE kvmemory_items")  # the statistics know session "old" only
+        store.append("new", [MemoryItem(step=i, note=f"press OK to save {i}") for i in range(300)])
+        plans = explained(store)
+        with store.backend.pool.connection() as con:
+            con.execute("SET auto_explain.log_analyze = on")
+        hits = store.search("new", "press OK to save the file", 5)
+        assert [hit.item.step for hit in hits] == [0, 1, 2, 3, 4]
+        searches = [plan for plan in plans if "tsquery" in plan]
+        assert searches, plans
+        loops = [
+            int(n) for plan in searches for n in re.findall(r"Aggregate .*? loops=(\d+)", plan)
+        ]
+        assert loops, searches
+        assert max(loops) == 1, searches

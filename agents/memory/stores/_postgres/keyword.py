@@ -238,7 +238,10 @@ def _score_sql(n_terms: int) -> str:
     counts that gives the IDFs (as ``bm25_idf`` computes them, times
     ``k1 + 1`` and the term's repeats in the query) and BM25 of each row,
     best first. A matched row whose counts hold no query term is damaged: it
-    sorts first, flagged.
+    sorts first, flagged. The one-row CTEs ``d`` and ``l`` are MATERIALIZED:
+    inlined, a planner that guesses the session has one row (statistics
+    gathered before it was written) joins them per matched row, counting the
+    document frequencies over every matched row again for each (quadratic).
     """
     terms = range(n_terms)
     counts = ", ".join(f"(c.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
@@ -263,8 +266,8 @@ m AS MATERIALIZED (
     ) AS f
     WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
 ),
-d AS (SELECT {frequencies} FROM m),
-l AS (
+d AS MATERIALIZED (SELECT {frequencies} FROM m),
+l AS MATERIALIZED (
     SELECT {lifts},
         %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope,
         s.n, s.total, ARRAY[{dfs}]::float8[] AS dfs
@@ -338,12 +341,12 @@ m AS MATERIALIZED (
 f AS MATERIALIZED (
     SELECT m.seq, m.n_terms, q.t, (m.tf ->> q.t)::float8 AS f FROM m JOIN q ON m.tf ? q.t
 ),
-d AS (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
-l AS (
+d AS MATERIALIZED (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
+l AS MATERIALIZED (
     SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(k1p1)s AS lift
     FROM d JOIN q USING (t) CROSS JOIN s
 ),
-slope AS (
+slope AS MATERIALIZED (
     SELECT %(k1b)s / (CASE WHEN s.total > 0 THEN s.total / s.n ELSE 1.0 END) AS slope FROM s
 ),
 scored AS (
