@@ -276,11 +276,9 @@ class RecordCalls:
             rows = engine.backend.read_keyed(sid, wanted)
         if not rows:
             return {}
-        ordered = sorted(rows)
-        pairs = decode_pairs(
-            [(seq, data) for _, seq, _, data in ordered], engine.source(sid), on_unknown_class
-        )
-        return {row[0]: item for row, (_, item) in zip(ordered, pairs, strict=True)}
+        return {
+            row[0]: item for row, item in _with_items(rows, engine.source(sid), on_unknown_class)
+        }
 
     def read_records(
         self,
@@ -353,9 +351,8 @@ def _pass_on(
     source: str,
 ) -> None:
     """Copy the ``kept`` fields of the replaced records (``found``) into their new ``items``, in place."""
-    pairs = decode_pairs([(seq, data) for _, seq, _, data in found], source, "base")
     position = {key: index for index, key in enumerate(keys)}
-    for (key, _, _, _), (_, before) in zip(found, pairs, strict=True):
+    for (key, _, _, _), before in _with_items(found, source, "base"):
         index = position[key]
         item = items[index].copy()  # never the caller's item
         for field in kept:
@@ -381,12 +378,19 @@ def _check_keeps_records(engine: Engine, action: str) -> None:
         raise StoreError(msg)
 
 
+def _with_items(
+    rows: Sequence[KeyedRow], source: str, on_unknown_class: OnUnknownClass
+) -> list[tuple[KeyedRow, MemoryItem]]:
+    """Return each keyed row, sorted by key, beside its decoded item (one decoding pass for all)."""
+    ordered = sorted(rows)
+    pairs = decode_pairs([(seq, data) for _, seq, _, data in ordered], source, on_unknown_class)
+    return [(row, item) for row, (_, item) in zip(ordered, pairs, strict=True)]
+
+
 def _decoded(
     rows: Sequence[KeyedRow], source: str, on_unknown_class: OnUnknownClass
 ) -> list[KeyedRecord]:
-    ordered = sorted(rows)
-    pairs = decode_pairs([(seq, data) for _, seq, _, data in ordered], source, on_unknown_class)
     return [
         KeyedRecord(key, seq, float(created), item)
-        for (key, seq, created, _), (_, item) in zip(ordered, pairs, strict=True)
+        for (key, seq, created, _), item in _with_items(rows, source, on_unknown_class)
     ]
