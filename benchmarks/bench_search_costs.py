@@ -8,8 +8,11 @@ benchmarks/_search_corpus.py):
   the default ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a
   step), in RAM and in each store;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
-  of the items pass against the same query unfiltered, in RAM and in each
-  store;
+  of the items pass (``$eq``, ``$eq`` on a dotted field, ``$in``, a numeric
+  range: see :data:`RARE`) against the same query unfiltered, in RAM, in
+  each store (memory://, SQLite, JSONL, PostgreSQL) and in a
+  ``StoredMemory`` over each; and the first filtered query after opening
+  a store against the same query warm;
 * ``first``: the first keyword query after opening a session (a Memory
   loaded from a store, or the store itself) against the same query warm.
 
@@ -18,7 +21,8 @@ calls) with the spread (max - min) of the runs; the load average is printed
 beside each table, as the machine may be shared.
 
 Run: .venv/bin/python benchmarks/bench_search_costs.py [--items N] [--runs R]
-     [--sections parts,filters,first] [--postgres URL]
+     [--sections parts,filters,first] [--filters eq,dotted,in,range]
+     [--stores memory,sqlite,jsonl,postgres] [--postgres URL]
 PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
 server; the tables go to a fresh schema that is dropped afterwards.
 """
@@ -81,19 +85,31 @@ def cell(values: Sequence[float]) -> str:
 
 
 def steps(n: int) -> list[dict[str, Any]]:
-    """Return ``n`` UFO-shaped steps (short ones: a 20 to 60 word page) with facts planted."""
+    """Return ``n`` UFO-shaped steps (short ones: a 20 to 60 word page) with facts planted.
+
+    Each of the fields the rare filters ask (:data:`RARE`) is drawn apart, so
+    that each filter keeps about one item in a hundred, not the same ones.
+    """
     rows, _ = make_corpus(SHAPES["short-steps"], n, min(240, n), seed=1)
     rng = random.Random(5)
     for row in rows:
         # One item in a hundred is the reviewer's: the rare filter keeps those.
         row["agent"] = "reviewer" if rng.random() < 0.01 else "host"
+        row["meta"] = {"owner": "reviewer" if rng.random() < 0.01 else "host"}
+        team = rng.random()
+        row["team"] = "red" if team < 0.005 else "blue" if team < 0.01 else "grey"
+        row["weight"] = rng.random()
     return rows
 
 
 @contextlib.contextmanager
 def stores(folder: str, postgres: str | None) -> Iterator[list[tuple[str, str]]]:
     """Yield ``(name, url)`` of each store to measure (PostgreSQL in a fresh schema when given)."""
-    urls = [("sqlite", f"sqlite://{folder}/bench.db"), ("jsonl", f"jsonl://{folder}/logs")]
+    urls = [
+        ("memory", f"memory://bench-{uuid.uuid4().hex[:8]}"),
+        ("sqlite", f"sqlite://{folder}/bench.db"),
+        ("jsonl", f"jsonl://{folder}/logs"),
+    ]
     schema = None
     if postgres:
         import psycopg
@@ -142,7 +158,7 @@ def parts_run(
                 for q in QUERIES
             )
     for name, url in urls:
-        if name != "jsonl":  # JSONL keeps no vectors
+        if name not in ("jsonl", "memory"):  # as measured before: SQLite and PostgreSQL
             out.update(_store_parts(name, url, rows, embedder, repeat))
     return out
 
@@ -185,7 +201,14 @@ def print_parts(runs: Sequence[dict[str, float]]) -> None:
 
 # -- a rare filter -----------------------------------------------------------------------------
 
-RARE = {"agent": "reviewer"}
+RARE: dict[str, dict[str, Any]] = {
+    "eq": {"agent": "reviewer"},
+    "dotted": {"meta.owner": "reviewer"},
+    "in": {"team": {"$in": ["red", "blue"]}},
+    "range": {"weight": {"$gte": 0.25, "$lt": 0.26}},
+}
+"""The filters, each of which about 1% of the items pass: ``$eq``, ``$eq`` on a dotted
+field (a path into a dict), ``$in`` and a numeric range."""
 
 
 def filters_run(
@@ -193,9 +216,17 @@ def filters_run(
     urls: Sequence[tuple[str, str]],
     repeat: int,
     modes: Sequence[str],
+    kinds: Sequence[str],
 ) -> dict[str, float]:
-    """Return one run's figures: each query unfiltered and with a filter 1% of the items pass."""
+    """Return one run's figures: each query unfiltered and with each filter 1% of the items pass.
+
+    In RAM (``Memory``), in each store (``Store.search``) and in a
+    ``StoredMemory`` over each store; ``first/...`` keys hold the first
+    query of each filter kind after the store is opened (cold) beside the
+    same query warm.
+    """
     from agents.memory.search import HashingEmbedder
+    from agents.memory.stores import StoredMemory
 
     embedder = HashingEmbedder()
     out: dict[str, float] = {}
@@ -203,8 +234,9 @@ def filters_run(
 
     def timed(prefix: str, search: Callable[[str, str, Any], object]) -> None:
         for mode in modes:
-            for label, where in (("all", None), ("1%", RARE)):
-                search(QUERIES[0], mode, where)  # warm
+            for label, where in (("all", None), *((kind, RARE[kind]) for kind in kinds)):
+                if search(QUERIES[0], mode, where) is None:  # warm; None: a mode not measured
+                    continue
                 out[f"{prefix} {mode}/{label}"] = statistics.median(
                     best_ms(lambda q=q, mode=mode, where=where: search(q, mode, where), repeat)
                     for q in QUERIES
@@ -220,15 +252,38 @@ def filters_run(
             wanted = list(modes) if store.backend.keeps_vectors else ["keyword"]
             if len(wanted) > 1:
                 store.index_embeddings(sid, embedder)
+        with open_store(url) as store:  # opened again: the first filtered query is cold
+            out.update(_first_filtered(name, store, sid, kinds))
             timed(name, _store_search(store, sid, wanted, embedder))
+            stored = StoredMemory(store, sid)
+            timed(
+                f"{name} StoredMemory",
+                lambda q, mode, where, stored=stored: stored.search(
+                    q, 5, mode=mode, where=where, embedder=embedder
+                ),
+            )
             store.delete_session(sid)
-    return {key: value for key, value in out.items() if value > 0.001}
+    return out
+
+
+def _first_filtered(name: str, store: Store, sid: str, kinds: Sequence[str]) -> dict[str, float]:
+    """Return the first keyword query of each filter kind after opening the store, and the same query warm."""
+    out: dict[str, float] = {}
+    for kind in kinds:
+        query = QUERIES[2]
+        out[f"first/{name} keyword/{kind} first"] = best_ms(
+            lambda kind=kind, query=query: store.search(sid, query, 5, where=RARE[kind]), 1
+        )
+        out[f"first/{name} keyword/{kind} warm"] = best_ms(
+            lambda kind=kind, query=query: store.search(sid, query, 5, where=RARE[kind]), 3
+        )
+    return out
 
 
 def _store_search(
     store: Store, sid: str, wanted: Sequence[str], embedder: Any
 ) -> Callable[[str, str, Any], object]:
-    """Return a search of one stored session in the modes ``wanted`` (the others do nothing)."""
+    """Return a search of one stored session in the modes ``wanted`` (the others return ``None``)."""
 
     def search(q: str, mode: str, where: Any) -> object:
         if mode not in wanted:
@@ -238,17 +293,29 @@ def _store_search(
     return search
 
 
-def print_filters(runs: Sequence[dict[str, float]]) -> None:
-    """Print filtered (1% pass) against unfiltered: ms and the ratio."""
+def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> None:
+    """Print each filter (1% pass) against none: ms and the ratio; then the first filtered query against warm."""
     print(f"\n== a filter 1% of the items pass vs none (load {load()})")
-    print(f"{'':20} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
-    for name in sorted({key.split("/")[0] for key in runs[0]}):
-        if f"{name}/1%" not in runs[0]:
-            continue
-        rare = [run[f"{name}/1%"] for run in runs]
-        every = [run[f"{name}/all"] for run in runs]
-        ratios = [r / a for r, a in zip(rare, every, strict=True)]
-        print(f"{name:20} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")
+    print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
+    names = sorted({key.split("/")[0] for key in runs[0] if not key.startswith("first/")})
+    for name in names:
+        for kind in kinds:
+            if f"{name}/{kind}" not in runs[0]:
+                continue
+            rare = [run[f"{name}/{kind}"] for run in runs]
+            every = [run[f"{name}/all"] for run in runs]
+            ratios = [r / a for r, a in zip(rare, every, strict=True)]
+            label = f"{name} {kind}"
+            print(f"{label:36} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")
+    firsts = sorted({key.rsplit(" ", 1)[0] for key in runs[0] if key.startswith("first/")})
+    if firsts:
+        print(f"\n== the first filtered keyword query after opening vs warm (load {load()})")
+        print(f"{'':36} {'first ms':>16} {'warm ms':>16} {'ratio':>16}")
+    for key in firsts:
+        first = [run[f"{key} first"] for run in runs]
+        warm = [run[f"{key} warm"] for run in runs]
+        ratios = [f / w for f, w in zip(first, warm, strict=True)]
+        print(f"{key[len('first/') :]:36} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
 
 
 # -- the first query -------------------------------------------------------------------------
@@ -303,8 +370,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sections", default="parts,filters,first")
     parser.add_argument("--modes", default="keyword,semantic,hybrid")
+    parser.add_argument("--filters", default=",".join(RARE), help="of: " + ", ".join(RARE))
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
-    parser.add_argument("--stores", default="sqlite,jsonl,postgres", help="'' for RAM only")
+    parser.add_argument("--stores", default="memory,sqlite,jsonl,postgres", help="'' for RAM only")
     args = parser.parse_args()
     sections = args.sections.split(",")
     print(f"kvmemory search costs: {args.items} steps, {args.runs} runs; load {load()}")
@@ -313,7 +381,11 @@ def main() -> None:
         urls = [(name, url) for name, url in every if name in args.stores.split(",")]
         if "filters" in sections:
             modes = args.modes.split(",")
-            print_filters([filters_run(rows, urls, args.repeat, modes) for _ in range(args.runs)])
+            kinds = args.filters.split(",")
+            print_filters(
+                [filters_run(rows, urls, args.repeat, modes, kinds) for _ in range(args.runs)],
+                kinds,
+            )
         if "first" in sections:
             many = steps(args.first_items)
             print_first([first_run(many, urls) for _ in range(args.runs)])

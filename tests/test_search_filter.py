@@ -833,3 +833,133 @@ def test_store_tail_with_where_is_the_last_items_that_pass(store_url: str) -> No
         assert store.tail("s", 2, steps=[5, 6, 7], where={"step": {"$lte": 6}}) == store.tail(
             "s", 2, steps=[5, 6]
         )
+
+
+# -- a rare keyword filter scores only the rows that may pass --------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_keyword_among_scores_rows_as_keyword_top_does(kind: str, durable_url: Any) -> None:
+    """Backend.keyword_among gives any chosen rows the (score, seq) keyword_top gives them, in its order, with the whole session's statistics."""
+    from agents.memory.search import Tokenizer
+
+    words = ("alpha", "beta", "gamma", "delta", "omega")
+    with open_store(durable_url(kind)) as store:
+        sid = f"s{uuid.uuid4().hex[:8]}"
+
+        @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(
+            texts=st.lists(st.lists(st.sampled_from(words), max_size=6), min_size=1, max_size=40),
+            query=st.lists(st.sampled_from((*words, "missing")), min_size=1, max_size=4),
+            chosen=st.sets(st.integers(0, 45)),
+        )
+        def check(texts: list[list[str]], query: list[str], chosen: set[int]) -> None:
+            store.delete_session(sid)
+            store.append(sid, [MemoryItem(step=i, text=" ".join(t)) for i, t in enumerate(texts)])
+            seqs = [row.seq for row in store.records(sid)]
+            terms = Tokenizer()(" ".join(query))
+            picked = [*sorted(seqs[i] for i in chosen if i < len(seqs)), 10**9]
+            every = store.backend.keyword_top(sid, terms, len(seqs) + 1)
+            assert every is not None
+            want = [(score, seq) for score, seq in every if seq in picked]
+            assert store.backend.keyword_among(sid, terms, picked) == want
+
+        check()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_rare_keyword_filter_ranks_the_session_once_and_scores_the_rows_that_may_pass(
+    kind: str, durable_url: Any
+) -> None:
+    """A keyword store search with a filter 8 of 2,000 rows pass asks one ranking, then scores those 8 rows only, and gives Memory.search's hits and scores."""
+    session = [
+        {"step": i, "agent": "reviewer" if i % 250 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(2000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        backend = store.backend
+        rankings: list[int] = []
+        scored: list[int] = []
+        top, among = backend.keyword_top, backend.keyword_among
+
+        def counted_top(sid: str, terms: Any, k: int) -> Any:
+            rankings.append(k)
+            return top(sid, terms, k)
+
+        def counted_among(sid: str, terms: Any, seqs: Any) -> Any:
+            scored.extend(seqs)
+            return among(sid, terms, seqs)
+
+        # The real backend's calls, counted on the way through.
+        backend.keyword_top = counted_top  # type: ignore[method-assign]
+        backend.keyword_among = counted_among  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, where=where)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, where=where)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert len(rankings) == 1
+    assert len(scored) == 8
+
+
+def test_a_rare_filter_on_a_dotted_path_is_asked_only_of_the_items_that_may_pass() -> None:
+    """In RAM, a filter on a dotted path that 9 of 2,000 items pass is asked of those 9 and of the hits, and keeps the model's hits, also after changes."""
+    from agents.memory.search import search_index
+
+    memory = Memory(
+        MemoryItem(step=i, meta={"owner": "reviewer" if i % 250 == 0 else "host"}, text="alpha")
+        for i in range(2000)
+    )
+    memory[1]["meta.owner"] = "reviewer"  # a field of the whole dotted name is read first
+    index = search_index(memory)
+    for where in ({"meta.owner": "reviewer"}, {"meta.owner": {"$in": ["reviewer"]}}):
+        everything = memory.search("alpha", len(memory))
+        before = index.filter_tests
+        hits = memory.search("alpha", 5, where=where)
+        want = [h for h in everything if model(h.item.to_dict(), where)][:5]
+        assert [(h.item["step"], h.score) for h in hits] == [
+            (h.item["step"], h.score) for h in want
+        ]
+        assert index.filter_tests - before <= 9 + 5
+        memory[0]["meta"] = {"owner": "host"}  # a change reaches the filed values
+        memory[250]["meta"] = "reviewer"  # no dict on the way: the path holds nothing
+
+
+def test_sql_narrowing_by_text_keeps_rows_that_spell_a_string_another_way(tmp_path: Any) -> None:
+    """SQLite skips unparsed the rows whose text lacks a filter's string, yet keeps the rows that spell it with escapes, as Memory.search does."""
+    import sqlite3
+
+    session: list[dict[str, Any]] = [
+        {"step": i, "agent": "host", "text": "alpha"} for i in range(200)
+    ]
+    session[20]["agent"] = ("reviewer",)  # tagged by the codec: judged in SQL as before
+    session[40]["agent"] = "reviewer"
+    session[60]["meta"] = {"owner": "reviewer/a"}
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        seqs = [row.seq for row in store.records("s")]
+    with sqlite3.connect(tmp_path / "store.db") as con:  # rows another writer spelled with escapes
+        for step, old, new in ((80, '"host"', '"revi\\u0065wer"'), (60, "r/a", "r\\/a")):
+            con.execute(
+                "UPDATE kvmemory_items SET data = CAST(replace(CAST(data AS TEXT), ?, ?) AS BLOB)"
+                " WHERE seq = ?",
+                (old, new, seqs[step]),
+            )
+    with open_store(url) as store:
+        items = {row.seq: row.item for row in store.records("s", on_unknown_class="base")}
+        memory = Memory(items[seq] for seq in seqs)
+        for where in (
+            {"agent": "reviewer"},
+            {"agent": {"$in": ["reviewer", "nobody"]}},
+            {"meta.owner": "reviewer/a"},
+            {"$or": [{"agent": "reviewer"}, {"meta.owner": "reviewer/a"}]},
+        ):
+            keep = store.backend.filter_candidates("s", Filter(where).tree)
+            assert keep is not None
+            passing = {seq for seq in seqs if Filter(where)(items[seq])}
+            assert passing <= keep, where
+            assert len(keep) <= len(passing) + 2, where  # and the rows it cannot judge
+            got = [h.item["step"] for h in store.search("s", "alpha", 5, where=where)]
+            assert got == [h.item["step"] for h in memory.search("alpha", 5, where=where)]

@@ -51,6 +51,7 @@ __all__ = [
     "FilterNode",
     "Predicate",
     "Where",
+    "value_at",
 ]
 
 Where: TypeAlias = Mapping[str, Any] | Callable[[MemoryItem], bool]
@@ -341,20 +342,31 @@ def _field(name: str, condition: Any, place: str) -> tuple[_Test, FilterNode]:
             return value_test(item.get_value(name, NOTHING))
 
         return test, node
-    path = name.split(".")
 
     def nested(item: MemoryItem) -> bool:
-        value = item.get_value(name, NOTHING)
-        if value is NOTHING:
-            value = item.get_value(path[0], NOTHING)
-            for part in path[1:]:
-                if not isinstance(value, Mapping):
-                    value = NOTHING
-                    break
-                value = value.get(part, NOTHING)
-        return value_test(value)
+        return value_test(value_at(item, name))
 
     return nested, node
+
+
+def value_at(item: MemoryItem, name: str) -> Any:
+    """Return the value a filter reads for the field ``name`` of ``item``, or ``NOTHING`` if it holds none.
+
+    A name without dots is the field itself. A dotted name is the field of
+    that whole name if the item holds one, else a path into nested dicts,
+    one key per dotted part (a value on the way that is no dict leaves it
+    missing).
+    """
+    value = item.get_value(name, NOTHING)
+    if value is not NOTHING or "." not in name:
+        return value
+    path = name.split(".")
+    value = item.get_value(path[0], NOTHING)
+    for part in path[1:]:
+        if not isinstance(value, Mapping):
+            return NOTHING
+        value = value.get(part, NOTHING)
+    return value
 
 
 def _operators(label: str, condition: Mapping[Any, Any]) -> _ValueTest:

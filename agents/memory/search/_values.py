@@ -6,9 +6,11 @@ value; :func:`candidates` reads a parsed filter (``Filter.tree``) and
 returns the keys of the items that *may* pass it, or ``None`` where it
 cannot tell. It is sound, never exact by design: an item left out cannot
 pass; the items kept are still asked with the compiled filter. It can tell
-for conditions on a field named without dots: ``$eq``, ``$in``, ranges and
-``$gt``/``$gte``/``$lt``/``$lte``, combined by ``$and`` and ``$or``;
-``$ne``, ``$nin``, dotted names and functions are left to the filter.
+for conditions on a field (or a dotted path into nested dicts, read as the
+filter reads it: :func:`~agents.memory._filter.value_at`): ``$eq``,
+``$in``, ranges and ``$gt``/``$gte``/``$lt``/``$lte``, combined by
+``$and`` and ``$or``; ``$ne``, ``$nin`` and functions are left to the
+filter.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode
+from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode, value_at
 from agents.memory._item import NOTHING, MemoryItem
 
 __all__ = ["FieldValues", "FiledValues", "candidates"]
@@ -100,8 +102,8 @@ def candidates(tree: FilterNode, values: Callable[[str], FieldValues | None]) ->
 
     Args:
         tree: The parsed filter (``Filter.tree``).
-        values: Returns the values of a field by item (made on first use),
-            or ``None`` for a field it does not file (a dotted name).
+        values: Returns the values of a field (or dotted path) by item
+            (made on first use), or ``None`` for a field it does not file.
     """
     if isinstance(tree, Condition):
         return _condition(tree, values)
@@ -154,7 +156,7 @@ class FiledValues:
     def add(self, key: int, item: MemoryItem) -> None:
         """File the values of an item (re)indexed (its old ones dropped before)."""
         for name, values in self.fields.items():
-            values.add(key, item.get_value(name, NOTHING))
+            values.add(key, value_at(item, name))
 
     def drop(self, key: int) -> None:
         """Forget an item's values."""
@@ -178,13 +180,11 @@ class FiledValues:
         """Return the keys of the ``indexed`` items that may pass ``tree`` (see :func:`candidates`); ``None`` if it cannot tell."""
 
         def values(name: str) -> FieldValues | None:
-            if "." in name:
-                return None
             found = self.fields.pop(name, None)
             if found is None:
                 found = FieldValues()
                 for key in indexed:
-                    found.add(key, items[key].get_value(name, NOTHING))
+                    found.add(key, value_at(items[key], name))
                 if len(self.fields) >= _FIELDS:
                     del self.fields[next(iter(self.fields))]  # the least recently used
             self.fields[name] = found  # last: the most recently used

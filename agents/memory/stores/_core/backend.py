@@ -402,6 +402,23 @@ class Backend:
         """
         return None
 
+    def keyword_among(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> list[tuple[float, int]] | None:
+        """Return ``(score, seq)`` by BM25 of the rows among ``seqs`` that hold a query term, best first (ties by seq), or ``None``.
+
+        The scores are those :meth:`keyword_top` gives the same rows: the
+        statistics (item count, average length, each term's document
+        frequency) are the whole session's, not those of ``seqs``. A seq
+        the session does not hold, or whose row holds no query term, is
+        left out. A filtered keyword search asks this with the rows that
+        may pass a rare filter (:meth:`filter_candidates`) rather than
+        ranking the whole session ever deeper. ``None`` (the default, and
+        whenever the backend cannot answer from one consistent snapshot):
+        the store ranks the session with :meth:`keyword_top` instead.
+        """
+        return None
+
     # -- optional: narrowing a filtered search ------------------------------------------
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:

@@ -562,6 +562,16 @@ class PostgresBackend(SQLRows, Backend):
             return []
         return self._keyword.top(session_id, terms, k)
 
+    def keyword_among(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> list[tuple[float, int]] | None:
+        """Score some rows of the session by BM25 with the session's statistics, in one statement (``None``: older tables read-only)."""
+        if not self._indexed:
+            return None
+        if self.no_tables:
+            return []
+        return self._keyword.among(session_id, terms, seqs)
+
     def keyword_top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int
     ) -> list[tuple[float, str, int]] | None:

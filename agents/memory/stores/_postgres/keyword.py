@@ -366,6 +366,29 @@ SELECT * FROM (
 """
 
 
+# The rows a rare filter may keep, with what BM25 needs to score them as _score_sql does:
+# the session's counts and each query term's document frequency over the rows the
+# tsvector matches (a row matched only by its overflow lexeme counts if its tf holds
+# the term, as count(m.f) counts it there).
+_AMONG: Final = """
+WITH s AS (
+    SELECT n_items, n_terms FROM kvmemory_sessions
+    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+),
+d AS MATERIALIZED (
+    SELECT coalesce(jsonb_object_agg(t, n), '{}'::jsonb) AS dfs FROM (
+        SELECT q.t, count(*) AS n FROM kvmemory_items AS i
+        JOIN unnest(%(names)s::text[]) AS q(t) ON i.tf ? q.t
+        WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+        GROUP BY q.t
+    ) AS c
+)
+SELECT i.seq, i.n_terms, i.tf, s.n_items, s.n_terms, d.dfs
+FROM kvmemory_items AS i CROSS JOIN s CROSS JOIN d
+WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
+"""
+
+
 class PostgresKeywordIndex:
     """The keyword index of a PostgreSQL store's rows: what each write fills in, and BM25 over it.
 
@@ -455,6 +478,37 @@ class PostgresKeywordIndex:
             # Items tie with the k-th to rounding past the spare rows: take every one.
             rows = self._query_rows(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
         return rows
+
+    def among(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> list[tuple[float, int]]:
+        """Return ``(score, seq)`` by BM25 of the rows among ``seqs`` holding a query term, best first (ties by seq).
+
+        One statement (one snapshot) counts each query term's document
+        frequency over the session's rows the ``tsvector`` index matches, as
+        :meth:`top` counts it, and reads the counts of the rows ``seqs``
+        only; they are scored in Python as :meth:`top` scores its rows, so
+        a row's score is the same float either way.
+        """
+        sid = session_id
+        names = list(dict.fromkeys(terms))
+        query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
+        rows = self._query_rows(
+            _AMONG, {"sid": sid, "names": names, "query": query, "seqs": list(seqs)}
+        )
+        if not rows:
+            return []
+        _, _, _, n_items, total, frequencies = rows[0]
+        df = {str(term): int(count) for term, count in (frequencies or {}).items()}
+        weighted = query_weights(terms, df, int(n_items))
+        average = bm25_average_length(int(total), int(n_items))
+        scored = []
+        for seq, length, held, _, _, _ in rows:
+            tf = held or {}
+            counts = {term: int(tf[term]) for term in names if tf.get(term)}
+            if counts:
+                scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
+        return sorted(scored, key=lambda hit: (-hit[0], hit[1]))
 
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int

@@ -21,7 +21,7 @@ from agents.memory._item import MemoryItem, OnUnknownClass
 if TYPE_CHECKING:
     from agents.memory.stores._core.engine import Engine
 
-__all__ = ["ALL", "NARROW_AT", "Passing", "first_passing", "narrower", "reader", "widening"]
+__all__ = ["ALL", "FEW", "NARROW_AT", "Passing", "first_passing", "narrower", "reader", "widening"]
 
 ALL: Final = 2**62
 """A ranking length that holds every candidate of any session (for rankings scored in Python)."""
@@ -34,6 +34,9 @@ _CHUNK: Final = 64
 NARROW_AT: Final = 1024
 """Ask which rows may pass before asking for a ranking this long: reading the candidates
 one by one costs more than one pass of SQL over the session from about here on."""
+
+FEW: Final = 16
+"""A filter that at most one row in this many may pass ranks only those rows."""
 
 
 def first_passing(
@@ -87,6 +90,7 @@ def widening(
     *,
     first: int | None = None,
     narrow: Callable[[], tuple[set[int], int] | None] | None = None,
+    among: Callable[[set[int]], Sequence[tuple[int, float]] | None] | None = None,
 ) -> Passing:
     """Return the best ``k`` items that pass ``keep``, asking ``rank(limit)`` for longer rankings until they are found.
 
@@ -107,6 +111,11 @@ def widening(
             and the next ranking is as long as ``k`` of them need if they
             lie evenly in it, twice over (unless the ranking in hand holds
             them all).
+        among: Ranks only some seqs (``(seq, score)`` of those holding a
+            candidate's score, best first; ``None``: it cannot), with the
+            scores ``rank`` gives them. When given, ``narrow`` is asked as
+            soon as the first ranking falls short, and if at most one row in
+            :data:`FEW` may pass, only those are ranked and tested.
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, best first.
@@ -123,13 +132,17 @@ def widening(
             return out  # every item that may pass has been ranked and tested
         # The ranking that k passing items need at the pass rate seen so far, twice over.
         need = 2 * k * len(ranked) // max(len(out), 1) if out else 4 * k * len(ranked)
-        if narrow is not None and not asked and need >= NARROW_AT:
+        if narrow is not None and not asked and (need >= NARROW_AT or among is not None):
             asked = True
             narrowed = narrow()
             if narrowed is not None:
                 allowed, n_items = narrowed
                 if sum(seq in allowed for seq, _ in ranked) == len(allowed):
                     return first_passing(ranked, k, keep, found, read, allowed)
+                if among is not None and FEW * len(allowed) <= n_items:
+                    few = among(allowed)
+                    if few is not None:  # every row that may pass, ranked: no deeper ranking
+                        return first_passing(few, k, keep, found, read, allowed)
                 need = max(need, 2 * k * n_items // len(allowed))
         limit = min(max(4 * limit, need), ALL)
 

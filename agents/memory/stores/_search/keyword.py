@@ -17,6 +17,7 @@ from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import bm25_average_length
 from agents.memory._vectors import keyword_scale
+from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import (
     bm25_score,
@@ -88,9 +89,12 @@ class KeywordSearch:
         A ranking scored in Python (no keyword index, or ``fields``) is asked
         for every candidate at once: it decodes them all to score them
         anyway. An indexed one is asked for a few more than ``k``, then as
-        many as the pass rate seen needs; once that reaches
-        ``NARROW_AT`` the backend is asked which rows may pass
-        (``Backend.filter_candidates``) and the others are skipped unread.
+        many as the pass rate seen needs. When that first ranking falls
+        short, the backend is asked which rows may pass
+        (``Backend.filter_candidates``): if at most one in ``FEW`` may,
+        only those rows are scored (``Backend.keyword_among``, with the
+        whole session's statistics); otherwise the others are skipped
+        unread as the ranking widens.
         """
         found: dict[int, MemoryItem] = {}
 
@@ -99,6 +103,11 @@ class KeywordSearch:
                 best, items = self.top(sid, terms, fields, limit, on_unknown_class)
             found.update(items)
             return [(seq, score) for score, seq in best]
+
+        def among(seqs: set[int]) -> list[tuple[int, float]] | None:
+            with self._engine.errors("search", sid):
+                scored = self._engine.backend.keyword_among(sid, terms, sorted(seqs))
+            return None if scored is None else [(seq, score) for score, seq in scored]
 
         engine = self._engine
         python_ranked = fields is not None or not engine.backend.keyword_index
@@ -112,6 +121,7 @@ class KeywordSearch:
             # ranking usually settles a filter most items pass.
             first=ALL if python_ranked else max(4 * k, 64),
             narrow=narrower(engine, sid, keep),
+            among=among if not python_ranked and _answers_among(engine.backend) else None,
         )
 
     def top(
@@ -167,3 +177,8 @@ class KeywordSearch:
             seq: bm25_score(counts, length, weighted, average) for seq, length, counts in matches
         }
         return scores, keyword_scale(n_items), found
+
+
+def _answers_among(backend: Backend) -> bool:
+    """Return whether the backend scores chosen rows (overrides :meth:`Backend.keyword_among`)."""
+    return type(backend).keyword_among is not Backend.keyword_among

@@ -40,6 +40,7 @@ from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
 from agents.memory.stores._search.filtering import (
     ALL,
+    FEW,
     first_passing,
     narrower,
     reader,
@@ -47,10 +48,7 @@ from agents.memory.stores._search.filtering import (
 )
 from agents.memory.stores._search.keyword import KeywordSearch
 
-__all__ = ["FEW", "VectorSearch", "check_embedder"]
-
-FEW: Final = 16
-"""A filter that at most one row in this many may pass ranks only those rows (semantic search)."""
+__all__ = ["VectorSearch", "check_embedder"]
 
 
 def _run_ends(keys: Sequence[int]) -> list[int]:

@@ -48,8 +48,18 @@ _SQLITE_ROWS: Final = (
     " CASE WHEN instr(d, '\"$kv\"') = 0 AND instr(d, char(92)) = 0"
     " OR json_type(d, '$.\"$kv\"') IS NULL THEN d"
     " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq, CAST(data AS TEXT) AS d"
-    " FROM kvmemory_items WHERE session_id = ?) LIMIT -1 OFFSET 0) WHERE "
+    " FROM kvmemory_items WHERE session_id = ?{guard}) LIMIT -1 OFFSET 0) WHERE "
 )
+# A row that holds a string equal to a filter's operand (one without a quote, backslash
+# or control character) holds it quoted as it reads, unless a writer spelled one of its
+# characters with "\u" (or "/" as "\/"), or the value is one the codec tagged (the row
+# then holds "$kv"): such rows are judged as before; the others are not parsed at all.
+# Bytes are searched in the stored bytes, with no cast.
+_GUARDED: Final = (
+    " AND (instr(data, X'5C75') > 0 OR instr(data, X'22246B7622') > 0{slash} OR {texts})"
+)
+_SLASH: Final = " OR instr(data, X'5C2F') > 0"
+_PLAIN: Final = frozenset(map(chr, range(0x20))) | {'"', "\\"}
 _POSTGRES_ROWS: Final = (
     "SELECT seq FROM (SELECT seq, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
     " THEN doc -> 'fields' ELSE doc END AS f FROM kvmemory_items WHERE session_id = %s) AS r"
@@ -161,10 +171,48 @@ def candidates_query(
     when the condition would keep every row (nothing to gain from asking).
     """
     writer = _Writer(postgres, [session_id])
+    guard = None if postgres else _texts(writer, tree)
     sql = _maybe(writer, tree)
     if sql is None:
         return None
-    return (_POSTGRES_ROWS if postgres else _SQLITE_ROWS) + f"({sql})", writer.params
+    if postgres:
+        return _POSTGRES_ROWS + f"({sql})", writer.params
+    if guard is not None:
+        slash = (
+            _SLASH
+            if any(b"/" in value for value in writer.params if isinstance(value, bytes))
+            else ""
+        )
+        guard = _GUARDED.format(slash=slash, texts=guard)
+    rows = _SQLITE_ROWS.format(guard=guard or "")
+    return rows + f"({sql})", writer.params
+
+
+def _texts(w: _Writer, node: FilterNode) -> str | None:
+    """SQLite: a condition on the stored bytes that every row where ``node`` holds meets, unless it holds a backslash or ``"$kv"``.
+
+    ``None`` when there is none (a filter that does not ask a field for a
+    string, or for one of some strings, on every branch).
+    """
+    if isinstance(node, AllOf):
+        parts = [sql for sql in (_texts(w, part) for part in node.parts) if sql is not None]
+        return " AND ".join(f"({sql})" for sql in parts) if parts else None
+    if isinstance(node, AnyOf):
+        mark = len(w.params)
+        parts = []
+        for part in node.parts:
+            sql = _texts(w, part)
+            if sql is None:
+                del w.params[mark:]
+                return None
+            parts.append(sql)
+        return " OR ".join(f"({sql})" for sql in parts)
+    if not isinstance(node, Condition):
+        return None
+    wanted = [node.operand] if node.op == "$eq" else node.operand if node.op == "$in" else None
+    if not wanted or not all(type(x) is str and _PLAIN.isdisjoint(x) for x in wanted):
+        return None
+    return " OR ".join(f"instr(data, {w.p(_quoted(x).encode())}) > 0" for x in wanted)
 
 
 def _maybe(w: _Writer, node: FilterNode) -> str | None:

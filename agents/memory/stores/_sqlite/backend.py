@@ -401,6 +401,12 @@ class SQLiteBackend(SQLRows, Backend):
         """Score the session by BM25 from the FTS5 index (``None``: an older file read-only, scanned by the store)."""
         return self._keywords.top(session_id, terms, k)
 
+    def keyword_among(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> list[tuple[float, int]] | None:
+        """Score some rows of the session by BM25 with the session's statistics (``None``: rows not folded yet, or an older file read-only)."""
+        return self._keywords.among(session_id, terms, seqs)
+
     def keyword_top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int
     ) -> list[tuple[float, str, int]] | None:

@@ -31,7 +31,7 @@ from agents.memory.stores._sqlite.schema import (
     THROUGH,
     build_keyword_index,
 )
-from agents.memory.stores._sqlite.scorer import FTSScorer
+from agents.memory.stores._sqlite.scorer import FTSScorer, score_rows
 
 __all__ = ["KeywordFold", "SQLiteKeywordIndex"]
 
@@ -140,6 +140,80 @@ class SQLiteKeywordIndex:
             raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
         except sqlite3.DatabaseError as exc:
             raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+
+    def among(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> list[tuple[float, int]] | None:
+        """Return ``(score, seq)`` by BM25 of the rows among ``seqs`` holding a query term, best first (ties by seq).
+
+        Scored from the terms each row keeps, with the session's counts and
+        each term's document frequency from the FTS5 postings, as
+        :meth:`top` scores them. ``None`` while some rows of the store are
+        not folded into the FTS table (their terms are in no posting; the
+        store then ranks with :meth:`top`), and for an older file opened
+        read-only.
+
+        Raises:
+            CorruptStoreError: if the index is damaged or missing.
+            sqlite3.OperationalError: if the file is locked or busy.
+        """
+        if not self.file.keyword_indexed:
+            return None
+        if self.file.no_tables:
+            return []
+        sid = session_id
+        try:
+            with self.file.lock:
+                self.file.follow_writers()
+                if not self.file.folds:
+                    return self._indexed_among(sid, terms, seqs)
+                self.fold_pending()
+                con = self.file.connection
+                for _ in range(_SNAPSHOT_TRIES):
+                    (version,) = con.execute("PRAGMA data_version").fetchone()
+                    if con.execute(_ANY_PENDING).fetchone()[0]:
+                        return None
+                    scored = self._indexed_among(sid, terms, seqs)
+                    if con.execute("PRAGMA data_version").fetchone()[0] == version:
+                        return scored
+                return None
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+
+    def _indexed_among(
+        self, sid: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> list[tuple[float, int]]:
+        """Score the rows ``seqs`` of a session from the terms they keep, in one read transaction (every row folded)."""
+        con = self.file.connection
+        con.execute("BEGIN")
+        try:
+            stats = con.execute(_STATISTICS, (sid,)).fetchone()
+            if stats is None or stats[1] <= 0:
+                return []
+            key, n_items, total, _ = stats
+            names = {f"{key}{MARK}{term}": term for term in dict.fromkeys(terms)}
+            df = {
+                names[name]: int(docs)
+                for name, docs in con.execute(
+                    "SELECT term, doc FROM kvmemory_fts_row"
+                    " WHERE term IN (SELECT value FROM json_each(?))",
+                    (SQLITE.bind_list(list(names)),),
+                )
+            }
+            if not df:
+                return []
+            rows = con.execute(
+                "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ?"
+                " AND seq IN (SELECT value FROM json_each(?))",
+                (sid, SQLITE.bind_list(list(seqs))),
+            ).fetchall()
+        finally:
+            con.execute("COMMIT")
+        return score_rows(rows, terms, df, int(n_items), int(total))
 
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int

@@ -21,7 +21,7 @@ from agents.memory.stores._core.terms import bm25_score, query_weights
 from agents.memory.stores._sql.dialect import SQLITE
 from agents.memory.stores._sqlite.schema import MARK
 
-__all__ = ["FTSScorer"]
+__all__ = ["FTSScorer", "score_rows"]
 
 
 class FTSScorer:
@@ -348,6 +348,39 @@ class FTSScorer:
                 raise sqlite3.DatabaseError(msg)
             scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
         return self._first(k, scored)
+
+
+def score_rows(
+    rows: Sequence[tuple[int, int, str]],
+    terms: Sequence[str],
+    df: dict[str, int],
+    n_items: int,
+    total: int,
+) -> list[tuple[float, int]]:
+    """Return ``(score, seq)`` of the rows holding a query term, best first (ties by seq), from the terms they keep.
+
+    Args:
+        rows: ``(seq, n_terms, terms)`` as ``kvmemory_items`` keeps them
+            (``terms``: the row's terms joined by spaces, repeats kept).
+        terms: The query's terms, with repeats.
+        df: Each query term's document frequency in the session (terms no
+            item holds may be left out).
+        n_items: The session's item count.
+        total: The session's term count.
+
+    Returns:
+        The scores :class:`FTSScorer` gives the same rows (the same sums, in
+        the same order, of the same weights).
+    """
+    weighted = query_weights(terms, df, n_items)
+    average = bm25_average_length(total, n_items)
+    scored = []
+    for seq, length, text in rows:
+        held = Counter(text.split(" "))
+        counts = {term: held[term] for term in df if term in held}
+        if counts:
+            scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
+    return sorted(scored, key=_best_first)
 
 
 _Row = tuple[int, float, int, dict[str, int]]
