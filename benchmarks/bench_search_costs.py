@@ -371,10 +371,13 @@ def main() -> None:
     parser.add_argument("--sections", default="parts,filters,first")
     parser.add_argument("--modes", default="keyword,semantic,hybrid")
     parser.add_argument("--filters", default=",".join(RARE), help="of: " + ", ".join(RARE))
+    parser.add_argument("--queries", type=int, default=len(QUERIES), help="the first N queries")
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--stores", default="memory,sqlite,jsonl,postgres", help="'' for RAM only")
     args = parser.parse_args()
     sections = args.sections.split(",")
+    global QUERIES
+    QUERIES = QUERIES[: args.queries]
     print(f"kvmemory search costs: {args.items} steps, {args.runs} runs; load {load()}")
     rows = steps(args.items)
     with tempfile.TemporaryDirectory() as folder, stores(folder, args.postgres) as every:

@@ -1381,6 +1381,19 @@ class StoreContract:
         with make_store(read_only=True) as reopened:
             assert_ranks_as_memory(reopened, "s")
 
+    def test_keyword_among_scores_chosen_rows_as_keyword_top_does(self, store: Store) -> None:
+        """A backend that answers keyword_among gives chosen rows the (score, seq) keyword_top gives them, in its order."""
+        store.append("s", ranking_corpus())
+        seqs = [record.seq for record in store.records("s")]
+        chosen = [*seqs[::3], max(seqs) + 1000]  # and a seq the session does not hold
+        backend = store.backend
+        for terms in (["file"], ["the", "file", "file"], ["missing"]):
+            among = backend.keyword_among("s", terms, chosen)
+            every = backend.keyword_top("s", terms, len(seqs))
+            if among is None or every is None:
+                continue  # the store ranks with keyword_top, or scores the session itself
+            assert among == [(score, seq) for score, seq in every if seq in chosen], terms
+
     # -- search across sessions ------------------------------------------------------------
 
     def test_search_sessions_scores_equal_memory_search_over_the_union(self, store: Store) -> None:
