@@ -371,7 +371,7 @@ def main() -> None:
     parser.add_argument("--sections", default="parts,filters,first")
     parser.add_argument("--modes", default="keyword,semantic,hybrid")
     parser.add_argument("--filters", default=",".join(RARE), help="of: " + ", ".join(RARE))
-    parser.add_argument("--queries", type=int, default=len(QUERIES), help="the first N queries")
+    parser.add_argument("--queries", type=int, default=5, help="the first N queries (of 5)")
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--stores", default="memory,sqlite,jsonl,postgres", help="'' for RAM only")
     args = parser.parse_args()
