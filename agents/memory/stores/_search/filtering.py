@@ -114,8 +114,9 @@ def widening(
         among: Ranks only some seqs (``(seq, score)`` of those holding a
             candidate's score, best first; ``None``: it cannot), with the
             scores ``rank`` gives them. When given, ``narrow`` is asked as
-            soon as the first ranking falls short, and if at most one row in
-            :data:`FEW` may pass, only those are ranked and tested.
+            soon as a ranking falls short with at most one in :data:`FEW` of
+            its items passing, and if at most one row in :data:`FEW` may
+            pass, only those are ranked and tested.
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, best first.
@@ -132,7 +133,9 @@ def widening(
             return out  # every item that may pass has been ranked and tested
         # The ranking that k passing items need at the pass rate seen so far, twice over.
         need = 2 * k * len(ranked) // max(len(out), 1) if out else 4 * k * len(ranked)
-        if narrow is not None and not asked and (need >= NARROW_AT or among is not None):
+        # With ``among``, a pass rate of one in FEW or less is rare enough to ask at once.
+        rare = among is not None and FEW * len(out) <= len(ranked)
+        if narrow is not None and not asked and (need >= NARROW_AT or rare):
             asked = True
             narrowed = narrow()
             if narrowed is not None:

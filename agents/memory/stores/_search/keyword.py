@@ -89,8 +89,9 @@ class KeywordSearch:
         A ranking scored in Python (no keyword index, or ``fields``) is asked
         for every candidate at once: it decodes them all to score them
         anyway. An indexed one is asked for a few more than ``k``, then as
-        many as the pass rate seen needs. When that first ranking falls
-        short, the backend is asked which rows may pass
+        many as the pass rate seen needs. When a ranking falls short with
+        at most one in ``FEW`` of its items passing, the backend is asked
+        which rows may pass
         (``Backend.filter_candidates``): if at most one in ``FEW`` may,
         only those rows are scored (``Backend.keyword_among``, with the
         whole session's statistics); otherwise the others are skipped
