@@ -385,10 +385,11 @@ def main() -> None:
         if "filters" in sections:
             modes = args.modes.split(",")
             kinds = args.filters.split(",")
-            print_filters(
-                [filters_run(rows, urls, args.repeat, modes, kinds) for _ in range(args.runs)],
-                kinds,
-            )
+            runs: list[dict[str, float]] = []
+            for _ in range(args.runs):  # the table so far after each run, for a long one
+                runs.append(filters_run(rows, urls, args.repeat, modes, kinds))
+                print_filters(runs, kinds)
+                sys.stdout.flush()
         if "first" in sections:
             many = steps(args.first_items)
             print_first([first_run(many, urls) for _ in range(args.runs)])
