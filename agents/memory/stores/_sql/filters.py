@@ -60,10 +60,12 @@ _GUARDED: Final = (
 )
 _SLASH: Final = " OR instr(data, X'5C2F') > 0"
 _PLAIN: Final = frozenset(map(chr, range(0x20))) | {'"', "\\"}
+# PostgreSQL decompresses a stored JSONB value anew at each operator that reads it:
+# "doc || '{}'" in a subquery kept apart by OFFSET 0 reads each row's copy once.
 _POSTGRES_ROWS: Final = (
     "SELECT seq FROM (SELECT seq, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
-    " THEN doc -> 'fields' ELSE doc END AS f FROM kvmemory_items WHERE session_id = %s) AS r"
-    " WHERE "
+    " THEN doc -> 'fields' ELSE doc END AS f FROM (SELECT seq, doc || '{}'::jsonb AS doc"
+    " FROM kvmemory_items WHERE session_id = %s OFFSET 0) AS plain OFFSET 0) AS r WHERE "
 )
 
 _SAFE_INT: Final = 2**53
