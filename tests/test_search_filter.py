@@ -963,3 +963,27 @@ def test_sql_narrowing_by_text_keeps_rows_that_spell_a_string_another_way(tmp_pa
             assert len(keep) <= len(passing) + 2, where  # and the rows it cannot judge
             got = [h.item["step"] for h in store.search("s", "alpha", 5, where=where)]
             assert got == [h.item["step"] for h in memory.search("alpha", 5, where=where)]
+
+
+def test_a_rare_numeric_range_is_asked_only_of_the_items_that_may_pass() -> None:
+    """In RAM, {"$gte": a, "$lt": b} on a float field that 1 item in 100 holds is asked of those items and the hits, and keeps the model's hits."""
+    import random
+
+    from agents.memory.search import search_index
+
+    rng = random.Random(7)
+    memory = Memory(MemoryItem(step=i, weight=rng.random(), text="alpha") for i in range(3000))
+    memory[5]["weight"] = "0.255"  # a string is never in a numeric span
+    memory[6]["weight"] = float("nan")
+    index = search_index(memory)
+    everything = memory.search("alpha", len(memory))
+    for where in (
+        {"weight": {"$gte": 0.25, "$lt": 0.26}},
+        {"$and": [{"weight": {"$gt": 0.5}}, {"weight": {"$lte": 0.51}}]},
+        {"step": range(2990, 3100)},
+    ):
+        before = index.filter_tests
+        hits = memory.search("alpha", 5, where=where)
+        want = [h for h in everything if model(h.item.to_dict(), where)][:5]
+        assert [h.item["step"] for h in hits] == [h.item["step"] for h in want], where
+        assert index.filter_tests - before <= 60, where

@@ -15,6 +15,8 @@ filter.
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -42,12 +44,13 @@ class FieldValues:
     keeps (the filter then decides).
     """
 
-    __slots__ = ("by_value", "other", "value_of")
+    __slots__ = ("by_value", "numbers", "other", "value_of")
 
     def __init__(self) -> None:
         self.by_value: dict[Any, set[int]] = {}
         self.value_of: dict[int, Any] = {}
         self.other: set[int] = set()
+        self.numbers: list[Any] | None = None  # the distinct numbers, sorted when a range asks
 
     def add(self, key: int, value: Any) -> None:
         """File the item's value (``NOTHING``: it has no such field); call :meth:`drop` first for an item filed before."""
@@ -58,6 +61,7 @@ class FieldValues:
             held = self.by_value.get(value)
             if held is None:
                 self.by_value[value] = {key}
+                self.numbers = None
             else:
                 held.add(key)
         else:
@@ -71,6 +75,7 @@ class FieldValues:
             held.discard(key)
             if not held:
                 del self.by_value[value]
+                self.numbers = None
         else:
             self.other.discard(key)
 
@@ -83,6 +88,23 @@ class FieldValues:
             # Python's equality is wider than the filter's (True == 1 == 1.0): a superset.
             out |= self.by_value.get(operand, set())
         return out
+
+    def between(self, low: float, high: float) -> set[int]:
+        """Return the items whose value may be a number from ``low`` to ``high`` (bounds included).
+
+        The distinct numbers are sorted once (again after a value comes or
+        goes) and the span is found by bisection; NaN, which no bound
+        holds, is left out, and the :attr:`other` items are kept.
+        """
+        numbers = self.numbers
+        if numbers is None:
+            numbers = self.numbers = sorted(
+                value
+                for value in self.by_value
+                if type(value) in (int, float, bool) and value == value
+            )
+        span = numbers[bisect.bisect_left(numbers, low) : bisect.bisect_right(numbers, high)]
+        return set(self.other).union(*(self.by_value[value] for value in span))
 
     def ordered(self, test: Callable[[Any], bool]) -> set[int]:
         """Return the items whose value passes ``test`` (a value it cannot compare is kept)."""
@@ -108,7 +130,19 @@ def candidates(tree: FilterNode, values: Callable[[str], FieldValues | None]) ->
     if isinstance(tree, Condition):
         return _condition(tree, values)
     if isinstance(tree, AllOf):
-        found = [candidates(part, values) for part in tree.parts]
+        # Bounds on one field ({"$gte": 2, "$lt": 5}) are one span, not two half-lines.
+        spans: dict[str, tuple[float, float]] = {}
+        found = []
+        for part in tree.parts:
+            bounds = _bounds(part)
+            if bounds is None:
+                found.append(candidates(part, values))
+            else:
+                low, high = spans.get(bounds[0], (-math.inf, math.inf))
+                spans[bounds[0]] = (max(low, bounds[1]), min(high, bounds[2]))
+        for name, (low, high) in spans.items():
+            field = values(name)
+            found.append(None if field is None else field.between(low, high))
         known = [part for part in found if part is not None]
         if not known:
             return None
@@ -124,6 +158,25 @@ def candidates(tree: FilterNode, values: Callable[[str], FieldValues | None]) ->
     return None  # a function of the item
 
 
+def _bounds(node: FilterNode) -> tuple[str, float, float] | None:
+    """Return ``(field, low, high)`` of a condition that holds numbers from ``low`` to ``high`` only (bounds kept), else ``None``."""
+    if not isinstance(node, Condition):
+        return None
+    op, operand = node.op, node.operand
+    if op == "range":
+        if not operand:
+            return None
+        # Only numbers are in a range (2.0 is, 2.5 and "2" are not): those from one end to the other.
+        ends = (operand[0], operand[-1])  # a range's ends, without walking it
+        return node.field, min(ends), max(ends)
+    if op not in _ORDER or type(operand) not in (int, float) or math.isnan(operand):
+        return None
+    # A number is ordered against numbers only (the filter's rule): a span of them.
+    if op in ("$gt", "$gte"):
+        return node.field, operand, math.inf
+    return node.field, -math.inf, operand
+
+
 def _condition(
     condition: Condition, values: Callable[[str], FieldValues | None]
 ) -> set[int] | None:
@@ -137,8 +190,11 @@ def _condition(
         return field.equal([operand])
     if op == "$in":
         return field.equal(operand)
+    bounds = _bounds(condition)
+    if bounds is not None:
+        return field.between(bounds[1], bounds[2])
     if op == "range":
-        return field.ordered(lambda value: value in operand)
+        return set(field.other)  # an empty range
     order = _ORDER.get(op)
     if order is None:
         return None
