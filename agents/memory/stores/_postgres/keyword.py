@@ -369,19 +369,20 @@ SELECT * FROM (
 # The rows a rare filter may keep, with what BM25 needs to score them as _score_sql does:
 # the session's counts and each query term's document frequency over the rows the
 # tsvector matches (a row matched only by its overflow lexeme counts if its tf holds
-# the term, as count(m.f) counts it there).
-_AMONG: Final = """
+# the term, as count(m.f) counts it there), in one pass, each row's counts read once
+# (see _score_sql).
+def _among_sql(n_terms: int) -> str:
+    """Return the query for the rows ``seqs`` with the session's counts and each of ``n_terms`` terms' document frequency."""
+    frequencies = ", ".join(f"count(*) FILTER (WHERE c.tf ? %(t{j})s)" for j in range(n_terms))
+    return f"""
 WITH s AS (
     SELECT n_items, n_terms FROM kvmemory_sessions
     WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
 ),
 d AS MATERIALIZED (
-    SELECT coalesce(jsonb_object_agg(t, n), '{}'::jsonb) AS dfs FROM (
-        SELECT q.t, count(*) AS n FROM kvmemory_items AS i
-        JOIN unnest(%(names)s::text[]) AS q(t) ON i.tf ? q.t
-        WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
-        GROUP BY q.t
-    ) AS c
+    SELECT ARRAY[{frequencies}]::bigint[] AS dfs
+    FROM kvmemory_items AS i CROSS JOIN LATERAL (SELECT i.tf || '{{}}'::jsonb AS tf OFFSET 0) AS c
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
 )
 SELECT i.seq, i.n_terms, i.tf, s.n_items, s.n_terms, d.dfs
 FROM kvmemory_items AS i CROSS JOIN s CROSS JOIN d
@@ -481,25 +482,29 @@ class PostgresKeywordIndex:
 
     def among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
-    ) -> list[tuple[float, int]]:
+    ) -> list[tuple[float, int]] | None:
         """Return ``(score, seq)`` by BM25 of the rows among ``seqs`` holding a query term, best first (ties by seq).
 
         One statement (one snapshot) counts each query term's document
         frequency over the session's rows the ``tsvector`` index matches, as
         :meth:`top` counts it, and reads the counts of the rows ``seqs``
         only; they are scored in Python as :meth:`top` scores its rows, so
-        a row's score is the same float either way.
+        a row's score is the same float either way. ``None`` for a query of
+        more distinct terms than :data:`_COLUMN_TERMS` (the store then ranks
+        with :meth:`top`).
         """
         sid = session_id
         names = list(dict.fromkeys(terms))
+        if len(names) > _COLUMN_TERMS:
+            return None  # a column per term would pass PostgreSQL's limits: top ranks
         query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
-        rows = self._query_rows(
-            _AMONG, {"sid": sid, "names": names, "query": query, "seqs": list(seqs)}
-        )
+        params: dict[str, Any] = {"sid": sid, "query": query, "seqs": list(seqs)}
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        rows = self._query_rows(_among_sql(len(names)), params)
         if not rows:
             return []
         _, _, _, n_items, total, frequencies = rows[0]
-        df = {str(term): int(count) for term, count in (frequencies or {}).items()}
+        df = {term: int(count) for term, count in zip(names, frequencies, strict=True) if count}
         weighted = query_weights(terms, df, int(n_items))
         average = bm25_average_length(int(total), int(n_items))
         scored = []
