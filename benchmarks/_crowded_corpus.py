@@ -29,7 +29,7 @@ from agents.memory.search import Tokenizer
 
 __all__ = ["make_corpus"]
 
-_OTHER = ["parcel", "spare key", "receipt", "umbrella stand", "library card", "charger"]
+_OTHER = ["shoebox", "coat hanger", "door mat", "bus pass", "lunch tin", "charger"]
 _SITES = ["errands.example", "notes.example", "tasks.example"]
 _GOALS = [
     "file the errand notes of the week on {site}",

@@ -394,11 +394,19 @@ def _page(rng: random.Random, i: int, document: str, number: int) -> dict[str, A
 
 # -- crowded agent steps ----------------------------------------------------------------
 
-_LEDGER_THINGS = ["crate", "pallet", "invoice", "spare fuse", "toolbox", "roll of tape", "mop"]
+_LEDGER_THINGS = [
+    "crate",
+    "pallet",
+    "sack of flour",
+    "spare fuse",
+    "toolbox",
+    "roll of tape",
+    "mop",
+]
 _LEDGER_SUBTASKS = [
     "log the returned goods in the {app} ledger",
     "update the ledger row of the storeroom in {app}",
-    "check the ledger entries against the delivery slip",
+    "check the ledger entries against the packing slip",
     "mark the lost property entries in the {app} ledger",
 ]
 _LEDGER_HOST = [
