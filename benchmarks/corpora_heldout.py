@@ -2,8 +2,9 @@
 
 The tuning corpora are those of benchmarks/_search_corpus.py (``--sections
 quality``) and benchmarks/_hybrid_quality.py (``--sections hybrid``). The
-families here share none of their subjects, relations, paraphrases or
-filler, and are only ever used to judge a choice made on those:
+families here share no templates with them and almost no words (a handful,
+such as "lent", "shipped" and "notebook", occur in both word lists), and
+are only ever used to judge a choice made on those:
 
 ``agent-steps``
     UFO-shaped steps of two agents (a host agent that picks applications
