@@ -42,7 +42,7 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 """BM25's document-length normalisation (Lucene's and SQLite FTS5's value)."""
 BM25_DELTA = 1.0
-"""BM25+'s lower bound: a term an item holds adds at least this much per unit of IDF, however long the item.
+"""BM25+'s lower bound: a query term an item holds adds at least ``delta / (1 + delta)`` of its IDF, however long.
 
 Lv and Zhai's BM25+ (2011) and their default value. Without it (plain BM25)
 a long item's share of a word tends to zero, so a long item holding every

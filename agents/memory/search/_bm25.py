@@ -140,9 +140,8 @@ class _Part:
         self.dl = dl
         self.impacts = impacts
         self.valid = valid  # a mask of entries still current, or None when all are
-        self.share: Any = (
-            None  # the per-entry share at unit weight less BM25_FLOOR, for parts read whole
-        )
+        # The per-entry share at unit weight less BM25_FLOOR, for parts read whole.
+        self.share: Any = None
 
     def contrib(self, weight: float, slope: float) -> Any:
         """Return each entry's share of a score for one occurrence of the term: ``bm25_term_score``'s floats."""
