@@ -29,7 +29,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from agents.memory._text import BM25_B, BM25_K1, bm25_term_score
+from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_term_score
 
 __all__ = ["QueryTerm", "Ranker", "exhaustive_top"]
 
@@ -140,7 +140,8 @@ class _Part:
         self.dl = dl
         self.impacts = impacts
         self.valid = valid  # a mask of entries still current, or None when all are
-        self.share: Any = None  # the per-entry share at unit weight, for parts read whole
+        # The per-entry share at unit weight less BM25_FLOOR, for parts read whole.
+        self.share: Any = None
 
     def contrib(self, weight: float, slope: float) -> Any:
         """Return each entry's share of a score for one occurrence of the term: ``bm25_term_score``'s floats."""
@@ -151,7 +152,7 @@ class _Part:
                 return contrib
         tf = self.tf
         # bm25_term_score's operations in its order, so the floats are the same.
-        contrib = weight * tf / (tf + _FLAT + slope * self.dl)
+        contrib = weight * (tf / (tf + _FLAT + slope * self.dl) + BM25_FLOOR)
         if impacts is not None:
             impacts.contrib = (slope, weight, contrib)
         return contrib
@@ -534,7 +535,7 @@ class Ranker:
         if impacts is None:
             tf = part.tf
             part.share = tf / (tf + _FLAT + slope * part.dl)
-            return part.share, part.rows
+            return part.share + BM25_FLOOR, part.rows
         at = impacts.heads.get(k)
         if at is None:
             at = impacts.heads[k] = np.concatenate(
@@ -544,12 +545,15 @@ class Ranker:
                 ]
             )
         tf = impacts.tf[at]
-        return tf / (tf + _FLAT + slope * impacts.dl[at]), impacts.rows[at]
+        return tf / (tf + _FLAT + slope * impacts.dl[at]) + BM25_FLOOR, impacts.rows[at]
 
     def _reaching(self, part: _Part, slope: float, need: float) -> Any:
         """Return the positions in the part of the entries whose unit-weight share is at least ``need``."""
         np = self.np
         impacts = part.impacts
+        # Every entry's share holds BM25_FLOOR: what is left of `need` is the part that
+        # grows with the count and falls with the length (`part.share`, `share` below).
+        need -= BM25_FLOOR
         if need <= 0.0:
             return np.arange(len(part.rows))
         if impacts is None:

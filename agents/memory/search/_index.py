@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
     BM25_B,
+    BM25_DELTA,
     BM25_K1,
     Tokenizer,
     bm25_average_length,
@@ -45,7 +46,7 @@ from agents.memory.search._values import FiledValues
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
 
-__all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
+__all__ = ["BM25_B", "BM25_DELTA", "BM25_K1", "SearchIndex"]
 
 
 Predicate = Callable[[MemoryItem], bool]
