@@ -2175,7 +2175,7 @@ class VectorStoreContract(StoreContract):
 
     @pytest.mark.usefixtures("numpy_installed")
     @pytest.mark.parametrize(
-        ("kind", "match"), [("shape", r"shape \(13, 3\) for 13 texts"), ("nan", "NaN")]
+        ("kind", "match"), [("shape", r"shape \(10, 3\) for 10 texts"), ("nan", "NaN")]
     )
     def test_bad_embedder_output_stores_nothing(self, store: Store, kind: str, match: str) -> None:
         """An embedder returning the wrong shape or NaN raises EmbeddingError; no vector or model is stored."""
