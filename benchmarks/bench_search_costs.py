@@ -4,9 +4,10 @@ Three tables, each a ratio against a baseline measured in the same process
 on the same data (UFO-shaped agent steps with a page text, from
 benchmarks/_search_corpus.py):
 
-* ``parts``: embedding a session and querying it (semantic and hybrid) with
-  the default ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a
-  step), in RAM and in each store;
+* ``parts``: embedding a session (each side with a fresh WordLlamaEmbedder,
+  so neither finds words the other tokenized) and querying it (semantic
+  and hybrid) with the default ``EmbedParts()`` against ``EmbedParts.WHOLE``
+  (one vector a step), in RAM and in each store that keeps vectors;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
   of the items pass against the same query unfiltered, in RAM and in each
   store;
