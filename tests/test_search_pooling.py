@@ -1,4 +1,4 @@
-"""wordllama's vectors from tokens remembered per piece (search/_pooling.py): wordllama's own, float for float."""
+"""Embedding at whole-item cost: wordllama's vectors from tokens remembered per piece (search/_pooling.py), float for float, and each distinct text embedded once (vectors_once)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import EmbedParts, WordLlamaEmbedder, search_index
+from agents.memory._vectors import TEXTS_KEPT, checked_vectors, vectors_once
+from agents.memory.search import EmbedParts, HashingEmbedder, WordLlamaEmbedder, search_index
 from agents.memory.search._pooling import MARK, TokenPooling, splits_at_spaces
 
 # Words and separators that reach every branch of the tokenizer: plain words,
@@ -173,3 +174,36 @@ def test_wordllama_embedder_ranks_as_wordllamas_own_embed() -> None:
             ]
         )
     assert ranked[0] == ranked[1]
+
+
+def test_vectors_once_embeds_each_distinct_text_once_and_keeps_a_bounded_number() -> None:
+    """vectors_once gives checked_vectors' vectors, embeds a repeated or known text once, and keeps at most TEXTS_KEPT."""
+    embedder = CountingHashing()
+    known: dict[str, Any] = {}
+    batch = ["status CONTINUE", "app WINWORD", "status CONTINUE", "step 1"]
+    got = vectors_once(embedder, batch, known)
+    assert np.array_equal(got, checked_vectors(HashingEmbedder(64), batch))
+    assert embedder.texts == 3
+    vectors_once(embedder, ["app WINWORD", "step 2"], known)
+    assert embedder.texts == 4
+    many = [f"word{n}" for n in range(TEXTS_KEPT + 10)]
+    assert np.array_equal(
+        vectors_once(embedder, many, known), checked_vectors(HashingEmbedder(64), many)
+    )
+    assert 0 < len(known) <= TEXTS_KEPT
+
+
+class CountingHashing:
+    """A HashingEmbedder(64) that counts the texts it embeds."""
+
+    name = "hashing-3gram-64"
+    dimension = 64
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder(64)
+        self.texts = 0
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        """Embed ``texts`` and count them."""
+        self.texts += len(texts)
+        return self.inner(texts)
