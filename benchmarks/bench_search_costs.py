@@ -5,9 +5,10 @@ on the same data (UFO-shaped agent steps with a page text, from
 benchmarks/_search_corpus.py):
 
 * ``parts``: embedding a session (each side with a fresh WordLlamaEmbedder,
-  so neither finds words the other tokenized) and querying it (semantic
-  and hybrid) with the default ``EmbedParts()`` against ``EmbedParts.WHOLE``
-  (one vector a step), in RAM and in each store that keeps vectors;
+  so neither finds words the other tokenized; in RAM and in each store that
+  keeps vectors) and querying it (semantic and hybrid) with the default
+  ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a step), in RAM
+  and in each store;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
   of the items pass against the same query unfiltered, in RAM and in each
   store;
@@ -121,19 +122,22 @@ def parts_run(
     rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]], repeat: int
 ) -> dict[str, float]:
     """Return one run's figures: embedding time per step and query times, parts and whole."""
+    from agents.memory.search import WordLlamaEmbedder
+
+    embedder = WordLlamaEmbedder()
+    embedder(list(QUERIES))  # loaded and warm before either side is timed
     out: dict[str, float] = {}
     for label, parts in (("whole", EmbedParts.WHOLE), ("parts", EmbedParts())):
-        # A fresh embedder for each side: none starts with the other's words tokenized.
-        embedder = fresh_embedder()
         memory = Memory([MemoryItem(**row) for row in rows])
         search_index(memory, parts=parts)
+        fresh = fresh_embedder()  # none starts with the other side's words tokenized
         start = time.perf_counter()
-        memory.index_embeddings(embedder)
+        memory.index_embeddings(fresh)
         out[f"embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
         for mode in SEMANTIC:
             out[f"RAM {mode}/{label}"] = statistics.median(
                 best_ms(
-                    lambda q=q, mode=mode, memory=memory, embedder=embedder: memory.search(
+                    lambda q=q, mode=mode, memory=memory: memory.search(
                         q, 5, mode=mode, embedder=embedder
                     ),
                     repeat,
@@ -142,36 +146,24 @@ def parts_run(
             )
     for name, url in urls:
         if name != "jsonl":  # JSONL keeps no vectors
-            out.update(_store_parts(name, url, rows, repeat))
+            out.update(_store_parts(name, url, rows, embedder, repeat))
     return out
 
 
-def fresh_embedder() -> Any:
-    """Return a new WordLlamaEmbedder, loaded and warm, with no words of the corpus tokenized yet."""
-    from agents.memory.search import WordLlamaEmbedder
-
-    embedder = WordLlamaEmbedder()
-    embedder(list(QUERIES))
-    return embedder
-
-
 def _store_parts(
-    name: str, url: str, rows: Sequence[dict[str, Any]], repeat: int
+    name: str, url: str, rows: Sequence[dict[str, Any]], embedder: Any, repeat: int
 ) -> dict[str, float]:
-    """Return a store's embedding time per step and its semantic and hybrid query times, over parts and over whole items."""
+    """Return a store's semantic and hybrid query times over parts and over whole items."""
     out: dict[str, float] = {}
     with open_store(url) as store:
         sid = f"parts-{uuid.uuid4().hex[:8]}"
         store.append(sid, [MemoryItem(**row) for row in rows])
         for label, parts in (("parts", EmbedParts()), ("whole", EmbedParts.WHOLE)):
-            embedder = fresh_embedder()
-            start = time.perf_counter()
             store.index_embeddings(sid, embedder, parts=parts)
-            out[f"{name} embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
             for mode in SEMANTIC:
                 out[f"{name} {mode}/{label}"] = statistics.median(
                     best_ms(
-                        lambda q=q, mode=mode, parts=parts, embedder=embedder: store.search(
+                        lambda q=q, mode=mode, parts=parts: store.search(
                             sid, q, 5, mode=mode, embedder=embedder, parts=parts
                         ),
                         repeat,
@@ -192,6 +184,33 @@ def print_parts(runs: Sequence[dict[str, float]]) -> None:
         ratios = [p / w for p, w in zip(parts, whole, strict=True)]
         unit = " (ms a step)" if name.endswith("embed") else ""
         print(f"{name + unit:20} {cell(parts):>16} {cell(whole):>16} {cell(ratios):>16}")
+
+
+def fresh_embedder() -> Any:
+    """Return a new WordLlamaEmbedder, loaded and warm, with no words of the corpus tokenized yet."""
+    from agents.memory.search import WordLlamaEmbedder
+
+    embedder = WordLlamaEmbedder()
+    embedder(list(QUERIES))
+    return embedder
+
+
+def embed_run(rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]]) -> dict[str, float]:
+    """Return one run's embedding time per step in each store that keeps vectors, parts and whole, each side with a fresh embedder."""
+    out: dict[str, float] = {}
+    for name, url in urls:
+        if name == "jsonl":  # JSONL keeps no vectors
+            continue
+        with open_store(url) as store:
+            sid = f"embed-{uuid.uuid4().hex[:8]}"
+            store.append(sid, [MemoryItem(**row) for row in rows])
+            for label, parts in (("parts", EmbedParts()), ("whole", EmbedParts.WHOLE)):
+                embedder = fresh_embedder()
+                start = time.perf_counter()
+                store.index_embeddings(sid, embedder, parts=parts)
+                out[f"{name} embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
+            store.delete_session(sid)
+    return out
 
 
 # -- a rare filter -----------------------------------------------------------------------------
@@ -330,6 +349,8 @@ def main() -> None:
             print_first([first_run(many, urls) for _ in range(args.runs)])
         if "parts" in sections:
             print_parts([parts_run(rows, urls, args.repeat) for _ in range(args.runs)])
+            if urls:
+                print_parts([embed_run(rows, urls) for _ in range(args.runs)])
 
 
 if __name__ == "__main__":

@@ -313,15 +313,9 @@ class Screen:
 
     def __init__(self, np: Any, matrix: Any, used: int) -> None:
         rows = matrix[:used]
-        sample = rows[:: max(1, used // 8192)].astype(np.float64)
+        sample = rows[:: max(1, used // 8192)]
         dimensions = min(SCREEN_DIMENSIONS, matrix.shape[1] // 4)
-        # The sample's main directions (its right singular vectors) are the
-        # eigenvectors of its Gram matrix with the largest eigenvalues: a
-        # dimension-by-dimension problem, some 20 times cheaper than the
-        # singular value decomposition of the sample (which, with a BLAS of
-        # many threads on a busy machine, took seconds inside index_embeddings).
-        vectors = np.linalg.eigh(sample.T @ sample)[1]
-        self.basis = np.ascontiguousarray(vectors[:, ::-1][:, :dimensions], dtype=np.float32)
+        self.basis = np.linalg.svd(sample, full_matrices=False)[2][:dimensions].T.astype(np.float32)
         self.low = np.zeros((len(matrix), dimensions), dtype=np.float32)
         self.rest = np.zeros(len(matrix), dtype=np.float32)
         self.made_at = used
