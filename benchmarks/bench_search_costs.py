@@ -4,9 +4,11 @@ Three tables, each a ratio against a baseline measured in the same process
 on the same data (UFO-shaped agent steps with a page text, from
 benchmarks/_search_corpus.py):
 
-* ``parts``: embedding a session and querying it (semantic and hybrid) with
-  the default ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a
-  step), in RAM and in each store;
+* ``parts``: embedding a session (each side with a fresh WordLlamaEmbedder,
+  so neither finds words the other tokenized; in RAM and in each store that
+  keeps vectors) and querying it (semantic and hybrid) with the default
+  ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a step), in RAM
+  and in each store;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
   of the items pass against the same query unfiltered, in RAM and in each
   store;
@@ -128,8 +130,9 @@ def parts_run(
     for label, parts in (("whole", EmbedParts.WHOLE), ("parts", EmbedParts())):
         memory = Memory([MemoryItem(**row) for row in rows])
         search_index(memory, parts=parts)
+        fresh = fresh_embedder()  # none starts with the other side's words tokenized
         start = time.perf_counter()
-        memory.index_embeddings(embedder)
+        memory.index_embeddings(fresh)
         out[f"embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
         for mode in SEMANTIC:
             out[f"RAM {mode}/{label}"] = statistics.median(
@@ -179,8 +182,35 @@ def print_parts(runs: Sequence[dict[str, float]]) -> None:
         parts = [run[f"{name}/parts"] for run in runs]
         whole = [run[f"{name}/whole"] for run in runs]
         ratios = [p / w for p, w in zip(parts, whole, strict=True)]
-        unit = " (ms a step)" if name == "embed" else ""
+        unit = " (ms a step)" if name.endswith("embed") else ""
         print(f"{name + unit:20} {cell(parts):>16} {cell(whole):>16} {cell(ratios):>16}")
+
+
+def fresh_embedder() -> Any:
+    """Return a new WordLlamaEmbedder, loaded and warm, with no words of the corpus tokenized yet."""
+    from agents.memory.search import WordLlamaEmbedder
+
+    embedder = WordLlamaEmbedder()
+    embedder(list(QUERIES))
+    return embedder
+
+
+def embed_run(rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]]) -> dict[str, float]:
+    """Return one run's embedding time per step in each store that keeps vectors, parts and whole, each side with a fresh embedder."""
+    out: dict[str, float] = {}
+    for name, url in urls:
+        if name == "jsonl":  # JSONL keeps no vectors
+            continue
+        with open_store(url) as store:
+            sid = f"embed-{uuid.uuid4().hex[:8]}"
+            store.append(sid, [MemoryItem(**row) for row in rows])
+            for label, parts in (("parts", EmbedParts()), ("whole", EmbedParts.WHOLE)):
+                embedder = fresh_embedder()
+                start = time.perf_counter()
+                store.index_embeddings(sid, embedder, parts=parts)
+                out[f"{name} embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
+            store.delete_session(sid)
+    return out
 
 
 # -- a rare filter -----------------------------------------------------------------------------
@@ -319,6 +349,8 @@ def main() -> None:
             print_first([first_run(many, urls) for _ in range(args.runs)])
         if "parts" in sections:
             print_parts([parts_run(rows, urls, args.repeat) for _ in range(args.runs)])
+            if urls:
+                print_parts([embed_run(rows, urls) for _ in range(args.runs)])
 
 
 if __name__ == "__main__":

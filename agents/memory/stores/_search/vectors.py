@@ -27,6 +27,7 @@ from agents.memory._vectors import (
     checked_vectors,
     fields_text,
     numpy,
+    vectors_once,
 )
 from agents.memory.exceptions import (
     CorruptStoreError,
@@ -164,6 +165,7 @@ class VectorSearch:
         total = count - covered
         source = f"session {sid!r} of {self._engine.url}"
         pending: list[tuple[int, bytes, list[str]]] = []
+        known: dict[str, Any] = {}  # the parts embedded so far, for the items after (bounded)
         done = 0
         pages = self._backend.unembedded_pages(sid, filed, max(batch_size, 256))
         while True:
@@ -178,7 +180,7 @@ class VectorSearch:
             while pending and (len(pending) >= batch_size or rows is None):
                 chunk = pending[:batch_size]
                 del pending[:batch_size]
-                self._store_vectors(sid, embedder, filed, chunk)
+                self._store_vectors(sid, embedder, filed, chunk, known)
                 done += len(chunk)
                 if progress is not None:
                     progress(done, max(total, done))
@@ -379,6 +381,7 @@ class VectorSearch:
         filed = fields_text(fields, parts)
         source = f"session {sid!r} of {self._engine.url}"
         unembedded = self._backend.unembedded_pages(sid, filed, 1024)
+        known: dict[str, Any] = {}
         while True:
             with self._engine.errors("search", sid):
                 rows = next(unembedded, None)
@@ -390,7 +393,10 @@ class VectorSearch:
                 for text in parts.texts(item_fields(item), fields)
             ]
             if texts:
-                yield [seq for seq, _ in texts], checked_vectors(embedder, [t for _, t in texts])
+                yield (
+                    [seq for seq, _ in texts],
+                    vectors_once(embedder, [t for _, t in texts], known),
+                )
 
     def _decoded_vectors(
         self, sid: str, embedder: Embedder, rows: Sequence[tuple[int, bytes]]
@@ -440,12 +446,17 @@ class VectorSearch:
         embedder: Embedder,
         filed: str,
         chunk: Sequence[tuple[int, bytes, list[str]]],
+        known: dict[str, Any],
     ) -> None:
-        """Embed one batch and write its vectors (an item's parts in one row) in one transaction (nothing if the embedder fails)."""
+        """Embed one batch and write its vectors (an item's parts in one row) in one transaction (nothing if the embedder fails).
+
+        Each distinct part is embedded once (:func:`vectors_once`), none
+        that ``known`` (the parts of the batches before) holds.
+        """
         blobs = [b""] * len(chunk)
         texts = [text for _, _, item_texts in chunk for text in item_texts]
         if texts:
-            unit = checked_vectors(embedder, texts).astype(VECTOR_DTYPE)
+            unit = vectors_once(embedder, texts, known).astype(VECTOR_DTYPE)
             row = 0
             for position, (_, _, item_texts) in enumerate(chunk):
                 blobs[position] = unit[row : row + len(item_texts)].tobytes()
