@@ -56,6 +56,57 @@ class Vectors:
         self.dead = 0  # places held by dead slots
         self.screen: Screen | None = None  # made by the first query of a large table
 
+    @classmethod
+    def of_rows(cls, model: str, parts: EmbedParts, keys: Sequence[int], matrix: Any) -> Vectors:
+        """Return a table of the unit vectors in ``matrix``, row ``i`` a part of key ``keys[i]`` (an item's rows together).
+
+        The bulk form of :meth:`put` for vectors read from a store: equal
+        rows share one row of the table (found with numpy, not one part
+        at a time), so the table scores as the index's own does, float
+        for float, and a large one is screened (:meth:`prepare`).
+        """
+        np = numpy()
+        table = cls(model, matrix.shape[1], parts)
+        if not len(keys):
+            return table
+        matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        # A fixed direction tells rows apart; rows it cannot tell apart are compared whole.
+        probe = np.random.default_rng(0).standard_normal(matrix.shape[1]).astype(np.float32)
+        _, first, which = np.unique(cosines(matrix, probe), return_index=True, return_inverse=True)
+        owner = first[which.reshape(-1)]
+        same = (matrix == matrix[owner]).all(axis=1)
+        owner[~same] = np.flatnonzero(~same)  # a rare clash: the row keeps itself
+        distinct, row_at = np.unique(owner, return_inverse=True)
+        row_at = row_at.reshape(-1).astype(np.int64)
+        used = len(distinct)
+        capacity = max(64, 1 << (used - 1).bit_length())
+        table.matrix = np.zeros((capacity, matrix.shape[1]), dtype=np.float32)
+        table.matrix[:used] = matrix[distinct]
+        table.used = used
+        table.uses = np.zeros(capacity, dtype=np.int64)
+        key_array = np.asarray(keys, dtype=np.int64)
+        slot = np.cumsum(np.r_[False, key_array[1:] != key_array[:-1]])
+        # Each item's distinct rows, slot after slot (an item holds a row once, as put gives it).
+        pairs = np.unique(slot * used + row_at)
+        ref_row, ref_slot = pairs % used, pairs // used
+        starts = np.flatnonzero(np.r_[True, ref_slot[1:] != ref_slot[:-1]])
+        table.ref_row = ref_row
+        table.refs = len(ref_row)
+        table.start = starts.astype(np.int64)
+        table.alive = np.ones(len(starts), dtype=bool)
+        table.uses[:used] = np.bincount(ref_row, minlength=used)
+        table.key_at = key_array[
+            np.flatnonzero(np.r_[True, key_array[1:] != key_array[:-1]])
+        ].tolist()
+        table.slot_of = {key: slot for slot, key in enumerate(table.key_at)}
+        ends = [*starts[1:].tolist(), len(ref_row)]
+        table.rows_of = {
+            key: ref_row[start:end].tolist()
+            for key, start, end in zip(table.key_at, starts.tolist(), ends, strict=True)
+        }
+        table.prepare()
+        return table
+
     def row_of_text(self, text: str) -> int | None:
         """Return the row of the vector ``text`` was embedded as here, or ``None``."""
         return self.text_row.get(text)

@@ -1,0 +1,83 @@
+"""The vectors of the sessions a store handle searched last, kept in memory while their backend vouches for them.
+
+A semantic query that scores with numpy (vectors cut into parts, or a
+backend that computes no cosine itself) would read and decode every vector
+of the session each time. :class:`VectorCache` keeps what the last queries
+read as a table that scores as ``Memory``'s index does (equal part vectors
+held once, a large table screened first; see
+``Vectors`` of ``agents.memory.search``), under the value
+:meth:`Backend.vectors_version` gave before the read. A query whose value
+is the same scores from the table; another value (a write by this handle,
+another handle or another process) has the vectors read again. A backend
+that gives ``None`` keeps nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Final
+
+# The index's own table, so that a stored session scores as Memory.search does, float for float.
+from agents.memory.search._item_vectors import Vectors
+
+__all__ = ["CACHE_BYTES", "VectorCache", "Vectors"]
+
+CACHE_BYTES: Final = 256 * 1024 * 1024
+"""The vectors a store handle keeps, at most, over the sessions it searched last (bytes of float32)."""
+
+
+class VectorCache:
+    """The vector tables of the sessions a store handle searched last, each under the version it was read at.
+
+    Args:
+        budget: The bytes of vectors kept at most; the tables searched
+            longest ago go first, and a table larger than this is not kept.
+    """
+
+    def __init__(self, budget: int = CACHE_BYTES) -> None:
+        self._budget = budget
+        self._tables: OrderedDict[tuple[str, str], tuple[Hashable, Vectors]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def table(
+        self, session_id: str, fields: str, version: Hashable, load: Callable[[], Vectors]
+    ) -> Vectors:
+        """Return the session's table kept under ``version``, else the one ``load`` reads now (kept if it fits).
+
+        Args:
+            session_id: The session.
+            fields: The fields (and parts) the vectors were computed over.
+            version: What the backend vouches for now, with the model the
+                vectors come from: a table kept under another value is read again.
+            load: Reads the session's vectors into a table.
+        """
+        key = (session_id, fields)
+        with self._lock:
+            kept = self._tables.get(key)
+            if kept is not None and kept[0] == version:
+                self._tables.move_to_end(key)
+                return kept[1]
+            self._tables.pop(key, None)
+        table = load()
+        size = int(table.matrix.nbytes)
+        if size <= self._budget:
+            with self._lock:
+                self._tables[key] = (version, table)
+                while sum(int(kept.matrix.nbytes) for _, kept in self._tables.values()) > (
+                    self._budget
+                ):
+                    self._tables.popitem(last=False)
+        return table
+
+    def forget(self, session_id: str) -> None:
+        """Drop every table of a session (its vectors were dropped or the session deleted)."""
+        with self._lock:
+            for key in [key for key in self._tables if key[0] == session_id]:
+                del self._tables[key]
+
+    def sizes(self) -> dict[tuple[str, str], int]:
+        """Return the rows of each table kept, by ``(session_id, fields)`` (for tests and benchmarks)."""
+        with self._lock:
+            return {key: table.used for key, (_, table) in self._tables.items()}
