@@ -175,3 +175,33 @@ def test_a_write_by_the_same_handle_is_seen_by_its_next_search(
         after = ranked(store)  # embeds the changed item, then ranks
     assert after != before
     assert after[0] == (seqs[-1], pytest.approx(1.0))
+
+
+def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Path) -> None:
+    """Past 16,384 distinct part vectors the kept table is screened from its second query on: the hits stay Memory.search's."""
+    import random
+
+    from agents.memory.search import EmbedParts, search_index
+
+    rng = random.Random(8)
+    vocabulary = [f"w{n}" for n in range(400)]
+    steps = [
+        MemoryItem(step=i, text=" ".join(rng.choice(vocabulary) for _ in range(24)))
+        for i in range(1700)
+    ]
+    parts = EmbedParts(chunk_words=2)
+    memory = Memory(steps)
+    search_index(memory, parts=parts)
+    queries = [" ".join(rng.choice(vocabulary) for _ in range(3)) for _ in range(6)]
+    with open_store(f"sqlite://{tmp_path / 'store.db'}") as store:
+        store.append("s", steps)
+        store.index_embeddings("s", EMBEDDER, parts=parts)
+        for round_ in range(3):  # read, kept and screened, screened
+            for query in queries:
+                hits = store.search("s", query, 5, mode="semantic", embedder=EMBEDDER, parts=parts)
+                want = memory.search(query, 5, mode="semantic", embedder=EMBEDDER)
+                assert [(h.item["step"], h.score) for h in hits] == [
+                    (h.item["step"], h.score) for h in want
+                ], (round_, query)
+        kept = store._vectors._cache.sizes()
+    assert max(kept.values()) >= 16384

@@ -7,7 +7,9 @@ read as a table that scores as ``Memory``'s index does (equal part vectors
 held once, a large table screened first; see
 ``Vectors`` of ``agents.memory.search``), under the value
 :meth:`Backend.vectors_version` gave before the read. A query whose value
-is the same scores from the table; another value (a write by this handle,
+is the same scores from the table (a large one is screened from its
+second query on: a table read again after every write never pays for
+it); another value (a write by this handle,
 another handle or another process) has the vectors read again. A backend
 that gives ``None`` keeps nothing.
 """
@@ -58,7 +60,12 @@ class VectorCache:
             kept = self._tables.get(key)
             if kept is not None and kept[0] == version:
                 self._tables.move_to_end(key)
-                return kept[1]
+                table = kept[1]
+                if not table.screens:
+                    # Asked again unchanged: worth the screen of a large table (made once).
+                    table.screens = True
+                    table.prepare()
+                return table
             self._tables.pop(key, None)
         table = load()
         size = int(table.matrix.nbytes)

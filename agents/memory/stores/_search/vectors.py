@@ -65,11 +65,13 @@ _TOKENIZER: Final = Tokenizer()
 class VectorSearch:
     """The vector side of a store's calls (embedding, reading and dropping vectors, semantic and hybrid search)."""
 
-    def __init__(self, engine: Engine, keyword: KeywordSearch) -> None:
+    def __init__(
+        self, engine: Engine, keyword: KeywordSearch, cache: VectorCache | None = None
+    ) -> None:
         self._engine = engine
         self._backend = engine.backend
         self._keyword = keyword
-        self._cache = VectorCache()
+        self._cache = VectorCache() if cache is None else cache
 
     def model(self, sid: str) -> VectorModel | None:
         """Return the session's recorded embedding model (``Store.vector_model``)."""
