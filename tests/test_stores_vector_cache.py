@@ -203,5 +203,20 @@ def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Pat
                 assert [(h.item["step"], h.score) for h in hits] == [
                     (h.item["step"], h.score) for h in want
                 ], (round_, query)
-        kept = store._vectors._cache.sizes()
+        kept = store._vectors._cache.sizes()  # what the handle keeps
     assert max(kept.values()) >= 16384
+
+
+def test_a_session_over_the_budget_is_read_page_by_page_and_ranks_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose vectors pass the handle's budget is not kept: each query reads it, with the same hits."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    write(url)
+    with open_store(url) as store:
+        want = ranked(store)
+        store._vectors._cache.forget("s")
+        monkeypatch.setattr(store._vectors._cache, "_budget", 4096)
+        assert ranked(store) == want
+        assert ranked(store) == want
+        assert store._vectors._cache.sizes() == {}

@@ -321,6 +321,7 @@ class VectorSearch:
             table = self._kept_table(sid, embedder, filed, parts)
             if table is not None:
                 return table.scores(query, limit, wanted)
+            # Not kept: read a page at a time (a backend that cannot vouch, a session over the budget).
             pages = itertools.chain(
                 self._stored_cosine_pages(sid, embedder, filed),
                 self._unembedded_cosine_pages(sid, embedder, fields, parts),
@@ -351,12 +352,16 @@ class VectorSearch:
             ) < self._backend.count(sid):
                 return None
 
-        def load() -> Vectors:
+        def load(budget: int) -> Vectors | None:
             keys: list[int] = []
             blocks = []
+            size = 0
             for page_keys, matrix in self._stored_cosine_pages(sid, embedder, filed):
                 keys += page_keys
                 blocks.append(matrix)
+                size += int(matrix.nbytes)
+                if size > budget:
+                    return None  # too large to keep: read page by page at each query
             np = numpy()
             matrix = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension))
             return Vectors.of_rows(embedder.name, parts, keys, matrix)
