@@ -196,7 +196,7 @@ def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Pat
     with open_store(f"sqlite://{tmp_path / 'store.db'}") as store:
         store.append("s", steps)
         store.index_embeddings("s", EMBEDDER, parts=parts)
-        for round_ in range(3):  # read, kept and screened, screened
+        for round_ in range(4):  # read, kept, compacted and screened, screened
             for query in queries:
                 hits = store.search("s", query, 5, mode="semantic", embedder=EMBEDDER, parts=parts)
                 want = memory.search(query, 5, mode="semantic", embedder=EMBEDDER)

@@ -3,15 +3,15 @@
 A semantic query that scores with numpy (vectors cut into parts, or a
 backend that computes no cosine itself) would read and decode every vector
 of the session each time. :class:`VectorCache` keeps what the last queries
-read as a table that scores as ``Memory``'s index does (equal part vectors
-held once, a large table screened first; see
-``Vectors`` of ``agents.memory.search``), under the value
-:meth:`Backend.vectors_version` gave before the read. A query whose value
-is the same scores from the table (a large one is screened from its
-second query on: a table read again after every write never pays for
-it); another value (a write by this handle,
-another handle or another process) has the vectors read again. A backend
-that gives ``None`` keeps nothing.
+read as a table that scores as ``Memory``'s index does (``Vectors`` of
+``agents.memory.search``), under the value :meth:`Backend.vectors_version`
+gave before the read. A query whose value is the same scores from the
+table; another value (a write by this handle, another handle or another
+process) has the vectors read again. A backend that gives ``None`` keeps
+nothing. The table is plain when read (one row a part vector: no more
+work than scoring the pages); its third query makes it compact (equal
+part vectors held once and, past 16,384 of them, the screen), so a
+session read again after every write never pays for that.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from typing import Final
 # The index's own table, so that a stored session scores as Memory.search does, float for float.
 from agents.memory.search._item_vectors import Vectors
 
-__all__ = ["CACHE_BYTES", "VectorCache", "Vectors"]
+__all__ = ["CACHE_BYTES", "COMPACT_AT", "VectorCache", "Vectors"]
+
+COMPACT_AT: Final = 3
+"""The query of an unchanged table that makes it compact: equal rows held once, a large table screened."""
 
 CACHE_BYTES: Final = 512 * 1024 * 1024
 """The vectors a store handle keeps, at most, over the sessions it searched last (bytes of float32).
@@ -44,7 +47,10 @@ class VectorCache:
 
     def __init__(self, budget: int = CACHE_BYTES) -> None:
         self._budget = budget
-        self._tables: OrderedDict[tuple[str, str], tuple[Hashable, Vectors | None]] = OrderedDict()
+        # (session, fields) -> (version, table, queries asked of it)
+        self._tables: OrderedDict[tuple[str, str], tuple[Hashable, Vectors | None, int]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
     @property
@@ -75,23 +81,24 @@ class VectorCache:
             kept = self._tables.get(key)
             if kept is not None and kept[0] == version:
                 self._tables.move_to_end(key)
-                table = kept[1]
-                if table is not None and not table.screens:
-                    # Asked again unchanged: worth the screen of a large table (made once).
-                    table.screens = True
-                    table.prepare()
+                table, asked = kept[1], kept[2] + 1
+                if table is not None and asked == COMPACT_AT:
+                    # Asked again and again unchanged: worth holding equal rows once and,
+                    # for a large table, the screen (made once per version).
+                    table = table.compacted()
+                self._tables[key] = (version, table, asked)
                 return table
             self._tables.pop(key, None)
         table = load(self._budget)
         with self._lock:
-            self._tables[key] = (version, table)
+            self._tables[key] = (version, table, 1)
             while self._bytes() > self._budget:
                 self._tables.popitem(last=False)
         return table
 
     def _bytes(self) -> int:
         return sum(
-            int(table.matrix.nbytes) for _, table in self._tables.values() if table is not None
+            int(table.matrix.nbytes) for _, table, _ in self._tables.values() if table is not None
         )
 
     def forget(self, session_id: str) -> None:
@@ -104,5 +111,5 @@ class VectorCache:
         """Return the rows of each table kept, by ``(session_id, fields)`` (for tests and benchmarks)."""
         with self._lock:
             return {
-                key: table.used for key, (_, table) in self._tables.items() if table is not None
+                key: table.used for key, (_, table, _) in self._tables.items() if table is not None
             }
