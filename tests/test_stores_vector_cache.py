@@ -53,11 +53,12 @@ def write(url: str, n: int = 60) -> list[int]:
 def test_an_unchanged_session_is_scored_without_reading_its_vectors_again(
     kind: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The second semantic and hybrid search of an unchanged session reads no vector page: it scores the kept table."""
+    """From the third query on, a semantic or hybrid search of an unchanged session reads no vector page: it scores the kept table."""
     url = durable_url(kind)
     write(url)
     with open_store(url) as store:
         want = {mode: ranked(store, mode) for mode in ("semantic", "hybrid")}
+        assert {mode: ranked(store, mode) for mode in ("semantic", "hybrid")} == want  # kept now
 
         def refuse(*args: object) -> None:
             raise AssertionError("the vectors were read again")
@@ -76,6 +77,7 @@ def test_a_write_by_a_second_handle_is_seen_by_the_next_search(
     seqs = write(url)
     with open_store(url) as kept, open_store(url) as other:
         before = ranked(kept)
+        assert ranked(kept) == before  # kept now
         if change.startswith("update"):
             # The last vector row is written again in its place (SQLite gives it its rowid back).
             seq = seqs[-1] if change == "update last" else seqs[0]
@@ -134,6 +136,7 @@ def test_a_write_by_another_process_is_seen_by_the_next_search(
     seqs = write(url)
     with open_store(url) as kept:
         before = ranked(kept)
+        assert ranked(kept) == before  # kept now
         env = {**os.environ, "PYTHONPATH": ROOT}
         subprocess.run(
             [sys.executable, "-c", WRITER, url, str(seqs[-1]), QUERY],
@@ -152,6 +155,7 @@ def test_a_read_only_sqlite_handle_sees_a_writer_that_came_later(tmp_path: Path)
     seqs = write(url)
     with open_store(f"{url}?mode=ro") as reader:
         before = ranked(reader)
+        assert ranked(reader) == before  # kept now
         with open_store(url) as writer:
             with writer.batch("s") as batch:
                 batch.update({seqs[-1]: MemoryItem(step=99, thought=QUERY)})
@@ -170,6 +174,7 @@ def test_a_write_by_the_same_handle_is_seen_by_its_next_search(
     seqs = write(url)
     with open_store(url) as store:
         before = ranked(store)
+        assert ranked(store) == before  # kept now
         with store.batch("s") as batch:
             batch.update({seqs[-1]: MemoryItem(step=99, thought=QUERY)})
         after = ranked(store)  # embeds the changed item, then ranks

@@ -8,10 +8,11 @@ read as a table that scores as ``Memory``'s index does (``Vectors`` of
 gave before the read. A query whose value is the same scores from the
 table; another value (a write by this handle, another handle or another
 process) has the vectors read again. A backend that gives ``None`` keeps
-nothing. The table is plain when read (one row a part vector: no more
-work than scoring the pages); its third query makes it compact (equal
-part vectors held once and, past 16,384 of them, the screen), so a
-session read again after every write never pays for that.
+nothing. The first query at a version reads page by page as before; the
+second reads the vectors into a plain table (one row a part vector) and
+keeps it; the fourth makes it compact (equal part vectors held once and,
+past 16,384 of them, the screen). A session written between every two
+queries never pays for a table.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from agents.memory.search._item_vectors import Vectors
 
 __all__ = ["CACHE_BYTES", "COMPACT_AT", "VectorCache", "Vectors"]
 
-COMPACT_AT: Final = 3
+COMPACT_AT: Final = 4
 """The query of an unchanged table that makes it compact: equal rows held once, a large table screened."""
 
 CACHE_BYTES: Final = 512 * 1024 * 1024
@@ -65,7 +66,11 @@ class VectorCache:
         version: Hashable,
         load: Callable[[int], Vectors | None],
     ) -> Vectors | None:
-        """Return the session's table kept under ``version``, else the one ``load`` reads now; ``None`` for a session over the budget.
+        """Return the session's table kept under ``version``, else the one ``load`` reads now; ``None`` to read the session page by page.
+
+        ``None`` the first time a version is asked for (a session written
+        between every two queries is read as before, never copied into a
+        table) and for a session over the budget.
 
         Args:
             session_id: The session.
@@ -79,7 +84,13 @@ class VectorCache:
         key = (session_id, fields)
         with self._lock:
             kept = self._tables.get(key)
-            if kept is not None and kept[0] == version:
+            if kept is None or kept[0] != version:
+                # First asked at this version: read page by page as before (the next
+                # write may come before the next query); kept from the next query on.
+                self._tables.pop(key, None)
+                self._tables[key] = (version, None, 1)
+                return None
+            if kept[1] is not None or kept[2] > 1:
                 self._tables.move_to_end(key)
                 table, asked = kept[1], kept[2] + 1
                 if table is not None and asked == COMPACT_AT:
@@ -88,10 +99,9 @@ class VectorCache:
                     table = table.compacted()
                 self._tables[key] = (version, table, asked)
                 return table
-            self._tables.pop(key, None)
         table = load(self._budget)
         with self._lock:
-            self._tables[key] = (version, table, 1)
+            self._tables[key] = (version, table, 2)
             while self._bytes() > self._budget:
                 self._tables.popitem(last=False)
         return table
