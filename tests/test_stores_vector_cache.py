@@ -182,8 +182,8 @@ def test_a_write_by_the_same_handle_is_seen_by_its_next_search(
     assert after[0] == (seqs[-1], pytest.approx(1.0))
 
 
-def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Path) -> None:
-    """Past 16,384 distinct part vectors the kept table is screened from its second query on: the hits stay Memory.search's."""
+def test_a_large_kept_table_ranks_as_memory_search_which_screens_it(tmp_path: Path) -> None:
+    """Past 16,384 part vectors Memory.search screens its table and the store scores its kept table whole: the same hits and scores."""
     import random
 
     from agents.memory.search import EmbedParts, search_index
@@ -201,7 +201,7 @@ def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Pat
     with open_store(f"sqlite://{tmp_path / 'store.db'}") as store:
         store.append("s", steps)
         store.index_embeddings("s", EMBEDDER, parts=parts)
-        for round_ in range(4):  # read, kept, compacted and screened, screened
+        for round_ in range(4):  # read page by page, then the kept table
             for query in queries:
                 hits = store.search("s", query, 5, mode="semantic", embedder=EMBEDDER, parts=parts)
                 want = memory.search(query, 5, mode="semantic", embedder=EMBEDDER)

@@ -58,17 +58,14 @@ class Vectors:
         self.screens = True  # whether a large table is screened (see of_rows)
 
     @classmethod
-    def of_rows(
-        cls, model: str, parts: EmbedParts, keys: Any, matrix: Any, *, shared: bool = False
-    ) -> Vectors:
+    def of_rows(cls, model: str, parts: EmbedParts, keys: Any, matrix: Any) -> Vectors:
         """Return a table of the unit vectors in ``matrix``, row ``i`` a part of key ``keys[i]`` (an item's rows together).
 
         The bulk form of :meth:`put` for vectors read from a store; the
-        table scores as the index's own does, float for float. Plain
-        (``shared=False``), each row is a row of the table and nothing is
+        table scores as the index's own does, float for float. Each row is
+        a row of the table (equal rows are not held once) and nothing is
         screened: cheap to make, for a table that may be read again after
-        the next write. ``shared=True`` holds equal rows once (found with
-        numpy, not one part at a time), as :meth:`compacted` does.
+        the next write.
         """
         np = numpy()
         table = cls(model, matrix.shape[1], parts)
@@ -76,30 +73,15 @@ class Vectors:
         if not len(keys):
             return table
         matrix = np.ascontiguousarray(matrix, dtype=np.float32)
-        if shared:
-            # A fixed direction tells rows apart; rows it cannot tell apart are compared whole.
-            probe = np.random.default_rng(0).standard_normal(matrix.shape[1]).astype(np.float32)
-            _, first, which = np.unique(
-                cosines(matrix, probe), return_index=True, return_inverse=True
-            )
-            owner = first[which.reshape(-1)]
-            copies = np.flatnonzero(owner != np.arange(len(owner)))
-            clash = copies[~(matrix[copies] == matrix[owner[copies]]).all(axis=1)]
-            owner[clash] = clash  # a rare clash: the row keeps itself
-            distinct, row_at = np.unique(owner, return_inverse=True)
-            row_at = row_at.reshape(-1).astype(np.int64)
-            matrix = matrix[distinct]
-        else:
-            row_at = np.arange(len(matrix), dtype=np.int64)
+        row_at = np.arange(len(matrix), dtype=np.int64)
         used = len(matrix)
         table.matrix = matrix
         table.used = used
         table.uses = np.zeros(used, dtype=np.int64)
         key_array = np.asarray(keys, dtype=np.int64)
-        slot = np.cumsum(np.r_[False, key_array[1:] != key_array[:-1]])
-        # Each item's distinct rows, slot after slot (an item holds a row once, as put gives it).
-        pairs = np.unique(slot * used + row_at)
-        ref_row, ref_slot = pairs % used, pairs // used
+        # Row i is the i-th reference: an item's rows lie together, slot after slot.
+        ref_slot = np.cumsum(np.r_[False, key_array[1:] != key_array[:-1]])
+        ref_row = row_at
         starts = np.flatnonzero(np.r_[True, ref_slot[1:] != ref_slot[:-1]])
         table.ref_row = ref_row
         table.refs = len(ref_row)
@@ -115,18 +97,6 @@ class Vectors:
             key: ref_row[start:end].tolist()
             for key, start, end in zip(table.key_at, starts.tolist(), ends, strict=True)
         }
-        return table
-
-    def compacted(self) -> Vectors:
-        """Return a table of :meth:`of_rows` with equal rows held once and, when large, screened: the same scores, cheaper queries."""
-        np = numpy()
-        slots = len(self.key_at)
-        lengths = np.diff(np.r_[self.start[:slots], self.refs])
-        keys = np.repeat(np.asarray(self.key_at, dtype=np.int64), lengths)
-        matrix = self.matrix[self.ref_row[: self.refs]]
-        table = Vectors.of_rows(self.model, self.parts, keys, matrix, shared=True)
-        table.screens = True
-        table.prepare()
         return table
 
     def row_of_text(self, text: str) -> int | None:

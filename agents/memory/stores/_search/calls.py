@@ -57,7 +57,7 @@ class SearchCalls:
 
         The ranking is the one ``Memory.search(query, k, keys=keys)`` gives
         for the same items (default :class:`~agents.memory.search.Tokenizer`,
-        Lucene's IDF, ``k1`` = 1.2, ``b`` = 0.75, statistics of this session
+        BM25+ with Lucene's IDF, ``k1`` = 1.2, ``b`` = 0.75, statistics of this session
         alone), with the same scores; ties keep session order. SQLite and PostgreSQL answer
         it from a keyword index they keep with the rows (FTS5, ``tsvector``)
         and read only the ``k`` items found; with ``keys``, and in the JSONL
