@@ -192,6 +192,9 @@ class SearchIndex:
         # The vectors over each set of keys embedded, and the items that wait for one.
         self._vectors = ItemVectors(parts if parts is not None else EmbedParts())
         self._values, self.filter_tests = FiledValues(), 0  # the values filters named, by item
+        # The keyword index built ahead on another thread (see build_ahead), while one is.
+        self._ahead: _Ahead | None = None
+        self._generation = 0  # bumped by each whole-content replacement
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -208,12 +211,14 @@ class SearchIndex:
             self._vectors.added(added)
             for key in evicted:
                 self._drop(key)
+            self._changed(evicted)
 
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
         """Drop the deleted items from the postings and the vectors."""
         with self._lock:
             for key in keys:
                 self._drop(key)
+            self._changed(keys)
 
     def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
         """Mark a changed item for re-indexing; its old terms and vectors go now."""
@@ -222,11 +227,14 @@ class SearchIndex:
                 self._unindex(key)
                 self._pending[key] = None
                 self._vectors.changed(key)
+            self._changed(keys)
 
     def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
         """Start over with ``added`` as the whole content (all marked for indexing)."""
         with self._lock:
             self._memory = weakref.ref(memory)
+            self._generation += 1  # a build ahead of the old content is not installed
+            self._ahead = None
             self._items = dict(added)
             self._pending = dict.fromkeys(self._items)
             self._docs = {}
@@ -237,6 +245,83 @@ class SearchIndex:
             self._ranker = None
             self._values = FiledValues()
             self._vectors.reset()
+
+    # -- building ahead ------------------------------------------------------------
+
+    def build_ahead(self, *, wait: bool = False) -> None:
+        """Start building the keyword index of the items held now on another thread, so that the first query need not.
+
+        The first keyword or hybrid query of a memory tokenizes every item
+        (seconds for 100,000 items). Started ahead (``StoredMemory`` starts
+        it when it opens a session), that work runs while the caller does
+        something else, typically waiting for a model. A query that needs
+        the keyword index before the build is done waits for it. The index
+        built is the one a query would have built (the same hits and
+        scores): the items added, changed or deleted meanwhile are filed
+        again by the next query, and a build of content that a reload
+        replaced is thrown away. Python runs one thread at a time, so the
+        build slows the caller's own Python work while it runs.
+
+        Nothing is started when the index has filed items already (a query
+        built it), when nothing waits to be filed, or while a build runs.
+
+        Args:
+            wait: Return only once the build is done (``False``: at once).
+        """
+        self._follow()
+        with self._lock:
+            ahead = self._ahead
+            if ahead is None and self._pending and not self._docs:
+                items = self._items
+                pairs = [(key, items[key]) for key in self._pending if key in items]
+                ahead = self._ahead = _Ahead(self, pairs, self._generation)
+                ahead.thread.start()
+        if wait and ahead is not None:
+            ahead.thread.join()
+
+    def _await_ahead(self) -> None:
+        """Wait for a build ahead in flight (never under the index's lock: the build takes it to install)."""
+        ahead = self._ahead
+        if ahead is not None and ahead.thread is not threading.current_thread():
+            ahead.thread.join()
+
+    def _changed(self, keys: Iterable[int]) -> None:
+        """Note items changed or gone while a build ahead runs: it must not install what it read of them."""
+        if self._ahead is not None:
+            self._ahead.changed.update(keys)
+
+    def _install(self, ahead: _Ahead, built: _Built | None) -> None:
+        """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
+        with self._lock:
+            if self._ahead is not ahead:
+                return  # a reload replaced the content it read
+            self._ahead = None
+            if built is None or ahead.generation != self._generation or self._docs:
+                return
+            items = self._items
+            tokenize = self.tokenizer
+            for key, item in built.items:
+                if key in ahead.changed or items.get(key) is not item:
+                    built.unfile(key, tokenize)
+            self._docs = built.docs
+            self._lengths.of = built.lengths
+            self._postings = built.postings
+            self._total = built.total
+            pending = self._pending
+            for key in built.docs:
+                pending.pop(key, None)
+            fields = self._fields
+            if fields is not None:  # a query with keys made them before: file into them too
+                for key, doc in built.docs.items():
+                    fields.file(key, doc, tokenize)
+            if self._values.fields:
+                for key in built.docs:
+                    self._values.add(key, items[key])
+            if self._ranker is not None:
+                self._ranker.next_generation()
+                self._ranker.indexed(list(built.docs))
+            else:
+                self._ranker = built.ranker
 
     # -- keyword search ------------------------------------------------------------
 
@@ -258,6 +343,7 @@ class SearchIndex:
         and only those that pass are scored.
         """
         self._follow()
+        self._await_ahead()
         with self._lock:
             self._catch_up()
             query, sizes, average = self._query_terms(terms, keys)
@@ -314,6 +400,7 @@ class SearchIndex:
     def passing(self, where: Predicate) -> set[int] | None:
         """Return the keys of the items that pass ``where`` if one in 16 at most may, by the values of the fields it names, else ``None``."""
         self._follow()
+        self._await_ahead()
         with self._lock:
             self._catch_up()
             return self._few(where)
@@ -340,6 +427,7 @@ class SearchIndex:
         ``0.0`` (no item was left out).
         """
         self._follow()
+        self._await_ahead()
         with self._lock:
             self._catch_up()
             query, sizes, average = self._query_terms(terms, keys)
@@ -408,12 +496,17 @@ class SearchIndex:
         """Return the fields of the item under ``key`` that hold a query term, in field order."""
         self._follow()
         with self._lock:
-            wanted = set(terms)
-            out: dict[str, None] = {}
-            for field, text in self._docs.get(key, ()):
-                if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
-                    out[field] = None
-            return tuple(out)
+            item = self._items.get(key)
+        if item is None:
+            return ()
+        # Read from the item (not from what the keyword index holds), so that a
+        # semantic hit names the same fields whether or not a keyword query ran.
+        wanted = set(terms)
+        out: dict[str, None] = {}
+        for field, text in field_texts(item_fields(item)):
+            if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
+                out[field] = None
+        return tuple(out)
 
     # -- semantic search -------------------------------------------------------------
 
@@ -651,6 +744,84 @@ class SearchIndex:
             for key, tf in posting.items():
                 out[key] = get(key, 0) + tf
         return out
+
+
+class _Built:
+    """A keyword index made off the index's lock by a build ahead: what ``_catch_up`` files, for some items."""
+
+    def __init__(self, items: list[tuple[int, MemoryItem]], tokenize: Tokenizer) -> None:
+        self.items: list[tuple[int, MemoryItem]] = []  # those filed, with the item read
+        self.docs: dict[int, tuple[tuple[str, str], ...]] = {}
+        self.lengths: dict[int, int] = {}
+        self.postings: dict[str, dict[int, int]] = {}
+        self.total = 0
+        postings = self.postings
+        for key, item in items:
+            try:
+                doc = tuple(field_texts(item_fields(item)))
+            except Exception:  # changed under us: the next query files it
+                continue
+            # As _catch_up files an item, so the postings and lengths are the same.
+            if len(doc) == 1:
+                terms = tokenize(doc[0][1])
+            else:
+                terms = tokenize("\n".join([text for _, text in doc]))
+            for term, count in Counter(terms).items():
+                try:
+                    postings[term][key] = count
+                except KeyError:
+                    postings[term] = {key: count}
+            self.items.append((key, item))
+            self.docs[key] = doc
+            self.lengths[key] = len(terms)
+            self.total += len(terms)
+        self.ranker: Ranker | None = None
+        try:
+            import numpy as np  # optional: without it, queries rank exhaustively
+        except ImportError:
+            return
+        # The numpy ranker, and the arrays of the commonest terms (those cost a first query most).
+        ranker = self.ranker = Ranker(np)
+        ranker.next_generation()
+        ranker.indexed(list(self.docs))
+        ranker.build_common(postings, self.lengths)
+
+    def unfile(self, key: int, tokenize: Tokenizer) -> None:
+        """Take the item under ``key`` out again (it changed while it was read)."""
+        doc = self.docs.pop(key, None)
+        if doc is None:
+            return
+        self.total -= self.lengths.pop(key)
+        postings = self.postings
+        if self.ranker is not None:
+            self.ranker.removed(key)
+        for term in set(tokenize("\n".join([text for _, text in doc]))):
+            posting = postings.get(term)
+            if posting is not None:
+                posting.pop(key, None)
+                if not posting:
+                    del postings[term]
+
+
+class _Ahead:
+    """A build ahead in flight: its thread, the content generation it read, and the items changed since."""
+
+    def __init__(
+        self, index: SearchIndex, items: list[tuple[int, MemoryItem]], generation: int
+    ) -> None:
+        self.generation = generation
+        self.changed: set[int] = set()
+        self.thread = threading.Thread(
+            target=self._run, args=(index, items), name="kvmemory-index-ahead", daemon=True
+        )
+
+    def _run(self, index: SearchIndex, items: list[tuple[int, MemoryItem]]) -> None:
+        built: _Built | None
+        try:
+            built = _Built(items, index.tokenizer)
+        except Exception:  # nothing is installed: the next query files every item
+            built = None
+        index._install(self, built)
 
 
 def _counting(index: SearchIndex, where: Predicate) -> Predicate:
