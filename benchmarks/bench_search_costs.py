@@ -15,7 +15,8 @@ benchmarks/_search_corpus.py):
   ``StoredMemory`` opened on it, and a ``Memory`` read from it (keyword
   only: it holds no vectors). The ``ready`` rows wait for the search index
   built ahead before the first query, as an agent's model call would.
-  The sessions are written once under ``--cache`` and reused.
+  The sessions are written once under ``--cache`` (on PostgreSQL, in the
+  schema ``kvmemory_bench_first``, kept; drop it when done) and reused.
 
 Each cell is the median over ``--runs`` runs (each the best of ``--repeat``
 calls) with the spread (max - min) of the runs; the load average is printed
@@ -373,6 +374,16 @@ def print_first(runs: Sequence[dict[str, float]]) -> None:
             )
 
 
+def _kept_schema(postgres: str) -> str:
+    """Return the URL of the schema ``kvmemory_bench_first`` on the server, made once and kept for later runs."""
+    import psycopg
+
+    with psycopg.connect(postgres, autocommit=True) as con:
+        con.execute("CREATE SCHEMA IF NOT EXISTS kvmemory_bench_first")
+    sep = "&" if "?" in postgres else "?"
+    return f"{postgres}{sep}options=-csearch_path%3Dkvmemory_bench_first"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--items", type=int, default=20_000)
@@ -404,6 +415,8 @@ def main() -> None:
                 "sqlite": f"sqlite://{args.cache}/first-{n}.db",
                 "jsonl": f"jsonl://{args.cache}/first-{n}",
             }
+            if args.postgres and "postgres" in args.stores.split(","):
+                cached["postgres"] = _kept_schema(args.postgres)
             first_urls = [(name, cached.get(name, url)) for name, url in urls]
             modes = [mode for mode in args.modes.split(",") if mode in FIRST_MODES]
             print_first([first_run(first_urls, n, modes) for _ in range(args.runs)])
