@@ -251,19 +251,11 @@ class SearchIndex:
     def build_ahead(self, *, wait: bool = False) -> None:
         """Start building the keyword index of the items held now on another thread, so that the first query need not.
 
-        The first keyword or hybrid query of a memory tokenizes every item
-        (seconds for 100,000 items). Started ahead (``StoredMemory`` starts
-        it when it opens a session), that work runs while the caller does
-        something else, typically waiting for a model. A query that needs
-        the keyword index before the build is done waits for it. The index
-        built is the one a query would have built (the same hits and
-        scores): the items added, changed or deleted meanwhile are filed
-        again by the next query, and a build of content that a reload
-        replaced is thrown away. Python runs one thread at a time, so the
-        build slows the caller's own Python work while it runs.
-
-        Nothing is started when the index has filed items already (a query
-        built it), when nothing waits to be filed, or while a build runs.
+        A query that needs the keyword index before the build is done waits
+        for it; the hits and scores are those of an index built by a query,
+        whatever changes meanwhile (see docs/search.md, "The first query").
+        Nothing is started when the index has filed items already, when
+        nothing waits to be filed, or while a build runs.
 
         Args:
             wait: Return only once the build is done (``False``: at once).
@@ -289,39 +281,6 @@ class SearchIndex:
         """Note items changed or gone while a build ahead runs: it must not install what it read of them."""
         if self._ahead is not None:
             self._ahead.changed.update(keys)
-
-    def _install(self, ahead: _Ahead, built: _Built | None) -> None:
-        """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
-        with self._lock:
-            if self._ahead is not ahead:
-                return  # a reload replaced the content it read
-            self._ahead = None
-            if built is None or ahead.generation != self._generation or self._docs:
-                return
-            items = self._items
-            tokenize = self.tokenizer
-            for key, item in built.items:
-                if key in ahead.changed or items.get(key) is not item:
-                    built.unfile(key, tokenize)
-            self._docs = built.docs
-            self._lengths.of = built.lengths
-            self._postings = built.postings
-            self._total = built.total
-            pending = self._pending
-            for key in built.docs:
-                pending.pop(key, None)
-            fields = self._fields
-            if fields is not None:  # a query with keys made them before: file into them too
-                for key, doc in built.docs.items():
-                    fields.file(key, doc, tokenize)
-            if self._values.fields:
-                for key in built.docs:
-                    self._values.add(key, items[key])
-            if self._ranker is not None:
-                self._ranker.next_generation()
-                self._ranker.indexed(list(built.docs))
-            else:
-                self._ranker = built.ranker
 
     # -- keyword search ------------------------------------------------------------
 
@@ -378,24 +337,8 @@ class SearchIndex:
                 # At least four times as many, and as many as the pass rate seen needs, twice over.
                 wanted = max(4 * wanted, 2 * k * len(ranked) // max(len(out), 1))
                 if where is not None and 4 * wanted >= max(len(p) for _, p, _ in query):
-                    # Few pass: ask each item holding a term once, and score only those that pass
-                    # (the same terms, weights and lengths, summed in the same order).
-                    keep = set()
-                    for _, posting, _ in query:
-                        for key in posting:
-                            verdict = passed.get(key)
-                            if verdict is None:
-                                verdict = passed[key] = where(items[key])
-                            if verdict:
-                                keep.add(key)
-                    among = [
-                        (term, {key: tf for key, tf in posting.items() if key in keep}, weight)
-                        for term, posting, weight in query
-                    ]
-                    return [
-                        (key, items[key], score)
-                        for key, score in exhaustive_top(among, sizes.of, average, k)
-                    ]
+                    # Few pass: ask each item holding a term once, and score only those that pass.
+                    return _passing_top(query, items, where, passed, sizes, average, k)
 
     def passing(self, where: Predicate) -> set[int] | None:
         """Return the keys of the items that pass ``where`` if one in 16 at most may, by the values of the fields it names, else ``None``."""
@@ -453,11 +396,13 @@ class SearchIndex:
         n_items = len(self._items)
         if not n_items:
             return [], self._lengths, 1.0
+        by_field = None
         if keys is None:
             total = self._total
             sizes = self._lengths
         else:
             fields = self._fields_now()
+            by_field = fields.postings
             total = sum(fields.total[field] for field in keys)
             sizes = fields.lengths_in(keys, self._docs)
         average = bm25_average_length(total, n_items)
@@ -466,7 +411,7 @@ class SearchIndex:
         for term in terms:
             found = seen.get(term)
             if found is None:
-                matches = self._matches(term, keys)
+                matches = _matches(self._postings, by_field, term, keys)
                 found = seen[term] = (matches, bm25_weight(n_items, len(matches)))
             if found[0]:
                 query.append((term, *found))
@@ -499,8 +444,7 @@ class SearchIndex:
             item = self._items.get(key)
         if item is None:
             return ()
-        # Read from the item (not from what the keyword index holds), so that a
-        # semantic hit names the same fields whether or not a keyword query ran.
+        # From the item, not the keyword index: a semantic hit's fields never depend on it.
         wanted = set(terms)
         out: dict[str, None] = {}
         for field, text in field_texts(item_fields(item)):
@@ -657,39 +601,17 @@ class SearchIndex:
         """Tokenize the items marked since the last query and file their terms."""
         if not self._pending:
             return
-        tokenize = self.tokenizer
-        postings = self._postings
-        items = self._items
-        docs = self._docs
-        lengths = self._lengths.of
-        fields = self._fields
         ranker = self._ranker
         if ranker is not None:
             ranker.next_generation()
-        total = 0
-        done = []
-        for key in self._pending:
-            item = items.get(key)
-            if item is None:
-                continue
-            done.append(key)
-            doc = tuple(field_texts(item_fields(item)))
-            if fields is not None:
-                terms = fields.file(key, doc, tokenize)
-            elif len(doc) == 1:
-                terms = tokenize(doc[0][1])
-            else:
-                # One text: a newline never joins the terms around it.
-                terms = tokenize("\n".join([text for _, text in doc]))
-            for term, count in Counter(terms).items():
-                try:
-                    postings[term][key] = count
-                except KeyError:
-                    postings[term] = {key: count}
-            docs[key] = doc
-            lengths[key] = len(terms)
-            total += len(terms)
-            self._values.add(key, item)
+        items = self._items
+        done, total = _file_items(
+            [(key, items[key]) for key in self._pending if key in items],
+            self.tokenizer,
+            (self._postings, self._docs, self._lengths.of),
+            self._fields,
+            self._values,
+        )
         if ranker is not None:
             ranker.indexed(done)
         self._total += total
@@ -730,20 +652,70 @@ class SearchIndex:
                 fields.file(key, doc, self.tokenizer)
         return fields
 
-    def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
-        """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); do not change it."""
-        if keys is None:
-            return self._postings.get(term) or {}
-        by_field = self._fields_now().postings
-        found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
-        if len(found) == 1:
-            return found[0]
-        out: dict[int, int] = {}
-        get = out.get
-        for posting in found:
-            for key, tf in posting.items():
-                out[key] = get(key, 0) + tf
-        return out
+
+def _matches(
+    postings: dict[str, dict[int, int]],
+    by_field: dict[str, dict[str, dict[int, int]]] | None,
+    term: str,
+    keys: tuple[str, ...] | None,
+) -> dict[int, int]:
+    """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``, from ``by_field``); do not change it."""
+    if keys is None or by_field is None:
+        return postings.get(term) or {}
+    found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
+    if len(found) == 1:
+        return found[0]
+    out: dict[int, int] = {}
+    get = out.get
+    for posting in found:
+        for key, tf in posting.items():
+            out[key] = get(key, 0) + tf
+    return out
+
+
+def _file_items(
+    pairs: Iterable[tuple[int, MemoryItem]],
+    tokenize: Tokenizer,
+    into: tuple[dict[str, dict[int, int]], dict[int, tuple[tuple[str, str], ...]], dict[int, int]],
+    fields: _Fields | None,
+    values: FiledValues | None,
+    *,
+    skip_errors: bool = False,
+) -> tuple[list[int], int]:
+    """Tokenize each item and file its terms ``into`` (postings, docs, lengths); return the keys filed and their total length.
+
+    ``skip_errors``: an item whose fields cannot be read (changed while read
+    on another thread) is left out instead of raising.
+    """
+    postings, docs, lengths = into
+    done = []
+    total = 0
+    for key, item in pairs:
+        try:
+            doc = tuple(field_texts(item_fields(item)))
+        except Exception:
+            if not skip_errors:
+                raise
+            continue
+        done.append(key)
+        if fields is not None:
+            terms = fields.file(key, doc, tokenize)
+        elif len(doc) == 1:
+            terms = tokenize(doc[0][1])
+        else:
+            # One text: a newline never joins the terms around it.
+            terms = tokenize("\n".join([text for _, text in doc]))
+        for term, count in Counter(terms).items():
+            try:
+                postings[term][key] = count
+            except KeyError:
+                postings[term] = {key: count}
+        docs[key] = doc
+        lengths[key] = len(terms)
+        total += len(terms)
+        if values is not None:
+            values.add(key, item)
+    return done, total
 
 
 class _Built:
@@ -755,26 +727,11 @@ class _Built:
         self.lengths: dict[int, int] = {}
         self.postings: dict[str, dict[int, int]] = {}
         self.total = 0
-        postings = self.postings
-        for key, item in items:
-            try:
-                doc = tuple(field_texts(item_fields(item)))
-            except Exception:  # changed under us: the next query files it
-                continue
-            # As _catch_up files an item, so the postings and lengths are the same.
-            if len(doc) == 1:
-                terms = tokenize(doc[0][1])
-            else:
-                terms = tokenize("\n".join([text for _, text in doc]))
-            for term, count in Counter(terms).items():
-                try:
-                    postings[term][key] = count
-                except KeyError:
-                    postings[term] = {key: count}
-            self.items.append((key, item))
-            self.docs[key] = doc
-            self.lengths[key] = len(terms)
-            self.total += len(terms)
+        filed, self.total = _file_items(
+            items, tokenize, (self.postings, self.docs, self.lengths), None, None, skip_errors=True
+        )
+        held = dict(items)
+        self.items = [(key, held[key]) for key in filed]
         self.ranker: Ranker | None = None
         try:
             import numpy as np  # optional: without it, queries rank exhaustively
@@ -784,7 +741,7 @@ class _Built:
         ranker = self.ranker = Ranker(np)
         ranker.next_generation()
         ranker.indexed(list(self.docs))
-        ranker.build_common(postings, self.lengths)
+        ranker.build_common(self.postings, self.lengths)
 
     def unfile(self, key: int, tokenize: Tokenizer) -> None:
         """Take the item under ``key`` out again (it changed while it was read)."""
@@ -821,7 +778,68 @@ class _Ahead:
             built = _Built(items, index.tokenizer)
         except Exception:  # nothing is installed: the next query files every item
             built = None
-        index._install(self, built)
+        self.install(index, built)
+
+    def install(self, index: SearchIndex, built: _Built | None) -> None:
+        """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
+        with index._lock:
+            if index._ahead is not self:
+                return  # a reload replaced the content it read
+            index._ahead = None
+            if built is None or self.generation != index._generation or index._docs:
+                return
+            items = index._items
+            tokenize = index.tokenizer
+            for key, item in built.items:
+                if key in self.changed or items.get(key) is not item:
+                    built.unfile(key, tokenize)
+            index._docs = built.docs
+            index._lengths.of = built.lengths
+            index._postings = built.postings
+            index._total = built.total
+            pending = index._pending
+            for key in built.docs:
+                pending.pop(key, None)
+            fields = index._fields
+            if fields is not None:  # a query with keys made them before: file into them too
+                for key, doc in built.docs.items():
+                    fields.file(key, doc, tokenize)
+            if index._values.fields:
+                for key in built.docs:
+                    index._values.add(key, items[key])
+            if index._ranker is not None:
+                index._ranker.next_generation()
+                index._ranker.indexed(list(built.docs))
+            else:
+                index._ranker = built.ranker
+
+
+def _passing_top(
+    query: Sequence[QueryTerm],
+    items: Mapping[int, MemoryItem],
+    where: Predicate,
+    passed: dict[int, bool],
+    sizes: _Lengths,
+    average: float,
+    k: int,
+) -> list[tuple[int, MemoryItem, float]]:
+    """Return the best ``k`` items holding a query term that pass ``where`` (asked once each; ``passed`` holds the answers so far).
+
+    The terms, weights and lengths are those of the ranking of every item, summed in the same order.
+    """
+    keep = set()
+    for _, posting, _ in query:
+        for key in posting:
+            verdict = passed.get(key)
+            if verdict is None:
+                verdict = passed[key] = where(items[key])
+            if verdict:
+                keep.add(key)
+    among = [
+        (term, {key: tf for key, tf in posting.items() if key in keep}, weight)
+        for term, posting, weight in query
+    ]
+    return [(key, items[key], score) for key, score in exhaustive_top(among, sizes.of, average, k)]
 
 
 def _counting(index: SearchIndex, where: Predicate) -> Predicate:

@@ -465,16 +465,7 @@ class StoredMemory(Memory):
             if info is not None:
                 self._metadata = info.metadata
                 self.created_at = info.created.isoformat()
-        self._build_ahead()
-
-    def _build_ahead(self) -> None:
-        """Start building the search index's keyword side on another thread, as ``index_ahead`` asks."""
-        ahead = self._index_ahead
-        if ahead is False or (ahead is None and len(self) < _AHEAD_ITEMS) or not len(self):
-            return
-        from agents.memory import search
-
-        search.search_index(self).build_ahead()
+        _start_index(self, self._index_ahead)
 
     def close(self) -> None:
         """Close the store if this memory opened it (``open_memory`` with a URL)."""
@@ -766,3 +757,12 @@ class StoredMemory(Memory):
     def _drop_deleted_rows(self, seqs: Sequence[int]) -> int:
         """Remove from RAM the items whose rows the store just deleted (the writer's delete finds them gone)."""
         return self.delete_items(self._session.items_at(seqs))
+
+
+def _start_index(memory: StoredMemory, ahead: bool | None) -> None:
+    """Start building the memory's keyword index on another thread, as ``index_ahead`` asks."""
+    if ahead is False or not len(memory) or (ahead is None and len(memory) < _AHEAD_ITEMS):
+        return
+    from agents.memory import search
+
+    search.search_index(memory).build_ahead()
