@@ -419,7 +419,12 @@ def main() -> None:
                 cached["postgres"] = _kept_schema(args.postgres)
             first_urls = [(name, cached.get(name, url)) for name, url in urls]
             modes = [mode for mode in args.modes.split(",") if mode in FIRST_MODES]
-            print_first([first_run(first_urls, n, modes) for _ in range(args.runs)])
+            runs = []
+            for run in range(args.runs):
+                runs.append(first_run(first_urls, n, modes))
+                # Each run's figures as they come (the table waits for every run).
+                print(f"  run {run + 1}: {runs[-1]} (load {load()})", file=sys.stderr, flush=True)
+            print_first(runs)
         if "parts" in sections:
             print_parts([parts_run(rows, urls, args.repeat) for _ in range(args.runs)])
 
