@@ -231,6 +231,32 @@ class Ranker:
             self.key_at, self.gen = key_at, gen
         self.used = used
 
+    def build_common(
+        self,
+        postings: Mapping[str, Mapping[int, int]],
+        lengths: Mapping[int, int],
+        scope: tuple[str, ...] | None = None,
+    ) -> None:
+        """Build ahead the arrays of the terms most items hold: those a first query would pay most for.
+
+        Terms are taken by how many items hold them, most first, while their
+        entries fit in half of what the ranker keeps; terms held by fewer
+        than 256 items never get arrays (queries read them from the postings).
+        The arrays built before are dropped first, as a rebuild drops them:
+        the new ones hold every item indexed so far, so no tail is kept.
+        """
+        self._tidy(0, every=True)
+        budget = max(1 << 20, 2 * self.used) // 2
+        common = [term for term, posting in postings.items() if len(posting) >= _SMALL]
+        common.sort(key=lambda term: len(postings[term]), reverse=True)
+        for term in common:
+            posting = postings[term]
+            if self.entries + len(posting) > budget:
+                break
+            if (scope, term) not in self.impacts:
+                self.impacts[scope, term] = self._build(posting, lengths)
+                self.entries += len(posting)
+
     # -- ranking -------------------------------------------------------------------------
 
     def top(
@@ -518,10 +544,10 @@ class Ranker:
         dl = np.fromiter(map(lengths.__getitem__, posting), np.float64, count)
         return _Impacts(np, rows, tf, dl, self.epoch, len(self.log), self.removals)
 
-    def _tidy(self, n_items: int) -> None:
-        """Drop every term's arrays once the tails or the removals outgrow a small share of the items."""
+    def _tidy(self, n_items: int, *, every: bool = False) -> None:
+        """Drop every term's arrays once the tails or the removals outgrow a small share of the items (or ``every`` time)."""
         limit = max(1024, n_items // 32)
-        if len(self.log) > limit or self.removals > limit:
+        if every or len(self.log) > limit or self.removals > limit:
             self.impacts = {}
             self.entries = 0
             self.laid_out = {}

@@ -115,8 +115,12 @@ class Vectors:
         input), remembered so that the same text is not embedded twice.
         """
         np = numpy()
+        laid: list[tuple[int, list[int]]] = []  # keys and rows to lay out, in order, at once
         for position, (key, block) in enumerate(zip(keys, vectors, strict=True)):
-            self.drop(key)  # a key embedded again keeps only its new parts
+            if key in self.rows_of:
+                self._lay_out_many(np, laid)  # the order of a put one key at a time
+                laid = []
+                self.drop(key)  # a key embedded again keeps only its new parts
             matrix = np.asarray(block, dtype=np.float32)
             if matrix.ndim == 1:
                 matrix = matrix[None, :]
@@ -137,7 +141,8 @@ class Vectors:
                 if row not in rows:
                     rows.append(row)
                     self.uses[row] += 1
-            self._lay_out(key, rows)
+            laid.append((key, rows))
+        self._lay_out_many(np, laid)
 
     def _row(self, vector: Any) -> int:
         """Return the row holding ``vector``, filed now if no row holds it."""
@@ -181,6 +186,30 @@ class Vectors:
         self.key_at.append(key)
         self.slot_of[key] = slot
         self.rows_of[key] = rows
+
+    def _lay_out_many(self, np: Any, laid: Sequence[tuple[int, list[int]]]) -> None:
+        """Lay out each key's rows in a slot of its own, in order: ``_lay_out`` for many keys at once."""
+        if not laid:
+            return
+        first = len(self.key_at)
+        count = len(laid)
+        while first + count > len(self.start):
+            self.start = _grown(np, self.start, 0)
+            self.alive = _grown(np, self.alive, False)
+        flat = [row for _, rows in laid for row in rows]
+        end = self.refs + len(flat)
+        while end > len(self.ref_row):
+            self.ref_row = _grown(np, self.ref_row, 0)
+        self.ref_row[self.refs : end] = flat
+        sizes = np.fromiter((len(rows) for _, rows in laid), np.int64, count)
+        self.start[first : first + count] = self.refs + np.cumsum(sizes) - sizes
+        self.alive[first : first + count] = True
+        self.refs = end
+        key_at, slot_of, rows_of = self.key_at, self.slot_of, self.rows_of
+        for slot, (key, rows) in enumerate(laid, first):
+            key_at.append(key)
+            slot_of[key] = slot
+            rows_of[key] = rows
 
     def _grow_rows(self) -> None:
         np = numpy()
