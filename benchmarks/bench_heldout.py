@@ -1,10 +1,12 @@
 """Held-out search quality: keyword ranking against the peers, and the hybrid rule, per corpus family.
 
 Tuning corpora (what the term weighting and the blend were chosen on):
-benchmarks/_search_corpus.py (``short-steps``, ``long-pages``) and
+benchmarks/_search_corpus.py (``short-steps``, ``long-pages``),
 benchmarks/_hybrid_quality.py (``short``, ``thought``, ``page-mid``,
-``mixed``). Held-out families (never used to choose): benchmarks/corpora_heldout.py
-(``agent-steps``, ``chat``, ``pages``), asked lexically, paraphrased and mixed.
+``mixed``) and benchmarks/_crowded_corpus.py (``crowded``). Held-out
+families (never used to choose): benchmarks/corpora_heldout.py
+(``agent-steps``, ``chat``, ``pages``, ``crowded-steps``), asked lexically,
+paraphrased and mixed.
 
 Sections (``--sections``, comma-separated; default both):
 
@@ -42,7 +44,7 @@ from agents.memory import Memory, MemoryItem
 from agents.memory.search import Tokenizer, WordLlamaEmbedder
 
 TUNING_KEYWORD = ("short-steps", "long-pages")
-TUNING_RULE = ("short", "thought", "page-mid", "mixed")
+TUNING_RULE = ("short", "thought", "page-mid", "mixed", "crowded")
 PEERS = (RankBm25, Bm25s, Tantivy, Fts5)
 MODES = ("keyword", "semantic", "hybrid")
 
@@ -60,6 +62,11 @@ def corpus(name: str, n_items: int, n_facts: int, seed: int) -> tuple[list[dict[
     if name in heldout.FAMILIES:
         made = heldout.make_family(name, n_items, n_facts, seed)
         return made.items, {kind: made.queries(kind) for kind in heldout.KINDS}
+    if name == "crowded":
+        from _crowded_corpus import make_corpus as make_crowded
+
+        rows, crowded = make_crowded(n_items, n_facts, seed)
+        return rows, dict(crowded)
     if name in SHAPES:
         rows, facts = make_tuning(SHAPES[name], n_items, n_facts, seed)
         return rows, {

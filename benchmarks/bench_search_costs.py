@@ -4,17 +4,24 @@ Three tables, each a ratio against a baseline measured in the same process
 on the same data (UFO-shaped agent steps with a page text, from
 benchmarks/_search_corpus.py):
 
-* ``parts``: embedding a session and querying it (semantic and hybrid) with
-  the default ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a
-  step), in RAM and in each store;
+* ``parts``: embedding a session (each side with a fresh WordLlamaEmbedder,
+  so neither finds words the other tokenized; in RAM and in each store that
+  keeps vectors) and querying it (semantic and hybrid) with the default
+  ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a step), in RAM
+  and in each store;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
   of the items pass (``$eq``, ``$eq`` on a dotted field, ``$in``, a numeric
   range: see :data:`RARE`) against the same query unfiltered, in RAM, in
   each store (memory://, SQLite, JSONL, PostgreSQL) and in a
   ``StoredMemory`` over each; and the first filtered query after opening
   a store against the same query warm;
-* ``first``: the first keyword query after opening a session (a Memory
-  loaded from a store, or the store itself) against the same query warm.
+* ``first``: the first query after opening a session of ``--first-items``
+  steps against the same query warm, in each mode: the store itself, a
+  ``StoredMemory`` opened on it, and a ``Memory`` read from it (keyword
+  only: it holds no vectors). The ``ready`` rows wait for the search index
+  built ahead before the first query, as an agent's model call would.
+  The sessions are written once under ``--cache`` (on PostgreSQL, in the
+  schema ``kvmemory_bench_first``, kept; drop it when done) and reused.
 
 Each cell is the median over ``--runs`` runs (each the best of ``--repeat``
 calls) with the spread (max - min) of the runs; the load average is printed
@@ -105,11 +112,7 @@ def steps(n: int) -> list[dict[str, Any]]:
 @contextlib.contextmanager
 def stores(folder: str, postgres: str | None) -> Iterator[list[tuple[str, str]]]:
     """Yield ``(name, url)`` of each store to measure (PostgreSQL in a fresh schema when given)."""
-    urls = [
-        ("memory", f"memory://bench-{uuid.uuid4().hex[:8]}"),
-        ("sqlite", f"sqlite://{folder}/bench.db"),
-        ("jsonl", f"jsonl://{folder}/logs"),
-    ]
+    urls = [("sqlite", f"sqlite://{folder}/bench.db"), ("jsonl", f"jsonl://{folder}/logs")]
     schema = None
     if postgres:
         import psycopg
@@ -144,8 +147,9 @@ def parts_run(
     for label, parts in (("whole", EmbedParts.WHOLE), ("parts", EmbedParts())):
         memory = Memory([MemoryItem(**row) for row in rows])
         search_index(memory, parts=parts)
+        fresh = fresh_embedder()  # none starts with the other side's words tokenized
         start = time.perf_counter()
-        memory.index_embeddings(embedder)
+        memory.index_embeddings(fresh)
         out[f"embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
         for mode in SEMANTIC:
             out[f"RAM {mode}/{label}"] = statistics.median(
@@ -157,10 +161,28 @@ def parts_run(
                 )
                 for q in QUERIES
             )
+    stored = Remembered(embedder)  # each store embeds the texts the first one embedded: not timed
     for name, url in urls:
-        if name not in ("jsonl", "memory"):  # as measured before: SQLite and PostgreSQL
-            out.update(_store_parts(name, url, rows, embedder, repeat))
+        out.update(_store_parts(name, url, rows, stored, repeat))
     return out
+
+
+class Remembered:
+    """An embedder that embeds each text once and gives its vector again after (the stores' side: not timed)."""
+
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = embedder
+        self.name: str = embedder.name
+        self.dimension: int = embedder.dimension
+        self.known: dict[str, Any] = {}
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        new = [text for text in dict.fromkeys(texts) if text not in self.known]
+        if new:
+            self.known.update(zip(new, self.embedder(new), strict=True))
+        return np.stack([self.known[text] for text in texts])
 
 
 def _store_parts(
@@ -183,6 +205,15 @@ def _store_parts(
                     )
                     for q in QUERIES
                 )
+            # The first query after a write: a store that keeps the vectors reads them again.
+            store.append(sid, [MemoryItem(step=-1, thought="a step written between two queries")])
+            store.index_embeddings(sid, embedder, parts=parts)
+            out[f"{name} after a write/{label}"] = best_ms(
+                lambda parts=parts: store.search(
+                    sid, QUERIES[0], 5, mode="semantic", embedder=embedder, parts=parts
+                ),
+                1,
+            )
         store.delete_session(sid)
     return out
 
@@ -195,8 +226,35 @@ def print_parts(runs: Sequence[dict[str, float]]) -> None:
         parts = [run[f"{name}/parts"] for run in runs]
         whole = [run[f"{name}/whole"] for run in runs]
         ratios = [p / w for p, w in zip(parts, whole, strict=True)]
-        unit = " (ms a step)" if name == "embed" else ""
+        unit = " (ms a step)" if name.endswith("embed") else ""
         print(f"{name + unit:20} {cell(parts):>16} {cell(whole):>16} {cell(ratios):>16}")
+
+
+def fresh_embedder() -> Any:
+    """Return a new WordLlamaEmbedder, loaded and warm, with no words of the corpus tokenized yet."""
+    from agents.memory.search import WordLlamaEmbedder
+
+    embedder = WordLlamaEmbedder()
+    embedder(list(QUERIES))
+    return embedder
+
+
+def embed_run(rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]]) -> dict[str, float]:
+    """Return one run's embedding time per step in each store that keeps vectors, parts and whole, each side with a fresh embedder."""
+    out: dict[str, float] = {}
+    for name, url in urls:
+        if name == "jsonl":  # JSONL keeps no vectors
+            continue
+        with open_store(url) as store:
+            sid = f"embed-{uuid.uuid4().hex[:8]}"
+            store.append(sid, [MemoryItem(**row) for row in rows])
+            for label, parts in (("parts", EmbedParts()), ("whole", EmbedParts.WHOLE)):
+                embedder = fresh_embedder()
+                start = time.perf_counter()
+                store.index_embeddings(sid, embedder, parts=parts)
+                out[f"{name} embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
+            store.delete_session(sid)
+    return out
 
 
 # -- a rare filter -----------------------------------------------------------------------------
@@ -270,7 +328,7 @@ def _first_filtered(name: str, store: Store, sid: str, kinds: Sequence[str]) -> 
     """Return the first keyword query of each filter kind after opening the store, and the same query warm."""
     out: dict[str, float] = {}
     for kind in kinds:
-        query = QUERIES[2]
+        query = QUERIES[min(2, len(QUERIES) - 1)]
         out[f"first/{name} keyword/{kind} first"] = best_ms(
             lambda kind=kind, query=query: store.search(sid, query, 5, where=RARE[kind]), 1
         )
@@ -320,46 +378,130 @@ def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> Non
 
 # -- the first query -------------------------------------------------------------------------
 
+FIRST_MODES = ("keyword", "semantic", "hybrid")
 
-def first_run(rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]]) -> dict[str, float]:
-    """Return one run's figures: the first keyword query after opening a session, and a warm one."""
+
+def first_embedder() -> Any:
+    """Return the embedder of the first-query table: small hashed vectors, one per item (see ``first_store``)."""
+    from agents.memory.search import HashingEmbedder
+
+    return HashingEmbedder(64)
+
+
+def first_store(name: str, url: str, n: int) -> str:
+    """Return the id of the session of ``n`` steps in the store at ``url``, writing it (and its vectors) once.
+
+    The SQLite file and the JSONL folder live under ``--cache`` and are
+    reused by later runs, as writing 100,000 steps takes minutes. The
+    vectors are whole-item (``EmbedParts.WHOLE``) and 64-wide, so that a
+    session of 100,000 items stays small; JSONL keeps none.
+    """
+    sid = f"first-{n}"
+    with open_store(url) as store:
+        if store.count(sid) != n:
+            store.delete_session(sid)
+            print(f"  writing {n} steps to {name} (once; kept for later runs)", flush=True)
+            rows = steps(n)
+            for at in range(0, n, 10_000):
+                store.append(sid, [MemoryItem(**row) for row in rows[at : at + 10_000]])
+            if store.keeps_vectors:
+                store.index_embeddings(sid, first_embedder(), parts=EmbedParts.WHOLE)
+    return sid
+
+
+def first_run(urls: Sequence[tuple[str, str]], n: int, modes: Sequence[str]) -> dict[str, float]:
+    """Return one run's figures: the first query after opening a session, and a warm one, by mode."""
     out: dict[str, float] = {}
     for name, url in urls:
-        out.update(_first_figures(name, url, rows))
+        sid = first_store(name, url, n)
+        with open_store(url) as store:
+            vectors = store.keeps_vectors
+        for mode in modes:
+            if mode != "keyword" and not vectors:
+                continue  # JSONL keeps no vectors: a semantic query would embed the session
+            out.update(_first_figures(name, url, sid, mode))
     return out
 
 
-def _first_figures(name: str, url: str, rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Return one store's first and warm query times, of the store and of a Memory read from it."""
+def _first_figures(name: str, url: str, sid: str, mode: str) -> dict[str, float]:
+    """Return one store's first and warm query times in one mode: the store, a StoredMemory, a Memory read from it."""
+    from agents.memory.stores import open_memory
+
     out: dict[str, float] = {}
+    embedder = first_embedder()
     query, other = QUERIES[1], QUERIES[3]  # the second has terms the first did not need
-    sid = f"first-{uuid.uuid4().hex[:8]}"
+
+    def search(target: Any, q: str) -> object:
+        if isinstance(target, Store):
+            return target.search(sid, q, 5, mode=mode, embedder=embedder, parts=EmbedParts.WHOLE)
+        return target.search(q, 5, mode=mode, embedder=embedder)
+
     with open_store(url) as store:
-        store.append(sid, [MemoryItem(**row) for row in rows])
-    with open_store(url) as store:
-        out[f"{name} store/first"] = best_ms(lambda: store.search(sid, query, 5), 1)
-        out[f"{name} store/warm"] = best_ms(lambda: store.search(sid, query, 5), 5)
-        memory = Memory(store.read(sid))
-        out[f"{name} Memory/first"] = best_ms(lambda: memory.search(query, 5), 1)
-        out[f"{name} Memory/warm"] = best_ms(lambda: memory.search(query, 5), 5)
-        out[f"{name} Memory/new terms"] = best_ms(lambda: memory.search(other, 5), 1)
-        store.delete_session(sid)
+        out[f"{name} store {mode}/first"] = best_ms(lambda: search(store, query), 1)
+        out[f"{name} store {mode}/warm"] = best_ms(lambda: search(store, query), 2)
+    for wait in (False, True):
+        label = f"{name} StoredMemory {mode}" + (" ready" if wait else "")
+        with open_store(url) as store:
+            start = time.perf_counter()
+            memory = open_memory(store, sid)
+            search_index(memory, parts=EmbedParts.WHOLE)
+            out[f"{label}/open"] = 1000 * (time.perf_counter() - start)
+            if wait:
+                _wait_ready(memory)
+            out[f"{label}/first"] = best_ms(lambda memory=memory: search(memory, query), 1)
+            out[f"{label}/warm"] = best_ms(lambda memory=memory: search(memory, query), 3)
+            out[f"{label}/new terms"] = best_ms(lambda memory=memory: search(memory, other), 1)
+            del memory
+    if mode == "keyword":  # a Memory read from the store holds no vectors: semantic would embed it
+        for wait in (False, True):
+            label = f"{name} Memory {mode}" + (" ready" if wait else "")
+            with open_store(url) as store:
+                start = time.perf_counter()
+                memory = Memory(store.read(sid))
+                out[f"{label}/open"] = 1000 * (time.perf_counter() - start)
+                if wait:
+                    _wait_ready(memory)
+                out[f"{label}/first"] = best_ms(lambda memory=memory: search(memory, query), 1)
+                out[f"{label}/warm"] = best_ms(lambda memory=memory: search(memory, query), 3)
+                out[f"{label}/new terms"] = best_ms(lambda memory=memory: search(memory, other), 1)
+                del memory
     return out
+
+
+def _wait_ready(memory: Memory) -> None:
+    """Build the memory's search index ahead and wait for it (as an agent's model call would, meanwhile)."""
+    index = search_index(memory)
+    build = getattr(index, "build_ahead", None)
+    if build is not None:
+        build(wait=True)
 
 
 def print_first(runs: Sequence[dict[str, float]]) -> None:
     """Print the first query after opening against a warm one: ms and the ratio."""
     print(f"\n== first query after opening vs warm (load {load()})")
-    print(f"{'':20} {'first ms':>16} {'warm ms':>16} {'ratio':>16}")
-    for name in sorted({key.split("/")[0] for key in runs[0] if "/" in key}):
+    print(f"{'':34} {'open ms':>16} {'first ms':>16} {'warm ms':>16} {'ratio':>16}")
+    for name in dict.fromkeys(key.split("/")[0] for key in runs[0] if "/" in key):
         first = [run[f"{name}/first"] for run in runs]
         warm = [run[f"{name}/warm"] for run in runs]
+        opened = cell([run[f"{name}/open"] for run in runs]) if f"{name}/open" in runs[0] else ""
         ratios = [f / w for f, w in zip(first, warm, strict=True)]
-        print(f"{name:20} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
+        print(f"{name:34} {opened:>16} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
         if f"{name}/new terms" in runs[0]:
             fresh = [run[f"{name}/new terms"] for run in runs]
             ratios = [f / w for f, w in zip(fresh, warm, strict=True)]
-            print(f"{name + ' new terms':20} {cell(fresh):>16} {cell(warm):>16} {cell(ratios):>16}")
+            print(
+                f"{'  new terms':34} {'':>16} {cell(fresh):>16} {cell(warm):>16} {cell(ratios):>16}"
+            )
+
+
+def _kept_schema(postgres: str) -> str:
+    """Return the URL of the schema ``kvmemory_bench_first`` on the server, made once and kept for later runs."""
+    import psycopg
+
+    with psycopg.connect(postgres, autocommit=True) as con:
+        con.execute("CREATE SCHEMA IF NOT EXISTS kvmemory_bench_first")
+    sep = "&" if "?" in postgres else "?"
+    return f"{postgres}{sep}options=-csearch_path%3Dkvmemory_bench_first"
 
 
 def main() -> None:
@@ -373,7 +515,16 @@ def main() -> None:
     parser.add_argument("--filters", default=",".join(RARE), help="of: " + ", ".join(RARE))
     parser.add_argument("--queries", type=int, default=5, help="the first N queries (of 5)")
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
-    parser.add_argument("--stores", default="memory,sqlite,jsonl,postgres", help="'' for RAM only")
+    parser.add_argument(
+        "--stores",
+        default="memory,sqlite,jsonl,postgres",
+        help="'' for RAM only (memory:// is measured in the filters section only)",
+    )
+    parser.add_argument(
+        "--cache",
+        default=os.path.join(tempfile.gettempdir(), "kvmemory-bench-first"),
+        help="where the first-query sessions are written once and reused",
+    )
     args = parser.parse_args()
     sections = args.sections.split(",")
     global QUERIES
@@ -385,16 +536,34 @@ def main() -> None:
         if "filters" in sections:
             modes = args.modes.split(",")
             kinds = args.filters.split(",")
+            memory = [("memory", f"memory://bench-{uuid.uuid4().hex[:8]}")]
+            filtered = (memory if "memory" in args.stores.split(",") else []) + urls
             runs: list[dict[str, float]] = []
             for _ in range(args.runs):  # the table so far after each run, for a long one
-                runs.append(filters_run(rows, urls, args.repeat, modes, kinds))
+                runs.append(filters_run(rows, filtered, args.repeat, modes, kinds))
                 print_filters(runs, kinds)
                 sys.stdout.flush()
         if "first" in sections:
-            many = steps(args.first_items)
-            print_first([first_run(many, urls) for _ in range(args.runs)])
+            n = args.first_items
+            Path(args.cache).mkdir(parents=True, exist_ok=True)
+            cached = {
+                "sqlite": f"sqlite://{args.cache}/first-{n}.db",
+                "jsonl": f"jsonl://{args.cache}/first-{n}",
+            }
+            if args.postgres and "postgres" in args.stores.split(","):
+                cached["postgres"] = _kept_schema(args.postgres)
+            first_urls = [(name, cached.get(name, url)) for name, url in urls]
+            modes = [mode for mode in args.modes.split(",") if mode in FIRST_MODES]
+            runs = []
+            for run in range(args.runs):
+                runs.append(first_run(first_urls, n, modes))
+                # Each run's figures as they come (the table waits for every run).
+                print(f"  run {run + 1}: {runs[-1]} (load {load()})", file=sys.stderr, flush=True)
+            print_first(runs)
         if "parts" in sections:
             print_parts([parts_run(rows, urls, args.repeat) for _ in range(args.runs)])
+            if urls:
+                print_parts([embed_run(rows, urls) for _ in range(args.runs)])
 
 
 if __name__ == "__main__":

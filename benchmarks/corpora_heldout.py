@@ -2,8 +2,9 @@
 
 The tuning corpora are those of benchmarks/_search_corpus.py (``--sections
 quality``) and benchmarks/_hybrid_quality.py (``--sections hybrid``). The
-families here share none of their subjects, relations, paraphrases or
-filler, and are only ever used to judge a choice made on those:
+families here share no templates with them and almost no words (a handful,
+such as "lent", "shipped" and "notebook", occur in both word lists), and
+are only ever used to judge a choice made on those:
 
 ``agent-steps``
     UFO-shaped steps of two agents (a host agent that picks applications
@@ -18,6 +19,14 @@ filler, and are only ever used to judge a choice made on those:
 ``pages``
     Long documents (a handbook, meeting minutes, a travel log) cut into
     pages of 150 to 350 words of prose.
+``crowded-steps``
+    UFO-shaped steps of a host and an app agent keeping an inventory
+    ledger: nearly every step logs one or two ledger entries shaped like
+    a fact ("the kettle got pinched from Seville", "the poster was lent
+    to Dmitri"), a subject or relation of the facts (said or paraphrased)
+    with other words, so that a hundred or more steps lie close to any
+    query (the query's 100th best cosine is high) while only the planted
+    fact holds its subject and relation together, said or paraphrased.
 
 Every family plants facts ("the umbrella was lent to Ingrid") at several
 depths: in a short field or first sentence (``shallow``), in the middle
@@ -45,7 +54,7 @@ from agents.memory.search import Tokenizer
 
 __all__ = ["FAMILIES", "KINDS", "Corpus", "Fact", "make_family"]
 
-FAMILIES = ("agent-steps", "chat", "pages")
+FAMILIES = ("agent-steps", "chat", "pages", "crowded-steps")
 KINDS = ("lexical", "paraphrased", "mixed")
 
 # (word in the fact, paraphrase sharing no word with it): none of them in the tuning corpora.
@@ -384,6 +393,100 @@ def _page(rng: random.Random, i: int, document: str, number: int) -> dict[str, A
     return {"item": i, "document": document, "page": number, "text": " ".join(out)}
 
 
+# -- crowded agent steps ----------------------------------------------------------------
+
+_LEDGER_THINGS = [
+    "crate",
+    "pallet",
+    "sack of flour",
+    "spare fuse",
+    "toolbox",
+    "roll of tape",
+    "mop",
+]
+_LEDGER_SUBTASKS = [
+    "log the returned goods in the {app} ledger",
+    "update the ledger row of the storeroom in {app}",
+    "check the ledger entries against the packing slip",
+    "mark the lost property entries in the {app} ledger",
+]
+_LEDGER_HOST = [
+    "The ledger needs the next entries, so {app} stays open.",
+    "The app agent should log the storeroom entries in {app}.",
+]
+_LEDGER_APP = [
+    "I log the entry in the ledger and press {control}.",
+    "The ledger row is filled; I select {control} next.",
+    "I read the ledger entry back before pressing {control}.",
+]
+_LEDGER_OBSERVATIONS = [
+    "The ledger shows entry {n}:",
+    "Row {n} of the ledger now reads:",
+    "The {app} ledger saved entry {n}:",
+]
+
+
+_LEDGER_SAID = 0.93  # the share of entries with the words as said; the rest paraphrased
+
+
+def _ledger_entry(
+    rng: random.Random, taken: set[tuple[str, str]], subjects: list[tuple[str, str]]
+) -> str:
+    """Return an entry shaped like a fact that pairs a subject and a relation no fact pairs.
+
+    Half name a subject of the facts (said or paraphrased), half a thing no
+    fact is about; relations are said or paraphrased alike, so an entry lies
+    close to the queries of every fact that shares its subject or relation.
+    """
+    while True:
+        subject = rng.choice(subjects)
+        relation = rng.choice(RELATIONS)
+        if (subject[0], relation[0]) not in taken:
+            break
+    said = rng.random() < _LEDGER_SAID
+    noun = (
+        (subject[0] if said else subject[1]) if rng.random() < 0.5 else rng.choice(_LEDGER_THINGS)
+    )
+    verb = relation[0] if said else relation[1]
+    return f"the {noun} {verb} {rng.choice(OBJECTS)}"
+
+
+def _crowded_steps(
+    rng: random.Random, n_items: int, taken: set[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(n_items):
+        host = i % 5 == 0
+        app = _APPS[(i // 20) % len(_APPS)]
+        control = rng.choice(_CONTROLS)
+        thought = rng.choice(_LEDGER_HOST if host else _LEDGER_APP).format(app=app, control=control)
+        entries = [_ledger_entry(rng, taken, SUBJECTS) for _ in range(rng.choice((1, 1, 2)))]
+        observation = rng.choice(_LEDGER_OBSERVATIONS).format(app=app, n=rng.randrange(1, 400))
+        observation += " " + "; ".join(entries) + "."
+        rows.append(
+            {
+                "item": i,
+                "agent": "HostAgent" if host else "AppAgent",
+                "subtask": rng.choice(_LEDGER_SUBTASKS).format(app=app),
+                "action": "select_application" if host else rng.choice(_ACTIONS),
+                "arguments": {"control_text": control, "button": "left", "text": ""},
+                "thought": thought,
+                "controls": [
+                    {
+                        "label": str(k),
+                        "control_text": rng.choice(_CONTROLS),
+                        "control_type": "Button",
+                    }
+                    for k in range(rng.randint(3, 8))
+                ],
+                "observation": observation,
+                "status": "CONTINUE",
+                "application": app,
+            }
+        )
+    return rows
+
+
 # -- the corpus ------------------------------------------------------------------------------
 
 
@@ -405,7 +508,7 @@ def _items(family: str, rng: random.Random, n_items: int) -> list[dict[str, Any]
 
 
 def _plant(family: str, rng: random.Random, row: dict[str, Any], depth: str, sentence: str) -> None:
-    if family == "agent-steps":
+    if family in ("agent-steps", "crowded-steps"):
         _plant_step(rng, row, depth, sentence)
     elif family == "chat":
         row["content"] = _plant_text(rng, row["content"], depth, sentence)
@@ -428,8 +531,13 @@ def make_family(family: str, n_items: int, n_facts: int, seed: int) -> Corpus:
         msg = f"make_family() plants at most {min(len(pairs), n_items)} facts, got {n_facts}"
         raise ValueError(msg)
     rng = random.Random(f"heldout/{family}/{seed}")
-    rows = _items(family, rng, n_items)
-    rng.shuffle(pairs)
+    if family == "crowded-steps":  # the facts' pairs first: the ledger entries avoid them
+        rng.shuffle(pairs)
+        taken = {(subject[0], relation[0]) for subject, relation in pairs[:n_facts]}
+        rows = _crowded_steps(rng, n_items, taken)
+    else:
+        rows = _items(family, rng, n_items)
+        rng.shuffle(pairs)
     chosen = sorted(rng.sample(range(n_items), n_facts))
     tokenize = Tokenizer()
     facts = []

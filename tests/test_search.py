@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rank_bm25 import BM25Okapi
+from rank_bm25 import BM25Plus
 
 from agents.memory import (
     EmbedderMismatchError,
@@ -100,13 +100,28 @@ def test_tokenizer_refuses_a_stemmer_that_is_not_callable() -> None:
 # -- keyword ranking -------------------------------------------------------------------
 
 
-class LuceneBM25(BM25Okapi):  # type: ignore[misc]  # rank_bm25 ships no type hints
-    """rank_bm25's Okapi BM25 with Lucene's IDF, ln(1 + (N - df + 0.5) / (df + 0.5)), in place of its floored one."""
+class LuceneBM25Plus(BM25Plus):  # type: ignore[misc]  # rank_bm25 ships no type hints
+    """rank_bm25's BM25+ with Lucene's IDF, ln(1 + (N - df + 0.5) / (df + 0.5)), over the words an item holds, over 1 + delta.
+
+    rank_bm25 adds ``delta * idf`` for every query word, held or not (the
+    same for every item); BM25+ adds it for the words an item holds. Divided
+    by ``1 + delta``, a word held once at the average length scores its IDF.
+    """
 
     def _calc_idf(self, nd: dict[str, int]) -> None:
         self.idf = {
             term: math.log1p((self.corpus_size - df + 0.5) / (df + 0.5)) for term, df in nd.items()
         }
+
+    def get_scores(self, query: list[str]) -> Any:
+        scores = np.zeros(self.corpus_size)
+        lengths = np.array(self.doc_len)
+        for term in query:
+            tf = np.array([doc.get(term, 0) for doc in self.doc_freqs])
+            norm = self.k1 * (1 - self.b + self.b * lengths / self.avgdl)
+            share = self.delta + tf * (self.k1 + 1) / (norm + tf)
+            scores += self.idf.get(term, 0.0) * np.where(tf > 0, share, 0.0)
+        return scores / (1 + self.delta)
 
 
 @pytest.mark.parametrize(
@@ -123,9 +138,9 @@ class LuceneBM25(BM25Okapi):  # type: ignore[misc]  # rank_bm25 ships no type hi
 )
 @pytest.mark.parametrize("k", [1, 2, 3, len(CORPUS)])
 def test_bm25_agrees_with_reference_implementation(query: str, k: int) -> None:
-    """The top k and their scores equal rank_bm25's Okapi BM25 (k1=1.2, b=0.75) with Lucene's IDF and the same tokens."""
+    """The top k and their scores equal rank_bm25's BM25+ (k1=1.2, b=0.75, delta=1) with Lucene's IDF and the same tokens."""
     tokenize = Tokenizer()
-    reference = LuceneBM25([tokenize(text) for text in CORPUS], k1=1.2, b=0.75)
+    reference = LuceneBM25Plus([tokenize(text) for text in CORPUS], k1=1.2, b=0.75, delta=1.0)
     terms = tokenize(query)
     expected = [
         (step, score)
@@ -137,6 +152,27 @@ def test_bm25_agrees_with_reference_implementation(query: str, k: int) -> None:
     assert [hit.item["step"] for hit in hits] == [step for step, _ in expected[:k]]
     for hit, (_, score) in zip(hits, expected, strict=False):
         assert hit.score == pytest.approx(score, abs=1e-5)
+
+
+# An item 1.7 times the average length holding every word of "kettle was stored in", and
+# items 0.4 times it holding all but "kettle" (the rarest): plain BM25 ranks the three short
+# ones first; BM25+ ranks the item with every word first (docs/search.md, "BM25+").
+FILLER = "good morning how was your weekend it was fine we stayed at home because of the rain"
+LONG_AND_SHORT = [
+    *[FILLER] * 40,
+    f"the kettle was stored in the basement. thanks, that helps a lot. {FILLER}",
+    "a box was stored in the basement",
+    "a lamp was stored in the basement",
+    "the form was stored in the basement",
+    *[f"no kettle today. {FILLER}"] * 4,
+]
+
+
+def test_a_long_item_holding_every_query_word_outranks_short_items_holding_fewer() -> None:
+    """BM25+: an item of 1.7x the average length with every query word ranks above items of 0.4x without the rarest."""
+    memory = Memory([MemoryItem(step=i, text=text) for i, text in enumerate(LONG_AND_SHORT)])
+    hits = memory.search("kettle was stored in", 3)
+    assert [hit.item["step"] for hit in hits] == [40, 41, 42]
 
 
 def test_hits_are_best_first_with_matched_fields() -> None:

@@ -21,10 +21,13 @@ from agents.memory.search import WordLlamaEmbedder
 from agents.memory.stores import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
-FAMILIES = ("agent-steps", "chat", "pages")
+FAMILIES = ("agent-steps", "chat", "pages", "crowded-steps")
 MODES = ("keyword", "semantic", "hybrid")
 N_ITEMS = 150
 N_FACTS = 30
+# The crowded family needs more items than SEMANTIC_REFERENCE (100) close to a query for its
+# crowd to show: at 150 items the 100th best cosine is the background of the whole memory.
+N_CROWDED_ITEMS = 600
 
 
 def _heldout() -> Any:
@@ -48,7 +51,8 @@ def _embedder() -> WordLlamaEmbedder:
 
 @functools.cache
 def _corpus(family: str) -> Any:
-    return HELDOUT.make_family(family, N_ITEMS, N_FACTS, seed=1)
+    n_items = N_CROWDED_ITEMS if family == "crowded-steps" else N_ITEMS
+    return HELDOUT.make_family(family, n_items, N_FACTS, seed=1)
 
 
 Ranked = dict[tuple[str, str], list[list[tuple[int, float]]]]
@@ -89,23 +93,31 @@ def _rule_breaks(family: str, ranked: Ranked) -> list[str]:
     return out
 
 
-# The breaks left with this release's blend (docs/search.md, "Held-out corpora"), on the
-# small sets: mixed queries (the subject said, the relation paraphrased). strict: each test
-# fails once its break is gone, so the table in the docs is kept true.
-CHAT_BREAK = pytest.mark.xfail(
-    strict=True, reason="chat/mixed: hybrid 0.933 against semantic 1.000 (30 facts)"
+# The breaks left with this release's blend and BM25+ (docs/search.md, "Held-out corpora"),
+# on the small sets, each one fact of 30: mixed queries (the subject said, the relation
+# paraphrased). strict: each test fails once its break is gone, so the docs are kept true.
+AGENT_STEPS_BREAK = pytest.mark.xfail(
+    strict=True, reason="agent-steps/mixed: hybrid 0.967 against keyword 1.000 (30 facts)"
 )
 PAGES_BREAK = pytest.mark.xfail(
-    strict=True, reason="pages/mixed: hybrid below semantic by more than 0.02 (30 facts)"
+    strict=True, reason="pages/mixed: hybrid 0.833 against semantic 0.867 (30 facts)"
+)
+# The crowd of ledger entries: the discount silences the cosines and partial keyword matches
+# decide (600 items, 30 facts): lexical 0.933 against keyword 1.000, paraphrased 0.033
+# against semantic 0.100, mixed 0.200 against semantic 0.333.
+CROWDED_BREAK = pytest.mark.xfail(
+    strict=True,
+    reason="crowded-steps: hybrid 0.067 to 0.100 below the better mode on every query kind",
 )
 
 
 @pytest.mark.parametrize(
     "family",
     [
-        "agent-steps",
-        pytest.param("chat", marks=CHAT_BREAK),
+        pytest.param("agent-steps", marks=AGENT_STEPS_BREAK),
+        "chat",
         pytest.param("pages", marks=PAGES_BREAK),
+        pytest.param("crowded-steps", marks=CROWDED_BREAK),
     ],
 )
 def test_hybrid_holds_the_rule_on_a_heldout_family_in_ram(family: str) -> None:

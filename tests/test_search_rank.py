@@ -26,7 +26,7 @@ KEY_SETS: list[tuple[str, ...] | None] = [None, ("thought",), ("note",), ("thoug
 def model_top(
     memory: Memory, query: str, k: int, keys: tuple[str, ...] | None, kind: str | None
 ) -> list[tuple[int, float]]:
-    """Return ``(step, score)`` of the best ``k``: plain BM25 with Lucene's IDF over every item, k1=1.2, b=0.75."""
+    """Return ``(step, score)`` of the best ``k``: plain BM25+ with Lucene's IDF over every item, k1=1.2, b=0.75, delta=1."""
     tokenize = Tokenizer()
     items = list(memory)
     counts = []
@@ -48,11 +48,14 @@ def model_top(
         for word in words:  # query order, repeats counted
             if tf[word]:
                 idf = math.log1p((n - df[word] + 0.5) / (df[word] + 0.5))
+                # BM25+ with delta 1, over 1 + delta: (k1 + 1) / 2 and delta / (k1 + 1).
                 score += (
                     idf
-                    * (1.2 + 1.0)
-                    * tf[word]
-                    / (tf[word] + 1.2 * (1.0 - 0.75) + 1.2 * 0.75 / average * length)
+                    * ((1.2 + 1.0) / (1.0 + 1.0))
+                    * (
+                        tf[word] / (tf[word] + 1.2 * (1.0 - 0.75) + 1.2 * 0.75 / average * length)
+                        + 1.0 / (1.2 + 1.0)
+                    )
                 )
                 held = True
         if held and (kind is None or item["kind"] == kind):

@@ -133,3 +133,28 @@ def test_store_ranking_with_common_words_is_memory_search(
         got = [(hit.item["n"], hit.score) for hit in store.search(session, text, k, keys=keys)]
         want = [(hit.item["n"], hit.score) for hit in memory.search(text, k, keys=keys)]
         assert got == want
+
+
+def test_store_ranks_a_long_item_holding_every_query_word_above_short_items_holding_fewer(
+    store_url: str,
+) -> None:
+    """Every store ranks by BM25+ as Memory.search does: the long item holding every query word comes first, same scores."""
+    filler = "good morning how was your weekend it was fine we stayed at home because of the rain"
+    texts = [
+        *[filler] * 40,
+        f"the kettle was stored in the basement. thanks, that helps a lot. {filler}",
+        "a box was stored in the basement",
+        "a lamp was stored in the basement",
+        "the form was stored in the basement",
+        *[f"no kettle today. {filler}"] * 4,
+    ]
+    items = [MemoryItem(n=n, text=text) for n, text in enumerate(texts)]
+    with open_store(store_url) as store:
+        session = f"s{next(SESSIONS)}"
+        store.append(session, items)
+        got = [
+            (hit.item["n"], hit.score) for hit in store.search(session, "kettle was stored in", 3)
+        ]
+    want = [(hit.item["n"], hit.score) for hit in Memory(items).search("kettle was stored in", 3)]
+    assert [n for n, _ in got] == [40, 41, 42]
+    assert got == want

@@ -19,7 +19,10 @@ from agents.memory.exceptions import ArgumentTypeError, InvalidQueryError
 
 __all__ = [
     "BM25_B",
+    "BM25_DELTA",
+    "BM25_FLOOR",
     "BM25_K1",
+    "BM25_SCALE",
     "MIN_IDF",
     "Tokenizer",
     "bm25_average_length",
@@ -38,6 +41,13 @@ BM25_K1 = 1.2
 """BM25's term-frequency saturation (Lucene's and SQLite FTS5's value)."""
 BM25_B = 0.75
 """BM25's document-length normalisation (Lucene's and SQLite FTS5's value)."""
+BM25_DELTA = 1.0
+"""BM25+'s lower bound: a query term an item holds adds at least ``delta / (1 + delta)`` of its IDF, however long.
+
+Lv and Zhai's BM25+ (2011) and their default value. Without it (plain BM25)
+a long item's share of a word tends to zero, so a long item holding every
+query word can rank below short items holding fewer of them.
+"""
 MIN_IDF = 1e-6
 """The floor of a term's IDF: FTS5 floors the IDF of terms in more than half the items here."""
 
@@ -58,12 +68,14 @@ def lucene_idf(n_items: int, df: int) -> float:
 
 
 def bm25_weight(n_items: int, df: int) -> float:
-    """Return a query term's weight: ``lucene_idf(n_items, df) * (BM25_K1 + 1.0)``.
+    """Return a query term's weight: ``lucene_idf(n_items, df) * (BM25_K1 + 1.0) / (1.0 + BM25_DELTA)``.
 
     ``n_items`` counts every item of the memory or session (also items
     without text); ``df`` the items holding the term in the searched fields.
+    Dividing by ``1 + BM25_DELTA`` keeps the scale of plain BM25: a term
+    held once by an item of the average length adds its IDF.
     """
-    return lucene_idf(n_items, df) * (BM25_K1 + 1.0)
+    return lucene_idf(n_items, df) * BM25_SCALE
 
 
 def bm25_average_length(total: int, n_items: int) -> float:
@@ -72,20 +84,26 @@ def bm25_average_length(total: int, n_items: int) -> float:
 
 
 def bm25_term_score(weight: float, tf: int, length: int, average_length: float) -> float:
-    """Return one query term's share of an item's BM25 score: the one formula every search uses.
+    """Return one query term's share of an item's BM25+ score: the one formula every search uses.
 
-    ``weight * tf / (tf + k1 * (1 - b) + (k1 * b / average_length) * length)``,
+    ``weight * (tf / (tf + k1 * (1 - b) + (k1 * b / average_length) * length) + delta / (k1 + 1))``,
     with ``weight`` from :func:`bm25_weight`, ``tf`` the term's count in the
     item and ``length`` the item's number of terms, both over the searched
-    fields. An item's score is the sum of these shares over the query's
-    terms, in query order (a repeated query word counts again), starting
-    from ``0.0`` and skipping terms the item lacks: summed in that order,
-    the float is the same wherever it is computed.
+    fields: BM25+ (:data:`BM25_DELTA`), ``idf * ((k1 + 1) * tf / (tf + k1 * (1 - b + b *
+    length / average_length)) + delta)``, divided by ``1 + delta``. An item's score
+    is the sum of these shares over the query's terms, in query order (a
+    repeated query word counts again), starting from ``0.0`` and skipping
+    terms the item lacks: summed in that order, the float is the same
+    wherever it is computed.
     """
-    return weight * tf / (tf + _FLAT + BM25_K1 * BM25_B / average_length * length)
+    return weight * (tf / (tf + _FLAT + BM25_K1 * BM25_B / average_length * length) + BM25_FLOOR)
 
 
 _FLAT: Final = BM25_K1 * (1.0 - BM25_B)
+BM25_FLOOR: Final = BM25_DELTA / (BM25_K1 + 1.0)
+"""What every held term adds to its share at unit weight (BM25+'s delta over ``k1 + 1``), whatever tf and length."""
+BM25_SCALE: Final = (BM25_K1 + 1.0) / (1.0 + BM25_DELTA)
+"""What :func:`bm25_weight` multiplies an IDF by: ``(k1 + 1) / (1 + delta)``."""
 
 
 # Runs of letters and digits in any script; "_" splits, so click_input gives two terms.

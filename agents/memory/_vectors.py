@@ -31,6 +31,7 @@ __all__ = [
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
     "SEMANTIC_REFERENCE",
+    "TEXTS_KEPT",
     "VECTOR_DTYPE",
     "EmbedParts",
     "Embedder",
@@ -49,6 +50,7 @@ __all__ = [
     "progress_bar",
     "semantic_discount",
     "top_rows",
+    "vectors_once",
 ]
 
 SearchMode = Literal["keyword", "semantic", "hybrid"]
@@ -144,6 +146,46 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> Any:
         1.0  # an all-zero vector (text without words) stays zero: cosine 0 with anything
     )
     return vectors / norms
+
+
+TEXTS_KEPT: Final = 16384
+"""Distinct texts whose vectors one embedding run keeps for the items after (:func:`vectors_once`); past it, it starts afresh."""
+
+
+def vectors_once(
+    embedder: Embedder, texts: Sequence[str], known: dict[str, Any] | None = None
+) -> Any:
+    """Return the unit vectors of ``texts`` (:func:`checked_vectors`), embedding each distinct text once.
+
+    The parts of a session's items repeat word for word (a status, an
+    application, a control's name), so a batch embeds each distinct text
+    once, and none that ``known`` holds: ``known`` maps a text to its unit
+    vector and is filled here, with at most :data:`TEXTS_KEPT` texts (it is
+    emptied when full), so that one run over many batches embeds a
+    repeated part once.
+
+    Raises:
+        EmbeddingError: if the embedder returns the wrong shape or NaN.
+    """
+    np = numpy()
+    seen = {} if known is None else known
+    fresh = [text for text in dict.fromkeys(texts) if text not in seen]
+    out = np.empty((len(texts), embedder.dimension), dtype=np.float32)
+    if fresh:
+        unit = checked_vectors(embedder, fresh)
+        at = {text: row for row, text in enumerate(fresh)}
+        rows = [at.get(text, -1) for text in texts]
+        for position, row in enumerate(rows):
+            out[position] = unit[row] if row >= 0 else seen[texts[position]]
+        if known is not None:
+            for row, text in enumerate(fresh):
+                if len(known) >= TEXTS_KEPT:
+                    known.clear()
+                known[text] = unit[row]
+        return out
+    for position, text in enumerate(texts):
+        out[position] = seen[text]
+    return out
 
 
 def embed_text(fields: Mapping[str, Any], keys: tuple[str, ...] | None) -> str:

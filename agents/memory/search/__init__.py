@@ -10,7 +10,7 @@ Semantic search needs numpy and an :class:`Embedder`; the offline default,
 from agents.memory._filter import Filter
 from agents.memory._text import Tokenizer
 from agents.memory.search._embed import Embedder, HashingEmbedder, WordLlamaEmbedder
-from agents.memory.search._index import BM25_B, BM25_K1, SearchIndex
+from agents.memory.search._index import BM25_B, BM25_DELTA, BM25_K1, SearchIndex
 from agents.memory.search._search import (
     HYBRID_KEYWORD_WEIGHT,
     HYBRID_POOL,
@@ -27,6 +27,7 @@ from agents.memory.search._search import (
 
 __all__ = [
     "BM25_B",
+    "BM25_DELTA",
     "BM25_K1",
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",

@@ -29,7 +29,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from agents.memory._text import BM25_B, BM25_K1, bm25_term_score
+from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_term_score
 
 __all__ = ["QueryTerm", "Ranker", "exhaustive_top"]
 
@@ -140,7 +140,8 @@ class _Part:
         self.dl = dl
         self.impacts = impacts
         self.valid = valid  # a mask of entries still current, or None when all are
-        self.share: Any = None  # the per-entry share at unit weight, for parts read whole
+        # The per-entry share at unit weight less BM25_FLOOR, for parts read whole.
+        self.share: Any = None
 
     def contrib(self, weight: float, slope: float) -> Any:
         """Return each entry's share of a score for one occurrence of the term: ``bm25_term_score``'s floats."""
@@ -151,7 +152,7 @@ class _Part:
                 return contrib
         tf = self.tf
         # bm25_term_score's operations in its order, so the floats are the same.
-        contrib = weight * tf / (tf + _FLAT + slope * self.dl)
+        contrib = weight * (tf / (tf + _FLAT + slope * self.dl) + BM25_FLOOR)
         if impacts is not None:
             impacts.contrib = (slope, weight, contrib)
         return contrib
@@ -229,6 +230,32 @@ class Ranker:
             gen[:row] = self.gen[:row]
             self.key_at, self.gen = key_at, gen
         self.used = used
+
+    def build_common(
+        self,
+        postings: Mapping[str, Mapping[int, int]],
+        lengths: Mapping[int, int],
+        scope: tuple[str, ...] | None = None,
+    ) -> None:
+        """Build ahead the arrays of the terms most items hold: those a first query would pay most for.
+
+        Terms are taken by how many items hold them, most first, while their
+        entries fit in half of what the ranker keeps; terms held by fewer
+        than 256 items never get arrays (queries read them from the postings).
+        The arrays built before are dropped first, as a rebuild drops them:
+        the new ones hold every item indexed so far, so no tail is kept.
+        """
+        self._tidy(0, every=True)
+        budget = max(1 << 20, 2 * self.used) // 2
+        common = [term for term, posting in postings.items() if len(posting) >= _SMALL]
+        common.sort(key=lambda term: len(postings[term]), reverse=True)
+        for term in common:
+            posting = postings[term]
+            if self.entries + len(posting) > budget:
+                break
+            if (scope, term) not in self.impacts:
+                self.impacts[scope, term] = self._build(posting, lengths)
+                self.entries += len(posting)
 
     # -- ranking -------------------------------------------------------------------------
 
@@ -517,10 +544,10 @@ class Ranker:
         dl = np.fromiter(map(lengths.__getitem__, posting), np.float64, count)
         return _Impacts(np, rows, tf, dl, self.epoch, len(self.log), self.removals)
 
-    def _tidy(self, n_items: int) -> None:
-        """Drop every term's arrays once the tails or the removals outgrow a small share of the items."""
+    def _tidy(self, n_items: int, *, every: bool = False) -> None:
+        """Drop every term's arrays once the tails or the removals outgrow a small share of the items (or ``every`` time)."""
         limit = max(1024, n_items // 32)
-        if len(self.log) > limit or self.removals > limit:
+        if every or len(self.log) > limit or self.removals > limit:
             self.impacts = {}
             self.entries = 0
             self.laid_out = {}
@@ -534,7 +561,7 @@ class Ranker:
         if impacts is None:
             tf = part.tf
             part.share = tf / (tf + _FLAT + slope * part.dl)
-            return part.share, part.rows
+            return part.share + BM25_FLOOR, part.rows
         at = impacts.heads.get(k)
         if at is None:
             at = impacts.heads[k] = np.concatenate(
@@ -544,12 +571,15 @@ class Ranker:
                 ]
             )
         tf = impacts.tf[at]
-        return tf / (tf + _FLAT + slope * impacts.dl[at]), impacts.rows[at]
+        return tf / (tf + _FLAT + slope * impacts.dl[at]) + BM25_FLOOR, impacts.rows[at]
 
     def _reaching(self, part: _Part, slope: float, need: float) -> Any:
         """Return the positions in the part of the entries whose unit-weight share is at least ``need``."""
         np = self.np
         impacts = part.impacts
+        # Every entry's share holds BM25_FLOOR: what is left of `need` is the part that
+        # grows with the count and falls with the length (`part.share`, `share` below).
+        need -= BM25_FLOOR
         if need <= 0.0:
             return np.arange(len(part.rows))
         if impacts is None:

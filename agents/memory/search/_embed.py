@@ -11,6 +11,7 @@ from typing import Any
 # The protocol and the checks live in agents.memory._vectors, shared with the stores.
 from agents.memory._vectors import Embedder, checked_vectors, numpy
 from agents.memory.exceptions import InvalidArgumentError, missing_dependency
+from agents.memory.search._pooling import TokenPooling
 
 __all__ = ["Embedder", "HashingEmbedder", "WordLlamaEmbedder", "checked_vectors", "numpy"]
 
@@ -112,6 +113,7 @@ class WordLlamaEmbedder:
         )
         self._name = f"wordllama-{config}-{dimension}"
         self._dimension = dimension
+        self._pooled = TokenPooling.of(self._model, dimension)
 
     @property
     def name(self) -> str:
@@ -124,10 +126,19 @@ class WordLlamaEmbedder:
         return self._dimension
 
     def __call__(self, texts: Sequence[str], /) -> Any:
-        """Return one float32 vector per text."""
+        """Return one float32 vector per text: the mean of its tokens' vectors, as wordllama computes it.
+
+        Where the model's tokenizer allows (see :class:`TokenPooling`), each
+        space-separated piece of text is tokenized once and remembered, and
+        the mean is taken without padding, so the parts of many items (which
+        repeat words) cost little more than the items whole; the vectors
+        are wordllama's own, float for float.
+        """
         np = numpy()
         if not texts:
             return np.zeros((0, self._dimension), dtype=np.float32)
+        if self._pooled is not None:
+            return self._pooled(texts)
         return np.asarray(self._model.embed(list(texts)), dtype=np.float32)
 
     def __repr__(self) -> str:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
     BM25_B,
+    BM25_DELTA,
     BM25_K1,
     Tokenizer,
     bm25_average_length,
@@ -45,7 +46,7 @@ from agents.memory.search._values import FiledValues
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
 
-__all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
+__all__ = ["BM25_B", "BM25_DELTA", "BM25_K1", "SearchIndex"]
 
 
 Predicate = Callable[[MemoryItem], bool]
@@ -192,6 +193,9 @@ class SearchIndex:
         # The vectors over each set of keys embedded, and the items that wait for one.
         self._vectors = ItemVectors(parts if parts is not None else EmbedParts())
         self._values, self.filter_tests = FiledValues(), 0  # the values filters named, by item
+        # The keyword index built ahead on another thread (see build_ahead), while one is.
+        self._ahead: _Ahead | None = None
+        self._generation = 0  # bumped by each whole-content replacement
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -208,12 +212,14 @@ class SearchIndex:
             self._vectors.added(added)
             for key in evicted:
                 self._drop(key)
+            self._changed(evicted)
 
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
         """Drop the deleted items from the postings and the vectors."""
         with self._lock:
             for key in keys:
                 self._drop(key)
+            self._changed(keys)
 
     def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
         """Mark a changed item for re-indexing; its old terms and vectors go now."""
@@ -222,11 +228,14 @@ class SearchIndex:
                 self._unindex(key)
                 self._pending[key] = None
                 self._vectors.changed(key)
+            self._changed(keys)
 
     def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
         """Start over with ``added`` as the whole content (all marked for indexing)."""
         with self._lock:
             self._memory = weakref.ref(memory)
+            self._generation += 1  # a build ahead of the old content is not installed
+            self._ahead = None
             self._items = dict(added)
             self._pending = dict.fromkeys(self._items)
             self._docs = {}
@@ -237,6 +246,42 @@ class SearchIndex:
             self._ranker = None
             self._values = FiledValues()
             self._vectors.reset()
+
+    # -- building ahead ------------------------------------------------------------
+
+    def build_ahead(self, *, wait: bool = False) -> None:
+        """Start building the keyword index of the items held now on another thread, so that the first query need not.
+
+        A query that needs the keyword index before the build is done waits
+        for it; the hits and scores are those of an index built by a query,
+        whatever changes meanwhile (see docs/search.md, "The first query").
+        Nothing is started when the index has filed items already, when
+        nothing waits to be filed, or while a build runs.
+
+        Args:
+            wait: Return only once the build is done (``False``: at once).
+        """
+        self._follow()
+        with self._lock:
+            ahead = self._ahead
+            if ahead is None and self._pending and not self._docs:
+                items = self._items
+                pairs = [(key, items[key]) for key in self._pending if key in items]
+                ahead = self._ahead = _Ahead(self, pairs, self._generation)
+                ahead.thread.start()
+        if wait and ahead is not None:
+            ahead.thread.join()
+
+    def _await_ahead(self) -> None:
+        """Wait for a build ahead in flight (never under the index's lock: the build takes it to install)."""
+        ahead = self._ahead
+        if ahead is not None and ahead.thread is not threading.current_thread():
+            ahead.thread.join()
+
+    def _changed(self, keys: Iterable[int]) -> None:
+        """Note items changed or gone while a build ahead runs: it must not install what it read of them."""
+        if self._ahead is not None:
+            self._ahead.changed.update(keys)
 
     # -- keyword search ------------------------------------------------------------
 
@@ -258,6 +303,7 @@ class SearchIndex:
         and only those that pass are scored.
         """
         self._follow()
+        self._await_ahead()
         with self._lock:
             self._catch_up()
             query, sizes, average = self._query_terms(terms, keys)
@@ -292,28 +338,13 @@ class SearchIndex:
                 # At least four times as many, and as many as the pass rate seen needs, twice over.
                 wanted = max(4 * wanted, 2 * k * len(ranked) // max(len(out), 1))
                 if where is not None and 4 * wanted >= max(len(p) for _, p, _ in query):
-                    # Few pass: ask each item holding a term once, and score only those that pass
-                    # (the same terms, weights and lengths, summed in the same order).
-                    keep = set()
-                    for _, posting, _ in query:
-                        for key in posting:
-                            verdict = passed.get(key)
-                            if verdict is None:
-                                verdict = passed[key] = where(items[key])
-                            if verdict:
-                                keep.add(key)
-                    among = [
-                        (term, {key: tf for key, tf in posting.items() if key in keep}, weight)
-                        for term, posting, weight in query
-                    ]
-                    return [
-                        (key, items[key], score)
-                        for key, score in exhaustive_top(among, sizes.of, average, k)
-                    ]
+                    # Few pass: ask each item holding a term once, and score only those that pass.
+                    return _passing_top(query, items, where, passed, sizes, average, k)
 
     def passing(self, where: Predicate) -> set[int] | None:
         """Return the keys of the items that pass ``where`` if one in 16 at most may, by the values of the fields it names, else ``None``."""
         self._follow()
+        self._await_ahead()
         with self._lock:
             self._catch_up()
             return self._few(where)
@@ -340,6 +371,7 @@ class SearchIndex:
         ``0.0`` (no item was left out).
         """
         self._follow()
+        self._await_ahead()
         with self._lock:
             self._catch_up()
             query, sizes, average = self._query_terms(terms, keys)
@@ -365,11 +397,13 @@ class SearchIndex:
         n_items = len(self._items)
         if not n_items:
             return [], self._lengths, 1.0
+        by_field = None
         if keys is None:
             total = self._total
             sizes = self._lengths
         else:
             fields = self._fields_now()
+            by_field = fields.postings
             total = sum(fields.total[field] for field in keys)
             sizes = fields.lengths_in(keys, self._docs)
         average = bm25_average_length(total, n_items)
@@ -378,7 +412,7 @@ class SearchIndex:
         for term in terms:
             found = seen.get(term)
             if found is None:
-                matches = self._matches(term, keys)
+                matches = _matches(self._postings, by_field, term, keys)
                 found = seen[term] = (matches, bm25_weight(n_items, len(matches)))
             if found[0]:
                 query.append((term, *found))
@@ -408,12 +442,16 @@ class SearchIndex:
         """Return the fields of the item under ``key`` that hold a query term, in field order."""
         self._follow()
         with self._lock:
-            wanted = set(terms)
-            out: dict[str, None] = {}
-            for field, text in self._docs.get(key, ()):
-                if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
-                    out[field] = None
-            return tuple(out)
+            item = self._items.get(key)
+        if item is None:
+            return ()
+        # From the item, not the keyword index: a semantic hit's fields never depend on it.
+        wanted = set(terms)
+        out: dict[str, None] = {}
+        for field, text in field_texts(item_fields(item)):
+            if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
+                out[field] = None
+        return tuple(out)
 
     # -- semantic search -------------------------------------------------------------
 
@@ -564,39 +602,17 @@ class SearchIndex:
         """Tokenize the items marked since the last query and file their terms."""
         if not self._pending:
             return
-        tokenize = self.tokenizer
-        postings = self._postings
-        items = self._items
-        docs = self._docs
-        lengths = self._lengths.of
-        fields = self._fields
         ranker = self._ranker
         if ranker is not None:
             ranker.next_generation()
-        total = 0
-        done = []
-        for key in self._pending:
-            item = items.get(key)
-            if item is None:
-                continue
-            done.append(key)
-            doc = tuple(field_texts(item_fields(item)))
-            if fields is not None:
-                terms = fields.file(key, doc, tokenize)
-            elif len(doc) == 1:
-                terms = tokenize(doc[0][1])
-            else:
-                # One text: a newline never joins the terms around it.
-                terms = tokenize("\n".join([text for _, text in doc]))
-            for term, count in Counter(terms).items():
-                try:
-                    postings[term][key] = count
-                except KeyError:
-                    postings[term] = {key: count}
-            docs[key] = doc
-            lengths[key] = len(terms)
-            total += len(terms)
-            self._values.add(key, item)
+        items = self._items
+        done, total = _file_items(
+            [(key, items[key]) for key in self._pending if key in items],
+            self.tokenizer,
+            (self._postings, self._docs, self._lengths.of),
+            self._fields,
+            self._values,
+        )
         if ranker is not None:
             ranker.indexed(done)
         self._total += total
@@ -637,20 +653,194 @@ class SearchIndex:
                 fields.file(key, doc, self.tokenizer)
         return fields
 
-    def _matches(self, term: str, keys: tuple[str, ...] | None) -> dict[int, int]:
-        """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``); do not change it."""
-        if keys is None:
-            return self._postings.get(term) or {}
-        by_field = self._fields_now().postings
-        found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
-        if len(found) == 1:
-            return found[0]
-        out: dict[int, int] = {}
-        get = out.get
-        for posting in found:
-            for key, tf in posting.items():
-                out[key] = get(key, 0) + tf
-        return out
+
+def _matches(
+    postings: dict[str, dict[int, int]],
+    by_field: dict[str, dict[str, dict[int, int]]] | None,
+    term: str,
+    keys: tuple[str, ...] | None,
+) -> dict[int, int]:
+    """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``, from ``by_field``); do not change it."""
+    if keys is None or by_field is None:
+        return postings.get(term) or {}
+    found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
+    if len(found) == 1:
+        return found[0]
+    out: dict[int, int] = {}
+    get = out.get
+    for posting in found:
+        for key, tf in posting.items():
+            out[key] = get(key, 0) + tf
+    return out
+
+
+def _file_items(
+    pairs: Iterable[tuple[int, MemoryItem]],
+    tokenize: Tokenizer,
+    into: tuple[dict[str, dict[int, int]], dict[int, tuple[tuple[str, str], ...]], dict[int, int]],
+    fields: _Fields | None,
+    values: FiledValues | None,
+    *,
+    skip_errors: bool = False,
+) -> tuple[list[int], int]:
+    """Tokenize each item and file its terms ``into`` (postings, docs, lengths); return the keys filed and their total length.
+
+    ``skip_errors``: an item whose fields cannot be read (changed while read
+    on another thread) is left out instead of raising.
+    """
+    postings, docs, lengths = into
+    done = []
+    total = 0
+    for key, item in pairs:
+        try:
+            doc = tuple(field_texts(item_fields(item)))
+        except Exception:
+            if not skip_errors:
+                raise
+            continue
+        done.append(key)
+        if fields is not None:
+            terms = fields.file(key, doc, tokenize)
+        elif len(doc) == 1:
+            terms = tokenize(doc[0][1])
+        else:
+            # One text: a newline never joins the terms around it.
+            terms = tokenize("\n".join([text for _, text in doc]))
+        for term, count in Counter(terms).items():
+            try:
+                postings[term][key] = count
+            except KeyError:
+                postings[term] = {key: count}
+        docs[key] = doc
+        lengths[key] = len(terms)
+        total += len(terms)
+        if values is not None:
+            values.add(key, item)
+    return done, total
+
+
+class _Built:
+    """A keyword index made off the index's lock by a build ahead: what ``_catch_up`` files, for some items."""
+
+    def __init__(self, items: list[tuple[int, MemoryItem]], tokenize: Tokenizer) -> None:
+        self.items: list[tuple[int, MemoryItem]] = []  # those filed, with the item read
+        self.docs: dict[int, tuple[tuple[str, str], ...]] = {}
+        self.lengths: dict[int, int] = {}
+        self.postings: dict[str, dict[int, int]] = {}
+        self.total = 0
+        filed, self.total = _file_items(
+            items, tokenize, (self.postings, self.docs, self.lengths), None, None, skip_errors=True
+        )
+        held = dict(items)
+        self.items = [(key, held[key]) for key in filed]
+        self.ranker: Ranker | None = None
+        try:
+            import numpy as np  # optional: without it, queries rank exhaustively
+        except ImportError:
+            return
+        # The numpy ranker, and the arrays of the commonest terms (those cost a first query most).
+        ranker = self.ranker = Ranker(np)
+        ranker.next_generation()
+        ranker.indexed(list(self.docs))
+        ranker.build_common(self.postings, self.lengths)
+
+    def unfile(self, key: int, tokenize: Tokenizer) -> None:
+        """Take the item under ``key`` out again (it changed while it was read)."""
+        doc = self.docs.pop(key, None)
+        if doc is None:
+            return
+        self.total -= self.lengths.pop(key)
+        postings = self.postings
+        if self.ranker is not None:
+            self.ranker.removed(key)
+        for term in set(tokenize("\n".join([text for _, text in doc]))):
+            posting = postings.get(term)
+            if posting is not None:
+                posting.pop(key, None)
+                if not posting:
+                    del postings[term]
+
+
+class _Ahead:
+    """A build ahead in flight: its thread, the content generation it read, and the items changed since."""
+
+    def __init__(
+        self, index: SearchIndex, items: list[tuple[int, MemoryItem]], generation: int
+    ) -> None:
+        self.generation = generation
+        self.changed: set[int] = set()
+        self.thread = threading.Thread(
+            target=self._run, args=(index, items), name="kvmemory-index-ahead", daemon=True
+        )
+
+    def _run(self, index: SearchIndex, items: list[tuple[int, MemoryItem]]) -> None:
+        built: _Built | None
+        try:
+            built = _Built(items, index.tokenizer)
+        except Exception:  # nothing is installed: the next query files every item
+            built = None
+        self.install(index, built)
+
+    def install(self, index: SearchIndex, built: _Built | None) -> None:
+        """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
+        with index._lock:
+            if index._ahead is not self:
+                return  # a reload replaced the content it read
+            index._ahead = None
+            if built is None or self.generation != index._generation or index._docs:
+                return
+            items = index._items
+            tokenize = index.tokenizer
+            for key, item in built.items:
+                if key in self.changed or items.get(key) is not item:
+                    built.unfile(key, tokenize)
+            index._docs = built.docs
+            index._lengths.of = built.lengths
+            index._postings = built.postings
+            index._total = built.total
+            pending = index._pending
+            for key in built.docs:
+                pending.pop(key, None)
+            fields = index._fields
+            if fields is not None:  # a query with keys made them before: file into them too
+                for key, doc in built.docs.items():
+                    fields.file(key, doc, tokenize)
+            if index._values.fields:
+                for key in built.docs:
+                    index._values.add(key, items[key])
+            if index._ranker is not None:
+                index._ranker.next_generation()
+                index._ranker.indexed(list(built.docs))
+            else:
+                index._ranker = built.ranker
+
+
+def _passing_top(
+    query: Sequence[QueryTerm],
+    items: Mapping[int, MemoryItem],
+    where: Predicate,
+    passed: dict[int, bool],
+    sizes: _Lengths,
+    average: float,
+    k: int,
+) -> list[tuple[int, MemoryItem, float]]:
+    """Return the best ``k`` items holding a query term that pass ``where`` (asked once each; ``passed`` holds the answers so far).
+
+    The terms, weights and lengths are those of the ranking of every item, summed in the same order.
+    """
+    keep = set()
+    for _, posting, _ in query:
+        for key in posting:
+            verdict = passed.get(key)
+            if verdict is None:
+                verdict = passed[key] = where(items[key])
+            if verdict:
+                keep.add(key)
+    among = [
+        (term, {key: tf for key, tf in posting.items() if key in keep}, weight)
+        for term, posting, weight in query
+    ]
+    return [(key, items[key], score) for key, score in exhaustive_top(among, sizes.of, average, k)]
 
 
 def _counting(index: SearchIndex, where: Predicate) -> Predicate:

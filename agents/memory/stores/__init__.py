@@ -171,6 +171,7 @@ def open_memory(
     on_unencodable: OnUnencodable = "error",
     on_unknown_class: OnUnknownClass = "error",
     metadata: Mapping[str, Any] | None = None,
+    index_ahead: bool | None = None,
 ) -> StoredMemory:
     """Open ``session_id`` of a store as a ``Memory`` that writes every change through.
 
@@ -185,6 +186,9 @@ def open_memory(
         on_unknown_class: ``"base"`` reads items whose class is unknown as plain ``MemoryItem``.
         metadata: Free-form data about the session, saved in the store; ``None``
             (the default) keeps what the store holds.
+        index_ahead: Build the in-RAM keyword index on another thread as the
+            session opens (see ``StoredMemory``); ``None``: for sessions of
+            at least 2,048 items.
 
     Returns:
         The memory, holding the session's items in their stored order.
@@ -208,6 +212,7 @@ def open_memory(
             on_unknown_class=on_unknown_class,
             metadata=metadata,
             owns_store=owns_store,
+            index_ahead=index_ahead,
         )
     except BaseException:
         if owns_store:

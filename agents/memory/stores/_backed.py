@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionWriter", "StoredMemory"]
 
+_AHEAD_ITEMS = 2048  # a session of this many items or more has its keyword index built ahead
+
 
 class SessionWriter:
     """The :class:`~agents.memory.memory.MemoryWriter` that keeps one store session in step with a memory.
@@ -281,6 +283,14 @@ class StoredMemory(Memory):
         metadata: Free-form data about the session, saved in the store (replacing
             what it held); ``None`` keeps the stored metadata.
         owns_store: Close the store when the memory is closed.
+        index_ahead: Start building the in-RAM keyword index on another
+            thread as the session is opened or reloaded (see
+            ``SearchIndex.build_ahead``), so that the first query that needs
+            it (keyword on a store without a keyword index such as JSONL,
+            keyword with ``keys``, hybrid, a filtered query) does not pay for
+            it. ``None`` (the default): when the session holds at least
+            2,048 items; ``False``: never (the index is
+            built by the first query that needs it).
 
     Raises:
         InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -300,8 +310,12 @@ class StoredMemory(Memory):
         on_unknown_class: OnUnknownClass = "error",
         metadata: Mapping[str, Any] | None = None,
         owns_store: bool = False,
+        index_ahead: bool | None = None,
     ) -> None:
         sid = check_session_id(session_id)
+        if index_ahead not in (None, True, False):
+            msg = f"StoredMemory(index_ahead=...) takes True, False or None, got {index_ahead!r}."
+            raise ArgumentTypeError(msg)
         if not isinstance(store, Store):
             msg = f"StoredMemory takes a store from open_store(), got {type(store).__name__}."
             raise ArgumentTypeError(msg)
@@ -311,6 +325,7 @@ class StoredMemory(Memory):
         self._owns_store = owns_store
         self._metadata: dict[str, Any] = {}
         self._opened = False  # until then, metadata assignments stay in RAM
+        self._index_ahead = index_ahead
         super().__init__(
             step_key=step_key,
             max_items=max_items,
@@ -450,6 +465,7 @@ class StoredMemory(Memory):
             if info is not None:
                 self._metadata = info.metadata
                 self.created_at = info.created.isoformat()
+        _start_index(self, self._index_ahead)
 
     def close(self) -> None:
         """Close the store if this memory opened it (``open_memory`` with a URL)."""
@@ -741,3 +757,12 @@ class StoredMemory(Memory):
     def _drop_deleted_rows(self, seqs: Sequence[int]) -> int:
         """Remove from RAM the items whose rows the store just deleted (the writer's delete finds them gone)."""
         return self.delete_items(self._session.items_at(seqs))
+
+
+def _start_index(memory: StoredMemory, ahead: bool | None) -> None:
+    """Start building the memory's keyword index on another thread, as ``index_ahead`` asks."""
+    if ahead is False or not len(memory) or (ahead is None and len(memory) < _AHEAD_ITEMS):
+        return
+    from agents.memory import search
+
+    search.search_index(memory).build_ahead()

@@ -29,6 +29,7 @@ from agents.memory.stores._core.reading import ReadCalls
 from agents.memory.stores._core.records import RecordCalls
 from agents.memory.stores._search.calls import SearchCalls
 from agents.memory.stores._search.session_calls import SessionSearchCalls
+from agents.memory.stores._search.vector_cache import VectorCache
 
 __all__ = ["Store"]
 
@@ -81,8 +82,10 @@ class Store(ReadCalls, RecordCalls, SearchCalls, SessionSearchCalls):
         self._engine = Engine(backend, read_only=read_only)
         ReadCalls.__init__(self, self._engine)
         RecordCalls.__init__(self, self._engine)
-        SearchCalls.__init__(self, self._engine)
-        SessionSearchCalls.__init__(self, self._engine)
+        # One cache of kept vectors for the store's searches of one session and of many.
+        cache = VectorCache()
+        SearchCalls.__init__(self, self._engine, cache)
+        SessionSearchCalls.__init__(self, self._engine, cache)
 
     @property
     def url(self) -> str:

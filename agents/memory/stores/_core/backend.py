@@ -41,7 +41,7 @@ Every name a backend's signatures use is public in
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, TypeAlias
 
 from agents.memory._filter import FilterNode
@@ -452,6 +452,20 @@ class Backend:
         """Return how many items have a vector row over ``fields``, and how many of those rows are not empty."""
         rows = [row for page in self.vector_pages(session_id, fields, 4096) for row in page]
         return len(rows), sum(1 for _, vector in rows if vector)
+
+    def vectors_version(self, session_id: str, fields: str) -> Hashable | None:
+        """Return a value that changes whenever the session's vector rows over ``fields`` may have changed, or ``None``.
+
+        The store keeps the vectors a semantic query read in memory, per
+        session, and scores the next queries from them while this value
+        compares equal (``==``); once it differs they are read again. It
+        must change with every write to those rows, by this handle or by
+        any other handle or process, and it is read before the vectors it
+        vouches for. A value that changes more often than needed (at every
+        commit to the file) is correct, only slower. By default ``None``:
+        nothing is kept, the vectors are read at each query.
+        """
+        return None
 
     def vectors_of(
         self, session_id: str, fields: str, seqs: Sequence[int]

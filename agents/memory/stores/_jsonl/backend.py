@@ -392,6 +392,11 @@ class LogBackend(Backend):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
+    def vectors_version(self, session_id: str, fields: str) -> tuple[bytes, int] | None:
+        """Return the log's header and length as read: every write appends to the log or writes it anew (a new header)."""
+        log = self._snapshot(session_id)
+        return None if log is None else (log.header, log.offset)
+
     def vector_count(self, session_id: str, fields: str) -> int:
         log = self._snapshot(session_id)
         return len(log.vectors.get(fields) or {}) if log is not None else 0

@@ -528,6 +528,12 @@ class PostgresBackend(SQLRows, Backend):
     ) -> int:
         return self._vectors.put(tx, session_id, fields, rows)
 
+    def vectors_version(self, session_id: str, fields: str) -> tuple[int, str] | None:
+        """Return the count of the session's vector rows and a digest of each row's seq and inserting transaction (``xmin``)."""
+        if self.no_tables:
+            return None
+        return self._vectors.version(session_id, fields)
+
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
     ) -> list[tuple[int, float | None, int]] | None:

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import orjson
 
-from agents.memory._text import BM25_B, BM25_K1, bm25_average_length
+from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, BM25_SCALE, bm25_average_length
 from agents.memory.exceptions import CorruptSessionError, CorruptStoreError
 from agents.memory.stores._core.encoding import Row, decode_pairs
 from agents.memory.stores._core.terms import Terms, bm25_score, item_terms, query_weights
@@ -235,8 +235,8 @@ def _score_sql(n_terms: int) -> str:
     plain, where each ``->>`` on the column decompresses it anew, a third of
     the time of a six-word query); a term's document frequency in the
     session is the number of those rows holding it. With the session's
-    counts that gives the IDFs (as ``bm25_idf`` computes them, times
-    ``k1 + 1`` and the term's repeats in the query) and BM25 of each row,
+    counts that gives the IDFs (as ``lucene_idf`` computes them, times
+    ``BM25_SCALE`` and the term's repeats in the query) and BM25+ of each row,
     best first. A matched row whose counts hold no query term is damaged: it
     sorts first, flagged. The one-row CTEs ``d`` and ``l`` are MATERIALIZED:
     inlined, a planner that guesses the session has one row (statistics
@@ -247,11 +247,12 @@ def _score_sql(n_terms: int) -> str:
     counts = ", ".join(f"(c.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
     frequencies = ", ".join(f"count(m.f{j}) AS d{j}" for j in terms)
     lifts = ", ".join(
-        f"%(w{j})s * ln(1.0 + (s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)) * %(k1p1)s AS l{j}"
+        f"%(w{j})s * ln(1.0 + (s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)) * %(scale)s AS l{j}"
         for j in terms
     )
     score = " + ".join(
-        f"coalesce(l.l{j} * m.f{j} / (m.f{j} + %(flat)s + l.slope * m.n_terms), 0.0)" for j in terms
+        f"coalesce(l.l{j} * (m.f{j} / (m.f{j} + %(flat)s + l.slope * m.n_terms) + %(floor)s), 0.0)"
+        for j in terms
     )
     held = ", ".join(f"m.f{j}" for j in terms)
     dfs = ", ".join(f"d.d{j}" for j in terms)
@@ -343,7 +344,7 @@ f AS MATERIALIZED (
 ),
 d AS MATERIALIZED (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
 l AS MATERIALIZED (
-    SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(k1p1)s AS lift
+    SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(scale)s AS lift
     FROM d JOIN q USING (t) CROSS JOIN s
 ),
 slope AS MATERIALIZED (
@@ -351,7 +352,8 @@ slope AS MATERIALIZED (
 ),
 scored AS (
     SELECT m.seq,
-        coalesce(sum(l.lift * f.f / (f.f + %(flat)s + slope.slope * m.n_terms)), 0.0) AS score,
+        coalesce(sum(l.lift * (f.f / (f.f + %(flat)s + slope.slope * m.n_terms) + %(floor)s)), 0.0)
+            AS score,
         count(f.t) = 0 AS damaged
     FROM m CROSS JOIN slope LEFT JOIN f ON f.seq = m.seq LEFT JOIN l ON l.t = f.t
     GROUP BY m.seq
@@ -451,7 +453,8 @@ class PostgresKeywordIndex:
             "query": " | ".join([*queries, overflow]),
             "overflow": overflow,
             "names": names,
-            "k1p1": BM25_K1 + 1.0,
+            "scale": BM25_SCALE,
+            "floor": BM25_FLOOR,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
             "k": k + _SPARE,
@@ -544,7 +547,8 @@ class PostgresKeywordIndex:
             "queries": queries,
             "overflow": overflow,
             "names": names,
-            "k1p1": BM25_K1 + 1.0,
+            "scale": BM25_SCALE,
+            "floor": BM25_FLOOR,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "k1b": BM25_K1 * BM25_B,
             "k": k + _SPARE,

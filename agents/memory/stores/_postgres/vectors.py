@@ -55,6 +55,15 @@ _NEAREST: Final = _RANKED + " ORDER BY cos DESC NULLS FIRST, seq LIMIT %(limit)s
 _COSINE_AT_LEAST: Final = _RANKED + " AND " + _COSINE + " >= %(cut)s ORDER BY cos DESC, seq"
 _COSINES_OF: Final = _RANKED + " AND seq = ANY(%(among)s)"
 
+# What changes with every write to a session's vector rows: each row written (inserted,
+# or updated in place) is a new tuple whose xmin is the writing transaction's id, and a
+# row deleted leaves the list. The digest of the (seq, xmin) list in seq order tells
+# one list from another; it reads the rows' headers, not their vectors.
+_VERSION: Final = (
+    "SELECT count(*), md5(coalesce(string_agg(seq::text || ':' || xmin::text, ','"
+    " ORDER BY seq), '')) FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
+)
+
 # Is there a stored vector without its pgvector copy? (Found through a partial index.)
 _UNRANKED: Final = (
     "SELECT 1 FROM kvmemory_vectors WHERE session_id = %s AND fields = %s"
@@ -230,6 +239,11 @@ class PostgresVectors:
             params["embeddings"] = [None if parted else _vector_literal(row[2]) for row in rows]
             cur = tx.execute(_PUT_EMBEDDED_VECTORS.format(schema=_quoted(schema)), params)
         return int(cur.rowcount)
+
+    def version(self, session_id: str, fields: str) -> tuple[int, str]:
+        """Return what changes with every write to the session's vector rows over ``fields`` (see :meth:`Backend.vectors_version`)."""
+        ((count, digest),) = self._query_rows(_VERSION, (session_id, fields))
+        return int(count), str(digest)
 
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]

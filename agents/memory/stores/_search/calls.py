@@ -18,6 +18,7 @@ from agents.memory.exceptions import InvalidQueryError, StoreArgumentError
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
 from agents.memory.stores._search.keyword import KeywordSearch
+from agents.memory.stores._search.vector_cache import VectorCache
 from agents.memory.stores._search.vectors import VectorSearch
 
 __all__ = ["SearchCalls"]
@@ -30,12 +31,13 @@ class SearchCalls:
 
     Args:
         engine: The store's engine.
+        cache: The vectors the store's semantic searches keep between queries.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, cache: VectorCache) -> None:
         self._search_engine = engine
         self._keyword = KeywordSearch(engine)
-        self._vectors = VectorSearch(engine, self._keyword)
+        self._vectors = VectorSearch(engine, self._keyword, cache)
 
     def search(
         self,
@@ -55,7 +57,7 @@ class SearchCalls:
 
         The ranking is the one ``Memory.search(query, k, keys=keys)`` gives
         for the same items (default :class:`~agents.memory.search.Tokenizer`,
-        Lucene's IDF, ``k1`` = 1.2, ``b`` = 0.75, statistics of this session
+        BM25+ with Lucene's IDF, ``k1`` = 1.2, ``b`` = 0.75, statistics of this session
         alone), with the same scores; ties keep session order. SQLite and PostgreSQL answer
         it from a keyword index they keep with the rows (FTS5, ``tsvector``)
         and read only the ``k`` items found; with ``keys``, and in the JSONL

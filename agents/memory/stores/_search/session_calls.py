@@ -20,6 +20,7 @@ from agents.memory.stores._core.terms import keyword_query
 from agents.memory.stores._core.values import SessionHit
 from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.sessions import SessionSearch, check_metadata_filter
+from agents.memory.stores._search.vector_cache import VectorCache
 from agents.memory.stores._search.vectors import VectorSearch
 
 if TYPE_CHECKING:
@@ -33,10 +34,11 @@ class SessionSearchCalls:
 
     Args:
         engine: The store's engine.
+        cache: The vectors the store's semantic searches keep between queries.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self._across = SessionSearch(engine, VectorSearch(engine, KeywordSearch(engine)))
+    def __init__(self, engine: Engine, cache: VectorCache) -> None:
+        self._across = SessionSearch(engine, VectorSearch(engine, KeywordSearch(engine), cache))
 
     def search_sessions(
         self,

@@ -27,6 +27,7 @@ from agents.memory._vectors import (
     checked_vectors,
     fields_text,
     numpy,
+    vectors_once,
 )
 from agents.memory.exceptions import (
     CorruptStoreError,
@@ -47,6 +48,7 @@ from agents.memory.stores._search.filtering import (
     widening,
 )
 from agents.memory.stores._search.keyword import KeywordSearch
+from agents.memory.stores._search.vector_cache import VectorCache, Vectors
 
 __all__ = ["VectorSearch", "check_embedder"]
 
@@ -62,10 +64,13 @@ _TOKENIZER: Final = Tokenizer()
 class VectorSearch:
     """The vector side of a store's calls (embedding, reading and dropping vectors, semantic and hybrid search)."""
 
-    def __init__(self, engine: Engine, keyword: KeywordSearch) -> None:
+    def __init__(
+        self, engine: Engine, keyword: KeywordSearch, cache: VectorCache | None = None
+    ) -> None:
         self._engine = engine
         self._backend = engine.backend
         self._keyword = keyword
+        self._cache = VectorCache() if cache is None else cache
 
     def model(self, sid: str) -> VectorModel | None:
         """Return the session's recorded embedding model (``Store.vector_model``)."""
@@ -138,6 +143,7 @@ class VectorSearch:
     def drop(self, sid: str) -> int:
         """Delete a session's vectors and model in one transaction (``Store.drop_vectors``)."""
         backend = self._backend
+        self._cache.forget(sid)
         with self._engine.errors("drop the vectors of", sid), backend.transaction(sid) as tx:
             if backend.lock_session(tx, sid) is None:
                 return 0
@@ -162,6 +168,7 @@ class VectorSearch:
         total = count - covered
         source = f"session {sid!r} of {self._engine.url}"
         pending: list[tuple[int, bytes, list[str]]] = []
+        known: dict[str, Any] = {}  # the parts embedded so far, for the items after (bounded)
         done = 0
         pages = self._backend.unembedded_pages(sid, filed, max(batch_size, 256))
         while True:
@@ -176,7 +183,7 @@ class VectorSearch:
             while pending and (len(pending) >= batch_size or rows is None):
                 chunk = pending[:batch_size]
                 del pending[:batch_size]
-                self._store_vectors(sid, embedder, filed, chunk)
+                self._store_vectors(sid, embedder, filed, chunk, known)
                 done += len(chunk)
                 if progress is not None:
                     progress(done, max(total, done))
@@ -311,6 +318,10 @@ class VectorSearch:
                     else None
                 )
         if rows is None:
+            table = self._kept_table(sid, embedder, filed, parts)
+            if table is not None:
+                return table.scores(query, limit, wanted)
+            # Not kept: read a page at a time (a backend that cannot vouch, a session over the budget).
             pages = itertools.chain(
                 self._stored_cosine_pages(sid, embedder, filed),
                 self._unembedded_cosine_pages(sid, embedder, fields, parts),
@@ -322,6 +333,40 @@ class VectorSearch:
                 raise self._damaged_vector(sid, seq, length, embedder)
             scored[seq] = cosine
         return scored
+
+    def _kept_table(
+        self, sid: str, embedder: Embedder, filed: str, parts: EmbedParts
+    ) -> Vectors | None:
+        """Return the session's vectors as a table kept between queries, or ``None`` to read them (see :class:`VectorCache`).
+
+        ``None`` where the backend cannot vouch for a kept table
+        (:meth:`Backend.vectors_version`), and on a read-only handle while
+        some items have no vector yet (they are embedded at each query).
+        """
+        with self._engine.errors("search", sid):
+            version = self._backend.vectors_version(sid, filed)
+            if version is None:
+                return None
+            if not self._stores_vectors() and self._backend.vector_count(
+                sid, filed
+            ) < self._backend.count(sid):
+                return None
+
+        def load(budget: int) -> Vectors | None:
+            keys: list[int] = []
+            blocks = []
+            size = 0
+            for page_keys, matrix in self._stored_cosine_pages(sid, embedder, filed):
+                keys += page_keys
+                blocks.append(matrix)
+                size += int(matrix.nbytes)
+                if size > budget:
+                    return None  # too large to keep: read page by page at each query
+            np = numpy()
+            matrix = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension))
+            return Vectors.of_rows(embedder.name, parts, keys, matrix)
+
+        return self._cache.table(sid, filed, (version, embedder.name, embedder.dimension), load)
 
     def _few(self, sid: str, keep: Filter) -> list[int] | None:
         """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_candidates``), else ``None``.
@@ -377,6 +422,7 @@ class VectorSearch:
         filed = fields_text(fields, parts)
         source = f"session {sid!r} of {self._engine.url}"
         unembedded = self._backend.unembedded_pages(sid, filed, 1024)
+        known: dict[str, Any] = {}
         while True:
             with self._engine.errors("search", sid):
                 rows = next(unembedded, None)
@@ -388,7 +434,10 @@ class VectorSearch:
                 for text in parts.texts(item_fields(item), fields)
             ]
             if texts:
-                yield [seq for seq, _ in texts], checked_vectors(embedder, [t for _, t in texts])
+                yield (
+                    [seq for seq, _ in texts],
+                    vectors_once(embedder, [t for _, t in texts], known),
+                )
 
     def _decoded_vectors(
         self, sid: str, embedder: Embedder, rows: Sequence[tuple[int, bytes]]
@@ -438,12 +487,17 @@ class VectorSearch:
         embedder: Embedder,
         filed: str,
         chunk: Sequence[tuple[int, bytes, list[str]]],
+        known: dict[str, Any],
     ) -> None:
-        """Embed one batch and write its vectors (an item's parts in one row) in one transaction (nothing if the embedder fails)."""
+        """Embed one batch and write its vectors (an item's parts in one row) in one transaction (nothing if the embedder fails).
+
+        Each distinct part is embedded once (:func:`vectors_once`), none
+        that ``known`` (the parts of the batches before) holds.
+        """
         blobs = [b""] * len(chunk)
         texts = [text for _, _, item_texts in chunk for text in item_texts]
         if texts:
-            unit = checked_vectors(embedder, texts).astype(VECTOR_DTYPE)
+            unit = vectors_once(embedder, texts, known).astype(VECTOR_DTYPE)
             row = 0
             for position, (_, _, item_texts) in enumerate(chunk):
                 blobs[position] = unit[row : row + len(item_texts)].tobytes()

@@ -331,6 +331,10 @@ class SQLiteBackend(SQLRows, Backend):
         """
         return self._file.uses_sqlite_vec
 
+    def vectors_version(self, session_id: str, fields: str) -> tuple[int, int, int]:
+        """Return the file's change stamp (:meth:`SQLiteFile.change_stamp`): any commit to the file changes it."""
+        return self._file.change_stamp()
+
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
     ) -> list[tuple[int, float | None, int]] | None:

@@ -128,6 +128,7 @@ class SQLiteFile:
         # looks for that (follow_writers) and opens the file again when it changed.
         self._immutable = read_only and not os.path.exists(f"{self.path}-wal")
         self._stamp = self._file_stamp()
+        self._opened = 0  # connections opened: a reopened file starts its data_version afresh
         self._con = self._connect()
         try:
             with self._opening():
@@ -180,6 +181,21 @@ class SQLiteFile:
         with self.lock:
             self.follow_writers()
             return self._con.execute(sql, params).fetchall()
+
+    def change_stamp(self) -> tuple[int, int, int]:
+        """Return a value that changes whenever the file may have changed since it was last returned.
+
+        It joins three counters: the connections opened (a read-only handle
+        opens the file again when a writer appears), ``PRAGMA data_version``
+        (changed by every commit of another connection, in any process) and
+        the connection's ``total_changes`` (every row this connection
+        inserted, changed or deleted). A commit to any session changes it.
+        """
+        with self.lock:
+            self.follow_writers()
+            con = self._con
+            (version,) = con.execute("PRAGMA data_version").fetchone()
+            return self._opened, int(version), con.total_changes
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -303,6 +319,7 @@ class SQLiteFile:
         # A path written with a leading "//" would read as a URI authority; POSIX
         # treats extra leading slashes as one.
         absolute = "/" + os.path.abspath(self.path).lstrip("/")
+        self._opened += 1
         uri = f"file:{urllib.parse.quote(absolute)}?mode={'ro' if self.read_only else 'rw'}"
         if self._immutable:
             uri += "&immutable=1"

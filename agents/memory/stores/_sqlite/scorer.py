@@ -2,7 +2,7 @@
 
 :class:`FTSScorer` is what :class:`~agents.memory.stores._sqlite.keyword.SQLiteKeywordIndex`
 runs when every row of the store is in the FTS5 table: it finds the ``k``
-best items of a session as ``Memory.search`` ranks them (Lucene's BM25 over
+best items of a session as ``Memory.search`` ranks them (BM25+ with Lucene's IDF over
 the library tokenizer's terms), reading the postings of common query terms
 only when it must (MaxScore).
 """
@@ -16,7 +16,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
-from agents.memory._text import BM25_B, BM25_K1, bm25_average_length, bm25_term_score
+from agents.memory._text import (
+    BM25_B,
+    BM25_FLOOR,
+    BM25_K1,
+    bm25_average_length,
+    bm25_term_score,
+)
 from agents.memory.stores._core.terms import bm25_score, query_weights
 from agents.memory.stores._sql.dialect import SQLITE
 from agents.memory.stores._sqlite.schema import MARK
@@ -117,7 +123,7 @@ class FTSScorer:
     def _bound(self, term: str, length: int | None = None) -> float:
         """Return the most ``term`` can add to the score of an item (of ``length`` terms, if known).
 
-        A term's share ``lift * tf / (tf + flat + slope * length)`` grows with
+        A term's share ``lift * (tf / (tf + flat + slope * length) + floor)`` grows with
         ``tf`` and falls with ``length``, and ``tf <= length``: so it is at
         most its value at ``tf = length = most``, or for a known length at
         ``tf = min(most, length)``.
@@ -224,6 +230,7 @@ class FTSScorer:
             "sids": self.bound_sids,
             "flat": BM25_K1 * (1.0 - BM25_B),
             "slope": BM25_K1 * BM25_B / self.average,
+            "floor": BM25_FLOOR,
             "k": -1 if limit is None else limit,
             "cut": cut,
         }
@@ -414,8 +421,8 @@ def _score_sql(n_terms: int, cut: bool = False, many: bool = False) -> str:
     column = "w" if many else "term"
     counts = ", ".join(f"count(*) FILTER (WHERE {column} = :term{j}) AS tf{j}" for j in terms)
     score = " + ".join(
-        f"(CASE WHEN t.tf{j} THEN :lift{j} * t.tf{j}"
-        f" / (t.tf{j} + :flat + :slope * i.n_terms) ELSE 0.0 END)"
+        f"(CASE WHEN t.tf{j} THEN :lift{j} * (t.tf{j}"
+        f" / (t.tf{j} + :flat + :slope * i.n_terms) + :floor) ELSE 0.0 END)"
         for j in terms
     )
     held = " + ".join(f"t.tf{j}" for j in terms)

@@ -1,0 +1,119 @@
+"""The vectors of the sessions a store handle searched last, kept in memory while their backend vouches for them.
+
+A semantic query that scores with numpy (vectors cut into parts, or a
+backend that computes no cosine itself) would read and decode every vector
+of the session each time. :class:`VectorCache` keeps what the last queries
+read as a table that scores as ``Memory``'s index does (``Vectors`` of
+``agents.memory.search``), under the value :meth:`Backend.vectors_version`
+gave before the read. A query whose value is the same scores from the
+table; another value (a write by this handle, another handle or another
+process) has the vectors read again. A backend that gives ``None`` keeps
+nothing. The first query at a version reads page by page as before; the
+second reads the vectors into a plain table (one row a part vector) and
+keeps it. A session written between every two queries never pays for a
+table. A kept table is not made compact (equal rows held once, the screen
+past 16,384 rows, as ``Memory``'s index does): on 10,000 stored steps that
+took 2 to 3 seconds, once per change of the session, for a query 2 ms
+faster.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Final
+
+# The index's own table, so that a stored session scores as Memory.search does, float for float.
+from agents.memory.search._item_vectors import Vectors
+
+__all__ = ["CACHE_BYTES", "VectorCache", "Vectors"]
+
+CACHE_BYTES: Final = 512 * 1024 * 1024
+"""The vectors a store handle keeps, at most, over the sessions it searched last (bytes of float32).
+
+A session of 20,000 UFO-shaped steps cut into parts reads about 380 MB of
+part vectors (kept as read: equal part vectors are not held once).
+"""
+
+
+class VectorCache:
+    """The vector tables of the sessions a store handle searched last, each under the version it was read at.
+
+    Args:
+        budget: The bytes of vectors kept at most; the tables searched
+            longest ago go first, and a table larger than this is not kept.
+    """
+
+    def __init__(self, budget: int = CACHE_BYTES) -> None:
+        self._budget = budget
+        # (session, fields) -> (version, table, queries asked of it)
+        self._tables: OrderedDict[tuple[str, str], tuple[Hashable, Vectors | None, int]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    @property
+    def budget(self) -> int:
+        """The bytes of vectors kept at most."""
+        return self._budget
+
+    def table(
+        self,
+        session_id: str,
+        fields: str,
+        version: Hashable,
+        load: Callable[[int], Vectors | None],
+    ) -> Vectors | None:
+        """Return the session's table kept under ``version``, else the one ``load`` reads now; ``None`` to read the session page by page.
+
+        ``None`` the first time a version is asked for (a session written
+        between every two queries is read as before, never copied into a
+        table) and for a session over the budget.
+
+        Args:
+            session_id: The session.
+            fields: The fields (and parts) the vectors were computed over.
+            version: What the backend vouches for now, with the model the
+                vectors come from: a table kept under another value is read again.
+            load: Reads the session's vectors into a table, or gives
+                ``None`` once they pass the bytes it is given (remembered
+                under ``version``: the session is then read page by page).
+        """
+        key = (session_id, fields)
+        with self._lock:
+            kept = self._tables.get(key)
+            if kept is None or kept[0] != version:
+                # First asked at this version: read page by page as before (the next
+                # write may come before the next query); kept from the next query on.
+                self._tables.pop(key, None)
+                self._tables[key] = (version, None, 1)
+                return None
+            if kept[1] is not None or kept[2] > 1:
+                self._tables.move_to_end(key)
+                self._tables[key] = (version, kept[1], kept[2] + 1)
+                return kept[1]
+        table = load(self._budget)
+        with self._lock:
+            self._tables[key] = (version, table, 2)
+            while self._bytes() > self._budget:
+                self._tables.popitem(last=False)
+        return table
+
+    def _bytes(self) -> int:
+        return sum(
+            int(table.matrix.nbytes) for _, table, _ in self._tables.values() if table is not None
+        )
+
+    def forget(self, session_id: str) -> None:
+        """Drop every table of a session (its vectors were dropped or the session deleted)."""
+        with self._lock:
+            for key in [key for key in self._tables if key[0] == session_id]:
+                del self._tables[key]
+
+    def sizes(self) -> dict[tuple[str, str], int]:
+        """Return the rows of each table kept, by ``(session_id, fields)`` (for tests and benchmarks)."""
+        with self._lock:
+            return {
+                key: table.used for key, (_, table, _) in self._tables.items() if table is not None
+            }

@@ -1,0 +1,204 @@
+"""The keyword index built ahead on another thread: the same hits and scores as a query-built one, whatever changes meanwhile."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.memory import ArgumentTypeError, Memory, MemoryItem
+from agents.memory.search import HashingEmbedder, SearchIndex, search_index
+from agents.memory.stores import StoredMemory, open_memory, open_store
+
+WORDS = [f"w{i}" for i in range(40)] + ["invoice", "report", "chart", "window", "dialog"]
+QUERIES = ["invoice report", "w1 w2 w3", "chart window dialog w7", "w0", "report w39 w5"]
+
+
+def rows(n: int, seed: int = 1) -> list[dict[str, Any]]:
+    """Return ``n`` steps of a few fields of words drawn from a small vocabulary (so some words are in hundreds of steps)."""
+    rng = random.Random(seed)
+    return [
+        {
+            "step": i,
+            "thought": " ".join(rng.choices(WORDS, k=rng.randint(3, 12))),
+            "action": {"name": rng.choice(WORDS), "args": [rng.choice(WORDS)]},
+            "observation": " ".join(rng.choices(WORDS, k=rng.randint(0, 20))),
+        }
+        for i in range(n)
+    ]
+
+
+def answers(memory: Memory, **options: Any) -> list[list[tuple[Any, float, tuple[str, ...]]]]:
+    """Return every query's hits as ``(step, score, fields)``."""
+    return [
+        [
+            (hit.item.get_value("step"), hit.score, hit.fields)
+            for hit in memory.search(q, 8, **options)
+        ]
+        for q in QUERIES
+    ]
+
+
+class Gate(Mapping[str, str]):
+    """A field value whose texts are read only once the gate is opened: it holds a build ahead mid-way."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.armed = False  # until a build is started, reading it does not wait
+        self.reached = threading.Event()
+        self.opened = threading.Event()
+
+    def __getitem__(self, key: str) -> str:
+        if key != "text":
+            raise KeyError(key)
+        return self.text
+
+    def __iter__(self) -> Iterator[str]:
+        if self.armed:
+            self.reached.set()
+            self.opened.wait(30)
+        return iter(["text"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+def gated(n: int, at: int) -> tuple[list[dict[str, Any]], Gate]:
+    """Return ``n`` steps, the one at ``at`` holding an open gate's twin, and a closed gate."""
+    data = rows(n)
+    gate = Gate("invoice gate w1")
+    data[at]["page"] = gate
+    return data, gate
+
+
+def test_build_ahead_gives_the_hits_and_scores_of_an_index_built_by_a_query() -> None:
+    """A memory whose index was built ahead answers every query as one whose first query built it."""
+    ahead = Memory([MemoryItem(**row) for row in rows(600)])
+    plain = Memory([MemoryItem(**row) for row in rows(600)])
+    search_index(ahead).build_ahead(wait=True)
+    assert answers(ahead) == answers(plain)
+    assert answers(ahead, keys=["thought"]) == answers(plain, keys=["thought"])
+
+
+def test_changes_made_while_the_build_runs_are_searched() -> None:
+    """Items added, changed and deleted while a build ahead is held mid-way are searched as they are now."""
+    data, gate = gated(600, 300)
+    memory = Memory([MemoryItem(**row) for row in data])
+    gate.armed = True
+    search_index(memory).build_ahead()
+    assert gate.reached.wait(30)
+    memory.add_memory_item(MemoryItem(step=600, thought="invoice report invoice"))
+    memory.content[10].set_value("thought", "chart chart window")  # read by the build already
+    memory.content[500].set_value("thought", "w0 w0 w0")  # not read yet
+    memory.delete_memory_item(20)
+    gate.opened.set()
+    final = [item.to_dict() for item in memory.content]
+    plain = Memory([MemoryItem(**row) for row in final])
+    assert answers(memory) == answers(plain)
+
+
+def test_a_build_of_content_a_load_replaced_is_thrown_away() -> None:
+    """A load while the build is held mid-way: queries rank the loaded items, not those the build read."""
+    data, gate = gated(600, 100)
+    memory = Memory([MemoryItem(**row) for row in data])
+    gate.armed = True
+    search_index(memory).build_ahead()
+    assert gate.reached.wait(30)
+    other = rows(400, seed=2)
+    memory.load([MemoryItem(**row) for row in other])
+    gate.opened.set()
+    assert answers(memory) == answers(Memory([MemoryItem(**row) for row in other]))
+
+
+def test_a_query_waits_for_the_build_in_flight() -> None:
+    """A query made while the build is held gets the full answer once the build is let go."""
+    data, gate = gated(600, 599)
+    memory = Memory([MemoryItem(**row) for row in data])
+    gate.armed = True
+    search_index(memory).build_ahead()
+    assert gate.reached.wait(30)
+    found: list[Any] = []
+    query = threading.Thread(target=lambda: found.append(answers(memory)))
+    query.start()
+    gate.opened.set()
+    query.join(60)
+    assert found == [answers(Memory([MemoryItem(**row) for row in data]))]
+
+
+def test_semantic_hits_name_their_fields_before_any_keyword_query() -> None:
+    """A semantic hit names the fields holding a query word, with or without a keyword query before it."""
+    embedder = HashingEmbedder(32)
+    fresh = Memory([MemoryItem(**row) for row in rows(50)])
+    searched = Memory([MemoryItem(**row) for row in rows(50)])
+    searched.search("invoice", 1)
+    assert answers(fresh, mode="semantic", embedder=embedder) == answers(
+        searched, mode="semantic", embedder=embedder
+    )
+    assert any(
+        hit[2] for hits in answers(fresh, mode="semantic", embedder=embedder) for hit in hits
+    )
+
+
+def test_a_reopened_session_is_searched_as_the_items_it_holds(tmp_path: Path) -> None:
+    """Written, changed and closed, then reopened with its index built ahead: the hits of a plain memory of its items."""
+    url = f"jsonl://{tmp_path}/logs"
+    with open_memory(url, "s", index_ahead=True) as memory:
+        memory.add_memory_items([MemoryItem(**row) for row in rows(600)])
+        memory.search("invoice", 3)
+        memory.content[5].set_value("thought", "invoice invoice report")
+        memory.delete_memory_item(7)
+    with open_memory(url, "s", index_ahead=True) as memory:
+        plain = Memory([MemoryItem(**item.to_dict()) for item in memory.content])
+        assert answers(memory) == answers(plain)
+
+
+@pytest.mark.parametrize("scheme", ["jsonl", "sqlite"])
+def test_a_second_handle_writing_while_the_first_searches(tmp_path: Path, scheme: str) -> None:
+    """Another handle appends while the first, its index built ahead, searches; after a refresh it ranks every item."""
+    url = f"{scheme}://{tmp_path}/store" + (".db" if scheme == "sqlite" else "")
+    embedder = HashingEmbedder(32)
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows(600)])
+    with open_memory(url, "s", index_ahead=True) as first, open_memory(url, "s") as second:
+        extra = rows(200, seed=3)
+
+        def write() -> None:
+            for at in range(0, 200, 20):
+                second.add_memory_items([MemoryItem(**row) for row in extra[at : at + 20]])
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        for _ in range(3):
+            first.search("invoice report", 5, mode="hybrid", embedder=embedder)
+            first.search("w1 w2", 5, keys=["thought"])
+        writer.join(60)
+        first.refresh()
+        with open_memory(url, "s", index_ahead=False) as fresh:
+            for options in ({"keys": ["thought"]}, {"mode": "hybrid", "embedder": embedder}):
+                assert answers(first, **options) == answers(fresh, **options)
+
+
+def test_a_large_session_is_opened_with_its_index_building(tmp_path: Path) -> None:
+    """Opening a session of 2,048 items or more starts the build ahead; index_ahead=False does not."""
+    url = f"sqlite://{tmp_path}/s.db"
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows(2048)])
+    with open_memory(url, "s") as memory:
+        assert any(isinstance(o, SearchIndex) for o in memory.observers)
+    with open_memory(url, "s", index_ahead=False) as memory:
+        assert not any(isinstance(o, SearchIndex) for o in memory.observers)
+
+
+def test_index_ahead_takes_a_bool_or_none(tmp_path: Path) -> None:
+    """index_ahead='yes' is refused, naming the argument and the values it takes."""
+    with (
+        open_store(f"sqlite://{tmp_path}/s.db") as store,
+        pytest.raises(
+            ArgumentTypeError, match=r"index_ahead=\.\.\.\) takes True, False or None, got 'yes'"
+        ),
+    ):
+        StoredMemory(store, "s", index_ahead="yes")  # type: ignore[arg-type]

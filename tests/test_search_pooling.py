@@ -1,0 +1,209 @@
+"""Embedding at whole-item cost: wordllama's vectors from tokens remembered per piece (search/_pooling.py), float for float, and each distinct text embedded once (vectors_once)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents.memory import Memory, MemoryItem
+from agents.memory._vectors import TEXTS_KEPT, checked_vectors, vectors_once
+from agents.memory.search import EmbedParts, HashingEmbedder, WordLlamaEmbedder, search_index
+from agents.memory.search._pooling import MARK, TokenPooling, splits_at_spaces
+
+# Words and separators that reach every branch of the tokenizer: plain words,
+# byte fallback (emoji, rare scripts), digits and punctuation, the word-start
+# mark itself, special tokens, and white space of every kind.
+WORDS = [
+    "a",
+    "report",
+    "Report.pdf",
+    "click_input",
+    "(menú)",
+    "Ярлык",
+    "\U0001f600",
+    "3.14",
+    "42x,",
+    "été",
+    "'s",
+    MARK,
+    "<s>",
+    "</s>",
+    "<unk>",
+    "<",
+    "s>",
+    "\u3000",
+]
+SEPARATORS = [" ", " ", " ", "  ", "\n", "\t", "", " \n "]
+
+texts = st.lists(
+    st.tuples(st.sampled_from(SEPARATORS), st.sampled_from(WORDS)).map("".join), max_size=12
+).map("".join)
+
+
+def wordllama_model(dimension: int = 256) -> Any:
+    """Load wordllama's default model from its wheel, as WordLlamaEmbedder does."""
+    wordllama = importlib.import_module("wordllama")
+    package = Path(str(wordllama.__file__)).parent
+    return wordllama.WordLlama.load(
+        "l2_supercat", cache_dir=package, dim=256, trunc_dim=dimension, disable_download=True
+    )
+
+
+MODEL = wordllama_model()
+POOLING = TokenPooling.of(MODEL, 256)
+
+
+def pooling() -> TokenPooling:
+    assert POOLING is not None
+    return POOLING
+
+
+def wordllama_vectors(model: Any, texts: Sequence[str]) -> Any:
+    return np.asarray(model.embed(list(texts)), dtype=np.float32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=6))
+def test_pooling_gives_wordllama_vectors_for_any_text(batch: list[str]) -> None:
+    """For texts of any words and white space, pooled vectors equal wordllama's embed float for float."""
+    assert np.array_equal(pooling()(batch), wordllama_vectors(MODEL, batch))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=6))
+def test_pooling_tokens_are_the_tokenizers_for_the_whole_text(batch: list[str]) -> None:
+    """A text's tokens assembled from its pieces are the tokenizer's tokens of the whole text."""
+    encodings = MODEL.tokenizer.encode_batch(batch, add_special_tokens=False)
+    wanted = [[t for t, m in zip(e.ids, e.attention_mask, strict=True) if m] for e in encodings]
+    assert pooling().token_ids(batch) == wanted
+
+
+def test_pooling_gives_wordllama_vectors_of_the_parts_of_agent_steps() -> None:
+    """The parts of agent steps (EmbedParts()) and the steps whole get wordllama's vectors exactly."""
+    steps = [
+        {
+            "step": n,
+            "thought": f"I should open the export dialog of report {n} and save it as PDF",
+            "status": "CONTINUE",
+            "application": "WINWORD.EXE",
+            "controls": [{"name": "File", "type": "MenuItem"}, {"name": f"Page {n}"}],
+            "page": "Noted for later: the car was moved to Lisbon.\n" * (1 + n % 3),
+        }
+        for n in range(40)
+    ]
+    for parts in (EmbedParts(), EmbedParts.WHOLE, EmbedParts(chunk_words=3, overlap=1)):
+        batch = [text for step in steps for text in parts.texts(step, None)]
+        assert np.array_equal(pooling()(batch), wordllama_vectors(MODEL, batch))
+
+
+def test_pooling_keeps_wordllamas_vectors_at_a_smaller_dimension() -> None:
+    """At 64 dimensions (Matryoshka truncation) pooling is used and equals wordllama's embed."""
+    model = wordllama_model(64)
+    small = TokenPooling.of(model, 64)
+    assert small is not None
+    batch = ["the report dialog was closed", "press OK to save the file", "a"]
+    assert np.array_equal(small(batch), wordllama_vectors(model, batch))
+
+
+def test_pooling_remembers_at_most_the_pieces_it_may_keep() -> None:
+    """With room for 5 pieces, many distinct words keep at most 5 remembered and vectors stay exact."""
+    small = TokenPooling.of(MODEL, 256, kept=5)
+    assert small is not None
+    batch = [f"word{n} and report{n} were saved" for n in range(30)]
+    assert np.array_equal(small(batch), wordllama_vectors(MODEL, batch))
+    assert 0 < small.remembered <= 5
+
+
+def test_pooling_refuses_a_tokenizer_whose_tokens_may_span_a_space() -> None:
+    """A tokenizer with a pre-tokenizer, or a token with a word mark inside, is not split at spaces."""
+    spec = json.loads(MODEL.tokenizer.to_str())
+    assert splits_at_spaces(spec)
+    assert not splits_at_spaces({**spec, "pre_tokenizer": {"type": "Whitespace"}})
+    joined = {**spec["model"], "vocab": {**spec["model"]["vocab"], f"a{MARK}b": 32000}}
+    assert not splits_at_spaces({**spec, "model": joined})
+    runs = {**spec["model"], "vocab": {**spec["model"]["vocab"], MARK * 3: 32000}}
+    assert splits_at_spaces({**spec, "model": runs})
+
+
+class PlainWordLlama:
+    """wordllama's own embed under the default embedder's name: what WordLlamaEmbedder called before pooling."""
+
+    name = "wordllama-l2_supercat-256"
+    dimension = 256
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        """Return wordllama's vectors of ``texts``."""
+        return wordllama_vectors(MODEL, texts)
+
+
+def test_wordllama_embedder_ranks_as_wordllamas_own_embed() -> None:
+    """Memory.search over parts gives the same hits and scores with WordLlamaEmbedder as with wordllama's embed."""
+    items = [
+        MemoryItem(step=n, thought=text, status="CONTINUE" if n % 2 else "FINISH")
+        for n, text in enumerate(
+            [
+                "The physician prescribed medicine for the fever",
+                "The stock market fell sharply on Monday",
+                "We parked the automobile in the garage",
+                "open the file menu and click export",
+                "the export dialog shows a PDF option",
+                "close Word and tell the host agent the task is done",
+            ]
+        )
+    ]
+    queries = ["where did we leave the car", "doctor", "export the report as pdf", "finished"]
+    ranked = []
+    for embedder in (WordLlamaEmbedder(), PlainWordLlama()):
+        memory = Memory(items)
+        search_index(memory, parts=EmbedParts())
+        ranked.append(
+            [
+                [
+                    (hit.item["step"], hit.score)
+                    for hit in memory.search(q, 6, mode=mode, embedder=embedder)
+                ]
+                for q in queries
+                for mode in ("semantic", "hybrid")
+            ]
+        )
+    assert ranked[0] == ranked[1]
+
+
+def test_vectors_once_embeds_each_distinct_text_once_and_keeps_a_bounded_number() -> None:
+    """vectors_once gives checked_vectors' vectors, embeds a repeated or known text once, and keeps at most TEXTS_KEPT."""
+    embedder = CountingHashing()
+    known: dict[str, Any] = {}
+    batch = ["status CONTINUE", "app WINWORD", "status CONTINUE", "step 1"]
+    got = vectors_once(embedder, batch, known)
+    assert np.array_equal(got, checked_vectors(HashingEmbedder(64), batch))
+    assert embedder.texts == 3
+    vectors_once(embedder, ["app WINWORD", "step 2"], known)
+    assert embedder.texts == 4
+    many = [f"word{n}" for n in range(TEXTS_KEPT + 10)]
+    assert np.array_equal(
+        vectors_once(embedder, many, known), checked_vectors(HashingEmbedder(64), many)
+    )
+    assert 0 < len(known) <= TEXTS_KEPT
+
+
+class CountingHashing:
+    """A HashingEmbedder(64) that counts the texts it embeds."""
+
+    name = "hashing-3gram-64"
+    dimension = 64
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder(64)
+        self.texts = 0
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        """Embed ``texts`` and count them."""
+        self.texts += len(texts)
+        return self.inner(texts)

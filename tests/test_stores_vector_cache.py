@@ -1,0 +1,227 @@
+"""The vectors a store handle keeps between semantic queries: reused while unchanged, never stale."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.search import HashingEmbedder
+from agents.memory.stores import Store, open_store
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+KINDS = ["sqlite", "jsonl", "postgres"]
+QUERY = "pay the invoice for March"
+EMBEDDER = HashingEmbedder()
+
+
+def items(n: int) -> list[MemoryItem]:
+    """Return ``n`` steps with a thought and an observation each (several parts a step)."""
+    verbs = ["open", "close", "save", "print", "rename", "move"]
+    things = ["report", "chart", "window", "folder", "draft", "table"]
+    return [
+        MemoryItem(
+            step=i,
+            thought=f"{verbs[i % 6]} the {things[(i // 6) % 6]} number {i}",
+            observation=f"the {things[i % 6]} is {verbs[(i // 3) % 6]}d now",
+        )
+        for i in range(n)
+    ]
+
+
+def ranked(store: Store, mode: str = "semantic") -> list[tuple[int, float]]:
+    """Return ``(seq, score)`` of the best 8 hits for :data:`QUERY`."""
+    hits = store.search("s", QUERY, 8, mode=mode, embedder=EMBEDDER)
+    return [(hit.seq, hit.score) for hit in hits]
+
+
+def write(url: str, n: int = 60) -> list[int]:
+    """Store ``n`` steps in session ``s`` with their vectors; return their seqs."""
+    with open_store(url) as store:
+        seqs = store.append("s", items(n))
+        store.index_embeddings("s", EMBEDDER)
+    return seqs
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unchanged_session_is_scored_without_reading_its_vectors_again(
+    kind: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the third query on, a semantic or hybrid search of an unchanged session reads no vector page: it scores the kept table."""
+    url = durable_url(kind)
+    write(url)
+    with open_store(url) as store:
+        want = {mode: ranked(store, mode) for mode in ("semantic", "hybrid")}
+        assert {mode: ranked(store, mode) for mode in ("semantic", "hybrid")} == want  # kept now
+
+        def refuse(*args: object) -> None:
+            raise AssertionError("the vectors were read again")
+
+        monkeypatch.setattr(store.backend, "vector_pages", refuse)
+        assert {mode: ranked(store, mode) for mode in ("semantic", "hybrid")} == want
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("change", ["update last", "update first", "delete", "append"])
+def test_a_write_by_a_second_handle_is_seen_by_the_next_search(
+    kind: str, change: str, durable_url: Callable[[str], str]
+) -> None:
+    """A handle that kept a session's vectors ranks by the new ones after another handle changes the session."""
+    url = durable_url(kind)
+    seqs = write(url)
+    with open_store(url) as kept, open_store(url) as other:
+        before = ranked(kept)
+        assert ranked(kept) == before  # kept now
+        if change.startswith("update"):
+            # The last vector row is written again in its place (SQLite gives it its rowid back).
+            seq = seqs[-1] if change == "update last" else seqs[0]
+            with other.batch("s") as batch:
+                batch.update({seq: MemoryItem(step=99, thought=QUERY)})
+        elif change == "delete":
+            other.delete_seqs("s", [before[0][0]])
+        else:
+            other.append("s", [MemoryItem(step=99, thought=QUERY)])
+        other.index_embeddings("s", EMBEDDER)
+        after = ranked(kept)
+        assert after != before
+    with open_store(url) as fresh:
+        assert after == ranked(fresh)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_kept_vectors_rank_as_memory_search(kind: str, durable_url: Callable[[str], str]) -> None:
+    """A search from the kept table gives Memory.search's hits and scores, float for float."""
+    url = durable_url(kind)
+    write(url)
+    memory = Memory(items(60))
+    with open_store(url) as store:
+        for mode in ("semantic", "hybrid"):
+            want = [
+                (hit.item["step"], hit.score)
+                for hit in memory.search(QUERY, 8, mode=mode, embedder=EMBEDDER)
+            ]
+            for _ in range(2):  # read, then kept
+                hits = store.search("s", QUERY, 8, mode=mode, embedder=EMBEDDER)
+                assert [(hit.item["step"], hit.score) for hit in hits] == want
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from agents.memory import MemoryItem
+    from agents.memory.search import HashingEmbedder
+    from agents.memory.stores import open_store
+
+    url, seq, text = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    with open_store(url) as store:
+        with store.batch("s") as batch:
+            batch.update({seq: MemoryItem(step=99, thought=text)})
+        store.index_embeddings("s", HashingEmbedder())
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_a_write_by_another_process_is_seen_by_the_next_search(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """A process that rewrites the session's last item and its vector is seen by a handle that kept the old vectors."""
+    url = durable_url(kind)
+    seqs = write(url)
+    with open_store(url) as kept:
+        before = ranked(kept)
+        assert ranked(kept) == before  # kept now
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        subprocess.run(
+            [sys.executable, "-c", WRITER, url, str(seqs[-1]), QUERY],
+            check=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        after = ranked(kept)
+    assert after != before
+    assert after[0] == (seqs[-1], pytest.approx(1.0))
+
+
+def test_a_read_only_sqlite_handle_sees_a_writer_that_came_later(tmp_path: Path) -> None:
+    """A read-only handle, which opens the file again when a writer appears, drops the vectors it kept."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    seqs = write(url)
+    with open_store(f"{url}?mode=ro") as reader:
+        before = ranked(reader)
+        assert ranked(reader) == before  # kept now
+        with open_store(url) as writer:
+            with writer.batch("s") as batch:
+                batch.update({seqs[-1]: MemoryItem(step=99, thought=QUERY)})
+            writer.index_embeddings("s", EMBEDDER)
+        after = ranked(reader)
+    assert after != before
+    assert after[0][0] == seqs[-1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_write_by_the_same_handle_is_seen_by_its_next_search(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """A handle's own update of its session's last item, embedded by the next search, changes that search's ranking."""
+    url = durable_url(kind)
+    seqs = write(url)
+    with open_store(url) as store:
+        before = ranked(store)
+        assert ranked(store) == before  # kept now
+        with store.batch("s") as batch:
+            batch.update({seqs[-1]: MemoryItem(step=99, thought=QUERY)})
+        after = ranked(store)  # embeds the changed item, then ranks
+    assert after != before
+    assert after[0] == (seqs[-1], pytest.approx(1.0))
+
+
+def test_a_large_kept_table_ranks_as_memory_search_which_screens_it(tmp_path: Path) -> None:
+    """Past 16,384 part vectors Memory.search screens its table and the store scores its kept table whole: the same hits and scores."""
+    import random
+
+    from agents.memory.search import EmbedParts, search_index
+
+    rng = random.Random(8)
+    vocabulary = [f"w{n}" for n in range(400)]
+    steps = [
+        MemoryItem(step=i, text=" ".join(rng.choice(vocabulary) for _ in range(24)))
+        for i in range(1700)
+    ]
+    parts = EmbedParts(chunk_words=2)
+    memory = Memory(steps)
+    search_index(memory, parts=parts)
+    queries = [" ".join(rng.choice(vocabulary) for _ in range(3)) for _ in range(6)]
+    with open_store(f"sqlite://{tmp_path / 'store.db'}") as store:
+        store.append("s", steps)
+        store.index_embeddings("s", EMBEDDER, parts=parts)
+        for round_ in range(4):  # read page by page, then the kept table
+            for query in queries:
+                hits = store.search("s", query, 5, mode="semantic", embedder=EMBEDDER, parts=parts)
+                want = memory.search(query, 5, mode="semantic", embedder=EMBEDDER)
+                assert [(h.item["step"], h.score) for h in hits] == [
+                    (h.item["step"], h.score) for h in want
+                ], (round_, query)
+        kept = store._vectors._cache.sizes()  # what the handle keeps
+    assert max(kept.values()) >= 16384
+
+
+def test_a_session_over_the_budget_is_read_page_by_page_and_ranks_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose vectors pass the handle's budget is not kept: each query reads it, with the same hits."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    write(url)
+    with open_store(url) as store:
+        want = ranked(store)
+        store._vectors._cache.forget("s")
+        monkeypatch.setattr(store._vectors._cache, "_budget", 4096)
+        assert ranked(store) == want
+        assert ranked(store) == want
+        assert store._vectors._cache.sizes() == {}
