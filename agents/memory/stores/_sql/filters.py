@@ -272,7 +272,7 @@ def _condition(w: _Writer, node: Condition) -> str | None:
     if op == "range":
         if not x:
             return w.false
-        low, high = min(x), max(x)
+        low, high = min(x[0], x[-1]), max(x[0], x[-1])  # a range's ends, without walking it
         if max(abs(low), abs(high)) >= _SAFE_INT:
             return None
         # Each fragment binds its own parameters, in the order written: never reuse one.
