@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final, Literal
 
 from agents.memory.stores._core.terms import KeywordMatch, Terms, rank_matches
@@ -114,6 +114,20 @@ class SQLiteKeywordIndex:
             finally:
                 con.execute(f"PRAGMA busy_timeout = {int(self.file.timeout * 1000)}")
 
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Hold the file's lock, following other writers, and report a damaged index as such (``what`` names the sessions)."""
+        try:
+            with self.file.lock:
+                self.file.follow_writers()
+                yield
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise self.file.index_damaged("search", what, str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self.file.index_damaged("search", what, str(exc)) from exc
+
     def top(self, session_id: str, terms: Sequence[str], k: int) -> list[tuple[float, int]] | None:
         """Return the session's ``k`` best ``(score, seq)`` by BM25, ties by seq, from the FTS5 index.
 
@@ -129,17 +143,8 @@ class SQLiteKeywordIndex:
             return None
         if self.file.no_tables:
             return []
-        sid = session_id
-        try:
-            with self.file.lock:
-                self.file.follow_writers()
-                return self._snapshot_top([sid], terms, k)
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise
-            raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
-        except sqlite3.DatabaseError as exc:
-            raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+        with self._reading(f" session {session_id!r} of"):
+            return self._snapshot_top([session_id], terms, k)
 
     def among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
@@ -162,27 +167,19 @@ class SQLiteKeywordIndex:
         if self.file.no_tables:
             return []
         sid = session_id
-        try:
-            with self.file.lock:
-                self.file.follow_writers()
-                if not self.file.folds:
-                    return self._indexed_among(sid, terms, seqs)
-                self.fold_pending()
-                con = self.file.connection
-                for _ in range(_SNAPSHOT_TRIES):
-                    (version,) = con.execute("PRAGMA data_version").fetchone()
-                    if con.execute(_ANY_PENDING).fetchone()[0]:
-                        return None
-                    scored = self._indexed_among(sid, terms, seqs)
-                    if con.execute("PRAGMA data_version").fetchone()[0] == version:
-                        return scored
-                return None
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise
-            raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
-        except sqlite3.DatabaseError as exc:
-            raise self.file.index_damaged("search", f" session {sid!r} of", str(exc)) from exc
+        with self._reading(f" session {sid!r} of"):
+            if not self.file.folds:
+                return self._indexed_among(sid, terms, seqs)
+            self.fold_pending()
+            con = self.file.connection
+            for _ in range(_SNAPSHOT_TRIES):
+                (version,) = con.execute("PRAGMA data_version").fetchone()
+                if con.execute(_ANY_PENDING).fetchone()[0]:
+                    return None
+                scored = self._indexed_among(sid, terms, seqs)
+                if con.execute("PRAGMA data_version").fetchone()[0] == version:
+                    return scored
+            return None
 
     def _indexed_among(
         self, sid: str, terms: Sequence[str], seqs: Sequence[int]
@@ -235,25 +232,17 @@ class SQLiteKeywordIndex:
             return None
         if self.file.no_tables or not session_ids:
             return []
-        try:
-            with self.file.lock:
-                self.file.follow_writers()
-                best = self._snapshot_top(session_ids, terms, k)
-                if not best:
-                    return []
-                owner = dict(
-                    self.file.connection.execute(
-                        "SELECT seq, session_id FROM kvmemory_items"
-                        " WHERE seq IN (SELECT value FROM json_each(?))",
-                        (SQLITE.bind_list([seq for _, seq in best]),),
-                    ).fetchall()
-                )
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise
-            raise self.file.index_damaged("search", "", str(exc)) from exc
-        except sqlite3.DatabaseError as exc:
-            raise self.file.index_damaged("search", "", str(exc)) from exc
+        with self._reading(""):
+            best = self._snapshot_top(session_ids, terms, k)
+            if not best:
+                return []
+            owner = dict(
+                self.file.connection.execute(
+                    "SELECT seq, session_id FROM kvmemory_items"
+                    " WHERE seq IN (SELECT value FROM json_each(?))",
+                    (SQLITE.bind_list([seq for _, seq in best]),),
+                ).fetchall()
+            )
         # Seqs are the store's (one AUTOINCREMENT), so the key is (session, seq) in seq's order.
         ranked = [(score, str(owner[seq]), seq) for score, seq in best if seq in owner]
         return sorted(ranked, key=lambda hit: (-hit[0], hit[1], hit[2]))[:k]
