@@ -387,6 +387,24 @@ def test_search_reads_only_the_items_it_finds(tmp_path: Path) -> None:
             store.search("s", "report", keys=["thought"])  # keys read the session
 
 
+def test_hybrid_search_takes_its_keyword_side_from_the_index(tmp_path: Path) -> None:
+    """A hybrid search ranks keyword matches from the index: a damaged item that neither side ranks high is never read."""
+    path = tmp_path / "runs.db"
+    embedder = HashingEmbedder(64)
+    with SQLiteStore(path) as store:
+        seqs = store.append("s", ranking_corpus())
+        store.index_embeddings("s", embedder)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE kvmemory_items SET data = x'7b' WHERE seq = ?", (seqs[9],))  # "the the the"
+    con.commit()
+    con.close()
+    with SQLiteStore(path) as store:
+        hits = store.search("s", "report", 2, mode="hybrid", embedder=embedder)
+        assert [hit.item["step"] for hit in hits] == [7, 6]
+        with pytest.raises(CorruptStoreError, match=f"Item {seqs[9]}"):
+            store.search("s", "report", mode="hybrid", embedder=embedder, keys=["action"])
+
+
 def damage(path: Path, *statements: str) -> bytes:
     """Run SQL on a store file outside kvmemory and return the file's bytes afterwards."""
     con = sqlite3.connect(path)

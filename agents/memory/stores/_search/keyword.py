@@ -163,8 +163,20 @@ class KeywordSearch:
 
         As the search index scores them for ``Memory.search``: every item
         holding a query term, summed in query order (no IDF is floored, so
-        no item can be left out as near zero).
+        no item can be left out as near zero). A backend that keeps a
+        keyword index ranks every item holding a term there
+        (:meth:`Backend.keyword_top`), and none is read; otherwise the
+        session is read a page at a time and tokenized.
         """
+        backend = self._engine.backend
+        if fields is None:
+            with self._engine.errors("search", sid):
+                every = backend.keyword_top(sid, terms, _LARGEST_K)
+                n_items = backend.count(sid) if every is not None else 0
+            if every is not None:
+                if not n_items:
+                    return {}, 1.0, {}
+                return {seq: score for score, seq in every}, keyword_scale(n_items), {}
         with self._engine.errors("search", sid):
             n_items, total, matches, found = keyword_matches(
                 self._engine.decoded_pages(sid, 1000, on_unknown_class), terms, fields
