@@ -465,7 +465,8 @@ class StoredMemory(Memory):
             if info is not None:
                 self._metadata = info.metadata
                 self.created_at = info.created.isoformat()
-        _start_index(self, self._index_ahead)
+            # Under the same pause: the build's snapshot of the items allocates too.
+            _start_index(self, self._index_ahead)
 
     def close(self) -> None:
         """Close the store if this memory opened it (``open_memory`` with a URL)."""
