@@ -1313,7 +1313,8 @@ def test_reopening_a_large_session_runs_no_collection_until_its_index_is_built(
     gc.collect()
     gc.callbacks.append(record)
     try:
-        with open_memory(url, "s") as memory:
+        # Without the keyword index built ahead: its thread allocates (and collects) on its own.
+        with open_memory(url, "s", index_ahead=False) as memory:
             first = memory.items_of_step(0)
             during = len(collections)
             assert len(memory) == 3000

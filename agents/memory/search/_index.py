@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agents.memory._codec import collector_paused
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
     BM25_B,
@@ -777,10 +776,7 @@ class _Ahead:
     def _run(self, index: SearchIndex, items: list[tuple[int, MemoryItem]]) -> None:
         built: _Built | None
         try:
-            # The build makes millions of postings that all stay alive: paused, the collector
-            # does not walk the growing heap again and again (as for a bulk decode).
-            with collector_paused(len(items)):
-                built = _Built(items, index.tokenizer)
+            built = _Built(items, index.tokenizer)
         except Exception:  # nothing is installed: the next query files every item
             built = None
         self.install(index, built)
