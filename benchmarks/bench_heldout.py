@@ -24,6 +24,7 @@ rule
 
 Run: .venv/bin/python benchmarks/bench_heldout.py [--seeds 1,2,3] [--items 10000] [--facts 200]
      [--keyword-items 20000] [--sections keyword,rule] [--families agent-steps,chat,pages]
+     [--per-seed]
 """
 
 from __future__ import annotations
@@ -93,8 +94,10 @@ def recall(ranked: Sequence[list[int]], answers: Sequence[int]) -> float:
     return sum(a in r[:5] for r, a in zip(ranked, answers, strict=True)) / len(answers)
 
 
-def run_keyword(names: Sequence[str], n_items: int, n_facts: int, seeds: Sequence[int]) -> None:
-    """Print keyword recall@5 of kvmemory and the peers per corpus and query kind."""
+def run_keyword(
+    names: Sequence[str], n_items: int, n_facts: int, seeds: Sequence[int], per_seed: bool = False
+) -> None:
+    """Print keyword recall@5 of kvmemory and the peers per corpus and query kind (and each seed's)."""
     tokenize = Tokenizer()
     engines = ["kvmemory", *(peer.name for peer in PEERS)]
     print(
@@ -127,6 +130,10 @@ def run_keyword(names: Sequence[str], n_items: int, n_facts: int, seeds: Sequenc
                 + f"{gap:>+7.3f}{'!' if gap > 0.01 + 1e-9 else ''}",
                 flush=True,
             )
+            if per_seed:
+                for engine in engines:
+                    runs = " ".join(f"{value:.3f}" for value in got[kind, engine])
+                    print(f"{'':<24}{'':<13}each seed of {engine}: {runs}")
     print("gap: the best peer minus kvmemory; ! marks more than 0.01")
 
 
@@ -177,6 +184,7 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(heldout.FAMILIES))
     parser.add_argument("--tuning", default="yes", choices=["yes", "no"])
     parser.add_argument("--sections", default="keyword,rule")
+    parser.add_argument("--per-seed", action="store_true", help="print each seed's keyword recall")
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     families = args.families.split(",")
@@ -185,7 +193,7 @@ def main() -> None:
     started = time.perf_counter()
     if "keyword" in sections:
         names = [*(TUNING_KEYWORD if tuning else ()), *families]
-        run_keyword(names, args.keyword_items, args.keyword_facts, seeds)
+        run_keyword(names, args.keyword_items, args.keyword_facts, seeds, args.per_seed)
     if "rule" in sections:
         names = [*((*TUNING_KEYWORD, *TUNING_RULE) if tuning else ()), *families]
         run_rule(names, args.items, args.facts, seeds)

@@ -48,6 +48,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "plus0.5": {"delta": 0.5},
     "plus1": {"delta": 1.0},
     "plus2": {"delta": 2.0},
+    "k1=0.9": {"delta": 1.0, "k1": 0.9},
+    "k1=1.6": {"delta": 1.0, "k1": 1.6},
+    "atire-idf": {"delta": 1.0, "idf": "atire"},
+    "byte-len": {"delta": 1.0, "quantize": True},
+    "once+1": {"delta": 1.0, "once": True},
+    "newest+1": {"delta": 1.0, "newest": True},
 }
 
 Postings = dict[str, tuple[Any, Any]]
@@ -77,6 +83,9 @@ class Corpus:
             if kind in ("lexical", "mixed")  # no word of the fact: every weighting near 0
         }
         self.okapi = _okapi_idfs(self.postings, len(docs))
+        self.stored_lengths = np.array(
+            [lucene_length(len(terms)) for terms in docs], dtype=np.float64
+        )
 
     def idf(self, kind: str, term: str, df: int) -> float:
         """Return the IDF of ``term`` held by ``df`` items, by the named formula."""
@@ -87,14 +96,18 @@ class Corpus:
             return max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6)
         if kind == "okapi":
             return self.okapi[term]
+        if kind == "atire":
+            return math.log(n / df)
         return math.log1p((n - df + 0.5) / (df + 0.5)) * (n - df + 0.5) / (n + 0.5)
 
     def scores(self, terms: Sequence[str], variant: dict[str, Any]) -> Any:
         """Return every item's score for the query ``terms`` under ``variant``."""
         b, delta = variant.get("b", 0.75), variant.get("delta", 0.0)
+        k1 = variant.get("k1", 1.2)
         if variant.get("once"):
             terms = list(dict.fromkeys(terms))
         average = self.lengths.mean()
+        lengths = self.stored_lengths if variant.get("quantize") else self.lengths
         scores = np.zeros(len(self.lengths))
         for term in terms:
             posting = self.postings.get(term)
@@ -102,8 +115,8 @@ class Corpus:
                 continue
             rows, tf = posting
             idf = self.idf(variant.get("idf", "lucene"), term, len(rows))
-            norm = 1.2 * (1 - b + b * self.lengths[rows] / average)
-            scores[rows] += idf * (2.2 * tf / (tf + norm) + delta)
+            norm = k1 * (1 - b + b * lengths[rows] / average)
+            scores[rows] += idf * ((k1 + 1) * tf / (tf + norm) + delta)
         return scores
 
     def top(self, scores: Any, newest: bool, k: int = 5) -> list[int]:
@@ -111,6 +124,15 @@ class Corpus:
         order = np.arange(len(scores))
         ranked = np.lexsort((-order if newest else order, -scores))[:k]
         return [int(i) for i in ranked if scores[i] > 0]
+
+
+def lucene_length(length: int) -> int:
+    """Return ``length`` as Lucene's ``SmallFloat.intToByte4`` keeps it (tantivy's field norm, rounded down)."""
+    rest = length - 24
+    if rest < 8:
+        return length
+    shift = rest.bit_length() - 4
+    return 24 + ((rest >> shift) << shift)
 
 
 def _okapi_idfs(postings: Postings, n: int) -> dict[str, float]:
@@ -138,21 +160,23 @@ def main() -> None:
     parser.add_argument("--facts", type=int, default=200)
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--corpora", default="short-steps,long-pages,agent-steps,chat,pages")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
     args = parser.parse_args()
+    chosen = {label: VARIANTS[label] for label in args.variants.split(",")}
     seeds = [int(seed) for seed in args.seeds.split(",")]
     one, five, fifteen = os.getloadavg()
     print(
         f"recall@5, {args.items} items, {args.facts} facts, median of seeds {seeds}; "
         f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
     )
-    print(f"{'corpus':<14}{'queries':<10}" + "".join(f"{v:>10}" for v in VARIANTS) + "  shape")
+    print(f"{'corpus':<14}{'queries':<10}" + "".join(f"{v:>10}" for v in chosen) + "  shape")
     for name in args.corpora.split(","):
         got: dict[tuple[str, str], list[float]] = {}
         shaped: dict[str, list[int]] = {}
         for seed in seeds:
             data = Corpus(name, args.items, args.facts, seed)
             for kind, queries in data.sets.items():
-                for label, variant in VARIANTS.items():
+                for label, variant in chosen.items():
                     hits = 0
                     for terms, item in queries:
                         top = data.top(data.scores(terms, variant), variant.get("newest", False))
@@ -166,7 +190,7 @@ def main() -> None:
             misses, shape = shaped.get(kind, [0, 0])
             print(
                 f"{name:<14}{kind:<10}"
-                + "".join(f"{statistics.median(got[kind, label]):>10.3f}" for label in VARIANTS)
+                + "".join(f"{statistics.median(got[kind, label]):>10.3f}" for label in chosen)
                 + f"  {shape}/{misses}",
                 flush=True,
             )

@@ -265,9 +265,10 @@ class RankBm25:
             if part is None:
                 part = self.per_term[term] = self.model.get_scores([term])
             scores += part
-        top = np.argpartition(-scores, k)[:k]
-        order = sorted(top.tolist(), key=lambda doc: (-scores[doc], doc))
-        return [doc for doc in order if scores[doc] > 0]
+        # Ties oldest first, as FTS5's ``ORDER BY bm25(docs), rowid`` and kvmemory: an
+        # ``argpartition`` first would keep an arbitrary few of the items tied at the k-th.
+        order = np.lexsort((np.arange(len(scores)), -scores))[:k]
+        return [int(doc) for doc in order if scores[doc] > 0]
 
 
 def memory_of(rows: Sequence[dict[str, Any]]) -> Memory:
