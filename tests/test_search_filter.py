@@ -669,6 +669,39 @@ def test_a_stored_semantic_search_with_a_rare_filter_reads_only_the_vectors_that
     assert set(seqs.values()) <= {7, 107, 207, 307, 407, 507}
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_semantic_search_over_vectors_kept_in_memory_walks_their_ranking_for_a_one_percent_filter(
+    kind: str, durable_url: Any
+) -> None:
+    """Once a session's vectors are kept in memory, a semantic search with a filter 1% of 2,000 rows pass walks every cosine's ranking, asks SQL nothing, and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(2000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        store.index_embeddings("s", embedder)
+        for _ in range(2):  # the first query at a version reads the vectors, the next keeps them
+            store.search("s", "alpha", 3, mode="semantic", embedder=embedder)
+        backend = store.backend
+        asked: list[Any] = []
+        narrow = backend.filter_candidates
+
+        def counted_narrow(sid: str, tree: Any) -> Any:
+            asked.append(tree)
+            return narrow(sid, tree)
+
+        # The real backend's call, counted on the way through.
+        backend.filter_candidates = counted_narrow  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert asked == []
+
+
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
 def test_a_stored_semantic_search_with_a_rare_filter_it_cannot_narrow_reads_the_vectors_once(
     kind: str, durable_url: Any
