@@ -669,6 +669,39 @@ def test_a_stored_semantic_search_with_a_rare_filter_reads_only_the_vectors_that
     assert set(seqs.values()) <= {7, 107, 207, 307, 407, 507}
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_semantic_search_over_vectors_kept_in_memory_walks_their_ranking_for_a_one_percent_filter(
+    kind: str, durable_url: Any
+) -> None:
+    """Once a session's vectors are kept in memory, a semantic search with a filter 1% of 2,000 rows pass walks every cosine's ranking, asks SQL nothing, and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(2000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        store.index_embeddings("s", embedder)
+        for _ in range(2):  # the first query at a version reads the vectors, the next keeps them
+            store.search("s", "alpha", 3, mode="semantic", embedder=embedder)
+        backend = store.backend
+        asked: list[Any] = []
+        narrow = backend.filter_candidates
+
+        def counted_narrow(sid: str, tree: Any) -> Any:
+            asked.append(tree)
+            return narrow(sid, tree)
+
+        # The real backend's call, counted on the way through.
+        backend.filter_candidates = counted_narrow  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert asked == []
+
+
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
 def test_a_stored_semantic_search_with_a_rare_filter_it_cannot_narrow_reads_the_vectors_once(
     kind: str, durable_url: Any
@@ -867,17 +900,20 @@ def test_keyword_among_scores_rows_as_keyword_top_does(kind: str, durable_url: A
         check()
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_rare_keyword_filter_ranks_the_session_once_and_scores_the_rows_that_may_pass(
-    kind: str, durable_url: Any
+    durable_url: Any,
 ) -> None:
-    """A keyword store search with a filter 8 of 2,000 rows pass asks one ranking, then scores those 8 rows only, and gives Memory.search's hits and scores."""
+    """An SQLite keyword search with a filter 2 of 4,000 rows pass asks one ranking, then scores those 2 rows only, and gives Memory.search's hits and scores."""
     session = [
-        {"step": i, "agent": "reviewer" if i % 250 == 7 else "host", "text": f"alpha beta {i % 13}"}
-        for i in range(2000)
+        {
+            "step": i,
+            "agent": "reviewer" if i % 2000 == 7 else "host",
+            "text": f"alpha beta {i % 13}",
+        }
+        for i in range(4000)
     ]
     where = {"agent": "reviewer"}
-    with open_store(durable_url(kind)) as store:
+    with open_store(durable_url("sqlite")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         backend = store.backend
         rankings: list[int] = []
@@ -900,7 +936,141 @@ def test_a_rare_keyword_filter_ranks_the_session_once_and_scores_the_rows_that_m
     want = memory.search("beta 7", 3, where=where)
     assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
     assert len(rankings) == 1
-    assert len(scored) == 8
+    assert len(scored) == 2
+
+
+def test_a_one_percent_keyword_filter_on_sqlite_is_answered_by_the_first_ranking(
+    durable_url: Any,
+) -> None:
+    """An SQLite keyword search with a filter 1% of 2,000 rows pass walks one ranking (as long as the index ranks at the cost of a short one) and asks SQL nothing more."""
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(2000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url("sqlite")) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        backend = store.backend
+        calls: list[str] = []
+        top, narrow = backend.keyword_top, backend.filter_candidates
+
+        def counted_top(sid: str, terms: Any, k: int) -> Any:
+            calls.append("top")
+            return top(sid, terms, k)
+
+        def counted_narrow(sid: str, tree: Any) -> Any:
+            calls.append("filter_candidates")
+            return narrow(sid, tree)
+
+        # The real backend's calls, counted on the way through.
+        backend.keyword_top = counted_top  # type: ignore[method-assign]
+        backend.filter_candidates = counted_narrow  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 5, where=where)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 5, where=where)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert calls == ["top"]
+
+
+RARE_FILTERS: list[dict[str, Any]] = [
+    {"agent": "reviewer"},
+    {"meta.owner": "reviewer"},
+    {"team": {"$in": ["red", "blue"]}},
+    {"weight": {"$gte": 0.25, "$lt": 0.26}},
+]
+
+
+@pytest.mark.parametrize("where", RARE_FILTERS)
+def test_a_rare_keyword_filter_on_postgresql_is_one_ranking_of_the_rows_that_may_pass(
+    postgres_url: str, where: dict[str, Any]
+) -> None:
+    """On PostgreSQL a keyword search with a filter 8 of 2,000 rows pass is one statement (keyword_top_where), no other ranking, and gives Memory.search's hits and scores."""
+    session = []
+    for i in range(2000):
+        rare = i % 250 == 7
+        session.append(
+            {
+                "step": i,
+                "agent": "reviewer" if rare else "host",
+                "meta": {"owner": "reviewer" if rare else "host"},
+                "team": ("red" if i % 2 else "blue") if rare else "grey",
+                "weight": 0.255 if rare else 0.5 + i / 10_000,
+                "text": f"alpha beta {i % 13}",
+            }
+        )
+    with open_store(postgres_url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        backend = store.backend
+        calls: list[str] = []
+        top, among, top_where = (
+            backend.keyword_top,
+            backend.keyword_among,
+            backend.keyword_top_where,
+        )
+
+        def counted_top(sid: str, terms: Any, k: int) -> Any:
+            calls.append("top")
+            return top(sid, terms, k)
+
+        def counted_among(sid: str, terms: Any, seqs: Any) -> Any:
+            calls.append("among")
+            return among(sid, terms, seqs)
+
+        def counted_top_where(sid: str, terms: Any, k: int, tree: Any) -> Any:
+            calls.append("top_where")
+            return top_where(sid, terms, k, tree)
+
+        # The real backend's calls, counted on the way through.
+        backend.keyword_top = counted_top  # type: ignore[method-assign]
+        backend.keyword_among = counted_among  # type: ignore[method-assign]
+        backend.keyword_top_where = counted_top_where  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, where=where)
+        ranked = store.ranking("s", "beta 7", 3, where=where)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, where=where)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert [score for _, score in ranked] == [h.score for h in want]
+    assert calls == ["top_where", "top_where"]
+
+
+def test_keyword_top_where_ranks_the_rows_that_may_pass_as_keyword_top_does(
+    postgres_url: str,
+) -> None:
+    """PostgreSQL's keyword_top_where gives the (score, seq) keyword_top gives the rows SQL finds may pass, best first, every row that passes among them."""
+    from agents.memory.search import Tokenizer
+
+    with open_store(postgres_url) as store:
+        counter = iter(range(10**6))
+
+        @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(
+            session=st.lists(items(), min_size=1, max_size=30),
+            where=filters(),
+            query=st.lists(st.sampled_from(["alpha", "beta", "gamma", "nil"]), min_size=1),
+            k=st.integers(1, 8),
+        )
+        def check(session: list[dict[str, Any]], where: Any, query: list[str], k: int) -> None:
+            sid = f"s{next(counter)}"
+            seqs = store.append(sid, [MemoryItem(**fields) for fields in session])
+            compiled = Filter.of(where)
+            assert compiled is not None
+            terms = Tokenizer()(" ".join(query))
+            got = store.backend.keyword_top_where(sid, terms, k, compiled.tree)
+            allowed = store.backend.filter_candidates(sid, compiled.tree)
+            assert (got is None) == (allowed is None)
+            if got is None or allowed is None:
+                return
+            every = store.backend.keyword_top(sid, terms, len(seqs) + 1)
+            assert every is not None
+            assert got == [hit for hit in every if hit[1] in allowed][:k]
+            passing = {
+                seq
+                for seq, fields in zip(seqs, session, strict=True)
+                if compiled(MemoryItem(**fields))
+            }
+            assert passing <= allowed
+
+        check()
 
 
 def test_a_rare_filter_on_a_dotted_path_is_asked_only_of_the_items_that_may_pass() -> None:

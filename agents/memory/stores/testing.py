@@ -1394,6 +1394,31 @@ class StoreContract:
                 continue  # the store ranks with keyword_top, or scores the session itself
             assert among == [(score, seq) for score, seq in every if seq in chosen], terms
 
+    def test_keyword_top_where_ranks_the_rows_that_may_pass_as_keyword_top_does(
+        self, store: Store
+    ) -> None:
+        """A backend that answers keyword_top_where gives keyword_top's (score, seq), in its order, to rows that may pass, leaving out none that passes."""
+        from agents.memory.search import Filter
+
+        store.append("s", ranking_corpus())
+        records = store.records("s")
+        backend = store.backend
+        for where in ({"step": {"$gte": 5}}, {"action": "open"}, {"args.x": 1}, {"n": 99}):
+            keep = Filter.of(where)
+            assert keep is not None
+            passing = {record.seq for record in records if keep(record.item)}
+            for terms in (["file"], ["the", "file", "file"], ["missing"]):
+                every = backend.keyword_top("s", terms, len(records))
+                for k in (1, 2, len(records)):
+                    ranked = backend.keyword_top_where("s", terms, k, keep.tree)
+                    if ranked is None or every is None:
+                        continue  # the store filters keyword_top's ranking, or scores itself
+                    assert ranked == [hit for hit in every if hit in ranked], (where, terms, k)
+                    kept = [hit for hit in ranked if hit[1] in passing]
+                    best = [hit for hit in every if hit[1] in passing]
+                    # The best rows that pass, all of them when the ranking holds every candidate.
+                    assert kept == best[: len(best) if len(ranked) < k else len(kept)], (where, k)
+
     # -- search across sessions ------------------------------------------------------------
 
     def test_search_sessions_scores_equal_memory_search_over_the_union(self, store: Store) -> None:

@@ -419,6 +419,23 @@ class Backend:
         """
         return None
 
+    def keyword_top_where(
+        self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
+    ) -> list[tuple[float, int]] | None:
+        """Return the ``k`` best ``(score, seq)`` by BM25 among the rows that may pass a search filter, or ``None``.
+
+        :meth:`keyword_top` with the rows that cannot pass ``tree`` (the
+        parsed filter, :attr:`~agents.memory.search.Filter.tree`) left out
+        of the ranking but not of the statistics: the scores are those
+        :meth:`keyword_top` gives the same rows. As with
+        :meth:`filter_candidates`, a backend may keep rows that do not
+        pass (they are tested in Python), never leave out one that does;
+        a ranking shorter than ``k`` holds every row that may pass. ``None``
+        (the default, and whenever the backend cannot judge the filter):
+        the store ranks with :meth:`keyword_top` and filters the ranking.
+        """
+        return None
+
     # -- optional: narrowing a filtered search ------------------------------------------
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:

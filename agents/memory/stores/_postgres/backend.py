@@ -64,6 +64,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from agents.memory._filter import FilterNode
 from agents.memory.exceptions import (
     CorruptStoreError,
     StoreConnectionLostError,
@@ -577,6 +578,16 @@ class PostgresBackend(SQLRows, Backend):
         if self.no_tables:
             return []
         return self._keyword.among(session_id, terms, seqs)
+
+    def keyword_top_where(
+        self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
+    ) -> list[tuple[float, int]] | None:
+        """Score the session by BM25 and rank the rows that may pass a filter, in one statement (``None``: SQL cannot judge it, or older tables read-only)."""
+        if not self._indexed:
+            return None
+        if self.no_tables:
+            return []
+        return self._keyword.top_where(session_id, terms, k, tree)
 
     def keyword_top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int

@@ -23,10 +23,12 @@ from typing import Any, Final
 
 import orjson
 
+from agents.memory._filter import FilterNode
 from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, BM25_SCALE, bm25_average_length
 from agents.memory.exceptions import CorruptSessionError, CorruptStoreError
 from agents.memory.stores._core.encoding import Row, decode_pairs
 from agents.memory.stores._core.terms import Terms, bm25_score, item_terms, query_weights
+from agents.memory.stores._sql.filters import POSTGRES_FIELDS, postgres_condition
 
 __all__ = ["PostgresKeywordIndex", "build_keyword_index"]
 
@@ -287,6 +289,67 @@ SELECT * FROM (
 """
 
 
+_ORDERED: Final = "SELECT * FROM (\n    SELECT m.seq,"
+_COLUMNS: Final = "r.seq, r.score, r.damaged, r.n_terms, r.tfs, r.n, r.total, r.dfs"
+# Each matched row carries where it lies (its ctid, within the one statement's snapshot), so
+# the filter reads its JSONB copy with no index lookup.
+_AT_ROW: Final = (
+    (
+        "SELECT i.seq, i.n_terms, f.* FROM kvmemory_items AS i",
+        "SELECT i.seq, i.ctid AS at, i.n_terms, f.* FROM kvmemory_items AS i",
+    ),
+    ("l.n, l.total, l.dfs\n", "l.n, l.total, l.dfs, m.at\n"),
+)
+
+
+def _score_where_sql(n_terms: int, condition: str) -> str:
+    """Return :func:`_score_sql`'s query with only the rows that may pass a filter ranked (``condition``, over ``f`` and ``opaque``).
+
+    The statistics are still the whole session's (every matched row counts
+    in the document frequencies); the matched rows are scored and sorted
+    first, then the filter is judged on each, best first, until ``k`` pass
+    (the subquery kept apart by ``OFFSET 0`` is read in its order, so a row's
+    JSONB copy is read only when it is next in line: a filter most rows pass
+    reads a few, a rare one each row of the band once).
+    """
+    sql = _score_sql(n_terms)
+    body, band = sql.rsplit(") AS r\n", 1)
+    if body.count(_ORDERED) != 1 or band.strip() != _BAND.strip():  # pragma: no cover
+        msg = "the filtered keyword query cannot be made from the session's: its shape changed"
+        raise RuntimeError(msg)
+    order = "r.damaged DESC, r.score DESC, r.seq"
+    fields = POSTGRES_FIELDS.format(doc="o.doc")
+    for one, other in _AT_ROW:
+        if body.count(one) != 1:  # pragma: no cover
+            msg = f"the filtered keyword query cannot be made from the session's: {one!r} is gone"
+            raise RuntimeError(msg)
+        body = body.replace(one, other)
+    return (
+        body.replace(_ORDERED, f"SELECT {_COLUMNS} FROM (SELECT * FROM (\n    SELECT m.seq,")
+        + f""") AS r
+WHERE r.damaged OR %(cut)s::float8 IS NULL OR r.score >= %(cut)s
+ORDER BY {order} OFFSET 0
+) AS r
+WHERE EXISTS (
+    SELECT 1 FROM kvmemory_items AS o CROSS JOIN LATERAL ({fields}) AS w
+    WHERE o.ctid = r.at AND {condition}
+)
+ORDER BY {order}
+LIMIT %(k)s
+"""
+    )
+
+
+def _named(condition: str, params: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """Return a condition written with ``%s`` parameters as one with named ones (``f0``, ``f1``, ...)."""
+    parts = condition.split("%s")
+    if len(parts) != len(params) + 1:  # pragma: no cover - guards the writer's spelling
+        msg = f"a filter condition has {len(parts) - 1} placeholders for {len(params)} parameters"
+        raise RuntimeError(msg)
+    named = parts[0] + "".join(f"%(f{j})s{part}" for j, part in enumerate(parts[1:]))
+    return named, {f"f{j}": value for j, value in enumerate(params)}
+
+
 def _score_many_sql(n_terms: int) -> str:
     """Return the query for BM25 over several sessions ranked as one corpus (a store-wide search).
 
@@ -446,20 +509,7 @@ class PostgresKeywordIndex:
         sid = session_id
         weights = Counter(terms)
         names = list(weights)
-        queries = [f"'{_lexeme(sid, term)}'" for term in names]
-        overflow = f"'{_overflow(sid)}'"
-        params: dict[str, Any] = {
-            "sid": sid,
-            "query": " | ".join([*queries, overflow]),
-            "overflow": overflow,
-            "names": names,
-            "scale": BM25_SCALE,
-            "floor": BM25_FLOOR,
-            "flat": BM25_K1 * (1.0 - BM25_B),
-            "k1b": BM25_K1 * BM25_B,
-            "k": k + _SPARE,
-            "cut": None,
-        }
+        params = self._params(sid, names, k)
         if len(names) > _COLUMN_TERMS:
             # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
             params["weights"] = [float(weights[term]) for term in names]
@@ -474,6 +524,55 @@ class PostgresKeywordIndex:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self.damaged("search", f" session {sid!r} of", reason)
         return _exact_top(rows, terms, names, k)
+
+    def top_where(
+        self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
+    ) -> list[tuple[float, int]] | None:
+        """Return the ``k`` best ``(score, seq)`` by BM25 among the rows that may pass a filter, as :meth:`top` scores them.
+
+        One statement: :meth:`top`'s, the rows that SQL finds cannot pass
+        ``tree`` (``_sql.filters``: sound, never exact) left out of the
+        ranking, not out of the statistics. The rows returned are still to be
+        tested with the filter. ``None`` when SQL cannot narrow the filter,
+        or the query has more distinct terms than :data:`_COLUMN_TERMS`.
+
+        Raises:
+            CorruptStoreError: if a row the index matches, that may pass, holds no query term in its counts.
+        """
+        written = postgres_condition(tree)
+        weights = Counter(terms)
+        if written is None or len(weights) > _COLUMN_TERMS:
+            return None
+        condition, bound = _named(*written)
+        sid = session_id
+        names = list(weights)
+        params = self._params(sid, names, k)
+        params.update(bound)
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
+        rows = self._top_rows(_score_where_sql(len(names), condition), params, k)
+        if rows and rows[0][2]:
+            reason = f"row {rows[0][0]} matches a query term its counts do not hold"
+            raise self.damaged("search", f" session {sid!r} of", reason)
+        return _exact_top(rows, terms, names, k)
+
+    @staticmethod
+    def _params(sid: str, names: Sequence[str], k: int) -> dict[str, Any]:
+        """Return the parameters every scoring statement of one session takes."""
+        queries = [f"'{_lexeme(sid, term)}'" for term in names]
+        overflow = f"'{_overflow(sid)}'"
+        return {
+            "sid": sid,
+            "query": " | ".join([*queries, overflow]),
+            "overflow": overflow,
+            "names": list(names),
+            "scale": BM25_SCALE,
+            "floor": BM25_FLOOR,
+            "flat": BM25_K1 * (1.0 - BM25_B),
+            "k1b": BM25_K1 * BM25_B,
+            "k": k + _SPARE,
+            "cut": None,
+        }
 
     def _top_rows(self, sql: str, params: dict[str, Any], k: int) -> list[Any]:
         """Run a scoring statement for ``k`` rows and its spares, and again for every row that ties past them."""

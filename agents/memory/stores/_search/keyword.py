@@ -27,7 +27,14 @@ from agents.memory.stores._core.terms import (
     rank_pages,
 )
 from agents.memory.stores._core.values import StoreHit
-from agents.memory.stores._search.filtering import ALL, Passing, narrower, reader, widening
+from agents.memory.stores._search.filtering import (
+    ALL,
+    NARROW_AT,
+    Passing,
+    narrower,
+    reader,
+    widening,
+)
 
 __all__ = ["KeywordSearch"]
 
@@ -86,9 +93,13 @@ class KeywordSearch:
     ) -> Passing:
         """Return the best ``k`` items by BM25 that pass ``keep``, widening the ranking until they are found.
 
-        A ranking scored in Python (no keyword index, or ``fields``) is asked
+        A backend that ranks only the rows that may pass, in the statement
+        that scores the session (``Backend.keyword_top_where``), is asked
+        for ``k`` of them, then longer rankings as the filter drops some.
+        Otherwise, a ranking scored in Python (no keyword index, or ``fields``) is asked
         for every candidate at once: it decodes them all to score them
-        anyway. An indexed one is asked for a few more than ``k``, then as
+        anyway. An indexed one is asked for :data:`NARROW_AT` (it costs
+        what ``k`` does; its items are read as the walk needs them), then as
         many as the pass rate seen needs. When a ranking falls short with
         at most one in ``FEW`` of its items passing, the backend is asked
         which rows may pass
@@ -98,6 +109,25 @@ class KeywordSearch:
         unread as the ranking widens.
         """
         found: dict[int, MemoryItem] = {}
+        engine = self._engine
+        if fields is None and _answers_top_where(engine.backend):
+            # The backend ranks only the rows that may pass, in the statement that scores them.
+            with engine.errors("search", sid):
+                best = engine.backend.keyword_top_where(sid, terms, min(k, _LARGEST_K), keep.tree)
+            if best is not None:
+
+                def rank_where(limit: int) -> list[tuple[int, float]]:
+                    if limit == k:
+                        return [(seq, score) for score, seq in best]
+                    with engine.errors("search", sid):
+                        more = engine.backend.keyword_top_where(
+                            sid, terms, min(limit, _LARGEST_K), keep.tree
+                        )
+                    # The same filter and terms get an answer each time (None only for those).
+                    return [(seq, score) for score, seq in more or ()]
+
+                read = reader(engine, sid, on_unknown_class)
+                return widening(rank_where, k, keep, found, read)
 
         def rank(limit: int) -> list[tuple[int, float]]:
             with self._engine.errors("search", sid):
@@ -110,7 +140,6 @@ class KeywordSearch:
                 scored = self._engine.backend.keyword_among(sid, terms, sorted(seqs))
             return None if scored is None else [(seq, score) for score, seq in scored]
 
-        engine = self._engine
         python_ranked = fields is not None or not engine.backend.keyword_index
         return widening(
             rank,
@@ -118,9 +147,11 @@ class KeywordSearch:
             keep,
             found,
             reader(engine, sid, on_unknown_class),
-            # An indexed ranking costs about the same for a few more: ask for enough that one
-            # ranking usually settles a filter most items pass.
-            first=ALL if python_ranked else max(4 * k, 64),
+            # An indexed ranking of NARROW_AT costs what one of k does (the index scores every
+            # row holding a term either way), and its items are read only as far as the walk
+            # goes: one ranking settles a filter that 1% of the items pass (reading a few
+            # hundred), where asking SQL which rows may pass reads every row of the session.
+            first=ALL if python_ranked else max(4 * k, NARROW_AT),
             narrow=narrower(engine, sid, keep),
             among=among if not python_ranked and _answers_among(engine.backend) else None,
         )
@@ -190,6 +221,11 @@ class KeywordSearch:
             seq: bm25_score(counts, length, weighted, average) for seq, length, counts in matches
         }
         return scores, keyword_scale(n_items), found
+
+
+def _answers_top_where(backend: Backend) -> bool:
+    """Return whether the backend ranks the rows that may pass a filter (overrides :meth:`Backend.keyword_top_where`)."""
+    return type(backend).keyword_top_where is not Backend.keyword_top_where
 
 
 def _answers_among(backend: Backend) -> bool:

@@ -42,6 +42,7 @@ from agents.memory.stores._core.values import StoreHit, VectorModel
 from agents.memory.stores._search.filtering import (
     ALL,
     FEW,
+    NARROW_AT,
     first_passing,
     narrower,
     reader,
@@ -223,6 +224,26 @@ class VectorSearch:
         found: dict[int, MemoryItem] = {}
         read = reader(self._engine, sid, on_unknown_class)
         if mode == "semantic" and keep is not None:
+            kept = None
+            if parts != EmbedParts.WHOLE and not self._engine.read_only:
+                kept = self._kept_table(sid, embedder, fields_text(fields, parts), parts)
+            if kept is not None:
+                # Every cosine from the vectors kept in memory costs what the unfiltered query
+                # does: walk that ranking (reading items as far as it goes), and ask SQL which
+                # rows may pass only once NARROW_AT of them fall short.
+                table = kept
+
+                def rank_kept(limit: int) -> list[tuple[int, float]]:
+                    cosines = table.scores(query, limit, [])
+                    return heapq.nsmallest(
+                        limit, cosines.items(), key=lambda hit: (-hit[1], hit[0])
+                    )
+
+                narrowed = narrower(self._engine, sid, keep)
+                passing = widening(
+                    rank_kept, k, keep, found, read, first=max(k, NARROW_AT), narrow=narrowed
+                )
+                return [StoreHit(seq, item, score) for seq, score, item in passing]
             few = self._few(sid, keep)
             if few is not None:  # few rows may pass: score only their vectors
                 cosines = self._cosines_of(sid, embedder, fields, query, few, parts)

@@ -36,7 +36,7 @@ import attrs
 from agents.memory._codec import TAG
 from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode
 
-__all__ = ["candidates_query"]
+__all__ = ["POSTGRES_FIELDS", "candidates_query", "postgres_condition"]
 
 # SQLite's JSON functions cut a string at an escaped NUL character: rows holding one are
 # judged in Python, as PostgreSQL's rows without a JSONB copy are. A row whose text holds
@@ -67,6 +67,13 @@ _POSTGRES_ROWS: Final = (
     " THEN doc -> 'fields' ELSE doc END AS f FROM (SELECT seq, doc || '{}'::jsonb AS doc"
     " FROM kvmemory_items WHERE session_id = %s OFFSET 0) AS plain OFFSET 0) AS r WHERE "
 )
+
+POSTGRES_FIELDS: Final = (
+    "SELECT doc IS NULL AS opaque, CASE WHEN doc ? '$kv' THEN doc -> 'fields' ELSE doc END AS f"
+    " FROM (SELECT {doc} || '{{}}'::jsonb AS doc OFFSET 0) AS plain OFFSET 0"
+)
+"""PostgreSQL's ``opaque`` and ``f`` of one row, from the JSONB ``{doc}`` (read once), for
+the condition :func:`postgres_condition` writes."""
 
 _SAFE_INT: Final = 2**53
 _SLACK: Final = 1e-9
@@ -188,6 +195,18 @@ def candidates_query(
         guard = _GUARDED.format(slash=slash, texts=guard)
     rows = _SQLITE_ROWS.format(guard=guard or "")
     return rows + f"({sql})", writer.params
+
+
+def postgres_condition(tree: FilterNode) -> tuple[str, list[Any]] | None:
+    """Return the PostgreSQL condition under which a row may pass ``tree``, with its parameters in order.
+
+    The condition is :func:`candidates_query`'s, over ``f`` and ``opaque``
+    (:data:`POSTGRES_FIELDS` gives them), each parameter written ``%s``.
+    ``None`` when it would hold for every row.
+    """
+    writer = _Writer(True, [])
+    sql = _maybe(writer, tree)
+    return None if sql is None else (f"({sql})", writer.params)
 
 
 def _texts(w: _Writer, node: FilterNode) -> str | None:
