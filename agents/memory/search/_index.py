@@ -263,13 +263,11 @@ class SearchIndex:
         nothing waits to be filed, or while a build runs.
 
         Args:
-            wait: Return only once the build is done (``False``: at once).
-            vectors: Once the keyword index is built, read the vectors a
-                store keeps for these items from it, on the same thread, and
-                take them as :meth:`adopt_vectors` would (over all fields),
-                less those of items changed meanwhile, so that the first
-                semantic query need not read them. A query that comes first
-                reads them itself; it does not wait.
+            wait: Return only once the build is done, its vectors taken (``False``: at once).
+            vectors: Then read, on the same thread, the vectors a store keeps
+                for these items, and take them as :meth:`adopt_vectors` would
+                (all fields), less items changed meanwhile: the first semantic
+                query need not read them (one that comes first does, without waiting).
         """
         self._follow()
         with self._lock:
@@ -279,8 +277,9 @@ class SearchIndex:
                 pairs = [(key, items[key]) for key in self._pending if key in items]
                 ahead = self._ahead = _Ahead(self, pairs, self._generation, vectors)
                 ahead.thread.start()
-        if wait and ahead is not None:
-            ahead.thread.join()
+            running = [ahead, *self._watching] if ahead is not None else [*self._watching]
+        if wait:  # for the vectors read after the keyword index too
+            _join(running)
 
     def _await_ahead(self) -> None:
         """Wait for a build ahead in flight (never under the index's lock: the build takes it to install)."""
@@ -289,12 +288,9 @@ class SearchIndex:
             ahead.thread.join()
 
     def _changed(self, keys: Iterable[int]) -> None:
-        """Note items changed or gone while a build ahead runs: it must not install what it read of them."""
-        if self._ahead is not None:
-            self._ahead.changed.update(keys)
-        if self._watching:  # builds that still read vectors for the items they read
-            keys = list(keys)
-            for ahead in self._watching:
+        """Note items changed or gone while a build ahead runs (or still reads vectors): it must not take what it read of them."""
+        for ahead in [self._ahead, *self._watching] if self._watching else [self._ahead]:
+            if ahead is not None:
                 ahead.changed.update(keys)
 
     # -- keyword search ------------------------------------------------------------
@@ -457,15 +453,7 @@ class SearchIndex:
         self._follow()
         with self._lock:
             item = self._items.get(key)
-        if item is None:
-            return ()
-        # From the item, not the keyword index: a semantic hit's fields never depend on it.
-        wanted = set(terms)
-        out: dict[str, None] = {}
-        for field, text in field_texts(item_fields(item)):
-            if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
-                out[field] = None
-        return tuple(out)
+        return () if item is None else _fields_holding(item, set(terms), keys, self.tokenizer)
 
     # -- semantic search -------------------------------------------------------------
 
@@ -862,6 +850,27 @@ class _Ahead:
                 index._vectors.adopt(model, None, kept, index._items)
             except EmbedderMismatchError:
                 return  # the index holds vectors of another model: the query will say so
+
+
+def _fields_holding(
+    item: MemoryItem, wanted: set[str], keys: tuple[str, ...] | None, tokenize: Tokenizer
+) -> tuple[str, ...]:
+    """Return the fields of ``item`` (in ``keys``) holding a term of ``wanted``, in field order.
+
+    From the item, not the keyword index: a semantic hit's fields never depend on it.
+    """
+    out: dict[str, None] = {}
+    for field, text in field_texts(item_fields(item)):
+        if (keys is None or field in keys) and not wanted.isdisjoint(tokenize(text)):
+            out[field] = None
+    return tuple(out)
+
+
+def _join(builds: Iterable[_Ahead]) -> None:
+    """Wait for each build's thread (but never from that thread itself)."""
+    for build in builds:
+        if build.thread is not threading.current_thread():
+            build.thread.join()
 
 
 def _passing_top(

@@ -470,7 +470,7 @@ class StoredMemory(Memory):
                 self._metadata = info.metadata
                 self.created_at = info.created.isoformat()
             # Under the same pause: the build's snapshot of the items allocates too.
-            _start_index(self, self._index_ahead)
+            _start_index(self, self._index_ahead, self._session)
 
     def close(self) -> None:
         """Close the store if this memory opened it (``open_memory`` with a URL)."""
@@ -764,13 +764,13 @@ class StoredMemory(Memory):
         return self.delete_items(self._session.items_at(seqs))
 
 
-def _start_index(memory: StoredMemory, ahead: bool | None) -> None:
+def _start_index(memory: StoredMemory, ahead: bool | None, session: SessionWriter) -> None:
     """Start building the memory's keyword index on another thread, as ``index_ahead`` asks."""
     if ahead is False or not len(memory) or (ahead is None and len(memory) < _AHEAD_ITEMS):
         return
     from agents.memory import search
 
-    search.search_index(memory).build_ahead(vectors=_stored_vectors(memory))
+    search.search_index(memory).build_ahead(vectors=_stored_vectors(memory, session))
 
 
 class _StoredModel:
@@ -789,14 +789,14 @@ class _StoredModel:
 
 
 def _stored_vectors(
-    memory: StoredMemory,
+    memory: StoredMemory, session: SessionWriter
 ) -> Callable[[EmbedParts], tuple[Embedder, dict[int, Any]] | None] | None:
     """Return how a build ahead reads the vectors the store keeps for the memory's items now (``None``: it keeps none)."""
     store = memory.store
     if not store.keeps_vectors:
         return None
     sid = memory.session_id
-    key_of = memory._session.rows_held()  # the rows as they are now: the build's snapshot
+    key_of = session.rows_held()  # the rows as they are now: the build's snapshot
 
     def read(parts: EmbedParts) -> tuple[Embedder, dict[int, Any]] | None:
         model = store.vector_model(sid)
