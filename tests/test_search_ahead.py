@@ -217,7 +217,7 @@ def test_the_build_makes_every_common_terms_arrays_which_rank_after_changes() ->
     ranker = index._ranker
     assert ranker is not None
     assert ranker.ahead is not None
-    assert set(ranker.ahead.spans) == common
+    assert set(ranker.ahead.made) == common
     assert len(common) > 5
     for at in range(0, 60, 3):
         memory.content[at].set_value("thought", "invoice report w1 w1")

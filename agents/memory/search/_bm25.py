@@ -30,7 +30,14 @@ from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import Any, Final
 
-from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_term_score
+from agents.memory._text import (
+    BM25_B,
+    BM25_FLOOR,
+    BM25_K1,
+    bm25_average_length,
+    bm25_term_score,
+    bm25_weight,
+)
 
 __all__ = ["QueryTerm", "Ranker", "exhaustive_top"]
 
@@ -144,13 +151,15 @@ def _impact_order(np: Any, rows: Any, tf: Any, dl: Any) -> tuple[Any, Any, Any]:
 class _Common:
     """The impact arrays of every term held by at least ``_SMALL`` items, made at one generation in one sort.
 
-    A build ahead makes them (see ``Ranker.build_common``); a query takes a
-    term's arrays from them as views, with no sort and no reading of the
-    postings. Rows, counts and lengths are kept as 32-bit integers (the
-    scores computed from them are the same floats).
+    A build ahead makes them (see ``Ranker.build_common``), with each
+    entry's share of a score at the statistics of the items built (what a
+    query computes first, while nothing changed); a query takes a term's
+    arrays from them, with no sort and no reading of the postings. Rows,
+    counts and lengths are kept as 32-bit integers (the scores computed
+    from them are the same floats).
     """
 
-    __slots__ = ("dl", "generation", "ordered", "rows", "spans", "tf")
+    __slots__ = ("made",)
 
     def __init__(
         self,
@@ -160,7 +169,6 @@ class _Common:
         row_of: Mapping[int, int],
         generation: tuple[int, int, int],
     ) -> None:
-        self.generation = generation
         common = [term for term, posting in postings.items() if len(posting) >= _SMALL]
         sizes = np.fromiter((len(postings[term]) for term in common), np.int64, len(common))
         total = int(sizes.sum())
@@ -180,9 +188,9 @@ class _Common:
         term_of = np.repeat(np.arange(len(common), dtype=np.int32), sizes)
         clipped = np.minimum(tf, _GROUPS)
         order = np.lexsort((dl, clipped, term_of))
-        self.rows, self.tf, self.dl = rows[order], tf[order], dl[order]
+        rows, tf, dl = rows[order], tf[order], dl[order]
         clipped, term_of = clipped[order], term_of[order]
-        del order, rows, tf, dl
+        del order
         # Each entry's segment within its term (one per count), for `_Impacts.ordered`.
         ends = np.cumsum(sizes)
         begins = ends - sizes
@@ -191,25 +199,24 @@ class _Common:
         new[begins] = True
         segment = np.cumsum(new) - 1
         segment -= np.repeat(segment[begins], sizes)
-        self.ordered = segment * _SPAN + self.dl
-        self.spans = dict(
-            zip(common, zip(begins.tolist(), ends.tolist(), strict=True), strict=True)
+        ordered = segment * _SPAN + dl
+        del segment, new, clipped, term_of
+        # Each entry's share at the statistics of now, in bm25_term_score's order (Part.contrib's floats).
+        n_items = len(lengths)
+        average = bm25_average_length(sum(lengths.values()), n_items)
+        slope = BM25_K1 * BM25_B / average
+        weights = [bm25_weight(n_items, int(size)) for size in sizes.tolist()]
+        contrib = np.repeat(np.array(weights, dtype=np.float64), sizes) * (
+            tf / (tf + _FLAT + slope * dl) + BM25_FLOOR
         )
-
-    def impacts(self, np: Any, term: str) -> _Impacts | None:
-        """Return the term's arrays as views (``None`` for a term held by too few items when they were made)."""
-        span = self.spans.get(term)
-        if span is None:
-            return None
-        begin, end = span
-        return _Impacts(
-            np,
-            self.rows[begin:end],
-            self.tf[begin:end],
-            self.dl[begin:end],
-            self.generation,
-            self.ordered[begin:end],
-        )
+        self.made: dict[str, _Impacts] = {}
+        for term, weight, begin, end in zip(
+            common, weights, begins.tolist(), ends.tolist(), strict=True
+        ):
+            cut = slice(begin, end)
+            impacts = _Impacts(np, rows[cut], tf[cut], dl[cut], generation, ordered[cut])
+            impacts.contrib = (slope, weight, contrib[cut])
+            self.made[term] = impacts
 
 
 class _Part:
@@ -327,9 +334,17 @@ class Ranker:
         the tails or the removals outgrow a small share of the items.
         """
         self._tidy(0, every=True)
-        self.ahead = _Common(
+        ahead = self.ahead = _Common(
             self.np, postings, lengths, self.row_of, (self.epoch, len(self.log), self.removals)
         )
+        # The words most items hold are read by row: lay out as many as are kept.
+        room = max(4, 2**23 // max(self.used, 1))
+        for impacts in sorted(ahead.made.values(), key=lambda i: len(i.rows), reverse=True)[:room]:
+            if impacts.contrib is not None:
+                slope, weight, _ = impacts.contrib
+                self._by_row(
+                    _Part(impacts.rows, impacts.tf, impacts.dl, impacts, None), weight, slope
+                )
 
     # -- ranking -------------------------------------------------------------------------
 
@@ -582,20 +597,18 @@ class Ranker:
         """Return the term's postings as parts: its impact arrays and their tail, or one part read now."""
         if len(posting) < _SMALL:
             return [self._read(posting, posting, lengths)]
-        impacts = self.impacts.pop((scope, term), None)
-        if impacts is None:
-            ahead = self.ahead if scope is None else None
-            if ahead is not None:
-                impacts = ahead.impacts(self.np, term)
+        impacts = None if self.ahead is None or scope is not None else self.ahead.made.get(term)
+        if impacts is None:  # not built ahead: built now, and kept while used recently
+            impacts = self.impacts.pop((scope, term), None)
             if impacts is None:
                 impacts = self._build(posting, lengths)
-            self.entries += len(impacts.rows)
-        self.impacts[scope, term] = impacts  # last: the most recently used
-        # The least recently used go while all hold more than 2**20 entries and twice the rows.
-        while len(self.impacts) > 1 and self.entries > max(1 << 20, 2 * self.used):
-            oldest = self.impacts.pop(next(iter(self.impacts)))
-            self.entries -= len(oldest.rows)
-            self.laid_out.pop(id(oldest), None)
+                self.entries += len(impacts.rows)
+            self.impacts[scope, term] = impacts  # last: the most recently used
+            # The least recently used go while all hold more than 2**20 entries and twice the rows.
+            while len(self.impacts) > 1 and self.entries > max(1 << 20, 2 * self.used):
+                oldest = self.impacts.pop(next(iter(self.impacts)))
+                self.entries -= len(oldest.rows)
+                self.laid_out.pop(id(oldest), None)
         # Rows removed since the build (or reused by another item) are masked out.
         valid = None
         if self.removals != impacts.removals:
