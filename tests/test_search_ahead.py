@@ -323,3 +323,21 @@ def test_vectors_read_ahead_of_content_a_load_replaced_are_thrown_away(tmp_path:
     assert answers(memory, mode="semantic", embedder=embedder) == answers(
         plain, mode="semantic", embedder=embedder
     )
+
+
+def test_no_vectors_are_read_ahead_once_a_semantic_query_embedded_every_item() -> None:
+    """A semantic query made while the build is held embeds every item: the build then reads no vectors."""
+    data, gate = gated(600, 300)
+    memory = Memory([MemoryItem(**row) for row in data])
+    asked: list[Any] = []
+    gate.armed = True
+    search_index(memory).build_ahead(vectors=lambda parts: asked.append(parts))
+    assert gate.reached.wait(30)
+    gate.armed = False  # the query reads the gated item's text without waiting
+    memory.search("invoice", 3, mode="semantic", embedder=HashingEmbedder(32))
+    gate.opened.set()
+    search_index(memory).build_ahead(wait=True)
+    for thread in threading.enumerate():
+        if thread.name == "kvmemory-index-ahead":
+            thread.join(30)
+    assert asked == []

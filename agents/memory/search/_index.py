@@ -792,7 +792,9 @@ class _Ahead:
         except Exception:  # nothing is installed: the next query files every item
             built = None
         self.install(index, built)
-        if vectors is not None:
+        with index._lock:  # a semantic query that came first took them: nothing to read
+            wanted = vectors is not None and bool(index._vectors.missing(None, index._items))
+        if vectors is not None and wanted:
             parts = index.parts
             try:
                 found = vectors(parts)
@@ -800,6 +802,9 @@ class _Ahead:
                 found = None
             if found is not None:
                 self.adopt(index, parts, *found)
+                return
+        with index._lock:
+            index._watching.discard(self)
 
     def install(self, index: SearchIndex, built: _Built | None) -> None:
         """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
