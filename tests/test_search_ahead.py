@@ -202,3 +202,142 @@ def test_index_ahead_takes_a_bool_or_none(tmp_path: Path) -> None:
         ),
     ):
         StoredMemory(store, "s", index_ahead="yes")  # type: ignore[arg-type]
+
+
+def test_the_build_makes_every_common_terms_arrays_which_rank_after_changes() -> None:
+    """The build ahead makes the arrays of every term 256 items or more hold; after changes they rank as a query-built index."""
+    memory = Memory([MemoryItem(**row) for row in rows(1200)])
+    index = search_index(memory)
+    index.build_ahead(wait=True)
+    plain = Memory([MemoryItem(**row) for row in rows(1200)])
+    plain.search("invoice", 1)
+    common = {
+        term for term, posting in search_index(plain)._postings.items() if len(posting) >= 256
+    }
+    ranker = index._ranker
+    assert ranker is not None
+    assert ranker.ahead is not None
+    assert set(ranker.ahead.made) == common
+    assert len(common) > 5
+    for at in range(0, 60, 3):
+        memory.content[at].set_value("thought", "invoice report w1 w1")
+    memory.delete_items([memory.content[at] for at in range(100, 140)])
+    memory.add_memory_items([MemoryItem(**row) for row in rows(30, seed=5)])
+    changed = Memory([MemoryItem(**item.to_dict()) for item in memory.content])
+    assert answers(memory) == answers(changed)
+
+
+def embedded_store(tmp_path: Path, embedder: HashingEmbedder) -> str:
+    """Return the URL of a SQLite store holding session ``s`` of 600 steps, embedded by ``embedder``."""
+    url = f"sqlite://{tmp_path}/s.db"
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows(600)])
+        store.index_embeddings("s", embedder)
+    return url
+
+
+def test_a_reopened_session_has_its_stored_vectors_taken_ahead(tmp_path: Path) -> None:
+    """Opened with its index built ahead, a session holds the store's vectors before any semantic query, ranked alike."""
+    embedder = HashingEmbedder(32)
+    url = embedded_store(tmp_path, embedder)
+    with open_memory(url, "s", index_ahead=True) as memory:
+        index = search_index(memory)
+        index.build_ahead(wait=True)
+        assert index.missing_vectors(None) == []
+        assert index.vector_model() == embedder.name
+        with open_memory(url, "s", index_ahead=False) as plain:
+            for mode in ("semantic", "hybrid"):
+                assert answers(memory, mode=mode, embedder=embedder) == answers(
+                    plain, mode=mode, embedder=embedder
+                )
+
+
+class HeldSource:
+    """Reads a store's vectors for a memory's items, as a StoredMemory's build does, once let go."""
+
+    def __init__(self, url: str, memory: Memory) -> None:
+        self.url = url
+        self.reached = threading.Event()
+        self.opened = threading.Event()
+        with open_store(url) as store:
+            records = store.records("s")
+        held = search_index(memory).keys_of(memory.content)
+        self.key_of = {
+            r.seq: held[id(item)] for r, item in zip(records, memory.content, strict=True)
+        }
+
+    def __call__(self, parts: Any) -> tuple[HashingEmbedder, dict[int, Any]]:
+        self.reached.set()
+        self.opened.wait(30)
+        embedder = HashingEmbedder(32)
+        with open_store(self.url) as store:
+            stored = store.read_vectors("s", embedder, parts=parts)
+        return embedder, {self.key_of[seq]: vector for seq, vector in stored.items()}
+
+
+def stored_memory(url: str) -> Memory:
+    """Return a plain memory of session ``s``'s items, in order."""
+    with open_store(url) as store:
+        return Memory(store.read("s"))
+
+
+def test_vectors_read_ahead_leave_out_items_changed_meanwhile(tmp_path: Path) -> None:
+    """An item changed while the vectors are read ahead is not given its old vector: it is ranked by its new text."""
+    embedder = HashingEmbedder(32)
+    url = embedded_store(tmp_path, embedder)
+    memory = stored_memory(url)
+    source = HeldSource(url, memory)
+    index = search_index(memory)
+    index.build_ahead(vectors=source)
+    assert source.reached.wait(30)
+    memory.content[10].set_value("thought", "invoice report chart")
+    memory.content[11].set_value("observation", "w1 w2 w3 dialog")
+    source.opened.set()
+    index.build_ahead(wait=True)
+    assert sorted(index.missing_vectors(None)) == sorted(
+        index.keys_of(memory.content[10:12]).values()
+    )
+    plain = Memory([MemoryItem(**item.to_dict()) for item in memory.content])
+    assert answers(memory, mode="semantic", embedder=embedder) == answers(
+        plain, mode="semantic", embedder=embedder
+    )
+
+
+def test_vectors_read_ahead_of_content_a_load_replaced_are_thrown_away(tmp_path: Path) -> None:
+    """A load while the vectors are read ahead: none of them is taken, and queries rank the loaded items."""
+    embedder = HashingEmbedder(32)
+    url = embedded_store(tmp_path, embedder)
+    memory = stored_memory(url)
+    source = HeldSource(url, memory)
+    index = search_index(memory)
+    index.build_ahead(vectors=source)
+    assert source.reached.wait(30)
+    other = rows(400, seed=2)
+    memory.load([MemoryItem(**row) for row in other])
+    source.opened.set()
+    for thread in threading.enumerate():
+        if thread.name == "kvmemory-index-ahead":
+            thread.join(30)
+    assert len(index.missing_vectors(None)) == 400
+    plain = Memory([MemoryItem(**row) for row in other])
+    assert answers(memory, mode="semantic", embedder=embedder) == answers(
+        plain, mode="semantic", embedder=embedder
+    )
+
+
+def test_no_vectors_are_read_ahead_once_a_semantic_query_embedded_every_item() -> None:
+    """A semantic query made while the build is held embeds every item: the build then reads no vectors."""
+    data, gate = gated(600, 300)
+    memory = Memory([MemoryItem(**row) for row in data])
+    asked: list[Any] = []
+    gate.armed = True
+    search_index(memory).build_ahead(vectors=lambda parts: asked.append(parts))
+    assert gate.reached.wait(30)
+    gate.armed = False  # the query reads the gated item's text without waiting
+    memory.search("invoice", 3, mode="semantic", embedder=HashingEmbedder(32))
+    gate.opened.set()
+    search_index(memory).build_ahead(wait=True)
+    for thread in threading.enumerate():
+        if thread.name == "kvmemory-index-ahead":
+            thread.join(30)
+    assert asked == []

@@ -27,9 +27,17 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any, Final
 
-from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_term_score
+from agents.memory._text import (
+    BM25_B,
+    BM25_FLOOR,
+    BM25_K1,
+    bm25_average_length,
+    bm25_term_score,
+    bm25_weight,
+)
 
 __all__ = ["QueryTerm", "Ranker", "exhaustive_top"]
 
@@ -91,18 +99,23 @@ class _Impacts:
     )
 
     def __init__(
-        self, np: Any, rows: Any, tf: Any, dl: Any, epoch: int, log_pos: int, removals: int
+        self,
+        np: Any,
+        rows: Any,
+        tf: Any,
+        dl: Any,
+        generation: tuple[int, int, int],
+        ordered: Any = None,
     ) -> None:
+        # rows, tf and dl come in impact order (see _impact_order); `ordered` too, when given.
+        self.rows = rows
+        self.tf = tf
+        self.dl = dl
         clipped = np.minimum(tf, _GROUPS)
-        order = np.lexsort((dl, clipped))
-        self.rows = rows[order]
-        self.tf = tf[order]
-        self.dl = dl[order]
-        clipped = clipped[order]
-        values = np.unique(clipped)
-        starts = np.searchsorted(clipped, values, side="left").tolist()
+        firsts = [0, *(np.flatnonzero(clipped[1:] != clipped[:-1]) + 1).tolist()]
+        values = clipped[firsts]
+        starts = firsts
         ends = [*starts[1:], len(clipped)]
-        # (start, end, count): one count and lengths ascending; count 0 marks the mixed last one.
         self.segments = [
             (start, end, int(value) if value < _GROUPS else 0)
             for start, end, value in zip(starts, ends, values.tolist(), strict=True)
@@ -113,20 +126,97 @@ class _Impacts:
         self.starts = np.array([start for start, _, _ in single], dtype=np.int64)
         self.counts = np.array([count for _, _, count in single], dtype=np.float64)
         self.mixed = next(((start, end) for start, end, count in self.segments if not count), None)
-        segment_of = np.repeat(
-            np.arange(len(self.segments), dtype=np.float64),
-            [end - start for start, end, _ in self.segments],
-        )
-        self.ordered = segment_of * _SPAN + self.dl
+        if ordered is None:
+            segment_of = np.repeat(
+                np.arange(len(self.segments), dtype=np.float64),
+                [end - start for start, end, _ in self.segments],
+            )
+            ordered = segment_of * _SPAN + self.dl
+        self.ordered = ordered
         self.heads: dict[int, Any] = {}  # positions of each segment's first n entries, by n
         # (slope, weight, each entry's share of a score): kept while neither changes.
         self.contrib: tuple[float, float, Any] | None = None
         # (slope, weight, removals, rows in use, the shares laid out by row, 0.0 where
         # the term is missing): for a common term, read by row instead of searched.
         self.by_row: tuple[float, float, int, int, Any] | None = None
-        self.epoch = epoch
-        self.log_pos = log_pos
-        self.removals = removals
+        self.epoch, self.log_pos, self.removals = generation
+
+
+def _impact_order(np: Any, rows: Any, tf: Any, dl: Any) -> tuple[Any, Any, Any]:
+    """Return ``rows``, ``tf`` and ``dl`` in impact order: by count (the high ones as one), then by length."""
+    order = np.lexsort((dl, np.minimum(tf, _GROUPS)))
+    return rows[order], tf[order], dl[order]
+
+
+class _Common:
+    """The impact arrays of every term held by at least ``_SMALL`` items, made at one generation in one sort.
+
+    A build ahead makes them (see ``Ranker.build_common``), with each
+    entry's share of a score at the statistics of the items built (what a
+    query computes first, while nothing changed); a query takes a term's
+    arrays from them, with no sort and no reading of the postings. Rows,
+    counts and lengths are kept as 32-bit integers (the scores computed
+    from them are the same floats).
+    """
+
+    __slots__ = ("made",)
+
+    def __init__(
+        self,
+        np: Any,
+        postings: Mapping[str, Mapping[int, int]],
+        lengths: Mapping[int, int],
+        row_of: Mapping[int, int],
+        generation: tuple[int, int, int],
+    ) -> None:
+        common = [term for term, posting in postings.items() if len(posting) >= _SMALL]
+        sizes = np.fromiter((len(postings[term]) for term in common), np.int64, len(common))
+        total = int(sizes.sum())
+        keys = np.fromiter(chain.from_iterable(postings[t] for t in common), np.int64, total)
+        tf = np.fromiter(chain.from_iterable(postings[t].values() for t in common), np.int32, total)
+        # Each key's row and length, looked up in numpy through the keys sorted.
+        held = np.fromiter(row_of, np.int64, len(row_of))
+        by_key = np.argsort(held)
+        held = held[by_key]
+        row = np.fromiter(row_of.values(), np.int64, len(row_of))[by_key]
+        length = np.fromiter(map(lengths.__getitem__, row_of), np.int32, len(row_of))[by_key]
+        at = np.searchsorted(held, keys)
+        rows = row[at].astype(np.int32)
+        dl = length[at]
+        del keys, at, held, row, length, by_key
+        # One sort: by term, then impact order within each term.
+        term_of = np.repeat(np.arange(len(common), dtype=np.int32), sizes)
+        clipped = np.minimum(tf, _GROUPS)
+        order = np.lexsort((dl, clipped, term_of))
+        rows, tf, dl = rows[order], tf[order], dl[order]
+        clipped, term_of = clipped[order], term_of[order]
+        del order
+        # Each entry's segment within its term (one per count), for `_Impacts.ordered`.
+        ends = np.cumsum(sizes)
+        begins = ends - sizes
+        new = np.ones(total, dtype=bool)
+        new[1:] = clipped[1:] != clipped[:-1]
+        new[begins] = True
+        segment = np.cumsum(new) - 1
+        segment -= np.repeat(segment[begins], sizes)
+        ordered = segment * _SPAN + dl
+        del segment, new, clipped, term_of
+        # Each entry's share at the statistics of now, in bm25_term_score's order (Part.contrib's floats).
+        n_items = len(lengths)
+        average = bm25_average_length(sum(lengths.values()), n_items)
+        slope = BM25_K1 * BM25_B / average
+        weights = [bm25_weight(n_items, int(size)) for size in sizes.tolist()]
+        contrib = np.repeat(np.array(weights, dtype=np.float64), sizes) * (
+            tf / (tf + _FLAT + slope * dl) + BM25_FLOOR
+        )
+        self.made: dict[str, _Impacts] = {}
+        for term, weight, begin, end in zip(
+            common, weights, begins.tolist(), ends.tolist(), strict=True
+        ):
+            cut = slice(begin, end)
+            impacts = _Impacts(np, rows[cut], tf[cut], dl[cut], generation, ordered[cut])
+            impacts.contrib = (slope, weight, contrib[cut])
+            self.made[term] = impacts
 
 
 class _Part:
@@ -179,6 +269,7 @@ class Ranker:
         self.impacts: dict[tuple[tuple[str, ...] | None, str], _Impacts] = {}
         self.entries = 0  # the entries of the arrays in `impacts`
         self.laid_out: dict[int, _Impacts] = {}  # the arrays holding a `by_row`, oldest first
+        self.ahead: _Common | None = None  # every common term's arrays, built ahead (all fields)
 
     # -- upkeep -----------------------------------------------------------------------
 
@@ -232,30 +323,28 @@ class Ranker:
         self.used = used
 
     def build_common(
-        self,
-        postings: Mapping[str, Mapping[int, int]],
-        lengths: Mapping[int, int],
-        scope: tuple[str, ...] | None = None,
+        self, postings: Mapping[str, Mapping[int, int]], lengths: Mapping[int, int]
     ) -> None:
-        """Build ahead the arrays of the terms most items hold: those a first query would pay most for.
+        """Build ahead the arrays of every term held by at least 256 items (those a first query pays for), over all fields.
 
-        Terms are taken by how many items hold them, most first, while their
-        entries fit in half of what the ranker keeps; terms held by fewer
-        than 256 items never get arrays (queries read them from the postings).
-        The arrays built before are dropped first, as a rebuild drops them:
-        the new ones hold every item indexed so far, so no tail is kept.
+        They are made in one sort (see ``_Common``), and a query takes a
+        term's arrays from them without reading its postings. The arrays
+        built before are dropped first, as a rebuild drops them: the new ones
+        hold every item indexed so far, so no tail is kept. They go when
+        the tails or the removals outgrow a small share of the items.
         """
         self._tidy(0, every=True)
-        budget = max(1 << 20, 2 * self.used) // 2
-        common = [term for term, posting in postings.items() if len(posting) >= _SMALL]
-        common.sort(key=lambda term: len(postings[term]), reverse=True)
-        for term in common:
-            posting = postings[term]
-            if self.entries + len(posting) > budget:
-                break
-            if (scope, term) not in self.impacts:
-                self.impacts[scope, term] = self._build(posting, lengths)
-                self.entries += len(posting)
+        ahead = self.ahead = _Common(
+            self.np, postings, lengths, self.row_of, (self.epoch, len(self.log), self.removals)
+        )
+        # The words most items hold are read by row: lay out as many as are kept.
+        room = max(4, 2**23 // max(self.used, 1))
+        for impacts in sorted(ahead.made.values(), key=lambda i: len(i.rows), reverse=True)[:room]:
+            if impacts.contrib is not None:
+                slope, weight, _ = impacts.contrib
+                self._by_row(
+                    _Part(impacts.rows, impacts.tf, impacts.dl, impacts, None), weight, slope
+                )
 
     # -- ranking -------------------------------------------------------------------------
 
@@ -508,16 +597,18 @@ class Ranker:
         """Return the term's postings as parts: its impact arrays and their tail, or one part read now."""
         if len(posting) < _SMALL:
             return [self._read(posting, posting, lengths)]
-        impacts = self.impacts.pop((scope, term), None)
-        if impacts is None:
-            impacts = self._build(posting, lengths)
-            self.entries += len(impacts.rows)
-        self.impacts[scope, term] = impacts  # last: the most recently used
-        # The least recently used go while all hold more than 2**20 entries and twice the rows.
-        while len(self.impacts) > 1 and self.entries > max(1 << 20, 2 * self.used):
-            oldest = self.impacts.pop(next(iter(self.impacts)))
-            self.entries -= len(oldest.rows)
-            self.laid_out.pop(id(oldest), None)
+        impacts = None if self.ahead is None or scope is not None else self.ahead.made.get(term)
+        if impacts is None:  # not built ahead: built now, and kept while used recently
+            impacts = self.impacts.pop((scope, term), None)
+            if impacts is None:
+                impacts = self._build(posting, lengths)
+                self.entries += len(impacts.rows)
+            self.impacts[scope, term] = impacts  # last: the most recently used
+            # The least recently used go while all hold more than 2**20 entries and twice the rows.
+            while len(self.impacts) > 1 and self.entries > max(1 << 20, 2 * self.used):
+                oldest = self.impacts.pop(next(iter(self.impacts)))
+                self.entries -= len(oldest.rows)
+                self.laid_out.pop(id(oldest), None)
         # Rows removed since the build (or reused by another item) are masked out.
         valid = None
         if self.removals != impacts.removals:
@@ -542,7 +633,8 @@ class Ranker:
         rows = np.fromiter(map(self.row_of.__getitem__, posting), np.int64, count)
         tf = np.fromiter(posting.values(), np.float64, count)
         dl = np.fromiter(map(lengths.__getitem__, posting), np.float64, count)
-        return _Impacts(np, rows, tf, dl, self.epoch, len(self.log), self.removals)
+        rows, tf, dl = _impact_order(np, rows, tf, dl)
+        return _Impacts(np, rows, tf, dl, (self.epoch, len(self.log), self.removals))
 
     def _tidy(self, n_items: int, *, every: bool = False) -> None:
         """Drop every term's arrays once the tails or the removals outgrow a small share of the items (or ``every`` time)."""
@@ -551,6 +643,7 @@ class Ranker:
             self.impacts = {}
             self.entries = 0
             self.laid_out = {}
+            self.ahead = None
             self.log = []
             self.removals = 0
 

@@ -38,7 +38,7 @@ from agents.memory._vectors import (
     checked_vectors,
     keyword_scale,
 )
-from agents.memory.exceptions import InvalidArgumentError
+from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
 from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
 from agents.memory.search._item_vectors import ItemVectors, Vectors
 from agents.memory.search._values import FiledValues
@@ -51,6 +51,8 @@ __all__ = ["BM25_B", "BM25_DELTA", "BM25_K1", "SearchIndex"]
 
 Predicate = Callable[[MemoryItem], bool]
 Progress = Callable[[int, int], object]
+VectorSource = Callable[[EmbedParts], "tuple[Embedder, Mapping[int, Any]] | None"]
+"""Where a build ahead reads vectors made elsewhere: given how the index cuts items, the model and ``{key: vectors}`` over all fields (or ``None``)."""
 
 
 def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
@@ -195,6 +197,7 @@ class SearchIndex:
         self._values, self.filter_tests = FiledValues(), 0  # the values filters named, by item
         # The keyword index built ahead on another thread (see build_ahead), while one is.
         self._ahead: _Ahead | None = None
+        self._watching: set[_Ahead] = set()  # builds installed that still read vectors
         self._generation = 0  # bumped by each whole-content replacement
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
@@ -236,6 +239,7 @@ class SearchIndex:
             self._memory = weakref.ref(memory)
             self._generation += 1  # a build ahead of the old content is not installed
             self._ahead = None
+            self._watching = set()
             self._items = dict(added)
             self._pending = dict.fromkeys(self._items)
             self._docs = {}
@@ -249,7 +253,7 @@ class SearchIndex:
 
     # -- building ahead ------------------------------------------------------------
 
-    def build_ahead(self, *, wait: bool = False) -> None:
+    def build_ahead(self, *, wait: bool = False, vectors: VectorSource | None = None) -> None:
         """Start building the keyword index of the items held now on another thread, so that the first query need not.
 
         A query that needs the keyword index before the build is done waits
@@ -259,7 +263,11 @@ class SearchIndex:
         nothing waits to be filed, or while a build runs.
 
         Args:
-            wait: Return only once the build is done (``False``: at once).
+            wait: Return only once the build is done, its vectors taken (``False``: at once).
+            vectors: Then read, on the same thread, the vectors a store keeps
+                for these items, and take them as :meth:`adopt_vectors` would
+                (all fields), less items changed meanwhile: the first semantic
+                query need not read them (one that comes first does, without waiting).
         """
         self._follow()
         with self._lock:
@@ -267,10 +275,11 @@ class SearchIndex:
             if ahead is None and self._pending and not self._docs:
                 items = self._items
                 pairs = [(key, items[key]) for key in self._pending if key in items]
-                ahead = self._ahead = _Ahead(self, pairs, self._generation)
+                ahead = self._ahead = _Ahead(self, pairs, self._generation, vectors)
                 ahead.thread.start()
-        if wait and ahead is not None:
-            ahead.thread.join()
+            running = [ahead, *self._watching] if ahead is not None else [*self._watching]
+        if wait:  # for the vectors read after the keyword index too
+            _join(running)
 
     def _await_ahead(self) -> None:
         """Wait for a build ahead in flight (never under the index's lock: the build takes it to install)."""
@@ -279,9 +288,10 @@ class SearchIndex:
             ahead.thread.join()
 
     def _changed(self, keys: Iterable[int]) -> None:
-        """Note items changed or gone while a build ahead runs: it must not install what it read of them."""
-        if self._ahead is not None:
-            self._ahead.changed.update(keys)
+        """Note items changed or gone while a build ahead runs (or still reads vectors): it must not take what it read of them."""
+        for ahead in [self._ahead, *self._watching] if self._watching else [self._ahead]:
+            if ahead is not None:
+                ahead.changed.update(keys)
 
     # -- keyword search ------------------------------------------------------------
 
@@ -443,15 +453,7 @@ class SearchIndex:
         self._follow()
         with self._lock:
             item = self._items.get(key)
-        if item is None:
-            return ()
-        # From the item, not the keyword index: a semantic hit's fields never depend on it.
-        wanted = set(terms)
-        out: dict[str, None] = {}
-        for field, text in field_texts(item_fields(item)):
-            if (keys is None or field in keys) and not wanted.isdisjoint(self.tokenizer(text)):
-                out[field] = None
-        return tuple(out)
+        return () if item is None else _fields_holding(item, set(terms), keys, self.tokenizer)
 
     # -- semantic search -------------------------------------------------------------
 
@@ -765,21 +767,44 @@ class _Ahead:
     """A build ahead in flight: its thread, the content generation it read, and the items changed since."""
 
     def __init__(
-        self, index: SearchIndex, items: list[tuple[int, MemoryItem]], generation: int
+        self,
+        index: SearchIndex,
+        items: list[tuple[int, MemoryItem]],
+        generation: int,
+        vectors: VectorSource | None,
     ) -> None:
         self.generation = generation
         self.changed: set[int] = set()
+        self.reads_vectors = vectors is not None
         self.thread = threading.Thread(
-            target=self._run, args=(index, items), name="kvmemory-index-ahead", daemon=True
+            target=self._run,
+            args=(index, items, vectors),
+            name="kvmemory-index-ahead",
+            daemon=True,
         )
 
-    def _run(self, index: SearchIndex, items: list[tuple[int, MemoryItem]]) -> None:
+    def _run(
+        self, index: SearchIndex, items: list[tuple[int, MemoryItem]], vectors: VectorSource | None
+    ) -> None:
         built: _Built | None
         try:
             built = _Built(items, index.tokenizer)
         except Exception:  # nothing is installed: the next query files every item
             built = None
         self.install(index, built)
+        with index._lock:  # a semantic query that came first took them: nothing to read
+            wanted = vectors is not None and bool(index._vectors.missing(None, index._items))
+        if vectors is not None and wanted:
+            parts = index.parts
+            try:
+                found = vectors(parts)
+            except Exception:  # nothing is taken: the first semantic query reads them
+                found = None
+            if found is not None:
+                self.adopt(index, parts, *found)
+                return
+        with index._lock:
+            index._watching.discard(self)
 
     def install(self, index: SearchIndex, built: _Built | None) -> None:
         """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
@@ -787,6 +812,8 @@ class _Ahead:
             if index._ahead is not self:
                 return  # a reload replaced the content it read
             index._ahead = None
+            if self.reads_vectors:  # the vectors read next must still leave out items changed
+                index._watching.add(self)
             if built is None or self.generation != index._generation or index._docs:
                 return
             items = index._items
@@ -813,6 +840,42 @@ class _Ahead:
                 index._ranker.indexed(list(built.docs))
             else:
                 index._ranker = built.ranker
+
+    def adopt(
+        self, index: SearchIndex, parts: EmbedParts, model: Embedder, vectors: Mapping[int, Any]
+    ) -> None:
+        """Take the vectors read ahead, less those of items changed since the build started, for the content it read."""
+        with index._lock:
+            index._watching.discard(self)
+            if self.generation != index._generation or index.parts != parts:
+                return  # a reload replaced the content, or the items are cut another way now
+            changed = self.changed
+            kept = {key: vector for key, vector in vectors.items() if key not in changed}
+            try:
+                index._vectors.adopt(model, None, kept, index._items)
+            except EmbedderMismatchError:
+                return  # the index holds vectors of another model: the query will say so
+
+
+def _fields_holding(
+    item: MemoryItem, wanted: set[str], keys: tuple[str, ...] | None, tokenize: Tokenizer
+) -> tuple[str, ...]:
+    """Return the fields of ``item`` (in ``keys``) holding a term of ``wanted``, in field order.
+
+    From the item, not the keyword index: a semantic hit's fields never depend on it.
+    """
+    out: dict[str, None] = {}
+    for field, text in field_texts(item_fields(item)):
+        if (keys is None or field in keys) and not wanted.isdisjoint(tokenize(text)):
+            out[field] = None
+    return tuple(out)
+
+
+def _join(builds: Iterable[_Ahead]) -> None:
+    """Wait for each build's thread (but never from that thread itself)."""
+    for build in builds:
+        if build.thread is not threading.current_thread():
+            build.thread.join()
 
 
 def _passing_top(

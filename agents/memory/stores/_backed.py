@@ -43,8 +43,8 @@ from agents.memory._codec import BULK_VALUES, OnUnencodable, collector_paused
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory._records import KEY_FIELD
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
-from agents.memory._vectors import Embedder, SearchMode, progress_bar
-from agents.memory.exceptions import ArgumentTypeError
+from agents.memory._vectors import Embedder, EmbedParts, SearchMode, progress_bar
+from agents.memory.exceptions import ArgumentTypeError, EmbeddingError
 from agents.memory.memory import ChangeCallback, Memory
 from agents.memory.stores._core.checks import check_session_id
 from agents.memory.stores._core.encoding import StoredRecord
@@ -121,6 +121,10 @@ class SessionWriter:
         """Return ``{store seq: memory key}`` for the rows of ``seqs`` the memory holds."""
         wanted = set(seqs)
         return {seq: key for key, seq in self._seq_of.items() if seq in wanted}
+
+    def rows_held(self) -> dict[int, int]:
+        """Return ``{store seq: memory key}`` for every row the memory holds."""
+        return {seq: key for key, seq in self._seq_of.items()}
 
     def items_at(self, seqs: Iterable[int]) -> list[MemoryItem]:
         """Return the items the memory holds for the store rows ``seqs``."""
@@ -466,7 +470,7 @@ class StoredMemory(Memory):
                 self._metadata = info.metadata
                 self.created_at = info.created.isoformat()
             # Under the same pause: the build's snapshot of the items allocates too.
-            _start_index(self, self._index_ahead)
+            _start_index(self, self._index_ahead, self._session)
 
     def close(self) -> None:
         """Close the store if this memory opened it (``open_memory`` with a URL)."""
@@ -760,10 +764,46 @@ class StoredMemory(Memory):
         return self.delete_items(self._session.items_at(seqs))
 
 
-def _start_index(memory: StoredMemory, ahead: bool | None) -> None:
+def _start_index(memory: StoredMemory, ahead: bool | None, session: SessionWriter) -> None:
     """Start building the memory's keyword index on another thread, as ``index_ahead`` asks."""
     if ahead is False or not len(memory) or (ahead is None and len(memory) < _AHEAD_ITEMS):
         return
     from agents.memory import search
 
-    search.search_index(memory).build_ahead()
+    search.search_index(memory).build_ahead(vectors=_stored_vectors(memory, session))
+
+
+class _StoredModel:
+    """The model a session's stored vectors came from, as the reads of vectors take an embedder: its name and dimension.
+
+    It embeds nothing: vectors read with it were made by the model it names.
+    """
+
+    def __init__(self, name: str, dimension: int) -> None:
+        self.name = name
+        self.dimension = dimension
+
+    def __call__(self, texts: Sequence[str], /) -> Any:
+        msg = f"The stored vectors of model {self.name!r} are read, not computed: nothing embeds here."
+        raise EmbeddingError(msg)
+
+
+def _stored_vectors(
+    memory: StoredMemory, session: SessionWriter
+) -> Callable[[EmbedParts], tuple[Embedder, dict[int, Any]] | None] | None:
+    """Return how a build ahead reads the vectors the store keeps for the memory's items now (``None``: it keeps none)."""
+    store = memory.store
+    if not store.keeps_vectors:
+        return None
+    sid = memory.session_id
+    key_of = session.rows_held()  # the rows as they are now: the build's snapshot
+
+    def read(parts: EmbedParts) -> tuple[Embedder, dict[int, Any]] | None:
+        model = store.vector_model(sid)
+        if model is None:
+            return None
+        embedder = _StoredModel(model.name, model.dimension)
+        stored = store.read_vectors(sid, embedder, parts=parts)
+        return embedder, {key_of[seq]: vector for seq, vector in stored.items() if seq in key_of}
+
+    return read
