@@ -46,7 +46,7 @@ class Vectors:
         self.digest_at: dict[int, bytes] = {}
         self.text_row: dict[str, int] = {}  # a text embedded here -> the row of its vector
         self.texts_at: dict[int, list[str]] = {}
-        self.rows_of: dict[int, list[int]] = {}  # key -> its distinct rows
+        self._rows_of: dict[int, list[int]] | None = {}  # key -> its distinct rows (see rows_of)
         self.slot_of: dict[int, int] = {}
         self.key_at: list[int] = []  # the key of each slot, -1 for a dead one
         self.alive = np.zeros(64, dtype=bool)
@@ -88,12 +88,24 @@ class Vectors:
         table.uses = np.bincount(ref_row, minlength=used).astype(np.int64)
         table.key_at = key_array[first].tolist()
         table.slot_of = {key: slot for slot, key in enumerate(table.key_at)}
-        ends = [*first[1:].tolist(), len(ref_row)]
-        table.rows_of = {
-            key: ref_row[start:end].tolist()
-            for key, start, end in zip(table.key_at, first.tolist(), ends, strict=True)
-        }
+        table._rows_of = (
+            None  # made from the layout if a put or a drop needs it (a list a key is slow)
+        )
         return table
+
+    @property
+    def rows_of(self) -> dict[int, list[int]]:
+        """Each key's rows, by key (in a table of :meth:`of_rows`, made from the layout when first asked for)."""
+        if self._rows_of is None:
+            slots = len(self.key_at)
+            ends = [*self.start[1:slots].tolist(), self.refs]
+            self._rows_of = {
+                key: self.ref_row[start:end].tolist()
+                for key, start, end in zip(
+                    self.key_at, self.start[:slots].tolist(), ends, strict=True
+                )
+            }
+        return self._rows_of
 
     def row_of_text(self, text: str) -> int | None:
         """Return the row of the vector ``text`` was embedded as here, or ``None``."""
@@ -259,7 +271,7 @@ class Vectors:
         scored exactly, so the answer is the same float for float.
         """
         np = numpy()
-        if not self.rows_of:
+        if not self.slot_of:
             return {}
         slot_of = self.slot_of
         wanted = [slot for key in among if (slot := slot_of.get(key)) is not None]
@@ -270,7 +282,7 @@ class Vectors:
             and self.screens
             and self.used >= SCREEN_ROWS
             and self.matrix.shape[1] >= 4 * SCREEN_LEAST
-            and 4 * (limit + len(wanted)) < len(self.rows_of)
+            and 4 * (limit + len(wanted)) < len(self.slot_of)
         ):
             best = self._screened(np, query, limit, wanted)
         if best is None:
