@@ -40,7 +40,7 @@ from agents.memory.search import (
     search,
     search_index,
 )
-from agents.memory.search._item_vectors import distinct_rows
+from agents.memory.search._item_vectors import Vectors, distinct_rows
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores.testing import assert_ranks_as_memory
 
@@ -1221,3 +1221,27 @@ def test_distinct_rows_holds_rows_equal_bit_for_bit_once(
     ]
     assert distinct.tolist() == sorted(set(firsts))
     assert [distinct[p] for p in place.tolist()] == firsts
+
+
+def test_a_screened_table_returns_every_item_tied_at_the_cut_with_its_exact_cosine() -> None:
+    """Past 16,384 part vectors, items that share their best part are all returned, scored as without the screen."""
+    rng = np.random.default_rng(11)
+    low = rng.standard_normal((17000, 8)) @ rng.standard_normal((8, 64))  # near a few directions
+    rows = (low + 0.3 * rng.standard_normal((17000, 64))).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    query = rows[0]
+    table = Vectors("m", 64, EmbedParts())
+    blocks = [rows[1 + 17 * item : 18 + 17 * item] for item in range(999)]
+    shared = [
+        np.vstack([block[:8], query[None, :]]) for block in blocks[:30]
+    ]  # 30 items hold the query
+    table.put(list(range(999)), shared + blocks[30:])
+    table.prepare()
+    assert table.screen is not None
+    for limit in (1, 5, 40):
+        screened = table.scores(query, limit, among=[500, 998])
+        table.screens = False
+        whole = table.scores(query, limit, among=[500, 998])
+        table.screens = True
+        assert screened == whole
+        assert set(range(30)) <= set(screened)
