@@ -4,11 +4,13 @@ Three tables, each a ratio against a baseline measured in the same process
 on the same data (UFO-shaped agent steps with a page text, from
 benchmarks/_search_corpus.py):
 
-* ``parts``: embedding a session (each side with a fresh WordLlamaEmbedder,
-  so neither finds words the other tokenized; in RAM and in each store that
-  keeps vectors) and querying it (semantic and hybrid) with the default
-  ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a step), in RAM
-  and in each store;
+* ``parts``: embedding a session in RAM (each side with a fresh
+  WordLlamaEmbedder, so neither finds words the other tokenized) and
+  querying it (semantic and hybrid) with the default ``EmbedParts()``
+  against ``EmbedParts.WHOLE`` (one vector a step), the two sides timed in
+  turn, in RAM and in each store, and the first three queries after a
+  write; ``embed``: embedding the session in each store that keeps
+  vectors, parts against whole;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
   of the items pass (``$eq``, ``$eq`` on a dotted field, ``$in``, a numeric
   range: see :data:`RARE`) against the same query unfiltered, in RAM, in
@@ -28,7 +30,7 @@ calls) with the spread (max - min) of the runs; the load average is printed
 beside each table, as the machine may be shared.
 
 Run: .venv/bin/python benchmarks/bench_search_costs.py [--items N] [--runs R]
-     [--sections parts,filters,first] [--filters eq,dotted,in,range]
+     [--sections parts,embed,filters,first] [--filters eq,dotted,in,range]
      [--stores memory,sqlite,jsonl,postgres] [--postgres URL]
 PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
 server; the tables go to a fresh schema that is dropped afterwards.
@@ -553,7 +555,7 @@ def main() -> None:
     parser.add_argument("--first-items", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sections", default="parts,filters,first")
+    parser.add_argument("--sections", default="parts,embed,filters,first")
     parser.add_argument("--modes", default="keyword,semantic,hybrid")
     parser.add_argument("--filters", default=",".join(RARE), help="of: " + ", ".join(RARE))
     parser.add_argument("--queries", type=int, default=5, help="the first N queries (of 5)")
@@ -604,9 +606,13 @@ def main() -> None:
                 print(f"  run {run + 1}: {runs[-1]} (load {load()})", file=sys.stderr, flush=True)
             print_first(runs)
         if "parts" in sections:
-            print_parts([parts_run(rows, urls, args.repeat) for _ in range(args.runs)])
-            if urls:
-                print_parts([embed_run(rows, urls) for _ in range(args.runs)])
+            runs = []
+            for run in range(args.runs):
+                runs.append(parts_run(rows, urls, args.repeat))
+                print(f"  run {run + 1}: {runs[-1]}", file=sys.stderr, flush=True)
+            print_parts(runs)
+        if "embed" in sections and urls:
+            print_parts([embed_run(rows, urls) for _ in range(args.runs)])
 
 
 if __name__ == "__main__":
