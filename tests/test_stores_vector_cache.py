@@ -14,6 +14,7 @@ import pytest
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import HashingEmbedder
 from agents.memory.stores import Store, open_store
+from agents.memory.stores._search.vector_cache import SCREEN_QUERY
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 KINDS = ["sqlite", "jsonl", "postgres"]
@@ -126,7 +127,7 @@ def test_a_kept_table_holds_a_part_vector_that_steps_repeat_once(
         for hit in memory.search(QUERY, 8, mode="semantic", embedder=EMBEDDER)
     ]
     with open_store(url) as store:
-        for _ in range(3):  # read, then kept, then screened (too small to screen: scored whole)
+        for _ in range(SCREEN_QUERY):  # read, kept, then compacted (too small to screen)
             hits = store.search("s", QUERY, 8, mode="semantic", embedder=EMBEDDER)
             assert [(hit.item["step"], hit.score) for hit in hits] == want
         assert list(store._vectors._cache.sizes().values()) == [len(distinct)]

@@ -58,15 +58,17 @@ class Vectors:
         self.screens = True  # whether a large table is screened (see of_rows)
 
     @classmethod
-    def of_rows(cls, model: str, parts: EmbedParts, keys: Any, matrix: Any) -> Vectors:
+    def of_rows(
+        cls, model: str, parts: EmbedParts, keys: Any, matrix: Any, *, distinct: bool = False
+    ) -> Vectors:
         """Return a table of the unit vectors in ``matrix``, row ``i`` a part of key ``keys[i]`` (an item's rows together).
 
         The bulk form of :meth:`put` for vectors read from a store; the
-        table scores as the index's own does, float for float. Equal rows
-        (a part every step repeats) are held once, found with numpy in one
-        pass (:func:`distinct_rows`). The table is not screened until
-        :meth:`prepare` is called with ``screen=True``: the screen turns
-        every row once, worth it for a table queried again and again.
+        table scores as the index's own does, float for float. With
+        ``distinct``, equal rows (a part every step repeats) are held once,
+        found with numpy in one pass (:func:`distinct_rows`). The table is
+        not screened until :meth:`prepare` is called with ``screen=True``
+        (see :meth:`compacted`).
         """
         np = numpy()
         table = cls(model, matrix.shape[1], parts)
@@ -74,8 +76,12 @@ class Vectors:
         if not len(keys):
             return table
         matrix = np.ascontiguousarray(matrix, dtype=np.float32)
-        distinct, ref_row = distinct_rows(np, matrix)
-        table.matrix = matrix[distinct] if len(distinct) < len(matrix) else matrix
+        if distinct:
+            kept, ref_row = distinct_rows(np, matrix)
+            table.matrix = matrix[kept] if len(kept) < len(matrix) else matrix
+        else:
+            ref_row = np.arange(len(matrix), dtype=np.int64)
+            table.matrix = matrix
         used = len(table.matrix)
         table.used = used
         key_array = np.asarray(keys, dtype=np.int64)
@@ -106,6 +112,22 @@ class Vectors:
                 )
             }
         return self._rows_of
+
+    def compacted(self) -> Vectors:
+        """Return this table of :meth:`of_rows` with equal rows held once and, if large, screened: the same scores, float for float.
+
+        Worth its cost (a digest and a comparison of every row, and the
+        screen's turn of every distinct row) for a table queried again and
+        again.
+        """
+        np = numpy()
+        slots = len(self.key_at)
+        lengths = np.diff(np.r_[self.start[:slots], self.refs])
+        keys = np.repeat(np.asarray(self.key_at, dtype=np.int64), lengths)
+        matrix = self.matrix[self.ref_row[: self.refs]]
+        table = Vectors.of_rows(self.model, self.parts, keys, matrix, distinct=True)
+        table.prepare(screen=True)
+        return table
 
     def row_of_text(self, text: str) -> int | None:
         """Return the row of the vector ``text`` was embedded as here, or ``None``."""
