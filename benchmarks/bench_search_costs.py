@@ -216,9 +216,9 @@ def _store_parts(
     """Return a store's semantic and hybrid query times over parts and over whole items, in turn.
 
     Each side is warmed by :data:`WARM` queries first (the first reads the
-    vectors page by page, the second keeps them, the eighth compacts and
+    vectors page by page, the second keeps them, the 32nd compacts and
     screens them). Then the semantic queries after a write, each side's:
-    the first, the second, the eighth and the ninth.
+    the first, the second, the 32nd and the 33rd.
     """
     out: dict[str, float] = {}
     with open_store(url) as store:
@@ -257,8 +257,8 @@ def _store_parts(
     return out
 
 
-WARM = 8
-"""Queries of a side before it is timed: read page by page, then kept, then (the eighth) compacted and screened."""
+WARM = 32
+"""Queries of a side before it is timed: read page by page, then kept, then (the 32nd) compacted and screened."""
 
 
 def print_parts(runs: Sequence[dict[str, float]]) -> None:

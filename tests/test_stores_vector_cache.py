@@ -224,7 +224,7 @@ def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Pat
     with open_store(f"sqlite://{tmp_path / 'store.db'}") as store:
         store.append("s", steps)
         store.index_embeddings("s", EMBEDDER, parts=parts)
-        for round_ in range(4):  # read page by page, then the kept table
+        for round_ in range(SCREEN_QUERY // len(queries) + 2):  # read, kept, then compacted
             for query in queries:
                 hits = store.search("s", query, 5, mode="semantic", embedder=EMBEDDER, parts=parts)
                 want = memory.search(query, 5, mode="semantic", embedder=EMBEDDER)

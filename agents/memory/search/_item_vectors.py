@@ -124,7 +124,11 @@ class Vectors:
         slots = len(self.key_at)
         lengths = np.diff(np.r_[self.start[:slots], self.refs])
         keys = np.repeat(np.asarray(self.key_at, dtype=np.int64), lengths)
-        matrix = self.matrix[self.ref_row[: self.refs]]
+        refs = self.ref_row[: self.refs]
+        if self.used == self.refs and (refs == np.arange(self.refs)).all():
+            matrix = self.matrix[: self.used]  # a row per reference, in order: no copy
+        else:
+            matrix = self.matrix[refs]
         table = Vectors.of_rows(self.model, self.parts, keys, matrix, distinct=True)
         table.prepare(screen=True)
         return table

@@ -9,7 +9,7 @@ gave before the read. A query whose value is the same scores from the
 table; another value (a write by this handle, another handle or another
 process) has the vectors read again. A backend that gives ``None`` keeps
 nothing. The first query at a version reads page by page as before; the
-second reads the vectors into a plain table and keeps it; the eighth
+second reads the vectors into a plain table and keeps it; the 32nd
 (:data:`SCREEN_QUERY`) holds its equal part vectors once and screens it,
 as ``Memory``'s index does. A session written between every two queries
 never pays for a table.
@@ -35,16 +35,16 @@ part vectors (kept as read: equal part vectors are not held once).
 """
 
 
-SCREEN_QUERY: Final = 8
+SCREEN_QUERY: Final = 32
 """The query at one version from which a kept table is compacted (``Vectors.compacted``).
 
 The second query at a version reads the table as stored (a row per part
 vector); this one holds its equal rows once and, past 16,384 distinct
 rows, makes its screen, as ``Memory``'s index does. That turns every
 distinct row once (on 10,000 stored steps cut into parts, 0.3 to 2
-seconds on a loaded two-core machine) and makes each query after it
-several times faster, so it waits until a session is queried again and
-again without a change.
+seconds on a loaded two-core machine) and saves 5 to 30 ms a query
+after it there, so it waits until a session is queried again and again
+without a change: a session written every few queries never pays it.
 """
 
 
