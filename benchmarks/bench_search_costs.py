@@ -4,11 +4,13 @@ Three tables, each a ratio against a baseline measured in the same process
 on the same data (UFO-shaped agent steps with a page text, from
 benchmarks/_search_corpus.py):
 
-* ``parts``: embedding a session (each side with a fresh WordLlamaEmbedder,
-  so neither finds words the other tokenized; in RAM and in each store that
-  keeps vectors) and querying it (semantic and hybrid) with the default
-  ``EmbedParts()`` against ``EmbedParts.WHOLE`` (one vector a step), in RAM
-  and in each store;
+* ``parts``: embedding a session in RAM (each side with a fresh
+  WordLlamaEmbedder, so neither finds words the other tokenized) and
+  querying it (semantic and hybrid) with the default ``EmbedParts()``
+  against ``EmbedParts.WHOLE`` (one vector a step), the two sides timed in
+  turn, in RAM and in each store, and the first three queries after a
+  write; ``embed``: embedding the session in each store that keeps
+  vectors, parts against whole;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
   of the items pass (``$eq``, ``$eq`` on a dotted field, ``$in``, a numeric
   range: see :data:`RARE`) against the same query unfiltered, in RAM, in
@@ -28,7 +30,7 @@ calls) with the spread (max - min) of the runs; the load average is printed
 beside each table, as the machine may be shared.
 
 Run: .venv/bin/python benchmarks/bench_search_costs.py [--items N] [--runs R]
-     [--sections parts,filters,first] [--filters eq,dotted,in,range]
+     [--sections parts,embed,filters,first] [--filters eq,dotted,in,range]
      [--stores memory,sqlite,jsonl,postgres] [--postgres URL]
 PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
 server; the tables go to a fresh schema that is dropped afterwards.
@@ -136,35 +138,58 @@ def stores(folder: str, postgres: str | None) -> Iterator[list[tuple[str, str]]]
 # -- parts against whole items ---------------------------------------------------------------
 
 
+SIDES = (("whole", EmbedParts.WHOLE), ("parts", EmbedParts()))
+"""The two sides of the parts table: one vector a step, and the default parts."""
+
+
+def interleaved_ms(calls: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Return the best wall time of ``repeat`` calls of each, in ms, the calls taken in turn (a shared machine's load falls on both)."""
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    for _ in range(repeat):
+        for label, call in calls.items():
+            times[label].append(best_ms(call, 1))
+    return {label: min(values) for label, values in times.items()}
+
+
 def parts_run(
     rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]], repeat: int
 ) -> dict[str, float]:
-    """Return one run's figures: embedding time per step and query times, parts and whole."""
+    """Return one run's figures: embedding time per step and query times, parts and whole.
+
+    The queries of the two sides are timed in turn, in one process, each
+    query's best of ``repeat``; the median over the queries is kept.
+    """
     from agents.memory.search import WordLlamaEmbedder
 
     embedder = WordLlamaEmbedder()
     embedder(list(QUERIES))  # loaded and warm before either side is timed
-    out: dict[str, float] = {}
-    for label, parts in (("whole", EmbedParts.WHOLE), ("parts", EmbedParts())):
+    out: dict[str, float] = {"load": float(load().split()[0])}
+    memories = {}
+    for label, parts in SIDES:
         memory = Memory([MemoryItem(**row) for row in rows])
         search_index(memory, parts=parts)
         fresh = fresh_embedder()  # none starts with the other side's words tokenized
         start = time.perf_counter()
         memory.index_embeddings(fresh)
         out[f"embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
-        for mode in SEMANTIC:
-            out[f"RAM {mode}/{label}"] = statistics.median(
-                best_ms(
-                    lambda q=q, mode=mode, memory=memory: memory.search(
-                        q, 5, mode=mode, embedder=embedder
-                    ),
-                    repeat,
+        memories[label] = memory
+    for mode in SEMANTIC:
+        figures: dict[str, list[float]] = {label: [] for label in memories}
+        for q in QUERIES:
+            calls = {
+                label: lambda memory=memory, q=q, mode=mode: memory.search(
+                    q, 5, mode=mode, embedder=embedder
                 )
-                for q in QUERIES
-            )
+                for label, memory in memories.items()
+            }
+            for label, ms in interleaved_ms(calls, repeat).items():
+                figures[label].append(ms)
+        for label, values in figures.items():
+            out[f"RAM {mode}/{label}"] = statistics.median(values)
     stored = Remembered(embedder)  # each store embeds the texts the first one embedded: not timed
     for name, url in urls:
         out.update(_store_parts(name, url, rows, stored, repeat))
+    out["load after"] = float(load().split()[0])
     return out
 
 
@@ -189,46 +214,67 @@ class Remembered:
 def _store_parts(
     name: str, url: str, rows: Sequence[dict[str, Any]], embedder: Any, repeat: int
 ) -> dict[str, float]:
-    """Return a store's semantic and hybrid query times over parts and over whole items."""
+    """Return a store's semantic and hybrid query times over parts and over whole items, in turn.
+
+    Each side is warmed by :data:`WARM` queries first (the first reads the
+    vectors page by page, the second keeps them, the 32nd compacts and
+    screens them). Then the semantic queries after a write, each side's:
+    the first, the second, the 32nd and the 33rd.
+    """
     out: dict[str, float] = {}
     with open_store(url) as store:
         sid = f"parts-{uuid.uuid4().hex[:8]}"
         store.append(sid, [MemoryItem(**row) for row in rows])
-        for label, parts in (("parts", EmbedParts()), ("whole", EmbedParts.WHOLE)):
+        for _, parts in SIDES:
             store.index_embeddings(sid, embedder, parts=parts)
-            for mode in SEMANTIC:
-                out[f"{name} {mode}/{label}"] = statistics.median(
-                    best_ms(
-                        lambda q=q, mode=mode, parts=parts: store.search(
-                            sid, q, 5, mode=mode, embedder=embedder, parts=parts
-                        ),
-                        repeat,
-                    )
-                    for q in QUERIES
-                )
-            # The first query after a write: a store that keeps the vectors reads them again.
-            store.append(sid, [MemoryItem(step=-1, thought="a step written between two queries")])
+
+        def search(q: str, mode: str, parts: EmbedParts) -> object:
+            return store.search(sid, q, 5, mode=mode, embedder=embedder, parts=parts)
+
+        for mode in SEMANTIC:
+            for _, parts in SIDES:
+                for _ in range(WARM):
+                    search(QUERIES[0], mode, parts)
+            figures: dict[str, list[float]] = {label: [] for label, _ in SIDES}
+            for q in QUERIES:
+                calls = {
+                    label: lambda q=q, mode=mode, parts=parts: search(q, mode, parts)
+                    for label, parts in SIDES
+                }
+                for label, ms in interleaved_ms(calls, repeat).items():
+                    figures[label].append(ms)
+            for label, values in figures.items():
+                out[f"{name} {mode}/{label}"] = statistics.median(values)
+        # The queries after a write: a store that keeps the vectors reads them again.
+        store.append(sid, [MemoryItem(step=-1, thought="a step written between two queries")])
+        for _, parts in SIDES:
             store.index_embeddings(sid, embedder, parts=parts)
-            out[f"{name} after a write/{label}"] = best_ms(
-                lambda parts=parts: store.search(
-                    sid, QUERIES[0], 5, mode="semantic", embedder=embedder, parts=parts
-                ),
-                1,
-            )
+        for query in range(1, WARM + 2):
+            for label, parts in SIDES:
+                ms = best_ms(lambda parts=parts: search(QUERIES[0], "semantic", parts), 1)
+                if query in (1, 2, WARM, WARM + 1):
+                    out[f"{name} write, query {query}/{label}"] = ms
         store.delete_session(sid)
     return out
 
 
+WARM = 32
+"""Queries of a side before it is timed: read page by page, then kept, then (the 32nd) compacted and screened."""
+
+
 def print_parts(runs: Sequence[dict[str, float]]) -> None:
     """Print parts against whole: ms (median and spread of the runs) and the ratio."""
-    print(f"\n== parts vs whole items (load {load()})")
-    print(f"{'':20} {'parts ms':>16} {'whole ms':>16} {'ratio':>16}")
-    for name in sorted({key.split("/")[0] for key in runs[0]}):
+    loads = [f"{run['load']:.1f}-{run['load after']:.1f}" for run in runs if "load" in run]
+    print(
+        f"\n== parts vs whole items (load {load()}; each run's, before-after: {', '.join(loads)})"
+    )
+    print(f"{'':28} {'parts ms':>16} {'whole ms':>16} {'ratio':>16}")
+    for name in sorted({key.split("/")[0] for key in runs[0] if "/" in key}):
         parts = [run[f"{name}/parts"] for run in runs]
         whole = [run[f"{name}/whole"] for run in runs]
         ratios = [p / w for p, w in zip(parts, whole, strict=True)]
         unit = " (ms a step)" if name.endswith("embed") else ""
-        print(f"{name + unit:20} {cell(parts):>16} {cell(whole):>16} {cell(ratios):>16}")
+        print(f"{name + unit:28} {cell(parts):>16} {cell(whole):>16} {cell(ratios):>16}")
 
 
 def fresh_embedder() -> Any:
@@ -527,7 +573,7 @@ def main() -> None:
     parser.add_argument("--first-items", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sections", default="parts,filters,first")
+    parser.add_argument("--sections", default="parts,embed,filters,first")
     parser.add_argument("--modes", default="keyword,semantic,hybrid")
     parser.add_argument("--filters", default=",".join(RARE), help="of: " + ", ".join(RARE))
     parser.add_argument("--queries", type=int, default=5, help="the first N queries (of 5)")
@@ -578,9 +624,13 @@ def main() -> None:
                 print(f"  run {run + 1}: {runs[-1]} (load {load()})", file=sys.stderr, flush=True)
             print_first(runs)
         if "parts" in sections:
-            print_parts([parts_run(rows, urls, args.repeat) for _ in range(args.runs)])
-            if urls:
-                print_parts([embed_run(rows, urls) for _ in range(args.runs)])
+            runs = []
+            for run in range(args.runs):
+                runs.append(parts_run(rows, urls, args.repeat))
+                print(f"  run {run + 1}: {runs[-1]}", file=sys.stderr, flush=True)
+            print_parts(runs)
+        if "embed" in sections and urls:
+            print_parts([embed_run(rows, urls) for _ in range(args.runs)])
 
 
 if __name__ == "__main__":

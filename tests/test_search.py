@@ -40,6 +40,7 @@ from agents.memory.search import (
     search,
     search_index,
 )
+from agents.memory.search._item_vectors import Vectors, distinct_rows
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores.testing import assert_ranks_as_memory
 
@@ -1195,3 +1196,52 @@ def test_a_large_session_ranks_parts_as_every_item_scored_exactly() -> None:
             memory.delete_memory_item(step)
         for step in range(1, 600, 3):
             memory[step]["text"] = " ".join(rng.choice(vocabulary) for _ in range(24))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 5), min_size=1, max_size=40),
+    st.integers(1, 6),
+    st.booleans(),
+)
+def test_distinct_rows_holds_rows_equal_bit_for_bit_once(
+    picks: list[int], width: int, signed_zero: bool
+) -> None:
+    """distinct_rows maps every row to the first row equal to it bit for bit (0.0 and -0.0 apart), in order."""
+    pool = np.random.default_rng(width).standard_normal((6, width)).astype(np.float32)
+    pool[5] = 0.0
+    if signed_zero:
+        pool[4] = -0.0
+    matrix = pool[picks]
+    distinct, place = distinct_rows(np, matrix)
+    bits = matrix.view(np.uint32)
+    firsts = [
+        next(i for i in range(len(picks)) if (bits[i] == bits[row]).all())
+        for row in range(len(picks))
+    ]
+    assert distinct.tolist() == sorted(set(firsts))
+    assert [distinct[p] for p in place.tolist()] == firsts
+
+
+def test_a_screened_table_returns_every_item_tied_at_the_cut_with_its_exact_cosine() -> None:
+    """Past 16,384 part vectors, items that share their best part are all returned, scored as without the screen."""
+    rng = np.random.default_rng(11)
+    low = rng.standard_normal((17000, 8)) @ rng.standard_normal((8, 64))  # near a few directions
+    rows = (low + 0.3 * rng.standard_normal((17000, 64))).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    query = rows[0]
+    table = Vectors("m", 64, EmbedParts())
+    blocks = [rows[1 + 17 * item : 18 + 17 * item] for item in range(999)]
+    shared = [
+        np.vstack([block[:8], query[None, :]]) for block in blocks[:30]
+    ]  # 30 items hold the query
+    table.put(list(range(999)), shared + blocks[30:])
+    table.prepare()
+    assert table.screen is not None
+    for limit in (1, 5, 40):
+        screened = table.scores(query, limit, among=[500, 998])
+        table.screens = False
+        whole = table.scores(query, limit, among=[500, 998])
+        table.screens = True
+        assert screened == whole
+        assert set(range(30)) <= set(screened)

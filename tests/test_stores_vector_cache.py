@@ -14,6 +14,7 @@ import pytest
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import HashingEmbedder
 from agents.memory.stores import Store, open_store
+from agents.memory.stores._search.vector_cache import SCREEN_QUERY
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 KINDS = ["sqlite", "jsonl", "postgres"]
@@ -111,6 +112,28 @@ def test_kept_vectors_rank_as_memory_search(kind: str, durable_url: Callable[[st
                 assert [(hit.item["step"], hit.score) for hit in hits] == want
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_kept_table_holds_a_part_vector_that_steps_repeat_once(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """Steps that repeat an observation word for word share its vector in the kept table: one row per distinct part."""
+    url = durable_url(kind)
+    write(url)
+    steps = items(60)
+    distinct = {text for step in steps for text in (step["thought"], step["observation"])}
+    memory = Memory(steps)
+    want = [
+        (hit.item["step"], hit.score)
+        for hit in memory.search(QUERY, 8, mode="semantic", embedder=EMBEDDER)
+    ]
+    with open_store(url) as store:
+        for _ in range(SCREEN_QUERY):  # read, kept, then compacted (too small to screen)
+            hits = store.search("s", QUERY, 8, mode="semantic", embedder=EMBEDDER)
+            assert [(hit.item["step"], hit.score) for hit in hits] == want
+        assert list(store._vectors._cache.sizes().values()) == [len(distinct)]
+    assert len(distinct) < 2 * len(steps)
+
+
 WRITER = textwrap.dedent(
     """
     import sys
@@ -182,8 +205,8 @@ def test_a_write_by_the_same_handle_is_seen_by_its_next_search(
     assert after[0] == (seqs[-1], pytest.approx(1.0))
 
 
-def test_a_large_kept_table_ranks_as_memory_search_which_screens_it(tmp_path: Path) -> None:
-    """Past 16,384 part vectors Memory.search screens its table and the store scores its kept table whole: the same hits and scores."""
+def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Path) -> None:
+    """Past 16,384 part vectors, from the third query at one version, the kept table is screened as Memory.search's: the same hits and scores."""
     import random
 
     from agents.memory.search import EmbedParts, search_index
@@ -201,7 +224,7 @@ def test_a_large_kept_table_ranks_as_memory_search_which_screens_it(tmp_path: Pa
     with open_store(f"sqlite://{tmp_path / 'store.db'}") as store:
         store.append("s", steps)
         store.index_embeddings("s", EMBEDDER, parts=parts)
-        for round_ in range(4):  # read page by page, then the kept table
+        for round_ in range(SCREEN_QUERY // len(queries) + 2):  # read, kept, then compacted
             for query in queries:
                 hits = store.search("s", query, 5, mode="semantic", embedder=EMBEDDER, parts=parts)
                 want = memory.search(query, 5, mode="semantic", embedder=EMBEDDER)
@@ -209,7 +232,9 @@ def test_a_large_kept_table_ranks_as_memory_search_which_screens_it(tmp_path: Pa
                     (h.item["step"], h.score) for h in want
                 ], (round_, query)
         kept = store._vectors._cache.sizes()  # what the handle keeps
+        screened = store._vectors._cache.screened()
     assert max(kept.values()) >= 16384
+    assert screened == list(kept)
 
 
 def test_a_session_over_the_budget_is_read_page_by_page_and_ranks_the_same(

@@ -46,7 +46,7 @@ class Vectors:
         self.digest_at: dict[int, bytes] = {}
         self.text_row: dict[str, int] = {}  # a text embedded here -> the row of its vector
         self.texts_at: dict[int, list[str]] = {}
-        self.rows_of: dict[int, list[int]] = {}  # key -> its distinct rows
+        self._rows_of: dict[int, list[int]] | None = {}  # key -> its distinct rows (see rows_of)
         self.slot_of: dict[int, int] = {}
         self.key_at: list[int] = []  # the key of each slot, -1 for a dead one
         self.alive = np.zeros(64, dtype=bool)
@@ -58,14 +58,17 @@ class Vectors:
         self.screens = True  # whether a large table is screened (see of_rows)
 
     @classmethod
-    def of_rows(cls, model: str, parts: EmbedParts, keys: Any, matrix: Any) -> Vectors:
+    def of_rows(
+        cls, model: str, parts: EmbedParts, keys: Any, matrix: Any, *, distinct: bool = False
+    ) -> Vectors:
         """Return a table of the unit vectors in ``matrix``, row ``i`` a part of key ``keys[i]`` (an item's rows together).
 
         The bulk form of :meth:`put` for vectors read from a store; the
-        table scores as the index's own does, float for float. Each row is
-        a row of the table (equal rows are not held once) and nothing is
-        screened: cheap to make, for a table that may be read again after
-        the next write.
+        table scores as the index's own does, float for float. With
+        ``distinct``, equal rows (a part every step repeats) are held once,
+        found with numpy in one pass (:func:`distinct_rows`). The table is
+        not screened until :meth:`prepare` is called with ``screen=True``
+        (see :meth:`compacted`).
         """
         np = numpy()
         table = cls(model, matrix.shape[1], parts)
@@ -73,30 +76,61 @@ class Vectors:
         if not len(keys):
             return table
         matrix = np.ascontiguousarray(matrix, dtype=np.float32)
-        row_at = np.arange(len(matrix), dtype=np.int64)
-        used = len(matrix)
-        table.matrix = matrix
+        if distinct:
+            kept, ref_row = distinct_rows(np, matrix)
+            table.matrix = matrix[kept] if len(kept) < len(matrix) else matrix
+        else:
+            ref_row = np.arange(len(matrix), dtype=np.int64)
+            table.matrix = matrix
+        used = len(table.matrix)
         table.used = used
-        table.uses = np.zeros(used, dtype=np.int64)
         key_array = np.asarray(keys, dtype=np.int64)
         # Row i is the i-th reference: an item's rows lie together, slot after slot.
-        ref_slot = np.cumsum(np.r_[False, key_array[1:] != key_array[:-1]])
-        ref_row = row_at
-        starts = np.flatnonzero(np.r_[True, ref_slot[1:] != ref_slot[:-1]])
+        first = np.flatnonzero(np.r_[True, key_array[1:] != key_array[:-1]])
         table.ref_row = ref_row
         table.refs = len(ref_row)
-        table.start = starts.astype(np.int64)
-        table.alive = np.ones(len(starts), dtype=bool)
-        table.uses[:used] = np.bincount(ref_row, minlength=used)
-        table.key_at = key_array[
-            np.flatnonzero(np.r_[True, key_array[1:] != key_array[:-1]])
-        ].tolist()
+        table.start = first.astype(np.int64)
+        table.alive = np.ones(len(first), dtype=bool)
+        table.uses = np.bincount(ref_row, minlength=used).astype(np.int64)
+        table.key_at = key_array[first].tolist()
         table.slot_of = {key: slot for slot, key in enumerate(table.key_at)}
-        ends = [*starts[1:].tolist(), len(ref_row)]
-        table.rows_of = {
-            key: ref_row[start:end].tolist()
-            for key, start, end in zip(table.key_at, starts.tolist(), ends, strict=True)
-        }
+        table._rows_of = (
+            None  # made from the layout if a put or a drop needs it (a list a key is slow)
+        )
+        return table
+
+    @property
+    def rows_of(self) -> dict[int, list[int]]:
+        """Each key's rows, by key (in a table of :meth:`of_rows`, made from the layout when first asked for)."""
+        if self._rows_of is None:
+            slots = len(self.key_at)
+            ends = [*self.start[1:slots].tolist(), self.refs]
+            self._rows_of = {
+                key: self.ref_row[start:end].tolist()
+                for key, start, end in zip(
+                    self.key_at, self.start[:slots].tolist(), ends, strict=True
+                )
+            }
+        return self._rows_of
+
+    def compacted(self) -> Vectors:
+        """Return this table of :meth:`of_rows` with equal rows held once and, if large, screened: the same scores, float for float.
+
+        Worth its cost (a digest and a comparison of every row, and the
+        screen's turn of every distinct row) for a table queried again and
+        again.
+        """
+        np = numpy()
+        slots = len(self.key_at)
+        lengths = np.diff(np.r_[self.start[:slots], self.refs])
+        keys = np.repeat(np.asarray(self.key_at, dtype=np.int64), lengths)
+        refs = self.ref_row[: self.refs]
+        if self.used == self.refs and (refs == np.arange(self.refs)).all():
+            matrix = self.matrix[: self.used]  # a row per reference, in order: no copy
+        else:
+            matrix = self.matrix[refs]
+        table = Vectors.of_rows(self.model, self.parts, keys, matrix, distinct=True)
+        table.prepare(screen=True)
         return table
 
     def row_of_text(self, text: str) -> int | None:
@@ -263,7 +297,7 @@ class Vectors:
         scored exactly, so the answer is the same float for float.
         """
         np = numpy()
-        if not self.rows_of:
+        if not self.slot_of:
             return {}
         slot_of = self.slot_of
         wanted = [slot for key in among if (slot := slot_of.get(key)) is not None]
@@ -274,7 +308,7 @@ class Vectors:
             and self.screens
             and self.used >= SCREEN_ROWS
             and self.matrix.shape[1] >= 4 * SCREEN_LEAST
-            and 4 * (limit + len(wanted)) < len(self.rows_of)
+            and 4 * (limit + len(wanted)) < len(self.slot_of)
         ):
             best = self._screened(np, query, limit, wanted)
         if best is None:
@@ -306,33 +340,46 @@ class Vectors:
     def _screened(self, np: Any, query: Any, limit: int, wanted: list[int]) -> Any | None:
         """Return each slot's best cosine where it can be among the best ``limit`` or is ``wanted``, ``-inf`` elsewhere.
 
-        The screen's bound of every item is computed; the items with the
-        highest bounds (and the ``wanted`` ones) are scored exactly; every
-        item whose bound reaches the ``limit``-th best cosine so found is
-        scored too. An item left out has a bound, so a cosine, below that
-        cosine: it cannot be among the best ``limit``, ties included.
+        The screen bounds every row's cosine (:meth:`Screen.bounds`), and so
+        every item's; the items with the highest bounds (and the ``wanted``
+        ones) are scored exactly, and the ``limit``-th best of them is the
+        cut. A row whose bound is below the cut cannot give an item a cosine
+        that reaches it: the rows that can are bounded again, closer
+        (:meth:`Screen.closer`), and those still reaching the cut are scored
+        exactly. An item's best cosine is then exact wherever it reaches the
+        cut (ties included), which every item among the best ``limit`` does;
+        the others stay below the cut (or ``-inf``).
         """
         slots = len(self.key_at)
         screen = self._screen_now(np)
-        bound = np.maximum.reduceat(
-            screen.bounds(np, query, self.used)[self.ref_row[: self.refs]], self.start[:slots]
-        )
-        bound[~self.alive[:slots]] = -np.inf
+        used = self.used
+        ref_row = self.ref_row[: self.refs]
+        start = self.start[:slots]
+        rows_bound, query_parts = screen.bounds(np, query, used)
+        bound = np.maximum.reduceat(rows_bound[ref_row], start)
+        if self.dead:
+            bound[~self.alive[:slots]] = -np.inf
         best = np.full(slots, -np.inf, dtype=np.float32)
-        first = min(slots - 1, 4 * limit + 64)
+        first = min(slots - 1, 2 * limit + 32)
         chosen = np.argpartition(-bound, first)[:first]
         chosen = np.union1d(chosen[bound[chosen] > -np.inf], np.asarray(wanted, dtype=np.int64))
         best[chosen] = self._exact(np, query, chosen)
         cut = np.partition(best[chosen], len(chosen) - limit)[len(chosen) - limit]
         rest = np.flatnonzero((bound >= cut) & (best == -np.inf))
-        if 4 * (len(rest) + len(chosen)) > slots:
-            return None  # the bound keeps too many: score every item
-        if len(rest):
-            best[rest] = self._exact(np, query, rest)
+        if not len(rest):
+            return best
+        rows = np.flatnonzero(rows_bound >= cut)
+        if 2 * len(rows) > used:
+            return None  # the bound keeps most rows: score every row
+        rows = rows[screen.closer(np, query_parts, rows, rows_bound[rows]) >= cut]
+        exact = np.full(used, -np.inf, dtype=np.float32)
+        exact[rows] = cosines(self.matrix[rows], query)
+        places, offsets = self._places(np, rest)
+        best[rest] = np.maximum.reduceat(exact[ref_row[places]], offsets)
         return best
 
-    def _exact(self, np: Any, query: Any, slots: Any) -> Any:
-        """Return the best cosine of each of ``slots`` (living ones, at least one row each)."""
+    def _places(self, np: Any, slots: Any) -> tuple[Any, Any]:
+        """Return the places in ``ref_row`` of the rows of ``slots`` (living ones, at least one row each), slot after slot, and where each slot's begin."""
         starts = self.start[slots]
         after = (
             slots + 1
@@ -342,6 +389,11 @@ class Vectors:
         lengths = ends - starts
         offsets = np.cumsum(lengths) - lengths
         places = np.arange(int(lengths.sum())) + np.repeat(starts - offsets, lengths)
+        return places, offsets
+
+    def _exact(self, np: Any, query: Any, slots: Any) -> Any:
+        """Return the best cosine of each of ``slots`` (living ones, at least one row each)."""
+        places, offsets = self._places(np, slots)
         sims = cosines(self.matrix[self.ref_row[places]], query)
         return np.maximum.reduceat(sims, offsets)
 
@@ -354,8 +406,13 @@ class Vectors:
             screen.follow(np, self.matrix, self.used)
         return screen
 
-    def prepare(self) -> None:
-        """Make or follow the screen now, where embedding already takes time, rather than in the next query."""
+    def prepare(self, *, screen: bool = False) -> None:
+        """Make or follow the screen now, where embedding already takes time, rather than in the next query.
+
+        ``screen=True`` screens a table made by :meth:`of_rows` from now on.
+        """
+        if screen:
+            self.screens = True
         if self.screens and self.used >= SCREEN_ROWS and self.matrix.shape[1] >= 4 * SCREEN_LEAST:
             self._screen_now(numpy())
 
@@ -363,68 +420,136 @@ class Vectors:
 SCREEN_ROWS = 16384
 """Distinct part vectors from which a table is screened before it is scored."""
 
-SCREEN_DIMENSIONS = 64
-"""The directions a screen keeps of each part vector (at most a quarter of them)."""
+SCREEN_WIDTH = 32
+"""The directions of each block of a screen (the first block's coordinates bound every row; the second's, the rows kept)."""
 
 SCREEN_LEAST = 16
 """Vectors shorter than four times this are not screened: the bound would save little."""
 
+SCREEN_MARGIN = 1e-3
+"""What a bound adds for rounding: the rotated coordinates and the exact cosine round apart by far less."""
+
 
 class Screen:
-    """A cheap upper bound of every row's cosine with a query: ``low @ q_low + |q_rest| * |p_rest|``.
+    """A cheap upper bound of every row's cosine with a query, made closer for the rows that matter.
 
-    The rows are projected onto their :data:`SCREEN_DIMENSIONS` main
-    directions (a basis from the singular vectors of the rows, or of a
-    sample of them); what a row keeps outside them is its ``rest``, of
-    known length. The cosine splits into the two parts, and the second is
-    at most the product of the two lengths (Cauchy-Schwarz): the bound
-    reads 64 floats a row (a quarter of a 256-float vector) instead of it all. It prunes well where
-    the parts lie near a few directions (the steps of one agent resemble
-    each other); where they do not, more items are scored, never fewer
-    than needed.
+    The rows are turned into an orthonormal basis of their main directions
+    (eigenvectors of a sample's Gram matrix, largest first), cut into
+    blocks of :data:`SCREEN_WIDTH` directions. A row's cosine with a
+    query is the sum over the blocks of their products, and each block's
+    product is at most the product of the two blocks' lengths
+    (Cauchy-Schwarz). So the first block's coordinates and the lengths of
+    the others bound the cosine, reading ``32 + 7`` floats of a
+    256-float row (:meth:`bounds`); for the rows whose bound reaches the
+    cut, the second block's coordinates replace its length
+    (:meth:`closer`). The main directions hold most of a row, so the
+    bounds are close where the parts lie near a few directions (the steps
+    of one agent resemble each other); where they do not, more rows are
+    scored, never fewer than needed.
     """
 
     def __init__(self, np: Any, matrix: Any, used: int) -> None:
         rows = matrix[:used]
         sample = rows[:: max(1, used // 8192)]
-        dimensions = min(SCREEN_DIMENSIONS, matrix.shape[1] // 4)
-        # The main directions: eigenvectors of the sample's Gram matrix, largest last (those of
-        # its singular vectors; a tenth of the time of np.linalg.svd). Any orthonormal basis
-        # gives a true bound; the main directions give a tight one.
+        dimension = matrix.shape[1]
+        # Any orthonormal basis gives a true bound; the main directions give a close one.
         gram = sample.T.astype(np.float64) @ sample.astype(np.float64)
-        self.basis = np.linalg.eigh(gram)[1][:, ::-1][:, :dimensions].astype(np.float32)
-        self.low = np.zeros((len(matrix), dimensions), dtype=np.float32)
-        self.rest = np.zeros(len(matrix), dtype=np.float32)
+        self.basis = np.ascontiguousarray(np.linalg.eigh(gram)[1][:, ::-1]).astype(np.float32)
+        self.edges = [*range(0, dimension, SCREEN_WIDTH), dimension]
+        if self.edges[-1] - self.edges[-2] < SCREEN_WIDTH // 2 and len(self.edges) > 3:
+            del self.edges[-2]  # a short last block joins the one before
+        blocks = len(self.edges) - 1
+        width = self.edges[1]
+        # head: the first block's coordinates, then the length of every other block.
+        self.head = np.zeros((len(matrix), width + blocks - 1), dtype=np.float32)
+        self.second = np.zeros((len(matrix), self.edges[2] - width), dtype=np.float32)
         self.made_at = used
         self.done = 0
         self.follow(np, matrix, used)
 
     def follow(self, np: Any, matrix: Any, used: int) -> None:
-        """Project the rows filed since the last call (a row reused is filed again by ``refresh``)."""
-        if len(self.low) < len(matrix):
-            low = np.zeros((len(matrix), self.low.shape[1]), dtype=np.float32)
-            low[: len(self.low)] = self.low
-            rest = np.zeros(len(matrix), dtype=np.float32)
-            rest[: len(self.rest)] = self.rest
-            self.low, self.rest = low, rest
-        if used > self.done:
-            self.refresh(np, matrix, np.arange(self.done, used))
-            self.done = used
+        """Turn the rows filed since the last call (a row reused is turned again by ``refresh``)."""
+        if len(self.head) < len(matrix):
+            head = np.zeros((len(matrix), self.head.shape[1]), dtype=np.float32)
+            head[: len(self.head)] = self.head
+            second = np.zeros((len(matrix), self.second.shape[1]), dtype=np.float32)
+            second[: len(self.second)] = self.second
+            self.head, self.second = head, second
+        step = 16384  # a block of rows at a time: the turned rows are not all held at once
+        for begin in range(self.done, used, step):
+            self.refresh(np, matrix, np.arange(begin, min(used, begin + step)))
+        self.done = max(self.done, used)
 
     def refresh(self, np: Any, matrix: Any, rows: Any) -> None:
-        """Project ``rows`` of ``matrix`` again (their vectors changed)."""
-        vectors = matrix[rows]
-        low = vectors @ self.basis
-        self.low[rows] = low
-        left = np.einsum("ij,ij->i", vectors, vectors) - np.einsum("ij,ij->i", low, low)
-        self.rest[rows] = np.sqrt(np.maximum(left, 0.0))
+        """Turn ``rows`` of ``matrix`` again (their vectors changed)."""
+        turned = matrix[rows] @ self.basis
+        edges = self.edges
+        width = edges[1]
+        self.head[rows, :width] = turned[:, :width]
+        self.second[rows] = turned[:, width : edges[2]]
+        for block in range(1, len(edges) - 1):
+            part = turned[:, edges[block] : edges[block + 1]]
+            self.head[rows, width + block - 1] = np.sqrt(np.einsum("ij,ij->i", part, part))
 
-    def bounds(self, np: Any, query: Any, used: int) -> Any:
-        """Return an upper bound of each of the first ``used`` rows' cosine with the unit ``query``."""
-        low = query @ self.basis
-        rest = float(np.sqrt(max(float(query @ query) - float(low @ low), 0.0)))
-        # 1e-4 covers the rounding of both sides many times over: a bound is never below its cosine.
-        return cosines(self.low[:used], low) + (rest * self.rest[:used] + 1e-4)
+    def bounds(self, np: Any, query: Any, used: int) -> tuple[Any, Any]:
+        """Return an upper bound of each of the first ``used`` rows' cosine with the unit ``query``, and the turned query (for :meth:`closer`)."""
+        turned = query @ self.basis
+        edges = self.edges
+        lengths = [
+            float(
+                np.sqrt(
+                    turned[edges[block] : edges[block + 1]]
+                    @ turned[edges[block] : edges[block + 1]]
+                )
+            )
+            for block in range(1, len(edges) - 1)
+        ]
+        head_query = np.concatenate([turned[: edges[1]], np.asarray(lengths, dtype=np.float32)])
+        return cosines(self.head[:used], head_query) + SCREEN_MARGIN, (turned, lengths)
+
+    def closer(self, np: Any, turned_query: Any, rows: Any, bounds: Any) -> Any:
+        """Return a closer bound of ``rows`` (whose bounds were ``bounds``): the second block's product for the product of its lengths."""
+        turned, lengths = turned_query
+        width = self.edges[1]
+        loose = self.head[rows, width] * lengths[0]
+        return bounds - loose + cosines(self.second[rows], turned[width : self.edges[2]])
+
+
+def distinct_rows(np: Any, matrix: Any) -> tuple[Any, Any]:
+    """Return the first row of each distinct row of ``matrix`` (ascending) and, for every row, the place of its own among them.
+
+    Rows are told apart by a 64-bit digest (their products with two fixed
+    vectors, each the same float for equal rows) and then compared bit for
+    bit, so two rows are held as one only when they are equal.
+    """
+    count, width = matrix.shape
+    if not count:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    fixed = np.random.default_rng(20261202).standard_normal((2, width)).astype(np.float32)
+    high, low = (cosines(matrix, vector).view(np.uint32).astype(np.uint64) for vector in fixed)
+    digest = (high << np.uint64(32)) | low
+    order = np.argsort(digest, kind="stable")
+    ordered = digest[order]
+    runs = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # each digest's first place
+    first_of = np.empty(count, dtype=np.int64)
+    first_of[order] = order[np.repeat(runs, np.diff(np.r_[runs, count]))]
+    bits = matrix.view(np.uint32)
+    again = np.flatnonzero(first_of != np.arange(count))  # the rows said to repeat one before
+    differ = []
+    for begin in range(0, len(again), 16384):  # compared a block at a time: no copy of them all
+        rows = again[begin : begin + 16384]
+        differ.append(rows[(bits[rows] != bits[first_of[rows]]).any(axis=1)])
+    apart = np.concatenate(differ) if differ else again
+    if len(apart):  # a digest shared by rows that differ (0.0 and -0.0): those rows by their bytes
+        whole = np.dtype((np.void, bits.shape[1] * 4))
+        _, first, inverse = np.unique(
+            np.ascontiguousarray(bits[apart]).view(whole).reshape(-1),
+            return_index=True,
+            return_inverse=True,
+        )
+        first_of[apart] = apart[first[inverse.reshape(-1)]]
+    distinct = np.unique(first_of)
+    return distinct, np.searchsorted(distinct, first_of)
 
 
 def _grown(np: Any, array: Any, fill: object) -> Any:
