@@ -217,9 +217,10 @@ def _store_parts(
     """Return a store's semantic and hybrid query times over parts and over whole items, in turn.
 
     Each side is warmed by :data:`WARM` queries first (the first reads the
-    vectors page by page, the second keeps them, the 32nd compacts and
-    screens them). Then the semantic queries after a write, each side's:
-    the first, the second, the 32nd and the 33rd.
+    vectors page by page, the second keeps them, the 32nd starts their
+    compaction and screen on a thread, waited for before the timing). Then
+    the semantic queries after a write, each side's: the first, the
+    second, the 32nd and the 33rd (the compaction may still run then).
     """
     out: dict[str, float] = {}
     with open_store(url) as store:
@@ -235,6 +236,7 @@ def _store_parts(
             for _, parts in SIDES:
                 for _ in range(WARM):
                     search(QUERIES[0], mode, parts)
+            _compacted()
             figures: dict[str, list[float]] = {label: [] for label, _ in SIDES}
             for q in QUERIES:
                 calls = {
@@ -259,7 +261,19 @@ def _store_parts(
 
 
 WARM = 32
-"""Queries of a side before it is timed: read page by page, then kept, then (the 32nd) compacted and screened."""
+"""Queries of a side before it is timed: read page by page, then kept, then (the 32nd) compacted and screened on a thread."""
+
+
+def _compacted() -> None:
+    """Wait for the threads compacting kept vector tables (they start at the 32nd query at a version)."""
+    _join_threads("kvmemory-compact-vectors")
+
+
+def _join_threads(name: str) -> None:
+    """Wait for the library's background threads of this name."""
+    for thread in threading.enumerate():
+        if thread.name == name:
+            thread.join()
 
 
 def print_parts(runs: Sequence[dict[str, float]]) -> None:
@@ -519,9 +533,7 @@ def _first_figures(name: str, url: str, sid: str, mode: str) -> dict[str, float]
 
 def _settle() -> None:
     """Wait for the builds ahead that memories timed before left running (a store's vectors read), and collect their garbage."""
-    for thread in threading.enumerate():
-        if thread.name == "kvmemory-index-ahead":
-            thread.join()
+    _join_threads("kvmemory-index-ahead")
     gc.collect()
 
 

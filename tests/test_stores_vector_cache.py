@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import HashingEmbedder
 from agents.memory.stores import Store, open_store
-from agents.memory.stores._search.vector_cache import SCREEN_QUERY
+from agents.memory.stores._search.vector_cache import SCREEN_QUERY, Vectors
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 KINDS = ["sqlite", "jsonl", "postgres"]
@@ -130,8 +131,47 @@ def test_a_kept_table_holds_a_part_vector_that_steps_repeat_once(
         for _ in range(SCREEN_QUERY):  # read, kept, then compacted (too small to screen)
             hits = store.search("s", QUERY, 8, mode="semantic", embedder=EMBEDDER)
             assert [(hit.item["step"], hit.score) for hit in hits] == want
+        store._vectors._cache.settle()  # the compaction runs on a thread
         assert list(store._vectors._cache.sizes().values()) == [len(distinct)]
+        hits = store.search("s", QUERY, 8, mode="semantic", embedder=EMBEDDER)
+        assert [(hit.item["step"], hit.score) for hit in hits] == want
     assert len(distinct) < 2 * len(steps)
+
+
+def test_queries_go_on_with_the_plain_table_while_it_is_compacted_and_a_write_meanwhile_discards_the_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction runs on a thread: queries meanwhile rank from the plain table, and a table compacted from a version a write has replaced is not taken."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    write(url)
+    started, release = threading.Event(), threading.Event()
+    compacted = Vectors.compacted
+
+    def gated(table: Vectors) -> Vectors:
+        started.set()
+        release.wait(10)
+        return compacted(table)
+
+    monkeypatch.setattr(Vectors, "compacted", gated)
+    with open_store(url) as store:
+        for _ in range(SCREEN_QUERY):
+            ranked(store)
+        assert started.wait(10)
+        plain = store._vectors._cache.sizes()
+        memory = Memory(items(60))
+        want = [
+            (hit.item["step"], hit.score)
+            for hit in memory.search(QUERY, 8, mode="semantic", embedder=EMBEDDER)
+        ]
+        hits = store.search("s", QUERY, 8, mode="semantic", embedder=EMBEDDER)  # not blocked
+        assert [(hit.item["step"], hit.score) for hit in hits] == want
+        store.append("s", [MemoryItem(step=99, thought="pay the invoice for March today")])
+        store.index_embeddings("s", EMBEDDER)
+        assert ranked(store)[0][0] == 61  # read page by page at the new version
+        release.set()
+        store._vectors._cache.settle()
+        assert store._vectors._cache.sizes() == {}  # the stale compaction was not taken
+    assert list(plain.values()) == [120]
 
 
 WRITER = textwrap.dedent(
@@ -231,6 +271,7 @@ def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Pat
                 assert [(h.item["step"], h.score) for h in hits] == [
                     (h.item["step"], h.score) for h in want
                 ], (round_, query)
+            store._vectors._cache.settle()  # the compaction runs on a thread
         kept = store._vectors._cache.sizes()  # what the handle keeps
         screened = store._vectors._cache.screened()
     assert max(kept.values()) >= 16384

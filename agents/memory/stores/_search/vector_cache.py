@@ -10,8 +10,9 @@ table; another value (a write by this handle, another handle or another
 process) has the vectors read again. A backend that gives ``None`` keeps
 nothing. The first query at a version reads page by page as before; the
 second reads the vectors into a plain table and keeps it; the 32nd
-(:data:`SCREEN_QUERY`) holds its equal part vectors once and screens it,
-as ``Memory``'s index does. A session written between every two queries
+(:data:`SCREEN_QUERY`) starts a thread that holds its equal part vectors
+once and screens it, as ``Memory``'s index does, while queries go on with
+the plain table. A session written between every two queries
 never pays for a table.
 """
 
@@ -25,7 +26,7 @@ from typing import Final
 # The index's own table, so that a stored session scores as Memory.search does, float for float.
 from agents.memory.search._item_vectors import Vectors
 
-__all__ = ["CACHE_BYTES", "SCREEN_QUERY", "VectorCache", "Vectors"]
+__all__ = ["CACHE_BYTES", "COMPACT_THREAD", "SCREEN_QUERY", "VectorCache", "Vectors"]
 
 CACHE_BYTES: Final = 512 * 1024 * 1024
 """The vectors a store handle keeps, at most, over the sessions it searched last (bytes of float32).
@@ -35,16 +36,21 @@ part vectors (kept as read: equal part vectors are not held once).
 """
 
 
+COMPACT_THREAD: Final = "kvmemory-compact-vectors"
+"""The name of the thread that compacts a kept table (:data:`SCREEN_QUERY`)."""
+
 SCREEN_QUERY: Final = 32
 """The query at one version from which a kept table is compacted (``Vectors.compacted``).
 
 The second query at a version reads the table as stored (a row per part
 vector); this one holds its equal rows once and, past 16,384 distinct
-rows, makes its screen, as ``Memory``'s index does. That turns every
-distinct row once (on 10,000 stored steps cut into parts, 0.3 to 2
-seconds on a loaded two-core machine) and saves 5 to 30 ms a query
-after it there, so it waits until a session is queried again and again
-without a change: a session written every few queries never pays it.
+rows, makes its screen, as ``Memory``'s index does, on a thread of its
+own while the queries go on with the plain table (the new table is taken
+only if the session is unchanged). That turns every distinct row once
+(on 10,000 stored steps cut into parts, 2.5 to 3 seconds at load 4 on two
+cores) and saves 5 to 30 ms a query after it there, so it waits until a
+session is queried again and again without a change: a session written
+every few queries never pays it.
 """
 
 
@@ -63,6 +69,7 @@ class VectorCache:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        self._compacting: set[threading.Thread] = set()
 
     @property
     def budget(self) -> int:
@@ -107,12 +114,9 @@ class VectorCache:
         if loaded:
             table = kept[1]
             if table is not None and kept[2] + 1 == SCREEN_QUERY:
-                # Asked again and again at this version: equal rows once, and the screen.
-                table = table.compacted()
-                with self._lock:
-                    now = self._tables.get(key)
-                    if now is not None and now[0] == version:
-                        self._tables[key] = (version, table, now[2])
+                # Asked again and again at this version: equal rows once, and the screen, made
+                # on a thread while the queries go on with the plain table.
+                self._compact_later(key, version, table)
             return table
         table = load(self._budget)
         with self._lock:
@@ -120,6 +124,36 @@ class VectorCache:
             while self._bytes() > self._budget:
                 self._tables.popitem(last=False)
         return table
+
+    def _compact_later(self, key: tuple[str, str], version: Hashable, table: Vectors) -> None:
+        thread = threading.Thread(
+            target=self._compact, args=(key, version, table), name=COMPACT_THREAD, daemon=True
+        )
+        with self._lock:
+            self._compacting.add(thread)
+        thread.start()
+
+    def _compact(self, key: tuple[str, str], version: Hashable, table: Vectors) -> None:
+        try:
+            compact: Vectors | None = table.compacted()
+        except Exception:  # the plain table stays: it ranks the same
+            compact = None
+        with self._lock:
+            self._compacting.discard(threading.current_thread())
+            now = self._tables.get(key)
+            # Swapped in only for the table it was made from (not after a write or a drop).
+            if compact is not None and now is not None and now[0] == version and now[1] is table:
+                self._tables[key] = (version, compact, now[2])
+
+    def settle(self) -> None:
+        """Return once no kept table is being compacted (for tests and benchmarks)."""
+        while True:
+            with self._lock:
+                running = list(self._compacting)
+            if not running:
+                return
+            for thread in running:
+                thread.join()
 
     def _bytes(self) -> int:
         return sum(
