@@ -128,15 +128,7 @@ def standout(
     background = 0.0
     if len(keyword) >= 10:
         background = _vectors.keyword_share(heapq.nlargest(10, keyword.values())[-1], scale)
-    cut = heapq.nlargest(_vectors.SEMANTIC_REFERENCE, semantic.values()) if semantic else [0.0]
-    c = min(max(cut[-1], 0.0), 1.0)
-    out = {}
-    for key in dict.fromkeys([*keyword, *semantic]):
-        share = _vectors.keyword_share(keyword.get(key, 0.0), scale)
-        lead = max(share - background, 0.0) / (1.0 - background)
-        rise = max(semantic.get(key, 0.0) - c, 0.0) / (1.0 - c) if c < 1.0 else 0.0
-        out[key] = w * lead + (1.0 - w) * rise
-    return out
+    return _stand_out(keyword, scale, semantic, w, background)
 
 
 def _window(values: list[float], size: int) -> tuple[float, float]:
@@ -259,6 +251,25 @@ def top_n(scores: dict[int, float], n: int) -> list[int]:
     return [key for _, key in heapq.nsmallest(n, ((-v, key) for key, v in scores.items()))]
 
 
+def _stand_out(
+    keyword: dict[int, float],
+    scale: float,
+    semantic: dict[int, float],
+    w: float,
+    background: float,
+) -> dict[int, float]:
+    """``w max(k - background, 0) / (1 - background) + (1 - w) max(cos - c100, 0) / (1 - c100)`` for every candidate."""
+    cut = heapq.nlargest(_vectors.SEMANTIC_REFERENCE, semantic.values()) if semantic else [0.0]
+    c = min(max(cut[-1], 0.0), 1.0)
+    out = {}
+    for key in dict.fromkeys([*keyword, *semantic]):
+        share = _vectors.keyword_share(keyword.get(key, 0.0), scale)
+        lead = max(share - background, 0.0) / (1.0 - background)
+        rise = max(semantic.get(key, 0.0) - c, 0.0) / (1.0 - c) if c < 1.0 else 0.0
+        out[key] = w * lead + (1.0 - w) * rise
+    return out
+
+
 KEYWORD_CROWD = 0.8
 KEYWORD_BACKGROUND = 5
 
@@ -287,15 +298,7 @@ def crowd(
     background = 0.0
     if len(best) == KEYWORD_BACKGROUND:
         background = _vectors.keyword_share(best[-1], scale)
-    cut = heapq.nlargest(_vectors.SEMANTIC_REFERENCE, semantic.values()) if semantic else [0.0]
-    c = min(max(cut[-1], 0.0), 1.0)
-    out = {}
-    for key in dict.fromkeys([*keyword, *semantic]):
-        share = _vectors.keyword_share(keyword.get(key, 0.0), scale)
-        lead = max(share - background, 0.0) / (1.0 - background)
-        rise = max(semantic.get(key, 0.0) - c, 0.0) / (1.0 - c) if c < 1.0 else 0.0
-        out[key] = w * lead + (1.0 - w) * rise
-    return out
+    return _stand_out(keyword, scale, semantic, w, background)
 
 
 RULES: dict[str, Rule] = {
