@@ -4,10 +4,13 @@ A session of UFO-shaped short steps (``bench_search_costs.steps``, the
 corpus of the first-query figures) is written to a PostgreSQL store; each of
 the five ``bench_search_costs`` queries is then timed three ways, interleaved
 in rounds: ``store.search(mode="keyword")`` (its pooled connections run with
-JIT off), and the store's scoring statement run directly on a connection
-with JIT on (the server's default) and with JIT off. The table gives the
-median of the rounds and the JIT on / off ratio. ``--explain`` prints
-``EXPLAIN (ANALYZE, BUFFERS)`` of the first query with JIT on and off.
+JIT off, its ranking with sequential scans off), and the store's scoring statement run directly on a connection
+with JIT on (the server's default), with JIT off, and with JIT and
+sequential scans off (``enable_seqscan = off``: the GIN index's bitmap scan
+never reads a row's out-of-line ``terms``, which a sequential scan's filter
+reads for every row). The table gives the median of the rounds and the
+JIT on / off ratio. ``--explain`` prints
+``EXPLAIN (ANALYZE, BUFFERS)`` of the first query on each connection.
 
 Run: ``python benchmarks/bench_pg_keyword_scale.py [--items 10000,100000] [--rounds 3]
 [--postgres URL] [--explain]`` (no URL: a throwaway server, as the tests start one).
@@ -69,6 +72,9 @@ def run(url: str, n: int, rounds: int, explain: bool) -> None:
     jit_on.execute("SET jit = on")
     jit_off = psycopg.connect(url, autocommit=True)
     jit_off.execute("SET jit = off")
+    no_seq = psycopg.connect(url, autocommit=True)
+    no_seq.execute("SET jit = off")
+    no_seq.execute("SET enable_seqscan = off")
     jit_on.execute("VACUUM ANALYZE kvmemory_items")
     times: dict[tuple[str, str], list[float]] = {}
     print(f"\n{n} steps, load before {load()}")
@@ -81,29 +87,30 @@ def run(url: str, n: int, rounds: int, explain: bool) -> None:
                 "SQL jit off": lambda sql=sql, params=params: jit_off.execute(
                     sql, params
                 ).fetchall(),
+                "SQL no seq scan": lambda sql=sql, params=params: no_seq.execute(
+                    sql, params
+                ).fetchall(),
             }
             for side, call in sides.items():
                 times.setdefault((q, side), []).append(ms(call))
     print(f"load after {load()}; median of {rounds} rounds, ms")
-    print("| query | store.search | SQL jit on | SQL jit off | on / off |\n|---|---|---|---|---|")
+    sides = ("store.search", "SQL jit on", "SQL jit off", "SQL no seq scan")
+    print(f"| query | {' | '.join(sides)} | on / off |")
+    print("|---" * (len(sides) + 2) + "|")
     for q in QUERIES:
-        med = {
-            side: statistics.median(times[(q, side)])
-            for side in ("store.search", "SQL jit on", "SQL jit off")
-        }
-        print(
-            f"| {q} | {med['store.search']:.0f} | {med['SQL jit on']:.0f} | {med['SQL jit off']:.0f} |"
-            f" {med['SQL jit on'] / med['SQL jit off']:.2f}x |"
-        )
+        med = [statistics.median(times[(q, side)]) for side in sides]
+        cells = " | ".join(f"{value:.0f}" for value in med)
+        print(f"| {q} | {cells} | {med[1] / med[2]:.2f}x |")
     if explain:
         sql, params = scoring(sid, QUERIES[0])
-        for name, con in (("jit on", jit_on), ("jit off", jit_off)):
+        for name, con in (("jit on", jit_on), ("jit off", jit_off), ("no seq scan", no_seq)):
             print(f"\nEXPLAIN (ANALYZE, BUFFERS), {name}: {QUERIES[0]!r}")
             for (line,) in con.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params).fetchall():
                 if "Sort Key" not in line:
                     print(line)
     jit_on.close()
     jit_off.close()
+    no_seq.close()
     store.close()
 
 

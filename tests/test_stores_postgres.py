@@ -146,6 +146,14 @@ def test_pooled_connections_run_without_jit(postgres_url: str) -> None:
 
 
 @pytest.mark.postgres
+def test_indexed_read_runs_without_sequential_scans(postgres_url: str) -> None:
+    """A read with indexed=True (the keyword ranking's) plans with enable_seqscan off, for it alone."""
+    with open_store(postgres_url) as store:
+        assert store.backend.query_rows("SHOW enable_seqscan", indexed=True) == [("off",)]
+        assert store.backend.query_rows("SHOW enable_seqscan") == [("on",)]
+
+
+@pytest.mark.postgres
 def test_project_of_a_large_row_keeps_float_text(postgres_url: str) -> None:
     """project() of a row cut on the server keeps 1e16 a float and -0.0 negative, as read() does."""
     with open_store(postgres_url) as store:
