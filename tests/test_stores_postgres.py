@@ -137,6 +137,23 @@ def test_read_only_handle_runs_read_only_transactions(postgres_url: str) -> None
 
 
 @pytest.mark.postgres
+def test_pooled_connections_run_without_jit(postgres_url: str) -> None:
+    """A store's pooled connections have JIT compilation off (it cost a 100,000-row ranking 1 s)."""
+    with open_store(postgres_url) as store:
+        store.append("s", [MemoryItem(step=1)])
+        with store.backend.pool.connection() as con:  # the session's own setting is the point
+            assert con.execute("SHOW jit").fetchone() == ("off",)
+
+
+@pytest.mark.postgres
+def test_indexed_read_runs_without_sequential_scans(postgres_url: str) -> None:
+    """A read with indexed=True (the keyword ranking's) plans with enable_seqscan off, for it alone."""
+    with open_store(postgres_url) as store:
+        assert store.backend.query_rows("SHOW enable_seqscan", indexed=True) == [("off",)]
+        assert store.backend.query_rows("SHOW enable_seqscan") == [("on",)]
+
+
+@pytest.mark.postgres
 def test_project_of_a_large_row_keeps_float_text(postgres_url: str) -> None:
     """project() of a row cut on the server keeps 1e16 a float and -0.0 negative, as read() does."""
     with open_store(postgres_url) as store:

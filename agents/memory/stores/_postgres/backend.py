@@ -236,7 +236,7 @@ class PostgresBackend(SQLRows, Backend):
         check_pool(min_size, max_size, timeout)
         self.url = redact_url(conninfo)
         self.read_only = read_only
-        self._keyword = PostgresKeywordIndex(self.query_rows, url=self.url)
+        self._keyword = PostgresKeywordIndex(self._rank_rows, url=self.url)
         self._connections = PostgresConnections(
             conninfo,
             url=self.url,
@@ -321,9 +321,22 @@ class PostgresBackend(SQLRows, Backend):
         """Whether the database held no kvmemory tables when this handle opened (read as empty)."""
         return self._no_tables
 
-    def query_rows(self, sql: str, params: Any = ()) -> list[Any]:
-        """Run one read statement on a pooled connection and return its rows."""
-        return self._connections.query_rows(sql, params)
+    def query_rows(self, sql: str, params: Any = (), *, indexed: bool = False) -> list[Any]:
+        """Run one read statement on a pooled connection and return its rows.
+
+        Args:
+            sql: The statement.
+            params: Its parameters.
+            indexed: Run it with sequential scans off (``SET LOCAL
+                enable_seqscan = off``, in a transaction of its own).
+        """
+        return self._connections.query_rows(sql, params, indexed=indexed)
+
+    def _rank_rows(self, sql: str, params: Any) -> list[Any]:
+        # A keyword ranking reads the rows the GIN index matches: a sequential scan (which
+        # the planner takes when a word is in most rows) reads every row's out-of-line
+        # tsvector to test it, 1.4-1.7x the bitmap scan's time at 100,000 rows.
+        return self.query_rows(sql, params, indexed=True)
 
     def read_session(self, session_id: str) -> SessionRow | None:
         if self.no_tables:
