@@ -127,6 +127,18 @@ def _terms_of_data(data: bytes) -> Terms:
     return item_terms(pairs[0][1])
 
 
+def _ranking(k: int) -> dict[str, Any]:
+    """Return the parameters of BM25+ and of the ranking's length every scoring statement takes."""
+    return {
+        "scale": BM25_SCALE,
+        "floor": BM25_FLOOR,
+        "flat": BM25_K1 * (1.0 - BM25_B),
+        "k1b": BM25_K1 * BM25_B,
+        "k": k + _SPARE,
+        "cut": None,
+    }
+
+
 def _lexeme(session_id: str, term: str) -> str:
     lexeme = f"{session_id}{_MARK}{term}"
     if len(lexeme.encode("utf-8")) <= _LONGEST_LEXEME:
@@ -566,12 +578,7 @@ class PostgresKeywordIndex:
             "query": " | ".join([*queries, overflow]),
             "overflow": overflow,
             "names": list(names),
-            "scale": BM25_SCALE,
-            "floor": BM25_FLOOR,
-            "flat": BM25_K1 * (1.0 - BM25_B),
-            "k1b": BM25_K1 * BM25_B,
-            "k": k + _SPARE,
-            "cut": None,
+            **_ranking(k),
         }
 
     def _top_rows(self, sql: str, params: dict[str, Any], k: int) -> list[Any]:
@@ -646,12 +653,7 @@ class PostgresKeywordIndex:
             "queries": queries,
             "overflow": overflow,
             "names": names,
-            "scale": BM25_SCALE,
-            "floor": BM25_FLOOR,
-            "flat": BM25_K1 * (1.0 - BM25_B),
-            "k1b": BM25_K1 * BM25_B,
-            "k": k + _SPARE,
-            "cut": None,
+            **_ranking(k),
         }
         params.update((f"t{j}", term) for j, term in enumerate(names))
         params.update((f"w{j}", float(weights[term])) for j, term in enumerate(names))
