@@ -242,15 +242,10 @@ class VectorSearch:
                     )
 
                 narrowed = narrower(self._engine, sid, keep)
+                screen = screener(self._engine, sid, keep)
+                start = max(k, NARROW_AT)
                 passing = widening(
-                    rank_kept,
-                    k,
-                    keep,
-                    found,
-                    read,
-                    first=max(k, NARROW_AT),
-                    narrow=narrowed,
-                    screen=screener(self._engine, sid, keep),
+                    rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
                 )
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
             few = self._few(sid, keep)
