@@ -737,6 +737,42 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_reads_only_the_items_th
     assert set(read) <= passing
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_semantic_filter_too_rare_for_the_first_ranking_over_kept_vectors_screens_a_longer_one(
+    kind: str, durable_url: Any
+) -> None:
+    """When the first 1,024 cosines hold fewer than k rows that pass, a longer ranking is screened (filter_among) instead of judging the whole session (filter_candidates), and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {
+            "step": i,
+            "agent": "reviewer" if i % 1000 == 7 else "host",
+            "text": f"alpha beta {i % 13}",
+        }
+        for i in range(2000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        backend = store.backend
+        asked: list[Any] = []
+        narrow = backend.filter_candidates
+
+        def counted_narrow(sid: str, tree: Any) -> Any:
+            asked.append(tree)
+            return narrow(sid, tree)
+
+        # The real backend's call, counted on the way through.
+        backend.filter_candidates = counted_narrow  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert len(hits) == 2
+    assert asked == []
+
+
 def keep_vectors_in_memory(store: Any, embedder: HashingEmbedder) -> None:
     """Index a session's vectors and query it twice, so that the next query finds them kept in memory."""
     store.index_embeddings("s", embedder)

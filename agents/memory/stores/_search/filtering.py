@@ -27,6 +27,7 @@ __all__ = [
     "NARROW_AT",
     "Passing",
     "Screen",
+    "Screener",
     "first_passing",
     "narrower",
     "reader",
@@ -133,7 +134,7 @@ def widening(
     first: int | None = None,
     narrow: Callable[[], tuple[set[int], int] | None] | None = None,
     among: Callable[[set[int]], Sequence[tuple[int, float]] | None] | None = None,
-    screen: Screen | None = None,
+    screen: Screener | None = None,
 ) -> Passing:
     """Return the best ``k`` items that pass ``keep``, asking ``rank(limit)`` for longer rankings until they are found.
 
@@ -161,7 +162,9 @@ def widening(
             its items passing, and if at most one row in :data:`FEW` may
             pass, only those are ranked and tested.
         screen: Asked which unread seqs of each slice of a ranking may
-            pass before they are read (see :func:`first_passing`).
+            pass before they are read (see :func:`first_passing`). While
+            it answers, ``narrow`` is not asked: a longer ranking screens
+            only its new rows, less than judging every row of the session.
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, best first.
@@ -180,7 +183,8 @@ def widening(
         need = 2 * k * len(ranked) // max(len(out), 1) if out else 4 * k * len(ranked)
         # With ``among``, a pass rate of one in FEW or less is rare enough to ask at once.
         rare = among is not None and FEW * len(out) <= len(ranked)
-        if narrow is not None and not asked and (need >= NARROW_AT or rare):
+        screening = screen is not None and screen.answering
+        if narrow is not None and not asked and not screening and (need >= NARROW_AT or rare):
             asked = True
             narrowed = narrow()
             if narrowed is not None:
@@ -213,28 +217,40 @@ def narrower(engine: Engine, sid: str, keep: Filter) -> Callable[[], tuple[set[i
     return narrow
 
 
-def screener(engine: Engine, sid: str, keep: Filter) -> Screen:
-    """Return a function asking the backend which of some rows may pass ``keep`` (``Backend.filter_among``).
+class Screener:
+    """Asks the backend which of some rows may pass a filter (``Backend.filter_among``), each seq once.
 
-    Each seq is asked about once: the answers are kept for the rankings
-    after. Once the backend answers ``None`` (it cannot judge the filter),
-    it is not asked again.
+    The answers are kept for the rankings after. Once the backend answers
+    ``None`` (it cannot judge the filter), it is not asked again.
     """
-    judged: dict[int, bool] = {}
-    unable = False
 
-    def screen(seqs: Sequence[int]) -> set[int] | None:
-        nonlocal unable
+    def __init__(self, engine: Engine, sid: str, keep: Filter) -> None:
+        self._engine = engine
+        self._sid = sid
+        self._keep = keep
+        self._judged: dict[int, bool] = {}
+        self._unable = False
+
+    @property
+    def answering(self) -> bool:
+        """Whether the backend has judged rows (and never answered ``None``)."""
+        return bool(self._judged) and not self._unable
+
+    def __call__(self, seqs: Sequence[int]) -> set[int] | None:
+        """Return the seqs among ``seqs`` that may pass (``None``: the backend cannot tell)."""
+        judged = self._judged
         unknown = sorted({seq for seq in seqs if seq not in judged})
-        if unknown and not unable:
-            with engine.errors("search", sid):
-                may = engine.backend.filter_among(sid, keep.tree, unknown)
+        if unknown and not self._unable:
+            engine = self._engine
+            with engine.errors("search", self._sid):
+                may = engine.backend.filter_among(self._sid, self._keep.tree, unknown)
             if may is None:
-                unable = True
+                self._unable = True
             else:
                 judged.update((seq, seq in may) for seq in unknown)
-        if unable:
-            return None
-        return {seq for seq in seqs if judged[seq]}
+        return None if self._unable else {seq for seq in seqs if judged[seq]}
 
-    return screen
+
+def screener(engine: Engine, sid: str, keep: Filter) -> Screener:
+    """Return a :class:`Screener` of a session's rows for ``keep``."""
+    return Screener(engine, sid, keep)
