@@ -231,8 +231,8 @@ class VectorSearch:
             if kept is not None:
                 # Every cosine from the vectors kept in memory costs what the unfiltered query
                 # does: walk that ranking, asking the backend which rows of each slice may pass
-                # before reading them (Backend.filter_among), and ask which rows of the session
-                # may pass only once NARROW_AT of them fall short.
+                # before reading them (Backend.filter_among); without its answer, ask which rows
+                # of the session may pass once NARROW_AT of them fall short.
                 table = kept
 
                 def rank_kept(limit: int) -> list[tuple[int, float]]:
