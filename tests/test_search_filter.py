@@ -702,6 +702,116 @@ def test_a_semantic_search_over_vectors_kept_in_memory_walks_their_ranking_for_a
     assert asked == []
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_one_percent_semantic_filter_over_kept_vectors_reads_only_the_items_that_pass(
+    kind: str, durable_url: Any
+) -> None:
+    """A semantic search over vectors kept in memory with a filter 1% of 2,000 rows pass reads only rows that pass, and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(2000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        seqs = store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        passing = {
+            seq for seq, fields in zip(seqs, session, strict=True) if fields["agent"] == "reviewer"
+        }
+        backend = store.backend
+        read: list[int] = []
+        read_seqs = backend.read_seqs
+
+        def counted_read(sid: str, wanted: Any) -> Any:
+            read.extend(wanted)
+            return read_seqs(sid, wanted)
+
+        # The real backend's call, counted on the way through.
+        backend.read_seqs = counted_read  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert read
+    assert set(read) <= passing
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_semantic_filter_too_rare_for_the_first_ranking_over_kept_vectors_screens_a_longer_one(
+    kind: str, durable_url: Any
+) -> None:
+    """When the first 1,024 cosines hold fewer than k rows that pass, a longer ranking is screened (filter_among) instead of judging the whole session (filter_candidates), and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {
+            "step": i,
+            "agent": "reviewer" if i % 1000 == 7 else "host",
+            "text": f"alpha beta {i % 13}",
+        }
+        for i in range(2000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        backend = store.backend
+        asked: list[Any] = []
+        narrow = backend.filter_candidates
+
+        def counted_narrow(sid: str, tree: Any) -> Any:
+            asked.append(tree)
+            return narrow(sid, tree)
+
+        # The real backend's call, counted on the way through.
+        backend.filter_candidates = counted_narrow  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert len(hits) == 2
+    assert asked == []
+
+
+def keep_vectors_in_memory(store: Any, embedder: HashingEmbedder) -> None:
+    """Index a session's vectors and query it twice, so that the next query finds them kept in memory."""
+    store.index_embeddings("s", embedder)
+    for _ in range(2):  # the first query at a version reads the vectors, the next keeps them
+        store.search("s", "alpha", 3, mode="semantic", embedder=embedder)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_filter_among_is_filter_candidates_among_the_seqs_asked(
+    kind: str, durable_url: Any
+) -> None:
+    """filter_among(seqs) is filter_candidates restricted to seqs (None with it), and keeps every row among them that passes."""
+    with open_store(durable_url(kind)) as store:
+        counter = iter(range(10**6))
+
+        @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(
+            rows=st.lists(items(), min_size=1, max_size=8),
+            where=filters(),
+            picks=st.lists(st.integers(0, 9), max_size=10),
+        )
+        def check(rows: list[dict[str, Any]], where: dict[str, Any], picks: list[int]) -> None:
+            session = f"s{next(counter)}"
+            seqs = store.append(session, [MemoryItem(**fields) for fields in rows])
+            among = sorted({seqs[0] + pick for pick in picks})  # some the session does not hold
+            compiled = Filter.of(where)
+            assert compiled is not None
+            every = store.backend.filter_candidates(session, compiled.tree)
+            some = store.backend.filter_among(session, compiled.tree, among)
+            if every is None:
+                assert some is None
+                return
+            assert some == every & set(among)
+            passing = {seq for seq, fields in zip(seqs, rows, strict=True) if model(fields, where)}
+            assert passing & set(among) <= some
+
+        check()
+
+
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
 def test_a_stored_semantic_search_with_a_rare_filter_it_cannot_narrow_reads_the_vectors_once(
     kind: str, durable_url: Any

@@ -1419,6 +1419,26 @@ class StoreContract:
                     # The best rows that pass, all of them when the ranking holds every candidate.
                     assert kept == best[: len(best) if len(ranked) < k else len(kept)], (where, k)
 
+    def test_filter_among_keeps_every_row_among_the_seqs_that_passes(self, store: Store) -> None:
+        """A backend that answers filter_among keeps, among the seqs asked, every row that passes and no row outside them."""
+        from agents.memory.search import Filter
+
+        store.append("s", ranking_corpus())
+        records = store.records("s")
+        seqs = [record.seq for record in records]
+        chosen = [*seqs[::2], max(seqs) + 1000]  # and a seq the session does not hold
+        backend = store.backend
+        for where in ({"step": {"$gte": 5}}, {"action": "open"}, {"args.x": 1}, {"n": 99}):
+            keep = Filter.of(where)
+            assert keep is not None
+            passing = {record.seq for record in records if keep(record.item)}
+            may = backend.filter_among("s", keep.tree, chosen)
+            if may is None:
+                continue  # the store reads and tests every row of the ranking
+            assert passing & set(chosen) <= may, where
+            assert may <= set(chosen), where
+            assert backend.filter_among("s", keep.tree, []) in (None, set()), where
+
     # -- search across sessions ------------------------------------------------------------
 
     def test_search_sessions_scores_equal_memory_search_over_the_union(self, store: Store) -> None:

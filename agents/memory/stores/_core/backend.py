@@ -449,6 +449,22 @@ class Backend:
         """
         return None
 
+    def filter_among(
+        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
+    ) -> set[int] | None:
+        """Return the seqs among ``seqs`` of the rows that may pass a search filter, or ``None`` to have them all tested.
+
+        :meth:`filter_candidates` asked of some rows only: a filtered
+        search walking a ranking asks this of each slice of it before
+        reading the items, so that only the rows that may pass are read
+        and tested with the filter in Python. A backend that can judge
+        (part of) ``tree`` where the rows lie returns a superset of the
+        rows among ``seqs`` that pass, never leaving out one that passes
+        (a seq the session does not hold may be left out). By default
+        ``None``.
+        """
+        return None
+
     # -- optional: vectors (with keeps_vectors) ---------------------------------------------
 
     def vector_model(self, session_id: str) -> tuple[str, int] | None:

@@ -21,13 +21,28 @@ from agents.memory._item import MemoryItem, OnUnknownClass
 if TYPE_CHECKING:
     from agents.memory.stores._core.engine import Engine
 
-__all__ = ["ALL", "FEW", "NARROW_AT", "Passing", "first_passing", "narrower", "reader", "widening"]
+__all__ = [
+    "ALL",
+    "FEW",
+    "NARROW_AT",
+    "Passing",
+    "Screen",
+    "Screener",
+    "first_passing",
+    "narrower",
+    "reader",
+    "screener",
+    "widening",
+]
 
 ALL: Final = 2**62
 """A ranking length that holds every candidate of any session (for rankings scored in Python)."""
 
 Passing = list[tuple[int, float, MemoryItem]]
 """``(seq, score, item)`` of the items that pass, best first."""
+
+Screen = Callable[[Sequence[int]], set[int] | None]
+"""Returns the seqs among some that may pass a filter (``None``: it cannot tell)."""
 
 _CHUNK: Final = 64
 
@@ -46,6 +61,7 @@ def first_passing(
     found: dict[int, MemoryItem],
     read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
     allowed: set[int] | None = None,
+    screen: Screen | None = None,
 ) -> Passing:
     """Return the first ``k`` of ``ranked`` (``(seq, score)``, best first) whose items pass ``keep``.
 
@@ -58,6 +74,10 @@ def first_passing(
             it was ranked is absent from the answer and left out).
         allowed: When given, the only seqs that may pass (the others are
             skipped unread).
+        screen: When given, asked which unread seqs of each slice of
+            ``ranked`` may pass before they are read (the others are
+            skipped unread); the slices grow four times over, from
+            ``max(64, 2 * k)``. ``None`` from it: every seq is read.
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, in the order of ``ranked``.
@@ -65,6 +85,30 @@ def first_passing(
     if allowed is not None:
         ranked = [hit for hit in ranked if hit[0] in allowed]
     out: Passing = []
+    span = max(_CHUNK, 2 * k)
+    start = 0
+    while screen is not None and start < len(ranked) and len(out) < k:
+        piece = ranked[start : start + span]
+        start += len(piece)
+        span *= 4
+        may = screen([seq for seq, _ in piece if seq not in found])
+        if may is None:
+            start -= len(piece)
+            break
+        _walk([hit for hit in piece if hit[0] in found or hit[0] in may], k, keep, found, read, out)
+    _walk(ranked[start:], k, keep, found, read, out)
+    return out
+
+
+def _walk(
+    ranked: Sequence[tuple[int, float]],
+    k: int,
+    keep: Filter,
+    found: dict[int, MemoryItem],
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+    out: Passing,
+) -> None:
+    """Append to ``out`` the items of ``ranked`` that pass ``keep``, in order, until it holds ``k``."""
     start = 0
     while start < len(ranked) and len(out) < k:
         chunk = ranked[start : start + max(_CHUNK, 2 * (k - len(out)))]
@@ -78,7 +122,6 @@ def first_passing(
                 out.append((seq, score, item))
                 if len(out) == k:
                     break
-    return out
 
 
 def widening(
@@ -91,6 +134,7 @@ def widening(
     first: int | None = None,
     narrow: Callable[[], tuple[set[int], int] | None] | None = None,
     among: Callable[[set[int]], Sequence[tuple[int, float]] | None] | None = None,
+    screen: Screener | None = None,
 ) -> Passing:
     """Return the best ``k`` items that pass ``keep``, asking ``rank(limit)`` for longer rankings until they are found.
 
@@ -117,6 +161,10 @@ def widening(
             soon as a ranking falls short with at most one in :data:`FEW` of
             its items passing, and if at most one row in :data:`FEW` may
             pass, only those are ranked and tested.
+        screen: Asked which unread seqs of each slice of a ranking may
+            pass before they are read (see :func:`first_passing`). While
+            it answers, ``narrow`` is not asked: a longer ranking screens
+            only its new rows, less than judging every row of the session.
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, best first.
@@ -126,7 +174,7 @@ def widening(
     asked = False
     while True:
         ranked = rank(limit)
-        out = first_passing(ranked, k, keep, found, read, allowed)
+        out = first_passing(ranked, k, keep, found, read, allowed, screen)
         if len(out) == k or len(ranked) < limit or limit >= ALL:
             return out
         if allowed is not None and sum(seq in allowed for seq, _ in ranked) == len(allowed):
@@ -135,17 +183,18 @@ def widening(
         need = 2 * k * len(ranked) // max(len(out), 1) if out else 4 * k * len(ranked)
         # With ``among``, a pass rate of one in FEW or less is rare enough to ask at once.
         rare = among is not None and FEW * len(out) <= len(ranked)
-        if narrow is not None and not asked and (need >= NARROW_AT or rare):
+        screening = screen is not None and screen.answering
+        if narrow is not None and not asked and not screening and (need >= NARROW_AT or rare):
             asked = True
             narrowed = narrow()
             if narrowed is not None:
                 allowed, n_items = narrowed
                 if sum(seq in allowed for seq, _ in ranked) == len(allowed):
-                    return first_passing(ranked, k, keep, found, read, allowed)
+                    return first_passing(ranked, k, keep, found, read, allowed, screen)
                 if among is not None and FEW * len(allowed) <= n_items:
                     few = among(allowed)
                     if few is not None:  # every row that may pass, ranked: no deeper ranking
-                        return first_passing(few, k, keep, found, read, allowed)
+                        return first_passing(few, k, keep, found, read, allowed, screen)
                 need = max(need, 2 * k * n_items // len(allowed))
         limit = min(max(4 * limit, need), ALL)
 
@@ -166,3 +215,42 @@ def narrower(engine: Engine, sid: str, keep: Filter) -> Callable[[], tuple[set[i
             return None if allowed is None else (allowed, engine.backend.count(sid))
 
     return narrow
+
+
+class Screener:
+    """Asks the backend which of some rows may pass a filter (``Backend.filter_among``), each seq once.
+
+    The answers are kept for the rankings after. Once the backend answers
+    ``None`` (it cannot judge the filter), it is not asked again.
+    """
+
+    def __init__(self, engine: Engine, sid: str, keep: Filter) -> None:
+        self._engine = engine
+        self._sid = sid
+        self._keep = keep
+        self._judged: dict[int, bool] = {}
+        self._unable = False
+
+    @property
+    def answering(self) -> bool:
+        """Whether the backend has judged rows (and never answered ``None``)."""
+        return bool(self._judged) and not self._unable
+
+    def __call__(self, seqs: Sequence[int]) -> set[int] | None:
+        """Return the seqs among ``seqs`` that may pass (``None``: the backend cannot tell)."""
+        judged = self._judged
+        unknown = sorted({seq for seq in seqs if seq not in judged})
+        if unknown and not self._unable:
+            engine = self._engine
+            with engine.errors("search", self._sid):
+                may = engine.backend.filter_among(self._sid, self._keep.tree, unknown)
+            if may is None:
+                self._unable = True
+            else:
+                judged.update((seq, seq in may) for seq in unknown)
+        return None if self._unable else {seq for seq in seqs if judged[seq]}
+
+
+def screener(engine: Engine, sid: str, keep: Filter) -> Screener:
+    """Return a :class:`Screener` of a session's rows for ``keep``."""
+    return Screener(engine, sid, keep)

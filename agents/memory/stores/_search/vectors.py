@@ -46,6 +46,7 @@ from agents.memory.stores._search.filtering import (
     first_passing,
     narrower,
     reader,
+    screener,
     widening,
 )
 from agents.memory.stores._search.keyword import KeywordSearch
@@ -229,8 +230,9 @@ class VectorSearch:
                 kept = self._kept_table(sid, embedder, fields_text(fields, parts), parts)
             if kept is not None:
                 # Every cosine from the vectors kept in memory costs what the unfiltered query
-                # does: walk that ranking (reading items as far as it goes), and ask SQL which
-                # rows may pass only once NARROW_AT of them fall short.
+                # does: walk that ranking, asking the backend which rows of each slice may pass
+                # before reading them (Backend.filter_among); without its answer, ask which rows
+                # of the session may pass once NARROW_AT of them fall short.
                 table = kept
 
                 def rank_kept(limit: int) -> list[tuple[int, float]]:
@@ -240,8 +242,10 @@ class VectorSearch:
                     )
 
                 narrowed = narrower(self._engine, sid, keep)
+                screen = screener(self._engine, sid, keep)
+                start = max(k, NARROW_AT)
                 passing = widening(
-                    rank_kept, k, keep, found, read, first=max(k, NARROW_AT), narrow=narrowed
+                    rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
                 )
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
             few = self._few(sid, keep)

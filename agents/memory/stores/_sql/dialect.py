@@ -70,6 +70,9 @@ POSTGRES: Final = Dialect(
     name="PostgreSQL", param="%s", members=" = ANY(%s)", bind_list=list, fence=" OFFSET 0"
 )
 
+_AMONG_CHUNK: Final = 4096
+"""The most seqs :meth:`SQLRows.filter_among` binds to one statement."""
+
 _ROWS_OF_SEQS: Final = (
     "SELECT seq, data FROM kvmemory_items WHERE session_id = {p} AND seq{in} ORDER BY seq"
 )
@@ -219,6 +222,31 @@ class SQLRows:
             # No JSON functions, or a row that is not JSON: filtering in Python alone still
             # gives the exact answer, and decoding the rows reports the damage.
             return None
+
+    def filter_among(
+        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
+    ) -> set[int] | None:
+        """Return the seqs among ``seqs`` of the rows that may pass a filter, judged in SQL as :meth:`filter_candidates` judges them.
+
+        Long lists are asked :data:`_AMONG_CHUNK` seqs at a time. ``None``
+        when :meth:`filter_candidates` would answer ``None``.
+        """
+        if self.no_tables or not seqs:
+            return set()
+        out: set[int] = set()
+        postgres = self.dialect is POSTGRES
+        for start in range(0, len(seqs), _AMONG_CHUNK):
+            chunk = self.dialect.bind_list(list(seqs[start : start + _AMONG_CHUNK]))
+            query = candidates_query(tree, session_id, postgres=postgres, among=chunk)
+            if query is None:
+                return None
+            try:
+                out.update(int(seq) for (seq,) in self.query_rows(*query))
+            except self.driver_errors as exc:
+                if "json" not in str(exc).lower():
+                    raise
+                return None  # as filter_candidates: Python alone gives the exact answer
+        return out
 
     def vector_model(self, session_id: str) -> tuple[str, int] | None:
         if self.no_tables:

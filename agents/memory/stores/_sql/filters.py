@@ -48,7 +48,7 @@ _SQLITE_ROWS: Final = (
     " CASE WHEN instr(d, '\"$kv\"') = 0 AND instr(d, char(92)) = 0"
     " OR json_type(d, '$.\"$kv\"') IS NULL THEN d"
     " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq, CAST(data AS TEXT) AS d"
-    " FROM kvmemory_items WHERE session_id = ?{guard}) LIMIT -1 OFFSET 0) WHERE "
+    " FROM kvmemory_items WHERE session_id = ?{among}{guard}) LIMIT -1 OFFSET 0) WHERE "
 )
 # A row that holds a string equal to a filter's operand (one without a quote, backslash
 # or control character) holds it quoted as it reads, unless a writer spelled one of its
@@ -64,9 +64,12 @@ _PLAIN: Final = frozenset(map(chr, range(0x20))) | {'"', "\\"}
 # "doc || '{}'" in a subquery kept apart by OFFSET 0 reads each row's copy once.
 _POSTGRES_ROWS: Final = (
     "SELECT seq FROM (SELECT seq, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
-    " THEN doc -> 'fields' ELSE doc END AS f FROM (SELECT seq, doc || '{}'::jsonb AS doc"
-    " FROM kvmemory_items WHERE session_id = %s OFFSET 0) AS plain OFFSET 0) AS r WHERE "
+    " THEN doc -> 'fields' ELSE doc END AS f FROM (SELECT seq, doc || '{{}}'::jsonb AS doc"
+    " FROM kvmemory_items WHERE session_id = %s{among} OFFSET 0) AS plain OFFSET 0) AS r WHERE "
 )
+# Only the rows among some seqs (bound as a JSON array in SQLite, an array in PostgreSQL).
+_SQLITE_AMONG: Final = " AND seq IN (SELECT value FROM json_each(?))"
+_POSTGRES_AMONG: Final = " AND seq = ANY(%s)"
 
 POSTGRES_FIELDS: Final = (
     "SELECT doc IS NULL AS opaque, CASE WHEN doc ? '$kv' THEN doc -> 'fields' ELSE doc END AS f"
@@ -169,9 +172,12 @@ class _Writer:
 
 
 def candidates_query(
-    tree: FilterNode, session_id: str, *, postgres: bool
+    tree: FilterNode, session_id: str, *, postgres: bool, among: object = None
 ) -> tuple[str, list[Any]] | None:
     """Return the query for the seqs of a session's rows that may pass ``tree``, with its parameters.
+
+    With ``among`` (some seqs, bound as the dialect binds a list: a JSON
+    array in SQLite, a list in PostgreSQL), only the rows among them.
 
     The condition reads ``f``, the item's fields (unwrapped from the
     codec's item wrapper) as JSON text in SQLite and JSONB in PostgreSQL,
@@ -179,13 +185,14 @@ def candidates_query(
     functions cut strings there) or has no JSONB copy (PostgreSQL). ``None``
     when the condition would keep every row (nothing to gain from asking).
     """
-    writer = _Writer(postgres, [session_id])
+    writer = _Writer(postgres, [session_id] if among is None else [session_id, among])
     guard = None if postgres else _texts(writer, tree)
     sql = _maybe(writer, tree)
     if sql is None:
         return None
     if postgres:
-        return _POSTGRES_ROWS + f"({sql})", writer.params
+        rows = _POSTGRES_ROWS.format(among="" if among is None else _POSTGRES_AMONG)
+        return rows + f"({sql})", writer.params
     if guard is not None:
         slash = (
             _SLASH
@@ -193,7 +200,7 @@ def candidates_query(
             else ""
         )
         guard = _GUARDED.format(slash=slash, texts=guard)
-    rows = _SQLITE_ROWS.format(guard=guard or "")
+    rows = _SQLITE_ROWS.format(among="" if among is None else _SQLITE_AMONG, guard=guard or "")
     return rows + f"({sql})", writer.params
 
 
