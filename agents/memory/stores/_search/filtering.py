@@ -31,7 +31,6 @@ __all__ = [
     "first_passing",
     "narrower",
     "reader",
-    "screener",
     "widening",
 ]
 
@@ -249,8 +248,3 @@ class Screener:
             else:
                 judged.update((seq, seq in may) for seq in unknown)
         return None if self._unable else {seq for seq in seqs if judged[seq]}
-
-
-def screener(engine: Engine, sid: str, keep: Filter) -> Screener:
-    """Return a :class:`Screener` of a session's rows for ``keep``."""
-    return Screener(engine, sid, keep)

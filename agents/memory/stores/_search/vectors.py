@@ -43,10 +43,10 @@ from agents.memory.stores._search.filtering import (
     ALL,
     FEW,
     NARROW_AT,
+    Screener,
     first_passing,
     narrower,
     reader,
-    screener,
     widening,
 )
 from agents.memory.stores._search.keyword import KeywordSearch
@@ -242,7 +242,7 @@ class VectorSearch:
                     )
 
                 narrowed = narrower(self._engine, sid, keep)
-                screen = screener(self._engine, sid, keep)
+                screen = Screener(self._engine, sid, keep)
                 start = max(k, NARROW_AT)
                 passing = widening(
                     rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
