@@ -54,6 +54,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "byte-len": {"delta": 1.0, "quantize": True},
     "once+1": {"delta": 1.0, "once": True},
     "newest+1": {"delta": 1.0, "newest": True},
+    "floor0.3+1": {"delta": 1.0, "floor": 0.3},
+    "floor0.5+1": {"delta": 1.0, "floor": 0.5},
+    "floor0.7+1": {"delta": 1.0, "floor": 0.7},
+    "floor1+1": {"delta": 1.0, "floor": 1.0},
+    "okapi+1": {"delta": 1.0, "idf": "okapi"},
+    "plus1.5": {"delta": 1.5},
 }
 
 Postings = dict[str, tuple[Any, Any]]
@@ -114,7 +120,9 @@ class Corpus:
             if posting is None:
                 continue
             rows, tf = posting
-            idf = self.idf(variant.get("idf", "lucene"), term, len(rows))
+            idf = max(
+                self.idf(variant.get("idf", "lucene"), term, len(rows)), variant.get("floor", 0.0)
+            )
             norm = k1 * (1 - b + b * lengths[rows] / average)
             scores[rows] += idf * ((k1 + 1) * tf / (tf + norm) + delta)
         return scores
