@@ -34,7 +34,7 @@ def sign_test(won: int, lost: int) -> float:
     if n == 0:
         return 1.0
     low = min(won, lost)
-    tail = sum(math.comb(n, i) for i in range(low + 1)) / 2**n
+    tail = sum(math.comb(n, i) for i in range(low + 1)) / float(2**n)
     return min(1.0, 2 * tail)
 
 
