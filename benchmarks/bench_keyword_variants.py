@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import _paired as paired
 import numpy as np
 from bench_heldout import corpus
 from bench_search import term_docs
@@ -60,6 +61,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "floor1+1": {"delta": 1.0, "floor": 1.0},
     "okapi+1": {"delta": 1.0, "idf": "okapi"},
     "plus1.5": {"delta": 1.5},
+    "qsat1+1": {"delta": 1.0, "k3": 1.0},
+    "qsat3+1": {"delta": 1.0, "k3": 3.0},
 }
 
 Postings = dict[str, tuple[Any, Any]]
@@ -112,15 +115,22 @@ class Corpus:
         k1 = variant.get("k1", 1.2)
         if variant.get("once"):
             terms = list(dict.fromkeys(terms))
+        repeats = Counter(terms)
+        k3 = variant.get("k3")
         average = self.lengths.mean()
         lengths = self.stored_lengths if variant.get("quantize") else self.lengths
         scores = np.zeros(len(self.lengths))
-        for term in terms:
+        for term in dict.fromkeys(terms) if k3 is not None else terms:
             posting = self.postings.get(term)
             if posting is None:
                 continue
             rows, tf = posting
-            idf = max(
+            if k3 is not None:  # a repeated query word saturates as a repeated item word does
+                qtf = repeats[term]
+                idf_scale = (k3 + 1) * qtf / (k3 + qtf)
+            else:
+                idf_scale = 1.0
+            idf = idf_scale * max(
                 self.idf(variant.get("idf", "lucene"), term, len(rows)), variant.get("floor", 0.0)
             )
             norm = k1 * (1 - b + b * lengths[rows] / average)
@@ -169,6 +179,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--corpora", default="short-steps,long-pages,agent-steps,chat,pages")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    parser.add_argument("--against", default="plus1", help="the variant the paired counts face")
     args = parser.parse_args()
     chosen = {label: VARIANTS[label] for label in args.variants.split(",")}
     seeds = [int(seed) for seed in args.seeds.split(",")]
@@ -180,6 +191,7 @@ def main() -> None:
     print(f"{'corpus':<14}{'queries':<10}" + "".join(f"{v:>10}" for v in chosen) + "  shape")
     for name in args.corpora.split(","):
         got: dict[tuple[str, str], list[float]] = {}
+        hits_of: dict[tuple[str, str], list[bool]] = {}
         shaped: dict[str, list[int]] = {}
         for seed in seeds:
             data = Corpus(name, args.items, args.facts, seed)
@@ -189,6 +201,7 @@ def main() -> None:
                     for terms, item in queries:
                         top = data.top(data.scores(terms, variant), variant.get("newest", False))
                         hits += item in top
+                        hits_of.setdefault((kind, label), []).append(item in top)
                         if label == "plain" and item not in top:
                             counts = shaped.setdefault(kind, [0, 0])
                             counts[0] += 1
@@ -202,8 +215,17 @@ def main() -> None:
                 + f"  {shape}/{misses}",
                 flush=True,
             )
+            if args.against in chosen:
+                cells = []
+                for label in chosen:
+                    won, lost = paired.won_lost(hits_of[kind, label], hits_of[kind, args.against])
+                    worse = lost > won and paired.sign_test(won, lost) < paired.SIGNIFICANT
+                    cells.append(f"{won}/{lost}{'*' if worse else ''}")
+                print(f"{'':<14}{'won/lost':<10}" + "".join(f"{cell:>10}" for cell in cells))
     print(
-        "shape: plain BM25's misses with an item above holding fewer query words / all its misses"
+        "shape: plain BM25's misses with an item above holding fewer query words / all its misses;"
+        " won/lost: facts of every seed each variant finds and --against misses, and the other"
+        " way; * = loses significantly (sign test p < 0.05)"
     )
 
 
