@@ -60,6 +60,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "floor0.7+1": {"delta": 1.0, "floor": 0.7},
     "floor1+1": {"delta": 1.0, "floor": 1.0},
     "okapi+1": {"delta": 1.0, "idf": "okapi"},
+    "floor1.5+1": {"delta": 1.0, "floor": 1.5},
+    "rfloor0.05+1": {"delta": 1.0, "rfloor": 0.05},
+    "rfloor0.1+1": {"delta": 1.0, "rfloor": 0.1},
+    "rfloor0.15+1": {"delta": 1.0, "rfloor": 0.15},
     "plus1.5": {"delta": 1.5},
     "qsat1+1": {"delta": 1.0, "k3": 1.0},
     "qsat3+1": {"delta": 1.0, "k3": 3.0},
@@ -116,6 +120,9 @@ class Corpus:
         if variant.get("once"):
             terms = list(dict.fromkeys(terms))
         repeats = Counter(terms)
+        floor = variant.get("floor", 0.0)
+        if "rfloor" in variant:  # a share of the IDF of a word one item holds
+            floor = variant["rfloor"] * self.idf("lucene", "", 1)
         k3 = variant.get("k3")
         average = self.lengths.mean()
         lengths = self.stored_lengths if variant.get("quantize") else self.lengths
@@ -130,9 +137,7 @@ class Corpus:
                 idf_scale = (k3 + 1) * qtf / (k3 + qtf)
             else:
                 idf_scale = 1.0
-            idf = idf_scale * max(
-                self.idf(variant.get("idf", "lucene"), term, len(rows)), variant.get("floor", 0.0)
-            )
+            idf = idf_scale * max(self.idf(variant.get("idf", "lucene"), term, len(rows)), floor)
             norm = k1 * (1 - b + b * lengths[rows] / average)
             scores[rows] += idf * ((k1 + 1) * tf / (tf + norm) + delta)
         return scores
