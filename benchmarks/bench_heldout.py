@@ -14,16 +14,20 @@ keyword
     recall@5 of ``Memory.search`` (keyword) next to rank_bm25 (``BM25Okapi``),
     bm25s (``method="lucene"``), tantivy and SQLite FTS5 ``bm25()``, every
     engine given the same terms (kvmemory's ``Tokenizer``), k1 1.2, b 0.75;
-    median over the seeds. ``!`` marks kvmemory more than 0.01 below the
-    best engine. Queries with a word of the fact: lexical (and mixed on the
-    held-out families).
+    each engine's mean over the keyword seeds (``--keyword-seeds``, five by
+    default). Queries with a word of the fact: lexical (and mixed on the
+    held-out families). Each set is judged against the best peer (highest
+    mean) fact by fact (benchmarks/_paired.py): ``med3`` the 3-seed median
+    gap the issue names, ``gap`` the mean gap, the facts won and lost over
+    every seed, the sign test's p, and the verdict: "within 0.01", "behind,
+    significant" (p < 0.05) or "behind, seed noise".
 rule
     recall@5 of keyword, semantic and hybrid search (wordllama, the offline
     default; items embedded in parts, the default), median over the seeds;
     ``!`` marks a hybrid more than 0.02 below the better of the other two.
 
 Run: .venv/bin/python benchmarks/bench_heldout.py [--seeds 1,2,3] [--items 10000] [--facts 200]
-     [--keyword-items 20000] [--sections keyword,rule] [--families agent-steps,chat,pages]
+     [--keyword-items 20000] [--keyword-seeds 1,2,3,4,5] [--sections keyword,rule] [--families agent-steps,chat,pages]
      [--per-seed]
 """
 
@@ -36,6 +40,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import _paired as paired
 import corpora_heldout as heldout
 from _search_corpus import SHAPES
 from _search_corpus import make_corpus as make_tuning
@@ -89,23 +94,43 @@ def number(hits: Sequence[Any]) -> list[int]:
     return out
 
 
+def found(ranked: Sequence[list[int]], answers: Sequence[int]) -> list[bool]:
+    """Return, for each answer, whether it is among the first five of its ranking."""
+    return [a in r[:5] for r, a in zip(ranked, answers, strict=True)]
+
+
 def recall(ranked: Sequence[list[int]], answers: Sequence[int]) -> float:
     """Return the share of answers among the first five of their ranking."""
-    return sum(a in r[:5] for r, a in zip(ranked, answers, strict=True)) / len(answers)
+    hits = found(ranked, answers)
+    return sum(hits) / len(hits)
 
 
 def run_keyword(
     names: Sequence[str], n_items: int, n_facts: int, seeds: Sequence[int], per_seed: bool = False
 ) -> None:
-    """Print keyword recall@5 of kvmemory and the peers per corpus and query kind (and each seed's)."""
+    """Print keyword recall@5 of kvmemory and the peers per corpus and query kind, with the verdict.
+
+    Each engine's column is its mean over the seeds. ``med3`` is the gap
+    the issue names: the best peer's median over the first three seeds
+    minus kvmemory's. ``gap`` is the best peer's mean minus kvmemory's
+    (the best peer: highest mean); ``won``/``lost`` count the facts of
+    every seed that kvmemory finds and that peer misses, and the other
+    way; ``p`` is the sign test of that split; the verdict follows
+    ``_paired.verdict``.
+    """
     tokenize = Tokenizer()
     engines = ["kvmemory", *(peer.name for peer in PEERS)]
     print(
         f"\n== keyword: recall@5, {n_items} items, {n_facts} facts, seeds {list(seeds)}; {load()}"
     )
-    print(f"{'corpus':<24}{'queries':<13}" + "".join(f"{name:>12}" for name in engines) + "   gap")
+    print(
+        f"{'corpus':<24}{'queries':<9}"
+        + "".join(f"{name:>12}" for name in engines)
+        + f"{'med3':>7}{'gap':>7}  {'best':<10}{'won/lost':>9}{'p':>7}  verdict"
+    )
+    verdicts: list[tuple[str, str, str]] = []
     for name in names:
-        got: dict[tuple[str, str], list[float]] = {}
+        got: dict[tuple[str, str], list[list[bool]]] = {}
         for seed in seeds:
             rows, sets = corpus(name, n_items, n_facts, seed)
             docs = term_docs(rows, tokenize)
@@ -116,25 +141,41 @@ def run_keyword(
                     continue  # no word of the fact: every engine near 0
                 answers = [item for _, item in queries]
                 ranked = [number(memory.search(query, 5)) for query, _ in queries]
-                got.setdefault((kind, "kvmemory"), []).append(recall(ranked, answers))
+                got.setdefault((kind, "kvmemory"), []).append(found(ranked, answers))
                 for peer in peers:
                     ranked = [peer.query(tokenize(query), 5) for query, _ in queries]
-                    got.setdefault((kind, peer.name), []).append(recall(ranked, answers))
+                    got.setdefault((kind, peer.name), []).append(found(ranked, answers))
         tag = "held-out " if name in heldout.FAMILIES else "tuning "
         for kind in sorted({kind for kind, _ in got}):
-            med = {engine: statistics.median(got[kind, engine]) for engine in engines}
-            gap = max(med[peer.name] for peer in PEERS) - med["kvmemory"]
+            runs = {e: [sum(hits) / len(hits) for hits in got[kind, e]] for e in engines}
+            mean = {e: statistics.fmean(runs[e]) for e in engines}
+            med3 = {e: statistics.median(runs[e][:3]) for e in engines}
+            best = max((peer.name for peer in PEERS), key=lambda peer: mean[peer])
+            ours = [hit for hits in got[kind, "kvmemory"] for hit in hits]
+            theirs = [hit for hits in got[kind, best] for hit in hits]
+            won, lost = paired.won_lost(ours, theirs)
+            gap = mean[best] - mean["kvmemory"]
+            said = paired.verdict(gap, won, lost)
+            if name in heldout.FAMILIES:
+                verdicts.append((name, kind, said))
             print(
-                f"{tag + name:<24}{kind:<13}"
-                + "".join(f"{med[engine]:>12.3f}" for engine in engines)
-                + f"{gap:>+7.3f}{'!' if gap > 0.01 + 1e-9 else ''}",
+                f"{tag + name:<24}{kind:<9}"
+                + "".join(f"{mean[engine]:>12.3f}" for engine in engines)
+                + f"{max(med3[p.name] for p in PEERS) - med3['kvmemory']:>+7.3f}{gap:>+7.3f}"
+                + f"  {best:<10}{f'{won}/{lost}':>9}{paired.sign_test(won, lost):>7.3f}  {said}",
                 flush=True,
             )
             if per_seed:
                 for engine in engines:
-                    runs = " ".join(f"{value:.3f}" for value in got[kind, engine])
-                    print(f"{'':<24}{'':<13}each seed of {engine}: {runs}")
-    print("gap: the best peer minus kvmemory; ! marks more than 0.01")
+                    each = " ".join(f"{value:.3f}" for value in runs[engine])
+                    print(f"{'':<24}{'':<9}each seed of {engine}: {each}")
+    print(
+        "columns: each engine's mean over the seeds; med3 = best peer's median over the first three"
+        " seeds minus kvmemory's; gap = best peer's mean minus kvmemory's; won/lost = facts only"
+        " kvmemory / only the best peer finds, every seed; p = sign test"
+    )
+    behind = [f"{n} {k}" for n, k, said in verdicts if said.startswith("behind, significant")]
+    print(f"held-out sets behind, significant: {', '.join(behind) if behind else 'none'}")
 
 
 def run_rule(names: Sequence[str], n_items: int, n_facts: int, seeds: Sequence[int]) -> None:
@@ -181,6 +222,7 @@ def main() -> None:
     parser.add_argument("--facts", type=int, default=120)
     parser.add_argument("--keyword-items", type=int, default=20000)
     parser.add_argument("--keyword-facts", type=int, default=240)
+    parser.add_argument("--keyword-seeds", default="1,2,3,4,5", help="seeds of the keyword table")
     parser.add_argument("--families", default=",".join(heldout.FAMILIES))
     parser.add_argument("--tuning", default="yes", choices=["yes", "no"])
     parser.add_argument("--sections", default="keyword,rule")
@@ -193,7 +235,8 @@ def main() -> None:
     started = time.perf_counter()
     if "keyword" in sections:
         names = [*(TUNING_KEYWORD if tuning else ()), *families]
-        run_keyword(names, args.keyword_items, args.keyword_facts, seeds, args.per_seed)
+        keyword_seeds = [int(seed) for seed in args.keyword_seeds.split(",")]
+        run_keyword(names, args.keyword_items, args.keyword_facts, keyword_seeds, args.per_seed)
     if "rule" in sections:
         names = [*((*TUNING_KEYWORD, *TUNING_RULE) if tuning else ()), *families]
         run_rule(names, args.items, args.facts, seeds)

@@ -1,7 +1,8 @@
 """Keyword misses against each peer, fact by fact: a paired comparison on the numpy model of the ranking.
 
 For each corpus and query kind, every planted fact is ranked by kvmemory
-(BM25+ over Lucene's IDF, ``delta = 1``, ties oldest first) and by models of
+(BM25+ over Lucene's IDF floored at 0.15 of a word one item holds,
+``delta = 1``, ties oldest first: ``--variant rfloor0.15+1``, the default) and by models of
 the peers of ``bench_heldout.py --sections keyword``, every one given the
 same terms:
 
@@ -17,7 +18,8 @@ same terms:
 It prints, per corpus and kind, recall@5 of each engine (median over the
 seeds), and for each peer the paired counts over every fact of every seed:
 ``won`` (kvmemory finds it, the peer does not), ``lost`` (the other way)
-and the two-sided sign-test p-value of that split. Then the shape of
+and the two-sided sign-test p-value of that split, and the verdict against
+the best peer by mean over the seeds (benchmarks/_paired.py). Then the shape of
 kvmemory's misses that the best peer finds: the fact's length against the
 average, its depth, how many of the query's distinct words it holds against
 the items above it, and how close its score is to the fifth item's.
@@ -26,19 +28,19 @@ Choose on the tuning corpora (``short-steps``, ``long-pages``, ``crowded``);
 the held-out families only judge a choice (docs/search.md, "Held-out corpora").
 
 Run: .venv/bin/python benchmarks/bench_keyword_misses.py [--items 20000] [--facts 240]
-     [--seeds 1,2,3,4,5] [--corpora agent-steps,pages] [--variant plus1]
+     [--seeds 1,2,3,4,5] [--corpora agent-steps,pages] [--variant rfloor0.15+1]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import _paired as paired
 import corpora_heldout as heldout
 import numpy as np
 from bench_keyword_variants import VARIANTS, Corpus
@@ -83,16 +85,6 @@ def scores(data: Corpus, terms: Sequence[str], variant: dict[str, Any]) -> Any:
     return out.astype(np.float64)
 
 
-def sign_test(won: int, lost: int) -> float:
-    """Return the two-sided sign-test p-value of ``won`` against ``lost`` (ties dropped)."""
-    n = won + lost
-    if n == 0:
-        return 1.0
-    low = min(won, lost)
-    tail = sum(math.comb(n, i) for i in range(low + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
 def held_words(data: Corpus, terms: Sequence[str]) -> Counter[int]:
     """Return how many of the query's distinct words each item holds."""
     held = Counter[int]()
@@ -109,7 +101,7 @@ def main() -> None:
     parser.add_argument("--facts", type=int, default=240)
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--corpora", default="agent-steps,pages")
-    parser.add_argument("--variant", default="plus1", choices=list(VARIANTS))
+    parser.add_argument("--variant", default="rfloor0.15+1", choices=list(VARIANTS))
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     one, five, fifteen = os.getloadavg()
@@ -169,14 +161,22 @@ def main() -> None:
                 runs = " ".join(f"{sum(r) / len(r):.3f}" for r in rows[engine])
                 print(f"  {engine:<10} {med[engine]:.3f} ({runs})")
             ours = [hit for run in rows["kvmemory"] for hit in run]
+            mean = {e: statistics.fmean(sum(r) / len(r) for r in rows[e]) for e in engines}
             for peer in PEERS:
                 theirs = [hit for run in rows[peer] for hit in run]
-                won = sum(a and not b for a, b in zip(ours, theirs, strict=True))
-                lost = sum(b and not a for a, b in zip(ours, theirs, strict=True))
+                won, lost = paired.won_lost(ours, theirs)
                 print(
                     f"  vs {peer:<10} won {won:>3}  lost {lost:>3}  sign test p = "
-                    f"{sign_test(won, lost):.3f}  (facts {len(ours)})"
+                    f"{paired.sign_test(won, lost):.3f}  (facts {len(ours)})"
                 )
+            best = max(PEERS, key=lambda peer: mean[peer])
+            theirs = [hit for run in rows[best] for hit in run]
+            won, lost = paired.won_lost(ours, theirs)
+            gap = mean[best] - mean["kvmemory"]
+            print(
+                f"  verdict against the best peer by mean ({best}): mean gap {gap:+.3f}, "
+                f"{paired.verdict(gap, won, lost)}"
+            )
             shaped = shapes.get(kind, [])
             if shaped:
                 depth = Counter(s["depth"] for s in shaped)

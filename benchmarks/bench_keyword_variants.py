@@ -5,10 +5,15 @@ an item), ranked best first with ties by item order (kvmemory's order),
 changed in one way: the IDF (Lucene's, FTS5's floored one, rank_bm25's
 ``BM25Okapi`` one, or Lucene's times the share of items lacking the word),
 ``b``, BM25+'s ``delta`` (each held word adds ``delta * idf``), ties broken
-newest first, or a repeated query word counted once. ``plain`` is plain
-BM25 with Lucene's IDF (kvmemory before BM25+) and ``plus1`` BM25+ with
-``delta = 1`` (kvmemory now): both equal ``Memory.search``'s recall on the
-sets of ``bench_heldout.py --sections keyword``. Prints recall@5 per corpus
+newest first, a repeated query word counted once or saturated (``k3``), or
+the IDF floored (``floor``: absolute; ``rfloor``: a share of the IDF of a
+word one item holds). ``plain`` is plain BM25 with Lucene's IDF (kvmemory
+before BM25+), ``plus1`` BM25+ with ``delta = 1`` (kvmemory before the
+floor) and ``rfloor0.15+1`` BM25+ with the IDF floored at 0.15 of the
+rarest word's (kvmemory now): each equals ``Memory.search``'s recall on the
+sets of ``bench_heldout.py --sections keyword`` in its release. Each
+variant's facts won and lost against ``--against`` (default ``plus1``)
+are printed under its recall, ``*`` where it loses significantly. Prints recall@5 per corpus
 and query kind, the median over the seeds, and, for ``plain``, how many
 misses have an item ranked above the fact that holds fewer of the query's
 distinct words (the shape BM25+ mends).
@@ -30,6 +35,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import _paired as paired
 import numpy as np
 from bench_heldout import corpus
 from bench_search import term_docs
@@ -54,6 +60,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "byte-len": {"delta": 1.0, "quantize": True},
     "once+1": {"delta": 1.0, "once": True},
     "newest+1": {"delta": 1.0, "newest": True},
+    "floor0.3+1": {"delta": 1.0, "floor": 0.3},
+    "floor0.5+1": {"delta": 1.0, "floor": 0.5},
+    "floor0.7+1": {"delta": 1.0, "floor": 0.7},
+    "floor1+1": {"delta": 1.0, "floor": 1.0},
+    "okapi+1": {"delta": 1.0, "idf": "okapi"},
+    "floor1.5+1": {"delta": 1.0, "floor": 1.5},
+    "rfloor0.05+1": {"delta": 1.0, "rfloor": 0.05},
+    "rfloor0.1+1": {"delta": 1.0, "rfloor": 0.1},
+    "rfloor0.15+1": {"delta": 1.0, "rfloor": 0.15},
+    "plus1.5": {"delta": 1.5},
+    "qsat1+1": {"delta": 1.0, "k3": 1.0},
+    "qsat3+1": {"delta": 1.0, "k3": 3.0},
 }
 
 Postings = dict[str, tuple[Any, Any]]
@@ -106,15 +124,25 @@ class Corpus:
         k1 = variant.get("k1", 1.2)
         if variant.get("once"):
             terms = list(dict.fromkeys(terms))
+        repeats = Counter(terms)
+        floor = variant.get("floor", 0.0)
+        if "rfloor" in variant:  # a share of the IDF of a word one item holds
+            floor = variant["rfloor"] * self.idf("lucene", "", 1)
+        k3 = variant.get("k3")
         average = self.lengths.mean()
         lengths = self.stored_lengths if variant.get("quantize") else self.lengths
         scores = np.zeros(len(self.lengths))
-        for term in terms:
+        for term in dict.fromkeys(terms) if k3 is not None else terms:
             posting = self.postings.get(term)
             if posting is None:
                 continue
             rows, tf = posting
-            idf = self.idf(variant.get("idf", "lucene"), term, len(rows))
+            if k3 is not None:  # a repeated query word saturates as a repeated item word does
+                qtf = repeats[term]
+                idf_scale = (k3 + 1) * qtf / (k3 + qtf)
+            else:
+                idf_scale = 1.0
+            idf = idf_scale * max(self.idf(variant.get("idf", "lucene"), term, len(rows)), floor)
             norm = k1 * (1 - b + b * lengths[rows] / average)
             scores[rows] += idf * ((k1 + 1) * tf / (tf + norm) + delta)
         return scores
@@ -161,6 +189,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--corpora", default="short-steps,long-pages,agent-steps,chat,pages")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    parser.add_argument("--against", default="plus1", help="the variant the paired counts face")
     args = parser.parse_args()
     chosen = {label: VARIANTS[label] for label in args.variants.split(",")}
     seeds = [int(seed) for seed in args.seeds.split(",")]
@@ -172,6 +201,7 @@ def main() -> None:
     print(f"{'corpus':<14}{'queries':<10}" + "".join(f"{v:>10}" for v in chosen) + "  shape")
     for name in args.corpora.split(","):
         got: dict[tuple[str, str], list[float]] = {}
+        hits_of: dict[tuple[str, str], list[bool]] = {}
         shaped: dict[str, list[int]] = {}
         for seed in seeds:
             data = Corpus(name, args.items, args.facts, seed)
@@ -181,6 +211,7 @@ def main() -> None:
                     for terms, item in queries:
                         top = data.top(data.scores(terms, variant), variant.get("newest", False))
                         hits += item in top
+                        hits_of.setdefault((kind, label), []).append(item in top)
                         if label == "plain" and item not in top:
                             counts = shaped.setdefault(kind, [0, 0])
                             counts[0] += 1
@@ -194,8 +225,17 @@ def main() -> None:
                 + f"  {shape}/{misses}",
                 flush=True,
             )
+            if args.against in chosen:
+                cells = []
+                for label in chosen:
+                    won, lost = paired.won_lost(hits_of[kind, label], hits_of[kind, args.against])
+                    worse = lost > won and paired.sign_test(won, lost) < paired.SIGNIFICANT
+                    cells.append(f"{won}/{lost}{'*' if worse else ''}")
+                print(f"{'':<14}{'won/lost':<10}" + "".join(f"{cell:>10}" for cell in cells))
     print(
-        "shape: plain BM25's misses with an item above holding fewer query words / all its misses"
+        "shape: plain BM25's misses with an item above holding fewer query words / all its misses;"
+        " won/lost: facts of every seed each variant finds and --against misses, and the other"
+        " way; * = loses significantly (sign test p < 0.05)"
     )
 
 

@@ -30,18 +30,19 @@ N_FACTS = 30
 N_CROWDED_ITEMS = 600
 
 
-def _heldout() -> Any:
-    path = ROOT / "benchmarks" / "corpora_heldout.py"
-    spec = importlib.util.spec_from_file_location("corpora_heldout", path)
+def _benchmark(name: str) -> Any:
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("corpora_heldout", module)  # its dataclasses look their module up
+    sys.modules.setdefault(name, module)  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-HELDOUT = _heldout()
+HELDOUT = _benchmark("corpora_heldout")
+PAIRED = _benchmark("_paired")
 
 
 @functools.cache
@@ -148,3 +149,35 @@ def test_store_ranks_a_heldout_family_as_memory_search_does(store_url: str, fami
     ram = _ram_ranked(family)
     assert got == ram
     assert _rule_breaks(family, got) == _rule_breaks(family, ram)
+
+
+# How the keyword bullet is judged (benchmarks/_paired.py): the mean gap to the best peer over
+# five seeds, and a sign test on the facts one engine finds and the other misses.
+
+
+def test_sign_test_finds_eight_facts_lost_and_none_won_significant() -> None:
+    """Eight facts lost and none won give the two-sided p of a fair coin landing one way eight times."""
+    assert PAIRED.sign_test(0, 8) == pytest.approx(2 / 2**8)
+
+
+def test_sign_test_of_an_even_split_is_one() -> None:
+    """An even split of the differing facts, or none differing, gives p = 1."""
+    assert (PAIRED.sign_test(13, 13), PAIRED.sign_test(0, 0)) == (1.0, 1.0)
+
+
+def test_verdict_calls_a_gap_over_the_target_with_an_even_split_seed_noise() -> None:
+    """A mean gap over 0.01 whose facts split 22 won to 29 lost (p 0.40) is seed noise."""
+    assert PAIRED.verdict(0.013, 22, 29) == "behind, seed noise"
+
+
+def test_verdict_calls_a_gap_over_the_target_with_a_lopsided_split_significant() -> None:
+    """A mean gap over 0.01 with 0 facts won and 12 lost (p < 0.001) is behind, significant."""
+    assert PAIRED.verdict(0.012, 0, 12) == "behind, significant"
+
+
+def test_verdict_calls_a_gap_at_the_target_within_and_says_when_it_loses_significantly() -> None:
+    """A mean gap of exactly 0.01 meets the target; a lopsided split is named beside it."""
+    assert (PAIRED.verdict(0.010, 3, 4), PAIRED.verdict(0.010, 0, 8)) == (
+        "within 0.01",
+        "within 0.01, loses significantly",
+    )
