@@ -419,7 +419,10 @@ def proximity(
     crowded-steps mixed 0.100 (semantic 0.100, release 0.042); every other
     set as the release blend but agent-steps mixed 0.425 (release 0.433,
     keyword 0.383). docs/search.md, "Held-out corpora", has both tables.
-    Not the default yet: the stores must compute the same evidence, and in a
+    On the small sets of ``tests/test_search_heldout.py`` (30 facts) its three
+    strict expected failures stay (crowded-steps mixed 0.233 against the
+    current 0.200 and semantic 0.333; the rest as the current blend).
+    Not the default: the stores must compute the same evidence, and in a
     scratch ``Memory.search`` it cost 1.29x to 1.57x a hybrid query (only hits
     whose matched terms hold 0.9 of the query's weight tokenized, the walk
     stopping at the first hit reaching the gate; 2.3x to 2.6x without).
