@@ -362,11 +362,11 @@ ITEMS = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(ITEMS, st.randoms(use_true_random=False), st.sampled_from([1, 2]))
+@given(ITEMS, st.randoms(use_true_random=False), st.sampled_from([1, 2]), st.integers(1, 50))
 def test_filing_in_bulk_gives_the_postings_of_filing_item_by_item(
-    data: list[dict[str, Any]], rng: random.Random, min_length: int
+    data: list[dict[str, Any]], rng: random.Random, min_length: int, step: int
 ) -> None:
-    """Items filed in bulk hold the same postings (keys and terms in the same order), lengths, texts and total."""
+    """Items filed in bulk, a slice of ``step`` at a time, hold the postings (keys and terms in order), lengths, texts and total of filing one by one."""
     np = pytest.importorskip("numpy")
     keys = rng.sample(range(10_000), len(data))
     pairs = [(key, MemoryItem(**row)) for key, row in zip(keys, data, strict=True)]
@@ -375,7 +375,7 @@ def test_filing_in_bulk_gives_the_postings_of_filing_item_by_item(
     docs: dict[int, Any] = {}
     lengths: dict[int, int] = {}
     filed, total = _file_items(pairs, tokenize, (postings, docs, lengths), None, None)
-    bulk = file_in_bulk(np, pairs, tokenize)
+    bulk = file_in_bulk(np, pairs, tokenize, step=step)
     assert bulk is not None
     assert (bulk.keys, bulk.docs, bulk.lengths, bulk.total) == (filed, docs, lengths, total)
     assert [(term, list(p.items())) for term, p in bulk.postings.items()] == [

@@ -22,8 +22,28 @@ from agents.memory._text import Tokenizer, field_texts, spaced_terms
 
 __all__ = ["Filed", "file_in_bulk"]
 
-_SLICE: Final = 8192  # items whose terms are split out at once (bounds the strings held)
+_SLICE: Final = 1024  # items whose terms are split out at once (bounds the strings held at once)
 _END: Final = "\x00"  # never a term (not a letter or digit): marks the end of each item's terms
+
+
+def _spaced(
+    pairs: Sequence[tuple[int, MemoryItem]], tokenize: Tokenizer, filed: Filed
+) -> list[str] | None:
+    """File the items' keys and texts in ``filed``; return each one's terms spaced (``None``: see ``spaced_terms``)."""
+    spaced = []
+    for key, item in pairs:
+        try:
+            doc = tuple(field_texts(item_fields(item)))
+        except Exception:
+            continue
+        text = doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc])
+        terms = spaced_terms(tokenize, text)
+        if terms is None:
+            return None
+        filed.keys.append(key)
+        filed.docs[key] = doc
+        spaced.append(terms)
+    return spaced
 
 
 class Filed:
@@ -54,53 +74,50 @@ class Filed:
 
 
 def file_in_bulk(
-    np: Any, pairs: Sequence[tuple[int, MemoryItem]], tokenize: Tokenizer
+    np: Any, pairs: Sequence[tuple[int, MemoryItem]], tokenize: Tokenizer, *, step: int = _SLICE
 ) -> Filed | None:
     """File ``pairs`` in bulk, or return ``None`` where ``tokenize``'s terms cannot be split out of one string (see ``spaced_terms``).
 
     An item whose fields cannot be read (changed while read on another thread) is left out.
+    ``step`` items have their terms split out at once.
     """
     filed = Filed()
-    spaced: list[str] = []
-    # Every item's texts stay alive: the collector would walk the growing heap for nothing.
-    with collector_paused(len(pairs)):
-        for key, item in pairs:
-            try:
-                doc = tuple(field_texts(item_fields(item)))
-            except Exception:
-                continue
-            text = doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc])
-            terms = spaced_terms(tokenize, text)
-            if terms is None:
-                return None
-            filed.keys.append(key)
-            filed.docs[key] = doc
-            spaced.append(terms)
     # Each term numbered by its first use (the count when the dict first saw it), slice by slice.
     number: dict[str, int] = {}
     ticket = count()
     found: list[tuple[Any, Any, Any]] = []  # (term number, item place, tf) of each slice
-    lengths = np.zeros(len(spaced), dtype=np.int64)
-    for start in range(0, len(spaced), _SLICE):
-        words = f" {_END} ".join(spaced[start : start + _SLICE]).split()
-        words.append(_END)
-        ids = np.fromiter(map(number.setdefault, words, ticket), np.int64, len(words))
-        del words
-        end = ids == number[_END]
-        width = int(end.sum())  # the items of the slice: each one's terms end with one _END
-        place = np.cumsum(end) - end  # how many items ended before: the item within the slice
-        ids, place = ids[~end], place[~end]
-        lengths[start : start + width] = np.bincount(place, minlength=width)
-        code = ids * width + place
-        code.sort()  # by term, then item
-        if not len(code):
-            continue
-        first = np.ones(len(code), dtype=bool)
-        first[1:] = code[1:] != code[:-1]
-        at = np.flatnonzero(first)
-        tf = np.diff(np.append(at, len(code)))
-        pair = code[at]
-        found.append((pair // width, (pair % width + start).astype(np.int32), tf.astype(np.int32)))
+    sizes: list[Any] = []  # each slice's lengths
+    # Every item's texts stay alive: the collector would walk the growing heap for nothing.
+    with collector_paused(len(pairs)):
+        for at in range(0, len(pairs), step):  # a slice's texts are freed before the next
+            spaced = _spaced(pairs[at : at + step], tokenize, filed)
+            if spaced is None:
+                return None
+            if not spaced:
+                continue
+            start = len(filed.keys) - len(spaced)  # the place of the slice's first item
+            words = f" {_END} ".join(spaced).split()
+            del spaced
+            words.append(_END)
+            ids = np.fromiter(map(number.setdefault, words, ticket), np.int64, len(words))
+            del words
+            end = ids == number[_END]
+            width = int(end.sum())  # the items of the slice: each one's terms end with one _END
+            place = np.cumsum(end) - end  # how many items ended before: the item in the slice
+            ids, place = ids[~end], place[~end]
+            sizes.append(np.bincount(place, minlength=width))
+            code = ids * width + place
+            code.sort()  # by term, then item
+            if not len(code):
+                continue
+            first = np.ones(len(code), dtype=bool)
+            first[1:] = code[1:] != code[:-1]
+            cut = np.flatnonzero(first)
+            tf = np.diff(np.append(cut, len(code)))
+            pair = code[cut]
+            place = (pair % width + start).astype(np.int32)
+            found.append((pair // width, place, tf.astype(np.int32)))
+    lengths = np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64)
     by_number = {value: term for term, value in number.items()}
     if found:
         ids = np.concatenate([ids for ids, _, _ in found])
@@ -115,11 +132,19 @@ def file_in_bulk(
         ends = np.append(starts[1:], len(ids))
         filed.sizes = ends - starts
         filed.terms = [by_number[value] for value in ids[starts].tolist()]
-        keys = np.array(filed.keys, dtype=np.int64)[filed.items].tolist()
-        counts = filed.tf.tolist()
+        # The keys given, not new ints: the postings share them, as filing one by one does.
+        # Term by term, so that the ints read out of the arrays are freed as they go.
+        key_at = filed.keys.__getitem__
+        places, counts = filed.items, filed.tf
         postings = filed.postings
         for term, begin, stop in zip(filed.terms, starts.tolist(), ends.tolist(), strict=True):
-            postings[term] = dict(zip(keys[begin:stop], counts[begin:stop], strict=True))
+            postings[term] = dict(
+                zip(
+                    map(key_at, places[begin:stop].tolist()),
+                    counts[begin:stop].tolist(),
+                    strict=True,
+                )
+            )
     else:
         filed.sizes = np.zeros(0, dtype=np.int64)
         filed.items = np.zeros(0, dtype=np.int32)
