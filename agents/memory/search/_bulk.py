@@ -26,26 +26,6 @@ _SLICE: Final = 1024  # items whose terms are split out at once (bounds the stri
 _END: Final = "\x00"  # never a term (not a letter or digit): marks the end of each item's terms
 
 
-def _spaced(
-    pairs: Sequence[tuple[int, MemoryItem]], tokenize: Tokenizer, filed: Filed
-) -> list[str] | None:
-    """File the items' keys and texts in ``filed``; return each one's terms spaced (``None``: see ``spaced_terms``)."""
-    spaced = []
-    for key, item in pairs:
-        try:
-            doc = tuple(field_texts(item_fields(item)))
-        except Exception:
-            continue
-        text = doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc])
-        terms = spaced_terms(tokenize, text)
-        if terms is None:
-            return None
-        filed.keys.append(key)
-        filed.docs[key] = doc
-        spaced.append(terms)
-    return spaced
-
-
 class Filed:
     """Items filed in bulk: what ``_file_items`` fills, and every posting as sorted arrays.
 
@@ -89,13 +69,24 @@ def file_in_bulk(
     sizes: list[Any] = []  # each slice's lengths
     # Every item's texts stay alive: the collector would walk the growing heap for nothing.
     with collector_paused(len(pairs)):
-        for at in range(0, len(pairs), step):  # a slice's texts are freed before the next
-            spaced = _spaced(pairs[at : at + step], tokenize, filed)
-            if spaced is None:
-                return None
-            if not spaced:
+        # First every item's texts (kept), then the terms slice by slice (not kept): what
+        # is kept is not laid out between what is freed, so the freed memory goes back.
+        for key, item in pairs:
+            try:
+                doc = tuple(field_texts(item_fields(item)))
+            except Exception:
                 continue
-            start = len(filed.keys) - len(spaced)  # the place of the slice's first item
+            filed.keys.append(key)
+            filed.docs[key] = doc
+        docs = list(filed.docs.values())
+        for start in range(0, len(docs), step):  # a slice's terms are freed before the next
+            spaced = []
+            for doc in docs[start : start + step]:
+                text = doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc])
+                terms = spaced_terms(tokenize, text)
+                if terms is None:
+                    return None
+                spaced.append(terms)
             words = f" {_END} ".join(spaced).split()
             del spaced
             words.append(_END)
