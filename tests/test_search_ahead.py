@@ -232,9 +232,9 @@ def test_the_build_makes_every_common_terms_arrays_which_rank_after_changes() ->
     assert answers(memory) == answers(changed)
 
 
-def embedded_store(tmp_path: Path, embedder: HashingEmbedder) -> str:
-    """Return the URL of a SQLite store holding session ``s`` of 600 steps, embedded by ``embedder``."""
-    url = f"sqlite://{tmp_path}/s.db"
+def embedded_store(tmp_path: Path, embedder: HashingEmbedder, url: str | None = None) -> str:
+    """Return the URL of a store (default SQLite) holding session ``s`` of 600 steps, embedded by ``embedder``."""
+    url = url or f"sqlite://{tmp_path}/s.db"
     with open_store(url) as store:
         store.append("s", [MemoryItem(**row) for row in rows(600)])
         store.index_embeddings("s", embedder)
@@ -415,10 +415,14 @@ def test_common_arrays_from_a_bulk_filing_equal_those_read_from_the_postings() -
         assert np.array_equal(impacts.contrib[2], other.contrib[2])
 
 
-def test_semantic_and_hybrid_go_to_the_store_while_the_build_reads_vectors(tmp_path: Path) -> None:
-    """While a build ahead still reads the stored vectors, SQLite ranks a StoredMemory's semantic and hybrid queries: no wait, same hits."""
+@pytest.mark.parametrize("scheme", ["sqlite", "postgres"])
+def test_semantic_and_hybrid_go_to_the_store_while_the_build_reads_vectors(
+    tmp_path: Path, scheme: str, request: pytest.FixtureRequest
+) -> None:
+    """While a build ahead still reads the stored vectors, the store ranks a StoredMemory's semantic and hybrid queries: no wait, same hits."""
     embedder = HashingEmbedder(32)
-    url = embedded_store(tmp_path, embedder)
+    given_url = str(request.getfixturevalue("postgres_url")) if scheme == "postgres" else None
+    url = embedded_store(tmp_path, embedder, given_url)
     with (
         open_memory(url, "s", index_ahead=False) as memory,
         open_memory(url, "s", index_ahead=False) as plain,
