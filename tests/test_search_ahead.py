@@ -9,9 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.memory import ArgumentTypeError, Memory, MemoryItem
-from agents.memory.search import HashingEmbedder, SearchIndex, search_index
+from agents.memory.search import HashingEmbedder, SearchIndex, Tokenizer, search_index
+from agents.memory.search._bm25 import Ranker
+from agents.memory.search._bulk import file_in_bulk
+from agents.memory.search._index import _file_items
 from agents.memory.stores import StoredMemory, open_memory, open_store
 
 WORDS = [f"w{i}" for i in range(40)] + ["invoice", "report", "chart", "window", "dialog"]
@@ -227,9 +232,9 @@ def test_the_build_makes_every_common_terms_arrays_which_rank_after_changes() ->
     assert answers(memory) == answers(changed)
 
 
-def embedded_store(tmp_path: Path, embedder: HashingEmbedder) -> str:
-    """Return the URL of a SQLite store holding session ``s`` of 600 steps, embedded by ``embedder``."""
-    url = f"sqlite://{tmp_path}/s.db"
+def embedded_store(tmp_path: Path, embedder: HashingEmbedder, url: str | None = None) -> str:
+    """Return the URL of a store (default SQLite) holding session ``s`` of 600 steps, embedded by ``embedder``."""
+    url = url or f"sqlite://{tmp_path}/s.db"
     with open_store(url) as store:
         store.append("s", [MemoryItem(**row) for row in rows(600)])
         store.index_embeddings("s", embedder)
@@ -341,3 +346,105 @@ def test_no_vectors_are_read_ahead_once_a_semantic_query_embedded_every_item() -
         if thread.name == "kvmemory-index-ahead":
             thread.join(30)
     assert asked == []
+
+
+TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
+VALUE = st.recursive(
+    st.one_of(TEXT, st.integers(), st.floats(allow_nan=False), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+ITEMS = st.lists(
+    st.dictionaries(st.sampled_from(["a", "b", "page"]), VALUE, max_size=3), max_size=40
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ITEMS, st.randoms(use_true_random=False), st.sampled_from([1, 2]), st.integers(1, 50))
+def test_filing_in_bulk_gives_the_postings_of_filing_item_by_item(
+    data: list[dict[str, Any]], rng: random.Random, min_length: int, step: int
+) -> None:
+    """Items filed in bulk, a slice of ``step`` at a time, hold the postings (keys and terms in order), lengths, texts and total of filing one by one."""
+    np = pytest.importorskip("numpy")
+    keys = rng.sample(range(10_000), len(data))
+    pairs = [(key, MemoryItem(**row)) for key, row in zip(keys, data, strict=True)]
+    tokenize = Tokenizer(min_length=min_length)
+    postings: dict[str, dict[int, int]] = {}
+    docs: dict[int, Any] = {}
+    lengths: dict[int, int] = {}
+    filed, total = _file_items(pairs, tokenize, (postings, docs, lengths), None, None)
+    bulk = file_in_bulk(np, pairs, tokenize, step=step)
+    assert bulk is not None
+    assert (bulk.keys, bulk.docs, bulk.lengths, bulk.total) == (filed, docs, lengths, total)
+    assert [(term, list(p.items())) for term, p in bulk.postings.items()] == [
+        (term, list(p.items())) for term, p in postings.items()
+    ]
+
+
+def test_a_tokenizer_with_a_stemmer_is_filed_item_by_item() -> None:
+    """Filing in bulk declines a stemmer's terms (any string): the build files those items one by one."""
+    np = pytest.importorskip("numpy")
+    pairs = [(0, MemoryItem(thought="clicked clicks"))]
+    assert file_in_bulk(np, pairs, Tokenizer(stemmer=lambda word: word[:5])) is None
+
+
+def test_common_arrays_from_a_bulk_filing_equal_those_read_from_the_postings() -> None:
+    """The arrays of the terms 256 items hold, made from a bulk filing's arrays, are those made from its postings."""
+    np = pytest.importorskip("numpy")
+    pairs = [(3 * i + 1, MemoryItem(**row)) for i, row in enumerate(rows(900))]
+    bulk = file_in_bulk(np, pairs, Tokenizer())
+    assert bulk is not None
+    made = []
+    for source in (bulk, None):
+        ranker = Ranker(np)
+        ranker.next_generation()
+        ranker.indexed(bulk.keys)
+        ranker.build_common(bulk.postings, bulk.lengths, source)
+        assert ranker.ahead is not None
+        made.append(ranker.ahead.made)
+    assert made[0]
+    assert list(made[0]) == list(made[1])
+    for term, impacts in made[0].items():
+        other = made[1][term]
+        for name in ("rows", "tf", "dl", "ordered"):
+            assert np.array_equal(getattr(impacts, name), getattr(other, name)), (term, name)
+        assert impacts.contrib is not None
+        assert other.contrib is not None
+        assert np.array_equal(impacts.contrib[2], other.contrib[2])
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "postgres"])
+def test_semantic_and_hybrid_go_to_the_store_while_the_build_reads_vectors(
+    tmp_path: Path, scheme: str, request: pytest.FixtureRequest
+) -> None:
+    """While a build ahead still reads the stored vectors, the store ranks a StoredMemory's semantic and hybrid queries: no wait, same hits."""
+    embedder = HashingEmbedder(32)
+    given_url = str(request.getfixturevalue("postgres_url")) if scheme == "postgres" else None
+    url = embedded_store(tmp_path, embedder, given_url)
+    with (
+        open_memory(url, "s", index_ahead=False) as memory,
+        open_memory(url, "s", index_ahead=False) as plain,
+    ):
+        source = HeldSource(url, memory)
+        index = search_index(memory)
+        index.build_ahead(vectors=source)
+        assert source.reached.wait(30)
+        for mode in ("semantic", "hybrid"):
+            got = answers(memory, mode=mode, embedder=embedder)
+            want = answers(plain, mode=mode, embedder=embedder)
+            assert [[(s, f) for s, _, f in hits] for hits in got] == [
+                [(s, f) for s, _, f in hits] for hits in want
+            ]
+            scores = [x for hits in got for _, x, _ in hits]
+            assert scores == pytest.approx([x for hits in want for _, x, _ in hits], rel=1e-6)
+        assert len(index.missing_vectors(None)) == 600  # the store answered: none read into RAM
+        assert index.building()
+        source.opened.set()
+        index.build_ahead(wait=True)
+        assert not index.building()
+        assert index.missing_vectors(None) == []
+        assert answers(memory, mode="hybrid", embedder=embedder) == answers(
+            plain, mode="hybrid", embedder=embedder
+        )

@@ -37,6 +37,7 @@ __all__ = [
     "item_texts",
     "keyword_idf",
     "lucene_idf",
+    "spaced_terms",
 ]
 
 BM25_K1 = 1.2
@@ -172,6 +173,23 @@ class Tokenizer:
         return terms
 
 
+def spaced_terms(tokenize: Tokenizer, text: str) -> str | None:
+    """Return the terms ``tokenize`` finds in ``text`` with whitespace between them, or ``None`` for a tokenizer this cannot vouch for.
+
+    Splitting the result at whitespace gives ``tokenize(text)``. For the
+    plain :class:`Tokenizer` (no stemmer, every length kept) ASCII text is
+    lowered and its other characters made spaces, without making a list of
+    terms; any other ``Tokenizer`` without a stemmer joins its terms (runs of
+    letters and digits never hold whitespace). A stemmer may return any
+    string, and a tokenizer of another type any terms: ``None`` for those.
+    """
+    if type(tokenize) is not Tokenizer or tokenize.stemmer is not None:
+        return None
+    if tokenize.min_length == 1 and text.isascii():
+        return text.lower().translate(_ASCII_SPACES)
+    return " ".join(tokenize(text))
+
+
 def item_texts(
     fields: Mapping[str, Any], keys: tuple[str, ...] | None
 ) -> Iterator[tuple[str, str]]:
@@ -196,8 +214,11 @@ def field_texts(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
     """
     out: list[tuple[str, str]] = []
     for name, value in fields.items():
-        if type(value) is str:
+        kind = type(value)
+        if kind is str:
             out.append((name, value))
+            continue
+        if kind in _NOT_TEXT:
             continue
         found: list[str] = []
         _walk(value, found)
@@ -210,16 +231,24 @@ def _walk(value: Any, out: list[str]) -> None:
     cls = type(value)
     if cls is str:
         out.append(value)
-    elif cls is dict:
-        for inner in value.values():
-            _walk(inner, out)
+        return
+    if cls is dict:
+        inners = value.values()
     elif cls is list or cls is tuple:
-        for inner in value:
-            _walk(inner, out)
+        inners = value
     elif cls in _NOT_TEXT:
         return
     else:
         out.extend(_strings(value))
+        return
+    # A container's strings and numbers are taken here, without a call each (a build
+    # ahead walks every item of a session); anything else is walked in turn.
+    for inner in inners:
+        kind = type(inner)
+        if kind is str:
+            out.append(inner)
+        elif kind not in _NOT_TEXT:
+            _walk(inner, out)
 
 
 _NOT_TEXT: Final = frozenset({int, float, bool, type(None), bytes})

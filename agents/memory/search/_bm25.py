@@ -38,6 +38,7 @@ from agents.memory._text import (
     bm25_term_score,
     bm25_weight,
 )
+from agents.memory.search._bulk import Filed
 
 __all__ = ["QueryTerm", "Ranker", "exhaustive_top"]
 
@@ -164,26 +165,14 @@ class _Common:
     def __init__(
         self,
         np: Any,
-        postings: Mapping[str, Mapping[int, int]],
+        entries: tuple[list[str], Any, Any, Any, Any],
         lengths: Mapping[int, int],
-        row_of: Mapping[int, int],
         generation: tuple[int, int, int],
     ) -> None:
-        common = [term for term, posting in postings.items() if len(posting) >= _SMALL]
-        sizes = np.fromiter((len(postings[term]) for term in common), np.int64, len(common))
-        total = int(sizes.sum())
-        keys = np.fromiter(chain.from_iterable(postings[t] for t in common), np.int64, total)
-        tf = np.fromiter(chain.from_iterable(postings[t].values() for t in common), np.int32, total)
-        # Each key's row and length, looked up in numpy through the keys sorted.
-        held = np.fromiter(row_of, np.int64, len(row_of))
-        by_key = np.argsort(held)
-        held = held[by_key]
-        row = np.fromiter(row_of.values(), np.int64, len(row_of))[by_key]
-        length = np.fromiter(map(lengths.__getitem__, row_of), np.int32, len(row_of))[by_key]
-        at = np.searchsorted(held, keys)
-        rows = row[at].astype(np.int32)
-        dl = length[at]
-        del keys, at, held, row, length, by_key
+        # entries: the terms, how many items hold each, and their entries' rows, counts and
+        # lengths (int32), term by term in that order (see _entries and _filed_entries).
+        common, sizes, rows, tf, dl = entries
+        total = len(rows)
         # One sort: by term, then impact order within each term.
         term_of = np.repeat(np.arange(len(common), dtype=np.int32), sizes)
         clipped = np.minimum(tf, _GROUPS)
@@ -217,6 +206,42 @@ class _Common:
             impacts = _Impacts(np, rows[cut], tf[cut], dl[cut], generation, ordered[cut])
             impacts.contrib = (slope, weight, contrib[cut])
             self.made[term] = impacts
+
+
+def _entries(
+    np: Any,
+    postings: Mapping[str, Mapping[int, int]],
+    lengths: Mapping[int, int],
+    row_of: Mapping[int, int],
+) -> tuple[list[str], Any, Any, Any, Any]:
+    """Return the entries of every term held by at least ``_SMALL`` items, read from the postings dicts (see ``_Common``)."""
+    common = [term for term, posting in postings.items() if len(posting) >= _SMALL]
+    sizes = np.fromiter((len(postings[term]) for term in common), np.int64, len(common))
+    total = int(sizes.sum())
+    keys = np.fromiter(chain.from_iterable(postings[t] for t in common), np.int64, total)
+    tf = np.fromiter(chain.from_iterable(postings[t].values() for t in common), np.int32, total)
+    # Each key's row and length, looked up in numpy through the keys sorted.
+    held = np.fromiter(row_of, np.int64, len(row_of))
+    by_key = np.argsort(held)
+    held = held[by_key]
+    row = np.fromiter(row_of.values(), np.int64, len(row_of))[by_key]
+    length = np.fromiter(map(lengths.__getitem__, row_of), np.int32, len(row_of))[by_key]
+    at = np.searchsorted(held, keys)
+    return common, sizes, row[at].astype(np.int32), tf, length[at]
+
+
+def _filed_entries(
+    np: Any, filed: Filed, row_of: Mapping[int, int]
+) -> tuple[list[str], Any, Any, Any, Any]:
+    """Return the entries of every term held by at least ``_SMALL`` items, taken from the arrays of a bulk filing."""
+    held = filed.sizes >= _SMALL
+    common = [term for term, many in zip(filed.terms, held.tolist(), strict=True) if many]
+    chosen = np.repeat(held, filed.sizes)
+    places = filed.items[chosen]
+    count = len(filed.keys)
+    row = np.fromiter(map(row_of.__getitem__, filed.keys), np.int32, count)
+    length = np.fromiter(map(filed.lengths.__getitem__, filed.keys), np.int32, count)
+    return common, filed.sizes[held], row[places], filed.tf[chosen], length[places]
 
 
 class _Part:
@@ -323,7 +348,10 @@ class Ranker:
         self.used = used
 
     def build_common(
-        self, postings: Mapping[str, Mapping[int, int]], lengths: Mapping[int, int]
+        self,
+        postings: Mapping[str, Mapping[int, int]],
+        lengths: Mapping[int, int],
+        filed: Filed | None = None,
     ) -> None:
         """Build ahead the arrays of every term held by at least 256 items (those a first query pays for), over all fields.
 
@@ -334,8 +362,14 @@ class Ranker:
         the tails or the removals outgrow a small share of the items.
         """
         self._tidy(0, every=True)
+        np = self.np
+        entries = (
+            _entries(np, postings, lengths, self.row_of)
+            if filed is None
+            else _filed_entries(np, filed, self.row_of)
+        )
         ahead = self.ahead = _Common(
-            self.np, postings, lengths, self.row_of, (self.epoch, len(self.log), self.removals)
+            np, entries, lengths, (self.epoch, len(self.log), self.removals)
         )
         # The words most items hold are read by row: lay out as many as are kept.
         room = max(4, 2**23 // max(self.used, 1))

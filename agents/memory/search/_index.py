@@ -40,6 +40,7 @@ from agents.memory._vectors import (
 )
 from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
 from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
+from agents.memory.search._bulk import file_in_bulk
 from agents.memory.search._item_vectors import ItemVectors, Vectors
 from agents.memory.search._values import FiledValues
 
@@ -215,14 +216,14 @@ class SearchIndex:
             self._vectors.added(added)
             for key in evicted:
                 self._drop(key)
-            self._changed(evicted)
+            _changed(self, evicted)
 
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
         """Drop the deleted items from the postings and the vectors."""
         with self._lock:
             for key in keys:
                 self._drop(key)
-            self._changed(keys)
+            _changed(self, keys)
 
     def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
         """Mark a changed item for re-indexing; its old terms and vectors go now."""
@@ -231,7 +232,7 @@ class SearchIndex:
                 self._unindex(key)
                 self._pending[key] = None
                 self._vectors.changed(key)
-            self._changed(keys)
+            _changed(self, keys)
 
     def write_replace(self, memory: Memory, added: Sequence[tuple[int, MemoryItem]]) -> None:
         """Start over with ``added`` as the whole content (all marked for indexing)."""
@@ -281,17 +282,15 @@ class SearchIndex:
         if wait:  # for the vectors read after the keyword index too
             _join(running)
 
+    def building(self) -> bool:
+        """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet."""
+        return self._ahead is not None or bool(self._watching)
+
     def _await_ahead(self) -> None:
         """Wait for a build ahead in flight (never under the index's lock: the build takes it to install)."""
         ahead = self._ahead
         if ahead is not None and ahead.thread is not threading.current_thread():
             ahead.thread.join()
-
-    def _changed(self, keys: Iterable[int]) -> None:
-        """Note items changed or gone while a build ahead runs (or still reads vectors): it must not take what it read of them."""
-        for ahead in [self._ahead, *self._watching] if self._watching else [self._ahead]:
-            if ahead is not None:
-                ahead.changed.update(keys)
 
     # -- keyword search ------------------------------------------------------------
 
@@ -656,6 +655,14 @@ class SearchIndex:
         return fields
 
 
+def _changed(index: SearchIndex, keys: Iterable[int]) -> None:
+    """Note items changed or gone while a build ahead runs (or still reads vectors): it must not take what it read of them."""
+    watching = index._watching
+    for ahead in [index._ahead, *watching] if watching else [index._ahead]:
+        if ahead is not None:
+            ahead.changed.update(keys)
+
+
 def _matches(
     postings: dict[str, dict[int, int]],
     by_field: dict[str, dict[str, dict[int, int]]] | None,
@@ -730,21 +737,37 @@ class _Built:
         self.lengths: dict[int, int] = {}
         self.postings: dict[str, dict[int, int]] = {}
         self.total = 0
-        filed, self.total = _file_items(
-            items, tokenize, (self.postings, self.docs, self.lengths), None, None, skip_errors=True
-        )
+        self.ranker: Ranker | None = None
+        np: Any = None
+        try:
+            import numpy  # optional: without it, queries rank exhaustively
+
+            np = numpy
+        except ImportError:
+            pass
+        bulk = None if np is None else file_in_bulk(np, items, tokenize)
+        if bulk is not None:  # the same postings, counted in numpy
+            self.docs, self.lengths, self.postings = bulk.docs, bulk.lengths, bulk.postings
+            self.total = bulk.total
+            filed = bulk.keys
+        else:
+            filed, self.total = _file_items(
+                items,
+                tokenize,
+                (self.postings, self.docs, self.lengths),
+                None,
+                None,
+                skip_errors=True,
+            )
         held = dict(items)
         self.items = [(key, held[key]) for key in filed]
-        self.ranker: Ranker | None = None
-        try:
-            import numpy as np  # optional: without it, queries rank exhaustively
-        except ImportError:
+        if np is None:
             return
         # The numpy ranker, and the arrays of the commonest terms (those cost a first query most).
         ranker = self.ranker = Ranker(np)
         ranker.next_generation()
         ranker.indexed(list(self.docs))
-        ranker.build_common(self.postings, self.lengths)
+        ranker.build_common(self.postings, self.lengths, bulk)
 
     def unfile(self, key: int, tokenize: Tokenizer) -> None:
         """Take the item under ``key`` out again (it changed while it was read)."""

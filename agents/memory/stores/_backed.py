@@ -529,8 +529,10 @@ class StoredMemory(Memory):
                 nothing is changed (see :meth:`drop_vectors`).
             StoreError: if the store cannot be read or written.
         """
-        if self._store_searches(mode, keys):
-            return [hit for _, hit in self._store_search(query, k, where)]
+        ahead = _ahead_hits(self, self._session, self._lock, query, k, mode, keys, where, embedder)
+        if ahead is not None or _store_ranks(self, mode, keys):
+            found = self._store_search(query, k, where) if ahead is None else ahead
+            return [hit for _, hit in found]
         keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
         return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
@@ -555,9 +557,11 @@ class StoredMemory(Memory):
             EmbedderMismatchError: if the session's vectors come from another model.
             BudgetExceededError: if the window's pinned items alone break its bounds.
         """
-        if self._store_searches(mode, keys):
+        ahead = _ahead_hits(self, self._session, self._lock, query, k, mode, keys, where, embedder)
+        if ahead is not None or _store_ranks(self, mode, keys):
             with self._lock:
-                chosen = [hit.item for _, hit in self._store_search(query, k, where)]
+                found = self._store_search(query, k, where) if ahead is None else ahead
+                chosen = [hit.item for _, hit in found]
                 if recent is not None:
                     from agents.memory.prompt import select_window
 
@@ -688,14 +692,6 @@ class StoredMemory(Memory):
             self._sid, after=after or None, on_unknown_class=self._on_unknown_class
         )
 
-    def _store_searches(self, mode: str, keys: Iterable[str] | None) -> bool:
-        """Return whether a search goes to the store (keyword mode, all fields, the default tokenizer)."""
-        if mode != "keyword" or keys is not None or not self.store.keyword_index:
-            return False
-        default = Tokenizer()
-        # A search index made with another tokenizer (a stemmer) ranks by other terms.
-        return all(getattr(o, "tokenizer", default) == default for o in self.observers)
-
     def _store_search(self, query: str, k: int, where: Where | None) -> list[tuple[int, Hit]]:
         """Return ``(seq, hit)`` of the best ``k`` items by the store's ranking that pass ``where``."""
         from agents.memory.search import Filter, Hit
@@ -762,6 +758,79 @@ class StoredMemory(Memory):
     def _drop_deleted_rows(self, seqs: Sequence[int]) -> int:
         """Remove from RAM the items whose rows the store just deleted (the writer's delete finds them gone)."""
         return self.delete_items(self._session.items_at(seqs))
+
+
+def _store_ranks(memory: StoredMemory, mode: str, keys: Iterable[str] | None) -> bool:
+    """Return whether a search goes to the store (keyword mode, all fields, the default tokenizer)."""
+    if mode != "keyword" or keys is not None or not memory.store.keyword_index:
+        return False
+    default = Tokenizer()
+    # A search index made with another tokenizer (a stemmer) ranks by other terms.
+    return all(getattr(o, "tokenizer", default) == default for o in memory.observers)
+
+
+def _ahead_hits(
+    memory: StoredMemory,
+    session: SessionWriter,
+    lock: contextlib.AbstractContextManager[Any],
+    query: str,
+    k: int,
+    mode: SearchMode,
+    keys: Iterable[str] | None,
+    where: Where | None,
+    embedder: Embedder | None,
+) -> list[tuple[int, Hit]] | None:
+    """Return ``(seq, hit)`` of the store's semantic or hybrid ranking while the in-RAM index is still built ahead, else ``None``.
+
+    The store ranks (``Store.search``: its keyword index and its vectors)
+    while the build thread makes the index and reads the vectors; once that
+    is done, RAM answers. Only for all fields, the default tokenizer, no
+    filter or a filter of fields, a query holding a word, and a store with
+    a keyword index that keeps vectors. The hits are the memory's own items.
+    """
+    from agents.memory import search
+    from agents.memory.search import Hit
+
+    store = memory.store
+    if mode not in ("semantic", "hybrid") or keys is not None:
+        return None
+    if not (store.keyword_index and store.keeps_vectors and _store_ranks(memory, "keyword", None)):
+        return None
+    tokenizer = Tokenizer()
+    wanted = set(tokenizer(query)) if isinstance(query, str) else set()
+    index = search.search_index(memory)
+    if not wanted or not (where is None or isinstance(where, Mapping)) or not index.building():
+        return None
+    model = search.embedder_for(memory, embedder)
+    limit = k
+    with lock:
+        while True:
+            found = store.search(
+                memory.session_id,
+                query,
+                limit,
+                mode=mode,
+                embedder=model,
+                where=where,
+                parts=index.parts,
+            )
+            hits: list[tuple[int, Hit]] = []
+            for hit in found:
+                item = session.item_of_row(hit.seq)
+                if item is None:
+                    continue  # a row another process appended: not this memory's
+                fields = {
+                    field: None
+                    for field, text in item_texts(item_fields(item), None)
+                    if not wanted.isdisjoint(tokenizer(text))
+                }
+                hits.append((hit.seq, Hit(item, hit.score, tuple(fields))))
+                if len(hits) == k:
+                    break
+            if len(hits) == k or len(found) < limit:
+                index.embedder = model  # remembered once it worked, as a query in RAM does
+                return hits
+            limit *= 4
 
 
 def _start_index(memory: StoredMemory, ahead: bool | None, session: SessionWriter) -> None:
