@@ -256,7 +256,10 @@ class VectorSearch:
 
             def rank(limit: int) -> list[tuple[int, float]]:
                 cosines = self._best_cosines(sid, embedder, fields, query, limit, {}, parts)
-                return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
+                np = numpy()
+                keys = np.fromiter(cosines, dtype=np.int64, count=len(cosines))
+                sims = np.fromiter(cosines.values(), dtype=np.float64, count=len(cosines))
+                return ranked_top(keys, sims, limit)  # every cosine, for parts: sorted in numpy
 
             narrow = narrower(self._engine, sid, keep)
             # Parts are scored in numpy, every cosine at each call: one ranking of them all.
