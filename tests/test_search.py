@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import random
@@ -30,6 +31,7 @@ from agents.memory import (
     Window,
     project,
 )
+from agents.memory._vectors import ranked_top
 from agents.memory.search import (
     HYBRID_KEYWORD_WEIGHT,
     EmbedParts,
@@ -1250,3 +1252,40 @@ def test_a_screened_table_returns_every_item_tied_at_the_cut_with_its_exact_cosi
         table.screens = True
         assert screened == whole
         assert set(range(30)) <= set(screened)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([-math.inf, -0.5, 0.0, 0.25, 0.5, 1.0]), max_size=40),
+    st.integers(1, 45),
+    st.randoms(use_true_random=False),
+)
+def test_ranked_top_picks_what_a_heap_picks_ties_in_key_order(
+    values: list[float], limit: int, rng: random.Random
+) -> None:
+    """ranked_top gives the best limit (key, value) as heapq.nsmallest over (-value, key) does, ties and -inf included."""
+    keys = list(range(0, 3 * len(values), 3))
+    rng.shuffle(keys)
+    sims = np.asarray(values, dtype=np.float32)
+    pairs = [(key, float(sim)) for key, sim in zip(keys, sims.tolist(), strict=True)]
+    want = heapq.nsmallest(
+        limit, [hit for hit in pairs if hit[1] > -math.inf], key=lambda hit: (-hit[1], hit[0])
+    )
+    assert ranked_top(np.asarray(keys, dtype=np.int64), sims, limit) == want
+
+
+def test_every_score_of_a_table_is_what_scores_gives_every_item() -> None:
+    """Vectors.every_score holds each living item's best cosine, float for float as scores() gives it, and -inf for a dropped one."""
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((600, 16)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    table = Vectors("m", 16, EmbedParts())
+    table.put(list(range(0, 400, 2)), [rows[3 * item : 3 * item + 3] for item in range(200)])
+    table.drop(10)
+    table.drop(20)
+    keys, best = table.every_score(rows[7])
+    every = dict(zip(keys.tolist(), best.tolist(), strict=True))
+    living = {key: value for key, value in every.items() if value > -math.inf}
+    assert living == table.scores(rows[7])
+    assert set(every) - set(living) <= {10, 20, -1}
+    assert len(living) == 198

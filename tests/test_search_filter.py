@@ -773,6 +773,71 @@ def test_a_semantic_filter_too_rare_for_the_first_ranking_over_kept_vectors_scre
     assert asked == []
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_one_percent_semantic_filter_over_kept_vectors_settles_in_two_filter_among_statements(
+    kind: str, durable_url: Any
+) -> None:
+    """A filter 1% of 4,000 rows pass, k=5 over kept vectors: the second slice screened reaches as deep as the pass rate of the first says, so two filter_among statements settle it, ranked as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(4000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        backend = store.backend
+        asked: list[int] = []
+        among = backend.filter_among
+
+        def counted_among(sid: str, tree: Any, seqs: Any) -> Any:
+            asked.append(len(seqs))
+            return among(sid, tree, seqs)
+
+        # The real backend's call, counted on the way through.
+        backend.filter_among = counted_among  # type: ignore[method-assign]
+        hits = store.search("s", "beta 7", 5, mode="semantic", where=where, embedder=embedder)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", 5, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert len(asked) <= 2
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_semantic_filter_over_kept_vectors_scores_them_once_however_deep_it_walks(
+    kind: str, durable_url: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter too rare for the first ranking of kept vectors walks a longer one without scoring the vectors again: one product over their rows a query."""
+    from agents.memory.search import _item_vectors
+
+    embedder = HashingEmbedder(32)
+    session = [
+        {"step": i, "agent": "reviewer" if i % 1000 == 7 else "host", "text": f"alpha {i % 13}"}
+        for i in range(2000)
+    ]
+    where = {"agent": "reviewer"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        products: list[int] = []
+        product = _item_vectors.cosines
+
+        def counted(matrix: Any, query: Any) -> Any:
+            products.append(len(matrix))
+            return product(matrix, query)
+
+        # The real product, counted on the way through.
+        monkeypatch.setattr(_item_vectors, "cosines", counted)
+        hits = store.search("s", "alpha 7", 3, mode="semantic", where=where, embedder=embedder)
+        monkeypatch.undo()
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("alpha 7", 3, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert len(hits) == 2
+    assert len(products) == 1
+
+
 def keep_vectors_in_memory(store: Any, embedder: HashingEmbedder) -> None:
     """Index a session's vectors and query it twice, so that the next query finds them kept in memory."""
     store.index_embeddings("s", embedder)

@@ -48,6 +48,7 @@ __all__ = [
     "keyword_share",
     "numpy",
     "progress_bar",
+    "ranked_top",
     "semantic_discount",
     "top_rows",
     "vectors_once",
@@ -350,6 +351,29 @@ def top_rows(sims: Any, limit: int | None) -> Any:
         return np.flatnonzero(valid)
     cut = sims[np.argpartition(sims, size - limit)[size - limit]]
     return np.flatnonzero(sims >= cut)
+
+
+def ranked_top(keys: Any, sims: Any, limit: int) -> list[tuple[int, float]]:
+    """Return ``(key, sim)`` of the ``limit`` highest ``sims``, highest first, ties in ascending key order.
+
+    What ``heapq.nsmallest(limit, ..., key=lambda hit: (-hit[1], hit[0]))``
+    returns over the same pairs, picked in numpy: the highest ``limit`` and
+    every value tied with the last (:func:`top_rows`), then that slice
+    sorted. ``-inf`` marks a position that is not an item and is never
+    returned.
+
+    Args:
+        keys: The key of each position (distinct integers).
+        sims: The value of each position (``-inf``: none).
+        limit: How many at most.
+
+    Returns:
+        Up to ``limit`` ``(key, value)`` pairs, best first.
+    """
+    np = numpy()
+    rows = top_rows(sims, limit)
+    rows = rows[np.lexsort((keys[rows], -sims[rows]))[:limit]]
+    return list(zip(keys[rows].tolist(), sims[rows].tolist(), strict=True))
 
 
 def best_per_key(keys: Any, sims: Any) -> tuple[Any, Any]:

@@ -301,7 +301,6 @@ class Vectors:
             return {}
         slot_of = self.slot_of
         wanted = [slot for key in among if (slot := slot_of.get(key)) is not None]
-        slots = len(self.key_at)
         best = None
         if (
             limit is not None
@@ -312,17 +311,38 @@ class Vectors:
         ):
             best = self._screened(np, query, limit, wanted)
         if best is None:
-            best = np.maximum.reduceat(
-                cosines(self.matrix[: self.used], query)[self.ref_row[: self.refs]],
-                self.start[:slots],
-            )
-            if self.dead:
-                best[~self.alive[:slots]] = -np.inf
+            best = self._every_best(np, query)
         key_at = self.key_at
         out = {key_at[slot]: float(best[slot]) for slot in top_rows(best, limit).tolist()}
         for slot in wanted:
             out[key_at[slot]] = float(best[slot])
         return out
+
+    def every_score(self, query: Any) -> tuple[Any, Any]:
+        """Return the key of each slot and its item's best cosine of a part with the unit ``query``, every item scored.
+
+        The floats of :meth:`scores`; a dead slot (key ``-1``) holds ``-inf``.
+        One product over every distinct row, no screen: what a ranking many
+        items deep costs least (a filtered walk, see :func:`ranked_top`).
+
+        Returns:
+            ``(keys, cosines)``: two numpy arrays, one entry a slot.
+        """
+        np = numpy()
+        if not self.slot_of:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        return np.asarray(self.key_at, dtype=np.int64), self._every_best(np, query)
+
+    def _every_best(self, np: Any, query: Any) -> Any:
+        """Return each slot's best cosine with ``query`` (``-inf`` for a dead slot), scoring every row."""
+        slots = len(self.key_at)
+        best = np.maximum.reduceat(
+            cosines(self.matrix[: self.used], query)[self.ref_row[: self.refs]],
+            self.start[:slots],
+        )
+        if self.dead:
+            best[~self.alive[:slots]] = -np.inf
+        return best
 
     def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
         """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key."""

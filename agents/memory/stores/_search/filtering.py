@@ -30,6 +30,7 @@ __all__ = [
     "Screener",
     "first_passing",
     "narrower",
+    "next_slice",
     "reader",
     "widening",
 ]
@@ -75,8 +76,10 @@ def first_passing(
             skipped unread).
         screen: When given, asked which unread seqs of each slice of
             ``ranked`` may pass before they are read (the others are
-            skipped unread); the slices grow four times over, from
-            ``max(64, 2 * k)``. ``None`` from it: every seq is read.
+            skipped unread). The first slice holds ``max(64, 2 * k)``; each
+            next one as many as the items still missing need at the pass
+            rate seen so far, twice over (see :func:`next_slice`). ``None``
+            from it: every seq is read.
 
     Returns:
         ``(seq, score, item)`` of up to ``k`` items, in the order of ``ranked``.
@@ -88,15 +91,35 @@ def first_passing(
     start = 0
     while screen is not None and start < len(ranked) and len(out) < k:
         piece = ranked[start : start + span]
-        start += len(piece)
-        span *= 4
         may = screen([seq for seq, _ in piece if seq not in found])
         if may is None:
-            start -= len(piece)
             break
+        start += len(piece)
         _walk([hit for hit in piece if hit[0] in found or hit[0] in may], k, keep, found, read, out)
+        span = next_slice(k - len(out), start, len(out))
     _walk(ranked[start:], k, keep, found, read, out)
     return out
+
+
+def next_slice(missing: int, walked: int, passed: int) -> int:
+    """Return how many rows of a ranking to screen next: as many as ``missing`` passing items need at the pass rate seen, twice over.
+
+    A filter 1% of the items pass finds none or one in the first 64 rows
+    of a ranking; the next slice then reaches about as deep as its ``k``
+    passing items lie, so that the walk settles in one or two statements
+    (slices growing four times over took three or four, each judging more
+    rows than the walk needed). With none passing yet, the rate is taken
+    as one in ``walked``.
+
+    Args:
+        missing: How many passing items the walk still lacks.
+        walked: How many rows of the ranking it has walked.
+        passed: How many of them passed.
+
+    Returns:
+        At least ``_CHUNK`` rows.
+    """
+    return max(_CHUNK, 2 * missing * walked // max(passed, 1))
 
 
 def _walk(

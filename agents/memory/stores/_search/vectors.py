@@ -27,6 +27,7 @@ from agents.memory._vectors import (
     checked_vectors,
     fields_text,
     numpy,
+    ranked_top,
     vectors_once,
 )
 from agents.memory.exceptions import (
@@ -229,17 +230,15 @@ class VectorSearch:
             if parts != EmbedParts.WHOLE and not self._engine.read_only:
                 kept = self._kept_table(sid, embedder, fields_text(fields, parts), parts)
             if kept is not None:
-                # Every cosine from the vectors kept in memory costs what the unfiltered query
-                # does: walk that ranking, asking the backend which rows of each slice may pass
-                # before reading them (Backend.filter_among); without its answer, ask which rows
-                # of the session may pass once NARROW_AT of them fall short.
-                table = kept
+                # Every cosine from the vectors kept in memory costs about what the unfiltered
+                # query does (scored once, with no screen: a ranking a thousand items deep costs
+                # a screen more than every row): walk that ranking, asking the backend which
+                # rows of each slice may pass before reading them (Backend.filter_among); without
+                # its answer, ask which rows of the session may pass once NARROW_AT fall short.
+                keys, every = kept.every_score(query)
 
                 def rank_kept(limit: int) -> list[tuple[int, float]]:
-                    cosines = table.scores(query, limit, [])
-                    return heapq.nsmallest(
-                        limit, cosines.items(), key=lambda hit: (-hit[1], hit[0])
-                    )
+                    return ranked_top(keys, every, limit)
 
                 narrowed = narrower(self._engine, sid, keep)
                 screen = Screener(self._engine, sid, keep)
@@ -257,7 +256,10 @@ class VectorSearch:
 
             def rank(limit: int) -> list[tuple[int, float]]:
                 cosines = self._best_cosines(sid, embedder, fields, query, limit, {}, parts)
-                return heapq.nsmallest(limit, cosines.items(), key=lambda hit: (-hit[1], hit[0]))
+                np = numpy()
+                keys = np.fromiter(cosines, dtype=np.int64, count=len(cosines))
+                sims = np.fromiter(cosines.values(), dtype=np.float64, count=len(cosines))
+                return ranked_top(keys, sims, limit)  # every cosine, for parts: sorted in numpy
 
             narrow = narrower(self._engine, sid, keep)
             # Parts are scored in numpy, every cosine at each call: one ranking of them all.
