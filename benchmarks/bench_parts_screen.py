@@ -110,7 +110,9 @@ class Layout:
         self.cone = np.minimum.reduceat(
             np.einsum("ij,ij->i", matrix[self.ref_row], self.mean[owner]), self.start
         )
-        self.whole = whole.matrix[[whole.slot_of[int(key)] for key in self.keys]]
+        # An item's whole vector is the one row of its slot (equal vectors share a row).
+        whole_slots = [whole.slot_of[int(key)] for key in self.keys]
+        self.whole = whole.matrix[whole.ref_row[whole.start[whole_slots]]]
         screen = parts._screen_now(np)
         self.basis16 = np.ascontiguousarray(screen.basis[:, :16])
         self.head16 = np.ascontiguousarray(matrix @ self.basis16)
@@ -216,12 +218,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--m", default="32,128")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--corpora", default="", help="only these (comma-separated names)")
     parser.add_argument("--clusters", type=int, default=1024, help="k-means cones of the parts")
     args = parser.parse_args()
     ms = [int(m) for m in args.m.split(",")]
     embedder = WordLlamaEmbedder()
     print(f"parts screens: {args.items} items, {args.facts} facts, seed {args.seed}; load {load()}")
     for side, name, rows, texts in corpora(args.items, args.facts, args.seed):
+        if args.corpora and name not in args.corpora.split(","):
+            continue
         parts = table(rows, EmbedParts(), embedder)
         whole = table(rows, EmbedParts.WHOLE, embedder)
         queries = checked_vectors(embedder, texts)  # unit vectors, as a query is
