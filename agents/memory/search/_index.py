@@ -31,6 +31,7 @@ from agents.memory._text import (
     bm25_term_score,
     bm25_weight,
     field_texts,
+    query_coverage,
 )
 from agents.memory._vectors import (
     Embedder,
@@ -445,6 +446,37 @@ class SearchIndex:
         self._follow()
         with self._lock:
             return keyword_scale(len(self._items))
+
+    def coverage(
+        self, terms: Sequence[str], keys: tuple[str, ...] | None, key: int | None
+    ) -> float:
+        """Return the share of the query's IDF weight that the item under ``key`` holds (see ``query_coverage``).
+
+        The weight is that of each distinct term of ``terms`` some item
+        holds in the fields ``keys`` (``None``: all), as BM25 weighs it; a
+        hybrid query takes this share of its keyword leader (``blend``).
+
+        Args:
+            terms: The query's terms.
+            keys: The searched fields (``None``: every field).
+            key: The item's key (``None``: no item, share 0 unless no item holds a term).
+
+        Returns:
+            The share, 0 to 1; ``1.0`` when no item holds a query term.
+        """
+        self._follow()
+        self._await_ahead()
+        with self._lock:
+            self._catch_up()
+            by_field = None if keys is None else self._fields_now().postings
+            df: dict[str, int] = {}
+            held: set[str] = set()
+            for term in dict.fromkeys(terms):
+                matches = _matches(self._postings, by_field, term, keys)
+                df[term] = len(matches)
+                if key in matches:
+                    held.add(term)
+            return query_coverage(df, df, held, len(self._items))
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
