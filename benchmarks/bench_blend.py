@@ -31,17 +31,15 @@ import corpora_heldout as heldout
 from bench_heldout import TUNING_KEYWORD, TUNING_RULE, corpus, load, number
 
 from agents.memory import Memory, MemoryItem, _vectors
-from agents.memory._text import lucene_idf
 from agents.memory.search import WordLlamaEmbedder, search_index
 
 MODES = ("keyword", "semantic", "hybrid")
 
 # One query: (answer key, keyword top-5 keys, semantic top-5 keys, BM25 by key, cosines by key, scale)
 Query = tuple[int, list[int], list[int], dict[int, float], dict[int, float], float]
-# What a query's words cover, per query: (the number of items, each distinct query term's
-# document frequency in query order (0 for a term no item holds), and a bit mask by key of
-# the terms each keyword hit holds, bit i for term i).
-Cover = tuple[int, list[int], dict[int, int]]
+# What a query's words cover, per query: the share of the IDF weight of its distinct known
+# terms that its best keyword hit holds (SearchIndex.coverage; 1.0 without keyword hits).
+Cover = float
 Rule = Callable[[dict[int, float], float, dict[int, float], float], dict[int, float]]
 
 
@@ -61,7 +59,7 @@ def collect_all(
     name: str, n_items: int, n_facts: int, seed: int, cache: Path
 ) -> tuple[dict[str, list[Query]], dict[str, list[Cover]]]:
     """Return what each query's blend is given and what its words cover (cached in ``cache``)."""
-    path = cache / f"{name}-{n_items}-{n_facts}-{seed}.v2.pickle"
+    path = cache / f"{name}-{n_items}-{n_facts}-{seed}.v3.pickle"
     if path.exists():
         with path.open("rb") as file:
             return pickle.load(file)  # type: ignore[no-any-return]
@@ -75,7 +73,6 @@ def collect_all(
         number_: keys[id(item)] for number_, item in zip(number_of(memory), memory, strict=True)
     }
     scale = index.keyword_scale()
-    postings = index._postings  # the bench reads the term index directly
     out: dict[str, list[Query]] = {}
     cover_out: dict[str, list[Cover]] = {}
     for kind, queries in sets.items():
@@ -83,15 +80,9 @@ def collect_all(
         cover_got: list[Cover] = []
         for query, answer in queries:
             terms = index.tokenizer(query)
-            distinct = list(dict.fromkeys(terms))
-            held: dict[int, int] = {}
-            for bit, term in enumerate(distinct):
-                for key in postings.get(term, ()):
-                    held[key] = held.get(key, 0) | (1 << bit)
-            cover_got.append(
-                (len(memory), [len(postings.get(term, ())) for term in distinct], held)
-            )
             keyword = index.keyword_scores(terms, None)[0] if terms else {}
+            leader = _vectors.keyword_leader(keyword)
+            cover_got.append(1.0 if leader is None else index.coverage(terms, None, leader))
             semantic = index.semantic_scores(
                 embedder, query, None, limit=_vectors.HYBRID_POOL, among=keyword
             )
@@ -145,7 +136,7 @@ def recalls(queries: list[Query], rule: str, cover: list[Cover]) -> dict[str, fl
 def current(
     keyword: dict[int, float], scale: float, semantic: dict[int, float], w: float
 ) -> dict[int, float]:
-    """The blend of the release: ``w K + (1 - w) (1 - c100)^2 max(cos, 0)``."""
+    """The blend of the last release: ``w K + (1 - w) (1 - c100)^2 max(cos, 0)`` (``coverage`` with every ``q = 1``)."""
     return _vectors.blend(keyword, scale, semantic, w)
 
 
@@ -337,35 +328,14 @@ def crowd(
     return _stand_out(keyword, scale, semantic, w, background)
 
 
-def leader_coverage(keyword: dict[int, float], cover: Cover) -> float:
-    """Return the share of the IDF of the query's known terms (some item holds them) that its best keyword hit holds.
-
-    1.0 without keyword hits or known terms; ties for the best BM25 go to
-    the oldest item, as search ranks. A term no item holds is left out: a
-    question's own words ("what", "about") are unknown to most corpora and
-    would count against a lexical match as much as against a paraphrase.
-    """
-    if not keyword:
-        return 1.0
-    leader = min(keyword.items(), key=lambda pair: (-pair[1], pair[0]))[0]
-    n_items, dfs, held = cover
-    mask = held.get(leader, 0)
-    total = covered = 0.0
-    for bit, df in enumerate(dfs):
-        if df:
-            weight = lucene_idf(n_items, df)
-            total += weight
-            covered += weight if mask >> bit & 1 else 0.0
-    return covered / total if total else 1.0
-
-
 def coverage(
     keyword: dict[int, float], scale: float, semantic: dict[int, float], w: float, cover: Cover
 ) -> dict[int, float]:
-    """The release blend with the keyword share ``w * q**8`` and the semantic one ``1 - w * q**8`` (tried, not adopted).
+    """The release blend with the keyword share ``w * q**8`` and the semantic one ``1 - w * q**8`` (the default since issue 34).
 
-    ``q`` is the query's coverage (:func:`leader_coverage`): the share of the
-    IDF of its distinct known terms that its best keyword hit holds. A
+    ``q`` is the query's coverage (``SearchIndex.coverage`` of its keyword
+    leader, :data:`Cover`): the share of the IDF of its distinct known
+    terms that its best keyword hit (ties to the oldest item) holds. A
     lexical query's leader holds every word (``q = 1``: the release blend);
     where the leader misses some of the query's words, the keyword side is a
     partial match and the semantic side takes over its weight.
@@ -389,21 +359,15 @@ def coverage(
     0.042), and equals the release blend on the other 11 sets (lexical ones
     included: a true lexical leader covers the whole query). Worst shortfall:
     tuning 0.025 (release 0.150), held-out 0.017 (release 0.058); never below
-    the release blend on any of the 35 sets. Not adopted because it breaks
-    one tuning set. In RAM it costs about 4 ms of a 53 to 64 ms hybrid query
-    over 3,000 items at load 14 (finding the leader among every keyword hit
-    and one postings lookup a query term); docs/search.md, "Held-out corpora".
+    the release blend on any of the 35 sets. Adopted as the default
+    (``agents.memory._vectors.blend`` with ``coverage``), though it breaks
+    one tuning set by 0.025 (the release blend broke it by 0.150). In RAM it
+    costs about 4 ms of a 53 to 64 ms hybrid query over 3,000 items at load
+    14 (finding the leader among every keyword hit and one postings lookup
+    a query term); docs/search.md, "Held-out corpora".
     """
-    share = w * leader_coverage(keyword, cover) ** COVERAGE_POWER
-    rest = (1.0 - share) * _vectors.semantic_discount(semantic)
-    return {
-        key: share * _vectors.keyword_share(keyword.get(key, 0.0), scale)
-        + rest * max(semantic.get(key, 0.0), 0.0)
-        for key in dict.fromkeys([*keyword, *semantic])
-    }
+    return _vectors.blend(keyword, scale, semantic, w, cover)
 
-
-COVERAGE_POWER = 8
 
 CoverRule = Callable[[dict[int, float], float, dict[int, float], float, Cover], dict[int, float]]
 COVER_RULES: dict[str, CoverRule] = {"coverage": coverage}
