@@ -21,6 +21,7 @@ from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import (
     bm25_score,
+    item_terms,
     keyword_matches,
     keyword_query,
     match_coverage,
@@ -211,8 +212,10 @@ class KeywordSearch:
                 if not n_items:
                     return {}, 1.0, 1.0, {}
                 scores = {seq: score for score, seq in every}
-                covered = self._indexed_coverage(sid, terms, keyword_leader(scores), n_items)
-                return scores, keyword_scale(n_items), covered, {}
+                covered, read = self._indexed_coverage(
+                    sid, terms, keyword_leader(scores), n_items, on_unknown_class
+                )
+                return scores, keyword_scale(n_items), covered, read
         with self._engine.errors("search", sid):
             n_items, total, matches, found = keyword_matches(
                 self._engine.decoded_pages(sid, 1000, on_unknown_class), terms, fields
@@ -233,12 +236,25 @@ class KeywordSearch:
         )
 
     def _indexed_coverage(
-        self, sid: str, terms: Sequence[str], leader: int | None, n_items: int
-    ) -> float:
-        """Return the share of the query's IDF weight the ``leader`` holds, each term's items ranked by the keyword index."""
+        self,
+        sid: str,
+        terms: Sequence[str],
+        leader: int | None,
+        n_items: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[float, dict[int, MemoryItem]]:
+        """Return the share of the query's IDF weight the ``leader`` holds, from the keyword index, and the items read.
+
+        The leader is read and its terms counted: holding every query word,
+        it covers the whole query. Otherwise each word's items are ranked by
+        the index (:meth:`Backend.keyword_top`) for its document frequency.
+        """
         distinct = list(dict.fromkeys(terms))
         if leader is None or len(distinct) < 2:
-            return 1.0  # no hit, or the leader holds the only word
+            return 1.0, {}  # no hit, or the leader holds the only word
+        read = self._engine.read_items(sid, [leader], on_unknown_class)
+        if leader in read and set(distinct) <= set(item_terms(read[leader])[0].split(" ")):
+            return 1.0, read
         df: dict[str, int] = {}
         held: set[str] = set()
         backend = self._engine.backend
@@ -248,7 +264,7 @@ class KeywordSearch:
                 df[term] = len(ranked)
                 if any(seq == leader for _, seq in ranked):
                     held.add(term)
-        return query_coverage(distinct, df, held, n_items)
+        return query_coverage(distinct, df, held, n_items), read
 
 
 def _answers_top_where(backend: Backend) -> bool:
