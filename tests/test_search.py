@@ -834,7 +834,7 @@ def test_importing_the_package_leaves_search_unloaded() -> None:
 
 
 def test_hybrid_weight_bounds_the_blend() -> None:
-    """hybrid_weight=1 ranks hybrid hits by keyword alone; a weight outside 0..1 is named."""
+    """hybrid_weight=1 ranks by keyword alone when the keyword leader holds every query word; a weight outside 0..1 is named."""
     memory = corpus_memory()
     keyword = [h.item["step"] for h in memory.search("report pdf", 3)]
     blended = search(memory, "report pdf", 3, mode="hybrid", embedder=EMBEDDER, hybrid_weight=1.0)

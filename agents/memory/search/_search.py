@@ -127,7 +127,8 @@ def search(
         embedder: The model for semantic and hybrid modes (default: the one
             the memory was embedded with, else :class:`WordLlamaEmbedder`).
         hybrid_weight: The keyword share of a hybrid score, 0 to 1
-            (default :data:`HYBRID_KEYWORD_WEIGHT`).
+            (default :data:`HYBRID_KEYWORD_WEIGHT`), times ``q**8``, ``q`` the
+            share of the query's IDF weight the best keyword hit holds.
 
     Returns:
         Up to ``k`` hits.
