@@ -466,7 +466,8 @@ def keyword_leader(keyword: Mapping[int, float]) -> int | None:
     """Return the key of the best BM25 score (ties to the smallest key, the oldest item), or ``None`` without hits."""
     if not keyword:
         return None
-    return min(keyword.items(), key=lambda pair: (-pair[1], pair[0]))[0]
+    best = max(keyword.values())
+    return min(key for key, score in keyword.items() if score == best)
 
 
 def blend(
