@@ -14,11 +14,12 @@ memory for its pending adds (``_follow``) before they take the index's lock.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory._item import MemoryItem, item_fields
@@ -31,7 +32,6 @@ from agents.memory._text import (
     bm25_term_score,
     bm25_weight,
     field_texts,
-    query_coverage,
 )
 from agents.memory._vectors import (
     Embedder,
@@ -313,10 +313,7 @@ class SearchIndex:
         holding a query term, ``where`` is asked of every item holding one
         and only those that pass are scored.
         """
-        self._follow()
-        self._await_ahead()
-        with self._lock:
-            self._catch_up()
+        with _caught_up(self):
             query, sizes, average = self._query_terms(terms, keys)
             if not query:
                 return []
@@ -354,10 +351,7 @@ class SearchIndex:
 
     def passing(self, where: Predicate) -> set[int] | None:
         """Return the keys of the items that pass ``where`` if one in 16 at most may, by the values of the fields it names, else ``None``."""
-        self._follow()
-        self._await_ahead()
-        with self._lock:
-            self._catch_up()
+        with _caught_up(self):
             return self._few(where)
 
     def _few(self, where: Predicate) -> set[int] | None:
@@ -381,10 +375,7 @@ class SearchIndex:
         every item holding a term is scored, and the second value is always
         ``0.0`` (no item was left out).
         """
-        self._follow()
-        self._await_ahead()
-        with self._lock:
-            self._catch_up()
+        with _caught_up(self):
             query, sizes, average = self._query_terms(terms, keys)
             lengths = sizes.of
             ranker = self._ranker_now()
@@ -450,33 +441,9 @@ class SearchIndex:
     def coverage(
         self, terms: Sequence[str], keys: tuple[str, ...] | None, key: int | None
     ) -> float:
-        """Return the share of the query's IDF weight that the item under ``key`` holds (see ``query_coverage``).
-
-        The weight is that of each distinct term of ``terms`` some item
-        holds in the fields ``keys`` (``None``: all), as BM25 weighs it; a
-        hybrid query takes this share of its keyword leader (``blend``).
-
-        Args:
-            terms: The query's terms.
-            keys: The searched fields (``None``: every field).
-            key: The item's key (``None``: no item, share 0 unless no item holds a term).
-
-        Returns:
-            The share, 0 to 1; ``1.0`` when no item holds a query term.
-        """
-        self._follow()
-        self._await_ahead()
-        with self._lock:
-            self._catch_up()
-            by_field = None if keys is None else self._fields_now().postings
-            df: dict[str, int] = {}
-            held: set[str] = set()
-            for term in dict.fromkeys(terms):
-                matches = _matches(self._postings, by_field, term, keys)
-                df[term] = len(matches)
-                if key in matches:
-                    held.add(term)
-            return query_coverage(df, df, held, len(self._items))
+        """Return the share of the IDF weight of ``terms`` some item holds (in ``keys``) that item ``key`` holds (``1.0`` if no item holds one); a hybrid query scales its keyword weight by its leader's (``blend``)."""
+        with _caught_up(self):
+            return _held_share(self._query_terms(terms, keys)[0], key)
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
@@ -686,6 +653,23 @@ class SearchIndex:
             for key, doc in self._docs.items():
                 fields.file(key, doc, self.tokenizer)
         return fields
+
+
+@contextlib.contextmanager
+def _caught_up(index: SearchIndex) -> Iterator[None]:
+    """Hold the index's lock with every change of its memory filed (a build ahead awaited first, outside the lock)."""
+    index._follow()
+    index._await_ahead()
+    with index._lock:
+        index._catch_up()
+        yield
+
+
+def _held_share(query: Sequence[QueryTerm], key: int | None) -> float:
+    """Return the share of the query's weight (each distinct term once) that the item under ``key`` holds."""
+    found = {term: (weight, key in posting) for term, posting, weight in query}
+    total = sum(weight for weight, _ in found.values())
+    return sum(weight for weight, held in found.values() if held) / total if total else 1.0
 
 
 def _matches(

@@ -269,8 +269,7 @@ class VectorSearch:
         else:
             terms = _TOKENIZER(text)
             keyword: dict[int, float] = {}
-            scale = 1.0
-            covered = 1.0
+            scale = covered = 1.0
             if terms:
                 keyword, scale, covered, found = self._keyword.hybrid(
                     sid, terms, fields, on_unknown_class
