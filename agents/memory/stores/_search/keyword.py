@@ -198,8 +198,9 @@ class KeywordSearch:
         holding a query term, summed in query order (no IDF is floored, so
         no item can be left out as near zero). A backend that keeps a
         keyword index ranks every item holding a term there
-        (:meth:`Backend.keyword_top`), and none is read; otherwise the
-        session is read a page at a time and tokenized. The coverage is
+        (:meth:`Backend.keyword_top`), and only the best hit is read (for
+        its words); otherwise the session is read a page at a time and
+        tokenized. The coverage is
         the share of the query's IDF weight the best hit holds (ties to
         the oldest), as ``SearchIndex.coverage`` gives it.
         """
