@@ -61,6 +61,10 @@ SearchMode = Literal["keyword", "semantic", "hybrid"]
 HYBRID_KEYWORD_WEIGHT = 0.6
 """The share of the keyword score in a hybrid score (the rest is the semantic one).
 
+Scaled by ``q ** COVERAGE_POWER``, ``q`` being how much of the query the
+best keyword hit holds (:data:`COVERAGE_POWER`): the whole share when it
+holds every query word.
+
 Both are on an absolute 0..1 scale. BM25 is scaled against the corpus,
 not the query (:func:`keyword_share`: ``x**3 / (1 + x**3)``, ``x`` being
 BM25 over :func:`keyword_scale`, twice the IDF of a word only one item
