@@ -841,7 +841,7 @@ def test_importing_the_package_leaves_search_unloaded() -> None:
 
 
 def test_hybrid_weight_bounds_the_blend() -> None:
-    """hybrid_weight=1 ranks hybrid hits by keyword alone; a weight outside 0..1 is named."""
+    """hybrid_weight=1 ranks by keyword alone when the keyword leader holds every query word; a weight outside 0..1 is named."""
     memory = corpus_memory()
     keyword = [h.item["step"] for h in memory.search("report pdf", 3)]
     blended = search(memory, "report pdf", 3, mode="hybrid", embedder=EMBEDDER, hybrid_weight=1.0)
@@ -1048,6 +1048,113 @@ def test_hybrid_keeps_the_exact_match_among_items_whose_best_part_comes_close() 
     assert search(memory, "car moved Lisbon", 1)[0].item["step"] == 77
     hits = search(memory, "car moved Lisbon", 1, mode="hybrid", embedder=EMBEDDER)
     assert hits[0].item["step"] == 77
+
+
+WORDS = ["invoice", "overdue", "penalty", "fee", "report", "the"]
+
+
+def _plain_coverage(
+    texts: list[dict[str, str]], query: list[str], fields: list[str], key: int
+) -> float:
+    """The coverage rule written plainly: the IDF share of the query's known words that item ``key`` holds."""
+    held_by = [{word for field in fields for word in text.get(field, "").split()} for text in texts]
+    weight = {}
+    for word in dict.fromkeys(query):
+        df = sum(word in words for words in held_by)
+        if df:
+            weight[word] = math.log1p((len(texts) - df + 0.5) / (df + 0.5))
+    total = sum(weight.values())
+    return sum(w for word, w in weight.items() if word in held_by[key]) / total if total else 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(
+        st.fixed_dictionaries(
+            {
+                "a": st.lists(st.sampled_from(WORDS), max_size=5).map(" ".join),
+                "b": st.lists(st.sampled_from(WORDS), max_size=3).map(" ".join),
+            }
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    query=st.lists(st.sampled_from([*WORDS, "lisbon"]), min_size=1, max_size=6),
+    only_a=st.booleans(),
+    data=st.data(),
+)
+def test_coverage_is_the_share_of_the_query_idf_an_item_holds(
+    texts: list[dict[str, str]], query: list[str], only_a: bool, data: st.DataObject
+) -> None:
+    """SearchIndex.coverage is the IDF share of the query's distinct known words that the item holds, in the searched fields."""
+    memory = Memory([MemoryItem(**text) for text in texts])
+    key = data.draw(st.integers(0, len(texts) - 1))
+    fields = ["a"] if only_a else ["a", "b"]
+    keys = ("a",) if only_a else None
+    got = search_index(memory).coverage(query, keys, key)
+    assert got == pytest.approx(_plain_coverage(texts, query, fields, key), rel=1e-12, abs=1e-12)
+
+
+def _part_covered() -> list[MemoryItem]:
+    """A keyword leader holding half the query's IDF weight, and a paraphrase holding none of its words."""
+    items = [
+        MemoryItem(step=i, thought=f"press the button number {i} in the toolbar") for i in range(40)
+    ]
+    items[3] = MemoryItem(step=3, thought="penalty kick shown on the screen")
+    items[5] = MemoryItem(step=5, thought="entry fee listed on the screen")
+    items.append(MemoryItem(step=40, thought="the invoice overdue stamp was opened in the editor"))
+    items.append(MemoryItem(step=41, thought="invoices overdued: penalties and fees charged"))
+    return items
+
+
+PART_QUERY = "invoice overdue penalty fee"
+
+
+def test_hybrid_lets_the_semantic_match_win_over_a_keyword_leader_holding_part_of_the_query() -> (
+    None
+):
+    """A keyword leader holding half the query's IDF weight keeps 1/256 of the keyword share: the semantic match comes first."""
+    memory = Memory(_part_covered())
+    assert search(memory, PART_QUERY, 1)[0].item["step"] == 40
+    index = search_index(memory)
+    assert index.coverage(index.tokenizer(PART_QUERY), None, 40) == pytest.approx(0.5)
+    hits = search(memory, PART_QUERY, 2, mode="hybrid", embedder=EMBEDDER)
+    assert [hit.item["step"] for hit in hits] == [41, 40]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"keys": ["thought"]}, {"where": {"step": {"$ne": 40}}}, {"where": {"step": {"$gte": 3}}}],
+    ids=["all", "keys", "where-drops-leader", "where"],
+)
+def test_store_weighs_a_part_covered_keyword_leader_as_memory_search_does(
+    store_url: str, options: dict[str, Any]
+) -> None:
+    """Stores, one session, many sessions and a stored memory, give Memory.search's hybrid hits when the leader holds part of the query."""
+    items = _part_covered()
+    want = [
+        (hit.item["step"], hit.score)
+        for hit in Memory(items).search(PART_QUERY, 4, mode="hybrid", embedder=EMBEDDER, **options)
+    ]
+    assert want[0][0] == 41
+    with open_store(store_url) as store:
+        store.append("a", items[:20])
+        store.append("b", items[20:])
+        store.append("s", items)
+        store.index_embeddings("s", EMBEDDER)
+        single = store.search("s", PART_QUERY, 4, mode="hybrid", embedder=EMBEDDER, **options)
+        many = store.search_sessions(
+            PART_QUERY, 4, sessions=["a", "b"], mode="hybrid", embedder=EMBEDDER, **options
+        )
+        runs: list[Sequence[Any]] = [single, many]
+    stored = open_memory(f"memory://{uuid.uuid4().hex}", "s")
+    stored.add_memory_items(items)
+    runs.append(stored.search(PART_QUERY, 4, mode="hybrid", embedder=EMBEDDER, **options))
+    for got in runs:
+        assert [hit.item["step"] for hit in got] == [step for step, _ in want]
+        assert [hit.score for hit in got] == pytest.approx(
+            [score for _, score in want], rel=1e-5, abs=1e-6
+        )
 
 
 def test_stored_memory_with_parts_ranks_as_memory() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
@@ -37,6 +37,7 @@ __all__ = [
     "item_texts",
     "keyword_idf",
     "lucene_idf",
+    "query_coverage",
     "spaced_terms",
 ]
 
@@ -95,6 +96,37 @@ def bm25_weight(n_items: int, df: int) -> float:
     held once by an item of the average length adds its IDF.
     """
     return keyword_idf(n_items, df) * BM25_SCALE
+
+
+def query_coverage(
+    terms: Iterable[str], df: Mapping[str, int], held: Container[str], n_items: int
+) -> float:
+    """Return the share of the query's IDF weight that one item holds (``1.0`` when no item holds a query term).
+
+    The weight is :func:`bm25_weight` of each distinct query term some item
+    holds (``df[term] > 0``; a word no item holds is left out); the item
+    holds the terms in ``held``. A hybrid query lowers its keyword share by
+    this share of its keyword leader (see ``blend`` of the vectors room).
+
+    Args:
+        terms: The query's terms (repeats count once).
+        df: How many items hold each term in the searched fields.
+        held: The terms the item holds.
+        n_items: How many items the statistics count.
+
+    Returns:
+        The share, 0 to 1.
+    """
+    total = 0.0
+    part = 0.0
+    for term in dict.fromkeys(terms):
+        count = df.get(term, 0)
+        if count:
+            weight = bm25_weight(n_items, count)
+            total += weight
+            if term in held:
+                part += weight
+    return part / total if total else 1.0
 
 
 def bm25_average_length(total: int, n_items: int) -> float:

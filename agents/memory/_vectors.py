@@ -28,6 +28,7 @@ from agents.memory.exceptions import (
 )
 
 __all__ = [
+    "COVERAGE_POWER",
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
     "SEMANTIC_REFERENCE",
@@ -44,6 +45,7 @@ __all__ = [
     "embed_parts",
     "embed_text",
     "fields_text",
+    "keyword_leader",
     "keyword_scale",
     "keyword_share",
     "numpy",
@@ -60,6 +62,10 @@ SearchMode = Literal["keyword", "semantic", "hybrid"]
 HYBRID_KEYWORD_WEIGHT = 0.6
 """The share of the keyword score in a hybrid score (the rest is the semantic one).
 
+Scaled by ``q ** COVERAGE_POWER``, ``q`` being how much of the query the
+best keyword hit holds (:data:`COVERAGE_POWER`): the whole share when it
+holds every query word.
+
 Both are on an absolute 0..1 scale. BM25 is scaled against the corpus,
 not the query (:func:`keyword_share`: ``x**3 / (1 + x**3)``, ``x`` being
 BM25 over :func:`keyword_scale`, twice the IDF of a word only one item
@@ -72,6 +78,16 @@ and semantic search on lexical and paraphrased queries, statements and
 questions, short and long steps, facts in a field or at the start, middle
 or end of a page, with vectors of parts (the default) and of whole items
 (see docs/search.md).
+"""
+
+COVERAGE_POWER: Final = 8
+"""A hybrid query's keyword share is ``HYBRID_KEYWORD_WEIGHT * q ** COVERAGE_POWER``.
+
+``q`` is the share of the query's IDF weight (its distinct words some item
+holds) that the best keyword hit holds (:func:`blend`). A leader holding
+every word keeps the whole keyword share; one holding half of the weight
+keeps 1/256 of it, and the semantic side decides. Chosen on the tuning
+corpora of ``benchmarks/bench_blend.py`` (see docs/search.md).
 """
 
 SEMANTIC_REFERENCE = 100
@@ -474,18 +490,34 @@ def semantic_discount(semantic: Mapping[int, float]) -> float:
     return room * room
 
 
+def keyword_leader(keyword: Mapping[int, float]) -> int | None:
+    """Return the key of the best BM25 score (ties to the smallest key, the oldest item), or ``None`` without hits."""
+    if not keyword:
+        return None
+    best = max(keyword.values())
+    return min(key for key, score in keyword.items() if score == best)
+
+
 def blend(
-    keyword: dict[int, float], scale: float, semantic: dict[int, float], w: float
+    keyword: dict[int, float],
+    scale: float,
+    semantic: dict[int, float],
+    w: float,
+    coverage: float = 1.0,
 ) -> dict[int, float]:
     """Mix BM25 and cosine over the keyword hits and the best semantic ones.
 
-    Each candidate scores ``w * keyword_share(bm25, scale) + (1 - w) * d * max(cos, 0)``,
+    Each candidate scores ``w' * keyword_share(bm25, scale) + (1 - w') * d * max(cos, 0)``,
     ``d`` being the query's :func:`semantic_discount`: both parts on an
     absolute scale, not one stretched over the candidates, so a side whose
     best candidate is a poor match (words only common ones match, or every
     cosine alike) adds little and cannot outvote the other. A keyword hit
     without a cosine (no text embedded over the searched fields) counts
-    cosine 0.
+    cosine 0. ``w' = w * coverage ** COVERAGE_POWER``: ``coverage`` is the
+    share of the query's IDF weight the keyword leader holds
+    (:func:`~agents.memory._text.query_coverage`), so a keyword side whose
+    best hit matches only part of the query gives way to the semantic one;
+    a leader holding every query word keeps ``w``.
 
     Args:
         keyword: BM25 scores by key.
@@ -493,11 +525,14 @@ def blend(
         semantic: Cosines by key (the best ones, at least the best
             ``HYBRID_POOL``, and those of the keyword hits).
         w: The keyword share, 0 to 1.
+        coverage: The share of the query's IDF weight the keyword leader
+            holds, 0 to 1 (``1.0``: the leader holds every query word).
 
     Returns:
         The blended score (0..1) of every candidate, by key.
     """
     out = {}
+    w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
     rest = (1.0 - w) * semantic_discount(semantic)
     for key in dict.fromkeys([*keyword, *semantic]):
         out[key] = w * keyword_share(keyword.get(key, 0.0), scale) + rest * max(

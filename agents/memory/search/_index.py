@@ -14,11 +14,12 @@ memory for its pending adds (``_follow``) before they take the index's lock.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory._item import MemoryItem, item_fields
@@ -311,10 +312,7 @@ class SearchIndex:
         holding a query term, ``where`` is asked of every item holding one
         and only those that pass are scored.
         """
-        self._follow()
-        self._await_ahead()
-        with self._lock:
-            self._catch_up()
+        with _caught_up(self):
             query, sizes, average = self._query_terms(terms, keys)
             if not query:
                 return []
@@ -352,10 +350,7 @@ class SearchIndex:
 
     def passing(self, where: Predicate) -> set[int] | None:
         """Return the keys of the items that pass ``where`` if one in 16 at most may, by the values of the fields it names, else ``None``."""
-        self._follow()
-        self._await_ahead()
-        with self._lock:
-            self._catch_up()
+        with _caught_up(self):
             return self._few(where)
 
     def _few(self, where: Predicate) -> set[int] | None:
@@ -379,10 +374,7 @@ class SearchIndex:
         every item holding a term is scored, and the second value is always
         ``0.0`` (no item was left out).
         """
-        self._follow()
-        self._await_ahead()
-        with self._lock:
-            self._catch_up()
+        with _caught_up(self):
             query, sizes, average = self._query_terms(terms, keys)
             lengths = sizes.of
             ranker = self._ranker_now()
@@ -444,6 +436,13 @@ class SearchIndex:
         self._follow()
         with self._lock:
             return keyword_scale(len(self._items))
+
+    def coverage(
+        self, terms: Sequence[str], keys: tuple[str, ...] | None, key: int | None
+    ) -> float:
+        """Return the share of the IDF weight of ``terms`` some item holds (in ``keys``) that item ``key`` holds (``1.0`` if no item holds one); a hybrid query scales its keyword weight by its leader's (``blend``)."""
+        with _caught_up(self):
+            return _held_share(self._query_terms(terms, keys)[0], key)
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
@@ -661,6 +660,23 @@ def _changed(index: SearchIndex, keys: Iterable[int]) -> None:
     for ahead in [index._ahead, *watching] if watching else [index._ahead]:
         if ahead is not None:
             ahead.changed.update(keys)
+
+
+@contextlib.contextmanager
+def _caught_up(index: SearchIndex) -> Iterator[None]:
+    """Hold the index's lock with every change of its memory filed (a build ahead awaited first, outside the lock)."""
+    index._follow()
+    index._await_ahead()
+    with index._lock:
+        index._catch_up()
+        yield
+
+
+def _held_share(query: Sequence[QueryTerm], key: int | None) -> float:
+    """Return the share of the query's weight (each distinct term once) that the item under ``key`` holds."""
+    found = {term: (weight, key in posting) for term, posting, weight in query}
+    total = sum(weight for weight, _ in found.values())
+    return sum(weight for weight, held in found.values() if held) / total if total else 1.0
 
 
 def _matches(

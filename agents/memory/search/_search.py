@@ -17,6 +17,7 @@ from agents.memory._vectors import (
     SearchMode,
     blend,
     checked_weight,
+    keyword_leader,
     progress_bar,
 )
 from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError, InvalidQueryError
@@ -126,7 +127,8 @@ def search(
         embedder: The model for semantic and hybrid modes (default: the one
             the memory was embedded with, else :class:`WordLlamaEmbedder`).
         hybrid_weight: The keyword share of a hybrid score, 0 to 1
-            (default :data:`HYBRID_KEYWORD_WEIGHT`).
+            (default :data:`HYBRID_KEYWORD_WEIGHT`), times ``q**8``, ``q`` the
+            share of the query's IDF weight the best keyword hit holds.
 
     Returns:
         Up to ``k`` hits.
@@ -168,7 +170,10 @@ def search(
         semantic = index.semantic_scores(
             model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
         )
-        blended = blend(keyword, index.keyword_scale(), semantic, weight)
+        # The keyword side weighs by how much of the query its best hit holds (taken before `where`).
+        leader = keyword_leader(keyword)
+        covered = index.coverage(terms, wanted, leader) if leader is not None else 1.0
+        blended = blend(keyword, index.keyword_scale(), semantic, weight, covered)
         few = None if predicate is None else index.passing(predicate)
         if few is not None:  # few items pass: rank only those
             blended = {key: score for key, score in blended.items() if key in few}

@@ -23,7 +23,9 @@ from agents.memory._text import (
     checked_keys,
     checked_query,
     item_texts,
+    query_coverage,
 )
+from agents.memory._vectors import keyword_leader
 from agents.memory.exceptions import InvalidQueryError
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ __all__ = [
     "item_terms",
     "keyword_matches",
     "keyword_query",
+    "match_coverage",
     "query_weights",
     "rank_matches",
     "rank_pages",
@@ -218,6 +221,28 @@ def rank_matches(
         (bm25_score(counts, length, weighted, average), seq) for seq, length, counts in matches
     ]
     return heapq.nsmallest(k, scored, key=lambda hit: (-hit[0], hit[1]))
+
+
+def match_coverage(
+    terms: Sequence[str],
+    df: Mapping[str, int],
+    matches: Sequence[KeywordMatch],
+    scores: Mapping[int, float],
+    n_items: int,
+) -> float:
+    """Return the share of the query's IDF weight that the best of ``scores`` holds (ties to the smallest key).
+
+    ``df`` counts the items holding each term; ``matches`` are every item
+    holding a query term, as :func:`keyword_matches` gives them, and
+    ``scores`` their BM25 by key. The share is the one
+    ``SearchIndex.coverage`` gives the keyword leader of ``Memory.search``
+    (``1.0`` without hits).
+    """
+    leader = keyword_leader(scores)
+    if leader is None:
+        return 1.0
+    held = next((counts for key, _, counts in matches if key == leader), {})
+    return query_coverage(terms, df, held, n_items)
 
 
 def keyword_matches(

@@ -82,7 +82,8 @@ class SearchCalls:
                 as ``Memory.search`` with the same embedder does.
             embedder: The model, for semantic and hybrid modes (required there).
             hybrid_weight: The keyword share of a hybrid score, 0 to 1
-                (default ``HYBRID_KEYWORD_WEIGHT``).
+                (default ``HYBRID_KEYWORD_WEIGHT``), times ``q**8``, ``q`` the
+                share of the query's IDF weight the best keyword hit holds.
             where: Keep only items that pass this filter (see
                 :class:`~agents.memory.search.Filter`): the best ``k`` of the
                 ranking that pass, the hits ``Memory.search(where=...)``

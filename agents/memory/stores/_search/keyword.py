@@ -15,14 +15,16 @@ from collections.abc import Iterable, Sequence
 from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import bm25_average_length
-from agents.memory._vectors import keyword_scale
+from agents.memory._text import bm25_average_length, query_coverage
+from agents.memory._vectors import keyword_leader, keyword_scale
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import (
     bm25_score,
+    item_terms,
     keyword_matches,
     keyword_query,
+    match_coverage,
     query_weights,
     rank_pages,
 )
@@ -189,15 +191,18 @@ class KeywordSearch:
         terms: Sequence[str],
         fields: tuple[str, ...] | None,
         on_unknown_class: OnUnknownClass,
-    ) -> tuple[dict[int, float], float, dict[int, MemoryItem]]:
-        """Return the keyword side of a hybrid query: BM25 by seq, the corpus's keyword scale, items read.
+    ) -> tuple[dict[int, float], float, float, dict[int, MemoryItem]]:
+        """Return the keyword side of a hybrid query: BM25 by seq, the corpus's keyword scale, the leader's coverage, items read.
 
         As the search index scores them for ``Memory.search``: every item
         holding a query term, summed in query order (no IDF is floored, so
         no item can be left out as near zero). A backend that keeps a
         keyword index ranks every item holding a term there
-        (:meth:`Backend.keyword_top`), and none is read; otherwise the
-        session is read a page at a time and tokenized.
+        (:meth:`Backend.keyword_top`), and only the best hit is read (for
+        its words); otherwise the session is read a page at a time and
+        tokenized. The coverage is
+        the share of the query's IDF weight the best hit holds (ties to
+        the oldest), as ``SearchIndex.coverage`` gives it.
         """
         backend = self._engine.backend
         if fields is None:
@@ -206,21 +211,61 @@ class KeywordSearch:
                 n_items = backend.count(sid) if every is not None else 0
             if every is not None:
                 if not n_items:
-                    return {}, 1.0, {}
-                return {seq: score for score, seq in every}, keyword_scale(n_items), {}
+                    return {}, 1.0, 1.0, {}
+                scores = {seq: score for score, seq in every}
+                covered, read = self._indexed_coverage(
+                    sid, terms, keyword_leader(scores), n_items, on_unknown_class
+                )
+                return scores, keyword_scale(n_items), covered, read
         with self._engine.errors("search", sid):
             n_items, total, matches, found = keyword_matches(
                 self._engine.decoded_pages(sid, 1000, on_unknown_class), terms, fields
             )
         if not n_items:
-            return {}, 1.0, found
+            return {}, 1.0, 1.0, found
         df = Counter(term for _, _, counts in matches for term in counts)
         weighted = query_weights(terms, df, n_items)
         average = bm25_average_length(total, n_items)
         scores = {
             seq: bm25_score(counts, length, weighted, average) for seq, length, counts in matches
         }
-        return scores, keyword_scale(n_items), found
+        return (
+            scores,
+            keyword_scale(n_items),
+            match_coverage(terms, df, matches, scores, n_items),
+            found,
+        )
+
+    def _indexed_coverage(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        leader: int | None,
+        n_items: int,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[float, dict[int, MemoryItem]]:
+        """Return the share of the query's IDF weight the ``leader`` holds, from the keyword index, and the items read.
+
+        The leader is read and its terms counted: holding every query word,
+        it covers the whole query. Otherwise each word's items are ranked by
+        the index (:meth:`Backend.keyword_top`) for its document frequency.
+        """
+        distinct = list(dict.fromkeys(terms))
+        if leader is None or len(distinct) < 2:
+            return 1.0, {}  # no hit, or the leader holds the only word
+        read = self._engine.read_items(sid, [leader], on_unknown_class)
+        if leader in read and set(distinct) <= set(item_terms(read[leader])[0].split(" ")):
+            return 1.0, read
+        df: dict[str, int] = {}
+        held: set[str] = set()
+        backend = self._engine.backend
+        with self._engine.errors("search", sid):
+            for term in distinct:
+                ranked = backend.keyword_top(sid, [term], _LARGEST_K) or []
+                df[term] = len(ranked)
+                if any(seq == leader for _, seq in ranked):
+                    held.add(term)
+        return query_coverage(distinct, df, held, n_items), read
 
 
 def _answers_top_where(backend: Backend) -> bool:

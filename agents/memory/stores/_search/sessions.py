@@ -43,6 +43,7 @@ from agents.memory.stores._core.terms import (
     KeywordMatch,
     bm25_score,
     keyword_matches,
+    match_coverage,
     query_weights,
     rank_matches,
 )
@@ -277,11 +278,14 @@ class SessionSearch:
         the statistics of all the sessions; the semantic side each session's
         best cosines (and those of the keyword hits), cut to the best
         ``max(10 * k, HYBRID_POOL)`` of them all (with ties), as one memory
-        would pick them.
+        would pick them. The keyword share follows the share of the query's
+        IDF weight the best keyword hit holds (ties to the first session's
+        oldest item), as ``Memory.search`` takes it.
         """
         terms = _TOKENIZER(text)
         keyword: dict[int, float] = {}
         scale = 1.0
+        covered = 1.0
         if terms:
             n_items, total, matches, items = self._matches(scope, terms, fields, on_unknown_class)
             found.update(items)
@@ -294,6 +298,7 @@ class SessionSearch:
                     for key, length, counts in matches
                 }
                 scale = keyword_scale(n_items)
+                covered = match_coverage(terms, df, matches, keyword, n_items)
         pool = max(10 * k, HYBRID_POOL)
         cosines: dict[int, float] = {}
         for place, sid in enumerate(scope):
@@ -304,7 +309,7 @@ class SessionSearch:
         if len(cosines) > pool:
             cut = heapq.nlargest(pool, cosines.values())[-1]
             cosines = {key: c for key, c in cosines.items() if c >= cut or key in keyword}
-        return blend(keyword, scale, cosines, weight)
+        return blend(keyword, scale, cosines, weight, covered)
 
     # -- hits ---------------------------------------------------------------------------
 

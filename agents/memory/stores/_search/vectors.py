@@ -271,12 +271,14 @@ class VectorSearch:
         else:
             terms = _TOKENIZER(text)
             keyword: dict[int, float] = {}
-            scale = 1.0
+            scale = covered = 1.0
             if terms:
-                keyword, scale, found = self._keyword.hybrid(sid, terms, fields, on_unknown_class)
+                keyword, scale, covered, found = self._keyword.hybrid(
+                    sid, terms, fields, on_unknown_class
+                )
             pool = max(10 * k, HYBRID_POOL)
             cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword, parts)
-            scores = blend(keyword, scale, cosines, weight)
+            scores = blend(keyword, scale, cosines, weight, covered)
             if keep is not None:
                 ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
                 passing = first_passing(ranked, k, keep, found, read)
