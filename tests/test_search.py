@@ -1062,7 +1062,10 @@ def _plain_coverage(
     for word in dict.fromkeys(query):
         df = sum(word in words for words in held_by)
         if df:
-            weight[word] = math.log1p((len(texts) - df + 0.5) / (df + 0.5))
+            n = len(texts)  # Lucene's IDF, floored at 0.15 of a one-item word's
+            weight[word] = max(
+                math.log1p((n - df + 0.5) / (df + 0.5)), 0.15 * math.log1p((n - 0.5) / 1.5)
+            )
     total = sum(weight.values())
     return sum(w for word, w in weight.items() if word in held_by[key]) / total if total else 1.0
 

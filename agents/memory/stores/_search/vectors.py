@@ -168,7 +168,6 @@ class VectorSearch:
             count = self._backend.count(sid)
         if covered >= count:
             return
-        total = count - covered
         source = f"session {sid!r} of {self._engine.url}"
         pending: list[tuple[int, bytes, list[str]]] = []
         known: dict[str, Any] = {}  # the parts embedded so far, for the items after (bounded)
@@ -189,7 +188,7 @@ class VectorSearch:
                 self._store_vectors(sid, embedder, filed, chunk, known)
                 done += len(chunk)
                 if progress is not None:
-                    progress(done, max(total, done))
+                    progress(done, max(count - covered, done))
             if rows is None:
                 break
 

@@ -229,7 +229,8 @@ class SQLRows:
         """Return the seqs among ``seqs`` of the rows that may pass a filter, judged in SQL as :meth:`filter_candidates` judges them.
 
         Long lists are asked :data:`_AMONG_CHUNK` seqs at a time. ``None``
-        when :meth:`filter_candidates` would answer ``None``.
+        when :meth:`filter_candidates` would answer ``None``, but the empty
+        set for no ``seqs`` (none of them can pass).
         """
         if self.no_tables or not seqs:
             return set()
