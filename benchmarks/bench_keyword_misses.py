@@ -1,8 +1,7 @@
 """Keyword misses against each peer, fact by fact: a paired comparison on the numpy model of the ranking.
 
 For each corpus and query kind, every planted fact is ranked by kvmemory
-(BM25+ over Lucene's IDF floored at 0.15 of a word one item holds,
-``delta = 1``, ties oldest first: ``--variant rfloor0.15+1``, the default) and by models of
+(BM25+ over Lucene's IDF, ``delta = 1``, ties oldest first) and by models of
 the peers of ``bench_heldout.py --sections keyword``, every one given the
 same terms:
 
@@ -28,7 +27,7 @@ Choose on the tuning corpora (``short-steps``, ``long-pages``, ``crowded``);
 the held-out families only judge a choice (docs/search.md, "Held-out corpora").
 
 Run: .venv/bin/python benchmarks/bench_keyword_misses.py [--items 20000] [--facts 240]
-     [--seeds 1,2,3,4,5] [--corpora agent-steps,pages] [--variant rfloor0.15+1]
+     [--seeds 1,2,3,4,5] [--corpora agent-steps,pages] [--variant plus1]
 """
 
 from __future__ import annotations
@@ -101,7 +100,7 @@ def main() -> None:
     parser.add_argument("--facts", type=int, default=240)
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--corpora", default="agent-steps,pages")
-    parser.add_argument("--variant", default="rfloor0.15+1", choices=list(VARIANTS))
+    parser.add_argument("--variant", default="plus1", choices=list(VARIANTS))
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     one, five, fifteen = os.getloadavg()

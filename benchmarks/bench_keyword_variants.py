@@ -5,15 +5,10 @@ an item), ranked best first with ties by item order (kvmemory's order),
 changed in one way: the IDF (Lucene's, FTS5's floored one, rank_bm25's
 ``BM25Okapi`` one, or Lucene's times the share of items lacking the word),
 ``b``, BM25+'s ``delta`` (each held word adds ``delta * idf``), ties broken
-newest first, a repeated query word counted once or saturated (``k3``), or
-the IDF floored (``floor``: absolute; ``rfloor``: a share of the IDF of a
-word one item holds). ``plain`` is plain BM25 with Lucene's IDF (kvmemory
-before BM25+), ``plus1`` BM25+ with ``delta = 1`` (kvmemory before the
-floor) and ``rfloor0.15+1`` BM25+ with the IDF floored at 0.15 of the
-rarest word's (kvmemory now): each equals ``Memory.search``'s recall on the
-sets of ``bench_heldout.py --sections keyword`` in its release. Each
-variant's facts won and lost against ``--against`` (default ``plus1``)
-are printed under its recall, ``*`` where it loses significantly. Prints recall@5 per corpus
+newest first, or a repeated query word counted once. ``plain`` is plain
+BM25 with Lucene's IDF (kvmemory before BM25+) and ``plus1`` BM25+ with
+``delta = 1`` (kvmemory now): both equal ``Memory.search``'s recall on the
+sets of ``bench_heldout.py --sections keyword``. Prints recall@5 per corpus
 and query kind, the median over the seeds, and, for ``plain``, how many
 misses have an item ranked above the fact that holds fewer of the query's
 distinct words (the shape BM25+ mends).
