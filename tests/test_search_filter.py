@@ -635,10 +635,7 @@ def test_a_stored_semantic_search_with_a_rare_filter_reads_only_the_vectors_that
 ) -> None:
     """A semantic store search with a filter 6 of 600 rows pass reads those 6 rows' vectors, none other, and ranks as Memory.search."""
     embedder = HashingEmbedder(32)
-    session = [
-        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
-        for i in range(600)
-    ]
+    session = reviewer_session(600)
     where = {"agent": "reviewer"}
     with open_store(durable_url(kind)) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
@@ -675,10 +672,7 @@ def test_a_semantic_search_over_vectors_kept_in_memory_walks_their_ranking_for_a
 ) -> None:
     """Once a session's vectors are kept in memory, a semantic search with a filter 1% of 2,000 rows pass walks every cosine's ranking, asks SQL nothing, and ranks as Memory.search."""
     embedder = HashingEmbedder(32)
-    session = [
-        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
-        for i in range(2000)
-    ]
+    session = reviewer_session(2000)
     where = {"agent": "reviewer"}
     with open_store(durable_url(kind)) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
@@ -708,10 +702,7 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_reads_only_the_items_th
 ) -> None:
     """A semantic search over vectors kept in memory with a filter 1% of 2,000 rows pass reads only rows that pass, and ranks as Memory.search."""
     embedder = HashingEmbedder(32)
-    session = [
-        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
-        for i in range(2000)
-    ]
+    session = reviewer_session(2000)
     where = {"agent": "reviewer"}
     with open_store(durable_url(kind)) as store:
         seqs = store.append("s", [MemoryItem(**fields) for fields in session])
@@ -779,10 +770,7 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_settles_in_two_filter_a
 ) -> None:
     """A filter 1% of 4,000 rows pass, k=5 over kept vectors: the second slice screened reaches as deep as the pass rate of the first says, so two filter_among statements settle it, ranked as Memory.search."""
     embedder = HashingEmbedder(32)
-    session = [
-        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
-        for i in range(4000)
-    ]
+    session = reviewer_session(4000)
     where = {"agent": "reviewer"}
     with open_store(durable_url(kind)) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
@@ -838,6 +826,14 @@ def test_a_semantic_filter_over_kept_vectors_scores_them_once_however_deep_it_wa
     assert len(products) == 1
 
 
+def reviewer_session(n: int) -> list[dict[str, Any]]:
+    """Return ``n`` steps of which 1% (every 100th, from step 7) the reviewer took, texts "alpha beta {i % 13}"."""
+    return [
+        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
+        for i in range(n)
+    ]
+
+
 def keep_vectors_in_memory(store: Any, embedder: HashingEmbedder) -> None:
     """Index a session's vectors and query it twice, so that the next query finds them kept in memory."""
     store.index_embeddings("s", embedder)
@@ -884,10 +880,7 @@ def test_a_stored_semantic_search_with_a_rare_filter_it_cannot_narrow_reads_the_
 ) -> None:
     """A semantic store search over parts with a filter SQL cannot judge scores every vector once, not once per longer ranking, and ranks as Memory.search."""
     embedder = HashingEmbedder(32)
-    session = [
-        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
-        for i in range(600)
-    ]
+    session = reviewer_session(600)
 
     def where(item: MemoryItem) -> bool:
         return bool(item["agent"] == "reviewer")
@@ -1119,10 +1112,7 @@ def test_a_one_percent_keyword_filter_on_sqlite_is_answered_by_the_first_ranking
     durable_url: Any,
 ) -> None:
     """An SQLite keyword search with a filter 1% of 2,000 rows pass walks one ranking (as long as the index ranks at the cost of a short one) and asks SQL nothing more."""
-    session = [
-        {"step": i, "agent": "reviewer" if i % 100 == 7 else "host", "text": f"alpha beta {i % 13}"}
-        for i in range(2000)
-    ]
+    session = reviewer_session(2000)
     where = {"agent": "reviewer"}
     with open_store(durable_url("sqlite")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
