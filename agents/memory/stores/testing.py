@@ -1439,6 +1439,25 @@ class StoreContract:
             assert may <= set(chosen), where
             assert backend.filter_among("s", keep.tree, []) in (None, set()), where
 
+    def test_filter_among_rows_reads_the_rows_filter_among_answers(self, store: Store) -> None:
+        """filter_among_rows gives (seq, data) of the rows filter_among answers, as read_seqs reads them (or None: asked apart)."""
+        from agents.memory.search import Filter
+
+        store.append("s", ranking_corpus())
+        seqs = [record.seq for record in store.records("s")]
+        chosen = [*seqs[::2], max(seqs) + 1000]  # and a seq the session does not hold
+        backend = store.backend
+        for where in ({"step": {"$gte": 5}}, {"action": "open"}, {"args.x": 1}, {"n": 99}):
+            keep = Filter.of(where)
+            assert keep is not None
+            may = backend.filter_among("s", keep.tree, chosen)
+            rows = backend.filter_among_rows("s", keep.tree, chosen)
+            if rows is None:
+                continue  # the store asks filter_among, then reads the rows that may pass
+            assert may is not None, where
+            assert sorted(rows) == backend.read_seqs("s", sorted(may)), where
+            assert backend.filter_among_rows("s", keep.tree, []) in (None, []), where
+
     # -- search across sessions ------------------------------------------------------------
 
     def test_search_sessions_scores_equal_memory_search_over_the_union(self, store: Store) -> None:

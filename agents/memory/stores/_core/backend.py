@@ -58,6 +58,8 @@ The store never looks inside it: it passes it back, unchanged, to the
 operations that take ``tx``, within the ``with`` block that yielded it.
 """
 
+_SomeRows: TypeAlias = "list[tuple[int, bytes]] | None"
+
 
 class Backend:
     """The row operations of one durable home for sessions; subclass it and hand it to :class:`Store`.
@@ -443,9 +445,8 @@ class Backend:
 
         ``tree`` is the parsed filter (:attr:`~agents.memory.search.Filter.tree`).
         A backend that can judge (part of) it where the rows lie returns a
-        superset of the rows that pass: a row left out is never tested, so
-        leaving out one that passes loses a hit; the rows returned are still
-        tested with the filter in Python. By default ``None``.
+        superset of those that pass (a row left out is never tested), each
+        still tested in Python. By default ``None``.
         """
         return None
 
@@ -454,15 +455,17 @@ class Backend:
     ) -> set[int] | None:
         """Return the seqs among ``seqs`` of the rows that may pass a search filter, or ``None`` to have them all tested.
 
-        :meth:`filter_candidates` asked of some rows only: a filtered
-        search walking a ranking asks this of each slice of it before
-        reading the items, so that only the rows that may pass are read
-        and tested with the filter in Python. A backend that can judge
-        (part of) ``tree`` where the rows lie returns a superset of the
-        rows among ``seqs`` that pass, never leaving out one that passes
-        (a seq the session does not hold may be left out). By default
-        ``None``.
+        :meth:`filter_candidates` asked of some rows only (a filtered search
+        asks it of each slice of a ranking before reading the items): a
+        superset of the rows among ``seqs`` that pass (a seq the session
+        does not hold may be left out). By default ``None``.
         """
+        return None
+
+    def filter_among_rows(
+        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
+    ) -> _SomeRows:
+        """Return ``(seq, data)`` of the rows :meth:`filter_among` answers, read by the same statement, or ``None`` (the default: the two are asked apart)."""
         return None
 
     # -- optional: vectors (with keeps_vectors) ---------------------------------------------

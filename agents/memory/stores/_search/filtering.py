@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
+from agents.memory.stores._core.encoding import decode_pairs
 
 if TYPE_CHECKING:
     from agents.memory.stores._core.engine import Engine
@@ -243,13 +244,26 @@ class Screener:
     """Asks the backend which of some rows may pass a filter (``Backend.filter_among``), each seq once.
 
     The answers are kept for the rankings after. Once the backend answers
-    ``None`` (it cannot judge the filter), it is not asked again.
+    ``None`` (it cannot judge the filter), it is not asked again. Given
+    ``found``, it asks ``Backend.filter_among_rows`` first: the rows that
+    may pass come with their data, decoded into ``found``, so the walk reads
+    none of them again (one round trip a slice, not two); where that
+    answers ``None``, ``filter_among``.
     """
 
-    def __init__(self, engine: Engine, sid: str, keep: Filter) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        sid: str,
+        keep: Filter,
+        found: dict[int, MemoryItem] | None = None,
+        on_unknown_class: OnUnknownClass = "error",
+    ) -> None:
         self._engine = engine
         self._sid = sid
         self._keep = keep
+        self._found = found
+        self._on_unknown_class = on_unknown_class
         self._judged: dict[int, bool] = {}
         self._unable = False
 
@@ -263,11 +277,24 @@ class Screener:
         judged = self._judged
         unknown = sorted({seq for seq in seqs if seq not in judged})
         if unknown and not self._unable:
-            engine = self._engine
-            with engine.errors("search", self._sid):
-                may = engine.backend.filter_among(self._sid, self._keep.tree, unknown)
+            may = self._ask(unknown)
             if may is None:
                 self._unable = True
             else:
                 judged.update((seq, seq in may) for seq in unknown)
         return None if self._unable else {seq for seq in seqs if judged[seq]}
+
+    def _ask(self, unknown: list[int]) -> set[int] | None:
+        """Return the seqs among ``unknown`` that may pass, their items decoded into ``found`` when it was given."""
+        engine = self._engine
+        found = self._found
+        tree = self._keep.tree
+        with engine.errors("search", self._sid):
+            rows = None
+            if found is not None:
+                rows = engine.backend.filter_among_rows(self._sid, tree, unknown)
+            if found is None or rows is None:  # the items are read as the walk goes
+                return engine.backend.filter_among(self._sid, tree, unknown)
+        items = decode_pairs(rows, engine.source(self._sid), self._on_unknown_class)
+        found.update(items)
+        return {seq for seq, _ in items}

@@ -231,16 +231,16 @@ class VectorSearch:
             if kept is not None:
                 # Every cosine from the vectors kept in memory costs about what the unfiltered
                 # query does (scored once, with no screen: a ranking a thousand items deep costs
-                # a screen more than every row): walk that ranking, asking the backend which
-                # rows of each slice may pass before reading them (Backend.filter_among); without
-                # its answer, ask which rows of the session may pass once NARROW_AT fall short.
+                # a screen more than every row): walk it, asking which rows of each slice may
+                # pass, with their items, in one call (Backend.filter_among_rows); without an
+                # answer, ask which rows of the session may pass once NARROW_AT fall short.
                 keys, every = kept.every_score(query)
 
                 def rank_kept(limit: int) -> list[tuple[int, float]]:
                     return ranked_top(keys, every, limit)
 
                 narrowed = narrower(self._engine, sid, keep)
-                screen = Screener(self._engine, sid, keep)
+                screen = Screener(self._engine, sid, keep, found, on_unknown_class)
                 start = max(k, NARROW_AT)
                 passing = widening(
                     rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen

@@ -232,17 +232,31 @@ class SQLRows:
         when :meth:`filter_candidates` would answer ``None``, but the empty
         set for no ``seqs`` (none of them can pass).
         """
+        rows = self._among(session_id, tree, seqs, data=False)
+        return None if rows is None else {int(row[0]) for row in rows}
+
+    def filter_among_rows(
+        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]] | None:
+        """Return ``(seq, data)`` of the rows :meth:`filter_among` answers, read by the statement that judges them (``None`` with it)."""
+        rows = self._among(session_id, tree, seqs, data=True)
+        return None if rows is None else _pairs(rows)
+
+    def _among(
+        self, session_id: str, tree: FilterNode, seqs: Sequence[int], *, data: bool
+    ) -> list[Any] | None:
+        """Return the rows (``seq``, and ``data`` with it) among ``seqs`` that may pass, or ``None`` (see :meth:`filter_among`)."""
         if self.no_tables or not seqs:
-            return set()
-        out: set[int] = set()
+            return []
+        out: list[Any] = []
         postgres = self.dialect is POSTGRES
         for start in range(0, len(seqs), _AMONG_CHUNK):
             chunk = self.dialect.bind_list(list(seqs[start : start + _AMONG_CHUNK]))
-            query = candidates_query(tree, session_id, postgres=postgres, among=chunk)
+            query = candidates_query(tree, session_id, postgres=postgres, among=chunk, data=data)
             if query is None:
                 return None
             try:
-                out.update(int(seq) for (seq,) in self.query_rows(*query))
+                out += self.query_rows(*query)
             except self.driver_errors as exc:
                 if "json" not in str(exc).lower():
                     raise

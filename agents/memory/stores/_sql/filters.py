@@ -44,10 +44,10 @@ __all__ = ["POSTGRES_FIELDS", "candidates_query", "postgres_condition"]
 # find out. "LIMIT -1 OFFSET 0" keeps SQLite from flattening the subquery, which would
 # unwrap ``f`` again (parsing the row's JSON once more) in every JSON function reading it.
 _SQLITE_ROWS: Final = (
-    "SELECT seq FROM (SELECT seq, d, instr(d, '\\u0000') > 0 AS opaque,"
+    "SELECT seq{data} FROM (SELECT seq{data}, d, instr(d, '\\u0000') > 0 AS opaque,"
     " CASE WHEN instr(d, '\"$kv\"') = 0 AND instr(d, char(92)) = 0"
     " OR json_type(d, '$.\"$kv\"') IS NULL THEN d"
-    " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq, CAST(data AS TEXT) AS d"
+    " ELSE json_extract(d, '$.fields') END AS f FROM (SELECT seq{data}, CAST(data AS TEXT) AS d"
     " FROM kvmemory_items WHERE session_id = ?{among}{guard}) LIMIT -1 OFFSET 0) WHERE "
 )
 # A row that holds a string equal to a filter's operand (one without a quote, backslash
@@ -62,9 +62,10 @@ _SLASH: Final = " OR instr(data, X'5C2F') > 0"
 _PLAIN: Final = frozenset(map(chr, range(0x20))) | {'"', "\\"}
 # PostgreSQL decompresses a stored JSONB value anew at each operator that reads it:
 # "doc || '{}'" in a subquery kept apart by OFFSET 0 reads each row's copy once.
+# ``{data}`` (", data" or nothing): the rows that may pass are read by the same statement.
 _POSTGRES_ROWS: Final = (
-    "SELECT seq FROM (SELECT seq, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
-    " THEN doc -> 'fields' ELSE doc END AS f FROM (SELECT seq, doc || '{{}}'::jsonb AS doc"
+    "SELECT seq{data} FROM (SELECT seq{data}, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
+    " THEN doc -> 'fields' ELSE doc END AS f FROM (SELECT seq{data}, doc || '{{}}'::jsonb AS doc"
     " FROM kvmemory_items WHERE session_id = %s{among} OFFSET 0) AS plain OFFSET 0) AS r WHERE "
 )
 # Only the rows among some seqs (bound as a JSON array in SQLite, an array in PostgreSQL).
@@ -172,12 +173,18 @@ class _Writer:
 
 
 def candidates_query(
-    tree: FilterNode, session_id: str, *, postgres: bool, among: object = None
+    tree: FilterNode,
+    session_id: str,
+    *,
+    postgres: bool,
+    among: object = None,
+    data: bool = False,
 ) -> tuple[str, list[Any]] | None:
     """Return the query for the seqs of a session's rows that may pass ``tree``, with its parameters.
 
     With ``among`` (some seqs, bound as the dialect binds a list: a JSON
-    array in SQLite, a list in PostgreSQL), only the rows among them.
+    array in SQLite, a list in PostgreSQL), only the rows among them. With
+    ``data``, each row's stored ``data`` beside its seq.
 
     The condition reads ``f``, the item's fields (unwrapped from the
     codec's item wrapper) as JSON text in SQLite and JSONB in PostgreSQL,
@@ -191,7 +198,8 @@ def candidates_query(
     if sql is None:
         return None
     if postgres:
-        rows = _POSTGRES_ROWS.format(among="" if among is None else _POSTGRES_AMONG)
+        column = ", data" if data else ""
+        rows = _POSTGRES_ROWS.format(among="" if among is None else _POSTGRES_AMONG, data=column)
         return rows + f"({sql})", writer.params
     if guard is not None:
         slash = (
@@ -200,7 +208,11 @@ def candidates_query(
             else ""
         )
         guard = _GUARDED.format(slash=slash, texts=guard)
-    rows = _SQLITE_ROWS.format(among="" if among is None else _SQLITE_AMONG, guard=guard or "")
+    rows = _SQLITE_ROWS.format(
+        among="" if among is None else _SQLITE_AMONG,
+        guard=guard or "",
+        data=", data" if data else "",
+    )
     return rows + f"({sql})", writer.params
 
 
