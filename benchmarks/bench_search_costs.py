@@ -15,8 +15,10 @@ benchmarks/_search_corpus.py):
   of the items pass (``$eq``, ``$eq`` on a dotted field, ``$in``, a numeric
   range: see :data:`RARE`) against the same query unfiltered, in RAM, in
   each store (memory://, SQLite, JSONL, PostgreSQL) and in a
-  ``StoredMemory`` over each; and the first filtered query after opening
-  a store against the same query warm;
+  ``StoredMemory`` over each, the unfiltered query and each filter timed
+  in turn, query by query, once a store's kept vectors are compacted (see
+  :data:`WARM`); and the first filtered query after opening a store
+  against the same query warm;
 * ``first``: the first query after opening a session of ``--first-items``
   steps against the same query warm, in each mode: the store itself, a
   ``StoredMemory`` opened on it, and a ``Memory`` read from it (keyword
@@ -342,7 +344,9 @@ def filters_run(
     In RAM (``Memory``), in each store (``Store.search``) and in a
     ``StoredMemory`` over each store; ``first/...`` keys hold the first
     query of each filter kind after the store is opened (cold) beside the
-    same query warm.
+    same query warm. A store that keeps vectors is queried :data:`WARM`
+    times and its compaction waited for before the timing, so that no
+    filter is timed beside it.
     """
     from agents.memory.search import HashingEmbedder
     from agents.memory.stores import StoredMemory
