@@ -467,6 +467,18 @@ WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
 """
 
 
+# Each query term's document frequency in the session, as _score_sql counts it: the rows the
+# tsvector matches (a term's lexeme or the overflow one) whose counts hold the term, each
+# row's counts read once (see _score_sql), for any number of terms.
+_FREQUENCIES: Final = """
+WITH m AS MATERIALIZED (
+    SELECT i.tf || '{}'::jsonb AS tf FROM kvmemory_items AS i
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+)
+SELECT q.t, count(*) FROM m JOIN unnest(%(names)s::text[]) AS q(t) ON m.tf ? q.t GROUP BY q.t
+"""
+
+
 class PostgresKeywordIndex:
     """The keyword index of a PostgreSQL store's rows: what each write fills in, and BM25 over it.
 
@@ -623,6 +635,24 @@ class PostgresKeywordIndex:
             if counts:
                 scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
         return sorted(scored, key=lambda hit: (-hit[0], hit[1]))
+
+    def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int]:
+        """Return how many of the session's items hold each of ``terms``: the document frequencies BM25 counts.
+
+        One statement over the rows the ``tsvector`` index matches (a term's
+        lexeme, or the overflow one), each row's counts read once: a term's
+        frequency is the number of those rows whose counts hold it, as
+        :meth:`top` counts it. Every distinct term is a key (0 where no item
+        holds it).
+        """
+        sid = session_id
+        names = list(dict.fromkeys(terms))
+        if not names:
+            return {}
+        query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
+        rows = self._query_rows(_FREQUENCIES, {"sid": sid, "query": query, "names": names})
+        counted = {str(term): int(count) for term, count in rows}
+        return {term: counted.get(term, 0) for term in names}
 
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int
