@@ -469,8 +469,19 @@ WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
 
 # Each query term's document frequency in the session, as _score_sql counts it: the rows the
 # tsvector matches (a term's lexeme or the overflow one) whose counts hold the term, each
-# row's counts read once (see _score_sql), for any number of terms.
-_FREQUENCIES: Final = """
+# row's counts read once (see _score_sql). A column per term (a third faster than joining
+# the terms as rows, 3,000 crowded steps), and the terms as rows past _COLUMN_TERMS.
+def _frequencies_sql(n_terms: int) -> str:
+    """Return the query for each of ``n_terms`` terms' document frequency in the session, one column each."""
+    frequencies = ", ".join(f"count(*) FILTER (WHERE c.tf ? %(t{j})s)" for j in range(n_terms))
+    return f"""
+SELECT ARRAY[{frequencies}]::bigint[] AS dfs
+FROM kvmemory_items AS i CROSS JOIN LATERAL (SELECT i.tf || '{{}}'::jsonb AS tf OFFSET 0) AS c
+WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+"""
+
+
+_FREQUENCIES_OF_MANY: Final = """
 WITH m AS MATERIALIZED (
     SELECT i.tf || '{}'::jsonb AS tf FROM kvmemory_items AS i
     WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
@@ -650,9 +661,16 @@ class PostgresKeywordIndex:
         if not names:
             return {}
         query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
-        rows = self._query_rows(_FREQUENCIES, {"sid": sid, "query": query, "names": names})
-        counted = {str(term): int(count) for term, count in rows}
-        return {term: counted.get(term, 0) for term in names}
+        params: dict[str, Any] = {"sid": sid, "query": query}
+        if len(names) > _COLUMN_TERMS:
+            # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
+            rows = self._query_rows(_FREQUENCIES_OF_MANY, {**params, "names": names})
+            counted = {str(term): int(count) for term, count in rows}
+            return {term: counted.get(term, 0) for term in names}
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        rows = self._query_rows(_frequencies_sql(len(names)), params)
+        counts = rows[0][0] if rows else [0] * len(names)
+        return {term: int(count) for term, count in zip(names, counts, strict=True)}
 
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int
