@@ -31,7 +31,7 @@ from agents.memory import (
     Window,
     project,
 )
-from agents.memory._vectors import ranked_top
+from agents.memory._vectors import keyword_share, ranked_top
 from agents.memory.search import (
     HYBRID_KEYWORD_WEIGHT,
     EmbedParts,
@@ -1149,6 +1149,81 @@ def test_store_weighs_a_part_covered_keyword_leader_as_memory_search_does(
         assert [hit.item["step"] for hit in got] == [step for step, _ in want]
         assert [hit.score for hit in got] == pytest.approx(
             [score for _, score in want], rel=1e-5, abs=1e-6
+        )
+
+
+def _crowded_elsewhere() -> list[MemoryItem]:
+    """Another session's items, holding 'penalty', 'fee' and 'invoice' (in field 'note') many times over."""
+    return [
+        MemoryItem(step=i, thought=f"penalty fee number {i}", note="invoice") for i in range(30)
+    ]
+
+
+@pytest.mark.parametrize("options", [{}, {"keys": ["thought"]}], ids=["all", "keys"])
+def test_store_counts_each_query_word_in_the_searched_session_and_fields_for_coverage(
+    store_url: str, options: dict[str, Any]
+) -> None:
+    """A part-covered hybrid query in a store counts the items holding each query word in the session (and fields) searched, as Memory.search does."""
+    items = [
+        *_part_covered(),
+        MemoryItem(step=42, thought="an invoice without a stamp", note="overdue"),
+    ]
+    want = [
+        (hit.item["step"], hit.score)
+        for hit in Memory(items).search(PART_QUERY, 4, mode="hybrid", embedder=EMBEDDER, **options)
+    ]
+    with open_store(store_url) as store:
+        store.append("s", items)
+        store.append("t", _crowded_elsewhere())  # the same words, held by another session's items
+        got = store.search("s", PART_QUERY, 4, mode="hybrid", embedder=EMBEDDER, **options)
+    assert [hit.item["step"] for hit in got] == [step for step, _ in want]
+    assert [hit.score for hit in got] == pytest.approx(
+        [score for _, score in want], rel=1e-9, abs=1e-12
+    )
+
+
+@pytest.mark.parametrize("weight", [1, 0])
+def test_an_explicit_hybrid_weight_of_one_or_zero_ranks_by_one_side_alone(weight: int) -> None:
+    """hybrid_weight=1 gives the keyword hits in BM25's order at their keyword share, 0 the semantic ranking, though the leader holds part of the query."""
+    memory = Memory(_part_covered())
+    index = search_index(memory)
+    assert index.coverage(index.tokenizer(PART_QUERY), None, 40) == pytest.approx(0.5)
+    got = search(memory, PART_QUERY, 3, mode="hybrid", embedder=EMBEDDER, hybrid_weight=weight)
+    if weight:
+        alone = [
+            (hit.item["step"], keyword_share(hit.score, index.keyword_scale()))
+            for hit in search(memory, PART_QUERY, 3)
+        ]
+    else:
+        semantic = search(memory, PART_QUERY, 3, mode="semantic", embedder=EMBEDDER)
+        discount = got[0].score / semantic[0].score  # the query's semantic discount
+        alone = [(hit.item["step"], hit.score * discount) for hit in semantic]
+    assert [hit.item["step"] for hit in got] == [step for step, _ in alone]
+    assert [hit.score for hit in got] == pytest.approx([score for _, score in alone], rel=1e-12)
+
+
+def test_store_ranks_by_the_keyword_side_alone_at_hybrid_weight_one(store_url: str) -> None:
+    """Stores, one session and many, give the keyword hits at their keyword share for hybrid_weight=1."""
+    items = _part_covered()
+    index = search_index(Memory(items))
+    want = [
+        (hit.item["step"], keyword_share(hit.score, index.keyword_scale()))
+        for hit in Memory(items).search(PART_QUERY, 3)
+    ]
+    assert want[0][0] == 40
+    options: dict[str, Any] = {"mode": "hybrid", "embedder": EMBEDDER, "hybrid_weight": 1}
+    with open_store(store_url) as store:
+        store.append("a", items[:20])
+        store.append("b", items[20:])
+        store.append("s", items)
+        runs: list[Sequence[Any]] = [
+            store.search("s", PART_QUERY, 3, **options),
+            store.search_sessions(PART_QUERY, 3, sessions=["a", "b"], **options),
+        ]
+    for got in runs:
+        assert [hit.item["step"] for hit in got] == [step for step, _ in want]
+        assert [hit.score for hit in got] == pytest.approx(
+            [score for _, score in want], rel=1e-9, abs=1e-12
         )
 
 

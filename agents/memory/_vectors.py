@@ -86,8 +86,9 @@ COVERAGE_POWER: Final = 8
 ``q`` is the share of the query's IDF weight (its distinct words some item
 holds) that the best keyword hit holds (:func:`blend`). A leader holding
 every word keeps the whole keyword share; one holding half of the weight
-keeps 1/256 of it, and the semantic side decides. Chosen on the tuning
-corpora of ``benchmarks/bench_blend.py`` (see docs/search.md).
+keeps 1/256 of it, and the semantic side decides. An explicit
+``hybrid_weight`` of 0 or 1 is not scaled: one side alone ranks. Chosen on
+the tuning corpora of ``benchmarks/bench_blend.py`` (see docs/search.md).
 """
 
 SEMANTIC_REFERENCE = 100
@@ -513,18 +514,21 @@ def blend(
     best candidate is a poor match (words only common ones match, or every
     cosine alike) adds little and cannot outvote the other. A keyword hit
     without a cosine (no text embedded over the searched fields) counts
-    cosine 0. ``w' = w * coverage ** COVERAGE_POWER``: ``coverage`` is the
-    share of the query's IDF weight the keyword leader holds
-    (:func:`~agents.memory._text.query_coverage`), so a keyword side whose
-    best hit matches only part of the query gives way to the semantic one;
-    a leader holding every query word keeps ``w``.
+    cosine 0. ``w' = w * coverage ** COVERAGE_POWER`` for ``0 < w < 1``:
+    ``coverage`` is the share of the query's IDF weight the keyword leader
+    holds (:func:`~agents.memory._text.query_coverage`), so a keyword side
+    whose best hit matches only part of the query gives way to the semantic
+    one; a leader holding every query word keeps ``w``. The ends are taken
+    as asked, whatever the coverage: ``w = 1`` ranks by the keyword side
+    alone (each candidate scores its ``keyword_share``), ``w = 0`` by the
+    semantic side alone.
 
     Args:
         keyword: BM25 scores by key.
         scale: The corpus's :func:`keyword_scale` (the BM25 that maps to 0.5).
         semantic: Cosines by key (the best ones, at least the best
             ``HYBRID_POOL``, and those of the keyword hits).
-        w: The keyword share, 0 to 1.
+        w: The keyword share, 0 to 1 (0 and 1 are not scaled by ``coverage``).
         coverage: The share of the query's IDF weight the keyword leader
             holds, 0 to 1 (``1.0``: the leader holds every query word).
 
@@ -532,7 +536,8 @@ def blend(
         The blended score (0..1) of every candidate, by key.
     """
     out = {}
-    w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
+    if 0.0 < w < 1.0:  # an explicit 0 or 1 asks for one side alone
+        w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
     rest = (1.0 - w) * semantic_discount(semantic)
     for key in dict.fromkeys([*keyword, *semantic]):
         out[key] = w * keyword_share(keyword.get(key, 0.0), scale) + rest * max(

@@ -128,7 +128,9 @@ def search(
             the memory was embedded with, else :class:`WordLlamaEmbedder`).
         hybrid_weight: The keyword share of a hybrid score, 0 to 1
             (default :data:`HYBRID_KEYWORD_WEIGHT`), times ``q**8``, ``q`` the
-            share of the query's IDF weight the best keyword hit holds.
+            share of the query's IDF weight the best keyword hit holds. 1
+            ranks by keyword alone (BM25 on the blend's 0..1 scale), 0 by
+            the semantic side alone.
 
     Returns:
         Up to ``k`` hits.

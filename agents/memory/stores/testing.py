@@ -1394,6 +1394,23 @@ class StoreContract:
                 continue  # the store ranks with keyword_top, or scores the session itself
             assert among == [(score, seq) for score, seq in every if seq in chosen], terms
 
+    def test_keyword_frequencies_count_the_session_items_keyword_top_ranks(
+        self, store: Store
+    ) -> None:
+        """A backend that answers keyword_frequencies counts, for each term, the session's items keyword_top ranks for it alone (not another session's)."""
+        store.append("s", ranking_corpus())
+        store.append("other", [*ranking_corpus(), MemoryItem(note="missing file")])
+        store.append("s", [MemoryItem(step=10, note="file report")])  # a few rows after the first
+        backend = store.backend
+        terms = ["file", "the", "file", "report", "missing", "zzz"]
+        for sid in ("s", "other", "unknown"):
+            counted = backend.keyword_frequencies(sid, terms)
+            if counted is None:
+                continue  # the store ranks each term with keyword_top
+            for term in dict.fromkeys(terms):  # a term no item holds may be left out
+                ranked = backend.keyword_top(sid, [term], 10_000) or []
+                assert counted.get(term, 0) == len(ranked), (sid, term)
+
     def test_keyword_top_where_ranks_the_rows_that_may_pass_as_keyword_top_does(
         self, store: Store
     ) -> None:

@@ -467,6 +467,29 @@ WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
 """
 
 
+# Each query term's document frequency in the session, as _score_sql counts it: the rows the
+# tsvector matches (a term's lexeme or the overflow one) whose counts hold the term, each
+# row's counts read once (see _score_sql). A column per term (a third faster than joining
+# the terms as rows, 3,000 crowded steps), and the terms as rows past _COLUMN_TERMS.
+def _frequencies_sql(n_terms: int) -> str:
+    """Return the query for each of ``n_terms`` terms' document frequency in the session, one column each."""
+    frequencies = ", ".join(f"count(*) FILTER (WHERE c.tf ? %(t{j})s)" for j in range(n_terms))
+    return f"""
+SELECT ARRAY[{frequencies}]::bigint[] AS dfs
+FROM kvmemory_items AS i CROSS JOIN LATERAL (SELECT i.tf || '{{}}'::jsonb AS tf OFFSET 0) AS c
+WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+"""
+
+
+_FREQUENCIES_OF_MANY: Final = """
+WITH m AS MATERIALIZED (
+    SELECT i.tf || '{}'::jsonb AS tf FROM kvmemory_items AS i
+    WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+)
+SELECT q.t, count(*) FROM m JOIN unnest(%(names)s::text[]) AS q(t) ON m.tf ? q.t GROUP BY q.t
+"""
+
+
 class PostgresKeywordIndex:
     """The keyword index of a PostgreSQL store's rows: what each write fills in, and BM25 over it.
 
@@ -623,6 +646,31 @@ class PostgresKeywordIndex:
             if counts:
                 scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
         return sorted(scored, key=lambda hit: (-hit[0], hit[1]))
+
+    def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int]:
+        """Return how many of the session's items hold each of ``terms``: the document frequencies BM25 counts.
+
+        One statement over the rows the ``tsvector`` index matches (a term's
+        lexeme, or the overflow one), each row's counts read once: a term's
+        frequency is the number of those rows whose counts hold it, as
+        :meth:`top` counts it. Every distinct term is a key (0 where no item
+        holds it).
+        """
+        sid = session_id
+        names = list(dict.fromkeys(terms))
+        if not names:
+            return {}
+        query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
+        params: dict[str, Any] = {"sid": sid, "query": query}
+        if len(names) > _COLUMN_TERMS:
+            # A column per term would pass PostgreSQL's 1,664 columns and 65,535 parameters.
+            rows = self._query_rows(_FREQUENCIES_OF_MANY, {**params, "names": names})
+            counted = {str(term): int(count) for term, count in rows}
+            return {term: counted.get(term, 0) for term in names}
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        rows = self._query_rows(_frequencies_sql(len(names)), params)
+        counts = rows[0][0] if rows else [0] * len(names)
+        return {term: int(count) for term, count in zip(names, counts, strict=True)}
 
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int

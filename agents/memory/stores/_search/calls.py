@@ -84,6 +84,8 @@ class SearchCalls:
             hybrid_weight: The keyword share of a hybrid score, 0 to 1
                 (default ``HYBRID_KEYWORD_WEIGHT``), times ``q**8``, ``q`` the
                 share of the query's IDF weight the best keyword hit holds.
+                1 ranks by keyword alone (BM25 on the blend's 0..1 scale), 0
+                by the semantic side alone.
             where: Keep only items that pass this filter (see
                 :class:`~agents.memory.search.Filter`): the best ``k`` of the
                 ranking that pass, the hits ``Memory.search(where=...)``

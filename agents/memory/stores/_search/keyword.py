@@ -247,18 +247,25 @@ class KeywordSearch:
         """Return the share of the query's IDF weight the ``leader`` holds, from the keyword index, and the items read.
 
         The leader is read and its terms counted: holding every query word,
-        it covers the whole query. Otherwise each word's items are ranked by
-        the index (:meth:`Backend.keyword_top`) for its document frequency.
+        it covers the whole query. Otherwise each word's document frequency
+        comes from :meth:`Backend.keyword_frequencies`, or where the backend
+        cannot say, from ranking the word's items (:meth:`Backend.keyword_top`).
         """
         distinct = list(dict.fromkeys(terms))
         if leader is None or len(distinct) < 2:
             return 1.0, {}  # no hit, or the leader holds the only word
         read = self._engine.read_items(sid, [leader], on_unknown_class)
-        if leader in read and set(distinct) <= set(item_terms(read[leader])[0].split(" ")):
+        words = set(item_terms(read[leader])[0].split(" ")) if leader in read else set()
+        if set(distinct) <= words:
             return 1.0, read
-        df: dict[str, int] = {}
-        held: set[str] = set()
         backend = self._engine.backend
+        with self._engine.errors("search", sid):
+            counted = backend.keyword_frequencies(sid, distinct) if words else None
+        if counted is not None:  # one statement, not a ranking of each word's items
+            held = {term for term in distinct if term in words}
+            return query_coverage(distinct, counted, held, n_items), read
+        df: dict[str, int] = {}
+        held = set()
         with self._engine.errors("search", sid):
             for term in distinct:
                 ranked = backend.keyword_top(sid, [term], _LARGEST_K) or []

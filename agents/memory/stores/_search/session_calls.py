@@ -87,7 +87,7 @@ class SessionSearchCalls:
             where: Keep only items that pass this filter, as :meth:`search` does.
             mode: ``"keyword"`` (BM25, the default), ``"semantic"`` or ``"hybrid"``, as :meth:`search`.
             embedder: The model, for semantic and hybrid modes (required there).
-            hybrid_weight: The keyword share of a hybrid score, 0 to 1 (times ``q**8``, as :meth:`search`).
+            hybrid_weight: The keyword share of a hybrid score, 0 to 1 (times ``q**8`` between them; 1: keyword alone, 0: semantic alone; as :meth:`search`).
             parts: How items are cut into the texts that get embedded (see :meth:`search`).
             on_unknown_class: ``"base"`` reads items whose class cannot be
                 imported as plain ``MemoryItem`` instead of raising.
@@ -164,7 +164,7 @@ class SessionSearchCalls:
             where: Keep only hits that pass this filter (the windows are not filtered).
             mode: ``"keyword"``, ``"semantic"`` or ``"hybrid"``.
             embedder: The model for semantic and hybrid modes.
-            hybrid_weight: The keyword share of a hybrid score, 0 to 1 (times ``q**8``, as :meth:`search`).
+            hybrid_weight: The keyword share of a hybrid score, 0 to 1 (times ``q**8`` between them; 1: keyword alone, 0: semantic alone; as :meth:`search`).
             parts: How items are cut into the texts that get embedded.
             on_unknown_class: ``"base"`` reads items whose class cannot be
                 imported as plain ``MemoryItem`` instead of raising.

@@ -212,6 +212,33 @@ class SQLiteKeywordIndex:
             con.execute("COMMIT")
         return score_rows(rows, terms, df, int(n_items), int(total))
 
+    def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
+        """Return how many of the session's items hold each of ``terms``: the document frequencies BM25 counts.
+
+        One statement (one snapshot): each term's FTS5 postings in the
+        session (``kvmemory_fts_row``, by the session's prefix), plus the
+        session's pending rows whose terms hold it, the numbers :meth:`top`
+        scores with. Every distinct term is a key (0 where no item holds
+        it). ``None`` for an older file opened read-only.
+
+        Raises:
+            CorruptStoreError: if the index is damaged or missing.
+            sqlite3.OperationalError: if the file is locked or busy.
+        """
+        if not self.file.keyword_indexed:
+            return None
+        wanted = list(dict.fromkeys(terms))
+        if self.file.no_tables or not wanted:
+            return dict.fromkeys(wanted, 0)
+        sql = _FREQUENCIES + (_PENDING_FREQUENCIES if self.file.folds else "")
+        with self._reading(f" session {session_id!r} of"):
+            counted = dict(
+                self.file.connection.execute(
+                    sql + _FREQUENCIES_OF, (SQLITE.bind_list(wanted), session_id)
+                ).fetchall()
+            )
+        return {term: int(counted.get(term, 0)) for term in wanted}
+
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int
     ) -> list[tuple[float, str, int]] | None:
@@ -429,6 +456,18 @@ _SESSIONS_COUNTS: Final = (
     " WHERE session_id IN (SELECT value FROM json_each(?))"
 )
 """Each session's key, item count and term count (BM25's statistics summed over the sessions), and id."""
+_FREQUENCIES: Final = (
+    "SELECT q.value, coalesce((SELECT v.doc FROM kvmemory_fts_row AS v"
+    f" WHERE v.term = s.key || '{MARK}' || q.value), 0)"
+)
+"""Each query term's postings in the session: the FTS5 vocabulary's document count of its prefixed term."""
+_PENDING_FREQUENCIES: Final = (
+    " + (SELECT count(*) FROM kvmemory_items AS i WHERE i.session_id = s.session_id"
+    " AND i.seq > (SELECT through FROM kvmemory_fts_mark)"
+    " AND instr(' ' || i.terms || ' ', ' ' || q.value || ' ') > 0)"
+)
+"""Each query term's pending rows in the session (their terms are in their rows, not yet in the FTS table)."""
+_FREQUENCIES_OF: Final = " FROM json_each(?1) AS q, kvmemory_search AS s WHERE s.session_id = ?2"
 _STATISTICS: Final = (
     "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search)"
     " FROM kvmemory_search WHERE session_id = ?"
