@@ -1394,6 +1394,21 @@ class StoreContract:
                 continue  # the store ranks with keyword_top, or scores the session itself
             assert among == [(score, seq) for score, seq in every if seq in chosen], terms
 
+    def test_keyword_frequencies_count_the_rows_keyword_top_ranks(self, store: Store) -> None:
+        """A backend that answers keyword_frequencies counts, for each term, the rows keyword_top ranks for it alone."""
+        store.append("s", ranking_corpus())
+        store.append("other", [MemoryItem(note="file file the")])
+        backend = store.backend
+        terms = ["the", "file", "file", "missing"]
+        counted = backend.keyword_frequencies("s", terms)
+        if counted is None:
+            return  # the store ranks each term with keyword_top
+        for term in dict.fromkeys(terms):
+            ranked = backend.keyword_top("s", [term], 1000)
+            if ranked is None:
+                return  # no index: the store scores the session itself
+            assert counted.get(term, 0) == len(ranked), term
+
     def test_keyword_top_where_ranks_the_rows_that_may_pass_as_keyword_top_does(
         self, store: Store
     ) -> None:

@@ -419,6 +419,18 @@ class Backend:
         """
         return None
 
+    def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
+        """Return each term's document frequency in the session (how many items hold it), or ``None``.
+
+        The counts :meth:`keyword_top` scores with; a term no item holds
+        may be left out or counted 0. A hybrid search whose best keyword hit
+        misses a query word asks this for the share of the query's weight
+        that hit holds. ``None`` (the default, and whenever the backend
+        cannot answer from one consistent snapshot): the store ranks each
+        term with :meth:`keyword_top` and counts its hits.
+        """
+        return None
+
     def keyword_top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:

@@ -592,6 +592,14 @@ class PostgresBackend(SQLRows, Backend):
             return []
         return self._keyword.among(session_id, terms, seqs)
 
+    def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
+        """Count each term's items in the session in one statement (``None``: older tables read-only)."""
+        if not self._indexed:
+            return None
+        if self.no_tables:
+            return {}
+        return self._keyword.frequencies(session_id, terms)
+
     def keyword_top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:

@@ -467,6 +467,17 @@ WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
 """
 
 
+# Each query term's document frequency in the session, counted as _among_sql counts it.
+def _frequencies_sql(n_terms: int) -> str:
+    """Return the query for each of ``n_terms`` terms' document frequency in the session."""
+    frequencies = ", ".join(f"count(*) FILTER (WHERE c.tf ? %(t{j})s)" for j in range(n_terms))
+    return f"""
+SELECT ARRAY[{frequencies}]::bigint[] AS dfs
+FROM kvmemory_items AS i CROSS JOIN LATERAL (SELECT i.tf || '{{}}'::jsonb AS tf OFFSET 0) AS c
+WHERE i.session_id = %(sid)s AND i.terms @@ %(query)s::tsquery
+"""
+
+
 class PostgresKeywordIndex:
     """The keyword index of a PostgreSQL store's rows: what each write fills in, and BM25 over it.
 
@@ -623,6 +634,26 @@ class PostgresKeywordIndex:
             if counts:
                 scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
         return sorted(scored, key=lambda hit: (-hit[0], hit[1]))
+
+    def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
+        """Return each term's document frequency in the session (terms no item holds left out), in one statement.
+
+        Counted over the rows the ``tsvector`` index matches, as
+        :meth:`among` counts them. ``None`` for a query of more distinct
+        terms than :data:`_COLUMN_TERMS` (the store then ranks each term).
+        """
+        sid = session_id
+        names = list(dict.fromkeys(terms))
+        if len(names) > _COLUMN_TERMS:
+            return None  # a column per term would pass PostgreSQL's limits
+        query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
+        params: dict[str, Any] = {"sid": sid, "query": query}
+        params.update((f"t{j}", term) for j, term in enumerate(names))
+        rows = self._query_rows(_frequencies_sql(len(names)), params)
+        counts = rows[0][0] if rows else None
+        if not counts:
+            return {}
+        return {term: int(count) for term, count in zip(names, counts, strict=True) if count}
 
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int

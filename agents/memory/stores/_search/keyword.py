@@ -10,7 +10,7 @@ read a page at a time and scored in Python
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
@@ -29,6 +29,7 @@ from agents.memory.stores._core.terms import (
     rank_pages,
 )
 from agents.memory.stores._core.values import StoreHit
+from agents.memory.stores._search.hybrid import bounded_blend
 from agents.memory.stores._search.filtering import (
     ALL,
     NARROW_AT,
@@ -236,6 +237,53 @@ class KeywordSearch:
             found,
         )
 
+    def bounded_hybrid(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        k: int,
+        pool: int,
+        cosines: Callable[[Sequence[int]], dict[int, float]],
+        weight: float,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[dict[int, float], dict[int, MemoryItem]] | None:
+        """Return the blended scores of candidates holding a hybrid query's ``k`` best, and the items read; or ``None``.
+
+        The keyword side is ranked by the backend's index only as deep as
+        the blend needs (:func:`~agents.memory.stores._search.hybrid.bounded_blend`),
+        not every item holding a query term: the same ``k`` best, with the
+        same scores, as blending every hit. ``None`` (the caller then blends
+        every hit, :meth:`hybrid`) for a search of some fields, and where the
+        backend keeps no keyword index or cannot score chosen rows
+        (:meth:`Backend.keyword_among`).
+        """
+        backend = self._engine.backend
+        if fields is not None or not _answers_among(backend):
+            return None
+        with self._engine.errors("search", sid):
+            first = backend.keyword_top(sid, terms, pool)
+            n_items = backend.count(sid) if first is not None else 0
+        if first is None or not n_items:
+            return None
+        leader = first[0][1] if first else None
+        covered, read = self._indexed_coverage(sid, terms, leader, n_items, on_unknown_class)
+
+        def top(depth: int) -> Sequence[tuple[float, int]]:
+            if depth == pool:
+                return first
+            with self._engine.errors("search", sid):
+                return backend.keyword_top(sid, terms, min(depth, _LARGEST_K)) or []
+
+        def among(seqs: Sequence[int]) -> dict[int, float] | None:
+            with self._engine.errors("search", sid):
+                scored = backend.keyword_among(sid, terms, seqs)
+            return None if scored is None else {seq: score for score, seq in scored}
+
+        scale = keyword_scale(n_items)
+        scores = bounded_blend(k, pool, top, among, cosines, scale, weight, covered)
+        return None if scores is None else (scores, read)
+
     def _indexed_coverage(
         self,
         sid: str,
@@ -247,18 +295,25 @@ class KeywordSearch:
         """Return the share of the query's IDF weight the ``leader`` holds, from the keyword index, and the items read.
 
         The leader is read and its terms counted: holding every query word,
-        it covers the whole query. Otherwise each word's items are ranked by
-        the index (:meth:`Backend.keyword_top`) for its document frequency.
+        it covers the whole query. Otherwise each word's document frequency
+        comes from :meth:`Backend.keyword_frequencies`, or where the backend
+        cannot say, from ranking the word's items (:meth:`Backend.keyword_top`).
         """
         distinct = list(dict.fromkeys(terms))
         if leader is None or len(distinct) < 2:
             return 1.0, {}  # no hit, or the leader holds the only word
         read = self._engine.read_items(sid, [leader], on_unknown_class)
-        if leader in read and set(distinct) <= set(item_terms(read[leader])[0].split(" ")):
+        words = set(item_terms(read[leader])[0].split(" ")) if leader in read else set()
+        if set(distinct) <= words:
             return 1.0, read
-        df: dict[str, int] = {}
-        held: set[str] = set()
         backend = self._engine.backend
+        with self._engine.errors("search", sid):
+            counted = backend.keyword_frequencies(sid, distinct) if words else None
+        if counted is not None:  # one statement, not a ranking of each word's items
+            held = {term for term in distinct if term in words}
+            return query_coverage(distinct, counted, held, n_items), read
+        df: dict[str, int] = {}
+        held = set()
         with self._engine.errors("search", sid):
             for term in distinct:
                 ranked = backend.keyword_top(sid, [term], _LARGEST_K) or []

@@ -411,6 +411,10 @@ class SQLiteBackend(SQLRows, Backend):
         """Score some rows of the session by BM25 with the session's statistics (``None``: rows not folded yet, or an older file read-only)."""
         return self._keywords.among(session_id, terms, seqs)
 
+    def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
+        """Count each term's items in the session from the FTS5 postings' totals (``None``: rows not folded yet, or an older file read-only)."""
+        return self._keywords.frequencies(session_id, terms)
+
     def keyword_top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int
     ) -> list[tuple[float, str, int]] | None:

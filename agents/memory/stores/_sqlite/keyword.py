@@ -181,6 +181,59 @@ class SQLiteKeywordIndex:
                     return scored
             return None
 
+    def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
+        """Return each term's document frequency in the session, from the FTS5 postings' totals (terms no item holds left out).
+
+        One statement over ``fts5vocab``'s row table, which keeps each
+        term's item count: no posting is read. ``None`` while some rows of
+        the store are not folded into the FTS table (their terms are in no
+        posting's count; the store then ranks each term), and for an older
+        file opened read-only.
+
+        Raises:
+            CorruptStoreError: if the index is damaged or missing.
+            sqlite3.OperationalError: if the file is locked or busy.
+        """
+        if not self.file.keyword_indexed:
+            return None
+        if self.file.no_tables:
+            return {}
+        sid = session_id
+        with self._reading(f" session {sid!r} of"):
+            if not self.file.folds:
+                return self._indexed_frequencies(sid, terms)
+            self.fold_pending()
+            con = self.file.connection
+            for _ in range(_SNAPSHOT_TRIES):
+                (version,) = con.execute("PRAGMA data_version").fetchone()
+                if con.execute(_ANY_PENDING).fetchone()[0]:
+                    return None
+                counted = self._indexed_frequencies(sid, terms)
+                if con.execute("PRAGMA data_version").fetchone()[0] == version:
+                    return counted
+            return None
+
+    def _indexed_frequencies(self, sid: str, terms: Sequence[str]) -> dict[str, int]:
+        """Count each term's items in the session from the FTS5 postings' totals, in one read transaction (every row folded)."""
+        con = self.file.connection
+        con.execute("BEGIN")
+        try:
+            row = con.execute("SELECT key FROM kvmemory_search WHERE session_id = ?", (sid,))
+            found = row.fetchone()
+            if found is None:
+                return {}
+            names = {f"{found[0]}{MARK}{term}": term for term in dict.fromkeys(terms)}
+            return {
+                names[name]: int(docs)
+                for name, docs in con.execute(
+                    "SELECT term, doc FROM kvmemory_fts_row"
+                    " WHERE term IN (SELECT value FROM json_each(?))",
+                    (SQLITE.bind_list(list(names)),),
+                )
+            }
+        finally:
+            con.execute("COMMIT")
+
     def _indexed_among(
         self, sid: str, terms: Sequence[str], seqs: Sequence[int]
     ) -> list[tuple[float, int]]:
