@@ -29,7 +29,6 @@ from agents.memory.stores._core.terms import (
     rank_pages,
 )
 from agents.memory.stores._core.values import StoreHit
-from agents.memory.stores._search.hybrid import bounded_blend
 from agents.memory.stores._search.filtering import (
     ALL,
     NARROW_AT,
@@ -38,6 +37,7 @@ from agents.memory.stores._search.filtering import (
     reader,
     widening,
 )
+from agents.memory.stores._search.hybrid import bounded_blend
 
 __all__ = ["KeywordSearch"]
 
