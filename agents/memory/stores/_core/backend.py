@@ -71,9 +71,8 @@ class Backend:
     :meth:`close`). The others have defaults built on those, which a backend
     overrides where its engine does better (read the last rows of a session
     without the rest, :meth:`last_step` without the whole row index, rank by
-    keyword from an index it keeps). The vector
-    operations are optional as a group: set :attr:`keeps_vectors` and
-    implement them for semantic search in the store.
+    keyword from an index it keeps). The vector operations are optional as a
+    group: set :attr:`keeps_vectors` and implement them for semantic search.
 
     Operations may assume valid session ids and checked arguments, and let
     the engine's errors escape: :class:`Store` turns the types listed in
@@ -128,16 +127,14 @@ class Backend:
     keeps_vectors: bool = False
     """Whether the vector operations are implemented (vectors stored with the items).
 
-    Without them semantic and hybrid search still work: the store embeds
-    the session's items at each query (as a read-only handle does), and
-    ``Store.index_embeddings`` refuses to store vectors.
+    Without them semantic and hybrid search still work: the store embeds the session's items
+    at each query (as a read-only handle does); ``Store.index_embeddings`` refuses to store.
     """
 
     read_only: bool = False
     """Whether the backend was opened for reading only; ``Store(backend)`` is then read-only.
 
-    Set it in the constructor of a backend opened with ``read_only=True``:
-    such a backend creates, migrates and writes nothing.
+    Set it in the constructor of a backend opened with ``read_only=True`` (it writes nothing).
     """
 
     # -- reading ---------------------------------------------------------------------
@@ -420,15 +417,7 @@ class Backend:
         return None
 
     def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
-        """Return each term's document frequency in the session (how many items hold it), or ``None``.
-
-        The counts :meth:`keyword_top` scores with; a term no item holds
-        may be left out or counted 0. A hybrid search whose best keyword hit
-        misses a query word asks this for the share of the query's weight
-        that hit holds. ``None`` (the default, and whenever the backend
-        cannot answer from one consistent snapshot): the store ranks each
-        term with :meth:`keyword_top` and counts its hits.
-        """
+        """Return each term's document frequency in the session (``keyword_top``'s; a term no item holds may be left out), or ``None`` to have the store rank each term alone to count its items."""
         return None
 
     def keyword_top_where(

@@ -14,7 +14,7 @@ them over all the hits.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from agents.memory._vectors import blend
@@ -32,7 +32,7 @@ def bounded_blend(
     pool: int,
     keyword_top: Callable[[int], Sequence[tuple[float, int]]],
     keyword_among: Callable[[Sequence[int]], dict[int, float] | None],
-    cosines: Callable[[Sequence[int]], dict[int, float]],
+    cosines: Callable[[Iterable[int]], dict[int, float]],
     scale: float,
     weight: float,
     coverage: float,

@@ -16,7 +16,7 @@ from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import bm25_average_length, query_coverage
-from agents.memory._vectors import keyword_leader, keyword_scale
+from agents.memory._vectors import HYBRID_POOL, blend, keyword_leader, keyword_scale
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import (
@@ -237,6 +237,37 @@ class KeywordSearch:
             found,
         )
 
+    def hybrid_scores(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        k: int,
+        pooled: Callable[[Iterable[int]], dict[int, float]],
+        weight: float,
+        on_unknown_class: OnUnknownClass,
+        bounded: bool,
+    ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
+        """Return a hybrid query's blended scores by seq (candidates holding its ``k`` best, at least), and the items read.
+
+        ``pooled(among)`` gives the best ``max(10 * k, HYBRID_POOL)`` cosines
+        and those of ``among``. With ``bounded`` (no filter), the keyword
+        side is ranked only as deep as the blend needs where the backend
+        can (:meth:`bounded_hybrid`); otherwise every item holding a query
+        term is blended (:meth:`hybrid`).
+        """
+        if not terms:
+            return blend({}, 1.0, pooled([]), weight, 1.0), {}
+        if bounded:
+            pool = max(10 * k, HYBRID_POOL)
+            found = self.bounded_hybrid(
+                sid, terms, fields, k, pool, pooled, weight, on_unknown_class
+            )
+            if found is not None:
+                return found
+        keyword, scale, covered, read = self.hybrid(sid, terms, fields, on_unknown_class)
+        return blend(keyword, scale, pooled(keyword), weight, covered), read
+
     def bounded_hybrid(
         self,
         sid: str,
@@ -244,7 +275,7 @@ class KeywordSearch:
         fields: tuple[str, ...] | None,
         k: int,
         pool: int,
-        cosines: Callable[[Sequence[int]], dict[int, float]],
+        cosines: Callable[[Iterable[int]], dict[int, float]],
         weight: float,
         on_unknown_class: OnUnknownClass,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]] | None:

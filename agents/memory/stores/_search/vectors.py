@@ -23,7 +23,6 @@ from agents.memory._vectors import (
     Embedder,
     EmbedParts,
     best_cosines,
-    blend,
     checked_vectors,
     fields_text,
     numpy,
@@ -268,28 +267,14 @@ class VectorSearch:
         if mode == "semantic":
             scores = self._best_cosines(sid, embedder, fields, query, k, {}, parts)
         else:
-            terms = _TOKENIZER(text)
             pool = max(10 * k, HYBRID_POOL)
-            bounded = None
-            if terms and keep is None:  # the keyword side ranked only as deep as the blend needs
 
-                def pooled(among: Sequence[int]) -> dict[int, float]:
-                    return self._best_cosines(sid, embedder, fields, query, pool, among, parts)
+            def pooled(among: Iterable[int]) -> dict[int, float]:
+                return self._best_cosines(sid, embedder, fields, query, pool, among, parts)
 
-                bounded = self._keyword.bounded_hybrid(
-                    sid, terms, fields, k, pool, pooled, weight, on_unknown_class
-                )
-            if bounded is not None:
-                scores, found = bounded
-            else:
-                keyword: dict[int, float] = {}
-                scale = covered = 1.0
-                if terms:
-                    keyword, scale, covered, found = self._keyword.hybrid(
-                        sid, terms, fields, on_unknown_class
-                    )
-                cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword, parts)
-                scores = blend(keyword, scale, cosines, weight, covered)
+            scores, found = self._keyword.hybrid_scores(
+                sid, _TOKENIZER(text), fields, k, pooled, weight, on_unknown_class, keep is None
+            )
             if keep is not None:
                 ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
                 passing = first_passing(ranked, k, keep, found, read)
