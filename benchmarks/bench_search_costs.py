@@ -19,6 +19,11 @@ benchmarks/_search_corpus.py):
   in turn, query by query, once a store's kept vectors are compacted (see
   :data:`WARM`); and the first filtered query after opening a store
   against the same query warm;
+* ``store``: each of the five queries through ``Store.search`` on the
+  session of the ``first`` table (``--first-items`` steps), in each mode:
+  wall and CPU milliseconds of the process (SQLite runs in it, so its CPU
+  time is the work done whatever the load), median of ``--runs`` runs of
+  two calls each;
 * ``first``: the first query after opening a session of ``--first-items``
   steps against the same query warm, in each mode: the store itself, a
   ``StoredMemory`` opened on it, and a ``Memory`` read from it (keyword
@@ -32,7 +37,7 @@ calls) with the spread (max - min) of the runs; the load average is printed
 beside each table, as the machine may be shared.
 
 Run: .venv/bin/python benchmarks/bench_search_costs.py [--items N] [--runs R]
-     [--sections parts,embed,filters,first] [--filters eq,dotted,in,range]
+     [--sections parts,embed,filters,first,store] [--filters eq,dotted,in,range]
      [--stores memory,sqlite,jsonl,postgres] [--postgres URL]
 PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
 server; the tables go to a fresh schema that is dropped afterwards.
@@ -588,6 +593,38 @@ def print_first(runs: Sequence[dict[str, float]]) -> None:
             )
 
 
+def store_run(urls: Sequence[tuple[str, str]], n: int, modes: Sequence[str]) -> dict[str, float]:
+    """Return one run's wall and CPU ms of each query through ``Store.search`` in each mode (two calls each)."""
+    out: dict[str, float] = {}
+    embedder = first_embedder()
+    for name, url in urls:
+        sid = first_store(name, url, n)
+        with open_store(url) as store:
+            for mode in modes:
+                if mode != "keyword" and not store.keeps_vectors:
+                    continue
+                for query in QUERIES:
+                    for call in range(2):
+                        wall, cpu = time.perf_counter(), time.process_time()
+                        store.search(
+                            sid, query, 5, mode=mode, embedder=embedder, parts=EmbedParts.WHOLE
+                        )
+                        key = f"{name} {mode} {query!r} {call}"
+                        out[f"{key}/wall"] = 1000 * (time.perf_counter() - wall)
+                        out[f"{key}/cpu"] = 1000 * (time.process_time() - cpu)
+    return out
+
+
+def print_store(runs: Sequence[dict[str, float]]) -> None:
+    """Print each query's wall and CPU ms through Store.search: median (spread) of the runs' calls."""
+    print(f"\n== Store.search on the first-query session (load {load()})")
+    print(f"{'':60} {'wall ms':>16} {'CPU ms':>16}")
+    for key in dict.fromkeys(key.rsplit(" ", 1)[0] for key in runs[0] if key.endswith("/wall")):
+        walls = [run[f"{key} {call}/wall"] for run in runs for call in range(2)]
+        cpus = [run[f"{key} {call}/cpu"] for run in runs for call in range(2)]
+        print(f"{key:60} {cell(walls):>16} {cell(cpus):>16}")
+
+
 def _kept_schema(postgres: str) -> str:
     """Return the URL of the schema ``kvmemory_bench_first`` on the server, made once and kept for later runs."""
     import psycopg
@@ -637,7 +674,7 @@ def main() -> None:
                 runs.append(filters_run(rows, filtered, args.repeat, modes, kinds))
                 print_filters(runs, kinds)
                 sys.stdout.flush()
-        if "first" in sections:
+        if "first" in sections or "store" in sections:
             n = args.first_items
             Path(args.cache).mkdir(parents=True, exist_ok=True)
             cached = {
@@ -648,12 +685,15 @@ def main() -> None:
                 cached["postgres"] = _kept_schema(args.postgres)
             first_urls = [(name, cached.get(name, url)) for name, url in urls]
             modes = [mode for mode in args.modes.split(",") if mode in FIRST_MODES]
+            if "store" in sections:
+                print_store([store_run(first_urls, n, modes) for _ in range(args.runs)])
             runs = []
-            for run in range(args.runs):
+            for run in range(args.runs if "first" in sections else 0):
                 runs.append(first_run(first_urls, n, modes))
                 # Each run's figures as they come (the table waits for every run).
                 print(f"  run {run + 1}: {runs[-1]} (load {load()})", file=sys.stderr, flush=True)
-            print_first(runs)
+            if runs:
+                print_first(runs)
         if "parts" in sections:
             runs = []
             for run in range(args.runs):

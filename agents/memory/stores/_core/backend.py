@@ -44,8 +44,8 @@ import contextlib
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, TypeAlias
 
-from agents.memory._filter import FilterNode
 from agents.memory.exceptions import StoreError
+from agents.memory.stores._core.backend_search import SearchOperations
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 
@@ -58,10 +58,8 @@ The store never looks inside it: it passes it back, unchanged, to the
 operations that take ``tx``, within the ``with`` block that yielded it.
 """
 
-_SomeRows: TypeAlias = "list[tuple[int, bytes]] | None"
 
-
-class Backend:
+class Backend(SearchOperations):
     """The row operations of one durable home for sessions; subclass it and hand it to :class:`Store`.
 
     Implement the operations that raise :class:`NotImplementedError` here:
@@ -365,109 +363,6 @@ class Backend:
         its key.
         """
         raise NotImplementedError
-
-    # -- optional: keyword search from an index the backend keeps -------------------------
-
-    @property
-    def keyword_index(self) -> bool:
-        """Whether :meth:`keyword_top` answers keyword searches (by default: whether it is overridden)."""
-        return type(self).keyword_top is not Backend.keyword_top
-
-    def keyword_top(
-        self, session_id: str, terms: Sequence[str], k: int
-    ) -> list[tuple[float, int]] | None:
-        """Return the ``k`` best ``(score, seq)`` by BM25 (ties by seq), or ``None`` to have the store score the session.
-
-        ``terms`` are the query's terms with repeats. A backend that keeps a
-        keyword index (from the terms each insert hands it) answers here
-        with the ranking ``Memory.search`` gives; by default the store reads
-        the session a page at a time and scores it.
-        """
-        return None
-
-    def keyword_top_sessions(
-        self, session_ids: Sequence[str], terms: Sequence[str], k: int
-    ) -> list[tuple[float, str, int]] | None:
-        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions at once, or ``None``.
-
-        ``session_ids`` are existing sessions, sorted by code point; the
-        ranking is the one ``Memory.search`` gives over a memory holding
-        their items one session after the other (in that order, each in
-        seq order): the statistics (item count, average length, each term's
-        document frequency) are those of all of them together, and ties go
-        by session id, then seq. ``None`` (the default) has the store read
-        the sessions a page at a time and score them; a backend that keeps a
-        keyword index answers here without reading the items.
-        """
-        return None
-
-    def keyword_among(
-        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
-    ) -> list[tuple[float, int]] | None:
-        """Return ``(score, seq)`` by BM25 of the rows among ``seqs`` that hold a query term, best first (ties by seq), or ``None``.
-
-        The scores are those :meth:`keyword_top` gives the same rows: the
-        statistics (item count, average length, each term's document
-        frequency) are the whole session's, not those of ``seqs``. A seq
-        the session does not hold, or whose row holds no query term, is
-        left out. A filtered keyword search asks this with the rows that
-        may pass a rare filter (:meth:`filter_candidates`) rather than
-        ranking the whole session ever deeper. ``None`` (the default, and
-        whenever the backend cannot answer from one consistent snapshot):
-        the store ranks the session with :meth:`keyword_top` instead.
-        """
-        return None
-
-    def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
-        """Return each term's document frequency in the session (``keyword_top``'s; a term no item holds may be left out), or ``None`` to have the store rank each term alone to count its items."""
-        return None
-
-    def keyword_top_where(
-        self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
-    ) -> list[tuple[float, int]] | None:
-        """Return the ``k`` best ``(score, seq)`` by BM25 among the rows that may pass a search filter, or ``None``.
-
-        :meth:`keyword_top` with the rows that cannot pass ``tree`` (the
-        parsed filter, :attr:`~agents.memory.search.Filter.tree`) left out
-        of the ranking but not of the statistics: the scores are those
-        :meth:`keyword_top` gives the same rows. As with
-        :meth:`filter_candidates`, a backend may keep rows that do not
-        pass (they are tested in Python), never leave out one that does;
-        a ranking shorter than ``k`` holds every row that may pass. ``None``
-        (the default, and whenever the backend cannot judge the filter):
-        the store ranks with :meth:`keyword_top` and filters the ranking.
-        """
-        return None
-
-    # -- optional: narrowing a filtered search ------------------------------------------
-
-    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
-        """Return the seqs of the rows that may pass a search filter, or ``None`` to have every row tested.
-
-        ``tree`` is the parsed filter (:attr:`~agents.memory.search.Filter.tree`).
-        A backend that can judge (part of) it where the rows lie returns a
-        superset of those that pass (a row left out is never tested), each
-        still tested in Python. By default ``None``.
-        """
-        return None
-
-    def filter_among(
-        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
-    ) -> set[int] | None:
-        """Return the seqs among ``seqs`` of the rows that may pass a search filter, or ``None`` to have them all tested.
-
-        :meth:`filter_candidates` asked of some rows only (a filtered search
-        asks it of each slice of a ranking before reading the items): a
-        superset of the rows among ``seqs`` that pass (a seq the session
-        does not hold may be left out). By default ``None``.
-        """
-        return None
-
-    def filter_among_rows(
-        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
-    ) -> _SomeRows:
-        """Return ``(seq, data)`` of the rows :meth:`filter_among` answers, read by the same statement, or ``None`` (the default: the two are asked apart)."""
-        return None
 
     # -- optional: vectors (with keeps_vectors) ---------------------------------------------
 

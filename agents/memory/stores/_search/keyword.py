@@ -10,13 +10,13 @@ read a page at a time and scored in Python
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import bm25_average_length, query_coverage
-from agents.memory._vectors import keyword_leader, keyword_scale
+from agents.memory._vectors import HYBRID_POOL, blend, keyword_leader, keyword_scale
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import (
@@ -37,6 +37,7 @@ from agents.memory.stores._search.filtering import (
     reader,
     widening,
 )
+from agents.memory.stores._search.hybrid import bounded_blend
 
 __all__ = ["KeywordSearch"]
 
@@ -235,6 +236,84 @@ class KeywordSearch:
             match_coverage(terms, df, matches, scores, n_items),
             found,
         )
+
+    def hybrid_scores(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        k: int,
+        pooled: Callable[[Iterable[int]], dict[int, float]],
+        weight: float,
+        on_unknown_class: OnUnknownClass,
+        bounded: bool,
+    ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
+        """Return a hybrid query's blended scores by seq (candidates holding its ``k`` best, at least), and the items read.
+
+        ``pooled(among)`` gives the best ``max(10 * k, HYBRID_POOL)`` cosines
+        and those of ``among``. With ``bounded`` (no filter), the keyword
+        side is ranked only as deep as the blend needs where the backend
+        can (:meth:`bounded_hybrid`); otherwise every item holding a query
+        term is blended (:meth:`hybrid`).
+        """
+        if not terms:
+            return blend({}, 1.0, pooled([]), weight, 1.0), {}
+        if bounded:
+            pool = max(10 * k, HYBRID_POOL)
+            found = self.bounded_hybrid(
+                sid, terms, fields, k, pool, pooled, weight, on_unknown_class
+            )
+            if found is not None:
+                return found
+        keyword, scale, covered, read = self.hybrid(sid, terms, fields, on_unknown_class)
+        return blend(keyword, scale, pooled(keyword), weight, covered), read
+
+    def bounded_hybrid(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        fields: tuple[str, ...] | None,
+        k: int,
+        pool: int,
+        cosines: Callable[[Iterable[int]], dict[int, float]],
+        weight: float,
+        on_unknown_class: OnUnknownClass,
+    ) -> tuple[dict[int, float], dict[int, MemoryItem]] | None:
+        """Return the blended scores of candidates holding a hybrid query's ``k`` best, and the items read; or ``None``.
+
+        The keyword side is ranked by the backend's index only as deep as
+        the blend needs (:func:`~agents.memory.stores._search.hybrid.bounded_blend`),
+        not every item holding a query term: the same ``k`` best, with the
+        same scores, as blending every hit. ``None`` (the caller then blends
+        every hit, :meth:`hybrid`) for a search of some fields, and where the
+        backend keeps no keyword index or cannot score chosen rows
+        (:meth:`Backend.keyword_among`).
+        """
+        backend = self._engine.backend
+        if fields is not None or not _answers_among(backend):
+            return None
+        with self._engine.errors("search", sid):
+            first = backend.keyword_top(sid, terms, pool)
+            n_items = backend.count(sid) if first is not None else 0
+        if first is None or not n_items:
+            return None
+        leader = first[0][1] if first else None
+        covered, read = self._indexed_coverage(sid, terms, leader, n_items, on_unknown_class)
+
+        def top(depth: int) -> Sequence[tuple[float, int]]:
+            if depth == pool:
+                return first
+            with self._engine.errors("search", sid):
+                return backend.keyword_top(sid, terms, min(depth, _LARGEST_K)) or []
+
+        def among(seqs: Sequence[int]) -> dict[int, float] | None:
+            with self._engine.errors("search", sid):
+                scored = backend.keyword_among(sid, terms, seqs)
+            return None if scored is None else {seq: score for score, seq in scored}
+
+        scale = keyword_scale(n_items)
+        scores = bounded_blend(k, pool, top, among, cosines, scale, weight, covered)
+        return None if scores is None else (scores, read)
 
     def _indexed_coverage(
         self,

@@ -23,7 +23,6 @@ from agents.memory._vectors import (
     Embedder,
     EmbedParts,
     best_cosines,
-    blend,
     checked_vectors,
     fields_text,
     numpy,
@@ -268,16 +267,14 @@ class VectorSearch:
         if mode == "semantic":
             scores = self._best_cosines(sid, embedder, fields, query, k, {}, parts)
         else:
-            terms = _TOKENIZER(text)
-            keyword: dict[int, float] = {}
-            scale = covered = 1.0
-            if terms:
-                keyword, scale, covered, found = self._keyword.hybrid(
-                    sid, terms, fields, on_unknown_class
-                )
             pool = max(10 * k, HYBRID_POOL)
-            cosines = self._best_cosines(sid, embedder, fields, query, pool, keyword, parts)
-            scores = blend(keyword, scale, cosines, weight, covered)
+
+            def pooled(among: Iterable[int]) -> dict[int, float]:
+                return self._best_cosines(sid, embedder, fields, query, pool, among, parts)
+
+            scores, found = self._keyword.hybrid_scores(
+                sid, _TOKENIZER(text), fields, k, pooled, weight, on_unknown_class, keep is None
+            )
             if keep is not None:
                 ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
                 passing = first_passing(ranked, k, keep, found, read)
