@@ -31,7 +31,14 @@ from agents.memory import (
     Window,
     project,
 )
-from agents.memory._vectors import blend, keyword_scale, ranked_top
+from agents.memory._vectors import (
+    COVERAGE_POWER,
+    blend,
+    kept_first,
+    keyword_leader,
+    keyword_scale,
+    ranked_top,
+)
 from agents.memory.search import (
     HYBRID_KEYWORD_WEIGHT,
     EmbedParts,
@@ -1020,11 +1027,21 @@ def test_hybrid_discounts_the_cosine_by_the_query_background(n: int) -> None:
         h.item["step"]: h.score
         for h in search(memory, query, n, mode="semantic", embedder=EMBEDDER)
     }
+    index = search_index(memory)
+    terms = index.tokenizer(query)
+    covered = index.coverage(terms, None, keyword_leader(keyword))
+    w = HYBRID_KEYWORD_WEIGHT * covered**COVERAGE_POWER
+
+    def plain(step: int) -> float:
+        x = keyword.get(step, 0.0) / scale
+        return w * x**3 / (1 + x**3) + (1 - w) * discount * max(semantic[step], 0.0)
+
+    kept = kept_first(keyword, semantic, covered)  # ranked first: lifted above the rest
+    others = max(plain(step) for step in semantic if step not in kept)
     for hit in weighted:
-        x = keyword.get(hit.item["step"], 0.0) / scale
-        want = HYBRID_KEYWORD_WEIGHT * x**3 / (1 + x**3) + (1 - HYBRID_KEYWORD_WEIGHT) * (
-            discount * max(semantic[hit.item["step"]], 0.0)
-        )
+        step = hit.item["step"]
+        lifted = others + (1 - others) * plain(step)
+        want = lifted if step in kept and min(map(plain, kept)) <= others else plain(step)
         assert hit.score == pytest.approx(want)
 
 
