@@ -31,7 +31,15 @@ from agents.memory import (
     Window,
     project,
 )
-from agents.memory._vectors import keyword_share, ranked_top
+from agents.memory._vectors import (
+    COVERAGE_POWER,
+    blend,
+    kept_first,
+    keyword_leader,
+    keyword_scale,
+    keyword_share,
+    ranked_top,
+)
 from agents.memory.search import (
     HYBRID_KEYWORD_WEIGHT,
     EmbedParts,
@@ -1020,11 +1028,21 @@ def test_hybrid_discounts_the_cosine_by_the_query_background(n: int) -> None:
         h.item["step"]: h.score
         for h in search(memory, query, n, mode="semantic", embedder=EMBEDDER)
     }
+    index = search_index(memory)
+    terms = index.tokenizer(query)
+    covered = index.coverage(terms, None, keyword_leader(keyword))
+    w = HYBRID_KEYWORD_WEIGHT * covered**COVERAGE_POWER
+
+    def plain(step: int) -> float:
+        x = keyword.get(step, 0.0) / scale
+        return w * x**3 / (1 + x**3) + (1 - w) * discount * max(semantic[step], 0.0)
+
+    kept = kept_first(keyword, semantic, covered)  # ranked first: lifted above the rest
+    others = max(plain(step) for step in semantic if step not in kept)
     for hit in weighted:
-        x = keyword.get(hit.item["step"], 0.0) / scale
-        want = HYBRID_KEYWORD_WEIGHT * x**3 / (1 + x**3) + (1 - HYBRID_KEYWORD_WEIGHT) * (
-            discount * max(semantic[hit.item["step"]], 0.0)
-        )
+        step = hit.item["step"]
+        lifted = others + (1 - others) * plain(step)
+        want = lifted if step in kept and min(map(plain, kept)) <= others else plain(step)
         assert hit.score == pytest.approx(want)
 
 
@@ -1466,3 +1484,51 @@ def test_every_score_of_a_table_is_what_scores_gives_every_item() -> None:
     assert living == table.scores(rows[7])
     assert set(every) - set(living) <= {10, 20, -1}
     assert len(living) == 198
+
+
+# -- rank protection in the hybrid blend (issue 34, s38) -----------------------------------------
+
+_SCORES = st.dictionaries(
+    st.integers(0, 40), st.floats(0.01, 30.0, allow_nan=False), min_size=1, max_size=30
+)
+_COSINES = st.dictionaries(
+    st.integers(0, 40), st.floats(-0.5, 1.0, allow_nan=False), min_size=1, max_size=30
+)
+
+
+def _best(scores: dict[int, float], n: int) -> list[int]:
+    """Return the ``n`` best keys, ties to the smaller key, as search ranks."""
+    return [key for key, _ in heapq.nsmallest(n, scores.items(), key=lambda hit: (-hit[1], hit[0]))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keyword=_SCORES,
+    semantic=_COSINES,
+    w=st.floats(0.05, 0.95),
+)
+def test_blend_keeps_every_item_both_sides_rank_among_their_best_five_in_its_best_five(
+    keyword: dict[int, float], semantic: dict[int, float], w: float
+) -> None:
+    """With a keyword leader holding every query word, an item both sides rank among their best five is among the hybrid's best five, scores within 0..1."""
+    scores = blend(keyword, keyword_scale(3000), semantic, w, 1.0)
+    shared = set(_best(keyword, 5)) & set(_best(semantic, 5))
+    assert shared <= set(_best(scores, 5))
+    assert all(0.0 <= score <= 1.0 for score in scores.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keyword=_SCORES,
+    semantic=_COSINES,
+    w=st.floats(0.05, 0.95),
+    lead=st.floats(1.25, 4.0),
+)
+def test_blend_keeps_a_keyword_leader_holding_every_word_and_standing_out_in_its_best_five(
+    keyword: dict[int, float], semantic: dict[int, float], w: float, lead: float
+) -> None:
+    """A keyword leader holding every query word, its runner-up at most 0.8 of its BM25, is among the hybrid's best five."""
+    runner_up = max(keyword.values())
+    keyword = {**keyword, 99: runner_up * lead}
+    scores = blend(keyword, keyword_scale(3000), semantic, w, 1.0)
+    assert 99 in _best(scores, 5)

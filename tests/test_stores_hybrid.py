@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
+from agents.memory._vectors import HYBRID_POOL, blend, keyword_scale
 from agents.memory.search import HashingEmbedder
 from agents.memory.stores import open_store
+from agents.memory.stores._search.hybrid import bounded_blend
 
 WORDS = ("the", "file", "report", "chart", "invoice", "window", "saved", "moved", "closed")
 
@@ -141,3 +143,73 @@ def test_sqlite_keyword_frequencies_count_the_items_holding_each_term(durable_ur
         "the": 200,
         "invoice": sum("invoice" in fields["text"].split() for fields in session),
     }
+
+
+@st.composite
+def hybrid_queries(draw: st.DrawFn) -> tuple[dict[int, float], dict[int, float], int, float, float]:
+    """Draw a corpus's BM25 by key (some items hold no query word), every item's cosine, k, weight and coverage.
+
+    Scores come from a few values so that ties are common; a lone high BM25
+    makes a leader that stands out (kept first by the blend).
+    """
+    n = draw(st.integers(1, 700))
+    levels = st.sampled_from([0.3, 1.0, 2.5, 4.0, 7.5, 12.0])
+    keyword = {key: draw(levels) for key in range(n) if draw(st.integers(0, 3))}
+    if keyword and draw(st.booleans()):
+        keyword[draw(st.sampled_from(sorted(keyword)))] = 40.0
+    cosines = {key: draw(st.sampled_from([-0.2, 0.05, 0.3, 0.31, 0.6, 0.9])) for key in range(n)}
+    weight = draw(st.sampled_from([0.0, 0.3, 0.5, 0.8, 1.0]))
+    coverage = draw(st.sampled_from([1.0, 1.0, 0.9, 0.5]))
+    return keyword, cosines, draw(st.integers(1, 20)), weight, coverage
+
+
+# A keyword leader that stands out (BM25 5 against 4: kept first) but blends below
+# other items, so the blend lifts it from the best score of the others; the first
+# 100 keyword hits have low cosines and the items tied with them past that depth
+# higher ones, so that best score lies past the first keyword ranking.
+LIFTED_FROM_PAST_THE_DEPTH = (
+    {0: 5.0, **dict.fromkeys(range(1, 201), 4.0)},
+    {
+        0: -0.2,
+        **dict.fromkeys(range(1, 100), -0.2),
+        **dict.fromkeys(range(100, 201), 0.3),
+        **dict.fromkeys(range(201, 301), 0.31),
+    },
+    1,
+    0.5,
+    1.0,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hybrid_queries())
+@example(LIFTED_FROM_PAST_THE_DEPTH)
+def test_bounded_blend_gives_the_k_best_of_the_full_blend_with_its_scores(
+    query: tuple[dict[int, float], dict[int, float], int, float, float],
+) -> None:
+    """bounded_blend's k best, scores included, are those of blend over every keyword hit (ties, a standing-out leader, items kept first)."""
+    keyword, cosines, k, weight, coverage = query
+    pool = max(10 * k, HYBRID_POOL)
+    ranked = sorted(((score, key) for key, score in keyword.items()), key=lambda h: (-h[0], h[1]))
+    by_cosine = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
+    best = {
+        key: cos for key, cos in by_cosine if cos >= by_cosine[min(pool, len(by_cosine)) - 1][1]
+    }
+
+    def pooled(among: Any) -> dict[int, float]:
+        return {**best, **{key: cosines[key] for key in among}}
+
+    def among(keys: Any) -> dict[int, float]:
+        return {key: keyword[key] for key in keys if key in keyword}
+
+    scale = keyword_scale(len(cosines))
+    full = blend(keyword, scale, pooled(keyword), weight, coverage)
+    bounded = bounded_blend(
+        k, pool, lambda depth: ranked[:depth], among, pooled, scale, weight, coverage
+    )
+    assert bounded is not None
+
+    def top(scores: dict[int, float]) -> list[tuple[int, float]]:
+        return sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))[:k]
+
+    assert top(bounded) == top(full)

@@ -31,7 +31,9 @@ __all__ = [
     "COVERAGE_POWER",
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
+    "LEADER_LEAD",
     "SEMANTIC_REFERENCE",
+    "SHARED_TOP",
     "TEXTS_KEPT",
     "VECTOR_DTYPE",
     "EmbedParts",
@@ -45,6 +47,7 @@ __all__ = [
     "embed_parts",
     "embed_text",
     "fields_text",
+    "kept_first",
     "keyword_leader",
     "keyword_scale",
     "keyword_share",
@@ -90,6 +93,12 @@ keeps 1/256 of it, and the semantic side decides. An explicit
 ``hybrid_weight`` of 0 or 1 is not scaled: one side alone ranks. Chosen on
 the tuning corpora of ``benchmarks/bench_blend.py`` (see docs/search.md).
 """
+
+SHARED_TOP: Final = 5
+"""A hybrid query whose keyword leader holds every query word ranks first every item both sides rank among their best this many (:func:`kept_first`)."""
+
+LEADER_LEAD: Final = 0.8
+"""A hybrid query ranks its keyword leader first when it holds every query word and the runner-up's BM25 is at most this share of its own (:func:`kept_first`)."""
 
 SEMANTIC_REFERENCE = 100
 """The rank whose cosine is a hybrid query's background (:func:`semantic_discount`)."""
@@ -536,14 +545,63 @@ def blend(
         The blended score (0..1) of every candidate, by key.
     """
     out = {}
+    covered = min(max(coverage, 0.0), 1.0)
+    kept: set[int] = set()
     if 0.0 < w < 1.0:  # an explicit 0 or 1 asks for one side alone
-        w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
+        kept = kept_first(keyword, semantic, covered)
+        w = w * covered**COVERAGE_POWER
     rest = (1.0 - w) * semantic_discount(semantic)
     for key in dict.fromkeys([*keyword, *semantic]):
         out[key] = w * keyword_share(keyword.get(key, 0.0), scale) + rest * max(
             semantic.get(key, 0.0), 0.0
         )
+    if kept:
+        others = max((score for key, score in out.items() if key not in kept), default=0.0)
+        if min(out[key] for key in kept) <= others:
+            room = 1.0 - others
+            for key in kept:  # above every other candidate, in their own order
+                out[key] = others + room * max(out[key], _LIFT_FLOOR)
     return out
+
+
+_LIFT_FLOOR: Final = 1e-9
+"""The least blended score a kept item is lifted from, so that one blended to 0 still passes the others."""
+
+
+def kept_first(
+    keyword: Mapping[int, float], semantic: Mapping[int, float], coverage: float
+) -> set[int]:
+    """Return the candidates a hybrid blend ranks above all others: those both sides agree on, and a keyword leader that stands out.
+
+    Only where the keyword leader holds every query word (``coverage`` 1:
+    where it holds part of the query, the keyword ranking is a partial match
+    and the semantic side decides, :data:`COVERAGE_POWER`). Then an item
+    both the keyword and the semantic side rank among their best
+    :data:`SHARED_TOP` (BM25 and cosine, ties to the smaller key) is kept:
+    two independent rankings put it near the top, and the absolute blend
+    can still drop it below items only one side likes. The keyword leader
+    is kept as well when its runner-up scores at most :data:`LEADER_LEAD` of
+    its BM25: a lexical match that stands out from the other keyword hits,
+    which the semantic side of a crowd of look-alike items would otherwise
+    push down. Both rules read only the blend's own arguments, so the
+    stores and the in-RAM index keep the same items.
+
+    Args:
+        keyword: BM25 scores by key (every item holding a query term).
+        semantic: Cosines by key (at least the best ``HYBRID_POOL``).
+        coverage: The share of the query's IDF weight the keyword leader holds.
+
+    Returns:
+        The keys to rank first (possibly none).
+    """
+    if not keyword or coverage < 1.0:
+        return set()
+    best = heapq.nsmallest(SHARED_TOP, keyword.items(), key=lambda hit: (-hit[1], hit[0]))
+    near = heapq.nsmallest(SHARED_TOP, semantic.items(), key=lambda hit: (-hit[1], hit[0]))
+    kept = {key for key, _ in best} & {key for key, _ in near}
+    if len(best) == 1 or best[1][1] <= LEADER_LEAD * best[0][1]:
+        kept.add(best[0][0])
+    return kept
 
 
 def progress_bar(done: int, total: int) -> None:

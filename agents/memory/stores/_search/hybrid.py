@@ -4,8 +4,10 @@ Where every item holds a common query word, blending every keyword hit
 reads and scores the whole session at each query (9-11 s a query at 100,000
 items on SQLite). :func:`bounded_blend` ranks the keyword side ever deeper
 instead, and stops once no item past the depth reached can blend above the
-``k``-th best found: an item outside the best keyword ``depth`` and outside
-the semantic pool scores at most the blend of the ``depth``-th keyword score
+``k + SHARED_TOP``-th best found (the ``k`` best, and as many again as the
+blend may rank first, :func:`~agents.memory._vectors.kept_first`, lifted
+from the best score of the others): an item outside the best keyword
+``depth`` and outside the semantic pool scores at most the blend of the ``depth``-th keyword score
 and the pool's last cosine. The candidates it returns hold every item of
 the ``k`` best, with the floats :func:`~agents.memory._vectors.blend` gives
 them over all the hits.
@@ -17,7 +19,7 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from agents.memory._vectors import blend
+from agents.memory._vectors import SHARED_TOP, blend
 
 __all__ = ["bounded_blend"]
 
@@ -70,9 +72,12 @@ def bounded_blend(
         scores = blend(keyword, scale, semantic, weight, coverage)
         if len(top) < depth:
             return scores  # every keyword hit is in: the candidates of the full blend
-        if len(scores) >= k:
-            kth = heapq.nlargest(k, scores.values())[-1]
-            if _bound(top[-1][0], semantic, pool, scale, weight, coverage) * _MARGIN < kth:
+        # Past the k best and the items the blend may lift (kept_first keeps at most
+        # SHARED_TOP, each lifted from the best score of the others): an item left out
+        # then changes neither the k best nor the score they are lifted from.
+        if len(scores) >= k + SHARED_TOP:
+            cut = heapq.nlargest(k + SHARED_TOP, scores.values())[-1]
+            if _bound(top[-1][0], semantic, pool, scale, weight, coverage) * _MARGIN < cut:
                 return scores
         depth *= DEEPER
 
