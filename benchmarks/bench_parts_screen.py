@@ -290,8 +290,10 @@ def binary(
             put(f"ms {how} distances", best_ms(lambda s=screen, q=query: s.distance(q), repeat))
             distance = screen.distance(query)
             slots = [parts.slot_of[key] for key in exact]
-            # The M that holds every exact top-k item: its rank by distance, ties counted in.
-            put(f"{how} M needed", max(int((distance <= distance[slot]).sum()) for slot in slots))
+            # The least M that takes in every exact top-k item (the items tied at the cut come along).
+            put(
+                f"{how} M needed", max(int((distance < distance[slot]).sum()) + 1 for slot in slots)
+            )
             for m in ms:
                 got = screen.screened(query, m, k, distance)
                 put(f"{how} M={m} agree", float(got == exact))
