@@ -18,12 +18,22 @@ measures what an item-level bound or an approximate screen would give:
   coordinates of their parts (``head16``), judged by recall@5 and @10
   against the exact part ranking.
 
-Tuning corpora (short-steps, long-pages of benchmarks/_search_corpus.py)
-and held-out families (benchmarks/corpora_heldout.py) are reported apart;
+``--section binary`` measures binary-code screens instead (:data:`CODES`):
+each part's sign bits, the Hamming distance to the query's, each item's
+lowest distance, the ``M`` items of lowest distance (with ties) scored
+exactly; judged by the share of queries whose top 5 is the exact top 5
+(same keys, same order), recall@5 of the planted facts, and the least
+``M`` each query needs. ``--section steps`` times each numpy step of a
+binary or a float16 screen over the distinct parts.
+
+Tuning corpora (short-steps, long-pages of benchmarks/_search_corpus.py,
+crowded of benchmarks/_crowded_corpus.py) and held-out families
+(benchmarks/corpora_heldout.py, ``--side held-out``) are reported apart;
 choose on the tuning ones. Times are medians over the queries (ms), each
 the best of ``--repeat`` calls, on whatever load the machine has (printed).
 
 Run: .venv/bin/python benchmarks/bench_parts_screen.py [--items N] [--facts F] [--m 32,128]
+     [--section screens|binary|steps] [--side tuning|held-out|both]
 """
 
 from __future__ import annotations
