@@ -18,12 +18,22 @@ measures what an item-level bound or an approximate screen would give:
   coordinates of their parts (``head16``), judged by recall@5 and @10
   against the exact part ranking.
 
-Tuning corpora (short-steps, long-pages of benchmarks/_search_corpus.py)
-and held-out families (benchmarks/corpora_heldout.py) are reported apart;
+``--section binary`` measures binary-code screens instead (:data:`CODES`):
+each part's sign bits, the Hamming distance to the query's, each item's
+lowest distance, the ``M`` items of lowest distance (with ties) scored
+exactly; judged by the share of queries whose top 5 is the exact top 5
+(same keys, same order), recall@5 of the planted facts, and the least
+``M`` each query needs. ``--section steps`` times each numpy step of a
+binary or a float16 screen over the distinct parts.
+
+Tuning corpora (short-steps, long-pages of benchmarks/_search_corpus.py,
+crowded of benchmarks/_crowded_corpus.py) and held-out families
+(benchmarks/corpora_heldout.py, ``--side held-out``) are reported apart;
 choose on the tuning ones. Times are medians over the queries (ms), each
 the best of ``--repeat`` calls, on whatever load the machine has (printed).
 
 Run: .venv/bin/python benchmarks/bench_parts_screen.py [--items N] [--facts F] [--m 32,128]
+     [--section screens|binary|steps] [--side tuning|held-out|both]
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _crowded_corpus as crowded
 import corpora_heldout as heldout
 import numpy as np
 from _search_corpus import SHAPES, make_corpus
@@ -54,18 +65,27 @@ def load() -> str:
 
 
 def corpora(
-    n: int, facts: int, seed: int
-) -> list[tuple[str, str, list[dict[str, Any]], list[str]]]:
-    """Return ``(side, name, rows, queries)`` of every tuning and held-out corpus."""
+    n: int, facts: int, seed: int, *, held_out: bool = True
+) -> list[tuple[str, str, list[dict[str, Any]], list[tuple[str, str, int]]]]:
+    """Return ``(side, name, rows, queries)`` of every tuning (and held-out) corpus, a query ``(kind, text, answer)``."""
     out = []
     for name in ("short-steps", "long-pages"):
         rows, planted = make_corpus(SHAPES[name], n, facts, seed=seed)
-        queries = [q for fact in planted for q in (fact.lexical, fact.paraphrased)]
+        queries = [
+            (kind, text, fact.step)
+            for fact in planted
+            for kind, text in (("lexical", fact.lexical), ("paraphrased", fact.paraphrased))
+        ]
         out.append(("tuning", name, rows, queries))
-    for family in heldout.FAMILIES:
-        made = heldout.make_family(family, n, facts, seed)
-        queries = [q for kind in heldout.KINDS for q, _ in made.queries(kind)]
-        out.append(("held-out", family, made.items, queries))
+    rows, sets = crowded.make_corpus(n, facts, seed)
+    out.append(
+        ("tuning", "crowded", rows, [(kind, q, step) for kind in sets for q, step in sets[kind]])
+    )
+    if held_out:
+        for family in heldout.FAMILIES:
+            made = heldout.make_family(family, n, facts, seed)
+            queries = [(kind, q, at) for kind in heldout.KINDS for q, at in made.queries(kind)]
+            out.append(("held-out", family, made.items, queries))
     return out
 
 
@@ -211,6 +231,150 @@ def measure(
     }
 
 
+CODES = ("sign", "centred", "centred-float")
+"""The binary screens of ``--section binary``.
+
+``sign``: each part's sign bits (256 dims: 4 uint64 words), the query's
+too, Hamming distance (XOR and ``np.bitwise_count``); ``centred``: the
+same bits of each part minus the mean of the table's parts (a table
+statistic: RAM, which holds equal parts once, and a store, which holds
+them as read, would differ); ``centred-float``: the centred query's floats
+against the centred parts' signs (asymmetric; as costly as the exact
+product in numpy, quality only).
+"""
+
+
+class Binary:
+    """One binary screen of a part table: the codes of every distinct row and how an item's best code is taken."""
+
+    def __init__(self, parts: Vectors, how: str) -> None:
+        slots = len(parts.key_at)
+        matrix = parts.matrix[: parts.used]
+        self.how = how
+        self.parts = parts
+        self.ref_row = parts.ref_row[: parts.refs]
+        self.start = parts.start[:slots]
+        self.keys = np.asarray(parts.key_at, dtype=np.int64)
+        self.center = (
+            np.zeros(matrix.shape[1], dtype=np.float32)
+            if how == "sign"
+            else matrix.mean(axis=0).astype(np.float32)
+        )
+        bits = (matrix - self.center) > 0
+        self.codes = np.packbits(bits, axis=1).view(np.uint64)  # (rows, 4) for 256 dims
+        self.signs = (
+            np.where(bits, 1.0, -1.0).astype(np.float32) if how == "centred-float" else None
+        )
+
+    def distance(self, query: Any) -> Any:
+        """Return each item's best (lowest) distance of a part to ``query``: Hamming, or minus the asymmetric product."""
+        if self.signs is not None:
+            rows = -cosines(self.signs, (query - self.center).astype(np.float32))
+        else:
+            code = np.packbits((query - self.center) > 0).view(np.uint64)
+            rows = np.bitwise_count(self.codes ^ code).sum(axis=1, dtype=np.int32)
+        return np.minimum.reduceat(rows[self.ref_row], self.start)
+
+    def screened(self, query: Any, m: int, k: int, distance: Any | None = None) -> list[int]:
+        """Return the best ``k`` keys among the ``m`` items of lowest distance (with ties), scored exactly."""
+        best = self.distance(query) if distance is None else distance
+        cut = np.partition(best, min(m, len(best)) - 1)[min(m, len(best)) - 1]
+        return top(self.parts.scores_of(query, self.keys[best <= cut].tolist()), k)
+
+
+def binary(
+    parts: Vectors, queries: Any, answers: Sequence[int], ms: Sequence[int], repeat: int, k: int = 5
+) -> dict[str, float]:
+    """Return one corpus's figures of each binary screen: top-k agreement, recall@k, the M each query needs, times."""
+    out: dict[str, list[float]] = {}
+
+    def put(label: str, value: float) -> None:
+        out.setdefault(label, []).append(value)
+
+    screens = {how: Binary(parts, how) for how in CODES}
+    for query, answer in zip(queries, answers, strict=True):
+        exact = top(parts.scores(query, k), k)
+        put("r@5 exact", float(answer in exact))
+        put("ms exact", best_ms(lambda query=query: parts.scores(query, k), repeat))
+        for how, screen in screens.items():
+            put(f"ms {how} distances", best_ms(lambda s=screen, q=query: s.distance(q), repeat))
+            distance = screen.distance(query)
+            slots = [parts.slot_of[key] for key in exact]
+            # The least M that takes in every exact top-k item (the items tied at the cut come along).
+            put(
+                f"{how} M needed", max(int((distance < distance[slot]).sum()) + 1 for slot in slots)
+            )
+            for m in ms:
+                got = screen.screened(query, m, k, distance)
+                put(f"{how} M={m} agree", float(got == exact))
+                put(f"{how} M={m} r@5", float(answer in got))
+                if how == "sign":
+                    put(
+                        f"ms sign M={m}",
+                        best_ms(lambda s=screen, q=query, m=m: s.screened(q, m, k), repeat),
+                    )
+    figures: dict[str, float] = {}
+    for label, values in out.items():
+        if label.endswith("M needed"):
+            for share in (50, 90, 99, 100):
+                figures[f"{label} p{share}"] = float(np.percentile(values, share))
+        elif label.startswith("ms"):
+            figures[label] = statistics.median(values)
+        else:
+            figures[label] = statistics.mean(values)
+    return figures
+
+
+def steps(parts: Vectors, queries: Any, repeat: int) -> dict[str, float]:
+    """Return the cost of each numpy step of the binary and float16 screens over every distinct part (median ms over the queries).
+
+    ``f32 product``: the exact product (``cosines``); ``f16 product``: the
+    same over float16 parts (numpy has no half-precision kernel: it
+    converts each element); ``f16 to f32``: the conversion alone; the
+    binary distance with row-major codes ``(rows, 4)`` (XOR,
+    ``bitwise_count``, a sum along the rows) and with column-major codes
+    ``(4, rows)`` (four XORs and counts, added); ``best per item``: each
+    item's lowest distance (``minimum.reduceat`` over the items' rows).
+    """
+    matrix = parts.matrix[: parts.used]
+    half = matrix.astype(np.float16)
+    codes = np.packbits(matrix > 0, axis=1).view(np.uint64)
+    columns = np.ascontiguousarray(codes.T)
+    ref_row = parts.ref_row[: parts.refs]
+    start = parts.start[: len(parts.key_at)]
+    out: dict[str, list[float]] = {}
+    error = 0.0
+    for query in queries[:8]:  # the slow float16 products: a few queries are enough
+        code = np.packbits(query > 0).view(np.uint64)
+        half_query = query.astype(np.float16)
+
+        def by_columns(code: Any = code) -> Any:
+            total = np.bitwise_count(columns[0] ^ code[0]).astype(np.uint16)
+            for word in range(1, len(columns)):
+                total += np.bitwise_count(columns[word] ^ code[word])
+            return total
+
+        distance = by_columns()
+        calls: dict[str, Callable[[], object]] = {
+            "f32 product": lambda q=query: cosines(matrix, q),
+            "f16 product": lambda q=half_query: cosines(half, q),
+            "f16 to f32": lambda: half.astype(np.float32),
+            "binary rows: xor": lambda c=code: codes ^ c,
+            "binary rows: xor+count+sum": lambda c=code: np.bitwise_count(codes ^ c).sum(
+                axis=1, dtype=np.int32
+            ),
+            "binary columns: xor+count+add": by_columns,
+            "best per item": lambda d=distance: np.minimum.reduceat(d[ref_row], start),
+        }
+        for label, call in calls.items():
+            out.setdefault(f"ms {label}", []).append(best_ms(call, repeat))
+        exact = cosines(matrix, query)
+        error = max(error, float(np.abs(cosines(half.astype(np.float32), query) - exact).max()))
+    figures = {label: statistics.median(values) for label, values in out.items()}
+    figures["f16 largest cosine error, 1e-6"] = 1e6 * error
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--items", type=int, default=10_000)
@@ -220,23 +384,41 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--corpora", default="", help="only these (comma-separated names)")
     parser.add_argument("--clusters", type=int, default=1024, help="k-means cones of the parts")
+    parser.add_argument(
+        "--section",
+        default="screens",
+        choices=("screens", "binary", "steps"),
+        help="screens: bounds and approximate screens; binary: the binary-code screens (CODES); steps: what each numpy step of the binary and float16 screens costs",
+    )
+    parser.add_argument(
+        "--side", default="tuning", choices=("tuning", "held-out", "both"), help="which corpora"
+    )
     args = parser.parse_args()
     ms = [int(m) for m in args.m.split(",")]
     embedder = WordLlamaEmbedder()
-    print(f"parts screens: {args.items} items, {args.facts} facts, seed {args.seed}; load {load()}")
-    for side, name, rows, texts in corpora(args.items, args.facts, args.seed):
-        if args.corpora and name not in args.corpora.split(","):
+    print(
+        f"parts {args.section}: {args.items} items, {args.facts} facts, seed {args.seed}; load {load()}"
+    )
+    held = args.side != "tuning"
+    for side, name, rows, texts in corpora(args.items, args.facts, args.seed, held_out=held):
+        if (args.corpora and name not in args.corpora.split(",")) or (
+            args.side == "held-out" and side == "tuning"
+        ):
             continue
         parts = table(rows, EmbedParts(), embedder)
-        whole = table(rows, EmbedParts.WHOLE, embedder)
-        queries = checked_vectors(embedder, texts)  # unit vectors, as a query is
-        layout = Layout(parts, whole, args.clusters)
-        figures = measure(layout, whole, queries, ms, args.repeat)
+        queries = checked_vectors(embedder, [text for _, text, _ in texts])  # unit, as a query is
+        if args.section == "steps":
+            figures = steps(parts, queries, args.repeat)
+        elif args.section == "binary":
+            figures = binary(parts, queries, [at for _, _, at in texts], ms, args.repeat)
+        else:
+            whole = table(rows, EmbedParts.WHOLE, embedder)
+            figures = measure(Layout(parts, whole, args.clusters), whole, queries, ms, args.repeat)
         print(
-            f"\n== {side} {name}: {parts.used} distinct parts, {parts.refs} part refs, {len(queries)} queries (load {load()})"
+            f"\n== {side} {name}: {len(rows)} items, {parts.used} distinct parts, {parts.refs} part refs, {len(queries)} queries (load {load()})"
         )
         for label, value in figures.items():
-            print(f"  {label:24} {value:8.3f}")
+            print(f"  {label:28} {value:9.3f}")
         sys.stdout.flush()
 
 
