@@ -1,6 +1,7 @@
 """Store fixtures: a store URL per kind, and a throwaway PostgreSQL server.
 
-Also ``planted_module``: a module on ``sys.path`` that leaves a marker file
+Also ``backend_calls``: the calls a test's store makes to one backend
+operation, recorded on the way through to the real one; and ``planted_module``: a module on ``sys.path`` that leaves a marker file
 when it is imported, for the tests that loading runs no code a file names.
 
 The PostgreSQL server is found through ``KVMEMORY_TEST_POSTGRES_URL`` (a
@@ -213,6 +214,29 @@ def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str
         return str(request.getfixturevalue("postgres_url"))
 
     return make
+
+
+@pytest.fixture
+def backend_calls(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str], list[tuple[Any, ...]]]:
+    """Return ``record(backend, name)``: a list that gets the arguments of each later call of that operation.
+
+    The backend's own operation still answers every call (no stand-in):
+    the tests that count statements (a filtered search settles in two, a
+    hybrid ranks no word alone) read the list afterwards.
+    """
+
+    def record(backend: Any, name: str) -> list[tuple[Any, ...]]:
+        calls: list[tuple[Any, ...]] = []
+        real = getattr(backend, name)
+
+        def recorded(*args: Any) -> Any:
+            calls.append(args)
+            return real(*args)
+
+        monkeypatch.setattr(backend, name, recorded)
+        return calls
+
+    return record
 
 
 @pytest.fixture

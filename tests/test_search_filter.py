@@ -668,7 +668,7 @@ def test_a_stored_semantic_search_with_a_rare_filter_reads_only_the_vectors_that
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_semantic_search_over_vectors_kept_in_memory_walks_their_ranking_for_a_one_percent_filter(
-    kind: str, durable_url: Any
+    kind: str, durable_url: Any, backend_calls: Any
 ) -> None:
     """Once a session's vectors are kept in memory, a semantic search with a filter 1% of 2,000 rows pass walks every cosine's ranking, asks SQL nothing, and ranks as Memory.search."""
     embedder = HashingEmbedder(32)
@@ -680,15 +680,7 @@ def test_a_semantic_search_over_vectors_kept_in_memory_walks_their_ranking_for_a
         for _ in range(2):  # the first query at a version reads the vectors, the next keeps them
             store.search("s", "alpha", 3, mode="semantic", embedder=embedder)
         backend = store.backend
-        asked: list[Any] = []
-        narrow = backend.filter_candidates
-
-        def counted_narrow(sid: str, tree: Any) -> Any:
-            asked.append(tree)
-            return narrow(sid, tree)
-
-        # The real backend's call, counted on the way through.
-        backend.filter_candidates = counted_narrow  # type: ignore[method-assign]
+        asked = backend_calls(backend, "filter_candidates")
         hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
@@ -737,7 +729,7 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_reads_only_the_items_th
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_semantic_filter_too_rare_for_the_first_ranking_over_kept_vectors_screens_a_longer_one(
-    kind: str, durable_url: Any
+    kind: str, durable_url: Any, backend_calls: Any
 ) -> None:
     """When the first 1,024 cosines hold fewer than k rows that pass, a longer ranking is screened (filter_among) instead of judging the whole session (filter_candidates), and ranks as Memory.search."""
     embedder = HashingEmbedder(32)
@@ -754,15 +746,7 @@ def test_a_semantic_filter_too_rare_for_the_first_ranking_over_kept_vectors_scre
         store.append("s", [MemoryItem(**fields) for fields in session])
         keep_vectors_in_memory(store, embedder)
         backend = store.backend
-        asked: list[Any] = []
-        narrow = backend.filter_candidates
-
-        def counted_narrow(sid: str, tree: Any) -> Any:
-            asked.append(tree)
-            return narrow(sid, tree)
-
-        # The real backend's call, counted on the way through.
-        backend.filter_candidates = counted_narrow  # type: ignore[method-assign]
+        asked = backend_calls(backend, "filter_candidates")
         hits = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
@@ -773,7 +757,7 @@ def test_a_semantic_filter_too_rare_for_the_first_ranking_over_kept_vectors_scre
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_one_percent_semantic_filter_over_kept_vectors_settles_in_two_filter_among_statements(
-    kind: str, durable_url: Any
+    kind: str, durable_url: Any, backend_calls: Any
 ) -> None:
     """A filter 1% of 4,000 rows pass, k=5 over kept vectors: the second slice screened reaches as deep as the pass rate of the first says, so two filter_among_rows statements settle it, ranked as Memory.search."""
     embedder = HashingEmbedder(32)
@@ -783,15 +767,7 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_settles_in_two_filter_a
         store.append("s", [MemoryItem(**fields) for fields in session])
         keep_vectors_in_memory(store, embedder)
         backend = store.backend
-        asked: list[int] = []
-        among = backend.filter_among_rows
-
-        def counted_among(sid: str, tree: Any, seqs: Any) -> Any:
-            asked.append(len(seqs))
-            return among(sid, tree, seqs)
-
-        # The real backend's call, counted on the way through.
-        backend.filter_among_rows = counted_among  # type: ignore[method-assign]
+        asked = backend_calls(backend, "filter_among_rows")
         hits = store.search("s", "beta 7", 5, mode="semantic", where=where, embedder=embedder)
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("beta 7", 5, mode="semantic", where=where, embedder=embedder)
@@ -801,7 +777,7 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_settles_in_two_filter_a
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_one_percent_semantic_filter_over_kept_vectors_reads_its_items_with_the_screen(
-    kind: str, durable_url: Any
+    kind: str, durable_url: Any, backend_calls: Any
 ) -> None:
     """A filter 1% of 4,000 rows pass over kept vectors: each slice's statement also reads the rows that may pass, so no other read of items follows, ranked as Memory.search."""
     embedder = HashingEmbedder(32)
@@ -811,15 +787,7 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_reads_its_items_with_th
         store.append("s", [MemoryItem(**fields) for fields in session])
         keep_vectors_in_memory(store, embedder)
         backend = store.backend
-        reads: list[Any] = []
-        read_seqs = backend.read_seqs
-
-        def counted_read(sid: str, wanted: Any) -> Any:
-            reads.append(wanted)
-            return read_seqs(sid, wanted)
-
-        # The real backend's call, counted on the way through.
-        backend.read_seqs = counted_read  # type: ignore[method-assign]
+        reads = backend_calls(backend, "read_seqs")
         hits = store.search("s", "beta 7", 5, mode="semantic", where=where, embedder=embedder)
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("beta 7", 5, mode="semantic", where=where, embedder=embedder)

@@ -35,7 +35,7 @@ def hits_of(found: Any) -> list[tuple[Any, float]]:
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_hybrid_search_ranks_the_keyword_side_only_as_deep_as_the_blend_needs(
-    kind: str, durable_url: Any
+    kind: str, durable_url: Any, backend_calls: Any
 ) -> None:
     """Every item holds a query word: the backend is asked for a ranking far shorter than the session, and the hits are Memory.search's."""
     embedder = HashingEmbedder(32)
@@ -43,21 +43,13 @@ def test_a_hybrid_search_ranks_the_keyword_side_only_as_deep_as_the_blend_needs(
     with open_store(durable_url(kind)) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         backend = store.backend
-        asked: list[int] = []
-        top = backend.keyword_top
-
-        def counted_top(sid: str, terms: Any, k: int) -> Any:
-            asked.append(k)
-            return top(sid, terms, k)
-
-        # The real backend's call, counted on the way through.
-        backend.keyword_top = counted_top  # type: ignore[method-assign]
+        asked = backend_calls(backend, "keyword_top")
         hits = store.search("s", "the invoice report", 5, mode="hybrid", embedder=embedder)
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("the invoice report", 5, mode="hybrid", embedder=embedder)
     assert hits_of(hits) == hits_of(want)
     assert asked
-    assert max(asked) < len(session)
+    assert max(k for _, _, k in asked) < len(session)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
@@ -107,7 +99,7 @@ def test_a_sqlite_hybrid_search_ranks_as_memory_search_however_deep_it_walks(
 
 
 def test_a_sqlite_hybrid_query_whose_leader_misses_a_word_ranks_no_word_alone(
-    durable_url: Any,
+    durable_url: Any, backend_calls: Any
 ) -> None:
     """The keyword leader lacks a query word: the words' document frequencies come from one keyword_frequencies call, no one-word ranking, and the hits are Memory.search's."""
     embedder = HashingEmbedder(32)
@@ -115,20 +107,12 @@ def test_a_sqlite_hybrid_query_whose_leader_misses_a_word_ranks_no_word_alone(
     with open_store(durable_url("sqlite")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         backend = store.backend
-        asked: list[list[str]] = []
-        top = backend.keyword_top
-
-        def counted_top(sid: str, terms: Any, k: int) -> Any:
-            asked.append(list(terms))
-            return top(sid, terms, k)
-
-        # The real backend's call, counted on the way through.
-        backend.keyword_top = counted_top  # type: ignore[method-assign]
+        asked = backend_calls(backend, "keyword_top")
         hits = store.search("s", "the invoice window", 5, mode="hybrid", embedder=embedder)
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("the invoice window", 5, mode="hybrid", embedder=embedder)
     assert hits_of(hits) == hits_of(want)
-    assert all(len(terms) == 3 for terms in asked)
+    assert all(len(terms) == 3 for _, terms, _ in asked)
 
 
 def test_sqlite_keyword_frequencies_count_the_items_holding_each_term(durable_url: Any) -> None:
