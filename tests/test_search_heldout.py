@@ -1,8 +1,35 @@
 """Search quality on held-out corpora (benchmarks/corpora_heldout.py): the hybrid rule, in RAM and every store.
 
 The rule: on every held-out set, hybrid recall@5 is never more than 0.02
-below the better of keyword and semantic search. The corpora here are small
-(a few seconds a family); benchmarks/bench_heldout.py runs the large ones.
+below the better of keyword and semantic search. benchmarks/bench_heldout.py
+judges it on 3,000 items and 120 facts a set, median of seeds 1-3.
+
+The resolution here follows from the rule, chosen before the sets were run:
+
+- Facts: 120 a family, seed 1. One fact is then 0.008 of recall, two
+  0.017 (within the rule), three 0.025 (a break): the rule's 0.02 is
+  resolved as the benchmark resolves it on each of its seeds. At the old 30
+  facts one fact was 0.033, so a single miss broke a rule that allows 0.02.
+  A median over seeds does not help: with 40 facts a seed every seed's
+  recall is a multiple of 0.025, and so is their median, so one fact would
+  still break it. 51 facts is the least at which one fact is below 0.02;
+  120 matches the benchmark's per-seed count at little more cost in RAM.
+- Items: 1,200 a family (one item in ten holds a fact; the benchmark one
+  in 25, the old sets one in five), so the filler that echoes the facts'
+  words (each filler sentence picks any subject or relation) still
+  outnumbers the facts; crowded-steps 2,400 (``N_CROWDED_ITEMS``), one fact
+  in twenty items as before. The 3,000 items of the benchmark would cost
+  about 2.7x these in RAM (pages most), bringing the file to the 2x limit.
+- Time: the rule in RAM takes about 15 s for the four families at a load
+  of 4 on two cores; the file as a whole took 1.4x the CPU time of the old
+  sets (34 s against 25 s, the same load), under the 2x it may take.
+
+The store-equals-RAM test keeps the old small sets (``STORE_ITEMS``): the
+``memory://`` and JSONL stores keep no keyword index and tokenize every
+item a query (about 39 ms a query at 600 items, against 0.4 ms in RAM), so
+the 1,080 queries of a 600-item, 120-fact family took 38-42 s in each of
+them, and the test checks hits and scores equal, which does not depend on
+the sets' resolution.
 """
 
 from __future__ import annotations
@@ -23,11 +50,17 @@ from agents.memory.stores import open_store
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = ("agent-steps", "chat", "pages", "crowded-steps")
 MODES = ("keyword", "semantic", "hybrid")
-N_ITEMS = 150
-N_FACTS = 30
+N_ITEMS = 1200
+N_FACTS = 120
 # The crowded family needs more items than SEMANTIC_REFERENCE (100) close to a query for its
-# crowd to show: at 150 items the 100th best cosine is the background of the whole memory.
-N_CROWDED_ITEMS = 600
+# crowd to show: at 150 items the 100th best cosine is the background of the whole memory; from
+# 600 the crowd shows. 2,400 keeps one fact in twenty items, as the 600 items of 30 facts did.
+N_CROWDED_ITEMS = 2400
+# The sets every store ranks (its test checks hits and scores equal to Memory.search's; see the
+# module docstring for why not the sets above).
+STORE_ITEMS = 150
+STORE_FACTS = 30
+STORE_CROWDED_ITEMS = 600
 
 
 def _benchmark(name: str) -> Any:
@@ -51,7 +84,11 @@ def _embedder() -> WordLlamaEmbedder:
 
 
 @functools.cache
-def _corpus(family: str) -> Any:
+def _corpus(family: str, small: bool = False) -> Any:
+    """Return the family's rule set, or with ``small`` the set every store ranks."""
+    if small:
+        n_items = STORE_CROWDED_ITEMS if family == "crowded-steps" else STORE_ITEMS
+        return HELDOUT.make_family(family, n_items, STORE_FACTS, seed=1)
     n_items = N_CROWDED_ITEMS if family == "crowded-steps" else N_ITEMS
     return HELDOUT.make_family(family, n_items, N_FACTS, seed=1)
 
@@ -60,9 +97,9 @@ Ranked = dict[tuple[str, str], list[list[tuple[int, float]]]]
 
 
 @functools.cache
-def _ram_ranked(family: str) -> Ranked:
+def _ram_ranked(family: str, small: bool = False) -> Ranked:
     """Return each (mode, kind)'s ranked ``(item, score)`` lists in RAM, one per fact."""
-    corpus = _corpus(family)
+    corpus = _corpus(family, small)
     memory = Memory([MemoryItem(**row) for row in corpus.items])
     memory.index_embeddings(_embedder())
     return {
@@ -94,25 +131,36 @@ def _rule_breaks(family: str, ranked: Ranked) -> list[str]:
     return out
 
 
-# The breaks left with this release's blend (the coverage rule with rank protection) and BM25+
-# (docs/search.md, "Held-out corpora"), on the small sets, each one fact of 30. strict: each
-# test fails once its break is gone, so the docs are kept true. agent-steps mixed: the fact is
-# 4th of six keyword hits within 0.3 BM25 of each other, and semantic search misses it.
-AGENT_STEPS_BREAK = pytest.mark.xfail(
-    strict=True, reason="agent-steps/mixed: hybrid 0.967 against keyword 1.000 (30 facts)"
-)
-# The crowd of ledger entries (600 items, 30 facts): with the coverage rule a partial keyword
-# match no longer decides paraphrased and mixed queries; a keyword leader standing out is kept
-# first, so lexical queries lose 1 fact of 30 (keyword 2nd, BM25 6.47 against the leader's 6.53).
+# The break left with this release's blend (the coverage rule with rank protection) and BM25+
+# (docs/search.md, "Held-out corpora"), at 120 facts. strict: the test fails once the break is
+# gone, so the docs are kept true. crowded-steps mixed, seed 1, 2,400 items: hybrid 0.108 (13
+# facts) against semantic 0.142 (17), keyword 0.017 (2); hybrid finds no fact semantic misses,
+# and loses four semantic finds and one keyword find:
+# - three whose keyword leader is a crowd item holding every query word scattered over its
+#   ledger entries (coverage 1.000, so the keyword side keeps its full weight): "umbrella got
+#   handed back to" (semantic 2nd at 0.573, keyword 31st at BM25 5.59 against the leader's 11.92,
+#   hybrid 31st), "tent got discovered beside" (semantic 5th at 0.598, keyword 68th, hybrid 25th),
+#   "blanket got covered with" (semantic 1st at 0.603, keyword 31st, hybrid 13th); the fact
+#   holds the subject only (its coverage 0.22-0.44);
+# - "cabinet got loaned out to": the leader holds the relation's words (coverage 0.785, keyword
+#   weight w * 0.144); the fact is semantic 5th at 0.504 and hybrid 6th, passed by the keyword
+#   4th (BM25 13.49) at 0.284 against its 0.264;
+# - "lantern was ordered from" (keyword only: 4th at BM25 4.82, five hits within 0.15 BM25 of
+#   each other; semantic misses it; hybrid 98th).
+# Not the test's resolution: bench_heldout.py's table holds the rule there by the median of each
+# mode (hybrid 0.083 against semantic 0.100, both seed 3's), but seed by seed hybrid is 0.025,
+# 0.033 and 0.017 below semantic at 3,000 items (seeds 1-3), and 0.033, 0.025, 0.017 at 2,400:
+# two seeds of three break, at either size.
 CROWDED_BREAK = pytest.mark.xfail(
-    strict=True, reason="crowded-steps/lexical: hybrid 0.967 against keyword 1.000 (30 facts)"
+    strict=True,
+    reason="crowded-steps/mixed: hybrid 0.108 against semantic 0.142 (120 facts, 4 facts below)",
 )
 
 
 @pytest.mark.parametrize(
     "family",
     [
-        pytest.param("agent-steps", marks=AGENT_STEPS_BREAK),
+        "agent-steps",
         "chat",
         "pages",
         pytest.param("crowded-steps", marks=CROWDED_BREAK),
@@ -125,8 +173,8 @@ def test_hybrid_holds_the_rule_on_a_heldout_family_in_ram(family: str) -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_store_ranks_a_heldout_family_as_memory_search_does(store_url: str, family: str) -> None:
-    """Every store gives Memory.search's hits and scores on a held-out family in each mode, so the rule holds (or breaks) alike."""
-    corpus = _corpus(family)
+    """Every store gives Memory.search's hits and scores on a small held-out set of a family in each mode and query kind."""
+    corpus = _corpus(family, small=True)
     embedder = _embedder()
     with open_store(store_url) as store:
         session = f"s{uuid.uuid4().hex[:8]}"
@@ -143,9 +191,7 @@ def test_store_ranks_a_heldout_family_as_memory_search_does(store_url: str, fami
             for mode in MODES
             for kind in HELDOUT.KINDS
         }
-    ram = _ram_ranked(family)
-    assert got == ram
-    assert _rule_breaks(family, got) == _rule_breaks(family, ram)
+    assert got == _ram_ranked(family, small=True)
 
 
 # How the keyword bullet is judged (benchmarks/_paired.py): the mean gap to the best peer over
