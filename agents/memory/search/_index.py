@@ -32,6 +32,7 @@ from agents.memory._text import (
     bm25_term_score,
     bm25_weight,
     field_texts,
+    query_coverage,
 )
 from agents.memory._vectors import (
     Embedder,
@@ -442,7 +443,10 @@ class SearchIndex:
     ) -> float:
         """Return the share of the IDF weight of ``terms`` some item holds (in ``keys``) that item ``key`` holds (``1.0`` if no item holds one); a hybrid query scales its keyword weight by its leader's (``blend``)."""
         with _caught_up(self):
-            return _held_share(self._query_terms(terms, keys)[0], key)
+            query = self._query_terms(terms, keys)[0]
+            df = {term: len(posting) for term, posting, _ in query}
+            held = {term for term, posting, _ in query if key in posting}
+            return query_coverage(terms, df, held, len(self._items))
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
@@ -670,13 +674,6 @@ def _caught_up(index: SearchIndex) -> Iterator[None]:
     with index._lock:
         index._catch_up()
         yield
-
-
-def _held_share(query: Sequence[QueryTerm], key: int | None) -> float:
-    """Return the share of the query's weight (each distinct term once) that the item under ``key`` holds."""
-    found = {term: (weight, key in posting) for term, posting, weight in query}
-    total = sum(weight for weight, _ in found.values())
-    return sum(weight for weight, held in found.values() if held) / total if total else 1.0
 
 
 def _matches(
