@@ -16,7 +16,7 @@ from agents.memory import ArgumentTypeError, Memory, MemoryItem
 from agents.memory.search import HashingEmbedder, SearchIndex, Tokenizer, search_index
 from agents.memory.search._bm25 import Ranker
 from agents.memory.search._bulk import file_in_bulk
-from agents.memory.search._index import _file_items
+from agents.memory.search._postings import file_items
 from agents.memory.stores import StoredMemory, open_memory, open_store
 
 WORDS = [f"w{i}" for i in range(40)] + ["invoice", "report", "chart", "window", "dialog"]
@@ -217,9 +217,11 @@ def test_the_build_makes_every_common_terms_arrays_which_rank_after_changes() ->
     plain = Memory([MemoryItem(**row) for row in rows(1200)])
     plain.search("invoice", 1)
     common = {
-        term for term, posting in search_index(plain)._postings.items() if len(posting) >= 256
+        term
+        for term, posting in search_index(plain)._keyword.postings.items()
+        if len(posting) >= 256
     }
-    ranker = index._ranker
+    ranker = index._keyword.ranker
     assert ranker is not None
     assert ranker.ahead is not None
     assert set(ranker.ahead.made) == common
@@ -374,7 +376,7 @@ def test_filing_in_bulk_gives_the_postings_of_filing_item_by_item(
     postings: dict[str, dict[int, int]] = {}
     docs: dict[int, Any] = {}
     lengths: dict[int, int] = {}
-    filed, total = _file_items(pairs, tokenize, (postings, docs, lengths), None, None)
+    filed, total = file_items(pairs, tokenize, (postings, docs, lengths), None, None)
     bulk = file_in_bulk(np, pairs, tokenize, step=step)
     assert bulk is not None
     assert (bulk.keys, bulk.docs, bulk.lengths, bulk.total) == (filed, docs, lengths, total)

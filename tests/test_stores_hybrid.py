@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -9,10 +10,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
-from agents.memory._vectors import HYBRID_POOL, blend, keyword_scale
-from agents.memory.search import HashingEmbedder
+from agents.memory._vectors import HYBRID_POOL, blend, keyword_leader, keyword_scale
+from agents.memory.search import HashingEmbedder, search_index
 from agents.memory.stores import open_store
+from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._search.hybrid import bounded_blend
+from agents.memory.stores._search.keyword import KeywordSearch
 
 WORDS = ("the", "file", "report", "chart", "invoice", "window", "saved", "moved", "closed")
 
@@ -113,6 +116,41 @@ def test_a_sqlite_hybrid_query_whose_leader_misses_a_word_ranks_no_word_alone(
     want = memory.search("the invoice window", 5, mode="hybrid", embedder=embedder)
     assert hits_of(hits) == hits_of(want)
     assert all(len(terms) == 3 for _, terms, _ in asked)
+
+
+COVER_WORDS = ("invoice", "overdue", "penalty", "fee", "report", "the")
+
+
+def _cover_text(size: int) -> st.SearchStrategy[str]:
+    """Draw a field's text: up to ``size`` words of the coverage tests' vocabulary."""
+    return st.lists(st.sampled_from(COVER_WORDS), max_size=size).map(" ".join)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    texts=st.lists(st.tuples(_cover_text(5), _cover_text(3)), min_size=1, max_size=12),
+    query=st.lists(st.sampled_from([*COVER_WORDS, "lisbon"]), min_size=2, max_size=6),
+    only_a=st.booleans(),
+)
+def test_a_store_gives_the_keyword_leader_the_coverage_memory_search_gives(
+    store_url: str, texts: list[tuple[str, str]], query: list[str], only_a: bool
+) -> None:
+    """The share of the query's IDF weight the keyword leader holds is SearchIndex.coverage's to the last bit, in every store, with keys and without."""
+    items = [MemoryItem(step=i, a=a, b=b) for i, (a, b) in enumerate(texts)]
+    keys = ("a",) if only_a else None
+    sid = uuid.uuid4().hex  # the fixture's store outlives one example
+    with open_store(store_url) as store:
+        store.append(sid, items)
+        searched = KeywordSearch(Engine(store.backend, read_only=True))
+        got = searched.hybrid(sid, query, keys, "error")[2]
+    memory = Memory(items)
+    ranked = memory.search(" ".join(query), len(items), keys=keys)
+    leader = keyword_leader({hit.item["step"]: hit.score for hit in ranked})
+    assert got == search_index(memory).coverage(query, keys, leader)
 
 
 def test_sqlite_keyword_frequencies_count_the_items_holding_each_term(durable_url: Any) -> None:

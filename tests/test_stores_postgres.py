@@ -757,6 +757,136 @@ def test_v4_store_opened_read_only_reads_without_records(postgres_url: str) -> N
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(4,)]
 
 
+VERSION_QUERY = "pay the invoice for March"
+
+
+def write_vector_session(url: str) -> list[int]:
+    """Store 40 steps in session 's' (and 5 in 't') with their vectors; return the seqs of 's'."""
+    embedder = HashingEmbedder(32)
+    with open_store(url) as store:
+        seqs = store.append(
+            "s", [MemoryItem(step=i, thought=f"open the report {i}") for i in range(40)]
+        )
+        store.append("t", [MemoryItem(step=i, thought=f"close the chart {i}") for i in range(5)])
+        store.index_embeddings("s", embedder)
+        store.index_embeddings("t", embedder)
+    return seqs
+
+
+def version_hits(store: Any) -> list[tuple[int, float]]:
+    """Return ``(seq, score)`` of the best 5 semantic hits of session 's' for :data:`VERSION_QUERY`."""
+    hits = store.search("s", VERSION_QUERY, 5, mode="semantic", embedder=HashingEmbedder(32))
+    return [(hit.seq, hit.score) for hit in hits]
+
+
+def _vector_write(change: str, url: str, seqs: list[int]) -> None:
+    """Change the vector rows of session 's' one way, through a second handle or plain SQL."""
+    embedder = HashingEmbedder(32)
+    if change.startswith("sql"):  # a process that is not kvmemory at all
+        with psycopg.connect(url, autocommit=True) as con:
+            if change == "sql update":
+                con.execute(
+                    "UPDATE kvmemory_vectors SET vector = (SELECT vector FROM kvmemory_vectors"
+                    " WHERE session_id = 's' AND seq = %s) WHERE session_id = 's' AND seq = %s",
+                    (seqs[-2], seqs[-1]),  # the best hit's vector, given to the last step too
+                )
+            else:
+                con.execute(
+                    "DELETE FROM kvmemory_vectors WHERE session_id = 's' AND seq = %s", (seqs[3],)
+                )
+        return
+    with open_store(url) as other:
+        if change == "append":
+            other.append("s", [MemoryItem(step=99, thought=VERSION_QUERY)])
+            other.index_embeddings("s", embedder)
+        elif change == "update":
+            with other.batch("s") as batch:
+                batch.update({seqs[-1]: MemoryItem(step=99, thought=VERSION_QUERY)})
+            other.index_embeddings("s", embedder)
+        elif change == "delete steps":  # the vector rows go by the items' cascade
+            other.delete_seqs("s", seqs[:5])
+        else:
+            other.drop_vectors("s")
+            other.index_embeddings("s", embedder)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "change",
+    ["append", "update", "delete steps", "drop and embed again", "sql update", "sql delete"],
+)
+def test_a_vector_write_by_a_second_handle_changes_the_version_and_the_next_query_sees_it(
+    postgres_url: str, change: str
+) -> None:
+    """Every write to a session's vector rows, by another handle or plain SQL, gives it a version never seen before; a handle that kept the vectors then ranks by the new ones."""
+    seqs = write_vector_session(postgres_url)
+    with open_store(postgres_url) as kept:
+        backend = kept.backend
+        fields = "*|8/0"  # how the default parts name the vectors over every field
+        seen = [backend.vectors_version("s", fields)]
+        before = version_hits(kept)
+        assert version_hits(kept) == before  # kept now
+        other = backend.vectors_version("t", fields)
+        _vector_write(change, postgres_url, seqs)
+        seen.append(backend.vectors_version("s", fields))
+        after = version_hits(kept)
+        assert backend.vectors_version("t", fields) == other
+    assert seen[1] != seen[0]
+    with open_store(postgres_url) as fresh:
+        assert after == version_hits(fresh)
+    if change not in ("drop and embed again", "sql delete"):  # (the same vectors made again)
+        assert after != before
+
+
+def write_v5_store(url: str) -> list[int]:
+    """Leave tables of schema version 5 (before the vectors' version) holding sessions 's' and 't' with vectors."""
+    seqs = write_vector_session(url)
+    with psycopg.connect(url, autocommit=True) as con:
+        # What the v6 migration added, taken away again.
+        for event in ("insert", "update", "delete"):
+            con.execute(f"DROP TRIGGER kvmemory_vectors_{event} ON kvmemory_vectors")
+        con.execute("DROP FUNCTION kvmemory_vectors_written()")
+        con.execute("ALTER TABLE kvmemory_sessions DROP COLUMN vectors_version")
+        con.execute("DROP SEQUENCE kvmemory_vectors_versions")
+        con.execute("UPDATE kvmemory_schema SET version = 5")
+    return seqs
+
+
+@pytest.mark.postgres
+def test_v5_store_is_migrated_to_a_vectors_version_kept_with_the_session(postgres_url: str) -> None:
+    """v5 tables opened writable get the vectors' version on each session's row: a number of its own per session, new at every vector write."""
+    seqs = write_v5_store(postgres_url)
+    with open_store(postgres_url) as store:
+        want = version_hits(store)
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+                (PostgresStore.schema_version,)
+            ]
+            kept = dict(
+                con.execute("SELECT session_id, vectors_version FROM kvmemory_sessions").fetchall()
+            )
+        assert len(set(kept.values())) == 2
+        assert store.backend.vectors_version("s", "*|8/0") == kept["s"]
+        assert version_hits(store) == want
+        _vector_write("update", postgres_url, seqs)
+        assert store.backend.vectors_version("s", "*|8/0") not in kept.values()
+        assert version_hits(store)[0][0] == seqs[-1]
+
+
+@pytest.mark.postgres
+def test_v5_store_opened_read_only_versions_its_vectors_by_their_rows(postgres_url: str) -> None:
+    """v5 tables opened read-only are not migrated: semantic queries rank as before, and a write to the vector rows is seen by the next one."""
+    seqs = write_v5_store(postgres_url)
+    with open_store(postgres_url, read_only=True) as reader:
+        before = version_hits(reader)
+        assert version_hits(reader) == before
+        _vector_write("sql update", postgres_url, seqs)
+        after = version_hits(reader)
+    assert after != before
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(5,)]
+
+
 @pytest.mark.postgres
 def test_record_lookup_can_use_the_key_index(postgres_url: str) -> None:
     """PostgreSQL can answer a lookup by keys from the partial (session_id, key) index."""

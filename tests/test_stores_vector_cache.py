@@ -190,7 +190,7 @@ WRITER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_write_by_another_process_is_seen_by_the_next_search(
     kind: str, durable_url: Callable[[str], str]
 ) -> None:

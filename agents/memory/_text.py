@@ -89,6 +89,8 @@ def query_coverage(
     holds (``df[term] > 0``; a word no item holds is left out); the item
     holds the terms in ``held``. A hybrid query lowers its keyword share by
     this share of its keyword leader (see ``blend`` of the vectors room).
+    ``SearchIndex.coverage`` (``Memory.search``) and every store compute it
+    here, so they give the same share, to the last bit.
 
     Args:
         terms: The query's terms (repeats count once).

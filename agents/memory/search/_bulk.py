@@ -27,7 +27,7 @@ _END: Final = "\x00"  # never a term (not a letter or digit): marks the end of e
 
 
 class Filed:
-    """Items filed in bulk: what ``_file_items`` fills, and every posting as sorted arrays.
+    """Items filed in bulk: what ``file_items`` (``_postings``) fills, and every posting as sorted arrays.
 
     Attributes:
         keys: The keys filed, in the order given (items whose fields could not be read left out).

@@ -8,6 +8,10 @@ marked, and the marked items are (re)tokenized or (re)embedded by the next
 query that needs them. So building a memory stays fast, a query never
 rebuilds what did not change, and a memory that is never searched pays nothing.
 
+The index decides what is filed and when; the terms filed (postings, texts,
+lengths, field statistics, the numpy ranker, filter values) are a
+``KeywordPostings`` of ``_postings``, and the vectors an ``ItemVectors``.
+
 Lock order: the memory's lock before the index's. Public reads ask the
 memory for its pending adds (``_follow``) before they take the index's lock.
 """
@@ -18,7 +22,6 @@ import contextlib
 import heapq
 import threading
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +31,9 @@ from agents.memory._text import (
     BM25_DELTA,
     BM25_K1,
     Tokenizer,
-    bm25_average_length,
     bm25_term_score,
-    bm25_weight,
     field_texts,
+    query_coverage,
 )
 from agents.memory._vectors import (
     Embedder,
@@ -43,7 +45,7 @@ from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
 from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
 from agents.memory.search._bulk import file_in_bulk
 from agents.memory.search._item_vectors import ItemVectors, Vectors
-from agents.memory.search._values import FiledValues
+from agents.memory.search._postings import KeywordPostings, Lengths, file_items
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -62,99 +64,7 @@ def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
     return -pair[1], pair[0]
 
 
-class _Lengths:
-    """Each item's length (its number of terms) over some fields, by key."""
-
-    def __init__(self) -> None:
-        self.of: dict[int, int] = {}
-
-    def put(self, key: int, length: int) -> None:
-        self.of[key] = length
-
-    def drop(self, key: int) -> int:
-        """Forget the item's length and return it (0 for an item not filed)."""
-        return self.of.pop(key, 0)
-
-
-_KEYED_LENGTHS = 8  # sets of searched fields whose lengths are kept (the most recently used)
 _FEW = 16  # a filter that at most one item in this many may pass ranks only those items
-
-
-class _Fields:
-    """Keyword statistics per field: postings, each item's field lengths, totals, lengths over key sets."""
-
-    def __init__(self) -> None:
-        self.postings: dict[str, dict[str, dict[int, int]]] = {}  # field -> term -> {key: tf}
-        self.sizes: dict[int, tuple[int, ...]] = {}  # key -> its fields' lengths, in doc order
-        self.total: Counter[str] = Counter()
-        # Lengths over the fields of a query's keys: made by the first query with
-        # those keys, kept up to date from then on (the most recent few sets).
-        self.lengths: dict[tuple[str, ...], _Lengths] = {}
-
-    def file(
-        self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Callable[[str], list[str]]
-    ) -> list[str]:
-        """File the item's terms field by field; return all its terms, in field order."""
-        every: list[str] = []
-        sizes = []
-        for field, text in doc:
-            terms = tokenize(text)
-            sizes.append(len(terms))
-            self.total[field] += len(terms)
-            every += terms
-            postings = self.postings.get(field)
-            if postings is None:
-                postings = self.postings[field] = {}
-            for term, count in Counter(terms).items():
-                posting = postings.get(term)
-                if posting is None:
-                    postings[term] = {key: count}
-                else:
-                    posting[key] = count
-        self.sizes[key] = tuple(sizes)
-        for keys, lengths in self.lengths.items():
-            lengths.put(
-                key, sum(size for (field, _), size in zip(doc, sizes, strict=True) if field in keys)
-            )
-        return every
-
-    def unfile(
-        self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Callable[[str], list[str]]
-    ) -> set[str]:
-        """Forget the item's terms field by field; return the set of all its terms."""
-        every: set[str] = set()
-        for (field, text), size in zip(doc, self.sizes.pop(key), strict=True):
-            self.total[field] -= size
-            terms = set(tokenize(text))
-            every |= terms
-            postings = self.postings[field]
-            for term in terms:
-                posting = postings.get(term)
-                if posting is not None:
-                    posting.pop(key, None)
-                    if not posting:
-                        del postings[term]
-        for lengths in self.lengths.values():
-            lengths.drop(key)
-        return every
-
-    def lengths_in(
-        self, keys: tuple[str, ...], docs: Mapping[int, tuple[tuple[str, str], ...]]
-    ) -> _Lengths:
-        """Return the items' lengths over the fields ``keys``, made on first use and kept from then on."""
-        lengths = self.lengths.pop(keys, None)
-        if lengths is None:
-            lengths = _Lengths()
-            for key, doc in docs.items():
-                sizes = self.sizes[key]
-                lengths.put(
-                    key,
-                    sum(size for (field, _), size in zip(doc, sizes, strict=True) if field in keys),
-                )
-            if len(self.lengths) >= _KEYED_LENGTHS:
-                del self.lengths[next(iter(self.lengths))]  # the least recently used
-        self.lengths[keys] = lengths  # last: the most recently used
-        return lengths
 
 
 class SearchIndex:
@@ -184,19 +94,10 @@ class SearchIndex:
         self._memory: weakref.ref[Memory] | None = None
         self._items: dict[int, MemoryItem] = {}
         self._pending: dict[int, None] = {}
-        # Each item's (field, text) pairs: the text is kept (a reference, not a copy),
-        # so deleting or re-indexing the item later finds its old terms from it.
-        self._docs: dict[int, tuple[tuple[str, str], ...]] = {}
-        self._lengths = _Lengths()  # over every field
-        self._postings: dict[str, dict[int, int]] = {}
-        self._total = 0
-        # The statistics per field, made by the first query with keys.
-        self._fields: _Fields | None = None
-        # The pruned top-k (numpy), made by the first keyword query when numpy is there.
-        self._ranker: Ranker | None = None
+        self._keyword = KeywordPostings()  # the terms of the items filed so far
         # The vectors over each set of keys embedded, and the items that wait for one.
         self._vectors = ItemVectors(parts if parts is not None else EmbedParts())
-        self._values, self.filter_tests = FiledValues(), 0  # the values filters named, by item
+        self.filter_tests = 0
         # The keyword index built ahead on another thread (see build_ahead), while one is.
         self._ahead: _Ahead | None = None
         self._watching: set[_Ahead] = set()  # builds installed that still read vectors
@@ -230,7 +131,7 @@ class SearchIndex:
         """Mark a changed item for re-indexing; its old terms and vectors go now."""
         with self._lock:
             for key in keys:
-                self._unindex(key)
+                self._keyword.unfile(key, self.tokenizer)
                 self._pending[key] = None
                 self._vectors.changed(key)
             _changed(self, keys)
@@ -244,13 +145,7 @@ class SearchIndex:
             self._watching = set()
             self._items = dict(added)
             self._pending = dict.fromkeys(self._items)
-            self._docs = {}
-            self._lengths = _Lengths()
-            self._postings = {}
-            self._total = 0
-            self._fields = None
-            self._ranker = None
-            self._values = FiledValues()
+            self._keyword = KeywordPostings()
             self._vectors.reset()
 
     # -- building ahead ------------------------------------------------------------
@@ -274,7 +169,7 @@ class SearchIndex:
         self._follow()
         with self._lock:
             ahead = self._ahead
-            if ahead is None and self._pending and not self._docs:
+            if ahead is None and self._pending and not self._keyword.docs:
                 items = self._items
                 pairs = [(key, items[key]) for key in self._pending if key in items]
                 ahead = self._ahead = _Ahead(self, pairs, self._generation, vectors)
@@ -320,7 +215,7 @@ class SearchIndex:
             if where is not None and (few := self._few(where)) is not None:  # score only those
                 return [(key, items[key], s) for key, s in _among(query, few, sizes, average, k)]
             where = None if where is None else _counting(self, where)
-            ranker = self._ranker_now()
+            ranker = self._keyword.ranker_now()
             passed: dict[int, bool] = {}  # each item is asked once, however many rounds
             wanted = k
             while True:
@@ -354,7 +249,8 @@ class SearchIndex:
             return self._few(where)
 
     def _few(self, where: Predicate) -> set[int] | None:
-        keys = self._values.few(where, self._items, self._docs, len(self._items) // _FEW)
+        keyword = self._keyword
+        keys = keyword.values.few(where, self._items, keyword.docs, len(self._items) // _FEW)
         self.filter_tests += len(keys or ())
         return None if keys is None else {key for key in keys if where(self._items[key])}
 
@@ -377,7 +273,7 @@ class SearchIndex:
         with _caught_up(self):
             query, sizes, average = self._query_terms(terms, keys)
             lengths = sizes.of
-            ranker = self._ranker_now()
+            ranker = self._keyword.ranker_now()
             if ranker is not None and query:
                 return ranker.all_scores(query, keys, lengths, average), 0.0
             scores: dict[int, float] = {}
@@ -393,43 +289,9 @@ class SearchIndex:
 
     def _query_terms(
         self, terms: Sequence[str], keys: tuple[str, ...] | None
-    ) -> tuple[list[QueryTerm], _Lengths, float]:
-        """Return the query terms some item holds as ``(term, postings, weight)``, the lengths and the average length."""
-        n_items = len(self._items)
-        if not n_items:
-            return [], self._lengths, 1.0
-        by_field = None
-        if keys is None:
-            total = self._total
-            sizes = self._lengths
-        else:
-            fields = self._fields_now()
-            by_field = fields.postings
-            total = sum(fields.total[field] for field in keys)
-            sizes = fields.lengths_in(keys, self._docs)
-        average = bm25_average_length(total, n_items)
-        query: list[QueryTerm] = []
-        seen: dict[str, tuple[dict[int, int], float]] = {}
-        for term in terms:
-            found = seen.get(term)
-            if found is None:
-                matches = _matches(self._postings, by_field, term, keys)
-                found = seen[term] = (matches, bm25_weight(n_items, len(matches)))
-            if found[0]:
-                query.append((term, *found))
-        return query, sizes, average
-
-    def _ranker_now(self) -> Ranker | None:
-        """Return the numpy ranker, made on first use (``None`` without numpy: rank exhaustively)."""
-        if self._ranker is None:
-            try:
-                import numpy as np  # optional: the pure-Python ranking needs none
-            except ImportError:
-                return None
-            ranker = self._ranker = Ranker(np)
-            ranker.next_generation()
-            ranker.indexed(list(self._docs))
-        return self._ranker
+    ) -> tuple[list[QueryTerm], Lengths, float]:
+        """Return the query terms some item holds, the lengths and the average length (``KeywordPostings.query_terms``)."""
+        return self._keyword.query_terms(terms, keys, len(self._items), self.tokenizer)
 
     def keyword_scale(self) -> float:
         """Return the BM25 score a hybrid blend maps to 0.5 in this memory (see ``keyword_scale`` of the vectors room)."""
@@ -442,7 +304,10 @@ class SearchIndex:
     ) -> float:
         """Return the share of the IDF weight of ``terms`` some item holds (in ``keys``) that item ``key`` holds (``1.0`` if no item holds one); a hybrid query scales its keyword weight by its leader's (``blend``)."""
         with _caught_up(self):
-            return _held_share(self._query_terms(terms, keys)[0], key)
+            query = self._query_terms(terms, keys)[0]
+            df = {term: len(posting) for term, posting, _ in query}
+            held = {term for term, posting, _ in query if key in posting}
+            return query_coverage(terms, df, held, len(self._items))
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None
@@ -602,56 +467,16 @@ class SearchIndex:
         """Tokenize the items marked since the last query and file their terms."""
         if not self._pending:
             return
-        ranker = self._ranker
-        if ranker is not None:
-            ranker.next_generation()
         items = self._items
-        done, total = _file_items(
-            [(key, items[key]) for key in self._pending if key in items],
-            self.tokenizer,
-            (self._postings, self._docs, self._lengths.of),
-            self._fields,
-            self._values,
-        )
-        if ranker is not None:
-            ranker.indexed(done)
-        self._total += total
+        pairs = [(key, items[key]) for key in self._pending if key in items]
+        self._keyword.file(pairs, self.tokenizer)
         self._pending = {}
-
-    def _unindex(self, key: int) -> None:
-        doc = self._docs.pop(key, None)
-        if doc is None:
-            return
-        if self._ranker is not None:
-            self._ranker.removed(key)
-        self._values.drop(key)
-        self._total -= self._lengths.drop(key)
-        if self._fields is not None:
-            terms = self._fields.unfile(key, doc, self.tokenizer)
-        else:
-            terms = set(self.tokenizer("\n".join([text for _, text in doc])))
-        postings = self._postings
-        for term in terms:
-            posting = postings.get(term)
-            if posting is not None:
-                posting.pop(key, None)
-                if not posting:
-                    del postings[term]
 
     def _drop(self, key: int) -> None:
         self._items.pop(key, None)
         self._pending.pop(key, None)
-        self._unindex(key)
+        self._keyword.unfile(key, self.tokenizer)
         self._vectors.dropped(key)
-
-    def _fields_now(self) -> _Fields:
-        """Return the statistics per field, made on the first query with keys and kept from then on."""
-        fields = self._fields
-        if fields is None:
-            fields = self._fields = _Fields()
-            for key, doc in self._docs.items():
-                fields.file(key, doc, self.tokenizer)
-        return fields
 
 
 def _changed(index: SearchIndex, keys: Iterable[int]) -> None:
@@ -670,78 +495,6 @@ def _caught_up(index: SearchIndex) -> Iterator[None]:
     with index._lock:
         index._catch_up()
         yield
-
-
-def _held_share(query: Sequence[QueryTerm], key: int | None) -> float:
-    """Return the share of the query's weight (each distinct term once) that the item under ``key`` holds."""
-    found = {term: (weight, key in posting) for term, posting, weight in query}
-    total = sum(weight for weight, _ in found.values())
-    return sum(weight for weight, held in found.values() if held) / total if total else 1.0
-
-
-def _matches(
-    postings: dict[str, dict[int, int]],
-    by_field: dict[str, dict[str, dict[int, int]]] | None,
-    term: str,
-    keys: tuple[str, ...] | None,
-) -> dict[int, int]:
-    """Return ``{key: tf}`` of the items holding ``term`` (in ``keys``, from ``by_field``); do not change it."""
-    if keys is None or by_field is None:
-        return postings.get(term) or {}
-    found = [posting for field in keys if (posting := by_field.get(field, {}).get(term))]
-    if len(found) == 1:
-        return found[0]
-    out: dict[int, int] = {}
-    get = out.get
-    for posting in found:
-        for key, tf in posting.items():
-            out[key] = get(key, 0) + tf
-    return out
-
-
-def _file_items(
-    pairs: Iterable[tuple[int, MemoryItem]],
-    tokenize: Tokenizer,
-    into: tuple[dict[str, dict[int, int]], dict[int, tuple[tuple[str, str], ...]], dict[int, int]],
-    fields: _Fields | None,
-    values: FiledValues | None,
-    *,
-    skip_errors: bool = False,
-) -> tuple[list[int], int]:
-    """Tokenize each item and file its terms ``into`` (postings, docs, lengths); return the keys filed and their total length.
-
-    ``skip_errors``: an item whose fields cannot be read (changed while read
-    on another thread) is left out instead of raising.
-    """
-    postings, docs, lengths = into
-    done = []
-    total = 0
-    for key, item in pairs:
-        try:
-            doc = tuple(field_texts(item_fields(item)))
-        except Exception:
-            if not skip_errors:
-                raise
-            continue
-        done.append(key)
-        if fields is not None:
-            terms = fields.file(key, doc, tokenize)
-        elif len(doc) == 1:
-            terms = tokenize(doc[0][1])
-        else:
-            # One text: a newline never joins the terms around it.
-            terms = tokenize("\n".join([text for _, text in doc]))
-        for term, count in Counter(terms).items():
-            try:
-                postings[term][key] = count
-            except KeyError:
-                postings[term] = {key: count}
-        docs[key] = doc
-        lengths[key] = len(terms)
-        total += len(terms)
-        if values is not None:
-            values.add(key, item)
-    return done, total
 
 
 class _Built:
@@ -767,7 +520,7 @@ class _Built:
             self.total = bulk.total
             filed = bulk.keys
         else:
-            filed, self.total = _file_items(
+            filed, self.total = file_items(
                 items,
                 tokenize,
                 (self.postings, self.docs, self.lengths),
@@ -853,32 +606,33 @@ class _Ahead:
             index._ahead = None
             if self.reads_vectors:  # the vectors read next must still leave out items changed
                 index._watching.add(self)
-            if built is None or self.generation != index._generation or index._docs:
+            if built is None or self.generation != index._generation or index._keyword.docs:
                 return
             items = index._items
             tokenize = index.tokenizer
             for key, item in built.items:
                 if key in self.changed or items.get(key) is not item:
                     built.unfile(key, tokenize)
-            index._docs = built.docs
-            index._lengths.of = built.lengths
-            index._postings = built.postings
-            index._total = built.total
+            keyword = index._keyword
+            keyword.docs = built.docs
+            keyword.lengths.of = built.lengths
+            keyword.postings = built.postings
+            keyword.total = built.total
             pending = index._pending
             for key in built.docs:
                 pending.pop(key, None)
-            fields = index._fields
+            fields = keyword.fields
             if fields is not None:  # a query with keys made them before: file into them too
                 for key, doc in built.docs.items():
                     fields.file(key, doc, tokenize)
-            if index._values.fields:
+            if keyword.values.fields:
                 for key in built.docs:
-                    index._values.add(key, items[key])
-            if index._ranker is not None:
-                index._ranker.next_generation()
-                index._ranker.indexed(list(built.docs))
+                    keyword.values.add(key, items[key])
+            if keyword.ranker is not None:
+                keyword.ranker.next_generation()
+                keyword.ranker.indexed(list(built.docs))
             else:
-                index._ranker = built.ranker
+                keyword.ranker = built.ranker
 
     def adopt(
         self, index: SearchIndex, parts: EmbedParts, model: Embedder, vectors: Mapping[int, Any]
@@ -922,7 +676,7 @@ def _passing_top(
     items: Mapping[int, MemoryItem],
     where: Predicate,
     passed: dict[int, bool],
-    sizes: _Lengths,
+    sizes: Lengths,
     average: float,
     k: int,
 ) -> list[tuple[int, MemoryItem, float]]:
@@ -956,7 +710,7 @@ def _counting(index: SearchIndex, where: Predicate) -> Predicate:
 
 
 def _among(
-    query: Sequence[QueryTerm], keys: set[int], sizes: _Lengths, average: float, k: int
+    query: Sequence[QueryTerm], keys: set[int], sizes: Lengths, average: float, k: int
 ) -> list[tuple[int, float]]:
     """Return the best ``k`` of ``keys`` by BM25: the terms, weights and lengths of the ranking of every item, summed in its order."""
     among = [

@@ -1,12 +1,13 @@
 """The PostgreSQL store: sessions shared by processes on many machines.
 
 Needs the ``postgres`` extra (psycopg 3 and psycopg_pool), imported only
-when a ``postgresql://`` URL is opened. Layout (schema version 5, recorded in
+when a ``postgresql://`` URL is opened. Layout (schema version 6, recorded in
 ``kvmemory_schema``)::
 
     kvmemory_sessions(session_id text PRIMARY KEY, step_key text, next_seq bigint,
                       created float8, metadata bytea, deleted boolean,   -- metadata, deleted: v2
-                      n_items bigint, n_terms bigint)                    -- n_items, n_terms: v4
+                      n_items bigint, n_terms bigint,                    -- n_items, n_terms: v4
+                      vectors_version bigint)                            -- v6
     kvmemory_items(session_id text, seq bigint, step text, created float8,
                    data bytea, doc jsonb, PRIMARY KEY (session_id, seq),
                    terms tsvector, n_terms integer, tf jsonb,        -- terms, n_terms, tf: v4
@@ -16,6 +17,8 @@ when a ``postgresql://`` URL is opened. Layout (schema version 5, recorded in
     kvmemory_embedders(session_id text PRIMARY KEY, model text, dimension integer)  -- v3
     kvmemory_vectors(session_id text, seq bigint, fields text, vector bytea,
                      PRIMARY KEY (session_id, seq, fields))                      -- v3
+    sequence kvmemory_vectors_versions, and statement triggers on kvmemory_vectors
+    giving a written session's vectors_version its next number: v6
 
 ``vector`` holds an item's unit vector as little-endian float32 (empty for
 an item without text), embedded over the fields ``fields`` names by the
@@ -253,7 +256,10 @@ class PostgresBackend(SQLRows, Backend):
         self._indexed = tables.keyword_index
         self._keyed = tables.record_keys
         self._vectors = PostgresVectors(
-            self.query_rows, schema=self._connections.vector_schema, ranks=pgvector
+            self.query_rows,
+            schema=self._connections.vector_schema,
+            ranks=pgvector,
+            numbered=tables.vectors_version,
         )
 
     @property
@@ -542,8 +548,13 @@ class PostgresBackend(SQLRows, Backend):
     ) -> int:
         return self._vectors.put(tx, session_id, fields, rows)
 
-    def vectors_version(self, session_id: str, fields: str) -> tuple[int, str] | None:
-        """Return the count of the session's vector rows and a digest of each row's seq and inserting transaction (``xmin``)."""
+    def vectors_version(self, session_id: str, fields: str) -> int | tuple[int, str] | None:
+        """Return the number a trigger gives the session's row at every write to its vector rows, by any handle or process (see the base).
+
+        One lookup by key. On tables before that number (opened read-only):
+        the count of the vector rows and a digest of each row's seq and
+        inserting transaction (``xmin``).
+        """
         if self.no_tables:
             return None
         return self._vectors.version(session_id, fields)

@@ -111,12 +111,47 @@ def _add_record_keys(con: Any) -> None:
     )
 
 
+# Each statement that writes a session's vector rows (insert, update, delete, a delete
+# cascaded from its items) gives the session's row a fresh number from one sequence, in
+# the writing transaction: a value no earlier state of any session held, read in one
+# lookup by key (Backend.vectors_version) instead of a digest of every vector row.
+_VECTORS_VERSION_FUNCTION: Final = """CREATE OR REPLACE FUNCTION kvmemory_vectors_written()
+    RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE kvmemory_sessions SET vectors_version = nextval('kvmemory_vectors_versions')
+        WHERE session_id IN (SELECT DISTINCT session_id FROM written_rows);
+        RETURN NULL;
+    END $$"""
+
+_VECTORS_VERSION_TRIGGERS: Final = tuple(
+    f"CREATE TRIGGER kvmemory_vectors_{event.lower()} AFTER {event} ON kvmemory_vectors"
+    f" REFERENCING {rows} TABLE AS written_rows"
+    " FOR EACH STATEMENT EXECUTE FUNCTION kvmemory_vectors_written()"
+    for event, rows in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD"))
+)
+
+
+def _add_vectors_version(con: Any) -> None:
+    con.execute("CREATE SEQUENCE IF NOT EXISTS kvmemory_vectors_versions")
+    # A session made later starts at a number of its own too (never one a cache holds).
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN IF NOT EXISTS vectors_version bigint"
+        " NOT NULL DEFAULT nextval('kvmemory_vectors_versions')"
+    )
+    con.execute(_VECTORS_VERSION_FUNCTION)
+    for event in ("insert", "update", "delete"):
+        con.execute(f"DROP TRIGGER IF EXISTS kvmemory_vectors_{event} ON kvmemory_vectors")
+    for statement in _VECTORS_VERSION_TRIGGERS:
+        con.execute(statement)
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_metadata_and_tombstones,
     _add_vectors,
     _add_keyword_index,
     _add_record_keys,
+    _add_vectors_version,
 )
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -125,6 +160,9 @@ _SEARCHED_BY_SCAN: Final = (
     3  # the layout before the keyword index: read-only opens search by scanning
 )
 _NO_RECORD_KEYS: Final = 4  # the layout before record keys: read-only opens hold no records
+_NO_VECTORS_VERSION: Final = (
+    5  # the layout before the vectors' version: read-only opens digest the rows
+)
 
 
 @attrs.frozen
@@ -138,11 +176,15 @@ class Tables:
             tables before it, opened read-only: searches scan).
         record_keys: The rows have the record key column (``False`` for the
             tables before it, opened read-only: they hold no records).
+        vectors_version: The sessions' rows keep the version of their vector
+            rows (``False`` for the tables before it, opened read-only: the
+            version is a digest of the vector rows).
     """
 
     no_tables: bool = False
     keyword_index: bool = True
     record_keys: bool = True
+    vectors_version: bool = True
 
 
 def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
@@ -168,9 +210,12 @@ def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
             version = check_schema_version(_version(con), SCHEMA_VERSION, store=store)
         if version == _SEARCHED_BY_SCAN:
             # The layout before the keyword index reads the same.
-            return Tables(keyword_index=False, record_keys=False)
+            return Tables(keyword_index=False, record_keys=False, vectors_version=False)
         if version == _NO_RECORD_KEYS:
-            return Tables(record_keys=False)  # reads the same, with no records
+            # Reads the same, with no records.
+            return Tables(record_keys=False, vectors_version=False)
+        if version == _NO_VECTORS_VERSION:
+            return Tables(vectors_version=False)
         if version < SCHEMA_VERSION:
             msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)
