@@ -78,7 +78,7 @@ from agents.memory.exceptions import CorruptStoreError, StoreError
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
-from agents.memory.stores._core.terms import Terms, rank_matches
+from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._jsonl.files import StoreFiles
 from agents.memory.stores._jsonl.keywords import (
     DamagedIndexError,
@@ -526,12 +526,8 @@ class LogBackend(Backend):
     def keyword_top(
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
-        def top(index: KeywordIndex) -> list[tuple[float, int]]:
-            _, found = index.matches(terms)
-            return rank_matches(len(index.lengths), index.total, found, terms, k)
-
         with self._files.locked(exclusive=False):
-            return self._indexed(session_id, top) or []
+            return self._indexed(session_id, lambda index: index.top(terms, k)) or []
 
     def keyword_among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
@@ -541,7 +537,7 @@ class LogBackend(Backend):
 
     def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         with self._files.locked(exclusive=False):
-            df = self._indexed(session_id, lambda index: index.matches(terms, set())[0])
+            df = self._indexed(session_id, lambda index: index.frequencies(terms))
         return df if df is not None else dict.fromkeys(terms, 0)
 
     def keyword_top_sessions(

@@ -29,18 +29,22 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
+import itertools
 import os
 import sys
+import weakref
 import zlib
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
 from agents.memory import _codec
-from agents.memory._text import bm25_average_length
+from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_average_length
+from agents.memory.exceptions import StoreError
 from agents.memory.stores._core.encoding import decode_pairs
 from agents.memory.stores._core.terms import (
     KeywordMatch,
@@ -61,6 +65,8 @@ _TAIL: Final = 4096
 SAVE_EVERY: Final = 256
 """Items indexed since the last save after which a writable handle saves again (or a 64th of the session, if more)."""
 _HEADER_MAX: Final = 4096
+_FLAT: Final = BM25_K1 * (1.0 - BM25_B)
+"""``bm25_term_score``'s constant part of the denominator, computed as it computes it."""
 _BUILD_PAGE: Final = 4096
 
 
@@ -83,8 +89,7 @@ def _width(largest: int) -> int:
 class KeywordIndex:
     """The postings of one session log read up to :attr:`offset`: a packed base, and the items changed since.
 
-    The base is the postings as saved (or built): ``vocab`` maps a term to
-    ``(start, count, crc)`` in ``blob``. Items added or changed since are
+    The base is the postings as saved (or built), a :class:`Base`. Items added or changed since are
     held apart (``added``: seq -> {term: count}); ``removed`` are the base's
     seqs no longer live. ``lengths`` holds every live item's length.
     """
@@ -94,17 +99,14 @@ class KeywordIndex:
         header: bytes,
         offset: int,
         lengths: dict[int, int],
-        vocab: dict[str, list[int]],
-        blob: bytes,
-        widths: tuple[int, int],
+        base: Base,
     ) -> None:
         self.header = header
         self.offset = offset
         self.lengths = lengths
         self.total = sum(lengths.values())
-        self.vocab = vocab
-        self.blob = blob
-        self.widths = widths
+        self.base = base
+        self.widths = base.widths
         self.removed: set[int] = set()
         self.added: dict[int, dict[str, int]] = {}
         self.added_by_term: dict[str, set[int]] = {}
@@ -112,29 +114,21 @@ class KeywordIndex:
         """Items indexed since the file was written."""
         self.file_stale = False
         """Whether the file beside the log no longer describes this index's log (not written yet, or the log compacted)."""
-        self._decoded: dict[str, tuple[array[int], array[int]]] = {}
+        self._live: dict[str, dict[int, int]] = {}
+        self._arrays: dict[str, tuple[Any, Any]] = {}
+        """numpy's (positions in ``_dense``, counts) of a term's live postings, while nothing changed."""
+        self._dense: tuple[Any, Any] | None = None
+        """numpy's (sorted live seqs, their lengths), while nothing changed."""
 
     # -- the postings --------------------------------------------------------------------
 
     def _slice(self, term: str) -> tuple[bytes, bytes]:
-        """Return the bytes of a term's base seqs and counts, checked against their CRC (empty if the base lacks it).
+        """Return the bytes of a term's base seqs and counts, checked (empty if the base lacks it).
 
         Raises:
             DamagedIndexError: if the entry or its bytes do not check out.
         """
-        entry = self.vocab.get(term)
-        if entry is None:
-            return b"", b""
-        if not (type(entry) is list and len(entry) == 3 and all(type(x) is int for x in entry)):
-            raise DamagedIndexError(term)
-        start, count, crc = entry
-        cut = start + count * self.widths[0]
-        end = cut + count * self.widths[1]
-        if start < 0 or count < 1 or end > len(self.blob):
-            raise DamagedIndexError(term)
-        if zlib.crc32(self.blob[start:end]) != crc:
-            raise DamagedIndexError(term)
-        return self.blob[start:cut], self.blob[cut:end]
+        return self.base.slice(term)
 
     def _base(self, term: str) -> tuple[array[int], array[int]]:
         """Return a term's base postings (seqs, counts), checked.
@@ -142,9 +136,6 @@ class KeywordIndex:
         Raises:
             DamagedIndexError: if the entry or its bytes do not check out.
         """
-        got = self._decoded.get(term)
-        if got is not None:
-            return got
         seq_bytes, count_bytes = self._slice(term)
         seqs: array[int] = array(_POSTING_CODES[self.widths[0]])
         counts: array[int] = array(_POSTING_CODES[self.widths[1]])
@@ -153,25 +144,27 @@ class KeywordIndex:
         # Every seq an item of the base (live, or changed since), every count at least 1.
         if seqs and (min(counts) < 1 or set(seqs).difference(self.lengths, self.removed)):
             raise DamagedIndexError(term)
-        self._decoded[term] = (seqs, counts)
         return seqs, counts
 
     def postings(self, term: str) -> dict[int, int]:
-        """Return the live items holding ``term``: seq -> count.
+        """Return the live items holding ``term``: seq -> count (kept for the next query, and kept current).
 
         Raises:
             DamagedIndexError: if the base's postings of the term do not check out.
         """
+        found = self._live.get(term)
+        if found is not None:
+            return found
         seqs, counts = self._base(term)
         removed = self.removed
-        out = dict(zip(seqs, counts, strict=True)) if not removed else {}
         if removed:
-            for seq, tf in zip(seqs, counts, strict=True):
-                if seq not in removed:
-                    out[seq] = tf
+            found = {seq: tf for seq, tf in zip(seqs, counts, strict=True) if seq not in removed}
+        else:
+            found = dict(zip(seqs, counts, strict=True))
         for seq in self.added_by_term.get(term, ()):
-            out[seq] = self.added[seq][term]
-        return out
+            found[seq] = self.added[seq][term]
+        self._live[term] = found
+        return found
 
     def matches(
         self, terms: Sequence[str], among: set[int] | None = None
@@ -181,20 +174,150 @@ class KeywordIndex:
         Raises:
             DamagedIndexError: if the base's postings of a term do not check out.
         """
-        df: dict[str, int] = {}
-        held: dict[int, dict[str, int]] = {}
-        for term in dict.fromkeys(terms):
-            found = self.postings(term)
-            df[term] = len(found)
-            for seq, tf in found.items():
-                if among is None or seq in among:
-                    counts = held.get(seq)
-                    if counts is None:
-                        held[seq] = {term: tf}
-                    else:
-                        counts[term] = tf
+        live = {term: self.postings(term) for term in dict.fromkeys(terms)}
+        df = {term: len(found) for term, found in live.items()}
+        if among is None:
+            among = set().union(*live.values())
         lengths = self.lengths
-        return df, [(seq, lengths[seq], counts) for seq, counts in held.items()]
+        out: list[KeywordMatch] = []
+        for seq in among:
+            counts = {term: found[seq] for term, found in live.items() if seq in found}
+            if counts:
+                out.append((seq, lengths[seq], counts))
+        return df, out
+
+    def top(self, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Return the ``k`` best ``(score, seq)`` by BM25, ties by seq: ``Memory.search``'s ranking.
+
+        Exact, but not every item holding a query word is scored: the items
+        holding the query's best-weighted word give a ``k``-th score, and
+        the words whose greatest possible shares sum below it (common
+        words) add no item of their own to those scored (MaxScore).
+
+        Raises:
+            DamagedIndexError: if the base's postings of a term do not check out.
+        """
+        np = _numpy()
+        if np is not None:
+            return self._top_numpy(np, terms, k)
+        live = {term: self.postings(term) for term in dict.fromkeys(terms)}
+        df = {term: len(found) for term, found in live.items() if found}
+        if not df:
+            return []
+        n_items = len(self.lengths)
+        weighted = query_weights(terms, df, n_items)
+        average = bm25_average_length(self.total, n_items)
+        lengths = self.lengths
+        held = [(term, found) for term, found in live.items() if found]
+
+        def scored(seqs: Iterable[int]) -> list[tuple[float, int]]:
+            out = []
+            for seq in seqs:
+                counts = {term: found[seq] for term, found in held if seq in found}
+                out.append((bm25_score(counts, lengths[seq], weighted, average), seq))
+            return heapq.nsmallest(k, out, key=_best_first)
+
+        # Each word's greatest share: its weight (once per time the query holds it) times 1 + floor.
+        bound: dict[str, float] = {}
+        for term, weight in weighted:
+            bound[term] = bound.get(term, 0.0) + weight * (1.0 + BM25_FLOOR)
+        order = sorted(df, key=lambda term: (bound[term], term))
+        seed = scored(live[order[-1]])
+        if len(seed) < k:
+            return scored(set().union(*live.values()))
+        # Below the k-th score (less a margin for the order of float sums) no item can enter.
+        threshold = seed[-1][0] * (1.0 - 1e-9)
+        common = 0.0
+        essential = order
+        for at, term in enumerate(order):
+            if common + bound[term] >= threshold:
+                essential = order[at:]
+                break
+            common += bound[term]
+        return scored(set().union(*(live[term] for term in essential)))
+
+    def _top_numpy(self, np: Any, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
+        """Return :meth:`top`'s ranking, each share summed in query order over arrays (the same floats)."""
+        seqs, lengths = self._dense_arrays(np)
+        arrays = {term: self._arrays_of(np, term, seqs) for term in dict.fromkeys(terms)}
+        df = {term: len(got[0]) for term, got in arrays.items() if len(got[0])}
+        if not df:
+            return []
+        weighted = query_weights(terms, df, len(seqs))
+        average = bm25_average_length(self.total, len(seqs))
+        score = np.zeros(len(seqs))
+        scale = BM25_K1 * BM25_B / average  # as bm25_term_score: (k1 * b / average) * length
+        for term, weight in weighted:
+            at, tf = arrays[term]
+            score[at] += weight * (tf / (tf + _FLAT + scale * lengths[at]) + BM25_FLOOR)
+        held = np.flatnonzero(score > 0.0)
+        if len(held) > k:
+            kth = np.partition(score[held], len(held) - k)[len(held) - k]
+            held = held[score[held] >= kth]
+        best = held[np.lexsort((seqs[held], -score[held]))][:k]
+        return [(float(score[at]), int(seqs[at])) for at in best]
+
+    def _dense_arrays(self, np: Any) -> tuple[Any, Any]:
+        """Return numpy's (sorted live seqs, their lengths as floats), kept while nothing changes."""
+        if self._dense is None:
+            seqs = np.fromiter(self.lengths, dtype=np.int64, count=len(self.lengths))
+            lengths = np.fromiter(self.lengths.values(), dtype=np.float64, count=len(seqs))
+            order = np.argsort(seqs)
+            self._dense = (seqs[order], lengths[order])
+        return self._dense
+
+    def dense_from(self, seqs: Any, lengths: Any) -> None:
+        """Take numpy's arrays of the live seqs (ascending) and their lengths, as read from a file."""
+        self._dense = (seqs, lengths)
+
+    def _arrays_of(self, np: Any, term: str, seqs: Any) -> tuple[Any, Any]:
+        """Return a term's live postings as (positions in ``seqs``, counts as floats), kept while nothing changes.
+
+        Raises:
+            DamagedIndexError: if the base's postings of the term do not check out.
+        """
+        got = self._arrays.get(term)
+        if got is None:
+            got = self._arrays[term] = self._term_arrays(np, term, seqs)
+        return got
+
+    def frequencies(self, terms: Sequence[str]) -> dict[str, int]:
+        """Return how many live items hold each of ``terms``.
+
+        Raises:
+            DamagedIndexError: if the base's postings of a term do not check out.
+        """
+        np = _numpy()
+        if np is None:
+            return {term: len(self.postings(term)) for term in dict.fromkeys(terms)}
+        seqs, _ = self._dense_arrays(np)
+        return {term: len(self._arrays_of(np, term, seqs)[0]) for term in dict.fromkeys(terms)}
+
+    def _term_arrays(self, np: Any, term: str, seqs: Any) -> tuple[Any, Any]:
+        """Return a term's live postings as (positions in ``seqs``, counts as floats).
+
+        Raises:
+            DamagedIndexError: if the base's postings of the term do not check out.
+        """
+        if self.added or self.removed or term in self._live:
+            found = self.postings(term)
+            at = np.fromiter(found, dtype=np.int64, count=len(found))
+            tf = np.fromiter(found.values(), dtype=np.float64, count=len(found))
+            return np.searchsorted(seqs, at), tf
+        # The base alone: its bytes read as arrays, checked (each term's seqs ascend).
+        seq_bytes, count_bytes = self._slice(term)
+        at = np.frombuffer(seq_bytes, dtype=f"=u{self.widths[0]}").astype(np.int64)
+        tf = np.frombuffer(count_bytes, dtype=f"=u{self.widths[1]}").astype(np.float64)
+        where = np.searchsorted(seqs, at)
+        inside = where < len(seqs)
+        if len(at) and (
+            not inside.all()
+            or (seqs[where] != at).any()
+            or tf.min() < 1
+            or (at[1:] <= at[:-1]).any()
+        ):
+            raise DamagedIndexError(term)
+        return where, tf
 
     # -- following the log ---------------------------------------------------------------
 
@@ -202,21 +325,30 @@ class KeywordIndex:
         length = self.lengths.pop(seq, None)
         if length is None:
             return
+        self._dense = None
+        self._arrays.clear()
         self.total -= length
         counts = self.added.pop(seq, None)
         if counts is None:
             self.removed.add(seq)  # its base postings are stale from now on
+            self._live.clear()  # its terms are not known here
         else:
             for term in counts:
                 self.added_by_term[term].discard(seq)
+                self._live.get(term, {}).pop(seq, None)
 
     def _put(self, seq: int, terms: tuple[str, int]) -> None:
         self._drop(seq)
         text, length = terms
         counts = dict(Counter(text.split(" "))) if length else {}
         self.added[seq] = counts
-        for term in counts:
+        self._dense = None
+        self._arrays.clear()
+        for term, tf in counts.items():
             self.added_by_term.setdefault(term, set()).add(seq)
+            found = self._live.get(term)
+            if found is not None:
+                found[seq] = tf
         self.lengths[seq] = length
         self.total += length
         self.unsaved += 1
@@ -286,25 +418,26 @@ class KeywordIndex:
         widths = (_width(max(self.lengths, default=0)), _width(tf_max))
         if self.removed or any(new > old for new, old in zip(widths, self.widths, strict=True)):
             parts = (
-                (term, self.postings(term)) for term in set(self.vocab) | set(self.added_by_term)
+                (term, self.postings(term))
+                for term in set(self.base.vocab) | set(self.added_by_term)
             )
             found = [(term, list(p), list(p.values())) for term, p in parts if p]
             widths = (widths[0], _width(max((max(c) for _, _, c in found), default=1)))
-            vocab, blob = _pack(found, widths)
+            base = _pack(found, widths)
         else:
-            vocab, blob = self._appended(self.widths)
-            widths = self.widths
-        index = KeywordIndex(self.header, self.offset, dict(self.lengths), vocab, blob, widths)
+            base = self._appended(self.widths)
+        index = KeywordIndex(self.header, self.offset, dict(self.lengths), base)
         index.unsaved, index.file_stale = self.unsaved, self.file_stale
         return index
 
-    def _appended(self, widths: tuple[int, int]) -> tuple[dict[str, list[int]], bytes]:
+    def _appended(self, widths: tuple[int, int]) -> Base:
         """Pack the base with the added items' postings after each term's (nothing removed): the base's bytes are copied."""
-        vocab: dict[str, list[int]] = {}
+        vocab: dict[str, int] = {}
+        entries: array[int] = array(_POSTING_CODES[8])
         parts: list[bytes] = []
         at = 0
         seq_code, tf_code = _POSTING_CODES[widths[0]], _POSTING_CODES[widths[1]]
-        for term in dict.fromkeys([*self.vocab, *self.added_by_term]):
+        for term in dict.fromkeys([*self.base.vocab, *self.added_by_term]):
             seq_bytes, count_bytes = self._slice(term)
             more = sorted(self.added_by_term.get(term, ()))
             if more:
@@ -313,22 +446,25 @@ class KeywordIndex:
             if not seq_bytes:
                 continue
             part = seq_bytes + count_bytes
-            vocab[term] = [at, len(seq_bytes) // widths[0], zlib.crc32(part)]
+            vocab[term] = len(vocab)
+            entries.extend((at, len(seq_bytes) // widths[0], zlib.crc32(part)))
             parts.append(part)
             at += len(part)
-        return vocab, b"".join(parts)
+        return Base(vocab, entries, widths, b"".join(parts))
 
     def to_bytes(self, tail: bytes) -> list[bytes]:
         """Return the file of a packed index (:meth:`packed`), ``tail`` being the log's bytes just before :attr:`offset`."""
         assert not self.added
         assert not self.removed
-        seqs = list(self.lengths)
-        width = _width(max(seqs, default=0))
+        seqs = sorted(self.lengths)
+        width = _width(seqs[-1] if seqs else 0)
         lengths_part = (
             array(_POSTING_CODES[width], seqs).tobytes()
-            + array(_POSTING_CODES[4], self.lengths.values()).tobytes()
+            + array(_POSTING_CODES[4], [self.lengths[seq] for seq in seqs]).tobytes()
         )
-        vocab_part = orjson.dumps(self.vocab)
+        base = self.base
+        terms_part = "\n".join(base.vocab).encode()
+        entries_part = base.entries.tobytes()
         head = {
             "format": FORMAT,
             "version": _VERSION,
@@ -337,29 +473,106 @@ class KeywordIndex:
             "offset": self.offset,
             "tail": hashlib.blake2b(tail).hexdigest(),
             "items": len(seqs),
+            "terms": len(base.vocab),
             "seq_width": width,
             "widths": list(self.widths),
-            "vocab": [len(vocab_part), zlib.crc32(vocab_part)],
-            "lengths": [len(lengths_part), zlib.crc32(lengths_part)],
-            "postings": len(self.blob),
+            "parts": [
+                [len(part), zlib.crc32(part)] for part in (terms_part, entries_part, lengths_part)
+            ],
+            "postings": base.size,
         }
-        return [orjson.dumps(head) + b"\n", vocab_part, lengths_part, self.blob]
+        blob = base.read(0, base.size)
+        return [orjson.dumps(head) + b"\n", terms_part, entries_part, lengths_part, blob]
+
+
+class Base:
+    """Packed postings: each term's number, each number's ``(start, count, crc)``, and the bytes they point into.
+
+    The bytes are in memory (``data``) or read when asked from an open
+    file (``fd``, from ``at``), which this object closes when it goes.
+    """
+
+    def __init__(
+        self,
+        vocab: dict[str, int],
+        entries: array[int],
+        widths: tuple[int, int],
+        data: bytes | None = None,
+        *,
+        fd: int = -1,
+        at: int = 0,
+        size: int = 0,
+    ) -> None:
+        self.vocab = vocab
+        self.entries = entries
+        self.widths = widths
+        self._data = data
+        self._fd = fd
+        self._at = at
+        self.size = len(data) if data is not None else size
+        if fd >= 0:
+            weakref.finalize(self, os.close, fd)
+
+    def read(self, start: int, end: int) -> bytes:
+        """Return the postings bytes ``[start, end)`` (fewer if the file was cut short)."""
+        if self._data is not None:
+            return self._data[start:end]
+        return _pread(self._fd, self._at + start, self._at + end)
+
+    def slice(self, term: str) -> tuple[bytes, bytes]:
+        """Return the bytes of a term's seqs and counts, checked against their CRC (empty if no item holds it).
+
+        Raises:
+            DamagedIndexError: if the entry or its bytes do not check out.
+        """
+        number = self.vocab.get(term)
+        if number is None:
+            return b"", b""
+        start, count, crc = self.entries[3 * number : 3 * number + 3]
+        cut = start + count * self.widths[0]
+        end = cut + count * self.widths[1]
+        if count < 1 or end > self.size:
+            raise DamagedIndexError(term)
+        part = self.read(start, end)
+        if zlib.crc32(part) != crc:
+            raise DamagedIndexError(term)
+        return part[: cut - start], part[cut - start :]
+
+
+def _numpy() -> Any:
+    """Return numpy, or ``None`` where it is not installed (the index then scores in Python)."""
+    try:
+        import numpy  # optional: without it, the items are scored one by one
+    except ImportError:
+        return None
+    return numpy
+
+
+def _best_first(hit: tuple[float, int]) -> tuple[float, int]:
+    """Sort key of ``(score, seq)``: the higher score first, then the lower seq."""
+    return -hit[0], hit[1]
 
 
 def _pack(
     postings: Iterable[tuple[str, Sequence[int], Sequence[int]]], widths: tuple[int, int]
-) -> tuple[dict[str, list[int]], bytes]:
-    """Return the vocabulary and postings bytes of ``(term, seqs, counts)``."""
-    vocab: dict[str, list[int]] = {}
+) -> Base:
+    """Return the packed postings of ``(term, seqs, counts)``."""
+    vocab: dict[str, int] = {}
+    entries: array[int] = array(_POSTING_CODES[8])
     parts: list[bytes] = []
     at = 0
     seq_code, tf_code = _POSTING_CODES[widths[0]], _POSTING_CODES[widths[1]]
     for term, seqs, counts in postings:
+        if any(
+            a >= b for a, b in itertools.pairwise(seqs)
+        ):  # a reader checks each term's seqs ascend
+            seqs, counts = zip(*sorted(zip(seqs, counts, strict=True)), strict=True)
         part = array(seq_code, seqs).tobytes() + array(tf_code, counts).tobytes()
-        vocab[term] = [at, len(seqs), zlib.crc32(part)]
+        vocab[term] = len(vocab)
+        entries.extend((at, len(seqs), zlib.crc32(part)))
         parts.append(part)
         at += len(part)
-    return vocab, b"".join(parts)
+    return Base(vocab, entries, widths, b"".join(parts))
 
 
 def terms_of(rows: Sequence[tuple[int, bytes]], source: str) -> Iterator[tuple[str, int]]:
@@ -400,79 +613,100 @@ def build(log: SessionLog, source: str) -> KeywordIndex:
                 if tf > tf_max:
                     tf_max = tf
         widths = (_width(max(lengths, default=0)), _width(tf_max))
-        vocab, blob = _pack(((t, s, counts_of[t]) for t, s in seqs_of.items()), widths)
-    index = KeywordIndex(log.header, log.offset, lengths, vocab, blob, widths)
+        base = _pack(((t, s, counts_of[t]) for t, s in seqs_of.items()), widths)
+    index = KeywordIndex(log.header, log.offset, lengths, base)
     index.file_stale = True
     return index
 
 
-def load(data: bytes, log: SessionLog, read_log: Callable[[int, int], bytes]) -> KeywordIndex:
-    """Return the index a file holds, if it covers a prefix of the log ``log`` views.
+def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> KeywordIndex:
+    """Return the index an open file holds, if it covers a prefix of the log ``log`` views.
 
     ``read_log(start, end)`` returns the log file's bytes in that range.
-    Every byte is checked before it is used; the postings of each term
-    when it is first asked for (:meth:`KeywordIndex.postings`).
+    Every byte is checked before it is used: the header, the terms, their
+    entries and the lengths here (against their CRC), each term's postings
+    when it is first asked for (:meth:`Base.slice`), read from ``fd`` then:
+    the index takes the file descriptor and closes it when it goes.
 
     Raises:
         DamagedIndexError: if the file is not an index of this log, or is damaged.
     """
     try:
-        end = data.find(b"\n", 0, _HEADER_MAX)
+        size = os.fstat(fd).st_size
+        first = _pread(fd, 0, _HEADER_MAX)
+        end = first.find(b"\n")
         if end < 0:
             raise DamagedIndexError("no header line")
-        head = orjson.loads(data[:end])
+        head = orjson.loads(first[:end])
         if type(head) is not dict or head.get("format") != FORMAT:
             raise DamagedIndexError("not a keyword index")
-        offset, items, seq_width = head["offset"], head["items"], head["seq_width"]
-        widths, vocab_at, lengths_at, postings = (
-            head["widths"],
-            head["vocab"],
-            head["lengths"],
-            head["postings"],
+        offset, items, n_terms, seq_width = (
+            head["offset"],
+            head["items"],
+            head["terms"],
+            head["seq_width"],
         )
+        widths, parts, postings = head["widths"], head["parts"], head["postings"]
         if not (
             head.get("version") == _VERSION
             and head.get("byteorder") == sys.byteorder
             and head.get("log") == hashlib.blake2b(log.header).hexdigest()
-            and all(type(x) is int and x >= 0 for x in (offset, items, postings))
+            and all(type(x) is int and x >= 0 for x in (offset, items, n_terms, postings))
             and len(log.header) <= offset <= log.offset
             and seq_width in _POSTING_CODES
             and type(widths) is list
             and len(widths) == 2
             and all(w in _POSTING_CODES and type(w) is int for w in widths)
-            and type(vocab_at) is list
-            and type(lengths_at) is list
-            and len(vocab_at) == 2
-            and len(lengths_at) == 2
-            and all(type(x) is int and x >= 0 for x in (*vocab_at, *lengths_at))
-            and lengths_at[0] == items * (seq_width + 4)
-            and end + 1 + vocab_at[0] + lengths_at[0] + postings == len(data)
+            and type(parts) is list
+            and len(parts) == 3
+            and all(type(part) is list and len(part) == 2 for part in parts)
+            and all(type(x) is int and x >= 0 for part in parts for x in part)
+            and parts[1][0] == n_terms * 3 * 8
+            and parts[2][0] == items * (seq_width + 4)
+            and end + 1 + sum(part[0] for part in parts) + postings == size
         ):
             raise DamagedIndexError("header")
         if hashlib.blake2b(read_log(max(0, offset - _TAIL), offset)).hexdigest() != head["tail"]:
             raise DamagedIndexError("another log")
         at = end + 1
-        vocab_part = data[at : at + vocab_at[0]]
-        at += vocab_at[0]
-        lengths_part = data[at : at + lengths_at[0]]
-        at += lengths_at[0]
-        if zlib.crc32(vocab_part) != vocab_at[1] or zlib.crc32(lengths_part) != lengths_at[1]:
-            raise DamagedIndexError("checksum")
-        vocab = orjson.loads(vocab_part)
-        if type(vocab) is not dict:
-            raise DamagedIndexError("vocabulary")
+        read = _pread(fd, at, at + sum(part[0] for part in parts))
+        chunks = []
+        for length, crc in parts:
+            chunk, read = read[:length], read[length:]
+            if zlib.crc32(chunk) != crc:
+                raise DamagedIndexError("checksum")
+            chunks.append(chunk)
+            at += length
+        terms = chunks[0].decode("utf-8").split("\n") if n_terms else []
+        vocab = dict(zip(terms, range(n_terms), strict=True))
+        entries: array[int] = array(_POSTING_CODES[8])
+        entries.frombytes(chunks[1])
         seqs: array[int] = array(_POSTING_CODES[seq_width])
-        seqs.frombytes(lengths_part[: items * seq_width])
+        seqs.frombytes(chunks[2][: items * seq_width])
         counts: array[int] = array(_POSTING_CODES[4])
-        counts.frombytes(lengths_part[items * seq_width :])
+        counts.frombytes(chunks[2][items * seq_width :])
         lengths = dict(zip(seqs, counts, strict=True))
-        if len(lengths) != items:
-            raise DamagedIndexError("lengths")
-        index = KeywordIndex(log.header, offset, lengths, vocab, data[at:], (widths[0], widths[1]))
+        if len(lengths) != items or len(vocab) != n_terms:
+            raise DamagedIndexError("repeated seqs or terms")
+        base = Base(vocab, entries, (widths[0], widths[1]), fd=fd, at=at, size=postings)
+        index = KeywordIndex(log.header, offset, lengths, base)
+        np = _numpy()
+        if np is not None and items:
+            # The file's seqs ascend: numpy's arrays of them come from its bytes.
+            dense = np.frombuffer(chunks[2][: items * seq_width], dtype=f"=u{seq_width}")
+            if (dense[1:] > dense[:-1]).all():
+                index.dense_from(
+                    dense.astype(np.int64),
+                    np.frombuffer(chunks[2][items * seq_width :], dtype="=u4").astype(np.float64),
+                )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as exc:
+        os.close(fd)
         if isinstance(exc, DamagedIndexError):
             raise
         raise DamagedIndexError(str(exc)) from exc
+    except BaseException:
+        os.close(fd)
+        raise
     return index
 
 
@@ -584,12 +818,10 @@ class SessionKeywords:
     def _load(self, session_id: str, log: SessionLog, log_path: str) -> KeywordIndex | None:
         try:
             fd = open_file(self.path(session_id), os.O_RDONLY, "keyword index")
-        except OSError:
+        except (OSError, StoreError):
             return None  # missing, a link or unreadable: built again
         try:
-            with os.fdopen(fd, "rb") as stream:
-                data = stream.read()
-            return load(data, log, lambda start, end: _read_range(log_path, start, end))
+            return load(fd, log, lambda start, end: _read_range(log_path, start, end))
         except (OSError, DamagedIndexError):
             return None
 
@@ -619,13 +851,18 @@ def _read_range(path: str, start: int, end: int) -> bytes:
     """Return the bytes ``[start, end)`` of a log file (fewer if it is shorter)."""
     fd = open_file(path, os.O_RDONLY, "log")
     try:
-        out = []
-        while start < end:
-            got = os.pread(fd, end - start, start)
-            if not got:
-                break
-            out.append(got)
-            start += len(got)
-        return b"".join(out)
+        return _pread(fd, start, end)
     finally:
         os.close(fd)
+
+
+def _pread(fd: int, start: int, end: int) -> bytes:
+    """Return the bytes ``[start, end)`` of an open file (fewer if it is shorter)."""
+    out = []
+    while start < end:
+        got = os.pread(fd, end - start, start)
+        if not got:
+            break
+        out.append(got)
+        start += len(got)
+    return b"".join(out)
