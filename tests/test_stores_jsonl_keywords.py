@@ -186,6 +186,42 @@ def test_a_second_process_appending_is_followed(tmp_path: Path) -> None:
         assert ranked(store, "s", "zebra red") == expected(now, "zebra red")
 
 
+WITHOUT_NUMPY = """
+import json, sys
+sys.modules["numpy"] = None  # import numpy now fails: the index ranks in pure Python
+from agents.memory.stores import JSONLStore
+with JSONLStore(sys.argv[1]) as store:
+    out = [
+        [(hit.score, hit.item.to_dict()) for hit in store.search("s", query, k, mode="keyword")]
+        for query in json.loads(sys.argv[2])
+        for k in (1, 3, 8)
+    ]
+print(json.dumps(out))
+"""
+
+
+def test_ranking_without_numpy_is_memory_search(tmp_path: Path) -> None:
+    """Where numpy is not installed the index ranks in pure Python (pruning common words), still as Memory.search."""
+    items = filled(tmp_path / "logs", 60)
+    rare = [item(["zebra", "cat", "the"], 100), item(["zebra", "zebra", "ok"], 101)]
+    with JSONLStore(tmp_path / "logs") as store:
+        store.append("s", rare)
+    queries = [*QUERIES, "zebra the cat", "the zebra ok the", "menu zebra"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for _ in range(2):  # built in the child, then read from the file it wrote
+        done = subprocess.run(
+            [sys.executable, "-c", WITHOUT_NUMPY, str(tmp_path / "logs"), json.dumps(queries)],
+            check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        got = [[(score, fields) for score, fields in hits] for hits in json.loads(done.stdout)]
+        want = [expected(items + rare, query, k) for query in queries for k in (1, 3, 8)]
+        assert got == want
+        assert index_file(tmp_path / "logs").exists()
+
+
 def test_compaction_keeps_the_index_current(tmp_path: Path) -> None:
     """After deletes compact the log, the index (in this handle and in the file) ranks the live items."""
     items = filled(tmp_path / "logs", 80)
