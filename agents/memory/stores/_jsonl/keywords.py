@@ -20,13 +20,15 @@ offset, and is used only while the log still starts with exactly those
 bytes; each part of it carries a CRC-32. A file that does not match, is
 damaged or is not one is rebuilt, never trusted; deleting it is always safe.
 
-The file: a JSON header line, then the vocabulary (JSON: term -> ``[start,
-count, crc]`` in the postings), the items' seqs and lengths, and the
-postings (each term's seqs, then its counts, as native unsigned arrays).
+The file: a JSON header line (sizes and CRC-32s of the parts), the terms
+(sorted, one a line), each term's ``(start, count, crc)`` in the postings,
+the items' seqs (ascending) and lengths, and the postings (each term's seqs,
+ascending, then its counts), all as native unsigned arrays.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import heapq
@@ -98,13 +100,18 @@ class KeywordIndex:
         self,
         header: bytes,
         offset: int,
-        lengths: dict[int, int],
+        lengths: dict[int, int] | tuple[array[int], array[int]],
         base: Base,
     ) -> None:
         self.header = header
         self.offset = offset
-        self.lengths = lengths
-        self.total = sum(lengths.values())
+        if isinstance(lengths, dict):
+            self._lengths: dict[int, int] | None = lengths
+            self._length_arrays: tuple[array[int], array[int]] | None = None
+            self.total = sum(lengths.values())
+        else:  # as read from a file (seqs ascending): made a dict when first needed
+            self._lengths, self._length_arrays = None, lengths
+            self.total = sum(lengths[1])
         self.base = base
         self.widths = base.widths
         self.removed: set[int] = set()
@@ -119,6 +126,23 @@ class KeywordIndex:
         """numpy's (positions in ``_dense``, counts) of a term's live postings, while nothing changed."""
         self._dense: tuple[Any, Any] | None = None
         """numpy's (sorted live seqs, their lengths), while nothing changed."""
+
+    @property
+    def lengths(self) -> dict[int, int]:
+        """Every live item's length in terms, by seq."""
+        if self._lengths is None:
+            assert self._length_arrays is not None
+            self._lengths = dict(zip(*self._length_arrays, strict=True))
+            self._length_arrays = None
+        return self._lengths
+
+    @property
+    def count(self) -> int:
+        """How many items are live."""
+        if self._lengths is None:
+            assert self._length_arrays is not None
+            return len(self._length_arrays[0])
+        return len(self._lengths)
 
     # -- the postings --------------------------------------------------------------------
 
@@ -204,7 +228,7 @@ class KeywordIndex:
         df = {term: len(found) for term, found in live.items() if found}
         if not df:
             return []
-        n_items = len(self.lengths)
+        n_items = self.count
         weighted = query_weights(terms, df, n_items)
         average = bm25_average_length(self.total, n_items)
         lengths = self.lengths
@@ -260,7 +284,7 @@ class KeywordIndex:
     def _dense_arrays(self, np: Any) -> tuple[Any, Any]:
         """Return numpy's (sorted live seqs, their lengths as floats), kept while nothing changes."""
         if self._dense is None:
-            seqs = np.fromiter(self.lengths, dtype=np.int64, count=len(self.lengths))
+            seqs = np.fromiter(self.lengths, dtype=np.int64, count=self.count)
             lengths = np.fromiter(self.lengths.values(), dtype=np.float64, count=len(seqs))
             order = np.argsort(seqs)
             self._dense = (seqs[order], lengths[order])
@@ -308,14 +332,19 @@ class KeywordIndex:
         seq_bytes, count_bytes = self._slice(term)
         at = np.frombuffer(seq_bytes, dtype=f"=u{self.widths[0]}").astype(np.int64)
         tf = np.frombuffer(count_bytes, dtype=f"=u{self.widths[1]}").astype(np.float64)
+        if not len(at):
+            return at, tf
+        if tf.min() < 1 or (at[1:] <= at[:-1]).any():
+            raise DamagedIndexError(term)
+        if len(seqs) and seqs[-1] - seqs[0] == len(seqs) - 1:
+            where = (
+                at - seqs[0]
+            )  # seqs without a gap (nothing deleted): a seq's place is its distance
+            if where[0] < 0 or where[-1] >= len(seqs):
+                raise DamagedIndexError(term)
+            return where, tf
         where = np.searchsorted(seqs, at)
-        inside = where < len(seqs)
-        if len(at) and (
-            not inside.all()
-            or (seqs[where] != at).any()
-            or tf.min() < 1
-            or (at[1:] <= at[:-1]).any()
-        ):
+        if where[-1] >= len(seqs) or (seqs[where] != at).any():
             raise DamagedIndexError(term)
         return where, tf
 
@@ -419,7 +448,7 @@ class KeywordIndex:
         if self.removed or any(new > old for new, old in zip(widths, self.widths, strict=True)):
             parts = (
                 (term, self.postings(term))
-                for term in set(self.base.vocab) | set(self.added_by_term)
+                for term in set(self.base.terms) | set(self.added_by_term)
             )
             found = [(term, list(p), list(p.values())) for term, p in parts if p]
             widths = (widths[0], _width(max((max(c) for _, _, c in found), default=1)))
@@ -432,12 +461,12 @@ class KeywordIndex:
 
     def _appended(self, widths: tuple[int, int]) -> Base:
         """Pack the base with the added items' postings after each term's (nothing removed): the base's bytes are copied."""
-        vocab: dict[str, int] = {}
+        terms: list[str] = []
         entries: array[int] = array(_POSTING_CODES[8])
         parts: list[bytes] = []
         at = 0
         seq_code, tf_code = _POSTING_CODES[widths[0]], _POSTING_CODES[widths[1]]
-        for term in dict.fromkeys([*self.base.vocab, *self.added_by_term]):
+        for term in sorted({*self.base.terms, *self.added_by_term}):
             seq_bytes, count_bytes = self._slice(term)
             more = sorted(self.added_by_term.get(term, ()))
             if more:
@@ -446,11 +475,11 @@ class KeywordIndex:
             if not seq_bytes:
                 continue
             part = seq_bytes + count_bytes
-            vocab[term] = len(vocab)
+            terms.append(term)
             entries.extend((at, len(seq_bytes) // widths[0], zlib.crc32(part)))
             parts.append(part)
             at += len(part)
-        return Base(vocab, entries, widths, b"".join(parts))
+        return Base(terms, entries, widths, b"".join(parts))
 
     def to_bytes(self, tail: bytes) -> list[bytes]:
         """Return the file of a packed index (:meth:`packed`), ``tail`` being the log's bytes just before :attr:`offset`."""
@@ -463,7 +492,7 @@ class KeywordIndex:
             + array(_POSTING_CODES[4], [self.lengths[seq] for seq in seqs]).tobytes()
         )
         base = self.base
-        terms_part = "\n".join(base.vocab).encode()
+        terms_part = "\n".join(base.terms).encode()
         entries_part = base.entries.tobytes()
         head = {
             "format": FORMAT,
@@ -473,7 +502,7 @@ class KeywordIndex:
             "offset": self.offset,
             "tail": hashlib.blake2b(tail).hexdigest(),
             "items": len(seqs),
-            "terms": len(base.vocab),
+            "terms": len(base.terms),
             "seq_width": width,
             "widths": list(self.widths),
             "parts": [
@@ -486,7 +515,7 @@ class KeywordIndex:
 
 
 class Base:
-    """Packed postings: each term's number, each number's ``(start, count, crc)``, and the bytes they point into.
+    """Packed postings: the terms (sorted), each one's ``(start, count, crc)``, and the bytes they point into.
 
     The bytes are in memory (``data``) or read when asked from an open
     file (``fd``, from ``at``), which this object closes when it goes.
@@ -494,7 +523,7 @@ class Base:
 
     def __init__(
         self,
-        vocab: dict[str, int],
+        terms: list[str],
         entries: array[int],
         widths: tuple[int, int],
         data: bytes | None = None,
@@ -503,7 +532,7 @@ class Base:
         at: int = 0,
         size: int = 0,
     ) -> None:
-        self.vocab = vocab
+        self.terms = terms
         self.entries = entries
         self.widths = widths
         self._data = data
@@ -525,9 +554,12 @@ class Base:
         Raises:
             DamagedIndexError: if the entry or its bytes do not check out.
         """
-        number = self.vocab.get(term)
-        if number is None:
+        # The terms were written sorted (a file whose CRC holds is taken as written).
+        number = bisect.bisect_left(self.terms, term)
+        if number == len(self.terms) or self.terms[number] != term:
             return b"", b""
+        if 3 * number + 3 > len(self.entries):
+            raise DamagedIndexError(term)
         start, count, crc = self.entries[3 * number : 3 * number + 3]
         cut = start + count * self.widths[0]
         end = cut + count * self.widths[1]
@@ -557,22 +589,22 @@ def _pack(
     postings: Iterable[tuple[str, Sequence[int], Sequence[int]]], widths: tuple[int, int]
 ) -> Base:
     """Return the packed postings of ``(term, seqs, counts)``."""
-    vocab: dict[str, int] = {}
+    terms: list[str] = []
     entries: array[int] = array(_POSTING_CODES[8])
     parts: list[bytes] = []
     at = 0
     seq_code, tf_code = _POSTING_CODES[widths[0]], _POSTING_CODES[widths[1]]
-    for term, seqs, counts in postings:
+    for term, seqs, counts in sorted(postings, key=lambda posting: posting[0]):
         if any(
             a >= b for a, b in itertools.pairwise(seqs)
         ):  # a reader checks each term's seqs ascend
             seqs, counts = zip(*sorted(zip(seqs, counts, strict=True)), strict=True)
         part = array(seq_code, seqs).tobytes() + array(tf_code, counts).tobytes()
-        vocab[term] = len(vocab)
+        terms.append(term)
         entries.extend((at, len(seqs), zlib.crc32(part)))
         parts.append(part)
         at += len(part)
-    return Base(vocab, entries, widths, b"".join(parts))
+    return Base(terms, entries, widths, b"".join(parts))
 
 
 def terms_of(rows: Sequence[tuple[int, bytes]], source: str) -> Iterator[tuple[str, int]]:
@@ -678,27 +710,33 @@ def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> Key
             chunks.append(chunk)
             at += length
         terms = chunks[0].decode("utf-8").split("\n") if n_terms else []
-        vocab = dict(zip(terms, range(n_terms), strict=True))
         entries: array[int] = array(_POSTING_CODES[8])
         entries.frombytes(chunks[1])
         seqs: array[int] = array(_POSTING_CODES[seq_width])
         seqs.frombytes(chunks[2][: items * seq_width])
         counts: array[int] = array(_POSTING_CODES[4])
         counts.frombytes(chunks[2][items * seq_width :])
-        lengths = dict(zip(seqs, counts, strict=True))
-        if len(lengths) != items or len(vocab) != n_terms:
-            raise DamagedIndexError("repeated seqs or terms")
-        base = Base(vocab, entries, (widths[0], widths[1]), fd=fd, at=at, size=postings)
-        index = KeywordIndex(log.header, offset, lengths, base)
+        if len(terms) != n_terms:
+            raise DamagedIndexError("terms")
+        base = Base(terms, entries, (widths[0], widths[1]), fd=fd, at=at, size=postings)
         np = _numpy()
-        if np is not None and items:
-            # The file's seqs ascend: numpy's arrays of them come from its bytes.
+        if np is None:
+            lengths: dict[int, int] | tuple[array[int], array[int]] = dict(
+                zip(seqs, counts, strict=True)
+            )
+            if len(lengths) != items:
+                raise DamagedIndexError("repeated seqs")
+            index = KeywordIndex(log.header, offset, lengths, base)
+        else:
+            # The file's seqs ascend (checked): numpy's arrays of them come from its bytes.
             dense = np.frombuffer(chunks[2][: items * seq_width], dtype=f"=u{seq_width}")
-            if (dense[1:] > dense[:-1]).all():
-                index.dense_from(
-                    dense.astype(np.int64),
-                    np.frombuffer(chunks[2][items * seq_width :], dtype="=u4").astype(np.float64),
-                )
+            if (dense[1:] <= dense[:-1]).any():
+                raise DamagedIndexError("seqs not ascending")
+            index = KeywordIndex(log.header, offset, (seqs, counts), base)
+            index.dense_from(
+                dense.astype(np.int64),
+                np.frombuffer(chunks[2][items * seq_width :], dtype="=u4").astype(np.float64),
+            )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         os.close(fd)
         if isinstance(exc, DamagedIndexError):
@@ -720,7 +758,7 @@ def rank_together(
     Raises:
         DamagedIndexError: if the postings of a term do not check out.
     """
-    n_items = sum(len(index.lengths) for index in indexes)
+    n_items = sum(index.count for index in indexes)
     total = sum(index.total for index in indexes)
     matches: list[KeywordMatch] = []
     shift = 1 + max((max(index.lengths, default=0) for index in indexes), default=0).bit_length()
@@ -743,7 +781,7 @@ def score_among(
         DamagedIndexError: if the postings of a term do not check out.
     """
     df, found = index.matches(terms, set(seqs))
-    n_items = len(index.lengths)
+    n_items = index.count
     weighted = query_weights(terms, df, n_items)
     average = bm25_average_length(index.total, n_items)
     scored = [(bm25_score(counts, length, weighted, average), seq) for seq, length, counts in found]
@@ -789,7 +827,7 @@ class SessionKeywords:
         if index is None:
             index = build(log, f"session {session_id!r} of {log_path!r}")
         self._indexes[session_id] = index
-        due = index.unsaved >= max(SAVE_EVERY, len(index.lengths) // 64)
+        due = index.unsaved >= max(SAVE_EVERY, index.count // 64)
         if not self.read_only and (due or index.file_stale):
             self._save(session_id, index, log_path)
         return index
