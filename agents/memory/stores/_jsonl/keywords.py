@@ -40,7 +40,7 @@ import zlib
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, overload
 
 import orjson
 
@@ -492,7 +492,11 @@ class KeywordIndex:
             + array(_POSTING_CODES[4], [self.lengths[seq] for seq in seqs]).tobytes()
         )
         base = self.base
-        terms_part = "\n".join(base.terms).encode()
+        encoded = [term.encode() for term in base.terms]
+        terms_part = b"".join(encoded)
+        starts: array[int] = array(_POSTING_CODES[4], [0])
+        starts.extend(itertools.accumulate(map(len, encoded)))
+        starts_part = starts.tobytes()
         entries_part = base.entries.tobytes()
         head = {
             "format": FORMAT,
@@ -506,12 +510,47 @@ class KeywordIndex:
             "seq_width": width,
             "widths": list(self.widths),
             "parts": [
-                [len(part), zlib.crc32(part)] for part in (terms_part, entries_part, lengths_part)
+                [len(part), zlib.crc32(part)]
+                for part in (terms_part, starts_part, entries_part, lengths_part)
             ],
             "postings": base.size,
         }
         blob = base.read(0, base.size)
-        return [orjson.dumps(head) + b"\n", terms_part, entries_part, lengths_part, blob]
+        return [
+            orjson.dumps(head) + b"\n",
+            terms_part,
+            starts_part,
+            entries_part,
+            lengths_part,
+            blob,
+        ]
+
+
+class _Terms(Sequence[str]):
+    """The sorted terms of a file, each decoded when looked at (bisection looks at a few)."""
+
+    def __init__(self, data: bytes, starts: array[int]) -> None:
+        self._data = data
+        self._starts = starts
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    @overload
+    def __getitem__(self, at: int) -> str: ...
+    @overload
+    def __getitem__(self, at: slice) -> list[str]: ...
+    def __getitem__(self, at: int | slice) -> str | list[str]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        if at < 0:
+            at += len(self)
+        if not 0 <= at < len(self):
+            raise IndexError(at)
+        start, end = self._starts[at], self._starts[at + 1]
+        if not start <= end <= len(self._data):
+            raise DamagedIndexError("term bounds")
+        return self._data[start:end].decode("utf-8", errors="replace")
 
 
 class Base:
@@ -523,7 +562,7 @@ class Base:
 
     def __init__(
         self,
-        terms: list[str],
+        terms: Sequence[str],
         entries: array[int],
         widths: tuple[int, int],
         data: bytes | None = None,
@@ -690,11 +729,12 @@ def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> Key
             and len(widths) == 2
             and all(w in _POSTING_CODES and type(w) is int for w in widths)
             and type(parts) is list
-            and len(parts) == 3
+            and len(parts) == 4
             and all(type(part) is list and len(part) == 2 for part in parts)
             and all(type(x) is int and x >= 0 for part in parts for x in part)
-            and parts[1][0] == n_terms * 3 * 8
-            and parts[2][0] == items * (seq_width + 4)
+            and parts[1][0] == (n_terms + 1) * 4
+            and parts[2][0] == n_terms * 3 * 8
+            and parts[3][0] == items * (seq_width + 4)
             and end + 1 + sum(part[0] for part in parts) + postings == size
         ):
             raise DamagedIndexError("header")
@@ -709,15 +749,15 @@ def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> Key
                 raise DamagedIndexError("checksum")
             chunks.append(chunk)
             at += length
-        terms = chunks[0].decode("utf-8").split("\n") if n_terms else []
+        starts: array[int] = array(_POSTING_CODES[4])
+        starts.frombytes(chunks[1])
+        terms = _Terms(chunks[0], starts)
         entries: array[int] = array(_POSTING_CODES[8])
-        entries.frombytes(chunks[1])
+        entries.frombytes(chunks[2])
         seqs: array[int] = array(_POSTING_CODES[seq_width])
-        seqs.frombytes(chunks[2][: items * seq_width])
+        seqs.frombytes(chunks[3][: items * seq_width])
         counts: array[int] = array(_POSTING_CODES[4])
-        counts.frombytes(chunks[2][items * seq_width :])
-        if len(terms) != n_terms:
-            raise DamagedIndexError("terms")
+        counts.frombytes(chunks[3][items * seq_width :])
         base = Base(terms, entries, (widths[0], widths[1]), fd=fd, at=at, size=postings)
         np = _numpy()
         if np is None:
@@ -729,13 +769,13 @@ def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> Key
             index = KeywordIndex(log.header, offset, lengths, base)
         else:
             # The file's seqs ascend (checked): numpy's arrays of them come from its bytes.
-            dense = np.frombuffer(chunks[2][: items * seq_width], dtype=f"=u{seq_width}")
+            dense = np.frombuffer(chunks[3][: items * seq_width], dtype=f"=u{seq_width}")
             if (dense[1:] <= dense[:-1]).any():
                 raise DamagedIndexError("seqs not ascending")
             index = KeywordIndex(log.header, offset, (seqs, counts), base)
             index.dense_from(
                 dense.astype(np.int64),
-                np.frombuffer(chunks[2][items * seq_width :], dtype="=u4").astype(np.float64),
+                np.frombuffer(chunks[3][items * seq_width :], dtype="=u4").astype(np.float64),
             )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         os.close(fd)
@@ -864,7 +904,10 @@ class SessionKeywords:
             return None
 
     def _save(self, session_id: str, index: KeywordIndex, log_path: str) -> None:
-        packed = index.packed()
+        try:
+            packed = index.packed()
+        except DamagedIndexError:
+            return  # the next query finds the damage and builds the index again
         try:
             tail = _read_range(log_path, max(0, packed.offset - _TAIL), packed.offset)
             _codec.atomic_write(self.path(session_id), packed.to_bytes(tail))
