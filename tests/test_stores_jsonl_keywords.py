@@ -338,6 +338,12 @@ class KeywordIndexMachine(RuleBasedStateMachine):
         for seq in gone:
             del self.model[seq]
 
+    @rule(which=st.integers(0, 1))
+    def clear(self, which: int) -> None:
+        if self.model:
+            self.handle(which).clear("s")
+            self.model.clear()
+
     @rule()
     def reopen(self) -> None:
         self.a.close()

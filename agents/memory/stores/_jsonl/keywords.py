@@ -323,12 +323,26 @@ class KeywordIndex:
         Raises:
             DamagedIndexError: if the base's postings of the term do not check out.
         """
-        if self.added or self.removed or term in self._live:
+        if self.removed:
             found = self.postings(term)
             at = np.fromiter(found, dtype=np.int64, count=len(found))
             tf = np.fromiter(found.values(), dtype=np.float64, count=len(found))
             return np.searchsorted(seqs, at), tf
-        # The base alone: its bytes read as arrays, checked (each term's seqs ascend).
+        at, tf = self._base_arrays(np, term, seqs)
+        more = sorted(self.added_by_term.get(term, ()))
+        if more:  # items appended since the base: after its items
+            at = np.concatenate((at, np.searchsorted(seqs, np.array(more, dtype=np.int64))))
+            counts = [self.added[seq][term] for seq in more]
+            tf = np.concatenate((tf, np.array(counts, dtype=np.float64)))
+        return at, tf
+
+    def _base_arrays(self, np: Any, term: str, seqs: Any) -> tuple[Any, Any]:
+        """Return a term's base postings as (positions in ``seqs``, counts as floats), nothing removed since.
+
+        Raises:
+            DamagedIndexError: if the base's postings of the term do not check out.
+        """
+        # The bytes read as arrays, checked (each term's seqs ascend).
         seq_bytes, count_bytes = self._slice(term)
         at = np.frombuffer(seq_bytes, dtype=f"=u{self.widths[0]}").astype(np.int64)
         tf = np.frombuffer(count_bytes, dtype=f"=u{self.widths[1]}").astype(np.float64)
@@ -371,8 +385,7 @@ class KeywordIndex:
         text, length = terms
         counts = dict(Counter(text.split(" "))) if length else {}
         self.added[seq] = counts
-        self._dense = None
-        self._arrays.clear()
+        self._appended_arrays(seq, length, counts)
         for term, tf in counts.items():
             self.added_by_term.setdefault(term, set()).add(seq)
             found = self._live.get(term)
@@ -381,6 +394,20 @@ class KeywordIndex:
         self.lengths[seq] = length
         self.total += length
         self.unsaved += 1
+
+    def _appended_arrays(self, seq: int, length: int, counts: dict[str, int]) -> None:
+        """Extend numpy's arrays by an item after every other (appended); forget them for any other change."""
+        dense, np = self._dense, _numpy()
+        if dense is None or np is None or (len(dense[0]) and seq <= dense[0][-1]):
+            self._dense = None
+            self._arrays.clear()
+            return
+        place = len(dense[0])
+        self._dense = (np.append(dense[0], seq), np.append(dense[1], float(length)))
+        for term, tf in counts.items():
+            got = self._arrays.get(term)
+            if got is not None:
+                self._arrays[term] = (np.append(got[0], place), np.append(got[1], float(tf)))
 
     def follow(self, chunk: bytes, source: str) -> None:
         """Apply the records of ``chunk``, the log's bytes after :attr:`offset` (whole lines), and move past them.
