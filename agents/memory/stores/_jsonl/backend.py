@@ -6,6 +6,7 @@ A store is a directory (schema version 4, recorded in the marker file)::
     kvmemory-store.lock       taken (flock) by every writer, shared by readers
     <session_id>.jsonl        the log of one session
     <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
+    <session_id>.keywords     the keyword index of the log, a cache (see below)
 
 Each log starts with a header line, then one record per line::
 
@@ -53,6 +54,13 @@ compacted, is then read afresh instead of being taken for a longer version
 of the old one. A deleted session leaves ``<session_id>.deleted`` behind,
 so a session created again under the same id continues with higher seqs.
 
+The first keyword search of a session builds its keyword index from the log
+(each item's terms, as ``Memory.search`` counts them) and keeps it beside the
+log in ``<session_id>.keywords``; later searches, in this process or another,
+read it and index only the records appended since. It is a cache, never the
+source of truth: :mod:`agents.memory.stores._jsonl.keywords` describes when it
+is used, followed or built again.
+
 Files are created readable by their owner only (``0600``), the directory
 ``0700``; logs and the lock file are opened without following symbolic links.
 """
@@ -61,8 +69,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
-from typing import Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, TypeVar
 
 import attrs
 
@@ -72,6 +80,13 @@ from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._jsonl.files import StoreFiles
+from agents.memory.stores._jsonl.keywords import (
+    DamagedIndexError,
+    KeywordIndex,
+    SessionKeywords,
+    rank_together,
+    score_among,
+)
 from agents.memory.stores._jsonl.log import (
     CLEAR_RECORD,
     DROP_VECTORS_RECORD,
@@ -88,6 +103,8 @@ from agents.memory.stores._store import Store
 __all__ = ["JSONLStore", "LogBackend"]
 
 _COMPACT_MIN_DEAD: Final = 32
+
+T = TypeVar("T")
 
 
 @attrs.define
@@ -210,6 +227,7 @@ class LogBackend(Backend):
         self.fsync = fsync
         self._files = StoreFiles(self.directory)
         self._logs = SessionLogs(self._files, version=SCHEMA_VERSION, fsync=fsync)
+        self._keywords = SessionKeywords(self.directory, read_only=read_only)
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -279,7 +297,15 @@ class LogBackend(Backend):
             self._logs.append(session_id, log, b"".join(tx.parts))
         self._logs.keep(session_id, log)
         if log.dead >= _COMPACT_MIN_DEAD and log.dead > len(log.rows):
-            self._logs.compact(session_id, log)
+            self._compact(session_id, log)
+
+    def _compact(self, session_id: str, log: SessionLog) -> None:
+        """Compact a log; its keyword index, if it covered the whole log, covers the new one."""
+        header, offset = log.header, log.offset
+        self._logs.compact(session_id, log)
+        new = self._logs.current(session_id)
+        if new is not None:
+            self._keywords.moved(session_id, header, offset, new)
 
     def lock_session(self, tx: _Tx, session_id: str) -> SessionRow | None:
         log = tx.log
@@ -464,6 +490,7 @@ class LogBackend(Backend):
             self._files.record_deleted(session_id, next_seq)
             self._logs.forget(session_id)
             os.unlink(path)
+            self._keywords.forget(session_id, remove=True)
             return True
 
     def compact(self, session_id: str) -> None:
@@ -471,11 +498,69 @@ class LogBackend(Backend):
         with self._files.locked(exclusive=True):
             log = self._logs.current(session_id)
             if log is not None:
-                self._logs.compact(session_id, log)
+                self._compact(session_id, log)
 
     def close(self) -> None:
         self._files.close()
         self._logs.clear()
+        self._keywords.clear()
+
+    # -- keyword search: the index beside each log ----------------------------------------
+
+    def _indexed(self, session_id: str, answer: Callable[[KeywordIndex], T]) -> T | None:
+        """Return ``answer`` of the session's keyword index, current with the log; ``None`` if there is no session.
+
+        The caller holds the lock. An index file whose postings turn out
+        damaged is built again from the log, and ``answer`` asked again.
+        """
+        log = self._logs.current(session_id)
+        if log is None:
+            return None
+        path = self._files.log_path(session_id)
+        index = self._keywords.current(session_id, log, path)
+        try:
+            return answer(index)
+        except DamagedIndexError:
+            return answer(self._keywords.rebuilt(session_id, log, path))
+
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        with self._files.locked(exclusive=False):
+            return self._indexed(session_id, lambda index: index.top(terms, k)) or []
+
+    def keyword_among(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> list[tuple[float, int]] | None:
+        with self._files.locked(exclusive=False):
+            return self._indexed(session_id, lambda index: score_among(index, terms, seqs)) or []
+
+    def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
+        with self._files.locked(exclusive=False):
+            df = self._indexed(session_id, lambda index: index.frequencies(terms))
+        return df if df is not None else dict.fromkeys(terms, 0)
+
+    def keyword_top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        with self._files.locked(exclusive=False):
+            found = [
+                (sid, index)
+                for sid in session_ids
+                if (index := self._indexed(sid, lambda index: index)) is not None
+            ]
+            try:
+                best = rank_together([index for _, index in found], terms, k)
+            except DamagedIndexError:
+                self._keywords.clear()  # the postings of one did not check out: build each again
+                found = [(sid, self._rebuilt(sid)) for sid, _ in found]
+                best = rank_together([index for _, index in found], terms, k)
+        return [(score, found[number][0], seq) for score, number, seq in best]
+
+    def _rebuilt(self, session_id: str) -> KeywordIndex:
+        log = self._logs.current(session_id)
+        assert log is not None  # the caller holds the lock and just read the session
+        return self._keywords.rebuilt(session_id, log, self._files.log_path(session_id))
 
 
 def _open_log(tx: _Tx) -> SessionLog:

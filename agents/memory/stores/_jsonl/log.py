@@ -38,6 +38,7 @@ __all__ = [
     "meta_record",
     "model_record",
     "read_header",
+    "split_item_record",
     "vector_record",
 ]
 
@@ -364,6 +365,17 @@ def apply_records(path: str, log: SessionLog, chunk: bytes) -> None:
                 stacklevel=6,
             )
         log.partial_at = log.lines + 1
+
+
+def split_item_record(line: bytes) -> tuple[bytes, bytes] | None:
+    """Return an item record's fields before its item (as a JSON object) and the item's bytes; ``None`` for another record.
+
+    ``line`` is one line of a log, without its newline.
+    """
+    cut = line.find(_ITEM) if line.startswith(b'{"seq":') else -1
+    if cut < 0:
+        return None
+    return line[:cut] + b"}", line[cut + len(_ITEM) : -1]
 
 
 def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> None:
