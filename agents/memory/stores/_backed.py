@@ -803,7 +803,8 @@ def _ahead_hits(
         return None
     model = search.embedder_for(memory, embedder)
     limit = k
-    with lock:
+    # The build stops at its next slice meanwhile: it would hold the interpreter between the store's reads.
+    with lock, index.build_paused():
         while True:
             found = store.search(
                 memory.session_id,
