@@ -501,3 +501,30 @@ def test_a_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path: Path) -
         source.opened.set()
         index.build_ahead(wait=True)
         assert not index.building()
+
+
+def test_a_keyword_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path: Path) -> None:
+    """A StoredMemory's keyword query, ranked by the store while the build runs, holds the build for each of its statements."""
+    url = embedded_store(tmp_path, HashingEmbedder(32))
+    with (
+        open_memory(url, "s", index_ahead=False) as memory,
+        open_memory(url, "s", index_ahead=False) as plain,
+    ):
+        source = HeldSource(url, memory)
+        index = search_index(memory)
+        holds: list[int] = []
+        connection = memory.store.backend._file.connection
+        index.build_ahead(vectors=source)
+        assert source.reached.wait(30)
+        connection.set_trace_callback(lambda _: holds.append(index._pause._queries))
+        got = memory.search("invoice report", 5)
+        connection.set_trace_callback(None)
+        want = plain.search("invoice report", 5)
+        assert [(hit.item["step"], hit.score) for hit in got] == [
+            (hit.item["step"], hit.score) for hit in want
+        ]
+        assert holds
+        assert set(holds) == {1}
+        assert index._pause._queries == 0
+        source.opened.set()
+        index.build_ahead(wait=True)
