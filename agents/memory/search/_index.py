@@ -290,11 +290,7 @@ class SearchIndex:
         return self._ahead is not None or bool(self._watching)
 
     def build_paused(self) -> contextlib.AbstractContextManager[None]:
-        """Return a context in which a build ahead in flight stops at its next slice, for a query answered elsewhere meanwhile.
-
-        The build holds no lock while stopped; a query made in the block
-        must not need this index's keyword index (it would wait for good).
-        """
+        """Return a context in which a build ahead stops at its next slice, for a query answered elsewhere (see ``BuildPause.held``)."""
         return self._pause.held()
 
     def _await_ahead(self) -> None:

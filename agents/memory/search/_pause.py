@@ -34,7 +34,11 @@ class BuildPause:
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """Hold the build at its next slice until the block ends (nests, and counts each thread's queries)."""
+        """Hold the build at its next slice until the block ends (nests, and counts each thread's queries).
+
+        The build holds no lock while stopped; a query made in the block
+        must not need the keyword index being built (it would wait for good).
+        """
         with self._done:
             self._queries += 1
         try:
