@@ -450,3 +450,83 @@ def test_semantic_and_hybrid_go_to_the_store_while_the_build_reads_vectors(
         assert answers(memory, mode="hybrid", embedder=embedder) == answers(
             plain, mode="hybrid", embedder=embedder
         )
+
+
+def test_a_build_ahead_stops_at_its_next_slice_while_paused() -> None:
+    """While a query answered elsewhere holds build_paused, the build waits at its next slice; let go, it builds the same index."""
+    data, gate = gated(3000, 10)
+    memory = Memory([MemoryItem(**row) for row in data])
+    plain = Memory([MemoryItem(**row) for row in data])
+    index = search_index(memory)
+    gate.armed = True
+    index.build_ahead()
+    assert gate.reached.wait(30)  # mid-way through its first slice
+    pause = index._pause
+    with index.build_paused():
+        gate.opened.set()
+        assert pause.parked.wait(30)
+        assert index.building()
+    index.build_ahead(wait=True)
+    assert not index.building()
+    assert not pause.parked.is_set()
+    assert answers(memory) == answers(plain)
+
+
+def test_a_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path: Path) -> None:
+    """A StoredMemory's semantic or hybrid query ranked by the store while the build runs holds the build for its whole ranking."""
+    embedder = HashingEmbedder(32)
+    url = embedded_store(tmp_path, embedder)
+    with (
+        open_memory(url, "s", index_ahead=False) as memory,
+        open_memory(url, "s", index_ahead=False) as plain,
+    ):
+        source = HeldSource(url, memory)
+        index = search_index(memory)
+        holds: list[int] = []
+
+        class Watching(HashingEmbedder):
+            """Notes, as the store embeds the query, how many queries hold the build."""
+
+            def __call__(self, texts: Any, /) -> Any:
+                holds.append(index._pause._queries)
+                return super().__call__(texts)
+
+        index.build_ahead(vectors=source)
+        assert source.reached.wait(30)
+        for mode in ("semantic", "hybrid"):
+            got = memory.search("invoice report", 5, mode=mode, embedder=Watching(32))
+            want = plain.search("invoice report", 5, mode=mode, embedder=embedder)
+            assert [hit.item["step"] for hit in got] == [hit.item["step"] for hit in want]
+        assert holds
+        assert set(holds) == {1}
+        assert index._pause._queries == 0
+        source.opened.set()
+        index.build_ahead(wait=True)
+        assert not index.building()
+
+
+def test_a_keyword_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path: Path) -> None:
+    """A StoredMemory's keyword query, ranked by the store while the build runs, holds the build for each of its statements."""
+    url = embedded_store(tmp_path, HashingEmbedder(32))
+    with (
+        open_memory(url, "s", index_ahead=False) as memory,
+        open_memory(url, "s", index_ahead=False) as plain,
+    ):
+        source = HeldSource(url, memory)
+        index = search_index(memory)
+        holds: list[int] = []
+        connection = memory.store.backend._file.connection
+        index.build_ahead(vectors=source)
+        assert source.reached.wait(30)
+        connection.set_trace_callback(lambda _: holds.append(index._pause._queries))
+        got = memory.search("invoice report", 5)
+        connection.set_trace_callback(None)
+        want = plain.search("invoice report", 5)
+        assert [(hit.item["step"], hit.score) for hit in got] == [
+            (hit.item["step"], hit.score) for hit in want
+        ]
+        assert holds
+        assert set(holds) == {1}
+        assert index._pause._queries == 0
+        source.opened.set()
+        index.build_ahead(wait=True)

@@ -12,7 +12,7 @@ of the terms many items hold are handed to the ranker as they are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count
 from typing import Any, Final
 
@@ -23,6 +23,7 @@ from agents.memory._text import Tokenizer, field_texts, spaced_terms
 __all__ = ["Filed", "file_in_bulk"]
 
 _SLICE: Final = 1024  # items whose terms are split out at once (bounds the strings held at once)
+_POSTINGS: Final = 65_536  # postings made between two calls of give_way (one dict at most past it)
 _END: Final = "\x00"  # never a term (not a letter or digit): marks the end of each item's terms
 
 
@@ -54,12 +55,20 @@ class Filed:
 
 
 def file_in_bulk(
-    np: Any, pairs: Sequence[tuple[int, MemoryItem]], tokenize: Tokenizer, *, step: int = _SLICE
+    np: Any,
+    pairs: Sequence[tuple[int, MemoryItem]],
+    tokenize: Tokenizer,
+    *,
+    step: int = _SLICE,
+    give_way: Callable[[], None] = lambda: None,
 ) -> Filed | None:
     """File ``pairs`` in bulk, or return ``None`` where ``tokenize``'s terms cannot be split out of one string (see ``spaced_terms``).
 
     An item whose fields cannot be read (changed while read on another thread) is left out.
-    ``step`` items have their terms split out at once.
+    ``step`` items have their terms split out at once. ``give_way`` is
+    called between slices (a build ahead waits there for a query answered
+    elsewhere, see ``BuildPause``): every ``step`` items read, every slice
+    filed, and every ``_POSTINGS`` postings made.
     """
     filed = Filed()
     # Each term numbered by its first use (the count when the dict first saw it), slice by slice.
@@ -71,7 +80,9 @@ def file_in_bulk(
     with collector_paused(len(pairs)):
         # First every item's texts (kept), then the terms slice by slice (not kept): what
         # is kept is not laid out between what is freed, so the freed memory goes back.
-        for key, item in pairs:
+        for at, (key, item) in enumerate(pairs):
+            if not at % step:
+                give_way()
             try:
                 doc = tuple(field_texts(item_fields(item)))
             except Exception:
@@ -80,6 +91,7 @@ def file_in_bulk(
             filed.docs[key] = doc
         docs = list(filed.docs.values())
         for start in range(0, len(docs), step):  # a slice's terms are freed before the next
+            give_way()
             spaced = []
             for doc in docs[start : start + step]:
                 text = doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc])
@@ -108,6 +120,7 @@ def file_in_bulk(
             pair = code[cut]
             place = (pair % width + start).astype(np.int32)
             found.append((pair // width, place, tf.astype(np.int32)))
+    give_way()
     lengths = np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64)
     by_number = {value: term for term, value in number.items()}
     if found:
@@ -128,7 +141,12 @@ def file_in_bulk(
         key_at = filed.keys.__getitem__
         places, counts = filed.items, filed.tf
         postings = filed.postings
+        made = 0  # postings made since the build last gave way
         for term, begin, stop in zip(filed.terms, starts.tolist(), ends.tolist(), strict=True):
+            made += stop - begin
+            if made >= _POSTINGS:
+                give_way()
+                made = stop - begin
             postings[term] = dict(
                 zip(
                     map(key_at, places[begin:stop].tolist()),

@@ -45,6 +45,7 @@ from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
 from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
 from agents.memory.search._bulk import file_in_bulk
 from agents.memory.search._item_vectors import ItemVectors, Vectors
+from agents.memory.search._pause import BuildPause
 from agents.memory.search._postings import KeywordPostings, Lengths, file_items
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class SearchIndex:
         self._ahead: _Ahead | None = None
         self._watching: set[_Ahead] = set()  # builds installed that still read vectors
         self._generation = 0  # bumped by each whole-content replacement
+        self._pause = BuildPause()  # queries answered elsewhere that a build gives way to
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -181,6 +183,10 @@ class SearchIndex:
     def building(self) -> bool:
         """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet."""
         return self._ahead is not None or bool(self._watching)
+
+    def build_paused(self) -> contextlib.AbstractContextManager[None]:
+        """Return a context in which a build ahead stops at its next slice, for a query answered elsewhere (see ``BuildPause.held``)."""
+        return self._pause.held()
 
     def _await_ahead(self) -> None:
         """Wait for a build ahead in flight (never under the index's lock: the build takes it to install)."""
@@ -500,7 +506,12 @@ def _caught_up(index: SearchIndex) -> Iterator[None]:
 class _Built:
     """A keyword index made off the index's lock by a build ahead: what ``_catch_up`` files, for some items."""
 
-    def __init__(self, items: list[tuple[int, MemoryItem]], tokenize: Tokenizer) -> None:
+    def __init__(
+        self,
+        items: list[tuple[int, MemoryItem]],
+        tokenize: Tokenizer,
+        give_way: Callable[[], None] = lambda: None,
+    ) -> None:
         self.items: list[tuple[int, MemoryItem]] = []  # those filed, with the item read
         self.docs: dict[int, tuple[tuple[str, str], ...]] = {}
         self.lengths: dict[int, int] = {}
@@ -514,7 +525,7 @@ class _Built:
             np = numpy
         except ImportError:
             pass
-        bulk = None if np is None else file_in_bulk(np, items, tokenize)
+        bulk = None if np is None else file_in_bulk(np, items, tokenize, give_way=give_way)
         if bulk is not None:  # the same postings, counted in numpy
             self.docs, self.lengths, self.postings = bulk.docs, bulk.lengths, bulk.postings
             self.total = bulk.total
@@ -533,6 +544,7 @@ class _Built:
         if np is None:
             return
         # The numpy ranker, and the arrays of the commonest terms (those cost a first query most).
+        give_way()
         ranker = self.ranker = Ranker(np)
         ranker.next_generation()
         ranker.indexed(list(self.docs))
@@ -580,7 +592,7 @@ class _Ahead:
     ) -> None:
         built: _Built | None
         try:
-            built = _Built(items, index.tokenizer)
+            built = _Built(items, index.tokenizer, index._pause.give_way)
         except Exception:  # nothing is installed: the next query files every item
             built = None
         self.install(index, built)
@@ -588,6 +600,7 @@ class _Ahead:
             wanted = vectors is not None and bool(index._vectors.missing(None, index._items))
         if vectors is not None and wanted:
             parts = index.parts
+            index._pause.give_way()  # the read holds the store's connection: not under a query's nose
             try:
                 found = vectors(parts)
             except Exception:  # nothing is taken: the first semantic query reads them

@@ -708,7 +708,8 @@ class StoredMemory(Memory):
         limit = k
         with self._lock:
             while True:
-                ranked = self.store.ranking(self._sid, query, limit, where=pushed)
+                with _builds_paused(self):  # the filter, the caller's function, is asked outside
+                    ranked = self.store.ranking(self._sid, query, limit, where=pushed)
                 hits: list[tuple[int, Hit]] = []
                 for seq, score in ranked:
                     item = session.item_of_row(seq)
@@ -769,6 +770,17 @@ def _store_ranks(memory: StoredMemory, mode: str, keys: Iterable[str] | None) ->
     return all(getattr(o, "tokenizer", default) == default for o in memory.observers)
 
 
+def _builds_paused(memory: StoredMemory) -> contextlib.ExitStack:
+    """Return a context that holds the memory's builds ahead in flight while the store ranks (see ``SearchIndex.build_paused``)."""
+    from agents.memory.search import SearchIndex
+
+    held = contextlib.ExitStack()
+    for observer in memory.observers:
+        if isinstance(observer, SearchIndex) and observer.building():
+            held.enter_context(observer.build_paused())
+    return held
+
+
 def _ahead_hits(
     memory: StoredMemory,
     session: SessionWriter,
@@ -803,7 +815,8 @@ def _ahead_hits(
         return None
     model = search.embedder_for(memory, embedder)
     limit = k
-    with lock:
+    # The build stops at its next slice meanwhile: it would hold the interpreter between the store's reads.
+    with lock, index.build_paused():
         while True:
             found = store.search(
                 memory.session_id,
