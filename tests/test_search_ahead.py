@@ -472,6 +472,31 @@ def test_a_build_ahead_stops_at_its_next_slice_while_paused() -> None:
     assert answers(memory) == answers(plain)
 
 
+def test_a_search_that_needs_the_build_from_within_a_paused_query_lifts_its_own_hold() -> None:
+    """A search in RAM made inside build_paused (as an embedder or filter might) waits for the build with its thread's hold lifted, so both finish."""
+    data, gate = gated(3000, 10)
+    memory = Memory([MemoryItem(**row) for row in data])
+    plain = Memory([MemoryItem(**row) for row in data])
+    index = search_index(memory)
+    gate.armed = True
+    index.build_ahead()
+    assert gate.reached.wait(30)
+    got: list[Any] = []
+
+    def query() -> None:
+        with index.build_paused():
+            gate.opened.set()
+            assert index._pause.parked.wait(30)
+            got.append(answers(memory))  # needs the keyword index the paused build makes
+
+    worker = threading.Thread(target=query, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the query and the build wait for each other"
+    assert got == [answers(plain)]
+    assert index._pause.holds == 0
+
+
 def test_a_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path: Path) -> None:
     """A StoredMemory's semantic or hybrid query ranked by the store while the build runs holds the build for its whole ranking."""
     embedder = HashingEmbedder(32)
@@ -488,7 +513,7 @@ def test_a_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path: Path) -
             """Notes, as the store embeds the query, how many queries hold the build."""
 
             def __call__(self, texts: Any, /) -> Any:
-                holds.append(index._pause._queries)
+                holds.append(index._pause.holds)
                 return super().__call__(texts)
 
         index.build_ahead(vectors=source)
@@ -499,7 +524,7 @@ def test_a_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path: Path) -
             assert [hit.item["step"] for hit in got] == [hit.item["step"] for hit in want]
         assert holds
         assert set(holds) == {1}
-        assert index._pause._queries == 0
+        assert index._pause.holds == 0
         source.opened.set()
         index.build_ahead(wait=True)
         assert not index.building()
@@ -518,7 +543,7 @@ def test_a_keyword_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path:
         connection = memory.store.backend._file.connection
         index.build_ahead(vectors=source)
         assert source.reached.wait(30)
-        connection.set_trace_callback(lambda _: holds.append(index._pause._queries))
+        connection.set_trace_callback(lambda _: holds.append(index._pause.holds))
         got = memory.search("invoice report", 5)
         connection.set_trace_callback(None)
         want = plain.search("invoice report", 5)
@@ -527,6 +552,6 @@ def test_a_keyword_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path:
         ]
         assert holds
         assert set(holds) == {1}
-        assert index._pause._queries == 0
+        assert index._pause.holds == 0
         source.opened.set()
         index.build_ahead(wait=True)

@@ -178,7 +178,8 @@ class SearchIndex:
                 ahead.thread.start()
             running = [ahead, *self._watching] if ahead is not None else [*self._watching]
         if wait:  # for the vectors read after the keyword index too
-            _join(running)
+            with self._pause.lifted():
+                _join(running)
 
     def building(self) -> bool:
         """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet."""
@@ -192,7 +193,8 @@ class SearchIndex:
         """Wait for a build ahead in flight (never under the index's lock: the build takes it to install)."""
         ahead = self._ahead
         if ahead is not None and ahead.thread is not threading.current_thread():
-            ahead.thread.join()
+            with self._pause.lifted():  # a query holding the build, now waiting for it
+                ahead.thread.join()
 
     # -- keyword search ------------------------------------------------------------
 
