@@ -16,11 +16,15 @@ for each of the query's best ``PROXIMITY_TOP`` keyword hits, the share of
 the query's IDF weight that its best window of ``PROXIMITY_WINDOW``
 consecutive terms of one field holds (:func:`near_shares`). That evidence
 comes from a keyword-only pass over the same corpus, cached beside the
-candidates (``near-...`` files).
+candidates (``near-...`` files). The ``windowed8``, ``windowed16`` and
+``windowed32`` rules are the library blend with the keyword leader's share
+of the query's IDF weight within its best window of 8, 16 or 32 terms of
+one field as its coverage (:func:`collect_windows`, ``windows-...`` files;
+tried, not adopted: docs/search.md, "Windowed coverage").
 
 Run: .venv/bin/python benchmarks/bench_blend.py [--items 3000] [--facts 120] [--seeds 1,2,3]
      [--rules current,proximity,coverage,kept,shared5,leader0.8,...] [--corpora tuning|held-out|NAME,...]
-     (every rule: RULES, NEAR_RULES, COVER_RULES; --rules all runs them all)
+     (every rule: RULES, NEAR_RULES, COVER_RULES, windowed8/16/32; --rules all runs all but windowed)
 """
 
 from __future__ import annotations
