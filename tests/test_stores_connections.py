@@ -60,7 +60,13 @@ def name() -> str:
 
 
 class Killer:
-    """A thread that kills the connections named ``name`` at random moments until stopped."""
+    """A thread that kills the connections named ``name`` at random moments until stopped.
+
+    Each kill waits until its backend has exited (``pg_terminate_backend``'s
+    timeout), so that once the killer stops no kill is still on its way: a
+    backend that ends a moment after its statement returned would otherwise
+    die under the next call, after the killer had stopped.
+    """
 
     def __init__(self, server: str, name: str, seed: int) -> None:
         self.kills = 0
@@ -72,7 +78,7 @@ class Killer:
         with psycopg.connect(server, autocommit=True) as con:
             while not self._stop.wait(self._random.uniform(0.0, 0.004)):
                 row = con.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
                     " WHERE application_name = %s AND state = 'active'",
                     (name,),
                 ).fetchone()
