@@ -85,13 +85,7 @@ class Fields:
             self.total[field] -= size
             terms = set(tokenize(text))
             every |= terms
-            postings = self.postings[field]
-            for term in terms:
-                posting = postings.get(term)
-                if posting is not None:
-                    posting.pop(key, None)
-                    if not posting:
-                        del postings[term]
+            _drop(self.postings[field], terms, key)
         for lengths in self.lengths.values():
             lengths.drop(key)
         return every
@@ -170,13 +164,7 @@ class KeywordPostings:
             terms = self.fields.unfile(key, doc, tokenize)
         else:
             terms = set(tokenize("\n".join([text for _, text in doc])))
-        postings = self.postings
-        for term in terms:
-            posting = postings.get(term)
-            if posting is not None:
-                posting.pop(key, None)
-                if not posting:
-                    del postings[term]
+        _drop(self.postings, terms, key)
 
     def query_terms(
         self,
@@ -297,3 +285,13 @@ def file_items(
         if values is not None:
             values.add(key, item)
     return done, total
+
+
+def _drop(postings: dict[str, dict[int, int]], terms: Iterable[str], key: int) -> None:
+    """Take ``key`` out of each term's posting, and a posting left empty out of ``postings``."""
+    for term in terms:
+        posting = postings.get(term)
+        if posting is not None:
+            posting.pop(key, None)
+            if not posting:
+                del postings[term]
