@@ -26,7 +26,7 @@ share of the memory.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import chain
 from typing import Any, Final
 
@@ -40,7 +40,7 @@ from agents.memory._text import (
 )
 from agents.memory.search._bulk import Filed
 
-__all__ = ["QueryTerm", "Ranker", "exhaustive_top"]
+__all__ = ["QueryTerm", "Ranker", "exhaustive_among", "exhaustive_top"]
 
 QueryTerm = tuple[str, Mapping[int, int], float]
 """A query term as the rankers take it: ``(term, {key: tf}, weight)``, in query order, repeats kept."""
@@ -77,6 +77,21 @@ def exhaustive_top(
     if k >= len(scores):
         return sorted(scores.items(), key=_best_first)
     return heapq.nsmallest(k, scores.items(), key=_best_first)
+
+
+def exhaustive_among(
+    terms: Sequence[QueryTerm],
+    among: Collection[int],
+    lengths: Mapping[int, int],
+    average: float,
+    k: int,
+) -> list[tuple[int, float]]:
+    """Return :func:`exhaustive_top`'s best ``k`` of the items ``among`` only: the weights and lengths of the ranking of every item, summed in its order."""
+    kept = [
+        (term, {key: posting[key] for key in among if key in posting}, weight)
+        for term, posting, weight in terms
+    ]
+    return exhaustive_top(kept, lengths, average, k)
 
 
 class _Impacts:

@@ -10,7 +10,8 @@ rebuilds what did not change, and a memory that is never searched pays nothing.
 
 The index decides what is filed and when; the terms filed (postings, texts,
 lengths, field statistics, the numpy ranker, filter values) are a
-``KeywordPostings`` of ``_postings``, and the vectors an ``ItemVectors``.
+``KeywordPostings`` of ``_postings`` (a build ahead makes a ``BuiltPostings``
+off the lock, which the postings take), and the vectors an ``ItemVectors``.
 
 Lock order: the memory's lock before the index's. Public reads ask the
 memory for its pending adds (``_follow``) before they take the index's lock.
@@ -42,11 +43,10 @@ from agents.memory._vectors import (
     keyword_scale,
 )
 from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
-from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_top
-from agents.memory.search._bulk import file_in_bulk
+from agents.memory.search._bm25 import QueryTerm, exhaustive_top
 from agents.memory.search._item_vectors import ItemVectors, Vectors
 from agents.memory.search._pause import BuildPause
-from agents.memory.search._postings import KeywordPostings, Lengths, file_items
+from agents.memory.search._postings import BuiltPostings, KeywordPostings, Lengths
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -221,16 +221,13 @@ class SearchIndex:
                 return []
             items = self._items
             if where is not None and (few := self._few(where)) is not None:  # score only those
-                return [(key, items[key], s) for key, s in _among(query, few, sizes, average, k)]
+                ranked = self._keyword.top_among(query, few, sizes.of, average, k)
+                return [(key, items[key], score) for key, score in ranked]
             where = None if where is None else _counting(self, where)
-            ranker = self._keyword.ranker_now()
             passed: dict[int, bool] = {}  # each item is asked once, however many rounds
             wanted = k
             while True:
-                if ranker is not None:
-                    ranked = ranker.top(query, keys, sizes.of, average, wanted)
-                else:
-                    ranked = exhaustive_top(query, sizes.of, average, wanted)
+                ranked = self._keyword.top(query, keys, sizes.of, average, wanted)
                 out = []
                 for key, score in ranked:
                     item = items[key]
@@ -505,70 +502,6 @@ def _caught_up(index: SearchIndex) -> Iterator[None]:
         yield
 
 
-class _Built:
-    """A keyword index made off the index's lock by a build ahead: what ``_catch_up`` files, for some items."""
-
-    def __init__(
-        self,
-        items: list[tuple[int, MemoryItem]],
-        tokenize: Tokenizer,
-        give_way: Callable[[], None] = lambda: None,
-    ) -> None:
-        self.items: list[tuple[int, MemoryItem]] = []  # those filed, with the item read
-        self.docs: dict[int, tuple[tuple[str, str], ...]] = {}
-        self.lengths: dict[int, int] = {}
-        self.postings: dict[str, dict[int, int]] = {}
-        self.total = 0
-        self.ranker: Ranker | None = None
-        np: Any = None
-        try:
-            import numpy  # optional: without it, queries rank exhaustively
-
-            np = numpy
-        except ImportError:
-            pass
-        bulk = None if np is None else file_in_bulk(np, items, tokenize, give_way=give_way)
-        if bulk is not None:  # the same postings, counted in numpy
-            self.docs, self.lengths, self.postings = bulk.docs, bulk.lengths, bulk.postings
-            self.total = bulk.total
-            filed = bulk.keys
-        else:
-            filed, self.total = file_items(
-                items,
-                tokenize,
-                (self.postings, self.docs, self.lengths),
-                None,
-                None,
-                skip_errors=True,
-            )
-        held = dict(items)
-        self.items = [(key, held[key]) for key in filed]
-        if np is None:
-            return
-        # The numpy ranker, and the arrays of the commonest terms (those cost a first query most).
-        give_way()
-        ranker = self.ranker = Ranker(np)
-        ranker.next_generation()
-        ranker.indexed(list(self.docs))
-        ranker.build_common(self.postings, self.lengths, bulk)
-
-    def unfile(self, key: int, tokenize: Tokenizer) -> None:
-        """Take the item under ``key`` out again (it changed while it was read)."""
-        doc = self.docs.pop(key, None)
-        if doc is None:
-            return
-        self.total -= self.lengths.pop(key)
-        postings = self.postings
-        if self.ranker is not None:
-            self.ranker.removed(key)
-        for term in set(tokenize("\n".join([text for _, text in doc]))):
-            posting = postings.get(term)
-            if posting is not None:
-                posting.pop(key, None)
-                if not posting:
-                    del postings[term]
-
-
 class _Ahead:
     """A build ahead in flight: its thread, the content generation it read, and the items changed since."""
 
@@ -592,9 +525,9 @@ class _Ahead:
     def _run(
         self, index: SearchIndex, items: list[tuple[int, MemoryItem]], vectors: VectorSource | None
     ) -> None:
-        built: _Built | None
+        built: BuiltPostings | None
         try:
-            built = _Built(items, index.tokenizer, index._pause.give_way)
+            built = BuiltPostings(items, index.tokenizer, index._pause.give_way)
         except Exception:  # nothing is installed: the next query files every item
             built = None
         self.install(index, built)
@@ -613,7 +546,7 @@ class _Ahead:
         with index._lock:
             index._watching.discard(self)
 
-    def install(self, index: SearchIndex, built: _Built | None) -> None:
+    def install(self, index: SearchIndex, built: BuiltPostings | None) -> None:
         """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
         with index._lock:
             if index._ahead is not self:
@@ -628,26 +561,10 @@ class _Ahead:
             for key, item in built.items:
                 if key in self.changed or items.get(key) is not item:
                     built.unfile(key, tokenize)
-            keyword = index._keyword
-            keyword.docs = built.docs
-            keyword.lengths.of = built.lengths
-            keyword.postings = built.postings
-            keyword.total = built.total
+            index._keyword.take(built, items, tokenize)
             pending = index._pending
             for key in built.docs:
                 pending.pop(key, None)
-            fields = keyword.fields
-            if fields is not None:  # a query with keys made them before: file into them too
-                for key, doc in built.docs.items():
-                    fields.file(key, doc, tokenize)
-            if keyword.values.fields:
-                for key in built.docs:
-                    keyword.values.add(key, items[key])
-            if keyword.ranker is not None:
-                keyword.ranker.next_generation()
-                keyword.ranker.indexed(list(built.docs))
-            else:
-                keyword.ranker = built.ranker
 
     def adopt(
         self, index: SearchIndex, parts: EmbedParts, model: Embedder, vectors: Mapping[int, Any]
@@ -722,17 +639,6 @@ def _counting(index: SearchIndex, where: Predicate) -> Predicate:
         return where(item)
 
     return counted
-
-
-def _among(
-    query: Sequence[QueryTerm], keys: set[int], sizes: Lengths, average: float, k: int
-) -> list[tuple[int, float]]:
-    """Return the best ``k`` of ``keys`` by BM25: the terms, weights and lengths of the ranking of every item, summed in its order."""
-    among = [
-        (term, {key: posting[key] for key in keys if key in posting}, weight)
-        for term, posting, weight in query
-    ]
-    return exhaustive_top(among, sizes.of, average, k)
 
 
 def top_items(

@@ -5,20 +5,30 @@
 decides when to file (its memory's changes, marked, are filed by the next
 query), under its own lock, and starts a new one when its memory's whole
 content is replaced. A build ahead makes the same postings off the lock and
-the index takes them (see ``_Built`` and ``_Ahead`` there).
+the index takes them (:class:`BuiltPostings`, :meth:`KeywordPostings.take`).
+
+The stores' in-process backend (``memory://``) keeps a ``KeywordPostings``
+too, keyed by row, filed from the terms each write hands it
+(:meth:`KeywordPostings.file_spaced`): it ranks as ``Memory.search`` does
+because it ranks with the same postings and the same code.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import Tokenizer, bm25_average_length, bm25_weight, field_texts
-from agents.memory.search._bm25 import QueryTerm, Ranker
+from agents.memory.search._bm25 import QueryTerm, Ranker, exhaustive_among, exhaustive_top
+from agents.memory.search._bulk import file_in_bulk
 from agents.memory.search._values import FiledValues
 
-__all__ = ["Fields", "KeywordPostings", "Lengths", "file_items"]
+__all__ = ["BuiltPostings", "Fields", "KeywordPostings", "Lengths", "Tokenize", "file_items"]
+
+Tokenize = Callable[[str], list[str]]
+"""How a text is split into terms: a :class:`~agents.memory._text.Tokenizer`, or ``str.split`` for terms already split out and joined by spaces."""
 
 
 class Lengths:
@@ -49,9 +59,7 @@ class Fields:
         # those keys, kept up to date from then on (the most recent few sets).
         self.lengths: dict[tuple[str, ...], Lengths] = {}
 
-    def file(
-        self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Callable[[str], list[str]]
-    ) -> list[str]:
+    def file(self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Tokenize) -> list[str]:
         """File the item's terms field by field; return all its terms, in field order."""
         every: list[str] = []
         sizes = []
@@ -76,9 +84,7 @@ class Fields:
             )
         return every
 
-    def unfile(
-        self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Callable[[str], list[str]]
-    ) -> set[str]:
+    def unfile(self, key: int, doc: tuple[tuple[str, str], ...], tokenize: Tokenize) -> set[str]:
         """Forget the item's terms field by field; return the set of all its terms."""
         every: set[str] = set()
         for (field, text), size in zip(doc, self.sizes.pop(key), strict=True):
@@ -151,8 +157,63 @@ class KeywordPostings:
             ranker.indexed(done)
         self.total += total
 
-    def unfile(self, key: int, tokenize: Tokenizer) -> None:
-        """Take the item under ``key`` out of the postings, the statistics and the ranker (nothing for an item not filed)."""
+    def file_spaced(self, rows: Iterable[tuple[int, str]]) -> None:
+        """File items given by their terms, joined by whitespace (as the stores keep them), each as one text.
+
+        What :meth:`file` files for an item whose terms they are, less its
+        filter values (no item is given). The item is filed under the field
+        name ``""``; take it out with ``unfile(key, str.split)``.
+        """
+        ranker = self.ranker
+        if ranker is not None:
+            ranker.next_generation()
+        fields = self.fields
+        postings, docs, lengths = self.postings, self.docs, self.lengths.of
+        done = []
+        total = 0
+        for key, text in rows:
+            doc = (("", text),)
+            terms = text.split() if fields is None else fields.file(key, doc, str.split)
+            _post(postings, key, terms)
+            docs[key] = doc
+            lengths[key] = len(terms)
+            total += len(terms)
+            done.append(key)
+        if ranker is not None:
+            ranker.indexed(done)
+        self.total += total
+
+    def take(
+        self, built: BuiltPostings, items: Mapping[int, MemoryItem], tokenize: Tokenize
+    ) -> None:
+        """Take the postings a build ahead made as these, which hold none yet.
+
+        The per-field statistics and the filter values, if made already,
+        get the built items too (``items`` holds each by key); the ranker is
+        the built one, or told of the built items if there is one already.
+        """
+        self.docs = built.docs
+        self.lengths.of = built.lengths
+        self.postings = built.postings
+        self.total = built.total
+        fields = self.fields
+        if fields is not None:  # a query with keys made them before: file into them too
+            for key, doc in built.docs.items():
+                fields.file(key, doc, tokenize)
+        if self.values.fields:
+            for key in built.docs:
+                self.values.add(key, items[key])
+        if self.ranker is not None:
+            self.ranker.next_generation()
+            self.ranker.indexed(list(built.docs))
+        else:
+            self.ranker = built.ranker
+
+    def unfile(self, key: int, tokenize: Tokenize) -> None:
+        """Take the item under ``key`` out of the postings, the statistics and the ranker (nothing for an item not filed).
+
+        ``tokenize`` is the one the item was filed with (``str.split`` for :meth:`file_spaced`).
+        """
         doc = self.docs.pop(key, None)
         if doc is None:
             return
@@ -171,7 +232,7 @@ class KeywordPostings:
         terms: Sequence[str],
         keys: tuple[str, ...] | None,
         n_items: int,
-        tokenize: Tokenizer,
+        tokenize: Tokenize,
     ) -> tuple[list[QueryTerm], Lengths, float]:
         """Return the query terms some item holds as ``(term, postings, weight)``, the lengths and the average length.
 
@@ -200,6 +261,36 @@ class KeywordPostings:
                 query.append((term, *found))
         return query, sizes, average
 
+    def top(
+        self,
+        query: Sequence[QueryTerm],
+        keys: tuple[str, ...] | None,
+        lengths: Mapping[int, int],
+        average: float,
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """Return the best ``k`` ``(key, score)`` for ``query`` (from :meth:`query_terms`), best first, ties by key.
+
+        With numpy the ranker scores only the items that can still be among
+        the best; without it every item holding a term is scored: the same
+        items and floats either way.
+        """
+        ranker = self.ranker_now()
+        if ranker is not None:
+            return ranker.top(query, keys, lengths, average, k)
+        return exhaustive_top(query, lengths, average, k)
+
+    def top_among(
+        self,
+        query: Sequence[QueryTerm],
+        among: Collection[int],
+        lengths: Mapping[int, int],
+        average: float,
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """Return the best ``k`` ``(key, score)`` of the items ``among`` only, scored as :meth:`top` scores them (every one holding a term)."""
+        return exhaustive_among(query, among, lengths, average, k)
+
     def ranker_now(self) -> Ranker | None:
         """Return the numpy ranker, made on first use (``None`` without numpy: rank exhaustively)."""
         if self.ranker is None:
@@ -212,7 +303,7 @@ class KeywordPostings:
             ranker.indexed(list(self.docs))
         return self.ranker
 
-    def fields_now(self, tokenize: Tokenizer) -> Fields:
+    def fields_now(self, tokenize: Tokenize) -> Fields:
         """Return the statistics per field, made on the first query with keys and kept from then on."""
         fields = self.fields
         if fields is None:
@@ -220,6 +311,69 @@ class KeywordPostings:
             for key, doc in self.docs.items():
                 fields.file(key, doc, tokenize)
         return fields
+
+
+class BuiltPostings:
+    """Postings made off the search index's lock by a build ahead, for some items: what :meth:`KeywordPostings.take` takes.
+
+    In bulk with numpy (``file_in_bulk``), with the ranker and the arrays of
+    the commonest terms made ahead too; item by item without it.
+    """
+
+    def __init__(
+        self,
+        items: list[tuple[int, MemoryItem]],
+        tokenize: Tokenizer,
+        give_way: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.items: list[tuple[int, MemoryItem]] = []  # those filed, with the item read
+        self.docs: dict[int, tuple[tuple[str, str], ...]] = {}
+        self.lengths: dict[int, int] = {}
+        self.postings: dict[str, dict[int, int]] = {}
+        self.total = 0
+        self.ranker: Ranker | None = None
+        np: Any = None
+        try:
+            import numpy  # optional: without it, queries rank exhaustively
+
+            np = numpy
+        except ImportError:
+            pass
+        bulk = None if np is None else file_in_bulk(np, items, tokenize, give_way=give_way)
+        if bulk is not None:  # the same postings, counted in numpy
+            self.docs, self.lengths, self.postings = bulk.docs, bulk.lengths, bulk.postings
+            self.total = bulk.total
+            filed = bulk.keys
+        else:
+            filed, self.total = file_items(
+                items,
+                tokenize,
+                (self.postings, self.docs, self.lengths),
+                None,
+                None,
+                skip_errors=True,
+            )
+        held = dict(items)
+        self.items = [(key, held[key]) for key in filed]
+        if np is None:
+            return
+        # The numpy ranker, and the arrays of the commonest terms (those cost a first query most).
+        give_way()
+        ranker = self.ranker = Ranker(np)
+        ranker.next_generation()
+        ranker.indexed(list(self.docs))
+        ranker.build_common(self.postings, self.lengths, bulk)
+
+    def unfile(self, key: int, tokenize: Tokenizer) -> None:
+        """Take the item under ``key`` out again (it changed while it was read)."""
+        doc = self.docs.pop(key, None)
+        if doc is None:
+            return
+        self.total -= self.lengths.pop(key)
+        postings = self.postings
+        if self.ranker is not None:
+            self.ranker.removed(key)
+        _drop(postings, set(tokenize("\n".join([text for _, text in doc]))), key)
 
 
 def _matches(
@@ -274,17 +428,22 @@ def file_items(
         else:
             # One text: a newline never joins the terms around it.
             terms = tokenize("\n".join([text for _, text in doc]))
-        for term, count in Counter(terms).items():
-            try:
-                postings[term][key] = count
-            except KeyError:
-                postings[term] = {key: count}
+        _post(postings, key, terms)
         docs[key] = doc
         lengths[key] = len(terms)
         total += len(terms)
         if values is not None:
             values.add(key, item)
     return done, total
+
+
+def _post(postings: dict[str, dict[int, int]], key: int, terms: Sequence[str]) -> None:
+    """File each of an item's terms (repeats counted) in its posting under ``key``."""
+    for term, count in Counter(terms).items():
+        try:
+            postings[term][key] = count
+        except KeyError:
+            postings[term] = {key: count}
 
 
 def _drop(postings: dict[str, dict[int, int]], terms: Iterable[str], key: int) -> None:
