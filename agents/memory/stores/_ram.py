@@ -4,7 +4,9 @@
 shared by every ``memory://NAME`` opened in the same process until the
 process ends, so a session can be closed and reopened (tests, notebooks).
 Items are kept as encoded bytes, exactly as the durable stores keep them, so
-reading gives fresh items decoded through the codec.
+reading gives fresh items decoded through the codec. Each session keeps its
+rows' search terms, and from its first keyword query the postings that rank
+them as ``Memory.search`` does (see ``_ram_keywords``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.terms import Terms
+from agents.memory.stores._ram_keywords import SessionKeywords, rank_sessions
 from agents.memory.stores._store import Store
 
 __all__ = ["InMemoryStore", "SpaceBackend"]
@@ -32,6 +35,7 @@ class _Session:
     created: float
     metadata: bytes = b"{}"
     rows: RowTable = attrs.Factory(RowTable)
+    keywords: SessionKeywords = attrs.Factory(SessionKeywords)
     model: tuple[str, int] | None = None
     # fields -> seq -> the vector's bytes (empty for an item without text)
     vectors: dict[str, dict[int, bytes]] = attrs.Factory(dict)
@@ -166,35 +170,74 @@ class SpaceBackend(Backend):
         for seq, row in zip(seqs, rows, strict=True):
             table[seq] = row
         space.next_seq = start + len(rows)
+        tx.undo.append(space.sessions[session_id].keywords.inserted(seqs, terms))
         return seqs
 
     def update_rows(
         self, tx: _Tx, session_id: str, rows: Sequence[RowUpdate], terms: Sequence[Terms]
     ) -> list[int]:
-        table = tx.space.sessions[session_id].rows
+        session = tx.space.sessions[session_id]
+        table = session.rows
         done = []
-        for seq, step, data in rows:
+        for (seq, step, data), row_terms in zip(rows, terms, strict=True):
             old = table.get(seq)
             if old is not None:
                 tx.undo.append(functools.partial(table.__setitem__, seq, old))
                 table[seq] = (step, old[1], data)
-                done.append(seq)
-        return done
+                done.append((seq, row_terms))
+        tx.undo.append(session.keywords.updated(done))
+        return [seq for seq, _ in done]
 
     def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
-        table = tx.space.sessions[session_id].rows
+        session = tx.space.sessions[session_id]
+        table = session.rows
         gone = {seq: table[seq] for seq in seqs if seq in table}
         keys = table.keys_by_seq
         tx.undo.append(lambda: _restore(table, gone, keys))
+        tx.undo.append(session.keywords.deleted(list(gone)))
         return [seq for seq in seqs if table.discard(seq)]
 
     def clear_rows(self, tx: _Tx, session_id: str) -> int:
-        table = tx.space.sessions[session_id].rows
+        session = tx.space.sessions[session_id]
+        table = session.rows
         gone = dict(table)
         keys = table.keys_by_seq
         tx.undo.append(lambda: _restore(table, gone, keys))
+        tx.undo.append(session.keywords.cleared())
         table.clear()
         return len(gone)
+
+    # -- keyword search: the postings each session keeps ---------------------------------
+
+    def keyword_top(
+        self, session_id: str, terms: Sequence[str], k: int
+    ) -> list[tuple[float, int]] | None:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return [] if session is None else session.keywords.top(terms, k)
+
+    def keyword_among(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> list[tuple[float, int]] | None:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return [] if session is None else session.keywords.among(terms, seqs)
+
+    def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            if session is None:
+                return dict.fromkeys(terms, 0)
+            return session.keywords.frequencies(terms)
+
+    def keyword_top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]] | None:
+        with self._space.lock:
+            held = self._space.sessions
+            found = [sid for sid in session_ids if sid in held]
+            best = rank_sessions([held[sid].keywords for sid in found], terms, k)
+        return [(score, found[number], seq) for score, number, seq in best]
 
     # -- keyed rows ------------------------------------------------------------------------
 
