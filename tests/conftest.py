@@ -204,13 +204,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
-    """Return a function giving a fresh store URL for a durable kind."""
+    """Return a function giving a fresh store URL for a durable kind (or ``"memory"``: a fresh ``memory://`` name)."""
 
     def make(kind: str) -> str:
         if kind == "sqlite":
             return f"sqlite://{tmp_path / 'store.db'}"
         if kind == "jsonl":
             return f"jsonl://{tmp_path / 'logs'}"
+        if kind == "memory":  # shared by name in this process, as a durable store is by path
+            return f"memory://{uuid.uuid4().hex}"
         return str(request.getfixturevalue("postgres_url"))
 
     return make

@@ -19,6 +19,7 @@ from agents.memory.stores._search.vector_cache import SCREEN_QUERY, Vectors
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 KINDS = ["sqlite", "jsonl", "postgres"]
+IN_PROCESS_TOO = [*KINDS, "memory"]  # for the tests that need no second process
 QUERY = "pay the invoice for March"
 EMBEDDER = HashingEmbedder()
 
@@ -51,7 +52,7 @@ def write(url: str, n: int = 60) -> list[int]:
     return seqs
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
 def test_an_unchanged_session_is_scored_without_reading_its_vectors_again(
     kind: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,7 +70,7 @@ def test_an_unchanged_session_is_scored_without_reading_its_vectors_again(
         assert {mode: ranked(store, mode) for mode in ("semantic", "hybrid")} == want
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
 @pytest.mark.parametrize("change", ["update last", "update first", "delete", "append"])
 def test_a_write_by_a_second_handle_is_seen_by_the_next_search(
     kind: str, change: str, durable_url: Callable[[str], str]
@@ -96,7 +97,7 @@ def test_a_write_by_a_second_handle_is_seen_by_the_next_search(
         assert after == ranked(fresh)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
 def test_kept_vectors_rank_as_memory_search(kind: str, durable_url: Callable[[str], str]) -> None:
     """A search from the kept table gives Memory.search's hits and scores, float for float."""
     url = durable_url(kind)
@@ -113,7 +114,7 @@ def test_kept_vectors_rank_as_memory_search(kind: str, durable_url: Callable[[st
                 assert [(hit.item["step"], hit.score) for hit in hits] == want
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
 def test_a_kept_table_holds_a_part_vector_that_steps_repeat_once(
     kind: str, durable_url: Callable[[str], str]
 ) -> None:
@@ -228,7 +229,7 @@ def test_a_read_only_sqlite_handle_sees_a_writer_that_came_later(tmp_path: Path)
     assert after[0][0] == seqs[-1]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
 def test_a_write_by_the_same_handle_is_seen_by_its_next_search(
     kind: str, durable_url: Callable[[str], str]
 ) -> None:

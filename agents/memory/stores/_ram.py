@@ -47,6 +47,8 @@ class _Space:
     sessions: dict[str, _Session] = attrs.Factory(dict)
     # One counter for every session of the space, so a recreated session never reuses a seq.
     next_seq: int = 1
+    # Bumped by every write transaction and session deletion: what vectors_version answers.
+    writes: int = 0
 
 
 _NAMED: Final[dict[str, _Space]] = {}
@@ -137,6 +139,9 @@ class SpaceBackend(Backend):
                 for undo in reversed(tx.undo):
                     undo()
                 raise
+            finally:
+                if tx.undo:  # something was written (and kept, or undone)
+                    self._space.writes += 1
 
     def lock_session(self, tx: _Tx, session_id: str) -> SessionRow | None:
         session = tx.space.sessions.get(session_id)
@@ -279,6 +284,7 @@ class SpaceBackend(Backend):
 
     def delete_session(self, session_id: str) -> bool:
         with self._space.lock:
+            self._space.writes += 1
             return self._space.sessions.pop(session_id, None) is not None
 
     # -- vectors -------------------------------------------------------------------------
@@ -296,6 +302,11 @@ class SpaceBackend(Backend):
             rows = sorted((session.vectors.get(fields) or {}).items()) if session else []
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
+
+    def vectors_version(self, session_id: str, fields: str) -> int:
+        """Return the count of the space's writes: every write to any session of this name changes it (more often than needed, never too seldom)."""
+        with self._space.lock:
+            return self._space.writes
 
     def vector_count(self, session_id: str, fields: str) -> int:
         with self._space.lock:
