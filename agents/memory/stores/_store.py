@@ -111,10 +111,11 @@ class Store(ReadCalls, RecordCalls, SearchCalls, SessionSearchCalls):
     def keyword_index(self) -> bool:
         """Whether :meth:`search` without ``keys`` is answered by a keyword index the backend keeps.
 
-        ``True`` for SQLite (FTS5) and PostgreSQL (``tsvector``); ``False``
-        for the JSONL and in-memory stores, and for an SQLite file of an
-        older layout opened read-only, which read the session and tokenize
-        it on every search. Either way the ranking is the same.
+        ``True`` for SQLite (FTS5), PostgreSQL (``tsvector``), JSONL (an
+        index file beside each log) and ``memory://`` (postings per
+        session); ``False`` for an SQLite file of an older layout opened
+        read-only, and a backend that keeps no index, which read the session
+        and tokenize it on every search. Either way the ranking is the same.
         """
         return self.backend.keyword_index
 

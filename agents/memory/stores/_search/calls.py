@@ -59,11 +59,12 @@ class SearchCalls:
         for the same items (default :class:`~agents.memory.search.Tokenizer`,
         BM25+ with Lucene's IDF, ``k1`` = 1.2, ``b`` = 0.75, statistics of this session
         alone), with the same scores; ties keep session order. SQLite and PostgreSQL answer
-        it from a keyword index they keep with the rows (FTS5, ``tsvector``)
-        and read only the ``k`` items found; with ``keys``, and in the JSONL
-        and in-memory stores, the session is read a page at a time and
-        tokenized, keeping only the items holding a query term (see
-        :attr:`keyword_index`). Either way a stored session is searched
+        it from a keyword index they keep with the rows (FTS5, ``tsvector``),
+        JSONL from an index file beside each log and ``memory://`` from
+        postings it keeps per session, reading only the ``k`` items found;
+        with ``keys`` (and in a backend that keeps no keyword index) the
+        session is read a page at a time and tokenized, keeping only the
+        items holding a query term (see :attr:`keyword_index`). Either way a stored session is searched
         without loading it into a ``Memory``.
 
         Args:
