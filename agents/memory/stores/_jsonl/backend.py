@@ -80,13 +80,15 @@ from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._jsonl.files import StoreFiles
-from agents.memory.stores._jsonl.keywords import (
-    DamagedIndexError,
-    KeywordIndex,
-    SessionKeywords,
+from agents.memory.stores._jsonl.keyword_index import KeywordIndex
+from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
+from agents.memory.stores._jsonl.keyword_ranking import (
+    frequencies,
     rank_together,
     score_among,
+    top,
 )
+from agents.memory.stores._jsonl.keywords import SessionKeywords
 from agents.memory.stores._jsonl.log import (
     CLEAR_RECORD,
     DROP_VECTORS_RECORD,
@@ -527,7 +529,7 @@ class LogBackend(Backend):
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
         with self._files.locked(exclusive=False):
-            return self._indexed(session_id, lambda index: index.top(terms, k)) or []
+            return self._indexed(session_id, lambda index: top(index, terms, k)) or []
 
     def keyword_among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
@@ -537,7 +539,7 @@ class LogBackend(Backend):
 
     def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         with self._files.locked(exclusive=False):
-            df = self._indexed(session_id, lambda index: index.frequencies(terms))
+            df = self._indexed(session_id, lambda index: frequencies(index, terms))
         return df if df is not None else dict.fromkeys(terms, 0)
 
     def keyword_top_sessions(
