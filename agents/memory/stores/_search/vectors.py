@@ -277,7 +277,11 @@ class VectorSearch:
             )
             if keep is not None:
                 ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
-                passing = first_passing(ranked, k, keep, found, read)
+                # Each slice of the blend screened before its items are read
+                # (Backend.filter_among_rows, where the backend judges the filter): a rare
+                # filter reads the items that pass, not the hundreds blended above them.
+                screen = Screener(self._engine, sid, keep, found, on_unknown_class)
+                passing = first_passing(ranked, k, keep, found, read, screen=screen)
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
