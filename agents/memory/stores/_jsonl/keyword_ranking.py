@@ -119,7 +119,8 @@ def _top_numpy(
         kth = np.partition(score[held], len(held) - k)[len(held) - k]
         held = held[score[held] >= kth]
     best = held[np.lexsort((seqs[held], -score[held]))][:k]
-    return [(float(score[at]), int(seqs[at])) for at in best]
+    # tolist: the same floats and ints as float() and int() of each, in one call
+    return list(zip(score[best].tolist(), seqs[best].tolist(), strict=True))
 
 
 def frequencies(index: KeywordIndex, terms: Sequence[str]) -> dict[str, int]:
