@@ -277,9 +277,7 @@ class VectorSearch:
             )
             if keep is not None:
                 ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
-                # Each slice of the blend screened before its items are read
-                # (Backend.filter_among_rows, where the backend judges the filter): a rare
-                # filter reads the items that pass, not the hundreds blended above them.
+                # Screened a slice at a time: a rare filter reads only the rows that may pass.
                 screen = Screener(self._engine, sid, keep, found, on_unknown_class)
                 passing = first_passing(ranked, k, keep, found, read, screen=screen)
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
