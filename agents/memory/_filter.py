@@ -51,6 +51,8 @@ __all__ = [
     "FilterNode",
     "Predicate",
     "Where",
+    "node_fields",
+    "node_test",
     "value_at",
 ]
 
@@ -347,6 +349,50 @@ def _field(name: str, condition: Any, place: str) -> tuple[_Test, FilterNode]:
         return value_test(value_at(item, name))
 
     return nested, node
+
+
+def node_fields(node: FilterNode) -> set[str] | None:
+    """Return the field names a parsed filter reads, or ``None`` if it holds a function of the item (only the item can tell)."""
+    if isinstance(node, Condition):
+        return {node.field}
+    if isinstance(node, Predicate):
+        return None
+    out: set[str] = set()
+    for part in node.parts:
+        fields = node_fields(part)
+        if fields is None:
+            return None
+        out |= fields
+    return out
+
+
+def node_test(node: FilterNode) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Return the test of a parsed filter over a row's field values, or ``None`` if it holds a function of the item.
+
+    The test takes, for each field :func:`node_fields` names, the value
+    :func:`value_at` reads (``NOTHING`` where the item holds none), and
+    keeps what :class:`Filter` keeps: the same comparisons, compiled by the
+    same code. A store that keeps the values of filtered fields apart from
+    its items judges a filter with it without decoding the items.
+    """
+    if isinstance(node, Predicate):
+        return None
+    if isinstance(node, Condition):
+        field = node.field
+        if node.op == "range":
+            span = node.operand
+            return lambda values: type(values[field]) is int and values[field] in span
+        value_test = _operator(f"Filter on field {field!r}", node.op, node.operand)
+        return lambda values: value_test(values[field])
+    tests = []
+    for part in node.parts:
+        test = node_test(part)
+        if test is None:
+            return None
+        tests.append(test)
+    if not tests:
+        return lambda values: True
+    return _every(tests) if isinstance(node, AllOf) else _some(tests)
 
 
 def value_at(item: MemoryItem, name: str) -> Any:

@@ -68,25 +68,30 @@ Files are created readable by their owner only (``0600``), the directory
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final, TypeVar
 
 import attrs
 
+from agents.memory._filter import FilterNode
 from agents.memory.exceptions import CorruptStoreError, StoreError
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._jsonl.files import StoreFiles
-from agents.memory.stores._jsonl.keywords import (
-    DamagedIndexError,
-    KeywordIndex,
-    SessionKeywords,
+from agents.memory.stores._jsonl.filter_values import FilterValues
+from agents.memory.stores._jsonl.keyword_index import KeywordIndex
+from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
+from agents.memory.stores._jsonl.keyword_ranking import (
+    frequencies,
     rank_together,
     score_among,
+    top,
 )
+from agents.memory.stores._jsonl.keywords import SessionKeywords
 from agents.memory.stores._jsonl.log import (
     CLEAR_RECORD,
     DROP_VECTORS_RECORD,
@@ -103,6 +108,8 @@ from agents.memory.stores._store import Store
 __all__ = ["JSONLStore", "LogBackend"]
 
 _COMPACT_MIN_DEAD: Final = 32
+_FEW: Final = 16
+"""A filter that at most one row in this many passes has only those rows scored (``keyword_top_where``)."""
 
 T = TypeVar("T")
 
@@ -228,6 +235,7 @@ class LogBackend(Backend):
         self._files = StoreFiles(self.directory)
         self._logs = SessionLogs(self._files, version=SCHEMA_VERSION, fsync=fsync)
         self._keywords = SessionKeywords(self.directory, read_only=read_only)
+        self._values = FilterValues()
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -491,6 +499,7 @@ class LogBackend(Backend):
             self._logs.forget(session_id)
             os.unlink(path)
             self._keywords.forget(session_id, remove=True)
+            self._values.forget(session_id)
             return True
 
     def compact(self, session_id: str) -> None:
@@ -504,6 +513,7 @@ class LogBackend(Backend):
         self._files.close()
         self._logs.clear()
         self._keywords.clear()
+        self._values.clear()
 
     # -- keyword search: the index beside each log ----------------------------------------
 
@@ -527,7 +537,7 @@ class LogBackend(Backend):
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
         with self._files.locked(exclusive=False):
-            return self._indexed(session_id, lambda index: index.top(terms, k)) or []
+            return self._indexed(session_id, lambda index: top(index, terms, k)) or []
 
     def keyword_among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
@@ -537,7 +547,7 @@ class LogBackend(Backend):
 
     def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         with self._files.locked(exclusive=False):
-            df = self._indexed(session_id, lambda index: index.frequencies(terms))
+            df = self._indexed(session_id, lambda index: frequencies(index, terms))
         return df if df is not None else dict.fromkeys(terms, 0)
 
     def keyword_top_sessions(
@@ -557,10 +567,77 @@ class LogBackend(Backend):
                 best = rank_together([index for _, index in found], terms, k)
         return [(score, found[number][0], seq) for score, number, seq in best]
 
+    def keyword_top_where(
+        self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
+    ) -> list[tuple[float, int]] | None:
+        """Rank only the rows that pass ``tree``, judged from the values of its fields this handle keeps.
+
+        A filter that at most one row in :data:`_FEW` passes has only those
+        rows scored; a wider one takes the index's ranking ever deeper
+        (four times over) until ``k`` of its rows pass.
+        """
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            if log is None:
+                return []
+            allowed = self._values.passing(session_id, log, tree, self._source(session_id))
+            if allowed is None:
+                return None
+            if not allowed:
+                return []
+            if _FEW * len(allowed) <= len(log.rows):
+                ordered = sorted(allowed)
+                scored = self._indexed(session_id, lambda index: score_among(index, terms, ordered))
+                return (scored or [])[:k]
+            depth = 4 * k
+            while True:
+                ranked = self._indexed(session_id, functools.partial(_top_of, terms, depth)) or []
+                kept = [hit for hit in ranked if hit[1] in allowed]
+                if len(kept) >= k or len(ranked) < depth:
+                    return kept[:k]
+                depth *= 4
+
+    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            if log is None:
+                return set()
+            found = self._values.passing(session_id, log, tree, self._source(session_id))
+            return None if found is None else set(found)  # the kept set stays as it is
+
+    def filter_among(
+        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
+    ) -> set[int] | None:
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            if log is None:
+                return set()
+            return self._values.passing(session_id, log, tree, self._source(session_id), seqs)
+
+    def filter_among_rows(
+        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]] | None:
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            if log is None:
+                return []
+            may = self._values.passing(session_id, log, tree, self._source(session_id), seqs)
+            if may is None:
+                return None
+            return [(seq, log.rows[seq][2]) for seq in sorted(may)]
+
+    def _source(self, session_id: str) -> str:
+        """Return how errors name a session's log."""
+        return f"session {session_id!r} of {self._files.log_path(session_id)!r}"
+
     def _rebuilt(self, session_id: str) -> KeywordIndex:
         log = self._logs.current(session_id)
         assert log is not None  # the caller holds the lock and just read the session
         return self._keywords.rebuilt(session_id, log, self._files.log_path(session_id))
+
+
+def _top_of(terms: Sequence[str], k: int, index: KeywordIndex) -> list[tuple[float, int]]:
+    return top(index, terms, k)
 
 
 def _open_log(tx: _Tx) -> SessionLog:

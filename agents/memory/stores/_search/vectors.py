@@ -277,7 +277,9 @@ class VectorSearch:
             )
             if keep is not None:
                 ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
-                passing = first_passing(ranked, k, keep, found, read)
+                # Screened a slice at a time: a rare filter reads only the rows that may pass.
+                screen = Screener(self._engine, sid, keep, found, on_unknown_class)
+                passing = first_passing(ranked, k, keep, found, read, screen=screen)
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]

@@ -1,0 +1,212 @@
+"""The file of a keyword index, ``<session_id>.keywords``: writing it, and reading it back checked.
+
+The file: a JSON header line (sizes and CRC-32s of the parts), the terms
+(sorted, one a line), each term's ``(start, count, crc)`` in the postings,
+the items' seqs (ascending) and lengths, and the postings (each term's seqs,
+ascending, then its counts), all as native unsigned arrays. The header names
+the log's header and the length of the log it covers, with a hash of the
+:data:`TAIL` bytes before that offset; :func:`load` checks every byte before
+it is used, and a file that does not check out raises
+:class:`~agents.memory.stores._jsonl.keyword_postings.DamagedIndexError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import sys
+import zlib
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Final, overload
+
+import orjson
+
+from agents.memory.stores._jsonl.keyword_index import KeywordIndex, numpy_module
+from agents.memory.stores._jsonl.keyword_postings import (
+    POSTING_CODES,
+    Base,
+    DamagedIndexError,
+    pread,
+    width,
+)
+from agents.memory.stores._jsonl.log import SessionLog
+
+__all__ = ["FORMAT", "TAIL", "file_bytes", "load"]
+
+FORMAT: Final = "kvmemory.jsonl-keywords"
+_VERSION: Final = 1
+TAIL: Final = 4096
+"""How many bytes before the offset an index covers are hashed to tell the same log from another."""
+_HEADER_MAX: Final = 4096
+
+
+class _Terms(Sequence[str]):
+    """The sorted terms of a file, each decoded when looked at (bisection looks at a few)."""
+
+    def __init__(self, data: bytes, starts: array[int]) -> None:
+        self._data = data
+        self._starts = starts
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    @overload
+    def __getitem__(self, at: int) -> str: ...
+    @overload
+    def __getitem__(self, at: slice) -> list[str]: ...
+    def __getitem__(self, at: int | slice) -> str | list[str]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        if at < 0:
+            at += len(self)
+        if not 0 <= at < len(self):
+            raise IndexError(at)
+        start, end = self._starts[at], self._starts[at + 1]
+        if not start <= end <= len(self._data):
+            raise DamagedIndexError("term bounds")
+        return self._data[start:end].decode("utf-8", errors="replace")
+
+
+def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> KeywordIndex:
+    """Return the index an open file holds, if it covers a prefix of the log ``log`` views.
+
+    ``read_log(start, end)`` returns the log file's bytes in that range.
+    Every byte is checked before it is used: the header, the terms, their
+    entries and the lengths here (against their CRC), each term's postings
+    when it is first asked for (:meth:`Base.slice`), read from ``fd`` then:
+    the index takes the file descriptor and closes it when it goes.
+
+    Raises:
+        DamagedIndexError: if the file is not an index of this log, or is damaged.
+    """
+    try:
+        size = os.fstat(fd).st_size
+        first = pread(fd, 0, _HEADER_MAX)
+        end = first.find(b"\n")
+        if end < 0:
+            raise DamagedIndexError("no header line")
+        head = orjson.loads(first[:end])
+        if type(head) is not dict or head.get("format") != FORMAT:
+            raise DamagedIndexError("not a keyword index")
+        offset, items, n_terms, seq_width = (
+            head["offset"],
+            head["items"],
+            head["terms"],
+            head["seq_width"],
+        )
+        widths, parts, postings = head["widths"], head["parts"], head["postings"]
+        if not (
+            head.get("version") == _VERSION
+            and head.get("byteorder") == sys.byteorder
+            and head.get("log") == hashlib.blake2b(log.header).hexdigest()
+            and all(type(x) is int and x >= 0 for x in (offset, items, n_terms, postings))
+            and len(log.header) <= offset <= log.offset
+            and seq_width in POSTING_CODES
+            and type(widths) is list
+            and len(widths) == 2
+            and all(w in POSTING_CODES and type(w) is int for w in widths)
+            and type(parts) is list
+            and len(parts) == 4
+            and all(type(part) is list and len(part) == 2 for part in parts)
+            and all(type(x) is int and x >= 0 for part in parts for x in part)
+            and parts[1][0] == (n_terms + 1) * 4
+            and parts[2][0] == n_terms * 3 * 8
+            and parts[3][0] == items * (seq_width + 4)
+            and end + 1 + sum(part[0] for part in parts) + postings == size
+        ):
+            raise DamagedIndexError("header")
+        if hashlib.blake2b(read_log(max(0, offset - TAIL), offset)).hexdigest() != head["tail"]:
+            raise DamagedIndexError("another log")
+        at = end + 1
+        read = pread(fd, at, at + sum(part[0] for part in parts))
+        chunks = []
+        for length, crc in parts:
+            chunk, read = read[:length], read[length:]
+            if zlib.crc32(chunk) != crc:
+                raise DamagedIndexError("checksum")
+            chunks.append(chunk)
+            at += length
+        starts: array[int] = array(POSTING_CODES[4])
+        starts.frombytes(chunks[1])
+        terms = _Terms(chunks[0], starts)
+        entries: array[int] = array(POSTING_CODES[8])
+        entries.frombytes(chunks[2])
+        seqs: array[int] = array(POSTING_CODES[seq_width])
+        seqs.frombytes(chunks[3][: items * seq_width])
+        counts: array[int] = array(POSTING_CODES[4])
+        counts.frombytes(chunks[3][items * seq_width :])
+        base = Base(terms, entries, (widths[0], widths[1]), fd=fd, at=at, size=postings)
+        np = numpy_module()
+        if np is None:
+            lengths: dict[int, int] | tuple[array[int], array[int]] = dict(
+                zip(seqs, counts, strict=True)
+            )
+            if len(lengths) != items:
+                raise DamagedIndexError("repeated seqs")
+            index = KeywordIndex(log.header, offset, lengths, base)
+        else:
+            # The file's seqs ascend (checked): numpy's arrays of them come from its bytes.
+            dense = np.frombuffer(chunks[3][: items * seq_width], dtype=f"=u{seq_width}")
+            if (dense[1:] <= dense[:-1]).any():
+                raise DamagedIndexError("seqs not ascending")
+            index = KeywordIndex(log.header, offset, (seqs, counts), base)
+            index.dense_from(
+                dense.astype(np.int64),
+                np.frombuffer(chunks[3][items * seq_width :], dtype="=u4").astype(np.float64),
+            )
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as exc:
+        os.close(fd)
+        if isinstance(exc, DamagedIndexError):
+            raise
+        raise DamagedIndexError(str(exc)) from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    return index
+
+
+def file_bytes(index: KeywordIndex, tail: bytes) -> list[bytes]:
+    """Return the file of a packed index (:meth:`KeywordIndex.packed`), ``tail`` being the log's bytes just before :attr:`offset`."""
+    assert not index.added
+    assert not index.removed
+    seqs = sorted(index.lengths)
+    seq_width = width(seqs[-1] if seqs else 0)
+    lengths_part = (
+        array(POSTING_CODES[seq_width], seqs).tobytes()
+        + array(POSTING_CODES[4], [index.lengths[seq] for seq in seqs]).tobytes()
+    )
+    base = index.base
+    encoded = [term.encode() for term in base.terms]
+    terms_part = b"".join(encoded)
+    starts: array[int] = array(POSTING_CODES[4], [0])
+    starts.extend(itertools.accumulate(map(len, encoded)))
+    starts_part = starts.tobytes()
+    entries_part = base.entries.tobytes()
+    head = {
+        "format": FORMAT,
+        "version": _VERSION,
+        "byteorder": sys.byteorder,
+        "log": hashlib.blake2b(index.header).hexdigest(),
+        "offset": index.offset,
+        "tail": hashlib.blake2b(tail).hexdigest(),
+        "items": len(seqs),
+        "terms": len(base.terms),
+        "seq_width": seq_width,
+        "widths": list(index.widths),
+        "parts": [
+            [len(part), zlib.crc32(part)]
+            for part in (terms_part, starts_part, entries_part, lengths_part)
+        ],
+        "postings": base.size,
+    }
+    blob = base.read(0, base.size)
+    return [
+        orjson.dumps(head) + b"\n",
+        terms_part,
+        starts_part,
+        entries_part,
+        lengths_part,
+        blob,
+    ]
