@@ -342,7 +342,8 @@ class KeywordSearch:
         least its ``PROXIMITY_TOP`` best. The leader is read and its terms
         counted: holding every query word, it covers the whole query.
         Where the blend asks (``stands_out``), the best ``PROXIMITY_TOP``
-        hits are read as well, in the same statement, and each word's
+        hits are read as well (in one statement, after the leader, where
+        the leader does not hold the words together), and each word's
         document frequency comes from :meth:`Backend.keyword_frequencies`,
         or where the backend cannot say, from ranking the word's items
         (:meth:`Backend.keyword_top`).
@@ -353,7 +354,7 @@ class KeywordSearch:
         leader = ranked[0][1]
         hits = [seq for _, seq in ranked[:PROXIMITY_TOP]]
         wanted = stands_out(ranked, weight)
-        read = self._engine.read_items(sid, hits if wanted else [leader], on_unknown_class)
+        read = self._engine.read_items(sid, [leader], on_unknown_class)
         words = set(item_terms(read[leader])[0].split(" ")) if leader in read else set()
         whole = set(distinct) <= words
         if whole and not wanted:
@@ -364,7 +365,11 @@ class KeywordSearch:
             if held is None:
                 held = {term for term in distinct if term in words}
             covered = query_coverage(distinct, df, held, n_items)
-        together = not wanted or items_together(distinct, df, n_items, hits, read, None)
+        together = not wanted or items_together(distinct, df, n_items, hits[:1], read, None)
+        if not together and len(hits) > 1:  # the leader's words lie apart: read the rest at once
+            rest = self._engine.read_items(sid, hits[1:], on_unknown_class)
+            together = items_together(distinct, df, n_items, hits[1:], rest, None)
+            read = {**read, **rest}
         return covered, together, read
 
     def _frequencies(
