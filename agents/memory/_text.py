@@ -117,7 +117,7 @@ def query_coverage(
     return part / total if total else 1.0
 
 
-PROXIMITY_WINDOW: Final = 8
+PROXIMITY_WINDOW: Final = 5
 """How many consecutive terms of one field a hit must hold the query's words within (:func:`query_together`)."""
 PROXIMITY_TOP: Final = 100
 """How many of a query's best keyword hits :func:`query_together` reads."""
