@@ -126,6 +126,17 @@ def _cover_text(size: int) -> st.SearchStrategy[str]:
     return st.lists(st.sampled_from(COVER_WORDS), max_size=size).map(" ".join)
 
 
+def _keyword_side(
+    store_url: str, items: list[MemoryItem], query: list[str], keys: tuple[str, ...] | None
+) -> tuple[Any, ...]:
+    """Return a store's keyword side of a hybrid query over ``items`` in a fresh session (``KeywordSearch.hybrid``)."""
+    sid = uuid.uuid4().hex  # the fixture's store outlives one example
+    with open_store(store_url) as store:
+        store.append(sid, items)
+        searched = KeywordSearch(Engine(store.backend, read_only=True))
+        return searched.hybrid(sid, query, keys, 0.6, "error")
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -142,11 +153,7 @@ def test_a_store_gives_the_keyword_leader_the_coverage_memory_search_gives(
     """The share of the query's IDF weight the keyword leader holds is SearchIndex.coverage's to the last bit, in every store, with keys and without."""
     items = [MemoryItem(step=i, a=a, b=b) for i, (a, b) in enumerate(texts)]
     keys = ("a",) if only_a else None
-    sid = uuid.uuid4().hex  # the fixture's store outlives one example
-    with open_store(store_url) as store:
-        store.append(sid, items)
-        searched = KeywordSearch(Engine(store.backend, read_only=True))
-        got = searched.hybrid(sid, query, keys, 0.6, "error")[2]
+    got = _keyword_side(store_url, items, query, keys)[2]
     memory = Memory(items)
     ranked = memory.search(" ".join(query), len(items), keys=keys)
     leader = keyword_leader({hit.item["step"]: hit.score for hit in ranked})
@@ -169,11 +176,7 @@ def test_a_store_tells_whether_a_hit_holds_the_query_words_together_as_memory_se
     """Whether one of the best keyword hits holds the query's words within a window of one field is SearchIndex.together's answer, in every store, with keys and without."""
     items = [MemoryItem(step=i, a=a, b=b) for i, (a, b) in enumerate(texts)]
     keys = ("a",) if only_a else None
-    sid = uuid.uuid4().hex  # the fixture's store outlives one example
-    with open_store(store_url) as store:
-        store.append(sid, items)
-        searched = KeywordSearch(Engine(store.backend, read_only=True))
-        got = searched.hybrid(sid, query, keys, 0.6, "error")[3]
+    got = _keyword_side(store_url, items, query, keys)[3]
     index = search_index(Memory(items))
     keyword = index.keyword_scores(query, keys)[0]
     assert got == (len(keyword) < 2 or index.together(query, keys, keyword))

@@ -41,6 +41,7 @@ __all__ = [
     "query_coverage",
     "query_together",
     "spaced_terms",
+    "window_weight",
 ]
 
 BM25_K1 = 1.2
@@ -179,19 +180,24 @@ def query_together(
                 continue
         for field, text in field_texts(fields[key]):
             searched = keys is None or field in keys
-            if searched and _window_weight(tokenize(text), weights, need) >= need:
+            if searched and window_weight(tokenize(text), weights, need=need) >= need:
                 return True
     return False
 
 
-def _window_weight(words: Sequence[str], weights: Mapping[str, float], need: float) -> float:
-    """Return the most of ``weights`` one window of :data:`PROXIMITY_WINDOW` consecutive ``words`` holds (stops once one holds ``need``)."""
+def window_weight(
+    words: Sequence[str],
+    weights: Mapping[str, float],
+    window: int = PROXIMITY_WINDOW,
+    need: float = math.inf,
+) -> float:
+    """Return the most of ``weights`` (terms and their weights) that one window of ``window`` consecutive ``words`` holds, each term once; stop once one holds ``need``."""
     at = [(place, word) for place, word in enumerate(words) if word in weights]
     best = 0.0
     for first, (start, _) in enumerate(at):
         seen: set[str] = set()
         for place, word in at[first:]:
-            if place - start >= PROXIMITY_WINDOW:
+            if place - start >= window:
                 break
             seen.add(word)
         # Summed in query order, never set order: the same float in every process.
