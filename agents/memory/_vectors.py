@@ -79,9 +79,10 @@ BM25 over :func:`keyword_scale`, twice the IDF of a word only one item
 holds), so words of the query that no item holds change nothing and a
 match on common words alone stays near 0. The cosine is taken as it is
 (below 0 as 0) and discounted by how crowded the top of the query's
-cosine ranking is (:func:`semantic_discount`). Where no keyword hit holds the query's words together, each side counts
-by how it stands out over the query's own background instead
-(:func:`stand_out`). In ``benchmarks/bench_search.py
+cosine ranking is (:func:`semantic_discount`). Where no keyword hit
+holds the query's words together, each side counts by how it stands out
+over the query's own background instead (:func:`stand_out`). In
+``benchmarks/bench_search.py
 --sections hybrid`` this blend came within 0.02 of the better of keyword
 and semantic search on lexical and paraphrased queries, statements and
 questions, short and long steps, facts in a field or at the start, middle
@@ -603,10 +604,7 @@ def stand_out(
     BM25 says little unless it stands out from the others; the semantic
     side counts by how far it rises above the crowd.
     """
-    best = heapq.nlargest(KEYWORD_BACKGROUND, keyword.values())
-    background = 0.0
-    if len(best) == KEYWORD_BACKGROUND:
-        background = keyword_share(best[-1], scale)
+    background = _keyword_background(keyword, scale)
     c = _background_cosine(semantic)
     out = {}
     for key in dict.fromkeys([*keyword, *semantic]):
@@ -636,16 +634,19 @@ def blend_ceiling(
     if 0.0 < w < 1.0:
         w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
     if apart:
-        best = heapq.nlargest(KEYWORD_BACKGROUND, keyword.values())
-        background = 0.0
-        if len(best) == KEYWORD_BACKGROUND:
-            background = keyword_share(best[-1], scale)
+        background = _keyword_background(keyword, scale)
         return w * _lead(keyword_share(bm25, scale), background) + (1.0 - w) * _rise(
             cosine, _background_cosine(semantic)
         )
     return w * keyword_share(bm25, scale) + (1.0 - w) * semantic_discount(semantic) * max(
         cosine, 0.0
     )
+
+
+def _keyword_background(keyword: Mapping[int, float], scale: float) -> float:
+    """Return the keyword share of the query's :data:`KEYWORD_BACKGROUND`-th best hit (0 with fewer hits)."""
+    best = heapq.nlargest(KEYWORD_BACKGROUND, keyword.values())
+    return keyword_share(best[-1], scale) if len(best) == KEYWORD_BACKGROUND else 0.0
 
 
 def _background_cosine(semantic: Mapping[int, float]) -> float:
