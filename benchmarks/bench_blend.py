@@ -22,9 +22,14 @@ of the query's IDF weight within its best window of 8, 16 or 32 terms of
 one field as its coverage (:func:`collect_windows`, ``windows-...`` files;
 tried, not adopted: docs/search.md, "Windowed coverage").
 
+The ``nk...`` rules (:data:`PROX_RULES`) read both: the default blend
+where some hit holds the words together (the evidence of ``--window``
+terms), a fallback elsewhere; ``nkq0.9 --window 5`` is the library's blend.
+
 Run: .venv/bin/python benchmarks/bench_blend.py [--items 3000] [--facts 120] [--seeds 1,2,3]
-     [--rules current,proximity,coverage,kept,shared5,leader0.8,...] [--corpora tuning|held-out|NAME,...]
-     (every rule: RULES, NEAR_RULES, COVER_RULES, windowed8/16/32; --rules all runs all but windowed)
+     [--rules current,proximity,coverage,kept,shared5,leader0.8,nkq0.9,...] [--corpora tuning|held-out|NAME,...]
+     [--window 5]
+     (every rule: RULES, NEAR_RULES, COVER_RULES, PROX_RULES, windowed8/16/32; --rules all runs all but windowed)
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from bench_heldout import TUNING_KEYWORD, TUNING_RULE, corpus, load, number
 
 from agents.memory import Memory, MemoryItem, _vectors
 from agents.memory._item import item_fields
-from agents.memory._text import bm25_weight, field_texts
+from agents.memory._text import bm25_weight, field_texts, window_weight
 from agents.memory.search import Tokenizer, WordLlamaEmbedder, search_index
 
 MODES = ("keyword", "semantic", "hybrid")
@@ -59,6 +64,9 @@ Rule = Callable[[dict[int, float], float, dict[int, float], float], dict[int, fl
 Near = dict[int, float]
 CoverRule = Callable[[dict[int, float], float, dict[int, float], float, Cover], dict[int, float]]
 NearRule = Callable[[dict[int, float], float, dict[int, float], float, Near], dict[int, float]]
+ProxRule = Callable[
+    [dict[int, float], float, dict[int, float], float, Cover, Near], dict[int, float]
+]
 
 PROXIMITY_WINDOW = 8
 PROXIMITY_TOP = 100
@@ -135,21 +143,11 @@ def near_shares(
     total = sum(weights.values())
     if total <= 0.0:
         return 1.0
-    best = 0.0
-    for terms in fields:
-        at = [(place, term) for place, term in enumerate(terms) if term in weights]
-        for first, (start, _) in enumerate(at):
-            seen: set[str] = set()
-            for place, term in at[first:]:
-                if place - start >= window:
-                    break
-                seen.add(term)
-            best = max(best, sum(weights[term] for term in seen))
-    return best / total
+    return max((window_weight(terms, weights, window) for terms in fields), default=0.0) / total
 
 
 def collect_near(
-    name: str, n_items: int, n_facts: int, seed: int, cache: Path
+    name: str, n_items: int, n_facts: int, seed: int, cache: Path, window: int = PROXIMITY_WINDOW
 ) -> dict[str, list[Near]]:
     """Return, per query kind, each query's :func:`near_shares` of its best ``PROXIMITY_TOP`` keyword hits (cached).
 
@@ -157,7 +155,8 @@ def collect_near(
     no embedding. The query's IDF weights are the index's (``bm25_weight``
     of each query term some item holds).
     """
-    path = cache / f"near-{name}-{n_items}-{n_facts}-{seed}.pickle"
+    tail = "" if window == PROXIMITY_WINDOW else f"-w{window}"
+    path = cache / f"near-{name}-{n_items}-{n_facts}-{seed}{tail}.pickle"
     if path.exists():
         with path.open("rb") as file:
             return pickle.load(file)  # type: ignore[no-any-return]
@@ -183,7 +182,7 @@ def collect_near(
             best = heapq.nsmallest(
                 PROXIMITY_TOP, keyword.items(), key=lambda hit: (-hit[1], hit[0])
             )
-            got.append({key: near_shares(terms_of[key], weights) for key, _ in best})
+            got.append({key: near_shares(terms_of[key], weights, window) for key, _ in best})
         out[kind] = got
     cache.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as file:
@@ -275,7 +274,9 @@ def recalls(
     for at, (answer, keyword_top, semantic_top, keyword, semantic, scale) in enumerate(queries):
         hits["keyword"] += answer in keyword_top
         hits["semantic"] += answer in semantic_top
-        if rule in NEAR_RULES:
+        if rule in PROX_RULES:
+            scores = PROX_RULES[rule](keyword, scale, semantic, 0.6, cover[at], near[at])
+        elif rule in NEAR_RULES:
             scores = NEAR_RULES[rule](keyword, scale, semantic, 0.6, near[at])
         elif rule.startswith("windowed") and windows is not None:
             scores = kept(keyword, scale, semantic, 0.6, windows[at][int(rule[8:])])
@@ -535,6 +536,57 @@ def proximity(
 NEAR_RULES: dict[str, NearRule] = {"proximity": proximity}
 
 
+def near_kept(gate: float, fallback: str) -> ProxRule:
+    """The default blend (:func:`kept`) where some keyword hit holds the query's words together, else a fallback (``nearkept...``).
+
+    ``p`` is the best :func:`near_shares` among the query's best
+    ``PROXIMITY_TOP`` keyword hits (1.0 without hits). Where ``p >= gate`` the
+    default blend ranks as it does (``p`` is read over windows of
+    ``--window`` terms, 8 by default). Elsewhere, ``fallback``: ``standout``
+    ranks by each side's stand-out (as :func:`proximity`); ``cover`` ranks by
+    the default blend with ``min(q, p)`` as its coverage (the keyword weight
+    ``w min(q, p)**8``, no rank protection below 1); ``quoted`` by each
+    side's stand-out with the keyword weight ``w q**8`` (the library's
+    ``blend`` with ``together=False``, ``_vectors.stand_out``).
+
+    Adopted as the library's blend (p40): ``nkq0.9`` with ``--window 5``,
+    chosen on the tuning corpora (every set holds on every seed of 1 to 3,
+    worst 0.017; with 8 terms crowded broke on 2 seeds, the blend before on
+    3); held out every set holds on every seed (worst 0.008, the blend
+    before 0.033 and 2 broken). docs/search.md, "Proximity over the default
+    blend".
+    """
+
+    def rule(
+        keyword: dict[int, float],
+        scale: float,
+        semantic: dict[int, float],
+        w: float,
+        cover: Cover,
+        near: Near,
+    ) -> dict[int, float]:
+        p = max(near.values(), default=1.0)
+        if p >= gate or not 0.0 < w < 1.0:
+            return kept(keyword, scale, semantic, w, cover)
+        if fallback == "cover":
+            return kept(keyword, scale, semantic, w, min(cover, p))
+        if fallback == "quoted":
+            return _vectors.blend(keyword, scale, semantic, w, cover, together=False)
+        if len(keyword) < 2:
+            return kept(keyword, scale, semantic, w, cover)
+        return proximity(keyword, scale, semantic, w, near)
+
+    return rule
+
+
+PROX_RULES: dict[str, ProxRule] = {
+    f"nk{fallback[0]}{gate}": near_kept(gate, fallback)
+    for fallback in ("standout", "cover", "quoted")
+    for gate in (0.8, 0.9, 0.99, 1.0)
+}
+"""The default blend with proximity evidence (:data:`Near`) as well as :data:`Cover`, by name: ``nks0.9`` falls back to stand-out, ``nkc0.9`` to the blend with ``min(q, p)`` as coverage, ``nkq0.9`` to stand-out with the keyword weight ``w q**8``."""
+
+
 def coverage(
     keyword: dict[int, float], scale: float, semantic: dict[int, float], w: float, cover: Cover
 ) -> dict[int, float]:
@@ -747,6 +799,9 @@ def main() -> None:
         "--rules", default="current,proximity,coverage,kept,shared5,leader0.8,standout,crowd"
     )
     parser.add_argument("--corpora", default="tuning,held-out")
+    parser.add_argument(
+        "--window", type=int, default=PROXIMITY_WINDOW, help="proximity window, terms"
+    )
     parser.add_argument("--cache", default=os.environ.get("BLEND_CACHE", "/tmp/bench_blend"))
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
@@ -758,7 +813,11 @@ def main() -> None:
             names += list(heldout.FAMILIES)
         else:
             names.append(name)
-    rules = [*RULES, *NEAR_RULES, *COVER_RULES] if args.rules == "all" else args.rules.split(",")
+    rules = (
+        [*RULES, *NEAR_RULES, *COVER_RULES, *PROX_RULES]
+        if args.rules == "all"
+        else args.rules.split(",")
+    )
     started = time.perf_counter()
     print(f"== blends: recall@5, {args.items} items, {args.facts} facts, seeds {seeds}; {load()}")
     print(
@@ -771,9 +830,10 @@ def main() -> None:
     for name in names:
         data = [collect_all(name, args.items, args.facts, seed, Path(args.cache)) for seed in seeds]
         near: list[dict[str, list[Near]]] = [{} for _ in seeds]
-        if any(rule in NEAR_RULES for rule in rules):
+        if any(rule in NEAR_RULES or rule in PROX_RULES for rule in rules):
             near = [
-                collect_near(name, args.items, args.facts, seed, Path(args.cache)) for seed in seeds
+                collect_near(name, args.items, args.facts, seed, Path(args.cache), args.window)
+                for seed in seeds
             ]
         windows: list[dict[str, list[dict[int, float]]]] = [{} for _ in seeds]
         if any(rule.startswith("windowed") for rule in rules):

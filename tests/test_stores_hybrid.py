@@ -126,6 +126,17 @@ def _cover_text(size: int) -> st.SearchStrategy[str]:
     return st.lists(st.sampled_from(COVER_WORDS), max_size=size).map(" ".join)
 
 
+def _keyword_side(
+    store_url: str, items: list[MemoryItem], query: list[str], keys: tuple[str, ...] | None
+) -> tuple[Any, ...]:
+    """Return a store's keyword side of a hybrid query over ``items`` in a fresh session (``KeywordSearch.hybrid``)."""
+    sid = uuid.uuid4().hex  # the fixture's store outlives one example
+    with open_store(store_url) as store:
+        store.append(sid, items)
+        searched = KeywordSearch(Engine(store.backend, read_only=True))
+        return searched.hybrid(sid, query, keys, 0.6, "error")
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -142,15 +153,33 @@ def test_a_store_gives_the_keyword_leader_the_coverage_memory_search_gives(
     """The share of the query's IDF weight the keyword leader holds is SearchIndex.coverage's to the last bit, in every store, with keys and without."""
     items = [MemoryItem(step=i, a=a, b=b) for i, (a, b) in enumerate(texts)]
     keys = ("a",) if only_a else None
-    sid = uuid.uuid4().hex  # the fixture's store outlives one example
-    with open_store(store_url) as store:
-        store.append(sid, items)
-        searched = KeywordSearch(Engine(store.backend, read_only=True))
-        got = searched.hybrid(sid, query, keys, "error")[2]
+    got = _keyword_side(store_url, items, query, keys)[2]
     memory = Memory(items)
     ranked = memory.search(" ".join(query), len(items), keys=keys)
     leader = keyword_leader({hit.item["step"]: hit.score for hit in ranked})
     assert got == search_index(memory).coverage(query, keys, leader)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    texts=st.lists(st.tuples(_cover_text(12), _cover_text(3)), min_size=2, max_size=12),
+    query=st.lists(st.sampled_from([*COVER_WORDS, "lisbon"]), min_size=2, max_size=6),
+    only_a=st.booleans(),
+)
+def test_a_store_tells_whether_a_hit_holds_the_query_words_together_as_memory_search_does(
+    store_url: str, texts: list[tuple[str, str]], query: list[str], only_a: bool
+) -> None:
+    """Whether one of the best keyword hits holds the query's words within a window of one field is SearchIndex.together's answer, in every store, with keys and without."""
+    items = [MemoryItem(step=i, a=a, b=b) for i, (a, b) in enumerate(texts)]
+    keys = ("a",) if only_a else None
+    got = _keyword_side(store_url, items, query, keys)[3]
+    index = search_index(Memory(items))
+    keyword = index.keyword_scores(query, keys)[0]
+    assert got == (len(keyword) < 2 or index.together(query, keys, keyword))
 
 
 def test_sqlite_keyword_frequencies_count_the_items_holding_each_term(durable_url: Any) -> None:

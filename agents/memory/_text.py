@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -24,6 +24,9 @@ __all__ = [
     "BM25_K1",
     "BM25_SCALE",
     "MIN_IDF",
+    "PROXIMITY_GATE",
+    "PROXIMITY_TOP",
+    "PROXIMITY_WINDOW",
     "Tokenizer",
     "bm25_average_length",
     "bm25_idf",
@@ -36,7 +39,9 @@ __all__ = [
     "item_texts",
     "lucene_idf",
     "query_coverage",
+    "query_together",
     "spaced_terms",
+    "window_weight",
 ]
 
 BM25_K1 = 1.2
@@ -111,6 +116,95 @@ def query_coverage(
             if term in held:
                 part += weight
     return part / total if total else 1.0
+
+
+PROXIMITY_WINDOW: Final = 5
+"""How many consecutive terms of one field a hit must hold the query's words within (:func:`query_together`)."""
+PROXIMITY_TOP: Final = 100
+"""How many of a query's best keyword hits :func:`query_together` reads."""
+PROXIMITY_GATE: Final = 0.9
+"""The share of the query's IDF weight one window must hold for the query's words to stand together (:func:`query_together`)."""
+
+
+def query_together(
+    terms: Iterable[str],
+    df: Mapping[str, int],
+    n_items: int,
+    hits: Iterable[int],
+    fields: Mapping[int, Mapping[str, Any]],
+    keys: tuple[str, ...] | None,
+    tokenize: Callable[[str], Sequence[str]],
+    holds: Callable[[int], Container[str]] | None = None,
+) -> bool:
+    """Return whether one of ``hits`` holds the query's words together: :data:`PROXIMITY_GATE` of their IDF weight within :data:`PROXIMITY_WINDOW` consecutive terms of one field.
+
+    The weight is :func:`bm25_weight` of each distinct query term some item
+    holds, as :func:`query_coverage` counts it. A window counts a term once
+    however often it holds it. A hybrid query whose words no hit holds
+    together (they lie scattered over an item's entries, or some are
+    missing) ranks each side by how it stands out (``blend`` of the vectors
+    room). ``SearchIndex.together`` (``Memory.search``) and every store
+    decide it here, from the same items in the same order.
+
+    Args:
+        terms: The query's terms (repeats count once).
+        df: How many items hold each term in the searched fields.
+        n_items: How many items the statistics count.
+        hits: The keys of the query's best keyword hits, best first
+            (ties by key; at most :data:`PROXIMITY_TOP` are read).
+        fields: The fields of those hits by key (a hit not given is skipped).
+        keys: The searched fields (``None``: all).
+        tokenize: The tokenizer keyword search counts terms with.
+        holds: The query terms a hit holds, where known without reading it
+            (a hit holding under the gate's weight is then not tokenized).
+
+    Returns:
+        ``True`` at the first hit whose best window reaches the gate, or
+        when no item holds a query term; ``False`` otherwise.
+    """
+    weights = {
+        term: bm25_weight(n_items, df[term]) for term in dict.fromkeys(terms) if df.get(term, 0)
+    }
+    total = sum(weights.values())
+    if not total:
+        return True
+    need = PROXIMITY_GATE * total
+    for at, key in enumerate(hits):
+        if at == PROXIMITY_TOP:
+            break
+        if key not in fields:
+            continue
+        if holds is not None:
+            held = holds(key)
+            if sum(weight for term, weight in weights.items() if term in held) < need:
+                continue
+        for field, text in field_texts(fields[key]):
+            searched = keys is None or field in keys
+            if searched and window_weight(tokenize(text), weights, need=need) >= need:
+                return True
+    return False
+
+
+def window_weight(
+    words: Sequence[str],
+    weights: Mapping[str, float],
+    window: int = PROXIMITY_WINDOW,
+    need: float = math.inf,
+) -> float:
+    """Return the most of ``weights`` (terms and their weights) that one window of ``window`` consecutive ``words`` holds, each term once; stop once one holds ``need``."""
+    at = [(place, word) for place, word in enumerate(words) if word in weights]
+    best = 0.0
+    for first, (start, _) in enumerate(at):
+        seen: set[str] = set()
+        for place, word in at[first:]:
+            if place - start >= window:
+                break
+            seen.add(word)
+        # Summed in query order, never set order: the same float in every process.
+        best = max(best, sum(weight for term, weight in weights.items() if term in seen))
+        if best >= need:
+            break
+    return best
 
 
 def bm25_average_length(total: int, n_items: int) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import importlib
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -31,6 +31,7 @@ __all__ = [
     "COVERAGE_POWER",
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
+    "KEYWORD_BACKGROUND",
     "LEADER_LEAD",
     "SEMANTIC_REFERENCE",
     "SHARED_TOP",
@@ -41,6 +42,7 @@ __all__ = [
     "SearchMode",
     "best_cosines",
     "blend",
+    "blend_ceiling",
     "checked_vectors",
     "checked_weight",
     "cosines",
@@ -55,6 +57,8 @@ __all__ = [
     "progress_bar",
     "ranked_top",
     "semantic_discount",
+    "stand_out",
+    "stands_out",
     "top_rows",
     "vectors_once",
 ]
@@ -75,7 +79,10 @@ BM25 over :func:`keyword_scale`, twice the IDF of a word only one item
 holds), so words of the query that no item holds change nothing and a
 match on common words alone stays near 0. The cosine is taken as it is
 (below 0 as 0) and discounted by how crowded the top of the query's
-cosine ranking is (:func:`semantic_discount`). In ``benchmarks/bench_search.py
+cosine ranking is (:func:`semantic_discount`). Where no keyword hit
+holds the query's words together, each side counts by how it stands out
+over the query's own background instead (:func:`stand_out`). In
+``benchmarks/bench_search.py
 --sections hybrid`` this blend came within 0.02 of the better of keyword
 and semantic search on lexical and paraphrased queries, statements and
 questions, short and long steps, facts in a field or at the start, middle
@@ -99,6 +106,9 @@ SHARED_TOP: Final = 5
 
 LEADER_LEAD: Final = 0.8
 """A hybrid query ranks its keyword leader first when it holds every query word and the runner-up's BM25 is at most this share of its own (:func:`kept_first`)."""
+
+KEYWORD_BACKGROUND: Final = 5
+"""The rank whose keyword share is a hybrid query's keyword background where no hit holds its words together (:func:`stand_out`)."""
 
 SEMANTIC_REFERENCE = 100
 """The rank whose cosine is a hybrid query's background (:func:`semantic_discount`)."""
@@ -514,6 +524,7 @@ def blend(
     semantic: dict[int, float],
     w: float,
     coverage: float = 1.0,
+    together: bool = True,
 ) -> dict[int, float]:
     """Mix BM25 and cosine over the keyword hits and the best semantic ones.
 
@@ -540,12 +551,18 @@ def blend(
         w: The keyword share, 0 to 1 (0 and 1 are not scaled by ``coverage``).
         coverage: The share of the query's IDF weight the keyword leader
             holds, 0 to 1 (``1.0``: the leader holds every query word).
+        together: Whether one of the query's best keyword hits holds its
+            words together (:func:`~agents.memory._text.query_together`);
+            where none does and ``0 < w < 1``, each side counts by how it
+            stands out instead (:func:`stand_out`).
 
     Returns:
         The blended score (0..1) of every candidate, by key.
     """
-    out = {}
     covered = min(max(coverage, 0.0), 1.0)
+    if not together and stands_out(keyword, w):
+        return stand_out(keyword, scale, semantic, w * covered**COVERAGE_POWER)
+    out = {}
     kept: set[int] = set()
     if 0.0 < w < 1.0:  # an explicit 0 or 1 asks for one side alone
         kept = kept_first(keyword, semantic, covered)
@@ -562,6 +579,94 @@ def blend(
             for key in kept:  # above every other candidate, in their own order
                 out[key] = others + room * max(out[key], _LIFT_FLOOR)
     return out
+
+
+def stands_out(keyword: Sized, w: float) -> bool:
+    """Return whether a hybrid query whose words no keyword hit holds together ranks by :func:`stand_out` (it has two keyword hits or more, and ``0 < w < 1``).
+
+    Where it does not, :func:`blend` ranks as it always does, so the
+    callers need not read the hits' words (:func:`~agents.memory._text.query_together`).
+    """
+    return 0.0 < w < 1.0 and len(keyword) >= 2  # the keyword hits, as a mapping or ranking
+
+
+def stand_out(
+    keyword: Mapping[int, float], scale: float, semantic: Mapping[int, float], w: float
+) -> dict[int, float]:
+    """Mix each side's stand-out over the query's own background: the blend where no keyword hit holds the query's words together.
+
+    ``w * max(k - k5, 0) / (1 - k5) + (1 - w) * max(cos - c, 0) / (1 - c)``:
+    ``k`` an item's :func:`keyword_share`, ``k5`` that of the query's
+    :data:`KEYWORD_BACKGROUND`-th best keyword hit (0 with fewer hits), ``c``
+    the query's background cosine (that of :func:`semantic_discount`, at
+    least 0). Every keyword hit then holds the query's words scattered (over
+    an item's entries, a page's sentences) or only some of them, so a high
+    BM25 says little unless it stands out from the others; the semantic
+    side counts by how far it rises above the crowd.
+    """
+    background = _keyword_background(keyword, scale)
+    c = _background_cosine(semantic)
+    out = {}
+    for key in dict.fromkeys([*keyword, *semantic]):
+        out[key] = w * _lead(keyword_share(keyword.get(key, 0.0), scale), background) + (
+            1.0 - w
+        ) * _rise(semantic.get(key, 0.0), c)
+    return out
+
+
+def blend_ceiling(
+    bm25: float,
+    cosine: float,
+    keyword: Mapping[int, float],
+    scale: float,
+    semantic: Mapping[int, float],
+    w: float,
+    coverage: float = 1.0,
+    together: bool = True,
+) -> float:
+    """Return the most :func:`blend` (same arguments) gives an item whose BM25 is at most ``bm25`` and cosine at most ``cosine``.
+
+    Before rank protection (:func:`kept_first`) lifts its few items: a bound
+    for the items a ranking walked only part of the way has not reached.
+    ``keyword`` must hold the query's :data:`KEYWORD_BACKGROUND` best hits.
+    """
+    apart = not together and stands_out(keyword, w)
+    if 0.0 < w < 1.0:
+        w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
+    if apart:
+        background = _keyword_background(keyword, scale)
+        return w * _lead(keyword_share(bm25, scale), background) + (1.0 - w) * _rise(
+            cosine, _background_cosine(semantic)
+        )
+    return w * keyword_share(bm25, scale) + (1.0 - w) * semantic_discount(semantic) * max(
+        cosine, 0.0
+    )
+
+
+def _keyword_background(keyword: Mapping[int, float], scale: float) -> float:
+    """Return the keyword share of the query's :data:`KEYWORD_BACKGROUND`-th best hit (0 with fewer hits)."""
+    best = heapq.nlargest(KEYWORD_BACKGROUND, keyword.values())
+    return keyword_share(best[-1], scale) if len(best) == KEYWORD_BACKGROUND else 0.0
+
+
+def _background_cosine(semantic: Mapping[int, float]) -> float:
+    """Return the query's background cosine, 0 to 1: that of the :data:`SEMANTIC_REFERENCE`-th best item (the worst of fewer), 0 without any."""
+    if not semantic:
+        return 0.0
+    values = semantic.values()
+    if len(semantic) > SEMANTIC_REFERENCE:
+        return min(max(heapq.nlargest(SEMANTIC_REFERENCE, values)[-1], 0.0), 1.0)
+    return min(max(min(values), 0.0), 1.0)
+
+
+def _lead(share: float, background: float) -> float:
+    """Return a keyword share's lead over the background, as a share of the room above it."""
+    return max(share - background, 0.0) / (1.0 - background)
+
+
+def _rise(cosine: float, background: float) -> float:
+    """Return a cosine's rise over the background, as a share of the room above it (0 with no room)."""
+    return max(cosine - background, 0.0) / (1.0 - background) if background < 1.0 else 0.0
 
 
 _LIFT_FLOOR: Final = 1e-9

@@ -31,10 +31,12 @@ from agents.memory._text import (
     BM25_B,
     BM25_DELTA,
     BM25_K1,
+    PROXIMITY_TOP,
     Tokenizer,
     bm25_term_score,
     field_texts,
     query_coverage,
+    query_together,
 )
 from agents.memory._vectors import (
     Embedder,
@@ -313,6 +315,27 @@ class SearchIndex:
             df = {term: len(posting) for term, posting, _ in query}
             held = {term for term, posting, _ in query if key in posting}
             return query_coverage(terms, df, held, len(self._items))
+
+    def together(
+        self, terms: Sequence[str], keys: tuple[str, ...] | None, keyword: Mapping[int, float]
+    ) -> bool:
+        """Return whether one of the best ``keyword`` hits holds the query's words together (``query_together``); a hybrid query whose hits do not ranks by stand-out (``blend``).
+
+        Only the hits whose query terms (from the postings) hold enough of
+        the query's weight are tokenized, each field in ``keys`` apart.
+        """
+        best = heapq.nsmallest(PROXIMITY_TOP, keyword.items(), key=lambda hit: (-hit[1], hit[0]))
+        with _caught_up(self):
+            query = self._query_terms(terms, keys)[0]
+            df = {term: len(posting) for term, posting, _ in query}
+            n_items = len(self._items)
+            items = {key: item_fields(self._items[key]) for key, _ in best if key in self._items}
+
+        def holds(key: int) -> set[str]:
+            return {term for term, posting, _ in query if key in posting}
+
+        hits = [key for key, _ in best]
+        return query_together(terms, df, n_items, hits, items, keys, self.tokenizer, holds)
 
     def matched_fields(
         self, key: int, terms: Iterable[str], keys: tuple[str, ...] | None

@@ -19,6 +19,7 @@ from agents.memory._vectors import (
     checked_weight,
     keyword_leader,
     progress_bar,
+    stands_out,
 )
 from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError, InvalidQueryError
 from agents.memory.search._embed import Embedder, WordLlamaEmbedder
@@ -175,7 +176,9 @@ def search(
         # The keyword side weighs by how much of the query its best hit holds (taken before `where`).
         leader = keyword_leader(keyword)
         covered = index.coverage(terms, wanted, leader) if leader is not None else 1.0
-        blended = blend(keyword, index.keyword_scale(), semantic, weight, covered)
+        # Its words scattered over every hit, each side counts by how it stands out.
+        together = not stands_out(keyword, weight) or index.together(terms, wanted, keyword)
+        blended = blend(keyword, index.keyword_scale(), semantic, weight, covered, together)
         few = None if predicate is None else index.passing(predicate)
         if few is not None:  # few items pass: rank only those
             blended = {key: score for key, score in blended.items() if key in few}

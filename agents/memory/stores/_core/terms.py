@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
+    PROXIMITY_TOP,
     Tokenizer,
     bm25_average_length,
     bm25_term_score,
@@ -24,6 +25,7 @@ from agents.memory._text import (
     checked_query,
     item_texts,
     query_coverage,
+    query_together,
 )
 from agents.memory._vectors import keyword_leader
 from agents.memory.exceptions import InvalidQueryError
@@ -36,9 +38,11 @@ __all__ = [
     "Terms",
     "bm25_score",
     "item_terms",
+    "items_together",
     "keyword_matches",
     "keyword_query",
     "match_coverage",
+    "match_together",
     "query_weights",
     "rank_matches",
     "rank_pages",
@@ -243,6 +247,43 @@ def match_coverage(
         return 1.0
     held = next((counts for key, _, counts in matches if key == leader), {})
     return query_coverage(terms, df, held, n_items)
+
+
+def match_together(
+    terms: Sequence[str],
+    df: Mapping[str, int],
+    matches: Sequence[KeywordMatch],
+    scores: Mapping[int, float],
+    items: Mapping[int, MemoryItem],
+    n_items: int,
+    keys: tuple[str, ...] | None,
+) -> bool:
+    """Return whether one of the best of ``scores`` holds the query's words together (:func:`~agents.memory._text.query_together`).
+
+    ``matches`` and ``items`` are every item holding a query term and those
+    items by key, as :func:`keyword_matches` gives them; a match whose
+    counted terms hold too little of the query's weight is not tokenized
+    again. As ``SearchIndex.together`` decides it for ``Memory.search``.
+    """
+    best = heapq.nsmallest(PROXIMITY_TOP, scores.items(), key=lambda hit: (-hit[1], hit[0]))
+    held = {key: counts for key, _, counts in matches}
+    return items_together(
+        terms, df, n_items, [key for key, _ in best], items, keys, held.__getitem__
+    )
+
+
+def items_together(
+    terms: Sequence[str],
+    df: Mapping[str, int],
+    n_items: int,
+    hits: Sequence[int],
+    items: Mapping[int, MemoryItem],
+    keys: tuple[str, ...] | None,
+    holds: Callable[[int], Container[str]] | None = None,
+) -> bool:
+    """Return whether one of ``hits`` (best first, ties by key) holds the query's words together, read from ``items`` with the default tokenizer (:func:`~agents.memory._text.query_together`)."""
+    fields = {key: item_fields(items[key]) for key in hits[:PROXIMITY_TOP] if key in items}
+    return query_together(terms, df, n_items, hits, fields, keys, _TOKENIZER, holds)
 
 
 def keyword_matches(

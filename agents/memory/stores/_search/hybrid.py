@@ -19,7 +19,7 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from agents.memory._vectors import SHARED_TOP, blend
+from agents.memory._vectors import SHARED_TOP, blend, blend_ceiling
 
 __all__ = ["bounded_blend"]
 
@@ -38,6 +38,7 @@ def bounded_blend(
     scale: float,
     weight: float,
     coverage: float,
+    together: bool = True,
 ) -> dict[int, float] | None:
     """Return the blended scores of candidates that hold the ``k`` best of a hybrid ranking, or ``None``.
 
@@ -52,6 +53,8 @@ def bounded_blend(
         scale: The corpus's keyword scale.
         weight: The keyword share of a hybrid score.
         coverage: The share of the query's IDF weight the keyword leader holds.
+        together: Whether one of the query's best keyword hits holds its
+            words together (``blend``'s ``together``).
 
     Returns:
         The blended score of each candidate: every keyword hit and every
@@ -69,7 +72,7 @@ def bounded_blend(
         if extra is None:
             return None
         keyword.update(extra)
-        scores = blend(keyword, scale, semantic, weight, coverage)
+        scores = blend(keyword, scale, semantic, weight, coverage, together)
         if len(top) < depth:
             return scores  # every keyword hit is in: the candidates of the full blend
         # Past the k best and the items the blend may lift (kept_first keeps at most
@@ -77,28 +80,30 @@ def bounded_blend(
         # then changes neither the k best nor the score they are lifted from.
         if len(scores) >= k + SHARED_TOP:
             cut = heapq.nlargest(k + SHARED_TOP, scores.values())[-1]
-            if _bound(top[-1][0], semantic, pool, scale, weight, coverage) * _MARGIN < cut:
+            bound = _bound(top[-1][0], keyword, semantic, pool, scale, weight, coverage, together)
+            if bound * _MARGIN < cut:
                 return scores
         depth *= DEEPER
 
 
 def _bound(
     last: float,
+    keyword: dict[int, float],
     semantic: dict[int, float],
     pool: int,
     scale: float,
     weight: float,
     coverage: float,
+    together: bool,
 ) -> float:
     """Return the most an item outside the keyword ranking so far and outside the semantic pool can blend to.
 
     Its BM25 is at most ``last`` (the ranking's last score) and its cosine at
     most the ``pool``-th best (or none, 0, where the pool holds every item
-    with a vector). Each part is what :func:`blend` gives an item with that
-    part alone (the semantic side's discount from the same cosines).
+    with a vector): :func:`blend_ceiling` of the two, over the same
+    candidates (``keyword`` holds the ranking's best hits).
     """
-    keyword_part = blend({-1: last}, scale, {}, weight, coverage)[-1]
-    if len(semantic) < pool:
-        return keyword_part
-    cut = heapq.nlargest(pool, semantic.items(), key=lambda hit: hit[1])[-1][0]
-    return keyword_part + blend({}, scale, semantic, weight, coverage)[cut]
+    cosine = 0.0
+    if len(semantic) >= pool:
+        cosine = heapq.nlargest(pool, semantic.values())[-1]
+    return blend_ceiling(last, cosine, keyword, scale, semantic, weight, coverage, together)

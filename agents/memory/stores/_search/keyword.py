@@ -15,16 +15,18 @@ from collections.abc import Callable, Iterable, Sequence
 from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import bm25_average_length, query_coverage
-from agents.memory._vectors import HYBRID_POOL, blend, keyword_leader, keyword_scale
+from agents.memory._text import PROXIMITY_TOP, bm25_average_length, query_coverage
+from agents.memory._vectors import HYBRID_POOL, blend, keyword_scale, stands_out
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import (
     bm25_score,
     item_terms,
+    items_together,
     keyword_matches,
     keyword_query,
     match_coverage,
+    match_together,
     query_weights,
     rank_pages,
 )
@@ -191,9 +193,10 @@ class KeywordSearch:
         sid: str,
         terms: Sequence[str],
         fields: tuple[str, ...] | None,
+        weight: float,
         on_unknown_class: OnUnknownClass,
-    ) -> tuple[dict[int, float], float, float, dict[int, MemoryItem]]:
-        """Return the keyword side of a hybrid query: BM25 by seq, the corpus's keyword scale, the leader's coverage, items read.
+    ) -> tuple[dict[int, float], float, float, bool, dict[int, MemoryItem]]:
+        """Return the keyword side of a hybrid query: BM25 by seq, the corpus's keyword scale, the leader's coverage, whether a hit holds the words together, items read.
 
         As the search index scores them for ``Memory.search``: every item
         holding a query term, summed in query order (no IDF is floored, so
@@ -203,7 +206,9 @@ class KeywordSearch:
         its words); otherwise the session is read a page at a time and
         tokenized. The coverage is
         the share of the query's IDF weight the best hit holds (ties to
-        the oldest), as ``SearchIndex.coverage`` gives it.
+        the oldest), as ``SearchIndex.coverage`` gives it; whether the best
+        hits hold the query's words together as ``SearchIndex.together``
+        decides it (only where the blend asks, ``stands_out``).
         """
         backend = self._engine.backend
         if fields is None:
@@ -212,28 +217,32 @@ class KeywordSearch:
                 n_items = backend.count(sid) if every is not None else 0
             if every is not None:
                 if not n_items:
-                    return {}, 1.0, 1.0, {}
+                    return {}, 1.0, 1.0, True, {}
                 scores = {seq: score for score, seq in every}
-                covered, read = self._indexed_coverage(
-                    sid, terms, keyword_leader(scores), n_items, on_unknown_class
+                covered, together, read = self._indexed_evidence(
+                    sid, terms, every, n_items, weight, on_unknown_class
                 )
-                return scores, keyword_scale(n_items), covered, read
+                return scores, keyword_scale(n_items), covered, together, read
         with self._engine.errors("search", sid):
             n_items, total, matches, found = keyword_matches(
                 self._engine.decoded_pages(sid, 1000, on_unknown_class), terms, fields
             )
         if not n_items:
-            return {}, 1.0, 1.0, found
+            return {}, 1.0, 1.0, True, found
         df = Counter(term for _, _, counts in matches for term in counts)
         weighted = query_weights(terms, df, n_items)
         average = bm25_average_length(total, n_items)
         scores = {
             seq: bm25_score(counts, length, weighted, average) for seq, length, counts in matches
         }
+        together = not stands_out(scores, weight) or match_together(
+            terms, df, matches, scores, found, n_items, fields
+        )
         return (
             scores,
             keyword_scale(n_items),
             match_coverage(terms, df, matches, scores, n_items),
+            together,
             found,
         )
 
@@ -265,8 +274,10 @@ class KeywordSearch:
             )
             if found is not None:
                 return found
-        keyword, scale, covered, read = self.hybrid(sid, terms, fields, on_unknown_class)
-        return blend(keyword, scale, pooled(keyword), weight, covered), read
+        keyword, scale, covered, together, read = self.hybrid(
+            sid, terms, fields, weight, on_unknown_class
+        )
+        return blend(keyword, scale, pooled(keyword), weight, covered, together), read
 
     def bounded_hybrid(
         self,
@@ -297,8 +308,9 @@ class KeywordSearch:
             n_items = backend.count(sid) if first is not None else 0
         if first is None or not n_items:
             return None
-        leader = first[0][1] if first else None
-        covered, read = self._indexed_coverage(sid, terms, leader, n_items, on_unknown_class)
+        covered, together, read = self._indexed_evidence(
+            sid, terms, first, n_items, weight, on_unknown_class
+        )
 
         def top(depth: int) -> Sequence[tuple[float, int]]:
             if depth == pool:
@@ -312,37 +324,70 @@ class KeywordSearch:
             return None if scored is None else {seq: score for score, seq in scored}
 
         scale = keyword_scale(n_items)
-        scores = bounded_blend(k, pool, top, among, cosines, scale, weight, covered)
+        scores = bounded_blend(k, pool, top, among, cosines, scale, weight, covered, together)
         return None if scores is None else (scores, read)
 
-    def _indexed_coverage(
+    def _indexed_evidence(
         self,
         sid: str,
         terms: Sequence[str],
-        leader: int | None,
+        ranked: Sequence[tuple[float, int]],
         n_items: int,
+        weight: float,
         on_unknown_class: OnUnknownClass,
-    ) -> tuple[float, dict[int, MemoryItem]]:
-        """Return the share of the query's IDF weight the ``leader`` holds, from the keyword index, and the items read.
+    ) -> tuple[float, bool, dict[int, MemoryItem]]:
+        """Return, from the keyword index, the share of the query's IDF weight the leader holds, whether a best hit holds the words together, and the items read.
 
-        The leader is read and its terms counted: holding every query word,
-        it covers the whole query. Otherwise each word's document frequency
-        comes from :meth:`Backend.keyword_frequencies`, or where the backend
-        cannot say, from ranking the word's items (:meth:`Backend.keyword_top`).
+        ``ranked`` is the keyword ranking, best first (ties by seq), at
+        least its ``PROXIMITY_TOP`` best. The leader is read and its terms
+        counted: holding every query word, it covers the whole query.
+        Where the blend asks (``stands_out``), the best ``PROXIMITY_TOP``
+        hits are read as well (in one statement, after the leader, where
+        the leader does not hold the words together), and each word's
+        document frequency comes from :meth:`Backend.keyword_frequencies`,
+        or where the backend cannot say, from ranking the word's items
+        (:meth:`Backend.keyword_top`).
         """
         distinct = list(dict.fromkeys(terms))
-        if leader is None or len(distinct) < 2:
-            return 1.0, {}  # no hit, or the leader holds the only word
+        if not ranked or len(distinct) < 2:
+            return 1.0, True, {}  # no hit, or every hit holds the only word
+        leader = ranked[0][1]
+        hits = [seq for _, seq in ranked[:PROXIMITY_TOP]]
+        wanted = stands_out(ranked, weight)
         read = self._engine.read_items(sid, [leader], on_unknown_class)
         words = set(item_terms(read[leader])[0].split(" ")) if leader in read else set()
-        if set(distinct) <= words:
-            return 1.0, read
+        whole = set(distinct) <= words
+        if whole and not wanted:
+            return 1.0, True, read
+        df, held = self._frequencies(sid, distinct, leader, bool(words))
+        covered = 1.0
+        if not whole:
+            if held is None:
+                held = {term for term in distinct if term in words}
+            covered = query_coverage(distinct, df, held, n_items)
+        together = not wanted or items_together(distinct, df, n_items, hits[:1], read, None)
+        if not together and len(hits) > 1:  # the leader's words lie apart: read the rest at once
+            rest = self._engine.read_items(sid, hits[1:], on_unknown_class)
+            together = items_together(distinct, df, n_items, hits[1:], rest, None)
+            read = {**read, **rest}
+        return covered, together, read
+
+    def _frequencies(
+        self, sid: str, distinct: list[str], leader: int, read: bool
+    ) -> tuple[dict[str, int], set[str] | None]:
+        """Return how many items hold each of ``distinct`` (the query's words), from the keyword index, and the words the leader holds where that told them.
+
+        From :meth:`Backend.keyword_frequencies` in one statement where the
+        leader was ``read`` and the backend can say (then ``None``: the
+        leader's words tell); otherwise from ranking each word's items
+        (:meth:`Backend.keyword_top`), which also tells whether the leader
+        holds the word.
+        """
         backend = self._engine.backend
         with self._engine.errors("search", sid):
-            counted = backend.keyword_frequencies(sid, distinct) if words else None
+            counted = backend.keyword_frequencies(sid, distinct) if read else None
         if counted is not None:  # one statement, not a ranking of each word's items
-            held = {term for term in distinct if term in words}
-            return query_coverage(distinct, counted, held, n_items), read
+            return dict(counted), None
         df: dict[str, int] = {}
         held = set()
         with self._engine.errors("search", sid):
@@ -351,7 +396,7 @@ class KeywordSearch:
                 df[term] = len(ranked)
                 if any(seq == leader for _, seq in ranked):
                     held.add(term)
-        return query_coverage(distinct, df, held, n_items), read
+        return df, held
 
 
 def _answers_top_where(backend: Backend) -> bool:

@@ -36,6 +36,7 @@ from agents.memory._vectors import (
     blend,
     checked_vectors,
     keyword_scale,
+    stands_out,
 )
 from agents.memory.exceptions import InvalidQueryError, StoreArgumentError
 from agents.memory.stores._core.engine import Engine
@@ -44,6 +45,7 @@ from agents.memory.stores._core.terms import (
     bm25_score,
     keyword_matches,
     match_coverage,
+    match_together,
     query_weights,
     rank_matches,
 )
@@ -286,6 +288,7 @@ class SessionSearch:
         keyword: dict[int, float] = {}
         scale = 1.0
         covered = 1.0
+        together = True
         if terms:
             n_items, total, matches, items = self._matches(scope, terms, fields, on_unknown_class)
             found.update(items)
@@ -299,6 +302,8 @@ class SessionSearch:
                 }
                 scale = keyword_scale(n_items)
                 covered = match_coverage(terms, df, matches, keyword, n_items)
+                if stands_out(keyword, weight):
+                    together = match_together(terms, df, matches, keyword, items, n_items, fields)
         pool = max(10 * k, HYBRID_POOL)
         cosines: dict[int, float] = {}
         for place, sid in enumerate(scope):
@@ -309,7 +314,7 @@ class SessionSearch:
         if len(cosines) > pool:
             cut = heapq.nlargest(pool, cosines.values())[-1]
             cosines = {key: c for key, c in cosines.items() if c >= cut or key in keyword}
-        return blend(keyword, scale, cosines, weight, covered)
+        return blend(keyword, scale, cosines, weight, covered, together)
 
     # -- hits ---------------------------------------------------------------------------
 
