@@ -333,11 +333,17 @@ def test_vectors_read_ahead_of_content_a_load_replaced_are_thrown_away(tmp_path:
 
 
 def test_no_vectors_are_read_ahead_once_a_semantic_query_embedded_every_item() -> None:
-    """A semantic query made before the build embeds every item: the build then reads no vectors."""
-    memory = Memory([MemoryItem(**row) for row in rows(600)])
+    """A semantic query made while the build is held embeds every item: the build then reads no vectors."""
+    data, gate = gated(600, 300)
+    memory = Memory([MemoryItem(**row) for row in data])
     asked: list[Any] = []
+    gate.armed = True
+    search_index(memory).build_ahead(vectors=lambda parts: asked.append(parts))
+    assert gate.reached.wait(30)
+    gate.armed = False  # the query reads the gated item's text without waiting
     memory.search("invoice", 3, mode="semantic", embedder=HashingEmbedder(32))
-    search_index(memory).build_ahead(vectors=lambda parts: asked.append(parts), wait=True)
+    gate.opened.set()
+    search_index(memory).build_ahead(wait=True)
     for thread in threading.enumerate():
         if thread.name == "kvmemory-index-ahead":
             thread.join(30)
@@ -549,127 +555,3 @@ def test_a_keyword_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path:
         assert index._pause.holds == 0
         source.opened.set()
         index.build_ahead(wait=True)
-
-
-@pytest.fixture
-def held_filing(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
-    """Hold each build ahead before it files terms (after it took the stored vectors); return (reached, opened)."""
-    from agents.memory.search import _index
-
-    reached, opened = threading.Event(), threading.Event()
-    real = _index.file_in_bulk
-
-    def held(*args: Any, **options: Any) -> Any:
-        reached.set()
-        opened.wait(30)
-        return real(*args, **options)
-
-    monkeypatch.setattr(_index, "file_in_bulk", held)
-    return reached, opened
-
-
-def test_the_build_takes_the_stored_vectors_before_it_files_terms(
-    tmp_path: Path, held_filing: tuple[threading.Event, threading.Event]
-) -> None:
-    """A session opened with its index built ahead holds the store's vectors before the build files a term."""
-    reached, opened = held_filing
-    url = embedded_store(tmp_path, HashingEmbedder(32))
-    with open_memory(url, "s", index_ahead=True) as memory:
-        index = search_index(memory)
-        assert reached.wait(30)
-        assert index.building()
-        assert index.vectors_taken()
-        assert index.missing_vectors(None) == []
-        opened.set()
-        index.build_ahead(wait=True)
-        assert not index.building()
-
-
-def test_a_semantic_query_ranks_in_ram_once_the_vectors_are_taken_holding_the_build(
-    tmp_path: Path, held_filing: tuple[threading.Event, threading.Event]
-) -> None:
-    """While the build files terms, a StoredMemory's semantic query ranks the vectors taken in RAM, the build held: the hits and scores of a warm query."""
-    reached, opened = held_filing
-    embedder = HashingEmbedder(32)
-    url = embedded_store(tmp_path, embedder)
-    with (
-        open_memory(url, "s", index_ahead=True) as memory,
-        open_memory(url, "s", index_ahead=False) as plain,
-    ):
-        index = search_index(memory)
-        holds: list[int] = []
-        read: list[str] = []
-
-        class Watching(HashingEmbedder):
-            """Notes, as the query is embedded, how many queries hold the build."""
-
-            def __call__(self, texts: Any, /) -> Any:
-                holds.append(index._pause.holds)
-                return super().__call__(texts)
-
-        assert reached.wait(30)
-        connection = memory.store.backend._file.connection
-        connection.set_trace_callback(read.append)
-        got = answers(memory, mode="semantic", embedder=Watching(32))
-        connection.set_trace_callback(None)
-        assert index.building()
-        assert set(holds) == {1}
-        assert not [sql for sql in read if "SELECT seq, vector" in sql]  # no vector read again
-        assert got == answers(plain, mode="semantic", embedder=embedder)
-        opened.set()
-        index.build_ahead(wait=True)
-        assert got == answers(memory, mode="semantic", embedder=embedder)
-        assert index._pause.holds == 0
-
-
-def test_an_item_changed_after_the_vectors_are_taken_is_ranked_by_its_new_text(
-    tmp_path: Path, held_filing: tuple[threading.Event, threading.Event]
-) -> None:
-    """An item changed (and one added) while the build files terms, after it took the vectors: semantic hits are those of the changed session."""
-    reached, opened = held_filing
-    embedder = HashingEmbedder(32)
-    url = embedded_store(tmp_path, embedder)
-    with open_memory(url, "s", index_ahead=True) as memory:
-        index = search_index(memory)
-        assert reached.wait(30)
-        memory.content[10].set_value("thought", "invoice report chart")
-        memory.add_memory_item(MemoryItem(step=600, thought="invoice report chart dialog"))
-        got = answers(memory, mode="semantic", embedder=embedder)
-        opened.set()
-        index.build_ahead(wait=True)
-        with open_memory(url, "s", index_ahead=False) as plain:
-            want = answers(plain, mode="semantic", embedder=embedder)
-        assert [[(s, f) for s, _, f in hits] for hits in got] == [
-            [(s, f) for s, _, f in hits] for hits in want
-        ]
-        scores = [x for hits in got for _, x, _ in hits]
-        assert scores == pytest.approx([x for hits in want for _, x, _ in hits], rel=1e-6)
-        assert answers(memory, mode="semantic", embedder=embedder) == want
-
-
-def test_a_semantic_query_from_another_thread_during_the_build_gets_the_warm_hits(
-    tmp_path: Path, held_filing: tuple[threading.Event, threading.Event]
-) -> None:
-    """A semantic query from a second thread while the build files terms: the hits of a warm query, and no hold left."""
-    reached, opened = held_filing
-    embedder = HashingEmbedder(32)
-    url = embedded_store(tmp_path, embedder)
-    with (
-        open_memory(url, "s", index_ahead=True) as memory,
-        open_memory(url, "s", index_ahead=False) as plain,
-    ):
-        index = search_index(memory)
-        assert reached.wait(30)
-        got: list[Any] = []
-        worker = threading.Thread(
-            target=lambda: got.append(answers(memory, mode="semantic", embedder=embedder)),
-            daemon=True,
-        )
-        worker.start()
-        worker.join(60)
-        assert not worker.is_alive()
-        assert index.building()
-        opened.set()
-        index.build_ahead(wait=True)
-        assert got == [answers(plain, mode="semantic", embedder=embedder)]
-        assert index._pause.holds == 0

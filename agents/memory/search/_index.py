@@ -101,6 +101,7 @@ class SearchIndex:
         self.filter_tests = 0
         # The keyword index built ahead on another thread (see build_ahead), while one is.
         self._ahead: _Ahead | None = None
+        self._watching: set[_Ahead] = set()  # builds installed that still read vectors
         self._generation = 0  # bumped by each whole-content replacement
         self._pause = BuildPause()  # queries answered elsewhere that a build gives way to
 
@@ -143,6 +144,7 @@ class SearchIndex:
             self._memory = weakref.ref(memory)
             self._generation += 1  # a build ahead of the old content is not installed
             self._ahead = None
+            self._watching = set()
             self._items = dict(added)
             self._pending = dict.fromkeys(self._items)
             self._keyword = KeywordPostings()
@@ -161,11 +163,10 @@ class SearchIndex:
 
         Args:
             wait: Return only once the build is done, its vectors taken (``False``: at once).
-            vectors: First read, on the same thread, the vectors a store keeps
+            vectors: Then read, on the same thread, the vectors a store keeps
                 for these items, and take them as :meth:`adopt_vectors` would
-                (all fields), less items changed meanwhile: a semantic query
-                need not read them, nor wait for the keyword index (see
-                :meth:`vectors_taken`); the keyword index is built next.
+                (all fields), less items changed meanwhile: the first semantic
+                query need not read them (one that comes first does, without waiting).
         """
         self._follow()
         with self._lock:
@@ -175,21 +176,14 @@ class SearchIndex:
                 pairs = [(key, items[key]) for key in self._pending if key in items]
                 ahead = self._ahead = _Ahead(self, pairs, self._generation, vectors)
                 ahead.thread.start()
-        if wait and ahead is not None and ahead.thread is not threading.current_thread():
+            running = [ahead, *self._watching] if ahead is not None else [*self._watching]
+        if wait:  # for the vectors read after the keyword index too
             with self._pause.lifted():
-                ahead.thread.join()
+                _join(running)
 
     def building(self) -> bool:
-        """Return whether a build ahead is still in flight: the vectors it reads not taken yet, or its keyword index not installed."""
-        return self._ahead is not None
-
-    def vectors_taken(self) -> bool:
-        """Return whether the build ahead in flight is past the vectors it reads (taken, failed, or none to read); ``True`` when none is in flight.
-
-        Never waits (a build takes the index's lock while it files the vectors read).
-        """
-        ahead = self._ahead
-        return ahead is None or ahead.vectors_taken.is_set()
+        """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet."""
+        return self._ahead is not None or bool(self._watching)
 
     def build_paused(self) -> contextlib.AbstractContextManager[None]:
         """Return a context in which a build ahead stops at its next slice, for a query answered elsewhere (see ``BuildPause.held``)."""
@@ -494,10 +488,11 @@ class SearchIndex:
 
 
 def _changed(index: SearchIndex, keys: Iterable[int]) -> None:
-    """Note items changed or gone while a build ahead runs: it must not take what it read of them (vectors or terms)."""
-    ahead = index._ahead
-    if ahead is not None:
-        ahead.changed.update(keys)
+    """Note items changed or gone while a build ahead runs (or still reads vectors): it must not take what it read of them."""
+    watching = index._watching
+    for ahead in [index._ahead, *watching] if watching else [index._ahead]:
+        if ahead is not None:
+            ahead.changed.update(keys)
 
 
 @contextlib.contextmanager
@@ -586,7 +581,7 @@ class _Ahead:
     ) -> None:
         self.generation = generation
         self.changed: set[int] = set()
-        self.vectors_taken = threading.Event()  # set once the vectors are read (or none are)
+        self.reads_vectors = vectors is not None
         self.thread = threading.Thread(
             target=self._run,
             args=(index, items, vectors),
@@ -597,34 +592,26 @@ class _Ahead:
     def _run(
         self, index: SearchIndex, items: list[tuple[int, MemoryItem]], vectors: VectorSource | None
     ) -> None:
-        # The vectors first: reading them costs a fraction of filing the terms, and a
-        # semantic query needs them alone (one made before they are taken asks the store).
-        try:
-            if vectors is not None:
-                self._read_vectors(index, vectors)
-        finally:
-            self.vectors_taken.set()
         built: _Built | None
         try:
             built = _Built(items, index.tokenizer, index._pause.give_way)
         except Exception:  # nothing is installed: the next query files every item
             built = None
         self.install(index, built)
-
-    def _read_vectors(self, index: SearchIndex, vectors: VectorSource) -> None:
-        """Read the vectors the store keeps and take them, unless a semantic query that came first took them."""
-        with index._lock:
-            if not index._vectors.missing(None, index._items):
+        with index._lock:  # a semantic query that came first took them: nothing to read
+            wanted = vectors is not None and bool(index._vectors.missing(None, index._items))
+        if vectors is not None and wanted:
+            parts = index.parts
+            index._pause.give_way()  # the read holds the store's connection: not under a query's nose
+            try:
+                found = vectors(parts)
+            except Exception:  # nothing is taken: the first semantic query reads them
+                found = None
+            if found is not None:
+                self.adopt(index, parts, *found)
                 return
-        parts = index.parts
-        index._pause.give_way()  # the read holds the store's connection: not under a query's nose
-        try:
-            found = vectors(parts)
-        except Exception:  # nothing is taken: the first semantic query reads them
-            found = None
-        if found is not None:
-            index._pause.give_way()  # filing them holds the interpreter: not during a query either
-            self.adopt(index, parts, *found)
+        with index._lock:
+            index._watching.discard(self)
 
     def install(self, index: SearchIndex, built: _Built | None) -> None:
         """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
@@ -632,6 +619,8 @@ class _Ahead:
             if index._ahead is not self:
                 return  # a reload replaced the content it read
             index._ahead = None
+            if self.reads_vectors:  # the vectors read next must still leave out items changed
+                index._watching.add(self)
             if built is None or self.generation != index._generation or index._keyword.docs:
                 return
             items = index._items
@@ -665,6 +654,7 @@ class _Ahead:
     ) -> None:
         """Take the vectors read ahead, less those of items changed since the build started, for the content it read."""
         with index._lock:
+            index._watching.discard(self)
             if self.generation != index._generation or index.parts != parts:
                 return  # a reload replaced the content, or the items are cut another way now
             changed = self.changed
@@ -687,6 +677,13 @@ def _fields_holding(
         if (keys is None or field in keys) and not wanted.isdisjoint(tokenize(text)):
             out[field] = None
     return tuple(out)
+
+
+def _join(builds: Iterable[_Ahead]) -> None:
+    """Wait for each build's thread (but never from that thread itself)."""
+    for build in builds:
+        if build.thread is not threading.current_thread():
+            build.thread.join()
 
 
 def _passing_top(

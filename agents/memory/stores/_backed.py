@@ -534,8 +534,7 @@ class StoredMemory(Memory):
             found = self._store_search(query, k, where) if ahead is None else ahead
             return [hit for _, hit in found]
         keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
-        with _semantic_paused(self, mode):
-            return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
+        return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def recall(
         self,
@@ -569,10 +568,9 @@ class StoredMemory(Memory):
                     chosen.extend(select_window(self, recent).items)
                 return self._session.in_memory_order(chosen)
         keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
-        with _semantic_paused(self, mode):
-            return super().recall(
-                query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
-            )
+        return super().recall(
+            query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
+        )
 
     def _with_stored_vectors(
         self,
@@ -783,13 +781,6 @@ def _builds_paused(memory: StoredMemory) -> contextlib.ExitStack:
     return held
 
 
-def _semantic_paused(
-    memory: StoredMemory, mode: SearchMode
-) -> contextlib.AbstractContextManager[Any]:
-    """Return a context that holds the builds ahead in flight while RAM ranks a semantic query (it needs their vectors, not their terms)."""
-    return _builds_paused(memory) if mode == "semantic" else contextlib.nullcontext()
-
-
 def _ahead_hits(
     memory: StoredMemory,
     session: SessionWriter,
@@ -805,9 +796,7 @@ def _ahead_hits(
 
     The store ranks (``Store.search``: its keyword index and its vectors)
     while the build thread makes the index and reads the vectors; once that
-    is done, RAM answers. The build reads the vectors first: once it has
-    taken them (``SearchIndex.vectors_taken``), RAM ranks a semantic query
-    without a filter (``None``), the build held meanwhile. Only for all fields, the default tokenizer, no
+    is done, RAM answers. Only for all fields, the default tokenizer, no
     filter or a filter of fields, a query holding a word, and a store with
     a keyword index that keeps vectors. The hits are the memory's own items.
     """
@@ -824,9 +813,6 @@ def _ahead_hits(
     index = search.search_index(memory)
     if not wanted or not (where is None or isinstance(where, Mapping)) or not index.building():
         return None
-    semantic = mode == "semantic" and where is None
-    if semantic and index.vectors_taken() and not index.missing_vectors(None):
-        return None  # RAM ranks, the build held meanwhile (_semantic_paused)
     model = search.embedder_for(memory, embedder)
     limit = k
     # The build stops at its next slice meanwhile: it would hold the interpreter between the store's reads.
