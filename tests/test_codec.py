@@ -15,6 +15,7 @@ import sys
 import threading
 import types
 import uuid
+import weakref
 from decimal import Decimal
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
@@ -1520,3 +1521,46 @@ def test_property_each_item_of_a_batch_encodes_as_on_its_own(
             return f"{type(exc).__name__}: {exc}"
 
     assert outcome(batch) == outcome(one_by_one)
+
+
+def test_a_long_pause_leaves_its_young_objects_in_the_oldest_generation() -> None:
+    """Many objects made during a pause are moved out of the young generation as it ends (no collection walks them), the collector on, nothing frozen."""
+    with _codec.collector_paused(10**6):
+        kept = [[i] for i in range(2 * _codec._PROMOTE_AT)]
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+    oldest = {id(row) for row in gc.get_objects(generation=2)}
+    assert id(kept[0]) in oldest
+    assert id(kept[-1]) in oldest
+
+
+def test_a_pause_leaves_the_objects_a_process_froze_frozen() -> None:
+    """A process that keeps objects frozen (gc.freeze before forking) still has them frozen after a long pause."""
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with _codec.collector_paused(10**6):
+            kept = [[i] for i in range(2 * _codec._PROMOTE_AT)]
+        assert gc.get_freeze_count() == frozen
+        assert len(kept) == 2 * _codec._PROMOTE_AT
+    finally:
+        gc.unfreeze()
+
+
+def test_garbage_made_before_a_long_pause_is_still_collected() -> None:
+    """A cycle left as garbage before a long pause is freed by the next full collection."""
+
+    class Node:
+        """One end of a cycle."""
+
+        other: object = None
+
+    node = Node()
+    node.other = node
+    gone = weakref.ref(node)
+    del node
+    with _codec.collector_paused(10**6):
+        kept = [[i] for i in range(2 * _codec._PROMOTE_AT)]
+    assert len(kept) == 2 * _codec._PROMOTE_AT
+    gc.collect()
+    assert gone() is None

@@ -276,6 +276,10 @@ class HeldSource:
     def __call__(self, parts: Any) -> tuple[HashingEmbedder, dict[int, Any]]:
         self.reached.set()
         self.opened.wait(30)
+        return self.read(parts)
+
+    def read(self, parts: Any) -> tuple[HashingEmbedder, dict[int, Any]]:
+        """Read the vectors cut as ``parts`` cuts items now, without waiting."""
         embedder = HashingEmbedder(32)
         with open_store(self.url) as store:
             stored = store.read_vectors("s", embedder, parts=parts)
@@ -555,3 +559,28 @@ def test_a_keyword_query_the_store_ranks_holds_the_build_while_it_runs(tmp_path:
         assert index._pause.holds == 0
         source.opened.set()
         index.build_ahead(wait=True)
+
+
+def test_the_vectors_a_store_hands_over_are_filed_with_the_collector_paused(
+    tmp_path: Path,
+) -> None:
+    """A session's stored vectors taken in bulk are filed with the collector paused (their rows are kept), and it is on again afterwards."""
+    import gc
+
+    embedder = HashingEmbedder(32)
+    url = embedded_store(tmp_path, embedder)
+    memory = stored_memory(url)
+    seen: list[bool] = []
+
+    class Watched(dict[int, Any]):
+        """The vectors by key, noting whether the collector is on as each is read."""
+
+        def __getitem__(self, key: int) -> Any:
+            seen.append(gc.isenabled())
+            return super().__getitem__(key)
+
+    _, vectors = HeldSource(url, memory).read(search_index(memory).parts)
+    assert search_index(memory).adopt_vectors(embedder, None, Watched(vectors)) == 600
+    assert seen
+    assert not any(seen)
+    assert gc.isenabled()

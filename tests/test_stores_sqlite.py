@@ -1406,3 +1406,16 @@ def test_record_lookup_uses_the_key_index(tmp_path: Path) -> None:
         con.close()
     # One probe of the index per key (not a walk of the session's keyed rows).
     assert "USING INDEX kvmemory_items_key (session_id=? AND key=?)" in plan
+
+
+def test_rows_of_ints_and_bytes_are_passed_through_and_others_made_pairs() -> None:
+    """SQLite's (int, bytes) rows are returned as they are; a driver's memoryview becomes bytes and its seq an int."""
+    from agents.memory.stores._sql.dialect import _pairs
+
+    rows = [(1, b"ab"), (2, b"")]
+    assert _pairs(rows) is rows
+    assert _pairs(((1, b"ab"),)) == [(1, b"ab")]
+    mixed = _pairs([(1, b"ab"), (True, memoryview(b"cd"))])
+    assert mixed == [(1, b"ab"), (1, b"cd")]
+    assert [type(data) for _, data in mixed] == [bytes, bytes]
+    assert [type(seq) for seq, _ in mixed] == [int, int]

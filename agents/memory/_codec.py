@@ -127,6 +127,9 @@ _MAX_SAME_HASH: Final = 32
 BULK_VALUES: Final = 512
 """From this many values on, :func:`collector_paused` pauses the garbage collector while they are decoded."""
 
+_PROMOTE_AT: Final = 50_000
+"""From this many young objects on, the end of a pause moves them to the oldest generation (``_promote_survivors``)."""
+
 _PAUSE_LOCK: Final = threading.Lock()
 _pauses = 0  # pauses in progress (threads may decode at once)
 _resume = False  # whether the collector was on when the first of them began
@@ -159,7 +162,28 @@ def collector_paused(n: int) -> Iterator[None]:
         with _PAUSE_LOCK:
             _pauses -= 1
             if _pauses == 0 and _resume:
+                _promote_survivors()
                 gc.enable()
+
+
+def _promote_survivors() -> None:
+    """Move the objects a long pause left young into the oldest generation, without walking them.
+
+    They are mostly kept (items decoded, an index filed): resumed as they
+    are, the collector would walk them all in a young collection, again in
+    a middle one, and again in a full one, each a pause of the thread that
+    happens to allocate then (0.5 to 1.4 s a walk after opening 100,000
+    items). ``gc.freeze()`` then ``gc.unfreeze()`` moves every tracked
+    object into the oldest generation in constant time and changes no
+    setting; the next full collection (when the process has grown by a
+    quarter, as ever) walks them once. Skipped when few objects wait, and
+    when the process keeps objects frozen itself (``gc.freeze()`` before
+    forking), whose frozen objects unfreezing would release.
+    """
+    if gc.get_count()[0] < _PROMOTE_AT or gc.get_freeze_count():
+        return
+    gc.freeze()
+    gc.unfreeze()
 
 
 def _refuse(value: Any) -> Any:

@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from agents.memory._codec import collector_paused
 from agents.memory._item import MemoryItem
 from agents.memory._vectors import Embedder, EmbedParts, checked_vectors, cosines, numpy, top_rows
 from agents.memory.exceptions import EmbedderMismatchError
@@ -643,11 +644,13 @@ class ItemVectors:
         table = self.table(embedder, keys, items)
         waiting = self.waiting[keys]
         chosen = [key for key in vectors if key in waiting and key in items]
-        if chosen:
-            table.put(chosen, [vectors[key] for key in chosen])
-            for key in chosen:
-                del waiting[key]
-            table.prepare()
+        # Each item's rows are kept (a session's vectors read from a store): not walked young.
+        with collector_paused(len(chosen)):
+            if chosen:
+                table.put(chosen, [vectors[key] for key in chosen])
+                for key in chosen:
+                    del waiting[key]
+                table.prepare()
         return len(chosen)
 
     def table(

@@ -151,7 +151,14 @@ def prefix_range(prefix: str) -> tuple[str, str | None]:
 
 
 def _pairs(rows: Sequence[Any]) -> list[tuple[int, bytes]]:
-    # bytes() of a bytes object is that object; a driver's memoryview becomes bytes.
+    """Return ``(seq, data)`` rows as ints and bytes: a driver's memoryview becomes bytes.
+
+    Rows that are already pairs of an int and bytes (SQLite's) are passed
+    through: checking each costs a tenth of making each pair again, which
+    was a fifth of reading a session's 100,000 vectors.
+    """
+    if all(type(row) is tuple and type(row[0]) is int and type(row[1]) is bytes for row in rows):
+        return rows if type(rows) is list else list(rows)
     return [(int(seq), bytes(data)) for seq, data in rows]
 
 
