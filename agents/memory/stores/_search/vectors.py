@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from agents.memory._filter import Filter
@@ -60,7 +60,20 @@ def _run_ends(keys: Sequence[int]) -> list[int]:
     return [position for position in range(1, len(keys)) if keys[position] != keys[position - 1]]
 
 
+def _parts_by_seq(keys: Sequence[int], matrix: Any) -> dict[int, Any]:
+    """Return each seq's rows of ``matrix`` (its part vectors), ``keys`` holding the seq of each row, an item's rows together."""
+    out: dict[int, Any] = {}
+    start = 0
+    for end in [*_run_ends(keys), len(keys)] if keys else []:
+        out[keys[start]] = matrix[start:end]
+        start = end
+    return out
+
+
 _TOKENIZER: Final = Tokenizer()
+
+_REREAD: Final = 4
+"""A kept table is read again, not updated, once more than one item in this many changed."""
 
 
 class VectorSearch:
@@ -137,10 +150,7 @@ class VectorSearch:
             if parts == EmbedParts.WHOLE:
                 out.update(zip(keys_of, matrix, strict=True))
                 continue
-            start = 0
-            for end in [*_run_ends(keys_of), len(keys_of)] if keys_of else []:
-                out[keys_of[start]] = matrix[start:end]
-                start = end
+            out.update(_parts_by_seq(keys_of, matrix))
 
     def drop(self, sid: str) -> int:
         """Delete a session's vectors and model in one transaction (``Store.drop_vectors``)."""
@@ -391,7 +401,25 @@ class VectorSearch:
             matrix = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension))
             return Vectors.of_rows(embedder.name, parts, keys, matrix)
 
-        return self._cache.table(sid, filed, (version, embedder.name, embedder.dimension), load)
+        def update(kept: Hashable, table: Vectors) -> Vectors | None:
+            if not isinstance(kept, tuple) or kept[1:] != model:
+                return None
+            with self._engine.errors("search", sid):
+                seqs = self._backend.vector_changes(sid, filed, kept[0], version)
+            if seqs is None or _REREAD * len(seqs) > len(table.slot_of):
+                return None  # not known, or so many that reading them all costs as much
+            if not seqs:
+                return table
+            changed = sorted(seqs)
+            vectors: dict[int, Any] = {}
+            for start in range(0, len(changed), 4096):
+                with self._engine.errors("search", sid):
+                    rows = self._backend.vectors_of(sid, filed, changed[start : start + 4096])
+                vectors.update(_parts_by_seq(*self._decoded_vectors(sid, embedder, rows)))
+            return table.changed(changed, vectors)
+
+        model = (embedder.name, embedder.dimension)
+        return self._cache.table(sid, filed, (version, *model), load, update)
 
     def _few(self, sid: str, keep: Filter) -> list[int] | None:
         """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_candidates``), else ``None``.
