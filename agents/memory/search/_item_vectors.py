@@ -106,8 +106,9 @@ class Vectors:
         if self._rows_of is None:
             slots = len(self.key_at)
             ends = [*self.start[1:slots].tolist(), self.refs]
+            refs = self.ref_row[: self.refs].tolist()  # one list sliced: not an array a key
             self._rows_of = {
-                key: self.ref_row[start:end].tolist()
+                key: refs[start:end]
                 for key, start, end in zip(
                     self.key_at, self.start[:slots].tolist(), ends, strict=True
                 )
@@ -139,6 +140,7 @@ class Vectors:
         table = Vectors.of_rows(self.model, self.parts, keys, matrix, distinct=True)
         table._reserve(1)  # room for the rows of the writes after (see changed)
         table.prepare(screen=True)
+        table.rows_of  # noqa: B018 (made now, on the compacting thread, not by the next write's query)
         return table
 
     def changed(self, keys: Sequence[int], vectors: Mapping[int, Any]) -> Vectors:
