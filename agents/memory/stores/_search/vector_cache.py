@@ -6,9 +6,11 @@ of the session each time. :class:`VectorCache` keeps what the last queries
 read as a table that scores as ``Memory``'s index does (``Vectors`` of
 ``agents.memory.search``), under the value :meth:`Backend.vectors_version`
 gave before the read. A query whose value is the same scores from the
-table; another value (a write by this handle, another handle or another
-process) has the vectors read again. A backend that gives ``None`` keeps
-nothing. The first query at a version reads page by page as before; the
+table. After a write by this handle that the backend can name the items
+of (:meth:`Backend.vector_changes`), the table is brought up to date with
+those items' vectors only (``Vectors.changed``); after any other write (by
+another handle or another process) the vectors are read again. A backend
+that gives ``None`` keeps nothing. The first query at a version reads page by page as before; the
 second reads the vectors into a plain table and keeps it; the 32nd
 (:data:`SCREEN_QUERY`) starts a thread that holds its equal part vectors
 once and screens it, as ``Memory``'s index does, while queries go on with
