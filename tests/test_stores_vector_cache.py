@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import HashingEmbedder
+from agents.memory.search import EmbedParts, HashingEmbedder
 from agents.memory.stores import Store, open_store
 from agents.memory.stores._search.vector_cache import SCREEN_QUERY, Vectors
 
@@ -142,7 +149,7 @@ def test_a_kept_table_holds_a_part_vector_that_steps_repeat_once(
 def test_queries_go_on_with_the_plain_table_while_it_is_compacted_and_a_write_meanwhile_discards_the_compaction(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The compaction runs on a thread: queries meanwhile rank from the plain table, and a table compacted from a version a write has replaced is not taken."""
+    """The compaction runs on a thread: queries meanwhile rank from the plain table, and a table compacted from a version a write has replaced is not taken (the plain one, updated, is kept)."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     write(url)
     started, release = threading.Event(), threading.Event()
@@ -168,10 +175,11 @@ def test_queries_go_on_with_the_plain_table_while_it_is_compacted_and_a_write_me
         assert [(hit.item["step"], hit.score) for hit in hits] == want
         store.append("s", [MemoryItem(step=99, thought="pay the invoice for March today")])
         store.index_embeddings("s", EMBEDDER)
-        assert ranked(store)[0][0] == 61  # read page by page at the new version
+        assert ranked(store)[0][0] == 61  # the plain table, given the written item's part
         release.set()
         store._vectors._cache.settle()
-        assert store._vectors._cache.sizes() == {}  # the stale compaction was not taken
+        # The stale compaction was not taken: the plain table with one more row is kept.
+        assert list(store._vectors._cache.sizes().values()) == [121]
     assert list(plain.values()) == [120]
 
 
@@ -292,3 +300,206 @@ def test_a_session_over_the_budget_is_read_page_by_page_and_ranks_the_same(
         assert ranked(store) == want
         assert ranked(store) == want
         assert store._vectors._cache.sizes() == {}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_a_handles_own_write_updates_its_kept_table_reading_only_the_changed_items(
+    kind: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a handle's own update and append, its next search reads the changed items' vectors only, and ranks as a fresh handle does."""
+    url = durable_url(kind)
+    seqs = write(url)
+    with open_store(url) as store:
+        ranked(store)
+        ranked(store)  # kept now
+        with store.batch("s") as batch:
+            batch.update({seqs[3]: MemoryItem(step=99, thought=QUERY)})
+            batch.append([MemoryItem(step=100, thought="pay the invoices of April")])
+        store.index_embeddings("s", EMBEDDER)
+        asked: list[list[int]] = []
+        vectors_of = store.backend.vectors_of
+
+        def counted(session_id: str, fields: str, wanted: list[int]) -> list[tuple[int, bytes]]:
+            asked.append(list(wanted))
+            return vectors_of(session_id, fields, wanted)
+
+        monkeypatch.setattr(store.backend, "vectors_of", counted)
+        monkeypatch.setattr(store.backend, "vector_pages", None)  # a full read would fail
+        after = ranked(store)
+    with open_store(url) as fresh:
+        assert after == ranked(fresh)
+    assert asked == [[seqs[3], seqs[-1] + 1]]
+    assert after[0] == (seqs[3], pytest.approx(1.0))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_write_by_another_handle_between_two_own_writes_has_the_vectors_read_again(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """Own writes, then another handle's, then own again: the kept table is not updated from the own writes alone, the search sees all three."""
+    url = durable_url(kind)
+    seqs = write(url)
+    with open_store(url) as store, open_store(url) as other:
+        ranked(store)
+        ranked(store)  # kept now
+        store.append("s", [MemoryItem(step=100, thought="open the chart number 7")])
+        store.index_embeddings("s", EMBEDDER)
+        with other.batch("s") as batch:
+            batch.update({seqs[5]: MemoryItem(step=98, thought=QUERY)})
+        other.index_embeddings("s", EMBEDDER)
+        store.append("s", [MemoryItem(step=101, thought="close the folder number 9")])
+        store.index_embeddings("s", EMBEDDER)
+        after = ranked(store)
+    with open_store(url) as fresh:
+        assert after == ranked(fresh)
+    assert after[0] == (seqs[5], pytest.approx(1.0))
+
+
+class KeptAgainstFresh(RuleBasedStateMachine):
+    """A handle that keeps its vectors between queries, written by itself and by another handle, ranks as a handle opened afresh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="kvmemory-kept-")
+        self.url = f"{self.kind}://{self.folder}/store{'.db' if self.kind == 'sqlite' else ''}"
+        self.seqs = write(self.url, 12)
+        self.store = open_store(self.url)
+        self.other = open_store(self.url)
+        self.count = 0
+
+    kind = "sqlite"
+
+    def teardown(self) -> None:
+        self.store.close()
+        self.other.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _handle(self, own: bool) -> Store:
+        return self.store if own else self.other
+
+    @rule(own=st.booleans(), word=st.sampled_from(["invoice", "report", "March", "folder"]))
+    def append(self, own: bool, word: str) -> None:
+        self.count += 1
+        handle = self._handle(own)
+        self.seqs += handle.append("s", [MemoryItem(step=200 + self.count, thought=f"pay {word}")])
+        handle.index_embeddings("s", EMBEDDER)
+
+    @rule(own=st.booleans(), at=st.integers(0, 1000), text=st.sampled_from([QUERY, "a chart"]))
+    def update(self, own: bool, at: int, text: str) -> None:
+        handle = self._handle(own)
+        with handle.batch("s") as batch:
+            batch.update({self.seqs[at % len(self.seqs)]: MemoryItem(step=300, thought=text)})
+        handle.index_embeddings("s", EMBEDDER)
+
+    @rule(own=st.booleans(), at=st.integers(0, 1000))
+    def delete(self, own: bool, at: int) -> None:
+        if len(self.seqs) > 2:
+            seq = self.seqs.pop(at % len(self.seqs))
+            with self._handle(own).batch("s") as batch:
+                batch.delete([seq])
+
+    @rule(own=st.booleans())
+    def update_without_embedding(self, own: bool) -> None:
+        with self._handle(own).batch("s") as batch:
+            batch.update({self.seqs[0]: MemoryItem(step=301, thought="save the draft")})
+
+    @rule()
+    def search(self) -> None:
+        ranked(self.store)
+
+    @invariant()
+    def ranks_as_a_fresh_handle(self) -> None:
+        kept = ranked(self.store)
+        with open_store(self.url) as fresh:
+            assert kept == ranked(fresh)
+
+
+class KeptAgainstFreshJSONL(KeptAgainstFresh):
+    """:class:`KeptAgainstFresh` on a JSONL store."""
+
+    kind = "jsonl"
+
+
+KeptAgainstFresh.TestCase.settings = settings(max_examples=12, stateful_step_count=8, deadline=None)
+KeptAgainstFreshJSONL.TestCase.settings = settings(
+    max_examples=12, stateful_step_count=8, deadline=None
+)
+TestKeptAgainstFresh = KeptAgainstFresh.TestCase
+TestKeptAgainstFreshJSONL = KeptAgainstFreshJSONL.TestCase
+
+
+def _unit_rows(rng: Any, count: int, width: int) -> Any:
+    rows = rng.standard_normal((count, width)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _rows_of(parts: dict[int, Any]) -> tuple[list[int], Any]:
+    keys = [key for key in sorted(parts) for _ in range(len(parts[key]))]
+    return keys, np.concatenate([parts[key] for key in sorted(parts)])
+
+
+class ChangedAgainstReadAnew(RuleBasedStateMachine):
+    """A table brought up to date by ``Vectors.changed`` scores as a table read anew from the same vectors; the table it came from is left as it was."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rng = np.random.default_rng(3)
+        # A few shared rows, as the fields every step repeats.
+        self.shared = _unit_rows(self.rng, 3, 8)
+        self.parts = {key: self._block(key) for key in range(10)}
+        self.table = Vectors.of_rows("m", EmbedParts(), *_rows_of(self.parts))
+        self.query = _unit_rows(self.rng, 1, 8)[0]
+
+    def _block(self, key: int) -> Any:
+        own = _unit_rows(self.rng, 1 + key % 3, 8)
+        return np.concatenate([own, self.shared[key % 2 : key % 2 + 1]])
+
+    @rule(
+        keys=st.lists(st.integers(0, 30), max_size=4), gone=st.lists(st.integers(0, 30), max_size=2)
+    )
+    def change(self, keys: list[int], gone: list[int]) -> None:
+        before = self.table.scores(self.query)
+        vectors = {key: self._block(key) for key in keys}
+        changed = sorted({*keys, *gone})
+        new = self.table.changed(changed, vectors)
+        assert self.table.scores(self.query) == before  # the old table is untouched
+        for key in changed:
+            self.parts.pop(key, None)
+        self.parts.update(vectors)
+        self.table = new
+
+    @rule()
+    def compact(self) -> None:
+        self.table = self.table.compacted()
+
+    @invariant()
+    def scores_as_read_anew(self) -> None:
+        if not self.parts:
+            return
+        anew = Vectors.of_rows("m", EmbedParts(), *_rows_of(self.parts))
+        for limit in (None, 1, 3):
+            assert self.table.scores(self.query, limit) == anew.scores(self.query, limit)
+        assert self.table.scores(self.query, 2, [5, 7]) == anew.scores(self.query, 2, [5, 7])
+
+
+ChangedAgainstReadAnew.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=12, deadline=None
+)
+TestChangedAgainstReadAnew = ChangedAgainstReadAnew.TestCase
+
+
+def test_a_screened_table_brought_up_to_date_scores_as_one_read_anew() -> None:
+    """Past 16,384 rows (screened), a compacted table given changed and new items scores as a table read and compacted anew."""
+    rng = np.random.default_rng(11)
+    parts = {key: _unit_rows(rng, 9, 64) for key in range(2000)}
+    table = Vectors.of_rows("m", EmbedParts(), *_rows_of(parts)).compacted()
+    changed = [3, 1999, 2000, 2001]
+    vectors = {key: _unit_rows(rng, 7, 64) for key in changed[1:]}
+    new = table.changed(changed, vectors)
+    del parts[3]
+    parts.update(vectors)
+    anew = Vectors.of_rows("m", EmbedParts(), *_rows_of(parts)).compacted()
+    assert new.screen is not None
+    for query in _unit_rows(rng, 5, 64):
+        assert new.scores(query, 5) == anew.scores(query, 5)
+        assert new.scores(query, 5, [3, 10]) == anew.scores(query, 5, [3, 10])

@@ -7,6 +7,7 @@ that wait for a vector, following the index's adds, changes and drops.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -106,8 +107,9 @@ class Vectors:
         if self._rows_of is None:
             slots = len(self.key_at)
             ends = [*self.start[1:slots].tolist(), self.refs]
+            refs = self.ref_row[: self.refs].tolist()  # one list sliced: not an array a key
             self._rows_of = {
-                key: self.ref_row[start:end].tolist()
+                key: refs[start:end]
                 for key, start, end in zip(
                     self.key_at, self.start[:slots].tolist(), ends, strict=True
                 )
@@ -115,7 +117,7 @@ class Vectors:
         return self._rows_of
 
     def compacted(self) -> Vectors:
-        """Return this table of :meth:`of_rows` with equal rows held once and, if large, screened: the same scores, float for float.
+        """Return this table with equal rows held once, no dead slot and, if large, screened: the same scores, float for float.
 
         Worth its cost (a digest and a comparison of every row, and the
         screen's turn of every distinct row) for a table queried again and
@@ -124,15 +126,70 @@ class Vectors:
         np = numpy()
         slots = len(self.key_at)
         lengths = np.diff(np.r_[self.start[:slots], self.refs])
-        keys = np.repeat(np.asarray(self.key_at, dtype=np.int64), lengths)
         refs = self.ref_row[: self.refs]
-        if self.used == self.refs and (refs == np.arange(self.refs)).all():
+        if self.dead:  # the living slots only (a table brought up to date by changed)
+            alive = np.flatnonzero(self.alive[:slots])
+            refs = refs[self._places(np, alive)[0]] if len(alive) else refs[:0]
+            lengths, key_at = lengths[alive], np.asarray(self.key_at, dtype=np.int64)[alive]
+        else:
+            key_at = np.asarray(self.key_at, dtype=np.int64)
+        keys = np.repeat(key_at, lengths)
+        if self.used == len(refs) and (refs == np.arange(len(refs))).all():
             matrix = self.matrix[: self.used]  # a row per reference, in order: no copy
         else:
             matrix = self.matrix[refs]
         table = Vectors.of_rows(self.model, self.parts, keys, matrix, distinct=True)
+        table._reserve(1)  # room for the rows of the writes after (see changed)
         table.prepare(screen=True)
+        table.rows_of  # noqa: B018 (made now, on the compacting thread, not by the next write's query)
         return table
+
+    def changed(self, keys: Sequence[int], vectors: Mapping[int, Any]) -> Vectors:
+        """Return a copy of this table where each of ``keys`` holds its part vectors in ``vectors`` (a key not there holds none): the same scores as a table read anew.
+
+        What a kept table takes after a write: the work follows the keys
+        changed and the layout (copied), not the vectors. This table stays
+        as it was (a query may still score it): the two share the matrix,
+        and the copy files its new vectors in rows this table does not use
+        (a row freed by a drop is not filled again: it waits for a table
+        compacted anew).
+        """
+        np = numpy()
+        table = copy.copy(self)
+        table.uses = self.uses.copy()
+        table.row_of, table.digest_at = dict(self.row_of), dict(self.digest_at)
+        table.text_row, table.texts_at = dict(self.text_row), dict(self.texts_at)
+        table._rows_of = dict(self.rows_of)
+        table.slot_of, table.key_at = dict(self.slot_of), list(self.key_at)
+        table.alive, table.start = self.alive.copy(), self.start.copy()
+        table.ref_row = self.ref_row.copy()
+        table.screen = copy.copy(self.screen)
+        table.free = []
+        for key in keys:
+            table.drop(key)
+        table.free = []  # rows this table may still hold for a query in flight
+        blocks = [
+            (key, np.asarray(vectors[key], dtype=np.float32)) for key in keys if key in vectors
+        ]
+        blocks = [(key, block[None, :] if block.ndim == 1 else block) for key, block in blocks]
+        table._reserve(sum(len(block) for _, block in blocks))
+        table.put([key for key, _ in blocks], [block for _, block in blocks])
+        table.free = []
+        table.prepare()
+        return table
+
+    def _reserve(self, rows: int) -> None:
+        """Make room for ``rows`` more rows after the last in use, with an eighth more (a kept table is large: not doubled)."""
+        np = numpy()
+        needed = self.used + rows
+        if needed <= len(self.matrix):
+            return
+        grown = np.zeros((needed + self.used // 8 + 64, self.matrix.shape[1]), dtype=np.float32)
+        grown[: self.used] = self.matrix[: self.used]
+        self.matrix = grown
+        uses = np.zeros(len(grown), dtype=np.int64)
+        uses[: self.used] = self.uses[: self.used]
+        self.uses = uses
 
     def row_of_text(self, text: str) -> int | None:
         """Return the row of the vector ``text`` was embedded as here, or ``None``."""

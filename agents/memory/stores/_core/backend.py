@@ -399,6 +399,22 @@ class Backend(SearchOperations):
         """
         return None
 
+    def vector_changes(
+        self, session_id: str, fields: str, since: Hashable, now: Hashable
+    ) -> set[int] | None:
+        """Return the seqs whose vector rows over ``fields`` may have changed from version ``since`` to ``now``, or ``None`` if it cannot tell.
+
+        ``since`` and ``now`` are values :meth:`vectors_version` gave, ``since``
+        first. A store that kept a session's vectors at ``since`` reads the
+        rows of the seqs returned again (the rows of seqs written after
+        ``now`` may come with them) instead of every row. A set that holds
+        more seqs than changed is correct, only slower; one that misses a
+        changed row serves a stale vector, so return ``None`` whenever a
+        write may have come from elsewhere (another handle or process).
+        By default ``None``: every row is read again.
+        """
+        return None
+
     def vectors_of(
         self, session_id: str, fields: str, seqs: Sequence[int]
     ) -> list[tuple[int, bytes]]:

@@ -67,10 +67,12 @@ Files are created readable by their owner only (``0600``), the directory
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Final, TypeVar
 
 import attrs
@@ -111,6 +113,9 @@ _COMPACT_MIN_DEAD: Final = 32
 _FEW: Final = 16
 """A filter that at most one row in this many passes has only those rows scored (``keyword_top_where``)."""
 
+_COMMITS: Final = 4096
+"""The commits a handle remembers, at most (:meth:`LogBackend.vector_changes`)."""
+
 T = TypeVar("T")
 
 
@@ -121,6 +126,14 @@ class _Tx:
     log: SessionLog | None
     parts: list[bytes] = attrs.Factory(list)
     new: bool = False
+    vector_seqs: set[int] | None = attrs.Factory(set)  # whose vectors it changes (None: all)
+
+    def changed_vectors(self, seqs: Iterable[int] | None) -> None:
+        """Note that the vectors of ``seqs`` (``None``: of every item) change."""
+        if seqs is None:
+            self.vector_seqs = None
+        elif self.vector_seqs is not None:
+            self.vector_seqs.update(seqs)
 
 
 def _create_v1(store: LogBackend) -> None:
@@ -236,6 +249,12 @@ class LogBackend(Backend):
         self._logs = SessionLogs(self._files, version=SCHEMA_VERSION, fsync=fsync)
         self._keywords = SessionKeywords(self.directory, read_only=read_only)
         self._values = FilterValues()
+        # This handle's commits, for vector_changes: (session, header, offset before,
+        # offset after) -> the seqs whose vectors the commit changed (None: all).
+        self._commits: collections.OrderedDict[
+            tuple[str, bytes, int], tuple[int, frozenset[int] | None]
+        ] = collections.OrderedDict()
+        self._commits_lock = threading.Lock()
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -302,7 +321,13 @@ class LogBackend(Backend):
             self._logs.write_new(session_id, log, tx.parts)
             self._files.forget_deleted(session_id)
         elif tx.parts:
+            before = log.offset  # the file's length when the transaction began
             self._logs.append(session_id, log, b"".join(tx.parts))
+            seqs = None if tx.vector_seqs is None else frozenset(tx.vector_seqs)
+            with self._commits_lock:
+                self._commits[(session_id, log.header, before)] = (log.offset, seqs)
+                if len(self._commits) > _COMMITS:
+                    self._commits.popitem(last=False)
         self._logs.keep(session_id, log)
         if log.dead >= _COMPACT_MIN_DEAD and log.dead > len(log.rows):
             self._compact(session_id, log)
@@ -388,6 +413,7 @@ class LogBackend(Backend):
                 log.dead += 1
                 done.append(seq)
         log.drop_vectors_of(done)  # as reading the "u" records does
+        tx.changed_vectors(done)
         return done
 
     def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
@@ -397,6 +423,7 @@ class LogBackend(Backend):
             tx.parts.append(delete_record(gone))
             log.dead += len(gone)
             log.drop_vectors_of(gone)  # as reading the "del" record does
+            tx.changed_vectors(gone)
         return sorted(gone)
 
     def clear_rows(self, tx: _Tx, session_id: str) -> int:
@@ -404,6 +431,7 @@ class LogBackend(Backend):
         count = len(log.rows)
         if count:
             tx.parts.append(CLEAR_RECORD)
+            tx.changed_vectors(None)
             log.dead += count
             log.rows.clear()
         return count
@@ -426,10 +454,42 @@ class LogBackend(Backend):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
+    def vectors_of(
+        self, session_id: str, fields: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        log = self._snapshot(session_id)
+        table = (log.vectors.get(fields) or {}) if log is not None else {}
+        return [(seq, table[seq]) for seq in sorted(set(seqs)) if seq in table]
+
     def vectors_version(self, session_id: str, fields: str) -> tuple[bytes, int] | None:
         """Return the log's header and length as read: every write appends to the log or writes it anew (a new header)."""
         log = self._snapshot(session_id)
         return None if log is None else (log.header, log.offset)
+
+    def vector_changes(
+        self, session_id: str, fields: str, since: Hashable, now: Hashable
+    ) -> set[int] | None:
+        """Return the seqs whose vectors this handle's commits changed from ``since`` to ``now``; ``None`` if another handle appended in between.
+
+        A version is the log's header and length: the commits of this
+        handle, each from the length it found to the one it left, must lead
+        from one to the other without a gap (any other writer's records
+        lie in one), in the same log (a log written anew has a new header).
+        """
+        if not isinstance(since, tuple) or not isinstance(now, tuple) or since[0] != now[0]:
+            return None
+        header, offset = since
+        changed: set[int] = set()
+        with self._commits_lock:
+            while offset != now[1]:
+                commit = self._commits.get((session_id, header, offset))
+                if commit is None:
+                    return None
+                offset, seqs = commit
+                if seqs is None:
+                    return None
+                changed |= seqs
+        return changed
 
     def vector_count(self, session_id: str, fields: str) -> int:
         log = self._snapshot(session_id)
@@ -467,6 +527,7 @@ class LogBackend(Backend):
             if row is None or row[2] != data:
                 continue
             tx.parts.append(vector_record(seq, fields, vector))
+            tx.changed_vectors((seq,))
             if seq in table:
                 log.dead += 1
             table[seq] = vector
@@ -478,6 +539,7 @@ class LogBackend(Backend):
         count = sum(map(len, log.vectors.values()))
         if count or log.model is not None:
             tx.parts.append(DROP_VECTORS_RECORD)
+            tx.changed_vectors(None)
             log.dead += count + 1
             log.vectors = {}
             log.model = None

@@ -6,9 +6,11 @@ of the session each time. :class:`VectorCache` keeps what the last queries
 read as a table that scores as ``Memory``'s index does (``Vectors`` of
 ``agents.memory.search``), under the value :meth:`Backend.vectors_version`
 gave before the read. A query whose value is the same scores from the
-table; another value (a write by this handle, another handle or another
-process) has the vectors read again. A backend that gives ``None`` keeps
-nothing. The first query at a version reads page by page as before; the
+table. After a write by this handle that the backend can name the items
+of (:meth:`Backend.vector_changes`), the table is brought up to date with
+those items' vectors only (``Vectors.changed``); after any other write (by
+another handle or another process) the vectors are read again. A backend
+that gives ``None`` keeps nothing. The first query at a version reads page by page as before; the
 second reads the vectors into a plain table and keeps it; the 32nd
 (:data:`SCREEN_QUERY`) starts a thread that holds its equal part vectors
 once and screens it, as ``Memory``'s index does, while queries go on with
@@ -64,8 +66,8 @@ class VectorCache:
 
     def __init__(self, budget: int = CACHE_BYTES) -> None:
         self._budget = budget
-        # (session, fields) -> (version, table, queries asked of it)
-        self._tables: OrderedDict[tuple[str, str], tuple[Hashable, Vectors | None, int]] = (
+        # (session, fields) -> (version, table, queries asked of it, rows when read or compacted)
+        self._tables: OrderedDict[tuple[str, str], tuple[Hashable, Vectors | None, int, int]] = (
             OrderedDict()
         )
         self._lock = threading.Lock()
@@ -82,12 +84,16 @@ class VectorCache:
         fields: str,
         version: Hashable,
         load: Callable[[int], Vectors | None],
+        update: Callable[[Hashable, Vectors], Vectors | None] | None = None,
     ) -> Vectors | None:
-        """Return the session's table kept under ``version``, else the one ``load`` reads now; ``None`` to read the session page by page.
+        """Return the session's table kept under ``version``, else the one ``update`` or ``load`` makes now; ``None`` to read the session page by page.
 
         ``None`` the first time a version is asked for (a session written
-        between every two queries is read as before, never copied into a
-        table) and for a session over the budget.
+        between every two queries by another handle is read as before,
+        never copied into a table) and for a session over the budget. A
+        table kept under another version is brought to this one by
+        ``update`` where it can tell what changed (this handle's own
+        writes): the work of a write follows the items it changed.
 
         Args:
             session_id: The session.
@@ -97,21 +103,31 @@ class VectorCache:
             load: Reads the session's vectors into a table, or gives
                 ``None`` once they pass the bytes it is given (remembered
                 under ``version``: the session is then read page by page).
+            update: Given the version a table was kept under and the table,
+                returns it at ``version`` (:meth:`Vectors.changed`), or
+                ``None`` when it cannot tell what changed.
         """
         key = (session_id, fields)
         with self._lock:
             kept = self._tables.get(key)
-            if kept is None or kept[0] != version:
+            stale = kept is not None and kept[0] != version
+            if stale and kept is not None and kept[1] is not None and update is not None:
+                # Taken out while it is brought up to date: no other query updates it too.
+                del self._tables[key]
+            elif kept is None or stale:
                 # First asked at this version: read page by page as before (the next
                 # write may come before the next query); kept from the next query on.
                 self._tables.pop(key, None)
-                self._tables[key] = (version, None, 1)
+                self._tables[key] = (version, None, 1, 0)
                 return None
-            loaded = kept[1] is not None or kept[2] > 1
-            if loaded:
-                self._tables.move_to_end(key)
-                self._tables[key] = (version, kept[1], kept[2] + 1)
-        if loaded:
+        if stale and kept is not None and kept[1] is not None and update is not None:
+            return self._updated(key, version, kept, update)
+        assert kept is not None
+        if kept[1] is not None or kept[2] > 1:
+            with self._lock:
+                if self._tables.get(key) is kept:
+                    self._tables.move_to_end(key)
+                    self._tables[key] = (version, kept[1], kept[2] + 1, kept[3])
             table = kept[1]
             if table is not None and kept[2] + 1 == SCREEN_QUERY:
                 # Asked again and again at this version: equal rows once, and the screen, made
@@ -119,11 +135,37 @@ class VectorCache:
                 self._compact_later(key, version, table)
             return table
         table = load(self._budget)
+        self._keep(key, (version, table, 2, 0 if table is None else table.used))
+        return table
+
+    def _updated(
+        self,
+        key: tuple[str, str],
+        version: Hashable,
+        kept: tuple[Hashable, Vectors | None, int, int],
+        update: Callable[[Hashable, Vectors], Vectors | None],
+    ) -> Vectors | None:
+        """Return the kept table brought to ``version`` by ``update``, kept; ``None`` (read page by page) where it cannot be."""
+        old = kept[1]
+        assert old is not None
+        table = update(kept[0], old)
+        if table is None:
+            self._keep(key, (version, None, 1, 0))
+            return None
+        queries = kept[2] + 1
+        if not table.screens or table.used > kept[3] + kept[3] // 4:
+            # Not compacted yet (a compaction under way is not taken after a write), or a
+            # quarter more rows since it was: compacted again after SCREEN_QUERY quiet queries.
+            queries = min(queries, 2)
+        self._keep(key, (version, table, queries, kept[3]))
+        return table
+
+    def _keep(self, key: tuple[str, str], entry: tuple[Hashable, Vectors | None, int, int]) -> None:
         with self._lock:
-            self._tables[key] = (version, table, 2)
+            self._tables.pop(key, None)
+            self._tables[key] = entry
             while self._bytes() > self._budget:
                 self._tables.popitem(last=False)
-        return table
 
     def _compact_later(self, key: tuple[str, str], version: Hashable, table: Vectors) -> None:
         thread = threading.Thread(
@@ -143,7 +185,7 @@ class VectorCache:
             now = self._tables.get(key)
             # Swapped in only for the table it was made from (not after a write or a drop).
             if compact is not None and now is not None and now[0] == version and now[1] is table:
-                self._tables[key] = (version, compact, now[2])
+                self._tables[key] = (version, compact, now[2], compact.used)
 
     def settle(self) -> None:
         """Return once no kept table is being compacted (for tests and benchmarks)."""
@@ -157,7 +199,9 @@ class VectorCache:
 
     def _bytes(self) -> int:
         return sum(
-            int(table.matrix.nbytes) for _, table, _ in self._tables.values() if table is not None
+            int(table.matrix.nbytes)
+            for _, table, _, _ in self._tables.values()
+            if table is not None
         )
 
     def forget(self, session_id: str) -> None:
@@ -170,7 +214,9 @@ class VectorCache:
         """Return the rows of each table kept, by ``(session_id, fields)`` (for tests and benchmarks)."""
         with self._lock:
             return {
-                key: table.used for key, (_, table, _) in self._tables.items() if table is not None
+                key: table.used
+                for key, (_, table, _, _) in self._tables.items()
+                if table is not None
             }
 
     def screened(self) -> list[tuple[str, str]]:
@@ -178,6 +224,6 @@ class VectorCache:
         with self._lock:
             return [
                 key
-                for key, (_, table, _) in self._tables.items()
+                for key, (_, table, _, _) in self._tables.items()
                 if table is not None and table.screen is not None
             ]

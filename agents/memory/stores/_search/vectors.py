@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from agents.memory._filter import Filter
@@ -60,7 +60,53 @@ def _run_ends(keys: Sequence[int]) -> list[int]:
     return [position for position in range(1, len(keys)) if keys[position] != keys[position - 1]]
 
 
+def _parts_by_seq(keys: Sequence[int], matrix: Any) -> dict[int, Any]:
+    """Return each seq's rows of ``matrix`` (its part vectors), ``keys`` holding the seq of each row, an item's rows together."""
+    out: dict[int, Any] = {}
+    start = 0
+    for end in [*_run_ends(keys), len(keys)] if keys else []:
+        out[keys[start]] = matrix[start:end]
+        start = end
+    return out
+
+
+def _table_of(
+    pages: Iterable[tuple[list[int], Any]], embedder: Embedder, parts: EmbedParts, budget: int
+) -> Vectors | None:
+    """Return the vectors of ``pages`` (seqs and their unit vectors) as one table; ``None`` once they pass ``budget`` bytes."""
+    keys: list[int] = []
+    blocks = []
+    size = 0
+    for page_keys, matrix in pages:
+        keys += page_keys
+        blocks.append(matrix)
+        size += int(matrix.nbytes)
+        if size > budget:
+            return None  # too large to keep: read page by page at each query
+    np = numpy()
+    matrix = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension))
+    return Vectors.of_rows(embedder.name, parts, keys, matrix)
+
+
+def _up_to_date(
+    table: Vectors, seqs: set[int] | None, read: Callable[[list[int]], dict[int, Any]]
+) -> Vectors | None:
+    """Return a kept ``table`` given the vectors ``read`` gives of the changed ``seqs`` (``Vectors.changed``); ``None`` to read every vector.
+
+    ``None`` where the backend cannot tell what changed (``seqs`` is
+    ``None``) and where so many items changed that reading them costs
+    about what reading the session does.
+    """
+    if seqs is None or _REREAD * len(seqs) > len(table.slot_of):
+        return None
+    changed = sorted(seqs)
+    return table.changed(changed, read(changed)) if changed else table
+
+
 _TOKENIZER: Final = Tokenizer()
+
+_REREAD: Final = 4
+"""A kept table is read again, not updated, once more than one item in this many changed."""
 
 
 class VectorSearch:
@@ -137,10 +183,7 @@ class VectorSearch:
             if parts == EmbedParts.WHOLE:
                 out.update(zip(keys_of, matrix, strict=True))
                 continue
-            start = 0
-            for end in [*_run_ends(keys_of), len(keys_of)] if keys_of else []:
-                out[keys_of[start]] = matrix[start:end]
-                start = end
+            out.update(_parts_by_seq(keys_of, matrix))
 
     def drop(self, sid: str) -> int:
         """Delete a session's vectors and model in one transaction (``Store.drop_vectors``)."""
@@ -226,7 +269,7 @@ class VectorSearch:
         if mode == "semantic" and keep is not None:
             kept = None
             if parts != EmbedParts.WHOLE and not self._engine.read_only:
-                kept = self._kept_table(sid, embedder, fields_text(fields, parts), parts)
+                kept = self._kept_table(sid, embedder, fields, parts)
             if kept is not None:
                 # Every cosine from the vectors kept in memory costs about what the unfiltered
                 # query does (scored once, with no screen: a ranking a thousand items deep costs
@@ -345,7 +388,7 @@ class VectorSearch:
                     else None
                 )
         if rows is None:
-            table = self._kept_table(sid, embedder, filed, parts)
+            table = self._kept_table(sid, embedder, fields, parts)
             if table is not None:
                 return table.scores(query, limit, wanted)
             # Not kept: read a page at a time (a backend that cannot vouch, a session over the budget).
@@ -362,7 +405,7 @@ class VectorSearch:
         return scored
 
     def _kept_table(
-        self, sid: str, embedder: Embedder, filed: str, parts: EmbedParts
+        self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None, parts: EmbedParts
     ) -> Vectors | None:
         """Return the session's vectors as a table kept between queries, or ``None`` to read them (see :class:`VectorCache`).
 
@@ -370,6 +413,7 @@ class VectorSearch:
         (:meth:`Backend.vectors_version`), and on a read-only handle while
         some items have no vector yet (they are embedded at each query).
         """
+        filed = fields_text(fields, parts)
         with self._engine.errors("search", sid):
             version = self._backend.vectors_version(sid, filed)
             if version is None:
@@ -380,20 +424,18 @@ class VectorSearch:
                 return None
 
         def load(budget: int) -> Vectors | None:
-            keys: list[int] = []
-            blocks = []
-            size = 0
-            for page_keys, matrix in self._stored_cosine_pages(sid, embedder, filed):
-                keys += page_keys
-                blocks.append(matrix)
-                size += int(matrix.nbytes)
-                if size > budget:
-                    return None  # too large to keep: read page by page at each query
-            np = numpy()
-            matrix = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension))
-            return Vectors.of_rows(embedder.name, parts, keys, matrix)
+            pages = self._stored_cosine_pages(sid, embedder, filed)
+            return _table_of(pages, embedder, parts, budget)
 
-        return self._cache.table(sid, filed, (version, embedder.name, embedder.dimension), load)
+        def update(kept: Hashable, table: Vectors) -> Vectors | None:
+            if not isinstance(kept, tuple) or kept[1:] != kept_as[1:]:
+                return None
+            with self._engine.errors("search", sid):
+                seqs = self._backend.vector_changes(sid, filed, kept[0], version)
+            return _up_to_date(table, seqs, lambda of: self.read(sid, embedder, fields, of, parts))
+
+        kept_as = (version, embedder.name, embedder.dimension)
+        return self._cache.table(sid, filed, kept_as, load, update)
 
     def _few(self, sid: str, keep: Filter) -> list[int] | None:
         """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_candidates``), else ``None``.

@@ -37,11 +37,12 @@ Durability follows ``synchronous`` (a URL option):
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Final
 
 from agents.memory import _codec
@@ -56,6 +57,10 @@ from agents.memory.stores._sqlite.schema import SCHEMA_VERSION
 from agents.memory.stores._store import Store
 
 __all__ = ["KeywordFold", "SQLiteBackend", "SQLiteStore", "Synchronous"]
+
+
+_VECTOR_WRITES: Final = 4096
+"""The writes to vector rows a handle lists, at most (:meth:`SQLiteBackend.vector_changes`)."""
 
 
 class SQLiteBackend(SQLRows, Backend):
@@ -101,6 +106,12 @@ class SQLiteBackend(SQLRows, Backend):
         self.synchronous: Synchronous = synchronous
         self.keyword_fold: KeywordFold = keyword_fold
         self._keywords = SQLiteKeywordIndex(self._file, keyword_fold)
+        # This connection's writes to vector rows, for vector_changes: (total_changes
+        # after the statement, session, seqs or None for all), the oldest forgotten first.
+        self._vector_writes: collections.deque[tuple[int, str, frozenset[int] | None]] = (
+            collections.deque()
+        )
+        self._vector_writes_from = 0  # total_changes before the oldest write still listed
 
     # -- the file ------------------------------------------------------------------
 
@@ -390,7 +401,55 @@ class SQLiteBackend(SQLRows, Backend):
             " WHERE session_id = ?1 AND seq = ?2 AND data = ?5)",
             [(session_id, seq, fields, vector, data) for seq, data, vector in rows],
         )
+        self._wrote_vectors(tx, session_id, frozenset(seq for seq, _, _ in rows))
         return int(cur.rowcount)
+
+    def delete_vectors(self, tx: sqlite3.Connection, session_id: str, seqs: Sequence[int]) -> None:
+        super().delete_vectors(tx, session_id, seqs)
+        self._wrote_vectors(tx, session_id, frozenset(seqs))
+
+    def drop_vectors(self, tx: sqlite3.Connection, session_id: str) -> int:
+        gone = super().drop_vectors(tx, session_id)
+        self._wrote_vectors(tx, session_id, None)
+        return gone
+
+    def _wrote_vectors(
+        self, tx: sqlite3.Connection, session_id: str, seqs: frozenset[int] | None
+    ) -> None:
+        """List a write of this connection to a session's vector rows (inside its transaction, under the file's lock)."""
+        writes = self._vector_writes
+        writes.append((tx.total_changes, session_id, seqs))
+        if len(writes) > _VECTOR_WRITES:
+            self._vector_writes_from = writes.popleft()[0]
+
+    def vector_changes(
+        self, session_id: str, fields: str, since: Hashable, now: Hashable
+    ) -> set[int] | None:
+        """Return the seqs this connection wrote vector rows of since ``since``; ``None`` once another connection committed.
+
+        The change stamps (:meth:`vectors_version`) tell: the same
+        ``data_version`` and openings mean that no other connection, in this
+        process or another, committed to the file in between, so every
+        change came from this connection's writes, listed as they are made
+        (a write rolled back stays listed: its rows are only read again).
+        """
+        if (
+            not isinstance(since, tuple)
+            or not isinstance(now, tuple)
+            or len(since) != 3
+            or since[:2] != now[:2]
+        ):
+            return None
+        changed: set[int] = set()
+        with self._file.lock:
+            if since[2] < self._vector_writes_from:
+                return None  # written too often since: the oldest writes were forgotten
+            for total, sid, seqs in self._vector_writes:
+                if total > since[2] and sid == session_id:
+                    if seqs is None:
+                        return None
+                    changed |= seqs
+        return changed
 
     # -- keyword search --------------------------------------------------------------
 
