@@ -12,7 +12,8 @@ from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule
+from hypothesis.stateful import rule
+from two_handles import TwoHandleSession
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Filter
@@ -143,7 +144,7 @@ def test_changes_by_another_process_reach_the_kept_values(tmp_path: Path) -> Non
             )
 
 
-class FilterValuesMachine(RuleBasedStateMachine):
+class FilterValuesMachine(TwoHandleSession):
     """Two handles and a reopened one on a JSONL store against a plain model: filters judged from kept values keep what Filter keeps."""
 
     def __init__(self) -> None:
@@ -151,12 +152,6 @@ class FilterValuesMachine(RuleBasedStateMachine):
         self.folder = tempfile.mkdtemp(prefix="kvmemory-filters-")
         self.a = JSONLStore(self.folder)
         self.b = JSONLStore(self.folder)
-        self.model: dict[int, MemoryItem] = {}
-        self.next_seq = 1
-        self.step = 0
-
-    def handle(self, which: int) -> JSONLStore:
-        return self.a if which == 0 else self.b
 
     values = st.sampled_from(VALUES)
 
@@ -178,37 +173,11 @@ class FilterValuesMachine(RuleBasedStateMachine):
         for agent, x, owner, words in rows:
             self.step += 1
             new.append(step(self.step, agent, x, owner, words))
-        self.handle(which).append("s", new)
-        for one in new:
-            self.model[self.next_seq] = one
-            self.next_seq += 1
+        self.appended(which, new)
 
     @rule(which=st.integers(0, 1), pick=st.integers(0, 1000), x=values, agent=st.sampled_from("ab"))
     def update(self, which: int, pick: int, x: Any, agent: str) -> None:
-        if not self.model:
-            return
-        seq = sorted(self.model)[pick % len(self.model)]
-        new = step(10_000 + pick, agent, x, agent, ["cat"])
-        with self.handle(which).batch("s") as batch:
-            batch.update({seq: new})
-        self.model[seq] = new
-
-    @rule(which=st.integers(0, 1), picks=st.lists(st.integers(0, 1000), max_size=3))
-    def delete(self, which: int, picks: list[int]) -> None:
-        if not self.model:
-            return
-        seqs = sorted(self.model)
-        gone = {seqs[pick % len(seqs)] for pick in picks}
-        with self.handle(which).batch("s") as batch:
-            batch.delete(gone)
-        for seq in gone:
-            del self.model[seq]
-
-    @rule(which=st.integers(0, 1))
-    def clear(self, which: int) -> None:
-        if self.model:
-            self.handle(which).clear("s")
-            self.model.clear()
+        self.replaced(which, pick, step(10_000 + pick, agent, x, agent, ["cat"]))
 
     @rule(which=st.integers(0, 1))
     def compact(self, which: int) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
+from two_handles import TwoHandleSession
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.stores import JSONLStore, Store
@@ -284,7 +285,7 @@ def test_index_file_is_saved_again_after_many_changes(tmp_path: Path) -> None:
             assert ranked(store, "s", query) == expected(now, query)
 
 
-class KeywordIndexMachine(RuleBasedStateMachine):
+class KeywordIndexMachine(TwoHandleSession):
     """Two handles and a reopened one on a JSONL store against a plain list model; keyword search equals Memory.search."""
 
     def __init__(self) -> None:
@@ -292,12 +293,6 @@ class KeywordIndexMachine(RuleBasedStateMachine):
         self.folder = tempfile.mkdtemp(prefix="kvmemory-keywords-")
         self.a = JSONLStore(self.folder)
         self.b = JSONLStore(self.folder)
-        self.model: dict[int, MemoryItem] = {}
-        self.next_seq = 1
-        self.step = 0
-
-    def handle(self, which: int) -> JSONLStore:
-        return self.a if which == 0 else self.b
 
     @rule(
         which=st.integers(0, 1),
@@ -308,10 +303,7 @@ class KeywordIndexMachine(RuleBasedStateMachine):
         for words in texts:
             self.step += 1
             new.append(item(words, self.step))
-        self.handle(which).append("s", new)
-        for one in new:
-            self.model[self.next_seq] = one
-            self.next_seq += 1
+        self.appended(which, new)
 
     @rule(
         which=st.integers(0, 1),
@@ -319,30 +311,7 @@ class KeywordIndexMachine(RuleBasedStateMachine):
         words=st.lists(st.sampled_from(WORDS), max_size=6),
     )
     def update(self, which: int, pick: int, words: list[str]) -> None:
-        if not self.model:
-            return
-        seq = sorted(self.model)[pick % len(self.model)]
-        new = item(words, 10_000 + pick)
-        with self.handle(which).batch("s") as batch:
-            batch.update({seq: new})
-        self.model[seq] = new
-
-    @rule(which=st.integers(0, 1), picks=st.lists(st.integers(0, 1000), max_size=3))
-    def delete(self, which: int, picks: list[int]) -> None:
-        if not self.model:
-            return
-        seqs = sorted(self.model)
-        gone = {seqs[pick % len(seqs)] for pick in picks}
-        with self.handle(which).batch("s") as batch:
-            batch.delete(gone)
-        for seq in gone:
-            del self.model[seq]
-
-    @rule(which=st.integers(0, 1))
-    def clear(self, which: int) -> None:
-        if self.model:
-            self.handle(which).clear("s")
-            self.model.clear()
+        self.replaced(which, pick, item(words, 10_000 + pick))
 
     @rule()
     def reopen(self) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
+from two_handles import TwoHandleSession
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.stores import InMemoryStore, Store
@@ -110,7 +111,7 @@ def test_keyword_top_sessions_ranks_as_one_memory_of_the_sessions_in_order() -> 
         assert {sid for _, sid, _ in best} == {"one", "two"}
 
 
-class MemoryKeywordMachine(RuleBasedStateMachine):
+class MemoryKeywordMachine(TwoHandleSession):
     """Two handles on one memory:// name against a plain model; keyword search (with and without filters) equals Memory.search."""
 
     def __init__(self) -> None:
@@ -118,11 +119,6 @@ class MemoryKeywordMachine(RuleBasedStateMachine):
         self.name = fresh_name()
         self.a = InMemoryStore(self.name)
         self.b = InMemoryStore(self.name)
-        self.model: dict[int, MemoryItem] = {}
-        self.step = 0
-
-    def handle(self, which: int) -> InMemoryStore:
-        return self.a if which == 0 else self.b
 
     def items(self) -> list[MemoryItem]:
         return [self.model[seq] for seq in sorted(self.model)]
@@ -140,8 +136,7 @@ class MemoryKeywordMachine(RuleBasedStateMachine):
         for words, kind in texts:
             self.step += 1
             new.append(item(words, self.step, kind))
-        seqs = self.handle(which).append("s", new)
-        self.model.update(zip(seqs, new, strict=True))
+        self.appended(which, new)
 
     @rule(
         which=st.integers(0, 1),
@@ -150,30 +145,7 @@ class MemoryKeywordMachine(RuleBasedStateMachine):
         kind=st.sampled_from(KINDS),
     )
     def update(self, which: int, pick: int, words: list[str], kind: str) -> None:
-        if not self.model:
-            return
-        seq = sorted(self.model)[pick % len(self.model)]
-        new = item(words, 10_000 + pick, kind)
-        with self.handle(which).batch("s") as batch:
-            batch.update({seq: new})
-        self.model[seq] = new
-
-    @rule(which=st.integers(0, 1), picks=st.lists(st.integers(0, 1000), max_size=3))
-    def delete(self, which: int, picks: list[int]) -> None:
-        if not self.model:
-            return
-        seqs = sorted(self.model)
-        gone = {seqs[pick % len(seqs)] for pick in picks}
-        with self.handle(which).batch("s") as batch:
-            batch.delete(gone)
-        for seq in gone:
-            del self.model[seq]
-
-    @rule(which=st.integers(0, 1))
-    def clear(self, which: int) -> None:
-        if self.model:
-            self.handle(which).clear("s")
-            self.model.clear()
+        self.replaced(which, pick, item(words, 10_000 + pick, kind))
 
     @rule(
         which=st.integers(0, 1),
