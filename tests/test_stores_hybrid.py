@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import uuid
 from typing import Any
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
 from agents.memory._vectors import HYBRID_POOL, blend, keyword_leader, keyword_scale
-from agents.memory.search import HashingEmbedder, search_index
+from agents.memory.search import HashingEmbedder, search, search_index
 from agents.memory.stores import open_store
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._search.hybrid import bounded_blend
@@ -264,3 +265,110 @@ def test_bounded_blend_gives_the_k_best_of_the_full_blend_with_its_scores(
         return sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))[:k]
 
     assert top(bounded) == top(full)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hybrid_queries(), st.data())
+@example(LIFTED_FROM_PAST_THE_DEPTH, None)
+def test_bounded_blend_scores_the_keys_asked_besides_as_the_full_blend_does(
+    query: tuple[dict[int, float], dict[int, float], int, float, float], data: Any
+) -> None:
+    """Keys asked besides the walk (a filter's few rows) that are candidates of the full blend get its floats; the others none."""
+    keyword, cosines, k, weight, coverage = query
+    together = True if data is None else data.draw(st.booleans())
+    keys = sorted(cosines)
+    also = [] if data is None else data.draw(st.lists(st.sampled_from(keys), unique=True))
+    if data is None:
+        also = keys[::16]
+    pool = max(10 * k, HYBRID_POOL)
+    ranked = sorted(((score, key) for key, score in keyword.items()), key=lambda h: (-h[0], h[1]))
+    by_cosine = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
+    best = {
+        key: cos for key, cos in by_cosine if cos >= by_cosine[min(pool, len(by_cosine)) - 1][1]
+    }
+
+    def pooled(among: Any) -> dict[int, float]:
+        return {**best, **{key: cosines[key] for key in among}}
+
+    def among(keys: Any) -> dict[int, float]:
+        return {key: keyword[key] for key in keys if key in keyword}
+
+    scale = keyword_scale(len(cosines))
+    full = blend(keyword, scale, pooled(keyword), weight, coverage, together)
+    bounded = bounded_blend(
+        k,
+        pool,
+        lambda depth: ranked[:depth],
+        among,
+        pooled,
+        scale,
+        weight,
+        coverage,
+        together,
+        also,
+    )
+    assert bounded is not None
+    assert {key: bounded.get(key) for key in also} == {key: full.get(key) for key in also}
+
+
+FILTER_WORDS = tuple(f"w{i}" for i in range(30))
+
+
+def filtered_session(seed: int, n: int, leader: bool) -> list[dict[str, Any]]:
+    """Return ``n`` steps of words drawn with a skew (a few common, many rare) and a tag 0-39; with ``leader``, one step repeats the rare words "w28 w29"."""
+    rng = random.Random(seed)
+    weights = [1.0 / (1 + i) for i in range(len(FILTER_WORDS))]
+    session = [
+        {
+            "step": i,
+            "text": " ".join(rng.choices(FILTER_WORDS, weights, k=rng.randint(1, 8))),
+            "tag": rng.randrange(40),
+        }
+        for i in range(n)
+    ]
+    if leader:
+        session[rng.randrange(n)]["text"] = "w28 w29 w28 w29 w0"
+    return session
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(0, 2**32),
+    n=st.integers(16, 1500),
+    leader=st.booleans(),
+    wanted=st.integers(0, 3),
+    query=st.lists(st.sampled_from((*FILTER_WORDS, "absent")), min_size=1, max_size=4).map(
+        " ".join
+    ),
+    k=st.integers(1, 12),
+    weight=st.sampled_from([0.0, 0.3, 0.6, 0.9, 1.0]),
+)
+def test_a_store_hybrid_search_with_a_filter_few_pass_is_memory_search(
+    store_url: str,
+    seed: int,
+    n: int,
+    leader: bool,
+    wanted: int,
+    query: str,
+    k: int,
+    weight: float,
+) -> None:
+    """A filter few rows pass (the bounded walk, those rows scored besides): the store's hits and scores are Memory.search's with where."""
+    embedder = HashingEmbedder(16)
+    session = filtered_session(seed, n, leader)
+    where = {"tag": wanted}
+    sid = uuid.uuid4().hex  # the fixture's store outlives one example
+    with open_store(store_url) as store:
+        store.append(sid, [MemoryItem(**fields) for fields in session])
+        hits = store.search(
+            sid, query, k, mode="hybrid", where=where, embedder=embedder, hybrid_weight=weight
+        )
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = search(
+        memory, query, k, mode="hybrid", where=where, embedder=embedder, hybrid_weight=weight
+    )
+    assert hits_of(hits) == hits_of(want)

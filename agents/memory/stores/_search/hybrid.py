@@ -39,6 +39,7 @@ def bounded_blend(
     weight: float,
     coverage: float,
     together: bool = True,
+    also: Sequence[int] = (),
 ) -> dict[int, float] | None:
     """Return the blended scores of candidates that hold the ``k`` best of a hybrid ranking, or ``None``.
 
@@ -55,13 +56,20 @@ def bounded_blend(
         coverage: The share of the query's IDF weight the keyword leader holds.
         together: Whether one of the query's best keyword hits holds its
             words together (``blend``'s ``together``).
+        also: Keys to score as well where they are candidates of the full
+            blend (keyword hits, or in the semantic pool), whatever their
+            rank: the rows a filter may pass.
 
     Returns:
         The blended score of each candidate: every keyword hit and every
         item of the semantic pool whose score can reach the ``k``-th best,
-        scored as :func:`blend` scores them over all the hits; ``None`` where
-        ``keyword_among`` cannot answer.
+        and the candidates among ``also``, scored as :func:`blend` scores
+        them over all the hits; ``None`` where ``keyword_among`` cannot answer.
     """
+
+    def blended(keyword: dict[int, float], semantic: dict[int, float]) -> dict[int, float]:
+        return blend(keyword, scale, semantic, weight, coverage, together)
+
     depth = pool
     while True:
         top = keyword_top(depth)
@@ -72,7 +80,7 @@ def bounded_blend(
         if extra is None:
             return None
         keyword.update(extra)
-        scores = blend(keyword, scale, semantic, weight, coverage, together)
+        scores = blended(keyword, semantic)
         if len(top) < depth:
             return scores  # every keyword hit is in: the candidates of the full blend
         # Past the k best and the items the blend may lift (kept_first keeps at most
@@ -82,8 +90,43 @@ def bounded_blend(
             cut = heapq.nlargest(k + SHARED_TOP, scores.values())[-1]
             bound = _bound(top[-1][0], keyword, semantic, pool, scale, weight, coverage, together)
             if bound * _MARGIN < cut:
-                return scores
+                if not also:
+                    return scores
+                return _with_also(also, keyword_among, cosines, keyword, semantic, scores, blended)
         depth *= DEEPER
+
+
+def _with_also(
+    also: Sequence[int],
+    keyword_among: Callable[[Sequence[int]], dict[int, float] | None],
+    cosines: Callable[[Iterable[int]], dict[int, float]],
+    keyword: dict[int, float],
+    semantic: dict[int, float],
+    scores: dict[int, float],
+    blended: Callable[[dict[int, float], dict[int, float]], dict[int, float]],
+) -> dict[int, float] | None:
+    """Return the blend of the walk's candidates and the keyword hits among ``also``, or ``None`` where the backend cannot score them.
+
+    Every statistic :func:`blend` takes from its candidates is one of the
+    top of a side: the semantic background (the ``SEMANTIC_REFERENCE``-th
+    cosine of the pool), the keyword background (the ``KEYWORD_BACKGROUND``-th
+    BM25), whether two hits or more hold a query word, the items
+    :func:`~agents.memory._vectors.kept_first` keeps (each side's best
+    ``SHARED_TOP``) and the best score of the others they are lifted from
+    (the walk stopped where no item left out could reach it). The walk
+    holds each of those as the full blend finds them, so adding the
+    other rows of ``also`` that are candidates (keyword hits; the pool's
+    are in already) gives each of them the float of the full blend.
+    """
+    wanted = [key for key in also if key not in keyword]
+    extra = keyword_among(wanted) if wanted else {}
+    if extra is None:
+        return None
+    if not extra:
+        return scores
+    keyword = {**keyword, **extra}
+    semantic = {**semantic, **cosines(list(extra))}
+    return blended(keyword, semantic)
 
 
 def _bound(

@@ -256,6 +256,7 @@ class KeywordSearch:
         weight: float,
         on_unknown_class: OnUnknownClass,
         bounded: bool,
+        also: Sequence[int] | None = None,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
         """Return a hybrid query's blended scores by seq (candidates holding its ``k`` best, at least), and the items read.
 
@@ -263,21 +264,27 @@ class KeywordSearch:
         and those of ``among``. With ``bounded`` (no filter), the keyword
         side is ranked only as deep as the blend needs where the backend
         can (:meth:`bounded_hybrid`); otherwise every item holding a query
-        term is blended (:meth:`hybrid`).
+        term is blended (:meth:`hybrid`). With ``also`` (the few rows a
+        filter may pass), only the candidates among them are returned:
+        where the backend can, the bounded walk is taken and they are
+        scored besides, whatever their rank, each with the float of
+        blending every hit (reading and scoring every keyword hit made a
+        filtered query 3-4x the unfiltered one).
         """
         if not terms:
-            return blend({}, 1.0, pooled([]), weight, 1.0), {}
-        if bounded:
+            return _among(blend({}, 1.0, pooled([]), weight, 1.0), also), {}
+        if bounded or also is not None:
             pool = max(10 * k, HYBRID_POOL)
             found = self.bounded_hybrid(
-                sid, terms, fields, k, pool, pooled, weight, on_unknown_class
+                sid, terms, fields, k, pool, pooled, weight, on_unknown_class, also or ()
             )
             if found is not None:
-                return found
+                return _among(found[0], also), found[1]
         keyword, scale, covered, together, read = self.hybrid(
             sid, terms, fields, weight, on_unknown_class
         )
-        return blend(keyword, scale, pooled(keyword), weight, covered, together), read
+        scores = blend(keyword, scale, pooled(keyword), weight, covered, together)
+        return _among(scores, also), read
 
     def bounded_hybrid(
         self,
@@ -289,8 +296,9 @@ class KeywordSearch:
         cosines: Callable[[Iterable[int]], dict[int, float]],
         weight: float,
         on_unknown_class: OnUnknownClass,
+        also: Sequence[int] = (),
     ) -> tuple[dict[int, float], dict[int, MemoryItem]] | None:
-        """Return the blended scores of candidates holding a hybrid query's ``k`` best, and the items read; or ``None``.
+        """Return the blended scores of candidates holding a hybrid query's ``k`` best (and those among ``also``), and the items read; or ``None``.
 
         The keyword side is ranked by the backend's index only as deep as
         the blend needs (:func:`~agents.memory.stores._search.hybrid.bounded_blend`),
@@ -324,7 +332,7 @@ class KeywordSearch:
             return None if scored is None else {seq: score for score, seq in scored}
 
         scale = keyword_scale(n_items)
-        scores = bounded_blend(k, pool, top, among, cosines, scale, weight, covered, together)
+        scores = bounded_blend(k, pool, top, among, cosines, scale, weight, covered, together, also)
         return None if scores is None else (scores, read)
 
     def _indexed_evidence(
@@ -397,6 +405,14 @@ class KeywordSearch:
                 if any(seq == leader for _, seq in ranked):
                     held.add(term)
         return df, held
+
+
+def _among(scores: dict[int, float], also: Sequence[int] | None) -> dict[int, float]:
+    """Return the scores of the keys among ``also`` (every one where ``None``)."""
+    if also is None:
+        return scores
+    allowed = set(also)
+    return {key: score for key, score in scores.items() if key in allowed}
 
 
 def _answers_top_where(backend: Backend) -> bool:

@@ -315,8 +315,10 @@ class VectorSearch:
             def pooled(among: Iterable[int]) -> dict[int, float]:
                 return self._best_cosines(sid, embedder, fields, query, pool, among, parts)
 
+            few = None if keep is None else self._few(sid, keep)  # then only those are scored
+            terms = _TOKENIZER(text)
             scores, found = self._keyword.hybrid_scores(
-                sid, _TOKENIZER(text), fields, k, pooled, weight, on_unknown_class, keep is None
+                sid, terms, fields, k, pooled, weight, on_unknown_class, keep is None, few
             )
             if keep is not None:
                 ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
