@@ -233,14 +233,8 @@ LIFTED_FROM_PAST_THE_DEPTH = (
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(hybrid_queries())
-@example(LIFTED_FROM_PAST_THE_DEPTH)
-def test_bounded_blend_gives_the_k_best_of_the_full_blend_with_its_scores(
-    query: tuple[dict[int, float], dict[int, float], int, float, float],
-) -> None:
-    """bounded_blend's k best, scores included, are those of blend over every keyword hit (ties, a standing-out leader, items kept first)."""
-    keyword, cosines, k, weight, coverage = query
+def walk_sides(keyword: dict[int, float], cosines: dict[int, float], k: int) -> tuple[Any, ...]:
+    """Return what bounded_blend takes of a drawn query: the pool size, the keyword ranking, ``pooled`` and ``among``."""
     pool = max(10 * k, HYBRID_POOL)
     ranked = sorted(((score, key) for key, score in keyword.items()), key=lambda h: (-h[0], h[1]))
     by_cosine = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
@@ -253,6 +247,19 @@ def test_bounded_blend_gives_the_k_best_of_the_full_blend_with_its_scores(
 
     def among(keys: Any) -> dict[int, float]:
         return {key: keyword[key] for key in keys if key in keyword}
+
+    return pool, ranked, pooled, among
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hybrid_queries())
+@example(LIFTED_FROM_PAST_THE_DEPTH)
+def test_bounded_blend_gives_the_k_best_of_the_full_blend_with_its_scores(
+    query: tuple[dict[int, float], dict[int, float], int, float, float],
+) -> None:
+    """bounded_blend's k best, scores included, are those of blend over every keyword hit (ties, a standing-out leader, items kept first)."""
+    keyword, cosines, k, weight, coverage = query
+    pool, ranked, pooled, among = walk_sides(keyword, cosines, k)
 
     scale = keyword_scale(len(cosines))
     full = blend(keyword, scale, pooled(keyword), weight, coverage)
@@ -280,18 +287,7 @@ def test_bounded_blend_scores_the_keys_asked_besides_as_the_full_blend_does(
     also = [] if data is None else data.draw(st.lists(st.sampled_from(keys), unique=True))
     if data is None:
         also = keys[::16]
-    pool = max(10 * k, HYBRID_POOL)
-    ranked = sorted(((score, key) for key, score in keyword.items()), key=lambda h: (-h[0], h[1]))
-    by_cosine = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
-    best = {
-        key: cos for key, cos in by_cosine if cos >= by_cosine[min(pool, len(by_cosine)) - 1][1]
-    }
-
-    def pooled(among: Any) -> dict[int, float]:
-        return {**best, **{key: cosines[key] for key in among}}
-
-    def among(keys: Any) -> dict[int, float]:
-        return {key: keyword[key] for key in keys if key in keyword}
+    pool, ranked, pooled, among = walk_sides(keyword, cosines, k)
 
     scale = keyword_scale(len(cosines))
     full = blend(keyword, scale, pooled(keyword), weight, coverage, together)
