@@ -24,7 +24,19 @@ lowest distance, the ``M`` items of lowest distance (with ties) scored
 exactly; judged by the share of queries whose top 5 is the exact top 5
 (same keys, same order), recall@5 of the planted facts, and the least
 ``M`` each query needs. ``--section steps`` times each numpy step of a
-binary or a float16 screen over the distinct parts.
+binary or a float16 screen over the distinct parts, and of the exact
+block screen (the bound of 39 floats a part, through ``einsum`` and
+through a BLAS product over a column-major copy).
+
+``--section ivf`` measures a partitioned index instead (:class:`Partitioned`):
+the distinct parts in k-means clusters (about the square root of their
+number), a query scoring exactly the parts of the clusters whose centroid
+is nearest (``--probes``, a share of the clusters), each item's best
+scored part, then the best ``M`` items scored exactly over all their
+parts; judged by the share of queries whose top 5, and whose top 100 (the
+hybrid blend's discount reads the 100th best cosine), are the exact ones,
+recall@5 against the exact top 5 and of the planted facts, and the share
+of the parts scored.
 
 Tuning corpora (short-steps, long-pages of benchmarks/_search_corpus.py,
 crowded of benchmarks/_crowded_corpus.py) and held-out families
@@ -33,7 +45,7 @@ choose on the tuning ones. Times are medians over the queries (ms), each
 the best of ``--repeat`` calls, on whatever load the machine has (printed).
 
 Run: .venv/bin/python benchmarks/bench_parts_screen.py [--items N] [--facts F] [--m 32,128]
-     [--section screens|binary|steps] [--side tuning|held-out|both]
+     [--section screens|binary|steps|ivf] [--side tuning|held-out|both] [--probes 0.05,0.1,0.2]
 """
 
 from __future__ import annotations
@@ -325,6 +337,12 @@ def binary(
     return figures
 
 
+def head_query(screen: Any, query: Any) -> Any:
+    """Return the query's side of the block bound: its first block's coordinates in the screen's basis, then each other block's length."""
+    _, (turned, lengths) = screen.bounds(np, query, 1)
+    return np.concatenate([turned[: screen.edges[1]], np.asarray(lengths, dtype=np.float32)])
+
+
 def steps(parts: Vectors, queries: Any, repeat: int) -> dict[str, float]:
     """Return the cost of each numpy step of the binary and float16 screens over every distinct part (median ms over the queries).
 
@@ -334,7 +352,12 @@ def steps(parts: Vectors, queries: Any, repeat: int) -> dict[str, float]:
     binary distance with row-major codes ``(rows, 4)`` (XOR,
     ``bitwise_count``, a sum along the rows) and with column-major codes
     ``(4, rows)`` (four XORs and counts, added); ``best per item``: each
-    item's lowest distance (``minimum.reduceat`` over the items' rows).
+    item's lowest distance (``minimum.reduceat`` over the items' rows);
+    ``block bound``: the exact screen's bound of every part (39 floats a
+    part, see ``Screen``) through ``einsum`` over the row-major head, as
+    released, and through one BLAS product over a column-major copy, timed
+    alone (best of the calls) and right after a query's other numpy work
+    (``parts.scores``), where OpenBLAS's threads must wake again.
     """
     matrix = parts.matrix[: parts.used]
     half = matrix.astype(np.float16)
@@ -342,6 +365,9 @@ def steps(parts: Vectors, queries: Any, repeat: int) -> dict[str, float]:
     columns = np.ascontiguousarray(codes.T)
     ref_row = parts.ref_row[: parts.refs]
     start = parts.start[: len(parts.key_at)]
+    screen = parts._screen_now(np)
+    head = screen.head[: parts.used]
+    columns_head = np.ascontiguousarray(head.T)
     out: dict[str, list[float]] = {}
     error = 0.0
     for query in queries[:8]:  # the slow float16 products: a few queries are enough
@@ -355,6 +381,7 @@ def steps(parts: Vectors, queries: Any, repeat: int) -> dict[str, float]:
             return total
 
         distance = by_columns()
+        turned_query = head_query(screen, query)
         calls: dict[str, Callable[[], object]] = {
             "f32 product": lambda q=query: cosines(matrix, q),
             "f16 product": lambda q=half_query: cosines(half, q),
@@ -365,13 +392,97 @@ def steps(parts: Vectors, queries: Any, repeat: int) -> dict[str, float]:
             ),
             "binary columns: xor+count+add": by_columns,
             "best per item": lambda d=distance: np.minimum.reduceat(d[ref_row], start),
+            "block bound: einsum, row-major": lambda q=query: screen.bounds(np, q, parts.used),
+            "block bound: BLAS, column-major": lambda h=turned_query: h @ columns_head,
         }
         for label, call in calls.items():
             out.setdefault(f"ms {label}", []).append(best_ms(call, repeat))
+        after = []
+        for _ in range(repeat):
+            parts.scores(query, 5)  # a query's numpy work first, as in a search
+            began = time.perf_counter()
+            head_query(screen, query) @ columns_head
+            after.append(1000 * (time.perf_counter() - began))
+        out.setdefault("ms block bound: BLAS, after a query", []).append(statistics.median(after))
         exact = cosines(matrix, query)
         error = max(error, float(np.abs(cosines(half.astype(np.float32), query) - exact).max()))
     figures = {label: statistics.median(values) for label, values in out.items()}
     figures["f16 largest cosine error, 1e-6"] = 1e6 * error
+    return figures
+
+
+class Partitioned:
+    """A partitioned (IVF) index of a part table: k-means clusters of the distinct parts, probed nearest first.
+
+    Approximate: an item whose best part lies in a cluster not probed is
+    ranked by its best part among the probed ones, or not at all; the best
+    ``M`` items so found are then scored exactly over all their parts.
+    """
+
+    def __init__(self, parts: Vectors) -> None:
+        slots = len(parts.key_at)
+        self.parts = parts
+        self.matrix = parts.matrix[: parts.used]
+        self.ref_row = parts.ref_row[: parts.refs]
+        self.start = parts.start[:slots]
+        self.keys = np.asarray(parts.key_at, dtype=np.int64)
+        self.centroids, cluster_of, _ = kmeans(self.matrix, max(1, int(len(self.matrix) ** 0.5)))
+        self.order = np.argsort(cluster_of, kind="stable")  # the rows, cluster after cluster
+        self.bounds = np.searchsorted(cluster_of[self.order], np.arange(len(self.centroids) + 1))
+
+    def probed(self, query: Any, probes: float) -> Any:
+        """Return the rows of the clusters nearest ``query`` (a ``probes`` share of them)."""
+        count = max(1, round(probes * len(self.centroids)))
+        nearest = np.argpartition(-cosines(self.centroids, query), count - 1)[:count]
+        return np.concatenate([self.order[self.bounds[c] : self.bounds[c + 1]] for c in nearest])
+
+    def screened(self, query: Any, probes: float, m: int, k: int) -> tuple[list[int], int]:
+        """Return the best ``k`` keys among the ``m`` best items of the probed parts, scored exactly, and how many parts were probed."""
+        rows = self.probed(query, probes)
+        scored = np.full(len(self.matrix), -np.inf, dtype=np.float32)
+        scored[rows] = cosines(self.matrix[rows], query)
+        best = np.maximum.reduceat(scored[self.ref_row], self.start)
+        found = np.flatnonzero(best > -np.inf)
+        chosen = found[np.argsort(-best[found], kind="stable")[:m]]
+        return top(self.parts.scores_of(query, self.keys[chosen].tolist()), k), len(rows)
+
+
+def partitioned(
+    parts: Vectors, queries: Any, answers: Sequence[int], probes: Sequence[float], repeat: int
+) -> dict[str, float]:
+    """Return one corpus's figures of the partitioned index: top-5 and top-100 agreement, recall@5, parts probed, times."""
+    out: dict[str, list[float]] = {}
+
+    def put(label: str, value: float) -> None:
+        out.setdefault(label, []).append(value)
+
+    took = time.perf_counter()
+    index = Partitioned(parts)
+    build_s = time.perf_counter() - took
+    for query, answer in zip(queries, answers, strict=True):
+        exact = {k: top(parts.scores(query, k), k) for k in (5, 100)}
+        put("r@5 exact", float(answer in exact[5]))
+        put("ms exact", best_ms(lambda query=query: parts.scores(query, 5), repeat))
+        for share in probes:
+            for k, m in ((5, 4 * 5 + 32), (100, 2 * 100 + 32)):
+                got, rows = index.screened(query, share, m, k)
+                put(f"probe {share:.0%} top{k} agree", float(got == exact[k]))
+                if k == 5:
+                    put(f"probe {share:.0%} r@5 vs exact", len(set(got) & set(exact[5])) / 5)
+                    put(f"probe {share:.0%} r@5 facts", float(answer in got))
+                    put(f"probe {share:.0%} parts probed", rows / len(index.matrix))
+                    put(
+                        f"ms probe {share:.0%}",
+                        best_ms(
+                            lambda q=query, s=share: index.screened(q, s, 4 * 5 + 32, 5), repeat
+                        ),
+                    )
+    figures = {
+        label: statistics.median(values) if label.startswith("ms") else statistics.mean(values)
+        for label, values in out.items()
+    }
+    figures["clusters"] = float(len(index.centroids))
+    figures["build s"] = build_s
     return figures
 
 
@@ -387,9 +498,10 @@ def main() -> None:
     parser.add_argument(
         "--section",
         default="screens",
-        choices=("screens", "binary", "steps"),
-        help="screens: bounds and approximate screens; binary: the binary-code screens (CODES); steps: what each numpy step of the binary and float16 screens costs",
+        choices=("screens", "binary", "steps", "ivf"),
+        help="screens: bounds and approximate screens; binary: the binary-code screens (CODES); steps: what each numpy step of the binary, float16 and block screens costs; ivf: a partitioned index (Partitioned)",
     )
+    parser.add_argument("--probes", default="0.05,0.1,0.2", help="ivf: shares of clusters probed")
     parser.add_argument(
         "--side", default="tuning", choices=("tuning", "held-out", "both"), help="which corpora"
     )
@@ -409,6 +521,10 @@ def main() -> None:
         queries = checked_vectors(embedder, [text for _, text, _ in texts])  # unit, as a query is
         if args.section == "steps":
             figures = steps(parts, queries, args.repeat)
+        elif args.section == "ivf":
+            probes = [float(share) for share in args.probes.split(",")]
+            answers = [at for _, _, at in texts]
+            figures = partitioned(parts, queries, answers, probes, args.repeat)
         elif args.section == "binary":
             figures = binary(parts, queries, [at for _, _, at in texts], ms, args.repeat)
         else:
