@@ -34,6 +34,7 @@ from agents.memory import (
 from agents.memory._vectors import (
     COVERAGE_POWER,
     blend,
+    cosines,
     kept_first,
     keyword_leader,
     keyword_scale,
@@ -50,7 +51,7 @@ from agents.memory.search import (
     search,
     search_index,
 )
-from agents.memory.search._item_vectors import Vectors, distinct_rows
+from agents.memory.search._item_vectors import Screen, Vectors, distinct_rows
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores.testing import assert_ranks_as_memory
 
@@ -1423,6 +1424,20 @@ def test_distinct_rows_holds_rows_equal_bit_for_bit_once(
     ]
     assert distinct.tolist() == sorted(set(firsts))
     assert [distinct[p] for p in place.tolist()] == firsts
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 700), st.integers(0, 2**32 - 1))
+def test_the_screen_bounds_each_row_from_above(used: int, seed: int) -> None:
+    """Screen.bounds gives one bound to each of the first ``used`` rows, at least the row's exact cosine with the query."""
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((used + 7, 64)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = rng.standard_normal(64).astype(np.float32)
+    query /= np.linalg.norm(query)
+    bound, _ = Screen(np, matrix, used).bounds(np, query, used)
+    assert bound.shape == (used,)
+    assert (bound >= cosines(matrix[:used], query)).all()
 
 
 def test_a_screened_table_returns_every_item_tied_at_the_cut_with_its_exact_cosine() -> None:
