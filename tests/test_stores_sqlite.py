@@ -928,7 +928,7 @@ def test_v4_file_is_migrated_to_index_inserts_by_batch(tmp_path: Path) -> None:
         assert [hit.item["step"] for hit in store.search("s", "report", 5)] == [1, 2]
     con = sqlite3.connect(path)
     try:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
         assert con.execute(
             "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
             " AND name = 'kvmemory_items_search_insert'"
@@ -1207,7 +1207,9 @@ def test_v5_file_reads_read_only_as_it_is_and_is_migrated_to_fold_few_inserts(
     assert path.read_bytes() == before
     assert user_version(path) == 5
     with SQLiteStore(path) as store:
-        assert user_version(path) == SCHEMA_VERSION == 7  # through v6, then v7's record keys
+        assert (
+            user_version(path) == SCHEMA_VERSION == 8
+        )  # through v6, v7 (record keys), v8 (change log)
         assert fold_state(path) == (0, len(ranking_corpus()))
         store.append("s", [MemoryItem(step=10, note="the report file")])
         assert fold_state(path) == (1, len(ranking_corpus()) + 1)
@@ -1364,7 +1366,7 @@ def test_v6_file_is_migrated_to_record_keys(tmp_path: Path) -> None:
         assert [item["step"] for item in store.read("s")[:2]] == [1, 2]
         assert [hit.seq for hit in store.search("s", "report", 5)][-1] in (seq, 1)
         assert len(store.search("s", "report", 5)) == 2
-    assert user_version(path) == SCHEMA_VERSION == 7
+    assert user_version(path) == SCHEMA_VERSION == 8
     con = sqlite3.connect(path)
     try:
         indexes = {row[1] for row in con.execute("PRAGMA index_list(kvmemory_items)")}

@@ -43,6 +43,7 @@ from agents.memory.stores._core.migrations import check_schema_version, migrate
 from agents.memory.stores._sqlite.schema import (
     INDEXED_EAGERLY,
     MIGRATIONS,
+    NO_CHANGE_LOG,
     NO_RECORD_KEYS,
     READS_AS_CURRENT,
     SCHEMA_VERSION,
@@ -114,6 +115,7 @@ class SQLiteFile:
         self._indexed = True
         self._folds = True  # whether the file may hold rows not yet in the FTS table (layout 6)
         self._keyed = True  # whether the rows have the record key column (layout 7)
+        self._logged = True  # whether vector writes are logged (layout 8)
         self._check_whole_pages()  # an existing file, before SQLite opens it
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
@@ -165,6 +167,11 @@ class SQLiteFile:
     def keyed(self) -> bool:
         """Whether the rows have the record key column (``False`` for an older file opened read-only: it holds no records)."""
         return self._keyed
+
+    @property
+    def logs_vector_changes(self) -> bool:
+        """Whether the file logs every vector row written (``kvmemory_vector_changes``, version 8; not an older file opened read-only)."""
+        return self._logged
 
     @property
     def folds(self) -> bool:
@@ -381,13 +388,21 @@ class SQLiteFile:
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        readable = (0, SEARCHED_BY_SCAN, READS_AS_CURRENT, INDEXED_EAGERLY, NO_RECORD_KEYS)
+        readable = (
+            0,
+            SEARCHED_BY_SCAN,
+            READS_AS_CURRENT,
+            INDEXED_EAGERLY,
+            NO_RECORD_KEYS,
+            NO_CHANGE_LOG,
+        )
         if version == SCHEMA_VERSION or (self.read_only and version in readable):
             # A file of the layout before the keyword index reads the same, searched by scanning.
             self._no_tables = version == 0
             self._indexed = version >= READS_AS_CURRENT
             self._folds = version == 0 or version > INDEXED_EAGERLY
             self._keyed = version == 0 or version > NO_RECORD_KEYS
+            self._logged = version == 0 or version > NO_CHANGE_LOG
             if not self.read_only:
                 self._use_wal()
             return
@@ -399,7 +414,7 @@ class SQLiteFile:
             found = self._kvmemory_version()  # another process may have migrated it meanwhile
             reached = migrate(MIGRATIONS, found, con, store=f"SQLite store {self.path!r}")
             con.execute(f"PRAGMA user_version={reached}")
-        self._folds = True
+        self._folds = self._keyed = self._logged = True
 
     def _kvmemory_version(self) -> int:
         """Return the file's schema version (0 when empty); refuse a file that is not a kvmemory store."""
