@@ -9,6 +9,7 @@ import random
 import sqlite3
 import stat
 import struct
+import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -1421,3 +1422,35 @@ def test_rows_of_ints_and_bytes_are_passed_through_and_others_made_pairs() -> No
     assert mixed == [(1, b"ab"), (1, b"cd")]
     assert [type(data) for _, data in mixed] == [bytes, bytes]
     assert [type(seq) for seq, _ in mixed] == [int, int]
+
+
+_PROCESS_WRITE = """
+import sys
+from agents.memory import MemoryItem
+from agents.memory.stores import open_store
+
+with open_store(sys.argv[1]) as store:
+    with store.batch("s") as batch:
+        batch.update({int(sys.argv[2]): MemoryItem(step=1, note=sys.argv[3])})
+"""
+
+
+def test_a_handle_opened_and_closed_beside_another_keeps_its_locks_for_other_processes(
+    tmp_path: Path,
+) -> None:
+    """Opening and closing a second handle of the same file in this process leaves the first one's locks: another process's later writes are read, never a WAL deleted under it."""
+    path = tmp_path / "store.db"
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root}
+    with open_store(path) as kept:
+        seq = kept.append("s", [MemoryItem(step=1, note="first")])[0]
+        for note in ("second", "third"):
+            with open_store(path) as passing:  # opened and closed while `kept` is open
+                passing.read("s")
+            subprocess.run(
+                [sys.executable, "-c", _PROCESS_WRITE, str(path), str(seq), note],
+                check=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+            assert kept.read("s") == [MemoryItem(step=1, note=note)]

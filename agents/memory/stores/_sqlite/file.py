@@ -60,6 +60,14 @@ _SQLITE_HEADER_SIZE: Final = 100
 _DAMAGED: Final = ("malformed", "disk image", "Could not decode to UTF-8")
 _INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
 
+# The files a handle of this process holds open, by (device, inode), with how many. Closing
+# any descriptor of a file drops every POSIX lock this process holds on it, those of its
+# SQLite connections included: a writer in another process closing its connection then
+# takes itself for the last one and checkpoints and deletes the WAL under them (stale
+# reads, then "disk I/O error"). So a file held here is not opened again to check it.
+_HELD: dict[tuple[int, int], int] = {}
+_HELD_LOCK: Final = threading.Lock()
+
 
 class SQLiteFile:
     """One SQLite store file, open: checked, connected, in WAL mode and migrated (unless ``read_only``).
@@ -116,7 +124,9 @@ class SQLiteFile:
         self._folds = True  # whether the file may hold rows not yet in the FTS table (layout 6)
         self._keyed = True  # whether the rows have the record key column (layout 7)
         self._logged = True  # whether vector writes are logged (layout 8)
-        self._check_whole_pages()  # an existing file, before SQLite opens it
+        self._held: tuple[int, int] | None = None
+        if not self._held_here():  # (checked when it was first opened here)
+            self._check_whole_pages()  # an existing file, before SQLite opens it
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
             raise StoreNotFoundError(msg)
@@ -139,6 +149,7 @@ class SQLiteFile:
         except BaseException:
             self._con.close()
             raise
+        self._hold()
 
     # -- what the handle holds -------------------------------------------------------
 
@@ -231,6 +242,33 @@ class SQLiteFile:
         """Close the connection."""
         with self.lock:
             self._con.close()
+            if self._held is not None:
+                with _HELD_LOCK:
+                    _HELD[self._held] -= 1
+                    if not _HELD[self._held]:
+                        del _HELD[self._held]
+                self._held = None
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return info.st_dev, info.st_ino
+
+    def _held_here(self) -> bool:
+        """Whether another handle of this process holds the file open (see ``_HELD``)."""
+        identity = self._identity()
+        with _HELD_LOCK:
+            return identity is not None and identity in _HELD
+
+    def _hold(self) -> None:
+        """Count the file as held open by this process until :meth:`close`."""
+        identity = self._identity()
+        if identity is not None:
+            with _HELD_LOCK:
+                _HELD[identity] = _HELD.get(identity, 0) + 1
+            self._held = identity
 
     # -- errors ----------------------------------------------------------------------
 
