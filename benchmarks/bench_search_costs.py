@@ -8,8 +8,8 @@ benchmarks/_search_corpus.py):
   WordLlamaEmbedder, so neither finds words the other tokenized) and
   querying it (semantic and hybrid) with the default ``EmbedParts()``
   against ``EmbedParts.WHOLE`` (one vector a step), the two sides timed in
-  turn, in RAM and in each store, and the first three queries after a
-  write; ``embed``: embedding the session in each store that keeps
+  turn, in RAM and in each store, and the first queries after a write by
+  the handle and after a write by another handle; ``embed``: embedding the session in each store that keeps
   vectors, parts against whole;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
   of the items pass (``$eq``, ``$eq`` on a dotted field, ``$in``, a numeric
@@ -226,8 +226,9 @@ def _store_parts(
     Each side is warmed by :data:`WARM` queries first (the first reads the
     vectors page by page, the second keeps them, the 32nd starts their
     compaction and screen on a thread, waited for before the timing). Then
-    the semantic queries after a write, each side's: the first, the
-    second, the 32nd and the 33rd (the compaction may still run then).
+    the semantic queries after a write by this handle and after one by
+    another handle, each side's: the first, the second, the 32nd and the
+    33rd (the compaction may still run then).
     """
     out: dict[str, float] = {}
     with open_store(url) as store:
@@ -254,15 +255,20 @@ def _store_parts(
                     figures[label].append(ms)
             for label, values in figures.items():
                 out[f"{name} {mode}/{label}"] = statistics.median(values)
-        # The queries after a write: a store that keeps the vectors reads them again.
-        store.append(sid, [MemoryItem(step=-1, thought="a step written between two queries")])
-        for _, parts in SIDES:
-            store.index_embeddings(sid, embedder, parts=parts)
-        for query in range(1, WARM + 2):
-            for label, parts in SIDES:
-                ms = best_ms(lambda parts=parts: search(QUERIES[0], "semantic", parts), 1)
-                if query in (1, 2, WARM, WARM + 1):
-                    out[f"{name} write, query {query}/{label}"] = ms
+        # The queries after a write by this handle, then by another handle of the store
+        # (another process's writes read the same): the kept vectors follow the items written.
+        for writer, label_of in ((store, "write"), (None, "other write")):
+            with contextlib.ExitStack() as stack:
+                if writer is None:
+                    writer = stack.enter_context(open_store(url))
+                writer.append(sid, [MemoryItem(step=-1, thought="a step written between queries")])
+                for _, parts in SIDES:
+                    writer.index_embeddings(sid, embedder, parts=parts)
+            for query in range(1, WARM + 2):
+                for label, parts in SIDES:
+                    ms = best_ms(lambda parts=parts: search(QUERIES[0], "semantic", parts), 1)
+                    if query in (1, 2, WARM, WARM + 1):
+                        out[f"{name} {label_of}, query {query}/{label}"] = ms
         store.delete_session(sid)
     return out
 
