@@ -38,7 +38,15 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Hashable,
+    Iterator,
+    Sequence,
+)
 from decimal import Decimal
 from typing import Any, Final, Protocol, TypeVar
 
@@ -455,24 +463,33 @@ class BackendContract:
             backend.claim_vector_model(tx, sid, "contract-model", len(blob) // 4)
             assert backend.put_vectors(tx, sid, "*", rows) == len(rows)
 
+    def _vectored(self, backend: Backend, embedded: slice) -> tuple[list[int], Hashable]:
+        """Insert the rows of session ``s``, give the ``embedded`` ones a vector, and return the seqs and the vectors' version (skip a backend without them)."""
+        if not backend.keeps_vectors:
+            pytest.skip("the backend keeps no vectors (Backend.keeps_vectors)")
+        seqs = self._insert(backend, "s")
+        self._put_vectors(backend, "s", seqs[embedded], b"\x00\x00\x80\x3f" * 2)
+        since = backend.vectors_version("s", "*")
+        if since is None:
+            pytest.skip("the backend keeps no version of its vectors (Backend.vectors_version)")
+        return seqs, since
+
+    def _written_by_another(self, make_backend: Callable[[], Backend], seqs: Sequence[int]) -> None:
+        """Give ``seqs`` of session ``s`` a new vector through another handle."""
+        other = make_backend()
+        try:
+            self._put_vectors(other, "s", seqs, b"\x00\x00\x00\x40" * 2)
+        finally:
+            other.close()
+
     def test_vector_changes_name_every_vector_written_by_this_or_another_handle(
         self, backend: Backend, make_backend: Callable[[], Backend]
     ) -> None:
         """Between two vectors_version values, vector_changes names (at least) every seq whose vector row another handle or this one wrote or deleted (with its item); None is always allowed."""
-        if not backend.keeps_vectors:
-            pytest.skip("the backend keeps no vectors (Backend.keeps_vectors)")
-        seqs = self._insert(backend, "s")
+        seqs, since = self._vectored(backend, slice(None))
         self._insert(backend, "t")
-        self._put_vectors(backend, "s", seqs, b"\x00\x00\x80\x3f" * 2)
-        since = backend.vectors_version("s", "*")
-        if since is None:
-            pytest.skip("the backend keeps no version of its vectors (Backend.vectors_version)")
         assert backend.vector_changes("s", "*", since, since) in (set(), None)
-        other = make_backend()
-        try:
-            self._put_vectors(other, "s", seqs[:1], b"\x00\x00\x00\x40" * 2)
-        finally:
-            other.close()
+        self._written_by_another(make_backend, seqs[:1])
         with backend.transaction("s") as tx:  # as a store deletes an item: its vectors go with it
             backend.delete_rows(tx, "s", seqs[1:2])
             backend.delete_vectors(tx, "s", seqs[1:2])
@@ -485,18 +502,8 @@ class BackendContract:
         self, backend: Backend, make_backend: Callable[[], Backend]
     ) -> None:
         """A vector write by another handle alone changes this handle's vectors_version, and vector_changes names its seq (or answers None)."""
-        if not backend.keeps_vectors:
-            pytest.skip("the backend keeps no vectors (Backend.keeps_vectors)")
-        seqs = self._insert(backend, "s")
-        self._put_vectors(backend, "s", seqs[:2], b"\x00\x00\x80\x3f" * 2)
-        since = backend.vectors_version("s", "*")
-        if since is None:
-            pytest.skip("the backend keeps no version of its vectors (Backend.vectors_version)")
-        other = make_backend()
-        try:
-            self._put_vectors(other, "s", seqs[2:], b"\x00\x00\x00\x40" * 2)
-        finally:
-            other.close()
+        seqs, since = self._vectored(backend, slice(0, 2))
+        self._written_by_another(make_backend, seqs[2:])
         now = backend.vectors_version("s", "*")
         assert now != since
         changed = backend.vector_changes("s", "*", since, now)
