@@ -10,8 +10,8 @@ table. After a write the backend can name the items of
 (:meth:`Backend.vector_changes`: SQLite and PostgreSQL log every vector
 write, whoever makes it; JSONL reads them from the log), the table is
 brought up to date with those items' vectors only (``Vectors.changed``);
-after a write it cannot name, the vectors are read again into a new
-table, once. A backend whose version is ``None`` keeps nothing. The first
+after a write it cannot name, the vectors are read again (into a new
+table at once where the kept one answered several queries). A backend whose version is ``None`` keeps nothing. The first
 query of a session reads page by page as before; the
 second reads the vectors into a plain table and keeps it; the 32nd
 (:data:`SCREEN_QUERY`) starts a thread that holds its equal part vectors
@@ -96,7 +96,8 @@ class VectorCache:
         another version is brought to this one by ``update`` where it can
         tell what changed (a write by any handle the backend logged): the
         work of a write follows the items it changed; where it cannot,
-        ``load`` reads the session into the new table at once.
+        ``load`` reads the session into the new table at once if the kept
+        one answered several queries (else page by page, as a first query).
 
         Args:
             session_id: The session.
@@ -149,17 +150,22 @@ class VectorCache:
         update: Callable[[Hashable, Vectors], Vectors | None],
         load: Callable[[int], Vectors | None],
     ) -> Vectors | None:
-        """Return the kept table brought to ``version`` by ``update``, kept; where it cannot be, the table ``load`` reads now.
+        """Return the kept table brought to ``version`` by ``update``, kept; where it cannot be, the table ``load`` reads now, or ``None`` (page by page).
 
-        A session with a kept table is queried again and again: where the
-        backend cannot tell what changed, the vectors are read once, into
-        the new table, rather than page by page now and into a table at
-        the next query.
+        Where the backend cannot tell what changed, a session the kept
+        table answered two queries or more at its version (queried again
+        and again) is read once, into the new table, rather than page by
+        page now and into a table at the next query; one written between
+        every two queries is read page by page, as before (a table read
+        at each query would cost more).
         """
         old = kept[1]
         assert old is not None
         table = update(kept[0], old)
         if table is None:
+            if kept[2] < 3:
+                self._keep(key, (version, None, 1, 0))
+                return None
             table = load(self._budget)
             self._keep(key, (version, table, 2, 0 if table is None else table.used))
             return table
