@@ -19,6 +19,8 @@ benchmarks/_search_corpus.py):
   in turn, query by query, once a store's kept vectors are compacted (see
   :data:`WARM`); and the first filtered query after opening a store
   against the same query warm;
+* ``writes``: the ``parts`` section's queries after a write (by the
+  handle, by another handle) alone, in each store, with ``HashingEmbedder``;
 * ``store``: each of the five queries through ``Store.search`` on the
   session of the ``first`` table (``--first-items`` steps), in each mode:
   wall and CPU milliseconds of the process (SQLite runs in it, so its CPU
@@ -37,7 +39,7 @@ calls) with the spread (max - min) of the runs; the load average is printed
 beside each table, as the machine may be shared.
 
 Run: .venv/bin/python benchmarks/bench_search_costs.py [--items N] [--runs R]
-     [--sections parts,embed,filters,first,store] [--filters eq,dotted,in,range]
+     [--sections parts,embed,filters,first,store,writes] [--filters eq,dotted,in,range]
      [--stores memory,sqlite,jsonl,postgres] [--postgres URL]
 PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
 server; the tables go to a fresh schema that is dropped afterwards.
@@ -258,6 +260,7 @@ def _store_parts(
         # The queries after a write by this handle, then by another handle of the store
         # (another process's writes read the same): the kept vectors follow the items written.
         for writer, label_of in ((store, "write"), (None, "other write")):
+            _compacted()  # (the 32nd query after the write before started one)
             with contextlib.ExitStack() as stack:
                 if writer is None:
                     writer = stack.enter_context(open_store(url))
@@ -270,6 +273,25 @@ def _store_parts(
                     if query in (1, 2, WARM, WARM + 1):
                         out[f"{name} {label_of}, query {query}/{label}"] = ms
         store.delete_session(sid)
+    return out
+
+
+def writes_run(
+    rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]], repeat: int
+) -> dict[str, float]:
+    """Return one run's semantic queries after a write by the handle and after one by another handle, parts and whole, in each store.
+
+    The ``parts`` section's store figures (:func:`_store_parts`) without its
+    RAM side and with ``HashingEmbedder`` (fast; the embedding is not what is
+    timed, and its 256 dimensions are those scored), for a quick before/after.
+    """
+    from agents.memory.search import HashingEmbedder
+
+    out: dict[str, float] = {"load": float(load().split()[0])}
+    for name, url in urls:
+        figures = _store_parts(name, url, rows, HashingEmbedder(), repeat)
+        out.update({key: ms for key, ms in figures.items() if " write, " in key})
+    out["load after"] = float(load().split()[0])
     return out
 
 
@@ -706,6 +728,8 @@ def main() -> None:
                 runs.append(parts_run(rows, urls, args.repeat))
                 print(f"  run {run + 1}: {runs[-1]}", file=sys.stderr, flush=True)
             print_parts(runs)
+        if "writes" in sections:
+            print_parts([writes_run(rows, urls, args.repeat) for _ in range(args.runs)])
         if "embed" in sections and urls:
             print_parts([embed_run(rows, urls) for _ in range(args.runs)])
 
