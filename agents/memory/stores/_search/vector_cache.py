@@ -11,9 +11,10 @@ table. After a write the backend can name the items of
 write, whoever makes it; JSONL reads them from the log), the table is
 brought up to date with those items' vectors only (``Vectors.changed``);
 after a write it cannot name, the vectors are read again (into a new
-table at once where the kept one answered several queries). A backend whose version is ``None`` keeps nothing. The first
-query of a session reads page by page as before; the
-second reads the vectors into a plain table and keeps it; the 32nd
+table at once where the kept one answered several queries). A backend
+whose version is ``None`` keeps nothing. The first query of a session
+reads page by page as before; the second reads the vectors into a plain
+table and keeps it; the 32nd
 (:data:`SCREEN_QUERY`) starts a thread that holds its equal part vectors
 once and screens it, as ``Memory``'s index does, while queries go on with
 the plain table. A session written between every two queries
