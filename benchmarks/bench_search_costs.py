@@ -8,8 +8,8 @@ benchmarks/_search_corpus.py):
   WordLlamaEmbedder, so neither finds words the other tokenized) and
   querying it (semantic and hybrid) with the default ``EmbedParts()``
   against ``EmbedParts.WHOLE`` (one vector a step), the two sides timed in
-  turn, in RAM and in each store, and the first three queries after a
-  write; ``embed``: embedding the session in each store that keeps
+  turn, in RAM and in each store, and the first queries after a write by
+  the handle and after a write by another handle; ``embed``: embedding the session in each store that keeps
   vectors, parts against whole;
 * ``filters``: a keyword, semantic and hybrid query with a filter that 1%
   of the items pass (``$eq``, ``$eq`` on a dotted field, ``$in``, a numeric
@@ -19,6 +19,8 @@ benchmarks/_search_corpus.py):
   in turn, query by query, once a store's kept vectors are compacted (see
   :data:`WARM`); and the first filtered query after opening a store
   against the same query warm;
+* ``writes``: the ``parts`` section's queries after a write (by the
+  handle, by another handle) alone, in each store, with ``HashingEmbedder``;
 * ``store``: each of the five queries through ``Store.search`` on the
   session of the ``first`` table (``--first-items`` steps), in each mode:
   wall and CPU milliseconds of the process (SQLite runs in it, so its CPU
@@ -37,7 +39,7 @@ calls) with the spread (max - min) of the runs; the load average is printed
 beside each table, as the machine may be shared.
 
 Run: .venv/bin/python benchmarks/bench_search_costs.py [--items N] [--runs R]
-     [--sections parts,embed,filters,first,store] [--filters eq,dotted,in,range]
+     [--sections parts,embed,filters,first,store,writes] [--filters eq,dotted,in,range]
      [--stores memory,sqlite,jsonl,postgres] [--postgres URL]
 PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
 server; the tables go to a fresh schema that is dropped afterwards.
@@ -226,8 +228,9 @@ def _store_parts(
     Each side is warmed by :data:`WARM` queries first (the first reads the
     vectors page by page, the second keeps them, the 32nd starts their
     compaction and screen on a thread, waited for before the timing). Then
-    the semantic queries after a write, each side's: the first, the
-    second, the 32nd and the 33rd (the compaction may still run then).
+    the semantic queries after a write by this handle and after one by
+    another handle, each side's: the first, the second, the 32nd and the
+    33rd (the compaction may still run then).
     """
     out: dict[str, float] = {}
     with open_store(url) as store:
@@ -254,16 +257,41 @@ def _store_parts(
                     figures[label].append(ms)
             for label, values in figures.items():
                 out[f"{name} {mode}/{label}"] = statistics.median(values)
-        # The queries after a write: a store that keeps the vectors reads them again.
-        store.append(sid, [MemoryItem(step=-1, thought="a step written between two queries")])
-        for _, parts in SIDES:
-            store.index_embeddings(sid, embedder, parts=parts)
-        for query in range(1, WARM + 2):
-            for label, parts in SIDES:
-                ms = best_ms(lambda parts=parts: search(QUERIES[0], "semantic", parts), 1)
-                if query in (1, 2, WARM, WARM + 1):
-                    out[f"{name} write, query {query}/{label}"] = ms
+        # The queries after a write by this handle, then by another handle of the store
+        # (another process's writes read the same): the kept vectors follow the items written.
+        for writer, label_of in ((store, "write"), (None, "other write")):
+            _compacted()  # (the 32nd query after the write before started one)
+            with contextlib.ExitStack() as stack:
+                if writer is None:
+                    writer = stack.enter_context(open_store(url))
+                writer.append(sid, [MemoryItem(step=-1, thought="a step written between queries")])
+                for _, parts in SIDES:
+                    writer.index_embeddings(sid, embedder, parts=parts)
+            for query in range(1, WARM + 2):
+                for label, parts in SIDES:
+                    ms = best_ms(lambda parts=parts: search(QUERIES[0], "semantic", parts), 1)
+                    if query in (1, 2, WARM, WARM + 1):
+                        out[f"{name} {label_of}, query {query}/{label}"] = ms
         store.delete_session(sid)
+    return out
+
+
+def writes_run(
+    rows: Sequence[dict[str, Any]], urls: Sequence[tuple[str, str]], repeat: int
+) -> dict[str, float]:
+    """Return one run's semantic queries after a write by the handle and after one by another handle, parts and whole, in each store.
+
+    The ``parts`` section's store figures (:func:`_store_parts`) without its
+    RAM side and with ``HashingEmbedder`` (fast; the embedding is not what is
+    timed, and its 256 dimensions are those scored), for a quick before/after.
+    """
+    from agents.memory.search import HashingEmbedder
+
+    out: dict[str, float] = {"load": float(load().split()[0])}
+    for name, url in urls:
+        figures = _store_parts(name, url, rows, HashingEmbedder(), repeat)
+        out.update({key: ms for key, ms in figures.items() if " write, " in key})
+    out["load after"] = float(load().split()[0])
     return out
 
 
@@ -700,6 +728,8 @@ def main() -> None:
                 runs.append(parts_run(rows, urls, args.repeat))
                 print(f"  run {run + 1}: {runs[-1]}", file=sys.stderr, flush=True)
             print_parts(runs)
+        if "writes" in sections:
+            print_parts([writes_run(rows, urls, args.repeat) for _ in range(args.runs)])
         if "embed" in sections and urls:
             print_parts([embed_run(rows, urls) for _ in range(args.runs)])
 

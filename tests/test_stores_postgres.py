@@ -25,6 +25,8 @@ from agents.memory.stores.testing import assert_ranks_as_memory, ranking_corpus
 
 psycopg = pytest.importorskip("psycopg")
 
+from agents.memory.stores._postgres import schema as _pg_schema  # noqa: E402  # after the skip: the postgres extra
+
 # The layout kvmemory wrote as schema version 1, statement for statement.
 V1_DDL = (
     "CREATE TABLE IF NOT EXISTS kvmemory_schema (version integer NOT NULL)",
@@ -930,3 +932,73 @@ def test_keyword_search_computes_its_statistics_once_when_planner_statistics_are
         ]
         assert loops, searches
         assert max(loops) == 1, searches
+
+
+def write_v6_store(url: str) -> list[int]:
+    """Leave tables of schema version 6 (before the vector change log) holding sessions 's' and 't' with vectors."""
+    seqs = write_vector_session(url)
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(_pg_schema._VECTORS_VERSION_FUNCTION)  # the v6 trigger body, without the log
+        con.execute("DROP TABLE kvmemory_vector_changes")
+        con.execute("UPDATE kvmemory_schema SET version = 6")
+    return seqs
+
+
+@pytest.mark.postgres
+def test_v6_store_is_migrated_to_the_vector_change_log(postgres_url: str) -> None:
+    """v6 tables opened writable get the change log: a write by plain SQL is named by vector_changes, and a kept handle ranks as a fresh one."""
+    seqs = write_v6_store(postgres_url)
+    with open_store(postgres_url) as kept:
+        since = kept.backend.vectors_version("s", "*|8/0")
+        before = version_hits(kept)
+        assert version_hits(kept) == before  # kept now
+        _vector_write("sql update", postgres_url, seqs)
+        now = kept.backend.vectors_version("s", "*|8/0")
+        assert kept.backend.vector_changes("s", "*|8/0", since, now) == {seqs[-1]}
+        after = version_hits(kept)
+    with open_store(postgres_url) as fresh:
+        assert after == version_hits(fresh)
+    assert after != before
+
+
+@pytest.mark.postgres
+def test_v6_store_opened_read_only_cannot_tell_changes_and_still_sees_writes(
+    postgres_url: str,
+) -> None:
+    """v6 tables opened read-only are not migrated: vector_changes answers None, and a write is seen by the next query."""
+    seqs = write_v6_store(postgres_url)
+    with open_store(postgres_url, read_only=True) as reader:
+        before = version_hits(reader)
+        assert version_hits(reader) == before
+        since = reader.backend.vectors_version("s", "*|8/0")
+        _vector_write("sql update", postgres_url, seqs)
+        now = reader.backend.vectors_version("s", "*|8/0")
+        assert reader.backend.vector_changes("s", "*|8/0", since, now) is None
+        assert version_hits(reader) != before
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(6,)]
+
+
+@pytest.mark.postgres
+def test_the_vector_change_log_keeps_the_newest_rows_of_a_session_and_marks_the_cut(
+    postgres_url: str,
+) -> None:
+    """Past CHANGES_KEPT rows a session's log is pruned: a version from before the cut gets None, a recent one the seqs written since."""
+    seqs = write_vector_session(postgres_url)
+    with open_store(postgres_url) as store:
+        backend = store.backend
+        since = backend.vectors_version("s", "*|8/0")
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            for _ in range(_pg_schema.CHANGES_KEPT // len(seqs) + 3 * 64):
+                con.execute("UPDATE kvmemory_vectors SET vector = vector WHERE session_id = 's'")
+            middle = backend.vectors_version("s", "*|8/0")
+            con.execute(
+                "DELETE FROM kvmemory_vectors WHERE session_id = 's' AND seq = %s", (seqs[5],)
+            )
+            rows = con.execute(
+                "SELECT count(*) FROM kvmemory_vector_changes WHERE session_id = 's'"
+            ).fetchone()[0]
+        now = backend.vectors_version("s", "*|8/0")
+        assert backend.vector_changes("s", "*|8/0", since, now) is None
+        assert backend.vector_changes("s", "*|8/0", middle, now) == {seqs[5]}
+    assert _pg_schema.CHANGES_KEPT < rows <= _pg_schema.CHANGES_KEPT + 64 * len(seqs) + 1

@@ -9,6 +9,7 @@ import random
 import sqlite3
 import stat
 import struct
+import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -34,6 +35,7 @@ from agents.memory.exceptions import (
 from agents.memory.search import Embedder, EmbedParts, HashingEmbedder
 from agents.memory.stores import (
     SQLiteStore,
+    Store,
     StoreHit,
     open_memory,
     open_store,
@@ -928,7 +930,7 @@ def test_v4_file_is_migrated_to_index_inserts_by_batch(tmp_path: Path) -> None:
         assert [hit.item["step"] for hit in store.search("s", "report", 5)] == [1, 2]
     con = sqlite3.connect(path)
     try:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
         assert con.execute(
             "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
             " AND name = 'kvmemory_items_search_insert'"
@@ -1207,7 +1209,9 @@ def test_v5_file_reads_read_only_as_it_is_and_is_migrated_to_fold_few_inserts(
     assert path.read_bytes() == before
     assert user_version(path) == 5
     with SQLiteStore(path) as store:
-        assert user_version(path) == SCHEMA_VERSION == 7  # through v6, then v7's record keys
+        assert (
+            user_version(path) == SCHEMA_VERSION == 8
+        )  # through v6, v7 (record keys), v8 (change log)
         assert fold_state(path) == (0, len(ranking_corpus()))
         store.append("s", [MemoryItem(step=10, note="the report file")])
         assert fold_state(path) == (1, len(ranking_corpus()) + 1)
@@ -1364,7 +1368,7 @@ def test_v6_file_is_migrated_to_record_keys(tmp_path: Path) -> None:
         assert [item["step"] for item in store.read("s")[:2]] == [1, 2]
         assert [hit.seq for hit in store.search("s", "report", 5)][-1] in (seq, 1)
         assert len(store.search("s", "report", 5)) == 2
-    assert user_version(path) == SCHEMA_VERSION == 7
+    assert user_version(path) == SCHEMA_VERSION == 8
     con = sqlite3.connect(path)
     try:
         indexes = {row[1] for row in con.execute("PRAGMA index_list(kvmemory_items)")}
@@ -1419,3 +1423,129 @@ def test_rows_of_ints_and_bytes_are_passed_through_and_others_made_pairs() -> No
     assert mixed == [(1, b"ab"), (1, b"cd")]
     assert [type(data) for _, data in mixed] == [bytes, bytes]
     assert [type(seq) for seq, _ in mixed] == [int, int]
+
+
+_PROCESS_WRITE = """
+import sys
+from agents.memory import MemoryItem
+from agents.memory.stores import open_store
+
+with open_store(sys.argv[1]) as store:
+    with store.batch("s") as batch:
+        batch.update({int(sys.argv[2]): MemoryItem(step=1, note=sys.argv[3])})
+"""
+
+
+def test_a_handle_opened_and_closed_beside_another_keeps_its_locks_for_other_processes(
+    tmp_path: Path,
+) -> None:
+    """Opening and closing a second handle of the same file in this process leaves the first one's locks: another process's later writes are read, never a WAL deleted under it."""
+    path = tmp_path / "store.db"
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root}
+    with open_store(path) as kept:
+        seq = kept.append("s", [MemoryItem(step=1, note="first")])[0]
+        for note in ("second", "third"):
+            with open_store(path) as passing:  # opened and closed while `kept` is open
+                passing.read("s")
+            subprocess.run(
+                [sys.executable, "-c", _PROCESS_WRITE, str(path), str(seq), note],
+                check=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+            assert kept.read("s") == [MemoryItem(step=1, note=note)]
+
+
+def write_v7_store(path: Path) -> list[int]:
+    """Leave a store of schema version 7 (before the vector change log) holding session 's' with vectors; return its seqs."""
+    with open_store(path) as store:
+        seqs = store.append(
+            "s", [MemoryItem(step=i, thought=f"open the report {i}") for i in range(20)]
+        )
+        store.index_embeddings("s", HashingEmbedder(32))
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        for event in ("insert", "update", "delete"):
+            con.execute(f"DROP TRIGGER kvmemory_vectors_logged_{event}")
+        con.execute("DROP TABLE kvmemory_vector_changes")  # its prune trigger goes with it
+        con.execute("PRAGMA user_version = 7")
+    finally:
+        con.close()
+    return seqs
+
+
+def _change_hits(store: Store) -> list[tuple[int, float]]:
+    hits = store.search("s", "the report 7", 5, mode="semantic", embedder=HashingEmbedder(32))
+    return [(hit.seq, hit.score) for hit in hits]
+
+
+def test_v7_file_is_migrated_to_the_vector_change_log(tmp_path: Path) -> None:
+    """A v7 file opened writable gets the change log: another handle's vector write is named by vector_changes, and a kept handle ranks as a fresh one."""
+    path = tmp_path / "v7.db"
+    seqs = write_v7_store(path)
+    with open_store(path) as kept, open_store(path) as other:
+        assert user_version(path) == SCHEMA_VERSION == 8
+        since = kept.backend.vectors_version("s", "*")
+        assert since == 0  # no write logged yet
+        _change_hits(kept)
+        _change_hits(kept)  # kept now
+        with other.batch("s") as batch:
+            batch.update({seqs[4]: MemoryItem(step=4, thought="the report 7")})
+        other.index_embeddings("s", HashingEmbedder(32))
+        now = kept.backend.vectors_version("s", "*")
+        assert kept.backend.vector_changes("s", "*", since, now) == {seqs[4]}
+        after = _change_hits(kept)
+    with open_store(path) as fresh:
+        assert after == _change_hits(fresh)
+    assert after[0][0] == seqs[4]
+
+
+def test_v7_file_opened_read_only_keeps_its_stamp_and_cannot_tell_changes(tmp_path: Path) -> None:
+    """A v7 file opened read-only is not migrated: its vector version is the file's stamp, vector_changes answers None, and a write is still seen."""
+    path = tmp_path / "v7.db"
+    seqs = write_v7_store(path)
+    with open_store(path, read_only=True) as reader:
+        before = _change_hits(reader)
+        assert _change_hits(reader) == before
+        since = reader.backend.vectors_version("s", "*")
+        assert isinstance(since, tuple)
+        con = sqlite3.connect(path, isolation_level=None)
+        try:  # a writer that is not kvmemory: the file stays at version 7
+            con.execute(
+                "UPDATE kvmemory_vectors SET vector = (SELECT vector FROM kvmemory_vectors"
+                " WHERE seq = ?) WHERE seq = ?",
+                (seqs[7], seqs[0]),
+            )
+        finally:
+            con.close()
+        now = reader.backend.vectors_version("s", "*")
+        assert reader.backend.vector_changes("s", "*", since, now) is None
+        assert _change_hits(reader) != before
+    assert user_version(path) == 7
+
+
+def test_the_vector_change_log_keeps_the_newest_rows_of_a_session_and_marks_the_cut(
+    tmp_path: Path,
+) -> None:
+    """Past CHANGES_KEPT rows a session's log is pruned: a version from before the cut gets None, a recent one the seqs written since."""
+    path = tmp_path / "store.db"
+    with open_store(path) as store:
+        store.append("s", [MemoryItem(step=1, thought="x")])
+        backend = store.backend
+        since = backend.vectors_version("s", "*")
+        total = _sqlite_schema.CHANGES_KEPT + 2048
+        with backend._file.transaction() as con:
+            con.executemany(
+                "INSERT OR REPLACE INTO kvmemory_vectors (session_id, seq, fields, vector)"
+                " VALUES ('s', ?, '*', x'')",
+                [(n % 3000,) for n in range(total)],
+            )
+        middle = backend.vectors_version("s", "*")
+        with backend._file.transaction() as con:
+            con.execute("DELETE FROM kvmemory_vectors WHERE seq = 5")
+        now = backend.vectors_version("s", "*")
+        rows = backend.query_rows("SELECT count(*) FROM kvmemory_vector_changes")[0][0]
+        assert backend.vector_changes("s", "*", since, now) is None
+        assert backend.vector_changes("s", "*", middle, now) == {5}
+    assert _sqlite_schema.CHANGES_KEPT < rows <= _sqlite_schema.CHANGES_KEPT + 1024 + 1

@@ -38,7 +38,15 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Hashable,
+    Iterator,
+    Sequence,
+)
 from decimal import Decimal
 from typing import Any, Final, Protocol, TypeVar
 
@@ -446,6 +454,60 @@ class BackendContract:
             assert [seq for seq, _ in backend.read_rows("s")] == seqs[1:]
         finally:
             other.close()
+
+    def _put_vectors(self, backend: Backend, sid: str, seqs: Sequence[int], blob: bytes) -> None:
+        """Write ``blob`` as the vector over ``*`` of each of ``seqs`` (the model claimed first)."""
+        rows = [(seq, data, blob) for seq, data in backend.read_seqs(sid, seqs)]
+        with backend.transaction(sid) as tx:
+            backend.lock_session(tx, sid)
+            backend.claim_vector_model(tx, sid, "contract-model", len(blob) // 4)
+            assert backend.put_vectors(tx, sid, "*", rows) == len(rows)
+
+    def _vectored(self, backend: Backend, embedded: slice) -> tuple[list[int], Hashable]:
+        """Insert the rows of session ``s``, give the ``embedded`` ones a vector, and return the seqs and the vectors' version (skip a backend without them)."""
+        if not backend.keeps_vectors:
+            pytest.skip("the backend keeps no vectors (Backend.keeps_vectors)")
+        seqs = self._insert(backend, "s")
+        self._put_vectors(backend, "s", seqs[embedded], b"\x00\x00\x80\x3f" * 2)
+        since = backend.vectors_version("s", "*")
+        if since is None:
+            pytest.skip("the backend keeps no version of its vectors (Backend.vectors_version)")
+        return seqs, since
+
+    def _written_by_another(self, make_backend: Callable[[], Backend], seqs: Sequence[int]) -> None:
+        """Give ``seqs`` of session ``s`` a new vector through another handle."""
+        other = make_backend()
+        try:
+            self._put_vectors(other, "s", seqs, b"\x00\x00\x00\x40" * 2)
+        finally:
+            other.close()
+
+    def test_vector_changes_name_every_vector_written_by_this_or_another_handle(
+        self, backend: Backend, make_backend: Callable[[], Backend]
+    ) -> None:
+        """Between two vectors_version values, vector_changes names (at least) every seq whose vector row another handle or this one wrote or deleted (with its item); None is always allowed."""
+        seqs, since = self._vectored(backend, slice(None))
+        self._insert(backend, "t")
+        assert backend.vector_changes("s", "*", since, since) in (set(), None)
+        self._written_by_another(make_backend, seqs[:1])
+        with backend.transaction("s") as tx:  # as a store deletes an item: its vectors go with it
+            backend.delete_rows(tx, "s", seqs[1:2])
+            backend.delete_vectors(tx, "s", seqs[1:2])
+        now = backend.vectors_version("s", "*")
+        assert now != since
+        changed = backend.vector_changes("s", "*", since, now)
+        assert changed is None or {seqs[0], seqs[1]} <= changed
+
+    def test_vectors_version_and_changes_follow_a_write_by_another_handle_alone(
+        self, backend: Backend, make_backend: Callable[[], Backend]
+    ) -> None:
+        """A vector write by another handle alone changes this handle's vectors_version, and vector_changes names its seq (or answers None)."""
+        seqs, since = self._vectored(backend, slice(0, 2))
+        self._written_by_another(make_backend, seqs[2:])
+        now = backend.vectors_version("s", "*")
+        assert now != since
+        changed = backend.vector_changes("s", "*", since, now)
+        assert changed is None or seqs[2] in changed
 
 
 class KeyedRecordContract:
@@ -2160,6 +2222,38 @@ class VectorStoreContract(StoreContract):
             want = first.search("s", "save the report", mode="hybrid", embedder=embedder)
             assert [(h.seq, h.score) for h in hits] == [(h.seq, h.score) for h in want]
             assert embedder.texts == 2
+
+    @pytest.mark.usefixtures("numpy_installed")
+    @pytest.mark.parametrize("parts", [EmbedParts(), EmbedParts.WHOLE], ids=["parts", "whole"])
+    def test_a_handle_that_kept_its_vectors_ranks_as_a_fresh_one_after_another_handles_writes(
+        self, make_store: MakeStore, parts: EmbedParts
+    ) -> None:
+        """A handle searched again and again (its vectors kept) ranks as a handle opened afresh after another handle updates, deletes, appends and embeds (Backend.vector_changes)."""
+        embedder = CountingEmbedder()
+
+        def hits(store: Store) -> list[tuple[int, float]]:
+            found = store.search(
+                "s", "giraffe report", 5, mode="semantic", embedder=embedder, parts=parts
+            )
+            return [(hit.seq, hit.score) for hit in found]
+
+        with make_store() as kept, make_store() as other:
+            seqs = kept.append("s", vector_session())
+            kept.index_embeddings("s", embedder, parts=parts)
+            for _ in range(3):
+                hits(kept)
+            for change in ("update", "delete", "append"):
+                if change == "update":
+                    with other.batch("s") as batch:
+                        batch.update({seqs[2]: MemoryItem(step=2, thought="giraffes at the zoo")})
+                elif change == "delete":
+                    other.delete_seqs("s", [seqs[0]])
+                else:
+                    other.append("s", [MemoryItem(step=20, thought="the giraffe report")])
+                other.index_embeddings("s", embedder, parts=parts)
+                after = hits(kept)
+                with make_store() as fresh:
+                    assert after == hits(fresh), change
 
     @pytest.mark.usefixtures("numpy_installed")
     def test_vectors_follow_updates_and_deletes(self, store: Store) -> None:

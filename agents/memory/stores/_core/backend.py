@@ -409,9 +409,12 @@ class Backend(SearchOperations):
         rows of the seqs returned again (the rows of seqs written after
         ``now`` may come with them) instead of every row. A set that holds
         more seqs than changed is correct, only slower; one that misses a
-        changed row serves a stale vector, so return ``None`` whenever a
-        write may have come from elsewhere (another handle or process).
-        By default ``None``: every row is read again.
+        changed row serves a stale vector, so return ``None`` for any write
+        the backend cannot name, whoever made it (SQLite and PostgreSQL
+        read a change log their triggers write in every vector write's
+        transaction; JSONL reads its log's records). By default ``None``:
+        every row is read again. The contract suite checks the answers
+        (``BackendContract``).
         """
         return None
 

@@ -67,11 +67,9 @@ Files are created readable by their owner only (``0600``), the directory
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import os
-import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Final, TypeVar
 
@@ -112,9 +110,6 @@ __all__ = ["JSONLStore", "LogBackend"]
 _COMPACT_MIN_DEAD: Final = 32
 _FEW: Final = 16
 """A filter that at most one row in this many passes has only those rows scored (``keyword_top_where``)."""
-
-_COMMITS: Final = 4096
-"""The commits a handle remembers, at most (:meth:`LogBackend.vector_changes`)."""
 
 T = TypeVar("T")
 
@@ -249,12 +244,6 @@ class LogBackend(Backend):
         self._logs = SessionLogs(self._files, version=SCHEMA_VERSION, fsync=fsync)
         self._keywords = SessionKeywords(self.directory, read_only=read_only)
         self._values = FilterValues()
-        # This handle's commits, for vector_changes: (session, header, offset before,
-        # offset after) -> the seqs whose vectors the commit changed (None: all).
-        self._commits: collections.OrderedDict[
-            tuple[str, bytes, int], tuple[int, frozenset[int] | None]
-        ] = collections.OrderedDict()
-        self._commits_lock = threading.Lock()
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -321,13 +310,7 @@ class LogBackend(Backend):
             self._logs.write_new(session_id, log, tx.parts)
             self._files.forget_deleted(session_id)
         elif tx.parts:
-            before = log.offset  # the file's length when the transaction began
-            self._logs.append(session_id, log, b"".join(tx.parts))
-            seqs = None if tx.vector_seqs is None else frozenset(tx.vector_seqs)
-            with self._commits_lock:
-                self._commits[(session_id, log.header, before)] = (log.offset, seqs)
-                if len(self._commits) > _COMMITS:
-                    self._commits.popitem(last=False)
+            self._logs.append(session_id, log, b"".join(tx.parts), tx.vector_seqs)
         self._logs.keep(session_id, log)
         if log.dead >= _COMPACT_MIN_DEAD and log.dead > len(log.rows):
             self._compact(session_id, log)
@@ -469,27 +452,18 @@ class LogBackend(Backend):
     def vector_changes(
         self, session_id: str, fields: str, since: Hashable, now: Hashable
     ) -> set[int] | None:
-        """Return the seqs whose vectors this handle's commits changed from ``since`` to ``now``; ``None`` if another handle appended in between.
+        """Return the seqs whose vectors the log's records changed from ``since`` to ``now``, whoever appended them; ``None`` where this handle cannot tell.
 
-        A version is the log's header and length: the commits of this
-        handle, each from the length it found to the one it left, must lead
-        from one to the other without a gap (any other writer's records
-        lie in one), in the same log (a log written anew has a new header).
+        A version is the log's header and length. The records between two
+        lengths were appended by this handle or read by it as it followed
+        the file, and say which items' vectors they changed (``vec``, ``u``
+        and ``del`` records); this handle's compaction leads to the new
+        log. ``None`` across a log another handle wrote anew (compacted),
+        a ``clear`` or ``vdrop`` record, or stretches forgotten
+        (:data:`~agents.memory.stores._jsonl.log.STEPS_KEPT`).
         """
-        if not isinstance(since, tuple) or not isinstance(now, tuple) or since[0] != now[0]:
-            return None
-        header, offset = since
-        changed: set[int] = set()
-        with self._commits_lock:
-            while offset != now[1]:
-                commit = self._commits.get((session_id, header, offset))
-                if commit is None:
-                    return None
-                offset, seqs = commit
-                if seqs is None:
-                    return None
-                changed |= seqs
-        return changed
+        with self._files.locked(exclusive=False):
+            return self._logs.vector_changes(session_id, since, now)
 
     def vector_count(self, session_id: str, fields: str) -> int:
         log = self._snapshot(session_id)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import os
 import uuid
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Final
 
 import attrs
@@ -51,6 +52,9 @@ CLEAR_RECORD: Final = b'{"clear":1}\n'
 
 DROP_VECTORS_RECORD: Final = b'{"vdrop":1}\n'
 """The record that drops every vector of the session and its model."""
+
+STEPS_KEPT: Final = 4096
+"""The stretches of logs a handle remembers the vector changes of, at most (:meth:`SessionLogs.vector_changes`)."""
 
 
 @attrs.define
@@ -103,6 +107,12 @@ class SessionLogs:
         self.version = version
         self.fsync = fsync
         self._logs: dict[str, SessionLog] = {}
+        # Each stretch of a log this handle read or wrote: (session, header, offset at its
+        # start) -> (header, offset at its end, the seqs whose vectors it changed or None
+        # for all). A compaction is a stretch from the old log to the new one.
+        self._steps: collections.OrderedDict[
+            tuple[str, bytes, int], tuple[bytes, int, frozenset[int] | None]
+        ] = collections.OrderedDict()
 
     def current(self, session_id: str) -> SessionLog | None:
         """Bring this process's view of a log up to date with the file; ``None`` if there is none.
@@ -134,9 +144,51 @@ class SessionLogs:
         if log is None:
             log = read_header(session_id, path, chunk, newest=self.version)
             chunk = chunk[log.offset :]
-        apply_records(path, log, chunk)
+            apply_records(path, log, chunk)
+        else:
+            changed = apply_records(path, log, chunk)
+            if log.offset != start:
+                self._step(session_id, (log.header, start), (log.header, log.offset), changed)
         self._logs[session_id] = log
         return log
+
+    def _step(
+        self,
+        session_id: str,
+        start: tuple[bytes, int],
+        end: tuple[bytes, int],
+        changed: Iterable[int] | None,
+    ) -> None:
+        """Remember that the log went from ``start`` to ``end`` (header, offset) changing the vectors of ``changed``."""
+        seqs = None if changed is None else frozenset(changed)
+        self._steps[(session_id, start[0], start[1])] = (end[0], end[1], seqs)
+        if len(self._steps) > STEPS_KEPT:
+            self._steps.popitem(last=False)
+
+    def vector_changes(self, session_id: str, since: Hashable, now: Hashable) -> set[int] | None:
+        """Return the seqs whose vectors changed from one ``(header, offset)`` of the log to another; ``None`` where this handle cannot tell.
+
+        Every stretch of the log this handle appended or read (another
+        handle's appends, read as it follows the file) is remembered with
+        the seqs its records changed the vectors of, and this handle's own
+        compactions lead from the old log to the new one. ``None`` where
+        the stretches do not lead from one to the other (a log another
+        handle wrote anew, a stretch forgotten) and where one dropped every
+        vector.
+        """
+        if not (isinstance(since, tuple) and isinstance(now, tuple) and len(since) == 2):
+            return None
+        header, offset = since
+        changed: set[int] = set()
+        while (header, offset) != now:
+            step = self._steps.get((session_id, header, offset))
+            if step is None:
+                return None
+            header, offset, seqs = step
+            if seqs is None:
+                return None
+            changed |= seqs
+        return changed
 
     def keep(self, session_id: str, log: SessionLog) -> None:
         """Take ``log`` as this process's view of the session (written to the file by the caller)."""
@@ -161,8 +213,11 @@ class SessionLogs:
         log.offset = len(log.header) + sum(map(len, records))
         log.lines = 1 + sum(part.count(b"\n") for part in records)
 
-    def append(self, session_id: str, log: SessionLog, data: bytes) -> None:
-        """Append whole records to a log with one ``write`` (and ``fsync``), after the view ``log``."""
+    def append(
+        self, session_id: str, log: SessionLog, data: bytes, changed: Iterable[int] | None
+    ) -> None:
+        """Append whole records to a log with one ``write`` (and ``fsync``), after the view ``log``; they change the vectors of ``changed`` (``None``: all)."""
+        start = log.offset
         fd = open_file(self.files.log_path(session_id), os.O_WRONLY | os.O_APPEND, "log")
         try:
             if log.partial_at:
@@ -178,6 +233,7 @@ class SessionLogs:
             os.close(fd)
         log.offset += len(data)
         log.lines += data.count(b"\n")
+        self._step(session_id, (log.header, start), (log.header, log.offset), changed)
 
     def compact(self, session_id: str, log: SessionLog) -> None:
         """Rewrite a log with only its live items and vectors, atomically, and keep the new view."""
@@ -198,11 +254,15 @@ class SessionLogs:
                 if seq in log.rows
             )
         _codec.atomic_write(self.files.log_path(session_id), chunks)
+        offset = sum(map(len, chunks))
+        # The vectors of items no longer in the log are left out: they changed (went).
+        gone = {seq for table in log.vectors.values() for seq in table if seq not in log.rows}
+        self._step(session_id, (log.header, log.offset), (header, offset), gone)
         self._logs[session_id] = SessionLog(
             header=header,
             step_key=log.step_key,
             created=log.created,
-            offset=sum(map(len, chunks)),
+            offset=offset,
             lines=len(chunks),
             next_seq=log.next_seq,
             metadata=log.metadata,
@@ -332,8 +392,8 @@ def read_header(session_id: str, path: str, chunk: bytes, *, newest: int) -> Ses
     )
 
 
-def apply_records(path: str, log: SessionLog, chunk: bytes) -> None:
-    """Read the records in ``chunk``, the bytes of the log after ``log.offset``, into ``log``.
+def apply_records(path: str, log: SessionLog, chunk: bytes) -> set[int] | None:
+    """Read the records in ``chunk``, the bytes of the log after ``log.offset``, into ``log``; return the seqs whose vectors they changed (``None``: every item's).
 
     A truncated last line is left unread (``log.partial_at`` names it) with
     a :class:`~agents.memory.SkippedRecordWarning`, once per line.
@@ -344,16 +404,21 @@ def apply_records(path: str, log: SessionLog, chunk: bytes) -> None:
     lines = chunk.split(b"\n")
     tail = lines.pop()  # after the last newline: b"" when the log ends cleanly
     rows = log.rows
+    changed: set[int] | None = set()
     for line in lines:
         log.lines += 1
         if not line.strip():
             continue
         where = f"line {log.lines} of JSONL log {path!r}"
         try:
-            _apply_line(where, log, rows, line)
+            seqs = _apply_line(where, log, rows, line)
         except CorruptSessionError as exc:
             msg = f"Cannot read {where}: {exc}; the log is damaged in the middle (not a crash at the end). Restore it from a backup."
             raise CorruptStoreError(msg) from exc
+        if seqs is None or changed is None:
+            changed = None
+        else:
+            changed.update(seqs)
     log.offset += len(chunk) - len(tail)
     if tail:
         if log.partial_at != log.lines + 1:
@@ -365,6 +430,7 @@ def apply_records(path: str, log: SessionLog, chunk: bytes) -> None:
                 stacklevel=6,
             )
         log.partial_at = log.lines + 1
+    return changed
 
 
 def split_item_record(line: bytes) -> tuple[bytes, bytes] | None:
@@ -378,7 +444,8 @@ def split_item_record(line: bytes) -> tuple[bytes, bytes] | None:
     return line[:cut] + b"}", line[cut + len(_ITEM) : -1]
 
 
-def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> None:
+def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Iterable[int] | None:
+    """Read one record into ``log``; return the seqs whose vectors it changed (``None``: every item's)."""
     # In an item record the first ',"item":' is its key: the fields before it are
     # numbers and JSON strings, in which a quote is always escaped.
     cut = line.find(_ITEM) if line.startswith(b'{"seq":') else -1
@@ -403,12 +470,13 @@ def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Non
                 rows[seq] = (step, old[1], data)
             log.dead += 1
             log.drop_vectors_of((seq,))
-        else:
-            rows[seq] = (step, float(created), data)
-            if key is not None:
-                rows.file_key(seq, key)
-            log.next_seq = max(log.next_seq, seq + 1)
-    elif "del" in head:
+            return (seq,)
+        rows[seq] = (step, float(created), data)
+        if key is not None:
+            rows.file_key(seq, key)
+        log.next_seq = max(log.next_seq, seq + 1)
+        return ()
+    if "del" in head:
         gone = head["del"]
         if type(gone) is not list or any(type(seq) is not int for seq in gone):
             msg = f'the "del" record holds {gone!r}; expected a list of int seqs'
@@ -417,10 +485,12 @@ def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Non
             if rows.discard(seq):
                 log.dead += 1
         log.drop_vectors_of(gone)
-    elif "clear" in head:
+        return gone
+    if "clear" in head:
         log.dead += len(rows)
         rows.clear()
-    elif "vec" in head:
+        return None
+    if "vec" in head:
         vec = head["vec"]
         if not (
             type(vec) is list
@@ -440,7 +510,8 @@ def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Non
         if vec[0] in table:
             log.dead += 1
         table[vec[0]] = vector
-    elif "vm" in head:
+        return (vec[0],)
+    if "vm" in head:
         model = head["vm"]
         if not (
             type(model) is list
@@ -451,17 +522,19 @@ def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Non
             msg = f'the "vm" record holds {model!r}; expected [model name, dimension]'
             raise CorruptSessionError(msg)
         log.model = (model[0], model[1])
-    elif "vdrop" in head:
+        return ()
+    if "vdrop" in head:
         log.dead += sum(map(len, log.vectors.values())) + 1
         log.vectors = {}
         log.model = None
-    elif "meta" in head:
+        return None
+    if "meta" in head:
         if type(head["meta"]) is not dict:
             msg = f'the "meta" record holds a {type(head["meta"]).__name__}; expected an object'
             raise CorruptSessionError(msg)
         log.metadata = (
             line[len(_META) : -1] if line.startswith(_META) else _codec.dumps(head["meta"])
         )
-    else:
-        msg = f"it is not a record this kvmemory knows ({line[:80]!r})"
-        raise CorruptSessionError(msg)
+        return ()
+    msg = f"it is not a record this kvmemory knows ({line[:80]!r})"
+    raise CorruptSessionError(msg)

@@ -1,7 +1,7 @@
 """The PostgreSQL store: sessions shared by processes on many machines.
 
 Needs the ``postgres`` extra (psycopg 3 and psycopg_pool), imported only
-when a ``postgresql://`` URL is opened. Layout (schema version 6, recorded in
+when a ``postgresql://`` URL is opened. Layout (schema version 7, recorded in
 ``kvmemory_schema``)::
 
     kvmemory_sessions(session_id text PRIMARY KEY, step_key text, next_seq bigint,
@@ -19,6 +19,9 @@ when a ``postgresql://`` URL is opened. Layout (schema version 6, recorded in
                      PRIMARY KEY (session_id, seq, fields))                      -- v3
     sequence kvmemory_vectors_versions, and statement triggers on kvmemory_vectors
     giving a written session's vectors_version its next number: v6
+    kvmemory_vector_changes(session_id text, version bigint, seq bigint),
+    index (session_id, version): the seqs each vector write touched, logged
+    by the same triggers under the session's new number (pruned): v7
 
 ``vector`` holds an item's unit vector as little-endian float32 (empty for
 an item without text), embedded over the fields ``fields`` names by the
@@ -64,7 +67,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Final
 
 from agents.memory._filter import FilterNode
@@ -260,6 +263,7 @@ class PostgresBackend(SQLRows, Backend):
             schema=self._connections.vector_schema,
             ranks=pgvector,
             numbered=tables.vectors_version,
+            logged=tables.change_log,
         )
 
     @property
@@ -558,6 +562,17 @@ class PostgresBackend(SQLRows, Backend):
         if self.no_tables:
             return None
         return self._vectors.version(session_id, fields)
+
+    def vector_changes(
+        self, session_id: str, fields: str, since: Hashable, now: Hashable
+    ) -> set[int] | None:
+        """Return the seqs the trigger logged for the session's vector writes between two versions, by any handle or process; ``None`` where it was pruned in between (see the base).
+
+        ``None`` on tables of schema version 6 or older opened read-only (no log).
+        """
+        if self.no_tables:
+            return None
+        return self._vectors.changes(session_id, since, now)
 
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]

@@ -18,6 +18,7 @@ from agents.memory.stores._core.migrations import check_schema_version, migrate
 from agents.memory.stores._postgres.keyword import build_keyword_index
 
 __all__ = [
+    "CHANGES_KEPT",
     "CUT_ROWS_OVER",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -145,6 +146,68 @@ def _add_vectors_version(con: Any) -> None:
         con.execute(statement)
 
 
+# Schema version 7: the same trigger also logs each seq written, under the session's new
+# version, in kvmemory_vector_changes. The version is taken while the writing transaction
+# holds the session's row (every writer of a session locks it first, and the trigger's
+# UPDATE waits for it), so a session's versions follow commit order: a reader that sees
+# version v finds every change logged at or below it committed, and the rows above a
+# version it kept name the items whose vectors changed since (Backend.vector_changes).
+# A statement whose version is a multiple of _PRUNE_EVERY keeps the newest CHANGES_KEPT
+# rows of its session: the older ones go, and one row with no seq marks where they
+# went ("changes at or before here are gone").
+
+CHANGES_KEPT: Final = 16384
+"""The rows of a session's vector change log kept at least; the older ones are pruned."""
+
+_PRUNE_EVERY: Final = 64
+"""A write whose version is a multiple of this prunes its session's log (versions come from one sequence)."""
+
+_LOGGED_VECTORS_VERSION_FUNCTION: Final = f"""CREATE OR REPLACE FUNCTION kvmemory_vectors_written()
+    RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        bumped record;
+        cut bigint;
+    BEGIN
+        FOR bumped IN
+            UPDATE kvmemory_sessions SET vectors_version = nextval('kvmemory_vectors_versions')
+            WHERE session_id IN (SELECT DISTINCT session_id FROM written_rows)
+            RETURNING session_id, vectors_version
+        LOOP
+            INSERT INTO kvmemory_vector_changes (session_id, version, seq)
+            SELECT DISTINCT bumped.session_id, bumped.vectors_version, w.seq
+            FROM written_rows AS w WHERE w.session_id = bumped.session_id;
+            IF bumped.vectors_version % {_PRUNE_EVERY} = 0 THEN
+                SELECT version INTO cut FROM kvmemory_vector_changes
+                WHERE session_id = bumped.session_id
+                ORDER BY version DESC OFFSET {CHANGES_KEPT} LIMIT 1;
+                IF cut IS NOT NULL THEN
+                    DELETE FROM kvmemory_vector_changes
+                    WHERE session_id = bumped.session_id AND version <= cut;
+                    INSERT INTO kvmemory_vector_changes (session_id, version, seq)
+                    VALUES (bumped.session_id, cut, NULL);
+                END IF;
+            END IF;
+        END LOOP;
+        RETURN NULL;
+    END $$"""
+
+
+def _log_vector_changes(con: Any) -> None:
+    # The vectors already stored have no rows: the log covers the writes from now on.
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_vector_changes (
+        session_id text NOT NULL,
+        version bigint NOT NULL,
+        seq bigint
+    )"""
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_vector_changes_session"
+        " ON kvmemory_vector_changes (session_id, version)"
+    )
+    con.execute(_LOGGED_VECTORS_VERSION_FUNCTION)
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_metadata_and_tombstones,
@@ -152,6 +215,7 @@ MIGRATIONS: Final = (
     _add_keyword_index,
     _add_record_keys,
     _add_vectors_version,
+    _log_vector_changes,
 )
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -162,6 +226,9 @@ _SEARCHED_BY_SCAN: Final = (
 _NO_RECORD_KEYS: Final = 4  # the layout before record keys: read-only opens hold no records
 _NO_VECTORS_VERSION: Final = (
     5  # the layout before the vectors' version: read-only opens digest the rows
+)
+_NO_CHANGE_LOG: Final = (
+    6  # the layout before the vector change log: read-only opens cannot tell changes
 )
 
 
@@ -179,12 +246,16 @@ class Tables:
         vectors_version: The sessions' rows keep the version of their vector
             rows (``False`` for the tables before it, opened read-only: the
             version is a digest of the vector rows).
+        change_log: Every vector write is logged with its seq under the
+            session's new version (``False`` for the tables before it,
+            opened read-only: changes cannot be told).
     """
 
     no_tables: bool = False
     keyword_index: bool = True
     record_keys: bool = True
     vectors_version: bool = True
+    change_log: bool = True
 
 
 def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
@@ -210,12 +281,16 @@ def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
             version = check_schema_version(_version(con), SCHEMA_VERSION, store=store)
         if version == _SEARCHED_BY_SCAN:
             # The layout before the keyword index reads the same.
-            return Tables(keyword_index=False, record_keys=False, vectors_version=False)
+            return Tables(
+                keyword_index=False, record_keys=False, vectors_version=False, change_log=False
+            )
         if version == _NO_RECORD_KEYS:
             # Reads the same, with no records.
-            return Tables(record_keys=False, vectors_version=False)
+            return Tables(record_keys=False, vectors_version=False, change_log=False)
         if version == _NO_VECTORS_VERSION:
-            return Tables(vectors_version=False)
+            return Tables(vectors_version=False, change_log=False)
+        if version == _NO_CHANGE_LOG:
+            return Tables(change_log=False)
         if version < SCHEMA_VERSION:
             msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)

@@ -59,6 +59,12 @@ _COSINES_OF: Final = _RANKED + " AND seq = ANY(%(among)s)"
 # session's row at each write (see schema.py), one lookup by key.
 _VERSION: Final = "SELECT vectors_version FROM kvmemory_sessions WHERE session_id = %s"
 
+# The seqs the trigger logged for the session between two versions (a NULL seq: pruned).
+_CHANGES: Final = (
+    "SELECT DISTINCT seq FROM kvmemory_vector_changes"
+    " WHERE session_id = %s AND version > %s AND version <= %s"
+)
+
 # The same on tables before that number (opened read-only): each row written (inserted,
 # or updated in place) is a new tuple whose xmin is the writing transaction's id, and a
 # row deleted leaves the list. The digest of the (seq, xmin) list in seq order tells
@@ -204,6 +210,8 @@ class PostgresVectors:
             option, where the column exists).
         numbered: The sessions' rows keep the version of their vector rows
             (``False`` on older tables opened read-only).
+        logged: Every vector write is logged with its seq (``False`` on
+            older tables opened read-only).
     """
 
     def __init__(
@@ -213,11 +221,13 @@ class PostgresVectors:
         schema: str | None,
         ranks: bool,
         numbered: bool = True,
+        logged: bool = True,
     ) -> None:
         self._query_rows = query_rows
         self._schema = schema
         self._ranks = ranks and schema is not None
         self._numbered = numbered
+        self._logged = logged and numbered
 
     @property
     def ranks(self) -> bool:
@@ -265,6 +275,23 @@ class PostgresVectors:
             return int(count), str(digest)
         found = self._query_rows(_VERSION, (session_id,))
         return int(found[0][0]) if found else 0
+
+    def changes(self, session_id: str, since: object, now: object) -> set[int] | None:
+        """Return the seqs logged for the session's vector writes between two versions (see :meth:`Backend.vector_changes`); ``None`` where it cannot tell.
+
+        ``None`` on tables without the log, for versions that are not two
+        of its numbers in order, and where the log was pruned past ``since``.
+        """
+        if not self._logged or type(since) is not int or type(now) is not int or since > now:
+            return None
+        if since == now:
+            return set()
+        changed: set[int] = set()
+        for (seq,) in self._query_rows(_CHANGES, (session_id, since, now)):
+            if seq is None:
+                return None
+            changed.add(int(seq))
+        return changed
 
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]

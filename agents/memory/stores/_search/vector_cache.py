@@ -6,12 +6,15 @@ of the session each time. :class:`VectorCache` keeps what the last queries
 read as a table that scores as ``Memory``'s index does (``Vectors`` of
 ``agents.memory.search``), under the value :meth:`Backend.vectors_version`
 gave before the read. A query whose value is the same scores from the
-table. After a write by this handle that the backend can name the items
-of (:meth:`Backend.vector_changes`), the table is brought up to date with
-those items' vectors only (``Vectors.changed``); after any other write (by
-another handle or another process) the vectors are read again. A backend
-that gives ``None`` keeps nothing. The first query at a version reads page by page as before; the
-second reads the vectors into a plain table and keeps it; the 32nd
+table. After a write the backend can name the items of
+(:meth:`Backend.vector_changes`: SQLite and PostgreSQL log every vector
+write, whoever makes it; JSONL reads them from the log), the table is
+brought up to date with those items' vectors only (``Vectors.changed``);
+after a write it cannot name, the vectors are read again (into a new
+table at once where the kept one answered several queries). A backend
+whose version is ``None`` keeps nothing. The first query of a session
+reads page by page as before; the second reads the vectors into a plain
+table and keeps it; the 32nd
 (:data:`SCREEN_QUERY`) starts a thread that holds its equal part vectors
 once and screens it, as ``Memory``'s index does, while queries go on with
 the plain table. A session written between every two queries
@@ -88,12 +91,14 @@ class VectorCache:
     ) -> Vectors | None:
         """Return the session's table kept under ``version``, else the one ``update`` or ``load`` makes now; ``None`` to read the session page by page.
 
-        ``None`` the first time a version is asked for (a session written
-        between every two queries by another handle is read as before,
-        never copied into a table) and for a session over the budget. A
-        table kept under another version is brought to this one by
-        ``update`` where it can tell what changed (this handle's own
-        writes): the work of a write follows the items it changed.
+        ``None`` the first time a session is asked for with no table kept
+        (a session queried once is read as before, never copied into a
+        table) and for a session over the budget. A table kept under
+        another version is brought to this one by ``update`` where it can
+        tell what changed (a write by any handle the backend logged): the
+        work of a write follows the items it changed; where it cannot,
+        ``load`` reads the session into the new table at once if the kept
+        one answered several queries (else page by page, as a first query).
 
         Args:
             session_id: The session.
@@ -121,7 +126,7 @@ class VectorCache:
                 self._tables[key] = (version, None, 1, 0)
                 return None
         if stale and kept is not None and kept[1] is not None and update is not None:
-            return self._updated(key, version, kept, update)
+            return self._updated(key, version, kept, update, load)
         assert kept is not None
         if kept[1] is not None or kept[2] > 1:
             with self._lock:
@@ -144,14 +149,27 @@ class VectorCache:
         version: Hashable,
         kept: tuple[Hashable, Vectors | None, int, int],
         update: Callable[[Hashable, Vectors], Vectors | None],
+        load: Callable[[int], Vectors | None],
     ) -> Vectors | None:
-        """Return the kept table brought to ``version`` by ``update``, kept; ``None`` (read page by page) where it cannot be."""
+        """Return the kept table brought to ``version`` by ``update``, kept; where it cannot be, the table ``load`` reads now, or ``None`` (page by page).
+
+        Where the backend cannot tell what changed, a session the kept
+        table answered two queries or more at its version (queried again
+        and again) is read once, into the new table, rather than page by
+        page now and into a table at the next query; one written between
+        every two queries is read page by page, as before (a table read
+        at each query would cost more).
+        """
         old = kept[1]
         assert old is not None
         table = update(kept[0], old)
         if table is None:
-            self._keep(key, (version, None, 1, 0))
-            return None
+            if kept[2] < 3:
+                self._keep(key, (version, None, 1, 0))
+                return None
+            table = load(self._budget)
+            self._keep(key, (version, table, 2, 0 if table is None else table.used))
+            return table
         queries = kept[2] + 1
         if not table.screens or table.used > kept[3] + kept[3] // 4:
             # Not compacted yet (a compaction under way is not taken after a write), or a

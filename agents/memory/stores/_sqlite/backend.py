@@ -37,7 +37,6 @@ Durability follows ``synchronous`` (a URL option):
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import sqlite3
@@ -57,10 +56,6 @@ from agents.memory.stores._sqlite.schema import SCHEMA_VERSION
 from agents.memory.stores._store import Store
 
 __all__ = ["KeywordFold", "SQLiteBackend", "SQLiteStore", "Synchronous"]
-
-
-_VECTOR_WRITES: Final = 4096
-"""The writes to vector rows a handle lists, at most (:meth:`SQLiteBackend.vector_changes`)."""
 
 
 class SQLiteBackend(SQLRows, Backend):
@@ -106,12 +101,6 @@ class SQLiteBackend(SQLRows, Backend):
         self.synchronous: Synchronous = synchronous
         self.keyword_fold: KeywordFold = keyword_fold
         self._keywords = SQLiteKeywordIndex(self._file, keyword_fold)
-        # This connection's writes to vector rows, for vector_changes: (total_changes
-        # after the statement, session, seqs or None for all), the oldest forgotten first.
-        self._vector_writes: collections.deque[tuple[int, str, frozenset[int] | None]] = (
-            collections.deque()
-        )
-        self._vector_writes_from = 0  # total_changes before the oldest write still listed
 
     # -- the file ------------------------------------------------------------------
 
@@ -342,9 +331,19 @@ class SQLiteBackend(SQLRows, Backend):
         """
         return self._file.uses_sqlite_vec
 
-    def vectors_version(self, session_id: str, fields: str) -> tuple[int, int, int]:
-        """Return the file's change stamp (:meth:`SQLiteFile.change_stamp`): any commit to the file changes it."""
-        return self._file.change_stamp()
+    def vectors_version(self, session_id: str, fields: str) -> int | tuple[int, int, int]:
+        """Return the id of the session's newest row in the vector change log: every vector write, by anyone, logs a higher one.
+
+        0 for a session no vector write was logged for. On a file of schema
+        version 7 opened read-only (no log): the file's change stamp
+        (:meth:`SQLiteFile.change_stamp`), which any commit to the file changes.
+        """
+        if not self._file.logs_vector_changes:
+            return self._file.change_stamp()
+        if self.no_tables:
+            return 0
+        rows = self.query_rows(_NEWEST_CHANGE, (session_id,))
+        return int(rows[0][0]) if rows else 0
 
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
@@ -401,54 +400,27 @@ class SQLiteBackend(SQLRows, Backend):
             " WHERE session_id = ?1 AND seq = ?2 AND data = ?5)",
             [(session_id, seq, fields, vector, data) for seq, data, vector in rows],
         )
-        self._wrote_vectors(tx, session_id, frozenset(seq for seq, _, _ in rows))
         return int(cur.rowcount)
-
-    def delete_vectors(self, tx: sqlite3.Connection, session_id: str, seqs: Sequence[int]) -> None:
-        super().delete_vectors(tx, session_id, seqs)
-        self._wrote_vectors(tx, session_id, frozenset(seqs))
-
-    def drop_vectors(self, tx: sqlite3.Connection, session_id: str) -> int:
-        gone = super().drop_vectors(tx, session_id)
-        self._wrote_vectors(tx, session_id, None)
-        return gone
-
-    def _wrote_vectors(
-        self, tx: sqlite3.Connection, session_id: str, seqs: frozenset[int] | None
-    ) -> None:
-        """List a write of this connection to a session's vector rows (inside its transaction, under the file's lock)."""
-        writes = self._vector_writes
-        writes.append((tx.total_changes, session_id, seqs))
-        if len(writes) > _VECTOR_WRITES:
-            self._vector_writes_from = writes.popleft()[0]
 
     def vector_changes(
         self, session_id: str, fields: str, since: Hashable, now: Hashable
     ) -> set[int] | None:
-        """Return the seqs this connection wrote vector rows of since ``since``; ``None`` once another connection committed.
+        """Return the seqs the vector change log holds for the session between two versions; ``None`` where it was pruned in between.
 
-        The change stamps (:meth:`vectors_version`) tell: the same
-        ``data_version`` and openings mean that no other connection, in this
-        process or another, committed to the file in between, so every
-        change came from this connection's writes, listed as they are made
-        (a write rolled back stays listed: its rows are only read again).
+        The log is written by trigger in every transaction that writes
+        vector rows, whoever runs it, so the answer covers the writes of
+        other handles and processes as well as this one's. ``None`` on a
+        file without the log (version 7 opened read-only).
         """
-        if (
-            not isinstance(since, tuple)
-            or not isinstance(now, tuple)
-            or len(since) != 3
-            or since[:2] != now[:2]
-        ):
+        if type(since) is not int or type(now) is not int or not self._file.logs_vector_changes:
             return None
+        if since >= now:
+            return set() if since == now else None  # (a lower version: another file)
         changed: set[int] = set()
-        with self._file.lock:
-            if since[2] < self._vector_writes_from:
-                return None  # written too often since: the oldest writes were forgotten
-            for total, sid, seqs in self._vector_writes:
-                if total > since[2] and sid == session_id:
-                    if seqs is None:
-                        return None
-                    changed |= seqs
+        for (seq,) in self.query_rows(_CHANGES_BETWEEN, (session_id, since, now)):
+            if seq is None:
+                return None  # the log was pruned past ``since``
+            changed.add(int(seq))
         return changed
 
     # -- keyword search --------------------------------------------------------------
@@ -645,6 +617,14 @@ def _rows_of(steps: Sequence[str] | None) -> str:
     """
     return "kvmemory_items" if steps is None else "kvmemory_items INDEXED BY kvmemory_items_step"
 
+
+# The session's vector version, and the seqs logged between two (see schema.py).
+_NEWEST_CHANGE: Final = (
+    "SELECT id FROM kvmemory_vector_changes WHERE session_id = ? ORDER BY id DESC LIMIT 1"
+)
+_CHANGES_BETWEEN: Final = (
+    "SELECT DISTINCT seq FROM kvmemory_vector_changes WHERE session_id = ? AND id > ? AND id <= ?"
+)
 
 _SELECT_STEP_KEY: Final = "SELECT step_key FROM kvmemory_sessions WHERE session_id = ?"
 _SELECT_SESSION: Final = (

@@ -43,6 +43,7 @@ from agents.memory.stores._core.migrations import check_schema_version, migrate
 from agents.memory.stores._sqlite.schema import (
     INDEXED_EAGERLY,
     MIGRATIONS,
+    NO_CHANGE_LOG,
     NO_RECORD_KEYS,
     READS_AS_CURRENT,
     SCHEMA_VERSION,
@@ -58,6 +59,14 @@ _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _SQLITE_HEADER_SIZE: Final = 100
 _DAMAGED: Final = ("malformed", "disk image", "Could not decode to UTF-8")
 _INDEX_NAMES: Final = ("kvmemory_fts", "kvmemory_search")
+
+# The files a handle of this process holds open, by (device, inode), with how many. Closing
+# any descriptor of a file drops every POSIX lock this process holds on it, those of its
+# SQLite connections included: a writer in another process closing its connection then
+# takes itself for the last one and checkpoints and deletes the WAL under them (stale
+# reads, then "disk I/O error"). So a file held here is not opened again to check it.
+_HELD: dict[tuple[int, int], int] = {}
+_HELD_LOCK: Final = threading.Lock()
 
 
 class SQLiteFile:
@@ -114,7 +123,10 @@ class SQLiteFile:
         self._indexed = True
         self._folds = True  # whether the file may hold rows not yet in the FTS table (layout 6)
         self._keyed = True  # whether the rows have the record key column (layout 7)
-        self._check_whole_pages()  # an existing file, before SQLite opens it
+        self._logged = True  # whether vector writes are logged (layout 8)
+        self._held: tuple[int, int] | None = None
+        if not self._held_here():  # (checked when it was first opened here)
+            self._check_whole_pages()  # an existing file, before SQLite opens it
         if read_only and not os.path.exists(self.path):
             msg = f"SQLite store {self.path!r} does not exist; it cannot be opened read-only (drop ?mode=ro to create it)."
             raise StoreNotFoundError(msg)
@@ -137,6 +149,7 @@ class SQLiteFile:
         except BaseException:
             self._con.close()
             raise
+        self._hold()
 
     # -- what the handle holds -------------------------------------------------------
 
@@ -165,6 +178,11 @@ class SQLiteFile:
     def keyed(self) -> bool:
         """Whether the rows have the record key column (``False`` for an older file opened read-only: it holds no records)."""
         return self._keyed
+
+    @property
+    def logs_vector_changes(self) -> bool:
+        """Whether the file logs every vector row written (``kvmemory_vector_changes``, version 8; not an older file opened read-only)."""
+        return self._logged
 
     @property
     def folds(self) -> bool:
@@ -224,6 +242,33 @@ class SQLiteFile:
         """Close the connection."""
         with self.lock:
             self._con.close()
+            if self._held is not None:
+                with _HELD_LOCK:
+                    _HELD[self._held] -= 1
+                    if not _HELD[self._held]:
+                        del _HELD[self._held]
+                self._held = None
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return info.st_dev, info.st_ino
+
+    def _held_here(self) -> bool:
+        """Whether another handle of this process holds the file open (see ``_HELD``)."""
+        identity = self._identity()
+        with _HELD_LOCK:
+            return identity is not None and identity in _HELD
+
+    def _hold(self) -> None:
+        """Count the file as held open by this process until :meth:`close`."""
+        identity = self._identity()
+        if identity is not None:
+            with _HELD_LOCK:
+                _HELD[identity] = _HELD.get(identity, 0) + 1
+            self._held = identity
 
     # -- errors ----------------------------------------------------------------------
 
@@ -381,13 +426,21 @@ class SQLiteFile:
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        readable = (0, SEARCHED_BY_SCAN, READS_AS_CURRENT, INDEXED_EAGERLY, NO_RECORD_KEYS)
+        readable = (
+            0,
+            SEARCHED_BY_SCAN,
+            READS_AS_CURRENT,
+            INDEXED_EAGERLY,
+            NO_RECORD_KEYS,
+            NO_CHANGE_LOG,
+        )
         if version == SCHEMA_VERSION or (self.read_only and version in readable):
             # A file of the layout before the keyword index reads the same, searched by scanning.
             self._no_tables = version == 0
             self._indexed = version >= READS_AS_CURRENT
             self._folds = version == 0 or version > INDEXED_EAGERLY
             self._keyed = version == 0 or version > NO_RECORD_KEYS
+            self._logged = version == 0 or version > NO_CHANGE_LOG
             if not self.read_only:
                 self._use_wal()
             return
@@ -399,7 +452,7 @@ class SQLiteFile:
             found = self._kvmemory_version()  # another process may have migrated it meanwhile
             reached = migrate(MIGRATIONS, found, con, store=f"SQLite store {self.path!r}")
             con.execute(f"PRAGMA user_version={reached}")
-        self._folds = True
+        self._folds = self._keyed = self._logged = True
 
     def _kvmemory_version(self) -> int:
         """Return the file's schema version (0 when empty); refuse a file that is not a kvmemory store."""

@@ -1,6 +1,6 @@
 """The layout of an SQLite store file: its tables, the keyword index's statements, the migrations.
 
-Layout (schema version 7, recorded in ``PRAGMA user_version``)::
+Layout (schema version 8, recorded in ``PRAGMA user_version``)::
 
     kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
                       metadata BLOB)                                   -- metadata: v2
@@ -17,6 +17,13 @@ Layout (schema version 7, recorded in ``PRAGMA user_version``)::
     kvmemory_fts_mark(through INTEGER): rows of a seq up to it have their
                      FTS rows; later ones are pending               -- v6
     kvmemory_embedders(session_id TEXT PRIMARY KEY, model TEXT,
+                       dimension INTEGER)                          -- v3
+    kvmemory_vectors(session_id TEXT, seq INTEGER, fields TEXT, vector BLOB,
+                     PRIMARY KEY (session_id, seq, fields))        -- v3
+    kvmemory_vector_changes(id INTEGER PRIMARY KEY, session_id TEXT,
+                            seq INTEGER)                           -- v8
+    index (session_id, id); triggers on kvmemory_vectors that log each row
+    written, and one that prunes the log                           -- v8
 
 ``data`` holds the codec's bytes for the item; ``step`` its canonical step
 text, so step filters are answered by the ``(session_id, step)`` index;
@@ -25,7 +32,9 @@ an item), so a record is found by the ``(session_id, key)`` index;
 ``metadata`` the codec's bytes for the session's metadata; ``vector`` an
 item's unit vector as little-endian float32 (empty for an item without
 text), embedded over the fields ``fields`` names (``*``: all) by the model
-``kvmemory_embedders`` records for the session.
+``kvmemory_embedders`` records for the session. ``kvmemory_vector_changes``
+logs the seq of every vector row inserted, replaced or deleted, whoever
+writes it (see :data:`CHANGES_KEPT`).
 
 :data:`MIGRATIONS` brings a file of any earlier version to
 :data:`SCHEMA_VERSION` (:class:`~agents.memory.stores._sqlite.file.SQLiteFile`
@@ -45,12 +54,14 @@ from agents.memory.stores._core.encoding import decode_pairs
 from agents.memory.stores._core.terms import Terms, item_terms
 
 __all__ = [
+    "CHANGES_KEPT",
     "COUNT_INSERTED",
     "FOLD",
     "FOLD_AT",
     "INDEXED_EAGERLY",
     "MARK",
     "MIGRATIONS",
+    "NO_CHANGE_LOG",
     "NO_RECORD_KEYS",
     "READS_AS_CURRENT",
     "SCHEMA_VERSION",
@@ -316,6 +327,62 @@ def _add_record_keys(con: sqlite3.Connection) -> None:
     )
 
 
+# -- the log of vector changes (schema version 8) ------------------------------------
+#
+# Every insert, replacement and delete of a vector row adds (session, seq) to
+# kvmemory_vector_changes, by trigger, in the writing transaction, whoever writes it
+# (any handle, any process, plain SQL). Its ids grow with every row (the writers of a
+# file take turns, so they follow commit order); the largest of a session's rows is
+# the session's vector version, and the rows above a version name the items whose
+# vectors changed since (Backend.vector_changes). A session's log keeps its newest
+# CHANGES_KEPT rows: past them, the rows below are deleted and the oldest kept loses
+# its seq (NULL: "changes before here are gone"), so a version older than that asks
+# for the session to be read again.
+
+CHANGES_KEPT: Final = 16384
+"""The rows of a session's vector change log kept at least; the older ones are pruned.
+
+A handle that kept a session's vectors at a version older than the last
+this many vector writes of the session reads the session again; past one
+item in four changed it would anyway. About 50 bytes a row."""
+
+_PRUNE_EVERY: Final = 1024
+"""A change row whose id is a multiple of this prunes its session's log (each session's share of the ids prunes it)."""
+
+_CHANGE_LOG_DDL: Final = (
+    """CREATE TABLE IF NOT EXISTS kvmemory_vector_changes (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        seq INTEGER
+    )""",
+    "CREATE INDEX IF NOT EXISTS kvmemory_vector_changes_session"
+    " ON kvmemory_vector_changes (session_id, id)",
+    *(
+        f"CREATE TRIGGER IF NOT EXISTS kvmemory_vectors_logged_{event.lower()}"
+        f" AFTER {event} ON kvmemory_vectors BEGIN"
+        " INSERT INTO kvmemory_vector_changes (session_id, seq)"
+        f" VALUES ({row}.session_id, {row}.seq); END"
+        for event, row in (("INSERT", "new"), ("UPDATE", "new"), ("DELETE", "old"))
+    ),
+    # The cut: the id of the session's oldest row kept (CHANGES_KEPT newer ones above it).
+    f"""CREATE TRIGGER IF NOT EXISTS kvmemory_vector_changes_prune
+    AFTER INSERT ON kvmemory_vector_changes WHEN new.id % {_PRUNE_EVERY} = 0 BEGIN
+        DELETE FROM kvmemory_vector_changes WHERE session_id = new.session_id AND id < (
+            SELECT id FROM kvmemory_vector_changes WHERE session_id = new.session_id
+            ORDER BY id DESC LIMIT 1 OFFSET {CHANGES_KEPT});
+        UPDATE kvmemory_vector_changes SET seq = NULL WHERE id = (
+            SELECT id FROM kvmemory_vector_changes WHERE session_id = new.session_id
+            ORDER BY id DESC LIMIT 1 OFFSET {CHANGES_KEPT});
+    END""",
+)
+
+
+def _log_vector_changes(con: sqlite3.Connection) -> None:
+    # The vectors already stored have no rows: a session's version is 0 until its next write.
+    for statement in _CHANGE_LOG_DDL:
+        con.execute(statement)
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_session_metadata,
@@ -324,6 +391,7 @@ MIGRATIONS: Final = (
     _index_inserts_by_batch,
     _fold_few_inserts,
     _add_record_keys,
+    _log_vector_changes,
 )
 """Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -336,3 +404,6 @@ READS_AS_CURRENT: Final = (
 )
 INDEXED_EAGERLY: Final = 5  # the last layout that indexed every insert at once (no pending rows)
 NO_RECORD_KEYS: Final = 6  # the last layout without record keys: read-only opens have no records
+NO_CHANGE_LOG: Final = (
+    7  # the last layout without the vector change log: read-only opens stamp the file
+)
