@@ -24,6 +24,8 @@ date; the rest are known unchanged, object for object.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final
 
@@ -38,7 +40,7 @@ from agents.memory._filter import (
 )
 from agents.memory.stores._core.encoding import decode_pairs
 
-__all__ = ["FilterValues", "ranked_where"]
+__all__ = ["FilterValues", "JudgedFilters", "ranked_where"]
 
 Rows = Mapping[int, tuple[Any, Any, bytes]]
 """A session's live rows: ``seq -> (step, created, data)``."""
@@ -216,6 +218,63 @@ class FilterValues:
     def clear(self) -> None:
         """Drop every session's kept values."""
         self._sessions.clear()
+
+
+class JudgedFilters:
+    """The rows that may pass each filter a handle judged, kept while its store's change stamp stays the same.
+
+    For a backend that judges a filter by reading every row (SQLite's
+    ``json_extract`` over the session: most of a rare filter's hybrid
+    query) and can tell when any row may have changed
+    (``SQLiteFile.change_stamp``). A filter asked again before any commit
+    is answered from memory; any commit (by any connection or process)
+    forgets every answer. Filters with a function of the item, or an
+    operand that cannot be hashed, are judged every time.
+
+    Args:
+        size: The answers kept at most (the oldest forgotten first).
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._stamp: Hashable = None
+        self._found: OrderedDict[Hashable, frozenset[int] | None] = OrderedDict()
+
+    def judged(
+        self,
+        session_id: str,
+        tree: FilterNode,
+        stamp: Hashable,
+        judge: Callable[[], set[int] | None],
+    ) -> set[int] | None:
+        """Return ``judge()`` for ``tree`` (a fresh set), from memory where it was judged under ``stamp``.
+
+        ``stamp`` must be read before ``judge`` runs: a commit between the
+        two then leaves an answer newer than its stamp, never older.
+        """
+        if node_fields(tree) is None:
+            return judge()
+        try:
+            key = (session_id, _node_key(tree))
+            hash(key)
+        except TypeError:  # an operand that cannot be hashed (a dict to be equal to)
+            return judge()
+        with self._lock:
+            if stamp != self._stamp:
+                self._found.clear()
+                self._stamp = stamp
+            elif key in self._found:
+                self._found.move_to_end(key)
+                kept = self._found[key]
+                return None if kept is None else set(kept)
+        found = judge()
+        with self._lock:
+            if stamp == self._stamp:
+                self._found[key] = None if found is None else frozenset(found)
+                while len(self._found) > self._size:
+                    self._found.popitem(last=False)
+        return found
 
 
 def ranked_where(
