@@ -327,22 +327,21 @@ def filtered_session(seed: int, n: int, leader: bool) -> list[dict[str, Any]]:
     return session
 
 
-@settings(
-    max_examples=12,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    seed=st.integers(0, 2**32),
-    n=st.integers(16, 1500),
-    leader=st.booleans(),
-    wanted=st.integers(0, 3),
-    query=st.lists(st.sampled_from((*FILTER_WORDS, "absent")), min_size=1, max_size=4).map(
+FILTERED_QUERIES: dict[str, Any] = {
+    "seed": st.integers(0, 2**32),
+    "n": st.integers(16, 1500),
+    "wanted": st.integers(0, 3),
+    "query": st.lists(st.sampled_from((*FILTER_WORDS, "absent")), min_size=1, max_size=4).map(
         " ".join
     ),
-    k=st.integers(1, 12),
-    weight=st.sampled_from([0.0, 0.3, 0.6, 0.9, 1.0]),
-)
+    "k": st.integers(1, 12),
+}
+"""A filtered hybrid query's strategies: the session's seed and size, the tag the filter keeps, the query and ``k``."""
+SLOW_EXAMPLES = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=SLOW_EXAMPLES)
+@given(leader=st.booleans(), weight=st.sampled_from([0.0, 0.3, 0.6, 0.9, 1.0]), **FILTERED_QUERIES)
 def test_a_store_hybrid_search_with_a_filter_few_pass_is_memory_search(
     store_url: str,
     seed: int,
@@ -370,21 +369,8 @@ def test_a_store_hybrid_search_with_a_filter_few_pass_is_memory_search(
     assert hits_of(hits) == hits_of(want)
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    seed=st.integers(0, 2**32),
-    n=st.integers(16, 1500),
-    wanted=st.integers(0, 3),
-    query=st.lists(st.sampled_from((*FILTER_WORDS, "absent")), min_size=1, max_size=4).map(
-        " ".join
-    ),
-    k=st.integers(1, 12),
-    weight=st.sampled_from([0.0, 0.6, 1.0]),
-)
+@settings(max_examples=8, deadline=None, suppress_health_check=SLOW_EXAMPLES)
+@given(weight=st.sampled_from([0.0, 0.6, 1.0]), **FILTERED_QUERIES)
 def test_a_filtered_hybrid_search_from_kept_vectors_ranks_the_pool_once_as_memory_search(
     store_url: str, seed: int, n: int, wanted: int, query: str, k: int, weight: float
 ) -> None:
