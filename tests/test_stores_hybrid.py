@@ -327,22 +327,21 @@ def filtered_session(seed: int, n: int, leader: bool) -> list[dict[str, Any]]:
     return session
 
 
-@settings(
-    max_examples=12,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    seed=st.integers(0, 2**32),
-    n=st.integers(16, 1500),
-    leader=st.booleans(),
-    wanted=st.integers(0, 3),
-    query=st.lists(st.sampled_from((*FILTER_WORDS, "absent")), min_size=1, max_size=4).map(
+FILTERED_QUERIES: dict[str, Any] = {
+    "seed": st.integers(0, 2**32),
+    "n": st.integers(16, 1500),
+    "wanted": st.integers(0, 3),
+    "query": st.lists(st.sampled_from((*FILTER_WORDS, "absent")), min_size=1, max_size=4).map(
         " ".join
     ),
-    k=st.integers(1, 12),
-    weight=st.sampled_from([0.0, 0.3, 0.6, 0.9, 1.0]),
-)
+    "k": st.integers(1, 12),
+}
+"""A filtered hybrid query's strategies: the session's seed and size, the tag the filter keeps, the query and ``k``."""
+SLOW_EXAMPLES = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=SLOW_EXAMPLES)
+@given(leader=st.booleans(), weight=st.sampled_from([0.0, 0.3, 0.6, 0.9, 1.0]), **FILTERED_QUERIES)
 def test_a_store_hybrid_search_with_a_filter_few_pass_is_memory_search(
     store_url: str,
     seed: int,
@@ -368,3 +367,26 @@ def test_a_store_hybrid_search_with_a_filter_few_pass_is_memory_search(
         memory, query, k, mode="hybrid", where=where, embedder=embedder, hybrid_weight=weight
     )
     assert hits_of(hits) == hits_of(want)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=SLOW_EXAMPLES)
+@given(weight=st.sampled_from([0.0, 0.6, 1.0]), **FILTERED_QUERIES)
+def test_a_filtered_hybrid_search_from_kept_vectors_ranks_the_pool_once_as_memory_search(
+    store_url: str, seed: int, n: int, wanted: int, query: str, k: int, weight: float
+) -> None:
+    """Queries after the first score from the kept table (the pool ranked once, the filter's rows besides): Memory.search's hits and scores."""
+    embedder = HashingEmbedder(16)
+    session = filtered_session(seed, n, leader=seed % 2 == 0)
+    where = {"tag": wanted}
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = search(
+        memory, query, k, mode="hybrid", where=where, embedder=embedder, hybrid_weight=weight
+    )
+    sid = uuid.uuid4().hex  # the fixture's store outlives one example
+    with open_store(store_url) as store:
+        store.append(sid, [MemoryItem(**fields) for fields in session])
+        for _ in range(3):  # the first reads page by page; the next ones keep a table
+            hits = store.search(
+                sid, query, k, mode="hybrid", where=where, embedder=embedder, hybrid_weight=weight
+            )
+            assert hits_of(hits) == hits_of(want)

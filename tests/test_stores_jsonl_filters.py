@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from two_handles import TwoHandleSession
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Filter
-from agents.memory.stores import JSONLStore
+from agents.memory.stores import InMemoryStore, JSONLStore
 
 WORDS = ("cat", "dog", "red", "blue", "open", "save")
 VALUES = (None, True, False, 0, 1, 1.0, 2, 2.5, "a", "b", "1", [1], {"k": 1})
@@ -119,7 +120,7 @@ def test_a_read_only_handle_judges_filters_and_writes_nothing(tmp_path: Path) ->
 CHANGE = """
 import sys
 from agents.memory import MemoryItem
-from agents.memory.stores import JSONLStore
+from agents.memory.stores import InMemoryStore, JSONLStore
 with JSONLStore(sys.argv[1]) as store:
     store.append("s", [MemoryItem(step=100, agent="a", x=1, text="cat zebra")])
     with store.batch("s") as batch:
@@ -218,3 +219,34 @@ FilterValuesMachine.TestCase.settings = settings(
     max_examples=40, stateful_step_count=30, deadline=None
 )
 TestFilterValues = FilterValuesMachine.TestCase
+
+
+class SpaceFilterValuesMachine(FilterValuesMachine):
+    """Two handles and a reopened one on a ``memory://NAME`` store against a plain model: filters judged from kept values keep what Filter keeps."""
+
+    def __init__(self) -> None:
+        TwoHandleSession.__init__(self)
+        self.folder = ""
+        self.name = f"filters-{uuid.uuid4().hex}"
+        self.a = InMemoryStore(self.name)
+        self.b = InMemoryStore(self.name)
+
+    def compact(self, which: int) -> None:
+        """Not a rule here: a memory:// session has no log to compact."""
+
+    @rule()
+    def reopen(self) -> None:
+        self.a.close()
+        self.a = InMemoryStore(self.name)
+
+    def teardown(self) -> None:
+        for handle in (self.a, self.b):
+            if handle.sessions():
+                handle.delete_session("s")
+            handle.close()
+
+
+SpaceFilterValuesMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None
+)
+TestSpaceFilterValues = SpaceFilterValuesMachine.TestCase

@@ -1549,3 +1549,21 @@ def test_the_vector_change_log_keeps_the_newest_rows_of_a_session_and_marks_the_
         assert backend.vector_changes("s", "*", since, now) is None
         assert backend.vector_changes("s", "*", middle, now) == {5}
     assert _sqlite_schema.CHANGES_KEPT < rows <= _sqlite_schema.CHANGES_KEPT + 1024 + 1
+
+
+def test_a_filter_judged_again_after_another_handle_writes_sees_the_write(tmp_path: Path) -> None:
+    """filter_candidates is kept until the next commit: a row another handle (or this one) changes is judged again."""
+    from agents.memory.search import Filter
+
+    path = tmp_path / "judged.db"
+    tree = Filter({"agent": "reviewer"}).tree
+    with SQLiteStore(path) as a, SQLiteStore(path) as b:
+        seqs = a.append("s", [MemoryItem(step=i, agent="coder") for i in range(20)])
+        assert a.backend.filter_candidates("s", tree) == set()
+        with b.batch("s") as batch:
+            batch.update({seqs[3]: MemoryItem(step=3, agent="reviewer")})
+        assert a.backend.filter_candidates("s", tree) == {seqs[3]}
+        assert a.backend.filter_candidates("s", tree) == {seqs[3]}  # from memory, the same
+        with a.batch("s") as batch:
+            batch.update({seqs[5]: MemoryItem(step=5, agent="reviewer")})
+        assert a.backend.filter_candidates("s", tree) == {seqs[3], seqs[5]}

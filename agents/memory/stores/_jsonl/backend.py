@@ -80,9 +80,10 @@ from agents.memory.exceptions import CorruptStoreError, StoreError
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
+from agents.memory.stores._core.filter_values import FilterValues, ranked_where
+from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._jsonl.files import StoreFiles
-from agents.memory.stores._jsonl.filter_values import FilterValues
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
 from agents.memory.stores._jsonl.keyword_ranking import (
@@ -108,8 +109,6 @@ from agents.memory.stores._store import Store
 __all__ = ["JSONLStore", "LogBackend"]
 
 _COMPACT_MIN_DEAD: Final = 32
-_FEW: Final = 16
-"""A filter that at most one row in this many passes has only those rows scored (``keyword_top_where``)."""
 
 T = TypeVar("T")
 
@@ -606,39 +605,31 @@ class LogBackend(Backend):
     def keyword_top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:
-        """Rank only the rows that pass ``tree``, judged from the values of its fields this handle keeps.
-
-        A filter that at most one row in :data:`_FEW` passes has only those
-        rows scored; a wider one takes the index's ranking ever deeper
-        (four times over) until ``k`` of its rows pass.
-        """
+        """Rank only the rows that pass ``tree``, judged from the values of its fields this handle keeps (:func:`ranked_where`)."""
         with self._files.locked(exclusive=False):
             log = self._logs.current(session_id)
             if log is None:
                 return []
-            allowed = self._values.passing(session_id, log, tree, self._source(session_id))
+            allowed = self._values.passing(session_id, _view(log), tree, self._source(session_id))
             if allowed is None:
                 return None
-            if not allowed:
-                return []
-            if _FEW * len(allowed) <= len(log.rows):
-                ordered = sorted(allowed)
-                scored = self._indexed(session_id, lambda index: score_among(index, terms, ordered))
-                return (scored or [])[:k]
-            depth = 4 * k
-            while True:
-                ranked = self._indexed(session_id, functools.partial(_top_of, terms, depth)) or []
-                kept = [hit for hit in ranked if hit[1] in allowed]
-                if len(kept) >= k or len(ranked) < depth:
-                    return kept[:k]
-                depth *= 4
+
+            def among(seqs: list[int]) -> list[tuple[float, int]]:
+                return (
+                    self._indexed(session_id, lambda index: score_among(index, terms, seqs)) or []
+                )
+
+            def ranked(depth: int) -> list[tuple[float, int]]:
+                return self._indexed(session_id, functools.partial(_top_of, terms, depth)) or []
+
+            return ranked_where(allowed, len(log.rows), k, among, ranked)
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
         with self._files.locked(exclusive=False):
             log = self._logs.current(session_id)
             if log is None:
                 return set()
-            found = self._values.passing(session_id, log, tree, self._source(session_id))
+            found = self._values.passing(session_id, _view(log), tree, self._source(session_id))
             return None if found is None else set(found)  # the kept set stays as it is
 
     def filter_among(
@@ -648,7 +639,9 @@ class LogBackend(Backend):
             log = self._logs.current(session_id)
             if log is None:
                 return set()
-            return self._values.passing(session_id, log, tree, self._source(session_id), seqs)
+            return self._values.passing(
+                session_id, _view(log), tree, self._source(session_id), seqs
+            )
 
     def filter_among_rows(
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
@@ -657,7 +650,7 @@ class LogBackend(Backend):
             log = self._logs.current(session_id)
             if log is None:
                 return []
-            may = self._values.passing(session_id, log, tree, self._source(session_id), seqs)
+            may = self._values.passing(session_id, _view(log), tree, self._source(session_id), seqs)
             if may is None:
                 return None
             return [(seq, log.rows[seq][2]) for seq in sorted(may)]
@@ -670,6 +663,11 @@ class LogBackend(Backend):
         log = self._logs.current(session_id)
         assert log is not None  # the caller holds the lock and just read the session
         return self._keywords.rebuilt(session_id, log, self._files.log_path(session_id))
+
+
+def _view(log: SessionLog) -> tuple[RowTable, int]:
+    """Return what :class:`FilterValues` keeps a session's values current with: the log's rows and how far it was read."""
+    return log.rows, log.offset
 
 
 def _top_of(terms: Sequence[str], k: int, index: KeywordIndex) -> list[tuple[float, int]]:

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from agents.memory._vectors import SHARED_TOP, blend, blend_ceiling
+from agents.memory.stores._search.vector_cache import Vectors
 
-__all__ = ["bounded_blend"]
+__all__ = ["bounded_blend", "held_pool"]
 
 DEEPER: Final = 8
 """How many times deeper each keyword ranking is than the one before."""
@@ -127,6 +128,48 @@ def _with_also(
     keyword = {**keyword, **extra}
     semantic = {**semantic, **cosines(list(extra))}
     return blended(keyword, semantic)
+
+
+def held_pool(
+    pool: int,
+    best: Callable[[Sequence[int]], tuple[dict[int, float], Vectors | None]],
+    query: Any,
+) -> Callable[[Iterable[int]], dict[int, float]]:
+    """Return a hybrid query's ``cosines`` (the pool's best and those of the keys given) that ranks the pool once.
+
+    :func:`bounded_blend` asks for the pool at each depth of its walk and
+    once more for the rows a filter may pass; ranking the session's
+    vectors again at each call cost a rare filter's hybrid query a second
+    semantic ranking. The first call ranks; the next ones take its pool
+    and score only the keys given that lie outside it, from the kept
+    table the first scored from (``Vectors.scores_of``: the same floats).
+    Where it scored from none (the backend's own cosines, or vectors read
+    page by page), each call ranks again.
+
+    Args:
+        pool: How many best cosines the pool holds (with ties).
+        best: The best ``pool`` cosines (with ties) and those of the keys
+            given, with the kept table they were scored from, if any.
+        query: The unit query vector.
+    """
+    held: list[tuple[dict[int, float], Vectors | None]] = []
+
+    def cosines(among: Iterable[int]) -> dict[int, float]:
+        wanted = list(among)
+        table = held[0][1] if held else None
+        if table is not None:
+            ranked = held[0][0]
+            missing = [key for key in wanted if key not in ranked]
+            return {**ranked, **table.scores_of(query, missing)} if missing else dict(ranked)
+        found, table = best(wanted)
+        if not held:
+            # The pool: the session's best `pool` are the best of those found.
+            cut = heapq.nlargest(pool, found.values())[-1] if len(found) >= pool else None
+            ranked = found if cut is None else {key: c for key, c in found.items() if c >= cut}
+            held.append((ranked, table))
+        return found
+
+    return cosines
 
 
 def _bound(

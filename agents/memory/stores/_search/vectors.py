@@ -49,6 +49,7 @@ from agents.memory.stores._search.filtering import (
     reader,
     widening,
 )
+from agents.memory.stores._search.hybrid import held_pool
 from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.vector_cache import VectorCache, Vectors
 
@@ -312,9 +313,12 @@ class VectorSearch:
         else:
             pool = max(10 * k, HYBRID_POOL)
 
-            def pooled(among: Iterable[int]) -> dict[int, float]:
-                return self._best_cosines(sid, embedder, fields, query, pool, among, parts)
+            def ranking(among: Sequence[int]) -> tuple[dict[int, float], Vectors | None]:
+                kept: list[Vectors] = []  # the kept table it scored from, if any
+                found = self._best_cosines(sid, embedder, fields, query, pool, among, parts, kept)
+                return found, kept[0] if kept else None
 
+            pooled = held_pool(pool, ranking, query)
             few = None if keep is None else self._few(sid, keep)  # then only those are scored
             terms = _TOKENIZER(text)
             scores, found = self._keyword.hybrid_scores(
@@ -362,6 +366,7 @@ class VectorSearch:
         limit: int,
         among: Iterable[int],
         parts: EmbedParts,
+        kept: list[Vectors] | None = None,
     ) -> dict[int, float]:
         """Return the best cosine of a part of the best ``limit`` items (with ties) and of ``among``, by seq.
 
@@ -392,6 +397,8 @@ class VectorSearch:
         if rows is None:
             table = self._kept_table(sid, embedder, fields, parts)
             if table is not None:
+                if kept is not None:
+                    kept.append(table)  # the caller may score more items from it (held_pool)
                 return table.scores(query, limit, wanted)
             # Not kept: read a page at a time (a backend that cannot vouch, a session over the budget).
             pages = itertools.chain(
@@ -402,7 +409,7 @@ class VectorSearch:
         scored: dict[int, float] = {}
         for seq, cosine, length in rows:
             if cosine is None:
-                raise self._damaged_vector(sid, seq, length, embedder)
+                raise _damaged_vector(self._engine.url, sid, seq, length, embedder)
             scored[seq] = cosine
         return scored
 
@@ -530,7 +537,7 @@ class VectorSearch:
         blobs: list[bytes] = []
         for seq, vector in rows:
             if len(vector) % size:
-                raise self._damaged_vector(sid, seq, len(vector), embedder)
+                raise _damaged_vector(self._engine.url, sid, seq, len(vector), embedder)
             if len(vector):
                 seqs.extend([seq] * (len(vector) // size))
                 blobs.append(bytes(vector))
@@ -538,19 +545,6 @@ class VectorSearch:
             len(seqs), embedder.dimension
         )
         return seqs, matrix.astype(np.float32, copy=False)
-
-    def _damaged_vector(
-        self, sid: str, seq: int, length: int, embedder: Embedder
-    ) -> CorruptStoreError:
-        """Return the error for a stored vector of the wrong byte length."""
-        msg = (
-            f"The vector of item {seq} of session {sid!r} of {self._engine.url} holds "
-            f"{length} bytes; expected {4 * embedder.dimension} ({embedder.dimension} float32 of "
-            f"model {embedder.name!r}), or a multiple of it for vectors cut into parts. "
-            f"The store is damaged: drop the session's vectors with "
-            f"drop_vectors({sid!r}) and index them again."
-        )
-        return CorruptStoreError(msg)
 
     def _store_vectors(
         self,
@@ -579,7 +573,7 @@ class VectorSearch:
                 return
             found = self._backend.claim_vector_model(tx, sid, embedder.name, embedder.dimension)
             if found != (embedder.name, embedder.dimension):
-                raise EmbedderMismatchError(self._mismatch(sid, found, embedder))
+                raise EmbedderMismatchError(_mismatch(self._engine.url, sid, found, embedder))
             self._backend.put_vectors(tx, sid, filed, rows)
 
     def _stores_vectors(self) -> bool:
@@ -596,17 +590,33 @@ class VectorSearch:
         with self._engine.errors("read the vector model of", sid):
             found = self._backend.vector_model(sid)
         if found is not None and found != (embedder.name, embedder.dimension):
-            raise EmbedderMismatchError(self._mismatch(sid, found, embedder))
+            raise EmbedderMismatchError(_mismatch(self._engine.url, sid, found, embedder))
         return found
 
-    def _mismatch(self, sid: str, found: tuple[str, int], embedder: Embedder) -> str:
-        return (
-            f"Session {sid!r} of {self._engine.url} holds vectors of embedding model {found[0]!r} "
-            f"({found[1]} dimensions), and this call uses {embedder.name!r} "
-            f"({embedder.dimension} dimensions); vectors of two models cannot be compared. "
-            f"Use the same embedder, or embed the session again: drop_vectors({sid!r}), then "
-            f"index_embeddings({sid!r}, embedder). Nothing was changed."
-        )
+
+def _damaged_vector(
+    url: str, sid: str, seq: int, length: int, embedder: Embedder
+) -> CorruptStoreError:
+    """Return the error for a stored vector of the wrong byte length."""
+    msg = (
+        f"The vector of item {seq} of session {sid!r} of {url} holds "
+        f"{length} bytes; expected {4 * embedder.dimension} ({embedder.dimension} float32 of "
+        f"model {embedder.name!r}), or a multiple of it for vectors cut into parts. "
+        f"The store is damaged: drop the session's vectors with "
+        f"drop_vectors({sid!r}) and index them again."
+    )
+    return CorruptStoreError(msg)
+
+
+def _mismatch(url: str, sid: str, found: tuple[str, int], embedder: Embedder) -> str:
+    """Return the message for a session whose vectors come from another model than ``embedder``."""
+    return (
+        f"Session {sid!r} of {url} holds vectors of embedding model {found[0]!r} "
+        f"({found[1]} dimensions), and this call uses {embedder.name!r} "
+        f"({embedder.dimension} dimensions); vectors of two models cannot be compared. "
+        f"Use the same embedder, or embed the session again: drop_vectors({sid!r}), then "
+        f"index_embeddings({sid!r}, embedder). Nothing was changed."
+    )
 
 
 def check_embedder(embedder: object) -> None:

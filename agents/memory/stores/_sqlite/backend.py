@@ -45,9 +45,11 @@ from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Final
 
 from agents.memory import _codec
+from agents.memory._filter import FilterNode
 from agents.memory.exceptions import StoreArgumentError, StoreError
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
+from agents.memory.stores._core.filter_values import JudgedFilters
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._sql.dialect import SQLITE, SQLRows
 from agents.memory.stores._sqlite.file import SQLiteFile, Synchronous
@@ -101,6 +103,20 @@ class SQLiteBackend(SQLRows, Backend):
         self.synchronous: Synchronous = synchronous
         self.keyword_fold: KeywordFold = keyword_fold
         self._keywords = SQLiteKeywordIndex(self._file, keyword_fold)
+        self._judged = JudgedFilters()
+
+    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Judge the filter in SQL (:meth:`SQLRows.filter_candidates`), once until the next commit to the file (:class:`JudgedFilters`).
+
+        Reading every row's JSON was most of a rare filter's hybrid query
+        (1.9-3.8x the unfiltered one at 10,000 steps).
+        """
+        return self._judged.judged(
+            session_id,
+            tree,
+            self._file.change_stamp(),
+            lambda: SQLRows.filter_candidates(self, session_id, tree),
+        )
 
     # -- the file ------------------------------------------------------------------
 

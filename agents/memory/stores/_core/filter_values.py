@@ -1,28 +1,32 @@
-"""The values of filtered fields of each session log, kept by one handle so that a filter is judged without decoding items.
+"""The values of filtered fields of each session held in RAM as encoded rows, kept by one handle so that a filter is judged without decoding items.
 
-A JSONL log keeps no column of any field, so telling which items pass a
-search filter (``where={"agent": "reviewer"}``) means decoding them. A
-filtered keyword query used to walk its ranking and decode its candidates
-one by one until ``k`` passed: about 600 items for a filter that 1% pass,
-six to eight times the unfiltered query. :class:`FilterValues` decodes
-every live item once for the fields a filter reads, keeps each item's
-values of them (``value_at``'s, ``NOTHING`` where it holds none), and from
-then on judges any filter over those fields from the kept values, with the
-comparisons :class:`~agents.memory.search.Filter` compiles
+A JSONL log (and the in-process store, ``memory://``) keeps no column of
+any field, so telling which items pass a search filter
+(``where={"agent": "reviewer"}``) means decoding them. A filtered keyword
+query used to walk its ranking and decode its candidates one by one until
+``k`` passed: about 600 items for a filter that 1% pass, six to eight times
+the unfiltered query (20-30x on ``memory://``). :class:`FilterValues`
+decodes every live item once for the fields a filter reads, keeps each
+item's values of them (``value_at``'s, ``NOTHING`` where it holds none),
+and from then on judges any filter over those fields from the kept values,
+with the comparisons :class:`~agents.memory.search.Filter` compiles
 (:func:`~agents.memory._filter.node_test`): the same items pass.
 
 The values are this handle's memory only, never written: each is kept with
-the record bytes it was read from, the very object the log view holds. An
-item appended, changed or deleted (by this handle, another handle or
-another process), a log cleared, compacted or written again, each leaves
-the view holding other objects (or none) for those seqs, and only those
-items are decoded again when the view has moved since the values were
-last brought up to date; the rest are known unchanged, object for object.
+the record bytes it was read from, the very object the rows (``seq ->
+(step, created, data)``) hold. An item appended, changed or deleted (by
+this handle, another handle or another process), a log cleared, compacted
+or written again, each leaves the rows holding other objects (or none) for
+those seqs, and only those items are decoded again when the view (the rows
+object and its stamp) has moved since the values were last brought up to
+date; the rest are known unchanged, object for object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final
 
 from agents.memory._filter import (
@@ -35,9 +39,11 @@ from agents.memory._filter import (
     value_at,
 )
 from agents.memory.stores._core.encoding import decode_pairs
-from agents.memory.stores._jsonl.log import SessionLog
 
-__all__ = ["FilterValues"]
+__all__ = ["FilterValues", "JudgedFilters", "ranked_where"]
+
+Rows = Mapping[int, tuple[Any, Any, bytes]]
+"""A session's live rows: ``seq -> (step, created, data)``."""
 
 
 class _Column:
@@ -93,10 +99,10 @@ _MISSING: Final = object()
 
 
 class _Values:
-    """One session's kept values: the log view they match, each seq's record bytes, the columns, and the filters judged since they last changed."""
+    """One session's kept values: the rows and stamp they match, each seq's record bytes, the columns, and the filters judged since they last changed."""
 
-    def __init__(self, log: SessionLog) -> None:
-        self.log = log
+    def __init__(self, rows: Rows) -> None:
+        self.rows = rows
         self.offset = -1
         self.size = -1
         self.data: dict[int, bytes] = {}
@@ -142,12 +148,16 @@ class FilterValues:
     def passing(
         self,
         session_id: str,
-        log: SessionLog,
+        view: tuple[Rows, int],
         tree: FilterNode,
         source: str,
         seqs: Sequence[int] | None = None,
     ) -> set[int] | None:
         """Return the live seqs (among ``seqs``, if given) whose items pass ``tree``; ``None`` if only the item can tell (a function of it).
+
+        ``view`` is the session's rows now with a stamp that changes with
+        them whenever the same rows object is changed in place (a JSONL
+        view's offset, a count of writes).
 
         The set returned for all seqs is the one kept: the caller does not change it.
 
@@ -157,23 +167,23 @@ class FilterValues:
         fields = node_fields(tree)
         if fields is None:
             return None
-        kept = self._current(session_id, log, sorted(fields), source)
+        kept = self._current(session_id, view, sorted(fields), source)
         found = kept.passing(tree)
         if seqs is None:
             return found
         return {seq for seq in seqs if seq in found}
 
     def _current(
-        self, session_id: str, log: SessionLog, fields: Sequence[str], source: str
+        self, session_id: str, view: tuple[Rows, int], fields: Sequence[str], source: str
     ) -> _Values:
         """Return the session's kept values, with ``fields``, every live item's, decoding only the items not known unchanged."""
+        rows, stamp = view
         kept = self._sessions.get(session_id)
         if kept is None:
-            kept = self._sessions[session_id] = _Values(log)
-        rows = log.rows
+            kept = self._sessions[session_id] = _Values(rows)
         new = [field for field in fields if field not in kept.fields]
-        # A view read afresh (another log, or the same one read again) holds other objects.
-        moved = kept.log is not log or kept.offset != log.offset or kept.size != len(rows)
+        # Rows read afresh (another log, or the same one read again) hold other objects.
+        moved = kept.rows is not rows or kept.offset != stamp or kept.size != len(rows)
         stale: list[tuple[int, bytes]] = []
         if new:  # every item read again, for every field kept
             kept.fields = {field: _Column() for field in [*kept.fields, *new]}
@@ -198,7 +208,7 @@ class FilterValues:
                 for field, column in columns:
                     column.put(seq, value_at(item, field))
             kept.data.update(stale)
-        kept.log, kept.offset, kept.size = log, log.offset, len(rows)
+        kept.rows, kept.offset, kept.size = rows, stamp, len(rows)
         return kept
 
     def forget(self, session_id: str) -> None:
@@ -208,6 +218,94 @@ class FilterValues:
     def clear(self) -> None:
         """Drop every session's kept values."""
         self._sessions.clear()
+
+
+class JudgedFilters:
+    """The rows that may pass each filter a handle judged, kept while its store's change stamp stays the same.
+
+    For a backend that judges a filter by reading every row (SQLite's
+    ``json_extract`` over the session: most of a rare filter's hybrid
+    query) and can tell when any row may have changed
+    (``SQLiteFile.change_stamp``). A filter asked again before any commit
+    is answered from memory; any commit (by any connection or process)
+    forgets every answer. Filters with a function of the item, or an
+    operand that cannot be hashed, are judged every time.
+
+    Args:
+        size: The answers kept at most (the oldest forgotten first).
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._stamp: Hashable = None
+        self._found: OrderedDict[Hashable, frozenset[int] | None] = OrderedDict()
+
+    def judged(
+        self,
+        session_id: str,
+        tree: FilterNode,
+        stamp: Hashable,
+        judge: Callable[[], set[int] | None],
+    ) -> set[int] | None:
+        """Return ``judge()`` for ``tree`` (a fresh set), from memory where it was judged under ``stamp``.
+
+        ``stamp`` must be read before ``judge`` runs: a commit between the
+        two then leaves an answer newer than its stamp, never older.
+        """
+        if node_fields(tree) is None:
+            return judge()
+        try:
+            key = (session_id, _node_key(tree))
+            hash(key)
+        except TypeError:  # an operand that cannot be hashed (a dict to be equal to)
+            return judge()
+        with self._lock:
+            if stamp != self._stamp:
+                self._found.clear()
+                self._stamp = stamp
+            elif key in self._found:
+                self._found.move_to_end(key)
+                kept = self._found[key]
+                return None if kept is None else set(kept)
+        found = judge()
+        with self._lock:
+            if stamp == self._stamp:
+                self._found[key] = None if found is None else frozenset(found)
+                while len(self._found) > self._size:
+                    self._found.popitem(last=False)
+        return found
+
+
+def ranked_where(
+    allowed: set[int],
+    size: int,
+    k: int,
+    among: Callable[[list[int]], list[tuple[float, int]]],
+    top: Callable[[int], list[tuple[float, int]]],
+) -> list[tuple[float, int]]:
+    """Return the ``k`` best ``(score, seq)`` of the rows ``allowed`` (those that pass a filter): ``Backend.keyword_top_where``.
+
+    A filter that at most one row in :data:`FEW` of the session's ``size``
+    passes has only those rows scored (``among``, best first); a wider one
+    takes the session's ranking (``top`` of a depth) ever deeper, four
+    times over, until ``k`` of its rows pass.
+    """
+    if not allowed:
+        return []
+    if FEW * len(allowed) <= size:
+        return among(sorted(allowed))[:k]
+    depth = 4 * k
+    while True:
+        ranked = top(depth)
+        kept = [hit for hit in ranked if hit[1] in allowed]
+        if len(kept) >= k or len(ranked) < depth:
+            return kept[:k]
+        depth *= 4
+
+
+FEW: Final = 16
+"""A filter that at most one row in this many passes has only those rows scored (:func:`ranked_where`)."""
 
 
 def _node_key(node: FilterNode) -> Hashable:
