@@ -127,6 +127,17 @@ class SessionKeywords:
         ranked = postings.top_among(query, chosen, lengths.of, average, len(chosen))
         return [(score, seq) for seq, score in ranked]
 
+    def held(self, terms: Sequence[str], seqs: Sequence[int]) -> dict[int, set[str]]:
+        """Return the terms among ``terms`` each row among ``seqs`` holds, by seq (``Backend.keyword_held``)."""
+        postings = self.postings().postings
+        found = [(term, postings.get(term) or ()) for term in dict.fromkeys(terms)]
+        out: dict[int, set[str]] = {}
+        for seq in seqs:
+            holding = {term for term, posting in found if seq in posting}
+            if holding:
+                out[seq] = holding
+        return out
+
     def frequencies(self, terms: Sequence[str]) -> dict[str, int]:
         """Return how many rows hold each of ``terms`` (``Backend.keyword_frequencies``)."""
         held = self.postings().postings
