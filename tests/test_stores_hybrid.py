@@ -228,6 +228,30 @@ def test_a_store_reads_only_the_hits_whose_indexed_terms_may_hold_the_words_toge
     assert set(read[1][1]) == {seqs[0], seqs[81]}  # the two of 81 hits holding all three words
 
 
+def test_a_keyword_leader_holding_every_query_word_side_by_side_needs_no_word_counts(
+    store_url: str, backend_calls: Any
+) -> None:
+    """The leader holds every query word within one window: the store tells the words stand together without asking each word's document frequency or reading another hit."""
+    items = [*_far_together_session(), MemoryItem(step=82, text="overdue invoice penalty")]
+    query = ["invoice", "overdue", "penalty"]
+    with open_store(store_url) as store:
+        store.append("s", items)
+        counted = backend_calls(store.backend, "keyword_frequencies")
+        read = backend_calls(store.backend, "read_seqs")
+        searched = KeywordSearch(Engine(store.backend, read_only=True))
+        side = searched.hybrid("s", query, None, 0.6, "error")
+    index = search_index(Memory(items))
+    keyword = index.keyword_scores(query, None)[0]
+    assert max(keyword, key=lambda key: (keyword[key], -key)) == 82  # the leader
+    assert (
+        side[2:4]
+        == (1.0, True)
+        == (index.coverage(query, None, 82), index.together(query, None, keyword))
+    )
+    assert counted == []
+    assert len(read) == 1
+
+
 def test_sqlite_keyword_frequencies_count_the_items_holding_each_term(durable_url: Any) -> None:
     """SQLiteBackend.keyword_frequencies gives each term's item count in the session (another session's items not counted); an unknown term counts 0 or is left out."""
     with open_store(durable_url("sqlite")) as store:

@@ -27,6 +27,7 @@ from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import (
     bm25_score,
+    holds_every_word_together,
     item_terms,
     items_together,
     keyword_matches,
@@ -354,10 +355,13 @@ class KeywordSearch:
 
         ``ranked`` is the keyword ranking, best first (ties by seq), at
         least its ``PROXIMITY_TOP`` best. The leader is read and its terms
-        counted: holding every query word, it covers the whole query.
-        Where the blend asks (``stands_out``), the best ``PROXIMITY_TOP``
-        hits are read as well (in one statement, after the leader, where
-        the leader does not hold the words together), and each word's
+        counted: holding every query word, it covers the whole query, and
+        holding them all within one window it holds them together (no
+        weight asked). Otherwise, where the blend asks (``stands_out``),
+        the best ``PROXIMITY_TOP`` hits whose indexed terms hold enough of
+        the query's weight are read as well (in one statement, after the
+        leader, where the leader does not hold the words together;
+        :meth:`Backend.keyword_held`), and each word's
         document frequency comes from :meth:`Backend.keyword_frequencies`,
         or where the backend cannot say, from ranking the word's items
         (:meth:`Backend.keyword_top`).
@@ -371,8 +375,8 @@ class KeywordSearch:
         read = self._engine.read_items(sid, [leader], on_unknown_class)
         words = set(item_terms(read[leader])[0].split(" ")) if leader in read else set()
         whole = set(distinct) <= words
-        if whole and not wanted:
-            return 1.0, True, read
+        if whole and (not wanted or holds_every_word_together(read[leader], distinct)):
+            return 1.0, True, read  # no weight asked: every word in the leader's window
         df, held = self._frequencies(sid, distinct, leader, bool(words))
         covered = 1.0
         if not whole:
