@@ -39,6 +39,7 @@ __all__ = [
     "KeywordMatch",
     "Terms",
     "bm25_score",
+    "held_by_row",
     "holds_every_word_together",
     "item_terms",
     "items_together",
@@ -302,6 +303,19 @@ def holds_every_word_together(item: MemoryItem, terms: Sequence[str]) -> bool:
         window_weight(_TOKENIZER(text), every, need=need) >= need
         for _, text in field_texts(item_fields(item))
     )
+
+
+def held_by_row(
+    postings: Iterable[tuple[str, Container[int]]], seqs: Iterable[int]
+) -> dict[int, set[str]]:
+    """Return the terms each of ``seqs`` holds, by seq, from each term's postings (``(term, seqs holding it)``); a seq holding none is left out (``Backend.keyword_held``)."""
+    found = list(postings)
+    out: dict[int, set[str]] = {}
+    for seq in seqs:
+        holding = {term for term, posting in found if seq in posting}
+        if holding:
+            out[seq] = holding
+    return out
 
 
 def keyword_matches(

@@ -15,6 +15,7 @@ from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_average_length
 from agents.memory.stores._core.terms import (
     KeywordMatch,
     bm25_score,
+    held_by_row,
     query_weights,
     rank_matches,
 )
@@ -144,13 +145,7 @@ def held_terms(
     Raises:
         DamagedIndexError: if the base's postings of a term do not check out.
     """
-    live = [(term, index.postings(term)) for term in dict.fromkeys(terms)]
-    out: dict[int, set[str]] = {}
-    for seq in seqs:
-        holding = {term for term, found in live if seq in found}
-        if holding:
-            out[seq] = holding
-    return out
+    return held_by_row(((term, index.postings(term)) for term in dict.fromkeys(terms)), seqs)
 
 
 def _best_first(hit: tuple[float, int]) -> tuple[float, int]:
