@@ -183,6 +183,75 @@ def test_a_store_tells_whether_a_hit_holds_the_query_words_together_as_memory_se
     assert got == (len(keyword) < 2 or index.together(query, keys, keyword))
 
 
+def _far_together_session() -> list[MemoryItem]:
+    """Return a session whose keyword leader holds "invoice overdue penalty" apart, 80 hits two of the words, and one long hit all three side by side."""
+    apart = " ".join(["invoice", *["w"] * 6, "overdue", *["w"] * 6, "penalty", *["w"] * 6] * 5)
+    pairs = ["invoice overdue", "overdue penalty", "invoice penalty", "penalty invoice"]
+    items = [MemoryItem(step=0, text=apart)]
+    items += [MemoryItem(step=1 + i, text=f"{pairs[i % 4]} {i}") for i in range(80)]
+    filler = " ".join(f"filler{j}" for j in range(200))
+    items.append(MemoryItem(step=81, text=f"{filler} the overdue invoice penalty"))
+    return items
+
+
+def test_a_store_finds_the_words_together_in_a_hit_far_below_the_keyword_leader(
+    store_url: str,
+) -> None:
+    """The leader holds the query's words apart and only a long hit far down the ranking holds them side by side: the store finds it (SearchIndex.together's answer), skipping no hit that would pass."""
+    items = _far_together_session()
+    query = ["invoice", "overdue", "penalty"]
+    index = search_index(Memory(items))
+    keyword = index.keyword_scores(query, None)[0]
+    ranked = sorted(keyword, key=lambda key: (-keyword[key], key))
+    assert 1 < ranked.index(81) < 100  # a hit far below the leader
+    assert index.together(query, None, keyword)
+    assert not index.together(query, None, {key: keyword[key] for key in ranked if key != 81})
+    assert _keyword_side(store_url, items, query, None)[3] is True
+
+
+def test_a_store_reads_only_the_hits_whose_indexed_terms_may_hold_the_words_together(
+    store_url: str, backend_calls: Any
+) -> None:
+    """Where the backend tells each hit's query terms (keyword_held), the store reads the leader, then only the hits holding 0.9 of the query's weight (2 of 81)."""
+    items = _far_together_session()
+    with open_store(store_url) as store:
+        store.append("s", items)
+        seqs = [record.seq for record in store.records("s")]
+        read = backend_calls(store.backend, "read_seqs")
+        searched = KeywordSearch(Engine(store.backend, read_only=True))
+        together = searched.hybrid("s", ["invoice", "overdue", "penalty"], None, 0.6, "error")[3]
+        held = store.backend.keyword_held("s", ["penalty"], seqs)
+    assert together is True
+    if held is None:
+        pytest.skip("this backend does not tell a row's terms: the store reads the best hits")
+    assert len(read) == 2  # the leader (a short pair), then the rest at once
+    assert set(read[1][1]) == {seqs[0], seqs[81]}  # the two of 81 hits holding all three words
+
+
+def test_a_keyword_leader_holding_every_query_word_side_by_side_needs_no_word_counts(
+    store_url: str, backend_calls: Any
+) -> None:
+    """The leader holds every query word within one window: the store tells the words stand together without asking each word's document frequency or reading another hit."""
+    items = [*_far_together_session(), MemoryItem(step=82, text="overdue invoice penalty")]
+    query = ["invoice", "overdue", "penalty"]
+    with open_store(store_url) as store:
+        store.append("s", items)
+        counted = backend_calls(store.backend, "keyword_frequencies")
+        read = backend_calls(store.backend, "read_seqs")
+        searched = KeywordSearch(Engine(store.backend, read_only=True))
+        side = searched.hybrid("s", query, None, 0.6, "error")
+    index = search_index(Memory(items))
+    keyword = index.keyword_scores(query, None)[0]
+    assert max(keyword, key=lambda key: (keyword[key], -key)) == 82  # the leader
+    assert (
+        side[2:4]
+        == (1.0, True)
+        == (index.coverage(query, None, 82), index.together(query, None, keyword))
+    )
+    assert counted == []
+    assert len(read) == 1
+
+
 def test_sqlite_keyword_frequencies_count_the_items_holding_each_term(durable_url: Any) -> None:
     """SQLiteBackend.keyword_frequencies gives each term's item count in the session (another session's items not counted); an unknown term counts 0 or is left out."""
     with open_store(durable_url("sqlite")) as store:

@@ -38,6 +38,8 @@ __all__ = [
     "field_texts",
     "item_texts",
     "lucene_idf",
+    "may_stand_together",
+    "proximity_weights",
     "query_coverage",
     "query_together",
     "spaced_terms",
@@ -162,27 +164,40 @@ def query_together(
         ``True`` at the first hit whose best window reaches the gate, or
         when no item holds a query term; ``False`` otherwise.
     """
-    weights = {
-        term: bm25_weight(n_items, df[term]) for term in dict.fromkeys(terms) if df.get(term, 0)
-    }
-    total = sum(weights.values())
-    if not total:
+    weights, need = proximity_weights(terms, df, n_items)
+    if not need:
         return True
-    need = PROXIMITY_GATE * total
     for at, key in enumerate(hits):
         if at == PROXIMITY_TOP:
             break
         if key not in fields:
             continue
-        if holds is not None:
-            held = holds(key)
-            if sum(weight for term, weight in weights.items() if term in held) < need:
-                continue
+        if holds is not None and not may_stand_together(weights, need, holds(key)):
+            continue
         for field, text in field_texts(fields[key]):
             searched = keys is None or field in keys
             if searched and window_weight(tokenize(text), weights, need=need) >= need:
                 return True
     return False
+
+
+def proximity_weights(
+    terms: Iterable[str], df: Mapping[str, int], n_items: int
+) -> tuple[dict[str, float], float]:
+    """Return the weight of each distinct query term some item holds, and the weight one window must hold for :func:`query_together` (:data:`PROXIMITY_GATE` of their sum)."""
+    weights = {
+        term: bm25_weight(n_items, df[term]) for term in dict.fromkeys(terms) if df.get(term, 0)
+    }
+    return weights, PROXIMITY_GATE * sum(weights.values())
+
+
+def may_stand_together(weights: Mapping[str, float], need: float, held: Container[str]) -> bool:
+    """Return whether a hit holding the query terms ``held`` (anywhere in it) holds enough of ``weights`` for a window of it to reach ``need`` (:func:`proximity_weights`).
+
+    A hit for which this is ``False`` cannot hold the query's words
+    together, so :func:`query_together` need not read or tokenize it.
+    """
+    return sum(weight for term, weight in weights.items() if term in held) >= need
 
 
 def window_weight(

@@ -233,6 +233,13 @@ class SpaceBackend(Backend):
             session = self._space.sessions.get(session_id)
             return [] if session is None else session.keywords.among(terms, seqs)
 
+    def keyword_held(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> dict[int, set[str]] | None:
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            return {} if session is None else session.keywords.held(terms, seqs)
+
     def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         with self._space.lock:
             session = self._space.sessions.get(session_id)

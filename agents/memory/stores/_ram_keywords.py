@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from agents.memory.search._postings import KeywordPostings
-from agents.memory.stores._core.terms import KeywordMatch, Terms, rank_matches
+from agents.memory.stores._core.terms import KeywordMatch, Terms, held_by_row, rank_matches
 
 __all__ = ["SessionKeywords", "rank_sessions"]
 
@@ -126,6 +126,13 @@ class SessionKeywords:
             return []
         ranked = postings.top_among(query, chosen, lengths.of, average, len(chosen))
         return [(score, seq) for seq, score in ranked]
+
+    def held(self, terms: Sequence[str], seqs: Sequence[int]) -> dict[int, set[str]]:
+        """Return the terms among ``terms`` each row among ``seqs`` holds, by seq (``Backend.keyword_held``)."""
+        postings = self.postings().postings
+        return held_by_row(
+            ((term, postings.get(term) or ()) for term in dict.fromkeys(terms)), seqs
+        )
 
     def frequencies(self, terms: Sequence[str]) -> dict[str, int]:
         """Return how many rows hold each of ``terms`` (``Backend.keyword_frequencies``)."""

@@ -1473,6 +1473,27 @@ class StoreContract:
                 ranked = backend.keyword_top(sid, [term], 10_000) or []
                 assert counted.get(term, 0) == len(ranked), (sid, term)
 
+    def test_keyword_held_tells_the_query_terms_each_row_holds_as_keyword_top_ranks_them(
+        self, store: Store
+    ) -> None:
+        """A backend that answers keyword_held gives each chosen row the query terms keyword_top ranks it for, leaving out none it holds."""
+        store.append("s", ranking_corpus())
+        store.append("other", [MemoryItem(note="missing file report")])
+        seqs = [record.seq for record in store.records("s")]
+        chosen = [*seqs[::2], max(seqs) + 1000]  # and a seq the session does not hold
+        backend = store.backend
+        terms = ["file", "the", "file", "report", "missing", "zzz"]
+        held = backend.keyword_held("s", terms, chosen)
+        if held is None:
+            return  # the store reads and tokenizes the hits itself
+        for seq in chosen:
+            expected = {
+                term
+                for term in terms
+                if seq in {hit for _, hit in backend.keyword_top("s", [term], 10_000) or []}
+            }
+            assert held.get(seq, set()) == expected, seq
+
     def test_keyword_top_where_ranks_the_rows_that_may_pass_as_keyword_top_does(
         self, store: Store
     ) -> None:

@@ -80,6 +80,21 @@ class SearchOperations:
         """Return each term's document frequency in the session (``keyword_top``'s; a term no item holds may be left out), or ``None`` to have the store rank each term alone to count its items."""
         return None
 
+    def keyword_held(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> dict[int, set[str]] | None:
+        """Return the terms among ``terms`` that each row among ``seqs`` holds, by seq, or ``None`` to have the store read the rows.
+
+        The terms are those the row's keyword index entry holds (the ones
+        :meth:`keyword_top` counts). A row holding none of ``terms``, or one
+        the session does not hold, may be left out. A hybrid search asks
+        this of its best keyword hits to read and tokenize only those that
+        hold enough of the query to hold its words together
+        (:func:`~agents.memory._text.may_stand_together`). ``None`` (the
+        default): the store reads and tokenizes every one of them.
+        """
+        return None
+
     def keyword_top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:

@@ -23,9 +23,11 @@ from agents.memory._text import (
     check_k,
     checked_keys,
     checked_query,
+    field_texts,
     item_texts,
     query_coverage,
     query_together,
+    window_weight,
 )
 from agents.memory._vectors import keyword_leader
 from agents.memory.exceptions import InvalidQueryError
@@ -37,6 +39,8 @@ __all__ = [
     "KeywordMatch",
     "Terms",
     "bm25_score",
+    "held_by_row",
+    "holds_every_word_together",
     "item_terms",
     "items_together",
     "keyword_matches",
@@ -284,6 +288,34 @@ def items_together(
     """Return whether one of ``hits`` (best first, ties by key) holds the query's words together, read from ``items`` with the default tokenizer (:func:`~agents.memory._text.query_together`)."""
     fields = {key: item_fields(items[key]) for key in hits[:PROXIMITY_TOP] if key in items}
     return query_together(terms, df, n_items, hits, fields, keys, _TOKENIZER, holds)
+
+
+def holds_every_word_together(item: MemoryItem, terms: Sequence[str]) -> bool:
+    """Return whether one window of ``PROXIMITY_WINDOW`` consecutive terms of one field of ``item`` holds every one of ``terms``.
+
+    Such an item holds the query's words together
+    (:func:`~agents.memory._text.query_together`) whatever their weights,
+    so no document frequency need be asked to tell it.
+    """
+    every = dict.fromkeys(terms, 1.0)
+    need = float(len(every))  # a sum of ones: exact
+    return any(
+        window_weight(_TOKENIZER(text), every, need=need) >= need
+        for _, text in field_texts(item_fields(item))
+    )
+
+
+def held_by_row(
+    postings: Iterable[tuple[str, Container[int]]], seqs: Iterable[int]
+) -> dict[int, set[str]]:
+    """Return the terms each of ``seqs`` holds, by seq, from each term's postings (``(term, seqs holding it)``); a seq holding none is left out (``Backend.keyword_held``)."""
+    found = list(postings)
+    out: dict[int, set[str]] = {}
+    for seq in seqs:
+        holding = {term for term, posting in found if seq in posting}
+        if holding:
+            out[seq] = holding
+    return out
 
 
 def keyword_matches(

@@ -88,6 +88,7 @@ from agents.memory.stores._jsonl.keyword_index import KeywordIndex
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
 from agents.memory.stores._jsonl.keyword_ranking import (
     frequencies,
+    held_terms,
     rank_together,
     score_among,
     top,
@@ -579,6 +580,12 @@ class LogBackend(Backend):
     ) -> list[tuple[float, int]] | None:
         with self._files.locked(exclusive=False):
             return self._indexed(session_id, lambda index: score_among(index, terms, seqs)) or []
+
+    def keyword_held(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> dict[int, set[str]] | None:
+        with self._files.locked(exclusive=False):
+            return self._indexed(session_id, lambda index: held_terms(index, terms, seqs)) or {}
 
     def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         with self._files.locked(exclusive=False):

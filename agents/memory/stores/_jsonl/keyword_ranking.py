@@ -15,12 +15,13 @@ from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_average_length
 from agents.memory.stores._core.terms import (
     KeywordMatch,
     bm25_score,
+    held_by_row,
     query_weights,
     rank_matches,
 )
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex, numpy_module
 
-__all__ = ["frequencies", "matches", "rank_together", "score_among", "top"]
+__all__ = ["frequencies", "held_terms", "matches", "rank_together", "score_among", "top"]
 
 _FLAT: Final = BM25_K1 * (1.0 - BM25_B)
 """``bm25_term_score``'s constant part of the denominator, computed as it computes it."""
@@ -134,6 +135,17 @@ def frequencies(index: KeywordIndex, terms: Sequence[str]) -> dict[str, int]:
         return {term: len(index.postings(term)) for term in dict.fromkeys(terms)}
     seqs, _ = index.dense_arrays(np)
     return {term: len(index.arrays_of(np, term, seqs)[0]) for term in dict.fromkeys(terms)}
+
+
+def held_terms(
+    index: KeywordIndex, terms: Sequence[str], seqs: Sequence[int]
+) -> dict[int, set[str]]:
+    """Return the terms among ``terms`` each live item among ``seqs`` holds, by seq (items holding none left out).
+
+    Raises:
+        DamagedIndexError: if the base's postings of a term do not check out.
+    """
+    return held_by_row(((term, index.postings(term)) for term in dict.fromkeys(terms)), seqs)
 
 
 def _best_first(hit: tuple[float, int]) -> tuple[float, int]:

@@ -618,6 +618,16 @@ class PostgresBackend(SQLRows, Backend):
             return []
         return self._keyword.among(session_id, terms, seqs)
 
+    def keyword_held(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> dict[int, set[str]] | None:
+        """Tell which query terms each of some rows holds, in one statement, from the rows' counts (``None``: older tables read-only)."""
+        if not self._indexed:
+            return None
+        if self.no_tables:
+            return {}
+        return self._keyword.held(session_id, terms, seqs)
+
     def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         """Count each term's items in the session in one statement (``None``: older tables read-only)."""
         if not self._indexed:

@@ -467,6 +467,14 @@ WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
 """
 
 
+_HELD: Final = """
+SELECT i.seq, ARRAY(SELECT t FROM unnest(%(names)s::text[]) AS t WHERE i.tf ? t)
+FROM kvmemory_items AS i
+WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
+"""
+"""The query terms (``names``) each of some rows (``seqs``) of a session holds, from its counts."""
+
+
 # Each query term's document frequency in the session, as _score_sql counts it: the rows the
 # tsvector matches (a term's lexeme or the overflow one) whose counts hold the term, each
 # row's counts read once (see _score_sql). A column per term (a third faster than joining
@@ -646,6 +654,17 @@ class PostgresKeywordIndex:
             if counts:
                 scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
         return sorted(scored, key=lambda hit: (-hit[0], hit[1]))
+
+    def held(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> dict[int, set[str]]:
+        """Return the terms among ``terms`` each row among ``seqs`` holds, by seq, from the rows' counts (``tf``, which hold every term), in one statement; rows holding none are left out."""
+        names = list(dict.fromkeys(terms))
+        if not names or not seqs:
+            return {}
+        params = {"sid": session_id, "names": names, "seqs": list(seqs)}
+        rows = self._query_rows(_HELD, params)
+        return {int(seq): set(holding) for seq, holding in rows if holding}
 
     def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int]:
         """Return how many of the session's items hold each of ``terms``: the document frequencies BM25 counts.

@@ -15,12 +15,19 @@ from collections.abc import Callable, Iterable, Sequence
 from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import PROXIMITY_TOP, bm25_average_length, query_coverage
+from agents.memory._text import (
+    PROXIMITY_TOP,
+    bm25_average_length,
+    may_stand_together,
+    proximity_weights,
+    query_coverage,
+)
 from agents.memory._vectors import HYBRID_POOL, blend, keyword_scale, stands_out
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import (
     bm25_score,
+    holds_every_word_together,
     item_terms,
     items_together,
     keyword_matches,
@@ -348,10 +355,13 @@ class KeywordSearch:
 
         ``ranked`` is the keyword ranking, best first (ties by seq), at
         least its ``PROXIMITY_TOP`` best. The leader is read and its terms
-        counted: holding every query word, it covers the whole query.
-        Where the blend asks (``stands_out``), the best ``PROXIMITY_TOP``
-        hits are read as well (in one statement, after the leader, where
-        the leader does not hold the words together), and each word's
+        counted: holding every query word, it covers the whole query, and
+        holding them all within one window it holds them together (no
+        weight asked). Otherwise, where the blend asks (``stands_out``),
+        the best ``PROXIMITY_TOP`` hits whose indexed terms hold enough of
+        the query's weight are read as well (in one statement, after the
+        leader, where the leader does not hold the words together;
+        :meth:`Backend.keyword_held`), and each word's
         document frequency comes from :meth:`Backend.keyword_frequencies`,
         or where the backend cannot say, from ranking the word's items
         (:meth:`Backend.keyword_top`).
@@ -365,20 +375,39 @@ class KeywordSearch:
         read = self._engine.read_items(sid, [leader], on_unknown_class)
         words = set(item_terms(read[leader])[0].split(" ")) if leader in read else set()
         whole = set(distinct) <= words
-        if whole and not wanted:
-            return 1.0, True, read
+        if whole and (not wanted or holds_every_word_together(read[leader], distinct)):
+            return 1.0, True, read  # no weight asked: every word in the leader's window
         df, held = self._frequencies(sid, distinct, leader, bool(words))
         covered = 1.0
         if not whole:
             if held is None:
                 held = {term for term in distinct if term in words}
             covered = query_coverage(distinct, df, held, n_items)
-        together = not wanted or items_together(distinct, df, n_items, hits[:1], read, None)
+        together = not wanted or items_together(
+            distinct, df, n_items, hits[:1], read, None, lambda _: words
+        )
         if not together and len(hits) > 1:  # the leader's words lie apart: read the rest at once
-            rest = self._engine.read_items(sid, hits[1:], on_unknown_class)
-            together = items_together(distinct, df, n_items, hits[1:], rest, None)
+            others = self._holding_enough(sid, distinct, df, n_items, hits[1:])
+            rest = self._engine.read_items(sid, others, on_unknown_class) if others else {}
+            together = items_together(distinct, df, n_items, others, rest, None)
             read = {**read, **rest}
         return covered, together, read
+
+    def _holding_enough(
+        self, sid: str, distinct: list[str], df: dict[str, int], n_items: int, hits: list[int]
+    ) -> list[int]:
+        """Return those of ``hits`` (in order) whose query terms may hold the words together, as the keyword index tells (:meth:`Backend.keyword_held`); all of them where it cannot.
+
+        On a crowded session most of the best hits hold only some of the
+        query's words: they are neither read nor tokenized (crowded-steps,
+        3,000 items: 0.7 of 99 read on average).
+        """
+        with self._engine.errors("search", sid):
+            held = self._engine.backend.keyword_held(sid, distinct, hits)
+        if held is None:
+            return hits
+        weights, need = proximity_weights(distinct, df, n_items)
+        return [seq for seq in hits if may_stand_together(weights, need, held.get(seq, ()))]
 
     def _frequencies(
         self, sid: str, distinct: list[str], leader: int, read: bool

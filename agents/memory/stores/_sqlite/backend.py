@@ -458,6 +458,12 @@ class SQLiteBackend(SQLRows, Backend):
         """Score some rows of the session by BM25 with the session's statistics (``None``: rows not folded yet, or an older file read-only)."""
         return self._keywords.among(session_id, terms, seqs)
 
+    def keyword_held(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> dict[int, set[str]] | None:
+        """Tell which query terms each of some rows holds, in one statement, from the terms each row keeps (``None``: an older file read-only)."""
+        return self._keywords.held(session_id, terms, seqs)
+
     def keyword_frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         """Count each term's items in the session in one statement, from the FTS5 vocabulary and the rows not folded yet (``None``: an older file read-only)."""
         return self._keywords.frequencies(session_id, terms)

@@ -212,6 +212,34 @@ class SQLiteKeywordIndex:
             con.execute("COMMIT")
         return score_rows(rows, terms, df, int(n_items), int(total))
 
+    def held(
+        self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
+    ) -> dict[int, set[str]] | None:
+        """Return the terms among ``terms`` each row among ``seqs`` holds, by seq, from the terms each row keeps (folded or pending).
+
+        One statement; rows holding none are left out. ``None`` for an older
+        file opened read-only.
+
+        Raises:
+            CorruptStoreError: if the index is damaged or missing.
+            sqlite3.OperationalError: if the file is locked or busy.
+        """
+        if not self.file.keyword_indexed:
+            return None
+        wanted = set(terms)
+        if self.file.no_tables or not wanted or not seqs:
+            return {}
+        with self._reading(f" session {session_id!r} of"):
+            rows = self.file.connection.execute(
+                _ROW_TERMS, (session_id, SQLITE.bind_list(list(seqs)))
+            ).fetchall()
+        out: dict[int, set[str]] = {}
+        for seq, spaced in rows:
+            holding = wanted.intersection(spaced.split(" "))
+            if holding:
+                out[int(seq)] = holding
+        return out
+
     def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         """Return how many of the session's items hold each of ``terms``: the document frequencies BM25 counts.
 
@@ -441,6 +469,11 @@ class SQLiteKeywordIndex:
         with self.file.transaction() as con:
             build_keyword_index(con)
 
+
+_ROW_TERMS: Final = (
+    "SELECT seq, terms FROM kvmemory_items WHERE session_id = ? AND seq" + SQLITE.members
+)
+"""The search terms (spaced) each of some rows of a session keeps."""
 
 _COUNT_INSERTED_THROUGH: Final = COUNT_INSERTED + " RETURNING (" + THROUGH + ")"
 """:data:`~agents.memory.stores._sqlite.schema.COUNT_INSERTED`, returning :data:`THROUGH` (one statement per commit fewer than both)."""
