@@ -603,27 +603,29 @@ def held_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     release.set()
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def embedded_url(request: pytest.FixtureRequest, durable_url: Any, tmp_path: Path) -> str:
+    """Return the URL of session ``s`` (600 steps embedded by ``HashingEmbedder(32)``) in each store that keeps vectors."""
+    return embedded_store(tmp_path, HashingEmbedder(32), durable_url(request.param))
+
+
 def test_a_session_opened_with_its_index_ahead_holds_its_stored_vectors_before_the_build(
-    kind: str, durable_url: Any, held_build: threading.Event, tmp_path: Path
+    embedded_url: str, held_build: threading.Event
 ) -> None:
     """Opening a session whose store keeps vectors takes them all before the build ahead files a term."""
-    embedder = HashingEmbedder(32)
-    url = embedded_store(tmp_path, embedder, durable_url(kind))
-    with open_memory(url, "s", index_ahead=True) as memory:
+    with open_memory(embedded_url, "s", index_ahead=True) as memory:
         index = search_index(memory)
         assert index.building()
         assert index.missing_vectors(None) == []
-        assert index.vector_model() == embedder.name
+        assert index.vector_model() == HashingEmbedder(32).name
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 def test_a_first_semantic_query_while_the_build_runs_is_answered_in_ram_as_a_warm_one(
-    kind: str, durable_url: Any, held_build: threading.Event, tmp_path: Path
+    embedded_url: str, held_build: threading.Event
 ) -> None:
     """The first semantic query of a session just opened, its build held, is answered from its vectors in RAM: the hits of a warm query and of Memory.search."""
     embedder = HashingEmbedder(32)
-    url = embedded_store(tmp_path, embedder, durable_url(kind))
+    url = embedded_url
     plain = answers(stored_memory(url), mode="semantic", embedder=embedder)
     with open_memory(url, "s", index_ahead=True) as memory:
         asked: list[str] = []

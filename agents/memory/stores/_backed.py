@@ -553,7 +553,9 @@ class StoredMemory(Memory):
             found = self._store_search(query, k, where) if ahead is None else ahead
             return [hit for _, hit in found]
         keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
-        return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
+        # A semantic query needs no keyword index: a build in flight waits at its next slice meanwhile.
+        with _builds_paused(self) if mode == "semantic" else contextlib.nullcontext():
+            return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def recall(
         self,
