@@ -299,13 +299,9 @@ class StoredMemory(Memory):
             keyword with ``keys``, hybrid, a filtered query) does not pay for
             it. ``None`` (the default): when the session holds at least
             2,048 items; ``False``: never (the index is
-            built by the first query that needs it). Where the store keeps
-            vectors, they are read as the session opens, before the build
-            starts (see docs/search.md, "The first query").
-        parts: How the memory's search index cuts items for semantic search
-            (see ``EmbedParts``; default ``EmbedParts()``), set before the
-            session's vectors are read, so that the vectors stored for that
-            cut are the ones taken.
+            built by the first query that needs it).
+        parts: How the search index cuts items (``EmbedParts``); with a build
+            ahead, the vectors stored for that cut are read as the session opens.
 
     Raises:
         InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -341,9 +337,6 @@ class StoredMemory(Memory):
         self._owns_store = owns_store
         self._metadata: dict[str, Any] = {}
         self._opened = False  # until then, metadata assignments stay in RAM
-        if parts is not None and not isinstance(parts, EmbedParts):
-            msg = f"StoredMemory(parts=...) takes an EmbedParts, got {parts!r}."
-            raise ArgumentTypeError(msg)
         self._index_ahead = index_ahead
         super().__init__(
             step_key=step_key,
@@ -352,12 +345,9 @@ class StoredMemory(Memory):
             session_id=sid,
             writer=self._session,
         )
+        _cut(self, parts)  # before the vectors are read (and before any write: it may refuse)
         if metadata is not None:
             store.set_metadata(sid, metadata, step_key=step_key)
-        if parts is not None:
-            from agents.memory import search
-
-            search.search_index(self, parts=parts)  # before the vectors are read
         self.reload()
         self._opened = True
 
@@ -553,7 +543,7 @@ class StoredMemory(Memory):
             found = self._store_search(query, k, where) if ahead is None else ahead
             return [hit for _, hit in found]
         keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
-        # A semantic query needs no keyword index: a build in flight waits at its next slice meanwhile.
+        # A semantic query needs no keyword index: a build in flight waits at its next slice.
         with _builds_paused(self) if mode == "semantic" else contextlib.nullcontext():
             return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
@@ -780,6 +770,18 @@ class StoredMemory(Memory):
     def _drop_deleted_rows(self, seqs: Sequence[int]) -> int:
         """Remove from RAM the items whose rows the store just deleted (the writer's delete finds them gone)."""
         return self.delete_items(self._session.items_at(seqs))
+
+
+def _cut(memory: StoredMemory, parts: object) -> None:
+    """Have the memory's search index cut items as ``parts`` (an ``EmbedParts``; ``None``: as it does)."""
+    if parts is None:
+        return
+    if not isinstance(parts, EmbedParts):
+        msg = f"StoredMemory(parts=...) takes an EmbedParts, got {parts!r}."
+        raise ArgumentTypeError(msg)
+    from agents.memory import search
+
+    search.search_index(memory, parts=parts)
 
 
 def _store_ranks(memory: StoredMemory, mode: str, keys: Iterable[str] | None) -> bool:
