@@ -51,7 +51,7 @@ from agents.memory.search import (
     search,
     search_index,
 )
-from agents.memory.search._item_vectors import Screen, Vectors, distinct_rows
+from agents.memory.search._item_vectors import ItemVectors, Screen, Vectors, distinct_rows
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores.testing import assert_ranks_as_memory
 
@@ -1438,6 +1438,41 @@ def test_the_screen_bounds_each_row_from_above(used: int, seed: int) -> None:
     bound, _ = Screen(np, matrix, used).bounds(np, query, used)
     assert bound.shape == (used,)
     assert (bound >= cosines(matrix[:used], query)).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 5), max_size=4), min_size=1, max_size=30),
+    st.booleans(),
+    st.lists(st.integers(0, 29), max_size=5),
+)
+def test_vectors_taken_in_bulk_score_as_vectors_put_one_by_one(
+    picks: list[list[int]], whole: bool, changed: list[int]
+) -> None:
+    """Stored vectors taken into an empty index in bulk score as those put one by one, float for float, and after changes alike."""
+    rng = np.random.default_rng(len(picks))
+    pool = rng.standard_normal((6, 8)).astype(np.float32)
+    pool /= np.linalg.norm(pool, axis=1, keepdims=True)  # few rows: items repeat them
+    vectors = {
+        key: pool[rows[0]] if whole else pool[rows]
+        for key, rows in enumerate(picks)
+        if rows or not whole
+    }
+    items = {key: MemoryItem(step=key) for key in range(len(picks))}
+    bulk, one_by_one = ItemVectors(EmbedParts()), ItemVectors(EmbedParts())
+    embedder = HashingEmbedder(8)
+    assert bulk.adopt(embedder, None, vectors, items) == len(vectors)
+    one_by_one.table(embedder, None, items).put(list(vectors), list(vectors.values()))
+    tables = [bulk.tables[None], one_by_one.tables[None]]
+    queries = rng.standard_normal((3, 8)).astype(np.float32)
+    for key in changed:  # the same writes after: an item changed, then given new vectors
+        new = pool[[key % 6, (key + 1) % 6]]
+        for table in tables:
+            table.drop(key)
+            table.put([key], [new])
+    for query in queries / np.linalg.norm(queries, axis=1, keepdims=True):
+        for limit in (None, 1, 3):
+            assert tables[0].scores(query, limit) == tables[1].scores(query, limit)
 
 
 def test_a_screened_table_returns_every_item_tied_at_the_cut_with_its_exact_cosine() -> None:

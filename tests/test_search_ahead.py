@@ -584,3 +584,87 @@ def test_the_vectors_a_store_hands_over_are_filed_with_the_collector_paused(
     assert seen
     assert not any(seen)
     assert gc.isenabled()
+
+
+@pytest.fixture
+def held_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Hold every build ahead before it files a term, until the event is set (set at the end in any case)."""
+    from agents.memory.search import _index
+
+    release = threading.Event()
+    built = _index.BuiltPostings
+
+    def held(*args: Any) -> Any:
+        release.wait(30)
+        return built(*args)
+
+    monkeypatch.setattr(_index, "BuiltPostings", held)
+    yield release
+    release.set()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def embedded_url(request: pytest.FixtureRequest, durable_url: Any, tmp_path: Path) -> str:
+    """Return the URL of session ``s`` (600 steps embedded by ``HashingEmbedder(32)``) in each store that keeps vectors."""
+    return embedded_store(tmp_path, HashingEmbedder(32), durable_url(request.param))
+
+
+def test_a_session_opened_with_its_index_ahead_holds_its_stored_vectors_before_the_build(
+    embedded_url: str, held_build: threading.Event
+) -> None:
+    """Opening a session whose store keeps vectors takes them all before the build ahead files a term."""
+    with open_memory(embedded_url, "s", index_ahead=True) as memory:
+        index = search_index(memory)
+        assert index.building()
+        assert index.missing_vectors(None) == []
+        assert index.vector_model() == HashingEmbedder(32).name
+
+
+def test_a_first_semantic_query_while_the_build_runs_is_answered_in_ram_as_a_warm_one(
+    embedded_url: str, held_build: threading.Event
+) -> None:
+    """The first semantic query of a session just opened, its build held, is answered from its vectors in RAM: the hits of a warm query and of Memory.search."""
+    embedder = HashingEmbedder(32)
+    url = embedded_url
+    plain = answers(stored_memory(url), mode="semantic", embedder=embedder)
+    with open_memory(url, "s", index_ahead=True) as memory:
+        asked: list[str] = []
+        store_search = memory.store.search
+        memory.store.search = lambda *a, **o: asked.append("store") or store_search(*a, **o)  # type: ignore[method-assign]  # noted, then ranked as before
+        first = answers(memory, mode="semantic", embedder=embedder)
+        assert search_index(memory).building()
+        assert asked == []
+        held_build.set()
+        search_index(memory).build_ahead(wait=True)
+        assert first == answers(memory, mode="semantic", embedder=embedder) == plain
+
+
+def test_stored_memory_parts_cut_the_index_before_the_vectors_are_read(
+    tmp_path: Path, held_build: threading.Event
+) -> None:
+    """open_memory(parts=EmbedParts.WHOLE) takes the whole-item vectors stored, and ranks as a memory cut whole after opening."""
+    from agents.memory.search import EmbedParts
+
+    embedder = HashingEmbedder(32)
+    url = f"sqlite://{tmp_path}/s.db"
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows(600)])
+        store.index_embeddings("s", embedder, parts=EmbedParts.WHOLE)
+    with open_memory(url, "s", index_ahead=True, parts=EmbedParts.WHOLE) as memory:
+        assert search_index(memory).parts == EmbedParts.WHOLE
+        assert search_index(memory).missing_vectors(None) == []
+        held_build.set()
+        with open_memory(url, "s", index_ahead=False) as later:
+            search_index(later, parts=EmbedParts.WHOLE)
+            assert answers(memory, mode="semantic", embedder=embedder) == answers(
+                later, mode="semantic", embedder=embedder
+            )
+
+
+def test_stored_memory_parts_takes_an_embed_parts(tmp_path: Path) -> None:
+    """StoredMemory(parts=...) refuses what is not an EmbedParts, naming the option."""
+    with (
+        open_store(f"sqlite://{tmp_path}/s.db") as store,
+        pytest.raises(ArgumentTypeError, match="parts"),
+    ):
+        StoredMemory(store, "s", parts="whole")  # type: ignore[arg-type]  # the wrong type on purpose

@@ -401,7 +401,12 @@ class SearchIndex:
             return self._vectors.missing(keys, self._items)
 
     def adopt_vectors(
-        self, embedder: Embedder, keys: tuple[str, ...] | None, vectors: Mapping[int, Any]
+        self,
+        embedder: Embedder,
+        keys: tuple[str, ...] | None,
+        vectors: Mapping[int, Any],
+        *,
+        screen: bool = True,
     ) -> int:
         """Take unit vectors made elsewhere by ``embedder`` (a store keeps them) for items waiting for one.
 
@@ -409,7 +414,18 @@ class SearchIndex:
         cuts them (a 1-D vector is one part). Vectors of items that do not
         wait for one (already embedded, or gone) are ignored. Pass them in
         key order, so that the rows are laid out as embedding the items here
-        would lay them out.
+        would lay them out. Into an index that holds no vector yet (a session
+        just opened) they are taken in bulk, from one matrix.
+
+        Args:
+            embedder: The model the vectors come from.
+            keys: The fields they were embedded over (``None``: all).
+            vectors: Each item's vectors, by key.
+            screen: Screen a large table now (see ``Vectors.prepare``);
+                ``False`` leaves that to a build ahead in flight, which
+                screens once its keyword index is installed, so that a
+                query made meanwhile need not wait for it (the scores are
+                the same either way).
 
         Returns:
             How many vectors were taken.
@@ -419,7 +435,7 @@ class SearchIndex:
         """
         self._follow()
         with self._lock:
-            return self._vectors.adopt(embedder, keys, vectors, self._items)
+            return self._vectors.adopt(embedder, keys, vectors, self._items, screen=screen)
 
     @property
     def parts(self) -> EmbedParts:
@@ -566,8 +582,11 @@ class _Ahead:
             if found is not None:
                 self.adopt(index, parts, *found)
                 return
+        index._pause.give_way()
         with index._lock:
             index._watching.discard(self)
+            # Vectors taken in bulk as a session opened are screened here, not by a query.
+            index._vectors.screen()
 
     def install(self, index: SearchIndex, built: BuiltPostings | None) -> None:
         """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""

@@ -39,6 +39,7 @@ import os
 import typing
 
 from agents.memory._filter import FilterNode
+from agents.memory._vectors import EmbedParts
 from agents.memory.stores._backed import SessionWriter, StoredMemory
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
@@ -172,6 +173,7 @@ def open_memory(
     on_unknown_class: OnUnknownClass = "error",
     metadata: Mapping[str, Any] | None = None,
     index_ahead: bool | None = None,
+    parts: EmbedParts | None = None,
 ) -> StoredMemory:
     """Open ``session_id`` of a store as a ``Memory`` that writes every change through.
 
@@ -189,6 +191,9 @@ def open_memory(
         index_ahead: Build the in-RAM keyword index on another thread as the
             session opens (see ``StoredMemory``); ``None``: for sessions of
             at least 2,048 items.
+        parts: How the memory's search index cuts items for semantic search
+            (see ``EmbedParts``; default ``EmbedParts()``): the session's
+            vectors stored for that cut are taken as it opens.
 
     Returns:
         The memory, holding the session's items in their stored order.
@@ -213,6 +218,7 @@ def open_memory(
             metadata=metadata,
             owns_store=owns_store,
             index_ahead=index_ahead,
+            parts=parts,
         )
     except BaseException:
         if owns_store:

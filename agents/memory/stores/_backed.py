@@ -44,7 +44,12 @@ from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory._records import KEY_FIELD
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
 from agents.memory._vectors import Embedder, EmbedParts, SearchMode, progress_bar
-from agents.memory.exceptions import ArgumentTypeError, EmbeddingError
+from agents.memory.exceptions import (
+    ArgumentTypeError,
+    EmbedderMismatchError,
+    EmbeddingError,
+    StoreError,
+)
 from agents.memory.memory import ChangeCallback, Memory
 from agents.memory.stores._core.checks import check_session_id
 from agents.memory.stores._core.encoding import StoredRecord
@@ -295,6 +300,8 @@ class StoredMemory(Memory):
             it. ``None`` (the default): when the session holds at least
             2,048 items; ``False``: never (the index is
             built by the first query that needs it).
+        parts: How the search index cuts items (``EmbedParts``); with a build
+            ahead, the vectors stored for that cut are read as the session opens.
 
     Raises:
         InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -315,6 +322,7 @@ class StoredMemory(Memory):
         metadata: Mapping[str, Any] | None = None,
         owns_store: bool = False,
         index_ahead: bool | None = None,
+        parts: EmbedParts | None = None,
     ) -> None:
         sid = check_session_id(session_id)
         if index_ahead not in (None, True, False):
@@ -337,6 +345,7 @@ class StoredMemory(Memory):
             session_id=sid,
             writer=self._session,
         )
+        _cut(self, parts)  # before the vectors are read (and before any write: it may refuse)
         if metadata is not None:
             store.set_metadata(sid, metadata, step_key=step_key)
         self.reload()
@@ -534,7 +543,9 @@ class StoredMemory(Memory):
             found = self._store_search(query, k, where) if ahead is None else ahead
             return [hit for _, hit in found]
         keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
-        return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
+        # A semantic query needs no keyword index: a build in flight waits at its next slice.
+        with _builds_paused(self) if mode == "semantic" else contextlib.nullcontext():
+            return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def recall(
         self,
@@ -761,6 +772,18 @@ class StoredMemory(Memory):
         return self.delete_items(self._session.items_at(seqs))
 
 
+def _cut(memory: StoredMemory, parts: object) -> None:
+    """Have the memory's search index cut items as ``parts`` (an ``EmbedParts``; ``None``: as it does)."""
+    if parts is None:
+        return
+    if not isinstance(parts, EmbedParts):
+        msg = f"StoredMemory(parts=...) takes an EmbedParts, got {parts!r}."
+        raise ArgumentTypeError(msg)
+    from agents.memory import search
+
+    search.search_index(memory, parts=parts)
+
+
 def _store_ranks(memory: StoredMemory, mode: str, keys: Iterable[str] | None) -> bool:
     """Return whether a search goes to the store (keyword mode, all fields, the default tokenizer)."""
     if mode != "keyword" or keys is not None or not memory.store.keyword_index:
@@ -813,6 +836,8 @@ def _ahead_hits(
     index = search.search_index(memory)
     if not wanted or not (where is None or isinstance(where, Mapping)) or not index.building():
         return None
+    if mode == "semantic" and where is None and not index.missing_vectors(None):
+        return None  # every vector taken as the session opened: RAM answers, as warm
     model = search.embedder_for(memory, embedder)
     limit = k
     # The build stops at its next slice meanwhile: it would hold the interpreter between the store's reads.
@@ -847,12 +872,28 @@ def _ahead_hits(
 
 
 def _start_index(memory: StoredMemory, ahead: bool | None, session: SessionWriter) -> None:
-    """Start building the memory's keyword index on another thread, as ``index_ahead`` asks."""
-    if ahead is False or not len(memory) or (ahead is None and len(memory) < _AHEAD_ITEMS):
-        return
+    """Take the session's stored vectors now and start building the memory's keyword index on another thread, as ``index_ahead`` asks.
+
+    The vectors are read here, before the build starts, so that a semantic
+    query made at once after opening is answered in RAM as a warm one is
+    (the index takes them in bulk: see ``SearchIndex.adopt_vectors``).
+    """
     from agents.memory import search
 
-    search.search_index(memory).build_ahead(vectors=_stored_vectors(memory, session))
+    if ahead is False or not len(memory) or (ahead is None and len(memory) < _AHEAD_ITEMS):
+        return
+    index = search.search_index(memory)
+    read = _stored_vectors(memory, session)
+    if read is not None:
+        try:
+            found = read(index.parts)
+        except StoreError:  # nothing is taken: the first semantic query reads them (and says why)
+            found = None
+        if found is not None:
+            with contextlib.suppress(EmbedderMismatchError):  # the query will say so
+                # Screened by the build, after its keyword index: not in the open or the first query.
+                index.adopt_vectors(found[0], None, found[1], screen=False)
+    index.build_ahead()
 
 
 class _StoredModel:
