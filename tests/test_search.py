@@ -40,6 +40,7 @@ from agents.memory._vectors import (
     keyword_scale,
     keyword_share,
     ranked_top,
+    top_rows,
 )
 from agents.memory.search import (
     HYBRID_KEYWORD_WEIGHT,
@@ -1582,3 +1583,21 @@ def test_blend_keeps_a_keyword_leader_holding_every_word_and_standing_out_in_its
     keyword = {**keyword, 99: runner_up * lead}
     scores = blend(keyword, keyword_scale(3000), semantic, w, 1.0)
     assert 99 in _best(scores, 5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([-np.inf, -np.inf, -np.inf, 0.0, 0.25, 0.5, 1.0]), max_size=60),
+    st.one_of(st.none(), st.integers(1, 70)),
+)
+def test_top_rows_gives_the_best_positions_and_every_tie_with_the_last(
+    values: list[float], limit: int | None
+) -> None:
+    """top_rows returns, ascending, the positions of the ``limit`` highest values and every value tied with the last, never a -inf."""
+    sims = np.asarray(values, dtype=np.float32)
+    valid = sorted((v for v in values if v > -np.inf), reverse=True)
+    if limit is None or limit >= len(valid):
+        expected = [i for i, v in enumerate(values) if v > -np.inf]
+    else:
+        expected = [i for i, v in enumerate(values) if v >= valid[limit - 1]]
+    assert top_rows(sims, limit).tolist() == expected

@@ -385,7 +385,10 @@ def top_rows(sims: Any, limit: int | None) -> Any:
     count = int(valid.sum())
     if limit is None or limit >= count:
         return np.flatnonzero(valid)
-    cut = sims[np.argpartition(sims, size - limit)[size - limit]]
+    # numpy's selection slows tens of times where most values are equal (the -inf
+    # a screened table leaves at every item it did not score): select among the rest.
+    values = sims if count == size else sims[valid]
+    cut = np.partition(values, count - limit)[count - limit]
     return np.flatnonzero(sims >= cut)
 
 

@@ -536,9 +536,11 @@ class Ranker:
         """Return the best ``k`` by scoring every entry of every term into one array by row."""
         np = self.np
         scores = self._dense_scores(terms, distinct, slope)
-        if self.used > k:
-            cut = scores[np.argpartition(scores, self.used - k)[self.used - k]]
-            rows = np.flatnonzero(scores >= max(cut, np.nextafter(0.0, 1.0)))
+        held = scores[scores > 0.0]
+        if len(held) > k:  # selected among the items holding a term: numpy's selection
+            # slows many times over the zeros of the items that hold none
+            cut = np.partition(held, len(held) - k)[len(held) - k]
+            rows = np.flatnonzero(scores >= cut)
         else:
             rows = np.flatnonzero(scores > 0.0)
         found = scores[rows]
