@@ -39,7 +39,6 @@ import os
 import typing
 
 from agents.memory._filter import FilterNode
-from agents.memory._vectors import EmbedParts
 from agents.memory.stores._backed import SessionWriter, StoredMemory
 from agents.memory.stores._base import (
     SESSION_ID_MAX_LENGTH,
@@ -80,6 +79,7 @@ if typing.TYPE_CHECKING:
 
     from agents.memory._codec import OnUnencodable
     from agents.memory._item import OnUnknownClass
+    from agents.memory._vectors import EmbedParts
     from agents.memory.memory import ChangeCallback
     from agents.memory.stores._async.store import (
         AsyncOpener,
