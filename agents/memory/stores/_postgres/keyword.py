@@ -729,7 +729,9 @@ class PostgresKeywordIndex:
         only; they are scored in Python as :meth:`top` scores its rows, so
         a row's score is the same float either way. ``None`` for a query of
         more distinct terms than :data:`_COLUMN_TERMS` (the store then ranks
-        with :meth:`top`).
+        with :meth:`top`). Inside a search (:meth:`scope`) whose ranking
+        counted every query term, its statistics are used and only the rows
+        ``seqs`` are looked up, by key: the scores :meth:`top` gave them.
         """
         sid = session_id
         names = list(dict.fromkeys(terms))
@@ -793,7 +795,8 @@ class PostgresKeywordIndex:
         lexeme, or the overflow one), each row's counts read once: a term's
         frequency is the number of those rows whose counts hold it, as
         :meth:`top` counts it. Every distinct term is a key (0 where no item
-        holds it).
+        holds it). Inside a search (:meth:`scope`) whose ranking counted
+        every term, no statement: its counts are returned.
         """
         sid = session_id
         names = list(dict.fromkeys(terms))
