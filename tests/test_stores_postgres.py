@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.memory import MemoryItem
+from agents.memory import Memory, MemoryItem
 from agents.memory.exceptions import (
     CorruptStoreError,
     InvalidStoreURLError,
@@ -1002,3 +1002,113 @@ def test_the_vector_change_log_keeps_the_newest_rows_of_a_session_and_marks_the_
         assert backend.vector_changes("s", "*|8/0", since, now) is None
         assert backend.vector_changes("s", "*|8/0", middle, now) == {seqs[5]}
     assert _pg_schema.CHANGES_KEPT < rows <= _pg_schema.CHANGES_KEPT + 64 * len(seqs) + 1
+
+
+def _crowded_steps(n: int) -> list[MemoryItem]:
+    """Return ``n`` steps that all hold "the", with rarer words spread over them (no step holds every word of "the invoice window" side by side)."""
+    words = ("file", "report", "chart", "invoice", "window", "saved", "moved", "closed")
+    return [
+        MemoryItem(step=i, text=f"the {words[i % 8]} was {words[(i * 7) % 8]} the {i % 37}")
+        for i in range(n)
+    ]
+
+
+def _frequency_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Return a list that gets each later statement of a pooled connection that counts the query words' items over every row matching them (apart from a ranking)."""
+    scans: list[str] = []
+    real = psycopg.Connection.execute
+
+    def execute(self: Any, query: Any, params: Any = None, **options: Any) -> Any:
+        if "count(*) FILTER (WHERE c.tf ?" in str(query) or "GROUP BY q.t" in str(query):
+            scans.append(str(query))
+        return real(self, query, params, **options)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    return scans
+
+
+def _hits(found: Sequence[Any]) -> list[tuple[Any, float]]:
+    return [(hit.item["step"], hit.score) for hit in found]
+
+
+def test_a_hybrid_query_counts_its_words_items_in_its_ranking_only(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hybrid query whose keyword leader misses a word counts each word's items in its ranking only (the words' frequencies and the chosen rows' scores reuse its statistics), and its hits are Memory.search's."""
+    embedder = HashingEmbedder(32)
+    items = _crowded_steps(600)
+    with open_store(postgres_url) as store:
+        store.append("s", items)
+        store.index_embeddings("s", embedder)
+        scans = _frequency_scans(monkeypatch)
+        hits = store.search("s", "the invoice window", 5, mode="hybrid", embedder=embedder)
+    want = Memory(items).search("the invoice window", 5, mode="hybrid", embedder=embedder)
+    assert _hits(hits) == _hits(want)
+    assert scans == []
+
+
+def test_a_query_sees_what_another_handle_wrote_after_the_last_query(postgres_url: str) -> None:
+    """Two hybrid and keyword queries of one handle with another handle's append between them: the second ranks the new items with the new statistics, as Memory.search does."""
+    embedder = HashingEmbedder(32)
+    items = _crowded_steps(300)
+    more = [MemoryItem(step=300 + i, text=f"the invoice window {i} invoice") for i in range(40)]
+    query = "the invoice window"
+    with open_store(postgres_url) as reader, open_store(postgres_url) as writer:
+        writer.append("s", items)
+        writer.index_embeddings("s", embedder)
+        before = [reader.search("s", query, 5, mode=mode, embedder=embedder) for mode in MODES]
+        writer.append("s", more)
+        writer.index_embeddings("s", embedder)
+        after = [reader.search("s", query, 5, mode=mode, embedder=embedder) for mode in MODES]
+    for found, memory in ((before, Memory(items)), (after, Memory([*items, *more]))):
+        want = [memory.search(query, 5, mode=mode, embedder=embedder) for mode in MODES]
+        assert [_hits(hits) for hits in found] == [_hits(hits) for hits in want]
+    assert _hits(before[0]) != _hits(after[0])
+
+
+MODES = ("keyword", "hybrid")
+
+
+def test_a_search_scope_keeps_the_ranking_statistics_for_its_block_only(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside search_scope a ranking's statistics answer keyword_frequencies, keyword_among and count with the same values and no count of the words' items; after the block they are counted again."""
+    terms = ["the", "invoice", "window"]
+    with open_store(postgres_url) as store:
+        store.append("s", _crowded_steps(200))
+        backend = store.backend
+        seqs = [record.seq for record in store.records("s")][::7]
+        fresh = (
+            backend.keyword_frequencies("s", terms),
+            backend.keyword_among("s", terms, seqs),
+            backend.count("s"),
+        )
+        scans = _frequency_scans(monkeypatch)
+        with backend.search_scope("s"):
+            backend.keyword_top("s", terms, 5)
+            kept = (
+                backend.keyword_frequencies("s", terms),
+                backend.keyword_among("s", terms, seqs),
+                backend.count("s"),
+            )
+            assert scans == []
+        assert backend.keyword_frequencies("s", terms) == fresh[0]
+    assert kept == fresh
+    assert len(scans) == 1
+
+
+def test_a_write_by_the_handle_inside_a_search_scope_drops_the_kept_statistics(
+    postgres_url: str,
+) -> None:
+    """A handle that writes inside a search's scope counts the words afresh after the write (its own append is seen)."""
+    terms = ["the", "invoice"]
+    with open_store(postgres_url) as store:
+        store.append("s", _crowded_steps(80))
+        backend = store.backend
+        with backend.search_scope("s"):
+            backend.keyword_top("s", terms, 5)
+            store.append("s", [MemoryItem(step=80, text="the invoice")] * 3)
+            counted = backend.keyword_frequencies("s", terms)
+            items = backend.count("s")
+    assert counted == {"the": 83, "invoice": 23}  # 20 of the 80 steps, and the 3 appended
+    assert items == 83

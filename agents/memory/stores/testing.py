@@ -1456,6 +1456,34 @@ class StoreContract:
                 continue  # the store ranks with keyword_top, or scores the session itself
             assert among == [(score, seq) for score, seq in every if seq in chosen], terms
 
+    def test_search_scope_answers_as_the_calls_outside_it_and_keeps_nothing_past_it(
+        self, make_store: MakeStore
+    ) -> None:
+        """Inside search_scope a ranking's later calls (frequencies, chosen rows' scores, count) answer as they do outside it; a scope after another handle's write sees the write."""
+        terms = ["the", "file", "file", "report"]
+        with make_store() as store, make_store() as other:
+            store.append("s", ranking_corpus())
+            backend = store.backend
+            seqs = [record.seq for record in store.records("s")]
+
+            def answers() -> tuple[object, ...]:
+                return (
+                    backend.keyword_top("s", terms, 3),
+                    backend.keyword_frequencies("s", terms),
+                    backend.keyword_among("s", terms, seqs[::2]),
+                    backend.count("s"),
+                )
+
+            outside = answers()
+            with backend.search_scope("s"):
+                assert answers() == outside
+            other.append("s", [MemoryItem(step=20, note="file report file")] * 3)
+            with backend.search_scope("s"):
+                after = answers()
+            outside_after = answers()
+        assert after == outside_after
+        assert after[3] == len(seqs) + 3
+
     def test_keyword_frequencies_count_the_session_items_keyword_top_ranks(
         self, store: Store
     ) -> None:

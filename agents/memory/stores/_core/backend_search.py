@@ -11,6 +11,7 @@ a backend subclasses :class:`Backend`, never this class alone.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TypeAlias
 
@@ -23,6 +24,22 @@ _SomeRows: TypeAlias = "list[tuple[int, bytes]] | None"
 
 class SearchOperations:
     """The optional keyword and filter operations of a backend, each answering ``None`` (the store does the work) by default."""
+
+    # -- optional: one search's calls as one snapshot -------------------------------------
+
+    def search_scope(self, session_id: str) -> contextlib.AbstractContextManager[None]:
+        """Return the context of one search of a session: the backend may answer its later calls from what its earlier statements computed.
+
+        ``Store.search`` and ``Store.ranking`` enter it once around every
+        call one query makes of the session (a keyword ranking, the words'
+        document frequencies, the scores of chosen rows, ...). Inside it a
+        backend may keep what one statement returned (a ranking's item
+        count and each term's document frequency) and answer a later call
+        of the same query from it, as of that statement's snapshot; it
+        keeps nothing past the block, so the next query sees every write
+        made meanwhile, by any handle. By default nothing is kept.
+        """
+        return contextlib.nullcontext()
 
     # -- optional: keyword search from an index the backend keeps -------------------------
 

@@ -242,7 +242,10 @@ class PostgresBackend(SQLRows, Backend):
         check_pool(min_size, max_size, timeout)
         self.url = redact_url(conninfo)
         self.read_only = read_only
-        self._keyword = PostgresKeywordIndex(self._rank_rows, url=self.url)
+        # Rows looked up by key need no plan forced (a transaction of its own: 3 more round trips).
+        self._keyword = PostgresKeywordIndex(
+            self._rank_rows, url=self.url, lookup_rows=self.query_rows
+        )
         self._connections = PostgresConnections(
             conninfo,
             url=self.url,
@@ -403,6 +406,9 @@ class PostgresBackend(SQLRows, Backend):
     def count(self, session_id: str) -> int:
         if self.no_tables:
             return 0
+        counted = self._keyword.counted(session_id)
+        if counted is not None:  # the search under way ranked the session: its count, no statement
+            return counted
         if self._indexed:
             # The session's row keeps its item count (the keyword index's statistics,
             # kept by the same statements as the rows): no scan of the items.
@@ -427,6 +433,7 @@ class PostgresBackend(SQLRows, Backend):
     # -- writing ---------------------------------------------------------------------
 
     def transaction(self, session_id: str) -> contextlib.AbstractContextManager[Any]:
+        self._keyword.forget()  # a search writing (its vectors) counts its items afresh after
         return self._connections.transaction()
 
     def append_rows(
@@ -443,6 +450,7 @@ class PostgresBackend(SQLRows, Backend):
             "docs": [jsonb_copy(row[2]) for row in rows],
             **self._keyword.columns(session_id, rows, terms),
         }
+        self._keyword.forget()
         # One statement committed on its own: lost before the server's answer, it may have committed.
         seqs = sorted(int(r[0]) for r in self._connections.write_one(_APPEND, params))
         return seqs or None
@@ -592,6 +600,15 @@ class PostgresBackend(SQLRows, Backend):
         self._connections.close()
 
     # -- keyword search --------------------------------------------------------------
+
+    def search_scope(self, session_id: str) -> contextlib.AbstractContextManager[None]:
+        """Keep, for one search, the statistics its keyword ranking read (item count, each word's document frequency): the search's later calls answer from them (see the base).
+
+        A hybrid query then counts the matched rows once, in its ranking,
+        where it counted them three times (the ranking, the words'
+        frequencies for the proximity evidence, the scores of chosen rows).
+        """
+        return self._keyword.scope()
 
     @property
     def keyword_index(self) -> bool:

@@ -15,11 +15,13 @@ every insert, update and delete of rows, whatever the statement (schema version 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import heapq
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -498,17 +500,53 @@ SELECT q.t, count(*) FROM m JOIN unnest(%(names)s::text[]) AS q(t) ON m.tf ? q.t
 """
 
 
+# The rows ``seqs`` of a session with their length and each query term's count (``names``, in
+# order; NULL where the row holds none): what among() scores when the session's statistics
+# are kept from the same query's ranking (a lookup by key, no pass over the matched rows).
+_ROWS_COUNTS: Final = """
+SELECT i.seq, i.n_terms,
+    ARRAY(SELECT (i.tf ->> q.t)::bigint FROM unnest(%(names)s::text[]) WITH ORDINALITY AS q(t, o) ORDER BY q.o)
+FROM kvmemory_items AS i
+WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
+"""
+
+
+class Statistics(NamedTuple):
+    """A session's BM25 statistics as one ranking statement read them: items, terms, each query term's document frequency."""
+
+    n_items: int
+    total: int
+    dfs: dict[str, int]
+
+
+# What the ranking statements of the search under way (PostgresKeywordIndex.scope) read, by
+# (index, session id); None outside a search. A context variable, so that threads (and the
+# async store's calls) searching one store at once each keep their own.
+_KEPT: contextvars.ContextVar[dict[tuple[object, str], Statistics] | None] = contextvars.ContextVar(
+    "kvmemory_postgres_search_statistics", default=None
+)
+
+
 class PostgresKeywordIndex:
     """The keyword index of a PostgreSQL store's rows: what each write fills in, and BM25 over it.
 
     Args:
-        query_rows: Runs one read statement and returns its rows (the
-            backend's :meth:`~PostgresBackend.query_rows`).
+        query_rows: Runs one ranking statement (rows the GIN index matches)
+            and returns its rows.
         url: Names the store in messages.
+        lookup_rows: Runs one statement that looks rows up by key and
+            returns its rows (``query_rows`` where not given).
     """
 
-    def __init__(self, query_rows: Callable[[str, Any], list[Any]], *, url: str) -> None:
+    def __init__(
+        self,
+        query_rows: Callable[[str, Any], list[Any]],
+        *,
+        url: str,
+        lookup_rows: Callable[[str, Any], list[Any]] | None = None,
+    ) -> None:
         self._query_rows = query_rows
+        self._lookup_rows = lookup_rows or query_rows
         self._url = url
 
     @staticmethod
@@ -566,6 +604,7 @@ class PostgresKeywordIndex:
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self.damaged("search", f" session {sid!r} of", reason)
+        self._keep(sid, names, rows)
         return _exact_top(rows, terms, names, k)
 
     def top_where(
@@ -597,6 +636,7 @@ class PostgresKeywordIndex:
         if rows and rows[0][2]:
             reason = f"row {rows[0][0]} matches a query term its counts do not hold"
             raise self.damaged("search", f" session {sid!r} of", reason)
+        self._keep(sid, names, rows)
         return _exact_top(rows, terms, names, k)
 
     @staticmethod
@@ -620,6 +660,64 @@ class PostgresKeywordIndex:
             rows = self._query_rows(sql, {**params, "k": None, "cut": rows[k - 1][1] / _MARGIN**2})
         return rows
 
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Keep, for the block (one search), the statistics each ranking statement reads, for the search's later calls.
+
+        Inside it :meth:`frequencies`, :meth:`among` and :meth:`counted` of a
+        session answer from the statistics a :meth:`top` or
+        :meth:`top_where` of the same block read (its snapshot) instead of
+        counting the matched rows again. Nothing is kept past the block;
+        nested, the outer block's statistics are used.
+        """
+        if _KEPT.get() is not None:
+            yield
+            return
+        token = _KEPT.set({})
+        try:
+            yield
+        finally:
+            _KEPT.reset(token)
+
+    @staticmethod
+    def forget() -> None:
+        """Drop the statistics kept in the search under way (this handle wrote: they may be out of date)."""
+        kept = _KEPT.get()
+        if kept:
+            kept.clear()
+
+    def _keep(self, sid: str, names: Sequence[str], rows: Sequence[Any]) -> None:
+        """Keep the statistics a ranking statement returned with its rows, where a search is under way (:meth:`scope`).
+
+        The first statement's are kept; a later one's add the terms it
+        counted only where the session's counts read the same (else it saw
+        another snapshot, and the first stays whole).
+        """
+        kept = _KEPT.get()
+        if kept is None or not rows:
+            return
+        _, _, _, _, _, n_items, total, dfs = rows[0][:8]
+        counted = {term: int(df or 0) for term, df in zip(names, dfs, strict=True)}
+        found = Statistics(int(n_items), int(total), counted)
+        before = kept.get((self, sid))
+        if before is None:
+            kept[(self, sid)] = found
+        elif before[:2] == found[:2]:
+            before.dfs.update((t, df) for t, df in counted.items() if t not in before.dfs)
+
+    def _kept(self, sid: str, names: Sequence[str]) -> Statistics | None:
+        """Return the session's statistics kept in the search under way, where they count every term of ``names``."""
+        kept = _KEPT.get()
+        found = None if kept is None else kept.get((self, sid))
+        if found is None or any(term not in found.dfs for term in names):
+            return None
+        return found
+
+    def counted(self, session_id: str) -> int | None:
+        """Return the session's item count as a ranking of the search under way read it, or ``None`` (none kept)."""
+        found = self._kept(session_id, ())
+        return None if found is None else found.n_items
+
     def among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
     ) -> list[tuple[float, int]] | None:
@@ -631,10 +729,15 @@ class PostgresKeywordIndex:
         only; they are scored in Python as :meth:`top` scores its rows, so
         a row's score is the same float either way. ``None`` for a query of
         more distinct terms than :data:`_COLUMN_TERMS` (the store then ranks
-        with :meth:`top`).
+        with :meth:`top`). Inside a search (:meth:`scope`) whose ranking
+        counted every query term, its statistics are used and only the rows
+        ``seqs`` are looked up, by key: the scores :meth:`top` gave them.
         """
         sid = session_id
         names = list(dict.fromkeys(terms))
+        kept = self._kept(sid, names)
+        if kept is not None:
+            return self._among_kept(sid, terms, names, seqs, kept)
         if len(names) > _COLUMN_TERMS:
             return None  # a column per term would pass PostgreSQL's limits: top ranks
         query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
@@ -655,6 +758,25 @@ class PostgresKeywordIndex:
                 scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
         return sorted(scored, key=lambda hit: (-hit[0], hit[1]))
 
+    def _among_kept(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        names: list[str],
+        seqs: Sequence[int],
+        kept: Statistics,
+    ) -> list[tuple[float, int]]:
+        """Return :meth:`among`'s scores with the statistics the search's ranking read: only the rows ``seqs`` are looked up."""
+        rows = self._lookup_rows(_ROWS_COUNTS, {"sid": sid, "names": names, "seqs": list(seqs)})
+        weighted = query_weights(terms, {t: df for t, df in kept.dfs.items() if df}, kept.n_items)
+        average = bm25_average_length(kept.total, kept.n_items)
+        scored = []
+        for seq, length, tfs in rows:
+            counts = {term: int(tf) for term, tf in zip(names, tfs, strict=True) if tf}
+            if counts:
+                scored.append((bm25_score(counts, int(length), weighted, average), int(seq)))
+        return sorted(scored, key=lambda hit: (-hit[0], hit[1]))
+
     def held(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
     ) -> dict[int, set[str]]:
@@ -663,7 +785,7 @@ class PostgresKeywordIndex:
         if not names or not seqs:
             return {}
         params = {"sid": session_id, "names": names, "seqs": list(seqs)}
-        rows = self._query_rows(_HELD, params)
+        rows = self._lookup_rows(_HELD, params)
         return {int(seq): set(holding) for seq, holding in rows if holding}
 
     def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int]:
@@ -673,12 +795,16 @@ class PostgresKeywordIndex:
         lexeme, or the overflow one), each row's counts read once: a term's
         frequency is the number of those rows whose counts hold it, as
         :meth:`top` counts it. Every distinct term is a key (0 where no item
-        holds it).
+        holds it). Inside a search (:meth:`scope`) whose ranking counted
+        every term, no statement: its counts are returned.
         """
         sid = session_id
         names = list(dict.fromkeys(terms))
         if not names:
             return {}
+        kept = self._kept(sid, names)
+        if kept is not None:  # the search's ranking counted them, in its snapshot
+            return {term: kept.dfs[term] for term in names}
         query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
         params: dict[str, Any] = {"sid": sid, "query": query}
         if len(names) > _COLUMN_TERMS:

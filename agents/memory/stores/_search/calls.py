@@ -121,28 +121,30 @@ class SearchCalls:
             StoreError: if the store cannot be read.
         """
         sid = self._search_engine.check(session_id)
-        keep = Filter.of(where)
-        if mode == "keyword":
-            return self._keyword.search(sid, query, k, keys, on_unknown_class, keep)
-        text = checked_query(query)
-        check_k(k)
-        fields = checked_keys(keys)
-        if mode not in ("semantic", "hybrid"):
-            msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
-            raise InvalidQueryError(msg)
-        weight = checked_weight(hybrid_weight)
-        return self._vectors.search(
-            sid,
-            text,
-            k,
-            fields,
-            mode,
-            embedder,
-            weight,
-            on_unknown_class,
-            keep,
-            _checked_parts(parts),
-        )
+        # One query's calls share what the backend computed (Backend.search_scope).
+        with self._search_engine.backend.search_scope(sid):
+            keep = Filter.of(where)
+            if mode == "keyword":
+                return self._keyword.search(sid, query, k, keys, on_unknown_class, keep)
+            text = checked_query(query)
+            check_k(k)
+            fields = checked_keys(keys)
+            if mode not in ("semantic", "hybrid"):
+                msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
+                raise InvalidQueryError(msg)
+            weight = checked_weight(hybrid_weight)
+            return self._vectors.search(
+                sid,
+                text,
+                k,
+                fields,
+                mode,
+                embedder,
+                weight,
+                on_unknown_class,
+                keep,
+                _checked_parts(parts),
+            )
 
     def ranking(
         self,
@@ -177,7 +179,8 @@ class SearchCalls:
             StoreError: if the store cannot be read.
         """
         sid = self._search_engine.check(session_id)
-        return self._keyword.ranking(sid, query, k, keys, Filter.of(where))
+        with self._search_engine.backend.search_scope(sid):
+            return self._keyword.ranking(sid, query, k, keys, Filter.of(where))
 
     def vector_model(self, session_id: str) -> VectorModel | None:
         """Return the embedding model a session's vectors came from, or ``None`` if it has none.
