@@ -438,9 +438,7 @@ class Vectors:
         per_slot = self.refs / slots
         # Their rows, gathered, cost about twice as many rows read in turn: less room to pay.
         keeps = SCREEN_KEEPS - 2 * first * per_slot / used
-        if not screen.pays(
-            np, self.matrix, used, query, turned, limit * math.sqrt(per_slot), keeps
-        ):
+        if not screen.pays(np, self.matrix, used, query, turned, limit, keeps):
             return None  # the bound would keep too many rows: score every row, and no bound
         ref_row = self.ref_row[: self.refs]
         start = self.start[:slots]
@@ -638,9 +636,11 @@ class Screen:
         item that can be among the best is scored exactly.
 
         Args:
-            rank: The query's ``limit`` times the square root of the rows
-                a slot (an item's best part lies among its rows: between
-                ``limit`` and ``limit`` times that many rows reach the cut).
+            rank: The query's ``limit``: items of several rows put more
+                rows above the cut, but a query close to a few parts far
+                above the rest has a cut far above the sample's rows, and
+                the lower rank guessed better on both (measured with
+                ``HashingEmbedder`` and ``WordLlamaEmbedder``).
             keeps: The largest share of rows the screen may keep and
                 still pay (:data:`SCREEN_KEEPS`, less the cost of the
                 items the screen scores first).
