@@ -339,8 +339,7 @@ def binary(
 
 def head_query(screen: Any, query: Any) -> Any:
     """Return the query's side of the block bound: its first block's coordinates in the screen's basis, then each other block's length."""
-    _, (turned, lengths) = screen.bounds(np, query, 1)
-    return np.concatenate([turned[: screen.edges[1]], np.asarray(lengths, dtype=np.float32)])
+    return screen.turn(np, query)[0]
 
 
 def steps(parts: Vectors, queries: Any, repeat: int) -> dict[str, float]:

@@ -49,6 +49,7 @@ from agents.memory.search import (
     Hit,
     Tokenizer,
     WordLlamaEmbedder,
+    _item_vectors,
     search,
     search_index,
 )
@@ -1601,3 +1602,105 @@ def test_top_rows_gives_the_best_positions_and_every_tie_with_the_last(
     else:
         expected = [i for i, v in enumerate(values) if v >= valid[limit - 1]]
     assert top_rows(sims, limit).tolist() == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(8192, 20000),
+    st.integers(1, 120),
+    st.sampled_from([0.0, 0.1, 0.9]),
+    st.integers(2, 1000),
+)
+def test_top_rows_of_a_long_array_gives_what_sorting_gives(
+    seed: int, size: int, limit: int, unset: float, levels: int
+) -> None:
+    """Over 8,192 values (read first in a sample), top_rows still returns the positions of the limit highest and every tie with the last, never a -inf."""
+    rng = np.random.default_rng(seed)
+    sims = (rng.integers(0, levels, size) / levels).astype(np.float32)  # few levels: many ties
+    sims[rng.random(size) < unset] = -np.inf
+    valid = np.sort(sims[sims > -np.inf])[::-1]
+    if limit >= len(valid):
+        expected = np.flatnonzero(sims > -np.inf)
+    else:
+        expected = np.flatnonzero(sims >= valid[limit - 1])
+    assert top_rows(sims, limit).tolist() == expected.tolist()
+
+
+def _screen_table(
+    rng: np.random.Generator,
+    items: int,
+    parts: int,
+    spread: float,
+    crowd: int,
+    dropped: Sequence[int],
+) -> tuple[Vectors, np.ndarray, np.ndarray]:
+    """Return a table of ``items`` items of 1 to ``parts`` unit part vectors near 8 directions by ``spread`` (some shared, ``crowd`` of them near one direction), with ``dropped`` gone; its rows and that direction."""
+    low = rng.standard_normal((items * parts, 8)) @ rng.standard_normal((8, 64))
+    rows = (low + spread * rng.standard_normal((items * parts, 64))).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    near = rows[1]
+    for item in range(
+        crowd
+    ):  # many items close to one direction: its best lie past the first scored
+        rows[item * parts] = near + 0.05 * rng.standard_normal(64)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    blocks = []
+    for item in range(items):
+        count = int(rng.integers(1, parts + 1))
+        block = rows[item * parts : item * parts + count].copy()
+        if item % 7 == 3:
+            block[-1] = rows[0]  # a part many items share: ties at the cut
+        blocks.append(block)
+    table = Vectors("m", 64, EmbedParts())
+    table.put(list(range(items)), blocks)
+    for key in dropped:
+        table.drop(key)
+    return table, rows, near
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1000, 3000),
+    st.sampled_from([1, 4]),
+    st.sampled_from([0.05, 0.3, 3.0]),
+    st.sampled_from([0, 300]),
+    st.sampled_from(["crowd", "row", "near", "random"]),
+    st.integers(1, 20),
+    st.sampled_from([0.0, 0.1, 1.0]),
+    st.lists(st.integers(0, 2999), max_size=60),
+    st.lists(st.integers(0, 2999), max_size=4),
+)
+def test_a_screened_query_returns_what_scoring_every_row_returns(
+    seed: int,
+    items: int,
+    parts: int,
+    spread: float,
+    crowd: int,
+    query_kind: str,
+    limit: int,
+    keeps: float,
+    dropped: list[int],
+    among: list[int],
+) -> None:
+    """Whether the sample says the screen pays or not (and whichever way it is forced), the screened table gives every row's exact answer: same keys, same floats, ties whole."""
+    rng = np.random.default_rng(seed)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_item_vectors, "SCREEN_ROWS", 64)
+        patch.setattr(_item_vectors, "SCREEN_KEEPS", keeps)
+        table, rows, near = _screen_table(rng, items, parts, spread, crowd, dropped)
+        table.prepare(screen=True)
+        assert table.screen is not None
+        if query_kind == "crowd":
+            query = near
+        elif query_kind == "row":
+            query = rows[int(rng.integers(0, len(rows)))]
+        else:
+            scale = 0.3 if query_kind == "near" else 100.0
+            query = rows[int(rng.integers(0, len(rows)))] + scale * rng.standard_normal(64)
+            query = (query / np.linalg.norm(query)).astype(np.float32)
+        screened = table.scores(query, limit, among=among)
+        table.screens = False
+        every = table.scores(query, limit, among=among)
+    assert screened == every

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -394,10 +395,9 @@ class Vectors:
     def _every_best(self, np: Any, query: Any) -> Any:
         """Return each slot's best cosine with ``query`` (``-inf`` for a dead slot), scoring every row."""
         slots = len(self.key_at)
-        best = np.maximum.reduceat(
-            cosines(self.matrix[: self.used], query)[self.ref_row[: self.refs]],
-            self.start[:slots],
-        )
+        sims = cosines(self.matrix[: self.used], query)[self.ref_row[: self.refs]]
+        # A row a slot (whole items): each slot's best is its row's.
+        best = sims if self.refs == slots else np.maximum.reduceat(sims, self.start[:slots])
         if self.dead:
             best[~self.alive[:slots]] = -np.inf
         return best
@@ -418,8 +418,10 @@ class Vectors:
     def _screened(self, np: Any, query: Any, limit: int, wanted: list[int]) -> Any | None:
         """Return each slot's best cosine where it can be among the best ``limit`` or is ``wanted``, ``-inf`` elsewhere.
 
-        The screen bounds every row's cosine (:meth:`Screen.bounds`), and so
-        every item's; the items with the highest bounds (and the ``wanted``
+        ``None`` (score every row) where a sample of the rows says the bound
+        would keep too many of them (:meth:`Screen.pays`), or where the
+        cut found keeps more than half. Else the screen bounds every
+        row's cosine (:meth:`Screen.bounds`), and so every item's; the items with the highest bounds (and the ``wanted``
         ones) are scored exactly, and the ``limit``-th best of them is the
         cut. A row whose bound is below the cut cannot give an item a cosine
         that reaches it: the rows that can are bounded again, closer
@@ -431,15 +433,24 @@ class Vectors:
         slots = len(self.key_at)
         screen = self._screen_now(np)
         used = self.used
+        turned = screen.turn(np, query)
+        first = min(slots - 1, 2 * limit + 32)  # the items scored first, for a cut
+        per_slot = self.refs / slots
+        # Their rows, gathered, cost about twice as many rows read in turn: less room to pay.
+        keeps = SCREEN_KEEPS - 2 * first * per_slot / used
+        if not screen.pays(np, self.matrix, used, query, turned, limit, keeps):
+            return None  # the bound would keep too many rows: score every row, and no bound
         ref_row = self.ref_row[: self.refs]
         start = self.start[:slots]
-        rows_bound, query_parts = screen.bounds(np, query, used)
-        bound = np.maximum.reduceat(rows_bound[ref_row], start)
+        rows_bound = screen.bounds_turned(turned, used)
+        if self.refs == slots:  # a row a slot (whole items): no slot holds two
+            bound = rows_bound[ref_row]
+        else:
+            bound = np.maximum.reduceat(rows_bound[ref_row], start)
         if self.dead:
             bound[~self.alive[:slots]] = -np.inf
         best = np.full(slots, -np.inf, dtype=np.float32)
-        first = min(slots - 1, 2 * limit + 32)
-        chosen = np.argpartition(-bound, first)[:first]
+        chosen = _highest(np, bound, first)
         chosen = np.union1d(chosen[bound[chosen] > -np.inf], np.asarray(wanted, dtype=np.int64))
         best[chosen] = self._exact(np, query, chosen)
         cut = np.partition(best[chosen], len(chosen) - limit)[len(chosen) - limit]
@@ -449,7 +460,7 @@ class Vectors:
         rows = np.flatnonzero(rows_bound >= cut)
         if 2 * len(rows) > used:
             return None  # the bound keeps most rows: score every row
-        rows = rows[screen.closer(np, query_parts, rows, rows_bound[rows]) >= cut]
+        rows = rows[screen.closer(np, turned, rows, rows_bound[rows]) >= cut]
         exact = np.full(used, -np.inf, dtype=np.float32)
         exact[rows] = cosines(self.matrix[rows], query)
         places, offsets = self._places(np, rest)
@@ -507,6 +518,19 @@ SCREEN_LEAST = 16
 SCREEN_MARGIN = 1e-3
 """What a bound adds for rounding: the rotated coordinates and the exact cosine round apart by far less."""
 
+SCREEN_SAMPLE = 32
+"""A query screens a table only where every this-many-th row says the bound will pay (:meth:`Screen.pays`)."""
+
+SCREEN_KEEPS = 0.1
+"""The share of the sampled rows whose bound reaches the guessed cut past which a query scores every row instead (:meth:`Screen.pays`).
+
+Measured at 100,000 whole vectors and at 10,000 steps of part vectors
+(``HashingEmbedder(256)``, 60 queries drawn from the steps' own text, each
+forced through the screen and scored whole): the screen paid where it
+kept up to about 10% of whole-item rows, and less of part rows, the
+fewer the more items it scores first (a limit of 100: about 3%).
+"""
+
 
 class Screen:
     """A cheap upper bound of every row's cosine with a query, made closer for the rows that matter.
@@ -541,6 +565,8 @@ class Screen:
         # head: the first block's coordinates, then the length of every other block.
         self.head = np.zeros((len(matrix), width + blocks - 1), dtype=np.float32)
         self.second = np.zeros((len(matrix), self.edges[2] - width), dtype=np.float32)
+        # The head of every SCREEN_SAMPLE-th row, held together: read for each query (see pays).
+        self.sampled = np.zeros((-(-len(matrix) // SCREEN_SAMPLE), self.head.shape[1]), np.float32)
         self.made_at = used
         self.done = 0
         self.follow(np, matrix, used)
@@ -553,6 +579,9 @@ class Screen:
             second = np.zeros((len(matrix), self.second.shape[1]), dtype=np.float32)
             second[: len(self.second)] = self.second
             self.head, self.second = head, second
+            sampled = np.zeros((-(-len(matrix) // SCREEN_SAMPLE), head.shape[1]), np.float32)
+            sampled[: len(self.sampled)] = self.sampled
+            self.sampled = sampled
         step = 16384  # a block of rows at a time: the turned rows are not all held at once
         for begin in range(self.done, used, step):
             self.refresh(np, matrix, np.arange(begin, min(used, begin + step)))
@@ -560,6 +589,7 @@ class Screen:
 
     def refresh(self, np: Any, matrix: Any, rows: Any) -> None:
         """Turn ``rows`` of ``matrix`` again (their vectors changed)."""
+        rows = np.asarray(rows, dtype=np.int64)
         turned = matrix[rows] @ self.basis
         edges = self.edges
         width = edges[1]
@@ -568,26 +598,65 @@ class Screen:
         for block in range(1, len(edges) - 1):
             part = turned[:, edges[block] : edges[block + 1]]
             self.head[rows, width + block - 1] = np.sqrt(np.einsum("ij,ij->i", part, part))
+        picked = rows[rows % SCREEN_SAMPLE == 0]
+        self.sampled[picked // SCREEN_SAMPLE] = self.head[picked]
+
+    def turn(self, np: Any, query: Any) -> tuple[Any, Any, Any]:
+        """Return what bounds the rows' cosines with the unit ``query``: the first block's coordinates and the other blocks' lengths, the turned query, and those lengths."""
+        turned = query @ self.basis
+        edges = self.edges
+        lengths = np.sqrt(np.add.reduceat(turned * turned, edges[1:-1]))  # blocks 1 to the last
+        head_query = np.concatenate([turned[: edges[1]], lengths]).astype(np.float32)
+        return head_query, turned, lengths
 
     def bounds(self, np: Any, query: Any, used: int) -> tuple[Any, Any]:
         """Return an upper bound of each of the first ``used`` rows' cosine with the unit ``query``, and the turned query (for :meth:`closer`)."""
-        turned = query @ self.basis
-        edges = self.edges
-        lengths = [
-            float(
-                np.sqrt(
-                    turned[edges[block] : edges[block + 1]]
-                    @ turned[edges[block] : edges[block + 1]]
-                )
-            )
-            for block in range(1, len(edges) - 1)
-        ]
-        head_query = np.concatenate([turned[: edges[1]], np.asarray(lengths, dtype=np.float32)])
-        return cosines(self.head[:used], head_query) + SCREEN_MARGIN, (turned, lengths)
+        turned = self.turn(np, query)
+        return self.bounds_turned(turned, used), turned
+
+    def bounds_turned(self, turned: Any, used: int) -> Any:
+        """Return an upper bound of each of the first ``used`` rows' cosine with a query turned by :meth:`turn`."""
+        return cosines(self.head[:used], turned[0]) + SCREEN_MARGIN
+
+    def pays(
+        self, np: Any, matrix: Any, used: int, query: Any, turned: Any, rank: float, keeps: float
+    ) -> bool:
+        """Return whether bounding the first ``used`` rows of ``matrix`` can pay for a query whose cut is about its ``rank``-th best row, guessed from every :data:`SCREEN_SAMPLE`-th row.
+
+        The sampled rows are bounded, and those with the highest bounds
+        scored exactly: the cosine among them at the rank's place in
+        proportion (at least the best of them) guesses the cut the screen
+        will find, and the share of the sample whose bound reaches it
+        guesses the share of rows the screen keeps. Where that is more
+        than ``keeps``, bounding every row and then scoring many of them
+        costs more than scoring every row. A bound that
+        says little about the cosine ranks the sampled rows at random,
+        so their best scored ones guess a low cut, and every row is
+        scored. Only the cost depends on the guess: either way every
+        item that can be among the best is scored exactly.
+
+        Args:
+            rank: The query's ``limit``: items of several rows put more
+                rows above the cut, but a query close to a few parts far
+                above the rest has a cut far above the sample's rows, and
+                the lower rank guessed better on both (measured with
+                ``HashingEmbedder`` and ``WordLlamaEmbedder``).
+            keeps: The largest share of rows the screen may keep and
+                still pay (:data:`SCREEN_KEEPS`, less the cost of the
+                items the screen scores first).
+        """
+        count = -(-used // SCREEN_SAMPLE)
+        bound = cosines(self.sampled[:count], turned[0]) + SCREEN_MARGIN
+        place = min(count, max(1, math.ceil(rank * count / used)))
+        scored = min(count, max(32, 4 * place))
+        top = np.argpartition(-bound, scored - 1)[:scored] if scored < count else np.arange(count)
+        exact = cosines(matrix[top * SCREEN_SAMPLE], query)
+        guess = np.partition(exact, scored - place)[scored - place]
+        return int(np.count_nonzero(bound >= guess)) <= keeps * count
 
     def closer(self, np: Any, turned_query: Any, rows: Any, bounds: Any) -> Any:
         """Return a closer bound of ``rows`` (whose bounds were ``bounds``): the second block's product for the product of its lengths."""
-        turned, lengths = turned_query
+        _, turned, lengths = turned_query
         width = self.edges[1]
         loose = self.head[rows, width] * lengths[0]
         return bounds - loose + cosines(self.second[rows], turned[width : self.edges[2]])
@@ -658,6 +727,14 @@ def bulk_table(empty: Vectors, keys: Sequence[int], blocks: Sequence[Any]) -> Ve
         msg = f"Vectors of {matrix.shape[1]} dimensions cannot join a table of {width}; embed with one model."
         raise EmbedderMismatchError(msg)
     return Vectors.of_rows(empty.model, empty.parts, row_keys, matrix, distinct=True)
+
+
+def _highest(np: Any, values: Any, count: int) -> Any:
+    """Return the places of the ``count`` highest ``values`` (with ties, or just ``count`` where ties are many), ascending."""
+    places = top_rows(values, count)
+    if len(places) > 4 * count:  # many equal to the last: not all of them
+        places = np.sort(np.argpartition(-values, count)[:count])
+    return places
 
 
 def _grown(np: Any, array: Any, fill: object) -> Any:
