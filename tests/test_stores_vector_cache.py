@@ -84,6 +84,25 @@ def test_an_unchanged_session_is_scored_without_reading_its_vectors_again(
 
 
 @pytest.mark.parametrize("kind", IN_PROCESS_TOO)
+def test_a_session_whose_vectors_were_read_whole_is_scored_without_reading_them_again(
+    kind: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After Store.read_vectors of the whole session (as a StoredMemory opens), the first semantic or hybrid search reads no vector page."""
+    url = durable_url(kind)
+    write(url)
+    with open_store(url) as fresh:
+        want = {mode: ranked(fresh, mode) for mode in ("semantic", "hybrid")}
+    with open_store(url) as store:
+        assert len(store.read_vectors("s", EMBEDDER)) == 60
+
+        def refuse(*args: object) -> None:
+            raise AssertionError("the vectors were read again")
+
+        monkeypatch.setattr(store.backend, "vector_pages", refuse)
+        assert {mode: ranked(store, mode) for mode in ("semantic", "hybrid")} == want
+
+
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
 @pytest.mark.parametrize("change", ["update last", "update first", "delete", "append"])
 def test_a_write_by_a_second_handle_is_seen_by_the_next_search(
     kind: str, change: str, durable_url: Callable[[str], str]
