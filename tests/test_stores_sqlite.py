@@ -21,7 +21,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agents.memory import MemoryItem
+from agents.memory import Memory, MemoryItem
 from agents.memory._text import bm25_average_length, bm25_term_score
 from agents.memory.exceptions import (
     CorruptStoreError,
@@ -1299,6 +1299,33 @@ def test_each_terms_share_is_at_most_the_bound_the_scorer_prunes_by(
             if counts[term]:
                 share = bm25_term_score(scorer.lifts[term], counts[term], len(words), average)
                 assert share <= scorer._bound(term, len(words)) <= scorer._bound(term)
+
+
+@pytest.mark.parametrize("query", ["zeta the", "alpha beta the", "the alpha zeta beta"])
+def test_a_word_every_item_holds_is_scored_without_reading_its_postings(
+    tmp_path: Path, query: str
+) -> None:
+    """Where rarer words settle the top k, the postings of a word every item holds are not read (their rows' terms count it): Memory.search's hits and scores."""
+    rng = random.Random(7)
+    items = []
+    for n in range(400):
+        words = ["the"] * rng.randint(3, 8) + ["filler"] * rng.randint(0, 6)
+        words += [word for word in ("alpha", "beta") if rng.random() < 0.3]
+        words += ["zeta"] * (n % 80 == 0)
+        rng.shuffle(words)
+        items.append(MemoryItem(n=n, note=" ".join(words)))
+    with SQLiteStore(tmp_path / "common.db") as store:
+        store.append("s", items)
+        store.append("other", items[:50])
+        statements: list[str] = []
+        store.backend.connection.set_trace_callback(statements.append)
+        got = [(hit.item["n"], hit.score) for k in (1, 5) for hit in store.search("s", query, k)]
+        store.backend.connection.set_trace_callback(None)
+    want = [(hit.item["n"], hit.score) for k in (1, 5) for hit in Memory(items).search(query, k)]
+    assert got == want
+    postings = [sql for sql in statements if "kvmemory_fts_instance" in sql]
+    assert postings
+    assert not [sql for sql in postings if "·the'" in sql or '·the"' in sql], postings
 
 
 def test_reopening_a_large_session_runs_no_collection_until_its_index_is_built(

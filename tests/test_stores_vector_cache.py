@@ -57,6 +57,20 @@ def ranked(store: Store, mode: str = "semantic") -> list[tuple[int, float]]:
     return [(hit.seq, hit.score) for hit in hits]
 
 
+def both_modes(store: Store) -> dict[str, list[tuple[int, float]]]:
+    """Return :func:`ranked` in semantic and in hybrid mode."""
+    return {mode: ranked(store, mode) for mode in ("semantic", "hybrid")}
+
+
+def refuse_vector_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the store's backend fail any read of a session's vectors page by page."""
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the vectors were read again")
+
+    monkeypatch.setattr(store.backend, "vector_pages", refuse)
+
+
 def write(url: str, n: int = 60) -> list[int]:
     """Store ``n`` steps in session ``s`` with their vectors; return their seqs."""
     with open_store(url) as store:
@@ -66,21 +80,22 @@ def write(url: str, n: int = 60) -> list[int]:
 
 
 @pytest.mark.parametrize("kind", IN_PROCESS_TOO)
+@pytest.mark.parametrize("held", ["queried twice", "read whole"])
 def test_an_unchanged_session_is_scored_without_reading_its_vectors_again(
-    kind: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+    kind: str, held: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """From the third query on, a semantic or hybrid search of an unchanged session reads no vector page: it scores the kept table."""
+    """A search of an unchanged session reads no vector page from the third query on, or from the first after Store.read_vectors of the whole session (as a StoredMemory opens)."""
     url = durable_url(kind)
     write(url)
+    with open_store(url) as fresh:
+        want = both_modes(fresh)
     with open_store(url) as store:
-        want = {mode: ranked(store, mode) for mode in ("semantic", "hybrid")}
-        assert {mode: ranked(store, mode) for mode in ("semantic", "hybrid")} == want  # kept now
-
-        def refuse(*args: object) -> None:
-            raise AssertionError("the vectors were read again")
-
-        monkeypatch.setattr(store.backend, "vector_pages", refuse)
-        assert {mode: ranked(store, mode) for mode in ("semantic", "hybrid")} == want
+        if held == "read whole":
+            assert len(store.read_vectors("s", EMBEDDER)) == 60
+        else:
+            assert both_modes(store) == want  # read, then kept
+        refuse_vector_reads(store, monkeypatch)
+        assert both_modes(store) == want
 
 
 @pytest.mark.parametrize("kind", IN_PROCESS_TOO)

@@ -9,6 +9,7 @@ keyword side (:meth:`KeywordSearch.hybrid`) as ``Memory.search`` does.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
@@ -169,7 +170,13 @@ class VectorSearch:
         filed = fields_text(fields, parts)
         out: dict[int, Any] = {}
         errors = self._engine.errors
+        read: list[tuple[list[int], Any]] | None = None  # every page, for the cache
         if seqs is None:
+            with errors("read the vectors of", sid):
+                # Read before the vectors, as a query's kept table is: a write after it makes it stale.
+                version = self._backend.vectors_version(sid, filed)
+            if version is not None and self._stores_vectors():
+                read = []
             pages = self._backend.vector_pages(sid, filed, 4096)
         else:
             wanted = [check_seq(seq, "seq") for seq in seqs]
@@ -179,8 +186,14 @@ class VectorSearch:
             with errors("read the vectors of", sid):
                 rows = next(pages, None)
             if rows is None:
+                if read is not None:  # the session's every vector: the next query scores from them
+                    made = functools.partial(_table_of, read, embedder, parts)
+                    kept_as = (version, embedder.name, embedder.dimension)
+                    self._cache.offer(sid, filed, kept_as, made)
                 return out
             keys_of, matrix = self._decoded_vectors(sid, embedder, rows)
+            if read is not None:
+                read.append((keys_of, matrix))
             if parts == EmbedParts.WHOLE:
                 out.update(zip(keys_of, matrix, strict=True))
                 continue
