@@ -17,8 +17,9 @@ benchmarks/_search_corpus.py):
   each store (memory://, SQLite, JSONL, PostgreSQL) and in a
   ``StoredMemory`` over each, the unfiltered query and each filter timed
   in turn, query by query, once a store's kept vectors are compacted (see
-  :data:`WARM`); and the first filtered query after opening a store
-  against the same query warm;
+  :data:`WARM`); the first filtered query after opening a store
+  against the same query warm and unfiltered; and the query right after a
+  one-step write by the handle (an agent's loop), each filter against none;
 * ``writes``: the ``parts`` section's queries after a write (by the
   handle, by another handle) alone, in each store, with ``HashingEmbedder``;
 * ``store``: each of the five queries through ``Store.search`` on the
@@ -433,21 +434,71 @@ def filters_run(
                     q, 5, mode=mode, where=where, embedder=embedder
                 ),
             )
+            out.update(_after_write(name, store, sid, wanted, kinds, embedder, rows))
             store.delete_session(sid)
     return out
 
 
 def _first_filtered(name: str, store: Store, sid: str, kinds: Sequence[str]) -> dict[str, float]:
-    """Return the first keyword query of each filter kind after opening the store, and the same query warm."""
+    """Return the first keyword query of each filter kind after opening the store, the same query warm, and the query unfiltered.
+
+    The unfiltered query is asked (and timed) first, so that the handle's
+    keyword index is read before any filter: the first filtered query then
+    pays for the filter alone. Each kind filters a field of its own, so
+    each is the first query on its field.
+    """
     out: dict[str, float] = {}
+    query = QUERIES[min(2, len(QUERIES) - 1)]
+    unfiltered = best_ms(lambda: store.search(sid, query, 5), 4)
     for kind in kinds:
-        query = QUERIES[min(2, len(QUERIES) - 1)]
         out[f"first/{name} keyword/{kind} first"] = best_ms(
-            lambda kind=kind, query=query: store.search(sid, query, 5, where=RARE[kind]), 1
+            lambda kind=kind: store.search(sid, query, 5, where=RARE[kind]), 1
         )
         out[f"first/{name} keyword/{kind} warm"] = best_ms(
-            lambda kind=kind, query=query: store.search(sid, query, 5, where=RARE[kind]), 3
+            lambda kind=kind: store.search(sid, query, 5, where=RARE[kind]), 3
         )
+        out[f"first/{name} keyword/{kind} all"] = unfiltered
+    return out
+
+
+AFTER_WRITE = 5
+"""One-step writes before each timed query of the after-write table, per filter and mode (the median is kept)."""
+
+
+def _after_write(
+    name: str,
+    store: Store,
+    sid: str,
+    wanted: Sequence[str],
+    kinds: Sequence[str],
+    embedder: Any,
+    rows: Sequence[dict[str, Any]],
+) -> dict[str, float]:
+    """Return the query right after a one-step write by the handle (the agent loop), with each filter and without, in each mode.
+
+    The filters and the unfiltered query take turns, each after a write of
+    its own; each figure is the median of :data:`AFTER_WRITE` such queries.
+    """
+    out: dict[str, float] = {}
+    wheres = {"all": None, **{kind: RARE[kind] for kind in kinds}}
+    query = QUERIES[min(2, len(QUERIES) - 1)]
+    written = 0
+    for mode in wanted:
+        figures: dict[str, list[float]] = {label: [] for label in wheres}
+        for _ in range(AFTER_WRITE):
+            for label, where in wheres.items():
+                store.append(sid, [MemoryItem(**rows[written % len(rows)])])
+                written += 1
+                figures[label].append(
+                    best_ms(
+                        lambda mode=mode, where=where: store.search(
+                            sid, query, 5, mode=mode, where=where, embedder=embedder
+                        ),
+                        1,
+                    )
+                )
+        for label, values in figures.items():
+            out[f"write/{name} {mode}/{label}"] = statistics.median(values)
     return out
 
 
@@ -468,7 +519,9 @@ def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> Non
     """Print each filter (1% pass) against none: ms and the ratio; then the first filtered query against warm."""
     print(f"\n== a filter 1% of the items pass vs none (load {load()})")
     print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
-    names = sorted({key.split("/")[0] for key in runs[0] if not key.startswith("first/")})
+    names = sorted(
+        {key.split("/")[0] for key in runs[0] if not key.startswith(("first/", "write/"))}
+    )
     for name in names:
         for kind in kinds:
             if f"{name}/{kind}" not in runs[0]:
@@ -480,13 +533,31 @@ def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> Non
             print(f"{label:36} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")
     firsts = sorted({key.rsplit(" ", 1)[0] for key in runs[0] if key.startswith("first/")})
     if firsts:
-        print(f"\n== the first filtered keyword query after opening vs warm (load {load()})")
-        print(f"{'':36} {'first ms':>16} {'warm ms':>16} {'ratio':>16}")
+        print(
+            f"\n== the first filtered keyword query after opening vs warm and unfiltered (load {load()})"
+        )
+        print(f"{'':36} {'first ms':>16} {'warm ms':>16} {'all ms':>16} {'first/all':>16}")
     for key in firsts:
         first = [run[f"{key} first"] for run in runs]
         warm = [run[f"{key} warm"] for run in runs]
-        ratios = [f / w for f, w in zip(first, warm, strict=True)]
-        print(f"{key[len('first/') :]:36} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
+        every = [run[f"{key} all"] for run in runs]
+        ratios = [f / a for f, a in zip(first, every, strict=True)]
+        print(
+            f"{key[len('first/') :]:36} {cell(first):>16} {cell(warm):>16} {cell(every):>16} {cell(ratios):>16}"
+        )
+    written = sorted({key.split("/")[1] for key in runs[0] if key.startswith("write/")})
+    if written:
+        print(f"\n== the query right after a one-step write: 1% filter vs none (load {load()})")
+        print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
+    for name in written:
+        for kind in kinds:
+            if f"write/{name}/{kind}" not in runs[0]:
+                continue
+            rare = [run[f"write/{name}/{kind}"] for run in runs]
+            every = [run[f"write/{name}/all"] for run in runs]
+            ratios = [r / a for r, a in zip(rare, every, strict=True)]
+            label = f"{name} {kind}"
+            print(f"{label:36} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")
 
 
 # -- the first query -------------------------------------------------------------------------
