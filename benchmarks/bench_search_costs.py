@@ -366,14 +366,23 @@ RARE: dict[str, dict[str, Any]] = {
 field (a path into a dict), ``$in`` and a numeric range."""
 
 
+FILTER_TABLES = ("warm", "first", "write")
+"""The tables of the filters section: the queries warm, the first filtered query, the query after a write."""
+
+
 def filters_run(
     rows: Sequence[dict[str, Any]],
     urls: Sequence[tuple[str, str]],
     repeat: int,
     modes: Sequence[str],
     kinds: Sequence[str],
+    tables: Sequence[str] = FILTER_TABLES,
 ) -> dict[str, float]:
     """Return one run's figures: each query unfiltered and with each filter 1% of the items pass.
+
+    ``tables`` names those measured (:data:`FILTER_TABLES`): ``warm``, the
+    queries warm; ``first``, the first filtered query after opening a store;
+    ``write``, the query right after a one-step write.
 
     In RAM (``Memory``), in each store (``Store.search``) and in a
     ``StoredMemory`` over each store; ``first/...`` keys hold the first
@@ -407,6 +416,8 @@ def filters_run(
             for label, values in figures.items():
                 out[f"{prefix} {mode}/{label}"] = statistics.median(values)
 
+    if "warm" not in tables:
+        timed = lambda prefix, search: None  # noqa: E731  # the warm table left out
     timed(
         "RAM", lambda q, mode, where: memory.search(q, 5, mode=mode, where=where, embedder=embedder)
     )
@@ -418,7 +429,8 @@ def filters_run(
             if len(wanted) > 1:
                 store.index_embeddings(sid, embedder)
         with open_store(url) as store:  # opened again: the first filtered query is cold
-            out.update(_first_filtered(name, store, sid, kinds))
+            if "first" in tables:
+                out.update(_first_filtered(name, store, sid, kinds))
             if len(wanted) > 1:
                 # As in the parts table: the kept vectors settled (read, kept, compacted and
                 # screened on a thread from the 32nd query), so that no filter is timed
@@ -434,7 +446,8 @@ def filters_run(
                     q, 5, mode=mode, where=where, embedder=embedder
                 ),
             )
-            out.update(_after_write(name, store, sid, wanted, kinds, embedder, rows))
+            if "write" in tables:
+                out.update(_after_write(name, store, sid, wanted, kinds, embedder, rows))
             store.delete_session(sid)
     return out
 
@@ -753,6 +766,11 @@ def main() -> None:
     parser.add_argument("--modes", default="keyword,semantic,hybrid")
     parser.add_argument("--filters", default=",".join(RARE), help="of: " + ", ".join(RARE))
     parser.add_argument("--queries", type=int, default=5, help="the first N queries (of 5)")
+    parser.add_argument(
+        "--filter-tables",
+        default=",".join(FILTER_TABLES),
+        help="the filters section's tables, of: " + ", ".join(FILTER_TABLES),
+    )
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument(
         "--stores",
@@ -779,7 +797,8 @@ def main() -> None:
             filtered = (memory if "memory" in args.stores.split(",") else []) + urls
             runs: list[dict[str, float]] = []
             for _ in range(args.runs):  # the table so far after each run, for a long one
-                runs.append(filters_run(rows, filtered, args.repeat, modes, kinds))
+                tables = args.filter_tables.split(",")
+                runs.append(filters_run(rows, filtered, args.repeat, modes, kinds, tables))
                 print_filters(runs, kinds)
                 sys.stdout.flush()
         if "first" in sections or "store" in sections:
