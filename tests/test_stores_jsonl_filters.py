@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 import subprocess
@@ -192,6 +193,26 @@ def test_a_write_by_another_handle_reaches_a_screened_filter(tmp_path: Path) -> 
         now = {record.seq: record.item for record in one.records("s")}
         assert one.backend.filter_candidates("s", Filter(where).tree) == passing(now, where)
         assert hits(one, "cat", where) == expected(list(now.values()), "cat", where)
+
+
+class Role(str, enum.Enum):
+    """A string enum whose name is not its value: ``str()`` gives ``Role.R``, the filter compares ``"reviewer"``."""
+
+    R = "reviewer"
+    H = "host"
+
+
+@pytest.mark.parametrize("url", ["memory://", "jsonl"])
+def test_a_string_enum_value_passes_a_screened_filter(tmp_path: Path, url: str) -> None:
+    """An item whose field holds a string enum equal to the filter's string passes, as in Memory.search (its search terms do not hold the value)."""
+    items = [step(i, Role.R if i % 4 == 0 else Role.H, i, None, ["cat"]) for i in range(12)]
+    where = {"agent": "reviewer"}
+    store = InMemoryStore() if url == "memory://" else JSONLStore(tmp_path)
+    with store:
+        store.append("s", items)
+        hits(store, "cat", {})
+        assert hits(store, "cat", where) == expected(items, "cat", where)
+        assert store.backend.filter_candidates("s", Filter(where).tree) == {1, 5, 9}
 
 
 def test_a_string_spelled_with_escapes_in_a_log_is_still_found(tmp_path: Path) -> None:

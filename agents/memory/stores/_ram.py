@@ -319,8 +319,7 @@ class SpaceBackend(Backend):
         """Return the seqs (among ``seqs``) whose items pass ``tree`` (:meth:`FilterValues.passing`); the caller holds the lock."""
         source = f"session {session_id!r} of {self.url}"
         view = (session.rows, self._space.writes)
-        holding = session.keywords.holding  # current with the rows: both change under the lock
-        return self._space.values.passing(session_id, view, tree, source, seqs, holding)
+        return self._space.values.passing(session_id, view, tree, source, seqs)
 
     # -- keyed rows ------------------------------------------------------------------------
 

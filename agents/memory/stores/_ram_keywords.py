@@ -17,7 +17,7 @@ query files them again from the terms.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 
 from agents.memory.search._postings import KeywordPostings
 from agents.memory.stores._core.terms import KeywordMatch, Terms, held_by_row, rank_matches
@@ -108,13 +108,6 @@ class SessionKeywords:
             postings = self._postings = KeywordPostings()
             postings.file_spaced(sorted(self.terms.items()))
         return postings
-
-    def holding(self, term: str) -> Collection[int] | None:
-        """Return the seqs of the rows holding ``term``, or ``None`` before the first keyword query files the postings (not filed for this)."""
-        postings = self._postings
-        if postings is None:
-            return None
-        return postings.postings.get(term) or ()
 
     def top(self, terms: Sequence[str], k: int) -> list[tuple[float, int]]:
         """Return the ``k`` best ``(score, seq)`` by BM25, ties by seq: ``Memory.search``'s ranking (``Backend.keyword_top``)."""

@@ -50,7 +50,6 @@ __all__ = [
     "query_weights",
     "rank_matches",
     "rank_pages",
-    "string_terms",
     "texts_of",
 ]
 
@@ -135,11 +134,6 @@ def item_terms(item: MemoryItem) -> Terms:
         return spaced.decode("ascii"), spaced.count(b" ") + 1 if spaced else 0
     terms = _TOKENIZER(text)
     return " ".join(terms), len(terms)
-
-
-def string_terms(text: str) -> list[str]:
-    """Return the terms an item holding the string ``text`` (as any field's value, nested or not) holds for it among its :func:`item_terms`."""
-    return _TOKENIZER(text)
 
 
 def keyword_query(

@@ -70,7 +70,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Final, TypeVar
 
 import attrs
@@ -663,13 +663,9 @@ class LogBackend(Backend):
     def _passing(
         self, session_id: str, log: SessionLog, tree: FilterNode, seqs: Sequence[int] | None = None
     ) -> set[int] | None:
-        """Return the seqs (among ``seqs``) whose items pass ``tree`` (:meth:`FilterValues.passing`, screened with the keyword index's postings); the caller holds the lock."""
-
-        def holding(term: str) -> Collection[int] | None:
-            return self._indexed(session_id, lambda index: index.postings(term))
-
+        """Return the seqs (among ``seqs``) whose items pass ``tree`` (:meth:`FilterValues.passing`); the caller holds the lock."""
         source = self._source(session_id)
-        return self._values.passing(session_id, _view(log), tree, source, seqs, holding)
+        return self._values.passing(session_id, _view(log), tree, source, seqs)
 
     def _source(self, session_id: str) -> str:
         """Return how errors name a session's log."""
