@@ -23,21 +23,15 @@ date; the rest are known unchanged, object for object.
 
 The first filter on a field had every item decoded (about 11 us an item
 of 1 kB: 110 ms at 10,000 steps unloaded, 1.5-3.3 s under load), where
-the query itself takes a millisecond. A filter that asks a field to equal
-a string (``{"agent": "reviewer"}``, or ``$in`` a list of strings) is
-*screened* instead while its fields are not kept: an item holding that
-string holds its JSON text (``"reviewer"``) in its record bytes, tagged
-values included (an enum's value, a NumPy string, a dict with other keys
-are written with their strings as JSON strings), so only the rows whose
-bytes hold it are decoded and tested (about 10 ms to look through 10,000
-rows of 1 kB, against 110 to decode them), and the answer is kept and brought up to
-date as the rows change, as the values are. Records written by the codec
-spell each string one way (orjson's: only ``"``, ``\\`` and control
-characters escaped); where that is not known (a JSONL log, which another
-program may have written) a row holding a ``\\u`` or ``\\/`` escape is
-decoded as well. (The search terms the keyword index keeps are no
-screen: they are taken from ``str()`` of a value, which for an enum is
-not its value.)
+the query itself takes a millisecond. A filter that
+:func:`~agents.memory.stores._core.screens.row_screen` can screen (a
+field equal to a string, or compared with numbers) is *screened* instead
+while its fields are not kept: only the rows whose record bytes may hold
+a passing value are decoded and tested (about 10-30 ms to look through
+10,000 rows of 1 kB, against 110 to decode them), and the answer is kept
+and brought up to date as the rows change, as the values are. (The
+search terms a keyword index keeps are no screen: they are taken from
+``str()`` of a value, which for a string enum is not its value.)
 """
 
 from __future__ import annotations
@@ -46,8 +40,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final
-
-import orjson
 
 from agents.memory._filter import (
     AllOf,
@@ -60,8 +52,9 @@ from agents.memory._filter import (
 )
 from agents.memory.stores._core.encoding import decode_pairs
 from agents.memory.stores._core.rows import RowTable
+from agents.memory.stores._core.screens import RowScreen, row_screen
 
-__all__ = ["FilterValues", "JudgedFilters", "ranked_where", "screened_strings"]
+__all__ = ["FilterValues", "JudgedFilters", "ranked_where"]
 
 Rows = Mapping[int, tuple[Any, Any, bytes]]
 """A session's live rows: ``seq -> (step, created, data)``."""
@@ -140,9 +133,8 @@ class _Screened:
 class _Values:
     """One session's kept values: the rows and stamp they match, each seq's record bytes, the columns, the screened filters, and the filters judged since the values last changed."""
 
-    def __init__(self, rows: Rows, *, canonical: bool) -> None:
+    def __init__(self, rows: Rows) -> None:
         self.rows = rows
-        self.canonical = canonical
         self.offset = -1
         self.size = -1
         self.data: dict[int, bytes] = {}
@@ -176,26 +168,15 @@ class _Values:
             return set.intersection(*sorted(parts, key=len))
         return set.union(*parts)
 
-    def screen(self, node: FilterNode, strings: tuple[str, ...], source: str) -> set[int]:
-        """Return the live seqs whose items pass ``node``, decoding only the rows whose bytes hold the JSON text of one of ``strings``; kept, and brought up to date as rows change."""
-        key = _node_key(node)  # screened operands are strings: always hashable
+    def screen(self, node: FilterNode, screen: RowScreen, source: str) -> set[int]:
+        """Return the live seqs whose items pass ``node``, decoding only the rows whose bytes pass ``screen``; kept, and brought up to date as rows change."""
+        key = _node_key(node)  # screened operands are strings and numbers: always hashable
         kept = self.screened.get(key)
         if kept is not None:
             self.screened.move_to_end(key)
             return kept.found
         kept = _Screened(node)
-        needles = tuple(dict.fromkeys(orjson.dumps(one) for one in strings))
-        if not self.canonical:
-            needles = (*needles, *_OTHER_SPELLINGS)
-        if len(needles) == 1:
-            (needle,) = needles
-            may = [(seq, row[2]) for seq, row in self.rows.items() if needle in row[2]]
-        else:
-            may = [
-                (seq, row[2])
-                for seq, row in self.rows.items()
-                if any(needle in row[2] for needle in needles)
-            ]
+        may = screen.select(self.rows.items())
         for seq, item in decode_pairs(may, source, "base"):
             kept.judge(seq, item)
         self.screened[key] = kept
@@ -249,9 +230,9 @@ class FilterValues:
         ``view`` is the session's rows now with a stamp that changes with
         them whenever the same rows object is changed in place (a JSONL
         view's offset, a count of writes). A filter on fields not kept yet
-        that :func:`screened_strings` can screen is answered by screening
-        the rows' bytes; any other has its fields' values kept (every item
-        decoded once).
+        that :func:`~agents.memory.stores._core.screens.row_screen` can
+        screen is answered by screening the rows' bytes; any other has its
+        fields' values kept (every item decoded once).
 
         The set returned for all seqs is the one kept: the caller does not change it.
 
@@ -264,12 +245,14 @@ class FilterValues:
         with self._lock:
             kept = self._sessions.get(session_id)
             if kept is None:
-                kept = _Values(view[0], canonical=self._canonical)
+                kept = _Values(view[0])
                 self._sessions[session_id] = kept
-            strings = None if fields <= kept.fields.keys() else screened_strings(tree)
-            if strings is not None:
+            screen = None
+            if not fields <= kept.fields.keys():
+                screen = row_screen(tree, canonical=self._canonical)
+            if screen is not None:
                 self._current(kept, view, (), source)
-                found = kept.screen(tree, strings, source)
+                found = kept.screen(tree, screen, source)
             else:
                 self._current(kept, view, sorted(fields), source)
                 found = kept.passing(tree)
@@ -285,6 +268,7 @@ class FilterValues:
         # Rows read afresh (another log, or the same one read again) hold other objects.
         moved = kept.rows is not rows or kept.offset != stamp or kept.size != len(rows)
         if new:  # every item read again, for every field kept
+            kept.forget_seqs([seq for seq in kept.data if seq not in rows])  # and the screened
             kept.fields = {field: _Column() for field in [*kept.fields, *new]}
             kept.data.clear()
         elif not moved:
@@ -334,41 +318,6 @@ class FilterValues:
         """Drop every session's kept values."""
         with self._lock:
             self._sessions.clear()
-
-
-_OTHER_SPELLINGS: Final = (b"\\u", b"\\/")
-"""The escapes with which another JSON writer may spell a string the codec writes plainly."""
-
-
-def screened_strings(tree: FilterNode) -> tuple[str, ...] | None:
-    """Return strings one of which every item passing ``tree`` holds as a value (of some field, at some depth), or ``None`` where no such screen is known.
-
-    A condition that a field equal a string (``$eq``, or ``$in`` a list of
-    strings only) gives that string (those strings); a conjunction the
-    strings of its first part that gives some; a disjunction those of all
-    its parts together (none if one part gives none).
-    """
-    if isinstance(tree, Condition):
-        if tree.op == "$eq" and type(tree.operand) is str:
-            return (tree.operand,)
-        if tree.op == "$in" and tree.operand and all(type(one) is str for one in tree.operand):
-            return tuple(dict.fromkeys(tree.operand))
-        return None
-    if isinstance(tree, AllOf):
-        for part in tree.parts:
-            strings = screened_strings(part)
-            if strings is not None:
-                return strings
-        return None
-    if isinstance(tree, AnyOf) and tree.parts:
-        out: dict[str, None] = {}
-        for part in tree.parts:
-            strings = screened_strings(part)
-            if strings is None:
-                return None
-            out.update(dict.fromkeys(strings))
-        return tuple(out)
-    return None
 
 
 class JudgedFilters:
