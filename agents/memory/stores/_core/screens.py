@@ -48,17 +48,24 @@ Test = Callable[[bytes], bool]
 class RowScreen:
     """A test of a row's bytes that every row passing a filter passes (see the module docstring)."""
 
-    def __init__(self, test: Test, needle: bytes | None = None) -> None:
+    def __init__(self, test: Test) -> None:
         self.test = test
-        # The one string to look for, where that is the whole test: looked for inline.
-        self.needle = needle
 
     def select(self, rows: Iterable[tuple[int, tuple[Any, Any, bytes]]]) -> list[tuple[int, bytes]]:
         """Return ``(seq, data)`` of the rows (``seq -> (step, created, data)`` items) whose bytes pass."""
-        needle = self.needle
-        if needle is not None:
-            return [(seq, row[2]) for seq, row in rows if needle in row[2]]
         test = self.test
+        if isinstance(test, _Needles):  # looked for inline: a call per row costs what the look does
+            needles = test.needles
+            if len(needles) == 1:
+                (one,) = needles
+                return [(seq, row[2]) for seq, row in rows if one in row[2]]
+            if len(needles) == 3:
+                one, two, three = needles
+                return [
+                    (seq, row[2])
+                    for seq, row in rows
+                    if one in row[2] or two in row[2] or three in row[2]
+                ]
         return [(seq, row[2]) for seq, row in rows if test(row[2])]
 
 
@@ -70,11 +77,7 @@ def row_screen(tree: FilterNode, *, canonical: bool) -> RowScreen | None:
     (one must pass; none if a part has none).
     """
     test = _test_of(tree, canonical=canonical)
-    if test is None:
-        return None
-    if canonical and isinstance(test, _Needles) and len(test.needles) == 1:
-        return RowScreen(test, test.needles[0])
-    return RowScreen(test)
+    return None if test is None else RowScreen(test)
 
 
 def _test_of(tree: FilterNode, *, canonical: bool) -> Test | None:
@@ -115,7 +118,30 @@ def _condition_test(node: Condition, *, canonical: bool) -> Test | None:
     if value_test({field: NOTHING}):  # a missing field would pass: every row may
         return None
     keys = tuple(dict.fromkeys(orjson.dumps(name) for name in (field, field.rsplit(".", 1)[-1])))
-    return _KeyValues(keys, lambda value: bool(value_test({field: value})), canonical=canonical)
+    return _KeyValues(keys, _loose_test(op, operand), canonical=canonical)
+
+
+def _loose_test(op: str, operand: Any) -> Callable[[Any], bool]:
+    """Return a test of a JSON literal's value (an int, float, bool or None) that every value passing the condition passes.
+
+    Looser than the filter: kinds are not told apart (``1``, ``1.0`` and
+    ``True`` are equal here), which keeps a few more rows to decode, never
+    fewer.
+    """
+    if op == "range":
+        return lambda value: value in operand
+    if op == "$eq":
+        return lambda value: bool(value == operand)
+    if op == "$in":
+        members = frozenset(operand)
+        return lambda value: value in members
+    ordered: dict[str, Callable[[Any], bool]] = {
+        "$gt": lambda value: value is not None and value > operand,
+        "$gte": lambda value: value is not None and value >= operand,
+        "$lt": lambda value: value is not None and value < operand,
+        "$lte": lambda value: value is not None and value <= operand,
+    }
+    return ordered[op]
 
 
 class _Needles:
@@ -134,34 +160,29 @@ class _KeyValues:
     def __init__(
         self, keys: tuple[bytes, ...], passes: Callable[[Any], bool], *, canonical: bool
     ) -> None:
-        self.keys = keys
+        colon = rb":" if canonical else rb"[ \t\r\n]*:[ \t\r\n]*"
+        self.patterns = [re.compile(re.escape(key) + colon + _LITERAL) for key in keys]
         self.passes = passes
-        self.canonical = canonical
-        self.after = _AFTER_KEY if canonical else _AFTER_KEY_SPACED
+        # Rows kept whole: a [key, value]-pairs dict (its keys are not written as keys), and
+        # where the spelling is not known, an escape or any tagged value.
+        self.kept = (_TAGGED_DICT,) if canonical else (_TAG, *_OTHER_SPELLINGS)
 
     def __call__(self, data: bytes) -> bool:
-        if self.canonical:
-            if _TAGGED_DICT in data:  # its keys are written as values: [["owner", 5]]
+        for kept in self.kept:
+            if kept in data:
                 return True
-        elif _TAG in data or any(other in data for other in _OTHER_SPELLINGS):
-            return True
-        after = self.after
-        for key in self.keys:
-            pos = data.find(key)
-            while pos >= 0:
-                end = pos + len(key)
-                found = after.match(data, end)
-                if found is not None:  # a key (else a string value that reads the same)
-                    literal = found.group(1)
-                    if literal is None:
-                        return True  # a value of another kind: decoded to be sure
-                    try:
-                        value = _LITERALS[literal] if literal in _LITERALS else _number(literal)
-                    except ValueError:  # no number JSON writes: decoding reports it
-                        return True
-                    if self.passes(value):
-                        return True
-                pos = data.find(key, end)
+        passes = self.passes
+        for pattern in self.patterns:
+            for found in pattern.finditer(data):
+                literal = found.group(1)
+                if literal is None:
+                    return True  # a value of another kind: decoded to be sure
+                try:
+                    value = _LITERALS[literal] if literal in _LITERALS else _number(literal)
+                except ValueError:  # no number JSON writes: decoding reports it
+                    return True
+                if passes(value):
+                    return True
         return False
 
 
@@ -181,7 +202,5 @@ _TAGGED_DICT: Final = orjson.dumps({TAG: "dict"})[1:-1]
 _NUMERIC_OPS: Final = frozenset({"$eq", "$in", "$gt", "$gte", "$lt", "$lte"})
 _LITERAL_TYPES: Final = frozenset({int, float, bool, type(None)})
 _LITERALS: Final[dict[bytes, Any]] = {b"true": True, b"false": False, b"null": None}
-_AFTER_KEY: Final = re.compile(rb":(-?[0-9][0-9.eE+-]*|true|false|null)?")
-_AFTER_KEY_SPACED: Final = re.compile(
-    rb"[ \t\r\n]*:[ \t\r\n]*(-?[0-9][0-9.eE+-]*|true|false|null)?"
-)
+_LITERAL: Final = rb"(-?[0-9][0-9.eE+-]*|true|false|null)?"
+"""A JSON number or literal after a key's colon (none: a value of another kind)."""
