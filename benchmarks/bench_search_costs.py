@@ -535,15 +535,7 @@ def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> Non
     names = sorted(
         {key.split("/")[0] for key in runs[0] if not key.startswith(("first/", "write/"))}
     )
-    for name in names:
-        for kind in kinds:
-            if f"{name}/{kind}" not in runs[0]:
-                continue
-            rare = [run[f"{name}/{kind}"] for run in runs]
-            every = [run[f"{name}/all"] for run in runs]
-            ratios = [r / a for r, a in zip(rare, every, strict=True)]
-            label = f"{name} {kind}"
-            print(f"{label:36} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")
+    _ratio_rows(runs, names, kinds, "")
     firsts = sorted({key.rsplit(" ", 1)[0] for key in runs[0] if key.startswith("first/")})
     if firsts:
         print(
@@ -562,12 +554,19 @@ def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> Non
     if written:
         print(f"\n== the query right after a one-step write: 1% filter vs none (load {load()})")
         print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
-    for name in written:
+    _ratio_rows(runs, written, kinds, "write/")
+
+
+def _ratio_rows(
+    runs: Sequence[dict[str, float]], names: Sequence[str], kinds: Sequence[str], prefix: str
+) -> None:
+    """Print a row per name and filter kind: the filtered ms, the unfiltered ms and their ratio."""
+    for name in names:
         for kind in kinds:
-            if f"write/{name}/{kind}" not in runs[0]:
+            if f"{prefix}{name}/{kind}" not in runs[0]:
                 continue
-            rare = [run[f"write/{name}/{kind}"] for run in runs]
-            every = [run[f"write/{name}/all"] for run in runs]
+            rare = [run[f"{prefix}{name}/{kind}"] for run in runs]
+            every = [run[f"{prefix}{name}/all"] for run in runs]
             ratios = [r / a for r, a in zip(rare, every, strict=True)]
             label = f"{name} {kind}"
             print(f"{label:36} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")

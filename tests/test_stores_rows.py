@@ -40,28 +40,27 @@ def test_row_table_step_index_matches_a_scan(
     assert dict(table) == plain
 
 
-@given(ops, st.integers(0, 60), st.integers(1, 80))
+def apply(table: RowTable, changes: list[tuple[str, int, str | None]]) -> None:
+    """Apply sets, discards and clears to a table."""
+    for op, seq, step in changes:
+        if op == "set":
+            table[seq] = (step, 0.0, str(seq).encode())
+        elif op == "discard":
+            table.discard(seq)
+        else:
+            table.clear()
+
+
+@given(ops, st.integers(0, 60))
 def test_row_table_changed_since_names_every_row_changed_after_a_mark(
-    changes: list[tuple[str, int, str | None]], cut: int, kept: int
+    changes: list[tuple[str, int, str | None]], cut: int
 ) -> None:
     """RowTable.changed_since(mark) names every seq whose row object changed after the mark (or answers None), however many changes the table forgot."""
     table = RowTable()
-    for op, seq, step in changes[:cut]:
-        if op == "set":
-            table[seq] = (step, 0.0, str(seq).encode())
-        elif op == "discard":
-            table.discard(seq)
-        else:
-            table.clear()
+    apply(table, changes[:cut])
     mark = table.mark
     before = dict(table)
-    for op, seq, step in changes[cut:]:
-        if op == "set":
-            table[seq] = (step, 0.0, str(seq).encode())
-        elif op == "discard":
-            table.discard(seq)
-        else:
-            table.clear()
+    apply(table, changes[cut:])
     changed = table.changed_since(mark)
     if changed is None:
         return
