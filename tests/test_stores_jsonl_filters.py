@@ -47,6 +47,7 @@ WHERES: tuple[dict[str, Any], ...] = (
     {"x": {"$in": ["é", 'q"t']}},
     {"$or": [{"agent": "b"}, {"x": "cat"}]},
     {"x": "a", "agent": {"$ne": "b"}},
+    {"agent": "a", "x": [1]},  # screened by one part, a list to be equal to in the other
 )
 
 

@@ -170,8 +170,11 @@ class _Values:
 
     def screen(self, node: FilterNode, screen: RowScreen, source: str) -> set[int]:
         """Return the live seqs whose items pass ``node``, decoding only the rows whose bytes pass ``screen``; kept, and brought up to date as rows change."""
-        key = _node_key(node)  # screened operands are strings and numbers: always hashable
-        kept = self.screened.get(key)
+        key = _node_key(node)
+        try:
+            kept = self.screened.get(key)
+        except TypeError:  # a part's operand cannot be hashed (a list to be equal to): judged again
+            key, kept = None, None
         if kept is not None:
             self.screened.move_to_end(key)
             return kept.found
@@ -179,6 +182,8 @@ class _Values:
         may = screen.select(self.rows.items())
         for seq, item in decode_pairs(may, source, "base"):
             kept.judge(seq, item)
+        if key is None:
+            return kept.found
         self.screened[key] = kept
         if len(self.screened) > SCREENED_KEPT:
             self.screened.popitem(last=False)
