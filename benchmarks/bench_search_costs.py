@@ -17,8 +17,9 @@ benchmarks/_search_corpus.py):
   each store (memory://, SQLite, JSONL, PostgreSQL) and in a
   ``StoredMemory`` over each, the unfiltered query and each filter timed
   in turn, query by query, once a store's kept vectors are compacted (see
-  :data:`WARM`); and the first filtered query after opening a store
-  against the same query warm;
+  :data:`WARM`); the first filtered query after opening a store
+  against the same query warm and unfiltered; and the query right after a
+  one-step write by the handle (an agent's loop), each filter against none;
 * ``writes``: the ``parts`` section's queries after a write (by the
   handle, by another handle) alone, in each store, with ``HashingEmbedder``;
 * ``store``: each of the five queries through ``Store.search`` on the
@@ -365,14 +366,23 @@ RARE: dict[str, dict[str, Any]] = {
 field (a path into a dict), ``$in`` and a numeric range."""
 
 
+FILTER_TABLES = ("warm", "first", "write")
+"""The tables of the filters section: the queries warm, the first filtered query, the query after a write."""
+
+
 def filters_run(
     rows: Sequence[dict[str, Any]],
     urls: Sequence[tuple[str, str]],
     repeat: int,
     modes: Sequence[str],
     kinds: Sequence[str],
+    tables: Sequence[str] = FILTER_TABLES,
 ) -> dict[str, float]:
     """Return one run's figures: each query unfiltered and with each filter 1% of the items pass.
+
+    ``tables`` names those measured (:data:`FILTER_TABLES`): ``warm``, the
+    queries warm; ``first``, the first filtered query after opening a store;
+    ``write``, the query right after a one-step write.
 
     In RAM (``Memory``), in each store (``Store.search``) and in a
     ``StoredMemory`` over each store; ``first/...`` keys hold the first
@@ -406,6 +416,8 @@ def filters_run(
             for label, values in figures.items():
                 out[f"{prefix} {mode}/{label}"] = statistics.median(values)
 
+    if "warm" not in tables:
+        timed = lambda prefix, search: None  # noqa: E731  # the warm table left out
     timed(
         "RAM", lambda q, mode, where: memory.search(q, 5, mode=mode, where=where, embedder=embedder)
     )
@@ -417,7 +429,8 @@ def filters_run(
             if len(wanted) > 1:
                 store.index_embeddings(sid, embedder)
         with open_store(url) as store:  # opened again: the first filtered query is cold
-            out.update(_first_filtered(name, store, sid, kinds))
+            if "first" in tables:
+                out.update(_first_filtered(name, store, sid, kinds))
             if len(wanted) > 1:
                 # As in the parts table: the kept vectors settled (read, kept, compacted and
                 # screened on a thread from the 32nd query), so that no filter is timed
@@ -433,21 +446,72 @@ def filters_run(
                     q, 5, mode=mode, where=where, embedder=embedder
                 ),
             )
+            if "write" in tables:
+                out.update(_after_write(name, store, sid, wanted, kinds, embedder, rows))
             store.delete_session(sid)
     return out
 
 
 def _first_filtered(name: str, store: Store, sid: str, kinds: Sequence[str]) -> dict[str, float]:
-    """Return the first keyword query of each filter kind after opening the store, and the same query warm."""
+    """Return the first keyword query of each filter kind after opening the store, the same query warm, and the query unfiltered.
+
+    The unfiltered query is asked (and timed) first, so that the handle's
+    keyword index is read before any filter: the first filtered query then
+    pays for the filter alone. Each kind filters a field of its own, so
+    each is the first query on its field.
+    """
     out: dict[str, float] = {}
+    query = QUERIES[min(2, len(QUERIES) - 1)]
+    unfiltered = best_ms(lambda: store.search(sid, query, 5), 4)
     for kind in kinds:
-        query = QUERIES[min(2, len(QUERIES) - 1)]
         out[f"first/{name} keyword/{kind} first"] = best_ms(
-            lambda kind=kind, query=query: store.search(sid, query, 5, where=RARE[kind]), 1
+            lambda kind=kind: store.search(sid, query, 5, where=RARE[kind]), 1
         )
         out[f"first/{name} keyword/{kind} warm"] = best_ms(
-            lambda kind=kind, query=query: store.search(sid, query, 5, where=RARE[kind]), 3
+            lambda kind=kind: store.search(sid, query, 5, where=RARE[kind]), 3
         )
+        out[f"first/{name} keyword/{kind} all"] = unfiltered
+    return out
+
+
+AFTER_WRITE = 5
+"""One-step writes before each timed query of the after-write table, per filter and mode (the median is kept)."""
+
+
+def _after_write(
+    name: str,
+    store: Store,
+    sid: str,
+    wanted: Sequence[str],
+    kinds: Sequence[str],
+    embedder: Any,
+    rows: Sequence[dict[str, Any]],
+) -> dict[str, float]:
+    """Return the query right after a one-step write by the handle (the agent loop), with each filter and without, in each mode.
+
+    The filters and the unfiltered query take turns, each after a write of
+    its own; each figure is the median of :data:`AFTER_WRITE` such queries.
+    """
+    out: dict[str, float] = {}
+    wheres = {"all": None, **{kind: RARE[kind] for kind in kinds}}
+    query = QUERIES[min(2, len(QUERIES) - 1)]
+    written = 0
+    for mode in wanted:
+        figures: dict[str, list[float]] = {label: [] for label in wheres}
+        for _ in range(AFTER_WRITE):
+            for label, where in wheres.items():
+                store.append(sid, [MemoryItem(**rows[written % len(rows)])])
+                written += 1
+                figures[label].append(
+                    best_ms(
+                        lambda mode=mode, where=where: store.search(
+                            sid, query, 5, mode=mode, where=where, embedder=embedder
+                        ),
+                        1,
+                    )
+                )
+        for label, values in figures.items():
+            out[f"write/{name} {mode}/{label}"] = statistics.median(values)
     return out
 
 
@@ -468,25 +532,44 @@ def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> Non
     """Print each filter (1% pass) against none: ms and the ratio; then the first filtered query against warm."""
     print(f"\n== a filter 1% of the items pass vs none (load {load()})")
     print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
-    names = sorted({key.split("/")[0] for key in runs[0] if not key.startswith("first/")})
-    for name in names:
-        for kind in kinds:
-            if f"{name}/{kind}" not in runs[0]:
-                continue
-            rare = [run[f"{name}/{kind}"] for run in runs]
-            every = [run[f"{name}/all"] for run in runs]
-            ratios = [r / a for r, a in zip(rare, every, strict=True)]
-            label = f"{name} {kind}"
-            print(f"{label:36} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")
+    names = sorted(
+        {key.split("/")[0] for key in runs[0] if not key.startswith(("first/", "write/"))}
+    )
+    _ratio_rows(runs, names, kinds, "")
     firsts = sorted({key.rsplit(" ", 1)[0] for key in runs[0] if key.startswith("first/")})
     if firsts:
-        print(f"\n== the first filtered keyword query after opening vs warm (load {load()})")
-        print(f"{'':36} {'first ms':>16} {'warm ms':>16} {'ratio':>16}")
+        print(
+            f"\n== the first filtered keyword query after opening vs warm and unfiltered (load {load()})"
+        )
+        print(f"{'':36} {'first ms':>16} {'warm ms':>16} {'all ms':>16} {'first/all':>16}")
     for key in firsts:
         first = [run[f"{key} first"] for run in runs]
         warm = [run[f"{key} warm"] for run in runs]
-        ratios = [f / w for f, w in zip(first, warm, strict=True)]
-        print(f"{key[len('first/') :]:36} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
+        every = [run[f"{key} all"] for run in runs]
+        ratios = [f / a for f, a in zip(first, every, strict=True)]
+        print(
+            f"{key[len('first/') :]:36} {cell(first):>16} {cell(warm):>16} {cell(every):>16} {cell(ratios):>16}"
+        )
+    written = sorted({key.split("/")[1] for key in runs[0] if key.startswith("write/")})
+    if written:
+        print(f"\n== the query right after a one-step write: 1% filter vs none (load {load()})")
+        print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
+    _ratio_rows(runs, written, kinds, "write/")
+
+
+def _ratio_rows(
+    runs: Sequence[dict[str, float]], names: Sequence[str], kinds: Sequence[str], prefix: str
+) -> None:
+    """Print a row per name and filter kind: the filtered ms, the unfiltered ms and their ratio."""
+    for name in names:
+        for kind in kinds:
+            if f"{prefix}{name}/{kind}" not in runs[0]:
+                continue
+            rare = [run[f"{prefix}{name}/{kind}"] for run in runs]
+            every = [run[f"{prefix}{name}/all"] for run in runs]
+            ratios = [r / a for r, a in zip(rare, every, strict=True)]
+            label = f"{name} {kind}"
+            print(f"{label:36} {cell(rare):>16} {cell(every):>16} {cell(ratios):>16}")
 
 
 # -- the first query -------------------------------------------------------------------------
@@ -682,6 +765,11 @@ def main() -> None:
     parser.add_argument("--modes", default="keyword,semantic,hybrid")
     parser.add_argument("--filters", default=",".join(RARE), help="of: " + ", ".join(RARE))
     parser.add_argument("--queries", type=int, default=5, help="the first N queries (of 5)")
+    parser.add_argument(
+        "--filter-tables",
+        default=",".join(FILTER_TABLES),
+        help="the filters section's tables, of: " + ", ".join(FILTER_TABLES),
+    )
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument(
         "--stores",
@@ -708,7 +796,8 @@ def main() -> None:
             filtered = (memory if "memory" in args.stores.split(",") else []) + urls
             runs: list[dict[str, float]] = []
             for _ in range(args.runs):  # the table so far after each run, for a long one
-                runs.append(filters_run(rows, filtered, args.repeat, modes, kinds))
+                tables = args.filter_tables.split(",")
+                runs.append(filters_run(rows, filtered, args.repeat, modes, kinds, tables))
                 print_filters(runs, kinds)
                 sys.stdout.flush()
         if "first" in sections or "store" in sections:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
@@ -19,9 +21,11 @@ from two_handles import TwoHandleSession
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Filter
 from agents.memory.stores import InMemoryStore, JSONLStore
+from agents.memory.stores._core import filter_values
+from agents.memory.stores._jsonl.log import item_record
 
 WORDS = ("cat", "dog", "red", "blue", "open", "save")
-VALUES = (None, True, False, 0, 1, 1.0, 2, 2.5, "a", "b", "1", [1], {"k": 1})
+VALUES = (None, True, False, 0, 1, 1.0, 2, 2.5, "a", "b", "1", "cat", "é", 'q"t', "", [1], {"k": 1})
 WHERES: tuple[dict[str, Any], ...] = (
     {"agent": "a"},
     {"agent": {"$in": ["a", "b"]}},
@@ -36,6 +40,14 @@ WHERES: tuple[dict[str, Any], ...] = (
     {"$or": [{"agent": "b"}, {"x": {"$gt": 1}}]},
     {"agent": "a", "x": {"$lte": 2}},
     {},
+    # Screened while the field is not kept: by postings and bytes, by bytes alone (no
+    # letter or digit), a string that the items' texts hold too, escapes.
+    {"x": "cat"},
+    {"x": ""},
+    {"x": {"$in": ["é", 'q"t']}},
+    {"$or": [{"agent": "b"}, {"x": "cat"}]},
+    {"x": "a", "agent": {"$ne": "b"}},
+    {"agent": "a", "x": [1]},  # screened by one part, a list to be equal to in the other
 )
 
 
@@ -115,6 +127,123 @@ def test_a_read_only_handle_judges_filters_and_writes_nothing(tmp_path: Path) ->
         for where in WHERES:
             assert hits(store, "cat red", where) == expected(items, "cat red", where)
     assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
+def decoded_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the rows the kept filter values decode from now on: the list holds one count per decode."""
+    counts: list[int] = []
+    decode = filter_values.decode_pairs
+
+    def counting(rows: Any, *args: Any) -> Any:
+        rows = list(rows)
+        counts.append(len(rows))
+        return decode(rows, *args)
+
+    monkeypatch.setattr(filter_values, "decode_pairs", counting)
+    return counts
+
+
+def test_handles_of_one_space_decode_a_field_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second memory:// handle of the same name judges a filter from the values the first decoded."""
+    name = f"share-{uuid.uuid4().hex}"
+    items = [step(i, "a", i % 5, None, ["cat"]) for i in range(50)]
+    first, second = InMemoryStore(name), InMemoryStore(name)
+    try:
+        first.append("s", items)
+        tree = Filter({"x": {"$ne": 3}}).tree
+        counts = decoded_rows(monkeypatch)
+        assert first.backend.filter_candidates("s", tree) == passing(
+            dict(enumerate(items, 1)), {"x": {"$ne": 3}}
+        )
+        assert sum(counts) == 50
+        assert second.backend.filter_candidates("s", tree) == first.backend.filter_candidates(
+            "s", tree
+        )
+        assert sum(counts) == 50
+    finally:
+        first.delete_session("s")
+        first.close()
+        second.close()
+
+
+def test_a_string_filter_decodes_only_the_rows_that_may_hold_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first filter that a field equal a string decodes the rows holding the string, not the session."""
+    items = [step(i, "reviewer" if i % 50 == 0 else "host", i, None, ["cat"]) for i in range(200)]
+    with JSONLStore(tmp_path) as store:
+        store.append("s", items)
+        hits(store, "cat", {})  # the keyword index, read as a keyword query reads it
+        counts = decoded_rows(monkeypatch)
+        where = {"agent": "reviewer"}
+        assert hits(store, "cat", where) == expected(items, "cat", where)
+        assert sum(counts) == 4
+
+
+def test_a_range_filter_decodes_only_the_rows_that_may_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first range filter on a field decodes the rows whose bytes hold a number in the range, not the session."""
+    items = [step(i, "host", i / 100, None, ["cat"]) for i in range(200)]
+    with JSONLStore(tmp_path) as store:
+        store.append("s", items)
+        counts = decoded_rows(monkeypatch)
+        where = {"x": {"$gte": 0.5, "$lt": 0.53}}
+        assert hits(store, "cat", where) == expected(items, "cat", where)
+        assert sum(counts) == 3
+
+
+def test_a_write_by_another_handle_reaches_a_screened_filter(tmp_path: Path) -> None:
+    """An append, an update and a delete by another handle between two queries are judged by the handle that screened a filter before."""
+    items = [step(i, "a" if i % 3 else "b", i, None, ["cat"]) for i in range(12)]
+    where = {"agent": "b"}
+    with JSONLStore(tmp_path) as one, JSONLStore(tmp_path) as other:
+        one.append("s", items)
+        assert hits(one, "cat", where) == expected(items, "cat", where)
+        other.append("s", [step(50, "b", 0, None, ["cat"])])
+        with other.batch("s") as batch:
+            batch.update({2: step(1, "b", 1, None, ["cat"])})
+            batch.delete([1])
+        now = {record.seq: record.item for record in one.records("s")}
+        assert one.backend.filter_candidates("s", Filter(where).tree) == passing(now, where)
+        assert hits(one, "cat", where) == expected(list(now.values()), "cat", where)
+
+
+class Role(str, enum.Enum):
+    """A string enum whose name is not its value: ``str()`` gives ``Role.R``, the filter compares ``"reviewer"``."""
+
+    R = "reviewer"
+    H = "host"
+
+
+@pytest.mark.parametrize("url", ["memory://", "jsonl"])
+def test_a_string_enum_value_passes_a_screened_filter(tmp_path: Path, url: str) -> None:
+    """An item whose field holds a string enum equal to the filter's string passes, as in Memory.search (its search terms do not hold the value)."""
+    items = [step(i, Role.R if i % 4 == 0 else Role.H, i, None, ["cat"]) for i in range(12)]
+    where = {"agent": "reviewer"}
+    store = InMemoryStore() if url == "memory://" else JSONLStore(tmp_path)
+    with store:
+        store.append("s", items)
+        hits(store, "cat", {})
+        assert hits(store, "cat", where) == expected(items, "cat", where)
+        assert store.backend.filter_candidates("s", Filter(where).tree) == {1, 5, 9}
+
+
+def test_a_string_spelled_with_escapes_in_a_log_is_still_found(tmp_path: Path) -> None:
+    """A log line that spells a string with \\u escapes (another program's JSON) is still screened in."""
+    with JSONLStore(tmp_path) as store:
+        store.append("s", [step(i, "host", i, None, ["cat"]) for i in range(5)])
+    log = next(path for path in tmp_path.iterdir() if path.suffix == ".jsonl")
+    data = b'{"step":9,"agent":"\\u0072eviewer","text":"cat"}'
+    with log.open("ab") as out:
+        out.write(item_record(6, 0.0, "9", data))
+    with JSONLStore(tmp_path) as store:
+        where = {"agent": "reviewer"}
+        found = store.search("s", "cat", 4, mode="keyword", where=where)
+        assert [hit.item.to_dict() for hit in found] == [
+            {"step": 9, "agent": "reviewer", "text": "cat"}
+        ]
+        assert store.backend.filter_candidates("s", Filter(where).tree) == {6}
 
 
 CHANGE = """

@@ -5,12 +5,17 @@ The in-process store and the JSONL store hold each session's rows in a dict
 the seqs filed under it, kept up to date by every insert, update and
 removal, so that a step filter reads the rows of its steps and not the
 session; and a map from record key to seq (and back) for the rows filed
-under a key, so that a record is found without reading the session.
+under a key, so that a record is found without reading the session; and
+a log of the seqs set or removed, so that a reader keeping something per
+row (:class:`~agents.memory.stores._core.filter_values.FilterValues`)
+learns which rows changed since it last looked without comparing every
+row (:meth:`RowTable.changed_since`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
 
 __all__ = ["RowTable", "StoredRow"]
 
@@ -26,7 +31,7 @@ class RowTable(dict[int, StoredRow]):
     stores, and would bypass the index).
     """
 
-    __slots__ = ("_by_step", "_key_of", "_seq_of")
+    __slots__ = ("_by_step", "_changes", "_cleared", "_dropped", "_key_of", "_seq_of")
 
     def __init__(
         self, rows: Iterable[tuple[int, StoredRow]] = (), keys: Mapping[int, str] | None = None
@@ -35,6 +40,11 @@ class RowTable(dict[int, StoredRow]):
         self._by_step: dict[str | None, dict[int, None]] = {}
         self._seq_of: dict[str, int] = {}
         self._key_of: dict[int, str] = {}
+        # The seqs set or removed, in order; the first ``_dropped`` were forgotten, and
+        # ``clear`` (at change ``_cleared``) changed every row.
+        self._changes: list[int] = []
+        self._dropped = 0
+        self._cleared = 0
         for seq, row in rows:
             self[seq] = row
         for seq, key in (keys or {}).items():
@@ -48,6 +58,7 @@ class RowTable(dict[int, StoredRow]):
         super().__setitem__(seq, row)
         if old is None or old[0] != row[0]:
             self._by_step.setdefault(row[0], {})[seq] = None
+        self._changed(seq)
 
     def discard(self, seq: int) -> bool:
         """Remove the row ``seq``; return whether it was there."""
@@ -58,6 +69,7 @@ class RowTable(dict[int, StoredRow]):
         key = self._key_of.pop(seq, None)
         if key is not None:
             del self._seq_of[key]
+        self._changed(seq)
         return True
 
     def clear(self) -> None:
@@ -66,6 +78,35 @@ class RowTable(dict[int, StoredRow]):
         self._by_step.clear()
         self._seq_of.clear()
         self._key_of.clear()
+        # A clear counts as a change of its own: a mark taken before it is told apart.
+        self._dropped += len(self._changes) + 1
+        self._changes.clear()
+        self._cleared = self._dropped
+
+    # -- changes ---------------------------------------------------------------------------
+
+    @property
+    def mark(self) -> int:
+        """The count of changes so far: what :meth:`changed_since` takes to tell the rows changed after now."""
+        return self._dropped + len(self._changes)
+
+    def changed_since(self, mark: int) -> list[int] | None:
+        """Return the seqs set or removed since :attr:`mark` was ``mark`` (with repeats), or ``None`` if the table cannot tell (cleared since, or too long ago).
+
+        A seq returned may hold the same row as before (set again), or none
+        (removed); a seq not returned holds the very row object it held.
+        """
+        if mark < self._cleared or mark < self._dropped or mark > self.mark:
+            return None
+        return self._changes[mark - self._dropped :]
+
+    def _changed(self, seq: int) -> None:
+        changes = self._changes
+        changes.append(seq)
+        if len(changes) > CHANGES_KEPT and len(changes) > 2 * len(self):
+            half = len(changes) // 2
+            del changes[:half]
+            self._dropped += half
 
     # -- record keys -----------------------------------------------------------------------
 
@@ -119,3 +160,7 @@ class RowTable(dict[int, StoredRow]):
             filed.pop(seq, None)
             if not filed:
                 del self._by_step[step]
+
+
+CHANGES_KEPT: Final = 4096
+"""The changes a table remembers at least; past twice its rows, the older half is forgotten."""

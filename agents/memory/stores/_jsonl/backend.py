@@ -617,7 +617,7 @@ class LogBackend(Backend):
             log = self._logs.current(session_id)
             if log is None:
                 return []
-            allowed = self._values.passing(session_id, _view(log), tree, self._source(session_id))
+            allowed = self._passing(session_id, log, tree)
             if allowed is None:
                 return None
 
@@ -636,7 +636,7 @@ class LogBackend(Backend):
             log = self._logs.current(session_id)
             if log is None:
                 return set()
-            found = self._values.passing(session_id, _view(log), tree, self._source(session_id))
+            found = self._passing(session_id, log, tree)
             return None if found is None else set(found)  # the kept set stays as it is
 
     def filter_among(
@@ -646,9 +646,7 @@ class LogBackend(Backend):
             log = self._logs.current(session_id)
             if log is None:
                 return set()
-            return self._values.passing(
-                session_id, _view(log), tree, self._source(session_id), seqs
-            )
+            return self._passing(session_id, log, tree, seqs)
 
     def filter_among_rows(
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
@@ -657,10 +655,17 @@ class LogBackend(Backend):
             log = self._logs.current(session_id)
             if log is None:
                 return []
-            may = self._values.passing(session_id, _view(log), tree, self._source(session_id), seqs)
+            may = self._passing(session_id, log, tree, seqs)
             if may is None:
                 return None
             return [(seq, log.rows[seq][2]) for seq in sorted(may)]
+
+    def _passing(
+        self, session_id: str, log: SessionLog, tree: FilterNode, seqs: Sequence[int] | None = None
+    ) -> set[int] | None:
+        """Return the seqs (among ``seqs``) whose items pass ``tree`` (:meth:`FilterValues.passing`); the caller holds the lock."""
+        source = self._source(session_id)
+        return self._values.passing(session_id, _view(log), tree, source, seqs)
 
     def _source(self, session_id: str) -> str:
         """Return how errors name a session's log."""
