@@ -12,18 +12,16 @@ from typing import Any
 
 from agents.memory._filter import Filter, Where
 from agents.memory._item import OnUnknownClass
-from agents.memory._text import check_k, checked_keys, checked_query
-from agents.memory._vectors import Embedder, EmbedParts, SearchMode, checked_weight
-from agents.memory.exceptions import InvalidQueryError, StoreArgumentError
+from agents.memory._text import checked_keys
+from agents.memory._vectors import Embedder, EmbedParts, SearchMode
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
+from agents.memory.stores._search.arguments import checked_parts, checked_vector_query
 from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.vector_cache import VectorCache
 from agents.memory.stores._search.vectors import VectorSearch
 
 __all__ = ["SearchCalls"]
-
-_DEFAULT_PARTS = EmbedParts()
 
 
 class SearchCalls:
@@ -126,13 +124,9 @@ class SearchCalls:
             keep = Filter.of(where)
             if mode == "keyword":
                 return self._keyword.search(sid, query, k, keys, on_unknown_class, keep)
-            text = checked_query(query)
-            check_k(k)
-            fields = checked_keys(keys)
-            if mode not in ("semantic", "hybrid"):
-                msg = f"search() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
-                raise InvalidQueryError(msg)
-            weight = checked_weight(hybrid_weight)
+            text, fields, weight = checked_vector_query(
+                "search", query, k, keys, mode, hybrid_weight
+            )
             return self._vectors.search(
                 sid,
                 text,
@@ -143,7 +137,7 @@ class SearchCalls:
                 weight,
                 on_unknown_class,
                 keep,
-                _checked_parts(parts),
+                checked_parts(parts),
             )
 
     def ranking(
@@ -241,7 +235,7 @@ class SearchCalls:
         sid = self._search_engine.check_write(session_id)
         fields = checked_keys(keys)
         return self._vectors.index(
-            sid, embedder, fields, batch_size, progress, _checked_parts(parts)
+            sid, embedder, fields, batch_size, progress, checked_parts(parts)
         )
 
     def read_vectors(
@@ -275,7 +269,7 @@ class SearchCalls:
             StoreError: if the store cannot be read.
         """
         sid = self._search_engine.check(session_id)
-        return self._vectors.read(sid, embedder, checked_keys(keys), seqs, _checked_parts(parts))
+        return self._vectors.read(sid, embedder, checked_keys(keys), seqs, checked_parts(parts))
 
     def drop_vectors(self, session_id: str) -> int:
         """Delete every vector of a session and forget its model; return how many vector rows went.
@@ -289,13 +283,3 @@ class SearchCalls:
             StoreError: if the store cannot be written; nothing is deleted.
         """
         return self._vectors.drop(self._search_engine.check_write(session_id))
-
-
-def _checked_parts(parts: object) -> EmbedParts:
-    """Return ``parts`` (``None``: the default ``EmbedParts()``), else raise :class:`StoreArgumentError`."""
-    if parts is None:
-        return _DEFAULT_PARTS
-    if isinstance(parts, EmbedParts):
-        return parts
-    msg = f"parts must be an EmbedParts (see agents.memory.search.EmbedParts), got {parts!r}."
-    raise StoreArgumentError(msg)

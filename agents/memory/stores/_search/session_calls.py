@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING
 
 from agents.memory._filter import Filter, Where
 from agents.memory._item import MemoryItem, OnUnknownClass
-from agents.memory._text import check_k, checked_keys, checked_query
-from agents.memory._vectors import Embedder, EmbedParts, SearchMode, checked_weight
-from agents.memory.exceptions import InvalidQueryError, StoreArgumentError
+from agents.memory._vectors import Embedder, EmbedParts, SearchMode
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.terms import keyword_query
 from agents.memory.stores._core.values import SessionHit
+from agents.memory.stores._search.arguments import checked_parts, checked_vector_query
 from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.sessions import SessionSearch, check_metadata_filter
 from agents.memory.stores._search.vector_cache import VectorCache
@@ -112,14 +111,10 @@ class SessionSearchCalls:
             terms, fields = keyword_query(query, k, keys)
             scope = across.scope(sessions, prefix, scoped)
             return across.keyword(scope, terms, fields, k, keep, on_unknown_class)
-        text = checked_query(query)
-        check_k(k)
-        fields = checked_keys(keys)
-        if mode not in ("semantic", "hybrid"):
-            msg = f"search_sessions() takes mode='keyword', 'semantic' or 'hybrid', got {mode!r}."
-            raise InvalidQueryError(msg)
-        weight = checked_weight(hybrid_weight)
-        chosen = _checked_parts(parts)
+        text, fields, weight = checked_vector_query(
+            "search_sessions", query, k, keys, mode, hybrid_weight
+        )
+        chosen = checked_parts(parts)
         scope = across.scope(sessions, prefix, scoped)
         return across.vectors(
             scope, text, k, fields, mode, embedder, weight, keep, chosen, on_unknown_class
@@ -200,13 +195,3 @@ class SessionSearchCalls:
             else []
         )
         return self._across.recall(scope, hits, recent, on_unknown_class)
-
-
-def _checked_parts(parts: object) -> EmbedParts:
-    """Return ``parts`` (``None``: the default ``EmbedParts()``), else raise :class:`StoreArgumentError`."""
-    if parts is None:
-        return EmbedParts()
-    if isinstance(parts, EmbedParts):
-        return parts
-    msg = f"parts must be an EmbedParts (see agents.memory.search.EmbedParts), got {parts!r}."
-    raise StoreArgumentError(msg)
