@@ -45,6 +45,7 @@ WHERES: tuple[dict[str, Any], ...] = (
     {"x": "a"},
     {"x": 'q"t'},
     {"x": {"$in": ["é", "a/b", "x\ny"]}},
+    {"x": {"$in": ["a", "reviewer"]}},
     {"x": ""},
     {"x": "\x01"},
     {"x": 1},

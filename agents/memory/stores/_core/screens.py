@@ -56,17 +56,22 @@ class RowScreen:
     def select(self, rows: Iterable[tuple[int, tuple[Any, Any, bytes]]]) -> list[tuple[int, bytes]]:
         """Return ``(seq, data)`` of the rows (``seq -> (step, created, data)`` items) whose bytes pass.
 
-        The rows are looked through at once (:class:`Joined`): one C-level
-        pass over all their bytes per byte string or pattern, not a Python
-        call per row; the rows kept are those :attr:`test` keeps.
+        Strings looked for in the codec's own bytes are looked for row by
+        row (one ``in`` each: joining the rows would cost what the faster
+        search over them saves); any other test looks through the rows at
+        once (:class:`Joined`), one C-level pass over all their bytes per
+        byte string or pattern, not a Python call per row. Either way the
+        rows kept are those :attr:`test` keeps.
         """
         test = self.test
         if isinstance(test, _Needles) and not test.escapes:
-            # A row's bytes looked through in place cost what joining them costs: no join.
-            needles = test.needles
+            needles = test.needles  # looked for inline: a call per row costs what a look does
             if len(needles) == 1:
                 (one,) = needles
                 return [(seq, row[2]) for seq, row in rows if one in row[2]]
+            if len(needles) == 2:
+                one, two = needles
+                return [(seq, row[2]) for seq, row in rows if one in row[2] or two in row[2]]
             return [(seq, row[2]) for seq, row in rows if test(row[2])]
         pairs = [(seq, row[2]) for seq, row in rows]
         if not pairs:
