@@ -21,6 +21,12 @@ are decoded and tested). Two kinds of condition have one:
   pairs (the codec's form for a dict with keys other than strings) is
   kept, as its keys are not written as keys.
 
+Conditions on one field under ``$and`` (a range's two bounds) are tested
+together on each value. Strings in the codec's bytes are looked for row
+by row (one ``in`` a row); any other test looks through all the rows at
+once (:class:`_Joined`: one C-level pass per byte string or pattern over
+the rows joined, the row of each place found by bisection).
+
 Records written by the codec spell each string one way (orjson's: only
 ``"``, ``\\`` and control characters escaped, no spaces between tokens);
 where that is not known (``canonical=False``: a JSONL log, which another
@@ -59,7 +65,7 @@ class RowScreen:
         Strings looked for in the codec's own bytes are looked for row by
         row (one ``in`` each: joining the rows would cost what the faster
         search over them saves); any other test looks through the rows at
-        once (:class:`Joined`), one C-level pass over all their bytes per
+        once (:class:`_Joined`), one C-level pass over all their bytes per
         byte string or pattern, not a Python call per row. Either way the
         rows kept are those :attr:`test` keeps.
         """
@@ -76,7 +82,7 @@ class RowScreen:
         pairs = [(seq, row[2]) for seq, row in rows]
         if not pairs:
             return []
-        found = _rows_of(self.test, Joined([data for _, data in pairs]))
+        found = _rows_of(self.test, _Joined([data for _, data in pairs]))
         return [pairs[at] for at in sorted(found)]
 
 
@@ -184,7 +190,7 @@ class _Needles:
             return True
         return self.escapes and any(other in data for other in _OTHER_SPELLINGS)
 
-    def rows(self, joined: Joined) -> set[int]:
+    def rows(self, joined: _Joined) -> set[int]:
         """Return the rows of ``joined`` that pass, found in one pass over all of them per byte string."""
         found = set().union(*(joined.holding(needle) for needle in self.needles))
         if self.escapes:
@@ -201,7 +207,7 @@ class _All:
     def __call__(self, data: bytes) -> bool:
         return all(test(data) for test in self.tests)
 
-    def rows(self, joined: Joined) -> set[int]:
+    def rows(self, joined: _Joined) -> set[int]:
         """Return the rows of ``joined`` that pass: those the first test keeps, looked at one by one for the others."""
         first, *rest = self.tests
         rows = joined.rows
@@ -217,7 +223,7 @@ class _Any:
     def __call__(self, data: bytes) -> bool:
         return any(test(data) for test in self.tests)
 
-    def rows(self, joined: Joined) -> set[int]:
+    def rows(self, joined: _Joined) -> set[int]:
         """Return the rows of ``joined`` that pass one test (each looked for in one pass)."""
         return set().union(*(_rows_of(test, joined) for test in self.tests))
 
@@ -250,7 +256,7 @@ class _KeyValues:
             self._may_pass(found) for pattern in self.patterns for found in pattern.finditer(data)
         )
 
-    def rows(self, joined: Joined) -> set[int]:
+    def rows(self, joined: _Joined) -> set[int]:
         """Return the rows of ``joined`` that pass: one pass over all of them per key, a Python call per place the key is written."""
         found = self.kept.rows(joined)
         may_pass, row_at = self._may_pass, joined.row_at
@@ -272,7 +278,7 @@ class _KeyValues:
         return self.passes(value)
 
 
-class Joined:
+class _Joined:
     """Rows' bytes joined into one, so that one C-level pass finds a byte string or a pattern in all of them.
 
     Looking through 10,000 rows of 1 kB one call per row costs about 1-2 us
@@ -315,7 +321,7 @@ class Joined:
         return found
 
 
-def _rows_of(test: Test, joined: Joined) -> set[int]:
+def _rows_of(test: Test, joined: _Joined) -> set[int]:
     """Return the rows of ``joined`` that pass ``test`` (a screen's test; looked at one by one if it has no pass of its own)."""
     rows = getattr(test, "rows", None)
     if rows is not None:
