@@ -1112,3 +1112,62 @@ def test_a_write_by_the_handle_inside_a_search_scope_drops_the_kept_statistics(
             items = backend.count("s")
     assert counted == {"the": 83, "invoice": 23}  # 20 of the 80 steps, and the 3 appended
     assert items == 83
+
+
+def write_v7_store(url: str) -> list[tuple[int, float]]:
+    """Leave tables of schema version 7 (term counts compressed with pglz, the default) holding session 's'; return its hits for a query."""
+    notes = [" ".join(f"word{(i * 7 + j) % 400}" for j in range(220)) for i in range(30)]
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(step=i, note=note) for i, note in enumerate(notes)])
+        hits = [(hit.seq, hit.score) for hit in store.search("s", "word3 word12 word377", 10)]
+    with psycopg.connect(url, autocommit=True) as con:
+        if _pg_schema.offers_lz4(con):
+            con.execute("ALTER TABLE kvmemory_items ALTER COLUMN tf SET COMPRESSION pglz")
+            con.execute("UPDATE kvmemory_items SET tf = tf || '{}'::jsonb")
+        con.execute("UPDATE kvmemory_schema SET version = 7")
+    assert compressions(url) in ({"pglz"}, set())  # set(): a server before PostgreSQL 14
+    return hits
+
+
+def compressions(url: str) -> set[str]:
+    """Return the compression methods of the rows' term counts (empty before PostgreSQL 14, which cannot tell)."""
+    with psycopg.connect(url, autocommit=True) as con:
+        if not con.execute("SELECT to_regproc('pg_column_compression')").fetchone()[0]:
+            return set()
+        rows = con.execute(
+            "SELECT DISTINCT pg_column_compression(tf) FROM kvmemory_items"
+            " WHERE pg_column_compression(tf) IS NOT NULL"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+@pytest.mark.postgres
+def test_v7_store_is_migrated_to_term_counts_compressed_with_lz4(postgres_url: str) -> None:
+    """v7 tables opened writable get their term counts compressed with lz4 where the server offers it, and rank the same."""
+    hits = write_v7_store(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        lz4 = _pg_schema.offers_lz4(con)
+    with open_store(postgres_url) as store:
+        assert [
+            (hit.seq, hit.score) for hit in store.search("s", "word3 word12 word377", 10)
+        ] == hits
+        store.append("s", [MemoryItem(step=30, note=" ".join(f"word{j}" for j in range(400)))])
+    if lz4:
+        assert compressions(postgres_url) == {"lz4"}  # the rows before, and the row written since
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
+
+
+@pytest.mark.postgres
+def test_v7_store_opened_read_only_ranks_the_same_and_is_not_migrated(postgres_url: str) -> None:
+    """v7 tables opened read-only are searched as before and keep their version and compression."""
+    hits = write_v7_store(postgres_url)
+    with open_store(postgres_url, read_only=True) as reader:
+        assert [
+            (hit.seq, hit.score) for hit in reader.search("s", "word3 word12 word377", 10)
+        ] == hits
+    assert compressions(postgres_url) in ({"pglz"}, set())
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(7,)]

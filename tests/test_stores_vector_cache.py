@@ -597,3 +597,43 @@ def test_a_screened_table_brought_up_to_date_scores_as_one_read_anew() -> None:
     for query in _unit_rows(rng, 5, 64):
         assert new.scores(query, 5) == anew.scores(query, 5)
         assert new.scores(query, 5, [3, 10]) == anew.scores(query, 5, [3, 10])
+
+
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
+def test_an_unchanged_session_counts_its_vector_rows_once(
+    kind: str,
+    durable_url: Callable[[str], str],
+    backend_calls: Callable[[Any, str], list[tuple[Any, ...]]],
+) -> None:
+    """A writable handle counts a session's vector rows (is any item without one?) at its first query only while they are unchanged."""
+    url = durable_url(kind)
+    write(url)
+    with open_store(url) as store:
+        counts = backend_calls(store.backend, "vector_count")
+        first = both_modes(store)
+        assert len(counts) == 1
+        assert both_modes(store) == first
+        assert both_modes(store) == first
+        assert len(counts) == 1
+
+
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
+@pytest.mark.parametrize("change", ["append", "drop vectors"])
+def test_items_left_without_a_vector_by_another_handle_are_embedded_by_the_next_search(
+    kind: str, change: str, durable_url: Callable[[str], str]
+) -> None:
+    """After a handle counted the vector rows, another handle's append (no vector) or drop of the vectors is embedded by its next search, which ranks as a fresh handle."""
+    url = durable_url(kind)
+    write(url)
+    with open_store(url) as kept, open_store(url) as other:
+        before = both_modes(kept)
+        assert both_modes(kept) == before  # counted, and kept
+        if change == "append":
+            other.append("s", [MemoryItem(step=99, thought=QUERY)])
+        else:
+            other.drop_vectors("s")
+        after = both_modes(kept)
+    with open_store(url) as fresh:
+        assert after == both_modes(fresh)
+    if change == "append":
+        assert after != before

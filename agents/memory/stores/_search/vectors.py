@@ -217,11 +217,15 @@ class VectorSearch:
         progress: Callable[[int, int], object] | None,
         parts: EmbedParts,
     ) -> None:
-        """Embed and store the items without a vector over ``fields`` (two counts when there are none)."""
+        """Embed and store the items without a vector over ``fields`` (when none lacks one: the item count, and the vector rows' count once per version of them)."""
         filed = fields_text(fields, parts)
+        backend = self._backend
         with self._engine.errors("read the vectors of", sid):
-            covered = self._backend.vector_count(sid, filed)
-            count = self._backend.count(sid)
+            version = backend.vectors_version(sid, filed)
+            covered = self._cache.counted(
+                sid, filed, version, lambda: backend.vector_count(sid, filed)
+            )
+            count = backend.count(sid)
         if covered >= count:
             return
         source = f"session {sid!r} of {self._engine.url}"
