@@ -213,8 +213,11 @@ def _log_vector_changes(con: Any) -> None:
 # server offers it (PostgreSQL 14 and later, built with lz4). A keyword ranking reads the
 # counts of every row a query word matches, and decompressing them was most of its time:
 # reading three counts from each of 100,000 rows took 348-902 ms with pglz, the default,
-# and 177-535 ms with lz4 (reading the rows alone 36-148 ms; 7 runs each, load 5). The rows
-# stored before are written again, compressed so; a server without lz4 keeps pglz.
+# and 177-535 ms with lz4 (reading the rows alone 36-148 ms; 7 runs each, load 5). Only
+# rows written from then on are compressed so: writing the rows stored before again took
+# 27.6 s for 130,000 rows under the schema lock (every handle's open waits for it) and
+# leaves a dead copy of each row until vacuumed, so they stay pglz (both read the same).
+# A server without lz4 keeps pglz.
 
 
 def offers_lz4(con: Any) -> bool:
@@ -229,11 +232,6 @@ def _compress_counts_with_lz4(con: Any) -> None:
     if not offers_lz4(con):
         return
     con.execute("ALTER TABLE kvmemory_items ALTER COLUMN tf SET COMPRESSION lz4")
-    # A value is compressed again only when it is built anew: "|| '{}'" builds it (the same
-    # counts); rows too small to be compressed are left as they are.
-    con.execute(
-        "UPDATE kvmemory_items SET tf = tf || '{}'::jsonb WHERE pg_column_compression(tf) = 'pglz'"
-    )
 
 
 MIGRATIONS: Final = (
