@@ -1269,15 +1269,18 @@ def test_property_any_writes_keep_the_fts_table_exact_and_the_ranking(
             store.close()
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    rows=st.lists(
-        st.lists(st.sampled_from(["is", "the", "to", "zeta", "filler"]), max_size=30),
-        min_size=1,
-        max_size=40,
-    ),
-    query=st.lists(st.sampled_from(["is", "the", "to", "zeta"]), min_size=1, max_size=5),
+WORD_ROWS = st.lists(
+    st.lists(st.sampled_from(["is", "the", "to", "zeta", "filler"]), max_size=30),
+    min_size=1,
+    max_size=40,
 )
+"""Rows of a few words, most of them common, for the scorer's bounds."""
+WORD_QUERY = st.lists(st.sampled_from(["is", "the", "to", "zeta"]), min_size=1, max_size=5)
+"""Queries of those words, repeats allowed."""
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=WORD_ROWS, query=WORD_QUERY)
 def test_each_terms_share_is_at_most_the_bound_the_scorer_prunes_by(
     rows: list[list[str]], query: list[str]
 ) -> None:
@@ -1398,12 +1401,8 @@ def test_a_query_of_common_words_reads_fts5_order_not_every_posting(tmp_path: Pa
 
 @settings(max_examples=40, deadline=None)
 @given(
-    rows=st.lists(
-        st.lists(st.sampled_from(["is", "the", "to", "zeta", "filler"]), max_size=30),
-        min_size=1,
-        max_size=30,
-    ),
-    query=st.lists(st.sampled_from(["is", "the", "to", "zeta"]), min_size=1, max_size=5),
+    rows=WORD_ROWS,
+    query=WORD_QUERY,
     other=st.lists(st.sampled_from(["is", "the", "filler"]), max_size=60),
 )
 def test_no_items_score_passes_its_bound_from_fts5s_bm25(

@@ -251,44 +251,12 @@ class FTSScorer:
     def _fts5_bound(
         self, matched: Sequence[str], others: Sequence[str]
     ) -> Callable[[float], float] | None:
-        """Return the most this library's score (over ``matched`` and ``others``) can be for an item whose FTS5 ``bm25()`` over ``matched``, negated, is at most the argument.
-
-        A term's saturation ``tf / (tf + k1 * (1 - b) + k1 * b * length /
-        average)`` is at most ``max(1, average / average5)`` times FTS5's (the
-        two differ only in the average length), and at most its value at the
-        most times one item holds the term; so the score over ``matched`` is
-        at most a fractional knapsack (FTS5's score spent on the terms whose
-        share it lifts most, up to each term's largest share) plus every
-        term's floor; each of ``others`` adds at most its bound. ``None`` if
-        FTS5's statistics are unknown or hold no term.
-        """
+        """Return the most this library's score can be for an item whose FTS5 ``bm25()`` over ``matched`` is at most the argument (see :func:`_bound_from_fts5`)."""
         if self.table is None:
             return None
-        rows, tokens = self.table
-        if rows <= 0 or tokens <= 0:
-            return None
-        lift_most = max(1.0, self.average / bm25_average_length(tokens, rows))
-        fixed = sum(self._bound(term) for term in others)
-        shares = []  # (this library's share per unit of FTS5's, the most that term's share can be)
-        for term in matched:
-            lift = self.lifts[term]
-            fixed += lift * BM25_FLOOR
-            idf5 = _fts5_idf(rows, self.df[term])
-            most = self._bound(term) - lift * BM25_FLOOR
-            shares.append((lift * lift_most / (idf5 * (BM25_K1 + 1.0)), most))
-        shares.sort(reverse=True)
-
-        def bound(fts5: float) -> float:
-            score, left = 0.0, fts5
-            for per, most in shares:
-                spent = min(left, most / per)
-                score += per * spent
-                left -= spent
-                if left <= 0.0:
-                    break
-            return score + fixed
-
-        return bound
+        terms = [(self.lifts[term], self.df[term], self._bound(term)) for term in matched]
+        others_most = sum(self._bound(term) for term in others)
+        return _bound_from_fts5(self.table, self.average, terms, others_most)
 
     def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
         """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
@@ -564,6 +532,57 @@ def _counts(text: str, patterns: Sequence[tuple[str, str, str]]) -> dict[str, in
         if n:
             counts[term] = text.split(" ").count(term) if twice in padded else n
     return counts
+
+
+def _bound_from_fts5(
+    table: tuple[int, int],
+    average: float,
+    terms: Sequence[tuple[float, int, float]],
+    others_most: float,
+) -> Callable[[float], float] | None:
+    """Return the most an item's score can be given its FTS5 ``bm25()`` (negated) over some query terms.
+
+    A term's saturation ``tf / (tf + k1 * (1 - b) + k1 * b * length /
+    average)`` is at most ``max(1, average / average5)`` times FTS5's (the
+    two differ only in the average length), and at most its value at the
+    most times one item holds the term; so the score over the terms FTS5
+    matched is at most a fractional knapsack (FTS5's score spent on the
+    terms whose share it lifts most, up to each term's largest share) plus
+    every term's floor, and the other terms add at most ``others_most``.
+
+    Args:
+        table: The FTS5 table's rows and tokens (its ``bm25()`` statistics).
+        average: The session's average length.
+        terms: Each term FTS5 matched: ``(lift, document frequency, bound)``
+            (:meth:`FTSScorer._bound`, with its floor).
+        others_most: The most the query's other terms can add.
+
+    Returns:
+        The bound as a function of FTS5's score, or ``None`` if the table holds no term.
+    """
+    rows, tokens = table
+    if rows <= 0 or tokens <= 0:
+        return None
+    lift_most = max(1.0, average / bm25_average_length(tokens, rows))
+    fixed = others_most
+    shares = []  # (this library's share per unit of FTS5's, the most that term's share can be)
+    for lift, df, most in terms:
+        fixed += lift * BM25_FLOOR
+        idf5 = _fts5_idf(rows, df)
+        shares.append((lift * lift_most / (idf5 * (BM25_K1 + 1.0)), most - lift * BM25_FLOOR))
+    shares.sort(reverse=True)
+
+    def bound(fts5: float) -> float:
+        score, left = 0.0, fts5
+        for per, most in shares:
+            spent = min(left, most / per)
+            score += per * spent
+            left -= spent
+            if left <= 0.0:
+                break
+        return score + fixed
+
+    return bound
 
 
 def _fts5_idf(rows: int, df: int) -> float:
