@@ -1269,15 +1269,18 @@ def test_property_any_writes_keep_the_fts_table_exact_and_the_ranking(
             store.close()
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    rows=st.lists(
-        st.lists(st.sampled_from(["is", "the", "to", "zeta", "filler"]), max_size=30),
-        min_size=1,
-        max_size=40,
-    ),
-    query=st.lists(st.sampled_from(["is", "the", "to", "zeta"]), min_size=1, max_size=5),
+WORD_ROWS = st.lists(
+    st.lists(st.sampled_from(["is", "the", "to", "zeta", "filler"]), max_size=30),
+    min_size=1,
+    max_size=40,
 )
+"""Rows of a few words, most of them common, for the scorer's bounds."""
+WORD_QUERY = st.lists(st.sampled_from(["is", "the", "to", "zeta"]), min_size=1, max_size=5)
+"""Queries of those words, repeats allowed."""
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=WORD_ROWS, query=WORD_QUERY)
 def test_each_terms_share_is_at_most_the_bound_the_scorer_prunes_by(
     rows: list[list[str]], query: list[str]
 ) -> None:
@@ -1326,6 +1329,122 @@ def test_a_word_every_item_holds_is_scored_without_reading_its_postings(
     postings = [sql for sql in statements if "kvmemory_fts_instance" in sql]
     assert postings
     assert not [sql for sql in postings if "·the'" in sql or '·the"' in sql], postings
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(["a", "ab", "b", "ba", "the", "th"]), max_size=25),
+    query=st.lists(st.sampled_from(["a", "b", "the", "zeta"]), min_size=1, max_size=4),
+)
+def test_terms_counted_in_a_rows_kept_text_equal_its_words_counted(
+    words: list[str], query: list[str]
+) -> None:
+    """Counting terms in a row's kept text (repeats side by side, words that hold others) gives each word's count."""
+    held = Counter(words)
+    want = {term: held[term] for term in query if held[term]}
+    got = _sqlite_scorer._counts(" ".join(words), _sqlite_scorer._patterns(query))
+    assert got == want
+
+
+def common_words_items(seed: int, n: int) -> list[MemoryItem]:
+    """Return ``n`` items of a few words most of them hold, many alike (ties), a few rarer ones."""
+    rng = random.Random(seed)
+    items = []
+    for i in range(n):
+        words = ["the"] * rng.randint(1, 3) + ["dialog"] * rng.choice([1, 1, 2])
+        words += ["ok"] * (rng.random() < 0.9) + ["chart"] * rng.choice([0, 1, 1, 3])
+        words += ["filler"] * rng.choice([0, 0, 4, 9]) + ["zeta"] * (rng.random() < 0.05)
+        rng.shuffle(words)
+        items.append(MemoryItem(n=i, note=" ".join(words)))
+    return items
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    query=st.lists(
+        st.sampled_from(["the", "dialog", "ok", "chart", "zeta", "filler"]), min_size=1, max_size=5
+    ),
+    k=st.sampled_from([1, 3, 10]),
+    sessions=st.sampled_from([1, 2]),
+)
+def test_words_most_items_hold_rank_from_fts5_order_as_memory_search(
+    seed: int, query: list[str], k: int, sessions: int
+) -> None:
+    """Ranked from FTS5's bm25() order (items alike, one session or two), search gives Memory.search's hits and scores."""
+    items = common_words_items(seed, 300)
+    text = " ".join(query)
+    with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as folder:
+        patch.setattr(_sqlite_scorer, "_FTS5_FROM", 0)
+        with SQLiteStore(Path(folder) / "common.db") as store:
+            store.append("s", items)
+            if sessions == 2:
+                store.append("other", items[:40])
+            got = [(hit.item["n"], hit.score) for hit in store.search("s", text, k)]
+    want = [(hit.item["n"], hit.score) for hit in Memory(items).search(text, k)]
+    assert got == want
+
+
+def test_a_query_of_common_words_reads_fts5_order_not_every_posting(tmp_path: Path) -> None:
+    """Words every item holds are ranked from one FTS5 bm25() pass: no statement counts their postings."""
+    items = common_words_items(3, 5000)
+    with SQLiteStore(tmp_path / "common.db") as store:
+        store.append("s", items)
+        statements: list[str] = []
+        store.backend.connection.set_trace_callback(statements.append)
+        got = [(hit.item["n"], hit.score) for hit in store.search("s", "the dialog", 5)]
+        store.backend.connection.set_trace_callback(None)
+    assert got == [(hit.item["n"], hit.score) for hit in Memory(items).search("the dialog", 5)]
+    assert [sql for sql in statements if "bm25(kvmemory_fts)" in sql]
+    assert not [sql for sql in statements if "kvmemory_fts_instance" in sql]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=WORD_ROWS,
+    query=WORD_QUERY,
+    other=st.lists(st.sampled_from(["is", "the", "filler"]), max_size=60),
+)
+def test_no_items_score_passes_its_bound_from_fts5s_bm25(
+    rows: list[list[str]], query: list[str], other: list[str]
+) -> None:
+    """No item's score passes the bound the scorer reads from its FTS5 bm25() (the session alone or not)."""
+    items = [MemoryItem(note=" ".join(words)) for words in rows]
+    with tempfile.TemporaryDirectory() as folder, SQLiteStore(Path(folder) / "b.db") as store:
+        store.append("s", items)
+        if other:
+            store.append("t", [MemoryItem(note=" ".join(other))])
+        store.search("s", "is")  # a writable handle folds its pending rows into the FTS table
+        con = store.backend.connection
+        stats = con.execute(
+            "SELECT key, items, terms FROM kvmemory_search WHERE session_id = 's'"
+        ).fetchone()
+        rows_all, tokens_all = con.execute(
+            "SELECT sum(items), sum(terms) FROM kvmemory_search"
+        ).fetchone()
+        prefix = f"{stats[0]}{_sqlite_schema.MARK}"
+        vocab = {}
+        for term in dict.fromkeys(query):
+            found = con.execute(
+                "SELECT doc, cnt FROM kvmemory_fts_row WHERE term = ?", (prefix + term,)
+            ).fetchone()
+            if found:
+                vocab[term] = (int(found[0]), int(found[1]))
+        assume(vocab)
+        scorer = _sqlite_scorer.FTSScorer(con, ["s"], [prefix], query, vocab, stats[1], stats[2])
+        scorer.table = (int(rows_all), int(tokens_all))
+        matched, others = scorer._fts5_terms(scorer.order)
+        bound = scorer._fts5_bound(matched, others)
+        assert bound is not None
+        fts5 = dict(
+            con.execute(
+                "SELECT rowid, -bm25(kvmemory_fts) FROM kvmemory_fts WHERE kvmemory_fts MATCH ?",
+                (scorer._match(matched),),
+            ).fetchall()
+        )
+        exact = scorer._exact(list(fts5), len(fts5), scorer.order)
+    for score, seq in exact:
+        assert score <= bound(fts5[seq]) * (1 + 1e-12)  # equal to rounding where the bound is tight
 
 
 def test_reopening_a_large_session_runs_no_collection_until_its_index_is_built(

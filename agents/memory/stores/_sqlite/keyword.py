@@ -191,7 +191,7 @@ class SQLiteKeywordIndex:
             stats = con.execute(_STATISTICS, (sid,)).fetchone()
             if stats is None or stats[1] <= 0:
                 return []
-            key, n_items, total, _ = stats
+            key, n_items, total, _, _ = stats
             names = {f"{key}{MARK}{term}": term for term in dict.fromkeys(terms)}
             df = {
                 names[name]: int(docs)
@@ -404,7 +404,7 @@ class SQLiteKeywordIndex:
             stats = con.execute(_STATISTICS, (sid,)).fetchone()
             if stats is None or stats[1] <= 0:
                 return []
-            key, n_items, total, n_rows = stats
+            key, n_items, total, n_rows, n_tokens = stats
             prefix = f"{key}{MARK}"
             names = {prefix + term: term for term in dict.fromkeys(terms)}
             # Each term's postings are the session's own (by their prefix): doc is
@@ -422,6 +422,7 @@ class SQLiteKeywordIndex:
             scorer = FTSScorer(con, [sid], [prefix], terms, vocab, n_items, total)
             # Every FTS row is this session's: FTS5's statistics are the session's own.
             scorer.alone = n_rows == n_items
+            scorer.table = (int(n_rows), int(n_tokens))
             return scorer.best(k)
         finally:
             con.execute("COMMIT")
@@ -502,7 +503,7 @@ _PENDING_FREQUENCIES: Final = (
 """Each query term's pending rows in the session (their terms are in their rows, not yet in the FTS table)."""
 _FREQUENCIES_OF: Final = " FROM json_each(?1) AS q, kvmemory_search AS s WHERE s.session_id = ?2"
 _STATISTICS: Final = (
-    "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search)"
-    " FROM kvmemory_search WHERE session_id = ?"
+    "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search),"
+    " (SELECT sum(terms) FROM kvmemory_search) FROM kvmemory_search WHERE session_id = ?"
 )
-"""The session's key, item count and term count (BM25's statistics), then the FTS5 table's row count."""
+"""The session's key, item count and term count (BM25's statistics), then the FTS5 table's row and token counts (FTS5's statistics)."""
