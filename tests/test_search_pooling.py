@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.memory import Memory, MemoryItem
+from agents.memory import Memory, MemoryItem, _vectors
 from agents.memory._vectors import TEXTS_KEPT, checked_vectors, vectors_once
 from agents.memory.search import (
     EmbedParts,
@@ -295,3 +295,27 @@ def test_embedding_in_batches_gives_the_vectors_of_embedding_item_by_item(
     assert batched.rows_of.keys() == one_by_one.rows_of.keys()
     for key, rows in batched.rows_of.items():
         assert np.array_equal(batched.matrix[rows], one_by_one.matrix[one_by_one.rows_of[key]])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(PART_TEXTS), max_size=8), max_size=6))
+def test_vectors_once_over_batches_keeps_what_a_text_by_text_filling_keeps(
+    batches: list[list[str]],
+) -> None:
+    """vectors_once gives each text its own vector, embeds only texts ``known`` lacks, and leaves in ``known`` what filling it a text at a time (emptied when full) leaves."""
+    embedder = CountingHashing()
+    known: dict[str, Any] = {}
+    model: dict[str, None] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_vectors, "TEXTS_KEPT", 3)
+        for batch in batches:
+            before = embedder.texts
+            fresh = [text for text in dict.fromkeys(batch) if text not in model]
+            got = _vectors.vectors_once(embedder, batch, known)
+            assert np.array_equal(got, checked_vectors(HashingEmbedder(64), batch).reshape(-1, 64))
+            assert embedder.texts - before == len(fresh)
+            for text in fresh:
+                if len(model) >= 3:
+                    model.clear()
+                model[text] = None
+            assert list(known) == list(model)
