@@ -234,7 +234,7 @@ class Vectors:
         begin = 0
         for at, key in enumerate(keys):
             if key in self.rows_of:  # embedded again: it keeps only its new parts
-                self._file_texts(np, keys[begin:at], texts[begin:at], unit, vector_of)
+                _file_texts(self, np, keys[begin:at], texts[begin:at], unit, vector_of)
                 begin = at
                 if len(vector_of) < len(distinct):  # a drop may free a row the parts after hold
                     held = [text for text in distinct if text not in vector_of]
@@ -243,51 +243,7 @@ class Vectors:
                     )
                     unit = np.concatenate([unit, self.matrix[[self.text_row[t] for t in held]]])
                 self.drop(key)
-        self._file_texts(np, keys[begin:], texts[begin:], unit, vector_of)
-
-    def _file_texts(
-        self,
-        np: Any,
-        keys: Sequence[int],
-        texts: Sequence[Sequence[str]],
-        unit: Any,
-        vector_of: Mapping[str, int],
-    ) -> None:
-        """File the parts of ``keys`` (none of them held here): a new text takes a row and its vector ``unit[vector_of[text]]``."""
-        text_row = self.text_row
-        flat = list(itertools.chain.from_iterable(texts))
-        new = [text for text in dict.fromkeys(flat) if text not in text_row]
-        if new:
-            taken = [self.free.pop() for _ in range(min(len(new), len(self.free)))]
-            first = self.used
-            self.used += len(new) - len(taken)
-            while self.used > len(self.matrix):
-                self._grow_rows()
-            rows = [*taken, *range(first, self.used)]
-            picked = np.fromiter(map(vector_of.__getitem__, new), np.int64, len(new))
-            if len(new) == len(unit) and (picked == np.arange(len(unit))).all():
-                picked = slice(None)  # the embedded texts, in order (the usual batch): no copy
-            if taken:
-                self.matrix[rows] = unit[picked]
-            else:
-                self.matrix[first : self.used] = unit[picked]
-            text_row.update(zip(new, rows, strict=True))
-            self.texts_at.update(zip(rows, new, strict=True))
-            screen = self.screen
-            for row in taken:  # a freed row the screen had turned: turned again
-                if screen is not None and row < screen.done:
-                    screen.refresh(np, self.matrix, [row])
-        flat_rows = list(map(text_row.__getitem__, flat))
-        laid: list[tuple[int, list[int]]] = []
-        at = 0
-        for key, item_texts in zip(keys, texts, strict=True):
-            rows = list(dict.fromkeys(flat_rows[at : at + len(item_texts)]))
-            at += len(item_texts)
-            if rows:
-                laid.append((key, rows))
-        held = np.fromiter(itertools.chain.from_iterable(rows for _, rows in laid), np.int64)
-        self.uses[: self.used] += np.bincount(held, minlength=self.used)
-        self._lay_out_many(np, laid)
+        _file_texts(self, np, keys[begin:], texts[begin:], unit, vector_of)
 
     def _row(self, vector: Any) -> int:
         """Return the row holding ``vector``, filed now if no row holds it."""
@@ -758,6 +714,51 @@ def distinct_rows(np: Any, matrix: Any) -> tuple[Any, Any]:
         first_of[apart] = apart[first[inverse.reshape(-1)]]
     distinct = np.unique(first_of)
     return distinct, np.searchsorted(distinct, first_of)
+
+
+def _file_texts(
+    table: Vectors,
+    np: Any,
+    keys: Sequence[int],
+    texts: Sequence[Sequence[str]],
+    unit: Any,
+    vector_of: Mapping[str, int],
+) -> None:
+    """File the parts of ``keys`` in ``table`` (none of them held there): a new text takes a row and its vector ``unit[vector_of[text]]``."""
+    text_row = table.text_row
+    flat = list(itertools.chain.from_iterable(texts))
+    new = [text for text in dict.fromkeys(flat) if text not in text_row]
+    if new:
+        taken = [table.free.pop() for _ in range(min(len(new), len(table.free)))]
+        first = table.used
+        table.used += len(new) - len(taken)
+        while table.used > len(table.matrix):
+            table._grow_rows()
+        rows = [*taken, *range(first, table.used)]
+        picked = np.fromiter(map(vector_of.__getitem__, new), np.int64, len(new))
+        if len(new) == len(unit) and (picked == np.arange(len(unit))).all():
+            picked = slice(None)  # the embedded texts, in order (the usual batch): no copy
+        if taken:
+            table.matrix[rows] = unit[picked]
+        else:
+            table.matrix[first : table.used] = unit[picked]
+        text_row.update(zip(new, rows, strict=True))
+        table.texts_at.update(zip(rows, new, strict=True))
+        screen = table.screen
+        for row in taken:  # a freed row the screen had turned: turned again
+            if screen is not None and row < screen.done:
+                screen.refresh(np, table.matrix, [row])
+    flat_rows = list(map(text_row.__getitem__, flat))
+    laid: list[tuple[int, list[int]]] = []
+    at = 0
+    for key, item_texts in zip(keys, texts, strict=True):
+        rows = list(dict.fromkeys(flat_rows[at : at + len(item_texts)]))
+        at += len(item_texts)
+        if rows:
+            laid.append((key, rows))
+    held = np.fromiter(itertools.chain.from_iterable(rows for _, rows in laid), np.int64)
+    table.uses[: table.used] += np.bincount(held, minlength=table.used)
+    table._lay_out_many(np, laid)
 
 
 def bulk_table(empty: Vectors, keys: Sequence[int], blocks: Sequence[Any]) -> Vectors:
