@@ -31,6 +31,7 @@ from agents.memory import (
     Window,
     project,
 )
+from agents.memory._text import item_texts
 from agents.memory._vectors import (
     COVERAGE_POWER,
     blend,
@@ -898,6 +899,72 @@ def test_embed_parts_cuts_each_field_into_windows_of_words() -> None:
     ]
     assert EmbedParts.WHOLE.texts(fields, None) == ["one two three four five six\nx\ny"]
     assert EmbedParts().texts({"n": 3, "blank": "  "}, None) == []
+
+
+def _plain_parts(
+    parts: EmbedParts, fields: dict[str, Any], keys: tuple[str, ...] | None
+) -> list[str]:
+    """EmbedParts.texts as a plain loop over item_texts: the model the cut is checked against."""
+    pairs = list(item_texts(fields, keys))
+    out: list[str] = []
+    if parts.fields:
+        joined: dict[str, list[str]] = {}
+        for name, text in pairs:
+            joined.setdefault(name, []).append(text)
+        for texts in joined.values():
+            words = "\n".join(texts).split()
+            start = 0
+            while words:
+                out.append(" ".join(words[start : start + (parts.chunk_words or len(words))]))
+                if parts.chunk_words is None or start + parts.chunk_words >= len(words):
+                    break
+                start += parts.chunk_words - parts.overlap
+    whole = "\n".join(text for _, text in pairs)
+    if (parts.whole or not parts.fields) and whole.strip():
+        out.append(whole)
+    return out
+
+
+_leaf = st.one_of(
+    st.text(st.sampled_from("ab \n\t"), max_size=12),
+    st.integers(),
+    st.none(),
+    st.binary(max_size=2),
+)
+_value = st.recursive(
+    _leaf,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("xy"), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from("abcd"), _value, max_size=4),
+    st.one_of(st.none(), st.lists(st.sampled_from("abce"), max_size=5).map(tuple)),
+    st.one_of(st.none(), st.integers(1, 4)),
+    st.integers(0, 3),
+    st.booleans(),
+    st.booleans(),
+)
+def test_embed_parts_cuts_as_a_plain_loop_over_the_items_strings(
+    fields: dict[str, Any],
+    keys: tuple[str, ...] | None,
+    size: int | None,
+    overlap: int,
+    whole: bool,
+    by_field: bool,
+) -> None:
+    """EmbedParts.texts gives, for any nested fields, keys (repeats included) and cut, the texts of a plain loop over item_texts."""
+    parts = EmbedParts(
+        chunk_words=size,
+        overlap=min(overlap, size - 1) if size else 0,
+        whole=whole,
+        fields=by_field,
+    )
+    assert parts.texts(fields, keys) == _plain_parts(parts, fields, keys)
 
 
 @pytest.mark.parametrize(

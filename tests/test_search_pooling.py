@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from collections.abc import Sequence
@@ -9,12 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.memory import Memory, MemoryItem
+from agents.memory import Memory, MemoryItem, _vectors
 from agents.memory._vectors import TEXTS_KEPT, checked_vectors, vectors_once
-from agents.memory.search import EmbedParts, HashingEmbedder, WordLlamaEmbedder, search_index
+from agents.memory.search import (
+    EmbedParts,
+    HashingEmbedder,
+    WordLlamaEmbedder,
+    _item_vectors,
+    search_index,
+)
+from agents.memory.search._item_vectors import ItemVectors, Vectors
 from agents.memory.search._pooling import MARK, TokenPooling, splits_at_spaces
 
 # Words and separators that reach every branch of the tokenizer: plain words,
@@ -207,3 +216,106 @@ class CountingHashing:
         """Embed ``texts`` and count them."""
         self.texts += len(texts)
         return self.inner(texts)
+
+
+PART_TEXTS = ["status CONTINUE", "app WINWORD", "open the file", "save as PDF", "a", "b c"]
+
+# Batches of items: each a key (a few, so later batches file some keys again) and its part texts.
+batches = st.lists(
+    st.dictionaries(
+        st.integers(0, 9), st.lists(st.sampled_from(PART_TEXTS), max_size=4), max_size=6
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches, st.booleans())
+def test_put_texts_files_each_key_as_its_parts_one_by_one(
+    filed: list[dict[int, list[str]]], screened: bool
+) -> None:
+    """Vectors.put_texts gives each key the vectors of its distinct part texts, embeds only texts no row holds (each once), counts each row's holders, and scores as the plain model, keys filed again and freed rows reused included."""
+    inner = functools.partial(checked_vectors, HashingEmbedder(64))
+    calls: list[list[str]] = []
+
+    def embed(texts: list[str]) -> Any:
+        calls.append(texts)
+        return inner(texts)
+
+    model: dict[int, list[str]] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_item_vectors, "SCREEN_ROWS", 2)
+        table = Vectors("m", 64, EmbedParts())
+        for batch in filed:
+            held = {text for texts in model.values() for text in texts}
+            calls.clear()
+            table.put_texts(list(batch), list(batch.values()), embed)
+            wanted = list(dict.fromkeys(t for texts in batch.values() for t in texts))
+            assert calls == ([[t for t in wanted if t not in held]] if set(wanted) - held else [])
+            model.update(batch)
+            model = {key: texts for key, texts in model.items() if texts}
+            if screened:
+                table.prepare(screen=True)
+        assert set(table.rows_of) == set(model)
+        assert table.used <= len(PART_TEXTS)  # a freed row is filled before a new one is taken
+        holders = np.zeros(table.used, dtype=np.int64)
+        for key, texts in model.items():
+            rows = table.rows_of[key]
+            holders[rows] += 1
+            assert np.array_equal(table.matrix[rows], inner(list(dict.fromkeys(texts))))
+        assert np.array_equal(table.uses[: table.used], holders)
+        query = inner(["open the PDF file"])[0]
+        best = {key: float(inner(texts).dot(query).max()) for key, texts in model.items()}
+        every = table.scores(query, None)
+        assert every == pytest.approx(best, abs=1e-6)
+        top = max(every.values(), default=0.0)
+        assert table.scores(query, 1) == {
+            key: score for key, score in every.items() if score >= top
+        }
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from([*PART_TEXTS, "x y z w v u t s"]), max_size=5), max_size=12),
+    st.integers(1, 5),
+)
+def test_embedding_in_batches_gives_the_vectors_of_embedding_item_by_item(
+    steps: list[list[str]], batch_size: int
+) -> None:
+    """ItemVectors.embed in batches of any size files, for each item, the part vectors of embedding one item a batch, float for float."""
+    items = {
+        n: MemoryItem(step=n, **{f"f{i}": text for i, text in enumerate(texts)})
+        for n, texts in enumerate(steps)
+    }
+    parts = EmbedParts(chunk_words=3, overlap=1, whole=True)
+    batched, one_by_one = (
+        ItemVectors(parts).embed(HashingEmbedder(64), None, items, batch_size=size, progress=None)
+        for size in (batch_size, 1)
+    )
+    assert batched.rows_of.keys() == one_by_one.rows_of.keys()
+    for key, rows in batched.rows_of.items():
+        assert np.array_equal(batched.matrix[rows], one_by_one.matrix[one_by_one.rows_of[key]])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(PART_TEXTS), max_size=8), max_size=6))
+def test_vectors_once_over_batches_keeps_what_a_text_by_text_filling_keeps(
+    batches: list[list[str]],
+) -> None:
+    """vectors_once gives each text its own vector, embeds only texts ``known`` lacks, and leaves in ``known`` what filling it a text at a time (emptied when full) leaves."""
+    embedder = CountingHashing()
+    known: dict[str, Any] = {}
+    model: dict[str, None] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_vectors, "TEXTS_KEPT", 3)
+        for batch in batches:
+            before = embedder.texts
+            fresh = [text for text in dict.fromkeys(batch) if text not in model]
+            got = _vectors.vectors_once(embedder, batch, known)
+            assert np.array_equal(got, checked_vectors(HashingEmbedder(64), batch).reshape(-1, 64))
+            assert embedder.texts - before == len(fresh)
+            for text in fresh:
+                if len(model) >= 3:
+                    model.clear()
+                model[text] = None
+            assert list(known) == list(model)

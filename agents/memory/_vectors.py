@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 import attrs
 
 from agents.memory import _codec
+from agents.memory._text import field_texts as field_texts_of
 from agents.memory._text import item_texts, lucene_idf
 from agents.memory.exceptions import (
     EmbeddingError,
@@ -206,23 +207,26 @@ def vectors_once(
     """
     np = numpy()
     seen = {} if known is None else known
-    fresh = [text for text in dict.fromkeys(texts) if text not in seen]
-    out = np.empty((len(texts), embedder.dimension), dtype=np.float32)
-    if fresh:
-        unit = checked_vectors(embedder, fresh)
-        at = {text: row for row, text in enumerate(fresh)}
-        rows = [at.get(text, -1) for text in texts]
-        for position, row in enumerate(rows):
-            out[position] = unit[row] if row >= 0 else seen[texts[position]]
-        if known is not None:
-            for row, text in enumerate(fresh):
-                if len(known) >= TEXTS_KEPT:
-                    known.clear()
-                known[text] = unit[row]
-        return out
-    for position, text in enumerate(texts):
-        out[position] = seen[text]
-    return out
+    distinct = list(dict.fromkeys(texts))
+    fresh = [text for text in distinct if text not in seen]
+    unit: Any = checked_vectors(embedder, fresh) if fresh else None
+    held = [text for text in distinct if text in seen]
+    # Each distinct text's vector once (the fresh ones first), then each text's row of it.
+    blocks = [] if unit is None else [unit]
+    if held:
+        blocks.append(np.stack([seen[text] for text in held]))
+    every = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension), np.float32)
+    place = dict(zip([*fresh, *held], range(len(distinct)), strict=True))
+    out = every[np.fromiter(map(place.__getitem__, texts), np.int64, len(texts))]
+    if known is not None and fresh:
+        at = 0
+        while at < len(fresh):  # filled in order, emptied whenever full
+            if len(known) >= TEXTS_KEPT:
+                known.clear()
+            room = TEXTS_KEPT - len(known)
+            known.update(zip(fresh[at : at + room], unit[at : at + room], strict=True))
+            at += room
+    return out.astype(np.float32, copy=False)
 
 
 def embed_text(fields: Mapping[str, Any], keys: tuple[str, ...] | None) -> str:
@@ -294,28 +298,32 @@ class EmbedParts:
 
     def texts(self, fields: Mapping[str, Any], keys: tuple[str, ...] | None) -> list[str]:
         """Return the parts of an item with these fields (over ``keys``), in field order; none for an item without text."""
+        if keys is None:
+            pairs = field_texts_of(fields)
+        else:  # in the order of keys, a key named twice read twice (as item_texts reads it)
+            text_of = dict(field_texts_of({key: fields[key] for key in keys if key in fields}))
+            pairs = [(key, text_of[key]) for key in keys if key in text_of]
         out: list[str] = []
         if self.fields:
-            joined: dict[str, list[str]] = {}
-            for name, text in item_texts(fields, keys):
-                joined.setdefault(name, []).append(text)
+            joined: dict[str, str] = {}
+            for name, text in pairs:
+                joined[name] = f"{joined[name]}\n{text}" if name in joined else text
             size = self.chunk_words
-            for texts in joined.values():
-                words = "\n".join(texts).split()
+            for text in joined.values():
+                words = text.split()
                 if not words:
                     continue
                 if size is None or len(words) <= size:
                     out.append(" ".join(words))
                     continue
+                # Windows start every size - overlap words; the last is the first to reach the end.
                 stride = size - self.overlap
-                start = 0
-                while True:
-                    out.append(" ".join(words[start : start + size]))
-                    if start + size >= len(words):
-                        break
-                    start += stride
+                out += [
+                    " ".join(words[at : at + size])
+                    for at in range(0, len(words) - self.overlap, stride)
+                ]
         if self.whole or not self.fields:
-            text = embed_text(fields, keys)
+            text = "\n".join(text for _, text in pairs)
             if text.strip():
                 out.append(text)
         return out

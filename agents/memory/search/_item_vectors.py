@@ -8,7 +8,9 @@ that wait for a vector, following the index's adds, changes and drops.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -48,7 +50,7 @@ class Vectors:
         self.row_of: dict[bytes, int] = {}  # a vector's digest -> its row
         self.digest_at: dict[int, bytes] = {}
         self.text_row: dict[str, int] = {}  # a text embedded here -> the row of its vector
-        self.texts_at: dict[int, list[str]] = {}
+        self.texts_at: dict[int, str] = {}  # a row -> the text embedded as it
         self._rows_of: dict[int, list[int]] | None = {}  # key -> its distinct rows (see rows_of)
         self.slot_of: dict[int, int] = {}
         self.key_at: list[int] = []  # the key of each slot, -1 for a dead one
@@ -192,50 +194,56 @@ class Vectors:
         uses[: self.used] = self.uses[: self.used]
         self.uses = uses
 
-    def row_of_text(self, text: str) -> int | None:
-        """Return the row of the vector ``text`` was embedded as here, or ``None``."""
-        return self.text_row.get(text)
-
-    def put(
-        self,
-        keys: Sequence[int],
-        vectors: Sequence[Any],
-        texts: Sequence[Sequence[str]] | None = None,
-    ) -> None:
-        """File each key's part vectors (a matrix, one row a part; a 1-D vector is one part).
-
-        ``texts``, when given, holds each key's part texts (the embedder's
-        input), remembered so that the same text is not embedded twice.
-        """
+    def put(self, keys: Sequence[int], vectors: Sequence[Any]) -> None:
+        """File each key's part vectors (a matrix, one row a part; a 1-D vector is one part): the same vector shares a row."""
         np = numpy()
         laid: list[tuple[int, list[int]]] = []  # keys and rows to lay out, in order, at once
-        for position, (key, block) in enumerate(zip(keys, vectors, strict=True)):
+        for key, block in zip(keys, vectors, strict=True):
             if key in self.rows_of:
                 self._lay_out_many(np, laid)  # the order of a put one key at a time
                 laid = []
                 self.drop(key)  # a key embedded again keeps only its new parts
             matrix = np.asarray(block, dtype=np.float32)
-            if matrix.ndim == 1:
-                matrix = matrix[None, :]
-            if not len(matrix):
-                continue
             rows: list[int] = []
-            for part, vector in enumerate(matrix):
-                if texts is None:  # vectors made elsewhere: the same vector shares a row
-                    row = self._row(np.ascontiguousarray(vector))
-                else:  # the same text shares a row (``embedded`` embeds each text once)
-                    text = texts[position][part]
-                    found = self.text_row.get(text)
-                    if found is None:
-                        row = self.text_row[text] = self._new_row(vector)
-                        self.texts_at[row] = [text]
-                    else:
-                        row = found
+            for vector in matrix[None, :] if matrix.ndim == 1 else matrix:
+                row = self._row(np.ascontiguousarray(vector))
                 if row not in rows:
                     rows.append(row)
                     self.uses[row] += 1
-            laid.append((key, rows))
+            if rows:
+                laid.append((key, rows))
         self._lay_out_many(np, laid)
+
+    def put_texts(
+        self, keys: Sequence[int], texts: Sequence[Sequence[str]], embed: Callable[[list[str]], Any]
+    ) -> None:
+        """File each key's parts by their ``texts``: a text embedded here before shares its row; the others are embedded by one call of ``embed``.
+
+        ``embed`` gets the distinct texts that no row holds, in the order
+        they first come, and returns their unit vectors, one row a text.
+        Each new text takes a row (a freed one first, then the one after
+        the last in use) and each key the distinct rows of its parts, in
+        order: the layout a part-by-part filing gives, its vectors copied
+        in a batch at a time.
+        """
+        np = numpy()
+        distinct = list(dict.fromkeys(itertools.chain.from_iterable(texts)))
+        fresh = [text for text in distinct if text not in self.text_row]
+        unit = embed(fresh) if fresh else self.matrix[:0]
+        vector_of = dict(zip(fresh, range(len(fresh)), strict=True))
+        begin = 0
+        for at, key in enumerate(keys):
+            if key in self.rows_of:  # embedded again: it keeps only its new parts
+                _file_texts(self, np, keys[begin:at], texts[begin:at], unit, vector_of)
+                begin = at
+                if len(vector_of) < len(distinct):  # a drop may free a row the parts after hold
+                    held = [text for text in distinct if text not in vector_of]
+                    vector_of.update(
+                        zip(held, range(len(unit), len(unit) + len(held)), strict=True)
+                    )
+                    unit = np.concatenate([unit, self.matrix[[self.text_row[t] for t in held]]])
+                self.drop(key)
+        _file_texts(self, np, keys[begin:], texts[begin:], unit, vector_of)
 
     def _row(self, vector: Any) -> int:
         """Return the row holding ``vector``, filed now if no row holds it."""
@@ -321,7 +329,8 @@ class Vectors:
                 digest = self.digest_at.pop(row, None)
                 if digest is not None:
                     del self.row_of[digest]
-                for text in self.texts_at.pop(row, ()):
+                text = self.texts_at.pop(row, None)
+                if text is not None:
                     del self.text_row[text]
                 self.free.append(row)
         slot = self.slot_of.pop(key)
@@ -584,20 +593,28 @@ class Screen:
             self.sampled = sampled
         step = 16384  # a block of rows at a time: the turned rows are not all held at once
         for begin in range(self.done, used, step):
-            self.refresh(np, matrix, np.arange(begin, min(used, begin + step)))
+            self.refresh(np, matrix, slice(begin, min(used, begin + step)))
         self.done = max(self.done, used)
 
     def refresh(self, np: Any, matrix: Any, rows: Any) -> None:
-        """Turn ``rows`` of ``matrix`` again (their vectors changed)."""
-        rows = np.asarray(rows, dtype=np.int64)
+        """Turn ``rows`` of ``matrix`` again (their vectors changed): row numbers, or a slice of them (read in place)."""
+        if not isinstance(rows, slice):
+            rows = np.asarray(rows, dtype=np.int64)
         turned = matrix[rows] @ self.basis
         edges = self.edges
         width = edges[1]
         self.head[rows, :width] = turned[:, :width]
         self.second[rows] = turned[:, width : edges[2]]
-        for block in range(1, len(edges) - 1):
-            part = turned[:, edges[block] : edges[block + 1]]
-            self.head[rows, width + block - 1] = np.sqrt(np.einsum("ij,ij->i", part, part))
+        blocks = len(edges) - 2  # the blocks after the first
+        if edges[-1] - width == blocks * width:  # blocks of one width: their lengths at once
+            part = turned[:, width:].reshape(len(turned), blocks, width)
+            self.head[rows, width:] = np.sqrt(np.einsum("ijk,ijk->ij", part, part))
+        else:
+            for block in range(1, len(edges) - 1):
+                part = turned[:, edges[block] : edges[block + 1]]
+                self.head[rows, width + block - 1] = np.sqrt(np.einsum("ij,ij->i", part, part))
+        if isinstance(rows, slice):
+            rows = np.arange(rows.start, rows.stop)
         picked = rows[rows % SCREEN_SAMPLE == 0]
         self.sampled[picked // SCREEN_SAMPLE] = self.head[picked]
 
@@ -697,6 +714,51 @@ def distinct_rows(np: Any, matrix: Any) -> tuple[Any, Any]:
         first_of[apart] = apart[first[inverse.reshape(-1)]]
     distinct = np.unique(first_of)
     return distinct, np.searchsorted(distinct, first_of)
+
+
+def _file_texts(
+    table: Vectors,
+    np: Any,
+    keys: Sequence[int],
+    texts: Sequence[Sequence[str]],
+    unit: Any,
+    vector_of: Mapping[str, int],
+) -> None:
+    """File the parts of ``keys`` in ``table`` (none of them held there): a new text takes a row and its vector ``unit[vector_of[text]]``."""
+    text_row = table.text_row
+    flat = list(itertools.chain.from_iterable(texts))
+    new = [text for text in dict.fromkeys(flat) if text not in text_row]
+    if new:
+        taken = [table.free.pop() for _ in range(min(len(new), len(table.free)))]
+        first = table.used
+        table.used += len(new) - len(taken)
+        while table.used > len(table.matrix):
+            table._grow_rows()
+        rows = [*taken, *range(first, table.used)]
+        picked = np.fromiter(map(vector_of.__getitem__, new), np.int64, len(new))
+        if len(new) == len(unit) and (picked == np.arange(len(unit))).all():
+            picked = slice(None)  # the embedded texts, in order (the usual batch): no copy
+        if taken:
+            table.matrix[rows] = unit[picked]
+        else:
+            table.matrix[first : table.used] = unit[picked]
+        text_row.update(zip(new, rows, strict=True))
+        table.texts_at.update(zip(rows, new, strict=True))
+        screen = table.screen
+        for row in taken:  # a freed row the screen had turned: turned again
+            if screen is not None and row < screen.done:
+                screen.refresh(np, table.matrix, [row])
+    flat_rows = list(map(text_row.__getitem__, flat))
+    laid: list[tuple[int, list[int]]] = []
+    at = 0
+    for key, item_texts in zip(keys, texts, strict=True):
+        rows = list(dict.fromkeys(flat_rows[at : at + len(item_texts)]))
+        at += len(item_texts)
+        if rows:
+            laid.append((key, rows))
+    held = np.fromiter(itertools.chain.from_iterable(rows for _, rows in laid), np.int64)
+    table.uses[: table.used] += np.bincount(held, minlength=table.used)
+    table._lay_out_many(np, laid)
 
 
 def bulk_table(empty: Vectors, keys: Sequence[int], blocks: Sequence[Any]) -> Vectors:
@@ -888,14 +950,11 @@ class ItemVectors:
             else:
                 del waiting[key]  # no text, no vector: never a semantic hit
         done = 0
+        embed = functools.partial(checked_vectors, embedder)
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
             chunk_keys = [key for key, _ in chunk]
-            vectors.put(
-                chunk_keys,
-                embedded(embedder, vectors, [texts for _, texts in chunk]),
-                texts=[texts for _, texts in chunk],
-            )
+            vectors.put_texts(chunk_keys, [texts for _, texts in chunk], embed)
             for key in chunk_keys:
                 del waiting[key]
             done += len(chunk)
@@ -904,32 +963,3 @@ class ItemVectors:
         if todo:
             vectors.prepare()
         return vectors
-
-
-def embedded(embedder: Embedder, vectors: Vectors, texts: Sequence[Sequence[str]]) -> list[Any]:
-    """Return the unit vectors of each item's part ``texts``, embedding each distinct text once.
-
-    A text that ``vectors`` already holds a vector of is not embedded again:
-    the steps of a session repeat many of their fields word for word.
-
-    Raises:
-        EmbeddingError: if the embedder returns the wrong shape or NaN.
-    """
-    np = numpy()
-    new: dict[str, int] = {}
-    for item_texts in texts:
-        for text in item_texts:
-            if text not in new and vectors.row_of_text(text) is None:
-                new[text] = len(new)
-    unit: Any = checked_vectors(embedder, list(new)) if new else None
-    blocks = []
-    for item_texts in texts:
-        block = np.empty((len(item_texts), vectors.matrix.shape[1]), dtype=np.float32)
-        for part, text in enumerate(item_texts):
-            at = new.get(text)
-            if at is not None:
-                block[part] = unit[at]
-            else:
-                block[part] = vectors.matrix[vectors.row_of_text(text)]
-        blocks.append(block)
-    return blocks
