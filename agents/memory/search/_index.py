@@ -227,7 +227,7 @@ class SearchIndex:
         holding a query term, ``where`` is asked of every item holding one
         and only those that pass are scored.
         """
-        if where is None and keys is None and (scanned := self._scanned_top(terms, k)) is not None:
+        if where is None and keys is None and (scanned := _scanned_top(self, terms, k)) is not None:
             return scanned
         with _caught_up(self):
             query, sizes, average = self._query_terms(terms, keys)
@@ -261,47 +261,6 @@ class SearchIndex:
                 if where is not None and 4 * wanted >= max(len(p) for _, p, _ in query):
                     # Few pass: ask each item holding a term once, and score only those that pass.
                     return _passing_top(query, items, where, passed, sizes, average, k)
-
-    def _scanned_top(
-        self, terms: Sequence[str], k: int
-    ) -> list[tuple[int, MemoryItem, float]] | None:
-        """Answer a query over all fields without a filter from the items' terms joined (``TextScan``), or return ``None``.
-
-        The first such query of a memory that holds no terms yet and waits to
-        file at least ``_SCAN_ITEMS`` items (one just read whole) joins
-        them, and starts filing them on another thread (:meth:`build_ahead`);
-        until that is in or the memory changes, such queries are answered
-        from the join, with the hits and scores of the postings. With a
-        tokenizer the join cannot vouch for (a stemmer), without numpy, or
-        once the items are filed, ``None``: the query files them.
-        """
-        self._follow()
-        start = False
-        with self._lock:
-            scan = self._scan
-            if self._keyword.docs:  # filed (the build is in): the postings answer
-                self._scan = scan = None
-                return None
-            if scan is None:
-                pending = self._pending
-                if self._ahead is not None or len(pending) < max(_SCAN_ITEMS, len(self._items)):
-                    return None  # a build in flight is awaited, a few items are filed at once
-                try:
-                    import numpy as np  # optional: without it, the query files the items
-                except ImportError:
-                    return None
-                items = self._items
-                scan = TextScan.of(np, [(key, items[key]) for key in pending], self.tokenizer)
-                if scan is None:
-                    return None
-                self._scan = scan
-                start = True
-            with self._pause.held():  # a build in flight stops at its next slice meanwhile
-                ranked = scan.top(terms, len(self._items), k)
-            out = [(key, self._items[key], score) for key, score in ranked]
-        if start:
-            self.build_ahead()
-        return out
 
     def passing(self, where: Predicate) -> set[int] | None:
         """Return the keys of the items that pass ``where`` if one in 16 at most may, by the values of the fields it names, else ``None``."""
@@ -592,6 +551,48 @@ def _changed(index: SearchIndex, keys: Iterable[int]) -> None:
     for ahead in [index._ahead, *watching] if watching else [index._ahead]:
         if ahead is not None:
             ahead.changed.update(keys)
+
+
+def _scanned_top(
+    index: SearchIndex, terms: Sequence[str], k: int
+) -> list[tuple[int, MemoryItem, float]] | None:
+    """Answer a query over all fields without a filter from the items' terms joined (``TextScan``), or return ``None``.
+
+    The first such query of a memory that holds no terms yet and waits to
+    file at least ``_SCAN_ITEMS`` items (one just read whole) joins
+    them, and starts filing them on another thread (``SearchIndex.build_ahead``);
+    until that is in or the memory changes, such queries are answered
+    from the join, with the hits and scores of the postings. With a
+    tokenizer the join cannot vouch for (a stemmer), without numpy, or
+    once the items are filed, ``None``: the query files them.
+    """
+    index._follow()
+    start = False
+    with index._lock:
+        scan = index._scan
+        if index._keyword.docs:  # filed (the build is in): the postings answer
+            index._scan = scan = None
+            return None
+        if scan is None:
+            pending = index._pending
+            if index._ahead is not None or len(pending) < max(_SCAN_ITEMS, len(index._items)):
+                return None  # a build in flight is awaited, a few items are filed at once
+            try:
+                import numpy as np  # optional: without it, the query files the items
+            except ImportError:
+                return None
+            items = index._items
+            scan = TextScan.of(np, [(key, items[key]) for key in pending], index.tokenizer)
+            if scan is None:
+                return None
+            index._scan = scan
+            start = True
+        with index._pause.held():  # a build in flight stops at its next slice meanwhile
+            ranked = scan.top(terms, len(index._items), k)
+        out = [(key, index._items[key], score) for key, score in ranked]
+    if start:
+        index.build_ahead()
+    return out
 
 
 @contextlib.contextmanager
