@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
+from agents.memory._text import joined_spaced_terms
 from agents.memory.search import Tokenizer, search_index
 from agents.memory.search import _index as index_module
 from agents.memory.search._bm25 import exhaustive_top
@@ -64,6 +65,19 @@ def test_a_scan_ranks_as_the_postings_filed_item_by_item(
     n_items = len(pairs) + 3  # items without text count too
     query, sizes, average = keyword.query_terms(words, None, n_items, tokenize)
     assert scan.top(words, n_items, k) == exhaustive_top(query, sizes.of, average, k)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(TEXT, st.text(alphabet="ab AB1_-.\n\t\x00\x1f", max_size=20)), max_size=8),
+    st.sampled_from([1, 2]),
+)
+def test_joined_spaced_terms_split_into_each_texts_terms(texts: list[str], min_length: int) -> None:
+    """Split at whitespace, the joined terms are each text's terms followed by a NUL, ASCII texts joined in one pass or not."""
+    tokenize = Tokenizer(min_length=min_length)
+    joined = joined_spaced_terms(tokenize, texts)
+    assert joined is not None
+    assert joined.split() == [term for text in texts for term in [*tokenize(text), "\x00"]]
 
 
 def test_a_tokenizer_with_a_stemmer_is_not_scanned() -> None:

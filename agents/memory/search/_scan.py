@@ -27,7 +27,7 @@ from agents.memory._text import (
     bm25_average_length,
     bm25_weight,
     field_texts,
-    spaced_terms,
+    joined_spaced_terms,
 )
 from agents.memory.search._bm25 import shares
 
@@ -55,17 +55,18 @@ class TextScan:
         # " terms of item 0 \x00 terms of item 1 \x00 ": a space on both sides of each word.
         codes = self._codes = np.frombuffer(data, dtype=np.uint8)
         word = codes != _SPACE
-        starts = np.flatnonzero(word[1:] > word[:-1]) + 1  # the first byte of each word
+        # The space before each word (where a space is followed by a byte that is not one).
+        before = np.flatnonzero(word[1:] > word[:-1])
         del word
-        first = codes[starts]
+        first = codes[1:][before]
         ends = np.flatnonzero(first == _END[0])  # each item's last word, ascending
-        # Each word's first two bytes (a space second for a word of one): a term's candidates.
-        self._head = first.astype(np.uint16) << 8 | codes[starts + 1]
-        del first
-        self._ends = starts[ends]  # where each item's terms end
+        self._ends = before[ends]  # where each item's terms end
         self.lengths = np.diff(ends, prepend=-1) - 1  # the words between two ends
         self.total = int(self.lengths.sum())
-        self._starts = starts.astype(np.int32) if len(data) < 2**31 else starts
+        # Each word's first two bytes (a space second for a word of one): a term's candidates.
+        self._head = first.astype(np.uint16) << 8 | codes[2:][before]
+        del first
+        self._before = before.astype(np.int32) if len(data) < 2**31 else before
         self._keys = np.array(keys, dtype=np.int64)
         self._found: dict[str, tuple[Any, Any]] = {}  # term -> (item places, counts), kept
 
@@ -78,18 +79,17 @@ class TextScan:
         The texts are those ``file_items`` (``_postings``) tokenizes: an
         item's field texts joined by newlines.
         """
-        spaced = []
+        texts = []
         try:
             for _, item in pairs:
                 doc = field_texts(item_fields(item))
-                text = doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc])
-                terms = spaced_terms(tokenize, text)
-                if terms is None:
-                    return None
-                spaced.append(terms)
+                texts.append(doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc]))
         except Exception:  # the query files the items one by one, which says why
             return None
-        data = (" " + " \x00 ".join(spaced) + " \x00 ").encode()
+        spaced = joined_spaced_terms(tokenize, texts)
+        if spaced is None:
+            return None
+        data = (" " + spaced).encode()
         return cls(np, [key for key, _ in pairs], data)
 
     def posting(self, term: str) -> tuple[Any, Any]:
@@ -102,10 +102,10 @@ class TextScan:
             # The words that start with the term's first two bytes, then those whose next bytes
             # are the term's, then those that end there (a space next): its occurrences.
             head = word[0] << 8 | (word[1] if len(word) > 1 else _SPACE)
-            at = self._starts[self._head == head]
-            for shift, byte in enumerate(word[2:], 2):
+            at = self._before[self._head == head]
+            for shift, byte in enumerate(word[2:], 3):
                 at = at[codes[at + shift] == byte]
-            at = at[codes[at + len(word)] == _SPACE]
+            at = at[codes[at + len(word) + 1] == _SPACE]
             places, counts = np.unique(np.searchsorted(self._ends, at), return_counts=True)
             found = self._found[term] = (places, counts)
         return found
