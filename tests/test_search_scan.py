@@ -142,3 +142,27 @@ def test_the_first_query_starts_the_build_and_later_ones_match_it(scanned: None)
     assert not index.building()
     assert hits(memory, "report 3 window") == first
     assert first[0][0] == 3
+
+
+@pytest.mark.parametrize("options", [{"keys": ["thought"]}, {"where": {"step": {"$lt": 400}}}])
+def test_a_first_query_filing_many_items_in_bulk_ranks_as_filing_them_one_by_one(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    """A first query with keys or a filter files 1,024 items or more in bulk: the hits and scores of filing them one by one."""
+    rows = [
+        {"step": i, "thought": f"opened report {i % 7} window {i % 3}", "note": f"w{i % 11}"}
+        for i in range(1100)
+    ]
+    queries = ("report 3 window", "w4 opened", "window 2")
+
+    def found() -> list[list[tuple[Any, float]]]:
+        memory = Memory([MemoryItem(**row) for row in rows])
+        return [
+            [(hit.item.get_value("step"), hit.score) for hit in memory.search(query, 6, **options)]
+            for query in queries
+        ]
+
+    in_bulk = found()
+    monkeypatch.setattr(index_module, "_BULK", 10**9)  # one by one
+    assert in_bulk == found()
+    assert all(in_bulk)
