@@ -668,6 +668,7 @@ class _Ahead:
                 if key in self.changed or items.get(key) is not item:
                     built.unfile(key, tokenize)
             index._keyword.take(built, items, tokenize)
+            index._scan = None  # the postings answer from now on: the join's memory goes back
             pending = index._pending
             for key in built.docs:
                 pending.pop(key, None)
