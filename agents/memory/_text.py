@@ -255,6 +255,11 @@ _WORD = re.compile(r"[^\W_]+")
 # The same runs in ASCII text, once lowered (casefold is lower() there): every other
 # character becomes a space and the text is split there, faster than the pattern.
 _ASCII_SPACES: Final = str.maketrans({code: " " for code in range(128) if not chr(code).isalnum()})
+# The same, NUL kept (it ends each text joined, see joined_spaced_terms): one character for
+# one, which str.translate does in its fast pass over ASCII.
+_ASCII_KEEP_NUL: Final = str.maketrans(
+    {code: " " for code in range(1, 128) if not chr(code).isalnum()}
+)
 
 
 def _is_stemmer(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -313,6 +318,24 @@ def spaced_terms(tokenize: Tokenizer, text: str) -> str | None:
     if tokenize.min_length == 1 and text.isascii():
         return text.lower().translate(_ASCII_SPACES)
     return " ".join(tokenize(text))
+
+
+def joined_spaced_terms(tokenize: Tokenizer, texts: Sequence[str]) -> str | None:
+    """Return :func:`spaced_terms` of each text, each followed by ``" \\x00 "``, in one string; or ``None`` where ``spaced_terms`` gives none.
+
+    NUL is never in a term, so splitting the result at whitespace gives each
+    text's terms followed by ``"\\x00"``. Texts that are all ASCII and
+    hold no NUL are lowered and translated in one pass over their join.
+    """
+    if type(tokenize) is not Tokenizer or tokenize.stemmer is not None:
+        return None
+    if not texts:
+        return ""
+    joined = "\x00".join(texts) + "\x00"
+    if tokenize.min_length == 1 and joined.isascii() and joined.count("\x00") == len(texts):
+        return joined.lower().translate(_ASCII_KEEP_NUL).replace("\x00", " \x00 ")
+    spaced = [spaced_terms(tokenize, text) or "" for text in texts]
+    return " \x00 ".join(spaced) + " \x00 "
 
 
 def item_texts(

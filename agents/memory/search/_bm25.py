@@ -40,7 +40,7 @@ from agents.memory._text import (
 )
 from agents.memory.search._bulk import Filed
 
-__all__ = ["QueryTerm", "Ranker", "exhaustive_among", "exhaustive_top"]
+__all__ = ["QueryTerm", "Ranker", "exhaustive_among", "exhaustive_top", "shares"]
 
 QueryTerm = tuple[str, Mapping[int, int], float]
 """A query term as the rankers take it: ``(term, {key: tf}, weight)``, in query order, repeats kept."""
@@ -59,6 +59,15 @@ _WORTH: Final = 0.02  # a term whose bound is below this share of the threshold 
 
 def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
     return -pair[1], pair[0]
+
+
+def shares(weight: Any, slope: float, tf: Any, dl: Any) -> Any:
+    """Return each entry's share of a score (numpy arrays of counts and lengths, as floats): ``bm25_term_score``'s floats.
+
+    Its operations in its order, ``slope`` being ``BM25_K1 * BM25_B / average``,
+    so that each float is the one it gives; ``weight`` a float or an array.
+    """
+    return weight * (tf / (tf + _FLAT + slope * dl) + BM25_FLOOR)
 
 
 def exhaustive_top(
@@ -210,9 +219,7 @@ class _Common:
         average = bm25_average_length(sum(lengths.values()), n_items)
         slope = BM25_K1 * BM25_B / average
         weights = [bm25_weight(n_items, int(size)) for size in sizes.tolist()]
-        contrib = np.repeat(np.array(weights, dtype=np.float64), sizes) * (
-            tf / (tf + _FLAT + slope * dl) + BM25_FLOOR
-        )
+        contrib = shares(np.repeat(np.array(weights, dtype=np.float64), sizes), slope, tf, dl)
         self.made: dict[str, _Impacts] = {}
         for term, weight, begin, end in zip(
             common, weights, begins.tolist(), ends.tolist(), strict=True
@@ -280,9 +287,7 @@ class _Part:
             seen_slope, seen_weight, contrib = impacts.contrib
             if seen_slope == slope and seen_weight == weight:
                 return contrib
-        tf = self.tf
-        # bm25_term_score's operations in its order, so the floats are the same.
-        contrib = weight * (tf / (tf + _FLAT + slope * self.dl) + BM25_FLOOR)
+        contrib = shares(weight, slope, self.tf, self.dl)
         if impacts is not None:
             impacts.contrib = (slope, weight, contrib)
         return contrib

@@ -49,6 +49,7 @@ from agents.memory.search._bm25 import QueryTerm, exhaustive_top
 from agents.memory.search._item_vectors import ItemVectors, Vectors
 from agents.memory.search._pause import BuildPause
 from agents.memory.search._postings import BuiltPostings, KeywordPostings, Lengths
+from agents.memory.search._scan import TextScan
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -67,6 +68,8 @@ def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
     return -pair[1], pair[0]
 
 
+_BULK = 1024  # a first query filing this many items or more files them in bulk
+_SCAN_ITEMS = 2048  # a first query over this many items or more is answered by a TextScan
 _FEW = 16  # a filter that at most one item in this many may pass ranks only those items
 
 
@@ -106,6 +109,9 @@ class SearchIndex:
         self._watching: set[_Ahead] = set()  # builds installed that still read vectors
         self._generation = 0  # bumped by each whole-content replacement
         self._pause = BuildPause()  # queries answered elsewhere that a build gives way to
+        # The items' terms joined, that answer queries until the build they started is in
+        # (see _scanned_top); dropped at the memory's next change.
+        self._scan: TextScan | None = None
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -114,6 +120,7 @@ class SearchIndex:
     ) -> None:
         """Mark the added items for indexing and drop the evicted ones."""
         with self._lock:
+            self._scan = None
             items = self._items
             pending = self._pending
             for key, item in added:
@@ -127,6 +134,7 @@ class SearchIndex:
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
         """Drop the deleted items from the postings and the vectors."""
         with self._lock:
+            self._scan = None
             for key in keys:
                 self._drop(key)
             _changed(self, keys)
@@ -134,6 +142,7 @@ class SearchIndex:
     def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
         """Mark a changed item for re-indexing; its old terms and vectors go now."""
         with self._lock:
+            self._scan = None
             for key in keys:
                 self._keyword.unfile(key, self.tokenizer)
                 self._pending[key] = None
@@ -145,6 +154,7 @@ class SearchIndex:
         with self._lock:
             self._memory = weakref.ref(memory)
             self._generation += 1  # a build ahead of the old content is not installed
+            self._scan = None
             self._ahead = None
             self._watching = set()
             self._items = dict(added)
@@ -217,6 +227,8 @@ class SearchIndex:
         holding a query term, ``where`` is asked of every item holding one
         and only those that pass are scored.
         """
+        if where is None and keys is None and (scanned := _scanned_top(self, terms, k)) is not None:
+            return scanned
         with _caught_up(self):
             query, sizes, average = self._query_terms(terms, keys)
             if not query:
@@ -508,12 +520,22 @@ class SearchIndex:
             memory.notify_observers()
 
     def _catch_up(self) -> None:
-        """Tokenize the items marked since the last query and file their terms."""
+        """Tokenize the items marked since the last query and file their terms.
+
+        Into an index that holds no terms yet (a memory's first query), many
+        items are filed in bulk, as a build ahead files them (see ``BuiltPostings``).
+        """
         if not self._pending:
             return
         items = self._items
         pairs = [(key, items[key]) for key in self._pending if key in items]
-        self._keyword.file(pairs, self.tokenizer)
+        keyword = self._keyword
+        if len(pairs) >= _BULK and not keyword.docs:
+            built = BuiltPostings(pairs, self.tokenizer)
+            keyword.take(built, items, self.tokenizer)
+            # An item the bulk filing could not read is filed one by one (which says why).
+            pairs = [(key, item) for key, item in pairs if key not in built.docs]
+        keyword.file(pairs, self.tokenizer)
         self._pending = {}
 
     def _drop(self, key: int) -> None:
@@ -529,6 +551,48 @@ def _changed(index: SearchIndex, keys: Iterable[int]) -> None:
     for ahead in [index._ahead, *watching] if watching else [index._ahead]:
         if ahead is not None:
             ahead.changed.update(keys)
+
+
+def _scanned_top(
+    index: SearchIndex, terms: Sequence[str], k: int
+) -> list[tuple[int, MemoryItem, float]] | None:
+    """Answer a query over all fields without a filter from the items' terms joined (``TextScan``), or return ``None``.
+
+    The first such query of a memory that holds no terms yet and waits to
+    file at least ``_SCAN_ITEMS`` items (one just read whole) joins
+    them, and starts filing them on another thread (``SearchIndex.build_ahead``);
+    until that is in or the memory changes, such queries are answered
+    from the join, with the hits and scores of the postings. With a
+    tokenizer the join cannot vouch for (a stemmer), without numpy, or
+    once the items are filed, ``None``: the query files them.
+    """
+    index._follow()
+    start = False
+    with index._lock:
+        scan = index._scan
+        if index._keyword.docs:  # filed (the build is in): the postings answer
+            index._scan = scan = None
+            return None
+        if scan is None:
+            pending = index._pending
+            if index._ahead is not None or len(pending) < max(_SCAN_ITEMS, len(index._items)):
+                return None  # a build in flight is awaited, a few items are filed at once
+            try:
+                import numpy as np  # optional: without it, the query files the items
+            except ImportError:
+                return None
+            items = index._items
+            scan = TextScan.of(np, [(key, items[key]) for key in pending], index.tokenizer)
+            if scan is None:
+                return None
+            index._scan = scan
+            start = True
+        with index._pause.held():  # a build in flight stops at its next slice meanwhile
+            ranked = scan.top(terms, len(index._items), k)
+        out = [(key, index._items[key], score) for key, score in ranked]
+    if start:
+        index.build_ahead()
+    return out
 
 
 @contextlib.contextmanager
@@ -604,6 +668,7 @@ class _Ahead:
                 if key in self.changed or items.get(key) is not item:
                     built.unfile(key, tokenize)
             index._keyword.take(built, items, tokenize)
+            index._scan = None  # the postings answer from now on: the join's memory goes back
             pending = index._pending
             for key in built.docs:
                 pending.pop(key, None)

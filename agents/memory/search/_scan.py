@@ -1,0 +1,142 @@
+"""A memory's first keyword query answered from its items' terms joined in one byte string, before any posting is made.
+
+A memory read whole (``Memory(store.read(session_id))``) has every item
+waiting to be filed, and filing makes a Python object a word and a dict
+entry a posting: on 100,000 steps, seconds. The first query needs far
+less: each item's length, their sum, and the postings of its own words.
+Here every item's terms (``spaced_terms``) are joined in one byte string,
+the lengths are counted by numpy at its spaces, a query word's postings
+are found among the words that start with its first byte, and the items holding a query word are
+scored in numpy (see ``Ranker._dense_scores``). The counts, lengths and
+floats are those of the postings filed item by item, so the hits and
+scores are too; the search index files the items in full on another
+thread meanwhile (``SearchIndex.build_ahead``), and answers from here
+until that is done or the memory changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from agents.memory._item import MemoryItem, item_fields
+from agents.memory._text import (
+    BM25_B,
+    BM25_K1,
+    Tokenizer,
+    bm25_average_length,
+    bm25_weight,
+    field_texts,
+    joined_spaced_terms,
+)
+from agents.memory.search._bm25 import shares
+
+__all__ = ["TextScan"]
+
+_SPACE: Final = 32  # the only byte between two terms (see spaced_terms)
+_END: Final = b"\x00"  # never in a term (not a letter or digit): the word that ends each item
+
+
+class TextScan:
+    """Every item's terms in one byte string, for ranking queries before the postings are made.
+
+    Make it with :meth:`of`. Not thread-safe: its owner (``SearchIndex``)
+    calls it under its lock, and drops it at the memory's next change.
+
+    Attributes:
+        keys: The keys of the items, in filing order.
+        lengths: Each item's number of terms (int64, in the order of ``keys``).
+        total: The lengths' sum.
+    """
+
+    def __init__(self, np: Any, keys: list[int], data: bytes) -> None:
+        self.np = np
+        self.keys = keys
+        # " terms of item 0 \x00 terms of item 1 \x00 ": a space on both sides of each word.
+        codes = self._codes = np.frombuffer(data, dtype=np.uint8)
+        word = codes != _SPACE
+        # The space before each word (where a space is followed by a byte that is not one).
+        before = np.flatnonzero(word[1:] > word[:-1])
+        del word
+        first = codes[1:][before]
+        ends = np.flatnonzero(first == _END[0])  # each item's last word, ascending
+        self._ends = before[ends]  # where each item's terms end
+        self.lengths = np.diff(ends, prepend=-1) - 1  # the words between two ends
+        self.total = int(self.lengths.sum())
+        # Each word's first two bytes (a space second for a word of one): a term's candidates.
+        self._head = first.astype(np.uint16) << 8 | codes[2:][before]
+        del first
+        self._before = before.astype(np.int32) if len(data) < 2**31 else before
+        self._keys = np.array(keys, dtype=np.int64)
+        self._found: dict[str, tuple[Any, Any]] = {}  # term -> (item places, counts), kept
+
+    @classmethod
+    def of(
+        cls, np: Any, pairs: Sequence[tuple[int, MemoryItem]], tokenize: Tokenizer
+    ) -> TextScan | None:
+        """Join the terms of ``pairs`` (in filing order), or return ``None`` where ``tokenize``'s terms cannot be (see ``spaced_terms``) or an item cannot be read.
+
+        The texts are those ``file_items`` (``_postings``) tokenizes: an
+        item's field texts joined by newlines.
+        """
+        texts = []
+        try:
+            for _, item in pairs:
+                doc = field_texts(item_fields(item))
+                texts.append(doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc]))
+        except Exception:  # the query files the items one by one, which says why
+            return None
+        spaced = joined_spaced_terms(tokenize, texts)
+        if spaced is None:
+            return None
+        data = (" " + spaced).encode()
+        return cls(np, [key for key, _ in pairs], data)
+
+    def posting(self, term: str) -> tuple[Any, Any]:
+        """Return the places (in ``keys``) of the items holding ``term`` and how many times each does, in filing order."""
+        found = self._found.get(term)
+        if found is None:
+            np = self.np
+            codes = self._codes
+            word = term.encode()
+            # The words that start with the term's first two bytes, then those whose next bytes
+            # are the term's, then those that end there (a space next): its occurrences.
+            head = word[0] << 8 | (word[1] if len(word) > 1 else _SPACE)
+            at = self._before[self._head == head]
+            for shift, byte in enumerate(word[2:], 3):
+                at = at[codes[at + shift] == byte]
+            at = at[codes[at + len(word) + 1] == _SPACE]
+            places, counts = np.unique(np.searchsorted(self._ends, at), return_counts=True)
+            found = self._found[term] = (places, counts)
+        return found
+
+    def top(self, terms: Sequence[str], n_items: int, k: int) -> list[tuple[int, float]]:
+        """Return the best ``k`` ``(key, score)`` for the query ``terms``, best first, ties by key: ``exhaustive_top``'s answer over the postings filed item by item.
+
+        ``n_items`` counts every item of the memory (also items without text).
+        """
+        np = self.np
+        average = bm25_average_length(self.total, n_items)
+        slope = BM25_K1 * BM25_B / average
+        scores = np.zeros(len(self.keys), dtype=np.float64)
+        lengths = self.lengths
+        weights: dict[str, float] = {}
+        for term in terms:  # in query order, repeats counted: bm25_term_score's sums
+            places, counts = self.posting(term)
+            if not len(places):
+                continue
+            weight = weights.get(term)
+            if weight is None:
+                weight = weights[term] = bm25_weight(n_items, len(places))
+            tf = counts.astype(np.float64)
+            dl = lengths[places].astype(np.float64)
+            scores[places] += shares(weight, slope, tf, dl)
+        held = np.flatnonzero(scores > 0.0)  # every share is above 0: the items holding a term
+        found = scores[held]
+        if len(found) > k:
+            cut = np.partition(found, len(found) - k)[len(found) - k]
+            keep = found >= cut
+            held, found = held[keep], found[keep]
+        keys = self._keys[held]
+        ranked = np.lexsort((keys, -found))[:k]
+        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))

@@ -1,0 +1,168 @@
+"""A memory's first keyword query answered from its items' terms joined (``_scan.TextScan``): the hits and scores of the postings."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents.memory import Memory, MemoryItem
+from agents.memory._text import joined_spaced_terms
+from agents.memory.search import Tokenizer, search_index
+from agents.memory.search import _index as index_module
+from agents.memory.search._bm25 import exhaustive_top
+from agents.memory.search._postings import KeywordPostings
+from agents.memory.search._scan import TextScan
+
+TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
+VALUE = st.recursive(
+    st.one_of(TEXT, st.integers(), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+ITEMS = st.lists(
+    st.dictionaries(st.sampled_from(["a", "b", "page"]), VALUE, max_size=3), min_size=1, max_size=30
+)
+# Words the items hold, parts and runs of them, and words none holds.
+QUERY_WORDS = st.lists(
+    st.sampled_from(["a", "b", "ab", "ba", "1", "a1", "é", "ss", "中", "中中", "zz", "b1a"]),
+    min_size=1,
+    max_size=5,
+)
+
+
+@pytest.fixture
+def scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answer the first query of any memory from its joined terms (not only of 2,048 items or more)."""
+    monkeypatch.setattr(index_module, "_SCAN_ITEMS", 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ITEMS, QUERY_WORDS, st.integers(1, 8), st.sampled_from([1, 2]), st.randoms())
+def test_a_scan_ranks_as_the_postings_filed_item_by_item(
+    data: list[dict[str, Any]],
+    words: list[str],
+    k: int,
+    min_length: int,
+    rng: random.Random,
+) -> None:
+    """The joined terms give the lengths, total, hits and float scores of the postings filed one by one, scored exhaustively."""
+    np = pytest.importorskip("numpy")
+    keys = sorted(rng.sample(range(10_000), len(data)))
+    pairs = [(key, MemoryItem(**row)) for key, row in zip(keys, data, strict=True)]
+    tokenize = Tokenizer(min_length=min_length)
+    keyword = KeywordPostings()
+    keyword.file(pairs, tokenize)  # one by one, as a query files a few items
+    scan = TextScan.of(np, pairs, tokenize)
+    assert scan is not None
+    assert dict(zip(scan.keys, scan.lengths.tolist(), strict=True)) == keyword.lengths.of
+    assert scan.total == keyword.total
+    n_items = len(pairs) + 3  # items without text count too
+    query, sizes, average = keyword.query_terms(words, None, n_items, tokenize)
+    assert scan.top(words, n_items, k) == exhaustive_top(query, sizes.of, average, k)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(TEXT, st.text(alphabet="ab AB1_-.\n\t\x00\x1f", max_size=20)), max_size=8),
+    st.sampled_from([1, 2]),
+)
+def test_joined_spaced_terms_split_into_each_texts_terms(texts: list[str], min_length: int) -> None:
+    """Split at whitespace, the joined terms are each text's terms followed by a NUL, ASCII texts joined in one pass or not."""
+    tokenize = Tokenizer(min_length=min_length)
+    joined = joined_spaced_terms(tokenize, texts)
+    assert joined is not None
+    assert joined.split() == [term for text in texts for term in [*tokenize(text), "\x00"]]
+
+
+def test_a_tokenizer_with_a_stemmer_is_not_scanned() -> None:
+    """A stemmer's terms may be any string: the query files the items instead."""
+    np = pytest.importorskip("numpy")
+    pairs = [(0, MemoryItem(thought="clicked clicks"))]
+    assert TextScan.of(np, pairs, Tokenizer(stemmer=lambda word: word[:5])) is None
+
+
+def hits(memory: Memory, query: str, k: int = 5) -> list[tuple[Any, float]]:
+    """Return the query's hits as ``(step, score)``."""
+    return [(hit.item.get_value("step"), hit.score) for hit in memory.search(query, k)]
+
+
+STEPS = st.lists(
+    st.lists(st.sampled_from(["a", "b", "c", "d", "ab", "é"]), max_size=6), max_size=25
+)
+ACTIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("query"), QUERY_WORDS),
+        st.tuples(st.just("add"), st.lists(st.sampled_from(["a", "c", "zz"]), max_size=4)),
+        st.tuples(st.just("delete"), st.integers(0, 30)),
+        st.tuples(st.just("change"), st.integers(0, 30)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(STEPS, ACTIONS)
+def test_queries_and_changes_after_a_scanned_first_query_match_a_built_index(
+    scanned: None, texts: list[list[str]], actions: list[tuple[str, Any]]
+) -> None:
+    """Queries, adds, deletes and field changes after a first query answered by a scan give the hits and scores of an index built ahead of any query."""
+    rows = [{"step": i, "thought": " ".join(words)} for i, words in enumerate(texts)]
+    memories = [Memory([MemoryItem(**row) for row in rows]) for _ in range(2)]
+    search_index(memories[1]).build_ahead(wait=True)  # the model: filed before any query
+    assert hits(memories[0], "a b") == hits(memories[1], "a b")
+    for action, value in actions:
+        for memory in memories:
+            if action == "add":
+                memory.add_memory_item(MemoryItem(step=len(memory), thought=" ".join(value)))
+            elif action == "delete" and value < len(memory):
+                memory.delete_memory_item(value)
+            elif action == "change" and value < len(memory):
+                memory.content[value].set_value("thought", "zz c")
+        if action == "query":
+            query = " ".join(value)
+            assert hits(memories[0], query) == hits(memories[1], query)
+
+
+def test_the_first_query_starts_the_build_and_later_ones_match_it(scanned: None) -> None:
+    """A memory read whole is filed on another thread after its first query; the queries after give the same hits and scores as before."""
+    rows = [{"step": i, "thought": f"opened report {i % 7} window {i % 3}"} for i in range(300)]
+    memory = Memory([MemoryItem(**row) for row in rows])
+    first = hits(memory, "report 3 window")
+    index = search_index(memory)
+    index.build_ahead(wait=True)  # the one the first query started
+    assert not index.building()
+    assert hits(memory, "report 3 window") == first
+    assert first[0][0] == 3
+
+
+@pytest.mark.parametrize("options", [{"keys": ["thought"]}, {"where": {"step": {"$lt": 400}}}])
+def test_a_first_query_filing_many_items_in_bulk_ranks_as_filing_them_one_by_one(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    """A first query with keys or a filter files 1,024 items or more in bulk: the hits and scores of filing them one by one."""
+    rows = [
+        {"step": i, "thought": f"opened report {i % 7} window {i % 3}", "note": f"w{i % 11}"}
+        for i in range(1100)
+    ]
+    queries = ("report 3 window", "w4 opened", "window 2")
+
+    def found() -> list[list[tuple[Any, float]]]:
+        memory = Memory([MemoryItem(**row) for row in rows])
+        return [
+            [(hit.item.get_value("step"), hit.score) for hit in memory.search(query, 6, **options)]
+            for query in queries
+        ]
+
+    in_bulk = found()
+    monkeypatch.setattr(index_module, "_BULK", 10**9)  # one by one
+    assert in_bulk == found()
+    assert all(in_bulk)
