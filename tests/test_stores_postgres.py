@@ -521,6 +521,26 @@ def test_pgvector_arriving_later_fills_stored_vectors_and_ranks_rows_of_older_ha
 
 
 @pytest.mark.postgres
+def test_read_vectors_keeps_a_table_only_while_some_vector_has_no_pgvector_copy(
+    pgvector_url: str,
+) -> None:
+    """Whole-item vectors pgvector ranks are read without keeping a table; once an older handle stores one without a copy (numpy scores them), the table is kept."""
+    with PostgresStore(pgvector_url, pgvector=False) as before:
+        before.append("s", [MemoryItem(step=i, note=t) for i, t in enumerate(PGVECTOR_TEXTS)])
+        before.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
+        with PostgresStore(pgvector_url) as store:
+            assert store.backend.ranks_vectors("s", "*")
+            store.read_vectors("s", PG_EMBEDDER, parts=WHOLE)
+            assert store._vectors._cache.sizes() == {}
+            before.append("s", [MemoryItem(step=20, note="export the pdf report by email")])
+            before.index_embeddings("s", PG_EMBEDDER, parts=WHOLE)
+            assert not store.backend.ranks_vectors("s", "*")
+            store.read_vectors("s", PG_EMBEDDER, parts=WHOLE)
+            assert list(store._vectors._cache.sizes()) == [("s", "*")]
+            assert_same_hits(semantic_hits(store), semantic_hits(before))
+
+
+@pytest.mark.postgres
 def test_read_only_pgvector_handle_embeds_what_has_no_vector_yet(pgvector_url: str) -> None:
     """A read-only handle ranks stored vectors in the server and embeds, for the query only, items without one."""
     with PostgresStore(pgvector_url) as store:

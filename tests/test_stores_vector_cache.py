@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 )
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import EmbedParts, HashingEmbedder
+from agents.memory.search import EmbedParts, HashingEmbedder, search_index
 from agents.memory.stores import Store, open_store
 from agents.memory.stores._search.vector_cache import SCREEN_QUERY, Vectors
 
@@ -140,6 +140,35 @@ def test_kept_vectors_rank_as_memory_search(kind: str, durable_url: Callable[[st
             for _ in range(2):  # read, then kept
                 hits = store.search("s", QUERY, 8, mode=mode, embedder=EMBEDDER)
                 assert [(hit.item["step"], hit.score) for hit in hits] == want
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_whole_item_vectors_the_backend_ranks_itself_are_read_without_keeping_a_table(
+    kind: str, durable_url: Callable[[str], str]
+) -> None:
+    """Store.read_vectors of whole-item vectors that sqlite-vec or pgvector ranks keeps no table, and queries still equal Memory.search."""
+    whole = EmbedParts.WHOLE
+    with open_store(durable_url(kind)) as store:
+        store.append("s", items(60))
+        store.index_embeddings("s", EMBEDDER, parts=whole)
+        if not (store.uses_sqlite_vec if kind == "sqlite" else store.uses_pgvector):  # type: ignore[attr-defined]  # SQLiteStore, PostgresStore
+            pytest.skip(f"the {kind} store ranks no vector itself here (no sqlite-vec or pgvector)")
+        assert len(store.read_vectors("s", EMBEDDER, parts=whole)) == 60
+        assert store._vectors._cache.sizes() == {}
+        memory = Memory(items(60))
+        search_index(memory, parts=whole)
+        for mode in ("semantic", "hybrid"):
+            for keep in (None, {"step": {"$gte": 30}}, {"step": 7}):
+                want = memory.search(QUERY, 8, mode=mode, embedder=EMBEDDER, where=keep)
+                hits = store.search(
+                    "s", QUERY, 8, mode=mode, embedder=EMBEDDER, parts=whole, where=keep
+                )
+                assert [hit.item["step"] for hit in hits] == [hit.item["step"] for hit in want]
+                assert [hit.score for hit in hits] == pytest.approx(
+                    [hit.score for hit in want], abs=1e-6
+                )
+        assert store._vectors._cache.sizes() == {}
+        assert store.backend.ranks_vectors("s", "*")
 
 
 @pytest.mark.parametrize("kind", IN_PROCESS_TOO)

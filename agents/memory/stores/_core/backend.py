@@ -444,6 +444,21 @@ class Backend(SearchOperations):
         """
         return None
 
+    def ranks_vectors(self, session_id: str, fields: str) -> bool:
+        """Return whether :meth:`nearest` ranks the session's vector rows over ``fields`` now (it would not return ``None``).
+
+        The store asks it of vectors of whole items only (one vector a row,
+        the only ones it hands to :meth:`nearest`; vectors cut into parts
+        are always scored with numpy), after :meth:`vectors_version` and
+        before reading them all (``Store.read_vectors``, as a
+        ``StoredMemory`` does as it opens): where the answer is ``True``,
+        it keeps no copy of them in memory for numpy to score, since a
+        query never scores from one. ``True`` where :meth:`nearest` then
+        gives ``None`` is correct, only slower (the first query reads the
+        vectors again); ``False``, the default, keeps the copy.
+        """
+        return False
+
     def unembedded_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:

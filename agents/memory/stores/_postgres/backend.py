@@ -596,6 +596,12 @@ class PostgresBackend(SQLRows, Backend):
             return None
         return self._vectors.nearest(session_id, fields, query, limit, among)
 
+    def ranks_vectors(self, session_id: str, fields: str) -> bool:
+        """Return whether pgvector ranks the session's vector rows over ``fields`` now: the database has it and every stored vector has its copy (see the base)."""
+        if self.no_tables:
+            return False
+        return self._vectors.ranks_rows(session_id, fields)
+
     def close(self) -> None:
         self._connections.close()
 

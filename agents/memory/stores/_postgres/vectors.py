@@ -234,6 +234,12 @@ class PostgresVectors:
         """Whether semantic queries are ranked in the server by pgvector."""
         return self._ranks
 
+    def ranks_rows(self, session_id: str, fields: str) -> bool:
+        """Return whether :meth:`nearest` ranks the session's vector rows over ``fields`` now: pgvector, and a copy of every stored vector (one lookup)."""
+        if not self._ranks or self._schema is None:
+            return False
+        return not self._query_rows(_UNRANKED, (session_id, fields))
+
     def put(
         self, tx: Any, session_id: str, fields: str, rows: Sequence[tuple[int, bytes, bytes]]
     ) -> int:
@@ -304,9 +310,7 @@ class PostgresVectors:
         A damaged row, if any, comes first.
         """
         schema = self._schema
-        if not self._ranks or schema is None:
-            return None
-        if self._query_rows(_UNRANKED, (session_id, fields)):
+        if schema is None or not self.ranks_rows(session_id, fields):
             return None
         name = _quoted(schema)
         params: dict[str, Any] = {

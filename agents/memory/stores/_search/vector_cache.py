@@ -162,7 +162,9 @@ class VectorCache:
         as a ``StoredMemory`` does as it opens) hands them over, so that the
         next query at that version scores from them rather than reading the
         session again (100,000 items: 0.44 s). ``make`` is given the bytes it
-        may keep, as ``load`` is (see :meth:`table`).
+        may keep, as ``load`` is (see :meth:`table`). Vectors the backend
+        ranks itself (:meth:`Backend.ranks_vectors`) are not offered: no
+        query scores from them.
         """
         key = (session_id, fields)
         with self._lock:

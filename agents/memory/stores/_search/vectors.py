@@ -175,8 +175,10 @@ class VectorSearch:
             with errors("read the vectors of", sid):
                 # Read before the vectors, as a query's kept table is: a write after it makes it stale.
                 version = self._backend.vectors_version(sid, filed)
-            if version is not None and self._stores_vectors():
-                read = []
+                if version is not None and self._stores_vectors():
+                    # Unless the backend ranks them itself: no query would score from that table.
+                    ranks = parts == EmbedParts.WHOLE and self._backend.ranks_vectors(sid, filed)
+                    read = None if ranks else []
             pages = self._backend.vector_pages(sid, filed, 4096)
         else:
             wanted = [check_seq(seq, "seq") for seq in seqs]

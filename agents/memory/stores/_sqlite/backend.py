@@ -361,6 +361,10 @@ class SQLiteBackend(SQLRows, Backend):
         rows = self.query_rows(_NEWEST_CHANGE, (session_id,))
         return int(rows[0][0]) if rows else 0
 
+    def ranks_vectors(self, session_id: str, fields: str) -> bool:
+        """Return whether sqlite-vec ranks the session's vector rows (:attr:`uses_sqlite_vec`; see the base)."""
+        return self._file.uses_sqlite_vec
+
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
     ) -> list[tuple[int, float | None, int]] | None:
