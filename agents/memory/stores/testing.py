@@ -482,6 +482,16 @@ class BackendContract:
         finally:
             other.close()
 
+    def test_a_backend_that_ranks_its_vectors_answers_nearest(self, backend: Backend) -> None:
+        """Where ranks_vectors says so, nearest ranks the session's vectors (not None): the store keeps no copy of them to score."""
+        seqs, _ = self._vectored(backend, slice(None))
+        if not backend.ranks_vectors("s", "*"):
+            pytest.skip("the backend has the store score its vectors (Backend.ranks_vectors)")
+        query = b"\x00\x00\x80\x3f" * 2
+        ranked = backend.nearest("s", "*", query, len(seqs), [])
+        assert ranked is not None
+        assert sorted(seq for seq, _, _ in ranked) == sorted(seqs)
+
     def test_vector_changes_name_every_vector_written_by_this_or_another_handle(
         self, backend: Backend, make_backend: Callable[[], Backend]
     ) -> None:
