@@ -20,7 +20,7 @@ import attrs
 
 from agents.memory import _codec
 from agents.memory._text import field_texts as field_texts_of
-from agents.memory._text import item_texts, lucene_idf
+from agents.memory._text import lucene_idf
 from agents.memory.exceptions import (
     EmbeddingError,
     InvalidArgumentError,
@@ -234,7 +234,17 @@ def embed_text(fields: Mapping[str, Any], keys: tuple[str, ...] | None) -> str:
 
     An item whose text is blank gets no vector and is never a semantic hit.
     """
-    return "\n".join(text for _, text in item_texts(fields, keys))
+    return "\n".join(text for _, text in _texts_by_field(fields, keys))
+
+
+def _texts_by_field(
+    fields: Mapping[str, Any], keys: tuple[str, ...] | None
+) -> list[tuple[str, str]]:
+    """Return ``(field, its strings joined by newlines)`` as ``_text.item_texts`` reads them: in ``keys`` order (a key named twice read twice), in one walk."""
+    if keys is None:
+        return field_texts_of(fields)
+    text_of = dict(field_texts_of({key: fields[key] for key in keys if key in fields}))
+    return [(key, text_of[key]) for key in keys if key in text_of]
 
 
 def _check_overlap(instance: EmbedParts, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -298,11 +308,7 @@ class EmbedParts:
 
     def texts(self, fields: Mapping[str, Any], keys: tuple[str, ...] | None) -> list[str]:
         """Return the parts of an item with these fields (over ``keys``), in field order; none for an item without text."""
-        if keys is None:
-            pairs = field_texts_of(fields)
-        else:  # in the order of keys, a key named twice read twice (as item_texts reads it)
-            text_of = dict(field_texts_of({key: fields[key] for key in keys if key in fields}))
-            pairs = [(key, text_of[key]) for key in keys if key in text_of]
+        pairs = _texts_by_field(fields, keys)
         out: list[str] = []
         if self.fields:
             joined: dict[str, str] = {}
