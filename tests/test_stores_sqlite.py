@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -930,7 +930,7 @@ def test_v4_file_is_migrated_to_index_inserts_by_batch(tmp_path: Path) -> None:
         assert [hit.item["step"] for hit in store.search("s", "report", 5)] == [1, 2]
     con = sqlite3.connect(path)
     try:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         assert con.execute(
             "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
             " AND name = 'kvmemory_items_search_insert'"
@@ -1210,7 +1210,7 @@ def test_v5_file_reads_read_only_as_it_is_and_is_migrated_to_fold_few_inserts(
     assert user_version(path) == 5
     with SQLiteStore(path) as store:
         assert (
-            user_version(path) == SCHEMA_VERSION == 8
+            user_version(path) == SCHEMA_VERSION == 9
         )  # through v6, v7 (record keys), v8 (change log)
         assert fold_state(path) == (0, len(ranking_corpus()))
         store.append("s", [MemoryItem(step=10, note="the report file")])
@@ -1346,17 +1346,28 @@ def test_terms_counted_in_a_rows_kept_text_equal_its_words_counted(
     assert got == want
 
 
-def common_words_items(seed: int, n: int) -> list[MemoryItem]:
-    """Return ``n`` items of a few words most of them hold, many alike (ties), a few rarer ones."""
+def noted_items(
+    seed: int, n: int, words_of: Callable[[random.Random], list[str]], start: int = 0
+) -> list[MemoryItem]:
+    """Return items ``start`` to ``start + n``, each noting the words ``words_of`` draws, shuffled."""
     rng = random.Random(seed)
     items = []
-    for i in range(n):
-        words = ["the"] * rng.randint(1, 3) + ["dialog"] * rng.choice([1, 1, 2])
-        words += ["ok"] * (rng.random() < 0.9) + ["chart"] * rng.choice([0, 1, 1, 3])
-        words += ["filler"] * rng.choice([0, 0, 4, 9]) + ["zeta"] * (rng.random() < 0.05)
+    for i in range(start, start + n):
+        words = words_of(rng)
         rng.shuffle(words)
         items.append(MemoryItem(n=i, note=" ".join(words)))
     return items
+
+
+def common_words_items(seed: int, n: int) -> list[MemoryItem]:
+    """Return ``n`` items of a few words most of them hold, many alike (ties), a few rarer ones."""
+
+    def words_of(rng: random.Random) -> list[str]:
+        words = ["the"] * rng.randint(1, 3) + ["dialog"] * rng.choice([1, 1, 2])
+        words += ["ok"] * (rng.random() < 0.9) + ["chart"] * rng.choice([0, 1, 1, 3])
+        return words + ["filler"] * rng.choice([0, 0, 4, 9]) + ["zeta"] * (rng.random() < 0.05)
+
+    return noted_items(seed, n, words_of)
 
 
 @settings(max_examples=30, deadline=None)
@@ -1514,7 +1525,7 @@ def test_v6_file_is_migrated_to_record_keys(tmp_path: Path) -> None:
         assert [item["step"] for item in store.read("s")[:2]] == [1, 2]
         assert [hit.seq for hit in store.search("s", "report", 5)][-1] in (seq, 1)
         assert len(store.search("s", "report", 5)) == 2
-    assert user_version(path) == SCHEMA_VERSION == 8
+    assert user_version(path) == SCHEMA_VERSION == 9
     con = sqlite3.connect(path)
     try:
         indexes = {row[1] for row in con.execute("PRAGMA index_list(kvmemory_items)")}
@@ -1631,7 +1642,7 @@ def test_v7_file_is_migrated_to_the_vector_change_log(tmp_path: Path) -> None:
     path = tmp_path / "v7.db"
     seqs = write_v7_store(path)
     with open_store(path) as kept, open_store(path) as other:
-        assert user_version(path) == SCHEMA_VERSION == 8
+        assert user_version(path) == SCHEMA_VERSION == 9
         since = kept.backend.vectors_version("s", "*")
         assert since == 0  # no write logged yet
         _change_hits(kept)
@@ -1713,3 +1724,152 @@ def test_a_filter_judged_again_after_another_handle_writes_sees_the_write(tmp_pa
         with a.batch("s") as batch:
             batch.update({seqs[5]: MemoryItem(step=5, agent="reviewer")})
         assert a.backend.filter_candidates("s", tree) == {seqs[3], seqs[5]}
+
+
+# -- lengths in the session index (schema version 9) -------------------------------------
+
+
+def tied_items(seed: int, n: int, share: float, start: int = 0) -> list[MemoryItem]:
+    """Return ``n`` items that each hold "is" once (all, or about ``share`` of them), of a few lengths (many ties), some a rarer word."""
+
+    def words_of(rng: random.Random) -> list[str]:
+        words = ["is"] * (rng.random() < share) + ["filler"] * rng.choice([0, 0, 0, 2, 5])
+        return words + ["zeta"] * (rng.random() < 0.05) + ["word"] * rng.choice([0, 0, 0, 1, 3])
+
+    return noted_items(seed, n, words_of, start)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    share=st.sampled_from([1.0, 0.8]),
+    query=st.sampled_from(["is", "is zeta", "is is", "word", "filler is"]),
+    k=st.sampled_from([1, 3, 10]),
+    change=st.sampled_from(["none", "delete", "update", "other session", "other handle"]),
+)
+def test_items_tied_on_a_word_each_holds_once_rank_as_memory_search(
+    seed: int, share: float, query: str, k: int, change: str
+) -> None:
+    """Many items tied on a word each holds once (every item or most) rank as Memory.search, after deletes, updates, another session or another handle's writes."""
+    items = tied_items(seed, 400, share)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "ties.db"
+        with SQLiteStore(path) as store:
+            seqs = store.append("s", items)
+            if change == "delete":
+                with store.batch("s") as batch:
+                    batch.delete(seqs[:7])
+            elif change == "update":
+                with store.batch("s") as batch:
+                    batch.update({seqs[3]: MemoryItem(n=3, note="is is word")})
+            elif change == "other session":
+                store.append("t", items[:50])
+            elif change == "other handle":
+                with SQLiteStore(path) as other:
+                    other.append("s", tied_items(seed + 1, 9, share, start=400))
+            got = [(hit.item["n"], hit.score) for hit in store.search("s", query, k)]
+            want = [(hit.item["n"], hit.score) for hit in Memory(store.read("s")).search(query, k)]
+        with SQLiteStore(path, read_only=True) as reader:
+            again = [(hit.item["n"], hit.score) for hit in reader.search("s", query, k)]
+    assert got == want
+    assert again == want
+
+
+def traced_search(
+    path: Path, items: list[MemoryItem], query: str
+) -> tuple[list[tuple[Any, float]], list[str]]:
+    """Store ``items`` in a session, fold them, search ``query`` (k 5); return the hits and the statements the search ran."""
+    with SQLiteStore(path) as store:
+        store.append("s", items)
+        store.search("s", query)  # folds the pending rows
+        statements: list[str] = []
+        store.backend.connection.set_trace_callback(statements.append)
+        got = [(hit.item["n"], hit.score) for hit in store.search("s", query, 5)]
+        store.backend.connection.set_trace_callback(None)
+    return got, statements
+
+
+def test_a_word_every_item_holds_once_is_ranked_by_length_without_postings(
+    tmp_path: Path,
+) -> None:
+    """A one-word query that every item holds once reads the lengths from the session index: no FTS5 posting is read."""
+    items = tied_items(5, 400, 1.0)
+    got, statements = traced_search(tmp_path / "ties.db", items, "is")
+    assert got == [(hit.item["n"], hit.score) for hit in Memory(items).search("is", 5)]
+    assert not [sql for sql in statements if "bm25(" in sql or "kvmemory_fts_instance" in sql]
+
+
+def test_many_items_tied_on_a_word_each_holds_once_read_their_lengths_not_their_terms(
+    tmp_path: Path,
+) -> None:
+    """Past the spare rows, the items tied with the k-th on a word each holds once are scored from their lengths: no row's terms are read."""
+    items = tied_items(6, 600, 0.8)
+    got, statements = traced_search(tmp_path / "ties.db", items, "is")
+    assert got == [(hit.item["n"], hit.score) for hit in Memory(items).search("is", 5)]
+    assert [sql for sql in statements if "bm25(" in sql]
+    assert not [sql for sql in statements if ", terms FROM kvmemory_items" in sql]
+
+
+def downgrade_to_v8(path: Path) -> None:
+    """Give a store file the session index of schema version 8 (without the lengths) and that version."""
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        con.execute("DROP INDEX kvmemory_items_session")
+        con.execute("CREATE INDEX kvmemory_items_session ON kvmemory_items (session_id, seq)")
+        con.execute("PRAGMA user_version = 8")
+    finally:
+        con.close()
+
+
+def session_index_columns(path: Path) -> list[str]:
+    """Return the columns of a store file's session index, in order."""
+    con = sqlite3.connect(path)
+    try:
+        return [row[2] for row in con.execute("PRAGMA index_info(kvmemory_items_session)")]
+    finally:
+        con.close()
+
+
+def test_v8_file_reads_read_only_and_is_migrated_to_lengths_in_the_session_index(
+    tmp_path: Path,
+) -> None:
+    """A v8 file ranks as Memory.search read-only (unchanged) and, opened writable, gets the lengths in its session index."""
+    path = tmp_path / "v8.db"
+    items = tied_items(7, 300, 1.0)
+    with SQLiteStore(path) as store:
+        store.append("s", items)
+    downgrade_to_v8(path)
+    want = [(hit.item["n"], hit.score) for hit in Memory(items).search("is", 5)]
+    before = path.read_bytes()
+    with SQLiteStore(path, read_only=True) as reader:
+        assert [(hit.item["n"], hit.score) for hit in reader.search("s", "is", 5)] == want
+    assert path.read_bytes() == before
+    with SQLiteStore(path) as store:
+        assert [(hit.item["n"], hit.score) for hit in store.search("s", "is", 5)] == want
+    assert user_version(path) == SCHEMA_VERSION == 9
+    assert session_index_columns(path) == ["session_id", "seq", "n_terms"]
+
+
+def test_a_failed_migration_to_v9_leaves_the_v8_file_as_it_was(tmp_path: Path) -> None:
+    """A migration to v9 that fails after dropping the old index rolls back: version 8, its index and every item kept."""
+    path = tmp_path / "v8.db"
+    items = tied_items(8, 50, 1.0)
+    with SQLiteStore(path) as store:
+        store.append("s", items)
+    downgrade_to_v8(path)
+
+    def fail_after_drop(con: sqlite3.Connection) -> None:
+        con.execute("DROP INDEX kvmemory_items_session")
+        msg = "disk I/O error (simulated)"
+        raise sqlite3.OperationalError(msg)
+
+    steps = (*_sqlite_schema.MIGRATIONS[:8], fail_after_drop)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_sqlite_file, "MIGRATIONS", steps)
+        with pytest.raises(StoreError, match="simulated"):
+            SQLiteStore(path)
+    assert user_version(path) == 8
+    assert session_index_columns(path) == ["session_id", "seq"]
+    with SQLiteStore(path) as store:
+        assert [item["n"] for item in store.read("s")] == list(range(50))
+    assert session_index_columns(path) == ["session_id", "seq", "n_terms"]

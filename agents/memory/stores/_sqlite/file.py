@@ -44,6 +44,7 @@ from agents.memory.stores._sqlite.schema import (
     INDEXED_EAGERLY,
     MIGRATIONS,
     NO_CHANGE_LOG,
+    NO_LENGTH_INDEX,
     NO_RECORD_KEYS,
     READS_AS_CURRENT,
     SCHEMA_VERSION,
@@ -124,6 +125,7 @@ class SQLiteFile:
         self._folds = True  # whether the file may hold rows not yet in the FTS table (layout 6)
         self._keyed = True  # whether the rows have the record key column (layout 7)
         self._logged = True  # whether vector writes are logged (layout 8)
+        self._lengths = True  # whether the session index holds each row's length (layout 9)
         self._held: tuple[int, int] | None = None
         if not self._held_here():  # (checked when it was first opened here)
             self._check_whole_pages()  # an existing file, before SQLite opens it
@@ -183,6 +185,11 @@ class SQLiteFile:
     def logs_vector_changes(self) -> bool:
         """Whether the file logs every vector row written (``kvmemory_vector_changes``, version 8; not an older file opened read-only)."""
         return self._logged
+
+    @property
+    def lengths_indexed(self) -> bool:
+        """Whether the session index holds each row's term count (version 9; not an older file opened read-only, which reads the rows)."""
+        return self._lengths
 
     @property
     def folds(self) -> bool:
@@ -433,6 +440,7 @@ class SQLiteFile:
             INDEXED_EAGERLY,
             NO_RECORD_KEYS,
             NO_CHANGE_LOG,
+            NO_LENGTH_INDEX,
         )
         if version == SCHEMA_VERSION or (self.read_only and version in readable):
             # A file of the layout before the keyword index reads the same, searched by scanning.
@@ -441,6 +449,7 @@ class SQLiteFile:
             self._folds = version == 0 or version > INDEXED_EAGERLY
             self._keyed = version == 0 or version > NO_RECORD_KEYS
             self._logged = version == 0 or version > NO_CHANGE_LOG
+            self._lengths = version == 0 or version > NO_LENGTH_INDEX
             if not self.read_only:
                 self._use_wal()
             return
@@ -452,7 +461,7 @@ class SQLiteFile:
             found = self._kvmemory_version()  # another process may have migrated it meanwhile
             reached = migrate(MIGRATIONS, found, con, store=f"SQLite store {self.path!r}")
             con.execute(f"PRAGMA user_version={reached}")
-        self._folds = self._keyed = self._logged = True
+        self._folds = self._keyed = self._logged = self._lengths = True
 
     def _kvmemory_version(self) -> int:
         """Return the file's schema version (0 when empty); refuse a file that is not a kvmemory store."""

@@ -423,6 +423,7 @@ class SQLiteKeywordIndex:
             # Every FTS row is this session's: FTS5's statistics are the session's own.
             scorer.alone = n_rows == n_items
             scorer.table = (int(n_rows), int(n_tokens))
+            scorer.lengths_indexed = self.file.lengths_indexed
             return scorer.best(k)
         finally:
             con.execute("COMMIT")
