@@ -267,7 +267,8 @@ class FTSScorer:
         once = self._once(order[0]) if len(order) == 1 and not self.many else None
         if once and self.lengths_indexed and self.df[order[0]] == self.n_items:
             return _by_length(self.con, self.sid, once, k)
-        if len(order) == 1 and self.alone:
+        by_sql = self.lengths_indexed and self.held[order[0]] < _FTS5_FROM  # SQL reads less
+        if len(order) == 1 and self.alone and not by_sql:
             # One term in a table of one session: FTS5's bm25() is its share times a
             # constant (the two IDFs' ratio), the same order at a direct query's cost.
             ranked = self._fts5(order[0], k + _SPARE)
