@@ -1778,11 +1778,13 @@ def test_items_tied_on_a_word_each_holds_once_rank_as_memory_search(
 
 
 def traced_search(
-    path: Path, items: list[MemoryItem], query: str
+    path: Path, items: list[MemoryItem], query: str, other: int = 0
 ) -> tuple[list[tuple[Any, float]], list[str]]:
-    """Store ``items`` in a session, fold them, search ``query`` (k 5); return the hits and the statements the search ran."""
+    """Store ``items`` in a session (and the first ``other`` in another), fold them, search ``query`` (k 5); return the hits and the statements the search ran."""
     with SQLiteStore(path) as store:
         store.append("s", items)
+        if other:
+            store.append("t", items[:other])
         store.search("s", query)  # folds the pending rows
         statements: list[str] = []
         store.backend.connection.set_trace_callback(statements.append)
@@ -1791,13 +1793,14 @@ def traced_search(
     return got, statements
 
 
+@pytest.mark.parametrize(("query", "other"), [("is", 0), ("is", 100), ("is is", 100)])
 def test_a_word_every_item_holds_once_is_ranked_by_length_without_postings(
-    tmp_path: Path,
+    tmp_path: Path, query: str, other: int
 ) -> None:
-    """A one-word query that every item holds once reads the lengths from the session index: no FTS5 posting is read."""
-    items = tied_items(5, 400, 1.0)
-    got, statements = traced_search(tmp_path / "ties.db", items, "is")
-    assert got == [(hit.item["n"], hit.score) for hit in Memory(items).search("is", 5)]
+    """A word every item holds once is ranked from the lengths in the session index (another session in the file or not): none of its postings is read."""
+    items = tied_items(5, 5000, 1.0)
+    got, statements = traced_search(tmp_path / "ties.db", items, query, other)
+    assert got == [(hit.item["n"], hit.score) for hit in Memory(items).search(query, 5)]
     assert not [sql for sql in statements if "bm25(" in sql or "kvmemory_fts_instance" in sql]
 
 

@@ -137,7 +137,7 @@ class FTSScorer:
             found = self._rare_first(rare, rest, rest_most, k)
             if found is not None:
                 return found
-        if not (len(order) == 1 and self.alone):
+        if not (len(order) == 1 and (self.alone or self._lengths_settle(order[0]))):
             found = self._fts5_first(k, order)
             if found is not None:
                 return found
@@ -265,15 +265,15 @@ class FTSScorer:
     def _all(self, k: int, order: Sequence[str]) -> list[tuple[float, int]]:
         """Return the ``k`` best by the terms ``order``: every item holding one scored in SQL, the best again exactly."""
         once = self._once(order[0]) if len(order) == 1 and not self.many else None
-        if once and self.lengths_indexed and self.df[order[0]] == self.n_items:
+        if once and self._lengths_settle(order[0]):
             return _by_length(self.con, self.sid, once, k)
         by_sql = self.lengths_indexed and self.held[order[0]] < _FTS5_FROM  # SQL reads less
         if len(order) == 1 and self.alone and not by_sql:
             # One term in a table of one session: FTS5's bm25() is its share times a
             # constant (the two IDFs' ratio), the same order at a direct query's cost.
-            ranked = self._fts5(order[0], k + _SPARE)
+            ranked = self._fts5_any(order, k + _SPARE)
             if len(ranked) == k + _SPARE and ranked[-1][1] >= ranked[k - 1][1] / _MARGIN**2:
-                ranked = self._fts5(order[0], None, cut=ranked[k - 1][1] / _MARGIN**2)
+                ranked = self._fts5_any(order, -1, cut=ranked[k - 1][1] / _MARGIN**2)
             if len(ranked) > k:
                 cut = ranked[k - 1][1] / _MARGIN**2
                 ranked = [row for row in ranked if row[1] >= cut]
@@ -391,26 +391,12 @@ class FTSScorer:
             for row in rows
         ]
 
-    def _fts5(
-        self, term: str, limit: int | None, cut: float | None = None
-    ) -> list[tuple[int, float]]:
-        """Return ``(seq, FTS5's bm25() negated)`` of the items holding ``term``, best first.
-
-        ``limit``: the best that many only; ``cut``: those scoring at least it only.
-        """
-        params = (
-            '"' + self.prefixes[0] + term + '"',
-            math.inf if cut is None else -cut,
-            limit or -1,
-        )
-        return [(int(seq), -float(score)) for seq, score in self.con.execute(_BM25, params)]
-
     def _fts5_any(
         self, matched: Sequence[str], limit: int, cut: float | None = None
     ) -> list[tuple[int, float]]:
         """Return ``(seq, FTS5's bm25() negated)`` of the items holding a term of ``matched``, best first (ties by seq).
 
-        ``limit``: the best that many only; ``cut``: those scoring at least it only.
+        ``limit``: the best that many only (``-1``: all); ``cut``: those scoring at least it only.
         """
         params = (self._match(matched), math.inf if cut is None else -cut, limit)
         return [(int(seq), -float(score)) for seq, score in self.con.execute(_BM25, params)]
@@ -463,6 +449,11 @@ class FTSScorer:
                 raise sqlite3.DatabaseError(msg)
             scored.append((bm25_score(counts, length, self.weighted, self.average), seq))
         return self._first(k, scored)
+
+    def _lengths_settle(self, term: str) -> bool:
+        """Whether every item of the one session searched holds ``term`` once and the session index holds their lengths (:func:`_by_length` ranks it)."""
+        sole = self.lengths_indexed and not self.many and self.most[term] == 1
+        return sole and self.df[term] == self.n_items
 
     def _once(self, term: str) -> Callable[[int], float] | None:
         """Return the score by ``term`` of an item of a given length holding it once (as :meth:`_exact` sums it), or ``None`` if an item holds it more than once."""
