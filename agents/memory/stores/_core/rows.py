@@ -9,13 +9,17 @@ under a key, so that a record is found without reading the session; and
 a log of the seqs set or removed, so that a reader keeping something per
 row (:class:`~agents.memory.stores._core.filter_values.FilterValues`)
 learns which rows changed since it last looked without comparing every
-row (:meth:`RowTable.changed_since`).
+row (:meth:`RowTable.changed_since`); and the rows filed by the values
+their items hold (:attr:`RowTable.value_index`), so that a filter's candidates
+are named without reading the session.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
+
+from agents.memory.stores._core.value_index import ValueIndex
 
 __all__ = ["RowTable", "StoredRow"]
 
@@ -31,7 +35,15 @@ class RowTable(dict[int, StoredRow]):
     stores, and would bypass the index).
     """
 
-    __slots__ = ("_by_step", "_changes", "_cleared", "_dropped", "_key_of", "_seq_of")
+    __slots__ = (
+        "_by_step",
+        "_changes",
+        "_cleared",
+        "_dropped",
+        "_key_of",
+        "_seq_of",
+        "value_index",
+    )
 
     def __init__(
         self, rows: Iterable[tuple[int, StoredRow]] = (), keys: Mapping[int, str] | None = None
@@ -45,6 +57,8 @@ class RowTable(dict[int, StoredRow]):
         self._changes: list[int] = []
         self._dropped = 0
         self._cleared = 0
+        self.value_index = ValueIndex()
+        """The rows filed by the values their items hold, kept as rows are set and removed."""
         for seq, row in rows:
             self[seq] = row
         for seq, key in (keys or {}).items():
@@ -55,6 +69,11 @@ class RowTable(dict[int, StoredRow]):
         old = self.get(seq)
         if old is not None and old[0] != row[0]:
             self._unfile(seq, old[0])
+        if old is None:
+            self.value_index.add(seq, row[2])
+        elif old[2] is not row[2]:
+            self.value_index.remove(seq, old[2])
+            self.value_index.add(seq, row[2])
         super().__setitem__(seq, row)
         if old is None or old[0] != row[0]:
             self._by_step.setdefault(row[0], {})[seq] = None
@@ -66,6 +85,7 @@ class RowTable(dict[int, StoredRow]):
         if old is None:
             return False
         self._unfile(seq, old[0])
+        self.value_index.remove(seq, old[2])
         key = self._key_of.pop(seq, None)
         if key is not None:
             del self._seq_of[key]
@@ -75,6 +95,7 @@ class RowTable(dict[int, StoredRow]):
     def clear(self) -> None:
         """Remove every row."""
         super().clear()
+        self.value_index.clear()
         self._by_step.clear()
         self._seq_of.clear()
         self._key_of.clear()
