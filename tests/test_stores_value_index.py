@@ -207,12 +207,9 @@ def test_range_bounds_on_one_field_are_looked_up_together() -> None:
     assert found == {25, 26}
 
 
-class Store:
-    """Hits of a keyword query through a store, and through Memory.search."""
-
-    @staticmethod
-    def hits(found: Any) -> list[tuple[float, dict[str, Any]]]:
-        return [(hit.score, hit.item.to_dict()) for hit in found]
+def hits(found: Any) -> list[tuple[float, dict[str, Any]]]:
+    """Return the (score, fields) of search hits."""
+    return [(hit.score, hit.item.to_dict()) for hit in found]
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl"])
@@ -238,11 +235,11 @@ def test_filtered_search_equals_memory_search_in_every_store(
         "sqlite": f"sqlite://{folder / 'store.db'}",
         "jsonl": f"jsonl://{folder / 'logs'}",
     }[kind]
-    expect = Store.hits(Memory(rows).search(query, 4, mode="keyword", where=where))
+    expect = hits(Memory(rows).search(query, 4, mode="keyword", where=where))
     with open_store(url) as store:
         store.append("s", rows)
     with open_store(url) as store:
-        assert Store.hits(store.search("s", query, 4, mode="keyword", where=where)) == expect
+        assert hits(store.search("s", query, 4, mode="keyword", where=where)) == expect
         store.delete_session("s")
 
 
@@ -263,8 +260,8 @@ def test_filtered_search_equals_memory_search_in_postgres(postgres_url: str) -> 
             {"a.b": range(1, 3)},
             {"$or": [{"x": "a"}, {"step": {"$gt": 1}}]},
         ):
-            expect = Store.hits(Memory(rows).search("cat", 4, mode="keyword", where=where))
-            assert Store.hits(store.search("s", "cat", 4, mode="keyword", where=where)) == expect
+            expect = hits(Memory(rows).search("cat", 4, mode="keyword", where=where))
+            assert hits(store.search("s", "cat", 4, mode="keyword", where=where)) == expect
 
 
 class JSONLIndexMachine(RuleBasedStateMachine):
