@@ -46,8 +46,18 @@ class RowTable(dict[int, StoredRow]):
     )
 
     def __init__(
-        self, rows: Iterable[tuple[int, StoredRow]] = (), keys: Mapping[int, str] | None = None
+        self,
+        rows: Iterable[tuple[int, StoredRow]] = (),
+        keys: Mapping[int, str] | None = None,
+        *,
+        index: ValueIndex | None = None,
     ) -> None:
+        """Make a table of ``rows``, those of ``keys`` filed under their record keys.
+
+        ``index`` is the value index of exactly these rows, taken over (a
+        compaction's table: filing 10,000 rows again costs about 180 ms);
+        the table it came from must not be changed after.
+        """
         super().__init__()
         self._by_step: dict[str | None, dict[int, None]] = {}
         self._seq_of: dict[str, int] = {}
@@ -57,10 +67,12 @@ class RowTable(dict[int, StoredRow]):
         self._changes: list[int] = []
         self._dropped = 0
         self._cleared = 0
-        self.value_index = ValueIndex()
-        """The rows filed by the values their items hold, kept as rows are set and removed."""
+        self.value_index = ValueIndex() if index is None else _FILED
         for seq, row in rows:
             self[seq] = row
+        if index is not None:
+            self.value_index = index
+        """The rows filed by the values their items hold, kept as rows are set and removed."""
         for seq, key in (keys or {}).items():
             if seq in self:
                 self.file_key(seq, key)
@@ -182,6 +194,18 @@ class RowTable(dict[int, StoredRow]):
             if not filed:
                 del self._by_step[step]
 
+
+class _Filed(ValueIndex):
+    """The value index of a table whose rows are filed already (:class:`RowTable` taking over an index): files nothing."""
+
+    def add(self, seq: int, data: bytes) -> None:
+        """File nothing: the row is in the index taken over."""
+
+    def remove(self, seq: int, data: bytes) -> None:
+        """Unfile nothing."""
+
+
+_FILED: Final = _Filed()
 
 CHANGES_KEPT: Final = 4096
 """The changes a table remembers at least; past twice its rows, the older half is forgotten."""
