@@ -266,7 +266,8 @@ class SessionLogs:
             lines=len(chunks),
             next_seq=log.next_seq,
             metadata=log.metadata,
-            rows=RowTable(log.rows.items(), keys),
+            # The same rows: their value index is taken over (``log`` is dropped).
+            rows=RowTable(log.rows.items(), keys, index=log.rows.value_index),
             model=log.model,
             vectors={
                 fields: {seq: vector for seq, vector in table.items() if seq in log.rows}

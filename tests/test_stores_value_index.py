@@ -1,0 +1,311 @@
+"""The value index of a session's rows: every row a filter keeps is among its candidates, on every write, in every store."""
+
+from __future__ import annotations
+
+import enum
+import shutil
+import tempfile
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.exceptions import InvalidQueryError
+from agents.memory.search import Filter
+from agents.memory.stores import JSONLStore, open_store
+from agents.memory.stores._core.encoding import encode_rows
+from agents.memory.stores._core.rows import RowTable
+from agents.memory.stores._core.value_index import SHORT, ValueIndex
+
+
+class Colour(str, enum.Enum):
+    """A string enum: tagged by the codec, equal to its value when decoded."""
+
+    RED = "a"
+
+
+LONG = "z" * (SHORT + 1)
+SCALARS = (None, True, False, 0, 1, 1.0, 2, 2.5, -3, "a", "b", "1", "", "é", 'q"t', LONG)
+VALUES = (*SCALARS, [1], {"k": 1}, Colour.RED)
+FIELDS = ("agent", "x", "meta.owner", "a.b", "step")
+WORDS = ("cat", "dog", "red")
+
+
+def values() -> st.SearchStrategy[Any]:
+    """A field's value: a scalar, a list, a dict, an enum, or a dict of such values."""
+    plain = st.sampled_from(VALUES)
+    return st.one_of(
+        plain, st.dictionaries(st.sampled_from(("owner", "b", "k")), plain, max_size=2)
+    )
+
+
+@st.composite
+def items(draw: st.DrawFn, *, enums: bool = True) -> MemoryItem:
+    """An item holding some of the filtered fields, a dict under ``meta`` and ``a``, and a field named ``a.b``."""
+    fields: dict[str, Any] = {"text": " ".join(draw(st.lists(st.sampled_from(WORDS), max_size=3)))}
+    for name in ("agent", "x", "meta", "a", "a.b", "step"):
+        if draw(st.booleans()):
+            value = draw(values())
+            if not enums and (value is Colour.RED or isinstance(value, dict)):
+                value = {"owner": "a"} if name == "meta" else "a"
+            fields[name] = value
+    return MemoryItem(**fields)
+
+
+OPERATORS = ("$eq", "$in", "$gt", "$gte", "$lt", "$lte", "$ne", "$nin")
+
+
+@st.composite
+def conditions(draw: st.DrawFn) -> dict[str, Any]:
+    """A filter on one field, compiled or dropped (an ordering of ``None`` is refused)."""
+    field = draw(st.sampled_from(FIELDS))
+    kind = draw(st.sampled_from(("plain", "op", "range", "bounds")))
+    if kind == "plain":
+        return {field: draw(st.sampled_from(SCALARS))}
+    if kind == "range":
+        start = draw(st.integers(-4, 4))
+        return {
+            field: range(start, start + draw(st.integers(-1, 4)), draw(st.sampled_from((1, 2))))
+        }
+    if kind == "bounds":
+        low, high = (
+            draw(st.sampled_from((-3, 0, 1, 1.5, 2))),
+            draw(st.sampled_from((0, 1, 2, 2.5, 9))),
+        )
+        return {
+            field: {
+                draw(st.sampled_from(("$gt", "$gte"))): low,
+                draw(st.sampled_from(("$lt", "$lte"))): high,
+            }
+        }
+    op = draw(st.sampled_from(OPERATORS))
+    if op in ("$in", "$nin"):
+        return {field: {op: draw(st.lists(st.sampled_from(SCALARS), min_size=1, max_size=3))}}
+    return {field: {op: draw(st.sampled_from(SCALARS))}}
+
+
+def wheres() -> st.SearchStrategy[dict[str, Any]]:
+    """A filter: one condition, or two under ``$and`` or ``$or``; only those that compile."""
+    one = conditions()
+    two = st.tuples(one, one)
+    combined = st.one_of(
+        one,
+        two.map(lambda pair: {"$and": list(pair)}),
+        two.map(lambda pair: {"$or": list(pair)}),
+    )
+    return combined.filter(_compiles)
+
+
+def _compiles(where: dict[str, Any]) -> bool:
+    try:
+        Filter(where)
+    except InvalidQueryError:
+        return False
+    return True
+
+
+def encoded(item: MemoryItem) -> bytes:
+    """Return the row bytes a store writes for ``item``."""
+    return encode_rows([item], "step", "error")[0][2]
+
+
+class ValueIndexMachine(RuleBasedStateMachine):
+    """A RowTable's value index against a plain model of items: every item a filter keeps is a candidate, and the index is the one its rows would build afresh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = RowTable()
+        self.model: dict[int, MemoryItem] = {}
+        self.next = 1
+
+    @rule(new=st.lists(items(), min_size=1, max_size=3))
+    def append(self, new: list[MemoryItem]) -> None:
+        for item in new:
+            self.table[self.next] = (None, 0.0, encoded(item))
+            self.model[self.next] = item
+            self.next += 1
+
+    @rule(pick=st.integers(0, 100), item=items())
+    def update(self, pick: int, item: MemoryItem) -> None:
+        if self.model:
+            seq = sorted(self.model)[pick % len(self.model)]
+            self.table[seq] = (None, 0.0, encoded(item))
+            self.model[seq] = item
+
+    @rule(pick=st.integers(0, 100))
+    def delete(self, pick: int) -> None:
+        if self.model:
+            seq = sorted(self.model)[pick % len(self.model)]
+            self.table.discard(seq)
+            del self.model[seq]
+
+    @rule()
+    def clear(self) -> None:
+        self.table.clear()
+        self.model.clear()
+
+    @rule(where=wheres())
+    def candidates_hold_every_passing_item(self, where: dict[str, Any]) -> None:
+        keep = Filter(where)
+        found = self.table.value_index.candidates(keep.tree)
+        if found is not None:
+            assert {seq for seq, item in self.model.items() if keep(item)} <= found
+
+    @rule(where=wheres())
+    def candidates_are_those_of_the_rows_filed_afresh(self, where: dict[str, Any]) -> None:
+        fresh = ValueIndex()
+        for seq, row in self.table.items():
+            fresh.add(seq, row[2])
+        tree = Filter(where).tree
+        assert self.table.value_index.candidates(tree) == fresh.candidates(tree)
+
+    @invariant()
+    def index_names_live_rows_only(self) -> None:
+        found = self.table.value_index.candidates(Filter({"x": {"$gte": -10}}).tree)
+        assert found is not None
+        assert found <= set(self.table)
+
+
+ValueIndexMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None
+)
+TestValueIndex = ValueIndexMachine.TestCase
+
+
+def test_short_equal_to_a_long_string_is_left_to_screens() -> None:
+    """A string longer than SHORT is not filed, so an equality to one is not answered."""
+    index = ValueIndex()
+    index.add(1, encoded(MemoryItem(x=LONG)))
+    assert index.candidates(Filter({"x": LONG}).tree) is None
+
+
+def test_row_orjson_cannot_read_is_a_candidate_of_every_filter() -> None:
+    """A row whose bytes are not an item's JSON (NaN from another writer) is named, so decoding it reports or reads it."""
+    index = ValueIndex()
+    index.add(1, b'{"x": NaN}')
+    index.add(2, encoded(MemoryItem(x=2)))
+    assert index.candidates(Filter({"x": 5}).tree) == {1}
+
+
+def test_tagged_dict_above_a_dotted_path_is_a_candidate() -> None:
+    """A dict the codec tags (keys other than strings) under ``meta`` may hold ``owner``: named for ``meta.owner``."""
+    index = ValueIndex()
+    index.add(1, encoded(MemoryItem(meta={1: "x", "owner": "a"})))
+    assert index.candidates(Filter({"meta.owner": "a"}).tree) == {1}
+
+
+def test_range_bounds_on_one_field_are_looked_up_together() -> None:
+    """``$gte`` and ``$lt`` on one field name the numbers between them only."""
+    index = ValueIndex()
+    for seq in range(1, 101):
+        index.add(seq, encoded(MemoryItem(weight=seq / 100)))
+    found = index.candidates(Filter({"weight": {"$gte": 0.25, "$lt": 0.27}}).tree)
+    assert found == {25, 26}
+
+
+def hits(found: Any) -> list[tuple[float, dict[str, Any]]]:
+    """Return the (score, fields) of search hits."""
+    return [(hit.score, hit.item.to_dict()) for hit in found]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl"])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.lists(items(enums=False), min_size=1, max_size=12),
+    where=wheres(),
+    query=st.sampled_from(WORDS),
+)
+def test_filtered_search_equals_memory_search_in_every_store(
+    kind: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[MemoryItem],
+    where: dict[str, Any],
+    query: str,
+) -> None:
+    """A store's filtered keyword search, its first on the field after opening, keeps and ranks what Memory.search does."""
+    folder = tmp_path_factory.mktemp("index")
+    url = {
+        "memory": f"memory://{uuid.uuid4().hex}",
+        "sqlite": f"sqlite://{folder / 'store.db'}",
+        "jsonl": f"jsonl://{folder / 'logs'}",
+    }[kind]
+    expect = hits(Memory(rows).search(query, 4, mode="keyword", where=where))
+    with open_store(url) as store:
+        store.append("s", rows)
+    with open_store(url) as store:
+        assert hits(store.search("s", query, 4, mode="keyword", where=where)) == expect
+        store.delete_session("s")
+
+
+def test_filtered_search_equals_memory_search_in_postgres(postgres_url: str) -> None:
+    """PostgreSQL's filtered keyword search keeps and ranks what Memory.search does, on the filters of the other stores' test."""
+    rows = [
+        MemoryItem(text="cat dog", agent="a", x=1, meta={"owner": "a"}, step=1),
+        MemoryItem(text="cat", agent="b", x=2.5, meta={"owner": "b"}, step=2),
+        MemoryItem(text="cat red", agent="a", x="a", **{"a.b": 2}),
+        MemoryItem(text="dog cat", x=True, a={"b": 1}),
+    ]
+    with open_store(postgres_url) as store:
+        store.append("s", rows)
+        for where in (
+            {"agent": "a"},
+            {"meta.owner": {"$in": ["a", "b"]}},
+            {"x": {"$gte": 1, "$lt": 2.5}},
+            {"a.b": range(1, 3)},
+            {"$or": [{"x": "a"}, {"step": {"$gt": 1}}]},
+        ):
+            expect = hits(Memory(rows).search("cat", 4, mode="keyword", where=where))
+            assert hits(store.search("s", "cat", 4, mode="keyword", where=where)) == expect
+
+
+class JSONLIndexMachine(RuleBasedStateMachine):
+    """Two JSONL handles on one log, one reopened, against a plain model: each handle's first filter after a write keeps what Filter keeps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="kvmemory-index-")
+        self.handles = [JSONLStore(self.folder), JSONLStore(self.folder)]
+        self.model: dict[int, MemoryItem] = {}
+
+    @rule(which=st.integers(0, 1), new=st.lists(items(enums=False), min_size=1, max_size=3))
+    def append(self, which: int, new: list[MemoryItem]) -> None:
+        seqs = self.handles[which].append("s", new)
+        self.model.update(zip(seqs, new, strict=True))
+
+    @rule(which=st.integers(0, 1), pick=st.integers(0, 100))
+    def delete(self, which: int, pick: int) -> None:
+        if self.model:
+            seq = sorted(self.model)[pick % len(self.model)]
+            self.handles[which].delete_seqs("s", [seq])
+            del self.model[seq]
+
+    @rule()
+    def reopen(self) -> None:
+        self.handles[0].close()
+        self.handles[0] = JSONLStore(self.folder)
+
+    @rule(which=st.integers(0, 1), where=wheres())
+    def filter_keeps_what_filter_keeps(self, which: int, where: dict[str, Any]) -> None:
+        if not self.model:
+            return
+        keep = Filter(where)
+        found = self.handles[which].backend.filter_candidates("s", keep.tree)
+        if found is not None:
+            assert found == {seq for seq, item in self.model.items() if keep(item)}
+
+    def teardown(self) -> None:
+        for handle in self.handles:
+            handle.close()
+        shutil.rmtree(self.folder)
+
+
+JSONLIndexMachine.TestCase.settings = settings(
+    max_examples=30, stateful_step_count=25, deadline=None
+)
+TestJSONLIndex = JSONLIndexMachine.TestCase
