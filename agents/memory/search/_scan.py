@@ -4,7 +4,7 @@ A memory read whole (``Memory(store.read(session_id))``) has every item
 waiting to be filed, and filing makes a Python object a word and a dict
 entry a posting: on 100,000 steps, seconds. The first query needs far
 less: each item's length, their sum, and the postings of its own words.
-Here every item's terms (``spaced_terms``) are joined in one byte string,
+Here every item's terms (``joined_item_terms``) are joined in one byte string,
 the lengths are counted by numpy at its spaces, a query word's postings
 are found among the words that start with its first byte, and the items holding a query word are
 scored in numpy (see ``Ranker._dense_scores``). The counts, lengths and
@@ -26,8 +26,7 @@ from agents.memory._text import (
     Tokenizer,
     bm25_average_length,
     bm25_weight,
-    field_texts,
-    joined_spaced_terms,
+    joined_item_terms,
 )
 from agents.memory.search._bm25 import shares
 
@@ -77,19 +76,14 @@ class TextScan:
         """Join the terms of ``pairs`` (in filing order), or return ``None`` where ``tokenize``'s terms cannot be (see ``spaced_terms``) or an item cannot be read.
 
         The texts are those ``file_items`` (``_postings``) tokenizes: an
-        item's field texts joined by newlines.
+        item's field texts joined by newlines (see ``joined_item_terms``).
         """
-        texts = []
         try:
-            for _, item in pairs:
-                doc = field_texts(item_fields(item))
-                texts.append(doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc]))
+            data = joined_item_terms(tokenize, [item_fields(item) for _, item in pairs])
         except Exception:  # the query files the items one by one, which says why
             return None
-        spaced = joined_spaced_terms(tokenize, texts)
-        if spaced is None:
+        if data is None:
             return None
-        data = (" " + spaced).encode()
         return cls(np, [key for key, _ in pairs], data)
 
     def posting(self, term: str) -> tuple[Any, Any]:
