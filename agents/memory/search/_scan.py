@@ -96,12 +96,19 @@ class TextScan:
             # The words that start with the term's first two bytes, then those whose next bytes
             # are the term's, then those that end there (a space next): its occurrences.
             head = word[0] << 8 | (word[1] if len(word) > 1 else _SPACE)
-            at = self._before[self._head == head]
+            # compress: several times faster than a boolean index over every word.
+            at = np.compress(self._head == head, self._before)
             for shift, byte in enumerate(word[2:], 3):
                 at = at[codes[at + shift] == byte]
             at = at[codes[at + len(word) + 1] == _SPACE]
-            places, counts = np.unique(np.searchsorted(self._ends, at), return_counts=True)
-            found = self._found[term] = (places, counts)
+            # The occurrences ascend, so their items do: each run of one item is a posting
+            # (np.unique would sort them again: 85 ms for a word of every item at 100,000).
+            items = np.searchsorted(self._ends, at)
+            new = np.empty(len(items), dtype=bool)
+            new[:1] = True
+            np.not_equal(items[1:], items[:-1], out=new[1:])
+            starts = np.flatnonzero(new)
+            found = self._found[term] = (items[starts], np.diff(starts, append=len(items)))
         return found
 
     def top(self, terms: Sequence[str], n_items: int, k: int) -> list[tuple[int, float]]:
