@@ -14,6 +14,7 @@ from agents.memory._item import item_fields
 from agents.memory._text import field_texts, joined_item_terms, joined_spaced_terms
 from agents.memory.search import Tokenizer, search_index
 from agents.memory.search import _index as index_module
+from agents.memory.search import _scan as scan_module
 from agents.memory.search._bm25 import exhaustive_top
 from agents.memory.search._postings import KeywordPostings
 from agents.memory.search._scan import TextScan
@@ -133,6 +134,27 @@ def test_a_scan_of_ascii_items_ranks_as_the_postings_filed_item_by_item(
     n_items = len(pairs) + 1
     query, sizes, average = keyword.query_terms(words, None, n_items, tokenize)
     assert scan.top(words, n_items, k) == exhaustive_top(query, sizes.of, average, k)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(ITEMS, ASCII_ITEMS), QUERY_WORDS, st.integers(1, 9))
+def test_a_scan_finds_the_same_words_whatever_slice_it_reads_at_a_time(
+    data: list[dict[str, Any]], words: list[str], size: int
+) -> None:
+    """Words found a few bytes of the join at a time give the lengths and ranking of one slice."""
+    np = pytest.importorskip("numpy")
+    pairs = [(key, MemoryItem(**row)) for key, row in enumerate(data)]
+    whole = TextScan.of(np, pairs, Tokenizer())
+    kept = scan_module._SLICE
+    scan_module._SLICE = size
+    try:
+        sliced = TextScan.of(np, pairs, Tokenizer())
+    finally:
+        scan_module._SLICE = kept
+    assert whole is not None
+    assert sliced is not None
+    assert sliced.lengths.tolist() == whole.lengths.tolist()
+    assert sliced.top(words, len(pairs), 5) == whole.top(words, len(pairs), 5)
 
 
 def test_a_tokenizer_with_a_stemmer_is_not_scanned() -> None:
