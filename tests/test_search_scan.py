@@ -10,9 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
-from agents.memory._text import joined_spaced_terms
+from agents.memory._item import item_fields
+from agents.memory._text import field_texts, joined_item_terms, joined_spaced_terms
 from agents.memory.search import Tokenizer, search_index
 from agents.memory.search import _index as index_module
+from agents.memory.search import _scan as scan_module
 from agents.memory.search._bm25 import exhaustive_top
 from agents.memory.search._postings import KeywordPostings
 from agents.memory.search._scan import TextScan
@@ -27,6 +29,19 @@ VALUE = st.recursive(
 )
 ITEMS = st.lists(
     st.dictionaries(st.sampled_from(["a", "b", "page"]), VALUE, max_size=3), min_size=1, max_size=30
+)
+# ASCII only and without NUL: the items are lowered and translated in one pass over their join.
+ASCII_VALUE = st.recursive(
+    st.one_of(st.text(alphabet="ab cAB1_-.\n\t", max_size=30), st.integers(), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+ASCII_ITEMS = st.lists(
+    st.dictionaries(st.sampled_from(["a", "b", "page"]), ASCII_VALUE, max_size=3),
+    min_size=1,
+    max_size=30,
 )
 # Words the items hold, parts and runs of them, and words none holds.
 QUERY_WORDS = st.lists(
@@ -78,6 +93,68 @@ def test_joined_spaced_terms_split_into_each_texts_terms(texts: list[str], min_l
     joined = joined_spaced_terms(tokenize, texts)
     assert joined is not None
     assert joined.split() == [term for text in texts for term in [*tokenize(text), "\x00"]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(ITEMS, ASCII_ITEMS), st.sampled_from([1, 2]))
+def test_joined_item_terms_split_into_each_items_terms(
+    data: list[dict[str, Any]], min_length: int
+) -> None:
+    """Split at whitespace, the joined item terms are the terms of each item's field texts followed by a NUL, whatever the items' characters."""
+    tokenize = Tokenizer(min_length=min_length)
+    fields = [item_fields(MemoryItem(**row)) for row in data]
+    joined = joined_item_terms(tokenize, fields)
+    assert joined is not None
+    assert joined.startswith(b" ")
+    texts = ["\n".join([text for _, text in field_texts(one)]) for one in fields]
+    expected = [term for text in texts for term in [*tokenize(text), "\x00"]]
+    assert joined.decode().split() == expected
+
+
+def test_joined_item_terms_of_a_stemming_tokenizer_are_none() -> None:
+    """A stemmer may return any string: no join is made for it."""
+    fields = [item_fields(MemoryItem(thought="clicked clicks"))]
+    assert joined_item_terms(Tokenizer(stemmer=lambda word: word[:5]), fields) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(ASCII_ITEMS, QUERY_WORDS, st.integers(1, 8))
+def test_a_scan_of_ascii_items_ranks_as_the_postings_filed_item_by_item(
+    data: list[dict[str, Any]], words: list[str], k: int
+) -> None:
+    """Items joined in one ASCII pass give the hits and float scores of the postings filed one by one."""
+    np = pytest.importorskip("numpy")
+    pairs = [(key, MemoryItem(**row)) for key, row in enumerate(data)]
+    tokenize = Tokenizer()
+    keyword = KeywordPostings()
+    keyword.file(pairs, tokenize)
+    scan = TextScan.of(np, pairs, tokenize)
+    assert scan is not None
+    assert dict(zip(scan.keys, scan.lengths.tolist(), strict=True)) == keyword.lengths.of
+    n_items = len(pairs) + 1
+    query, sizes, average = keyword.query_terms(words, None, n_items, tokenize)
+    assert scan.top(words, n_items, k) == exhaustive_top(query, sizes.of, average, k)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(ITEMS, ASCII_ITEMS), QUERY_WORDS, st.integers(1, 9))
+def test_a_scan_finds_the_same_words_whatever_slice_it_reads_at_a_time(
+    data: list[dict[str, Any]], words: list[str], size: int
+) -> None:
+    """Words found a few bytes of the join at a time give the lengths and ranking of one slice."""
+    np = pytest.importorskip("numpy")
+    pairs = [(key, MemoryItem(**row)) for key, row in enumerate(data)]
+    whole = TextScan.of(np, pairs, Tokenizer())
+    kept = scan_module._SLICE
+    scan_module._SLICE = size
+    try:
+        sliced = TextScan.of(np, pairs, Tokenizer())
+    finally:
+        scan_module._SLICE = kept
+    assert whole is not None
+    assert sliced is not None
+    assert sliced.lengths.tolist() == whole.lengths.tolist()
+    assert sliced.top(words, len(pairs), 5) == whole.top(words, len(pairs), 5)
 
 
 def test_a_tokenizer_with_a_stemmer_is_not_scanned() -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "checked_query",
     "field_texts",
     "item_texts",
+    "joined_item_terms",
     "lucene_idf",
     "may_stand_together",
     "proximity_weights",
@@ -262,6 +263,13 @@ _ASCII_KEEP_NUL: Final = str.maketrans(
 )
 
 
+# The same over ASCII bytes, NUL kept: A-Z lowered, letters and digits kept, all else a space.
+_ASCII_TERM_BYTES: Final = bytes(
+    c + 32 if 65 <= c <= 90 else c if c == 0 or (chr(c).isalnum() and c < 128) else 32
+    for c in range(256)
+)
+
+
 def _is_stemmer(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         msg = f"Tokenizer(stemmer=...) takes a function from a word to its stem, or None; got {value!r}."
@@ -336,6 +344,46 @@ def joined_spaced_terms(tokenize: Tokenizer, texts: Sequence[str]) -> str | None
         return joined.lower().translate(_ASCII_KEEP_NUL).replace("\x00", " \x00 ")
     spaced = [spaced_terms(tokenize, text) or "" for text in texts]
     return " \x00 ".join(spaced) + " \x00 "
+
+
+def joined_item_terms(tokenize: Tokenizer, items: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """Return the terms of each item's fields, each item's followed by ``" \\x00 "``, in one UTF-8 byte string that starts with a space; or ``None`` where :func:`spaced_terms` gives none.
+
+    An item's text is that of :func:`field_texts`: all its fields' strings
+    joined by newlines. Splitting the result at whitespace gives each
+    item's terms (``tokenize`` of its text) followed by ``b"\\x00"``, so an
+    item without text is a lone NUL. The strings of every item are gathered
+    by one walk and joined once; where they are all ASCII and hold no NUL
+    they are lowered and their other bytes made spaces by one
+    ``bytes.translate`` over the join, without a string per item.
+
+    Raises:
+        Exception: whatever reading an item's fields raised (a field
+            changed while read on another thread).
+    """
+    if type(tokenize) is not Tokenizer or tokenize.stemmer is not None:
+        return None
+    strings: list[str] = []
+    add = strings.append
+    for fields in items:
+        for value in fields.values():  # field_texts' walk, without a list per item
+            kind = type(value)
+            if kind is str:
+                add(value)
+            elif kind not in _NOT_TEXT:
+                _walk(value, strings)
+        add("\x00")  # joined by newlines: a space on each side once translated
+    joined = "\n".join(strings)
+    del strings
+    if joined.count("\x00") == len(items):
+        if tokenize.min_length == 1 and joined.isascii():
+            return b" " + joined.encode("ascii").translate(_ASCII_TERM_BYTES) + b" "
+        texts = joined.split("\x00")[:-1]  # each item's text, between newlines
+    else:  # a text holds a NUL: each item's text read apart
+        texts = ["\n".join([text for _, text in field_texts(fields)]) for fields in items]
+    del joined
+    spaced = joined_spaced_terms(tokenize, texts)
+    return None if spaced is None else (" " + spaced).encode()
 
 
 def item_texts(

@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agents.memory._codec import collector_paused
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
     BM25_B,
@@ -185,7 +186,8 @@ class SearchIndex:
             ahead = self._ahead
             if ahead is None and self._pending and not self._keyword.docs:
                 items = self._items
-                pairs = [(key, items[key]) for key in self._pending if key in items]
+                with collector_paused(len(self._pending)):  # kept pairs: no garbage to look for
+                    pairs = [(key, items[key]) for key in self._pending if key in items]
                 ahead = self._ahead = _Ahead(self, pairs, self._generation, vectors)
                 ahead.thread.start()
             running = [ahead, *self._watching] if ahead is not None else [*self._watching]
@@ -582,7 +584,10 @@ def _scanned_top(
             except ImportError:
                 return None
             items = index._items
-            scan = TextScan.of(np, [(key, items[key]) for key in pending], index.tokenizer)
+            # Nothing made here is garbage; the collector would walk every item read for none
+            # (a full collection after a read of 100,000 steps: 0.5-1.2 s inside this query).
+            with collector_paused(len(pending)):
+                scan = TextScan.of(np, [(key, items[key]) for key in pending], index.tokenizer)
             if scan is None:
                 return None
             index._scan = scan

@@ -4,7 +4,7 @@ A memory read whole (``Memory(store.read(session_id))``) has every item
 waiting to be filed, and filing makes a Python object a word and a dict
 entry a posting: on 100,000 steps, seconds. The first query needs far
 less: each item's length, their sum, and the postings of its own words.
-Here every item's terms (``spaced_terms``) are joined in one byte string,
+Here every item's terms (``joined_item_terms``) are joined in one byte string,
 the lengths are counted by numpy at its spaces, a query word's postings
 are found among the words that start with its first byte, and the items holding a query word are
 scored in numpy (see ``Ranker._dense_scores``). The counts, lengths and
@@ -26,8 +26,7 @@ from agents.memory._text import (
     Tokenizer,
     bm25_average_length,
     bm25_weight,
-    field_texts,
-    joined_spaced_terms,
+    joined_item_terms,
 )
 from agents.memory.search._bm25 import shares
 
@@ -35,6 +34,7 @@ __all__ = ["TextScan"]
 
 _SPACE: Final = 32  # the only byte between two terms (see spaced_terms)
 _END: Final = b"\x00"  # never in a term (not a letter or digit): the word that ends each item
+_SLICE: Final = 1 << 20  # bytes of the join read at a time while finding the words
 
 
 class TextScan:
@@ -54,19 +54,29 @@ class TextScan:
         self.keys = keys
         # " terms of item 0 \x00 terms of item 1 \x00 ": a space on both sides of each word.
         codes = self._codes = np.frombuffer(data, dtype=np.uint8)
-        word = codes != _SPACE
-        # The space before each word (where a space is followed by a byte that is not one).
-        before = np.flatnonzero(word[1:] > word[:-1])
-        del word
-        first = codes[1:][before]
+        place = np.int32 if len(data) < 2**31 else np.int64
+        # The space before each word (a space followed by a byte that is not one) and the word's
+        # first two bytes (a space second for a word of one), found a slice of the join at a
+        # time: arrays the size of the join would leave the cache (at 100,000 steps 0.14-0.8 s
+        # of CPU, the time swinging with the machine's load; 0.1 s by slices).
+        befores, firsts, heads = [], [], []
+        last = len(codes) - 1  # the final space is before no word
+        for start in range(0, max(last, 1), _SLICE):
+            window = codes[start : min(start + _SLICE, last) + 1]
+            at = np.flatnonzero((window[:-1] == _SPACE) & (window[1:] != _SPACE)).astype(place)
+            at += start
+            first = codes[at + 1]
+            befores.append(at)
+            firsts.append(first)
+            heads.append(first.astype(np.uint16) << 8 | codes[at + 2])
+        before = self._before = np.concatenate(befores)
+        first = np.concatenate(firsts)
+        del befores, firsts
         ends = np.flatnonzero(first == _END[0])  # each item's last word, ascending
         self._ends = before[ends]  # where each item's terms end
         self.lengths = np.diff(ends, prepend=-1) - 1  # the words between two ends
         self.total = int(self.lengths.sum())
-        # Each word's first two bytes (a space second for a word of one): a term's candidates.
-        self._head = first.astype(np.uint16) << 8 | codes[2:][before]
-        del first
-        self._before = before.astype(np.int32) if len(data) < 2**31 else before
+        self._head = np.concatenate(heads)  # a term's candidates: the words of its first two bytes
         self._keys = np.array(keys, dtype=np.int64)
         self._found: dict[str, tuple[Any, Any]] = {}  # term -> (item places, counts), kept
 
@@ -77,19 +87,14 @@ class TextScan:
         """Join the terms of ``pairs`` (in filing order), or return ``None`` where ``tokenize``'s terms cannot be (see ``spaced_terms``) or an item cannot be read.
 
         The texts are those ``file_items`` (``_postings``) tokenizes: an
-        item's field texts joined by newlines.
+        item's field texts joined by newlines (see ``joined_item_terms``).
         """
-        texts = []
         try:
-            for _, item in pairs:
-                doc = field_texts(item_fields(item))
-                texts.append(doc[0][1] if len(doc) == 1 else "\n".join([text for _, text in doc]))
+            data = joined_item_terms(tokenize, [item_fields(item) for _, item in pairs])
         except Exception:  # the query files the items one by one, which says why
             return None
-        spaced = joined_spaced_terms(tokenize, texts)
-        if spaced is None:
+        if data is None:
             return None
-        data = (" " + spaced).encode()
         return cls(np, [key for key, _ in pairs], data)
 
     def posting(self, term: str) -> tuple[Any, Any]:
@@ -102,12 +107,19 @@ class TextScan:
             # The words that start with the term's first two bytes, then those whose next bytes
             # are the term's, then those that end there (a space next): its occurrences.
             head = word[0] << 8 | (word[1] if len(word) > 1 else _SPACE)
-            at = self._before[self._head == head]
+            # compress: several times faster than a boolean index over every word.
+            at = np.compress(self._head == head, self._before)
             for shift, byte in enumerate(word[2:], 3):
                 at = at[codes[at + shift] == byte]
             at = at[codes[at + len(word) + 1] == _SPACE]
-            places, counts = np.unique(np.searchsorted(self._ends, at), return_counts=True)
-            found = self._found[term] = (places, counts)
+            # The occurrences ascend, so their items do: each run of one item is a posting
+            # (np.unique would sort them again: 85 ms for a word of every item at 100,000).
+            items = np.searchsorted(self._ends, at)
+            new = np.empty(len(items), dtype=bool)
+            new[:1] = True
+            np.not_equal(items[1:], items[:-1], out=new[1:])
+            starts = np.flatnonzero(new)
+            found = self._found[term] = (items[starts], np.diff(starts, append=len(items)))
         return found
 
     def top(self, terms: Sequence[str], n_items: int, k: int) -> list[tuple[int, float]]:
