@@ -535,8 +535,9 @@ distinct vectors), a semantic query scoring every row cost 0.95-1.01
 times the screened one with ``WordLlamaEmbedder`` and 0.86-1.11 with
 ``HashingEmbedder(256)`` (medians of 10 queries, two runs, load 2 to 6),
 while making the screen (a sample's Gram matrix, its eigenvectors, every
-row turned) took 0.1 to 0.9 s of an embedding of 0.5 to 1.5 s at 2,000
-steps. At 10,000 steps (123,429 vectors) it saves 1.00-1.21 and 1.22-1.62.
+row turned) took 0.12-0.26 s at load 3 (the eigenvectors alone up to 2.4 s
+at load 7) of an embedding of 0.5 to 2 s at 2,000 steps. At 10,000 steps
+(123,429 vectors) it saves 1.00-1.21 and 1.22-1.62 (see docs/search.md).
 """
 
 SCREEN_WIDTH = 32
