@@ -1544,8 +1544,60 @@ def test_vectors_taken_in_bulk_score_as_vectors_put_one_by_one(
             assert tables[0].scores(query, limit) == tables[1].scores(query, limit)
 
 
-def test_a_screened_table_returns_every_item_tied_at_the_cut_with_its_exact_cosine() -> None:
-    """Past 16,384 part vectors, items that share their best part are all returned, scored as without the screen."""
+@pytest.mark.parametrize(
+    ("rows", "screened"),
+    [(_item_vectors.SCREEN_ROWS - 1, False), (_item_vectors.SCREEN_ROWS, True)],
+)
+def test_a_table_is_screened_from_screen_rows_distinct_vectors(rows: int, screened: bool) -> None:
+    """A table of fewer than SCREEN_ROWS distinct part vectors is scored without a screen; one of that many is screened."""
+    matrix = np.random.default_rng(5).standard_normal((rows, 64)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    table = Vectors.of_rows("m", EmbedParts(), np.arange(rows) // 4, matrix)
+    table.prepare(screen=True)
+    assert (table.screen is not None) is screened
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(8, 160),
+    st.lists(
+        st.lists(st.lists(st.sampled_from(CORPUS), min_size=1, max_size=3), max_size=40),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(1, 12),
+)
+def test_embedding_screens_a_table_once_it_holds_screen_rows_and_queries_rank_as_without(
+    threshold: int, batches: list[list[list[str]]], limit: int
+) -> None:
+    """After each embedding a table is screened exactly when it holds SCREEN_ROWS distinct vectors, and its queries give the unscreened scores."""
+    vectors = ItemVectors(EmbedParts())
+    items: dict[int, MemoryItem] = {}
+    queries = EMBEDDER(["click export to save the report as PDF", "email the host agent"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_item_vectors, "SCREEN_ROWS", threshold)
+        for batch in batches:
+            added = []
+            for lines in batch:  # each item a few lines of the corpus, with its own number
+                key = len(items)
+                items[key] = MemoryItem(step=key, thought=f"item {key}", page="\n".join(lines))
+                added.append((key, items[key]))
+            vectors.added(added)
+            table = vectors.embed(EMBEDDER, None, items, batch_size=16, progress=None)
+            assert (table.screen is not None) is (table.used >= threshold)
+            for query in queries:
+                screened = table.scores(query, limit)
+                table.screens = False
+                every = table.scores(query, limit)
+                table.screens = True
+                assert screened == every
+
+
+def test_a_screened_table_returns_every_item_tied_at_the_cut_with_its_exact_cosine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past 16,384 part vectors (the screen's threshold lowered to that), items that share their best part are all returned, scored as without the screen."""
+    monkeypatch.setattr(_item_vectors, "SCREEN_ROWS", 16384)
     rng = np.random.default_rng(11)
     low = rng.standard_normal((17000, 8)) @ rng.standard_normal((8, 64))  # near a few directions
     rows = (low + 0.3 * rng.standard_normal((17000, 64))).astype(np.float32)

@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 )
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import EmbedParts, HashingEmbedder, search_index
+from agents.memory.search import EmbedParts, HashingEmbedder, _item_vectors, search_index
 from agents.memory.stores import Store, open_store
 from agents.memory.stores._search.vector_cache import SCREEN_QUERY, Vectors
 
@@ -304,8 +304,11 @@ def test_a_write_by_the_same_handle_is_seen_by_its_next_search(
     assert after[0] == (seqs[-1], pytest.approx(1.0))
 
 
-def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(tmp_path: Path) -> None:
-    """Past 16,384 part vectors, from the third query at one version, the kept table is screened as Memory.search's: the same hits and scores."""
+def test_a_large_kept_table_is_screened_and_ranks_as_memory_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past 16,384 part vectors (the screen's threshold lowered to that), from the third query at one version, the kept table is screened as Memory.search's: the same hits and scores."""
+    monkeypatch.setattr(_item_vectors, "SCREEN_ROWS", 16384)
     import random
 
     from agents.memory.search import EmbedParts, search_index
@@ -611,8 +614,11 @@ ChangedAgainstReadAnew.TestCase.settings = settings(
 TestChangedAgainstReadAnew = ChangedAgainstReadAnew.TestCase
 
 
-def test_a_screened_table_brought_up_to_date_scores_as_one_read_anew() -> None:
-    """Past 16,384 rows (screened), a compacted table given changed and new items scores as a table read and compacted anew."""
+def test_a_screened_table_brought_up_to_date_scores_as_one_read_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past 16,384 rows (screened, the threshold lowered to that), a compacted table given changed and new items scores as a table read and compacted anew."""
+    monkeypatch.setattr(_item_vectors, "SCREEN_ROWS", 16384)
     rng = np.random.default_rng(11)
     parts = {key: _unit_rows(rng, 9, 64) for key in range(2000)}
     table = Vectors.of_rows("m", EmbedParts(), *_rows_of(parts)).compacted()

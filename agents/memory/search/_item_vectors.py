@@ -49,8 +49,7 @@ class Vectors:
         self.free: list[int] = []
         self.row_of: dict[bytes, int] = {}  # a vector's digest -> its row
         self.digest_at: dict[int, bytes] = {}
-        self.text_row: dict[str, int] = {}  # a text embedded here -> the row of its vector
-        self.texts_at: dict[int, str] = {}  # a row -> the text embedded as it
+        self.texts = TextRows()  # the texts embedded here and the rows of their vectors
         self._rows_of: dict[int, list[int]] | None = {}  # key -> its distinct rows (see rows_of)
         self.slot_of: dict[int, int] = {}
         self.key_at: list[int] = []  # the key of each slot, -1 for a dead one
@@ -161,7 +160,7 @@ class Vectors:
         table = copy.copy(self)
         table.uses = self.uses.copy()
         table.row_of, table.digest_at = dict(self.row_of), dict(self.digest_at)
-        table.text_row, table.texts_at = dict(self.text_row), dict(self.texts_at)
+        table.texts = self.texts.copy()
         table._rows_of = dict(self.rows_of)
         table.slot_of, table.key_at = dict(self.slot_of), list(self.key_at)
         table.alive, table.start = self.alive.copy(), self.start.copy()
@@ -228,22 +227,54 @@ class Vectors:
         """
         np = numpy()
         distinct = list(dict.fromkeys(itertools.chain.from_iterable(texts)))
-        fresh = [text for text in distinct if text not in self.text_row]
+        fresh = [text for text in distinct if text not in self.texts]
         unit = embed(fresh) if fresh else self.matrix[:0]
         vector_of = dict(zip(fresh, range(len(fresh)), strict=True))
         begin = 0
         for at, key in enumerate(keys):
             if key in self.rows_of:  # embedded again: it keeps only its new parts
-                _file_texts(self, np, keys[begin:at], texts[begin:at], unit, vector_of)
+                self._file_texts(np, keys[begin:at], texts[begin:at], unit, vector_of)
                 begin = at
                 if len(vector_of) < len(distinct):  # a drop may free a row the parts after hold
                     held = [text for text in distinct if text not in vector_of]
                     vector_of.update(
                         zip(held, range(len(unit), len(unit) + len(held)), strict=True)
                     )
-                    unit = np.concatenate([unit, self.matrix[[self.text_row[t] for t in held]]])
+                    unit = np.concatenate([unit, self.matrix[self.texts.rows(held)]])
                 self.drop(key)
-        _file_texts(self, np, keys[begin:], texts[begin:], unit, vector_of)
+        self._file_texts(np, keys[begin:], texts[begin:], unit, vector_of)
+
+    def _file_texts(
+        self,
+        np: Any,
+        keys: Sequence[int],
+        texts: Sequence[Sequence[str]],
+        unit: Any,
+        vector_of: Mapping[str, int],
+    ) -> None:
+        """File the parts of ``keys`` (none of them held here): a new text takes a row and its vector ``unit[vector_of[text]]``."""
+        filed = self.texts.file(np, texts, unit, vector_of, self._file_rows)
+        laid = [(key, rows) for key, rows in zip(keys, filed, strict=True) if rows]
+        held = np.fromiter(itertools.chain.from_iterable(rows for _, rows in laid), np.int64)
+        self.uses[: self.used] += np.bincount(held, minlength=self.used)
+        self._lay_out_many(np, laid)
+
+    def _file_rows(self, vectors: Any) -> list[int]:
+        """File ``vectors`` (a matrix, one row a vector) in free rows, rows freed by a drop first, and return their rows."""
+        taken = [self.free.pop() for _ in range(min(len(vectors), len(self.free)))]
+        first = self.used
+        self.used += len(vectors) - len(taken)
+        while self.used > len(self.matrix):
+            self._grow_rows()
+        rows = [*taken, *range(first, self.used)]
+        if not taken:
+            self.matrix[first : self.used] = vectors
+            return rows
+        self.matrix[rows] = vectors
+        for row in taken:  # a freed row the screen had turned: turned again
+            if self.screen is not None and row < self.screen.done:
+                self.screen.refresh(numpy(), self.matrix, [row])
+        return rows
 
     def _row(self, vector: Any) -> int:
         """Return the row holding ``vector``, filed now if no row holds it."""
@@ -270,23 +301,6 @@ class Vectors:
         if self.screen is not None and row < self.screen.done:
             self.screen.refresh(numpy(), self.matrix, [row])
         return row
-
-    def _lay_out(self, key: int, rows: list[int]) -> None:
-        np = numpy()
-        slot = len(self.key_at)
-        if slot >= len(self.start):
-            self.start = _grown(np, self.start, 0)
-            self.alive = _grown(np, self.alive, False)
-        end = self.refs + len(rows)
-        while end > len(self.ref_row):
-            self.ref_row = _grown(np, self.ref_row, 0)
-        self.ref_row[self.refs : end] = rows
-        self.start[slot] = self.refs
-        self.alive[slot] = True
-        self.refs = end
-        self.key_at.append(key)
-        self.slot_of[key] = slot
-        self.rows_of[key] = rows
 
     def _lay_out_many(self, np: Any, laid: Sequence[tuple[int, list[int]]]) -> None:
         """Lay out each key's rows in a slot of its own, in order: ``_lay_out`` for many keys at once."""
@@ -329,9 +343,7 @@ class Vectors:
                 digest = self.digest_at.pop(row, None)
                 if digest is not None:
                     del self.row_of[digest]
-                text = self.texts_at.pop(row, None)
-                if text is not None:
-                    del self.text_row[text]
+                self.texts.forget(row)
                 self.free.append(row)
         slot = self.slot_of.pop(key)
         self.key_at[slot] = -1
@@ -350,8 +362,7 @@ class Vectors:
         self.dead = 0
         self.alive = np.zeros(max(64, len(keys)), dtype=bool)
         self.start = np.zeros(max(64, len(keys)), dtype=np.int64)
-        for key in keys:
-            self._lay_out(key, self.rows_of[key])
+        self._lay_out_many(np, [(key, self.rows_of[key]) for key in keys])
 
     def scores(
         self, query: Any, limit: int | None = None, among: Iterable[int] = ()
@@ -515,8 +526,19 @@ class Vectors:
             self._screen_now(numpy())
 
 
-SCREEN_ROWS = 16384
-"""Distinct part vectors from which a table is screened before it is scored."""
+SCREEN_ROWS = 65536
+"""Distinct part vectors from which a table is screened before it is scored.
+
+Below it a query gains nothing from the screen that pays for making it:
+over 2,000, 3,000 and 5,000 UFO-shaped steps of parts (26,112 to 63,168
+distinct vectors), a semantic query scoring every row cost 0.95-1.01
+times the screened one with ``WordLlamaEmbedder`` and 0.86-1.11 with
+``HashingEmbedder(256)`` (medians of 10 queries, two runs, load 2 to 6),
+while making the screen (a sample's Gram matrix, its eigenvectors, every
+row turned) took 0.12-0.26 s at load 3 (the eigenvectors alone up to 2.4 s
+at load 7) of an embedding of 0.5 to 2 s at 2,000 steps. At 10,000 steps
+(123,429 vectors) it saves 1.00-1.21 and 1.22-1.62 (see docs/search.md).
+"""
 
 SCREEN_WIDTH = 32
 """The directions of each block of a screen (the first block's coordinates bound every row; the second's, the rows kept)."""
@@ -564,7 +586,9 @@ class Screen:
         sample = rows[:: max(1, used // 8192)]
         dimension = matrix.shape[1]
         # Any orthonormal basis gives a true bound; the main directions give a close one.
-        gram = sample.T.astype(np.float64) @ sample.astype(np.float64)
+        # In float32: a fifth of the float64 product with its copies (the eigenvectors are
+        # taken in float64, orthonormal either way).
+        gram = (sample.T @ sample).astype(np.float64)
         self.basis = np.ascontiguousarray(np.linalg.eigh(gram)[1][:, ::-1]).astype(np.float32)
         self.edges = [*range(0, dimension, SCREEN_WIDTH), dimension]
         if self.edges[-1] - self.edges[-2] < SCREEN_WIDTH // 2 and len(self.edges) > 3:
@@ -716,49 +740,68 @@ def distinct_rows(np: Any, matrix: Any) -> tuple[Any, Any]:
     return distinct, np.searchsorted(distinct, first_of)
 
 
-def _file_texts(
-    table: Vectors,
-    np: Any,
-    keys: Sequence[int],
-    texts: Sequence[Sequence[str]],
-    unit: Any,
-    vector_of: Mapping[str, int],
-) -> None:
-    """File the parts of ``keys`` in ``table`` (none of them held there): a new text takes a row and its vector ``unit[vector_of[text]]``."""
-    text_row = table.text_row
-    flat = list(itertools.chain.from_iterable(texts))
-    new = [text for text in dict.fromkeys(flat) if text not in text_row]
-    if new:
-        taken = [table.free.pop() for _ in range(min(len(new), len(table.free)))]
-        first = table.used
-        table.used += len(new) - len(taken)
-        while table.used > len(table.matrix):
-            table._grow_rows()
-        rows = [*taken, *range(first, table.used)]
-        picked = np.fromiter(map(vector_of.__getitem__, new), np.int64, len(new))
-        if len(new) == len(unit) and (picked == np.arange(len(unit))).all():
-            picked = slice(None)  # the embedded texts, in order (the usual batch): no copy
-        if taken:
-            table.matrix[rows] = unit[picked]
-        else:
-            table.matrix[first : table.used] = unit[picked]
-        text_row.update(zip(new, rows, strict=True))
-        table.texts_at.update(zip(rows, new, strict=True))
-        screen = table.screen
-        for row in taken:  # a freed row the screen had turned: turned again
-            if screen is not None and row < screen.done:
-                screen.refresh(np, table.matrix, [row])
-    flat_rows = list(map(text_row.__getitem__, flat))
-    laid: list[tuple[int, list[int]]] = []
-    at = 0
-    for key, item_texts in zip(keys, texts, strict=True):
-        rows = list(dict.fromkeys(flat_rows[at : at + len(item_texts)]))
-        at += len(item_texts)
-        if rows:
-            laid.append((key, rows))
-    held = np.fromiter(itertools.chain.from_iterable(rows for _, rows in laid), np.int64)
-    table.uses[: table.used] += np.bincount(held, minlength=table.used)
-    table._lay_out_many(np, laid)
+class TextRows:
+    """The texts embedded into a table and the row that holds each one's vector, both ways.
+
+    A text embedded before shares its row (:meth:`file`); a row freed by a
+    drop forgets its text (:meth:`forget`), which is then embedded again.
+    """
+
+    __slots__ = ("row_of", "text_at")
+
+    def __init__(self) -> None:
+        self.row_of: dict[str, int] = {}  # a text embedded here -> the row of its vector
+        self.text_at: dict[int, str] = {}  # a row -> the text embedded as it
+
+    def __contains__(self, text: object) -> bool:
+        return text in self.row_of
+
+    def copy(self) -> TextRows:
+        """Return a copy that files apart from this one."""
+        copied = TextRows()
+        copied.row_of, copied.text_at = dict(self.row_of), dict(self.text_at)
+        return copied
+
+    def rows(self, texts: Iterable[str]) -> list[int]:
+        """Return the row of each of ``texts`` (each one held)."""
+        return list(map(self.row_of.__getitem__, texts))
+
+    def forget(self, row: int) -> None:
+        """Forget the text whose vector ``row`` held (the row is freed), if it held one."""
+        text = self.text_at.pop(row, None)
+        if text is not None:
+            del self.row_of[text]
+
+    def file(
+        self,
+        np: Any,
+        texts: Sequence[Sequence[str]],
+        unit: Any,
+        vector_of: Mapping[str, int],
+        place: Callable[[Any], list[int]],
+    ) -> list[list[int]]:
+        """Return the distinct rows of each item's part ``texts``, in order, the texts no row holds filed first.
+
+        Those take the rows ``place`` gives their vectors (a matrix, one row
+        a text: ``unit[vector_of[text]]``), in the order they first come.
+        """
+        row_of = self.row_of
+        flat = list(itertools.chain.from_iterable(texts))
+        new = [text for text in dict.fromkeys(flat) if text not in row_of]
+        if new:
+            picked = np.fromiter(map(vector_of.__getitem__, new), np.int64, len(new))
+            if len(new) == len(unit) and (picked == np.arange(len(unit))).all():
+                picked = slice(None)  # the embedded texts, in order (the usual batch): no copy
+            rows = place(unit[picked])
+            row_of.update(zip(new, rows, strict=True))
+            self.text_at.update(zip(rows, new, strict=True))
+        flat_rows = self.rows(flat)
+        filed: list[list[int]] = []
+        at = 0
+        for item_texts in texts:
+            filed.append(list(dict.fromkeys(flat_rows[at : at + len(item_texts)])))
+            at += len(item_texts)
+        return filed
 
 
 def bulk_table(empty: Vectors, keys: Sequence[int], blocks: Sequence[Any]) -> Vectors:
