@@ -734,9 +734,10 @@ class SharedRowsAgainstOwnParts(RuleBasedStateMachine):
     def change(self, at: int, pick: int) -> None:
         if not self.fields:
             return
-        step = sorted(self.fields)[at % len(self.fields)]
+        position = at % len(self.fields)  # the memory holds the items in step order
+        step = sorted(self.fields)[position]
         self.fields[step] = {**self.fields[step], "f0": _PARTS_POOL[pick]}
-        self.memory[step]["f0"] = _PARTS_POOL[pick]
+        self.memory[position]["f0"] = _PARTS_POOL[pick]
         for store, seqs in zip(self.stores, self.seqs, strict=True):
             with store.batch("s") as batch:
                 batch.update({seqs[step]: MemoryItem(step=step, **self.fields[step])})
