@@ -32,7 +32,11 @@ rule
 
 Run: .venv/bin/python benchmarks/bench_heldout.py [--seeds 1,2,3] [--items 10000] [--facts 200]
      [--keyword-items 20000] [--keyword-seeds 1,2,3,4,5] [--sections keyword,rule] [--families agent-steps,chat,pages]
-     [--per-seed]
+     [--per-seed] [--chunk-words 8|16|field]
+
+``--chunk-words`` cuts the rule's items otherwise than the default
+(``EmbedParts(chunk_words=N)``, ``field`` for fields whole): what fewer
+rows a query would cost in recall (see benchmarks/bench_parts_rows.py).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from _search_corpus import make_corpus as make_tuning
 from bench_search import Bm25s, Fts5, RankBm25, Tantivy, term_docs
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import Tokenizer, WordLlamaEmbedder
+from agents.memory.search import EmbedParts, Tokenizer, WordLlamaEmbedder, search_index
 
 TUNING_KEYWORD = ("short-steps", "long-pages")
 TUNING_RULE = ("short", "thought", "page-mid", "mixed", "crowded")
@@ -182,12 +186,22 @@ def run_keyword(
     print(f"held-out sets behind, significant: {', '.join(behind) if behind else 'none'}")
 
 
-def run_rule(names: Sequence[str], n_items: int, n_facts: int, seeds: Sequence[int]) -> None:
-    """Print keyword, semantic and hybrid recall@5 per corpus and query kind, flagging breaks of the rule."""
+def run_rule(
+    names: Sequence[str],
+    n_items: int,
+    n_facts: int,
+    seeds: Sequence[int],
+    parts: EmbedParts | None = None,
+) -> None:
+    """Print keyword, semantic and hybrid recall@5 per corpus and query kind, flagging breaks of the rule.
+
+    ``parts``: how items are cut for embedding (``None``: the default, ``EmbedParts()``).
+    """
     embedder = WordLlamaEmbedder()
+    cut = (parts or EmbedParts()).label()
     print(
         f"\n== rule: recall@5, {n_items} items, {n_facts} facts, seeds {list(seeds)}, "
-        f"semantic by {embedder.name} over parts; {load()}"
+        f"semantic by {embedder.name} over parts cut {cut}; {load()}"
     )
     print(
         f"{'corpus':<24}{'queries':<22}"
@@ -200,6 +214,8 @@ def run_rule(names: Sequence[str], n_items: int, n_facts: int, seeds: Sequence[i
             took = time.perf_counter()
             rows, sets = corpus(name, n_items, n_facts, seed)
             memory = Memory([MemoryItem(**row) for row in rows])
+            if parts is not None:
+                search_index(memory, parts=parts)
             memory.index_embeddings(embedder)
             for kind, queries in sets.items():
                 answers = [item for _, item in queries]
@@ -245,6 +261,11 @@ def main() -> None:
     parser.add_argument("--tuning", default="yes", choices=["yes", "no"])
     parser.add_argument("--sections", default="keyword,rule")
     parser.add_argument("--per-seed", action="store_true", help="print each seed's keyword recall")
+    parser.add_argument(
+        "--chunk-words",
+        default="8",
+        help="rule: words a window of a long field (EmbedParts(chunk_words=N)); 'field': fields whole",
+    )
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     families = args.families.split(",")
@@ -257,7 +278,9 @@ def main() -> None:
         run_keyword(names, args.keyword_items, args.keyword_facts, keyword_seeds, args.per_seed)
     if "rule" in sections:
         names = [*((*TUNING_KEYWORD, *TUNING_RULE) if tuning else ()), *families]
-        run_rule(names, args.items, args.facts, seeds)
+        chunk = None if args.chunk_words == "field" else int(args.chunk_words)
+        parts = None if chunk == EmbedParts().chunk_words else EmbedParts(chunk_words=chunk)
+        run_rule(names, args.items, args.facts, seeds, parts)
     print(f"\nbench_heldout done in {time.perf_counter() - started:.0f} s; {load()}")
 
 

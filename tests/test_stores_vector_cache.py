@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 )
 
 from agents.memory import Memory, MemoryItem
+from agents.memory._vectors import checked_vectors, cosines
 from agents.memory.search import EmbedParts, HashingEmbedder, _item_vectors, search_index
 from agents.memory.stores import Store, open_store
 from agents.memory.stores._search.vector_cache import SCREEN_QUERY, Vectors
@@ -672,3 +673,117 @@ def test_items_left_without_a_vector_by_another_handle_are_embedded_by_the_next_
         assert after == both_modes(fresh)
     if change == "append":
         assert after != before
+
+
+_PARTS_POOL: Final = (
+    "open the report",
+    "press OK to close the dialog",
+    "the chart was exported to the shared folder as a PDF file for March",
+    "DONE",
+    "save the invoice for March in the folder of the finance team today",
+)
+"""Field texts items draw from: short ones repeat whole, long ones repeat as windows of 8 words."""
+
+
+def _own_parts_ranking(fields: dict[int, dict[str, str]], query: str) -> list[tuple[int, float]]:
+    """Return ``(step, best cosine)`` of every item, scoring each item's own parts alone (no row shared), best first, ties by step."""
+    unit = checked_vectors(EMBEDDER, [query])[0]
+    best = {}
+    for step, item in fields.items():
+        texts = EmbedParts().texts(item, None)
+        if texts:
+            best[step] = float(cosines(checked_vectors(EMBEDDER, texts), unit).max())
+    return sorted(best.items(), key=lambda hit: (-hit[1], hit[0]))
+
+
+class SharedRowsAgainstOwnParts(RuleBasedStateMachine):
+    """Parts that items repeat word for word share one row of the index and of each store's kept table, yet every item scores as its own parts scored alone.
+
+    The same adds, changes and deletes go to a ``Memory`` and to a
+    ``memory://``, SQLite and JSONL store; each semantic query's hits and
+    scores equal those of a plain model that embeds and scores every
+    item's parts apart, float for float, whether a store reads its vectors
+    page by page, keeps them as read or has compacted its kept table
+    (equal rows held once, after :data:`SCREEN_QUERY` queries).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="kvmemory-shared-")
+        self.stores = [
+            open_store(f"memory://{uuid.uuid4().hex}"),
+            open_store(f"sqlite://{self.folder}/store.db"),
+            open_store(f"jsonl://{self.folder}/logs"),
+        ]
+        self.memory = Memory()
+        self.fields: dict[int, dict[str, str]] = {}
+        self.seqs: list[dict[int, int]] = [{} for _ in self.stores]  # step -> seq, per store
+        self.next_step = 0
+
+    def teardown(self) -> None:
+        for store in self.stores:
+            store.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    @rule(picks=st.lists(st.integers(0, len(_PARTS_POOL) - 1), min_size=1, max_size=3))
+    def add(self, picks: list[int]) -> None:
+        step = self.next_step
+        self.next_step += 1
+        fields = {f"f{at}": _PARTS_POOL[pick] for at, pick in enumerate(picks)}
+        self.fields[step] = fields
+        self.memory.add_memory_item(MemoryItem(step=step, **fields))
+        for store, seqs in zip(self.stores, self.seqs, strict=True):
+            (seqs[step],) = store.append("s", [MemoryItem(step=step, **fields)])
+            store.index_embeddings("s", EMBEDDER)
+
+    @rule(at=st.integers(0, 1000), pick=st.integers(0, len(_PARTS_POOL) - 1))
+    def change(self, at: int, pick: int) -> None:
+        if not self.fields:
+            return
+        position = at % len(self.fields)  # the memory holds the items in step order
+        step = sorted(self.fields)[position]
+        self.fields[step] = {**self.fields[step], "f0": _PARTS_POOL[pick]}
+        self.memory[position]["f0"] = _PARTS_POOL[pick]
+        for store, seqs in zip(self.stores, self.seqs, strict=True):
+            with store.batch("s") as batch:
+                batch.update({seqs[step]: MemoryItem(step=step, **self.fields[step])})
+            store.index_embeddings("s", EMBEDDER)
+
+    @rule(at=st.integers(0, 1000))
+    def delete(self, at: int) -> None:
+        if not self.fields:
+            return
+        step = sorted(self.fields)[at % len(self.fields)]
+        del self.fields[step]
+        self.memory.delete_memory_item(step)
+        for store, seqs in zip(self.stores, self.seqs, strict=True):
+            with store.batch("s") as batch:
+                batch.delete([seqs.pop(step)])
+
+    @rule()
+    def query_until_compacted(self) -> None:
+        for store in self.stores:
+            for _ in range(SCREEN_QUERY):
+                store.search("s", QUERY, 3, mode="semantic", embedder=EMBEDDER)
+            store._vectors._cache.settle()  # the compaction runs on a thread
+
+    @invariant()
+    def every_item_scores_as_its_own_parts_alone(self) -> None:
+        if not self.fields:
+            return
+        k = len(self.fields)
+        for query in (QUERY, "close the dialog"):
+            want = _own_parts_ranking(self.fields, query)
+            hits = self.memory.search(query, k, mode="semantic", embedder=EMBEDDER)
+            assert [(hit.item["step"], hit.score) for hit in hits] == want
+            for limit in (1, k):
+                for store in self.stores:
+                    hits = store.search("s", query, limit, mode="semantic", embedder=EMBEDDER)
+                    got = [(hit.item["step"], hit.score) for hit in hits]
+                    assert got == want[:limit], store.url
+
+
+SharedRowsAgainstOwnParts.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=10, deadline=None
+)
+TestSharedRowsAgainstOwnParts = SharedRowsAgainstOwnParts.TestCase
