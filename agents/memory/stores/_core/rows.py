@@ -67,12 +67,13 @@ class RowTable(dict[int, StoredRow]):
         self._changes: list[int] = []
         self._dropped = 0
         self._cleared = 0
-        self.value_index = ValueIndex() if index is None else _FILED
+        # The rows of an index taken over are filed already: file nothing while they are set.
+        self.value_index: ValueIndex = ValueIndex() if index is None else _FILED
+        """The rows filed by the values their items hold, kept as rows are set and removed."""
         for seq, row in rows:
             self[seq] = row
         if index is not None:
             self.value_index = index
-        """The rows filed by the values their items hold, kept as rows are set and removed."""
         for seq, key in (keys or {}).items():
             if seq in self:
                 self.file_key(seq, key)
