@@ -721,23 +721,27 @@ def distinct_rows(np: Any, matrix: Any) -> tuple[Any, Any]:
     runs = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # each digest's first place
     first_of = np.empty(count, dtype=np.int64)
     first_of[order] = order[np.repeat(runs, np.diff(np.r_[runs, count]))]
-    bits = matrix.view(np.uint32)
-    again = np.flatnonzero(first_of != np.arange(count))  # the rows said to repeat one before
+    # Compared as 64-bit words where a row holds whole ones: half the elements of 32-bit ones.
+    bits = matrix.view(np.uint64 if width % 2 == 0 else np.uint32)
+    itself = np.arange(count)
+    again = np.flatnonzero(first_of != itself)  # the rows said to repeat one before
     differ = []
     for begin in range(0, len(again), 16384):  # compared a block at a time: no copy of them all
         rows = again[begin : begin + 16384]
         differ.append(rows[(bits[rows] != bits[first_of[rows]]).any(axis=1)])
     apart = np.concatenate(differ) if differ else again
     if len(apart):  # a digest shared by rows that differ (0.0 and -0.0): those rows by their bytes
-        whole = np.dtype((np.void, bits.shape[1] * 4))
+        whole = np.dtype((np.void, bits.shape[1] * bits.itemsize))
         _, first, inverse = np.unique(
             np.ascontiguousarray(bits[apart]).view(whole).reshape(-1),
             return_index=True,
             return_inverse=True,
         )
         first_of[apart] = apart[first[inverse.reshape(-1)]]
-    distinct = np.unique(first_of)
-    return distinct, np.searchsorted(distinct, first_of)
+    # Each row's first equal is at or before it, so a distinct row is its own first; a row's
+    # place is the count of those before its first (no sort or search of first_of).
+    held = first_of == itself
+    return np.flatnonzero(held), (np.cumsum(held) - 1)[first_of]
 
 
 class TextRows:
