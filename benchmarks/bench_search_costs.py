@@ -722,31 +722,25 @@ def _wait_ready(memory: Memory) -> None:
 
 
 def print_first(runs: Sequence[dict[str, float]]) -> None:
-    """Print the first query after opening against a warm one: ms and the ratio."""
+    """Print the first query after opening against a warm one: ms and the ratio (wall, then CPU where measured)."""
     print(f"\n== first query after opening vs warm (load {load()})")
     print(f"{'':34} {'open ms':>16} {'first ms':>16} {'warm ms':>16} {'ratio':>16}")
     for name in dict.fromkeys(key.split("/")[0] for key in runs[0] if "/" in key):
-        first = [run[f"{name}/first"] for run in runs]
-        warm = [run[f"{name}/warm"] for run in runs]
         opened = cell([run[f"{name}/open"] for run in runs]) if f"{name}/open" in runs[0] else ""
-        ratios = [f / w for f, w in zip(first, warm, strict=True)]
-        print(f"{name:34} {opened:>16} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
-        if f"{name}/first cpu" in runs[0]:
-            first = [run[f"{name}/first cpu"] for run in runs]
-            warm = [run[f"{name}/warm cpu"] for run in runs]
+        for clock in ("", " cpu"):
+            if f"{name}/first{clock}" not in runs[0]:
+                continue
+            first = [run[f"{name}/first{clock}"] for run in runs]
+            warm = [run[f"{name}/warm{clock}"] for run in runs]
             ratios = [f / w for f, w in zip(first, warm, strict=True)]
-            print(f"{'  CPU':34} {'':>16} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
-            fresh = [run[f"{name}/new terms cpu"] for run in runs]
-            ratios = [f / w for f, w in zip(fresh, warm, strict=True)]
-            print(
-                f"{'  new terms, CPU':34} {'':>16} {cell(fresh):>16} {cell(warm):>16} {cell(ratios):>16}"
-            )
-        if f"{name}/new terms" in runs[0]:
-            fresh = [run[f"{name}/new terms"] for run in runs]
-            ratios = [f / w for f, w in zip(fresh, warm, strict=True)]
-            print(
-                f"{'  new terms':34} {'':>16} {cell(fresh):>16} {cell(warm):>16} {cell(ratios):>16}"
-            )
+            label = name if not clock else "  CPU"
+            shown = opened if not clock else ""
+            print(f"{label:34} {shown:>16} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
+            if f"{name}/new terms{clock}" in runs[0]:
+                fresh = [run[f"{name}/new terms{clock}"] for run in runs]
+                ratios = [f / w for f, w in zip(fresh, warm, strict=True)]
+                label = "  new terms" + (", CPU" if clock else "")
+                print(f"{label:34} {'':>16} {cell(fresh):>16} {cell(warm):>16} {cell(ratios):>16}")
 
 
 def store_run(urls: Sequence[tuple[str, str]], n: int, modes: Sequence[str]) -> dict[str, float]:
