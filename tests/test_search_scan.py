@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from agents.memory.search import _scan as scan_module
 from agents.memory.search._bm25 import exhaustive_top
 from agents.memory.search._postings import KeywordPostings
 from agents.memory.search._scan import TextScan
+from agents.memory.stores import open_store
 
 TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
 VALUE = st.recursive(
@@ -243,3 +247,149 @@ def test_a_first_query_filing_many_items_in_bulk_ranks_as_filing_them_one_by_one
     monkeypatch.setattr(index_module, "_BULK", 10**9)  # one by one
     assert in_bulk == found()
     assert all(in_bulk)
+
+
+# -- a store's kept terms handed to the index (Store.read_memory, SearchIndex.take_terms) ------
+
+
+def stored(folder: str, rows: list[dict[str, Any]], scheme: str = "sqlite") -> str:
+    """Return the URL of a store in ``folder`` holding ``rows`` as the session ``s``."""
+    url = f"{scheme}://{folder}/store" + (".db" if scheme == "sqlite" else "")
+    if scheme == "memory":
+        url = f"memory://{os.path.basename(folder)}"
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows])
+    return url
+
+
+@settings(max_examples=60, deadline=None)
+@given(ITEMS)
+def test_the_terms_sqlite_keeps_are_the_tokenizers_terms_of_each_item(
+    data: list[dict[str, Any]],
+) -> None:
+    """Split at spaces, each kept term string is the default tokenizer's terms of the item's field texts joined."""
+    tokenize = Tokenizer()
+    with tempfile.TemporaryDirectory() as folder, open_store(stored(folder, data)) as store:
+        items, terms = store.read_with_terms("s")
+    assert terms is not None
+    texts = ["\n".join([text for _, text in field_texts(item_fields(item))]) for item in items]
+    assert [kept.split(" ") if kept else [] for kept in terms] == [tokenize(t) for t in texts]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ITEMS, st.lists(QUERY_WORDS, min_size=1, max_size=4))
+def test_a_memory_read_with_its_kept_terms_ranks_as_one_built_from_its_items(
+    scanned: None, data: list[dict[str, Any]], queries: list[list[str]]
+) -> None:
+    """The first query from the kept terms, and those after, give the hits and float scores of a memory built from the same items."""
+    rows = [{"step": i, **row} for i, row in enumerate(data)]
+    with tempfile.TemporaryDirectory() as folder, open_store(stored(folder, rows)) as store:
+        memory = store.read_memory("s")
+    model = Memory([MemoryItem(**row) for row in rows])
+    search_index(model).build_ahead(wait=True)
+    for words in queries:
+        assert hits(memory, " ".join(words)) == hits(model, " ".join(words))
+
+
+def test_read_memory_hands_the_kept_terms_to_the_index(
+    scanned: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session read by Store.read_memory is scanned from the terms it kept, without reading the items' texts."""
+    rows = [{"step": i, "thought": f"opened report {i % 7}"} for i in range(40)]
+    with open_store(stored(str(tmp_path), rows)) as store:
+        memory = store.read_memory("s")
+
+    def unread(*args: Any) -> None:
+        raise AssertionError("the items' texts were read")
+
+    monkeypatch.setattr(scan_module, "joined_item_terms", unread)
+    assert hits(memory, "report 3")[0][0] == 3
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(STEPS, ACTIONS)
+def test_changes_before_the_first_query_drop_the_kept_terms(
+    scanned: None, texts: list[list[str]], actions: list[tuple[str, Any]]
+) -> None:
+    """Adds, deletes and field changes made after the read, before and between queries, give the hits and scores of a memory built from the items."""
+    rows = [{"step": i, "thought": " ".join(words)} for i, words in enumerate(texts)]
+    with tempfile.TemporaryDirectory() as folder, open_store(stored(folder, rows)) as store:
+        read = store.read_memory("s")
+    memories = [read, Memory([MemoryItem(**row) for row in rows])]
+    search_index(memories[1]).build_ahead(wait=True)  # the model: filed before any query
+    for action, value in actions:
+        for memory in memories:
+            if action == "add":
+                memory.add_memory_item(MemoryItem(step=len(memory), thought=" ".join(value)))
+            elif action == "delete" and len(memory):
+                memory.delete_memory_item(value % len(memory))
+            elif action == "change" and len(memory):
+                memory.content[value % len(memory)].set_value("thought", "zz c")
+        if action == "query":
+            query = " ".join(value)
+            assert hits(memories[0], query) == hits(memories[1], query)
+    assert hits(memories[0], "zz c a") == hits(memories[1], "zz c a")
+
+
+@pytest.mark.parametrize(
+    ("case", "taken"),
+    [
+        ("as read", True),
+        ("a stemming tokenizer", False),
+        ("other items", False),
+        ("one term string short", False),
+        ("a tab in a term string", False),
+        ("a NUL in a term string", False),
+        ("a no-break space in a term string", False),
+        ("filed already", False),
+    ],
+)
+def test_take_terms_takes_only_terms_it_can_vouch_for(case: str, taken: bool) -> None:
+    """take_terms keeps the terms of the memory's own items, for the default tokenizer, cut at single spaces, before any filing; else it keeps nothing."""
+    items = [MemoryItem(step=i, thought=f"opened report {i}") for i in range(3)]
+    terms = [f"{i} opened report {i}" for i in range(3)]
+    memory = Memory(items)
+    index = search_index(memory)
+    if case == "a stemming tokenizer":
+        index = search_index(memory, tokenizer=Tokenizer(stemmer=lambda word: word[:3]))
+    elif case == "other items":
+        items = [MemoryItem(**item_fields(item)) for item in items]
+    elif case == "one term string short":
+        terms = terms[:2]
+    elif case == "a tab in a term string":
+        terms[1] = "1 opened\treport 1"
+    elif case == "a NUL in a term string":
+        terms[1] = "1 opened\x00report 1"
+    elif case == "a no-break space in a term string":
+        terms[1] = "1 opened\u00a0report 1"
+    elif case == "filed already":
+        memory.search("report", keys=["thought"])
+    assert index.take_terms(items, terms) is taken
+
+
+@pytest.mark.parametrize("scheme", ["jsonl", "memory"])
+def test_a_store_that_keeps_no_terms_reads_a_memory_all_the_same(
+    scanned: None, tmp_path: Path, scheme: str
+) -> None:
+    """Without kept terms, Store.read_memory gives the memory of Memory(store.read(...)), searched alike."""
+    rows = [{"step": i, "thought": f"opened report {i % 7}"} for i in range(40)]
+    with open_store(stored(str(tmp_path), rows, scheme)) as store:
+        assert store.read_with_terms("s")[1] is None
+        memory = store.read_memory("s")
+        model = Memory(store.read("s"))
+    assert [item.to_dict() for item in memory.content] == [item.to_dict() for item in model.content]
+    assert hits(memory, "report 3") == hits(model, "report 3")
+
+
+def test_a_load_before_the_first_query_drops_the_kept_terms(scanned: None, tmp_path: Path) -> None:
+    """Items loaded in place of those read are searched by their own terms, not the store's."""
+    rows = [{"step": i, "thought": f"opened report {i}"} for i in range(5)]
+    with open_store(stored(str(tmp_path), rows)) as store:
+        memory = store.read_memory("s")
+    memory.load([MemoryItem(step=i, thought=f"closed window {i}") for i in range(5)])
+    assert hits(memory, "report") == []
+    assert hits(memory, "window 3")[0][0] == 3

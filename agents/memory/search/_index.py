@@ -50,7 +50,7 @@ from agents.memory.search._bm25 import QueryTerm, exhaustive_top
 from agents.memory.search._item_vectors import ItemVectors, Vectors
 from agents.memory.search._pause import BuildPause
 from agents.memory.search._postings import BuiltPostings, KeywordPostings, Lengths
-from agents.memory.search._scan import TextScan
+from agents.memory.search._scan import TextScan, kept_terms_joined
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -113,6 +113,8 @@ class SearchIndex:
         # The items' terms joined, that answer queries until the build they started is in
         # (see _scanned_top); dropped at the memory's next change.
         self._scan: TextScan | None = None
+        # The keys and join of the terms a store keeps, for the first query (see take_terms).
+        self._handed: tuple[list[int], bytes] | None = None
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -144,6 +146,7 @@ class SearchIndex:
         """Mark a changed item for re-indexing; its old terms and vectors go now."""
         with self._lock:
             self._scan = None
+            self._handed = None  # a changed item keeps its key: its kept terms are stale
             for key in keys:
                 self._keyword.unfile(key, self.tokenizer)
                 self._pending[key] = None
@@ -194,6 +197,28 @@ class SearchIndex:
         if wait:  # for the vectors read after the keyword index too
             with self._pause.lifted():
                 _join(running)
+
+    def take_terms(self, items: Sequence[MemoryItem], terms: Sequence[str]) -> bool:
+        """Take the terms a store keeps for the memory's items (``Store.read_with_terms``), for the first keyword query's join.
+
+        ``items`` are the memory's items now, in its order, and ``terms[i]``
+        the default tokenizer's terms of ``items[i]`` joined by single
+        spaces. The first query over all fields joins these rather than the
+        items' texts, with the same hits and scores (docs/search.md, "The
+        first query of a memory read whole"); any change before it drops them.
+
+        Returns:
+            Whether they were taken (not for another tokenizer, other items,
+            an index that filed items or builds ahead, or other spacing).
+        """
+        if type(self.tokenizer) is not Tokenizer or self.tokenizer != Tokenizer():
+            return False  # the stores keep the default tokenizer's terms
+        self._follow()
+        with self._lock:
+            if not _unfiled(self, items, terms) or (data := kept_terms_joined(terms)) is None:
+                return False
+            self._handed = (list(self._items), data)
+            return True
 
     def building(self) -> bool:
         """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet."""
@@ -547,6 +572,17 @@ class SearchIndex:
         self._vectors.dropped(key)
 
 
+def _unfiled(index: SearchIndex, items: Sequence[MemoryItem], terms: Sequence[str]) -> bool:
+    """Return whether ``items`` are the index's items in its order, one term string each, none filed nor building yet (``SearchIndex.take_terms``)."""
+    held = index._items
+    return (
+        not index._keyword.docs
+        and index._ahead is None
+        and len(index._pending) == len(held) == len(items) == len(terms)
+        and all(ours is theirs for ours, theirs in zip(held.values(), items, strict=True))
+    )
+
+
 def _changed(index: SearchIndex, keys: Iterable[int]) -> None:
     """Note items changed or gone while a build ahead runs (or still reads vectors): it must not take what it read of them."""
     watching = index._watching
@@ -574,6 +610,7 @@ def _scanned_top(
         scan = index._scan
         if index._keyword.docs:  # filed (the build is in): the postings answer
             index._scan = scan = None
+            index._handed = None
             return None
         if scan is None:
             pending = index._pending
@@ -586,8 +623,12 @@ def _scanned_top(
             items = index._items
             # Nothing made here is garbage; the collector would walk every item read for none
             # (a full collection after a read of 100,000 steps: 0.5-1.2 s inside this query).
+            handed, index._handed = index._handed, None  # used once: the scan holds the join
             with collector_paused(len(pending)):
-                scan = TextScan.of(np, [(key, items[key]) for key in pending], index.tokenizer)
+                if handed is not None and handed[0] == list(pending):  # a store's terms, unchanged
+                    scan = TextScan(np, handed[0], handed[1])
+                else:
+                    scan = TextScan.of(np, [(key, items[key]) for key in pending], index.tokenizer)
             if scan is None:
                 return None
             index._scan = scan

@@ -16,6 +16,7 @@ until that is done or the memory changes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -30,11 +31,36 @@ from agents.memory._text import (
 )
 from agents.memory.search._bm25 import shares
 
-__all__ = ["TextScan"]
+__all__ = ["TextScan", "kept_terms_joined"]
 
 _SPACE: Final = 32  # the only byte between two terms (see spaced_terms)
 _END: Final = b"\x00"  # never in a term (not a letter or digit): the word that ends each item
 _SLICE: Final = 1 << 20  # bytes of the join read at a time while finding the words
+# Whitespace other than a space, which no kept term string may hold (see kept_terms_joined):
+# the ASCII ones as bytes, and any in text that is not all ASCII.
+_ASCII_SPACES: Final = (b"\t", b"\n", b"\x0b", b"\x0c", b"\r", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+_OTHER_SPACE: Final = re.compile(r"[^\S ]")
+
+
+def kept_terms_joined(terms: Sequence[str]) -> bytes | None:
+    """Return the join a :class:`TextScan` reads of each item's terms as a store keeps them (joined by single spaces), or ``None`` where they are not.
+
+    That is ``joined_item_terms``'s form: a space, then each item's terms
+    followed by ``" \\x00 "``. ``None`` for a value that is not a string
+    or one holding a NUL or whitespace other than a space: the scan cuts
+    words at single spaces and items at NULs.
+    """
+    try:
+        joined = " " + " \x00 ".join(terms) + " \x00 "
+    except TypeError:  # a value that is not a string
+        return None
+    if not joined.isascii() and _OTHER_SPACE.search(joined):
+        return None
+    data = joined.encode()
+    del joined
+    if data.count(0) != len(terms) or any(space in data for space in _ASCII_SPACES):
+        return None
+    return data
 
 
 class TextScan:

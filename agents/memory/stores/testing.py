@@ -53,6 +53,7 @@ from typing import Any, Final, Protocol, TypeVar
 import pytest
 
 from agents.memory._item import MemoryItem, field
+from agents.memory._text import Tokenizer, item_texts
 from agents.memory._vectors import EmbedParts, SearchMode
 from agents.memory.exceptions import (
     EmbedderMismatchError,
@@ -1531,6 +1532,28 @@ class StoreContract:
                 if seq in {hit for _, hit in backend.keyword_top("s", [term], 10_000) or []}
             }
             assert held.get(seq, set()) == expected, seq
+
+    def test_read_rows_terms_give_each_row_with_the_terms_keyword_search_counts(
+        self, store: Store
+    ) -> None:
+        """A backend that answers read_rows_terms gives the session's rows in seq order, each with the default tokenizer's terms of its item, after an update too."""
+        store.append(
+            "s", [*ranking_corpus(), MemoryItem(step=9), MemoryItem(note="Ünïcode ß 中文")]
+        )
+        store.append("other", [MemoryItem(note="missing file report")])
+        first = store.records("s")[0]
+        with store.batch("s") as batch:
+            batch.update({first.seq: MemoryItem(step=1, note="changed words")})
+        rows = store.backend.read_rows_terms("s")
+        if rows is None:
+            return  # the backend keeps no terms: Store.read_memory reads the items alone
+        records = store.records("s")
+        assert [seq for seq, _, _ in rows] == [record.seq for record in records]
+        tokenize = Tokenizer()
+        for (_, _, terms), record in zip(rows, records, strict=True):
+            texts = [text for _, text in item_texts(record.item.to_dict(), None)]
+            assert (terms.split(" ") if terms else []) == tokenize("\n".join(texts)), record.seq
+        assert store.backend.read_rows_terms("unknown") == []
 
     def test_keyword_top_where_ranks_the_rows_that_may_pass_as_keyword_top_does(
         self, store: Store

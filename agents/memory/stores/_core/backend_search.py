@@ -129,6 +129,23 @@ class SearchOperations:
         """
         return None
 
+    # -- optional: the terms kept for each row ---------------------------------------------
+
+    def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:
+        """Return every row of a session in seq order as ``(seq, data, terms)``, read in one snapshot, or ``None`` where the backend keeps no terms.
+
+        ``terms`` is the first of the :data:`~agents.memory.stores.Terms`
+        the insert or update of the row handed the backend (the default
+        tokenizer's terms, joined by single spaces; ``""`` for a row without
+        text). ``Store.read_with_terms`` reads a session with it, so that a
+        ``Memory`` made from it takes the terms rather than reading each
+        item's texts at its first query (``SearchIndex.take_terms``). The
+        data and the terms must be those of one snapshot: a row changed
+        between two reads would hand the terms of its old content. ``None``
+        (the default): the store reads the rows alone.
+        """
+        return None
+
     # -- optional: narrowing a filtered search ------------------------------------------
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:

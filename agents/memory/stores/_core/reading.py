@@ -13,6 +13,7 @@ from typing import Any
 from agents.memory._filter import Filter, Where
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory.exceptions import StoreArgumentError
+from agents.memory.memory import Memory
 from agents.memory.stores._core.encoding import (
     StoredRecord,
     check_seq,
@@ -89,6 +90,77 @@ class ReadCalls:
         with self._read_engine.errors("read", sid):
             rows = self._read_engine.backend.read_rows(sid, steps=texts, after=after)
         return decode_rows(rows, f"session {sid!r} of {self._read_engine.url}", on_unknown_class)
+
+    def read_with_terms(
+        self, session_id: str, *, on_unknown_class: OnUnknownClass = "error"
+    ) -> tuple[list[MemoryItem], list[str] | None]:
+        """Return :meth:`read`'s items and the search terms the store keeps for each, read in one snapshot.
+
+        The terms of an item are those keyword search counts (the default
+        :class:`~agents.memory.search.Tokenizer`'s, in order with repeats),
+        joined by single spaces, as the store kept them when the item was
+        written: what ``SearchIndex.take_terms`` takes. A store that keeps
+        none (JSONL, PostgreSQL, ``memory://``) gives ``None`` for them.
+
+        Args:
+            session_id: The session to read; an unknown session reads as empty.
+            on_unknown_class: ``"base"`` reads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
+
+        Returns:
+            The items in seq order, and their terms in the same order (or ``None``).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            CorruptSessionError: if a stored item cannot be decoded.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._read_engine.check(session_id)
+        with self._read_engine.errors("read", sid):
+            rows = self._read_engine.backend.read_rows_terms(sid)
+        if rows is None:
+            return self.read(sid, on_unknown_class=on_unknown_class), None
+        source = f"session {sid!r} of {self._read_engine.url}"
+        records = decode_rows([(seq, data) for seq, data, _ in rows], source, on_unknown_class)
+        return [record.item for record in records], [terms for _, _, terms in rows]
+
+    def read_memory(
+        self,
+        session_id: str,
+        *,
+        step_key: str = "step",
+        on_unknown_class: OnUnknownClass = "error",
+    ) -> Memory:
+        """Return a session's items as a plain ``Memory`` whose first keyword query reads the terms the store keeps.
+
+        The memory is that of ``Memory(store.read(session_id))``: not
+        backed by the store (see ``open_memory`` for one that writes its
+        changes through). Where the store keeps each row's search terms
+        (SQLite), they are read with the rows (:meth:`read_with_terms`) and
+        handed to the memory's search index (``SearchIndex.take_terms``):
+        the first keyword query over all fields then joins them instead of
+        reading every item's texts, with the same hits and scores. A change
+        of the memory before that query drops them. The terms are held
+        until that query (about the size of the session's text).
+
+        Args:
+            session_id: The session to read; an unknown session reads as empty.
+            step_key: The field that names an item's step.
+            on_unknown_class: ``"base"`` reads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            CorruptSessionError: if a stored item cannot be decoded.
+            StoreError: if the store cannot be read.
+        """
+        from agents.memory.search import search_index  # the search room, beside this one
+
+        items, terms = self.read_with_terms(session_id, on_unknown_class=on_unknown_class)
+        memory = Memory(items, step_key=step_key)
+        if terms is not None and items:
+            search_index(memory).take_terms(items, terms)
+        return memory
 
     def project(
         self, session_id: str, keys: Iterable[str], *, steps: Iterable[Any] | None = None

@@ -174,6 +174,12 @@ class SQLiteBackend(SQLRows, Backend):
             params.append(_json_list(steps))
         return self.query_rows(sql + " ORDER BY seq", params)
 
+    def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:
+        if self.no_tables:
+            return []
+        # One statement: the rows and their terms of one snapshot.
+        return self.query_rows(_ROWS_TERMS, (session_id,))
+
     def read_last(
         self, session_id: str, n: int, *, steps: Sequence[str] | None = None
     ) -> list[tuple[int, bytes]]:
@@ -632,6 +638,12 @@ WHERE session_id = :sid AND fields = :fields AND length(vector) > 0"""
 _BEST: Final = _COSINES + " ORDER BY length = :size, cosine DESC, seq LIMIT :limit"
 _AT_LEAST: Final = f"SELECT * FROM ({_COSINES}) WHERE cosine IS NULL OR cosine >= :cut"
 _OF_SEQS: Final = _COSINES + " AND seq IN (SELECT value FROM json_each(:seqs))"
+
+
+_ROWS_TERMS: Final = (
+    "SELECT seq, data, coalesce(terms, '') FROM kvmemory_items WHERE session_id = ? ORDER BY seq"
+)
+"""A session's rows in seq order with the search terms each keeps (``Backend.read_rows_terms``)."""
 
 
 def _rows_of(steps: Sequence[str] | None) -> str:
