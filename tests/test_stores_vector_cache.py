@@ -80,8 +80,21 @@ def write(url: str, n: int = 60) -> list[int]:
     return seqs
 
 
+HELD = pytest.mark.parametrize("held", ["queried twice", "read whole"])
+"""How a handle came to keep a session's vectors: two queries, or ``Store.read_vectors`` of them all (as a StoredMemory opens)."""
+
+
+def hold(store: Store, held: str) -> None:
+    """Have ``store`` keep session ``s``'s vectors as ``held`` says."""
+    if held == "read whole":
+        assert len(store.read_vectors("s", EMBEDDER)) == 60
+    else:
+        ranked(store)  # read page by page
+        ranked(store)  # read into the table, kept
+
+
 @pytest.mark.parametrize("kind", IN_PROCESS_TOO)
-@pytest.mark.parametrize("held", ["queried twice", "read whole"])
+@HELD
 def test_an_unchanged_session_is_scored_without_reading_its_vectors_again(
     kind: str, held: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -354,6 +367,37 @@ def test_a_session_over_the_budget_is_read_page_by_page_and_ranks_the_same(
         assert ranked(store) == want
         assert ranked(store) == want
         assert store._vectors._cache.sizes() == {}
+
+
+@pytest.mark.parametrize("kind", IN_PROCESS_TOO)
+@HELD
+def test_a_session_over_the_budget_whose_distinct_parts_fit_is_kept_and_ranks_as_memory_search(
+    kind: str, held: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Part vectors over the budget as stored but within it once each are kept so: no page is read again, and the hits and scores are Memory.search's."""
+    url = durable_url(kind)
+    write(url)
+    steps = items(60)
+    distinct = {text for step in steps for text in (step["thought"], step["observation"])}
+    memory = Memory(steps)
+    want = {
+        mode: [
+            (hit.item["step"], hit.score)
+            for hit in memory.search(QUERY, 8, mode=mode, embedder=EMBEDDER)
+        ]
+        for mode in ("semantic", "hybrid")
+    }
+    with open_store(url) as store:
+        # Room for each distinct part vector once, not for the 120 part vectors as stored.
+        budget = 4 * EMBEDDER.dimension * len(distinct)
+        monkeypatch.setattr(store._vectors._cache, "_budget", budget)
+        hold(store, held)
+        assert list(store._vectors._cache.sizes().values()) == [len(distinct)]
+        refuse_vector_reads(store, monkeypatch)
+        for mode, hits in want.items():
+            found = store.search("s", QUERY, 8, mode=mode, embedder=EMBEDDER)
+            assert [(hit.item["step"], hit.score) for hit in found] == hits
+    assert 4 * EMBEDDER.dimension * 2 * len(steps) > budget
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
