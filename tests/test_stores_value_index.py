@@ -328,7 +328,7 @@ def test_a_row_moved_into_a_value_later_rows_hold_is_unfiled_from_it() -> None:
 
 
 def test_numbers_filed_before_and_after_the_first_range_are_all_found() -> None:
-    """A range asked before some rows are filed and again after finds the numbers of both."""
+    """A range asked before some rows are filed, again after, and a third time after more, finds the numbers of each."""
     index = ValueIndex()
     tree = Filter({"weight": {"$gte": 2, "$lt": 5}}).tree
     for seq in (1, 2, 3):
@@ -337,3 +337,6 @@ def test_numbers_filed_before_and_after_the_first_range_are_all_found() -> None:
     index.add(4, encoded(MemoryItem(weight=3)))
     index.remove(1, encoded(MemoryItem(weight=2)))
     assert index.candidates(tree) == {2, 4}
+    index.add(5, encoded(MemoryItem(weight=2.5)))
+    index.remove(4, encoded(MemoryItem(weight=3)))
+    assert index.candidates(tree) == {2, 5}

@@ -84,9 +84,9 @@ def _add_group(out: set[int], held: Group | None) -> None:
 
 
 class _Path:
-    """What is filed under one path: seqs by short string, by number (with the distinct numbers in order, sorted when first asked), of ``null`` and of tagged values."""
+    """What is filed under one path: seqs by short string, by number (with the distinct numbers in order, sorted when a second range asks), of ``null`` and of tagged values."""
 
-    __slots__ = ("numbers", "order", "others", "strings")
+    __slots__ = ("numbers", "order", "others", "ranged", "strings")
 
     def __init__(self) -> None:
         self.strings: dict[int, Group] = {}  # by the string's hash (two sharing one: both named)
@@ -94,6 +94,7 @@ class _Path:
         # The distinct numbers in order; None until a range asks (filing a log of 10,000 rows
         # then sorts nothing, where one insort a new number cost about a fifth of the filing).
         self.order: list[Any] | None = None
+        self.ranged = False  # whether a range asked before: the first looks through the numbers
         self.others: dict[object, Group] = {}  # under None: the nulls; under _TAGGED: tagged values
 
     def empty(self) -> bool:
@@ -101,10 +102,19 @@ class _Path:
 
     def between(self, low: Any, high: Any, *, low_in: bool, high_in: bool, out: set[int]) -> None:
         """Add to ``out`` the seqs of numbers from ``low`` to ``high`` (``None``: no bound; ``*_in``: the bound itself included)."""
-        order = self.order
+        order, groups = self.order, self.numbers
+        if order is None and not self.ranged:
+            # The first range looks through the distinct numbers (about a third of sorting
+            # them); only a path asked again keeps them sorted.
+            self.ranged = True
+            for value, held in groups.items():
+                if (low is None or (value >= low if low_in else value > low)) and (
+                    high is None or (value <= high if high_in else value < high)
+                ):
+                    _add_group(out, held)
+            return
         if order is None:
-            order = self.order = sorted(self.numbers)
-        groups = self.numbers
+            order = self.order = sorted(groups)
         start = 0 if low is None else (bisect_left if low_in else bisect_right)(order, low)
         end = (
             len(order) if high is None else (bisect_right if high_in else bisect_left)(order, high)
