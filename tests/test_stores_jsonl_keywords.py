@@ -17,6 +17,7 @@ from hypothesis.stateful import invariant, rule
 from two_handles import TwoHandleSession
 
 from agents.memory import Memory, MemoryItem
+from agents.memory.search import Tokenizer
 from agents.memory.stores import JSONLStore, Store
 
 WORDS = ("cat", "dog", "red", "blue", "open", "save", "file", "menu", "ok", "the")
@@ -286,7 +287,7 @@ def test_index_file_is_saved_again_after_many_changes(tmp_path: Path) -> None:
 
 
 class KeywordIndexMachine(TwoHandleSession):
-    """Two handles and a reopened one on a JSONL store against a plain list model; keyword search equals Memory.search."""
+    """Two handles and a reopened one on a JSONL store against a plain list model; keyword search equals Memory.search, and chosen rows score as in the ranking."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -334,6 +335,22 @@ class KeywordIndexMachine(TwoHandleSession):
         items = [self.model[seq] for seq in sorted(self.model)]
         assert ranked(store, "s", query) == expected(items, query)
         assert (Path(self.folder) / "s.keywords").exists()
+
+    @rule(
+        which=st.integers(0, 1),
+        query=st.sampled_from(QUERIES),
+        picks=st.lists(st.integers(0, 1000), min_size=1, max_size=6),
+    )
+    def among(self, which: int, query: str, picks: list[int]) -> None:
+        if not self.model:
+            return
+        backend = self.handle(which).backend
+        terms = Tokenizer()(query)
+        seqs = sorted(self.model)
+        picked = [*sorted({seqs[pick % len(seqs)] for pick in picks}), 10**9]
+        every = backend.keyword_top("s", terms, len(seqs) + 1) or []
+        want = [(score, seq) for score, seq in every if seq in picked]
+        assert backend.keyword_among("s", terms, picked) == want
 
     @invariant()
     def same_items(self) -> None:

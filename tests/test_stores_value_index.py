@@ -309,3 +309,34 @@ JSONLIndexMachine.TestCase.settings = settings(
     max_examples=30, stateful_step_count=25, deadline=None
 )
 TestJSONLIndex = JSONLIndexMachine.TestCase
+
+
+def test_a_row_moved_into_a_value_later_rows_hold_is_unfiled_from_it() -> None:
+    """A row updated to a value rows of higher seqs share, then updated away and deleted, leaves only those rows filed under it."""
+    table = RowTable()
+    for seq, agent in ((1, "b"), (2, "a"), (3, "a"), (4, "a")):
+        table[seq] = (None, 0.0, encoded(MemoryItem(agent=agent, x=seq)))
+    table[1] = (None, 0.0, encoded(MemoryItem(agent="a", x=4)))
+    table[2] = (None, 0.0, encoded(MemoryItem(agent="b", x=4)))
+    table.discard(1)
+    fresh = ValueIndex()
+    for seq, row in table.items():
+        fresh.add(seq, row[2])
+    for where in ({"agent": "a"}, {"x": 4}):
+        tree = Filter(where).tree
+        assert table.value_index.candidates(tree) == fresh.candidates(tree)
+
+
+def test_numbers_filed_before_and_after_the_first_range_are_all_found() -> None:
+    """A range asked before some rows are filed, again after, and a third time after more, finds the numbers of each."""
+    index = ValueIndex()
+    tree = Filter({"weight": {"$gte": 2, "$lt": 5}}).tree
+    for seq in (1, 2, 3):
+        index.add(seq, encoded(MemoryItem(weight=seq * 2)))
+    assert index.candidates(tree) == {1, 2}
+    index.add(4, encoded(MemoryItem(weight=3)))
+    index.remove(1, encoded(MemoryItem(weight=2)))
+    assert index.candidates(tree) == {2, 4}
+    index.add(5, encoded(MemoryItem(weight=2.5)))
+    index.remove(4, encoded(MemoryItem(weight=3)))
+    assert index.candidates(tree) == {2, 5}

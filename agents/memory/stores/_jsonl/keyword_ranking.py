@@ -103,18 +103,10 @@ def _top_numpy(
     index: KeywordIndex, np: Any, terms: Sequence[str], k: int
 ) -> list[tuple[float, int]]:
     """Return :meth:`top`'s ranking, each share summed in query order over arrays (the same floats)."""
-    seqs, lengths = index.dense_arrays(np)
-    arrays = {term: index.arrays_of(np, term, seqs) for term in dict.fromkeys(terms)}
-    df = {term: len(got[0]) for term, got in arrays.items() if len(got[0])}
-    if not df:
+    scored = _scores_numpy(index, np, terms)
+    if scored is None:
         return []
-    weighted = query_weights(terms, df, len(seqs))
-    average = bm25_average_length(index.total, len(seqs))
-    score = np.zeros(len(seqs))
-    scale = BM25_K1 * BM25_B / average  # as bm25_term_score: (k1 * b / average) * length
-    for term, weight in weighted:
-        at, tf = arrays[term]
-        score[at] += weight * (tf / (tf + _FLAT + scale * lengths[at]) + BM25_FLOOR)
+    seqs, score = scored
     held = np.flatnonzero(score > 0.0)
     if len(held) > k:
         kth = np.partition(score[held], len(held) - k)[len(held) - k]
@@ -122,6 +114,23 @@ def _top_numpy(
     best = held[np.lexsort((seqs[held], -score[held]))][:k]
     # tolist: the same floats and ints as float() and int() of each, in one call
     return list(zip(score[best].tolist(), seqs[best].tolist(), strict=True))
+
+
+def _scores_numpy(index: KeywordIndex, np: Any, terms: Sequence[str]) -> tuple[Any, Any] | None:
+    """Return numpy's (live seqs ascending, each one's BM25 score: 0 where it holds no term), each share summed in query order; ``None`` where no item holds a term."""
+    seqs, lengths = index.dense_arrays(np)
+    arrays = {term: index.arrays_of(np, term, seqs) for term in dict.fromkeys(terms)}
+    df = {term: len(got[0]) for term, got in arrays.items() if len(got[0])}
+    if not df:
+        return None
+    weighted = query_weights(terms, df, len(seqs))
+    average = bm25_average_length(index.total, len(seqs))
+    score = np.zeros(len(seqs))
+    scale = BM25_K1 * BM25_B / average  # as bm25_term_score: (k1 * b / average) * length
+    for term, weight in weighted:
+        at, tf = arrays[term]
+        score[at] += weight * (tf / (tf + _FLAT + scale * lengths[at]) + BM25_FLOOR)
+    return seqs, score
 
 
 def frequencies(index: KeywordIndex, terms: Sequence[str]) -> dict[str, int]:
@@ -185,6 +194,20 @@ def score_among(
     Raises:
         DamagedIndexError: if the postings of a term do not check out.
     """
+    np = numpy_module()
+    if np is not None:
+        # The arrays the unfiltered ranking keeps (a filter's first query then reads no
+        # postings into dicts: 15 ms of a 19 ms query at 10,000 steps), the same floats.
+        dense = _scores_numpy(index, np, terms)
+        if dense is None:
+            return []
+        live, score = dense
+        chosen = sorted(set(seqs))  # not np.unique: its first call imports a module (25-40 ms)
+        wanted = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
+        at = np.searchsorted(live, wanted).clip(0, max(len(live) - 1, 0))
+        at = at[(live[at] == wanted) & (score[at] > 0.0)] if len(live) else at[:0]
+        at = at[np.lexsort((live[at], -score[at]))]
+        return list(zip(score[at].tolist(), live[at].tolist(), strict=True))
     df, found = matches(index, terms, set(seqs))
     n_items = index.count
     weighted = query_weights(terms, df, n_items)
