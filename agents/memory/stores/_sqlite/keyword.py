@@ -324,7 +324,7 @@ class SQLiteKeywordIndex:
         if not self.file.folds:
             return self._indexed_top(sids, terms, k)
         stamp: object = self.file.change_stamp()
-        if not self._known.settled(stamp):
+        if not self._known.settled(stamp) and con.execute(_ANY_PENDING).fetchone()[0]:
             self.fold_pending()
             stamp = None
         for _ in range(_SNAPSHOT_TRIES):

@@ -291,11 +291,16 @@ class FTSScorer:
         if len(rows) > k:
             cut = rows[k - 1][1] / _MARGIN**2
             rows = [row for row in rows if row[1] >= cut]
-        # The counts are every query term's for the items holding none but these.
-        scored = [
-            (bm25_score(counts, length, self.weighted, self.average), seq)
-            for seq, _, length, counts in rows
-        ]
+        # The counts are every query term's for the items holding none but these; rows
+        # alike share their counts dict (see _scores), scored once.
+        exact: dict[tuple[int, int], float] = {}
+        scored = []
+        for seq, _, length, counts in rows:
+            alike = (length, id(counts))
+            score = exact.get(alike)
+            if score is None:
+                score = exact[alike] = bm25_score(counts, length, self.weighted, self.average)
+            scored.append((score, seq))
         return self._first(k, scored)
 
     def _whole(self, rows: Sequence[_Row], rest: Sequence[str]) -> list[tuple[float, int]]:
@@ -381,15 +386,19 @@ class FTSScorer:
         if rows and rows[0][3] != 1:
             msg = f"the index holds item {rows[0][0]}, which session {self.sid!r} does not hold with those terms"
             raise sqlite3.DatabaseError(msg)
-        return [
-            (
-                int(row[0]),
-                float(row[1]),
-                int(row[2]),
-                {term: int(tf) for term, tf in zip(terms, row[4:], strict=True) if tf},
-            )
-            for row in rows
-        ]
+        # Rows alike in length and counts (ties: hundreds, for a query of numbers) share one
+        # counts dict, built once (the callers only read it).
+        shared: dict[tuple[object, ...], dict[str, int]] = {}
+        out = []
+        for row in rows:
+            alike = row[2:]
+            counts = shared.get(alike)
+            if counts is None:
+                counts = shared[alike] = {
+                    term: int(tf) for term, tf in zip(terms, row[4:], strict=True) if tf
+                }
+            out.append((int(row[0]), float(row[1]), int(row[2]), counts))
+        return out
 
     def _fts5_any(
         self, matched: Sequence[str], limit: int, cut: float | None = None
@@ -766,8 +775,12 @@ def _score_sql(
     terms = range(n_terms)
     # Over several sessions (many), each posting's term is compared without its session's
     # prefix (the key and the mark, which no term holds), and the rows may be any of theirs.
-    column = "w" if many else "term"
-    counts = ", ".join(f"count(*) FILTER (WHERE {column} = :term{j}) AS tf{j}" for j in terms)
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE w = :term{j}) AS tf{j}"
+        if many
+        else f"count(*) FILTER (WHERE j = {j}) AS tf{j}"
+        for j in terms
+    )
     score = " + ".join(
         f"(CASE WHEN t.tf{j} THEN :lift{j} * (t.tf{j}"
         f" / (t.tf{j} + :flat + :slope * i.n_terms) + :floor) ELSE 0.0 END)"
@@ -779,7 +792,13 @@ def _score_sql(
         f"(SELECT doc, substr(term, instr(term, '{MARK}') + 1) AS w FROM kvmemory_fts_instance"
         " WHERE term IN (SELECT value FROM json_each(:names)))"
         if many
-        else f"kvmemory_fts_instance WHERE term IN ({', '.join(f':term{j}' for j in terms)})"
+        # One term a branch: FTS5's vocabulary table reads a term it is given as equal
+        # once (an IN list costs 1.7x: 1,239 postings of three terms, 1.19 ms against 0.70).
+        else "("
+        + " UNION ALL ".join(
+            f"SELECT doc, {j} AS j FROM kvmemory_fts_instance WHERE term = :term{j}" for j in terms
+        )
+        + ")"
     )
     session = (
         "i.session_id IN (SELECT value FROM json_each(:sids))" if many else "i.session_id = :sid"
