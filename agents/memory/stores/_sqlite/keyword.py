@@ -23,6 +23,7 @@ from typing import Final, Literal
 from agents.memory.stores._core.terms import KeywordMatch, Terms, rank_matches
 from agents.memory.stores._sql.dialect import SQLITE
 from agents.memory.stores._sqlite.file import SQLiteFile
+from agents.memory.stores._sqlite.known import KnownStatistics, LazyRead
 from agents.memory.stores._sqlite.schema import (
     COUNT_INSERTED,
     FOLD,
@@ -52,6 +53,7 @@ class SQLiteKeywordIndex:
     def __init__(self, file: SQLiteFile, fold: KeywordFold = "batched") -> None:
         self.file = file
         self.fold = fold
+        self._known = KnownStatistics()
 
     @property
     def available(self) -> bool:
@@ -309,22 +311,36 @@ class SQLiteKeywordIndex:
 
         A writable handle first folds any pending rows (:meth:`fold_pending`).
         With no pending row in the store (see :data:`THROUGH`) the FTS table
-        holds every row and :meth:`_indexed_top` scores; ``PRAGMA data_version``
-        read before and after tells that no other connection committed in
-        between (its snapshot was the one checked). Otherwise
-        :meth:`_pending_top` scores, in one read transaction.
+        holds every row and :meth:`_indexed_top` scores; the file's change
+        stamp (``PRAGMA data_version`` among others) read before and after
+        tells that no other connection committed in between (its snapshot
+        was the one checked). What it read of the statistics is then kept
+        under that stamp (:class:`KnownStatistics`): until the next commit
+        to the file, by any connection, a search skips the pending check
+        and those reads. Otherwise :meth:`_pending_top` scores, in one read
+        transaction.
         """
         con = self.file.connection
         if not self.file.folds:
             return self._indexed_top(sids, terms, k)
-        self.fold_pending()
+        stamp: object = self.file.change_stamp()
+        if not self._known.settled(stamp) and con.execute(_ANY_PENDING).fetchone()[0]:
+            self.fold_pending()
+            stamp = None
         for _ in range(_SNAPSHOT_TRIES):
-            (version,) = con.execute("PRAGMA data_version").fetchone()
-            if con.execute(_ANY_PENDING).fetchone()[0]:
-                break
-            best = self._indexed_top(sids, terms, k)
-            if con.execute("PRAGMA data_version").fetchone()[0] == version:
+            if stamp is None:
+                stamp = self.file.change_stamp()
+                if not self._known.settled(stamp) and con.execute(_ANY_PENDING).fetchone()[0]:
+                    break
+            reads = LazyRead(con)
+            best = self._indexed_top(sids, terms, k, reads)
+            if not reads.ran:
+                return best  # every answer was kept at this stamp
+            if self.file.change_stamp() == stamp:
+                self._known.keep(stamp, reads.sessions, reads.terms)
                 return best
+            self._known.forget()
+            stamp = None
         return self._pending_top(sids, terms, k)
 
     def _pending_top(
@@ -391,17 +407,27 @@ class SQLiteKeywordIndex:
             con.execute("COMMIT")
 
     def _indexed_top(
-        self, sids: Sequence[str], terms: Sequence[str], k: int
+        self, sids: Sequence[str], terms: Sequence[str], k: int, reads: LazyRead | None = None
     ) -> list[tuple[float, int]]:
-        """Return the sessions' ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`FTSScorer`)."""
+        """Return the sessions' ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`FTSScorer`).
+
+        With ``reads`` (the file checked settled at a stamp), the statistics
+        kept under it (:class:`KnownStatistics`) are used, and those read
+        are noted in ``reads``.
+        """
         if len(sids) > 1:
             return self._indexed_top_of_many(sids, terms, k)
         sid = sids[0]
         con = self.file.connection
+        known = self._known if reads is not None else KnownStatistics()
         # One read transaction: the counts and the postings come from one snapshot.
-        con.execute("BEGIN")
+        reads = LazyRead(con) if reads is None else reads
         try:
-            stats = con.execute(_STATISTICS, (sid,)).fetchone()
+            stats = known.session(sid)
+            if stats is None:
+                stats = reads.execute(_STATISTICS, (sid,)).fetchone()
+                if stats is not None:
+                    reads.sessions[sid] = stats
             if stats is None or stats[1] <= 0:
                 return []
             key, n_items, total, n_rows, n_tokens = stats
@@ -409,16 +435,15 @@ class SQLiteKeywordIndex:
             names = {prefix + term: term for term in dict.fromkeys(terms)}
             # Each term's postings are the session's own (by their prefix): doc is
             # its document frequency in the session, cnt its number of occurrences.
-            vocab = {
-                names[name]: (int(docs), int(count))
-                for name, docs, count in con.execute(
-                    "SELECT term, doc, cnt FROM kvmemory_fts_row"
-                    " WHERE term IN (SELECT value FROM json_each(?))",
-                    (SQLITE.bind_list(list(names)),),
-                )
-            }
+            held, missing = known.terms(names)
+            if missing:
+                reads.terms.update(dict.fromkeys(missing))
+                for name, docs, count in reads.execute(_VOCABULARY, (SQLITE.bind_list(missing),)):
+                    held[name] = reads.terms[name] = (int(docs), int(count))
+            vocab = {names[name]: counts for name, counts in held.items()}
             if not vocab:
                 return []
+            reads.begin()
             scorer = FTSScorer(con, [sid], [prefix], terms, vocab, n_items, total)
             # Every FTS row is this session's: FTS5's statistics are the session's own.
             scorer.alone = n_rows == n_items
@@ -426,7 +451,7 @@ class SQLiteKeywordIndex:
             scorer.lengths_indexed = self.file.lengths_indexed
             return scorer.best(k)
         finally:
-            con.execute("COMMIT")
+            reads.close()
 
     def _indexed_top_of_many(
         self, sids: Sequence[str], terms: Sequence[str], k: int
@@ -448,11 +473,7 @@ class SQLiteKeywordIndex:
             wanted = list(dict.fromkeys(terms))
             names = {prefix + term: term for prefix in prefixes for term in wanted}
             vocab: dict[str, tuple[int, int]] = {}
-            for name, docs, count in con.execute(
-                "SELECT term, doc, cnt FROM kvmemory_fts_row"
-                " WHERE term IN (SELECT value FROM json_each(?))",
-                (SQLITE.bind_list(list(names)),),
-            ):
+            for name, docs, count in con.execute(_VOCABULARY, (SQLITE.bind_list(list(names)),)):
                 held, seen = vocab.get(names[name], (0, 0))
                 vocab[names[name]] = (held + int(docs), seen + int(count))
             if not vocab:
@@ -503,6 +524,10 @@ _PENDING_FREQUENCIES: Final = (
 )
 """Each query term's pending rows in the session (their terms are in their rows, not yet in the FTS table)."""
 _FREQUENCIES_OF: Final = " FROM json_each(?1) AS q, kvmemory_search AS s WHERE s.session_id = ?2"
+_VOCABULARY: Final = (
+    "SELECT term, doc, cnt FROM kvmemory_fts_row WHERE term IN (SELECT value FROM json_each(?))"
+)
+"""Each of some FTS5 terms' document count and occurrences (terms no row holds are left out)."""
 _STATISTICS: Final = (
     "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search),"
     " (SELECT sum(terms) FROM kvmemory_search) FROM kvmemory_search WHERE session_id = ?"
