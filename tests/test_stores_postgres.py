@@ -1194,3 +1194,53 @@ def test_v7_store_opened_read_only_ranks_the_same_and_is_not_migrated(postgres_u
     assert compressions(postgres_url) in ({"pglz"}, set())
     with psycopg.connect(postgres_url, autocommit=True) as con:
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(7,)]
+
+
+# Finite float32 values whose bytes a wrong encoding would change: signed zeros,
+# subnormals, the extremes, and every byte value (0x00, "\\", quotes, braces)
+# somewhere in the vector. NaN and infinities never reach a store (the embedder's
+# output is refused with EmbeddingError).
+AWKWARD_FLOATS = np.array(
+    [-0.0, 0.0, 1e-45, -1e-45, 1.1754942e-38, 1.17549435e-38, 3.4028235e38, -3.4028235e38, 1 / 3],
+    dtype=np.float32,
+)
+
+
+def awkward_vector(dimension: int, seed: int) -> bytes:
+    """A little-endian float32 vector of ``dimension`` holding every awkward value and every byte value."""
+    every_byte = np.frombuffer(bytes(range(256)), dtype="<f4")
+    every_byte = every_byte[np.isfinite(every_byte)]
+    rest = np.random.default_rng(seed).standard_normal(dimension).astype("<f4")
+    values = np.concatenate([AWKWARD_FLOATS, every_byte, rest])[:dimension]
+    return values.astype("<f4").tobytes()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("dimension", [16, 256, 4096])
+def test_put_vectors_are_read_back_bit_for_bit_with_their_pgvector_copy(
+    pgvector_url: str, dimension: int
+) -> None:
+    """Vectors of awkward floats written in binary read back byte for byte, and the pgvector copy holds the same float32 values."""
+    with PostgresStore(pgvector_url) as store:
+        assert store.uses_pgvector
+        seqs = store.append("s", [MemoryItem(step=i, note=f"n{i}") for i in range(3)])
+        with psycopg.connect(pgvector_url, autocommit=True) as con:
+            datas = dict(con.execute("SELECT seq, data FROM kvmemory_items").fetchall())
+        whole = {seq: awkward_vector(dimension, seq) for seq in seqs}
+        parted = {seq: awkward_vector(dimension, seq) * 2 for seq in seqs}
+        with store.backend.transaction("s") as tx:
+            rows = [(seq, bytes(datas[seq]), whole[seq]) for seq in seqs]
+            assert store.backend.put_vectors(tx, "s", "*", rows) == len(seqs)
+            rows = [(seq, bytes(datas[seq]), parted[seq]) for seq in seqs]
+            assert store.backend.put_vectors(tx, "s", "note|*", rows) == len(seqs)
+    with psycopg.connect(pgvector_url, autocommit=True) as con:
+        stored = con.execute(
+            "SELECT fields, seq, vector, embedding::real[] FROM kvmemory_vectors ORDER BY 1, 2",
+            binary=True,
+        ).fetchall()
+    assert [(fields, seq, bytes(vector)) for fields, seq, vector, _ in stored] == [
+        *(("*", seq, whole[seq]) for seq in seqs),
+        *(("note|*", seq, parted[seq]) for seq in seqs),
+    ]
+    copies = [np.array(copy, dtype="<f4").tobytes() if copy else None for *_, copy in stored]
+    assert copies == [*(whole[seq] for seq in seqs), *(None for _ in seqs)]

@@ -20,11 +20,13 @@ __all__ = ["PostgresVectors", "find_pgvector"]
 
 _PGVECTOR_ROWS: Final = 1000  # rows per statement when filling the embedding column
 
-# Only where the item still holds the data the vector was computed from.
+# Only where the item still holds the data the vector was computed from. The arrays
+# go in binary (%b): as text, psycopg escapes every byte of every bytea with a regular
+# expression, a quarter of the time of embedding a session into PostgreSQL.
 _PUT_VECTORS: Final = """
 INSERT INTO kvmemory_vectors (session_id, seq, fields, vector)
 SELECT %(sid)s, u.seq, %(fields)s, u.vector
-FROM unnest(%(seqs)s::bigint[], %(datas)s::bytea[], %(vectors)s::bytea[]) AS u(seq, data, vector)
+FROM unnest(%(seqs)b::bigint[], %(datas)b::bytea[], %(vectors)b::bytea[]) AS u(seq, data, vector)
 JOIN kvmemory_items AS i ON i.session_id = %(sid)s AND i.seq = u.seq AND i.data = u.data
 ON CONFLICT (session_id, seq, fields) DO UPDATE SET vector = EXCLUDED.vector
 """
@@ -32,7 +34,7 @@ ON CONFLICT (session_id, seq, fields) DO UPDATE SET vector = EXCLUDED.vector
 _PUT_EMBEDDED_VECTORS: Final = """
 INSERT INTO kvmemory_vectors (session_id, seq, fields, vector, embedding)
 SELECT %(sid)s, u.seq, %(fields)s, u.vector, u.embedding::{schema}.vector
-FROM unnest(%(seqs)s::bigint[], %(datas)s::bytea[], %(vectors)s::bytea[], %(embeddings)s::text[])
+FROM unnest(%(seqs)b::bigint[], %(datas)b::bytea[], %(vectors)b::bytea[], %(embeddings)b::text[])
     AS u(seq, data, vector, embedding)
 JOIN kvmemory_items AS i ON i.session_id = %(sid)s AND i.seq = u.seq AND i.data = u.data
 ON CONFLICT (session_id, seq, fields) DO UPDATE
@@ -175,7 +177,7 @@ def _fill_embeddings(con: Any, schema: str) -> None:
     """
     update = (
         f"UPDATE kvmemory_vectors AS v SET embedding = u.embedding::{_quoted(schema)}.vector"
-        " FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[])"
+        " FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[])"
         " AS u(session_id, seq, fields, embedding)"
         " WHERE v.session_id = u.session_id AND v.seq = u.seq AND v.fields = u.fields"
     )
