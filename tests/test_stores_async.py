@@ -62,6 +62,8 @@ def test_every_store_call_answers_as_the_sync_store(store_url: str) -> None:
             await store.append("b", steps(2, tag="b"))
             got = {
                 "read": await store.read("a"),
+                "read_memory": list(await store.read_memory("a")),
+                "read_with_terms": (await store.read_with_terms("a"))[0],
                 "records": [r.seq for r in await store.records("a", after=seqs[2])],
                 "project": await store.project("a", ["step", "action"], steps=[1, 4]),
                 "tail": [r.item for r in await store.tail("a", 2)],
@@ -78,6 +80,8 @@ def test_every_store_call_answers_as_the_sync_store(store_url: str) -> None:
         with open_store(store_url) as sync:
             expected = {
                 "read": steps(6),
+                "read_memory": steps(6),
+                "read_with_terms": steps(6),
                 "records": seqs[3:],
                 "project": [{"step": 1, "action": "click 1"}, {"step": 4, "action": "click 4"}],
                 "tail": steps(6)[4:],

@@ -374,6 +374,8 @@ class AsyncStore:
     append = _store_call(Store.append)
     append_steps = _store_call(Store.append_steps)
     read = _store_call(Store.read)
+    read_with_terms = _store_call(Store.read_with_terms)
+    read_memory = _store_call(Store.read_memory)
     records = _store_call(Store.records)
     project = _store_call(Store.project)
     tail = _store_call(Store.tail)
