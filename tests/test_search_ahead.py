@@ -668,3 +668,69 @@ def test_stored_memory_parts_takes_an_embed_parts(tmp_path: Path) -> None:
         pytest.raises(ArgumentTypeError, match="parts"),
     ):
         StoredMemory(store, "s", parts="whole")  # type: ignore[arg-type]  # the wrong type on purpose
+
+
+def parted_rows(n: int) -> list[dict[str, Any]]:
+    """Return ``n`` steps of three fields of distinct words: past 65,536 distinct part vectors from 22,000 steps."""
+    return [
+        {
+            "step": i,
+            "thought": f"t{i} w{i % 40}",
+            "action": f"a{i}",
+            "observation": f"o{i} w{i % 7}",
+        }
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def held_screen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Hold the making of every screen until the second event is set (set at the end in any case); the first is set once one is reached."""
+    from agents.memory.search import _item_vectors
+
+    reached, release = threading.Event(), threading.Event()
+    made = _item_vectors.Screen.__init__
+
+    def held(self: Any, *args: Any) -> None:
+        reached.set()
+        release.wait(30)
+        made(self, *args)
+
+    monkeypatch.setattr(_item_vectors.Screen, "__init__", held)
+    yield reached, release
+    release.set()
+
+
+def test_a_query_while_the_build_screens_the_vectors_is_answered_without_waiting(
+    held_screen: tuple[threading.Event, threading.Event],
+) -> None:
+    """Vectors taken in bulk are screened by the build off the index's lock: a semantic query meanwhile is answered (its hits and scores those of a memory built without a build ahead), and the build is in flight until the screen is taken."""
+    embedder = HashingEmbedder(64)
+    data = parted_rows(22_000)
+    memory = Memory([MemoryItem(**row) for row in data])
+    plain = Memory([MemoryItem(**row) for row in data])
+    expected = answers(plain, mode="semantic", embedder=embedder)
+    index = search_index(memory)
+    vectors = search_index(plain).embed(embedder, None)
+    assert vectors.used >= 65_536
+    stored = {key: vectors.matrix[rows] for key, rows in vectors.rows_of.items()}
+    index.adopt_vectors(embedder, None, stored, screen=False)
+    reached, release = held_screen
+    index.build_ahead()
+    assert reached.wait(30)
+    got: list[Any] = []
+    query = threading.Thread(
+        target=lambda: got.append(answers(memory, mode="semantic", embedder=embedder)),
+        daemon=True,
+    )
+    query.start()
+    query.join(30)  # under the lock, the query would wait for the screen held here: 30 s, no answer
+    answered = bool(got)
+    assert index.building()
+    release.set()
+    index.build_ahead(wait=True)
+    assert answered
+    assert got[0] == expected == answers(memory, mode="semantic", embedder=embedder)
+    assert not index.building()
