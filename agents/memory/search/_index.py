@@ -110,9 +110,7 @@ class SearchIndex:
         self.filter_tests = 0
         # The keyword index built ahead on another thread (see build_ahead), while one is.
         self._ahead: _Ahead | None = None
-        self._watching: set[_Ahead] = (
-            set()
-        )  # builds installed that still read vectors or screen them
+        self._watching: set[_Ahead] = set()  # builds installed that read vectors or screen
         self._generation = 0  # bumped by each whole-content replacement
         self._pause = BuildPause()  # queries answered elsewhere that a build gives way to
         # The items' terms joined, that answer queries until the build they started is in
@@ -226,8 +224,12 @@ class SearchIndex:
             return True
 
     def building(self) -> bool:
-        """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken or not screened yet."""
-        return self._ahead is not None or bool(self._watching)
+        """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet.
+
+        Not while it screens the vectors (off the lock): a query made then
+        is answered in RAM without the screen, to the same floats.
+        """
+        return self._ahead is not None or any(ahead.reading for ahead in [*self._watching])
 
     def build_paused(self) -> contextlib.AbstractContextManager[None]:
         """Return a context in which a build ahead stops at its next slice, for a query answered elsewhere (see ``BuildPause.held``)."""
@@ -669,6 +671,7 @@ class _Ahead:
         self.generation = generation
         self.changed: set[int] = set()
         self.reads_vectors = vectors is not None
+        self.reading = True  # until its keyword index is in and the vectors it reads are taken
         self.thread = threading.Thread(
             target=self._run,
             args=(index, items, vectors),
@@ -706,7 +709,8 @@ class _Ahead:
             if index._ahead is not self:
                 return  # a reload replaced the content it read
             index._ahead = None
-            # Building until its vectors are read (they must still leave out items changed) and screened.
+            self.reading = self.reads_vectors  # building until they are taken (see building)
+            # Watched until its vectors are read (they must still leave out items changed) and screened.
             index._watching.add(self)
             if built is None or self.generation != index._generation or index._keyword.docs:
                 return
@@ -726,6 +730,7 @@ class _Ahead:
     ) -> None:
         """Take the vectors read ahead, less those of items changed since the build started, for the content it read (screened by :meth:`screen`)."""
         with index._lock:
+            self.reading = False
             if self.generation != index._generation or index.parts != parts:
                 return  # a reload replaced the content, or the items are cut another way now
             changed = self.changed
@@ -736,15 +741,15 @@ class _Ahead:
                 return  # the index holds vectors of another model: the query will say so
 
     def screen(self, index: SearchIndex) -> None:
-        """Screen the index's large tables (``ItemVectors.screen``), then stop building.
+        """Screen the index's large tables (``ItemVectors.screen``); then the build is done.
 
         The screens are made off the index's lock, from the rows read under
         it, and taken under it if no row changed meanwhile (else made
         again): a query made meanwhile scores every row exactly, as it
         does before the build screens, and need not wait for the lock.
-        The build is in flight (:meth:`SearchIndex.building`) until they
-        are taken.
+        ``build_ahead(wait=True)`` waits until they are taken.
         """
+        self.reading = False
         try:
             for _ in range(_SCREEN_TRIES):
                 with index._lock:
