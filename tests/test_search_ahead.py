@@ -668,3 +668,94 @@ def test_stored_memory_parts_takes_an_embed_parts(tmp_path: Path) -> None:
         pytest.raises(ArgumentTypeError, match="parts"),
     ):
         StoredMemory(store, "s", parts="whole")  # type: ignore[arg-type]  # the wrong type on purpose
+
+
+def parted_rows(n: int) -> list[dict[str, Any]]:
+    """Return ``n`` steps of three fields of distinct words: past 65,536 distinct part vectors from 22,000 steps."""
+    return [
+        {
+            "step": i,
+            "thought": f"t{i} w{i % 40}",
+            "action": f"a{i}",
+            "observation": f"o{i} w{i % 7}",
+        }
+        for i in range(n)
+    ]
+
+
+class HeldScreen:
+    """Holds the making of every screen, once armed, until released; says when one is reached."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from agents.memory.search import _item_vectors
+
+        self.reached, self.released = threading.Event(), threading.Event()
+        self.made = 0  # screens made since armed
+        made = _item_vectors.Screen.__init__
+
+        def held(screen: Any, *args: Any) -> None:
+            self.made += 1
+            self.reached.set()
+            self.released.wait(30)
+            made(screen, *args)
+
+        monkeypatch.setattr(_item_vectors.Screen, "__init__", held)
+
+
+def test_a_query_while_the_build_screens_the_vectors_is_answered_without_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Vectors taken in bulk are screened by the build off the index's lock: a semantic query meanwhile is answered, its hits and scores those of a memory built without a build ahead."""
+    embedder = HashingEmbedder(64)
+    data = parted_rows(22_000)
+    memory = Memory([MemoryItem(**row) for row in data])
+    plain = Memory([MemoryItem(**row) for row in data])
+    expected = answers(plain, mode="semantic", embedder=embedder)
+    index = search_index(memory)
+    vectors = search_index(plain).embed(embedder, None)
+    assert vectors.used >= 65_536
+    stored = {key: vectors.matrix[rows] for key, rows in vectors.rows_of.items()}
+    index.adopt_vectors(embedder, None, stored, screen=False)
+    held = HeldScreen(monkeypatch)
+    index.build_ahead()
+    assert held.reached.wait(30)
+    got: list[Any] = []
+    query = threading.Thread(
+        target=lambda: got.append(answers(memory, mode="semantic", embedder=embedder)),
+        daemon=True,
+    )
+    query.start()
+    query.join(30)  # under the lock, the query would wait for the screen held here: 30 s, no answer
+    answered = bool(got)
+    held.released.set()
+    index.build_ahead(wait=True)
+    assert answered
+    assert got[0] == expected == answers(memory, mode="semantic", embedder=embedder)
+
+
+def test_items_changed_while_the_build_screens_the_vectors_are_ranked_as_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Items changed, dropped and added while the build screens the vectors off the lock: the screen taken is made again, and the hits and scores are those of a memory of the changed items built without a build ahead."""
+    embedder = HashingEmbedder(64)
+    memory = Memory([MemoryItem(**row) for row in parted_rows(22_000)])
+    source = Memory([MemoryItem(**row) for row in parted_rows(22_000)])
+    vectors = search_index(source).embed(embedder, None)
+    stored = {key: vectors.matrix[rows] for key, rows in vectors.rows_of.items()}
+    index = search_index(memory)
+    index.adopt_vectors(embedder, None, stored, screen=False)
+    held = HeldScreen(monkeypatch)
+    index.build_ahead()
+    assert held.reached.wait(30)
+    memory.content[10].set_value("thought", "invoice report chart")
+    memory.search("w1 w2 w3", 3, mode="semantic", embedder=embedder)  # embeds it anew meanwhile
+    memory.content[11].set_value("observation", "w1 w2 w3 dialog")
+    memory.delete_items([memory.content[12]])
+    memory.add_memory_item(MemoryItem(step=-1, thought="w1 invoice"))
+    held.released.set()
+    index.build_ahead(wait=True)
+    assert held.made == 2  # the one made from the rows before the changes is thrown away
+    plain = Memory([MemoryItem(**item.to_dict()) for item in memory.content])
+    assert answers(memory, mode="semantic", embedder=embedder) == answers(
+        plain, mode="semantic", embedder=embedder
+    )

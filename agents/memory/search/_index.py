@@ -47,7 +47,7 @@ from agents.memory._vectors import (
 )
 from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError
 from agents.memory.search._bm25 import QueryTerm, exhaustive_top
-from agents.memory.search._item_vectors import ItemVectors, Vectors
+from agents.memory.search._item_vectors import ItemVectors, Vectors, made_screens
 from agents.memory.search._pause import BuildPause
 from agents.memory.search._postings import BuiltPostings, KeywordPostings, Lengths
 from agents.memory.search._scan import TextScan, kept_terms_joined
@@ -72,6 +72,9 @@ def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
 _BULK = 1024  # a first query filing this many items or more files them in bulk
 _SCAN_ITEMS = 2048  # a first query over this many items or more is answered by a TextScan
 _FEW = 16  # a filter that at most one item in this many may pass ranks only those items
+_SCREEN_TRIES = (
+    3  # screens made off the lock and thrown away (rows changed) before one is made under it
+)
 
 
 class SearchIndex:
@@ -107,7 +110,7 @@ class SearchIndex:
         self.filter_tests = 0
         # The keyword index built ahead on another thread (see build_ahead), while one is.
         self._ahead: _Ahead | None = None
-        self._watching: set[_Ahead] = set()  # builds installed that still read vectors
+        self._watching: set[_Ahead] = set()  # builds installed that read vectors or screen
         self._generation = 0  # bumped by each whole-content replacement
         self._pause = BuildPause()  # queries answered elsewhere that a build gives way to
         # The items' terms joined, that answer queries until the build they started is in
@@ -221,8 +224,12 @@ class SearchIndex:
             return True
 
     def building(self) -> bool:
-        """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet."""
-        return self._ahead is not None or bool(self._watching)
+        """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet.
+
+        Not while it screens the vectors (off the lock): a query made then
+        is answered in RAM without the screen, to the same floats.
+        """
+        return self._ahead is not None or any(ahead.reading for ahead in [*self._watching])
 
     def build_paused(self) -> contextlib.AbstractContextManager[None]:
         """Return a context in which a build ahead stops at its next slice, for a query answered elsewhere (see ``BuildPause.held``)."""
@@ -664,6 +671,7 @@ class _Ahead:
         self.generation = generation
         self.changed: set[int] = set()
         self.reads_vectors = vectors is not None
+        self.reading = True  # until its keyword index is in and the vectors it reads are taken
         self.thread = threading.Thread(
             target=self._run,
             args=(index, items, vectors),
@@ -691,12 +699,9 @@ class _Ahead:
                 found = None
             if found is not None:
                 self.adopt(index, parts, *found)
-                return
         index._pause.give_way()
-        with index._lock:
-            index._watching.discard(self)
-            # Vectors taken in bulk as a session opened are screened here, not by a query.
-            index._vectors.screen()
+        # Vectors taken in bulk (as a session opened) are screened here, not by a query.
+        self.screen(index)
 
     def install(self, index: SearchIndex, built: BuiltPostings | None) -> None:
         """File what a build ahead made, less the items changed meanwhile (they stay marked for the next query)."""
@@ -704,8 +709,9 @@ class _Ahead:
             if index._ahead is not self:
                 return  # a reload replaced the content it read
             index._ahead = None
-            if self.reads_vectors:  # the vectors read next must still leave out items changed
-                index._watching.add(self)
+            self.reading = self.reads_vectors  # building until they are taken (see building)
+            # Watched until its vectors are read (they must still leave out items changed) and screened.
+            index._watching.add(self)
             if built is None or self.generation != index._generation or index._keyword.docs:
                 return
             items = index._items
@@ -722,17 +728,42 @@ class _Ahead:
     def adopt(
         self, index: SearchIndex, parts: EmbedParts, model: Embedder, vectors: Mapping[int, Any]
     ) -> None:
-        """Take the vectors read ahead, less those of items changed since the build started, for the content it read."""
+        """Take the vectors read ahead, less those of items changed since the build started, for the content it read (screened by :meth:`screen`)."""
         with index._lock:
-            index._watching.discard(self)
+            self.reading = False
             if self.generation != index._generation or index.parts != parts:
                 return  # a reload replaced the content, or the items are cut another way now
             changed = self.changed
             kept = {key: vector for key, vector in vectors.items() if key not in changed}
             try:
-                index._vectors.adopt(model, None, kept, index._items)
+                index._vectors.adopt(model, None, kept, index._items, screen=False)
             except EmbedderMismatchError:
                 return  # the index holds vectors of another model: the query will say so
+
+    def screen(self, index: SearchIndex) -> None:
+        """Screen the index's large tables (``ItemVectors.screen``); then the build is done.
+
+        The screens are made off the index's lock, from the rows read under
+        it, and taken under it if no row changed meanwhile (else made
+        again): a query made meanwhile scores every row exactly, as it
+        does before the build screens, and need not wait for the lock.
+        ``build_ahead(wait=True)`` waits until they are taken.
+        """
+        self.reading = False
+        try:
+            for _ in range(_SCREEN_TRIES):
+                with index._lock:
+                    vectors = index._vectors
+                    due = vectors.screens_due()
+                made = made_screens(due)
+                with index._lock:
+                    if index._vectors is vectors and vectors.take_screens(due, made):
+                        return
+            with index._lock:  # rows kept changing: screened under the lock, as a query would
+                index._vectors.screen()
+        finally:
+            with index._lock:
+                index._watching.discard(self)
 
 
 def _fields_holding(

@@ -808,6 +808,16 @@ class TextRows:
         return filed
 
 
+ScreensDue = tuple[int, "list[tuple[Vectors, Any, int, Screen | None]]"]
+"""The screens a build ahead makes off the index's lock: the tables' version and, per table, its matrix, rows in use and screen (``ItemVectors.screens_due``)."""
+
+
+def made_screens(due: ScreensDue) -> list[Screen]:
+    """Return the screen of each table of ``due`` from the rows read (off the index's lock: the slow part of ``ItemVectors.screen``)."""
+    np = numpy()
+    return [Screen(np, matrix, used) for _, matrix, used, _ in due[1]]
+
+
 def bulk_table(empty: Vectors, keys: Sequence[int], blocks: Sequence[Any]) -> Vectors:
     """Return the table ``empty.put(keys, blocks)`` then ``prepare()`` would make, from one matrix: the same scores, float for float.
 
@@ -860,17 +870,19 @@ class ItemVectors:
         parts: How items are cut into the texts that get embedded.
     """
 
-    __slots__ = ("parts", "tables", "waiting")
+    __slots__ = ("parts", "tables", "version", "waiting")
 
     def __init__(self, parts: EmbedParts) -> None:
         self.parts = parts
         self.tables: dict[tuple[str, ...] | None, Vectors] = {}
         self.waiting: dict[tuple[str, ...] | None, dict[int, None]] = {}
+        self.version = 0  # bumped by each change of a table's rows (see screens_due)
 
     def reset(self) -> None:
         """Forget every vector."""
         self.tables = {}
         self.waiting = {}
+        self.version += 1
 
     def added(self, added: Sequence[tuple[int, MemoryItem]]) -> None:
         """Mark added items as waiting for a vector in every table."""
@@ -879,12 +891,14 @@ class ItemVectors:
 
     def changed(self, key: int) -> None:
         """Drop the vectors of a changed item; it waits for new ones."""
+        self.version += 1
         for keys_of, vectors in self.tables.items():
             vectors.drop(key)
             self.waiting[keys_of][key] = None
 
     def dropped(self, key: int) -> None:
         """Drop the vectors of an item that is gone."""
+        self.version += 1
         for keys_of, vectors in self.tables.items():
             vectors.drop(key)
             self.waiting[keys_of].pop(key, None)
@@ -893,6 +907,38 @@ class ItemVectors:
         """Screen every large table, as a table filled by embedding is (one taken in bulk is not: see :func:`bulk_table`)."""
         for vectors in self.tables.values():
             vectors.prepare(screen=True)
+
+    def screens_due(self) -> ScreensDue:
+        """Return what :meth:`screen` would make anew now (each table, its matrix, its rows in use, its screen), for :func:`made_screens` to make off the index's lock.
+
+        Read under the index's lock; the rest of :meth:`screen` (following
+        a screen made already) is cheap and is done by :meth:`screen` itself.
+        """
+        due = [
+            (table, table.matrix, table.used, table.screen)
+            for table in self.tables.values()
+            if table.used >= SCREEN_ROWS
+            and table.matrix.shape[1] >= 4 * SCREEN_LEAST
+            and (table.screen is None or table.used >= 2 * table.screen.made_at)
+        ]
+        return self.version, due
+
+    def take_screens(self, due: ScreensDue, made: Sequence[Screen]) -> bool:
+        """Give each table of ``due`` its screen ``made`` (then :meth:`screen` the rest), unless a table's rows changed since ``due`` was read; return whether they were taken.
+
+        A screen made from the rows read is the one :meth:`screen` would
+        make now, so the scores are those of :meth:`screen`, float for float.
+        """
+        version, tables = due
+        if version != self.version or any(
+            table.matrix is not matrix or table.used != used or table.screen is not screen
+            for table, matrix, used, screen in tables
+        ):
+            return False
+        for (table, _, _, _), screen in zip(tables, made, strict=True):
+            table.screen = screen
+        self.screen()
+        return True
 
     def model(self) -> str | None:
         """Return the name of the model the vectors came from, or ``None``."""
@@ -927,6 +973,8 @@ class ItemVectors:
         table = self.table(embedder, keys, items)
         waiting = self.waiting[keys]
         chosen = [key for key in vectors if key in waiting and key in items]
+        if chosen:
+            self.version += 1
         # Each item's rows are kept (a session's vectors read from a store): not walked young.
         with collector_paused(len(chosen)):
             if chosen and not table.slot_of and not table.used:
@@ -996,6 +1044,8 @@ class ItemVectors:
                 todo.append((key, texts))
             else:
                 del waiting[key]  # no text, no vector: never a semantic hit
+        if todo:
+            self.version += 1
         done = 0
         embed = functools.partial(checked_vectors, embedder)
         for start in range(0, len(todo), batch_size):
