@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -99,21 +100,28 @@ def test_a_search_after_this_handle_writes_counts_its_own_commit() -> None:
         assert_same(ranked(store, "s", "zeta"), memory_ranked(store.read("s"), "zeta"))
 
 
-def test_known_statistics_are_forgotten_at_a_new_stamp() -> None:
-    """What was kept under one stamp is not returned under another, and names kept as absent are known."""
+def test_known_statistics_answer_only_at_their_stamp() -> None:
+    """What was kept under one stamp is answered without a statement (names kept as absent too), and asking about another stamp forgets nothing."""
+    con = sqlite3.connect(":memory:", isolation_level=None)
     known = KnownStatistics()
-    known.keep((1, 1, 1), {"s": ("1", 3, 9, 3, 9)}, {"1\u00b7a": (2, 2), "1\u00b7b": None})
+    read = LazyRead(con)
+    read.sessions["s"] = ("1", 3, 9, 3, 9)
+    read.terms.update({"1\u00b7a": (2, 2), "1\u00b7b": None})
+    known.keep((1, 1, 1), read)
     assert known.settled((1, 1, 1))
-    assert known.terms(["1\u00b7a", "1\u00b7b", "1\u00b7c"]) == ({"1\u00b7a": (2, 2)}, ["1\u00b7c"])
     assert not known.settled((1, 2, 1))
-    assert known.session("s") is None
-    assert known.terms(["1\u00b7a"]) == ({}, ["1\u00b7a"])
+    assert known.settled((1, 1, 1))  # asking is only asking
+    again = LazyRead(con)
+    assert known.sessions(again, ["s"]) == {"s": ("1", 3, 9, 3, 9)}
+    assert known.vocabulary(again, ["1\u00b7a", "1\u00b7b"]) == {"1\u00b7a": (2, 2)}
+    assert not again.ran
+    known.forget()
+    assert not known.settled((1, 1, 1))
+    con.close()
 
 
 def test_a_lazy_read_runs_no_statement_until_one_is_needed() -> None:
     """LazyRead begins no transaction when nothing is executed, and one when something is."""
-    import sqlite3
-
     con = sqlite3.connect(":memory:", isolation_level=None)
     reads = LazyRead(con)
     reads.close()
