@@ -23,7 +23,7 @@ from typing import Final, Literal, TypeVar
 from agents.memory.stores._core.terms import KeywordMatch, Terms, rank_matches
 from agents.memory.stores._sql.dialect import SQLITE
 from agents.memory.stores._sqlite.file import SQLiteFile
-from agents.memory.stores._sqlite.known import KnownStatistics, LazyRead, RowsPending
+from agents.memory.stores._sqlite.known import KnownStatistics, RowsPending, SnapshotRead
 from agents.memory.stores._sqlite.schema import (
     COUNT_INSERTED,
     FOLD,
@@ -177,7 +177,7 @@ class SQLiteKeywordIndex:
         return None if found is None else found[0]
 
     def _indexed_among(
-        self, reads: LazyRead, sid: str, terms: Sequence[str], seqs: Sequence[int]
+        self, reads: SnapshotRead, sid: str, terms: Sequence[str], seqs: Sequence[int]
     ) -> list[tuple[float, int]]:
         """Score the rows ``seqs`` of a session from the terms they keep, with the statistics kept or read in ``reads`` (every row folded)."""
         stats = self._known.sessions(reads, [sid]).get(sid)
@@ -227,11 +227,12 @@ class SQLiteKeywordIndex:
     def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int] | None:
         """Return how many of the session's items hold each of ``terms``: the document frequencies BM25 counts.
 
-        Each term's FTS5 postings in the session (``kvmemory_fts_row``, by
-        the session's prefix), kept with the statistics :meth:`top` reads
-        while the file is unchanged (:meth:`_settled`); while rows are
-        pending, one statement adds the session's pending rows whose terms
-        hold it: the numbers :meth:`top` scores with. Every distinct term is a key (0 where no item holds
+        One statement (one snapshot): each term's FTS5 postings in the
+        session (``kvmemory_fts_row``, by the session's prefix), plus the
+        session's pending rows whose terms hold it, the numbers :meth:`top`
+        scores with; none where the statistics a search read are kept at
+        the file's change stamp (:class:`KnownStatistics`: ranking the
+        query read them). Every distinct term is a key (0 where no item holds
         it). ``None`` for an older file opened read-only.
 
         Raises:
@@ -244,12 +245,11 @@ class SQLiteKeywordIndex:
         if self.file.no_tables or not wanted:
             return dict.fromkeys(wanted, 0)
         with self._reading(f" session {session_id!r} of"):
-            found = self._settled(
-                lambda reads: self._indexed_frequencies(reads, session_id, wanted), fold=False
-            )
-            if found is not None:
-                return found[0]
-            # Rows are pending: one statement counts them with the postings.
+            if self._known.settled(self.file.change_stamp()):
+                kept = self._known.frequencies(session_id, wanted)
+                if kept is not None:
+                    return kept
+            # One statement: the postings, and any pending rows' terms.
             sql = _FREQUENCIES + (_PENDING_FREQUENCIES if self.file.folds else "")
             counted = dict(
                 self.file.connection.execute(
@@ -257,18 +257,6 @@ class SQLiteKeywordIndex:
                 ).fetchall()
             )
         return {term: int(counted.get(term, 0)) for term in wanted}
-
-    def _indexed_frequencies(
-        self, reads: LazyRead, sid: str, wanted: Sequence[str]
-    ) -> dict[str, int]:
-        """Return each of ``wanted``'s document frequency in the session from the FTS5 vocabulary, with the statistics kept or read in ``reads`` (every row folded)."""
-        stats = self._known.sessions(reads, [sid]).get(sid)
-        if stats is None:
-            return dict.fromkeys(wanted, 0)
-        names = {f"{stats[0]}{MARK}{term}": term for term in wanted}
-        held = self._known.vocabulary(reads, list(names))
-        counted = {names[name]: docs for name, (docs, _) in held.items()}
-        return {term: counted.get(term, 0) for term in wanted}
 
     def top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int
@@ -317,48 +305,43 @@ class SQLiteKeywordIndex:
         found = self._settled(lambda reads: self._indexed_top(reads, sids, terms, k), fold=True)
         return self._pending_top(sids, terms, k) if found is None else found[0]
 
-    def _settled(self, indexed: Callable[[LazyRead], _T], *, fold: bool) -> tuple[_T] | None:
-        """Return ``(indexed(reads),)`` read at a stamp of the file at which no row is pending, or ``None`` if rows stay pending.
+    def _settled(self, indexed: Callable[[SnapshotRead], _T], *, fold: bool) -> tuple[_T] | None:
+        """Return ``(indexed(reads),)`` read in one snapshot of the file in which no row is pending, or ``None`` if rows stay pending.
 
-        ``indexed`` reads the statistics through :attr:`_known` (kept while
-        the file's change stamp stays the same, :class:`KnownStatistics`)
-        and its other statements through ``reads``, one read transaction.
-        Unless the file is known settled at the stamp read before, the
+        One read transaction: its first statement reads the file's change
+        stamp (:meth:`SQLiteFile.snapshot_stamp`), which names the snapshot
+        every later statement reads. ``indexed`` reads the statistics
+        through :attr:`_known`, which answers from what it kept at that
+        stamp (:class:`KnownStatistics`), and its other statements through
+        ``reads``. Unless the file is known settled at the stamp, the
         statement that reads the sessions' counts also checks that no row
         is pending (:class:`RowsPending`: with ``fold``, a writable handle
-        folds them, :meth:`fold_pending`, and tries again). The stamp read
-        after tells that no connection committed in between (the snapshot
-        read was the one checked): what was read is then kept under it.
-        Tried :data:`_SNAPSHOT_TRIES` times while other connections commit.
+        folds them, :meth:`fold_pending`, and tries once more). What was
+        read is then kept under the stamp.
         """
         con = self.file.connection
         folded = not fold or not self.file.folds
-        for _ in range(_SNAPSHOT_TRIES):
-            stamp = self.file.change_stamp()
-            settled = self._known.settled(stamp) or not self.file.folds
-            if not self._known.settled(stamp):
-                self._known.forget()  # kept at another stamp
-            reads = LazyRead(con, check=not settled)
+        while True:
+            reads = SnapshotRead(con)
+            reads.begin()  # the stamp read next is this transaction's snapshot's
             try:
+                stamp = self.file.snapshot_stamp()
+                settled = self._known.settled(stamp)
+                if not settled:
+                    self._known.forget()  # kept in another snapshot
+                reads.check = self.file.folds and not settled
                 result = indexed(reads)
-                if not (settled or reads.checked) and con.execute(_ANY_PENDING).fetchone()[0]:
+                if reads.check and not reads.checked and con.execute(_ANY_PENDING).fetchone()[0]:
                     raise RowsPending  # (a search that read no counts: none does today)
+                self._known.keep(stamp, reads)
+                return (result,)
             except RowsPending:
                 if folded:
                     return None
-                reads.close()
-                self.fold_pending()
-                folded = True
-                continue
             finally:
                 reads.close()
-            if not reads.ran:
-                return (result,)  # every answer was kept at this stamp
-            if self.file.change_stamp() == stamp:
-                self._known.keep(stamp, reads)
-                return (result,)
-            self._known.forget()
-        return None
+            self.fold_pending()
+            folded = True
 
     def _pending_top(
         self, sids: Sequence[str], terms: Sequence[str], k: int
@@ -424,7 +407,7 @@ class SQLiteKeywordIndex:
             con.execute("COMMIT")
 
     def _indexed_top(
-        self, reads: LazyRead, sids: Sequence[str], terms: Sequence[str], k: int
+        self, reads: SnapshotRead, sids: Sequence[str], terms: Sequence[str], k: int
     ) -> list[tuple[float, int]]:
         """Return the sessions' ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`FTSScorer`).
 
@@ -476,8 +459,6 @@ _ROW_TERMS: Final = (
 
 _COUNT_INSERTED_THROUGH: Final = COUNT_INSERTED + " RETURNING (" + THROUGH + ")"
 """:data:`~agents.memory.stores._sqlite.schema.COUNT_INSERTED`, returning :data:`THROUGH` (one statement per commit fewer than both)."""
-_SNAPSHOT_TRIES: Final = 3
-"""Searches tried with the FTS table alone while other connections commit, before reading pending rows."""
 _ANY_PENDING: Final = "SELECT EXISTS (SELECT 1 FROM kvmemory_items WHERE seq > (SELECT through FROM kvmemory_fts_mark))"
 _PENDING_ROWS: Final = (
     "SELECT seq, n_terms, terms FROM kvmemory_items"

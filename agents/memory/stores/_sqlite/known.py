@@ -9,9 +9,10 @@ answers under the file's change stamp
 (:meth:`~agents.memory.stores._sqlite.file.SQLiteFile.change_stamp`:
 connections opened, ``PRAGMA data_version`` and the connection's own
 ``total_changes``), so that any commit, by this connection or by another in
-any process, forgets them all; :class:`LazyRead` begins the read
-transaction only when a statement is needed. One statement reads the
-sessions' counts and whether any row is pending (:data:`_SESSIONS`).
+any process, forgets them all. A search reads in one read transaction
+(:class:`SnapshotRead`) whose first statement reads the stamp: the stamp of
+the snapshot every statement of it reads. One statement reads the sessions'
+counts and whether any row is pending (:data:`_SESSIONS`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from collections.abc import Hashable, Sequence
 from typing import Any, Final
 
 from agents.memory.stores._sql.dialect import SQLITE
+from agents.memory.stores._sqlite.schema import MARK
 
-__all__ = ["KnownStatistics", "LazyRead", "RowsPending"]
+__all__ = ["KnownStatistics", "RowsPending", "SnapshotRead"]
 
 Statistics = tuple[str, int, int, int, int]
 """A session's key, item count and term count, then the FTS5 table's row and token counts."""
@@ -32,21 +34,19 @@ class RowsPending(Exception):
     """Rows of the file wait to be folded into the FTS table (a signal inside the keyword index; it never reaches a caller of the store)."""
 
 
-class LazyRead:
-    """One read transaction on ``con``, begun at the first statement, ended by :meth:`close` if begun.
+class SnapshotRead:
+    """One read transaction on ``con`` (:meth:`begin`, :meth:`close`), and what a search read in it of the statistics.
 
-    A search whose answers are all kept (:class:`KnownStatistics`) then runs
-    no statement at all. What the search read of the statistics is noted in
-    :attr:`sessions` and :attr:`terms`, to be kept once checked.
+    What the search read of the statistics is noted in :attr:`sessions`
+    and :attr:`terms`, to be kept (:meth:`KnownStatistics.keep`).
 
     Args:
         con: The connection.
-        check: Whether the file is not known to hold no pending row: the
-            first read of the statistics then checks (and raises
-            :class:`RowsPending` if one is).
 
     Attributes:
-        ran: Whether any statement ran.
+        check: Whether the file is not known to hold no pending row: the
+            first read of the statistics then checks (and raises
+            :class:`RowsPending` if one is). ``False`` unless set.
         checked: Whether a statement checked that no row is pending.
         sessions: The session statistics read, by session id (``None``
             for a session the file does not hold).
@@ -54,10 +54,9 @@ class LazyRead:
             (``None`` for a name no row holds).
     """
 
-    def __init__(self, con: sqlite3.Connection, *, check: bool = False) -> None:
+    def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
-        self.check = check
-        self.ran = False
+        self.check = False
         self.checked = False
         self.sessions: dict[str, Statistics | None] = {}
         self.terms: dict[str, tuple[int, int] | None] = {}
@@ -67,7 +66,7 @@ class LazyRead:
         """Begin the transaction, unless it was begun."""
         if not self._open:
             self.con.execute("BEGIN")
-            self._open = self.ran = True
+            self._open = True
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> Any:
         """Run ``sql`` inside the transaction (beginning it first if needed); return the cursor."""
@@ -86,7 +85,7 @@ class KnownStatistics:
 
     The searches of a handle read the statistics through :meth:`sessions`
     and :meth:`vocabulary`, which answer from what is kept and read the
-    rest (noting it in the :class:`LazyRead`). Answers are kept only under
+    rest (noting it in the :class:`SnapshotRead`). Answers are kept only under
     the stamp read before they were read, and only once the caller
     confirmed the stamp unchanged after (:meth:`keep`): an answer is never
     older than its stamp. A search at another stamp first calls
@@ -113,7 +112,7 @@ class KnownStatistics:
         self._sessions.clear()
         self._terms.clear()
 
-    def keep(self, stamp: Hashable, reads: LazyRead) -> None:
+    def keep(self, stamp: Hashable, reads: SnapshotRead) -> None:
         """Keep what one search read at ``stamp`` (checked unchanged after it read, with no row pending): the file is then settled at ``stamp``."""
         if stamp != self._stamp:
             self.forget()
@@ -125,7 +124,7 @@ class KnownStatistics:
             self._terms.clear()
         self._terms.update(reads.terms)
 
-    def sessions(self, reads: LazyRead, sids: Sequence[str]) -> dict[str, Statistics]:
+    def sessions(self, reads: SnapshotRead, sids: Sequence[str]) -> dict[str, Statistics]:
         """Return the statistics of the sessions ``sids`` the file holds, by id: those kept, the others read in one statement.
 
         Raises:
@@ -156,7 +155,23 @@ class KnownStatistics:
             raise RowsPending
         return found
 
-    def vocabulary(self, reads: LazyRead, names: Sequence[str]) -> dict[str, tuple[int, int]]:
+    def frequencies(self, sid: str, terms: Sequence[str]) -> dict[str, int] | None:
+        """Return how many of session ``sid``'s items hold each of ``terms`` (the FTS5 vocabulary's document counts of its terms), or ``None`` unless the session and every term are kept."""
+        if sid not in self._sessions:
+            return None
+        stats = self._sessions[sid]
+        if stats is None:
+            return dict.fromkeys(terms, 0)
+        counted = {}
+        for term in terms:
+            name = f"{stats[0]}{MARK}{term}"
+            if name not in self._terms:
+                return None
+            counts = self._terms[name]
+            counted[term] = 0 if counts is None else counts[0]
+        return counted
+
+    def vocabulary(self, reads: SnapshotRead, names: Sequence[str]) -> dict[str, tuple[int, int]]:
         """Return ``{name: (documents, occurrences)}`` of the FTS5 terms ``names`` some row holds: those kept, the others read in one statement."""
         held: dict[str, tuple[int, int]] = {}
         missing = []
