@@ -218,9 +218,21 @@ class SQLiteFile:
         """
         with self.lock:
             self.follow_writers()
-            con = self._con
-            (version,) = con.execute("PRAGMA data_version").fetchone()
-            return self._opened, int(version), con.total_changes
+            return self.snapshot_stamp()
+
+    def snapshot_stamp(self) -> tuple[int, int, int]:
+        """Return :meth:`change_stamp` without following other writers: inside a read transaction, the stamp of its snapshot.
+
+        ``PRAGMA data_version`` keeps its value for the whole of a read
+        transaction (the commits of others are counted when the next one
+        begins), so read first inside one it names the snapshot every
+        statement of the transaction reads. It does not follow writers,
+        which would open the file again under the transaction: the caller
+        holds :attr:`lock` and followed them before it began.
+        """
+        con = self._con
+        (version,) = con.execute("PRAGMA data_version").fetchone()
+        return self._opened, int(version), con.total_changes
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

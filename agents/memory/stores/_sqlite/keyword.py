@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator, Sequence
-from typing import Final, Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, Literal, TypeVar
 
 from agents.memory.stores._core.terms import KeywordMatch, Terms, rank_matches
 from agents.memory.stores._sql.dialect import SQLITE
 from agents.memory.stores._sqlite.file import SQLiteFile
-from agents.memory.stores._sqlite.known import KnownStatistics, LazyRead
+from agents.memory.stores._sqlite.known import KnownStatistics, RowsPending, SnapshotRead
 from agents.memory.stores._sqlite.schema import (
     COUNT_INSERTED,
     FOLD,
@@ -35,6 +35,8 @@ from agents.memory.stores._sqlite.schema import (
 from agents.memory.stores._sqlite.scorer import FTSScorer, score_rows
 
 __all__ = ["KeywordFold", "SQLiteKeywordIndex"]
+
+_T = TypeVar("_T")
 
 KeywordFold = Literal["batched", "lazy"]
 """When writes add pending rows to the FTS table: ``"batched"`` (once :data:`FOLD_AT` wait) or ``"lazy"`` (never; searches and closes do)."""
@@ -168,51 +170,31 @@ class SQLiteKeywordIndex:
             return None
         if self.file.no_tables:
             return []
-        sid = session_id
-        with self._reading(f" session {sid!r} of"):
-            if not self.file.folds:
-                return self._indexed_among(sid, terms, seqs)
-            self.fold_pending()
-            con = self.file.connection
-            for _ in range(_SNAPSHOT_TRIES):
-                (version,) = con.execute("PRAGMA data_version").fetchone()
-                if con.execute(_ANY_PENDING).fetchone()[0]:
-                    return None
-                scored = self._indexed_among(sid, terms, seqs)
-                if con.execute("PRAGMA data_version").fetchone()[0] == version:
-                    return scored
-            return None
+        with self._reading(f" session {session_id!r} of"):
+            found = self._settled(
+                lambda reads: self._indexed_among(reads, session_id, terms, seqs), fold=True
+            )
+        return None if found is None else found[0]
 
     def _indexed_among(
-        self, sid: str, terms: Sequence[str], seqs: Sequence[int]
+        self, reads: SnapshotRead, sid: str, terms: Sequence[str], seqs: Sequence[int]
     ) -> list[tuple[float, int]]:
-        """Score the rows ``seqs`` of a session from the terms they keep, in one read transaction (every row folded)."""
-        con = self.file.connection
-        con.execute("BEGIN")
-        try:
-            stats = con.execute(_STATISTICS, (sid,)).fetchone()
-            if stats is None or stats[1] <= 0:
-                return []
-            key, n_items, total, _, _ = stats
-            names = {f"{key}{MARK}{term}": term for term in dict.fromkeys(terms)}
-            df = {
-                names[name]: int(docs)
-                for name, docs in con.execute(
-                    "SELECT term, doc FROM kvmemory_fts_row"
-                    " WHERE term IN (SELECT value FROM json_each(?))",
-                    (SQLITE.bind_list(list(names)),),
-                )
-            }
-            if not df:
-                return []
-            rows = con.execute(
-                "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ?"
-                " AND seq IN (SELECT value FROM json_each(?))",
-                (sid, SQLITE.bind_list(list(seqs))),
-            ).fetchall()
-        finally:
-            con.execute("COMMIT")
-        return score_rows(rows, terms, df, int(n_items), int(total))
+        """Score the rows ``seqs`` of a session from the terms they keep, with the statistics kept or read in ``reads`` (every row folded)."""
+        stats = self._known.sessions(reads, [sid]).get(sid)
+        if stats is None or stats[1] <= 0:
+            return []
+        key, n_items, total, _, _ = stats
+        names = {f"{key}{MARK}{term}": term for term in dict.fromkeys(terms)}
+        held = self._known.vocabulary(reads, list(names))
+        if not held:
+            return []
+        df = {names[name]: docs for name, (docs, _) in held.items()}
+        rows = reads.execute(
+            "SELECT seq, n_terms, terms FROM kvmemory_items WHERE session_id = ?"
+            " AND seq IN (SELECT value FROM json_each(?))",
+            (sid, SQLITE.bind_list(list(seqs))),
+        ).fetchall()
+        return score_rows(rows, terms, df, n_items, total)
 
     def held(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
@@ -248,7 +230,9 @@ class SQLiteKeywordIndex:
         One statement (one snapshot): each term's FTS5 postings in the
         session (``kvmemory_fts_row``, by the session's prefix), plus the
         session's pending rows whose terms hold it, the numbers :meth:`top`
-        scores with. Every distinct term is a key (0 where no item holds
+        scores with; none where the statistics a search read are kept at
+        the file's change stamp (:class:`KnownStatistics`: ranking the
+        query read them). Every distinct term is a key (0 where no item holds
         it). ``None`` for an older file opened read-only.
 
         Raises:
@@ -260,8 +244,13 @@ class SQLiteKeywordIndex:
         wanted = list(dict.fromkeys(terms))
         if self.file.no_tables or not wanted:
             return dict.fromkeys(wanted, 0)
-        sql = _FREQUENCIES + (_PENDING_FREQUENCIES if self.file.folds else "")
         with self._reading(f" session {session_id!r} of"):
+            if self._known.settled(self.file.change_stamp()):
+                kept = self._known.frequencies(session_id, wanted)
+                if kept is not None:
+                    return kept
+            # One statement: the postings, and any pending rows' terms.
+            sql = _FREQUENCIES + (_PENDING_FREQUENCIES if self.file.folds else "")
             counted = dict(
                 self.file.connection.execute(
                     sql + _FREQUENCIES_OF, (SQLITE.bind_list(wanted), session_id)
@@ -307,41 +296,52 @@ class SQLiteKeywordIndex:
     def _snapshot_top(
         self, sids: Sequence[str], terms: Sequence[str], k: int
     ) -> list[tuple[float, int]]:
-        """Score the session's items holding a query term, from one snapshot of the file.
+        """Score the sessions' items holding a query term, from one snapshot of the file.
 
-        A writable handle first folds any pending rows (:meth:`fold_pending`).
-        With no pending row in the store (see :data:`THROUGH`) the FTS table
-        holds every row and :meth:`_indexed_top` scores; the file's change
-        stamp (``PRAGMA data_version`` among others) read before and after
-        tells that no other connection committed in between (its snapshot
-        was the one checked). What it read of the statistics is then kept
-        under that stamp (:class:`KnownStatistics`): until the next commit
-        to the file, by any connection, a search skips the pending check
-        and those reads. Otherwise :meth:`_pending_top` scores, in one read
-        transaction.
+        From the FTS table alone where no row is pending (:meth:`_settled`,
+        which folds them first on a writable handle); otherwise
+        :meth:`_pending_top` scores, in one read transaction.
+        """
+        found = self._settled(lambda reads: self._indexed_top(reads, sids, terms, k), fold=True)
+        return self._pending_top(sids, terms, k) if found is None else found[0]
+
+    def _settled(self, indexed: Callable[[SnapshotRead], _T], *, fold: bool) -> tuple[_T] | None:
+        """Return ``(indexed(reads),)`` read in one snapshot of the file in which no row is pending, or ``None`` if rows stay pending.
+
+        One read transaction: its first statement reads the file's change
+        stamp (:meth:`SQLiteFile.snapshot_stamp`), which names the snapshot
+        every later statement reads. ``indexed`` reads the statistics
+        through :attr:`_known`, which answers from what it kept at that
+        stamp (:class:`KnownStatistics`), and its other statements through
+        ``reads``. Unless the file is known settled at the stamp, the
+        statement that reads the sessions' counts also checks that no row
+        is pending (:class:`RowsPending`: with ``fold``, a writable handle
+        folds them, :meth:`fold_pending`, and tries once more). What was
+        read is then kept under the stamp.
         """
         con = self.file.connection
-        if not self.file.folds:
-            return self._indexed_top(sids, terms, k)
-        stamp: object = self.file.change_stamp()
-        if not self._known.settled(stamp) and con.execute(_ANY_PENDING).fetchone()[0]:
+        folded = not fold or not self.file.folds
+        while True:
+            reads = SnapshotRead(con)
+            reads.begin()  # the stamp read next is this transaction's snapshot's
+            try:
+                stamp = self.file.snapshot_stamp()
+                settled = self._known.settled(stamp)
+                if not settled:
+                    self._known.forget()  # kept in another snapshot
+                reads.check = self.file.folds and not settled
+                result = indexed(reads)
+                if reads.check and not reads.checked and con.execute(_ANY_PENDING).fetchone()[0]:
+                    raise RowsPending  # (a search that read no counts: none does today)
+                self._known.keep(stamp, reads)
+                return (result,)
+            except RowsPending:
+                if folded:
+                    return None
+            finally:
+                reads.close()
             self.fold_pending()
-            stamp = None
-        for _ in range(_SNAPSHOT_TRIES):
-            if stamp is None:
-                stamp = self.file.change_stamp()
-                if not self._known.settled(stamp) and con.execute(_ANY_PENDING).fetchone()[0]:
-                    break
-            reads = LazyRead(con)
-            best = self._indexed_top(sids, terms, k, reads)
-            if not reads.ran:
-                return best  # every answer was kept at this stamp
-            if self.file.change_stamp() == stamp:
-                self._known.keep(stamp, reads.sessions, reads.terms)
-                return best
-            self._known.forget()
-            stamp = None
-        return self._pending_top(sids, terms, k)
+            folded = True
 
     def _pending_top(
         self, sids: Sequence[str], terms: Sequence[str], k: int
@@ -407,81 +407,40 @@ class SQLiteKeywordIndex:
             con.execute("COMMIT")
 
     def _indexed_top(
-        self, sids: Sequence[str], terms: Sequence[str], k: int, reads: LazyRead | None = None
+        self, reads: SnapshotRead, sids: Sequence[str], terms: Sequence[str], k: int
     ) -> list[tuple[float, int]]:
         """Return the sessions' ``k`` best ``(score, seq)`` by BM25, from the FTS5 postings (see :class:`FTSScorer`).
 
-        With ``reads`` (the file checked settled at a stamp), the statistics
-        kept under it (:class:`KnownStatistics`) are used, and those read
-        are noted in ``reads``.
+        The statistics are those kept (:class:`KnownStatistics`) or read in
+        ``reads``; the postings are read in its transaction. Over several
+        sessions, their counts and each term's postings statistics are
+        summed (an upper bound on a term's count in one item stays one).
         """
-        if len(sids) > 1:
-            return self._indexed_top_of_many(sids, terms, k)
-        sid = sids[0]
-        con = self.file.connection
-        known = self._known if reads is not None else KnownStatistics()
-        # One read transaction: the counts and the postings come from one snapshot.
-        reads = LazyRead(con) if reads is None else reads
-        try:
-            stats = known.session(sid)
-            if stats is None:
-                stats = reads.execute(_STATISTICS, (sid,)).fetchone()
-                if stats is not None:
-                    reads.sessions[sid] = stats
-            if stats is None or stats[1] <= 0:
-                return []
-            key, n_items, total, n_rows, n_tokens = stats
-            prefix = f"{key}{MARK}"
-            names = {prefix + term: term for term in dict.fromkeys(terms)}
-            # Each term's postings are the session's own (by their prefix): doc is
-            # its document frequency in the session, cnt its number of occurrences.
-            held, missing = known.terms(names)
-            if missing:
-                reads.terms.update(dict.fromkeys(missing))
-                for name, docs, count in reads.execute(_VOCABULARY, (SQLITE.bind_list(missing),)):
-                    held[name] = reads.terms[name] = (int(docs), int(count))
-            vocab = {names[name]: counts for name, counts in held.items()}
-            if not vocab:
-                return []
-            reads.begin()
-            scorer = FTSScorer(con, [sid], [prefix], terms, vocab, n_items, total)
+        stats = self._known.sessions(reads, sids)
+        n_items = sum(row[1] for row in stats.values())
+        if n_items <= 0:
+            return []
+        prefixes = [f"{row[0]}{MARK}" for row in stats.values()]
+        wanted = list(dict.fromkeys(terms))
+        # Each term's postings are each session's own (by their prefix): doc is its
+        # document frequency in the session, cnt its number of occurrences.
+        names = {prefix + term: term for prefix in prefixes for term in wanted}
+        vocab: dict[str, tuple[int, int]] = {}
+        for name, (docs, count) in self._known.vocabulary(reads, list(names)).items():
+            held, seen = vocab.get(names[name], (0, 0))
+            vocab[names[name]] = (held + docs, seen + count)
+        if not vocab:
+            return []
+        reads.begin()
+        total = sum(row[2] for row in stats.values())
+        scorer = FTSScorer(reads.con, list(stats), prefixes, terms, vocab, n_items, total)
+        if len(stats) == 1:
+            (_, _, _, n_rows, n_tokens) = next(iter(stats.values()))
             # Every FTS row is this session's: FTS5's statistics are the session's own.
             scorer.alone = n_rows == n_items
-            scorer.table = (int(n_rows), int(n_tokens))
+            scorer.table = (n_rows, n_tokens)
             scorer.lengths_indexed = self.file.lengths_indexed
-            return scorer.best(k)
-        finally:
-            reads.close()
-
-    def _indexed_top_of_many(
-        self, sids: Sequence[str], terms: Sequence[str], k: int
-    ) -> list[tuple[float, int]]:
-        """Return the ``k`` best ``(score, seq)`` of several sessions ranked as one corpus, from the FTS5 postings.
-
-        Their counts and each term's postings statistics are summed over the
-        sessions (an upper bound on a term's count in one item stays one).
-        """
-        con = self.file.connection
-        con.execute("BEGIN")
-        try:
-            stats = con.execute(_SESSIONS_COUNTS, (SQLITE.bind_list(list(sids)),)).fetchall()
-            n_items = sum(int(row[1]) for row in stats)
-            total = sum(int(row[2]) for row in stats)
-            if n_items <= 0:
-                return []
-            prefixes = [f"{row[0]}{MARK}" for row in stats]
-            wanted = list(dict.fromkeys(terms))
-            names = {prefix + term: term for prefix in prefixes for term in wanted}
-            vocab: dict[str, tuple[int, int]] = {}
-            for name, docs, count in con.execute(_VOCABULARY, (SQLITE.bind_list(list(names)),)):
-                held, seen = vocab.get(names[name], (0, 0))
-                vocab[names[name]] = (held + int(docs), seen + int(count))
-            if not vocab:
-                return []
-            ids = [str(row[3]) for row in stats]
-            return FTSScorer(con, ids, prefixes, terms, vocab, n_items, total).best(k)
-        finally:
-            con.execute("COMMIT")
+        return scorer.best(k)
 
     def rebuild(self) -> None:
         """Rebuild the index (FTS5 table, terms, counts) from the stored items, in one write transaction.
@@ -500,8 +459,6 @@ _ROW_TERMS: Final = (
 
 _COUNT_INSERTED_THROUGH: Final = COUNT_INSERTED + " RETURNING (" + THROUGH + ")"
 """:data:`~agents.memory.stores._sqlite.schema.COUNT_INSERTED`, returning :data:`THROUGH` (one statement per commit fewer than both)."""
-_SNAPSHOT_TRIES: Final = 3
-"""Searches tried with the FTS table alone while other connections commit, before reading pending rows."""
 _ANY_PENDING: Final = "SELECT EXISTS (SELECT 1 FROM kvmemory_items WHERE seq > (SELECT through FROM kvmemory_fts_mark))"
 _PENDING_ROWS: Final = (
     "SELECT seq, n_terms, terms FROM kvmemory_items"
@@ -524,12 +481,3 @@ _PENDING_FREQUENCIES: Final = (
 )
 """Each query term's pending rows in the session (their terms are in their rows, not yet in the FTS table)."""
 _FREQUENCIES_OF: Final = " FROM json_each(?1) AS q, kvmemory_search AS s WHERE s.session_id = ?2"
-_VOCABULARY: Final = (
-    "SELECT term, doc, cnt FROM kvmemory_fts_row WHERE term IN (SELECT value FROM json_each(?))"
-)
-"""Each of some FTS5 terms' document count and occurrences (terms no row holds are left out)."""
-_STATISTICS: Final = (
-    "SELECT key, items, terms, (SELECT sum(items) FROM kvmemory_search),"
-    " (SELECT sum(terms) FROM kvmemory_search) FROM kvmemory_search WHERE session_id = ?"
-)
-"""The session's key, item count and term count (BM25's statistics), then the FTS5 table's row and token counts (FTS5's statistics)."""
