@@ -6,7 +6,7 @@ import enum
 import shutil
 import tempfile
 import uuid
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +17,7 @@ from agents.memory import Memory, MemoryItem
 from agents.memory.exceptions import InvalidQueryError
 from agents.memory.search import Filter
 from agents.memory.stores import JSONLStore, open_store
-from agents.memory.stores._core.encoding import encode_rows
+from agents.memory.stores._core.encoding import decode_pairs, encode_rows
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.value_index import SHORT, ValueIndex
 
@@ -340,3 +340,222 @@ def test_numbers_filed_before_and_after_the_first_range_are_all_found() -> None:
     index.add(5, encoded(MemoryItem(weight=2.5)))
     index.remove(4, encoded(MemoryItem(weight=3)))
     assert index.candidates(tree) == {2, 5}
+
+
+# -- answered exactly ------------------------------------------------------------------------
+
+
+class Shade(str, enum.Enum):
+    """A string enum whose ``str()`` holds no query word: tagged by the codec, equal to ``"a"`` decoded."""
+
+    A = "a"
+
+
+EXACT: Final = (None, True, False, 0, 1, 1.0, 2, 2.5, "a", "b", "", Shade.A, [1], {1: "a"})
+"""Few values, so that rows share them, with the ones the index reads loosely: a tagged enum and dict, a list."""
+
+
+@st.composite
+def exact_items(draw: st.DrawFn) -> MemoryItem:
+    """An item holding some of the filtered fields from :data:`EXACT`, dicts under ``a`` and ``meta`` (some holding ``b``), and often a field named ``a.b``."""
+    plain = st.sampled_from(EXACT)
+    value = st.one_of(plain, st.dictionaries(st.sampled_from(("b", "owner")), plain, max_size=2))
+    fields: dict[str, Any] = {"text": " ".join(draw(st.lists(st.sampled_from(WORDS), max_size=3)))}
+    for name in ("agent", "x", "a", "a.b", "meta"):
+        if draw(st.booleans()):
+            fields[name] = draw(value)
+    return MemoryItem(**fields)
+
+
+EXACT_OPERANDS: Final = (None, True, False, 0, 1, 2, 2.5, "a", "b")
+
+
+@st.composite
+def exact_conditions(draw: st.DrawFn) -> dict[str, Any]:
+    """A condition on a field :func:`exact_items` fills, naming values its rows often hold (``$ne``: one the index cannot answer)."""
+    field = draw(st.sampled_from(("agent", "x", "a.b", "meta.owner")))
+    operand = st.sampled_from(EXACT_OPERANDS)
+    kind = draw(st.sampled_from(("plain", "in", "bounds", "range", "ne")))
+    if kind == "plain":
+        return {field: draw(operand)}
+    if kind == "in":
+        return {field: {"$in": draw(st.lists(operand, min_size=1, max_size=3))}}
+    if kind == "bounds":
+        low, high = draw(st.sampled_from((0, 0.5, 1))), draw(st.sampled_from((1, 2, 3)))
+        return {field: {"$gte": low, "$lt": high}}
+    if kind == "range":
+        return {field: range(draw(st.integers(1, 3)))}
+    return {field: {"$ne": draw(operand)}}
+
+
+def exact_wheres() -> st.SearchStrategy[dict[str, Any]]:
+    """A filter of :func:`exact_conditions`: one, or two under ``$and`` or ``$or``."""
+    one = exact_conditions()
+    two = st.tuples(one, one)
+    return st.one_of(
+        one,
+        two.map(lambda pair: {"$and": list(pair)}),
+        two.map(lambda pair: {"$or": list(pair)}),
+    ).filter(_compiles)
+
+
+def decoded(data: bytes) -> MemoryItem:
+    """Return the item a store decodes from a row's bytes to judge a filter."""
+    return decode_pairs([(0, data)], "a test row", "base")[0][1]
+
+
+class ExactIndexMachine(RuleBasedStateMachine):
+    """A RowTable's value index against its rows decoded: the rows it says pass a filter pass, and every row that passes is among those or the unsure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = RowTable()
+        self.next = 1
+
+    @rule(new=st.lists(exact_items(), min_size=1, max_size=3))
+    def append(self, new: list[MemoryItem]) -> None:
+        for item in new:
+            self.table[self.next] = (None, 0.0, encoded(item))
+            self.next += 1
+
+    @rule(pick=st.integers(0, 100), item=exact_items())
+    def update(self, pick: int, item: MemoryItem) -> None:
+        if self.table:
+            seq = sorted(self.table)[pick % len(self.table)]
+            self.table[seq] = (None, 0.0, encoded(item))
+
+    @rule(pick=st.integers(0, 100))
+    def delete(self, pick: int) -> None:
+        if self.table:
+            self.table.discard(sorted(self.table)[pick % len(self.table)])
+
+    @rule(where=exact_wheres())
+    def judged_rows_pass_and_no_passing_row_is_left_out(self, where: dict[str, Any]) -> None:
+        keep = Filter(where)
+        found = self.table.value_index.judged(keep.tree)
+        if found is None:
+            return
+        passing, unsure = found
+        truly = {seq for seq, row in self.table.items() if keep(decoded(row[2]))}
+        assert passing <= truly
+        assert truly <= passing | unsure
+        assert not passing & unsure
+
+
+ExactIndexMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None
+)
+TestExactIndex = ExactIndexMachine.TestCase
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"x": True}, {"x": 1}),  # no bool equals a number
+        ({"x": 1}, {"x": True}),
+        ({"x": False}, {"x": {"$lt": 1}}),  # nor is ordered with one
+        ({"x": 2.0}, {"x": range(1, 4)}),  # a range keeps ints only
+    ],
+)
+def test_a_bool_or_a_float_named_by_a_number_filter_is_known_to_fail(
+    fields: dict[str, Any], where: dict[str, Any]
+) -> None:
+    """Bools are filed apart from numbers, and a range is exact only where no float is filed: such a row is neither passing nor unsure, or it is unsure."""
+    index = ValueIndex()
+    index.add(1, encoded(MemoryItem(**fields)))
+    found = index.judged(Filter(where).tree)
+    assert found is not None
+    assert 1 not in found[0]
+
+
+def test_equal_strings_are_answered_without_decoding() -> None:
+    """An equality to a short string names exactly the rows holding it, known to pass."""
+    index = ValueIndex()
+    for seq, agent in enumerate(("host", "reviewer", "host", "reviewer"), 1):
+        index.add(seq, encoded(MemoryItem(agent=agent, meta={"owner": agent})))
+    assert index.judged(Filter({"agent": "reviewer"}).tree) == ({2, 4}, set())
+    assert index.judged(Filter({"meta.owner": {"$in": ["host"]}}).tree) == ({1, 3}, set())
+
+
+def test_rows_read_loosely_are_unsure() -> None:
+    """A row with a dotted key under a dotted filter, a tagged value, or a typed item is decoded to be told."""
+    index = ValueIndex()
+    index.add(1, encoded(MemoryItem(**{"a.b": [1], "a": {"b": "v"}})))  # value_at reads [1]
+    index.add(2, encoded(MemoryItem(agent=Colour.RED)))
+    index.add(3, b'{"$kv":"item","class":"pkg.mod:Step","fields":{"agent":"a"}}')
+    index.add(4, encoded(MemoryItem(a={"b": "v"}, agent="a")))
+    assert index.judged(Filter({"a.b": "v"}).tree) == ({4}, {1})
+    assert index.judged(Filter({"agent": "a"}).tree) == ({4}, {2, 3})
+
+
+PAD: Final = 40
+"""Rows holding no filtered field written first, so that a filter few generated rows pass is rare (one row in FEW): only its rows are scored."""
+
+
+class FilteredSearchMachine(RuleBasedStateMachine):
+    """Two handles on one store (memory:// or JSONL), one reopened, written by both: each filtered keyword search is Memory.search's over the same items."""
+
+    url = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="kvmemory-exact-")
+        url = self.url or f"jsonl://{self.folder}/logs"
+        self.handles = [open_store(url), open_store(url)]
+        self.open = url
+        padding = [MemoryItem(text=WORDS[i % len(WORDS)]) for i in range(PAD)]
+        self.model = dict(zip(self.handles[0].append("s", padding), padding, strict=True))
+
+    @rule(which=st.integers(0, 1), new=st.lists(exact_items(), min_size=1, max_size=3))
+    def append(self, which: int, new: list[MemoryItem]) -> None:
+        self.model.update(zip(self.handles[which].append("s", new), new, strict=True))
+
+    @rule(which=st.integers(0, 1), pick=st.integers(0, 100), item=exact_items())
+    def update(self, which: int, pick: int, item: MemoryItem) -> None:
+        seq = sorted(self.model)[pick % len(self.model)]
+        with self.handles[which].batch("s") as batch:
+            batch.update({seq: item})
+        self.model[seq] = item
+
+    @rule(which=st.integers(0, 1), pick=st.integers(0, 100))
+    def delete(self, which: int, pick: int) -> None:
+        if len(self.model) > 1:
+            seq = sorted(self.model)[pick % len(self.model)]
+            self.handles[which].delete_seqs("s", [seq])
+            del self.model[seq]
+
+    @rule()
+    def reopen(self) -> None:
+        self.handles[0].close()
+        self.handles[0] = open_store(self.open)
+
+    @rule(which=st.integers(0, 1), where=exact_wheres(), query=st.sampled_from(WORDS))
+    def filtered_search_is_memory_search(
+        self, which: int, where: dict[str, Any], query: str
+    ) -> None:
+        memory = Memory([self.model[seq] for seq in sorted(self.model)])
+        expect = hits(memory.search(query, 4, mode="keyword", where=where))
+        assert hits(self.handles[which].search("s", query, 4, where=where)) == expect
+
+    def teardown(self) -> None:
+        for handle in self.handles:
+            handle.close()
+        shutil.rmtree(self.folder)
+
+
+class MemoryFilteredSearchMachine(FilteredSearchMachine):
+    """:class:`FilteredSearchMachine` on a memory:// store."""
+
+    def __init__(self) -> None:
+        self.url = f"memory://{uuid.uuid4().hex}"
+        super().__init__()
+
+    def teardown(self) -> None:
+        self.handles[0].delete_session("s")
+        super().teardown()
+
+
+for machine in (FilteredSearchMachine, MemoryFilteredSearchMachine):
+    machine.TestCase.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+TestFilteredSearchJSONL = FilteredSearchMachine.TestCase
+TestFilteredSearchMemory = MemoryFilteredSearchMachine.TestCase

@@ -177,10 +177,14 @@ class _Values:
     def screen(
         self,
         node: FilterNode,
-        select: Callable[[Rows, FilterNode], list[tuple[int, bytes]] | None],
+        select: Callable[[Rows, FilterNode], tuple[set[int], list[tuple[int, bytes]]] | None],
         source: str,
     ) -> set[int] | None:
-        """Return the live seqs whose items pass ``node``, decoding only the rows ``select`` names (``(seq, data)`` of those that may pass); kept, and brought up to date as rows change. ``None`` where ``select`` cannot tell."""
+        """Return the live seqs whose items pass ``node``, decoding only the rows ``select`` leaves unsure; kept, and brought up to date as rows change. ``None`` where ``select`` cannot tell.
+
+        ``select`` gives the seqs known to pass and ``(seq, data)`` of those
+        that may (decoded and tested here).
+        """
         key = _node_key(node)
         try:
             kept = self.screened.get(key)
@@ -189,10 +193,11 @@ class _Values:
         if kept is not None:
             self.screened.move_to_end(key)
             return kept.found
-        may = select(self.rows, node)
-        if may is None:
+        selected = select(self.rows, node)
+        if selected is None:
             return None
         kept = _Screened(node)
+        kept.found, may = selected
         for seq, item in decode_pairs(may, source, "base"):
             kept.judge(seq, item)
         if key is None:
@@ -277,13 +282,16 @@ class FilterValues:
                 return found
             return {seq for seq in seqs if seq in found}
 
-    def _may_pass(self, rows: Rows, tree: FilterNode) -> list[tuple[int, bytes]] | None:
-        """Return ``(seq, data)`` of the rows that may pass ``tree``, in seq order: those the rows' value index names where it can tell, else those whose bytes pass a screen; ``None`` where neither can tell."""
-        found = rows.value_index.candidates(tree) if isinstance(rows, RowTable) else None
+    def _may_pass(
+        self, rows: Rows, tree: FilterNode
+    ) -> tuple[set[int], list[tuple[int, bytes]]] | None:
+        """Return the seqs of the rows known to pass ``tree``, and ``(seq, data)`` of those that may, in seq order: as the rows' value index tells where it can (the rows it answers exactly are not decoded), else the rows whose bytes pass a screen; ``None`` where neither can tell."""
+        found = rows.value_index.judged(tree) if isinstance(rows, RowTable) else None
         if found is not None:
-            return [(seq, rows[seq][2]) for seq in sorted(found) if seq in rows]
+            passing, unsure = found
+            return passing, [(seq, rows[seq][2]) for seq in sorted(unsure) if seq in rows]
         screen = row_screen(tree, canonical=self._canonical)
-        return None if screen is None else screen.select(rows.items())
+        return None if screen is None else (set(), screen.select(rows.items()))
 
     @staticmethod
     def _current(kept: _Values, view: tuple[Rows, int], fields: Sequence[str], source: str) -> None:
