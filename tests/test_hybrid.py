@@ -71,13 +71,13 @@ def score_sets(draw: st.DrawFn) -> dict[str, Any]:
 
 # The walk's first depth (HYBRID_POOL keyword hits) holds 100 items blending to
 # 0.6 * share(b) + r * 0.3; item 150, tied on BM25 (so past the depth) and outside the
-# semantic pool (100 items nearer the query), blends NEAR higher: the ceiling of the
-# rest equals its score, and a bound a hair too low stops before it.
+# semantic pool (100 items without a query word, NEAR nearer the query), blends a
+# hair higher and ranks first: a bound a hair too low stops the walk before it.
 PAST_THE_DEPTH_BY_A_HAIR = {
     "keyword": dict.fromkeys(range(151), 7.5),
     "cosines": {
         **dict.fromkeys(range(150), 0.3),
-        150: 0.3 + NEAR,
+        150: 0.3 + NEAR / 2,
         **dict.fromkeys(range(200, 300), 0.3 + NEAR),
     },
     "k": 1,
@@ -119,22 +119,50 @@ def test_bounded_blend_gives_the_full_blends_k_best_and_floats(drawn: dict[str, 
 
 WORDS = tuple(f"w{i}" for i in range(24))
 SKEW = [1.0 / (1 + i) for i in range(len(WORDS))]
+COSINES = (0.2, 0.3, 0.3 + 2e-6, 0.3 + 4e-6, 0.5, 0.5 + 2e-6, 0.8)
+"""The cosines :class:`AngleEmbedder` gives, with near-twins: a step's word ``aN`` sets its cosine to ``COSINES[N]``."""
+
+
+class AngleEmbedder:
+    """Embeds a text holding the word ``aN`` at cosine ``COSINES[N]`` to a text without one (the queries): cosines a test sets, ties and near-ties included."""
+
+    name = "angle-test"
+    dimension = 4
+
+    def __call__(self, texts: Any) -> Any:
+        """Return one float32 vector a text."""
+        import numpy as np
+
+        out = np.zeros((len(texts), 4), dtype=np.float32)
+        for row, text in enumerate(texts):
+            level = next((w for w in text.split() if w[:1] == "a" and w[1:].isdigit()), None)
+            cos = 1.0 if level is None else COSINES[int(level[1:])]
+            out[row] = (cos, (1.0 - cos * cos) ** 0.5, 0.0, 0.0)
+        return out
 
 
 def random_session(seed: int, n: int) -> list[dict[str, Any]]:
-    """Return ``n`` steps of skewed words (a few held by most steps), some with a second field, each with a tag 0-39."""
+    """Return ``n`` steps of skewed words (a few held by most steps) and a cosine's word, some with a second field, each with a tag 0-39."""
     rng = random.Random(seed)
     steps = []
     for i in range(n):
+        words = rng.choices(WORDS, SKEW, k=rng.randint(0, 6))
         fields: dict[str, Any] = {
             "step": i,
-            "text": " ".join(rng.choices(WORDS, SKEW, k=rng.randint(1, 9))),
+            "text": " ".join([*words, f"a{rng.randrange(len(COSINES))}"]),
             "tag": rng.randrange(40),
         }
         if rng.random() < 0.4:
             fields["note"] = " ".join(rng.choices(WORDS, SKEW, k=rng.randint(1, 4)))
         steps.append(fields)
     return steps
+
+
+def past_the_depth_session() -> list[dict[str, Any]]:
+    """Return PAST_THE_DEPTH_BY_A_HAIR as steps: 150 tied keyword hits at cosine 0.3, a 151st a hair nearer, 100 steps without a query word nearer still."""
+    hits = [{"step": i, "text": "w0 w1 a1", "tag": 7} for i in range(150)]
+    hits.append({"step": 150, "text": "w0 w1 a2", "tag": 7})
+    return [*hits, *({"step": 151 + i, "text": "w9 w9 a3", "tag": 7} for i in range(100))]
 
 
 def reference_hybrid(
@@ -144,7 +172,7 @@ def reference_hybrid(
     keys: tuple[str, ...] | None,
     tag: int | None,
     weight: float | None,
-    embedder: HashingEmbedder,
+    embedder: Any,
 ) -> list[tuple[int, float]]:
     """Return ``(step, score)`` of the ``k`` best of blending every keyword hit (how Memory.search ranked before the bounded walk), among the items the filter keeps."""
     index = search_index(memory)
@@ -168,7 +196,7 @@ def reference_hybrid(
 
 
 HYBRID_CASES: dict[str, Any] = {
-    "seed": st.integers(0, 2**32),
+    "seed": st.integers(-1, 2**32),  # -1: past_the_depth_session
     "n": st.integers(1, 900),
     "query": st.lists(st.sampled_from((*WORDS[:4], *WORDS[-6:], "absent")), min_size=1, max_size=4),
     "k": st.sampled_from([1, 3, 5, 12, 60, 1000]),
@@ -180,8 +208,10 @@ HYBRID_CASES: dict[str, Any] = {
 """A random session and hybrid query: the seed and size, the query's words, k, the searched fields, the filter, the weight, and whole-item vectors or parts."""
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**HYBRID_CASES)
+@example(-1, 0, ["w0", "w1"], 1, None, None, None, True)
+@example(-1, 0, ["w0", "w1"], 1, None, None, None, False)
 def test_memory_hybrid_search_is_the_full_blends_k_best(
     seed: int,
     n: int,
@@ -193,8 +223,9 @@ def test_memory_hybrid_search_is_the_full_blends_k_best(
     whole: bool,
 ) -> None:
     """search() in hybrid mode (Memory.search's) gives the k best of blending every keyword hit: same items, same floats, ties by step, with filters, fields, parts or whole vectors."""
-    embedder = HashingEmbedder(16)
-    memory = Memory(MemoryItem(**fields) for fields in random_session(seed, n))
+    embedder = AngleEmbedder()
+    steps = past_the_depth_session() if seed < 0 else random_session(seed, n)
+    memory = Memory(MemoryItem(**fields) for fields in steps)
     search_index(memory, parts=EmbedParts.WHOLE if whole else EmbedParts())
     text = " ".join(query)
     where: Any = None
