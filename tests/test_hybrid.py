@@ -87,9 +87,28 @@ PAST_THE_DEPTH_BY_A_HAIR = {
 }
 
 
+# A keyword leader that stands out (BM25 5 against 4: kept first) but blends below the
+# others, so the blend lifts it from the best score of the others, which lies past the
+# first depth (the items tied at BM25 4 past it have higher cosines): the walk must
+# hold the k best and the SHARED_TOP it may lift.
+LIFTED_FROM_PAST_THE_DEPTH = {
+    "keyword": {0: 5.0, **dict.fromkeys(range(1, 201), 4.0)},
+    "cosines": {
+        **dict.fromkeys(range(100), -0.2),
+        **dict.fromkeys(range(100, 201), 0.3),
+        **dict.fromkeys(range(201, 301), 0.31),
+    },
+    "k": 1,
+    "weight": 0.5,
+    "coverage": 1.0,
+    "together": True,
+}
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(score_sets())
 @example(PAST_THE_DEPTH_BY_A_HAIR)
+@example(LIFTED_FROM_PAST_THE_DEPTH)
 def test_bounded_blend_gives_the_full_blends_k_best_and_floats(drawn: dict[str, Any]) -> None:
     """bounded_blend's k best are those of blending every hit, scores to the float and ties by key, and each candidate it scores has the full blend's float."""
     keyword, cosines, k = drawn["keyword"], drawn["cosines"], drawn["k"]
@@ -119,7 +138,7 @@ def test_bounded_blend_gives_the_full_blends_k_best_and_floats(drawn: dict[str, 
 
 WORDS = tuple(f"w{i}" for i in range(24))
 SKEW = [1.0 / (1 + i) for i in range(len(WORDS))]
-COSINES = (0.2, 0.3, 0.3 + 2e-6, 0.3 + 4e-6, 0.5, 0.5 + 2e-6, 0.8)
+COSINES = (0.2, 0.3, 0.3 + 3e-7, 0.3 + 6e-7, 0.5, 0.5 + 3e-7, 0.8)
 """The cosines :class:`AngleEmbedder` gives, with near-twins: a step's word ``aN`` sets its cosine to ``COSINES[N]``."""
 
 
