@@ -69,6 +69,7 @@ LAYERS: dict[str, int] = {
     "agents.memory.search": ROOMS,
     "agents.memory._text": ROOMS,
     "agents.memory._vectors": ROOMS,
+    "agents.memory._hybrid": ROOMS,
     "agents.memory._filter": ROOMS,
     "agents.agent": ROOMS,
     "agents.memory.conversation": ROOMS,

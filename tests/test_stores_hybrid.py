@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
+from agents.memory._hybrid import bounded_blend
 from agents.memory._vectors import HYBRID_POOL, blend, keyword_leader, keyword_scale
 from agents.memory.search import HashingEmbedder, search, search_index
 from agents.memory.stores import open_store
 from agents.memory.stores._core.engine import Engine
-from agents.memory.stores._search.hybrid import bounded_blend
 from agents.memory.stores._search.keyword import KeywordSearch
 
 WORDS = ("the", "file", "report", "chart", "invoice", "window", "saved", "moved", "closed")

@@ -113,8 +113,7 @@ class SearchIndex:
         self._watching: set[_Ahead] = set()  # builds installed that read vectors or screen
         self._generation = 0  # bumped by each whole-content replacement
         self._pause = BuildPause()  # queries answered elsewhere that a build gives way to
-        # The items' terms joined, that answer queries until the build they started is in
-        # (see _scanned_top); dropped at the memory's next change.
+        # The items' terms joined, answering queries till their build is in (_scanned_top).
         self._scan: TextScan | None = None
         # The keys and join of the terms a store keeps, for the first query (see take_terms).
         self._handed: tuple[list[int], bytes] | None = None
@@ -405,12 +404,13 @@ class SearchIndex:
         only: Iterable[int] | None = None,
         batch_size: int = 256,
         progress: Progress | None = None,
+        vector: Any = None,
     ) -> dict[int, float]:
         """Return the cosine between the query and the best ``limit`` items with text (and ``among``), by key.
 
-        Items without a vector are embedded first. ``limit=None`` scores every item, ``only`` just those.
+        Items without a vector are embedded first. ``limit=None`` scores every item, ``only`` just those; ``vector``: the query's, embedded before.
         """
-        query_vector = checked_vectors(embedder, [query])[0]
+        query_vector = checked_vectors(embedder, [query])[0] if vector is None else vector
         self._follow()
         with self._lock:
             vectors = self._vectors.embed(

@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agents.memory._filter import Filter, Where
+from agents.memory._hybrid import bounded_blend
 from agents.memory._item import MemoryItem
-from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query
+from agents.memory._text import PROXIMITY_TOP, Tokenizer, check_k, checked_keys, checked_query
 from agents.memory._vectors import (
     HYBRID_KEYWORD_WEIGHT,
     HYBRID_POOL,
     EmbedParts,
     SearchMode,
     blend,
+    checked_vectors,
     checked_weight,
-    keyword_leader,
+    numpy,
     progress_bar,
+    ranked_top,
     stands_out,
 )
 from agents.memory.exceptions import EmbedderMismatchError, InvalidArgumentError, InvalidQueryError
 from agents.memory.search._embed import Embedder, WordLlamaEmbedder
-from agents.memory.search._index import SearchIndex
+from agents.memory.search._index import Predicate, SearchIndex
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -168,23 +171,89 @@ def search(
         index.embedder = model  # remembered once it worked
     else:
         model = _embedder_for(index, embedder)
-        # Items holding only common words add under 1e-5 to a blended score; they are not read.
-        keyword = index.keyword_scores(terms, wanted, skip_common=True)[0] if terms else {}
-        semantic = index.semantic_scores(
-            model, text, wanted, limit=max(10 * k, HYBRID_POOL), among=keyword
-        )
-        # The keyword side weighs by how much of the query its best hit holds (taken before `where`).
-        leader = keyword_leader(keyword)
-        covered = index.coverage(terms, wanted, leader) if leader is not None else 1.0
-        # Its words scattered over every hit, each side counts by how it stands out.
-        together = not stands_out(keyword, weight) or index.together(terms, wanted, keyword)
-        blended = blend(keyword, index.keyword_scale(), semantic, weight, covered, together)
-        few = None if predicate is None else index.passing(predicate)
-        if few is not None:  # few items pass: rank only those
-            blended = {key: score for key, score in blended.items() if key in few}
+        blended = _hybrid_scores(index, model, text, terms, wanted, k, weight, predicate)
         top = index.top(blended, k, predicate)
         index.embedder = model
     return [Hit(item, score, index.matched_fields(key, terms, wanted)) for key, item, score in top]
+
+
+def _hybrid_scores(
+    index: SearchIndex,
+    model: Embedder,
+    text: str,
+    terms: Sequence[str],
+    wanted: tuple[str, ...] | None,
+    k: int,
+    weight: float,
+    predicate: Predicate | None,
+) -> dict[int, float]:
+    """Return a hybrid query's blended scores by key: candidates that hold its ``k`` best (among the few ``predicate`` may pass).
+
+    The keyword side is walked only as deep as the blend needs
+    (:func:`~agents.memory._hybrid.bounded_blend`, as the stores walk it),
+    not every item holding a query word: the candidates it returns carry
+    the floats of blending every hit, and hold the ``k`` best of that
+    blend. A filter that many items may pass keeps its ``k`` best anywhere
+    in the ranking: every hit is blended then.
+    """
+    pool = max(10 * k, HYBRID_POOL)
+    # Items holding only common words add under 1e-5 to a blended score; they are not read.
+    keyword = index.keyword_scores(terms, wanted, skip_common=True)[0] if terms else {}
+    vector = checked_vectors(model, [text])[0]  # embedded once, for each depth of the walk
+
+    def cosines(among: Iterable[int]) -> dict[int, float]:
+        return index.semantic_scores(model, text, wanted, limit=pool, among=among, vector=vector)
+
+    ranked = _Ranking(keyword)
+    first = ranked(max(pool, PROXIMITY_TOP))
+    # The keyword side weighs by how much of the query its best hit holds (taken before `where`).
+    covered = index.coverage(terms, wanted, first[0][1]) if first else 1.0
+    # Its words scattered over every hit, each side counts by how it stands out.
+    best = {key: score for score, key in first[:PROXIMITY_TOP]}
+    together = not stands_out(keyword, weight) or index.together(terms, wanted, best)
+    scale = index.keyword_scale()
+    few = None if predicate is None else index.passing(predicate)
+    if predicate is not None and few is None:
+        return blend(keyword, scale, cosines(keyword), weight, covered, together)
+
+    def among(keys: Sequence[int]) -> dict[int, float]:
+        return {key: keyword[key] for key in keys if key in keyword}
+
+    also = () if few is None else sorted(few)
+    scores = bounded_blend(k, pool, ranked, among, cosines, scale, weight, covered, together, also)
+    assert scores is not None  # `among` always answers: the walk never gives up
+    if few is not None:  # few items pass: rank only those
+        scores = {key: score for key, score in scores.items() if key in few}
+    return scores
+
+
+@attrs.define
+class _Ranking:
+    """The ``depth`` best ``(bm25, key)`` of a query's keyword scores, best first, ties by key: the walk's keyword side.
+
+    Ranked in numpy (a hybrid query needs it for its cosines) from the
+    scores laid out as arrays once; a depth within one ranked before is a
+    slice of it (the order is total: score, then key).
+    """
+
+    scores: dict[int, float]
+    _arrays: tuple[Any, Any] | None = None
+    _ranked: list[tuple[float, int]] = attrs.Factory(list)
+    _depth: int = 0
+
+    def __call__(self, depth: int) -> list[tuple[float, int]]:
+        """Return the ``depth`` best ``(bm25, key)``, best first (fewer where fewer items hold a query word)."""
+        if depth > self._depth and len(self._ranked) == self._depth and self.scores:
+            if self._arrays is None:
+                np = numpy()
+                size = len(self.scores)
+                keys = np.fromiter(self.scores, dtype=np.int64, count=size)
+                values = np.fromiter(self.scores.values(), dtype=np.float64, count=size)
+                self._arrays = (keys, values)
+            ranked = ranked_top(*self._arrays, depth)
+            self._ranked = [(score, key) for key, score in ranked]
+            self._depth = depth
+        return self._ranked[:depth]
 
 
 def recall(

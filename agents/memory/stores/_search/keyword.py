@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
+from agents.memory._hybrid import bounded_blend
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import (
     PROXIMITY_TOP,
@@ -46,7 +47,6 @@ from agents.memory.stores._search.filtering import (
     reader,
     widening,
 )
-from agents.memory.stores._search.hybrid import bounded_blend
 
 __all__ = ["KeywordSearch"]
 
@@ -308,7 +308,7 @@ class KeywordSearch:
         """Return the blended scores of candidates holding a hybrid query's ``k`` best (and those among ``also``), and the items read; or ``None``.
 
         The keyword side is ranked by the backend's index only as deep as
-        the blend needs (:func:`~agents.memory.stores._search.hybrid.bounded_blend`),
+        the blend needs (:func:`~agents.memory._hybrid.bounded_blend`),
         not every item holding a query term: the same ``k`` best, with the
         same scores, as blending every hit. ``None`` (the caller then blends
         every hit, :meth:`hybrid`) for a search of some fields, and where the

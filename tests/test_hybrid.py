@@ -1,0 +1,285 @@
+"""The bounded hybrid walk (agents.memory._hybrid) gives the k best of blending every hit, in RAM as in the stores."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+import agents.memory._vectors as vectors
+from agents.memory import Memory, MemoryItem
+from agents.memory._hybrid import bounded_blend
+from agents.memory._vectors import (
+    HYBRID_POOL,
+    EmbedParts,
+    blend,
+    checked_weight,
+    keyword_leader,
+    keyword_scale,
+    stands_out,
+)
+from agents.memory.search import HashingEmbedder, search, search_index
+
+Scores = dict[int, float]
+NEAR = 1e-7
+"""How far apart two drawn scores may be: near-ties put an item past the walk's depth just above the cut."""
+
+
+def best(scores: Scores, k: int) -> list[tuple[int, float]]:
+    """Return the ``k`` best ``(key, score)``: highest first, ties by key."""
+    return sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))[:k]
+
+
+def pool_of(cosines: Scores, pool: int) -> Scores:
+    """Return the best ``pool`` cosines and every one tied with the last, as the semantic side gives them."""
+    ranked = sorted(cosines.values(), reverse=True)
+    if len(ranked) <= pool:
+        return dict(cosines)
+    cut = ranked[pool - 1]
+    return {key: cos for key, cos in cosines.items() if cos >= cut}
+
+
+@st.composite
+def score_sets(draw: st.DrawFn) -> dict[str, Any]:
+    """Draw a query's BM25 by key and cosine by key (either side may be empty, some items have no vector), k, weight, coverage and together.
+
+    The values come from a few levels and their near-twins (``NEAR`` apart),
+    so that ties and near-ties are common, where a wrong bound shows.
+    """
+    n = draw(st.integers(0, 600))
+    base = draw(st.sampled_from([0.5, 2.5, 7.5]))
+    bm25 = st.sampled_from([0.3, 1.0, base, base + NEAR, 4.0, 12.0, 12.0 + NEAR])
+    cos = st.sampled_from([-0.2, 0.05, 0.3, 0.3 + NEAR, 0.31, 0.6, 0.6 + NEAR, 0.9])
+    keyword_share_of = draw(st.sampled_from([0, 1, 2, 3]))  # 0: no keyword hit
+    keyword = {key: draw(bm25) for key in range(n) if keyword_share_of > draw(st.integers(0, 2))}
+    if keyword and draw(st.booleans()):
+        keyword[draw(st.sampled_from(sorted(keyword)))] = 40.0  # a leader that stands out
+    embedded = draw(st.sampled_from([0, 1, 3]))  # 0: no vector at all
+    cosines = {key: draw(cos) for key in range(n) if embedded > draw(st.integers(0, 2))}
+    return {
+        "keyword": keyword,
+        "cosines": cosines,
+        "k": draw(st.sampled_from([1, 2, 5, 13, 40, 700])),  # 700: more than every hit
+        "weight": draw(st.sampled_from([0.0, 0.3, 0.6, 0.8, 1.0])),
+        "coverage": draw(st.sampled_from([1.0, 1.0, 0.9, 0.5])),
+        "together": draw(st.booleans()),
+    }
+
+
+# The walk's first depth (HYBRID_POOL keyword hits) holds 100 items blending to
+# 0.6 * share(b) + r * 0.3; item 150, tied on BM25 (so past the depth) and outside the
+# semantic pool (100 items without a query word, NEAR nearer the query), blends a
+# hair higher and ranks first: a bound a hair too low stops the walk before it.
+PAST_THE_DEPTH_BY_A_HAIR = {
+    "keyword": dict.fromkeys(range(151), 7.5),
+    "cosines": {
+        **dict.fromkeys(range(150), 0.3),
+        150: 0.3 + NEAR / 2,
+        **dict.fromkeys(range(200, 300), 0.3 + NEAR),
+    },
+    "k": 1,
+    "weight": 0.6,
+    "coverage": 1.0,
+    "together": True,
+}
+
+
+# A keyword leader that stands out (BM25 5 against 4: kept first) but blends below the
+# others, so the blend lifts it from the best score of the others, which lies past the
+# first depth (the items tied at BM25 4 past it have higher cosines): the walk must
+# hold the k best and the SHARED_TOP it may lift.
+LIFTED_FROM_PAST_THE_DEPTH = {
+    "keyword": {0: 5.0, **dict.fromkeys(range(1, 201), 4.0)},
+    "cosines": {
+        **dict.fromkeys(range(100), -0.2),
+        **dict.fromkeys(range(100, 201), 0.3),
+        **dict.fromkeys(range(201, 301), 0.31),
+    },
+    "k": 1,
+    "weight": 0.5,
+    "coverage": 1.0,
+    "together": True,
+}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(score_sets())
+@example(PAST_THE_DEPTH_BY_A_HAIR)
+@example(LIFTED_FROM_PAST_THE_DEPTH)
+def test_bounded_blend_gives_the_full_blends_k_best_and_floats(drawn: dict[str, Any]) -> None:
+    """bounded_blend's k best are those of blending every hit, scores to the float and ties by key, and each candidate it scores has the full blend's float."""
+    keyword, cosines, k = drawn["keyword"], drawn["cosines"], drawn["k"]
+    weight, coverage, together = drawn["weight"], drawn["coverage"], drawn["together"]
+    pool = max(10 * k, HYBRID_POOL)
+    held = pool_of(cosines, pool)
+    ranked = sorted(((score, key) for key, score in keyword.items()), key=lambda h: (-h[0], h[1]))
+    scale = keyword_scale(max(len(cosines), len(keyword)))
+
+    def pooled(among: Any) -> Scores:
+        return {**held, **{key: cosines[key] for key in among if key in cosines}}
+
+    def among(keys: Any) -> Scores:
+        return {key: keyword[key] for key in keys if key in keyword}
+
+    # The plain model: every keyword hit blended with the pool and its own cosine.
+    full = blend(keyword, scale, pooled(keyword), weight, coverage, together)
+    bounded = bounded_blend(
+        k, pool, lambda depth: ranked[:depth], among, pooled, scale, weight, coverage, together
+    )
+    assert bounded is not None
+    assert best(bounded, k) == best(full, k)
+    assert {key: full[key] for key in bounded} == bounded
+
+
+# -- Memory.search in hybrid mode -----------------------------------------------------
+
+WORDS = tuple(f"w{i}" for i in range(24))
+SKEW = [1.0 / (1 + i) for i in range(len(WORDS))]
+COSINES = (0.2, 0.3, 0.3 + 3e-7, 0.3 + 6e-7, 0.5, 0.5 + 3e-7, 0.8)
+"""The cosines :class:`AngleEmbedder` gives, with near-twins: a step's word ``aN`` sets its cosine to ``COSINES[N]``."""
+
+
+class AngleEmbedder:
+    """Embeds a text holding the word ``aN`` at cosine ``COSINES[N]`` to a text without one (the queries): cosines a test sets, ties and near-ties included."""
+
+    name = "angle-test"
+    dimension = 4
+
+    def __call__(self, texts: Any) -> Any:
+        """Return one float32 vector a text."""
+        import numpy as np
+
+        out = np.zeros((len(texts), 4), dtype=np.float32)
+        for row, text in enumerate(texts):
+            level = next((w for w in text.split() if w[:1] == "a" and w[1:].isdigit()), None)
+            cos = 1.0 if level is None else COSINES[int(level[1:])]
+            out[row] = (cos, (1.0 - cos * cos) ** 0.5, 0.0, 0.0)
+        return out
+
+
+def random_session(seed: int, n: int) -> list[dict[str, Any]]:
+    """Return ``n`` steps of skewed words (a few held by most steps) and a cosine's word, some with a second field, each with a tag 0-39."""
+    rng = random.Random(seed)
+    steps = []
+    for i in range(n):
+        words = rng.choices(WORDS, SKEW, k=rng.randint(0, 6))
+        fields: dict[str, Any] = {
+            "step": i,
+            "text": " ".join([*words, f"a{rng.randrange(len(COSINES))}"]),
+            "tag": rng.randrange(40),
+        }
+        if rng.random() < 0.4:
+            fields["note"] = " ".join(rng.choices(WORDS, SKEW, k=rng.randint(1, 4)))
+        steps.append(fields)
+    return steps
+
+
+def past_the_depth_session() -> list[dict[str, Any]]:
+    """Return PAST_THE_DEPTH_BY_A_HAIR as steps: 150 tied keyword hits at cosine 0.3, a 151st a hair nearer, 100 steps without a query word nearer still."""
+    hits = [{"step": i, "text": "w0 w1 a1", "tag": 7} for i in range(150)]
+    hits.append({"step": 150, "text": "w0 w1 a2", "tag": 7})
+    return [*hits, *({"step": 151 + i, "text": "w9 w9 a3", "tag": 7} for i in range(100))]
+
+
+def reference_hybrid(
+    memory: Memory,
+    query: str,
+    k: int,
+    keys: tuple[str, ...] | None,
+    tag: int | None,
+    weight: float | None,
+    embedder: Any,
+) -> list[tuple[int, float]]:
+    """Return ``(step, score)`` of the ``k`` best of blending every keyword hit (how Memory.search ranked before the bounded walk), among the items the filter keeps."""
+    index = search_index(memory)
+    terms = index.tokenizer(query)
+    w = checked_weight(weight)
+    keyword = index.keyword_scores(terms, keys, skip_common=True)[0] if terms else {}
+    pool = max(10 * k, HYBRID_POOL)
+    semantic = index.semantic_scores(embedder, query, keys, limit=pool, among=keyword)
+    leader = keyword_leader(keyword)
+    covered = index.coverage(terms, keys, leader) if leader is not None else 1.0
+    together = not stands_out(keyword, w) or index.together(terms, keys, keyword)
+    blended = blend(keyword, index.keyword_scale(), semantic, w, covered, together)
+    order = index.keys_of(memory)
+    items = {order[id(item)]: item for item in memory}
+    passing = {
+        key: score
+        for key, score in blended.items()
+        if tag is None or items[key]["tag"] == tag or (tag < 0 and items[key]["tag"] >= -tag)
+    }
+    return [(items[key]["step"], score) for key, score in best(passing, k)]
+
+
+HYBRID_CASES: dict[str, Any] = {
+    "seed": st.integers(-1, 2**32),  # -1: past_the_depth_session
+    "n": st.integers(1, 900),
+    "query": st.lists(st.sampled_from((*WORDS[:4], *WORDS[-6:], "absent")), min_size=1, max_size=4),
+    "k": st.sampled_from([1, 3, 5, 12, 60, 1000]),
+    "keys": st.sampled_from([None, ("text",), ("note",)]),
+    "tag": st.sampled_from([None, None, 7, -4]),  # 7: few pass (one in 40); -4: most pass
+    "weight": st.sampled_from([None, None, 0.0, 0.3, 1.0]),
+    "whole": st.booleans(),
+}
+"""A random session and hybrid query: the seed and size, the query's words, k, the searched fields, the filter, the weight, and whole-item vectors or parts."""
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**HYBRID_CASES)
+@example(-1, 0, ["w0", "w1"], 1, None, None, None, True)
+@example(-1, 0, ["w0", "w1"], 1, None, None, None, False)
+def test_memory_hybrid_search_is_the_full_blends_k_best(
+    seed: int,
+    n: int,
+    query: list[str],
+    k: int,
+    keys: tuple[str, ...] | None,
+    tag: int | None,
+    weight: float | None,
+    whole: bool,
+) -> None:
+    """search() in hybrid mode (Memory.search's) gives the k best of blending every keyword hit: same items, same floats, ties by step, with filters, fields, parts or whole vectors."""
+    embedder = AngleEmbedder()
+    steps = past_the_depth_session() if seed < 0 else random_session(seed, n)
+    memory = Memory(MemoryItem(**fields) for fields in steps)
+    search_index(memory, parts=EmbedParts.WHOLE if whole else EmbedParts())
+    text = " ".join(query)
+    where: Any = None
+    if tag is not None:
+        where = {"tag": tag} if tag >= 0 else {"tag": {"$gte": -tag}}
+    hits = search(
+        memory,
+        text,
+        k,
+        keys=keys,
+        mode="hybrid",
+        where=where,
+        embedder=embedder,
+        hybrid_weight=weight,
+    )
+    want = reference_hybrid(memory, text, k, keys, tag, weight, embedder)
+    assert [(hit.item["step"], hit.score) for hit in hits] == want
+
+
+def test_a_hybrid_query_of_a_common_word_blends_only_the_items_that_can_reach_the_top(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every step holds "w0": the query maps the BM25 of a few hundred of its 3,000 hits to the blend's scale, not of every one, and ranks as blending all of them."""
+    steps = random_session(3, 3000)
+    memory = Memory(MemoryItem(**{**fields, "text": f"w0 {fields['text']}"}) for fields in steps)
+    embedder = HashingEmbedder(16)
+    want = reference_hybrid(memory, "w0 w5 w9", 5, None, None, None, embedder)
+    shared = vectors.keyword_share
+    calls = []
+
+    def counted(bm25: float, scale: float) -> float:
+        calls.append(bm25)
+        return shared(bm25, scale)
+
+    monkeypatch.setattr(vectors, "keyword_share", counted)
+    hits = memory.search("w0 w5 w9", 5, mode="hybrid", embedder=embedder)
+    assert [(hit.item["step"], hit.score) for hit in hits] == want
+    assert 0 < len(calls) < 1000
