@@ -6,7 +6,6 @@ import os
 import random
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -344,36 +343,6 @@ def test_a_memory_read_with_its_kept_terms_ranks_as_one_built_from_its_items(
     model = Memory([MemoryItem(**row) for row in rows])
     search_index(model).build_ahead(wait=True)
     for words in queries:
-        assert hits(memory, " ".join(words)) == hits(model, " ".join(words))
-
-
-@pytest.mark.postgres
-@settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(ITEMS, st.lists(QUERY_WORDS, min_size=1, max_size=4), st.integers(0, 3))
-def test_a_memory_read_from_postgres_with_its_terms_ranks_as_one_built_from_its_items(
-    scanned: None,
-    postgres_url: str,
-    data: list[dict[str, Any]],
-    queries: list[list[str]],
-    changed: int,
-) -> None:
-    """PostgreSQL hands each row's terms made from its counts (after an update too): the first query and those after rank as a memory built from the items."""
-    rows = [{"step": i, "thought": f"x{i}", **row} for i, row in enumerate(data)]
-    sid = f"s{uuid.uuid4().hex[:12]}"
-    with open_store(postgres_url) as store:
-        store.append(sid, [MemoryItem(**row) for row in rows])
-        if changed < len(rows):  # a row updated in place: its counts are made again
-            rows[changed] = {"step": changed, "thought": "zz a a b"}
-            seq = store.records(sid)[changed].seq
-            with store.batch(sid) as batch:
-                batch.update({seq: MemoryItem(**rows[changed])})
-        assert store.read_with_terms(sid)[1] is not None
-        memory = store.read_memory(sid)
-    model = Memory([MemoryItem(**row) for row in rows])
-    search_index(model).build_ahead(wait=True)
-    for words in [*queries, ["zz", "a"]]:
         assert hits(memory, " ".join(words)) == hits(model, " ".join(words))
 
 

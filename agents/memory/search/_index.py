@@ -210,8 +210,8 @@ class SearchIndex:
         """Take the terms a store keeps for the memory's items (``Store.read_with_terms``), for the first keyword query's join.
 
         ``items`` are the memory's items now, in its order, and ``terms[i]``
-        the default tokenizer's terms of ``items[i]`` (with repeats, in any
-        order: only their counts are ranked by) joined by single spaces. They are joined and their words found now (a ``TextScan``,
+        the default tokenizer's terms of ``items[i]`` joined by single
+        spaces. They are joined and their words found now (a ``TextScan``,
         with the read rather than in the first query): the first query over
         all fields ranks from them rather than from the items' texts, with
         the same hits and scores (docs/search.md, "The first query of a

@@ -137,8 +137,7 @@ class SearchOperations:
         ``terms`` is the first of the :data:`~agents.memory.stores.Terms`
         the insert or update of the row handed the backend (the default
         tokenizer's terms, joined by single spaces; ``""`` for a row without
-        text), or the same terms in another order (each as many times as
-        the row holds it: PostgreSQL makes them from its counts). ``Store.read_with_terms`` reads a session with it, so that a
+        text). ``Store.read_with_terms`` reads a session with it, so that a
         ``Memory`` made from it takes the terms rather than reading each
         item's texts at its first query (``SearchIndex.take_terms``). The
         data and the terms must be those of one snapshot: a row changed

@@ -97,11 +97,10 @@ class ReadCalls:
         """Return :meth:`read`'s items and the search terms the store keeps for each, read in one snapshot.
 
         The terms of an item are those keyword search counts (the default
-        :class:`~agents.memory.search.Tokenizer`'s, with repeats: in order on
-        SQLite, in another order on PostgreSQL, which makes them from its
-        counts), joined by single spaces, as the store kept them when the
-        item was written: what ``SearchIndex.take_terms`` takes. A store
-        that keeps none (JSONL, ``memory://``) gives ``None`` for them.
+        :class:`~agents.memory.search.Tokenizer`'s, in order with repeats),
+        joined by single spaces, as the store kept them when the item was
+        written: what ``SearchIndex.take_terms`` takes. A store that keeps
+        none (JSONL, PostgreSQL, ``memory://``) gives ``None`` for them.
 
         Args:
             session_id: The session to read; an unknown session reads as empty.
@@ -137,7 +136,7 @@ class ReadCalls:
         The memory is that of ``Memory(store.read(session_id))``: not
         backed by the store (see ``open_memory`` for one that writes its
         changes through). Where the store keeps each row's search terms
-        (SQLite, PostgreSQL), they are read with the rows (:meth:`read_with_terms`) and
+        (SQLite), they are read with the rows (:meth:`read_with_terms`) and
         handed to the memory's search index (``SearchIndex.take_terms``):
         the first keyword query over all fields then joins them instead of
         reading every item's texts, with the same hits and scores. A change

@@ -183,12 +183,6 @@ _PROJECT: Final = (
     " FROM kvmemory_items WHERE session_id = %(session)s"
 )
 _SELECT_ROWS: Final = "SELECT seq, data FROM kvmemory_items WHERE session_id = %(session)s"
-_ROWS_TERMS: Final = """
-SELECT seq, data, CASE WHEN tf IS NOT NULL THEN coalesce((
-    SELECT string_agg(rtrim(repeat(term || ' ', count::int)), ' ') FROM jsonb_each_text(tf) AS c(term, count)
-), '') END
-FROM kvmemory_items WHERE session_id = %s ORDER BY seq"""
-"""A session's rows in seq order, each with its terms made from its counts (``read_rows_terms``)."""
 
 
 def rows_query(
@@ -375,23 +369,6 @@ class PostgresBackend(SQLRows, Backend):
         sql, params = rows_query(_SELECT_ROWS, session_id, steps=steps, after=after)
         rows = self.query_rows(sql, params)
         return [(int(seq), bytes(data)) for seq, data in rows]
-
-    def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:
-        """Return the session's rows with their terms (see the base), made on the server from each row's counts.
-
-        The counts (``tf``) hold every term of the row (its ``tsvector`` may
-        hold only some): each term is repeated as many times as it is
-        counted, the terms in the order the JSON keeps them, not the text's.
-        ``None`` for older tables read-only, or a row without counts.
-        """
-        if not self._indexed:
-            return None
-        if self.no_tables:
-            return []
-        rows = self.query_rows(_ROWS_TERMS, (session_id,))
-        if any(terms is None for _, _, terms in rows):
-            return None
-        return [(int(seq), bytes(data), terms) for seq, data, terms in rows]
 
     def read_last(
         self, session_id: str, n: int, *, steps: Sequence[str] | None = None
