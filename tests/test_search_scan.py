@@ -393,7 +393,7 @@ def test_without_numpy_read_memory_keeps_no_terms_and_ranks_alike(
     def unjoined(*args: Any) -> None:
         raise AssertionError("the kept terms were joined")
 
-    monkeypatch.setattr(index_module, "kept_terms_joined", unjoined)
+    monkeypatch.setattr(scan_module, "kept_terms_joined", unjoined)
     with open_store(stored(str(tmp_path), rows)) as store:
         items, terms = store.read_with_terms("s")
         memory = Memory(items)

@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final
 
+from agents.memory._codec import collector_paused
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
     BM25_B,
@@ -127,6 +128,23 @@ class TextScan:
         self._head = np.concatenate(heads)  # a term's candidates: the words of its first two bytes
         self._keys = np.array(keys, dtype=np.int64)
         self._found: dict[str, tuple[Any, Any]] = {}  # term -> (item places, counts), kept
+
+    @classmethod
+    def kept(cls, keys: list[int], terms: Sequence[str]) -> TextScan | None:
+        """Join the terms a store keeps for the items of ``keys`` (``terms[i]`` those of ``keys[i]``) and find their words, or return ``None`` without numpy or where :func:`kept_terms_joined` gives none.
+
+        Made as a memory is read (``SearchIndex.take_terms``), so that its
+        first query finds only the query's words.
+        """
+        try:
+            import numpy as np  # optional: without it, the first query files the items
+        except ImportError:
+            return None
+        data = kept_terms_joined(terms)
+        if data is None:
+            return None
+        with collector_paused(len(keys)):  # arrays, no garbage: nothing to look for
+            return cls(np, keys, data, spaced=True)
 
     @classmethod
     def of(
