@@ -179,11 +179,16 @@ KEPT_QUERY = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(KEPT_TERMS, st.lists(KEPT_QUERY, min_size=1, max_size=3), st.sampled_from([2, 3, 1 << 20]))
+@given(
+    KEPT_TERMS,
+    st.lists(KEPT_QUERY, min_size=1, max_size=3),
+    st.sampled_from([2, 3, 1 << 20]),
+    st.sampled_from([1, 12]),
+)
 def test_a_scan_of_kept_terms_ranks_as_the_postings_of_their_words(
-    terms: list[str], queries: list[list[str]], size: int
+    terms: list[str], queries: list[list[str]], size: int, compared: int
 ) -> None:
-    """Terms as a store keeps them, with items without terms and runs of spaces, give the lengths, hits and float scores of their words filed one by one, query after query."""
+    """Terms as a store keeps them, with items without terms and runs of spaces, give the lengths, hits and float scores of their words filed one by one, query after query (a query's words picked by comparisons or by a table)."""
     np = pytest.importorskip("numpy")
     pairs = [(key, MemoryItem(terms=kept)) for key, kept in enumerate(terms)]
     keyword = KeywordPostings()
@@ -198,9 +203,13 @@ def test_a_scan_of_kept_terms_ranks_as_the_postings_of_their_words(
         scan_module._SLICE = kept
     lengths = dict(zip(scan.keys, scan.lengths.tolist(), strict=True))
     assert lengths == {key: keyword.lengths.of.get(key, 0) for key, _ in pairs}
-    for words in queries:
-        query, sizes, average = keyword.query_terms(words, None, len(pairs), str.split)
-        assert scan.top(words, len(pairs), 5) == exhaustive_top(query, sizes.of, average, 5)
+    kept, scan_module._COMPARED = scan_module._COMPARED, compared
+    try:
+        for words in queries:
+            query, sizes, average = keyword.query_terms(words, None, len(pairs), str.split)
+            assert scan.top(words, len(pairs), 5) == exhaustive_top(query, sizes.of, average, 5)
+    finally:
+        scan_module._COMPARED = kept
 
 
 def test_a_tokenizer_with_a_stemmer_is_not_scanned() -> None:
