@@ -102,9 +102,7 @@ class TextScan:
         last = len(codes) - 1  # the final space is before no word
         for start in range(0, max(last, 1), _SLICE):
             window = codes[start : min(start + _SLICE, last) + 1]
-            if (
-                spaced
-            ):  # words cut by single spaces as a rule: every space but the last is before one
+            if spaced:  # words cut by single spaces: every space but the last is before one
                 at = np.flatnonzero(window[:-1] == _SPACE).astype(place)
                 at += start
                 first = codes[at + 1]
