@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -759,3 +760,18 @@ def test_items_changed_while_the_build_screens_the_vectors_are_ranked_as_changed
     assert answers(memory, mode="semantic", embedder=embedder) == answers(
         plain, mode="semantic", embedder=embedder
     )
+
+
+def test_a_build_ahead_without_numpy_files_the_items_and_raises_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without numpy a build ahead files the keyword index and screens nothing (no vectors): its thread raises nothing, and queries rank as before."""
+    rows = [{"step": i, "thought": f"opened report {i % 7}"} for i in range(50)]
+    model = Memory([MemoryItem(**row) for row in rows])
+    search_index(model).build_ahead(wait=True)
+    expected = [(hit.item["step"], hit.score) for hit in model.search("report 3", 5)]
+    monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy raises ImportError
+    memory = Memory([MemoryItem(**row) for row in rows])
+    search_index(memory).build_ahead(wait=True)  # an exception in its thread fails the test
+    assert not search_index(memory).building()
+    assert [(hit.item["step"], hit.score) for hit in memory.search("report 3", 5)] == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,56 @@ def test_a_scan_finds_the_same_words_whatever_slice_it_reads_at_a_time(
     assert sliced.top(words, len(pairs), 5) == whole.top(words, len(pairs), 5)
 
 
+# Words of one byte to more than eight (a wide read and a byte by byte one), and none.
+KEPT_WORD = st.sampled_from(["a", "b", "ab", "é", "abcdefg", "abcdefgh", "abcdefghij", "1"])
+KEPT_TERMS = st.lists(
+    st.lists(KEPT_WORD, max_size=6).map(" ".join)
+    # Spaces a store's row could hold beside single ones: an item's terms cut all the same.
+    | st.lists(KEPT_WORD, max_size=4).map(lambda words: "  ".join(words) + " "),
+    min_size=1,
+    max_size=20,
+)
+KEPT_QUERY = st.lists(
+    st.sampled_from(["a", "b", "ab", "ba", "é", "abcdefg", "abcdefgh", "abcdefghij", "1", "zz"]),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    KEPT_TERMS,
+    st.lists(KEPT_QUERY, min_size=1, max_size=3),
+    st.sampled_from([2, 3, 1 << 20]),
+    st.sampled_from([1, 12]),
+)
+def test_a_scan_of_kept_terms_ranks_as_the_postings_of_their_words(
+    terms: list[str], queries: list[list[str]], size: int, compared: int
+) -> None:
+    """Terms as a store keeps them, with items without terms and runs of spaces, give the lengths, hits and float scores of their words filed one by one, query after query (a query's words picked by comparisons or by a table)."""
+    np = pytest.importorskip("numpy")
+    pairs = [(key, MemoryItem(terms=kept)) for key, kept in enumerate(terms)]
+    keyword = KeywordPostings()
+    keyword.file(pairs, str.split)  # type: ignore[arg-type]  # the words between spaces
+    data = scan_module.kept_terms_joined(terms)
+    assert data is not None
+    kept = scan_module._SLICE
+    scan_module._SLICE = size
+    try:
+        scan = TextScan(np, [key for key, _ in pairs], data, spaced=True)
+    finally:
+        scan_module._SLICE = kept
+    lengths = dict(zip(scan.keys, scan.lengths.tolist(), strict=True))
+    assert lengths == {key: keyword.lengths.of.get(key, 0) for key, _ in pairs}
+    kept, scan_module._COMPARED = scan_module._COMPARED, compared
+    try:
+        for words in queries:
+            query, sizes, average = keyword.query_terms(words, None, len(pairs), str.split)
+            assert scan.top(words, len(pairs), 5) == exhaustive_top(query, sizes.of, average, 5)
+    finally:
+        scan_module._COMPARED = kept
+
+
 def test_a_tokenizer_with_a_stemmer_is_not_scanned() -> None:
     """A stemmer's terms may be any string: the query files the items instead."""
     np = pytest.importorskip("numpy")
@@ -182,6 +233,17 @@ ACTIONS = st.lists(
         st.tuples(st.just("add"), st.lists(st.sampled_from(["a", "c", "zz"]), max_size=4)),
         st.tuples(st.just("delete"), st.integers(0, 30)),
         st.tuples(st.just("change"), st.integers(0, 30)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+# ACTIONS and loads of as many items, with other words (Memory.load).
+LOADS = st.lists(
+    st.one_of(
+        ACTIONS.map(lambda actions: actions[0]),
+        st.tuples(st.just("load"), st.lists(st.sampled_from(["a", "c", "zz"]), max_size=4)),
     ),
     min_size=1,
     max_size=8,
@@ -308,14 +370,55 @@ def test_read_memory_hands_the_kept_terms_to_the_index(
     assert hits(memory, "report 3")[0][0] == 3
 
 
+def test_read_memory_finds_the_kept_terms_words_as_it_reads(
+    scanned: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store.read_memory finds the words of the kept terms with the read: the first query finds none, and ranks as a memory built from the items."""
+    pytest.importorskip("numpy")
+    rows = [{"step": i, "thought": f"opened report {i % 7} window {i % 3}"} for i in range(60)]
+    with open_store(stored(str(tmp_path), rows)) as store:
+        memory = store.read_memory("s")
+    model = Memory([MemoryItem(**row) for row in rows])
+    search_index(model).build_ahead(wait=True)
+
+    def unmade(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the first query found the words")
+
+    monkeypatch.setattr(TextScan, "__init__", unmade)
+    assert hits(memory, "report 3 window") == hits(model, "report 3 window")
+    assert hits(memory, "report 3")[0][0] == 3
+
+
+def test_without_numpy_read_memory_keeps_no_terms_and_ranks_alike(
+    scanned: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without numpy nothing is joined at the read (no query could scan it): the first query files the items, with the hits and scores of a memory built from them."""
+    rows = [{"step": i, "thought": f"opened report {i % 7}"} for i in range(40)]
+    model = Memory([MemoryItem(**row) for row in rows])
+    search_index(model).build_ahead(wait=True)
+    expected = hits(model, "report 3")
+    monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy raises ImportError
+
+    def unjoined(*args: Any) -> None:
+        raise AssertionError("the kept terms were joined")
+
+    monkeypatch.setattr(scan_module, "kept_terms_joined", unjoined)
+    with open_store(stored(str(tmp_path), rows)) as store:
+        items, terms = store.read_with_terms("s")
+        memory = Memory(items)
+    assert terms is not None
+    assert search_index(memory).take_terms(items, terms) is False
+    assert hits(memory, "report 3") == expected
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(STEPS, ACTIONS)
+@given(STEPS, LOADS)
 def test_changes_before_the_first_query_drop_the_kept_terms(
     scanned: None, texts: list[list[str]], actions: list[tuple[str, Any]]
 ) -> None:
-    """Adds, deletes and field changes made after the read, before and between queries, give the hits and scores of a memory built from the items."""
+    """Loads (as many items, other words), adds, deletes and field changes made after the read, before and between queries, give the hits and scores of a memory built from the items."""
     rows = [{"step": i, "thought": " ".join(words)} for i, words in enumerate(texts)]
     with tempfile.TemporaryDirectory() as folder, open_store(stored(folder, rows)) as store:
         read = store.read_memory("s")
@@ -323,7 +426,10 @@ def test_changes_before_the_first_query_drop_the_kept_terms(
     search_index(memories[1]).build_ahead(wait=True)  # the model: filed before any query
     for action, value in actions:
         for memory in memories:
-            if action == "add":
+            if action == "load":
+                words = " ".join(value)
+                memory.load([MemoryItem(step=i, thought=words) for i in range(len(memory))])
+            elif action == "add":
                 memory.add_memory_item(MemoryItem(step=len(memory), thought=" ".join(value)))
             elif action == "delete" and len(memory):
                 memory.delete_memory_item(value % len(memory))

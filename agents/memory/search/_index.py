@@ -50,7 +50,7 @@ from agents.memory.search._bm25 import QueryTerm, exhaustive_top
 from agents.memory.search._item_vectors import ItemVectors, Vectors, made_screens
 from agents.memory.search._pause import BuildPause
 from agents.memory.search._postings import BuiltPostings, KeywordPostings, Lengths
-from agents.memory.search._scan import TextScan, kept_terms_joined
+from agents.memory.search._scan import TextScan
 
 if TYPE_CHECKING:
     from agents.memory.memory import Memory
@@ -115,8 +115,8 @@ class SearchIndex:
         self._pause = BuildPause()  # queries answered elsewhere that a build gives way to
         # The items' terms joined, answering queries till their build is in (_scanned_top).
         self._scan: TextScan | None = None
-        # The keys and join of the terms a store keeps, for the first query (see take_terms).
-        self._handed: tuple[list[int], bytes] | None = None
+        # The scan of the terms a store keeps, for the first query (see take_terms).
+        self._handed: TextScan | None = None
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -125,7 +125,7 @@ class SearchIndex:
     ) -> None:
         """Mark the added items for indexing and drop the evicted ones."""
         with self._lock:
-            self._scan = None
+            self._scan = self._handed = None  # the kept terms are the items' read, no others
             items = self._items
             pending = self._pending
             for key, item in added:
@@ -139,7 +139,7 @@ class SearchIndex:
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
         """Drop the deleted items from the postings and the vectors."""
         with self._lock:
-            self._scan = None
+            self._scan = self._handed = None
             for key in keys:
                 self._drop(key)
             _changed(self, keys)
@@ -160,7 +160,7 @@ class SearchIndex:
         with self._lock:
             self._memory = weakref.ref(memory)
             self._generation += 1  # a build ahead of the old content is not installed
-            self._scan = None
+            self._scan = self._handed = None
             self._ahead = None
             self._watching = set()
             self._items = dict(added)
@@ -205,22 +205,22 @@ class SearchIndex:
 
         ``items`` are the memory's items now, in its order, and ``terms[i]``
         the default tokenizer's terms of ``items[i]`` joined by single
-        spaces. The first query over all fields joins these rather than the
-        items' texts, with the same hits and scores (docs/search.md, "The
-        first query of a memory read whole"); any change before it drops them.
+        spaces. Their words are found now (``TextScan.kept``); the first query
+        over all fields ranks from them, with the hits and scores of the items'
+        texts (docs/search.md); any change of the memory before it drops them.
 
         Returns:
-            Whether they were taken (not for another tokenizer, other items,
-            an index that filed items or builds ahead, or other spacing).
+            Whether they were taken (not without numpy, for another tokenizer,
+            other items, an index that filed items or builds ahead, or other spacing).
         """
         if type(self.tokenizer) is not Tokenizer or self.tokenizer != Tokenizer():
             return False  # the stores keep the default tokenizer's terms
         self._follow()
         with self._lock:
-            if not _unfiled(self, items, terms) or (data := kept_terms_joined(terms)) is None:
+            if not _unfiled(self, items, terms):
                 return False
-            self._handed = (list(self._items), data)
-            return True
+            self._handed = TextScan.kept(list(self._items), terms)
+            return self._handed is not None
 
     def building(self) -> bool:
         """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet.
@@ -632,8 +632,8 @@ def _scanned_top(
             # (a full collection after a read of 100,000 steps: 0.5-1.2 s inside this query).
             handed, index._handed = index._handed, None  # used once: the scan holds the join
             with collector_paused(len(pending)):
-                if handed is not None and handed[0] == list(pending):  # a store's terms, unchanged
-                    scan = TextScan(np, handed[0], handed[1])
+                if handed is not None and handed.keys == list(pending):  # the items read, as read
+                    scan = handed
                 else:
                     scan = TextScan.of(np, [(key, items[key]) for key in pending], index.tokenizer)
             if scan is None:

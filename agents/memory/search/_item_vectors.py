@@ -814,6 +814,8 @@ ScreensDue = tuple[int, "list[tuple[Vectors, Any, int, Screen | None]]"]
 
 def made_screens(due: ScreensDue) -> list[Screen]:
     """Return the screen of each table of ``due`` from the rows read (off the index's lock: the slow part of ``ItemVectors.screen``)."""
+    if not due[1]:
+        return []  # nothing to screen (no vectors): numpy, an optional extra, is not needed
     np = numpy()
     return [Screen(np, matrix, used) for _, matrix, used, _ in due[1]]
 

@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final
 
+from agents.memory._codec import collector_paused
 from agents.memory._item import MemoryItem, item_fields
 from agents.memory._text import (
     BM25_B,
@@ -35,6 +36,7 @@ __all__ = ["TextScan", "kept_terms_joined"]
 
 _SPACE: Final = 32  # the only byte between two terms (see spaced_terms)
 _END: Final = b"\x00"  # never in a term (not a letter or digit): the word that ends each item
+_COMPARED: Final = 12  # up to this many heads, a query's words are picked by comparisons
 _SLICE: Final = 1 << 20  # bytes of the join read at a time while finding the words
 # Whitespace other than a space, which no kept term string may hold (see kept_terms_joined):
 # the ASCII ones as bytes, and any in text that is not all ASCII.
@@ -63,6 +65,11 @@ def kept_terms_joined(terms: Sequence[str]) -> bytes | None:
     return data
 
 
+def _head(word: bytes) -> int:
+    """Return the first two bytes of ``word`` as one number (a space second for a word of one): the words a term is looked for among."""
+    return word[0] << 8 | (word[1] if len(word) > 1 else _SPACE)
+
+
 class TextScan:
     """Every item's terms in one byte string, for ranking queries before the postings are made.
 
@@ -75,11 +82,17 @@ class TextScan:
         total: The lengths' sum.
     """
 
-    def __init__(self, np: Any, keys: list[int], data: bytes) -> None:
+    def __init__(self, np: Any, keys: list[int], data: bytes, *, spaced: bool = False) -> None:
         self.np = np
         self.keys = keys
         # " terms of item 0 \x00 terms of item 1 \x00 ": a space on both sides of each word.
         codes = self._codes = np.frombuffer(data, dtype=np.uint8)
+        # The eight bytes from each place of the join as one number (little-endian, a view).
+        self._wide = (
+            np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+            if len(data) >= 8
+            else None
+        )
         place = np.int32 if len(data) < 2**31 else np.int64
         # The space before each word (a space followed by a byte that is not one) and the word's
         # first two bytes (a space second for a word of one), found a slice of the join at a
@@ -89,9 +102,17 @@ class TextScan:
         last = len(codes) - 1  # the final space is before no word
         for start in range(0, max(last, 1), _SLICE):
             window = codes[start : min(start + _SLICE, last) + 1]
-            at = np.flatnonzero((window[:-1] == _SPACE) & (window[1:] != _SPACE)).astype(place)
-            at += start
-            first = codes[at + 1]
+            if spaced:  # words cut by single spaces: every space but the last is before one
+                at = np.flatnonzero(window[:-1] == _SPACE).astype(place)
+                at += start
+                first = codes[at + 1]
+                if (double := first == _SPACE).any():  # an item without terms: "\x00  \x00"
+                    keep = ~double
+                    at, first = at[keep], first[keep]
+            else:
+                at = np.flatnonzero((window[:-1] == _SPACE) & (window[1:] != _SPACE)).astype(place)
+                at += start
+                first = codes[at + 1]
             befores.append(at)
             firsts.append(first)
             heads.append(first.astype(np.uint16) << 8 | codes[at + 2])
@@ -105,6 +126,23 @@ class TextScan:
         self._head = np.concatenate(heads)  # a term's candidates: the words of its first two bytes
         self._keys = np.array(keys, dtype=np.int64)
         self._found: dict[str, tuple[Any, Any]] = {}  # term -> (item places, counts), kept
+
+    @classmethod
+    def kept(cls, keys: list[int], terms: Sequence[str]) -> TextScan | None:
+        """Join the terms a store keeps for the items of ``keys`` (``terms[i]`` those of ``keys[i]``) and find their words, or return ``None`` without numpy or where :func:`kept_terms_joined` gives none.
+
+        Made as a memory is read (``SearchIndex.take_terms``), so that its
+        first query finds only the query's words.
+        """
+        try:
+            import numpy as np  # optional: without it, the first query files the items
+        except ImportError:
+            return None
+        data = kept_terms_joined(terms)
+        if data is None:
+            return None
+        with collector_paused(len(keys)):  # arrays, no garbage: nothing to look for
+            return cls(np, keys, data, spaced=True)
 
     @classmethod
     def of(
@@ -127,26 +165,73 @@ class TextScan:
         """Return the places (in ``keys``) of the items holding ``term`` and how many times each does, in filing order."""
         found = self._found.get(term)
         if found is None:
-            np = self.np
-            codes = self._codes
-            word = term.encode()
-            # The words that start with the term's first two bytes, then those whose next bytes
-            # are the term's, then those that end there (a space next): its occurrences.
-            head = word[0] << 8 | (word[1] if len(word) > 1 else _SPACE)
-            # compress: several times faster than a boolean index over every word.
-            at = np.compress(self._head == head, self._before)
-            for shift, byte in enumerate(word[2:], 3):
-                at = at[codes[at + shift] == byte]
-            at = at[codes[at + len(word) + 1] == _SPACE]
-            # The occurrences ascend, so their items do: each run of one item is a posting
-            # (np.unique would sort them again: 85 ms for a word of every item at 100,000).
-            items = np.searchsorted(self._ends, at)
-            new = np.empty(len(items), dtype=bool)
-            new[:1] = True
-            np.not_equal(items[1:], items[:-1], out=new[1:])
-            starts = np.flatnonzero(new)
-            found = self._found[term] = (items[starts], np.diff(starts, append=len(items)))
+            self.find([term])
+            found = self._found[term]
         return found
+
+    def find(self, terms: Sequence[str]) -> None:
+        """Find the postings of those ``terms`` not found yet (see :meth:`posting`), the words of their first two bytes picked in one pass."""
+        np = self.np
+        new = {term: _head(term.encode()) for term in terms if term not in self._found}
+        if not new:
+            return
+        if len(new) == 1:
+            [(term, head)] = new.items()
+            # compress: several times faster than a boolean index over every word.
+            self._found[term] = self._occurring(term, np.compress(self._head == head, self._before))
+            return
+        # The words that start as any of the terms, once, then each term's among them.
+        heads = sorted(set(new.values()))
+        if len(heads) <= _COMPARED:  # a comparison a head: cheaper than a table's lookups
+            mask = self._head == heads[0]
+            same = np.empty_like(mask)
+            for head in heads[1:]:
+                np.equal(self._head, head, out=same)
+                mask |= same
+        else:
+            wanted = np.zeros(1 << 16, dtype=bool)
+            wanted[heads] = True
+            mask = wanted[self._head]
+        picked = np.flatnonzero(mask)
+        del mask
+        heads, before = self._head[picked], self._before[picked]
+        del picked
+        for term, head in new.items():
+            self._found[term] = self._occurring(term, np.compress(heads == head, before))
+
+    def _occurring(self, term: str, at: Any) -> tuple[Any, Any]:
+        """Return the places and counts of the items holding ``term``, from ``at``: the spaces before the words that start with its first two bytes."""
+        np = self.np
+        codes = self._codes
+        word = term.encode()
+        spaced = word + b" "  # the term's bytes and the space after it (it ends there)
+        wide, cut = self._wide, 0
+        if wide is not None and len(spaced) <= 8:
+            # The eight bytes after each space, read at once (one read of the join a word,
+            # not one a byte), for the words not too close to the join's end.
+            cut = int(np.searchsorted(at, len(wide) - 1))
+            mask = np.uint64((1 << 8 * len(spaced)) - 1)
+            head = at[:cut]
+            head = head[wide[head + 1] & mask == np.uint64(int.from_bytes(spaced, "little"))]
+        tail = at[cut:]
+        for shift, byte in enumerate(spaced[2:], 3):
+            tail = tail[codes[tail + shift] == byte]
+        at = np.concatenate((head, tail)) if cut else tail
+        ends = self._ends
+        if 8 * len(at) > len(ends):
+            # A common term: how many occurrences come before each item's end (as many
+            # searches as items, not occurrences: a third of the time for a word of every item).
+            counts = np.diff(np.searchsorted(at, ends), prepend=0)
+            places = np.flatnonzero(counts)
+            return places, counts[places]
+        # The occurrences ascend, so their items do: each run of one item is a posting
+        # (np.unique would sort them again: 85 ms for a word of every item at 100,000).
+        items = np.searchsorted(ends, at)
+        new = np.empty(len(items), dtype=bool)
+        new[:1] = True
+        np.not_equal(items[1:], items[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        return items[starts], np.diff(starts, append=len(items))
 
     def top(self, terms: Sequence[str], n_items: int, k: int) -> list[tuple[int, float]]:
         """Return the best ``k`` ``(key, score)`` for the query ``terms``, best first, ties by key: ``exhaustive_top``'s answer over the postings filed item by item.
@@ -159,6 +244,7 @@ class TextScan:
         scores = np.zeros(len(self.keys), dtype=np.float64)
         lengths = self.lengths
         weights: dict[str, float] = {}
+        self.find(terms)
         for term in terms:  # in query order, repeats counted: bm25_term_score's sums
             places, counts = self.posting(term)
             if not len(places):
