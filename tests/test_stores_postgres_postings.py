@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from agents.memory import Memory, MemoryItem
+from agents.memory.exceptions import CorruptStoreError
 from agents.memory.stores import PostgresStore
 
 psycopg = pytest.importorskip("psycopg")
@@ -309,3 +310,19 @@ def test_a_keyword_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
     assert [seq for _, seq in best] == [1, 2, 3, 4, 5]
     assert frequencies == {"the": 400, "report": 400, "7": 1}
     assert after - before == 0
+
+
+def test_a_damaged_block_is_named_with_the_fix_and_rebuilt(postgres_url: str) -> None:
+    """A block whose arrays disagree (altered outside kvmemory) makes a keyword search raise naming rebuild_keyword_index; the rebuild restores the ranking."""
+    items = {seq + 1: MemoryItem(step=seq, note=f"the file {seq}") for seq in range(20)}
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        store.append("s", list(items.values()))
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            con.execute("UPDATE kvmemory_postings SET tfs = tfs[2:] WHERE term = 'file'")
+        with pytest.raises(CorruptStoreError, match=r"'file'.*rebuild_keyword_index"):
+            store.search("s", "the file", 5, mode="keyword")
+        store.rebuild_keyword_index()
+        rows, blocks = postings_of_rows(postgres_url)
+        assert blocks == rows
+        got = [(hit.seq, hit.score) for hit in store.search("s", "the file", 5, mode="keyword")]
+        assert got == ranked_by_memory(items, "the file", 5)

@@ -30,7 +30,7 @@ from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, BM25_SCALE, bm25_av
 from agents.memory.exceptions import CorruptSessionError, CorruptStoreError
 from agents.memory.stores._core.encoding import Row, decode_pairs
 from agents.memory.stores._core.terms import Terms, bm25_score, item_terms, query_weights
-from agents.memory.stores._postgres.postings import PostingBlocks
+from agents.memory.stores._postgres.postings import DamagedBlockError, PostingBlocks
 from agents.memory.stores._sql.filters import POSTGRES_FIELDS, postgres_condition
 
 __all__ = ["PostgresKeywordIndex", "build_keyword_index"]
@@ -608,7 +608,10 @@ class PostgresKeywordIndex:
         """
         sid = session_id
         if self._blocks is not None:
-            ranked = self._blocks.top(sid, terms, k)
+            try:
+                ranked = self._blocks.top(sid, terms, k)
+            except DamagedBlockError as exc:
+                raise self.damaged("search", f" session {sid!r} of", str(exc)) from exc
             self._keep_statistics(sid, Statistics(ranked.n_items, ranked.total, ranked.dfs))
             return ranked.best
         weights = Counter(terms)

@@ -42,7 +42,14 @@ from typing import Any, Final, NamedTuple
 from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_average_length, bm25_term_score
 from agents.memory.stores._core.terms import bm25_score, query_weights
 
-__all__ = ["BLOCK_ROOM", "PostingBlocks", "build_postings", "drop_posting_triggers", "posting_key"]
+__all__ = [
+    "BLOCK_ROOM",
+    "DamagedBlockError",
+    "PostingBlocks",
+    "build_postings",
+    "drop_posting_triggers",
+    "posting_key",
+]
 
 BLOCK_ROOM: Final = 512
 """The most postings a write adds to a term's newest block; more go to a new block."""
@@ -253,6 +260,24 @@ _HEADER: Final = 20
 """Bytes before the first element of a one-dimensional array in PostgreSQL's binary form."""
 
 
+class DamagedBlockError(Exception):
+    """A posting block read back is not three one-dimensional arrays of one length (altered outside kvmemory)."""
+
+
+def _whole(block: tuple[bytes, bytes, bytes]) -> bool:
+    """Return whether a block's arrays (binary form) are one-dimensional, of the element sizes written, and of one length."""
+    seqs, tfs, lens = block
+    counts = []
+    for data, size, element in ((seqs, 12, 8), (tfs, 8, 4), (lens, 8, 4)):
+        if len(data) < _HEADER or (len(data) - _HEADER) % size:
+            return False
+        ndim, _, _, length, _, first = struct.unpack_from(">iiIiii", data.ljust(_HEADER + 4, b"\0"))
+        if ndim != 1 or (length and first != element):
+            return False
+        counts.append(length)
+    return counts[0] == counts[1] == counts[2] == (len(seqs) - _HEADER) // 12
+
+
 class Ranked(NamedTuple):
     """A ranking from the blocks and the statistics it read: the session's counts and each term's document frequency."""
 
@@ -295,8 +320,13 @@ class PostingBlocks:
         n_items, total = int(rows[0][0]), int(rows[0][1])
         blocks: dict[str, list[tuple[bytes, bytes, bytes]]] = {}
         for _, _, key, seqs, tfs, lens in rows:
-            if key is not None:
-                blocks.setdefault(keys[key], []).append((bytes(seqs), bytes(tfs), bytes(lens)))
+            if key is None:
+                continue
+            block = (bytes(seqs), bytes(tfs), bytes(lens))
+            if not _whole(block):
+                msg = f"a block of term {keys[key]!r} holds arrays of other lengths or shapes"
+                raise DamagedBlockError(msg)
+            blocks.setdefault(keys[key], []).append(block)
         np = _numpy()
         if np is not None:
             best, dfs = _top_numpy(np, blocks, terms, n_items, total, k)
