@@ -267,14 +267,14 @@ class DamagedBlockError(Exception):
 def _whole(block: tuple[bytes, bytes, bytes]) -> bool:
     """Return whether a block's arrays (binary form) are one-dimensional, of the element sizes written, and of one length."""
     seqs, tfs, lens = block
-    counts = []
+    counts: list[int] = []
     for data, size, element in ((seqs, 12, 8), (tfs, 8, 4), (lens, 8, 4)):
         if len(data) < _HEADER or (len(data) - _HEADER) % size:
             return False
         ndim, _, _, length, _, first = struct.unpack_from(">iiIiii", data.ljust(_HEADER + 4, b"\0"))
         if ndim != 1 or (length and first != element):
             return False
-        counts.append(length)
+        counts.append(int(length))
     return counts[0] == counts[1] == counts[2] == (len(seqs) - _HEADER) // 12
 
 
