@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -152,6 +153,9 @@ class TwoHandlesAgainstMemory(RuleBasedStateMachine):
                 for hit in handle.search(self.session, query, 3, mode="keyword")
             ]
             assert top3 == got[:3], query
+            with mock.patch.object(_postings, "_numpy", return_value=None):  # pure Python
+                plain = handle.search(self.session, query, k, mode="keyword")
+            assert [(hit.seq, hit.score) for hit in plain] == got, query
 
     def teardown(self) -> None:
         """Close the handles."""
@@ -326,3 +330,26 @@ def test_a_damaged_block_is_named_with_the_fix_and_rebuilt(postgres_url: str) ->
         assert blocks == rows
         got = [(hit.seq, hit.score) for hit in store.search("s", "the file", 5, mode="keyword")]
         assert got == ranked_by_memory(items, "the file", 5)
+
+
+@pytest.mark.parametrize("summed", ["numpy", "python"])
+def test_a_session_of_sparse_high_seqs_ranks_as_memory(postgres_url: str, summed: str) -> None:
+    """Seqs far above the session's postings (a long-lived session) rank as Memory.search, with numpy's sparse path and in pure Python."""
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        store.append("s", [MemoryItem(step=-1, note="the")])
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            con.execute("UPDATE kvmemory_sessions SET next_seq = 5000000 WHERE session_id = 's'")
+        notes = [" ".join(WORDS[(i * j) % len(WORDS)] for j in range(i % 7)) for i in range(60)]
+        seqs = store.append("s", [MemoryItem(step=i, note=note) for i, note in enumerate(notes)])
+        items = {1: MemoryItem(step=-1, note="the")}
+        items.update(
+            (seq, MemoryItem(step=i, note=note))
+            for i, (seq, note) in enumerate(zip(seqs, notes, strict=True))
+        )
+        found = _postings._numpy()
+        with mock.patch.object(
+            _postings, "_numpy", return_value=found if summed == "numpy" else None
+        ):
+            for query in QUERIES:
+                got = [(hit.seq, hit.score) for hit in store.search("s", query, 8, mode="keyword")]
+                assert got == ranked_by_memory(items, query, 8), query

@@ -405,12 +405,19 @@ def _top_numpy(
     if not weighted:
         return [], dfs
     average = bm25_average_length(total, n_items)
-    every, at = np.unique(np.concatenate([a[0] for a in arrays.values()]), return_inverse=True)
-    where = {}
-    start = 0
-    for term, (seqs, _, _) in arrays.items():
-        where[term] = at[start : start + len(seqs)]
-        start += len(seqs)
+    postings = sum(dfs.values())
+    highest = max(int(seqs.max()) for seqs, _, _ in arrays.values() if len(seqs))
+    where: dict[str, Any] = {}
+    if highest < 4 * postings + 65536:
+        # Seqs as positions in a dense array (a session's seqs are mostly live): no sort.
+        every = np.arange(highest + 1)
+        where = {term: seqs for term, (seqs, _, _) in arrays.items()}
+    else:
+        every, at = np.unique(np.concatenate([a[0] for a in arrays.values()]), return_inverse=True)
+        start = 0
+        for term, (seqs, _, _) in arrays.items():
+            where[term] = at[start : start + len(seqs)]
+            start += len(seqs)
     score = np.zeros(len(every))
     flat = BM25_K1 * (1.0 - BM25_B)
     slope = BM25_K1 * BM25_B / average  # as bm25_term_score: (k1 * b / average) * length
@@ -418,10 +425,10 @@ def _top_numpy(
         _, tf, length = arrays[term]
         # bm25_term_score's operations in its order, elementwise: the same floats.
         score[where[term]] += weight * (tf / (tf + flat + slope * length) + BM25_FLOOR)
-    held = np.arange(len(every))
+    held = np.flatnonzero(score)  # every item holding a query term scores above 0
     if len(held) > k:
-        kth = np.partition(score, len(held) - k)[len(held) - k]
-        held = held[score >= kth]
+        kth = np.partition(score[held], len(held) - k)[len(held) - k]
+        held = held[score[held] >= kth]
     best = held[np.lexsort((every[held], -score[held]))][:k]
     # tolist: the same floats and ints as float() and int() of each, in one call
     return list(zip(score[best].tolist(), every[best].tolist(), strict=True)), dfs
