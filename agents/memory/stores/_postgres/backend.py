@@ -704,7 +704,7 @@ class PostgresBackend(SQLRows, Backend):
         return {str(row[0]): (row[1], row[2], bytes(row[3])) for row in rows}
 
     def rebuild_keyword_index(self) -> None:
-        """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
+        """Rebuild the keyword index (terms, counts, GIN index, posting blocks, triggers) from the stored items, in one transaction.
 
         The index follows every write on its own; this is the repair for an
         index that was damaged or dropped outside kvmemory, which searches
@@ -785,7 +785,7 @@ class PostgresStore(Store):
         return self.backend.uses_pgvector
 
     def rebuild_keyword_index(self) -> None:
-        """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
+        """Rebuild the keyword index (terms, counts, GIN index, posting blocks, triggers) from the stored items, in one transaction.
 
         The index follows every write on its own; this is the repair for an
         index that was damaged or dropped outside kvmemory, which searches
