@@ -345,31 +345,38 @@ def test_v3_store_opened_read_only_searches_by_scanning(postgres_url: str) -> No
 
 @pytest.mark.postgres
 def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(postgres_url: str) -> None:
-    """A row whose tsvector holds a term its counts lack makes search raise, naming the repair."""
+    """A row whose tsvector holds a term its counts lack makes a filtered search (ranked from the rows) raise, naming the repair."""
     with open_store(postgres_url) as store:
         seqs = store.append("s", ranking_corpus())
     with psycopg.connect(postgres_url, autocommit=True) as con:
         con.execute("UPDATE kvmemory_items SET tf = '{}' WHERE seq = %s", (seqs[1],))
     with open_store(postgres_url) as store:
         with pytest.raises(CorruptStoreError, match=r"keyword index.*rebuild_keyword_index"):
-            store.search("s", "file")
+            store.search("s", "file", where={"step": range(10)})
         assert store.read("s") == ranking_corpus()
         store.rebuild_keyword_index()
         assert_ranks_as_memory(store, "s")
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("dropped", "where"),
+    [
+        ("ALTER TABLE kvmemory_items DROP COLUMN terms", {"step": range(10)}),
+        ("DROP TABLE kvmemory_postings", None),
+    ],
+)
 def test_a_missing_index_is_named_on_search_and_write_and_can_be_rebuilt(
-    postgres_url: str,
+    postgres_url: str, dropped: str, where: dict[str, Any] | None
 ) -> None:
-    """With the terms column dropped, search and writes raise naming the repair, and write nothing."""
+    """With the terms column or the posting blocks dropped, searches that read them and writes raise naming the repair, and write nothing."""
     with open_store(postgres_url) as store:
         store.append("s", ranking_corpus())
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        con.execute("ALTER TABLE kvmemory_items DROP COLUMN terms")
+        con.execute(dropped)
     with open_store(postgres_url) as store:
         with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
-            store.search("s", "file")
+            store.search("s", "file", where=where)
         with pytest.raises(CorruptStoreError, match="rebuild_keyword_index"):
             store.append("s", [MemoryItem(step=99, note="file")])
         assert store.count("s") == len(ranking_corpus())
@@ -932,7 +939,7 @@ def test_record_lookup_can_use_the_key_index(postgres_url: str) -> None:
 def test_keyword_search_computes_its_statistics_once_when_planner_statistics_are_stale(
     postgres_url: str,
 ) -> None:
-    """A session added after the last ANALYZE is searched with each aggregate run once, not once per matched row."""
+    """A session added after the last ANALYZE is searched by the rows' statement (a filtered query) with each aggregate run once, not once per matched row."""
     with PostgresStore(postgres_url, min_size=1, max_size=1) as store:
         with store.backend.pool.connection() as con:
             con.execute("ALTER TABLE kvmemory_items SET (autovacuum_enabled = false)")
@@ -943,7 +950,7 @@ def test_keyword_search_computes_its_statistics_once_when_planner_statistics_are
         plans = explained(store)
         with store.backend.pool.connection() as con:
             con.execute("SET auto_explain.log_analyze = on")
-        hits = store.search("new", "press OK to save the file", 5)
+        hits = store.search("new", "press OK to save the file", 5, where={"step": range(300)})
         assert [hit.item.step for hit in hits] == [0, 1, 2, 3, 4]
         searches = [plan for plan in plans if "tsquery" in plan]
         assert searches, plans
@@ -1034,12 +1041,13 @@ def _crowded_steps(n: int) -> list[MemoryItem]:
 
 
 def _frequency_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Return a list that gets each later statement of a pooled connection that counts the query words' items over every row matching them (apart from a ranking)."""
+    """Return a list that gets each later statement of a pooled connection that counts the query words' items, over every row matching them or from their posting blocks (apart from a ranking)."""
     scans: list[str] = []
     real = psycopg.Connection.execute
+    counting = ("count(*) FILTER (WHERE c.tf ?", "GROUP BY q.t", "sum(n)::bigint", "sum(p.n)")
 
     def execute(self: Any, query: Any, params: Any = None, **options: Any) -> Any:
-        if "count(*) FILTER (WHERE c.tf ?" in str(query) or "GROUP BY q.t" in str(query):
+        if any(part in str(query) for part in counting):
             scans.append(str(query))
         return real(self, query, params, **options)
 

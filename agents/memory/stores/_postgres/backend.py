@@ -1,7 +1,7 @@
 """The PostgreSQL store: sessions shared by processes on many machines.
 
 Needs the ``postgres`` extra (psycopg 3 and psycopg_pool), imported only
-when a ``postgresql://`` URL is opened. Layout (schema version 7, recorded in
+when a ``postgresql://`` URL is opened. Layout (schema version 9, recorded in
 ``kvmemory_schema``)::
 
     kvmemory_sessions(session_id text PRIMARY KEY, step_key text, next_seq bigint,
@@ -22,6 +22,12 @@ when a ``postgresql://`` URL is opened. Layout (schema version 7, recorded in
     kvmemory_vector_changes(session_id text, version bigint, seq bigint),
     index (session_id, version): the seqs each vector write touched, logged
     by the same triggers under the session's new number (pruned): v7
+    tf compressed with lz4 where the server offers it: v8
+    kvmemory_postings(session_id text, term text, block bigint, n integer,
+                      lo bigint, hi bigint, seqs bigint[], tfs integer[], lens integer[],
+                      PRIMARY KEY (session_id, term, block)), and statement
+    triggers on kvmemory_items keeping them equal to the rows' tf: v9
+    (see ``postings``)
 
 ``vector`` holds an item's unit vector as little-endian float32 (empty for
 an item without text), embedded over the fields ``fields`` names by the
@@ -83,6 +89,11 @@ from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._postgres.keyword import PostgresKeywordIndex, build_keyword_index
 from agents.memory.stores._postgres.pool import CommitUnconfirmed, PostgresConnections, check_pool
+from agents.memory.stores._postgres.postings import (
+    PostingBlocks,
+    build_postings,
+    drop_posting_triggers,
+)
 from agents.memory.stores._postgres.schema import (
     CUT_ROWS_OVER,
     SCHEMA_VERSION,
@@ -261,6 +272,8 @@ class PostgresBackend(SQLRows, Backend):
         self._no_tables = tables.no_tables
         self._indexed = tables.keyword_index
         self._keyed = tables.record_keys
+        if tables.postings:
+            self._keyword.rank_from(PostingBlocks(self.query_vectors, self.query_rows))
         self._vectors = PostgresVectors(
             self.query_rows,
             schema=self._connections.vector_schema,
@@ -691,7 +704,7 @@ class PostgresBackend(SQLRows, Backend):
         return {str(row[0]): (row[1], row[2], bytes(row[3])) for row in rows}
 
     def rebuild_keyword_index(self) -> None:
-        """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
+        """Rebuild the keyword index (terms, counts, GIN index, posting blocks, triggers) from the stored items, in one transaction.
 
         The index follows every write on its own; this is the repair for an
         index that was damaged or dropped outside kvmemory, which searches
@@ -704,7 +717,9 @@ class PostgresBackend(SQLRows, Backend):
         try:
             with self._connections.transaction() as con:
                 lock_schema(con)
+                drop_posting_triggers(con)  # the rows' counts are all written again first
                 build_keyword_index(con)
+                build_postings(con)
         except self.driver_errors as exc:
             raise self.store_error("rebuild the keyword index of", "", exc) from exc
 
@@ -770,7 +785,7 @@ class PostgresStore(Store):
         return self.backend.uses_pgvector
 
     def rebuild_keyword_index(self) -> None:
-        """Rebuild the keyword index (terms, counts, GIN index, triggers) from the stored items, in one transaction.
+        """Rebuild the keyword index (terms, counts, GIN index, posting blocks, triggers) from the stored items, in one transaction.
 
         The index follows every write on its own; this is the repair for an
         index that was damaged or dropped outside kvmemory, which searches

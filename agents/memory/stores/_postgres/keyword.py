@@ -30,6 +30,7 @@ from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, BM25_SCALE, bm25_av
 from agents.memory.exceptions import CorruptSessionError, CorruptStoreError
 from agents.memory.stores._core.encoding import Row, decode_pairs
 from agents.memory.stores._core.terms import Terms, bm25_score, item_terms, query_weights
+from agents.memory.stores._postgres.postings import DamagedBlockError, PostingBlocks
 from agents.memory.stores._sql.filters import POSTGRES_FIELDS, postgres_condition
 
 __all__ = ["PostgresKeywordIndex", "build_keyword_index"]
@@ -221,7 +222,15 @@ def _exact_top(
 
 
 # What the server's message names when a part of the index was dropped or altered.
-_INDEX_NAMES: Final = ("kvmemory_items_terms", "n_terms", "kvmemory_count_", '"tf"', '"terms"')
+_INDEX_NAMES: Final = (
+    "kvmemory_items_terms",
+    "n_terms",
+    "kvmemory_count_",
+    '"tf"',
+    '"terms"',
+    "kvmemory_postings",
+    "kvmemory_posting_key",
+)
 
 
 # A row matched only by its overflow lexeme (see _index_columns) counts if its tf holds a
@@ -548,6 +557,16 @@ class PostgresKeywordIndex:
         self._query_rows = query_rows
         self._lookup_rows = lookup_rows or query_rows
         self._url = url
+        self._blocks: PostingBlocks | None = None
+
+    def rank_from(self, blocks: PostingBlocks | None) -> None:
+        """Rank, count and score from the posting blocks (schema version 9), or from the rows (``None``: older tables opened read-only).
+
+        From the blocks: :meth:`top`, :meth:`frequencies` and :meth:`among`.
+        From the rows always: :meth:`top_where` (a filter is judged on the
+        rows), :meth:`top_sessions` and :meth:`held`.
+        """
+        self._blocks = blocks
 
     @staticmethod
     def columns(
@@ -588,6 +607,13 @@ class PostgresKeywordIndex:
             CorruptStoreError: if a row the index matches holds no query term in its counts.
         """
         sid = session_id
+        if self._blocks is not None:
+            try:
+                ranked = self._blocks.top(sid, terms, k)
+            except DamagedBlockError as exc:
+                raise self.damaged("search", f" session {sid!r} of", str(exc)) from exc
+            self._keep_statistics(sid, Statistics(ranked.n_items, ranked.total, ranked.dfs))
+            return ranked.best
         weights = Counter(terms)
         names = list(weights)
         params = self._params(sid, names, k)
@@ -693,12 +719,18 @@ class PostgresKeywordIndex:
         counted only where the session's counts read the same (else it saw
         another snapshot, and the first stays whole).
         """
-        kept = _KEPT.get()
-        if kept is None or not rows:
+        if not rows:
             return
         _, _, _, _, _, n_items, total, dfs = rows[0][:8]
         counted = {term: int(df or 0) for term, df in zip(names, dfs, strict=True)}
-        found = Statistics(int(n_items), int(total), counted)
+        self._keep_statistics(sid, Statistics(int(n_items), int(total), counted))
+
+    def _keep_statistics(self, sid: str, found: Statistics) -> None:
+        """Keep a ranking's statistics where a search is under way (see :meth:`_keep`); none for an empty session."""
+        kept = _KEPT.get()
+        if kept is None or not found.n_items:
+            return
+        counted = found.dfs
         before = kept.get((self, sid))
         if before is None:
             kept[(self, sid)] = found
@@ -738,6 +770,8 @@ class PostgresKeywordIndex:
         kept = self._kept(sid, names)
         if kept is not None:
             return self._among_kept(sid, terms, names, seqs, kept)
+        if self._blocks is not None:
+            return self._blocks.among(sid, terms, seqs)
         if len(names) > _COLUMN_TERMS:
             return None  # a column per term would pass PostgreSQL's limits: top ranks
         query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
@@ -805,6 +839,8 @@ class PostgresKeywordIndex:
         kept = self._kept(sid, names)
         if kept is not None:  # the search's ranking counted them, in its snapshot
             return {term: kept.dfs[term] for term in names}
+        if self._blocks is not None:
+            return self._blocks.frequencies(sid, names)
         query = " | ".join([*(f"'{_lexeme(sid, term)}'" for term in names), f"'{_overflow(sid)}'"])
         params: dict[str, Any] = {"sid": sid, "query": query}
         if len(names) > _COLUMN_TERMS:

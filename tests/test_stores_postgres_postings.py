@@ -1,0 +1,355 @@
+"""The PostgreSQL store's posting blocks: kept equal to the rows by every write, ranked as ``Memory.search``, migrated from version 8."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.exceptions import CorruptStoreError
+from agents.memory.stores import PostgresStore
+
+psycopg = pytest.importorskip("psycopg")
+
+from agents.memory.stores._postgres import postings as _postings  # noqa: E402  # after the skip: the postgres extra
+
+pytestmark = pytest.mark.postgres
+
+WORDS = ("the", "report", "dialog", "file", "open", "ok", "zeta", "chart")
+LONG = "q" * 1200  # filed under its digest (longer than a block key keeps)
+QUERIES = ("the", "the report", "file ok ok", "zeta chart dialog", LONG, f"open {LONG} the")
+
+texts = st.lists(st.sampled_from((*WORDS, LONG)), min_size=0, max_size=8).map(" ".join)
+
+
+def postings_of_rows(url: str) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
+    """Return every (session, term key, seq, count, length) the rows' counts hold, and every one the blocks hold."""
+    with psycopg.connect(url, autocommit=True) as con:
+        rows = con.execute(
+            "SELECT i.session_id, kvmemory_posting_key(e.key), i.seq, e.value::int, i.n_terms"
+            " FROM kvmemory_items AS i CROSS JOIN LATERAL jsonb_each_text(i.tf) AS e"
+        ).fetchall()
+        blocks = con.execute(
+            "SELECT p.session_id, p.term, u.s, u.f, u.l FROM kvmemory_postings AS p"
+            " CROSS JOIN LATERAL unnest(p.seqs, p.tfs, p.lens) AS u(s, f, l)"
+        ).fetchall()
+        sizes = con.execute(
+            "SELECT count(*) FROM kvmemory_postings WHERE n <> cardinality(seqs)"
+            " OR lo <> (SELECT min(s) FROM unnest(seqs) AS s)"
+            " OR hi <> (SELECT max(s) FROM unnest(seqs) AS s)"
+        ).fetchone()
+    assert len(blocks) == len(set(blocks)), "a posting is filed twice"
+    assert sizes == (0,), "a block's n, lo or hi disagrees with its postings"
+    return set(rows), set(blocks)
+
+
+def ranked_by_memory(items: dict[int, MemoryItem], query: str, k: int) -> list[tuple[int, float]]:
+    """Return ``Memory.search``'s ``(seq, score)`` over the items, in seq order."""
+    memory = Memory()
+    seq_of_step = {}
+    for seq, item in sorted(items.items()):
+        memory.add_memory_item(item)
+        seq_of_step[item.step] = seq
+    return [(seq_of_step[hit.item.step], hit.score) for hit in memory.search(query, k)]
+
+
+class TwoHandlesAgainstMemory(RuleBasedStateMachine):
+    """Two handles append (one step, a batch), update, delete and clear one session; the blocks stay the rows' and every ranking is ``Memory.search``'s."""
+
+    url: str
+
+    @initialize()
+    def open_handles(self) -> None:
+        """Open two handles on a fresh schema."""
+        self.handles = [PostgresStore(self.url, pgvector=False) for _ in range(2)]
+        self.session = f"s{next(_SESSIONS)}"
+        self.items: dict[int, MemoryItem] = {}
+        self.steps = itertools.count()
+
+    def _item(self, text: str) -> MemoryItem:
+        return MemoryItem(step=next(self.steps), note=text)
+
+    @rule(handle=st.integers(0, 1), text=texts)
+    def append_one(self, handle: int, text: str) -> None:
+        """Append one step."""
+        item = self._item(text)
+        (seq,) = self.handles[handle].append(self.session, [item])
+        self.items[seq] = item
+
+    @rule(handle=st.integers(0, 1), batch=st.lists(texts, min_size=1, max_size=30))
+    def append_batch(self, handle: int, batch: list[str]) -> None:
+        """Append a batch of steps."""
+        items = [self._item(text) for text in batch]
+        seqs = self.handles[handle].append(self.session, items)
+        self.items.update(zip(seqs, items, strict=True))
+
+    @precondition(lambda self: self.items)
+    @rule(handle=st.integers(0, 1), data=st.data())
+    def update(self, handle: int, data: st.DataObject) -> None:
+        """Replace the fields of some steps (their step kept)."""
+        chosen = data.draw(st.lists(st.sampled_from(sorted(self.items)), min_size=1, unique=True))
+        new = {seq: MemoryItem(step=self.items[seq].step, note=data.draw(texts)) for seq in chosen}
+        with self.handles[handle].batch(self.session) as batch:
+            batch.update(new)
+        self.items.update(new)
+
+    @precondition(lambda self: self.items)
+    @rule(handle=st.integers(0, 1), data=st.data())
+    def delete(self, handle: int, data: st.DataObject) -> None:
+        """Delete some steps by seq."""
+        chosen = data.draw(st.lists(st.sampled_from(sorted(self.items)), min_size=1, unique=True))
+        self.handles[handle].delete_seqs(self.session, chosen)
+        for seq in chosen:
+            del self.items[seq]
+
+    @rule(handle=st.integers(0, 1), text=texts)
+    def update_and_append_together(self, handle: int, text: str) -> None:
+        """Delete the oldest step and append one in one transaction."""
+        item = self._item(text)
+        oldest = min(self.items) if self.items else None
+        with self.handles[handle].batch(self.session) as batch:
+            if oldest is not None:
+                batch.delete([oldest])
+            batch.append([item])
+        if oldest is not None:
+            del self.items[oldest]
+        self.items[batch.appended[0]] = item
+
+    @rule(handle=st.integers(0, 1))
+    def clear(self, handle: int) -> None:
+        """Delete every step (rarely drawn often: hypothesis shrinks towards it)."""
+        self.handles[handle].clear(self.session)
+        self.items.clear()
+
+    @invariant()
+    def blocks_hold_the_rows(self) -> None:
+        """The blocks hold exactly the postings of the rows' counts."""
+        if not hasattr(self, "handles"):
+            return
+        rows, blocks = postings_of_rows(self.url)
+        assert blocks == rows
+
+    @invariant()
+    def every_query_ranks_as_memory(self) -> None:
+        """Each query's hits, scores and tie order equal ``Memory.search``'s, from either handle."""
+        if not hasattr(self, "handles"):
+            return
+        k = max(len(self.items), 1)
+        for query, handle in zip(QUERIES, itertools.cycle(self.handles), strict=False):
+            got = [
+                (hit.seq, hit.score)
+                for hit in handle.search(self.session, query, k, mode="keyword")
+            ]
+            assert got == ranked_by_memory(self.items, query, k), query
+            top3 = [
+                (hit.seq, hit.score)
+                for hit in handle.search(self.session, query, 3, mode="keyword")
+            ]
+            assert top3 == got[:3], query
+            with mock.patch.object(_postings, "_numpy", return_value=None):  # pure Python
+                plain = handle.search(self.session, query, k, mode="keyword")
+            assert [(hit.seq, hit.score) for hit in plain] == got, query
+
+    def teardown(self) -> None:
+        """Close the handles."""
+        for handle in getattr(self, "handles", ()):
+            handle.close()
+
+
+_SESSIONS = itertools.count()
+
+
+def test_two_handles_keep_the_blocks_equal_to_the_rows_and_rank_as_memory(
+    postgres_url: str,
+) -> None:
+    """Appends (one step, batches), updates, deletes and clears by two handles leave the blocks equal to the rows; every ranking equals Memory.search's."""
+    TwoHandlesAgainstMemory.url = postgres_url
+    machine = TwoHandlesAgainstMemory.TestCase
+    machine.settings = settings(
+        max_examples=25,
+        stateful_step_count=12,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    machine().runTest()
+
+
+def _append_in_a_process(url: str, session: str, worker: int) -> None:
+    """Append steps one by one and in batches, and delete some, from a process of its own."""
+    with PostgresStore(url, pgvector=False) as store:
+        for j in range(12):
+            text = " ".join(WORDS[(worker + j + i) % len(WORDS)] for i in range(j % 5 + 1))
+            if j % 3 == 0:
+                store.append(session, [MemoryItem(step=100_000 * worker + j, note=text)])
+            else:
+                seqs = store.append(
+                    session,
+                    [MemoryItem(step=100_000 * worker + 100 * j + i, note=text) for i in range(7)],
+                )
+                store.delete_seqs(session, seqs[:2])
+
+
+def test_two_processes_writing_one_session_leave_the_blocks_equal_to_the_rows(
+    postgres_url: str,
+) -> None:
+    """Two processes appending (one step and batches) and deleting in one session at once leave the blocks equal to the rows, and rank as Memory.search."""
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_append_in_a_process, args=(postgres_url, "s", worker))
+        for worker in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    rows, blocks = postings_of_rows(postgres_url)
+    assert blocks == rows
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        items = {record.seq: record.item for record in store.records("s")}
+        for query in QUERIES:
+            got = [(hit.seq, hit.score) for hit in store.search("s", query, 200, mode="keyword")]
+            assert got == ranked_by_memory(items, query, 200), query
+
+
+def test_one_step_appends_fill_a_few_blocks_per_term(postgres_url: str) -> None:
+    """Many one-step appends leave each term at most one block per BLOCK_ROOM postings (plus one), not a block per append."""
+    appends = _postings.BLOCK_ROOM + 40
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        for step in range(appends):
+            store.append("s", [MemoryItem(step=step, note="the report")])
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        rows = con.execute(
+            "SELECT term, count(*), sum(n) FROM kvmemory_postings GROUP BY term ORDER BY term"
+        ).fetchall()
+    assert rows == [("report", 2, appends), ("the", 2, appends)]
+
+
+def write_v8_store(url: str) -> dict[str, dict[int, MemoryItem]]:
+    """Leave tables of schema version 8 (no posting blocks) written by appends, updates and deletes in three sessions; return each live session's items by seq."""
+    with PostgresStore(url, pgvector=False) as store, psycopg.connect(url, autocommit=True) as con:
+        _postings.drop_posting_triggers(con)
+        con.execute("DROP TABLE kvmemory_postings")
+        con.execute("DROP FUNCTION kvmemory_postings_inserted, kvmemory_postings_deleted")
+        con.execute("DROP FUNCTION kvmemory_postings_updated, kvmemory_posting_key")
+        con.execute("UPDATE kvmemory_schema SET version = 8")
+        # Written with the version 8 layout: no trigger files a posting.
+        for sid in ("a", "b", "gone"):
+            notes = [" ".join(WORDS[(i * j) % len(WORDS)] for j in range(i % 6)) for i in range(40)]
+            store.append(sid, [MemoryItem(step=i, note=note) for i, note in enumerate(notes)])
+            for i in range(40, 45):
+                store.append(sid, [MemoryItem(step=i, note=f"the {LONG} zeta")])
+            store.delete_seqs(sid, [3, 4, 30])
+            with store.batch(sid) as batch:
+                batch.update({7: MemoryItem(step=7, note="chart chart the"), 8: MemoryItem(step=8)})
+        store.delete_session("gone")
+        return {sid: {r.seq: r.item for r in store.records(sid)} for sid in ("a", "b")}
+
+
+def test_v8_store_is_migrated_to_posting_blocks_and_ranks_the_same(postgres_url: str) -> None:
+    """v8 tables opened read-only rank from the rows and stay version 8; opened writable, every session's blocks are filled from its rows and rank as Memory.search."""
+    sessions = write_v8_store(postgres_url)
+    with PostgresStore(postgres_url, read_only=True, pgvector=False) as reader:
+        for sid, items in sessions.items():
+            for query in QUERIES:
+                got = [
+                    (hit.seq, hit.score) for hit in reader.search(sid, query, 50, mode="keyword")
+                ]
+                assert got == ranked_by_memory(items, query, 50), (sid, query)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(8,)]
+        assert con.execute("SELECT to_regclass('kvmemory_postings')").fetchone() == (None,)
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        rows, blocks = postings_of_rows(postgres_url)
+        assert blocks == rows
+        assert {sid for sid, *_ in blocks} == {"a", "b"}
+        for sid, items in sessions.items():
+            for query in QUERIES:
+                got = [(hit.seq, hit.score) for hit in store.search(sid, query, 50, mode="keyword")]
+                assert got == ranked_by_memory(items, query, 50), (sid, query)
+        # Kept by the triggers from then on.
+        store.append("a", [MemoryItem(step=99, note="zeta zeta report")])
+        rows, blocks = postings_of_rows(postgres_url)
+        assert blocks == rows
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
+
+
+def rows_read(store: PostgresStore) -> int:
+    """Return how many rows of kvmemory_items the store's one connection has read so far (the server's counters, flushed)."""
+    # The next statement's end flushes this connection's counters (PostgreSQL 15 and later).
+    store.backend.query_rows("SELECT pg_stat_force_next_flush()")
+    store.backend.query_rows("SELECT 1")
+    with psycopg.connect(store.backend.pool.conninfo, autocommit=True) as con:
+        row = con.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"
+            " FROM pg_stat_user_tables WHERE relid = 'kvmemory_items'::regclass"
+        ).fetchone()
+    return int(row[0])
+
+
+def test_a_keyword_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
+    postgres_url: str,
+) -> None:
+    """Ranking and counting a session of 400 steps by words every step holds reads no row of kvmemory_items (the server's row counters): the rows' ranking read all 400."""
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
+            pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
+    with PostgresStore(postgres_url, pgvector=False, min_size=1, max_size=1) as store:
+        store.append("s", [MemoryItem(step=i, note=f"the report {i}") for i in range(400)])
+        before = rows_read(store)
+        best = store.backend.keyword_top("s", ["the", "report"], 5)
+        frequencies = store.backend.keyword_frequencies("s", ["the", "report", "7"])
+        after = rows_read(store)
+    assert best is not None
+    assert [seq for _, seq in best] == [1, 2, 3, 4, 5]
+    assert frequencies == {"the": 400, "report": 400, "7": 1}
+    assert after - before == 0
+
+
+def test_a_damaged_block_is_named_with_the_fix_and_rebuilt(postgres_url: str) -> None:
+    """A block whose arrays disagree (altered outside kvmemory) makes a keyword search raise naming rebuild_keyword_index; the rebuild restores the ranking."""
+    items = {seq + 1: MemoryItem(step=seq, note=f"the file {seq}") for seq in range(20)}
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        store.append("s", list(items.values()))
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            con.execute("UPDATE kvmemory_postings SET tfs = tfs[2:] WHERE term = 'file'")
+        with pytest.raises(CorruptStoreError, match=r"'file'.*rebuild_keyword_index"):
+            store.search("s", "the file", 5, mode="keyword")
+        store.rebuild_keyword_index()
+        rows, blocks = postings_of_rows(postgres_url)
+        assert blocks == rows
+        got = [(hit.seq, hit.score) for hit in store.search("s", "the file", 5, mode="keyword")]
+        assert got == ranked_by_memory(items, "the file", 5)
+
+
+@pytest.mark.parametrize("summed", ["numpy", "python"])
+def test_a_session_of_sparse_high_seqs_ranks_as_memory(postgres_url: str, summed: str) -> None:
+    """Seqs far above the session's postings (a long-lived session) rank as Memory.search, with numpy's sparse path and in pure Python."""
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        store.append("s", [MemoryItem(step=-1, note="the")])
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            con.execute("UPDATE kvmemory_sessions SET next_seq = 5000000 WHERE session_id = 's'")
+        notes = [" ".join(WORDS[(i * j) % len(WORDS)] for j in range(i % 7)) for i in range(60)]
+        seqs = store.append("s", [MemoryItem(step=i, note=note) for i, note in enumerate(notes)])
+        items = {1: MemoryItem(step=-1, note="the")}
+        items.update(
+            (seq, MemoryItem(step=i, note=note))
+            for i, (seq, note) in enumerate(zip(seqs, notes, strict=True))
+        )
+        found = _postings._numpy()
+        with mock.patch.object(
+            _postings, "_numpy", return_value=found if summed == "numpy" else None
+        ):
+            for query in QUERIES:
+                got = [(hit.seq, hit.score) for hit in store.search("s", query, 8, mode="keyword")]
+                assert got == ranked_by_memory(items, query, 8), query
