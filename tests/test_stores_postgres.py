@@ -1252,3 +1252,22 @@ def test_put_vectors_are_read_back_bit_for_bit_with_their_pgvector_copy(
     ]
     copies = [np.array(copy, dtype="<f4").tobytes() if copy else None for *_, copy in stored]
     assert copies == [*(whole[seq] for seq in seqs), *(None for _ in seqs)]
+
+
+@pytest.mark.postgres
+def test_login_that_may_not_create_tables_is_told_the_servers_reason(postgres_url: str) -> None:
+    """Opening a store where the login may not create its tables names the server's refusal and the store."""
+    schema = postgres_url.rsplit("%3D", 1)[-1]
+    role = "kvmemory_reader_" + re.sub(r"\W", "", schema)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        con.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+    try:
+        url = postgres_url.replace("://kvmemory@", f"://{role}@", 1)
+        with pytest.raises(StoreError, match=r"Cannot open PostgreSQL store .*permission denied"):
+            PostgresStore(url)
+        assert tables(postgres_url) == set()
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            con.execute(f"DROP OWNED BY {role} CASCADE")
+            con.execute(f"DROP ROLE {role}")

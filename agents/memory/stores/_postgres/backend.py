@@ -265,8 +265,8 @@ class PostgresBackend(SQLRows, Backend):
             timeout=timeout,
             read_only=read_only,
             pgvector=pgvector,
-            store_error=self.store_error,
         )
+        self._connections.open(store_error=self.store_error)
         self.driver_errors = self._connections.driver_errors
         tables = self._connections.tables
         self._no_tables = tables.no_tables

@@ -115,6 +115,9 @@ def _read(con: Any, sql: str, params: Any, indexed: bool) -> list[Any]:
 class PostgresConnections:
     """A PostgreSQL store's connections: opened once, the tables set up, then a pool for every call.
 
+    Made without I/O; :meth:`open` connects. The two steps are apart so that
+    the backend's ``store_error``, which asks this object whether an error is
+    a lost connection, can already name an error met while opening.
     Opening connects once on its own first: a host that does not resolve
     or a refused login fails at once, with the driver's reason, instead of
     after the pool's timeout of retrying in the background. Over that
@@ -130,14 +133,9 @@ class PostgresConnections:
         timeout: Seconds to wait for the server, and for a connection from the pool.
         read_only: Run every statement read-only; never create or migrate tables.
         pgvector: Add pgvector's column where the server offers the extension.
-        store_error: Turns a driver error met while opening into the store's
-            error, as ``Backend.store_error(action, where, exc)`` does.
 
     Raises:
         MissingDependencyError: if psycopg or psycopg_pool is not installed.
-        StoreUnreachableError: if the first connection fails.
-        SchemaVersionError: if the tables' version cannot be opened.
-        StoreError: if the tables cannot be set up or the pool cannot open.
     """
 
     def __init__(
@@ -150,7 +148,6 @@ class PostgresConnections:
         timeout: float,
         read_only: bool,
         pgvector: bool,
-        store_error: Callable[[str, str, BaseException], StoreError],
     ) -> None:
         try:
             import psycopg
@@ -169,52 +166,74 @@ class PostgresConnections:
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = timeout
-        self._store_error = store_error
+        self._conninfo = conninfo
+        self._url = url
+        self._pgvector = pgvector
+        self._psycopg = psycopg
+        self._pool_class = psycopg_pool.ConnectionPool
+        self._pool: Any = None
         self._tables = Tables()
         # The schema of the pgvector extension once kvmemory_vectors has its embedding
         # column (every write then fills it).
         self._vector_schema: str | None = None
+
+    def open(self, store_error: Callable[[str, str, BaseException], StoreError]) -> None:
+        """Connect, create, migrate or check the tables, find pgvector, then open the pool.
+
+        Args:
+            store_error: Turns a driver error met while opening into the store's
+                error, as ``Backend.store_error(action, where, exc)`` does.
+
+        Raises:
+            StoreUnreachableError: if the first connection fails.
+            SchemaVersionError: if the tables' version cannot be opened.
+            StoreError: if the tables cannot be set up or the pool cannot open.
+        """
+        psycopg, conninfo, url, timeout = self._psycopg, self._conninfo, self._url, self.timeout
+        read_only = self.read_only
         # The URL's connect_timeout, else the pool's timeout, bounds each connection attempt.
         options: dict[str, Any] = {"autocommit": True}
         try:
             if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(conninfo):
                 options["connect_timeout"] = max(int(timeout), 1)
-            drivers = DRIVERS.get() or Drivers(psycopg.connect, psycopg_pool.ConnectionPool)
+            drivers = DRIVERS.get() or Drivers(psycopg.connect, self._pool_class)
             first = drivers.connect(conninfo, **options)
         except psycopg.Error as exc:
             msg = f"Cannot connect to PostgreSQL store {url}: {exc}; check that the server is running and the URL's host, port, user, password and database are right."
             raise StoreUnreachableError(msg) from exc
-        with first, self._opening():
+        with first, self._opening(store_error):
             self._tables = open_tables(first, store=f"PostgreSQL store {url}", read_only=read_only)
             if not self._tables.no_tables:
                 self._vector_schema = find_pgvector(
-                    first, create=pgvector and not read_only, refused=psycopg.Error
+                    first, create=self._pgvector and not read_only, refused=psycopg.Error
                 )
         self._pool = drivers.pool(
             conninfo,
-            min_size=min_size,
-            max_size=max_size,
+            min_size=self.min_size,
+            max_size=self.max_size,
             timeout=timeout,
             kwargs=options,
             configure=self._configure,
             open=False,
         )
         try:
-            with self._opening():
+            with self._opening(store_error):
                 self._pool.open(wait=True, timeout=timeout)
         except BaseException:
             self._pool.close()
             raise
 
     @contextlib.contextmanager
-    def _opening(self) -> Iterator[None]:
+    def _opening(
+        self, store_error: Callable[[str, str, BaseException], StoreError]
+    ) -> Iterator[None]:
         """Report the driver's errors while the store is opened as the backend's ``store_error`` names them."""
         try:
             yield
         except StoreError:
             raise
         except self.driver_errors as exc:
-            raise self._store_error("open", "", exc) from exc
+            raise store_error("open", "", exc) from exc
 
     def _configure(self, con: Any) -> None:
         # JIT compilation never pays for the store's statements: a keyword ranking's CTEs
