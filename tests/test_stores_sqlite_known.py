@@ -294,8 +294,8 @@ def test_chosen_rows_frequencies_and_many_sessions_after_another_process_commits
             )
 
 
-class TwoHandles(RuleBasedStateMachine):
-    """Two handles of one file, one searching, both writing: every search ranks as Memory.search over the stored items."""
+class OneFileTwoHandles(RuleBasedStateMachine):
+    """Two handles of one SQLite file: ``searcher`` reads (and writes), ``writer`` writes; ``step`` numbers new items."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -304,6 +304,16 @@ class TwoHandles(RuleBasedStateMachine):
         self.searcher = SQLiteStore(path)
         self.writer = SQLiteStore(path)
         self.step = 0
+
+    def teardown(self) -> None:
+        """Close both handles and remove the file."""
+        self.searcher.close()
+        self.writer.close()
+        self.folder.cleanup()
+
+
+class TwoHandles(OneFileTwoHandles):
+    """Two handles of one file, one searching, both writing: every search ranks as Memory.search over the stored items."""
 
     @initialize()
     def start(self) -> None:
@@ -343,27 +353,13 @@ class TwoHandles(RuleBasedStateMachine):
         for query in QUERIES:
             assert_same(ranked(self.searcher, "s", query), memory_ranked(items, query))
 
-    def teardown(self) -> None:
-        """Close both handles and remove the file."""
-        self.searcher.close()
-        self.writer.close()
-        self.folder.cleanup()
-
 
 TwoHandles.TestCase.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)
 test_two_handles_writing_between_searches_rank_as_memory = TwoHandles.TestCase
 
 
-class TwoHandlesEveryRead(RuleBasedStateMachine):
+class TwoHandlesEveryRead(OneFileTwoHandles):
     """Two handles of one file writing two sessions, one reading by every keyword path: each read equals Memory.search's over the stored items."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.folder = tempfile.TemporaryDirectory()
-        path = Path(self.folder.name) / "runs.db"
-        self.searcher = SQLiteStore(path)
-        self.writer = SQLiteStore(path)
-        self.step = 0
 
     @initialize()
     def start(self) -> None:
@@ -419,12 +415,6 @@ class TwoHandlesEveryRead(RuleBasedStateMachine):
         sessions = ["s", "t"] if both else ["t"]
         want = memory_sessions(self.writer, sessions, query)
         assert_same_across(sessions_ranked(self.searcher, sessions, query), want)
-
-    def teardown(self) -> None:
-        """Close both handles and remove the file."""
-        self.searcher.close()
-        self.writer.close()
-        self.folder.cleanup()
 
 
 TwoHandlesEveryRead.TestCase.settings = settings(
