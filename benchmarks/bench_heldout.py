@@ -15,8 +15,10 @@ keyword
     bm25s (``method="lucene"``), tantivy and SQLite FTS5 ``bm25()``, every
     engine given the same terms (kvmemory's ``Tokenizer``), k1 1.2, b 0.75;
     each engine's mean over the keyword seeds (``--keyword-seeds``, five by
-    default). Queries with a word of the fact: lexical (and mixed on the
-    held-out families). Each set is judged against the best peer (highest
+    default), on the keyword tuning corpora (``short-steps``,
+    ``long-pages`` and ``crowded``, the held-out ``crowded-steps``'s tuning
+    counterpart) and the held-out families. Queries with a word of the
+    fact: lexical (and mixed on ``crowded`` and the held-out families). Each set is judged against the best peer (highest
     mean) fact by fact (benchmarks/_paired.py): ``med3`` the 3-seed median
     gap the issue names, ``gap`` the mean gap, the facts won and lost over
     every seed, the sign test's p, and the verdict: "within 0.01", "behind,
@@ -57,7 +59,7 @@ from bench_search import Bm25s, Fts5, RankBm25, Tantivy, term_docs
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import EmbedParts, Tokenizer, WordLlamaEmbedder, search_index
 
-TUNING_KEYWORD = ("short-steps", "long-pages")
+TUNING_KEYWORD = ("short-steps", "long-pages", "crowded")
 TUNING_RULE = ("short", "thought", "page-mid", "mixed", "crowded")
 PEERS = (RankBm25, Bm25s, Tantivy, Fts5)
 MODES = ("keyword", "semantic", "hybrid")
@@ -277,7 +279,7 @@ def main() -> None:
         keyword_seeds = [int(seed) for seed in args.keyword_seeds.split(",")]
         run_keyword(names, args.keyword_items, args.keyword_facts, keyword_seeds, args.per_seed)
     if "rule" in sections:
-        names = [*((*TUNING_KEYWORD, *TUNING_RULE) if tuning else ()), *families]
+        names = [*(dict.fromkeys((*TUNING_KEYWORD, *TUNING_RULE)) if tuning else ()), *families]
         chunk = None if args.chunk_words == "field" else int(args.chunk_words)
         parts = None if chunk == EmbedParts().chunk_words else EmbedParts(chunk_words=chunk)
         run_rule(names, args.items, args.facts, seeds, parts)

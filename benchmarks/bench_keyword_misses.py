@@ -27,7 +27,7 @@ Choose on the tuning corpora (``short-steps``, ``long-pages``, ``crowded``);
 the held-out families only judge a choice (docs/search.md, "Held-out corpora").
 
 Run: .venv/bin/python benchmarks/bench_keyword_misses.py [--items 20000] [--facts 240]
-     [--seeds 1,2,3,4,5] [--corpora agent-steps,pages] [--variant plus1]
+     [--seeds 1,2,3,4,5] [--corpora agent-steps,pages] [--variant plus1] [--show 10]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import Any
 import _paired as paired
 import corpora_heldout as heldout
 import numpy as np
+from bench_heldout import corpus
 from bench_keyword_variants import VARIANTS, Corpus
 
 PEERS: dict[str, dict[str, Any]] = {
@@ -94,6 +95,43 @@ def held_words(data: Corpus, terms: Sequence[str]) -> Counter[int]:
     return held
 
 
+def show_miss(
+    data: Corpus, terms: Sequence[str], item: int, ours: Any, peer: str, query: str
+) -> None:
+    """Print one fact kvmemory misses and ``peer`` finds: the words, their IDFs, the ranks, the items above."""
+    theirs = scores(data, terms, PEERS[peer])
+    n, average = len(data.lengths), float(data.lengths.mean())
+    order = np.arange(n)
+    rank = {
+        name: int(np.flatnonzero(np.lexsort((order, -got)) == item)[0]) + 1
+        for name, got in (("kvmemory", ours), (peer, theirs))
+    }
+    print(
+        f"    {query!r}: fact {item} ({data.lengths[item] / average:.2f}x the average length) "
+        f"ranked {rank['kvmemory']} by kvmemory, {rank[peer]} by {peer}"
+    )
+    kind = PEERS[peer].get("idf", "lucene")
+    for term in dict.fromkeys(terms):
+        posting = data.postings.get(term)
+        df = 0 if posting is None else len(posting[0])
+        mine = data.idf("lucene", term, df) if df else 0.0
+        other = data.idf(kind, term, df) if df else 0.0
+        held = posting is not None and item in set(posting[0].tolist())
+        print(
+            f"      {term!r:<16} in {df / n:6.1%} of items, IDF {mine:.3f} (kvmemory) "
+            f"{other:.3f} ({peer}); the fact {'holds' if held else 'lacks'} it"
+        )
+    held = {
+        term: set(data.postings[term][0].tolist())
+        for term in dict.fromkeys(terms)
+        if term in data.postings
+    }
+    for name, got in (("kvmemory", ours), (peer, theirs)):
+        firsts = data.top(got, False)
+        words = ["+".join(t for t in held if i in held[t]) or "-" for i in firsts]
+        print(f"      {name}'s first five hold: {', '.join(words)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=20000)
@@ -101,6 +139,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--corpora", default="agent-steps,pages")
     parser.add_argument("--variant", default="plus1", choices=list(VARIANTS))
+    parser.add_argument(
+        "--show", type=int, default=0, help="print this many misses the best peer finds in full"
+    )
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     one, five, fifteen = os.getloadavg()
@@ -112,8 +153,10 @@ def main() -> None:
     for name in args.corpora.split(","):
         hits: dict[tuple[str, str], list[list[bool]]] = {}
         shapes: dict[str, list[dict[str, Any]]] = {}
+        shown: Counter[str] = Counter()
         for seed in seeds:
             data = Corpus(name, args.items, args.facts, seed)
+            said = corpus(name, args.items, args.facts, seed)[1] if args.show else {}
             depths = None
             if name in heldout.FAMILIES:
                 made = heldout.make_family(name, args.items, args.facts, seed)
@@ -137,6 +180,10 @@ def main() -> None:
                     if per_engine["kvmemory"][f] or not per_engine[best][f]:
                         continue
                     got, top = ranked[item]
+                    if shown[kind] < args.show:
+                        shown[kind] += 1
+                        print(f"\n  {name} {kind}, seed {seed}: kvmemory misses, {best} finds")
+                        show_miss(data, terms, item, got, best, said[kind][f][0])
                     held = held_words(data, terms)
                     fifth = got[top[-1]] if top else 0.0
                     shapes.setdefault(kind, []).append(
