@@ -338,7 +338,7 @@ def write_v8_store(url: str) -> dict[str, dict[int, MemoryItem]]:
         )
         con.execute("DROP FUNCTION kvmemory_postings_inserted, kvmemory_postings_deleted")
         con.execute("DROP FUNCTION kvmemory_postings_updated, kvmemory_posting_key")
-        con.execute("DROP FUNCTION kvmemory_postings_fold, kvmemory_fold_rows")
+        con.execute("DROP FUNCTION kvmemory_postings_fold, kvmemory_postings_fold_rows")
         con.execute("UPDATE kvmemory_schema SET version = 8")
         # Written with the version 8 layout: no trigger files a posting.
         for sid in ("a", "b", "gone"):

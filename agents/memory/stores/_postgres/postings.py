@@ -188,7 +188,7 @@ FOLD_ROWS: Final = 512
 _DUE: Final = """(SELECT x.next_seq - coalesce(f.seq, 0)
         + (SELECT count(*) FROM kvmemory_postings_stale AS g WHERE g.session_id = x.session_id)
     FROM kvmemory_sessions AS x LEFT JOIN kvmemory_postings_folded AS f ON f.session_id = x.session_id
-    WHERE x.session_id = {sid}) > kvmemory_fold_rows()"""
+    WHERE x.session_id = {sid}) > kvmemory_postings_fold_rows()"""
 
 # The stale rows a statement makes: rows at or below their session's mark deleted, or updated
 # with other counts. The first version logged is the blocks' (a row updated twice keeps it).
@@ -217,7 +217,7 @@ _CHANGED_OLD: Final = """(SELECT o.* FROM old_rows AS o JOIN new_rows AS w USING
 
 _FUNCTIONS: Final = (
     _KEY_FUNCTION,
-    f"""CREATE OR REPLACE FUNCTION kvmemory_fold_rows() RETURNS bigint LANGUAGE sql STABLE AS $$
+    f"""CREATE OR REPLACE FUNCTION kvmemory_postings_fold_rows() RETURNS bigint LANGUAGE sql STABLE AS $$
     SELECT coalesce(nullif(current_setting('kvmemory.fold_rows', true), '')::bigint, {FOLD_ROWS})
 $$""",
     # Under the session's lock (taken here if the writer has not): every row at or below the
