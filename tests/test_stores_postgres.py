@@ -364,6 +364,8 @@ def test_a_damaged_index_row_is_named_with_the_fix_and_nothing_changes(postgres_
     [
         ("ALTER TABLE kvmemory_items DROP COLUMN terms", {"step": range(10)}),
         ("DROP TABLE kvmemory_postings", None),
+        ("DROP TABLE kvmemory_postings_stale", None),
+        ("DROP TABLE kvmemory_postings_folded", None),
     ],
 )
 def test_a_missing_index_is_named_on_search_and_write_and_can_be_rebuilt(

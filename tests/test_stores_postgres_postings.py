@@ -30,7 +30,14 @@ texts = st.lists(st.sampled_from((*WORDS, LONG)), min_size=0, max_size=8).map(" 
 
 
 def postings_of_rows(url: str) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
-    """Return every (session, term key, seq, count, length) the rows' counts hold, and every one the blocks hold."""
+    """Return every (session, term key, seq, count, length) the rows' counts hold, and every one the blocks and the unfolded rows hold together.
+
+    The blocks' postings of stale rows do not count; the rows above their
+    session's mark and the stale rows still there count from the rows.
+    Also checks what the fold keeps: no block holds a posting above its
+    session's mark, each stale row logs exactly the postings the blocks
+    hold for it, and no block is empty or disagrees with its ``n``, ``lo``, ``hi``.
+    """
     with psycopg.connect(url, autocommit=True) as con:
         rows = con.execute(
             "SELECT i.session_id, kvmemory_posting_key(e.key), i.seq, e.value::int, i.n_terms"
@@ -40,14 +47,52 @@ def postings_of_rows(url: str) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...
             "SELECT p.session_id, p.term, u.s, u.f, u.l FROM kvmemory_postings AS p"
             " CROSS JOIN LATERAL unnest(p.seqs, p.tfs, p.lens) AS u(s, f, l)"
         ).fetchall()
+        marks = dict(con.execute("SELECT session_id, seq FROM kvmemory_postings_folded").fetchall())
+        stale = con.execute(
+            "SELECT g.session_id, kvmemory_posting_key(e.key), g.seq, e.value::int"
+            " FROM kvmemory_postings_stale AS g CROSS JOIN LATERAL jsonb_each_text(g.tf) AS e"
+        ).fetchall()
+        stale_seqs = set(
+            con.execute("SELECT session_id, seq FROM kvmemory_postings_stale").fetchall()
+        )
         sizes = con.execute(
-            "SELECT count(*) FROM kvmemory_postings WHERE n <> cardinality(seqs)"
+            "SELECT count(*) FROM kvmemory_postings WHERE n <> cardinality(seqs) OR n = 0"
             " OR lo <> (SELECT min(s) FROM unnest(seqs) AS s)"
             " OR hi <> (SELECT max(s) FROM unnest(seqs) AS s)"
         ).fetchone()
     assert len(blocks) == len(set(blocks)), "a posting is filed twice"
-    assert sizes == (0,), "a block's n, lo or hi disagrees with its postings"
-    return set(rows), set(blocks)
+    assert sizes == (0,), "a block is empty, or its n, lo or hi disagrees with its postings"
+    assert all(seq <= marks.get(sid, 0) for sid, _, seq, _, _ in blocks), (
+        "a block holds a row above the mark"
+    )
+    assert all(seq <= marks.get(sid, 0) for sid, seq in stale_seqs), "a stale row above the mark"
+    held_for_stale = {(sid, t, seq, f) for sid, t, seq, f, _ in blocks if (sid, seq) in stale_seqs}
+    assert held_for_stale == set(stale), "a stale row logs other postings than the blocks hold"
+    unfolded = {
+        (sid, t, seq, f, n)
+        for sid, t, seq, f, n in rows
+        if seq > marks.get(sid, 0) or (sid, seq) in stale_seqs
+    }
+    folded = {posting for posting in blocks if (posting[0], posting[2]) not in stale_seqs}
+    assert not folded & unfolded, "a posting is both in a block and unfolded"
+    return set(rows), folded | unfolded
+
+
+def unfolded_counts(url: str) -> dict[str, int]:
+    """Return each session's unfolded rows as the fold counts them: seqs reserved above its mark, plus its stale rows."""
+    with psycopg.connect(url, autocommit=True) as con:
+        rows = con.execute(
+            "SELECT x.session_id, x.next_seq - coalesce(f.seq, 0)"
+            " + (SELECT count(*) FROM kvmemory_postings_stale AS g WHERE g.session_id = x.session_id)"
+            " FROM kvmemory_sessions AS x"
+            " LEFT JOIN kvmemory_postings_folded AS f ON f.session_id = x.session_id"
+        ).fetchall()
+    return {str(sid): int(n) for sid, n in rows}
+
+
+def folding_every(url: str, rows: int) -> str:
+    """Return ``url`` with its connections folding a session's unfolded rows past ``rows`` (``kvmemory.fold_rows``)."""
+    return f"{url}%20-ckvmemory.fold_rows%3D{rows}"
 
 
 def ranked_by_memory(items: dict[int, MemoryItem], query: str, k: int) -> list[tuple[int, float]]:
@@ -61,9 +106,10 @@ def ranked_by_memory(items: dict[int, MemoryItem], query: str, k: int) -> list[t
 
 
 class TwoHandlesAgainstMemory(RuleBasedStateMachine):
-    """Two handles append (one step, a batch), update, delete and clear one session; the blocks stay the rows' and every ranking is ``Memory.search``'s."""
+    """Two handles append (one step, a batch), update, delete and clear one session; the blocks and unfolded rows stay the rows' and every ranking is ``Memory.search``'s."""
 
     url: str
+    fold_rows: int
 
     @initialize()
     def open_handles(self) -> None:
@@ -130,11 +176,12 @@ class TwoHandlesAgainstMemory(RuleBasedStateMachine):
 
     @invariant()
     def blocks_hold_the_rows(self) -> None:
-        """The blocks hold exactly the postings of the rows' counts."""
+        """The blocks and the unfolded rows hold exactly the postings of the rows' counts; no write leaves more unfolded rows than the limit."""
         if not hasattr(self, "handles"):
             return
         rows, blocks = postings_of_rows(self.url)
         assert blocks == rows
+        assert all(n <= self.fold_rows for n in unfolded_counts(self.url).values())
 
     @invariant()
     def every_query_ranks_as_memory(self) -> None:
@@ -166,11 +213,15 @@ class TwoHandlesAgainstMemory(RuleBasedStateMachine):
 _SESSIONS = itertools.count()
 
 
+@pytest.mark.parametrize("fold_rows", [4, _postings.FOLD_ROWS])
 def test_two_handles_keep_the_blocks_equal_to_the_rows_and_rank_as_memory(
-    postgres_url: str,
+    postgres_url: str, fold_rows: int
 ) -> None:
-    """Appends (one step, batches), updates, deletes and clears by two handles leave the blocks equal to the rows; every ranking equals Memory.search's."""
-    TwoHandlesAgainstMemory.url = postgres_url
+    """Appends (one step, batches), updates, deletes and clears by two handles, folded every few rows or not at all, leave the blocks and unfolded rows equal to the rows; every ranking equals Memory.search's."""
+    TwoHandlesAgainstMemory.url = (
+        folding_every(postgres_url, fold_rows) if fold_rows != _postings.FOLD_ROWS else postgres_url
+    )
+    TwoHandlesAgainstMemory.fold_rows = fold_rows
     machine = TwoHandlesAgainstMemory.TestCase
     machine.settings = settings(
         max_examples=25,
@@ -199,7 +250,8 @@ def _append_in_a_process(url: str, session: str, worker: int) -> None:
 def test_two_processes_writing_one_session_leave_the_blocks_equal_to_the_rows(
     postgres_url: str,
 ) -> None:
-    """Two processes appending (one step and batches) and deleting in one session at once leave the blocks equal to the rows, and rank as Memory.search."""
+    """Two processes appending (one step and batches) and deleting in one session at once, folding every few rows, leave the blocks and unfolded rows equal to the rows, and rank as Memory.search."""
+    postgres_url = folding_every(postgres_url, 5)  # folds while the other process writes
     context = multiprocessing.get_context("spawn")
     workers = [
         context.Process(target=_append_in_a_process, args=(postgres_url, "s", worker))
@@ -220,25 +272,73 @@ def test_two_processes_writing_one_session_leave_the_blocks_equal_to_the_rows(
 
 
 def test_one_step_appends_fill_a_few_blocks_per_term(postgres_url: str) -> None:
-    """Many one-step appends leave each term at most one block per BLOCK_ROOM postings (plus one), not a block per append."""
+    """Many one-step appends, folded every 9 rows, leave each term at most one block per BLOCK_ROOM postings (plus one), not a block per fold."""
     appends = _postings.BLOCK_ROOM + 40
-    with PostgresStore(postgres_url, pgvector=False) as store:
+    url = folding_every(postgres_url, 8)
+    with PostgresStore(url, pgvector=False) as store:
         for step in range(appends):
             store.append("s", [MemoryItem(step=step, note="the report")])
-    with psycopg.connect(postgres_url, autocommit=True) as con:
+    with psycopg.connect(url, autocommit=True) as con:
         rows = con.execute(
             "SELECT term, count(*), sum(n) FROM kvmemory_postings GROUP BY term ORDER BY term"
         ).fetchall()
-    assert rows == [("report", 2, appends), ("the", 2, appends)]
+    folded = appends - unfolded_counts(url)["s"]
+    assert folded == appends // 9 * 9
+    assert rows == [("report", 2, folded), ("the", 2, folded)]
+
+
+def block_rows(url: str) -> list[tuple[Any, ...]]:
+    """Return every block row as the server keeps it (its physical place too: a block written again moves)."""
+    with psycopg.connect(url, autocommit=True) as con:
+        return con.execute(
+            "SELECT ctid::text, session_id, term, n FROM kvmemory_postings ORDER BY 1"
+        ).fetchall()
+
+
+def test_one_step_writes_leave_the_blocks_alone_until_a_fold(postgres_url: str) -> None:
+    """One-step appends and deletes below the limit write no block (the rows above the mark and the stale rows are read instead); the write that passes it folds them all at once; every ranking between equals Memory.search's."""
+    url = folding_every(postgres_url, 6)
+    items = {seq + 1: MemoryItem(step=seq, note=f"the file {seq % 3}") for seq in range(12)}
+    with PostgresStore(url, pgvector=False) as store:
+        store.append("s", list(items.values()))  # 12 rows: past the limit, folded at once
+        assert unfolded_counts(url) == {"s": 0}
+        before = block_rows(url)
+        for step in range(12, 15):
+            (seq,) = store.append("s", [MemoryItem(step=step, note="the report")])
+            items[seq] = MemoryItem(step=step, note="the report")
+        store.delete_seqs("s", [2])
+        del items[2]
+        with store.batch("s") as batch:
+            batch.update({3: MemoryItem(step=2, note="zeta")})
+        items[3] = MemoryItem(step=2, note="zeta")
+        assert block_rows(url) == before
+        assert unfolded_counts(url) == {"s": 5}
+        for query in ("the", "file report zeta", "report"):
+            got = [(hit.seq, hit.score) for hit in store.search("s", query, 20, mode="keyword")]
+            assert got == ranked_by_memory(items, query, 20), query
+        (seq,) = store.append("s", [MemoryItem(step=15, note="the chart")])
+        items[seq] = MemoryItem(step=15, note="the chart")
+        store.append("s", [MemoryItem(step=16, note="the chart")])  # the 7th: folds
+        items[seq + 1] = MemoryItem(step=16, note="the chart")
+        assert unfolded_counts(url) == {"s": 0}
+        assert block_rows(url) != before
+        rows, blocks = postings_of_rows(url)
+        assert blocks == rows
+        for query in ("the", "file report zeta chart"):
+            got = [(hit.seq, hit.score) for hit in store.search("s", query, 20, mode="keyword")]
+            assert got == ranked_by_memory(items, query, 20), query
 
 
 def write_v8_store(url: str) -> dict[str, dict[int, MemoryItem]]:
     """Leave tables of schema version 8 (no posting blocks) written by appends, updates and deletes in three sessions; return each live session's items by seq."""
     with PostgresStore(url, pgvector=False) as store, psycopg.connect(url, autocommit=True) as con:
         _postings.drop_posting_triggers(con)
-        con.execute("DROP TABLE kvmemory_postings")
+        con.execute(
+            "DROP TABLE kvmemory_postings, kvmemory_postings_folded, kvmemory_postings_stale"
+        )
         con.execute("DROP FUNCTION kvmemory_postings_inserted, kvmemory_postings_deleted")
         con.execute("DROP FUNCTION kvmemory_postings_updated, kvmemory_posting_key")
+        con.execute("DROP FUNCTION kvmemory_postings_fold, kvmemory_postings_fold_rows")
         con.execute("UPDATE kvmemory_schema SET version = 8")
         # Written with the version 8 layout: no trigger files a posting.
         for sid in ("a", "b", "gone"):
@@ -300,11 +400,12 @@ def rows_read(store: PostgresStore) -> int:
 def test_a_keyword_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
     postgres_url: str,
 ) -> None:
-    """Ranking and counting a session of 400 steps by words every step holds reads no row of kvmemory_items (the server's row counters): the rows' ranking read all 400."""
+    """Ranking and counting a session of 400 folded steps by words every step holds reads no row of kvmemory_items (the server's row counters): the rows' ranking read all 400."""
     with psycopg.connect(postgres_url, autocommit=True) as con:
         if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
             pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
-    with PostgresStore(postgres_url, pgvector=False, min_size=1, max_size=1) as store:
+    url = folding_every(postgres_url, 64)  # the batch is folded as it is written
+    with PostgresStore(url, pgvector=False, min_size=1, max_size=1) as store:
         store.append("s", [MemoryItem(step=i, note=f"the report {i}") for i in range(400)])
         before = rows_read(store)
         best = store.backend.keyword_top("s", ["the", "report"], 5)
@@ -319,7 +420,7 @@ def test_a_keyword_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
 def test_a_damaged_block_is_named_with_the_fix_and_rebuilt(postgres_url: str) -> None:
     """A block whose arrays disagree (altered outside kvmemory) makes a keyword search raise naming rebuild_keyword_index; the rebuild restores the ranking."""
     items = {seq + 1: MemoryItem(step=seq, note=f"the file {seq}") for seq in range(20)}
-    with PostgresStore(postgres_url, pgvector=False) as store:
+    with PostgresStore(folding_every(postgres_url, 8), pgvector=False) as store:
         store.append("s", list(items.values()))
         with psycopg.connect(postgres_url, autocommit=True) as con:
             con.execute("UPDATE kvmemory_postings SET tfs = tfs[2:] WHERE term = 'file'")

@@ -25,9 +25,11 @@ when a ``postgresql://`` URL is opened. Layout (schema version 9, recorded in
     tf compressed with lz4 where the server offers it: v8
     kvmemory_postings(session_id text, term text, block bigint, n integer,
                       lo bigint, hi bigint, seqs bigint[], tfs integer[], lens integer[],
-                      PRIMARY KEY (session_id, term, block)), and statement
-    triggers on kvmemory_items keeping them equal to the rows' tf: v9
-    (see ``postings``)
+                      PRIMARY KEY (session_id, term, block)),
+    kvmemory_postings_folded(session_id text PRIMARY KEY, seq bigint),
+    kvmemory_postings_stale(session_id text, seq bigint, tf jsonb,
+                            PRIMARY KEY (session_id, seq)), and statement
+    triggers on kvmemory_items keeping them, folded in bulk: v9 (see ``postings``)
 
 ``vector`` holds an item's unit vector as little-endian float32 (empty for
 an item without text), embedded over the fields ``fields`` names by the

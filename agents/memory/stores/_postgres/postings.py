@@ -8,23 +8,33 @@ lowest and highest seq (``lo``, ``hi``). A term longer than
 :data:`_LONGEST_TERM` bytes is filed under ``"#"`` and its SHA-256 digest
 (``"#"`` is never part of a term), as the ``tsvector`` files it.
 
-Statement triggers on ``kvmemory_items`` keep the blocks equal to the rows'
-counts (``tf``), in the writing statement, so in its transaction and under
-the session's lock every writer takes first (see ``backend``), whatever
-the statement and whichever kvmemory wrote it:
+Statement triggers on ``kvmemory_items`` keep the blocks, in the writing
+statement, so in its transaction and under the session's lock every writer
+takes first (see ``backend``), whatever the statement and whichever
+kvmemory wrote it. They keep them in bulk: a session's blocks hold its rows
+up to a mark (``kvmemory_postings_folded``), and the rows above it (the
+newest ones: seqs grow) are *unfolded*, read from the rows by a ranking:
 
-* an insert adds each term's new postings to the term's newest block when
-  it keeps at most :data:`BLOCK_ROOM` postings with them (one-step appends
-  fill a small tail block, rewritten each time), else as a new block (a
-  batch's common terms: one block each);
-* a delete removes the deleted rows' postings from the blocks that hold
-  them (a block left empty goes); a session left without rows loses its
-  blocks at once;
-* an update whose counts changed removes the row's old postings and adds
-  its new ones.
+* an insert files nothing (a one-step append wrote ~100 block rows of
+  kilobytes, one per distinct term, ~10 ms of server time);
+* a delete of a row at or below the mark, or an update that changes its
+  counts, logs it in ``kvmemory_postings_stale`` with the counts the blocks
+  hold for it (the first version logged): its postings in the blocks no
+  longer count, and the row, if still there, is read as unfolded; a delete
+  or update above the mark needs nothing; a session left without rows
+  loses its blocks and stale rows at once;
+* the statement that leaves a session more than ``kvmemory.fold_rows``
+  (a server setting, :data:`FOLD_ROWS` where unset) unfolded rows (seqs
+  reserved above the mark, plus stale rows) *folds* them: the stale rows'
+  postings leave the blocks, the unfolded rows' postings join each term's
+  newest block while it keeps at most :data:`BLOCK_ROOM` postings, else a
+  new block (a batch's common terms: one block each), and the mark moves
+  up to the session's ``next_seq``. One write per term per fold, instead
+  of one per append.
 
-A keyword ranking then reads the query terms' blocks and the session's
-counts in one statement (one snapshot), never the rows: at 100,000 steps a
+A keyword ranking then reads the query terms' blocks, the unfolded rows'
+counts of them, the stale seqs and the session's counts in one statement
+(one snapshot), never the folded rows: at 100,000 steps a
 word in every step is ~200 blocks of postings, where the rows' ranking read
 every row holding it. BM25+ is summed per seq in query order, as
 ``bm25_score`` sums it (numpy where installed, else Python: the same
@@ -44,6 +54,7 @@ from agents.memory.stores._core.terms import bm25_score, query_weights
 
 __all__ = [
     "BLOCK_ROOM",
+    "FOLD_ROWS",
     "DamagedBlockError",
     "PostingBlocks",
     "build_postings",
@@ -71,13 +82,28 @@ def posting_key(term: str) -> str:
     return "#" + hashlib.sha256(term.encode("utf-8")).hexdigest()
 
 
+def _key_sql(term: str) -> str:
+    """Return the SQL expression of a term's key: the term itself, or (rarely) ``kvmemory_posting_key``'s digest.
+
+    The function is called only for long terms: a call per posting (it is
+    not inlined, as ``convert_to`` is not immutable) was a third of a
+    batch's filing.
+    """
+    return f"CASE WHEN octet_length({term}) <= {_LONGEST_TERM} THEN {term} ELSE kvmemory_posting_key({term}) END"
+
+
 def _add_sql(rows: str) -> str:
-    """Return the statement that files the postings of ``rows`` (a relation of item rows)."""
+    """Return the statement that files the postings of ``rows`` (a relation of item rows: session_id, seq, tf, n_terms).
+
+    The three arrays of a block are aggregated from the same rows in one
+    pass, so they agree position by position; their order is not the
+    seqs' (no ranking needs it, and sorting was most of a batch's filing).
+    """
     return f"""
 WITH n AS MATERIALIZED (
-    SELECT r.session_id, kvmemory_posting_key(e.key) AS term, count(*)::int AS k,
-        min(r.seq) AS lo, max(r.seq) AS hi, array_agg(r.seq ORDER BY r.seq) AS seqs,
-        array_agg(e.value::int ORDER BY r.seq) AS tfs, array_agg(r.n_terms ORDER BY r.seq) AS lens
+    SELECT r.session_id, {_key_sql("e.key")} AS term, count(*)::int AS k,
+        min(r.seq) AS lo, max(r.seq) AS hi, array_agg(r.seq) AS seqs,
+        array_agg(e.value::int) AS tfs, array_agg(r.n_terms) AS lens
     FROM {rows} AS r CROSS JOIN LATERAL jsonb_each_text(r.tf) AS e
     GROUP BY 1, 2
 ),
@@ -100,65 +126,168 @@ INSERT INTO kvmemory_postings (session_id, term, n, lo, hi, seqs, tfs, lens)
 SELECT t.session_id, t.term, t.k, t.lo, t.hi, t.seqs, t.tfs, t.lens FROM t WHERE t.block IS NULL"""
 
 
-def _remove_sql(rows: str) -> str:
-    """Return the statement that takes the postings of ``rows`` (a relation of item rows) out of their blocks."""
-    return f"""
+# The fold's removal: the postings the session's stale rows left in the blocks (their counts
+# as the blocks hold them), taken out of every block that may hold one, by grouping the
+# block's postings with the dead ones (never a join that could turn into a scan per posting).
+_REMOVE_STALE: Final = f"""
 WITH o AS MATERIALIZED (
-    SELECT r.session_id, kvmemory_posting_key(e.key) AS term, array_agg(r.seq) AS seqs,
-        min(r.seq) AS lo, max(r.seq) AS hi
-    FROM {rows} AS r CROSS JOIN LATERAL jsonb_object_keys(r.tf) AS e(key)
-    GROUP BY 1, 2
+    SELECT {_key_sql("e.key")} AS term, g.seq
+    FROM kvmemory_postings_stale AS g CROSS JOIN LATERAL jsonb_object_keys(g.tf) AS e(key)
+    WHERE g.session_id = fold_sid
 ),
+r AS MATERIALIZED (SELECT term, min(seq) AS lo, max(seq) AS hi FROM o GROUP BY term),
 c AS MATERIALIZED (
-    SELECT p.session_id, p.term, p.block, x.*
-    FROM o JOIN kvmemory_postings AS p ON p.session_id = o.session_id AND p.term = o.term
-        AND p.lo <= o.hi AND p.hi >= o.lo AND p.seqs && o.seqs
-    CROSS JOIN LATERAL (
-        SELECT count(*)::int AS n, min(u.s) AS lo, max(u.s) AS hi,
-            array_agg(u.s ORDER BY u.i) AS seqs, array_agg(u.f ORDER BY u.i) AS tfs,
-            array_agg(u.l ORDER BY u.i) AS lens
-        FROM unnest(p.seqs, p.tfs, p.lens) WITH ORDINALITY AS u(s, f, l, i)
-        WHERE NOT EXISTS (SELECT 1 FROM unnest(o.seqs) AS d(s) WHERE d.s = u.s)
-    ) AS x
+    SELECT p.term, p.block, u.s, u.f, u.l
+    FROM r JOIN kvmemory_postings AS p ON p.session_id = fold_sid AND p.term = r.term
+        AND p.lo <= r.hi AND p.hi >= r.lo
+    CROSS JOIN LATERAL unnest(p.seqs, p.tfs, p.lens) AS u(s, f, l)
+),
+x AS (
+    SELECT term, s, max(block) AS block, max(f) AS f, max(l) AS l, bool_or(dead) AS dead
+    FROM (
+        SELECT term, s, block, f, l, false AS dead FROM c
+        UNION ALL SELECT term, seq, NULL, NULL, NULL, true FROM o
+    ) AS both_sides
+    GROUP BY term, s
+),
+k AS MATERIALIZED (
+    SELECT term, block, count(*) FILTER (WHERE NOT dead)::int AS n,
+        min(s) FILTER (WHERE NOT dead) AS lo, max(s) FILTER (WHERE NOT dead) AS hi,
+        array_agg(s) FILTER (WHERE NOT dead) AS seqs, array_agg(f) FILTER (WHERE NOT dead) AS tfs,
+        array_agg(l) FILTER (WHERE NOT dead) AS lens
+    FROM x WHERE block IS NOT NULL GROUP BY term, block HAVING bool_or(dead)
 ),
 gone AS (
-    DELETE FROM kvmemory_postings AS p USING c
-    WHERE c.n = 0 AND p.session_id = c.session_id AND p.term = c.term AND p.block = c.block
+    DELETE FROM kvmemory_postings AS p USING k
+    WHERE k.n = 0 AND p.session_id = fold_sid AND p.term = k.term AND p.block = k.block
 )
-UPDATE kvmemory_postings AS p SET n = c.n, lo = c.lo, hi = c.hi, seqs = c.seqs, tfs = c.tfs,
-    lens = c.lens
-FROM c
-WHERE c.n > 0 AND p.session_id = c.session_id AND p.term = c.term AND p.block = c.block"""
+UPDATE kvmemory_postings AS p SET n = k.n, lo = k.lo, hi = k.hi, seqs = k.seqs, tfs = k.tfs,
+    lens = k.lens
+FROM k
+WHERE k.n > 0 AND p.session_id = fold_sid AND p.term = k.term AND p.block = k.block"""
 
+# The rows a fold files: those above the mark, and the stale rows still there (updated),
+# each looked up by key (LIMIT 1 keeps the lookup per stale row: a join was planned as a
+# read of the session's rows to find the stale ones).
+_UNFOLDED: Final = """(
+    SELECT i.session_id, i.seq, i.tf, i.n_terms FROM kvmemory_items AS i
+    WHERE i.session_id = fold_sid AND i.seq > fold_mark AND i.seq <= fold_top
+    UNION ALL
+    SELECT i.* FROM kvmemory_postings_stale AS g CROSS JOIN LATERAL (
+        SELECT i.session_id, i.seq, i.tf, i.n_terms FROM kvmemory_items AS i
+        WHERE i.session_id = g.session_id AND i.seq = g.seq LIMIT 1
+    ) AS i
+    WHERE g.session_id = fold_sid
+)"""
 
-# The rows of a delete whose session still has rows (and so blocks): a session the statement
-# emptied (a session deleted or cleared) loses its blocks in one statement, unread.
-_EMPTIED: Final = """(SELECT o.session_id FROM (SELECT DISTINCT session_id FROM old_rows) AS o
+FOLD_ROWS: Final = 512
+"""Rows a session leaves out of its blocks at most (above the mark, or stale) unless ``kvmemory.fold_rows`` says otherwise."""
+
+# Whether a session's unfolded rows (reserved seqs above its mark, a bound on the rows there,
+# and its stale rows) pass the limit: the statement that makes them do folds them.
+_DUE: Final = """(SELECT x.next_seq - coalesce(f.seq, 0)
+        + (SELECT count(*) FROM kvmemory_postings_stale AS g WHERE g.session_id = x.session_id)
+    FROM kvmemory_sessions AS x LEFT JOIN kvmemory_postings_folded AS f ON f.session_id = x.session_id
+    WHERE x.session_id = {sid}) > kvmemory_postings_fold_rows()"""
+
+# The stale rows a statement makes: rows at or below their session's mark deleted, or updated
+# with other counts. The first version logged is the blocks' (a row updated twice keeps it).
+_LOG_STALE: Final = """
+        INSERT INTO kvmemory_postings_stale (session_id, seq, tf)
+        SELECT o.session_id, o.seq, o.tf FROM {rows} AS o
+        JOIN kvmemory_postings_folded AS f ON f.session_id = o.session_id AND o.seq <= f.seq
+        ON CONFLICT (session_id, seq) DO NOTHING;
+        IF FOUND THEN
+            FOR due IN SELECT DISTINCT session_id FROM {rows} AS d LOOP
+                IF {due} THEN
+                    PERFORM kvmemory_postings_fold(due.session_id);
+                END IF;
+            END LOOP;
+        END IF;"""
+
+# The sessions a delete emptied (deleted or cleared): they lose their blocks and stale rows
+# at once, unread, and are folded up to their next_seq (nothing is above it).
+_EMPTIED: Final = """ARRAY(SELECT o.session_id FROM (SELECT DISTINCT session_id FROM old_rows) AS o
     WHERE NOT EXISTS (SELECT 1 FROM kvmemory_items AS i WHERE i.session_id = o.session_id))"""
-_STILL_HELD: Final = f"(SELECT * FROM old_rows WHERE session_id NOT IN {_EMPTIED})"
-# The rows of an update whose counts changed, before and after.
+# The rows of a delete whose session still has rows.
+_STILL_HELD: Final = "(SELECT * FROM old_rows WHERE NOT (session_id = ANY(emptied)))"
+# The rows of an update whose counts changed, before the update.
 _CHANGED_OLD: Final = """(SELECT o.* FROM old_rows AS o JOIN new_rows AS w USING (session_id, seq)
-    WHERE o.tf IS DISTINCT FROM w.tf OR o.n_terms IS DISTINCT FROM w.n_terms)"""
-_CHANGED_NEW: Final = """(SELECT w.* FROM new_rows AS w JOIN old_rows AS o USING (session_id, seq)
     WHERE o.tf IS DISTINCT FROM w.tf OR o.n_terms IS DISTINCT FROM w.n_terms)"""
 
 _FUNCTIONS: Final = (
     _KEY_FUNCTION,
-    f"""CREATE OR REPLACE FUNCTION kvmemory_postings_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    f"""CREATE OR REPLACE FUNCTION kvmemory_postings_fold_rows() RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('kvmemory.fold_rows', true), '')::bigint, {FOLD_ROWS})
+$$""",
+    # Under the session's lock (taken here if the writer has not): every row at or below the
+    # session's next_seq is then committed or the writer's own, so the mark moves up to it.
+    # The plan is small and known: no JIT compiling (it took 0.4-0.7 s of a batch's filing),
+    # and postings grouped by hashing: the rows' estimate (a range of seqs the planner does
+    # not know) is a few, and it sorted a 10,000-row batch's 800,000 postings on disk (2 s).
+    f"""CREATE OR REPLACE FUNCTION kvmemory_postings_fold(fold_sid text) RETURNS void
+    LANGUAGE plpgsql SET jit = off SET enable_sort = off AS $$
+    DECLARE
+        fold_mark bigint;
+        fold_top bigint;
     BEGIN
-        {_add_sql("new_rows")};
+        SELECT next_seq INTO fold_top FROM kvmemory_sessions WHERE session_id = fold_sid FOR UPDATE;
+        fold_mark := coalesce(
+            (SELECT seq FROM kvmemory_postings_folded WHERE session_id = fold_sid), 0);
+        {_REMOVE_STALE};
+        {_add_sql(_UNFOLDED)};
+        DELETE FROM kvmemory_postings_stale WHERE session_id = fold_sid;
+        INSERT INTO kvmemory_postings_folded (session_id, seq) VALUES (fold_sid, fold_top)
+        ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq;
+    END $$""",
+    # An insert files nothing: its rows are above the mark (seqs grow), read from the rows
+    # until a fold. A row inserted at or below the mark (not by kvmemory) is logged stale.
+    # The blocks' table is named (never read), so that an insert with it dropped fails and
+    # the store names the repair, as one with the other tables dropped does.
+    f"""CREATE OR REPLACE FUNCTION kvmemory_postings_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        due record;
+    BEGIN
+        FOR due IN
+            SELECT n.session_id, n.lo <= coalesce(f.seq, 0) AS below
+            FROM (SELECT session_id, min(seq) AS lo FROM new_rows GROUP BY session_id) AS n
+            LEFT JOIN kvmemory_postings_folded AS f ON f.session_id = n.session_id
+            WHERE (n.lo <= coalesce(f.seq, 0) OR {_DUE.format(sid="n.session_id")})
+                AND NOT EXISTS (SELECT FROM kvmemory_postings WHERE false)
+        LOOP
+            IF due.below THEN
+                INSERT INTO kvmemory_postings_stale (session_id, seq, tf)
+                SELECT r.session_id, r.seq, '{{}}' FROM new_rows AS r
+                JOIN kvmemory_postings_folded AS f ON f.session_id = r.session_id AND r.seq <= f.seq
+                WHERE r.session_id = due.session_id
+                ON CONFLICT (session_id, seq) DO NOTHING;
+            END IF;
+            IF {_DUE.format(sid="due.session_id")} THEN
+                PERFORM kvmemory_postings_fold(due.session_id);
+            END IF;
+        END LOOP;
         RETURN NULL;
     END $$""",
     f"""CREATE OR REPLACE FUNCTION kvmemory_postings_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        due record;
+        emptied text[] := {_EMPTIED};
     BEGIN
-        DELETE FROM kvmemory_postings WHERE session_id IN {_EMPTIED};
-        {_remove_sql(_STILL_HELD)};
+        IF cardinality(emptied) > 0 THEN
+            DELETE FROM kvmemory_postings WHERE session_id = ANY(emptied);
+            DELETE FROM kvmemory_postings_stale WHERE session_id = ANY(emptied);
+            DELETE FROM kvmemory_postings_folded WHERE session_id = ANY(emptied);
+            INSERT INTO kvmemory_postings_folded (session_id, seq)
+            SELECT session_id, next_seq FROM kvmemory_sessions WHERE session_id = ANY(emptied);
+        END IF;
+        {_LOG_STALE.format(rows=_STILL_HELD, due=_DUE.format(sid="due.session_id"))}
         RETURN NULL;
     END $$""",
     f"""CREATE OR REPLACE FUNCTION kvmemory_postings_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        due record;
     BEGIN
-        {_remove_sql(_CHANGED_OLD)};
-        {_add_sql(_CHANGED_NEW)};
+        {_LOG_STALE.format(rows=_CHANGED_OLD, due=_DUE.format(sid="due.session_id"))}
         RETURN NULL;
     END $$""",
 )
@@ -184,7 +313,8 @@ def build_postings(con: Any) -> None:
     """(Re)create the posting blocks from the rows' counts (``tf``), and the triggers that keep them.
 
     The migration to schema version 9 and ``rebuild_keyword_index`` run
-    it, under the schema lock: every session's blocks, one per term.
+    it, under the schema lock: every session's blocks, one per term, and
+    every session folded up to its ``next_seq``.
     """
     drop_posting_triggers(con)
     con.execute(
@@ -204,46 +334,111 @@ def build_postings(con: Any) -> None:
     # Read whole by every query of the term: stored out of line uncompressed, never decompressed.
     for column in ("seqs", "tfs", "lens"):
         con.execute(f"ALTER TABLE kvmemory_postings ALTER COLUMN {column} SET STORAGE EXTERNAL")
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_postings_folded (
+        session_id text PRIMARY KEY,
+        seq bigint NOT NULL
+    )"""
+    )
+    con.execute(
+        """CREATE TABLE IF NOT EXISTS kvmemory_postings_stale (
+        session_id text NOT NULL,
+        seq bigint NOT NULL,
+        tf jsonb NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    )"""
+    )
     for statement in _FUNCTIONS:
         con.execute(statement)
-    con.execute("TRUNCATE kvmemory_postings")
+    con.execute("TRUNCATE kvmemory_postings, kvmemory_postings_folded, kvmemory_postings_stale")
+    con.execute("SET LOCAL jit = off")
     con.execute(
         f"INSERT INTO kvmemory_postings (session_id, term, n, lo, hi, seqs, tfs, lens) {_BACKFILL}"
+    )
+    con.execute(
+        "INSERT INTO kvmemory_postings_folded (session_id, seq)"
+        " SELECT session_id, next_seq FROM kvmemory_sessions"
     )
     for statement in _TRIGGERS:
         con.execute(statement)
 
 
-_BACKFILL: Final = """
-SELECT i.session_id, kvmemory_posting_key(e.key), count(*), min(i.seq), max(i.seq),
-    array_agg(i.seq ORDER BY i.seq), array_agg(e.value::int ORDER BY i.seq),
-    array_agg(i.n_terms ORDER BY i.seq)
+_BACKFILL: Final = f"""
+SELECT i.session_id, {_key_sql("e.key")}, count(*), min(i.seq), max(i.seq),
+    array_agg(i.seq), array_agg(e.value::int), array_agg(i.n_terms)
 FROM kvmemory_items AS i CROSS JOIN LATERAL jsonb_each_text(i.tf) AS e
 GROUP BY 1, 2"""
 
-# The session's counts and the blocks of the query's terms, in one statement (one snapshot);
-# the arrays in PostgreSQL's binary form (array_send), read by numpy or struct unpacked.
-_READ_BLOCKS: Final = """
-SELECT s.n_items, s.n_terms, p.term, array_send(p.seqs), array_send(p.tfs), array_send(p.lens)
-FROM kvmemory_sessions AS s
-LEFT JOIN kvmemory_postings AS p ON p.session_id = s.session_id AND p.term = ANY(%(keys)s::text[])
-WHERE s.session_id = %(sid)s AND NOT s.deleted AND s.n_items > 0
+# The rows a session's blocks do not hold as they are: above its mark (0 before its first
+# fold), and its stale rows still there (updated). Bounded above by next_seq (which every
+# seq is at most) so that the planner, not knowing the mark, takes the rows for a range
+# of the key (an open bound is a third of the table to it: a scan of the table).
+_UNFOLDED_READ: Final = """
+tail AS MATERIALIZED (
+    SELECT i.seq, i.n_terms, i.tf FROM kvmemory_items AS i
+    WHERE i.session_id = %(sid)s
+        AND i.seq > coalesce(
+            (SELECT seq FROM kvmemory_postings_folded WHERE session_id = %(sid)s), 0)
+        AND i.seq <= (SELECT next_seq FROM kvmemory_sessions WHERE session_id = %(sid)s)
+    UNION ALL
+    SELECT i.* FROM kvmemory_postings_stale AS g CROSS JOIN LATERAL (
+        SELECT i.seq, i.n_terms, i.tf FROM kvmemory_items AS i
+        WHERE i.session_id = g.session_id AND i.seq = g.seq LIMIT 1
+    ) AS i
+    WHERE g.session_id = %(sid)s
+)"""
+
+# The session's counts; the blocks of the query's terms ('b'); each term's postings in the
+# unfolded rows, as a block ('t'); and the stale rows' seqs, whose postings in the blocks
+# are not counted ('s', the row always there for a live session): one statement (one
+# snapshot). The arrays come in PostgreSQL's binary form (array_send), read by numpy or
+# struct unpacked.
+_READ_BLOCKS: Final = f"""
+WITH s AS (
+    SELECT n_items, n_terms FROM kvmemory_sessions
+    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+),
+{_UNFOLDED_READ},
+held AS (
+    SELECT q.key, t.seq, t.n_terms, (t.tf ->> q.name)::int AS tf
+    FROM tail AS t CROSS JOIN unnest(%(keys)s::text[], %(names)s::text[]) AS q(key, name)
+)
+SELECT s.n_items, s.n_terms, 'b', p.term, array_send(p.seqs), array_send(p.tfs), array_send(p.lens)
+FROM s JOIN kvmemory_postings AS p ON p.session_id = %(sid)s AND p.term = ANY(%(keys)s::text[])
+UNION ALL
+SELECT s.n_items, s.n_terms, 't', h.key, array_send(array_agg(h.seq)), array_send(array_agg(h.tf)),
+    array_send(array_agg(h.n_terms))
+FROM s CROSS JOIN held AS h WHERE h.tf IS NOT NULL GROUP BY s.n_items, s.n_terms, h.key
+UNION ALL
+SELECT s.n_items, s.n_terms, 's', NULL,
+    (SELECT array_send(array_agg(g.seq)) FROM kvmemory_postings_stale AS g
+     WHERE g.session_id = %(sid)s), NULL, NULL
+FROM s
 """
 
-# The session's counts, each query term's document frequency (the blocks' sizes) and the
-# counts of the rows ``seqs`` (NULL where one holds none), in one statement.
-_AMONG: Final = """
+# Each query term's document frequency: the blocks' sizes, less the stale rows' postings
+# there (each stale row logs the counts the blocks hold for it), plus the unfolded rows
+# holding it.
+_DFS: Final = """
+    SELECT ARRAY(
+        SELECT (SELECT coalesce(sum(p.n), 0) FROM kvmemory_postings AS p
+                WHERE p.session_id = %(sid)s AND p.term = q.key)
+            - (SELECT count(*) FROM kvmemory_postings_stale AS g
+               WHERE g.session_id = %(sid)s AND g.tf ? q.name)
+            + (SELECT count(*) FROM tail AS t WHERE t.tf ? q.name)
+        FROM unnest(%(keys)s::text[], %(names)s::text[]) WITH ORDINALITY AS q(key, name, o)
+        ORDER BY q.o
+    ) AS dfs"""
+
+# The session's counts, each query term's document frequency and the counts of the rows
+# ``seqs`` (NULL where one holds none), in one statement.
+_AMONG: Final = f"""
 WITH s AS (
     SELECT session_id, n_items, n_terms FROM kvmemory_sessions
     WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
 ),
-d AS MATERIALIZED (
-    SELECT ARRAY(
-        SELECT coalesce(sum(p.n), 0)::bigint
-        FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS q(t, o)
-        LEFT JOIN kvmemory_postings AS p ON p.session_id = %(sid)s AND p.term = q.t
-        GROUP BY q.o ORDER BY q.o
-    ) AS dfs
+{_UNFOLDED_READ},
+d AS MATERIALIZED ({_DFS}
 )
 SELECT s.n_items, s.n_terms, d.dfs, i.seq, i.n_terms,
     ARRAY(SELECT (i.tf ->> q.t)::bigint FROM unnest(%(names)s::text[]) WITH ORDINALITY AS q(t, o) ORDER BY q.o)
@@ -251,9 +446,9 @@ FROM s CROSS JOIN d LEFT JOIN kvmemory_items AS i
     ON i.session_id = s.session_id AND i.seq = ANY(%(seqs)s::bigint[])
 """
 
-_FREQUENCIES: Final = """
-SELECT term, sum(n)::bigint FROM kvmemory_postings
-WHERE session_id = %(sid)s AND term = ANY(%(keys)s::text[]) GROUP BY term
+_FREQUENCIES: Final = f"""
+WITH {_UNFOLDED_READ}
+{_DFS}
 """
 
 _HEADER: Final = 20
@@ -264,18 +459,29 @@ class DamagedBlockError(Exception):
     """A posting block read back is not three one-dimensional arrays of one length (altered outside kvmemory)."""
 
 
-def _whole(block: tuple[bytes, bytes, bytes]) -> bool:
-    """Return whether a block's arrays (binary form) are one-dimensional, of the element sizes written, and of one length."""
+def _whole(block: tuple[bytes, bytes, bytes], *, seqs_only: bool = False) -> bool:
+    """Return whether a block's arrays (binary form) are one-dimensional, of the element sizes written, and of one length (or only its seqs, ``seqs_only``)."""
     seqs, tfs, lens = block
     counts: list[int] = []
-    for data, size, element in ((seqs, 12, 8), (tfs, 8, 4), (lens, 8, 4)):
+    arrays = ((seqs, 12, 8), (tfs, 8, 4), (lens, 8, 4))
+    for data, size, element in arrays[:1] if seqs_only else arrays:
         if len(data) < _HEADER or (len(data) - _HEADER) % size:
             return False
         ndim, _, _, length, _, first = struct.unpack_from(">iiIiii", data.ljust(_HEADER + 4, b"\0"))
         if ndim != 1 or (length and first != element):
             return False
         counts.append(int(length))
+    if seqs_only:
+        return counts[0] == (len(seqs) - _HEADER) // 12
     return counts[0] == counts[1] == counts[2] == (len(seqs) - _HEADER) // 12
+
+
+class Read(NamedTuple):
+    """What a ranking read, in binary form: each term's blocks, its postings in the unfolded rows (as blocks), and the stale rows' seqs (an array, or empty)."""
+
+    blocks: dict[str, list[tuple[bytes, bytes, bytes]]]
+    tail: dict[str, list[tuple[bytes, bytes, bytes]]]
+    stale: bytes
 
 
 class Ranked(NamedTuple):
@@ -305,42 +511,49 @@ class PostingBlocks:
         self._read_rows = read_rows
 
     def top(self, session_id: str, terms: Sequence[str], k: int) -> Ranked:
-        """Return the session's ``k`` best ``(score, seq)`` by BM25 from its blocks, ties by seq, and the statistics read.
+        """Return the session's ``k`` best ``(score, seq)`` by BM25 from its blocks and unfolded rows, ties by seq, and the statistics read.
 
-        One statement reads the query terms' blocks and the session's
-        counts; each item's shares are summed in query order (as
-        ``bm25_score`` sums them: the same floats), with numpy where it is
-        installed, else in Python.
+        One statement reads the query terms' blocks, their postings in the
+        rows not folded yet, the stale rows' seqs and the session's counts;
+        each item's shares are summed in query order (as ``bm25_score``
+        sums them: the same floats), with numpy where it is installed, else
+        in Python.
         """
         names = list(dict.fromkeys(terms))
         keys = {posting_key(term): term for term in names}
-        rows = self._read_binary(_READ_BLOCKS, {"sid": session_id, "keys": list(keys)})
+        params = {"sid": session_id, "keys": list(keys), "names": list(keys.values())}
+        rows = self._read_binary(_READ_BLOCKS, params)
         if not rows:
             return Ranked([], 0, 0, dict.fromkeys(names, 0))
         n_items, total = int(rows[0][0]), int(rows[0][1])
-        blocks: dict[str, list[tuple[bytes, bytes, bytes]]] = {}
-        for _, _, key, seqs, tfs, lens in rows:
-            if key is None:
+        read = Read({}, {}, b"")
+        for _, _, kind, key, seqs, tfs, lens in rows:
+            if kind == "s":
+                read = read._replace(stale=bytes(seqs) if seqs is not None else b"")
+                if seqs is not None and not _whole((read.stale, b"", b""), seqs_only=True):
+                    msg = "the stale rows' seqs are not a one-dimensional array of bigint"
+                    raise DamagedBlockError(msg)
                 continue
             block = (bytes(seqs), bytes(tfs), bytes(lens))
             if not _whole(block):
                 msg = f"a block of term {keys[key]!r} holds arrays of other lengths or shapes"
                 raise DamagedBlockError(msg)
-            blocks.setdefault(keys[key], []).append(block)
+            found = read.blocks if kind == "b" else read.tail
+            found.setdefault(keys[key], []).append(block)
         np = _numpy()
         if np is not None:
-            best, dfs = _top_numpy(np, blocks, terms, n_items, total, k)
+            best, dfs = _top_numpy(np, read, terms, n_items, total, k)
         else:
-            best, dfs = _top_python(blocks, terms, n_items, total, k)
+            best, dfs = _top_python(read, terms, n_items, total, k)
         return Ranked(best, n_items, total, {term: dfs.get(term, 0) for term in names})
 
     def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int]:
-        """Return how many of the session's items hold each of ``terms`` (0 where none): the blocks' sizes, in one statement."""
+        """Return how many of the session's items hold each of ``terms`` (0 where none): the blocks' sizes less the stale postings, plus the unfolded rows holding it, in one statement."""
         names = list(dict.fromkeys(terms))
-        keys = {posting_key(term): term for term in names}
-        rows = self._read_rows(_FREQUENCIES, {"sid": session_id, "keys": list(keys)})
-        counted = {keys[str(key)]: int(count) for key, count in rows}
-        return {term: counted.get(term, 0) for term in names}
+        params = {"sid": session_id, "names": names, "keys": [posting_key(t) for t in names]}
+        rows = self._read_rows(_FREQUENCIES, params)
+        counts = rows[0][0] if rows else [0] * len(names)
+        return {term: int(count) for term, count in zip(names, counts, strict=True)}
 
     def among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
@@ -348,7 +561,8 @@ class PostingBlocks:
         """Return ``(score, seq)`` by BM25 of the rows among ``seqs`` holding a query term, best first (ties by seq).
 
         One statement reads the session's counts, each term's document
-        frequency (its blocks' sizes) and the rows' counts by key.
+        frequency (as :meth:`frequencies` counts it) and the rows' counts by
+        key.
         """
         names = list(dict.fromkeys(terms))
         params = {
@@ -384,22 +598,34 @@ def _numpy() -> Any:
 
 
 def _top_numpy(
-    np: Any,
-    blocks: dict[str, list[tuple[bytes, bytes, bytes]]],
-    terms: Sequence[str],
-    n_items: int,
-    total: int,
-    k: int,
+    np: Any, read: Read, terms: Sequence[str], n_items: int, total: int, k: int
 ) -> tuple[list[tuple[float, int]], dict[str, int]]:
     """Return the ``k`` best ``(score, seq)`` and each term's document frequency, summed with numpy in query order."""
     wide = np.dtype([("n", ">i4"), ("v", ">i8")])
     narrow = np.dtype([("n", ">i4"), ("v", ">i4")])
-    arrays = {}
-    for term, parts in blocks.items():
+
+    def joined(parts: list[tuple[bytes, bytes, bytes]]) -> tuple[Any, Any, Any]:
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
         seqs = np.concatenate([np.frombuffer(s, wide, offset=_HEADER)["v"] for s, _, _ in parts])
         tfs = np.concatenate([np.frombuffer(f, narrow, offset=_HEADER)["v"] for _, f, _ in parts])
         lens = np.concatenate([np.frombuffer(n, narrow, offset=_HEADER)["v"] for _, _, n in parts])
-        arrays[term] = (seqs.astype(np.int64), tfs.astype(np.float64), lens.astype(np.float64))
+        return seqs.astype(np.int64), tfs.astype(np.float64), lens.astype(np.float64)
+
+    stale = np.frombuffer(read.stale, wide, offset=_HEADER)["v"] if read.stale else None
+    arrays = {}
+    for term in dict.fromkeys([*read.blocks, *read.tail]):
+        seqs, tfs, lens = joined(read.blocks.get(term, []))
+        if stale is not None and len(stale):
+            live = ~np.isin(seqs, stale)  # a stale row's postings in the blocks do not count
+            seqs, tfs, lens = seqs[live], tfs[live], lens[live]
+        more = read.tail.get(term)
+        if more:
+            extra = joined(more)
+            seqs, tfs, lens = (
+                np.concatenate(pair) for pair in zip((seqs, tfs, lens), extra, strict=True)
+            )
+        arrays[term] = (seqs, tfs, lens)
     dfs = {term: len(seqs) for term, (seqs, _, _) in arrays.items()}
     weighted = query_weights(terms, {t: n for t, n in dfs.items() if n}, n_items)
     if not weighted:
@@ -443,20 +669,19 @@ def _unpack(data: bytes, wide: bool) -> list[int]:
 
 
 def _top_python(
-    blocks: dict[str, list[tuple[bytes, bytes, bytes]]],
-    terms: Sequence[str],
-    n_items: int,
-    total: int,
-    k: int,
+    read: Read, terms: Sequence[str], n_items: int, total: int, k: int
 ) -> tuple[list[tuple[float, int]], dict[str, int]]:
     """Return the ``k`` best ``(score, seq)`` and each term's document frequency, summed in Python in query order."""
+    stale = set(_unpack(read.stale, True)) if read.stale else set()
     postings: dict[str, list[tuple[int, int, int]]] = {}
-    for term, parts in blocks.items():
-        found = postings.setdefault(term, [])
-        for seqs, tfs, lens in parts:
-            found.extend(
-                zip(_unpack(seqs, True), _unpack(tfs, False), _unpack(lens, False), strict=True)
-            )
+    for kept, parts_of in ((False, read.blocks), (True, read.tail)):
+        for term, parts in parts_of.items():
+            found = postings.setdefault(term, [])
+            for seqs, tfs, lens in parts:
+                triples = zip(
+                    _unpack(seqs, True), _unpack(tfs, False), _unpack(lens, False), strict=True
+                )
+                found.extend(t for t in triples if kept or t[0] not in stale)
     dfs = {term: len(found) for term, found in postings.items()}
     weighted = query_weights(terms, {t: n for t, n in dfs.items() if n}, n_items)
     average = bm25_average_length(total, n_items)
