@@ -1,10 +1,12 @@
-"""What the benchmarks share: the agent-step rows they time and the timer."""
+"""What the benchmarks share: the agent-step rows they time, the timer, and a PostgreSQL schema of their own."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -78,3 +80,23 @@ def best(
         times.append(time.perf_counter() - start)
         gc.enable()
     return min(times)
+
+
+@contextlib.contextmanager
+def postgres_schema(base: str, *, pgvector: bool = True, prefix: str = "bench") -> Iterator[str]:
+    """Yield ``base`` with a fresh schema as its search path, dropped (with its tables) afterwards.
+
+    ``pgvector=False`` adds ``pgvector=off`` to the URL, so no extension is
+    created (an extension is database-wide and would outlive the schema).
+    """
+    import psycopg
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as con:
+        con.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in base else "?"
+    try:
+        yield f"{base}{sep}options=-csearch_path%3D{schema}" + ("" if pgvector else "&pgvector=off")
+    finally:
+        with psycopg.connect(base, autocommit=True) as con:
+            con.execute(f"DROP SCHEMA {schema} CASCADE")

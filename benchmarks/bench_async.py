@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import contextlib
 import os
 import sqlite3
 import statistics
@@ -37,9 +36,9 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from _common import make_ufo_rows
+from _common import make_ufo_rows, postgres_schema
 
 from agents.memory import MemoryItem
 from agents.memory.stores import open_async_store, open_store
@@ -56,25 +55,8 @@ def uptime() -> str:
         return f"load average: {os.getloadavg()}"
 
 
-@contextlib.contextmanager
-def _postgres_url(base: str) -> Iterator[str]:
-    """Yield ``base`` with a fresh schema as its search path, dropped afterwards."""
-    import psycopg
-
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as con:
-        con.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in base else "?"
-    try:
-        # pgvector=off: no extension is created (it would be database-wide, outliving the schema).
-        yield f"{base}{sep}options=-csearch_path%3D{schema}&pgvector=off"
-    finally:
-        with psycopg.connect(base, autocommit=True) as con:
-            con.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
 def in_schema(run: Callable[[str, int, int], float], base: str, sessions: int, steps: int) -> float:
-    with _postgres_url(base) as url:
+    with postgres_schema(base, pgvector=False) as url:
         return run(url, sessions, steps)
 
 
@@ -140,7 +122,7 @@ def raw_pools(base: str, sessions: int, steps: int) -> tuple[float, float]:
     import psycopg_pool
 
     payload = "x" * 1500
-    with _postgres_url(base) as url:
+    with postgres_schema(base, pgvector=False) as url:
         conninfo = url.replace("&pgvector=off", "")
         autocommit = {"autocommit": True}  # as the store's pools: one round trip a commit
         with psycopg_pool.ConnectionPool(

@@ -15,13 +15,15 @@ server; the tables go to a fresh schema that is dropped afterwards.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
+
+from _common import postgres_schema
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.stores import open_store
@@ -94,16 +96,9 @@ def main() -> None:
     report("Memory (RAM)", lambda where: memory.search(QUERY, 5, where=where), args.repeats)
     with tempfile.TemporaryDirectory() as folder:
         urls = [f"sqlite://{folder}/bench.db", f"jsonl://{folder}/logs"]
-        schema = None
-        if args.postgres:
-            import psycopg
-
-            schema = f"bench_{uuid.uuid4().hex[:12]}"
-            with psycopg.connect(args.postgres, autocommit=True) as con:
-                con.execute(f"CREATE SCHEMA {schema}")
-            sep = "&" if "?" in args.postgres else "?"
-            urls.append(f"{args.postgres}{sep}options=-csearch_path%3D{schema}")
-        try:
+        with contextlib.ExitStack() as stack:
+            if args.postgres:
+                urls.append(stack.enter_context(postgres_schema(args.postgres)))
             for url in urls:
                 with open_store(url) as store:
                     store.append("s", session)
@@ -112,10 +107,6 @@ def main() -> None:
                         lambda where, store=store: store.search("s", QUERY, 5, where=where),
                         args.repeats,
                     )
-        finally:
-            if schema is not None:
-                with psycopg.connect(args.postgres, autocommit=True) as con:
-                    con.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 if __name__ == "__main__":

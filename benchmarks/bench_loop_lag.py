@@ -42,6 +42,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from _common import postgres_schema
+
 from agents.memory import MemoryItem
 from agents.memory.stores import open_async_memory, open_async_store, open_memory, open_store
 
@@ -132,17 +134,8 @@ def items(n: int, start: int = 0) -> list[MemoryItem]:
 def store_url(kind: str, postgres: str | None) -> Iterator[str]:
     if kind == "postgres":
         assert postgres is not None
-        import psycopg
-
-        schema = f"lag_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(postgres, autocommit=True) as con:
-            con.execute(f"CREATE SCHEMA {schema}")
-        sep = "&" if "?" in postgres else "?"
-        try:
-            yield f"{postgres}{sep}options=-csearch_path%3D{schema}&pgvector=off"
-        finally:
-            with psycopg.connect(postgres, autocommit=True) as con:
-                con.execute(f"DROP SCHEMA {schema} CASCADE")
+        with postgres_schema(postgres, pgvector=False, prefix="lag") as url:
+            yield url
         return
     with tempfile.TemporaryDirectory() as folder:
         yield {

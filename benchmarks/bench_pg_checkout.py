@@ -21,33 +21,17 @@ Run: ``python benchmarks/bench_pg_checkout.py --postgres postgresql://... --repe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
+
+from _common import postgres_schema
 
 from agents.memory import MemoryItem
 from agents.memory.stores import open_store
 from agents.memory.stores._postgres import pool as pool_module
-
-
-@contextlib.contextmanager
-def schema_url(base: str) -> Iterator[str]:
-    """Yield ``base`` with a fresh schema as its search path, dropped afterwards."""
-    import psycopg
-
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as con:
-        con.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{sep}options=-csearch_path%3D{schema}&pgvector=off"
-    finally:
-        with psycopg.connect(base, autocommit=True) as con:
-            con.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def _round_trip(con: Any) -> bool:
@@ -93,7 +77,7 @@ def main() -> None:
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in CHECKS}
     for _ in range(args.repeat):
         for name, check in CHECKS.items():
-            with schema_url(args.postgres) as url:
+            with postgres_schema(args.postgres, pgvector=False) as url:
                 times[name].append(run_once(url, check, args.calls))
     base = [statistics.median(t[i] for t in times["none"]) for i in (0, 1)]
     for name, runs in times.items():

@@ -18,17 +18,16 @@ CPU is measured).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import postgres_schema
 from bench_search_costs import load, steps
 from bench_stores import postgres_url
 
@@ -72,28 +71,12 @@ def timed(call: Callable[[], object], pgdata: str | None) -> tuple[float, float,
     return wall, cpu, None if server is None or after is None else after - server
 
 
-@contextlib.contextmanager
-def schema_url(url: str) -> Iterator[str]:
-    """Yield a URL whose tables live in a fresh schema, dropped afterwards."""
-    import psycopg
-
-    schema = f"w_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(url, autocommit=True) as con:
-        con.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in url else "?"
-    try:
-        yield f"{url}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as con:
-            con.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
 def one_run(url: str, args: argparse.Namespace) -> dict[str, tuple[float, float, float | None]]:
     """Return one run's figures: the batch, the one-step appends and the deletes."""
     rows = steps(args.batch + args.singles)
     items = [MemoryItem(**row) for row in rows]
     out = {}
-    with schema_url(url) as schema, PostgresStore(schema, pgvector=False) as store:
+    with postgres_schema(url, prefix="w") as schema, PostgresStore(schema, pgvector=False) as store:
         store.append("warm", items[:1])
         out[f"batch of {args.batch}"] = timed(
             lambda: store.append("s", items[: args.batch]), args.pgdata

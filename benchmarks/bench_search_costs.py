@@ -70,6 +70,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import postgres_schema
 from _search_corpus import SHAPES, make_corpus
 
 from agents.memory import Memory, MemoryItem
@@ -150,23 +151,11 @@ def steps(n: int) -> list[dict[str, Any]]:
 def stores(folder: str, postgres: str | None) -> Iterator[list[tuple[str, str]]]:
     """Yield ``(name, url)`` of each store to measure (PostgreSQL in a fresh schema when given)."""
     urls = [("sqlite", f"sqlite://{folder}/bench.db"), ("jsonl", f"jsonl://{folder}/logs")]
-    schema = None
-    if postgres:
-        import psycopg
-
-        schema = f"bench_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(postgres, autocommit=True) as con:
-            con.execute(f"CREATE SCHEMA {schema}")
-        sep = "&" if "?" in postgres else "?"
-        urls.append(("postgres", f"{postgres}{sep}options=-csearch_path%3D{schema}"))
-    try:
+    if not postgres:
         yield urls
-    finally:
-        if schema is not None:
-            import psycopg
-
-            with psycopg.connect(postgres, autocommit=True) as con:
-                con.execute(f"DROP SCHEMA {schema} CASCADE")
+        return
+    with postgres_schema(postgres) as url:
+        yield [*urls, ("postgres", url)]
 
 
 # -- parts against whole items ---------------------------------------------------------------
