@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import enum
+import importlib
+import importlib.util
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from typing import Any, Final
@@ -17,6 +21,7 @@ from agents.memory import Memory, MemoryItem
 from agents.memory.exceptions import InvalidQueryError
 from agents.memory.search import Filter
 from agents.memory.stores import JSONLStore, open_store
+from agents.memory.stores._core import value_index
 from agents.memory.stores._core.encoding import decode_pairs, encode_rows
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.value_index import SHORT, ValueIndex
@@ -559,3 +564,227 @@ for machine in (FilteredSearchMachine, MemoryFilteredSearchMachine):
     machine.TestCase.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
 TestFilteredSearchJSONL = FilteredSearchMachine.TestCase
 TestFilteredSearchMemory = MemoryFilteredSearchMachine.TestCase
+
+
+# -- ranges compared by NumPy ----------------------------------------------------------------
+
+needs_numpy = pytest.mark.skipif(
+    importlib.util.find_spec("numpy") is None, reason="ranges are compared by NumPy, an extra"
+)
+
+
+def load_numpy() -> None:
+    """Load NumPy: the index compares arrays only where the process has it loaded."""
+    importlib.import_module("numpy")
+
+
+NUMBERS: Final = (
+    0,
+    1,
+    -1,
+    2.5,
+    -0.0,
+    0.1,
+    1e300,
+    -1e-300,
+    2**53,
+    2**53 - 1,
+    -(2**53),
+    float(2**53),
+)
+"""Numbers a float holds exactly (some equal, some at its exact ints' ends): kept in the array, stale, rebuilt."""
+
+WIDE: Final = (2**53 + 1, -(2**60))
+"""Ints no float holds: a path filing one keeps no array (drawn rarely, as it drops the array for good)."""
+
+BOUNDS: Final = (0, 1, 0.1, 2.5, -0.0, 1e300, 2**53, 2**53 - 1, -(2**53), 1.5)
+"""Bounds a float holds exactly (compared by NumPy)."""
+
+WIDE_BOUNDS: Final = (2**53 + 1, -(2**60), 10**400)
+"""Bounds it does not (looked through in Python)."""
+
+
+@st.composite
+def numbered_items(draw: st.DrawFn) -> MemoryItem:
+    """An item holding, most often, a number under ``w``: one of :data:`NUMBERS`, seldom one of :data:`WIDE`."""
+    fields: dict[str, Any] = {"text": draw(st.sampled_from(WORDS))}
+    kind = draw(st.integers(0, 49))
+    if kind:
+        fields["w"] = draw(st.sampled_from(WIDE if kind == 1 else NUMBERS))
+    return MemoryItem(**fields)
+
+
+@st.composite
+def number_ranges(draw: st.DrawFn) -> dict[str, Any]:
+    """A filter on ``w``: one or two bounds (seldom one no float holds), or a ``range`` of ints."""
+    if not draw(st.integers(0, 3)):
+        start = draw(st.sampled_from((-2, 0, 1, 2**53 - 1)))
+        return {"w": range(start, start + draw(st.integers(0, 3)))}
+    ops = draw(st.lists(st.sampled_from(("$gt", "$gte", "$lt", "$lte")), min_size=1, max_size=2))
+    bound = (
+        st.one_of(st.sampled_from(BOUNDS), st.sampled_from(WIDE_BOUNDS))
+        if draw(st.integers(0, 9)) == 0
+        else st.sampled_from(BOUNDS)
+    )
+    return {"w": {op: draw(bound) for op in ops}}
+
+
+class ArrayedRangeMachine(RuleBasedStateMachine):
+    """A RowTable's value index answering ranges by NumPy from its kept arrays (stale numbers, rebuilt, dropped): the answer of an index filed afresh and looked through in Python, and right."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = RowTable()
+        self.next = 1
+        load_numpy()
+        self.arrayed = value_index.ARRAYED
+        value_index.ARRAYED = 0  # every path's array is compared, and rebuilt at each stale number
+
+    @rule(new=st.lists(numbered_items(), min_size=1, max_size=4))
+    def append(self, new: list[MemoryItem]) -> None:
+        for item in new:
+            self.table[self.next] = (None, 0.0, encoded(item))
+            self.next += 1
+
+    @rule(pick=st.integers(0, 100), item=numbered_items())
+    def update(self, pick: int, item: MemoryItem) -> None:
+        if self.table:
+            seq = sorted(self.table)[pick % len(self.table)]
+            self.table[seq] = (None, 0.0, encoded(item))
+
+    @rule(pick=st.integers(0, 100))
+    def delete(self, pick: int) -> None:
+        if self.table:
+            self.table.discard(sorted(self.table)[pick % len(self.table)])
+
+    @rule(where=st.one_of(number_ranges(), number_ranges(), exact_wheres()))
+    def compared_range_is_the_range_looked_through(self, where: dict[str, Any]) -> None:
+        keep = Filter(where)
+        found = self.table.value_index.judged(keep.tree)
+        python = value_index._numpy
+        value_index._numpy = lambda: None
+        try:
+            fresh = ValueIndex()
+            for seq, row in self.table.items():
+                fresh.add(seq, row[2])
+            assert found == fresh.judged(keep.tree)
+        finally:
+            value_index._numpy = python
+        if found is not None:
+            passing, unsure = found
+            truly = {seq for seq, row in self.table.items() if keep(decoded(row[2]))}
+            assert passing <= truly <= passing | unsure
+
+    def teardown(self) -> None:
+        value_index.ARRAYED = self.arrayed
+
+
+ArrayedRangeMachine.TestCase.settings = settings(
+    max_examples=80, stateful_step_count=30, deadline=None
+)
+TestArrayedRange = needs_numpy(ArrayedRangeMachine.TestCase)
+
+
+class ArrayedMemoryFilteredSearchMachine(MemoryFilteredSearchMachine):
+    """:class:`MemoryFilteredSearchMachine` with every range compared by NumPy (no path too small)."""
+
+    def __init__(self) -> None:
+        load_numpy()
+        self.arrayed = value_index.ARRAYED
+        value_index.ARRAYED = 0
+        super().__init__()
+
+    def teardown(self) -> None:
+        value_index.ARRAYED = self.arrayed
+        super().teardown()
+
+
+ArrayedMemoryFilteredSearchMachine.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=20, deadline=None
+)
+TestArrayedFilteredSearchMemory = needs_numpy(ArrayedMemoryFilteredSearchMachine.TestCase)
+
+
+@needs_numpy
+def test_a_range_on_many_numbers_is_compared_by_numpy_and_never_sorted() -> None:
+    """With NumPy loaded, ranges on a path of ARRAYED numbers and more are compared on its array: its numbers are never sorted (no insort on each new number after), and the answer is the look's."""
+    load_numpy()
+    index = ValueIndex()
+    count = 2 * value_index.ARRAYED
+    for seq in range(count):
+        index.add(seq, encoded(MemoryItem(weight=(seq * 7919 % count) / count)))
+    tree = Filter({"weight": {"$gte": 0.25, "$lt": 0.26}}).tree
+    expect = {seq for seq in range(count) if 0.25 <= (seq * 7919 % count) / count < 0.26}
+    for _ in range(2 * value_index.SCANS):
+        assert index.judged(tree) == (expect, set())
+    assert index._paths["weight"].order is None  # what the look would have sorted by now
+
+
+def test_index_never_imports_numpy() -> None:
+    """A range filter on many numbers in a process that has not loaded NumPy looks through them in Python and leaves NumPy unloaded (its import costs more than the look)."""
+    code = (
+        "import sys\n"
+        "from agents.memory import MemoryItem\n"
+        "from agents.memory.search import Filter\n"
+        "from agents.memory.stores._core.encoding import encode_rows\n"
+        "from agents.memory.stores._core.value_index import ARRAYED, ValueIndex\n"
+        "index = ValueIndex()\n"
+        "for seq in range(2 * ARRAYED):\n"
+        "    index.add(seq, encode_rows([MemoryItem(w=seq)], 'step', 'error')[0][2])\n"
+        "found = index.judged(Filter({'w': {'$gte': 10, '$lt': 20}}).tree)\n"
+        "assert found == (set(range(10, 20)), set()), found\n"
+        "assert 'numpy' not in sys.modules, 'numpy was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(params=["numpy", "python"])
+def ranged_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Ranges compared by NumPy on every path (no path too small), or looked through in Python."""
+    if request.param == "numpy":
+        if importlib.util.find_spec("numpy") is None:
+            pytest.skip("ranges are compared by NumPy, an extra")
+        load_numpy()
+        monkeypatch.setattr(value_index, "ARRAYED", 0)
+    else:
+        monkeypatch.setattr(value_index, "_numpy", lambda: None)
+    return str(request.param)
+
+
+def test_numbers_unfiled_and_filed_again_are_ranged_as_held(ranged_by: str) -> None:
+    """A number no row holds any longer is named by no range; one filed again, once; before and after the array is rebuilt."""
+    index = ValueIndex()
+    for seq, weight in enumerate((1, 2.5, 3, 4, 5), 1):
+        index.add(seq, encoded(MemoryItem(weight=weight)))
+    index.remove(2, encoded(MemoryItem(weight=2.5)))  # 2.5 held by no row
+    index.remove(3, encoded(MemoryItem(weight=3)))
+    index.add(6, encoded(MemoryItem(weight=3.0)))  # 3 filed again, as a float
+    tree = Filter({"weight": {"$gte": 2, "$lte": 4}}).tree
+    assert index.judged(tree) == ({4, 6}, set())
+    for seq, weight in ((5, 5), (1, 1)):  # more unfiled than filed: rebuilt of 4 and 3.0
+        index.remove(seq, encoded(MemoryItem(weight=weight)))
+    index.add(7, encoded(MemoryItem(weight=2)))
+    assert index.judged(tree) == ({4, 6, 7}, set())
+    assert index.judged(Filter({"weight": {"$lt": 10}}).tree) == ({4, 6, 7}, set())
+
+
+@pytest.mark.parametrize(
+    ("weights", "where", "expect"),
+    [
+        ((2**53, 2**53 + 1), {"$gt": 2**53}, {2}),  # a float holds 2**53 + 1 as 2**53
+        ((2**53, 2**53 + 1), {"$lte": 2**53}, {1}),
+        ((2**53, 2.0**53), {"$lt": 2**53 + 1}, {1, 2}),  # a bound no float holds
+        ((2**53, 2.0**53), {"$gte": 2**53 + 1}, set()),
+        ((-(2**60), 0.5), {"$lt": 0}, {1}),
+        ((-(2**53), 1e300), {"$gte": -(2**53), "$lt": 10**400}, {1, 2}),
+    ],
+)
+def test_ints_no_float_holds_are_ranged_exactly(
+    ranged_by: str, weights: tuple[Any, ...], where: dict[str, Any], expect: set[int]
+) -> None:
+    """A filed int or a bound no float holds exactly is compared as Python compares it, not as its float."""
+    index = ValueIndex()
+    for seq, weight in enumerate(weights, 1):
+        index.add(seq, encoded(MemoryItem(weight=weight)))
+    assert index.judged(Filter({"weight": where}).tree) == (expect, set())

@@ -39,6 +39,13 @@ filed, and of step 1. Unsure, never missing a row:
   another program, a damaged line) is unsure under every filter, so
   decoding it reports or reads it as before.
 
+A range on a path is answered, until its numbers are kept sorted, by a
+look through them: in one comprehension (100,000 distinct numbers: 3-5
+ms, most of the first range-filtered query on ``memory://``), or, where
+NumPy is loaded already and the path holds at least :data:`ARRAYED`
+numbers, by comparing an array of them kept as they are filed (0.1-0.3
+ms; the same seqs).
+
 Conditions the index cannot answer (a string longer than :data:`SHORT`, a
 string ordered, ``$ne``, ``$nin``, a list or dict operand) give ``None``;
 in a conjunction such a part is left to the exact check, in a disjunction
@@ -48,6 +55,7 @@ it leaves the whole to the byte screens.
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from bisect import bisect_left, bisect_right, insort
 from typing import Any, Final, TypeAlias
@@ -61,6 +69,12 @@ __all__ = ["SHORT", "ValueIndex"]
 
 SCANS: Final = 8
 """The ranges on a path answered by looking through its distinct numbers before they are kept sorted (sorting 100,000 costs about 14 looks)."""
+
+ARRAYED: Final = 1024
+"""The distinct numbers a path holds from which a range is answered by comparing an array of them with NumPy (fewer are looked through in less than NumPy's own overhead)."""
+
+EXACT_INT: Final = 2**53
+"""The largest int (and, negated, the smallest) a float holds exactly: a path filing a wider one keeps no array of its numbers."""
 
 SHORT: Final = 64
 """The longest string (in characters) the index files; a longer one is no value a filter names often, and would cost its length in memory."""
@@ -101,9 +115,9 @@ def _add_group(out: set[int], held: Group | None) -> None:
 
 
 class _Path:
-    """What is filed under one path: seqs by short string, by number (with the distinct numbers in order, sorted when a second range asks), of ``null`` and of tagged values."""
+    """What is filed under one path: seqs by short string, by number (with the distinct numbers as filed, and in order once ranges ask often), of ``null`` and of tagged values."""
 
-    __slots__ = ("floats", "numbers", "order", "others", "ranged", "strings")
+    __slots__ = ("arrayed", "floats", "numbers", "order", "others", "ranged", "stale", "strings")
 
     def __init__(self) -> None:
         # By the string itself, so that an equality names exactly the rows holding it
@@ -115,6 +129,13 @@ class _Path:
         # then sorts nothing, where one insort a new number cost about a fifth of the filing).
         self.order: list[Any] | None = None
         self.ranged = 0  # the ranges asked while unsorted: the first SCANS look through the numbers
+        # The distinct numbers as filed, as floats (8 bytes each, appended as a number is first
+        # filed), so that NumPy compares them all in one call where the first range-filtered
+        # query looked through 100,000 in Python; a number unfiled stays (``stale`` of them)
+        # until they outnumber the filed. None once an int wider than a float's exact ones
+        # is filed (compared as a float, it might pass a bound it fails).
+        self.arrayed: array[float] | None = array("d")
+        self.stale = 0
         # Under None: the nulls; under True and False: the bools (no number equals one);
         # under _TAGGED: tagged values.
         self.others: dict[object, Group] = {}
@@ -123,9 +144,35 @@ class _Path:
     def empty(self) -> bool:
         return not (self.strings or self.numbers or self.others)
 
+    def add_number(self, number: Any) -> None:
+        """Note ``number`` (an int or a float), just filed and held by no row before, among the numbers in order and in the array."""
+        arrayed = self.arrayed
+        if arrayed is not None:
+            if type(number) is float or -EXACT_INT <= number <= EXACT_INT:
+                arrayed.append(number)
+            else:
+                self.arrayed = None
+        if self.order is not None:
+            insort(self.order, number)
+
+    def drop_number(self, number: Any) -> None:
+        """Note ``number``, held by no row any longer: out of the numbers in order; in the array, stale until the stale outnumber the filed."""
+        if self.order is not None:
+            del self.order[bisect_left(self.order, number)]
+        self.stale += 1
+        if self.arrayed is not None and self.stale > len(self.numbers) + ARRAYED:
+            self.arrayed = array("d", self.numbers)  # every one exact: else no array is kept
+            self.stale = 0
+
     def between(self, low: Any, high: Any, *, low_in: bool, high_in: bool, out: set[int]) -> None:
         """Add to ``out`` the seqs of numbers from ``low`` to ``high`` (``None``: no bound; ``*_in``: the bound itself included)."""
         order, groups = self.order, self.numbers
+        if order is None:
+            inside = self._compared(low, high, low_in=low_in, high_in=high_in)
+            if inside is not None:
+                for value in inside:  # a stale number is held by no row: get gives None
+                    _add_group(out, groups.get(value))
+                return
         if order is None and self.ranged < SCANS:
             # A look through the distinct numbers, in one comprehension a pair of bounds
             # (100,000 distinct numbers: 2 ms, where a loop testing each bound took 6 and
@@ -152,6 +199,28 @@ class _Path:
         )
         for value in order[start:end]:
             _add_group(out, groups[value])
+
+    def _compared(self, low: Any, high: Any, *, low_in: bool, high_in: bool) -> list[float] | None:
+        """Return the numbers of the array from ``low`` to ``high`` (some stale, some twice), compared by NumPy; ``None`` where no array answers (NumPy not loaded, few numbers, a bound a float cannot hold exactly)."""
+        arrayed = self.arrayed
+        if arrayed is None or len(arrayed) < ARRAYED or not (_exact(low) and _exact(high)):
+            return None
+        np = _numpy()
+        if np is None:
+            return None
+        # A copy (0.03 ms at 100,000): a view would hold the array's buffer, and a row filed
+        # while anything kept it (a traceback) could not append to it.
+        values = np.array(arrayed, dtype=np.float64)
+        keep = None
+        if low is not None:
+            low = float(low)  # exact (see _exact), as NumPy would take it under any promotion rule
+            keep = values >= low if low_in else values > low
+        if high is not None:
+            high = float(high)
+            below = values <= high if high_in else values < high
+            keep = below if keep is None else keep & below
+        chosen: list[float] = (values if keep is None else values[keep]).tolist()
+        return chosen
 
 
 class ValueIndex:
@@ -237,8 +306,8 @@ class ValueIndex:
             held = groups.get(place)
             if held is None:
                 groups[place] = seq
-                if filed.order is not None and groups is filed.numbers:
-                    insort(filed.order, place)
+                if groups is filed.numbers:
+                    filed.add_number(place)
             elif isinstance(held, int):
                 groups[place] = array("q", (held, seq) if held <= seq else (seq, held))
             elif seq >= held[-1]:  # rows are filed in seq order but where one is replaced
@@ -264,8 +333,8 @@ class ValueIndex:
             if kind is str:
                 _take(filed.strings, value, seq)
             elif kind is int or kind is float:
-                if _take(filed.numbers, value, seq) and filed.order is not None:
-                    del filed.order[bisect_left(filed.order, value)]
+                if _take(filed.numbers, value, seq):
+                    filed.drop_number(value)
             elif kind is bool:
                 _take(filed.others, value, seq)
             else:
@@ -454,6 +523,23 @@ class ValueIndex:
             except TypeError:  # a number subclass that cannot be hashed
                 return None
         return exact
+
+
+def _exact(bound: Any) -> bool:
+    """Return whether ``bound`` (a bound's number, or ``None``) is compared by NumPy as Python compares it: no bound, a float, or an int a float holds exactly (a subclass may compare as it likes)."""
+    kind = type(bound)
+    return bound is None or kind is float or (kind is int and -EXACT_INT <= bound <= EXACT_INT)
+
+
+def _numpy() -> Any:
+    """Return NumPy where this process has loaded it already (the keyword ranker does at a session's first query), else ``None``: its import (0.1-0.3 s) would cost more than fifty looks through 100,000 numbers."""
+    if sys.modules.get("numpy") is None:  # not loaded, or blocked (None)
+        return None
+    try:
+        import numpy  # loaded: this waits only for a thread still importing it
+    except ImportError:  # pragma: no cover - a broken install: look through the numbers
+        return None
+    return numpy
 
 
 def _is_number(value: Any) -> bool:
