@@ -706,7 +706,9 @@ TestArrayedFilteredSearchMemory = needs_numpy(ArrayedMemoryFilteredSearchMachine
 
 
 @needs_numpy
-def test_a_range_on_many_numbers_is_compared_by_numpy_and_never_sorted() -> None:
+def test_a_range_on_many_numbers_is_compared_by_numpy_and_never_sorted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With NumPy loaded, ranges on a path of ARRAYED numbers and more are compared on its array: its numbers are never sorted (no insort on each new number after), and the answer is the look's."""
     load_numpy()
     index = ValueIndex()
@@ -717,7 +719,15 @@ def test_a_range_on_many_numbers_is_compared_by_numpy_and_never_sorted() -> None
     expect = {seq for seq in range(count) if 0.25 <= (seq * 7919 % count) / count < 0.26}
     for _ in range(2 * value_index.SCANS):
         assert index.judged(tree) == (expect, set())
-    assert index._paths["weight"].order is None  # what the look would have sorted by now
+
+    def sorted_in(*args: object) -> None:
+        raise AssertionError("a new number was sorted in: the path's numbers were kept in order")
+
+    monkeypatch.setattr(value_index, "insort", sorted_in)
+    index.add(
+        count, encoded(MemoryItem(weight=0.2555))
+    )  # a number no row held: filed, never sorted in
+    assert index.judged(tree) == (expect | {count}, set())
 
 
 def test_index_never_imports_numpy() -> None:
