@@ -629,47 +629,35 @@ def number_ranges(draw: st.DrawFn) -> dict[str, Any]:
     return {"w": {op: draw(bound) for op in ops}}
 
 
-class ArrayedRangeMachine(RuleBasedStateMachine):
-    """A RowTable's value index answering ranges by NumPy from its kept arrays (stale numbers, rebuilt, dropped): the answer of an index filed afresh and looked through in Python, and right."""
+class ArrayedRangeMachine(ExactIndexMachine):
+    """:class:`ExactIndexMachine` with rows holding many numbers, its value index answering ranges by NumPy from its kept arrays (stale numbers, rebuilt, dropped): the answer of an index filed afresh and looked through in Python, and right."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.table = RowTable()
-        self.next = 1
         load_numpy()
         self.arrayed = value_index.ARRAYED
         value_index.ARRAYED = 0  # every path's array is compared, and rebuilt at each stale number
 
     @rule(new=st.lists(numbered_items(), min_size=1, max_size=4))
-    def append(self, new: list[MemoryItem]) -> None:
-        for item in new:
-            self.table[self.next] = (None, 0.0, encoded(item))
-            self.next += 1
+    def append_numbered(self, new: list[MemoryItem]) -> None:
+        self.append(new)
 
     @rule(pick=st.integers(0, 100), item=numbered_items())
-    def update(self, pick: int, item: MemoryItem) -> None:
-        if self.table:
-            seq = sorted(self.table)[pick % len(self.table)]
-            self.table[seq] = (None, 0.0, encoded(item))
-
-    @rule(pick=st.integers(0, 100))
-    def delete(self, pick: int) -> None:
-        if self.table:
-            self.table.discard(sorted(self.table)[pick % len(self.table)])
+    def update_numbered(self, pick: int, item: MemoryItem) -> None:
+        self.update(pick, item)
 
     @rule(where=st.one_of(number_ranges(), number_ranges(), exact_wheres()))
     def compared_range_is_the_range_looked_through(self, where: dict[str, Any]) -> None:
         keep = Filter(where)
         found = self.table.value_index.judged(keep.tree)
-        python = value_index._numpy
-        value_index._numpy = lambda: None
+        value_index.ARRAYED = sys.maxsize  # no path holds so many: the fresh index looks through
         try:
             fresh = ValueIndex()
             for seq, row in self.table.items():
                 fresh.add(seq, row[2])
             assert found == fresh.judged(keep.tree)
         finally:
-            value_index._numpy = python
+            value_index.ARRAYED = 0
         if found is not None:
             passing, unsure = found
             truly = {seq for seq, row in self.table.items() if keep(decoded(row[2]))}
