@@ -118,14 +118,19 @@ def test_tokenizer_refuses_a_stemmer_that_is_not_callable() -> None:
 class LuceneBM25Plus(BM25Plus):  # type: ignore[misc]  # rank_bm25 ships no type hints
     """rank_bm25's BM25+ with Lucene's IDF, ln(1 + (N - df + 0.5) / (df + 0.5)), over the words an item holds, over 1 + delta.
 
+    The IDF is floored at 0.15 of the IDF of a word one item holds, as
+    kvmemory's is (docs/search.md, "Keyword search: BM25+").
+
     rank_bm25 adds ``delta * idf`` for every query word, held or not (the
     same for every item); BM25+ adds it for the words an item holds. Divided
     by ``1 + delta``, a word held once at the average length scores its IDF.
     """
 
     def _calc_idf(self, nd: dict[str, int]) -> None:
+        floor = 0.15 * math.log1p((self.corpus_size - 0.5) / 1.5)
         self.idf = {
-            term: math.log1p((self.corpus_size - df + 0.5) / (df + 0.5)) for term, df in nd.items()
+            term: max(math.log1p((self.corpus_size - df + 0.5) / (df + 0.5)), floor)
+            for term, df in nd.items()
         }
 
     def get_scores(self, query: list[str]) -> Any:
@@ -153,7 +158,7 @@ class LuceneBM25Plus(BM25Plus):  # type: ignore[misc]  # rank_bm25 ships no type
 )
 @pytest.mark.parametrize("k", [1, 2, 3, len(CORPUS)])
 def test_bm25_agrees_with_reference_implementation(query: str, k: int) -> None:
-    """The top k and their scores equal rank_bm25's BM25+ (k1=1.2, b=0.75, delta=1) with Lucene's IDF and the same tokens."""
+    """The top k and their scores equal rank_bm25's BM25+ (k1=1.2, b=0.75, delta=1) with Lucene's floored IDF and the same tokens."""
     tokenize = Tokenizer()
     reference = LuceneBM25Plus([tokenize(text) for text in CORPUS], k1=1.2, b=0.75, delta=1.0)
     terms = tokenize(query)
@@ -1145,7 +1150,10 @@ def _plain_coverage(
     for word in dict.fromkeys(query):
         df = sum(word in words for words in held_by)
         if df:
-            weight[word] = math.log1p((len(texts) - df + 0.5) / (df + 0.5))
+            n = len(texts)  # Lucene's IDF, floored at 0.15 of a one-item word's
+            weight[word] = max(
+                math.log1p((n - df + 0.5) / (df + 0.5)), 0.15 * math.log1p((n - 0.5) / 1.5)
+            )
     total = sum(weight.values())
     return sum(w for word, w in weight.items() if word in held_by[key]) / total if total else 1.0
 

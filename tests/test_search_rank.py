@@ -26,7 +26,7 @@ KEY_SETS: list[tuple[str, ...] | None] = [None, ("thought",), ("note",), ("thoug
 def model_top(
     memory: Memory, query: str, k: int, keys: tuple[str, ...] | None, kind: str | None
 ) -> list[tuple[int, float]]:
-    """Return ``(step, score)`` of the best ``k``: plain BM25+ with Lucene's IDF over every item, k1=1.2, b=0.75, delta=1."""
+    """Return ``(step, score)`` of the best ``k``: plain BM25+ with Lucene's IDF floored at 0.15 of the rarest word's, over every item, k1=1.2, b=0.75, delta=1."""
     tokenize = Tokenizer()
     items = list(memory)
     counts = []
@@ -47,7 +47,11 @@ def model_top(
         held = False
         for word in words:  # query order, repeats counted
             if tf[word]:
-                idf = math.log1p((n - df[word] + 0.5) / (df[word] + 0.5))
+                # Lucene's IDF, floored at 0.15 of the IDF of a word one item holds.
+                idf = max(
+                    math.log1p((n - df[word] + 0.5) / (df[word] + 0.5)),
+                    0.15 * math.log1p((n - 0.5) / 1.5),
+                )
                 # BM25+ with delta 1, over 1 + delta: (k1 + 1) / 2 and delta / (k1 + 1).
                 score += (
                     idf

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -133,6 +135,19 @@ def test_store_ranking_with_common_words_is_memory_search(
         got = [(hit.item["n"], hit.score) for hit in store.search(session, text, k, keys=keys)]
         want = [(hit.item["n"], hit.score) for hit in memory.search(text, k, keys=keys)]
         assert got == want
+
+
+def test_store_weighs_a_word_every_item_holds_at_the_idf_floor(store_url: str) -> None:
+    """A word every item holds weighs 0.15 of the IDF of a word one item holds, in every store as in Memory.search."""
+    items = [MemoryItem(n=n, text=f"the note {n}") for n in range(10)]
+    floor = 0.15 * math.log1p((10 - 0.5) / 1.5)  # Lucene's IDF would give log1p(0.5 / 10.5)
+    with open_store(store_url) as store:
+        session = f"s{next(SESSIONS)}"
+        store.append(session, items)
+        got = [(hit.item["n"], hit.score) for hit in store.search(session, "the", 3)]
+    want = [(hit.item["n"], hit.score) for hit in Memory(items).search("the", 3)]
+    assert got == want
+    assert [score for _, score in got] == pytest.approx([floor] * 3)
 
 
 def test_store_ranks_a_long_item_holding_every_query_word_above_short_items_holding_fewer(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 import random
+import re
 import sqlite3
 import stat
 import struct
@@ -1332,6 +1334,42 @@ def test_a_word_every_item_holds_is_scored_without_reading_its_postings(
     postings = [sql for sql in statements if "kvmemory_fts_instance" in sql]
     assert postings
     assert not [sql for sql in postings if "·the'" in sql or '·the"' in sql], postings
+
+
+def _seqs_read_in_full(statements: Sequence[str]) -> int:
+    """Return how many rows the scorer's statements read the terms of, or a query word's postings for (the seqs bound in each)."""
+    read = 0
+    for sql in statements:
+        if "FROM kvmemory_items WHERE seq IN" in sql or "AND doc IN" in sql:
+            lists = re.findall(r"json_each\('(\[[^']*\])'\)", sql)
+            read += len(json.loads(lists[-1] if "AND doc IN" in sql else lists[0]))
+    return read
+
+
+@pytest.mark.parametrize("query", ["pram was", "pram damaged"])
+def test_words_most_items_hold_leave_most_rows_holding_a_rare_word_unscored(
+    tmp_path: Path, query: str
+) -> None:
+    """A word most items hold weighs the IDF floor, yet the rows holding the rare query word are scored in full only while their bound can reach the k-th (a third of them at most): Memory.search's hits and scores."""
+    rng = random.Random(5)
+    items = []
+    for n in range(4000):
+        words = ["was"] * (rng.random() < 0.95) + ["damaged"] * (rng.random() < 0.4)
+        words += [f"w{rng.randint(0, 300)}" for _ in range(rng.randint(3, 25))]
+        words += ["pram"] * (rng.random() < 0.08) * rng.randint(1, 2)
+        rng.shuffle(words)
+        items.append(MemoryItem(n=n, note=" ".join(words)))
+    holders = sum("pram" in item["note"].split() for item in items)
+    with SQLiteStore(tmp_path / "crowded.db") as store:
+        store.append("s", items)
+        for k in (1, 5):
+            statements: list[str] = []
+            store.backend.connection.set_trace_callback(statements.append)
+            got = [(hit.item["n"], hit.score) for hit in store.search("s", query, k)]
+            store.backend.connection.set_trace_callback(None)
+            want = [(hit.item["n"], hit.score) for hit in Memory(items).search(query, k)]
+            assert got == want
+            assert 0 < _seqs_read_in_full(statements) < holders / 3, (holders, statements)
 
 
 @settings(max_examples=100, deadline=None)

@@ -23,6 +23,7 @@ __all__ = [
     "BM25_FLOOR",
     "BM25_K1",
     "BM25_SCALE",
+    "IDF_FLOOR_SHARE",
     "MIN_IDF",
     "PROXIMITY_GATE",
     "PROXIMITY_TOP",
@@ -38,6 +39,7 @@ __all__ = [
     "field_texts",
     "item_texts",
     "joined_item_terms",
+    "keyword_idf",
     "lucene_idf",
     "may_stand_together",
     "proximity_weights",
@@ -77,15 +79,31 @@ def lucene_idf(n_items: int, df: int) -> float:
     return math.log1p((n_items - df + 0.5) / (df + 0.5))
 
 
+IDF_FLOOR_SHARE = 0.15
+"""The least IDF a query word weighs, as a share of the IDF of a word one item holds.
+
+Lucene's IDF gives a word most items hold ("the", "was", "to") next to
+nothing; floored at 0.15 of the rarest word's IDF, such a word still
+tells an item that holds the query's phrasing apart from one holding only
+its rarest word. Chosen on the tuning corpora, with the hybrid rule's
+tuning sets (docs/search.md, "Held-out corpora").
+"""
+
+
+def keyword_idf(n_items: int, df: int) -> float:
+    """Return the IDF keyword search weighs a term by: :func:`lucene_idf`, floored at :data:`IDF_FLOOR_SHARE` of ``lucene_idf(n_items, 1)``."""
+    return max(lucene_idf(n_items, df), IDF_FLOOR_SHARE * lucene_idf(n_items, 1))
+
+
 def bm25_weight(n_items: int, df: int) -> float:
-    """Return a query term's weight: ``lucene_idf(n_items, df) * (BM25_K1 + 1.0) / (1.0 + BM25_DELTA)``.
+    """Return a query term's weight: ``keyword_idf(n_items, df) * (BM25_K1 + 1.0) / (1.0 + BM25_DELTA)``.
 
     ``n_items`` counts every item of the memory or session (also items
     without text); ``df`` the items holding the term in the searched fields.
     Dividing by ``1 + BM25_DELTA`` keeps the scale of plain BM25: a term
     held once by an item of the average length adds its IDF.
     """
-    return lucene_idf(n_items, df) * BM25_SCALE
+    return keyword_idf(n_items, df) * BM25_SCALE
 
 
 def query_coverage(

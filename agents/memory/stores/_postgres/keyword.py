@@ -26,7 +26,14 @@ from typing import Any, Final, NamedTuple
 import orjson
 
 from agents.memory._filter import FilterNode
-from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, BM25_SCALE, bm25_average_length
+from agents.memory._text import (
+    BM25_B,
+    BM25_FLOOR,
+    BM25_K1,
+    BM25_SCALE,
+    IDF_FLOOR_SHARE,
+    bm25_average_length,
+)
 from agents.memory.exceptions import CorruptSessionError, CorruptStoreError
 from agents.memory.stores._core.encoding import Row, decode_pairs
 from agents.memory.stores._core.terms import Terms, bm25_score, item_terms, query_weights
@@ -134,6 +141,7 @@ def _ranking(k: int) -> dict[str, Any]:
     """Return the parameters of BM25+ and of the ranking's length every scoring statement takes."""
     return {
         "scale": BM25_SCALE,
+        "idf_floor": IDF_FLOOR_SHARE,
         "floor": BM25_FLOOR,
         "flat": BM25_K1 * (1.0 - BM25_B),
         "k1b": BM25_K1 * BM25_B,
@@ -260,7 +268,7 @@ def _score_sql(n_terms: int) -> str:
     plain, where each ``->>`` on the column decompresses it anew, a third of
     the time of a six-word query); a term's document frequency in the
     session is the number of those rows holding it. With the session's
-    counts that gives the IDFs (as ``lucene_idf`` computes them, times
+    counts that gives the IDFs (as ``keyword_idf`` computes them, times
     ``BM25_SCALE`` and the term's repeats in the query) and BM25+ of each row,
     best first. A matched row whose counts hold no query term is damaged: it
     sorts first, flagged. The one-row CTEs ``d`` and ``l`` are MATERIALIZED:
@@ -272,7 +280,8 @@ def _score_sql(n_terms: int) -> str:
     counts = ", ".join(f"(c.tf ->> %(t{j})s)::float8 AS f{j}" for j in terms)
     frequencies = ", ".join(f"count(m.f{j}) AS d{j}" for j in terms)
     lifts = ", ".join(
-        f"%(w{j})s * ln(1.0 + (s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)) * %(scale)s AS l{j}"
+        f"%(w{j})s * greatest(ln(1.0 + (s.n - d.d{j} + 0.5) / (d.d{j} + 0.5)),"
+        f" %(idf_floor)s * ln(1.0 + (s.n - 0.5) / 1.5)) * %(scale)s AS l{j}"
         for j in terms
     )
     score = " + ".join(
@@ -430,7 +439,8 @@ f AS MATERIALIZED (
 ),
 d AS MATERIALIZED (SELECT t, count(*)::float8 AS d FROM f GROUP BY t),
 l AS MATERIALIZED (
-    SELECT d.t, q.w * ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)) * %(scale)s AS lift
+    SELECT d.t, q.w * greatest(ln(1.0 + (s.n - d.d + 0.5) / (d.d + 0.5)),
+        %(idf_floor)s * ln(1.0 + (s.n - 0.5) / 1.5)) * %(scale)s AS lift
     FROM d JOIN q USING (t) CROSS JOIN s
 ),
 slope AS MATERIALIZED (
