@@ -38,6 +38,7 @@ _SPACE: Final = 32  # the only byte between two terms (see spaced_terms)
 _END: Final = b"\x00"  # never in a term (not a letter or digit): the word that ends each item
 _COMPARED: Final = 12  # up to this many heads, a query's words are picked by comparisons
 _SLICE: Final = 1 << 20  # bytes of the join read at a time while finding the words
+_PREFIXED: Final = 7  # a word's space, its two head bytes and the four of its prefix
 # Whitespace other than a space, which no kept term string may hold (see kept_terms_joined):
 # the ASCII ones as bytes, and any in text that is not all ASCII.
 _ASCII_SPACES: Final = (b"\t", b"\n", b"\x0b", b"\x0c", b"\r", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
@@ -87,18 +88,24 @@ class TextScan:
         self.keys = keys
         # " terms of item 0 \x00 terms of item 1 \x00 ": a space on both sides of each word.
         codes = self._codes = np.frombuffer(data, dtype=np.uint8)
-        # The eight bytes from each place of the join as one number (little-endian, a view).
-        self._wide = (
-            np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
-            if len(data) >= 8
+        # The four bytes from each place of the join as one number (little-endian, a view).
+        four = (
+            np.ndarray((len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))
+            if len(data) >= _PREFIXED
             else None
         )
+        # The words whose third to sixth bytes lie inside the join (their space before
+        # it): a word at or past it is checked byte by byte (the join's last few).
+        self._limit = max(len(data) - _PREFIXED + 1, 0)
         place = np.int32 if len(data) < 2**31 else np.int64
-        # The space before each word (a space followed by a byte that is not one) and the word's
-        # first two bytes (a space second for a word of one), found a slice of the join at a
-        # time: arrays the size of the join would leave the cache (at 100,000 steps 0.14-0.8 s
-        # of CPU, the time swinging with the machine's load; 0.1 s by slices).
-        befores, firsts, heads = [], [], []
+        # The space before each word (a space followed by a byte that is not one), the word's
+        # first two bytes (a space second for a word of one) and its next four, found a slice of
+        # the join at a time: arrays the size of the join would leave the cache (at 100,000
+        # steps 0.14-0.8 s of CPU, the time swinging with the machine's load; 0.1 s by slices).
+        # The next four are read here, while the slice is in the cache: a query reading them
+        # at its words' places all over the join waits on memory for each (at 100,000 steps,
+        # 25-40 ms of a first query's 90 ms).
+        befores, firsts, heads, prefixes = [], [], [], []
         last = len(codes) - 1  # the final space is before no word
         for start in range(0, max(last, 1), _SLICE):
             window = codes[start : min(start + _SLICE, last) + 1]
@@ -116,6 +123,8 @@ class TextScan:
             befores.append(at)
             firsts.append(first)
             heads.append(first.astype(np.uint16) << 8 | codes[at + 2])
+            if four is not None:  # a word past the limit reads the join's last four (unused)
+                prefixes.append(four[np.minimum(at + 3, len(four) - 1)])
         before = self._before = np.concatenate(befores)
         first = np.concatenate(firsts)
         del befores, firsts
@@ -124,6 +133,9 @@ class TextScan:
         self.lengths = np.diff(ends, prepend=-1) - 1  # the words between two ends
         self.total = int(self.lengths.sum())
         self._head = np.concatenate(heads)  # a term's candidates: the words of its first two bytes
+        # Each word's third to sixth bytes (see _limit), or None for a join too short.
+        self._prefix = np.concatenate(prefixes) if four is not None else None
+        del heads, prefixes
         self._keys = np.array(keys, dtype=np.int64)
         self._found: dict[str, tuple[Any, Any]] = {}  # term -> (item places, counts), kept
 
@@ -178,7 +190,13 @@ class TextScan:
         if len(new) == 1:
             [(term, head)] = new.items()
             # compress: several times faster than a boolean index over every word.
-            self._found[term] = self._occurring(term, np.compress(self._head == head, self._before))
+            mask = self._head == head
+            prefix = self._prefix
+            self._found[term] = self._occurring(
+                term,
+                np.compress(mask, self._before),
+                None if prefix is None else np.compress(mask, prefix),
+            )
             return
         # The words that start as any of the terms, once, then each term's among them.
         heads = sorted(set(new.values()))
@@ -195,26 +213,32 @@ class TextScan:
         picked = np.flatnonzero(mask)
         del mask
         heads, before = self._head[picked], self._before[picked]
+        prefixes = None if self._prefix is None else self._prefix[picked]
         del picked
         for term, head in new.items():
-            self._found[term] = self._occurring(term, np.compress(heads == head, before))
+            same = heads == head
+            prefix = None if prefixes is None else np.compress(same, prefixes)
+            self._found[term] = self._occurring(term, np.compress(same, before), prefix)
 
-    def _occurring(self, term: str, at: Any) -> tuple[Any, Any]:
-        """Return the places and counts of the items holding ``term``, from ``at``: the spaces before the words that start with its first two bytes."""
+    def _occurring(self, term: str, at: Any, prefix: Any) -> tuple[Any, Any]:
+        """Return the places and counts of the items holding ``term``, from ``at``: the spaces before the words that start with its first two bytes, and ``prefix``: those words' next four bytes (``None`` for none)."""
         np = self.np
         codes = self._codes
-        word = term.encode()
-        spaced = word + b" "  # the term's bytes and the space after it (it ends there)
-        wide, cut = self._wide, 0
-        if wide is not None and len(spaced) <= 8:
-            # The eight bytes after each space, read at once (one read of the join a word,
-            # not one a byte), for the words not too close to the join's end.
-            cut = int(np.searchsorted(at, len(wide) - 1))
-            mask = np.uint64((1 << 8 * len(spaced)) - 1)
-            head = at[:cut]
-            head = head[wide[head + 1] & mask == np.uint64(int.from_bytes(spaced, "little"))]
+        # The term's bytes after its first two and the space after it (it ends there).
+        rest = (term.encode() + b" ")[2:]
+        cut = 0
+        if prefix is not None:
+            # The words before the limit compare their next four bytes at once (no read of
+            # the join); the bytes past those four, if any, are read for the few that match.
+            cut = int(np.searchsorted(at, self._limit))
+            four = rest[:4]
+            mask = np.uint32((1 << 8 * len(four)) - 1)
+            value = np.uint32(int.from_bytes(four, "little"))
+            head = at[:cut][prefix[:cut] & mask == value]
+            for shift, byte in enumerate(rest[4:], 7):
+                head = head[codes[head + shift] == byte]
         tail = at[cut:]
-        for shift, byte in enumerate(spaced[2:], 3):
+        for shift, byte in enumerate(rest, 3):
             tail = tail[codes[tail + shift] == byte]
         at = np.concatenate((head, tail)) if cut else tail
         ends = self._ends
