@@ -162,8 +162,24 @@ def test_a_scan_finds_the_same_words_whatever_slice_it_reads_at_a_time(
     assert sliced.top(words, len(pairs), 5) == whole.top(words, len(pairs), 5)
 
 
-# Words of one byte to more than eight (a wide read and a byte by byte one), and none.
-KEPT_WORD = st.sampled_from(["a", "b", "ab", "é", "abcdefg", "abcdefgh", "abcdefghij", "1"])
+# Words of one byte to more than eight, on both sides of the six a scan reads ahead (its two
+# head bytes and four more), and none.
+KEPT_WORD = st.sampled_from(
+    [
+        "a",
+        "b",
+        "ab",
+        "é",
+        "abcd",
+        "abcde",
+        "abcdef",
+        "abcdeg",
+        "abcdefg",
+        "abcdefgh",
+        "abcdefghij",
+        "1",
+    ]
+)
 KEPT_TERMS = st.lists(
     st.lists(KEPT_WORD, max_size=6).map(" ".join)
     # Spaces a store's row could hold beside single ones: an item's terms cut all the same.
@@ -172,7 +188,25 @@ KEPT_TERMS = st.lists(
     max_size=20,
 )
 KEPT_QUERY = st.lists(
-    st.sampled_from(["a", "b", "ab", "ba", "é", "abcdefg", "abcdefgh", "abcdefghij", "1", "zz"]),
+    st.sampled_from(
+        [
+            "a",
+            "b",
+            "ab",
+            "ba",
+            "é",
+            "abc",
+            "abcd",
+            "abcde",
+            "abcdef",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghij",
+            "abcdex",
+            "1",
+            "zz",
+        ]
+    ),
     min_size=1,
     max_size=5,
 )
@@ -210,6 +244,28 @@ def test_a_scan_of_kept_terms_ranks_as_the_postings_of_their_words(
             assert scan.top(words, len(pairs), 5) == exhaustive_top(query, sizes.of, average, 5)
     finally:
         scan_module._COMPARED = kept
+
+
+def test_a_scan_compares_words_of_up_to_five_bytes_with_what_it_read_as_it_was_made() -> None:
+    """A word's bytes after its first two (four of them) are read as the scan is made, not at each query: a query of words of up to five bytes ranks alike once the join's bytes past them are overwritten."""
+    np = pytest.importorskip("numpy")
+    terms = ["press ok", "press the file", "ok save", "saved the press", "files ok ok"]
+    pairs = [(key, MemoryItem(terms=kept)) for key, kept in enumerate(terms)]
+    data = scan_module.kept_terms_joined(terms)
+    assert data is not None
+    join = bytearray(data)  # the buffer the scan reads, overwritten below
+    scan = TextScan(np, [key for key, _ in pairs], join, spaced=True)  # type: ignore[arg-type]  # a bytes-like buffer the test can overwrite
+    keyword = KeywordPostings()
+    keyword.file(pairs, str.split)  # type: ignore[arg-type]  # the words between spaces
+    words = ["press", "ok", "the", "file", "saved"]
+    query, sizes, average = keyword.query_terms(words, None, len(pairs), str.split)
+    # Each word's bytes past its first two, and the join's last few, made unreadable.
+    for at in range(len(join) - 3):
+        if join[at] == ord(" ") and join[at + 1] not in b" \x00":
+            for place in range(at + 3, min(at + 7, len(join))):
+                if join[place] != ord(" "):
+                    join[place] = ord("#")
+    assert scan.top(words, len(pairs), 5) == exhaustive_top(query, sizes.of, average, 5)
 
 
 def test_a_tokenizer_with_a_stemmer_is_not_scanned() -> None:
@@ -353,6 +409,43 @@ def test_a_memory_read_with_its_kept_terms_ranks_as_one_built_from_its_items(
     search_index(model).build_ahead(wait=True)
     for words in queries:
         assert hits(memory, " ".join(words)) == hits(model, " ".join(words))
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.lists(KEPT_WORD.filter(str.isalnum), max_size=5), min_size=1, max_size=12),
+    st.lists(
+        st.tuples(st.sampled_from(["append", "delete"]), st.lists(KEPT_WORD, max_size=4)),
+        max_size=4,
+    ),
+    st.lists(KEPT_QUERY, min_size=1, max_size=3),
+)
+def test_a_session_read_again_after_appends_and_deletes_ranks_as_one_built_in_ram(
+    scanned: None,
+    texts: list[list[str]],
+    changes: list[tuple[str, list[str]]],
+    queries: list[list[str]],
+) -> None:
+    """Read after each append or delete written to the store (closed and opened again between), a session's first and later queries give the hits and float scores of a memory built in RAM from the same items."""
+    rows = [{"step": i, "thought": " ".join(words)} for i, words in enumerate(texts)]
+    with tempfile.TemporaryDirectory() as folder:
+        url = stored(folder, rows)
+        for change, words in changes:
+            with open_store(url) as store:
+                if change == "append":
+                    rows.append({"step": len(rows) + 100, "thought": " ".join(words)})
+                    store.append("s", [MemoryItem(**rows[-1])])
+                elif rows:
+                    gone = rows.pop(len(words) % len(rows))
+                    assert store.delete_steps("s", [gone["step"]]) == 1
+            with open_store(url) as store:
+                memory = store.read_memory("s")
+            model = Memory([MemoryItem(**row) for row in rows])
+            search_index(model).build_ahead(wait=True)
+            for query in queries:
+                assert hits(memory, " ".join(query)) == hits(model, " ".join(query))
 
 
 def test_read_memory_hands_the_kept_terms_to_the_index(
