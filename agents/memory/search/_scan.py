@@ -213,12 +213,34 @@ class TextScan:
         picked = np.flatnonzero(mask)
         del mask
         heads, before = self._head[picked], self._before[picked]
-        prefixes = None if self._prefix is None else self._prefix[picked]
+        if self._prefix is None:
+            del picked
+            for term, head in new.items():
+                self._found[term] = self._occurring(term, np.compress(heads == head, before), None)
+            return
+        # Each picked word's first six bytes as one number (its head, then its next four): a
+        # term's words are then found by one comparison of the picked ones, not a comparison
+        # and two compressions (at 100,000 steps, 5-10 ms of a query of six new words).
+        keyed = self._prefix[picked].astype(np.uint64)
         del picked
+        keyed <<= np.uint64(16)
+        keyed |= heads
+        cut = int(np.searchsorted(before, self._limit))  # the picked words before the limit
+        codes = self._codes
         for term, head in new.items():
-            same = heads == head
-            prefix = None if prefixes is None else np.compress(same, prefixes)
-            self._found[term] = self._occurring(term, np.compress(same, before), prefix)
+            rest = (term.encode() + b" ")[2:]  # its bytes past the head, and the space after it
+            four = rest[:4]
+            mask = np.uint64((1 << 16 + 8 * len(four)) - 1)
+            value = np.uint64(int.from_bytes(four, "little") << 16 | head)
+            at = np.compress(keyed[:cut] & mask == value, before[:cut])
+            for shift, byte in enumerate(rest[4:], 7):  # its bytes past the six, if any
+                at = at[codes[at + shift] == byte]
+            if cut < len(before):  # the join's last few words: byte by byte
+                tail = np.compress(heads[cut:] == head, before[cut:])
+                for shift, byte in enumerate(rest, 3):
+                    tail = tail[codes[tail + shift] == byte]
+                at = np.concatenate((at, tail))
+            self._found[term] = self._posting(at)
 
     def _occurring(self, term: str, at: Any, prefix: Any) -> tuple[Any, Any]:
         """Return the places and counts of the items holding ``term``, from ``at``: the spaces before the words that start with its first two bytes, and ``prefix``: those words' next four bytes (``None`` for none)."""
@@ -240,7 +262,11 @@ class TextScan:
         tail = at[cut:]
         for shift, byte in enumerate(rest, 3):
             tail = tail[codes[tail + shift] == byte]
-        at = np.concatenate((head, tail)) if cut else tail
+        return self._posting(np.concatenate((head, tail)) if cut else tail)
+
+    def _posting(self, at: Any) -> tuple[Any, Any]:
+        """Return the places and counts of the items holding the words after the spaces at ``at`` (ascending)."""
+        np = self.np
         ends = self._ends
         if 8 * len(at) > len(ends):
             # A common term: how many occurrences come before each item's end (as many
