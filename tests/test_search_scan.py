@@ -162,14 +162,15 @@ def test_a_scan_finds_the_same_words_whatever_slice_it_reads_at_a_time(
     assert sliced.top(words, len(pairs), 5) == whole.top(words, len(pairs), 5)
 
 
-# Words of one byte to more than eight, on both sides of the six a scan reads ahead (its two
-# head bytes and four more), and none.
+# Words of one byte to more than eight, on both sides of the four a scan reads as it is made
+# (a word of three with the space after it), and none.
 KEPT_WORD = st.sampled_from(
     [
         "a",
         "b",
         "ab",
         "é",
+        "abc",
         "abcd",
         "abcde",
         "abcdef",
@@ -246,8 +247,8 @@ def test_a_scan_of_kept_terms_ranks_as_the_postings_of_their_words(
         scan_module._COMPARED = kept
 
 
-def test_a_scan_compares_words_of_up_to_five_bytes_with_what_it_read_as_it_was_made() -> None:
-    """A word's bytes after its first two (four of them) are read as the scan is made, not at each query: a query of words of up to five bytes ranks alike once the join's bytes past them are overwritten."""
+def test_a_scan_compares_words_first_four_bytes_with_what_it_read_as_it_was_made() -> None:
+    """A word's first four bytes are read as the scan is made, not at each query: a query ranks alike once each word's third and fourth bytes in the join are overwritten."""
     np = pytest.importorskip("numpy")
     terms = ["press ok", "press the file", "ok save", "saved the press", "files ok ok"]
     pairs = [(key, MemoryItem(terms=kept)) for key, kept in enumerate(terms)]
@@ -259,10 +260,10 @@ def test_a_scan_compares_words_of_up_to_five_bytes_with_what_it_read_as_it_was_m
     keyword.file(pairs, str.split)  # type: ignore[arg-type]  # the words between spaces
     words = ["press", "ok", "the", "file", "saved"]
     query, sizes, average = keyword.query_terms(words, None, len(pairs), str.split)
-    # Each word's bytes past its first two, and the join's last few, made unreadable.
+    # Each word's third and fourth bytes made unreadable (the join's last word, a NUL, has none).
     for at in range(len(join) - 3):
         if join[at] == ord(" ") and join[at + 1] not in b" \x00":
-            for place in range(at + 3, min(at + 7, len(join))):
+            for place in range(at + 3, min(at + 5, len(join))):
                 if join[place] != ord(" "):
                     join[place] = ord("#")
     assert scan.top(words, len(pairs), 5) == exhaustive_top(query, sizes.of, average, 5)

@@ -38,7 +38,7 @@ _SPACE: Final = 32  # the only byte between two terms (see spaced_terms)
 _END: Final = b"\x00"  # never in a term (not a letter or digit): the word that ends each item
 _COMPARED: Final = 12  # up to this many heads, a query's words are picked by comparisons
 _SLICE: Final = 1 << 20  # bytes of the join read at a time while finding the words
-_PREFIXED: Final = 7  # a word's space, its two head bytes and the four of its prefix
+_KEYED: Final = 5  # a word's space and the four bytes of its key (see TextScan._key)
 # Whitespace other than a space, which no kept term string may hold (see kept_terms_joined):
 # the ASCII ones as bytes, and any in text that is not all ASCII.
 _ASCII_SPACES: Final = (b"\t", b"\n", b"\x0b", b"\x0c", b"\r", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
@@ -67,8 +67,22 @@ def kept_terms_joined(terms: Sequence[str]) -> bytes | None:
 
 
 def _head(word: bytes) -> int:
-    """Return the first two bytes of ``word`` as one number (a space second for a word of one): the words a term is looked for among."""
-    return word[0] << 8 | (word[1] if len(word) > 1 else _SPACE)
+    """Return the first two bytes of ``word`` as one number, little-endian (a space second for a word of one): the words a term is looked for among."""
+    return word[0] | (word[1] if len(word) > 1 else _SPACE) << 8
+
+
+def _keys(np: Any, codes: Any, four: Any, at: Any) -> Any:
+    """Return the keys (first four bytes, little-endian) of the words after the spaces at ``at`` (ascending): those of words past the join's limit hold their head only."""
+    inside = len(at) if not len(at) or at[-1] + _KEYED <= len(codes) else 0
+    if not inside:
+        inside = int(np.searchsorted(at, len(codes) - _KEYED + 1))
+    if inside == len(at):
+        return four[at + 1]
+    key = np.empty(len(at), dtype=np.uint32)
+    key[:inside] = four[at[:inside] + 1]
+    past = at[inside:]
+    key[inside:] = codes[past + 1].astype(np.uint32) | codes[past + 2].astype(np.uint32) << 8
+    return key
 
 
 class TextScan:
@@ -89,53 +103,42 @@ class TextScan:
         # " terms of item 0 \x00 terms of item 1 \x00 ": a space on both sides of each word.
         codes = self._codes = np.frombuffer(data, dtype=np.uint8)
         # The four bytes from each place of the join as one number (little-endian, a view).
-        four = (
-            np.ndarray((len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))
-            if len(data) >= _PREFIXED
-            else None
-        )
-        # The words whose third to sixth bytes lie inside the join (their space before
-        # it): a word at or past it is checked byte by byte (the join's last few).
-        self._limit = max(len(data) - _PREFIXED + 1, 0)
+        four = np.ndarray((max(len(data) - 3, 0),), dtype="<u4", buffer=data, strides=(1,))
+        # The words whose first four bytes lie inside the join (their space before it): the
+        # key of a word at or past it holds bytes of the join's end twice (its last few words).
+        self._limit = max(len(data) - _KEYED + 1, 0)
         place = np.int32 if len(data) < 2**31 else np.int64
-        # The space before each word (a space followed by a byte that is not one), the word's
-        # first two bytes (a space second for a word of one) and its next four, found a slice of
-        # the join at a time: arrays the size of the join would leave the cache (at 100,000
-        # steps 0.14-0.8 s of CPU, the time swinging with the machine's load; 0.1 s by slices).
-        # The next four are read here, while the slice is in the cache: a query reading them
-        # at its words' places all over the join waits on memory for each (at 100,000 steps,
-        # 25-40 ms of a first query's 90 ms).
-        befores, firsts, heads, prefixes = [], [], [], []
+        # The space before each word (a space followed by a byte that is not one) and the word's
+        # first four bytes (its key; the first two its head), found a slice of the join at a
+        # time: arrays the size of the join would leave the cache (at 100,000 steps 0.14-0.8 s
+        # of CPU, the time swinging with the machine's load; 0.1 s by slices). The key is one
+        # read a word, as the two bytes of the head were (a read a byte), and spares the query
+        # reading the join at each of its candidates (all over it: a wait on memory for each).
+        befores, keyed = [], []
         last = len(codes) - 1  # the final space is before no word
         for start in range(0, max(last, 1), _SLICE):
             window = codes[start : min(start + _SLICE, last) + 1]
             if spaced:  # words cut by single spaces: every space but the last is before one
                 at = np.flatnonzero(window[:-1] == _SPACE).astype(place)
                 at += start
-                first = codes[at + 1]
-                if (double := first == _SPACE).any():  # an item without terms: "\x00  \x00"
+                key = _keys(np, codes, four, at)
+                if (double := key.astype(np.uint8) == _SPACE).any():  # no terms: "\x00  \x00"
                     keep = ~double
-                    at, first = at[keep], first[keep]
+                    at, key = at[keep], key[keep]
             else:
                 at = np.flatnonzero((window[:-1] == _SPACE) & (window[1:] != _SPACE)).astype(place)
                 at += start
-                first = codes[at + 1]
+                key = _keys(np, codes, four, at)
             befores.append(at)
-            firsts.append(first)
-            heads.append(first.astype(np.uint16) << 8 | codes[at + 2])
-            if four is not None:  # a word past the limit reads the join's last four (unused)
-                prefixes.append(four[np.minimum(at + 3, len(four) - 1)])
+            keyed.append(key)
         before = self._before = np.concatenate(befores)
-        first = np.concatenate(firsts)
-        del befores, firsts
-        ends = np.flatnonzero(first == _END[0])  # each item's last word, ascending
+        key = self._key = np.concatenate(keyed)  # each word's first four bytes (see _limit)
+        del befores, keyed
+        ends = np.flatnonzero(key.astype(np.uint8) == _END[0])  # each item's last word, ascending
         self._ends = before[ends]  # where each item's terms end
         self.lengths = np.diff(ends, prepend=-1) - 1  # the words between two ends
         self.total = int(self.lengths.sum())
-        self._head = np.concatenate(heads)  # a term's candidates: the words of its first two bytes
-        # Each word's third to sixth bytes (see _limit), or None for a join too short.
-        self._prefix = np.concatenate(prefixes) if four is not None else None
-        del heads, prefixes
+        self._head = key.astype(np.uint16)  # a term's candidates: the words of its first two bytes
         self._keys = np.array(keys, dtype=np.int64)
         self._found: dict[str, tuple[Any, Any]] = {}  # term -> (item places, counts), kept
 
@@ -191,12 +194,8 @@ class TextScan:
             [(term, head)] = new.items()
             # compress: several times faster than a boolean index over every word.
             mask = self._head == head
-            prefix = self._prefix
-            self._found[term] = self._occurring(
-                term,
-                np.compress(mask, self._before),
-                None if prefix is None else np.compress(mask, prefix),
-            )
+            at, key = np.compress(mask, self._before), np.compress(mask, self._key)
+            self._found[term] = self._posting(self._matching(term, at, key))
             return
         # The words that start as any of the terms, once, then each term's among them.
         heads = sorted(set(new.values()))
@@ -212,57 +211,31 @@ class TextScan:
             mask = wanted[self._head]
         picked = np.flatnonzero(mask)
         del mask
-        heads, before = self._head[picked], self._before[picked]
-        if self._prefix is None:
-            del picked
-            for term, head in new.items():
-                self._found[term] = self._occurring(term, np.compress(heads == head, before), None)
-            return
-        # Each picked word's first six bytes as one number (its head, then its next four): a
-        # term's words are then found by one comparison of the picked ones, not a comparison
-        # and two compressions (at 100,000 steps, 5-10 ms of a query of six new words).
-        keyed = self._prefix[picked].astype(np.uint64)
+        before, key = self._before[picked], self._key[picked]
         del picked
-        keyed <<= np.uint64(16)
-        keyed |= heads
-        cut = int(np.searchsorted(before, self._limit))  # the picked words before the limit
-        codes = self._codes
-        for term, head in new.items():
-            rest = (term.encode() + b" ")[2:]  # its bytes past the head, and the space after it
-            four = rest[:4]
-            mask = np.uint64((1 << 16 + 8 * len(four)) - 1)
-            value = np.uint64(int.from_bytes(four, "little") << 16 | head)
-            at = np.compress(keyed[:cut] & mask == value, before[:cut])
-            for shift, byte in enumerate(rest[4:], 7):  # its bytes past the six, if any
-                at = at[codes[at + shift] == byte]
-            if cut < len(before):  # the join's last few words: byte by byte
-                tail = np.compress(heads[cut:] == head, before[cut:])
-                for shift, byte in enumerate(rest, 3):
-                    tail = tail[codes[tail + shift] == byte]
-                at = np.concatenate((at, tail))
-            self._found[term] = self._posting(at)
+        for term in new:
+            self._found[term] = self._posting(self._matching(term, before, key))
 
-    def _occurring(self, term: str, at: Any, prefix: Any) -> tuple[Any, Any]:
-        """Return the places and counts of the items holding ``term``, from ``at``: the spaces before the words that start with its first two bytes, and ``prefix``: those words' next four bytes (``None`` for none)."""
+    def _matching(self, term: str, at: Any, key: Any) -> Any:
+        """Return the spaces before the words that are ``term``, of those at ``at`` (ascending) whose keys are ``key``."""
         np = self.np
         codes = self._codes
-        # The term's bytes after its first two and the space after it (it ends there).
-        rest = (term.encode() + b" ")[2:]
-        cut = 0
-        if prefix is not None:
-            # The words before the limit compare their next four bytes at once (no read of
-            # the join); the bytes past those four, if any, are read for the few that match.
-            cut = int(np.searchsorted(at, self._limit))
-            four = rest[:4]
-            mask = np.uint32((1 << 8 * len(four)) - 1)
-            value = np.uint32(int.from_bytes(four, "little"))
-            head = at[:cut][prefix[:cut] & mask == value]
-            for shift, byte in enumerate(rest[4:], 7):
-                head = head[codes[head + shift] == byte]
-        tail = at[cut:]
-        for shift, byte in enumerate(rest, 3):
+        spaced = term.encode() + b" "  # the term's bytes and the space after it (it ends there)
+        four = spaced[:4]
+        # The words before the limit compare their keys: the term's first four bytes (a word
+        # of up to three, with the space after it) at once, its later bytes for those that match.
+        cut = int(np.searchsorted(at, self._limit))
+        mask = np.uint32((1 << 8 * len(four)) - 1)
+        head = np.compress(key[:cut] & mask == np.uint32(int.from_bytes(four, "little")), at[:cut])
+        for shift, byte in enumerate(spaced[4:], 5):
+            head = head[codes[head + shift] == byte]
+        if cut == len(at):
+            return head
+        # The join's last few words: by their head (a key holds it), then byte by byte.
+        tail = at[cut:][key[cut:] & np.uint32(0xFFFF) == _head(spaced)]
+        for shift, byte in enumerate(spaced[2:], 3):
             tail = tail[codes[tail + shift] == byte]
-        return self._posting(np.concatenate((head, tail)) if cut else tail)
+        return np.concatenate((head, tail))
 
     def _posting(self, at: Any) -> tuple[Any, Any]:
         """Return the places and counts of the items holding the words after the spaces at ``at`` (ascending)."""
