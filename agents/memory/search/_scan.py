@@ -38,7 +38,6 @@ _SPACE: Final = 32  # the only byte between two terms (see spaced_terms)
 _END: Final = b"\x00"  # never in a term (not a letter or digit): the word that ends each item
 _COMPARED: Final = 12  # up to this many heads, a query's words are picked by comparisons
 _SLICE: Final = 1 << 20  # bytes of the join read at a time while finding the words
-_KEYED: Final = 5  # a word's space and the four bytes of its key (see TextScan._key)
 # Whitespace other than a space, which no kept term string may hold (see kept_terms_joined):
 # the ASCII ones as bytes, and any in text that is not all ASCII.
 _ASCII_SPACES: Final = (b"\t", b"\n", b"\x0b", b"\x0c", b"\r", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
@@ -67,22 +66,8 @@ def kept_terms_joined(terms: Sequence[str]) -> bytes | None:
 
 
 def _head(word: bytes) -> int:
-    """Return the first two bytes of ``word`` as one number, little-endian (a space second for a word of one): the words a term is looked for among."""
-    return word[0] | (word[1] if len(word) > 1 else _SPACE) << 8
-
-
-def _keys(np: Any, codes: Any, four: Any, at: Any) -> Any:
-    """Return the keys (first four bytes, little-endian) of the words after the spaces at ``at`` (ascending): those of words past the join's limit hold their head only."""
-    inside = len(at) if not len(at) or at[-1] + _KEYED <= len(codes) else 0
-    if not inside:
-        inside = int(np.searchsorted(at, len(codes) - _KEYED + 1))
-    if inside == len(at):
-        return four[at + 1]
-    key = np.empty(len(at), dtype=np.uint32)
-    key[:inside] = four[at[:inside] + 1]
-    past = at[inside:]
-    key[inside:] = codes[past + 1].astype(np.uint32) | codes[past + 2].astype(np.uint32) << 8
-    return key
+    """Return the first two bytes of ``word`` as one number (a space second for a word of one): the words a term is looked for among."""
+    return word[0] << 8 | (word[1] if len(word) > 1 else _SPACE)
 
 
 class TextScan:
@@ -102,43 +87,43 @@ class TextScan:
         self.keys = keys
         # " terms of item 0 \x00 terms of item 1 \x00 ": a space on both sides of each word.
         codes = self._codes = np.frombuffer(data, dtype=np.uint8)
-        # The four bytes from each place of the join as one number (little-endian, a view).
-        four = np.ndarray((max(len(data) - 3, 0),), dtype="<u4", buffer=data, strides=(1,))
-        # The words whose first four bytes lie inside the join (their space before it): the
-        # key of a word at or past it holds bytes of the join's end twice (its last few words).
-        self._limit = max(len(data) - _KEYED + 1, 0)
+        # The eight bytes from each place of the join as one number (little-endian, a view).
+        self._wide = (
+            np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+            if len(data) >= 8
+            else None
+        )
         place = np.int32 if len(data) < 2**31 else np.int64
         # The space before each word (a space followed by a byte that is not one) and the word's
-        # first four bytes (its key; the first two its head), found a slice of the join at a
+        # first two bytes (a space second for a word of one), found a slice of the join at a
         # time: arrays the size of the join would leave the cache (at 100,000 steps 0.14-0.8 s
-        # of CPU, the time swinging with the machine's load; 0.1 s by slices). The key is one
-        # read a word, as the two bytes of the head were (a read a byte), and spares the query
-        # reading the join at each of its candidates (all over it: a wait on memory for each).
-        befores, keyed = [], []
+        # of CPU, the time swinging with the machine's load; 0.1 s by slices).
+        befores, firsts, heads = [], [], []
         last = len(codes) - 1  # the final space is before no word
         for start in range(0, max(last, 1), _SLICE):
             window = codes[start : min(start + _SLICE, last) + 1]
             if spaced:  # words cut by single spaces: every space but the last is before one
                 at = np.flatnonzero(window[:-1] == _SPACE).astype(place)
                 at += start
-                key = _keys(np, codes, four, at)
-                if (double := key.astype(np.uint8) == _SPACE).any():  # no terms: "\x00  \x00"
+                first = codes[at + 1]
+                if (double := first == _SPACE).any():  # an item without terms: "\x00  \x00"
                     keep = ~double
-                    at, key = at[keep], key[keep]
+                    at, first = at[keep], first[keep]
             else:
                 at = np.flatnonzero((window[:-1] == _SPACE) & (window[1:] != _SPACE)).astype(place)
                 at += start
-                key = _keys(np, codes, four, at)
+                first = codes[at + 1]
             befores.append(at)
-            keyed.append(key)
+            firsts.append(first)
+            heads.append(first.astype(np.uint16) << 8 | codes[at + 2])
         before = self._before = np.concatenate(befores)
-        key = self._key = np.concatenate(keyed)  # each word's first four bytes (see _limit)
-        del befores, keyed
-        ends = np.flatnonzero(key.astype(np.uint8) == _END[0])  # each item's last word, ascending
+        first = np.concatenate(firsts)
+        del befores, firsts
+        ends = np.flatnonzero(first == _END[0])  # each item's last word, ascending
         self._ends = before[ends]  # where each item's terms end
         self.lengths = np.diff(ends, prepend=-1) - 1  # the words between two ends
         self.total = int(self.lengths.sum())
-        self._head = key.astype(np.uint16)  # a term's candidates: the words of its first two bytes
+        self._head = np.concatenate(heads)  # a term's candidates: the words of its first two bytes
         self._keys = np.array(keys, dtype=np.int64)
         self._found: dict[str, tuple[Any, Any]] = {}  # term -> (item places, counts), kept
 
@@ -193,9 +178,7 @@ class TextScan:
         if len(new) == 1:
             [(term, head)] = new.items()
             # compress: several times faster than a boolean index over every word.
-            mask = self._head == head
-            at, key = np.compress(mask, self._before), np.compress(mask, self._key)
-            self._found[term] = self._posting(self._matching(term, at, key))
+            self._found[term] = self._occurring(term, np.compress(self._head == head, self._before))
             return
         # The words that start as any of the terms, once, then each term's among them.
         heads = sorted(set(new.values()))
@@ -211,35 +194,29 @@ class TextScan:
             mask = wanted[self._head]
         picked = np.flatnonzero(mask)
         del mask
-        before, key = self._before[picked], self._key[picked]
+        heads, before = self._head[picked], self._before[picked]
         del picked
-        for term in new:
-            self._found[term] = self._posting(self._matching(term, before, key))
+        for term, head in new.items():
+            self._found[term] = self._occurring(term, np.compress(heads == head, before))
 
-    def _matching(self, term: str, at: Any, key: Any) -> Any:
-        """Return the spaces before the words that are ``term``, of those at ``at`` (ascending) whose keys are ``key``."""
+    def _occurring(self, term: str, at: Any) -> tuple[Any, Any]:
+        """Return the places and counts of the items holding ``term``, from ``at``: the spaces before the words that start with its first two bytes."""
         np = self.np
         codes = self._codes
-        spaced = term.encode() + b" "  # the term's bytes and the space after it (it ends there)
-        four = spaced[:4]
-        # The words before the limit compare their keys: the term's first four bytes (a word
-        # of up to three, with the space after it) at once, its later bytes for those that match.
-        cut = int(np.searchsorted(at, self._limit))
-        mask = np.uint32((1 << 8 * len(four)) - 1)
-        head = np.compress(key[:cut] & mask == np.uint32(int.from_bytes(four, "little")), at[:cut])
-        for shift, byte in enumerate(spaced[4:], 5):
-            head = head[codes[head + shift] == byte]
-        if cut == len(at):
-            return head
-        # The join's last few words: by their head (a key holds it), then byte by byte.
-        tail = at[cut:][key[cut:] & np.uint32(0xFFFF) == _head(spaced)]
+        word = term.encode()
+        spaced = word + b" "  # the term's bytes and the space after it (it ends there)
+        wide, cut = self._wide, 0
+        if wide is not None and len(spaced) <= 8:
+            # The eight bytes after each space, read at once (one read of the join a word,
+            # not one a byte), for the words not too close to the join's end.
+            cut = int(np.searchsorted(at, len(wide) - 1))
+            mask = np.uint64((1 << 8 * len(spaced)) - 1)
+            head = at[:cut]
+            head = head[wide[head + 1] & mask == np.uint64(int.from_bytes(spaced, "little"))]
+        tail = at[cut:]
         for shift, byte in enumerate(spaced[2:], 3):
             tail = tail[codes[tail + shift] == byte]
-        return np.concatenate((head, tail))
-
-    def _posting(self, at: Any) -> tuple[Any, Any]:
-        """Return the places and counts of the items holding the words after the spaces at ``at`` (ascending)."""
-        np = self.np
+        at = np.concatenate((head, tail)) if cut else tail
         ends = self._ends
         if len(at) > len(ends):
             # A common term: how many occurrences come before each item's end (as many
