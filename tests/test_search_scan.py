@@ -162,8 +162,25 @@ def test_a_scan_finds_the_same_words_whatever_slice_it_reads_at_a_time(
     assert sliced.top(words, len(pairs), 5) == whole.top(words, len(pairs), 5)
 
 
-# Words of one byte to more than eight (a wide read and a byte by byte one), and none.
-KEPT_WORD = st.sampled_from(["a", "b", "ab", "é", "abcdefg", "abcdefgh", "abcdefghij", "1"])
+# Words of one byte to more than eight (a wide read and a byte by byte one), words that
+# share their first bytes, and none.
+KEPT_WORD = st.sampled_from(
+    [
+        "a",
+        "b",
+        "ab",
+        "é",
+        "abc",
+        "abcd",
+        "abcde",
+        "abcdef",
+        "abcdeg",
+        "abcdefg",
+        "abcdefgh",
+        "abcdefghij",
+        "1",
+    ]
+)
 KEPT_TERMS = st.lists(
     st.lists(KEPT_WORD, max_size=6).map(" ".join)
     # Spaces a store's row could hold beside single ones: an item's terms cut all the same.
@@ -172,7 +189,25 @@ KEPT_TERMS = st.lists(
     max_size=20,
 )
 KEPT_QUERY = st.lists(
-    st.sampled_from(["a", "b", "ab", "ba", "é", "abcdefg", "abcdefgh", "abcdefghij", "1", "zz"]),
+    st.sampled_from(
+        [
+            "a",
+            "b",
+            "ab",
+            "ba",
+            "é",
+            "abc",
+            "abcd",
+            "abcde",
+            "abcdef",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghij",
+            "abcdex",
+            "1",
+            "zz",
+        ]
+    ),
     min_size=1,
     max_size=5,
 )
@@ -353,6 +388,43 @@ def test_a_memory_read_with_its_kept_terms_ranks_as_one_built_from_its_items(
     search_index(model).build_ahead(wait=True)
     for words in queries:
         assert hits(memory, " ".join(words)) == hits(model, " ".join(words))
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.lists(KEPT_WORD.filter(str.isalnum), max_size=5), min_size=1, max_size=12),
+    st.lists(
+        st.tuples(st.sampled_from(["append", "delete"]), st.lists(KEPT_WORD, max_size=4)),
+        max_size=4,
+    ),
+    st.lists(KEPT_QUERY, min_size=1, max_size=3),
+)
+def test_a_session_read_again_after_appends_and_deletes_ranks_as_one_built_in_ram(
+    scanned: None,
+    texts: list[list[str]],
+    changes: list[tuple[str, list[str]]],
+    queries: list[list[str]],
+) -> None:
+    """Read after each append or delete written to the store (closed and opened again between), a session's first and later queries give the hits and float scores of a memory built in RAM from the same items."""
+    rows = [{"step": i, "thought": " ".join(words)} for i, words in enumerate(texts)]
+    with tempfile.TemporaryDirectory() as folder:
+        url = stored(folder, rows)
+        for at, (change, words) in enumerate(changes):
+            with open_store(url) as store:
+                if change == "append":  # a step no other item holds
+                    rows.append({"step": 100 + at, "thought": " ".join(words)})
+                    store.append("s", [MemoryItem(**rows[-1])])
+                elif rows:
+                    gone = rows.pop(len(words) % len(rows))
+                    assert store.delete_steps("s", [gone["step"]]) == 1
+            with open_store(url) as store:
+                memory = store.read_memory("s")
+            model = Memory([MemoryItem(**row) for row in rows])
+            search_index(model).build_ahead(wait=True)
+            for query in queries:
+                assert hits(memory, " ".join(query)) == hits(model, " ".join(query))
 
 
 def test_read_memory_hands_the_kept_terms_to_the_index(
