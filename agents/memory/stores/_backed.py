@@ -548,9 +548,11 @@ class StoredMemory(Memory):
         if ahead is not None or _store_ranks(self, mode, keys):
             found = self._store_search(query, k, where) if ahead is None else ahead
             return [hit for _, hit in found]
-        keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
-        # A semantic query needs no keyword index: a build in flight waits at its next slice.
+        # A semantic query needs no keyword index: a build in flight waits at its next slice,
+        # from before the store is asked (the model check): each wait for the server would
+        # otherwise let the build hold the interpreter up to its switch interval.
         with _builds_paused(self) if mode == "semantic" else contextlib.nullcontext():
+            keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
             return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def recall(
