@@ -264,6 +264,9 @@ class SessionWriter:
         return self._restoring and self.store.read_only
 
     def _map(self, key: int, seq: int, item: MemoryItem) -> None:
+        old = self._seq_of.get(key)
+        if old is not None and old != seq:
+            self._key_at.pop(old, None)  # as keys_of_rows answered from _seq_of: the key moved
         self._seq_of[key] = seq
         self._item_at[seq] = item
         self._key_at[seq] = key
@@ -548,9 +551,7 @@ class StoredMemory(Memory):
         if ahead is not None or _store_ranks(self, mode, keys):
             found = self._store_search(query, k, where) if ahead is None else ahead
             return [hit for _, hit in found]
-        # A semantic query needs no keyword index: a build in flight waits at its next slice,
-        # from before the store is asked (the model check): each wait for the server would
-        # otherwise let the build hold the interpreter up to its switch interval.
+        # Semantic needs no keyword index: the build waits at its next slice, store check included.
         with _builds_paused(self) if mode == "semantic" else contextlib.nullcontext():
             keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
             return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
