@@ -640,6 +640,26 @@ def test_a_first_semantic_query_while_the_build_runs_is_answered_in_ram_as_a_war
         assert first == answers(memory, mode="semantic", embedder=embedder) == plain
 
 
+def test_a_first_hybrid_query_while_the_build_runs_takes_its_cosines_from_ram(
+    embedded_url: str, held_build: threading.Event
+) -> None:
+    """The first hybrid query of a session just opened, its build held: the store ranks the keyword side, scoring no vector; hits and scores are Memory.search's to the float."""
+    embedder = HashingEmbedder(32)
+    url = embedded_url
+    plain = answers(stored_memory(url), mode="hybrid", embedder=embedder)
+    with open_memory(url, "s", index_ahead=True) as memory, open_store(url) as other:
+        asked: list[str] = []
+        store = memory.store
+        store.search = lambda *a, **o: asked.append("search") or other.search(*a, **o)  # type: ignore[method-assign]  # noted, then ranked by another handle
+        store.read_vectors = lambda *a, **o: asked.append("vectors") or other.read_vectors(*a, **o)  # type: ignore[method-assign]  # noted, then read as before
+        first = answers(memory, mode="hybrid", embedder=embedder)
+        assert search_index(memory).building()
+        assert asked == []  # no store search, no vector read: the keyword side only
+        held_build.set()
+        search_index(memory).build_ahead(wait=True)
+        assert first == answers(memory, mode="hybrid", embedder=embedder) == plain
+
+
 def test_stored_memory_parts_cut_the_index_before_the_vectors_are_read(
     tmp_path: Path, held_build: threading.Event
 ) -> None:

@@ -22,8 +22,8 @@ from agents.memory._text import Tokenizer, field_texts, spaced_terms
 
 __all__ = ["Filed", "file_in_bulk"]
 
-_SLICE: Final = 1024  # items whose terms are split out at once (bounds the strings held at once)
-_POSTINGS: Final = 65_536  # postings made between two calls of give_way (one dict at most past it)
+_SLICE: Final = 256  # items whose terms are split out at once (bounds the strings held at once)
+_POSTINGS: Final = 16_384  # postings made between two calls of give_way (one dict at most past it)
 _END: Final = "\x00"  # never a term (not a letter or digit): marks the end of each item's terms
 
 

@@ -43,7 +43,7 @@ from agents.memory._codec import BULK_VALUES, OnUnencodable, collector_paused
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory._records import KEY_FIELD
 from agents.memory._text import Tokenizer, check_k, checked_keys, checked_query, item_texts
-from agents.memory._vectors import Embedder, EmbedParts, SearchMode, progress_bar
+from agents.memory._vectors import Embedder, EmbedParts, SearchMode, checked_vectors, progress_bar
 from agents.memory.exceptions import (
     ArgumentTypeError,
     EmbedderMismatchError,
@@ -88,6 +88,7 @@ class SessionWriter:
         self.on_unencodable: OnUnencodable = on_unencodable
         self._seq_of: dict[int, int] = {}  # memory key -> store seq
         self._item_at: dict[int, MemoryItem] = {}  # store seq -> the item the memory holds
+        self._key_at: dict[int, int] = {}  # store seq -> memory key (as _item_at holds the seq)
         self._stored: dict[int, int] = {}  # id(item) -> seq, for items coming from the store
         self._restoring = False  # within already_stored(): a replacement maps, it does not clear
         self._deleted = False  # within already_deleted(): a delete unmaps, it does not write
@@ -124,8 +125,8 @@ class SessionWriter:
 
     def keys_of_rows(self, seqs: Iterable[int]) -> dict[int, int]:
         """Return ``{store seq: memory key}`` for the rows of ``seqs`` the memory holds."""
-        wanted = set(seqs)
-        return {seq: key for key, seq in self._seq_of.items() if seq in wanted}
+        key_at = self._key_at
+        return {seq: key_at[seq] for seq in seqs if seq in key_at}
 
     def rows_held(self) -> dict[int, int]:
         """Return ``{store seq: memory key}`` for every row the memory holds."""
@@ -179,9 +180,11 @@ class SessionWriter:
                 batch.append([item for _, item in added])
             seq_of = self._seq_of
             item_at = self._item_at
+            key_at = self._key_at
             for (key, item), seq in zip(added, batch.appended, strict=True):
                 seq_of[key] = seq
                 item_at[seq] = item
+                key_at[seq] = key
             return
         dropped = set(evicted)
         new = [(key, item) for key, item in added if id(item) not in stored and key not in dropped]
@@ -242,6 +245,7 @@ class SessionWriter:
             seqs[i] = seq
         self._seq_of = dict(zip(keys, seqs, strict=True))  # type: ignore[arg-type]  # no None left
         self._item_at = dict(zip(seqs, items, strict=True))  # type: ignore[arg-type]
+        self._key_at = dict(zip(seqs, keys, strict=True))  # type: ignore[arg-type]
 
     # -- internals ----------------------------------------------------------------
 
@@ -260,14 +264,19 @@ class SessionWriter:
         return self._restoring and self.store.read_only
 
     def _map(self, key: int, seq: int, item: MemoryItem) -> None:
+        old = self._seq_of.get(key)
+        if old is not None and old != seq:
+            self._key_at.pop(old, None)  # as keys_of_rows answered from _seq_of: the key moved
         self._seq_of[key] = seq
         self._item_at[seq] = item
+        self._key_at[seq] = key
 
     def _forget(self, keys: Iterable[int]) -> None:
         for key in keys:
             seq = self._seq_of.pop(key, None)
             if seq is not None:
                 self._item_at.pop(seq, None)
+                self._key_at.pop(seq, None)
 
 
 class StoredMemory(Memory):
@@ -542,9 +551,9 @@ class StoredMemory(Memory):
         if ahead is not None or _store_ranks(self, mode, keys):
             found = self._store_search(query, k, where) if ahead is None else ahead
             return [hit for _, hit in found]
-        keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
-        # A semantic query needs no keyword index: a build in flight waits at its next slice.
+        # Semantic needs no keyword index: the build waits at its next slice, store check included.
         with _builds_paused(self) if mode == "semantic" else contextlib.nullcontext():
+            keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
             return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def recall(
@@ -824,7 +833,6 @@ def _ahead_hits(
     a keyword index that keeps vectors. The hits are the memory's own items.
     """
     from agents.memory import search
-    from agents.memory.search import Hit
 
     store = memory.store
     if mode not in ("semantic", "hybrid") or keys is not None:
@@ -839,6 +847,8 @@ def _ahead_hits(
     if mode == "semantic" and where is None and not index.missing_vectors(None):
         return None  # every vector taken as the session opened: RAM answers, as warm
     model = search.embedder_for(memory, embedder)
+    if mode == "hybrid" and where is None and _holds_vectors(index, model):
+        return _hybrid_from_ram(memory, session, lock, query, k, model, wanted)
     limit = k
     # The build stops at its next slice meanwhile: it would hold the interpreter between the store's reads.
     with lock, index.build_paused():
@@ -852,21 +862,80 @@ def _ahead_hits(
                 where=where,
                 parts=index.parts,
             )
-            hits: list[tuple[int, Hit]] = []
-            for hit in found:
-                item = session.item_of_row(hit.seq)
-                if item is None:
-                    continue  # a row another process appended: not this memory's
-                fields = {
-                    field: None
-                    for field, text in item_texts(item_fields(item), None)
-                    if not wanted.isdisjoint(tokenizer(text))
-                }
-                hits.append((hit.seq, Hit(item, hit.score, tuple(fields))))
-                if len(hits) == k:
-                    break
+            hits = _own_hits(session, [(hit.seq, hit.score) for hit in found], wanted, k)
             if len(hits) == k or len(found) < limit:
                 index.embedder = model  # remembered once it worked, as a query in RAM does
+                return hits
+            limit *= 4
+
+
+def _own_hits(
+    session: SessionWriter, ranked: Iterable[tuple[int, float]], wanted: set[str], k: int
+) -> list[tuple[int, Hit]]:
+    """Return ``(seq, hit)`` of the first ``k`` of a store's ``(seq, score)`` ranking that the memory holds, with the fields holding a query word."""
+    from agents.memory.search import Hit
+
+    tokenizer = Tokenizer()
+    hits: list[tuple[int, Hit]] = []
+    for seq, score in ranked:
+        item = session.item_of_row(seq)
+        if item is None:
+            continue  # a row another process appended: not this memory's
+        fields = {
+            field: None
+            for field, text in item_texts(item_fields(item), None)
+            if not wanted.isdisjoint(tokenizer(text))
+        }
+        hits.append((seq, Hit(item, score, tuple(fields))))
+        if len(hits) == k:
+            break
+    return hits
+
+
+def _holds_vectors(index: Any, model: Embedder) -> bool:
+    """Return whether the memory's index holds a vector of ``model`` for every item (taken as the session opened)."""
+    return index.vector_model() == model.name and not index.missing_vectors(None)
+
+
+def _hybrid_from_ram(
+    memory: StoredMemory,
+    session: SessionWriter,
+    lock: contextlib.AbstractContextManager[Any],
+    query: str,
+    k: int,
+    model: Embedder,
+    wanted: set[str],
+) -> list[tuple[int, Hit]]:
+    """Return ``(seq, hit)`` of a hybrid query whose keyword side the store ranks and whose cosines the memory's index gives.
+
+    The vectors were taken as the session opened, so the cosines are those
+    a warm query computes (the same floats), from RAM; the store ranks
+    only what the build has not made yet, the keyword side
+    (``Store.hybrid_ranking``). The store reads and scores no vector then:
+    its own cosines (pgvector) cost about half of its hybrid query.
+    """
+    from agents.memory import search
+
+    index = search.search_index(memory)
+    vector = checked_vectors(model, [query])[0]  # embedded once, for each depth of the walk
+
+    def cosines(pool: int, among: Sequence[int]) -> dict[int, float]:
+        keys = session.keys_of_rows(among)  # rows another process appended hold none here
+        found = index.semantic_scores(
+            model, query, None, limit=pool, among=list(keys.values()), vector=vector
+        )
+        seq_of = session.seqs_of(found)
+        return {seq_of[key]: cosine for key, cosine in found.items() if key in seq_of}
+
+    limit = k
+    with lock, index.build_paused():
+        while True:
+            ranked = memory.store.hybrid_ranking(
+                memory.session_id, query, limit, embedder=model, cosines=cosines
+            )
+            hits = _own_hits(session, ranked, wanted, k)
+            if len(hits) == k or len(ranked) < limit:
+                index.embedder = model
                 return hits
             limit *= 4
 

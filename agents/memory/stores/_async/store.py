@@ -381,6 +381,7 @@ class AsyncStore:
     tail = _store_call(Store.tail)
     search = _store_call(Store.search)
     ranking = _store_call(Store.ranking)
+    hybrid_ranking = _store_call(Store.hybrid_ranking)
     search_sessions = _store_call(Store.search_sessions)
     recall_sessions = _store_call(Store.recall_sessions)
     summary = _store_call(Store.summary)

@@ -7,13 +7,14 @@ that searches; the work is done by :class:`KeywordSearch` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import heapq
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from agents.memory._filter import Filter, Where
 from agents.memory._item import OnUnknownClass
-from agents.memory._text import checked_keys
-from agents.memory._vectors import Embedder, EmbedParts, SearchMode
+from agents.memory._text import Tokenizer, checked_keys
+from agents.memory._vectors import HYBRID_POOL, Embedder, EmbedParts, SearchMode
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
 from agents.memory.stores._search.arguments import checked_parts, checked_vector_query
@@ -175,6 +176,63 @@ class SearchCalls:
         sid = self._search_engine.check(session_id)
         with self._search_engine.backend.search_scope(sid):
             return self._keyword.ranking(sid, query, k, keys, Filter.of(where))
+
+    def hybrid_ranking(
+        self,
+        session_id: str,
+        query: str,
+        k: int = 5,
+        *,
+        embedder: Embedder,
+        cosines: Callable[[int, Sequence[int]], dict[int, float]],
+        hybrid_weight: float | None = None,
+    ) -> list[tuple[int, float]]:
+        """Return ``(seq, score)`` of a hybrid query's ``k`` best, best first, with the cosines the caller holds.
+
+        The ranking of ``search(mode="hybrid", parts=...)`` (ties in seq
+        order), its keyword side from the store's index, for a caller that
+        holds the session's vectors already (a ``StoredMemory`` opened on
+        it): the store reads and scores no vector and reads the items only
+        where the blend weighs how the best hits hold the query's words.
+        With the cosines ``Memory.search`` computes, the scores are its own,
+        float for float.
+
+        Args:
+            session_id: The session to search.
+            query: The words to look for (at least one).
+            k: How many seqs at most.
+            embedder: The model the caller's vectors came from: checked
+                against the session's stored vectors, never called.
+            cosines: ``cosines(pool, seqs)``: the best ``pool`` cosines
+                with the unit query vector (with ties: every item scoring the
+                ``pool``-th best) and those of ``seqs``, by seq.
+            hybrid_weight: The keyword share of a hybrid score (as :meth:`search`).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            InvalidQueryError: as :meth:`search`.
+            EmbedderMismatchError: if the session holds vectors of another model.
+            CorruptStoreError: if the store's keyword index is damaged or missing.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._search_engine.check(session_id)
+        text, _, weight = checked_vector_query(
+            "hybrid_ranking", query, k, None, "hybrid", hybrid_weight
+        )
+        self._vectors.read(sid, embedder, None, [], EmbedParts.WHOLE)  # refuses another model
+        pool = max(10 * k, HYBRID_POOL)
+        with self._search_engine.backend.search_scope(sid):
+            scores, _ = self._keyword.hybrid_scores(
+                sid,
+                Tokenizer()(text),
+                None,
+                k,
+                lambda among: cosines(pool, list(among)),
+                weight,
+                "base",
+                True,
+            )
+        return heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
 
     def vector_model(self, session_id: str) -> VectorModel | None:
         """Return the embedding model a session's vectors came from, or ``None`` if it has none.
