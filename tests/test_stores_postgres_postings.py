@@ -122,6 +122,16 @@ class TwoHandlesAgainstMemory(RuleBasedStateMachine):
         self.session = f"s{next(_SESSIONS)}"
         self.items: dict[int, MemoryItem] = {}
         self.steps = itertools.count()
+        # A second session, searched with the first store-wide (its id sorts before it).
+        self.other = f"o{self.session}"
+        beside = [
+            MemoryItem(step=-1 - j, note=" ".join(WORDS[j % 5 : j % 7 + 1])) for j in range(9)
+        ]
+        self.other_items = dict(
+            zip(self.handles[0].append(self.other, beside), beside, strict=True)
+        )
+        self.handles[0].delete_seqs(self.other, [min(self.other_items)])  # stale once folded
+        del self.other_items[min(self.other_items)]
 
     def _item(self, text: str) -> MemoryItem:
         return MemoryItem(step=next(self.steps), note=text)
@@ -224,6 +234,26 @@ class TwoHandlesAgainstMemory(RuleBasedStateMachine):
                 got = handle.search(self.session, query, k, mode="keyword", where=where)
                 expected = ranked_by_memory(self.items, query, k, where)
                 assert [(hit.seq, hit.score) for hit in got] == expected, (query, where)
+
+    @invariant()
+    def store_wide_queries_rank_as_memory(self) -> None:
+        """A store-wide search of the two sessions gives ``Memory.search``'s hits and scores over their union (session-id order, then seq), from either handle."""
+        if not hasattr(self, "handles"):
+            return
+        memory = Memory()
+        origin: dict[int, tuple[str, int]] = {}
+        for sid, items in sorted(((self.session, self.items), (self.other, self.other_items))):
+            for seq, item in sorted(items.items()):
+                memory.add_memory_item(item)
+                origin[item.step] = (sid, seq)
+        scope = [self.session, self.other]
+        for query, handle in zip(QUERIES, itertools.cycle(self.handles), strict=False):
+            got = handle.search_sessions(query, 6, sessions=scope)
+            expected = [(*origin[hit.item.step], hit.score) for hit in memory.search(query, 6)]
+            assert [(hit.session_id, hit.seq, hit.score) for hit in got] == expected, query
+            with mock.patch.dict(sys.modules, {"numpy": None}):  # as without numpy: pure Python
+                plain = handle.search_sessions(query, 6, sessions=scope)
+            assert [(hit.session_id, hit.seq, hit.score) for hit in plain] == expected, query
 
     def teardown(self) -> None:
         """Close the handles."""
@@ -554,3 +584,30 @@ def test_a_filtered_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
     assert [(hit.seq, hit.score) for hit in hits] == ranked_by_memory(items, "the report", 5, where)
     assert [seq for _, seq in best] == [hit.seq for hit in hits]
     assert after - before <= 64
+
+
+def test_a_store_wide_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
+    postgres_url: str,
+) -> None:
+    """Ranking three sessions of 300 folded steps as one corpus, by words every step holds, reads no row of kvmemory_items (the rows' ranking read all 900), and ranks as Memory.search over their union."""
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
+            pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
+    url = folding_every(postgres_url, 64)  # each batch is folded as it is written
+    memory = Memory()
+    origin = {}
+    with PostgresStore(url, pgvector=False, min_size=1, max_size=1) as store:
+        for sid in ("a", "b", "c"):
+            items = [
+                MemoryItem(step=len(origin) + i, note=f"the report {sid} {'x ' * (i % 3)}")
+                for i in range(300)
+            ]
+            for seq, item in zip(store.append(sid, items), items, strict=True):
+                memory.add_memory_item(item)
+                origin[item.step] = (sid, seq)
+        before = rows_read(store)
+        best = store.backend.keyword_top_sessions(["c", "a", "b"], ["the", "report"], 5)
+        after = rows_read(store)
+    expected = [(hit.score, *origin[hit.item.step]) for hit in memory.search("the report", 5)]
+    assert best == expected
+    assert after - before == 0

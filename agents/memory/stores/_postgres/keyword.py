@@ -579,9 +579,9 @@ class PostgresKeywordIndex:
     def rank_from(self, blocks: PostingBlocks | None) -> None:
         """Rank, count and score from the posting blocks (schema version 9), or from the rows (``None``: older tables opened read-only).
 
-        From the blocks: :meth:`top`, :meth:`frequencies` and :meth:`among`.
-        From the rows always: :meth:`top_where` (a filter is judged on the
-        rows), :meth:`top_sessions` and :meth:`held`.
+        From the blocks: :meth:`top`, :meth:`top_sessions`, :meth:`frequencies`
+        and :meth:`among`, and :meth:`top_where`'s ranking (the filter judged
+        on the rows). From the rows always: :meth:`held`.
         """
         self._blocks = blocks
 
@@ -926,7 +926,9 @@ class PostgresKeywordIndex:
     ) -> list[tuple[float, str, int]] | None:
         """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions as one corpus.
 
-        One statement over the ``tsvector`` index scores the rows of all the
+        From the blocks (:meth:`rank_from`): ``PostingBlocks.top_sessions``,
+        one statement, as :meth:`top` reads one session. From the rows, one
+        statement over the ``tsvector`` index scores the rows of all the
         sessions with their counts summed (:func:`_score_many_sql`); the rows
         near the ``k``-th are scored again in Python, so the scores are those
         of ``Memory.search`` over the sessions' union, to the bit. ``None``
@@ -936,6 +938,11 @@ class PostgresKeywordIndex:
         Raises:
             CorruptStoreError: if a row the index matches holds no query term in its counts.
         """
+        if self._blocks is not None and session_ids:
+            try:
+                return self._blocks.top_sessions(session_ids, terms, k)
+            except DamagedBlockError as exc:
+                raise self.damaged("search", "", str(exc)) from exc
         weights = Counter(terms)
         names = list(weights)
         if len(names) > _COLUMN_TERMS or not session_ids:
