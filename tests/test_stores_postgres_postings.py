@@ -404,6 +404,29 @@ def write_v8_store(url: str) -> dict[str, dict[int, MemoryItem]]:
         return {sid: {r.seq: r.item for r in store.records(sid)} for sid in ("a", "b")}
 
 
+def test_a_damaged_row_of_v8_tables_is_named_on_a_filtered_search(postgres_url: str) -> None:
+    """Tables of version 8 opened read-only rank from the rows: a row whose tsvector holds a term its counts lack makes a filtered search raise, naming the repair; the tables, migrated and rebuilt, rank as Memory.search."""
+    sessions = write_v8_store(postgres_url)
+    damaged = min(
+        seq
+        for seq, item in sessions["a"].items()
+        if "the" in str(item.get_value("note") or "").split()
+    )
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(
+            "UPDATE kvmemory_items SET tf = '{}' WHERE session_id = 'a' AND seq = %s", (damaged,)
+        )
+    with PostgresStore(postgres_url, pgvector=False, read_only=True) as store:
+        with pytest.raises(CorruptStoreError, match=r"keyword index.*rebuild_keyword_index"):
+            store.search("a", "the", where={"step": range(100)})
+        assert {r.seq: r.item for r in store.records("a")} == sessions["a"]
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        store.rebuild_keyword_index()
+        got = store.search("a", "the", 50, mode="keyword", where={"step": range(100)})
+    expected = ranked_by_memory(sessions["a"], "the", 50, {"step": range(100)})
+    assert [(hit.seq, hit.score) for hit in got] == expected
+
+
 def test_v8_store_is_migrated_to_posting_blocks_and_ranks_the_same(postgres_url: str) -> None:
     """v8 tables opened read-only rank from the rows and stay version 8; opened writable, every session's blocks are filled from its rows and rank as Memory.search."""
     sessions = write_v8_store(postgres_url)
