@@ -929,7 +929,7 @@ def test_record_lookup_can_use_the_key_index(postgres_url: str) -> None:
 def test_keyword_search_computes_its_statistics_once_when_planner_statistics_are_stale(
     postgres_url: str,
 ) -> None:
-    """A session added after the last ANALYZE is searched by the rows' statement (a filtered query) with each aggregate run once, not once per matched row."""
+    """A session added after the last ANALYZE is searched (a filtered query: the blocks' ranking, then SQL judging its rows) with each aggregate run once, not once per matched row, and the rows judged looked up by key, not found among the session's rows."""
     with PostgresStore(postgres_url, min_size=1, max_size=1) as store:
         with store.backend.pool.connection() as con:
             con.execute("ALTER TABLE kvmemory_items SET (autovacuum_enabled = false)")
@@ -942,8 +942,11 @@ def test_keyword_search_computes_its_statistics_once_when_planner_statistics_are
             con.execute("SET auto_explain.log_analyze = on")
         hits = store.search("new", "press OK to save the file", 5, where={"step": range(300)})
         assert [hit.item.step for hit in hits] == [0, 1, 2, 3, 4]
-        searches = [plan for plan in plans if "tsquery" in plan]
+        searches = [plan for plan in plans if "kvmemory_items" in plan]
         assert searches, plans
+        judged = [plan for plan in searches if "wanted" in plan]
+        assert judged, searches
+        assert all("Rows Removed by Filter" not in plan for plan in judged), judged
         loops = [
             int(n) for plan in searches for n in re.findall(r"Aggregate .*? loops=(\d+)", plan)
         ]

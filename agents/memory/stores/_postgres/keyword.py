@@ -701,8 +701,9 @@ class PostgresKeywordIndex:
         The blocks rank :data:`_RANKED_FIRST` rows (or ``4 * k``) as
         :meth:`top` ranks them, and SQL judges those rows by key
         (``judge.among``: the first :data:`_JUDGED_FIRST`, then the rest):
-        a filter that keeps many rows leaves ``k`` of them there. Otherwise SQL names every row that may pass
-        (``judge.candidates``, one pass over the session's rows): up to
+        a filter that keeps many rows leaves ``k`` of them there. Otherwise
+        SQL names every row that may pass (``judge.candidates``, one pass
+        over the session's rows, in another statement): up to
         :data:`_SCORED_ALONE` are scored alone (:meth:`among`, the
         statistics of the ranking's snapshot); more are found down longer
         rankings. The scores are :meth:`top`'s either way: ``Memory.search``'s.
