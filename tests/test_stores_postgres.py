@@ -929,7 +929,7 @@ def test_record_lookup_can_use_the_key_index(postgres_url: str) -> None:
 def test_keyword_search_computes_its_statistics_once_when_planner_statistics_are_stale(
     postgres_url: str,
 ) -> None:
-    """A session added after the last ANALYZE is searched (a filtered query: the blocks' ranking, then SQL judging its rows) with each aggregate run once, not once per matched row, and the rows judged looked up by key, not found among the session's rows."""
+    """A session added after the last ANALYZE is searched (a filtered query: the blocks' ranking, then SQL judging its rows) with each aggregate run once, not once per matched row, and the rows judged or scored alone looked up by key, not found among the session's rows."""
     with PostgresStore(postgres_url, min_size=1, max_size=1) as store:
         with store.backend.pool.connection() as con:
             con.execute("ALTER TABLE kvmemory_items SET (autovacuum_enabled = false)")
@@ -952,6 +952,14 @@ def test_keyword_search_computes_its_statistics_once_when_planner_statistics_are
         ]
         assert loops, searches
         assert max(loops) == 1, searches
+        # The rows a rare filter keeps, scored alone, are looked up by key too.
+        before = len(plans)
+        scored = store.backend.keyword_among("new", ["press", "save"], [5, 250])
+        assert scored is not None
+        assert sorted(seq for _, seq in scored) == [5, 250]
+        among = [plan for plan in plans[before:] if "wanted" in plan]
+        assert among, plans[before:]
+        assert all("Rows Removed by Filter" not in plan for plan in among), among
 
 
 def write_v6_store(url: str) -> list[int]:

@@ -437,7 +437,9 @@ _DFS: Final = """
     ) AS dfs"""
 
 # The session's counts, each query term's document frequency and the counts of the rows
-# ``seqs`` (NULL where one holds none), in one statement.
+# ``seqs`` (NULL where one holds none), in one statement. Each row is looked up by its key,
+# the session id kept from the planner (OFFSET 0): a planner whose statistics predate the
+# session read all its rows through another index to find them.
 _AMONG: Final = f"""
 WITH s AS (
     SELECT session_id, n_items, n_terms FROM kvmemory_sessions
@@ -448,8 +450,14 @@ d AS MATERIALIZED ({_DFS}
 )
 SELECT s.n_items, s.n_terms, d.dfs, i.seq, i.n_terms,
     ARRAY(SELECT (i.tf ->> q.t)::bigint FROM unnest(%(names)s::text[]) WITH ORDINALITY AS q(t, o) ORDER BY q.o)
-FROM s CROSS JOIN d LEFT JOIN kvmemory_items AS i
-    ON i.session_id = s.session_id AND i.seq = ANY(%(seqs)s::bigint[])
+FROM s CROSS JOIN d LEFT JOIN (
+    SELECT i.* FROM (SELECT %(sid)s::text AS sid OFFSET 0) AS x
+    CROSS JOIN (SELECT DISTINCT unnest(%(seqs)s::bigint[]) AS wanted) AS k
+    CROSS JOIN LATERAL (
+        SELECT i.seq, i.n_terms, i.tf FROM kvmemory_items AS i
+        WHERE i.session_id = x.sid AND i.seq = k.wanted LIMIT 1
+    ) AS i
+) AS i ON true
 """
 
 _FREQUENCIES: Final = f"""
