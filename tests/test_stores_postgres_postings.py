@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.exceptions import CorruptStoreError
+from agents.memory.search import Filter
 from agents.memory.stores import PostgresStore
 
 psycopg = pytest.importorskip("psycopg")
@@ -96,14 +97,16 @@ def folding_every(url: str, rows: int) -> str:
     return f"{url}%20-ckvmemory.fold_rows%3D{rows}"
 
 
-def ranked_by_memory(items: dict[int, MemoryItem], query: str, k: int) -> list[tuple[int, float]]:
-    """Return ``Memory.search``'s ``(seq, score)`` over the items, in seq order."""
+def ranked_by_memory(
+    items: dict[int, MemoryItem], query: str, k: int, where: dict[str, Any] | None = None
+) -> list[tuple[int, float]]:
+    """Return ``Memory.search``'s ``(seq, score)`` over the items (added in seq order), with a filter where given."""
     memory = Memory()
     seq_of_step = {}
     for seq, item in sorted(items.items()):
         memory.add_memory_item(item)
         seq_of_step[item.step] = seq
-    return [(seq_of_step[hit.item.step], hit.score) for hit in memory.search(query, k)]
+    return [(seq_of_step[hit.item.step], hit.score) for hit in memory.search(query, k, where=where)]
 
 
 class TwoHandlesAgainstMemory(RuleBasedStateMachine):
@@ -119,6 +122,16 @@ class TwoHandlesAgainstMemory(RuleBasedStateMachine):
         self.session = f"s{next(_SESSIONS)}"
         self.items: dict[int, MemoryItem] = {}
         self.steps = itertools.count()
+        # A second session, searched with the first store-wide (its id sorts before it).
+        self.other = f"o{self.session}"
+        beside = [
+            MemoryItem(step=-1 - j, note=" ".join(WORDS[j % 5 : j % 7 + 1])) for j in range(9)
+        ]
+        self.other_items = dict(
+            zip(self.handles[0].append(self.other, beside), beside, strict=True)
+        )
+        self.handles[0].delete_seqs(self.other, [min(self.other_items)])  # stale once folded
+        del self.other_items[min(self.other_items)]
 
     def _item(self, text: str) -> MemoryItem:
         return MemoryItem(step=next(self.steps), note=text)
@@ -204,6 +217,43 @@ class TwoHandlesAgainstMemory(RuleBasedStateMachine):
             with mock.patch.dict(sys.modules, {"numpy": None}):  # as without numpy: pure Python
                 plain = handle.search(self.session, query, k, mode="keyword")
             assert [(hit.seq, hit.score) for hit in plain] == got, query
+
+    @invariant()
+    def every_filtered_query_ranks_as_memory(self) -> None:
+        """Each filtered query (a filter keeping few steps, one keeping many) gives ``Memory.search``'s hits and scores, from either handle."""
+        if not hasattr(self, "handles"):
+            return
+        steps = sorted(item.step for item in self.items.values())
+        wheres = (
+            {"step": {"$in": steps[::5]}},
+            {"step": {"$gte": steps[len(steps) // 3]}} if steps else {"step": 0},
+        )
+        k = 3
+        for where, handle in zip(wheres, self.handles, strict=True):
+            for query in QUERIES[:4]:
+                got = handle.search(self.session, query, k, mode="keyword", where=where)
+                expected = ranked_by_memory(self.items, query, k, where)
+                assert [(hit.seq, hit.score) for hit in got] == expected, (query, where)
+
+    @invariant()
+    def store_wide_queries_rank_as_memory(self) -> None:
+        """A store-wide search of the two sessions gives ``Memory.search``'s hits and scores over their union (session-id order, then seq), from either handle."""
+        if not hasattr(self, "handles"):
+            return
+        memory = Memory()
+        origin: dict[int, tuple[str, int]] = {}
+        for sid, items in sorted(((self.session, self.items), (self.other, self.other_items))):
+            for seq, item in sorted(items.items()):
+                memory.add_memory_item(item)
+                origin[item.step] = (sid, seq)
+        scope = [self.session, self.other]
+        for query, handle in zip(QUERIES, itertools.cycle(self.handles), strict=False):
+            got = handle.search_sessions(query, 6, sessions=scope)
+            expected = [(*origin[hit.item.step], hit.score) for hit in memory.search(query, 6)]
+            assert [(hit.session_id, hit.seq, hit.score) for hit in got] == expected, query
+            with mock.patch.dict(sys.modules, {"numpy": None}):  # as without numpy: pure Python
+                plain = handle.search_sessions(query, 6, sessions=scope)
+            assert [(hit.session_id, hit.seq, hit.score) for hit in plain] == expected, query
 
     def teardown(self) -> None:
         """Close the handles."""
@@ -354,6 +404,29 @@ def write_v8_store(url: str) -> dict[str, dict[int, MemoryItem]]:
         return {sid: {r.seq: r.item for r in store.records(sid)} for sid in ("a", "b")}
 
 
+def test_a_damaged_row_of_v8_tables_is_named_on_a_filtered_search(postgres_url: str) -> None:
+    """Tables of version 8 opened read-only rank from the rows: a row whose tsvector holds a term its counts lack makes a filtered search raise, naming the repair; the tables, migrated and rebuilt, rank as Memory.search."""
+    sessions = write_v8_store(postgres_url)
+    damaged = min(
+        seq
+        for seq, item in sessions["a"].items()
+        if "the" in str(item.get_value("note") or "").split()
+    )
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(
+            "UPDATE kvmemory_items SET tf = '{}' WHERE session_id = 'a' AND seq = %s", (damaged,)
+        )
+    with PostgresStore(postgres_url, pgvector=False, read_only=True) as store:
+        with pytest.raises(CorruptStoreError, match=r"keyword index.*rebuild_keyword_index"):
+            store.search("a", "the", where={"step": range(100)})
+        assert {r.seq: r.item for r in store.records("a")} == sessions["a"]
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        store.rebuild_keyword_index()
+        got = store.search("a", "the", 50, mode="keyword", where={"step": range(100)})
+    expected = ranked_by_memory(sessions["a"], "the", 50, {"step": range(100)})
+    assert [(hit.seq, hit.score) for hit in got] == expected
+
+
 def test_v8_store_is_migrated_to_posting_blocks_and_ranks_the_same(postgres_url: str) -> None:
     """v8 tables opened read-only rank from the rows and stay version 8; opened writable, every session's blocks are filled from its rows and rank as Memory.search."""
     sessions = write_v8_store(postgres_url)
@@ -453,3 +526,111 @@ def test_a_session_of_sparse_high_seqs_ranks_as_memory(postgres_url: str, summed
             for query in QUERIES:
                 got = [(hit.seq, hit.score) for hit in store.search("s", query, 8, mode="keyword")]
                 assert got == ranked_by_memory(items, query, 8), query
+
+
+def _filtered_items(start: int, n: int) -> list[MemoryItem]:
+    """Return steps ``start`` to ``start + n``: the first 1,100 hold "alpha beta" (ranked first), the others "alpha" alone, each of its own length."""
+    return [
+        MemoryItem(
+            step=step,
+            note=" ".join(["alpha", *(["beta"] if step < 1100 else []), *["pad"] * (step % 7)]),
+        )
+        for step in range(start, start + n)
+    ]
+
+
+FILTERS = (
+    {"step": {"$lt": 600}},  # many, at the top of the ranking
+    {"step": {"$in": [1500, 2501, 3502, 4003, 5004, 5555, 10]}},  # few, down the ranking
+    {"step": {"$gte": 1100}},  # many, none at the top: found down longer rankings
+    {"step": 4242},  # one
+)
+
+
+@pytest.mark.parametrize("fold_rows", [64, _postings.FOLD_ROWS])
+def test_filtered_rankings_from_the_blocks_equal_memory_search(
+    postgres_url: str, fold_rows: int
+) -> None:
+    """A filtered keyword search ranks as Memory.search (hits and scores to the float) with rows folded and unfolded, stale rows (updated, deleted after a fold), filters keeping few or many rows down or at the top of the ranking, and another session beside."""
+    url = folding_every(postgres_url, fold_rows)
+    with PostgresStore(url, pgvector=False) as store:
+        items: dict[int, MemoryItem] = {}
+        for start in range(0, 6000, 1500):
+            batch = _filtered_items(start, 1500)
+            items.update(zip(store.append("s", batch), batch, strict=True))
+        store.append("other", _filtered_items(0, 50))  # the same terms in another session
+        for _ in range(2):
+            for where in FILTERS:
+                for query in ("alpha beta", "beta pad", "alpha"):
+                    got = store.search("s", query, 5, mode="keyword", where=where)
+                    expected = ranked_by_memory(items, query, 5, where)
+                    assert [(hit.seq, hit.score) for hit in got] == expected, (query, where)
+            # Stale rows: some deleted, some updated (rows at the top, down it, and filtered).
+            seqs = sorted(items)
+            gone = [seqs[0], seqs[1500], seqs[4242], seqs[5555]]
+            store.delete_seqs("s", gone)
+            for seq in gone:
+                del items[seq]
+            new = {
+                seq: MemoryItem(step=items[seq].step, note="beta beta pad")
+                for seq in (seqs[3], seqs[2501], seqs[5004])
+            }
+            with store.batch("s") as batch:
+                batch.update(new)
+            items.update(new)
+            more = _filtered_items(6000, 3)
+            items.update(zip(store.append("s", more), more, strict=True))  # unfolded
+
+
+def test_a_filtered_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
+    postgres_url: str,
+) -> None:
+    """A filtered search keeping half of 3,000 folded steps, by words every step holds, reads the rows the blocks rank first (by key), not every row holding a word (the rows' ranking read all 3,000)."""
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
+            pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
+    url = folding_every(postgres_url, 64)  # the batch is folded as it is written
+    items = {seq + 1: MemoryItem(step=seq, note=f"the report {seq}") for seq in range(3000)}
+    where = {"step": {"$lt": 1500}}
+    with PostgresStore(url, pgvector=False, min_size=1, max_size=1) as store:
+        store.append("s", list(items.values()))
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(
+            "ANALYZE kvmemory_items"
+        )  # as autovacuum would: the planner knows the session's size
+    with PostgresStore(url, pgvector=False, min_size=1, max_size=1) as store:
+        before = rows_read(store)
+        best = store.backend.keyword_top_where("s", ["the", "report"], 5, Filter.of(where).tree)
+        after = rows_read(store)
+        hits = store.search("s", "the report", 5, mode="keyword", where=where)
+    assert best is not None
+    assert [(hit.seq, hit.score) for hit in hits] == ranked_by_memory(items, "the report", 5, where)
+    assert [seq for _, seq in best] == [hit.seq for hit in hits]
+    assert after - before <= 64
+
+
+def test_a_store_wide_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
+    postgres_url: str,
+) -> None:
+    """Ranking three sessions of 300 folded steps as one corpus, by words every step holds, reads no row of kvmemory_items (the rows' ranking read all 900), and ranks as Memory.search over their union."""
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
+            pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
+    url = folding_every(postgres_url, 64)  # each batch is folded as it is written
+    memory = Memory()
+    origin = {}
+    with PostgresStore(url, pgvector=False, min_size=1, max_size=1) as store:
+        for sid in ("a", "b", "c"):
+            items = [
+                MemoryItem(step=len(origin) + i, note=f"the report {sid} {'x ' * (i % 3)}")
+                for i in range(300)
+            ]
+            for seq, item in zip(store.append(sid, items), items, strict=True):
+                memory.add_memory_item(item)
+                origin[item.step] = (sid, seq)
+        before = rows_read(store)
+        best = store.backend.keyword_top_sessions(["c", "a", "b"], ["the", "report"], 5)
+        after = rows_read(store)
+    expected = [(hit.score, *origin[hit.item.step]) for hit in memory.search("the report", 5)]
+    assert best == expected
+    assert after - before == 0

@@ -89,7 +89,11 @@ from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import redact_url
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
-from agents.memory.stores._postgres.keyword import PostgresKeywordIndex, build_keyword_index
+from agents.memory.stores._postgres.keyword import (
+    Judge,
+    PostgresKeywordIndex,
+    build_keyword_index,
+)
 from agents.memory.stores._postgres.pool import CommitUnconfirmed, PostgresConnections, check_pool
 from agents.memory.stores._postgres.postings import (
     PostingBlocks,
@@ -682,7 +686,11 @@ class PostgresBackend(SQLRows, Backend):
             return None
         if self.no_tables:
             return []
-        return self._keyword.top_where(session_id, terms, k, tree)
+        judge = Judge(
+            lambda seqs: self.filter_among(session_id, tree, seqs),
+            lambda: self.filter_candidates(session_id, tree),
+        )
+        return self._keyword.top_where(session_id, terms, k, tree, judge)
 
     def keyword_top_sessions(
         self, session_ids: Sequence[str], terms: Sequence[str], k: int

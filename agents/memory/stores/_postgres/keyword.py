@@ -40,7 +40,7 @@ from agents.memory.stores._core.terms import Terms, bm25_score, item_terms, quer
 from agents.memory.stores._postgres.postings import DamagedBlockError, PostingBlocks
 from agents.memory.stores._sql.filters import POSTGRES_FIELDS, postgres_condition
 
-__all__ = ["PostgresKeywordIndex", "build_keyword_index"]
+__all__ = ["Judge", "PostgresKeywordIndex", "build_keyword_index"]
 
 _MARK: Final = "·"
 _LONGEST_LEXEME: Final = 2000  # bytes; PostgreSQL refuses lexemes of 2 kB and more
@@ -530,6 +530,23 @@ WHERE i.session_id = %(sid)s AND i.seq = ANY(%(seqs)s::bigint[])
 """
 
 
+class Judge(NamedTuple):
+    """A filter as the store judges it in SQL (sound, never exact): which rows may pass, among some seqs or of the whole session."""
+
+    among: Callable[[Sequence[int]], set[int] | None]
+    """The seqs among some that may pass (``None``: SQL cannot judge the filter)."""
+    candidates: Callable[[], set[int] | None]
+    """The seqs of every row of the session that may pass (``None`` likewise)."""
+
+
+_RANKED_FIRST: Final = 1024
+"""Rows a filtered ranking from the blocks ranks first, and has SQL judge by key (a few ms)."""
+_JUDGED_FIRST: Final = 64
+"""Rows of that ranking SQL judges first (or ``4 * k``): the rest only when too few of them may pass."""
+_SCORED_ALONE: Final = 4096
+"""The most rows that may pass a filter that are scored alone (by key); more are found down longer rankings."""
+
+
 class Statistics(NamedTuple):
     """A session's BM25 statistics as one ranking statement read them: items, terms, each query term's document frequency."""
 
@@ -572,9 +589,9 @@ class PostgresKeywordIndex:
     def rank_from(self, blocks: PostingBlocks | None) -> None:
         """Rank, count and score from the posting blocks (schema version 9), or from the rows (``None``: older tables opened read-only).
 
-        From the blocks: :meth:`top`, :meth:`frequencies` and :meth:`among`.
-        From the rows always: :meth:`top_where` (a filter is judged on the
-        rows), :meth:`top_sessions` and :meth:`held`.
+        From the blocks: :meth:`top`, :meth:`top_sessions`, :meth:`frequencies`
+        and :meth:`among`, and :meth:`top_where`'s ranking (the filter judged
+        on the rows). From the rows always: :meth:`held`.
         """
         self._blocks = blocks
 
@@ -644,22 +661,33 @@ class PostgresKeywordIndex:
         return _exact_top(rows, terms, names, k)
 
     def top_where(
-        self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
+        self,
+        session_id: str,
+        terms: Sequence[str],
+        k: int,
+        tree: FilterNode,
+        judge: Judge | None = None,
     ) -> list[tuple[float, int]] | None:
         """Return the ``k`` best ``(score, seq)`` by BM25 among the rows that may pass a filter, as :meth:`top` scores them.
 
-        One statement: :meth:`top`'s, the rows that SQL finds cannot pass
+        From the blocks (:meth:`rank_from`), with ``judge`` (the store's
+        SQL judgement of the filter): see :meth:`_top_passing`. From the
+        rows, one statement: :meth:`top`'s, the rows that SQL finds cannot pass
         ``tree`` (``_sql.filters``: sound, never exact) left out of the
         ranking, not out of the statistics. The rows returned are still to be
         tested with the filter. ``None`` when SQL cannot narrow the filter,
-        or the query has more distinct terms than :data:`_COLUMN_TERMS`.
+        or (from the rows) the query has more distinct terms than :data:`_COLUMN_TERMS`.
 
         Raises:
             CorruptStoreError: if a row the index matches, that may pass, holds no query term in its counts.
         """
         written = postgres_condition(tree)
+        if written is None:
+            return None
+        if self._blocks is not None and judge is not None:
+            return self._top_passing(session_id, terms, k, judge)
         weights = Counter(terms)
-        if written is None or len(weights) > _COLUMN_TERMS:
+        if len(weights) > _COLUMN_TERMS:
             return None
         condition, bound = _named(*written)
         sid = session_id
@@ -674,6 +702,47 @@ class PostgresKeywordIndex:
             raise self.damaged("search", f" session {sid!r} of", reason)
         self._keep(sid, names, rows)
         return _exact_top(rows, terms, names, k)
+
+    def _top_passing(
+        self, sid: str, terms: Sequence[str], k: int, judge: Judge
+    ) -> list[tuple[float, int]] | None:
+        """Return :meth:`top_where`'s answer from the blocks: the best of the ranking that may pass, or the few rows that may pass scored alone.
+
+        The blocks rank :data:`_RANKED_FIRST` rows (or ``4 * k``) as
+        :meth:`top` ranks them, and SQL judges those rows by key
+        (``judge.among``: the first :data:`_JUDGED_FIRST`, then the rest):
+        a filter that keeps many rows leaves ``k`` of them there. Otherwise
+        SQL names every row that may pass (``judge.candidates``, one pass
+        over the session's rows, in another statement): up to
+        :data:`_SCORED_ALONE` are scored alone (:meth:`among`, the
+        statistics of the ranking's snapshot); more are found down longer
+        rankings. The scores are :meth:`top`'s either way: ``Memory.search``'s.
+        """
+        limit = max(4 * k, _RANKED_FIRST)
+        ranked = self.top(sid, terms, limit)
+        if not ranked:
+            return []
+        best: list[tuple[float, int]] = []
+        for part in (ranked[: max(4 * k, _JUDGED_FIRST)], ranked[max(4 * k, _JUDGED_FIRST) :]):
+            may_pass = judge.among([seq for _, seq in part]) if part else set()
+            if may_pass is None:
+                return None
+            best += [hit for hit in part if hit[1] in may_pass]
+            if len(best) >= k:
+                return best[:k]
+        if len(ranked) < limit:
+            return best
+        allowed = judge.candidates()
+        if allowed is None:
+            return None
+        if len(allowed) <= _SCORED_ALONE:
+            scored = self.among(sid, terms, sorted(allowed))
+            return None if scored is None else scored[:k]
+        while len(best) < k and len(ranked) == limit:
+            limit *= 8
+            ranked = self.top(sid, terms, limit)
+            best = [hit for hit in ranked if hit[1] in allowed]
+        return best[:k]
 
     @staticmethod
     def _params(sid: str, names: Sequence[str], k: int) -> dict[str, Any]:
@@ -868,7 +937,9 @@ class PostgresKeywordIndex:
     ) -> list[tuple[float, str, int]] | None:
         """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions as one corpus.
 
-        One statement over the ``tsvector`` index scores the rows of all the
+        From the blocks (:meth:`rank_from`): ``PostingBlocks.top_sessions``,
+        one statement, as :meth:`top` reads one session. From the rows, one
+        statement over the ``tsvector`` index scores the rows of all the
         sessions with their counts summed (:func:`_score_many_sql`); the rows
         near the ``k``-th are scored again in Python, so the scores are those
         of ``Memory.search`` over the sessions' union, to the bit. ``None``
@@ -878,6 +949,11 @@ class PostgresKeywordIndex:
         Raises:
             CorruptStoreError: if a row the index matches holds no query term in its counts.
         """
+        if self._blocks is not None and session_ids:
+            try:
+                return self._blocks.top_sessions(session_ids, terms, k)
+            except DamagedBlockError as exc:
+                raise self.damaged("search", "", str(exc)) from exc
         weights = Counter(terms)
         names = list(weights)
         if len(names) > _COLUMN_TERMS or not session_ids:

@@ -369,50 +369,56 @@ SELECT i.session_id, {_key_sql("e.key")}, count(*), min(i.seq), max(i.seq),
 FROM kvmemory_items AS i CROSS JOIN LATERAL jsonb_each_text(i.tf) AS e
 GROUP BY 1, 2"""
 
-# The rows a session's blocks do not hold as they are: above its mark (0 before its first
-# fold), and its stale rows still there (updated). Bounded above by next_seq (which every
-# seq is at most) so that the planner, not knowing the mark, takes the rows for a range
-# of the key (an open bound is a third of the table to it: a scan of the table).
+# The rows the blocks of each session of ``sids`` do not hold as they are: above its mark (0
+# before its first fold), and its stale rows still there (updated). Bounded above by next_seq
+# (which every seq is at most) so that the planner, not knowing the mark, takes the rows for
+# a range of the key (an open bound is a third of the table to it: a scan of the table).
 _UNFOLDED_READ: Final = """
 tail AS MATERIALIZED (
-    SELECT i.seq, i.n_terms, i.tf FROM kvmemory_items AS i
-    WHERE i.session_id = %(sid)s
-        AND i.seq > coalesce(
-            (SELECT seq FROM kvmemory_postings_folded WHERE session_id = %(sid)s), 0)
-        AND i.seq <= (SELECT next_seq FROM kvmemory_sessions WHERE session_id = %(sid)s)
-    UNION ALL
-    SELECT i.* FROM kvmemory_postings_stale AS g CROSS JOIN LATERAL (
+    SELECT x.session_id, i.seq, i.n_terms, i.tf
+    FROM unnest(%(sids)s::text[]) AS x(session_id) CROSS JOIN LATERAL (
         SELECT i.seq, i.n_terms, i.tf FROM kvmemory_items AS i
-        WHERE i.session_id = g.session_id AND i.seq = g.seq LIMIT 1
+        WHERE i.session_id = x.session_id
+            AND i.seq > coalesce(
+                (SELECT seq FROM kvmemory_postings_folded WHERE session_id = x.session_id), 0)
+            AND i.seq <= (SELECT next_seq FROM kvmemory_sessions WHERE session_id = x.session_id)
+        UNION ALL
+        SELECT i.* FROM kvmemory_postings_stale AS g CROSS JOIN LATERAL (
+            SELECT i.seq, i.n_terms, i.tf FROM kvmemory_items AS i
+            WHERE i.session_id = g.session_id AND i.seq = g.seq LIMIT 1
+        ) AS i
+        WHERE g.session_id = x.session_id
     ) AS i
-    WHERE g.session_id = %(sid)s
 )"""
 
-# The session's counts; the blocks of the query's terms ('b'); each term's postings in the
-# unfolded rows, as a block ('t'); and the stale rows' seqs, whose postings in the blocks
-# are not counted ('s', the row always there for a live session): one statement (one
-# snapshot). The arrays come in PostgreSQL's binary form (array_send), read by numpy or
-# struct unpacked.
+# For each session of ``sids``: its counts; the blocks of the query's terms ('b'); each
+# term's postings in the unfolded rows, as a block ('t'); and the stale rows' seqs, whose
+# postings in the blocks are not counted ('s', the row always there for a live session):
+# one statement (one snapshot). The arrays come in PostgreSQL's binary form (array_send),
+# read by numpy or struct unpacked.
 _READ_BLOCKS: Final = f"""
 WITH s AS (
-    SELECT n_items, n_terms FROM kvmemory_sessions
-    WHERE session_id = %(sid)s AND NOT deleted AND n_items > 0
+    SELECT session_id, n_items, n_terms FROM kvmemory_sessions
+    WHERE session_id = ANY(%(sids)s::text[]) AND NOT deleted AND n_items > 0
 ),
 {_UNFOLDED_READ},
 held AS (
-    SELECT q.key, t.seq, t.n_terms, (t.tf ->> q.name)::int AS tf
+    SELECT t.session_id, q.key, t.seq, t.n_terms, (t.tf ->> q.name)::int AS tf
     FROM tail AS t CROSS JOIN unnest(%(keys)s::text[], %(names)s::text[]) AS q(key, name)
 )
-SELECT s.n_items, s.n_terms, 'b', p.term, array_send(p.seqs), array_send(p.tfs), array_send(p.lens)
-FROM s JOIN kvmemory_postings AS p ON p.session_id = %(sid)s AND p.term = ANY(%(keys)s::text[])
+SELECT s.session_id, s.n_items, s.n_terms, 'b', p.term, array_send(p.seqs), array_send(p.tfs),
+    array_send(p.lens)
+FROM s JOIN kvmemory_postings AS p ON p.session_id = s.session_id
+    AND p.term = ANY(%(keys)s::text[])
 UNION ALL
-SELECT s.n_items, s.n_terms, 't', h.key, array_send(array_agg(h.seq)), array_send(array_agg(h.tf)),
-    array_send(array_agg(h.n_terms))
-FROM s CROSS JOIN held AS h WHERE h.tf IS NOT NULL GROUP BY s.n_items, s.n_terms, h.key
+SELECT s.session_id, s.n_items, s.n_terms, 't', h.key, array_send(array_agg(h.seq)),
+    array_send(array_agg(h.tf)), array_send(array_agg(h.n_terms))
+FROM s JOIN held AS h ON h.session_id = s.session_id
+WHERE h.tf IS NOT NULL GROUP BY s.session_id, s.n_items, s.n_terms, h.key
 UNION ALL
-SELECT s.n_items, s.n_terms, 's', NULL,
+SELECT s.session_id, s.n_items, s.n_terms, 's', NULL,
     (SELECT array_send(array_agg(g.seq)) FROM kvmemory_postings_stale AS g
-     WHERE g.session_id = %(sid)s), NULL, NULL
+     WHERE g.session_id = s.session_id), NULL, NULL
 FROM s
 """
 
@@ -431,7 +437,9 @@ _DFS: Final = """
     ) AS dfs"""
 
 # The session's counts, each query term's document frequency and the counts of the rows
-# ``seqs`` (NULL where one holds none), in one statement.
+# ``seqs`` (NULL where one holds none), in one statement. Each row is looked up by its key,
+# the session id kept from the planner (OFFSET 0): a planner whose statistics predate the
+# session read all its rows through another index to find them.
 _AMONG: Final = f"""
 WITH s AS (
     SELECT session_id, n_items, n_terms FROM kvmemory_sessions
@@ -442,8 +450,14 @@ d AS MATERIALIZED ({_DFS}
 )
 SELECT s.n_items, s.n_terms, d.dfs, i.seq, i.n_terms,
     ARRAY(SELECT (i.tf ->> q.t)::bigint FROM unnest(%(names)s::text[]) WITH ORDINALITY AS q(t, o) ORDER BY q.o)
-FROM s CROSS JOIN d LEFT JOIN kvmemory_items AS i
-    ON i.session_id = s.session_id AND i.seq = ANY(%(seqs)s::bigint[])
+FROM s CROSS JOIN d LEFT JOIN (
+    SELECT i.* FROM (SELECT %(sid)s::text AS sid OFFSET 0) AS x
+    CROSS JOIN (SELECT DISTINCT unnest(%(seqs)s::bigint[]) AS wanted) AS k
+    CROSS JOIN LATERAL (
+        SELECT i.seq, i.n_terms, i.tf FROM kvmemory_items AS i
+        WHERE i.session_id = x.sid AND i.seq = k.wanted LIMIT 1
+    ) AS i
+) AS i ON true
 """
 
 _FREQUENCIES: Final = f"""
@@ -487,7 +501,8 @@ class Read(NamedTuple):
 class Ranked(NamedTuple):
     """A ranking from the blocks and the statistics it read: the session's counts and each term's document frequency."""
 
-    best: list[tuple[float, int]]
+    best: list[Any]
+    """``(score, seq)`` from :meth:`PostingBlocks.top`, ``(score, place, seq)`` from its ``_rank``."""
     n_items: int
     total: int
     dfs: dict[str, int]
@@ -511,28 +526,49 @@ class PostingBlocks:
         self._read_rows = read_rows
 
     def top(self, session_id: str, terms: Sequence[str], k: int) -> Ranked:
-        """Return the session's ``k`` best ``(score, seq)`` by BM25 from its blocks and unfolded rows, ties by seq, and the statistics read.
+        """Return the session's ``k`` best ``(score, seq)`` by BM25 from its blocks and unfolded rows, ties by seq, and the statistics read (see :meth:`_rank`)."""
+        ranked = self._rank([session_id], terms, k)
+        return ranked._replace(best=[(score, seq) for score, _, seq in ranked.best])
 
-        One statement reads the query terms' blocks, their postings in the
-        rows not folded yet, the stale rows' seqs and the session's counts;
-        each item's shares are summed in query order (as ``bm25_score``
-        sums them: the same floats), with numpy where it is installed, else
-        in Python.
+    def top_sessions(
+        self, session_ids: Sequence[str], terms: Sequence[str], k: int
+    ) -> list[tuple[float, str, int]]:
+        """Return the ``k`` best ``(score, session_id, seq)`` by BM25 over several sessions as one corpus, ties by session id (by code point), then seq.
+
+        :meth:`_rank` over the sessions: their counts summed, a term's
+        document frequency the sum of its sessions', so the scores are
+        those of ``Memory.search`` over the sessions' union.
+        """
+        order = sorted(set(session_ids))
+        ranked = self._rank(order, terms, k)
+        return [(score, order[place], seq) for score, place, seq in ranked.best]
+
+    def _rank(self, sids: Sequence[str], terms: Sequence[str], k: int) -> Ranked:
+        """Return the ``k`` best ``(score, place, seq)`` of the sessions ``sids`` (``place``: the session's index there) as one corpus, ties by place then seq, and the statistics read.
+
+        One statement (:data:`_READ_BLOCKS`) reads each session's query
+        term blocks, their postings in the rows not folded yet, the stale
+        rows' seqs and the session's counts; each item's shares are summed
+        in query order (as ``bm25_score`` sums them: the same floats), with
+        numpy where it is installed, else in Python.
         """
         names = list(dict.fromkeys(terms))
         keys = {posting_key(term): term for term in names}
-        params = {"sid": session_id, "keys": list(keys), "names": list(keys.values())}
+        params = {"sids": list(sids), "keys": list(keys), "names": list(keys.values())}
         rows = self._read_binary(_READ_BLOCKS, params)
-        if not rows:
-            return Ranked([], 0, 0, dict.fromkeys(names, 0))
-        n_items, total = int(rows[0][0]), int(rows[0][1])
-        read = Read({}, {}, b"")
-        for _, _, kind, key, seqs, tfs, lens in rows:
+        place = {sid: j for j, sid in enumerate(sids)}
+        reads: dict[int, Read] = {}
+        counts: dict[int, tuple[int, int]] = {}
+        for sid, n_items, total, kind, key, seqs, tfs, lens in rows:
+            at = place[sid]
+            counts[at] = (int(n_items), int(total))
+            read = reads.setdefault(at, Read({}, {}, b""))
             if kind == "s":
-                read = read._replace(stale=bytes(seqs) if seqs is not None else b"")
-                if seqs is not None and not _whole((read.stale, b"", b""), seqs_only=True):
-                    msg = "the stale rows' seqs are not a one-dimensional array of bigint"
+                stale = bytes(seqs) if seqs is not None else b""
+                if seqs is not None and not _whole((stale, b"", b""), seqs_only=True):
+                    msg = f"the stale rows' seqs of session {sid!r} are not a one-dimensional array of bigint"
                     raise DamagedBlockError(msg)
+                reads[at] = read._replace(stale=stale)
                 continue
             block = (bytes(seqs), bytes(tfs), bytes(lens))
             if not _whole(block):
@@ -540,17 +576,26 @@ class PostingBlocks:
                 raise DamagedBlockError(msg)
             found = read.blocks if kind == "b" else read.tail
             found.setdefault(keys[key], []).append(block)
+        n_items = sum(n for n, _ in counts.values())
+        total = sum(t for _, t in counts.values())
+        if not n_items:
+            return Ranked([], 0, 0, dict.fromkeys(names, 0))
         np = _numpy()
         if np is not None:
-            best, dfs = _top_numpy(np, read, terms, n_items, total, k)
+            best, dfs = _top_numpy(np, reads, terms, n_items, total, k)
         else:
-            best, dfs = _top_python(read, terms, n_items, total, k)
+            best, dfs = _top_python(reads, terms, n_items, total, k)
         return Ranked(best, n_items, total, {term: dfs.get(term, 0) for term in names})
 
     def frequencies(self, session_id: str, terms: Sequence[str]) -> dict[str, int]:
         """Return how many of the session's items hold each of ``terms`` (0 where none): the blocks' sizes less the stale postings, plus the unfolded rows holding it, in one statement."""
         names = list(dict.fromkeys(terms))
-        params = {"sid": session_id, "names": names, "keys": [posting_key(t) for t in names]}
+        params = {
+            "sid": session_id,
+            "sids": [session_id],
+            "names": names,
+            "keys": [posting_key(t) for t in names],
+        }
         rows = self._read_rows(_FREQUENCIES, params)
         counts = rows[0][0] if rows else [0] * len(names)
         return {term: int(count) for term, count in zip(names, counts, strict=True)}
@@ -567,6 +612,7 @@ class PostingBlocks:
         names = list(dict.fromkeys(terms))
         params = {
             "sid": session_id,
+            "sids": [session_id],
             "names": names,
             "keys": [posting_key(term) for term in names],
             "seqs": list(seqs),
@@ -598,9 +644,9 @@ def _numpy() -> Any:
 
 
 def _top_numpy(
-    np: Any, read: Read, terms: Sequence[str], n_items: int, total: int, k: int
-) -> tuple[list[tuple[float, int]], dict[str, int]]:
-    """Return the ``k`` best ``(score, seq)`` and each term's document frequency, summed with numpy in query order."""
+    np: Any, reads: dict[int, Read], terms: Sequence[str], n_items: int, total: int, k: int
+) -> tuple[list[tuple[float, int, int]], dict[str, int]]:
+    """Return the ``k`` best ``(score, place, seq)`` of the sessions read (by place) and each term's document frequency, summed with numpy in query order."""
     wide = np.dtype([("n", ">i4"), ("v", ">i8")])
     narrow = np.dtype([("n", ">i4"), ("v", ">i4")])
 
@@ -612,38 +658,53 @@ def _top_numpy(
         lens = np.concatenate([np.frombuffer(n, narrow, offset=_HEADER)["v"] for _, _, n in parts])
         return seqs.astype(np.int64), tfs.astype(np.float64), lens.astype(np.float64)
 
-    stale = np.frombuffer(read.stale, wide, offset=_HEADER)["v"] if read.stale else None
-    arrays = {}
-    for term in dict.fromkeys([*read.blocks, *read.tail]):
-        seqs, tfs, lens = joined(read.blocks.get(term, []))
-        if stale is not None and len(stale):
-            live = ~np.isin(seqs, stale)  # a stale row's postings in the blocks do not count
-            seqs, tfs, lens = seqs[live], tfs[live], lens[live]
-        more = read.tail.get(term)
-        if more:
-            extra = joined(more)
-            seqs, tfs, lens = (
-                np.concatenate(pair) for pair in zip((seqs, tfs, lens), extra, strict=True)
-            )
-        arrays[term] = (seqs, tfs, lens)
-    dfs = {term: len(seqs) for term, (seqs, _, _) in arrays.items()}
+    found: dict[str, list[tuple[int, Any, Any, Any]]] = {}
+    for at, read in sorted(reads.items()):
+        stale = np.frombuffer(read.stale, wide, offset=_HEADER)["v"] if read.stale else None
+        for term in dict.fromkeys([*read.blocks, *read.tail]):
+            seqs, tfs, lens = joined(read.blocks.get(term, []))
+            if stale is not None and len(stale):
+                live = ~np.isin(seqs, stale)  # a stale row's postings in the blocks do not count
+                seqs, tfs, lens = seqs[live], tfs[live], lens[live]
+            more = read.tail.get(term)
+            if more:
+                extra = joined(more)
+                seqs, tfs, lens = (
+                    np.concatenate(pair) for pair in zip((seqs, tfs, lens), extra, strict=True)
+                )
+            found.setdefault(term, []).append((at, seqs, tfs, lens))
+    dfs = {term: sum(len(part[1]) for part in parts) for term, parts in found.items()}
     weighted = query_weights(terms, {t: n for t, n in dfs.items() if n}, n_items)
     if not weighted:
         return [], dfs
+    highest = max(int(part[1].max()) for parts in found.values() for part in parts if len(part[1]))
+    stride = highest + 1
+    if max(reads) * stride >= 2**62:  # pragma: no cover - seqs past 2**62 / sessions: in Python
+        return _top_python(reads, terms, n_items, total, k)
+    # Each posting's item as one number, place * stride + seq: ordered as (place, seq).
+    arrays = {
+        term: tuple(
+            np.concatenate(column)
+            for column in zip(
+                *((at * stride + seqs, tfs, lens) for at, seqs, tfs, lens in parts), strict=True
+            )
+        )
+        for term, parts in found.items()
+    }
     average = bm25_average_length(total, n_items)
     postings = sum(dfs.values())
-    highest = max(int(seqs.max()) for seqs, _, _ in arrays.values() if len(seqs))
+    last = max(int(items.max()) for items, _, _ in arrays.values() if len(items))
     where: dict[str, Any] = {}
-    if highest < 4 * postings + 65536:
-        # Seqs as positions in a dense array (a session's seqs are mostly live): no sort.
-        every = np.arange(highest + 1)
-        where = {term: seqs for term, (seqs, _, _) in arrays.items()}
+    if last < 4 * postings + 65536:
+        # Items as positions in a dense array (a session's seqs are mostly live): no sort.
+        every = np.arange(last + 1)
+        where = {term: items for term, (items, _, _) in arrays.items()}
     else:
         every, at = np.unique(np.concatenate([a[0] for a in arrays.values()]), return_inverse=True)
         start = 0
-        for term, (seqs, _, _) in arrays.items():
-            where[term] = at[start : start + len(seqs)]
-            start += len(seqs)
+        for term, (items, _, _) in arrays.items():
+            where[term] = at[start : start + len(items)]
+            start += len(items)
     score = np.zeros(len(every))
     flat = BM25_K1 * (1.0 - BM25_B)
     slope = BM25_K1 * BM25_B / average  # as bm25_term_score: (k1 * b / average) * length
@@ -657,7 +718,12 @@ def _top_numpy(
         held = held[score[held] >= kth]
     best = held[np.lexsort((every[held], -score[held]))][:k]
     # tolist: the same floats and ints as float() and int() of each, in one call
-    return list(zip(score[best].tolist(), every[best].tolist(), strict=True)), dfs
+    items = every[best]
+    return list(
+        zip(
+            score[best].tolist(), (items // stride).tolist(), (items % stride).tolist(), strict=True
+        )
+    ), dfs
 
 
 def _unpack(data: bytes, wide: bool) -> list[int]:
@@ -669,25 +735,30 @@ def _unpack(data: bytes, wide: bool) -> list[int]:
 
 
 def _top_python(
-    read: Read, terms: Sequence[str], n_items: int, total: int, k: int
-) -> tuple[list[tuple[float, int]], dict[str, int]]:
-    """Return the ``k`` best ``(score, seq)`` and each term's document frequency, summed in Python in query order."""
-    stale = set(_unpack(read.stale, True)) if read.stale else set()
-    postings: dict[str, list[tuple[int, int, int]]] = {}
-    for kept, parts_of in ((False, read.blocks), (True, read.tail)):
-        for term, parts in parts_of.items():
-            found = postings.setdefault(term, [])
-            for seqs, tfs, lens in parts:
-                triples = zip(
-                    _unpack(seqs, True), _unpack(tfs, False), _unpack(lens, False), strict=True
-                )
-                found.extend(t for t in triples if kept or t[0] not in stale)
+    reads: dict[int, Read], terms: Sequence[str], n_items: int, total: int, k: int
+) -> tuple[list[tuple[float, int, int]], dict[str, int]]:
+    """Return the ``k`` best ``(score, place, seq)`` of the sessions read and each term's document frequency, summed in Python in query order."""
+    postings: dict[str, list[tuple[tuple[int, int], int, int]]] = {}
+    for at, read in sorted(reads.items()):
+        stale = set(_unpack(read.stale, True)) if read.stale else set()
+        for kept, parts_of in ((False, read.blocks), (True, read.tail)):
+            for term, parts in parts_of.items():
+                found = postings.setdefault(term, [])
+                for seqs, tfs, lens in parts:
+                    triples = zip(
+                        _unpack(seqs, True), _unpack(tfs, False), _unpack(lens, False), strict=True
+                    )
+                    found.extend(
+                        ((at, seq), tf, length)
+                        for seq, tf, length in triples
+                        if kept or seq not in stale
+                    )
     dfs = {term: len(found) for term, found in postings.items()}
     weighted = query_weights(terms, {t: n for t, n in dfs.items() if n}, n_items)
     average = bm25_average_length(total, n_items)
-    score: dict[int, float] = {}
+    score: dict[tuple[int, int], float] = {}
     for term, weight in weighted:
-        for seq, tf, length in postings[term]:
-            score[seq] = score.get(seq, 0.0) + bm25_term_score(weight, tf, length, average)
+        for item, tf, length in postings[term]:
+            score[item] = score.get(item, 0.0) + bm25_term_score(weight, tf, length, average)
     best = heapq.nsmallest(k, score.items(), key=lambda hit: (-hit[1], hit[0]))
-    return [(value, seq) for seq, value in best], dfs
+    return [(value, at, seq) for (at, seq), value in best], dfs

@@ -66,11 +66,20 @@ _PLAIN: Final = frozenset(map(chr, range(0x20))) | {'"', "\\"}
 _POSTGRES_ROWS: Final = (
     "SELECT seq{data} FROM (SELECT seq{data}, doc IS NULL AS opaque, CASE WHEN doc ? '$kv'"
     " THEN doc -> 'fields' ELSE doc END AS f FROM (SELECT seq{data}, doc || '{{}}'::jsonb AS doc"
-    " FROM kvmemory_items WHERE session_id = %s{among} OFFSET 0) AS plain OFFSET 0) AS r WHERE "
+    " FROM {rows} OFFSET 0) AS plain OFFSET 0) AS r WHERE "
 )
+_POSTGRES_SESSION: Final = "kvmemory_items WHERE session_id = %s"
 # Only the rows among some seqs (bound as a JSON array in SQLite, an array in PostgreSQL).
 _SQLITE_AMONG: Final = " AND seq IN (SELECT value FROM json_each(?))"
-_POSTGRES_AMONG: Final = " AND seq = ANY(%s)"
+# Each looked up by its key, the session id kept from the planner (OFFSET 0): a planner whose
+# statistics predate the session takes it for a row or two and reads it by session_id, in
+# another index, to find the seqs (every row of a new session of 300 per seq, with LIMIT 1).
+_POSTGRES_AMONG: Final = (
+    "(SELECT %s::text AS sid OFFSET 0) AS x"
+    " CROSS JOIN (SELECT DISTINCT unnest(%s::bigint[]) AS wanted) AS k"
+    " CROSS JOIN LATERAL (SELECT i.seq, i.doc{data} FROM kvmemory_items AS i"
+    " WHERE i.session_id = x.sid AND i.seq = k.wanted LIMIT 1) AS kvmemory_items"
+)
 
 POSTGRES_FIELDS: Final = (
     "SELECT doc IS NULL AS opaque, CASE WHEN doc ? '$kv' THEN doc -> 'fields' ELSE doc END AS f"
@@ -199,7 +208,8 @@ def candidates_query(
         return None
     if postgres:
         column = ", data" if data else ""
-        rows = _POSTGRES_ROWS.format(among="" if among is None else _POSTGRES_AMONG, data=column)
+        source = _POSTGRES_SESSION if among is None else _POSTGRES_AMONG.format(data=column)
+        rows = _POSTGRES_ROWS.format(rows=source, data=column)
         return rows + f"({sql})", writer.params
     if guard is not None:
         slash = (
