@@ -795,3 +795,24 @@ def test_a_build_ahead_without_numpy_files_the_items_and_raises_nothing(
     search_index(memory).build_ahead(wait=True)  # an exception in its thread fails the test
     assert not search_index(memory).building()
     assert [(hit.item["step"], hit.score) for hit in memory.search("report 3", 5)] == expected
+
+
+def test_a_first_filtered_keyword_query_while_the_build_runs_keeps_only_what_passes(
+    embedded_url: str, held_build: threading.Event
+) -> None:
+    """A keyword query the store ranks while the build is held keeps only the items a function filter or a field filter passes: the hits and scores of Memory.search with that filter."""
+    plain = stored_memory(embedded_url)
+
+    def odd(item: MemoryItem) -> bool:
+        """Pass the odd steps (a function of the item: asked in Python, never pushed to the store)."""
+        return bool(item.get_value("step") % 2)
+
+    filters: list[Any] = [odd, {"step": {"$lt": 300}}]
+    expected = [answers(plain, where=where) for where in filters]
+    assert all(hit[0] % 2 for hits in expected[0] for hit in hits)
+    with open_memory(embedded_url, "s", index_ahead=True) as memory:
+        first = [answers(memory, where=where) for where in filters]
+        assert search_index(memory).building()
+    assert first == expected
+    assert any(expected[0])
+    assert any(expected[1])

@@ -458,6 +458,13 @@ def test_v8_store_is_migrated_to_posting_blocks_and_ranks_the_same(postgres_url:
         ]
 
 
+def skip_without_flushed_counters(url: str) -> None:
+    """Skip where the server cannot flush its row counters on demand (PostgreSQL 15 and later can)."""
+    with psycopg.connect(url, autocommit=True) as con:
+        if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
+            pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
+
+
 def rows_read(store: PostgresStore) -> int:
     """Return how many rows of kvmemory_items the store's one connection has read so far (the server's counters, flushed)."""
     # The next statement's end flushes this connection's counters (PostgreSQL 15 and later).
@@ -475,9 +482,7 @@ def test_a_keyword_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
     postgres_url: str,
 ) -> None:
     """Ranking and counting a session of 400 folded steps by words every step holds reads no row of kvmemory_items (the server's row counters): the rows' ranking read all 400."""
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
-            pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
+    skip_without_flushed_counters(postgres_url)
     url = folding_every(postgres_url, 64)  # the batch is folded as it is written
     with PostgresStore(url, pgvector=False, min_size=1, max_size=1) as store:
         store.append("s", [MemoryItem(step=i, note=f"the report {i}") for i in range(400)])
@@ -586,9 +591,7 @@ def test_a_filtered_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
     postgres_url: str,
 ) -> None:
     """A filtered search keeping half of 3,000 folded steps, by words every step holds, reads the rows the blocks rank first (by key), not every row holding a word (the rows' ranking read all 3,000)."""
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
-            pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
+    skip_without_flushed_counters(postgres_url)
     url = folding_every(postgres_url, 64)  # the batch is folded as it is written
     items = {seq + 1: MemoryItem(step=seq, note=f"the report {seq}") for seq in range(3000)}
     where = {"step": {"$lt": 1500}}
@@ -613,9 +616,7 @@ def test_a_store_wide_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
     postgres_url: str,
 ) -> None:
     """Ranking three sessions of 300 folded steps as one corpus, by words every step holds, reads no row of kvmemory_items (the rows' ranking read all 900), and ranks as Memory.search over their union."""
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        if con.execute("SELECT to_regproc('pg_stat_force_next_flush')").fetchone() == (None,):
-            pytest.skip("the server cannot flush its counters on demand (PostgreSQL 15 and later)")
+    skip_without_flushed_counters(postgres_url)
     url = folding_every(postgres_url, 64)  # each batch is folded as it is written
     memory = Memory()
     origin = {}

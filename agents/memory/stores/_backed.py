@@ -714,7 +714,7 @@ class StoredMemory(Memory):
 
     def _store_search(self, query: str, k: int, where: Where | None) -> list[tuple[int, Hit]]:
         """Return ``(seq, hit)`` of the best ``k`` items by the store's ranking that pass ``where``."""
-        from agents.memory.search import Filter, Hit
+        from agents.memory.search import Filter
 
         checked_query(query)
         check_k(k)
@@ -730,20 +730,8 @@ class StoredMemory(Memory):
             while True:
                 with _builds_paused(self):  # the filter, the caller's function, is asked outside
                     ranked = self.store.ranking(self._sid, query, limit, where=pushed)
-                hits: list[tuple[int, Hit]] = []
-                for seq, score in ranked:
-                    item = session.item_of_row(seq)
-                    if item is None or (predicate is not None and not predicate(item)):
-                        continue
-                    fields = {
-                        field: None
-                        for field, text in item_texts(item_fields(item), None)
-                        if not wanted.isdisjoint(tokenizer(text))
-                    }
-                    hits.append((seq, Hit(item, score, tuple(fields))))
-                    if len(hits) == k:
-                        return hits
-                if len(ranked) < limit:
+                hits = _own_hits(session, ranked, wanted, k, predicate)
+                if len(hits) == k or len(ranked) < limit:
                     return hits
                 limit *= 4  # the filter (or rows this memory does not hold) dropped some
 
@@ -870,9 +858,13 @@ def _ahead_hits(
 
 
 def _own_hits(
-    session: SessionWriter, ranked: Iterable[tuple[int, float]], wanted: set[str], k: int
+    session: SessionWriter,
+    ranked: Iterable[tuple[int, float]],
+    wanted: set[str],
+    k: int,
+    predicate: Callable[[MemoryItem], bool] | None = None,
 ) -> list[tuple[int, Hit]]:
-    """Return ``(seq, hit)`` of the first ``k`` of a store's ``(seq, score)`` ranking that the memory holds, with the fields holding a query word."""
+    """Return ``(seq, hit)`` of the first ``k`` of a store's ``(seq, score)`` ranking that the memory holds and ``predicate`` passes, with the fields holding a query word."""
     from agents.memory.search import Hit
 
     tokenizer = Tokenizer()
@@ -881,6 +873,8 @@ def _own_hits(
         item = session.item_of_row(seq)
         if item is None:
             continue  # a row another process appended: not this memory's
+        if predicate is not None and not predicate(item):
+            continue
         fields = {
             field: None
             for field, text in item_texts(item_fields(item), None)
