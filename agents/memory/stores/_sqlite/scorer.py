@@ -53,8 +53,9 @@ class FTSScorer:
     terms are counted in the terms those rows keep where that reads less
     than their postings (FTS5 walks a term's postings whole, whatever items
     are asked), so a word every item holds is never read (its IDF floor
-    keeps rows within reach: :func:`_by_bound` and :func:`_near` prune them). Which rare terms go first is chosen by the postings each reads: a
-    cheap run of them is tried as it comes, then only the longest run
+    keeps rows within reach: :func:`_by_bound` and :func:`_near` prune
+    them). Which rare terms go first is chosen by the postings each reads:
+    a cheap run of them is tried as it comes, then only the longest run
     within a quarter of the query's postings (a failed try reads them twice).
 
     Args:
@@ -633,8 +634,8 @@ def _by_bound(
     reach.sort(key=lambda pair: -pair[0])
     done, batch = 0, k + _SPARE
     while done < len(reach) and reach[done][0] >= theta:
-        if done + batch > _CANDIDATES:
-            return None
+        if min(done + batch, len(reach)) > _CANDIDATES:
+            return None  # more rows than are scored one by one (counted, not rounded up to a batch)
         best = whole([row for _, row in reach[done : done + batch]], best)
         done += batch
         batch *= _BATCH_GROWTH
