@@ -61,6 +61,8 @@ __all__ = ["BM25_B", "BM25_DELTA", "BM25_K1", "SearchIndex"]
 Predicate = Callable[[MemoryItem], bool]
 Progress = Callable[[int, int], object]
 VectorSource = Callable[[EmbedParts], "tuple[Embedder, Mapping[int, Any]] | None"]
+HandedRanking = Callable[[Sequence[str], int], "Sequence[tuple[int, float]] | None"]
+"""A keyword ranking asked of whoever read a memory's items (a store: ``Store.read_memory``), given the query's terms and ``k``: ``(place, score)`` best first, ``place`` that of the item among those handed, or ``None`` once it cannot vouch for them."""
 """Where a build ahead reads vectors made elsewhere: given how the index cuts items, the model and ``{key: vectors}`` over all fields (or ``None``)."""
 
 
@@ -117,6 +119,8 @@ class SearchIndex:
         self._scan: TextScan | None = None
         # The scan of the terms a store keeps, for the first query (see take_terms).
         self._handed: TextScan | None = None
+        # The keys handed to a store's ranking and that ranking, till the postings are in (take_ranking).
+        self._ranked: tuple[list[int], HandedRanking] | None = None
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -125,7 +129,7 @@ class SearchIndex:
     ) -> None:
         """Mark the added items for indexing and drop the evicted ones."""
         with self._lock:
-            self._scan = self._handed = None  # the kept terms are the items' read, no others
+            self._scan = self._handed = self._ranked = None  # held for the items read, no others
             items = self._items
             pending = self._pending
             for key, item in added:
@@ -139,7 +143,7 @@ class SearchIndex:
     def write_delete(self, memory: Memory, keys: Sequence[int]) -> None:
         """Drop the deleted items from the postings and the vectors."""
         with self._lock:
-            self._scan = self._handed = None
+            self._scan = self._handed = self._ranked = None
             for key in keys:
                 self._drop(key)
             _changed(self, keys)
@@ -147,7 +151,7 @@ class SearchIndex:
     def write_update(self, memory: Memory, keys: Sequence[int], item: MemoryItem) -> None:
         """Mark a changed item for re-indexing; its old terms and vectors go now."""
         with self._lock:
-            self._scan = None
+            self._scan = self._ranked = None
             self._handed = None  # a changed item keeps its key: its kept terms are stale
             for key in keys:
                 self._keyword.unfile(key, self.tokenizer)
@@ -160,7 +164,7 @@ class SearchIndex:
         with self._lock:
             self._memory = weakref.ref(memory)
             self._generation += 1  # a build ahead of the old content is not installed
-            self._scan = self._handed = None
+            self._scan = self._handed = self._ranked = None
             self._ahead = None
             self._watching = set()
             self._items = dict(added)
@@ -220,6 +224,27 @@ class SearchIndex:
             self._handed = TextScan.kept(list(self._items), terms)
             return self._handed is not None
 
+    def take_ranking(self, items: Sequence[MemoryItem], ranking: HandedRanking) -> bool:
+        """Have the keyword queries over all fields without a filter ask ``ranking`` (the store that read ``items``) until the postings are in.
+
+        ``items`` are the memory's items now, in its order. A query then
+        ranks by ``ranking`` (``place`` indexes ``items``) and starts the
+        build ahead; any change of the memory, or a ``None`` from the
+        ranking (the store changed or closed), drops it for good and the
+        query is answered as without it (docs/search.md).
+
+        Returns:
+            Whether it was taken (not for another tokenizer, other items, or an index that filed items or builds ahead).
+        """
+        if type(self.tokenizer) is not Tokenizer or self.tokenizer != Tokenizer():
+            return False  # the stores rank by the default tokenizer's terms
+        self._follow()
+        with self._lock:
+            if not _unfiled(self, items, items):  # (no terms: one entry an item)
+                return False
+            self._ranked = (list(self._items), ranking)
+            return True
+
     def building(self) -> bool:
         """Return whether a build ahead is still in flight: its keyword index not installed, or the vectors it reads not taken yet.
 
@@ -258,8 +283,10 @@ class SearchIndex:
         holding a query term, ``where`` is asked of every item holding one
         and only those that pass are scored.
         """
-        if where is None and keys is None and (scanned := _scanned_top(self, terms, k)) is not None:
-            return scanned
+        if where is None and keys is None:
+            found = _handed_top(self, terms, k)
+            if found is not None or (found := _scanned_top(self, terms, k)) is not None:
+                return found
         with _caught_up(self):
             query, sizes, average = self._query_terms(terms, keys)
             if not query:
@@ -268,30 +295,7 @@ class SearchIndex:
             if where is not None and (few := self._few(where)) is not None:  # score only those
                 ranked = self._keyword.top_among(query, few, sizes.of, average, k)
                 return [(key, items[key], score) for key, score in ranked]
-            where = None if where is None else _counting(self, where)
-            passed: dict[int, bool] = {}  # each item is asked once, however many rounds
-            wanted = k
-            while True:
-                ranked = self._keyword.top(query, keys, sizes.of, average, wanted)
-                out = []
-                for key, score in ranked:
-                    item = items[key]
-                    if where is not None:
-                        verdict = passed.get(key)
-                        if verdict is None:
-                            verdict = passed[key] = where(item)
-                        if not verdict:
-                            continue
-                    out.append((key, item, score))
-                    if len(out) == k:
-                        return out
-                if len(ranked) < wanted:
-                    return out  # every item holding a term was asked
-                # At least four times as many, and as many as the pass rate seen needs, twice over.
-                wanted = max(4 * wanted, 2 * k * len(ranked) // max(len(out), 1))
-                if where is not None and 4 * wanted >= max(len(p) for _, p, _ in query):
-                    # Few pass: ask each item holding a term once, and score only those that pass.
-                    return _passing_top(query, items, where, passed, sizes, average, k)
+            return _ranked_top(self, query, keys, sizes, average, k, where)
 
     def passing(self, where: Predicate) -> set[int] | None:
         """Return the keys of the items that pass ``where`` if one in 16 at most may, by the values of the fields it names, else ``None``."""
@@ -594,7 +598,7 @@ def _waiting(
         return keys, [items[key] for key in keys]
 
 
-def _unfiled(index: SearchIndex, items: Sequence[MemoryItem], terms: Sequence[str]) -> bool:
+def _unfiled(index: SearchIndex, items: Sequence[MemoryItem], terms: Sequence[object]) -> bool:
     """Return whether ``items`` are the index's items in its order, one term string each, none filed nor building yet (``SearchIndex.take_terms``)."""
     held = index._items
     return (
@@ -611,6 +615,34 @@ def _changed(index: SearchIndex, keys: Iterable[int]) -> None:
     for ahead in [index._ahead, *watching] if watching else [index._ahead]:
         if ahead is not None:
             ahead.changed.update(keys)
+
+
+def _handed_top(
+    index: SearchIndex, terms: Sequence[str], k: int
+) -> list[tuple[int, MemoryItem, float]] | None:
+    """Answer a query over all fields without a filter from the ranking of the store that read the items (``SearchIndex.take_ranking``), or return ``None``.
+
+    Until the postings are in; the first answer starts the build ahead. A
+    ``None`` from the ranking drops it: the query is answered as without it.
+    """
+    index._follow()
+    with index._lock:
+        handed = index._ranked
+        if handed is None:
+            return None
+        if index._keyword.docs:  # filed (the build is in): the postings answer
+            index._ranked = None
+            return None
+        keys, ranking = handed
+        with index._pause.held():  # a build in flight stops at its next slice meanwhile
+            ranked = ranking(terms, min(k, len(keys)))
+        if ranked is None:
+            index._ranked = None
+            return None
+        items = index._items
+        out = [(keys[place], items[keys[place]], score) for place, score in ranked]
+    index.build_ahead()
+    return out
 
 
 def _scanned_top(
@@ -636,7 +668,11 @@ def _scanned_top(
             return None
         if scan is None:
             pending = index._pending
-            if index._ahead is not None or len(pending) < max(_SCAN_ITEMS, len(index._items)):
+            # A store's ranking that answered till now started the build; its kept terms still answer.
+            kept = index._handed is not None and index._handed.keys == list(pending)
+            if (index._ahead is not None and not kept) or len(pending) < max(
+                _SCAN_ITEMS, len(index._items)
+            ):
                 return None  # a build in flight is awaited, a few items are filed at once
             try:
                 import numpy as np  # optional: without it, the query files the items
@@ -836,6 +872,43 @@ def _passing_top(
         for term, posting, weight in query
     ]
     return [(key, items[key], score) for key, score in exhaustive_top(among, sizes.of, average, k)]
+
+
+def _ranked_top(
+    index: SearchIndex,
+    query: list[QueryTerm],
+    keys: tuple[str, ...] | None,
+    sizes: Lengths,
+    average: float,
+    k: int,
+    where: Predicate | None,
+) -> list[tuple[int, MemoryItem, float]]:
+    """Return ``SearchIndex.keyword_top``'s hits from the postings (under the index's lock, caught up): the best, asking ``where`` of as few as its pass rate needs."""
+    items = index._items
+    where = None if where is None else _counting(index, where)
+    passed: dict[int, bool] = {}  # each item is asked once, however many rounds
+    wanted = k
+    while True:
+        ranked = index._keyword.top(query, keys, sizes.of, average, wanted)
+        out = []
+        for key, score in ranked:
+            item = items[key]
+            if where is not None:
+                verdict = passed.get(key)
+                if verdict is None:
+                    verdict = passed[key] = where(item)
+                if not verdict:
+                    continue
+            out.append((key, item, score))
+            if len(out) == k:
+                return out
+        if len(ranked) < wanted:
+            return out  # every item holding a term was asked
+        # At least four times as many, and as many as the pass rate seen needs, twice over.
+        wanted = max(4 * wanted, 2 * k * len(ranked) // max(len(out), 1))
+        if where is not None and 4 * wanted >= max(len(p) for _, p, _ in query):
+            # Few pass: ask each item holding a term once, and score only those that pass.
+            return _passing_top(query, items, where, passed, sizes, average, k)
 
 
 def _counting(index: SearchIndex, where: Predicate) -> Predicate:

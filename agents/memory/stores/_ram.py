@@ -381,6 +381,11 @@ class SpaceBackend(Backend):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
+    def keyword_version(self, session_id: str) -> int:
+        """Return the count of the space's writes, as :meth:`vectors_version` does."""
+        with self._space.lock:
+            return self._space.writes
+
     def vectors_version(self, session_id: str, fields: str) -> int:
         """Return the count of the space's writes: every write to any session of this name changes it (more often than needed, never too seldom)."""
         with self._space.lock:

@@ -381,6 +381,8 @@ class AsyncStore:
     tail = _store_call(Store.tail)
     search = _store_call(Store.search)
     ranking = _store_call(Store.ranking)
+    ranking_at = _store_call(Store.ranking_at)
+    keyword_version = _store_call(Store.keyword_version)
     hybrid_ranking = _store_call(Store.hybrid_ranking)
     search_sessions = _store_call(Store.search_sessions)
     recall_sessions = _store_call(Store.recall_sessions)

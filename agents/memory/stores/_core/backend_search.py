@@ -12,7 +12,7 @@ a backend subclasses :class:`Backend`, never this class alone.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TypeAlias
 
 from agents.memory._filter import FilterNode
@@ -126,6 +126,21 @@ class SearchOperations:
         a ranking shorter than ``k`` holds every row that may pass. ``None``
         (the default, and whenever the backend cannot judge the filter):
         the store ranks with :meth:`keyword_top` and filters the ranking.
+        """
+        return None
+
+    def keyword_version(self, session_id: str) -> Hashable | None:
+        """Return a value that changes whenever the session's rows may have changed, or ``None`` where the backend cannot tell.
+
+        ``Store.read_memory`` reads it before and after reading a session;
+        if both compare equal (``==``), the memory it gives asks the store's
+        keyword ranking (:meth:`keyword_top`) for its first queries, and each
+        such query reads it before and after the ranking: equal to the
+        read's, the ranking is that of the rows read. It must change with
+        every insert, update or delete of the session's rows, by this handle
+        or any other handle or process. A value that changes more often
+        (at every commit to the store) is correct, only slower. By default
+        ``None``: the memory ranks its items itself.
         """
         return None
 

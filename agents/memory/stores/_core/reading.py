@@ -13,7 +13,6 @@ from typing import Any
 from agents.memory._filter import Filter, Where
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory.exceptions import StoreArgumentError
-from agents.memory.memory import Memory
 from agents.memory.stores._core.encoding import (
     StoredRecord,
     check_seq,
@@ -24,7 +23,7 @@ from agents.memory.stores._core.encoding import (
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import SessionInfo, SessionSummary, session_info
 
-__all__ = ["ReadCalls"]
+__all__ = ["ReadCalls", "records_with_terms"]
 
 
 class ReadCalls:
@@ -116,51 +115,8 @@ class ReadCalls:
             StoreError: if the store cannot be read.
         """
         sid = self._read_engine.check(session_id)
-        with self._read_engine.errors("read", sid):
-            rows = self._read_engine.backend.read_rows_terms(sid)
-        if rows is None:
-            return self.read(sid, on_unknown_class=on_unknown_class), None
-        source = f"session {sid!r} of {self._read_engine.url}"
-        records = decode_rows([(seq, data) for seq, data, _ in rows], source, on_unknown_class)
-        return [record.item for record in records], [terms for _, _, terms in rows]
-
-    def read_memory(
-        self,
-        session_id: str,
-        *,
-        step_key: str = "step",
-        on_unknown_class: OnUnknownClass = "error",
-    ) -> Memory:
-        """Return a session's items as a plain ``Memory`` whose first keyword query reads the terms the store keeps.
-
-        The memory is that of ``Memory(store.read(session_id))``: not
-        backed by the store (see ``open_memory`` for one that writes its
-        changes through). Where the store keeps each row's search terms
-        (SQLite), they are read with the rows (:meth:`read_with_terms`) and
-        handed to the memory's search index (``SearchIndex.take_terms``):
-        the first keyword query over all fields then joins them instead of
-        reading every item's texts, with the same hits and scores. A change
-        of the memory before that query drops them. The terms are held
-        until that query (about the size of the session's text).
-
-        Args:
-            session_id: The session to read; an unknown session reads as empty.
-            step_key: The field that names an item's step.
-            on_unknown_class: ``"base"`` reads items whose class cannot be
-                imported as plain ``MemoryItem`` instead of raising.
-
-        Raises:
-            InvalidSessionIdError: if ``session_id`` is not a valid id.
-            CorruptSessionError: if a stored item cannot be decoded.
-            StoreError: if the store cannot be read.
-        """
-        from agents.memory.search import search_index  # the search room, beside this one
-
-        items, terms = self.read_with_terms(session_id, on_unknown_class=on_unknown_class)
-        memory = Memory(items, step_key=step_key)
-        if terms is not None and items:
-            search_index(memory).take_terms(items, terms)
-        return memory
+        records, terms = records_with_terms(self._read_engine, sid, on_unknown_class)
+        return [record.item for record in records], terms
 
     def project(
         self, session_id: str, keys: Iterable[str], *, steps: Iterable[Any] | None = None
@@ -399,3 +355,22 @@ def _tail_passing(
 
 def _seq(pair: tuple[int, MemoryItem]) -> int:
     return pair[0]
+
+
+def records_with_terms(
+    engine: Engine, sid: str, on_unknown_class: OnUnknownClass
+) -> tuple[list[StoredRecord], list[str] | None]:
+    """Return a session's records in seq order and the terms the store keeps for each, read in one snapshot (``None`` for the terms where it keeps none).
+
+    What ``Store.read_with_terms`` and ``Store.read_memory`` read: see
+    ``Backend.read_rows_terms``.
+    """
+    with engine.errors("read", sid):
+        rows = engine.backend.read_rows_terms(sid)
+    source = engine.source(sid)
+    if rows is None:
+        with engine.errors("read", sid):
+            plain = engine.backend.read_rows(sid)
+        return decode_rows(plain, source, on_unknown_class), None
+    records = decode_rows([(seq, data) for seq, data, _ in rows], source, on_unknown_class)
+    return records, [terms for _, _, terms in rows]

@@ -8,16 +8,19 @@ that searches; the work is done by :class:`KeywordSearch` and
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from agents.memory._filter import Filter, Where
 from agents.memory._item import OnUnknownClass
 from agents.memory._text import Tokenizer, checked_keys
 from agents.memory._vectors import HYBRID_POOL, Embedder, EmbedParts, SearchMode
+from agents.memory.memory import Memory
 from agents.memory.stores._core.engine import Engine
+from agents.memory.stores._core.reading import records_with_terms
 from agents.memory.stores._core.values import StoreHit, VectorModel
 from agents.memory.stores._search.arguments import checked_parts, checked_vector_query
+from agents.memory.stores._search.handoff import HandedRanking
 from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.vector_cache import VectorCache
 from agents.memory.stores._search.vectors import VectorSearch
@@ -176,6 +179,105 @@ class SearchCalls:
         sid = self._search_engine.check(session_id)
         with self._search_engine.backend.search_scope(sid):
             return self._keyword.ranking(sid, query, k, keys, Filter.of(where))
+
+    def keyword_version(self, session_id: str) -> Hashable | None:
+        """Return a value that changes whenever the session's rows may have changed, by any handle or process, or ``None`` where the store cannot tell.
+
+        SQLite's changes at every commit to the file (``PRAGMA
+        data_version`` and the handle's own changes); ``memory://``'s at
+        every write to its space; the others give ``None``. See
+        :meth:`ranking_at` and ``Backend.keyword_version``.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store is closed or cannot be read.
+        """
+        sid = self._search_engine.check(session_id)
+        if not self._search_engine.backend.keyword_index:
+            return None
+        with self._search_engine.errors("read", sid):
+            return self._search_engine.backend.keyword_version(sid)
+
+    def ranking_at(
+        self, session_id: str, query: str, k: int = 5, *, version: Hashable
+    ) -> list[tuple[int, float]] | None:
+        """Return :meth:`ranking` over all fields if the session is as it was when :meth:`keyword_version` gave ``version``, else ``None``.
+
+        The version is read before and after the ranking: both equal to
+        ``version``, no row of the session changed since, and the ranking
+        is that of the rows then (what a ``Memory`` read with
+        :meth:`read_memory` asks). ``None`` for a ``version`` of ``None``.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            InvalidQueryError: as :meth:`search`.
+            CorruptStoreError: if the store's keyword index is damaged or missing.
+            StoreError: if the store is closed or cannot be read.
+        """
+        if version is None or self.keyword_version(session_id) != version:
+            return None
+        ranked = self.ranking(session_id, query, k)
+        return ranked if self.keyword_version(session_id) == version else None
+
+    def read_memory(
+        self,
+        session_id: str,
+        *,
+        step_key: str = "step",
+        on_unknown_class: OnUnknownClass = "error",
+    ) -> Memory:
+        """Return a session's items as a plain ``Memory`` whose first keyword queries ask the store.
+
+        The memory is that of ``Memory(store.read(session_id))``: not
+        backed by the store (see ``open_memory`` for one that writes its
+        changes through). Where the store can tell that a session is
+        unchanged (:meth:`keyword_version`: SQLite, ``memory://``), the
+        memory's keyword queries over all fields without a filter are
+        ranked by the store (:meth:`ranking_at`, the rows mapped to the
+        items by seq; ``SearchIndex.take_ranking``) while neither the
+        memory nor the session changed since the read and the store is open,
+        till the memory's own index, built ahead from the first such query,
+        is in: the hits and scores are those of ``Memory.search``. Otherwise,
+        where the store keeps each row's search terms (SQLite), they are read
+        with the rows (:meth:`read_with_terms`) and handed to the memory's
+        search index (``SearchIndex.take_terms``): the first keyword query
+        over all fields then joins them instead of reading every item's
+        texts, with the same hits and scores. A change of the memory drops
+        both. The terms are held until that query (about the size of the
+        session's text).
+
+        Args:
+            session_id: The session to read; an unknown session reads as empty.
+            step_key: The field that names an item's step.
+            on_unknown_class: ``"base"`` reads items whose class cannot be
+                imported as plain ``MemoryItem`` instead of raising.
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            CorruptSessionError: if a stored item cannot be decoded.
+            StoreError: if the store cannot be read.
+        """
+        from agents.memory.search import search_index  # the search room, beside this one
+
+        sid = self._search_engine.check(session_id)
+        version = self.keyword_version(sid)
+        records, terms = records_with_terms(self._search_engine, sid, on_unknown_class)
+        items = [record.item for record in records]
+        memory = Memory(items, step_key=step_key)
+        if not items:
+            return memory
+        if terms is not None:
+            search_index(memory).take_terms(items, terms)
+        if version is not None and self.keyword_version(sid) == version:  # the rows of one version
+            ranking_at = self._ranking_at
+            seqs = [record.seq for record in records]
+            search_index(memory).take_ranking(items, HandedRanking(ranking_at, sid, seqs, version))
+        return memory
+
+    def _ranking_at(
+        self, session_id: str, query: str, k: int, version: Hashable
+    ) -> list[tuple[int, float]] | None:
+        return self.ranking_at(session_id, query, k, version=version)
 
     def hybrid_ranking(
         self,

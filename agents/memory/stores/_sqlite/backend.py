@@ -174,6 +174,10 @@ class SQLiteBackend(SQLRows, Backend):
             params.append(_json_list(steps))
         return self.query_rows(sql + " ORDER BY seq", params)
 
+    def keyword_version(self, session_id: str) -> tuple[int, int, int] | None:
+        """Return the file's change stamp (:meth:`SQLiteFile.change_stamp`), which every commit to the file changes; ``None`` without a keyword index."""
+        return self._file.change_stamp() if self._file.keyword_indexed else None
+
     def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:
         if self.no_tables:
             return []
