@@ -175,8 +175,17 @@ class SQLiteBackend(SQLRows, Backend):
         return self.query_rows(sql + " ORDER BY seq", params)
 
     def keyword_version(self, session_id: str) -> tuple[int, int, int] | None:
-        """Return the file's change stamp (:meth:`SQLiteFile.change_stamp`), which every commit to the file changes; ``None`` without a keyword index."""
-        return self._file.change_stamp() if self._file.keyword_indexed else None
+        """Return the file's change stamp (:meth:`SQLiteFile.change_stamp`), which every commit to the file changes; ``None`` without a keyword index.
+
+        A writable handle first folds the rows pending in the FTS table
+        (which changes no session's rows), so that the ranking asked next
+        does not change the stamp by folding them itself.
+        """
+        if not self._file.keyword_indexed:
+            return None
+        with self._file.lock:
+            self._keywords.fold_pending()
+            return self._file.change_stamp()
 
     def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:
         if self.no_tables:

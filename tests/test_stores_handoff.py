@@ -1,0 +1,198 @@
+"""A plain ``Memory`` read by ``Store.read_memory`` asks the store's keyword ranking while both are unchanged (``_search.handoff``, ``SearchIndex.take_ranking``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.search import SearchIndex, search_index
+from agents.memory.stores import Store, open_store
+
+TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
+VALUE = st.recursive(
+    st.one_of(TEXT, st.integers(), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+ITEMS = st.lists(
+    st.dictionaries(st.sampled_from(["a", "b", "page"]), VALUE, max_size=3), min_size=1, max_size=30
+)
+QUERY = st.lists(
+    st.sampled_from(["a", "b", "ab", "ba", "1", "a1", "é", "ss", "中", "中中", "zz", "b1a"]),
+    min_size=1,
+    max_size=5,
+).map(" ".join)
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Count each answer of ``Store.ranking_at`` (``None`` included)."""
+    answers: list[object] = []
+    ranking_at = Store.ranking_at
+
+    def counted(self: Store, *args: Any, **kwargs: Any) -> Any:
+        answer = ranking_at(self, *args, **kwargs)
+        answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(Store, "ranking_at", counted)
+    return answers
+
+
+def hits(memory: Memory, query: str, k: int = 5) -> list[tuple[Any, float, tuple[str, ...]]]:
+    """Return the query's hits as ``(step, score, fields)``."""
+    return [(hit.item.get_value("step"), hit.score, hit.fields) for hit in memory.search(query, k)]
+
+
+def built(rows: list[dict[str, Any]]) -> Memory:
+    """Return a memory of ``rows`` whose index is filed (the model)."""
+    memory = Memory([MemoryItem(**row) for row in rows])
+    search_index(memory).build_ahead(wait=True)
+    return memory
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> tuple[str, list[dict[str, Any]]]:
+    """A SQLite store holding session ``s`` of 60 rows, and those rows."""
+    rows = [{"step": i, "thought": f"opened report {i % 7} window {i % 3}"} for i in range(60)]
+    url = f"sqlite://{tmp_path}/store.db"
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows])
+    return url, rows
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ITEMS, st.lists(QUERY, min_size=1, max_size=4), st.sampled_from(["sqlite", "memory"]))
+def test_a_memory_read_ranks_by_the_store_as_one_built_from_its_items(
+    asked: list[object], data: list[dict[str, Any]], queries: list[str], scheme: str
+) -> None:
+    """The store answers the keyword queries of a memory it read, with the hits, floats and fields of a memory built from the same items."""
+    rows = [{"step": i, **row} for i, row in enumerate(data)]
+    asked.clear()
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{folder}/s.db" if scheme == "sqlite" else f"memory://handoff-{id(rows)}"
+        with open_store(url) as store:
+            store.append("s", [MemoryItem(**row) for row in rows])
+            memory = store.read_memory("s")
+            model = built(rows)
+            for query in queries:
+                if not any(word.isalnum() for word in query.split()):
+                    continue
+                assert hits(memory, query) == hits(model, query)
+            assert asked
+            assert asked[0] is not None
+            store.delete_session("s")
+
+
+@pytest.mark.parametrize("change", ["add", "delete", "field"])
+def test_a_change_of_the_memory_drops_the_store_ranking(
+    asked: list[object], session: tuple[str, list[dict[str, Any]]], change: str
+) -> None:
+    """After an add, a delete or a field change of the memory the store is not asked, and the hits are those of the changed items."""
+    url, rows = session
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+        model = Memory([MemoryItem(**row) for row in rows])
+        assert hits(memory, "report 3") == hits(model, "report 3")
+        assert len(asked) == 1
+        for target in (memory, model):
+            if change == "add":
+                target.add_memory_item(MemoryItem(step=60, thought="report 3 report 3"))
+            elif change == "delete":
+                target.delete_memory_item(3)
+            else:
+                target.content[10].set_value("thought", "report 3 report 3")
+        assert hits(memory, "report 3") == hits(model, "report 3")
+        assert len(asked) == 1
+
+
+def _unbuilt(index: SearchIndex, **options: Any) -> None:
+    """Start no build ahead."""
+
+
+def _write_another_way(url: str, how: str) -> None:
+    """Append rows holding "report 3" (far down the ranking, but counted in its statistics) by a second handle or process."""
+    long = " ".join(["filler"] * 60)
+    fields = [{"step": 100 + i, "thought": f"report 3 {long}"} for i in range(5)]
+    if how == "handle":
+        with open_store(url) as other:
+            other.append("s", [MemoryItem(**row) for row in fields])
+        return
+    code = (
+        "import sys\n"
+        "from agents.memory import MemoryItem\n"
+        "from agents.memory.stores import open_store\n"
+        f"with open_store({url!r}) as store:\n"
+        f"    store.append('s', [MemoryItem(**row) for row in {fields!r}])\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+
+
+@pytest.mark.parametrize("how", ["handle", "process", "handle, after a first query"])
+def test_a_write_to_the_session_elsewhere_drops_the_store_ranking(
+    asked: list[object],
+    session: tuple[str, list[dict[str, Any]]],
+    how: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows another handle or process appended to the session change the store's statistics: the memory ranks its own items, as one built from them."""
+    url, rows = session
+    model = built(rows)
+    monkeypatch.setattr(SearchIndex, "build_ahead", _unbuilt)  # the store answers till the write
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+        if how.endswith("first query"):
+            assert hits(memory, "window 2") == hits(model, "window 2")
+            assert asked[-1] is not None
+        _write_another_way(url, how.split(",")[0])
+        assert hits(memory, "report 3", 8) == hits(model, "report 3", 8)
+        assert asked[-1] is None  # asked, and it could not vouch for the rows read
+        count = len(asked)
+        assert hits(memory, "window 1") == hits(model, "window 1")
+        assert len(asked) == count  # dropped for good
+
+
+def test_a_closed_store_is_not_asked(session: tuple[str, list[dict[str, Any]]]) -> None:
+    """A memory read from a store closed since ranks its own items, as one built from them."""
+    url, rows = session
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+    assert hits(memory, "report 3 window") == hits(built(rows), "report 3 window")
+
+
+def test_queries_from_threads_rank_alike(
+    asked: list[object], session: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """Queries from several threads, while the store answers and the build runs, each give the hits of a memory built from the items."""
+    url, rows = session
+    model = built(rows)
+    queries = ["report 3", "window 1", "opened report 5 window", "report 0 window 2"]
+    expected = {query: hits(model, query) for query in queries}
+    found: list[bool] = []
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+
+        def ask() -> None:
+            found.extend(hits(memory, query) == expected[query] for query in queries * 5)
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert found == [True] * 80
+    assert asked
+    assert asked[0] is not None
