@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import SearchIndex, search_index
+from agents.memory.search import _index as index_module
 from agents.memory.stores import Store, open_store
 
 TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
@@ -37,7 +38,8 @@ QUERY = st.lists(
 
 @pytest.fixture
 def asked(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Count each answer of ``Store.ranking_at`` (``None`` included)."""
+    """Count each answer of ``Store.ranking_at`` (``None`` included), the terms SQLite keeps not taken (as without numpy, or from PostgreSQL): the store's ranking answers."""
+    monkeypatch.setattr(SearchIndex, "take_terms", _untaken)
     answers: list[object] = []
     ranking_at = Store.ranking_at
 
@@ -119,6 +121,11 @@ def test_a_change_of_the_memory_drops_the_store_ranking(
         assert len(asked) == 1
 
 
+def _untaken(index: SearchIndex, items: object, terms: object) -> bool:
+    """Take no kept terms."""
+    return False
+
+
 def _unbuilt(index: SearchIndex, **options: Any) -> None:
     """Start no build ahead."""
 
@@ -196,3 +203,20 @@ def test_queries_from_threads_rank_alike(
     assert found == [True] * 80
     assert asked
     assert asked[0] is not None
+
+
+def test_the_terms_sqlite_keeps_answer_before_its_ranking(
+    session: tuple[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kept terms are scanned (SQLite, numpy), the first query reads them, not the store's ranking (which costs more at 100,000 steps)."""
+    pytest.importorskip("numpy")
+    monkeypatch.setattr(index_module, "_SCAN_ITEMS", 1)
+    url, rows = session
+
+    def unasked(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the store's ranking was asked")
+
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+        monkeypatch.setattr(Store, "ranking_at", unasked)
+        assert hits(memory, "report 3 window") == hits(built(rows), "report 3 window")
