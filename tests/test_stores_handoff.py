@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import SearchIndex, search_index
 from agents.memory.search import _index as index_module
-from agents.memory.stores import Store, open_store
+from agents.memory.stores import Store, open_memory, open_store
 
 TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
 VALUE = st.recursive(
@@ -220,3 +220,46 @@ def test_the_terms_sqlite_keeps_answer_before_its_ranking(
         memory = store.read_memory("s")
         monkeypatch.setattr(Store, "ranking_at", unasked)
         assert hits(memory, "report 3 window") == hits(built(rows), "report 3 window")
+
+
+def _same_length_update(url: str) -> None:
+    """Change one item's words by a second handle, keeping their number (the session's counts stay)."""
+    with open_store(url) as other, open_memory(other, "s") as stored:
+        stored.content[10].set_value("thought", "opened report 3 window 3")
+
+
+@pytest.mark.postgres
+def test_postgres_hands_its_ranking_till_a_second_handle_writes(
+    asked: list[object], postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory read from PostgreSQL ranks by the store, as one built from its items, till a second handle's update that keeps the counts: then by itself."""
+    monkeypatch.setattr(SearchIndex, "build_ahead", _unbuilt)
+    rows = [{"step": i, "thought": f"opened report {i % 7} window {i % 3}"} for i in range(60)]
+    with open_store(postgres_url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows])
+        memory = store.read_memory("s")
+        model = built(rows)
+        assert hits(memory, "report 3 window") == hits(model, "report 3 window")
+        assert asked[-1] is not None
+        _same_length_update(postgres_url)
+        assert hits(memory, "report 3 window 2") == hits(model, "report 3 window 2")
+        assert asked[-1] is None
+        _write_another_way(postgres_url, "process")  # after the drop: ranked in RAM all the same
+        assert hits(memory, "report 3", 8) == hits(model, "report 3", 8)
+
+
+def test_sqlite_sees_a_second_handles_update_that_keeps_the_counts(
+    asked: list[object],
+    session: tuple[str, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An update by a second handle that keeps the row's number of terms drops the store's ranking: the hits are the memory's own."""
+    monkeypatch.setattr(SearchIndex, "build_ahead", _unbuilt)
+    url, rows = session
+    model = built(rows)
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+        assert hits(memory, "window 2") == hits(model, "window 2")
+        _same_length_update(url)
+        assert hits(memory, "report 3 window 2") == hits(model, "report 3 window 2")
+        assert asked[-1] is None

@@ -40,7 +40,7 @@ from agents.memory.stores._core.terms import Terms, bm25_score, item_terms, quer
 from agents.memory.stores._postgres.postings import DamagedBlockError, PostingBlocks
 from agents.memory.stores._sql.filters import POSTGRES_FIELDS, postgres_condition
 
-__all__ = ["Judge", "PostgresKeywordIndex", "build_keyword_index"]
+__all__ = ["Judge", "PostgresKeywordIndex", "build_keyword_index", "count_every_update"]
 
 _MARK: Final = "·"
 _LONGEST_LEXEME: Final = 2000  # bytes; PostgreSQL refuses lexemes of 2 kB and more
@@ -69,10 +69,13 @@ _COUNT_FUNCTIONS: Final = (
                 UNION ALL SELECT session_id, -n_terms FROM old_rows
             ) AS both_rows GROUP BY session_id
         ) AS d
-        WHERE s.session_id = d.session_id AND d.t <> 0;
+        WHERE s.session_id = d.session_id;
         RETURN NULL;
     END $$""",
 )
+"""The functions of the count triggers. An update touches its session's row even when its terms
+keep their number: the row's ``xmin`` then changes with every write of the session's rows
+(``PostgresBackend.keyword_version``, schema version 10)."""
 
 _COUNT_TRIGGERS: Final = (
     "CREATE TRIGGER kvmemory_items_count_insert AFTER INSERT ON kvmemory_items"
@@ -126,6 +129,11 @@ def build_keyword_index(con: Any) -> None:
     con.execute("CREATE INDEX kvmemory_items_terms ON kvmemory_items USING gin (terms)")
     for statement in (*_COUNT_FUNCTIONS, *_COUNT_TRIGGERS):
         con.execute(statement)
+
+
+def count_every_update(con: Any) -> None:
+    """Have every update of a session's rows touch its session's row (schema version 10; see ``_COUNT_FUNCTIONS``)."""
+    con.execute(_COUNT_FUNCTIONS[2])
 
 
 def _terms_of_data(data: bytes) -> Terms:

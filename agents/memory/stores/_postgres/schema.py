@@ -15,7 +15,7 @@ import orjson
 
 from agents.memory.exceptions import SchemaVersionError
 from agents.memory.stores._core.migrations import check_schema_version, migrate
-from agents.memory.stores._postgres.keyword import build_keyword_index
+from agents.memory.stores._postgres.keyword import build_keyword_index, count_every_update
 from agents.memory.stores._postgres.postings import build_postings
 
 __all__ = [
@@ -245,6 +245,13 @@ def _add_posting_blocks(con: Any) -> None:
     build_postings(con)
 
 
+# v10: every update of a session's rows touches its session's row (the count trigger did only
+# where the terms' number changed), so that the row's xmin names every version of the rows: a
+# memory read from the store asks its keyword ranking while that is unchanged.
+def _count_every_update(con: Any) -> None:
+    count_every_update(con)
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_metadata_and_tombstones,
@@ -255,6 +262,7 @@ MIGRATIONS: Final = (
     _log_vector_changes,
     _compress_counts_with_lz4,
     _add_posting_blocks,
+    _count_every_update,
 )
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -271,6 +279,9 @@ _NO_CHANGE_LOG: Final = (
 )
 _PGLZ_COUNTS: Final = 7  # the layout before lz4 counts: read-only opens read the same
 _NO_POSTINGS: Final = 8  # the layout before the posting blocks: read-only opens rank the rows
+_NO_ROWS_VERSION: Final = (
+    9  # before every update touched its session: read-only opens tell no version
+)
 
 
 @attrs.frozen
@@ -293,6 +304,9 @@ class Tables:
         postings: The posting blocks keep each term's items (``False`` for
             the tables before them, opened read-only: keyword rankings read
             the rows holding a query word).
+        rows_version: Every write of a session's rows touches its session's
+            row (``False`` for the tables before, opened read-only: no
+            ``keyword_version``).
     """
 
     no_tables: bool = False
@@ -301,6 +315,7 @@ class Tables:
     vectors_version: bool = True
     change_log: bool = True
     postings: bool = True
+    rows_version: bool = True
 
 
 def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
@@ -329,6 +344,7 @@ def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
             return Tables(
                 keyword_index=False,
                 record_keys=False,
+                rows_version=False,
                 vectors_version=False,
                 change_log=False,
                 postings=False,
@@ -336,14 +352,22 @@ def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
         if version == _NO_RECORD_KEYS:
             # Reads the same, with no records.
             return Tables(
-                record_keys=False, vectors_version=False, change_log=False, postings=False
+                record_keys=False,
+                vectors_version=False,
+                change_log=False,
+                postings=False,
+                rows_version=False,
             )
         if version == _NO_VECTORS_VERSION:
-            return Tables(vectors_version=False, change_log=False, postings=False)
+            return Tables(
+                vectors_version=False, change_log=False, postings=False, rows_version=False
+            )
         if version == _NO_CHANGE_LOG:
-            return Tables(change_log=False, postings=False)
+            return Tables(change_log=False, postings=False, rows_version=False)
         if version in (_PGLZ_COUNTS, _NO_POSTINGS):
-            return Tables(postings=False)
+            return Tables(postings=False, rows_version=False)
+        if version == _NO_ROWS_VERSION:
+            return Tables(rows_version=False)
         if version < SCHEMA_VERSION:
             msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)
