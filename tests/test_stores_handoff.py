@@ -263,3 +263,35 @@ def test_sqlite_sees_a_second_handles_update_that_keeps_the_counts(
         _same_length_update(url)
         assert hits(memory, "report 3 window 2") == hits(model, "report 3 window 2")
         assert asked[-1] is None
+
+
+@pytest.mark.postgres
+def test_v9_postgres_tables_tell_no_version_read_only_and_one_once_migrated(
+    postgres_url: str,
+) -> None:
+    """Tables of version 9 (an update keeping its counts wrote no session row) opened read-only give no keyword_version; opened writable they are migrated, and such an update then changes it."""
+    psycopg = pytest.importorskip("psycopg")
+    rows = [{"step": i, "thought": f"opened report {i % 7} window {i % 3}"} for i in range(60)]
+    with open_store(postgres_url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows])
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        old = con.execute(
+            "SELECT pg_get_functiondef('kvmemory_count_updated'::regproc)"
+        ).fetchone()[0]
+        con.execute(
+            old.replace(
+                "WHERE s.session_id = d.session_id",
+                "WHERE s.session_id = d.session_id AND d.t <> 0",
+            )
+        )
+        con.execute("UPDATE kvmemory_schema SET version = 9")
+    with open_store(postgres_url, read_only=True) as reader:
+        assert reader.keyword_version("s") is None
+        memory = reader.read_memory("s")
+        assert hits(memory, "report 3 window") == hits(built(rows), "report 3 window")
+    with open_store(postgres_url) as store:
+        before = store.keyword_version("s")
+        _same_length_update(postgres_url)
+        assert store.keyword_version("s") != before
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(10,)]
