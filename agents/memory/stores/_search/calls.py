@@ -230,21 +230,21 @@ class SearchCalls:
 
         The memory is that of ``Memory(store.read(session_id))``: not
         backed by the store (see ``open_memory`` for one that writes its
-        changes through). Where the store can tell that a session is
-        unchanged (:meth:`keyword_version`: SQLite, ``memory://``), the
-        memory's keyword queries over all fields without a filter are
-        ranked by the store (:meth:`ranking_at`, the rows mapped to the
-        items by seq; ``SearchIndex.take_ranking``) while neither the
-        memory nor the session changed since the read and the store is open,
-        till the memory's own index, built ahead from the first such query,
-        is in: the hits and scores are those of ``Memory.search``. Otherwise,
-        where the store keeps each row's search terms (SQLite), they are read
-        with the rows (:meth:`read_with_terms`) and handed to the memory's
-        search index (``SearchIndex.take_terms``): the first keyword query
-        over all fields then joins them instead of reading every item's
-        texts, with the same hits and scores. A change of the memory drops
-        both. The terms are held until that query (about the size of the
-        session's text).
+        changes through). Where the store keeps each row's search terms
+        (SQLite), they are read with the rows (:meth:`read_with_terms`) and
+        handed to the memory's search index (``SearchIndex.take_terms``):
+        the first keyword query over all fields then scans them instead of
+        reading every item's texts, with the same hits and scores; they are
+        held until that query (about the size of the session's text).
+        Where none are scanned (PostgreSQL, ``memory://``, or without
+        numpy) and the store can tell that a session is unchanged
+        (:meth:`keyword_version`), the memory's keyword queries over all
+        fields without a filter are ranked by the store (:meth:`ranking_at`,
+        rows mapped to items by seq; ``SearchIndex.take_ranking``) while
+        neither the memory nor the session changed since the read and the
+        store is open, till the memory's own index, built ahead from the
+        first such query, is in: the hits and scores are ``Memory.search``'s.
+        A change of the memory drops both.
 
         Args:
             session_id: The session to read; an unknown session reads as empty.
