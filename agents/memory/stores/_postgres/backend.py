@@ -107,6 +107,7 @@ from agents.memory.stores._postgres.schema import (
     lock_schema,
 )
 from agents.memory.stores._postgres.vectors import PostgresVectors
+from agents.memory.stores._postgres.version import SessionVersions
 from agents.memory.stores._sql.dialect import POSTGRES, SQLRows
 from agents.memory.stores._store import Store
 
@@ -232,7 +233,7 @@ def rows_query(
     return f"{sql} ORDER BY {order} DESC LIMIT %(last)s", params
 
 
-class PostgresBackend(SQLRows, Backend):
+class PostgresBackend(SQLRows, SessionVersions, Backend):
     """The rows of a PostgreSQL store, through a connection pool (see :class:`PostgresStore` for the arguments).
 
     Opening connects, then (unless ``read_only``) creates or migrates the
@@ -278,7 +279,6 @@ class PostgresBackend(SQLRows, Backend):
         self._no_tables = tables.no_tables
         self._indexed = tables.keyword_index
         self._keyed = tables.record_keys
-        self._versioned = tables.rows_version
         if tables.postings:
             self._keyword.rank_from(PostingBlocks(self.query_vectors, self.query_rows))
         self._vectors = PostgresVectors(
@@ -641,20 +641,6 @@ class PostgresBackend(SQLRows, Backend):
         """Whether keyword searches are answered by the ``tsvector`` index (``False`` for older tables opened read-only)."""
         return self._indexed
 
-    def keyword_version(self, session_id: str) -> tuple[object, ...] | None:
-        """Return the session's row as of now: its ``xmin`` (every insert, update and delete of the session's rows writes that row, through the count triggers), next seq and counts.
-
-        ``("none",)`` for a session without a row; ``None`` for older tables
-        opened read-only (an update that kept its terms' number did not
-        write the session's row).
-        """
-        if not (self._versioned and self._indexed):
-            return None
-        if self.no_tables:
-            return ("none",)
-        rows = self.query_rows(_ROWS_VERSION, (session_id,))
-        return tuple(rows[0]) if rows else ("none",)
-
     def keyword_top(
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
@@ -825,10 +811,3 @@ class PostgresStore(Store):
             raise StoreError(msg)
         with self.guarded("rebuild the keyword index of", write=True):
             self.backend.rebuild_keyword_index()
-
-
-_ROWS_VERSION: Final = (
-    "SELECT xmin::text, next_seq, n_items, n_terms, deleted FROM kvmemory_sessions"
-    " WHERE session_id = %s"
-)
-"""What ``PostgresBackend.keyword_version`` reads: the session's row version and counts."""
