@@ -456,6 +456,34 @@ class BackendContract:
         finally:
             other.close()
 
+    def test_keyword_version_changes_with_each_write_of_the_rows_by_another_handle(
+        self, backend: Backend, make_backend: Callable[[], Backend]
+    ) -> None:
+        """Where keyword_version gives a value, an insert, an update that keeps the row's terms and a delete of the session's rows, each by another handle, change it."""
+        seqs = self._insert(backend, "s")
+        since = backend.keyword_version("s")
+        if since is None:
+            pytest.skip("the backend tells no keyword version (Backend.keyword_version)")
+        assert backend.keyword_version("s") == since
+        step, _, data = self.ROWS[0]
+        other = make_backend()
+        try:
+            for write in ("insert", "update", "delete"):
+                if write == "insert":
+                    self._insert(other, "s", self.ROWS[:1])
+                else:
+                    with other.transaction("s") as tx:
+                        other.lock_session(tx, "s")
+                        if write == "update":
+                            other.update_rows(tx, "s", [(seqs[0], step, data)], [("", 0)])
+                        else:
+                            other.delete_rows(tx, "s", seqs[1:2])
+                now = backend.keyword_version("s")
+                assert now != since, write
+                since = now
+        finally:
+            other.close()
+
     def _put_vectors(self, backend: Backend, sid: str, seqs: Sequence[int], blob: bytes) -> None:
         """Write ``blob`` as the vector over ``*`` of each of ``seqs`` (the model claimed first)."""
         rows = [(seq, data, blob) for seq, data in backend.read_seqs(sid, seqs)]
