@@ -13,6 +13,7 @@ itself from then on.
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 
@@ -44,6 +45,11 @@ class HandedRanking:
         self._sid = session_id
         self._seqs = seqs
         self._version = version
+        # The store's ranking (PostgreSQL's posting blocks) and the build ahead its first answer
+        # starts use numpy: imported with the read, not inside the first query (at 100,000
+        # steps from PostgreSQL, 50 of that query's 65 ms of CPU, 0.1-0.4 s of wall time).
+        with contextlib.suppress(ImportError):
+            import numpy  # noqa: F401  (optional: imported for its side effect, loading it)
 
     def __call__(self, terms: Sequence[str], k: int) -> list[tuple[int, float]] | None:
         """Return ``(place, score)`` of the store's ``k`` best rows for ``terms``, or ``None`` where the session changed, the store closed or failed.
