@@ -61,9 +61,9 @@ __all__ = ["BM25_B", "BM25_DELTA", "BM25_K1", "SearchIndex"]
 Predicate = Callable[[MemoryItem], bool]
 Progress = Callable[[int, int], object]
 VectorSource = Callable[[EmbedParts], "tuple[Embedder, Mapping[int, Any]] | None"]
-HandedRanking = Callable[[Sequence[str], int], "Sequence[tuple[int, float]] | None"]
-"""A keyword ranking asked of whoever read a memory's items (a store: ``Store.read_memory``), given the query's terms and ``k``: ``(place, score)`` best first, ``place`` that of the item among those handed, or ``None`` once it cannot vouch for them."""
 """Where a build ahead reads vectors made elsewhere: given how the index cuts items, the model and ``{key: vectors}`` over all fields (or ``None``)."""
+RankingSource = Callable[[Sequence[str], int], "Sequence[tuple[int, float]] | None"]
+"""A keyword ranking asked of whoever read a memory's items (a store: ``Store.read_memory``), given the query's terms and ``k``: ``(place, score)`` best first, ``place`` that of the item among those handed, or ``None`` once it cannot vouch for them."""
 
 
 def _best_first(pair: tuple[int, float]) -> tuple[float, int]:
@@ -120,7 +120,7 @@ class SearchIndex:
         # The scan of the terms a store keeps, for the first query (see take_terms).
         self._handed: TextScan | None = None
         # The keys handed to a store's ranking and that ranking, till the postings are in (take_ranking).
-        self._ranked: tuple[list[int], HandedRanking] | None = None
+        self._ranked: tuple[list[int], RankingSource] | None = None
 
     # -- observer calls (MemoryWriter shape), under the memory's lock -------------
 
@@ -224,7 +224,7 @@ class SearchIndex:
             self._handed = TextScan.kept(list(self._items), terms)
             return self._handed is not None
 
-    def take_ranking(self, items: Sequence[MemoryItem], ranking: HandedRanking) -> bool:
+    def take_ranking(self, items: Sequence[MemoryItem], ranking: RankingSource) -> bool:
         """Have the keyword queries over all fields without a filter ask ``ranking`` (the store that read ``items``) until the postings are in.
 
         ``items`` are the memory's items now, in its order. A query then

@@ -29,7 +29,7 @@ RankingAt = Callable[[str, str, int, Hashable], "list[tuple[int, float]] | None"
 
 
 class HandedRanking:
-    """A store's keyword ranking of a session, by the places of its rows among those read (a ``SearchIndex``'s ``HandedRanking``).
+    """A store's keyword ranking of a session, by the places of its rows among those read (a ``SearchIndex`` ``RankingSource``).
 
     Args:
         ranking_at: The store's ``ranking_at``.
