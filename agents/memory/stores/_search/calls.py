@@ -268,9 +268,10 @@ class SearchCalls:
             return memory
         if terms is not None:
             search_index(memory).take_terms(items, terms)
-        if version is not None and self.keyword_version(sid) == version:  # the rows of one version
+        seqs = [record.seq for record in records]
+        # The rows of one version, in seq order (so an item's place is its row's among the seqs).
+        if version is not None and self.keyword_version(sid) == version and seqs == sorted(seqs):
             ranking_at = self._ranking_at
-            seqs = [record.seq for record in records]
             search_index(memory).take_ranking(items, HandedRanking(ranking_at, sid, seqs, version))
         return memory
 
