@@ -245,6 +245,22 @@ def _add_posting_blocks(con: Any) -> None:
     build_postings(con)
 
 
+# Schema version 10: a GIN index over each row's JSONB copy (jsonb_path_ops: it answers "doc @>
+# value"), and a partial index of the rows without one. A filter asking fields for some values
+# names the rows that may pass from them (_sql.doc_index), where it read every row's copy: a
+# filter passing 0.1% of 100,000 steps took 1.5-1.8 s in a keyword search (see docs/search.md).
+
+
+def _add_doc_index(con: Any) -> None:
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_doc ON kvmemory_items USING gin (doc jsonb_path_ops)"
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_docless ON kvmemory_items (session_id)"
+        " WHERE doc IS NULL"
+    )
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_metadata_and_tombstones,
@@ -255,6 +271,7 @@ MIGRATIONS: Final = (
     _log_vector_changes,
     _compress_counts_with_lz4,
     _add_posting_blocks,
+    _add_doc_index,
 )
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -271,6 +288,7 @@ _NO_CHANGE_LOG: Final = (
 )
 _PGLZ_COUNTS: Final = 7  # the layout before lz4 counts: read-only opens read the same
 _NO_POSTINGS: Final = 8  # the layout before the posting blocks: read-only opens rank the rows
+_NO_DOC_INDEX: Final = 9  # the layout before the JSONB index: read-only opens scan for filters
 
 
 @attrs.frozen
@@ -293,6 +311,9 @@ class Tables:
         postings: The posting blocks keep each term's items (``False`` for
             the tables before them, opened read-only: keyword rankings read
             the rows holding a query word).
+        doc_index: A GIN index over the rows' JSONB copies names the rows
+            a filter may pass (``False`` for the tables before it, opened
+            read-only: filters read every row's copy).
     """
 
     no_tables: bool = False
@@ -301,6 +322,7 @@ class Tables:
     vectors_version: bool = True
     change_log: bool = True
     postings: bool = True
+    doc_index: bool = True
 
 
 def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
@@ -332,18 +354,25 @@ def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
                 vectors_version=False,
                 change_log=False,
                 postings=False,
+                doc_index=False,
             )
         if version == _NO_RECORD_KEYS:
             # Reads the same, with no records.
             return Tables(
-                record_keys=False, vectors_version=False, change_log=False, postings=False
+                record_keys=False,
+                vectors_version=False,
+                change_log=False,
+                postings=False,
+                doc_index=False,
             )
         if version == _NO_VECTORS_VERSION:
-            return Tables(vectors_version=False, change_log=False, postings=False)
+            return Tables(vectors_version=False, change_log=False, postings=False, doc_index=False)
         if version == _NO_CHANGE_LOG:
-            return Tables(change_log=False, postings=False)
+            return Tables(change_log=False, postings=False, doc_index=False)
         if version in (_PGLZ_COUNTS, _NO_POSTINGS):
-            return Tables(postings=False)
+            return Tables(postings=False, doc_index=False)
+        if version == _NO_DOC_INDEX:
+            return Tables(doc_index=False)
         if version < SCHEMA_VERSION:
             msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)
