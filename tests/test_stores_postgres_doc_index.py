@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import uuid
 from decimal import Decimal
 from typing import Any
 from unittest import mock
@@ -146,7 +147,7 @@ def test_rare_filters_through_the_doc_index_rank_as_memory_search(
     """The rows the GIN index names keep every row that passes (tagged values, 1 vs 1.0 vs True, NUL, the item wrapper, dotted paths), and a filtered search that asks for them ranks as Memory.search, hits and scores."""
     keep = Filter(where)
     with PostgresStore(postgres_url, pgvector=False) as store:
-        sid = f"s{abs(hash((repr(chosen), repr(where))))}"
+        sid = uuid.uuid4().hex  # a fresh session per example (hypothesis replays some)
         store.append(sid, chosen)
         backend = store.backend
         assert backend.doc_index
