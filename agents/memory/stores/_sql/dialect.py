@@ -186,6 +186,8 @@ class SQLRows:
 
     dialect: ClassVar[Dialect]
     driver_errors: tuple[type[BaseException], ...]
+    doc_index: bool = False
+    """Whether a GIN index over the rows' JSONB copy names the rows a filter may pass (PostgreSQL, schema version 10)."""
 
     @property
     def no_tables(self) -> bool:
@@ -199,11 +201,6 @@ class SQLRows:
     def query_indexed(self, sql: str, params: Any) -> list[Any]:
         """Run one read statement meant to read rows through an index (PostgreSQL: with sequential scans off)."""
         return self.query_rows(sql, params)
-
-    @property
-    def doc_index(self) -> bool:
-        """Whether a GIN index over the rows' JSONB copy names the rows a filter may pass (PostgreSQL, schema version 10)."""
-        return False
 
     def query_vectors(self, sql: str, params: Any) -> list[Any]:
         """Run a statement that reads vectors (PostgreSQL reads them in binary)."""
