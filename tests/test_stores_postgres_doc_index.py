@@ -272,3 +272,22 @@ def test_v9_store_opened_read_only_filters_by_scanning_then_is_migrated(postgres
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
             (PostgresStore.schema_version,)
         ]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['q"uote', "back\\slash", "ctl\x01\x1f\n\t", "emoji 😀 \u2028", "$", "'", -0.0, 1e-7, -3],
+)
+def test_values_json_paths_must_escape_are_named_by_the_index(
+    postgres_url: str, value: object
+) -> None:
+    """Quotes, backslashes, control characters, astral characters and numbers in every spelling are found through the index, as Python finds them."""
+    chosen = [MemoryItem(step=i, note="the", a=value if i == 3 else "other") for i in range(8)]
+    keep = Filter({"a": value})
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        store.append("s", chosen)
+        with mock.patch.object(
+            store.backend, "query_indexed", wraps=store.backend.query_indexed
+        ) as indexed:
+            assert store.backend.filter_candidates("s", keep.tree) == {4}
+        assert indexed.called
