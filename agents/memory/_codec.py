@@ -63,6 +63,7 @@ from agents.memory.exceptions import (
 __all__ = [
     "MAX_DEPTH",
     "TAG",
+    "TAGS",
     "OnUnencodable",
     "OnUnknownClass",
     "Shape",
@@ -1213,6 +1214,9 @@ _DECODERS: Final[dict[str, Callable[[_Decoder, dict[str, Any]], Any]]] = {
     "ndarray": lambda dec, o: dec.ndarray(o),
     "npscalar": lambda dec, o: dec.npscalar(o),
 }
+
+TAGS: Final = frozenset(_DECODERS)
+"""Every type tag the codec writes under :data:`TAG` in a value (``{"$kv": "<tag>", "v": ...}``); the item wrapper's ``"item"`` is not one."""
 
 
 def decode_value(

@@ -236,12 +236,11 @@ def rows_query(
 class PostgresBackend(SQLRows, SessionVersions, Backend):
     """The rows of a PostgreSQL store, through a connection pool (see :class:`PostgresStore` for the arguments).
 
-    Opening connects, then (unless ``read_only``) creates or migrates the
-    tables; :class:`PostgresStore` is the store over this backend. The
-    backend answers the row operations itself and hands the rest to its
-    parts: the connections and tables (:class:`PostgresConnections`), the
-    keyword index (:class:`PostgresKeywordIndex`) and the vector rows with
-    pgvector (:class:`PostgresVectors`).
+    Opening connects, then (unless ``read_only``) creates or migrates the tables;
+    :class:`PostgresStore` is the store over this backend. The backend answers the row
+    operations itself and hands the rest to its parts: the connections and tables
+    (:class:`PostgresConnections`), the keyword index (:class:`PostgresKeywordIndex`) and
+    the vector rows with pgvector (:class:`PostgresVectors`).
     """
 
     dialect = POSTGRES
@@ -262,7 +261,7 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
         self.read_only = read_only
         # Rows looked up by key need no plan forced (a transaction of its own: 3 more round trips).
         self._keyword = PostgresKeywordIndex(
-            self._rank_rows, url=self.url, lookup_rows=self.query_rows
+            self.query_indexed, url=self.url, lookup_rows=self.query_rows
         )
         self._connections = PostgresConnections(
             conninfo,
@@ -279,6 +278,7 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
         self._no_tables = tables.no_tables
         self._indexed = tables.keyword_index
         self._keyed = tables.record_keys
+        self.doc_index = tables.doc_index  # False: older tables opened read-only
         if tables.postings:
             self._keyword.rank_from(PostingBlocks(self.query_vectors, self.query_rows))
         self._vectors = PostgresVectors(
@@ -365,10 +365,10 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
         """
         return self._connections.query_rows(sql, params, indexed=indexed)
 
-    def _rank_rows(self, sql: str, params: Any) -> list[Any]:
-        # A keyword ranking reads the rows the GIN index matches: a sequential scan (which
-        # the planner takes when a word is in most rows) reads every row's out-of-line
-        # tsvector to test it, 1.4-1.7x the bitmap scan's time at 100,000 rows.
+    def query_indexed(self, sql: str, params: Any) -> list[Any]:
+        """Run one read statement with sequential scans off: the rows a GIN index names."""
+        # A sequential scan (the planner's pick for a word most rows hold) reads each row's
+        # out-of-line tsvector to test it: 1.4-1.7x the bitmap scan's time at 100,000 rows.
         return self.query_rows(sql, params, indexed=True)
 
     def read_session(self, session_id: str) -> SessionRow | None:

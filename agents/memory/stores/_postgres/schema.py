@@ -252,6 +252,22 @@ def _count_every_update(con: Any) -> None:
     count_every_update(con)
 
 
+# Schema version 11: a GIN index over each row's JSONB copy (jsonb_path_ops: it answers "doc @>
+# value"), and a partial index of the rows without one. A filter asking fields for some values
+# names the rows that may pass from them (_sql.doc_index), where it read every row's copy: a
+# filter passing 0.1% of 100,000 steps took 1.5-1.8 s in a keyword search (see docs/search.md).
+
+
+def _add_doc_index(con: Any) -> None:
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_doc ON kvmemory_items USING gin (doc jsonb_path_ops)"
+    )
+    con.execute(
+        "CREATE INDEX IF NOT EXISTS kvmemory_items_docless ON kvmemory_items (session_id)"
+        " WHERE doc IS NULL"
+    )
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_metadata_and_tombstones,
@@ -263,6 +279,7 @@ MIGRATIONS: Final = (
     _compress_counts_with_lz4,
     _add_posting_blocks,
     _count_every_update,
+    _add_doc_index,
 )
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -277,11 +294,12 @@ _NO_VECTORS_VERSION: Final = (
 _NO_CHANGE_LOG: Final = (
     6  # the layout before the vector change log: read-only opens cannot tell changes
 )
-_PGLZ_COUNTS: Final = 7  # the layout before lz4 counts: read-only opens read the same
+# Version 7 (before lz4 counts) reads as 8 does.
 _NO_POSTINGS: Final = 8  # the layout before the posting blocks: read-only opens rank the rows
 _NO_ROWS_VERSION: Final = (
     9  # before every update touched its session: read-only opens tell no version
 )
+_NO_DOC_INDEX: Final = 10  # the layout before the JSONB index: read-only opens scan for filters
 
 
 @attrs.frozen
@@ -307,6 +325,9 @@ class Tables:
         rows_version: Every write of a session's rows touches its session's
             row (``False`` for the tables before, opened read-only: no
             ``keyword_version``).
+        doc_index: A GIN index over the rows' JSONB copies names the rows
+            a filter may pass (``False`` for the tables before it, opened
+            read-only: filters read every row's copy).
     """
 
     no_tables: bool = False
@@ -316,6 +337,7 @@ class Tables:
     change_log: bool = True
     postings: bool = True
     rows_version: bool = True
+    doc_index: bool = True
 
 
 def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
@@ -339,35 +361,17 @@ def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
             if con.execute("SELECT to_regclass('kvmemory_schema')").fetchone()[0] is None:
                 return Tables(no_tables=True)
             version = check_schema_version(_version(con), SCHEMA_VERSION, store=store)
-        if version == _SEARCHED_BY_SCAN:
-            # The layout before the keyword index reads the same.
+        if _SEARCHED_BY_SCAN <= version < SCHEMA_VERSION:
+            # An older layout reads the same, without what later versions added.
             return Tables(
-                keyword_index=False,
-                record_keys=False,
-                rows_version=False,
-                vectors_version=False,
-                change_log=False,
-                postings=False,
+                keyword_index=version > _SEARCHED_BY_SCAN,
+                record_keys=version > _NO_RECORD_KEYS,
+                vectors_version=version > _NO_VECTORS_VERSION,
+                change_log=version > _NO_CHANGE_LOG,
+                postings=version > _NO_POSTINGS,
+                rows_version=version > _NO_ROWS_VERSION,
+                doc_index=version > _NO_DOC_INDEX,
             )
-        if version == _NO_RECORD_KEYS:
-            # Reads the same, with no records.
-            return Tables(
-                record_keys=False,
-                vectors_version=False,
-                change_log=False,
-                postings=False,
-                rows_version=False,
-            )
-        if version == _NO_VECTORS_VERSION:
-            return Tables(
-                vectors_version=False, change_log=False, postings=False, rows_version=False
-            )
-        if version == _NO_CHANGE_LOG:
-            return Tables(change_log=False, postings=False, rows_version=False)
-        if version in (_PGLZ_COUNTS, _NO_POSTINGS):
-            return Tables(postings=False, rows_version=False)
-        if version == _NO_ROWS_VERSION:
-            return Tables(rows_version=False)
         if version < SCHEMA_VERSION:
             msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."
             raise SchemaVersionError(msg)

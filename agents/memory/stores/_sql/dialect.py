@@ -22,6 +22,7 @@ import attrs
 from agents.memory import _codec
 from agents.memory._filter import FilterNode
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow
+from agents.memory.stores._sql.doc_index import index_predicate
 from agents.memory.stores._sql.filters import candidates_query
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLRows", "prefix_range"]
@@ -185,6 +186,8 @@ class SQLRows:
 
     dialect: ClassVar[Dialect]
     driver_errors: tuple[type[BaseException], ...]
+    doc_index: bool = False
+    """Whether a GIN index over the rows' JSONB copy names the rows a filter may pass (PostgreSQL, schema version 11)."""
 
     @property
     def no_tables(self) -> bool:
@@ -194,6 +197,10 @@ class SQLRows:
     def query_rows(self, sql: str, params: Any = ()) -> list[Any]:
         """Run one read statement and return its rows (the store's own connection handling)."""
         raise NotImplementedError
+
+    def query_indexed(self, sql: str, params: Any) -> list[Any]:
+        """Run one read statement meant to read rows through an index (PostgreSQL: with sequential scans off)."""
+        return self.query_rows(sql, params)
 
     def query_vectors(self, sql: str, params: Any) -> list[Any]:
         """Run a statement that reads vectors (PostgreSQL reads them in binary)."""
@@ -218,11 +225,14 @@ class SQLRows:
         """
         if self.no_tables:
             return set()
-        query = candidates_query(tree, session_id, postgres=self.dialect is POSTGRES)
+        postgres = self.dialect is POSTGRES
+        probe = index_predicate(tree) if postgres and self.doc_index else None
+        query = candidates_query(tree, session_id, postgres=postgres, probe=probe)
         if query is None:
             return None
         try:
-            return {int(seq) for (seq,) in self.query_rows(*query)}
+            rows = self.query_indexed(*query) if probe is not None else self.query_rows(*query)
+            return {int(seq) for (seq,) in rows}
         except self.driver_errors as exc:
             if "json" not in str(exc).lower():
                 raise
