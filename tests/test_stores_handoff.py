@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import SearchIndex, search_index
 from agents.memory.search import _index as index_module
-from agents.memory.stores import Store, open_memory, open_store
+from agents.memory.stores import PostgresStore, Store, open_memory, open_store
 
 TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
 VALUE = st.recursive(
@@ -294,4 +294,6 @@ def test_v9_postgres_tables_tell_no_version_read_only_and_one_once_migrated(
         _same_length_update(postgres_url)
         assert store.keyword_version("s") != before
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(10,)]
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
+            (PostgresStore.schema_version,)
+        ]
