@@ -424,9 +424,10 @@ FROM s
 
 # _READ_BLOCKS for a ranking that may leave common terms' blocks unread (PostingBlocks._prune):
 # every 'b' row comes with its number of postings (n, last), and its arrays only where the
-# term's blocks hold at most ``budget`` postings over the sessions read (the rest stay in
-# the table: out of line, never fetched); 'g' rows count each term's stale rows, which a
-# term's document frequency leaves out of its blocks' sizes.
+# term's blocks hold at most ``budget`` postings over the sessions read, or no term's do (a
+# query of common words alone is read whole at once); the rest stay in the table (out of
+# line, never fetched). 'g' rows count each term's stale rows, which a term's document
+# frequency leaves out of its blocks' sizes.
 _READ_PLAN: Final = f"""
 WITH s AS (
     SELECT session_id, n_items, n_terms FROM kvmemory_sessions
@@ -442,14 +443,14 @@ z AS MATERIALIZED (
     FROM s JOIN kvmemory_postings AS p ON p.session_id = s.session_id
         AND p.term = ANY(%(keys)s::text[])
     GROUP BY p.term
-)
+),
+r AS MATERIALIZED (SELECT z.term, z.size <= %(budget)s OR NOT bool_or(z.size <= %(budget)s) OVER () AS sent FROM z)
 SELECT s.session_id, s.n_items, s.n_terms, 'b', p.term,
-    CASE WHEN z.size <= %(budget)s THEN array_send(p.seqs) END,
-    CASE WHEN z.size <= %(budget)s THEN array_send(p.tfs) END,
-    CASE WHEN z.size <= %(budget)s THEN array_send(p.lens) END, p.n::bigint
+    CASE WHEN r.sent THEN array_send(p.seqs) END, CASE WHEN r.sent THEN array_send(p.tfs) END,
+    CASE WHEN r.sent THEN array_send(p.lens) END, p.n::bigint
 FROM s JOIN kvmemory_postings AS p ON p.session_id = s.session_id
     AND p.term = ANY(%(keys)s::text[])
-JOIN z ON z.term = p.term
+JOIN r ON r.term = p.term
 UNION ALL
 SELECT s.session_id, s.n_items, s.n_terms, 't', h.key, array_send(array_agg(h.seq)),
     array_send(array_agg(h.tf)), array_send(array_agg(h.n_terms)), NULL::bigint
