@@ -718,11 +718,34 @@ def test_a_ranking_that_leaves_common_words_unread_equals_memory_search(
         for seq in gone:
             items.pop(seq)
         got = [(hit.seq, hit.score) for hit in store.search(session, query, k, mode="keyword")]
+        with mock.patch.dict(sys.modules, {"numpy": None}):  # as without numpy: pure Python
+            plain = [(h.seq, h.score) for h in store.search(session, query, k, mode="keyword")]
+        # Store-wide, beside a session emptied (sorted first: it is not read) and another one.
+        emptied, beside = f"a{session}", f"o{session}"
+        store.append(emptied, [MemoryItem(step=0, note="zeta the")])
+        store.clear(emptied)
+        others = [MemoryItem(step=1000 + i, note=t) for i, t in enumerate(notes[::3])]
+        memory = Memory()
+        origin: dict[int, tuple[str, int]] = {}
+        for sid, of in sorted(
+            (
+                (session, items),
+                (beside, dict(zip(store.append(beside, others), others, strict=True))),
+            )
+        ):
+            for seq, item in sorted(of.items()):
+                memory.add_memory_item(item)
+                origin[item.step] = (sid, seq)
+        wide = store.search_sessions(query, k, sessions=[session, emptied, beside])
     assert got == ranked_by_memory(items, query, k)
-    _PRUNED[used[1] > 0] += 1
+    assert plain == got
+    expected = [(*origin[hit.item.step], hit.score) for hit in memory.search(query, k)]
+    assert [(hit.session_id, hit.seq, hit.score) for hit in wide] == expected
+    _PRUNED[0] += used[0]
+    _PRUNED[1] += used[1]
 
 
-_PRUNED = [0, 0]  # examples whose ranking the pruning did not answer, and did
+_PRUNED = [0, 0]  # rankings the pruning gave up on, and answered
 
 
 def test_the_pruned_rankings_were_drawn() -> None:

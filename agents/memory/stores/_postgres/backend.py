@@ -279,9 +279,7 @@ class PostgresBackend(SQLRows, Backend):
         self._indexed = tables.keyword_index
         self._keyed = tables.record_keys
         if tables.postings:
-            self._keyword.rank_from(
-                PostingBlocks(self.query_vectors, self.query_rows, self._connections.read_snapshot)
-            )
+            self._keyword.rank_from(PostingBlocks(self._connections, self.query_rows))
         self._vectors = PostgresVectors(
             self.query_rows,
             schema=self._connections.vector_schema,

@@ -47,7 +47,7 @@ import hashlib
 import heapq
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_average_length, bm25_term_score
 from agents.memory.stores._core.terms import bm25_score, query_weights
@@ -391,43 +391,15 @@ tail AS MATERIALIZED (
     ) AS i
 )"""
 
-# For each session of ``sids``: its counts; the blocks of the query's terms ('b'); each
-# term's postings in the unfolded rows, as a block ('t'); and the stale rows' seqs, whose
-# postings in the blocks are not counted ('s', the row always there for a live session):
-# one statement (one snapshot). The arrays come in PostgreSQL's binary form (array_send),
-# read by numpy or struct unpacked.
-_READ_BLOCKS: Final = f"""
-WITH s AS (
-    SELECT session_id, n_items, n_terms FROM kvmemory_sessions
-    WHERE session_id = ANY(%(sids)s::text[]) AND NOT deleted AND n_items > 0
-),
-{_UNFOLDED_READ},
-held AS (
-    SELECT t.session_id, q.key, t.seq, t.n_terms, (t.tf ->> q.name)::int AS tf
-    FROM tail AS t CROSS JOIN unnest(%(keys)s::text[], %(names)s::text[]) AS q(key, name)
-)
-SELECT s.session_id, s.n_items, s.n_terms, 'b', p.term, array_send(p.seqs), array_send(p.tfs),
-    array_send(p.lens)
-FROM s JOIN kvmemory_postings AS p ON p.session_id = s.session_id
-    AND p.term = ANY(%(keys)s::text[])
-UNION ALL
-SELECT s.session_id, s.n_items, s.n_terms, 't', h.key, array_send(array_agg(h.seq)),
-    array_send(array_agg(h.tf)), array_send(array_agg(h.n_terms))
-FROM s JOIN held AS h ON h.session_id = s.session_id
-WHERE h.tf IS NOT NULL GROUP BY s.session_id, s.n_items, s.n_terms, h.key
-UNION ALL
-SELECT s.session_id, s.n_items, s.n_terms, 's', NULL,
-    (SELECT array_send(array_agg(g.seq)) FROM kvmemory_postings_stale AS g
-     WHERE g.session_id = s.session_id), NULL, NULL
-FROM s
-"""
-
-# _READ_BLOCKS for a ranking that may leave common terms' blocks unread (PostingBlocks._prune):
-# every 'b' row comes with its number of postings (n, last), and its arrays only where the
-# term's blocks hold at most ``budget`` postings over the sessions read, or no term's do (a
-# query of common words alone is read whole at once); the rest stay in the table (out of
-# line, never fetched). 'g' rows count each term's stale rows, which a term's document
-# frequency leaves out of its blocks' sizes.
+# For each session of ``sids``: its counts; the blocks of the query's terms ('b'), each row
+# with its number of postings (n, last) and its arrays only where the term's blocks hold at
+# most ``budget`` postings over the sessions read, or no term's do (a query of common words
+# alone is read whole at once; the rest stay in the table, out of line, never fetched);
+# each term's postings in the unfolded rows, as a block ('t'); the stale rows' seqs, whose
+# postings in the blocks are not counted ('s', the row always there for a live session);
+# and each term's stale rows ('g'), which its document frequency leaves out of its blocks'
+# sizes: one statement (one snapshot). The arrays come in PostgreSQL's binary form
+# (array_send), read by numpy or struct unpacked.
 _READ_PLAN: Final = f"""
 WITH s AS (
     SELECT session_id, n_items, n_terms FROM kvmemory_sessions
@@ -533,8 +505,21 @@ _HEADER: Final = 20
 """Bytes before the first element of a one-dimensional array in PostgreSQL's binary form."""
 
 
+_T = TypeVar("_T")
+
 Reader = Callable[[str, Any], list[Any]]
 """Runs one statement and returns its rows, read in binary."""
+
+
+class BinaryReads(Protocol):
+    """Runs statements whose rows are read in binary: one alone, or several in one snapshot (``PostgresConnections``)."""
+
+    def query_vectors(self, sql: str, params: Any) -> list[Any]:
+        """Run one statement and return its rows, read in binary."""
+
+    def read_snapshot(self, work: Callable[[Reader], _T]) -> _T:
+        """Return what ``work`` returns, given a reader whose statements all see one snapshot."""
+
 
 _FIRST_READ: Final = 8192
 """Postings a term's blocks hold at most (over the sessions ranked) to be read first; a commoner term's blocks are read only where the ranking needs them."""
@@ -685,25 +670,18 @@ class PostingBlocks:
     """BM25 over a PostgreSQL store's posting blocks: the ranking, the document frequencies, some rows' scores.
 
     Args:
-        read_binary: Runs one statement and returns its rows, read in binary
-            (a ``bytea`` as its bytes).
+        binary: Runs statements whose rows are read in binary (a ``bytea``
+            as its bytes): one alone (``query_vectors``), or several that
+            see one snapshot (``read_snapshot``: a ranking that leaves
+            common terms' blocks unread, :func:`_prune`, reads the rest or
+            looks rows up in its first statement's snapshot).
         read_rows: Runs one statement looked up by key and returns its rows.
-        read_snapshot: Runs a function with a reader (as ``read_binary``)
-            whose statements all see one snapshot, and returns its result:
-            a ranking may then leave common terms' blocks unread
-            (:meth:`_prune`). ``None``: every ranking reads every block of
-            its terms, in one statement.
     """
 
-    def __init__(
-        self,
-        read_binary: Callable[[str, Any], list[Any]],
-        read_rows: Callable[[str, Any], list[Any]],
-        read_snapshot: Callable[[Callable[[Reader], Any]], Any] | None = None,
-    ) -> None:
-        self._read_binary = read_binary
+    def __init__(self, binary: BinaryReads, read_rows: Callable[[str, Any], list[Any]]) -> None:
+        self._read_binary = binary.query_vectors
         self._read_rows = read_rows
-        self._read_snapshot = read_snapshot
+        self._read_snapshot = binary.read_snapshot
 
     def top(self, session_id: str, terms: Sequence[str], k: int) -> Ranked:
         """Return the session's ``k`` best ``(score, seq)`` by BM25 from its blocks and unfolded rows, ties by seq, and the statistics read (see :meth:`_rank`)."""
@@ -726,26 +704,21 @@ class PostingBlocks:
     def _rank(self, sids: Sequence[str], terms: Sequence[str], k: int) -> Ranked:
         """Return the ``k`` best ``(score, place, seq)`` of the sessions ``sids`` (``place``: the session's index there) as one corpus, ties by place then seq, and the statistics read.
 
-        One statement (:data:`_READ_BLOCKS`) reads each session's query
+        One statement (:data:`_READ_PLAN`) reads each session's query
         term blocks, their postings in the rows not folded yet, the stale
         rows' seqs and the session's counts; each item's shares are summed
         in query order (as ``bm25_score`` sums them: the same floats), with
         numpy where it is installed, else in Python.
         """
-        if self._read_snapshot is None:
-            whole = self._rank_read(self._read_binary, sids, terms, k, prune=False)
-            if whole is None:  # pragma: no cover - only a ranking read alone gives up
-                msg = "a ranking that reads every block gave up"
-                raise RuntimeError(msg)
-            return whole
         # Alone first (one statement, no transaction: each round trip more cost a third of a
         # 2,000-step query's wall time under load); in a snapshot only where it left blocks.
-        alone = self._rank_read(self._read_binary, sids, terms, k, prune=True, alone=True)
+        alone = self._rank_read(self._read_binary, sids, terms, k, alone=True)
         if alone is not None:
             return alone
-        ranked: Ranked = self._read_snapshot(
-            lambda read: self._rank_read(read, sids, terms, k, prune=True)
-        )
+        ranked = self._read_snapshot(lambda read: self._rank_read(read, sids, terms, k))
+        if ranked is None:  # pragma: no cover - only a ranking read alone gives up
+            msg = "a ranking in one snapshot gave up"
+            raise RuntimeError(msg)
         return ranked
 
     def _rank_read(
@@ -755,17 +728,13 @@ class PostingBlocks:
         terms: Sequence[str],
         k: int,
         *,
-        prune: bool,
         alone: bool = False,
     ) -> Ranked | None:
-        """Return :meth:`_rank`'s ranking, its statements run by ``read``; ``prune``: common terms' blocks read only where needed (:meth:`_prune`); ``alone``: ``None`` where its first statement left some unread (the rest must see its snapshot)."""
+        """Return :meth:`_rank`'s ranking, its statements run by ``read``; ``alone``: ``None`` where its first statement left some common terms' blocks unread (the rest must see its snapshot)."""
         names = list(dict.fromkeys(terms))
         keys = {posting_key(term): term for term in names}
         params = {"sids": list(sids), "keys": list(keys), "names": list(keys.values())}
-        if prune:
-            rows = read(_READ_PLAN, {**params, "budget": _FIRST_READ})
-        else:
-            rows = [(*row, None) for row in read(_READ_BLOCKS, params)]
+        rows = read(_READ_PLAN, {**params, "budget": _FIRST_READ})
         place = {sid: j for j, sid in enumerate(sids)}
         reads: dict[int, Read] = {}
         counts: dict[int, tuple[int, int]] = {}
@@ -806,7 +775,7 @@ class PostingBlocks:
         if unread:
             sids_read = [sids[at] for at in sorted(reads)]
             pruned = _prune(
-                read, sids_read, reads, {t: left[t] for t in unread}, terms, (n_items, total), k
+                read, sids, reads, {t: left[t] for t in unread}, terms, (n_items, total), k
             )
             if pruned is not None:
                 best, dfs = pruned
