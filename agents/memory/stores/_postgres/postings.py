@@ -416,7 +416,10 @@ z AS MATERIALIZED (
         AND p.term = ANY(%(keys)s::text[])
     GROUP BY p.term
 ),
-r AS MATERIALIZED (SELECT z.term, z.size <= %(budget)s OR NOT bool_or(z.size <= %(budget)s) OVER () AS sent FROM z)
+r AS MATERIALIZED (
+    SELECT z.term, z.size <= %(budget)s OR NOT bool_or(z.size <= %(budget)s) OVER () AS sent
+    FROM z
+)
 SELECT s.session_id, s.n_items, s.n_terms, 'b', p.term,
     CASE WHEN r.sent THEN array_send(p.seqs) END, CASE WHEN r.sent THEN array_send(p.tfs) END,
     CASE WHEN r.sent THEN array_send(p.lens) END, p.n::bigint
@@ -738,10 +741,9 @@ class PostingBlocks:
         place = {sid: j for j, sid in enumerate(sids)}
         reads: dict[int, Read] = {}
         counts: dict[int, tuple[int, int]] = {}
-        left: dict[
-            str, int
-        ] = {}  # postings of the terms whose blocks were left unread, less stale ones
-        skipped: set[str] = set()  # those terms
+        # The terms whose blocks were left unread, and their postings there less stale ones.
+        skipped: set[str] = set()
+        left: dict[str, int] = {}
         for sid, n_items, total, kind, key, seqs, tfs, lens, n in rows:
             at = place[sid]
             counts[at] = (int(n_items), int(total))
