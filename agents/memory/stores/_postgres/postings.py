@@ -411,10 +411,10 @@ held AS (
     FROM tail AS t CROSS JOIN unnest(%(keys)s::text[], %(names)s::text[]) AS q(key, name)
 ),
 z AS MATERIALIZED (
-    SELECT p.term, sum(p.n) AS size
-    FROM s JOIN kvmemory_postings AS p ON p.session_id = s.session_id
-        AND p.term = ANY(%(keys)s::text[])
-    GROUP BY p.term
+    SELECT b.term, sum(b.n) AS size
+    FROM s JOIN kvmemory_postings AS b ON b.session_id = s.session_id
+        AND b.term = ANY(%(keys)s::text[])
+    GROUP BY b.term
 ),
 r AS MATERIALIZED (
     SELECT z.term, z.size <= %(budget)s OR NOT bool_or(z.size <= %(budget)s) OVER () AS sent
