@@ -9,7 +9,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -635,3 +635,122 @@ def test_a_store_wide_ranking_reads_the_blocks_not_the_rows_of_a_common_word(
     expected = [(hit.score, *origin[hit.item.step]) for hit in memory.search("the report", 5)]
     assert best == expected
     assert after - before == 0
+
+
+_COMMON = ("the", "to", "file", "report")  # "the" and "to" in every step, the others in many
+_RARE = ("zeta", "chart", "dialog")  # in a few steps each
+
+
+@st.composite
+def _pruned_sessions(draw: st.DrawFn) -> tuple[list[str], list[int], list[int], str, int]:
+    """Draw step notes where common words fill every step and rare ones a few, rows to update and delete, a query and ``k`` (up to past the steps holding a query word)."""
+    n = draw(st.integers(8, 40))
+    notes = []
+    for _ in range(n):
+        words = ["the", "to", *draw(st.lists(st.sampled_from(_COMMON), max_size=6))]
+        words += ["pad"] * draw(st.integers(0, 30))  # lengths far apart: shares far apart
+        if draw(st.integers(0, 5)) == 0:
+            words += draw(st.lists(st.sampled_from(_RARE), min_size=1, max_size=3))
+        notes.append(" ".join(draw(st.permutations(words))))
+    changed = draw(st.lists(st.integers(0, n - 1), max_size=4, unique=True))
+    deleted = draw(st.lists(st.integers(0, n - 1), max_size=4, unique=True))
+    words = st.sampled_from((*_COMMON, *_RARE))
+    query = " ".join(draw(st.lists(words, min_size=1, max_size=5)))
+    return notes, changed, deleted, query, draw(st.integers(1, n + 3))
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(drawn=_pruned_sessions())
+# Steps holding only common words rank first: the rare word's few holders are too long.
+@example(
+    drawn=(
+        [f"zeta {'pad ' * 200}the to file report" for _ in range(8)]
+        + ["the to file report " * 3 for _ in range(20)],
+        [],
+        [],
+        "zeta the to file report",
+        5,
+    )
+)
+def test_a_ranking_that_leaves_common_words_unread_equals_memory_search(
+    postgres_url: str, drawn: tuple[list[str], list[int], list[int], str, int]
+) -> None:
+    """A ranking that reads only the rare words' blocks and looks the common words up in the candidate rows (MaxScore) gives Memory.search's hits, scores and ties, with every step holding common words, k past the candidates, unfolded and stale rows (updated, deleted after a fold)."""
+    notes, changed, deleted, query, k = drawn
+    session = f"p{next(_SESSIONS)}"
+    used = [0, 0]  # rankings the pruning gave up on, answered
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        found = pruned(*args, **kwargs)
+        used[found is not None] += 1
+        return found
+
+    pruned = _postings._prune
+    # Terms of more than a third of the steps' postings are common here: their blocks are
+    # read only where needed.
+    with (
+        mock.patch.object(_postings, "_FIRST_READ", len(notes) // 3),
+        mock.patch.object(_postings, "_LOOKED_UP_FIRST", 0),  # the k best alone, then the rest
+        mock.patch.object(_postings, "_prune", counting),
+        PostgresStore(folding_every(postgres_url, 6), pgvector=False) as store,
+    ):
+        half = len(notes) // 2
+        seqs = store.append(
+            session, [MemoryItem(step=i, note=t) for i, t in enumerate(notes[:half])]
+        )
+        seqs += store.append(
+            session, [MemoryItem(step=i + half, note=t) for i, t in enumerate(notes[half:])]
+        )
+        items = {
+            seq: MemoryItem(step=i, note=t)
+            for i, (seq, t) in enumerate(zip(seqs, notes, strict=True))
+        }
+        new = {seqs[i]: MemoryItem(step=i, note=f"zeta the {notes[i]} zeta") for i in changed}
+        with store.batch(session) as batch:  # folded rows updated become stale
+            batch.update(new)
+        items.update(new)
+        gone = [seqs[i] for i in deleted]
+        store.delete_seqs(session, gone)
+        for seq in gone:
+            items.pop(seq)
+        got = [(hit.seq, hit.score) for hit in store.search(session, query, k, mode="keyword")]
+        with mock.patch.dict(sys.modules, {"numpy": None}):  # as without numpy: pure Python
+            plain = [(h.seq, h.score) for h in store.search(session, query, k, mode="keyword")]
+        # Store-wide, beside a session emptied (sorted first: it is not read) and another one.
+        emptied, beside = f"a{session}", f"o{session}"
+        store.append(emptied, [MemoryItem(step=0, note="zeta the")])
+        store.clear(emptied)
+        others = [MemoryItem(step=1000 + i, note=t) for i, t in enumerate(notes[::3])]
+        memory = Memory()
+        origin: dict[int, tuple[str, int]] = {}
+        for sid, of in sorted(
+            (
+                (session, items),
+                (beside, dict(zip(store.append(beside, others), others, strict=True))),
+            )
+        ):
+            for seq, item in sorted(of.items()):
+                memory.add_memory_item(item)
+                origin[item.step] = (sid, seq)
+        wide = store.search_sessions(query, k, sessions=[session, emptied, beside])
+    assert got == ranked_by_memory(items, query, k)
+    assert plain == got
+    expected = [(*origin[hit.item.step], hit.score) for hit in memory.search(query, k)]
+    assert [(hit.session_id, hit.seq, hit.score) for hit in wide] == expected
+    _PRUNED[0] += used[0]
+    _PRUNED[1] += used[1]
+
+
+_PRUNED = [0, 0]  # rankings the pruning gave up on, and answered
+
+
+def test_the_pruned_rankings_were_drawn() -> None:
+    """The drawn sessions above had rankings that the pruning answered (the rare words' blocks alone), and others it left to the whole read."""
+    if sum(_PRUNED) == 0:
+        pytest.skip("the pruned rankings' test did not run first")
+    assert _PRUNED[0]
+    assert _PRUNED[1]

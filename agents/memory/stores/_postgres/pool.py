@@ -23,7 +23,7 @@ import contextvars
 import math
 import select
 from collections.abc import Callable, Iterator
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 from agents.memory.exceptions import (
     StoreArgumentError,
@@ -101,6 +101,9 @@ class Drivers(NamedTuple):
 DRIVERS: contextvars.ContextVar[Drivers | None] = contextvars.ContextVar(
     "kvmemory_postgres_drivers", default=None
 )
+
+
+_T = TypeVar("_T")
 
 
 def _read(con: Any, sql: str, params: Any, indexed: bool) -> list[Any]:
@@ -319,6 +322,30 @@ class PostgresConnections:
                 raise
         with self.connection() as con:
             return list(con.execute(sql, params, binary=True).fetchall())
+
+    def read_snapshot(self, work: Callable[[Callable[[str, Any], list[Any]]], _T]) -> _T:
+        """Return what ``work`` returns, given a reader whose statements all see one snapshot (rows read in binary).
+
+        The statements run in one ``REPEATABLE READ, READ ONLY``
+        transaction on one pooled connection: a reading that takes several
+        statements (a ranking that reads some blocks, then others) sees the
+        store as one statement would. A read lost with its connection runs
+        once more, whole, on another one (it changes nothing).
+        """
+
+        def attempt() -> _T:
+            with self.connection() as con, con.transaction():
+                con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                return work(
+                    lambda sql, params: list(con.execute(sql, params, binary=True).fetchall())
+                )
+
+        try:
+            return attempt()
+        except self.driver_errors as exc:
+            if not self.lost(exc):
+                raise
+        return attempt()
 
     def write_one(self, sql: str, params: Any) -> list[Any]:
         """Run one write statement, committed on its own, and return its rows.

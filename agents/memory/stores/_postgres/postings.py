@@ -47,7 +47,7 @@ import hashlib
 import heapq
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from agents.memory._text import BM25_B, BM25_FLOOR, BM25_K1, bm25_average_length, bm25_term_score
 from agents.memory.stores._core.terms import bm25_score, query_weights
@@ -391,12 +391,16 @@ tail AS MATERIALIZED (
     ) AS i
 )"""
 
-# For each session of ``sids``: its counts; the blocks of the query's terms ('b'); each
-# term's postings in the unfolded rows, as a block ('t'); and the stale rows' seqs, whose
-# postings in the blocks are not counted ('s', the row always there for a live session):
-# one statement (one snapshot). The arrays come in PostgreSQL's binary form (array_send),
-# read by numpy or struct unpacked.
-_READ_BLOCKS: Final = f"""
+# For each session of ``sids``: its counts; the blocks of the query's terms ('b'), each row
+# with its number of postings (n, last) and its arrays only where the term's blocks hold at
+# most ``budget`` postings over the sessions read, or no term's do (a query of common words
+# alone is read whole at once; the rest stay in the table, out of line, never fetched);
+# each term's postings in the unfolded rows, as a block ('t'); the stale rows' seqs, whose
+# postings in the blocks are not counted ('s', the row always there for a live session);
+# and each term's stale rows ('g'), which its document frequency leaves out of its blocks'
+# sizes: one statement (one snapshot). The arrays come in PostgreSQL's binary form
+# (array_send), read by numpy or struct unpacked.
+_READ_PLAN: Final = f"""
 WITH s AS (
     SELECT session_id, n_items, n_terms FROM kvmemory_sessions
     WHERE session_id = ANY(%(sids)s::text[]) AND NOT deleted AND n_items > 0
@@ -405,21 +409,56 @@ WITH s AS (
 held AS (
     SELECT t.session_id, q.key, t.seq, t.n_terms, (t.tf ->> q.name)::int AS tf
     FROM tail AS t CROSS JOIN unnest(%(keys)s::text[], %(names)s::text[]) AS q(key, name)
+),
+z AS MATERIALIZED (
+    SELECT b.term, sum(b.n) AS size
+    FROM s JOIN kvmemory_postings AS b ON b.session_id = s.session_id
+        AND b.term = ANY(%(keys)s::text[])
+    GROUP BY b.term
+),
+r AS MATERIALIZED (
+    SELECT z.term, z.size <= %(budget)s OR NOT bool_or(z.size <= %(budget)s) OVER () AS sent
+    FROM z
 )
-SELECT s.session_id, s.n_items, s.n_terms, 'b', p.term, array_send(p.seqs), array_send(p.tfs),
-    array_send(p.lens)
+SELECT s.session_id, s.n_items, s.n_terms, 'b', p.term,
+    CASE WHEN r.sent THEN array_send(p.seqs) END, CASE WHEN r.sent THEN array_send(p.tfs) END,
+    CASE WHEN r.sent THEN array_send(p.lens) END, p.n::bigint
 FROM s JOIN kvmemory_postings AS p ON p.session_id = s.session_id
     AND p.term = ANY(%(keys)s::text[])
+JOIN r ON r.term = p.term
 UNION ALL
 SELECT s.session_id, s.n_items, s.n_terms, 't', h.key, array_send(array_agg(h.seq)),
-    array_send(array_agg(h.tf)), array_send(array_agg(h.n_terms))
+    array_send(array_agg(h.tf)), array_send(array_agg(h.n_terms)), NULL::bigint
 FROM s JOIN held AS h ON h.session_id = s.session_id
 WHERE h.tf IS NOT NULL GROUP BY s.session_id, s.n_items, s.n_terms, h.key
 UNION ALL
 SELECT s.session_id, s.n_items, s.n_terms, 's', NULL,
     (SELECT array_send(array_agg(g.seq)) FROM kvmemory_postings_stale AS g
-     WHERE g.session_id = s.session_id), NULL, NULL
+     WHERE g.session_id = s.session_id), NULL, NULL, NULL::bigint
 FROM s
+UNION ALL
+SELECT s.session_id, s.n_items, s.n_terms, 'g', q.key, NULL, NULL, NULL, count(*)
+FROM s JOIN kvmemory_postings_stale AS g ON g.session_id = s.session_id
+JOIN unnest(%(keys)s::text[], %(names)s::text[]) AS q(key, name) ON g.tf ? q.name
+GROUP BY s.session_id, s.n_items, s.n_terms, q.key
+"""
+
+# The blocks of some terms (``keys``) of some sessions, in binary form: those _READ_PLAN left.
+_READ_TERMS: Final = """
+SELECT p.session_id, p.term, array_send(p.seqs), array_send(p.tfs), array_send(p.lens)
+FROM kvmemory_postings AS p
+WHERE p.session_id = ANY(%(sids)s::text[]) AND p.term = ANY(%(keys)s::text[])
+"""
+
+# Some rows' counts of some terms (``names``, in order; NULL where a row holds none), each
+# row looked up by its key (``sids`` and ``seqs``, pairwise).
+_ROW_COUNTS: Final = """
+SELECT k.sid, i.seq, i.n_terms,
+    ARRAY(SELECT (i.tf ->> q.t)::int FROM unnest(%(names)s::text[]) WITH ORDINALITY AS q(t, o) ORDER BY q.o)
+FROM unnest(%(sids)s::text[], %(seqs)s::bigint[]) AS k(sid, seq) CROSS JOIN LATERAL (
+    SELECT i.seq, i.n_terms, i.tf FROM kvmemory_items AS i
+    WHERE i.session_id = k.sid AND i.seq = k.seq LIMIT 1
+) AS i
 """
 
 # Each query term's document frequency: the blocks' sizes, less the stale rows' postings
@@ -469,6 +508,128 @@ _HEADER: Final = 20
 """Bytes before the first element of a one-dimensional array in PostgreSQL's binary form."""
 
 
+_T = TypeVar("_T")
+
+Reader = Callable[[str, Any], list[Any]]
+"""Runs one statement and returns its rows, read in binary."""
+
+
+class BinaryReads(Protocol):
+    """Runs statements whose rows are read in binary: one alone, or several in one snapshot (``PostgresConnections``)."""
+
+    def query_vectors(self, sql: str, params: Any) -> list[Any]:
+        """Run one statement and return its rows, read in binary."""
+
+    def read_snapshot(self, work: Callable[[Reader], _T]) -> _T:
+        """Return what ``work`` returns, given a reader whose statements all see one snapshot."""
+
+
+_FIRST_READ: Final = 8192
+"""Postings a term's blocks hold at most (over the sessions ranked) to be read first; a commoner term's blocks are read only where the ranking needs them."""
+_LOOKED_UP: Final = 1024
+"""The most rows a ranking looks up by key to count the common terms it left unread; past it, it reads their blocks."""
+_LOOKED_UP_FIRST: Final = 16
+"""Rows past the ``k`` best (by their rarer terms) looked up first, to find the score to beat."""
+_ROUNDING: Final = 1.0 + 1e-9
+"""How far above a bound a sum of shares may land by float rounding, as a ratio (far more than it can)."""
+
+
+def _prune(
+    read: Reader,
+    sids: Sequence[str],
+    reads: dict[int, Read],
+    unread: dict[str, int],
+    terms: Sequence[str],
+    counts: tuple[int, int],
+    k: int,
+) -> tuple[list[tuple[float, int, int]], dict[str, int]] | None:
+    """Return the ``k`` best ``(score, place, seq)`` and each term's document frequency without the blocks of the common terms (``unread``), or ``None`` where they are needed.
+
+    MaxScore (Turtle and Flood, 1995): an unread term adds at most its
+    weight times ``1 + BM25_FLOOR`` to a score (its share's fraction is
+    below 1), so an item holding only unread terms scores at most their
+    sum (``reach``). The items holding a read term (the candidates) are
+    ranked by their read terms (``partial``, the blocks' own sums); the
+    best ``k`` and a few more are looked up by key and scored whole from
+    their counts (``bm25_score``: ``Memory.search``'s float), which gives a
+    score to beat, the ``k``-th. Where ``reach`` is below it, no item
+    outside the candidates can reach the ``k`` best (nor tie), and a
+    candidate only where ``partial + reach`` reaches it: those are looked
+    up too. ``None`` where fewer than ``k`` items hold a read term, where
+    ``reach`` is not below the score to beat, or where more than
+    :data:`_LOOKED_UP` candidates would be looked up: the caller reads the
+    unread blocks and ranks as before.
+
+    ``unread`` maps each unread term to its postings in the blocks less
+    its stale rows; the unfolded rows holding it (``reads``' tails) add to
+    its document frequency.
+    """
+    if k + _LOOKED_UP_FIRST > _LOOKED_UP:
+        return None
+    n_items, total = counts
+    dfs = {
+        term: n + sum(_count(part) for r in reads.values() for part in r.tail.get(term, []))
+        for term, n in unread.items()
+    }
+    rare = {
+        at: Read(
+            {t: b for t, b in r.blocks.items() if t not in unread},
+            {t: b for t, b in r.tail.items() if t not in unread},
+            r.stale,
+        )
+        for at, r in reads.items()
+    }
+    np = _numpy()
+    found = sum(len(r.blocks) + len(r.tail) for r in rare.values())
+    if not found:
+        return None
+    # Every candidate, best first by its read terms (the weights depend on each term's own df).
+    if np is not None:
+        partial, read_dfs = _top_numpy(np, rare, terms, n_items, total, n_items)
+    else:
+        partial, read_dfs = _top_python(rare, terms, n_items, total, n_items)
+    if len(partial) < k:
+        return None
+    dfs.update(read_dfs)
+    weighted = query_weights(terms, {t: n for t, n in dfs.items() if n}, n_items)
+    average = bm25_average_length(total, n_items)
+    reach = sum(w for t, w in weighted if t in unread) * (1.0 + BM25_FLOOR) * _ROUNDING
+    names = list(dict.fromkeys(terms))
+    scored: dict[tuple[int, int], float] = {}
+
+    def look_up(items: list[tuple[int, int]]) -> None:
+        params = {"sids": [sids[at] for at, _ in items], "seqs": [seq for _, seq in items]}
+        place = {sid: j for j, sid in enumerate(sids)}
+        for sid, seq, length, tfs in read(_ROW_COUNTS, {**params, "names": names}):
+            held = {term: int(tf) for term, tf in zip(names, tfs, strict=True) if tf}
+            scored[(place[sid], int(seq))] = bm25_score(held, int(length), weighted, average)
+
+    look_up([(at, seq) for _, at, seq in partial[: k + _LOOKED_UP_FIRST]])
+    if len(scored) < k:
+        return None
+    beat = heapq.nlargest(k, scored.values())[-1]
+    if reach >= beat:
+        return None
+    rest = []
+    for share, at, seq in partial[k + _LOOKED_UP_FIRST :]:
+        if (share + reach) * _ROUNDING < beat:
+            break  # best first: the rest fall short too
+        rest.append((at, seq))
+    if len(rest) + k + _LOOKED_UP_FIRST > _LOOKED_UP:
+        return None
+    if rest:
+        look_up(rest)
+    if len(scored) < min(len(partial), k + _LOOKED_UP_FIRST) + len(rest):
+        return None  # a row the blocks hold was not found (not in one snapshot): read them all
+    best = heapq.nsmallest(k, scored.items(), key=lambda hit: (-hit[1], hit[0]))
+    return [(score, at, seq) for (at, seq), score in best], dfs
+
+
+def _count(block: tuple[bytes, bytes, bytes]) -> int:
+    """Return how many postings a block (binary form) holds."""
+    return (len(block[0]) - _HEADER) // 12
+
+
 class DamagedBlockError(Exception):
     """A posting block read back is not three one-dimensional arrays of one length (altered outside kvmemory)."""
 
@@ -512,18 +673,18 @@ class PostingBlocks:
     """BM25 over a PostgreSQL store's posting blocks: the ranking, the document frequencies, some rows' scores.
 
     Args:
-        read_binary: Runs one statement and returns its rows, read in binary
-            (a ``bytea`` as its bytes).
+        binary: Runs statements whose rows are read in binary (a ``bytea``
+            as its bytes): one alone (``query_vectors``), or several that
+            see one snapshot (``read_snapshot``: a ranking that leaves
+            common terms' blocks unread, :func:`_prune`, reads the rest or
+            looks rows up in its first statement's snapshot).
         read_rows: Runs one statement looked up by key and returns its rows.
     """
 
-    def __init__(
-        self,
-        read_binary: Callable[[str, Any], list[Any]],
-        read_rows: Callable[[str, Any], list[Any]],
-    ) -> None:
-        self._read_binary = read_binary
+    def __init__(self, binary: BinaryReads, read_rows: Callable[[str, Any], list[Any]]) -> None:
+        self._read_binary = binary.query_vectors
         self._read_rows = read_rows
+        self._read_snapshot = binary.read_snapshot
 
     def top(self, session_id: str, terms: Sequence[str], k: int) -> Ranked:
         """Return the session's ``k`` best ``(score, seq)`` by BM25 from its blocks and unfolded rows, ties by seq, and the statistics read (see :meth:`_rank`)."""
@@ -546,40 +707,88 @@ class PostingBlocks:
     def _rank(self, sids: Sequence[str], terms: Sequence[str], k: int) -> Ranked:
         """Return the ``k`` best ``(score, place, seq)`` of the sessions ``sids`` (``place``: the session's index there) as one corpus, ties by place then seq, and the statistics read.
 
-        One statement (:data:`_READ_BLOCKS`) reads each session's query
+        One statement (:data:`_READ_PLAN`) reads each session's query
         term blocks, their postings in the rows not folded yet, the stale
         rows' seqs and the session's counts; each item's shares are summed
         in query order (as ``bm25_score`` sums them: the same floats), with
         numpy where it is installed, else in Python.
         """
+        # Alone first (one statement, no transaction: each round trip more cost a third of a
+        # 2,000-step query's wall time under load); in a snapshot only where it left blocks.
+        alone = self._rank_read(self._read_binary, sids, terms, k, alone=True)
+        if alone is not None:
+            return alone
+        ranked = self._read_snapshot(lambda read: self._rank_read(read, sids, terms, k))
+        if ranked is None:  # pragma: no cover - only a ranking read alone gives up
+            msg = "a ranking in one snapshot gave up"
+            raise RuntimeError(msg)
+        return ranked
+
+    def _rank_read(
+        self,
+        read: Reader,
+        sids: Sequence[str],
+        terms: Sequence[str],
+        k: int,
+        *,
+        alone: bool = False,
+    ) -> Ranked | None:
+        """Return :meth:`_rank`'s ranking, its statements run by ``read``; ``alone``: ``None`` where its first statement left some common terms' blocks unread (the rest must see its snapshot)."""
         names = list(dict.fromkeys(terms))
         keys = {posting_key(term): term for term in names}
         params = {"sids": list(sids), "keys": list(keys), "names": list(keys.values())}
-        rows = self._read_binary(_READ_BLOCKS, params)
+        rows = read(_READ_PLAN, {**params, "budget": _FIRST_READ})
         place = {sid: j for j, sid in enumerate(sids)}
         reads: dict[int, Read] = {}
         counts: dict[int, tuple[int, int]] = {}
-        for sid, n_items, total, kind, key, seqs, tfs, lens in rows:
+        # The terms whose blocks were left unread, and their postings there less stale ones.
+        skipped: set[str] = set()
+        left: dict[str, int] = {}
+        for sid, n_items, total, kind, key, seqs, tfs, lens, n in rows:
             at = place[sid]
             counts[at] = (int(n_items), int(total))
-            read = reads.setdefault(at, Read({}, {}, b""))
+            read_of = reads.setdefault(at, Read({}, {}, b""))
             if kind == "s":
                 stale = bytes(seqs) if seqs is not None else b""
                 if seqs is not None and not _whole((stale, b"", b""), seqs_only=True):
                     msg = f"the stale rows' seqs of session {sid!r} are not a one-dimensional array of bigint"
                     raise DamagedBlockError(msg)
-                reads[at] = read._replace(stale=stale)
+                reads[at] = read_of._replace(stale=stale)
+                continue
+            if kind == "b" and seqs is None:
+                skipped.add(keys[key])
+            if kind == "g" or (kind == "b" and seqs is None):
+                # A stale row holding the term is counted in its blocks' sizes, not its frequency.
+                left[keys[key]] = left.get(keys[key], 0) + (-int(n) if kind == "g" else int(n))
                 continue
             block = (bytes(seqs), bytes(tfs), bytes(lens))
             if not _whole(block):
                 msg = f"a block of term {keys[key]!r} holds arrays of other lengths or shapes"
                 raise DamagedBlockError(msg)
-            found = read.blocks if kind == "b" else read.tail
+            found = read_of.blocks if kind == "b" else read_of.tail
             found.setdefault(keys[key], []).append(block)
         n_items = sum(n for n, _ in counts.values())
         total = sum(t for _, t in counts.values())
         if not n_items:
             return Ranked([], 0, 0, dict.fromkeys(names, 0))
+        unread = [term for term in names if term in skipped]
+        if unread and alone:
+            return None
+        if unread:
+            sids_read = [sids[at] for at in sorted(reads)]
+            pruned = _prune(
+                read, sids, reads, {t: left[t] for t in unread}, terms, (n_items, total), k
+            )
+            if pruned is not None:
+                best, dfs = pruned
+                return Ranked(best, n_items, total, {term: dfs.get(term, 0) for term in names})
+            more = read(_READ_TERMS, {"sids": sids_read, "keys": [posting_key(t) for t in unread]})
+            for sid, key, seqs, tfs, lens in more:
+                block = (bytes(seqs), bytes(tfs), bytes(lens))
+                if not _whole(block):
+                    msg = f"a block of term {keys[key]!r} holds arrays of other lengths or shapes"
+                    raise DamagedBlockError(msg)
+                reads[place[sid]].blocks.setdefault(keys[key], []).append(block)
         np = _numpy()
         if np is not None:
             best, dfs = _top_numpy(np, reads, terms, n_items, total, k)
