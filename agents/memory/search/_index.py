@@ -864,10 +864,7 @@ def _passing_top(
     keep = set()
     for _, posting, _ in query:
         for key in posting:
-            verdict = passed.get(key)
-            if verdict is None:
-                verdict = passed[key] = where(items[key])
-            if verdict:
+            if _passes(where, passed, key, items[key]):
                 keep.add(key)
     among = [
         (term, {key: tf for key, tf in posting.items() if key in keep}, weight)
@@ -895,12 +892,8 @@ def _ranked_top(
         out = []
         for key, score in ranked:
             item = items[key]
-            if where is not None:
-                verdict = passed.get(key)
-                if verdict is None:
-                    verdict = passed[key] = where(item)
-                if not verdict:
-                    continue
+            if where is not None and not _passes(where, passed, key, item):
+                continue
             out.append((key, item, score))
             if len(out) == k:
                 return out
@@ -911,6 +904,14 @@ def _ranked_top(
         if where is not None and 4 * wanted >= max(len(p) for _, p, _ in query):
             # Few pass: ask each item holding a term once, and score only those that pass.
             return _passing_top(query, items, where, passed, sizes, average, k)
+
+
+def _passes(where: Predicate, passed: dict[int, bool], key: int, item: MemoryItem) -> bool:
+    """Return whether ``where`` keeps ``item``, asking it once per key (its verdict kept in ``passed``)."""
+    verdict = passed.get(key)
+    if verdict is None:
+        verdict = passed[key] = where(item)
+    return verdict
 
 
 def _counting(index: SearchIndex, where: Predicate) -> Predicate:
@@ -945,12 +946,8 @@ def top_items(
             item = items.get(key)
             if item is None:
                 continue
-            if where is not None:
-                verdict = passed.get(key)
-                if verdict is None:
-                    verdict = passed[key] = where(item)
-                if not verdict:
-                    continue
+            if where is not None and not _passes(where, passed, key, item):
+                continue
             out.append((key, item, score))
             if len(out) == k:
                 return out
@@ -962,12 +959,7 @@ def top_items(
             kept = []
             for key, score in scores.items():
                 item = items.get(key)
-                if item is None:
-                    continue
-                verdict = passed.get(key)
-                if verdict is None:
-                    verdict = where(item)
-                if verdict:
+                if item is not None and _passes(where, passed, key, item):
                     kept.append((key, score))
             return [
                 (key, items[key], score) for key, score in heapq.nsmallest(k, kept, key=_best_first)

@@ -267,9 +267,12 @@ class SQLRows:
             return []
         out: list[Any] = []
         postgres = self.dialect is POSTGRES
+        probe = index_predicate(tree) if postgres and self.doc_index else None
         for start in range(0, len(seqs), _AMONG_CHUNK):
             chunk = self.dialect.bind_list(list(seqs[start : start + _AMONG_CHUNK]))
-            query = candidates_query(tree, session_id, postgres=postgres, among=chunk, data=data)
+            query = candidates_query(
+                tree, session_id, postgres=postgres, among=chunk, data=data, probe=probe
+            )
             if query is None:
                 return None
             try:

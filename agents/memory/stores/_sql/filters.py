@@ -84,7 +84,7 @@ _POSTGRES_AMONG: Final = (
     "(SELECT %s::text AS sid OFFSET 0) AS x"
     " CROSS JOIN (SELECT DISTINCT unnest(%s::bigint[]) AS wanted) AS k"
     " CROSS JOIN LATERAL (SELECT i.seq, i.doc{data} FROM kvmemory_items AS i"
-    " WHERE i.session_id = x.sid AND i.seq = k.wanted LIMIT 1) AS kvmemory_items"
+    " WHERE i.session_id = x.sid AND i.seq = k.wanted{probe} LIMIT 1) AS kvmemory_items"
 )
 
 POSTGRES_FIELDS: Final = (
@@ -201,9 +201,12 @@ def candidates_query(
     With ``among`` (some seqs, bound as the dialect binds a list: a JSON
     array in SQLite, a list in PostgreSQL), only the rows among them. With
     ``data``, each row's stored ``data`` beside its seq. With ``probe``
-    (PostgreSQL with the GIN index over the JSONB copy, whole sessions:
+    (PostgreSQL with the GIN index over the JSONB copy:
     :func:`~agents.memory.stores._sql.doc_index.index_predicate`'s
-    answer for ``tree``), only the rows the index names are judged.
+    answer for ``tree``), only the rows the predicate holds for (or
+    without a copy) are judged: of a whole session, the rows the index
+    names; among seqs, each row looked up is tested, so that both answer
+    alike.
 
     The condition reads ``f``, the item's fields (unwrapped from the
     codec's item wrapper) as JSON text in SQLite and JSONB in PostgreSQL,
@@ -211,14 +214,16 @@ def candidates_query(
     functions cut strings there) or has no JSONB copy (PostgreSQL). ``None``
     when the condition would keep every row (nothing to gain from asking).
     """
-    probing = postgres and probe is not None and among is None
     writer = _Writer(postgres, [session_id] if among is None else [session_id, among])
     probed = None
-    if probe is not None and probing:
-        # Parameters bind in the order written: the probe's, the session's, the condition's.
-        writer.params.clear()
-        probed = _probe_sql(writer, probe)
-        writer.params.append(session_id)
+    if postgres and probe is not None:
+        if among is None:
+            # Parameters bind in the order written: the probe's, the session's, the condition's.
+            writer.params.clear()
+            probed = _probe_sql(writer, probe, "doc")
+            writer.params.append(session_id)
+        else:  # after the session's and the seqs'
+            probed = _probe_sql(writer, probe, "i.doc")
     guard = None if postgres else _texts(writer, tree)
     sql = _maybe(writer, tree)
     if sql is None:
@@ -226,7 +231,8 @@ def candidates_query(
     if postgres:
         column = ", data" if data else ""
         if among is not None:
-            source = _POSTGRES_AMONG.format(data=column)
+            narrowed = "" if probed is None else f" AND ({probed} OR i.doc IS NULL)"
+            source = _POSTGRES_AMONG.format(data=column, probe=narrowed)
         elif probed is not None:
             source = _POSTGRES_PROBED.format(probe=probed)
         else:
@@ -248,9 +254,9 @@ def candidates_query(
     return rows + f"({sql})", writer.params
 
 
-def _probe_sql(w: _Writer, probe: str) -> str:
-    """PostgreSQL: the JSON path predicate tested on ``doc``, which the GIN index answers in one scan."""
-    return f"doc @@ {w.p(probe, 'jsonpath')}"
+def _probe_sql(w: _Writer, probe: str, column: str) -> str:
+    """PostgreSQL: the JSON path predicate tested on the JSONB copy ``column``, which the GIN index answers in one scan."""
+    return f"{column} @@ {w.p(probe, 'jsonpath')}"
 
 
 def postgres_condition(tree: FilterNode) -> tuple[str, list[Any]] | None:
