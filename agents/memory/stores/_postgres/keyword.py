@@ -545,6 +545,8 @@ class Judge(NamedTuple):
     """The seqs among some that may pass (``None``: SQL cannot judge the filter)."""
     candidates: Callable[[], set[int] | None]
     """The seqs of every row of the session that may pass (``None`` likewise)."""
+    named: bool = True
+    """Whether an index names those rows (``False``: :attr:`candidates` reads every row's JSONB copy)."""
 
 
 _RANKED_FIRST: Final = 1024
@@ -553,6 +555,11 @@ _JUDGED_FIRST: Final = 64
 """Rows of that ranking SQL judges first (or ``4 * k``): the rest only when too few of them may pass."""
 _SCORED_ALONE: Final = 4096
 """The most rows that may pass a filter that are scored alone (by key); more are found down longer rankings."""
+_WALKED_SHARE: Final = 0.25
+"""The share of a session's rows a filtered ranking walks and judges by key, deeper than :data:`_RANKED_FIRST`,
+before it has every row's JSONB copy read instead (a filter no index names: a range, ``$ne``)."""
+_WALK_GROWTH: Final = 4
+"""How much deeper each further ranking of that walk goes."""
 
 
 class Statistics(NamedTuple):
@@ -740,6 +747,10 @@ class PostgresKeywordIndex:
                 return best[:k]
         if len(ranked) < limit:
             return best
+        if not judge.named:
+            walked = self._walk_deeper(sid, terms, k, judge, best, limit)
+            if walked is not None:
+                return walked
         allowed = judge.candidates()
         if allowed is None:
             return None
@@ -751,6 +762,43 @@ class PostgresKeywordIndex:
             ranked = self.top(sid, terms, limit)
             best = [hit for hit in ranked if hit[1] in allowed]
         return best[:k]
+
+    def _walk_deeper(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        k: int,
+        judge: Judge,
+        best: list[tuple[float, int]],
+        judged: int,
+    ) -> list[tuple[float, int]] | None:
+        """Return :meth:`_top_passing`'s answer from rankings :data:`_WALK_GROWTH` times deeper each, judged by key past the first ``judged`` rows.
+
+        ``best`` holds the rows of those first ``judged`` that may pass. The
+        walk ends when ``k`` may pass or the ranking holds every row the
+        query matches (the answer either way: a row no query term matches
+        is no hit), or ``None`` once judging further would pass
+        :data:`_WALKED_SHARE` of the session's rows (then every row's copy
+        is read in one pass, which costs less per row than looking rows up
+        by key).
+        """
+        n_items = self.counted(sid)
+        if n_items is None:
+            return None
+        budget = int(n_items * _WALKED_SHARE)
+        found = list(best)
+        while judged < budget:
+            limit = min(judged * _WALK_GROWTH, budget)
+            ranked = self.top(sid, terms, limit)
+            part = ranked[judged:]
+            may_pass = judge.among([seq for _, seq in part]) if part else set()
+            if may_pass is None:
+                return None
+            found += [hit for hit in part if hit[1] in may_pass]
+            if len(found) >= k or len(ranked) < limit or limit >= n_items:
+                return found[:k]
+            judged = limit
+        return None
 
     @staticmethod
     def _params(sid: str, names: Sequence[str], k: int) -> dict[str, Any]:
