@@ -102,13 +102,13 @@ def ranked_by_memory(chosen: list[MemoryItem], k: int, where: Any) -> list[tuple
 def test_rare_range_filters_walked_down_the_ranking_rank_as_memory_search(
     postgres_url: str, chosen: list[MemoryItem], where: dict[str, Any], k: int
 ) -> None:
-    """A filter no index names, walked down rankings 2, 4, 8, ... rows deep judged by key (up to the whole session), ranks as Memory.search: hits and scores."""
+    """A filter no index names, ranked 4k deep, then to the whole session, judged by key in slices 1, 2, 4, ... rows long, ranks as Memory.search: hits and scores (and as much where it reads every row's copy instead)."""
     with PostgresStore(postgres_url, pgvector=False) as store:
         sid = uuid.uuid4().hex  # a fresh session per example (hypothesis replays some)
         store.append(sid, chosen)
         assert not store.backend.filter_named(Filter(where).tree)
         with (
-            mock.patch.object(_keyword, "_RANKED_FIRST", 2),
+            mock.patch.object(_keyword, "_RANKED_DEEP", 2),
             mock.patch.object(_keyword, "_JUDGED_FIRST", 1),
             mock.patch.object(_keyword, "_WALK_GROWTH", 2),
             mock.patch.object(_keyword, "_WALKED_SHARE", 1.0),
@@ -119,7 +119,11 @@ def test_rare_range_filters_walked_down_the_ranking_rank_as_memory_search(
             got = store.search(sid, "the", k, mode="keyword", where=where)
         assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, k, where)
         # Past the share walked, every row's copy is read instead: the same answer.
-        with mock.patch.object(_keyword, "_RANKED_FIRST", 2):
+        with (
+            mock.patch.object(_keyword, "_RANKED_DEEP", 2),
+            mock.patch.object(_keyword, "_RANKED_FIRST", 2),
+            mock.patch.object(_keyword, "_WALKED_SHARE", 0.0),
+        ):
             got = store.search(sid, "the", k, mode="keyword", where=where)
         assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, k, where)
 
@@ -139,7 +143,7 @@ def rows_read(store: PostgresStore) -> int:
 def test_a_rare_range_filter_reads_rows_down_the_ranking_not_the_session(
     postgres_url: str,
 ) -> None:
-    """A range filter 1% of 6,000 steps pass, past a first ranking of 64, reads the rows ranked down to its 5 hits (under 1,500), where it read every row's JSONB copy (6,000)."""
+    """A range filter 1% of 6,000 steps pass, past a first ranking of 64, reads the rows ranked down to its 5 hits (under 1,500), where it read every row's JSONB copy (over 6,000)."""
     chosen = [
         MemoryItem(step=i, note="the report" + " x" * (i % 7), cost=1.0 if i % 100 == 42 else 0.01)
         for i in range(6000)
@@ -156,7 +160,7 @@ def test_a_rare_range_filter_reads_rows_down_the_ranking_not_the_session(
         store.append("s", chosen)
         with psycopg.connect(postgres_url, autocommit=True) as con:
             con.execute("VACUUM ANALYZE kvmemory_items")
-        with mock.patch.object(_keyword, "_RANKED_FIRST", 64):
+        with mock.patch.object(_keyword, "_RANKED_DEEP", 64):
             before = rows_read(store)
             got = store.search("s", "the report", 5, mode="keyword", where=where)
             read = rows_read(store) - before

@@ -555,11 +555,14 @@ _JUDGED_FIRST: Final = 64
 """Rows of that ranking SQL judges first (or ``4 * k``): the rest only when too few of them may pass."""
 _SCORED_ALONE: Final = 4096
 """The most rows that may pass a filter that are scored alone (by key); more are found down longer rankings."""
+_RANKED_DEEP: Final = 16384
+"""Rows a filtered ranking ranks first where no index names the rows that may pass (see ``_walk``)."""
 _WALKED_SHARE: Final = 0.25
 """The share of a session's rows a filtered ranking walks and judges by key, deeper than :data:`_RANKED_FIRST`,
 before it has every row's JSONB copy read instead (a filter no index names: a range, ``$ne``)."""
-_WALK_GROWTH: Final = 4
-"""How much deeper each further ranking of that walk goes."""
+_WALK_GROWTH: Final = 1.5
+"""How much further each slice of that walk judges (rows judged so far times this): a slice judged past the
+``k``-th passing row is time lost, and each slice costs a statement (1-2 ms)."""
 
 
 class Statistics(NamedTuple):
@@ -727,12 +730,18 @@ class PostgresKeywordIndex:
         :meth:`top` ranks them, and SQL judges those rows by key
         (``judge.among``: the first :data:`_JUDGED_FIRST`, then the rest):
         a filter that keeps many rows leaves ``k`` of them there. Otherwise
-        SQL names every row that may pass (``judge.candidates``, one pass
-        over the session's rows, in another statement): up to
-        :data:`_SCORED_ALONE` are scored alone (:meth:`among`, the
-        statistics of the ranking's snapshot); more are found down longer
-        rankings. The scores are :meth:`top`'s either way: ``Memory.search``'s.
+        SQL names every row that may pass (``judge.candidates``, from an
+        index): up to :data:`_SCORED_ALONE` are scored alone (:meth:`among`,
+        the statistics of the ranking's snapshot); more are found down
+        longer rankings. A filter no index names (``judge.named`` false: a
+        range, ``$ne``) is walked instead (:meth:`_walk`), and its candidates
+        read from every row's JSONB copy only past :data:`_WALKED_SHARE` of
+        the session. The scores are :meth:`top`'s either way: ``Memory.search``'s.
         """
+        if not judge.named:
+            walked = self._walk(sid, terms, k, judge)
+            if walked is not None:
+                return walked
         limit = max(4 * k, _RANKED_FIRST)
         ranked = self.top(sid, terms, limit)
         if not ranked:
@@ -747,10 +756,6 @@ class PostgresKeywordIndex:
                 return best[:k]
         if len(ranked) < limit:
             return best
-        if not judge.named:
-            walked = self._walk_deeper(sid, terms, k, judge, best, limit)
-            if walked is not None:
-                return walked
         allowed = judge.candidates()
         if allowed is None:
             return None
@@ -763,42 +768,46 @@ class PostgresKeywordIndex:
             best = [hit for hit in ranked if hit[1] in allowed]
         return best[:k]
 
-    def _walk_deeper(
-        self,
-        sid: str,
-        terms: Sequence[str],
-        k: int,
-        judge: Judge,
-        best: list[tuple[float, int]],
-        judged: int,
+    def _walk(
+        self, sid: str, terms: Sequence[str], k: int, judge: Judge
     ) -> list[tuple[float, int]] | None:
-        """Return :meth:`_top_passing`'s answer from rankings :data:`_WALK_GROWTH` times deeper each, judged by key past the first ``judged`` rows.
+        """Return :meth:`_top_passing`'s answer from rankings judged by key in growing slices, or ``None`` past :data:`_WALKED_SHARE` of the session.
 
-        ``best`` holds the rows of those first ``judged`` that may pass. The
-        walk ends when ``k`` may pass or the ranking holds every row the
-        query matches (the answer either way: a row no query term matches
-        is no hit), or ``None`` once judging further would pass
-        :data:`_WALKED_SHARE` of the session's rows (then every row's copy
-        is read in one pass, which costs less per row than looking rows up
-        by key).
+        A ranking costs about the same at any depth (every matched row is
+        scored: 100,000 steps, 100-130 ms at 1,024 rows or 25,000), judging
+        a row by key costs each row (its JSONB copy read, about 20 us): so
+        the session is ranked :data:`_RANKED_DEEP` rows deep (then, if need
+        be, to the share) and judged in slices, the first
+        :data:`_JUDGED_FIRST` (or ``4 * k``), each next one to
+        :data:`_WALK_GROWTH` times the rows judged, until ``k`` may pass or
+        the ranking holds no more rows (the answer either way: a row no
+        query term matches is no hit). Past the share, every row's copy is
+        read in one pass, which costs less per row than by key (``None``
+        also where SQL cannot judge the filter: the candidates cannot either).
         """
-        n_items = self.counted(sid)
-        if n_items is None:
-            return None
-        budget = int(n_items * _WALKED_SHARE)
-        found = list(best)
-        while judged < budget:
-            limit = min(judged * _WALK_GROWTH, budget)
-            ranked = self.top(sid, terms, limit)
-            part = ranked[judged:]
-            may_pass = judge.among([seq for _, seq in part]) if part else set()
-            if may_pass is None:
+        limit = max(4 * k, _RANKED_DEEP)
+        ranked = self.top(sid, terms, limit)
+        found: list[tuple[float, int]] = []
+        judged = 0
+        while True:
+            while judged < len(ranked):
+                upto = max(4 * k, _JUDGED_FIRST, int(judged * _WALK_GROWTH))
+                part = ranked[judged:upto]
+                may_pass = judge.among([seq for _, seq in part])
+                if may_pass is None:
+                    return None
+                found += [hit for hit in part if hit[1] in may_pass]
+                judged += len(part)
+                if len(found) >= k:
+                    return found[:k]
+            n_items = self.counted(sid)
+            if len(ranked) < limit or (n_items is not None and len(ranked) >= n_items):
+                return found  # every row the query matches was judged
+            budget = int((n_items or 0) * _WALKED_SHARE)
+            if budget <= limit:
                 return None
-            found += [hit for hit in part if hit[1] in may_pass]
-            if len(found) >= k or len(ranked) < limit or limit >= n_items:
-                return found[:k]
-            judged = limit
-        return None
+            limit = budget
+            ranked = self.top(sid, terms, limit)
 
     @staticmethod
     def _params(sid: str, names: Sequence[str], k: int) -> dict[str, Any]:
