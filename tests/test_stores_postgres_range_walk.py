@@ -109,6 +109,7 @@ def test_rare_range_filters_walked_down_the_ranking_rank_as_memory_search(
         assert not store.backend.filter_named(Filter(where).tree)
         with (
             mock.patch.object(_keyword, "_RANKED_DEEP", 2),
+            mock.patch.object(_keyword, "_RANKED_FIRST", 2),
             mock.patch.object(_keyword, "_JUDGED_FIRST", 1),
             mock.patch.object(_keyword, "_WALK_GROWTH", 2),
             mock.patch.object(_keyword, "_WALKED_SHARE", 1.0),
@@ -160,7 +161,10 @@ def test_a_rare_range_filter_reads_rows_down_the_ranking_not_the_session(
         store.append("s", chosen)
         with psycopg.connect(postgres_url, autocommit=True) as con:
             con.execute("VACUUM ANALYZE kvmemory_items")
-        with mock.patch.object(_keyword, "_RANKED_DEEP", 64):
+        with (
+            mock.patch.object(_keyword, "_RANKED_DEEP", 64),
+            mock.patch.object(_keyword, "_RANKED_FIRST", 64),
+        ):
             before = rows_read(store)
             got = store.search("s", "the report", 5, mode="keyword", where=where)
             read = rows_read(store) - before
