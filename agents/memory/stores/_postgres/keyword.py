@@ -557,7 +557,7 @@ _SCORED_ALONE: Final = 4096
 """The most rows that may pass a filter that are scored alone (by key); more are found down longer rankings."""
 _RANKED_DEEP: Final = 16384
 """Rows a filtered ranking ranks first where no index names the rows that may pass (see ``_walk``)."""
-_WALKED_SHARE: Final = 0.25
+_WALKED_SHARE: Final = 0.1
 """The share of a session's rows a filtered ranking walks and judges by key, deeper than :data:`_RANKED_FIRST`,
 before it has every row's JSONB copy read instead (a filter no index names: a range, ``$ne``)."""
 _WALK_GROWTH: Final = 1.5
@@ -739,9 +739,7 @@ class PostgresKeywordIndex:
         the session. The scores are :meth:`top`'s either way: ``Memory.search``'s.
         """
         if not judge.named:
-            walked = self._walk(sid, terms, k, judge)
-            if walked is not None:
-                return walked
+            return self._walk(sid, terms, k, judge)
         limit = max(4 * k, _RANKED_FIRST)
         ranked = self.top(sid, terms, limit)
         if not ranked:
@@ -756,12 +754,25 @@ class PostgresKeywordIndex:
                 return best[:k]
         if len(ranked) < limit:
             return best
+        return self._among_candidates(sid, terms, k, judge, ranked, limit)
+
+    def _among_candidates(
+        self,
+        sid: str,
+        terms: Sequence[str],
+        k: int,
+        judge: Judge,
+        ranked: list[tuple[float, int]],
+        limit: int,
+    ) -> list[tuple[float, int]] | None:
+        """Return :meth:`_top_passing`'s answer from every row that may pass (``judge.candidates``), past a ranking ``limit`` deep (``ranked``) that held too few."""
         allowed = judge.candidates()
         if allowed is None:
             return None
         if len(allowed) <= _SCORED_ALONE:
             scored = self.among(sid, terms, sorted(allowed))
             return None if scored is None else scored[:k]
+        best = [hit for hit in ranked if hit[1] in allowed]
         while len(best) < k and len(ranked) == limit:
             limit *= 8
             ranked = self.top(sid, terms, limit)
@@ -771,7 +782,7 @@ class PostgresKeywordIndex:
     def _walk(
         self, sid: str, terms: Sequence[str], k: int, judge: Judge
     ) -> list[tuple[float, int]] | None:
-        """Return :meth:`_top_passing`'s answer from rankings judged by key in growing slices, or ``None`` past :data:`_WALKED_SHARE` of the session.
+        """Return :meth:`_top_passing`'s answer for a filter no index names: rankings judged by key in growing slices, up to :data:`_WALKED_SHARE` of the session.
 
         A ranking costs about the same at any depth (every matched row is
         scored: 100,000 steps, 100-130 ms at 1,024 rows or 25,000), judging
@@ -782,16 +793,18 @@ class PostgresKeywordIndex:
         :data:`_WALK_GROWTH` times the rows judged, until ``k`` may pass or
         the ranking holds no more rows (the answer either way: a row no
         query term matches is no hit). Past the share, every row's copy is
-        read in one pass, which costs less per row than by key (``None``
-        also where SQL cannot judge the filter: the candidates cannot either).
+        read in one pass, which costs less per row than by key
+        (:meth:`_among_candidates`). ``None`` where SQL cannot judge the filter.
         """
         limit = max(4 * k, _RANKED_DEEP)
         ranked = self.top(sid, terms, limit)
+        n_items = self.counted(sid)
+        budget = max(_RANKED_FIRST, int((n_items or 0) * _WALKED_SHARE))
         found: list[tuple[float, int]] = []
         judged = 0
         while True:
-            while judged < len(ranked):
-                upto = max(4 * k, _JUDGED_FIRST, int(judged * _WALK_GROWTH))
+            while judged < min(len(ranked), budget):
+                upto = min(budget, max(4 * k, _JUDGED_FIRST, int(judged * _WALK_GROWTH)))
                 part = ranked[judged:upto]
                 may_pass = judge.among([seq for _, seq in part])
                 if may_pass is None:
@@ -800,12 +813,11 @@ class PostgresKeywordIndex:
                 judged += len(part)
                 if len(found) >= k:
                     return found[:k]
-            n_items = self.counted(sid)
-            if len(ranked) < limit or (n_items is not None and len(ranked) >= n_items):
+            whole = len(ranked) < limit or (n_items is not None and len(ranked) >= n_items)
+            if whole and judged == len(ranked):
                 return found  # every row the query matches was judged
-            budget = int((n_items or 0) * _WALKED_SHARE)
-            if budget <= limit:
-                return None
+            if judged >= budget:
+                return self._among_candidates(sid, terms, k, judge, ranked, limit)
             limit = budget
             ranked = self.top(sid, terms, limit)
 
