@@ -734,12 +734,12 @@ class PostgresKeywordIndex:
         index): up to :data:`_SCORED_ALONE` are scored alone (:meth:`among`,
         the statistics of the ranking's snapshot); more are found down
         longer rankings. A filter no index names (``judge.named`` false: a
-        range, ``$ne``) is walked instead (:meth:`_walk`), and its candidates
+        range, ``$ne``) is walked instead (:func:`_walk`), and its candidates
         read from every row's JSONB copy only past :data:`_WALKED_SHARE` of
         the session. The scores are :meth:`top`'s either way: ``Memory.search``'s.
         """
         if not judge.named:
-            return self._walk(sid, terms, k, judge)
+            return _walk(self, sid, terms, k, judge)
         limit = max(4 * k, _RANKED_FIRST)
         ranked = self.top(sid, terms, limit)
         if not ranked:
@@ -754,72 +754,7 @@ class PostgresKeywordIndex:
                 return best[:k]
         if len(ranked) < limit:
             return best
-        return self._among_candidates(sid, terms, k, judge, ranked, limit)
-
-    def _among_candidates(
-        self,
-        sid: str,
-        terms: Sequence[str],
-        k: int,
-        judge: Judge,
-        ranked: list[tuple[float, int]],
-        limit: int,
-    ) -> list[tuple[float, int]] | None:
-        """Return :meth:`_top_passing`'s answer from every row that may pass (``judge.candidates``), past a ranking ``limit`` deep (``ranked``) that held too few."""
-        allowed = judge.candidates()
-        if allowed is None:
-            return None
-        if len(allowed) <= _SCORED_ALONE:
-            scored = self.among(sid, terms, sorted(allowed))
-            return None if scored is None else scored[:k]
-        best = [hit for hit in ranked if hit[1] in allowed]
-        while len(best) < k and len(ranked) == limit:
-            limit *= 8
-            ranked = self.top(sid, terms, limit)
-            best = [hit for hit in ranked if hit[1] in allowed]
-        return best[:k]
-
-    def _walk(
-        self, sid: str, terms: Sequence[str], k: int, judge: Judge
-    ) -> list[tuple[float, int]] | None:
-        """Return :meth:`_top_passing`'s answer for a filter no index names: rankings judged by key in growing slices, up to :data:`_WALKED_SHARE` of the session.
-
-        A ranking costs about the same at any depth (every matched row is
-        scored: 100,000 steps, 100-130 ms at 1,024 rows or 25,000), judging
-        a row by key costs each row (its JSONB copy read, about 20 us): so
-        the session is ranked :data:`_RANKED_DEEP` rows deep (then, if need
-        be, to the share) and judged in slices, the first
-        :data:`_JUDGED_FIRST` (or ``4 * k``), each next one to
-        :data:`_WALK_GROWTH` times the rows judged, until ``k`` may pass or
-        the ranking holds no more rows (the answer either way: a row no
-        query term matches is no hit). Past the share, every row's copy is
-        read in one pass, which costs less per row than by key
-        (:meth:`_among_candidates`). ``None`` where SQL cannot judge the filter.
-        """
-        limit = max(4 * k, _RANKED_DEEP)
-        ranked = self.top(sid, terms, limit)
-        n_items = self.counted(sid)
-        budget = max(_RANKED_FIRST, int((n_items or 0) * _WALKED_SHARE))
-        found: list[tuple[float, int]] = []
-        judged = 0
-        while True:
-            while judged < min(len(ranked), budget):
-                upto = min(budget, max(4 * k, _JUDGED_FIRST, int(judged * _WALK_GROWTH)))
-                part = ranked[judged:upto]
-                may_pass = judge.among([seq for _, seq in part])
-                if may_pass is None:
-                    return None
-                found += [hit for hit in part if hit[1] in may_pass]
-                judged += len(part)
-                if len(found) >= k:
-                    return found[:k]
-            whole = len(ranked) < limit or (n_items is not None and len(ranked) >= n_items)
-            if whole and judged == len(ranked):
-                return found  # every row the query matches was judged
-            if judged >= budget:
-                return self._among_candidates(sid, terms, k, judge, ranked, limit)
-            limit = budget
-            ranked = self.top(sid, terms, limit)
+        return _among_candidates(self, sid, terms, k, judge, ranked, limit)
 
     @staticmethod
     def _params(sid: str, names: Sequence[str], k: int) -> dict[str, Any]:
@@ -1088,3 +1023,70 @@ class PostgresKeywordIndex:
             "with store.rebuild_keyword_index()."
         )
         return CorruptStoreError(msg)
+
+
+def _among_candidates(
+    index: PostgresKeywordIndex,
+    sid: str,
+    terms: Sequence[str],
+    k: int,
+    judge: Judge,
+    ranked: list[tuple[float, int]],
+    limit: int,
+) -> list[tuple[float, int]] | None:
+    """Return :meth:`PostgresKeywordIndex._top_passing`'s answer from every row that may pass (``judge.candidates``), past a ranking ``limit`` deep (``ranked``) that held too few."""
+    allowed = judge.candidates()
+    if allowed is None:
+        return None
+    if len(allowed) <= _SCORED_ALONE:
+        scored = index.among(sid, terms, sorted(allowed))
+        return None if scored is None else scored[:k]
+    best = [hit for hit in ranked if hit[1] in allowed]
+    while len(best) < k and len(ranked) == limit:
+        limit *= 8
+        ranked = index.top(sid, terms, limit)
+        best = [hit for hit in ranked if hit[1] in allowed]
+    return best[:k]
+
+
+def _walk(
+    index: PostgresKeywordIndex, sid: str, terms: Sequence[str], k: int, judge: Judge
+) -> list[tuple[float, int]] | None:
+    """Return :meth:`PostgresKeywordIndex._top_passing`'s answer for a filter no index names: rankings judged by key in growing slices, up to :data:`_WALKED_SHARE` of the session.
+
+    A ranking costs about the same at any depth (every matched row is
+    scored: 100,000 steps, 100-130 ms at 1,024 rows or 25,000), judging
+    a row by key costs each row (its JSONB copy read, about 20 us): so
+    the session is ranked :data:`_RANKED_DEEP` rows deep (then, if need
+    be, to the share) and judged in slices, the first
+    :data:`_JUDGED_FIRST` (or ``4 * k``), each next one to
+    :data:`_WALK_GROWTH` times the rows judged, until ``k`` may pass or
+    the ranking holds no more rows (the answer either way: a row no
+    query term matches is no hit). Past the share, every row's copy is
+    read in one pass, which costs less per row than by key
+    (:func:`_among_candidates`). ``None`` where SQL cannot judge the filter.
+    """
+    limit = max(4 * k, _RANKED_DEEP)
+    ranked = index.top(sid, terms, limit)
+    n_items = index.counted(sid)
+    budget = max(_RANKED_FIRST, int((n_items or 0) * _WALKED_SHARE))
+    found: list[tuple[float, int]] = []
+    judged = 0
+    while True:
+        while judged < min(len(ranked), budget):
+            upto = min(budget, max(4 * k, _JUDGED_FIRST, int(judged * _WALK_GROWTH)))
+            part = ranked[judged:upto]
+            may_pass = judge.among([seq for _, seq in part])
+            if may_pass is None:
+                return None
+            found += [hit for hit in part if hit[1] in may_pass]
+            judged += len(part)
+            if len(found) >= k:
+                return found[:k]
+        whole = len(ranked) < limit or (n_items is not None and len(ranked) >= n_items)
+        if whole and judged == len(ranked):
+            return found  # every row the query matches was judged
+        if judged >= budget:
+            return _among_candidates(index, sid, terms, k, judge, ranked, limit)
+        limit = budget
+        ranked = index.top(sid, terms, limit)
