@@ -383,13 +383,15 @@ RARE: dict[str, dict[str, Any]] = {
     "eq-0.01%": {"tier": "platinum"},
     "in-0.1%": {"tier": {"$in": ["gold", "platinum"]}},
     "range-0.1%": {"weight": {"$gte": 0.25, "$lt": 0.251}},
+    "gt-0.1%": {"weight": {"$gt": 0.999}},
+    "gt-none": {"weight": {"$gt": 1.5}},
     "none": {"agent": "auditor"},
 }
 """The filters: the first four keep about 1% of the items each (``$eq``, ``$eq`` on a dotted
 field (a path into a dict), ``$in`` and a numeric range); the rarer ones (:data:`RARER`)
 0.1%, 0.01% and none, measured when ``--filters`` names them."""
 
-RARER: Final = ("eq-0.1%", "eq-0.01%", "in-0.1%", "range-0.1%", "none")
+RARER: Final = ("eq-0.1%", "eq-0.01%", "in-0.1%", "range-0.1%", "gt-0.1%", "gt-none", "none")
 """The filters of :data:`RARE` that keep under 1% of the items: not run unless named."""
 
 

@@ -683,13 +683,12 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:
         """Score the session by BM25 and rank the rows that may pass a filter, in one statement (``None``: SQL cannot judge it, or older tables read-only)."""
-        if not self._indexed:
-            return None
-        if self.no_tables:
-            return []
+        if not self._indexed or self.no_tables:
+            return [] if self._indexed else None
         judge = Judge(
             lambda seqs: self.filter_among(session_id, tree, seqs),
             lambda: self.filter_candidates(session_id, tree),
+            self.filter_named(tree),
         )
         return self._keyword.top_where(session_id, terms, k, tree, judge)
 

@@ -545,6 +545,8 @@ class Judge(NamedTuple):
     """The seqs among some that may pass (``None``: SQL cannot judge the filter)."""
     candidates: Callable[[], set[int] | None]
     """The seqs of every row of the session that may pass (``None`` likewise)."""
+    named: bool = True
+    """Whether an index names those rows (``False``: :attr:`candidates` reads every row's JSONB copy)."""
 
 
 _RANKED_FIRST: Final = 1024
@@ -553,6 +555,14 @@ _JUDGED_FIRST: Final = 64
 """Rows of that ranking SQL judges first (or ``4 * k``): the rest only when too few of them may pass."""
 _SCORED_ALONE: Final = 4096
 """The most rows that may pass a filter that are scored alone (by key); more are found down longer rankings."""
+_RANKED_DEEP: Final = 16384
+"""Rows a filtered ranking ranks first where no index names the rows that may pass (see ``_walk``)."""
+_WALKED_SHARE: Final = 0.1
+"""The share of a session's rows a filtered ranking walks and judges by key, deeper than :data:`_RANKED_FIRST`,
+before it has every row's JSONB copy read instead (a filter no index names: a range, ``$ne``)."""
+_WALK_GROWTH: Final = 1.5
+"""How much further each slice of that walk judges (rows judged so far times this): a slice judged past the
+``k``-th passing row is time lost, and each slice costs a statement (1-2 ms)."""
 
 
 class Statistics(NamedTuple):
@@ -720,12 +730,16 @@ class PostgresKeywordIndex:
         :meth:`top` ranks them, and SQL judges those rows by key
         (``judge.among``: the first :data:`_JUDGED_FIRST`, then the rest):
         a filter that keeps many rows leaves ``k`` of them there. Otherwise
-        SQL names every row that may pass (``judge.candidates``, one pass
-        over the session's rows, in another statement): up to
-        :data:`_SCORED_ALONE` are scored alone (:meth:`among`, the
-        statistics of the ranking's snapshot); more are found down longer
-        rankings. The scores are :meth:`top`'s either way: ``Memory.search``'s.
+        SQL names every row that may pass (``judge.candidates``, from an
+        index): up to :data:`_SCORED_ALONE` are scored alone (:meth:`among`,
+        the statistics of the ranking's snapshot); more are found down
+        longer rankings. A filter no index names (``judge.named`` false: a
+        range, ``$ne``) is walked instead (:func:`_walk`), and its candidates
+        read from every row's JSONB copy only past :data:`_WALKED_SHARE` of
+        the session. The scores are :meth:`top`'s either way: ``Memory.search``'s.
         """
+        if not judge.named:
+            return _walk(self, sid, terms, k, judge)
         limit = max(4 * k, _RANKED_FIRST)
         ranked = self.top(sid, terms, limit)
         if not ranked:
@@ -740,17 +754,7 @@ class PostgresKeywordIndex:
                 return best[:k]
         if len(ranked) < limit:
             return best
-        allowed = judge.candidates()
-        if allowed is None:
-            return None
-        if len(allowed) <= _SCORED_ALONE:
-            scored = self.among(sid, terms, sorted(allowed))
-            return None if scored is None else scored[:k]
-        while len(best) < k and len(ranked) == limit:
-            limit *= 8
-            ranked = self.top(sid, terms, limit)
-            best = [hit for hit in ranked if hit[1] in allowed]
-        return best[:k]
+        return _among_candidates(self, sid, terms, k, judge, ranked, limit)
 
     @staticmethod
     def _params(sid: str, names: Sequence[str], k: int) -> dict[str, Any]:
@@ -1019,3 +1023,70 @@ class PostgresKeywordIndex:
             "with store.rebuild_keyword_index()."
         )
         return CorruptStoreError(msg)
+
+
+def _among_candidates(
+    index: PostgresKeywordIndex,
+    sid: str,
+    terms: Sequence[str],
+    k: int,
+    judge: Judge,
+    ranked: list[tuple[float, int]],
+    limit: int,
+) -> list[tuple[float, int]] | None:
+    """Return :meth:`PostgresKeywordIndex._top_passing`'s answer from every row that may pass (``judge.candidates``), past a ranking ``limit`` deep (``ranked``) that held too few."""
+    allowed = judge.candidates()
+    if allowed is None:
+        return None
+    if len(allowed) <= _SCORED_ALONE:
+        scored = index.among(sid, terms, sorted(allowed))
+        return None if scored is None else scored[:k]
+    best = [hit for hit in ranked if hit[1] in allowed]
+    while len(best) < k and len(ranked) == limit:
+        limit *= 8
+        ranked = index.top(sid, terms, limit)
+        best = [hit for hit in ranked if hit[1] in allowed]
+    return best[:k]
+
+
+def _walk(
+    index: PostgresKeywordIndex, sid: str, terms: Sequence[str], k: int, judge: Judge
+) -> list[tuple[float, int]] | None:
+    """Return :meth:`PostgresKeywordIndex._top_passing`'s answer for a filter no index names: rankings judged by key in growing slices, up to :data:`_WALKED_SHARE` of the session.
+
+    A ranking costs about the same at any depth (every matched row is
+    scored: 100,000 steps, 100-130 ms at 1,024 rows or 25,000), judging
+    a row by key costs each row (its JSONB copy read, about 20 us): so
+    the session is ranked :data:`_RANKED_DEEP` rows deep (then, if need
+    be, to the share) and judged in slices, the first
+    :data:`_JUDGED_FIRST` (or ``4 * k``), each next one to
+    :data:`_WALK_GROWTH` times the rows judged, until ``k`` may pass or
+    the ranking holds no more rows (the answer either way: a row no
+    query term matches is no hit). Past the share, every row's copy is
+    read in one pass, which costs less per row than by key
+    (:func:`_among_candidates`). ``None`` where SQL cannot judge the filter.
+    """
+    limit = max(4 * k, _RANKED_DEEP)
+    ranked = index.top(sid, terms, limit)
+    n_items = index.counted(sid)
+    budget = max(_RANKED_FIRST, int((n_items or 0) * _WALKED_SHARE))
+    found: list[tuple[float, int]] = []
+    judged = 0
+    while True:
+        while judged < min(len(ranked), budget):
+            upto = min(budget, max(4 * k, _JUDGED_FIRST, int(judged * _WALK_GROWTH)))
+            part = ranked[judged:upto]
+            may_pass = judge.among([seq for _, seq in part])
+            if may_pass is None:
+                return None
+            found += [hit for hit in part if hit[1] in may_pass]
+            judged += len(part)
+            if len(found) >= k:
+                return found[:k]
+        whole = len(ranked) < limit or (n_items is not None and len(ranked) >= n_items)
+        if whole and judged == len(ranked):
+            return found  # every row the query matches was judged
+        if judged >= budget:
+            return _among_candidates(index, sid, terms, k, judge, ranked, limit)
+        limit = budget
+        ranked = index.top(sid, terms, limit)

@@ -240,6 +240,10 @@ class SQLRows:
             # gives the exact answer, and decoding the rows reports the damage.
             return None
 
+    def filter_named(self, tree: FilterNode) -> bool:
+        """Return whether an index names the rows :meth:`filter_candidates` answers for a filter (PostgreSQL's GIN index over the JSONB copies), where else it reads every row."""
+        return self.dialect is POSTGRES and self.doc_index and index_predicate(tree) is not None
+
     def filter_among(
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
     ) -> set[int] | None:
