@@ -569,6 +569,21 @@ class LogBackend(Backend):
         except DamagedIndexError:
             return answer(self._keywords.rebuilt(session_id, log, path))
 
+    def keyword_version(self, session_id: str) -> tuple[bytes, int] | None:
+        """Return the log's header and length as read (the rows it holds), following it first; ``None`` if there is no session.
+
+        Every write appends to the log (a longer length) or writes it anew
+        (a new header, with a new random generation: a compaction, a
+        session deleted and created again), by this handle or any other
+        handle or process, and the log is followed under the store's lock
+        as every read follows it. The keyword index asked next is caught up
+        with the log at that length (loaded from ``<session>.keywords``,
+        followed or built again): the ranking of the rows of that version.
+        A metadata or vector record changes it too: correct, only slower.
+        """
+        log = self._snapshot(session_id)
+        return None if log is None else (log.header, log.offset)
+
     def keyword_top(
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:

@@ -184,8 +184,10 @@ class SearchCalls:
         """Return a value that changes whenever the session's rows may have changed, by any handle or process, or ``None`` where the store cannot tell.
 
         SQLite's changes at every commit to the file (``PRAGMA
-        data_version`` and the handle's own changes); ``memory://``'s at
-        every write to its space; the others give ``None``. See
+        data_version`` and the handle's own changes); PostgreSQL's at every
+        write of the session's rows (its session row); JSONL's at every
+        write to the session's log (its header and length); ``memory://``'s
+        at every write to its space; the others give ``None``. See
         :meth:`ranking_at` and ``Backend.keyword_version``.
 
         Raises:
@@ -236,8 +238,8 @@ class SearchCalls:
         the first keyword query over all fields then scans them instead of
         reading every item's texts, with the same hits and scores; they are
         held until that query (about the size of the session's text).
-        Where none are scanned (PostgreSQL, ``memory://``, or without
-        numpy) and the store can tell that a session is unchanged
+        Where none are scanned (PostgreSQL, JSONL, ``memory://``, or
+        without numpy) and the store can tell that a session is unchanged
         (:meth:`keyword_version`), the memory's keyword queries over all
         fields without a filter are ranked by the store (:meth:`ranking_at`,
         rows mapped to items by seq; ``SearchIndex.take_ranking``) while
