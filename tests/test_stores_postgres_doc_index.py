@@ -13,12 +13,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agents.memory import Memory, MemoryItem
+from agents.memory import MemoryItem
 from agents.memory.search import Filter
 from agents.memory.stores import PostgresStore
 from agents.memory.stores._sql.doc_index import index_predicate
 
 psycopg = pytest.importorskip("psycopg")
+
+from postgres_checks import ranked_by_memory, rows_read, skip_without_flushed_counters  # noqa: E402  # after the skip: it needs psycopg
 
 from agents.memory.stores._postgres import keyword as _keyword  # noqa: E402  # after the skip: the postgres extra
 
@@ -111,15 +113,6 @@ filters = st.one_of(
 )
 
 
-def ranked_by_memory(chosen: list[MemoryItem], k: int, where: Any) -> list[tuple[int, float]]:
-    """Return ``Memory.search``'s ``(seq, score)`` for "the" (seqs from 1, in order)."""
-    memory = Memory()
-    for item in chosen:
-        memory.add_memory_item(item)
-    hits = memory.search("the", k, where=where)
-    return [(int(hit.item.get_value("step")) + 1, hit.score) for hit in hits]
-
-
 @settings(
     max_examples=60,
     deadline=None,
@@ -160,11 +153,14 @@ def test_rare_filters_through_the_doc_index_rank_as_memory_search(
         # A ranking of 4 rows judged first: the rest are the index's candidates, scored alone.
         with mock.patch.object(_keyword, "_RANKED_FIRST", 1):
             got = store.search(sid, "the", 1, mode="keyword", where=where)
-            assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, 1, where)
+            assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(
+                chosen, "the", 1, where
+            )
 
 
 def test_a_rare_filter_reads_the_rows_the_index_names_not_the_session(postgres_url: str) -> None:
     """filter_candidates for a filter 3 of 3,000 steps pass reads a few rows (the index's), where it read all 3,000 JSONB copies."""
+    skip_without_flushed_counters(postgres_url)
     chosen = [
         MemoryItem(step=i, note="the report", owner="rev" if i % 1000 == 7 else "host")
         for i in range(3000)
@@ -179,32 +175,9 @@ def test_a_rare_filter_reads_the_rows_the_index_names_not_the_session(postgres_u
         assert allowed == {8, 1008, 2008}
         assert read < 100, read
         got = store.search("s", "the report", 5, where={"owner": "rev"})
-        assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory_of(
-            chosen, {"owner": "rev"}
+        assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(
+            chosen, "the report", 5, {"owner": "rev"}
         )
-
-
-def ranked_by_memory_of(
-    chosen: list[MemoryItem], where: Any, query: str = "the report"
-) -> list[tuple[int, float]]:
-    """Return ``Memory.search``'s ``(seq, score)`` for ``query``, 5 hits (seqs from 1, in order)."""
-    memory = Memory()
-    for item in chosen:
-        memory.add_memory_item(item)
-    hits = memory.search(query, 5, where=where)
-    return [(int(hit.item.get_value("step")) + 1, hit.score) for hit in hits]
-
-
-def rows_read(store: PostgresStore) -> int:
-    """Return how many rows of kvmemory_items the server has read so far (its counters, flushed)."""
-    store.backend.query_rows("SELECT pg_stat_force_next_flush()")
-    store.backend.query_rows("SELECT 1")
-    with psycopg.connect(store.backend.pool.conninfo, autocommit=True) as con:
-        row = con.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"
-            " FROM pg_stat_user_tables WHERE relid = 'kvmemory_items'::regclass"
-        ).fetchone()
-    return int(row[0])
 
 
 def write_v10_store(url: str) -> list[MemoryItem]:
@@ -249,8 +222,8 @@ def test_v10_store_opened_read_only_filters_by_scanning_then_is_migrated(postgre
             assert allowed is not None
             assert passing <= allowed
             got = reader.search("s", "the chart", 5, where=where)
-            assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory_of(
-                chosen, where, "the chart"
+            assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(
+                chosen, "the chart", 5, where
             )
     with psycopg.connect(postgres_url, autocommit=True) as con:
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(10,)]
@@ -265,8 +238,8 @@ def test_v10_store_opened_read_only_filters_by_scanning_then_is_migrated(postgre
             assert allowed is not None
             assert passing <= allowed
             got = store.search("s", "the chart", 5, where=where)
-            assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory_of(
-                chosen, where, "the chart"
+            assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(
+                chosen, "the chart", 5, where
             )
     with psycopg.connect(postgres_url, autocommit=True) as con:
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [

@@ -18,6 +18,8 @@ from agents.memory.stores import PostgresStore
 
 psycopg = pytest.importorskip("psycopg")
 
+from postgres_checks import ranked_by_memory, rows_read, skip_without_flushed_counters  # noqa: E402  # after the skip: it needs psycopg
+
 from agents.memory.stores._postgres import keyword as _keyword  # noqa: E402  # after the skip: the postgres extra
 
 pytestmark = pytest.mark.postgres
@@ -73,15 +75,6 @@ filters = st.one_of(
 )
 
 
-def ranked_by_memory(chosen: list[MemoryItem], k: int, where: Any) -> list[tuple[int, float]]:
-    """Return ``Memory.search``'s ``(seq, score)`` for "the" (seqs from 1, in order)."""
-    memory = Memory()
-    for item in chosen:
-        memory.add_memory_item(item)
-    hits = memory.search("the", k, where=where)
-    return [(int(hit.item.get_value("step")) + 1, hit.score) for hit in hits]
-
-
 @settings(
     max_examples=40,
     deadline=None,
@@ -118,7 +111,7 @@ def test_rare_range_filters_walked_down_the_ranking_rank_as_memory_search(
             ),
         ):
             got = store.search(sid, "the", k, mode="keyword", where=where)
-        assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, k, where)
+        assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, "the", k, where)
         # Past the share walked, every row's copy is read instead: the same answer.
         with (
             mock.patch.object(_keyword, "_RANKED_DEEP", 2),
@@ -126,25 +119,14 @@ def test_rare_range_filters_walked_down_the_ranking_rank_as_memory_search(
             mock.patch.object(_keyword, "_WALKED_SHARE", 0.0),
         ):
             got = store.search(sid, "the", k, mode="keyword", where=where)
-        assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, k, where)
-
-
-def rows_read(store: PostgresStore) -> int:
-    """Return how many rows of kvmemory_items the server has read so far (its counters, flushed)."""
-    store.backend.query_rows("SELECT pg_stat_force_next_flush()")
-    store.backend.query_rows("SELECT 1")
-    with psycopg.connect(store.backend.pool.conninfo, autocommit=True) as con:
-        row = con.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"
-            " FROM pg_stat_user_tables WHERE relid = 'kvmemory_items'::regclass"
-        ).fetchone()
-    return int(row[0])
+        assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, "the", k, where)
 
 
 def test_a_rare_range_filter_reads_rows_down_the_ranking_not_the_session(
     postgres_url: str,
 ) -> None:
     """A range filter 1% of 6,000 steps pass, past a first ranking of 64, reads the rows ranked down to its 5 hits (under 1,500), where it read every row's JSONB copy (over 6,000)."""
+    skip_without_flushed_counters(postgres_url)
     chosen = [
         MemoryItem(step=i, note="the report" + " x" * (i % 7), cost=1.0 if i % 100 == 42 else 0.01)
         for i in range(6000)
