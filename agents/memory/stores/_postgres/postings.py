@@ -625,6 +625,15 @@ def _prune(
     return [(score, at, seq) for (at, seq), score in best], dfs
 
 
+def _checked_block(term: str, seqs: Any, tfs: Any, lens: Any) -> tuple[bytes, bytes, bytes]:
+    """Return a block read back (binary form) as bytes, or raise :class:`DamagedBlockError` where its arrays disagree."""
+    block = (bytes(seqs), bytes(tfs), bytes(lens))
+    if not _whole(block):
+        msg = f"a block of term {term!r} holds arrays of other lengths or shapes"
+        raise DamagedBlockError(msg)
+    return block
+
+
 def _count(block: tuple[bytes, bytes, bytes]) -> int:
     """Return how many postings a block (binary form) holds."""
     return (len(block[0]) - _HEADER) // 12
@@ -761,12 +770,8 @@ class PostingBlocks:
                 # A stale row holding the term is counted in its blocks' sizes, not its frequency.
                 left[keys[key]] = left.get(keys[key], 0) + (-int(n) if kind == "g" else int(n))
                 continue
-            block = (bytes(seqs), bytes(tfs), bytes(lens))
-            if not _whole(block):
-                msg = f"a block of term {keys[key]!r} holds arrays of other lengths or shapes"
-                raise DamagedBlockError(msg)
             found = read_of.blocks if kind == "b" else read_of.tail
-            found.setdefault(keys[key], []).append(block)
+            found.setdefault(keys[key], []).append(_checked_block(keys[key], seqs, tfs, lens))
         n_items = sum(n for n, _ in counts.values())
         total = sum(t for _, t in counts.values())
         if not n_items:
@@ -784,10 +789,7 @@ class PostingBlocks:
                 return Ranked(best, n_items, total, {term: dfs.get(term, 0) for term in names})
             more = read(_READ_TERMS, {"sids": sids_read, "keys": [posting_key(t) for t in unread]})
             for sid, key, seqs, tfs, lens in more:
-                block = (bytes(seqs), bytes(tfs), bytes(lens))
-                if not _whole(block):
-                    msg = f"a block of term {keys[key]!r} holds arrays of other lengths or shapes"
-                    raise DamagedBlockError(msg)
+                block = _checked_block(keys[key], seqs, tfs, lens)
                 reads[place[sid]].blocks.setdefault(keys[key], []).append(block)
         np = _numpy()
         if np is not None:
