@@ -816,7 +816,7 @@ def main() -> None:
     parser.add_argument(
         "--filters",
         default=",".join(kind for kind in RARE if kind not in RARER),
-        help="of: " + ", ".join(RARE),
+        help="of: " + ", ".join(RARE).replace("%", "%%"),  # argparse formats help with %
     )
     parser.add_argument("--queries", type=int, default=5, help="the first N queries (of 5)")
     parser.add_argument(
