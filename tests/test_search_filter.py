@@ -726,7 +726,7 @@ def test_a_semantic_search_over_vectors_kept_in_memory_walks_their_ranking_for_a
     """Once a session's vectors are kept in memory, a semantic search with a filter 1% of 2,000 rows pass walks every cosine's ranking, asks SQL nothing, and ranks as Memory.search."""
     embedder = HashingEmbedder(32)
     session = reviewer_session(2000)
-    where = {"agent": "reviewer"}
+    where = WALKED[kind]
     with open_store(durable_url(kind)) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         store.index_embeddings("s", embedder)
@@ -794,7 +794,7 @@ def test_a_semantic_filter_too_rare_for_the_first_ranking_over_kept_vectors_scre
         }
         for i in range(2000)
     ]
-    where = {"agent": "reviewer"}
+    where = WALKED[kind]
     with open_store(durable_url(kind)) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         keep_vectors_in_memory(store, embedder)
@@ -815,7 +815,7 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_settles_in_two_filter_a
     """A filter 1% of 4,000 rows pass, k=5 over kept vectors: the second slice screened reaches as deep as the pass rate of the first says, so two filter_among_rows statements settle it, ranked as Memory.search."""
     embedder = HashingEmbedder(32)
     session = reviewer_session(4000)
-    where = {"agent": "reviewer"}
+    where = WALKED[kind]
     with open_store(durable_url(kind)) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         keep_vectors_in_memory(store, embedder)
@@ -835,7 +835,7 @@ def test_a_one_percent_semantic_filter_over_kept_vectors_reads_its_items_with_th
     """A filter 1% of 4,000 rows pass over kept vectors: each slice's statement also reads the rows that may pass, so no other read of items follows, ranked as Memory.search."""
     embedder = HashingEmbedder(32)
     session = reviewer_session(4000)
-    where = {"agent": "reviewer"}
+    where = WALKED[kind]
     with open_store(durable_url(kind)) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         keep_vectors_in_memory(store, embedder)
@@ -880,6 +880,44 @@ def test_a_semantic_filter_over_kept_vectors_scores_them_once_however_deep_it_wa
     assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
     assert len(hits) == 2
     assert len(products) == 1
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"agent": "reviewer"},
+        {"agent": {"$in": ["reviewer", "auditor"]}},
+        {"agent": "auditor"},
+        {"$and": [{"agent": "reviewer"}, {"step": {"$gt": 1000}}]},
+    ],
+)
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_a_semantic_filter_the_postgres_index_names_ranks_only_its_candidates_over_kept_vectors(
+    postgres_url: str, backend_calls: Any, where: dict[str, Any], k: int
+) -> None:
+    """Over vectors kept in memory, a filter PostgreSQL's GIN index names (1% of 2,000 rows, or none) asks the index once for the rows that may pass and ranks those alone, judging no slice of the ranking by key; hits and scores are Memory.search's."""
+    embedder = HashingEmbedder(32)
+    session = reviewer_session(2000)
+    with open_store(postgres_url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        backend = store.backend
+        assert backend.filter_named(Filter(where).tree)
+        asked = backend_calls(backend, "filter_candidates")
+        judged = backend_calls(backend, "filter_among_rows")
+        hits = store.search("s", "beta 7", k, mode="semantic", where=where, embedder=embedder)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("beta 7", k, mode="semantic", where=where, embedder=embedder)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert len(asked) == 1
+    assert judged == []
+
+
+WALKED: dict[str, dict[str, Any]] = {
+    "sqlite": {"agent": "reviewer"},
+    "postgres": {"agent": {"$nin": ["host"]}},
+}
+"""A filter the reviewer's steps pass that no index names (PostgreSQL's GIN index names ``$eq``, whose rows it then ranks alone)."""
 
 
 def reviewer_session(n: int) -> list[dict[str, Any]]:

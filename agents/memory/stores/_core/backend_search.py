@@ -173,6 +173,16 @@ class SearchOperations:
         """
         return None
 
+    def filter_named(self, tree: FilterNode) -> bool:
+        """Return whether an index names the rows :meth:`filter_candidates` answers for a filter (a few ms at any size), where else it may read every row.
+
+        A semantic search through a kept vector table asks
+        :meth:`filter_candidates` first only where this is true; otherwise
+        it judges the rows of its ranking a slice at a time
+        (:meth:`filter_among`). By default ``False``.
+        """
+        return False
+
     def filter_among(
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
     ) -> set[int] | None:

@@ -311,6 +311,13 @@ class VectorSearch:
                 # pass, with their items, in one call (Backend.filter_among_rows); without an
                 # answer, ask which rows of the session may pass once NARROW_AT fall short.
                 keys, every = kept.every_score(query)
+                named = self._few(sid, keep, named=True)
+                if named is not None:  # an index names the few rows that may pass: rank those
+                    np = numpy()
+                    among = np.isin(keys, np.asarray(named, dtype=np.int64))
+                    ranked = ranked_top(keys[among], every[among], len(named))
+                    passing = first_passing(ranked, k, keep, found, read)
+                    return [StoreHit(seq, item, score) for seq, score, item in passing]
 
                 def rank_kept(limit: int) -> list[tuple[int, float]]:
                     return ranked_top(keys, every, limit)
@@ -479,15 +486,19 @@ class VectorSearch:
         kept_as = (version, embedder.name, embedder.dimension)
         return self._cache.table(sid, filed, kept_as, load, update)
 
-    def _few(self, sid: str, keep: Filter) -> list[int] | None:
+    def _few(self, sid: str, keep: Filter, *, named: bool = False) -> list[int] | None:
         """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_candidates``), else ``None``.
 
         A read-only handle, which embeds the items without a vector for each
-        query, ranks as before.
+        query, ranks as before. With ``named``, the backend is asked only
+        where an index names those rows (``Backend.filter_named``: a few ms,
+        where else it may read every row of the session).
         """
         if self._engine.read_only:
             return None
         with self._engine.errors("search", sid):
+            if named and not self._backend.filter_named(keep.tree):
+                return None
             allowed = self._backend.filter_candidates(sid, keep.tree)
             if allowed is None or FEW * len(allowed) > self._backend.count(sid):
                 return None
