@@ -311,12 +311,9 @@ class VectorSearch:
                 # pass, with their items, in one call (Backend.filter_among_rows); without an
                 # answer, ask which rows of the session may pass once NARROW_AT fall short.
                 keys, every = kept.every_score(query)
-                named = self._few(sid, keep, named=True)
+                named = _few(self._engine, sid, keep, named=True)
                 if named is not None:  # an index names the few rows that may pass: rank those
-                    np = numpy()
-                    among = np.isin(keys, np.asarray(named, dtype=np.int64))
-                    ranked = ranked_top(keys[among], every[among], len(named))
-                    passing = first_passing(ranked, k, keep, found, read)
+                    passing = first_passing(_ranked_among(keys, every, named), k, keep, found, read)
                     return [StoreHit(seq, item, score) for seq, score, item in passing]
 
                 def rank_kept(limit: int) -> list[tuple[int, float]]:
@@ -329,7 +326,7 @@ class VectorSearch:
                     rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
                 )
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
-            few = self._few(sid, keep)
+            few = _few(self._engine, sid, keep)
             if few is not None:  # few rows may pass: score only their vectors
                 cosines = self._cosines_of(sid, embedder, fields, query, few, parts)
                 ranked = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
@@ -359,7 +356,9 @@ class VectorSearch:
                 return found, kept[0] if kept else None
 
             pooled = held_pool(pool, ranking, query)
-            few = None if keep is None else self._few(sid, keep)  # then only those are scored
+            few = (
+                None if keep is None else _few(self._engine, sid, keep)
+            )  # then only those are scored
             terms = _TOKENIZER(text)
             scores, found = self._keyword.hybrid_scores(
                 sid, terms, fields, k, pooled, weight, on_unknown_class, keep is None, few
@@ -485,24 +484,6 @@ class VectorSearch:
 
         kept_as = (version, embedder.name, embedder.dimension)
         return self._cache.table(sid, filed, kept_as, load, update)
-
-    def _few(self, sid: str, keep: Filter, *, named: bool = False) -> list[int] | None:
-        """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_candidates``), else ``None``.
-
-        A read-only handle, which embeds the items without a vector for each
-        query, ranks as before. With ``named``, the backend is asked only
-        where an index names those rows (``Backend.filter_named``: a few ms,
-        where else it may read every row of the session).
-        """
-        if self._engine.read_only:
-            return None
-        with self._engine.errors("search", sid):
-            if named and not self._backend.filter_named(keep.tree):
-                return None
-            allowed = self._backend.filter_candidates(sid, keep.tree)
-            if allowed is None or FEW * len(allowed) > self._backend.count(sid):
-                return None
-        return sorted(allowed)
 
     def _cosines_of(
         self,
@@ -636,6 +617,33 @@ class VectorSearch:
         if found is not None and found != (embedder.name, embedder.dimension):
             raise EmbedderMismatchError(_mismatch(self._engine.url, sid, found, embedder))
         return found
+
+
+def _few(engine: Engine, sid: str, keep: Filter, *, named: bool = False) -> list[int] | None:
+    """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_candidates``), else ``None``.
+
+    A read-only handle, which embeds the items without a vector for each
+    query, ranks as before. With ``named``, the backend is asked only where
+    an index names those rows (``Backend.filter_named``: a few ms, where
+    else it may read every row of the session).
+    """
+    if engine.read_only:
+        return None
+    backend = engine.backend
+    with engine.errors("search", sid):
+        if named and not backend.filter_named(keep.tree):
+            return None
+        allowed = backend.filter_candidates(sid, keep.tree)
+        if allowed is None or FEW * len(allowed) > backend.count(sid):
+            return None
+    return sorted(allowed)
+
+
+def _ranked_among(keys: Any, every: Any, seqs: Sequence[int]) -> list[tuple[int, float]]:
+    """Return ``(key, cosine)`` of the keys among ``seqs``, best first (ties by key): :func:`ranked_top` of those alone, the same floats."""
+    np = numpy()
+    among = np.isin(keys, np.asarray(seqs, dtype=np.int64))
+    return ranked_top(keys[among], every[among], len(seqs))
 
 
 def _damaged_vector(
