@@ -120,44 +120,6 @@ def test_rare_range_filters_walked_down_the_ranking_rank_as_memory_search(
         ):
             got = store.search(sid, "the", k, mode="keyword", where=where)
         assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, "the", k, where)
-        # A walk cut short where the pass rate seen predicts too few: the same answer.
-        with (
-            mock.patch.object(_keyword, "_RANKED_DEEP", 3),
-            mock.patch.object(_keyword, "_RANKED_FIRST", 2),
-            mock.patch.object(_keyword, "_JUDGED_FIRST", 1),
-            mock.patch.object(_keyword, "_WALK_GROWTH", 2),
-            mock.patch.object(_keyword, "_WALKED_SHARE", 0.9),
-        ):
-            got = store.search(sid, "the", k, mode="keyword", where=where)
-        assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(chosen, "the", k, where)
-
-
-def test_a_range_no_row_passes_stops_walking_when_the_pass_rate_seen_predicts_too_few(
-    postgres_url: str,
-) -> None:
-    """A range no row of 4,000 passes, walked with a budget of 2,000 rows, judges a sixth of it by key (k = 5) before reading every row instead, where it judged all 2,000; the answer is still Memory.search's (none)."""
-    chosen = [
-        MemoryItem(step=i, note="the report" + " x" * (i % 7), cost=0.01) for i in range(4000)
-    ]
-    where = {"cost": {"$gt": 0.5}}
-    with PostgresStore(postgres_url, pgvector=False) as store:
-        store.append("s", chosen)
-        judged: list[int] = []
-        among = store.backend.filter_among
-
-        def counted(session_id: str, tree: Any, seqs: Any) -> Any:
-            judged.append(len(seqs))
-            return among(session_id, tree, seqs)
-
-        with (
-            mock.patch.object(_keyword, "_RANKED_DEEP", 3000),
-            mock.patch.object(_keyword, "_WALKED_SHARE", 0.5),
-            mock.patch.object(store.backend, "filter_among", side_effect=counted),
-        ):
-            got = store.search("s", "the report", 5, mode="keyword", where=where)
-    assert got == []
-    assert 2000 // 6 <= sum(judged) < 2000 // 3, judged
-    assert ranked_by_memory(chosen, "the report", 5, where) == []
 
 
 def test_a_rare_range_filter_reads_rows_down_the_ranking_not_the_session(

@@ -1049,20 +1049,6 @@ def _among_candidates(
     return best[:k]
 
 
-def _walk_hopeless(missing: int, passed: int, judged: int, reach: int) -> bool:
-    """Return whether a walk that found ``passed`` rows in ``judged`` should stop and have every row read instead.
-
-    True when the pass rate seen, taken one row better than seen
-    (``(passed + 1) / judged``), predicts fewer than ``missing`` passing
-    rows in the rest of what the walk may judge (``reach - judged``): a
-    range no row passes then pays the scan after a sixth of its budget
-    (``k`` of 5) rather than the whole of it. A filter 0.1% of the rows
-    pass finds none in the first sixth of a 10,000-row budget about one
-    time in five, and pays the scan then too; the answer is the same.
-    """
-    return judged < reach and (passed + 1) * (reach - judged) < missing * judged
-
-
 def _walk(
     index: PostgresKeywordIndex, sid: str, terms: Sequence[str], k: int, judge: Judge
 ) -> list[tuple[float, int]] | None:
@@ -1076,8 +1062,7 @@ def _walk(
     :data:`_JUDGED_FIRST` (or ``4 * k``), each next one to
     :data:`_WALK_GROWTH` times the rows judged, until ``k`` may pass or
     the ranking holds no more rows (the answer either way: a row no
-    query term matches is no hit), or the pass rate seen says the share
-    will not hold ``k`` (:func:`_walk_hopeless`). Past that, every row's copy is
+    query term matches is no hit). Past the share, every row's copy is
     read in one pass, which costs less per row than by key
     (:func:`_among_candidates`). ``None`` where SQL cannot judge the filter.
     """
@@ -1098,11 +1083,6 @@ def _walk(
             judged += len(part)
             if len(found) >= k:
                 return found[:k]
-            whole = len(ranked) < limit or (n_items is not None and len(ranked) >= n_items)
-            # A walk that may end the ranking within the budget is the exact answer: never cut short.
-            ends = (whole and len(ranked) <= budget) or n_items is None or budget >= n_items
-            if not ends and _walk_hopeless(k - len(found), len(found), judged, budget):
-                return _among_candidates(index, sid, terms, k, judge, ranked, limit)
         whole = len(ranked) < limit or (n_items is not None and len(ranked) >= n_items)
         if whole and judged == len(ranked):
             return found  # every row the query matches was judged
