@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from agents.memory._filter import Filter
@@ -44,6 +44,7 @@ from agents.memory.stores._search.filtering import (
     ALL,
     FEW,
     NARROW_AT,
+    Passing,
     Screener,
     first_passing,
     narrower,
@@ -55,6 +56,9 @@ from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.vector_cache import VectorCache, Vectors
 
 __all__ = ["VectorSearch", "check_embedder"]
+
+_FIRST_SLICE: Final = 64
+"""The rows of a kept ranking screened before an index is asked which rows may pass a filter (or ``2 * k``): the first slice of :func:`first_passing`."""
 
 
 def _run_ends(keys: Sequence[int]) -> list[int]:
@@ -311,20 +315,21 @@ class VectorSearch:
                 # pass, with their items, in one call (Backend.filter_among_rows); without an
                 # answer, ask which rows of the session may pass once NARROW_AT fall short.
                 keys, every = kept.every_score(query)
-                named = _few(self._engine, sid, keep, named=True)
-                if named is not None:  # an index names the few rows that may pass: rank those
-                    passing = first_passing(_ranked_among(keys, every, named), k, keep, found, read)
-                    return [StoreHit(seq, item, score) for seq, score, item in passing]
 
                 def rank_kept(limit: int) -> list[tuple[int, float]]:
                     return ranked_top(keys, every, limit)
 
-                narrowed = narrower(self._engine, sid, keep)
                 screen = Screener(self._engine, sid, keep, found, on_unknown_class)
                 start = max(k, NARROW_AT)
-                passing = widening(
-                    rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
-                )
+                ranked = rank_kept(start)
+                passing = _through_index(self._engine, sid, keep, k, ranked, found, read, screen)
+                if passing is None:  # a rare filter an index names: rank only its rows
+                    passing = _named_few(self._engine, sid, keep, keys, every, k, found, read)
+                if passing is None:
+                    narrowed = narrower(self._engine, sid, keep)
+                    passing = widening(
+                        rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
+                    )
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
             few = _few(self._engine, sid, keep)
             if few is not None:  # few rows may pass: score only their vectors
@@ -639,11 +644,52 @@ def _few(engine: Engine, sid: str, keep: Filter, *, named: bool = False) -> list
     return sorted(allowed)
 
 
-def _ranked_among(keys: Any, every: Any, seqs: Sequence[int]) -> list[tuple[int, float]]:
-    """Return ``(key, cosine)`` of the keys among ``seqs``, best first (ties by key): :func:`ranked_top` of those alone, the same floats."""
+def _through_index(
+    engine: Engine,
+    sid: str,
+    keep: Filter,
+    k: int,
+    ranked: Sequence[tuple[int, float]],
+    found: dict[int, MemoryItem],
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+    screen: Screener,
+) -> Passing | None:
+    """Return the best ``k`` of ``ranked`` that pass ``keep`` where its first slice settles them, for a filter an index names; ``None`` otherwise.
+
+    The first slice (``max(64, 2k)`` rows) is screened as the walk screens
+    it (``screen``: the rows that may pass read with their verdict): a
+    filter most rows pass is settled there, without asking the index for
+    nearly every row. ``None`` where the index names no such filter
+    (``Backend.filter_named``), or the slice holds fewer than ``k``.
+    """
+    if not engine.backend.filter_named(keep.tree):
+        return None
+    passing = first_passing(ranked[: max(_FIRST_SLICE, 2 * k)], k, keep, found, read, screen=screen)
+    return passing if len(passing) == k else None
+
+
+def _named_few(
+    engine: Engine,
+    sid: str,
+    keep: Filter,
+    keys: Any,
+    every: Any,
+    k: int,
+    found: dict[int, MemoryItem],
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+) -> Passing | None:
+    """Return the best ``k`` that pass ``keep`` from the kept cosines (``keys``, ``every``) of the rows an index names, when at most one in 16 may pass; else ``None``.
+
+    The rows come from ``Backend.filter_candidates`` (an index scan, where
+    ``Backend.filter_named``); their cosines are ranked alone, the same
+    floats as every row's ranking (:func:`ranked_top`).
+    """
+    named = _few(engine, sid, keep, named=True)
+    if named is None:
+        return None
     np = numpy()
-    among = np.isin(keys, np.asarray(seqs, dtype=np.int64))
-    return ranked_top(keys[among], every[among], len(seqs))
+    among = np.isin(keys, np.asarray(named, dtype=np.int64))
+    return first_passing(ranked_top(keys[among], every[among], len(named)), k, keep, found, read)
 
 
 def _damaged_vector(
