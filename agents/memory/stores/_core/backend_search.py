@@ -176,10 +176,10 @@ class SearchOperations:
     def filter_named(self, tree: FilterNode) -> bool:
         """Return whether an index names the rows :meth:`filter_candidates` answers for a filter (a few ms at any size), where else it may read every row.
 
-        A semantic search through a kept vector table asks
-        :meth:`filter_candidates` first only where this is true; otherwise
-        it judges the rows of its ranking a slice at a time
-        (:meth:`filter_among`). By default ``False``.
+        A semantic search through a kept vector table whose first slice
+        holds too few rows that pass asks :meth:`filter_candidates` only
+        where this is true; otherwise it goes on judging the rows of its
+        ranking a slice at a time (:meth:`filter_among`). By default ``False``.
         """
         return False
 
