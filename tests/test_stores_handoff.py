@@ -486,3 +486,36 @@ def test_read_memory_never_builds_or_follows_a_jsonl_keyword_index(
             assert hits(memory, query) == hits(model, query)
         assert asked
         assert all(answer is not None for answer in asked)
+
+
+def test_the_first_query_finishes_before_the_build_it_starts_runs(
+    asked: list[object],
+    session: tuple[str, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The build ahead a first query starts waits for that query to return: the query's time is not the build's (with a switch interval too long for the scheduler to hand the interpreter back)."""
+    url, rows = session
+    returned: list[bool] = []
+    seen: list[bool] = []
+    filed = index_module.BuiltPostings
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append(bool(returned))
+        return filed(*args, **kwargs)
+
+    monkeypatch.setattr(index_module, "BuiltPostings", watched)
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+        model = Memory([MemoryItem(**row) for row in rows])
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(30.0)
+        try:
+            found = hits(memory, "report 3")
+            returned.append(True)
+            search_index(memory).build_ahead(wait=True)
+        finally:
+            sys.setswitchinterval(interval)
+        assert found == hits(model, "report 3")
+        assert asked
+        assert asked[0] is not None
+        assert seen == [True]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -198,6 +197,7 @@ class SearchIndex:
                 keys, values = _waiting(self._pending, self._items)
                 ahead = self._ahead = _Ahead(self, keys, values, self._generation, vectors)
                 ahead.thread.start()
+                ahead.started.set()  # the build goes on when this thread lets it (_Ahead._run)
             running = [ahead, *self._watching] if ahead is not None else [*self._watching]
         if wait:  # for the vectors read after the keyword index too
             with self._pause.lifted():
@@ -727,6 +727,8 @@ class _Ahead:
         self.changed: set[int] = set()
         self.reads_vectors = vectors is not None
         self.reading = True  # until its keyword index is in and the vectors it reads are taken
+        self.started = threading.Event()
+        """Set once the thread that started the build has seen it start (the build waits for it)."""
         self.thread = threading.Thread(
             target=self._run,
             args=(index, keys, items, vectors),
@@ -745,8 +747,8 @@ class _Ahead:
         # The thread that started this one (a first query, inside it) goes on first: started,
         # a thread keeps the interpreter up to the switch interval (5 ms) while the starter
         # waits for it, and that query's time and CPU held the build's (JSONL at 100,000
-        # steps: a third of the first query's CPU).
-        time.sleep(0)
+        # steps: a third of the first query's CPU). Waiting lets the interpreter go.
+        self.started.wait()
         try:
             with collector_paused(len(keys)):  # kept pairs: no garbage to look for
                 pairs = list(zip(keys, items, strict=True))
