@@ -196,8 +196,7 @@ class SearchIndex:
             if ahead is None and self._pending and not self._keyword.docs:
                 keys, values = _waiting(self._pending, self._items)
                 ahead = self._ahead = _Ahead(self, keys, values, self._generation, vectors)
-                ahead.thread.start()
-                ahead.started.set()  # the build goes on when this thread lets it (_Ahead._run)
+                ahead.start()
             running = [ahead, *self._watching] if ahead is not None else [*self._watching]
         if wait:  # for the vectors read after the keyword index too
             with self._pause.lifted():
@@ -735,6 +734,11 @@ class _Ahead:
             name="kvmemory-index-ahead",
             daemon=True,
         )
+
+    def start(self) -> None:
+        """Start the thread; the build goes on once this one has seen it start (and lets it: :meth:`_run`)."""
+        self.thread.start()
+        self.started.set()
 
     def _run(
         self,

@@ -246,7 +246,10 @@ class SearchCalls:
         neither the memory nor the session changed since the read and the
         store is open, till the memory's own index, built ahead from the
         first such query, is in: the hits and scores are ``Memory.search``'s.
-        A change of the memory drops both.
+        Handed a ranking, the backend is asked to make its keyword index
+        ready where that is cheap (``Backend.keyword_ready``: JSONL loads a
+        ``<session>.keywords`` that checks out, never building one). A
+        change of the memory drops both.
 
         Args:
             session_id: The session to read; an unknown session reads as empty.
