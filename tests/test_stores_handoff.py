@@ -17,6 +17,8 @@ from agents.memory import Memory, MemoryItem
 from agents.memory.search import SearchIndex, search_index
 from agents.memory.search import _index as index_module
 from agents.memory.stores import JSONLStore, PostgresStore, Store, open_memory, open_store
+from agents.memory.stores._jsonl import keywords as keywords_module
+from agents.memory.stores._jsonl.keyword_index import KeywordIndex
 
 TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
 VALUE = st.recursive(
@@ -140,14 +142,26 @@ def _write(store: Store, rows: list[dict[str, Any]], write: tuple[str, int, str]
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(ITEMS, WRITES, st.lists(QUERY, min_size=1, max_size=3))
+@given(
+    ITEMS,
+    WRITES,
+    st.lists(QUERY, min_size=1, max_size=3),
+    st.sampled_from(["none", "unlink", "damage", "append", "compact"]),
+)
 def test_a_memory_read_from_jsonl_ranks_as_its_items_whatever_its_keyword_file(
     asked: list[object],
     data: list[dict[str, Any]],
     writes: list[tuple[str, int, str]],
     queries: list[str],
+    after: str,
 ) -> None:
-    """After appends, deletes, field changes and compactions, with the keyword file saved stale, missing or damaged, a memory a new JSONL handle reads ranks by the store as one built from the rows."""
+    """After appends, deletes, field changes and compactions, with the keyword file saved stale, missing or damaged, a memory a new JSONL handle reads ranks by the store as one built from the rows.
+
+    Also when, after the read (which loads a current keyword file), the
+    file is removed or damaged in place, or a second handle appends to the
+    session or compacts it: the memory ranks as its items, asking the store
+    unless the session changed.
+    """
     rows = [{"step": i, **row} for i, row in enumerate(data)]
     with tempfile.TemporaryDirectory() as folder:
         url = f"jsonl://{folder}/s"
@@ -173,12 +187,31 @@ def test_a_memory_read_from_jsonl_ranks_as_its_items_whatever_its_keyword_file(
         with open_store(url) as reader:
             memory = reader.read_memory("s")
             model = built(rows)
+            _after_the_read(url, keywords, after)
             for query in queries:
                 if any(word.isalnum() for word in query.split()):
                     assert hits(memory, query) == hits(model, query)
             if rows:  # every query holds a word: the store was asked, and answered
                 assert asked
-                assert asked[0] is not None
+                assert (asked[0] is None) == (after in ("append", "compact"))
+
+
+def _after_the_read(url: str, keywords: Path, after: str) -> None:
+    """Change session ``s``'s keyword file in place, or the session by a second handle (``after``)."""
+    if after == "unlink":
+        keywords.unlink(missing_ok=True)
+    elif after == "damage" and keywords.exists():
+        blob = bytearray(keywords.read_bytes())
+        for at in range(len(blob) // 3, len(blob), max(1, len(blob) // 7)):
+            blob[at] ^= 0x55
+        keywords.write_bytes(bytes(blob))  # the same file, rewritten: the postings no longer check
+    elif after in ("append", "compact"):
+        with open_store(url) as other:
+            if after == "append":
+                other.append("s", [MemoryItem(step=10_000, a="a b 1 c")])
+            else:
+                assert isinstance(other, JSONLStore)
+                other.compact("s")  # written anew (a new generation), deletions or none
 
 
 @pytest.mark.parametrize("change", ["add", "delete", "field"])
@@ -381,3 +414,108 @@ def test_v9_postgres_tables_tell_no_version_read_only_and_one_once_migrated(
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
             (PostgresStore.schema_version,)
         ]
+
+
+def _jsonl_session(tmp_path: Path, *, saved: bool) -> tuple[str, Path, list[dict[str, Any]]]:
+    """A JSONL store holding session ``s`` of 60 rows (its keyword file saved by a search, if ``saved``): url, keyword file, rows."""
+    rows = [{"step": i, "thought": f"opened report {i % 7} window {i % 3}"} for i in range(60)]
+    url = f"jsonl://{tmp_path}/s"
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**row) for row in rows])
+        if saved:
+            store.search("s", "report")  # builds the keyword index and saves its file
+    keywords = tmp_path / "s" / "s.keywords"
+    assert keywords.exists() == saved
+    return url, keywords, rows
+
+
+def _no_build(*args: object) -> None:
+    raise AssertionError("the keyword index was built")
+
+
+def _no_follow(*args: object) -> None:
+    raise AssertionError("the keyword index followed the log")
+
+
+def test_a_memory_read_from_jsonl_takes_its_current_keyword_file_with_the_read(
+    asked: list[object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read_memory`` loads a current ``<session>.keywords``: the first query reads only postings, even with the file gone since (it builds nothing)."""
+    url, keywords, rows = _jsonl_session(tmp_path, saved=True)
+    monkeypatch.setattr(SearchIndex, "build_ahead", _unbuilt)  # the store answers every query
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+        keywords.unlink()  # the index was loaded (and holds the file open): not needed again
+        monkeypatch.setattr(keywords_module, "build", _no_build)
+        monkeypatch.setattr(KeywordIndex, "follow", _no_follow)
+        model = built(rows)
+        for query in ("report 3", "window 1 opened", "report 5 window"):
+            assert hits(memory, query) == hits(model, query)
+        assert len(asked) == 3
+        assert all(answer is not None for answer in asked)
+    assert not keywords.exists()  # nothing was built, so nothing saved
+
+
+@pytest.mark.parametrize("keyword_file", ["missing", "damaged", "stale", "another log"])
+def test_read_memory_never_builds_or_follows_a_jsonl_keyword_index(
+    asked: list[object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keyword_file: str
+) -> None:
+    """With the keyword file missing, damaged, covering part of the log or made for another log, ``read_memory`` neither builds nor follows an index (the first query does), and the memory ranks as its items."""
+    url, keywords, rows = _jsonl_session(tmp_path, saved=keyword_file != "missing")
+    if keyword_file == "damaged":
+        blob = bytearray(keywords.read_bytes())
+        blob[len(blob) // 2] ^= 0x55
+        keywords.write_bytes(bytes(blob))
+    elif keyword_file in ("stale", "another log"):
+        with open_store(url) as other:  # appends without a search: the file is not saved again
+            more = [{"step": 60 + i, "thought": f"report {i} filed"} for i in range(300)]
+            other.append("s", [MemoryItem(**row) for row in more])
+            rows.extend(more)
+            if keyword_file == "another log":
+                assert isinstance(other, JSONLStore)
+                other.delete_steps("s", [0])
+                other.compact("s")  # a new log: the file names the old one
+                rows.pop(0)
+    with open_store(url) as store:
+        with monkeypatch.context() as patched:
+            patched.setattr(keywords_module, "build", _no_build)
+            patched.setattr(KeywordIndex, "follow", _no_follow)
+            memory = store.read_memory("s")
+        model = built(rows)
+        for query in ("report 3", "window 1 opened", "filed report 7"):
+            assert hits(memory, query) == hits(model, query)
+        assert asked
+        assert all(answer is not None for answer in asked)
+
+
+def test_the_first_query_finishes_before_the_build_it_starts_runs(
+    asked: list[object],
+    session: tuple[str, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The build ahead a first query starts waits for that query to return: the query's time is not the build's (with a switch interval too long for the scheduler to hand the interpreter back)."""
+    url, rows = session
+    returned: list[bool] = []
+    seen: list[bool] = []
+    filed = index_module.BuiltPostings
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append(bool(returned))
+        return filed(*args, **kwargs)
+
+    monkeypatch.setattr(index_module, "BuiltPostings", watched)
+    with open_store(url) as store:
+        memory = store.read_memory("s")
+        model = Memory([MemoryItem(**row) for row in rows])
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(30.0)
+        try:
+            found = hits(memory, "report 3")
+            returned.append(True)
+            search_index(memory).build_ahead(wait=True)
+        finally:
+            sys.setswitchinterval(interval)
+        assert found == hits(model, "report 3")
+        assert asked
+        assert asked[0] is not None
+        assert seen == [True]

@@ -144,6 +144,18 @@ class SearchOperations:
         """
         return None
 
+    def keyword_ready(self, session_id: str) -> None:
+        """Make the session's keyword index ready for the next :meth:`keyword_top` where that is cheap; never build it.
+
+        ``Store.read_memory`` calls it once it has handed the memory the
+        store's ranking (:meth:`keyword_version` unchanged over the read),
+        so that the memory's first query does not pay for it. What it may
+        do must cost little beside reading the session (load an index
+        already kept current, not build one) and change no row; failing
+        quietly is fine: :meth:`keyword_top` does what it needs then. By
+        default nothing. JSONL loads and checks ``<session>.keywords``.
+        """
+
     # -- optional: the terms kept for each row ---------------------------------------------
 
     def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:

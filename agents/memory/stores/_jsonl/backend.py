@@ -584,6 +584,13 @@ class LogBackend(Backend):
         log = self._snapshot(session_id)
         return None if log is None else (log.header, log.offset)
 
+    def keyword_ready(self, session_id: str) -> None:
+        """Load ``<session>.keywords`` if this handle holds no index of the log and the file checks out (:meth:`SessionKeywords.loaded`); never build one."""
+        with self._files.locked(exclusive=False):
+            log = self._logs.current(session_id)
+            if log is not None:
+                self._keywords.loaded(session_id, log, self._files.log_path(session_id))
+
     def keyword_top(
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:

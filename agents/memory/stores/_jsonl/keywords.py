@@ -124,6 +124,26 @@ class SessionKeywords:
             self._save(session_id, index, log_path)
         return index
 
+    def loaded(self, session_id: str, log: SessionLog, log_path: str) -> bool:
+        """Load the session's index from its file if this handle holds none of ``log``'s and the file checks out; return whether one is held now.
+
+        Only what :meth:`current` would do first, at the next query: the file
+        is read and checked whole but for the postings (header, the log's
+        bytes it names, terms, entries and lengths against their CRC), and
+        a file covering part of the log is taken as :meth:`current` takes
+        it (the records after it are followed at the next query). Nothing
+        is followed, built or saved here: a missing or damaged file, or one
+        of another log, leaves the handle as it was.
+        """
+        index = self._indexes.get(session_id)
+        if index is not None and index.header == log.header and index.offset <= log.offset:
+            return True
+        index = self._load(session_id, log, log_path)
+        if index is None:
+            return False
+        self._indexes[session_id] = index
+        return True
+
     def moved(self, session_id: str, header: bytes, offset: int, log: SessionLog) -> None:
         """Take a compacted log: an index that covered the old one whole (``header``, ``offset``) covers ``log``, the new one."""
         index = self._indexes.get(session_id)
