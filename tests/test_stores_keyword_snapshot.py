@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import itertools
 import subprocess
 import sys
 import tempfile
@@ -66,23 +68,22 @@ def snapshot_file(folder: str | Path) -> Path:
     return path
 
 
-def _write(store: Store, rows: list[dict[str, Any]], what: str, at: int, text: str) -> bool:
-    """Apply one write to session ``s`` and to ``rows``; return whether it leaves a snapshot usable (an append)."""
+def _write(store: Store, rows: list[dict[str, Any]], what: str, at: int, text: str) -> None:
+    """Apply one write to session ``s`` and to ``rows``, its model."""
     if what == "add":
         step = max((row["step"] for row in rows), default=-1) + 1
         rows.append({"step": step, "a": text})
         store.append("s", [MemoryItem(**rows[-1])])
-        return True
-    if what == "delete" and rows:
+    elif what == "delete" and rows:
         store.delete_steps("s", [rows.pop(at % len(rows))["step"]])
     elif what == "field" and rows:
+        text = f"{text} q{next(_FRESH)}"  # a word no row held: the row's terms change
         rows[at % len(rows)]["b"] = text
         with open_memory(store, "s") as stored:
             stored.content[at % len(rows)].set_value("b", text)
-    else:
-        return True
-    return False
 
+
+_FRESH = itertools.count()
 
 WRITES = st.lists(
     st.tuples(
@@ -104,21 +105,22 @@ def test_a_memory_read_ranks_as_its_items_whatever_the_snapshot(
     writes: list[tuple[str, int, str]],
     queries: list[str],
 ) -> None:
-    """After appends, deletes, field changes, saves and reopens, with the snapshot stale, damaged, cut short or gone, a memory a new handle reads ranks as one built from the rows; the snapshot is used exactly where it was saved and only rows were appended since."""
+    """After appends, deletes, field changes, saves and reopens, with the snapshot stale, damaged, cut short or gone, a memory a new handle reads ranks as one built from the rows; the snapshot is used exactly where the rows it was saved from are still the first, unchanged."""
     rows = [{"step": i, **row} for i, row in enumerate(data)]
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite://{folder}/s.db"
         store = open_store(url)
-        usable = False
         try:
             store.append("s", [MemoryItem(**row) for row in rows])
+            # The rows the snapshot was saved from (None: none saved, or its file damaged or gone).
+            snap = copy.deepcopy(rows) if store.save_keyword_snapshot("s") else None
             for what, at, text in writes:
                 if what == "save":
-                    usable = store.save_keyword_snapshot("s")
+                    snap = copy.deepcopy(rows) if store.save_keyword_snapshot("s") else None
                 elif what == "reopen":
                     store.close()
                     store = open_store(url)
-                elif what in ("damage", "cut", "unlink") and usable:
+                elif what in ("damage", "cut", "unlink") and snap is not None:
                     path = snapshot_file(folder)
                     blob = bytearray(path.read_bytes())
                     if what == "damage":
@@ -126,9 +128,9 @@ def test_a_memory_read_ranks_as_its_items_whatever_the_snapshot(
                     path.write_bytes(bytes(blob[: len(blob) // 2] if what == "cut" else blob))
                     if what == "unlink":
                         path.unlink()
-                    usable = False
+                    snap = None
                 else:
-                    usable = _write(store, rows, what, at, text) and usable
+                    _write(store, rows, what, at, text)
         finally:
             store.close()
         loaded.clear()
@@ -138,6 +140,8 @@ def test_a_memory_read_ranks_as_its_items_whatever_the_snapshot(
             for query in queries:
                 if any(word.isalnum() for word in query.split()):
                     assert hits(memory, query) == hits(model, query)
+        # Used where the rows it was saved from are still the first rows, unchanged.
+        usable = snap is not None and rows[: len(snap)] == snap
         assert loaded == ([usable] if rows else [])
 
 
