@@ -272,3 +272,19 @@ def test_only_a_writable_sqlite_file_saves_one(tmp_path: Path) -> None:
     with open_store(url + "?mode=ro") as reader:  # a read-only handle reads it
         memory = reader.read_memory("s")
         assert hits(memory, "report") == hits(Memory([item]), "report")
+
+
+def test_a_snapshot_far_behind_is_not_caught_up(tmp_path: Path, loaded: list[bool]) -> None:
+    """A snapshot saved before more than 1,000 rows (and a fiftieth of its own) were appended is not used (catching up would cost more than the scan); 1,000 are caught up."""
+    url = f"sqlite://{tmp_path}/s.db"
+    rows = [{"step": i, "thought": f"report {i % 11} window {i % 5}"} for i in range(1_002)]
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(**rows[0])])
+        assert store.save_keyword_snapshot("s")
+        store.append("s", [MemoryItem(**row) for row in rows[1:1_001]])
+        model = built(rows[:1_001])
+        assert hits(store.read_memory("s"), "report 3 window") == hits(model, "report 3 window")
+        store.append("s", [MemoryItem(**rows[1_001])])
+        model = built(rows)
+        assert hits(store.read_memory("s"), "report 3 window") == hits(model, "report 3 window")
+    assert loaded == [True, False]

@@ -46,6 +46,9 @@ MAGIC: Final = b"kvmkwsn1"
 _DIGEST: Final = 20  # sha1
 _HEAD: Final = struct.Struct("<QQQ")
 _START: Final = len(MAGIC) + 2 * _DIGEST
+# Rows appended after the save that a read catches up (tens of microseconds a row, in Python),
+# beyond a fiftieth of the rows saved: further behind, the kept terms' scan costs less.
+_BEHIND: Final = 1_000
 
 
 def _rows_digest(seqs: Sequence[int], terms: Sequence[str]) -> bytes | None:
@@ -206,9 +209,11 @@ def load(data: bytes, seqs: Sequence[int], terms: Sequence[str]) -> KeywordSnaps
     """Return the snapshot in ``data`` for the rows read now (``seqs`` ascending, their kept ``terms``), or ``None`` where it cannot vouch for them.
 
     ``None`` without numpy, for a file that is not a snapshot or whose
-    body does not match its digest, and where the first rows read now are
+    body does not match its digest, where the first rows read now are
     not the rows it was made from (a row updated or deleted since, or
-    another session's file). Rows after those are caught up from their terms.
+    another session's file), and where more than ``_BEHIND`` rows and a
+    fiftieth of those were appended since. Rows after those are caught up
+    from their terms.
     """
     try:
         import numpy as np  # optional: without it, the memory scans the kept terms
@@ -220,7 +225,11 @@ def load(data: bytes, seqs: Sequence[int], terms: Sequence[str]) -> KeywordSnaps
     if hashlib.sha1(body, usedforsecurity=False).digest() != data[len(MAGIC) + _DIGEST : _START]:
         return None
     n_rows, n_words, n_text = _HEAD.unpack_from(body)
-    if n_rows > len(seqs) or _rows_digest(seqs[:n_rows], terms[:n_rows]) != digest:
+    if (
+        n_rows > len(seqs)
+        or len(seqs) - n_rows > _BEHIND + n_rows // 50
+        or _rows_digest(seqs[:n_rows], terms[:n_rows]) != digest
+    ):
         return None
     try:
         return _parsed(np, body, n_rows, n_words, n_text, terms)
