@@ -240,6 +240,10 @@ class SearchCalls:
         the first keyword query over all fields then scans them instead of
         reading every item's texts, with the same hits and scores; they are
         held until that query (about the size of the session's text).
+        Where a keyword snapshot saved beside the store
+        (:meth:`save_keyword_snapshot`) vouches for the rows read, neither:
+        the memory's queries over all fields without a filter rank from its
+        postings (``SearchIndex.take_ranking``) till its own index is in.
         Where none are scanned (PostgreSQL, JSONL, ``memory://``, or
         without numpy) and the store can tell that a session is unchanged
         (:meth:`keyword_version`), the memory's keyword queries over all
