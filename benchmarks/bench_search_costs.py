@@ -617,7 +617,9 @@ def first_store(name: str, url: str, n: int) -> str:
     """Return the id of the session of ``n`` steps in the store at ``url``, writing it (and its vectors) once.
 
     The SQLite file and the JSONL folder live under ``--cache`` and are
-    reused by later runs, as writing 100,000 steps takes minutes. The
+    reused by later runs, as writing 100,000 steps takes minutes; each run
+    saves the session's keyword snapshot again (``Store.save_keyword_snapshot``,
+    untimed), where the store has one. The
     vectors are whole-item (``EmbedParts.WHOLE``) and 64-wide, so that a
     session of 100,000 items stays small; JSONL keeps none.
     """
@@ -631,6 +633,10 @@ def first_store(name: str, url: str, n: int) -> str:
                 store.append(sid, [MemoryItem(**row) for row in rows[at : at + 10_000]])
             if store.keeps_vectors:
                 store.index_embeddings(sid, first_embedder(), parts=EmbedParts.WHOLE)
+        # The postings a Memory read later starts from (SQLite; where the store has the call).
+        save = getattr(store, "save_keyword_snapshot", None)
+        if save is not None:
+            save(sid)
     return sid
 
 

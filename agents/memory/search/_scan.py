@@ -17,7 +17,7 @@ until that is done or the memory changes.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from agents.memory._codec import collector_paused
@@ -32,7 +32,7 @@ from agents.memory._text import (
 )
 from agents.memory.search._bm25 import shares
 
-__all__ = ["TextScan", "kept_terms_joined"]
+__all__ = ["TextScan", "kept_terms_joined", "ranked_postings"]
 
 _SPACE: Final = 32  # the only byte between two terms (see spaced_terms)
 _END: Final = b"\x00"  # never in a term (not a letter or digit): the word that ends each item
@@ -240,29 +240,53 @@ class TextScan:
 
         ``n_items`` counts every item of the memory (also items without text).
         """
-        np = self.np
-        average = bm25_average_length(self.total, n_items)
-        slope = BM25_K1 * BM25_B / average
-        scores = np.zeros(len(self.keys), dtype=np.float64)
-        lengths = self.lengths
-        weights: dict[str, float] = {}
         self.find(terms)
-        for term in terms:  # in query order, repeats counted: bm25_term_score's sums
-            places, counts = self.posting(term)
-            if not len(places):
-                continue
-            weight = weights.get(term)
-            if weight is None:
-                weight = weights[term] = bm25_weight(n_items, len(places))
-            tf = counts.astype(np.float64)
-            dl = lengths[places].astype(np.float64)
-            scores[places] += shares(weight, slope, tf, dl)
-        held = np.flatnonzero(scores > 0.0)  # every share is above 0: the items holding a term
-        found = scores[held]
-        if len(found) > k:
-            cut = np.partition(found, len(found) - k)[len(found) - k]
-            keep = found >= cut
-            held, found = held[keep], found[keep]
-        keys = self._keys[held]
-        ranked = np.lexsort((keys, -found))[:k]
-        return list(zip(keys[ranked].tolist(), found[ranked].tolist(), strict=True))
+        return ranked_postings(
+            self.np, self.posting, self._keys, self.lengths, self.total, terms, n_items, k
+        )
+
+
+def ranked_postings(
+    np: Any,
+    posting: Callable[[str], tuple[Any, Any] | None],
+    keys: Any,
+    lengths: Any,
+    total: int,
+    terms: Sequence[str],
+    n_items: int,
+    k: int,
+) -> list[tuple[int, float]]:
+    """Return the best ``k`` ``(key, score)`` by BM25 for the query ``terms`` from each term's postings, best first, ties by key.
+
+    ``posting(term)`` gives the places (in ``keys``, ascending) of the items
+    holding the term and how many times each does (``None`` or empty: none);
+    ``lengths[place]`` is an item's number of terms and ``total`` their sum
+    over the ``n_items`` items. The floats are ``exhaustive_top``'s over the
+    postings filed item by item (the terms summed in query order, repeats
+    counted): :meth:`TextScan.top`, and the keyword snapshot a store keeps
+    (``agents.memory.stores._search.snapshot``), rank by this.
+    """
+    average = bm25_average_length(total, n_items)
+    slope = BM25_K1 * BM25_B / average
+    scores = np.zeros(len(keys), dtype=np.float64)
+    weights: dict[str, float] = {}
+    for term in terms:  # in query order, repeats counted: bm25_term_score's sums
+        found = posting(term)
+        if found is None or not len(found[0]):
+            continue
+        places, counts = found
+        weight = weights.get(term)
+        if weight is None:
+            weight = weights[term] = bm25_weight(n_items, len(places))
+        tf = counts.astype(np.float64)
+        dl = lengths[places].astype(np.float64)
+        scores[places] += shares(weight, slope, tf, dl)
+    held = np.flatnonzero(scores > 0.0)  # every share is above 0: the items holding a term
+    found_scores = scores[held]
+    if len(found_scores) > k:
+        cut = np.partition(found_scores, len(found_scores) - k)[len(found_scores) - k]
+        keep = found_scores >= cut
+        held, found_scores = held[keep], found_scores[keep]
+    held_keys = keys[held]
+    ranked = np.lexsort((held_keys, -found_scores))[:k]
+    return list(zip(held_keys[ranked].tolist(), found_scores[ranked].tolist(), strict=True))

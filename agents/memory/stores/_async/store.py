@@ -376,6 +376,7 @@ class AsyncStore:
     read = _store_call(Store.read)
     read_with_terms = _store_call(Store.read_with_terms)
     read_memory = _store_call(Store.read_memory)
+    save_keyword_snapshot = _store_call(Store.save_keyword_snapshot)
     records = _store_call(Store.records)
     project = _store_call(Store.project)
     tail = _store_call(Store.tail)

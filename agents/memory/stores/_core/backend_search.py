@@ -129,6 +129,16 @@ class SearchOperations:
         """
         return None
 
+    def keyword_snapshot_path(self, session_id: str) -> str | None:
+        """Return the file where the session's keyword snapshot is kept beside the store, or ``None`` where none is kept (the default).
+
+        ``Store.save_keyword_snapshot`` writes it, ``Store.read_memory``
+        reads it; it is a cache checked against the rows read (see
+        ``agents.memory.stores._search.snapshot``), so any file name that
+        no other session's snapshot shares will do.
+        """
+        return None
+
     def keyword_version(self, session_id: str) -> Hashable | None:
         """Return a value that changes whenever the session's rows may have changed, or ``None`` where the backend cannot tell.
 

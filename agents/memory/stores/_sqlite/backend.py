@@ -38,6 +38,7 @@ Durability follows ``synchronous`` (a URL option):
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
 import time
@@ -186,6 +187,13 @@ class SQLiteBackend(SQLRows, Backend):
         with self._file.lock:
             self._keywords.fold_pending()
             return self._file.change_stamp()
+
+    def keyword_snapshot_path(self, session_id: str) -> str | None:
+        """Return ``<file>.keywords/<sha1 of the session id>`` (``None`` for an in-memory store)."""
+        if self._file.path == ":memory:" or not self._file.keyword_indexed:
+            return None
+        name = hashlib.sha1(session_id.encode(), usedforsecurity=False).hexdigest()
+        return os.path.join(f"{self._file.path}.keywords", name)
 
     def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:
         if self.no_tables:
