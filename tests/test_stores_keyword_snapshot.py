@@ -250,6 +250,21 @@ def test_another_sessions_snapshot_is_not_taken(tmp_path: Path, loaded: list[boo
     assert sorted(loaded) == [False, True]
 
 
+def test_deleting_a_session_removes_its_snapshot_only(tmp_path: Path) -> None:
+    """``delete_session`` removes the session's snapshot file and leaves another session's."""
+    with open_store(f"sqlite://{tmp_path}/s.db") as store:
+        for sid in ("s", "t"):
+            store.append(sid, [MemoryItem(step=0, thought=f"report {sid} window")])
+            assert store.save_keyword_snapshot(sid)
+        assert len(list((tmp_path / "s.db.keywords").iterdir())) == 2
+        assert store.delete_session("s")
+        assert hits(store.read_memory("t"), "report t") == hits(
+            Memory([MemoryItem(step=0, thought="report t window")]), "report t"
+        )
+        assert len(list((tmp_path / "s.db.keywords").iterdir())) == 1
+        assert store.delete_session("s") is False  # gone already, its snapshot too: no error
+
+
 def test_only_a_writable_sqlite_file_saves_one(tmp_path: Path) -> None:
     """JSONL, memory:// and a read-only SQLite handle save none (False, or the read-only error); an async store saves as the store does."""
     item = MemoryItem(step=0, thought="report 3")

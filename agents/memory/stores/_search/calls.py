@@ -306,7 +306,8 @@ class SearchCalls:
         until it is saved again. It costs about the session's kept terms
         in time and disk (100,000 steps: ~4 s, ~50 MB). Where the store
         keeps no terms or no file (PostgreSQL, JSONL, ``memory://``, an
-        in-memory SQLite store), nothing is saved.
+        in-memory SQLite store), nothing is saved. :meth:`delete_session`
+        removes it with the session.
 
         Returns:
             Whether a snapshot was saved.

@@ -356,6 +356,12 @@ class SQLiteBackend(SQLRows, Backend):
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
             ).rowcount
+        # Its keyword snapshot (a cache beside the file) goes with it; one left would never vouch
+        # for a later session's rows (their digest differs), only hold the disk.
+        snapshot = self.keyword_snapshot_path(session_id)
+        if snapshot is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(snapshot)
         return gone > 0
 
     # -- vectors ---------------------------------------------------------------------
