@@ -280,7 +280,7 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
         self._keyed = tables.record_keys
         self.doc_index = tables.doc_index  # False: older tables opened read-only
         if tables.postings:
-            blocks = PostingBlocks(self._connections, self.query_rows, sent=tables.sent_blocks)
+            blocks = PostingBlocks(self._connections, self.query_rows, packed=tables.packed_blocks)
             self._keyword.rank_from(blocks)
         self._vectors = PostgresVectors(
             self.query_rows,

@@ -1,7 +1,8 @@
-"""The PostgreSQL posting blocks' binary copies (schema version 12): sent as they lie by a ranking, kept equal to the arrays by every write, and older tables read by converting the arrays."""
+"""The PostgreSQL posting blocks' packed copies (schema version 12): sent as they lie by a ranking, kept equal to the arrays by every write, and older tables read from the arrays as the server sends them."""
 
 from __future__ import annotations
 
+import struct
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.postgres
 
 WORDS = ("the", "report", "dialog", "file", "open", "ok", "zeta", "chart")
 QUERIES = ("the", "the report", "file ok ok", "zeta chart dialog", "open the file 17", "rare9 the")
-SENT = ("seqs_sent", "tfs_sent", "lens_sent")
+PACKED = ("seqs_packed", "tfs_packed", "lens_packed")
 
 
 def _text(i: int) -> str:
@@ -46,25 +47,32 @@ def ranked_by_memory(items: dict[int, MemoryItem], query: str, k: int) -> list[t
     return [(seq_of[hit.item.get_value("step")], hit.score) for hit in memory.search(query, k)]
 
 
-def sent_columns(url: str) -> set[str]:
-    """Return the binary copies' columns the blocks' table holds."""
+def packed_columns(url: str) -> set[str]:
+    """Return the packed copies' columns the blocks' table holds."""
     with psycopg.connect(url, autocommit=True) as con:
         rows = con.execute(
             "SELECT attname FROM pg_attribute WHERE attrelid = 'kvmemory_postings'::regclass"
-            " AND attnum > 0 AND NOT attisdropped AND attname LIKE '%\\_sent'"
+            " AND attnum > 0 AND NOT attisdropped AND attname LIKE '%\\_packed'"
         ).fetchall()
     return {name for (name,) in rows}
 
 
 def copies_disagreeing(url: str) -> int:
-    """Return how many blocks hold a binary copy other than ``array_send`` of their arrays."""
+    """Return how many blocks hold packed copies other than their arrays' elements, each in its big-endian bytes (8 a seq, 4 a count or a length)."""
     with psycopg.connect(url, autocommit=True) as con:
-        row = con.execute(
-            "SELECT count(*) FROM kvmemory_postings WHERE seqs_sent IS DISTINCT FROM array_send(seqs)"
-            " OR tfs_sent IS DISTINCT FROM array_send(tfs)"
-            " OR lens_sent IS DISTINCT FROM array_send(lens)"
-        ).fetchone()
-    return int(row[0])
+        blocks = con.execute(
+            "SELECT seqs, tfs, lens, seqs_packed, tfs_packed, lens_packed FROM kvmemory_postings"
+        ).fetchall()
+    assert blocks
+    return sum(
+        (
+            struct.pack(f">{len(seqs)}q", *seqs),
+            struct.pack(f">{len(tfs)}i", *tfs),
+            struct.pack(f">{len(lens)}i", *lens),
+        )
+        != (bytes(a), bytes(b), bytes(c))
+        for seqs, tfs, lens, a, b, c in blocks
+    )
 
 
 def schema_version(url: str) -> int:
@@ -74,13 +82,15 @@ def schema_version(url: str) -> int:
 
 
 def leave_v11_tables(url: str) -> None:
-    """Take the tables back to schema version 11: blocks without binary copies."""
+    """Take the tables back to schema version 11: blocks without packed copies."""
     with psycopg.connect(url, autocommit=True) as con:
         con.execute(
-            "ALTER TABLE kvmemory_postings DROP COLUMN seqs_sent, DROP COLUMN tfs_sent,"
-            " DROP COLUMN lens_sent"
+            "ALTER TABLE kvmemory_postings DROP COLUMN seqs_packed, DROP COLUMN tfs_packed,"
+            " DROP COLUMN lens_packed"
         )
-        con.execute("DROP FUNCTION kvmemory_bigints_sent(bigint[]), kvmemory_ints_sent(integer[])")
+        con.execute(
+            "DROP FUNCTION kvmemory_bigints_packed(bigint[]), kvmemory_ints_packed(integer[])"
+        )
         con.execute("UPDATE kvmemory_schema SET version = 11")
 
 
@@ -128,20 +138,20 @@ def assert_ranks_as_memory(store: PostgresStore, items: dict[int, MemoryItem]) -
 def test_a_ranking_sends_the_blocks_binary_copies_and_ranks_as_memory(
     postgres_url: str, statements: list[str]
 ) -> None:
-    """On tables of the current version every block holds its arrays' binary copies; rankings read those, never converting the arrays, and give Memory.search's hits and scores."""
+    """On tables of the current version every block holds its arrays' packed copies; rankings read those, never converting the arrays, and give Memory.search's hits and scores."""
     items = write_session(postgres_url)
-    assert sent_columns(postgres_url) == set(SENT)
+    assert packed_columns(postgres_url) == set(PACKED)
     assert copies_disagreeing(postgres_url) == 0
     statements.clear()
     with PostgresStore(postgres_url, pgvector=False) as store:
         assert_ranks_as_memory(store, items)
     ranking = [sql for sql in statements if "kvmemory_postings AS p" in sql]
-    assert any("p.seqs_sent" in sql for sql in ranking)
+    assert any("p.seqs_packed" in sql for sql in ranking)
     assert not any("array_send(p." in sql for sql in ranking)
 
 
 def test_the_binary_copies_follow_every_write(postgres_url: str) -> None:
-    """One-step appends, batches, updates below and above the mark, deletes and a cleared session, folded every few rows, leave each block's binary copies equal to its arrays; rankings stay Memory.search's."""
+    """One-step appends, batches, updates below and above the mark, deletes and a cleared session, folded every few rows, leave each block's packed copies equal to its arrays; rankings stay Memory.search's."""
     items = write_session(postgres_url)
     with PostgresStore(folding_every(postgres_url, 4), pgvector=False) as store:
         for step in range(300, 320):
@@ -167,7 +177,7 @@ def test_the_binary_copies_follow_every_write(postgres_url: str) -> None:
 def test_v11_tables_read_only_convert_the_arrays_then_are_migrated(
     postgres_url: str, statements: list[str]
 ) -> None:
-    """v11 tables (blocks without binary copies) opened read-only rank by converting the arrays and stay version 11; opened writable they gain the copies, read them, keep them through writes, and rank as Memory.search throughout."""
+    """v11 tables (blocks without packed copies) opened read-only rank by converting the arrays and stay version 11; opened writable they gain the copies, read them, keep them through writes, and rank as Memory.search throughout."""
     items = write_session(postgres_url)
     leave_v11_tables(postgres_url)
     statements.clear()
@@ -175,17 +185,17 @@ def test_v11_tables_read_only_convert_the_arrays_then_are_migrated(
         assert_ranks_as_memory(reader, items)
     ranking = [sql for sql in statements if "kvmemory_postings AS p" in sql]
     assert any("array_send(p.seqs)" in sql for sql in ranking)
-    assert not any("_sent" in sql for sql in ranking)
+    assert not any("_packed" in sql for sql in ranking)
     assert schema_version(postgres_url) == 11
-    assert sent_columns(postgres_url) == set()
+    assert packed_columns(postgres_url) == set()
     statements.clear()
     with PostgresStore(folding_every(postgres_url, 8), pgvector=False) as store:
         assert schema_version(postgres_url) == PostgresStore.schema_version == 12
-        assert sent_columns(postgres_url) == set(SENT)
+        assert packed_columns(postgres_url) == set(PACKED)
         assert copies_disagreeing(postgres_url) == 0
         assert_ranks_as_memory(store, items)
         ranking = [sql for sql in statements if "kvmemory_postings AS p" in sql]
-        assert any("p.seqs_sent" in sql for sql in ranking)
+        assert any("p.seqs_packed" in sql for sql in ranking)
         assert not any("array_send(p." in sql for sql in ranking)
         more = [MemoryItem(step=1000 + i, note=_text(i)) for i in range(20)]
         items.update(zip(store.append("s", more), more, strict=True))
