@@ -135,7 +135,7 @@ def assert_ranks_as_memory(store: PostgresStore, items: dict[int, MemoryItem]) -
                     assert [(hit.seq, hit.score) for hit in plain] == expected, (query, k)
 
 
-def test_a_ranking_sends_the_blocks_binary_copies_and_ranks_as_memory(
+def test_a_ranking_sends_the_blocks_packed_copies_and_ranks_as_memory(
     postgres_url: str, statements: list[str]
 ) -> None:
     """On tables of the current version every block holds its arrays' packed copies; rankings read those, never converting the arrays, and give Memory.search's hits and scores."""
@@ -150,7 +150,7 @@ def test_a_ranking_sends_the_blocks_binary_copies_and_ranks_as_memory(
     assert not any("array_send(p." in sql for sql in ranking)
 
 
-def test_the_binary_copies_follow_every_write(postgres_url: str) -> None:
+def test_the_packed_copies_follow_every_write(postgres_url: str) -> None:
     """One-step appends, batches, updates below and above the mark, deletes and a cleared session, folded every few rows, leave each block's packed copies equal to its arrays; rankings stay Memory.search's."""
     items = write_session(postgres_url)
     with PostgresStore(folding_every(postgres_url, 4), pgvector=False) as store:
