@@ -816,3 +816,23 @@ def test_a_first_filtered_keyword_query_while_the_build_runs_keeps_only_what_pas
     assert first == expected
     assert any(expected[0])
     assert any(expected[1])
+
+
+def test_a_first_hybrid_query_while_the_build_runs_reads_no_item_from_the_store(
+    embedded_url: str, held_build: threading.Event
+) -> None:
+    """The first hybrid query of a session just opened, its build held: the leader and near hits whose words the blend weighs are the memory's own items, not rows read again; hits and scores are Memory.search's to the float."""
+    embedder = HashingEmbedder(32)
+    url = embedded_url
+    plain = answers(stored_memory(url), mode="hybrid", embedder=embedder)
+    with open_memory(url, "s", index_ahead=True) as memory:
+        backend = memory.store.backend
+        read: list[list[int]] = []
+        read_seqs = backend.read_seqs
+        backend.read_seqs = lambda sid, seqs: read.append(list(seqs)) or read_seqs(sid, seqs)  # type: ignore[method-assign]  # noted, then read as before
+        first = answers(memory, mode="hybrid", embedder=embedder)
+        assert search_index(memory).building()
+        assert read == []
+        held_build.set()
+        search_index(memory).build_ahead(wait=True)
+        assert first == answers(memory, mode="hybrid", embedder=embedder) == plain

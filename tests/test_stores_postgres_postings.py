@@ -40,7 +40,8 @@ def postings_of_rows(url: str) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...
     session's mark and the stale rows still there count from the rows.
     Also checks what the fold keeps: no block holds a posting above its
     session's mark, each stale row logs exactly the postings the blocks
-    hold for it, and no block is empty or disagrees with its ``n``, ``lo``, ``hi``.
+    hold for it, no block is empty or disagrees with its ``n``, ``lo``, ``hi``,
+    and its packed copies (schema version 12) are its arrays' elements.
     """
     with psycopg.connect(url, autocommit=True) as con:
         rows = con.execute(
@@ -64,6 +65,14 @@ def postings_of_rows(url: str) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...
             " OR lo <> (SELECT min(s) FROM unnest(seqs) AS s)"
             " OR hi <> (SELECT max(s) FROM unnest(seqs) AS s)"
         ).fetchone()
+        # The packed copies against array_send's elements without their frames (an independent packing).
+        unframed = "decode(regexp_replace(substr(encode(array_send({}), 'hex'), 41), '.{{8}}(.{{{}}})', '\\1', 'g'), 'hex')"
+        copies = con.execute(
+            f"SELECT count(*) FROM kvmemory_postings WHERE seqs_packed IS DISTINCT FROM {unframed.format('seqs', 16)}"
+            f" OR tfs_packed IS DISTINCT FROM {unframed.format('tfs', 8)}"
+            f" OR lens_packed IS DISTINCT FROM {unframed.format('lens', 8)}"
+        ).fetchone()
+    assert copies == (0,), "a block's packed copies disagree with its arrays"
     assert len(blocks) == len(set(blocks)), "a posting is filed twice"
     assert sizes == (0,), "a block is empty, or its n, lo or hi disagrees with its postings"
     assert all(seq <= marks.get(sid, 0) for sid, _, seq, _, _ in blocks), (

@@ -921,11 +921,16 @@ def _hybrid_from_ram(
         seq_of = session.seqs_of(found)
         return {seq_of[key]: cosine for key, cosine in found.items() if key in seq_of}
 
+    def held(seqs: Sequence[int]) -> dict[int, MemoryItem]:
+        # The memory's own items (the leader and near hits the blend reads): no statement.
+        found = ((seq, session.item_of_row(seq)) for seq in seqs)
+        return {seq: item for seq, item in found if item is not None}
+
     limit = k
     with lock, index.build_paused():
         while True:
             ranked = memory.store.hybrid_ranking(
-                memory.session_id, query, limit, embedder=model, cosines=cosines
+                memory.session_id, query, limit, embedder=model, cosines=cosines, items=held
             )
             hits = _own_hits(session, ranked, wanted, k)
             if len(hits) == k or len(ranked) < limit:

@@ -280,7 +280,8 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
         self._keyed = tables.record_keys
         self.doc_index = tables.doc_index  # False: older tables opened read-only
         if tables.postings:
-            self._keyword.rank_from(PostingBlocks(self._connections, self.query_rows))
+            blocks = PostingBlocks(self._connections, self.query_rows, packed=tables.packed_blocks)
+            self._keyword.rank_from(blocks)
         self._vectors = PostgresVectors(
             self.query_rows,
             schema=self._connections.vector_schema,

@@ -8,11 +8,11 @@ that searches; the work is done by :class:`KeywordSearch` and
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from agents.memory._filter import Filter, Where
-from agents.memory._item import OnUnknownClass
+from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import Tokenizer, checked_keys
 from agents.memory._vectors import HYBRID_POOL, Embedder, EmbedParts, SearchMode
 from agents.memory.exceptions import StoreError
@@ -347,6 +347,7 @@ class SearchCalls:
         embedder: Embedder,
         cosines: Callable[[int, Sequence[int]], dict[int, float]],
         hybrid_weight: float | None = None,
+        items: Callable[[Sequence[int]], Mapping[int, MemoryItem]] | None = None,
     ) -> list[tuple[int, float]]:
         """Return ``(seq, score)`` of a hybrid query's ``k`` best, best first, with the cosines the caller holds.
 
@@ -368,6 +369,10 @@ class SearchCalls:
                 with the unit query vector (with ties: every item scoring the
                 ``pool``-th best) and those of ``seqs``, by seq.
             hybrid_weight: The keyword share of a hybrid score (as :meth:`search`).
+            items: ``items(seqs)``: the items of those rows the caller holds
+                (its copy of the session's, by seq), which the blend takes
+                where it weighs how the best hits hold the query's words,
+                instead of reading them; the rest are read. ``None``: all are read.
 
         Raises:
             InvalidSessionIdError: if ``session_id`` is not a valid id.
@@ -392,6 +397,7 @@ class SearchCalls:
                 weight,
                 "base",
                 True,
+                own=items,
             )
         return heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
 

@@ -10,7 +10,7 @@ read a page at a time and scored in Python
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
@@ -51,6 +51,9 @@ from agents.memory.stores._search.filtering import (
 __all__ = ["KeywordSearch"]
 
 _LARGEST_K = 2**62
+
+Held = Callable[[Sequence[int]], Mapping[int, MemoryItem]]
+"""The items of some seqs a caller holds, by seq (those it holds of them)."""
 
 
 class KeywordSearch:
@@ -264,6 +267,7 @@ class KeywordSearch:
         on_unknown_class: OnUnknownClass,
         bounded: bool,
         also: Sequence[int] | None = None,
+        own: Held | None = None,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
         """Return a hybrid query's blended scores by seq (candidates holding its ``k`` best, at least), and the items read.
 
@@ -276,14 +280,16 @@ class KeywordSearch:
         where the backend can, the bounded walk is taken and they are
         scored besides, whatever their rank, each with the float of
         blending every hit (reading and scoring every keyword hit made a
-        filtered query 3-4x the unfiltered one).
+        filtered query 3-4x the unfiltered one). ``own(seqs)`` gives the
+        items of some seqs the caller holds (a ``StoredMemory``'s own), which
+        the bounded walk takes instead of reading them.
         """
         if not terms:
             return _among(blend({}, 1.0, pooled([]), weight, 1.0), also), {}
         if bounded or also is not None:
             pool = max(10 * k, HYBRID_POOL)
             found = self.bounded_hybrid(
-                sid, terms, fields, k, pool, pooled, weight, on_unknown_class, also or ()
+                sid, terms, fields, k, pool, pooled, weight, on_unknown_class, also or (), own
             )
             if found is not None:
                 return _among(found[0], also), found[1]
@@ -304,6 +310,7 @@ class KeywordSearch:
         weight: float,
         on_unknown_class: OnUnknownClass,
         also: Sequence[int] = (),
+        own: Held | None = None,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]] | None:
         """Return the blended scores of candidates holding a hybrid query's ``k`` best (and those among ``also``), and the items read; or ``None``.
 
@@ -324,7 +331,7 @@ class KeywordSearch:
         if first is None or not n_items:
             return None
         covered, together, read = self._indexed_evidence(
-            sid, terms, first, n_items, weight, on_unknown_class
+            sid, terms, first, n_items, weight, on_unknown_class, own
         )
 
         def top(depth: int) -> Sequence[tuple[float, int]]:
@@ -350,6 +357,7 @@ class KeywordSearch:
         n_items: int,
         weight: float,
         on_unknown_class: OnUnknownClass,
+        own: Held | None = None,
     ) -> tuple[float, bool, dict[int, MemoryItem]]:
         """Return, from the keyword index, the share of the query's IDF weight the leader holds, whether a best hit holds the words together, and the items read.
 
@@ -372,7 +380,7 @@ class KeywordSearch:
         leader = ranked[0][1]
         hits = [seq for _, seq in ranked[:PROXIMITY_TOP]]
         wanted = stands_out(ranked, weight)
-        read = self._engine.read_items(sid, [leader], on_unknown_class)
+        read = self._items(sid, [leader], on_unknown_class, own)
         words = set(item_terms(read[leader])[0].split(" ")) if leader in read else set()
         whole = set(distinct) <= words
         if whole and (not wanted or holds_every_word_together(read[leader], distinct)):
@@ -388,10 +396,18 @@ class KeywordSearch:
         )
         if not together and len(hits) > 1:  # the leader's words lie apart: read the rest at once
             others = self._holding_enough(sid, distinct, df, n_items, hits[1:])
-            rest = self._engine.read_items(sid, others, on_unknown_class) if others else {}
+            rest = self._items(sid, others, on_unknown_class, own) if others else {}
             together = items_together(distinct, df, n_items, others, rest, None)
             read = {**read, **rest}
         return covered, together, read
+
+    def _items(
+        self, sid: str, seqs: list[int], on_unknown_class: OnUnknownClass, own: Held | None
+    ) -> dict[int, MemoryItem]:
+        """Return the items of ``seqs`` that exist, by seq: those ``own`` gives (the caller's own), the rest read from the store in one statement."""
+        found = dict(own(seqs)) if own is not None else {}
+        rest = [seq for seq in seqs if seq not in found]
+        return {**found, **self._engine.read_items(sid, rest, on_unknown_class)} if rest else found
 
     def _holding_enough(
         self, sid: str, distinct: list[str], df: dict[str, int], n_items: int, hits: list[int]
