@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from search_strategies import TEXT, item_dicts, nested
 
 from agents.memory import ArgumentTypeError, Memory, MemoryItem
 from agents.memory.search import HashingEmbedder, SearchIndex, Tokenizer, search_index
@@ -355,16 +356,8 @@ def test_no_vectors_are_read_ahead_once_a_semantic_query_embedded_every_item() -
     assert asked == []
 
 
-TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
-VALUE = st.recursive(
-    st.one_of(TEXT, st.integers(), st.floats(allow_nan=False), st.none()),
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-ITEMS = st.lists(
-    st.dictionaries(st.sampled_from(["a", "b", "page"]), VALUE, max_size=3), max_size=40
+ITEMS = item_dicts(
+    nested(st.one_of(TEXT, st.integers(), st.floats(allow_nan=False), st.none())), max_size=40
 )
 
 

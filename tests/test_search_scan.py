@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from search_strategies import ITEMS, QUERY_WORDS, TEXT, item_dicts, nested
 
 from agents.memory import Memory, MemoryItem
 from agents.memory._item import item_fields
@@ -24,36 +25,11 @@ from agents.memory.search._postings import KeywordPostings
 from agents.memory.search._scan import TextScan
 from agents.memory.stores import open_store
 
-TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
-VALUE = st.recursive(
-    st.one_of(TEXT, st.integers(), st.none()),
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-ITEMS = st.lists(
-    st.dictionaries(st.sampled_from(["a", "b", "page"]), VALUE, max_size=3), min_size=1, max_size=30
-)
 # ASCII only and without NUL: the items are lowered and translated in one pass over their join.
-ASCII_VALUE = st.recursive(
-    st.one_of(st.text(alphabet="ab cAB1_-.\n\t", max_size=30), st.integers(), st.none()),
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
-    ),
-    max_leaves=6,
+ASCII_VALUE = nested(
+    st.one_of(st.text(alphabet="ab cAB1_-.\n\t", max_size=30), st.integers(), st.none())
 )
-ASCII_ITEMS = st.lists(
-    st.dictionaries(st.sampled_from(["a", "b", "page"]), ASCII_VALUE, max_size=3),
-    min_size=1,
-    max_size=30,
-)
-# Words the items hold, parts and runs of them, and words none holds.
-QUERY_WORDS = st.lists(
-    st.sampled_from(["a", "b", "ab", "ba", "1", "a1", "é", "ss", "中", "中中", "zz", "b1a"]),
-    min_size=1,
-    max_size=5,
-)
+ASCII_ITEMS = item_dicts(ASCII_VALUE, min_size=1, max_size=30)
 
 
 @pytest.fixture

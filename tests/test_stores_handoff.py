@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from search_strategies import ITEMS, QUERY, TEXT
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import SearchIndex, search_index
@@ -19,23 +20,6 @@ from agents.memory.search import _index as index_module
 from agents.memory.stores import JSONLStore, PostgresStore, Store, open_memory, open_store
 from agents.memory.stores._jsonl import keywords as keywords_module
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex
-
-TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
-VALUE = st.recursive(
-    st.one_of(TEXT, st.integers(), st.none()),
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-ITEMS = st.lists(
-    st.dictionaries(st.sampled_from(["a", "b", "page"]), VALUE, max_size=3), min_size=1, max_size=30
-)
-QUERY = st.lists(
-    st.sampled_from(["a", "b", "ab", "ba", "1", "a1", "é", "ss", "中", "中中", "zz", "b1a"]),
-    min_size=1,
-    max_size=5,
-).map(" ".join)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from search_strategies import QUERY, TEXT, item_dicts
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import search_index
@@ -24,15 +25,7 @@ from agents.memory.stores._search.snapshot import KeywordSnapshot
 
 pytest.importorskip("numpy")
 
-TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
-ITEMS = st.lists(
-    st.dictionaries(st.sampled_from(["a", "b", "page"]), TEXT, max_size=3), min_size=1, max_size=30
-)
-QUERY = st.lists(
-    st.sampled_from(["a", "b", "ab", "ba", "1", "a1", "é", "ss", "中", "中中", "zz", "b1a"]),
-    min_size=1,
-    max_size=5,
-).map(" ".join)
+ITEMS = item_dicts(TEXT, min_size=1, max_size=30)
 
 
 @pytest.fixture

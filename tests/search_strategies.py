@@ -1,0 +1,42 @@
+"""Hypothesis strategies shared by the keyword search tests: items and queries drawn from one small alphabet, so that they share words.
+
+The alphabet holds upper case, digits, punctuation the tokenizer splits
+on, a NUL, non-ASCII letters (one that lower-cases to two, a full-width
+one) and CJK, so that every way a text is cut into words is drawn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
+FIELDS = st.sampled_from(["a", "b", "page"])
+# Words the items hold, parts and runs of them, and words none holds.
+QUERY_WORDS = st.lists(
+    st.sampled_from(["a", "b", "ab", "ba", "1", "a1", "é", "ss", "中", "中中", "zz", "b1a"]),
+    min_size=1,
+    max_size=5,
+)
+QUERY = QUERY_WORDS.map(" ".join)
+
+
+def nested(leaf: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Return values that are ``leaf`` or lists and dicts of them, a few levels deep."""
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
+        ),
+        max_leaves=6,
+    )
+
+
+def item_dicts(values: st.SearchStrategy[Any], **sizes: int) -> st.SearchStrategy[Any]:
+    """Return lists (sized by ``sizes``, as ``st.lists`` takes them) of items' fields: up to three of ``FIELDS``, each holding ``values``."""
+    return st.lists(st.dictionaries(FIELDS, values, max_size=3), **sizes)
+
+
+VALUE = nested(st.one_of(TEXT, st.integers(), st.none()))
+ITEMS = item_dicts(VALUE, min_size=1, max_size=30)
