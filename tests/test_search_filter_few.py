@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import Filter, HashingEmbedder
 from agents.memory.stores import open_store
+from agents.memory.stores._core.filter_values import JudgedFilters
+from agents.memory.stores._sql.dialect import SQLRows
 
 WHERES: list[Any] = [
     {"a": 0},  # about one row in four passes
@@ -84,3 +91,68 @@ def test_a_filter_most_rows_pass_reads_few_candidates_on_postgres(
             if mode == "hybrid":
                 assert returned, "the index was not asked"
             assert max(returned, default=0) <= 800 // 16 + 1, (mode, returned)
+
+
+class KeptCappedAnswers(RuleBasedStateMachine):
+    """SQLite's kept answers (``JudgedFilters``): ``filter_few`` and ``filter_candidates`` asked in any order, with appends and deletes by this handle and a second one between, always answer as the filter judged afresh in SQL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.TemporaryDirectory()
+        url = f"sqlite://{self.folder.name}/store.db"
+        self.store = open_store(url)
+        self.other = open_store(url)
+        self.store.append("s", [MemoryItem(step=0, a=0)])
+
+    @rule(values=st.lists(st.integers(0, 1), min_size=1, max_size=8), second=st.booleans())
+    def append(self, values: list[int], second: bool) -> None:
+        (self.other if second else self.store).append("s", [MemoryItem(a=v) for v in values])
+
+    @rule(seqs=st.lists(st.integers(1, 60), min_size=1, max_size=12), second=st.booleans())
+    def delete(self, seqs: list[int], second: bool) -> None:
+        (self.other if second else self.store).delete_seqs("s", seqs)
+
+    @rule(
+        value=st.integers(0, 1),
+        caps=st.lists(st.integers(0, 16), min_size=1, max_size=5),
+        whole=st.booleans(),
+    )
+    def ask(self, value: int, caps: list[int], whole: bool) -> None:
+        backend = self.store.backend
+        tree = Filter({"a": {"$in": [value, 9]}}).tree
+        fresh = SQLRows.filter_candidates(backend, "s", tree)  # judged in SQL, nothing kept
+        if whole:
+            assert backend.filter_candidates("s", tree) == fresh
+        for most in caps:
+            assert backend.filter_few("s", tree, most) == _capped(fresh, most), (most, fresh)
+
+    def teardown(self) -> None:
+        self.store.close()
+        self.other.close()
+        self.folder.cleanup()
+
+
+TestKeptCappedAnswers = KeptCappedAnswers.TestCase
+TestKeptCappedAnswers.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_kept_more_than_most_is_forgotten_at_the_next_commit() -> None:
+    """``JudgedFilters.few`` answers "more than ``most``" from memory under one stamp only: after a commit that deletes rows, the capped answer is judged again."""
+    judged = JudgedFilters()
+    tree = Filter({"a": 1}).tree
+    rows = set(range(1, 11))
+
+    def judge(most: int) -> Callable[[], set[int] | None]:
+        return lambda: None if len(rows) > most else set(rows)
+
+    def unasked() -> set[int] | None:
+        raise AssertionError("judged again under the same stamp")
+
+    assert judged.few("s", tree, 1, 5, judge(5)) is None
+    assert judged.few("s", tree, 1, 3, unasked) is None  # more than 5 is more than 3
+    assert judged.few("s", tree, 1, 9, judge(9)) is None  # more than 5 says nothing of 9
+    rows = {2, 3}  # a commit deleted rows
+    assert judged.few("s", tree, 2, 1, judge(1)) is None
+    assert judged.few("s", tree, 2, 4, judge(4)) == {2, 3}
+    assert judged.few("s", tree, 2, 2, unasked) == {2, 3}  # the whole answer, kept
+    assert judged.judged("s", tree, 2, unasked) == {2, 3}
