@@ -195,6 +195,18 @@ class SearchOperations:
         """
         return None
 
+    def filter_few(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
+        """Return :meth:`filter_candidates`'s answer where it holds ``most`` seqs at most, else ``None``.
+
+        A search that ranks only the rows that may pass when few may (one
+        in 16 of the session's at most) asks this: a backend that can stop
+        at the row past ``most`` (SQL's ``LIMIT``) makes a filter most rows
+        pass cost that many rows, not every row that passes. By default
+        :meth:`filter_candidates`, then its size compared.
+        """
+        allowed = self.filter_candidates(session_id, tree)
+        return None if allowed is None or len(allowed) > most else allowed
+
     def filter_named(self, tree: FilterNode) -> bool:
         """Return whether an index names the rows :meth:`filter_candidates` answers for a filter (a few ms at any size), where else it may read every row.
 

@@ -388,6 +388,8 @@ class JudgedFilters:
         self._lock = threading.Lock()
         self._stamp: Hashable = None
         self._found: OrderedDict[Hashable, frozenset[int] | None] = OrderedDict()
+        # Filters a capped judgement found more than this many rows may pass (or none it can narrow).
+        self._over: OrderedDict[Hashable, int] = OrderedDict()
 
     def judged(
         self,
@@ -401,28 +403,87 @@ class JudgedFilters:
         ``stamp`` must be read before ``judge`` runs: a commit between the
         two then leaves an answer newer than its stamp, never older.
         """
-        if node_fields(tree) is None:
-            return judge()
-        try:
-            key = (session_id, _node_key(tree))
-            hash(key)
-        except TypeError:  # an operand that cannot be hashed (a dict to be equal to)
+        key = _judged_key(session_id, tree)
+        if key is None:
             return judge()
         with self._lock:
-            if stamp != self._stamp:
-                self._found.clear()
-                self._stamp = stamp
-            elif key in self._found:
+            if self._fresh(stamp) and key in self._found:
                 self._found.move_to_end(key)
                 kept = self._found[key]
                 return None if kept is None else set(kept)
         found = judge()
+        self._keep(key, stamp, found)
+        return found
+
+    def few(
+        self,
+        session_id: str,
+        tree: FilterNode,
+        stamp: Hashable,
+        most: int,
+        judge: Callable[[], set[int] | None],
+    ) -> set[int] | None:
+        """Return ``judge()``: the rows that may pass ``tree`` where ``most`` at most may, else ``None`` (``Backend.filter_few``), from memory where it can tell.
+
+        A whole answer kept by :meth:`judged` answers any ``most``; an
+        answer of ``judge`` is whole, and kept as one; its ``None`` is kept
+        as "more than ``most``", which answers ``None`` for any ``most`` up
+        to it. ``stamp`` as for :meth:`judged`.
+        """
+        key = _judged_key(session_id, tree)
+        if key is None:
+            return judge()
+        with self._lock:
+            if self._fresh(stamp):
+                if key in self._found:
+                    self._found.move_to_end(key)
+                    kept = self._found[key]
+                    return None if kept is None or len(kept) > most else set(kept)
+                if self._over.get(key, -1) >= most:
+                    self._over.move_to_end(key)
+                    return None
+        found = judge()
+        if found is not None:
+            self._keep(key, stamp, found)
+            return found
+        with self._lock:
+            if stamp == self._stamp:
+                self._over[key] = max(most, self._over.get(key, most))
+                self._over.move_to_end(key)
+                while len(self._over) > self._size:
+                    self._over.popitem(last=False)
+        return None
+
+    def _fresh(self, stamp: Hashable) -> bool:
+        """Forget every answer unless judged under ``stamp``; return whether any may be kept (under the lock)."""
+        if stamp != self._stamp:
+            self._found.clear()
+            self._over.clear()
+            self._stamp = stamp
+            return False
+        return True
+
+    def _keep(self, key: Hashable, stamp: Hashable, found: set[int] | None) -> None:
+        """Keep ``found`` for ``key`` where no commit came since ``stamp``."""
         with self._lock:
             if stamp == self._stamp:
                 self._found[key] = None if found is None else frozenset(found)
+                self._found.move_to_end(key)
+                self._over.pop(key, None)
                 while len(self._found) > self._size:
                     self._found.popitem(last=False)
-        return found
+
+
+def _judged_key(session_id: str, tree: FilterNode) -> Hashable | None:
+    """Return what :class:`JudgedFilters` keeps a filter's answer under, or ``None`` where it is judged every time."""
+    if node_fields(tree) is None:
+        return None
+    try:
+        key = (session_id, _node_key(tree))
+        hash(key)
+    except TypeError:  # an operand that cannot be hashed (a dict to be equal to)
+        return None
+    return key
 
 
 def ranked_where(

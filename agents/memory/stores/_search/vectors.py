@@ -625,7 +625,7 @@ class VectorSearch:
 
 
 def _few(engine: Engine, sid: str, keep: Filter, *, named: bool = False) -> list[int] | None:
-    """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_candidates``), else ``None``.
+    """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_few``), else ``None``.
 
     A read-only handle, which embeds the items without a vector for each
     query, ranks as before. With ``named``, the backend is asked only where
@@ -638,8 +638,9 @@ def _few(engine: Engine, sid: str, keep: Filter, *, named: bool = False) -> list
     with engine.errors("search", sid):
         if named and not backend.filter_named(keep.tree):
             return None
-        allowed = backend.filter_candidates(sid, keep.tree)
-        if allowed is None or FEW * len(allowed) > backend.count(sid):
+        # As many as FEW * len(allowed) <= count allows: the backend stops past them.
+        allowed = backend.filter_few(sid, keep.tree, backend.count(sid) // FEW)
+        if allowed is None:
             return None
     return sorted(allowed)
 

@@ -223,6 +223,20 @@ class SQLRows:
         JSON (an SQLite without JSON functions, a damaged row: decoding
         then reports it).
         """
+        return self._candidates(session_id, tree, None)
+
+    def filter_few(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
+        """Return :meth:`filter_candidates`'s answer where it holds ``most`` seqs at most, else ``None``, reading ``most + 1`` rows at most.
+
+        The statement stops at the row past ``most`` (``LIMIT``): a filter
+        most rows pass costs that many rows, not the session's (PostgreSQL:
+        the heap rows the GIN index names, read and judged in the order of
+        the bitmap, then left).
+        """
+        return self._candidates(session_id, tree, max(most, 0) + 1)
+
+    def _candidates(self, session_id: str, tree: FilterNode, limit: int | None) -> set[int] | None:
+        """Return the seqs that may pass (see :meth:`filter_candidates`); with ``limit``, ``None`` where that many may."""
         if self.no_tables:
             return set()
         postgres = self.dialect is POSTGRES
@@ -230,8 +244,17 @@ class SQLRows:
         query = candidates_query(tree, session_id, postgres=postgres, probe=probe)
         if query is None:
             return None
+        sql, params = query
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
         try:
-            rows = self.query_indexed(*query) if probe is not None else self.query_rows(*query)
+            rows = (
+                self.query_indexed(sql, params)
+                if probe is not None
+                else self.query_rows(sql, params)
+            )
+            if limit is not None and len(rows) >= limit:
+                return None
             return {int(seq) for (seq,) in rows}
         except self.driver_errors as exc:
             if "json" not in str(exc).lower():

@@ -119,6 +119,16 @@ class SQLiteBackend(SQLRows, Backend):
             lambda: SQLRows.filter_candidates(self, session_id, tree),
         )
 
+    def filter_few(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
+        """Judge the filter in SQL up to ``most + 1`` rows (:meth:`SQLRows.filter_few`), from :class:`JudgedFilters` where it can tell."""
+        return self._judged.few(
+            session_id,
+            tree,
+            self._file.change_stamp(),
+            most,
+            lambda: SQLRows.filter_few(self, session_id, tree, most),
+        )
+
     # -- the file ------------------------------------------------------------------
 
     @property
