@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from search_strategies import TEXT, item_dicts, nested
+from search_checks import TEXT, item_dicts, nested
 
 from agents.memory import ArgumentTypeError, Memory, MemoryItem
 from agents.memory.search import HashingEmbedder, SearchIndex, Tokenizer, search_index

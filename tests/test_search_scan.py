@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from search_strategies import ITEMS, QUERY_WORDS, TEXT, item_dicts, nested
+from search_checks import ITEMS, QUERY_WORDS, TEXT, item_dicts, nested
 
 from agents.memory import Memory, MemoryItem
 from agents.memory._item import item_fields

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from search_strategies import ITEMS, QUERY, TEXT
+from search_checks import ITEMS, QUERY, TEXT, built, hits
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import SearchIndex, search_index
@@ -36,18 +36,6 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     monkeypatch.setattr(Store, "ranking_at", counted)
     return answers
-
-
-def hits(memory: Memory, query: str, k: int = 5) -> list[tuple[Any, float, tuple[str, ...]]]:
-    """Return the query's hits as ``(step, score, fields)``."""
-    return [(hit.item.get_value("step"), hit.score, hit.fields) for hit in memory.search(query, k)]
-
-
-def built(rows: list[dict[str, Any]]) -> Memory:
-    """Return a memory of ``rows`` whose index is filed (the model)."""
-    memory = Memory([MemoryItem(**row) for row in rows])
-    search_index(memory).build_ahead(wait=True)
-    return memory
 
 
 @pytest.fixture(params=["sqlite", "jsonl"])

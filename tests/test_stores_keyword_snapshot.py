@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from search_strategies import QUERY, TEXT, item_dicts
+from search_checks import QUERY, TEXT, built, hits, item_dicts
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import search_index
 from agents.memory.search._scan import TextScan
 from agents.memory.stores import Store, open_async_store, open_memory, open_store
 from agents.memory.stores._search import snapshot as snapshot_module
@@ -41,18 +40,6 @@ def loaded(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr("agents.memory.stores._search.calls.read_snapshot", recorded)
     return answers
-
-
-def hits(memory: Memory, query: str, k: int = 5) -> list[tuple[Any, float, tuple[str, ...]]]:
-    """Return the query's hits as ``(step, score, fields)``."""
-    return [(hit.item.get_value("step"), hit.score, hit.fields) for hit in memory.search(query, k)]
-
-
-def built(rows: list[dict[str, Any]]) -> Memory:
-    """Return a memory of ``rows`` whose index is filed (the model)."""
-    memory = Memory([MemoryItem(**row) for row in rows])
-    search_index(memory).build_ahead(wait=True)
-    return memory
 
 
 def snapshot_file(folder: str | Path) -> Path:

@@ -1,4 +1,4 @@
-"""Hypothesis strategies shared by the keyword search tests: items and queries drawn from one small alphabet, so that they share words.
+"""What the keyword search tests share: hypothesis strategies for items and queries drawn from one small alphabet (so that they share words), and the model they are judged against.
 
 The alphabet holds upper case, digits, punctuation the tokenizer splits
 on, a NUL, non-ASCII letters (one that lower-cases to two, a full-width
@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from hypothesis import strategies as st
+
+from agents.memory import Memory, MemoryItem
+from agents.memory.search import search_index
 
 TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
 FIELDS = st.sampled_from(["a", "b", "page"])
@@ -40,3 +43,15 @@ def item_dicts(values: st.SearchStrategy[Any], **sizes: int) -> st.SearchStrateg
 
 VALUE = nested(st.one_of(TEXT, st.integers(), st.none()))
 ITEMS = item_dicts(VALUE, min_size=1, max_size=30)
+
+
+def hits(memory: Memory, query: str, k: int = 5) -> list[tuple[Any, float, tuple[str, ...]]]:
+    """Return the query's hits as ``(step, score, fields)``."""
+    return [(hit.item.get_value("step"), hit.score, hit.fields) for hit in memory.search(query, k)]
+
+
+def built(rows: list[dict[str, Any]]) -> Memory:
+    """Return a memory of ``rows`` whose index is filed (the model)."""
+    memory = Memory([MemoryItem(**row) for row in rows])
+    search_index(memory).build_ahead(wait=True)
+    return memory
