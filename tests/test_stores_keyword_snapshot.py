@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import itertools
+import struct
 import subprocess
 import sys
 import tempfile
@@ -228,6 +230,46 @@ def test_another_sessions_snapshot_is_not_taken(tmp_path: Path, loaded: list[boo
         for sid in ("s", "t"):
             assert hits(store.read_memory(sid), "report window") == hits(model, "report window")
     assert sorted(loaded) == [False, True]
+
+
+def _forged(data: bytes, how: str) -> bytes:
+    """Return the snapshot ``data`` with its postings bent ``how``, its body's digest made again to match (as anyone can)."""
+    start = len(snapshot_module.MAGIC) + 40
+    body = bytearray(data[start:])
+    n_rows, n_words, n_text = struct.unpack_from("<QQQ", body)
+    starts = 24 + n_text
+    places = starts + 8 * (n_words + 1) + 4 * n_rows
+    n_postings = struct.unpack_from("<Q", body, starts + 8 * n_words)[0]
+    counts = places + 4 * n_postings
+    if how == "place past the rows":
+        struct.pack_into("<I", body, places, n_rows + 5)
+    elif how == "a row twice":  # the first term's second place made its first
+        struct.pack_into("<I", body, places + 4, struct.unpack_from("<I", body, places)[0])
+    elif how == "a count of none":
+        struct.pack_into("<I", body, counts, 0)
+    elif how == "starts falling":
+        struct.pack_into("<Q", body, starts + 8, n_postings + 1)
+    digest = hashlib.sha1(bytes(body), usedforsecurity=False).digest()
+    return data[: start - 20] + digest + bytes(body)
+
+
+@pytest.mark.parametrize(
+    "how", ["place past the rows", "a row twice", "a count of none", "starts falling"]
+)
+def test_a_snapshot_forged_to_match_its_digests_is_not_taken(
+    tmp_path: Path, loaded: list[bool], how: str
+) -> None:
+    """A snapshot whose digests match but whose postings are not such as a save writes (a file is untrusted) is not used: the memory ranks as its items, no query fails."""
+    rows = [{"step": i, "a": "report window", "b": f"open {i % 3} report"} for i in range(12)]
+    with open_store(f"sqlite://{tmp_path}/s.db") as store:
+        store.append("s", [MemoryItem(**row) for row in rows])
+        assert store.save_keyword_snapshot("s")
+        path = snapshot_file(tmp_path)
+        path.write_bytes(_forged(path.read_bytes(), how))
+        memory = store.read_memory("s")
+        for query in ("0", "report", "open 1", "window report 2"):
+            assert hits(memory, query) == hits(built(rows), query)
+    assert loaded == [False]
 
 
 def test_deleting_a_session_removes_its_snapshot_only(tmp_path: Path) -> None:

@@ -233,7 +233,7 @@ def load(data: bytes, seqs: Sequence[int], terms: Sequence[str]) -> KeywordSnaps
         return None
     try:
         return _parsed(np, body, n_rows, n_words, n_text, terms)
-    except (ValueError, UnicodeDecodeError):  # sizes past the body: not a snapshot written here
+    except (ValueError, UnicodeDecodeError):  # sizes past the body, postings not as written
         return None
 
 
@@ -253,7 +253,32 @@ def _parsed(
     n_postings = int(starts[-1])
     places = np.frombuffer(body, dtype="<u4", count=n_postings, offset=at)
     counts = np.frombuffer(body, dtype="<u4", count=n_postings, offset=at + 4 * n_postings)
+    _check_postings(np, starts, lengths, places, counts)
     more, tail = _postings(terms[n_rows:], n_rows)
     lengths = np.concatenate((lengths.astype(np.int64), np.array(more, dtype=np.int64)))
     indexed = dict(zip(words, range(len(words)), strict=True))
     return KeywordSnapshot(np, indexed, starts, lengths, places, counts, tail)
+
+
+def _check_postings(np: Any, starts: Any, lengths: Any, places: Any, counts: Any) -> None:
+    """Raise ``ValueError`` unless the postings are such as :func:`snapshot_bytes` writes, whatever the digests say (a file is untrusted: one made to match them must not break or bend a query).
+
+    Each term's places lie among the rows and ascend (no row twice), each
+    count is at least one, and the counts sum to the rows' lengths: ~12 ms
+    for 8 million postings, against the body's digest's ~60.
+    """
+    n_postings = len(places)
+    if int(starts[0]) != 0 or not bool((starts[1:] >= starts[:-1]).all()):
+        raise ValueError("the terms' starts")
+    if not n_postings:
+        return
+    if int(places.max()) >= len(lengths) or int(counts.min()) < 1:
+        raise ValueError("a place past the rows, or a count of none")
+    if int(counts.sum(dtype=np.uint64)) != int(lengths.sum(dtype=np.uint64)):
+        raise ValueError("the counts against the rows' lengths")
+    rising = places[1:] > places[:-1]
+    # Where a term's places begin, they need not rise over the last term's.
+    begins = starts[1:-1].astype(np.int64) - 1
+    rising[begins[(begins >= 0) & (begins < n_postings - 1)]] = True
+    if not bool(rising.all()):
+        raise ValueError("a term's places do not ascend")
