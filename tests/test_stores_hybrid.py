@@ -464,3 +464,58 @@ def test_a_filtered_hybrid_search_from_kept_vectors_ranks_the_pool_once_as_memor
                 sid, query, k, mode="hybrid", where=where, embedder=embedder, hybrid_weight=weight
             )
             assert hits_of(hits) == hits_of(want)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_hybrid_search_with_a_filter_most_items_pass_walks_only_as_deep_as_it_needs(
+    kind: str, durable_url: Any, backend_calls: Any
+) -> None:
+    """Every item holds a query word and 99% pass the filter: no ranking as long as the session is asked, and the hits are Memory.search's."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {**fields, "agent": "reviewer" if i % 100 == 3 else "host"}
+        for i, fields in enumerate(common_word_session(3000))
+    ]
+    where = {"agent": "host"}
+    with open_store(durable_url(kind)) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        asked = backend_calls(store.backend, "keyword_top")
+        hits = store.search(
+            "s", "the invoice report", 5, mode="hybrid", where=where, embedder=embedder
+        )
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = memory.search("the invoice report", 5, mode="hybrid", where=where, embedder=embedder)
+    assert hits_of(hits) == hits_of(want)
+    assert asked
+    assert max(k for _, _, k in asked) < len(session)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join),
+        min_size=1,
+        max_size=400,
+    ),
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join),
+    k=st.integers(min_value=1, max_value=12),
+    every=st.integers(min_value=1, max_value=60),
+)
+def test_a_filtered_sqlite_hybrid_search_ranks_as_memory_search_however_deep_it_walks(
+    tmp_path_factory: pytest.TempPathFactory, texts: list[str], query: str, k: int, every: int
+) -> None:
+    """A filter one item in ``every`` fails, or passes: the store's filtered hybrid hits and scores are Memory.search's at each depth it widens to."""
+    embedder = HashingEmbedder(16)
+    session = [{"step": i, "text": text, "odd": i % every == 0} for i, text in enumerate(texts)]
+    path = tmp_path_factory.mktemp("hybrid") / "store.db"
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    with open_store(f"sqlite://{path}") as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        for where in ({"odd": False}, {"odd": True}):
+            hits = store.search("s", query, k, mode="hybrid", where=where, embedder=embedder)
+            want = memory.search(query, k, mode="hybrid", where=where, embedder=embedder)
+            assert hits_of(hits) == hits_of(want)

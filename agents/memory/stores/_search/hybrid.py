@@ -10,9 +10,18 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from agents.memory._hybrid import DEEPER
+from agents.memory._item import MemoryItem
+from agents.memory._vectors import SHARED_TOP
 from agents.memory.stores._search.vector_cache import Vectors
 
-__all__ = ["held_pool"]
+__all__ = ["held_pool", "walked_passing"]
+
+Scored = Callable[[int, bool], tuple[dict[int, float], dict[int, MemoryItem]]]
+"""``scored(depth, bounded)``: a hybrid query's blend (``KeywordSearch.hybrid_scores``) at a depth."""
+
+Pass = Callable[[Sequence[tuple[int, float]], dict[int, MemoryItem]], list[Any]]
+"""``passing(ranked, found)``: the first ``k`` of a ranking (best first) that pass the filter."""
 
 
 def held_pool(
@@ -55,3 +64,33 @@ def held_pool(
         return found
 
     return cosines
+
+
+def walked_passing(scored: Scored, k: int, walks: bool, passing: Pass) -> list[Any]:
+    """Return the first ``k`` hits of a filtered hybrid query that pass, walking the blend only as deep as they need.
+
+    Where the backend can take the bounded walk (``walks``), the blend is
+    ranked ``4 * k`` deep, then :data:`~agents.memory._hybrid.DEEPER` times
+    deeper each time fewer than ``k`` of that many pass: the walk's best
+    ``depth`` are the full blend's, with its floats, so the first ``k`` that
+    pass among them are the full blend's (a filter most items pass blended
+    every keyword hit: 5.7x the unfiltered query on SQLite at 10,000 steps).
+    A walk that returns fewer than ``depth + SHARED_TOP`` candidates
+    returned them all. Otherwise every keyword hit is blended once.
+    """
+
+    def ranking(scores: dict[int, float]) -> list[tuple[int, float]]:
+        return sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
+
+    depth = 4 * k
+    while walks:
+        scores, found = scored(depth, True)
+        ranked = ranking(scores)
+        if len(ranked) < depth + SHARED_TOP:
+            return passing(ranked, found)  # every candidate of the full blend
+        hits = passing(ranked[:depth], found)
+        if len(hits) >= k:
+            return hits
+        depth *= DEEPER
+    scores, found = scored(k, False)
+    return passing(ranking(scores), found)

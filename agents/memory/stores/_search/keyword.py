@@ -268,6 +268,7 @@ class KeywordSearch:
         bounded: bool,
         also: Sequence[int] | None = None,
         own: Held | None = None,
+        pool: int | None = None,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
         """Return a hybrid query's blended scores by seq (candidates holding its ``k`` best, at least), and the items read.
 
@@ -282,12 +283,14 @@ class KeywordSearch:
         blending every hit (reading and scoring every keyword hit made a
         filtered query 3-4x the unfiltered one). ``own(seqs)`` gives the
         items of some seqs the caller holds (a ``StoredMemory``'s own), which
-        the bounded walk takes instead of reading them.
+        the bounded walk takes instead of reading them. ``pool``: the
+        semantic pool's size where ``k`` is deeper than the query's own
+        (a filtered query walking on past its ``k``; default ``max(10 * k, HYBRID_POOL)``).
         """
         if not terms:
             return _among(blend({}, 1.0, pooled([]), weight, 1.0), also), {}
         if bounded or also is not None:
-            pool = max(10 * k, HYBRID_POOL)
+            pool = max(10 * k, HYBRID_POOL) if pool is None else pool
             found = self.bounded_hybrid(
                 sid, terms, fields, k, pool, pooled, weight, on_unknown_class, also or (), own
             )
@@ -298,6 +301,10 @@ class KeywordSearch:
         )
         scores = blend(keyword, scale, pooled(keyword), weight, covered, together)
         return _among(scores, also), read
+
+    def walks(self, fields: tuple[str, ...] | None) -> bool:
+        """Return whether a hybrid query of ``fields`` may take the bounded walk (:meth:`bounded_hybrid`)."""
+        return fields is None and _answers_among(self._engine.backend)
 
     def bounded_hybrid(
         self,
@@ -323,7 +330,7 @@ class KeywordSearch:
         (:meth:`Backend.keyword_among`).
         """
         backend = self._engine.backend
-        if fields is not None or not _answers_among(backend):
+        if not self.walks(fields):
             return None
         with self._engine.errors("search", sid):
             first = backend.keyword_top(sid, terms, pool)

@@ -51,7 +51,7 @@ from agents.memory.stores._search.filtering import (
     reader,
     widening,
 )
-from agents.memory.stores._search.hybrid import held_pool
+from agents.memory.stores._search.hybrid import held_pool, walked_passing
 from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.vector_cache import VectorCache, Vectors
 
@@ -365,15 +365,18 @@ class VectorSearch:
                 None if keep is None else _few(self._engine, sid, keep)
             )  # then only those are scored
             terms = _TOKENIZER(text)
-            scores, found = self._keyword.hybrid_scores(
-                sid, terms, fields, k, pooled, weight, on_unknown_class, keep is None, few
-            )
+
+            def scored(depth: int, bounded: bool) -> tuple[dict[int, float], dict[int, MemoryItem]]:
+                args = (sid, terms, fields, depth, pooled, weight, on_unknown_class, bounded, few)
+                return self._keyword.hybrid_scores(*args, pool=pool)
+
             if keep is not None:
-                ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
-                # Screened a slice at a time: a rare filter reads only the rows that may pass.
-                screen = Screener(self._engine, sid, keep, found, on_unknown_class)
-                passing = first_passing(ranked, k, keep, found, read, screen=screen)
-                return [StoreHit(seq, item, score) for seq, score, item in passing]
+                screened = _screened(self._engine, sid, keep, k, read, on_unknown_class)
+                hits = walked_passing(
+                    scored, k, few is None and self._keyword.walks(fields), screened
+                )
+                return [StoreHit(seq, item, score) for seq, score, item in hits]
+            scores, found = scored(k, True)
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:
@@ -622,6 +625,23 @@ class VectorSearch:
         if found is not None and found != (embedder.name, embedder.dimension):
             raise EmbedderMismatchError(_mismatch(self._engine.url, sid, found, embedder))
         return found
+
+
+def _screened(
+    engine: Engine,
+    sid: str,
+    keep: Filter,
+    k: int,
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+    on_unknown_class: OnUnknownClass,
+) -> Callable[[Sequence[tuple[int, float]], dict[int, MemoryItem]], Passing]:
+    """Return ``passing(ranked, found)``: the first ``k`` of a ranking that pass ``keep``, screened a slice at a time (a rare filter reads only the rows that may pass)."""
+
+    def passing(ranked: Sequence[tuple[int, float]], found: dict[int, MemoryItem]) -> Passing:
+        screen = Screener(engine, sid, keep, found, on_unknown_class)
+        return first_passing(ranked, k, keep, found, read, screen=screen)
+
+    return passing
 
 
 def _few(engine: Engine, sid: str, keep: Filter, *, named: bool = False) -> list[int] | None:
