@@ -51,6 +51,10 @@ _START: Final = len(MAGIC) + 2 * _DIGEST
 _BEHIND: Final = 1_000
 
 
+class _Malformed(Exception):
+    """A snapshot's body holds what no save writes (the read does not take it)."""
+
+
 def _rows_digest(seqs: Sequence[int], terms: Sequence[str]) -> bytes | None:
     """Return the digest of the rows ``seqs`` with their kept ``terms``, or ``None`` where the terms cannot be joined (see ``kept_terms_joined``)."""
     joined = kept_terms_joined(terms)
@@ -233,7 +237,11 @@ def load(data: bytes, seqs: Sequence[int], terms: Sequence[str]) -> KeywordSnaps
         return None
     try:
         return _parsed(np, body, n_rows, n_words, n_text, terms)
-    except (ValueError, UnicodeDecodeError):  # sizes past the body, postings not as written
+    except (
+        _Malformed,
+        ValueError,
+        UnicodeDecodeError,
+    ):  # postings not as written, sizes past the body
         return None
 
 
@@ -244,7 +252,7 @@ def _parsed(
     at = _HEAD.size
     words = bytes(body[at : at + n_text]).rstrip(b"\x00").decode().split("\n") if n_words else []
     if len(words) != n_words:
-        raise ValueError("the terms' count")
+        raise _Malformed("the terms' count")
     at += n_text
     starts = np.frombuffer(body, dtype="<u8", count=n_words + 1, offset=at)
     at += 8 * (n_words + 1)
@@ -261,7 +269,7 @@ def _parsed(
 
 
 def _check_postings(np: Any, starts: Any, lengths: Any, places: Any, counts: Any) -> None:
-    """Raise ``ValueError`` unless the postings are such as :func:`snapshot_bytes` writes, whatever the digests say (a file is untrusted: one made to match them must not break or bend a query).
+    """Raise :class:`_Malformed` unless the postings are such as :func:`snapshot_bytes` writes, whatever the digests say (a file is untrusted: one made to match them must not break or bend a query).
 
     Each term's places lie among the rows and ascend (no row twice), each
     count is at least one, and the counts sum to the rows' lengths: ~12 ms
@@ -269,16 +277,16 @@ def _check_postings(np: Any, starts: Any, lengths: Any, places: Any, counts: Any
     """
     n_postings = len(places)
     if int(starts[0]) != 0 or not bool((starts[1:] >= starts[:-1]).all()):
-        raise ValueError("the terms' starts")
+        raise _Malformed("the terms' starts")
     if not n_postings:
         return
     if int(places.max()) >= len(lengths) or int(counts.min()) < 1:
-        raise ValueError("a place past the rows, or a count of none")
+        raise _Malformed("a place past the rows, or a count of none")
     if int(counts.sum(dtype=np.uint64)) != int(lengths.sum(dtype=np.uint64)):
-        raise ValueError("the counts against the rows' lengths")
+        raise _Malformed("the counts against the rows' lengths")
     rising = places[1:] > places[:-1]
     # Where a term's places begin, they need not rise over the last term's.
     begins = starts[1:-1].astype(np.int64) - 1
     rising[begins[(begins >= 0) & (begins < n_postings - 1)]] = True
     if not bool(rising.all()):
-        raise ValueError("a term's places do not ascend")
+        raise _Malformed("a term's places do not ascend")
