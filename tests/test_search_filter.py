@@ -884,20 +884,10 @@ def test_a_semantic_filter_over_kept_vectors_scores_them_once_however_deep_it_wa
     assert len(products) == 1
 
 
-@pytest.mark.parametrize(
-    "where",
-    [
-        {"agent": "reviewer"},
-        {"agent": {"$in": ["reviewer", "auditor"]}},
-        {"agent": "auditor"},
-        {"$and": [{"agent": "reviewer"}, {"step": {"$gt": 1000}}]},
-    ],
-)
-@pytest.mark.parametrize("k", [2, 5, 40])  # k = 1: step 7, a reviewer's, leads the first slice
-def test_a_semantic_filter_the_postgres_index_names_ranks_only_its_candidates_over_kept_vectors(
+def _semantic_over_kept_vectors(
     postgres_url: str, backend_calls: Any, where: dict[str, Any], k: int
-) -> None:
-    """Over vectors kept in memory, a filter PostgreSQL's GIN index names (1% of 2,000 rows, or none) whose first slice of the ranking holds too few asks the index once for the rows that may pass and ranks those alone, judging no further slice by key; hits and scores are Memory.search's."""
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """Search 2,000 reviewer steps on PostgreSQL, vectors kept in memory, for "beta 7" with ``where`` (a filter the GIN index names), assert the hits and scores are Memory.search's, and return the calls made of filter_candidates, filter_few and filter_among_rows."""
     embedder = HashingEmbedder(32)
     session = reviewer_session(2000)
     with open_store(postgres_url) as store:
@@ -912,6 +902,24 @@ def test_a_semantic_filter_the_postgres_index_names_ranks_only_its_candidates_ov
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("beta 7", k, mode="semantic", where=where, embedder=embedder)
     assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    return asked, capped, judged
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"agent": "reviewer"},
+        {"agent": {"$in": ["reviewer", "auditor"]}},
+        {"agent": "auditor"},
+        {"$and": [{"agent": "reviewer"}, {"step": {"$gt": 1000}}]},
+    ],
+)
+@pytest.mark.parametrize("k", [2, 5, 40])  # k = 1: step 7, a reviewer's, leads the first slice
+def test_a_semantic_filter_the_postgres_index_names_ranks_only_its_candidates_over_kept_vectors(
+    postgres_url: str, backend_calls: Any, where: dict[str, Any], k: int
+) -> None:
+    """Over vectors kept in memory, a filter PostgreSQL's GIN index names (1% of 2,000 rows, or none) whose first slice of the ranking holds too few asks the index once for the rows that may pass and ranks those alone, judging no further slice by key; hits and scores are Memory.search's."""
+    asked, capped, judged = _semantic_over_kept_vectors(postgres_url, backend_calls, where, k)
     assert len(asked) + len(capped) == 1
     assert len(judged) <= 1
 
@@ -921,20 +929,7 @@ def test_a_semantic_filter_the_postgres_index_names_that_most_rows_pass_settles_
     postgres_url: str, backend_calls: Any, where: dict[str, Any]
 ) -> None:
     """Over vectors kept in memory, a filter the GIN index names that 99% of 2,000 rows pass is settled by the first slice of the ranking (one filter_among_rows statement), never asking the index for the rows that may pass (nearly every row); hits and scores are Memory.search's."""
-    embedder = HashingEmbedder(32)
-    session = reviewer_session(2000)
-    with open_store(postgres_url) as store:
-        store.append("s", [MemoryItem(**fields) for fields in session])
-        keep_vectors_in_memory(store, embedder)
-        backend = store.backend
-        assert backend.filter_named(Filter(where).tree)
-        asked = backend_calls(backend, "filter_candidates")
-        capped = backend_calls(backend, "filter_few")
-        judged = backend_calls(backend, "filter_among_rows")
-        hits = store.search("s", "beta 7", 5, mode="semantic", where=where, embedder=embedder)
-    memory = Memory(MemoryItem(**fields) for fields in session)
-    want = memory.search("beta 7", 5, mode="semantic", where=where, embedder=embedder)
-    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    asked, capped, judged = _semantic_over_kept_vectors(postgres_url, backend_calls, where, 5)
     assert asked == capped == []
     assert len(judged) == 1
 

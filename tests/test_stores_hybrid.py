@@ -19,6 +19,11 @@ from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._search.keyword import KeywordSearch
 
 WORDS = ("the", "file", "report", "chart", "invoice", "window", "saved", "moved", "closed")
+# Sessions and queries of those words only (ties and shared words everywhere).
+SESSION_TEXTS = st.lists(
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join), min_size=1, max_size=400
+)
+QUERY_TEXT = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)
 
 
 def common_word_session(n: int) -> list[dict[str, Any]]:
@@ -79,12 +84,8 @@ def test_a_hybrid_search_of_tied_items_walks_every_keyword_hit_and_ties_by_step(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    texts=st.lists(
-        st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join),
-        min_size=1,
-        max_size=400,
-    ),
-    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join),
+    texts=SESSION_TEXTS,
+    query=QUERY_TEXT,
     k=st.integers(min_value=1, max_value=12),
 )
 def test_a_sqlite_hybrid_search_ranks_as_memory_search_however_deep_it_walks(
@@ -496,12 +497,8 @@ def test_a_hybrid_search_with_a_filter_most_items_pass_walks_only_as_deep_as_it_
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    texts=st.lists(
-        st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join),
-        min_size=1,
-        max_size=400,
-    ),
-    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join),
+    texts=SESSION_TEXTS,
+    query=QUERY_TEXT,
     k=st.integers(min_value=1, max_value=12),
     every=st.integers(min_value=1, max_value=60),
 )
