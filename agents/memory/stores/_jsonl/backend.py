@@ -83,7 +83,7 @@ from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUp
 from agents.memory.stores._core.filter_values import FilterValues, ranked_where
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.terms import Terms
-from agents.memory.stores._jsonl.files import StoreFiles
+from agents.memory.stores._jsonl.files import StoreFiles, open_file
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
 from agents.memory.stores._jsonl.keyword_ranking import (
@@ -103,6 +103,7 @@ from agents.memory.stores._jsonl.log import (
     item_record,
     meta_record,
     model_record,
+    read_item_at,
     vector_record,
 )
 from agents.memory.stores._store import Store
@@ -122,6 +123,17 @@ class _Tx:
     parts: list[bytes] = attrs.Factory(list)
     new: bool = False
     vector_seqs: set[int] | None = attrs.Factory(set)  # whose vectors it changes (None: all)
+    size: int = 0  # the length of parts[:counted]
+    counted: int = 0
+
+    def item(self, log: SessionLog, seq: int, record: bytes) -> None:
+        """Add the record of item ``seq``, noting where it will start in the log (``log.offsets``)."""
+        # The parts' length so far, counting only those added since the last record.
+        self.size += sum(map(len, self.parts[self.counted :]))
+        self.counted = len(self.parts) + 1
+        log.offsets[seq] = (len(log.header) if self.new else log.offset) + self.size
+        self.parts.append(record)
+        self.size += len(record)
 
     def changed_vectors(self, seqs: Iterable[int] | None) -> None:
         """Note that the vectors of ``seqs`` (``None``: of every item) change."""
@@ -278,7 +290,15 @@ class LogBackend(Backend):
             return [(seq, data) for seq, (_, _, data) in log.rows.items() if seq > low]
 
     def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        """Return the live rows of ``seqs``; a handle that holds no view of the log reads each by its offset in the keyword index (:meth:`_rows_at`)."""
         with self._files.locked(exclusive=False):
+            index = self._unviewed(session_id)
+            if index is not None:
+                found = self._rows_at(session_id, index, seqs)
+                if found is not None:
+                    return found
+                # An offset that does not check out: the file is built again from the log.
+                self._keywords.forget(session_id, remove=not self.read_only)
             log = self._logs.current(session_id)
             rows = log.rows if log is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
@@ -343,7 +363,7 @@ class LogBackend(Backend):
         log = _open_log(tx)
         start = log.next_seq
         for offset, (step, created, data) in enumerate(rows, start=start):
-            tx.parts.append(item_record(offset, created, step, data))
+            tx.item(log, offset, item_record(offset, created, step, data))
             log.rows[offset] = (step, created, data)
         log.next_seq = start + len(rows)
         return list(range(start, log.next_seq))
@@ -359,7 +379,7 @@ class LogBackend(Backend):
         log = _open_log(tx)
         start = log.next_seq
         for offset, ((step, created, data), key) in enumerate(zip(rows, keys, strict=True), start):
-            tx.parts.append(item_record(offset, created, step, data, key=key))
+            tx.item(log, offset, item_record(offset, created, step, data, key=key))
             log.rows[offset] = (step, created, data)
             log.rows.file_key(offset, key)
         log.next_seq = start + len(rows)
@@ -391,7 +411,7 @@ class LogBackend(Backend):
         for seq, step, data in rows:
             old = log.rows.get(seq)
             if old is not None:
-                tx.parts.append(item_record(seq, old[1], step, data, update=True))
+                tx.item(log, seq, item_record(seq, old[1], step, data, update=True))
                 log.rows[seq] = (step, old[1], data)
                 log.dead += 1
                 done.append(seq)
@@ -402,6 +422,8 @@ class LogBackend(Backend):
     def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
         log = _open_log(tx)
         gone = [seq for seq in dict.fromkeys(seqs) if log.rows.discard(seq)]
+        for seq in gone:
+            log.offsets.pop(seq, None)
         if gone:
             tx.parts.append(delete_record(gone))
             log.dead += len(gone)
@@ -417,6 +439,7 @@ class LogBackend(Backend):
             tx.changed_vectors(None)
             log.dead += count
             log.rows.clear()
+            log.offsets.clear()
         return count
 
     def row_index(self, tx: _Tx, session_id: str) -> list[IndexEntry]:
@@ -594,8 +617,53 @@ class LogBackend(Backend):
     def keyword_top(
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
+        """Rank the session by BM25 from its keyword index; a handle that holds no view of the log takes the index without reading the log whole (:meth:`_unviewed`)."""
         with self._files.locked(exclusive=False):
+            index = self._unviewed(session_id)
+            if index is not None:
+                with contextlib.suppress(DamagedIndexError):  # built again from the log, below
+                    return top(index, terms, k)
             return self._indexed(session_id, lambda index: top(index, terms, k)) or []
+
+    def _unviewed(self, session_id: str) -> KeywordIndex | None:
+        """Return the session's keyword index current with the log file while this handle holds no view of the log; ``None`` once it does, or where the log must be read whole.
+
+        The caller holds the lock. Until something needs the whole log
+        (a filter, a count, the vectors), an unfiltered keyword query
+        ranks from ``<session>.keywords`` and reads its hits alone by their
+        offsets (:meth:`SessionKeywords.unviewed`), where reading the log
+        whole and filing its rows costs seconds at 100,000 items.
+        """
+        if self._logs.viewed(session_id):
+            return None
+        return self._keywords.unviewed(session_id, self._files.log_path(session_id))
+
+    def _rows_at(
+        self, session_id: str, index: KeywordIndex, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]] | None:
+        """Return the live rows of ``seqs`` read by their records' offsets in ``index`` (current with the log); ``None`` if one does not check out (:func:`read_item_at`) or cannot be read.
+
+        The caller holds the lock.
+        """
+        try:
+            fd = open_file(self._files.log_path(session_id), os.O_RDONLY, "log")
+        except (OSError, StoreError):
+            return None
+        try:
+            found = []
+            for seq in sorted(set(seqs)):
+                at = index.record_at(seq)
+                if at is None:
+                    continue  # not a live item
+                data = read_item_at(fd, at, seq, index.offset)
+                if data is None:
+                    return None
+                found.append((seq, data))
+            return found
+        except (OSError, DamagedIndexError):
+            return None
+        finally:
+            os.close(fd)
 
     def keyword_among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]

@@ -2,8 +2,12 @@
 
 The file: a JSON header line (sizes and CRC-32s of the parts), the terms
 (sorted, one a line), each term's ``(start, count, crc)`` in the postings,
-the items' seqs (ascending) and lengths, and the postings (each term's seqs,
-ascending, then its counts), all as native unsigned arrays. The header names
+the items' seqs (ascending) and lengths, the postings (each term's seqs,
+ascending, then its counts), and each item's record offset in the log
+(where the record of its current bytes starts, in the order of the seqs:
+version 2; a version 1 file, without them, is built again), all as native
+unsigned arrays. The offsets are read one by one when a hit is read, and
+carry no CRC: each is checked against the record it points at. The header names
 the log's header and the length of the log it covers, with a hash of the
 :data:`TAIL` bytes before that offset; :func:`load` checks every byte before
 it is used, and a file that does not check out raises
@@ -28,15 +32,16 @@ from agents.memory.stores._jsonl.keyword_postings import (
     POSTING_CODES,
     Base,
     DamagedIndexError,
+    StoredOffsets,
+    ints,
     pread,
     width,
 )
-from agents.memory.stores._jsonl.log import SessionLog
 
 __all__ = ["FORMAT", "TAIL", "file_bytes", "load"]
 
 FORMAT: Final = "kvmemory.jsonl-keywords"
-_VERSION: Final = 1
+_VERSION: Final = 2
 TAIL: Final = 4096
 """How many bytes before the offset an index covers are hashed to tell the same log from another."""
 _HEADER_MAX: Final = 4096
@@ -45,7 +50,7 @@ _HEADER_MAX: Final = 4096
 class _Terms(Sequence[str]):
     """The sorted terms of a file, each decoded when looked at (bisection looks at a few)."""
 
-    def __init__(self, data: bytes, starts: array[int]) -> None:
+    def __init__(self, data: bytes, starts: Sequence[int]) -> None:
         self._data = data
         self._starts = starts
 
@@ -69,8 +74,10 @@ class _Terms(Sequence[str]):
         return self._data[start:end].decode("utf-8", errors="replace")
 
 
-def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> KeywordIndex:
-    """Return the index an open file holds, if it covers a prefix of the log ``log`` views.
+def load(
+    fd: int, header: bytes, end_of_log: int, read_log: Callable[[int, int], bytes]
+) -> KeywordIndex:
+    """Return the index an open file holds, if it covers a prefix of the log that starts with ``header`` and is ``end_of_log`` bytes long (as read).
 
     ``read_log(start, end)`` returns the log file's bytes in that range.
     Every byte is checked before it is used: the header, the terms, their
@@ -100,9 +107,9 @@ def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> Key
         if not (
             head.get("version") == _VERSION
             and head.get("byteorder") == sys.byteorder
-            and head.get("log") == hashlib.blake2b(log.header).hexdigest()
+            and head.get("log") == hashlib.blake2b(header).hexdigest()
             and all(type(x) is int and x >= 0 for x in (offset, items, n_terms, postings))
-            and len(log.header) <= offset <= log.offset
+            and len(header) <= offset <= end_of_log
             and seq_width in POSTING_CODES
             and type(widths) is list
             and len(widths) == 2
@@ -114,48 +121,44 @@ def load(fd: int, log: SessionLog, read_log: Callable[[int, int], bytes]) -> Key
             and parts[1][0] == (n_terms + 1) * 4
             and parts[2][0] == n_terms * 3 * 8
             and parts[3][0] == items * (seq_width + 4)
-            and end + 1 + sum(part[0] for part in parts) + postings == size
+            and end + 1 + sum(part[0] for part in parts) + postings + 8 * items == size
         ):
             raise DamagedIndexError("header")
         if hashlib.blake2b(read_log(max(0, offset - TAIL), offset)).hexdigest() != head["tail"]:
             raise DamagedIndexError("another log")
         at = end + 1
-        read = pread(fd, at, at + sum(part[0] for part in parts))
+        read = memoryview(pread(fd, at, at + sum(part[0] for part in parts)))
         chunks = []
         for length, crc in parts:
-            chunk, read = read[:length], read[length:]
+            chunk = read[at - end - 1 : at - end - 1 + length]
             if zlib.crc32(chunk) != crc:
                 raise DamagedIndexError("checksum")
             chunks.append(chunk)
             at += length
-        starts: array[int] = array(POSTING_CODES[4])
-        starts.frombytes(chunks[1])
-        terms = _Terms(chunks[0], starts)
-        entries: array[int] = array(POSTING_CODES[8])
-        entries.frombytes(chunks[2])
-        seqs: array[int] = array(POSTING_CODES[seq_width])
-        seqs.frombytes(chunks[3][: items * seq_width])
-        counts: array[int] = array(POSTING_CODES[4])
-        counts.frombytes(chunks[3][items * seq_width :])
+        # The parts are read as they lie in what was read, cast (not copied).
+        terms = _Terms(bytes(chunks[0]), ints(chunks[1], 4))
+        entries = ints(chunks[2], 8)
+        seqs = ints(chunks[3][: items * seq_width], seq_width)
+        counts = ints(chunks[3][items * seq_width :], 4)
+        offsets = StoredOffsets(seqs, fd, at + postings)
         base = Base(terms, entries, (widths[0], widths[1]), fd=fd, at=at, size=postings)
         np = numpy_module()
         if np is None:
-            lengths: dict[int, int] | tuple[array[int], array[int]] = dict(
+            lengths: dict[int, int] | tuple[Sequence[int], Sequence[int]] = dict(
                 zip(seqs, counts, strict=True)
             )
-            if len(lengths) != items:
-                raise DamagedIndexError("repeated seqs")
-            index = KeywordIndex(log.header, offset, lengths, base)
+            if any(a >= b for a, b in itertools.pairwise(seqs)):
+                raise DamagedIndexError("seqs not ascending")
+            index = KeywordIndex(header, offset, lengths, base, offsets)
         else:
             # The file's seqs ascend (checked): numpy's arrays of them come from its bytes.
             dense = np.frombuffer(chunks[3][: items * seq_width], dtype=f"=u{seq_width}")
             if (dense[1:] <= dense[:-1]).any():
                 raise DamagedIndexError("seqs not ascending")
-            index = KeywordIndex(log.header, offset, (seqs, counts), base)
-            index.dense_from(
-                dense.astype(np.int64),
-                np.frombuffer(chunks[3][items * seq_width :], dtype="=u4").astype(np.float64),
-            )
+            lengths_at = np.frombuffer(chunks[3][items * seq_width :], "=u4")
+            total = int(lengths_at.sum(dtype=np.int64))  # summed by numpy, not item by item
+            index = KeywordIndex(header, offset, (seqs, counts), base, offsets, total=total)
+            index.dense_from(dense.astype(np.int64), lengths_at.astype(np.float64))
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         os.close(fd)
         if isinstance(exc, DamagedIndexError):
@@ -177,6 +180,7 @@ def file_bytes(index: KeywordIndex, tail: bytes) -> list[bytes]:
         array(POSTING_CODES[seq_width], seqs).tobytes()
         + array(POSTING_CODES[4], [index.lengths[seq] for seq in seqs]).tobytes()
     )
+    offsets = index.offsets
     base = index.base
     encoded = [term.encode() for term in base.terms]
     terms_part = b"".join(encoded)
@@ -209,4 +213,5 @@ def file_bytes(index: KeywordIndex, tail: bytes) -> list[bytes]:
         entries_part,
         lengths_part,
         blob,
+        array(POSTING_CODES[8], [offsets[seq] for seq in seqs]).tobytes(),
     ]

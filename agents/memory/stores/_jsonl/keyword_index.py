@@ -21,6 +21,7 @@ from agents.memory.stores._jsonl.keyword_postings import (
     POSTING_CODES,
     Base,
     DamagedIndexError,
+    StoredOffsets,
     pack,
     width,
 )
@@ -36,25 +37,32 @@ class KeywordIndex:
 
     The base is the postings as saved (or built), a :class:`Base`. Items added or changed since are
     held apart (``added``: seq -> {term: count}); ``removed`` are the base's
-    seqs no longer live. ``lengths`` holds every live item's length.
+    seqs no longer live. ``lengths`` holds every live item's length, and
+    ``offsets`` where the record holding its current bytes starts in the
+    log (so that a hit can be read alone: :meth:`record_at`).
     """
 
     def __init__(
         self,
         header: bytes,
         offset: int,
-        lengths: dict[int, int] | tuple[array[int], array[int]],
+        lengths: dict[int, int] | tuple[Sequence[int], Sequence[int]],
         base: Base,
+        offsets: dict[int, int] | StoredOffsets,
+        *,
+        total: int | None = None,
     ) -> None:
         self.header = header
         self.offset = offset
         if isinstance(lengths, dict):
             self._lengths: dict[int, int] | None = lengths
-            self._length_arrays: tuple[array[int], array[int]] | None = None
+            self._length_arrays: tuple[Sequence[int], Sequence[int]] | None = None
             self.total = sum(lengths.values())
         else:  # as read from a file (seqs ascending): made a dict when first needed
             self._lengths, self._length_arrays = None, lengths
-            self.total = sum(lengths[1])
+            self.total = sum(lengths[1]) if total is None else total
+        # As read from a file: a dict when first changed (or packed).
+        self._offsets: dict[int, int] | StoredOffsets = offsets
         self.base = base
         self.widths = base.widths
         self.removed: set[int] = set()
@@ -78,6 +86,29 @@ class KeywordIndex:
             self._lengths = dict(zip(*self._length_arrays, strict=True))
             self._length_arrays = None
         return self._lengths
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Where the record of every live item's current bytes starts in the log, by seq.
+
+        Raises:
+            DamagedIndexError: if they are read from a file cut short.
+        """
+        if isinstance(self._offsets, StoredOffsets):
+            self._offsets = self._offsets.every()
+        return self._offsets
+
+    @offsets.setter
+    def offsets(self, offsets: dict[int, int]) -> None:
+        self._offsets = offsets
+
+    def record_at(self, seq: int) -> int | None:
+        """Return where the record of live item ``seq``'s current bytes starts in the log (``None``: not live), to be checked there.
+
+        Raises:
+            DamagedIndexError: if it is read from a file cut short.
+        """
+        return self._offsets.get(seq)
 
     @property
     def count(self) -> int:
@@ -182,21 +213,22 @@ class KeywordIndex:
         Raises:
             DamagedIndexError: if the base's postings of the term do not check out.
         """
-        # The bytes read as arrays, checked (each term's seqs ascend).
+        # The bytes read as arrays, checked (each term's seqs ascend) as they are, before
+        # they are widened (half the bytes to look at: a term most items hold is read faster).
         seq_bytes, count_bytes = self._slice(term)
-        at = np.frombuffer(seq_bytes, dtype=f"=u{self.widths[0]}").astype(np.int64)
-        tf = np.frombuffer(count_bytes, dtype=f"=u{self.widths[1]}").astype(np.float64)
+        raw = np.frombuffer(seq_bytes, dtype=f"=u{self.widths[0]}")
+        raw_tf = np.frombuffer(count_bytes, dtype=f"=u{self.widths[1]}")
+        if len(raw) and (raw_tf.min() < 1 or (raw[1:] <= raw[:-1]).any()):
+            raise DamagedIndexError(term)
+        at, tf = raw.astype(np.int64), raw_tf.astype(np.float64)
         if not len(at):
             return at, tf
-        if tf.min() < 1 or (at[1:] <= at[:-1]).any():
-            raise DamagedIndexError(term)
         if len(seqs) and seqs[-1] - seqs[0] == len(seqs) - 1:
-            where = (
-                at - seqs[0]
-            )  # seqs without a gap (nothing deleted): a seq's place is its distance
-            if where[0] < 0 or where[-1] >= len(seqs):
+            # Seqs without a gap (nothing deleted): a seq's place is its distance from the first.
+            at -= seqs[0]
+            if at[0] < 0 or at[-1] >= len(seqs):
                 raise DamagedIndexError(term)
-            return where, tf
+            return at, tf
         where = np.searchsorted(seqs, at)
         if where[-1] >= len(seqs) or (seqs[where] != at).any():
             raise DamagedIndexError(term)
@@ -208,6 +240,7 @@ class KeywordIndex:
         length = self.lengths.pop(seq, None)
         if length is None:
             return
+        self.offsets.pop(seq, None)
         self._dense = None
         self._arrays.clear()
         self.total -= length
@@ -220,8 +253,9 @@ class KeywordIndex:
                 self.added_by_term[term].discard(seq)
                 self._live.get(term, {}).pop(seq, None)
 
-    def _put(self, seq: int, terms: tuple[str, int]) -> None:
+    def _put(self, seq: int, terms: tuple[str, int], at: int) -> None:
         self._drop(seq)
+        self.offsets[seq] = at
         text, length = terms
         counts = dict(Counter(text.split(" "))) if length else {}
         self.added[seq] = counts
@@ -259,9 +293,11 @@ class KeywordIndex:
             DamagedIndexError: if a line is not a record (the log view read it, so the file changed under it).
             CorruptStoreError: if an item of the log cannot be decoded.
         """
-        changes: list[tuple[int, bool, bytes] | list[int] | None] = []
+        changes: list[tuple[int, bool, bytes, int] | list[int] | None] = []
+        at = self.offset  # where the next line starts
         try:
             for line in chunk.split(b"\n")[:-1]:
+                start, at = at, at + len(line) + 1
                 if not line.strip():
                     continue
                 split = split_item_record(line)
@@ -270,7 +306,7 @@ class KeywordIndex:
                     seq = head["seq"]
                     if type(seq) is not int:
                         raise DamagedIndexError(source)
-                    changes.append((seq, bool(head.get("u")), split[1]))
+                    changes.append((seq, bool(head.get("u")), split[1], start))
                     continue
                 head = orjson.loads(line)
                 if type(head) is not dict:
@@ -294,10 +330,10 @@ class KeywordIndex:
                 for seq in change:
                     self._drop(seq)
             else:
-                seq, update, _ = change
+                seq, update, _, start = change
                 got = next(terms)
                 if not update or seq in self.lengths:  # the log ignores an update of no live item
-                    self._put(seq, got)
+                    self._put(seq, got, start)
         self.offset += len(chunk)
 
     # -- packing -------------------------------------------------------------------------
@@ -322,7 +358,7 @@ class KeywordIndex:
             base = pack(found, widths)
         else:
             base = self._appended(self.widths)
-        index = KeywordIndex(self.header, self.offset, dict(self.lengths), base)
+        index = KeywordIndex(self.header, self.offset, dict(self.lengths), base, dict(self.offsets))
         index.unsaved, index.file_stale = self.unsaved, self.file_stale
         return index
 

@@ -18,7 +18,16 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-__all__ = ["POSTING_CODES", "Base", "DamagedIndexError", "pack", "pread", "width"]
+__all__ = [
+    "POSTING_CODES",
+    "Base",
+    "DamagedIndexError",
+    "StoredOffsets",
+    "ints",
+    "pack",
+    "pread",
+    "width",
+]
 
 
 class DamagedIndexError(Exception):
@@ -31,6 +40,13 @@ def _code(size: int) -> str:
 
 
 POSTING_CODES: Final = {2: _code(2), 4: _code(4), 8: _code(8)}
+
+
+def ints(view: memoryview, size: int) -> memoryview[int]:
+    """Return the bytes of ``view`` as native unsigned ints of ``size`` bytes, not copied."""
+    # One of the int codes, which mypy cannot tell from a str.
+    cast: memoryview[int] = view.cast(POSTING_CODES[size])  # type: ignore[call-overload]
+    return cast
 
 
 def width(largest: int) -> int:
@@ -48,7 +64,7 @@ class Base:
     def __init__(
         self,
         terms: Sequence[str],
-        entries: array[int],
+        entries: array[int] | memoryview[int],
         widths: tuple[int, int],
         data: bytes | None = None,
         *,
@@ -93,6 +109,46 @@ class Base:
         if zlib.crc32(part) != crc:
             raise DamagedIndexError(term)
         return part[: cut - start], part[cut - start :]
+
+
+class StoredOffsets:
+    """The record offsets of a file's items, in the order of their seqs (``seqs``, ascending), each read from the file when asked.
+
+    They are not checked here (they carry no CRC): each is checked where it
+    is used, against the record it points at. This object reads from its
+    own duplicate of ``fd`` (from ``at``), which it closes when it goes.
+    """
+
+    def __init__(self, seqs: Sequence[int], fd: int, at: int) -> None:
+        self.seqs = seqs
+        self._fd = os.dup(fd)
+        self._at = at
+        weakref.finalize(self, os.close, self._fd)
+
+    def get(self, seq: int) -> int | None:
+        """Return item ``seq``'s record offset (``None``: no item of the file).
+
+        Raises:
+            DamagedIndexError: if the file was cut short.
+        """
+        number = bisect.bisect_left(self.seqs, seq)
+        if number == len(self.seqs) or self.seqs[number] != seq:
+            return None
+        got = pread(self._fd, self._at + 8 * number, self._at + 8 * number + 8)
+        if len(got) != 8:
+            raise DamagedIndexError("record offsets")
+        return int(array(POSTING_CODES[8], got)[0])
+
+    def every(self) -> dict[int, int]:
+        """Return every item's record offset, by seq.
+
+        Raises:
+            DamagedIndexError: if the file was cut short.
+        """
+        got = pread(self._fd, self._at, self._at + 8 * len(self.seqs))
+        if len(got) != 8 * len(self.seqs):
+            raise DamagedIndexError("record offsets")
+        return dict(zip(self.seqs, array(POSTING_CODES[8], got), strict=True))
 
 
 def pack(

@@ -31,10 +31,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
+from collections.abc import Callable
 from typing import Final
 
 from agents.memory import _codec
-from agents.memory.exceptions import StoreError
+from agents.memory.exceptions import CorruptStoreError, StoreError
 from agents.memory.stores._jsonl.files import open_file
 from agents.memory.stores._jsonl.keyword_file import TAIL, file_bytes, load
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex, terms_of
@@ -45,6 +46,8 @@ __all__ = ["SAVE_EVERY", "SessionKeywords", "build"]
 
 SAVE_EVERY: Final = 256
 """Items indexed since the last save after which a writable handle saves again (or a 64th of the session, if more)."""
+_HEADER_READ: Final = 65536
+"""How much of a log is read for its header line where the log is not read whole (:meth:`SessionKeywords.unviewed`)."""
 
 
 def build(log: SessionLog, source: str) -> KeywordIndex:
@@ -75,7 +78,10 @@ def build(log: SessionLog, source: str) -> KeywordIndex:
                     tf_max = tf
         widths = (width(max(lengths, default=0)), width(tf_max))
         base = pack(((t, s, counts_of[t]) for t, s in seqs_of.items()), widths)
-    index = KeywordIndex(log.header, log.offset, lengths, base)
+    offsets = log.offsets
+    index = KeywordIndex(
+        log.header, log.offset, lengths, base, {seq: offsets[seq] for seq in lengths}
+    )
     index.file_stale = True
     return index
 
@@ -110,7 +116,7 @@ class SessionKeywords:
         if index is not None and (index.header != log.header or index.offset > log.offset):
             index = None
         if index is None:
-            index = self._load(session_id, log, log_path)
+            index = self._load_of(session_id, log, log_path)
         if index is not None and index.offset < log.offset:
             try:
                 index.follow(_read_range(log_path, index.offset, log.offset), log_path)
@@ -122,6 +128,59 @@ class SessionKeywords:
         due = index.unsaved >= max(SAVE_EVERY, index.count // 64)
         if not self.read_only and (due or index.file_stale):
             self._save(session_id, index, log_path)
+        return index
+
+    def unviewed(self, session_id: str, log_path: str) -> KeywordIndex | None:
+        """Return the session's index caught up with its log file as it is now, for a handle that holds no view of the log; ``None`` where that takes reading the log whole.
+
+        The log is looked at, not read: its length (``fstat``), its header
+        line, and the records after the index, if any (followed as
+        :meth:`current` follows them). The index held, or else the file's,
+        is taken if it is of a log with this header and no longer than it,
+        the file checked as :meth:`current` checks it (the hash of the log's
+        bytes before the offset it covers among them). ``None`` (the caller
+        reads the log whole, as at any other first read) where there is no
+        log or file, the file does not check out, the log ends with a line
+        cut short, or a record after the index does not read; the index is
+        then not kept.
+        """
+        try:
+            fd = open_file(log_path, os.O_RDONLY, "log")
+        except (OSError, StoreError):
+            return None
+        try:
+            index = self._unviewed(session_id, fd, log_path)
+        except (OSError, DamagedIndexError, CorruptStoreError):
+            index = None
+        finally:
+            os.close(fd)
+        if index is None:
+            self._indexes.pop(session_id, None)
+            return None
+        self._indexes[session_id] = index
+        if not self.read_only and index.unsaved >= max(SAVE_EVERY, index.count // 64):
+            self._save(session_id, index, log_path)
+        return self._indexes[session_id]
+
+    def _unviewed(self, session_id: str, fd: int, log_path: str) -> KeywordIndex | None:
+        size = os.fstat(fd).st_size
+        first = pread(fd, 0, min(size, _HEADER_READ))
+        cut = first.find(b"\n")
+        if cut < 0:
+            return None  # no header line, or a long one: the log is read whole
+        header = first[: cut + 1]
+        index = self._indexes.get(session_id)
+        if index is not None and (index.header != header or index.offset > size):
+            index = None
+        if index is None:
+            index = self._load(session_id, header, size, lambda start, end: pread(fd, start, end))
+        if index is None:
+            return None
+        if index.offset < size:
+            chunk = pread(fd, index.offset, size)
+            if not chunk.endswith(b"\n"):
+                return None  # a line cut short: the read of the log whole warns of it
+            index.follow(chunk, log_path)
         return index
 
     def loaded(self, session_id: str, log: SessionLog, log_path: str) -> bool:
@@ -138,7 +197,7 @@ class SessionKeywords:
         index = self._indexes.get(session_id)
         if index is not None and index.header == log.header and index.offset <= log.offset:
             return True
-        index = self._load(session_id, log, log_path)
+        index = self._load_of(session_id, log, log_path)
         if index is None:
             return False
         self._indexes[session_id] = index
@@ -151,6 +210,7 @@ class SessionKeywords:
             self._indexes.pop(session_id, None)
             return
         index.header, index.offset, index.file_stale = log.header, log.offset, True
+        index.offsets = dict(log.offsets)  # the same items, each at its place in the new log
 
     def rebuilt(self, session_id: str, log: SessionLog, log_path: str) -> KeywordIndex:
         """Forget the session's index (its file did not check out) and build it again from the log.
@@ -165,13 +225,21 @@ class SessionKeywords:
             self._save(session_id, index, log_path)
         return index
 
-    def _load(self, session_id: str, log: SessionLog, log_path: str) -> KeywordIndex | None:
+    def _load_of(self, session_id: str, log: SessionLog, log_path: str) -> KeywordIndex | None:
+        return self._load(
+            session_id, log.header, log.offset, lambda start, end: _read_range(log_path, start, end)
+        )
+
+    def _load(
+        self, session_id: str, header: bytes, size: int, read_log: Callable[[int, int], bytes]
+    ) -> KeywordIndex | None:
+        """Return the index the session's file holds if it covers a prefix of the log with ``header``, ``size`` bytes long (:func:`load`); ``None`` if not."""
         try:
             fd = open_file(self.path(session_id), os.O_RDONLY, "keyword index")
         except (OSError, StoreError):
             return None  # missing, a link or unreadable: built again
         try:
-            return load(fd, log, lambda start, end: _read_range(log_path, start, end))
+            return load(fd, header, size, read_log)
         except (OSError, DamagedIndexError):
             return None
 

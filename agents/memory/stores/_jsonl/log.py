@@ -20,6 +20,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from typing import Final
 
 import attrs
+import orjson
 
 from agents.memory import _codec
 from agents.memory.exceptions import CorruptSessionError, CorruptStoreError, SkippedRecordWarning
@@ -39,6 +40,7 @@ __all__ = [
     "meta_record",
     "model_record",
     "read_header",
+    "read_item_at",
     "split_item_record",
     "vector_record",
 ]
@@ -46,6 +48,8 @@ __all__ = [
 LOG_FORMAT: Final = "kvmemory.jsonl-log"
 _ITEM: Final = b',"item":'
 _META: Final = b'{"meta":'
+_ITEM_READ: Final = 16384
+"""How many bytes are read first for one record (the size of most): more until its newline."""
 
 CLEAR_RECORD: Final = b'{"clear":1}\n'
 """The record that deletes every item of the session."""
@@ -66,7 +70,9 @@ class SessionLog:
     ``dead`` the records that no longer describe a live item or vector (the
     measure of what compaction would save), ``partial_at`` the number of a
     truncated last line (0 if none), ``vectors`` maps fields -> seq -> the
-    vector's bytes (empty for an item without text).
+    vector's bytes (empty for an item without text), ``offsets`` maps each
+    live item's seq -> where the record holding its current bytes starts
+    in the log (what the keyword index file records, to read hits alone).
     """
 
     header: bytes
@@ -81,6 +87,7 @@ class SessionLog:
     partial_at: int = 0
     model: tuple[str, int] | None = None
     vectors: dict[str, dict[int, bytes]] = attrs.Factory(dict)
+    offsets: dict[int, int] = attrs.Factory(dict)
 
     def drop_vectors_of(self, seqs: Iterable[int]) -> None:
         """Forget the vectors of items deleted or changed (their records imply it)."""
@@ -190,6 +197,10 @@ class SessionLogs:
             changed |= seqs
         return changed
 
+    def viewed(self, session_id: str) -> bool:
+        """Return whether this process holds a view of the session's log (read it whole once)."""
+        return session_id in self._logs
+
     def keep(self, session_id: str, log: SessionLog) -> None:
         """Take ``log`` as this process's view of the session (written to the file by the caller)."""
         self._logs[session_id] = log
@@ -243,8 +254,12 @@ class SessionLogs:
         )
         chunks = [header]
         keys = log.rows.keys_by_seq
+        offsets: dict[int, int] = {}
+        at = len(header)
         for seq, (step, created, data) in log.rows.items():
             chunks.append(item_record(seq, created, step, data, key=keys.get(seq)))
+            offsets[seq] = at
+            at += len(chunks[-1])
         if log.model is not None:
             chunks.append(model_record(*log.model))
         for fields, table in log.vectors.items():
@@ -269,6 +284,7 @@ class SessionLogs:
             # The same rows: their value index is taken over (``log`` is dropped).
             rows=RowTable(log.rows.items(), keys, index=log.rows.value_index),
             model=log.model,
+            offsets=offsets,
             vectors={
                 fields: {seq: vector for seq, vector in table.items() if seq in log.rows}
                 for fields, table in log.vectors.items()
@@ -406,13 +422,15 @@ def apply_records(path: str, log: SessionLog, chunk: bytes) -> set[int] | None:
     tail = lines.pop()  # after the last newline: b"" when the log ends cleanly
     rows = log.rows
     changed: set[int] | None = set()
+    at = log.offset  # where the next line starts
     for line in lines:
         log.lines += 1
+        start, at = at, at + len(line) + 1
         if not line.strip():
             continue
         where = f"line {log.lines} of JSONL log {path!r}"
         try:
-            seqs = _apply_line(where, log, rows, line)
+            seqs = _apply_line(where, log, rows, line, start)
         except CorruptSessionError as exc:
             msg = f"Cannot read {where}: {exc}; the log is damaged in the middle (not a crash at the end). Restore it from a backup."
             raise CorruptStoreError(msg) from exc
@@ -445,8 +463,41 @@ def split_item_record(line: bytes) -> tuple[bytes, bytes] | None:
     return line[:cut] + b"}", line[cut + len(_ITEM) : -1]
 
 
-def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Iterable[int] | None:
-    """Read one record into ``log``; return the seqs whose vectors it changed (``None``: every item's)."""
+def read_item_at(fd: int, at: int, seq: int, end: int) -> bytes | None:
+    """Return the item bytes of the record of item ``seq`` that starts at byte ``at`` of a log, read from ``fd`` before ``end``; ``None`` if it is not one.
+
+    The line there must be a whole item record (ending before ``end``)
+    whose fields parse, of item ``seq``: anything else (an offset from a
+    stale or damaged keyword file) is ``None``, and the caller reads the
+    log whole instead.
+    """
+    if not 0 < at < end:
+        return None
+    size = _ITEM_READ
+    while True:
+        chunk = os.pread(fd, min(size, end - at), at)
+        cut = chunk.find(b"\n")
+        if cut >= 0 or at + len(chunk) >= end or not chunk:
+            break
+        size *= 4
+    if cut < 0:
+        return None
+    split = split_item_record(chunk[:cut])
+    if split is None:
+        return None
+    try:
+        head = orjson.loads(split[0])
+    except orjson.JSONDecodeError:
+        return None
+    if type(head) is not dict or head.get("seq") != seq or type(head.get("seq")) is not int:
+        return None
+    return split[1]
+
+
+def _apply_line(
+    where: str, log: SessionLog, rows: RowTable, line: bytes, at: int
+) -> Iterable[int] | None:
+    """Read one record into ``log`` (the line starts at byte ``at`` of the log); return the seqs whose vectors it changed (``None``: every item's)."""
     # In an item record the first ',"item":' is its key: the fields before it are
     # numbers and JSON strings, in which a quote is always escaped.
     cut = line.find(_ITEM) if line.startswith(b'{"seq":') else -1
@@ -469,10 +520,12 @@ def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Ite
             old = rows.get(seq)
             if old is not None:
                 rows[seq] = (step, old[1], data)
+                log.offsets[seq] = at
             log.dead += 1
             log.drop_vectors_of((seq,))
             return (seq,)
         rows[seq] = (step, float(created), data)
+        log.offsets[seq] = at
         if key is not None:
             rows.file_key(seq, key)
         log.next_seq = max(log.next_seq, seq + 1)
@@ -485,11 +538,13 @@ def _apply_line(where: str, log: SessionLog, rows: RowTable, line: bytes) -> Ite
         for seq in gone:
             if rows.discard(seq):
                 log.dead += 1
+                log.offsets.pop(seq, None)
         log.drop_vectors_of(gone)
         return gone
     if "clear" in head:
         log.dead += len(rows)
         rows.clear()
+        log.offsets.clear()
         return None
     if "vec" in head:
         vec = head["vec"]
