@@ -297,9 +297,10 @@ class LogBackend(Backend):
                 found = self._rows_at(session_id, index, seqs)
                 if found is not None:
                     return found
-                # An offset that does not check out: the file is built again from the log.
-                self._keywords.forget(session_id, remove=not self.read_only)
             log = self._logs.current(session_id)
+            if index is not None and log is not None:
+                # An offset did not check out: the index takes the log's, read whole now.
+                self._keywords.offsets_from(session_id, log, self._files.log_path(session_id))
             rows = log.rows if log is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
 

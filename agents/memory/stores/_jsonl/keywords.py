@@ -183,6 +183,27 @@ class SessionKeywords:
             index.follow(chunk, log_path)
         return index
 
+    def offsets_from(self, session_id: str, log: SessionLog, log_path: str) -> None:
+        """Take the record offsets of ``log`` (the view just read whole) into the session's index, whose own did not check out, and save it.
+
+        Where the index is not of that log at that length, or does not hold
+        the same items, it is dropped and its file removed: the next query
+        builds it again.
+        """
+        index = self._indexes.get(session_id)
+        if (
+            index is None
+            or index.header != log.header
+            or index.offset != log.offset
+            or index.lengths.keys() != log.offsets.keys()
+        ):
+            self.forget(session_id, remove=not self.read_only)
+            return
+        index.offsets = dict(log.offsets)
+        index.file_stale = True
+        if not self.read_only:
+            self._save(session_id, index, log_path)
+
     def loaded(self, session_id: str, log: SessionLog, log_path: str) -> bool:
         """Load the session's index from its file if this handle holds none of ``log``'s and the file checks out; return whether one is held now.
 
