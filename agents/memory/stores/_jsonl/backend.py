@@ -83,7 +83,7 @@ from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUp
 from agents.memory.stores._core.filter_values import FilterValues, ranked_where
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.terms import Terms
-from agents.memory.stores._jsonl.files import StoreFiles, open_file
+from agents.memory.stores._jsonl.files import StoreFiles
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
 from agents.memory.stores._jsonl.keyword_ranking import (
@@ -93,7 +93,7 @@ from agents.memory.stores._jsonl.keyword_ranking import (
     score_among,
     top,
 )
-from agents.memory.stores._jsonl.keywords import SessionKeywords
+from agents.memory.stores._jsonl.keywords import SessionKeywords, rows_at
 from agents.memory.stores._jsonl.log import (
     CLEAR_RECORD,
     DROP_VECTORS_RECORD,
@@ -103,7 +103,6 @@ from agents.memory.stores._jsonl.log import (
     item_record,
     meta_record,
     model_record,
-    read_item_at,
     vector_record,
 )
 from agents.memory.stores._store import Store
@@ -290,16 +289,14 @@ class LogBackend(Backend):
             return [(seq, data) for seq, (_, _, data) in log.rows.items() if seq > low]
 
     def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
-        """Return the live rows of ``seqs``; a handle that holds no view of the log reads each by its offset in the keyword index (:meth:`_rows_at`)."""
         with self._files.locked(exclusive=False):
             index = self._unviewed(session_id)
             if index is not None:
-                found = self._rows_at(session_id, index, seqs)
+                found = rows_at(self._files.log_path(session_id), index, seqs)
                 if found is not None:
                     return found
             log = self._logs.current(session_id)
-            if index is not None and log is not None:
-                # An offset did not check out: the index takes the log's, read whole now.
+            if index is not None and log is not None:  # an offset did not check out
                 self._keywords.offsets_from(session_id, log, self._files.log_path(session_id))
             rows = log.rows if log is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
@@ -423,12 +420,10 @@ class LogBackend(Backend):
     def delete_rows(self, tx: _Tx, session_id: str, seqs: Sequence[int]) -> list[int]:
         log = _open_log(tx)
         gone = [seq for seq in dict.fromkeys(seqs) if log.rows.discard(seq)]
-        for seq in gone:
-            log.offsets.pop(seq, None)
         if gone:
             tx.parts.append(delete_record(gone))
             log.dead += len(gone)
-            log.drop_vectors_of(gone)  # as reading the "del" record does
+            log.deleted(gone)  # as reading the "del" record does
             tx.changed_vectors(gone)
         return sorted(gone)
 
@@ -618,53 +613,12 @@ class LogBackend(Backend):
     def keyword_top(
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
-        """Rank the session by BM25 from its keyword index; a handle that holds no view of the log takes the index without reading the log whole (:meth:`_unviewed`)."""
         with self._files.locked(exclusive=False):
             index = self._unviewed(session_id)
             if index is not None:
                 with contextlib.suppress(DamagedIndexError):  # built again from the log, below
                     return top(index, terms, k)
             return self._indexed(session_id, lambda index: top(index, terms, k)) or []
-
-    def _unviewed(self, session_id: str) -> KeywordIndex | None:
-        """Return the session's keyword index current with the log file while this handle holds no view of the log; ``None`` once it does, or where the log must be read whole.
-
-        The caller holds the lock. Until something needs the whole log
-        (a filter, a count, the vectors), an unfiltered keyword query
-        ranks from ``<session>.keywords`` and reads its hits alone by their
-        offsets (:meth:`SessionKeywords.unviewed`), where reading the log
-        whole and filing its rows costs seconds at 100,000 items.
-        """
-        if self._logs.viewed(session_id):
-            return None
-        return self._keywords.unviewed(session_id, self._files.log_path(session_id))
-
-    def _rows_at(
-        self, session_id: str, index: KeywordIndex, seqs: Sequence[int]
-    ) -> list[tuple[int, bytes]] | None:
-        """Return the live rows of ``seqs`` read by their records' offsets in ``index`` (current with the log); ``None`` if one does not check out (:func:`read_item_at`) or cannot be read.
-
-        The caller holds the lock.
-        """
-        try:
-            fd = open_file(self._files.log_path(session_id), os.O_RDONLY, "log")
-        except (OSError, StoreError):
-            return None
-        try:
-            found = []
-            for seq in sorted(set(seqs)):
-                at = index.record_at(seq)
-                if at is None:
-                    continue  # not a live item
-                data = read_item_at(fd, at, seq, index.offset)
-                if data is None:
-                    return None
-                found.append((seq, data))
-            return found
-        except (OSError, DamagedIndexError):
-            return None
-        finally:
-            os.close(fd)
 
     def keyword_among(
         self, session_id: str, terms: Sequence[str], seqs: Sequence[int]
@@ -757,6 +711,12 @@ class LogBackend(Backend):
         """Return the seqs (among ``seqs``) whose items pass ``tree`` (:meth:`FilterValues.passing`); the caller holds the lock."""
         source = self._source(session_id)
         return self._values.passing(session_id, _view(log), tree, source, seqs)
+
+    def _unviewed(self, session_id: str) -> KeywordIndex | None:
+        """Return the index current with the log file while this handle holds no view of the log (:meth:`SessionKeywords.unviewed`): ``keyword_top`` ranks from it and ``read_seqs`` reads rows by its offsets (:func:`rows_at`), neither reading the log whole."""
+        if self._logs.viewed(session_id):
+            return None
+        return self._keywords.unviewed(session_id, self._files.log_path(session_id))
 
     def _source(self, session_id: str) -> str:
         """Return how errors name a session's log."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from agents.memory import _codec
@@ -40,9 +40,9 @@ from agents.memory.stores._jsonl.files import open_file
 from agents.memory.stores._jsonl.keyword_file import TAIL, file_bytes, load
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex, terms_of
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError, pack, pread, width
-from agents.memory.stores._jsonl.log import SessionLog
+from agents.memory.stores._jsonl.log import SessionLog, read_item_at
 
-__all__ = ["SAVE_EVERY", "SessionKeywords", "build"]
+__all__ = ["SAVE_EVERY", "SessionKeywords", "build", "rows_at"]
 
 SAVE_EVERY: Final = 256
 """Items indexed since the last save after which a writable handle saves again (or a 64th of the session, if more)."""
@@ -294,5 +294,33 @@ def _read_range(path: str, start: int, end: int) -> bytes:
     fd = open_file(path, os.O_RDONLY, "log")
     try:
         return pread(fd, start, end)
+    finally:
+        os.close(fd)
+
+
+def rows_at(
+    log_path: str, index: KeywordIndex, seqs: Sequence[int]
+) -> list[tuple[int, bytes]] | None:
+    """Return the live rows of ``seqs`` read by their records' offsets in ``index``, current with the log; ``None`` if one does not check out (:func:`read_item_at`) or cannot be read.
+
+    The caller holds the store's lock (the log does not change meanwhile).
+    """
+    try:
+        fd = open_file(log_path, os.O_RDONLY, "log")
+    except (OSError, StoreError):
+        return None
+    try:
+        found = []
+        for seq in sorted(set(seqs)):
+            at = index.record_at(seq)
+            if at is None:
+                continue  # not a live item
+            data = read_item_at(fd, at, seq, index.offset)
+            if data is None:
+                return None
+            found.append((seq, data))
+        return found
+    except (OSError, DamagedIndexError):
+        return None
     finally:
         os.close(fd)

@@ -89,6 +89,13 @@ class SessionLog:
     vectors: dict[str, dict[int, bytes]] = attrs.Factory(dict)
     offsets: dict[int, int] = attrs.Factory(dict)
 
+    def deleted(self, seqs: Iterable[int]) -> None:
+        """Forget the record offsets and vectors of items deleted (their rows gone already)."""
+        seqs = list(seqs)
+        for seq in seqs:
+            self.offsets.pop(seq, None)
+        self.drop_vectors_of(seqs)
+
     def drop_vectors_of(self, seqs: Iterable[int]) -> None:
         """Forget the vectors of items deleted or changed (their records imply it)."""
         for table in self.vectors.values():
@@ -538,8 +545,7 @@ def _apply_line(
         for seq in gone:
             if rows.discard(seq):
                 log.dead += 1
-                log.offsets.pop(seq, None)
-        log.drop_vectors_of(gone)
+        log.deleted(gone)
         return gone
     if "clear" in head:
         log.dead += len(rows)

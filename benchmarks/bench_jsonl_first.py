@@ -1,0 +1,95 @@
+"""The first keyword ``Store.search`` of a fresh JSONL handle against a warm one, on a session written once.
+
+Each run opens a new handle on the session of ``--items`` UFO-shaped steps
+(written once under ``--cache``, as ``bench_search_costs.py --sections
+first`` writes it, and its keyword file saved by a first search), times its
+first search (wall and CPU ms of this process) and the best of three warm
+ones, and closes it. The first run of a process also imports what the
+first query needs (numpy: some 70 ms), so it is left out of the medians.
+``--mode`` and ``--where`` (a JSON filter) time the other first queries
+(which read the log whole). The hits of the last run are printed as a
+digest, to compare two branches.
+
+Run: .venv/bin/python benchmarks/bench_jsonl_first.py [--items 100000] [--runs 7]
+     [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_search_costs import QUERIES, cell, first_embedder, first_store, load
+
+from agents.memory.search import EmbedParts
+from agents.memory.stores import open_store
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
+    """Return a call's result, wall ms and CPU ms of this process."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    got = call()
+    return got, 1000 * (time.perf_counter() - wall), 1000 * (time.process_time() - cpu)
+
+
+def main() -> None:
+    """Print the first query of fresh handles against warm ones: medians (spread), and the ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--mode", default="keyword")
+    parser.add_argument("--where", default=None)
+    parser.add_argument(
+        "--cache", default=os.path.join(tempfile.gettempdir(), "kvmemory-bench-first")
+    )
+    args = parser.parse_args()
+    url = f"jsonl://{args.cache}/first-{args.items}"
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
+    sid = first_store("jsonl", url, args.items)
+    options: dict[str, Any] = {"mode": args.mode}
+    if args.mode != "keyword":
+        options.update(embedder=first_embedder(), parts=EmbedParts.WHOLE)
+    if args.where is not None:
+        options["where"] = json.loads(args.where)
+    with open_store(url) as store:
+        store.search(sid, QUERIES[1], 5, **options)  # the keyword file saved (if it was not)
+    figures: dict[str, list[float]] = {"first": [], "first cpu": [], "warm": [], "warm cpu": []}
+    found: Any = None
+    for run in range(args.runs + 1):
+        with open_store(url) as store:
+
+            def search(store: Any = store) -> Any:
+                return store.search(sid, QUERIES[1], 5, **options)
+
+            found, wall, cpu = timed(search)
+            warm = min((timed(search) for _ in range(3)), key=lambda got: got[1])
+        if run:  # the first run also imports what the first query needs
+            figures["first"].append(wall)
+            figures["first cpu"].append(cpu)
+            figures["warm"].append(warm[1])
+            figures["warm cpu"].append(warm[2])
+    digest = repr([(hit.seq, hit.score, hit.item.to_dict()) for hit in found])
+    print(f"== JSONL, {args.items} steps, {args.mode}, where {args.where} (load {load()})")
+    for clock in ("", " cpu"):
+        first, warm = figures[f"first{clock}"], figures[f"warm{clock}"]
+        ratios = [f / w for f, w in zip(first, warm, strict=True)]
+        print(
+            f"{'wall' if not clock else 'CPU':5} first {cell(first):>16} warm {cell(warm):>16}"
+            f" ratio {cell(ratios):>14} (median of ratios {statistics.median(ratios):.1f}x)"
+        )
+    print(f"hits {hashlib.sha1(digest.encode()).hexdigest()[:12]}")
+
+
+if __name__ == "__main__":
+    main()
