@@ -613,13 +613,19 @@ def first_embedder() -> Any:
     return HashingEmbedder(64)
 
 
+SNAPSHOT = "auto"  # --snapshot: what the first-query section's kept rows read (see first_store)
+
+
 def first_store(name: str, url: str, n: int) -> str:
     """Return the id of the session of ``n`` steps in the store at ``url``, writing it (and its vectors) once.
 
     The SQLite file and the JSONL folder live under ``--cache`` and are
-    reused by later runs, as writing 100,000 steps takes minutes; each run
-    saves the session's keyword snapshot again (``Store.save_keyword_snapshot``,
-    untimed), where the store has one. The
+    reused by later runs, as writing 100,000 steps takes minutes. The
+    session's keyword snapshot (SQLite) is, by ``--snapshot``: ``auto``
+    (default) the one the writer's close saved on its own (written by
+    this run's code: a cache written by an older kvmemory has none);
+    ``saved`` saved again before each run (``Store.save_keyword_snapshot``,
+    untimed); ``none`` removed before each run. The
     vectors are whole-item (``EmbedParts.WHOLE``) and 64-wide, so that a
     session of 100,000 items stays small; JSONL keeps none.
     """
@@ -633,10 +639,16 @@ def first_store(name: str, url: str, n: int) -> str:
                 store.append(sid, [MemoryItem(**row) for row in rows[at : at + 10_000]])
             if store.keeps_vectors:
                 store.index_embeddings(sid, first_embedder(), parts=EmbedParts.WHOLE)
-        # The postings a Memory read later starts from (SQLite; where the store has the call).
-        save = getattr(store, "save_keyword_snapshot", None)
-        if save is not None:
-            save(sid)
+        path = store.backend.keyword_snapshot_path(sid)
+        if SNAPSHOT == "saved":  # the postings a Memory read later starts from, saved again
+            store.save_keyword_snapshot(sid)
+        elif SNAPSHOT == "none" and path is not None:
+            Path(path).unlink(missing_ok=True)
+    _join_threads("kvmemory-keyword-snapshot")  # the save the writer's close started
+    if path is not None:
+        print(
+            f"  {name}: keyword snapshot {'kept' if os.path.exists(path) else 'none'}", flush=True
+        )
     return sid
 
 
@@ -826,6 +838,12 @@ def main() -> None:
     )
     parser.add_argument("--queries", type=int, default=5, help="the first N queries (of 5)")
     parser.add_argument(
+        "--snapshot",
+        choices=("auto", "saved", "none"),
+        default="auto",
+        help="the first-query session's keyword snapshot: the writer's (auto), saved again, or none",
+    )
+    parser.add_argument(
         "--filter-tables",
         default=",".join(FILTER_TABLES),
         help="the filters section's tables, of: " + ", ".join(FILTER_TABLES),
@@ -843,8 +861,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     sections = args.sections.split(",")
-    global QUERIES
+    global QUERIES, SNAPSHOT
     QUERIES = QUERIES[: args.queries]
+    SNAPSHOT = args.snapshot
     print(f"kvmemory search costs: {args.items} steps, {args.runs} runs; load {load()}")
     rows = steps(args.items)
     with tempfile.TemporaryDirectory() as folder, stores(folder, args.postgres) as every:

@@ -1505,7 +1505,9 @@ def test_reopening_a_large_session_runs_no_collection_until_its_index_is_built(
     """Reopen (read, decode, items, step index) allocates under one collector pause: no collection walks the growing heap."""
     url = f"sqlite://{tmp_path}/big.db"
     rows = [MemoryItem(step=i, tags=[{"a": [1, 2]}] * 4, note=f"n{i}") for i in range(3000)]
-    with open_memory(url, "s") as memory:
+    # No keyword snapshot saved as the writer closes: its thread would allocate (and collect)
+    # while the reopen is watched.
+    with open_memory(url + "?keyword_snapshot=off", "s") as memory:
         memory.add_memory_items(rows)
     collections: list[str] = []
 

@@ -239,7 +239,11 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
             msg = f"Option fsync={fsync!r} in {text!r} must be 'always' or 'never'."
             raise exceptions.InvalidStoreURLError(msg)
         return JSONLStore(path, fsync=fsync == "always", read_only=read_only, url=text)
-    _no_options(text, options, ("synchronous", "timeout", "mode", "sqlite_vec", "keyword_fold"))
+    _no_options(
+        text,
+        options,
+        ("synchronous", "timeout", "mode", "sqlite_vec", "keyword_fold", "keyword_snapshot"),
+    )
     synchronous = options.get("synchronous", "full").lower()
     if synchronous not in ("full", "normal", "off"):
         msg = f"Option synchronous={synchronous!r} in {text!r} must be 'full', 'normal' or 'off'."
@@ -256,6 +260,10 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
     if fold not in ("batched", "lazy"):
         msg = f"Option keyword_fold={fold!r} in {text!r} must be 'batched' or 'lazy'."
         raise exceptions.InvalidStoreURLError(msg)
+    snapshot = options.get("keyword_snapshot", "auto")
+    if snapshot not in ("auto", "off"):
+        msg = f"Option keyword_snapshot={snapshot!r} in {text!r} must be 'auto' or 'off'."
+        raise exceptions.InvalidStoreURLError(msg)
     try:
         timeout = float(options.get("timeout", "30"))
     except ValueError:
@@ -271,6 +279,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
         url=text,
         sqlite_vec=_SQLITE_VEC[vec],
         keyword_fold=fold,  # type: ignore[arg-type]  # checked against the two names above
+        keyword_snapshot=snapshot,  # type: ignore[arg-type]  # checked against the two names above
     )
 
 

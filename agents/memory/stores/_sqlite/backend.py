@@ -56,9 +56,10 @@ from agents.memory.stores._sql.dialect import SQLITE, SQLRows
 from agents.memory.stores._sqlite.file import SQLiteFile, Synchronous
 from agents.memory.stores._sqlite.keyword import KeywordFold, SQLiteKeywordIndex
 from agents.memory.stores._sqlite.schema import SCHEMA_VERSION
+from agents.memory.stores._sqlite.snapshots import KeywordSnapshotMode, SnapshotsOnClose
 from agents.memory.stores._store import Store
 
-__all__ = ["KeywordFold", "SQLiteBackend", "SQLiteStore", "Synchronous"]
+__all__ = ["KeywordFold", "KeywordSnapshotMode", "SQLiteBackend", "SQLiteStore", "Synchronous"]
 
 
 class SQLiteBackend(SQLRows, Backend):
@@ -87,6 +88,7 @@ class SQLiteBackend(SQLRows, Backend):
         url: str | None = None,
         sqlite_vec: bool | None = None,
         keyword_fold: KeywordFold = "batched",
+        keyword_snapshot: KeywordSnapshotMode = "auto",
     ) -> None:
         if keyword_fold not in ("batched", "lazy"):
             msg = f"keyword_fold must be 'batched' or 'lazy', got {keyword_fold!r}."
@@ -105,6 +107,7 @@ class SQLiteBackend(SQLRows, Backend):
         self.keyword_fold: KeywordFold = keyword_fold
         self._keywords = SQLiteKeywordIndex(self._file, keyword_fold)
         self._judged = JudgedFilters()
+        self.snapshots_on_close = SnapshotsOnClose(keyword_snapshot)  # the sessions it wrote
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
         """Judge the filter in SQL (:meth:`SQLRows.filter_candidates`), once until the next commit to the file (:class:`JudgedFilters`).
@@ -160,7 +163,9 @@ class SQLiteBackend(SQLRows, Backend):
     def close(self) -> None:
         with self._file.lock:
             self._keywords.fold_pending()
-            self._file.close()
+            due = self.snapshots_on_close.due(self.keyword_snapshot_path, self.query_rows)
+        # The connection closes once the snapshots due are saved, on a thread of their own.
+        self.snapshots_on_close.save_then_close(due, self.read_rows_terms, self._file.close)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -339,6 +344,7 @@ class SQLiteBackend(SQLRows, Backend):
         # BEGIN IMMEDIATE makes this the only writer, so the seqs are consecutive.
         first = last - len(values) + 1
         self._keywords.index_inserted(tx, session_id, terms, last)
+        self.snapshots_on_close.appended(session_id)
         return list(range(first, last + 1))
 
     def update_rows(
@@ -352,11 +358,20 @@ class SQLiteBackend(SQLRows, Backend):
             "UPDATE kvmemory_items SET step = ?, data = ?, terms = ?, n_terms = ?"
             " WHERE session_id = ? AND seq = ?"
         )
+        self.snapshots_on_close.changed(session_id)
         return [
             seq
             for (seq, step, data), (text, n) in zip(rows, terms, strict=True)
             if tx.execute(sql, (step, data, text, n, session_id, seq)).rowcount
         ]
+
+    def delete_rows(self, tx: Any, session_id: str, seqs: Sequence[int]) -> list[int]:
+        self.snapshots_on_close.changed(session_id)
+        return super().delete_rows(tx, session_id, seqs)
+
+    def clear_rows(self, tx: Any, session_id: str) -> int:
+        self.snapshots_on_close.changed(session_id)
+        return super().clear_rows(tx, session_id)
 
     def delete_session(self, session_id: str) -> bool:
         with self.transaction(session_id) as con:
@@ -568,10 +583,17 @@ class SQLiteStore(Store):
             that finds 64 of them pending; ``"lazy"``: by this handle only,
             before it searches and as it closes, so that writes never pay for
             it (see :attr:`keyword_fold`). Searches rank the same either way.
+        keyword_snapshot: ``"auto"`` (default): as the handle closes, save
+            the keyword snapshot of each session of 1,000 rows or more it
+            wrote to whose snapshot is missing or behind (see
+            :meth:`save_keyword_snapshot`), on a thread of its own, so that a
+            ``Memory`` read later (:meth:`read_memory`) answers its first
+            keyword query from it; ``"off"``: never write one unasked.
 
     Raises:
         InvalidStoreURLError: if the path holds a NUL character.
-        StoreArgumentError: if ``keyword_fold`` is not ``"batched"`` or ``"lazy"``.
+        StoreArgumentError: if ``keyword_fold`` is not ``"batched"`` or ``"lazy"``,
+            or ``keyword_snapshot`` not ``"auto"`` or ``"off"``.
         MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
             extra is not installed.
         StoreNotFoundError: if ``read_only`` and the file does not exist.
@@ -594,6 +616,7 @@ class SQLiteStore(Store):
         url: str | None = None,
         sqlite_vec: bool | None = None,
         keyword_fold: KeywordFold = "batched",
+        keyword_snapshot: KeywordSnapshotMode = "auto",
     ) -> None:
         backend = SQLiteBackend(
             path,
@@ -603,6 +626,7 @@ class SQLiteStore(Store):
             url=url,
             sqlite_vec=sqlite_vec,
             keyword_fold=keyword_fold,
+            keyword_snapshot=keyword_snapshot,
         )
         super().__init__(backend, read_only=read_only)
         self.backend: SQLiteBackend = backend
@@ -630,6 +654,11 @@ class SQLiteStore(Store):
         to float32 rounding.
         """
         return self.backend.uses_sqlite_vec
+
+    @property
+    def keyword_snapshot(self) -> KeywordSnapshotMode:
+        """Whether this handle saves the keyword snapshots of the sessions it wrote as it closes: ``"auto"`` or ``"off"`` (see the ``keyword_snapshot`` argument)."""
+        return self.backend.snapshots_on_close.mode
 
     @property
     def keyword_fold(self) -> KeywordFold:
