@@ -220,3 +220,26 @@ def test_a_row_that_is_not_finite_is_always_scored_exactly() -> None:
     _, slack = compact._quantized(np, matrix)
     assert np.isinf(slack[:2]).all()
     assert np.isfinite(slack[2])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), width=st.sampled_from([8, 64, 256]))
+def test_a_rows_coded_cosine_lies_within_its_slack_even_along_its_own_error(
+    seed: int, width: int
+) -> None:
+    """The slack bounds the coded cosine's distance from the stored one for any unit query, the worst (along the row's own coding error) included."""
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal((64, width))
+    rows[::3] *= rng.random((22, width)) < 0.2  # sparse rows too: a few large coordinates
+    rows[np.abs(rows).sum(axis=1) == 0, 0] = 1.0
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    coded, slack = compact._quantized(np, rows)
+    codes = coded[:, :width].astype(np.float32)
+    scale = np.ascontiguousarray(coded[:, width : width + 4]).view(np.float32).ravel()
+    error = rows.astype(np.float64) - codes.astype(np.float64) * scale[:, None]
+    queries = error[:16] / np.linalg.norm(error[:16], axis=1, keepdims=True)
+    queries = np.concatenate([queries, rng.standard_normal((16, width))])
+    for query in (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32):
+        exact = np.einsum("ij,j->i", rows, query)
+        approx = np.einsum("ij,j->i", codes, query) * scale
+        assert (np.abs(exact - approx) <= slack).all()
