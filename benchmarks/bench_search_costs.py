@@ -26,7 +26,9 @@ benchmarks/_search_corpus.py):
   session of the ``first`` table (``--first-items`` steps), in each mode:
   wall and CPU milliseconds of the process (SQLite runs in it, so its CPU
   time is the work done whatever the load), median of ``--runs`` runs of
-  two calls each;
+  two calls each; whole-item 64-wide vectors, or with ``--first-parts parts
+  --first-dimension 256`` the default parts 256 wide (a session of
+  100,000 steps whose part vectors pass the kept-vector budget);
 * ``first``: the first query after opening a session of ``--first-items``
   steps against the same query warm, in each mode: the store itself, a
   ``StoredMemory`` opened on it, and a ``Memory`` read from it (keyword
@@ -627,7 +629,8 @@ def first_store(name: str, url: str, n: int) -> str:
     saves the session's keyword snapshot again (``Store.save_keyword_snapshot``,
     untimed), where the store has one. The
     vectors are whole-item (``EmbedParts.WHOLE``) and 64-wide, so that a
-    session of 100,000 items stays small; JSONL keeps none.
+    session of 100,000 items stays small (else :data:`FIRST_PARTS` and
+    :data:`FIRST_DIMENSION`, in a file and session of their own); JSONL keeps none.
     """
     sid = f"first-{n}" if FIRST_PARTS == EmbedParts.WHOLE else f"first-{n}-parts"
     with open_store(url) as store:
@@ -788,9 +791,7 @@ def store_run(urls: Sequence[tuple[str, str]], n: int, modes: Sequence[str]) -> 
                 for query in QUERIES:
                     for call in range(2):
                         wall, cpu = time.perf_counter(), time.process_time()
-                        store.search(
-                            sid, query, 5, mode=mode, embedder=embedder, parts=FIRST_PARTS
-                        )
+                        store.search(sid, query, 5, mode=mode, embedder=embedder, parts=FIRST_PARTS)
                         key = f"{name} {mode} {query!r} {call}"
                         out[f"{key}/wall"] = 1000 * (time.perf_counter() - wall)
                         out[f"{key}/cpu"] = 1000 * (time.process_time() - cpu)
