@@ -243,6 +243,28 @@ def _room(np: Any, array: Any, used: int, fill: Any) -> Any:
     return array
 
 
+def _joined(np: Any, blocks: list[Any]) -> Any:
+    """Return ``blocks`` (row blocks) as one matrix, each block let go once copied: the memory held grows by a block at a time, not by all of them."""
+    out = np.empty((sum(len(block) for block in blocks), blocks[0].shape[1]), blocks[0].dtype)
+    at = 0
+    blocks.reverse()
+    while blocks:
+        block = blocks.pop()
+        out[at : at + len(block)] = block
+        at += len(block)
+        del block
+    return out
+
+
+def _held_once(np: Any, matrix: Any, kept: Any) -> None:
+    """Move the rows ``kept`` (ascending) of ``matrix`` to its first rows, in place, and cut it to them (no second copy of the rows held)."""
+    for begin in range(0, len(kept), 65536):
+        block = kept[begin : begin + 65536]
+        # kept[i] >= i: a block's rows come from places no block before it wrote.
+        matrix[begin : begin + len(block)] = matrix[block]
+    matrix.resize((len(kept), matrix.shape[1]), refcheck=False)
+
+
 def compact_table(
     pages: Pages,
     model: str,
@@ -288,11 +310,10 @@ def compact_table(
     )
     if not coded:
         return table
-    every_row = np.concatenate(coded)
-    del coded
-    kept, ref_row = distinct_rows(np, every_row)
-    matrix = every_row[kept] if len(kept) < len(every_row) else every_row
-    del every_row
+    matrix = _joined(np, coded)
+    kept, ref_row = distinct_rows(np, matrix)
+    if len(kept) < len(matrix):
+        _held_once(np, matrix, kept)
     if int(matrix.nbytes) > budget:
         return None
     table = CompactVectors(model, parts, width, matrix, np.concatenate(slacks)[kept], cosines_of)
