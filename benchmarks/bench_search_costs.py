@@ -26,7 +26,9 @@ benchmarks/_search_corpus.py):
   session of the ``first`` table (``--first-items`` steps), in each mode:
   wall and CPU milliseconds of the process (SQLite runs in it, so its CPU
   time is the work done whatever the load), median of ``--runs`` runs of
-  two calls each;
+  two calls each; whole-item 64-wide vectors, or with ``--first-parts parts
+  --first-dimension 256`` the default parts 256 wide (a session of
+  100,000 steps whose part vectors pass the kept-vector budget);
 * ``first``: the first query after opening a session of ``--first-items``
   steps against the same query warm, in each mode: the store itself, a
   ``StoredMemory`` opened on it, and a ``Memory`` read from it (keyword
@@ -605,12 +607,18 @@ def _ratio_rows(
 
 FIRST_MODES = ("keyword", "semantic", "hybrid")
 
+FIRST_DIMENSION = 64
+"""The width of the first-query and store sessions' hashed vectors (``--first-dimension``)."""
+
+FIRST_PARTS: EmbedParts = EmbedParts.WHOLE
+"""How the first-query and store sessions are embedded: whole items, or ``EmbedParts()`` with ``--first-parts parts``."""
+
 
 def first_embedder() -> Any:
     """Return the embedder of the first-query table: small hashed vectors, one per item (see ``first_store``)."""
     from agents.memory.search import HashingEmbedder
 
-    return HashingEmbedder(64)
+    return HashingEmbedder(FIRST_DIMENSION)
 
 
 SNAPSHOT = "auto"  # --snapshot: what the first-query section's kept rows read (see first_store)
@@ -627,9 +635,10 @@ def first_store(name: str, url: str, n: int) -> str:
     ``saved`` saved again before each run (``Store.save_keyword_snapshot``,
     untimed); ``none`` removed before each run. The
     vectors are whole-item (``EmbedParts.WHOLE``) and 64-wide, so that a
-    session of 100,000 items stays small; JSONL keeps none.
+    session of 100,000 items stays small (else :data:`FIRST_PARTS` and
+    :data:`FIRST_DIMENSION`, in a file and session of their own); JSONL keeps none.
     """
-    sid = f"first-{n}"
+    sid = f"first-{n}" if FIRST_PARTS == EmbedParts.WHOLE else f"first-{n}-parts"
     with open_store(url) as store:
         if store.count(sid) != n:
             store.delete_session(sid)
@@ -638,7 +647,7 @@ def first_store(name: str, url: str, n: int) -> str:
             for at in range(0, n, 10_000):
                 store.append(sid, [MemoryItem(**row) for row in rows[at : at + 10_000]])
             if store.keeps_vectors:
-                store.index_embeddings(sid, first_embedder(), parts=EmbedParts.WHOLE)
+                store.index_embeddings(sid, first_embedder(), parts=FIRST_PARTS)
         path = store.backend.keyword_snapshot_path(sid)
         if SNAPSHOT == "saved":  # the postings a Memory read later starts from, saved again
             store.save_keyword_snapshot(sid)
@@ -676,7 +685,7 @@ def _first_figures(name: str, url: str, sid: str, mode: str) -> dict[str, float]
 
     def search(target: Any, q: str) -> object:
         if isinstance(target, Store):
-            return target.search(sid, q, 5, mode=mode, embedder=embedder, parts=EmbedParts.WHOLE)
+            return target.search(sid, q, 5, mode=mode, embedder=embedder, parts=FIRST_PARTS)
         return target.search(q, 5, mode=mode, embedder=embedder)
 
     with open_store(url) as store:
@@ -688,7 +697,7 @@ def _first_figures(name: str, url: str, sid: str, mode: str) -> dict[str, float]
         with open_store(url) as store:
             start = time.perf_counter()
             memory = open_memory(store, sid, **_whole(open_memory))
-            search_index(memory, parts=EmbedParts.WHOLE)
+            search_index(memory, parts=FIRST_PARTS)
             out[f"{label}/open"] = 1000 * (time.perf_counter() - start)
             if wait:
                 _wait_ready(memory)
@@ -794,9 +803,7 @@ def store_run(urls: Sequence[tuple[str, str]], n: int, modes: Sequence[str]) -> 
                 for query in QUERIES:
                     for call in range(2):
                         wall, cpu = time.perf_counter(), time.process_time()
-                        store.search(
-                            sid, query, 5, mode=mode, embedder=embedder, parts=EmbedParts.WHOLE
-                        )
+                        store.search(sid, query, 5, mode=mode, embedder=embedder, parts=FIRST_PARTS)
                         key = f"{name} {mode} {query!r} {call}"
                         out[f"{key}/wall"] = 1000 * (time.perf_counter() - wall)
                         out[f"{key}/cpu"] = 1000 * (time.process_time() - cpu)
@@ -859,9 +866,23 @@ def main() -> None:
         default=os.path.join(tempfile.gettempdir(), "kvmemory-bench-first"),
         help="where the first-query sessions are written once and reused",
     )
+    parser.add_argument(
+        "--first-parts",
+        choices=("whole", "parts"),
+        default="whole",
+        help="embed the first-query and store sessions whole, or cut into EmbedParts()",
+    )
+    parser.add_argument(
+        "--first-dimension",
+        type=int,
+        default=64,
+        help="the width of those sessions' hashed vectors (256: HashingEmbedder's own)",
+    )
     args = parser.parse_args()
     sections = args.sections.split(",")
-    global QUERIES, SNAPSHOT
+    global QUERIES, SNAPSHOT, FIRST_PARTS, FIRST_DIMENSION
+    FIRST_DIMENSION = args.first_dimension
+    FIRST_PARTS = EmbedParts.WHOLE if args.first_parts == "whole" else EmbedParts()
     QUERIES = QUERIES[: args.queries]
     SNAPSHOT = args.snapshot
     print(f"kvmemory search costs: {args.items} steps, {args.runs} runs; load {load()}")
@@ -882,9 +903,11 @@ def main() -> None:
         if "first" in sections or "store" in sections:
             n = args.first_items
             Path(args.cache).mkdir(parents=True, exist_ok=True)
+            cut = "" if FIRST_PARTS == EmbedParts.WHOLE else "-parts"
+            cut += "" if FIRST_DIMENSION == 64 else f"-{FIRST_DIMENSION}"
             cached = {
-                "sqlite": f"sqlite://{args.cache}/first-{n}.db",
-                "jsonl": f"jsonl://{args.cache}/first-{n}",
+                "sqlite": f"sqlite://{args.cache}/first-{n}{cut}.db",
+                "jsonl": f"jsonl://{args.cache}/first-{n}{cut}",
             }
             if args.postgres and "postgres" in args.stores.split(","):
                 cached["postgres"] = _kept_schema(args.postgres)

@@ -13,7 +13,7 @@ from typing import Any
 from agents.memory._hybrid import DEEPER
 from agents.memory._item import MemoryItem
 from agents.memory._vectors import SHARED_TOP
-from agents.memory.stores._search.vector_cache import Vectors
+from agents.memory.stores._search.vector_cache import Table
 
 __all__ = ["held_pool", "walked_passing"]
 
@@ -26,7 +26,7 @@ Pass = Callable[[Sequence[tuple[int, float]], dict[int, MemoryItem]], list[Any]]
 
 def held_pool(
     pool: int,
-    best: Callable[[Sequence[int]], tuple[dict[int, float], Vectors | None]],
+    best: Callable[[Sequence[int]], tuple[dict[int, float], Table | None]],
     query: Any,
 ) -> Callable[[Iterable[int]], dict[int, float]]:
     """Return a hybrid query's ``cosines`` (the pool's best and those of the keys given) that ranks the pool once.
@@ -46,7 +46,7 @@ def held_pool(
             given, with the kept table they were scored from, if any.
         query: The unit query vector.
     """
-    held: list[tuple[dict[int, float], Vectors | None]] = []
+    held: list[tuple[dict[int, float], Table | None]] = []
 
     def cosines(among: Iterable[int]) -> dict[int, float]:
         wanted = list(among)

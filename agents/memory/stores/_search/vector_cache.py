@@ -30,8 +30,12 @@ from typing import Final
 
 # The index's own table, so that a stored session scores as Memory.search does, float for float.
 from agents.memory.search._item_vectors import Vectors
+from agents.memory.stores._search.compact import CompactVectors
 
-__all__ = ["CACHE_BYTES", "COMPACT_THREAD", "SCREEN_QUERY", "VectorCache", "Vectors"]
+__all__ = ["CACHE_BYTES", "COMPACT_THREAD", "SCREEN_QUERY", "Table", "VectorCache", "Vectors"]
+
+Table = Vectors | CompactVectors
+"""A kept table: the vectors as float32 (:class:`Vectors`), or coded where those pass the budget (:class:`CompactVectors`)."""
 
 CACHE_BYTES: Final = 512 * 1024 * 1024
 """The vectors a store handle keeps, at most, over the sessions it searched last (bytes of float32).
@@ -76,7 +80,7 @@ class VectorCache:
     def __init__(self, budget: int = CACHE_BYTES) -> None:
         self._budget = budget
         # (session, fields) -> (version, table, queries asked of it, rows when read or compacted)
-        self._tables: OrderedDict[tuple[str, str], tuple[Hashable, Vectors | None, int, int]] = (
+        self._tables: OrderedDict[tuple[str, str], tuple[Hashable, Table | None, int, int]] = (
             OrderedDict()
         )
         self._lock = threading.Lock()
@@ -94,9 +98,9 @@ class VectorCache:
         session_id: str,
         fields: str,
         version: Hashable,
-        load: Callable[[int], Vectors | None],
-        update: Callable[[Hashable, Vectors], Vectors | None] | None = None,
-    ) -> Vectors | None:
+        load: Callable[[int], Table | None],
+        update: Callable[[Hashable, Table], Table | None] | None = None,
+    ) -> Table | None:
         """Return the session's table kept under ``version``, else the one ``update`` or ``load`` makes now; ``None`` to read the session page by page.
 
         ``None`` the first time a session is asked for with no table kept
@@ -156,7 +160,7 @@ class VectorCache:
         session_id: str,
         fields: str,
         version: Hashable,
-        make: Callable[[int], Vectors | None],
+        make: Callable[[int], Table | None],
     ) -> None:
         """Keep the table ``make`` gives of a session's vectors just read whole, under ``version``, unless one is kept at it.
 
@@ -181,10 +185,10 @@ class VectorCache:
         self,
         key: tuple[str, str],
         version: Hashable,
-        kept: tuple[Hashable, Vectors | None, int, int],
-        update: Callable[[Hashable, Vectors], Vectors | None],
-        load: Callable[[int], Vectors | None],
-    ) -> Vectors | None:
+        kept: tuple[Hashable, Table | None, int, int],
+        update: Callable[[Hashable, Table], Table | None],
+        load: Callable[[int], Table | None],
+    ) -> Table | None:
         """Return the kept table brought to ``version`` by ``update``, kept; where it cannot be, the table ``load`` reads now, or ``None`` (page by page).
 
         Where the backend cannot tell what changed, a session the kept
@@ -212,14 +216,14 @@ class VectorCache:
         self._keep(key, (version, table, queries, kept[3]))
         return table
 
-    def _keep(self, key: tuple[str, str], entry: tuple[Hashable, Vectors | None, int, int]) -> None:
+    def _keep(self, key: tuple[str, str], entry: tuple[Hashable, Table | None, int, int]) -> None:
         with self._lock:
             self._tables.pop(key, None)
             self._tables[key] = entry
             while self._bytes() > self._budget:
                 self._tables.popitem(last=False)
 
-    def _compact_later(self, key: tuple[str, str], version: Hashable, table: Vectors) -> None:
+    def _compact_later(self, key: tuple[str, str], version: Hashable, table: Table) -> None:
         thread = threading.Thread(
             target=self._compact, args=(key, version, table), name=COMPACT_THREAD, daemon=True
         )
@@ -227,9 +231,9 @@ class VectorCache:
             self._compacting.add(thread)
         thread.start()
 
-    def _compact(self, key: tuple[str, str], version: Hashable, table: Vectors) -> None:
+    def _compact(self, key: tuple[str, str], version: Hashable, table: Table) -> None:
         try:
-            compact: Vectors | None = table.compacted()
+            compact: Table | None = table.compacted()
         except Exception:  # the plain table stays: it ranks the same
             compact = None
         with self._lock:

@@ -40,6 +40,7 @@ from agents.memory.exceptions import (
 from agents.memory.stores._core.encoding import check_seq, decode_pairs
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
+from agents.memory.stores._search.compact import CosinesOf, compact_table
 from agents.memory.stores._search.filtering import (
     ALL,
     FEW,
@@ -53,7 +54,7 @@ from agents.memory.stores._search.filtering import (
 )
 from agents.memory.stores._search.hybrid import held_pool, walked_passing
 from agents.memory.stores._search.keyword import KeywordSearch
-from agents.memory.stores._search.vector_cache import VectorCache, Vectors
+from agents.memory.stores._search.vector_cache import Table, VectorCache, Vectors
 
 __all__ = ["VectorSearch", "check_embedder"]
 
@@ -77,8 +78,12 @@ def _parts_by_seq(keys: Sequence[int], matrix: Any) -> dict[int, Any]:
 
 
 def _table_of(
-    pages: Iterable[tuple[list[int], Any]], embedder: Embedder, parts: EmbedParts, budget: int
-) -> Vectors | None:
+    pages: Iterable[tuple[list[int], Any]],
+    embedder: Embedder,
+    parts: EmbedParts,
+    budget: int,
+    exact: CosinesOf | None = None,
+) -> Table | None:
     """Return the vectors of ``pages`` (seqs and their unit vectors) as one table; ``None`` where they pass ``budget`` bytes.
 
     A session whose vectors as stored pass the budget is still read up to
@@ -87,27 +92,57 @@ def _table_of(
     look-alike steps repeat (30,000 UFO-shaped steps cut into parts hold
     616,000 part vectors, 631 MB, of which 340,000 distinct, 348 MB), and a
     table that is not kept is read again page by page at every query.
+    Where even that passes the budget, and ``exact`` gives the exact
+    cosines of some seqs (read from the file), they are
+    coded as int8 (:func:`compact_table`): the pages read so far, then the
+    rest, as they come.
     """
-    keys: list[int] = []
-    blocks = []
+    compact = None
+    if exact is not None:
+        compact = functools.partial(
+            compact_table,
+            model=embedder.name,
+            parts=parts,
+            width=embedder.dimension,
+            budget=budget,
+            cosines_of=exact,
+        )
+    held: list[tuple[list[int], Any]] = []
     size = 0
+    pages = iter(pages)
     for page_keys, matrix in pages:
-        keys += page_keys
-        blocks.append(matrix)
+        held.append((page_keys, matrix))
         size += int(matrix.nbytes)
         if size > _DISTINCT_READ * budget:
-            return None  # too large to keep: read page by page at each query
+            # Too large to keep as float32: coded, else read page by page at each query.
+            return None if compact is None else compact(_drained(held, pages))
     np = numpy()
+    keys = [key for page_keys, _ in held for key in page_keys]
+    blocks = [matrix for _, matrix in held]
     matrix = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension))
+    del held, blocks
     if size <= budget:
         return Vectors.of_rows(embedder.name, parts, keys, matrix)
     table = Vectors.of_rows(embedder.name, parts, keys, matrix, distinct=True)
-    return table if int(table.matrix.nbytes) <= budget else None
+    if int(table.matrix.nbytes) <= budget:
+        return table
+    del table
+    return None if compact is None else compact([(keys, matrix)])
+
+
+def _drained(
+    held: list[tuple[list[int], Any]], pages: Iterable[tuple[list[int], Any]]
+) -> Iterator[tuple[list[int], Any]]:
+    """Yield the pages ``held`` (letting each go as it is taken), then the rest of ``pages``."""
+    held.reverse()
+    while held:
+        yield held.pop()
+    yield from pages
 
 
 def _up_to_date(
-    table: Vectors, seqs: set[int] | None, read: Callable[[list[int]], dict[int, Any]]
-) -> Vectors | None:
+    table: Table, seqs: set[int] | None, read: Callable[[list[int]], dict[int, Any]]
+) -> Table | None:
     """Return a kept ``table`` given the vectors ``read`` gives of the changed ``seqs`` (``Vectors.changed``); ``None`` to read every vector.
 
     ``None`` where the backend cannot tell what changed (``seqs`` is
@@ -355,8 +390,8 @@ class VectorSearch:
         else:
             pool = max(10 * k, HYBRID_POOL)
 
-            def ranking(among: Sequence[int]) -> tuple[dict[int, float], Vectors | None]:
-                kept: list[Vectors] = []  # the kept table it scored from, if any
+            def ranking(among: Sequence[int]) -> tuple[dict[int, float], Table | None]:
+                kept: list[Table] = []  # the kept table it scored from, if any
                 found = self._best_cosines(sid, embedder, fields, query, pool, among, parts, kept)
                 return found, kept[0] if kept else None
 
@@ -413,7 +448,7 @@ class VectorSearch:
         limit: int,
         among: Iterable[int],
         parts: EmbedParts,
-        kept: list[Vectors] | None = None,
+        kept: list[Table] | None = None,
     ) -> dict[int, float]:
         """Return the best cosine of a part of the best ``limit`` items (with ties) and of ``among``, by seq.
 
@@ -462,7 +497,7 @@ class VectorSearch:
 
     def _kept_table(
         self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None, parts: EmbedParts
-    ) -> Vectors | None:
+    ) -> Table | None:
         """Return the session's vectors as a table kept between queries, or ``None`` to read them (see :class:`VectorCache`).
 
         ``None`` where the backend cannot vouch for a kept table
@@ -479,11 +514,12 @@ class VectorSearch:
             ) < self._backend.count(sid):
                 return None
 
-        def load(budget: int) -> Vectors | None:
+        def load(budget: int) -> Table | None:
             pages = self._stored_cosine_pages(sid, embedder, filed)
-            return _table_of(pages, embedder, parts, budget)
+            exact = functools.partial(self._cosines_of, sid, embedder, fields, parts=parts)
+            return _table_of(pages, embedder, parts, budget, exact)
 
-        def update(kept: Hashable, table: Vectors) -> Vectors | None:
+        def update(kept: Hashable, table: Table) -> Table | None:
             if not isinstance(kept, tuple) or kept[1:] != kept_as[1:]:
                 return None
             with self._engine.errors("search", sid):

@@ -1,0 +1,321 @@
+"""A session's part vectors kept as int8 codes where their float32 table passes the budget: a bound for every item, exact floats read for the few that can rank.
+
+A session of 100,000 UFO-shaped steps cut into parts (``EmbedParts()``)
+stores 2.15 million part vectors, 1.06 million of them distinct: 256-wide,
+1,036 MiB of float32 held once each, twice the kept-vector budget
+(:data:`~agents.memory.stores._search.vector_cache.CACHE_BYTES`), so every
+query read and scored every vector from the file (2.1 GiB). Held as one
+int8 code a coordinate, with each row's scale (its largest coordinate
+over 127), they take a quarter (276 MiB) and fit.
+
+A code row ``c`` with scale ``s`` stands for ``s * c``; the stored row
+``x`` lies within ``slack = |x - s * c|`` of it (plus what float32 sums
+may round, see :func:`_quantized`), so for a unit query ``q``
+(Cauchy-Schwarz) ``|q . x - s * (c . q)| <= slack``: every part's cosine
+lies within its slack of the approximate one, and so does each item's best
+part. A query takes the ``limit``-th highest lower bound of an item as the
+cut; an item whose upper bound is below it cannot reach the ``limit``
+best, and the others (with the items asked for) are scored exactly from
+their stored vectors, read from the file (:class:`CompactVectors`'s
+``cosines_of``): the same floats as scoring every stored vector.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+from agents.memory._vectors import EmbedParts, numpy, top_rows
+
+__all__ = ["CompactVectors", "compact_table"]
+
+Pages = Iterable[tuple[Sequence[int], Any]]
+"""``(keys, matrix)``: unit vectors of parts a block at a time, ``keys[i]`` owning row ``i``, an item's rows together."""
+
+CosinesOf = Callable[[Any, Sequence[int]], dict[int, float]]
+"""``cosines_of(query, keys)``: the best cosine of a stored part of each key that holds a vector, read from the file."""
+
+_TAIL: Final = 8
+"""Bytes after a row's codes: its scale and its slack (float32 each), so that equal rows are equal codes, scale and slack."""
+
+_ROUNDING: Final = 4 * 2.0**-24
+"""What float32 sums may round, per coordinate, relative to the product of the lengths (both products: the exact and the coded one)."""
+
+
+def _quantized(np: Any, matrix: Any) -> tuple[Any, Any]:
+    """Return ``matrix``'s rows as int8 codes followed by their scale and slack (float32 bytes), padded to whole 8-byte words, and the slacks.
+
+    A row's slack bounds how far its coded cosine with any unit query may
+    lie from its stored one, float32 rounding included: the length of the
+    row's distance from its coded form, grown by what float32 may have
+    rounded in computing it, and ``_ROUNDING`` per coordinate of the
+    products' sums. A row that is not finite, or longer than 2, gets an
+    infinite slack: it is always scored exactly. Coded 8,192 rows at a
+    time, in float32, in place where it can (a session's 2 million rows
+    are coded as they are read).
+    """
+    rows, width = matrix.shape
+    out = np.zeros((rows, -(-(width + _TAIL) // 8) * 8), dtype=np.int8)
+    slacks = np.zeros(rows, dtype=np.float32)
+    grown = np.float32(1 + width * _ROUNDING)
+    for begin in range(0, rows, 8192):
+        block = np.ascontiguousarray(matrix[begin : begin + 8192], dtype=np.float32)
+        largest = np.abs(block).max(axis=1) if width else np.zeros(len(block), np.float32)
+        lengths = np.sqrt(np.einsum("ij,ij->i", block, block))
+        sound = np.isfinite(largest) & np.isfinite(lengths) & (lengths <= 2)
+        scale = np.where(sound & (largest > 0), largest / np.float32(127), np.float32(1))
+        codes = block / scale[:, None]
+        codes[~sound] = 0
+        np.rint(codes, out=codes)
+        np.minimum(codes, 127, out=codes)
+        np.maximum(codes, -127, out=codes)
+        here = out[begin : begin + 8192]
+        here[:, :width] = codes
+        codes *= scale[:, None]
+        np.subtract(block, codes, out=codes)  # the row's distance from its coded form
+        slack = np.sqrt(np.einsum("ij,ij->i", codes, codes)) * grown
+        slack += width * _ROUNDING * (2 + np.where(sound, lengths, 0)) + np.float32(1e-6)
+        slack[~sound] = np.inf
+        # float32 rounds to the nearest: one step up keeps it a bound.
+        slack = np.nextafter(slack.astype(np.float32), np.float32(np.inf))
+        tail = np.stack([scale.astype(np.float32), slack], axis=1)
+        here[:, width : width + _TAIL] = np.ascontiguousarray(tail).view(np.int8)
+        slacks[begin : begin + 8192] = slack
+    return out, slacks
+
+
+class CompactVectors:
+    """A session's stored part vectors as int8 codes, each distinct coded row held once: exact scores, reading the stored vectors of the items that can rank.
+
+    Built by :func:`compact_table`; kept by the store handle's
+    :class:`~agents.memory.stores._search.vector_cache.VectorCache` as a
+    plain table is (``matrix``, ``used``, ``slot_of``, ``changed``,
+    ``compacted``), and scored as one (``scores``, ``scores_of``,
+    ``every_score``), with the floats of scoring every stored vector.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        parts: EmbedParts,
+        width: int,
+        coded: Any,
+        slack: Any,
+        cosines_of: CosinesOf,
+    ) -> None:
+        np = numpy()
+        self.model = model
+        self.parts = parts
+        self.width = width
+        self.matrix = coded  # codes, scale and slack of each distinct row (see _quantized)
+        self.scale = np.ascontiguousarray(coded[:, width : width + 4]).view(np.float32).ravel()
+        self.slack = slack
+        self.used = len(coded)
+        self.ref_row = np.zeros(0, dtype=np.int64)  # the row of each part, item after item
+        self.refs = 0
+        self.start = np.zeros(0, dtype=np.int64)  # each slot's first place in ref_row
+        self.key_at = np.zeros(0, dtype=np.int64)
+        self.alive = np.zeros(0, dtype=bool)
+        self.slot_of: dict[int, int] = {}
+        self.screens = True  # as a compacted table: nothing for VectorCache to compact
+        self.screen = None
+        self._cosines_of = cosines_of
+
+    def lay_out(self, keys: Any, ref_row: Any) -> None:
+        """Lay out the items: ``keys`` the key of each stored part (an item's together), ``ref_row`` the coded row of each."""
+        np = numpy()
+        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else keys[:0]
+        self.ref_row, self.refs = ref_row, len(ref_row)
+        self.start = first.astype(np.int64)
+        self.key_at = keys[first].astype(np.int64)
+        self.alive = np.ones(len(first), dtype=bool)
+        self.slot_of = {key: slot for slot, key in enumerate(self.key_at.tolist())}
+
+    def _bounds(self, np: Any, query: Any) -> tuple[Any, Any]:
+        """Return each slot's upper and lower bound of its best cosine with the unit ``query`` (``-inf`` for a dead slot)."""
+        used, slots = self.used, len(self.key_at)
+        coded = np.einsum("ij,j->i", self.matrix[:used, : self.width], query) * self.scale[:used]
+        # The query's length (1 within rounding) scales the slack: Cauchy-Schwarz.
+        slack = self.slack[:used] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
+        refs = self.ref_row[: self.refs]
+        upper = np.maximum.reduceat((coded + slack)[refs], self.start[:slots])
+        lower = np.maximum.reduceat((coded - slack)[refs], self.start[:slots])
+        dead = ~self.alive[:slots]
+        upper[dead] = lower[dead] = -np.inf
+        return upper, lower
+
+    def scores(
+        self, query: Any, limit: int | None = None, among: Iterable[int] = ()
+    ) -> dict[int, float]:
+        """Return the best cosine of a part with the unit ``query`` of the best ``limit`` items (with ties) and of ``among``, by key: ``Vectors.scores``'s floats.
+
+        Only the items whose upper bound reaches the ``limit``-th highest
+        lower bound (and ``among``) are scored, exactly, from their stored
+        vectors; every item among the best ``limit`` is one of them.
+        """
+        np = numpy()
+        if not self.slot_of:
+            return {}
+        wanted = [key for key in among if key in self.slot_of]
+        upper, lower = self._bounds(np, query)
+        alive = int(self.alive[: len(self.key_at)].sum())
+        if limit is None or limit >= alive:
+            chosen = np.flatnonzero(upper > -np.inf)
+        else:
+            cut = np.partition(lower, len(lower) - limit)[len(lower) - limit]
+            chosen = np.flatnonzero(upper >= cut)
+        keys = sorted({*self.key_at[chosen].tolist(), *wanted})
+        exact = self._cosines_of(query, keys)
+        found = sorted(exact)
+        sims = np.asarray([exact[key] for key in found], dtype=np.float32)
+        picked = [found[row] for row in top_rows(sims, limit).tolist()]
+        return {key: exact[key] for key in sorted({*picked, *(k for k in wanted if k in exact)})}
+
+    def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
+        """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key (read exactly)."""
+        wanted = sorted({key for key in keys if key in self.slot_of})
+        return self._cosines_of(query, wanted) if wanted else {}
+
+    def every_score(self, query: Any) -> tuple[Any, Any]:
+        """Return every item's key and best cosine with the unit ``query``, every stored vector read and scored (as a session over the budget is)."""
+        np = numpy()
+        alive = self.key_at[: len(self.alive)][self.alive]
+        scored = self._cosines_of(query, sorted(alive.tolist()))
+        keys = np.fromiter(scored, dtype=np.int64, count=len(scored))
+        return keys, np.fromiter(scored.values(), dtype=np.float32, count=len(scored))
+
+    def compacted(self) -> CompactVectors:
+        """Return this table (held compact already)."""
+        return self
+
+    def changed(self, keys: Sequence[int], vectors: Any) -> CompactVectors:
+        """Return a copy where each of ``keys`` holds its part vectors in ``vectors`` (a key not there holds none); this table stays as it was.
+
+        The new parts are coded into rows after the last this table uses
+        (the two share the arrays, grown by an eighth where full); each
+        changed key's old slot is marked dead.
+        """
+        np = numpy()
+        table = copy.copy(self)
+        table.alive = self.alive.copy()
+        table.slot_of = dict(self.slot_of)
+        for key in keys:
+            slot = table.slot_of.pop(key, None)
+            if slot is not None:
+                table.alive[slot] = False
+        blocks = [
+            (key, np.asarray(vectors[key], dtype=np.float32)) for key in keys if key in vectors
+        ]
+        blocks = [(key, b.reshape(-1, self.width)) for key, b in blocks if b.size]
+        if not blocks:
+            return table
+        matrix = np.concatenate([block for _, block in blocks])
+        coded, slack = _quantized(np, matrix)
+        rows = len(coded)
+        scale = np.ascontiguousarray(coded[:, self.width : self.width + 4]).view(np.float32)
+        table.matrix = _room(np, self.matrix, self.used, coded)
+        table.slack = _room(np, self.slack, self.used, slack)
+        table.scale = _room(np, self.scale, self.used, scale.ravel())
+        table.used = self.used + rows
+        sizes = [len(block) for _, block in blocks]
+        new_refs = np.arange(self.used, self.used + rows, dtype=np.int64)
+        table.ref_row = _room(np, self.ref_row, self.refs, new_refs)
+        table.refs = self.refs + rows
+        slots = len(self.key_at)
+        firsts = self.refs + np.cumsum([0, *sizes[:-1]])
+        table.start = np.concatenate([self.start[:slots], firsts.astype(np.int64)])
+        new_keys = np.asarray([key for key, _ in blocks], dtype=np.int64)
+        table.key_at = np.concatenate([self.key_at[:slots], new_keys])
+        table.alive = np.concatenate([table.alive[:slots], np.ones(len(blocks), dtype=bool)])
+        table.slot_of.update((key, slots + at) for at, (key, _) in enumerate(blocks))
+        return table
+
+
+def _room(np: Any, array: Any, used: int, fill: Any) -> Any:
+    """Return ``array`` with ``fill`` in its places from ``used`` on: the same array where it has room (a table using only its first ``used`` does not see them), else a copy grown by an eighth."""
+    count = len(fill)
+    if used + count > len(array):
+        grown = np.zeros((used + count + used // 8 + 64, *array.shape[1:]), dtype=array.dtype)
+        grown[:used] = array[:used]
+        array = grown
+    array[used : used + count] = fill
+    return array
+
+
+def _joined(np: Any, blocks: list[Any]) -> Any:
+    """Return ``blocks`` (row blocks) as one matrix, each block let go once copied: the memory held grows by a block at a time, not by all of them."""
+    out = np.empty((sum(len(block) for block in blocks), blocks[0].shape[1]), blocks[0].dtype)
+    at = 0
+    blocks.reverse()
+    while blocks:
+        block = blocks.pop()
+        out[at : at + len(block)] = block
+        at += len(block)
+        del block
+    return out
+
+
+def _held_once(np: Any, matrix: Any, kept: Any) -> None:
+    """Move the rows ``kept`` (ascending) of ``matrix`` to its first rows, in place, and cut it to them (no second copy of the rows held)."""
+    for begin in range(0, len(kept), 65536):
+        block = kept[begin : begin + 65536]
+        # kept[i] >= i: a block's rows come from places no block before it wrote.
+        matrix[begin : begin + len(block)] = matrix[block]
+    matrix.resize((len(kept), matrix.shape[1]), refcheck=False)
+
+
+def compact_table(
+    pages: Pages,
+    model: str,
+    parts: EmbedParts,
+    width: int,
+    budget: int,
+    cosines_of: CosinesOf,
+) -> CompactVectors | None:
+    """Return the vectors of ``pages`` coded as a :class:`CompactVectors`, each distinct coded row once; ``None`` where they pass ``budget`` bytes even so.
+
+    Each page is coded as it comes (its float32 rows are not held), then
+    equal coded rows (a part every step repeats) are found with numpy in
+    one pass (``distinct_rows``) and held once.
+
+    Args:
+        cosines_of: Reads the stored vectors of some keys and returns the
+            best cosine of each with a query (the exact floats).
+    """
+    from agents.memory.search._item_vectors import distinct_rows
+
+    np = numpy()
+    keys: list[Any] = []
+    coded: list[Any] = []
+    slacks: list[Any] = []
+    size = 0
+    for page_keys, matrix in pages:
+        if not len(page_keys):
+            continue
+        rows, slack = _quantized(np, np.asarray(matrix, dtype=np.float32))
+        keys.append(np.asarray(page_keys, dtype=np.int64))
+        coded.append(rows)
+        slacks.append(slack)
+        size += int(rows.nbytes)
+        if size > 2 * budget:
+            return None  # even coded, more than the budget holds once equal rows are shared
+    table = CompactVectors(
+        model,
+        parts,
+        width,
+        np.zeros((0, -(-(width + _TAIL) // 8) * 8), np.int8),
+        np.zeros(0, np.float32),
+        cosines_of,
+    )
+    if not coded:
+        return table
+    matrix = _joined(np, coded)
+    kept, ref_row = distinct_rows(np, matrix)
+    if len(kept) < len(matrix):
+        _held_once(np, matrix, kept)
+    if int(matrix.nbytes) > budget:
+        return None
+    table = CompactVectors(model, parts, width, matrix, np.concatenate(slacks)[kept], cosines_of)
+    table.lay_out(np.concatenate(keys), ref_row.astype(np.int64))
+    return table

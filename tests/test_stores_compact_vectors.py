@@ -1,0 +1,245 @@
+"""A session whose part vectors pass the kept-vector budget even held once each is kept coded (int8): hits and floats stay Memory.search's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents.memory import Memory, MemoryItem
+from agents.memory._vectors import best_cosines
+from agents.memory.search import EmbedParts, HashingEmbedder
+from agents.memory.stores import Store, open_store
+from agents.memory.stores._search import compact
+from agents.memory.stores._search.compact import CompactVectors, compact_table
+
+EMBEDDER = HashingEmbedder(64)
+WORDS = ["open", "close", "report", "chart", "window", "saved", "invoice", "March", "pay", "OK"]
+QUERIES = ["pay the invoice for March", "close the report window", "chart saved OK"]
+
+
+def steps(n: int, seed: int = 0) -> list[MemoryItem]:
+    """Return ``n`` steps of a few fields drawn from a small vocabulary (parts repeat; some are cut in windows)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        fields = {
+            "thought": " ".join(rng.choice(WORDS, size=int(rng.integers(1, 12)))),
+            "status": str(rng.choice(["CONTINUE", "FINISH"])),
+        }
+        if i % 3:
+            fields["observation"] = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 20))))
+        out.append(MemoryItem(step=i, team="red" if i % 4 == 0 else "blue", **fields))
+    return out
+
+
+def coded_budget(store: Store, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Set the handle's budget below the session's distinct part vectors as float32, above them coded."""
+    texts = {text for item in items for text in EmbedParts().texts(item.to_dict(), None)}
+    monkeypatch.setattr(store._vectors._cache, "_budget", 2 * EMBEDDER.dimension * len(texts))
+
+
+def kept_tables(store: Store) -> list[Any]:
+    """Return the tables the handle keeps."""
+    return [entry[1] for entry in store._vectors._cache._tables.values() if entry[1] is not None]
+
+
+def expected(items: list[MemoryItem], query: str, k: int, mode: str, where: Any) -> list[Any]:
+    """Return ``(step, score)`` of Memory.search over the same items: the reference."""
+    hits = Memory(items).search(query, k, mode=mode, embedder=EMBEDDER, where=where)
+    return [(hit.item["step"], hit.score) for hit in hits]
+
+
+def found(store: Store, query: str, k: int, mode: str, where: Any = None) -> list[Any]:
+    """Return ``(step, score)`` of the store's search of session ``s``."""
+    hits = store.search("s", query, k, mode=mode, embedder=EMBEDDER, where=where)
+    return [(hit.item["step"], hit.score) for hit in hits]
+
+
+def written(url: str, items: list[MemoryItem]) -> list[int]:
+    """Store ``items`` in session ``s`` with their part vectors; return their seqs."""
+    with open_store(url) as store:
+        seqs = store.append("s", items)
+        store.index_embeddings("s", EMBEDDER)
+    return seqs
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    n=st.integers(1, 120),
+    seed=st.integers(0, 1000),
+    k=st.integers(1, 40),
+    query=st.sampled_from(QUERIES),
+    mode=st.sampled_from(["semantic", "hybrid"]),
+    where=st.sampled_from([None, {"team": "red"}, {"team": {"$ne": "red"}}]),
+)
+def test_a_coded_session_ranks_as_memory_search(
+    n: int, seed: int, k: int, query: str, mode: str, where: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every k, filter and mode over a coded session gives Memory.search's hits and floats."""
+    items = steps(n, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{Path(folder) / 'store.db'}"
+        written(url, items)
+        with open_store(url) as store:
+            coded_budget(store, items, monkeypatch)
+            want = expected(items, query, k, mode, where)
+            for _ in range(3):  # read page by page, then coded, then from the coded table
+                assert found(store, query, k, mode, where) == want
+            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_a_coded_table_follows_a_write_by_another_handle(
+    kind: str, durable_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After another handle updates and appends steps, the coded table is brought up to date and ranks as Memory.search over the new steps."""
+    url = durable_url(kind)
+    items = steps(90)
+    seqs = written(url, items)
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        for _ in range(3):
+            found(store, QUERIES[0], 10, "semantic")
+        before = kept_tables(store)
+        assert [type(table) for table in before] == [CompactVectors]
+        changed = MemoryItem(step=5, thought="pay the invoice for March now", team="blue")
+        added = MemoryItem(step=500, thought="pay the invoice for March", team="red")
+        with open_store(url) as other:
+            with other.batch("s") as batch:
+                batch.update({seqs[5]: changed})
+                batch.append([added])
+            other.index_embeddings("s", EMBEDDER)
+        now = [*items[:5], changed, *items[6:], added]
+        for k in (1, 5, 40):
+            for mode in ("semantic", "hybrid"):
+                assert found(store, QUERIES[0], k, mode) == expected(now, QUERIES[0], k, mode, None)
+        after = kept_tables(store)
+        assert [type(table) for table in after] == [CompactVectors]
+        assert after[0] is not before[0]  # followed, not kept stale
+
+
+def test_a_coded_table_follows_a_write_by_another_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step appended by another process is ranked by the handle's next search as Memory.search ranks it."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(80)
+    written(url, items)
+    added = MemoryItem(step=900, thought="close the report window", team="red")
+    script = textwrap.dedent(f"""
+        from agents.memory import MemoryItem
+        from agents.memory.search import HashingEmbedder
+        from agents.memory.stores import open_store
+        with open_store({url!r}) as store:
+            store.append("s", [MemoryItem(step=900, thought="close the report window", team="red")])
+            store.index_embeddings("s", HashingEmbedder(64))
+    """)
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        for _ in range(3):
+            found(store, QUERIES[1], 8, "semantic")
+        subprocess.run([sys.executable, "-c", script], check=True)
+        for mode in ("semantic", "hybrid"):
+            assert found(store, QUERIES[1], 8, mode) == expected(
+                [*items, added], QUERIES[1], 8, mode, None
+            )
+        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+
+
+def test_a_coded_session_ranks_the_same_after_close_and_reopen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle opened again codes the session again and ranks as before."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(70, seed=3)
+    written(url, items)
+    want = expected(items, QUERIES[2], 12, "hybrid", None)
+    for _ in range(2):
+        with open_store(url) as store:
+            coded_budget(store, items, monkeypatch)
+            for _ in range(3):
+                assert found(store, QUERIES[2], 12, "hybrid") == want
+            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+
+
+def _pages(keys: list[int], matrix: Any) -> list[tuple[list[int], Any]]:
+    """Return ``keys`` and ``matrix`` in pages of 50 rows."""
+    return [(keys[at : at + 50], matrix[at : at + 50]) for at in range(0, len(keys), 50)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    limit=st.integers(1, 40),
+    spread=st.sampled_from([1e-4, 1e-3, 1e-2]),
+)
+def test_the_coded_bound_keeps_every_item_that_can_rank(
+    seed: int, limit: int, spread: float
+) -> None:
+    """Parts closer together than the codes' error still rank exactly: the scores are those of scoring every vector."""
+    rng = np.random.default_rng(seed)
+    width = 32
+    base = rng.standard_normal(width)
+    rows = base + spread * rng.standard_normal((400, width))
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    keys = sorted(rng.integers(0, 120, 400).tolist())
+    query = (base + 0.5 * rng.standard_normal(width)).astype(np.float32)
+    query /= np.linalg.norm(query)
+
+    def exact(q: Any, seqs: Any) -> dict[int, float]:
+        wanted = set(seqs)
+        picked = [at for at, key in enumerate(keys) if key in wanted]
+        return best_cosines([([keys[at] for at in picked], rows[picked])], q, None)
+
+    table = compact_table(_pages(keys, rows), "m", EmbedParts(), width, 1 << 30, exact)
+    assert table is not None
+    want = best_cosines([(keys, rows)], query, limit, [keys[0]])
+    assert table.scores(query, limit, [keys[0]]) == want
+    every = best_cosines([(keys, rows)], query, None)
+    got_keys, got = table.every_score(query)
+    assert dict(zip(got_keys.tolist(), got.tolist(), strict=True)) == every
+
+
+def test_a_row_that_is_not_finite_is_always_scored_exactly() -> None:
+    """A stored row with a NaN or too long gets an unbounded slack."""
+    matrix = np.array([[np.nan, 0.0], [3.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    _, slack = compact._quantized(np, matrix)
+    assert np.isinf(slack[:2]).all()
+    assert np.isfinite(slack[2])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), width=st.sampled_from([8, 64, 256]))
+def test_a_rows_coded_cosine_lies_within_its_slack_even_along_its_own_error(
+    seed: int, width: int
+) -> None:
+    """The slack bounds the coded cosine's distance from the stored one for any unit query, the worst (along the row's own coding error) included."""
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal((64, width))
+    rows[::3] *= rng.random((22, width)) < 0.2  # sparse rows too: a few large coordinates
+    rows[np.abs(rows).sum(axis=1) == 0, 0] = 1.0
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    coded, slack = compact._quantized(np, rows)
+    codes = coded[:, :width].astype(np.float32)
+    scale = np.ascontiguousarray(coded[:, width : width + 4]).view(np.float32).ravel()
+    error = rows.astype(np.float64) - codes.astype(np.float64) * scale[:, None]
+    queries = error[:16] / np.linalg.norm(error[:16], axis=1, keepdims=True)
+    queries = np.concatenate([queries, rng.standard_normal((16, width))])
+    for query in (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32):
+        exact = np.einsum("ij,j->i", rows, query)
+        approx = np.einsum("ij,j->i", codes, query) * scale
+        assert (np.abs(exact - approx) <= slack).all()
