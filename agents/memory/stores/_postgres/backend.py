@@ -283,8 +283,7 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
         self._no_tables = tables.no_tables
         self._indexed = tables.keyword_index
         self._keyed = tables.record_keys
-        # Each False on older tables opened read-only: filters read every row's copy.
-        self.doc_index, self.leaf_index = tables.doc_index, tables.leaves
+        self.doc_index, self.leaf_index = tables.doc_index, tables.leaves  # False: older, read-only
         if tables.postings:
             blocks = PostingBlocks(self._connections, self.query_rows, packed=tables.packed_blocks)
             self._keyword.rank_from(blocks)
