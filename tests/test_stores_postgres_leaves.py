@@ -252,3 +252,44 @@ def test_v12_tables_read_only_scan_for_ranges_then_are_migrated(postgres_url: st
         for one in where:
             assert store.backend.filter_named(Filter(one).tree)
             assert_named_as_filter_keeps(store, "s", one)
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_semantic_and_hybrid_searches_with_a_named_range_rank_as_memory_search(
+    postgres_url: str, mode: str
+) -> None:
+    """A semantic or hybrid search whose range the leaves name (1%, 0.1%, none, strings, on a dotted path) gives Memory.search's hits and float scores."""
+    from agents.memory.search import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    words = ("the report", "open file", "chart dialog", "the invoice moved")
+    chosen = [
+        MemoryItem(
+            uid=i,
+            note=f"{words[i % 4]} {i % 13}",
+            w=(i * 7919 % 1000) / 1000,
+            meta={"day": f"2024-{i % 12 + 1:02}-{i % 28 + 1:02}"},
+        )
+        for i in range(1000)
+    ]
+    memory = Memory()
+    for item in chosen:
+        memory.add_memory_item(item)
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        seqs = store.append("s", chosen)
+        store.index_embeddings("s", embedder)
+        for where in (
+            {"w": {"$gte": 0.25, "$lt": 0.26}},
+            {"w": {"$gte": 0.25, "$lt": 0.251}},
+            {"w": {"$gt": 1.5}},
+            {"meta.day": {"$gte": "2024-12-20", "$lte": "2024-12-22"}},
+            {"$or": [{"w": {"$lt": 0.004}}, {"meta.day": {"$gt": "2024-12-27"}}]},
+        ):
+            assert store.backend.filter_named(Filter(where).tree), where
+            for query in ("the report", "invoice moved 7"):
+                expected = [
+                    (seqs[int(hit.item.get_value("uid"))], hit.score)
+                    for hit in memory.search(query, 5, mode=mode, where=where, embedder=embedder)
+                ]
+                got = store.search("s", query, 5, mode=mode, where=where, embedder=embedder)
+                assert [(hit.seq, hit.score) for hit in got] == expected, (where, query)
