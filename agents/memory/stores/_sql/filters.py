@@ -70,7 +70,7 @@ _POSTGRES_ROWS: Final = (
     " FROM {rows} OFFSET 0) AS plain OFFSET 0) AS r WHERE "
 )
 _POSTGRES_SESSION: Final = "kvmemory_items WHERE session_id = %s"
-# The rows the GIN index over the JSONB copy names (see _sql.doc_index), and the rows without
+# The rows the GIN index over the JSONB copy or the leaf table names (see _sql.probes), and the rows without
 # a copy (a partial index holds them): a bitmap of each, read instead of the whole session. The
 # session is matched as an expression no index answers: a planner whose statistics predate the
 # session takes it for a few rows and reads every one by session_id (2,000 rows: 41 ms, against
