@@ -1,4 +1,4 @@
-"""What the PostgreSQL tests share: the server's row counters (the rows of ``kvmemory_items`` a statement reads), and ``Memory.search``'s ranking by seq."""
+"""What the PostgreSQL tests share: the server's row counters (the rows of ``kvmemory_items`` a statement reads), ``Memory.search``'s ranking by seq, and the tables taken back a schema version."""
 
 from __future__ import annotations
 
@@ -40,3 +40,13 @@ def ranked_by_memory(
         memory.add_memory_item(item)
     hits = memory.search(query, k, where=where)
     return [(int(hit.item.get_value("step")) + 1, hit.score) for hit in hits]
+
+
+def leave_v12_tables(url: str) -> None:
+    """Take the tables back to schema version 12: no leaf table."""
+    with psycopg.connect(url, autocommit=True) as con:
+        for event in ("insert", "update", "delete"):
+            con.execute(f"DROP TRIGGER kvmemory_leaves_{event} ON kvmemory_items")
+        con.execute("DROP TABLE kvmemory_leaves")
+        con.execute("DROP FUNCTION kvmemory_leaves_written(), kvmemory_leaves_of(jsonb)")
+        con.execute("UPDATE kvmemory_schema SET version = 12")

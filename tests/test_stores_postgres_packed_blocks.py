@@ -15,6 +15,8 @@ from agents.memory.stores import PostgresStore
 
 psycopg = pytest.importorskip("psycopg")
 
+from postgres_checks import leave_v12_tables  # noqa: E402  # after the skip: it needs psycopg
+
 from agents.memory.stores._postgres import postings as _postings  # noqa: E402  # after the skip: the postgres extra
 
 pytestmark = pytest.mark.postgres
@@ -82,7 +84,8 @@ def schema_version(url: str) -> int:
 
 
 def leave_v11_tables(url: str) -> None:
-    """Take the tables back to schema version 11: blocks without packed copies."""
+    """Take the tables back to schema version 11: blocks without packed copies (nor a leaf table)."""
+    leave_v12_tables(url)
     with psycopg.connect(url, autocommit=True) as con:
         con.execute(
             "ALTER TABLE kvmemory_postings DROP COLUMN seqs_packed, DROP COLUMN tfs_packed,"
@@ -190,7 +193,7 @@ def test_v11_tables_read_only_convert_the_arrays_then_are_migrated(
     assert packed_columns(postgres_url) == set()
     statements.clear()
     with PostgresStore(folding_every(postgres_url, 8), pgvector=False) as store:
-        assert schema_version(postgres_url) == PostgresStore.schema_version == 12
+        assert schema_version(postgres_url) == PostgresStore.schema_version == 13
         assert packed_columns(postgres_url) == set(PACKED)
         assert copies_disagreeing(postgres_url) == 0
         assert_ranks_as_memory(store, items)

@@ -30,6 +30,11 @@ when a ``postgresql://`` URL is opened. Layout (schema version 9, recorded in
     kvmemory_postings_stale(session_id text, seq bigint, tf jsonb,
                             PRIMARY KEY (session_id, seq)), and statement
     triggers on kvmemory_items keeping them, folded in bulk: v9 (see ``postings``)
+    GIN index (doc jsonb_path_ops), index (session_id) WHERE doc IS NULL: v11
+    kvmemory_leaves(session_id text, seq bigint, path text, num float8,
+                    txt text COLLATE "C"), indexes (session_id, path, num) and
+    (session_id, path, txt), and statement triggers on kvmemory_items keeping
+    each row's numbers and strings by path: v13 (see ``leaves``)
 
 ``vector`` holds an item's unit vector as little-endian float32 (empty for
 an item without text), embedded over the fields ``fields`` names by the
@@ -278,7 +283,7 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
         self._no_tables = tables.no_tables
         self._indexed = tables.keyword_index
         self._keyed = tables.record_keys
-        self.doc_index = tables.doc_index  # False: older tables opened read-only
+        self.doc_index, self.leaf_index = tables.doc_index, tables.leaves  # False: older, read-only
         if tables.postings:
             blocks = PostingBlocks(self._connections, self.query_rows, packed=tables.packed_blocks)
             self._keyword.rank_from(blocks)

@@ -22,8 +22,8 @@ import attrs
 from agents.memory import _codec
 from agents.memory._filter import FilterNode
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow
-from agents.memory.stores._sql.doc_index import index_predicate
 from agents.memory.stores._sql.filters import candidates_query
+from agents.memory.stores._sql.probes import RowProbe, row_probe
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLRows", "prefix_range"]
 
@@ -188,6 +188,14 @@ class SQLRows:
     driver_errors: tuple[type[BaseException], ...]
     doc_index: bool = False
     """Whether a GIN index over the rows' JSONB copy names the rows a filter may pass (PostgreSQL, schema version 11)."""
+    leaf_index: bool = False
+    """Whether the leaf table's btree indexes name the rows a range may pass (PostgreSQL, schema version 13)."""
+
+    def _probe(self, tree: FilterNode, *, leaves: bool = True) -> RowProbe | None:
+        """The condition naming the rows that may pass ``tree`` from the indexes at hand (PostgreSQL), or ``None``."""
+        if self.dialect is not POSTGRES:
+            return None
+        return row_probe(tree, gin=self.doc_index, leaves=leaves and self.leaf_index)
 
     @property
     def no_tables(self) -> bool:
@@ -240,7 +248,7 @@ class SQLRows:
         if self.no_tables:
             return set()
         postgres = self.dialect is POSTGRES
-        probe = index_predicate(tree) if postgres and self.doc_index else None
+        probe = self._probe(tree)
         query = candidates_query(tree, session_id, postgres=postgres, probe=probe)
         if query is None:
             return None
@@ -264,8 +272,8 @@ class SQLRows:
             return None
 
     def filter_named(self, tree: FilterNode) -> bool:
-        """Return whether an index names the rows :meth:`filter_candidates` answers for a filter (PostgreSQL's GIN index over the JSONB copies), where else it reads every row."""
-        return self.dialect is POSTGRES and self.doc_index and index_predicate(tree) is not None
+        """Return whether an index names the rows :meth:`filter_candidates` answers for a filter (PostgreSQL's GIN index over the JSONB copies, or its leaf table for ranges), where else it reads every row."""
+        return self._probe(tree) is not None
 
     def filter_among(
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
@@ -294,7 +302,9 @@ class SQLRows:
             return []
         out: list[Any] = []
         postgres = self.dialect is POSTGRES
-        probe = index_predicate(tree) if postgres and self.doc_index else None
+        # Each row looked up is judged on its JSONB copy anyway: the leaf table would only add
+        # a scan of the range's leaves per chunk (the GIN probe is tested on the copy alone).
+        probe = self._probe(tree, leaves=False)
         for start in range(0, len(seqs), _AMONG_CHUNK):
             chunk = self.dialect.bind_list(list(seqs[start : start + _AMONG_CHUNK]))
             query = candidates_query(

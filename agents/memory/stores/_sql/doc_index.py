@@ -26,7 +26,8 @@ Filters the index cannot answer exactly are left to a scan (``None``):
 ordering (``$gt``, ranges longer than :data:`_RANGE_PROBED`),
 ``$ne``/``$nin``, numbers at or beyond 2**53 or not finite, values of
 other kinds (lists, dicts, dates), function filters. In ``$and`` the
-conditions it can answer narrow the rows alone.
+conditions it can answer narrow the rows alone. From schema version 13 the
+leaf table names the ordering ones (``_sql.probes``, which joins both).
 """
 
 from __future__ import annotations

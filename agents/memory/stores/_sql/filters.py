@@ -35,6 +35,7 @@ import attrs
 
 from agents.memory._codec import TAG
 from agents.memory._filter import AllOf, AnyOf, Condition, FilterNode
+from agents.memory.stores._sql.probes import RowProbe
 
 __all__ = ["POSTGRES_FIELDS", "candidates_query", "postgres_condition"]
 
@@ -69,7 +70,7 @@ _POSTGRES_ROWS: Final = (
     " FROM {rows} OFFSET 0) AS plain OFFSET 0) AS r WHERE "
 )
 _POSTGRES_SESSION: Final = "kvmemory_items WHERE session_id = %s"
-# The rows the GIN index over the JSONB copy names (see _sql.doc_index), and the rows without
+# The rows the GIN index over the JSONB copy or the leaf table names (see _sql.probes), and the rows without
 # a copy (a partial index holds them): a bitmap of each, read instead of the whole session. The
 # session is matched as an expression no index answers: a planner whose statistics predate the
 # session takes it for a few rows and reads every one by session_id (2,000 rows: 41 ms, against
@@ -194,7 +195,7 @@ def candidates_query(
     postgres: bool,
     among: object = None,
     data: bool = False,
-    probe: str | None = None,
+    probe: RowProbe | None = None,
 ) -> tuple[str, list[Any]] | None:
     """Return the query for the seqs of a session's rows that may pass ``tree``, with its parameters.
 
@@ -220,10 +221,10 @@ def candidates_query(
         if among is None:
             # Parameters bind in the order written: the probe's, the session's, the condition's.
             writer.params.clear()
-            probed = _probe_sql(writer, probe, "doc")
+            probed = probe.sql(writer.p, session_id)
             writer.params.append(session_id)
         else:  # after the session's and the seqs'
-            probed = _probe_sql(writer, probe, "i.doc")
+            probed = probe.sql(writer.p, session_id, "i.")
     guard = None if postgres else _texts(writer, tree)
     sql = _maybe(writer, tree)
     if sql is None:
@@ -252,11 +253,6 @@ def candidates_query(
         data=", data" if data else "",
     )
     return rows + f"({sql})", writer.params
-
-
-def _probe_sql(w: _Writer, probe: str, column: str) -> str:
-    """PostgreSQL: the JSON path predicate tested on the JSONB copy ``column``, which the GIN index answers in one scan."""
-    return f"{column} @@ {w.p(probe, 'jsonpath')}"
 
 
 def postgres_condition(tree: FilterNode) -> tuple[str, list[Any]] | None:
