@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import search_index
+from agents.memory.stores._search import snapshot as snapshot_module
+from agents.memory.stores._search.snapshot import KeywordSnapshot
 
 TEXT = st.text(alphabet="ab cAB1_-.\n\x00éß\uff21中 ", max_size=30)
 FIELDS = st.sampled_from(["a", "b", "page"])
@@ -55,3 +58,17 @@ def built(rows: list[dict[str, Any]]) -> Memory:
     memory = Memory([MemoryItem(**row) for row in rows])
     search_index(memory).build_ahead(wait=True)
     return memory
+
+
+def snapshot_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record, for each ``read_snapshot`` of ``Store.read_memory`` from now on, whether it gave a snapshot."""
+    answers: list[bool] = []
+    read = snapshot_module.read_snapshot
+
+    def recorded(*args: Any) -> KeywordSnapshot | None:
+        found = read(*args)
+        answers.append(found is not None)
+        return found
+
+    monkeypatch.setattr("agents.memory.stores._search.calls.read_snapshot", recorded)
+    return answers

@@ -286,12 +286,12 @@ def test_index_file_is_saved_again_after_many_changes(tmp_path: Path) -> None:
             assert ranked(store, "s", query) == expected(now, query)
 
 
-class KeywordIndexMachine(TwoHandleSession):
-    """Two handles and a reopened one on a JSONL store against a plain list model; keyword search equals Memory.search, and chosen rows score as in the ranking."""
+class JSONLWordSession(TwoHandleSession):
+    """Two handles on a JSONL store in a folder of its own, appending and updating items of WORDS, and a reopened one; the machines below add what they check."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.folder = tempfile.mkdtemp(prefix="kvmemory-keywords-")
+        self.folder = Path(tempfile.mkdtemp(prefix="kvmemory-keywords-"))
         self.a = JSONLStore(self.folder)
         self.b = JSONLStore(self.folder)
 
@@ -318,6 +318,15 @@ class KeywordIndexMachine(TwoHandleSession):
     def reopen(self) -> None:
         self.a.close()
         self.a = JSONLStore(self.folder)
+
+    def teardown(self) -> None:
+        self.a.close()
+        self.b.close()
+        shutil.rmtree(self.folder)
+
+
+class KeywordIndexMachine(JSONLWordSession):
+    """Two handles and a reopened one on a JSONL store against a plain list model; keyword search equals Memory.search, and chosen rows score as in the ranking."""
 
     @rule()
     def damage_index_file(self) -> None:
@@ -356,11 +365,6 @@ class KeywordIndexMachine(TwoHandleSession):
     def same_items(self) -> None:
         if self.model:
             assert [r.seq for r in self.a.records("s")] == sorted(self.model)
-
-    def teardown(self) -> None:
-        self.a.close()
-        self.b.close()
-        shutil.rmtree(self.folder)
 
 
 KeywordIndexMachine.TestCase.settings = settings(

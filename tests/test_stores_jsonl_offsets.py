@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +14,14 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
-from test_stores_jsonl_keywords import QUERIES, WORDS, damaged_variants, expected, filled, item
-from two_handles import TwoHandleSession
+from test_stores_jsonl_keywords import (
+    QUERIES,
+    JSONLWordSession,
+    damaged_variants,
+    expected,
+    filled,
+    item,
+)
 
 from agents.memory import MemoryItem
 from agents.memory.stores import JSONLStore
@@ -223,44 +227,17 @@ def test_a_write_between_the_ranking_and_the_read_gives_the_rows_the_log_read_wh
     assert results[0] == results[1]
 
 
-class FreshHandleMachine(TwoHandleSession):
+class FreshHandleMachine(JSONLWordSession):
     """Two writing handles, compactions and a keyword file removed, damaged or put back stale; every fresh handle's keyword search equals Memory.search and the log read whole."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.folder = Path(tempfile.mkdtemp(prefix="kvmemory-offsets-"))
-        self.a = JSONLStore(self.folder)
-        self.b = JSONLStore(self.folder)
         self.kept: bytes | None = None
-
-    @rule(
-        which=st.integers(0, 1),
-        texts=st.lists(st.lists(st.sampled_from(WORDS), max_size=6), min_size=1, max_size=4),
-    )
-    def append(self, which: int, texts: list[list[str]]) -> None:
-        new = []
-        for words in texts:
-            self.step += 1
-            new.append(item(words, self.step))
-        self.appended(which, new)
-
-    @rule(
-        which=st.integers(0, 1),
-        pick=st.integers(0, 1000),
-        words=st.lists(st.sampled_from(WORDS), max_size=6),
-    )
-    def update(self, which: int, pick: int, words: list[str]) -> None:
-        self.replaced(which, pick, item(words, 10_000 + pick))
 
     @rule(which=st.integers(0, 1))
     def compact(self, which: int) -> None:
         if self.model:
             self.handle(which).compact("s")
-
-    @rule()
-    def reopen(self) -> None:
-        self.a.close()
-        self.a = JSONLStore(self.folder)
 
     @rule()
     def keep_file(self) -> None:
@@ -298,11 +275,6 @@ class FreshHandleMachine(TwoHandleSession):
         with JSONLStore(self.folder, read_only=True) as store:
             assert hits(store, query, k) == want
             assert not read_whole(store)
-
-    def teardown(self) -> None:
-        self.a.close()
-        self.b.close()
-        shutil.rmtree(self.folder)
 
 
 FreshHandleMachine.TestCase.settings = settings(

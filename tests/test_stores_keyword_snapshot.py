@@ -16,13 +16,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from search_checks import QUERY, TEXT, built, hits, item_dicts
+from search_checks import QUERY, TEXT, built, hits, item_dicts, snapshot_reads
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search._scan import TextScan
 from agents.memory.stores import Store, open_async_store, open_memory, open_store
 from agents.memory.stores._search import snapshot as snapshot_module
-from agents.memory.stores._search.snapshot import KeywordSnapshot
 
 pytest.importorskip("numpy")
 
@@ -32,16 +31,7 @@ ITEMS = item_dicts(TEXT, min_size=1, max_size=30)
 @pytest.fixture
 def loaded(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Record, for each ``read_snapshot`` of ``Store.read_memory``, whether it gave a snapshot."""
-    answers: list[bool] = []
-    read = snapshot_module.read_snapshot
-
-    def recorded(*args: Any) -> KeywordSnapshot | None:
-        found = read(*args)
-        answers.append(found is not None)
-        return found
-
-    monkeypatch.setattr("agents.memory.stores._search.calls.read_snapshot", recorded)
-    return answers
+    return snapshot_reads(monkeypatch)
 
 
 def snapshot_file(folder: str | Path) -> Path:

@@ -14,13 +14,13 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from search_checks import QUERY, TEXT, built, hits, item_dicts
+from search_checks import QUERY, TEXT, built, hits, item_dicts, snapshot_reads
 
 from agents.memory import MemoryItem
 from agents.memory.exceptions import InvalidStoreURLError, StoreArgumentError
 from agents.memory.stores import SQLiteStore, open_store
 from agents.memory.stores._search import snapshot as snapshot_module
-from agents.memory.stores._search.snapshot import KeywordSnapshot, snapshot_bytes
+from agents.memory.stores._search.snapshot import snapshot_bytes
 from agents.memory.stores._sqlite.snapshots import FEWEST, behind_allowed
 
 pytest.importorskip("numpy")
@@ -31,16 +31,7 @@ ROOT = Path(__file__).parent.parent
 @pytest.fixture
 def loaded(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Record, for each ``read_snapshot`` of ``Store.read_memory``, whether it gave a snapshot."""
-    answers: list[bool] = []
-    read = snapshot_module.read_snapshot
-
-    def recorded(*args: Any) -> KeywordSnapshot | None:
-        found = read(*args)
-        answers.append(found is not None)
-        return found
-
-    monkeypatch.setattr("agents.memory.stores._search.calls.read_snapshot", recorded)
-    return answers
+    return snapshot_reads(monkeypatch)
 
 
 def settled() -> None:
