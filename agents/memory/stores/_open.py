@@ -242,7 +242,15 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
     _no_options(
         text,
         options,
-        ("synchronous", "timeout", "mode", "sqlite_vec", "keyword_fold", "keyword_snapshot"),
+        (
+            "synchronous",
+            "timeout",
+            "mode",
+            "sqlite_vec",
+            "keyword_fold",
+            "keyword_snapshot",
+            "vector_snapshot",
+        ),
     )
     synchronous = options.get("synchronous", "full").lower()
     if synchronous not in ("full", "normal", "off"):
@@ -264,6 +272,10 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
     if snapshot not in ("auto", "off"):
         msg = f"Option keyword_snapshot={snapshot!r} in {text!r} must be 'auto' or 'off'."
         raise exceptions.InvalidStoreURLError(msg)
+    coded = options.get("vector_snapshot", "auto")
+    if coded not in ("auto", "off"):
+        msg = f"Option vector_snapshot={coded!r} in {text!r} must be 'auto' or 'off'."
+        raise exceptions.InvalidStoreURLError(msg)
     try:
         timeout = float(options.get("timeout", "30"))
     except ValueError:
@@ -280,6 +292,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
         sqlite_vec=_SQLITE_VEC[vec],
         keyword_fold=fold,  # type: ignore[arg-type]  # checked against the two names above
         keyword_snapshot=snapshot,  # type: ignore[arg-type]  # checked against the two names above
+        vector_snapshot=coded,  # type: ignore[arg-type]  # checked against the two names above
     )
 
 

@@ -139,6 +139,23 @@ class SearchOperations:
         """
         return None
 
+    def vector_snapshot_path(self, session_id: str, fields: str) -> str | None:
+        """Return the file where the session's coded part vectors are kept beside the store, or ``None`` where none is kept (the default).
+
+        A handle whose kept table of a session is coded as int8 (its part
+        vectors pass the kept-vector budget) saves it there as it builds it,
+        where :attr:`saves_vector_snapshots`; a fresh handle's first query
+        loads it where it is current. It is a cache checked against the
+        session (see ``agents.memory.stores._search.coded_file``), so any
+        file name that no other session's (and fields') file shares will do.
+        """
+        return None
+
+    @property
+    def saves_vector_snapshots(self) -> bool:
+        """Whether this handle writes the files :meth:`vector_snapshot_path` names (``False``, the default: it only reads them)."""
+        return False
+
     def keyword_version(self, session_id: str) -> Hashable | None:
         """Return a value that changes whenever the session's rows may have changed, or ``None`` where the backend cannot tell.
 

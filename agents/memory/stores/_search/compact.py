@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from agents.memory._vectors import EmbedParts, numpy, top_rows
 
-__all__ = ["CompactVectors", "compact_table"]
+__all__ = ["CompactVectors", "coded_row_bytes", "compact_table"]
 
 Pages = Iterable[tuple[Sequence[int], Any]]
 """``(keys, matrix)``: unit vectors of parts a block at a time, ``keys[i]`` owning row ``i``, an item's rows together."""
@@ -41,6 +41,11 @@ _TAIL: Final = 8
 
 _ROUNDING: Final = 4 * 2.0**-24
 """What float32 sums may round, per coordinate, relative to the product of the lengths (both products: the exact and the coded one)."""
+
+
+def coded_row_bytes(width: int) -> int:
+    """Return the bytes of a coded row of ``width`` coordinates: its codes, scale and slack, padded to whole 8-byte words."""
+    return -(-(width + _TAIL) // 8) * 8
 
 
 def _quantized(np: Any, matrix: Any) -> tuple[Any, Any]:
@@ -56,7 +61,7 @@ def _quantized(np: Any, matrix: Any) -> tuple[Any, Any]:
     are coded as they are read).
     """
     rows, width = matrix.shape
-    out = np.zeros((rows, -(-(width + _TAIL) // 8) * 8), dtype=np.int8)
+    out = np.zeros((rows, coded_row_bytes(width)), dtype=np.int8)
     slacks = np.zeros(rows, dtype=np.float32)
     grown = np.float32(1 + width * _ROUNDING)
     for begin in range(0, rows, 8192):
@@ -103,13 +108,16 @@ class CompactVectors:
         coded: Any,
         slack: Any,
         cosines_of: CosinesOf,
+        scale: Any = None,
     ) -> None:
         np = numpy()
         self.model = model
         self.parts = parts
         self.width = width
         self.matrix = coded  # codes, scale and slack of each distinct row (see _quantized)
-        self.scale = np.ascontiguousarray(coded[:, width : width + 4]).view(np.float32).ravel()
+        if scale is None:  # else the rows' scales, read from their tails already
+            scale = np.ascontiguousarray(coded[:, width : width + 4]).view(np.float32).ravel()
+        self.scale = scale
         self.slack = slack
         self.used = len(coded)
         self.ref_row = np.zeros(0, dtype=np.int64)  # the row of each part, item after item
@@ -126,10 +134,14 @@ class CompactVectors:
         """Lay out the items: ``keys`` the key of each stored part (an item's together), ``ref_row`` the coded row of each."""
         np = numpy()
         first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else keys[:0]
+        self.lay_out_items(first.astype(np.int64), keys[first].astype(np.int64), ref_row)
+
+    def lay_out_items(self, start: Any, key_at: Any, ref_row: Any) -> None:
+        """Lay out the items: ``start`` the first place in ``ref_row`` of each item's parts (ascending), ``key_at`` each item's key, ``ref_row`` the coded row of each part."""
+        np = numpy()
         self.ref_row, self.refs = ref_row, len(ref_row)
-        self.start = first.astype(np.int64)
-        self.key_at = keys[first].astype(np.int64)
-        self.alive = np.ones(len(first), dtype=bool)
+        self.start, self.key_at = start, key_at
+        self.alive = np.ones(len(start), dtype=bool)
         self.slot_of = {key: slot for slot, key in enumerate(self.key_at.tolist())}
 
     def _bounds(self, np: Any, query: Any) -> tuple[Any, Any]:
@@ -304,7 +316,7 @@ def compact_table(
         model,
         parts,
         width,
-        np.zeros((0, -(-(width + _TAIL) // 8) * 8), np.int8),
+        np.zeros((0, coded_row_bytes(width)), np.int8),
         np.zeros(0, np.float32),
         cosines_of,
     )

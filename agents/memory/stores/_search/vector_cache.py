@@ -100,6 +100,7 @@ class VectorCache:
         version: Hashable,
         load: Callable[[int], Table | None],
         update: Callable[[Hashable, Table], Table | None] | None = None,
+        saved: Callable[[int], Table | None] | None = None,
     ) -> Table | None:
         """Return the session's table kept under ``version``, else the one ``update`` or ``load`` makes now; ``None`` to read the session page by page.
 
@@ -123,22 +124,30 @@ class VectorCache:
             update: Given the version a table was kept under and the table,
                 returns it at ``version`` (:meth:`Vectors.changed`), or
                 ``None`` when it cannot tell what changed.
+            saved: Where no table is kept (or one of another version that
+                ``update`` cannot follow), gives the table saved beside the
+                store at ``version`` (given the bytes it may keep), or
+                ``None``: a table it gives answers this first query.
         """
         key = (session_id, fields)
         with self._lock:
             kept = self._tables.get(key)
             stale = kept is not None and kept[0] != version
-            if stale and kept is not None and kept[1] is not None and update is not None:
+            follows = stale and kept is not None and kept[1] is not None and update is not None
+            if follows:
                 # Taken out while it is brought up to date: no other query updates it too.
                 del self._tables[key]
             elif kept is None or stale:
-                # First asked at this version: read page by page as before (the next
-                # write may come before the next query); kept from the next query on.
                 self._tables.pop(key, None)
-                self._tables[key] = (version, None, 1, 0)
-                return None
-        if stale and kept is not None and kept[1] is not None and update is not None:
+                if saved is None:
+                    # First asked at this version: read page by page as before (the next
+                    # write may come before the next query); kept from the next query on.
+                    self._tables[key] = (version, None, 1, 0)
+                    return None
+        if follows and kept is not None and update is not None:
             return self._updated(key, version, kept, update, load)
+        if (kept is None or stale) and saved is not None:
+            return self._saved(key, version, saved)
         assert kept is not None
         if kept[1] is not None or kept[2] > 1:
             with self._lock:
@@ -153,6 +162,17 @@ class VectorCache:
             return table
         table = load(self._budget)
         self._keep(key, (version, table, 2, 0 if table is None else table.used))
+        return table
+
+    def _saved(
+        self, key: tuple[str, str], version: Hashable, saved: Callable[[int], Table | None]
+    ) -> Table | None:
+        """Return the table ``saved`` gives, kept as read at ``version``; else note the first query at it (``None``: read page by page)."""
+        table = saved(self._budget)
+        if table is None:
+            self._keep(key, (version, None, 1, 0))
+            return None
+        self._keep(key, (version, table, 2, table.used))
         return table
 
     def offer(

@@ -9,9 +9,11 @@ keyword side (:meth:`KeywordSearch.hybrid`) as ``Memory.search`` does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import itertools
+import os
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -40,7 +42,8 @@ from agents.memory.exceptions import (
 from agents.memory.stores._core.encoding import check_seq, decode_pairs
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
-from agents.memory.stores._search.compact import CosinesOf, compact_table
+from agents.memory.stores._search.coded_file import load_coded, save_coded, snapshot_key
+from agents.memory.stores._search.compact import CompactVectors, CosinesOf, compact_table
 from agents.memory.stores._search.filtering import (
     ALL,
     FEW,
@@ -159,6 +162,9 @@ _TOKENIZER: Final = Tokenizer()
 
 _DISTINCT_READ: Final = 2
 """A session's vectors are read into a table up to this many times the budget, to be kept with equal part vectors once if that fits."""
+
+_KEY_ROWS: Final = 16
+"""The first stored vector rows of a session whose digest keys its coded file's HMAC (see ``coded_file``)."""
 
 _REREAD: Final = 4
 """A kept table is read again, not updated, once more than one item in this many changed."""
@@ -514,10 +520,26 @@ class VectorSearch:
             ) < self._backend.count(sid):
                 return None
 
+        exact = functools.partial(self._cosines_of, sid, embedder, fields, parts=parts)
+        path = self._backend.vector_snapshot_path(sid, filed)
+        tag = repr((sid, filed, version, embedder.name, embedder.dimension)).encode()
+
         def load(budget: int) -> Table | None:
             pages = self._stored_cosine_pages(sid, embedder, filed)
-            exact = functools.partial(self._cosines_of, sid, embedder, fields, parts=parts)
-            return _table_of(pages, embedder, parts, budget, exact)
+            table = _table_of(pages, embedder, parts, budget, exact)
+            if isinstance(table, CompactVectors) and path and self._backend.saves_vector_snapshots:
+                # A cache: a save that cannot write leaves fresh handles to build the table.
+                with contextlib.suppress(OSError), self._engine.errors("search", sid):
+                    save_coded(path, table, tag, self._snapshot_key(sid, filed, version))
+            return table
+
+        def saved(budget: int) -> Table | None:
+            if path is None or not os.path.exists(path):
+                return None
+            with self._engine.errors("search", sid):
+                key = self._snapshot_key(sid, filed, version)
+            width = embedder.dimension
+            return load_coded(path, tag, key, budget, embedder.name, parts, width, exact)
 
         def update(kept: Hashable, table: Table) -> Table | None:
             if not isinstance(kept, tuple) or kept[1:] != kept_as[1:]:
@@ -527,7 +549,21 @@ class VectorSearch:
             return _up_to_date(table, seqs, lambda of: self.read(sid, embedder, fields, of, parts))
 
         kept_as = (version, embedder.name, embedder.dimension)
-        return self._cache.table(sid, filed, kept_as, load, update)
+        return self._cache.table(sid, filed, kept_as, load, update, saved if path else None)
+
+    def _snapshot_key(self, sid: str, filed: str, version: Hashable) -> bytes:
+        """Return the key that authenticates the session's coded file: a digest of its first stored vector rows and its vector count (see ``coded_file``)."""
+        pages = self._backend.vector_pages(sid, filed, _KEY_ROWS)
+        try:
+            first = next(pages, [])
+        finally:
+            close = getattr(pages, "close", None)
+            if close is not None:
+                close()
+        count = self._cache.counted(
+            sid, filed, version, lambda: self._backend.vector_count(sid, filed)
+        )
+        return snapshot_key(first, count)
 
     def _cosines_of(
         self,

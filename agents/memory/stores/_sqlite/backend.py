@@ -89,7 +89,11 @@ class SQLiteBackend(SQLRows, Backend):
         sqlite_vec: bool | None = None,
         keyword_fold: KeywordFold = "batched",
         keyword_snapshot: KeywordSnapshotMode = "auto",
+        vector_snapshot: KeywordSnapshotMode = "auto",
     ) -> None:
+        if vector_snapshot not in ("auto", "off"):
+            msg = f"vector_snapshot must be 'auto' or 'off', got {vector_snapshot!r}."
+            raise StoreArgumentError(msg)
         if keyword_fold not in ("batched", "lazy"):
             msg = f"keyword_fold must be 'batched' or 'lazy', got {keyword_fold!r}."
             raise StoreArgumentError(msg)
@@ -108,6 +112,7 @@ class SQLiteBackend(SQLRows, Backend):
         self._keywords = SQLiteKeywordIndex(self._file, keyword_fold)
         self._judged = JudgedFilters()
         self.snapshots_on_close = SnapshotsOnClose(keyword_snapshot)  # the sessions it wrote
+        self.vector_snapshot: KeywordSnapshotMode = vector_snapshot
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
         """Judge the filter in SQL (:meth:`SQLRows.filter_candidates`), once until the next commit to the file (:class:`JudgedFilters`).
@@ -209,6 +214,17 @@ class SQLiteBackend(SQLRows, Backend):
             return None
         name = hashlib.sha1(session_id.encode(), usedforsecurity=False).hexdigest()
         return os.path.join(f"{self._file.path}.keywords", name)
+
+    def vector_snapshot_path(self, session_id: str, fields: str) -> str | None:
+        """Return ``<file>.vectors/<sha1 of the session id>-<sha1 of the fields>`` (``None`` for an in-memory store)."""
+        if self._file.path == ":memory:":
+            return None
+        return os.path.join(f"{self._file.path}.vectors", _vector_snapshot_name(session_id, fields))
+
+    @property
+    def saves_vector_snapshots(self) -> bool:
+        """Whether this handle saves coded part vectors beside the file: writable, and ``vector_snapshot="auto"``."""
+        return not self.read_only and self.vector_snapshot == "auto"
 
     def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:
         if self.no_tables:
@@ -387,7 +403,20 @@ class SQLiteBackend(SQLRows, Backend):
         if snapshot is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(snapshot)
+        self._remove_vector_snapshots(session_id)
         return gone > 0
+
+    def _remove_vector_snapshots(self, session_id: str) -> None:
+        """Remove the session's coded part vectors saved beside the file (any fields), if this handle writes."""
+        if self._file.path == ":memory:" or self.read_only:
+            return
+        folder = f"{self._file.path}.vectors"
+        prefix = _vector_snapshot_name(session_id, "").split("-")[0] + "-"
+        with contextlib.suppress(OSError):
+            for name in os.listdir(folder):
+                if name.startswith(prefix):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(folder, name))
 
     # -- vectors ---------------------------------------------------------------------
 
@@ -589,11 +618,17 @@ class SQLiteStore(Store):
             :meth:`save_keyword_snapshot`), on a thread of its own, so that a
             ``Memory`` read later (:meth:`read_memory`) answers its first
             keyword query from it; ``"off"``: never write one unasked.
+        vector_snapshot: ``"auto"`` (default): a writable handle that codes
+            a session's part vectors as int8 (they pass the kept-vector
+            budget) saves the coded table in ``<file>.vectors/`` as it builds
+            it, so that a fresh handle's first semantic or hybrid query loads
+            it rather than read every vector; ``"off"``: never write one
+            (a current one is still read).
 
     Raises:
         InvalidStoreURLError: if the path holds a NUL character.
         StoreArgumentError: if ``keyword_fold`` is not ``"batched"`` or ``"lazy"``,
-            or ``keyword_snapshot`` not ``"auto"`` or ``"off"``.
+            or ``keyword_snapshot`` or ``vector_snapshot`` not ``"auto"`` or ``"off"``.
         MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
             extra is not installed.
         StoreNotFoundError: if ``read_only`` and the file does not exist.
@@ -617,6 +652,7 @@ class SQLiteStore(Store):
         sqlite_vec: bool | None = None,
         keyword_fold: KeywordFold = "batched",
         keyword_snapshot: KeywordSnapshotMode = "auto",
+        vector_snapshot: KeywordSnapshotMode = "auto",
     ) -> None:
         backend = SQLiteBackend(
             path,
@@ -627,6 +663,7 @@ class SQLiteStore(Store):
             sqlite_vec=sqlite_vec,
             keyword_fold=keyword_fold,
             keyword_snapshot=keyword_snapshot,
+            vector_snapshot=vector_snapshot,
         )
         super().__init__(backend, read_only=read_only)
         self.backend: SQLiteBackend = backend
@@ -659,6 +696,11 @@ class SQLiteStore(Store):
     def keyword_snapshot(self) -> KeywordSnapshotMode:
         """Whether this handle saves the keyword snapshots of the sessions it wrote as it closes: ``"auto"`` or ``"off"`` (see the ``keyword_snapshot`` argument)."""
         return self.backend.snapshots_on_close.mode
+
+    @property
+    def vector_snapshot(self) -> KeywordSnapshotMode:
+        """Whether this handle saves a session's coded part vectors beside the file as it codes them: ``"auto"`` or ``"off"`` (see the ``vector_snapshot`` argument)."""
+        return self.backend.vector_snapshot
 
     @property
     def keyword_fold(self) -> KeywordFold:
@@ -723,6 +765,12 @@ def _rows_of(steps: Sequence[str] | None) -> str:
 
 
 # The session's vector version, and the seqs logged between two (see schema.py).
+def _vector_snapshot_name(session_id: str, fields: str) -> str:
+    """Return the name of a session's coded part vectors file over ``fields``."""
+    sid = hashlib.sha1(session_id.encode(), usedforsecurity=False).hexdigest()
+    return f"{sid}-{hashlib.sha1(fields.encode(), usedforsecurity=False).hexdigest()}"
+
+
 _NEWEST_CHANGE: Final = (
     "SELECT id FROM kvmemory_vector_changes WHERE session_id = ? ORDER BY id DESC LIMIT 1"
 )

@@ -1,0 +1,194 @@
+"""A session's coded part vectors (:class:`CompactVectors`) saved beside an SQLite file, for a fresh handle's first semantic query.
+
+A handle builds the coded table of a session whose part vectors pass the
+kept-vector budget from every stored vector (100,000 UFO-shaped steps cut
+into parts: 2.1 GiB read and coded, ~5-6 s of CPU over the first two
+queries). It saves the table as it builds it (:func:`save_coded`); a fresh
+handle's first query loads it (:func:`load_coded`) where its tag is that of
+the session now: the session, the fields (and parts) the vectors were
+computed over, the session's vectors version
+(:meth:`Backend.vectors_version`, which every vector write changes), the
+model and its dimension, and the session's vector count.
+
+The file is untrusted. Its body is authenticated with an HMAC-SHA256 whose
+key is a digest of the session's first stored vector rows (read from the
+database, a few kilobytes): a damaged, cut or foreign file, one of another
+session or database, and one made by someone who cannot read the
+database, fail it and are not used (the table is built as without it).
+What it cannot guard against is someone who can read the database and
+write beside it, who could as well write the database. A loaded table is
+also checked as :func:`~agents.memory.stores._search.compact.compact_table`
+makes one (lengths, refs within the rows, keys ascending, slacks not
+negative, scales finite), so that even a file that passes the digest
+cannot break a query.
+
+The file: :data:`MAGIC`, the HMAC (32 bytes), then the body: five
+little-endian u64 (the tag's length, the coded rows, the bytes a row, the
+parts, the items), the tag (padded to 8 bytes), the coded rows (codes,
+scale and slack, see ``compact._quantized``; padded to 8 bytes), the coded
+row of each part (i64), each item's first part (i64) and each item's key
+(i64).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import mmap
+import os
+import struct
+import sys
+import tempfile
+from collections.abc import Iterable
+from typing import Any, Final
+
+from agents.memory._vectors import EmbedParts, numpy
+from agents.memory.stores._search.compact import CompactVectors, CosinesOf, coded_row_bytes
+
+__all__ = ["MAGIC", "load_coded", "save_coded", "snapshot_key"]
+
+MAGIC: Final = b"kvmvcod1"
+_MAC: Final = 32  # sha256
+_HEAD: Final = struct.Struct("<QQQQQ")
+_START: Final = len(MAGIC) + _MAC
+_TEMPORARY: Final = ".coded-"  # the prefix of a save's file until it is renamed in place
+
+
+def snapshot_key(first_rows: Iterable[tuple[int, bytes]], count: int) -> bytes:
+    """Return the key that authenticates a session's coded file: a digest of its first stored vector rows and its vector count."""
+    digest = hashlib.sha256(b"kvmemory coded vectors\0")
+    digest.update(struct.pack("<q", count))
+    for seq, vector in first_rows:
+        digest.update(struct.pack("<qQ", seq, len(vector)))
+        digest.update(vector)
+    return digest.digest()
+
+
+def _pad(data: bytes) -> bytes:
+    return data + b"\0" * (-len(data) % 8)
+
+
+def save_coded(path: str, table: CompactVectors, tag: bytes, key: bytes) -> bool:
+    """Write ``table`` to ``path`` under ``tag``, authenticated with ``key``, whole or not at all (a file beside it renamed over it); return whether it was written.
+
+    ``False`` for a table some of whose items changed since it was built
+    (it holds dead rows): a table is saved as it is built.
+
+    Raises:
+        OSError: if the folder or the file cannot be written.
+    """
+    np = numpy()
+    slots = len(table.key_at)
+    if not bool(table.alive[:slots].all()):
+        return False
+    matrix = np.ascontiguousarray(table.matrix[: table.used])
+    refs = np.ascontiguousarray(table.ref_row[: table.refs], dtype=np.int64)
+    pieces = [
+        _HEAD.pack(len(tag), table.used, matrix.shape[1], table.refs, slots),
+        _pad(tag),
+        memoryview(matrix).cast("B"),
+        b"\0" * (-matrix.nbytes % 8),
+        memoryview(refs).cast("B"),
+        memoryview(np.ascontiguousarray(table.start[:slots], dtype=np.int64)).cast("B"),
+        memoryview(np.ascontiguousarray(table.key_at[:slots], dtype=np.int64)).cast("B"),
+    ]
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for piece in pieces:
+        mac.update(piece)
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=_TEMPORARY)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(MAGIC + mac.digest())
+            for piece in pieces:
+                out.write(piece)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return True
+
+
+def load_coded(
+    path: str,
+    tag: bytes,
+    key: bytes,
+    budget: int,
+    model: str,
+    parts: EmbedParts,
+    width: int,
+    cosines_of: CosinesOf,
+) -> CompactVectors | None:
+    """Return the table saved at ``path`` under ``tag`` and ``key``, or ``None`` where there is none, it is of another tag, it fails its HMAC or its checks, or it passes ``budget`` bytes."""
+    np = numpy()
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size < _START + _HEAD.size or size % 8:
+                return None
+            data = _mapped(file.fileno())
+    except (OSError, ValueError):
+        return None
+    view = memoryview(data)
+    if bytes(view[: len(MAGIC)]) != MAGIC:
+        return None
+    body = view[_START:]
+    if not hmac.compare_digest(
+        hmac.new(key, body, hashlib.sha256).digest(), bytes(view[len(MAGIC) : _START])
+    ):
+        return None
+    tag_length, used, row_bytes, refs, slots = _HEAD.unpack_from(body)
+    at = _HEAD.size
+    sizes = [tag_length + (-tag_length % 8), used * row_bytes, refs * 8, slots * 8, slots * 8]
+    sizes[1] += -sizes[1] % 8
+    if row_bytes != coded_row_bytes(width) or at + sum(sizes) != len(body):
+        return None
+    if bytes(body[at : at + tag_length]) != tag or used * row_bytes > budget:
+        return None
+    at += sizes[0]
+    matrix = np.frombuffer(data, np.int8, used * row_bytes, _START + at).reshape(used, row_bytes)
+    at += sizes[1]
+    ref_row = np.frombuffer(data, np.int64, refs, _START + at)
+    at += sizes[2]
+    start = np.frombuffer(data, np.int64, slots, _START + at)
+    key_at = np.frombuffer(data, np.int64, slots, _START + at + sizes[3])
+    tail = np.ascontiguousarray(matrix[:, width : width + 8]).view(np.float32)
+    if not _sound(np, tail, ref_row, start, key_at):
+        return None
+    scale, slack = tail[:, 0].copy(), tail[:, 1].copy()
+    table = CompactVectors(model, parts, width, matrix, slack, cosines_of, scale)
+    table.lay_out_items(start, key_at, ref_row)
+    return table
+
+
+def _mapped(fd: int) -> mmap.mmap:
+    """Return the file ``fd`` mapped read-only, its pages mapped at once where the system can (no copy of the page cache's bytes).
+
+    A file is never changed in place (a save renames a new one over it),
+    so the pages mapped stay those checked.
+    """
+    if sys.platform == "win32":
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    return mmap.mmap(fd, 0, flags=flags, prot=mmap.PROT_READ)
+
+
+def _sound(np: Any, tail: Any, ref_row: Any, start: Any, key_at: Any) -> bool:
+    """Return whether the parts of a loaded table are such as ``compact_table`` makes (whatever the HMAC says: a file must not break a query); ``tail`` holds each row's scale and slack."""
+    used, refs = len(tail), len(ref_row)
+    if len(start) == 0:
+        return refs == 0
+    if refs == 0 or int(start[0]) != 0 or int(start[-1]) >= refs:
+        return False
+    if bool((np.diff(start) <= 0).any()) or bool((np.diff(key_at) <= 0).any()):
+        return False
+    if int(ref_row.min()) < 0 or int(ref_row.max()) >= used:
+        return False
+    scale, slack = tail[:, 0], tail[:, 1]
+    if not bool(np.isfinite(scale).all()) or bool((scale <= 0).any()):
+        return False
+    # A slack is a bound: never negative nor NaN (an infinite one scores its row exactly).
+    return not bool((~(slack >= 0)).any())

@@ -1,0 +1,291 @@
+"""A session's coded part vectors saved beside an SQLite file: a fresh handle's first query loads them where current, with Memory.search's hits and floats; a stale, damaged, cut, foreign or forged file is ignored."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_stores_compact_vectors import (
+    EMBEDDER,
+    QUERIES,
+    coded_budget,
+    expected,
+    found,
+    kept_tables,
+    steps,
+    written,
+)
+
+from agents.memory import MemoryItem
+from agents.memory._vectors import fields_text
+from agents.memory.search import EmbedParts
+from agents.memory.stores import Store, open_store
+from agents.memory.stores._search import coded_file
+from agents.memory.stores._search.compact import CompactVectors
+
+FIELDS = fields_text(None, EmbedParts())
+
+
+def coded_path(store: Store, sid: str = "s") -> str:
+    """Return where the store keeps the session's coded file."""
+    path = store.backend.vector_snapshot_path(sid, FIELDS)
+    assert path is not None
+    return path
+
+
+def saved(
+    url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> str:
+    """Code the session ``s`` on one handle (three queries) and return its file's path."""
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        for _ in range(3):
+            found(store, QUERIES[0], 5, "semantic")
+        return coded_path(store)
+
+
+def first_loads(url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Return whether a fresh handle's first query took a coded table (from the file), checking its hits against Memory.search."""
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        assert found(store, QUERIES[1], 7, "hybrid") == expected(
+            items, QUERIES[1], 7, "hybrid", None
+        )
+        return [type(table) for table in kept_tables(store)] == [CompactVectors]
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    n=st.integers(2, 120),
+    seed=st.integers(0, 1000),
+    k=st.integers(1, 40),
+    query=st.sampled_from(QUERIES),
+    mode=st.sampled_from(["semantic", "hybrid"]),
+    where=st.sampled_from([None, {"team": "red"}]),
+)
+def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
+    n: int, seed: int, k: int, query: str, mode: str, where: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first query of a fresh handle answers from the saved file (a coded table kept at once), with Memory.search's hits and floats."""
+    items = steps(n, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{Path(folder) / 'store.db'}"
+        written(url, items)
+        assert os.path.exists(saved(url, items, monkeypatch))
+        with open_store(url) as store:
+            coded_budget(store, items, monkeypatch)
+            want = expected(items, query, k, mode, where)
+            assert found(store, query, k, mode, where) == want
+            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert found(store, query, k, mode, where) == want
+
+
+def test_the_file_is_ignored_once_another_handle_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write since the save (another handle) makes the file stale: not loaded; the new table is saved again and then loaded."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    with open_store(url) as other:
+        added = MemoryItem(step=500, thought="pay the invoice for March", team="red")
+        other.append("s", [added])
+        other.index_embeddings("s", EMBEDDER)
+    items = [*items, added]
+    assert not first_loads(url, items, monkeypatch)
+    saved(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+
+
+def test_the_file_is_ignored_once_another_process_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step deleted by another process since the save makes the file stale."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60)
+    seqs = written(url, items)
+    saved(url, items, monkeypatch)
+    script = f"""
+        from agents.memory.stores import open_store
+        with open_store({url!r}) as store:
+            assert store.delete_seqs("s", [{seqs[3]}]) == 1
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
+    assert not first_loads(url, [*items[:3], *items[4:]], monkeypatch)
+
+
+@pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
+def test_a_damaged_or_cut_file_is_ignored(
+    harm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte changed anywhere in the body, a cut file, an empty one: not loaded, and the hits stay right."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(80, 5)
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    data = bytearray(Path(path).read_bytes())
+    if harm == "flip":
+        data[len(data) // 2] ^= 1
+    elif harm == "cut":
+        data = data[: len(data) - 8]
+    elif harm == "empty":
+        data = bytearray()
+    else:
+        data[0] ^= 1
+    Path(path).write_bytes(bytes(data))
+    assert not first_loads(url, items, monkeypatch)
+
+
+def test_a_file_of_another_session_or_store_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file of session s copied over that of session t (same steps), or of another file's session s: not loaded."""
+    items = steps(70, 2)
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    with open_store(url) as store:
+        store.append("t", items)
+        store.index_embeddings("t", EMBEDDER)
+        other = coded_path(store, "t")
+    os.makedirs(os.path.dirname(other), exist_ok=True)
+    shutil.copyfile(path, other)
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        hits = store.search("t", QUERIES[0], 5, mode="semantic", embedder=EMBEDDER)
+        assert [(hit.item["step"], hit.score) for hit in hits] == expected(
+            items, QUERIES[0], 5, "semantic", None
+        )
+        assert kept_tables(store) == []
+    # Another store whose session s holds other steps, given this store's file.
+    second = f"sqlite://{tmp_path / 'second.db'}"
+    others = steps(70, 3)
+    written(second, others)
+    with open_store(second) as store:
+        target = coded_path(store)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    shutil.copyfile(path, target)
+    assert not first_loads(second, others, monkeypatch)
+
+
+def test_a_file_of_another_model_or_fields_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file loads only under its own tag: another model, dimension, fields or version names another tag."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(50, 4)
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    with open_store(url) as store:
+        version = store.backend.vectors_version("s", FIELDS)
+        key = store._vectors._snapshot_key("s", FIELDS, version)
+
+    def load(tag: tuple[Any, ...]) -> Any:
+        return coded_file.load_coded(
+            path, repr(tag).encode(), key, 1 << 30, EMBEDDER.name, EmbedParts(), 64, dict
+        )
+
+    assert isinstance(load(("s", FIELDS, version, EMBEDDER.name, 64)), CompactVectors)
+    assert load(("s", FIELDS, version, "other-model", 64)) is None
+    assert load(("s", FIELDS, version, EMBEDDER.name, 32)) is None
+    assert load(("s", fields_text(None, EmbedParts.WHOLE), version, EMBEDDER.name, 64)) is None
+    assert load(("s", FIELDS, version + 1, EMBEDDER.name, 64)) is None
+    assert load(("s", FIELDS, version, EMBEDDER.name, 64)) is not None
+    assert (
+        coded_file.load_coded(
+            path,
+            repr(("s", FIELDS, version, EMBEDDER.name, 64)).encode(),
+            key,
+            100,
+            EMBEDDER.name,
+            EmbedParts(),
+            64,
+            dict,
+        )
+        is None
+    )  # past the budget
+
+
+def _forged(path: str, key: bytes, change: Any) -> None:
+    """Rewrite the file at ``path`` with its coded rows changed by ``change`` and its HMAC made with ``key``."""
+    data = bytearray(Path(path).read_bytes())
+    body = memoryview(data)[coded_file._START :]
+    tag_length, used, row_bytes, _, _ = coded_file._HEAD.unpack_from(body)
+    at = coded_file._START + coded_file._HEAD.size + tag_length + (-tag_length % 8)
+    rows = np.frombuffer(data, np.int8, used * row_bytes, at).reshape(used, row_bytes)
+    change(rows)
+    mac = coded_file.hmac.new(key, bytes(data[coded_file._START :]), "sha256").digest()
+    data[len(coded_file.MAGIC) : coded_file._START] = mac
+    Path(path).write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("key", ["guessed", "right"])
+def test_a_forged_file_is_ignored(
+    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slacks forged to zero under a key guessed without the database fail the HMAC; forged negative under the right key, they fail the checks: never loaded."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(80, 7)
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    dimension = EMBEDDER.dimension
+
+    def zero_slacks(rows: Any) -> None:
+        tail = rows[:, dimension : dimension + 8].view(np.float32)
+        tail[:, 1] = 0.0 if key == "guessed" else -1.0
+
+    with open_store(url) as store:
+        right = store._vectors._snapshot_key(
+            "s", FIELDS, store.backend.vectors_version("s", FIELDS)
+        )
+    _forged(path, coded_file.snapshot_key([], 0) if key == "guessed" else right, zero_slacks)
+    assert not first_loads(url, items, monkeypatch)
+
+
+def test_a_read_only_handle_loads_but_never_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only handle codes the session without saving it, and loads a file a writer saved."""
+    db = tmp_path / "store.db"
+    items = steps(60, 1)
+    written(f"sqlite://{db}", items)
+    with open_store(f"sqlite://{db}?mode=ro") as store:
+        coded_budget(store, items, monkeypatch)
+        for _ in range(3):
+            found(store, QUERIES[0], 5, "semantic")
+        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+    assert not (tmp_path / "store.db.vectors").exists()
+    saved(f"sqlite://{db}", items, monkeypatch)
+    assert first_loads(f"sqlite://{db}?mode=ro", items, monkeypatch)
+
+
+def test_off_writes_none_and_delete_session_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vector_snapshot=off`` writes no file; ``delete_session`` removes the session's file."""
+    db = tmp_path / "store.db"
+    items = steps(60, 1)
+    written(f"sqlite://{db}", items)
+    saved(f"sqlite://{db}?vector_snapshot=off", items, monkeypatch)
+    assert not (tmp_path / "store.db.vectors").exists()
+    path = saved(f"sqlite://{db}", items, monkeypatch)
+    assert os.path.exists(path)
+    with open_store(f"sqlite://{db}") as store:
+        assert store.delete_session("s")
+    assert not os.path.exists(path)
