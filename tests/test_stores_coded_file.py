@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -127,6 +128,28 @@ def test_the_file_is_ignored_once_another_process_writes(
     """
     subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
     assert not first_loads(url, [*items[:3], *items[4:]], monkeypatch)
+
+
+def test_the_file_is_ignored_once_a_vector_is_rewritten_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vector row rewritten by another connection (same count, same first rows): the logged version differs, the file is not loaded."""
+    db = tmp_path / "store.db"
+    items = steps(60)
+    written(f"sqlite://{db}", items)
+    saved(f"sqlite://{db}", items, monkeypatch)
+    with sqlite3.connect(db) as con:
+        first, last = con.execute("SELECT min(seq), max(seq) FROM kvmemory_vectors").fetchone()
+        con.execute(
+            "UPDATE kvmemory_vectors SET vector = (SELECT vector FROM kvmemory_vectors WHERE seq = ?)"
+            " WHERE seq = ?",
+            (first, last),
+        )
+    con.close()
+    with open_store(f"sqlite://{db}") as store:
+        coded_budget(store, items, monkeypatch)
+        found(store, QUERIES[0], 5, "semantic")
+        assert kept_tables(store) == []
 
 
 @pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
