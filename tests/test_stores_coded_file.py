@@ -217,7 +217,7 @@ def test_a_file_of_another_model_or_fields_is_ignored(
     path = saved(url, items, monkeypatch)
     with open_store(url) as store:
         version = store.backend.vectors_version("s", FIELDS)
-        key = store._vectors._snapshot_key("s", FIELDS, version)
+        key = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
 
     def load(tag: tuple[Any, ...]) -> Any:
         return coded_file.load_coded(
@@ -274,9 +274,8 @@ def test_a_forged_file_is_ignored(
         tail[:, 1] = 0.0 if key == "guessed" else -1.0
 
     with open_store(url) as store:
-        right = store._vectors._snapshot_key(
-            "s", FIELDS, store.backend.vectors_version("s", FIELDS)
-        )
+        version = store.backend.vectors_version("s", FIELDS)
+        right = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
     _forged(path, coded_file.snapshot_key([], 0) if key == "guessed" else right, zero_slacks)
     assert not first_loads(url, items, monkeypatch)
 

@@ -40,19 +40,64 @@ import os
 import struct
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Final
 
 from agents.memory._vectors import EmbedParts, numpy
+from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._search.compact import CompactVectors, CosinesOf, coded_row_bytes
 
-__all__ = ["MAGIC", "load_coded", "save_coded", "snapshot_key"]
+__all__ = ["MAGIC", "CodedFile", "load_coded", "save_coded", "snapshot_key"]
 
 MAGIC: Final = b"kvmvcod1"
 _MAC: Final = 32  # sha256
 _HEAD: Final = struct.Struct("<QQQQQ")
 _START: Final = len(MAGIC) + _MAC
 _TEMPORARY: Final = ".coded-"  # the prefix of a save's file until it is renamed in place
+_KEY_ROWS: Final = 16  # the first stored vector rows whose digest keys a file's HMAC
+
+
+class CodedFile:
+    """The coded table file of one session over some fields at one version of its vectors: :meth:`load` for a first query, :meth:`save` as a table is built.
+
+    ``path`` is ``None`` where the backend keeps none
+    (:meth:`Backend.vector_snapshot_path`). ``count`` gives the session's
+    vector rows (the backend's count unless set: a handle's kept count).
+    """
+
+    def __init__(
+        self, backend: Backend, sid: str, filed: str, version: Hashable, model: str, width: int
+    ) -> None:
+        self._backend, self._sid, self._filed = backend, sid, filed
+        self.path = backend.vector_snapshot_path(sid, filed)
+        self.model, self.width = model, width
+        self.tag = repr((sid, filed, version, model, width)).encode()
+        self.count: Callable[[], int] = lambda: backend.vector_count(sid, filed)
+
+    def key(self) -> bytes:
+        """Return the key of the file's HMAC: a digest of the session's first stored vector rows and its vector count (:func:`snapshot_key`)."""
+        pages = self._backend.vector_pages(self._sid, self._filed, _KEY_ROWS)
+        try:
+            first = next(pages, [])
+        finally:
+            close = getattr(pages, "close", None)
+            if close is not None:
+                close()
+        return snapshot_key(first, self.count())
+
+    def load(self, budget: int, parts: EmbedParts, cosines_of: CosinesOf) -> CompactVectors | None:
+        """Return the table saved for this version (:func:`load_coded`), or ``None`` (no file, or not current, sound or within ``budget``)."""
+        if self.path is None or not os.path.exists(self.path):
+            return None
+        return load_coded(
+            self.path, self.tag, self.key(), budget, self.model, parts, self.width, cosines_of
+        )
+
+    def save(self, table: CompactVectors) -> None:
+        """Save ``table``, just built, where the backend saves them (:attr:`Backend.saves_vector_snapshots`); a file that cannot be written leaves fresh handles to build it."""
+        if self.path is not None and self._backend.saves_vector_snapshots:
+            with contextlib.suppress(OSError):
+                save_coded(self.path, table, self.tag, self.key())
 
 
 def snapshot_key(first_rows: Iterable[tuple[int, bytes]], count: int) -> bytes:

@@ -9,11 +9,9 @@ keyword side (:meth:`KeywordSearch.hybrid`) as ``Memory.search`` does.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import heapq
 import itertools
-import os
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -42,7 +40,7 @@ from agents.memory.exceptions import (
 from agents.memory.stores._core.encoding import check_seq, decode_pairs
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
-from agents.memory.stores._search.coded_file import load_coded, save_coded, snapshot_key
+from agents.memory.stores._search.coded_file import CodedFile
 from agents.memory.stores._search.compact import CompactVectors, CosinesOf, compact_table
 from agents.memory.stores._search.filtering import (
     ALL,
@@ -163,9 +161,6 @@ _TOKENIZER: Final = Tokenizer()
 _DISTINCT_READ: Final = 2
 """A session's vectors are read into a table up to this many times the budget, to be kept with equal part vectors once if that fits."""
 
-_KEY_ROWS: Final = 16
-"""The first stored vector rows of a session whose digest keys its coded file's HMAC (see ``coded_file``)."""
-
 _REREAD: Final = 4
 """A kept table is read again, not updated, once more than one item in this many changed."""
 
@@ -252,7 +247,7 @@ class VectorSearch:
                     kept_as = (version, embedder.name, embedder.dimension)
                     self._cache.offer(sid, filed, kept_as, made)
                 return out
-            keys_of, matrix = self._decoded_vectors(sid, embedder, rows)
+            keys_of, matrix = _decoded_vectors(self._engine.url, sid, embedder, rows)
             if read is not None:
                 read.append((keys_of, matrix))
             if parts == EmbedParts.WHOLE:
@@ -521,25 +516,21 @@ class VectorSearch:
                 return None
 
         exact = functools.partial(self._cosines_of, sid, embedder, fields, parts=parts)
-        path = self._backend.vector_snapshot_path(sid, filed)
-        tag = repr((sid, filed, version, embedder.name, embedder.dimension)).encode()
+        count = functools.partial(self._backend.vector_count, sid, filed)
+        file = CodedFile(self._backend, sid, filed, version, embedder.name, embedder.dimension)
+        file.count = lambda: self._cache.counted(sid, filed, version, count)
 
         def load(budget: int) -> Table | None:
             pages = self._stored_cosine_pages(sid, embedder, filed)
             table = _table_of(pages, embedder, parts, budget, exact)
-            if isinstance(table, CompactVectors) and path and self._backend.saves_vector_snapshots:
-                # A cache: a save that cannot write leaves fresh handles to build the table.
-                with contextlib.suppress(OSError), self._engine.errors("search", sid):
-                    save_coded(path, table, tag, self._snapshot_key(sid, filed, version))
+            if isinstance(table, CompactVectors):
+                with self._engine.errors("search", sid):
+                    file.save(table)
             return table
 
         def saved(budget: int) -> Table | None:
-            if path is None or not os.path.exists(path):
-                return None
             with self._engine.errors("search", sid):
-                key = self._snapshot_key(sid, filed, version)
-            width = embedder.dimension
-            return load_coded(path, tag, key, budget, embedder.name, parts, width, exact)
+                return file.load(budget, parts, exact)
 
         def update(kept: Hashable, table: Table) -> Table | None:
             if not isinstance(kept, tuple) or kept[1:] != kept_as[1:]:
@@ -549,21 +540,7 @@ class VectorSearch:
             return _up_to_date(table, seqs, lambda of: self.read(sid, embedder, fields, of, parts))
 
         kept_as = (version, embedder.name, embedder.dimension)
-        return self._cache.table(sid, filed, kept_as, load, update, saved if path else None)
-
-    def _snapshot_key(self, sid: str, filed: str, version: Hashable) -> bytes:
-        """Return the key that authenticates the session's coded file: a digest of its first stored vector rows and its vector count (see ``coded_file``)."""
-        pages = self._backend.vector_pages(sid, filed, _KEY_ROWS)
-        try:
-            first = next(pages, [])
-        finally:
-            close = getattr(pages, "close", None)
-            if close is not None:
-                close()
-        count = self._cache.counted(
-            sid, filed, version, lambda: self._backend.vector_count(sid, filed)
-        )
-        return snapshot_key(first, count)
+        return self._cache.table(sid, filed, kept_as, load, update, saved if file.path else None)
 
     def _cosines_of(
         self,
@@ -581,7 +558,11 @@ class VectorSearch:
             with self._engine.errors("search", sid):
                 rows = self._backend.vectors_of(sid, filed, seqs[start : start + 4096])
             if rows:
-                out.update(best_cosines([self._decoded_vectors(sid, embedder, rows)], query, None))
+                out.update(
+                    best_cosines(
+                        [_decoded_vectors(self._engine.url, sid, embedder, rows)], query, None
+                    )
+                )
         return out
 
     def _stored_cosine_pages(
@@ -594,7 +575,7 @@ class VectorSearch:
                 rows = next(pages, None)
             if rows is None:
                 return
-            yield self._decoded_vectors(sid, embedder, rows)
+            yield _decoded_vectors(self._engine.url, sid, embedder, rows)
 
     def _unembedded_cosine_pages(
         self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None, parts: EmbedParts
@@ -621,35 +602,6 @@ class VectorSearch:
                     [seq for seq, _ in texts],
                     vectors_once(embedder, [t for _, t in texts], known),
                 )
-
-    def _decoded_vectors(
-        self, sid: str, embedder: Embedder, rows: Sequence[tuple[int, bytes]]
-    ) -> tuple[list[int], Any]:
-        """Return the seq of each stored vector and their matrix; a row of no whole number of vectors is damage.
-
-        A row holds an item's vectors one after the other: one with
-        ``EmbedParts.WHOLE``, one per part otherwise (none for an item
-        without text), so its seq is repeated once per vector.
-        """
-        np = numpy()
-        size = 4 * embedder.dimension
-        vectors = [vector for _, vector in rows]
-        lengths = list(map(len, vectors))
-        if lengths and min(lengths) == max(lengths) == size:  # the usual page: all whole vectors
-            matrix = np.frombuffer(b"".join(vectors), dtype=VECTOR_DTYPE).reshape(len(rows), -1)
-            return [seq for seq, _ in rows], matrix.astype(np.float32, copy=False)
-        seqs: list[int] = []
-        blobs: list[bytes] = []
-        for seq, vector in rows:
-            if len(vector) % size:
-                raise _damaged_vector(self._engine.url, sid, seq, len(vector), embedder)
-            if len(vector):
-                seqs.extend([seq] * (len(vector) // size))
-                blobs.append(bytes(vector))
-        matrix = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE).reshape(
-            len(seqs), embedder.dimension
-        )
-        return seqs, matrix.astype(np.float32, copy=False)
 
     def _store_vectors(
         self,
@@ -697,6 +649,36 @@ class VectorSearch:
         if found is not None and found != (embedder.name, embedder.dimension):
             raise EmbedderMismatchError(_mismatch(self._engine.url, sid, found, embedder))
         return found
+
+
+def _decoded_vectors(
+    url: str, sid: str, embedder: Embedder, rows: Sequence[tuple[int, bytes]]
+) -> tuple[list[int], Any]:
+    """Return the seq of each stored vector and their matrix; a row of no whole number of vectors is damage.
+
+    A row holds an item's vectors one after the other: one with
+    ``EmbedParts.WHOLE``, one per part otherwise (none for an item
+    without text), so its seq is repeated once per vector.
+    """
+    np = numpy()
+    size = 4 * embedder.dimension
+    vectors = [vector for _, vector in rows]
+    lengths = list(map(len, vectors))
+    if lengths and min(lengths) == max(lengths) == size:  # the usual page: all whole vectors
+        matrix = np.frombuffer(b"".join(vectors), dtype=VECTOR_DTYPE).reshape(len(rows), -1)
+        return [seq for seq, _ in rows], matrix.astype(np.float32, copy=False)
+    seqs: list[int] = []
+    blobs: list[bytes] = []
+    for seq, vector in rows:
+        if len(vector) % size:
+            raise _damaged_vector(url, sid, seq, len(vector), embedder)
+        if len(vector):
+            seqs.extend([seq] * (len(vector) // size))
+            blobs.append(bytes(vector))
+    matrix = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE).reshape(
+        len(seqs), embedder.dimension
+    )
+    return seqs, matrix.astype(np.float32, copy=False)
 
 
 def _screened(

@@ -48,7 +48,6 @@ from typing import Any, Final
 from agents.memory import _codec
 from agents.memory._filter import FilterNode
 from agents.memory.exceptions import StoreArgumentError, StoreError
-from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.filter_values import JudgedFilters
 from agents.memory.stores._core.terms import Terms
@@ -56,13 +55,18 @@ from agents.memory.stores._sql.dialect import SQLITE, SQLRows
 from agents.memory.stores._sqlite.file import SQLiteFile, Synchronous
 from agents.memory.stores._sqlite.keyword import KeywordFold, SQLiteKeywordIndex
 from agents.memory.stores._sqlite.schema import SCHEMA_VERSION
-from agents.memory.stores._sqlite.snapshots import KeywordSnapshotMode, SnapshotsOnClose
+from agents.memory.stores._sqlite.snapshots import (
+    KeywordSnapshotMode,
+    SnapshotFiles,
+    SnapshotsOnClose,
+    vector_snapshot_mode,
+)
 from agents.memory.stores._store import Store
 
 __all__ = ["KeywordFold", "KeywordSnapshotMode", "SQLiteBackend", "SQLiteStore", "Synchronous"]
 
 
-class SQLiteBackend(SQLRows, Backend):
+class SQLiteBackend(SQLRows, SnapshotFiles):
     """The rows of an SQLite store: one file, many processes (see :class:`SQLiteStore` for the arguments).
 
     Opening checks the file (or, unless ``read_only``, creates and
@@ -91,9 +95,6 @@ class SQLiteBackend(SQLRows, Backend):
         keyword_snapshot: KeywordSnapshotMode = "auto",
         vector_snapshot: KeywordSnapshotMode = "auto",
     ) -> None:
-        if vector_snapshot not in ("auto", "off"):
-            msg = f"vector_snapshot must be 'auto' or 'off', got {vector_snapshot!r}."
-            raise StoreArgumentError(msg)
         if keyword_fold not in ("batched", "lazy"):
             msg = f"keyword_fold must be 'batched' or 'lazy', got {keyword_fold!r}."
             raise StoreArgumentError(msg)
@@ -112,7 +113,7 @@ class SQLiteBackend(SQLRows, Backend):
         self._keywords = SQLiteKeywordIndex(self._file, keyword_fold)
         self._judged = JudgedFilters()
         self.snapshots_on_close = SnapshotsOnClose(keyword_snapshot)  # the sessions it wrote
-        self.vector_snapshot: KeywordSnapshotMode = vector_snapshot
+        self.vector_snapshot = vector_snapshot_mode(vector_snapshot)
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
         """Judge the filter in SQL (:meth:`SQLRows.filter_candidates`), once until the next commit to the file (:class:`JudgedFilters`).
@@ -214,17 +215,6 @@ class SQLiteBackend(SQLRows, Backend):
             return None
         name = hashlib.sha1(session_id.encode(), usedforsecurity=False).hexdigest()
         return os.path.join(f"{self._file.path}.keywords", name)
-
-    def vector_snapshot_path(self, session_id: str, fields: str) -> str | None:
-        """Return ``<file>.vectors/<sha1 of the session id>-<sha1 of the fields>`` (``None`` for an in-memory store)."""
-        if self._file.path == ":memory:":
-            return None
-        return os.path.join(f"{self._file.path}.vectors", _vector_snapshot_name(session_id, fields))
-
-    @property
-    def saves_vector_snapshots(self) -> bool:
-        """Whether this handle saves coded part vectors beside the file: writable, and ``vector_snapshot="auto"``."""
-        return not self.read_only and self.vector_snapshot == "auto"
 
     def read_rows_terms(self, session_id: str) -> list[tuple[int, bytes, str]] | None:
         if self.no_tables:
@@ -397,26 +387,8 @@ class SQLiteBackend(SQLRows, Backend):
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
             ).rowcount
-        # Its keyword snapshot (a cache beside the file) goes with it; one left would never vouch
-        # for a later session's rows (their digest differs), only hold the disk.
-        snapshot = self.keyword_snapshot_path(session_id)
-        if snapshot is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(snapshot)
-        self._remove_vector_snapshots(session_id)
+        self.remove_snapshots(session_id)
         return gone > 0
-
-    def _remove_vector_snapshots(self, session_id: str) -> None:
-        """Remove the session's coded part vectors saved beside the file (any fields), if this handle writes."""
-        if self._file.path == ":memory:" or self.read_only:
-            return
-        folder = f"{self._file.path}.vectors"
-        prefix = _vector_snapshot_name(session_id, "").split("-")[0] + "-"
-        with contextlib.suppress(OSError):
-            for name in os.listdir(folder):
-                if name.startswith(prefix):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(folder, name))
 
     # -- vectors ---------------------------------------------------------------------
 
@@ -765,12 +737,6 @@ def _rows_of(steps: Sequence[str] | None) -> str:
 
 
 # The session's vector version, and the seqs logged between two (see schema.py).
-def _vector_snapshot_name(session_id: str, fields: str) -> str:
-    """Return the name of a session's coded part vectors file over ``fields``."""
-    sid = hashlib.sha1(session_id.encode(), usedforsecurity=False).hexdigest()
-    return f"{sid}-{hashlib.sha1(fields.encode(), usedforsecurity=False).hexdigest()}"
-
-
 _NEWEST_CHANGE: Final = (
     "SELECT id FROM kvmemory_vector_changes WHERE session_id = ? ORDER BY id DESC LIMIT 1"
 )

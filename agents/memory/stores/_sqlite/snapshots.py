@@ -21,15 +21,25 @@ one: a read checks it anyway.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
 from agents.memory.exceptions import StoreArgumentError
+from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._search.snapshot import save_snapshot, saved_rows
 
-__all__ = ["FEWEST", "KeywordSnapshotMode", "SnapshotsOnClose", "behind_allowed"]
+__all__ = [
+    "FEWEST",
+    "KeywordSnapshotMode",
+    "SnapshotFiles",
+    "SnapshotsOnClose",
+    "behind_allowed",
+    "vector_snapshot_mode",
+]
 
 KeywordSnapshotMode = Literal["auto", "off"]
 """Whether a writable SQLite handle saves the keyword snapshots of the sessions it wrote as it closes."""
@@ -142,3 +152,56 @@ class SnapshotsOnClose:
                     save_snapshot(path, read(session_id))
         finally:
             close()
+
+
+def vector_snapshot_mode(mode: KeywordSnapshotMode) -> KeywordSnapshotMode:
+    """Return ``mode``, whether a writable SQLite handle saves the coded part vectors it builds (``"auto"``) or never (``"off"``).
+
+    Raises:
+        StoreArgumentError: if ``mode`` is neither.
+    """
+    if mode not in ("auto", "off"):
+        msg = f"vector_snapshot must be 'auto' or 'off', got {mode!r}."
+        raise StoreArgumentError(msg)
+    return mode
+
+
+def _hex(text: str) -> str:
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+class SnapshotFiles(Backend):
+    """Where an SQLite backend keeps its sessions' coded part vectors beside its file, and the removal of a deleted session's caches (a base of ``SQLiteBackend``).
+
+    ``<file>.vectors/<sha1 of the session id>-<sha1 of the fields>``
+    (``agents.memory.stores._search.coded_file``); none for an in-memory store.
+    """
+
+    path: str
+    vector_snapshot: KeywordSnapshotMode
+
+    def vector_snapshot_path(self, session_id: str, fields: str) -> str | None:
+        """Return the file of the session's coded part vectors over ``fields`` (``None`` for an in-memory store)."""
+        if self.path == ":memory:":
+            return None
+        return os.path.join(f"{self.path}.vectors", f"{_hex(session_id)}-{_hex(fields)}")
+
+    @property
+    def saves_vector_snapshots(self) -> bool:
+        """Whether this handle saves coded part vectors beside the file: writable, and ``vector_snapshot="auto"``."""
+        return not self.read_only and self.vector_snapshot == "auto"
+
+    def remove_snapshots(self, session_id: str) -> None:
+        """Remove the deleted session's keyword snapshot and coded part vectors (caches beside the file): one left would never vouch for a later session's rows (their digests differ), only hold the disk."""
+        snapshot = self.keyword_snapshot_path(session_id)
+        if snapshot is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(snapshot)
+        if self.path == ":memory:":
+            return
+        folder, prefix = f"{self.path}.vectors", f"{_hex(session_id)}-"
+        with contextlib.suppress(OSError):  # no folder: nothing saved
+            for name in os.listdir(folder):
+                if name.startswith(prefix):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(folder, name))
