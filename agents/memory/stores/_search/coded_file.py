@@ -39,13 +39,13 @@ import mmap
 import os
 import struct
 import sys
-import tempfile
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Final
 
 from agents.memory._vectors import EmbedParts, numpy
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._search.compact import CompactVectors, CosinesOf, coded_row_bytes
+from agents.memory.stores._search.snapshot import write_snapshot
 
 __all__ = ["MAGIC", "CodedFile", "load_coded", "save_coded", "snapshot_key"]
 
@@ -53,7 +53,6 @@ MAGIC: Final = b"kvmvcod1"
 _MAC: Final = 32  # sha256
 _HEAD: Final = struct.Struct("<QQQQQ")
 _START: Final = len(MAGIC) + _MAC
-_TEMPORARY: Final = ".coded-"  # the prefix of a save's file until it is renamed in place
 _KEY_ROWS: Final = 16  # the first stored vector rows whose digest keys a file's HMAC
 
 
@@ -115,7 +114,7 @@ def _pad(data: bytes) -> bytes:
 
 
 def save_coded(path: str, table: CompactVectors, tag: bytes, key: bytes) -> bool:
-    """Write ``table`` to ``path`` under ``tag``, authenticated with ``key``, whole or not at all (a file beside it renamed over it); return whether it was written.
+    """Write ``table`` to ``path`` under ``tag``, authenticated with ``key``, whole or not at all (``write_snapshot``: a file beside it renamed over it); return whether it was written.
 
     ``False`` for a table some of whose items changed since it was built
     (it holds dead rows): a table is saved as it is built.
@@ -141,19 +140,7 @@ def save_coded(path: str, table: CompactVectors, tag: bytes, key: bytes) -> bool
     mac = hmac.new(key, digestmod=hashlib.sha256)
     for piece in pieces:
         mac.update(piece)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=_TEMPORARY)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(MAGIC + mac.digest())
-            for piece in pieces:
-                out.write(piece)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    write_snapshot(path, [MAGIC + mac.digest(), *pieces])
     return True
 
 
@@ -181,10 +168,7 @@ def load_coded(
     if bytes(view[: len(MAGIC)]) != MAGIC:
         return None
     body = view[_START:]
-    if not hmac.compare_digest(
-        hmac.new(key, body, hashlib.sha256).digest(), bytes(view[len(MAGIC) : _START])
-    ):
-        return None
+    # The head and tag first (a stale file costs no digest), then the HMAC of the whole body.
     tag_length, used, row_bytes, refs, slots = _HEAD.unpack_from(body)
     at = _HEAD.size
     sizes = [tag_length + (-tag_length % 8), used * row_bytes, refs * 8, slots * 8, slots * 8]
@@ -192,6 +176,10 @@ def load_coded(
     if row_bytes != coded_row_bytes(width) or at + sum(sizes) != len(body):
         return None
     if bytes(body[at : at + tag_length]) != tag or used * row_bytes > budget:
+        return None
+    if not hmac.compare_digest(
+        hmac.new(key, body, hashlib.sha256).digest(), bytes(view[len(MAGIC) : _START])
+    ):
         return None
     at += sizes[0]
     matrix = np.frombuffer(data, np.int8, used * row_bytes, _START + at).reshape(used, row_bytes)

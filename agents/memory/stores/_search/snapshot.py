@@ -337,8 +337,8 @@ _TEMPORARY: Final = ".snapshot-"  # the prefix of a save's file until it is rena
 _LEFT: Final = 3600.0  # seconds after which a save's file not renamed was left by a killed save
 
 
-def write_snapshot(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all (a file beside it, then renamed over it), making its folder.
+def write_snapshot(path: str, data: bytes | Sequence[bytes | memoryview]) -> None:
+    """Write ``data`` (bytes, or pieces of it written one after the other) to ``path`` whole or not at all (a file beside it, then renamed over it), making its folder.
 
     A save's file that a killed process left beside it (never read: only
     a renamed file is) is removed once an hour old.
@@ -352,7 +352,8 @@ def write_snapshot(path: str, data: bytes) -> None:
     fd, temporary = tempfile.mkstemp(dir=folder, prefix=_TEMPORARY)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            for piece in [data] if isinstance(data, bytes) else data:
+                out.write(piece)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
