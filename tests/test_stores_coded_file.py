@@ -311,3 +311,32 @@ def test_off_writes_none_and_delete_session_removes_it(
     with open_store(f"sqlite://{db}") as store:
         assert store.delete_session("s")
     assert not os.path.exists(path)
+
+
+def test_stores_without_a_file_keep_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``memory://`` and JSONL name no file (a coded table is built by each handle, as before), and rank as Memory.search."""
+    items = steps(60, 2)
+    for url in ("memory://coded-file-test", f"jsonl://{tmp_path / 'folder'}"):
+        with open_store(url) as store:
+            store.append("s", items)
+            store.index_embeddings("s", EMBEDDER)
+            assert store.backend.vector_snapshot_path("s", FIELDS) is None
+            coded_budget(store, items, monkeypatch)
+            for _ in range(3):
+                assert found(store, QUERIES[2], 6, "semantic") == expected(
+                    items, QUERIES[2], 6, "semantic", None
+                )
+    assert sorted(os.listdir(tmp_path)) == ["folder"]
+
+
+def test_a_bad_vector_snapshot_option_is_refused(tmp_path: Path) -> None:
+    """``vector_snapshot`` takes ``auto`` or ``off`` only, in the URL and the constructor."""
+    from agents.memory.exceptions import InvalidStoreURLError, StoreArgumentError
+    from agents.memory.stores import SQLiteStore
+
+    with pytest.raises(InvalidStoreURLError, match="vector_snapshot"):
+        open_store(f"sqlite://{tmp_path / 'a.db'}?vector_snapshot=on")
+    with pytest.raises(StoreArgumentError, match="vector_snapshot"):
+        SQLiteStore(tmp_path / "b.db", vector_snapshot="always")  # type: ignore[arg-type]
+    with open_store(f"sqlite://{tmp_path / 'c.db'}?vector_snapshot=off") as store:
+        assert store.vector_snapshot == "off"  # type: ignore[attr-defined]
