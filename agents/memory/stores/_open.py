@@ -234,10 +234,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
         from agents.memory.stores._jsonl.backend import JSONLStore
 
         _no_options(text, options, ("fsync",))
-        fsync = options.get("fsync", "always")
-        if fsync not in ("always", "never"):
-            msg = f"Option fsync={fsync!r} in {text!r} must be 'always' or 'never'."
-            raise exceptions.InvalidStoreURLError(msg)
+        fsync = _choice(text, options, "fsync", ("always", "never"))
         return JSONLStore(path, fsync=fsync == "always", read_only=read_only, url=text)
     _no_options(
         text,
@@ -260,22 +257,10 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
     if mode not in ("ro", "rw", "rwc"):
         msg = f"Option mode={mode!r} in {text!r} must be 'ro' or 'rwc'."
         raise exceptions.InvalidStoreURLError(msg)
-    vec = options.get("sqlite_vec", "auto")
-    if vec not in _SQLITE_VEC:
-        msg = f"Option sqlite_vec={vec!r} in {text!r} must be 'auto', 'on' or 'off'."
-        raise exceptions.InvalidStoreURLError(msg)
-    fold = options.get("keyword_fold", "batched")
-    if fold not in ("batched", "lazy"):
-        msg = f"Option keyword_fold={fold!r} in {text!r} must be 'batched' or 'lazy'."
-        raise exceptions.InvalidStoreURLError(msg)
-    snapshot = options.get("keyword_snapshot", "auto")
-    if snapshot not in ("auto", "off"):
-        msg = f"Option keyword_snapshot={snapshot!r} in {text!r} must be 'auto' or 'off'."
-        raise exceptions.InvalidStoreURLError(msg)
-    coded = options.get("vector_snapshot", "auto")
-    if coded not in ("auto", "off"):
-        msg = f"Option vector_snapshot={coded!r} in {text!r} must be 'auto' or 'off'."
-        raise exceptions.InvalidStoreURLError(msg)
+    vec = _choice(text, options, "sqlite_vec", tuple(_SQLITE_VEC))
+    fold = _choice(text, options, "keyword_fold", ("batched", "lazy"))
+    snapshot = _choice(text, options, "keyword_snapshot", ("auto", "off"))
+    coded = _choice(text, options, "vector_snapshot", ("auto", "off"))
     try:
         timeout = float(options.get("timeout", "30"))
     except ValueError:
@@ -297,6 +282,20 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
 
 
 _SQLITE_VEC: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+
+
+def _choice(text: str, options: dict[str, str], name: str, allowed: tuple[str, ...]) -> str:
+    """Return the URL option ``name``'s value, one of ``allowed`` (the first where not given).
+
+    Raises:
+        InvalidStoreURLError: naming the option, its value and the values allowed.
+    """
+    value = options.get(name, allowed[0])
+    if value not in allowed:
+        listed = ", ".join(map(repr, allowed[:-1])) + f" or {allowed[-1]!r}"
+        msg = f"Option {name}={value!r} in {text!r} must be {listed}."
+        raise exceptions.InvalidStoreURLError(msg)
+    return value
 
 
 # kvmemory's own options of a PostgreSQL URL, with their defaults; the rest goes to libpq.
