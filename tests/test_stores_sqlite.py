@@ -229,6 +229,23 @@ def test_nul_byte_in_path_is_refused(url: str) -> None:
         open_store(url)
 
 
+@pytest.mark.parametrize(
+    "open_it", [SQLiteStore, open_store, lambda p: open_store(f"sqlite://{p}")]
+)
+def test_sqlite_in_memory_name_is_refused_with_pointers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_it: Any
+) -> None:
+    """':memory:' is refused by name (pointing to memory:// and './:memory:'), and no file of that name is made in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidStoreURLError, match=r"':memory:'.*'memory://'.*'\./:memory:'"):
+        open_it(":memory:")
+    assert list(tmp_path.iterdir()) == []
+    with SQLiteStore("./:memory:") as store:  # a file of that name, asked for as one
+        store.append("s", [MemoryItem(step=1)])
+    with open_store(tmp_path / ":memory:") as store:
+        assert [item["step"] for item in store.read_memory("s")] == [1]
+
+
 def test_row_of_the_wrong_type_is_named_by_seq(tmp_path: Path) -> None:
     """A row whose data is a number (not JSON text) raises CorruptStoreError naming its seq."""
     path = tmp_path / "runs.db"

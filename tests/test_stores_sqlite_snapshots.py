@@ -160,7 +160,7 @@ def test_a_handle_saves_as_it_closes_only_a_snapshot_missing_behind_or_stale(
     assert loaded == [True]
 
 
-@pytest.mark.parametrize("how", ["read-only", "off", "few rows", "in memory", "jsonl", "memory"])
+@pytest.mark.parametrize("how", ["read-only", "off", "few rows", "jsonl", "memory"])
 def test_no_snapshot_is_saved_unasked_where_the_design_says_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
@@ -179,9 +179,6 @@ def test_no_snapshot_is_saved_unasked_where_the_design_says_none(
     elif how == "few rows":
         with open_store(url) as store:
             store.append("s", steps(0, FEWEST - 1))
-    elif how == "in memory":
-        with SQLiteStore(":memory:") as store:
-            store.append("s", steps(0, FEWEST))
     else:
         target = f"jsonl://{tmp_path}/j" if how == "jsonl" else "memory://auto-snapshot"
         with open_store(target) as store:

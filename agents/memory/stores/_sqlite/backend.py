@@ -598,7 +598,8 @@ class SQLiteStore(Store):
             (a current one is still read).
 
     Raises:
-        InvalidStoreURLError: if the path holds a NUL character.
+        InvalidStoreURLError: if the path holds a NUL character, or is
+            ``":memory:"`` (use ``memory://`` for a store without a file).
         StoreArgumentError: if ``keyword_fold`` is not ``"batched"`` or ``"lazy"``,
             or ``keyword_snapshot`` or ``vector_snapshot`` not ``"auto"`` or ``"off"``.
         MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``

@@ -33,6 +33,7 @@ from typing import Any, Final, Literal
 from agents.memory.exceptions import (
     CorruptStoreError,
     InvalidArgumentError,
+    InvalidStoreURLError,
     SchemaVersionError,
     StoreError,
     StoreNotFoundError,
@@ -83,7 +84,7 @@ class SQLiteFile:
             loads, ``True`` to require it, ``False`` never.
 
     Raises:
-        InvalidStoreURLError: if the path holds a NUL character.
+        InvalidStoreURLError: if the path holds a NUL character, or is ``":memory:"``.
         InvalidArgumentError: if ``synchronous`` is not one of the three settings.
         MissingDependencyError: if ``sqlite_vec=True`` and the ``sqlite-vec``
             extra is not installed.
@@ -113,6 +114,14 @@ class SQLiteFile:
         sqlite_vec: bool | None = None,
     ) -> None:
         self.path = check_store_path(path)
+        if self.path == ":memory:":
+            msg = (
+                "SQLite store path ':memory:' names SQLite's private in-memory database, which an "
+                "SQLite store does not open (its sessions live in one file that other handles, "
+                "processes and the snapshot files beside it share). Open 'memory://' "
+                "(InMemoryStore) for a store without a file, or './:memory:' for a file of that name."
+            )
+            raise InvalidStoreURLError(msg)
         self.read_only = read_only
         if synchronous not in ("full", "normal", "off"):
             msg = f"synchronous must be 'full', 'normal' or 'off', got {synchronous!r}."
