@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -164,6 +165,23 @@ def test_a_file_saved_by_another_process_is_loaded(
     """
     subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
     assert first_loads(url, items, monkeypatch)
+
+
+def test_threads_first_queries_on_one_handle_rank_as_memory_search(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four threads ask a fresh handle's first queries at once with the file there: each gets Memory.search's hits and floats, and the handle keeps one coded table."""
+    url = cached(postgres_url, tmp_path / "cache")
+    items = steps(90, 6)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    asked = [(QUERIES[i % 3], 3 + i, "semantic" if i % 2 else "hybrid") for i in range(4)]
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda q: found(store, *q), asked))
+        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+    assert got == [expected(items, query, k, mode, None) for query, k, mode in asked]
 
 
 def test_the_file_is_ignored_once_a_vector_is_rewritten_in_place(
