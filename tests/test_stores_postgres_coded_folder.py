@@ -170,7 +170,7 @@ def test_a_file_saved_by_another_process_is_loaded(
 def test_threads_first_queries_on_one_handle_rank_as_memory_search(
     postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Four threads ask a fresh handle's first queries at once with the file there: each gets Memory.search's hits and floats, and the handle keeps one coded table."""
+    """Four threads ask a fresh handle's first queries at once with the file there: each gets Memory.search's hits and floats from the file, none reads the session's vectors."""
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(90, 6)
     written(url, items)
@@ -178,9 +178,19 @@ def test_threads_first_queries_on_one_handle_rank_as_memory_search(
     asked = [(QUERIES[i % 3], 3 + i, "semantic" if i % 2 else "hybrid") for i in range(4)]
     with open_store(url) as store:
         coded_budget(store, items, monkeypatch)
+        pages: list[int] = []  # the page sizes of every vector read: 16 rows for the file's key
+        read = store.backend.vector_pages
+
+        def vector_pages(sid: str, fields: str, size: int) -> Any:
+            pages.append(size)
+            return read(sid, fields, size)
+
+        monkeypatch.setattr(store.backend, "vector_pages", vector_pages)
         with ThreadPoolExecutor(4) as pool:
             got = list(pool.map(lambda q: found(store, *q), asked))
         assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        # No thread read the session's vectors (pages of 4,096): the file answered.
+        assert set(pages) == {16}
     assert got == [expected(items, query, k, mode, None) for query, k, mode in asked]
 
 
