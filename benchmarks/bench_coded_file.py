@@ -1,4 +1,4 @@
-"""A fresh SQLite handle's first semantic or hybrid query on a session kept coded (int8), against warm ones.
+"""A fresh handle's first semantic, hybrid or keyword query on a session of part vectors (kept coded, int8), against warm ones.
 
 On the session ``first-<items>-parts`` of
 ``benchmarks/bench_search_costs.py --first-parts parts --first-dimension
@@ -12,6 +12,14 @@ from a checkout of each version to compare them, in turn:
 with the load average and the hits (which must be the same on both
 sides). A version that saves the coded table writes it beside the file,
 in ``<file>.vectors/``, at the first run that codes the session.
+
+``--store postgres --postgres URL`` runs on the schema
+``kvmemory_bench_first`` that ``bench_search_costs.py --stores postgres``
+writes (``--parts whole`` on its session of whole-item vectors), and with
+``--pgdata DIR`` (the server's data folder; the server on this machine)
+adds the server's CPU ms of each query (``bench_pg_writes.server_cpu``);
+``--store-options`` is appended to the store's URL (``&pgvector=off``).
+Each line also holds the process's peak resident memory (MB).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -27,7 +36,8 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_search_costs import QUERIES
+from bench_pg_writes import server_cpu
+from bench_search_costs import QUERIES, _kept_schema
 
 from agents.memory.search import EmbedParts, HashingEmbedder
 from agents.memory.stores import open_store
@@ -35,34 +45,62 @@ from agents.memory.stores import open_store
 T = TypeVar("T")
 
 
-def timed(call: Callable[[], T]) -> tuple[T, float, float]:
-    """Return what ``call`` gives, and the wall and CPU ms it took."""
+def timed(call: Callable[[], T], pgdata: str | None = None) -> tuple[T, float, float, float | None]:
+    """Return what ``call`` gives, and the wall, CPU and server CPU ms it took (``None``: no ``pgdata``)."""
+    server = server_cpu(pgdata)
     wall, cpu = time.perf_counter(), time.process_time()
     out = call()
-    return out, 1000 * (time.perf_counter() - wall), 1000 * (time.process_time() - cpu)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    after = server_cpu(pgdata)
+    served = None if server is None or after is None else 1000 * (after - server)
+    return out, 1000 * wall, 1000 * cpu, served
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--mode", choices=("semantic", "hybrid"), default="semantic")
+    parser.add_argument("--mode", choices=("semantic", "hybrid", "keyword"), default="semantic")
     parser.add_argument("--cache", default="/tmp/kvmemory-bench-cache")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
+    parser.add_argument("--pgdata", help="the PostgreSQL server's data folder: its CPU too")
+    parser.add_argument("--parts", choices=("parts", "whole"), default="parts")
+    parser.add_argument("--store-options", default="", help="appended to the store's URL")
     args = parser.parse_args()
-    path = os.path.join(args.cache, f"first-{args.items}-parts-256.db")
-    if not os.path.exists(path):
-        sys.exit(f"{path} is missing: write it with bench_search_costs.py --first-parts parts")
-    sid, embedder = f"first-{args.items}-parts", HashingEmbedder(256)
+    parts = EmbedParts() if args.parts == "parts" else EmbedParts.WHOLE
+    sid = f"first-{args.items}" + ("-parts" if args.parts == "parts" else "")
+    embedder = HashingEmbedder(256)
+    if args.store == "postgres":
+        if not args.postgres:
+            sys.exit("--store postgres needs --postgres URL (or KVMEMORY_BENCH_POSTGRES_URL)")
+        url = _kept_schema(args.postgres) + args.store_options
+    else:
+        path = os.path.join(args.cache, f"first-{args.items}-{args.parts}-256.db")
+        if args.parts == "whole":
+            path = path.replace("-whole", "")
+        if not os.path.exists(path):
+            sys.exit(f"{path} is missing: write it with bench_search_costs.py --first-parts parts")
+        url = f"sqlite://{path}{args.store_options}"
     out: dict[str, object] = {"load": Path("/proc/loadavg").read_text().split()[0]}
     hits = []
-    with open_store(f"sqlite://{path}") as store:
+    with open_store(url) as store:
+        if store.count(sid) != args.items:
+            sys.exit(
+                f"{sid} of {url} is missing: write it with bench_search_costs.py --sections first"
+            )
         for query in range(1, 5):
-            found, wall, cpu = timed(
+            found, wall, cpu, server = timed(
                 lambda: store.search(
-                    sid, QUERIES[1], 5, mode=args.mode, embedder=embedder, parts=EmbedParts()
-                )
+                    sid, QUERIES[1], 5, mode=args.mode, embedder=embedder, parts=parts
+                ),
+                args.pgdata,
             )
             out[f"query {query} wall, cpu"] = [round(wall), round(cpu)]
+            if server is not None:
+                out[f"query {query} server cpu"] = round(server)
             hits.append([(hit.seq, hit.score) for hit in found])
+    # ru_maxrss is in KiB on Linux.
+    out["peak MB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out["same hits each query"] = all(found == hits[0] for found in hits)
     out["hits"] = hits[0]
     print(json.dumps(out), flush=True)

@@ -857,6 +857,11 @@ def main() -> None:
     )
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument(
+        "--first-postgres-options",
+        default="",
+        help="appended to the first-query session's PostgreSQL URL (&vector_cache=/abs/folder)",
+    )
+    parser.add_argument(
         "--stores",
         default="memory,sqlite,jsonl,postgres",
         help="'' for RAM only (memory:// is measured in the filters section only)",
@@ -910,7 +915,7 @@ def main() -> None:
                 "jsonl": f"jsonl://{args.cache}/first-{n}{cut}",
             }
             if args.postgres and "postgres" in args.stores.split(","):
-                cached["postgres"] = _kept_schema(args.postgres)
+                cached["postgres"] = _kept_schema(args.postgres) + args.first_postgres_options
             first_urls = [(name, cached.get(name, url)) for name, url in urls]
             modes = [mode for mode in args.modes.split(",") if mode in FIRST_MODES]
             if "store" in sections:

@@ -219,6 +219,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
             min_size=int(options["pool_min"]),
             max_size=int(options["pool_max"]),
             timeout=float(options["pool_timeout"]),
+            vector_cache=options["vector_cache"] or None,
         )
     raw_path, _, query = rest.partition("?")
     options = _options(text, query)
@@ -299,11 +300,17 @@ def _choice(text: str, options: dict[str, str], name: str, allowed: tuple[str, .
 
 
 # kvmemory's own options of a PostgreSQL URL, with their defaults; the rest goes to libpq.
-_POSTGRES_OPTIONS = {"pgvector": "auto", "pool_min": "1", "pool_max": "4", "pool_timeout": "30"}
+_POSTGRES_OPTIONS = {
+    "pgvector": "auto",
+    "pool_min": "1",
+    "pool_max": "4",
+    "pool_timeout": "30",
+    "vector_cache": "",
+}
 
 
 def _postgres_options(text: str) -> tuple[str, dict[str, str]]:
-    """Split kvmemory's own options (``pgvector``, ``pool_min``, ``pool_max``, ``pool_timeout``) from a PostgreSQL URL, checked.
+    """Split kvmemory's own options (``pgvector``, ``pool_min``, ``pool_max``, ``pool_timeout``, ``vector_cache``) from a PostgreSQL URL, checked.
 
     Returns:
         The URL for libpq (without them) and every option's value (the default where not given).
@@ -318,6 +325,9 @@ def _postgres_options(text: str) -> tuple[str, dict[str, str]]:
             raise exceptions.InvalidStoreURLError(msg)
         if chosen:
             options[name] = chosen[0]
+    if any(key == "vector_cache" and not value for key, value in pairs):
+        msg = f"Option vector_cache in {_redact(text)!r} is empty; name a local folder for the coded part vectors, or leave the option out."
+        raise exceptions.InvalidStoreURLError(msg)
     if options["pgvector"] not in ("auto", "off"):
         msg = (
             f"Option pgvector={options['pgvector']!r} in {_redact(text)!r} must be 'auto' or 'off'."
@@ -363,7 +373,7 @@ def _check_libpq_options(conninfo: str, text: str) -> None:
     except psycopg.ProgrammingError as exc:
         msg = (
             f"PostgreSQL URL {_redact(text)!r} cannot be parsed by libpq: {exc}. Check the option "
-            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off, pool_min, pool_max and pool_timeout)."
+            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off, pool_min, pool_max, pool_timeout and vector_cache)."
         )
         raise exceptions.InvalidStoreURLError(msg) from exc
 

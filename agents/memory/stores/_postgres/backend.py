@@ -94,6 +94,7 @@ from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import redact_url
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
+from agents.memory.stores._postgres.coded_folder import CodedFolder, vector_cache_folder
 from agents.memory.stores._postgres.keyword import (
     Judge,
     PostgresKeywordIndex,
@@ -238,7 +239,7 @@ def rows_query(
     return f"{sql} ORDER BY {order} DESC LIMIT %(last)s", params
 
 
-class PostgresBackend(SQLRows, SessionVersions, Backend):
+class PostgresBackend(SQLRows, SessionVersions, CodedFolder, Backend):
     """The rows of a PostgreSQL store, through a connection pool (see :class:`PostgresStore` for the arguments).
 
     Opening connects, then (unless ``read_only``) creates or migrates the tables;
@@ -573,7 +574,7 @@ class PostgresBackend(SQLRows, SessionVersions, Backend):
                 " WHERE session_id = %s",
                 (session_id,),
             )
-            return True
+        return True
 
     # -- vectors ---------------------------------------------------------------------
 
@@ -753,6 +754,12 @@ class PostgresStore(Store):
             extension where the database has it (a writable store creates
             the extension when the server offers it and the login may).
             ``False`` ranks them in Python; the stored vectors are the same.
+        vector_cache: A local folder where the handle saves the coded
+            part vectors of a session too large to keep as float32, as it
+            builds them, so that a fresh handle's first semantic or hybrid
+            query on this machine loads them instead of reading every
+            vector from the server (checked against the session; see
+            docs/stores.md). ``None`` (default): none is kept.
 
     A connection the server drops (``pg_terminate_backend``, a restart) is
     no damage: the call it served raises :class:`StoreConnectionLostError`
@@ -783,7 +790,9 @@ class PostgresStore(Store):
         timeout: float = 30.0,
         read_only: bool = False,
         pgvector: bool = True,
+        vector_cache: str | None = None,
     ) -> None:
+        folder = vector_cache_folder(vector_cache)  # checked before connecting
         backend = PostgresBackend(
             conninfo,
             min_size=min_size,
@@ -792,6 +801,7 @@ class PostgresStore(Store):
             read_only=read_only,
             pgvector=pgvector,
         )
+        backend.vector_cache = folder
         super().__init__(backend, read_only=read_only)
         self.backend: PostgresBackend = backend
 
@@ -799,6 +809,18 @@ class PostgresStore(Store):
     def uses_pgvector(self) -> bool:
         """Whether semantic queries are ranked in the server by pgvector."""
         return self.backend.uses_pgvector
+
+    @property
+    def vector_cache(self) -> str | None:
+        """The local folder of the coded part vectors this handle saves and loads (absolute), or ``None`` (see the ``vector_cache`` argument)."""
+        return self.backend.vector_cache
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its items, and its coded files from the folder ``vector_cache``; return whether it existed (see :meth:`Store.delete_session`)."""
+        gone = super().delete_session(session_id)
+        with self._engine.errors("delete", session_id):
+            self.backend.remove_vector_files(session_id)
+        return gone
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (terms, counts, GIN index, posting blocks, triggers) from the stored items, in one transaction.

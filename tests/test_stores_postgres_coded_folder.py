@@ -1,0 +1,340 @@
+"""A PostgreSQL handle's coded part vectors saved in a local folder (``vector_cache``): a fresh handle's first query loads them where current, with Memory.search's hits and floats; a stale, damaged, cut or foreign file is ignored."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+psycopg = pytest.importorskip("psycopg")
+
+from test_stores_compact_vectors import (  # noqa: E402  # after the skip: it needs psycopg
+    EMBEDDER,
+    QUERIES,
+    coded_budget,
+    expected,
+    found,
+    kept_tables,
+    steps,
+    written,
+)
+
+from agents.memory import MemoryItem  # noqa: E402
+from agents.memory._vectors import fields_text  # noqa: E402
+from agents.memory.exceptions import InvalidStoreURLError, StoreArgumentError  # noqa: E402
+from agents.memory.search import EmbedParts  # noqa: E402
+from agents.memory.stores import PostgresStore, Store, open_store  # noqa: E402
+from agents.memory.stores._search.compact import CompactVectors  # noqa: E402
+
+pytestmark = pytest.mark.postgres
+
+FIELDS = fields_text(None, EmbedParts())
+
+
+def cached(url: str, folder: Path | str) -> str:
+    """Return ``url`` with the option ``vector_cache`` naming ``folder``."""
+    return f"{url}{'&' if '?' in url else '?'}vector_cache={quote(str(folder))}"
+
+
+def coded_path(store: Store, sid: str = "s") -> str:
+    """Return where the store keeps the session's coded file."""
+    path = store.backend.vector_snapshot_path(sid, FIELDS)
+    assert path is not None
+    return path
+
+
+def saved(url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Code the session ``s`` on one handle (three queries) and return its file's path."""
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        for _ in range(3):
+            found(store, QUERIES[0], 5, "semantic")
+        return coded_path(store)
+
+
+def first_loads(url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Return whether a fresh handle's first query took a coded table (from the file), checking its hits against Memory.search."""
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        assert found(store, QUERIES[1], 7, "hybrid") == expected(
+            items, QUERIES[1], 7, "hybrid", None
+        )
+        return [type(table) for table in kept_tables(store)] == [CompactVectors]
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    n=st.integers(2, 100),
+    seed=st.integers(0, 1000),
+    k=st.integers(1, 40),
+    query=st.sampled_from(QUERIES),
+    mode=st.sampled_from(["semantic", "hybrid"]),
+    where=st.sampled_from([None, {"team": "red"}]),
+)
+def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
+    n: int,
+    seed: int,
+    k: int,
+    query: str,
+    mode: str,
+    where: Any,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first query of a fresh handle answers from the file in the folder (a coded table kept at once), with Memory.search's hits and floats."""
+    items = steps(n, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        url = cached(postgres_url, folder)
+        with open_store(url) as store:
+            store.delete_session("s")  # the example before's
+        written(url, items)
+        assert os.path.exists(saved(url, items, monkeypatch))
+        with open_store(url) as store:
+            coded_budget(store, items, monkeypatch)
+            want = expected(items, query, k, mode, where)
+            assert found(store, query, k, mode, where) == want
+            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert found(store, query, k, mode, where) == want
+
+
+def test_the_file_is_ignored_once_another_handle_writes(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write since the save (another handle, without the folder) makes the file stale: not loaded; the new table is saved again and then loaded."""
+    url = cached(postgres_url, tmp_path / "cache")
+    items = steps(60)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    with open_store(postgres_url) as other:
+        added = MemoryItem(step=500, thought="pay the invoice for March", team="red")
+        other.append("s", [added])
+        other.index_embeddings("s", EMBEDDER)
+    items = [*items, added]
+    assert not first_loads(url, items, monkeypatch)
+    saved(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+
+
+def test_the_file_is_ignored_once_another_process_writes(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step deleted by another process since the save makes the file stale."""
+    url = cached(postgres_url, tmp_path / "cache")
+    items = steps(60)
+    seqs = written(url, items)
+    saved(url, items, monkeypatch)
+    script = f"""
+        from agents.memory.stores import open_store
+        with open_store({postgres_url!r}) as store:
+            assert store.delete_seqs("s", [{seqs[3]}]) == 1
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
+    assert not first_loads(url, [*items[:3], *items[4:]], monkeypatch)
+
+
+def test_a_file_saved_by_another_process_is_loaded(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process codes the session and saves the file in the folder; this process's fresh handle loads it and ranks as Memory.search."""
+    url = cached(postgres_url, tmp_path / "cache")
+    items = steps(70, 4)
+    written(url, items)
+    texts = {text for item in items for text in EmbedParts().texts(item.to_dict(), None)}
+    script = f"""
+        from agents.memory.search import HashingEmbedder
+        from agents.memory.stores import open_store
+        with open_store({url!r}) as store:
+            store._vectors._cache._budget = {2 * EMBEDDER.dimension * len(texts)}
+            for _ in range(3):
+                store.search("s", "chart saved OK", 5, mode="semantic", embedder=HashingEmbedder(64))
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
+    assert first_loads(url, items, monkeypatch)
+
+
+def test_threads_first_queries_on_one_handle_rank_as_memory_search(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four threads ask a fresh handle's first queries at once with the file there: each gets Memory.search's hits and floats from the file, none reads the session's vectors."""
+    url = cached(postgres_url, tmp_path / "cache")
+    items = steps(90, 6)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    asked = [(QUERIES[i % 3], 3 + i, "semantic" if i % 2 else "hybrid") for i in range(4)]
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        pages: list[int] = []  # the page sizes of every vector read: 16 rows for the file's key
+        read = store.backend.vector_pages
+
+        def vector_pages(sid: str, fields: str, size: int) -> Any:
+            pages.append(size)
+            return read(sid, fields, size)
+
+        monkeypatch.setattr(store.backend, "vector_pages", vector_pages)
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda q: found(store, *q), asked))
+        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        # No thread read the session's vectors (pages of 4,096): the file answered.
+        assert set(pages) == {16}
+    assert got == [expected(items, query, k, mode, None) for query, k, mode in asked]
+
+
+def test_the_file_is_ignored_once_a_vector_is_rewritten_in_place(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vector row rewritten in SQL (same count, same first rows): the version differs, the file is not loaded, the hits follow the rows."""
+    url = cached(postgres_url, tmp_path / "cache")
+    items = steps(60)
+    seqs = written(url, items)
+    saved(url, items, monkeypatch)
+    with psycopg.connect(postgres_url, autocommit=True) as con:  # the schema's search path
+        con.execute(
+            "UPDATE kvmemory_vectors SET vector ="
+            " (SELECT vector FROM kvmemory_vectors WHERE seq = %s) WHERE seq = %s",
+            (seqs[0], seqs[-1]),
+        )
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        found(store, QUERIES[0], 5, "semantic")
+        assert kept_tables(store) == []
+
+
+@pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
+def test_a_damaged_or_cut_file_is_ignored(
+    harm: str, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte changed anywhere in the file, a cut file, an empty one: not loaded, and the hits stay right."""
+    url = cached(postgres_url, tmp_path / "cache")
+    items = steps(80, 5)
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    data = bytearray(Path(path).read_bytes())
+    if harm == "flip":
+        data[len(data) // 2] ^= 1
+    elif harm == "cut":
+        data = data[: len(data) - 8]
+    elif harm == "empty":
+        data = bytearray()
+    else:
+        data[0] ^= 1
+    Path(path).write_bytes(bytes(data))
+    assert not first_loads(url, items, monkeypatch)
+
+
+def test_another_schema_never_shares_a_file_nor_takes_one(
+    postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two schemas of one server, one folder: each session s has a file of its own; one schema's file copied over the other's (other steps) is not loaded."""
+    folder = tmp_path / "cache"
+    schemas = ["t_coded_a_" + os.urandom(4).hex(), "t_coded_b_" + os.urandom(4).hex()]
+    sep = "&" if "?" in postgres_server else "?"
+    urls = [
+        cached(f"{postgres_server}{sep}options=-csearch_path%3D{schema}", folder)
+        for schema in schemas
+    ]
+    with psycopg.connect(postgres_server, autocommit=True) as con:
+        for schema in schemas:
+            con.execute(f"CREATE SCHEMA {schema}")
+    try:
+        first, second = steps(70, 2), steps(70, 3)
+        written(urls[0], first)
+        written(urls[1], second)
+        path = saved(urls[0], first, monkeypatch)
+        with open_store(urls[1]) as store:
+            other = coded_path(store)
+        assert other != path
+        assert not os.path.exists(other)
+        os.makedirs(os.path.dirname(other), exist_ok=True)
+        shutil.copyfile(path, other)
+        assert not first_loads(urls[1], second, monkeypatch)
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as con:
+            for schema in schemas:
+                con.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_a_file_of_another_session_is_ignored(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file of session s copied over that of session t (the same steps): not loaded."""
+    url = cached(postgres_url, tmp_path / "cache")
+    items = steps(70, 2)
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    with open_store(url) as store:
+        store.append("t", items)
+        store.index_embeddings("t", EMBEDDER)
+        other = coded_path(store, "t")
+    shutil.copyfile(path, other)
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        hits = store.search("t", QUERIES[0], 5, mode="semantic", embedder=EMBEDDER)
+        assert [(hit.item["step"], hit.score) for hit in hits] == expected(
+            items, QUERIES[0], 5, "semantic", None
+        )
+        assert kept_tables(store) == []
+
+
+def test_a_read_only_handle_saves_and_loads(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only handle saves the table it codes in its folder (the machine's, not the database's) and a later one loads it."""
+    items = steps(60, 1)
+    written(postgres_url, items)
+    folder = tmp_path / "cache"
+    with PostgresStore(postgres_url, read_only=True, vector_cache=str(folder)) as store:
+        coded_budget(store, items, monkeypatch)
+        for _ in range(3):
+            found(store, QUERIES[0], 5, "semantic")
+        assert os.path.exists(coded_path(store))
+    with PostgresStore(postgres_url, read_only=True, vector_cache=str(folder)) as store:
+        coded_budget(store, items, monkeypatch)
+        assert found(store, QUERIES[2], 9, "semantic") == expected(
+            items, QUERIES[2], 9, "semantic", None
+        )
+        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+
+
+def test_no_folder_keeps_none_and_delete_session_removes_the_file(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``vector_cache`` no file is named or written; ``delete_session`` removes the session's file from the folder."""
+    items = steps(60, 1)
+    written(postgres_url, items)
+    with open_store(postgres_url) as store:
+        assert store.vector_cache is None  # type: ignore[attr-defined]  # a PostgresStore
+        assert store.backend.vector_snapshot_path("s", FIELDS) is None
+        assert not store.backend.saves_vector_snapshots
+    url = cached(postgres_url, tmp_path / "cache")
+    path = saved(url, items, monkeypatch)
+    assert os.path.exists(path)
+    with open_store(url) as store:
+        assert store.vector_cache == str(tmp_path / "cache")  # type: ignore[attr-defined]
+        assert store.delete_session("s")
+    assert not os.path.exists(path)
+
+
+def test_a_bad_vector_cache_option_is_refused(postgres_url: str) -> None:
+    """``vector_cache`` names a folder: an empty one in the URL, or a value not a string, is refused before connecting."""
+    with pytest.raises(InvalidStoreURLError, match="vector_cache"):
+        open_store(f"{postgres_url}&vector_cache=")
+    with pytest.raises(StoreArgumentError, match="vector_cache"):
+        PostgresStore(postgres_url, vector_cache=3)  # type: ignore[arg-type]
+    with pytest.raises(StoreArgumentError, match="vector_cache"):
+        PostgresStore(postgres_url, vector_cache="")
