@@ -12,6 +12,13 @@ from a checkout of each version to compare them, in turn:
 with the load average and the hits (which must be the same on both
 sides). A version that saves the coded table writes it beside the file,
 in ``<file>.vectors/``, at the first run that codes the session.
+
+With ``--writer``, each run first appends one step to the session and
+embeds it (``index_embeddings``: the saved file is stale now) on a handle
+of its own, and times that handle's ``close()`` (what it returns in) and
+the wait until its threads are done (what a process that ends right
+after ``close()`` waits for: a version that saves the coded file at close
+codes the session there), wall and CPU ms, before the reader's queries.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_search_costs import QUERIES
 
+from agents.memory import MemoryItem
 from agents.memory.search import EmbedParts, HashingEmbedder
 from agents.memory.stores import open_store
 
@@ -42,17 +50,39 @@ def timed(call: Callable[[], T]) -> tuple[T, float, float]:
     return out, 1000 * (time.perf_counter() - wall), 1000 * (time.process_time() - cpu)
 
 
+def write_one(path: str, sid: str, embedder: HashingEmbedder) -> dict[str, object]:
+    """Append and embed one step on a handle of its own; return its close's figures (see the module docs)."""
+    import threading
+
+    store = open_store(f"sqlite://{path}")
+    step = store.count(sid) + 1
+    store.append(sid, [MemoryItem(step=step, thought="zqx probe of a close", status="CONTINUE")])
+    store.index_embeddings(sid, embedder, parts=EmbedParts())
+    wall, cpu = time.perf_counter(), time.process_time()
+    store.close()
+    returned = 1000 * (time.perf_counter() - wall)
+    for thread in threading.enumerate():
+        if thread.name.startswith("kvmemory-") and thread is not threading.current_thread():
+            thread.join()
+    waited = 1000 * (time.perf_counter() - wall), 1000 * (time.process_time() - cpu)
+    return {"close returns ms": round(returned), "close done wall, cpu": [round(w) for w in waited]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--mode", choices=("semantic", "hybrid"), default="semantic")
     parser.add_argument("--cache", default="/tmp/kvmemory-bench-cache")
+    parser.add_argument("--writer", action="store_true", help="append a step, close, then read")
     args = parser.parse_args()
     path = os.path.join(args.cache, f"first-{args.items}-parts-256.db")
     if not os.path.exists(path):
         sys.exit(f"{path} is missing: write it with bench_search_costs.py --first-parts parts")
     sid, embedder = f"first-{args.items}-parts", HashingEmbedder(256)
     out: dict[str, object] = {"load": Path("/proc/loadavg").read_text().split()[0]}
+    if args.writer:
+        out.update(write_one(path, sid, embedder))
+    out["coded file"] = os.path.isdir(f"{path}.vectors") and bool(os.listdir(f"{path}.vectors"))
     hits = []
     with open_store(f"sqlite://{path}") as store:
         for query in range(1, 5):
