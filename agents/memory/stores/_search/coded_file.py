@@ -29,9 +29,10 @@ under the one key: a load checks the chunks on a few threads (hashlib
 lets go of the GIL over a large buffer), so its wall time is about that
 of one chunk group, its CPU the same as one HMAC over the body (100,000
 steps cut into parts: a 299 MB body, ~230 ms of CPU). Forging a file
-that passes still takes the key: each chunk's HMAC is keyed, its index
-and the body's length bind it to its place, and the top HMAC binds them
-all. A file of the first format (:data:`MAGIC` ``kvmvcod1``: one HMAC
+that passes still takes the key: each chunk's HMAC is keyed, and the top
+HMAC, over the chunks' HMACs in order, binds each chunk to its place and
+the body to its length (each chunk's HMAC also covers its index and the
+body's length). A file of the first format (:data:`MAGIC` ``kvmvcod1``: one HMAC
 over the body) is not read: its magic differs, the table is built again
 and saved in this format.
 
