@@ -87,12 +87,12 @@ def test_a_writer_process_that_exits_after_close_leaves_the_file_a_reader_loads(
 def test_later_writes_make_the_file_stale_and_their_close_saves_it_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A handle that appends and embeds steps after the save closes with the file current again: a fresh handle loads it, with the new steps ranked."""
+    """A handle that appends and embeds one short step after the save (too few vector bytes to tell the session passes the budget) closes with the file current again: a fresh handle loads it, with the new step ranked."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(70, 4)
     write_and_close(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
-    added = [MemoryItem(step=900 + n, thought=QUERIES[2], team="red") for n in range(3)]
+    added = [MemoryItem(step=900, thought=QUERIES[2])]
     with open_store(url) as store:
         coded_budget(store, [*items, *added], monkeypatch)
         store.append("s", added)
@@ -220,7 +220,10 @@ def test_a_flipped_byte_in_any_chunk_or_swapped_chunks_are_refused(
         assert _load(path, url) is None, chunk
     swapped = bytearray(data)
     one, two = start + 256 * (chunks - 3), start + 256 * (chunks - 2)
-    swapped[one : one + 256], swapped[two : two + 256] = data[two : two + 256], data[one : one + 256]
+    swapped[one : one + 256], swapped[two : two + 256] = (
+        data[two : two + 256],
+        data[one : one + 256],
+    )
     assert swapped != data
     Path(path).write_bytes(bytes(swapped))
     assert _load(path, url) is None
@@ -246,3 +249,19 @@ def test_a_file_of_the_first_format_is_refused_and_saved_again(
     saved(url, items, monkeypatch)
     assert Path(path).read_bytes()[:8] == coded_file.MAGIC == b"kvmvcod2"
     assert first_loads(url, items, monkeypatch)
+
+
+def test_a_stale_file_of_a_session_that_no_longer_codes_is_removed_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle whose budget keeps the session as float32 writes a step and closes: the stale file goes (no close codes it again)."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(50, 12)
+    write_and_close(url, items, monkeypatch)
+    with open_store(url) as store:
+        path = coded_path(store)
+        assert os.path.exists(path)
+        store.append("s", [MemoryItem(step=800, thought="a step of its own")])
+        store.index_embeddings("s", EMBEDDER)
+    closed_saves()
+    assert not os.path.exists(path)

@@ -22,6 +22,7 @@ load checks it anyway.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -33,6 +34,7 @@ from agents.memory.exceptions import AgentMemoryError
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._search.coded_file import CodedFile
+from agents.memory.stores._search.compact import CompactVectors
 
 __all__ = ["SAVE_THREAD", "CodedSaves", "Coding", "Written"]
 
@@ -73,12 +75,13 @@ class CodedSaves:
             self._written[key] = (written, before + rows, bytes_before + size)
 
     def due(self, budget: int) -> list[Written]:
-        """Return the sessions whose coded file the closing handle saves: its vectors estimated past ``budget`` bytes, its file missing or stale.
+        """Return the sessions whose coded file the closing handle saves: not current, and either stale (the session was coded) or missing with the session's vectors estimated past ``budget`` bytes.
 
         The estimate is the bytes a row of those the handle wrote times the
-        session's vector rows (one count), so a session a fresh handle
-        keeps as float32 is not read at close; where the rows differ in
-        size the build decides (it saves only a coded table).
+        session's vector rows (one count), so that a session a fresh handle
+        keeps as float32 is not read at close; the build decides (it saves
+        only a coded table, and removes a stale file where the session no
+        longer codes).
         """
         with self._lock:
             written, self._written = self._written, {}
@@ -90,11 +93,11 @@ class CodedSaves:
             filed = fields_text(noted.fields, noted.parts)
             # The close goes on whatever fails here: a query codes the session, as without it.
             with _quiet(), self._engine.errors("save the coded vectors of", noted.session_id):
-                count = backend.vector_count(noted.session_id, filed)
-                if rows == 0 or size * count <= budget * rows:
-                    continue
                 file = _coded_file(backend, noted, filed)
-                if file is not None and not file.current():
+                if file is None or file.path is None or file.current():
+                    continue
+                count = backend.vector_count(noted.session_id, filed)
+                if size * count > budget * rows or os.path.exists(file.path):
                     due.append(noted)
         return due
 
@@ -105,8 +108,12 @@ class CodedSaves:
             filed = fields_text(written.fields, written.parts)
             with _quiet(), self._engine.errors("save the coded vectors of", written.session_id):
                 file = _coded_file(backend, written, filed)
-                if file is not None and not file.current():
-                    coding(written, file, budget)
+                if file is None or file.path is None or file.current():
+                    continue
+                if not isinstance(coding(written, file, budget), CompactVectors):
+                    # The session no longer codes: a stale file would be read at each close.
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(file.path)
 
 
 def _quiet() -> contextlib.suppress:
