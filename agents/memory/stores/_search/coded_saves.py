@@ -7,13 +7,15 @@ first reader paid for it: ~3 s for its first query (read page by page,
 23x a warm one) and ~7 s for its second (coding 2.1 GiB and saving the
 file). So the writer codes and saves it as it closes, as it saves its
 keyword snapshots (``agents.memory.stores._sqlite.snapshots``): for each
-session and fields whose vectors the handle wrote, whose file is missing
-or not of the vectors now, and whose vectors as stored pass the kept-vector
-budget (estimated from the bytes a row the handle wrote and the session's
-vector rows: no read), on a thread of its own that is not a daemon, the
-backend closed after it. ``close()`` returns at once; a process that ends
+session and fields whose vectors the handle wrote and whose file is not
+of the vectors now: stale (the session was coded), or missing with the
+session's vectors as stored estimated past the kept-vector budget (the
+bytes a row the handle wrote times the session's vector rows: no read).
+The build is a query's (``VectorSearch``), on a thread of its own that is
+not a daemon; the backend closes after it (and so saves its keyword
+snapshots after it). ``close()`` returns at once; a process that ends
 right after it waits for the thread (100,000 steps: the whole build, a
-read of every stored vector and the coding, ~5-7 s of CPU), rather than
+read of every stored vector and the coding, 7-8 s of CPU), rather than
 leave its readers none. A process killed meanwhile leaves the previous
 file or none (a file is renamed in place whole), never a damaged one: a
 load checks it anyway.
