@@ -7,12 +7,15 @@ import hmac
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_stores_coded_file import FIELDS, coded_path, first_loads, saved
 from test_stores_compact_vectors import (
     EMBEDDER,
@@ -107,6 +110,36 @@ def test_later_writes_make_the_file_stale_and_their_close_saves_it_again(
         assert found(store, QUERIES[2], 5, "semantic") == expected(
             [*items, *added], QUERIES[2], 5, "semantic", None
         )
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    n=st.integers(2, 100),
+    seed=st.integers(0, 1000),
+    k=st.integers(1, 30),
+    query=st.sampled_from(QUERIES),
+    mode=st.sampled_from(["semantic", "hybrid"]),
+    where=st.sampled_from([None, {"team": "red"}]),
+)
+def test_the_file_a_close_saved_answers_a_fresh_handle_as_memory_search(
+    n: int, seed: int, k: int, query: str, mode: str, where: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the steps, the file a writer's close saved gives a fresh handle's first and later queries Memory.search's hits and floats."""
+    items = steps(n, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{Path(folder) / 'store.db'}"
+        write_and_close(url, items, monkeypatch)
+        with open_store(url) as store:
+            assert os.path.exists(coded_path(store))
+            coded_budget(store, items, monkeypatch)
+            want = expected(items, query, k, mode, where)
+            assert found(store, query, k, mode, where) == want
+            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert found(store, query, k, mode, where) == want
 
 
 @pytest.mark.parametrize("case", ["read-only", "off", "under the budget", "no vectors written"])
