@@ -20,6 +20,13 @@ writes (``--parts whole`` on its session of whole-item vectors), and with
 adds the server's CPU ms of each query (``bench_pg_writes.server_cpu``);
 ``--store-options`` is appended to the store's URL (``&pgvector=off``).
 Each line also holds the process's peak resident memory (MB).
+
+With ``--writer``, each run first appends one step to the session and
+embeds it (``index_embeddings``: the saved file is stale now) on a handle
+of its own, and times that handle's ``close()`` (what it returns in) and
+the wait until its threads are done (what a process that ends right
+after ``close()`` waits for: a version that saves the coded file at close
+codes the session there), wall and CPU ms, before the reader's queries.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pg_writes import server_cpu
 from bench_search_costs import QUERIES, _kept_schema
 
+from agents.memory import MemoryItem
 from agents.memory.search import EmbedParts, HashingEmbedder
 from agents.memory.stores import open_store
 
@@ -56,6 +64,24 @@ def timed(call: Callable[[], T], pgdata: str | None = None) -> tuple[T, float, f
     return out, 1000 * wall, 1000 * cpu, served
 
 
+def write_one(url: str, sid: str, embedder: HashingEmbedder) -> dict[str, object]:
+    """Append and embed one step on a handle of its own; return its close's figures (see the module docs)."""
+    import threading
+
+    store = open_store(url)
+    step = store.count(sid) + 1
+    store.append(sid, [MemoryItem(step=step, thought="zqx probe of a close", status="CONTINUE")])
+    store.index_embeddings(sid, embedder, parts=EmbedParts())
+    wall, cpu = time.perf_counter(), time.process_time()
+    store.close()
+    returned = 1000 * (time.perf_counter() - wall)
+    for thread in threading.enumerate():
+        if thread.name.startswith("kvmemory-") and thread is not threading.current_thread():
+            thread.join()
+    waited = 1000 * (time.perf_counter() - wall), 1000 * (time.process_time() - cpu)
+    return {"close returns ms": round(returned), "close done wall, cpu": [round(w) for w in waited]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
@@ -66,6 +92,7 @@ def main() -> None:
     parser.add_argument("--pgdata", help="the PostgreSQL server's data folder: its CPU too")
     parser.add_argument("--parts", choices=("parts", "whole"), default="parts")
     parser.add_argument("--store-options", default="", help="appended to the store's URL")
+    parser.add_argument("--writer", action="store_true", help="append a step, close, then read")
     args = parser.parse_args()
     parts = EmbedParts() if args.parts == "parts" else EmbedParts.WHOLE
     sid = f"first-{args.items}" + ("-parts" if args.parts == "parts" else "")
@@ -82,6 +109,10 @@ def main() -> None:
             sys.exit(f"{path} is missing: write it with bench_search_costs.py --first-parts parts")
         url = f"sqlite://{path}{args.store_options}"
     out: dict[str, object] = {"load": Path("/proc/loadavg").read_text().split()[0]}
+    if args.writer:
+        out.update(write_one(url, sid, embedder))
+    if args.store == "sqlite":
+        out["coded file"] = os.path.isdir(f"{path}.vectors") and bool(os.listdir(f"{path}.vectors"))
     hits = []
     with open_store(url) as store:
         if store.count(sid) != args.items:

@@ -653,7 +653,9 @@ def first_store(name: str, url: str, n: int) -> str:
             store.save_keyword_snapshot(sid)
         elif SNAPSHOT == "none" and path is not None:
             Path(path).unlink(missing_ok=True)
-    _join_threads("kvmemory-keyword-snapshot")  # the save the writer's close started
+    # The saves the writer's close started: the coded vectors first, then (after them) the keywords.
+    _join_threads("kvmemory-vector-snapshot")
+    _join_threads("kvmemory-keyword-snapshot")
     if path is not None:
         print(
             f"  {name}: keyword snapshot {'kept' if os.path.exists(path) else 'none'}", flush=True

@@ -253,7 +253,7 @@ def _forged(path: str, key: bytes, change: Any) -> None:
     at = coded_file._START + coded_file._HEAD.size + tag_length + (-tag_length % 8)
     rows = np.frombuffer(data, np.int8, used * row_bytes, at).reshape(used, row_bytes)
     change(rows)
-    mac = coded_file.hmac.new(key, bytes(data[coded_file._START :]), "sha256").digest()
+    mac = coded_file._body_mac(key, [bytes(data[coded_file._START :])])
     data[len(coded_file.MAGIC) : coded_file._START] = mac
     Path(path).write_bytes(bytes(data))
 

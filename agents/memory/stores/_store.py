@@ -28,6 +28,7 @@ from agents.memory.stores._core.engine import Engine, Guard, open_session
 from agents.memory.stores._core.reading import ReadCalls
 from agents.memory.stores._core.records import RecordCalls
 from agents.memory.stores._search.calls import SearchCalls
+from agents.memory.stores._search.coded_saves import SAVE_THREAD
 from agents.memory.stores._search.session_calls import SessionSearchCalls
 from agents.memory.stores._search.vector_cache import VectorCache
 
@@ -376,8 +377,15 @@ class Store(ReadCalls, RecordCalls, SearchCalls, SessionSearchCalls):
         return len(batch.deleted)
 
     def close(self) -> None:
-        """Release the store's connections and files; closing twice is harmless."""
-        self._engine.close()
+        """Release the store's connections and files; closing twice is harmless.
+
+        A writable SQLite handle first saves, on a thread of its own, the
+        coded part vectors of the sessions whose vectors it wrote that a
+        fresh handle would code (see :class:`~agents.memory.stores.SQLiteStore`'s
+        ``vector_snapshot``), and closes its connection after them.
+        """
+        saves = None if self.closed else self._closing_saves()
+        self._engine.close(saves, thread=SAVE_THREAD)
 
     def __enter__(self) -> Self:
         return self

@@ -144,7 +144,9 @@ class SearchOperations:
 
         A handle whose kept table of a session is coded as int8 (its part
         vectors pass the kept-vector budget) saves it there as it builds it,
-        where :attr:`saves_vector_snapshots`; a fresh handle's first query
+        where :attr:`saves_vector_snapshots`, and a closing handle codes and
+        saves it for the sessions whose vectors it wrote (``Store.close``
+        then calls :meth:`close` on a thread, after those saves); a fresh handle's first query
         loads it where it is current. It is a cache checked against the
         session (see ``agents.memory.stores._search.coded_file``), so any
         file name that no other session's (and fields') file shares will do.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -92,12 +92,32 @@ class Engine:
             rows = self.backend.read_seqs(sid, seqs)
         return dict(decode_pairs(rows, self.source(sid), on_unknown_class))
 
-    def close(self) -> None:
-        """Close the backend once; closing twice is harmless."""
+    def close(self, saves: Callable[[], None] | None = None, *, thread: str = "") -> None:
+        """Close the backend once; closing twice is harmless.
+
+        With ``saves`` (caches the closing handle writes beside the store),
+        they run first, on a thread named ``thread`` that is not a daemon,
+        and the backend closes after them: ``close`` returns at once, and a
+        process that ends waits for them. Without a thread to start (the
+        interpreter is ending), the backend closes without them.
+        """
         with self._close_lock:
             if self.closed:
                 return
             self.closed = True
+            if saves is None:
+                self.backend.close()
+                return
+            worker = threading.Thread(target=self._save_then_close, args=(saves,), name=thread)
+            try:
+                worker.start()
+            except RuntimeError:  # no new thread as the interpreter ends: no saves
+                self.backend.close()
+
+    def _save_then_close(self, saves: Callable[[], None]) -> None:
+        try:
+            saves()
+        finally:
             self.backend.close()
 
 

@@ -43,6 +43,10 @@ class SearchCalls:
         self._keyword = KeywordSearch(engine)
         self._vectors = VectorSearch(engine, self._keyword, cache)
 
+    def _closing_saves(self) -> Callable[[], None] | None:
+        """Return the saves of coded files due as the store closes (``VectorSearch.closing_saves``), or ``None``."""
+        return self._vectors.closing_saves()
+
     def search(
         self,
         session_id: str,

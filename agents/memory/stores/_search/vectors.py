@@ -41,6 +41,7 @@ from agents.memory.stores._core.encoding import check_seq, decode_pairs
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
 from agents.memory.stores._search.coded_file import CodedFile
+from agents.memory.stores._search.coded_saves import CodedSaves, Written
 from agents.memory.stores._search.compact import CompactVectors, CosinesOf, compact_table
 from agents.memory.stores._search.filtering import (
     ALL,
@@ -175,6 +176,14 @@ class VectorSearch:
         self._backend = engine.backend
         self._keyword = keyword
         self._cache = VectorCache() if cache is None else cache
+        self._saves = CodedSaves(engine)  # the coded files due as the handle closes
+
+    def closing_saves(self) -> Callable[[], None] | None:
+        """Return the saves of the coded files due as the handle closes (:class:`CodedSaves`), to run before its backend closes; ``None`` where none is due."""
+        due = self._saves.due(self._cache.budget)
+        if not due:
+            return None
+        return functools.partial(self._saves.save, due, self._coded, self._cache.budget)
 
     def model(self, sid: str) -> VectorModel | None:
         """Return the session's recorded embedding model (``Store.vector_model``)."""
@@ -288,6 +297,7 @@ class VectorSearch:
         pending: list[tuple[int, bytes, list[str]]] = []
         known: dict[str, Any] = {}  # the parts embedded so far, for the items after (bounded)
         done = 0
+        written = Written(sid, fields, parts, embedder)
         pages = self._backend.unembedded_pages(sid, filed, max(batch_size, 256))
         while True:
             with self._engine.errors("read", sid):
@@ -301,7 +311,8 @@ class VectorSearch:
             while pending and (len(pending) >= batch_size or rows is None):
                 chunk = pending[:batch_size]
                 del pending[:batch_size]
-                self._store_vectors(sid, embedder, filed, chunk, known)
+                size = self._store_vectors(sid, embedder, filed, chunk, known)
+                self._saves.wrote(written, len(chunk), size)
                 done += len(chunk)
                 if progress is not None:
                     progress(done, max(count - covered, done))
@@ -520,13 +531,7 @@ class VectorSearch:
         file = CodedFile(self._backend, sid, filed, version, embedder.name, embedder.dimension)
         file.count = lambda: self._cache.counted(sid, filed, version, count)
 
-        def load(budget: int) -> Table | None:
-            pages = self._stored_cosine_pages(sid, embedder, filed)
-            table = _table_of(pages, embedder, parts, budget, exact)
-            if isinstance(table, CompactVectors):
-                with self._engine.errors("search", sid):
-                    file.save(table)
-            return table
+        load = functools.partial(self._coded, Written(sid, fields, parts, embedder), file)
 
         def saved(budget: int) -> Table | None:
             with self._engine.errors("search", sid):
@@ -541,6 +546,17 @@ class VectorSearch:
 
         kept_as = (version, embedder.name, embedder.dimension)
         return self._cache.table(sid, filed, kept_as, load, update, saved if file.path else None)
+
+    def _coded(self, written: Written, file: CodedFile, budget: int) -> Table | None:
+        """Return the session's stored vectors as a table of at most ``budget`` bytes (:func:`_table_of`), a coded one saved to ``file`` as it is built; ``None`` where none fits."""
+        sid, embedder, parts = written.session_id, written.embedder, written.parts
+        exact = functools.partial(self._cosines_of, sid, embedder, written.fields, parts=parts)
+        pages = self._stored_cosine_pages(sid, embedder, fields_text(written.fields, parts))
+        table = _table_of(pages, embedder, parts, budget, exact)
+        if isinstance(table, CompactVectors):
+            with self._engine.errors("search", sid):
+                file.save(table)
+        return table
 
     def _cosines_of(
         self,
@@ -610,8 +626,8 @@ class VectorSearch:
         filed: str,
         chunk: Sequence[tuple[int, bytes, list[str]]],
         known: dict[str, Any],
-    ) -> None:
-        """Embed one batch and write its vectors (an item's parts in one row) in one transaction (nothing if the embedder fails).
+    ) -> int:
+        """Embed one batch and write its vectors (an item's parts in one row) in one transaction (nothing if the embedder fails); return the bytes written.
 
         Each distinct part is embedded once (:func:`vectors_once`), none
         that ``known`` (the parts of the batches before) holds.
@@ -627,11 +643,12 @@ class VectorSearch:
         rows = [(seq, data, blob) for (seq, data, _), blob in zip(chunk, blobs, strict=True)]
         with self._engine.errors("write the vectors of", sid), self._backend.transaction(sid) as tx:
             if self._backend.lock_session(tx, sid) is None:
-                return
+                return 0
             found = self._backend.claim_vector_model(tx, sid, embedder.name, embedder.dimension)
             if found != (embedder.name, embedder.dimension):
                 raise EmbedderMismatchError(_mismatch(self._engine.url, sid, found, embedder))
             self._backend.put_vectors(tx, sid, filed, rows)
+        return sum(len(blob) for blob in blobs)
 
     def _stores_vectors(self) -> bool:
         """Return whether a query stores the vectors it lacks (a writable handle on a backend that keeps them).

@@ -1,0 +1,132 @@
+"""The coded files a handle saves as it closes, for the sessions whose part vectors it wrote and that a fresh handle would code (``vector_snapshot="auto"``).
+
+A handle saves a session's coded table (``agents.memory.stores._search.coded_file``)
+as a query codes it. A writer that embeds 100,000 steps cut into parts
+(``Store.index_embeddings``) and closes without a query left none, and the
+first reader paid for it: ~3 s for its first query (read page by page,
+23x a warm one) and ~7 s for its second (coding 2.1 GiB and saving the
+file). So the writer codes and saves it as it closes, as it saves its
+keyword snapshots (``agents.memory.stores._sqlite.snapshots``): for each
+session and fields whose vectors the handle wrote and whose file is not
+of the vectors now: stale (the session was coded), or missing with the
+session's vectors as stored estimated past the kept-vector budget (the
+bytes a row the handle wrote times the session's vector rows: no read).
+The build is a query's (``VectorSearch``), on a thread of its own that is
+not a daemon; the backend closes after it (and so saves its keyword
+snapshots after it). ``close()`` returns at once; a process that ends
+right after it waits for the thread (100,000 steps: the whole build, a
+read of every stored vector and the coding, 7-8 s of CPU), rather than
+leave its readers none. A process killed meanwhile leaves the previous
+file or none (a file is renamed in place whole), never a damaged one: a
+load checks it anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from attrs import frozen
+
+from agents.memory._vectors import Embedder, EmbedParts, fields_text
+from agents.memory.exceptions import AgentMemoryError
+from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._core.engine import Engine
+from agents.memory.stores._search.coded_file import CodedFile
+from agents.memory.stores._search.compact import CompactVectors
+
+__all__ = ["SAVE_THREAD", "CodedSaves", "Coding", "Written"]
+
+SAVE_THREAD: Final = "kvmemory-vector-snapshot"
+"""The name of the thread that saves a closing handle's coded files (and then closes its backend)."""
+
+
+@frozen
+class Written:
+    """A session and the fields (and parts) whose vectors a handle wrote, with the embedder that made them."""
+
+    session_id: str
+    fields: tuple[str, ...] | None
+    parts: EmbedParts
+    embedder: Embedder
+
+
+_Noted = tuple[Written, int, int]
+
+Coding = Callable[[Written, CodedFile, int], object]
+"""``coding(written, file, budget)``: read the session's stored vectors into a table of at most ``budget`` bytes, saved to ``file`` where it is coded (a query's build)."""
+
+
+class CodedSaves:
+    """The sessions whose part vectors a handle wrote, and the saves of their coded files as it closes (see the module docs)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        # (session, fields, parts) -> what was written, its vector rows and their bytes
+        self._written: dict[tuple[str, tuple[str, ...] | None, EmbedParts], _Noted] = {}
+        self._lock = threading.Lock()
+
+    def wrote(self, written: Written, rows: int, size: int) -> None:
+        """Note ``rows`` vector rows of ``size`` bytes in all written by this handle."""
+        key = (written.session_id, written.fields, written.parts)
+        with self._lock:
+            _, before, bytes_before = self._written.get(key, (written, 0, 0))
+            self._written[key] = (written, before + rows, bytes_before + size)
+
+    def due(self, budget: int) -> list[Written]:
+        """Return the sessions whose coded file the closing handle saves: not current, and either stale (the session was coded) or missing with the session's vectors estimated past ``budget`` bytes.
+
+        The estimate is the bytes a row of those the handle wrote times the
+        session's vector rows (one count), so that a session a fresh handle
+        keeps as float32 is not read at close; the build decides (it saves
+        only a coded table, and removes a stale file where the session no
+        longer codes).
+        """
+        with self._lock:
+            written, self._written = self._written, {}
+        backend = self._engine.backend
+        if not written or not backend.saves_vector_snapshots:
+            return []
+        due = []
+        for noted, rows, size in written.values():
+            filed = fields_text(noted.fields, noted.parts)
+            # The close goes on whatever fails here: a query codes the session, as without it.
+            with _quiet(), self._engine.errors("save the coded vectors of", noted.session_id):
+                file = _coded_file(backend, noted, filed)
+                if file is None or file.path is None or file.current():
+                    continue
+                count = backend.vector_count(noted.session_id, filed)
+                if size * count > budget * rows or os.path.exists(file.path):
+                    due.append(noted)
+        return due
+
+    def save(self, due: Sequence[Written], coding: Coding, budget: int) -> None:
+        """Code and save the ``due`` sessions' files (each where it is still missing or stale); what fails leaves the file to the first query that codes the session, as without it."""
+        backend = self._engine.backend
+        for written in due:
+            filed = fields_text(written.fields, written.parts)
+            with _quiet(), self._engine.errors("save the coded vectors of", written.session_id):
+                file = _coded_file(backend, written, filed)
+                if file is None or file.path is None or file.current():
+                    continue
+                if not isinstance(coding(written, file, budget), CompactVectors):
+                    # The session no longer codes: a stale file would be read at each close.
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(file.path)
+
+
+def _quiet() -> contextlib.suppress:
+    """Suppress what a save may meet (a store error, a damaged vector, a file that cannot be written): it is a cache."""
+    return contextlib.suppress(AgentMemoryError, OSError)
+
+
+def _coded_file(backend: Backend, written: Written, filed: str) -> CodedFile | None:
+    """Return the session's coded file at the version of its vectors now (``None`` where the backend cannot vouch for one, or keeps none)."""
+    version = backend.vectors_version(written.session_id, filed)
+    if version is None or backend.vector_snapshot_path(written.session_id, filed) is None:
+        return None
+    embedder = written.embedder
+    return CodedFile(backend, written.session_id, filed, version, embedder.name, embedder.dimension)
