@@ -32,7 +32,7 @@ from agents.memory import MemoryItem
 from agents.memory.search import EmbedParts
 from agents.memory.stores import open_store
 from agents.memory.stores._search import coded_file
-from agents.memory.stores._search.coded_saves import SAVE_THREAD
+from agents.memory.stores._search.coded_saves import SAVE_THREAD, rebuild_rows
 from agents.memory.stores._search.compact import CompactVectors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,10 +87,17 @@ def test_a_writer_process_that_exits_after_close_leaves_the_file_a_reader_loads(
             assert [type(table) for table in kept_tables(store)] == [CompactVectors]
 
 
-def test_later_writes_make_the_file_stale_and_their_close_saves_it_again(
+def more_steps(n: int, seed: int) -> list[MemoryItem]:
+    """Return ``n`` steps numbered from 1,000 (apart from those of ``steps``), enough for a close to code again where ``n`` is 64 or more."""
+    return [
+        MemoryItem(**{**item.to_dict(), "step": 1000 + i}) for i, item in enumerate(steps(n, seed))
+    ]
+
+
+def test_a_few_later_steps_leave_the_file_stale_and_enough_of_them_save_it_at_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A handle that appends and embeds one short step after the save (too few vector bytes to tell the session passes the budget) closes with the file current again: a fresh handle loads it, with the new step ranked."""
+    """A handle that appends and embeds one short step (fewer items than ``rebuild_rows``) closes without coding: the file stays stale and a fresh handle ranks without it, as Memory.search; a handle that writes more steps closes with the file current again."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(70, 4)
     write_and_close(url, items, monkeypatch)
@@ -101,14 +108,25 @@ def test_later_writes_make_the_file_stale_and_their_close_saves_it_again(
         store.append("s", added)
         store.index_embeddings("s", EMBEDDER)
         before = coded_file.saved_tag(coded_path(store))
+        assert rebuild_rows(store.backend.vector_count("s", FIELDS)) == 64 < len(items)
+    closed_saves()
+    with open_store(url) as store:
+        assert coded_file.saved_tag(coded_path(store)) == before
+    assert not first_loads(url, [*items, *added], monkeypatch)
+    more = more_steps(70, 5)
+    every = [*items, *added, *more]
+    with open_store(url) as store:
+        coded_budget(store, every, monkeypatch)
+        store.append("s", more)
+        store.index_embeddings("s", EMBEDDER)
     closed_saves()
     with open_store(url) as store:
         assert coded_file.saved_tag(coded_path(store)) != before
-    assert first_loads(url, [*items, *added], monkeypatch)
+    assert first_loads(url, every, monkeypatch)
     with open_store(url) as store:
-        coded_budget(store, [*items, *added], monkeypatch)
+        coded_budget(store, every, monkeypatch)
         assert found(store, QUERIES[2], 5, "semantic") == expected(
-            [*items, *added], QUERIES[2], 5, "semantic", None
+            every, QUERIES[2], 5, "semantic", None
         )
 
 
@@ -287,14 +305,14 @@ def test_a_file_of_the_first_format_is_refused_and_saved_again(
 def test_a_stale_file_of_a_session_that_no_longer_codes_is_removed_at_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A handle whose budget keeps the session as float32 writes a step and closes: the stale file goes (no close codes it again)."""
+    """A handle whose budget keeps the session as float32 writes 70 steps and closes: the stale file goes (no close codes it again)."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(50, 12)
     write_and_close(url, items, monkeypatch)
     with open_store(url) as store:
         path = coded_path(store)
         assert os.path.exists(path)
-        store.append("s", [MemoryItem(step=800, thought="a step of its own")])
+        store.append("s", more_steps(70, 13))
         store.index_embeddings("s", EMBEDDER)
     closed_saves()
     assert not os.path.exists(path)

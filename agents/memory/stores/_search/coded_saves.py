@@ -11,14 +11,19 @@ session and fields whose vectors the handle wrote and whose file is not
 of the vectors now: stale (the session was coded), or missing with the
 session's vectors as stored estimated past the kept-vector budget (the
 bytes a row the handle wrote times the session's vector rows: no read).
-The build is a query's (``VectorSearch``), on a thread of its own that is
-not a daemon; the backend closes after it (and so saves its keyword
+The build is a query's (``VectorSearch``), on a thread of its own that
+is not a daemon; the backend closes after it (and so saves its keyword
 snapshots after it). ``close()`` returns at once; a process that ends
 right after it waits for the thread (100,000 steps: the whole build, a
 read of every stored vector and the coding, 7-8 s of CPU), rather than
-leave its readers none. A process killed meanwhile leaves the previous
-file or none (a file is renamed in place whole), never a damaged one: a
-load checks it anyway.
+leave its readers none. A handle that wrote fewer vector rows (one an
+item) than :func:`rebuild_rows` (64, or a hundredth of the session's:
+1,000 steps of a 100,000-step session) leaves the file stale rather than
+pay that build for a few steps (an agent appending a step a process
+would wait 7 s at every exit); the first query that codes the session
+saves it. A process killed meanwhile leaves the previous file or none (a
+file is renamed in place whole), never a damaged one: a load checks it
+anyway.
 """
 
 from __future__ import annotations
@@ -38,7 +43,16 @@ from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._search.coded_file import CodedFile
 from agents.memory.stores._search.compact import CompactVectors
 
-__all__ = ["SAVE_THREAD", "CodedSaves", "Coding", "Written"]
+__all__ = ["SAVE_THREAD", "CodedSaves", "Coding", "Written", "rebuild_rows"]
+
+_FEWEST_ROWS: Final = 64  # vector rows (one an item) written below which a close never codes
+_SHARE: Final = 100  # ... nor below a hundredth of the session's
+
+
+def rebuild_rows(count: int) -> int:
+    """Return the vector rows (one an item) a handle must have written to a session of ``count`` for its close to code and save the session's file (all of them where the session holds fewer than 64)."""
+    return min(count, max(_FEWEST_ROWS, count // _SHARE))
+
 
 SAVE_THREAD: Final = "kvmemory-vector-snapshot"
 """The name of the thread that saves a closing handle's coded files (and then closes its backend)."""
@@ -77,7 +91,7 @@ class CodedSaves:
             self._written[key] = (written, before + rows, bytes_before + size)
 
     def due(self, budget: int) -> list[Written]:
-        """Return the sessions whose coded file the closing handle saves: not current, and either stale (the session was coded) or missing with the session's vectors estimated past ``budget`` bytes.
+        """Return the sessions whose coded file the closing handle saves: not current, written enough (:func:`rebuild_rows`), and either stale (the session was coded) or missing with the session's vectors estimated past ``budget`` bytes.
 
         The estimate is the bytes a row of those the handle wrote times the
         session's vector rows (one count), so that a session a fresh handle
@@ -99,6 +113,8 @@ class CodedSaves:
                 if file is None or file.path is None or file.current():
                     continue
                 count = backend.vector_count(noted.session_id, filed)
+                if rows < rebuild_rows(count):
+                    continue
                 if size * count > budget * rows or os.path.exists(file.path):
                     due.append(noted)
         return due
