@@ -210,8 +210,8 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
             return self._file.change_stamp()
 
     def keyword_snapshot_path(self, session_id: str) -> str | None:
-        """Return ``<file>.keywords/<sha1 of the session id>`` (``None`` for an in-memory store)."""
-        if self._file.path == ":memory:" or not self._file.keyword_indexed:
+        """Return ``<file>.keywords/<sha1 of the session id>`` (``None`` where the file keeps no keyword index)."""
+        if not self._file.keyword_indexed:
             return None
         name = hashlib.sha1(session_id.encode(), usedforsecurity=False).hexdigest()
         return os.path.join(f"{self._file.path}.keywords", name)

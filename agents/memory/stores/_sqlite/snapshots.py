@@ -174,16 +174,14 @@ class SnapshotFiles(Backend):
     """Where an SQLite backend keeps its sessions' coded part vectors beside its file, and the removal of a deleted session's caches (a base of ``SQLiteBackend``).
 
     ``<file>.vectors/<sha1 of the session id>-<sha1 of the fields>``
-    (``agents.memory.stores._search.coded_file``); none for an in-memory store.
+    (``agents.memory.stores._search.coded_file``).
     """
 
     path: str
     vector_snapshot: KeywordSnapshotMode
 
     def vector_snapshot_path(self, session_id: str, fields: str) -> str | None:
-        """Return the file of the session's coded part vectors over ``fields`` (``None`` for an in-memory store)."""
-        if self.path == ":memory:":
-            return None
+        """Return the file of the session's coded part vectors over ``fields``."""
         return os.path.join(f"{self.path}.vectors", f"{_hex(session_id)}-{_hex(fields)}")
 
     @property
@@ -197,8 +195,6 @@ class SnapshotFiles(Backend):
         if snapshot is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(snapshot)
-        if self.path == ":memory:":
-            return
         folder, prefix = f"{self.path}.vectors", f"{_hex(session_id)}-"
         with contextlib.suppress(OSError):  # no folder: nothing saved
             for name in os.listdir(folder):
