@@ -491,15 +491,15 @@ def best_cosines(
     best items picked by :func:`top_rows`, as over one matrix.
     """
     np = numpy()
-    every: list[int] = []
+    every = []
     parts = []
     for keys, matrix in pages:
         if len(keys):
-            every.extend(keys)
+            every.append(np.asarray(keys, dtype=np.int64))  # a page's keys, an array at once
             parts.append(cosines(matrix, query))
     if not parts:
         return {}
-    owners, sims = best_per_key(np.asarray(every, dtype=np.int64), np.concatenate(parts))
+    owners, sims = best_per_key(np.concatenate(every), np.concatenate(parts))
     rows = top_rows(sims, limit)
     keys_at = owners.tolist()
     out = {keys_at[row]: float(sims[row]) for row in rows.tolist()}

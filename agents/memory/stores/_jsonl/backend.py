@@ -105,6 +105,8 @@ from agents.memory.stores._jsonl.log import (
     model_record,
     vector_record,
 )
+from agents.memory.stores._jsonl.vector_file import VectorView
+from agents.memory.stores._jsonl.vector_views import SessionVectors
 from agents.memory.stores._store import Store
 
 __all__ = ["JSONLStore", "LogBackend"]
@@ -254,6 +256,7 @@ class LogBackend(Backend):
         self._files = StoreFiles(self.directory)
         self._logs = SessionLogs(self._files, version=SCHEMA_VERSION, fsync=fsync)
         self._keywords = SessionKeywords(self.directory, read_only=read_only)
+        self._vectors = SessionVectors(self.directory, read_only=read_only)
         self._values = FilterValues()
         try:
             if read_only:
@@ -290,19 +293,29 @@ class LogBackend(Backend):
 
     def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         with self._files.locked(exclusive=False):
+            path = self._files.log_path(session_id)
             index = self._unviewed(session_id)
-            if index is not None:
-                found = rows_at(self._files.log_path(session_id), index, seqs)
+            view = None if index is not None else self._vector_view(session_id)
+            # The hits read alone, by the record offsets of the keyword index or the vector file.
+            offsets = index or view
+            if offsets is not None:
+                found = rows_at(path, offsets.record_at, offsets.offset, seqs)
                 if found is not None:
                     return found
             log = self._logs.current(session_id)
             if index is not None and log is not None:  # an offset did not check out
-                self._keywords.offsets_from(session_id, log, self._files.log_path(session_id))
+                self._keywords.offsets_from(session_id, log, path)
+            if view is not None and log is not None:
+                self._vectors.rebuilt(session_id, log, path)
             rows = log.rows if log is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
 
     def count(self, session_id: str) -> int:
-        log = self._snapshot(session_id)
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                return view.count
+            log = self._logs.current(session_id)
         return 0 if log is None else len(log.rows)
 
     def sessions(self) -> list[str]:
@@ -445,7 +458,11 @@ class LogBackend(Backend):
     # -- vectors: records in the log ------------------------------------------------------
 
     def vector_model(self, session_id: str) -> tuple[str, int] | None:
-        log = self._snapshot(session_id)
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                return view.model
+            log = self._logs.current(session_id)
         return None if log is None else log.model
 
     def vector_pages(
@@ -456,16 +473,38 @@ class LogBackend(Backend):
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
+    def vector_matrix(
+        self, session_id: str, fields: str
+    ) -> tuple[Sequence[int], Sequence[int], bytes | memoryview] | None:
+        """Return the vectors over ``fields`` from ``<session>.vectors`` where this handle holds no view of the log and the file is current (:class:`SessionVectors`); else ``None``, saving the file first if it is due."""
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                table = view.tables.get(fields)
+                return ((), (), b"") if table is None else table.block()
+            log = self._logs.current(session_id)
+            if log is not None:
+                self._vectors.save_due(session_id, log, self._files.log_path(session_id))
+        return None
+
     def vectors_of(
         self, session_id: str, fields: str, seqs: Sequence[int]
     ) -> list[tuple[int, bytes]]:
-        log = self._snapshot(session_id)
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                return view.vectors_of(fields, seqs)
+            log = self._logs.current(session_id)
         table = (log.vectors.get(fields) or {}) if log is not None else {}
         return [(seq, table[seq]) for seq in sorted(set(seqs)) if seq in table]
 
     def vectors_version(self, session_id: str, fields: str) -> tuple[bytes, int] | None:
         """Return the log's header and length as read: every write appends to the log or writes it anew (a new header)."""
-        log = self._snapshot(session_id)
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                return (view.header, view.offset)
+            log = self._logs.current(session_id)
         return None if log is None else (log.header, log.offset)
 
     def vector_changes(
@@ -485,7 +524,12 @@ class LogBackend(Backend):
             return self._logs.vector_changes(session_id, since, now)
 
     def vector_count(self, session_id: str, fields: str) -> int:
-        log = self._snapshot(session_id)
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                table = view.tables.get(fields)
+                return 0 if table is None else table.count
+            log = self._logs.current(session_id)
         return len(log.vectors.get(fields) or {}) if log is not None else 0
 
     def unembedded_pages(
@@ -554,6 +598,7 @@ class LogBackend(Backend):
             self._logs.forget(session_id)
             os.unlink(path)
             self._keywords.forget(session_id, remove=True)
+            self._vectors.forget(session_id, remove=True)
             self._values.forget(session_id)
             return True
 
@@ -568,6 +613,7 @@ class LogBackend(Backend):
         self._files.close()
         self._logs.clear()
         self._keywords.clear()
+        self._vectors.clear()
         self._values.clear()
 
     # -- keyword search: the index beside each log ----------------------------------------
@@ -575,9 +621,16 @@ class LogBackend(Backend):
     def _indexed(self, session_id: str, answer: Callable[[KeywordIndex], T]) -> T | None:
         """Return ``answer`` of the session's keyword index, current with the log; ``None`` if there is no session.
 
-        The caller holds the lock. An index file whose postings turn out
-        damaged is built again from the log, and ``answer`` asked again.
+        The caller holds the lock. While this handle holds no view of the
+        log, the index is taken from the file as the log is now
+        (:meth:`_unviewed`), without reading the log whole. An index file
+        whose postings turn out damaged is built again from the log, and
+        ``answer`` asked again.
         """
+        index = self._unviewed(session_id)
+        if index is not None:
+            with contextlib.suppress(DamagedIndexError):  # built again from the log, below
+                return answer(index)
         log = self._logs.current(session_id)
         if log is None:
             return None
@@ -614,10 +667,6 @@ class LogBackend(Backend):
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
         with self._files.locked(exclusive=False):
-            index = self._unviewed(session_id)
-            if index is not None:
-                with contextlib.suppress(DamagedIndexError):  # built again from the log, below
-                    return top(index, terms, k)
             return self._indexed(session_id, lambda index: top(index, terms, k)) or []
 
     def keyword_among(
@@ -717,6 +766,12 @@ class LogBackend(Backend):
         if self._logs.viewed(session_id):
             return None
         return self._keywords.unviewed(session_id, self._files.log_path(session_id))
+
+    def _vector_view(self, session_id: str) -> VectorView | None:
+        """Return the session's vector file caught up with the log file while this handle holds no view of the log (:meth:`SessionVectors.unviewed`): a semantic query's calls answered without reading the log whole."""
+        if self._logs.viewed(session_id):
+            return None
+        return self._vectors.unviewed(session_id, self._files.log_path(session_id))
 
     def _source(self, session_id: str) -> str:
         """Return how errors name a session's log."""
