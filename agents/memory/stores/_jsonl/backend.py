@@ -536,6 +536,9 @@ class LogBackend(Backend):
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None and view.embedded(fields):
+                return
             log = self._logs.current(session_id)
             if log is None:
                 return

@@ -172,6 +172,21 @@ class VectorView:
                 out.append((seq, vector))
         return out
 
+    def embedded(self, fields: str) -> bool:
+        """Return whether every live item holds a vector over ``fields`` (``False`` also where numpy, which tells, is missing)."""
+        table = self.tables.get(fields)
+        if table is None:
+            return self.count == 0
+        np = numpy_module()
+        if np is None or table.count < self.count:
+            return False
+        live = np.frombuffer(self._live_seqs, dtype=np.uint64)
+        have = np.frombuffer(table.seqs, dtype=np.uint64)
+        # Every live item is a live one of the file (with a vector there, or among these)
+        # or one added since: each of these must hold a vector now.
+        maybe = itertools.chain(live[~np.isin(live, have)].tolist(), table.gone, self._put)
+        return all(self.record_at(seq) is None or table.has(seq) for seq in maybe)
+
     def live(self) -> dict[int, int]:
         """Return every live item's record offset, by seq."""
         out = {
