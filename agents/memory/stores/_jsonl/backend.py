@@ -7,6 +7,7 @@ A store is a directory (schema version 4, recorded in the marker file)::
     <session_id>.jsonl        the log of one session
     <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
     <session_id>.keywords     the keyword index of the log, a cache (see below)
+    <session_id>.vectors      the vectors and record offsets of the log, a cache (see below)
 
 Each log starts with a header line, then one record per line::
 
@@ -31,7 +32,10 @@ A vector belongs to the item's fields as they were when it was embedded:
 reading a ``"u"`` or ``"del"`` record forgets the vectors of those items.
 Semantic search reads the vectors from this process's view of the log (the
 whole session's vectors are held in RAM with its items) and computes exact
-cosines with numpy.
+cosines with numpy. Until a handle has read a session's log whole, it takes
+them from ``<session_id>.vectors`` instead, mapped and caught up with the
+log: :mod:`agents.memory.stores._jsonl.vector_views` describes when that
+file is used, followed or saved again.
 
 ``item`` is the codec's wire form of the item, byte for byte, and ``meta``
 the codec's form of the metadata. Appending writes the records of one

@@ -114,13 +114,51 @@ class _Table:
             self.gone.add(seq)
 
     def block(self) -> tuple[Sequence[int], Sequence[int], bytes | memoryview]:
-        """Return the seqs (ascending), each one's vector length and the vectors, one after the other."""
+        """Return the seqs (ascending), each one's vector length and the vectors, one after the other.
+
+        The file's rows are handed over as they lie where nothing changed
+        since; else in runs between the rows changed since, each taken
+        whole (the changes are few: past some, the file is saved again).
+        """
         if not self.put and not self.gone:
             return self.seqs, self.lengths, self.blob
-        seqs = sorted(seq for seq in itertools.chain(self.seqs, self.put) if self.has(seq))
-        seqs = list(dict.fromkeys(seqs))
-        vectors = [self.get(seq) or b"" for seq in seqs]
-        return seqs, [len(vector) for vector in vectors], b"".join(vectors)
+        if self._starts is None:
+            self._starts = [0, *itertools.accumulate(self.lengths)]
+        starts = self._starts
+        dropped = {
+            number
+            for seq in itertools.chain(self.gone, self.put)
+            if (number := self._in_file(seq)) is not None
+        }
+        puts: dict[int, list[int]] = {}  # the new rows before each row of the file, by seq
+        for seq in sorted(self.put):
+            puts.setdefault(bisect.bisect_left(self.seqs, seq), []).append(seq)
+        seqs: list[bytes] = []
+        lengths: list[bytes] = []
+        blob: list[bytes | memoryview] = []
+        low = 0
+        for cut in sorted(dropped | puts.keys() | {len(self.seqs)}):
+            if low < cut:  # the file's rows [low, cut) unchanged: one run
+                seqs.append(_raw(self.seqs, low, cut))
+                lengths.append(_raw(self.lengths, low, cut))
+                blob.append(self.blob[starts[low] : starts[cut]])
+            for seq in puts.get(cut, ()):
+                seqs.append(array(_U8, [seq]).tobytes())
+                lengths.append(array(_U8, [len(self.put[seq])]).tobytes())
+                blob.append(self.put[seq])
+            low = cut + 1 if cut in dropped else cut
+        return (
+            ints(memoryview(b"".join(seqs)), 8),
+            ints(memoryview(b"".join(lengths)), 8),
+            b"".join(blob),
+        )
+
+
+def _raw(values: Sequence[int], low: int, high: int) -> bytes:
+    """Return the bytes of ``values[low:high]`` (native u8: a memoryview of a file, or an array)."""
+    if isinstance(values, memoryview):
+        return values[low:high].tobytes()
+    return array(_U8, values[low:high]).tobytes()
 
 
 class VectorView:
