@@ -324,6 +324,72 @@ def test_checksum_changes_with_any_word() -> None:
     assert vector_file.checksum(np, bytes(swapped)) != base
 
 
+def keyword_hits(store: JSONLStore, query: str, where: Any, k: int = 5) -> Hits:
+    """Return a filtered keyword search's (seq, score, fields) through the store, best first."""
+    found = store.search("s", query, k, mode="keyword", where=where)
+    return [(hit.seq, hit.score, hit.item.to_dict()) for hit in found]
+
+
+FILTERS = (
+    {"step": 7},
+    {"step": {"$gte": 30}},
+    {"action": {"$in": ["cat", "dog red"]}},
+    {"missing": 1},
+    {"$or": [{"step": 3}, {"step": {"$lt": 2}}]},
+)
+
+
+@pytest.mark.parametrize("where", FILTERS)
+def test_fresh_filtered_keyword_query_walks_the_file(tmp_path: Path, where: Any) -> None:
+    """A fresh handle's filtered keyword query walks the keyword file's ranking, reading candidates by offset: the hits of the whole-log handle and Memory.search."""
+    indexed(tmp_path)
+    for query in QUERIES:
+        with JSONLStore(tmp_path, read_only=True) as store:
+            got = keyword_hits(store, query, where)
+            walked = not read_whole(store)
+            items = [record.item for record in store.records("s")]
+        want = Memory(items).search(query, 5, mode="keyword", where=where)
+        assert [(score, fields) for _, score, fields in got] == [
+            (hit.score, hit.item.to_dict()) for hit in want
+        ]
+        with JSONLStore(tmp_path, read_only=True) as store:
+            store.backend.read_rows("s")
+            assert got == keyword_hits(store, query, where)
+        assert walked  # 40 items: the first ranking holds every candidate
+
+
+def test_filtered_queries_read_the_log_whole_once_walks_read_as_many_rows(tmp_path: Path) -> None:
+    """Once a handle has read as many rows by offset as the session holds, its next filtered query reads the log whole (and ranks as before)."""
+    indexed(tmp_path)
+    where = {"step": {"$gte": 0}}
+    query = " ".join(WORDS)  # every item holds one: each query reads 30 rows of 40
+    with JSONLStore(tmp_path, read_only=True) as store:
+        first = keyword_hits(store, query, where, k=30)
+        assert not read_whole(store)
+        second = keyword_hits(store, query, where, k=30)
+        third = keyword_hits(store, query, where, k=30)
+        assert read_whole(store)
+    assert first == second == third
+    with JSONLStore(tmp_path, read_only=True) as store:
+        store.backend.read_rows("s")
+        assert first == keyword_hits(store, query, where, k=30)
+
+
+def test_filtered_keyword_query_after_a_whole_read_is_answered_by_the_backend(
+    tmp_path: Path,
+) -> None:
+    """A handle that read the log whole ranks filtered queries from its kept values, before and after another handle's write."""
+    indexed(tmp_path)
+    with JSONLStore(tmp_path, read_only=True) as store:
+        store.backend.read_rows("s")
+        first = keyword_hits(store, "cat", {"step": {"$gte": 30}})
+        with JSONLStore(tmp_path) as other:
+            other.append("s", [item(["cat", "cat"], 77)])
+        again = keyword_hits(store, "cat", {"step": {"$gte": 30}})
+    assert first != again
+    assert again[0][2]["step"] == 77
+
+
 # -- against a model: any sequence of changes, saves and damage ----------------------------
 
 
@@ -415,6 +481,12 @@ class FirstQueries(RuleBasedStateMachine):
                     got = search(store, "red cat", mode, parts)
                 assert got == whole_log_hits(self.folder, "red cat", mode, parts), (mode, parts)
                 assert count == len(self.live())
+        where = {"step": {"$gte": 5}}
+        with JSONLStore(self.folder, read_only=True) as store:
+            got = keyword_hits(store, "red cat", where)
+        with JSONLStore(self.folder, read_only=True) as store:
+            store.backend.read_rows("s")
+            assert got == keyword_hits(store, "red cat", where)
 
 
 FirstQueries.TestCase.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)

@@ -262,6 +262,8 @@ class LogBackend(Backend):
         self._keywords = SessionKeywords(self.directory, read_only=read_only)
         self._vectors = SessionVectors(self.directory, read_only=read_only)
         self._values = FilterValues()
+        self._where_answered: set[str] = set()  # the sessions keyword_top_where answered
+        self._read_by_offset: dict[str, int] = {}  # rows read by their offsets, by session
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -305,6 +307,9 @@ class LogBackend(Backend):
             if offsets is not None:
                 found = rows_at(path, offsets.record_at, offsets.offset, seqs)
                 if found is not None:
+                    self._read_by_offset[session_id] = self._read_by_offset.get(
+                        session_id, 0
+                    ) + len(found)
                     return found
             log = self._logs.current(session_id)
             if index is not None and log is not None:  # an offset did not check out
@@ -621,6 +626,7 @@ class LogBackend(Backend):
         self._logs.clear()
         self._keywords.clear()
         self._vectors.clear()
+        self._read_by_offset.clear()
         self._values.clear()
 
     # -- keyword search: the index beside each log ----------------------------------------
@@ -713,11 +719,27 @@ class LogBackend(Backend):
     def keyword_top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:
-        """Rank only the rows that pass ``tree``, judged from the values of its fields this handle keeps (:func:`ranked_where`)."""
+        """Rank only the rows that pass ``tree``, judged from the values of its fields this handle keeps (:func:`ranked_where`).
+
+        ``None`` while this handle holds no view of the log and the keyword
+        file is current (:meth:`_unviewed`), unless it answered for the
+        session before: the store then walks the file's ranking, reading
+        the candidates by their offsets and testing each with the filter
+        (``widening``), and reads the log whole only where the first
+        ranking (:data:`~agents.memory.stores._search.filtering.NARROW_AT`
+        deep) does not settle it. Once this handle has read as many rows by
+        their offsets as the session holds (a whole read costs about that),
+        the log is read whole, and its kept values judge the next filters.
+        """
         with self._files.locked(exclusive=False):
+            if session_id not in self._where_answered:
+                index = self._unviewed(session_id)
+                if index is not None and self._read_by_offset.get(session_id, 0) < index.count:
+                    return None
             log = self._logs.current(session_id)
             if log is None:
                 return []
+            self._where_answered.add(session_id)  # the same filter gets an answer each time
             allowed = self._passing(session_id, log, tree)
             if allowed is None:
                 return None
