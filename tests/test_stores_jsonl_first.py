@@ -136,6 +136,21 @@ def test_fresh_handle_follows_the_records_appended_after_the_file(tmp_path: Path
     assert_fresh_equals_whole(tmp_path)
 
 
+def test_a_fresh_handle_queried_again_after_another_handle_writes(tmp_path: Path) -> None:
+    """A handle that answered from the file answers the next query, after another handle's writes, as the whole-log handle does."""
+    indexed(tmp_path)
+    for mode in MODES:
+        with JSONLStore(tmp_path, read_only=True) as store:
+            best = search(store, "red dog", mode)[0][0]
+            with JSONLStore(tmp_path) as other:
+                other.append("s", [item(["red", "dog"], 200 + len(mode))])
+                other.delete_seqs("s", [best])
+                other.index_embeddings("s", EMBEDDER)
+            got = search(store, "red dog", mode)
+            assert not read_whole(store)
+        assert got == whole_log_hits(tmp_path, "red dog", mode, PARTS[0])
+
+
 def test_items_changed_after_the_file_lose_their_vectors(tmp_path: Path) -> None:
     """An item updated after the file and not embedded again holds no stored vector for a fresh handle, as for the log read whole."""
     indexed(tmp_path)

@@ -74,14 +74,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, TypeVar
 
 import attrs
 
 from agents.memory._filter import FilterNode
 from agents.memory.exceptions import CorruptStoreError, StoreError
-from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.filter_values import FilterValues, ranked_where
@@ -109,7 +108,7 @@ from agents.memory.stores._jsonl.log import (
     model_record,
     vector_record,
 )
-from agents.memory.stores._jsonl.vector_file import VectorView
+from agents.memory.stores._jsonl.vector_backend import LogVectorReads
 from agents.memory.stores._jsonl.vector_views import SessionVectors
 from agents.memory.stores._store import Store
 
@@ -232,7 +231,7 @@ class JSONLStore(Store):
             self.backend.compact(sid)
 
 
-class LogBackend(Backend):
+class LogBackend(LogVectorReads):
     """The rows of a JSONL store: one append-only log per session in a directory.
 
     Opening reads (or, unless ``read_only``, creates and migrates) the
@@ -274,10 +273,6 @@ class LogBackend(Backend):
         except OSError as exc:
             msg = f"Cannot open {self.url}: {exc}; nothing was changed."
             raise StoreError(msg) from exc
-
-    def _snapshot(self, session_id: str) -> SessionLog | None:
-        with self._files.locked(exclusive=False):
-            return self._logs.current(session_id)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -464,97 +459,7 @@ class LogBackend(Backend):
         log = _open_log(tx)
         return [(seq, step, created) for seq, (step, created, _) in log.rows.items()]
 
-    # -- vectors: records in the log ------------------------------------------------------
-
-    def vector_model(self, session_id: str) -> tuple[str, int] | None:
-        with self._files.locked(exclusive=False):
-            view = self._vector_view(session_id)
-            if view is not None:
-                return view.model
-            log = self._logs.current(session_id)
-        return None if log is None else log.model
-
-    def vector_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        log = self._snapshot(session_id)
-        rows = sorted((log.vectors.get(fields) or {}).items()) if log is not None else []
-        for start in range(0, len(rows), size):
-            yield rows[start : start + size]
-
-    def vector_matrix(
-        self, session_id: str, fields: str
-    ) -> tuple[Sequence[int], Sequence[int], bytes | memoryview] | None:
-        """Return the vectors over ``fields`` from ``<session>.vectors`` where this handle holds no view of the log and the file is current (:class:`SessionVectors`); else ``None``, saving the file first if it is due."""
-        with self._files.locked(exclusive=False):
-            view = self._vector_view(session_id)
-            if view is not None:
-                table = view.tables.get(fields)
-                return ((), (), b"") if table is None else table.block()
-            log = self._logs.current(session_id)
-            if log is not None:
-                self._vectors.save_due(session_id, log, self._files.log_path(session_id))
-        return None
-
-    def vectors_of(
-        self, session_id: str, fields: str, seqs: Sequence[int]
-    ) -> list[tuple[int, bytes]]:
-        with self._files.locked(exclusive=False):
-            view = self._vector_view(session_id)
-            if view is not None:
-                return view.vectors_of(fields, seqs)
-            log = self._logs.current(session_id)
-        table = (log.vectors.get(fields) or {}) if log is not None else {}
-        return [(seq, table[seq]) for seq in sorted(set(seqs)) if seq in table]
-
-    def vectors_version(self, session_id: str, fields: str) -> tuple[bytes, int] | None:
-        """Return the log's header and length as read: every write appends to the log or writes it anew (a new header)."""
-        with self._files.locked(exclusive=False):
-            view = self._vector_view(session_id)
-            if view is not None:
-                return (view.header, view.offset)
-            log = self._logs.current(session_id)
-        return None if log is None else (log.header, log.offset)
-
-    def vector_changes(
-        self, session_id: str, fields: str, since: Hashable, now: Hashable
-    ) -> set[int] | None:
-        """Return the seqs whose vectors the log's records changed from ``since`` to ``now``, whoever appended them; ``None`` where this handle cannot tell.
-
-        A version is the log's header and length. The records between two
-        lengths were appended by this handle or read by it as it followed
-        the file, and say which items' vectors they changed (``vec``, ``u``
-        and ``del`` records); this handle's compaction leads to the new
-        log. ``None`` across a log another handle wrote anew (compacted),
-        a ``clear`` or ``vdrop`` record, or stretches forgotten
-        (:data:`~agents.memory.stores._jsonl.log.STEPS_KEPT`).
-        """
-        with self._files.locked(exclusive=False):
-            return self._logs.vector_changes(session_id, since, now)
-
-    def vector_count(self, session_id: str, fields: str) -> int:
-        with self._files.locked(exclusive=False):
-            view = self._vector_view(session_id)
-            if view is not None:
-                table = view.tables.get(fields)
-                return 0 if table is None else table.count
-            log = self._logs.current(session_id)
-        return len(log.vectors.get(fields) or {}) if log is not None else 0
-
-    def unembedded_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        with self._files.locked(exclusive=False):
-            view = self._vector_view(session_id)
-            if view is not None and view.embedded(fields):
-                return
-            log = self._logs.current(session_id)
-            if log is None:
-                return
-            have = log.vectors.get(fields) or {}
-            rows = [(seq, row[2]) for seq, row in log.rows.items() if seq not in have]
-        for start in range(0, len(rows), size):
-            yield rows[start : start + size]
+    # -- vectors: records in the log (read: LogVectorReads) -------------------------------
 
     def claim_vector_model(
         self, tx: _Tx, session_id: str, model: str, dimension: int
@@ -795,12 +700,6 @@ class LogBackend(Backend):
         if self._logs.viewed(session_id):
             return None
         return self._keywords.unviewed(session_id, self._files.log_path(session_id))
-
-    def _vector_view(self, session_id: str) -> VectorView | None:
-        """Return the session's vector file caught up with the log file while this handle holds no view of the log (:meth:`SessionVectors.unviewed`): a semantic query's calls answered without reading the log whole."""
-        if self._logs.viewed(session_id):
-            return None
-        return self._vectors.unviewed(session_id, self._files.log_path(session_id))
 
     def _source(self, session_id: str) -> str:
         """Return how errors name a session's log."""
