@@ -339,6 +339,28 @@ def test_checksum_changes_with_any_word() -> None:
     assert vector_file.checksum(np, bytes(swapped)) != base
 
 
+def test_held_terms_from_the_kept_arrays_equal_the_postings(tmp_path: Path) -> None:
+    """The terms each item holds, looked up in the index's arrays (a hybrid query's keyword side), are those of its postings, after deletes and appends too."""
+    from agents.memory.stores._core.terms import held_by_row
+    from agents.memory.stores._jsonl.keyword_ranking import held_terms
+
+    indexed(tmp_path)
+    with JSONLStore(tmp_path) as store:
+        store.delete_seqs("s", [3, 4])
+        store.append("s", [item(["cat", "zebra"], 300)])
+    terms = ["cat", "dog", "zebra", "nope", "cat"]
+    seqs = [50, *range(60), 7]
+    with JSONLStore(tmp_path, read_only=True) as store:
+        for follows in (False, True):
+            if follows:
+                store.backend.read_rows("s")  # and asked again of the index held
+            index = store.backend._keywords.unviewed("s", str(tmp_path / "s.jsonl"))
+            assert index is not None
+            want = held_by_row(((term, index.postings(term)) for term in terms), seqs)
+            assert held_terms(index, terms, seqs) == want
+            assert want
+
+
 def keyword_hits(store: JSONLStore, query: str, where: Any, k: int = 5) -> Hits:
     """Return a filtered keyword search's (seq, score, fields) through the store, best first."""
     found = store.search("s", query, k, mode="keyword", where=where)
