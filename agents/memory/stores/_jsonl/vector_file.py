@@ -14,7 +14,7 @@ from it (:class:`VectorView`).
 
 The file: a JSON header line (padded to 8 bytes) naming the log's header and
 the length of the log it covers, with a hash of the :data:`TAIL` bytes
-before that offset, the model, the sizes of the parts and their CRC-32; then
+before that offset, the model, the sizes of the parts and their checksums (:func:`checksum`); then
 the parts, native unsigned arrays: the live seqs (ascending), their record
 offsets, and per fields key its seqs (ascending), each one's vector length
 in bytes (u8), and the vectors (padded to 8 bytes). It is a cache, never the
@@ -423,7 +423,7 @@ def load(
     """Return the view an open file holds, if it covers a prefix of the log that starts with ``header`` and is ``end_of_log`` bytes long; the file is mapped, not copied, and ``fd`` left open.
 
     ``read_log(start, end)`` returns the log file's bytes in that range.
-    Every part is checked against its CRC-32 before it is used.
+    Every part is checked against its checksum before it is used.
 
     Raises:
         DamagedVectorFileError: if the file is not one of this log, or is damaged.
