@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -324,6 +324,37 @@ def test_a_followed_view_is_saved_again_past_the_threshold(
         assert not read_whole(store)
     assert vectors(tmp_path).read_bytes() != before
     assert_fresh_equals_whole(tmp_path)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 20), st.floats(-1, 1, width=32)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_best_per_key_of_keys_in_order_equals_the_unordered_path(
+    rows: list[tuple[int, float]],
+) -> None:
+    """Each key's best cosine from keys in order (a store's pages) is the one the sort-based path gives, float for float."""
+    from agents.memory._vectors import best_per_key
+
+    np = pytest.importorskip("numpy")
+    rows = sorted(rows, key=lambda row: row[0])
+    keys = np.array([key for key, _ in rows], dtype=np.int64)
+    sims = np.array([sim for _, sim in rows], dtype=np.float32)
+    got_keys, got = best_per_key(keys, sims)
+    # The same rows, the first two swapped when their keys differ: the sort-based path.
+    if len(rows) > 1 and rows[0][0] != rows[1][0]:
+        order = [1, 0, *range(2, len(rows))]
+        want_keys, want = best_per_key(keys[order], sims[order])
+    else:
+        reverse = np.arange(len(rows))[::-1]
+        want_keys, want = best_per_key(keys[reverse], sims[reverse])
+    assert got_keys.tolist() == want_keys.tolist()
+    assert np.array_equal(got, want)
+    assert got.dtype == want.dtype
 
 
 def test_checksum_changes_with_any_word() -> None:

@@ -295,10 +295,13 @@ class LogBackend(LogVectorReads):
     def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         with self._files.locked(exclusive=False):
             path = self._files.log_path(session_id)
-            index = self._unviewed(session_id)
-            view = None if index is not None else self._vector_view(session_id)
-            # The hits read alone, by the record offsets of the keyword index or the vector file.
-            offsets = index or view
+            # The hits read alone, by the record offsets of the vector file where this handle
+            # holds it (a semantic query's), else of the keyword index, else of the vector file.
+            view = self._vector_view(session_id) if self._vectors.holds(session_id) else None
+            index = None if view is not None else self._unviewed(session_id)
+            if view is None and index is None:
+                view = self._vector_view(session_id)
+            offsets = view or index
             if offsets is not None:
                 found = rows_at(path, offsets.record_at, offsets.offset, seqs)
                 if found is not None:

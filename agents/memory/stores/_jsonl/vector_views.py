@@ -66,6 +66,10 @@ class SessionVectors:
         """Return the path of a session's vector file."""
         return os.path.join(self.directory, f"{session_id}.vectors")
 
+    def holds(self, session_id: str) -> bool:
+        """Return whether this handle holds a view of the session's file (read for an earlier call)."""
+        return session_id in self._views
+
     def unviewed(self, session_id: str, log_path: str) -> VectorView | None:
         """Return the session's view caught up with its log file as it is now; ``None`` where that takes reading the log whole.
 
