@@ -7,11 +7,15 @@ first search (wall and CPU ms of this process) and the best of three warm
 ones, and closes it. The first run of a process also imports what the
 first query needs (numpy: some 70 ms), so it is left out of the medians.
 ``--mode`` and ``--where`` (a JSON filter) time the other first queries
-(which read the log whole). The hits of the last run are printed as a
-digest, to compare two branches.
+(semantic and hybrid ones from the session's vector file, ``<sid>.vectors``,
+where it is current; filtered ones read the log whole). ``--no-files``
+removes the session's keyword and vector files before each run (untimed),
+so that its first query reads the log whole and saves them again: the cost
+of the save. The hits of the last run are printed as a digest, to compare
+two branches, with the sizes of the log and its files.
 
 Run: .venv/bin/python benchmarks/bench_jsonl_first.py [--items 100000] [--runs 7]
-     [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON]
+     [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files]
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--mode", default="keyword")
     parser.add_argument("--where", default=None)
+    parser.add_argument("--no-files", action="store_true")
     parser.add_argument(
         "--cache", default=os.path.join(tempfile.gettempdir(), "kvmemory-bench-first")
     )
@@ -66,7 +71,11 @@ def main() -> None:
         store.search(sid, QUERIES[1], 5, **options)  # the keyword file saved (if it was not)
     figures: dict[str, list[float]] = {"first": [], "first cpu": [], "warm": [], "warm cpu": []}
     found: Any = None
+    folder = Path(args.cache) / f"first-{args.items}"
     for run in range(args.runs + 1):
+        if args.no_files:
+            for suffix in (".keywords", ".vectors"):
+                (folder / f"{sid}{suffix}").unlink(missing_ok=True)
         with open_store(url) as store:
 
             def search(store: Any = store) -> Any:
@@ -89,6 +98,11 @@ def main() -> None:
             f" ratio {cell(ratios):>14} (median of ratios {statistics.median(ratios):.1f}x)"
         )
     print(f"hits {hashlib.sha1(digest.encode()).hexdigest()[:12]}")
+    sizes = [
+        f"{path.suffix} {path.stat().st_size / 1e6:.2f} MB"
+        for path in sorted(folder.glob(f"{sid}.*"))
+    ]
+    print(f"files {', '.join(sizes)}")
 
 
 if __name__ == "__main__":

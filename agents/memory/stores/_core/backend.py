@@ -376,6 +376,19 @@ class Backend(SearchOperations):
         """Yield ``(seq, vector)`` of the vector rows over ``fields`` in seq order, at most ``size`` at a time."""
         yield from ()
 
+    def vector_matrix(
+        self, session_id: str, fields: str
+    ) -> tuple[Sequence[int], Sequence[int], bytes | memoryview] | None:
+        """Return every vector row over ``fields`` at once, or ``None`` (the default) to have them read by :meth:`vector_pages`.
+
+        The rows as ``(seqs, lengths, vectors)``: the seqs ascending, each
+        row's byte length, and the rows' bytes one after the other, the same
+        rows :meth:`vector_pages` yields. A backend that holds them in one
+        block (JSONL's vector file, mapped) hands them over without making
+        an object a row.
+        """
+        return None
+
     def vector_count(self, session_id: str, fields: str) -> int:
         """Return how many items have a vector row over ``fields`` (asked before every semantic query; default: count the pages)."""
         return sum(len(page) for page in self.vector_pages(session_id, fields, 4096))

@@ -7,6 +7,7 @@ A store is a directory (schema version 4, recorded in the marker file)::
     <session_id>.jsonl        the log of one session
     <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
     <session_id>.keywords     the keyword index of the log, a cache (see below)
+    <session_id>.vectors      the vectors and record offsets of the log, a cache (see below)
 
 Each log starts with a header line, then one record per line::
 
@@ -31,7 +32,10 @@ A vector belongs to the item's fields as they were when it was embedded:
 reading a ``"u"`` or ``"del"`` record forgets the vectors of those items.
 Semantic search reads the vectors from this process's view of the log (the
 whole session's vectors are held in RAM with its items) and computes exact
-cosines with numpy.
+cosines with numpy. Until a handle has read a session's log whole, it takes
+them from ``<session_id>.vectors`` instead, mapped and caught up with the
+log: :mod:`agents.memory.stores._jsonl.vector_views` describes when that
+file is used, followed or saved again.
 
 ``item`` is the codec's wire form of the item, byte for byte, and ``meta``
 the codec's form of the metadata. Appending writes the records of one
@@ -70,14 +74,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, TypeVar
 
 import attrs
 
 from agents.memory._filter import FilterNode
 from agents.memory.exceptions import CorruptStoreError, StoreError
-from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.filter_values import FilterValues, ranked_where
@@ -105,6 +108,8 @@ from agents.memory.stores._jsonl.log import (
     model_record,
     vector_record,
 )
+from agents.memory.stores._jsonl.vector_backend import LogVectorReads
+from agents.memory.stores._jsonl.vector_views import SessionVectors
 from agents.memory.stores._store import Store
 
 __all__ = ["JSONLStore", "LogBackend"]
@@ -226,7 +231,7 @@ class JSONLStore(Store):
             self.backend.compact(sid)
 
 
-class LogBackend(Backend):
+class LogBackend(LogVectorReads):
     """The rows of a JSONL store: one append-only log per session in a directory.
 
     Opening reads (or, unless ``read_only``, creates and migrates) the
@@ -254,7 +259,10 @@ class LogBackend(Backend):
         self._files = StoreFiles(self.directory)
         self._logs = SessionLogs(self._files, version=SCHEMA_VERSION, fsync=fsync)
         self._keywords = SessionKeywords(self.directory, read_only=read_only)
+        self._vectors = SessionVectors(self.directory, read_only=read_only)
         self._values = FilterValues()
+        self._where_answered: set[str] = set()  # the sessions keyword_top_where answered
+        self._read_by_offset: dict[str, int] = {}  # rows read by their offsets, by session
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -265,10 +273,6 @@ class LogBackend(Backend):
         except OSError as exc:
             msg = f"Cannot open {self.url}: {exc}; nothing was changed."
             raise StoreError(msg) from exc
-
-    def _snapshot(self, session_id: str) -> SessionLog | None:
-        with self._files.locked(exclusive=False):
-            return self._logs.current(session_id)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -290,19 +294,35 @@ class LogBackend(Backend):
 
     def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         with self._files.locked(exclusive=False):
-            index = self._unviewed(session_id)
-            if index is not None:
-                found = rows_at(self._files.log_path(session_id), index, seqs)
+            path = self._files.log_path(session_id)
+            # The hits read alone, by the record offsets of the vector file where this handle
+            # holds it (a semantic query's), else of the keyword index, else of the vector file.
+            view = self._vector_view(session_id) if self._vectors.holds(session_id) else None
+            index = None if view is not None else self._unviewed(session_id)
+            if view is None and index is None:
+                view = self._vector_view(session_id)
+            offsets = view or index
+            if offsets is not None:
+                found = rows_at(path, offsets.record_at, offsets.offset, seqs)
                 if found is not None:
+                    self._read_by_offset[session_id] = self._read_by_offset.get(
+                        session_id, 0
+                    ) + len(found)
                     return found
             log = self._logs.current(session_id)
             if index is not None and log is not None:  # an offset did not check out
-                self._keywords.offsets_from(session_id, log, self._files.log_path(session_id))
+                self._keywords.offsets_from(session_id, log, path)
+            if view is not None and log is not None:
+                self._vectors.rebuilt(session_id, log, path)
             rows = log.rows if log is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
 
     def count(self, session_id: str) -> int:
-        log = self._snapshot(session_id)
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                return view.count
+            log = self._logs.current(session_id)
         return 0 if log is None else len(log.rows)
 
     def sessions(self) -> list[str]:
@@ -442,63 +462,7 @@ class LogBackend(Backend):
         log = _open_log(tx)
         return [(seq, step, created) for seq, (step, created, _) in log.rows.items()]
 
-    # -- vectors: records in the log ------------------------------------------------------
-
-    def vector_model(self, session_id: str) -> tuple[str, int] | None:
-        log = self._snapshot(session_id)
-        return None if log is None else log.model
-
-    def vector_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        log = self._snapshot(session_id)
-        rows = sorted((log.vectors.get(fields) or {}).items()) if log is not None else []
-        for start in range(0, len(rows), size):
-            yield rows[start : start + size]
-
-    def vectors_of(
-        self, session_id: str, fields: str, seqs: Sequence[int]
-    ) -> list[tuple[int, bytes]]:
-        log = self._snapshot(session_id)
-        table = (log.vectors.get(fields) or {}) if log is not None else {}
-        return [(seq, table[seq]) for seq in sorted(set(seqs)) if seq in table]
-
-    def vectors_version(self, session_id: str, fields: str) -> tuple[bytes, int] | None:
-        """Return the log's header and length as read: every write appends to the log or writes it anew (a new header)."""
-        log = self._snapshot(session_id)
-        return None if log is None else (log.header, log.offset)
-
-    def vector_changes(
-        self, session_id: str, fields: str, since: Hashable, now: Hashable
-    ) -> set[int] | None:
-        """Return the seqs whose vectors the log's records changed from ``since`` to ``now``, whoever appended them; ``None`` where this handle cannot tell.
-
-        A version is the log's header and length. The records between two
-        lengths were appended by this handle or read by it as it followed
-        the file, and say which items' vectors they changed (``vec``, ``u``
-        and ``del`` records); this handle's compaction leads to the new
-        log. ``None`` across a log another handle wrote anew (compacted),
-        a ``clear`` or ``vdrop`` record, or stretches forgotten
-        (:data:`~agents.memory.stores._jsonl.log.STEPS_KEPT`).
-        """
-        with self._files.locked(exclusive=False):
-            return self._logs.vector_changes(session_id, since, now)
-
-    def vector_count(self, session_id: str, fields: str) -> int:
-        log = self._snapshot(session_id)
-        return len(log.vectors.get(fields) or {}) if log is not None else 0
-
-    def unembedded_pages(
-        self, session_id: str, fields: str, size: int
-    ) -> Iterator[list[tuple[int, bytes]]]:
-        with self._files.locked(exclusive=False):
-            log = self._logs.current(session_id)
-            if log is None:
-                return
-            have = log.vectors.get(fields) or {}
-            rows = [(seq, row[2]) for seq, row in log.rows.items() if seq not in have]
-        for start in range(0, len(rows), size):
-            yield rows[start : start + size]
+    # -- vectors: records in the log (read: LogVectorReads) -------------------------------
 
     def claim_vector_model(
         self, tx: _Tx, session_id: str, model: str, dimension: int
@@ -554,6 +518,7 @@ class LogBackend(Backend):
             self._logs.forget(session_id)
             os.unlink(path)
             self._keywords.forget(session_id, remove=True)
+            self._vectors.forget(session_id, remove=True)
             self._values.forget(session_id)
             return True
 
@@ -568,6 +533,8 @@ class LogBackend(Backend):
         self._files.close()
         self._logs.clear()
         self._keywords.clear()
+        self._vectors.clear()
+        self._read_by_offset.clear()
         self._values.clear()
 
     # -- keyword search: the index beside each log ----------------------------------------
@@ -575,9 +542,16 @@ class LogBackend(Backend):
     def _indexed(self, session_id: str, answer: Callable[[KeywordIndex], T]) -> T | None:
         """Return ``answer`` of the session's keyword index, current with the log; ``None`` if there is no session.
 
-        The caller holds the lock. An index file whose postings turn out
-        damaged is built again from the log, and ``answer`` asked again.
+        The caller holds the lock. While this handle holds no view of the
+        log, the index is taken from the file as the log is now
+        (:meth:`_unviewed`), without reading the log whole. An index file
+        whose postings turn out damaged is built again from the log, and
+        ``answer`` asked again.
         """
+        index = self._unviewed(session_id)
+        if index is not None:
+            with contextlib.suppress(DamagedIndexError):  # built again from the log, below
+                return answer(index)
         log = self._logs.current(session_id)
         if log is None:
             return None
@@ -614,10 +588,6 @@ class LogBackend(Backend):
         self, session_id: str, terms: Sequence[str], k: int
     ) -> list[tuple[float, int]] | None:
         with self._files.locked(exclusive=False):
-            index = self._unviewed(session_id)
-            if index is not None:
-                with contextlib.suppress(DamagedIndexError):  # built again from the log, below
-                    return top(index, terms, k)
             return self._indexed(session_id, lambda index: top(index, terms, k)) or []
 
     def keyword_among(
@@ -657,11 +627,27 @@ class LogBackend(Backend):
     def keyword_top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:
-        """Rank only the rows that pass ``tree``, judged from the values of its fields this handle keeps (:func:`ranked_where`)."""
+        """Rank only the rows that pass ``tree``, judged from the values of its fields this handle keeps (:func:`ranked_where`).
+
+        ``None`` while this handle holds no view of the log and the keyword
+        file is current (:meth:`_unviewed`), unless it answered for the
+        session before: the store then walks the file's ranking, reading
+        the candidates by their offsets and testing each with the filter
+        (``widening``), and reads the log whole only where the first
+        ranking (:data:`~agents.memory.stores._search.filtering.NARROW_AT`
+        deep) does not settle it. Once this handle has read as many rows by
+        their offsets as the session holds (a whole read costs about that),
+        the log is read whole, and its kept values judge the next filters.
+        """
         with self._files.locked(exclusive=False):
+            if session_id not in self._where_answered:
+                index = self._unviewed(session_id)
+                if index is not None and self._read_by_offset.get(session_id, 0) < index.count:
+                    return None
             log = self._logs.current(session_id)
             if log is None:
                 return []
+            self._where_answered.add(session_id)  # the same filter gets an answer each time
             allowed = self._passing(session_id, log, tree)
             if allowed is None:
                 return None

@@ -299,9 +299,9 @@ def _read_range(path: str, start: int, end: int) -> bytes:
 
 
 def rows_at(
-    log_path: str, index: KeywordIndex, seqs: Sequence[int]
+    log_path: str, record_at: Callable[[int], int | None], end: int, seqs: Sequence[int]
 ) -> list[tuple[int, bytes]] | None:
-    """Return the live rows of ``seqs`` read by their records' offsets in ``index``, current with the log; ``None`` if one does not check out (:func:`read_item_at`) or cannot be read.
+    """Return the live rows of ``seqs`` read by their records' offsets (``record_at``: a keyword index's or a vector file's, current with the log up to ``end``); ``None`` if one does not check out (:func:`read_item_at`) or cannot be read.
 
     The caller holds the store's lock (the log does not change meanwhile).
     """
@@ -312,10 +312,10 @@ def rows_at(
     try:
         found = []
         for seq in sorted(set(seqs)):
-            at = index.record_at(seq)
+            at = record_at(seq)
             if at is None:
                 continue  # not a live item
-            data = read_item_at(fd, at, seq, index.offset)
+            data = read_item_at(fd, at, seq, end)
             if data is None:
                 return None
             found.append((seq, data))

@@ -119,9 +119,13 @@ def _table_of(
             # Too large to keep as float32: coded, else read page by page at each query.
             return None if compact is None else compact(_drained(held, pages))
     np = numpy()
-    keys = [key for page_keys, _ in held for key in page_keys]
     blocks = [matrix for _, matrix in held]
-    matrix = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension))
+    if len(held) == 1:  # one block (Backend.vector_matrix): neither copied nor a key at a time
+        keys: Any = held[0][0]
+        matrix = blocks[0]
+    else:
+        keys = [key for page_keys, _ in held for key in page_keys]
+        matrix = np.concatenate(blocks) if blocks else np.zeros((0, embedder.dimension))
     del held, blocks
     if size <= budget:
         return Vectors.of_rows(embedder.name, parts, keys, matrix)
@@ -584,7 +588,12 @@ class VectorSearch:
     def _stored_cosine_pages(
         self, sid: str, embedder: Embedder, filed: str
     ) -> Iterator[tuple[list[int], Any]]:
-        """Yield ``(seqs, unit vectors)`` of the stored vectors of a session a page at a time."""
+        """Yield ``(seqs, unit vectors)`` of the stored vectors of a session a page at a time (all at once where the backend holds them in one block: :meth:`Backend.vector_matrix`)."""
+        with self._engine.errors("search", sid):
+            block = self._backend.vector_matrix(sid, filed)
+        if block is not None:
+            yield _block_vectors(self._engine.url, sid, embedder, block)
+            return
         pages = self._backend.vector_pages(sid, filed, 4096)
         while True:
             with self._engine.errors("search", sid):
@@ -696,6 +705,35 @@ def _decoded_vectors(
         len(seqs), embedder.dimension
     )
     return seqs, matrix.astype(np.float32, copy=False)
+
+
+def _block_vectors(
+    url: str,
+    sid: str,
+    embedder: Embedder,
+    block: tuple[Sequence[int], Sequence[int], bytes | memoryview],
+) -> tuple[Any, Any]:
+    """Return the key of each stored vector and their matrix from one block (:meth:`Backend.vector_matrix`), checked as :func:`_decoded_vectors` checks pages."""
+    np = numpy()
+    size = 4 * embedder.dimension
+    seqs, lengths, blob = block
+    seq_array, length_array = _int_array(np, seqs), _int_array(np, lengths)
+    odd = np.flatnonzero(length_array % size)
+    if len(odd) or len(seq_array) != len(length_array) or int(length_array.sum()) != len(blob):
+        at = int(odd[0]) if len(odd) else 0
+        seq = int(seq_array[at]) if len(seq_array) else 0
+        length = int(length_array[at]) if len(length_array) else len(blob)
+        raise _damaged_vector(url, sid, seq, length, embedder)
+    keys = np.repeat(seq_array, length_array // size)
+    matrix = np.frombuffer(blob, dtype=VECTOR_DTYPE).reshape(len(keys), embedder.dimension)
+    return keys, matrix.astype(np.float32, copy=False)
+
+
+def _int_array(np: Any, values: Sequence[int]) -> Any:
+    """Return ``values`` as an int64 array (a memoryview of native unsigned ints read through its buffer)."""
+    if isinstance(values, memoryview):
+        return np.frombuffer(values, dtype=f"=u{values.itemsize}").astype(np.int64)
+    return np.asarray(values, dtype=np.int64)
 
 
 def _screened(

@@ -1,0 +1,130 @@
+"""The read side of a JSONL store's vectors: from the handle's view of a log, or from the vector file while it holds none.
+
+:class:`LogVectorReads` is the part of
+:class:`~agents.memory.stores._jsonl.backend.LogBackend` that answers the
+vector reads of :class:`~agents.memory.stores.Backend` (the writes are
+records the backend appends with the rest). Each answers from this
+handle's view of the log (:class:`SessionLog`) where it holds one, else
+from ``<session>.vectors`` caught up with the log file
+(:class:`SessionVectors`), else it reads the log whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Sequence
+
+from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._jsonl.files import StoreFiles
+from agents.memory.stores._jsonl.log import SessionLog, SessionLogs
+from agents.memory.stores._jsonl.vector_file import VectorView
+from agents.memory.stores._jsonl.vector_views import SessionVectors
+
+__all__ = ["LogVectorReads"]
+
+
+class LogVectorReads(Backend):
+    """The vector reads of a JSONL backend; the subclass sets ``_files``, ``_logs`` and ``_vectors``."""
+
+    _files: StoreFiles
+    _logs: SessionLogs
+    _vectors: SessionVectors
+
+    def _snapshot(self, session_id: str) -> SessionLog | None:
+        with self._files.locked(exclusive=False):
+            return self._logs.current(session_id)
+
+    def vector_model(self, session_id: str) -> tuple[str, int] | None:
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                return view.model
+            log = self._logs.current(session_id)
+        return None if log is None else log.model
+
+    def vector_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        log = self._snapshot(session_id)
+        rows = sorted((log.vectors.get(fields) or {}).items()) if log is not None else []
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def vector_matrix(
+        self, session_id: str, fields: str
+    ) -> tuple[Sequence[int], Sequence[int], bytes | memoryview] | None:
+        """Return the vectors over ``fields`` from ``<session>.vectors`` where this handle holds no view of the log and the file is current (:class:`SessionVectors`); else ``None``, saving the file first if it is due."""
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                table = view.tables.get(fields)
+                return ((), (), b"") if table is None else table.block()
+            log = self._logs.current(session_id)
+            if log is not None:
+                self._vectors.save_due(session_id, log, self._files.log_path(session_id))
+        return None
+
+    def vectors_of(
+        self, session_id: str, fields: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                return view.vectors_of(fields, seqs)
+            log = self._logs.current(session_id)
+        table = (log.vectors.get(fields) or {}) if log is not None else {}
+        return [(seq, table[seq]) for seq in sorted(set(seqs)) if seq in table]
+
+    def vectors_version(self, session_id: str, fields: str) -> tuple[bytes, int] | None:
+        """Return the log's header and length as read: every write appends to the log or writes it anew (a new header)."""
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                return (view.header, view.offset)
+            log = self._logs.current(session_id)
+        return None if log is None else (log.header, log.offset)
+
+    def vector_changes(
+        self, session_id: str, fields: str, since: Hashable, now: Hashable
+    ) -> set[int] | None:
+        """Return the seqs whose vectors the log's records changed from ``since`` to ``now``, whoever appended them; ``None`` where this handle cannot tell.
+
+        A version is the log's header and length. The records between two
+        lengths were appended by this handle or read by it as it followed
+        the file, and say which items' vectors they changed (``vec``, ``u``
+        and ``del`` records); this handle's compaction leads to the new
+        log. ``None`` across a log another handle wrote anew (compacted),
+        a ``clear`` or ``vdrop`` record, or stretches forgotten
+        (:data:`~agents.memory.stores._jsonl.log.STEPS_KEPT`).
+        """
+        with self._files.locked(exclusive=False):
+            return self._logs.vector_changes(session_id, since, now)
+
+    def vector_count(self, session_id: str, fields: str) -> int:
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                table = view.tables.get(fields)
+                return 0 if table is None else table.count
+            log = self._logs.current(session_id)
+        return len(log.vectors.get(fields) or {}) if log is not None else 0
+
+    def unembedded_pages(
+        self, session_id: str, fields: str, size: int
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None and view.embedded(fields):
+                return
+            log = self._logs.current(session_id)
+            if log is None:
+                return
+            have = log.vectors.get(fields) or {}
+            rows = [(seq, row[2]) for seq, row in log.rows.items() if seq not in have]
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    def _vector_view(self, session_id: str) -> VectorView | None:
+        """Return the session's vector file caught up with the log file while this handle holds no view of the log (:meth:`SessionVectors.unviewed`): a semantic query's calls answered without reading the log whole."""
+        if self._logs.viewed(session_id):
+            return None
+        return self._vectors.unviewed(session_id, self._files.log_path(session_id))

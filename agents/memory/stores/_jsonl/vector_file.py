@@ -1,0 +1,524 @@
+"""The vector file beside a session log, ``<session_id>.vectors``: a fresh handle's semantic query without reading the log.
+
+The vectors of a JSONL session are ``vec`` records inside its log, so a
+handle that holds no view of the log would read and parse all of it (100,000
+steps: some 150 MB, 2.5 s) before its first semantic query. The file holds
+what that query needs of the log as it was up to a byte offset: the vector
+model, each live item's seq and the offset of its record (to count the items
+and read the hits alone), and, per fields key, the seqs that hold a vector
+with each one's float32 bytes, one after the other. A handle maps it
+(:func:`load`), follows the records appended to the log since
+(:meth:`VectorView.follow`, as reading the log does: a ``u`` or ``del``
+record forgets the vectors of its items, ``vdrop`` every vector) and answers
+from it (:class:`VectorView`).
+
+The file: a JSON header line (padded to 8 bytes) naming the log's header and
+the length of the log it covers, with a hash of the :data:`TAIL` bytes
+before that offset, the model, the sizes of the parts and their checksums (:func:`checksum`); then
+the parts, native unsigned arrays: the live seqs (ascending), their record
+offsets, and per fields key its seqs (ascending), each one's vector length
+in bytes (u8), and the vectors (padded to 8 bytes). It is a cache, never the
+source of truth: a file that is not one, is damaged, cut, or of another log
+or of a log written anew raises :class:`DamagedVectorFileError` and the log
+is read whole; a record after it that this module does not follow (a
+``clear``, a damaged line) makes :meth:`VectorView.follow` give up, and the
+log is read whole as well (its errors then raised as ever). Deleting the file
+is always safe.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import hashlib
+import itertools
+import mmap
+import os
+import sys
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+import orjson
+
+from agents.memory.stores._jsonl.keyword_index import numpy_module
+from agents.memory.stores._jsonl.keyword_postings import POSTING_CODES, ints, pread
+from agents.memory.stores._jsonl.log import SessionLog, split_item_record
+
+__all__ = [
+    "FORMAT",
+    "TAIL",
+    "DamagedVectorFileError",
+    "VectorView",
+    "checksum",
+    "covered",
+    "file_bytes",
+    "load",
+]
+
+FORMAT: Final = "kvmemory.jsonl-vectors"
+_VERSION: Final = 1
+TAIL: Final = 4096
+"""How many bytes before the offset a file covers are hashed to tell the same log from another."""
+_HEADER_MAX: Final = 65536
+_U8: Final = POSTING_CODES[8]
+
+
+class DamagedVectorFileError(Exception):
+    """A vector file that is not one, or whose bytes do not check out (the log is then read whole)."""
+
+
+class _Table:
+    """The vectors over one fields key: the file's (seqs ascending, lengths, bytes), and the changes followed since."""
+
+    def __init__(self, seqs: Sequence[int], lengths: Sequence[int], blob: memoryview) -> None:
+        self.seqs = seqs
+        self.lengths = lengths
+        self.blob = blob
+        self._starts: list[int] | None = None
+        self.put: dict[int, bytes] = {}
+        self.gone: set[int] = set()
+        self.count = len(seqs)
+
+    def _in_file(self, seq: int) -> int | None:
+        number = bisect.bisect_left(self.seqs, seq)
+        return number if number < len(self.seqs) and self.seqs[number] == seq else None
+
+    def has(self, seq: int) -> bool:
+        """Return whether item ``seq`` holds a vector here."""
+        return seq in self.put or (seq not in self.gone and self._in_file(seq) is not None)
+
+    def get(self, seq: int) -> bytes | None:
+        """Return item ``seq``'s vector bytes (``None``: none)."""
+        if seq in self.put:
+            return self.put[seq]
+        number = None if seq in self.gone else self._in_file(seq)
+        if number is None:
+            return None
+        if self._starts is None:
+            self._starts = [0, *itertools.accumulate(self.lengths)]
+        return bytes(self.blob[self._starts[number] : self._starts[number + 1]])
+
+    def set(self, seq: int, vector: bytes) -> None:
+        """Take a ``vec`` record of item ``seq``."""
+        if not self.has(seq):
+            self.count += 1
+        self.put[seq] = vector
+
+    def drop(self, seq: int) -> None:
+        """Forget item ``seq``'s vector, if it holds one."""
+        if self.has(seq):
+            self.count -= 1
+            self.put.pop(seq, None)
+            self.gone.add(seq)
+
+    def block(self) -> tuple[Sequence[int], Sequence[int], bytes | memoryview]:
+        """Return the seqs (ascending), each one's vector length and the vectors, one after the other.
+
+        The file's rows are handed over as they lie where nothing changed
+        since; else in runs between the rows changed since, each taken
+        whole (the changes are few: past some, the file is saved again).
+        """
+        if not self.put and not self.gone:
+            return self.seqs, self.lengths, self.blob
+        if self._starts is None:
+            self._starts = [0, *itertools.accumulate(self.lengths)]
+        starts = self._starts
+        dropped = {
+            number
+            for seq in itertools.chain(self.gone, self.put)
+            if (number := self._in_file(seq)) is not None
+        }
+        puts: dict[int, list[int]] = {}  # the new rows before each row of the file, by seq
+        for seq in sorted(self.put):
+            puts.setdefault(bisect.bisect_left(self.seqs, seq), []).append(seq)
+        seqs: list[bytes] = []
+        lengths: list[bytes] = []
+        blob: list[bytes | memoryview] = []
+        low = 0
+        for cut in sorted(dropped | puts.keys() | {len(self.seqs)}):
+            if low < cut:  # the file's rows [low, cut) unchanged: one run
+                seqs.append(_raw(self.seqs, low, cut))
+                lengths.append(_raw(self.lengths, low, cut))
+                blob.append(self.blob[starts[low] : starts[cut]])
+            for seq in puts.get(cut, ()):
+                seqs.append(array(_U8, [seq]).tobytes())
+                lengths.append(array(_U8, [len(self.put[seq])]).tobytes())
+                blob.append(self.put[seq])
+            low = cut + 1 if cut in dropped else cut
+        return (
+            ints(memoryview(b"".join(seqs)), 8),
+            ints(memoryview(b"".join(lengths)), 8),
+            b"".join(blob),
+        )
+
+
+def _raw(values: Sequence[int], low: int, high: int) -> bytes:
+    """Return the bytes of ``values[low:high]`` (native u8: a memoryview of a file, or an array)."""
+    if isinstance(values, memoryview):
+        return values[low:high].tobytes()
+    return array(_U8, values[low:high]).tobytes()
+
+
+class VectorView:
+    """What a vector file holds of a log up to :attr:`offset`, and the records followed since.
+
+    ``header`` is the log's first line, ``model`` the vector model (``None``:
+    none), :attr:`count` the live items.
+    """
+
+    def __init__(
+        self,
+        header: bytes,
+        offset: int,
+        model: tuple[str, int] | None,
+        live: tuple[Sequence[int], Sequence[int]],
+        tables: dict[str, _Table],
+    ) -> None:
+        self.header = header
+        self.offset = offset
+        self.model = model
+        self._live_seqs, self._live_at = live
+        self._put: dict[int, int] = {}
+        self._gone: set[int] = set()
+        self.count = len(self._live_seqs)
+        self.tables = tables
+        self.followed = 0
+        """Bytes of the log followed since the file (a writable handle saves it again past some)."""
+
+    def record_at(self, seq: int) -> int | None:
+        """Return where the record of live item ``seq``'s current bytes starts in the log (``None``: no live item)."""
+        if seq in self._put:
+            return self._put[seq]
+        if seq in self._gone:
+            return None
+        number = bisect.bisect_left(self._live_seqs, seq)
+        if number < len(self._live_seqs) and self._live_seqs[number] == seq:
+            return self._live_at[number]
+        return None
+
+    def vectors_of(self, fields: str, seqs: Iterable[int]) -> list[tuple[int, bytes]]:
+        """Return ``(seq, vector)`` of the items among ``seqs`` with a vector over ``fields``, in seq order."""
+        table = self.tables.get(fields)
+        if table is None:
+            return []
+        out = []
+        for seq in sorted(set(seqs)):
+            vector = table.get(seq)
+            if vector is not None:
+                out.append((seq, vector))
+        return out
+
+    def embedded(self, fields: str) -> bool:
+        """Return whether every live item holds a vector over ``fields`` (``False`` also where numpy, which tells, is missing)."""
+        table = self.tables.get(fields)
+        if table is None:
+            return self.count == 0
+        np = numpy_module()
+        if np is None or table.count < self.count:
+            return False
+        live = np.frombuffer(self._live_seqs, dtype=np.uint64)
+        have = np.frombuffer(table.seqs, dtype=np.uint64)
+        # Every live item is a live one of the file (with a vector there, or among these)
+        # or one added since: each of these must hold a vector now.
+        maybe = itertools.chain(live[~np.isin(live, have)].tolist(), table.gone, self._put)
+        return all(self.record_at(seq) is None or table.has(seq) for seq in maybe)
+
+    def live(self) -> dict[int, int]:
+        """Return every live item's record offset, by seq."""
+        out = {
+            seq: at
+            for seq, at in zip(self._live_seqs, self._live_at, strict=True)
+            if seq not in self._gone
+        }
+        out.update(self._put)
+        return out
+
+    def follow(self, chunk: bytes) -> bool:
+        """Apply the records of ``chunk``, the log's whole lines after :attr:`offset`, as reading the log does; ``False`` where one is not followed here.
+
+        A line that does not parse as a record, or a ``clear`` record,
+        gives up (``False``): the view is then left half changed, and the
+        caller drops it and reads the log whole.
+        """
+        at = self.offset
+        try:
+            for line in chunk.split(b"\n")[:-1]:
+                start, at = at, at + len(line) + 1
+                if line.strip() and not self._apply(line, start):
+                    return False
+        except (orjson.JSONDecodeError, binascii.Error):
+            return False
+        self.offset += len(chunk)
+        self.followed += len(chunk)
+        return True
+
+    def _apply(self, line: bytes, start: int) -> bool:
+        split = split_item_record(line)
+        if split is not None:
+            head = orjson.loads(split[0])
+            if type(head) is not dict:
+                return False
+            seq, created, step, key = head.get("seq"), head.get("t"), head.get("s"), head.get("k")
+            if (
+                type(seq) is not int
+                or not isinstance(created, (int, float))
+                or not (step is None or type(step) is str)
+                or not (key is None or (type(key) is str and key))
+            ):
+                return False
+            if head.get("u"):
+                if self.record_at(seq) is not None:
+                    self._put[seq] = start
+                self._drop_vectors((seq,))
+            else:
+                if self.record_at(seq) is None:
+                    self.count += 1
+                self._gone.discard(seq)
+                self._put[seq] = start
+            return True
+        head = orjson.loads(line)
+        if type(head) is not dict:
+            return False
+        if "del" in head:
+            gone = head["del"]
+            if type(gone) is not list or any(type(seq) is not int for seq in gone):
+                return False
+            for seq in gone:
+                if self.record_at(seq) is not None:
+                    self.count -= 1
+                self._put.pop(seq, None)
+                self._gone.add(seq)
+            self._drop_vectors(gone)
+            return True
+        if "clear" in head:
+            return False
+        if "vec" in head:
+            vec = head["vec"]
+            if not (
+                type(vec) is list
+                and len(vec) == 3
+                and type(vec[0]) is int
+                and type(vec[1]) is str
+                and type(vec[2]) is str
+            ):
+                return False
+            vector = base64.b64decode(vec[2], validate=True)
+            table = self.tables.get(vec[1])
+            if table is None:
+                table = self.tables[vec[1]] = _Table(array(_U8), array(_U8), memoryview(b""))
+            table.set(vec[0], vector)
+            return True
+        if "vm" in head:
+            model = head["vm"]
+            if not (
+                type(model) is list
+                and len(model) == 2
+                and type(model[0]) is str
+                and type(model[1]) is int
+            ):
+                return False
+            self.model = (model[0], model[1])
+            return True
+        if "vdrop" in head:
+            self.tables = {}
+            self.model = None
+            return True
+        return "meta" in head and type(head["meta"]) is dict
+
+    def _drop_vectors(self, seqs: Iterable[int]) -> None:
+        for table in self.tables.values():
+            for seq in seqs:
+                table.drop(seq)
+
+
+_BLOCK: Final = 512
+"""Words of 8 bytes a block of :func:`checksum` (its second sum weighs each block by its place)."""
+
+
+def checksum(np: Any, data: bytes | memoryview) -> list[int]:
+    """Return the checksum of a part (a whole number of 8-byte words): two 64-bit sums computed by numpy (a CRC-32 of the ~29 MB of 100,000 steps costs 19 ms, this 2).
+
+    The sum of the words (little-endian u8, wrapping), and the sum of
+    each block of :data:`_BLOCK` words times its place (1, 2, ...): a
+    flipped bit, a zeroed or changed word, blocks swapped or a part cut or
+    moved change it; it is no defence against someone who writes the file
+    on purpose (who could as well write the log).
+    """
+    words = np.frombuffer(data, dtype="<u8")
+    if not len(words):
+        return [0, 0]
+    blocks = np.add.reduceat(words, np.arange(0, len(words), _BLOCK), dtype=np.uint64)
+    places = np.arange(1, len(blocks) + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        weighed = (blocks * places).sum(dtype=np.uint64)
+    return [int(blocks.sum(dtype=np.uint64)), int(weighed)]
+
+
+def _padded(data: bytes) -> bytes:
+    return data + b"\0" * (-len(data) % 8)
+
+
+def file_bytes(np: Any, log: SessionLog | VectorView, tail: bytes) -> list[bytes]:
+    """Return the file of a log view (read whole) or of a followed :class:`VectorView`, ``tail`` being the log's bytes just before its offset (``np``: numpy, for the checksums)."""
+    if isinstance(log, SessionLog):
+        live = sorted(log.offsets.items())
+        tables: list[tuple[str, Sequence[int], Sequence[int], bytes | memoryview]] = []
+        for fields, table in sorted(log.vectors.items()):
+            rows = sorted(table.items())
+            tables.append(
+                (
+                    fields,
+                    [seq for seq, _ in rows],
+                    [len(vector) for _, vector in rows],
+                    b"".join(vector for _, vector in rows),
+                )
+            )
+    else:
+        live = sorted(log.live().items())
+        tables = [(fields, *table.block()) for fields, table in sorted(log.tables.items())]
+    parts: list[bytes] = [
+        array(_U8, [seq for seq, _ in live]).tobytes(),
+        array(_U8, [at for _, at in live]).tobytes(),
+    ]
+    names = []
+    for fields, seqs, lengths, blob in tables:
+        names.append([fields, len(seqs)])
+        parts += [array(_U8, seqs).tobytes(), array(_U8, lengths).tobytes(), _padded(bytes(blob))]
+    head = {
+        "format": FORMAT,
+        "version": _VERSION,
+        "byteorder": sys.byteorder,
+        "log": hashlib.blake2b(log.header).hexdigest(),
+        "offset": log.offset,
+        "tail": hashlib.blake2b(tail).hexdigest(),
+        "model": None if log.model is None else list(log.model),
+        "items": len(live),
+        "tables": names,
+        "parts": [[len(part), *checksum(np, part)] for part in parts],
+    }
+    line = orjson.dumps(head)
+    line += b" " * (-(len(line) + 1) % 8) + b"\n"
+    return [line, *parts]
+
+
+def covered(fd: int) -> tuple[str, int] | None:
+    """Return the hash of the log header and the log length a file names in its header line (``None``: not a vector file)."""
+    first = pread(fd, 0, _HEADER_MAX)
+    end = first.find(b"\n")
+    try:
+        head = orjson.loads(first[:end]) if end > 0 else None
+    except orjson.JSONDecodeError:
+        return None
+    if type(head) is not dict or head.get("format") != FORMAT:
+        return None
+    log, offset = head.get("log"), head.get("offset")
+    return (log, offset) if type(log) is str and type(offset) is int else None
+
+
+def load(
+    fd: int, header: bytes, end_of_log: int, read_log: Callable[[int, int], bytes]
+) -> VectorView:
+    """Return the view an open file holds, if it covers a prefix of the log that starts with ``header`` and is ``end_of_log`` bytes long; the file is mapped, not copied, and ``fd`` left open.
+
+    ``read_log(start, end)`` returns the log file's bytes in that range.
+    Every part is checked against its checksum before it is used.
+
+    Raises:
+        DamagedVectorFileError: if the file is not one of this log, or is damaged.
+    """
+    np = numpy_module()
+    if np is None:
+        raise DamagedVectorFileError("numpy is not installed")  # semantic search needs it
+    try:
+        size = os.fstat(fd).st_size
+        first = pread(fd, 0, _HEADER_MAX)
+        end = first.find(b"\n")
+        if end < 0:
+            raise DamagedVectorFileError("no header line")
+        head = orjson.loads(first[:end])
+        if type(head) is not dict or head.get("format") != FORMAT:
+            raise DamagedVectorFileError("not a vector file")
+        offset, items, names, parts, model = (
+            head["offset"],
+            head["items"],
+            head["tables"],
+            head["parts"],
+            head["model"],
+        )
+        if not (
+            head.get("version") == _VERSION
+            and head.get("byteorder") == sys.byteorder
+            and head.get("log") == hashlib.blake2b(header).hexdigest()
+            and type(offset) is int
+            and len(header) <= offset <= end_of_log
+            and type(items) is int
+            and items >= 0
+            and (model is None or (type(model) is list and len(model) == 2))
+            and type(names) is list
+            and all(
+                type(name) is list
+                and len(name) == 2
+                and type(name[0]) is str
+                and type(name[1]) is int
+                and name[1] >= 0
+                for name in names
+            )
+            and type(parts) is list
+            and len(parts) == 2 + 3 * len(names)
+            and all(
+                type(part) is list
+                and len(part) == 3
+                and all(type(x) is int and x >= 0 for x in part)
+                for part in parts
+            )
+            and (end + 1) % 8 == 0
+            and end + 1 + sum(part[0] for part in parts) == size
+            and parts[0][0] == parts[1][0] == 8 * items
+        ):
+            raise DamagedVectorFileError("header")
+        if model is not None and not (type(model[0]) is str and type(model[1]) is int):
+            raise DamagedVectorFileError("model")
+        if hashlib.blake2b(read_log(max(0, offset - TAIL), offset)).hexdigest() != head["tail"]:
+            raise DamagedVectorFileError("another log")
+        # Mapped, not copied; its pages are brought in at once (each touched first costs more).
+        populate = getattr(mmap, "MAP_POPULATE", 0)
+        mapped = memoryview(
+            mmap.mmap(fd, size, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+        )
+        chunks = []
+        at = end + 1
+        for length, *sums in parts:
+            if length % 8:
+                raise DamagedVectorFileError("part length")
+            chunk = mapped[at : at + length]
+            if checksum(np, chunk) != sums:
+                raise DamagedVectorFileError("checksum")
+            chunks.append(chunk)
+            at += length
+        live_seqs = np.frombuffer(chunks[0], dtype="=u8")
+        tables = {}
+        ascending = [live_seqs]
+        for number, (fields, count) in enumerate(names):
+            seqs, lengths, blob = chunks[2 + 3 * number : 5 + 3 * number]
+            if len(seqs) != len(lengths) or len(seqs) != 8 * count:
+                raise DamagedVectorFileError("table")
+            total = int(np.frombuffer(lengths, dtype="=u8").sum(dtype=np.uint64))
+            if not total <= len(blob) < total + 8:
+                raise DamagedVectorFileError("table")
+            ascending.append(np.frombuffer(seqs, dtype="=u8"))
+            tables[fields] = _Table(ints(seqs, 8), ints(lengths, 8), blob[:total])
+        if any((seqs[1:] <= seqs[:-1]).any() for seqs in ascending):
+            raise DamagedVectorFileError("seqs not ascending")
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as exc:
+        if isinstance(exc, DamagedVectorFileError):
+            raise
+        raise DamagedVectorFileError(str(exc)) from exc
+    return VectorView(
+        header,
+        offset,
+        None if model is None else (model[0], model[1]),
+        (ints(chunks[0], 8), ints(chunks[1], 8)),
+        tables,
+    )
