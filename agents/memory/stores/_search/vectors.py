@@ -500,7 +500,7 @@ class VectorSearch:
                 return table.scores(query, limit, wanted)
             # Not kept: read a page at a time (a backend that cannot vouch, a session over the budget).
             pages = itertools.chain(
-                self._stored_cosine_pages(sid, embedder, filed),
+                _stored_cosine_pages(self._engine, sid, embedder, filed),
                 self._unembedded_cosine_pages(sid, embedder, fields, parts),
             )
             return best_cosines(pages, query, limit, wanted)
@@ -555,7 +555,9 @@ class VectorSearch:
         """Return the session's stored vectors as a table of at most ``budget`` bytes (:func:`_table_of`), a coded one saved to ``file`` as it is built; ``None`` where none fits."""
         sid, embedder, parts = written.session_id, written.embedder, written.parts
         exact = functools.partial(self._cosines_of, sid, embedder, written.fields, parts=parts)
-        pages = self._stored_cosine_pages(sid, embedder, fields_text(written.fields, parts))
+        pages = _stored_cosine_pages(
+            self._engine, sid, embedder, fields_text(written.fields, parts)
+        )
         table = _table_of(pages, embedder, parts, budget, exact)
         if isinstance(table, CompactVectors):
             with self._engine.errors("search", sid):
@@ -584,23 +586,6 @@ class VectorSearch:
                     )
                 )
         return out
-
-    def _stored_cosine_pages(
-        self, sid: str, embedder: Embedder, filed: str
-    ) -> Iterator[tuple[list[int], Any]]:
-        """Yield ``(seqs, unit vectors)`` of the stored vectors of a session a page at a time (all at once where the backend holds them in one block: :meth:`Backend.vector_matrix`)."""
-        with self._engine.errors("search", sid):
-            block = self._backend.vector_matrix(sid, filed)
-        if block is not None:
-            yield _block_vectors(self._engine.url, sid, embedder, block)
-            return
-        pages = self._backend.vector_pages(sid, filed, 4096)
-        while True:
-            with self._engine.errors("search", sid):
-                rows = next(pages, None)
-            if rows is None:
-                return
-            yield _decoded_vectors(self._engine.url, sid, embedder, rows)
 
     def _unembedded_cosine_pages(
         self, sid: str, embedder: Embedder, fields: tuple[str, ...] | None, parts: EmbedParts
@@ -675,6 +660,25 @@ class VectorSearch:
         if found is not None and found != (embedder.name, embedder.dimension):
             raise EmbedderMismatchError(_mismatch(self._engine.url, sid, found, embedder))
         return found
+
+
+def _stored_cosine_pages(
+    engine: Engine, sid: str, embedder: Embedder, filed: str
+) -> Iterator[tuple[list[int], Any]]:
+    """Yield ``(seqs, unit vectors)`` of the stored vectors of a session a page at a time (all at once where the backend holds them in one block: :meth:`Backend.vector_matrix`)."""
+    backend = engine.backend
+    with engine.errors("search", sid):
+        block = backend.vector_matrix(sid, filed)
+    if block is not None:
+        yield _block_vectors(engine.url, sid, embedder, block)
+        return
+    pages = backend.vector_pages(sid, filed, 4096)
+    while True:
+        with engine.errors("search", sid):
+            rows = next(pages, None)
+        if rows is None:
+            return
+        yield _decoded_vectors(engine.url, sid, embedder, rows)
 
 
 def _decoded_vectors(
