@@ -1317,7 +1317,7 @@ def test_a_rare_keyword_filter_on_postgresql_is_one_ranking_of_the_rows_that_may
 def test_keyword_top_where_ranks_the_rows_that_may_pass_as_keyword_top_does(
     postgres_url: str,
 ) -> None:
-    """PostgreSQL's keyword_top_where gives the (score, seq) keyword_top gives the rows SQL finds may pass, best first, every row that passes among them."""
+    """PostgreSQL's keyword_top_where gives the (score, seq) keyword_top gives the rows SQL finds may pass, best first, every ranked row that passes among them; filter_candidates names every row that passes."""
     from agents.memory.search import Tokenizer
 
     with open_store(postgres_url) as store:
@@ -1342,13 +1342,22 @@ def test_keyword_top_where_ranks_the_rows_that_may_pass_as_keyword_top_does(
             if got is None or allowed is None:
                 return
             every = store.backend.keyword_top(sid, terms, len(seqs) + 1)
+            may = store.backend.keyword_top_where(sid, terms, len(seqs) + 1, compiled.tree)
             assert every is not None
-            assert got == [hit for hit in every if hit[1] in allowed][:k]
+            assert may is not None
+            # The condition keyword_top_where writes and the rows filter_candidates
+            # names are both sound, not the same set (JSON arrays, which no range
+            # passes, are kept by the one and never named by the other).
+            kept = {seq for _, seq in may}
+            assert got == may[:k] == [hit for hit in every if hit[1] in kept][:k]
+            assert may == [hit for hit in every if hit[1] in kept]
             passing = {
                 seq
                 for seq, fields in zip(seqs, session, strict=True)
                 if compiled(MemoryItem(**fields))
             }
+            ranked = {seq for _, seq in every}
+            assert passing & ranked <= kept
             assert passing <= allowed
 
         check()
