@@ -367,6 +367,42 @@ def vector_record(seq: int, fields: str, vector: bytes) -> bytes:
 # -- reading records ---------------------------------------------------------------------
 
 
+def vector_of(vec: object) -> tuple[int, str, bytes]:
+    """Return ``(seq, fields, vector bytes)`` of a ``"vec"`` record's value.
+
+    Raises:
+        CorruptSessionError: if it is not ``[seq, fields, base64 text]``.
+    """
+    if not (
+        type(vec) is list
+        and len(vec) == 3
+        and type(vec[0]) is int
+        and type(vec[1]) is str
+        and type(vec[2]) is str
+    ):
+        msg = f'the "vec" record holds {vec!r}; expected [seq, fields, base64 text]'
+        raise CorruptSessionError(msg)
+    try:
+        return vec[0], vec[1], base64.b64decode(vec[2], validate=True)
+    except binascii.Error as exc:
+        msg = f'the "vec" record of item {vec[0]} holds text that is not base64 ({exc})'
+        raise CorruptSessionError(msg) from exc
+
+
+def model_of(model: object) -> tuple[str, int]:
+    """Return ``(model name, dimension)`` of a ``"vm"`` record's value.
+
+    Raises:
+        CorruptSessionError: if it is not ``[model name, dimension]``.
+    """
+    if not (
+        type(model) is list and len(model) == 2 and type(model[0]) is str and type(model[1]) is int
+    ):
+        msg = f'the "vm" record holds {model!r}; expected [model name, dimension]'
+        raise CorruptSessionError(msg)
+    return model[0], model[1]
+
+
 def read_header(session_id: str, path: str, chunk: bytes, *, newest: int) -> SessionLog:
     """Return the view of a log whose bytes start with ``chunk``, read up to its header line.
 
@@ -553,37 +589,14 @@ def _apply_line(
         log.offsets.clear()
         return None
     if "vec" in head:
-        vec = head["vec"]
-        if not (
-            type(vec) is list
-            and len(vec) == 3
-            and type(vec[0]) is int
-            and type(vec[1]) is str
-            and type(vec[2]) is str
-        ):
-            msg = f'the "vec" record holds {vec!r}; expected [seq, fields, base64 text]'
-            raise CorruptSessionError(msg)
-        try:
-            vector = base64.b64decode(vec[2], validate=True)
-        except binascii.Error as exc:
-            msg = f'the "vec" record of item {vec[0]} holds text that is not base64 ({exc})'
-            raise CorruptSessionError(msg) from exc
-        table = log.vectors.setdefault(vec[1], {})
-        if vec[0] in table:
+        seq, fields, vector = vector_of(head["vec"])
+        table = log.vectors.setdefault(fields, {})
+        if seq in table:
             log.dead += 1
-        table[vec[0]] = vector
-        return (vec[0],)
+        table[seq] = vector
+        return (seq,)
     if "vm" in head:
-        model = head["vm"]
-        if not (
-            type(model) is list
-            and len(model) == 2
-            and type(model[0]) is str
-            and type(model[1]) is int
-        ):
-            msg = f'the "vm" record holds {model!r}; expected [model name, dimension]'
-            raise CorruptSessionError(msg)
-        log.model = (model[0], model[1])
+        log.model = model_of(head["vm"])
         return ()
     if "vdrop" in head:
         log.dead += sum(map(len, log.vectors.values())) + 1

@@ -28,8 +28,6 @@ is always safe.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 import hashlib
 import itertools
@@ -42,9 +40,10 @@ from typing import Any, Final
 
 import orjson
 
+from agents.memory.exceptions import CorruptSessionError
 from agents.memory.stores._jsonl.keyword_index import numpy_module
 from agents.memory.stores._jsonl.keyword_postings import POSTING_CODES, ints, pread
-from agents.memory.stores._jsonl.log import SessionLog, split_item_record
+from agents.memory.stores._jsonl.log import SessionLog, model_of, split_item_record, vector_of
 
 __all__ = [
     "FORMAT",
@@ -248,7 +247,7 @@ class VectorView:
                 start, at = at, at + len(line) + 1
                 if line.strip() and not self._apply(line, start):
                     return False
-        except (orjson.JSONDecodeError, binascii.Error):
+        except (orjson.JSONDecodeError, CorruptSessionError):
             return False
         self.offset += len(chunk)
         self.followed += len(chunk)
@@ -295,31 +294,14 @@ class VectorView:
         if "clear" in head:
             return False
         if "vec" in head:
-            vec = head["vec"]
-            if not (
-                type(vec) is list
-                and len(vec) == 3
-                and type(vec[0]) is int
-                and type(vec[1]) is str
-                and type(vec[2]) is str
-            ):
-                return False
-            vector = base64.b64decode(vec[2], validate=True)
-            table = self.tables.get(vec[1])
+            seq, fields, vector = vector_of(head["vec"])
+            table = self.tables.get(fields)
             if table is None:
-                table = self.tables[vec[1]] = _Table(array(_U8), array(_U8), memoryview(b""))
-            table.set(vec[0], vector)
+                table = self.tables[fields] = _Table(array(_U8), array(_U8), memoryview(b""))
+            table.set(seq, vector)
             return True
         if "vm" in head:
-            model = head["vm"]
-            if not (
-                type(model) is list
-                and len(model) == 2
-                and type(model[0]) is str
-                and type(model[1]) is int
-            ):
-                return False
-            self.model = (model[0], model[1])
+            self.model = model_of(head["vm"])
             return True
         if "vdrop" in head:
             self.tables = {}
