@@ -343,7 +343,9 @@ class Store(ReadCalls, RecordCalls, SearchCalls, SessionSearchCalls):
         """
         sid = self._engine.check_write(session_id)
         with self._engine.errors("delete", sid):
-            return self.backend.delete_session(sid)
+            gone = self.backend.delete_session(sid)
+            self.backend.remove_session_files(sid)
+            return gone
 
     def keep_last(self, session_id: str, n: int) -> int:
         """Delete all but the last ``n`` items of a session and return how many went.

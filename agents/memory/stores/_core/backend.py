@@ -287,6 +287,13 @@ class Backend(SearchOperations):
         """
         raise NotImplementedError
 
+    def remove_session_files(self, session_id: str) -> None:
+        """Remove the caches a deleted session left beside the store (keyword snapshots, coded vectors): files that would never be taken again, only hold the disk.
+
+        :meth:`Store.delete_session` calls it after :meth:`delete_session`;
+        what fails is left (they are caches). By default there are none.
+        """
+
     def close(self) -> None:
         """Release connections and files."""
 

@@ -815,13 +815,6 @@ class PostgresStore(Store):
         """The local folder of the coded part vectors this handle saves and loads (absolute), or ``None`` (see the ``vector_cache`` argument)."""
         return self.backend.vector_cache
 
-    def delete_session(self, session_id: str) -> bool:
-        """Delete a session with its items, and its coded files from the folder ``vector_cache``; return whether it existed (see :meth:`Store.delete_session`)."""
-        gone = super().delete_session(session_id)
-        with self._engine.errors("delete", session_id):
-            self.backend.remove_vector_files(session_id)
-        return gone
-
     def rebuild_keyword_index(self) -> None:
         """Rebuild the keyword index (terms, counts, GIN index, posting blocks, triggers) from the stored items, in one transaction.
 

@@ -82,7 +82,7 @@ class CodedFolder(Backend):
         """Whether this handle saves coded part vectors: wherever a folder is named (a read-only handle too: the folder is this machine's, not the database's)."""
         return self.vector_cache is not None
 
-    def remove_vector_files(self, session_id: str) -> None:
+    def remove_session_files(self, session_id: str) -> None:
         """Remove the deleted session's coded files from the folder (one left would never be taken again, only hold the disk)."""
         if self.vector_cache is None:
             return

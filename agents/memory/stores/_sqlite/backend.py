@@ -387,7 +387,6 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
             gone = con.execute(
                 "DELETE FROM kvmemory_sessions WHERE session_id = ?", (session_id,)
             ).rowcount
-        self.remove_snapshots(session_id)
         return gone > 0
 
     # -- vectors ---------------------------------------------------------------------

@@ -189,7 +189,7 @@ class SnapshotFiles(Backend):
         """Whether this handle saves coded part vectors beside the file: writable, and ``vector_snapshot="auto"``."""
         return not self.read_only and self.vector_snapshot == "auto"
 
-    def remove_snapshots(self, session_id: str) -> None:
+    def remove_session_files(self, session_id: str) -> None:
         """Remove the deleted session's keyword snapshot and coded part vectors (caches beside the file): one left would never vouch for a later session's rows (their digests differ), only hold the disk."""
         snapshot = self.keyword_snapshot_path(session_id)
         if snapshot is not None:
