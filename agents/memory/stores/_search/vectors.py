@@ -56,7 +56,7 @@ from agents.memory.stores._search.filtering import (
 )
 from agents.memory.stores._search.hybrid import held_pool, walked_passing
 from agents.memory.stores._search.keyword import KeywordSearch
-from agents.memory.stores._search.vector_cache import Table, VectorCache, Vectors
+from agents.memory.stores._search.vector_cache import Table, VectorCache, Vectors, follows
 
 __all__ = ["VectorSearch", "check_embedder"]
 
@@ -151,8 +151,9 @@ def _up_to_date(
     ``None``) and where so many items changed that reading them costs
     about what reading the session does.
     """
-    if seqs is None or _REREAD * len(seqs) > len(table.slot_of):
+    if not follows(seqs, len(table.slot_of)):
         return None
+    assert seqs is not None
     changed = sorted(seqs)
     return table.changed(changed, read(changed)) if changed else table
 
@@ -161,9 +162,6 @@ _TOKENIZER: Final = Tokenizer()
 
 _DISTINCT_READ: Final = 2
 """A session's vectors are read into a table up to this many times the budget, to be kept with equal part vectors once if that fits."""
-
-_REREAD: Final = 4
-"""A kept table is read again, not updated, once more than one item in this many changed."""
 
 
 class VectorSearch:
@@ -527,15 +525,17 @@ class VectorSearch:
                 return None
 
         exact = functools.partial(self._cosines_of, sid, embedder, fields, parts=parts)
-        count = functools.partial(self._backend.vector_count, sid, filed)
         file = CodedFile(self._backend, sid, filed, version, embedder.name, embedder.dimension)
-        file.count = lambda: self._cache.counted(sid, filed, version, count)
 
         load = functools.partial(self._coded, Written(sid, fields, parts, embedder), file)
 
         def saved(budget: int) -> Table | None:
             with self._engine.errors("search", sid):
-                return file.load(budget, parts, exact)
+                loaded = file.load(budget, parts, exact)
+            if loaded is None or loaded[1] == version:
+                return None if loaded is None else loaded[0]
+            # Saved at an older version: caught up as a kept table follows writes.
+            return update((loaded[1], *kept_as[1:]), loaded[0])
 
         def update(kept: Hashable, table: Table) -> Table | None:
             if not isinstance(kept, tuple) or kept[1:] != kept_as[1:]:
