@@ -158,6 +158,18 @@ def _up_to_date(
     return table.changed(changed, read(changed)) if changed else table
 
 
+def _caught_up(
+    table: CompactVectors,
+    saved_at: Hashable,
+    kept_as: tuple[Hashable, str, int],
+    update: Callable[[Hashable, Table], Table | None],
+) -> Table | None:
+    """Return a coded file's ``table``, saved at version ``saved_at``, at the version of ``kept_as`` (version, model, dimension): as it is where they are the same, else brought up to date by ``update``, as a kept table follows writes (``None``: it cannot be; the table is built)."""
+    if saved_at == kept_as[0]:
+        return table
+    return update((saved_at, *kept_as[1:]), table)
+
+
 _TOKENIZER: Final = Tokenizer()
 
 _DISTINCT_READ: Final = 2
@@ -532,10 +544,7 @@ class VectorSearch:
         def saved(budget: int) -> Table | None:
             with self._engine.errors("search", sid):
                 loaded = file.load(budget, parts, exact)
-            if loaded is None or loaded[1] == version:
-                return None if loaded is None else loaded[0]
-            # Saved at an older version: caught up as a kept table follows writes.
-            return update((loaded[1], *kept_as[1:]), loaded[0])
+            return None if loaded is None else _caught_up(*loaded, kept_as, update)
 
         def update(kept: Hashable, table: Table) -> Table | None:
             if not isinstance(kept, tuple) or kept[1:] != kept_as[1:]:
