@@ -21,12 +21,15 @@ adds the server's CPU ms of each query (``bench_pg_writes.server_cpu``);
 ``--store-options`` is appended to the store's URL (``&pgvector=off``).
 Each line also holds the process's peak resident memory (MB).
 
-With ``--writer``, each run first appends one step to the session and
-embeds it (``index_embeddings``: the saved file is stale now) on a handle
-of its own, and times that handle's ``close()`` (what it returns in) and
-the wait until its threads are done (what a process that ends right
-after ``close()`` waits for: a version that saves the coded file at close
-codes the session there), wall and CPU ms, before the reader's queries.
+With ``--writer``, each run first appends ``--writer-steps`` steps (one
+by default) to the session and embeds them (``index_embeddings``: the
+saved file is stale now) on a handle of its own, and times that handle's
+``close()`` (what it returns in) and the wait until its threads are done
+(what a process that ends right after ``close()`` waits for: a version
+that saves the coded file at close codes the session there), wall and
+CPU ms, before the reader's queries (a version that catches a stale file
+up answers the first from it). The session then holds more steps than
+``--items``: run each on a fresh copy of the file and its folders.
 """
 
 from __future__ import annotations
@@ -64,13 +67,19 @@ def timed(call: Callable[[], T], pgdata: str | None = None) -> tuple[T, float, f
     return out, 1000 * wall, 1000 * cpu, served
 
 
-def write_one(url: str, sid: str, embedder: HashingEmbedder) -> dict[str, object]:
-    """Append and embed one step on a handle of its own; return its close's figures (see the module docs)."""
+def write_one(url: str, sid: str, embedder: HashingEmbedder, steps: int = 1) -> dict[str, object]:
+    """Append and embed ``steps`` steps on a handle of its own; return its close's figures (see the module docs)."""
     import threading
 
     store = open_store(url)
     step = store.count(sid) + 1
-    store.append(sid, [MemoryItem(step=step, thought="zqx probe of a close", status="CONTINUE")])
+    store.append(
+        sid,
+        [
+            MemoryItem(step=step + i, thought=f"zqx probe {i} of a close", status="CONTINUE")
+            for i in range(steps)
+        ],
+    )
     store.index_embeddings(sid, embedder, parts=EmbedParts())
     wall, cpu = time.perf_counter(), time.process_time()
     store.close()
@@ -92,7 +101,8 @@ def main() -> None:
     parser.add_argument("--pgdata", help="the PostgreSQL server's data folder: its CPU too")
     parser.add_argument("--parts", choices=("parts", "whole"), default="parts")
     parser.add_argument("--store-options", default="", help="appended to the store's URL")
-    parser.add_argument("--writer", action="store_true", help="append a step, close, then read")
+    parser.add_argument("--writer", action="store_true", help="append steps, close, then read")
+    parser.add_argument("--writer-steps", type=int, default=1, help="the steps --writer appends")
     args = parser.parse_args()
     parts = EmbedParts() if args.parts == "parts" else EmbedParts.WHOLE
     sid = f"first-{args.items}" + ("-parts" if args.parts == "parts" else "")
@@ -110,12 +120,13 @@ def main() -> None:
         url = f"sqlite://{path}{args.store_options}"
     out: dict[str, object] = {"load": Path("/proc/loadavg").read_text().split()[0]}
     if args.writer:
-        out.update(write_one(url, sid, embedder))
+        out["writer steps"] = args.writer_steps
+        out.update(write_one(url, sid, embedder, args.writer_steps))
     if args.store == "sqlite":
         out["coded file"] = os.path.isdir(f"{path}.vectors") and bool(os.listdir(f"{path}.vectors"))
     hits = []
     with open_store(url) as store:
-        if store.count(sid) != args.items:
+        if store.count(sid) != args.items + (args.writer_steps if args.writer else 0):
             sys.exit(
                 f"{sid} of {url} is missing: write it with bench_search_costs.py --sections first"
             )

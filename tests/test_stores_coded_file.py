@@ -95,28 +95,57 @@ def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
             assert found(store, query, k, mode, where) == want
 
 
-def test_the_file_is_ignored_once_another_handle_writes(
+def saved_at(url: str) -> Any:
+    """Return the version the session's file was saved at (its head)."""
+    with open_store(url) as store:
+        version = store.backend.vectors_version("s", FIELDS)
+        return coded_file.CodedFile(
+            store.backend, "s", FIELDS, version, EMBEDDER.name, 64
+        ).saved_version()
+
+
+def rows_read(
+    url: str, folder: Path, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch
+) -> list[Any]:
+    """Return each query's ranking of every item by a handle without the file (``folder`` put aside meanwhile): the stored rows, read."""
+    os.rename(folder, f"{folder}.aside")
+    try:
+        with open_store(f"{url}?vector_snapshot=off") as store:
+            coded_budget(store, items, monkeypatch)
+            return [found(store, query, len(items), "semantic") for query in QUERIES]
+    finally:
+        os.rename(f"{folder}.aside", folder)
+
+
+def test_the_file_is_caught_up_once_another_handle_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write since the save (another handle) makes the file stale: not loaded; the new table is saved again and then loaded."""
+    """A write since the save (another handle) makes the file stale: loaded and caught up with the step written (Memory.search's hits, the new step among them), not saved again."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(60)
     written(url, items)
     saved(url, items, monkeypatch)
+    before = saved_at(url)
     with open_store(url) as other:
         added = MemoryItem(step=500, thought="pay the invoice for March", team="red")
         other.append("s", [added])
         other.index_embeddings("s", EMBEDDER)
     items = [*items, added]
-    assert not first_loads(url, items, monkeypatch)
-    saved(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        assert found(store, QUERIES[0], 1, "semantic") == expected(
+            items, QUERIES[0], 1, "semantic", None
+        )
+        assert found(store, QUERIES[0], 1, "semantic")[0][0] == 500
+    assert saved_at(url) == before
 
 
-def test_the_file_is_ignored_once_another_process_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("at", [40, 3, 0])
+def test_a_step_deleted_by_another_process_is_caught_up_unless_among_the_first_rows(
+    at: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A step deleted by another process since the save makes the file stale."""
+    """A step deleted by another process since the save: the stale file is caught up (the step gone from the hits); deleted among the first 16 vector rows (the file's key), the file fails and the table is built and saved again."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(60)
     seqs = written(url, items)
@@ -124,16 +153,20 @@ def test_the_file_is_ignored_once_another_process_writes(
     script = f"""
         from agents.memory.stores import open_store
         with open_store({url!r}) as store:
-            assert store.delete_seqs("s", [{seqs[3]}]) == 1
+            assert store.delete_seqs("s", [{seqs[at]}]) == 1
     """
     subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
-    assert not first_loads(url, [*items[:3], *items[4:]], monkeypatch)
+    left = [*items[:at], *items[at + 1 :]]
+    assert first_loads(url, left, monkeypatch) == (at >= 16)
+    if at < 16:
+        saved(url, left, monkeypatch)
+        assert first_loads(url, left, monkeypatch)
 
 
-def test_the_file_is_ignored_once_a_vector_is_rewritten_in_place(
+def test_a_vector_rewritten_in_place_is_caught_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A vector row rewritten by another connection (same count, same first rows): the logged version differs, the file is not loaded."""
+    """A vector row rewritten by another connection (same count, same first rows): the log names it, the file is loaded and that item re-coded: the hits are those of a handle that reads the rows (no file)."""
     db = tmp_path / "store.db"
     items = steps(60)
     written(f"sqlite://{db}", items)
@@ -146,10 +179,12 @@ def test_the_file_is_ignored_once_a_vector_is_rewritten_in_place(
             (first, last),
         )
     con.close()
+    want = rows_read(f"sqlite://{db}", tmp_path / "store.db.vectors", items, monkeypatch)
+    assert want[0] != expected(items, QUERIES[0], 60, "semantic", None)
     with open_store(f"sqlite://{db}") as store:
         coded_budget(store, items, monkeypatch)
-        found(store, QUERIES[0], 5, "semantic")
-        assert kept_tables(store) == []
+        assert [found(store, query, 60, "semantic") for query in QUERIES] == want
+        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
 
 
 @pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
@@ -210,7 +245,7 @@ def test_a_file_of_another_session_or_store_is_ignored(
 def test_a_file_of_another_model_or_fields_is_ignored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The file loads only under its own tag: another model, dimension, fields or version names another tag."""
+    """The file loads only under its own subject: another model, dimension or fields names another; it gives the version it was saved at."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(50, 4)
     written(url, items)
@@ -219,21 +254,23 @@ def test_a_file_of_another_model_or_fields_is_ignored(
         version = store.backend.vectors_version("s", FIELDS)
         key = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
 
-    def load(tag: tuple[Any, ...]) -> Any:
+    def load(subject: tuple[Any, ...]) -> Any:
         return coded_file.load_coded(
-            path, repr(tag).encode(), key, 1 << 30, EMBEDDER.name, EmbedParts(), 64, dict
+            path, repr(subject).encode(), key, 1 << 30, EMBEDDER.name, EmbedParts(), 64, dict
         )
 
-    assert isinstance(load(("s", FIELDS, version, EMBEDDER.name, 64)), CompactVectors)
-    assert load(("s", FIELDS, version, "other-model", 64)) is None
-    assert load(("s", FIELDS, version, EMBEDDER.name, 32)) is None
-    assert load(("s", fields_text(None, EmbedParts.WHOLE), version, EMBEDDER.name, 64)) is None
-    assert load(("s", FIELDS, version + 1, EMBEDDER.name, 64)) is None
-    assert load(("s", FIELDS, version, EMBEDDER.name, 64)) is not None
+    table, at = load(("s", FIELDS, EMBEDDER.name, 64))
+    assert isinstance(table, CompactVectors)
+    assert at == repr(version).encode()
+    assert coded_file.version_of(at) == version
+    assert load(("s", FIELDS, "other-model", 64)) is None
+    assert load(("s", FIELDS, EMBEDDER.name, 32)) is None
+    assert load(("s", fields_text(None, EmbedParts.WHOLE), EMBEDDER.name, 64)) is None
+    assert load(("t", FIELDS, EMBEDDER.name, 64)) is None
     assert (
         coded_file.load_coded(
             path,
-            repr(("s", FIELDS, version, EMBEDDER.name, 64)).encode(),
+            repr(("s", FIELDS, EMBEDDER.name, 64)).encode(),
             key,
             100,
             EMBEDDER.name,
@@ -276,7 +313,7 @@ def test_a_forged_file_is_ignored(
     with open_store(url) as store:
         version = store.backend.vectors_version("s", FIELDS)
         right = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
-    _forged(path, coded_file.snapshot_key([], 0) if key == "guessed" else right, zero_slacks)
+    _forged(path, coded_file.snapshot_key([]) if key == "guessed" else right, zero_slacks)
     assert not first_loads(url, items, monkeypatch)
 
 
@@ -340,3 +377,174 @@ def test_a_bad_vector_snapshot_option_is_refused(tmp_path: Path) -> None:
         SQLiteStore(tmp_path / "b.db", vector_snapshot="always")  # type: ignore[arg-type]
     with open_store(f"sqlite://{tmp_path / 'c.db'}?vector_snapshot=off") as store:
         assert store.vector_snapshot == "off"  # type: ignore[attr-defined]
+
+
+# -- a stale file caught up through the vector change log ------------------------------------
+
+Action = tuple[str, Any]
+
+
+def planned(
+    items: list[MemoryItem], seqs: list[int], ops: list[tuple[str, int]]
+) -> tuple[list[Action], list[MemoryItem]]:
+    """Return the actions ``ops`` make on the stored ``items`` (of ``seqs``), and the items they leave: appends of 1-3 steps, deletes of a step and re-embeds of a stored vector, each past the first 16 items (the file's key)."""
+    now = list(items)
+    actions: list[Action] = []
+    for at, (op, pick) in enumerate(ops):
+        later = [i for i, item in enumerate(now) if i >= 16 and item in items]
+        if op == "append" or not later:
+            added = [
+                MemoryItem(**{**item.to_dict(), "step": 2000 + 10 * at + i})
+                for i, item in enumerate(steps(1 + pick % 3, pick))
+            ]
+            now.extend(added)
+            actions.append(("append", [item.to_dict() for item in added]))
+        elif op == "delete":
+            item = now.pop(later[pick % len(later)])
+            actions.append(("delete", item.step))
+        else:
+            actions.append(("re-embed", seqs[items.index(now[later[pick % len(later)]])]))
+    return actions, now
+
+
+def acted(db: str, actions: list[Action]) -> None:
+    """Apply ``actions`` to session ``s`` of the file ``db`` on a handle of their own (a re-embed: the vector row deleted in SQL, then embedded again)."""
+    with open_store(f"sqlite://{db}") as store:
+        for action, what in actions:
+            if action == "append":
+                store.append("s", [MemoryItem(**fields) for fields in what])
+            elif action == "delete":
+                assert store.delete_steps("s", [what]) == 1
+            else:
+                with sqlite3.connect(db) as con:
+                    con.execute("DELETE FROM kvmemory_vectors WHERE seq = ?", (what,))
+                con.close()
+            store.index_embeddings("s", EMBEDDER)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    n=st.integers(48, 110),
+    seed=st.integers(0, 1000),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["append", "delete", "re-embed"]), st.integers(0, 1000)),
+        min_size=1,
+        max_size=4,
+    ),
+    process=st.booleans(),
+    k=st.integers(1, 40),
+    query=st.sampled_from(QUERIES),
+    mode=st.sampled_from(["semantic", "hybrid"]),
+    where=st.sampled_from([None, {"team": "red"}]),
+)
+def test_a_stale_file_is_caught_up_and_ranks_as_memory_search(
+    n: int,
+    seed: int,
+    ops: list[tuple[str, int]],
+    process: bool,
+    k: int,
+    query: str,
+    mode: str,
+    where: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Steps appended, deleted and re-embedded after the save, by another handle or another process: a fresh handle's first query loads the stale file, catches it up, and answers with Memory.search's hits and floats, as later queries do."""
+    items = steps(n, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        db = str(Path(folder) / "store.db")
+        url = f"sqlite://{db}"
+        seqs = written(url, items)
+        saved(url, items, monkeypatch)
+        actions, now = planned(items, seqs, ops)
+        if process:
+            script = f"""
+                import sys
+                sys.path.insert(0, {str(Path(__file__).parent)!r})
+                from test_stores_coded_file import acted
+                acted({db!r}, {actions!r})
+            """
+            subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
+        else:
+            acted(db, actions)
+        with open_store(url) as store:
+            coded_budget(store, now, monkeypatch)
+            want = expected(now, query, k, mode, where)
+            assert found(store, query, k, mode, where) == want
+            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert found(store, query, k, mode, where) == want
+            assert found(store, QUERIES[0], 60, "semantic") == expected(
+                now, QUERIES[0], 60, "semantic", None
+            )
+
+
+@pytest.mark.parametrize(("added", "caught"), [(15, True), (16, False)])
+def test_a_file_is_caught_up_up_to_a_quarter_of_its_items_changed(
+    added: int, caught: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """60 items saved, then 15 appended (a quarter): caught up; 16: the table is built (and saved) as without a file, the hits right either way."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60, 21)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    more = [
+        MemoryItem(**{**item.to_dict(), "step": 500 + i}) for i, item in enumerate(steps(added, 22))
+    ]
+    written(url, more)
+    every = [*items, *more]
+    assert first_loads(url, every, monkeypatch) == caught
+    if not caught:
+        saved(url, every, monkeypatch)
+        assert first_loads(url, every, monkeypatch)
+
+
+def test_a_backend_that_cannot_name_the_changes_builds_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``vector_changes`` answers ``None`` (a pruned log), the stale file is not used: the table is built, the hits right."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60, 23)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    more = [MemoryItem(step=700, thought=QUERIES[1])]
+    written(url, more)
+    with open_store(url) as store:
+        monkeypatch.setattr(type(store.backend), "vector_changes", lambda *_: None)
+    assert not first_loads(url, [*items, *more], monkeypatch)
+
+
+@pytest.mark.parametrize("row", ["updated", "deleted"])
+def test_a_file_whose_first_rows_changed_is_refused(
+    row: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One of the first 16 vector rows (the file's key) rewritten in SQL or deleted with its step: the file fails its HMAC, the table is built from the rows and saved again."""
+    db = tmp_path / "store.db"
+    url = f"sqlite://{db}"
+    items = steps(60, 24)
+    seqs = written(url, items)
+    saved(url, items, monkeypatch)
+    if row == "deleted":
+        with open_store(url) as store:
+            assert store.delete_seqs("s", [seqs[5]]) == 1
+        items = [*items[:5], *items[6:]]
+    else:
+        with sqlite3.connect(db) as con:
+            con.execute(
+                "UPDATE kvmemory_vectors SET vector = (SELECT vector FROM kvmemory_vectors"
+                " WHERE seq = ?) WHERE seq = ?",
+                (seqs[-1], seqs[5]),
+            )
+        con.close()
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        found(store, QUERIES[0], 5, "semantic")
+        assert kept_tables(store) == []  # read page by page, as without a file
+    want = rows_read(url, tmp_path / "store.db.vectors", items, monkeypatch)
+    saved(url, items, monkeypatch)
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        assert [found(store, query, len(items), "semantic") for query in QUERIES] == want
+        assert [type(table) for table in kept_tables(store)] == [CompactVectors]

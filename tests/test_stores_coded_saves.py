@@ -94,10 +94,10 @@ def more_steps(n: int, seed: int) -> list[MemoryItem]:
     ]
 
 
-def test_a_few_later_steps_leave_the_file_stale_and_enough_of_them_save_it_at_close(
+def test_a_few_later_steps_leave_the_file_stale_and_too_many_save_it_at_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A handle that appends and embeds one short step (fewer items than ``rebuild_rows``) closes without coding: the file stays stale and a fresh handle ranks without it, as Memory.search; a handle that writes more steps closes with the file current again."""
+    """A handle that appends and embeds one short step closes without coding: the file stays stale and a fresh handle catches it up, as Memory.search; a handle that writes more steps than a reader catches up (and ``rebuild_rows``) closes with the file current again."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(70, 4)
     write_and_close(url, items, monkeypatch)
@@ -112,7 +112,7 @@ def test_a_few_later_steps_leave_the_file_stale_and_enough_of_them_save_it_at_cl
     closed_saves()
     with open_store(url) as store:
         assert coded_file.saved_tag(coded_path(store)) == before
-    assert not first_loads(url, [*items, *added], monkeypatch)
+    assert first_loads(url, [*items, *added], monkeypatch)
     more = more_steps(70, 5)
     every = [*items, *added, *more]
     with open_store(url) as store:
@@ -243,9 +243,10 @@ def _load(path: str, store_url: str) -> Any:
     with open_store(store_url) as store:
         version = store.backend.vectors_version("s", FIELDS)
         file = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64)
-        return coded_file.load_coded(
-            path, file.tag, file.key(), 1 << 30, EMBEDDER.name, EmbedParts(), 64, dict
+        loaded = coded_file.load_coded(
+            path, file.subject, file.key(), 1 << 30, EMBEDDER.name, EmbedParts(), 64, dict
         )
+        return None if loaded is None else loaded[0]
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -282,10 +283,11 @@ def test_a_flipped_byte_in_any_chunk_or_swapped_chunks_are_refused(
     assert isinstance(_load(path, url), CompactVectors)
 
 
-def test_a_file_of_the_first_format_is_refused_and_saved_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("magic", [b"kvmvcod1", b"kvmvcod2"])
+def test_a_file_of_an_earlier_format_is_refused_and_saved_again(
+    magic: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A file of format 1 (``kvmvcod1``, one HMAC over the body), right for its key: not loaded; the table is coded again and saved in format 2."""
+    """A file of format 1 (``kvmvcod1``, one HMAC over the body) or 2 (``kvmvcod2``), right for its key: not loaded; the table is coded again and saved in format 3."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(70, 9)
     written(url, items)
@@ -294,11 +296,14 @@ def test_a_file_of_the_first_format_is_refused_and_saved_again(
         version = store.backend.vectors_version("s", FIELDS)
         key = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
     data, start = _body(path)
-    old = b"kvmvcod1" + hmac.new(key, bytes(data[start:]), hashlib.sha256).digest()
+    if magic == b"kvmvcod1":
+        old = magic + hmac.new(key, bytes(data[start:]), hashlib.sha256).digest()
+    else:  # the body and chunked HMAC as saved now, under the older magic
+        old = magic + bytes(data[len(magic) : start])
     Path(path).write_bytes(old + bytes(data[start:]))
     assert not first_loads(url, items, monkeypatch)
     saved(url, items, monkeypatch)
-    assert Path(path).read_bytes()[:8] == coded_file.MAGIC == b"kvmvcod2"
+    assert Path(path).read_bytes()[:8] == coded_file.MAGIC == b"kvmvcod3"
     assert first_loads(url, items, monkeypatch)
 
 
@@ -316,3 +321,31 @@ def test_a_stale_file_of_a_session_that_no_longer_codes_is_removed_at_close(
         store.index_embeddings("s", EMBEDDER)
     closed_saves()
     assert not os.path.exists(path)
+
+
+def test_a_close_leaves_a_file_a_reader_catches_up_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer of 70 steps (past ``rebuild_rows``) to a session of 300 saved: few enough for a reader to catch up (a quarter), so the close codes nothing, and a fresh handle's first query catches the file up, as Memory.search."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(300, 14)
+    write_and_close(url, items, monkeypatch)
+    coded: list[str] = []
+    original = coded_file.save_coded
+
+    def counted(*args: Any) -> bool:
+        coded.append(args[0])
+        return original(*args)
+
+    monkeypatch.setattr(coded_file, "save_coded", counted)
+    more = more_steps(70, 15)
+    every = [*items, *more]
+    with open_store(url) as store:
+        coded_budget(store, every, monkeypatch)
+        store.append("s", more)
+        store.index_embeddings("s", EMBEDDER)
+        assert rebuild_rows(store.backend.vector_count("s", FIELDS)) == 64 < len(more)
+    closed_saves()
+    assert coded == []
+    assert first_loads(url, every, monkeypatch)
+    assert coded == []

@@ -112,10 +112,10 @@ def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
             assert found(store, query, k, mode, where) == want
 
 
-def test_the_file_is_ignored_once_another_handle_writes(
+def test_the_file_is_caught_up_once_another_handle_writes(
     postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write since the save (another handle, without the folder) makes the file stale: not loaded; the new table is saved again and then loaded."""
+    """A write since the save (another handle, without the folder) makes the file stale: loaded and caught up through the change log, as Memory.search."""
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(60)
     written(url, items)
@@ -125,15 +125,17 @@ def test_the_file_is_ignored_once_another_handle_writes(
         other.append("s", [added])
         other.index_embeddings("s", EMBEDDER)
     items = [*items, added]
-    assert not first_loads(url, items, monkeypatch)
-    saved(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        assert found(store, QUERIES[0], 1, "semantic")[0][0] == 500
 
 
-def test_the_file_is_ignored_once_another_process_writes(
-    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("at", [40, 3])
+def test_a_step_deleted_by_another_process_is_caught_up_unless_among_the_first_rows(
+    at: int, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A step deleted by another process since the save makes the file stale."""
+    """A step deleted by another process since the save: caught up; among the first 16 vector rows (the file's key): the file fails, the table is built."""
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(60)
     seqs = written(url, items)
@@ -141,10 +143,10 @@ def test_the_file_is_ignored_once_another_process_writes(
     script = f"""
         from agents.memory.stores import open_store
         with open_store({postgres_url!r}) as store:
-            assert store.delete_seqs("s", [{seqs[3]}]) == 1
+            assert store.delete_seqs("s", [{seqs[at]}]) == 1
     """
     subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
-    assert not first_loads(url, [*items[:3], *items[4:]], monkeypatch)
+    assert first_loads(url, [*items[:at], *items[at + 1 :]], monkeypatch) == (at >= 16)
 
 
 def test_a_file_saved_by_another_process_is_loaded(
@@ -194,10 +196,10 @@ def test_threads_first_queries_on_one_handle_rank_as_memory_search(
     assert got == [expected(items, query, k, mode, None) for query, k, mode in asked]
 
 
-def test_the_file_is_ignored_once_a_vector_is_rewritten_in_place(
+def test_a_vector_rewritten_in_place_is_caught_up(
     postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A vector row rewritten in SQL (same count, same first rows): the version differs, the file is not loaded, the hits follow the rows."""
+    """A vector row rewritten in SQL (same first rows): the log names it, the file is loaded and that item re-coded; the hits are those of a handle without the folder (the rows read)."""
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(60)
     seqs = written(url, items)
@@ -208,10 +210,14 @@ def test_the_file_is_ignored_once_a_vector_is_rewritten_in_place(
             " (SELECT vector FROM kvmemory_vectors WHERE seq = %s) WHERE seq = %s",
             (seqs[0], seqs[-1]),
         )
+    with open_store(postgres_url) as store:
+        coded_budget(store, items, monkeypatch)
+        want = [found(store, query, 60, "semantic") for query in QUERIES]
+    assert want[0] != expected(items, QUERIES[0], 60, "semantic", None)
     with open_store(url) as store:
         coded_budget(store, items, monkeypatch)
-        found(store, QUERIES[0], 5, "semantic")
-        assert kept_tables(store) == []
+        assert [found(store, query, 60, "semantic") for query in QUERIES] == want
+        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
 
 
 @pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])

@@ -147,7 +147,8 @@ class SearchOperations:
         where :attr:`saves_vector_snapshots`, and a closing handle codes and
         saves it for the sessions whose vectors it wrote (``Store.close``
         then calls :meth:`close` on a thread, after those saves); a fresh handle's first query
-        loads it where it is current. It is a cache checked against the
+        loads it where it is current, or catches a stale one up
+        (:meth:`vector_changes`). It is a cache checked against the
         session (see ``agents.memory.stores._search.coded_file``), so any
         file name that no other session's (and fields') file shares will do.
         """

@@ -4,7 +4,8 @@ A session whose part vectors pass the kept-vector budget is kept coded as
 int8 (``agents.memory.stores._search.compact``); building that table reads
 every stored vector from the server (100,000 UFO-shaped steps cut into
 parts: 2.1 GiB). With a folder named, a handle saves the table there as it
-builds it and a fresh handle's first query loads it where it is current
+builds it and a fresh handle's first query loads it where it is current,
+or catches a stale one up through the change log
 (``agents.memory.stores._search.coded_file``: the tag, the HMAC keyed by
 the session's first stored vector rows, the checks of its parts). The
 database stays the record; the folder is this machine's cache of it.

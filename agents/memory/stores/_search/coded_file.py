@@ -4,17 +4,25 @@ A handle builds the coded table of a session whose part vectors pass the
 kept-vector budget from every stored vector (100,000 UFO-shaped steps cut
 into parts: 2.1 GiB read and coded, ~5-6 s of CPU over the first two
 queries). It saves the table as it builds it (:func:`save_coded`); a fresh
-handle's first query loads it (:func:`load_coded`) where its tag is that of
-the session now: the session, the fields (and parts) the vectors were
-computed over, the session's vectors version
-(:meth:`Backend.vectors_version`, which every vector write changes), the
-model and its dimension, and the session's vector count.
+handle's first query loads it (:func:`load_coded`) where its tag's subject
+is that of the session now: the session, the fields (and parts) the
+vectors were computed over, the model and its dimension. The tag also
+holds the session's vectors version it was saved at
+(:meth:`Backend.vectors_version`, which every vector write changes): a file
+of the version now answers as it is; a stale one (steps appended, updated,
+deleted or embedded again since, by any handle) is caught up where the
+backend names the items changed since (:meth:`Backend.vector_changes`) and
+they are few (``vector_cache.follows``): those items are read and coded
+again, as a kept table follows writes; else the table is built.
 
 The file is untrusted. Its body is authenticated with an HMAC-SHA256 whose
 key is a digest of the session's first stored vector rows (read from the
-database, a few kilobytes): a damaged, cut or foreign file, one of another
-session or database, and one made by someone who cannot read the
-database, fail it and are not used (the table is built as without it).
+database, a few kilobytes; not the vector count, which each append
+changes, so that a stale file still authenticates): a damaged, cut or
+foreign file, one of another session or database, and one made by someone
+who cannot read the database, fail it and are not used (the table is
+built as without it). A change to one of those first rows (an update, a
+deletion) changes the key: the file fails, and is built again.
 What it cannot guard against is someone who can read the database and
 write beside it, who could as well write the database. A loaded table is
 also checked as :func:`~agents.memory.stores._search.compact.compact_table`
@@ -32,13 +40,15 @@ steps cut into parts: a 299 MB body, ~230 ms of CPU). Forging a file
 that passes still takes the key: each chunk's HMAC is keyed, and the top
 HMAC, over the chunks' HMACs in order, binds each chunk to its place and
 the body to its length (each chunk's HMAC also covers its index and the
-body's length). A file of the first format (:data:`MAGIC` ``kvmvcod1``: one HMAC
-over the body) is not read: its magic differs, the table is built again
-and saved in this format.
+body's length). A file of an earlier format (:data:`MAGIC` ``kvmvcod1``: one
+HMAC over the body; ``kvmvcod2``: keyed by the vector count too, the
+version in the subject) is not read: its magic differs, the table is
+built again and saved in this format.
 
 The file: :data:`MAGIC`, the HMAC (32 bytes), then the body: five
 little-endian u64 (the tag's length, the coded rows, the bytes a row, the
-parts, the items), the tag (padded to 8 bytes), the coded rows (codes,
+parts, the items), the tag (the subject's ``repr``, a newline, the
+version's ``repr``; padded to 8 bytes), the coded rows (codes,
 scale and slack, see ``compact._quantized``; padded to 8 bytes), the coded
 row of each part (i64), each item's first part (i64) and each item's key
 (i64).
@@ -46,6 +56,7 @@ row of each part (i64), each item's first part (i64) and each item's key
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import hmac
@@ -53,7 +64,7 @@ import mmap
 import os
 import struct
 import sys
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
@@ -62,10 +73,19 @@ from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._search.compact import CompactVectors, CosinesOf, coded_row_bytes
 from agents.memory.stores._search.snapshot import write_snapshot
 
-__all__ = ["CHUNK", "MAGIC", "CodedFile", "load_coded", "save_coded", "saved_tag", "snapshot_key"]
+__all__ = [
+    "CHUNK",
+    "MAGIC",
+    "CodedFile",
+    "load_coded",
+    "save_coded",
+    "saved_tag",
+    "snapshot_key",
+    "version_of",
+]
 
-MAGIC: Final = b"kvmvcod2"
-"""The first bytes of a coded file of this format (chunked HMACs); ``kvmvcod1`` was one HMAC over the body."""
+MAGIC: Final = b"kvmvcod3"
+"""The first bytes of a coded file of this format (chunked HMACs keyed by the first vector rows only, the version apart in the tag); ``kvmvcod2`` keyed by the vector count too, ``kvmvcod1`` was one HMAC over the body."""
 
 CHUNK: Final = 8 << 20
 """The bytes of the body each chunk HMAC covers (the last chunk fewer)."""
@@ -77,43 +97,64 @@ _MAC: Final = 32  # sha256
 _HEAD: Final = struct.Struct("<QQQQQ")
 _START: Final = len(MAGIC) + _MAC
 _KEY_ROWS: Final = 16  # the first stored vector rows whose digest keys a file's HMAC
+_VERSION_TEXT: Final = (
+    256  # the longest version (its repr) a tag holds: backends give an int or a short tuple
+)
 
 
 class CodedFile:
-    """The coded table file of one session over some fields at one version of its vectors: :meth:`load` for a first query, :meth:`save` as a table is built.
+    """The coded table file of one session over some fields, kept at one version of its vectors: :meth:`load` for a first query, :meth:`save` as a table is built.
 
     ``path`` is ``None`` where the backend keeps none
-    (:meth:`Backend.vector_snapshot_path`). ``count`` gives the session's
-    vector rows (the backend's count unless set: a handle's kept count).
+    (:meth:`Backend.vector_snapshot_path`). The tag is the ``subject``
+    (the session, the fields, the model and its dimension), a newline and
+    the ``repr`` of the version: a file saved at an older version of the
+    same subject is stale, and a reader may catch it up
+    (:meth:`Backend.vector_changes`).
     """
 
     def __init__(
         self, backend: Backend, sid: str, filed: str, version: Hashable, model: str, width: int
     ) -> None:
-        self._backend, self._sid, self._filed = backend, sid, filed
+        self._backend, self._sid, self.filed = backend, sid, filed
         self.path = backend.vector_snapshot_path(sid, filed)
         self.model, self.width = model, width
-        self.tag = repr((sid, filed, version, model, width)).encode()
-        self.count: Callable[[], int] = lambda: backend.vector_count(sid, filed)
+        self.version = version
+        self.subject = repr((sid, filed, model, width)).encode()
+        self.tag = self.subject + b"\n" + repr(version).encode()
 
     def key(self) -> bytes:
-        """Return the key of the file's HMAC: a digest of the session's first stored vector rows and its vector count (:func:`snapshot_key`)."""
-        pages = self._backend.vector_pages(self._sid, self._filed, _KEY_ROWS)
+        """Return the key of the file's HMAC: a digest of the session's first stored vector rows (:func:`snapshot_key`)."""
+        pages = self._backend.vector_pages(self._sid, self.filed, _KEY_ROWS)
         try:
             first = next(pages, [])
         finally:
             close = getattr(pages, "close", None)
             if close is not None:
                 close()
-        return snapshot_key(first, self.count())
+        return snapshot_key(first)
 
-    def load(self, budget: int, parts: EmbedParts, cosines_of: CosinesOf) -> CompactVectors | None:
-        """Return the table saved for this version (:func:`load_coded`), or ``None`` (no file, or not current, sound or within ``budget``)."""
+    def load(
+        self, budget: int, parts: EmbedParts, cosines_of: CosinesOf
+    ) -> tuple[CompactVectors, Hashable] | None:
+        """Return the table saved for this subject (:func:`load_coded`) and the version it was saved at (this one, or an older one to catch up), or ``None`` (no file, or not sound or within ``budget``)."""
         if self.path is None or not os.path.exists(self.path):
             return None
-        return load_coded(
-            self.path, self.tag, self.key(), budget, self.model, parts, self.width, cosines_of
+        loaded = load_coded(
+            self.path, self.subject, self.key(), budget, self.model, parts, self.width, cosines_of
         )
+        if loaded is None:
+            return None
+        table, version = loaded
+        at = self.version if version == repr(self.version).encode() else version_of(version)
+        return None if at is None else (table, at)
+
+    def saved_version(self) -> Hashable | None:
+        """Return the version the file of this subject was saved at, or ``None`` where there is none (its head read only, not checked: a load checks it)."""
+        tag = None if self.path is None else saved_tag(self.path)
+        if tag is None or not tag.startswith(self.subject + b"\n"):
+            return None
+        return version_of(tag[len(self.subject) + 1 :])
 
     def current(self) -> bool:
         """Return whether a file of this tag is saved (its head read only: a load checks the rest)."""
@@ -126,10 +167,27 @@ class CodedFile:
                 save_coded(self.path, table, self.tag, self.key())
 
 
-def snapshot_key(first_rows: Iterable[tuple[int, bytes]], count: int) -> bytes:
-    """Return the key that authenticates a session's coded file: a digest of its first stored vector rows and its vector count."""
-    digest = hashlib.sha256(b"kvmemory coded vectors\0")
-    digest.update(struct.pack("<q", count))
+def version_of(text: bytes) -> Hashable | None:
+    """Return the version a tag holds (the ``repr`` of an int, a string or a tuple of them, as backends give), or ``None`` where it is none such."""
+    if len(text) > _VERSION_TEXT:
+        return None
+    try:
+        value = ast.literal_eval(text.decode("ascii"))
+        hash(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError):
+        return None
+    return value if repr(value).encode() == text else None
+
+
+def snapshot_key(first_rows: Iterable[tuple[int, bytes]]) -> bytes:
+    """Return the key that authenticates a session's coded file: a digest of its first stored vector rows.
+
+    Not of the vector count (format 2 was): steps appended after the save
+    leave the key as it was, so that a reader can authenticate the stale
+    file and catch it up. Rows changed or deleted among the first change
+    the key: such a file fails and the table is built again.
+    """
+    digest = hashlib.sha256(b"kvmemory coded vectors 3\0")
     for seq, vector in first_rows:
         digest.update(struct.pack("<qQ", seq, len(vector)))
         digest.update(vector)
@@ -248,15 +306,15 @@ def _cores() -> int:
 
 def load_coded(
     path: str,
-    tag: bytes,
+    subject: bytes,
     key: bytes,
     budget: int,
     model: str,
     parts: EmbedParts,
     width: int,
     cosines_of: CosinesOf,
-) -> CompactVectors | None:
-    """Return the table saved at ``path`` under ``tag`` and ``key``, or ``None`` where there is none, it is of another tag, it fails its HMAC or its checks, or it passes ``budget`` bytes."""
+) -> tuple[CompactVectors, bytes] | None:
+    """Return the table saved at ``path`` under a tag of ``subject`` and ``key``, with the version text of its tag (authenticated); ``None`` where there is none, it is of another subject, it fails its HMAC or its checks, or it passes ``budget`` bytes."""
     np = numpy()
     try:
         with open(path, "rb") as file:
@@ -270,14 +328,15 @@ def load_coded(
     if bytes(view[: len(MAGIC)]) != MAGIC:
         return None
     body = view[_START:]
-    # The head and tag first (a stale file costs no digest), then the HMAC of the whole body.
+    # The head and tag first (another subject costs no digest), then the HMAC of the whole body.
     tag_length, used, row_bytes, refs, slots = _HEAD.unpack_from(body)
     at = _HEAD.size
     sizes = [tag_length + (-tag_length % 8), used * row_bytes, refs * 8, slots * 8, slots * 8]
     sizes[1] += -sizes[1] % 8
     if row_bytes != coded_row_bytes(width) or at + sum(sizes) != len(body):
         return None
-    if bytes(body[at : at + tag_length]) != tag or used * row_bytes > budget:
+    tag = bytes(body[at : at + tag_length])
+    if not tag.startswith(subject + b"\n") or used * row_bytes > budget:
         return None
     mac = _BodyMac(key, body)  # on threads, while the parts are laid out and checked
     try:
@@ -289,7 +348,7 @@ def load_coded(
     matrix, slack, scale, start, key_at, ref_row = table
     compact = CompactVectors(model, parts, width, matrix, slack, cosines_of, scale)
     compact.lay_out_items(start, key_at, ref_row)
-    return compact
+    return compact, tag[len(subject) + 1 :]
 
 
 def _laid_out(

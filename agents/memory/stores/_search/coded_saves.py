@@ -11,6 +11,11 @@ session and fields whose vectors the handle wrote and whose file is not
 of the vectors now: stale (the session was coded), or missing with the
 session's vectors as stored estimated past the kept-vector budget (the
 bytes a row the handle wrote times the session's vector rows: no read).
+A stale file that a reader catches up (:func:`caught_up`: the backend
+names the vector rows changed since the file's version, and they are at
+most a quarter of the session's items, as a kept table follows writes) is
+left as it is: the next fresh reader loads it and re-codes only those
+items (100,000 steps, 100 appended: ~0.5 s rather than the 7-8 s build).
 The build is a query's (``VectorSearch``), on a thread of its own that
 is not a daemon; the backend closes after it (and so saves its keyword
 snapshots after it). ``close()`` returns at once; a process that ends
@@ -42,6 +47,7 @@ from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._search.coded_file import CodedFile
 from agents.memory.stores._search.compact import CompactVectors
+from agents.memory.stores._search.vector_cache import follows
 
 __all__ = ["SAVE_THREAD", "CodedSaves", "Coding", "Written", "rebuild_rows"]
 
@@ -91,7 +97,7 @@ class CodedSaves:
             self._written[key] = (written, before + rows, bytes_before + size)
 
     def due(self, budget: int) -> list[Written]:
-        """Return the sessions whose coded file the closing handle saves: not current, written enough (:func:`rebuild_rows`), and either stale (the session was coded) or missing with the session's vectors estimated past ``budget`` bytes.
+        """Return the sessions whose coded file the closing handle saves: not current, written enough (:func:`rebuild_rows`), and either stale beyond what a reader catches up (:func:`caught_up`) or missing with the session's vectors estimated past ``budget`` bytes.
 
         The estimate is the bytes a row of those the handle wrote times the
         session's vector rows (one count), so that a session a fresh handle
@@ -113,7 +119,7 @@ class CodedSaves:
                 if file is None or file.path is None or file.current():
                     continue
                 count = backend.vector_count(noted.session_id, filed)
-                if rows < rebuild_rows(count):
+                if rows < rebuild_rows(count) or caught_up(backend, noted.session_id, file, count):
                     continue
                 if size * count > budget * rows or os.path.exists(file.path):
                     due.append(noted)
@@ -132,6 +138,15 @@ class CodedSaves:
                     # The session no longer codes: a stale file would be read at each close.
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(file.path)
+
+
+def caught_up(backend: Backend, sid: str, file: CodedFile, count: int) -> bool:
+    """Return whether a reader catches the session's stale file up rather than build the table (:func:`follows`): the backend names the changes since the file's version, and they are few among the ``count`` items."""
+    saved = file.saved_version()
+    if saved is None:
+        return False
+    changed = backend.vector_changes(sid, file.filed, saved, file.version)
+    return follows(changed, count)
 
 
 def _quiet() -> contextlib.suppress:

@@ -32,7 +32,16 @@ from typing import Final
 from agents.memory.search._item_vectors import Vectors
 from agents.memory.stores._search.compact import CompactVectors
 
-__all__ = ["CACHE_BYTES", "COMPACT_THREAD", "SCREEN_QUERY", "Table", "VectorCache", "Vectors"]
+__all__ = [
+    "CACHE_BYTES",
+    "COMPACT_THREAD",
+    "REREAD",
+    "SCREEN_QUERY",
+    "Table",
+    "VectorCache",
+    "Vectors",
+    "follows",
+]
 
 Table = Vectors | CompactVectors
 """A kept table: the vectors as float32 (:class:`Vectors`), or coded where those pass the budget (:class:`CompactVectors`)."""
@@ -63,6 +72,15 @@ cores) and saves 5 to 30 ms a query after it there, so it waits until a
 session is queried again and again without a change: a session written
 every few queries never pays it.
 """
+
+
+REREAD: Final = 4
+"""A kept table (or a stale coded file) is read again, not brought up to date, once more than one item in this many changed."""
+
+
+def follows(changed: set[int] | None, items: int) -> bool:
+    """Return whether a table of ``items`` items is brought up to date with the ``changed`` seqs (:meth:`Backend.vector_changes`) rather than read again: the backend could tell (not ``None``), and at most one item in :data:`REREAD` changed."""
+    return changed is not None and REREAD * len(changed) <= items
 
 
 _COUNTS_KEPT: Final = 1024

@@ -56,7 +56,7 @@ from agents.memory.stores._search.filtering import (
 )
 from agents.memory.stores._search.hybrid import held_pool, walked_passing
 from agents.memory.stores._search.keyword import KeywordSearch
-from agents.memory.stores._search.vector_cache import Table, VectorCache, Vectors
+from agents.memory.stores._search.vector_cache import Table, VectorCache, Vectors, follows
 
 __all__ = ["VectorSearch", "check_embedder"]
 
@@ -155,19 +155,29 @@ def _up_to_date(
     ``None``) and where so many items changed that reading them costs
     about what reading the session does.
     """
-    if seqs is None or _REREAD * len(seqs) > len(table.slot_of):
+    if not follows(seqs, len(table.slot_of)):
         return None
+    assert seqs is not None
     changed = sorted(seqs)
     return table.changed(changed, read(changed)) if changed else table
+
+
+def _caught_up(
+    table: CompactVectors,
+    saved_at: Hashable,
+    kept_as: tuple[Hashable, str, int],
+    update: Callable[[Hashable, Table], Table | None],
+) -> Table | None:
+    """Return a coded file's ``table``, saved at version ``saved_at``, at the version of ``kept_as`` (version, model, dimension): as it is where they are the same, else brought up to date by ``update``, as a kept table follows writes (``None``: it cannot be; the table is built)."""
+    if saved_at == kept_as[0]:
+        return table
+    return update((saved_at, *kept_as[1:]), table)
 
 
 _TOKENIZER: Final = Tokenizer()
 
 _DISTINCT_READ: Final = 2
 """A session's vectors are read into a table up to this many times the budget, to be kept with equal part vectors once if that fits."""
-
-_REREAD: Final = 4
-"""A kept table is read again, not updated, once more than one item in this many changed."""
 
 
 class VectorSearch:
@@ -531,15 +541,14 @@ class VectorSearch:
                 return None
 
         exact = functools.partial(self._cosines_of, sid, embedder, fields, parts=parts)
-        count = functools.partial(self._backend.vector_count, sid, filed)
         file = CodedFile(self._backend, sid, filed, version, embedder.name, embedder.dimension)
-        file.count = lambda: self._cache.counted(sid, filed, version, count)
 
         load = functools.partial(self._coded, Written(sid, fields, parts, embedder), file)
 
         def saved(budget: int) -> Table | None:
             with self._engine.errors("search", sid):
-                return file.load(budget, parts, exact)
+                loaded = file.load(budget, parts, exact)
+            return None if loaded is None else _caught_up(*loaded, kept_as, update)
 
         def update(kept: Hashable, table: Table) -> Table | None:
             if not isinstance(kept, tuple) or kept[1:] != kept_as[1:]:

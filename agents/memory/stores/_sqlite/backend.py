@@ -593,7 +593,8 @@ class SQLiteStore(Store):
             a session's part vectors as int8 (they pass the kept-vector
             budget) saves the coded table in ``<file>.vectors/`` as it builds
             it, and as it closes codes and saves it for the sessions whose
-            part vectors it wrote where it is missing or stale (on a thread
+            part vectors it wrote where it is missing or too stale for a
+            reader to catch up (on a thread
             of its own that the process waits for: 7-8 s of CPU at 100,000
             steps), so that a fresh handle's first semantic or hybrid query
             loads it rather than read every vector; ``"off"``: never write
