@@ -18,13 +18,13 @@ databases, two schemas, or tables dropped and made again never share a file.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from typing import Any
 
 from agents.memory.exceptions import StoreArgumentError
 from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._search.coded_file import coded_name, remove_coded
 
 __all__ = ["CodedFolder", "vector_cache_folder"]
 
@@ -76,7 +76,7 @@ class CodedFolder(Backend):
         database = self._identity()
         if database is None:
             return None
-        return os.path.join(self.vector_cache, database, f"{_hex(session_id)}-{_hex(fields)}")
+        return os.path.join(self.vector_cache, database, coded_name(session_id, fields))
 
     @property
     def saves_vector_snapshots(self) -> bool:
@@ -90,9 +90,4 @@ class CodedFolder(Backend):
         database = self._identity()
         if database is None:
             return
-        folder, prefix = os.path.join(self.vector_cache, database), f"{_hex(session_id)}-"
-        with contextlib.suppress(OSError):  # no folder: nothing saved
-            for name in os.listdir(folder):
-                if name.startswith(prefix):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(folder, name))
+        remove_coded(os.path.join(self.vector_cache, database), session_id)

@@ -77,7 +77,9 @@ __all__ = [
     "CHUNK",
     "MAGIC",
     "CodedFile",
+    "coded_name",
     "load_coded",
+    "remove_coded",
     "save_coded",
     "saved_tag",
     "snapshot_key",
@@ -165,6 +167,25 @@ class CodedFile:
         if self.path is not None and self._backend.saves_vector_snapshots:
             with contextlib.suppress(OSError):
                 save_coded(self.path, table, self.tag, self.key())
+
+
+def coded_name(session_id: str, fields: str) -> str:
+    """Return the name of a session's coded file over ``fields`` in its folder: ``<sha1 of the session id>-<sha1 of the fields>``."""
+    return f"{_sha1(session_id)}-{_sha1(fields)}"
+
+
+def remove_coded(folder: str, session_id: str) -> None:
+    """Remove the session's coded files (over any fields) from ``folder``; what cannot be removed stays (they are caches)."""
+    prefix = f"{_sha1(session_id)}-"
+    with contextlib.suppress(OSError):  # no folder: nothing saved
+        for name in os.listdir(folder):
+            if name.startswith(prefix):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def version_of(text: bytes) -> Hashable | None:

@@ -21,7 +21,6 @@ one: a read checks it anyway.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sqlite3
 import threading
@@ -30,6 +29,7 @@ from typing import Any, Final, Literal
 
 from agents.memory.exceptions import StoreArgumentError
 from agents.memory.stores._core.backend import Backend
+from agents.memory.stores._search.coded_file import coded_name, remove_coded
 from agents.memory.stores._search.snapshot import save_snapshot, saved_rows
 
 __all__ = [
@@ -166,10 +166,6 @@ def vector_snapshot_mode(mode: KeywordSnapshotMode) -> KeywordSnapshotMode:
     return mode
 
 
-def _hex(text: str) -> str:
-    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
-
-
 class SnapshotFiles(Backend):
     """Where an SQLite backend keeps its sessions' coded part vectors beside its file, and the removal of a deleted session's caches (a base of ``SQLiteBackend``).
 
@@ -182,7 +178,7 @@ class SnapshotFiles(Backend):
 
     def vector_snapshot_path(self, session_id: str, fields: str) -> str | None:
         """Return the file of the session's coded part vectors over ``fields``."""
-        return os.path.join(f"{self.path}.vectors", f"{_hex(session_id)}-{_hex(fields)}")
+        return os.path.join(f"{self.path}.vectors", coded_name(session_id, fields))
 
     @property
     def saves_vector_snapshots(self) -> bool:
@@ -195,9 +191,4 @@ class SnapshotFiles(Backend):
         if snapshot is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(snapshot)
-        folder, prefix = f"{self.path}.vectors", f"{_hex(session_id)}-"
-        with contextlib.suppress(OSError):  # no folder: nothing saved
-            for name in os.listdir(folder):
-                if name.startswith(prefix):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(folder, name))
+        remove_coded(f"{self.path}.vectors", session_id)
