@@ -114,11 +114,13 @@ def test_rows_read_at_another_version_are_forgotten() -> None:
     kept = OffsetValues()
     kept.read("s", (b"h", 10), [(1, b'{"step": 1}'), (2, b'{"step": 2}')])
     tree = Filter({"step": 1}).tree
-    assert kept.failing("s", (b"h", 10), tree, 100) == {2}
-    assert kept.failing("s", (b"h", 11), tree, 100) == set()
+    assert kept.failing("s", (b"h", 10), tree, unread=False) == {2}
+    assert kept.failing("s", (b"h", 11), tree, unread=True) == set()
+    assert kept.failing("s", (b"h", 11), tree, unread=False) is None  # nothing read
     kept.read("s", (b"h", 11), [(2, b'{"step": 1}')])
-    assert kept.failing("s", (b"h", 11), tree, 100) == set()
-    assert kept.failing("s", (b"h", 11), tree, 1) is None  # every row read: the log whole
+    assert kept.failing("s", (b"h", 11), tree, unread=False) == set()
+    assert not kept.read_all("s", (b"h", 11), 2)
+    assert kept.read_all("s", (b"h", 11), 1)  # every row read: the log whole is read next
 
 
 class ReadValues(RuleBasedStateMachine):

@@ -633,8 +633,10 @@ class LogBackend(LogVectorReads):
         current (:meth:`_unviewed`), the rows it read by their offsets judge
         the filter (:class:`OffsetValues`): the ranking leaves out those
         that cannot pass, and the store reads and tests the others
-        (``widening``). ``None`` where those values cannot judge ``tree``,
-        unless it answered for the session before; once this handle has
+        (``widening``). ``None`` where those values cannot judge ``tree``
+        or none has been read (the store walks the file's ranking, reading
+        candidates by offset), unless it answered for the session before;
+        once this handle has
         read as many rows by their offsets as the session holds (a whole
         read costs about that), the log is read whole, and its kept values
         judge the filters. A ranking is given each time it answered before.
@@ -644,13 +646,15 @@ class LogBackend(LogVectorReads):
             index = self._unviewed(session_id)
             if index is not None:
                 version = (index.header, index.offset)
-                failing = self._read_values.failing(session_id, version, tree, index.count)
-                if failing is not None:
-                    self._where_answered.add(session_id)
-                    rank = functools.partial(top_passing, terms, k, failing)
-                    return self._indexed(session_id, rank) or []
-                if not answered:
-                    return None
+                if not self._read_values.read_all(session_id, version, index.count):
+                    # Nothing read yet: the store's walk of the first 1,024 ranked, unless answered.
+                    failing = self._read_values.failing(session_id, version, tree, unread=answered)
+                    if failing is not None:
+                        self._where_answered.add(session_id)
+                        rank = functools.partial(top_passing, terms, k, failing)
+                        return self._indexed(session_id, rank) or []
+                    if not answered:
+                        return None
             log = self._logs.current(session_id)
             if log is None:
                 return []

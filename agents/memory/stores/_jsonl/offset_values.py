@@ -61,19 +61,23 @@ class OffsetValues:
                 kept.seqs.add(seq)
                 kept.index.add(seq, data)
 
+    def read_all(self, session_id: str, version: Version, count: int) -> bool:
+        """Return whether as many rows as the session holds (``count``) have been read at ``version``: reading the log whole costs about that, and its values judge every row."""
+        kept = self._sessions.get(session_id)
+        return kept is not None and kept.version == version and len(kept.seqs) >= count
+
     def failing(
-        self, session_id: str, version: Version, tree: FilterNode, count: int
+        self, session_id: str, version: Version, tree: FilterNode, *, unread: bool
     ) -> set[int] | None:
         """Return the rows read at ``version`` whose items cannot pass ``tree``.
 
-        ``None`` where the index cannot judge ``tree``, or where as many
-        rows as the session holds (``count``) have been read: reading the
-        log whole costs about that, and its values judge every row.
+        ``None`` where the index cannot judge ``tree``, and, unless
+        ``unread``, where no row has been read at ``version``.
         """
         kept = self._sessions.get(session_id)
         if kept is None or kept.version != version:
             kept = self._sessions[session_id] = _Read(version)
-        if count and len(kept.seqs) >= count:
+        if not (unread or kept.seqs):
             return None
         may = kept.index.candidates(tree)
         if may is None:
