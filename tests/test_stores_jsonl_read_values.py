@@ -81,6 +81,18 @@ def test_a_warm_filtered_query_reads_only_the_rows_that_pass(
     assert first == reference(tmp_path, "cat the", where, 5)[0]
 
 
+def test_a_filter_the_values_cannot_judge_reads_no_log_whole(tmp_path: Path) -> None:
+    """After filters answered from the rows read, a filter their values cannot judge ($ne) walks the ranking, reading no log whole."""
+    written(tmp_path, 400)
+    where = {"step": {"$ne": 2}}
+    with JSONLStore(tmp_path, read_only=True) as store:
+        keyword_hits(store, "save", {"step": 3})
+        keyword_hits(store, "save", {"step": 3})  # answered from the rows read
+        got = keyword_hits(store, "save", where)
+        assert not read_whole(store)
+    assert got == reference(tmp_path, "save", where, 5)[0]
+
+
 @pytest.mark.parametrize("change", ["update", "compact", "process"])
 def test_a_row_changed_after_it_was_read_is_judged_anew(tmp_path: Path, change: str) -> None:
     """A row read by offset, failing a filter, then changed by another handle (or process) so that it passes: the next query of the same handle finds it."""

@@ -635,8 +635,8 @@ class LogBackend(LogVectorReads):
         that cannot pass, and the store reads and tests the others
         (``widening``). ``None`` where those values cannot judge ``tree``
         or none has been read (the store walks the file's ranking, reading
-        candidates by offset), unless it answered for the session before;
-        once this handle has
+        candidates by offset), unless it answered for the session before
+        (every row may pass then); once this handle has
         read as many rows by their offsets as the session holds (a whole
         read costs about that), the log is read whole, and its kept values
         judge the filters. A ranking is given each time it answered before.
@@ -649,12 +649,12 @@ class LogBackend(LogVectorReads):
                 if not self._read_values.read_all(session_id, version, index.count):
                     # Nothing read yet: the store's walk of the first 1,024 ranked, unless answered.
                     failing = self._read_values.failing(session_id, version, tree, unread=answered)
-                    if failing is not None:
-                        self._where_answered.add(session_id)
-                        rank = functools.partial(top_passing, terms, k, failing)
-                        return self._indexed(session_id, rank) or []
-                    if not answered:
+                    if failing is None and not answered:
                         return None
+                    # A filter those values cannot judge, once answered: every row may pass.
+                    self._where_answered.add(session_id)
+                    rank = functools.partial(top_passing, terms, k, failing or set())
+                    return self._indexed(session_id, rank) or []
             log = self._logs.current(session_id)
             if log is None:
                 return []
