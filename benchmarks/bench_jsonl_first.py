@@ -3,12 +3,13 @@
 Each run opens a new handle on the session of ``--items`` UFO-shaped steps
 (written once under ``--cache``, as ``bench_search_costs.py --sections
 first`` writes it, and its keyword file saved by a first search), times its
-first search (wall and CPU ms of this process) and the best of three warm
-ones, and closes it. The first run of a process also imports what the
+first search (wall and CPU ms of this process) and the best of ``--warm``
+warm ones (3; their median and slowest are printed too: a query that reads the log
+whole shows there), and closes it. The first run of a process also imports what the
 first query needs (numpy: some 70 ms), so it is left out of the medians.
 ``--mode`` and ``--where`` (a JSON filter) time the other first queries
 (semantic and hybrid ones from the session's vector file, ``<sid>.vectors``,
-where it is current; filtered ones read the log whole). ``--no-files``
+where it is current; filtered semantic and hybrid ones read the log whole). ``--no-files``
 removes the session's keyword and vector files before each run (untimed),
 so that its first query reads the log whole and saves them again: the cost
 of the save. The hits of the last run are printed as a digest, to compare
@@ -16,6 +17,7 @@ two branches, with the sizes of the log and its files.
 
 Run: .venv/bin/python benchmarks/bench_jsonl_first.py [--items 100000] [--runs 7]
      [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files]
+     [--warm 3]
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def main() -> None:
     parser.add_argument("--mode", default="keyword")
     parser.add_argument("--where", default=None)
     parser.add_argument("--no-files", action="store_true")
+    parser.add_argument("--warm", type=int, default=3)
     parser.add_argument(
         "--cache", default=os.path.join(tempfile.gettempdir(), "kvmemory-bench-first")
     )
@@ -70,6 +73,8 @@ def main() -> None:
     with open_store(url) as store:
         store.search(sid, QUERIES[1], 5, **options)  # the keyword file saved (if it was not)
     figures: dict[str, list[float]] = {"first": [], "first cpu": [], "warm": [], "warm cpu": []}
+    slowest: list[float] = []
+    middle: list[float] = []
     found: Any = None
     folder = Path(args.cache) / f"first-{args.items}"
     for run in range(args.runs + 1):
@@ -82,12 +87,15 @@ def main() -> None:
                 return store.search(sid, QUERIES[1], 5, **options)
 
             found, wall, cpu = timed(search)
-            warm = min((timed(search) for _ in range(3)), key=lambda got: got[1])
+            warms = [timed(search) for _ in range(args.warm)]
+            warm = min(warms, key=lambda got: got[1])
         if run:  # the first run also imports what the first query needs
             figures["first"].append(wall)
             figures["first cpu"].append(cpu)
             figures["warm"].append(warm[1])
             figures["warm cpu"].append(warm[2])
+            slowest.append(max(got[1] for got in warms))
+            middle.append(statistics.median(got[1] for got in warms))
     digest = repr([(hit.seq, hit.score, hit.item.to_dict()) for hit in found])
     print(f"== JSONL, {args.items} steps, {args.mode}, where {args.where} (load {load()})")
     for clock in ("", " cpu"):
@@ -97,6 +105,8 @@ def main() -> None:
             f"{'wall' if not clock else 'CPU':5} first {cell(first):>16} warm {cell(warm):>16}"
             f" ratio {cell(ratios):>14} (median of ratios {statistics.median(ratios):.1f}x)"
         )
+    print(f"median of {args.warm} warm queries (wall ms): {cell(middle)}")
+    print(f"slowest of {args.warm} warm queries (wall ms): {cell(slowest)}")
     print(f"hits {hashlib.sha1(digest.encode()).hexdigest()[:12]}")
     sizes = [
         f"{path.suffix} {path.stat().st_size / 1e6:.2f} MB"

@@ -427,17 +427,21 @@ def test_fresh_filtered_keyword_query_walks_the_file(tmp_path: Path, where: Any)
 
 
 def test_filtered_queries_read_the_log_whole_once_walks_read_as_many_rows(tmp_path: Path) -> None:
-    """Once a handle has read as many rows by offset as the session holds, its next filtered query reads the log whole (and ranks as before)."""
-    indexed(tmp_path)
+    """Queries reading the same rows by offset again never read the log whole; once a handle has read every row of the session by offset, its next filtered query does (and ranks as before)."""
+    indexed(tmp_path, 200)
     where = {"step": {"$gte": 0}}
-    query = " ".join(WORDS)  # every item holds one: each query reads 30 rows of 40
+    query = " ".join(WORDS)  # every item holds one: each query reads 30 rows of 200 and more
     with JSONLStore(tmp_path, read_only=True) as store:
         first = keyword_hits(store, query, where, k=30)
         assert not read_whole(store)
         second = keyword_hits(store, query, where, k=30)
         third = keyword_hits(store, query, where, k=30)
+        assert not read_whole(store)  # the same rows, read again
+        every = keyword_hits(store, query, where, k=200)
+        assert not read_whole(store)
+        assert keyword_hits(store, query, where, k=30) == first
         assert read_whole(store)
-    assert first == second == third
+    assert first == second == third == every[:30]
     with JSONLStore(tmp_path, read_only=True) as store:
         store.backend.read_rows("s")
         assert first == keyword_hits(store, query, where, k=30)

@@ -108,6 +108,7 @@ from agents.memory.stores._jsonl.log import (
     model_record,
     vector_record,
 )
+from agents.memory.stores._jsonl.offset_values import OffsetValues, top_passing
 from agents.memory.stores._jsonl.vector_backend import LogVectorReads
 from agents.memory.stores._jsonl.vector_views import SessionVectors
 from agents.memory.stores._store import Store
@@ -262,7 +263,7 @@ class LogBackend(LogVectorReads):
         self._vectors = SessionVectors(self.directory, read_only=read_only)
         self._values = FilterValues()
         self._where_answered: set[str] = set()  # the sessions keyword_top_where answered
-        self._read_by_offset: dict[str, int] = {}  # rows read by their offsets, by session
+        self._read_values = OffsetValues()  # the rows read by their offsets, filed by value
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -305,9 +306,7 @@ class LogBackend(LogVectorReads):
             if offsets is not None:
                 found = rows_at(path, offsets.record_at, offsets.offset, seqs)
                 if found is not None:
-                    self._read_by_offset[session_id] = self._read_by_offset.get(
-                        session_id, 0
-                    ) + len(found)
+                    self._read_values.read(session_id, (offsets.header, offsets.offset), found)
                     return found
             log = self._logs.current(session_id)
             if index is not None and log is not None:  # an offset did not check out
@@ -520,6 +519,7 @@ class LogBackend(LogVectorReads):
             self._keywords.forget(session_id, remove=True)
             self._vectors.forget(session_id, remove=True)
             self._values.forget(session_id)
+            self._read_values.forget(session_id)
             return True
 
     def compact(self, session_id: str) -> None:
@@ -534,7 +534,7 @@ class LogBackend(LogVectorReads):
         self._logs.clear()
         self._keywords.clear()
         self._vectors.clear()
-        self._read_by_offset.clear()
+        self._read_values.clear()
         self._values.clear()
 
     # -- keyword search: the index beside each log ----------------------------------------
@@ -629,28 +629,43 @@ class LogBackend(LogVectorReads):
     ) -> list[tuple[float, int]] | None:
         """Rank only the rows that pass ``tree``, judged from the values of its fields this handle keeps (:func:`ranked_where`).
 
-        ``None`` while this handle holds no view of the log and the keyword
-        file is current (:meth:`_unviewed`), unless it answered for the
-        session before: the store then walks the file's ranking, reading
-        the candidates by their offsets and testing each with the filter
-        (``widening``), and reads the log whole only where the first
-        ranking (:data:`~agents.memory.stores._search.filtering.NARROW_AT`
-        deep) does not settle it. Once this handle has read as many rows by
-        their offsets as the session holds (a whole read costs about that),
-        the log is read whole, and its kept values judge the next filters.
+        While this handle holds no view of the log and the keyword file is
+        current (:meth:`_unviewed`), the rows it read by their offsets judge
+        the filter (:class:`OffsetValues`): the ranking leaves out those
+        that cannot pass, and the store reads and tests the others
+        (``widening``). ``None`` where those values cannot judge ``tree``
+        or none has been read (the store walks the file's ranking, reading
+        candidates by offset), unless it answered for the session before
+        (every row may pass then); once this handle has
+        read as many rows by their offsets as the session holds (a whole
+        read costs about that), the log is read whole, and its kept values
+        judge the filters. A ranking is given each time it answered before.
         """
         with self._files.locked(exclusive=False):
-            if session_id not in self._where_answered:
-                index = self._unviewed(session_id)
-                if index is not None and self._read_by_offset.get(session_id, 0) < index.count:
-                    return None
+            answered = session_id in self._where_answered
+            index = self._unviewed(session_id)
+            if index is not None:
+                version = (index.header, index.offset)
+                if not self._read_values.read_all(session_id, version, index.count):
+                    # Nothing read yet: the store's walk of the first 1,024 ranked, unless answered.
+                    failing = self._read_values.failing(session_id, version, tree, unread=answered)
+                    if failing is None and not answered:
+                        return None
+                    # A filter those values cannot judge, once answered: every row may pass.
+                    self._where_answered.add(session_id)
+                    rank = functools.partial(top_passing, terms, k, failing or set())
+                    return self._indexed(session_id, rank) or []
             log = self._logs.current(session_id)
             if log is None:
                 return []
             self._where_answered.add(session_id)  # the same filter gets an answer each time
             allowed = self._passing(session_id, log, tree)
-            if allowed is None:
-                return None
+            if allowed is None:  # every row may pass, where an answer was given before
+                return (
+                    (self._indexed(session_id, functools.partial(_top_of, terms, k)) or [])
+                    if answered
+                    else None
+                )
 
             def among(seqs: list[int]) -> list[tuple[float, int]]:
                 return (
