@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 psycopg = pytest.importorskip("psycopg")
 
+from test_stores_coded_file import FIELDS, coded_path, first_loads, saved  # noqa: E402
 from test_stores_compact_vectors import (  # noqa: E402  # after the skip: it needs psycopg
     EMBEDDER,
     QUERIES,
@@ -31,46 +32,17 @@ from test_stores_compact_vectors import (  # noqa: E402  # after the skip: it ne
 )
 
 from agents.memory import MemoryItem  # noqa: E402
-from agents.memory._vectors import fields_text  # noqa: E402
 from agents.memory.exceptions import InvalidStoreURLError, StoreArgumentError  # noqa: E402
 from agents.memory.search import EmbedParts  # noqa: E402
-from agents.memory.stores import PostgresStore, Store, open_store  # noqa: E402
+from agents.memory.stores import PostgresStore, open_store  # noqa: E402
 from agents.memory.stores._search.compact import CompactVectors  # noqa: E402
 
 pytestmark = pytest.mark.postgres
-
-FIELDS = fields_text(None, EmbedParts())
 
 
 def cached(url: str, folder: Path | str) -> str:
     """Return ``url`` with the option ``vector_cache`` naming ``folder``."""
     return f"{url}{'&' if '?' in url else '?'}vector_cache={quote(str(folder))}"
-
-
-def coded_path(store: Store, sid: str = "s") -> str:
-    """Return where the store keeps the session's coded file."""
-    path = store.backend.vector_snapshot_path(sid, FIELDS)
-    assert path is not None
-    return path
-
-
-def saved(url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> str:
-    """Code the session ``s`` on one handle (three queries) and return its file's path."""
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
-        for _ in range(3):
-            found(store, QUERIES[0], 5, "semantic")
-        return coded_path(store)
-
-
-def first_loads(url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Return whether a fresh handle's first query took a coded table (from the file), checking its hits against Memory.search."""
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
-        assert found(store, QUERIES[1], 7, "hybrid") == expected(
-            items, QUERIES[1], 7, "hybrid", None
-        )
-        return [type(table) for table in kept_tables(store)] == [CompactVectors]
 
 
 @settings(
