@@ -524,7 +524,12 @@ class StoredMemory(Memory):
         memory lacks are read from the store rather than computed. So a
         reopened session, or one that another process embedded, is not
         embedded again, and the hits are those of ``Memory.search`` on the
-        same items with the same embedder.
+        same items with the same embedder. A session whose stored vectors
+        pass the store handle's budget (``Store.vectors_over_budget``)
+        leaves them in the store, which keeps them coded and answers those
+        queries (all fields, no filter or a filter of fields, a query
+        holding a word) to the same hits and floats: the memory's index
+        holds none of them.
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
