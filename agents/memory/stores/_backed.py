@@ -524,7 +524,12 @@ class StoredMemory(Memory):
         memory lacks are read from the store rather than computed. So a
         reopened session, or one that another process embedded, is not
         embedded again, and the hits are those of ``Memory.search`` on the
-        same items with the same embedder.
+        same items with the same embedder. A session whose stored vectors
+        pass the store handle's budget (``Store.vectors_over_budget``)
+        leaves them in the store, which keeps them coded and answers those
+        queries (all fields, no filter or a filter of fields, a query
+        holding a word) to the same hits and floats: the memory's index
+        holds none of them.
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
@@ -816,7 +821,9 @@ def _ahead_hits(
 
     The store ranks (``Store.search``: its keyword index and its vectors)
     while the build thread makes the index and reads the vectors; once that
-    is done, RAM answers. Only for all fields, the default tokenizer, no
+    is done, RAM answers, unless the session's vectors stay in the store
+    (over its budget: :func:`_left_in_store`), which then answers every
+    such query. Only for all fields, the default tokenizer, no
     filter or a filter of fields, a query holding a word, and a store with
     a keyword index that keeps vectors. The hits are the memory's own items.
     """
@@ -830,7 +837,9 @@ def _ahead_hits(
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
     index = search.search_index(memory)
-    if not wanted or not (where is None or isinstance(where, Mapping)) or not index.building():
+    if not wanted or not (where is None or isinstance(where, Mapping)):
+        return None
+    if not index.building() and not _left_in_store(memory, index):
         return None
     if mode == "semantic" and where is None and not index.missing_vectors(None):
         return None  # every vector taken as the session opened: RAM answers, as warm
@@ -855,6 +864,26 @@ def _ahead_hits(
                 index.embedder = model  # remembered once it worked, as a query in RAM does
                 return hits
             limit *= 4
+
+
+def _left_in_store(memory: StoredMemory, index: Any) -> bool:
+    """Return whether the session's vectors stay in the store: the index lacks some and the store's pass its budget.
+
+    Such a session (100,000 steps cut into parts: 2 GiB of float32) is
+    kept coded by the store, which answers its semantic and hybrid queries
+    exactly (``Store.search``); the index holding them all would cost 26-37 s
+    and GiBs at the first query after its build. An index that holds every
+    vector answers (a session under the budget); one that misses some
+    (opened over the budget, or grown past it) forgets those it holds, so
+    that a session grown past the budget while open does not keep them.
+    """
+    if not index.missing_vectors(None):
+        return False
+    if not memory.store.vectors_over_budget(memory.session_id, parts=index.parts):
+        return False
+    if index.vector_model() is not None:
+        index.drop_vectors()
+    return True
 
 
 def _own_hits(
@@ -954,7 +983,9 @@ def _start_index(memory: StoredMemory, ahead: bool | None, session: SessionWrite
     read = _stored_vectors(memory, session)
     if read is not None:
         try:
-            found = read(index.parts)
+            # Vectors over the store's budget stay there: it answers the queries (_left_in_store).
+            over = memory.store.vectors_over_budget(memory.session_id, parts=index.parts)
+            found = None if over else read(index.parts)
         except StoreError:  # nothing is taken: the first semantic query reads them (and says why)
             found = None
         if found is not None:

@@ -400,6 +400,14 @@ class Backend(SearchOperations):
         """Return how many items have a vector row over ``fields`` (asked before every semantic query; default: count the pages)."""
         return sum(len(page) for page in self.vector_pages(session_id, fields, 4096))
 
+    def vector_bytes(self, session_id: str, fields: str) -> int:
+        """Return the bytes of the session's vector rows over ``fields`` together (default: sum the pages)."""
+        return sum(
+            len(vector)
+            for page in self.vector_pages(session_id, fields, 4096)
+            for _, vector in page
+        )
+
     def vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
         """Return how many items have a vector row over ``fields``, and how many of those rows are not empty."""
         rows = [row for page in self.vector_pages(session_id, fields, 4096) for row in page]

@@ -14,7 +14,7 @@ from typing import Any
 from agents.memory._filter import Filter, Where
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import Tokenizer, checked_keys
-from agents.memory._vectors import HYBRID_POOL, Embedder, EmbedParts, SearchMode
+from agents.memory._vectors import HYBRID_POOL, Embedder, EmbedParts, SearchMode, fields_text
 from agents.memory.exceptions import StoreError
 from agents.memory.memory import Memory
 from agents.memory.stores._core.engine import Engine
@@ -25,7 +25,7 @@ from agents.memory.stores._search.handoff import HandedRanking
 from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.snapshot import read_snapshot, save_snapshot
 from agents.memory.stores._search.vector_cache import VectorCache
-from agents.memory.stores._search.vectors import VectorSearch
+from agents.memory.stores._search.vectors import VectorSearch, over_budget
 
 __all__ = ["SearchCalls"]
 
@@ -42,6 +42,7 @@ class SearchCalls:
         self._search_engine = engine
         self._keyword = KeywordSearch(engine)
         self._vectors = VectorSearch(engine, self._keyword, cache)
+        self._vector_cache = cache
 
     def _closing_saves(self) -> Callable[[], None] | None:
         """Return the saves of coded files due as the store closes (``VectorSearch.closing_saves``), or ``None``."""
@@ -498,6 +499,23 @@ class SearchCalls:
         """
         sid = self._search_engine.check(session_id)
         return self._vectors.read(sid, embedder, checked_keys(keys), seqs, checked_parts(parts))
+
+    def vectors_over_budget(
+        self, session_id: str, *, keys: Iterable[str] | None = None, parts: EmbedParts | None = None
+    ) -> bool:
+        """Return whether the session's stored vectors (over ``keys``, cut as ``parts``) pass the bytes a handle keeps as float32.
+
+        Such a session is kept as int8 codes (or read page by page); a
+        ``StoredMemory`` leaves its vectors in the store, which answers its
+        semantic and hybrid queries exactly (see ``StoredMemory.search``).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._search_engine.check(session_id)
+        filed = fields_text(checked_keys(keys), checked_parts(parts))
+        return over_budget(self._search_engine, self._vector_cache, sid, filed)
 
     def drop_vectors(self, session_id: str) -> int:
         """Delete every vector of a session and forget its model; return how many vector rows went.

@@ -85,6 +85,10 @@ _VECTOR_COUNTS: Final = (
     "SELECT count(*), coalesce(sum(CASE WHEN length(vector) > 0 THEN 1 ELSE 0 END), 0)"
     " FROM kvmemory_vectors WHERE session_id = {p} AND fields = {p}"
 )
+_VECTOR_BYTES: Final = (
+    "SELECT coalesce(sum(length(vector)), 0) FROM kvmemory_vectors"
+    " WHERE session_id = {p} AND fields = {p}"
+)
 _VECTOR_PAGE: Final = (
     "SELECT seq, vector FROM kvmemory_vectors WHERE session_id = {p} AND fields = {p}"
     " AND seq > {p} ORDER BY seq LIMIT {p}"
@@ -330,6 +334,12 @@ class SQLRows:
         if self.no_tables:
             return 0
         rows = self.query_rows(self.dialect.spell(_VECTOR_COUNT), (session_id, fields))
+        return int(rows[0][0])
+
+    def vector_bytes(self, session_id: str, fields: str) -> int:
+        if self.no_tables:
+            return 0
+        rows = self.query_rows(self.dialect.spell(_VECTOR_BYTES), (session_id, fields))
         return int(rows[0][0])
 
     def vector_counts(self, session_id: str, fields: str) -> tuple[int, int]:
