@@ -187,16 +187,8 @@ def test_a_vector_rewritten_in_place_is_caught_up(
         assert [type(table) for table in kept_tables(store)] == [CompactVectors]
 
 
-@pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
-def test_a_damaged_or_cut_file_is_ignored(
-    harm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A byte changed anywhere in the body, a cut file, an empty one: not loaded, and the hits stay right."""
-    url = f"sqlite://{tmp_path / 'store.db'}"
-    items = steps(80, 5)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
-    assert first_loads(url, items, monkeypatch)
+def harm_file(path: str, harm: str) -> None:
+    """Damage the file at ``path``: a byte of the middle flipped (``"flip"``), its last 8 bytes cut (``"cut"``), emptied (``"empty"``) or its magic changed (``"magic"``)."""
     data = bytearray(Path(path).read_bytes())
     if harm == "flip":
         data[len(data) // 2] ^= 1
@@ -207,6 +199,19 @@ def test_a_damaged_or_cut_file_is_ignored(
     else:
         data[0] ^= 1
     Path(path).write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
+def test_a_damaged_or_cut_file_is_ignored(
+    harm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte changed anywhere in the body, a cut file, an empty one: not loaded, and the hits stay right."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(80, 5)
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    harm_file(path, harm)
     assert not first_loads(url, items, monkeypatch)
 
 

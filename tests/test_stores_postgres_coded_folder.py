@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 
 psycopg = pytest.importorskip("psycopg")
 
-from test_stores_coded_file import FIELDS, coded_path, first_loads, saved  # noqa: E402
+from test_stores_coded_file import (  # noqa: E402
+    FIELDS,
+    coded_path,
+    first_loads,
+    harm_file,
+    saved,
+)
 from test_stores_compact_vectors import (  # noqa: E402  # after the skip: it needs psycopg
     EMBEDDER,
     QUERIES,
@@ -202,16 +208,7 @@ def test_a_damaged_or_cut_file_is_ignored(
     written(url, items)
     path = saved(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
-    data = bytearray(Path(path).read_bytes())
-    if harm == "flip":
-        data[len(data) // 2] ^= 1
-    elif harm == "cut":
-        data = data[: len(data) - 8]
-    elif harm == "empty":
-        data = bytearray()
-    else:
-        data[0] ^= 1
-    Path(path).write_bytes(bytes(data))
+    harm_file(path, harm)
     assert not first_loads(url, items, monkeypatch)
 
 
