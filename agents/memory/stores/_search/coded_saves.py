@@ -25,8 +25,8 @@ leave its readers none. A handle that wrote fewer vector rows (one an
 item) than :func:`rebuild_rows` (64, or a hundredth of the session's:
 1,000 steps of a 100,000-step session) leaves the file stale rather than
 pay that build for a few steps (an agent appending a step a process
-would wait 7 s at every exit); the first query that codes the session
-saves it. A process killed meanwhile leaves the previous file or none (a
+would wait 7 s at every exit); a fresh reader catches it up as above,
+or codes the session and saves it where it cannot. A process killed meanwhile leaves the previous file or none (a
 file is renamed in place whole), never a damaged one: a load checks it
 anyway.
 """
