@@ -401,6 +401,7 @@ class AsyncStore:
     vector_model = _store_call(Store.vector_model)
     index_embeddings = _store_call(Store.index_embeddings)
     read_vectors = _store_call(Store.read_vectors)
+    vectors_over_budget = _store_call(Store.vectors_over_budget)
     drop_vectors = _store_call(Store.drop_vectors)
     put_record = _store_call(Store.put_record)
     put_records = _store_call(Store.put_records)
