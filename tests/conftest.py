@@ -1,6 +1,7 @@
 """Store fixtures: a store URL per kind, and a throwaway PostgreSQL server.
 
-Also ``backend_calls``: the calls a test's store makes to one backend
+Also ``cache_dir``: kvmemory's per-user cache folder for the whole run, a
+temporary one (``KVMEMORY_CACHE_DIR``); ``backend_calls``: the calls a test's store makes to one backend
 operation, recorded on the way through to the real one; and ``planted_module``: a module on ``sys.path`` that leaves a marker file
 when it is imported, for the tests that loading runs no code a file names.
 
@@ -130,6 +131,22 @@ def _throwaway_server() -> Iterator[str]:
         yield server.url
     finally:
         server.remove()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point kvmemory's per-user cache folder (``KVMEMORY_CACHE_DIR``) at a temporary one for the whole run (subprocesses too): no test writes into the real home."""
+    folder = tmp_path_factory.mktemp("kvmemory-cache")
+    names = ("KVMEMORY_CACHE_DIR", "KVMEMORY_CACHE_MAX_BYTES")
+    before = {name: os.environ.pop(name, None) for name in names}
+    os.environ["KVMEMORY_CACHE_DIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        for name, value in before.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 from urllib.parse import quote
 
@@ -26,6 +28,7 @@ from test_stores_coded_file import (  # noqa: E402
     harm_file,
     saved,
 )
+from test_stores_coded_saves import closed_saves, write_and_close  # noqa: E402
 from test_stores_compact_vectors import (  # noqa: E402  # after the skip: it needs psycopg
     EMBEDDER,
     QUERIES,
@@ -41,6 +44,12 @@ from agents.memory import MemoryItem  # noqa: E402
 from agents.memory.exceptions import InvalidStoreURLError, StoreArgumentError  # noqa: E402
 from agents.memory.search import EmbedParts  # noqa: E402
 from agents.memory.stores import PostgresStore, open_store  # noqa: E402
+from agents.memory.stores._postgres.coded_folder import (  # noqa: E402
+    cache_root,
+    trim_folder,
+    vector_cache_folder,
+)
+from agents.memory.stores._search import snapshot  # noqa: E402
 from agents.memory.stores._search.compact import CompactVectors  # noqa: E402
 
 pytestmark = pytest.mark.postgres
@@ -63,6 +72,7 @@ def cached(url: str, folder: Path | str) -> str:
     query=st.sampled_from(QUERIES),
     mode=st.sampled_from(["semantic", "hybrid"]),
     where=st.sampled_from([None, {"team": "red"}]),
+    named=st.booleans(),
 )
 def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
     n: int,
@@ -71,13 +81,14 @@ def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
     query: str,
     mode: str,
     where: Any,
+    named: bool,
     postgres_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The first query of a fresh handle answers from the file in the folder (a coded table kept at once), with Memory.search's hits and floats."""
+    """The first query of a fresh handle answers from the file in the folder (one named, or this user's cache folder by default), with Memory.search's hits and floats."""
     items = steps(n, seed)
     with tempfile.TemporaryDirectory() as folder:
-        url = cached(postgres_url, folder)
+        url = cached(postgres_url, folder) if named else postgres_url
         with open_store(url) as store:
             store.delete_session("s")  # the example before's
         written(url, items)
@@ -289,10 +300,10 @@ def test_a_read_only_handle_saves_and_loads(
 def test_no_folder_keeps_none_and_delete_session_removes_the_file(
     postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without ``vector_cache`` no file is named or written; ``delete_session`` removes the session's file from the folder."""
+    """With ``vector_cache=off`` no file is named or written; ``delete_session`` removes the session's file from the folder."""
     items = steps(60, 1)
     written(postgres_url, items)
-    with open_store(postgres_url) as store:
+    with open_store(f"{postgres_url}&vector_cache=off") as store:
         assert store.vector_cache is None  # type: ignore[attr-defined]  # a PostgresStore
         assert store.backend.vector_snapshot_path("s", FIELDS) is None
         assert not store.backend.saves_vector_snapshots
@@ -313,3 +324,215 @@ def test_a_bad_vector_cache_option_is_refused(postgres_url: str) -> None:
         PostgresStore(postgres_url, vector_cache=3)  # type: ignore[arg-type]
     with pytest.raises(StoreArgumentError, match="vector_cache"):
         PostgresStore(postgres_url, vector_cache="")
+
+
+def files_under(folder: Path) -> list[Path]:
+    """Return the files under ``folder`` (none where it is missing)."""
+    return sorted(path for path in folder.rglob("*") if path.is_file())
+
+
+def test_by_default_the_file_is_kept_in_the_users_cache_folder(
+    postgres_url: str, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the option a handle keeps the file in ``postgres`` of this user's cache folder (``KVMEMORY_CACHE_DIR``), its folders owner-only; a fresh handle's first query loads it."""
+    items = steps(70, 7)
+    written(postgres_url, items)
+    path = Path(saved(postgres_url, items, monkeypatch))
+    assert path.is_relative_to(cache_dir / "postgres")
+    with PostgresStore(postgres_url) as store:
+        assert store.vector_cache == str(cache_dir / "postgres")
+    if os.name == "posix":
+        for folder in (cache_dir / "postgres", path.parent):
+            assert folder.stat().st_mode & 0o777 == 0o700
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert first_loads(postgres_url, items, monkeypatch)
+
+
+def test_by_default_a_writer_saves_the_file_as_it_closes(
+    postgres_url: str, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle that embeds the session and closes without a query saves the coded file in this user's cache folder; a fresh handle's first query loads it, as Memory.search."""
+    items = steps(90, 8)
+    write_and_close(postgres_url, items, monkeypatch)
+    with open_store(postgres_url) as store:
+        assert os.path.exists(coded_path(store))
+    assert first_loads(postgres_url, items, monkeypatch)
+
+
+def test_the_cache_folder_follows_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``KVMEMORY_CACHE_DIR`` names the cache folder, else an absolute ``XDG_CACHE_HOME`` or ``~/.cache``; no home at all: none."""
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("KVMEMORY_CACHE_DIR", str(tmp_path / "named"))
+    assert vector_cache_folder("auto") == str(tmp_path / "named" / "postgres")
+    monkeypatch.delenv("KVMEMORY_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == str(tmp_path / "xdg" / "kvmemory")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == str(tmp_path / "home" / ".cache" / "kvmemory")
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)  # no home found
+    assert cache_root() is None
+    assert vector_cache_folder("auto") is None
+
+
+@pytest.mark.parametrize("off", ["argument", "option"])
+def test_none_or_off_keeps_no_file(
+    off: str, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vector_cache=None`` or ``?vector_cache=off``: nothing is written in the cache folder, by queries nor by a writer's close."""
+    monkeypatch.setenv("KVMEMORY_CACHE_DIR", str(tmp_path / "cache"))
+    items = steps(70, 3)
+
+    def opened() -> Any:
+        if off == "argument":
+            return PostgresStore(postgres_url, vector_cache=None)
+        return open_store(f"{postgres_url}&vector_cache=off")
+
+    with opened() as store:
+        coded_budget(store, items, monkeypatch)
+        store.append("s", items)
+        store.index_embeddings("s", EMBEDDER)
+        assert store.vector_cache is None
+    closed_saves()
+    with opened() as store:
+        coded_budget(store, items, monkeypatch)
+        for _ in range(3):
+            assert found(store, QUERIES[0], 5, "semantic") == expected(
+                items, QUERIES[0], 5, "semantic", None
+            )
+    closed_saves()
+    assert not (tmp_path / "cache").exists()
+
+
+class _FullDisk:
+    """The ``os`` module, but a file opened for writing takes 100 bytes and then finds the disk full."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    @staticmethod
+    def fdopen(fd: int, mode: str) -> Any:
+        out = os.fdopen(fd, mode)
+
+        class Full:
+            def __enter__(self) -> Full:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                out.close()
+
+            def write(self, data: Any) -> None:
+                out.write(bytes(memoryview(data).cast("B")[:100]))
+                raise OSError(28, "No space left on device")
+
+        return Full()
+
+
+@pytest.mark.parametrize("harm", ["a file in the way", "a full disk"])
+def test_a_cache_folder_that_cannot_be_written_leaves_queries_right(
+    harm: str, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache folder that cannot be made (a file where a folder should be) or a disk that fills up: writes, a writer's close and queries go on without error, with Memory.search's hits, and no file is left."""
+    blocked = tmp_path / "blocked"
+    blocked.write_text("not a folder")
+    cache = blocked / "cache" if harm == "a file in the way" else tmp_path / "cache"
+    monkeypatch.setenv("KVMEMORY_CACHE_DIR", str(cache))
+    if harm == "a full disk":
+        monkeypatch.setattr(snapshot, "os", _FullDisk())
+    items = steps(80, 9)
+    write_and_close(postgres_url, items, monkeypatch)
+    for _ in range(2):  # a fresh handle each time: none has a file to load
+        with open_store(postgres_url) as store:
+            coded_budget(store, items, monkeypatch)
+            for query, mode in [(QUERIES[0], "semantic"), (QUERIES[1], "hybrid")] * 2:
+                assert found(store, query, 6, mode) == expected(items, query, 6, mode, None)
+            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+    closed_saves()
+    assert files_under(tmp_path / "cache") == []
+
+
+def aged_file(path: Path, size: int, age: float, now: float | None = None) -> Path:
+    """Write ``size`` bytes at ``path``, last used ``age`` seconds before ``now`` (the time where ``None``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\0" * size)
+    at = (time.time() if now is None else now) - age
+    os.utime(path, (at, at))
+    return path
+
+
+def test_a_save_past_the_cap_removes_the_files_used_least_recently(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``KVMEMORY_CACHE_MAX_BYTES``: a save that passes it removes the other files least recently used first, until they fit; a file larger than the cap alone is not kept, and the queries stay right."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KVMEMORY_CACHE_DIR", str(cache))
+    items = steps(70, 10)
+    written(f"{postgres_url}&vector_cache=off", items)
+    with TemporaryDirectory() as sizing:
+        size = os.path.getsize(saved(cached(postgres_url, sizing), items, monkeypatch))
+    folder = cache / "postgres"
+    aged_file(folder / "other-database" / "older", 1000, 300)
+    old = aged_file(folder / "other-database" / "old", 1000, 200)
+    recent = aged_file(folder / "another" / "recent", 1000, 100)
+    monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", str(size + 2000))
+    path = Path(saved(postgres_url, items, monkeypatch))
+    assert files_under(folder) == sorted([old, recent, path])
+    long_ago = time.time() - 1000
+    os.utime(path, (long_ago, long_ago))
+    assert first_loads(postgres_url, items, monkeypatch)  # marks it used now
+    monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", str(size + 1000))
+    new = aged_file(folder / "another" / "new", 500, 0)
+    with open_store(postgres_url) as store:
+        store.backend.vector_snapshot_saved(str(new))
+    assert files_under(folder) == sorted([new, path])
+    monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", str(size - 1))
+    with open_store(postgres_url) as store:
+        store.delete_session("s")
+    written(postgres_url, items)
+    with open_store(postgres_url) as store:
+        coded_budget(store, items, monkeypatch)
+        for _ in range(3):
+            assert found(store, QUERIES[0], 5, "semantic") == expected(
+                items, QUERIES[0], 5, "semantic", None
+            )
+    closed_saves()
+    assert files_under(folder) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    files=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 1000)), max_size=8),
+    most=st.integers(0, 400),
+    saved_at=st.integers(0, 8),
+)
+def test_trim_keeps_the_files_used_most_recently_within_the_cap(
+    files: list[tuple[int, int]], most: int, saved_at: int
+) -> None:
+    """``trim_folder`` removes files oldest first (the one just saved last) until the rest fit, and no more: as a plain model."""
+    with TemporaryDirectory() as root:
+        paths, now = [], time.time()
+        ages = [age + at / 1000 for at, (_, age) in enumerate(files)]  # no two alike
+        for at, (size, _) in enumerate(files):
+            paths.append(aged_file(Path(root, f"db{at % 2}", f"f{at}"), size, ages[at], now))
+        aged_file(Path(root, "db0", ".snapshot-being-saved"), 10_000, 5000)
+        saved_path = str(paths[saved_at]) if saved_at < len(paths) else ""
+        trim_folder(root, most, saved_path)
+        order = sorted(range(len(files)), key=lambda at: (str(paths[at]) == saved_path, -ages[at]))
+        kept = set(range(len(files)))
+        total = sum(size for size, _ in files)
+        for at in order:
+            if total <= most:
+                break
+            kept.discard(at)
+            total -= files[at][0]
+        assert {at for at, path in enumerate(paths) if path.exists()} == kept
+        assert Path(root, "db0", ".snapshot-being-saved").exists()
+
+
+def test_a_bad_cache_cap_is_refused(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``KVMEMORY_CACHE_MAX_BYTES`` not a whole number of bytes: the store is refused before connecting, the variable named."""
+    monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", "4GB")
+    with pytest.raises(StoreArgumentError, match="KVMEMORY_CACHE_MAX_BYTES='4GB'"):
+        open_store(postgres_url)

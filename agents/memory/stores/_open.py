@@ -219,7 +219,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
             min_size=int(options["pool_min"]),
             max_size=int(options["pool_max"]),
             timeout=float(options["pool_timeout"]),
-            vector_cache=options["vector_cache"] or None,
+            vector_cache=options["vector_cache"],
         )
     raw_path, _, query = rest.partition("?")
     options = _options(text, query)
@@ -305,7 +305,7 @@ _POSTGRES_OPTIONS = {
     "pool_min": "1",
     "pool_max": "4",
     "pool_timeout": "30",
-    "vector_cache": "",
+    "vector_cache": "auto",
 }
 
 
@@ -326,7 +326,7 @@ def _postgres_options(text: str) -> tuple[str, dict[str, str]]:
         if chosen:
             options[name] = chosen[0]
     if any(key == "vector_cache" and not value for key, value in pairs):
-        msg = f"Option vector_cache in {_redact(text)!r} is empty; name a local folder for the coded part vectors, or leave the option out."
+        msg = f"Option vector_cache in {_redact(text)!r} is empty; name a local folder for the coded part vectors, 'off' for none, or leave the option out (this user's cache folder)."
         raise exceptions.InvalidStoreURLError(msg)
     if options["pgvector"] not in ("auto", "off"):
         msg = (
@@ -373,7 +373,7 @@ def _check_libpq_options(conninfo: str, text: str) -> None:
     except psycopg.ProgrammingError as exc:
         msg = (
             f"PostgreSQL URL {_redact(text)!r} cannot be parsed by libpq: {exc}. Check the option "
-            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off, pool_min, pool_max, pool_timeout and vector_cache)."
+            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off, pool_min, pool_max, pool_timeout and vector_cache=auto|off|folder)."
         )
         raise exceptions.InvalidStoreURLError(msg) from exc
 

@@ -159,6 +159,13 @@ class SearchOperations:
         """Whether this handle writes the files :meth:`vector_snapshot_path` names (``False``, the default: it only reads them)."""
         return False
 
+    def vector_snapshot_saved(self, path: str) -> None:
+        """Note that the file at ``path`` (named by :meth:`vector_snapshot_path`) was just saved whole; by default nothing.
+
+        A backend whose files share a folder of bounded size removes the
+        files used least recently here (PostgreSQL's ``vector_cache``).
+        """
+
     def keyword_version(self, session_id: str) -> Hashable | None:
         """Return a value that changes whenever the session's rows may have changed, or ``None`` where the backend cannot tell.
 

@@ -94,7 +94,11 @@ from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import redact_url
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
-from agents.memory.stores._postgres.coded_folder import CodedFolder, vector_cache_folder
+from agents.memory.stores._postgres.coded_folder import (
+    CodedFolder,
+    cache_bytes,
+    vector_cache_folder,
+)
 from agents.memory.stores._postgres.keyword import (
     Judge,
     PostgresKeywordIndex,
@@ -754,12 +758,22 @@ class PostgresStore(Store):
             extension where the database has it (a writable store creates
             the extension when the server offers it and the login may).
             ``False`` ranks them in Python; the stored vectors are the same.
-        vector_cache: A local folder where the handle saves the coded
-            part vectors of a session too large to keep as float32, as it
-            builds them, so that a fresh handle's first semantic or hybrid
-            query on this machine loads them instead of reading every
-            vector from the server (checked against the session; see
-            docs/stores.md). ``None`` (default): none is kept.
+        vector_cache: The local folder where the handle saves the coded
+            part vectors of a session too large to keep as float32 (as it
+            builds them, and as a writer closes), so that a fresh handle's
+            first semantic or hybrid query on this machine loads them
+            instead of reading every vector from the server (checked
+            against the session; see docs/stores.md). ``"auto"``
+            (default): ``postgres`` in this user's cache folder
+            (``$KVMEMORY_CACHE_DIR``, else ``$XDG_CACHE_HOME/kvmemory`` or
+            ``~/.cache/kvmemory``; ``%LOCALAPPDATA%\\kvmemory\\cache`` on
+            Windows, ``~/Library/Caches/kvmemory`` on macOS), made
+            owner-only; ``None`` or ``"off"``: none is kept; any other
+            text: that folder. A folder that cannot be made or written
+            leaves the handle without one (queries read the server, as
+            with none); its files are kept within
+            ``$KVMEMORY_CACHE_MAX_BYTES`` (4 GiB by default), those used
+            least recently removed first.
 
     A connection the server drops (``pg_terminate_backend``, a restart) is
     no damage: the call it served raises :class:`StoreConnectionLostError`
@@ -770,7 +784,9 @@ class PostgresStore(Store):
 
     Raises:
         StoreArgumentError: if ``min_size`` is not an integer >= 0, ``max_size``
-            not one >= 1 and >= ``min_size``, or ``timeout`` not finite and > 0.
+            not one >= 1 and >= ``min_size``, ``timeout`` not finite and > 0,
+            ``vector_cache`` not ``None`` nor a non-empty string, or
+            ``$KVMEMORY_CACHE_MAX_BYTES`` set but not a whole number.
         MissingDependencyError: if psycopg or psycopg_pool is not installed.
         StoreUnreachableError: if the server cannot be reached (its host name
             does not resolve, nothing listens, the login is refused); raised at once.
@@ -790,9 +806,10 @@ class PostgresStore(Store):
         timeout: float = 30.0,
         read_only: bool = False,
         pgvector: bool = True,
-        vector_cache: str | None = None,
+        vector_cache: str | None = "auto",
     ) -> None:
         folder = vector_cache_folder(vector_cache)  # checked before connecting
+        most = cache_bytes()
         backend = PostgresBackend(
             conninfo,
             min_size=min_size,
@@ -801,7 +818,7 @@ class PostgresStore(Store):
             read_only=read_only,
             pgvector=pgvector,
         )
-        backend.vector_cache = folder
+        backend.vector_cache, backend.vector_cache_bytes = folder, most
         super().__init__(backend, read_only=read_only)
         self.backend: PostgresBackend = backend
 
@@ -812,7 +829,7 @@ class PostgresStore(Store):
 
     @property
     def vector_cache(self) -> str | None:
-        """The local folder of the coded part vectors this handle saves and loads (absolute), or ``None`` (see the ``vector_cache`` argument)."""
+        """The local folder of the coded part vectors this handle saves and loads (absolute; ``"auto"`` resolved), or ``None`` (see the ``vector_cache`` argument)."""
         return self.backend.vector_cache
 
     def rebuild_keyword_index(self) -> None:

@@ -1,14 +1,30 @@
-"""Where a PostgreSQL handle keeps its sessions' coded part vectors: a local folder the user names (``vector_cache``), none by default.
+"""Where a PostgreSQL handle keeps its sessions' coded part vectors: a local folder, by default this user's cache folder (``vector_cache="auto"``).
 
 A session whose part vectors pass the kept-vector budget is kept coded as
 int8 (``agents.memory.stores._search.compact``); building that table reads
 every stored vector from the server (100,000 UFO-shaped steps cut into
-parts: 2.1 GiB). With a folder named, a handle saves the table there as it
-builds it and a fresh handle's first query loads it where it is current,
-or catches a stale one up through the change log
-(``agents.memory.stores._search.coded_file``: the tag, the HMAC keyed by
-the session's first stored vector rows, the checks of its parts). The
-database stays the record; the folder is this machine's cache of it.
+parts: 2.1 GiB, 7.5 s for a fresh handle's first semantic query). A handle
+saves the table in its folder as it builds it (and a writer as it closes,
+``agents.memory.stores._search.coded_saves``), and a fresh handle's first
+query loads it where it is current, or catches a stale one up through the
+change log (``agents.memory.stores._search.coded_file``: the tag, the HMAC
+keyed by the session's first stored vector rows, the checks of its
+parts). The database stays the record; the folder is this machine's cache
+of it, untrusted and unreliable: a file that fails its checks is not
+used, and a folder that cannot be made, read or written (no home, a
+read-only or full disk) leaves the handle to read the vectors from the
+server, as without a folder, never failing a query or a write.
+
+The folder: ``vector_cache="auto"`` (the default) is ``postgres`` in this
+user's cache folder (:func:`cache_root`: ``$KVMEMORY_CACHE_DIR``, else
+``%LOCALAPPDATA%\\kvmemory\\cache`` on Windows, ``~/Library/Caches/kvmemory``
+on macOS, ``$XDG_CACHE_HOME/kvmemory`` or ``~/.cache/kvmemory`` elsewhere);
+``None`` or ``"off"``: none; any other text: that folder. The folders a
+handle makes are its owner's only (0o700; each file is made 0o600). After
+each save the files of the folder are kept within :func:`cache_bytes`
+(``$KVMEMORY_CACHE_MAX_BYTES``, 4 GiB by default): those used least
+recently (saved or asked for: a handle marks the file it looks for) are
+removed first.
 
 Files: ``<folder>/<database>/<sha1 of the session id>-<sha1 of the fields>``,
 ``<database>`` a digest of the store's URL (without its password), the
@@ -18,35 +34,143 @@ databases, two schemas, or tables dropped and made again never share a file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from typing import Any
+import sys
+from typing import Any, Final
 
 from agents.memory.exceptions import StoreArgumentError
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._search.coded_file import coded_name, remove_coded
 
-__all__ = ["CodedFolder", "vector_cache_folder"]
+__all__ = [
+    "CACHE_BYTES",
+    "CACHE_DIR_ENV",
+    "CACHE_MAX_BYTES_ENV",
+    "CodedFolder",
+    "cache_bytes",
+    "cache_root",
+    "trim_folder",
+    "vector_cache_folder",
+]
+
+CACHE_DIR_ENV: Final = "KVMEMORY_CACHE_DIR"
+"""The environment variable naming this user's kvmemory cache folder (the default folder is ``postgres`` in it)."""
+
+CACHE_MAX_BYTES_ENV: Final = "KVMEMORY_CACHE_MAX_BYTES"
+"""The environment variable giving the bytes a folder of coded files keeps at most (:data:`CACHE_BYTES` where unset)."""
+
+CACHE_BYTES: Final = 4 << 30
+"""The bytes a folder of coded files keeps at most by default (100,000 UFO-shaped steps cut into parts: a 0.3 GB file)."""
 
 _IDENTITY = "SELECT current_database(), to_regclass('kvmemory_vectors')::oid::bigint"
+_TEMPORARY: Final = ".snapshot-"  # a save's file until it is renamed in place (``write_snapshot``)
+_PRIVATE: Final = 0o700
 
 
 def _hex(text: str) -> str:
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
-def vector_cache_folder(folder: object) -> str | None:
-    """Return ``folder`` as an absolute path (``None`` stays ``None``: no folder).
+def cache_root() -> str | None:
+    """Return this user's kvmemory cache folder (absolute), or ``None`` where there is none to name (no home).
+
+    ``$KVMEMORY_CACHE_DIR`` where set, else ``%LOCALAPPDATA%\\kvmemory\\cache``
+    on Windows, ``~/Library/Caches/kvmemory`` on macOS, and
+    ``$XDG_CACHE_HOME/kvmemory`` (an absolute one) or ``~/.cache/kvmemory``
+    elsewhere. Nothing is made here.
+    """
+    named = os.environ.get(CACHE_DIR_ENV)
+    if named:
+        return os.path.abspath(os.path.expanduser(named))
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        return os.path.join(local, "kvmemory", "cache") if local else None
+    if sys.platform == "darwin":
+        base = os.path.join(os.path.expanduser("~"), "Library", "Caches")
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    # A home that cannot be found leaves "~" as it is: no folder rather than one in the working folder.
+    return os.path.join(base, "kvmemory") if os.path.isabs(base) else None
+
+
+def cache_bytes() -> int:
+    """Return the bytes a folder of coded files keeps at most: ``$KVMEMORY_CACHE_MAX_BYTES`` where set, else :data:`CACHE_BYTES`.
 
     Raises:
-        StoreArgumentError: if ``folder`` is not a non-empty string.
+        StoreArgumentError: if the variable is set to anything but a whole number of bytes.
     """
-    if folder is None:
+    value = os.environ.get(CACHE_MAX_BYTES_ENV)
+    if value is None or value == "":
+        return CACHE_BYTES
+    if not (value.isascii() and value.isdigit()):
+        msg = f"{CACHE_MAX_BYTES_ENV}={value!r} must be a whole number of bytes (the coded vector files a folder keeps at most, 0 for none), or unset for {CACHE_BYTES} (4 GiB)."
+        raise StoreArgumentError(msg)
+    return int(value)
+
+
+def vector_cache_folder(folder: object) -> str | None:
+    """Return the folder that ``vector_cache`` names, absolute: ``"auto"`` this user's (``postgres`` in :func:`cache_root`), ``None`` or ``"off"`` none (``None``).
+
+    Raises:
+        StoreArgumentError: if ``folder`` is not ``None`` nor a non-empty string.
+    """
+    if folder is None or folder == "off":
         return None
     if not isinstance(folder, str) or not folder:
-        msg = f"vector_cache must be the path of a local folder for the coded part vectors (or None for none), got {folder!r}."
+        msg = f"vector_cache must be 'auto' (this user's cache folder), 'off' or None (none), or the path of a local folder for the coded part vectors, got {folder!r}."
         raise StoreArgumentError(msg)
+    if folder == "auto":
+        root = cache_root()
+        return None if root is None else os.path.join(root, "postgres")
     return os.path.abspath(folder)
+
+
+def _made(folder: str) -> None:
+    """Make ``folder`` and the folders above it that are missing, each its owner's only.
+
+    Raises:
+        OSError: if one cannot be made.
+    """
+    parent = os.path.dirname(folder)
+    if os.path.isdir(folder) or parent == folder:
+        return
+    _made(parent)
+    with contextlib.suppress(FileExistsError):  # made meanwhile by another handle
+        os.mkdir(folder, _PRIVATE)
+
+
+def trim_folder(folder: str, most: int, saved: str) -> None:
+    """Remove the coded files under ``folder`` used least recently (oldest ``mtime`` first, ``saved`` last) until they hold at most ``most`` bytes.
+
+    Files being saved (not renamed in place yet) are neither counted nor
+    removed. What cannot be listed or removed stays: it is a cache.
+    """
+    files: list[tuple[bool, float, int, str]] = []
+    with contextlib.suppress(OSError):
+        for database in os.scandir(folder):
+            if not database.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError), os.scandir(database.path) as entries:
+                for entry in entries:
+                    if entry.name.startswith(_TEMPORARY) or not entry.is_file(
+                        follow_symlinks=False
+                    ):
+                        continue
+                    with contextlib.suppress(OSError):  # removed meanwhile
+                        stat = entry.stat(follow_symlinks=False)
+                        files.append((entry.path == saved, stat.st_mtime, stat.st_size, entry.path))
+    total = sum(size for _, _, size, _ in files)
+    for _, _, size, path in sorted(files):
+        if total <= most:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(
+                path
+            )  # an OSError else (not ours, in use on Windows): the cap is a best effort
+        total -= size
 
 
 class CodedFolder(Backend):
@@ -55,6 +179,8 @@ class CodedFolder(Backend):
     url: str
     vector_cache: str | None = None
     """The folder of the coded files (absolute; set by ``PostgresStore``), or ``None``: none kept."""
+    vector_cache_bytes: int = CACHE_BYTES
+    """The bytes the folder's files are kept within after each save (set by ``PostgresStore``: :func:`cache_bytes`)."""
     _database: str | None = None
 
     def query_rows(self, sql: str, params: Any = (), *, indexed: bool = False) -> list[Any]:
@@ -70,18 +196,34 @@ class CodedFolder(Backend):
         return self._database
 
     def vector_snapshot_path(self, session_id: str, fields: str) -> str | None:
-        """Return the file of the session's coded part vectors over ``fields`` in the folder ``vector_cache`` (``None`` where none is named)."""
+        """Return the file of the session's coded part vectors over ``fields`` in the folder ``vector_cache`` (``None`` where none is named).
+
+        Its folder is made (its owner's only) where missing, and the file,
+        where there is one, marked used now (its ``mtime``: the folder's cap
+        removes the files used least recently first); what fails here is
+        left to the load or save, which go without the file.
+        """
         if self.vector_cache is None:
             return None
         database = self._identity()
         if database is None:
             return None
-        return os.path.join(self.vector_cache, database, coded_name(session_id, fields))
+        path = os.path.join(self.vector_cache, database, coded_name(session_id, fields))
+        with contextlib.suppress(OSError):
+            _made(os.path.dirname(path))
+        with contextlib.suppress(OSError):  # none yet, or not ours to mark
+            os.utime(path)
+        return path
 
     @property
     def saves_vector_snapshots(self) -> bool:
         """Whether this handle saves coded part vectors: wherever a folder is named (a read-only handle too: the folder is this machine's, not the database's)."""
         return self.vector_cache is not None
+
+    def vector_snapshot_saved(self, path: str) -> None:
+        """Keep the folder's files within :attr:`vector_cache_bytes`, the file just saved at ``path`` removed last (:func:`trim_folder`)."""
+        if self.vector_cache is not None:
+            trim_folder(self.vector_cache, self.vector_cache_bytes, path)
 
     def remove_session_files(self, session_id: str) -> None:
         """Remove the deleted session's coded files from the folder (one left would never be taken again, only hold the disk)."""

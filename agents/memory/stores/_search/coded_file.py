@@ -163,10 +163,11 @@ class CodedFile:
         return self.path is not None and saved_tag(self.path) == self.tag
 
     def save(self, table: CompactVectors) -> None:
-        """Save ``table``, just built, where the backend saves them (:attr:`Backend.saves_vector_snapshots`); a file that cannot be written leaves fresh handles to build it."""
+        """Save ``table``, just built, where the backend saves them (:attr:`Backend.saves_vector_snapshots`), and tell it (:meth:`Backend.vector_snapshot_saved`); a file that cannot be written leaves fresh handles to build it."""
         if self.path is not None and self._backend.saves_vector_snapshots:
             with contextlib.suppress(OSError):
-                save_coded(self.path, table, self.tag, self.key())
+                if save_coded(self.path, table, self.tag, self.key()):
+                    self._backend.vector_snapshot_saved(self.path)
 
 
 def coded_name(session_id: str, fields: str) -> str:
