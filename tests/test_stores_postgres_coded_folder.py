@@ -453,6 +453,11 @@ def test_a_cache_folder_that_cannot_be_written_leaves_queries_right(
     assert files_under(tmp_path / "cache") == []
 
 
+def hexes(at: int) -> str:
+    """Return a name such as a coded file's (two sha1 digests)."""
+    return f"{at:040x}-{at:040x}"
+
+
 def aged_file(path: Path, size: int, age: float, now: float | None = None) -> Path:
     """Write ``size`` bytes at ``path``, last used ``age`` seconds before ``now`` (the time where ``None``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -473,20 +478,22 @@ def test_a_save_past_the_cap_removes_the_files_used_least_recently(
     with TemporaryDirectory() as sizing:
         size = os.path.getsize(saved(cached(postgres_url, sizing), items, monkeypatch))
     folder = cache / "postgres"
-    aged_file(folder / "other-database" / "older", 1000, 300)
-    old = aged_file(folder / "other-database" / "old", 1000, 200)
-    recent = aged_file(folder / "another" / "recent", 1000, 100)
+    other, another = folder / ("a" * 40), folder / ("b" * 40)
+    aged_file(other / hexes(1), 1000, 300)
+    old = aged_file(other / hexes(2), 1000, 200)
+    recent = aged_file(another / hexes(3), 1000, 100)
+    foreign = [aged_file(folder / "notes", 10**6, 900), aged_file(other / "notes", 10**6, 900)]
     monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", str(size + 2000))
     path = Path(saved(postgres_url, items, monkeypatch))
-    assert files_under(folder) == sorted([old, recent, path])
+    assert files_under(folder) == sorted([old, recent, path, *foreign])
     long_ago = time.time() - 1000
     os.utime(path, (long_ago, long_ago))
     assert first_loads(postgres_url, items, monkeypatch)  # marks it used now
     monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", str(size + 1000))
-    new = aged_file(folder / "another" / "new", 500, 0)
+    new = aged_file(another / hexes(4), 500, 0)
     with open_store(postgres_url) as store:
         store.backend.vector_snapshot_saved(str(new))
-    assert files_under(folder) == sorted([new, path])
+    assert files_under(folder) == sorted([new, path, *foreign])
     monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", str(size - 1))
     with open_store(postgres_url) as store:
         store.delete_session("s")
@@ -498,7 +505,7 @@ def test_a_save_past_the_cap_removes_the_files_used_least_recently(
                 items, QUERIES[0], 5, "semantic", None
             )
     closed_saves()
-    assert files_under(folder) == []
+    assert files_under(folder) == sorted(foreign)  # never a file not named as a coded file
 
 
 @settings(max_examples=40, deadline=None)
@@ -515,8 +522,14 @@ def test_trim_keeps_the_files_used_most_recently_within_the_cap(
         paths, now = [], time.time()
         ages = [age + at / 1000 for at, (_, age) in enumerate(files)]  # no two alike
         for at, (size, _) in enumerate(files):
-            paths.append(aged_file(Path(root, f"db{at % 2}", f"f{at}"), size, ages[at], now))
-        aged_file(Path(root, "db0", ".snapshot-being-saved"), 10_000, 5000)
+            database = Path(root, f"{at % 2:040x}")
+            paths.append(aged_file(database / hexes(at), size, ages[at], now))
+        # Neither a save's file not renamed yet nor a file not named as coded ones is touched.
+        others = [
+            aged_file(Path(root, f"{0:040x}", ".snapshot-being-saved"), 10_000, 5000, now),
+            aged_file(Path(root, f"{0:040x}", "notes"), 10_000, 5000, now),
+            aged_file(Path(root, "elsewhere", hexes(99)), 10_000, 5000, now),
+        ]
         saved_path = str(paths[saved_at]) if saved_at < len(paths) else ""
         trim_folder(root, most, saved_path)
         order = sorted(range(len(files)), key=lambda at: (str(paths[at]) == saved_path, -ages[at]))
@@ -528,7 +541,7 @@ def test_trim_keeps_the_files_used_most_recently_within_the_cap(
             kept.discard(at)
             total -= files[at][0]
         assert {at for at, path in enumerate(paths) if path.exists()} == kept
-        assert Path(root, "db0", ".snapshot-being-saved").exists()
+        assert all(path.exists() for path in others)
 
 
 def test_a_bad_cache_cap_is_refused(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

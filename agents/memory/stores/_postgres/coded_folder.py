@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import sys
 from typing import Any, Final
 
@@ -65,7 +66,8 @@ CACHE_BYTES: Final = 4 << 30
 """The bytes a folder of coded files keeps at most by default (100,000 UFO-shaped steps cut into parts: a 0.3 GB file)."""
 
 _IDENTITY = "SELECT current_database(), to_regclass('kvmemory_vectors')::oid::bigint"
-_TEMPORARY: Final = ".snapshot-"  # a save's file until it is renamed in place (``write_snapshot``)
+_DATABASE: Final = re.compile("[0-9a-f]{40}")  # a database's subfolder (``CodedFolder._identity``)
+_CODED: Final = re.compile("[0-9a-f]{40}-[0-9a-f]{40}")  # a coded file (``coded_name``)
 _PRIVATE: Final = 0o700
 
 
@@ -145,32 +147,38 @@ def _made(folder: str) -> None:
 def trim_folder(folder: str, most: int, saved: str) -> None:
     """Remove the coded files under ``folder`` used least recently (oldest ``mtime`` first, ``saved`` last) until they hold at most ``most`` bytes.
 
-    Files being saved (not renamed in place yet) are neither counted nor
-    removed. What cannot be listed or removed stays: it is a cache.
+    Only files named as coded files are counted or removed
+    (``<folder>/<database>/<session>-<fields>``, each a sha1): a folder the
+    user named may hold others, and a save's file not yet renamed in place
+    is not one. What cannot be listed or removed stays: it is a cache.
     """
     files: list[tuple[bool, float, int, str]] = []
-    with contextlib.suppress(OSError):
-        for database in os.scandir(folder):
-            if not database.is_dir(follow_symlinks=False):
+    for database in _entries(folder):
+        if not (_DATABASE.fullmatch(database.name) and database.is_dir(follow_symlinks=False)):
+            continue
+        for entry in _entries(database.path):
+            if not (_CODED.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)):
                 continue
-            with contextlib.suppress(OSError), os.scandir(database.path) as entries:
-                for entry in entries:
-                    if entry.name.startswith(_TEMPORARY) or not entry.is_file(
-                        follow_symlinks=False
-                    ):
-                        continue
-                    with contextlib.suppress(OSError):  # removed meanwhile
-                        stat = entry.stat(follow_symlinks=False)
-                        files.append((entry.path == saved, stat.st_mtime, stat.st_size, entry.path))
+            with contextlib.suppress(OSError):  # removed meanwhile
+                stat = entry.stat(follow_symlinks=False)
+                files.append((entry.path == saved, stat.st_mtime, stat.st_size, entry.path))
     total = sum(size for _, _, size, _ in files)
     for _, _, size, path in sorted(files):
         if total <= most:
             return
+        # Another error (not ours, in use on Windows) leaves it: the cap is a best effort.
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(
-                path
-            )  # an OSError else (not ours, in use on Windows): the cap is a best effort
+            os.unlink(path)
         total -= size
+
+
+def _entries(folder: str) -> list[os.DirEntry[str]]:
+    """Return the entries of ``folder`` (none where it cannot be listed)."""
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError:
+        return []
 
 
 class CodedFolder(Backend):
