@@ -544,6 +544,25 @@ def test_trim_keeps_the_files_used_most_recently_within_the_cap(
         assert all(path.exists() for path in others)
 
 
+def test_a_file_that_cannot_be_removed_stays_and_the_next_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file the trim cannot remove (in use on Windows, not ours) stays, and the next least recently used goes in its place."""
+    database = tmp_path / ("c" * 40)
+    held, gone, newer = (aged_file(database / hexes(at), 100, 30 - at) for at in range(3))
+    unlink = os.unlink
+
+    def refused(path: Any) -> None:
+        if Path(path) == held:
+            raise PermissionError(13, "in use", str(path))
+        unlink(path)
+
+    monkeypatch.setattr(os, "unlink", refused)
+    trim_folder(str(tmp_path), 200, str(newer))
+    assert files_under(tmp_path) == sorted([held, newer])
+    assert not gone.exists()
+
+
 def test_a_bad_cache_cap_is_refused(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``KVMEMORY_CACHE_MAX_BYTES`` not a whole number of bytes: the store is refused before connecting, the variable named."""
     monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", "4GB")

@@ -166,9 +166,12 @@ def trim_folder(folder: str, most: int, saved: str) -> None:
     for _, _, size, path in sorted(files):
         if total <= most:
             return
-        # Another error (not ours, in use on Windows) leaves it: the cap is a best effort.
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(path)
+        except FileNotFoundError:
+            pass  # removed meanwhile
+        except OSError:
+            continue  # not ours, or in use (Windows): it stays, the cap is a best effort
         total -= size
 
 
