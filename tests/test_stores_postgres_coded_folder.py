@@ -341,6 +341,8 @@ def test_by_default_the_file_is_kept_in_the_users_cache_folder(
     assert path.is_relative_to(cache_dir / "postgres")
     with PostgresStore(postgres_url) as store:
         assert store.vector_cache == str(cache_dir / "postgres")
+    with open_store(f"{postgres_url}&vector_cache=auto") as store:
+        assert store.vector_cache == str(cache_dir / "postgres")  # type: ignore[attr-defined]
     if os.name == "posix":
         for folder in (cache_dir / "postgres", path.parent):
             assert folder.stat().st_mode & 0o777 == 0o700
@@ -366,6 +368,8 @@ def test_the_cache_folder_follows_the_environment(
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setenv("KVMEMORY_CACHE_DIR", str(tmp_path / "named"))
     assert vector_cache_folder("auto") == str(tmp_path / "named" / "postgres")
+    assert vector_cache_folder("off") is None
+    assert vector_cache_folder("./off") == os.path.abspath("off")  # a folder called off
     monkeypatch.delenv("KVMEMORY_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_root() == str(tmp_path / "xdg" / "kvmemory")
