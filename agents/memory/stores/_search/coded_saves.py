@@ -15,7 +15,11 @@ A stale file that a reader catches up (:func:`caught_up`: the backend
 names the vector rows changed since the file's version, and they are at
 most a quarter of the session's items, as a kept table follows writes) is
 left as it is: the next fresh reader loads it and re-codes only those
-items (100,000 steps, 100 appended: ~0.5 s rather than the 7-8 s build).
+items (100,000 steps, 100 appended: ~0.5 s rather than the 7-8 s build),
+and a handle whose coded table followed at least :func:`rebuild_rows`
+changed items saves it back as it closes (:meth:`CodedSaves.back`: its
+live items, ``CompactVectors.live``), so that the changes a file lags by
+stay few.
 The build is a query's (``VectorSearch``), on a thread of its own that
 is not a daemon; the backend closes after it (and so saves its keyword
 snapshots after it). ``close()`` returns at once; a process that ends
