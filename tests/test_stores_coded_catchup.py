@@ -162,14 +162,8 @@ def test_a_coded_table_a_catch_up_grows_past_the_budget_stays_kept(
     assert loads == [path]
 
 
-def test_a_file_this_process_authenticated_is_not_hashed_again_until_it_changes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A second fresh handle of the process loads the unchanged file without hashing it again; a file put in its place, or written in place, is hashed (a damaged one refused), the hits Memory.search's throughout."""
-    url = f"sqlite://{tmp_path / 'store.db'}"
-    items = steps(60, 47)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+def bodies_hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Return a list that gets the length of each coded file's body hashed from now on."""
     hashed: list[int] = []
     original = coded_file._BodyMac
 
@@ -179,6 +173,21 @@ def test_a_file_this_process_authenticated_is_not_hashed_again_until_it_changes(
             super().__init__(key, body)
 
     monkeypatch.setattr(coded_file, "_BodyMac", Counted)
+    return hashed
+
+
+def test_a_file_this_process_authenticated_is_not_hashed_again_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second fresh handle of the process loads the unchanged file without hashing it again; a file put in its place, or written in place, is hashed (a damaged one refused), the hits Memory.search's throughout."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60, 47)
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    # Files are remembered at once here (not 2 s after their last change): their writes below
+    # come far later than a file system's timestamp tick.
+    monkeypatch.setattr(coded_file, "_SETTLED_NS", 0)
+    hashed = bodies_hashed(monkeypatch)
     assert first_loads(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
     assert len(hashed) == 1
@@ -197,6 +206,21 @@ def test_a_file_this_process_authenticated_is_not_hashed_again_until_it_changes(
         file.write(good[:8])
     assert first_loads(url, items, monkeypatch)
     assert len(hashed) == 5
+
+
+def test_a_file_changed_just_now_is_hashed_at_each_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose last change is more recent than ``_SETTLED_NS`` is not remembered (a write in the same timestamp tick would leave its times as they were): each fresh handle hashes it."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60, 48)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    monkeypatch.setattr(coded_file, "_SETTLED_NS", 10**15)
+    hashed = bodies_hashed(monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    assert len(hashed) == 2
 
 
 # -- a plain model against a session written, reopened and damaged ---------------------------

@@ -70,6 +70,7 @@ import os
 import struct
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -105,6 +106,8 @@ MAC_THREADS: Final = 4
 
 SEEN_KEPT: Final = 64
 """The coded files a process remembers it authenticated (see ``_Seen``): a fresh handle of the same process loads an unchanged one without hashing it again."""
+
+_SETTLED_NS: Final = 2_000_000_000  # a file changed this recently is hashed at each load
 
 _MAC: Final = 32  # sha256
 _HEAD: Final = struct.Struct("<QQQQQ")
@@ -338,7 +341,10 @@ class _Seen:
     set), and a file put in its place is another inode: a file that
     answers to all of these is the one hashed. The key and the stored
     HMAC are part of it, so that a file authenticated under one key
-    vouches for nothing under another.
+    vouches for nothing under another. A file changed in the last
+    :data:`_SETTLED_NS` is not remembered: a file system stamps times at a
+    coarse tick, and a write in the tick of the last change would leave
+    them as they were.
     """
 
     _lock: Final = threading.Lock()
@@ -353,6 +359,7 @@ class _Seen:
             stat.st_ctime_ns,
         )
         self._seal = hashlib.sha256(key + stored).digest()
+        self._changed = stat.st_ctime_ns
 
     def known(self) -> bool:
         """Return whether this process authenticated this file, unchanged, under this key."""
@@ -361,7 +368,9 @@ class _Seen:
         return seal is not None and hmac.compare_digest(seal, self._seal)
 
     def note(self) -> None:
-        """Remember this file as authenticated (the last :data:`SEEN_KEPT` files)."""
+        """Remember this file as authenticated (the last :data:`SEEN_KEPT` files), unless it changed just now."""
+        if time.time_ns() - self._changed < _SETTLED_NS:
+            return
         with self._lock:
             self._known.pop(self._identity, None)
             self._known[self._identity] = self._seal
