@@ -451,7 +451,11 @@ def _laid_out(
     at += sizes[2]
     start = np.frombuffer(data, np.int64, slots, _START + at)
     key_at = np.frombuffer(data, np.int64, slots, _START + at + sizes[3])
-    tail = np.ascontiguousarray(matrix[:, width : width + 8]).view(np.float32)
+    if width % 8 == 0:  # each row's scale and slack one 8-byte word: copied a word a row
+        words = matrix.view(np.uint64)[:, width // 8]
+        tail = np.ascontiguousarray(words).view(np.float32).reshape(used, 2)
+    else:
+        tail = np.ascontiguousarray(matrix[:, width : width + 8]).view(np.float32)
     if not _sound(np, tail, ref_row, start, key_at):
         return None
     return matrix, tail[:, 1].copy(), tail[:, 0].copy(), start, key_at, ref_row
