@@ -227,7 +227,11 @@ class CompactVectors:
         starts = np.zeros(len(order), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         places = np.repeat(self.start[order] - starts, lengths) + np.arange(int(lengths.sum()))
-        kept, ref_row = np.unique(self.ref_row[places], return_inverse=True)
+        refs = self.ref_row[places]
+        marked = np.zeros(self.used, dtype=bool)
+        marked[refs] = True  # the rows a live item uses (no sort: a mark a row)
+        kept = np.flatnonzero(marked)
+        ref_row = (np.cumsum(marked, dtype=np.int64) - 1)[refs]
         base = len(self.matrix)
         split = int(np.searchsorted(kept, base))
         matrix = np.empty((len(kept), self.matrix.shape[1]), dtype=np.int8)
