@@ -11,8 +11,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from test_stores_coded_file import FIELDS, acted, coded_path, first_loads, harm_file, saved
@@ -29,9 +30,10 @@ from test_stores_compact_vectors import (
 )
 
 from agents.memory import MemoryItem
+from agents.memory.search import EmbedParts
 from agents.memory.stores import Store, open_store
 from agents.memory.stores._search import coded_file, coded_saves
-from agents.memory.stores._search.compact import CompactVectors
+from agents.memory.stores._search.compact import CompactVectors, compact_table
 
 
 def file_version(url: str) -> tuple[Any, Any]:
@@ -221,6 +223,58 @@ def test_a_file_changed_just_now_is_hashed_at_each_load(
     assert first_loads(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
     assert len(hashed) == 2
+
+
+def live_bounds(table: CompactVectors, query: Any) -> dict[int, tuple[float, float]]:
+    """Return each live item's upper and lower bound with ``query``, by key."""
+    upper, lower = table._bounds(np, query)
+    slots = zip(table.key_at.tolist(), upper.tolist(), lower.tolist(), strict=True)
+    alive = table.alive[: len(table.key_at)].tolist()
+    return {key: (up, low) for (key, up, low), live in zip(slots, alive, strict=True) if live}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    changed=st.lists(st.integers(0, 45), max_size=12, unique=True),
+    dropped=st.lists(st.integers(0, 45), max_size=6, unique=True),
+)
+def test_live_lays_out_the_live_items_by_key_with_their_rows(
+    seed: int, changed: list[int], dropped: list[int]
+) -> None:
+    """A table whose items were re-coded, dropped and added (``changed``) gives a ``live`` copy with its live items only, keys ascending, each with its own parts' rows: the same bounds and scores."""
+    rng = np.random.default_rng(seed)
+    width = 16
+
+    def unit(rows: int) -> Any:
+        block = rng.standard_normal((rows, width)).astype(np.float32)
+        return block / np.linalg.norm(block, axis=1, keepdims=True)
+
+    model = {key: unit(int(rng.integers(1, 4))) for key in range(40)}
+    model[3] = model[1].copy()  # equal parts, held once
+
+    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
+        return {key: float((model[key] @ query).max()) for key in keys if key in model}
+
+    keys = [key for key in sorted(model) for _ in model[key]]
+    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
+    table = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
+    assert table is not None
+    for key in changed:
+        model[key] = unit(int(rng.integers(1, 4)))
+    for key in dropped:
+        model.pop(key, None)
+    touched = sorted({*changed, *dropped})
+    table = table.changed(touched, {key: model[key] for key in touched if key in model})
+    live = table.live()
+    assert live.key_at.tolist() == sorted(model)
+    assert bool(live.alive.all())
+    assert live.used <= table.used
+    for _ in range(4):
+        query = unit(1)[0]
+        assert live_bounds(live, query) == live_bounds(table, query)
+        for limit in (1, 5, None):
+            assert live.scores(query, limit) == table.scores(query, limit)
 
 
 # -- a plain model against a session written, reopened and damaged ---------------------------
