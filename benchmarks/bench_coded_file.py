@@ -30,11 +30,18 @@ that saves the coded file at close codes the session there), wall and
 CPU ms, before the reader's queries (a version that catches a stale file
 up answers the first from it). The session then holds more steps than
 ``--items``: run each on a fresh copy of the file and its folders.
+
+With ``--readers N``, N fresh reader handles run in turn, each timing its
+four queries and then its close with the saves it starts (wall and CPU
+ms): a reader that caught up as many changed items as a writer's close
+codes the session for (``rebuild_rows``) saves the table back there, and
+the next reader loads a current file.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -51,7 +58,7 @@ from bench_search_costs import QUERIES, _kept_schema
 
 from agents.memory import MemoryItem
 from agents.memory.search import EmbedParts, HashingEmbedder
-from agents.memory.stores import open_store
+from agents.memory.stores import Store, open_store
 
 T = TypeVar("T")
 
@@ -91,6 +98,16 @@ def write_one(url: str, sid: str, embedder: HashingEmbedder, steps: int = 1) -> 
     return {"close returns ms": round(returned), "close done wall, cpu": [round(w) for w in waited]}
 
 
+def closed(store: Store) -> None:
+    """Close ``store`` and wait for the threads its close started (its saves)."""
+    import threading
+
+    store.close()
+    for thread in threading.enumerate():
+        if thread.name.startswith("kvmemory-") and thread is not threading.current_thread():
+            thread.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
@@ -103,6 +120,9 @@ def main() -> None:
     parser.add_argument("--store-options", default="", help="appended to the store's URL")
     parser.add_argument("--writer", action="store_true", help="append steps, close, then read")
     parser.add_argument("--writer-steps", type=int, default=1, help="the steps --writer appends")
+    parser.add_argument(
+        "--readers", type=int, default=1, help="fresh reader handles, one after the other"
+    )
     args = parser.parse_args()
     parts = EmbedParts() if args.parts == "parts" else EmbedParts.WHOLE
     sid = f"first-{args.items}" + ("-parts" if args.parts == "parts" else "")
@@ -125,22 +145,29 @@ def main() -> None:
     if args.store == "sqlite":
         out["coded file"] = os.path.isdir(f"{path}.vectors") and bool(os.listdir(f"{path}.vectors"))
     hits = []
-    with open_store(url) as store:
-        if store.count(sid) != args.items + (args.writer_steps if args.writer else 0):
+    for reader in range(1, args.readers + 1):
+        named = "" if reader == 1 else f"reader {reader} "
+        store = open_store(url)
+        if store.count(sid) < args.items + (args.writer_steps if args.writer else 0):
             sys.exit(
                 f"{sid} of {url} is missing: write it with bench_search_costs.py --sections first"
             )
         for query in range(1, 5):
             found, wall, cpu, server = timed(
-                lambda: store.search(
-                    sid, QUERIES[1], 5, mode=args.mode, embedder=embedder, parts=parts
+                functools.partial(
+                    store.search, sid, QUERIES[1], 5, mode=args.mode, embedder=embedder, parts=parts
                 ),
                 args.pgdata,
             )
-            out[f"query {query} wall, cpu"] = [round(wall), round(cpu)]
+            out[f"{named}query {query} wall, cpu"] = [round(wall), round(cpu)]
             if server is not None:
-                out[f"query {query} server cpu"] = round(server)
+                out[f"{named}query {query} server cpu"] = round(server)
             hits.append([(hit.seq, hit.score) for hit in found])
+        if args.readers > 1:  # its close and its saves (a table caught up may be saved back)
+            _, wall, cpu, _ = timed(functools.partial(closed, store))
+            out[f"reader {reader} close done wall, cpu"] = [round(wall), round(cpu)]
+        else:
+            store.close()
     # ru_maxrss is in KiB on Linux.
     out["peak MB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out["same hits each query"] = all(found == hits[0] for found in hits)

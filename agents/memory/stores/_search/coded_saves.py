@@ -15,7 +15,11 @@ A stale file that a reader catches up (:func:`caught_up`: the backend
 names the vector rows changed since the file's version, and they are at
 most a quarter of the session's items, as a kept table follows writes) is
 left as it is: the next fresh reader loads it and re-codes only those
-items (100,000 steps, 100 appended: ~0.5 s rather than the 7-8 s build).
+items (100,000 steps, 100 appended: ~0.5 s rather than the 7-8 s build),
+and a handle whose coded table followed at least :func:`rebuild_rows`
+changed items saves it back as it closes (:meth:`CodedSaves.back`: its
+live items, ``CompactVectors.live``), so that the changes a file lags by
+stay few.
 The build is a query's (``VectorSearch``), on a thread of its own that
 is not a daemon; the backend closes after it (and so saves its keyword
 snapshots after it). ``close()`` returns at once; a process that ends
@@ -76,6 +80,9 @@ class Written:
 
 _Noted = tuple[Written, int, int]
 
+Saved = tuple[CodedFile, CompactVectors]
+"""A coded table a closing handle saves back, and its file (:meth:`CodedSaves.back`)."""
+
 Coding = Callable[[Written, CodedFile, int], object]
 """``coding(written, file, budget)``: read the session's stored vectors into a table of at most ``budget`` bytes, saved to ``file`` where it is coded (a query's build)."""
 
@@ -87,6 +94,8 @@ class CodedSaves:
         self._engine = engine
         # (session, fields, parts) -> what was written, its vector rows and their bytes
         self._written: dict[tuple[str, tuple[str, ...] | None, EmbedParts], _Noted] = {}
+        # (session, fields, parts) -> the session whose coded table a query brought up to date
+        self._caught: dict[tuple[str, tuple[str, ...] | None, EmbedParts], Written] = {}
         self._lock = threading.Lock()
 
     def wrote(self, written: Written, rows: int, size: int) -> None:
@@ -95,6 +104,35 @@ class CodedSaves:
         with self._lock:
             _, before, bytes_before = self._written.get(key, (written, 0, 0))
             self._written[key] = (written, before + rows, bytes_before + size)
+
+    def caught(self, written: Written) -> None:
+        """Note that a query of this handle brought a coded table of ``written``'s session up to date with writes (a stale file's, or one it keeps): saved back as it closes where due (:meth:`back`)."""
+        with self._lock:
+            self._caught[(written.session_id, written.fields, written.parts)] = written
+
+    def back(self, kept: Callable[[CodedFile], CompactVectors | None]) -> list[Saved]:
+        """Return the coded tables the closing handle saves back, each with its file: the file is not current, ``kept`` gives the table the handle keeps at the version now, and that table followed at least :func:`rebuild_rows` changed items since it was loaded or built (as many as a writer's close codes the session for).
+
+        A reader catches a stale file up at each fresh handle (the few items
+        a small writer left); once those pass that share, the file saved
+        back spares the next readers the growing catch-up.
+        """
+        with self._lock:
+            caught, self._caught = self._caught, {}
+        backend = self._engine.backend
+        if not caught or not backend.saves_vector_snapshots:
+            return []
+        back = []
+        for written in caught.values():
+            filed = fields_text(written.fields, written.parts)
+            with _quiet(), self._engine.errors("save the coded vectors of", written.session_id):
+                file = _coded_file(backend, written, filed)
+                if file is None or file.path is None or file.current():
+                    continue
+                table = kept(file)
+                if table is not None and table.changes >= rebuild_rows(len(table.slot_of)):
+                    back.append((file, table))
+        return back
 
     def due(self, budget: int) -> list[Written]:
         """Return the sessions whose coded file the closing handle saves: not current, written enough (:func:`rebuild_rows`), and either stale beyond what a reader catches up (:func:`caught_up`) or missing with the session's vectors estimated past ``budget`` bytes.
@@ -125,8 +163,10 @@ class CodedSaves:
                     due.append(noted)
         return due
 
-    def save(self, due: Sequence[Written], coding: Coding, budget: int) -> None:
-        """Code and save the ``due`` sessions' files (each where it is still missing or stale); what fails leaves the file to the first query that codes the session, as without it."""
+    def save(
+        self, due: Sequence[Written], coding: Coding, budget: int, back: Sequence[Saved] = ()
+    ) -> None:
+        """Code and save the ``due`` sessions' files (each where it is still missing or stale), then save ``back`` the tables brought up to date (their live items and rows: :meth:`CompactVectors.live`) where their file is still not current; what fails leaves the file to the first query that codes the session or catches it up, as without it."""
         backend = self._engine.backend
         for written in due:
             filed = fields_text(written.fields, written.parts)
@@ -138,6 +178,10 @@ class CodedSaves:
                     # The session no longer codes: a stale file would be read at each close.
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(file.path)
+        for kept_file, table in back:  # after those: a file coded there is current now
+            with _quiet(), self._engine.errors("save the coded vectors of", kept_file.session_id):
+                if not kept_file.current():
+                    kept_file.save(table.live())
 
 
 def caught_up(backend: Backend, sid: str, file: CodedFile, count: int) -> bool:

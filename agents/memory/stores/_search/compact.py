@@ -115,6 +115,9 @@ class CompactVectors:
         self.parts = parts
         self.width = width
         self.matrix = coded  # codes, scale and slack of each distinct row (see _quantized)
+        # Rows coded after the table was built or loaded (``changed``), after ``matrix``'s: a
+        # loaded table's rows are the file's pages, mapped, never copied to add a few.
+        self.more = np.zeros((0, coded.shape[1]), dtype=np.int8)
         if scale is None:  # else the rows' scales, read from their tails already
             scale = np.ascontiguousarray(coded[:, width : width + 4]).view(np.float32).ravel()
         self.scale = scale
@@ -126,6 +129,7 @@ class CompactVectors:
         self.key_at = np.zeros(0, dtype=np.int64)
         self.alive = np.zeros(0, dtype=bool)
         self.slot_of: dict[int, int] = {}
+        self.changes = 0  # the items changed (``changed``) since the table was built or loaded
         self.screens = True  # as a compacted table: nothing for VectorCache to compact
         self.screen = None
         self._cosines_of = cosines_of
@@ -144,10 +148,21 @@ class CompactVectors:
         self.alive = np.ones(len(start), dtype=bool)
         self.slot_of = {key: slot for slot, key in enumerate(self.key_at.tolist())}
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the coded rows held (those built or loaded, and those coded since)."""
+        return int(self.matrix.nbytes) + int(self.more.nbytes)
+
+    def rows(self) -> list[Any]:
+        """Return the coded rows in use, in order, as blocks: those built or loaded, then those coded since (no copy)."""
+        base = len(self.matrix)
+        return [self.matrix, self.more[: self.used - base]] if self.used > base else [self.matrix]
+
     def _bounds(self, np: Any, query: Any) -> tuple[Any, Any]:
         """Return each slot's upper and lower bound of its best cosine with the unit ``query`` (``-inf`` for a dead slot)."""
         used, slots = self.used, len(self.key_at)
-        coded = np.einsum("ij,j->i", self.matrix[:used, : self.width], query) * self.scale[:used]
+        coded = [np.einsum("ij,j->i", block[:, : self.width], query) for block in self.rows()]
+        coded = (coded[0] if len(coded) == 1 else np.concatenate(coded)) * self.scale[:used]
         # The query's length (1 within rounding) scales the slack: Cauchy-Schwarz.
         slack = self.slack[:used] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
         refs = self.ref_row[: self.refs]
@@ -201,15 +216,50 @@ class CompactVectors:
         """Return this table (held compact already)."""
         return self
 
+    def live(self) -> CompactVectors:
+        """Return a copy that holds the live items only, by key ascending, and the rows they use only (as :func:`compact_table` lays a table out: what a save takes); this table stays as it was."""
+        np = numpy()
+        slots = len(self.key_at)
+        ends = np.append(self.start[1:slots], self.refs).astype(np.int64)
+        alive = np.flatnonzero(self.alive[:slots])
+        order = alive[np.argsort(self.key_at[alive], kind="stable")]
+        lengths = (ends - self.start[:slots])[order]
+        starts = np.zeros(len(order), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        places = np.repeat(self.start[order] - starts, lengths) + np.arange(int(lengths.sum()))
+        refs = self.ref_row[places]
+        marked = np.zeros(self.used, dtype=bool)
+        marked[refs] = True  # the rows a live item uses (no sort: a mark a row)
+        kept = np.flatnonzero(marked)
+        ref_row = (np.cumsum(marked, dtype=np.int64) - 1)[refs]
+        base = len(self.matrix)
+        split = int(np.searchsorted(kept, base))
+        matrix = np.empty((len(kept), self.matrix.shape[1]), dtype=np.int8)
+        np.take(self.matrix, kept[:split], axis=0, out=matrix[:split])
+        np.take(self.more, kept[split:] - base, axis=0, out=matrix[split:])
+        table = CompactVectors(
+            self.model,
+            self.parts,
+            self.width,
+            matrix,
+            self.slack[kept],
+            self._cosines_of,
+            self.scale[kept],
+        )
+        table.lay_out_items(starts, self.key_at[order].astype(np.int64), ref_row.astype(np.int64))
+        return table
+
     def changed(self, keys: Sequence[int], vectors: Any) -> CompactVectors:
         """Return a copy where each of ``keys`` holds its part vectors in ``vectors`` (a key not there holds none); this table stays as it was.
 
-        The new parts are coded into rows after the last this table uses
-        (the two share the arrays, grown by an eighth where full); each
-        changed key's old slot is marked dead.
+        The new parts are coded into rows after the last this table uses,
+        in :attr:`more` (the two share the arrays, grown by an eighth where
+        full): the rows built or loaded (a loaded file's, mapped) are never
+        copied. Each changed key's old slot is marked dead.
         """
         np = numpy()
         table = copy.copy(self)
+        table.changes = self.changes + len(keys)
         table.alive = self.alive.copy()
         table.slot_of = dict(self.slot_of)
         for key in keys:
@@ -226,7 +276,7 @@ class CompactVectors:
         coded, slack = _quantized(np, matrix)
         rows = len(coded)
         scale = np.ascontiguousarray(coded[:, self.width : self.width + 4]).view(np.float32)
-        table.matrix = _room(np, self.matrix, self.used, coded)
+        table.more = _room(np, self.more, self.used - len(self.matrix), coded)
         table.slack = _room(np, self.slack, self.used, slack)
         table.scale = _room(np, self.scale, self.used, scale.ravel())
         table.used = self.used + rows

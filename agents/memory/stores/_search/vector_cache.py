@@ -83,6 +83,20 @@ def follows(changed: set[int] | None, items: int) -> bool:
     return changed is not None and REREAD * len(changed) <= items
 
 
+def _nbytes(table: Table) -> int:
+    """Return the bytes of a kept table's rows."""
+    return table.nbytes if isinstance(table, CompactVectors) else int(table.matrix.nbytes)
+
+
+def _grown(table: Table | None, budget: int) -> bool:
+    """Return whether ``table`` is a coded table whose rows built or loaded fit ``budget`` and that the writes it followed grew by at most a quarter of it (:data:`REREAD`): kept alone past the budget, rather than loaded and caught up again at each query."""
+    return (
+        isinstance(table, CompactVectors)
+        and int(table.matrix.nbytes) <= budget
+        and table.nbytes <= budget + budget // REREAD
+    )
+
+
 _COUNTS_KEPT: Final = 1024
 """The sessions (and fields) whose vector row count a handle keeps (:meth:`VectorCache.counted`)."""
 
@@ -259,6 +273,8 @@ class VectorCache:
             self._tables.pop(key, None)
             self._tables[key] = entry
             while self._bytes() > self._budget:
+                if next(iter(self._tables)) == key and _grown(entry[1], self._budget):
+                    break  # alone, a coded table that writes grew a little past the budget
                 self._tables.popitem(last=False)
 
     def _compact_later(self, key: tuple[str, str], version: Hashable, table: Table) -> None:
@@ -292,11 +308,13 @@ class VectorCache:
                 thread.join()
 
     def _bytes(self) -> int:
-        return sum(
-            int(table.matrix.nbytes)
-            for _, table, _, _ in self._tables.values()
-            if table is not None
-        )
+        return sum(_nbytes(table) for _, table, _, _ in self._tables.values() if table is not None)
+
+    def kept(self, session_id: str, fields: str, version: Hashable) -> Table | None:
+        """Return the session's table kept under ``version``, or ``None`` (none kept, or under another version); the cache is left as it was."""
+        with self._lock:
+            kept = self._tables.get((session_id, fields))
+        return kept[1] if kept is not None and kept[0] == version else None
 
     def counted(
         self, session_id: str, fields: str, version: Hashable | None, count: Callable[[], int]

@@ -211,9 +211,15 @@ class VectorSearch:
     def closing_saves(self) -> Callable[[], None] | None:
         """Return the saves of the coded files due as the handle closes (:class:`CodedSaves`), to run before its backend closes; ``None`` where none is due."""
         due = self._saves.due(self._cache.budget)
-        if not due:
+        back = self._saves.back(self._kept_coded)
+        if not due and not back:
             return None
-        return functools.partial(self._saves.save, due, self._coded, self._cache.budget)
+        return functools.partial(self._saves.save, due, self._coded, self._cache.budget, back)
+
+    def _kept_coded(self, file: CodedFile) -> CompactVectors | None:
+        """Return the coded table this handle keeps of ``file``'s session at its version, or ``None``."""
+        kept = self._cache.kept(file.session_id, file.filed, (file.version, file.model, file.width))
+        return kept if isinstance(kept, CompactVectors) else None
 
     def model(self, sid: str) -> VectorModel | None:
         """Return the session's recorded embedding model (``Store.vector_model``)."""
@@ -559,7 +565,8 @@ class VectorSearch:
         exact = functools.partial(self._cosines_of, sid, embedder, fields, parts=parts)
         file = CodedFile(self._backend, sid, filed, version, embedder.name, embedder.dimension)
 
-        load = functools.partial(self._coded, Written(sid, fields, parts, embedder), file)
+        written = Written(sid, fields, parts, embedder)
+        load = functools.partial(self._coded, written, file)
 
         def saved(budget: int) -> Table | None:
             with self._engine.errors("search", sid):
@@ -571,7 +578,10 @@ class VectorSearch:
                 return None
             with self._engine.errors("search", sid):
                 seqs = self._backend.vector_changes(sid, filed, kept[0], version)
-            return _up_to_date(table, seqs, lambda of: self.read(sid, embedder, fields, of, parts))
+            now = _up_to_date(table, seqs, lambda of: self.read(sid, embedder, fields, of, parts))
+            if isinstance(now, CompactVectors) and now is not table:
+                self._saves.caught(written)  # saved back as the handle closes, where due
+            return now
 
         kept_as = (version, embedder.name, embedder.dimension)
         return self._cache.table(sid, filed, kept_as, load, update, saved if file.path else None)

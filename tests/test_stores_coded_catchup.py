@@ -1,0 +1,420 @@
+"""A stale coded file caught up in place (the file's rows stay mapped, the changed items' rows beside them), saved back by the reader that caught up enough, and kept past the budget by a little: Memory.search's hits and floats through appends, updates, deletes, reopens, a second process and damaged files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from test_stores_coded_file import FIELDS, acted, coded_path, first_loads, harm_file, saved
+from test_stores_coded_saves import closed_saves, more_steps
+from test_stores_compact_vectors import (
+    EMBEDDER,
+    QUERIES,
+    coded_budget,
+    expected,
+    found,
+    kept_tables,
+    steps,
+    written,
+)
+
+from agents.memory import MemoryItem
+from agents.memory.search import EmbedParts
+from agents.memory.stores import Store, open_store
+from agents.memory.stores._search import coded_file, coded_saves
+from agents.memory.stores._search.compact import CompactVectors, compact_table
+
+
+def file_version(url: str) -> tuple[Any, Any]:
+    """Return the version the session's file was saved at and the session's vectors version now."""
+    with open_store(url) as store:
+        now = store.backend.vectors_version("s", FIELDS)
+        file = coded_file.CodedFile(store.backend, "s", FIELDS, now, EMBEDDER.name, 64)
+        return file.saved_version(), now
+
+
+def stale_by(
+    url: str, items: list[MemoryItem], added: int, monkeypatch: pytest.MonkeyPatch
+) -> list[MemoryItem]:
+    """Save the coded file of ``items``, then append ``added`` steps on another handle (which closes without coding them); return every item."""
+    written(url, items)
+    saved(url, items, monkeypatch)
+    more = more_steps(added, 31)
+    with open_store(url) as other:
+        other.append("s", more)
+        other.index_embeddings("s", EMBEDDER)
+    closed_saves()
+    return [*items, *more]
+
+
+def test_a_caught_up_table_keeps_the_files_rows_mapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale file's table is caught up without a copy of its rows: the rows stay the file's mapped pages, the changed items' rows are coded beside them, the hits Memory.search's."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    every = stale_by(url, steps(60, 41), 5, monkeypatch)
+    with open_store(url) as store:
+        coded_budget(store, every, monkeypatch)
+        assert found(store, QUERIES[1], 9, "semantic") == expected(
+            every, QUERIES[1], 9, "semantic", None
+        )
+        [table] = kept_tables(store)
+        assert isinstance(table, CompactVectors)
+        assert not table.matrix.flags.writeable  # the file's pages, mapped
+        assert table.used - len(table.matrix) >= 5
+        assert found(store, QUERIES[0], 60, "hybrid") == expected(
+            every, QUERIES[0], 60, "hybrid", None
+        )
+
+
+def test_a_reader_that_caught_up_enough_items_saves_the_file_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that caught up at least ``rebuild_rows`` items saves the table back as it closes (its live items only): the next fresh handle loads a current file, asks for no changes, and ranks as Memory.search."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(300, 42)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    with open_store(url) as other:  # 70 appended (past rebuild_rows: 64), 2 deleted
+        more = more_steps(70, 43)
+        other.append("s", more)
+        other.index_embeddings("s", EMBEDDER)
+        assert other.delete_steps("s", [items[40].step, items[41].step]) == 2
+    closed_saves()
+    every = [item for item in [*items, *more] if item not in items[40:42]]
+    saved_at, now = file_version(url)
+    assert saved_at != now
+    assert first_loads(url, every, monkeypatch)
+    closed_saves()
+    assert file_version(url)[0] == now
+    asked: list[Any] = []
+    with open_store(url) as store:
+        backend = type(store.backend)
+        original = backend.vector_changes
+        monkeypatch.setattr(
+            backend, "vector_changes", lambda *args: asked.append(args) or original(*args)
+        )
+        coded_budget(store, every, monkeypatch)
+        for query in QUERIES:
+            assert found(store, query, 40, "semantic") == expected(
+                every, query, 40, "semantic", None
+            )
+        [table] = kept_tables(store)
+        assert isinstance(table, CompactVectors)
+        assert len(table.key_at) == len(every)
+        assert bool(table.alive.all())
+    assert asked == []
+
+
+def test_a_reader_that_caught_up_few_items_leaves_the_file_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that caught up fewer than ``rebuild_rows`` items closes without saving (the next reader catches them up as cheaply)."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    every = stale_by(url, steps(300, 44), 3, monkeypatch)
+    before = file_version(url)
+    assert first_loads(url, every, monkeypatch)
+    closed_saves()
+    assert file_version(url) == before
+    assert first_loads(url, every, monkeypatch)
+
+
+def test_a_coded_table_a_catch_up_grows_past_the_budget_stays_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file's table fits the budget; the rows coded for the steps appended since pass it by less than a quarter: the table stays kept, and later queries neither load the file nor catch it up again."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(200, 45)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    with open_store(url) as store:
+        coded_budget(store, items, monkeypatch)
+        found(store, QUERIES[0], 1, "semantic")
+        [table] = kept_tables(store)
+        budget = int(table.matrix.nbytes)  # the file's rows, just
+    more = more_steps(6, 46)
+    written(url, more)
+    every = [*items, *more]
+    loads: list[str] = []
+    original = coded_file.load_coded
+    monkeypatch.setattr(
+        coded_file, "load_coded", lambda *args: loads.append(args[0]) or original(*args)
+    )
+    with open_store(url) as store:
+        path = coded_path(store)
+        monkeypatch.setattr(store._vectors._cache, "_budget", budget)
+        for query in [*QUERIES, *QUERIES]:
+            assert found(store, query, 12, "semantic") == expected(
+                every, query, 12, "semantic", None
+            )
+        [table] = kept_tables(store)
+        assert isinstance(table, CompactVectors)
+        assert table.nbytes > store._vectors._cache.budget >= int(table.matrix.nbytes)
+    assert loads == [path]
+
+
+def bodies_hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Return a list that gets the length of each coded file's body hashed from now on."""
+    hashed: list[int] = []
+    original = coded_file._BodyMac
+
+    class Counted(original):  # type: ignore[misc,valid-type]  # counts the bodies hashed
+        def __init__(self, key: bytes, body: memoryview) -> None:
+            hashed.append(len(body))
+            super().__init__(key, body)
+
+    monkeypatch.setattr(coded_file, "_BodyMac", Counted)
+    return hashed
+
+
+def test_a_file_this_process_authenticated_is_not_hashed_again_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second fresh handle of the process loads the unchanged file without hashing it again; a file put in its place, or written in place, is hashed (a damaged one refused), the hits Memory.search's throughout."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60, 47)
+    written(url, items)
+    path = saved(url, items, monkeypatch)
+    # Files are remembered at once here (not 2 s after their last change): their writes below
+    # come far later than a file system's timestamp tick.
+    monkeypatch.setattr(coded_file, "_SETTLED_NS", 0)
+    hashed = bodies_hashed(monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    assert len(hashed) == 1
+    good = Path(path).read_bytes()
+    shutil.copyfile(path, f"{path}.harmed")
+    harm_file(f"{path}.harmed", "flip")
+    os.replace(f"{path}.harmed", path)  # another inode under the name
+    assert not first_loads(url, items, monkeypatch)  # refused
+    assert len(hashed) == 2
+    saved(url, items, monkeypatch)  # refused again, then built and saved (its second query)
+    assert len(hashed) == 3
+    assert first_loads(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    assert len(hashed) == 4
+    with open(path, "r+b") as file:  # the same inode, written in place: its change time moves
+        file.write(good[:8])
+    assert first_loads(url, items, monkeypatch)
+    assert len(hashed) == 5
+
+
+def test_a_file_changed_just_now_is_hashed_at_each_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose last change is more recent than ``_SETTLED_NS`` is not remembered (a write in the same timestamp tick would leave its times as they were): each fresh handle hashes it."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60, 48)
+    written(url, items)
+    saved(url, items, monkeypatch)
+    monkeypatch.setattr(coded_file, "_SETTLED_NS", 10**15)
+    hashed = bodies_hashed(monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    assert first_loads(url, items, monkeypatch)
+    assert len(hashed) == 2
+
+
+def live_bounds(table: CompactVectors, query: Any) -> dict[int, tuple[float, float]]:
+    """Return each live item's upper and lower bound with ``query``, by key."""
+    upper, lower = table._bounds(np, query)
+    slots = zip(table.key_at.tolist(), upper.tolist(), lower.tolist(), strict=True)
+    alive = table.alive[: len(table.key_at)].tolist()
+    return {key: (up, low) for (key, up, low), live in zip(slots, alive, strict=True) if live}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    changed=st.lists(st.integers(0, 45), max_size=12, unique=True),
+    dropped=st.lists(st.integers(0, 45), max_size=6, unique=True),
+)
+def test_live_lays_out_the_live_items_by_key_with_their_rows(
+    seed: int, changed: list[int], dropped: list[int]
+) -> None:
+    """A table whose items were re-coded, dropped and added (``changed``) gives a ``live`` copy with its live items only, keys ascending, each with its own parts' rows: the same bounds and scores."""
+    rng = np.random.default_rng(seed)
+    width = 16
+
+    def unit(rows: int) -> Any:
+        block = rng.standard_normal((rows, width)).astype(np.float32)
+        return block / np.linalg.norm(block, axis=1, keepdims=True)
+
+    model = {key: unit(int(rng.integers(1, 4))) for key in range(40)}
+    model[3] = model[1].copy()  # equal parts, held once
+
+    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
+        return {key: float((model[key] @ query).max()) for key in keys if key in model}
+
+    keys = [key for key in sorted(model) for _ in model[key]]
+    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
+    table = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
+    assert table is not None
+    for key in changed:
+        model[key] = unit(int(rng.integers(1, 4)))
+    for key in dropped:
+        model.pop(key, None)
+    touched = sorted({*changed, *dropped})
+    table = table.changed(touched, {key: model[key] for key in touched if key in model})
+    live = table.live()
+    assert live.key_at.tolist() == sorted(model)
+    assert bool(live.alive.all())
+    assert live.used <= table.used
+    for _ in range(4):
+        query = unit(1)[0]
+        assert live_bounds(live, query) == live_bounds(table, query)
+        for limit in (1, 5, None):
+            assert live.scores(query, limit) == table.scores(query, limit)
+
+
+# -- a plain model against a session written, reopened and damaged ---------------------------
+
+
+class CodedSession(RuleBasedStateMachine):
+    """A session of part vectors kept coded, written by other handles and another process, read by a handle closed and opened again (saving back what it caught up), its file damaged now and then: each query ranks as Memory.search over the plain model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp()
+        self.db = str(Path(self.folder) / "store.db")
+        self.url = f"sqlite://{self.db}"
+        self.items: list[MemoryItem] = []
+        self.seqs: dict[int, int] = {}  # step -> seq of the steps written first
+        self.store: Store | None = None
+        self.patch = pytest.MonkeyPatch()
+        # Small sessions: a reader saves back once 4 items changed (not 64).
+        self.patch.setattr(coded_saves, "_FEWEST_ROWS", 4)
+        self.added = 0
+        self.foreign = ""  # the coded file of another store, made once
+
+    @initialize(n=st.integers(40, 90), seed=st.integers(0, 1000))
+    def start(self, n: int, seed: int) -> None:
+        self.items = steps(n, seed)
+        self.seqs = dict(
+            zip([item.step for item in self.items], written(self.url, self.items), strict=True)
+        )
+        saved(self.url, self.items, self.patch)
+        self.reopen()
+
+    def reader(self) -> Store:
+        assert self.store is not None
+        coded_budget(self.store, self.items, self.patch)
+        cache = self.store._vectors._cache
+        # Room for the table a catch-up grows, as a kept table grows with writes.
+        self.patch.setattr(cache, "_budget", cache._budget * 3 // 2)
+        return self.store
+
+    @rule()
+    def reopen(self) -> None:
+        """Close the reader (its saves done) and open a fresh one."""
+        if self.store is not None:
+            self.store.close()
+            closed_saves()
+        self.store = open_store(self.url)
+
+    @rule(count=st.integers(1, 4), seed=st.integers(0, 1000), process=st.booleans())
+    def append(self, count: int, seed: int, process: bool) -> None:
+        """Steps appended and embedded by another handle, or another process."""
+        more = [
+            MemoryItem(**{**item.to_dict(), "step": 5000 + self.added + i})
+            for i, item in enumerate(steps(count, seed))
+        ]
+        self.added += count
+        self.act([("append", [item.to_dict() for item in more])], process)
+        self.items.extend(more)
+
+    @precondition(lambda self: len(self.items) > 20)
+    @rule(pick=st.integers(0, 1000), process=st.booleans())
+    def delete(self, pick: int, process: bool) -> None:
+        """A step past the first 16 (the file's key) deleted by another handle or process."""
+        item = self.items[16 + pick % (len(self.items) - 16)]
+        self.act([("delete", item.step)], process)
+        self.items.remove(item)
+
+    @rule(pick=st.integers(0, 1000))
+    def re_embed(self, pick: int) -> None:
+        """A stored vector of a first-written step past the first 16 embedded again (its row written anew)."""
+        later = [item for item in self.items[16:] if item.step in self.seqs]
+        if later:
+            self.act([("re-embed", self.seqs[later[pick % len(later)].step])], False)
+
+    @rule(harm=st.sampled_from(["flip", "cut", "magic", "swap"]))
+    def damage(self, harm: str) -> None:
+        """The file beside the store replaced by a damaged copy, or by the file of another session (a fresh handle must not trust either).
+
+        Replaced, not written in place: the file is the owner's alone
+        (mode 0600, as the database), and someone who may write the folder
+        puts a file of their own there (a handle that mapped the old one
+        keeps its pages).
+        """
+        assert self.store is not None
+        path = coded_path(self.store)
+        if not os.path.exists(path):
+            return
+        copy = f"{path}.harmed"
+        if harm == "swap":  # another store's file of a session ``s``, under this one's name
+            other = f"sqlite://{Path(self.folder) / 'other.db'}"
+            if not self.foreign:
+                written(other, steps(40, 7))
+                self.foreign = saved(other, steps(40, 7), self.patch)
+            shutil.copyfile(self.foreign, copy)
+        else:
+            shutil.copyfile(path, copy)
+            harm_file(copy, harm)
+        os.replace(copy, path)
+
+    def act(self, actions: list[Any], process: bool) -> None:
+        if not process:
+            acted(self.db, actions)
+            return
+        script = f"""
+            import sys
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from test_stores_coded_file import acted
+            acted({self.db!r}, {actions!r})
+        """
+        subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)
+
+    @rule(
+        query=st.sampled_from(QUERIES),
+        k=st.integers(1, 30),
+        mode=st.sampled_from(["semantic", "hybrid"]),
+    )
+    def search(self, query: str, k: int, mode: str) -> None:
+        """A query ranks as Memory.search over the model."""
+        assert found(self.reader(), query, k, mode) == expected(self.items, query, k, mode, None)
+
+    @invariant()
+    def ranks_every_item(self) -> None:
+        if self.store is not None and self.items:
+            for k in (3, len(self.items)):  # the few that rank (a bound cuts), and every item
+                want = expected(self.items, QUERIES[2], k, "semantic", None)
+                assert found(self.reader(), QUERIES[2], k, "semantic") == want
+
+    def teardown(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            closed_saves()
+        self.patch.undo()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+CodedSession.TestCase.settings = settings(
+    max_examples=15,
+    stateful_step_count=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_a_coded_session_through_writes_reopens_and_damage_ranks_as_memory_search = (
+    CodedSession.TestCase
+)
