@@ -408,7 +408,10 @@ class VectorSearch:
                         rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
                     )
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
-            few = _few(self._engine, sid, keep)
+            # A backend where asking which rows pass reads them all walks the ranking at once.
+            with self._engine.errors("search", sid):
+                walks = self._backend.walks_filtered(sid)
+            few = None if walks else _few(self._engine, sid, keep)
             if few is not None:  # few rows may pass: score only their vectors
                 cosines = self._cosines_of(sid, embedder, fields, query, few, parts)
                 ranked = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
