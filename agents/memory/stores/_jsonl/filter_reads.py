@@ -41,7 +41,7 @@ from agents.memory.stores._jsonl.vector_file import VectorView
 
 __all__ = ["WHOLE_AT", "WHOLE_FLOOR", "LogFilterReads"]
 
-WHOLE_AT: Final = 4
+WHOLE_AT: Final = 8
 """Once one in this many of a session's rows have been read by their offsets (at one version of its log), filters are judged from the log read whole."""
 
 WHOLE_FLOOR: Final = 4096
@@ -82,7 +82,7 @@ class LogFilterReads(LogVectorReads):
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
     ) -> set[int] | None:
         with self._files.locked(exclusive=False):
-            offsets = self._by_offset(session_id)
+            offsets = self._by_offset(session_id, len(seqs))
             if offsets is not None:
                 judged = self._judged_by_offset(session_id, offsets, tree, seqs)
                 if judged is not None:
@@ -96,7 +96,7 @@ class LogFilterReads(LogVectorReads):
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
     ) -> list[tuple[int, bytes]] | None:
         with self._files.locked(exclusive=False):
-            offsets = self._by_offset(session_id)
+            offsets = self._by_offset(session_id, len(seqs))
             if offsets is not None:
                 judged = self._judged_by_offset(session_id, offsets, tree, seqs)
                 if judged is not None:
@@ -109,13 +109,13 @@ class LogFilterReads(LogVectorReads):
                 return None
             return [(seq, log.rows[seq][2]) for seq in sorted(may)]
 
-    def _by_offset(self, session_id: str) -> Offsets | None:
-        """Return the record offsets filters are judged by (:meth:`_offsets`), unless this handle has read as many rows by them as make reading the log whole cheaper; the caller holds the lock."""
+    def _by_offset(self, session_id: str, more: int = 0) -> Offsets | None:
+        """Return the record offsets filters are judged by (:meth:`_offsets`), unless this handle has read (with ``more`` rows) as many rows by them as make reading the log whole cheaper; the caller holds the lock."""
         offsets = self._offsets(session_id)
         if offsets is None:
             return None
         spent = self._read_values.spent(session_id, (offsets.header, offsets.offset))
-        return offsets if spent < max(WHOLE_FLOOR, offsets.count // WHOLE_AT) else None
+        return offsets if spent + more < _bound(offsets) else None
 
     def walks_filtered(self, session_id: str) -> bool:
         """Return whether this handle judges filters from the rows it reads by their offsets (:meth:`_by_offset`): asking which rows of the session pass would read the log whole."""
@@ -127,8 +127,7 @@ class LogFilterReads(LogVectorReads):
     ) -> None:
         """Note ``rows``, read by ``offsets``: filed by value while filters are judged from such rows (:meth:`_by_offset`), else only counted."""
         version = (offsets.header, offsets.offset)
-        spent = self._read_values.spent(session_id, version)
-        below = spent < max(WHOLE_FLOOR, offsets.count // WHOLE_AT)
+        below = self._read_values.spent(session_id, version) < _bound(offsets)
         self._read_values.read(session_id, version, rows, file=below)
 
     def _judged_by_offset(
@@ -183,6 +182,11 @@ class LogFilterReads(LogVectorReads):
     def _source(self, session_id: str) -> str:
         """Return how errors name a session's log."""
         return f"session {session_id!r} of {self._files.log_path(session_id)!r}"
+
+
+def _bound(offsets: Offsets) -> int:
+    """Return how many rows read by ``offsets`` make reading the log whole cheaper (:data:`WHOLE_AT`, :data:`WHOLE_FLOOR`)."""
+    return max(WHOLE_FLOOR, offsets.count // WHOLE_AT)
 
 
 def _view(log: SessionLog) -> tuple[RowTable, int]:
