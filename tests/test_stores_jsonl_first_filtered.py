@@ -107,9 +107,19 @@ def assert_fresh_equals(
 
 @pytest.mark.parametrize("where", FILTERS)
 def test_fresh_filtered_semantic_and_hybrid_equal_memory_search(tmp_path: Path, where: Any) -> None:
-    """A fresh handle's filtered semantic query walks the vector file's ranking without reading the log whole; semantic and hybrid hits and floats equal Memory.search's and the whole-log handle's."""
+    """A fresh handle's filtered semantic query (and hybrid one, where many rows pass) walks the ranking without reading the log whole; hits and floats equal Memory.search's and the whole-log handle's."""
     written(tmp_path, steps(60))
-    assert_fresh_equals(tmp_path, where)
+    # Hybrid reads the log whole where few rows may pass (it then ranks only those).
+    assert_fresh_equals(tmp_path, where, walked=MODES if where != {"missing": 1} else ("semantic",))
+
+
+def test_hybrid_with_few_passing_reads_the_log_whole(tmp_path: Path) -> None:
+    """A hybrid query whose filter few rows pass (judged on a sample read by offset) reads the log whole and ranks only those rows."""
+    written(tmp_path, steps(60))
+    with JSONLStore(tmp_path) as store:
+        got = search(store, "cat", "hybrid", PARTS[1], {"step": 3})
+        assert read_whole(store)
+    assert got == whole_log_hits(tmp_path, "cat", "hybrid", PARTS[1], {"step": 3})
 
 
 def test_another_handle_appending_between_filtered_queries(tmp_path: Path) -> None:

@@ -39,10 +39,16 @@ from agents.memory.stores._jsonl.offset_values import OffsetValues
 from agents.memory.stores._jsonl.vector_backend import LogVectorReads
 from agents.memory.stores._jsonl.vector_file import VectorView
 
-__all__ = ["WHOLE_AT", "WHOLE_FLOOR", "LogFilterReads"]
+__all__ = ["MARGIN", "SAMPLE", "WHOLE_AT", "WHOLE_FLOOR", "LogFilterReads"]
 
 WHOLE_AT: Final = 8
 """Once one in this many of a session's rows have been read by their offsets (at one version of its log), filters are judged from the log read whole."""
+
+SAMPLE: Final = 1024
+"""Rows read by their offsets to tell whether few of a session's rows pass a filter (``filter_few``)."""
+
+MARGIN: Final = 1.25
+"""A filter judged to let pass this many times the rows ``filter_few`` asks about, in the sample, has many pass."""
 
 WHOLE_FLOOR: Final = 4096
 """...but not before this many have been: a small session is read by offset throughout."""
@@ -70,8 +76,20 @@ class LogFilterReads(LogVectorReads):
             return None if found is None else set(found)  # the kept set stays as it is
 
     def filter_few(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
-        """Return the rows that may pass ``tree`` where ``most`` at most may, judged from the log's kept values (the log read whole, if it was not): a hybrid query that ranks only them needs every row judged."""
+        """Return the rows that may pass ``tree`` where ``most`` at most may, judged from the log's kept values (the log read whole, if it was not): a hybrid query that ranks only them needs every row judged.
+
+        While this handle judges rows by their offsets, a sample of
+        :data:`SAMPLE` rows spread over the vector file's is read and judged
+        first: where clearly more than ``most`` in the session's would pass
+        at its rate (:data:`MARGIN` times), ``None`` without reading the log.
+        """
         with self._files.locked(exclusive=False):
+            offsets = self._by_offset(session_id, SAMPLE)
+            if isinstance(offsets, VectorView) and offsets.count:
+                sample = offsets.spread(SAMPLE)
+                judged = self._judged_by_offset(session_id, offsets, tree, sample, data=False)
+                if judged is not None and len(judged) * offsets.count > MARGIN * most * len(sample):
+                    return None  # many pass: the query walks its ranking
             log = self._logs.current(session_id)
             if log is None:
                 return set()
@@ -131,13 +149,20 @@ class LogFilterReads(LogVectorReads):
         self._read_values.read(session_id, version, rows, file=below)
 
     def _judged_by_offset(
-        self, session_id: str, offsets: Offsets, tree: FilterNode, seqs: Sequence[int]
+        self,
+        session_id: str,
+        offsets: Offsets,
+        tree: FilterNode,
+        seqs: Sequence[int],
+        *,
+        data: bool = True,
     ) -> list[tuple[int, bytes]] | None:
         """Return ``(seq, data)`` of the live rows among ``seqs`` that may pass ``tree``, judged from the rows read by their offsets; ``None`` if an offset does not check out.
 
         The rows not read yet at this version of the log are read and
         filed (:meth:`OffsetValues.read`); those filed before that may pass
-        are read again by their offsets (the values kept are not the rows).
+        are read again by their offsets (the values kept are not the rows),
+        unless ``data`` is false (their data is then ``b""``).
         """
         path = self._files.log_path(session_id)
         version = (offsets.header, offsets.offset)
@@ -148,9 +173,11 @@ class LogFilterReads(LogVectorReads):
             return None
         self._read_by_offset(session_id, offsets, rows)
         may = values.may_pass(session_id, version, tree, seqs)
-        found = {seq: data for seq, data in rows if seq in may}
+        found = {seq: row for seq, row in rows if seq in may}
         again = sorted(may.difference(found))
-        if again:
+        if not data:
+            found.update(dict.fromkeys(again, b""))
+        elif again:
             more = rows_at(path, offsets.record_at, offsets.offset, again)
             if more is None:
                 return None
