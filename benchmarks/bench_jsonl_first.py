@@ -9,7 +9,9 @@ whole shows there), and closes it. The first run of a process also imports what 
 first query needs (numpy: some 70 ms), so it is left out of the medians.
 ``--mode`` and ``--where`` (a JSON filter) time the other first queries
 (semantic and hybrid ones from the session's vector file, ``<sid>.vectors``,
-where it is current; filtered semantic and hybrid ones read the log whole). ``--no-files``
+where it is current; a filtered semantic one walks that ranking, reading and judging
+rows by their offsets, and so does a hybrid one whose filter a sample shows many rows pass;
+a rarer filter reads the log whole, as does a walk past an eighth of the rows). ``--no-files``
 removes the session's keyword and vector files before each run (untimed),
 so that its first query reads the log whole and saves them again: the cost
 of the save. The hits of the last run are printed as a digest, to compare

@@ -10,18 +10,24 @@ log whole judges every row from the values of the filtered fields it keeps
 A fresh handle answers a semantic or hybrid query from the vector file and
 the keyword file beside the log, current with it, and reads the hits by
 their record offsets (:func:`~agents.memory.stores._jsonl.keywords.rows_at`).
-A filtered one walks the ranking best first, asking which rows of each
-slice may pass: those rows are read by their offsets and filed by value
-(:class:`~agents.memory.stores._jsonl.offset_values.OffsetValues`), and the
-answer is judged from them, so the log is not read whole (at 100,000 steps
-a filter keeping 1% of the items reads about a thousand rows, some 25 ms,
-where reading the log is 2.2 s). Which rows of the whole session may pass
-(``filter_candidates``) it cannot tell without reading every row: it
-answers ``None`` (the walk goes deeper) until the rows read by offset pass
-one in :data:`WHOLE_AT` of the session's (and :data:`WHOLE_FLOOR`): reading a
-row by its offset and filing it costs about what reading it in the whole
-log does, so a filter rare enough to read that many is judged from the log
-read whole from then on.
+A filtered semantic query (``Backend.walks_filtered``) walks its ranking
+best first, asking which rows of each slice may pass
+(``filter_among_rows``): the rows not read yet are read by their offsets
+and filed by value
+(:class:`~agents.memory.stores._jsonl.offset_values.OffsetValues`), those
+filed before and known to fail are skipped unread, and the answer is judged
+from the values filed, so the log is not read whole (at 100,000 steps a
+filter keeping 1% of the items reads about a thousand rows: 23-24 ms of CPU
+where reading the log took 2.5 s). A hybrid query asks first whether few
+rows pass (``filter_few``, to rank only those): a sample of :data:`SAMPLE`
+rows read by offset answers where clearly many do (its walk is then judged
+by offset as well); otherwise, and for ``filter_candidates``, which rows of
+the whole session pass cannot be told without reading every row, and the
+log is read whole. Reading a row by its offset and filing it costs about
+what reading it in the whole log does: once one in :data:`WHOLE_AT` of the
+session's rows (at least :data:`WHOLE_FLOOR`) have been read by offset at
+one version of the log, or a slice would pass that, the log is read whole
+and its kept values judge the filters from then on.
 """
 
 from __future__ import annotations
@@ -65,10 +71,8 @@ class LogFilterReads(LogVectorReads):
     _read_values: OffsetValues
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
-        """Return the rows that may pass ``tree``, judged from the log's kept values; ``None`` while this handle judges the rows it reads by offset (see the module docstring)."""
+        """Return the rows that may pass ``tree``, judged from the log's kept values (the log read whole, if it was not)."""
         with self._files.locked(exclusive=False):
-            if self._by_offset(session_id) is not None:
-                return None  # the walk goes deeper, reading rows by their offsets
             log = self._logs.current(session_id)
             if log is None:
                 return set()

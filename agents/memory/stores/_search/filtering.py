@@ -208,8 +208,8 @@ def widening(
         rare = among is not None and FEW * len(out) <= len(ranked)
         screening = screen is not None and screen.answering
         if narrow is not None and not asked and not screening and (need >= NARROW_AT or rare):
+            asked = True
             narrowed = narrow()
-            asked = narrowed is not None  # asked again at the next ranking where it could not tell
             if narrowed is not None:
                 allowed, n_items = narrowed
                 if sum(seq in allowed for seq, _ in ranked) == len(allowed):
