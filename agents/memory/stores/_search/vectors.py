@@ -428,14 +428,14 @@ class VectorSearch:
             narrow = narrower(self._engine, sid, keep)
             # Parts are scored in numpy, every cosine at each call: one ranking of them all.
             first = ALL if parts != EmbedParts.WHOLE else None
-            screen = None
+            judged: Screener | None = None
             if walks:
                 # Each slice of a ranking as deep as the kept path's is judged before it is read
                 # (Backend.filter_among_rows): rows judged before are skipped or read with it.
-                screen = Screener(self._engine, sid, keep, found, on_unknown_class)
+                judged = Screener(self._engine, sid, keep, found, on_unknown_class)
                 first = first or max(k, NARROW_AT)
             passing = widening(
-                rank, k, keep, found, read, first=first, narrow=narrow, screen=screen
+                rank, k, keep, found, read, first=first, narrow=narrow, screen=judged
             )
             return [StoreHit(seq, item, score) for seq, score, item in passing]
         if mode == "semantic":
