@@ -198,3 +198,35 @@ def test_fresh_filtered_queries_against_memory_search(
     assert got == whole_log_hits(folder, query, mode, parts, where)
     if parts == PARTS[0]:
         assert [(s, f) for _, s, f in got] == memory_hits(folder, query, mode, where)
+
+
+def test_a_row_another_handle_changes_is_judged_again(tmp_path: Path) -> None:
+    """A row filed as failing that another handle updates to pass is judged from its new fields (the values filed are of one version of the log)."""
+    written(tmp_path, steps(60))
+    where = {"agent": "x"}
+    with JSONLStore(tmp_path) as store:
+        before = search(store, "cat", "semantic", PARTS[1], where)
+        seqs = [seq for seq, _, _ in before]
+        failing = next(seq for seq in range(1, 61) if seq not in seqs and (seq - 1) % 7 != 3)
+        with JSONLStore(tmp_path) as other, other.batch("s") as batch:
+            batch.update({failing: MemoryItem(step=failing - 1, action="cat cat", agent="x")})
+        with JSONLStore(tmp_path) as other:
+            other.index_embeddings("s", EMBEDDER, parts=PARTS[1])
+        after = search(store, "cat", "semantic", PARTS[1], where)
+    assert failing in [seq for seq, _, _ in after]
+    assert after == whole_log_hits(tmp_path, "cat", "semantic", PARTS[1], where)
+
+
+@pytest.mark.parametrize("where", FILTERS)
+def test_read_only_fresh_handle_filtered_queries(tmp_path: Path, where: Any) -> None:
+    """A read-only fresh handle's filtered semantic query walks without reading the log whole; semantic and hybrid hits and floats equal the whole-log handle's."""
+    written(tmp_path, steps(60))
+    for mode in MODES:
+        for parts in PARTS:
+            with JSONLStore(tmp_path, read_only=True) as store:
+                got = search(store, "red dog", mode, parts, where)
+                if mode == "semantic":
+                    assert not read_whole(store)
+            with JSONLStore(tmp_path, read_only=True) as store:
+                store.backend.read_rows("s")
+                assert got == search(store, "red dog", mode, parts, where)
