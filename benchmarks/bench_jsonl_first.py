@@ -19,7 +19,10 @@ two branches, with the sizes of the log and its files.
 
 Run: .venv/bin/python benchmarks/bench_jsonl_first.py [--items 100000] [--runs 7]
      [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files]
-     [--warm 3]
+     [--warm 3] [--parts]
+
+``--parts`` times a session of its own embedded with ``EmbedParts()`` (a
+vector per field and per window of 8 words) instead of whole items.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_search_costs
 from bench_search_costs import QUERIES, cell, first_embedder, first_store, load
 
 from agents.memory.search import EmbedParts
@@ -60,16 +64,19 @@ def main() -> None:
     parser.add_argument("--where", default=None)
     parser.add_argument("--no-files", action="store_true")
     parser.add_argument("--warm", type=int, default=3)
+    parser.add_argument("--parts", action="store_true")
     parser.add_argument(
         "--cache", default=os.path.join(tempfile.gettempdir(), "kvmemory-bench-first")
     )
     args = parser.parse_args()
     url = f"jsonl://{args.cache}/first-{args.items}"
+    parts = EmbedParts() if args.parts else EmbedParts.WHOLE
+    bench_search_costs.FIRST_PARTS = parts  # the session (of its own with --parts) embedded so
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     sid = first_store("jsonl", url, args.items)
     options: dict[str, Any] = {"mode": args.mode}
     if args.mode != "keyword":
-        options.update(embedder=first_embedder(), parts=EmbedParts.WHOLE)
+        options.update(embedder=first_embedder(), parts=parts)
     if args.where is not None:
         options["where"] = json.loads(args.where)
     with open_store(url) as store:
@@ -78,7 +85,7 @@ def main() -> None:
     slowest: list[float] = []
     middle: list[float] = []
     found: Any = None
-    folder = Path(args.cache) / f"first-{args.items}"
+    folder = Path(args.cache) / f"first-{args.items}"  # the store: its sessions' files
     for run in range(args.runs + 1):
         if args.no_files:
             for suffix in (".keywords", ".vectors"):
