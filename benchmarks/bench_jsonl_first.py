@@ -9,7 +9,9 @@ whole shows there), and closes it. The first run of a process also imports what 
 first query needs (numpy: some 70 ms), so it is left out of the medians.
 ``--mode`` and ``--where`` (a JSON filter) time the other first queries
 (semantic and hybrid ones from the session's vector file, ``<sid>.vectors``,
-where it is current; filtered semantic and hybrid ones read the log whole). ``--no-files``
+where it is current; a filtered semantic one walks that ranking, reading and judging
+rows by their offsets, and so does a hybrid one whose filter a sample shows many rows pass;
+a rarer filter reads the log whole, as does a walk past an eighth of the rows). ``--no-files``
 removes the session's keyword and vector files before each run (untimed),
 so that its first query reads the log whole and saves them again: the cost
 of the save. The hits of the last run are printed as a digest, to compare
@@ -17,7 +19,10 @@ two branches, with the sizes of the log and its files.
 
 Run: .venv/bin/python benchmarks/bench_jsonl_first.py [--items 100000] [--runs 7]
      [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files]
-     [--warm 3]
+     [--warm 3] [--parts]
+
+``--parts`` times a session of its own embedded with ``EmbedParts()`` (a
+vector per field and per window of 8 words) instead of whole items.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_search_costs
 from bench_search_costs import QUERIES, cell, first_embedder, first_store, load
 
 from agents.memory.search import EmbedParts
@@ -58,16 +64,19 @@ def main() -> None:
     parser.add_argument("--where", default=None)
     parser.add_argument("--no-files", action="store_true")
     parser.add_argument("--warm", type=int, default=3)
+    parser.add_argument("--parts", action="store_true")
     parser.add_argument(
         "--cache", default=os.path.join(tempfile.gettempdir(), "kvmemory-bench-first")
     )
     args = parser.parse_args()
     url = f"jsonl://{args.cache}/first-{args.items}"
+    parts = EmbedParts() if args.parts else EmbedParts.WHOLE
+    bench_search_costs.FIRST_PARTS = parts  # the session (of its own with --parts) embedded so
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     sid = first_store("jsonl", url, args.items)
     options: dict[str, Any] = {"mode": args.mode}
     if args.mode != "keyword":
-        options.update(embedder=first_embedder(), parts=EmbedParts.WHOLE)
+        options.update(embedder=first_embedder(), parts=parts)
     if args.where is not None:
         options["where"] = json.loads(args.where)
     with open_store(url) as store:
@@ -76,7 +85,7 @@ def main() -> None:
     slowest: list[float] = []
     middle: list[float] = []
     found: Any = None
-    folder = Path(args.cache) / f"first-{args.items}"
+    folder = Path(args.cache) / f"first-{args.items}"  # the store: its sessions' files
     for run in range(args.runs + 1):
         if args.no_files:
             for suffix in (".keywords", ".vectors"):

@@ -234,6 +234,17 @@ class SearchOperations:
         allowed = self.filter_candidates(session_id, tree)
         return None if allowed is None or len(allowed) > most else allowed
 
+    def walks_filtered(self, session_id: str) -> bool:
+        """Return whether a filtered semantic search should walk its ranking, reading and testing rows, without first asking :meth:`filter_few`.
+
+        ``True`` where asking which rows of the session may pass costs
+        reading every row and reading a row alone is cheap: a JSONL handle
+        that has not read the session's log answers its queries from the
+        files beside it and reads the hits by their offsets. By default
+        ``False``.
+        """
+        return False
+
     def filter_named(self, tree: FilterNode) -> bool:
         """Return whether an index names the rows :meth:`filter_candidates` answers for a filter (a few ms at any size), where else it may read every row.
 

@@ -84,9 +84,9 @@ from agents.memory.exceptions import CorruptStoreError, StoreError
 from agents.memory.stores._core.checks import check_store_path
 from agents.memory.stores._core.encoding import IndexEntry, KeyedRow, Row, RowUpdate, SessionRow
 from agents.memory.stores._core.filter_values import FilterValues, ranked_where
-from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._jsonl.files import StoreFiles
+from agents.memory.stores._jsonl.filter_reads import LogFilterReads
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
 from agents.memory.stores._jsonl.keyword_ranking import (
@@ -109,7 +109,7 @@ from agents.memory.stores._jsonl.log import (
     vector_record,
 )
 from agents.memory.stores._jsonl.offset_values import OffsetValues, top_passing
-from agents.memory.stores._jsonl.vector_backend import LogVectorReads
+from agents.memory.stores._jsonl.vector_file import VectorView
 from agents.memory.stores._jsonl.vector_views import SessionVectors
 from agents.memory.stores._store import Store
 
@@ -232,7 +232,7 @@ class JSONLStore(Store):
             self.backend.compact(sid)
 
 
-class LogBackend(LogVectorReads):
+class LogBackend(LogFilterReads):
     """The rows of a JSONL store: one append-only log per session in a directory.
 
     Opening reads (or, unless ``read_only``, creates and migrates) the
@@ -298,20 +298,16 @@ class LogBackend(LogVectorReads):
             path = self._files.log_path(session_id)
             # The hits read alone, by the record offsets of the vector file where this handle
             # holds it (a semantic query's), else of the keyword index, else of the vector file.
-            view = self._vector_view(session_id) if self._vectors.holds(session_id) else None
-            index = None if view is not None else self._unviewed(session_id)
-            if view is None and index is None:
-                view = self._vector_view(session_id)
-            offsets = view or index
+            offsets = self._offsets(session_id)
             if offsets is not None:
                 found = rows_at(path, offsets.record_at, offsets.offset, seqs)
                 if found is not None:
-                    self._read_values.read(session_id, (offsets.header, offsets.offset), found)
+                    self._read_by_offset(session_id, offsets, found)
                     return found
             log = self._logs.current(session_id)
-            if index is not None and log is not None:  # an offset did not check out
+            if log is not None and isinstance(offsets, KeywordIndex):  # an offset did not check out
                 self._keywords.offsets_from(session_id, log, path)
-            if view is not None and log is not None:
+            if log is not None and isinstance(offsets, VectorView):
                 self._vectors.rebuilt(session_id, log, path)
             rows = log.rows if log is not None else {}
             return [(seq, rows[seq][2]) for seq in sorted(set(seqs)) if seq in rows]
@@ -677,61 +673,10 @@ class LogBackend(LogVectorReads):
 
             return ranked_where(allowed, len(log.rows), k, among, ranked)
 
-    def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
-        with self._files.locked(exclusive=False):
-            log = self._logs.current(session_id)
-            if log is None:
-                return set()
-            found = self._passing(session_id, log, tree)
-            return None if found is None else set(found)  # the kept set stays as it is
-
-    def filter_among(
-        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
-    ) -> set[int] | None:
-        with self._files.locked(exclusive=False):
-            log = self._logs.current(session_id)
-            if log is None:
-                return set()
-            return self._passing(session_id, log, tree, seqs)
-
-    def filter_among_rows(
-        self, session_id: str, tree: FilterNode, seqs: Sequence[int]
-    ) -> list[tuple[int, bytes]] | None:
-        with self._files.locked(exclusive=False):
-            log = self._logs.current(session_id)
-            if log is None:
-                return []
-            may = self._passing(session_id, log, tree, seqs)
-            if may is None:
-                return None
-            return [(seq, log.rows[seq][2]) for seq in sorted(may)]
-
-    def _passing(
-        self, session_id: str, log: SessionLog, tree: FilterNode, seqs: Sequence[int] | None = None
-    ) -> set[int] | None:
-        """Return the seqs (among ``seqs``) whose items pass ``tree`` (:meth:`FilterValues.passing`); the caller holds the lock."""
-        source = self._source(session_id)
-        return self._values.passing(session_id, _view(log), tree, source, seqs)
-
-    def _unviewed(self, session_id: str) -> KeywordIndex | None:
-        """Return the index current with the log file while this handle holds no view of the log (:meth:`SessionKeywords.unviewed`): ``keyword_top`` ranks from it and ``read_seqs`` reads rows by its offsets (:func:`rows_at`), neither reading the log whole."""
-        if self._logs.viewed(session_id):
-            return None
-        return self._keywords.unviewed(session_id, self._files.log_path(session_id))
-
-    def _source(self, session_id: str) -> str:
-        """Return how errors name a session's log."""
-        return f"session {session_id!r} of {self._files.log_path(session_id)!r}"
-
     def _rebuilt(self, session_id: str) -> KeywordIndex:
         log = self._logs.current(session_id)
         assert log is not None  # the caller holds the lock and just read the session
         return self._keywords.rebuilt(session_id, log, self._files.log_path(session_id))
-
-
-def _view(log: SessionLog) -> tuple[RowTable, int]:
-    """Return what :class:`FilterValues` keeps a session's values current with: the log's rows and how far it was read."""
-    return log.rows, log.offset
 
 
 def _top_of(terms: Sequence[str], k: int, index: KeywordIndex) -> list[tuple[float, int]]:

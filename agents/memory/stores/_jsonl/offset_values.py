@@ -32,12 +32,13 @@ Version = tuple[bytes, int]
 class _Read:
     """The rows of one session read by offset at one version of its log, filed by value."""
 
-    __slots__ = ("index", "seqs", "version")
+    __slots__ = ("index", "seqs", "spent", "version")
 
     def __init__(self, version: Version) -> None:
         self.version = version
         self.seqs: set[int] = set()
         self.index = ValueIndex()
+        self.spent = 0  # rows read by offset at this version, each read counted
 
 
 class OffsetValues:
@@ -51,11 +52,21 @@ class OffsetValues:
     def __init__(self) -> None:
         self._sessions: dict[str, _Read] = {}
 
-    def read(self, session_id: str, version: Version, rows: Sequence[tuple[int, bytes]]) -> None:
-        """File ``rows`` (live rows read by their offsets from the log at ``version``)."""
+    def read(
+        self,
+        session_id: str,
+        version: Version,
+        rows: Sequence[tuple[int, bytes]],
+        *,
+        file: bool = True,
+    ) -> None:
+        """File ``rows`` (live rows read by their offsets from the log at ``version``); without ``file``, only count them (:meth:`spent`)."""
         kept = self._sessions.get(session_id)
         if kept is None or kept.version != version:
             kept = self._sessions[session_id] = _Read(version)
+        kept.spent += len(rows)
+        if not file:
+            return
         for seq, data in rows:
             if seq not in kept.seqs:
                 kept.seqs.add(seq)
@@ -83,6 +94,29 @@ class OffsetValues:
         if may is None:
             return None
         return kept.seqs - may
+
+    def unread(self, session_id: str, version: Version, seqs: Sequence[int]) -> list[int]:
+        """Return the seqs among ``seqs`` not read at ``version``, sorted."""
+        kept = self._sessions.get(session_id)
+        if kept is None or kept.version != version:
+            return sorted(set(seqs))
+        return sorted({seq for seq in seqs if seq not in kept.seqs})
+
+    def spent(self, session_id: str, version: Version) -> int:
+        """Return how many rows have been read at ``version``, each read counted (a row read twice, twice)."""
+        kept = self._sessions.get(session_id)
+        return kept.spent if kept is not None and kept.version == version else 0
+
+    def may_pass(
+        self, session_id: str, version: Version, tree: FilterNode, seqs: Sequence[int]
+    ) -> set[int]:
+        """Return the seqs among ``seqs`` read at ``version`` whose items may pass ``tree`` (every one read, where the index cannot judge ``tree``)."""
+        kept = self._sessions.get(session_id)
+        if kept is None or kept.version != version:
+            return set()
+        read = kept.seqs.intersection(seqs)
+        may = kept.index.candidates(tree) if read else set()
+        return read if may is None else read & may
 
     def forget(self, session_id: str) -> None:
         """Drop what is kept of a session."""

@@ -224,6 +224,12 @@ class VectorView:
         maybe = itertools.chain(live[~np.isin(live, have)].tolist(), table.gone, self._put)
         return all(self.record_at(seq) is None or table.has(seq) for seq in maybe)
 
+    def spread(self, most: int) -> list[int]:
+        """Return up to ``most`` seqs of the file's live items, evenly spread over them (some may have gone since)."""
+        seqs = self._live_seqs
+        step = max(1, -(-len(seqs) // max(most, 1)))
+        return [int(seq) for seq in seqs[::step]]
+
     def live(self) -> dict[int, int]:
         """Return every live item's record offset, by seq."""
         out = {

@@ -414,7 +414,10 @@ class VectorSearch:
                         rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
                     )
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
-            few = _few(self._engine, sid, keep)
+            # A backend where asking which rows pass reads them all walks the ranking at once.
+            with self._engine.errors("search", sid):
+                walks = self._backend.walks_filtered(sid)
+            few = None if walks else _few(self._engine, sid, keep)
             if few is not None:  # few rows may pass: score only their vectors
                 cosines = self._cosines_of(sid, embedder, fields, query, few, parts)
                 ranked = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
@@ -431,7 +434,15 @@ class VectorSearch:
             narrow = narrower(self._engine, sid, keep)
             # Parts are scored in numpy, every cosine at each call: one ranking of them all.
             first = ALL if parts != EmbedParts.WHOLE else None
-            passing = widening(rank, k, keep, found, read, first=first, narrow=narrow)
+            judged: Screener | None = None
+            if walks:
+                # Each slice of a ranking as deep as the kept path's is judged before it is read
+                # (Backend.filter_among_rows): rows judged before are skipped or read with it.
+                judged = Screener(self._engine, sid, keep, found, on_unknown_class)
+                first = first or max(k, NARROW_AT)
+            passing = widening(
+                rank, k, keep, found, read, first=first, narrow=narrow, screen=judged
+            )
             return [StoreHit(seq, item, score) for seq, score, item in passing]
         if mode == "semantic":
             scores = self._best_cosines(sid, embedder, fields, query, k, {}, parts)
