@@ -392,27 +392,9 @@ class VectorSearch:
             if parts != EmbedParts.WHOLE and not self._engine.read_only:
                 kept = self._kept_table(sid, embedder, fields, parts)
             if kept is not None:
-                # Every cosine from the vectors kept in memory costs about what the unfiltered
-                # query does (scored once, with no screen: a ranking a thousand items deep costs
-                # a screen more than every row): walk it, asking which rows of each slice may
-                # pass, with their items, in one call (Backend.filter_among_rows); without an
-                # answer, ask which rows of the session may pass once NARROW_AT fall short.
-                keys, every = kept.every_score(query)
-
-                def rank_kept(limit: int) -> list[tuple[int, float]]:
-                    return ranked_top(keys, every, limit)
-
-                screen = Screener(self._engine, sid, keep, found, on_unknown_class)
-                start = max(k, NARROW_AT)
-                ranked = rank_kept(start)
-                passing = _through_index(self._engine, sid, keep, k, ranked, found, read, screen)
-                if passing is None:  # a rare filter an index names: rank only its rows
-                    passing = _named_few(self._engine, sid, keep, keys, every, k, found, read)
-                if passing is None:
-                    narrowed = narrower(self._engine, sid, keep)
-                    passing = widening(
-                        rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
-                    )
+                passing = _kept_passing(
+                    self._engine, sid, kept, query, k, keep, found, read, on_unknown_class
+                )
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
             # A backend where asking which rows pass reads them all walks the ranking at once.
             with self._engine.errors("search", sid):
@@ -822,6 +804,44 @@ def _few(engine: Engine, sid: str, keep: Filter, *, named: bool = False) -> list
         if allowed is None:
             return None
     return sorted(allowed)
+
+
+def _kept_passing(
+    engine: Engine,
+    sid: str,
+    kept: Table,
+    query: Any,
+    k: int,
+    keep: Filter,
+    found: dict[int, MemoryItem],
+    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
+    on_unknown_class: OnUnknownClass,
+) -> Passing:
+    """Return the best ``k`` that pass ``keep`` by every cosine of the vectors kept in memory (``kept``).
+
+    Every cosine costs about what the unfiltered query does (scored once,
+    with no screen: a ranking a thousand items deep costs a screen more
+    than every row): the ranking is walked, asking which rows of each slice
+    may pass, with their items, in one call (``Backend.filter_among_rows``);
+    without an answer, which rows of the session may pass once
+    ``NARROW_AT`` fall short.
+    """
+    keys, every = kept.every_score(query)
+
+    def rank_kept(limit: int) -> list[tuple[int, float]]:
+        return ranked_top(keys, every, limit)
+
+    screen = Screener(engine, sid, keep, found, on_unknown_class)
+    start = max(k, NARROW_AT)
+    passing = _through_index(engine, sid, keep, k, rank_kept(start), found, read, screen)
+    if passing is None:  # a rare filter an index names: rank only its rows
+        passing = _named_few(engine, sid, keep, keys, every, k, found, read)
+    if passing is None:
+        narrowed = narrower(engine, sid, keep)
+        passing = widening(
+            rank_kept, k, keep, found, read, first=start, narrow=narrowed, screen=screen
+        )
+    return passing
 
 
 def _through_index(
