@@ -525,11 +525,16 @@ class StoredMemory(Memory):
         reopened session, or one that another process embedded, is not
         embedded again, and the hits are those of ``Memory.search`` on the
         same items with the same embedder. A session whose stored vectors
-        pass the store handle's budget (``Store.vectors_over_budget``)
-        leaves them in the store, which keeps them coded and answers those
-        queries (all fields, no filter or a filter of fields, a query
-        holding a word) to the same hits and floats: the memory's index
-        holds none of them.
+        (over ``keys``) pass the store handle's budget
+        (``Store.vectors_over_budget``) leaves them in the store, which
+        keeps them coded and answers those queries to the same hits and
+        floats, with or without ``keys``, a filter or a word in the query:
+        the memory's index holds none of them (nor does
+        :meth:`index_embeddings` then take them). A filter function is
+        asked of the memory's own items in semantic mode (down the store's
+        ranking, as in keyword mode) and of the items as stored in hybrid
+        mode (the store walks its blend, whose candidates depend on how
+        deep it is asked for).
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
@@ -552,6 +557,7 @@ class StoredMemory(Memory):
                 nothing is changed (see :meth:`drop_vectors`).
             StoreError: if the store cannot be read or written.
         """
+        keys = _vector_keys(query, k, keys, mode)
         ahead = _ahead_hits(self, self._session, self._lock, query, k, mode, keys, where, embedder)
         if ahead is not None or _store_ranks(self, mode, keys):
             found = self._store_search(query, k, where) if ahead is None else ahead
@@ -582,6 +588,7 @@ class StoredMemory(Memory):
             EmbedderMismatchError: if the session's vectors come from another model.
             BudgetExceededError: if the window's pinned items alone break its bounds.
         """
+        keys = _vector_keys(query, k, keys, mode)
         ahead = _ahead_hits(self, self._session, self._lock, query, k, mode, keys, where, embedder)
         if ahead is not None or _store_ranks(self, mode, keys):
             with self._lock:
@@ -629,7 +636,10 @@ class StoredMemory(Memory):
 
         Unlike ``Memory.index_embeddings``, an embedder of another model than
         the stored vectors is refused; call :meth:`drop_vectors` first to
-        embed the session again with it.
+        embed the session again with it. Where the session's vectors (over
+        ``keys``) then pass the store's budget (``Store.vectors_over_budget``),
+        they stay in the store, which answers the queries (see
+        :meth:`search`), and the count is the store's.
 
         Args:
             embedder: The model (default: the memory's, else ``WordLlamaEmbedder``).
@@ -645,8 +655,14 @@ class StoredMemory(Memory):
         """
         report = progress_bar if progress is True else (progress or None)
         keys = checked_keys(keys)  # once: an iterator of keys is read here
-        embedder = self._vectors_from_store(embedder, keys, batch_size=batch_size, progress=report)
-        return super().index_embeddings(embedder, keys=keys, batch_size=batch_size)
+        with self._lock:
+            held = _embedded_in_store(self, embedder, keys, batch_size, report)
+            if held is not None:  # over the store's budget: the vectors stay there
+                return held
+            embedder = self._vectors_from_store(
+                embedder, keys, batch_size=batch_size, progress=report
+            )
+            return super().index_embeddings(embedder, keys=keys, batch_size=batch_size)
 
     def drop_vectors(self) -> int:
         """Delete the session's vectors in the store and in RAM, to embed it again with another model.
@@ -795,6 +811,17 @@ def _store_ranks(memory: StoredMemory, mode: str, keys: Iterable[str] | None) ->
     return all(getattr(o, "tokenizer", default) == default for o in memory.observers)
 
 
+def _vector_keys(
+    query: str, k: int, keys: Iterable[str] | None, mode: SearchMode
+) -> Iterable[str] | None:
+    """Return the ``keys`` of a semantic or hybrid query as a checked tuple (read once: an iterator of keys is consumed here), after the query and ``k``; keyword mode passes them through."""
+    if mode not in ("semantic", "hybrid") or keys is None:
+        return keys
+    checked_query(query)
+    check_k(k)
+    return checked_keys(keys)
+
+
 def _builds_paused(memory: StoredMemory) -> contextlib.ExitStack:
     """Return a context that holds the memory's builds ahead in flight while the store ranks (see ``SearchIndex.build_paused``)."""
     from agents.memory.search import SearchIndex
@@ -817,57 +844,74 @@ def _ahead_hits(
     where: Where | None,
     embedder: Embedder | None,
 ) -> list[tuple[int, Hit]] | None:
-    """Return ``(seq, hit)`` of the store's semantic or hybrid ranking while the in-RAM index is still built ahead, else ``None``.
+    """Return ``(seq, hit)`` of the store's semantic or hybrid ranking while the in-RAM index is still built ahead, or while the session's vectors stay in the store; else ``None``.
 
     The store ranks (``Store.search``: its keyword index and its vectors)
-    while the build thread makes the index and reads the vectors; once that
-    is done, RAM answers, unless the session's vectors stay in the store
-    (over its budget: :func:`_left_in_store`), which then answers every
-    such query. Only for all fields, the default tokenizer, no
-    filter or a filter of fields, a query holding a word, and a store with
-    a keyword index that keeps vectors. The hits are the memory's own items.
+    while the build thread makes the index and reads the vectors (all
+    fields, no filter or a filter of fields, a query holding a word); once
+    that is done, RAM answers, unless the session's vectors stay in the
+    store (over its budget: :func:`_left_in_store`), which then answers
+    every such query: with ``keys``, with any filter and whatever words the
+    query holds. Only for the default tokenizer and a store with a keyword
+    index that keeps vectors. The hits are the memory's own items.
     """
     from agents.memory import search
 
     store = memory.store
-    if mode not in ("semantic", "hybrid") or keys is not None:
+    if mode not in ("semantic", "hybrid"):
         return None
     if not (store.keyword_index and store.keeps_vectors and _store_ranks(memory, "keyword", None)):
         return None
+    keys = checked_keys(keys)  # a tuple already (_vector_keys): checked again for its type
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
     index = search.search_index(memory)
-    if not wanted or not (where is None or isinstance(where, Mapping)):
-        return None
-    if not index.building() and not _left_in_store(memory, index):
-        return None
-    if mode == "semantic" and where is None and not index.missing_vectors(None):
-        return None  # every vector taken as the session opened: RAM answers, as warm
-    model = search.embedder_for(memory, embedder)
-    if mode == "hybrid" and where is None and _holds_vectors(index, model):
-        return _hybrid_from_ram(memory, session, lock, query, k, model, wanted)
+    fields_filter = where is None or isinstance(where, Mapping)
+    if index.building() and keys is None and fields_filter and wanted:
+        if mode == "semantic" and where is None and not index.missing_vectors(None):
+            return None  # every vector taken as the session opened: RAM answers, as warm
+        model = search.embedder_for(memory, embedder)
+        if mode == "hybrid" and where is None and _holds_vectors(index, model):
+            return _hybrid_from_ram(memory, session, lock, query, k, model, wanted)
+    elif not index.missing_vectors(keys):
+        return None  # the index holds every vector: RAM answers (a session under the budget)
+    else:
+        model = search.embedder_for(memory, embedder)
+        if not _left_in_store(memory, index, keys, model):
+            return None
+    predicate = None
+    if not fields_filter and mode == "semantic":
+        # A function of the item is asked of the memory's own items, down the unfiltered
+        # ranking (cosines do not depend on how deep it is ranked), as keyword mode does.
+        predicate, where = search.Filter.of(where), None
     limit = k
-    # The build stops at its next slice meanwhile: it would hold the interpreter between the store's reads.
-    with lock, index.build_paused():
+    # The build stops at its next slice meanwhile: it would hold the interpreter between the
+    # store's reads; not where the store asks the caller's function (which may search this memory).
+    paused = index.build_paused() if fields_filter else contextlib.nullcontext()
+    with lock, paused:
         while True:
             found = store.search(
                 memory.session_id,
                 query,
                 limit,
+                keys=keys,
                 mode=mode,
                 embedder=model,
                 where=where,
                 parts=index.parts,
             )
-            hits = _own_hits(session, [(hit.seq, hit.score) for hit in found], wanted, k)
+            ranked = [(hit.seq, hit.score) for hit in found]
+            hits = _own_hits(session, ranked, wanted, k, predicate, keys)
             if len(hits) == k or len(found) < limit:
                 index.embedder = model  # remembered once it worked, as a query in RAM does
                 return hits
             limit *= 4
 
 
-def _left_in_store(memory: StoredMemory, index: Any) -> bool:
-    """Return whether the session's vectors stay in the store: the index lacks some and the store's pass its budget.
+def _left_in_store(
+    memory: StoredMemory, index: Any, keys: tuple[str, ...] | None, model: Embedder
+) -> bool:
+    """Return whether the session's vectors over ``keys`` stay in the store: the index lacks some and the store's pass its budget.
 
     Such a session (100,000 steps cut into parts: 2 GiB of float32) is
     kept coded by the store, which answers its semantic and hybrid queries
@@ -876,14 +920,60 @@ def _left_in_store(memory: StoredMemory, index: Any) -> bool:
     vector answers (a session under the budget); one that misses some
     (opened over the budget, or grown past it) forgets those it holds, so
     that a session grown past the budget while open does not keep them.
+    The vectors the store lacks (fields never asked for, steps added since)
+    are embedded and stored first, as a query in RAM has the store do, so
+    that they count: the first query with new ``keys`` does not read them
+    all into RAM to find them over the budget.
     """
-    if not index.missing_vectors(None):
+    if not index.missing_vectors(keys):
         return False
-    if not memory.store.vectors_over_budget(memory.session_id, parts=index.parts):
+    store = memory.store
+    sid = memory.session_id
+    over = store.vectors_over_budget(sid, keys=keys, parts=index.parts)
+    if not over and not store.read_only:
+        store.index_embeddings(sid, model, keys=keys, parts=index.parts)
+        over = store.vectors_over_budget(sid, keys=keys, parts=index.parts)
+    if not over:
         return False
     if index.vector_model() is not None:
         index.drop_vectors()
     return True
+
+
+def _embedded_in_store(
+    memory: StoredMemory,
+    embedder: Embedder | None,
+    keys: tuple[str, ...] | None,
+    batch_size: int,
+    progress: Callable[[int, int], object] | None,
+) -> int | None:
+    """Embed in the store the items it holds no vector for; return how many items hold one, where the session's vectors over ``keys`` then pass its budget (else ``None``: the index takes them).
+
+    Over the budget the vectors stay in the store (:func:`_left_in_store`),
+    which answers the queries; the count is the store's (its rows with a
+    vector, the memory's items where no other process appended since).
+    """
+    from agents.memory import search
+
+    store = memory.store
+    if store.read_only or not store.keeps_vectors:
+        return None
+    index = search.search_index(memory)
+    if not index.missing_vectors(keys):
+        return None  # the index holds every vector: under the budget
+    model = search.embedder_for(memory, embedder)
+    held = store.index_embeddings(
+        memory.session_id,
+        model,
+        keys=keys,
+        batch_size=batch_size,
+        progress=progress,
+        parts=index.parts,
+    )
+    if not _left_in_store(memory, index, keys, model):
+        return None
+    index.embedder = model
+    return held
 
 
 def _own_hits(
@@ -892,8 +982,9 @@ def _own_hits(
     wanted: set[str],
     k: int,
     predicate: Callable[[MemoryItem], bool] | None = None,
+    keys: tuple[str, ...] | None = None,
 ) -> list[tuple[int, Hit]]:
-    """Return ``(seq, hit)`` of the first ``k`` of a store's ``(seq, score)`` ranking that the memory holds and ``predicate`` passes, with the fields holding a query word."""
+    """Return ``(seq, hit)`` of the first ``k`` of a store's ``(seq, score)`` ranking that the memory holds and ``predicate`` passes, with the fields (of ``keys``) holding a query word."""
     from agents.memory.search import Hit
 
     tokenizer = Tokenizer()
@@ -907,7 +998,7 @@ def _own_hits(
         fields = {
             field: None
             for field, text in item_texts(item_fields(item), None)
-            if not wanted.isdisjoint(tokenizer(text))
+            if (keys is None or field in keys) and not wanted.isdisjoint(tokenizer(text))
         }
         hits.append((seq, Hit(item, score, tuple(fields))))
         if len(hits) == k:
