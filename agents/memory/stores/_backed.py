@@ -528,16 +528,16 @@ class StoredMemory(Memory):
         (over ``keys``) pass the store handle's budget
         (``Store.vectors_over_budget``) leaves them in the store, which
         keeps them coded and answers those queries to the same hits and
-        floats, with or without a filter or a word in the query: the
-        memory's index holds none of them (nor does
-        :meth:`index_embeddings` then take them). A filter function is
-        asked of the memory's own items in semantic mode (down the store's
-        ranking, as in keyword mode) and of the items as stored in hybrid
-        mode (the store walks its blend, whose candidates depend on how
-        deep it is asked for). With ``keys`` the store answers semantic
-        queries; a hybrid query with ``keys`` is answered in RAM, its index
-        taking the vectors over those keys (the store's keyword side over a
-        field subset reads every row at each query).
+        floats, with or without a filter of fields or a word in the query,
+        and in semantic mode with ``keys`` or a filter function too (asked
+        of the memory's own items, down the store's ranking, as in keyword
+        mode): the memory's index holds none of them (nor does
+        :meth:`index_embeddings` then take them). A hybrid query with
+        ``keys`` or a filter function is answered in RAM, its index taking
+        the vectors: the store's keyword side over a field subset reads
+        every row at each query, and its blend walked for a function it
+        tests rescores many cosines from the rows (seconds a query at
+        50,000 steps, against a first query of 12 s in RAM).
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
@@ -854,10 +854,11 @@ def _ahead_hits(
     fields, no filter or a filter of fields, a query holding a word); once
     that is done, RAM answers, unless the session's vectors stay in the
     store (over its budget: :func:`_left_in_store`), which then answers
-    every such query: semantic with or without ``keys``, hybrid without,
-    with any filter and whatever words the query holds. Only for the
-    default tokenizer and a store with a keyword index that keeps vectors.
-    The hits are the memory's own items.
+    every such query: semantic ones with ``keys`` or a filter function too,
+    and whatever words the query holds (hybrid ones with either are
+    answered in RAM: see the comment below). Only for the default
+    tokenizer and a store with a keyword index that keeps vectors. The
+    hits are the memory's own items.
     """
     from agents.memory import search
 
@@ -867,15 +868,17 @@ def _ahead_hits(
     if not (store.keyword_index and store.keeps_vectors and _store_ranks(memory, "keyword", None)):
         return None
     keys = checked_keys(keys)  # a tuple already (_vector_keys): checked again for its type
-    if mode == "hybrid" and keys is not None:
-        # The store's keyword side over a field subset reads and tokenizes every row at each
-        # query (its keyword index holds all fields): 4.7 s a warm query at 50,000 steps, against
-        # 0.12 s in RAM once the index holds the vectors over those keys (a first query of 12 s).
+    fields_filter = where is None or isinstance(where, Mapping)
+    if mode == "hybrid" and (keys is not None or not fields_filter):
+        # Answered in RAM, the index taking the vectors (a first query of 12 s at 50,000 steps
+        # cut into parts, then 0.12-0.19 s). The store's keyword side over a field subset reads
+        # and tokenizes every row at each query (its keyword index holds all fields): 4.7 s a
+        # warm query; its blend walked for a filter function it tests rescores the keyword
+        # candidates' cosines from the rows (past its coded table's bounds): 5.5 s.
         return None
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
     index = search.search_index(memory)
-    fields_filter = where is None or isinstance(where, Mapping)
     if index.building() and keys is None and fields_filter and wanted:
         if mode == "semantic" and where is None and not index.missing_vectors(None):
             return None  # every vector taken as the session opened: RAM answers, as warm
@@ -889,14 +892,14 @@ def _ahead_hits(
         if not _left_in_store(memory, index, keys, model):
             return None
     predicate = None
-    if not fields_filter and mode == "semantic":
+    if not fields_filter:
         # A function of the item is asked of the memory's own items, down the unfiltered
         # ranking (cosines do not depend on how deep it is ranked), as keyword mode does.
         predicate, where = search.Filter.of(where), None
     limit = k
     # The build stops at its next slice meanwhile: it would hold the interpreter between the
-    # store's reads; not where the store asks the caller's function (which may search this memory).
-    paused = index.build_paused() if fields_filter else contextlib.nullcontext()
+    # store's reads; not while the caller's function is asked (it may search this memory).
+    paused = index.build_paused() if predicate is None else contextlib.nullcontext()
     with lock, paused:
         while True:
             found = store.search(
