@@ -221,7 +221,16 @@ def none_pass(item: MemoryItem) -> bool:
     return False
 
 
-FILTERS: list[Any] = [None, {"team": "red"}, step_odd, one_in_seven, says_pay, none_pass]
+FILTERS: list[Any] = [
+    None,
+    {"team": "red"},
+    {"step": 150},  # rare: past the walk of the memory's own items, the store's filtered ranking
+    {"step": {"$in": [7, 8, 250]}},
+    step_odd,
+    one_in_seven,
+    says_pay,
+    none_pass,
+]
 query_words = st.lists(st.sampled_from([*WORDS, "?", "--", "...", "zebra"]), min_size=1, max_size=5)
 field_keys = st.none() | st.lists(st.sampled_from(FIELDS), min_size=1, max_size=3, unique=True)
 

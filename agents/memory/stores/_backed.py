@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["SessionWriter", "StoredMemory"]
 
 _AHEAD_ITEMS = 2048  # a session of this many items or more has its keyword index built ahead
+_WALKED_DEPTH = 16  # a filter of fields is asked of the memory's own items this many times k deep
 
 
 class SessionWriter:
@@ -891,15 +892,17 @@ def _ahead_hits(
         model = search.embedder_for(memory, embedder)
         if not _left_in_store(memory, index, keys, model):
             return None
-    predicate = None
-    if not fields_filter:
-        # A function of the item is asked of the memory's own items, down the unfiltered
-        # ranking (cosines do not depend on how deep it is ranked), as keyword mode does.
-        predicate, where = search.Filter.of(where), None
+    # A filter is asked of the memory's own items down the unfiltered semantic ranking (cosines
+    # do not depend on how deep it is ranked), as keyword mode does: a function always; a filter
+    # of fields while _WALKED_DEPTH * k rows are enough, then the store, which skips in SQL the
+    # rows that cannot pass (its filtered ranking scores every row exactly: 1.5-2.3 s at 50,000
+    # steps cut into parts, against 0.15-0.25 s unfiltered).
+    predicate = None if where is None or mode != "semantic" else search.Filter.of(where)
+    pushed = where if predicate is None else None
     limit = k
     # The build stops at its next slice meanwhile: it would hold the interpreter between the
     # store's reads; not while the caller's function is asked (it may search this memory).
-    paused = index.build_paused() if predicate is None else contextlib.nullcontext()
+    paused = index.build_paused() if fields_filter else contextlib.nullcontext()
     with lock, paused:
         while True:
             found = store.search(
@@ -909,7 +912,7 @@ def _ahead_hits(
                 keys=keys,
                 mode=mode,
                 embedder=model,
-                where=where,
+                where=pushed,
                 parts=index.parts,
             )
             ranked = [(hit.seq, hit.score) for hit in found]
@@ -917,6 +920,10 @@ def _ahead_hits(
             if len(hits) == k or len(found) < limit:
                 index.embedder = model  # remembered once it worked, as a query in RAM does
                 return hits
+            if pushed is None and fields_filter and limit >= _WALKED_DEPTH * k:
+                # A rare filter of fields: the store's filtered ranking, from k again.
+                pushed, predicate, limit = where, None, k
+                continue
             limit *= 4
 
 
