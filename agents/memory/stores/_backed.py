@@ -528,17 +528,9 @@ class StoredMemory(Memory):
         same items with the same embedder. A session whose stored vectors
         (over ``keys``) pass the store handle's budget
         (``Store.vectors_over_budget``) leaves them in the store, which
-        keeps them coded and answers those queries to the same hits and
-        floats, with or without a filter of fields or a word in the query,
-        and in semantic mode with ``keys`` or a filter function too (asked
-        of the memory's own items, down the store's ranking, as in keyword
-        mode): the memory's index holds none of them (nor does
-        :meth:`index_embeddings` then take them). A hybrid query with
-        ``keys`` or a filter function is answered in RAM, its index taking
-        the vectors: the store's keyword side over a field subset reads
-        every row at each query, and its blend walked for a function it
-        tests rescores many cosines from the rows (seconds a query at
-        50,000 steps, against a first query of 12 s in RAM).
+        answers those queries to the same hits and floats, a filter function
+        asked of the memory's own items (but for hybrid queries with
+        ``keys`` or a filter function, answered in RAM: see docs/search.md).
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
@@ -568,7 +560,7 @@ class StoredMemory(Memory):
             return [hit for _, hit in found]
         # Semantic needs no keyword index: the build waits at its next slice, store check included.
         with _builds_paused(self) if mode == "semantic" else contextlib.nullcontext():
-            keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
+            embedder = self._with_stored_vectors(keys, mode, embedder)
             return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def recall(
@@ -603,30 +595,18 @@ class StoredMemory(Memory):
 
                     chosen.extend(select_window(self, recent).items)
                 return self._session.in_memory_order(chosen)
-        keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
+        embedder = self._with_stored_vectors(keys, mode, embedder)
         return super().recall(
             query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
         )
 
     def _with_stored_vectors(
-        self,
-        query: str,
-        k: int,
-        keys: Iterable[str] | None,
-        mode: SearchMode,
-        embedder: Embedder | None,
-    ) -> tuple[Iterable[str] | None, Embedder | None]:
-        """Before a semantic or hybrid query in RAM: have the store embed what it lacks, adopt its vectors.
-
-        Returns the keys (read once: an iterator of keys is consumed here) and
-        the embedder to query with; keyword mode passes them through.
-        """
+        self, keys: Iterable[str] | None, mode: SearchMode, embedder: Embedder | None
+    ) -> Embedder | None:
+        """Before a semantic or hybrid query in RAM (``keys`` checked by :func:`_vector_keys`): have the store embed what it lacks, adopt its vectors; return the embedder to query with."""
         if mode not in ("semantic", "hybrid"):
-            return keys, embedder
-        checked_query(query)
-        check_k(k)
-        fields = checked_keys(keys)
-        return fields, self._vectors_from_store(embedder, fields)
+            return embedder
+        return self._vectors_from_store(embedder, checked_keys(keys))
 
     def index_embeddings(
         self,
@@ -640,10 +620,8 @@ class StoredMemory(Memory):
 
         Unlike ``Memory.index_embeddings``, an embedder of another model than
         the stored vectors is refused; call :meth:`drop_vectors` first to
-        embed the session again with it. Where the session's vectors (over
-        ``keys``) then pass the store's budget (``Store.vectors_over_budget``),
-        they stay in the store, which answers the queries (see
-        :meth:`search`), and the count is the store's.
+        embed the session again with it. Vectors over the store's budget
+        stay there (see :meth:`search`); the count is then the store's.
 
         Args:
             embedder: The model (default: the memory's, else ``WordLlamaEmbedder``).
@@ -659,14 +637,14 @@ class StoredMemory(Memory):
         """
         report = progress_bar if progress is True else (progress or None)
         keys = checked_keys(keys)  # once: an iterator of keys is read here
-        with self._lock:
+        with self._lock:  # over the store's budget the vectors stay there: the store's count
             held = _embedded_in_store(self, embedder, keys, batch_size, report)
-            if held is not None:  # over the store's budget: the vectors stay there
-                return held
-            embedder = self._vectors_from_store(
-                embedder, keys, batch_size=batch_size, progress=report
-            )
-            return super().index_embeddings(embedder, keys=keys, batch_size=batch_size)
+            if held is None:
+                model = self._vectors_from_store(
+                    embedder, keys, batch_size=batch_size, progress=report
+                )
+                held = super().index_embeddings(model, keys=keys, batch_size=batch_size)
+            return held
 
     def drop_vectors(self) -> int:
         """Delete the session's vectors in the store and in RAM, to embed it again with another model.
@@ -819,7 +797,7 @@ def _vector_keys(
     query: str, k: int, keys: Iterable[str] | None, mode: SearchMode
 ) -> Iterable[str] | None:
     """Return the ``keys`` of a semantic or hybrid query as a checked tuple (read once: an iterator of keys is consumed here), after the query and ``k``; keyword mode passes them through."""
-    if mode not in ("semantic", "hybrid") or keys is None:
+    if mode not in ("semantic", "hybrid"):
         return keys
     checked_query(query)
     check_k(k)
