@@ -411,3 +411,29 @@ def test_a_session_grown_past_the_budget_while_open_answers_keys_and_filter_func
     index = search_index(memory)
     assert index.vector_model() is None
     assert len(index.missing_vectors(("thought",))) == len(memory) == 330
+
+
+def test_over_the_budget_recall_and_a_reopened_handle_answer_keys_and_functions_from_the_store(
+    opened: Callable[[int], StoredMemory],
+) -> None:
+    """recall with keys or a filter function over the budget, and the same queries on a second handle opened after: Memory's answers, no vector in RAM."""
+    memory = opened(SMALL)
+    plain = Memory(list(memory.content))
+    options: list[dict[str, Any]] = [
+        {"mode": "semantic", "keys": ["observation"]},
+        {"mode": "semantic", "where": says_pay},
+        {"mode": "hybrid", "where": {"team": "blue"}},
+    ]
+    for option in options:
+        got = [item["step"] for item in memory.recall(QUERIES[0], 4, embedder=EMBEDDER, **option)]
+        want = [item["step"] for item in plain.recall(QUERIES[0], 4, embedder=EMBEDDER, **option)]
+        assert got == want
+    holds_no_vector(memory)
+    memory.add_memory_items(steps(12, seed=11, first=300))
+    again = opened(SMALL)
+    assert len(again) == 312
+    for option in options:
+        assert hits_of(again, QUERIES[2], 5, **option) == hits_of(
+            Memory(list(again.content)), QUERIES[2], 5, **option
+        )
+    holds_no_vector(again)
