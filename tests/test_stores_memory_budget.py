@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
 from agents.memory.search import HashingEmbedder, search_index
@@ -192,3 +194,246 @@ def test_vectors_over_budget_reads_the_stored_bytes(tmp_path: Path) -> None:
         store.append("s", steps(1, first=50))
         store.index_embeddings("s", EMBEDDER, parts=EmbedParts.WHOLE)
         assert store.vectors_over_budget("s", parts=EmbedParts.WHOLE) is True  # a new version
+
+
+# -- over the budget: keys, filter functions, queries without a word, index_embeddings --------
+
+FIELDS = ["thought", "observation", "status", "team"]
+
+
+def step_odd(item: MemoryItem) -> bool:
+    """A filter function: odd steps."""
+    return bool(item["step"] % 2)
+
+
+def one_in_seven(item: MemoryItem) -> bool:
+    """A filter function few items pass (the store's ranking is walked deeper)."""
+    return item["step"] % 7 == 3
+
+
+def says_pay(item: MemoryItem) -> bool:
+    """A filter function of a field's text."""
+    return "pay" in str(item.get_value("thought", ""))
+
+
+def none_pass(item: MemoryItem) -> bool:
+    """A filter function no item passes."""
+    return False
+
+
+FILTERS: list[Any] = [
+    None,
+    {"team": "red"},
+    {"step": 150},  # rare: past the walk of the memory's own items, the store's filtered ranking
+    {"step": {"$in": [7, 8, 250]}},
+    step_odd,
+    one_in_seven,
+    says_pay,
+    none_pass,
+]
+query_words = st.lists(st.sampled_from([*WORDS, "?", "--", "...", "zebra"]), min_size=1, max_size=5)
+field_keys = st.none() | st.lists(st.sampled_from(FIELDS), min_size=1, max_size=3, unique=True)
+
+
+def hits_of(memory: Memory, query: str, k: int, **options: Any) -> list[Any]:
+    """Return ``(step, score, fields)`` of a query's hits."""
+    return [
+        (hit.item["step"], hit.score, hit.fields)
+        for hit in memory.search(query, k, embedder=EMBEDDER, **options)
+    ]
+
+
+def holds_no_vector(memory: StoredMemory) -> None:
+    """Assert that the memory's index holds no vector and no vector was read whole from the store."""
+    index = search_index(memory)
+    assert index.vector_model() is None
+    for keys in [None, *([field] for field in FIELDS)]:
+        assert len(index.missing_vectors(None if keys is None else tuple(keys))) == len(memory)
+    assert memory.store.reads == []  # type: ignore[attr-defined]  # the test's note
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    words=query_words,
+    k=st.integers(1, 8),
+    mode=st.sampled_from(["semantic", "hybrid"]),
+    keys=field_keys,
+    where=st.sampled_from(FILTERS),
+)
+def test_over_the_budget_keys_filter_functions_and_wordless_queries_are_answered_by_the_store(
+    opened: Callable[[int], StoredMemory],
+    words: list[str],
+    k: int,
+    mode: str,
+    keys: list[str] | None,
+    where: Any,
+) -> None:
+    """Over the budget, with keys, a filter function or a query holding no word: Memory.search's hits and floats, no vector in RAM."""
+    # In RAM (see the test after the next).
+    assume(not (mode == "hybrid" and (keys or callable(where))))
+    memory = stored_over_budget(opened)
+    query = " ".join(words)
+    got = hits_of(memory, query, k, mode=mode, keys=keys, where=where)
+    want = hits_of(plain_copy(memory), query, k, mode=mode, keys=keys, where=where)
+    assert got == want
+    holds_no_vector(memory)
+
+
+_HELD: list[tuple[Callable[[int], StoredMemory], StoredMemory, Memory]] = []
+
+
+def stored_over_budget(opened: Callable[[int], StoredMemory]) -> StoredMemory:
+    """Return the over-budget memory the ``opened`` fixture made for this test (one per test, not per example)."""
+    if not _HELD or _HELD[0][0] is not opened:
+        memory = opened(SMALL)
+        _HELD[:] = [(opened, memory, Memory(list(memory.content)))]
+    return _HELD[0][1]
+
+
+def plain_copy(memory: StoredMemory) -> Memory:
+    """Return the plain Memory of the same items made beside ``memory``: the reference."""
+    assert _HELD[0][1] is memory
+    return _HELD[0][2]
+
+
+def test_over_the_budget_a_filter_function_is_asked_of_the_memorys_own_items(
+    opened: Callable[[int], StoredMemory],
+) -> None:
+    """A semantic query's filter function gets the items the memory holds (as in keyword mode), not copies read from the store."""
+    memory = opened(SMALL)
+    own = {id(item) for item in memory.content}
+    asked: list[int] = []
+
+    def noting(item: MemoryItem) -> bool:
+        asked.append(id(item))
+        return one_in_seven(item)
+
+    got = hits_of(memory, QUERIES[0], 5, mode="semantic", where=noting)
+    assert got == hits_of(
+        Memory(list(memory.content)), QUERIES[0], 5, mode="semantic", where=one_in_seven
+    )
+    assert asked
+    assert set(asked) <= own
+    holds_no_vector(memory)
+
+
+def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_in_ram(
+    opened: Callable[[int], StoredMemory],
+) -> None:
+    """A hybrid query with a filter function is answered in RAM (the store's walk tests rows and rescores cosines): Memory.search's hits, the vectors taken."""
+    memory = opened(SMALL)
+    plain = Memory(list(memory.content))
+    for where in (step_odd, one_in_seven, none_pass):
+        for query in QUERIES:
+            options = {"mode": "hybrid", "where": where}
+            assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
+    assert search_index(memory).missing_vectors(None) == []
+
+
+def test_over_the_budget_a_hybrid_query_with_keys_takes_those_vectors_only(
+    opened: Callable[[int], StoredMemory],
+) -> None:
+    """A hybrid query with keys is answered in RAM (the store's keyword side over keys reads every row): its keys' vectors only are taken, all-field queries stay the store's."""
+    memory = opened(SMALL)
+    plain = Memory(list(memory.content))
+    for where in (None, {"team": "red"}):
+        for query in QUERIES:
+            options = {"mode": "hybrid", "keys": ["thought"], "where": where}
+            assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
+    index = search_index(memory)
+    assert index.missing_vectors(("thought",)) == []
+    for mode in ("semantic", "hybrid"):
+        assert answers(memory, mode) == reference(list(memory.content), mode)
+    assert len(index.missing_vectors(None)) == len(memory)
+    assert index.missing_vectors(("thought",)) == []  # not dropped by the store's answers
+    assert memory.store.reads == []  # type: ignore[attr-defined]  # the test's note
+
+
+@pytest.mark.parametrize("keys", [None, ["thought"], ["observation", "status"]])
+def test_index_embeddings_over_the_budget_leaves_the_vectors_in_the_store(
+    opened: Callable[[int], StoredMemory], keys: list[str] | None
+) -> None:
+    """index_embeddings over the budget embeds in the store, counts as Memory.index_embeddings, and takes no vector into RAM."""
+    memory = opened(SMALL)
+    items = list(memory.content)
+    plain = Memory(items)
+    assert memory.index_embeddings(EMBEDDER, keys=keys) == plain.index_embeddings(
+        EMBEDDER, keys=keys
+    )
+    holds_no_vector(memory)
+    for mode in ("semantic", "hybrid") if keys is None else ("semantic",):
+        for query in QUERIES:
+            # The memory's embedder, remembered by index_embeddings.
+            got = [
+                (h.item["step"], h.score, h.fields)
+                for h in memory.search(query, 6, mode=mode, keys=keys)
+            ]  # type: ignore[arg-type]
+            assert got == hits_of(plain, query, 6, mode=mode, keys=keys)
+    holds_no_vector(memory)
+
+
+def test_index_embeddings_under_the_budget_takes_the_vectors(
+    opened: Callable[[int], StoredMemory],
+) -> None:
+    """Under the budget index_embeddings still gives the index every vector (RAM answers)."""
+    memory = opened(1 << 30)
+    assert memory.index_embeddings(EMBEDDER, keys=["thought"]) == Memory(
+        list(memory.content)
+    ).index_embeddings(EMBEDDER, keys=["thought"])
+    assert search_index(memory).missing_vectors(("thought",)) == []
+
+
+def test_a_session_grown_past_the_budget_while_open_answers_keys_and_filter_functions_from_the_store(
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the budget with keys (vectors in RAM), then grown past it: the memory forgets them and the store answers alike."""
+    memory = opened(1 << 30)
+    options: list[dict[str, Any]] = [
+        {"mode": "semantic", "keys": ["thought"]},
+        {"mode": "hybrid", "where": {"team": "red"}},
+        {"mode": "semantic", "where": one_in_seven},
+    ]
+    for option in options:
+        assert hits_of(memory, QUERIES[1], 6, **option) == hits_of(
+            Memory(list(memory.content)), QUERIES[1], 6, **option
+        )
+    assert search_index(memory).missing_vectors(("thought",)) == []
+    monkeypatch.setattr(memory.store._vectors._cache, "_budget", SMALL)
+    memory.add_memory_items(steps(30, seed=9, first=300))
+    for option in options:
+        assert hits_of(memory, QUERIES[1], 6, **option) == hits_of(
+            Memory(list(memory.content)), QUERIES[1], 6, **option
+        )
+    index = search_index(memory)
+    assert index.vector_model() is None
+    assert len(index.missing_vectors(("thought",))) == len(memory) == 330
+
+
+def test_over_the_budget_recall_and_a_reopened_handle_answer_keys_and_functions_from_the_store(
+    opened: Callable[[int], StoredMemory],
+) -> None:
+    """recall with keys or a filter function over the budget, and the same queries on a second handle opened after: Memory's answers, no vector in RAM."""
+    memory = opened(SMALL)
+    plain = Memory(list(memory.content))
+    options: list[dict[str, Any]] = [
+        {"mode": "semantic", "keys": ["observation"]},
+        {"mode": "semantic", "where": says_pay},
+        {"mode": "hybrid", "where": {"team": "blue"}},
+    ]
+    for option in options:
+        got = [item["step"] for item in memory.recall(QUERIES[0], 4, embedder=EMBEDDER, **option)]
+        want = [item["step"] for item in plain.recall(QUERIES[0], 4, embedder=EMBEDDER, **option)]
+        assert got == want
+    holds_no_vector(memory)
+    memory.add_memory_items(steps(12, seed=11, first=300))
+    again = opened(SMALL)
+    assert len(again) == 312
+    for option in options:
+        assert hits_of(again, QUERIES[2], 5, **option) == hits_of(
+            Memory(list(again.content)), QUERIES[2], 5, **option
+        )
+    holds_no_vector(again)

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["SessionWriter", "StoredMemory"]
 
 _AHEAD_ITEMS = 2048  # a session of this many items or more has its keyword index built ahead
+_WALKED_DEPTH = 16  # a filter of fields is asked of the memory's own items this many times k deep
 
 
 class SessionWriter:
@@ -525,11 +526,11 @@ class StoredMemory(Memory):
         reopened session, or one that another process embedded, is not
         embedded again, and the hits are those of ``Memory.search`` on the
         same items with the same embedder. A session whose stored vectors
-        pass the store handle's budget (``Store.vectors_over_budget``)
-        leaves them in the store, which keeps them coded and answers those
-        queries (all fields, no filter or a filter of fields, a query
-        holding a word) to the same hits and floats: the memory's index
-        holds none of them.
+        (over ``keys``) pass the store handle's budget
+        (``Store.vectors_over_budget``) leaves them in the store, which
+        answers those queries to the same hits and floats, a filter function
+        asked of the memory's own items (but for hybrid queries with
+        ``keys`` or a filter function, answered in RAM: see docs/search.md).
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
@@ -552,13 +553,14 @@ class StoredMemory(Memory):
                 nothing is changed (see :meth:`drop_vectors`).
             StoreError: if the store cannot be read or written.
         """
+        keys = _vector_keys(query, k, keys, mode)
         ahead = _ahead_hits(self, self._session, self._lock, query, k, mode, keys, where, embedder)
         if ahead is not None or _store_ranks(self, mode, keys):
             found = self._store_search(query, k, where) if ahead is None else ahead
             return [hit for _, hit in found]
         # Semantic needs no keyword index: the build waits at its next slice, store check included.
         with _builds_paused(self) if mode == "semantic" else contextlib.nullcontext():
-            keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
+            embedder = self._with_stored_vectors(keys, mode, embedder)
             return super().search(query, k, keys=keys, mode=mode, where=where, embedder=embedder)
 
     def recall(
@@ -582,6 +584,7 @@ class StoredMemory(Memory):
             EmbedderMismatchError: if the session's vectors come from another model.
             BudgetExceededError: if the window's pinned items alone break its bounds.
         """
+        keys = _vector_keys(query, k, keys, mode)
         ahead = _ahead_hits(self, self._session, self._lock, query, k, mode, keys, where, embedder)
         if ahead is not None or _store_ranks(self, mode, keys):
             with self._lock:
@@ -592,30 +595,18 @@ class StoredMemory(Memory):
 
                     chosen.extend(select_window(self, recent).items)
                 return self._session.in_memory_order(chosen)
-        keys, embedder = self._with_stored_vectors(query, k, keys, mode, embedder)
+        embedder = self._with_stored_vectors(keys, mode, embedder)
         return super().recall(
             query, k, recent=recent, keys=keys, mode=mode, where=where, embedder=embedder
         )
 
     def _with_stored_vectors(
-        self,
-        query: str,
-        k: int,
-        keys: Iterable[str] | None,
-        mode: SearchMode,
-        embedder: Embedder | None,
-    ) -> tuple[Iterable[str] | None, Embedder | None]:
-        """Before a semantic or hybrid query in RAM: have the store embed what it lacks, adopt its vectors.
-
-        Returns the keys (read once: an iterator of keys is consumed here) and
-        the embedder to query with; keyword mode passes them through.
-        """
+        self, keys: Iterable[str] | None, mode: SearchMode, embedder: Embedder | None
+    ) -> Embedder | None:
+        """Before a semantic or hybrid query in RAM (``keys`` checked by :func:`_vector_keys`): have the store embed what it lacks, adopt its vectors; return the embedder to query with."""
         if mode not in ("semantic", "hybrid"):
-            return keys, embedder
-        checked_query(query)
-        check_k(k)
-        fields = checked_keys(keys)
-        return fields, self._vectors_from_store(embedder, fields)
+            return embedder
+        return self._vectors_from_store(embedder, checked_keys(keys))
 
     def index_embeddings(
         self,
@@ -629,7 +620,8 @@ class StoredMemory(Memory):
 
         Unlike ``Memory.index_embeddings``, an embedder of another model than
         the stored vectors is refused; call :meth:`drop_vectors` first to
-        embed the session again with it.
+        embed the session again with it. Vectors over the store's budget
+        stay there (see :meth:`search`); the count is then the store's.
 
         Args:
             embedder: The model (default: the memory's, else ``WordLlamaEmbedder``).
@@ -645,8 +637,14 @@ class StoredMemory(Memory):
         """
         report = progress_bar if progress is True else (progress or None)
         keys = checked_keys(keys)  # once: an iterator of keys is read here
-        embedder = self._vectors_from_store(embedder, keys, batch_size=batch_size, progress=report)
-        return super().index_embeddings(embedder, keys=keys, batch_size=batch_size)
+        with self._lock:  # over the store's budget the vectors stay there: the store's count
+            held = _embedded_in_store(self, embedder, keys, batch_size, report)
+            if held is None:
+                model = self._vectors_from_store(
+                    embedder, keys, batch_size=batch_size, progress=report
+                )
+                held = super().index_embeddings(model, keys=keys, batch_size=batch_size)
+            return held
 
     def drop_vectors(self) -> int:
         """Delete the session's vectors in the store and in RAM, to embed it again with another model.
@@ -795,6 +793,17 @@ def _store_ranks(memory: StoredMemory, mode: str, keys: Iterable[str] | None) ->
     return all(getattr(o, "tokenizer", default) == default for o in memory.observers)
 
 
+def _vector_keys(
+    query: str, k: int, keys: Iterable[str] | None, mode: SearchMode
+) -> Iterable[str] | None:
+    """Return the ``keys`` of a semantic or hybrid query as a checked tuple (read once: an iterator of keys is consumed here), after the query and ``k``; keyword mode passes them through."""
+    if mode not in ("semantic", "hybrid"):
+        return keys
+    checked_query(query)
+    check_k(k)
+    return checked_keys(keys)
+
+
 def _builds_paused(memory: StoredMemory) -> contextlib.ExitStack:
     """Return a context that holds the memory's builds ahead in flight while the store ranks (see ``SearchIndex.build_paused``)."""
     from agents.memory.search import SearchIndex
@@ -817,57 +826,92 @@ def _ahead_hits(
     where: Where | None,
     embedder: Embedder | None,
 ) -> list[tuple[int, Hit]] | None:
-    """Return ``(seq, hit)`` of the store's semantic or hybrid ranking while the in-RAM index is still built ahead, else ``None``.
+    """Return ``(seq, hit)`` of the store's semantic or hybrid ranking while the in-RAM index is still built ahead, or while the session's vectors stay in the store; else ``None``.
 
     The store ranks (``Store.search``: its keyword index and its vectors)
-    while the build thread makes the index and reads the vectors; once that
-    is done, RAM answers, unless the session's vectors stay in the store
-    (over its budget: :func:`_left_in_store`), which then answers every
-    such query. Only for all fields, the default tokenizer, no
-    filter or a filter of fields, a query holding a word, and a store with
-    a keyword index that keeps vectors. The hits are the memory's own items.
+    while the build thread makes the index and reads the vectors (all
+    fields, no filter or a filter of fields, a query holding a word); once
+    that is done, RAM answers, unless the session's vectors stay in the
+    store (over its budget: :func:`_left_in_store`), which then answers
+    every such query: semantic ones with ``keys`` or a filter function too,
+    and whatever words the query holds (hybrid ones with either are
+    answered in RAM: see the comment below). Only for the default
+    tokenizer and a store with a keyword index that keeps vectors. The
+    hits are the memory's own items.
     """
     from agents.memory import search
 
     store = memory.store
-    if mode not in ("semantic", "hybrid") or keys is not None:
+    if mode not in ("semantic", "hybrid"):
         return None
     if not (store.keyword_index and store.keeps_vectors and _store_ranks(memory, "keyword", None)):
+        return None
+    keys = checked_keys(keys)  # a tuple already (_vector_keys): checked again for its type
+    fields_filter = where is None or isinstance(where, Mapping)
+    if mode == "hybrid" and (keys is not None or not fields_filter):
+        # Answered in RAM, the index taking the vectors (a first query of 12 s at 50,000 steps
+        # cut into parts, then 0.12-0.19 s). The store's keyword side over a field subset reads
+        # and tokenizes every row at each query (its keyword index holds all fields): 4.7 s a
+        # warm query; its blend walked for a filter function it tests rescores the keyword
+        # candidates' cosines from the rows (past its coded table's bounds): 5.5 s.
         return None
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
     index = search.search_index(memory)
-    if not wanted or not (where is None or isinstance(where, Mapping)):
-        return None
-    if not index.building() and not _left_in_store(memory, index):
-        return None
-    if mode == "semantic" and where is None and not index.missing_vectors(None):
-        return None  # every vector taken as the session opened: RAM answers, as warm
-    model = search.embedder_for(memory, embedder)
-    if mode == "hybrid" and where is None and _holds_vectors(index, model):
-        return _hybrid_from_ram(memory, session, lock, query, k, model, wanted)
+    if index.building() and keys is None and fields_filter and wanted:
+        if mode == "semantic" and where is None and not index.missing_vectors(None):
+            return None  # every vector taken as the session opened: RAM answers, as warm
+        model = search.embedder_for(memory, embedder)
+        if mode == "hybrid" and where is None and _holds_vectors(index, model):
+            return _hybrid_from_ram(memory, session, lock, query, k, model, wanted)
+    elif not index.missing_vectors(keys):
+        return None  # the index holds every vector: RAM answers (a session under the budget)
+    else:
+        model = search.embedder_for(memory, embedder)
+        if not _left_in_store(memory, index, keys, model):
+            return None
+    # A filter is asked of the memory's own items down the unfiltered semantic ranking (cosines
+    # do not depend on how deep it is ranked), as keyword mode does: a function always; a filter
+    # of fields that the index's values say many items pass, while _WALKED_DEPTH * k rows are
+    # enough, then the store, which skips in SQL the rows that cannot pass (its filtered ranking
+    # scores every row exactly: 1.5-2.0 s at 50,000 steps cut into parts, against 0.15-0.22 s
+    # for the walk). A rare filter goes to the store at once (the walk would add 0.3 s).
+    predicate = None if where is None or mode != "semantic" else search.Filter.of(where)
+    if predicate is not None and fields_filter and not index.building():
+        predicate = None if index.passing(predicate) is not None else predicate  # rare: not walked
+    pushed = where if predicate is None else None
     limit = k
-    # The build stops at its next slice meanwhile: it would hold the interpreter between the store's reads.
-    with lock, index.build_paused():
+    # The build stops at its next slice meanwhile: it would hold the interpreter between the
+    # store's reads; not while the caller's function is asked (it may search this memory).
+    paused = index.build_paused() if fields_filter else contextlib.nullcontext()
+    with lock, paused:
         while True:
             found = store.search(
                 memory.session_id,
                 query,
                 limit,
+                keys=keys,
                 mode=mode,
                 embedder=model,
-                where=where,
+                where=pushed,
                 parts=index.parts,
             )
-            hits = _own_hits(session, [(hit.seq, hit.score) for hit in found], wanted, k)
+            ranked = [(hit.seq, hit.score) for hit in found]
+            hits = _own_hits(session, ranked, wanted, k, predicate, keys)
             if len(hits) == k or len(found) < limit:
                 index.embedder = model  # remembered once it worked, as a query in RAM does
                 return hits
+            if pushed is None and fields_filter and limit >= _WALKED_DEPTH * k:
+                # A rare filter of fields: the store's filtered ranking, from k again.
+                pushed, predicate, limit = where, None, k
+                continue
             limit *= 4
 
 
-def _left_in_store(memory: StoredMemory, index: Any) -> bool:
-    """Return whether the session's vectors stay in the store: the index lacks some and the store's pass its budget.
+def _left_in_store(
+    memory: StoredMemory, index: Any, keys: tuple[str, ...] | None, model: Embedder
+) -> bool:
+    """Return whether the session's vectors over ``keys`` stay in the store: the index lacks some and the store's pass its budget.
 
     Such a session (100,000 steps cut into parts: 2 GiB of float32) is
     kept coded by the store, which answers its semantic and hybrid queries
@@ -876,14 +920,62 @@ def _left_in_store(memory: StoredMemory, index: Any) -> bool:
     vector answers (a session under the budget); one that misses some
     (opened over the budget, or grown past it) forgets those it holds, so
     that a session grown past the budget while open does not keep them.
+    The vectors the store lacks (fields never asked for, steps added since)
+    are embedded and stored first, as a query in RAM has the store do, so
+    that they count: the first query with new ``keys`` does not read them
+    all into RAM to find them over the budget.
     """
-    if not index.missing_vectors(None):
+    if not index.missing_vectors(keys):
         return False
-    if not memory.store.vectors_over_budget(memory.session_id, parts=index.parts):
+    store = memory.store
+    sid = memory.session_id
+    over = store.vectors_over_budget(sid, keys=keys, parts=index.parts)
+    if not over and not store.read_only:
+        store.index_embeddings(sid, model, keys=keys, parts=index.parts)
+        over = store.vectors_over_budget(sid, keys=keys, parts=index.parts)
+    if not over:
         return False
-    if index.vector_model() is not None:
+    if len(index.missing_vectors(keys)) < len(memory):
+        # It held these keys' vectors (grown past the budget since): it forgets them. The
+        # vectors of other keys, taken under the budget (or by a hybrid query with keys), stay.
         index.drop_vectors()
     return True
+
+
+def _embedded_in_store(
+    memory: StoredMemory,
+    embedder: Embedder | None,
+    keys: tuple[str, ...] | None,
+    batch_size: int,
+    progress: Callable[[int, int], object] | None,
+) -> int | None:
+    """Embed in the store the items it holds no vector for; return how many items hold one, where the session's vectors over ``keys`` then pass its budget (else ``None``: the index takes them).
+
+    Over the budget the vectors stay in the store (:func:`_left_in_store`),
+    which answers the queries; the count is the store's (its rows with a
+    vector, the memory's items where no other process appended since).
+    """
+    from agents.memory import search
+
+    store = memory.store
+    if store.read_only or not store.keeps_vectors:
+        return None
+    index = search.search_index(memory)
+    if not index.missing_vectors(keys):
+        return None  # the index holds every vector: under the budget
+    model = search.embedder_for(memory, embedder)
+    held = store.index_embeddings(
+        memory.session_id,
+        model,
+        keys=keys,
+        batch_size=batch_size,
+        progress=progress,
+        parts=index.parts,
+    )
+    if not _left_in_store(memory, index, keys, model):
+        return None
+    index.embedder = model
+    return held
 
 
 def _own_hits(
@@ -892,8 +984,9 @@ def _own_hits(
     wanted: set[str],
     k: int,
     predicate: Callable[[MemoryItem], bool] | None = None,
+    keys: tuple[str, ...] | None = None,
 ) -> list[tuple[int, Hit]]:
-    """Return ``(seq, hit)`` of the first ``k`` of a store's ``(seq, score)`` ranking that the memory holds and ``predicate`` passes, with the fields holding a query word."""
+    """Return ``(seq, hit)`` of the first ``k`` of a store's ``(seq, score)`` ranking that the memory holds and ``predicate`` passes, with the fields (of ``keys``) holding a query word."""
     from agents.memory.search import Hit
 
     tokenizer = Tokenizer()
@@ -907,7 +1000,7 @@ def _own_hits(
         fields = {
             field: None
             for field, text in item_texts(item_fields(item), None)
-            if not wanted.isdisjoint(tokenizer(text))
+            if (keys is None or field in keys) and not wanted.isdisjoint(tokenizer(text))
         }
         hits.append((seq, Hit(item, score, tuple(fields))))
         if len(hits) == k:
