@@ -60,7 +60,7 @@ from agents.memory.stores._core.encoding import decode_pairs
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.screens import row_screen
 
-__all__ = ["FilterValues", "JudgedFilters", "ranked_where"]
+__all__ = ["FEW", "FilterValues", "JudgedFilters", "ranked_where"]
 
 Rows = Mapping[int, tuple[Any, Any, bytes]]
 """A session's live rows: ``seq -> (step, created, data)``."""

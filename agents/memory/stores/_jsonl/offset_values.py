@@ -32,13 +32,14 @@ Version = tuple[bytes, int]
 class _Read:
     """The rows of one session read by offset at one version of its log, filed by value."""
 
-    __slots__ = ("index", "seqs", "spent", "version")
+    __slots__ = ("index", "judged", "seqs", "spent", "version")
 
     def __init__(self, version: Version) -> None:
         self.version = version
         self.seqs: set[int] = set()
         self.index = ValueIndex()
         self.spent = 0  # rows read by offset at this version, each read counted
+        self.judged = 0  # rows walks asked about at this version, each ask counted
 
 
 class OffsetValues:
@@ -106,6 +107,18 @@ class OffsetValues:
         """Return how many rows have been read at ``version``, each read counted (a row read twice, twice)."""
         kept = self._sessions.get(session_id)
         return kept.spent if kept is not None and kept.version == version else 0
+
+    def judge(self, session_id: str, version: Version, count: int) -> None:
+        """Count ``count`` rows a walk asked which may pass a filter, at ``version`` (:meth:`judged`)."""
+        kept = self._sessions.get(session_id)
+        if kept is None or kept.version != version:
+            kept = self._sessions[session_id] = _Read(version)
+        kept.judged += count
+
+    def judged(self, session_id: str, version: Version) -> int:
+        """Return how many rows walks asked about at ``version``, each ask counted (a row asked about twice, twice)."""
+        kept = self._sessions.get(session_id)
+        return kept.judged if kept is not None and kept.version == version else 0
 
     def may_pass(
         self, session_id: str, version: Version, tree: FilterNode, seqs: Sequence[int]
