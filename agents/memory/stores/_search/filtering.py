@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALL",
     "FEW",
+    "HYBRID_FEW",
     "NARROW_AT",
     "Passing",
     "Screen",
@@ -53,6 +54,16 @@ one by one costs more than one pass of SQL over the session from about here on."
 
 FEW: Final = 16
 """A filter that at most one row in this many may pass ranks only those rows."""
+HYBRID_FEW: Final = 4
+"""A filtered hybrid query blends only the rows that may pass where at most one in this many may.
+
+The walk (:func:`~agents.memory.stores._search.hybrid.walked_passing`)
+ranks ``4 * k`` deep first: with fewer than one row in four passing it
+goes on deeper, and each deeper blend ranks the keyword side and scores
+the cosines ``DEEPER`` times deeper again (a filter that one step in ten
+passes: 0.95 s against 0.05 s unfiltered, SQLite, 10,000 steps, coded
+vectors); blending the passing rows besides the query's own walk took 0.09 s.
+"""
 
 
 def first_passing(
