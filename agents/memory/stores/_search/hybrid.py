@@ -17,8 +17,8 @@ from agents.memory.stores._search.vector_cache import Table
 
 __all__ = ["held_pool", "held_ranking", "walked_passing"]
 
-Scored = Callable[[int, bool], tuple[dict[int, float], dict[int, MemoryItem]]]
-"""``scored(depth, bounded)``: a hybrid query's blend (``KeywordSearch.hybrid_scores``) at a depth."""
+Scored = Callable[[int, bool, Sequence[int] | None], tuple[dict[int, float], dict[int, MemoryItem]]]
+"""``scored(depth, bounded, among)``: a hybrid query's blend (``KeywordSearch.hybrid_scores``) at a depth, its candidates among some rows only (``also``) or all (``None``)."""
 
 Pass = Callable[[Sequence[tuple[int, float]], dict[int, MemoryItem]], list[Any]]
 """``passing(ranked, found)``: the first ``k`` of a ranking (best first) that pass the filter."""
@@ -97,7 +97,14 @@ def held_ranking(
     return ranking
 
 
-def walked_passing(scored: Scored, k: int, walks: bool, passing: Pass) -> list[Any]:
+def walked_passing(
+    scored: Scored,
+    k: int,
+    walks: bool,
+    passing: Pass,
+    among: Sequence[int] | None = None,
+    fewer: Callable[[], Sequence[int] | None] | None = None,
+) -> list[Any]:
     """Return the first ``k`` hits of a filtered hybrid query that pass, walking the blend only as deep as they need.
 
     Where the backend can take the bounded walk (``walks``), the blend is
@@ -107,7 +114,15 @@ def walked_passing(scored: Scored, k: int, walks: bool, passing: Pass) -> list[A
     pass among them are the full blend's (a filter most items pass blended
     every keyword hit: 5.7x the unfiltered query on SQLite at 10,000 steps).
     A walk that returns fewer than ``depth + SHARED_TOP`` candidates
-    returned them all. Otherwise every keyword hit is blended once.
+    returned them all. Otherwise every keyword hit is blended once, or
+    only the candidates ``among`` the rows that may pass.
+
+    Where the first depth falls short, ``fewer()`` gives the rows that may
+    pass where few do (``HYBRID_FEW``), or ``None``: then only those are
+    blended, beside the query's own walk, instead of walking deeper (a
+    filter that one step in ten passes walked to every keyword hit, and
+    scored each one's cosine: 0.95 s against 0.05 s unfiltered, SQLite,
+    10,000 steps, coded vectors).
     """
 
     def ranking(scores: dict[int, float]) -> list[tuple[int, float]]:
@@ -115,13 +130,16 @@ def walked_passing(scored: Scored, k: int, walks: bool, passing: Pass) -> list[A
 
     depth = 4 * k
     while walks:
-        scores, found = scored(depth, True)
+        scores, found = scored(depth, True, None)
         ranked = ranking(scores)
         if len(ranked) < depth + SHARED_TOP:
             return passing(ranked, found)  # every candidate of the full blend
         hits = passing(ranked[:depth], found)
         if len(hits) >= k:
             return hits
+        if fewer is not None and depth == 4 * k:
+            among = fewer()
+            walks = among is None
         depth *= DEEPER
-    scores, found = scored(k, False)
+    scores, found = scored(k, False, among)
     return passing(ranking(scores), found)

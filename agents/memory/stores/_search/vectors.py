@@ -438,23 +438,23 @@ class VectorSearch:
                 return found, kept[0] if kept else None
 
             pooled = held_pool(pool, ranking, query)
-            few = (
-                None if keep is None else _few(self._engine, sid, keep, share=HYBRID_FEW)
-            )  # then only those are scored
+            few = None if keep is None else _few(self._engine, sid, keep)  # then only those
             terms = _TOKENIZER(text)
             ranks = held_ranking(functools.partial(self._backend.keyword_top, sid, terms))
 
-            def scored(depth: int, bounded: bool) -> tuple[dict[int, float], dict[int, MemoryItem]]:
-                args = (sid, terms, fields, depth, pooled, weight, on_unknown_class, bounded, few)
+            def scored(
+                depth: int, bounded: bool, among: Sequence[int] | None
+            ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
+                args = (sid, terms, fields, depth, pooled, weight, on_unknown_class, bounded, among)
                 return self._keyword.hybrid_scores(*args, pool=pool, ranks=ranks)
 
             if keep is not None:
                 screened = _screened(self._engine, sid, keep, k, read, on_unknown_class)
-                hits = walked_passing(
-                    scored, k, few is None and self._keyword.walks(fields), screened
-                )
+                walks = few is None and self._keyword.walks(fields)
+                fewer = functools.partial(_few, self._engine, sid, keep, share=HYBRID_FEW)
+                hits = walked_passing(scored, k, walks, screened, few, fewer)
                 return [StoreHit(seq, item, score) for seq, score, item in hits]
-            scores, found = scored(k, True)
+            scores, found = scored(k, True, None)
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:
