@@ -118,7 +118,7 @@ def walked_passing(
     only the candidates ``among`` the rows that may pass.
 
     Where the first depth falls short, ``fewer()`` gives the rows that may
-    pass where few do (``HYBRID_FEW``), or ``None``: then only those are
+    pass where at most half may (``HYBRID_FEW``), or ``None``: then only those are
     blended, beside the query's own walk, instead of walking deeper (a
     filter that one step in ten passes walked to every keyword hit, and
     scored each one's cosine: 0.95 s against 0.05 s unfiltered, SQLite,
