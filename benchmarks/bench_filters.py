@@ -10,6 +10,15 @@ Run: .venv/bin/python benchmarks/bench_filters.py [--items N] [--repeats R]
      [--postgres URL]
 PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
 server; the tables go to a fresh schema that is dropped afterwards.
+
+``--coded-hybrid DB`` times instead a hybrid query (``EmbedParts()``,
+``HashingEmbedder(256)``) over a SQLite session of N UFO-shaped steps
+(``bench_search_costs.steps``, written once to DB and reused) whose part
+vectors are kept coded (the handle's budget set below them as float32),
+unfiltered and with filters from 0.1% to 99% of the steps passing: wall
+and process CPU, median [range] of --repeats warm queries, the load
+average beside. Run it with each tree's ``agents`` on PYTHONPATH, alternating,
+to compare them.
 """
 
 from __future__ import annotations
@@ -85,12 +94,80 @@ def report(name: str, search: Callable[[dict[str, Any] | None], object], repeats
         print(f"  {label:>10}: {median:7.1f} ms (spread {spread:.1f}), {median / base:4.1f}x")
 
 
+CODED_FILTERS: list[tuple[str, dict[str, Any] | None]] = [
+    ("none", None),
+    ("eq 1%", {"agent": "reviewer"}),
+    ("eq 0.1%", {"tier": "gold"}),
+    ("range 1%", {"weight": {"$gte": 0.25, "$lt": 0.26}}),
+    ("range 5%", {"weight": {"$lt": 0.05}}),
+    ("range 10%", {"weight": {"$lt": 0.1}}),
+    ("range 20%", {"weight": {"$lt": 0.2}}),
+    ("range 30%", {"weight": {"$lt": 0.3}}),
+    ("eq 99%", {"agent": "host"}),
+]
+
+
+def coded_hybrid(path: str, n: int, repeats: int) -> None:
+    """Time Store.search hybrid over a coded session, unfiltered and with CODED_FILTERS (see the module's docstring)."""
+    from bench_search_costs import steps
+
+    from agents.memory.search import EmbedParts, HashingEmbedder
+    from agents.memory.stores._search.compact import CompactVectors
+
+    embedder = HashingEmbedder(256)
+    rows = steps(n)
+    with open_store(f"sqlite://{path}") as store:
+        if store.count("s") != n:
+            store.delete_session("s")
+            store.append("s", [MemoryItem(**row) for row in rows])
+            store.index_embeddings("s", embedder, parts=EmbedParts())
+        texts = {
+            text for row in rows for text in EmbedParts().texts(MemoryItem(**row).to_dict(), None)
+        }
+        store._vectors._cache._budget = 2 * embedder.dimension * len(texts)  # coded, not float32
+
+        def search(where: dict[str, Any] | None) -> list[int]:
+            hits = store.search(
+                "s",
+                "press OK to save the file",
+                5,
+                mode="hybrid",
+                where=where,
+                embedder=embedder,
+                parts=EmbedParts(),
+            )
+            return [hit.seq for hit in hits]
+
+        for _ in range(3):  # read page by page, then coded, then from the coded table
+            search(None)
+        kept = store._vectors._kept_table("s", embedder, None, EmbedParts())
+        print(f"{n:,} steps, kept as {type(kept).__name__}", flush=True)
+        assert isinstance(kept, CompactVectors)
+        for label, where in CODED_FILTERS:
+            walls, cpus = [], []
+            for _ in range(repeats):
+                wall, cpu = time.perf_counter(), time.process_time()
+                search(where)
+                walls.append(1000 * (time.perf_counter() - wall))
+                cpus.append(1000 * (time.process_time() - cpu))
+            with open("/proc/loadavg") as file:
+                load = " ".join(file.read().split()[:3])
+            cells = [
+                f"{statistics.median(v):7.1f} [{min(v):.0f}-{max(v):.0f}]" for v in (walls, cpus)
+            ]
+            print(f"  {label:>10}: wall {cells[0]} ms, CPU {cells[1]} ms, load {load}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--items", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
+    parser.add_argument("--coded-hybrid", default=None, metavar="DB")
     args = parser.parse_args()
+    if args.coded_hybrid:
+        coded_hybrid(args.coded_hybrid, args.items, args.repeats)
+        return
     session = items(args.items)
     memory = Memory(session)
     report("Memory (RAM)", lambda where: memory.search(QUERY, 5, where=where), args.repeats)

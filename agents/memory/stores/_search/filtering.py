@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALL",
     "FEW",
+    "HYBRID_FEW",
     "NARROW_AT",
     "Passing",
     "Screen",
@@ -53,6 +54,17 @@ one by one costs more than one pass of SQL over the session from about here on."
 
 FEW: Final = 16
 """A filter that at most one row in this many may pass ranks only those rows."""
+HYBRID_FEW: Final = 2
+"""A filtered hybrid query whose walk falls short at its first depth blends only the rows that may pass where at most one in this many may.
+
+The walk (:func:`~agents.memory.stores._search.hybrid.walked_passing`)
+ranks ``4 * k`` deep first; falling short, it went on deeper, each deeper
+blend ranking the keyword side and scoring the cosines ``DEEPER`` times
+deeper again, to every keyword hit (a filter one step in ten passes:
+1.2 s of CPU against 0.05 s unfiltered, SQLite, 10,000 steps, coded
+vectors; 30% of 30,000: 2.2 s against 0.11 s). Blending the rows that
+pass beside the query's own walk took 0.11 s and 0.62 s.
+"""
 
 
 def first_passing(

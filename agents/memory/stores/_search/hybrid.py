@@ -15,10 +15,10 @@ from agents.memory._item import MemoryItem
 from agents.memory._vectors import SHARED_TOP
 from agents.memory.stores._search.vector_cache import Table
 
-__all__ = ["held_pool", "walked_passing"]
+__all__ = ["held_pool", "held_ranking", "walked_passing"]
 
-Scored = Callable[[int, bool], tuple[dict[int, float], dict[int, MemoryItem]]]
-"""``scored(depth, bounded)``: a hybrid query's blend (``KeywordSearch.hybrid_scores``) at a depth."""
+Scored = Callable[[int, bool, Sequence[int] | None], tuple[dict[int, float], dict[int, MemoryItem]]]
+"""``scored(depth, bounded, among)``: a hybrid query's blend (``KeywordSearch.hybrid_scores``) at a depth, its candidates among some rows only (``also``) or all (``None``)."""
 
 Pass = Callable[[Sequence[tuple[int, float]], dict[int, MemoryItem]], list[Any]]
 """``passing(ranked, found)``: the first ``k`` of a ranking (best first) that pass the filter."""
@@ -36,7 +36,9 @@ def held_pool(
     vectors again at each call cost a rare filter's hybrid query a second
     semantic ranking. The first call ranks; the next ones take its pool
     and score only the keys given that lie outside it, from the kept
-    table the first scored from (``Vectors.scores_of``: the same floats).
+    table the first scored from (``Vectors.scores_of``: the same floats),
+    each once: a filtered query's walk asks again for the keys it scored
+    at a shallower depth (on a coded table each is read from the store).
     Where it scored from none (the backend's own cosines, or vectors read
     page by page), each call ranks again.
 
@@ -47,26 +49,62 @@ def held_pool(
         query: The unit query vector.
     """
     held: list[tuple[dict[int, float], Table | None]] = []
+    scored: dict[int, float] = {}  # the keys outside the pool scored so far, by key
 
     def cosines(among: Iterable[int]) -> dict[int, float]:
         wanted = list(among)
         table = held[0][1] if held else None
         if table is not None:
             ranked = held[0][0]
-            missing = [key for key in wanted if key not in ranked]
-            return {**ranked, **table.scores_of(query, missing)} if missing else dict(ranked)
+            missing = [key for key in wanted if key not in ranked and key not in scored]
+            if missing:
+                scored.update(table.scores_of(query, missing))
+            return {**ranked, **{key: scored[key] for key in wanted if key in scored}}
         found, table = best(wanted)
         if not held:
             # The pool: the session's best `pool` are the best of those found.
             cut = heapq.nlargest(pool, found.values())[-1] if len(found) >= pool else None
             ranked = found if cut is None else {key: c for key, c in found.items() if c >= cut}
             held.append((ranked, table))
+            scored.update({key: c for key, c in found.items() if key not in ranked})
         return found
 
     return cosines
 
 
-def walked_passing(scored: Scored, k: int, walks: bool, passing: Pass) -> list[Any]:
+def held_ranking(
+    rank: Callable[[int], Sequence[tuple[float, int]] | None],
+) -> Callable[[int], Sequence[tuple[float, int]] | None]:
+    """Return ``rank`` (a keyword ranking's ``depth`` best, best first, ties by key; ``None`` where the backend cannot rank) asked once for each depth it has not reached.
+
+    A filtered query's walk (:func:`walked_passing`) blends again at each
+    depth, and each blend ranks the keyword side from the pool's depth
+    on: the deepest ranking held answers every depth it covers with its
+    first ``depth`` (the same hits and floats, ties by key), and every
+    depth once it held fewer than it asked for (every hit).
+    """
+    held: list[tuple[int, Sequence[tuple[float, int]] | None]] = []
+
+    def ranking(depth: int) -> Sequence[tuple[float, int]] | None:
+        if held:
+            asked, ranked = held[0]
+            if ranked is None or asked >= depth or len(ranked) < asked:
+                return None if ranked is None else ranked[:depth]
+        ranked = rank(depth)
+        held[:] = [(depth, ranked)]
+        return ranked
+
+    return ranking
+
+
+def walked_passing(
+    scored: Scored,
+    k: int,
+    walks: bool,
+    passing: Pass,
+    among: Sequence[int] | None = None,
+    fewer: Callable[[], Sequence[int] | None] | None = None,
+) -> list[Any]:
     """Return the first ``k`` hits of a filtered hybrid query that pass, walking the blend only as deep as they need.
 
     Where the backend can take the bounded walk (``walks``), the blend is
@@ -76,7 +114,15 @@ def walked_passing(scored: Scored, k: int, walks: bool, passing: Pass) -> list[A
     pass among them are the full blend's (a filter most items pass blended
     every keyword hit: 5.7x the unfiltered query on SQLite at 10,000 steps).
     A walk that returns fewer than ``depth + SHARED_TOP`` candidates
-    returned them all. Otherwise every keyword hit is blended once.
+    returned them all. Otherwise every keyword hit is blended once, or
+    only the candidates ``among`` the rows that may pass.
+
+    Where the first depth falls short, ``fewer()`` gives the rows that may
+    pass where at most half may (``HYBRID_FEW``), or ``None``: then only those are
+    blended, beside the query's own walk, instead of walking deeper (a
+    filter that one step in ten passes walked to every keyword hit, and
+    scored each one's cosine: 0.95 s against 0.05 s unfiltered, SQLite,
+    10,000 steps, coded vectors).
     """
 
     def ranking(scores: dict[int, float]) -> list[tuple[int, float]]:
@@ -84,13 +130,16 @@ def walked_passing(scored: Scored, k: int, walks: bool, passing: Pass) -> list[A
 
     depth = 4 * k
     while walks:
-        scores, found = scored(depth, True)
+        scores, found = scored(depth, True, None)
         ranked = ranking(scores)
         if len(ranked) < depth + SHARED_TOP:
             return passing(ranked, found)  # every candidate of the full blend
         hits = passing(ranked[:depth], found)
         if len(hits) >= k:
             return hits
+        if fewer is not None and depth == 4 * k:
+            among = fewer()
+            walks = among is None
         depth *= DEEPER
-    scores, found = scored(k, False)
+    scores, found = scored(k, False, among)
     return passing(ranking(scores), found)

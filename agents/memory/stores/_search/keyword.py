@@ -9,6 +9,7 @@ read a page at a time and scored in Python
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -54,6 +55,8 @@ _LARGEST_K = 2**62
 
 Held = Callable[[Sequence[int]], Mapping[int, MemoryItem]]
 """The items of some seqs a caller holds, by seq (those it holds of them)."""
+Ranks = Callable[[int], Sequence[tuple[float, int]] | None]
+"""``ranks(depth)``: a hybrid query's keyword ranking, its ``depth`` best ``(bm25, seq)``, best first (``Backend.keyword_top``)."""
 
 
 class KeywordSearch:
@@ -269,6 +272,7 @@ class KeywordSearch:
         also: Sequence[int] | None = None,
         own: Held | None = None,
         pool: int | None = None,
+        ranks: Ranks | None = None,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
         """Return a hybrid query's blended scores by seq (candidates holding its ``k`` best, at least), and the items read.
 
@@ -286,13 +290,26 @@ class KeywordSearch:
         the bounded walk takes instead of reading them. ``pool``: the
         semantic pool's size where ``k`` is deeper than the query's own
         (a filtered query walking on past its ``k``; default ``max(10 * k, HYBRID_POOL)``).
+        ``ranks(depth)``: the keyword ranking's ``depth`` best, where the
+        caller holds one across calls (:func:`~agents.memory.stores._search.hybrid.held_ranking`; default the
+        backend's :meth:`Backend.keyword_top`).
         """
         if not terms:
             return _among(blend({}, 1.0, pooled([]), weight, 1.0), also), {}
         if bounded or also is not None:
             pool = max(10 * k, HYBRID_POOL) if pool is None else pool
             found = self.bounded_hybrid(
-                sid, terms, fields, k, pool, pooled, weight, on_unknown_class, also or (), own
+                sid,
+                terms,
+                fields,
+                k,
+                pool,
+                pooled,
+                weight,
+                on_unknown_class,
+                also or (),
+                own,
+                ranks,
             )
             if found is not None:
                 return _among(found[0], also), found[1]
@@ -318,6 +335,7 @@ class KeywordSearch:
         on_unknown_class: OnUnknownClass,
         also: Sequence[int] = (),
         own: Held | None = None,
+        ranks: Ranks | None = None,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]] | None:
         """Return the blended scores of candidates holding a hybrid query's ``k`` best (and those among ``also``), and the items read; or ``None``.
 
@@ -332,8 +350,10 @@ class KeywordSearch:
         backend = self._engine.backend
         if not self.walks(fields):
             return None
+        if ranks is None:
+            ranks = functools.partial(backend.keyword_top, sid, terms)
         with self._engine.errors("search", sid):
-            first = backend.keyword_top(sid, terms, pool)
+            first = ranks(pool)
             n_items = backend.count(sid) if first is not None else 0
         if first is None or not n_items:
             return None
@@ -345,7 +365,7 @@ class KeywordSearch:
             if depth == pool:
                 return first
             with self._engine.errors("search", sid):
-                return backend.keyword_top(sid, terms, min(depth, _LARGEST_K)) or []
+                return ranks(min(depth, _LARGEST_K)) or []
 
         def among(seqs: Sequence[int]) -> dict[int, float] | None:
             with self._engine.errors("search", sid):

@@ -46,6 +46,7 @@ from agents.memory.stores._search.compact import CompactVectors, CosinesOf, comp
 from agents.memory.stores._search.filtering import (
     ALL,
     FEW,
+    HYBRID_FEW,
     NARROW_AT,
     Passing,
     Screener,
@@ -54,7 +55,7 @@ from agents.memory.stores._search.filtering import (
     reader,
     widening,
 )
-from agents.memory.stores._search.hybrid import held_pool, walked_passing
+from agents.memory.stores._search.hybrid import held_pool, held_ranking, walked_passing
 from agents.memory.stores._search.keyword import KeywordSearch
 from agents.memory.stores._search.vector_cache import Table, VectorCache, Vectors, follows
 
@@ -437,22 +438,23 @@ class VectorSearch:
                 return found, kept[0] if kept else None
 
             pooled = held_pool(pool, ranking, query)
-            few = (
-                None if keep is None else _few(self._engine, sid, keep)
-            )  # then only those are scored
+            few = None if keep is None else _few(self._engine, sid, keep)  # then only those
             terms = _TOKENIZER(text)
+            ranks = held_ranking(functools.partial(self._backend.keyword_top, sid, terms))
 
-            def scored(depth: int, bounded: bool) -> tuple[dict[int, float], dict[int, MemoryItem]]:
-                args = (sid, terms, fields, depth, pooled, weight, on_unknown_class, bounded, few)
-                return self._keyword.hybrid_scores(*args, pool=pool)
+            def scored(
+                depth: int, bounded: bool, among: Sequence[int] | None
+            ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
+                args = (sid, terms, fields, depth, pooled, weight, on_unknown_class, bounded, among)
+                return self._keyword.hybrid_scores(*args, pool=pool, ranks=ranks)
 
             if keep is not None:
                 screened = _screened(self._engine, sid, keep, k, read, on_unknown_class)
-                hits = walked_passing(
-                    scored, k, few is None and self._keyword.walks(fields), screened
-                )
+                walks = few is None and self._keyword.walks(fields)
+                fewer = functools.partial(_few, self._engine, sid, keep, share=HYBRID_FEW)
+                hits = walked_passing(scored, k, walks, screened, few, fewer)
                 return [StoreHit(seq, item, score) for seq, score, item in hits]
-            scores, found = scored(k, True)
+            scores, found = scored(k, True, None)
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:
@@ -785,7 +787,9 @@ def _screened(
     return passing
 
 
-def _few(engine: Engine, sid: str, keep: Filter, *, named: bool = False) -> list[int] | None:
+def _few(
+    engine: Engine, sid: str, keep: Filter, *, named: bool = False, share: int = FEW
+) -> list[int] | None:
     """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_few``), else ``None``.
 
     A read-only handle, which embeds the items without a vector for each
@@ -800,7 +804,7 @@ def _few(engine: Engine, sid: str, keep: Filter, *, named: bool = False) -> list
         if named and not backend.filter_named(keep.tree):
             return None
         # As many as FEW * len(allowed) <= count allows: the backend stops past them.
-        allowed = backend.filter_few(sid, keep.tree, backend.count(sid) // FEW)
+        allowed = backend.filter_few(sid, keep.tree, backend.count(sid) // share)
         if allowed is None:
             return None
     return sorted(allowed)
