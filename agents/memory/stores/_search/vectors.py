@@ -451,7 +451,7 @@ class VectorSearch:
             if keep is not None:
                 screened = _screened(self._engine, sid, keep, k, read, on_unknown_class)
                 walks = few is None and self._keyword.walks(fields)
-                fewer = functools.partial(_few, self._engine, sid, keep, share=HYBRID_FEW)
+                fewer = _fewer(self._engine, sid, keep)
                 hits = walked_passing(scored, k, walks, screened, few, fewer)
                 return [StoreHit(seq, item, score) for seq, score, item in hits]
             scores, found = scored(k, True, None)
@@ -808,6 +808,19 @@ def _few(
         if allowed is None:
             return None
     return sorted(allowed)
+
+
+def _fewer(engine: Engine, sid: str, keep: Filter) -> Callable[[], list[int] | None] | None:
+    """Return ``fewer()`` for a filtered hybrid walk whose first depth falls short: the rows that may pass where at most one in ``HYBRID_FEW`` may (:func:`_few`).
+
+    ``None`` where the backend walks filters (``Backend.walks_filtered``: a
+    JSONL handle judging rows by their offsets would read its whole log to
+    answer): the walk goes deeper instead, as it reads rows by offset.
+    """
+    with engine.errors("search", sid):
+        if engine.backend.walks_filtered(sid):
+            return None
+    return functools.partial(_few, engine, sid, keep, share=HYBRID_FEW)
 
 
 def _kept_passing(
