@@ -214,6 +214,49 @@ def test_the_coded_bound_keeps_every_item_that_can_rank(
     assert dict(zip(got_keys.tolist(), got.tolist(), strict=True)) == every
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    limit=st.integers(1, 40),
+    odd=st.sampled_from([None, np.nan, 3.0]),
+    sign=st.sampled_from([1.0, -1.0]),
+)
+def test_a_zero_query_is_scored_without_reading_the_finite_vectors(
+    seed: int, limit: int, odd: float | None, sign: float
+) -> None:
+    """A query of zeros (no word to hash) gets the floats of scoring every vector, reading only the items with a row that is not finite."""
+    rng = np.random.default_rng(seed)
+    width = 16
+    rows = rng.standard_normal((300, width))
+    rows[::7] = -np.abs(rows[::7])  # rows whose every product with a zero is -0.0
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    if odd is not None:
+        rows[5, 0] = odd  # not sound: coded with an infinite slack
+    keys = sorted(rng.integers(0, 90, 300).tolist())
+    read: list[int] = []
+
+    def exact(q: Any, seqs: Any) -> dict[int, float]:
+        read.extend(seqs)
+        wanted = set(seqs)
+        picked = [at for at, key in enumerate(keys) if key in wanted]
+        return best_cosines([([keys[at] for at in picked], rows[picked])], q, None)
+
+    table = compact_table(_pages(keys, rows), "m", EmbedParts(), width, 1 << 30, exact)
+    assert table is not None
+    query = sign * np.zeros(width, dtype=np.float32)  # -0.0 coordinates too
+    want = best_cosines([(keys, rows)], query, limit, [keys[-1]])
+    got = table.scores(query, limit, [keys[-1]])
+    assert got == want
+    assert [np.copysign(1.0, score) for score in got.values()] == [
+        np.copysign(1.0, score) for score in want.values()
+    ]
+    got_keys, every = table.every_score(query)
+    assert dict(zip(got_keys.tolist(), every.tolist(), strict=True)) == best_cosines(
+        [(keys, rows)], query, None
+    )
+    assert set(read) <= ({keys[5]} if odd is not None else set())
+
+
 def test_a_row_that_is_not_finite_is_always_scored_exactly() -> None:
     """A stored row with a NaN or too long gets an unbounded slack."""
     matrix = np.array([[np.nan, 0.0], [3.0, 0.0], [0.6, 0.8]], dtype=np.float32)

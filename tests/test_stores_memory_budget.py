@@ -437,3 +437,56 @@ def test_over_the_budget_recall_and_a_reopened_handle_answer_keys_and_functions_
             Memory(list(again.content)), QUERIES[2], 5, **option
         )
     holds_no_vector(again)
+
+
+def coded_budget(memory: StoredMemory) -> int:
+    """Return a budget below the session's distinct part vectors as float32 and above them coded (int8): the store keeps them coded."""
+    from agents.memory.search import EmbedParts
+
+    texts = {text for item in memory.content for text in EmbedParts().texts(item.to_dict(), None)}
+    return 2 * EMBEDDER.dimension * len(texts)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    words=st.lists(st.sampled_from(["?", "--", "...", "!"]), min_size=1, max_size=3),
+    k=st.integers(1, 8),
+    mode=st.sampled_from(["semantic", "hybrid"]),
+    where=st.sampled_from(FILTERS),
+)
+def test_over_the_budget_a_wordless_query_reads_no_coded_vector(
+    url: str,
+    opened: Callable[[int], StoredMemory],
+    monkeypatch: pytest.MonkeyPatch,
+    words: list[str],
+    k: int,
+    mode: str,
+    where: Any,
+) -> None:
+    """Kept coded, a query holding no word (a zero vector: every cosine 0.0) gets Memory.search's hits and floats without reading a stored vector."""
+    assume(not (mode == "hybrid" and callable(where)))  # in RAM (see the tests above)
+    if url.startswith("memory"):
+        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
+    if not _HELD or _HELD[0][0] is not opened:
+        memory = opened(SMALL)
+        _HELD[:] = [(opened, opened(coded_budget(memory)), Memory(list(memory.content)))]
+        memory.close()
+    memory = _HELD[0][1]
+    store = memory.store
+    query = " ".join(words)
+    for _ in range(2):  # read page by page, then coded and kept
+        hits_of(memory, "pay the invoice", 3, mode="semantic")
+    kept = [entry[1] for entry in store._vectors._cache._tables.values()]
+    assert any(type(table).__name__ == "CompactVectors" for table in kept)
+    asked: list[Any] = []
+    read = store.backend.vectors_of
+    monkeypatch.setattr(store.backend, "vectors_of", lambda *a: asked.append(a) or read(*a))
+    got = hits_of(memory, query, k, mode=mode, where=where)
+    assert got == hits_of(plain_copy(memory), query, k, mode=mode, where=where)
+    assert all(score == 0.0 for _, score, _ in got)
+    assert asked == []
+    holds_no_vector(memory)

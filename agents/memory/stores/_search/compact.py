@@ -185,6 +185,11 @@ class CompactVectors:
         if not self.slot_of:
             return {}
         wanted = [key for key in among if key in self.slot_of]
+        if not query.any():  # every cosine is known: none can be told apart by reading
+            keys, every = self.every_score(query)
+            picked = top_rows(every, limit)
+            found = {*picked.tolist(), *np.flatnonzero(np.isin(keys, wanted)).tolist()}
+            return {int(keys[at]): float(every[at]) for at in sorted(found)}
         upper, lower = self._bounds(np, query)
         alive = int(self.alive[: len(self.key_at)].sum())
         if limit is None or limit >= alive:
@@ -208,9 +213,45 @@ class CompactVectors:
         """Return every item's key and best cosine with the unit ``query``, every stored vector read and scored (as a session over the budget is)."""
         np = numpy()
         alive = self.key_at[: len(self.alive)][self.alive]
+        if not query.any():
+            return self._zero_scores(np, query)
         scored = self._cosines_of(query, sorted(alive.tolist()))
         keys = np.fromiter(scored, dtype=np.int64, count=len(scored))
         return keys, np.fromiter(scored.values(), dtype=np.float32, count=len(scored))
+
+    def _zero_scores(self, np: Any, query: Any) -> tuple[Any, Any]:
+        """Return every item's key (ascending) and best cosine with a zero ``query``, reading only the items with a row that is not finite.
+
+        A stored row that is finite scores ``+0.0`` with a query of zeros
+        (the sum of its products, each a signed zero, starts from ``+0.0``:
+        :func:`~agents.memory._vectors.cosines`), and so does its item's
+        best part: the floats of scoring every stored vector (a query
+        holding no word, embedded by a hashing model, read and scored all
+        2.1 million part vectors of 100,000 steps). An item with a row
+        coded as not sound (infinite slack: not finite, or longer than 2)
+        is read and scored exactly, as the bounds would have it.
+        """
+        slots = len(self.key_at)
+        starts = self.start[:slots]
+        refs = self.ref_row[: self.refs]
+        unsound = np.zeros(slots, dtype=bool)
+        if slots:
+            unsound = np.maximum.reduceat(self.slack[refs], starts) == np.inf
+        live = np.flatnonzero(self.alive[:slots])
+        order = live[np.argsort(self.key_at[live], kind="stable")]
+        keys = self.key_at[order].astype(np.int64)
+        every = np.zeros(len(order), dtype=np.float32)
+        odd = np.flatnonzero(unsound[order])
+        if len(odd):
+            exact = self._cosines_of(query, keys[odd].tolist())
+            held = np.ones(len(order), dtype=bool)  # an item the file holds no vector of drops
+            for at, key in zip(odd.tolist(), keys[odd].tolist(), strict=True):
+                if key in exact:
+                    every[at] = exact[key]
+                else:
+                    held[at] = False
+            keys, every = keys[held], every[held]
+        return keys, every
 
     def compacted(self) -> CompactVectors:
         """Return this table (held compact already)."""
