@@ -257,6 +257,46 @@ def test_a_zero_query_is_scored_without_reading_the_finite_vectors(
     assert set(read) <= ({keys[5]} if odd is not None else set())
 
 
+def _stored(parts: dict[int, Any]) -> tuple[list[int], Any]:
+    """Return ``(keys, matrix)`` of each key's part vectors, by key."""
+    keys = [key for key in sorted(parts) for _ in parts[key]]
+    return keys, np.concatenate([parts[key] for key in sorted(parts)])
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), limits=st.lists(st.integers(1, 60), min_size=2, max_size=4))
+def test_a_walk_asking_one_query_deeper_bounds_the_coded_rows_once(
+    seed: int, limits: list[int]
+) -> None:
+    """The same query asked ever deeper (a walk for a filter function) takes the product over every coded row once; a changed copy bounds its own rows."""
+    rng = np.random.default_rng(seed)
+    width = 16
+    rows = rng.standard_normal((240, width))
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    owners = np.asarray(sorted(rng.integers(0, 80, 240).tolist()))
+    parts = {int(key): rows[owners == key] for key in np.unique(owners)}
+
+    def exact(q: Any, seqs: Any) -> dict[int, float]:
+        wanted = {key: parts[key] for key in seqs if key in parts}
+        return best_cosines([_stored(wanted)], q, None) if wanted else {}
+
+    table = compact_table([_stored(parts)], "m", EmbedParts(), width, 1 << 30, exact)
+    assert table is not None
+    products: list[int] = []
+    every_row = table.rows
+    table.rows = lambda: products.append(1) or every_row()  # type: ignore[method-assign]  # counted, then as before
+    query = rng.standard_normal(width).astype(np.float32)
+    query /= np.linalg.norm(query)
+    for limit in limits:
+        assert table.scores(query, limit) == best_cosines([_stored(parts)], query, limit)
+    assert products == [1]
+    del table.rows  # as built: a copy of the table takes the class's
+    first = next(iter(parts))
+    changed = table.changed([first], {first: -rows[:2]})
+    parts[first] = -rows[:2]
+    assert changed.scores(query, limits[0]) == best_cosines([_stored(parts)], query, limits[0])
+
+
 def test_a_row_that_is_not_finite_is_always_scored_exactly() -> None:
     """A stored row with a NaN or too long gets an unbounded slack."""
     matrix = np.array([[np.nan, 0.0], [3.0, 0.0], [0.6, 0.8]], dtype=np.float32)
