@@ -273,8 +273,8 @@ def test_over_the_budget_keys_filter_functions_and_wordless_queries_are_answered
     where: Any,
 ) -> None:
     """Over the budget, with keys, a filter function or a query holding no word: Memory.search's hits and floats, no vector in RAM."""
-    # In RAM (see the test after the next).
-    assume(not (mode == "hybrid" and (keys or callable(where))))
+    # In RAM (see the tests after the next): hybrid with a function, or with keys and a filter.
+    assume(not (mode == "hybrid" and ((keys and where is not None) or callable(where))))
     memory = stored_over_budget(opened)
     query = " ".join(words)
     got = hits_of(memory, query, k, mode=mode, keys=keys, where=where)
@@ -334,16 +334,42 @@ def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_in_ra
     assert search_index(memory).missing_vectors(None) == []
 
 
-def test_over_the_budget_a_hybrid_query_with_keys_takes_those_vectors_only(
+def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_store(
     opened: Callable[[int], StoredMemory],
 ) -> None:
-    """A hybrid query with keys is answered in RAM (the store's keyword side over keys reads every row): its keys' vectors only are taken, all-field queries stay the store's."""
+    """A hybrid query with keys and no filter: the keyword side from the memory's index, the cosines from the store (Store.cosines); no vector in RAM."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
-    for where in (None, {"team": "red"}):
-        for query in QUERIES:
-            options = {"mode": "hybrid", "keys": ["thought"], "where": where}
+    asked: list[Any] = []
+    cosines = memory.store.cosines
+    memory.store.cosines = lambda *a, **o: asked.append(a) or cosines(*a, **o)  # type: ignore[method-assign]  # noted, then scored as before
+    for keys in (["thought"], ["observation", "status"]):
+        for query in [*QUERIES, "-- ? --", "zebra"]:
+            options = {"mode": "hybrid", "keys": keys}
             assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
+    assert asked
+    holds_no_vector(memory)
+    got = [
+        item["step"]
+        for item in memory.recall(QUERIES[0], 4, embedder=EMBEDDER, mode="hybrid", keys=["thought"])
+    ]
+    want = [
+        item["step"]
+        for item in plain.recall(QUERIES[0], 4, embedder=EMBEDDER, mode="hybrid", keys=["thought"])
+    ]
+    assert got == want
+    holds_no_vector(memory)
+
+
+def test_over_the_budget_a_hybrid_query_with_keys_and_a_filter_takes_those_vectors_only(
+    opened: Callable[[int], StoredMemory],
+) -> None:
+    """A hybrid query with keys and a filter is answered in RAM (its blend asks the cosine of every keyword hit): its keys' vectors only are taken, all-field queries stay the store's."""
+    memory = opened(SMALL)
+    plain = Memory(list(memory.content))
+    for query in QUERIES:
+        options = {"mode": "hybrid", "keys": ["thought"], "where": {"team": "red"}}
+        assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
     index = search_index(memory)
     assert index.missing_vectors(("thought",)) == []
     for mode in ("semantic", "hybrid"):
@@ -490,3 +516,23 @@ def test_over_the_budget_a_wordless_query_reads_no_coded_vector(
     assert all(score == 0.0 for _, score, _ in got)
     assert asked == []
     holds_no_vector(memory)
+
+
+def test_store_cosines_are_memory_search_floats_and_bad_arguments_are_refused(url: str) -> None:
+    """Store.cosines gives the index's cosines by seq (best limit with ties, and among); a vector of another shape or a bad limit is refused by name."""
+    from agents.memory._vectors import checked_vectors
+    from agents.memory.exceptions import StoreArgumentError
+
+    with open_store(url) as store:
+        seqs = [record.seq for record in store.records("s")]
+        plain = Memory([record.item for record in store.records("s")])
+        vector = checked_vectors(EMBEDDER, [QUERIES[0]])[0]
+        index = search_index(plain)
+        want = index.semantic_scores(EMBEDDER, QUERIES[0], ("thought",), limit=7, among=[3])
+        got = store.cosines("s", vector, 7, embedder=EMBEDDER, keys=["thought"], among=[seqs[3]])
+        key_of = {seq: at for at, seq in enumerate(seqs)}
+        assert {key_of[seq]: cosine for seq, cosine in got.items()} == want
+        with pytest.raises(StoreArgumentError, match=r"cosines\(\).*32 finite numbers"):
+            store.cosines("s", vector[:5], 7, embedder=EMBEDDER)
+        with pytest.raises(StoreArgumentError, match=r"limit as an int >= 1, got 0"):
+            store.cosines("s", vector, 0, embedder=EMBEDDER)

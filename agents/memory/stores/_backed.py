@@ -848,12 +848,15 @@ def _ahead_hits(
         return None
     keys = checked_keys(keys)  # a tuple already (_vector_keys): checked again for its type
     fields_filter = where is None or isinstance(where, Mapping)
+    if mode == "hybrid" and keys is not None and where is None:
+        return _hybrid_keys_in_store(memory, session, lock, query, k, keys, embedder)
     if mode == "hybrid" and (keys is not None or not fields_filter):
         # Answered in RAM, the index taking the vectors (a first query of 12 s at 50,000 steps
         # cut into parts, then 0.12-0.19 s). The store's keyword side over a field subset reads
         # and tokenizes every row at each query (its keyword index holds all fields): 4.7 s a
         # warm query; its blend walked for a filter function it tests rescores the keyword
-        # candidates' cosines from the rows (past its coded table's bounds): 5.5 s.
+        # candidates' cosines from the rows (past its coded table's bounds): 5.5 s. With keys
+        # and a filter, the blend asks the cosine of every keyword hit unless few items pass.
         return None
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
@@ -906,6 +909,59 @@ def _ahead_hits(
                 pushed, predicate, limit = where, None, k
                 continue
             limit *= 4
+
+
+def _hybrid_keys_in_store(
+    memory: StoredMemory,
+    session: SessionWriter,
+    lock: contextlib.AbstractContextManager[Any],
+    query: str,
+    k: int,
+    keys: tuple[str, ...],
+    embedder: Embedder | None,
+) -> list[tuple[int, Hit]] | None:
+    """Return ``(seq, hit)`` of a hybrid query over ``keys`` whose vectors stay in the store: the keyword side from the memory's index, the cosines from the store (``Store.cosines``); ``None`` where the index takes the vectors.
+
+    The store's keyword index holds all fields: its keyword side over a
+    field subset read and tokenized every row at each query (4.7 s warm at
+    50,000 steps). The memory's index holds each field's statistics, and
+    the store gives the cosines the blend asks for (its pool and the
+    keyword candidates) from its coded table: the hits and floats of
+    ``Memory.search`` with the vectors in RAM.
+    """
+    from agents.memory import search
+
+    index = search.search_index(memory)
+    if not index.missing_vectors(keys):
+        return None  # the index holds every vector: RAM answers (a session under the budget)
+    model = search.embedder_for(memory, embedder)
+    if not _left_in_store(memory, index, keys, model):
+        return None
+    store = memory.store
+    vector = checked_vectors(model, [query])[0]  # embedded once, for each depth of the walk
+
+    def cosines(pool: int, among: Sequence[int]) -> dict[int, float]:
+        seq_of = session.seqs_of(among)
+        found = store.cosines(
+            memory.session_id,
+            vector,
+            pool,
+            embedder=model,
+            keys=keys,
+            among=list(seq_of.values()),
+            parts=index.parts,
+        )
+        key_of = session.keys_of_rows(found)  # rows another process appended hold none here
+        return {key_of[seq]: cosine for seq, cosine in found.items() if seq in key_of}
+
+    with lock:
+        hits = search.search(
+            memory, query, k, keys=keys, mode="hybrid", embedder=model, cosines=cosines
+        )
+        index.embedder = model  # remembered once it worked, as a query in RAM does
+        key_at = index.keys_of([hit.item for hit in hits])
+        seq_of = session.seqs_of(key_at.values())
+        return [(seq_of[key_at[id(hit.item)]], hit) for hit in hits]
 
 
 def _left_in_store(

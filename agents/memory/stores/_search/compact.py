@@ -133,7 +133,7 @@ class CompactVectors:
         self.screens = True  # as a compacted table: nothing for VectorCache to compact
         self.screen = None
         self._cosines_of = cosines_of
-        self._last: tuple[bytes, Any, Any] | None = None  # the last query's bounds (_bounds)
+        self.last_bounds: tuple[bytes, Any, Any] | None = None  # the last query's bounds (_bounds)
 
     def lay_out(self, keys: Any, ref_row: Any) -> None:
         """Lay out the items: ``keys`` the key of each stored part (an item's together), ``ref_row`` the coded row of each."""
@@ -144,7 +144,7 @@ class CompactVectors:
     def lay_out_items(self, start: Any, key_at: Any, ref_row: Any) -> None:
         """Lay out the items: ``start`` the first place in ``ref_row`` of each item's parts (ascending), ``key_at`` each item's key, ``ref_row`` the coded row of each part."""
         np = numpy()
-        self._last = None
+        self.last_bounds = None
         self.ref_row, self.refs = ref_row, len(ref_row)
         self.start, self.key_at = start, key_at
         self.alive = np.ones(len(start), dtype=bool)
@@ -169,7 +169,7 @@ class CompactVectors:
         steps (the copy a change makes holds none).
         """
         tag = query.dtype.str.encode() + query.tobytes()
-        last = self._last
+        last = self.last_bounds
         if last is not None and last[0] == tag:
             return last[1], last[2]
         used, slots = self.used, len(self.key_at)
@@ -182,7 +182,7 @@ class CompactVectors:
         lower = np.maximum.reduceat((coded - slack)[refs], self.start[:slots])
         dead = ~self.alive[:slots]
         upper[dead] = lower[dead] = -np.inf
-        self._last = (tag, upper, lower)
+        self.last_bounds = (tag, upper, lower)
         return upper, lower
 
     def scores(
@@ -201,8 +201,8 @@ class CompactVectors:
         if not query.any():  # every cosine is known: none can be told apart by reading
             keys, every = self.every_score(query)
             picked = top_rows(every, limit)
-            found = {*picked.tolist(), *np.flatnonzero(np.isin(keys, wanted)).tolist()}
-            return {int(keys[at]): float(every[at]) for at in sorted(found)}
+            rows = {*picked.tolist(), *np.flatnonzero(np.isin(keys, wanted)).tolist()}
+            return {int(keys[at]): float(every[at]) for at in sorted(rows)}
         upper, lower = self._bounds(np, query)
         alive = int(self.alive[: len(self.key_at)].sum())
         if limit is None or limit >= alive:
@@ -313,7 +313,7 @@ class CompactVectors:
         """
         np = numpy()
         table = copy.copy(self)
-        table._last = None
+        table.last_bounds = None
         table.changes = self.changes + len(keys)
         table.alive = self.alive.copy()
         table.slot_of = dict(self.slot_of)
