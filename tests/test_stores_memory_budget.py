@@ -337,7 +337,7 @@ def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_in_ra
 def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_store(
     opened: Callable[[int], StoredMemory],
 ) -> None:
-    """A hybrid query with keys and no filter: the keyword side from the memory's index, the cosines from the store (Store.cosines); no vector in RAM."""
+    """A hybrid query with keys and no filter or a rare one: the keyword side from the memory's index, the cosines from the store (Store.cosines); no vector in RAM."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
     asked: list[Any] = []
@@ -348,6 +348,13 @@ def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_sto
             options = {"mode": "hybrid", "keys": keys}
             assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
     assert asked
+    rare: list[Any] = [{"step": 150}, {"step": {"$in": [7, 8, 250]}}]  # few pass: their cosines
+    for where in rare:
+        asked.clear()
+        for query in QUERIES:
+            options = {"mode": "hybrid", "keys": ["thought"], "where": where}
+            assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
+        assert asked
     holds_no_vector(memory)
     got = [
         item["step"]
@@ -364,7 +371,7 @@ def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_sto
 def test_over_the_budget_a_hybrid_query_with_keys_and_a_filter_takes_those_vectors_only(
     opened: Callable[[int], StoredMemory],
 ) -> None:
-    """A hybrid query with keys and a filter is answered in RAM (its blend asks the cosine of every keyword hit): its keys' vectors only are taken, all-field queries stay the store's."""
+    """A hybrid query with keys and a filter many items pass is answered in RAM (its blend asks the cosine of every keyword hit): its keys' vectors only are taken, all-field queries stay the store's."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
     for query in QUERIES:
