@@ -529,8 +529,10 @@ class StoredMemory(Memory):
         (over ``keys``) pass the store handle's budget
         (``Store.vectors_over_budget``) leaves them in the store, which
         answers those queries to the same hits and floats, a filter function
-        asked of the memory's own items (but for hybrid queries with
-        ``keys`` or a filter function, answered in RAM: see docs/search.md).
+        asked of the memory's own items; a hybrid query with ``keys`` takes
+        its keyword side from the memory's index and its cosines from the
+        store (but for hybrid queries with a filter function, or with
+        ``keys`` and a filter many items pass, answered in RAM: see docs/search.md).
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
@@ -834,8 +836,10 @@ def _ahead_hits(
     that is done, RAM answers, unless the session's vectors stay in the
     store (over its budget: :func:`_left_in_store`), which then answers
     every such query: semantic ones with ``keys`` or a filter function too,
-    and whatever words the query holds (hybrid ones with either are
-    answered in RAM: see the comment below). Only for the default
+    and whatever words the query holds (hybrid ones with ``keys`` take
+    the keyword side from the memory's index: :func:`_hybrid_keys_in_store`;
+    with a filter function, or ``keys`` and a filter many items pass, they
+    are answered in RAM: see the comment below). Only for the default
     tokenizer and a store with a keyword index that keeps vectors. The
     hits are the memory's own items.
     """
