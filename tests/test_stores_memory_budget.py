@@ -543,3 +543,29 @@ def test_store_cosines_are_memory_search_floats_and_bad_arguments_are_refused(ur
             store.cosines("s", vector[:5], 7, embedder=EMBEDDER)
         with pytest.raises(StoreArgumentError, match=r"limit as an int >= 1, got 0"):
             store.cosines("s", vector, 0, embedder=EMBEDDER)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    words=query_words,
+    k=st.integers(1, 8),
+    keys=st.lists(st.sampled_from(FIELDS), min_size=1, max_size=3, unique=True),
+    where=st.sampled_from([None, {"step": 150}, {"step": {"$in": [7, 8, 250]}}]),
+)
+def test_over_the_budget_hybrid_queries_with_keys_are_memory_search_hits_and_floats(
+    opened: Callable[[int], StoredMemory],
+    words: list[str],
+    k: int,
+    keys: list[str],
+    where: Any,
+) -> None:
+    """Over the budget, a hybrid query with keys (no filter, or one few items pass): Memory.search's hits, floats and fields, no vector in RAM."""
+    memory = stored_over_budget(opened)
+    query = " ".join(words)
+    got = hits_of(memory, query, k, mode="hybrid", keys=keys, where=where)
+    assert got == hits_of(plain_copy(memory), query, k, mode="hybrid", keys=keys, where=where)
+    holds_no_vector(memory)
