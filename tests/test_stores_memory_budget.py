@@ -569,3 +569,20 @@ def test_over_the_budget_hybrid_queries_with_keys_are_memory_search_hits_and_flo
     got = hits_of(memory, query, k, mode="hybrid", keys=keys, where=where)
     assert got == hits_of(plain_copy(memory), query, k, mode="hybrid", keys=keys, where=where)
     holds_no_vector(memory)
+
+
+def test_over_the_budget_a_hybrid_query_with_keys_leaves_out_rows_another_handle_appended(
+    url: str, opened: Callable[[int], StoredMemory]
+) -> None:
+    """Rows another handle appended (not refreshed) neither rank nor crowd the semantic pool: Memory.search's hits and floats over the memory's own items."""
+    memory = opened(SMALL)
+    with open_store(url) as other:
+        other.append("s", steps(80, seed=13, first=300))
+        other.index_embeddings("s", EMBEDDER)
+    assert len(memory) == 300
+    plain = Memory(list(memory.content))
+    for keys in (["thought"], ["observation", "status"]):
+        for query in QUERIES:
+            options = {"mode": "hybrid", "keys": keys}
+            assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
+    holds_no_vector(memory)

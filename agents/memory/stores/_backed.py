@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -957,17 +958,30 @@ def _hybrid_keys_in_store(
 
     def cosines(pool: int, among: Sequence[int]) -> dict[int, float]:
         seq_of = session.seqs_of(among)
-        found = store.cosines(
-            memory.session_id,
-            vector,
-            pool,
-            embedder=model,
-            keys=keys,
-            among=list(seq_of.values()),
-            parts=index.parts,
-        )
-        key_of = session.keys_of_rows(found)  # rows another process appended hold none here
-        return {key_of[seq]: cosine for seq, cosine in found.items() if seq in key_of}
+        wanted = list(seq_of.values())
+        # Rows another process appended (not refreshed) may crowd the store's best: asked
+        # past them, then the memory's own best `pool` (with ties) kept, as its index ranks.
+        limit = pool + max(0, store.count(memory.session_id) - len(memory))
+        while True:
+            found = store.cosines(
+                memory.session_id,
+                vector,
+                limit,
+                embedder=model,
+                keys=keys,
+                among=wanted,
+                parts=index.parts,
+            )
+            key_of = session.keys_of_rows(found)
+            own = {key_of[seq]: cosine for seq, cosine in found.items() if seq in key_of}
+            if len(own) - len(wanted) >= pool or len(found) - len(wanted) < limit:
+                break
+            limit *= 4  # the rows another process appended outnumber the count's guess
+        if len(own) > pool:
+            cut = heapq.nlargest(pool, own.values())[-1]
+            kept = set(among)
+            own = {key: cosine for key, cosine in own.items() if cosine >= cut or key in kept}
+        return own
 
     with lock:
         hits = search.search(
