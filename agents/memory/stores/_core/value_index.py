@@ -54,6 +54,7 @@ it leaves the whole to the byte screens.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from array import array
@@ -349,6 +350,96 @@ class ValueIndex:
         self._typed.clear()
         self._dotted.clear()
 
+    # -- a file of the index (:mod:`agents.memory.stores._jsonl.value_file`) ------------------
+
+    def packed(self) -> tuple[bytes, dict[str, bytes]] | None:
+        """Return the index as JSON parts: the rows read loosely, and each path's filed values; ``None`` where a number JSON cannot hold exactly is filed (an infinity, an int wider than 64 bits).
+
+        :meth:`unpacked` and :meth:`take_path` read them back; a path taken
+        alone judges the conditions on it as the whole index does.
+        """
+        try:
+            sets = orjson.dumps([sorted(self._always), sorted(self._typed), sorted(self._dotted)])
+            paths = {}
+            for path, filed in self._paths.items():
+                if any(type(n) is float and not math.isfinite(n) for n in filed.numbers):
+                    return None  # written as null: read back, it would name no number
+                paths[path] = orjson.dumps(
+                    [
+                        list(filed.strings),
+                        [_plain(held) for held in filed.strings.values()],
+                        list(filed.numbers),
+                        [_plain(held) for held in filed.numbers.values()],
+                        list(filed.others),
+                        [_plain(held) for held in filed.others.values()],
+                        filed.floats,
+                    ]
+                )
+        except orjson.JSONEncodeError:
+            return None
+        return sets, paths
+
+    @classmethod
+    def unpacked(cls, sets: bytes) -> ValueIndex | None:
+        """Return an index of no path from the rows read loosely as :meth:`packed` wrote them; ``None`` where they do not read so."""
+        try:
+            parts = orjson.loads(sets)
+        except orjson.JSONDecodeError:
+            return None
+        if not (type(parts) is list and len(parts) == 3 and all(_seqs(part) for part in parts)):
+            return None
+        index = cls()
+        index._always, index._typed, index._dotted = (set(part) for part in parts)
+        return index
+
+    def take_path(self, path: str, blob: bytes) -> bool:
+        """File the values of ``path`` as :meth:`packed` wrote them; return whether they read so (else nothing is filed)."""
+        try:
+            parts = orjson.loads(blob)
+        except orjson.JSONDecodeError:
+            return False
+        if not (type(parts) is list and len(parts) == 7 and type(parts[6]) is bool):
+            return False
+        filed = _Path()
+        for at, groups, keyed in (
+            (0, filed.strings, _is_str),
+            (2, filed.numbers, _is_filed_number),
+            (4, filed.others, _is_other),
+        ):
+            keys, held = parts[at], parts[at + 1]
+            if not (type(keys) is list and type(held) is list and len(keys) == len(held)):
+                return False
+            for key, group in zip(keys, held, strict=True):
+                if not keyed(key) or key in groups:
+                    return False
+                if type(group) is int:
+                    groups[key] = group
+                elif type(group) is list and len(group) > 1 and _seqs(group):
+                    groups[key] = array("q", group)
+                else:
+                    return False
+        filed.floats = parts[6]
+        numbers = filed.numbers
+        if all(type(n) is float or -EXACT_INT <= n <= EXACT_INT for n in numbers):
+            filed.arrayed = array("d", numbers)
+        else:
+            filed.arrayed = None
+        if not filed.empty():
+            self._paths[path] = filed
+        return True
+
+    @staticmethod
+    def paths_of(tree: FilterNode) -> set[str]:
+        """Return the paths whose filed values judge ``tree`` (:meth:`take_path`): each condition's, and the dicts above it."""
+        out: set[str] = set()
+        if isinstance(tree, Condition):
+            parts = tree.field.split(".")
+            out.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+        elif isinstance(tree, (AllOf, AnyOf)):
+            for part in tree.parts:
+                out |= ValueIndex.paths_of(part)
+        return out
+
     # -- asking ------------------------------------------------------------------------------
 
     def candidates(self, tree: FilterNode) -> set[int] | None:
@@ -523,6 +614,32 @@ class ValueIndex:
             except TypeError:  # a number subclass that cannot be hashed
                 return None
         return exact
+
+
+def _plain(held: Group) -> int | list[int]:
+    """Return a group of seqs as JSON holds it."""
+    return held if isinstance(held, int) else held.tolist()
+
+
+def _seqs(value: Any) -> bool:
+    """Return whether ``value`` (read from a file) is a list of seqs in ascending order."""
+    return (
+        type(value) is list
+        and all(type(seq) is int for seq in value)
+        and all(a <= b for a, b in itertools.pairwise(value))
+    )
+
+
+def _is_str(key: Any) -> bool:
+    return type(key) is str and len(key) <= SHORT
+
+
+def _is_filed_number(key: Any) -> bool:
+    return (type(key) is int) or (type(key) is float and math.isfinite(key))
+
+
+def _is_other(key: Any) -> bool:
+    return key is None or key is True or key is False or key == _TAGGED
 
 
 def _exact(bound: Any) -> bool:

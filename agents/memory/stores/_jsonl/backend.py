@@ -109,6 +109,7 @@ from agents.memory.stores._jsonl.log import (
     vector_record,
 )
 from agents.memory.stores._jsonl.offset_values import OffsetValues, top_passing
+from agents.memory.stores._jsonl.value_file import SessionValueFiles
 from agents.memory.stores._jsonl.vector_file import VectorView
 from agents.memory.stores._jsonl.vector_views import SessionVectors
 from agents.memory.stores._store import Store
@@ -264,6 +265,7 @@ class LogBackend(LogFilterReads):
         self._values = FilterValues()
         self._where_answered: set[str] = set()  # the sessions keyword_top_where answered
         self._read_values = OffsetValues()  # the rows read by their offsets, filed by value
+        self._value_files = SessionValueFiles(self.directory, read_only=read_only)
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -516,6 +518,7 @@ class LogBackend(LogFilterReads):
             self._vectors.forget(session_id, remove=True)
             self._values.forget(session_id)
             self._read_values.forget(session_id)
+            self._value_files.forget(session_id, remove=True)
             return True
 
     def compact(self, session_id: str) -> None:
@@ -532,6 +535,7 @@ class LogBackend(LogFilterReads):
         self._vectors.clear()
         self._read_values.clear()
         self._values.clear()
+        self._value_files.clear()
 
     # -- keyword search: the index beside each log ----------------------------------------
 

@@ -39,9 +39,10 @@ from agents.memory._filter import FilterNode
 from agents.memory.stores._core.filter_values import FEW, FilterValues
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex
-from agents.memory.stores._jsonl.keywords import SessionKeywords, rows_at
+from agents.memory.stores._jsonl.keywords import SessionKeywords, read_range, rows_at
 from agents.memory.stores._jsonl.log import SessionLog
 from agents.memory.stores._jsonl.offset_values import OffsetValues
+from agents.memory.stores._jsonl.value_file import TAIL, SessionValueFiles, touched
 from agents.memory.stores._jsonl.vector_backend import LogVectorReads
 from agents.memory.stores._jsonl.vector_file import VectorView
 
@@ -80,15 +81,19 @@ Offsets = VectorView | KeywordIndex
 
 
 class LogFilterReads(LogVectorReads):
-    """The filter reads of a JSONL backend; the subclass sets ``_keywords``, ``_values`` and ``_read_values`` (and those of :class:`LogVectorReads`)."""
+    """The filter reads of a JSONL backend; the subclass sets ``_keywords``, ``_values``, ``_read_values`` and ``_value_files`` (and those of :class:`LogVectorReads`)."""
 
     _keywords: SessionKeywords
+    _value_files: SessionValueFiles
     _values: FilterValues
     _read_values: OffsetValues
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
         """Return the rows that may pass ``tree``, judged from the log's kept values (the log read whole, if it was not)."""
         with self._files.locked(exclusive=False):
+            filed = self._from_value_file(session_id, tree)
+            if filed is not None:
+                return filed
             log = self._logs.current(session_id)
             if log is None:
                 return set()
@@ -104,6 +109,9 @@ class LogFilterReads(LogVectorReads):
         at its rate (:data:`MARGIN` times), ``None`` without reading the log.
         """
         with self._files.locked(exclusive=False):
+            filed = self._from_value_file(session_id, tree)
+            if filed is not None:
+                return None if len(filed) > most else filed
             offsets = self._by_offset(session_id, SAMPLE)
             if isinstance(offsets, VectorView) and offsets.count:
                 sample = offsets.spread(SAMPLE)
@@ -161,6 +169,39 @@ class LogFilterReads(LogVectorReads):
             return None
         walked = self._read_values.judged(session_id, version) // JUDGED_PER_READ
         return offsets if spent + walked < max(WHOLE_FLOOR, offsets.count) else None
+
+    def _from_value_file(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the rows that may pass ``tree`` judged from the session's value file while this handle judges rows by their offsets (:meth:`_by_offset`), the log not read; ``None`` where the file does not answer.
+
+        The rows the records after the file's offset add, change or delete
+        (:func:`touched`) are judged from their current bytes, read by
+        their offsets; the file is not used where those records are more
+        than one in :data:`WHOLE_AT` of the log's bytes (the log is read
+        whole instead, and the file saved again). The caller holds the lock.
+        """
+        offsets = self._by_offset(session_id)
+        if offsets is None:
+            return None
+        path = self._files.log_path(session_id)
+        judged = self._value_files.judge(session_id, tree, path, offsets.header, offsets.offset)
+        if judged is None:
+            return None
+        may, covered = judged
+        if covered < offsets.offset:
+            if (offsets.offset - covered) * WHOLE_AT > offsets.offset:
+                return None
+            changed = touched(read_range(path, covered, offsets.offset))
+            if changed is None:
+                return None
+            if changed:
+                may.difference_update(changed)
+                again = self._judged_by_offset(
+                    session_id, offsets, tree, sorted(changed), data=False
+                )
+                if again is None:
+                    return None
+                may.update(seq for seq, _ in again)
+        return may
 
     def walks_filtered(self, session_id: str) -> bool:
         """Return whether this handle judges filters from the rows it reads by their offsets (:meth:`_by_offset`): asking which rows of the session pass would read the log whole."""
@@ -225,7 +266,12 @@ class LogFilterReads(LogVectorReads):
     ) -> set[int] | None:
         """Return the seqs (among ``seqs``) whose items pass ``tree`` (:meth:`FilterValues.passing`); the caller holds the lock."""
         source = self._source(session_id)
-        return self._values.passing(session_id, _view(log), tree, source, seqs)
+        found = self._values.passing(session_id, _view(log), tree, source, seqs)
+        if self._value_files.due(session_id, log.header, log.offset):
+            path = self._files.log_path(session_id)
+            tail = read_range(path, max(0, log.offset - TAIL), log.offset)
+            self._value_files.save(session_id, log.rows.value_index, log.header, log.offset, tail)
+        return found
 
     def _unviewed(self, session_id: str) -> KeywordIndex | None:
         """Return the index current with the log file while this handle holds no view of the log (:meth:`SessionKeywords.unviewed`): ``keyword_top`` ranks from it and ``read_seqs`` reads rows by its offsets (:func:`rows_at`), neither reading the log whole."""
