@@ -355,7 +355,7 @@ class ValueIndex:
     def packed(self) -> tuple[bytes, dict[str, bytes]] | None:
         """Return the index as JSON parts: the rows read loosely, and each path's filed values; ``None`` where a number JSON cannot hold exactly is filed (an infinity, an int wider than 64 bits).
 
-        :meth:`unpacked` and :meth:`take_path` read them back; a path taken
+        :meth:`take_sets` and :meth:`take_path` read them back; a path taken
         alone judges the conditions on it as the whole index does.
         """
         try:
@@ -379,18 +379,16 @@ class ValueIndex:
             return None
         return sets, paths
 
-    @classmethod
-    def unpacked(cls, sets: bytes) -> ValueIndex | None:
-        """Return an index of no path from the rows read loosely as :meth:`packed` wrote them; ``None`` where they do not read so."""
+    def take_sets(self, sets: bytes) -> bool:
+        """Take the rows read loosely as :meth:`packed` wrote them, into an index of no row yet; return whether they read so (else nothing is taken)."""
         try:
             parts = orjson.loads(sets)
         except orjson.JSONDecodeError:
-            return None
+            return False
         if not (type(parts) is list and len(parts) == 3 and all(_seqs(part) for part in parts)):
-            return None
-        index = cls()
-        index._always, index._typed, index._dotted = (set(part) for part in parts)
-        return index
+            return False
+        self._always, self._typed, self._dotted = (set(part) for part in parts)
+        return True
 
     def take_path(self, path: str, blob: bytes) -> bool:
         """File the values of ``path`` as :meth:`packed` wrote them; return whether they read so (else nothing is filed)."""

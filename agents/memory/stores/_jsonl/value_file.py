@@ -135,8 +135,8 @@ class SessionValueFiles:
             if not _good_head(head, os.fstat(fd).st_size, cut + 1):
                 return None
             start, length, crc = head["sets"]
-            index = ValueIndex.unpacked(_part(fd, start, length, crc))
-            if index is None:
+            index = ValueIndex()
+            if not index.take_sets(_part(fd, start, length, crc)):
                 return None
             kept = _Kept(line, head, index)
         offset = kept.head["offset"]
