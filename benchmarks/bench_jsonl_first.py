@@ -14,11 +14,14 @@ rows by their offsets, and so does a hybrid one whose filter a sample shows many
 a rarer filter reads the log whole, as does a walk past an eighth of the rows). ``--no-files``
 removes the session's keyword and vector files before each run (untimed),
 so that its first query reads the log whole and saves them again: the cost
-of the save. The hits of the last run are printed as a digest, to compare
+of the save. ``--no-values`` removes only its value file (``<sid>.values``),
+so that a first rare-filtered query reads the log whole and saves it again:
+against main, the cost of that save; without it, a fresh handle judges a
+rare filter from the file, the log not read. The hits of the last run are printed as a digest, to compare
 two branches, with the sizes of the log and its files.
 
 Run: .venv/bin/python benchmarks/bench_jsonl_first.py [--items 100000] [--runs 7]
-     [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files]
+     [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files] [--no-values]
      [--warm 3] [--parts]
 
 With many warm queries (``--warm 600``), the total CPU of a handle's warm
@@ -68,6 +71,7 @@ def main() -> None:
     parser.add_argument("--mode", default="keyword")
     parser.add_argument("--where", default=None)
     parser.add_argument("--no-files", action="store_true")
+    parser.add_argument("--no-values", action="store_true")
     parser.add_argument("--warm", type=int, default=3)
     parser.add_argument("--parts", action="store_true")
     parser.add_argument(
@@ -94,9 +98,9 @@ def main() -> None:
     found: Any = None
     folder = Path(args.cache) / f"first-{args.items}"  # the store: its sessions' files
     for run in range(args.runs + 1):
-        if args.no_files:
-            for suffix in (".keywords", ".vectors"):
-                (folder / f"{sid}{suffix}").unlink(missing_ok=True)
+        suffixes = (".keywords", ".vectors") if args.no_files else ()
+        for suffix in (*suffixes, *((".values",) if args.no_values else ())):
+            (folder / f"{sid}{suffix}").unlink(missing_ok=True)
         with open_store(url) as store:
 
             def search(store: Any = store) -> Any:

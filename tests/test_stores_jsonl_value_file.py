@@ -255,19 +255,26 @@ def test_index_read_back_path_by_path_judges_as_the_index(
 def test_parts_that_do_not_read_as_an_index_are_refused() -> None:
     """Parts of the right CRC but the wrong shapes (untrusted) are refused, and nothing is filed."""
     assert not ValueIndex().take_sets(b'[[1], [2], "x"]')
-    assert not ValueIndex().take_sets(b"[[2, 1], [], []]")
+    assert not ValueIndex().take_sets(b'[[1], ["2"], []]')
+    one, two = (1).to_bytes(4, sys.byteorder), (7).to_bytes(8, sys.byteorder)
     index = ValueIndex()
     for blob in (
         b"[]",
-        b'[["a"], [1, 2], [], [], [], [], false]',
-        b'[["a"], [[2, 1]], [], [], [], [], false]',
-        b"[[1], [1], [], [], [], [], false]",
-        b'[[], [], ["1"], [1], [], [], false]',
-        b'[[], [], [], [], ["x"], [1], false]',
-        b'[["a", "a"], [1, 2], [], [], [], [], false]',
+        b'[["a"], [], [], false]',  # no line break, no counts
+        b'[["a"], [], [], false]\n' + one,  # a count and no seq
+        b'[["a"], [], [], false]\n' + (0).to_bytes(4, sys.byteorder),  # a value of no seq
+        b'[["a"], [], [], false]\n' + one + two + two,  # more seqs than counted
+        b"[[1], [], [], false]\n" + one + two,  # a number among the strings
+        b'[[], ["1"], [], false]\n' + one + two,  # a string among the numbers
+        b'[[], [], ["x"], false]\n' + one + two,
+        b'[["a", "a"], [], [], false]\n' + one + one + two + two,  # a value twice
+        b"[[], [1, 1.0], [], false]\n" + one + one + two + two,  # one place twice
+        b'[["a"], [], [], 0]\n' + one + two,
     ):
         assert not index.take_path("p", blob), blob
     assert index.candidates(Filter({"p": "a"}).tree) == set()
+    assert index.take_path("p", b'[["a"], [], [], false]\n' + one + two)
+    assert index.candidates(Filter({"p": "a"}).tree) == {7}
 
 
 @pytest.mark.parametrize("where", ["header", "tail"])

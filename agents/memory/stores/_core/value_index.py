@@ -54,7 +54,6 @@ it leaves the whole to the byte screens.
 
 from __future__ import annotations
 
-import itertools
 import math
 import sys
 from array import array
@@ -353,10 +352,14 @@ class ValueIndex:
     # -- a file of the index (:mod:`agents.memory.stores._jsonl.value_file`) ------------------
 
     def packed(self) -> tuple[bytes, dict[str, bytes]] | None:
-        """Return the index as JSON parts: the rows read loosely, and each path's filed values; ``None`` where a number JSON cannot hold exactly is filed (an infinity, an int wider than 64 bits).
+        """Return the index as parts: the rows read loosely (JSON), and each path's filed values; ``None`` where a number JSON cannot hold exactly is filed (an infinity, an int wider than 64 bits).
 
-        :meth:`take_sets` and :meth:`take_path` read them back; a path taken
-        alone judges the conditions on it as the whole index does.
+        A path's part is a JSON line of its strings, numbers and other
+        values (in the order filed) and whether a float is filed, then the
+        count of seqs under each value (native ``uint32``) and the seqs
+        (native ``int64``): read back by :meth:`take_path` with no work a
+        seq. :meth:`take_sets` and :meth:`take_path` read them back; a path
+        taken alone judges the conditions on it as the whole index does.
         """
         try:
             sets = orjson.dumps([sorted(self._always), sorted(self._typed), sorted(self._dotted)])
@@ -364,18 +367,19 @@ class ValueIndex:
             for path, filed in self._paths.items():
                 if any(type(n) is float and not math.isfinite(n) for n in filed.numbers):
                     return None  # written as null: read back, it would name no number
-                paths[path] = orjson.dumps(
-                    [
-                        list(filed.strings),
-                        [_plain(held) for held in filed.strings.values()],
-                        list(filed.numbers),
-                        [_plain(held) for held in filed.numbers.values()],
-                        list(filed.others),
-                        [_plain(held) for held in filed.others.values()],
-                        filed.floats,
-                    ]
-                )
-        except orjson.JSONEncodeError:
+                counts: array[int] = array("I")
+                seqs: array[int] = array("q")
+                for groups in (filed.strings, filed.numbers, filed.others):
+                    for held in groups.values():
+                        if isinstance(held, int):
+                            counts.append(1)
+                            seqs.append(held)
+                        else:
+                            counts.append(len(held))
+                            seqs.extend(held)
+                keys = [list(filed.strings), list(filed.numbers), list(filed.others), filed.floats]
+                paths[path] = orjson.dumps(keys) + b"\n" + counts.tobytes() + seqs.tobytes()
+        except (orjson.JSONEncodeError, OverflowError):
             return None
         return sets, paths
 
@@ -385,41 +389,70 @@ class ValueIndex:
             parts = orjson.loads(sets)
         except orjson.JSONDecodeError:
             return False
-        if not (type(parts) is list and len(parts) == 3 and all(_seqs(part) for part in parts)):
+        if not (
+            type(parts) is list
+            and len(parts) == 3
+            and all(type(part) is list and all(type(seq) is int for seq in part) for part in parts)
+        ):
             return False
         self._always, self._typed, self._dotted = (set(part) for part in parts)
         return True
 
     def take_path(self, path: str, blob: bytes) -> bool:
-        """File the values of ``path`` as :meth:`packed` wrote them; return whether they read so (else nothing is filed)."""
+        """File the values of ``path`` as :meth:`packed` wrote them (by this machine's byte order); return whether they read so (else nothing is filed).
+
+        Each value's seqs are taken as they lie: a group of one seq as an
+        int, of more as an array (its order is not checked: a loaded index
+        is asked, never unfiled from).
+        """
+        cut = blob.find(b"\n")
         try:
-            parts = orjson.loads(blob)
+            keys = orjson.loads(blob[:cut]) if cut >= 0 else None
         except orjson.JSONDecodeError:
             return False
-        if not (type(parts) is list and len(parts) == 7 and type(parts[6]) is bool):
+        if not (type(keys) is list and len(keys) == 4 and type(keys[3]) is bool):
+            return False
+        strings, numbers, others = keys[0], keys[1], keys[2]
+        if not (
+            type(strings) is list
+            and type(numbers) is list
+            and type(others) is list
+            and {type(key) for key in strings} <= {str}
+            and {type(key) for key in numbers} <= {int, float}
+            and all(key is None or type(key) is bool or key == _TAGGED for key in others)
+        ):
+            return False
+        total = len(strings) + len(numbers) + len(others)
+        counts: array[int] = array("I")
+        seqs: array[int] = array("q")
+        if (len(blob) - cut - 1 - total * counts.itemsize) % seqs.itemsize:
+            return False
+        counts.frombytes(blob[cut + 1 : cut + 1 + total * counts.itemsize])
+        seqs.frombytes(blob[cut + 1 + total * counts.itemsize :])
+        if total and (min(counts) < 1 or sum(counts) != len(seqs)):
             return False
         filed = _Path()
-        for at, groups, keyed in (
-            (0, filed.strings, _is_str),
-            (2, filed.numbers, _is_filed_number),
-            (4, filed.others, _is_other),
+        at = 0
+        start = 0
+        for values, groups in (
+            (strings, filed.strings),
+            (numbers, filed.numbers),
+            (others, filed.others),
         ):
-            keys, held = parts[at], parts[at + 1]
-            if not (type(keys) is list and type(held) is list and len(keys) == len(held)):
-                return False
-            for key, group in zip(keys, held, strict=True):
-                if not keyed(key) or key in groups:
-                    return False
-                if type(group) is int:
-                    groups[key] = group
-                elif type(group) is list and len(group) > 1 and _seqs(group):
-                    groups[key] = array("q", group)
-                else:
-                    return False
-        filed.floats = parts[6]
-        numbers = filed.numbers
+            count = counts[start : start + len(values)]
+            start += len(values)
+            if sum(count) == len(values):  # one seq a value, as most distinct values hold
+                groups.update(zip(values, seqs[at : at + len(values)], strict=True))
+                at += len(values)
+            else:
+                for value, many in zip(values, count, strict=True):
+                    groups[value] = seqs[at] if many == 1 else seqs[at : at + many]
+                    at += many
+            if len(groups) != len(values):
+                return False  # a value twice (or 1 and 1.0, which share a place)
+        filed.floats = keys[3]
         if all(type(n) is float or -EXACT_INT <= n <= EXACT_INT for n in numbers):
-            filed.arrayed = array("d", numbers)
+            filed.arrayed = array("d", filed.numbers)
         else:
             filed.arrayed = None
         if not filed.empty():
@@ -612,32 +645,6 @@ class ValueIndex:
             except TypeError:  # a number subclass that cannot be hashed
                 return None
         return exact
-
-
-def _plain(held: Group) -> int | list[int]:
-    """Return a group of seqs as JSON holds it."""
-    return held if isinstance(held, int) else held.tolist()
-
-
-def _seqs(value: Any) -> bool:
-    """Return whether ``value`` (read from a file) is a list of seqs in ascending order."""
-    return (
-        type(value) is list
-        and all(type(seq) is int for seq in value)
-        and all(a <= b for a, b in itertools.pairwise(value))
-    )
-
-
-def _is_str(key: Any) -> bool:
-    return type(key) is str and len(key) <= SHORT
-
-
-def _is_filed_number(key: Any) -> bool:
-    return (type(key) is int) or (type(key) is float and math.isfinite(key))
-
-
-def _is_other(key: Any) -> bool:
-    return key is None or key is True or key is False or key == _TAGGED
 
 
 def _exact(bound: Any) -> bool:

@@ -11,8 +11,9 @@ whole for a filter saves its index here (:meth:`SessionValueFiles.save`);
 the next handle reads the file's header and only the parts of the paths a
 filter names (:meth:`SessionValueFiles.judge`).
 
-The file: a JSON header line, then the rows read loosely and each path's
-filed values, each part JSON (:meth:`ValueIndex.packed`). The header names
+The file: a JSON header line, then each path's filed values (its values as
+JSON, then the count of seqs under each and the seqs, as native arrays) and
+the rows read loosely (:meth:`ValueIndex.packed`). The header names
 the format, the blake2b of the log's header line, the length of the log it
 covers with a hash of the :data:`TAIL` bytes before that offset, and each
 part's place, length and CRC-32. The file is only a cache and untrusted: it
@@ -31,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import zlib
 from typing import Final
 
@@ -203,6 +205,7 @@ class SessionValueFiles:
         head = {
             "format": FORMAT,
             "version": _VERSION,
+            "byteorder": sys.byteorder,
             "log": _hash(header),
             "offset": offset,
             "tail": _hash(tail),
@@ -263,6 +266,8 @@ def _good_head(head: object, size: int, body: int) -> bool:
     """Return whether a header line read from a file of ``size`` bytes, whose parts start at ``body``, is one :meth:`SessionValueFiles.save` writes."""
     if type(head) is not dict or head.get("format") != FORMAT or head.get("version") != _VERSION:
         return False
+    if head.get("byteorder") != sys.byteorder:
+        return False  # the seqs are native arrays
     places = head.get("paths")
     sets = head.get("sets")
     if not (
