@@ -300,3 +300,32 @@ def test_file_of_a_log_changed_in_place_judges_nothing(tmp_path: Path, where: st
         )
         is None
     )
+
+
+@pytest.mark.parametrize("where", [RARE, {"agent": "nobody"}, {"team": {"$in": ["red", "blue"]}}])
+def test_semantic_query_ranks_only_the_rows_the_value_file_names(
+    tmp_path: Path, where: Any
+) -> None:
+    """With a current value file a fresh handle's filtered semantic query does not walk (``walks_filtered``): it ranks the rows the file names, the log unread, with the whole-log handle's hits."""
+    session(tmp_path)
+    for query in ("cat", "red dog"):
+        for parts in PARTS:
+            with JSONLStore(tmp_path) as store:
+                assert not store.backend.walks_filtered("s")
+                got = search(store, query, "semantic", parts, where)
+                assert not read_whole(store)
+            assert got == whole_log_hits(tmp_path, query, "semantic", parts, where)
+            if parts == PARTS[0]:
+                assert [(s, f) for _, s, f in got] == memory_hits(
+                    tmp_path, query, "semantic", where
+                )
+    with JSONLStore(tmp_path) as other:
+        other.append("s", [MemoryItem(step=902, action="cat", note="red", agent="x")])
+        for parts in PARTS:
+            other.index_embeddings("s", EMBEDDER, parts=parts)
+    with JSONLStore(tmp_path) as store:
+        assert store.backend.walks_filtered("s")  # the file is behind the log: walked as before
+        got = search(store, "cat", "semantic", PARTS[1], RARE)
+        assert not read_whole(store)
+    assert any(fields["step"] == 902 for _, _, fields in got)
+    assert got == whole_log_hits(tmp_path, "cat", "semantic", PARTS[1], RARE)

@@ -52,6 +52,8 @@ FORMAT: Final = "kvmemory.jsonl-values"
 _VERSION: Final = 1
 TAIL: Final = 4096
 """How many bytes before the offset a file covers are hashed to tell the same log from another."""
+_HEADER_READ: Final = 65536
+"""How much of the file is read first for its header line."""
 _HEADER_MAX: Final = 1 << 20
 """The longest header line read (it names every path filed)."""
 
@@ -119,12 +121,29 @@ class SessionValueFiles:
         assert type(offset) is int  # checked
         return may, offset
 
+    def current(self, session_id: str, log_path: str, header: bytes, end: int) -> bool:
+        """Return whether the session's file checks out for the log at ``log_path`` that starts with ``header`` and is ``end`` bytes long, covering all of it."""
+        try:
+            fd = open_file(self.path(session_id), os.O_RDONLY, "value file")
+        except (OSError, StoreError):
+            return False
+        try:
+            kept = self._checked(session_id, fd, log_path, header, end)
+        except OSError:
+            kept = None
+        finally:
+            os.close(fd)
+        return kept is not None and kept.head["offset"] == end
+
     def _checked(
         self, session_id: str, fd: int, log_path: str, header: bytes, end: int
     ) -> _Kept | None:
         """Return what is kept of the open file (its header line read and checked, and the log bytes it names); ``None`` if it does not check out."""
-        first = pread(fd, 0, _HEADER_MAX)
+        first = pread(fd, 0, _HEADER_READ)
         cut = first.find(b"\n")
+        if cut < 0 and len(first) == _HEADER_READ:  # a header naming many paths
+            first = pread(fd, 0, _HEADER_MAX)
+            cut = first.find(b"\n")
         if cut < 0:
             return None
         line = first[:cut]
