@@ -194,6 +194,18 @@ class LogFilterReads(LogVectorReads):
         offsets = self._by_offset(session_id)
         if offsets is None:
             return None
+        # Asked again at this version of the log (a warm query), answered from memory.
+        return self._value_files.judged_filters(session_id).judged(
+            session_id,
+            tree,
+            (offsets.header, offsets.offset),
+            lambda: self._filed_passing(session_id, tree, offsets),
+        )
+
+    def _filed_passing(
+        self, session_id: str, tree: FilterNode, offsets: Offsets
+    ) -> set[int] | None:
+        """Return :meth:`_from_value_file`'s answer, judged afresh."""
         path = self._files.log_path(session_id)
         judged = self._value_files.judge(session_id, tree, path, offsets.header, offsets.offset)
         if judged is None:

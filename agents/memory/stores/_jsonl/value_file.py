@@ -41,6 +41,7 @@ import orjson
 from agents.memory import _codec
 from agents.memory._filter import FilterNode
 from agents.memory.exceptions import StoreError
+from agents.memory.stores._core.filter_values import JudgedFilters
 from agents.memory.stores._core.value_index import ValueIndex
 from agents.memory.stores._jsonl.files import open_file
 from agents.memory.stores._jsonl.keyword_postings import pread
@@ -88,6 +89,14 @@ class SessionValueFiles:
         self.read_only = read_only
         self._kept: dict[str, _Kept] = {}
         self._saved: dict[str, tuple[bytes, int]] = {}  # the log version each file was saved at
+        self._judged: dict[str, JudgedFilters] = {}
+
+    def judged_filters(self, session_id: str) -> JudgedFilters:
+        """Return the answers this handle's filters had from the session's file, kept while the log stays at one version (the caller's stamp)."""
+        judged = self._judged.get(session_id)
+        if judged is None:
+            judged = self._judged[session_id] = JudgedFilters()
+        return judged
 
     def path(self, session_id: str) -> str:
         """Return the path of a session's value file."""
@@ -244,6 +253,7 @@ class SessionValueFiles:
         """Drop what is kept of a session's file (and, if ``remove``, the file)."""
         self._kept.pop(session_id, None)
         self._saved.pop(session_id, None)
+        self._judged.pop(session_id, None)
         if remove:
             with contextlib.suppress(OSError):
                 os.unlink(self.path(session_id))
@@ -252,6 +262,7 @@ class SessionValueFiles:
         """Drop what is kept of every file."""
         self._kept.clear()
         self._saved.clear()
+        self._judged.clear()
 
 
 def touched(chunk: bytes) -> set[int] | None:
