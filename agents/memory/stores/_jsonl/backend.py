@@ -8,6 +8,7 @@ A store is a directory (schema version 4, recorded in the marker file)::
     <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
     <session_id>.keywords     the keyword index of the log, a cache (see below)
     <session_id>.vectors      the vectors and record offsets of the log, a cache (see below)
+    <session_id>.values       the live rows filed by the values of their items, a cache (see below)
 
 Each log starts with a header line, then one record per line::
 
@@ -64,6 +65,12 @@ log in ``<session_id>.keywords``; later searches, in this process or another,
 read it and index only the records appended since. It is a cache, never the
 source of truth: :mod:`agents.memory.stores._jsonl.keywords` describes when it
 is used, followed or built again.
+
+A handle that reads a log whole to judge a filter saves the rows it filed
+by value in ``<session_id>.values``, so that a fresh handle judges a rare
+filter without reading the log: another cache, checked before it is used
+and caught up with the records after it
+(:mod:`agents.memory.stores._jsonl.value_file`).
 
 Files are created readable by their owner only (``0600``), the directory
 ``0700``; logs and the lock file are opened without following symbolic links.

@@ -36,8 +36,8 @@ that read the log whole for a filter), ``filter_few`` and
 (:meth:`LogFilterReads._from_value_file`): the file's rows that may pass,
 less those the records after it touched, plus those of them that may pass
 read by offset. The log is not read: at 100,000 steps a hybrid query with a
-filter keeping 1% costs 84 ms of CPU first, where reading the log took
-2.9-3.0 s. A semantic query then ranks only the rows the file names where
+filter keeping 1% costs 70-75 ms of CPU first, where reading the log took
+3.2-3.3 s. A semantic query then ranks only the rows the file names where
 few pass, rather than walking (:meth:`LogFilterReads.walks_filtered`).
 """
 
@@ -233,8 +233,8 @@ class LogFilterReads(LogVectorReads):
         With a current value file (:meth:`_from_value_file`), a filtered
         semantic query asks ``filter_few`` first and ranks only the rows
         the file names where few pass (at 100,000 steps a filter no row
-        passes: 6 ms of CPU, where the walk read an eighth of the rows by
-        offset and then the log, 3.2-4.0 s).
+        passes: 7 ms of CPU, where the walk read an eighth of the rows by
+        offset and then the log, 3.5-3.7 s).
         """
         with self._files.locked(exclusive=False):
             offsets = self._by_offset(session_id)
