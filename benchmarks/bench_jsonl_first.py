@@ -9,16 +9,18 @@ whole shows there), and closes it. The first run of a process also imports what 
 first query needs (numpy: some 70 ms), so it is left out of the medians.
 ``--mode`` and ``--where`` (a JSON filter) time the other first queries
 (semantic and hybrid ones from the session's vector file, ``<sid>.vectors``,
-where it is current; a filtered semantic one walks that ranking, reading and judging
-rows by their offsets, and so does a hybrid one whose filter a sample shows many rows pass;
-a rarer filter reads the log whole, as does a walk past an eighth of the rows). ``--no-files``
+where it is current; a filter is judged from the session's value file,
+``<sid>.values``, where it is current, else a filtered semantic one walks that
+ranking, reading and judging rows by their offsets, and so does a hybrid one whose
+filter a sample shows many rows pass; a rarer filter reads the log whole and saves
+the value file, as does a walk past an eighth of the rows). ``--no-files``
 removes the session's keyword and vector files before each run (untimed),
 so that its first query reads the log whole and saves them again: the cost
-of the save. ``--no-values`` removes only its value file (``<sid>.values``),
-so that a first rare-filtered query reads the log whole and saves it again:
-against main, the cost of that save; without it, a fresh handle judges a
-rare filter from the file, the log not read. The hits of the last run are printed as a digest, to compare
-two branches, with the sizes of the log and its files.
+of the save. ``--no-values`` removes only its value file before each run, so
+that a first rare-filtered query reads the log whole and saves it again:
+against main, the cost of that save. The hits of the last run are printed as
+a digest, to compare two branches, with the sizes of the log and its files
+(the value file's among them).
 
 Run: .venv/bin/python benchmarks/bench_jsonl_first.py [--items 100000] [--runs 7]
      [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files] [--no-values]
