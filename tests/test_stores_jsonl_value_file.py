@@ -27,7 +27,7 @@ from agents.memory import MemoryItem
 from agents.memory.search import Filter
 from agents.memory.stores import JSONLStore
 from agents.memory.stores._core.value_index import ValueIndex
-from agents.memory.stores._jsonl.value_file import SessionValueFiles
+from agents.memory.stores._jsonl.value_file import SessionValueFiles, touched
 
 RARE = {"agent": "x"}
 """One in seven of :func:`steps` passes it: under one in 16 of the rows when half are appended as ``host``."""
@@ -329,3 +329,14 @@ def test_semantic_query_ranks_only_the_rows_the_value_file_names(
         assert not read_whole(store)
     assert any(fields["step"] == 902 for _, _, fields in got)
     assert got == whole_log_hits(tmp_path, "cat", "semantic", PARTS[1], RARE)
+
+
+def test_records_after_the_file_name_the_rows_they_touch() -> None:
+    """The records after a value file name the rows added, changed or deleted; a clear, or a line that is no record, gives no answer (the file is not used)."""
+    item = b'{"seq":7,"t":1.0,"s":"3","item":{"agent":"x"}}\n'
+    update = b'{"seq":2,"t":1.0,"s":"1","u":1,"item":{"agent":"y"}}\n'
+    assert touched(item + update + b'{"del":[3,4]}\n{"vm":["m",8]}\n') == {2, 3, 4, 7}
+    assert touched(b"") == set()
+    assert touched(item + b'{"clear":1}\n') is None
+    assert touched(item + b"not a record\n") is None
+    assert touched(b'{"del":["3"]}\n') is None
