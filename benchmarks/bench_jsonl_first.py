@@ -9,16 +9,21 @@ whole shows there), and closes it. The first run of a process also imports what 
 first query needs (numpy: some 70 ms), so it is left out of the medians.
 ``--mode`` and ``--where`` (a JSON filter) time the other first queries
 (semantic and hybrid ones from the session's vector file, ``<sid>.vectors``,
-where it is current; a filtered semantic one walks that ranking, reading and judging
-rows by their offsets, and so does a hybrid one whose filter a sample shows many rows pass;
-a rarer filter reads the log whole, as does a walk past an eighth of the rows). ``--no-files``
+where it is current; a filter is judged from the session's value file,
+``<sid>.values``, where it is current, else a filtered semantic one walks that
+ranking, reading and judging rows by their offsets, and so does a hybrid one whose
+filter a sample shows many rows pass; a rarer filter reads the log whole and saves
+the value file, as does a walk past an eighth of the rows). ``--no-files``
 removes the session's keyword and vector files before each run (untimed),
 so that its first query reads the log whole and saves them again: the cost
-of the save. The hits of the last run are printed as a digest, to compare
-two branches, with the sizes of the log and its files.
+of the save. ``--no-values`` removes only its value file before each run, so
+that a first rare-filtered query reads the log whole and saves it again:
+against main, the cost of that save. The hits of the last run are printed as
+a digest, to compare two branches, with the sizes of the log and its files
+(the value file's among them).
 
 Run: .venv/bin/python benchmarks/bench_jsonl_first.py [--items 100000] [--runs 7]
-     [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files]
+     [--cache DIR] [--mode keyword|semantic|hybrid] [--where JSON] [--no-files] [--no-values]
      [--warm 3] [--parts]
 
 With many warm queries (``--warm 600``), the total CPU of a handle's warm
@@ -68,6 +73,7 @@ def main() -> None:
     parser.add_argument("--mode", default="keyword")
     parser.add_argument("--where", default=None)
     parser.add_argument("--no-files", action="store_true")
+    parser.add_argument("--no-values", action="store_true")
     parser.add_argument("--warm", type=int, default=3)
     parser.add_argument("--parts", action="store_true")
     parser.add_argument(
@@ -94,9 +100,9 @@ def main() -> None:
     found: Any = None
     folder = Path(args.cache) / f"first-{args.items}"  # the store: its sessions' files
     for run in range(args.runs + 1):
-        if args.no_files:
-            for suffix in (".keywords", ".vectors"):
-                (folder / f"{sid}{suffix}").unlink(missing_ok=True)
+        suffixes = (".keywords", ".vectors") if args.no_files else ()
+        for suffix in (*suffixes, *((".values",) if args.no_values else ())):
+            (folder / f"{sid}{suffix}").unlink(missing_ok=True)
         with open_store(url) as store:
 
             def search(store: Any = store) -> Any:

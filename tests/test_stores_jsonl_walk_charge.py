@@ -39,10 +39,11 @@ def asked(store: JSONLStore) -> int:
 def test_repeated_rare_walks_read_the_log_whole_then_rank_only_the_passing_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: EmbedParts
 ) -> None:
-    """The same rare-filter query asked again walks (the log unread) until the walks have cost what reading the log does; then the log is read whole and the filter no longer walks. Every answer is the whole-log handle's."""
+    """With no value file, the same rare-filter query asked again walks (the log unread) until the walks have cost what reading the log does; then the log is read whole and the filter no longer walks. Every answer is the whole-log handle's."""
     written(tmp_path, steps(200))
     monkeypatch.setattr(filter_reads, "JUDGED_PER_READ", 1)  # a walk costs its rows asked about
     want = whole_log_hits(tmp_path, "cat", "semantic", parts, RARE)
+    (tmp_path / "s.values").unlink()  # saved by the whole-log handle: else judged from it
     with JSONLStore(tmp_path) as store:
         assert search(store, "cat", "semantic", parts, RARE) == want
         assert not read_whole(store)

@@ -349,6 +349,128 @@ class ValueIndex:
         self._typed.clear()
         self._dotted.clear()
 
+    # -- a file of the index (:mod:`agents.memory.stores._jsonl.value_file`) ------------------
+
+    def packed(self) -> tuple[bytes, dict[str, bytes]] | None:
+        """Return the index as parts: the rows read loosely (JSON), and each path's filed values; ``None`` where a number JSON cannot hold exactly is filed (an infinity, an int wider than 64 bits).
+
+        A path's part is a JSON line of its strings, numbers and other
+        values (in the order filed) and whether a float is filed, then the
+        count of seqs under each value (native ``uint32``) and the seqs
+        (native ``int64``): read back by :meth:`take_path` with no work a
+        seq. :meth:`take_sets` and :meth:`take_path` read them back; a path
+        taken alone judges the conditions on it as the whole index does.
+        """
+        try:
+            sets = orjson.dumps([sorted(self._always), sorted(self._typed), sorted(self._dotted)])
+            paths = {}
+            for path, filed in self._paths.items():
+                if any(type(n) is float and not math.isfinite(n) for n in filed.numbers):
+                    return None  # written as null: read back, it would name no number
+                counts: array[int] = array("I")
+                seqs: array[int] = array("q")
+                for groups in (filed.strings, filed.numbers, filed.others):
+                    for held in groups.values():
+                        if isinstance(held, int):
+                            counts.append(1)
+                            seqs.append(held)
+                        else:
+                            counts.append(len(held))
+                            seqs.extend(held)
+                keys = [list(filed.strings), list(filed.numbers), list(filed.others), filed.floats]
+                paths[path] = orjson.dumps(keys) + b"\n" + counts.tobytes() + seqs.tobytes()
+        except (orjson.JSONEncodeError, OverflowError):
+            return None
+        return sets, paths
+
+    def take_sets(self, sets: bytes) -> bool:
+        """Take the rows read loosely as :meth:`packed` wrote them, into an index of no row yet; return whether they read so (else nothing is taken)."""
+        try:
+            parts = orjson.loads(sets)
+        except orjson.JSONDecodeError:
+            return False
+        if not (
+            type(parts) is list
+            and len(parts) == 3
+            and all(type(part) is list and all(type(seq) is int for seq in part) for part in parts)
+        ):
+            return False
+        self._always, self._typed, self._dotted = (set(part) for part in parts)
+        return True
+
+    def take_path(self, path: str, blob: bytes) -> bool:
+        """File the values of ``path`` as :meth:`packed` wrote them (by this machine's byte order); return whether they read so (else nothing is filed).
+
+        Each value's seqs are taken as they lie: a group of one seq as an
+        int, of more as an array (its order is not checked: a loaded index
+        is asked, never unfiled from).
+        """
+        cut = blob.find(b"\n")
+        try:
+            keys = orjson.loads(blob[:cut]) if cut >= 0 else None
+        except orjson.JSONDecodeError:
+            return False
+        if not (type(keys) is list and len(keys) == 4 and type(keys[3]) is bool):
+            return False
+        strings, numbers, others = keys[0], keys[1], keys[2]
+        if not (
+            type(strings) is list
+            and type(numbers) is list
+            and type(others) is list
+            and {type(key) for key in strings} <= {str}
+            and {type(key) for key in numbers} <= {int, float}
+            and all(key is None or type(key) is bool or key == _TAGGED for key in others)
+        ):
+            return False
+        total = len(strings) + len(numbers) + len(others)
+        counts: array[int] = array("I")
+        seqs: array[int] = array("q")
+        if (len(blob) - cut - 1 - total * counts.itemsize) % seqs.itemsize:
+            return False
+        counts.frombytes(blob[cut + 1 : cut + 1 + total * counts.itemsize])
+        seqs.frombytes(blob[cut + 1 + total * counts.itemsize :])
+        if total and (min(counts) < 1 or sum(counts) != len(seqs)):
+            return False
+        filed = _Path()
+        at = 0
+        start = 0
+        for values, groups in (
+            (strings, filed.strings),
+            (numbers, filed.numbers),
+            (others, filed.others),
+        ):
+            count = counts[start : start + len(values)]
+            start += len(values)
+            if sum(count) == len(values):  # one seq a value, as most distinct values hold
+                groups.update(zip(values, seqs[at : at + len(values)], strict=True))
+                at += len(values)
+            else:
+                for value, many in zip(values, count, strict=True):
+                    groups[value] = seqs[at] if many == 1 else seqs[at : at + many]
+                    at += many
+            if len(groups) != len(values):
+                return False  # a value twice (or 1 and 1.0, which share a place)
+        filed.floats = keys[3]
+        if all(type(n) is float or -EXACT_INT <= n <= EXACT_INT for n in numbers):
+            filed.arrayed = array("d", filed.numbers)
+        else:
+            filed.arrayed = None
+        if not filed.empty():
+            self._paths[path] = filed
+        return True
+
+    @staticmethod
+    def paths_of(tree: FilterNode) -> set[str]:
+        """Return the paths whose filed values judge ``tree`` (:meth:`take_path`): each condition's, and the dicts above it."""
+        out: set[str] = set()
+        if isinstance(tree, Condition):
+            parts = tree.field.split(".")
+            out.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+        elif isinstance(tree, (AllOf, AnyOf)):
+            for part in tree.parts:
+                out |= ValueIndex.paths_of(part)
+        return out
+
     # -- asking ------------------------------------------------------------------------------
 
     def candidates(self, tree: FilterNode) -> set[int] | None:

@@ -8,6 +8,7 @@ A store is a directory (schema version 4, recorded in the marker file)::
     <session_id>.deleted      {"next_seq": N}: the seqs a deleted session had used
     <session_id>.keywords     the keyword index of the log, a cache (see below)
     <session_id>.vectors      the vectors and record offsets of the log, a cache (see below)
+    <session_id>.values       the live rows filed by the values of their items, a cache (see below)
 
 Each log starts with a header line, then one record per line::
 
@@ -65,6 +66,12 @@ read it and index only the records appended since. It is a cache, never the
 source of truth: :mod:`agents.memory.stores._jsonl.keywords` describes when it
 is used, followed or built again.
 
+A handle that reads a log whole to judge a filter saves the rows it filed
+by value in ``<session_id>.values``, so that a fresh handle judges a rare
+filter without reading the log: another cache, checked before it is used
+and caught up with the records after it
+(:mod:`agents.memory.stores._jsonl.value_file`).
+
 Files are created readable by their owner only (``0600``), the directory
 ``0700``; logs and the lock file are opened without following symbolic links.
 """
@@ -109,6 +116,7 @@ from agents.memory.stores._jsonl.log import (
     vector_record,
 )
 from agents.memory.stores._jsonl.offset_values import OffsetValues, top_passing
+from agents.memory.stores._jsonl.value_file import SessionValueFiles
 from agents.memory.stores._jsonl.vector_file import VectorView
 from agents.memory.stores._jsonl.vector_views import SessionVectors
 from agents.memory.stores._store import Store
@@ -264,6 +272,7 @@ class LogBackend(LogFilterReads):
         self._values = FilterValues()
         self._where_answered: set[str] = set()  # the sessions keyword_top_where answered
         self._read_values = OffsetValues()  # the rows read by their offsets, filed by value
+        self._value_files = SessionValueFiles(self.directory, read_only=read_only)
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)
@@ -516,6 +525,7 @@ class LogBackend(LogFilterReads):
             self._vectors.forget(session_id, remove=True)
             self._values.forget(session_id)
             self._read_values.forget(session_id)
+            self._value_files.forget(session_id, remove=True)
             return True
 
     def compact(self, session_id: str) -> None:
@@ -532,6 +542,7 @@ class LogBackend(LogFilterReads):
         self._vectors.clear()
         self._read_values.clear()
         self._values.clear()
+        self._value_files.clear()
 
     # -- keyword search: the index beside each log ----------------------------------------
 

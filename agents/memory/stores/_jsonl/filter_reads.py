@@ -28,6 +28,17 @@ what reading it in the whole log does: once one in :data:`WHOLE_AT` of the
 session's rows (at least :data:`WHOLE_FLOOR`) have been read by offset at
 one version of the log, or a slice would pass that, the log is read whole
 and its kept values judge the filters from then on.
+
+Where the session has a value file (``<session_id>.values``,
+:mod:`~agents.memory.stores._jsonl.value_file`, saved by a writable handle
+that read the log whole for a filter), ``filter_few`` and
+``filter_candidates`` judge the filter from the file instead
+(:meth:`LogFilterReads._from_value_file`): the file's rows that may pass,
+less those the records after it touched, plus those of them that may pass
+read by offset. The log is not read: at 100,000 steps a hybrid query with a
+filter keeping 1% costs 70-75 ms of CPU first, where reading the log took
+3.2-3.3 s. A semantic query then ranks only the rows the file names where
+few pass, rather than walking (:meth:`LogFilterReads.walks_filtered`).
 """
 
 from __future__ import annotations
@@ -39,9 +50,10 @@ from agents.memory._filter import FilterNode
 from agents.memory.stores._core.filter_values import FEW, FilterValues
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex
-from agents.memory.stores._jsonl.keywords import SessionKeywords, rows_at
+from agents.memory.stores._jsonl.keywords import SessionKeywords, read_range, rows_at
 from agents.memory.stores._jsonl.log import SessionLog
 from agents.memory.stores._jsonl.offset_values import OffsetValues
+from agents.memory.stores._jsonl.value_file import TAIL, SessionValueFiles, touched
 from agents.memory.stores._jsonl.vector_backend import LogVectorReads
 from agents.memory.stores._jsonl.vector_file import VectorView
 
@@ -80,15 +92,20 @@ Offsets = VectorView | KeywordIndex
 
 
 class LogFilterReads(LogVectorReads):
-    """The filter reads of a JSONL backend; the subclass sets ``_keywords``, ``_values`` and ``_read_values`` (and those of :class:`LogVectorReads`)."""
+    """The filter reads of a JSONL backend; the subclass sets ``_keywords``, ``_values``, ``_read_values`` and ``_value_files`` (and those of :class:`LogVectorReads`)."""
 
     _keywords: SessionKeywords
+    _value_files: SessionValueFiles
+    read_only: bool
     _values: FilterValues
     _read_values: OffsetValues
 
     def filter_candidates(self, session_id: str, tree: FilterNode) -> set[int] | None:
         """Return the rows that may pass ``tree``, judged from the log's kept values (the log read whole, if it was not)."""
         with self._files.locked(exclusive=False):
+            filed = self._from_value_file(session_id, tree)
+            if filed is not None:
+                return filed
             log = self._logs.current(session_id)
             if log is None:
                 return set()
@@ -104,6 +121,9 @@ class LogFilterReads(LogVectorReads):
         at its rate (:data:`MARGIN` times), ``None`` without reading the log.
         """
         with self._files.locked(exclusive=False):
+            filed = self._from_value_file(session_id, tree)
+            if filed is not None:
+                return None if len(filed) > most else filed
             offsets = self._by_offset(session_id, SAMPLE)
             if isinstance(offsets, VectorView) and offsets.count:
                 sample = offsets.spread(SAMPLE)
@@ -162,10 +182,68 @@ class LogFilterReads(LogVectorReads):
         walked = self._read_values.judged(session_id, version) // JUDGED_PER_READ
         return offsets if spent + walked < max(WHOLE_FLOOR, offsets.count) else None
 
+    def _from_value_file(self, session_id: str, tree: FilterNode) -> set[int] | None:
+        """Return the rows that may pass ``tree`` judged from the session's value file while this handle judges rows by their offsets (:meth:`_by_offset`), the log not read; ``None`` where the file does not answer.
+
+        The rows the records after the file's offset add, change or delete
+        (:func:`touched`) are judged from their current bytes, read by
+        their offsets; the file is not used where those records are more
+        than one in :data:`WHOLE_AT` of the log's bytes (the log is read
+        whole instead, and the file saved again). The caller holds the lock.
+        """
+        offsets = self._by_offset(session_id)
+        if offsets is None:
+            return None
+        # Asked again at this version of the log (a warm query), answered from memory.
+        return self._value_files.judged_filters(session_id).judged(
+            session_id,
+            tree,
+            (offsets.header, offsets.offset),
+            lambda: self._filed_passing(session_id, tree, offsets),
+        )
+
+    def _filed_passing(
+        self, session_id: str, tree: FilterNode, offsets: Offsets
+    ) -> set[int] | None:
+        """Return :meth:`_from_value_file`'s answer, judged afresh."""
+        path = self._files.log_path(session_id)
+        judged = self._value_files.judge(session_id, tree, path, offsets.header, offsets.offset)
+        if judged is None:
+            return None
+        may, covered = judged
+        if covered < offsets.offset:
+            if (offsets.offset - covered) * WHOLE_AT > offsets.offset:
+                return None
+            changed = touched(read_range(path, covered, offsets.offset))
+            if changed is None:
+                return None
+            if changed:
+                may.difference_update(changed)
+                again = self._judged_by_offset(
+                    session_id, offsets, tree, sorted(changed), data=False
+                )
+                if again is None:
+                    return None
+                may.update(seq for seq, _ in again)
+        return may
+
     def walks_filtered(self, session_id: str) -> bool:
-        """Return whether this handle judges filters from the rows it reads by their offsets (:meth:`_by_offset`): asking which rows of the session pass would read the log whole."""
+        """Return whether this handle judges filters from the rows it reads by their offsets (:meth:`_by_offset`) and the session has no value file current with the log (a read-only handle: whether or not it has): asking which rows of the session pass would read the log whole.
+
+        With a current value file (:meth:`_from_value_file`), a filtered
+        semantic query asks ``filter_few`` first and ranks only the rows
+        the file names where few pass (at 100,000 steps a filter no row
+        passes: 7 ms of CPU, where the walk read an eighth of the rows by
+        offset and then the log, 3.5-3.7 s).
+        """
         with self._files.locked(exclusive=False):
-            return self._by_offset(session_id) is not None
+            offsets = self._by_offset(session_id)
+            if offsets is None:
+                return False
+            if self.read_only:
+                return True  # a read-only search asks no filter_few: it walks
+            path = self._files.log_path(session_id)
+            return not self._value_files.current(session_id, path, offsets.header, offsets.offset)
 
     def _read_by_offset(
         self, session_id: str, offsets: Offsets, rows: Sequence[tuple[int, bytes]]
@@ -225,7 +303,12 @@ class LogFilterReads(LogVectorReads):
     ) -> set[int] | None:
         """Return the seqs (among ``seqs``) whose items pass ``tree`` (:meth:`FilterValues.passing`); the caller holds the lock."""
         source = self._source(session_id)
-        return self._values.passing(session_id, _view(log), tree, source, seqs)
+        found = self._values.passing(session_id, _view(log), tree, source, seqs)
+        if self._value_files.due(session_id, log.header, log.offset):
+            path = self._files.log_path(session_id)
+            tail = read_range(path, max(0, log.offset - TAIL), log.offset)
+            self._value_files.save(session_id, log.rows.value_index, log.header, log.offset, tail)
+        return found
 
     def _unviewed(self, session_id: str) -> KeywordIndex | None:
         """Return the index current with the log file while this handle holds no view of the log (:meth:`SessionKeywords.unviewed`): ``keyword_top`` ranks from it and ``read_seqs`` reads rows by its offsets (:func:`rows_at`), neither reading the log whole."""

@@ -42,7 +42,7 @@ from agents.memory.stores._jsonl.keyword_index import KeywordIndex, terms_of
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError, pack, pread, width
 from agents.memory.stores._jsonl.log import SessionLog, read_item_at
 
-__all__ = ["SAVE_EVERY", "SessionKeywords", "build", "rows_at"]
+__all__ = ["SAVE_EVERY", "SessionKeywords", "build", "read_range", "rows_at"]
 
 SAVE_EVERY: Final = 256
 """Items indexed since the last save after which a writable handle saves again (or a 64th of the session, if more)."""
@@ -119,7 +119,7 @@ class SessionKeywords:
             index = self._load_of(session_id, log, log_path)
         if index is not None and index.offset < log.offset:
             try:
-                index.follow(_read_range(log_path, index.offset, log.offset), log_path)
+                index.follow(read_range(log_path, index.offset, log.offset), log_path)
             except DamagedIndexError:
                 index = None
         if index is None:
@@ -248,7 +248,7 @@ class SessionKeywords:
 
     def _load_of(self, session_id: str, log: SessionLog, log_path: str) -> KeywordIndex | None:
         return self._load(
-            session_id, log.header, log.offset, lambda start, end: _read_range(log_path, start, end)
+            session_id, log.header, log.offset, lambda start, end: read_range(log_path, start, end)
         )
 
     def _load(
@@ -270,7 +270,7 @@ class SessionKeywords:
         except DamagedIndexError:
             return  # the next query finds the damage and builds the index again
         try:
-            tail = _read_range(log_path, max(0, packed.offset - TAIL), packed.offset)
+            tail = read_range(log_path, max(0, packed.offset - TAIL), packed.offset)
             _codec.atomic_write(self.path(session_id), file_bytes(packed, tail))
         except OSError:
             return  # a cache that cannot be written is built again by the next process
@@ -289,7 +289,7 @@ class SessionKeywords:
         self._indexes.clear()
 
 
-def _read_range(path: str, start: int, end: int) -> bytes:
+def read_range(path: str, start: int, end: int) -> bytes:
     """Return the bytes ``[start, end)`` of a log file (fewer if it is shorter)."""
     fd = open_file(path, os.O_RDONLY, "log")
     try:
