@@ -27,6 +27,7 @@ from agents.memory import MemoryItem
 from agents.memory.search import Filter
 from agents.memory.stores import JSONLStore
 from agents.memory.stores._core.value_index import ValueIndex
+from agents.memory.stores._jsonl import filter_reads
 from agents.memory.stores._jsonl.value_file import SessionValueFiles, touched
 
 RARE = {"agent": "x"}
@@ -302,16 +303,24 @@ def test_file_of_a_log_changed_in_place_judges_nothing(tmp_path: Path, where: st
     )
 
 
-@pytest.mark.parametrize("where", [RARE, {"agent": "nobody"}, {"team": {"$in": ["red", "blue"]}}])
+def walks(store: JSONLStore, where: Any) -> bool:
+    """Return whether the store's filtered semantic query with ``where`` walks its ranking (``Backend.walks_filtered``, one in 16 asked about)."""
+    return store.backend.walks_filtered("s", Filter(where).tree, store.count("s") // 16)
+
+
+@pytest.mark.parametrize(
+    ("where", "walked"),
+    [(RARE, False), ({"agent": "nobody"}, False), ({"team": {"$in": ["red", "blue"]}}, True)],
+)
 def test_semantic_query_ranks_only_the_rows_the_value_file_names(
-    tmp_path: Path, where: Any
+    tmp_path: Path, where: Any, walked: bool
 ) -> None:
-    """With a current value file a fresh handle's filtered semantic query does not walk (``walks_filtered``): it ranks the rows the file names, the log unread, with the whole-log handle's hits."""
+    """With a current value file a fresh handle's semantic query with a filter few rows pass does not walk (``walks_filtered``): it ranks the rows the file names; one that 1 in 12 pass walks, as without a file. The log unread, the whole-log handle's hits."""
     session(tmp_path)
     for query in ("cat", "red dog"):
         for parts in PARTS:
             with JSONLStore(tmp_path) as store:
-                assert not store.backend.walks_filtered("s")
+                assert walks(store, where) is walked
                 got = search(store, query, "semantic", parts, where)
                 assert not read_whole(store)
             assert got == whole_log_hits(tmp_path, query, "semantic", parts, where)
@@ -324,11 +333,41 @@ def test_semantic_query_ranks_only_the_rows_the_value_file_names(
         for parts in PARTS:
             other.index_embeddings("s", EMBEDDER, parts=parts)
     with JSONLStore(tmp_path) as store:
-        assert store.backend.walks_filtered("s")  # the file is behind the log: walked as before
+        assert walks(store, RARE)  # the file is behind the log: walked as before
         got = search(store, "cat", "semantic", PARTS[1], RARE)
         assert not read_whole(store)
     assert any(fields["step"] == 902 for _, _, fields in got)
     assert got == whole_log_hits(tmp_path, "cat", "semantic", PARTS[1], RARE)
+
+
+def test_a_large_part_is_read_only_for_a_filter_the_sample_does_not_call_common(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter naming a part of the value file larger than ``SAMPLED_PART`` (a field of many distinct values) is judged by the sample of rows first: a common one walks with the part unread, a rare one reads it and ranks the rows it names; the hits are the whole-log handle's."""
+    session(tmp_path)
+    taken: list[str] = []
+    take_path = ValueIndex.take_path
+
+    def noted(index: ValueIndex, path: str, blob: bytes) -> bool:
+        taken.append(path)
+        return take_path(index, path, blob)
+
+    monkeypatch.setattr(ValueIndex, "take_path", noted)
+    monkeypatch.setattr(filter_reads, "SAMPLED_PART", 0)  # every part counts as large
+    common = {"team": {"$in": ["red", "blue"]}}
+    for where, walked, read in ((common, True, []), (RARE, False, ["agent"])):
+        taken.clear()
+        with JSONLStore(tmp_path) as store:
+            assert walks(store, where) is walked
+            got = search(store, "cat", "semantic", PARTS[1], where)
+            assert not read_whole(store)
+        assert taken == read
+        assert got == whole_log_hits(tmp_path, "cat", "semantic", PARTS[1], where)
+    monkeypatch.setattr(filter_reads, "SAMPLED_PART", 1 << 40)  # no part counts as large
+    taken.clear()
+    with JSONLStore(tmp_path) as store:
+        assert walks(store, common)  # read, then many found to pass
+    assert taken == ["team"]
 
 
 def test_records_after_the_file_name_the_rows_they_touch() -> None:

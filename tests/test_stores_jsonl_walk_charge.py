@@ -21,7 +21,7 @@ from test_stores_jsonl_first_filtered import (
 )
 
 from agents.memory import MemoryItem
-from agents.memory.search import EmbedParts
+from agents.memory.search import EmbedParts, Filter
 from agents.memory.stores import JSONLStore
 from agents.memory.stores._jsonl import filter_reads
 
@@ -50,12 +50,12 @@ def test_repeated_rare_walks_read_the_log_whole_then_rank_only_the_passing_rows(
         assert asked(store) > 0
         walks = 1
         while not read_whole(store):
-            assert store.backend.walks_filtered("s")
+            assert store.backend.walks_filtered("s", Filter(RARE).tree, store.count("s") // 16)
             assert search(store, "cat", "semantic", parts, RARE) == want
             walks += 1
             assert walks < 200, "the walks never read the log whole"
         assert walks > 2  # not before the walks cost the floor's rows
-        assert not store.backend.walks_filtered("s")
+        assert not store.backend.walks_filtered("s", Filter(RARE).tree, store.count("s") // 16)
         assert search(store, "cat", "semantic", parts, RARE) == want
     if parts == PARTS[0]:
         assert [(s, f) for _, s, f in want] == memory_hits(tmp_path, "cat", "semantic", RARE)

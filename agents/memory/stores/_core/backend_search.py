@@ -234,14 +234,15 @@ class SearchOperations:
         allowed = self.filter_candidates(session_id, tree)
         return None if allowed is None or len(allowed) > most else allowed
 
-    def walks_filtered(self, session_id: str) -> bool:
-        """Return whether a filtered semantic search should walk its ranking, reading and testing rows, without first asking :meth:`filter_few`.
+    def walks_filtered(self, session_id: str, tree: FilterNode, most: int) -> bool:
+        """Return whether a filtered search should walk its ranking, reading and testing rows, rather than ask :meth:`filter_few` (``tree``, ``most``).
 
         ``True`` where asking which rows of the session may pass costs
         reading every row and reading a row alone is cheap: a JSONL handle
         that has not read the session's log answers its queries from the
-        files beside it and reads the hits by their offsets. By default
-        ``False``.
+        files beside it and reads the hits by their offsets (where a value
+        file beside the log names the rows that pass, only for a filter
+        more than ``most`` rows pass). By default ``False``.
         """
         return False
 

@@ -57,7 +57,15 @@ from agents.memory.stores._jsonl.value_file import TAIL, SessionValueFiles, touc
 from agents.memory.stores._jsonl.vector_backend import LogVectorReads
 from agents.memory.stores._jsonl.vector_file import VectorView
 
-__all__ = ["JUDGED_PER_READ", "MARGIN", "SAMPLE", "WHOLE_AT", "WHOLE_FLOOR", "LogFilterReads"]
+__all__ = [
+    "JUDGED_PER_READ",
+    "MARGIN",
+    "SAMPLE",
+    "SAMPLED_PART",
+    "WHOLE_AT",
+    "WHOLE_FLOOR",
+    "LogFilterReads",
+]
 
 WHOLE_AT: Final = 8
 """Once one in this many of a session's rows have been read by their offsets (at one version of its log), filters are judged from the log read whole."""
@@ -70,6 +78,9 @@ MARGIN: Final = 1.25
 
 WHOLE_FLOOR: Final = 4096
 """...but not before this many have been: a small session is read by offset throughout."""
+
+SAMPLED_PART: Final = 1 << 20
+"""Bytes of a value file's parts a filter names, not read yet, past which a sample of rows first tells whether many pass (``walks_filtered``)."""
 
 JUDGED_PER_READ: Final = 8
 """A walk that asks which of this many rows may pass (``filter_among_rows``), one in ``FEW`` at most passing, costs about what reading one row does.
@@ -124,12 +135,8 @@ class LogFilterReads(LogVectorReads):
             filed = self._from_value_file(session_id, tree)
             if filed is not None:
                 return None if len(filed) > most else filed
-            offsets = self._by_offset(session_id, SAMPLE)
-            if isinstance(offsets, VectorView) and offsets.count:
-                sample = offsets.spread(SAMPLE)
-                judged = self._judged_by_offset(session_id, offsets, tree, sample, data=False)
-                if judged is not None and len(judged) * offsets.count > MARGIN * most * len(sample):
-                    return None  # many pass: the query walks its ranking
+            if self._many_in_sample(session_id, tree, most):
+                return None  # many pass: the query walks its ranking
             log = self._logs.current(session_id)
             if log is None:
                 return set()
@@ -227,14 +234,28 @@ class LogFilterReads(LogVectorReads):
                 may.update(seq for seq, _ in again)
         return may
 
-    def walks_filtered(self, session_id: str) -> bool:
-        """Return whether this handle judges filters from the rows it reads by their offsets (:meth:`_by_offset`) and the session has no value file current with the log (a read-only handle: whether or not it has): asking which rows of the session pass would read the log whole.
+    def _many_in_sample(self, session_id: str, tree: FilterNode, most: int) -> bool:
+        """Return whether, while this handle judges rows by their offsets, a sample of :data:`SAMPLE` rows spread over the vector file's says clearly more than ``most`` of the session's would pass ``tree`` at its rate (:data:`MARGIN` times); the caller holds the lock."""
+        offsets = self._by_offset(session_id, SAMPLE)
+        if not isinstance(offsets, VectorView) or not offsets.count:
+            return False
+        sample = offsets.spread(SAMPLE)
+        judged = self._judged_by_offset(session_id, offsets, tree, sample, data=False)
+        return judged is not None and len(judged) * offsets.count > MARGIN * most * len(sample)
 
-        With a current value file (:meth:`_from_value_file`), a filtered
-        semantic query asks ``filter_few`` first and ranks only the rows
-        the file names where few pass (at 100,000 steps a filter no row
-        passes: 7 ms of CPU, where the walk read an eighth of the rows by
-        offset and then the log, 3.5-3.7 s).
+    def walks_filtered(self, session_id: str, tree: FilterNode, most: int) -> bool:
+        """Return whether a filtered semantic query should walk its ranking rather than ask ``filter_few(session_id, tree, most)``: this handle judges rows by their offsets (:meth:`_by_offset`) and the session's value file does not tell cheaply that ``most`` at most pass.
+
+        Without a value file current with the log (and on a read-only
+        handle, which never asks ``filter_few``), asking which rows pass
+        would read the log whole: the query walks. With one
+        (:meth:`_from_value_file`), the file's parts that ``tree`` names are
+        read and the query walks where more than ``most`` pass (at 100,000
+        steps a filter no row passes: 7 ms of CPU, where the walk read an
+        eighth of the rows by offset and then the log, 3.5-3.7 s); a part
+        larger than :data:`SAMPLED_PART` (a field of many distinct values:
+        100,000 floats cost 50-75 ms to read) is read only where the sample
+        of rows (:meth:`_many_in_sample`) does not already say many pass.
         """
         with self._files.locked(exclusive=False):
             offsets = self._by_offset(session_id)
@@ -243,7 +264,13 @@ class LogFilterReads(LogVectorReads):
             if self.read_only:
                 return True  # a read-only search asks no filter_few: it walks
             path = self._files.log_path(session_id)
-            return not self._value_files.current(session_id, path, offsets.header, offsets.offset)
+            if not self._value_files.current(session_id, path, offsets.header, offsets.offset):
+                return True
+            unread = self._value_files.unread_bytes(session_id, tree)
+            if unread > SAMPLED_PART and self._many_in_sample(session_id, tree, most):
+                return True
+            filed = self._from_value_file(session_id, tree)  # kept: filter_few asks it next
+            return filed is None or len(filed) > most
 
     def _read_by_offset(
         self, session_id: str, offsets: Offsets, rows: Sequence[tuple[int, bytes]]

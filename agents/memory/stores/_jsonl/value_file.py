@@ -144,6 +144,16 @@ class SessionValueFiles:
             os.close(fd)
         return kept is not None and kept.head["offset"] == end
 
+    def unread_bytes(self, session_id: str, tree: FilterNode) -> int:
+        """Return the bytes of the file's parts that ``tree``'s paths name and this handle has not read yet (0 where no file was checked: :meth:`current`)."""
+        kept = self._kept.get(session_id)
+        if kept is None:
+            return 0
+        places = kept.head["paths"]
+        assert type(places) is dict  # checked
+        unread = (places.get(path) for path in ValueIndex.paths_of(tree) - kept.taken)
+        return sum(place[1] for place in unread if place is not None)
+
     def _checked(
         self, session_id: str, fd: int, log_path: str, header: bytes, end: int
     ) -> _Kept | None:

@@ -399,7 +399,8 @@ class VectorSearch:
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
             # A backend where asking which rows pass reads them all walks the ranking at once.
             with self._engine.errors("search", sid):
-                walks = self._backend.walks_filtered(sid)
+                most = self._backend.count(sid) // FEW
+                walks = self._backend.walks_filtered(sid, keep.tree, most)
             few = None if walks else _few(self._engine, sid, keep)
             if few is not None:  # few rows may pass: score only their vectors
                 cosines = self._cosines_of(sid, embedder, fields, query, few, parts)
@@ -817,8 +818,9 @@ def _fewer(engine: Engine, sid: str, keep: Filter) -> Callable[[], list[int] | N
     JSONL handle judging rows by their offsets would read its whole log to
     answer): the walk goes deeper instead, as it reads rows by offset.
     """
+    backend = engine.backend
     with engine.errors("search", sid):
-        if engine.backend.walks_filtered(sid):
+        if backend.walks_filtered(sid, keep.tree, backend.count(sid) // HYBRID_FEW):
             return None
     return functools.partial(_few, engine, sid, keep, share=HYBRID_FEW)
 
