@@ -123,12 +123,16 @@ class CompactVectors:
         self.scale = scale
         self.slack = slack
         self.used = len(coded)
-        self.ref_row = np.zeros(0, dtype=np.int64)  # the row of each part, item after item
-        self.refs = 0
+        # The row of each part laid out, item after item (lay_out_items); the parts coded since
+        # (``changed``) each hold a new row of their own, in order: not stored (see part_rows).
+        self.ref_row = np.zeros(0, dtype=np.int64)
+        self.refs = 0  # the parts: those laid out, then those coded since
+        self._laid_rows = 0  # the rows in use as the items were laid out
         self.start = np.zeros(0, dtype=np.int64)  # each slot's first place in ref_row
         self.key_at = np.zeros(0, dtype=np.int64)
         self.alive = np.zeros(0, dtype=bool)
-        self.slot_of: dict[int, int] = {}
+        # The slot of each live item by key, as made so far (slot_of); None: not made yet.
+        self.slot_map: dict[int, int] | None = {}
         self.changes = 0  # the items changed (``changed``) since the table was built or loaded
         self.screens = True  # as a compacted table: nothing for VectorCache to compact
         self.screen = None
@@ -143,10 +147,42 @@ class CompactVectors:
     def lay_out_items(self, start: Any, key_at: Any, ref_row: Any) -> None:
         """Lay out the items: ``start`` the first place in ``ref_row`` of each item's parts (ascending), ``key_at`` each item's key, ``ref_row`` the coded row of each part."""
         np = numpy()
-        self.ref_row, self.refs = ref_row, len(ref_row)
+        self.ref_row, self.refs, self._laid_rows = ref_row, len(ref_row), self.used
         self.start, self.key_at = start, key_at
         self.alive = np.ones(len(start), dtype=bool)
-        self.slot_of = {key: slot for slot, key in enumerate(self.key_at.tolist())}
+        self.slot_map = None
+
+    @property
+    def slot_of(self) -> dict[int, int]:
+        """The slot of each live item, by key: made when first asked for (a loaded table's first semantic query needs none: 100,000 items, 11-17 ms)."""
+        if self.slot_map is None:
+            slots = len(self.key_at)
+            live = numpy().flatnonzero(self.alive[:slots])
+            self.slot_map = dict(zip(self.key_at[live].tolist(), live.tolist(), strict=True))
+        return self.slot_map
+
+    def part_rows(self) -> Any:
+        """Return the coded row of each part, item after item: those laid out, then the parts coded since (a new row each, in order)."""
+        np = numpy()
+        coded_since = np.arange(self._laid_rows, self.used, dtype=np.int64)
+        return np.concatenate([self.ref_row, coded_since]) if len(coded_since) else self.ref_row
+
+    def _per_part(self, np: Any, values: Any) -> Any:
+        """Return each part's value of ``values`` (a value a row in use), item after item: those laid out gathered, those coded since in their rows' order (no gather)."""
+        laid = len(self.ref_row)
+        if self.refs == laid:
+            return values[self.ref_row]
+        out = np.empty(self.refs, dtype=values.dtype)
+        # "clip": not buffered as "raise" is with ``out``; every row laid out is in range (a
+        # built table's are, a loaded file's are checked as it loads).
+        np.take(values, self.ref_row, out=out[:laid], mode="clip")
+        out[laid:] = values[self._laid_rows : self.used]
+        return out
+
+    @property
+    def items(self) -> int:
+        """The live items (those :attr:`slot_of` holds), counted without it."""
+        return int(self.alive[: len(self.key_at)].sum())
 
     @property
     def nbytes(self) -> int:
@@ -165,9 +201,8 @@ class CompactVectors:
         coded = (coded[0] if len(coded) == 1 else np.concatenate(coded)) * self.scale[:used]
         # The query's length (1 within rounding) scales the slack: Cauchy-Schwarz.
         slack = self.slack[:used] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
-        refs = self.ref_row[: self.refs]
-        upper = np.maximum.reduceat((coded + slack)[refs], self.start[:slots])
-        lower = np.maximum.reduceat((coded - slack)[refs], self.start[:slots])
+        upper = np.maximum.reduceat(self._per_part(np, coded + slack), self.start[:slots])
+        lower = np.maximum.reduceat(self._per_part(np, coded - slack), self.start[:slots])
         dead = ~self.alive[:slots]
         upper[dead] = lower[dead] = -np.inf
         return upper, lower
@@ -182,11 +217,11 @@ class CompactVectors:
         vectors; every item among the best ``limit`` is one of them.
         """
         np = numpy()
-        if not self.slot_of:
+        alive = self.items
+        if not alive:
             return {}
         wanted = [key for key in among if key in self.slot_of]
         upper, lower = self._bounds(np, query)
-        alive = int(self.alive[: len(self.key_at)].sum())
         if limit is None or limit >= alive:
             chosen = np.flatnonzero(upper > -np.inf)
         else:
@@ -227,7 +262,7 @@ class CompactVectors:
         starts = np.zeros(len(order), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         places = np.repeat(self.start[order] - starts, lengths) + np.arange(int(lengths.sum()))
-        refs = self.ref_row[places]
+        refs = self.part_rows()[places]
         marked = np.zeros(self.used, dtype=bool)
         marked[refs] = True  # the rows a live item uses (no sort: a mark a row)
         kept = np.flatnonzero(marked)
@@ -261,11 +296,17 @@ class CompactVectors:
         table = copy.copy(self)
         table.changes = self.changes + len(keys)
         table.alive = self.alive.copy()
-        table.slot_of = dict(self.slot_of)
-        for key in keys:
-            slot = table.slot_of.pop(key, None)
-            if slot is not None:
-                table.alive[slot] = False
+        slot_of = self.slot_map
+        if slot_of is None:  # not made yet (a loaded table's catch-up): the slots found without it
+            slots = len(self.key_at)
+            gone = np.isin(self.key_at[:slots], np.asarray(list(keys), dtype=np.int64))
+            table.alive[:slots] &= ~gone
+        else:
+            table.slot_map = slot_of = dict(slot_of)
+            for key in keys:
+                slot = slot_of.pop(key, None)
+                if slot is not None:
+                    table.alive[slot] = False
         blocks = [
             (key, np.asarray(vectors[key], dtype=np.float32)) for key in keys if key in vectors
         ]
@@ -281,16 +322,15 @@ class CompactVectors:
         table.scale = _room(np, self.scale, self.used, scale.ravel())
         table.used = self.used + rows
         sizes = [len(block) for _, block in blocks]
-        new_refs = np.arange(self.used, self.used + rows, dtype=np.int64)
-        table.ref_row = _room(np, self.ref_row, self.refs, new_refs)
-        table.refs = self.refs + rows
+        table.refs = self.refs + rows  # each new part its new row, in order (part_rows)
         slots = len(self.key_at)
         firsts = self.refs + np.cumsum([0, *sizes[:-1]])
         table.start = np.concatenate([self.start[:slots], firsts.astype(np.int64)])
         new_keys = np.asarray([key for key, _ in blocks], dtype=np.int64)
         table.key_at = np.concatenate([self.key_at[:slots], new_keys])
         table.alive = np.concatenate([table.alive[:slots], np.ones(len(blocks), dtype=bool)])
-        table.slot_of.update((key, slots + at) for at, (key, _) in enumerate(blocks))
+        if slot_of is not None:
+            slot_of.update((key, slots + at) for at, (key, _) in enumerate(blocks))
         return table
 
 
