@@ -177,11 +177,17 @@ class CodedFile:
         return self.path is not None and saved_tag(self.path) == self.tag
 
     def save(self, table: CompactVectors) -> None:
-        """Save ``table``, just built, where the backend saves them (:attr:`Backend.saves_vector_snapshots`), and tell it (:meth:`Backend.vector_snapshot_saved`); a file that cannot be written leaves fresh handles to build it."""
-        if self.path is not None and self._backend.saves_vector_snapshots:
+        """Save ``table``, just built, where the backend saves them (:attr:`Backend.saves_vector_snapshots`), and tell it (:meth:`Backend.vector_snapshot_saved`); a file that cannot be written leaves fresh handles to build it (the backend is told: :meth:`Backend.vector_snapshot_unsaved`)."""
+        if self.path is None or not self._backend.saves_vector_snapshots:
+            return
+        try:
+            written = save_coded(self.path, table, self.tag, self.key())
+        except OSError as exc:
+            self._backend.vector_snapshot_unsaved(self.path, exc)
+            return
+        if written:
             with contextlib.suppress(OSError):
-                if save_coded(self.path, table, self.tag, self.key()):
-                    self._backend.vector_snapshot_saved(self.path)
+                self._backend.vector_snapshot_saved(self.path)
 
 
 def coded_name(session_id: str, fields: str) -> str:
