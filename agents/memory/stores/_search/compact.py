@@ -128,6 +128,7 @@ class CompactVectors:
         self.ref_row = np.zeros(0, dtype=np.int64)
         self.refs = 0  # the parts: those laid out, then those coded since
         self._laid_rows = 0  # the rows in use as the items were laid out
+        self._laid_slots = 0  # the slots laid out
         self.start = np.zeros(0, dtype=np.int64)  # each slot's first place in ref_row
         self.key_at = np.zeros(0, dtype=np.int64)
         self.alive = np.zeros(0, dtype=bool)
@@ -148,6 +149,7 @@ class CompactVectors:
         """Lay out the items: ``start`` the first place in ``ref_row`` of each item's parts (ascending), ``key_at`` each item's key, ``ref_row`` the coded row of each part."""
         np = numpy()
         self.ref_row, self.refs, self._laid_rows = ref_row, len(ref_row), self.used
+        self._laid_slots = len(start)
         self.start, self.key_at = start, key_at
         self.alive = np.ones(len(start), dtype=bool)
         self.slot_map = None
@@ -167,17 +169,17 @@ class CompactVectors:
         coded_since = np.arange(self._laid_rows, self.used, dtype=np.int64)
         return np.concatenate([self.ref_row, coded_since]) if len(coded_since) else self.ref_row
 
-    def _per_part(self, np: Any, values: Any) -> Any:
-        """Return each part's value of ``values`` (a value a row in use), item after item: those laid out gathered, those coded since in their rows' order (no gather)."""
-        laid = len(self.ref_row)
-        if self.refs == laid:
-            return values[self.ref_row]
-        out = np.empty(self.refs, dtype=values.dtype)
-        # "clip": not buffered as "raise" is with ``out``; every row laid out is in range (a
-        # built table's are, a loaded file's are checked as it loads).
-        np.take(values, self.ref_row, out=out[:laid], mode="clip")
-        out[laid:] = values[self._laid_rows : self.used]
-        return out
+    def _best(self, np: Any, values: Any) -> Any:
+        """Return each slot's highest of ``values`` (a value a row in use) over its parts: the slots laid out over their gathered rows, those coded since over their rows as they lie (no gather, no copy of the others')."""
+        laid, slots = self._laid_slots, len(self.key_at)
+        best = np.maximum.reduceat(values[self.ref_row], self.start[:laid]) if laid else values[:0]
+        if slots == laid:
+            return best
+        # A slot coded since holds the new rows from its first place on (see part_rows).
+        since = self.start[laid:slots] - len(self.ref_row)
+        return np.concatenate(
+            [best, np.maximum.reduceat(values[self._laid_rows : self.used], since)]
+        )
 
     @property
     def items(self) -> int:
@@ -201,8 +203,7 @@ class CompactVectors:
         coded = (coded[0] if len(coded) == 1 else np.concatenate(coded)) * self.scale[:used]
         # The query's length (1 within rounding) scales the slack: Cauchy-Schwarz.
         slack = self.slack[:used] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
-        upper = np.maximum.reduceat(self._per_part(np, coded + slack), self.start[:slots])
-        lower = np.maximum.reduceat(self._per_part(np, coded - slack), self.start[:slots])
+        upper, lower = self._best(np, coded + slack), self._best(np, coded - slack)
         dead = ~self.alive[:slots]
         upper[dead] = lower[dead] = -np.inf
         return upper, lower
