@@ -37,6 +37,13 @@ ms): a reader that caught up as many changed items as a writer's close
 codes the session for (``rebuild_rows``) saves the table back there, and
 the next reader loads a current file.
 
+``--numpy-first`` imports numpy before the store opens and reports its
+import apart (``numpy import cpu ms``): a SQLite store imports it as it
+opens where sqlite-vec is installed, a PostgreSQL store at its first
+semantic or hybrid query (80-140 ms of CPU on this machine), a cost of
+the process's first query rather than of the session's (an agent that
+uses numpy already pays none).
+
 ``--hashes`` prints instead the CPU throughput of an HMAC over 8 MiB
 chunks with each hash of the standard library fit for it (GB/s, best of
 five over 64 MiB), and the ms each would take over a 299 MB body (the
@@ -158,6 +165,9 @@ def main() -> None:
         "--readers", type=int, default=1, help="fresh reader handles, one after the other"
     )
     parser.add_argument("--hashes", action="store_true", help="each hash's HMAC speed only")
+    parser.add_argument(
+        "--numpy-first", action="store_true", help="import numpy before opening (timed apart)"
+    )
     args = parser.parse_args()
     if args.hashes:
         hash_speeds()
@@ -177,6 +187,11 @@ def main() -> None:
             sys.exit(f"{path} is missing: write it with bench_search_costs.py --first-parts parts")
         url = f"sqlite://{path}{args.store_options}"
     out: dict[str, object] = {"load": Path("/proc/loadavg").read_text().split()[0]}
+    if args.numpy_first:
+        cpu = time.process_time()
+        import numpy  # noqa: F401 (imported for its cost, timed apart)
+
+        out["numpy import cpu ms"] = round(1000 * (time.process_time() - cpu))
     if args.writer:
         out["writer steps"] = args.writer_steps
         out.update(write_one(url, sid, embedder, args.writer_steps))
