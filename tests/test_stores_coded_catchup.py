@@ -312,6 +312,48 @@ def test_a_change_finds_its_slots_alike_with_or_without_the_slot_map(
         assert lazy.scores(query, limit) == made.scores(query, limit)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    among=st.lists(
+        st.one_of(st.sampled_from([-1, 0, 1, 2, 78, 79, 80]), st.integers(-3, 90)), max_size=12
+    ),
+    changed=st.booleans(),
+)
+def test_a_tables_items_are_found_alike_with_or_without_the_slot_map(
+    seed: int, among: list[int], changed: bool
+) -> None:
+    """``scores(among=)`` and ``scores_of`` find the items asked for in the keys laid out while the slot map is not made (a loaded table's first hybrid query), as the map would: the same floats."""
+    rng = np.random.default_rng(seed)
+    width = 16
+
+    def unit(rows: int) -> Any:
+        block = rng.standard_normal((rows, width)).astype(np.float32)
+        return block / np.linalg.norm(block, axis=1, keepdims=True)
+
+    model = {key: unit(int(rng.integers(1, 4))) for key in range(0, 80, 2)}
+
+    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
+        return {key: float((model[key] @ query).max()) for key in keys if key in model}
+
+    keys = [key for key in sorted(model) for _ in model[key]]
+    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
+    lazy = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
+    made = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
+    assert lazy is not None
+    assert made is not None
+    if changed:  # an item re-coded: the lookup goes through the map on both sides
+        model[4] = unit(2)
+        lazy, made = lazy.changed([4], {4: model[4]}), made.changed([4], {4: model[4]})
+    made.slot_of  # noqa: B018 (made now)
+    query = unit(1)[0]
+    for limit in (1, 3, None):
+        assert lazy.scores(query, limit, among) == made.scores(query, limit, among)
+    assert lazy.scores_of(query, among) == made.scores_of(query, among)
+    assert lazy.slot_map is None or changed  # not made by the lookups
+    assert lazy.slot_of == made.slot_of
+
+
 def live_bounds(table: CompactVectors, query: Any) -> dict[int, tuple[float, float]]:
     """Return each live item's upper and lower bound with ``query``, by key."""
     upper, lower = table._bounds(np, query)

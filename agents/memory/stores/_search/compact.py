@@ -129,6 +129,7 @@ class CompactVectors:
         self.refs = 0  # the parts: those laid out, then those coded since
         self._laid_rows = 0  # the rows in use as the items were laid out
         self._laid_slots = 0  # the slots laid out
+        self._ascending = True  # the keys laid out ascend (all a built or loaded table's do)
         self.start = np.zeros(0, dtype=np.int64)  # each slot's first place in ref_row
         self.key_at = np.zeros(0, dtype=np.int64)
         self.alive = np.zeros(0, dtype=bool)
@@ -150,6 +151,7 @@ class CompactVectors:
         np = numpy()
         self.ref_row, self.refs, self._laid_rows = ref_row, len(ref_row), self.used
         self._laid_slots = len(start)
+        self._ascending = bool((np.diff(key_at) > 0).all())
         self.start, self.key_at = start, key_at
         self.alive = np.ones(len(start), dtype=bool)
         self.slot_map = None
@@ -180,6 +182,22 @@ class CompactVectors:
         return np.concatenate(
             [best, np.maximum.reduceat(values[self._laid_rows : self.used], since)]
         )
+
+    def _held(self, keys: Iterable[int]) -> list[int]:
+        """Return those of ``keys`` a live item holds, in their order: found among the keys laid out (ascending) while the slot map is not made and no item changed since (a loaded table's first hybrid query: no map of 100,000 keys made for a few hundred), else in the map."""
+        asked = list(keys)
+        if not asked:
+            return []
+        if self.slot_map is None and len(self.key_at) == self._laid_slots and self._ascending:
+            np = numpy()
+            if all(type(key) is int and -(2**63) <= key < 2**63 for key in asked):
+                laid = self.key_at
+                want = np.asarray(asked, dtype=np.int64)
+                at = np.minimum(np.searchsorted(laid, want), max(len(laid) - 1, 0))
+                found = (laid[at] == want).tolist() if len(laid) else [False] * len(asked)
+                return [key for key, hit in zip(asked, found, strict=True) if hit]
+        slot_of = self.slot_of
+        return [key for key in asked if key in slot_of]
 
     @property
     def items(self) -> int:
@@ -221,7 +239,7 @@ class CompactVectors:
         alive = self.items
         if not alive:
             return {}
-        wanted = [key for key in among if key in self.slot_of]
+        wanted = self._held(among)
         upper, lower = self._bounds(np, query)
         if limit is None or limit >= alive:
             chosen = np.flatnonzero(upper > -np.inf)
@@ -237,7 +255,7 @@ class CompactVectors:
 
     def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
         """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key (read exactly)."""
-        wanted = sorted({key for key in keys if key in self.slot_of})
+        wanted = sorted(set(self._held(keys)))
         return self._cosines_of(query, wanted) if wanted else {}
 
     def every_score(self, query: Any) -> tuple[Any, Any]:
