@@ -306,6 +306,10 @@ def test_a_change_finds_its_slots_alike_with_or_without_the_slot_map(
         assert (lazy.alive == made.alive).all()
         assert lazy.key_at.tolist() == made.key_at.tolist()
     assert lazy.slot_of == made.slot_of
+    zero = np.zeros(width, dtype=np.float32)  # read through part_rows: the parts coded since too
+    keys, every = lazy.every_score(zero)
+    assert keys.tolist() == sorted(model)
+    assert every.tolist() == [0.0] * len(model)
     query = unit(1)[0]
     assert live_bounds(lazy, query) == live_bounds(made, query)
     for limit in (1, 5, None):
