@@ -36,6 +36,19 @@ four queries and then its close with the saves it starts (wall and CPU
 ms): a reader that caught up as many changed items as a writer's close
 codes the session for (``rebuild_rows``) saves the table back there, and
 the next reader loads a current file.
+
+``--numpy-first`` imports numpy before the store opens and reports its
+import apart (``numpy import cpu ms``): a SQLite store imports it as it
+opens where sqlite-vec is installed, a PostgreSQL store at its first
+semantic or hybrid query (80-140 ms of CPU on this machine), a cost of
+the process's first query rather than of the session's (an agent that
+uses numpy already pays none).
+
+``--hashes`` prints instead the CPU throughput of an HMAC over 8 MiB
+chunks with each hash of the standard library fit for it (GB/s, best of
+five over 64 MiB), and the ms each would take over a 299 MB body (the
+coded file of 100,000 steps cut into parts): what choosing another hash
+for the coded file's HMAC would save on this CPU.
 """
 
 from __future__ import annotations
@@ -108,6 +121,34 @@ def closed(store: Store) -> None:
             thread.join()
 
 
+def hash_speeds() -> None:
+    """Print each standard-library hash's HMAC throughput on this CPU (see ``--hashes``)."""
+    import hmac
+
+    data = memoryview(os.urandom(64 << 20))
+    key = os.urandom(32)
+    out: dict[str, object] = {"load": Path("/proc/loadavg").read_text().split()[0]}
+    for name in (
+        "sha256",
+        "sha1",
+        "sha224",
+        "sha512",
+        "sha512_256",
+        "blake2b",
+        "blake2s",
+        "sha3_256",
+    ):
+        best = float("inf")
+        for _ in range(5):
+            cpu = time.process_time()
+            for at in range(0, len(data), 8 << 20):
+                hmac.new(key, data[at : at + (8 << 20)], name).digest()
+            best = min(best, time.process_time() - cpu)
+        speed = len(data) / best
+        out[name] = {"GB/s": round(speed / 1e9, 2), "ms over 299 MB": round(299e6 / speed * 1000)}
+    print(json.dumps(out), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
@@ -123,7 +164,14 @@ def main() -> None:
     parser.add_argument(
         "--readers", type=int, default=1, help="fresh reader handles, one after the other"
     )
+    parser.add_argument("--hashes", action="store_true", help="each hash's HMAC speed only")
+    parser.add_argument(
+        "--numpy-first", action="store_true", help="import numpy before opening (timed apart)"
+    )
     args = parser.parse_args()
+    if args.hashes:
+        hash_speeds()
+        return
     parts = EmbedParts() if args.parts == "parts" else EmbedParts.WHOLE
     sid = f"first-{args.items}" + ("-parts" if args.parts == "parts" else "")
     embedder = HashingEmbedder(256)
@@ -139,6 +187,11 @@ def main() -> None:
             sys.exit(f"{path} is missing: write it with bench_search_costs.py --first-parts parts")
         url = f"sqlite://{path}{args.store_options}"
     out: dict[str, object] = {"load": Path("/proc/loadavg").read_text().split()[0]}
+    if args.numpy_first:
+        cpu = time.process_time()
+        import numpy  # noqa: F401 (imported for its cost, timed apart)
+
+        out["numpy import cpu ms"] = round(1000 * (time.process_time() - cpu))
     if args.writer:
         out["writer steps"] = args.writer_steps
         out.update(write_one(url, sid, embedder, args.writer_steps))

@@ -225,6 +225,139 @@ def test_a_file_changed_just_now_is_hashed_at_each_load(
     assert len(hashed) == 2
 
 
+def test_a_loaded_tables_catch_up_copies_no_scales_and_makes_no_slot_map(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded file's scales and slacks are read into arrays with room: a catch-up codes its rows' there (no copy of the file's million), and neither the load nor the catch-up makes the slot map (made only when asked for, the same)."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    stale_by(url, steps(60, 41), 5, monkeypatch)
+    with open_store(url) as store:
+        version = store.backend.vectors_version("s", FIELDS)
+        file = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64)
+        loaded = file.load(1 << 30, EmbedParts(), lambda query, keys: {})
+    assert loaded is not None
+    table = loaded[0]
+    scales, slacks = table.scale[: table.used].copy(), table.slack[: table.used].copy()
+    keys = table.key_at.tolist()
+    rng = np.random.default_rng(5)
+    vectors = {key: rng.standard_normal((2, 64)).astype(np.float32) / 8 for key in (keys[3], 999)}
+    caught = table.changed([keys[3], keys[7], 999], vectors)
+    assert np.shares_memory(caught.scale, table.scale)
+    assert np.shares_memory(caught.slack, table.slack)
+    assert caught.ref_row is table.ref_row  # the file's part rows, mapped: the new parts' implied
+    assert caught.part_rows().tolist() == [*table.ref_row.tolist(), *range(table.used, caught.used)]
+    assert caught.used == table.used + 4
+    assert (table.scale[: table.used] == scales).all()  # the loaded table sees none of them
+    assert (table.slack[: table.used] == slacks).all()
+    assert table.slot_map is None  # made by neither
+    assert caught.slot_map is None
+    assert caught.items == len(keys)  # one dropped, one added
+    live = {key: slot for slot, key in enumerate(keys) if key != keys[7]}
+    live.update({keys[3]: len(keys), 999: len(keys) + 1})
+    assert caught.slot_of == live
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    rounds=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 45), max_size=10, unique=True),
+            st.lists(st.integers(0, 45), max_size=5, unique=True),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_a_change_finds_its_slots_alike_with_or_without_the_slot_map(
+    seed: int, rounds: list[tuple[list[int], list[int], bool]]
+) -> None:
+    """``changed`` on a table whose slot map is not made yet marks the same slots dead and gives the same slot map, bounds and scores as on one whose map is made."""
+    rng = np.random.default_rng(seed)
+    width = 16
+
+    def unit(rows: int) -> Any:
+        block = rng.standard_normal((rows, width)).astype(np.float32)
+        return block / np.linalg.norm(block, axis=1, keepdims=True)
+
+    model = {key: unit(int(rng.integers(1, 4))) for key in range(40)}
+
+    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
+        return {key: float((model[key] @ query).max()) for key in keys if key in model}
+
+    keys = [key for key in sorted(model) for _ in model[key]]
+    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
+    lazy = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
+    assert lazy is not None
+    made = lazy.live()
+    for changed, dropped, ask in rounds:
+        made.slot_of  # noqa: B018 (made now: the path that updates a map)
+        for key in changed:
+            model[key] = unit(int(rng.integers(1, 4)))
+        for key in dropped:
+            model.pop(key, None)
+        touched = sorted({*changed, *dropped})
+        vectors = {key: model[key] for key in touched if key in model}
+        lazy, made = lazy.changed(touched, vectors), made.changed(touched, vectors)
+        assert lazy.items == made.items == len(made.slot_of) == len(model)
+        if ask:  # the map made on the lazy side too, now and then: later changes update it
+            assert lazy.slot_of == made.slot_of
+        assert (lazy.alive == made.alive).all()
+        assert lazy.key_at.tolist() == made.key_at.tolist()
+    assert lazy.slot_of == made.slot_of
+    zero = np.zeros(width, dtype=np.float32)  # read through part_rows: the parts coded since too
+    keys, every = lazy.every_score(zero)
+    assert keys.tolist() == sorted(model)
+    assert every.tolist() == [0.0] * len(model)
+    query = unit(1)[0]
+    assert live_bounds(lazy, query) == live_bounds(made, query)
+    for limit in (1, 5, None):
+        assert lazy.scores(query, limit) == made.scores(query, limit)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    among=st.lists(
+        st.one_of(st.sampled_from([-1, 0, 1, 2, 78, 79, 80]), st.integers(-3, 90)), max_size=12
+    ),
+    changed=st.booleans(),
+)
+def test_a_tables_items_are_found_alike_with_or_without_the_slot_map(
+    seed: int, among: list[int], changed: bool
+) -> None:
+    """``scores(among=)`` and ``scores_of`` find the items asked for in the keys laid out while the slot map is not made (a loaded table's first hybrid query), as the map would: the same floats."""
+    rng = np.random.default_rng(seed)
+    width = 16
+
+    def unit(rows: int) -> Any:
+        block = rng.standard_normal((rows, width)).astype(np.float32)
+        return block / np.linalg.norm(block, axis=1, keepdims=True)
+
+    model = {key: unit(int(rng.integers(1, 4))) for key in range(0, 80, 2)}
+
+    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
+        return {key: float((model[key] @ query).max()) for key in keys if key in model}
+
+    keys = [key for key in sorted(model) for _ in model[key]]
+    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
+    lazy = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
+    made = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
+    assert lazy is not None
+    assert made is not None
+    if changed:  # an item re-coded: the lookup goes through the map on both sides
+        model[4] = unit(2)
+        lazy, made = lazy.changed([4], {4: model[4]}), made.changed([4], {4: model[4]})
+    made.slot_of  # noqa: B018 (made now)
+    query = unit(1)[0]
+    for limit in (1, 3, None):
+        assert lazy.scores(query, limit, among) == made.scores(query, limit, among)
+    assert lazy.scores_of(query, among) == made.scores_of(query, among)
+    assert lazy.slot_map is None or changed  # not made by the lookups
+    assert lazy.slot_of == made.slot_of
+
+
 def live_bounds(table: CompactVectors, query: Any) -> dict[int, tuple[float, float]]:
     """Return each live item's upper and lower bound with ``query``, by key."""
     upper, lower = table._bounds(np, query)

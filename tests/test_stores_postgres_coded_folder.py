@@ -41,7 +41,11 @@ from test_stores_compact_vectors import (  # noqa: E402  # after the skip: it ne
 )
 
 from agents.memory import MemoryItem  # noqa: E402
-from agents.memory.exceptions import InvalidStoreURLError, StoreArgumentError  # noqa: E402
+from agents.memory.exceptions import (  # noqa: E402
+    InvalidStoreURLError,
+    StoreArgumentError,
+    VectorCacheWarning,
+)
 from agents.memory.search import EmbedParts  # noqa: E402
 from agents.memory.stores import PostgresStore, open_store  # noqa: E402
 from agents.memory.stores._postgres.coded_folder import (  # noqa: E402
@@ -438,7 +442,7 @@ class _FullDisk:
 def test_a_cache_folder_that_cannot_be_written_leaves_queries_right(
     harm: str, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A cache folder that cannot be made (a file where a folder should be) or a disk that fills up: writes, a writer's close and queries go on without error, with Memory.search's hits, and no file is left."""
+    """A cache folder that cannot be made (a file where a folder should be) or a disk that fills up: writes, a writer's close and queries go on without error, with Memory.search's hits, and no file is left; one VectorCacheWarning, naming the folder and the fix, tells of it (once for the process, over every handle)."""
     blocked = tmp_path / "blocked"
     blocked.write_text("not a folder")
     cache = blocked / "cache" if harm == "a file in the way" else tmp_path / "cache"
@@ -446,15 +450,37 @@ def test_a_cache_folder_that_cannot_be_written_leaves_queries_right(
     if harm == "a full disk":
         monkeypatch.setattr(snapshot, "os", _FullDisk())
     items = steps(80, 9)
-    write_and_close(postgres_url, items, monkeypatch)
-    for _ in range(2):  # a fresh handle each time: none has a file to load
-        with open_store(postgres_url) as store:
-            coded_budget(store, items, monkeypatch)
-            for query, mode in [(QUERIES[0], "semantic"), (QUERIES[1], "hybrid")] * 2:
-                assert found(store, query, 6, mode) == expected(items, query, 6, mode, None)
-            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
-    closed_saves()
+
+    def run() -> None:
+        write_and_close(postgres_url, items, monkeypatch)
+        for _ in range(2):  # a fresh handle each time: none has a file to load
+            with open_store(postgres_url) as store:
+                coded_budget(store, items, monkeypatch)
+                for query, mode in [(QUERIES[0], "semantic"), (QUERIES[1], "hybrid")] * 2:
+                    assert found(store, query, 6, mode) == expected(items, query, 6, mode, None)
+                assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        closed_saves()
+
+    with pytest.warns(VectorCacheWarning) as told:
+        run()
+    [warning] = [w for w in told if issubclass(w.category, VectorCacheWarning)]
+    text = str(warning.message)
+    assert repr(str(cache / "postgres")) in text
+    assert "KVMEMORY_CACHE_DIR" in text
+    assert "vector_cache='off'" in text
+    assert ("Not a directory" if harm == "a file in the way" else "No space left") in text
     assert files_under(tmp_path / "cache") == []
+
+
+def test_a_writable_cache_folder_gives_no_warning(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that is made and written warns of nothing (warnings are errors here): saves, loads and a writer's close."""
+    monkeypatch.setenv("KVMEMORY_CACHE_DIR", str(tmp_path / "cache"))
+    items = steps(70, 12)
+    write_and_close(postgres_url, items, monkeypatch)
+    assert first_loads(postgres_url, items, monkeypatch)
+    closed_saves()
 
 
 def hexes(at: int) -> str:
@@ -565,6 +591,40 @@ def test_a_file_that_cannot_be_removed_stays_and_the_next_goes(
     trim_folder(str(tmp_path), 200, str(newer))
     assert files_under(tmp_path) == sorted([held, newer])
     assert not gone.exists()
+
+
+def test_the_cache_cap_is_an_option_too(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vector_cache_max_bytes`` (an argument, a URL option) caps the folder as ``KVMEMORY_CACHE_MAX_BYTES`` does, and wins over it: 0 keeps no file, a large cap keeps the one saved."""
+    items = steps(70, 13)
+    written(f"{postgres_url}&vector_cache=off", items)
+    monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", "0")
+    kept = tmp_path / "kept"
+    with PostgresStore(postgres_url, vector_cache=str(kept), vector_cache_max_bytes=1 << 30) as one:
+        assert one.backend.vector_cache_bytes == 1 << 30
+    path = Path(
+        saved(f"{cached(postgres_url, kept)}&vector_cache_max_bytes={1 << 30}", items, monkeypatch)
+    )
+    assert files_under(kept) == [path]
+    assert first_loads(
+        f"{cached(postgres_url, kept)}&vector_cache_max_bytes=1073741824", items, monkeypatch
+    )
+    monkeypatch.setenv("KVMEMORY_CACHE_MAX_BYTES", str(1 << 30))
+    none = tmp_path / "none"
+    saved(f"{cached(postgres_url, none)}&vector_cache_max_bytes=0", items, monkeypatch)
+    closed_saves()
+    assert files_under(none) == []
+
+
+def test_a_bad_cache_cap_option_is_refused(postgres_url: str) -> None:
+    """``vector_cache_max_bytes`` not a whole number of bytes >= 0 (or empty in the URL) is refused before connecting, the option named."""
+    for value in ("", "4GB", "-1"):
+        with pytest.raises(InvalidStoreURLError, match="vector_cache_max_bytes"):
+            open_store(f"{postgres_url}&vector_cache_max_bytes={value}")
+    for bad in (-1, True, 1.5, "4096"):
+        with pytest.raises(StoreArgumentError, match=f"vector_cache_max_bytes .*got {bad!r}"):
+            PostgresStore(postgres_url, vector_cache_max_bytes=bad)  # type: ignore[arg-type]
 
 
 def test_a_bad_cache_cap_is_refused(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

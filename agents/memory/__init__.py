@@ -49,6 +49,7 @@ from agents.memory.exceptions import (
     UnmatchedKeyError,
     UnmatchedKeyWarning,
     UnsupportedVersionError,
+    VectorCacheWarning,
 )
 from agents.memory.memory import (
     ChangeCallback,
@@ -222,6 +223,7 @@ __all__ = [
     "UnmatchedKeyError",
     "UnmatchedKeyWarning",
     "UnsupportedVersionError",
+    "VectorCacheWarning",
     "Window",
     "WindowResult",
     "context_session_id",

@@ -41,7 +41,8 @@ Warnings, for problems that do not stop the call::
     UserWarning
     ├── UnmatchedKeyWarning
     ├── SkippedRecordWarning
-    └── ImageReadWarning
+    ├── ImageReadWarning
+    └── VectorCacheWarning
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ __all__ = [
     "UnmatchedKeyError",
     "UnmatchedKeyWarning",
     "UnsupportedVersionError",
+    "VectorCacheWarning",
 ]
 
 
@@ -192,6 +194,10 @@ class SkippedRecordWarning(UserWarning):
 
 class ImageReadWarning(UserWarning):
     """A screenshot could not be read; an empty image URL was sent in its place, as UFO does."""
+
+
+class VectorCacheWarning(UserWarning):
+    """A store's local folder of coded part vectors cannot be made or written; queries go on without it (once per folder and process)."""
 
 
 class InvalidSessionIdError(AgentMemoryError, ValueError):

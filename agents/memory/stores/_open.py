@@ -220,6 +220,7 @@ def open_store(url: str | os.PathLike[str], *, read_only: bool = False) -> Store
             max_size=int(options["pool_max"]),
             timeout=float(options["pool_timeout"]),
             vector_cache=options["vector_cache"],
+            vector_cache_max_bytes=_max_bytes(options["vector_cache_max_bytes"], text),
         )
     raw_path, _, query = rest.partition("?")
     options = _options(text, query)
@@ -306,11 +307,26 @@ _POSTGRES_OPTIONS = {
     "pool_max": "4",
     "pool_timeout": "30",
     "vector_cache": "auto",
+    "vector_cache_max_bytes": "",
 }
 
 
+def _max_bytes(value: str, text: str) -> int | None:
+    """Return the ``vector_cache_max_bytes`` option of a PostgreSQL URL (``None`` where not given: the environment's or the default).
+
+    Raises:
+        InvalidStoreURLError: if it is not a whole number of bytes.
+    """
+    if value == "":  # left out (an empty one is refused as the URL is split)
+        return None
+    if not (value.isascii() and value.isdigit()):
+        msg = f"Option vector_cache_max_bytes={value!r} in {_redact(text)!r} must be a whole number of bytes (the coded vector files the cache folder keeps at most, 0 for none), or left out for $KVMEMORY_CACHE_MAX_BYTES or 4 GiB."
+        raise exceptions.InvalidStoreURLError(msg)
+    return int(value)
+
+
 def _postgres_options(text: str) -> tuple[str, dict[str, str]]:
-    """Split kvmemory's own options (``pgvector``, ``pool_min``, ``pool_max``, ``pool_timeout``, ``vector_cache``) from a PostgreSQL URL, checked.
+    """Split kvmemory's own options (``pgvector``, ``pool_min``, ``pool_max``, ``pool_timeout``, ``vector_cache``, ``vector_cache_max_bytes``) from a PostgreSQL URL, checked.
 
     Returns:
         The URL for libpq (without them) and every option's value (the default where not given).
@@ -327,6 +343,9 @@ def _postgres_options(text: str) -> tuple[str, dict[str, str]]:
             options[name] = chosen[0]
     if any(key == "vector_cache" and not value for key, value in pairs):
         msg = f"Option vector_cache in {_redact(text)!r} is empty; name a local folder for the coded part vectors, 'off' for none, or leave the option out (this user's cache folder)."
+        raise exceptions.InvalidStoreURLError(msg)
+    if any(key == "vector_cache_max_bytes" and not value for key, value in pairs):
+        msg = f"Option vector_cache_max_bytes in {_redact(text)!r} is empty; give a whole number of bytes, or leave the option out ($KVMEMORY_CACHE_MAX_BYTES, else 4 GiB)."
         raise exceptions.InvalidStoreURLError(msg)
     if options["pgvector"] not in ("auto", "off"):
         msg = (
@@ -373,7 +392,7 @@ def _check_libpq_options(conninfo: str, text: str) -> None:
     except psycopg.ProgrammingError as exc:
         msg = (
             f"PostgreSQL URL {_redact(text)!r} cannot be parsed by libpq: {exc}. Check the option "
-            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off, pool_min, pool_max, pool_timeout and vector_cache=auto|off|folder)."
+            "names (libpq's connection parameters, plus kvmemory's pgvector=auto|off, pool_min, pool_max, pool_timeout, vector_cache=auto|off|folder and vector_cache_max_bytes)."
         )
         raise exceptions.InvalidStoreURLError(msg) from exc
 

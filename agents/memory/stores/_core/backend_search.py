@@ -166,6 +166,15 @@ class SearchOperations:
         files used least recently here (PostgreSQL's ``vector_cache``).
         """
 
+    def vector_snapshot_unsaved(self, path: str, error: OSError) -> None:
+        """Note that the file at ``path`` (named by :meth:`vector_snapshot_path`) could not be written (``error``); by default nothing.
+
+        The save is a cache's: the query or close that made it goes on,
+        and fresh handles read the vectors as without a file. A backend
+        whose folder the user chose or defaults to tells the user here
+        (PostgreSQL's ``vector_cache`` warns, once per folder and process).
+        """
+
     def keyword_version(self, session_id: str) -> Hashable | None:
         """Return a value that changes whenever the session's rows may have changed, or ``None`` where the backend cannot tell.
 

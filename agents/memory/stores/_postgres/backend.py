@@ -771,9 +771,12 @@ class PostgresStore(Store):
             owner-only; ``None`` or ``"off"``: none is kept; any other
             text: that folder. A folder that cannot be made or written
             leaves the handle without one (queries read the server, as
-            with none); its files are kept within
-            ``$KVMEMORY_CACHE_MAX_BYTES`` (4 GiB by default), those used
-            least recently removed first.
+            with none) and is told once per folder and process with a
+            :class:`VectorCacheWarning` naming it and the fix.
+        vector_cache_max_bytes: The bytes the folder's files are kept
+            within (those used least recently removed first after each
+            save; 0 keeps none). ``None`` (default):
+            ``$KVMEMORY_CACHE_MAX_BYTES``, else 4 GiB.
 
     A connection the server drops (``pg_terminate_backend``, a restart) is
     no damage: the call it served raises :class:`StoreConnectionLostError`
@@ -785,7 +788,8 @@ class PostgresStore(Store):
     Raises:
         StoreArgumentError: if ``min_size`` is not an integer >= 0, ``max_size``
             not one >= 1 and >= ``min_size``, ``timeout`` not finite and > 0,
-            ``vector_cache`` not ``None`` nor a non-empty string, or
+            ``vector_cache`` not ``None`` nor a non-empty string,
+            ``vector_cache_max_bytes`` not ``None`` nor an integer >= 0, or
             ``$KVMEMORY_CACHE_MAX_BYTES`` set but not a whole number.
         MissingDependencyError: if psycopg or psycopg_pool is not installed.
         StoreUnreachableError: if the server cannot be reached (its host name
@@ -807,9 +811,10 @@ class PostgresStore(Store):
         read_only: bool = False,
         pgvector: bool = True,
         vector_cache: str | None = "auto",
+        vector_cache_max_bytes: int | None = None,
     ) -> None:
         folder = vector_cache_folder(vector_cache)  # checked before connecting
-        most = cache_bytes()
+        most = cache_bytes(vector_cache_max_bytes)
         backend = PostgresBackend(
             conninfo,
             min_size=min_size,

@@ -24,7 +24,14 @@ handle makes are its owner's only (0o700; each file is made 0o600). After
 each save the files of the folder are kept within :func:`cache_bytes`
 (``$KVMEMORY_CACHE_MAX_BYTES``, 4 GiB by default): those used least
 recently (saved or asked for: a handle marks the file it looks for) are
-removed first.
+removed first; ``vector_cache_max_bytes=`` (an argument of ``PostgresStore``,
+an option of its URL) sets that cap for one handle.
+
+A folder that cannot be made, or a file in it that cannot be written, is
+told once per folder and process with a :class:`VectorCacheWarning` that
+names the folder and the fix (queries are still answered, from the
+server): a default folder on a read-only home would otherwise slow every
+fresh handle's first query in silence.
 
 Files: ``<folder>/<database>/<sha1 of the session id>-<sha1 of the fields>``,
 ``<database>`` a digest of the store's URL (without its password), the
@@ -39,9 +46,11 @@ import hashlib
 import os
 import re
 import sys
+import threading
+import warnings
 from typing import Any, Final
 
-from agents.memory.exceptions import StoreArgumentError
+from agents.memory.exceptions import StoreArgumentError, VectorCacheWarning
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._search.coded_file import coded_name, remove_coded
 
@@ -54,6 +63,7 @@ __all__ = [
     "cache_root",
     "trim_folder",
     "vector_cache_folder",
+    "warn_unwritable",
 ]
 
 CACHE_DIR_ENV: Final = "KVMEMORY_CACHE_DIR"
@@ -98,12 +108,18 @@ def cache_root() -> str | None:
     return os.path.join(base, "kvmemory") if os.path.isabs(base) else None
 
 
-def cache_bytes() -> int:
-    """Return the bytes a folder of coded files keeps at most: ``$KVMEMORY_CACHE_MAX_BYTES`` where set, else :data:`CACHE_BYTES`.
+def cache_bytes(given: object = None) -> int:
+    """Return the bytes a folder of coded files keeps at most: ``given`` where not ``None``, else ``$KVMEMORY_CACHE_MAX_BYTES`` where set, else :data:`CACHE_BYTES`.
 
     Raises:
-        StoreArgumentError: if the variable is set to anything but a whole number of bytes.
+        StoreArgumentError: if ``given`` is not ``None`` nor an integer >= 0,
+            or the variable is set to anything but a whole number of bytes.
     """
+    if given is not None:
+        if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+            msg = f"vector_cache_max_bytes must be a whole number of bytes >= 0 (the coded vector files the folder keeps at most, 0 for none), or None for ${CACHE_MAX_BYTES_ENV} or {CACHE_BYTES} (4 GiB), got {given!r}."
+            raise StoreArgumentError(msg)
+        return given
     value = os.environ.get(CACHE_MAX_BYTES_ENV)
     if value is None or value == "":
         return CACHE_BYTES
@@ -128,6 +144,27 @@ def vector_cache_folder(folder: object) -> str | None:
         root = cache_root()
         return None if root is None else os.path.join(root, "postgres")
     return os.path.abspath(folder)
+
+
+_warned: set[str] = set()  # the folders told of (VectorCacheWarning), once each a process
+_warned_lock = threading.Lock()
+
+
+def warn_unwritable(folder: str, what: str, error: OSError) -> None:
+    """Warn (:class:`VectorCacheWarning`) that the coded vector folder ``folder`` cannot be made or written (``what``: the path that failed), once per folder and process."""
+    with _warned_lock:
+        if folder in _warned:
+            return
+        _warned.add(folder)
+    reason = error.strerror or type(error).__name__
+    msg = (
+        f"kvmemory cannot make or write its PostgreSQL vector cache folder {folder!r} "
+        f"({reason}: {what!r}); fresh handles' first semantic and hybrid queries read every "
+        "vector from the server instead (queries are still answered). Make the folder "
+        f"writable, point ${CACHE_DIR_ENV} or vector_cache= at a writable local folder, or "
+        "pass vector_cache='off' (?vector_cache=off) to keep none."
+    )
+    warnings.warn(msg, VectorCacheWarning, stacklevel=2)
 
 
 def _made(folder: str) -> None:
@@ -220,8 +257,11 @@ class CodedFolder(Backend):
         if database is None:
             return None
         path = os.path.join(self.vector_cache, database, coded_name(session_id, fields))
-        with contextlib.suppress(OSError):
+        try:
             _made(os.path.dirname(path))
+        except OSError as exc:
+            warn_unwritable(self.vector_cache, os.path.dirname(path), exc)
+            return path  # a file there may be read still; a save fails and is told
         with contextlib.suppress(OSError):  # none yet, or not ours to mark
             os.utime(path)
         return path
@@ -230,6 +270,11 @@ class CodedFolder(Backend):
     def saves_vector_snapshots(self) -> bool:
         """Whether this handle saves coded part vectors: wherever a folder is named (a read-only handle too: the folder is this machine's, not the database's)."""
         return self.vector_cache is not None
+
+    def vector_snapshot_unsaved(self, path: str, error: OSError) -> None:
+        """Warn that the folder cannot be written (:func:`warn_unwritable`, once per folder and process)."""
+        if self.vector_cache is not None:
+            warn_unwritable(self.vector_cache, path, error)
 
     def vector_snapshot_saved(self, path: str) -> None:
         """Keep the folder's files within :attr:`vector_cache_bytes`, the file just saved at ``path`` removed last (:func:`trim_folder`)."""

@@ -177,11 +177,17 @@ class CodedFile:
         return self.path is not None and saved_tag(self.path) == self.tag
 
     def save(self, table: CompactVectors) -> None:
-        """Save ``table``, just built, where the backend saves them (:attr:`Backend.saves_vector_snapshots`), and tell it (:meth:`Backend.vector_snapshot_saved`); a file that cannot be written leaves fresh handles to build it."""
-        if self.path is not None and self._backend.saves_vector_snapshots:
+        """Save ``table``, just built, where the backend saves them (:attr:`Backend.saves_vector_snapshots`), and tell it (:meth:`Backend.vector_snapshot_saved`); a file that cannot be written leaves fresh handles to build it (the backend is told: :meth:`Backend.vector_snapshot_unsaved`)."""
+        if self.path is None or not self._backend.saves_vector_snapshots:
+            return
+        try:
+            written = save_coded(self.path, table, self.tag, self.key())
+        except OSError as exc:
+            self._backend.vector_snapshot_unsaved(self.path, exc)
+            return
+        if written:
             with contextlib.suppress(OSError):
-                if save_coded(self.path, table, self.tag, self.key()):
-                    self._backend.vector_snapshot_saved(self.path)
+                self._backend.vector_snapshot_saved(self.path)
 
 
 def coded_name(session_id: str, fields: str) -> str:
@@ -263,7 +269,7 @@ def save_coded(path: str, table: CompactVectors, tag: bytes, key: bytes) -> bool
     if not bool(table.alive[:slots].all()):
         return False
     rows = [memoryview(np.ascontiguousarray(block)).cast("B") for block in table.rows()]
-    refs = np.ascontiguousarray(table.ref_row[: table.refs], dtype=np.int64)
+    refs = np.ascontiguousarray(table.part_rows(), dtype=np.int64)
     pieces: list[bytes | memoryview] = [
         _HEAD.pack(len(tag), table.used, table.matrix.shape[1], table.refs, slots),
         _pad(tag),
@@ -452,14 +458,17 @@ def _laid_out(
     at += sizes[2]
     start = np.frombuffer(data, np.int64, slots, _START + at)
     key_at = np.frombuffer(data, np.int64, slots, _START + at + sizes[3])
+    # Each row's scale and slack copied once, into one array with room for the rows a catch-up
+    # codes (``compact._room``); the table's scales and slacks are its two columns (no copy).
+    tails = np.empty((used + used // 8 + 64, 2), dtype=np.float32)
+    tail = tails[:used]
     if width % 8 == 0:  # each row's scale and slack one 8-byte word: copied a word a row
-        words = matrix.view(np.uint64)[:, width // 8]
-        tail = np.ascontiguousarray(words).view(np.float32).reshape(used, 2)
+        tail.view(np.uint64)[:, 0] = matrix.view(np.uint64)[:, width // 8]
     else:
-        tail = np.ascontiguousarray(matrix[:, width : width + 8]).view(np.float32)
+        tail[:] = np.ascontiguousarray(matrix[:, width : width + 8]).view(np.float32)
     if not _sound(np, tail, ref_row, start, key_at):
         return None
-    return matrix, tail[:, 1].copy(), tail[:, 0].copy(), start, key_at, ref_row
+    return matrix, tails[:, 1], tails[:, 0], start, key_at, ref_row
 
 
 def _mapped(fd: int) -> mmap.mmap:

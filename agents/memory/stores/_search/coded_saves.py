@@ -130,7 +130,7 @@ class CodedSaves:
                 if file is None or file.path is None or file.current():
                     continue
                 table = kept(file)
-                if table is not None and table.changes >= rebuild_rows(len(table.slot_of)):
+                if table is not None and table.changes >= rebuild_rows(table.items):
                     back.append((file, table))
         return back
 

@@ -123,12 +123,18 @@ class CompactVectors:
         self.scale = scale
         self.slack = slack
         self.used = len(coded)
-        self.ref_row = np.zeros(0, dtype=np.int64)  # the row of each part, item after item
-        self.refs = 0
+        # The row of each part laid out, item after item (lay_out_items); the parts coded since
+        # (``changed``) each hold a new row of their own, in order: not stored (see part_rows).
+        self.ref_row = np.zeros(0, dtype=np.int64)
+        self.refs = 0  # the parts: those laid out, then those coded since
+        self._laid_rows = 0  # the rows in use as the items were laid out
+        self._laid_slots = 0  # the slots laid out
+        self._ascending = True  # the keys laid out ascend (all a built or loaded table's do)
         self.start = np.zeros(0, dtype=np.int64)  # each slot's first place in ref_row
         self.key_at = np.zeros(0, dtype=np.int64)
         self.alive = np.zeros(0, dtype=bool)
-        self.slot_of: dict[int, int] = {}
+        # The slot of each live item by key, as made so far (slot_of); None: not made yet.
+        self.slot_map: dict[int, int] | None = {}
         self.changes = 0  # the items changed (``changed``) since the table was built or loaded
         self.screens = True  # as a compacted table: nothing for VectorCache to compact
         self.screen = None
@@ -145,10 +151,60 @@ class CompactVectors:
         """Lay out the items: ``start`` the first place in ``ref_row`` of each item's parts (ascending), ``key_at`` each item's key, ``ref_row`` the coded row of each part."""
         np = numpy()
         self.last_bounds = None
-        self.ref_row, self.refs = ref_row, len(ref_row)
+        self.ref_row, self.refs, self._laid_rows = ref_row, len(ref_row), self.used
+        self._laid_slots = len(start)
+        self._ascending = bool((np.diff(key_at) > 0).all())
         self.start, self.key_at = start, key_at
         self.alive = np.ones(len(start), dtype=bool)
-        self.slot_of = {key: slot for slot, key in enumerate(self.key_at.tolist())}
+        self.slot_map = None
+
+    @property
+    def slot_of(self) -> dict[int, int]:
+        """The slot of each live item, by key: made when first asked for (a loaded table's first semantic query needs none: 100,000 items, 11-17 ms)."""
+        if self.slot_map is None:
+            slots = len(self.key_at)
+            live = numpy().flatnonzero(self.alive[:slots])
+            self.slot_map = dict(zip(self.key_at[live].tolist(), live.tolist(), strict=True))
+        return self.slot_map
+
+    def part_rows(self) -> Any:
+        """Return the coded row of each part, item after item: those laid out, then the parts coded since (a new row each, in order)."""
+        np = numpy()
+        coded_since = np.arange(self._laid_rows, self.used, dtype=np.int64)
+        return np.concatenate([self.ref_row, coded_since]) if len(coded_since) else self.ref_row
+
+    def _best(self, np: Any, values: Any) -> Any:
+        """Return each slot's highest of ``values`` (a value a row in use) over its parts: the slots laid out over their gathered rows, those coded since over their rows as they lie (no gather, no copy of the others')."""
+        laid, slots = self._laid_slots, len(self.key_at)
+        best = np.maximum.reduceat(values[self.ref_row], self.start[:laid]) if laid else values[:0]
+        if slots == laid:
+            return best
+        # A slot coded since holds the new rows from its first place on (see part_rows).
+        since = self.start[laid:slots] - len(self.ref_row)
+        return np.concatenate(
+            [best, np.maximum.reduceat(values[self._laid_rows : self.used], since)]
+        )
+
+    def _held(self, keys: Iterable[int]) -> list[int]:
+        """Return those of ``keys`` a live item holds, in their order: found among the keys laid out (ascending) while the slot map is not made and no item changed since (a loaded table's first hybrid query: no map of 100,000 keys made for a few hundred), else in the map."""
+        asked = list(keys)
+        if not asked:
+            return []
+        if self.slot_map is None and len(self.key_at) == self._laid_slots and self._ascending:
+            np = numpy()
+            if all(type(key) is int and -(2**63) <= key < 2**63 for key in asked):
+                laid = self.key_at
+                want = np.asarray(asked, dtype=np.int64)
+                at = np.minimum(np.searchsorted(laid, want), max(len(laid) - 1, 0))
+                found = (laid[at] == want).tolist() if len(laid) else [False] * len(asked)
+                return [key for key, hit in zip(asked, found, strict=True) if hit]
+        slot_of = self.slot_of
+        return [key for key in asked if key in slot_of]
+
+    @property
+    def items(self) -> int:
+        """The live items (those :attr:`slot_of` holds), counted without it."""
+        return int(self.alive[: len(self.key_at)].sum())
 
     @property
     def nbytes(self) -> int:
@@ -177,9 +233,7 @@ class CompactVectors:
         coded = (coded[0] if len(coded) == 1 else np.concatenate(coded)) * self.scale[:used]
         # The query's length (1 within rounding) scales the slack: Cauchy-Schwarz.
         slack = self.slack[:used] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
-        refs = self.ref_row[: self.refs]
-        upper = np.maximum.reduceat((coded + slack)[refs], self.start[:slots])
-        lower = np.maximum.reduceat((coded - slack)[refs], self.start[:slots])
+        upper, lower = self._best(np, coded + slack), self._best(np, coded - slack)
         dead = ~self.alive[:slots]
         upper[dead] = lower[dead] = -np.inf
         self.last_bounds = (tag, upper, lower)
@@ -195,16 +249,16 @@ class CompactVectors:
         vectors; every item among the best ``limit`` is one of them.
         """
         np = numpy()
-        if not self.slot_of:
+        alive = self.items
+        if not alive:
             return {}
-        wanted = [key for key in among if key in self.slot_of]
+        wanted = self._held(among)
         if not query.any():  # every cosine is known: none can be told apart by reading
             keys, every = self.every_score(query)
             picked = top_rows(every, limit)
             rows = {*picked.tolist(), *np.flatnonzero(np.isin(keys, wanted)).tolist()}
             return {int(keys[at]): float(every[at]) for at in sorted(rows)}
         upper, lower = self._bounds(np, query)
-        alive = int(self.alive[: len(self.key_at)].sum())
         if limit is None or limit >= alive:
             chosen = np.flatnonzero(upper > -np.inf)
         else:
@@ -219,7 +273,7 @@ class CompactVectors:
 
     def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
         """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key (read exactly)."""
-        wanted = sorted({key for key in keys if key in self.slot_of})
+        wanted = sorted(set(self._held(keys)))
         return self._cosines_of(query, wanted) if wanted else {}
 
     def every_score(self, query: Any) -> tuple[Any, Any]:
@@ -246,7 +300,7 @@ class CompactVectors:
         """
         slots = len(self.key_at)
         starts = self.start[:slots]
-        refs = self.ref_row[: self.refs]
+        refs = self.part_rows()
         unsound = np.zeros(slots, dtype=bool)
         if slots:
             unsound = np.maximum.reduceat(self.slack[refs], starts) == np.inf
@@ -281,7 +335,7 @@ class CompactVectors:
         starts = np.zeros(len(order), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         places = np.repeat(self.start[order] - starts, lengths) + np.arange(int(lengths.sum()))
-        refs = self.ref_row[places]
+        refs = self.part_rows()[places]
         marked = np.zeros(self.used, dtype=bool)
         marked[refs] = True  # the rows a live item uses (no sort: a mark a row)
         kept = np.flatnonzero(marked)
@@ -316,11 +370,17 @@ class CompactVectors:
         table.last_bounds = None
         table.changes = self.changes + len(keys)
         table.alive = self.alive.copy()
-        table.slot_of = dict(self.slot_of)
-        for key in keys:
-            slot = table.slot_of.pop(key, None)
-            if slot is not None:
-                table.alive[slot] = False
+        slot_of = self.slot_map
+        if slot_of is None:  # not made yet (a loaded table's catch-up): the slots found without it
+            slots = len(self.key_at)
+            gone = np.isin(self.key_at[:slots], np.asarray(list(keys), dtype=np.int64))
+            table.alive[:slots] &= ~gone
+        else:
+            table.slot_map = slot_of = dict(slot_of)
+            for key in keys:
+                slot = slot_of.pop(key, None)
+                if slot is not None:
+                    table.alive[slot] = False
         blocks = [
             (key, np.asarray(vectors[key], dtype=np.float32)) for key in keys if key in vectors
         ]
@@ -336,16 +396,15 @@ class CompactVectors:
         table.scale = _room(np, self.scale, self.used, scale.ravel())
         table.used = self.used + rows
         sizes = [len(block) for _, block in blocks]
-        new_refs = np.arange(self.used, self.used + rows, dtype=np.int64)
-        table.ref_row = _room(np, self.ref_row, self.refs, new_refs)
-        table.refs = self.refs + rows
+        table.refs = self.refs + rows  # each new part its new row, in order (part_rows)
         slots = len(self.key_at)
         firsts = self.refs + np.cumsum([0, *sizes[:-1]])
         table.start = np.concatenate([self.start[:slots], firsts.astype(np.int64)])
         new_keys = np.asarray([key for key, _ in blocks], dtype=np.int64)
         table.key_at = np.concatenate([self.key_at[:slots], new_keys])
         table.alive = np.concatenate([table.alive[:slots], np.ones(len(blocks), dtype=bool)])
-        table.slot_of.update((key, slots + at) for at, (key, _) in enumerate(blocks))
+        if slot_of is not None:
+            slot_of.update((key, slots + at) for at, (key, _) in enumerate(blocks))
         return table
 
 

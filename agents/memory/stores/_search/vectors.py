@@ -156,7 +156,8 @@ def _up_to_date(
     ``None``) and where so many items changed that reading them costs
     about what reading the session does.
     """
-    if not follows(seqs, len(table.slot_of)):
+    items = table.items if isinstance(table, CompactVectors) else len(table.slot_of)
+    if not follows(seqs, items):
         return None
     assert seqs is not None
     changed = sorted(seqs)
