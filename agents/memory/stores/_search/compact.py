@@ -199,6 +199,38 @@ class CompactVectors:
         picked = [found[row] for row in top_rows(sims, limit).tolist()]
         return {key: exact[key] for key in sorted({*picked, *(k for k in wanted if k in exact)})}
 
+    def ceilings(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
+        """Return an upper bound of the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key, from the codes alone (nothing read).
+
+        The bound :meth:`scores` rules items out by, computed for the
+        rows of these keys only (a filter's passing rows: a few thousand
+        of a session's million coded rows).
+        """
+        np = numpy()
+        slot_of = self.slot_of
+        found = [(key, slot) for key in keys if (slot := slot_of.get(key)) is not None]
+        if not found:
+            return {}
+        slots = np.asarray([slot for _, slot in found], dtype=np.int64)
+        ends = np.append(self.start[1 : len(self.key_at)], self.refs)
+        firsts, lengths = self.start[slots], ends[slots] - self.start[slots]
+        offsets = np.zeros(len(slots), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        places = np.repeat(firsts - offsets, lengths) + np.arange(int(lengths.sum()))
+        rows = self.ref_row[places]
+        base = len(self.matrix)
+        coded = np.empty(len(rows), dtype=np.float64)
+        inside = rows < base
+        width = self.width
+        coded[inside] = np.einsum("ij,j->i", self.matrix[rows[inside], :width], query)
+        if not inside.all():
+            outside = rows[~inside] - base
+            coded[~inside] = np.einsum("ij,j->i", self.more[outside, :width], query)
+        # As _bounds: the query's length (1 within rounding) scales the slack.
+        slack = self.slack[rows] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
+        upper = np.maximum.reduceat(coded * self.scale[rows] + slack, offsets)
+        return {key: float(bound) for (key, _), bound in zip(found, upper.tolist(), strict=True)}
+
     def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
         """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key (read exactly)."""
         wanted = sorted({key for key in keys if key in self.slot_of})
