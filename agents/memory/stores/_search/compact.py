@@ -133,6 +133,9 @@ class CompactVectors:
         self.screens = True  # as a compacted table: nothing for VectorCache to compact
         self.screen = None
         self._cosines_of = cosines_of
+        # The last query's coded cosine of each row (its bytes, the rows' dots): what
+        # ``scores`` took, for ``ceilings`` of the same query.
+        self._dots: tuple[bytes, Any] | None = None
 
     def lay_out(self, keys: Any, ref_row: Any) -> None:
         """Lay out the items: ``keys`` the key of each stored part (an item's together), ``ref_row`` the coded row of each."""
@@ -163,6 +166,7 @@ class CompactVectors:
         used, slots = self.used, len(self.key_at)
         coded = [np.einsum("ij,j->i", block[:, : self.width], query) for block in self.rows()]
         coded = (coded[0] if len(coded) == 1 else np.concatenate(coded)) * self.scale[:used]
+        self._dots = (query.tobytes(), coded)  # one tuple: a thread sees the pair or none
         # The query's length (1 within rounding) scales the slack: Cauchy-Schwarz.
         slack = self.slack[:used] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
         refs = self.ref_row[: self.refs]
@@ -218,17 +222,22 @@ class CompactVectors:
         np.cumsum(lengths[:-1], out=offsets[1:])
         places = np.repeat(firsts - offsets, lengths) + np.arange(int(lengths.sum()))
         rows = self.ref_row[places]
-        base = len(self.matrix)
-        coded = np.empty(len(rows), dtype=np.float64)
-        inside = rows < base
-        width = self.width
-        coded[inside] = np.einsum("ij,j->i", self.matrix[rows[inside], :width], query)
-        if not inside.all():
-            outside = rows[~inside] - base
-            coded[~inside] = np.einsum("ij,j->i", self.more[outside, :width], query)
+        dots = self._dots
+        if dots is not None and len(dots[1]) == self.used and dots[0] == query.tobytes():
+            coded = dots[1][rows]  # scored by this query already (``scores``)
+        else:
+            base = len(self.matrix)
+            coded = np.empty(len(rows), dtype=np.float32)
+            inside = rows < base
+            width = self.width
+            coded[inside] = np.einsum("ij,j->i", self.matrix[rows[inside], :width], query)
+            if not inside.all():
+                outside = rows[~inside] - base
+                coded[~inside] = np.einsum("ij,j->i", self.more[outside, :width], query)
+            coded *= self.scale[rows]
         # As _bounds: the query's length (1 within rounding) scales the slack.
         slack = self.slack[rows] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
-        upper = np.maximum.reduceat(coded * self.scale[rows] + slack, offsets)
+        upper = np.maximum.reduceat(coded + slack, offsets)
         return {key: float(bound) for (key, _), bound in zip(found, upper.tolist(), strict=True)}
 
     def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
