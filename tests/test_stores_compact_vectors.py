@@ -214,6 +214,90 @@ def test_the_coded_bound_keeps_every_item_that_can_rank(
     assert dict(zip(got_keys.tolist(), got.tolist(), strict=True)) == every
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    limit=st.integers(1, 40),
+    odd=st.sampled_from([None, np.nan, 3.0]),
+    sign=st.sampled_from([1.0, -1.0]),
+)
+def test_a_zero_query_is_scored_without_reading_the_finite_vectors(
+    seed: int, limit: int, odd: float | None, sign: float
+) -> None:
+    """A query of zeros (no word to hash) gets the floats of scoring every vector, reading only the items with a row that is not finite."""
+    rng = np.random.default_rng(seed)
+    width = 16
+    rows = rng.standard_normal((300, width))
+    rows[::7] = -np.abs(rows[::7])  # rows whose every product with a zero is -0.0
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    if odd is not None:
+        rows[5, 0] = odd  # not sound: coded with an infinite slack
+    keys = sorted(rng.integers(0, 90, 300).tolist())
+    read: list[int] = []
+
+    def exact(q: Any, seqs: Any) -> dict[int, float]:
+        read.extend(seqs)
+        wanted = set(seqs)
+        picked = [at for at, key in enumerate(keys) if key in wanted]
+        with np.errstate(invalid="ignore"):  # a NaN part: its item's best is NaN, left out
+            return best_cosines([([keys[at] for at in picked], rows[picked])], q, None)
+
+    table = compact_table(_pages(keys, rows), "m", EmbedParts(), width, 1 << 30, exact)
+    assert table is not None
+    query = sign * np.zeros(width, dtype=np.float32)  # -0.0 coordinates too
+    with np.errstate(invalid="ignore"):
+        want = best_cosines([(keys, rows)], query, limit, [keys[-1]])
+        every_want = best_cosines([(keys, rows)], query, None)
+    got = table.scores(query, limit, [keys[-1]])
+    assert got == want
+    assert [np.copysign(1.0, score) for score in got.values()] == [
+        np.copysign(1.0, score) for score in want.values()
+    ]
+    got_keys, every = table.every_score(query)
+    assert dict(zip(got_keys.tolist(), every.tolist(), strict=True)) == every_want
+    assert set(read) <= ({keys[5]} if odd is not None else set())
+
+
+def _stored(parts: dict[int, Any]) -> tuple[list[int], Any]:
+    """Return ``(keys, matrix)`` of each key's part vectors, by key."""
+    keys = [key for key in sorted(parts) for _ in parts[key]]
+    return keys, np.concatenate([parts[key] for key in sorted(parts)])
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), limits=st.lists(st.integers(1, 60), min_size=2, max_size=4))
+def test_a_walk_asking_one_query_deeper_bounds_the_coded_rows_once(
+    seed: int, limits: list[int]
+) -> None:
+    """The same query asked ever deeper (a walk for a filter function) takes the product over every coded row once; a changed copy bounds its own rows."""
+    rng = np.random.default_rng(seed)
+    width = 16
+    rows = rng.standard_normal((240, width))
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    owners = np.asarray(sorted(rng.integers(0, 80, 240).tolist()))
+    parts = {int(key): rows[owners == key] for key in np.unique(owners)}
+
+    def exact(q: Any, seqs: Any) -> dict[int, float]:
+        wanted = {key: parts[key] for key in seqs if key in parts}
+        return best_cosines([_stored(wanted)], q, None) if wanted else {}
+
+    table = compact_table([_stored(parts)], "m", EmbedParts(), width, 1 << 30, exact)
+    assert table is not None
+    products: list[int] = []
+    every_row = table.rows
+    table.rows = lambda: products.append(1) or every_row()  # type: ignore[method-assign]  # counted, then as before
+    query = rng.standard_normal(width).astype(np.float32)
+    query /= np.linalg.norm(query)
+    for limit in limits:
+        assert table.scores(query, limit) == best_cosines([_stored(parts)], query, limit)
+    assert products == [1]
+    del table.rows  # as built: a copy of the table takes the class's
+    first = next(iter(parts))
+    changed = table.changed([first], {first: -rows[:2]})
+    parts[first] = -rows[:2]
+    assert changed.scores(query, limits[0]) == best_cosines([_stored(parts)], query, limits[0])
+
+
 def test_a_row_that_is_not_finite_is_always_scored_exactly() -> None:
     """A stored row with a NaN or too long gets an unbounded slack."""
     matrix = np.array([[np.nan, 0.0], [3.0, 0.0], [0.6, 0.8]], dtype=np.float32)

@@ -273,8 +273,8 @@ def test_over_the_budget_keys_filter_functions_and_wordless_queries_are_answered
     where: Any,
 ) -> None:
     """Over the budget, with keys, a filter function or a query holding no word: Memory.search's hits and floats, no vector in RAM."""
-    # In RAM (see the test after the next).
-    assume(not (mode == "hybrid" and (keys or callable(where))))
+    # In RAM (see the tests after the next): hybrid with a function, or with keys and a filter.
+    assume(not (mode == "hybrid" and ((keys and where is not None) or callable(where))))
     memory = stored_over_budget(opened)
     query = " ".join(words)
     got = hits_of(memory, query, k, mode=mode, keys=keys, where=where)
@@ -334,16 +334,49 @@ def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_in_ra
     assert search_index(memory).missing_vectors(None) == []
 
 
-def test_over_the_budget_a_hybrid_query_with_keys_takes_those_vectors_only(
+def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_store(
     opened: Callable[[int], StoredMemory],
 ) -> None:
-    """A hybrid query with keys is answered in RAM (the store's keyword side over keys reads every row): its keys' vectors only are taken, all-field queries stay the store's."""
+    """A hybrid query with keys and no filter or a rare one: the keyword side from the memory's index, the cosines from the store (Store.cosines); no vector in RAM."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
-    for where in (None, {"team": "red"}):
+    asked: list[Any] = []
+    cosines = memory.store.cosines
+    memory.store.cosines = lambda *a, **o: asked.append(a) or cosines(*a, **o)  # type: ignore[method-assign]  # noted, then scored as before
+    for keys in (["thought"], ["observation", "status"]):
+        for query in [*QUERIES, "-- ? --", "zebra"]:
+            options = {"mode": "hybrid", "keys": keys}
+            assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
+    assert asked
+    rare: list[Any] = [{"step": 150}, {"step": {"$in": [7, 8, 250]}}]  # few pass: their cosines
+    for where in rare:
+        asked.clear()
         for query in QUERIES:
             options = {"mode": "hybrid", "keys": ["thought"], "where": where}
             assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
+        assert asked
+    holds_no_vector(memory)
+    got = [
+        item["step"]
+        for item in memory.recall(QUERIES[0], 4, embedder=EMBEDDER, mode="hybrid", keys=["thought"])
+    ]
+    want = [
+        item["step"]
+        for item in plain.recall(QUERIES[0], 4, embedder=EMBEDDER, mode="hybrid", keys=["thought"])
+    ]
+    assert got == want
+    holds_no_vector(memory)
+
+
+def test_over_the_budget_a_hybrid_query_with_keys_and_a_filter_takes_those_vectors_only(
+    opened: Callable[[int], StoredMemory],
+) -> None:
+    """A hybrid query with keys and a filter many items pass is answered in RAM (its blend asks the cosine of every keyword hit): its keys' vectors only are taken, all-field queries stay the store's."""
+    memory = opened(SMALL)
+    plain = Memory(list(memory.content))
+    for query in QUERIES:
+        options = {"mode": "hybrid", "keys": ["thought"], "where": {"team": "red"}}
+        assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
     index = search_index(memory)
     assert index.missing_vectors(("thought",)) == []
     for mode in ("semantic", "hybrid"):
@@ -437,3 +470,119 @@ def test_over_the_budget_recall_and_a_reopened_handle_answer_keys_and_functions_
             Memory(list(again.content)), QUERIES[2], 5, **option
         )
     holds_no_vector(again)
+
+
+def coded_budget(memory: StoredMemory) -> int:
+    """Return a budget below the session's distinct part vectors as float32 and above them coded (int8): the store keeps them coded."""
+    from agents.memory.search import EmbedParts
+
+    texts = {text for item in memory.content for text in EmbedParts().texts(item.to_dict(), None)}
+    return 2 * EMBEDDER.dimension * len(texts)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    words=st.lists(st.sampled_from(["?", "--", "...", "!"]), min_size=1, max_size=3),
+    k=st.integers(1, 8),
+    mode=st.sampled_from(["semantic", "hybrid"]),
+    where=st.sampled_from(FILTERS),
+)
+def test_over_the_budget_a_wordless_query_reads_no_coded_vector(
+    url: str,
+    opened: Callable[[int], StoredMemory],
+    monkeypatch: pytest.MonkeyPatch,
+    words: list[str],
+    k: int,
+    mode: str,
+    where: Any,
+) -> None:
+    """Kept coded, a query holding no word (a zero vector: every cosine 0.0) gets Memory.search's hits and floats without reading a stored vector."""
+    assume(not (mode == "hybrid" and callable(where)))  # in RAM (see the tests above)
+    if url.startswith("memory"):
+        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
+    if not _HELD or _HELD[0][0] is not opened:
+        memory = opened(SMALL)
+        _HELD[:] = [(opened, opened(coded_budget(memory)), Memory(list(memory.content)))]
+        memory.close()
+    memory = _HELD[0][1]
+    store = memory.store
+    query = " ".join(words)
+    for _ in range(2):  # read page by page, then coded and kept
+        hits_of(memory, "pay the invoice", 3, mode="semantic")
+    kept = [entry[1] for entry in store._vectors._cache._tables.values()]
+    assert any(type(table).__name__ == "CompactVectors" for table in kept)
+    asked: list[Any] = []
+    read = store.backend.vectors_of
+    monkeypatch.setattr(store.backend, "vectors_of", lambda *a: asked.append(a) or read(*a))
+    got = hits_of(memory, query, k, mode=mode, where=where)
+    assert got == hits_of(plain_copy(memory), query, k, mode=mode, where=where)
+    assert all(score == 0.0 for _, score, _ in got)
+    assert asked == []
+    holds_no_vector(memory)
+
+
+def test_store_cosines_are_memory_search_floats_and_bad_arguments_are_refused(url: str) -> None:
+    """Store.cosines gives the index's cosines by seq (best limit with ties, and among); a vector of another shape or a bad limit is refused by name."""
+    from agents.memory._vectors import checked_vectors
+    from agents.memory.exceptions import StoreArgumentError
+
+    with open_store(url) as store:
+        seqs = [record.seq for record in store.records("s")]
+        plain = Memory([record.item for record in store.records("s")])
+        vector = checked_vectors(EMBEDDER, [QUERIES[0]])[0]
+        index = search_index(plain)
+        want = index.semantic_scores(EMBEDDER, QUERIES[0], ("thought",), limit=7, among=[3])
+        got = store.cosines("s", vector, 7, embedder=EMBEDDER, keys=["thought"], among=[seqs[3]])
+        key_of = {seq: at for at, seq in enumerate(seqs)}
+        assert {key_of[seq]: cosine for seq, cosine in got.items()} == want
+        with pytest.raises(StoreArgumentError, match=r"cosines\(\).*32 finite numbers"):
+            store.cosines("s", vector[:5], 7, embedder=EMBEDDER)
+        with pytest.raises(StoreArgumentError, match=r"limit as an int >= 1, got 0"):
+            store.cosines("s", vector, 0, embedder=EMBEDDER)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    words=query_words,
+    k=st.integers(1, 8),
+    keys=st.lists(st.sampled_from(FIELDS), min_size=1, max_size=3, unique=True),
+    where=st.sampled_from([None, {"step": 150}, {"step": {"$in": [7, 8, 250]}}]),
+)
+def test_over_the_budget_hybrid_queries_with_keys_are_memory_search_hits_and_floats(
+    opened: Callable[[int], StoredMemory],
+    words: list[str],
+    k: int,
+    keys: list[str],
+    where: Any,
+) -> None:
+    """Over the budget, a hybrid query with keys (no filter, or one few items pass): Memory.search's hits, floats and fields, no vector in RAM."""
+    memory = stored_over_budget(opened)
+    query = " ".join(words)
+    got = hits_of(memory, query, k, mode="hybrid", keys=keys, where=where)
+    assert got == hits_of(plain_copy(memory), query, k, mode="hybrid", keys=keys, where=where)
+    holds_no_vector(memory)
+
+
+def test_over_the_budget_a_hybrid_query_with_keys_leaves_out_rows_another_handle_appended(
+    url: str, opened: Callable[[int], StoredMemory]
+) -> None:
+    """Rows another handle appended (not refreshed) neither rank nor crowd the semantic pool: Memory.search's hits and floats over the memory's own items."""
+    memory = opened(SMALL)
+    with open_store(url) as other:
+        other.append("s", steps(80, seed=13, first=300))
+        other.index_embeddings("s", EMBEDDER)
+    assert len(memory) == 300
+    plain = Memory(list(memory.content))
+    for keys in (["thought"], ["observation", "status"]):
+        for query in QUERIES:
+            options = {"mode": "hybrid", "keys": keys}
+            assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
+    holds_no_vector(memory)

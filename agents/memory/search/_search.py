@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from agents.memory.memory import Memory
     from agents.memory.prompt import Window
 
+_Cosines = Callable[[int, Sequence[int]], dict[int, float]]
+"""``cosines(pool, keys)``: a hybrid query's best ``pool`` cosines (with ties) and those of ``keys``, by item key."""
+
 __all__ = [
     "HYBRID_KEYWORD_WEIGHT",
     "HYBRID_POOL",
@@ -116,6 +119,7 @@ def search(
     where: Where | None = None,
     embedder: Embedder | None = None,
     hybrid_weight: float | None = None,
+    cosines: _Cosines | None = None,
 ) -> list[Hit]:
     """Return the ``k`` items of ``memory`` that best match ``query``, best first.
 
@@ -135,6 +139,12 @@ def search(
             share of the query's IDF weight the best keyword hit holds. 1
             ranks by keyword alone (BM25 on the blend's 0..1 scale), 0 by
             the semantic side alone.
+        cosines: In hybrid mode, ``cosines(pool, keys)``: the best ``pool``
+            cosines with the query (with ties: every item scoring the
+            ``pool``-th best) and those of ``keys``, by item key
+            (``SearchIndex.keys_of``), computed elsewhere from the same
+            vectors (a store's, ``Store.cosines``): the memory's index then
+            embeds nothing and holds no vector. ``None``: the index's.
 
     Returns:
         Up to ``k`` hits.
@@ -171,7 +181,7 @@ def search(
         index.embedder = model  # remembered once it worked
     else:
         model = _embedder_for(index, embedder)
-        blended = _hybrid_scores(index, model, text, terms, wanted, k, weight, predicate)
+        blended = _hybrid_scores(index, model, text, terms, wanted, k, weight, predicate, cosines)
         top = index.top(blended, k, predicate)
         index.embedder = model
     return [Hit(item, score, index.matched_fields(key, terms, wanted)) for key, item, score in top]
@@ -186,6 +196,7 @@ def _hybrid_scores(
     k: int,
     weight: float,
     predicate: Predicate | None,
+    given: _Cosines | None = None,
 ) -> dict[int, float]:
     """Return a hybrid query's blended scores by key: candidates that hold its ``k`` best (among the few ``predicate`` may pass).
 
@@ -199,9 +210,12 @@ def _hybrid_scores(
     pool = max(10 * k, HYBRID_POOL)
     # Items holding only common words add under 1e-5 to a blended score; they are not read.
     keyword = index.keyword_scores(terms, wanted, skip_common=True)[0] if terms else {}
-    vector = checked_vectors(model, [text])[0]  # embedded once, for each depth of the walk
+    if given is None:
+        vector = checked_vectors(model, [text])[0]  # embedded once, for each depth of the walk
 
     def cosines(among: Iterable[int]) -> dict[int, float]:
+        if given is not None:
+            return given(pool, list(among))
         return index.semantic_scores(model, text, wanted, limit=pool, among=among, vector=vector)
 
     ranked = _Ranking(keyword)

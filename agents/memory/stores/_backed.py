@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -529,8 +530,10 @@ class StoredMemory(Memory):
         (over ``keys``) pass the store handle's budget
         (``Store.vectors_over_budget``) leaves them in the store, which
         answers those queries to the same hits and floats, a filter function
-        asked of the memory's own items (but for hybrid queries with
-        ``keys`` or a filter function, answered in RAM: see docs/search.md).
+        asked of the memory's own items; a hybrid query with ``keys`` takes
+        its keyword side from the memory's index and its cosines from the
+        store (but for hybrid queries with a filter function, or with
+        ``keys`` and a filter many items pass, answered in RAM: see docs/search.md).
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
@@ -834,8 +837,10 @@ def _ahead_hits(
     that is done, RAM answers, unless the session's vectors stay in the
     store (over its budget: :func:`_left_in_store`), which then answers
     every such query: semantic ones with ``keys`` or a filter function too,
-    and whatever words the query holds (hybrid ones with either are
-    answered in RAM: see the comment below). Only for the default
+    and whatever words the query holds (hybrid ones with ``keys`` take
+    the keyword side from the memory's index: :func:`_hybrid_keys_in_store`;
+    with a filter function, or ``keys`` and a filter many items pass, they
+    are answered in RAM: see the comment below). Only for the default
     tokenizer and a store with a keyword index that keeps vectors. The
     hits are the memory's own items.
     """
@@ -848,12 +853,17 @@ def _ahead_hits(
         return None
     keys = checked_keys(keys)  # a tuple already (_vector_keys): checked again for its type
     fields_filter = where is None or isinstance(where, Mapping)
+    if mode == "hybrid" and keys is not None and fields_filter:
+        keyed = _hybrid_keys_in_store(memory, session, lock, query, k, keys, where, embedder)
+        if keyed is not None or where is None:
+            return keyed
     if mode == "hybrid" and (keys is not None or not fields_filter):
         # Answered in RAM, the index taking the vectors (a first query of 12 s at 50,000 steps
         # cut into parts, then 0.12-0.19 s). The store's keyword side over a field subset reads
         # and tokenizes every row at each query (its keyword index holds all fields): 4.7 s a
         # warm query; its blend walked for a filter function it tests rescores the keyword
-        # candidates' cosines from the rows (past its coded table's bounds): 5.5 s.
+        # candidates' cosines from the rows (past its coded table's bounds): 5.5 s. With keys
+        # and a filter many items pass, the blend asks the cosine of every keyword hit.
         return None
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
@@ -906,6 +916,81 @@ def _ahead_hits(
                 pushed, predicate, limit = where, None, k
                 continue
             limit *= 4
+
+
+def _hybrid_keys_in_store(
+    memory: StoredMemory,
+    session: SessionWriter,
+    lock: contextlib.AbstractContextManager[Any],
+    query: str,
+    k: int,
+    keys: tuple[str, ...],
+    where: Where | None,
+    embedder: Embedder | None,
+) -> list[tuple[int, Hit]] | None:
+    """Return ``(seq, hit)`` of a hybrid query over ``keys`` whose vectors stay in the store: the keyword side from the memory's index, the cosines from the store (``Store.cosines``); ``None`` where the index takes the vectors.
+
+    With a filter of fields, only where the index's values say few items
+    may pass (``SearchIndex.passing``): the blend then asks the cosines of
+    those few; where many may, it asks that of every keyword hit (tens of
+    thousands read exactly from the rows), and RAM answers.
+
+    The store's keyword index holds all fields: its keyword side over a
+    field subset read and tokenized every row at each query (4.7 s warm at
+    50,000 steps). The memory's index holds each field's statistics, and
+    the store gives the cosines the blend asks for (its pool and the
+    keyword candidates) from its coded table: the hits and floats of
+    ``Memory.search`` with the vectors in RAM.
+    """
+    from agents.memory import search
+
+    index = search.search_index(memory)
+    if not index.missing_vectors(keys):
+        return None  # the index holds every vector: RAM answers (a session under the budget)
+    predicate = search.Filter.of(where)
+    if predicate is not None and (index.building() or index.passing(predicate) is None):
+        return None
+    model = search.embedder_for(memory, embedder)
+    if not _left_in_store(memory, index, keys, model):
+        return None
+    store = memory.store
+    vector = checked_vectors(model, [query])[0]  # embedded once, for each depth of the walk
+
+    def cosines(pool: int, among: Sequence[int]) -> dict[int, float]:
+        seq_of = session.seqs_of(among)
+        wanted = list(seq_of.values())
+        # Rows another process appended (not refreshed) may crowd the store's best: asked
+        # past them, then the memory's own best `pool` (with ties) kept, as its index ranks.
+        limit = pool + max(0, store.count(memory.session_id) - len(memory))
+        while True:
+            found = store.cosines(
+                memory.session_id,
+                vector,
+                limit,
+                embedder=model,
+                keys=keys,
+                among=wanted,
+                parts=index.parts,
+            )
+            key_of = session.keys_of_rows(found)
+            own = {key_of[seq]: cosine for seq, cosine in found.items() if seq in key_of}
+            if len(own) - len(wanted) >= pool or len(found) - len(wanted) < limit:
+                break
+            limit *= 4  # the rows another process appended outnumber the count's guess
+        if len(own) > pool:
+            cut = heapq.nlargest(pool, own.values())[-1]
+            kept = set(among)
+            own = {key: cosine for key, cosine in own.items() if cosine >= cut or key in kept}
+        return own
+
+    with lock:
+        hits = search.search(
+            memory, query, k, keys=keys, mode="hybrid", where=where, embedder=model, cosines=cosines
+        )
+        index.embedder = model  # remembered once it worked, as a query in RAM does
+        key_at = index.keys_of([hit.item for hit in hits])
+        seq_of = session.seqs_of(key_at.values())
+        return [(seq_of[key_at[id(hit.item)]], hit) for hit in hits]
 
 
 def _left_in_store(

@@ -31,11 +31,12 @@ from agents.memory.stores._search.calls import SearchCalls
 from agents.memory.stores._search.coded_saves import SAVE_THREAD
 from agents.memory.stores._search.session_calls import SessionSearchCalls
 from agents.memory.stores._search.vector_cache import VectorCache
+from agents.memory.stores._search.vector_calls import VectorCalls
 
 __all__ = ["Store"]
 
 
-class Store(ReadCalls, RecordCalls, SearchCalls, SessionSearchCalls):
+class Store(ReadCalls, RecordCalls, SearchCalls, VectorCalls, SessionSearchCalls):
     """Every public store call, over a :class:`Backend` that keeps the rows.
 
     The checks, the encoding through the codec, read-only refusal and the

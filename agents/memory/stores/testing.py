@@ -2716,6 +2716,7 @@ AWAITED: Final = frozenset(
         "vector_model",
         "index_embeddings",
         "read_vectors",
+        "cosines",
         "vectors_over_budget",
         "drop_vectors",
         "put_record",

@@ -385,6 +385,7 @@ class AsyncStore:
     ranking_at = _store_call(Store.ranking_at)
     keyword_version = _store_call(Store.keyword_version)
     hybrid_ranking = _store_call(Store.hybrid_ranking)
+    cosines = _store_call(Store.cosines)
     search_sessions = _store_call(Store.search_sessions)
     recall_sessions = _store_call(Store.recall_sessions)
     summary = _store_call(Store.summary)
