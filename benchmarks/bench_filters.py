@@ -12,10 +12,12 @@ PostgreSQL runs only when --postgres (or KVMEMORY_BENCH_POSTGRES_URL) names a
 server; the tables go to a fresh schema that is dropped afterwards.
 
 ``--coded-hybrid DB`` times instead a hybrid query (``EmbedParts()``,
-``HashingEmbedder(256)``) over a SQLite session of N UFO-shaped steps
+``HashingEmbedder(256)``) over a SQLite session (or the store a URL names,
+``postgresql://...``) of N UFO-shaped steps
 (``bench_search_costs.steps``, written once to DB and reused) whose part
 vectors are kept coded (the handle's budget set below them as float32),
-unfiltered and with filters from 0.1% to 99% of the steps passing: wall
+unfiltered and with filters from 0.1% to 99% of the steps passing (ranges
+of ``weight`` passing 1% to 80%): wall
 and process CPU, median [range] of --repeats warm queries, the load
 average beside. Run it with each tree's ``agents`` on PYTHONPATH, alternating,
 to compare them.
@@ -103,6 +105,8 @@ CODED_FILTERS: list[tuple[str, dict[str, Any] | None]] = [
     ("range 10%", {"weight": {"$lt": 0.1}}),
     ("range 20%", {"weight": {"$lt": 0.2}}),
     ("range 30%", {"weight": {"$lt": 0.3}}),
+    ("range 50%", {"weight": {"$lt": 0.5}}),
+    ("range 80%", {"weight": {"$lt": 0.8}}),
     ("eq 99%", {"agent": "host"}),
 ]
 
@@ -116,7 +120,8 @@ def coded_hybrid(path: str, n: int, repeats: int) -> None:
 
     embedder = HashingEmbedder(256)
     rows = steps(n)
-    with open_store(f"sqlite://{path}") as store:
+    url = path if "://" in path else f"sqlite://{path}"
+    with open_store(url) as store:
         if store.count("s") != n:
             store.delete_session("s")
             store.append("s", [MemoryItem(**row) for row in rows])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import agents.memory._vectors as vectors
 from agents.memory import Memory, MemoryItem
-from agents.memory._hybrid import bounded_blend
+from agents.memory._hybrid import Pruning, bounded_blend
 from agents.memory._vectors import (
     HYBRID_POOL,
     EmbedParts,
@@ -132,6 +132,121 @@ def test_bounded_blend_gives_the_full_blends_k_best_and_floats(drawn: dict[str, 
     assert bounded is not None
     assert best(bounded, k) == best(full, k)
     assert {key: full[key] for key in bounded} == bounded
+
+
+@st.composite
+def crowded_sets(draw: st.DrawFn) -> dict[str, Any]:
+    """Draw as :func:`score_sets` does, but a crowd: hundreds of keyword hits past the walk's first depth, most with a vector, a small ``k``, a weight strictly between the ends (where rows past the walk can be left out)."""
+    n = draw(st.integers(250, 700))
+    base = draw(st.sampled_from([0.5, 2.5, 7.5]))
+    bm25 = st.sampled_from([0.3, 1.0, base, base + NEAR, 4.0, 12.0, 12.0 + NEAR])
+    cos = st.sampled_from([-0.2, 0.05, 0.3, 0.3 + NEAR, 0.31, 0.6, 0.6 + NEAR, 0.9])
+    keyword = {key: draw(bm25) for key in range(n) if draw(st.integers(0, 5))}
+    if draw(st.booleans()):
+        keyword[draw(st.sampled_from(sorted(keyword)))] = 40.0
+    cosines = {key: draw(cos) for key in range(n) if draw(st.integers(0, 5))}
+    return {
+        "keyword": keyword,
+        "cosines": cosines,
+        "k": draw(st.sampled_from([1, 2, 5, 13])),
+        "weight": draw(st.sampled_from([0.3, 0.6, 0.8])),
+        "coverage": draw(st.sampled_from([1.0, 1.0, 0.9])),
+        "together": draw(st.booleans()),
+    }
+
+
+def pruned_and_full(
+    drawn: dict[str, Any], may: list[int], passes: set[int], slack: float | None
+) -> tuple[Scores, Scores, list[int]]:
+    """Return a pruned walk's blend of a drawn query asked besides for ``may`` (``passes`` the rows that pass; cosines bounded ``slack`` above, ``None``: not bounded), the full blend, and the keys whose cosines the walk asked for."""
+    keyword, cosines, k = drawn["keyword"], drawn["cosines"], drawn["k"]
+    weight, coverage, together = drawn["weight"], drawn["coverage"], drawn["together"]
+    pool = max(10 * k, HYBRID_POOL)
+    held = pool_of(cosines, pool)
+    ranked = sorted(((score, key) for key, score in keyword.items()), key=lambda h: (-h[0], h[1]))
+    scale = keyword_scale(max(len(cosines), len(keyword)))
+    asked: list[int] = []
+
+    def pooled(among: Any) -> Scores:
+        wanted = list(among)
+        asked.extend(wanted)
+        return {**held, **{key: cosines[key] for key in wanted if key in cosines}}
+
+    def among(keys: Any) -> Scores:
+        return {key: keyword[key] for key in keys if key in keyword}
+
+    def ceilings(keys: Any) -> Scores | None:
+        if slack is None:
+            return None
+        return {key: cosines[key] + slack for key in keys if key in cosines}
+
+    def floor(scores: Scores) -> tuple[float, int] | None:
+        hits = best({key: s for key, s in scores.items() if key in passes}, k)
+        return (hits[-1][1], hits[-1][0]) if len(hits) == k else None
+
+    full = blend(keyword, scale, pooled(keyword), weight, coverage, together)
+    asked.clear()
+    args = (scale, weight, coverage, together, may, Pruning(ceilings, floor))
+    pruned = bounded_blend(k, pool, lambda depth: ranked[:depth], among, pooled, *args)
+    assert pruned is not None
+    return pruned, full, asked
+
+
+def passing(scores: Scores, passes: set[int], k: int) -> list[tuple[int, float]]:
+    """Return the ``k`` best of ``scores`` among ``passes``."""
+    return best({key: s for key, s in scores.items() if key in passes}, k)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(score_sets(), crowded_sets()), st.data())
+def test_a_pruned_walk_gives_the_full_blends_k_best_that_pass_and_their_floats(
+    drawn: dict[str, Any], data: st.DataObject
+) -> None:
+    """With Pruning, the rows asked besides that cannot rank are left out unscored, and the k best that pass (rows that may pass, some not) are the full blend's, floats and ties by key included."""
+    keys = sorted({*drawn["keyword"], *drawn["cosines"]})
+    rng = random.Random(data.draw(st.integers(0, 2**16)))
+    share = data.draw(st.sampled_from([0.05, 0.3, 0.5, 1.0]))
+    may = [key for key in keys if rng.random() < share]  # the rows a filter may pass
+    passes = {key for key in may if rng.random() < 0.8}  # some that may pass fail
+    slack = data.draw(st.sampled_from([None, 0.0, NEAR, 0.01, 0.3]))
+    pruned, full, _ = pruned_and_full(drawn, may, passes, slack)
+    assert passing(pruned, passes, drawn["k"]) == passing(full, passes, drawn["k"])
+    assert {key: full[key] for key in pruned} == pruned
+
+
+# Where no keyword hit holds the words together, every row below both backgrounds
+# blends to exactly 0: four leaders (BM25 40) and ten close items (cosine 0.9) blend
+# above it, the walk stops at its first depth (the hits at BM25 1.0, keys 200 on), and
+# the rows that pass all blend to 0, so they rank by key: row 10, past the walk (BM25
+# 0.3), comes before the walk's own 250 and 260.
+TIED_AT_ZERO = {
+    "keyword": {
+        **dict.fromkeys(range(200), 0.3),
+        **dict.fromkeys(range(200, 400), 1.0),
+        **dict.fromkeys(range(400, 404), 40.0),
+    },
+    "cosines": {
+        **dict.fromkeys(range(404), -0.2),
+        **dict.fromkeys(range(500, 510), 0.9),
+        **dict.fromkeys(range(510, 700), 0.3),
+    },
+    "k": 2,
+    "weight": 0.6,
+    "coverage": 1.0,
+    "together": False,
+}
+
+
+def test_a_pruned_walk_scores_a_row_past_it_that_ties_the_floor_at_zero_with_a_smaller_key() -> (
+    None
+):
+    """A row past the walk whose ceiling is 0 ties a floor of 0: it is scored where its key comes first, left out where it comes after."""
+    passes = {10, 250, 260, 390}
+    pruned, full, asked = pruned_and_full(TIED_AT_ZERO, sorted(passes), passes, 0.0)
+    assert passing(full, passes, 2) == [(10, 0.0), (250, 0.0)]
+    assert passing(pruned, passes, 2) == passing(full, passes, 2)
+    assert 10 in asked
+    assert 390 not in asked
 
 
 # -- Memory.search in hybrid mode -----------------------------------------------------

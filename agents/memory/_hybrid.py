@@ -22,14 +22,43 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from agents.memory._vectors import SHARED_TOP, blend, blend_ceiling
+import attrs
 
-__all__ = ["bounded_blend"]
+from agents.memory._vectors import SHARED_TOP, blend, blend_ceiling, blend_ceilings
+
+__all__ = ["Pruning", "bounded_blend"]
 
 DEEPER: Final = 8
 """How many times deeper each keyword ranking is than the one before."""
 _MARGIN: Final = 1.0 + 1e-9
 """How far a bound summed in another order may be from an item's blended score, as a ratio (float rounding)."""
+_SETTLE_FIRST: Final = 16
+"""How many of the rows asked besides the walk get their exact cosines first (then four times as many each round), best bound first."""
+
+
+@attrs.frozen
+class Pruning:
+    """What lets :func:`bounded_blend` score exactly only those of the rows asked besides (``also``) that can still rank.
+
+    A filter that many rows pass asks for thousands of keyword hits past
+    the walk, and each one's exact cosine was read (on a coded table, its
+    stored vectors: most of the query's time). Each of them blends to at
+    most :func:`~agents.memory._vectors.blend_ceiling` of its BM25 (at
+    most the walk's last) and an upper bound of its cosine; one whose
+    ceiling is below the ``k``-th best score that passes the filter so far
+    cannot be one of the ``k`` best that pass, and is left out unscored.
+
+    Attributes:
+        ceilings: An upper bound of the cosine of each of some keys that
+            holds a vector (a key left out holds none: cosine 0), or
+            ``None`` where it cannot bound them (every one is then scored).
+        floor: The ``k``-th best hit that passes the filter among some
+            blended scores (by key), as ``(score, key)``, or ``None`` where
+            fewer than ``k`` pass.
+    """
+
+    ceilings: Callable[[Sequence[int]], dict[int, float] | None]
+    floor: Callable[[dict[int, float]], tuple[float, int] | None]
 
 
 def bounded_blend(
@@ -43,6 +72,7 @@ def bounded_blend(
     coverage: float,
     together: bool = True,
     also: Sequence[int] = (),
+    pruning: Pruning | None = None,
 ) -> dict[int, float] | None:
     """Return the blended scores of candidates that hold the ``k`` best of a hybrid ranking, or ``None``.
 
@@ -62,11 +92,15 @@ def bounded_blend(
         also: Keys to score as well where they are candidates of the full
             blend (keyword hits, or in the semantic pool), whatever their
             rank: the rows a filter may pass.
+        pruning: Where given, the candidates among ``also`` past the walk
+            that cannot reach the ``k``-th best score passing the filter
+            are left out unscored (:class:`Pruning`).
 
     Returns:
         The blended score of each candidate: every keyword hit and every
         item of the semantic pool whose score can reach the ``k``-th best,
-        and the candidates among ``also``, scored as :func:`blend` scores
+        and the candidates among ``also`` (with ``pruning``, those that can
+        rank among the ``k`` best passing), scored as :func:`blend` scores
         them over all the hits; ``None`` where ``keyword_among`` cannot answer.
     """
 
@@ -95,6 +129,13 @@ def bounded_blend(
             if bound * _MARGIN < cut:
                 if not also:
                     return scores
+                if pruning is not None:
+                    args = (scale, semantic, weight, coverage, together)
+                    ceiling = blend_ceilings(keyword, *args)
+                    walked = _Walked(keyword, semantic, scores, top[-1][0], k)
+                    return _pruned_also(
+                        also, keyword_among, cosines, walked, blended, ceiling, pruning
+                    )
                 return _with_also(also, keyword_among, cosines, keyword, semantic, scores, blended)
         depth *= DEEPER
 
@@ -130,6 +171,94 @@ def _with_also(
     keyword = {**keyword, **extra}
     semantic = {**semantic, **cosines(list(extra))}
     return blended(keyword, semantic)
+
+
+@attrs.frozen
+class _Walked:
+    """Where the walk stopped: its keyword hits and cosines, their blend, its ranking's last BM25, and ``k``."""
+
+    keyword: dict[int, float]
+    semantic: dict[int, float]
+    scores: dict[int, float]
+    last: float
+    k: int
+
+
+def _pruned_also(
+    also: Sequence[int],
+    keyword_among: Callable[[Sequence[int]], dict[int, float] | None],
+    cosines: Callable[[Iterable[int]], dict[int, float]],
+    walked: _Walked,
+    blended: Callable[[dict[int, float], dict[int, float]], dict[int, float]],
+    ceiling: Callable[[float, float], float],
+    pruning: Pruning,
+) -> dict[int, float] | None:
+    """Return :func:`_with_also`'s blend less the rows of ``also`` that cannot rank among the ``k`` best that pass, whose cosines are never read.
+
+    The rows outside the walk's keyword hits and pool each blend to at
+    most ``ceiling`` of their BM25 (at most the walk's ``last``, before
+    asking the backend for it) and their cosine's ceiling; they are not
+    candidates the full blend lifts, nor do they raise the best score of
+    the others (:func:`_with_also`), so each one scored gets the float of
+    the full blend, whichever others are scored beside it. They are
+    scored best ceiling first, a few, then four times as many each round,
+    the ``k``-th best passing score (``pruning.floor``) taken again after
+    each: a row whose ceiling is below it (by more than float rounding)
+    cannot pass into the ``k`` best, and neither can any row after it.
+    """
+    keyword, semantic = walked.keyword, walked.semantic
+    wanted = [key for key in also if key not in keyword and key not in semantic]
+    if not wanted:
+        return walked.scores
+    upper = pruning.ceilings(wanted)
+    if upper is None:
+        return _with_also(also, keyword_among, cosines, keyword, semantic, walked.scores, blended)
+    floor = pruning.floor(walked.scores)
+    if floor is not None:
+        last = walked.last
+        # Before its BM25 is known: bounded by the walk's last, not exact at 0.
+        reach = [ceiling(last, upper.get(key, 0.0)) for key in wanted]
+        wanted = [
+            key
+            for key, top in zip(wanted, reach, strict=True)
+            if _reaches(top, key, floor, exact=False)
+        ]
+    extra = keyword_among(wanted) if wanted else {}
+    if extra is None:
+        return None
+    bounds = {key: ceiling(bm25, upper.get(key, 0.0)) for key, bm25 in extra.items()}
+    order = sorted(extra, key=lambda key: (-bounds[key], key))
+    keyword, semantic, scores = dict(keyword), dict(semantic), walked.scores
+    at, batch = 0, max(_SETTLE_FIRST, 2 * walked.k)
+    while at < len(order):
+        if floor is not None and not _reaches(bounds[order[at]], order[at], floor):
+            break  # ranked by ceiling, then key: none after it can pass into the k best
+        take = order[at : at + batch]
+        if floor is not None:
+            take = [key for key in take if _reaches(bounds[key], key, floor)]
+        at += batch
+        batch *= 4
+        keyword.update((key, extra[key]) for key in take)
+        semantic.update(cosines(take))
+        scores = blended(keyword, semantic)
+        floor = pruning.floor(scores)
+    return scores
+
+
+def _reaches(ceiling: float, key: int, floor: tuple[float, int], *, exact: bool = True) -> bool:
+    """Return whether a row blending to at most ``ceiling`` may rank before the ``floor`` hit ``(score, key)`` (higher score first, then the smaller key).
+
+    Past float rounding (``_MARGIN``), a ceiling below the floor's score
+    cannot. A ceiling of 0 taken from the row's own BM25 (``exact``) is
+    exact: its keyword side is the blend's own float, 0 (at or below the
+    keyword background), and its cosine's bound at most 0 (or at most the
+    background cosine) leaves the cosine side 0 too; such a row ties a
+    floor of 0 and ranks after it where its key is larger.
+    """
+    score, last = floor
+    if exact and ceiling == 0.0 and score == 0.0:
+        return key < last
+    return ceiling * _MARGIN >= score
 
 
 def _bound(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import importlib
 import sys
-from collections.abc import Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -44,6 +44,7 @@ __all__ = [
     "best_cosines",
     "blend",
     "blend_ceiling",
+    "blend_ceilings",
     "checked_vectors",
     "checked_weight",
     "cosines",
@@ -688,17 +689,36 @@ def blend_ceiling(
     for the items a ranking walked only part of the way has not reached.
     ``keyword`` must hold the query's :data:`KEYWORD_BACKGROUND` best hits.
     """
+    return blend_ceilings(keyword, scale, semantic, w, coverage, together)(bm25, cosine)
+
+
+def blend_ceilings(
+    keyword: Mapping[int, float],
+    scale: float,
+    semantic: Mapping[int, float],
+    w: float,
+    coverage: float = 1.0,
+    together: bool = True,
+) -> Callable[[float, float], float]:
+    """Return :func:`blend_ceiling` of some ``(bm25, cosine)`` over these candidates, their backgrounds taken once (for thousands of rows a filter passes)."""
     apart = not together and stands_out(keyword, w)
     if 0.0 < w < 1.0:
         w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
     if apart:
         background = _keyword_background(keyword, scale)
-        return w * _lead(keyword_share(bm25, scale), background) + (1.0 - w) * _rise(
-            cosine, _background_cosine(semantic)
-        )
-    return w * keyword_share(bm25, scale) + (1.0 - w) * semantic_discount(semantic) * max(
-        cosine, 0.0
-    )
+        crowd = _background_cosine(semantic)
+
+        def stood_out(bm25: float, cosine: float) -> float:
+            lead = _lead(keyword_share(bm25, scale), background)
+            return w * lead + (1.0 - w) * _rise(cosine, crowd)
+
+        return stood_out
+    rest = (1.0 - w) * semantic_discount(semantic)
+
+    def blended(bm25: float, cosine: float) -> float:
+        return w * keyword_share(bm25, scale) + rest * max(cosine, 0.0)
+
+    return blended
 
 
 def _keyword_background(keyword: Mapping[int, float], scale: float) -> float:

@@ -271,6 +271,23 @@ class CompactVectors:
         picked = [found[row] for row in top_rows(sims, limit).tolist()]
         return {key: exact[key] for key in sorted({*picked, *(k for k in wanted if k in exact)})}
 
+    def ceilings(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
+        """Return an upper bound of the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key, from the codes alone (nothing read).
+
+        The bound :meth:`scores` rules items out by (the last query's are
+        kept: ``scores`` of the same query computed them), for a filter's
+        passing rows: thousands of items, none of them read.
+        """
+        np = numpy()
+        slot_of = self.slot_of
+        found = [(key, slot) for key in keys if (slot := slot_of.get(key)) is not None]
+        if not found:
+            return {}
+        upper, _ = self._bounds(np, query)
+        slots = np.asarray([slot for _, slot in found], dtype=np.int64)
+        bounds = upper[slots].tolist()
+        return {key: float(bound) for (key, _), bound in zip(found, bounds, strict=True)}
+
     def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
         """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key (read exactly)."""
         wanted = sorted(set(self._held(keys)))

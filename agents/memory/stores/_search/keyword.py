@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from agents.memory._codec import BULK_VALUES, collector_paused
 from agents.memory._filter import Filter
-from agents.memory._hybrid import bounded_blend
+from agents.memory._hybrid import Pruning, bounded_blend
 from agents.memory._item import MemoryItem, OnUnknownClass
 from agents.memory._text import (
     PROXIMITY_TOP,
@@ -273,6 +273,7 @@ class KeywordSearch:
         own: Held | None = None,
         pool: int | None = None,
         ranks: Ranks | None = None,
+        pruning: Pruning | None = None,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
         """Return a hybrid query's blended scores by seq (candidates holding its ``k`` best, at least), and the items read.
 
@@ -292,7 +293,10 @@ class KeywordSearch:
         (a filtered query walking on past its ``k``; default ``max(10 * k, HYBRID_POOL)``).
         ``ranks(depth)``: the keyword ranking's ``depth`` best, where the
         caller holds one across calls (:func:`~agents.memory.stores._search.hybrid.held_ranking`; default the
-        backend's :meth:`Backend.keyword_top`).
+        backend's :meth:`Backend.keyword_top`). ``pruning``: the candidates
+        among ``also`` that cannot rank among the ``k`` best that pass are
+        left out, their cosines never read (:class:`~agents.memory._hybrid.Pruning`,
+        on the bounded walk).
         """
         if not terms:
             return _among(blend({}, 1.0, pooled([]), weight, 1.0), also), {}
@@ -310,6 +314,7 @@ class KeywordSearch:
                 also or (),
                 own,
                 ranks,
+                pruning,
             )
             if found is not None:
                 return _among(found[0], also), found[1]
@@ -336,6 +341,7 @@ class KeywordSearch:
         also: Sequence[int] = (),
         own: Held | None = None,
         ranks: Ranks | None = None,
+        pruning: Pruning | None = None,
     ) -> tuple[dict[int, float], dict[int, MemoryItem]] | None:
         """Return the blended scores of candidates holding a hybrid query's ``k`` best (and those among ``also``), and the items read; or ``None``.
 
@@ -373,7 +379,8 @@ class KeywordSearch:
             return None if scored is None else {seq: score for score, seq in scored}
 
         scale = keyword_scale(n_items)
-        scores = bounded_blend(k, pool, top, among, cosines, scale, weight, covered, together, also)
+        args = (scale, weight, covered, together, also, pruning)
+        scores = bounded_blend(k, pool, top, among, cosines, *args)
         return None if scores is None else (scores, read)
 
     def _indexed_evidence(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from typing import Any, Final
 
 from agents.memory._filter import Filter
+from agents.memory._hybrid import Pruning
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
 from agents.memory._text import Tokenizer
 from agents.memory._vectors import (
@@ -445,18 +446,18 @@ class VectorSearch:
             ranks = held_ranking(functools.partial(self._backend.keyword_top, sid, terms))
 
             def scored(
-                depth: int, bounded: bool, among: Sequence[int] | None
+                depth: int, bounded: bool, among: Sequence[int] | None, pruning: Pruning | None
             ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
                 args = (sid, terms, fields, depth, pooled, weight, on_unknown_class, bounded, among)
-                return self._keyword.hybrid_scores(*args, pool=pool, ranks=ranks)
+                return self._keyword.hybrid_scores(*args, pool=pool, ranks=ranks, pruning=pruning)
 
             if keep is not None:
                 screened = _screened(self._engine, sid, keep, k, read, on_unknown_class)
                 walks = few is None and self._keyword.walks(fields)
                 fewer = _fewer(self._engine, sid, keep)
-                hits = walked_passing(scored, k, walks, screened, few, fewer)
+                hits = walked_passing(scored, k, walks, screened, few, fewer, pooled.ceilings)
                 return [StoreHit(seq, item, score) for seq, score, item in hits]
-            scores, found = scored(k, True, None)
+            scores, found = scored(k, True, None, None)
         best = heapq.nsmallest(k, scores.items(), key=lambda hit: (-hit[1], hit[0]))
         missing = [seq for seq, _ in best if seq not in found]
         if missing:
