@@ -9,7 +9,9 @@ rows of the whole session may pass (``Backend.filter_few``): without this
 file it read the log whole for that. A writable handle that has read the log
 whole for a filter saves its index here (:meth:`SessionValueFiles.save`);
 the next handle reads the file's header and only the parts of the paths a
-filter names (:meth:`SessionValueFiles.judge`).
+filter names (:meth:`SessionValueFiles.judge`). A handle that reads the
+log whole takes the file's index for the rows up to its offset
+(:meth:`SessionValueFiles.whole_index`) rather than filing them again.
 
 The file: a JSON header line, then each path's filed values (its values as
 JSON, then the count of seqs under each and the seqs, as native arrays) and
