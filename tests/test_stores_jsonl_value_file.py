@@ -425,6 +425,7 @@ def filed_from_scratch(folder: Path) -> ValueIndex:
     later=st.lists(items(enums=False), max_size=4),
     changed=st.dictionaries(st.integers(1, 10), items(enums=False), max_size=3),
     gone=st.lists(st.integers(1, 14), max_size=3),
+    cleared=st.booleans(),
     where=wheres(),
 )
 def test_log_read_whole_takes_the_value_file_and_files_only_the_rows_after_it(
@@ -434,15 +435,18 @@ def test_log_read_whole_takes_the_value_file_and_files_only_the_rows_after_it(
     later: list[MemoryItem],
     changed: dict[int, MemoryItem],
     gone: list[int],
+    cleared: bool,
     where: dict[str, Any],
 ) -> None:
-    """A handle reading the log whole takes the value file's index and files only the rows that the records after the file add, change or delete (another handle's appends, updates and deletes): its index is the one filing every row builds, its filters are judged the same and its hits are Memory.search's."""
+    """A handle reading the log whole takes the value file's index and files only the rows that the records after the file add, change or delete (another handle's clear, appends, updates and deletes): its index is the one filing every row builds, its filters are judged the same and its hits are Memory.search's."""
     folder = tmp_path_factory.mktemp("whole")
     written(folder, first)
     with JSONLStore(folder) as store:
         store.backend.filter_candidates("s", Filter(where).tree)  # reads the log whole: saves
     assert values_path(folder).exists()
     with JSONLStore(folder) as other:
+        if cleared:
+            other.clear("s")
         if later:
             other.append("s", later)
         live = {seq for seq, _ in other.backend.read_rows("s")}
