@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zlib
+from array import array
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +31,7 @@ from agents.memory.search import Filter
 from agents.memory.stores import JSONLStore
 from agents.memory.stores._core.value_index import ValueIndex
 from agents.memory.stores._jsonl import filter_reads
+from agents.memory.stores._jsonl.log import apply_records, read_header
 from agents.memory.stores._jsonl.value_file import SessionValueFiles, touched
 
 RARE = {"agent": "x"}
@@ -348,9 +352,9 @@ def test_a_large_part_is_read_only_for_a_filter_the_sample_does_not_call_common(
     taken: list[str] = []
     take_path = ValueIndex.take_path
 
-    def noted(index: ValueIndex, path: str, blob: bytes) -> bool:
+    def noted(index: ValueIndex, path: str, blob: bytes, **options: bool) -> bool:
         taken.append(path)
-        return take_path(index, path, blob)
+        return take_path(index, path, blob, **options)
 
     monkeypatch.setattr(ValueIndex, "take_path", noted)
     monkeypatch.setattr(filter_reads, "SAMPLED_PART", 0)  # every part counts as large
@@ -379,3 +383,130 @@ def test_records_after_the_file_name_the_rows_they_touch() -> None:
     assert touched(item + b'{"clear":1}\n') is None
     assert touched(item + b"not a record\n") is None
     assert touched(b'{"del":["3"]}\n') is None
+
+
+def canonical(index: ValueIndex) -> tuple[bytes, dict[str, Any]]:
+    """Return what ``index`` files, in no order of filing: the rows read loosely, and per path its floats flag and each value's seqs (by kind, as :meth:`ValueIndex.packed` writes them)."""
+    packed = index.packed()
+    assert packed is not None
+    sets, paths = packed
+    out: dict[str, Any] = {}
+    for path, blob in paths.items():
+        cut = blob.index(b"\n")
+        strings, numbers, others, floats = orjson.loads(blob[:cut])
+        keys = (
+            [("s", k) for k in strings] + [("n", k) for k in numbers] + [("o", k) for k in others]
+        )
+        counts, seqs = array("I"), array("q")
+        counts.frombytes(blob[cut + 1 : cut + 1 + 4 * len(keys)])
+        seqs.frombytes(blob[cut + 1 + 4 * len(keys) :])
+        groups, at = {}, 0
+        for key, count in zip(keys, counts, strict=True):
+            groups[(key[0], type(key[1]).__name__, key[1])] = list(seqs[at : at + count])
+            at += count
+        out[path] = (floats, groups)
+    return sets, out
+
+
+def filed_from_scratch(folder: Path) -> ValueIndex:
+    """Return the value index of session ``s``'s log read whole with every row filed."""
+    path = str(folder / "s.jsonl")
+    data = (folder / "s.jsonl").read_bytes()
+    log = read_header("s", path, data, newest=10**6)
+    apply_records(path, log, data[log.offset :])
+    return log.rows.value_index
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    first=st.lists(items(enums=False), min_size=1, max_size=10),
+    later=st.lists(items(enums=False), max_size=4),
+    changed=st.dictionaries(st.integers(1, 10), items(enums=False), max_size=3),
+    gone=st.lists(st.integers(1, 14), max_size=3),
+    cleared=st.booleans(),
+    where=wheres(),
+)
+def test_log_read_whole_takes_the_value_file_and_files_only_the_rows_after_it(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    first: list[MemoryItem],
+    later: list[MemoryItem],
+    changed: dict[int, MemoryItem],
+    gone: list[int],
+    cleared: bool,
+    where: dict[str, Any],
+) -> None:
+    """A handle reading the log whole takes the value file's index and files only the rows that the records after the file add, change or delete (another handle's clear, appends, updates and deletes): its index is the one filing every row builds, its filters are judged the same and its hits are Memory.search's."""
+    folder = tmp_path_factory.mktemp("whole")
+    written(folder, first)
+    with JSONLStore(folder) as store:
+        store.backend.filter_candidates("s", Filter(where).tree)  # reads the log whole: saves
+    assert values_path(folder).exists()
+    with JSONLStore(folder) as other:
+        if cleared:
+            other.clear("s")
+        if later:
+            other.append("s", later)
+        live = {seq for seq, _ in other.backend.read_rows("s")}
+        with other.batch("s") as batch:
+            batch.update({seq: item for seq, item in changed.items() if seq in live})
+        dropped = sorted(live.intersection(gone))
+        if dropped:
+            other.delete_seqs("s", dropped)
+        other.index_embeddings("s", EMBEDDER, parts=PARTS[0])
+    filed: list[int] = []
+    add = ValueIndex.add
+
+    def noted(index: ValueIndex, seq: int, data: bytes) -> None:
+        filed.append(seq)
+        add(index, seq, data)
+
+    with JSONLStore(folder) as store:
+        monkeypatch.setattr(ValueIndex, "add", noted)
+        store.backend.read_rows("s")
+        monkeypatch.undo()
+        assert read_whole(store)
+        index = store.backend._logs.current("s").rows.value_index
+        scratch = filed_from_scratch(folder)
+        assert canonical(index) == canonical(scratch)
+        tree = Filter(where).tree
+        assert index.judged(tree) == scratch.judged(tree)
+        assert len(filed) <= len(later) + len(changed)  # the rows before the file: not filed
+        got = search(store, "cat", "hybrid", PARTS[0], where)
+    assert [(score, fields) for _, score, fields in got] == memory_hits(
+        folder, "cat", "hybrid", where
+    )
+
+
+def test_group_out_of_order_is_refused_for_an_index_kept_as_rows_change(tmp_path: Path) -> None:
+    """A group of seqs out of order (its CRC right) is taken only by an index that is asked, never unfiled from: a handle reading the log whole does not take the file, and files every row."""
+    two, seven = (2).to_bytes(8, sys.byteorder), (7).to_bytes(8, sys.byteorder)
+    blob = b'[["a"], [], [], false]\n' + (2).to_bytes(4, sys.byteorder) + seven + two
+    assert ValueIndex().take_path("p", blob)
+    assert not ValueIndex().take_path("p", blob, ordered=True)
+    assert ValueIndex().take_path("p", blob[:-16] + two + seven, ordered=True)
+    session(tmp_path)
+    path = values_path(tmp_path)
+    data = path.read_bytes()
+    cut = data.index(b"\n") + 1
+    head = orjson.loads(data[:cut])
+    start, length, _ = head["paths"]["agent"]
+    part = data[cut + start : cut + start + length]
+    keys = part.index(b"\n") + 1
+    values = orjson.loads(part[: keys - 1])
+    counts = array("I")
+    counts.frombytes(part[keys : keys + 4 * sum(map(len, values[:3]))])
+    seqs = array("q")
+    seqs.frombytes(part[keys + 4 * len(counts) :])
+    assert counts[0] > 1
+    seqs[0], seqs[counts[0] - 1] = seqs[counts[0] - 1], seqs[0]  # the first group's ends swapped
+    part = part[: keys + 4 * len(counts)] + seqs.tobytes()
+    head["paths"]["agent"][2] = zlib.crc32(part)
+    body = data[cut:]
+    path.write_bytes(orjson.dumps(head) + b"\n" + body[:start] + part + body[start + length :])
+    with JSONLStore(tmp_path) as store:
+        store.backend.read_rows("s")
+        index = store.backend._logs.current("s").rows.value_index
+        assert canonical(index) == canonical(filed_from_scratch(tmp_path))

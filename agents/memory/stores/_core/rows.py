@@ -78,6 +78,14 @@ class RowTable(dict[int, StoredRow]):
             if seq in self:
                 self.file_key(seq, key)
 
+    def defer_filing(self) -> None:
+        """File no row by value from now until :meth:`take_index`: the rows set meanwhile are those of an index to be taken (a JSONL log's value file)."""
+        self.value_index = _FILED
+
+    def take_index(self, index: ValueIndex) -> None:
+        """Take ``index`` as the value index of exactly the rows held now (set since :meth:`defer_filing`); the rows set and removed after are filed and unfiled in it."""
+        self.value_index = index
+
     def __setitem__(self, seq: int, row: StoredRow) -> None:
         old = self.get(seq)
         if old is not None and old[0] != row[0]:

@@ -58,6 +58,7 @@ import math
 import sys
 from array import array
 from bisect import bisect_left, bisect_right, insort
+from operator import le
 from typing import Any, Final, TypeAlias
 
 import orjson
@@ -398,12 +399,14 @@ class ValueIndex:
         self._always, self._typed, self._dotted = (set(part) for part in parts)
         return True
 
-    def take_path(self, path: str, blob: bytes) -> bool:
+    def take_path(self, path: str, blob: bytes, *, ordered: bool = False) -> bool:
         """File the values of ``path`` as :meth:`packed` wrote them (by this machine's byte order); return whether they read so (else nothing is filed).
 
         Each value's seqs are taken as they lie: a group of one seq as an
-        int, of more as an array (its order is not checked: a loaded index
-        is asked, never unfiled from).
+        int, of more as an array. Their order is checked only where
+        ``ordered``: an index taken to be kept as rows change (unfiled by
+        bisection) must hold each group in order, as filing keeps it; one
+        only asked needs not.
         """
         cut = blob.find(b"\n")
         try:
@@ -446,7 +449,12 @@ class ValueIndex:
                 at += len(values)
             else:
                 for value, many in zip(values, count, strict=True):
-                    groups[value] = seqs[at] if many == 1 else seqs[at : at + many]
+                    if many == 1:
+                        groups[value] = seqs[at]
+                    else:
+                        held = groups[value] = seqs[at : at + many]
+                        if ordered and not all(map(le, held, held[1:])):
+                            return False
                     at += many
             if len(groups) != len(values):
                 return False  # a value twice (or 1 and 1.0, which share a place)

@@ -273,6 +273,7 @@ class LogBackend(LogFilterReads):
         self._where_answered: set[str] = set()  # the sessions keyword_top_where answered
         self._read_values = OffsetValues()  # the rows read by their offsets, filed by value
         self._value_files = SessionValueFiles(self.directory, read_only=read_only)
+        self._logs.filed = self._value_files.whole_index  # a log read whole takes the file's
         try:
             if read_only:
                 self._files.open_read_only(SCHEMA_VERSION)

@@ -16,8 +16,8 @@ import collections
 import os
 import uuid
 import warnings
-from collections.abc import Hashable, Iterable, Sequence
-from typing import Final
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Final, TypeAlias
 
 import attrs
 import orjson
@@ -26,6 +26,7 @@ from agents.memory import _codec
 from agents.memory.exceptions import CorruptSessionError, CorruptStoreError, SkippedRecordWarning
 from agents.memory.stores._core.migrations import check_schema_version
 from agents.memory.stores._core.rows import RowTable
+from agents.memory.stores._core.value_index import ValueIndex
 from agents.memory.stores._jsonl.files import StoreFiles, open_file
 
 __all__ = [
@@ -50,6 +51,9 @@ _ITEM: Final = b',"item":'
 _META: Final = b'{"meta":'
 _ITEM_READ: Final = 16384
 """How many bytes are read first for one record (the size of most): more until its newline."""
+
+FiledIndex: TypeAlias = Callable[[str, str, bytes, int], "tuple[ValueIndex, int] | None"]
+"""What gives a log read whole the value index of its rows up to an offset (:class:`SessionLogs`)."""
 
 CLEAR_RECORD: Final = b'{"clear":1}\n'
 """The record that deletes every item of the session."""
@@ -114,12 +118,21 @@ class SessionLogs:
         files: The store directory, opened.
         version: The schema version written into new log headers (and the newest one read).
         fsync: Flush every append to disk with ``fsync``.
+        filed: Given ``(session_id, log_path, header, size)`` of a log about to be
+            read whole, return the value index of its rows up to an offset and
+            that offset (a line's end), or ``None``: the rows the records
+            after it set are filed in that index, those before are not filed
+            again.
     """
 
-    def __init__(self, files: StoreFiles, *, version: int, fsync: bool) -> None:
+    def __init__(
+        self, files: StoreFiles, *, version: int, fsync: bool, filed: FiledIndex | None = None
+    ) -> None:
         self.files = files
         self.version = version
         self.fsync = fsync
+        self.filed = filed
+        """Where a log read whole takes its rows' value index from, up to an offset (a value file's), rather than filing each row."""
         self._logs: dict[str, SessionLog] = {}
         # Each stretch of a log this handle read or wrote: (session, header, offset at its
         # start) -> (header, offset at its end, the seqs whose vectors it changed or None
@@ -157,7 +170,16 @@ class SessionLogs:
             os.close(fd)
         if log is None:
             log = read_header(session_id, path, chunk, newest=self.version)
-            chunk = chunk[log.offset :]
+            filed = None if self.filed is None else self.filed(session_id, path, log.header, size)
+            if filed is not None and chunk[filed[1] - 1 : filed[1]] == b"\n":
+                # The rows up to the offset the file covers are those its index filed.
+                index, covered = filed
+                log.rows.defer_filing()
+                apply_records(path, log, chunk[log.offset : covered])
+                log.rows.take_index(index)
+                chunk = chunk[covered:]
+            else:
+                chunk = chunk[log.offset :]
             apply_records(path, log, chunk)
         else:
             changed = apply_records(path, log, chunk)

@@ -9,7 +9,9 @@ rows of the whole session may pass (``Backend.filter_few``): without this
 file it read the log whole for that. A writable handle that has read the log
 whole for a filter saves its index here (:meth:`SessionValueFiles.save`);
 the next handle reads the file's header and only the parts of the paths a
-filter names (:meth:`SessionValueFiles.judge`).
+filter names (:meth:`SessionValueFiles.judge`). A handle that reads the
+log whole takes the file's index for the rows up to its offset
+(:meth:`SessionValueFiles.whole_index`) rather than filing them again.
 
 The file: a JSON header line, then each path's filed values (its values as
 JSON, then the count of seqs under each and the seqs, as native arrays) and
@@ -143,6 +145,49 @@ class SessionValueFiles:
         finally:
             os.close(fd)
         return kept is not None and kept.head["offset"] == end
+
+    def whole_index(
+        self, session_id: str, log_path: str, header: bytes, end: int
+    ) -> tuple[ValueIndex, int] | None:
+        """Return the session's file read whole into an index of its own (every path, each group checked in order, so that rows set and removed after are filed and unfiled in it), and the log offset it covers, for the log at ``log_path`` that starts with ``header`` and is ``end`` bytes long; ``None`` where the file does not check out.
+
+        A handle reading the log whole takes this index for the rows up to
+        that offset (filing 100,000 rows again costs about 2 s, taking the
+        file some 0.2 s) and files those the records after it set.
+        """
+        try:
+            fd = open_file(self.path(session_id), os.O_RDONLY, "value file")
+        except (OSError, StoreError):
+            return None
+        index: ValueIndex | None = None
+        try:
+            kept = self._checked(session_id, fd, log_path, header, end)
+            if kept is not None:
+                index = self._whole(kept, fd)
+        except OSError:
+            kept = None
+        finally:
+            os.close(fd)
+        if kept is None or index is None:
+            self._kept.pop(session_id, None)  # not read: the log read whole saves it again
+            return None
+        offset = kept.head["offset"]
+        assert type(offset) is int  # checked
+        return index, offset
+
+    @staticmethod
+    def _whole(kept: _Kept, fd: int) -> ValueIndex | None:
+        """Return a new index of every part of the checked file (groups checked in order); ``None`` if a part does not check out."""
+        sets, places = kept.head["sets"], kept.head["paths"]
+        assert type(sets) is list  # checked
+        assert type(places) is dict
+        index = ValueIndex()
+        if not index.take_sets(_part(fd, *sets)):
+            return None
+        for path, place in places.items():
+            if not index.take_path(path, _part(fd, *place), ordered=True):
+                return None
+        return index
 
     def unread_bytes(self, session_id: str, tree: FilterNode) -> int:
         """Return the bytes of the file's parts that ``tree``'s paths name and this handle has not read yet (0 where no file was checked: :meth:`current`)."""
