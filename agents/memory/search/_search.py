@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agents.memory._filter import Filter, Where
-from agents.memory._hybrid import DEEPER, bounded_blend
+from agents.memory._hybrid import bounded_blend
 from agents.memory._item import MemoryItem
 from agents.memory._text import PROXIMITY_TOP, Tokenizer, check_k, checked_keys, checked_query
 from agents.memory._vectors import (
     HYBRID_KEYWORD_WEIGHT,
     HYBRID_POOL,
-    SHARED_TOP,
     EmbedParts,
     SearchMode,
     blend,
@@ -229,16 +227,11 @@ def _hybrid_scores(
     together = not stands_out(keyword, weight) or index.together(terms, wanted, best)
     scale = index.keyword_scale()
     few = None if predicate is None else index.passing(predicate)
+    if predicate is not None and few is None:
+        return blend(keyword, scale, cosines(keyword), weight, covered, together)
 
     def among(keys: Sequence[int]) -> dict[int, float]:
         return {key: keyword[key] for key in keys if key in keyword}
-
-    if predicate is not None and few is None:
-        if given is None:
-            return blend(keyword, scale, cosines(keyword), weight, covered, together)
-        # The cosines are read from a store: the blend walked only as deep as the hits that pass need.
-        args = (scale, weight, covered, together)
-        return _walked_passing(index, predicate, k, pool, ranked, among, cosines, keyword, args)
 
     also = () if few is None else sorted(few)
     scores = bounded_blend(k, pool, ranked, among, cosines, scale, weight, covered, together, also)
@@ -246,51 +239,6 @@ def _hybrid_scores(
     if few is not None:  # few items pass: rank only those
         scores = {key: score for key, score in scores.items() if key in few}
     return scores
-
-
-def _walked_passing(
-    index: SearchIndex,
-    predicate: Predicate,
-    k: int,
-    pool: int,
-    ranked: Callable[[int], Sequence[tuple[float, int]]],
-    among: Callable[[Sequence[int]], dict[int, float]],
-    cosines: Callable[[Iterable[int]], dict[int, float]],
-    keyword: dict[int, float],
-    args: tuple[float, float, float, bool],
-) -> dict[int, float]:
-    """Return blended scores holding the ``k`` best hits that pass ``predicate``, each cosine read from a store only where the walk needs it.
-
-    Blending every keyword hit reads each one's cosine (1.6-1.9 s at 50,000
-    steps from a store's rows, against 0.12-0.21 s in RAM). The walk
-    (:func:`~agents.memory._hybrid.bounded_blend` asked for ``depth``
-    hits) returns candidates holding the full blend's ``depth`` best with
-    its floats: where ``k`` of those pass, they are the ``k`` best that
-    pass. Otherwise (after ``4 * k``, then
-    :data:`~agents.memory._hybrid.DEEPER` times deeper), once the
-    keyword hits that pass are fewer than the next depth, only those are
-    blended beside the walk (``also``): the pool's items are candidates
-    already, and no other row can be a passing hit.
-    """
-    depth, passed = 4 * k, None
-    while True:
-        if passed is not None and len(passed) <= depth:
-            scores = bounded_blend(k, pool, ranked, among, cosines, *args, also=passed)
-            assert scores is not None  # `among` always answers
-            return scores
-        scores = bounded_blend(depth, pool, ranked, among, cosines, *args)
-        assert scores is not None
-        if len(scores) < depth + SHARED_TOP:
-            return scores  # every candidate of the full blend
-        # The depth-th best and every item tied with it (each scores past the walk's cut).
-        cut = heapq.nlargest(depth, scores.values())[-1]
-        best = {key: score for key, score in scores.items() if score >= cut}
-        if len(index.top(best, k, predicate)) >= k:
-            return best
-        if passed is None:
-            held = index.top(dict.fromkeys(keyword, 0.0), len(keyword), predicate)
-            passed = sorted(key for key, _, _ in held)
-        depth *= DEEPER
 
 
 @attrs.define
