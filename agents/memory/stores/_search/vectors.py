@@ -485,6 +485,20 @@ class VectorSearch:
             self._embed_missing(sid, embedder, fields, 256, None, parts)
         return self._best_cosines(sid, embedder, fields, query, limit, among, parts)
 
+    def ceilings(
+        self,
+        sid: str,
+        embedder: Embedder,
+        fields: tuple[str, ...] | None,
+        query: Any,
+        among: Iterable[int],
+        parts: EmbedParts,
+    ) -> dict[int, float] | None:
+        """Return an upper bound of the best cosine with the unit ``query`` of each of ``among`` that holds a vector, by seq, from the session's coded table (nothing read); ``None`` where none is kept coded."""
+        self._checked_model(sid, embedder)
+        table = self._kept_table(sid, embedder, fields, parts)
+        return table.ceilings(query, among) if isinstance(table, CompactVectors) else None
+
     def _best_cosines(
         self,
         sid: str,
