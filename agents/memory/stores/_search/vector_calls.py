@@ -16,6 +16,7 @@ from agents.memory._vectors import Embedder, EmbedParts, numpy
 from agents.memory.exceptions import StoreArgumentError
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._search.arguments import checked_parts
+from agents.memory.stores._search.coded_saves import Written
 from agents.memory.stores._search.vectors import VectorSearch, check_embedder
 
 __all__ = ["VectorCalls"]
@@ -108,9 +109,8 @@ class VectorCalls:
         sid = self._search_engine.check(session_id)
         check_embedder(embedder)
         query = _query_vector(vector, embedder, "cosine_ceilings")
-        return self._vectors.ceilings(
-            sid, embedder, checked_keys(keys), query, list(among), checked_parts(parts)
-        )
+        at = Written(sid, checked_keys(keys), checked_parts(parts), embedder)
+        return self._vectors.ceilings(at, query, list(among))
 
 
 def _query_vector(vector: Any, embedder: Embedder, call: str) -> Any:
