@@ -699,3 +699,40 @@ def test_store_cosine_ceilings_bound_the_cosines(url: str, monkeypatch: pytest.M
         assert all(upper[seq] >= exact[seq] for seq in exact)
         with pytest.raises(StoreArgumentError):
             store.cosine_ceilings("s", [0.0], seqs, embedder=EMBEDDER)
+
+
+_WIDE: list[Memory] = []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    words=query_words,
+    k=st.integers(1, 8),
+    where=st.sampled_from([step_odd, one_in_seven, says_pay, none_pass, {"team": "red"}]),
+    slack=st.sampled_from([0.0, 0.05]),
+)
+def test_search_with_given_cosines_and_bounds_is_memory_search(
+    words: list[str], k: int, where: Any, slack: float
+) -> None:
+    """search(cosines=, bounds=) with a filter many items pass (bounds at or above each cosine): the hits and floats of Memory.search, over more keyword hits than the walk reaches."""
+    from agents.memory import search
+
+    if not _WIDE:
+        _WIDE.append(Memory(steps(1500, seed=3)))
+    memory = _WIDE[0]
+    index = search_index(memory)
+    query = " ".join(words)
+
+    def cosines(pool: int, keys: Any) -> dict[int, float]:
+        return index.semantic_scores(EMBEDDER, query, None, limit=pool, among=keys)
+
+    def bounds(keys: Any) -> dict[int, float]:
+        exact = index.semantic_scores(EMBEDDER, query, None, limit=1, among=keys)
+        return {key: exact[key] + slack for key in keys if key in exact}
+
+    options: dict[str, Any] = {"mode": "hybrid", "where": where, "embedder": EMBEDDER}
+    got = search.search(memory, query, k, cosines=cosines, bounds=bounds, **options)
+    want = search.search(memory, query, k, **options)
+    assert [(h.item["step"], h.score, h.fields) for h in got] == [
+        (h.item["step"], h.score, h.fields) for h in want
+    ]
