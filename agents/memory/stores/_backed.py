@@ -837,10 +837,9 @@ def _ahead_hits(
     that is done, RAM answers, unless the session's vectors stay in the
     store (over its budget: :func:`_left_in_store`), which then answers
     every such query: semantic ones with ``keys`` or a filter function too,
-    and whatever words the query holds (hybrid ones with ``keys`` take
-    the keyword side from the memory's index: :func:`_hybrid_keys_in_store`;
-    with a filter function, or ``keys`` and a filter many items pass, they
-    are answered in RAM: see the comment below). Only for the default
+    and whatever words the query holds (hybrid ones with ``keys`` or a
+    filter function take the keyword side from the memory's index and the
+    store's cosines, pruned by its bounds: :func:`_hybrid_keys_in_store`). Only for the default
     tokenizer and a store with a keyword index that keeps vectors. The
     hits are the memory's own items.
     """
