@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
@@ -273,8 +273,6 @@ def test_over_the_budget_keys_filter_functions_and_wordless_queries_are_answered
     where: Any,
 ) -> None:
     """Over the budget, with keys, a filter function or a query holding no word: Memory.search's hits and floats, no vector in RAM."""
-    # In RAM (see the tests after the next): hybrid with a function, or with keys and a filter.
-    assume(not (mode == "hybrid" and ((keys and where is not None) or callable(where))))
     memory = stored_over_budget(opened)
     query = " ".join(words)
     got = hits_of(memory, query, k, mode=mode, keys=keys, where=where)
@@ -321,17 +319,31 @@ def test_over_the_budget_a_filter_function_is_asked_of_the_memorys_own_items(
     holds_no_vector(memory)
 
 
-def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_in_ram(
+def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_by_the_store(
     opened: Callable[[int], StoredMemory],
 ) -> None:
-    """A hybrid query with a filter function is answered in RAM (the store's walk tests rows and rescores cosines): Memory.search's hits, the vectors taken."""
+    """A hybrid query with a filter function: Memory.search's hits, the cosines from the store (Store.cosines), no vector in RAM; a filter many items pass reads the cosines of a few keyword hits, not of every one."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
+    asked: list[int] = []
+    cosines = memory.store.cosines
+
+    def noted(*args: Any, **options: Any) -> Any:
+        asked.append(len(list(options.get("among", ()))))
+        return cosines(*args, **options)
+
+    memory.store.cosines = noted  # type: ignore[method-assign]  # noted, then scored as before
     for where in (step_odd, one_in_seven, none_pass):
         for query in QUERIES:
             options = {"mode": "hybrid", "where": where}
             assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
-    assert search_index(memory).missing_vectors(None) == []
+    holds_no_vector(memory)
+    asked.clear()
+    hits_of(memory, "report", 3, mode="hybrid", where=step_odd)  # a word most steps hold
+    holding = search_index(memory).keyword_scores(["report"], None)[0]
+    assert len(holding) > 150
+    assert asked
+    assert max(asked) < len(holding)  # every hit's cosine: the full blend's
 
 
 def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_store(
@@ -368,22 +380,19 @@ def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_sto
     holds_no_vector(memory)
 
 
-def test_over_the_budget_a_hybrid_query_with_keys_and_a_filter_takes_those_vectors_only(
+def test_over_the_budget_a_hybrid_query_with_keys_and_a_common_filter_takes_no_vector(
     opened: Callable[[int], StoredMemory],
 ) -> None:
-    """A hybrid query with keys and a filter many items pass is answered in RAM (its blend asks the cosine of every keyword hit): its keys' vectors only are taken, all-field queries stay the store's."""
+    """A hybrid query with keys and a filter many items pass: Memory.search's hits, the cosines from the store, no vector in RAM (its keys' vectors were taken before)."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
     for query in QUERIES:
         options = {"mode": "hybrid", "keys": ["thought"], "where": {"team": "red"}}
         assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
-    index = search_index(memory)
-    assert index.missing_vectors(("thought",)) == []
+    holds_no_vector(memory)
     for mode in ("semantic", "hybrid"):
         assert answers(memory, mode) == reference(list(memory.content), mode)
-    assert len(index.missing_vectors(None)) == len(memory)
-    assert index.missing_vectors(("thought",)) == []  # not dropped by the store's answers
-    assert memory.store.reads == []  # type: ignore[attr-defined]  # the test's note
+    holds_no_vector(memory)
 
 
 @pytest.mark.parametrize("keys", [None, ["thought"], ["observation", "status"]])
@@ -501,7 +510,6 @@ def test_over_the_budget_a_wordless_query_reads_no_coded_vector(
     where: Any,
 ) -> None:
     """Kept coded, a query holding no word (a zero vector: every cosine 0.0) gets Memory.search's hits and floats without reading a stored vector."""
-    assume(not (mode == "hybrid" and callable(where)))  # in RAM (see the tests above)
     if url.startswith("memory"):
         pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
     if not _HELD or _HELD[0][0] is not opened:
@@ -586,3 +594,145 @@ def test_over_the_budget_a_hybrid_query_with_keys_leaves_out_rows_another_handle
             options = {"mode": "hybrid", "keys": keys}
             assert hits_of(memory, query, 6, **options) == hits_of(plain, query, 6, **options)
     holds_no_vector(memory)
+
+
+def coded_over_budget(opened: Callable[[int], StoredMemory]) -> StoredMemory:
+    """Return the memory the ``opened`` fixture made for this test, its vectors kept coded (one per test)."""
+    if not _HELD or _HELD[0][0] is not opened:
+        memory = opened(SMALL)
+        _HELD[:] = [(opened, opened(coded_budget(memory)), Memory(list(memory.content)))]
+        memory.close()
+        for _ in range(2):  # read page by page, then coded and kept
+            hits_of(_HELD[0][1], "pay the invoice", 3, mode="semantic")
+    return _HELD[0][1]
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    words=query_words,
+    k=st.integers(1, 8),
+    keys=field_keys,
+    where=st.sampled_from([step_odd, one_in_seven, says_pay, none_pass, {"team": "red"}]),
+)
+def test_kept_coded_hybrid_queries_with_a_filter_many_pass_are_memory_search_hits_and_floats(
+    url: str,
+    opened: Callable[[int], StoredMemory],
+    words: list[str],
+    k: int,
+    keys: list[str] | None,
+    where: Any,
+) -> None:
+    """Kept coded, a hybrid query with a filter function (or keys and a filter of fields): Memory.search's hits, floats and fields, the cosines bounded from the codes."""
+    if url.startswith("memory"):
+        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
+    memory = coded_over_budget(opened)
+    query = " ".join(words)
+    got = hits_of(memory, query, k, mode="hybrid", keys=keys, where=where)
+    assert got == hits_of(plain_copy(memory), query, k, mode="hybrid", keys=keys, where=where)
+
+
+def test_kept_coded_a_hybrid_query_with_a_filter_function_reads_the_cosines_that_can_rank(
+    url: str, opened: Callable[[int], StoredMemory]
+) -> None:
+    """Kept coded, a hybrid query with a filter many items pass asks the store for bounds of its passing keyword hits (Store.cosine_ceilings) and the exact cosines of fewer of them than it does unbounded."""
+    if url.startswith("memory"):
+        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
+    memory = coded_over_budget(opened)
+    store = memory.store
+    exact: list[int] = []
+    bounded: list[Any] = []
+    cosines, ceilings = store.cosines, store.cosine_ceilings
+
+    def noted_cosines(*args: Any, **options: Any) -> Any:
+        exact.append(len(list(options.get("among", ()))))
+        return cosines(*args, **options)
+
+    def noted_ceilings(*args: Any, **options: Any) -> Any:
+        found = ceilings(*args, **options)
+        bounded.append(found)
+        return found
+
+    store.cosines = noted_cosines  # type: ignore[method-assign]  # noted, then scored as before
+    store.cosine_ceilings = noted_ceilings  # type: ignore[method-assign]  # noted, then bounded as before
+    for query in QUERIES:
+        got = hits_of(memory, query, 3, mode="hybrid", where=step_odd)
+        assert got == hits_of(plain_copy(memory), query, 3, mode="hybrid", where=step_odd)
+    assert bounded
+    assert all(isinstance(found, dict) for found in bounded)
+    counts = []
+    for bounds in (ceilings, lambda *args, **options: None):  # bounded, then not
+        store.cosine_ceilings = bounds  # type: ignore[method-assign]  # the store's, then none
+        exact.clear()
+        got = hits_of(memory, "report", 3, mode="hybrid", where=step_odd)
+        assert got == hits_of(plain_copy(memory), "report", 3, mode="hybrid", where=step_odd)
+        counts.append(sum(exact))
+    assert counts[0] < counts[1]
+    holds_no_vector(memory)
+
+
+def test_store_cosine_ceilings_bound_the_cosines(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Store.cosine_ceilings: at least each item's cosine (Store.cosines) once kept coded, None under the budget, bad vectors refused."""
+    from agents.memory._vectors import checked_vectors
+    from agents.memory.exceptions import StoreArgumentError
+    from agents.memory.search import EmbedParts
+
+    if url.startswith("memory"):
+        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
+    with open_store(url) as plain:
+        assert plain.cosines("s", checked_vectors(EMBEDDER, ["pay"])[0], 3, embedder=EMBEDDER)
+        vector = checked_vectors(EMBEDDER, ["pay the invoice"])[0]
+        assert plain.cosine_ceilings("s", vector, [1, 2], embedder=EMBEDDER) is None
+    memory = StoredMemory(open_store(url), "s")
+    budget = coded_budget(memory)
+    memory.close()
+    with budgeted(open_store(url), monkeypatch, budget) as store:
+        seqs = list(range(1, 301))
+        for _ in range(2):  # read page by page, then coded and kept
+            exact = store.cosines("s", vector, 3, embedder=EMBEDDER, among=seqs, parts=EmbedParts())
+        upper = store.cosine_ceilings("s", vector, seqs, embedder=EMBEDDER, parts=EmbedParts())
+        assert upper is not None
+        assert set(upper) == set(exact)
+        assert all(upper[seq] >= exact[seq] for seq in exact)
+        with pytest.raises(StoreArgumentError):
+            store.cosine_ceilings("s", [0.0], seqs, embedder=EMBEDDER)
+
+
+_WIDE: list[Memory] = []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    words=query_words,
+    k=st.integers(1, 8),
+    where=st.sampled_from([step_odd, one_in_seven, says_pay, none_pass, {"team": "red"}]),
+    slack=st.sampled_from([0.0, 0.05]),
+)
+def test_search_with_given_cosines_and_bounds_is_memory_search(
+    words: list[str], k: int, where: Any, slack: float
+) -> None:
+    """search(cosines=, bounds=) with a filter many items pass (bounds at or above each cosine): the hits and floats of Memory.search, over more keyword hits than the walk reaches."""
+    from agents.memory import search
+
+    if not _WIDE:
+        _WIDE.append(Memory(steps(1500, seed=3)))
+    memory = _WIDE[0]
+    index = search_index(memory)
+    query = " ".join(words)
+
+    def cosines(pool: int, keys: Any) -> dict[int, float]:
+        return index.semantic_scores(EMBEDDER, query, None, limit=pool, among=keys)
+
+    def bounds(keys: Any) -> dict[int, float]:
+        exact = index.semantic_scores(EMBEDDER, query, None, limit=1, among=keys)
+        return {key: exact[key] + slack for key in keys if key in exact}
+
+    options: dict[str, Any] = {"mode": "hybrid", "where": where, "embedder": EMBEDDER}
+    got = search.search(memory, query, k, cosines=cosines, bounds=bounds, **options)
+    want = search.search(memory, query, k, **options)
+    assert [(h.item["step"], h.score, h.fields) for h in got] == [
+        (h.item["step"], h.score, h.fields) for h in want
+    ]

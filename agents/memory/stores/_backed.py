@@ -837,10 +837,9 @@ def _ahead_hits(
     that is done, RAM answers, unless the session's vectors stay in the
     store (over its budget: :func:`_left_in_store`), which then answers
     every such query: semantic ones with ``keys`` or a filter function too,
-    and whatever words the query holds (hybrid ones with ``keys`` take
-    the keyword side from the memory's index: :func:`_hybrid_keys_in_store`;
-    with a filter function, or ``keys`` and a filter many items pass, they
-    are answered in RAM: see the comment below). Only for the default
+    and whatever words the query holds (hybrid ones with ``keys`` or a
+    filter function take the keyword side from the memory's index and the
+    store's cosines, pruned by its bounds: :func:`_hybrid_keys_in_store`). Only for the default
     tokenizer and a store with a keyword index that keeps vectors. The
     hits are the memory's own items.
     """
@@ -853,18 +852,13 @@ def _ahead_hits(
         return None
     keys = checked_keys(keys)  # a tuple already (_vector_keys): checked again for its type
     fields_filter = where is None or isinstance(where, Mapping)
-    if mode == "hybrid" and keys is not None and fields_filter:
-        keyed = _hybrid_keys_in_store(memory, session, lock, query, k, keys, where, embedder)
-        if keyed is not None or where is None:
-            return keyed
     if mode == "hybrid" and (keys is not None or not fields_filter):
-        # Answered in RAM, the index taking the vectors (a first query of 12 s at 50,000 steps
-        # cut into parts, then 0.12-0.19 s). The store's keyword side over a field subset reads
-        # and tokenizes every row at each query (its keyword index holds all fields): 4.7 s a
-        # warm query; its blend walked for a filter function it tests rescores the keyword
-        # candidates' cosines from the rows (past its coded table's bounds): 5.5 s. With keys
-        # and a filter many items pass, the blend asks the cosine of every keyword hit.
-        return None
+        # The keyword side from the memory's index, the cosines from the store: the store's
+        # keyword side over a field subset reads and tokenizes every row at each query (its
+        # keyword index holds all fields): 4.7 s a warm query at 50,000 steps; its blend walked
+        # for a filter function it tests rescores the keyword candidates' cosines from the
+        # rows (past its coded table's bounds): 5.5 s.
+        return _hybrid_keys_in_store(memory, session, lock, query, k, keys, where, embedder)
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
     index = search.search_index(memory)
@@ -924,16 +918,19 @@ def _hybrid_keys_in_store(
     lock: contextlib.AbstractContextManager[Any],
     query: str,
     k: int,
-    keys: tuple[str, ...],
+    keys: tuple[str, ...] | None,
     where: Where | None,
     embedder: Embedder | None,
 ) -> list[tuple[int, Hit]] | None:
-    """Return ``(seq, hit)`` of a hybrid query over ``keys`` whose vectors stay in the store: the keyword side from the memory's index, the cosines from the store (``Store.cosines``); ``None`` where the index takes the vectors.
+    """Return ``(seq, hit)`` of a hybrid query over ``keys`` (or with a filter function) whose vectors stay in the store: the keyword side from the memory's index, the cosines from the store (``Store.cosines``); ``None`` where the index takes the vectors.
 
-    With a filter of fields, only where the index's values say few items
-    may pass (``SearchIndex.passing``): the blend then asks the cosines of
-    those few; where many may, it asks that of every keyword hit (tens of
-    thousands read exactly from the rows), and RAM answers.
+    A filter of fields that the index's values say few items may pass
+    (``SearchIndex.passing``) has the blend ask the cosines of those few;
+    a filter function, or one many items may pass, has it read the cosines
+    of only the keyword hits that pass and can still rank, by the store's
+    bounds of them (``Store.cosine_ceilings``, from the coded table), not
+    of every keyword hit (tens of thousands read exactly from the rows:
+    1.6-1.9 s at 50,000 steps).
 
     The store's keyword index holds all fields: its keyword side over a
     field subset read and tokenized every row at each query (4.7 s warm at
@@ -947,9 +944,8 @@ def _hybrid_keys_in_store(
     index = search.search_index(memory)
     if not index.missing_vectors(keys):
         return None  # the index holds every vector: RAM answers (a session under the budget)
-    predicate = search.Filter.of(where)
-    if predicate is not None and (index.building() or index.passing(predicate) is None):
-        return None
+    if where is not None and index.building():
+        return None  # RAM answers once built (the filter's values are caught up then)
     model = search.embedder_for(memory, embedder)
     if not _left_in_store(memory, index, keys, model):
         return None
@@ -983,9 +979,27 @@ def _hybrid_keys_in_store(
             own = {key: cosine for key, cosine in own.items() if cosine >= cut or key in kept}
         return own
 
+    def bounds(among: Sequence[int]) -> dict[int, float] | None:
+        seq_of = session.seqs_of(among)
+        found = store.cosine_ceilings(
+            memory.session_id, vector, seq_of.values(), embedder=model, keys=keys, parts=index.parts
+        )
+        if found is None:
+            return None
+        key_of = session.keys_of_rows(found)
+        return {key_of[seq]: bound for seq, bound in found.items() if seq in key_of}
+
     with lock:
         hits = search.search(
-            memory, query, k, keys=keys, mode="hybrid", where=where, embedder=model, cosines=cosines
+            memory,
+            query,
+            k,
+            keys=keys,
+            mode="hybrid",
+            where=where,
+            embedder=model,
+            cosines=cosines,
+            bounds=bounds,
         )
         index.embedder = model  # remembered once it worked, as a query in RAM does
         key_at = index.keys_of([hit.item for hit in hits])

@@ -2717,6 +2717,7 @@ AWAITED: Final = frozenset(
         "index_embeddings",
         "read_vectors",
         "cosines",
+        "cosine_ceilings",
         "vectors_over_budget",
         "drop_vectors",
         "put_record",

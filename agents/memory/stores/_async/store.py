@@ -386,6 +386,7 @@ class AsyncStore:
     keyword_version = _store_call(Store.keyword_version)
     hybrid_ranking = _store_call(Store.hybrid_ranking)
     cosines = _store_call(Store.cosines)
+    cosine_ceilings = _store_call(Store.cosine_ceilings)
     search_sessions = _store_call(Store.search_sessions)
     recall_sessions = _store_call(Store.recall_sessions)
     summary = _store_call(Store.summary)

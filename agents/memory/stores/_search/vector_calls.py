@@ -16,6 +16,7 @@ from agents.memory._vectors import Embedder, EmbedParts, numpy
 from agents.memory.exceptions import StoreArgumentError
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._search.arguments import checked_parts
+from agents.memory.stores._search.coded_saves import Written
 from agents.memory.stores._search.vectors import VectorSearch, check_embedder
 
 __all__ = ["VectorCalls"]
@@ -72,19 +73,58 @@ class VectorCalls:
         if type(limit) is not int or limit < 1:
             msg = f"cosines() takes limit as an int >= 1, got {limit!r}."
             raise StoreArgumentError(msg)
-        np = numpy()
-        try:
-            query = np.asarray(vector, dtype=np.float32)
-        except (TypeError, ValueError) as exc:
-            msg = f"cosines() takes the query's unit vector as {embedder.dimension} numbers, got {type(vector).__name__}: {exc}."
-            raise StoreArgumentError(msg) from exc
-        if query.shape != (embedder.dimension,) or not np.isfinite(query).all():
-            msg = (
-                f"cosines() takes the query's unit vector of embedder {embedder.name!r}: "
-                f"{embedder.dimension} finite numbers, got shape {query.shape}."
-            )
-            raise StoreArgumentError(msg)
+        query = _query_vector(vector, embedder, "cosines")
         wanted = list(among)
         return self._vectors.cosines(
             sid, embedder, checked_keys(keys), query, limit, wanted, checked_parts(parts)
         )
+
+    def cosine_ceilings(
+        self,
+        session_id: str,
+        vector: Any,
+        among: Iterable[int],
+        *,
+        embedder: Embedder,
+        keys: Iterable[str] | None = None,
+        parts: EmbedParts | None = None,
+    ) -> dict[int, float] | None:
+        """Return an upper bound of the cosine :meth:`cosines` gives each of ``among`` with the unit query ``vector``, by seq, read from nothing; ``None`` where the store cannot bound them.
+
+        A session over the handle's budget is kept as a coded table whose
+        codes bound each item's cosine without reading its vector: a
+        caller blending a filtered hybrid query reads the exact cosines
+        (:meth:`cosines`) of only the items whose bound can still rank.
+        An item left out holds no vector. ``None`` where the session is
+        not kept coded (under the budget, or not kept yet: ask
+        :meth:`cosines` first).
+
+        Raises:
+            InvalidSessionIdError: if ``session_id`` is not a valid id.
+            StoreArgumentError: if ``vector`` is not ``embedder.dimension``
+                finite numbers, or ``embedder`` not an embedder.
+            EmbedderMismatchError: if the session holds vectors of another model.
+            StoreError: if the store cannot be read.
+        """
+        sid = self._search_engine.check(session_id)
+        check_embedder(embedder)
+        query = _query_vector(vector, embedder, "cosine_ceilings")
+        at = Written(sid, checked_keys(keys), checked_parts(parts), embedder)
+        return self._vectors.ceilings(at, query, list(among))
+
+
+def _query_vector(vector: Any, embedder: Embedder, call: str) -> Any:
+    """Return ``vector`` as ``embedder.dimension`` finite float32, or raise StoreArgumentError naming ``call``."""
+    np = numpy()
+    try:
+        query = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        msg = f"{call}() takes the query's unit vector as {embedder.dimension} numbers, got {type(vector).__name__}: {exc}."
+        raise StoreArgumentError(msg) from exc
+    if query.shape != (embedder.dimension,) or not np.isfinite(query).all():
+        msg = (
+            f"{call}() takes the query's unit vector of embedder {embedder.name!r}: "
+            f"{embedder.dimension} finite numbers, got shape {query.shape}."
+        )
+        raise StoreArgumentError(msg)
+    return query

@@ -485,6 +485,12 @@ class VectorSearch:
             self._embed_missing(sid, embedder, fields, 256, None, parts)
         return self._best_cosines(sid, embedder, fields, query, limit, among, parts)
 
+    def ceilings(self, at: Written, query: Any, among: Iterable[int]) -> dict[int, float] | None:
+        """Return an upper bound of the best cosine with the unit ``query`` of each of ``among`` that holds a vector, by seq, from ``at``'s coded table (nothing read); ``None`` where none is kept coded."""
+        self._checked_model(at.session_id, at.embedder)
+        table = self._kept_table(at.session_id, at.embedder, at.fields, at.parts)
+        return table.ceilings(query, among) if isinstance(table, CompactVectors) else None
+
     def _best_cosines(
         self,
         sid: str,
