@@ -530,10 +530,10 @@ class StoredMemory(Memory):
         (over ``keys``) pass the store handle's budget
         (``Store.vectors_over_budget``) leaves them in the store, which
         answers those queries to the same hits and floats, a filter function
-        asked of the memory's own items; a hybrid query with ``keys`` takes
-        its keyword side from the memory's index and its cosines from the
-        store (but for hybrid queries with a filter function, or with
-        ``keys`` and a filter many items pass, answered in RAM: see docs/search.md).
+        asked of the memory's own items; a hybrid query with ``keys`` or a
+        filter function takes its keyword side from the memory's index and
+        its cosines from the store, those of the keyword hits that cannot
+        rank left unread by the store's bounds (see docs/search.md).
 
         In keyword mode without ``keys``, a store with a keyword index
         (SQLite, PostgreSQL; see ``Store.keyword_index``) ranks the
