@@ -54,6 +54,7 @@ CASES = (
     "hybrid fields filter",
     "hybrid keys fields filter",
     "semantic rare filter",
+    "hybrid rare filter",
     "semantic no word",
     "hybrid no word",
     "index_embeddings",

@@ -531,7 +531,7 @@ class StoredMemory(Memory):
         (``Store.vectors_over_budget``) leaves them in the store, which
         answers those queries to the same hits and floats, a filter function
         asked of the memory's own items; a hybrid query with ``keys`` or a
-        filter function takes its keyword side from the memory's index and
+        filter (a function, or fields) takes its keyword side from the memory's index and
         its cosines from the store, those of the keyword hits that cannot
         rank left unread by the store's bounds (see docs/search.md).
 
@@ -838,7 +838,7 @@ def _ahead_hits(
     store (over its budget: :func:`_left_in_store`), which then answers
     every such query: semantic ones with ``keys`` or a filter function too,
     and whatever words the query holds (hybrid ones with ``keys`` or a
-    filter function take the keyword side from the memory's index and the
+    filter, once built, take the keyword side from the memory's index and the
     store's cosines, pruned by its bounds: :func:`_hybrid_keys_in_store`). Only for the default
     tokenizer and a store with a keyword index that keeps vectors. The
     hits are the memory's own items.
@@ -852,16 +852,21 @@ def _ahead_hits(
         return None
     keys = checked_keys(keys)  # a tuple already (_vector_keys): checked again for its type
     fields_filter = where is None or isinstance(where, Mapping)
-    if mode == "hybrid" and (keys is not None or not fields_filter):
+    index = search.search_index(memory)
+    if mode == "hybrid" and (
+        keys is not None or not fields_filter or (where is not None and not index.building())
+    ):
         # The keyword side from the memory's index, the cosines from the store: the store's
         # keyword side over a field subset reads and tokenizes every row at each query (its
         # keyword index holds all fields): 4.7 s a warm query at 50,000 steps; its blend walked
         # for a filter function it tests rescores the keyword candidates' cosines from the
-        # rows (past its coded table's bounds): 5.5 s.
+        # rows (past its coded table's bounds): 5.5 s. A filter of fields too, once built (its
+        # values caught up): the store's filtered walk ranks the blend 4 k deep, and a query of
+        # common words whose blend is flat past its best few walked every keyword hit and read
+        # each one's vectors (3.5-8.8 s at 50,000 steps, against 0.1 s pruned by the bounds).
         return _hybrid_keys_in_store(memory, session, lock, query, k, keys, where, embedder)
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
-    index = search.search_index(memory)
     if index.building() and keys is None and fields_filter and wanted:
         if mode == "semantic" and where is None and not index.missing_vectors(None):
             return None  # every vector taken as the session opened: RAM answers, as warm
@@ -922,7 +927,7 @@ def _hybrid_keys_in_store(
     where: Where | None,
     embedder: Embedder | None,
 ) -> list[tuple[int, Hit]] | None:
-    """Return ``(seq, hit)`` of a hybrid query over ``keys`` (or with a filter function) whose vectors stay in the store: the keyword side from the memory's index, the cosines from the store (``Store.cosines``); ``None`` where the index takes the vectors.
+    """Return ``(seq, hit)`` of a hybrid query over ``keys`` (or with a filter) whose vectors stay in the store: the keyword side from the memory's index, the cosines from the store (``Store.cosines``); ``None`` where the index takes the vectors.
 
     A filter of fields that the index's values say few items may pass
     (``SearchIndex.passing``) has the blend ask the cosines of those few;
