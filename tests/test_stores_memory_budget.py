@@ -740,7 +740,6 @@ def test_search_with_given_cosines_and_bounds_is_memory_search(
     ]
 
 
-
 @pytest.mark.parametrize("where", [{"team": "blue"}, {"status": {"$in": ["CONTINUE", "FINISH"]}}])
 def test_kept_coded_a_hybrid_query_with_a_common_filter_of_fields_takes_the_stores_cosines(
     url: str, opened: Callable[[int], StoredMemory], where: Any
