@@ -55,10 +55,17 @@ class Interval:
 
 @attrs.frozen
 class RowProbe:
-    """A condition naming the rows a filter may pass: ``kind`` is ``"gin"`` (``part`` a JSON path), ``"leaf"`` (an :class:`Interval`), ``"and"`` or ``"or"`` (``part`` a tuple of probes)."""
+    """A condition naming the rows a filter may pass: ``kind`` is ``"gin"`` (``part`` a JSON path), ``"leaf"`` (an :class:`Interval`), ``"and"`` or ``"or"`` (``part`` a tuple of probes).
+
+    ``whole``: the probe is of the leaf table alone, every condition of
+    the filter went into it, and each is of numbers (:func:`_whole`), so
+    the rows it names are the rows the SQL condition over the JSONB
+    copies keeps (:meth:`seqs_sql` names them without reading the rows).
+    """
 
     kind: str
     part: Any
+    whole: bool = False
 
     def sql(self, p: Callable[[Any, str], str], session: str, prefix: str = "") -> str:
         """Return the condition over ``{prefix}doc`` and ``{prefix}seq``; ``p(value, cast)`` binds a parameter and returns its mark, in the order written."""
@@ -69,16 +76,33 @@ class RowProbe:
         joint = " AND " if self.kind == "and" else " OR "
         return joint.join(f"({part.sql(p, session, prefix)})" for part in self.part)
 
+    def seqs_sql(self, p: Callable[[Any, str], str], session: str) -> str:
+        """Return a query of the seqs this probe names, from the leaf table's indexes alone (a :attr:`whole` probe; a seq may come twice)."""
+        if self.kind == "leaf":
+            return _leaf_seqs(self.part, p, session)
+        if self.kind == "gin":
+            msg = "A probe of the GIN index names rows only through their JSONB copies."
+            raise AssertionError(msg)
+        joint = " INTERSECT ALL " if self.kind == "and" else " UNION ALL "
+        return joint.join(f"({part.seqs_sql(p, session)})" for part in self.part)
+
 
 def _leaf_sql(span: Interval, p: Callable[[Any, str], str], session: str, prefix: str) -> str:
-    column, cast = ("txt", "text") if span.text else ("num", "float8")
-    kept = "l.txt IS NOT NULL" if span.text else "l.txt IS NULL AND l.num IS NOT NULL"
     # Parameters bind in the order written: each fragment's mark is taken where it is written.
     # The session beside the seqs: the primary key's scan is bounded by both (by the seqs
     # alone it read the whole index, 3,900 buffers at 10,000 rows).
-    sql = (
+    return (
         f"{prefix}session_id = {p(session, 'text')}"
-        f" AND {prefix}seq = ANY(ARRAY(SELECT l.seq FROM kvmemory_leaves AS l"
+        f" AND {prefix}seq = ANY(ARRAY({_leaf_seqs(span, p, session)}))"
+    )
+
+
+def _leaf_seqs(span: Interval, p: Callable[[Any, str], str], session: str) -> str:
+    """The seqs of the rows whose leaf lies in ``span``, and of those holding a value SQL cannot order on its way."""
+    column, cast = ("txt", "text") if span.text else ("num", "float8")
+    kept = "l.txt IS NOT NULL" if span.text else "l.txt IS NULL AND l.num IS NOT NULL"
+    sql = (
+        "SELECT l.seq FROM kvmemory_leaves AS l"
         f" WHERE l.session_id = {p(session, 'text')} AND l.path = {p(span.path, 'text')}"
         f" AND {kept}"
     )
@@ -92,7 +116,7 @@ def _leaf_sql(span: Interval, p: Callable[[Any, str], str], session: str, prefix
     return (
         sql + " UNION ALL SELECT l.seq FROM kvmemory_leaves AS l"
         f" WHERE l.session_id = {p(session, 'text')} AND l.path = ANY({p(ways, 'text[]')})"
-        " AND l.txt IS NULL AND l.num IS NULL))"
+        " AND l.txt IS NULL AND l.num IS NULL"
     )
 
 
@@ -107,13 +131,14 @@ def row_probe(tree: FilterNode, *, gin: bool, leaves: bool) -> RowProbe | None:
         parts = [row_probe(part, gin=gin, leaves=leaves) for part in tree.parts]
         if not parts or any(part is None for part in parts):
             return None
-        return RowProbe("or", tuple(parts))
+        whole = all(part is not None and part.whole for part in parts)
+        return RowProbe("or", tuple(parts), whole)
     if isinstance(tree, Condition):
         found = index_predicate(tree) if gin else None
         if found is not None:
             return RowProbe("gin", found)
         span = _interval([tree]) if leaves else None
-        return None if span is None else RowProbe("leaf", span)
+        return None if span is None else RowProbe("leaf", span, _whole(span, [tree]))
     if not isinstance(tree, AllOf):
         return None
     conditions: list[Condition] = []
@@ -133,18 +158,36 @@ def row_probe(tree: FilterNode, *, gin: bool, leaves: bool) -> RowProbe | None:
         found = index_predicate(AllOf(tuple(named)))
         if found is not None:
             probes.append(RowProbe("gin", found))
+    # Whole while every condition goes into a probe of the leaves alone.
+    whole = not probes and len(conditions) == sum(map(len, groups.values()))
     for other in others:
         if not gin or index_predicate(other) is None:
             probe = row_probe(other, gin=gin, leaves=leaves)
             if probe is not None:
                 probes.append(probe)
+            whole = whole and probe is not None and probe.whole
     for group in groups.values():
         span = _interval(group)
         if span is not None:
-            probes.append(RowProbe("leaf", span))
+            probes.append(RowProbe("leaf", span, _whole(span, group)))
+        whole = whole and span is not None and _whole(span, group)
     if not probes:
         return None
-    return probes[0] if len(probes) == 1 else RowProbe("and", tuple(probes))
+    if len(probes) == 1:  # whole only if no condition was left out of it
+        return attrs.evolve(probes[0], whole=whole)
+    return RowProbe("and", tuple(probes), whole)
+
+
+def _whole(span: Interval, conditions: list[Condition]) -> bool:
+    """Whether the leaves name the rows the SQL condition keeps for ``conditions`` (``span``), but for the widening both share.
+
+    Numbers only: ``_sql.filters`` widens a number's bounds as the leaves
+    do, where it compares strings strictly and whole (a leaf holds a
+    string's first ``TEXT_KEPT`` characters, and its bound's own value),
+    and keeps only the ints of a ``range`` (the leaves name every number
+    within half of it).
+    """
+    return not span.text and all(condition.op != "range" for condition in conditions)
 
 
 def _flatten(node: AllOf, conditions: list[Condition], others: list[FilterNode]) -> None:
