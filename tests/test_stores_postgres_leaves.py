@@ -226,7 +226,7 @@ def test_a_rare_range_reads_the_rows_it_names_not_the_session(postgres_url: str)
 
 
 def test_a_range_the_leaves_name_whole_reads_no_row_of_the_session(postgres_url: str) -> None:
-    """A filter of ranges of numbers alone (10% to 50% of 3,000 rows pass, $and and $or of them) is answered from the leaf table's indexes: no row's JSONB copy is read, and the answer keeps every row that passes."""
+    """A filter of ranges alone (numbers, strings, 10% to 50% of 3,000 rows pass, $and and $or of them) is answered from the leaf table's indexes: no row's JSONB copy is read, and the answer keeps every row that passes."""
     skip_without_flushed_counters(postgres_url)
     chosen = [
         MemoryItem(step=i, note="the", w=(i * 7919 % 1000) / 1000, m={"v": i % 12}, day=f"{i}")
@@ -249,6 +249,9 @@ def test_a_range_the_leaves_name_whole_reads_no_row_of_the_session(postgres_url:
                 {"$or": [{"w": {"$lt": 0.1}}, {"m.v": {"$gt": 9}}]},
                 {"$or": [{"w": {"$lte": 0.1}}, {"m.v": {"$gte": 9}}]},
             ),
+            # Strings shorter than the leaves keep are compared whole, strictly.
+            ({"day": {"$gt": "2700"}}, {"day": {"$gt": "2700"}}),
+            ({"day": {"$gte": "1", "$lt": "15"}}, {"day": {"$gte": "1", "$lt": "15"}}),
         ):
             keep, kept = Filter(where), Filter(wide)
             before = rows_read(store)
@@ -260,10 +263,11 @@ def test_a_range_the_leaves_name_whole_reads_no_row_of_the_session(postgres_url:
             )
             assert few == named, where
             assert read < 10, (where, read)
-        # Strings, and a range beside a condition the leaves cannot name: the rows are judged.
+        # A string longer than the leaves keep, and a range beside a condition the leaves cannot
+        # name: the rows named are judged.
         for where, wide in (
             ({"w": {"$lt": 0.1}, "note": {"$ne": "a"}}, {"w": {"$lte": 0.1}}),
-            ({"day": {"$gt": "2700"}}, {"day": {"$gt": "2700"}}),
+            ({"day": {"$gt": "2" + "0" * 70}}, {"day": {"$gt": "2" + "0" * 70}}),
         ):
             kept = Filter(wide)
             before = rows_read(store)

@@ -45,12 +45,18 @@ _ORDERS: Final = ("$gt", "$gte", "$lt", "$lte")
 
 @attrs.frozen
 class Interval:
-    """The rows whose leaf at ``path`` lies in ``[low, high]`` (either end open as ``None``) of one kind."""
+    """The rows whose leaf at ``path`` lies in ``[low, high]`` (either end unbounded as ``None``) of one kind.
+
+    ``low_open``, ``high_open``: the end itself is left out (a strict bound
+    on strings shorter than ``TEXT_KEPT``, which the leaves hold whole).
+    """
 
     path: str
     text: bool
     low: Any = None
     high: Any = None
+    low_open: bool = False
+    high_open: bool = False
 
 
 @attrs.frozen
@@ -58,7 +64,7 @@ class RowProbe:
     """A condition naming the rows a filter may pass: ``kind`` is ``"gin"`` (``part`` a JSON path), ``"leaf"`` (an :class:`Interval`), ``"and"`` or ``"or"`` (``part`` a tuple of probes).
 
     ``whole``: the probe is of the leaf table alone, every condition of
-    the filter went into it, and each is of numbers (:func:`_whole`), so
+    the filter went into it, and SQL judges each as the leaves do (:func:`_whole`), so
     the rows it names are the rows the SQL condition over the JSONB
     copies keeps (:meth:`seqs_sql` names them without reading the rows).
     """
@@ -107,9 +113,9 @@ def _leaf_seqs(span: Interval, p: Callable[[Any, str], str], session: str) -> st
         f" AND {kept}"
     )
     if span.low is not None:
-        sql += f" AND l.{column} >= {p(span.low, cast)}"
+        sql += f" AND l.{column} {'>' if span.low_open else '>='} {p(span.low, cast)}"
     if span.high is not None:
-        sql += f" AND l.{column} <= {p(span.high, cast)}"
+        sql += f" AND l.{column} {'<' if span.high_open else '<='} {p(span.high, cast)}"
     parts = span.path.split(".")
     ways = [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
     # A second scan: the values SQL cannot order at the path or on its way (Python judges them).
@@ -181,13 +187,16 @@ def row_probe(tree: FilterNode, *, gin: bool, leaves: bool) -> RowProbe | None:
 def _whole(span: Interval, conditions: list[Condition]) -> bool:
     """Whether the leaves name the rows the SQL condition keeps for ``conditions`` (``span``), but for the widening both share.
 
-    Numbers only: ``_sql.filters`` widens a number's bounds as the leaves
-    do, where it compares strings strictly and whole (a leaf holds a
-    string's first ``TEXT_KEPT`` characters, and its bound's own value),
-    and keeps only the ints of a ``range`` (the leaves name every number
-    within half of it).
+    ``_sql.filters`` widens a number's bounds as the leaves do, and
+    compares strings whole, as the leaves do strings shorter than
+    ``TEXT_KEPT`` (a leaf holds a string's first ``TEXT_KEPT``
+    characters: a longer bound ties with strings past it). It keeps only
+    the ints of a ``range``, where the leaves name every number within
+    half of it.
     """
-    return not span.text and all(condition.op != "range" for condition in conditions)
+    if span.text:
+        return all(len(condition.operand) < TEXT_KEPT for condition in conditions)
+    return all(condition.op != "range" for condition in conditions)
 
 
 def _flatten(node: AllOf, conditions: list[Condition], others: list[FilterNode]) -> None:
@@ -207,21 +216,27 @@ def _interval(conditions: list[Condition]) -> Interval | None:
         return None  # as _sql.filters: a name SQL does not address
     low: Any = None
     high: Any = None
-    text = False
+    low_open = high_open = text = False
     for condition in conditions:
         bounds = _bounds(condition)
         if bounds is None:
             return None
-        text, below, above = bounds
+        text, below, above, strict = bounds
         if below is not None:
-            low = below if low is None else max(low, below)
+            if low is None or below > low:
+                low, low_open = below, strict
+            elif below == low:
+                low_open = low_open or strict
         if above is not None:
-            high = above if high is None else min(high, above)
-    return Interval(path, text, low, high)
+            if high is None or above < high:
+                high, high_open = above, strict
+            elif above == high:
+                high_open = high_open or strict
+    return Interval(path, text, low, high, low_open, high_open)
 
 
-def _bounds(node: Condition) -> tuple[bool, Any, Any] | None:
-    """``(text, low, high)`` of a leaf that may pass ``node``, widened; ``None`` where the leaves cannot tell."""
+def _bounds(node: Condition) -> tuple[bool, Any, Any, bool] | None:
+    """``(text, low, high, strict)`` of a leaf that may pass ``node``, widened (``strict``: the bound itself cannot); ``None`` where the leaves cannot tell."""
     op, x = node.op, node.operand
     if op == "range":
         if not x:
@@ -229,7 +244,7 @@ def _bounds(node: Condition) -> tuple[bool, Any, Any] | None:
         low, high = min(x[0], x[-1]), max(x[0], x[-1])
         if max(abs(low), abs(high)) >= _SAFE_INT:
             return None
-        return False, low - 0.5, high + 0.5
+        return False, low - 0.5, high + 0.5, False
     if op not in _ORDERS:
         return None
     lower = op in ("$gt", "$gte")
@@ -237,12 +252,14 @@ def _bounds(node: Condition) -> tuple[bool, Any, Any] | None:
         if "\x00" in x:
             return None
         # A leaf keeps a string's first TEXT_KEPT characters: cutting keeps the order or ties.
+        # A shorter bound is held whole: a leaf past it (before it) holds a string past it.
         cut = str(x)[:TEXT_KEPT]
-        return (True, cut, None) if lower else (True, None, cut)
+        strict = op in ("$gt", "$lt") and len(x) < TEXT_KEPT
+        return (True, cut, None, strict) if lower else (True, None, cut, strict)
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     value = float(x) if abs(x) < _SAFE_INT or isinstance(x, float) else math.inf
     if not math.isfinite(value) or abs(value) >= 1e300:
         return None
     slack = abs(value) * _SLACK
-    return (False, value - slack, None) if lower else (False, None, value + slack)
+    return (False, value - slack, None, False) if lower else (False, None, value + slack, False)
