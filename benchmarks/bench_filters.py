@@ -20,7 +20,11 @@ unfiltered and with filters from 0.1% to 99% of the steps passing (ranges
 of ``weight`` passing 1% to 80%): wall
 and process CPU, median [range] of --repeats warm queries, the load
 average beside. Run it with each tree's ``agents`` on PYTHONPATH, alternating,
-to compare them.
+to compare them. With ``--paired``, each of --repeats rounds runs the
+unfiltered query and every filter in turn, and each filter's wall is also
+printed as the median [range] of its ratio to the same round's unfiltered
+wall (a loaded machine moves both alike); ``--pgdata DIR`` (the server's
+data folder, on this machine) adds the server's CPU, a mean per query.
 
 ``--semantic-whole DB`` times the same way a semantic query over whole-item
 vectors (``EmbedParts.WHOLE``, ``HashingEmbedder(256)``: no kept table, the
@@ -115,7 +119,9 @@ CODED_FILTERS: list[tuple[str, dict[str, Any] | None]] = [
 ]
 
 
-def coded_hybrid(path: str, n: int, repeats: int) -> None:
+def coded_hybrid(
+    path: str, n: int, repeats: int, *, paired: bool = False, pgdata: str | None = None
+) -> None:
     """Time Store.search hybrid over a coded session, unfiltered and with CODED_FILTERS (see the module's docstring)."""
     from bench_search_costs import steps
 
@@ -140,6 +146,9 @@ def coded_hybrid(path: str, n: int, repeats: int) -> None:
         kept = store._vectors._kept_table("s", embedder, None, EmbedParts())
         print(f"{n:,} steps, kept as {type(kept).__name__}", flush=True)
         assert isinstance(kept, CompactVectors)
+        if paired:
+            _paired(search, repeats, pgdata)
+            return
         timed_filters(search, repeats)
 
 
@@ -197,6 +206,40 @@ def semantic_whole(path: str, n: int, repeats: int) -> None:
         timed_filters(search, repeats)
 
 
+def _paired(
+    search: Callable[[dict[str, Any] | None], object], rounds: int, pgdata: str | None
+) -> None:
+    """Run the unfiltered query and each of CODED_FILTERS in turn, ``rounds`` times; print each one's wall, its ratio to the round's unfiltered wall, and the CPU of this process and of the server."""
+    from bench_pg_writes import server_cpu
+
+    walls: dict[str, list[float]] = {label: [] for label, _ in CODED_FILTERS}
+    cpus: dict[str, list[float]] = {label: [] for label, _ in CODED_FILTERS}
+    servers: dict[str, list[float]] = {label: [] for label, _ in CODED_FILTERS}
+    loads = []
+    for _ in range(rounds):
+        for label, where in CODED_FILTERS:
+            server = server_cpu(pgdata) or 0.0
+            wall, cpu = time.perf_counter(), time.process_time()
+            search(where)
+            walls[label].append(1000 * (time.perf_counter() - wall))
+            cpus[label].append(1000 * (time.process_time() - cpu))
+            servers[label].append(1000 * ((server_cpu(pgdata) or 0.0) - server))
+        with open("/proc/loadavg") as file:
+            loads.append(float(file.read().split()[0]))
+    base = walls["none"]
+    for label, _ in CODED_FILTERS:
+        ratios = [wall / unfiltered for wall, unfiltered in zip(walls[label], base, strict=True)]
+        wall, cpu = walls[label], cpus[label]
+        print(
+            f"  {label:>10}: wall {statistics.median(wall):6.1f} [{min(wall):.0f}-{max(wall):.0f}]"
+            f" ms, {statistics.median(ratios):4.2f}x [{min(ratios):.2f}-{max(ratios):.2f}],"
+            f" CPU {statistics.median(cpu):5.1f} ms, server CPU"
+            f" {statistics.mean(servers[label]):5.1f} ms (mean)",
+            flush=True,
+        )
+    print(f"  load {min(loads):.2f}-{max(loads):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--items", type=int, default=20_000)
@@ -204,9 +247,13 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--coded-hybrid", default=None, metavar="DB")
     parser.add_argument("--semantic-whole", default=None, metavar="DB")
+    parser.add_argument("--paired", action="store_true")
+    parser.add_argument("--pgdata", default=None, metavar="DIR")
     args = parser.parse_args()
     if args.coded_hybrid:
-        coded_hybrid(args.coded_hybrid, args.items, args.repeats)
+        coded_hybrid(
+            args.coded_hybrid, args.items, args.repeats, paired=args.paired, pgdata=args.pgdata
+        )
         return
     if args.semantic_whole:
         semantic_whole(args.semantic_whole, args.items, args.repeats)

@@ -32,11 +32,16 @@ N = 400
 
 
 def filters(n: int) -> st.SearchStrategy[dict[str, Any]]:
-    """Filters of fields passing from one step in ``n`` to every step: ranges of ``step``, ``$eq`` and ``$in`` of ``team``."""
+    """Filters of fields passing from one step in ``n`` to every step: ranges of ``step``, ``$eq`` and ``$in`` of ``team``, ``$or`` of two ranges, a range and a team."""
     span = st.integers(0, n).flatmap(lambda start: st.tuples(st.just(start), st.integers(1, n)))
     ranges = span.map(lambda at: {"step": {"$gte": at[0], "$lt": at[0] + at[1]}})
     teams = st.sampled_from([{"team": "red"}, {"team": {"$in": ["red", "blue"]}}])
-    return st.one_of(ranges, teams)
+    return st.one_of(
+        ranges,
+        teams,
+        st.builds(lambda a, b: {"$or": [a, b]}, ranges, ranges),
+        st.builds(lambda a, b: {**a, **b}, ranges, teams),
+    )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
