@@ -52,16 +52,43 @@ def budgeted(store: Store, monkeypatch: pytest.MonkeyPatch, budget: int) -> Stor
     """Set the handle's kept-vector budget (bytes of float32) and note its whole reads of vectors in ``store.reads``."""
     monkeypatch.setattr(store._vectors._cache, "_budget", budget)
     reads: list[Any] = []
-    read = store.read_vectors
 
-    def noted(*args: Any, **options: Any) -> Any:
+    def whole(args: tuple[Any, ...], options: dict[str, Any], _: Any) -> None:
         if options.get("seqs") is None:
             reads.append(args)
-        return read(*args, **options)
 
-    store.read_vectors = noted  # type: ignore[method-assign]  # noted, then read as before
+    noting(monkeypatch, store, "read_vectors", whole)
     store.reads = reads  # type: ignore[attr-defined]  # the test's note
     return store
+
+
+def noting(
+    monkeypatch: pytest.MonkeyPatch,
+    owner: object,
+    name: str,
+    note: Callable[[tuple[Any, ...], dict[str, Any], Any], object],
+) -> None:
+    """Have ``owner.name`` answer as before, then call ``note(args, options, answer)``: the test's note of each call (undone after the test)."""
+    call = getattr(owner, name)
+
+    def noted(*args: Any, **options: Any) -> Any:
+        answer = call(*args, **options)
+        note(args, options, answer)
+        return answer
+
+    monkeypatch.setattr(owner, name, noted)
+
+
+def noted_among(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[int]:
+    """Return the list that notes how many rows each ``Store.cosines`` call of ``store`` asks for (``among``)."""
+    asked: list[int] = []
+    noting(
+        monkeypatch,
+        store,
+        "cosines",
+        lambda _, options, __: asked.append(len(options.get("among", ()))),
+    )
+    return asked
 
 
 def answers(
@@ -115,7 +142,7 @@ def test_over_the_budget_the_store_answers_and_the_memory_holds_no_vector(
 
 @pytest.mark.parametrize("mode", ["semantic", "hybrid"])
 def test_under_the_budget_the_memory_takes_the_vectors_and_answers_in_ram(
-    opened: Callable[[int], StoredMemory], mode: str
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """Under the budget the vectors are taken as the session opens and RAM answers: the store is not asked."""
     memory = opened(1 << 30)
@@ -123,8 +150,7 @@ def test_under_the_budget_the_memory_takes_the_vectors_and_answers_in_ram(
     assert index.missing_vectors(None) == []
     assert index.vector_model() == EMBEDDER.name
     asked: list[Any] = []
-    store_search = memory.store.search
-    memory.store.search = lambda *a, **o: asked.append(a) or store_search(*a, **o)  # type: ignore[method-assign]  # noted, then ranked as before
+    noting(monkeypatch, memory.store, "search", lambda args, _, __: asked.append(args))
     assert answers(memory, mode) == reference(list(memory.content), mode)
     assert asked == []
 
@@ -321,19 +347,12 @@ def test_over_the_budget_a_filter_function_is_asked_of_the_memorys_own_items(
 
 
 def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_by_the_store(
-    opened: Callable[[int], StoredMemory],
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hybrid query with a filter function: Memory.search's hits, the cosines from the store (Store.cosines), no vector in RAM; a filter many items pass reads the cosines of a few keyword hits, not of every one."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
-    asked: list[int] = []
-    cosines = memory.store.cosines
-
-    def noted(*args: Any, **options: Any) -> Any:
-        asked.append(len(list(options.get("among", ()))))
-        return cosines(*args, **options)
-
-    memory.store.cosines = noted  # type: ignore[method-assign]  # noted, then scored as before
+    asked = noted_among(monkeypatch, memory.store)
     for where in (step_odd, one_in_seven, none_pass):
         for query in QUERIES:
             options = {"mode": "hybrid", "where": where}
@@ -348,14 +367,12 @@ def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_by_th
 
 
 def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_store(
-    opened: Callable[[int], StoredMemory],
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hybrid query with keys and no filter or a rare one: the keyword side from the memory's index, the cosines from the store (Store.cosines); no vector in RAM."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
-    asked: list[Any] = []
-    cosines = memory.store.cosines
-    memory.store.cosines = lambda *a, **o: asked.append(a) or cosines(*a, **o)  # type: ignore[method-assign]  # noted, then scored as before
+    asked = noted_among(monkeypatch, memory.store)
     for keys in (["thought"], ["observation", "status"]):
         for query in [*QUERIES, "-- ? --", "zebra"]:
             options = {"mode": "hybrid", "keys": keys}
@@ -541,33 +558,24 @@ def coded(
     memory = opened(budget)
     for _ in range(2):  # read page by page, then coded and kept
         hits_of(memory, "pay the invoice", 3, mode="semantic")
-    found = Coded(memory, plain)
-    assert found.kept_coded()
     store = memory.store
-    cosines, ceilings, search = store.cosines, store.cosine_ceilings, store.search
-    read = store.backend.vectors_of
-
-    def noted_cosines(*args: Any, **options: Any) -> Any:
-        found.cosines.append(len(list(options.get("among", ()))))
-        return cosines(*args, **options)
-
-    def noted_ceilings(*args: Any, **options: Any) -> Any:
-        bounds = ceilings(*args, **options)
-        found.ceilings.append(bounds)
-        return bounds
-
-    def noted_search(*args: Any, **options: Any) -> Any:
-        found.walks.append(options.get("where"))
-        return search(*args, **options)
-
-    def noted_read(*args: Any) -> Any:
-        found.vector_reads.append(args)
-        return read(*args)
-
-    monkeypatch.setattr(store, "cosines", noted_cosines)
-    monkeypatch.setattr(store, "cosine_ceilings", noted_ceilings)
-    monkeypatch.setattr(store, "search", noted_search)
-    monkeypatch.setattr(store.backend, "vectors_of", noted_read)
+    found = Coded(memory, plain, noted_among(monkeypatch, store))
+    assert found.kept_coded()
+    noting(
+        monkeypatch, store, "cosine_ceilings", lambda _, __, bounds: found.ceilings.append(bounds)
+    )
+    noting(
+        monkeypatch,
+        store,
+        "search",
+        lambda _, options, __: found.walks.append(options.get("where")),
+    )
+    noting(
+        monkeypatch,
+        store.backend,
+        "vectors_of",
+        lambda args, _, __: found.vector_reads.append(args),
+    )
     return found
 
 
@@ -668,34 +676,49 @@ def shut_out(
     return lambda item: item["step"] in past
 
 
-@pytest.mark.parametrize("query", ["report", "OK window", "pay the invoice"])
-def test_over_the_budget_a_hybrid_query_that_no_keyword_hit_passes_reads_the_walks_cosines_only(
-    opened: Callable[[int], StoredMemory], query: str
-) -> None:
-    """A hybrid query with a filter function no keyword hit passes asks the store for the cosines of the walk's keyword hits only (its pool and at most its first depth), not every keyword hit's: the filter is asked first."""
-    from agents.memory.search import HYBRID_POOL
+WALKED = ["report", "OK window", "pay the invoice"]
+"""Queries whose walk stops at its first depth with keyword hits left past it."""
 
+
+@pytest.mark.parametrize("query", WALKED)
+def test_over_the_budget_a_hybrid_query_that_no_keyword_hit_passes_reads_the_walks_cosines_only(
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch, query: str
+) -> None:
+    """Over the budget (no bounds of the cosines), a hybrid query with a filter function no keyword hit passes asks the store for the cosines of the walk's keyword hits only, not every keyword hit's: the filter is asked first."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
-    asked: list[int] = []
-    cosines = memory.store.cosines
+    asked = noted_among(monkeypatch, memory.store)
+    reads_the_walks_cosines_only(memory, plain, asked, query)
+    holds_no_vector(memory)
 
-    def noted(*args: Any, **options: Any) -> Any:
-        asked.append(len(list(options.get("among", ()))))
-        return cosines(*args, **options)
 
-    memory.store.cosines = noted  # type: ignore[method-assign]  # noted, then scored as before
+@pytest.mark.parametrize("query", WALKED)
+def test_kept_coded_a_hybrid_query_that_no_keyword_hit_passes_reads_the_walks_cosines_only(
+    coded: Coded, query: str
+) -> None:
+    """Kept coded (the cosines bounded), a hybrid query with a filter function no keyword hit passes, with no k-th passing score to prune by, asks the store for the cosines of the walk's keyword hits only."""
+    reads_the_walks_cosines_only(coded.memory, coded.plain, coded.cosines, query)
+    assert coded.ceilings
+    assert all(isinstance(found, dict) for found in coded.ceilings)
+    holds_no_vector(coded.memory)
+
+
+def reads_the_walks_cosines_only(
+    memory: StoredMemory, plain: Memory, asked: list[int], query: str
+) -> None:
+    """Assert that ``query`` with a filter function no keyword hit passes gets Memory.search's hits, the store asked (``asked``: ``among`` of each ``Store.cosines`` call) for the walk's first depth of cosines at most."""
+    from agents.memory.search import HYBRID_POOL
+
     terms = Tokenizer()(query)
     holding = search_index(memory).keyword_scores(terms, None)[0]
     assert len(holding) > HYBRID_POOL  # more keyword hits than the walk's first depth
     for where in (none_pass, shut_out("keyword hits", plain, query, 5, None)):
-        for round_ in range(2):  # read page by page, then (on a coded store) bounded
+        for round_ in range(2):  # asked again: what the handle kept from the first
             asked.clear()
             options = {"mode": "hybrid", "where": where}
             assert hits_of(memory, query, 5, **options) == hits_of(plain, query, 5, **options)
             assert asked, round_
             assert sum(asked) <= HYBRID_POOL, (where, round_)  # the walk's first depth
-    holds_no_vector(memory)
 
 
 def test_store_cosines_are_memory_search_floats_and_bad_arguments_are_refused(url: str) -> None:
