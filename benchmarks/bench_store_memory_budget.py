@@ -50,6 +50,9 @@ CASES = (
     "hybrid keys",
     "semantic function",
     "hybrid function",
+    "hybrid common function",
+    "hybrid rare function",
+    "hybrid none function",
     "semantic fields filter",
     "hybrid fields filter",
     "hybrid keys fields filter",
@@ -64,6 +67,21 @@ CASES = (
 def light(item: Any) -> bool:
     """The filter function of the function cases: about half the steps pass."""
     return bool(item.get_value("weight", 0.0) < 0.5)
+
+
+def common(item: Any) -> bool:
+    """The filter function of ``hybrid common function``: 99% of the steps pass."""
+    return bool(item.get_value("agent", None) == "host")
+
+
+def rare(item: Any) -> bool:
+    """The filter function of ``hybrid rare function``: 0.1% of the steps pass."""
+    return bool(item.get_value("tier", None) == "gold")
+
+
+def none(item: Any) -> bool:
+    """The filter function of ``hybrid none function``: no step passes (no keyword hit to prune against)."""
+    return False
 
 
 def _sid(n: int) -> str:
@@ -108,7 +126,8 @@ def child(url: str, n: int, dimension: int, case: str) -> dict[str, float]:
     if case.endswith("keys") or "keys fields" in case:
         options["keys"] = KEYS
     if case.endswith("function"):
-        options["where"] = light
+        functions = {"common": common, "rare": rare, "none": none}
+        options["where"] = functions.get(case.split()[1], light)
     if case.endswith("fields filter"):
         options["where"] = {"agent": "host"}  # 99% of the steps pass
     if case.endswith("rare filter"):

@@ -6,13 +6,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import HashingEmbedder, search_index
+from agents.memory.search import HashingEmbedder, Tokenizer, search_index
 from agents.memory.stores import Store, StoredMemory, open_store
 
 EMBEDDER = HashingEmbedder(32)
@@ -51,16 +52,43 @@ def budgeted(store: Store, monkeypatch: pytest.MonkeyPatch, budget: int) -> Stor
     """Set the handle's kept-vector budget (bytes of float32) and note its whole reads of vectors in ``store.reads``."""
     monkeypatch.setattr(store._vectors._cache, "_budget", budget)
     reads: list[Any] = []
-    read = store.read_vectors
 
-    def noted(*args: Any, **options: Any) -> Any:
+    def whole(args: tuple[Any, ...], options: dict[str, Any], _: Any) -> None:
         if options.get("seqs") is None:
             reads.append(args)
-        return read(*args, **options)
 
-    store.read_vectors = noted  # type: ignore[method-assign]  # noted, then read as before
+    noting(monkeypatch, store, "read_vectors", whole)
     store.reads = reads  # type: ignore[attr-defined]  # the test's note
     return store
+
+
+def noting(
+    monkeypatch: pytest.MonkeyPatch,
+    owner: object,
+    name: str,
+    note: Callable[[tuple[Any, ...], dict[str, Any], Any], object],
+) -> None:
+    """Have ``owner.name`` answer as before, then call ``note(args, options, answer)``: the test's note of each call (undone after the test)."""
+    call = getattr(owner, name)
+
+    def noted(*args: Any, **options: Any) -> Any:
+        answer = call(*args, **options)
+        note(args, options, answer)
+        return answer
+
+    monkeypatch.setattr(owner, name, noted)
+
+
+def noted_among(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[int]:
+    """Return the list that notes how many rows each ``Store.cosines`` call of ``store`` asks for (``among``)."""
+    asked: list[int] = []
+    noting(
+        monkeypatch,
+        store,
+        "cosines",
+        lambda _, options, __: asked.append(len(options.get("among", ()))),
+    )
+    return asked
 
 
 def answers(
@@ -114,7 +142,7 @@ def test_over_the_budget_the_store_answers_and_the_memory_holds_no_vector(
 
 @pytest.mark.parametrize("mode", ["semantic", "hybrid"])
 def test_under_the_budget_the_memory_takes_the_vectors_and_answers_in_ram(
-    opened: Callable[[int], StoredMemory], mode: str
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """Under the budget the vectors are taken as the session opens and RAM answers: the store is not asked."""
     memory = opened(1 << 30)
@@ -122,8 +150,7 @@ def test_under_the_budget_the_memory_takes_the_vectors_and_answers_in_ram(
     assert index.missing_vectors(None) == []
     assert index.vector_model() == EMBEDDER.name
     asked: list[Any] = []
-    store_search = memory.store.search
-    memory.store.search = lambda *a, **o: asked.append(a) or store_search(*a, **o)  # type: ignore[method-assign]  # noted, then ranked as before
+    noting(monkeypatch, memory.store, "search", lambda args, _, __: asked.append(args))
     assert answers(memory, mode) == reference(list(memory.content), mode)
     assert asked == []
 
@@ -320,19 +347,12 @@ def test_over_the_budget_a_filter_function_is_asked_of_the_memorys_own_items(
 
 
 def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_by_the_store(
-    opened: Callable[[int], StoredMemory],
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hybrid query with a filter function: Memory.search's hits, the cosines from the store (Store.cosines), no vector in RAM; a filter many items pass reads the cosines of a few keyword hits, not of every one."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
-    asked: list[int] = []
-    cosines = memory.store.cosines
-
-    def noted(*args: Any, **options: Any) -> Any:
-        asked.append(len(list(options.get("among", ()))))
-        return cosines(*args, **options)
-
-    memory.store.cosines = noted  # type: ignore[method-assign]  # noted, then scored as before
+    asked = noted_among(monkeypatch, memory.store)
     for where in (step_odd, one_in_seven, none_pass):
         for query in QUERIES:
             options = {"mode": "hybrid", "where": where}
@@ -347,14 +367,12 @@ def test_over_the_budget_a_hybrid_query_with_a_filter_function_is_answered_by_th
 
 
 def test_over_the_budget_a_hybrid_query_with_keys_takes_its_cosines_from_the_store(
-    opened: Callable[[int], StoredMemory],
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hybrid query with keys and no filter or a rare one: the keyword side from the memory's index, the cosines from the store (Store.cosines); no vector in RAM."""
     memory = opened(SMALL)
     plain = Memory(list(memory.content))
-    asked: list[Any] = []
-    cosines = memory.store.cosines
-    memory.store.cosines = lambda *a, **o: asked.append(a) or cosines(*a, **o)  # type: ignore[method-assign]  # noted, then scored as before
+    asked = noted_among(monkeypatch, memory.store)
     for keys in (["thought"], ["observation", "status"]):
         for query in [*QUERIES, "-- ? --", "zebra"]:
             options = {"mode": "hybrid", "keys": keys}
@@ -489,6 +507,78 @@ def coded_budget(memory: StoredMemory) -> int:
     return 2 * EMBEDDER.dimension * len(texts)
 
 
+@pytest.fixture
+def coded_url(url: str) -> str:
+    """Return the URL of session ``s`` in each store that keeps vectors coded over the budget (SQLite, PostgreSQL)."""
+    if url.startswith("memory"):
+        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
+    return url
+
+
+@attrs.define
+class Coded:
+    """A memory whose vectors its store keeps coded over the budget, the plain Memory of its items, and the store's calls noted since ``clear``.
+
+    Attributes:
+        memory: The StoredMemory (one a test: hypothesis's examples share it).
+        plain: ``Memory`` of the same items: the reference.
+        cosines: How many rows each ``Store.cosines`` call asked for (``among``).
+        ceilings: What each ``Store.cosine_ceilings`` call gave.
+        walks: The ``where`` of each ``Store.search`` call (the store's own walk).
+        vector_reads: The arguments of each read of stored vectors (``backend.vectors_of``).
+    """
+
+    memory: StoredMemory
+    plain: Memory
+    cosines: list[int] = attrs.Factory(list)
+    ceilings: list[Any] = attrs.Factory(list)
+    walks: list[Any] = attrs.Factory(list)
+    vector_reads: list[Any] = attrs.Factory(list)
+
+    def clear(self) -> None:
+        """Forget the calls noted so far."""
+        for noted in (self.cosines, self.ceilings, self.walks, self.vector_reads):
+            noted.clear()
+
+    def kept_coded(self) -> bool:
+        """Return whether the store's handle keeps a table of the session's vectors coded."""
+        kept = [entry[1] for entry in self.memory.store._vectors._cache._tables.values()]
+        return any(type(table).__name__ == "CompactVectors" for table in kept)
+
+
+@pytest.fixture
+def coded(
+    coded_url: str, opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch
+) -> Coded:
+    """Open session ``s`` at a budget its vectors pass as float32 and fit coded, read them until kept coded, then note the store's calls."""
+    memory = opened(SMALL)
+    plain = Memory(list(memory.content))
+    budget = coded_budget(memory)
+    memory.close()
+    memory = opened(budget)
+    for _ in range(2):  # read page by page, then coded and kept
+        hits_of(memory, "pay the invoice", 3, mode="semantic")
+    store = memory.store
+    found = Coded(memory, plain, noted_among(monkeypatch, store))
+    assert found.kept_coded()
+    noting(
+        monkeypatch, store, "cosine_ceilings", lambda _, __, bounds: found.ceilings.append(bounds)
+    )
+    noting(
+        monkeypatch,
+        store,
+        "search",
+        lambda _, options, __: found.walks.append(options.get("where")),
+    )
+    noting(
+        monkeypatch,
+        store.backend,
+        "vectors_of",
+        lambda args, _, __: found.vector_reads.append(args),
+    )
+    return found
+
+
 @settings(
     max_examples=25,
     deadline=None,
@@ -501,36 +591,134 @@ def coded_budget(memory: StoredMemory) -> int:
     where=st.sampled_from(FILTERS),
 )
 def test_over_the_budget_a_wordless_query_reads_no_coded_vector(
-    url: str,
-    opened: Callable[[int], StoredMemory],
-    monkeypatch: pytest.MonkeyPatch,
-    words: list[str],
-    k: int,
-    mode: str,
-    where: Any,
+    coded: Coded, words: list[str], k: int, mode: str, where: Any
 ) -> None:
     """Kept coded, a query holding no word (a zero vector: every cosine 0.0) gets Memory.search's hits and floats without reading a stored vector."""
-    if url.startswith("memory"):
-        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
-    if not _HELD or _HELD[0][0] is not opened:
-        memory = opened(SMALL)
-        _HELD[:] = [(opened, opened(coded_budget(memory)), Memory(list(memory.content)))]
-        memory.close()
-    memory = _HELD[0][1]
-    store = memory.store
+    memory = coded.memory
     query = " ".join(words)
-    for _ in range(2):  # read page by page, then coded and kept
-        hits_of(memory, "pay the invoice", 3, mode="semantic")
-    kept = [entry[1] for entry in store._vectors._cache._tables.values()]
-    assert any(type(table).__name__ == "CompactVectors" for table in kept)
-    asked: list[Any] = []
-    read = store.backend.vectors_of
-    monkeypatch.setattr(store.backend, "vectors_of", lambda *a: asked.append(a) or read(*a))
+    assert coded.kept_coded()
+    coded.clear()
     got = hits_of(memory, query, k, mode=mode, where=where)
-    assert got == hits_of(plain_copy(memory), query, k, mode=mode, where=where)
+    assert got == hits_of(coded.plain, query, k, mode=mode, where=where)
     assert all(score == 0.0 for _, score, _ in got)
-    assert asked == []
+    assert coded.vector_reads == []
     holds_no_vector(memory)
+
+
+SHUT = ["none", "keyword hits", "the walk's candidates"]
+"""Filter functions that no keyword hit passes, or none of the walk's candidates (:func:`shut_out`)."""
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(words=query_words, k=st.integers(1, 8), keys=field_keys, shut=st.sampled_from(SHUT))
+def test_over_the_budget_hybrid_queries_that_no_keyword_hit_passes_are_memory_search_hits_and_floats(
+    opened: Callable[[int], StoredMemory],
+    words: list[str],
+    k: int,
+    keys: list[str] | None,
+    shut: str,
+) -> None:
+    """Over the budget (no bounds of the cosines), a hybrid query with a filter function no keyword hit passes, or none of the walk's candidates: Memory.search's hits and floats, the passing ones from the semantic side, no vector in RAM."""
+    memory = stored_over_budget(opened)
+    plain = plain_copy(memory)
+    query = " ".join(words)
+    where = shut_out(shut, plain, query, k, keys)
+    got = hits_of(memory, query, k, mode="hybrid", keys=keys, where=where)
+    assert got == hits_of(plain, query, k, mode="hybrid", keys=keys, where=where)
+    holds_no_vector(memory)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(words=query_words, k=st.integers(1, 8), keys=field_keys, shut=st.sampled_from(SHUT))
+def test_kept_coded_hybrid_queries_that_no_keyword_hit_passes_are_memory_search_hits_and_floats(
+    coded: Coded, words: list[str], k: int, keys: list[str] | None, shut: str
+) -> None:
+    """Kept coded (the cosines bounded from the codes), a hybrid query with a filter function no keyword hit passes, or none of the walk's candidates: Memory.search's hits and floats."""
+    query = " ".join(words)
+    where = shut_out(shut, coded.plain, query, k, keys)
+    got = hits_of(coded.memory, query, k, mode="hybrid", keys=keys, where=where)
+    assert got == hits_of(coded.plain, query, k, mode="hybrid", keys=keys, where=where)
+    holds_no_vector_over_budget(coded.memory, keys)
+
+
+def shut_out(
+    shut: str, plain: Memory, query: str, k: int, keys: list[str] | None
+) -> Callable[[MemoryItem], bool]:
+    """Return a filter function that no keyword hit of ``query`` passes (``none``: no item; ``keyword hits``: the items holding none of its words), or (``the walk's candidates``) only the keyword hits past the walk's first depth and outside the semantic pool.
+
+    The last leaves the walk's own candidates without a ``k``-th passing
+    score: the keyword hits it passes, scored past the walk, are the hits.
+    """
+    from agents.memory.search import HYBRID_POOL
+
+    if shut == "none":
+        return none_pass
+    terms = Tokenizer()(query)
+    index = search_index(plain)
+    scores = index.keyword_scores(terms, None if keys is None else tuple(keys))[0]
+    hits = {index.item(key)["step"] for key in scores}
+    if shut == "keyword hits":
+        return lambda item: item["step"] not in hits
+    pool = max(10 * k, HYBRID_POOL)
+    ranked = sorted(scores, key=lambda key: (-scores[key], key))
+    semantic = index.semantic_scores(
+        EMBEDDER, query, None if keys is None else tuple(keys), limit=pool
+    )
+    past = {index.item(key)["step"] for key in ranked[pool:] if key not in semantic}
+    return lambda item: item["step"] in past
+
+
+WALKED = ["report", "OK window", "pay the invoice"]
+"""Queries whose walk stops at its first depth with keyword hits left past it."""
+
+
+@pytest.mark.parametrize("query", WALKED)
+def test_over_the_budget_a_hybrid_query_that_no_keyword_hit_passes_reads_the_walks_cosines_only(
+    opened: Callable[[int], StoredMemory], monkeypatch: pytest.MonkeyPatch, query: str
+) -> None:
+    """Over the budget (no bounds of the cosines), a hybrid query with a filter function no keyword hit passes asks the store for the cosines of the walk's keyword hits only, not every keyword hit's: the filter is asked first."""
+    memory = opened(SMALL)
+    plain = Memory(list(memory.content))
+    asked = noted_among(monkeypatch, memory.store)
+    reads_the_walks_cosines_only(memory, plain, asked, query)
+    holds_no_vector(memory)
+
+
+@pytest.mark.parametrize("query", WALKED)
+def test_kept_coded_a_hybrid_query_that_no_keyword_hit_passes_reads_the_walks_cosines_only(
+    coded: Coded, query: str
+) -> None:
+    """Kept coded (the cosines bounded), a hybrid query with a filter function no keyword hit passes, with no k-th passing score to prune by, asks the store for the cosines of the walk's keyword hits only."""
+    reads_the_walks_cosines_only(coded.memory, coded.plain, coded.cosines, query)
+    assert coded.ceilings
+    assert all(isinstance(found, dict) for found in coded.ceilings)
+    holds_no_vector(coded.memory)
+
+
+def reads_the_walks_cosines_only(
+    memory: StoredMemory, plain: Memory, asked: list[int], query: str
+) -> None:
+    """Assert that ``query`` with a filter function no keyword hit passes gets Memory.search's hits, the store asked (``asked``: ``among`` of each ``Store.cosines`` call) for the walk's first depth of cosines at most."""
+    from agents.memory.search import HYBRID_POOL
+
+    terms = Tokenizer()(query)
+    holding = search_index(memory).keyword_scores(terms, None)[0]
+    assert len(holding) > HYBRID_POOL  # more keyword hits than the walk's first depth
+    for where in (none_pass, shut_out("keyword hits", plain, query, 5, None)):
+        for round_ in range(2):  # asked again: what the handle kept from the first
+            asked.clear()
+            options = {"mode": "hybrid", "where": where}
+            assert hits_of(memory, query, 5, **options) == hits_of(plain, query, 5, **options)
+            assert asked, round_
+            assert sum(asked) <= HYBRID_POOL, (where, round_)  # the walk's first depth
 
 
 def test_store_cosines_are_memory_search_floats_and_bad_arguments_are_refused(url: str) -> None:
@@ -596,17 +784,6 @@ def test_over_the_budget_a_hybrid_query_with_keys_leaves_out_rows_another_handle
     holds_no_vector(memory)
 
 
-def coded_over_budget(opened: Callable[[int], StoredMemory]) -> StoredMemory:
-    """Return the memory the ``opened`` fixture made for this test, its vectors kept coded (one per test)."""
-    if not _HELD or _HELD[0][0] is not opened:
-        memory = opened(SMALL)
-        _HELD[:] = [(opened, opened(coded_budget(memory)), Memory(list(memory.content)))]
-        memory.close()
-        for _ in range(2):  # read page by page, then coded and kept
-            hits_of(_HELD[0][1], "pay the invoice", 3, mode="semantic")
-    return _HELD[0][1]
-
-
 @settings(
     max_examples=30,
     deadline=None,
@@ -621,77 +798,71 @@ def coded_over_budget(opened: Callable[[int], StoredMemory]) -> StoredMemory:
     ),
 )
 def test_kept_coded_hybrid_queries_with_a_filter_many_pass_are_memory_search_hits_and_floats(
-    url: str,
-    opened: Callable[[int], StoredMemory],
-    words: list[str],
-    k: int,
-    keys: list[str] | None,
-    where: Any,
+    coded: Coded, words: list[str], k: int, keys: list[str] | None, where: Any
 ) -> None:
-    """Kept coded, a hybrid query with a filter function (or keys and a filter of fields): Memory.search's hits, floats and fields, the cosines bounded from the codes."""
-    if url.startswith("memory"):
-        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
-    memory = coded_over_budget(opened)
+    """Kept coded, a hybrid query with a filter function (or keys and a filter of fields): Memory.search's hits, floats and fields, the cosines bounded from the codes; no vector in RAM over the budget."""
+    memory = coded.memory
     query = " ".join(words)
     got = hits_of(memory, query, k, mode="hybrid", keys=keys, where=where)
-    assert got == hits_of(plain_copy(memory), query, k, mode="hybrid", keys=keys, where=where)
+    assert got == hits_of(coded.plain, query, k, mode="hybrid", keys=keys, where=where)
+    holds_no_vector_over_budget(memory, keys)
+
+
+def holds_no_vector_over_budget(memory: StoredMemory, asked: list[str] | None) -> None:
+    """Assert that the memory's index holds no vector of the keys whose stored vectors pass the budget (those ``asked`` too), and read none whole.
+
+    The budget is asked per set of keys (``Store.vectors_over_budget``): at
+    a budget that the session's part vectors over all fields pass but one
+    field's fit (``coded_budget``: ``team`` holds two texts), a query with
+    those keys has the index take their vectors, as under the budget; RAM
+    answers it then. Those of the keys over the budget stay in the store.
+    """
+    index = search_index(memory)
+    store = memory.store
+    for keys in [None, *((field,) for field in FIELDS), None if asked is None else tuple(asked)]:
+        if store.vectors_over_budget("s", keys=keys, parts=index.parts):
+            assert len(index.missing_vectors(keys)) == len(memory), keys
+    assert store.reads == []  # type: ignore[attr-defined]  # the test's note
 
 
 def test_kept_coded_a_hybrid_query_with_a_filter_function_reads_the_cosines_that_can_rank(
-    url: str, opened: Callable[[int], StoredMemory]
+    coded: Coded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Kept coded, a hybrid query with a filter many items pass asks the store for bounds of its passing keyword hits (Store.cosine_ceilings) and the exact cosines of fewer of them than it does unbounded."""
-    if url.startswith("memory"):
-        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
-    memory = coded_over_budget(opened)
-    store = memory.store
-    exact: list[int] = []
-    bounded: list[Any] = []
-    cosines, ceilings = store.cosines, store.cosine_ceilings
-
-    def noted_cosines(*args: Any, **options: Any) -> Any:
-        exact.append(len(list(options.get("among", ()))))
-        return cosines(*args, **options)
-
-    def noted_ceilings(*args: Any, **options: Any) -> Any:
-        found = ceilings(*args, **options)
-        bounded.append(found)
-        return found
-
-    store.cosines = noted_cosines  # type: ignore[method-assign]  # noted, then scored as before
-    store.cosine_ceilings = noted_ceilings  # type: ignore[method-assign]  # noted, then bounded as before
+    memory = coded.memory
     for query in QUERIES:
         got = hits_of(memory, query, 3, mode="hybrid", where=step_odd)
-        assert got == hits_of(plain_copy(memory), query, 3, mode="hybrid", where=step_odd)
-    assert bounded
-    assert all(isinstance(found, dict) for found in bounded)
+        assert got == hits_of(coded.plain, query, 3, mode="hybrid", where=step_odd)
+    assert coded.ceilings
+    assert all(isinstance(found, dict) for found in coded.ceilings)
     counts = []
-    for bounds in (ceilings, lambda *args, **options: None):  # bounded, then not
-        store.cosine_ceilings = bounds  # type: ignore[method-assign]  # the store's, then none
-        exact.clear()
+    for bounded in (True, False):
+        if not bounded:  # the store's bounds, then none
+            monkeypatch.setattr(memory.store, "cosine_ceilings", lambda *a, **o: None)
+        coded.clear()
         got = hits_of(memory, "report", 3, mode="hybrid", where=step_odd)
-        assert got == hits_of(plain_copy(memory), "report", 3, mode="hybrid", where=step_odd)
-        counts.append(sum(exact))
+        assert got == hits_of(coded.plain, "report", 3, mode="hybrid", where=step_odd)
+        counts.append(sum(coded.cosines))
     assert counts[0] < counts[1]
     holds_no_vector(memory)
 
 
-def test_store_cosine_ceilings_bound_the_cosines(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_store_cosine_ceilings_bound_the_cosines(
+    coded_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Store.cosine_ceilings: at least each item's cosine (Store.cosines) once kept coded, None under the budget, bad vectors refused."""
     from agents.memory._vectors import checked_vectors
     from agents.memory.exceptions import StoreArgumentError
     from agents.memory.search import EmbedParts
 
-    if url.startswith("memory"):
-        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
-    with open_store(url) as plain:
+    with open_store(coded_url) as plain:
         assert plain.cosines("s", checked_vectors(EMBEDDER, ["pay"])[0], 3, embedder=EMBEDDER)
         vector = checked_vectors(EMBEDDER, ["pay the invoice"])[0]
         assert plain.cosine_ceilings("s", vector, [1, 2], embedder=EMBEDDER) is None
-    memory = StoredMemory(open_store(url), "s")
+    memory = StoredMemory(open_store(coded_url), "s")
     budget = coded_budget(memory)
     memory.close()
-    with budgeted(open_store(url), monkeypatch, budget) as store:
+    with budgeted(open_store(coded_url), monkeypatch, budget) as store:
         seqs = list(range(1, 301))
         for _ in range(2):  # read page by page, then coded and kept
             exact = store.cosines("s", vector, 3, embedder=EMBEDDER, among=seqs, parts=EmbedParts())
@@ -742,35 +913,14 @@ def test_search_with_given_cosines_and_bounds_is_memory_search(
 
 @pytest.mark.parametrize("where", [{"team": "blue"}, {"status": {"$in": ["CONTINUE", "FINISH"]}}])
 def test_kept_coded_a_hybrid_query_with_a_common_filter_of_fields_takes_the_stores_cosines(
-    url: str, opened: Callable[[int], StoredMemory], where: Any
+    coded: Coded, where: Any
 ) -> None:
     """Kept coded, a hybrid query with no keys and a filter of fields most items pass: Memory.search's hits and floats, the keyword side from the memory's index and the cosines from the store, bounded from the codes (Store.cosine_ceilings), not the store's filtered walk (Store.search: at 50,000 steps it blended every keyword hit, 3.5-8.8 s a query)."""
-    if url.startswith("memory"):
-        pytest.skip("a RAM store's handle keeps its vectors as they are: nothing is coded")
-    memory = coded_over_budget(opened)
-    store = memory.store
-    walked: list[Any] = []
-    bounded: list[Any] = []
-    search, ceilings = store.search, store.cosine_ceilings
-
-    def noted_search(*args: Any, **options: Any) -> Any:
-        walked.append(options.get("where"))
-        return search(*args, **options)
-
-    def noted_ceilings(*args: Any, **options: Any) -> Any:
-        found = ceilings(*args, **options)
-        bounded.append(found)
-        return found
-
-    store.search = noted_search  # type: ignore[method-assign]  # noted, then searched as before
-    store.cosine_ceilings = noted_ceilings  # type: ignore[method-assign]  # noted, then bounded as before
-    try:
-        for query in [*QUERIES, "report", "OK window"]:
-            got = hits_of(memory, query, 5, mode="hybrid", where=where)
-            assert got == hits_of(plain_copy(memory), query, 5, mode="hybrid", where=where)
-    finally:
-        store.search, store.cosine_ceilings = search, ceilings  # type: ignore[method-assign]
-    assert walked == []
-    assert bounded
-    assert all(isinstance(found, dict) for found in bounded)
+    memory = coded.memory
+    for query in [*QUERIES, "report", "OK window"]:
+        got = hits_of(memory, query, 5, mode="hybrid", where=where)
+        assert got == hits_of(coded.plain, query, 5, mode="hybrid", where=where)
+    assert coded.walks == []
+    assert coded.ceilings
+    assert all(isinstance(found, dict) for found in coded.ceilings)
     holds_no_vector(memory)

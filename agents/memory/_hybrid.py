@@ -55,10 +55,18 @@ class Pruning:
         floor: The ``k``-th best hit that passes the filter among some
             blended scores (by key), as ``(score, key)``, or ``None`` where
             fewer than ``k`` pass.
+        passing: The keys among some that pass the filter, asked of the
+            rows about to be scored before their cosines are read (a row
+            that fails cannot rank, and its blend changes no other's), or
+            ``None`` where the filter is asked of the best scored only
+            (``floor``). Without it, a filter that no keyword hit passes
+            has no ``k``-th passing score to prune against, and every
+            keyword hit's cosine was read.
     """
 
     ceilings: Callable[[Sequence[int]], dict[int, float] | None]
     floor: Callable[[dict[int, float]], tuple[float, int] | None]
+    passing: Callable[[Sequence[int]], list[int]] | None = None
 
 
 def bounded_blend(
@@ -205,14 +213,18 @@ def _pruned_also(
     the ``k``-th best passing score (``pruning.floor``) taken again after
     each: a row whose ceiling is below it (by more than float rounding)
     cannot pass into the ``k`` best, and neither can any row after it.
+    With ``pruning.passing``, the rows of each round that fail the filter
+    are left out before their cosines are read.
     """
     keyword, semantic = walked.keyword, walked.semantic
     wanted = [key for key in also if key not in keyword and key not in semantic]
     if not wanted:
         return walked.scores
     upper = pruning.ceilings(wanted)
-    if upper is None:
-        return _with_also(also, keyword_among, cosines, keyword, semantic, walked.scores, blended)
+    if upper is None:  # no bounds: every row that passes is scored
+        if pruning.passing is not None:
+            wanted = pruning.passing(wanted)
+        return _with_also(wanted, keyword_among, cosines, keyword, semantic, walked.scores, blended)
     floor = pruning.floor(walked.scores)
     if floor is not None:
         last = walked.last
@@ -238,6 +250,10 @@ def _pruned_also(
             take = [key for key in take if _reaches(bounds[key], key, floor)]
         at += batch
         batch *= 4
+        if pruning.passing is not None:
+            take = pruning.passing(take)  # a row that fails needs no cosine
+        if not take:
+            continue  # nothing scored: the blend and its floor are as they were
         keyword.update((key, extra[key]) for key in take)
         semantic.update(cosines(take))
         scores = blended(keyword, semantic)

@@ -284,14 +284,28 @@ def _pruned_passing(
     scored items only, as :meth:`SearchIndex.top` asks it: asked of every
     keyword hit, it took half the query).
     Items outside the keyword hits are candidates only in the semantic pool,
-    which the walk scores.
+    which the walk scores. The filter is asked of the keyword hits about to
+    be scored before their cosines are read (``Pruning.passing``): one that
+    no keyword hit passes gives no ``k``-th passing score to prune by, and
+    every keyword hit's cosine was read (1.6-1.9 s at 50,000 steps). Each
+    item is asked once a query (its verdict kept for the floor's ranking).
     """
+    verdicts: dict[int, bool] = {}  # by id(item): the items are the index's, held meanwhile
+
+    def kept(item: MemoryItem) -> bool:
+        verdict = verdicts.get(id(item))
+        if verdict is None:
+            verdict = verdicts[id(item)] = bool(predicate(item))
+        return verdict
 
     def floor(scores: dict[int, float]) -> tuple[float, int] | None:
-        hits = index.top(scores, k, predicate)  # the filter asked of the best only
+        hits = index.top(scores, k, kept)  # the filter asked of the best only
         return (hits[-1][2], hits[-1][0]) if len(hits) == k else None
 
-    pruning = Pruning(bounds, floor)
+    def passing(keys: Sequence[int]) -> list[int]:
+        return [key for key in keys if kept(index.item(key))]
+
+    pruning = Pruning(bounds, floor, passing)
     also = sorted(keyword)
     scores = bounded_blend(k, pool, ranked, among, cosines, *args, also=also, pruning=pruning)
     assert scores is not None  # `among` always answers: the walk never gives up

@@ -58,7 +58,7 @@ from agents.memory.stores._store import Store
 
 if TYPE_CHECKING:
     from agents.memory.prompt import Window
-    from agents.memory.search import Hit, Where
+    from agents.memory.search import Hit, SearchIndex, Where
 
 __all__ = ["SessionWriter", "StoredMemory"]
 
@@ -864,7 +864,7 @@ def _ahead_hits(
         # values caught up): the store's filtered walk ranks the blend 4 k deep, and a query of
         # common words whose blend is flat past its best few walked every keyword hit and read
         # each one's vectors (3.5-8.8 s at 50,000 steps, against 0.1 s pruned by the bounds).
-        return _hybrid_keys_in_store(memory, session, lock, query, k, keys, where, embedder)
+        return _hybrid_keys_in_store(memory, index, session, lock, query, k, keys, where, embedder)
     tokenizer = Tokenizer()
     wanted = set(tokenizer(query)) if isinstance(query, str) else set()
     if index.building() and keys is None and fields_filter and wanted:
@@ -919,6 +919,7 @@ def _ahead_hits(
 
 def _hybrid_keys_in_store(
     memory: StoredMemory,
+    index: SearchIndex,
     session: SessionWriter,
     lock: contextlib.AbstractContextManager[Any],
     query: str,
@@ -942,11 +943,12 @@ def _hybrid_keys_in_store(
     50,000 steps). The memory's index holds each field's statistics, and
     the store gives the cosines the blend asks for (its pool and the
     keyword candidates) from its coded table: the hits and floats of
-    ``Memory.search`` with the vectors in RAM.
+    ``Memory.search`` with the vectors in RAM. ``index`` is the memory's
+    search index (``search.search_index(memory)``, as :func:`_ahead_hits`
+    took it).
     """
     from agents.memory import search
 
-    index = search.search_index(memory)
     if not index.missing_vectors(keys):
         return None  # the index holds every vector: RAM answers (a session under the budget)
     if where is not None and index.building():
