@@ -36,11 +36,11 @@ FIELDS = fields_text(None, EmbedParts())
 """The fields key of the part vectors the sessions are embedded with (every field, default parts)."""
 
 
-def steps(n: int, seed: int = 0) -> list[MemoryItem]:
-    """Return ``n`` steps of a few fields drawn from a small vocabulary (parts repeat; some are cut in windows)."""
+def steps(n: int, seed: int = 0, first: int = 0) -> list[MemoryItem]:
+    """Return ``n`` steps numbered from ``first``, of a few fields drawn from a small vocabulary (parts repeat; some are cut in windows)."""
     rng = np.random.default_rng(seed)
     out = []
-    for i in range(n):
+    for i in range(first, first + n):
         fields = {
             "thought": " ".join(rng.choice(WORDS, size=int(rng.integers(1, 12)))),
             "status": str(rng.choice(["CONTINUE", "FINISH"])),

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import numpy as np
 import pytest
+from coded_sessions import WORDS, steps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,25 +17,9 @@ from agents.memory.search import HashingEmbedder, Tokenizer, search_index
 from agents.memory.stores import Store, StoredMemory, open_store
 
 EMBEDDER = HashingEmbedder(32)
-WORDS = ["open", "close", "report", "chart", "window", "saved", "invoice", "March", "pay", "OK"]
 QUERIES = ["pay the invoice for March", "close the report window", "chart saved OK"]
 SMALL = 4096
 """A budget far below a session of 300 steps cut into parts (32-wide: some 100 KB of float32)."""
-
-
-def steps(n: int, seed: int = 0, first: int = 0) -> list[MemoryItem]:
-    """Return ``n`` steps of a few fields drawn from a small vocabulary (so they cut into several parts)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(first, first + n):
-        fields = {
-            "thought": " ".join(rng.choice(WORDS, size=int(rng.integers(1, 12)))),
-            "status": str(rng.choice(["CONTINUE", "FINISH"])),
-        }
-        if i % 3:
-            fields["observation"] = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 20))))
-        out.append(MemoryItem(step=i, team="red" if i % 4 == 0 else "blue", **fields))
-    return out
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
