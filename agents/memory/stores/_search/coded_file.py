@@ -112,6 +112,7 @@ _SETTLED_NS: Final = 2_000_000_000  # a file changed this recently is hashed at 
 _MAC: Final = 32  # sha256
 _HEAD: Final = struct.Struct("<QQQQQ")
 _START: Final = len(MAGIC) + _MAC
+_FINITE_BITS: Final = 0x7F7FFFFF  # the bits of the largest finite float32 (read as an int32)
 _KEY_ROWS: Final = 16  # the first stored vector rows whose digest keys a file's HMAC
 _VERSION_TEXT: Final = (
     256  # the longest version (its repr) a tag holds: backends give an int or a short tuple
@@ -484,18 +485,28 @@ def _mapped(fd: int) -> mmap.mmap:
 
 
 def _sound(np: Any, tail: Any, ref_row: Any, start: Any, key_at: Any) -> bool:
-    """Return whether the parts of a loaded table are such as ``compact_table`` makes (whatever the HMAC says: a file must not break a query); ``tail`` holds each row's scale and slack."""
+    """Return whether the parts of a loaded table are such as ``compact_table`` makes (whatever the HMAC says: a file must not break a query); ``tail`` holds each row's scale and slack.
+
+    One pass over each array but the scales (two), integer where it can
+    (a file of 100,000 steps cut into parts: 2.15 million refs, 1.06
+    million rows, 2-3 ms on a first query, 6-8 before). The starts and keys
+    are compared, not subtracted: a difference of two int64 may wrap (a
+    start of ``2**63 - 1`` then ``-2`` would read as ascending).
+    """
     used, refs = len(tail), len(ref_row)
     if len(start) == 0:
         return refs == 0
     if refs == 0 or int(start[0]) != 0 or int(start[-1]) >= refs:
         return False
-    if bool((np.diff(start) <= 0).any()) or bool((np.diff(key_at) <= 0).any()):
+    if bool((start[1:] <= start[:-1]).any()) or bool((key_at[1:] <= key_at[:-1]).any()):
         return False
-    if int(ref_row.min()) < 0 or int(ref_row.max()) >= used:
+    # Read as unsigned, a negative ref is past every row: one bound checks both ends.
+    if int(ref_row.view(np.uint64).max()) >= used:
         return False
-    scale, slack = tail[:, 0], tail[:, 1]
-    if not bool(np.isfinite(scale).all()) or bool((scale <= 0).any()):
+    # A scale finite and above 0 is one whose float32 bits, read as an int32, lie from 1 (the
+    # least subnormal) to 0x7F7FFFFF (the largest finite): two integer passes, no float tests.
+    scale = tail.view(np.int32)[:, 0]
+    if int(scale.min()) < 1 or int(scale.max()) > _FINITE_BITS:
         return False
     # A slack is a bound: never negative nor NaN (an infinite one scores its row exactly).
-    return not bool((~(slack >= 0)).any())
+    return not bool((~(tail[:, 1] >= 0)).any())
