@@ -9,13 +9,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_stores_coded_file import FIELDS, first_loads, saved
 from test_stores_compact_vectors import EMBEDDER, steps, written
 
+from agents.memory._vectors import EmbedParts
 from agents.memory.stores import open_store
 from agents.memory.stores._search import coded_file
+from agents.memory.stores._search.compact import CompactVectors, compact_table
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 SMALL = st.integers(-3, 8)
@@ -118,3 +120,54 @@ def test_a_file_whose_starts_or_keys_wrap_is_refused(
         right = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
     _forged_slots(path, right, wrapped)
     assert not first_loads(url, items, monkeypatch)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    width=st.sampled_from([1, 5, 8, 20, 64]),
+    items=st.integers(1, 60),
+    seed=st.integers(0, 1000),
+    chunk=st.sampled_from([8, 64, 256, 1 << 20]),
+    piece=st.sampled_from([1, 3, 40, 264, 1000, 1 << 20]),
+    threads=st.sampled_from([1, 3]),
+    seen=st.booleans(),
+)
+def test_a_loaded_table_takes_each_rows_scale_and_slack_as_saved(
+    width: int,
+    items: int,
+    seed: int,
+    chunk: int,
+    piece: int,
+    threads: int,
+    seen: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each row's scale and slack, taken piece by piece as the chunks are hashed on threads (pieces and rows across chunk and piece bounds, any width) or in one pass where the file is known, are those of the table saved; its parts, items and keys too."""
+    monkeypatch.setattr(coded_file, "CHUNK", chunk)
+    monkeypatch.setattr(coded_file, "PIECE", piece)
+    monkeypatch.setattr(coded_file, "_cores", lambda: threads)
+    if seen:  # a file known: no HMAC, the tails taken in one pass
+        monkeypatch.setattr(coded_file._Seen, "known", lambda self: True)
+    rng = np.random.default_rng(seed)
+    keys = np.repeat(np.arange(1, items + 1), rng.integers(1, 4, items))
+    vectors = rng.standard_normal((len(keys), width)).astype(np.float32)
+    vectors[rng.random(len(keys)) < 0.3] = vectors[0]  # rows repeated: held once
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    built = compact_table([(keys.tolist(), vectors)], "m", EmbedParts(), width, 1 << 30, dict)
+    assert isinstance(built, CompactVectors)
+    path, key = str(tmp_path / f"coded-{width}-{items}-{seed}"), b"k" * 32
+    assert coded_file.save_coded(path, built, b"subject\n7", key)
+    loaded = coded_file.load_coded(path, b"subject", key, 1 << 30, "m", EmbedParts(), width, dict)
+    assert loaded is not None
+    table, version = loaded
+    used = built.used
+    assert version == b"7"
+    assert table.used == used
+    assert table.scale[:used].tobytes() == built.scale[:used].tobytes()
+    assert table.slack[:used].tobytes() == built.slack[:used].tobytes()
+    assert table.part_rows().tolist() == built.part_rows().tolist()
+    assert table.start.tolist() == built.start.tolist()
+    assert table.key_at.tolist() == built.key_at.tolist()
