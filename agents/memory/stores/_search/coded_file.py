@@ -36,7 +36,9 @@ bytes), and the file holds the HMAC-SHA256 of those chunks' HMACs, all
 under the one key: a load checks the chunks on a few threads (hashlib
 lets go of the GIL over a large buffer), so its wall time is about that
 of one chunk group, its CPU the same as one HMAC over the body (100,000
-steps cut into parts: a 299 MB body, ~230 ms of CPU). Forging a file
+steps cut into parts: a 299 MB body, ~230 ms of CPU). The same threads
+take each row's scale and slack from each piece (:data:`PIECE`) just
+hashed, while its bytes are in the core's cache. Forging a file
 that passes still takes the key: each chunk's HMAC is keyed, and the top
 HMAC, over the chunks' HMACs in order, binds each chunk to its place and
 the body to its length (each chunk's HMAC also covers its index and the
@@ -105,7 +107,7 @@ MAC_THREADS: Final = 4
 """The threads that check a loaded file's chunks at most (fewer where the process may run on fewer cores)."""
 
 PIECE: Final = 256 << 10
-"""The bytes a thread that checks a loaded file's chunks hashes at a time, then takes the scales and slacks of the rows in them from (while they are in its core's cache: 10-12 ms of CPU less than a pass of their own over a file of 100,000 steps cut into parts, which reads a line from memory a row; 512 KiB pieces lose it)."""
+"""The bytes a thread that checks a loaded file's chunks hashes at a time, then takes the scales and slacks of the rows in them from (while they are in its core's cache: 10-20 ms of CPU less than a pass of their own over a file of 100,000 steps cut into parts, which reads a line from memory a row; 512 KiB pieces lose it)."""
 
 SEEN_KEPT: Final = 64
 """The coded files a process remembers it authenticated (see ``_Seen``): a fresh handle of the same process loads an unchanged one without hashing it again."""
