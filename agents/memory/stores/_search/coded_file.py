@@ -524,7 +524,7 @@ def _mapped(fd: int) -> mmap.mmap:
 
 
 def _sound(np: Any, tail: Any, ref_row: Any, start: Any, key_at: Any) -> bool:
-    """Return whether the parts of a loaded table are such as ``compact_table`` makes (whatever the HMAC says: a file must not break a query); ``tail`` holds each row's scale and slack (:func:`_sound_slots`, then :func:`_sound_tails` where it holds items)."""
+    """Return whether the parts of a loaded table are such as ``compact_table`` makes (whatever the HMAC says: a file must not break a query); ``tail`` holds each row's scale and slack: the rules in one call, as :func:`load_coded` applies them in two (:func:`_sound_slots` while the body is hashed, then :func:`_sound_tails` where the table holds items)."""
     if not _sound_slots(np, len(tail), ref_row, start, key_at):
         return False
     return len(start) == 0 or _sound_tails(np, tail)
