@@ -20,7 +20,15 @@ unfiltered and with filters from 0.1% to 99% of the steps passing (ranges
 of ``weight`` passing 1% to 80%): wall
 and process CPU, median [range] of --repeats warm queries, the load
 average beside. Run it with each tree's ``agents`` on PYTHONPATH, alternating,
-to compare them.
+to compare them. With ``--paired``, each of --repeats rounds runs the
+unfiltered query and every filter in turn, and each filter's wall is also
+printed as the median [range] of its ratio to the same round's unfiltered
+wall (a loaded machine moves both alike); ``--pgdata DIR`` (the server's
+data folder, on this machine) adds the server's CPU, a mean per query.
+
+``--semantic-whole DB`` times the same way a semantic query over whole-item
+vectors (``EmbedParts.WHOLE``, ``HashingEmbedder(256)``: no kept table, the
+store's filtered walk) with the same filters, on the same session.
 """
 
 from __future__ import annotations
@@ -111,7 +119,9 @@ CODED_FILTERS: list[tuple[str, dict[str, Any] | None]] = [
 ]
 
 
-def coded_hybrid(path: str, n: int, repeats: int) -> None:
+def coded_hybrid(
+    path: str, n: int, repeats: int, *, paired: bool = False, pgdata: str | None = None
+) -> None:
     """Time Store.search hybrid over a coded session, unfiltered and with CODED_FILTERS (see the module's docstring)."""
     from bench_search_costs import steps
 
@@ -130,37 +140,104 @@ def coded_hybrid(path: str, n: int, repeats: int) -> None:
             text for row in rows for text in EmbedParts().texts(MemoryItem(**row).to_dict(), None)
         }
         store._vectors._cache._budget = 2 * embedder.dimension * len(texts)  # coded, not float32
-
-        def search(where: dict[str, Any] | None) -> list[int]:
-            hits = store.search(
-                "s",
-                "press OK to save the file",
-                5,
-                mode="hybrid",
-                where=where,
-                embedder=embedder,
-                parts=EmbedParts(),
-            )
-            return [hit.seq for hit in hits]
-
+        search = searcher(store, embedder, "hybrid", EmbedParts())
         for _ in range(3):  # read page by page, then coded, then from the coded table
             search(None)
         kept = store._vectors._kept_table("s", embedder, None, EmbedParts())
         print(f"{n:,} steps, kept as {type(kept).__name__}", flush=True)
         assert isinstance(kept, CompactVectors)
+        if paired:
+            _paired(search, repeats, pgdata)
+            return
+        timed_filters(search, repeats)
+
+
+def searcher(
+    store: Any, embedder: Any, mode: str, parts: Any
+) -> Callable[[dict[str, Any] | None], list[int]]:
+    """Return ``search(where)``: the seqs of the best 5 of session ``s`` for the coded cases' query."""
+
+    def search(where: dict[str, Any] | None) -> list[int]:
+        hits = store.search(
+            "s",
+            "press OK to save the file",
+            5,
+            mode=mode,
+            where=where,
+            embedder=embedder,
+            parts=parts,
+        )
+        return [hit.seq for hit in hits]
+
+    return search
+
+
+def timed_filters(search: Callable[[dict[str, Any] | None], object], repeats: int) -> None:
+    """Print wall and process CPU of ``search`` with each of CODED_FILTERS: median [range] of ``repeats``, the load average beside."""
+    for label, where in CODED_FILTERS:
+        walls, cpus = [], []
+        for _ in range(repeats):
+            wall, cpu = time.perf_counter(), time.process_time()
+            search(where)
+            walls.append(1000 * (time.perf_counter() - wall))
+            cpus.append(1000 * (time.process_time() - cpu))
+        with open("/proc/loadavg") as file:
+            load = " ".join(file.read().split()[:3])
+        cells = [f"{statistics.median(v):7.1f} [{min(v):.0f}-{max(v):.0f}]" for v in (walls, cpus)]
+        print(f"  {label:>10}: wall {cells[0]} ms, CPU {cells[1]} ms, load {load}", flush=True)
+
+
+def semantic_whole(path: str, n: int, repeats: int) -> None:
+    """Time Store.search semantic over whole-item vectors, unfiltered and with CODED_FILTERS (see the module's docstring)."""
+    from bench_search_costs import steps
+
+    from agents.memory.search import EmbedParts, HashingEmbedder
+
+    embedder = HashingEmbedder(256)
+    url = path if "://" in path else f"sqlite://{path}"
+    with open_store(url) as store:
+        if store.count("s") != n:
+            store.delete_session("s")
+            store.append("s", [MemoryItem(**row) for row in steps(n)])
+            store.index_embeddings("s", embedder, parts=EmbedParts.WHOLE)
+        search = searcher(store, embedder, "semantic", EmbedParts.WHOLE)
+        search(None)
+        print(f"{n:,} steps, semantic over whole-item vectors", flush=True)
+        timed_filters(search, repeats)
+
+
+def _paired(
+    search: Callable[[dict[str, Any] | None], object], rounds: int, pgdata: str | None
+) -> None:
+    """Run the unfiltered query and each of CODED_FILTERS in turn, ``rounds`` times; print each one's wall, its ratio to the round's unfiltered wall, and the CPU of this process and of the server."""
+    from bench_pg_writes import server_cpu
+
+    walls: dict[str, list[float]] = {label: [] for label, _ in CODED_FILTERS}
+    cpus: dict[str, list[float]] = {label: [] for label, _ in CODED_FILTERS}
+    servers: dict[str, list[float]] = {label: [] for label, _ in CODED_FILTERS}
+    loads = []
+    for _ in range(rounds):
         for label, where in CODED_FILTERS:
-            walls, cpus = [], []
-            for _ in range(repeats):
-                wall, cpu = time.perf_counter(), time.process_time()
-                search(where)
-                walls.append(1000 * (time.perf_counter() - wall))
-                cpus.append(1000 * (time.process_time() - cpu))
-            with open("/proc/loadavg") as file:
-                load = " ".join(file.read().split()[:3])
-            cells = [
-                f"{statistics.median(v):7.1f} [{min(v):.0f}-{max(v):.0f}]" for v in (walls, cpus)
-            ]
-            print(f"  {label:>10}: wall {cells[0]} ms, CPU {cells[1]} ms, load {load}", flush=True)
+            server = server_cpu(pgdata) or 0.0
+            wall, cpu = time.perf_counter(), time.process_time()
+            search(where)
+            walls[label].append(1000 * (time.perf_counter() - wall))
+            cpus[label].append(1000 * (time.process_time() - cpu))
+            servers[label].append(1000 * ((server_cpu(pgdata) or 0.0) - server))
+        with open("/proc/loadavg") as file:
+            loads.append(float(file.read().split()[0]))
+    base = walls["none"]
+    for label, _ in CODED_FILTERS:
+        ratios = [wall / unfiltered for wall, unfiltered in zip(walls[label], base, strict=True)]
+        wall, cpu = walls[label], cpus[label]
+        print(
+            f"  {label:>10}: wall {statistics.median(wall):6.1f} [{min(wall):.0f}-{max(wall):.0f}]"
+            f" ms, {statistics.median(ratios):4.2f}x [{min(ratios):.2f}-{max(ratios):.2f}],"
+            f" CPU {statistics.median(cpu):5.1f} ms, server CPU"
+            f" {statistics.mean(servers[label]):5.1f} ms (mean)",
+            flush=True,
+        )
+    print(f"  load {min(loads):.2f}-{max(loads):.2f}")
 
 
 def main() -> None:
@@ -169,9 +246,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--coded-hybrid", default=None, metavar="DB")
+    parser.add_argument("--semantic-whole", default=None, metavar="DB")
+    parser.add_argument("--paired", action="store_true")
+    parser.add_argument("--pgdata", default=None, metavar="DIR")
     args = parser.parse_args()
     if args.coded_hybrid:
-        coded_hybrid(args.coded_hybrid, args.items, args.repeats)
+        coded_hybrid(
+            args.coded_hybrid, args.items, args.repeats, paired=args.paired, pgdata=args.pgdata
+        )
+        return
+    if args.semantic_whole:
+        semantic_whole(args.semantic_whole, args.items, args.repeats)
         return
     session = items(args.items)
     memory = Memory(session)

@@ -30,6 +30,9 @@ from typing import Any
 
 import pytest
 
+# The coded-vector tests' shared helpers assert inside (first_loads): rewritten, a failure shows its values.
+pytest.register_assert_rewrite("coded_sessions")
+
 STORE_KINDS = ("memory", "sqlite", "jsonl", "postgres")
 PLANTED = "this_module_does_not_exist_yet"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from agents.memory import Memory, MemoryItem
-from agents.memory.search import Filter, HashingEmbedder
+from agents.memory.search import EmbedParts, Filter, HashingEmbedder, search_index
 from agents.memory.stores import open_store
 from agents.memory.stores._core.filter_values import JudgedFilters
 from agents.memory.stores._sql.dialect import SQLRows
@@ -91,6 +92,54 @@ def test_a_filter_most_rows_pass_reads_few_candidates_on_postgres(
             if mode == "hybrid":
                 assert returned, "the index was not asked"
             assert max(returned, default=0) <= 800 // 16 + 1, (mode, returned)
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+@pytest.mark.parametrize("where", [{"a": 0}, {"b": "rare"}])
+def test_a_filtered_query_counts_the_session_once(
+    store_url: str, mode: str, where: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filtered semantic or hybrid query over whole-item vectors asks ``Backend.count`` once for its vectors' side (embedding, ``walks_filtered``, ``filter_few`` share it), and ranks as Memory.search."""
+    embedder = HashingEmbedder(32)
+    session = [
+        {
+            "step": i,
+            "text": f"alpha {'beta ' * (i % 3)}gamma {i}",
+            "a": i % 4,
+            "b": "rare" * (i == 7),
+        }
+        for i in range(48)
+    ]
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    search_index(memory, parts=EmbedParts.WHOLE)
+    want = memory.search("alpha beta", 3, mode=mode, where=where, embedder=embedder)  # type: ignore[arg-type]
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        asked: list[str] = []
+        backend = type(store.backend)
+        real = backend.count
+
+        def count(self: Any, session_id: str) -> int:
+            asked.append(sys._getframe(1).f_code.co_filename)
+            return real(self, session_id)
+
+        monkeypatch.setattr(backend, "count", count)
+        for query in range(2):  # the first embeds the items, the second finds them embedded
+            asked.clear()
+            hits = store.search(
+                "s",
+                "alpha beta",
+                3,
+                mode=mode,
+                where=where,
+                embedder=embedder,
+                parts=EmbedParts.WHOLE,
+            )  # type: ignore[arg-type]
+            assert [(h.item.to_dict(), h.score) for h in hits] == [
+                (h.item.to_dict(), pytest.approx(h.score, rel=1e-5, abs=1e-6)) for h in want
+            ]
+            from_vectors = [name for name in asked if name.endswith("vectors.py")]
+            assert len(from_vectors) == 1, (query, asked)
 
 
 class KeptCappedAnswers(RuleBasedStateMachine):

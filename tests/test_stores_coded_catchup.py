@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -13,21 +14,29 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from test_stores_coded_file import FIELDS, acted, coded_path, first_loads, harm_file, saved
-from test_stores_coded_saves import closed_saves, more_steps
-from test_stores_compact_vectors import (
+from coded_sessions import (
     EMBEDDER,
     QUERIES,
+    acted,
+    closed_saves,
     coded_budget,
+    coded_handle,
+    coded_path,
+    coded_session,
     expected,
+    file_of,
+    first_loads,
     found,
+    harm_file,
     kept_tables,
+    more_steps,
+    saved,
     steps,
     written,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from agents.memory import MemoryItem
 from agents.memory.search import EmbedParts
@@ -39,17 +48,15 @@ from agents.memory.stores._search.compact import CompactVectors, compact_table
 def file_version(url: str) -> tuple[Any, Any]:
     """Return the version the session's file was saved at and the session's vectors version now."""
     with open_store(url) as store:
-        now = store.backend.vectors_version("s", FIELDS)
-        file = coded_file.CodedFile(store.backend, "s", FIELDS, now, EMBEDDER.name, 64)
-        return file.saved_version(), now
+        file = file_of(store)
+        return file.saved_version(), file.version
 
 
 def stale_by(
     url: str, items: list[MemoryItem], added: int, monkeypatch: pytest.MonkeyPatch
 ) -> list[MemoryItem]:
     """Save the coded file of ``items``, then append ``added`` steps on another handle (which closes without coding them); return every item."""
-    written(url, items)
-    saved(url, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
     more = more_steps(added, 31)
     with open_store(url) as other:
         other.append("s", more)
@@ -64,8 +71,7 @@ def test_a_caught_up_table_keeps_the_files_rows_mapped(
     """A stale file's table is caught up without a copy of its rows: the rows stay the file's mapped pages, the changed items' rows are coded beside them, the hits Memory.search's."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     every = stale_by(url, steps(60, 41), 5, monkeypatch)
-    with open_store(url) as store:
-        coded_budget(store, every, monkeypatch)
+    with coded_handle(url, every, monkeypatch) as store:
         assert found(store, QUERIES[1], 9, "semantic") == expected(
             every, QUERIES[1], 9, "semantic", None
         )
@@ -84,8 +90,7 @@ def test_a_reader_that_caught_up_enough_items_saves_the_file_back(
     """A reader that caught up at least ``rebuild_rows`` items saves the table back as it closes (its live items only): the next fresh handle loads a current file, asks for no changes, and ranks as Memory.search."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(300, 42)
-    written(url, items)
-    saved(url, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
     with open_store(url) as other:  # 70 appended (past rebuild_rows: 64), 2 deleted
         more = more_steps(70, 43)
         other.append("s", more)
@@ -136,10 +141,8 @@ def test_a_coded_table_a_catch_up_grows_past_the_budget_stays_kept(
     """The file's table fits the budget; the rows coded for the steps appended since pass it by less than a quarter: the table stays kept, and later queries neither load the file nor catch it up again."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(200, 45)
-    written(url, items)
-    saved(url, items, monkeypatch)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         found(store, QUERIES[0], 1, "semantic")
         [table] = kept_tables(store)
         budget = int(table.matrix.nbytes)  # the file's rows, just
@@ -184,8 +187,7 @@ def test_a_file_this_process_authenticated_is_not_hashed_again_until_it_changes(
     """A second fresh handle of the process loads the unchanged file without hashing it again; a file put in its place, or written in place, is hashed (a damaged one refused), the hits Memory.search's throughout."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(60, 47)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+    path = coded_session(url, items, monkeypatch)
     # Files are remembered at once here (not 2 s after their last change): their writes below
     # come far later than a file system's timestamp tick.
     monkeypatch.setattr(coded_file, "_SETTLED_NS", 0)
@@ -216,8 +218,7 @@ def test_a_file_changed_just_now_is_hashed_at_each_load(
     """A file whose last change is more recent than ``_SETTLED_NS`` is not remembered (a write in the same timestamp tick would leave its times as they were): each fresh handle hashes it."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(60, 48)
-    written(url, items)
-    saved(url, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
     monkeypatch.setattr(coded_file, "_SETTLED_NS", 10**15)
     hashed = bodies_hashed(monkeypatch)
     assert first_loads(url, items, monkeypatch)
@@ -232,9 +233,7 @@ def test_a_loaded_tables_catch_up_copies_no_scales_and_makes_no_slot_map(
     url = f"sqlite://{tmp_path / 'store.db'}"
     stale_by(url, steps(60, 41), 5, monkeypatch)
     with open_store(url) as store:
-        version = store.backend.vectors_version("s", FIELDS)
-        file = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64)
-        loaded = file.load(1 << 30, EmbedParts(), lambda query, keys: {})
+        loaded = file_of(store).load(1 << 30, EmbedParts(), lambda query, keys: {})
     assert loaded is not None
     table = loaded[0]
     scales, slacks = table.scale[: table.used].copy(), table.slack[: table.used].copy()
@@ -257,6 +256,29 @@ def test_a_loaded_tables_catch_up_copies_no_scales_and_makes_no_slot_map(
     assert caught.slot_of == live
 
 
+WIDTH = 16
+"""The width of the vectors of the tables built from a model (:func:`model_table`)."""
+
+
+def unit_rows(rng: np.random.Generator, rows: int) -> Any:
+    """Return ``rows`` random unit vectors of :data:`WIDTH` float32."""
+    block = rng.standard_normal((rows, WIDTH)).astype(np.float32)
+    return block / np.linalg.norm(block, axis=1, keepdims=True)
+
+
+def model_table(model: dict[int, Any]) -> CompactVectors:
+    """Return the coded table of ``model`` (each key's part vectors, keys ascending), its exact cosines those of the model as it is when asked."""
+
+    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
+        return {key: float((model[key] @ query).max()) for key in keys if key in model}
+
+    keys = [key for key in sorted(model) for _ in model[key]]
+    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
+    table = compact_table(pages, "m", EmbedParts(), WIDTH, 1 << 30, cosines_of)
+    assert table is not None
+    return table
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
@@ -275,21 +297,11 @@ def test_a_change_finds_its_slots_alike_with_or_without_the_slot_map(
 ) -> None:
     """``changed`` on a table whose slot map is not made yet marks the same slots dead and gives the same slot map, bounds and scores as on one whose map is made."""
     rng = np.random.default_rng(seed)
-    width = 16
-
-    def unit(rows: int) -> Any:
-        block = rng.standard_normal((rows, width)).astype(np.float32)
-        return block / np.linalg.norm(block, axis=1, keepdims=True)
+    unit = functools.partial(unit_rows, rng)
 
     model = {key: unit(int(rng.integers(1, 4))) for key in range(40)}
 
-    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
-        return {key: float((model[key] @ query).max()) for key in keys if key in model}
-
-    keys = [key for key in sorted(model) for _ in model[key]]
-    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
-    lazy = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
-    assert lazy is not None
+    lazy = model_table(model)
     made = lazy.live()
     for changed, dropped, ask in rounds:
         made.slot_of  # noqa: B018 (made now: the path that updates a map)
@@ -306,7 +318,7 @@ def test_a_change_finds_its_slots_alike_with_or_without_the_slot_map(
         assert (lazy.alive == made.alive).all()
         assert lazy.key_at.tolist() == made.key_at.tolist()
     assert lazy.slot_of == made.slot_of
-    zero = np.zeros(width, dtype=np.float32)  # read through part_rows: the parts coded since too
+    zero = np.zeros(WIDTH, dtype=np.float32)  # read through part_rows: the parts coded since too
     keys, every = lazy.every_score(zero)
     assert keys.tolist() == sorted(model)
     assert every.tolist() == [0.0] * len(model)
@@ -329,23 +341,11 @@ def test_a_tables_items_are_found_alike_with_or_without_the_slot_map(
 ) -> None:
     """``scores(among=)`` and ``scores_of`` find the items asked for in the keys laid out while the slot map is not made (a loaded table's first hybrid query), as the map would: the same floats."""
     rng = np.random.default_rng(seed)
-    width = 16
-
-    def unit(rows: int) -> Any:
-        block = rng.standard_normal((rows, width)).astype(np.float32)
-        return block / np.linalg.norm(block, axis=1, keepdims=True)
+    unit = functools.partial(unit_rows, rng)
 
     model = {key: unit(int(rng.integers(1, 4))) for key in range(0, 80, 2)}
 
-    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
-        return {key: float((model[key] @ query).max()) for key in keys if key in model}
-
-    keys = [key for key in sorted(model) for _ in model[key]]
-    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
-    lazy = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
-    made = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
-    assert lazy is not None
-    assert made is not None
+    lazy, made = model_table(model), model_table(model)
     if changed:  # an item re-coded: the lookup goes through the map on both sides
         model[4] = unit(2)
         lazy, made = lazy.changed([4], {4: model[4]}), made.changed([4], {4: model[4]})
@@ -377,22 +377,12 @@ def test_live_lays_out_the_live_items_by_key_with_their_rows(
 ) -> None:
     """A table whose items were re-coded, dropped and added (``changed``) gives a ``live`` copy with its live items only, keys ascending, each with its own parts' rows: the same bounds and scores."""
     rng = np.random.default_rng(seed)
-    width = 16
-
-    def unit(rows: int) -> Any:
-        block = rng.standard_normal((rows, width)).astype(np.float32)
-        return block / np.linalg.norm(block, axis=1, keepdims=True)
+    unit = functools.partial(unit_rows, rng)
 
     model = {key: unit(int(rng.integers(1, 4))) for key in range(40)}
     model[3] = model[1].copy()  # equal parts, held once
 
-    def cosines_of(query: Any, keys: Any) -> dict[int, float]:
-        return {key: float((model[key] @ query).max()) for key in keys if key in model}
-
-    keys = [key for key in sorted(model) for _ in model[key]]
-    pages = [(keys, np.concatenate([model[key] for key in sorted(model)]))]
-    table = compact_table(pages, "m", EmbedParts(), width, 1 << 30, cosines_of)
-    assert table is not None
+    table = model_table(model)
     for key in changed:
         model[key] = unit(int(rng.integers(1, 4)))
     for key in dropped:
@@ -513,7 +503,7 @@ class CodedSession(RuleBasedStateMachine):
         script = f"""
             import sys
             sys.path.insert(0, {str(Path(__file__).parent)!r})
-            from test_stores_coded_file import acted
+            from coded_sessions import acted
             acted({self.db!r}, {actions!r})
         """
         subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True)

@@ -14,55 +14,37 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from test_stores_compact_vectors import (
+from coded_sessions import (
     EMBEDDER,
+    FIELDS,
     QUERIES,
+    Action,
+    acted,
     coded_budget,
+    coded_handle,
+    coded_path,
+    coded_session,
+    coded_up,
     expected,
+    file_of,
+    first_loads,
     found,
+    harm_file,
     kept_tables,
+    kept_types,
+    saved,
     steps,
     written,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agents.memory import MemoryItem
 from agents.memory._vectors import fields_text
 from agents.memory.search import EmbedParts
-from agents.memory.stores import Store, open_store
+from agents.memory.stores import open_store
 from agents.memory.stores._search import coded_file
 from agents.memory.stores._search.compact import CompactVectors
-
-FIELDS = fields_text(None, EmbedParts())
-
-
-def coded_path(store: Store, sid: str = "s") -> str:
-    """Return where the store keeps the session's coded file."""
-    path = store.backend.vector_snapshot_path(sid, FIELDS)
-    assert path is not None
-    return path
-
-
-def saved(
-    url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch, **options: Any
-) -> str:
-    """Code the session ``s`` on one handle (three queries) and return its file's path."""
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
-        for _ in range(3):
-            found(store, QUERIES[0], 5, "semantic")
-        return coded_path(store)
-
-
-def first_loads(url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Return whether a fresh handle's first query took a coded table (from the file), checking its hits against Memory.search."""
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
-        assert found(store, QUERIES[1], 7, "hybrid") == expected(
-            items, QUERIES[1], 7, "hybrid", None
-        )
-        return [type(table) for table in kept_tables(store)] == [CompactVectors]
 
 
 @settings(
@@ -85,23 +67,18 @@ def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
     items = steps(n, seed)
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite://{Path(folder) / 'store.db'}"
-        written(url, items)
-        assert os.path.exists(saved(url, items, monkeypatch))
-        with open_store(url) as store:
-            coded_budget(store, items, monkeypatch)
+        assert os.path.exists(coded_session(url, items, monkeypatch))
+        with coded_handle(url, items, monkeypatch) as store:
             want = expected(items, query, k, mode, where)
             assert found(store, query, k, mode, where) == want
-            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert kept_types(store) == [CompactVectors]
             assert found(store, query, k, mode, where) == want
 
 
 def saved_at(url: str) -> Any:
     """Return the version the session's file was saved at (its head)."""
     with open_store(url) as store:
-        version = store.backend.vectors_version("s", FIELDS)
-        return coded_file.CodedFile(
-            store.backend, "s", FIELDS, version, EMBEDDER.name, 64
-        ).saved_version()
+        return file_of(store).saved_version()
 
 
 def rows_read(
@@ -110,8 +87,7 @@ def rows_read(
     """Return each query's ranking of every item by a handle without the file (``folder`` put aside meanwhile): the stored rows, read."""
     os.rename(folder, f"{folder}.aside")
     try:
-        with open_store(f"{url}?vector_snapshot=off") as store:
-            coded_budget(store, items, monkeypatch)
+        with coded_handle(f"{url}?vector_snapshot=off", items, monkeypatch) as store:
             return [found(store, query, len(items), "semantic") for query in QUERIES]
     finally:
         os.rename(f"{folder}.aside", folder)
@@ -123,8 +99,7 @@ def test_the_file_is_caught_up_once_another_handle_writes(
     """A write since the save (another handle) makes the file stale: loaded and caught up with the step written (Memory.search's hits, the new step among them), not saved again."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(60)
-    written(url, items)
-    saved(url, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
     before = saved_at(url)
     with open_store(url) as other:
         added = MemoryItem(step=500, thought="pay the invoice for March", team="red")
@@ -132,8 +107,7 @@ def test_the_file_is_caught_up_once_another_handle_writes(
         other.index_embeddings("s", EMBEDDER)
     items = [*items, added]
     assert first_loads(url, items, monkeypatch)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         assert found(store, QUERIES[0], 1, "semantic") == expected(
             items, QUERIES[0], 1, "semantic", None
         )
@@ -169,8 +143,7 @@ def test_a_vector_rewritten_in_place_is_caught_up(
     """A vector row rewritten by another connection (same count, same first rows): the log names it, the file is loaded and that item re-coded: the hits are those of a handle that reads the rows (no file)."""
     db = tmp_path / "store.db"
     items = steps(60)
-    written(f"sqlite://{db}", items)
-    saved(f"sqlite://{db}", items, monkeypatch)
+    coded_session(f"sqlite://{db}", items, monkeypatch)
     with sqlite3.connect(db) as con:
         first, last = con.execute("SELECT min(seq), max(seq) FROM kvmemory_vectors").fetchone()
         con.execute(
@@ -181,24 +154,9 @@ def test_a_vector_rewritten_in_place_is_caught_up(
     con.close()
     want = rows_read(f"sqlite://{db}", tmp_path / "store.db.vectors", items, monkeypatch)
     assert want[0] != expected(items, QUERIES[0], 60, "semantic", None)
-    with open_store(f"sqlite://{db}") as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(f"sqlite://{db}", items, monkeypatch) as store:
         assert [found(store, query, 60, "semantic") for query in QUERIES] == want
-        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
-
-
-def harm_file(path: str, harm: str) -> None:
-    """Damage the file at ``path``: a byte of the middle flipped (``"flip"``), its last 8 bytes cut (``"cut"``), emptied (``"empty"``) or its magic changed (``"magic"``)."""
-    data = bytearray(Path(path).read_bytes())
-    if harm == "flip":
-        data[len(data) // 2] ^= 1
-    elif harm == "cut":
-        data = data[: len(data) - 8]
-    elif harm == "empty":
-        data = bytearray()
-    else:
-        data[0] ^= 1
-    Path(path).write_bytes(bytes(data))
+        assert kept_types(store) == [CompactVectors]
 
 
 @pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
@@ -208,8 +166,7 @@ def test_a_damaged_or_cut_file_is_ignored(
     """A byte changed anywhere in the body, a cut file, an empty one: not loaded, and the hits stay right."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(80, 5)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+    path = coded_session(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
     harm_file(path, harm)
     assert not first_loads(url, items, monkeypatch)
@@ -221,16 +178,14 @@ def test_a_file_of_another_session_or_store_is_ignored(
     """The file of session s copied over that of session t (same steps), or of another file's session s: not loaded."""
     items = steps(70, 2)
     url = f"sqlite://{tmp_path / 'store.db'}"
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+    path = coded_session(url, items, monkeypatch)
     with open_store(url) as store:
         store.append("t", items)
         store.index_embeddings("t", EMBEDDER)
         other = coded_path(store, "t")
     os.makedirs(os.path.dirname(other), exist_ok=True)
     shutil.copyfile(path, other)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         hits = store.search("t", QUERIES[0], 5, mode="semantic", embedder=EMBEDDER)
         assert [(hit.item["step"], hit.score) for hit in hits] == expected(
             items, QUERIES[0], 5, "semantic", None
@@ -253,11 +208,10 @@ def test_a_file_of_another_model_or_fields_is_ignored(
     """The file loads only under its own subject: another model, dimension or fields names another; it gives the version it was saved at."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(50, 4)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+    path = coded_session(url, items, monkeypatch)
     with open_store(url) as store:
-        version = store.backend.vectors_version("s", FIELDS)
-        key = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
+        file = file_of(store)
+        version, key = file.version, file.key()
 
     def load(subject: tuple[Any, ...]) -> Any:
         return coded_file.load_coded(
@@ -307,8 +261,7 @@ def test_a_forged_file_is_ignored(
     """Slacks forged to zero under a key guessed without the database fail the HMAC; forged negative under the right key, they fail the checks: never loaded."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(80, 7)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+    path = coded_session(url, items, monkeypatch)
     dimension = EMBEDDER.dimension
 
     def zero_slacks(rows: Any) -> None:
@@ -316,8 +269,7 @@ def test_a_forged_file_is_ignored(
         tail[:, 1] = 0.0 if key == "guessed" else -1.0
 
     with open_store(url) as store:
-        version = store.backend.vectors_version("s", FIELDS)
-        right = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
+        right = file_of(store).key()
     _forged(path, coded_file.snapshot_key([]) if key == "guessed" else right, zero_slacks)
     assert not first_loads(url, items, monkeypatch)
 
@@ -329,11 +281,9 @@ def test_a_read_only_handle_loads_but_never_writes(
     db = tmp_path / "store.db"
     items = steps(60, 1)
     written(f"sqlite://{db}", items)
-    with open_store(f"sqlite://{db}?mode=ro") as store:
-        coded_budget(store, items, monkeypatch)
-        for _ in range(3):
-            found(store, QUERIES[0], 5, "semantic")
-        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+    with coded_handle(f"sqlite://{db}?mode=ro", items, monkeypatch) as store:
+        coded_up(store, QUERIES[0], 5, "semantic")
+        assert kept_types(store) == [CompactVectors]
     assert not (tmp_path / "store.db.vectors").exists()
     saved(f"sqlite://{db}", items, monkeypatch)
     assert first_loads(f"sqlite://{db}?mode=ro", items, monkeypatch)
@@ -364,10 +314,10 @@ def test_stores_without_a_file_keep_none(tmp_path: Path, monkeypatch: pytest.Mon
             store.index_embeddings("s", EMBEDDER)
             assert store.backend.vector_snapshot_path("s", FIELDS) is None
             coded_budget(store, items, monkeypatch)
-            for _ in range(3):
-                assert found(store, QUERIES[2], 6, "semantic") == expected(
-                    items, QUERIES[2], 6, "semantic", None
-                )
+            assert (
+                coded_up(store, QUERIES[2], 6, "semantic")
+                == [expected(items, QUERIES[2], 6, "semantic", None)] * 3
+            )
     assert sorted(os.listdir(tmp_path)) == ["folder"]
 
 
@@ -385,8 +335,6 @@ def test_a_bad_vector_snapshot_option_is_refused(tmp_path: Path) -> None:
 
 
 # -- a stale file caught up through the vector change log ------------------------------------
-
-Action = tuple[str, Any]
 
 
 def planned(
@@ -410,21 +358,6 @@ def planned(
         else:
             actions.append(("re-embed", seqs[items.index(now[later[pick % len(later)]])]))
     return actions, now
-
-
-def acted(db: str, actions: list[Action]) -> None:
-    """Apply ``actions`` to session ``s`` of the file ``db`` on a handle of their own (a re-embed: the vector row deleted in SQL, then embedded again)."""
-    with open_store(f"sqlite://{db}") as store:
-        for action, what in actions:
-            if action == "append":
-                store.append("s", [MemoryItem(**fields) for fields in what])
-            elif action == "delete":
-                assert store.delete_steps("s", [what]) == 1
-            else:
-                with sqlite3.connect(db) as con:
-                    con.execute("DELETE FROM kvmemory_vectors WHERE seq = ?", (what,))
-                con.close()
-            store.index_embeddings("s", EMBEDDER)
 
 
 @settings(
@@ -484,7 +417,7 @@ def test_a_stale_file_is_caught_up_and_ranks_as_memory_search(
             )
             want = expected(now, query, k, mode, where)
             assert found(store, query, k, mode, where) == want
-            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert kept_types(store) == [CompactVectors]
             assert found(store, query, k, mode, where) == want
             assert found(store, QUERIES[0], 60, "semantic") == expected(
                 now, QUERIES[0], 60, "semantic", None
@@ -498,8 +431,7 @@ def test_a_file_is_caught_up_up_to_a_quarter_of_its_items_changed(
     """60 items saved, then 15 appended (a quarter): caught up; 16: the table is built (and saved) as without a file, the hits right either way."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(60, 21)
-    written(url, items)
-    saved(url, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
     more = [
         MemoryItem(**{**item.to_dict(), "step": 500 + i}) for i, item in enumerate(steps(added, 22))
     ]
@@ -517,8 +449,7 @@ def test_a_backend_that_cannot_name_the_changes_builds_the_table(
     """Where ``vector_changes`` answers ``None`` (a pruned log), the stale file is not used: the table is built, the hits right."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(60, 23)
-    written(url, items)
-    saved(url, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
     more = [MemoryItem(step=700, thought=QUERIES[1])]
     written(url, more)
     with open_store(url) as store:
@@ -548,13 +479,11 @@ def test_a_file_whose_first_rows_changed_is_refused(
                 (seqs[-1], seqs[5]),
             )
         con.close()
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         found(store, QUERIES[0], 5, "semantic")
         assert kept_tables(store) == []  # read page by page, as without a file
     want = rows_read(url, tmp_path / "store.db.vectors", items, monkeypatch)
     saved(url, items, monkeypatch)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         assert [found(store, query, len(items), "semantic") for query in QUERIES] == want
-        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        assert kept_types(store) == [CompactVectors]

@@ -9,10 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from coded_sessions import EMBEDDER, FIELDS, first_loads, saved, steps, written
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_stores_coded_file import FIELDS, first_loads, saved
-from test_stores_compact_vectors import EMBEDDER, steps, written
 
 from agents.memory._vectors import EmbedParts
 from agents.memory.stores import open_store

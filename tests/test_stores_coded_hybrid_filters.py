@@ -7,21 +7,24 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from test_stores_compact_vectors import (
+from coded_sessions import (
     EMBEDDER,
     QUERIES,
-    coded_budget,
+    coded_handle,
+    coded_up,
     expected,
     found,
     kept_tables,
+    kept_types,
     steps,
+    written,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agents.memory import Memory, MemoryItem
 from agents.memory._vectors import checked_vectors
-from agents.memory.stores import Store, open_store
+from agents.memory.stores import Store
 from agents.memory.stores._search.compact import CompactVectors
 from agents.memory.stores._search.hybrid import held_ranking
 
@@ -29,11 +32,16 @@ N = 400
 
 
 def filters(n: int) -> st.SearchStrategy[dict[str, Any]]:
-    """Filters of fields passing from one step in ``n`` to every step: ranges of ``step``, ``$eq`` and ``$in`` of ``team``."""
+    """Filters of fields passing from one step in ``n`` to every step: ranges of ``step``, ``$eq`` and ``$in`` of ``team``, ``$or`` of two ranges, a range and a team."""
     span = st.integers(0, n).flatmap(lambda start: st.tuples(st.just(start), st.integers(1, n)))
     ranges = span.map(lambda at: {"step": {"$gte": at[0], "$lt": at[0] + at[1]}})
     teams = st.sampled_from([{"team": "red"}, {"team": {"$in": ["red", "blue"]}}])
-    return st.one_of(ranges, teams)
+    return st.one_of(
+        ranges,
+        teams,
+        st.builds(lambda a, b: {"$or": [a, b]}, ranges, ranges),
+        st.builds(lambda a, b: {**a, **b}, ranges, teams),
+    )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -47,14 +55,10 @@ def coded(
         request.applymarker(pytest.mark.postgres)
     url = durable_url(request.param)
     items = steps(N, 3)
-    with open_store(url) as writer:
-        writer.append("s", items)
-        writer.index_embeddings("s", EMBEDDER)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
-        for _ in range(3):  # read page by page, then coded, then from the coded table
-            found(store, QUERIES[0], 5, "semantic")
-        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+    written(url, items)
+    with coded_handle(url, items, monkeypatch) as store:
+        coded_up(store, QUERIES[0], 5, "semantic")
+        assert kept_types(store) == [CompactVectors]
         yield store, items
 
 

@@ -9,55 +9,41 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from coded_sessions import (
+    EMBEDDER,
+    FIELDS,
+    QUERIES,
+    budget_of,
+    closed_saves,
+    coded_handle,
+    coded_path,
+    coded_session,
+    coded_up,
+    expected,
+    file_of,
+    first_loads,
+    found,
+    kept_types,
+    more_steps,
+    saved,
+    steps,
+    write_and_close,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_stores_coded_file import FIELDS, coded_path, first_loads, saved
-from test_stores_compact_vectors import (
-    EMBEDDER,
-    QUERIES,
-    coded_budget,
-    expected,
-    found,
-    kept_tables,
-    steps,
-    written,
-)
 
 from agents.memory import MemoryItem
 from agents.memory.search import EmbedParts
 from agents.memory.stores import open_store
 from agents.memory.stores._search import coded_file
-from agents.memory.stores._search.coded_saves import SAVE_THREAD, rebuild_rows
+from agents.memory.stores._search.coded_saves import rebuild_rows
 from agents.memory.stores._search.compact import CompactVectors
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def budget_of(items: list[MemoryItem]) -> int:
-    """Return the budget ``coded_budget`` sets for ``items``: below their part vectors as float32, above them coded."""
-    texts = {text for item in items for text in EmbedParts().texts(item.to_dict(), None)}
-    return 2 * EMBEDDER.dimension * len(texts)
-
-
-def closed_saves() -> None:
-    """Wait for the saves closing handles started in this process."""
-    for thread in threading.enumerate():
-        if thread.name == SAVE_THREAD:
-            thread.join()
-
-
-def write_and_close(url: str, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Append ``items`` to session ``s`` and embed them on a handle with the coded budget, never query, close, and wait for its saves."""
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
-        store.append("s", items)
-        store.index_embeddings("s", EMBEDDER)
-    closed_saves()
 
 
 def test_a_writer_process_that_exits_after_close_leaves_the_file_a_reader_loads(
@@ -69,7 +55,7 @@ def test_a_writer_process_that_exits_after_close_leaves_the_file_a_reader_loads(
     script = f"""
         import sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
-        from test_stores_compact_vectors import EMBEDDER, steps
+        from coded_sessions import EMBEDDER, steps
         from agents.memory.stores import open_store
         store = open_store({url!r})
         store._vectors._cache._budget = {budget_of(items)}
@@ -79,19 +65,11 @@ def test_a_writer_process_that_exits_after_close_leaves_the_file_a_reader_loads(
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True, env=env)
-    with open_store(url) as store:
+    with coded_handle(url, items, monkeypatch) as store:
         assert os.path.exists(coded_path(store))
-        coded_budget(store, items, monkeypatch)
         for query, mode in [(QUERIES[0], "semantic"), (QUERIES[1], "hybrid")]:
             assert found(store, query, 6, mode) == expected(items, query, 6, mode, None)
-            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
-
-
-def more_steps(n: int, seed: int) -> list[MemoryItem]:
-    """Return ``n`` steps numbered from 1,000 (apart from those of ``steps``), enough for a close to code again where ``n`` is 64 or more."""
-    return [
-        MemoryItem(**{**item.to_dict(), "step": 1000 + i}) for i, item in enumerate(steps(n, seed))
-    ]
+            assert kept_types(store) == [CompactVectors]
 
 
 def test_a_few_later_steps_leave_the_file_stale_and_too_many_save_it_at_close(
@@ -103,8 +81,7 @@ def test_a_few_later_steps_leave_the_file_stale_and_too_many_save_it_at_close(
     write_and_close(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
     added = [MemoryItem(step=900, thought=QUERIES[2])]
-    with open_store(url) as store:
-        coded_budget(store, [*items, *added], monkeypatch)
+    with coded_handle(url, [*items, *added], monkeypatch) as store:
         store.append("s", added)
         store.index_embeddings("s", EMBEDDER)
         before = coded_file.saved_tag(coded_path(store))
@@ -115,16 +92,14 @@ def test_a_few_later_steps_leave_the_file_stale_and_too_many_save_it_at_close(
     assert first_loads(url, [*items, *added], monkeypatch)
     more = more_steps(70, 5)
     every = [*items, *added, *more]
-    with open_store(url) as store:
-        coded_budget(store, every, monkeypatch)
+    with coded_handle(url, every, monkeypatch) as store:
         store.append("s", more)
         store.index_embeddings("s", EMBEDDER)
     closed_saves()
     with open_store(url) as store:
         assert coded_file.saved_tag(coded_path(store)) != before
     assert first_loads(url, every, monkeypatch)
-    with open_store(url) as store:
-        coded_budget(store, every, monkeypatch)
+    with coded_handle(url, every, monkeypatch) as store:
         assert found(store, QUERIES[2], 5, "semantic") == expected(
             every, QUERIES[2], 5, "semantic", None
         )
@@ -151,12 +126,11 @@ def test_the_file_a_close_saved_answers_a_fresh_handle_as_memory_search(
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite://{Path(folder) / 'store.db'}"
         write_and_close(url, items, monkeypatch)
-        with open_store(url) as store:
+        with coded_handle(url, items, monkeypatch) as store:
             assert os.path.exists(coded_path(store))
-            coded_budget(store, items, monkeypatch)
             want = expected(items, query, k, mode, where)
             assert found(store, query, k, mode, where) == want
-            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert kept_types(store) == [CompactVectors]
             assert found(store, query, k, mode, where) == want
 
 
@@ -179,8 +153,7 @@ def test_a_close_saves_no_file_where_none_is_due(
             if case == "no vectors written":  # by the handle below, which only queries once
                 store.index_embeddings("s", EMBEDDER)
         url = f"sqlite://{db}" + ("?mode=ro" if case == "read-only" else "")
-        with open_store(url) as store:
-            coded_budget(store, items, monkeypatch)
+        with coded_handle(url, items, monkeypatch) as store:
             # The read-only handle embeds the steps at each query without storing them.
             assert found(store, QUERIES[0], 5, "semantic") == expected(
                 items, QUERIES[0], 5, "semantic", None
@@ -194,12 +167,10 @@ def test_a_close_saves_nothing_for_stores_without_a_file(
 ) -> None:
     """``memory://`` closes with its vectors over the budget and writes nothing; JSONL keeps no vectors."""
     items = steps(60, 2)
-    with open_store("memory://coded-saves-test") as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle("memory://coded-saves-test", items, monkeypatch) as store:
         store.append("s", items)
         store.index_embeddings("s", EMBEDDER)
-    with open_store(f"jsonl://{tmp_path / 'folder'}") as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(f"jsonl://{tmp_path / 'folder'}", items, monkeypatch) as store:
         store.append("s", items)
         assert found(store, QUERIES[0], 5, "semantic") == expected(
             items, QUERIES[0], 5, "semantic", None
@@ -208,12 +179,8 @@ def test_a_close_saves_nothing_for_stores_without_a_file(
     assert sorted(os.listdir(tmp_path)) == ["folder"]
 
 
-def test_a_current_file_is_not_coded_again_at_close(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A writer whose own queries saved the file after its last write closes without coding the session again."""
-    url = f"sqlite://{tmp_path / 'store.db'}"
-    items = steps(60, 6)
+def files_coded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Return a list that gets the path of each coded file saved from now on."""
     coded: list[str] = []
     original = coded_file.save_coded
 
@@ -222,12 +189,20 @@ def test_a_current_file_is_not_coded_again_at_close(
         return original(*args)
 
     monkeypatch.setattr(coded_file, "save_coded", counted)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    return coded
+
+
+def test_a_current_file_is_not_coded_again_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer whose own queries saved the file after its last write closes without coding the session again."""
+    url = f"sqlite://{tmp_path / 'store.db'}"
+    items = steps(60, 6)
+    coded = files_coded(monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         store.append("s", items)
         store.index_embeddings("s", EMBEDDER)
-        for _ in range(3):
-            found(store, QUERIES[0], 5, "semantic")
+        coded_up(store, QUERIES[0], 5, "semantic")
         assert len(coded) == 1
     closed_saves()
     assert len(coded) == 1
@@ -241,8 +216,7 @@ def _body(path: str) -> tuple[bytearray, int]:
 def _load(path: str, store_url: str) -> Any:
     """Return what ``load_coded`` gives for the file of session ``s`` at the store's version now."""
     with open_store(store_url) as store:
-        version = store.backend.vectors_version("s", FIELDS)
-        file = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64)
+        file = file_of(store)
         loaded = coded_file.load_coded(
             path, file.subject, file.key(), 1 << 30, EMBEDDER.name, EmbedParts(), 64, dict
         )
@@ -290,11 +264,9 @@ def test_a_file_of_an_earlier_format_is_refused_and_saved_again(
     """A file of format 1 (``kvmvcod1``, one HMAC over the body) or 2 (``kvmvcod2``), right for its key: not loaded; the table is coded again and saved in format 3."""
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(70, 9)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+    path = coded_session(url, items, monkeypatch)
     with open_store(url) as store:
-        version = store.backend.vectors_version("s", FIELDS)
-        key = coded_file.CodedFile(store.backend, "s", FIELDS, version, EMBEDDER.name, 64).key()
+        key = file_of(store).key()
     data, start = _body(path)
     if magic == b"kvmvcod1":
         old = magic + hmac.new(key, bytes(data[start:]), hashlib.sha256).digest()
@@ -330,18 +302,10 @@ def test_a_close_leaves_a_file_a_reader_catches_up_as_it_is(
     url = f"sqlite://{tmp_path / 'store.db'}"
     items = steps(300, 14)
     write_and_close(url, items, monkeypatch)
-    coded: list[str] = []
-    original = coded_file.save_coded
-
-    def counted(*args: Any) -> bool:
-        coded.append(args[0])
-        return original(*args)
-
-    monkeypatch.setattr(coded_file, "save_coded", counted)
+    coded = files_coded(monkeypatch)
     more = more_steps(70, 15)
     every = [*items, *more]
-    with open_store(url) as store:
-        coded_budget(store, every, monkeypatch)
+    with coded_handle(url, every, monkeypatch) as store:
         store.append("s", more)
         store.index_embeddings("s", EMBEDDER)
         assert rebuild_rows(store.backend.vector_count("s", FIELDS)) == 64 < len(more)

@@ -12,65 +12,27 @@ from typing import Any
 
 import numpy as np
 import pytest
+from coded_sessions import (
+    EMBEDDER,
+    QUERIES,
+    coded_handle,
+    coded_up,
+    expected,
+    found,
+    kept_tables,
+    kept_types,
+    steps,
+    written,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.memory import Memory, MemoryItem
+from agents.memory import MemoryItem
 from agents.memory._vectors import best_cosines
-from agents.memory.search import EmbedParts, HashingEmbedder
-from agents.memory.stores import Store, open_store
+from agents.memory.search import EmbedParts
+from agents.memory.stores import open_store
 from agents.memory.stores._search import compact
 from agents.memory.stores._search.compact import CompactVectors, compact_table
-
-EMBEDDER = HashingEmbedder(64)
-WORDS = ["open", "close", "report", "chart", "window", "saved", "invoice", "March", "pay", "OK"]
-QUERIES = ["pay the invoice for March", "close the report window", "chart saved OK"]
-
-
-def steps(n: int, seed: int = 0) -> list[MemoryItem]:
-    """Return ``n`` steps of a few fields drawn from a small vocabulary (parts repeat; some are cut in windows)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        fields = {
-            "thought": " ".join(rng.choice(WORDS, size=int(rng.integers(1, 12)))),
-            "status": str(rng.choice(["CONTINUE", "FINISH"])),
-        }
-        if i % 3:
-            fields["observation"] = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 20))))
-        out.append(MemoryItem(step=i, team="red" if i % 4 == 0 else "blue", **fields))
-    return out
-
-
-def coded_budget(store: Store, items: list[MemoryItem], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Set the handle's budget below the session's distinct part vectors as float32, above them coded."""
-    texts = {text for item in items for text in EmbedParts().texts(item.to_dict(), None)}
-    monkeypatch.setattr(store._vectors._cache, "_budget", 2 * EMBEDDER.dimension * len(texts))
-
-
-def kept_tables(store: Store) -> list[Any]:
-    """Return the tables the handle keeps."""
-    return [entry[1] for entry in store._vectors._cache._tables.values() if entry[1] is not None]
-
-
-def expected(items: list[MemoryItem], query: str, k: int, mode: str, where: Any) -> list[Any]:
-    """Return ``(step, score)`` of Memory.search over the same items: the reference."""
-    hits = Memory(items).search(query, k, mode=mode, embedder=EMBEDDER, where=where)
-    return [(hit.item["step"], hit.score) for hit in hits]
-
-
-def found(store: Store, query: str, k: int, mode: str, where: Any = None) -> list[Any]:
-    """Return ``(step, score)`` of the store's search of session ``s``."""
-    hits = store.search("s", query, k, mode=mode, embedder=EMBEDDER, where=where)
-    return [(hit.item["step"], hit.score) for hit in hits]
-
-
-def written(url: str, items: list[MemoryItem]) -> list[int]:
-    """Store ``items`` in session ``s`` with their part vectors; return their seqs."""
-    with open_store(url) as store:
-        seqs = store.append("s", items)
-        store.index_embeddings("s", EMBEDDER)
-    return seqs
 
 
 @settings(
@@ -94,12 +56,10 @@ def test_a_coded_session_ranks_as_memory_search(
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite://{Path(folder) / 'store.db'}"
         written(url, items)
-        with open_store(url) as store:
-            coded_budget(store, items, monkeypatch)
+        with coded_handle(url, items, monkeypatch) as store:
             want = expected(items, query, k, mode, where)
-            for _ in range(3):  # read page by page, then coded, then from the coded table
-                assert found(store, query, k, mode, where) == want
-            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert coded_up(store, query, k, mode, where) == [want] * 3
+            assert kept_types(store) == [CompactVectors]
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
@@ -110,10 +70,8 @@ def test_a_coded_table_follows_a_write_by_another_handle(
     url = durable_url(kind)
     items = steps(90)
     seqs = written(url, items)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
-        for _ in range(3):
-            found(store, QUERIES[0], 10, "semantic")
+    with coded_handle(url, items, monkeypatch) as store:
+        coded_up(store, QUERIES[0], 10, "semantic")
         before = kept_tables(store)
         assert [type(table) for table in before] == [CompactVectors]
         changed = MemoryItem(step=5, thought="pay the invoice for March now", team="blue")
@@ -148,16 +106,14 @@ def test_a_coded_table_follows_a_write_by_another_process(
             store.append("s", [MemoryItem(step=900, thought="close the report window", team="red")])
             store.index_embeddings("s", HashingEmbedder(64))
     """)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
-        for _ in range(3):
-            found(store, QUERIES[1], 8, "semantic")
+    with coded_handle(url, items, monkeypatch) as store:
+        coded_up(store, QUERIES[1], 8, "semantic")
         subprocess.run([sys.executable, "-c", script], check=True)
         for mode in ("semantic", "hybrid"):
             assert found(store, QUERIES[1], 8, mode) == expected(
                 [*items, added], QUERIES[1], 8, mode, None
             )
-        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        assert kept_types(store) == [CompactVectors]
 
 
 def test_a_coded_session_ranks_the_same_after_close_and_reopen(
@@ -169,11 +125,9 @@ def test_a_coded_session_ranks_the_same_after_close_and_reopen(
     written(url, items)
     want = expected(items, QUERIES[2], 12, "hybrid", None)
     for _ in range(2):
-        with open_store(url) as store:
-            coded_budget(store, items, monkeypatch)
-            for _ in range(3):
-                assert found(store, QUERIES[2], 12, "hybrid") == want
-            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        with coded_handle(url, items, monkeypatch) as store:
+            assert coded_up(store, QUERIES[2], 12, "hybrid") == [want] * 3
+            assert kept_types(store) == [CompactVectors]
 
 
 def _pages(keys: list[int], matrix: Any) -> list[tuple[list[int], Any]]:

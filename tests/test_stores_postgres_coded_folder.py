@@ -21,22 +21,26 @@ from hypothesis import strategies as st
 
 psycopg = pytest.importorskip("psycopg")
 
-from test_stores_coded_file import (  # noqa: E402
-    FIELDS,
-    coded_path,
-    first_loads,
-    harm_file,
-    saved,
-)
-from test_stores_coded_saves import closed_saves, write_and_close  # noqa: E402
-from test_stores_compact_vectors import (  # noqa: E402  # after the skip: it needs psycopg
+from coded_sessions import (  # noqa: E402  # below the skip, as the imports after it
     EMBEDDER,
+    FIELDS,
     QUERIES,
+    budget_of,
+    closed_saves,
     coded_budget,
+    coded_handle,
+    coded_path,
+    coded_session,
+    coded_up,
     expected,
+    first_loads,
     found,
+    harm_file,
     kept_tables,
+    kept_types,
+    saved,
     steps,
+    write_and_close,
     written,
 )
 
@@ -46,7 +50,6 @@ from agents.memory.exceptions import (  # noqa: E402
     StoreArgumentError,
     VectorCacheWarning,
 )
-from agents.memory.search import EmbedParts  # noqa: E402
 from agents.memory.stores import PostgresStore, open_store  # noqa: E402
 from agents.memory.stores._postgres.coded_folder import (  # noqa: E402
     cache_root,
@@ -95,13 +98,11 @@ def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
         url = cached(postgres_url, folder) if named else postgres_url
         with open_store(url) as store:
             store.delete_session("s")  # the example before's
-        written(url, items)
-        assert os.path.exists(saved(url, items, monkeypatch))
-        with open_store(url) as store:
-            coded_budget(store, items, monkeypatch)
+        assert os.path.exists(coded_session(url, items, monkeypatch))
+        with coded_handle(url, items, monkeypatch) as store:
             want = expected(items, query, k, mode, where)
             assert found(store, query, k, mode, where) == want
-            assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+            assert kept_types(store) == [CompactVectors]
             assert found(store, query, k, mode, where) == want
 
 
@@ -111,16 +112,14 @@ def test_the_file_is_caught_up_once_another_handle_writes(
     """A write since the save (another handle, without the folder) makes the file stale: loaded and caught up through the change log, as Memory.search."""
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(60)
-    written(url, items)
-    saved(url, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
     with open_store(postgres_url) as other:
         added = MemoryItem(step=500, thought="pay the invoice for March", team="red")
         other.append("s", [added])
         other.index_embeddings("s", EMBEDDER)
     items = [*items, added]
     assert first_loads(url, items, monkeypatch)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         assert found(store, QUERIES[0], 1, "semantic")[0][0] == 500
 
 
@@ -149,12 +148,11 @@ def test_a_file_saved_by_another_process_is_loaded(
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(70, 4)
     written(url, items)
-    texts = {text for item in items for text in EmbedParts().texts(item.to_dict(), None)}
     script = f"""
         from agents.memory.search import HashingEmbedder
         from agents.memory.stores import open_store
         with open_store({url!r}) as store:
-            store._vectors._cache._budget = {2 * EMBEDDER.dimension * len(texts)}
+            store._vectors._cache._budget = {budget_of(items)}
             for _ in range(3):
                 store.search("s", "chart saved OK", 5, mode="semantic", embedder=HashingEmbedder(64))
     """
@@ -168,11 +166,9 @@ def test_threads_first_queries_on_one_handle_rank_as_memory_search(
     """Four threads ask a fresh handle's first queries at once with the file there: each gets Memory.search's hits and floats from the file, none reads the session's vectors."""
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(90, 6)
-    written(url, items)
-    saved(url, items, monkeypatch)
+    coded_session(url, items, monkeypatch)
     asked = [(QUERIES[i % 3], 3 + i, "semantic" if i % 2 else "hybrid") for i in range(4)]
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         pages: list[int] = []  # the page sizes of every vector read: 16 rows for the file's key
         read = store.backend.vector_pages
 
@@ -183,7 +179,7 @@ def test_threads_first_queries_on_one_handle_rank_as_memory_search(
         monkeypatch.setattr(store.backend, "vector_pages", vector_pages)
         with ThreadPoolExecutor(4) as pool:
             got = list(pool.map(lambda q: found(store, *q), asked))
-        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        assert kept_types(store) == [CompactVectors]
         # No thread read the session's vectors (pages of 4,096): the file answered.
         assert set(pages) == {16}
     assert got == [expected(items, query, k, mode, None) for query, k, mode in asked]
@@ -203,14 +199,12 @@ def test_a_vector_rewritten_in_place_is_caught_up(
             " (SELECT vector FROM kvmemory_vectors WHERE seq = %s) WHERE seq = %s",
             (seqs[0], seqs[-1]),
         )
-    with open_store(postgres_url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(postgres_url, items, monkeypatch) as store:
         want = [found(store, query, 60, "semantic") for query in QUERIES]
     assert want[0] != expected(items, QUERIES[0], 60, "semantic", None)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         assert [found(store, query, 60, "semantic") for query in QUERIES] == want
-        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        assert kept_types(store) == [CompactVectors]
 
 
 @pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
@@ -220,8 +214,7 @@ def test_a_damaged_or_cut_file_is_ignored(
     """A byte changed anywhere in the file, a cut file, an empty one: not loaded, and the hits stay right."""
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(80, 5)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+    path = coded_session(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
     harm_file(path, harm)
     assert not first_loads(url, items, monkeypatch)
@@ -265,15 +258,13 @@ def test_a_file_of_another_session_is_ignored(
     """The file of session s copied over that of session t (the same steps): not loaded."""
     url = cached(postgres_url, tmp_path / "cache")
     items = steps(70, 2)
-    written(url, items)
-    path = saved(url, items, monkeypatch)
+    path = coded_session(url, items, monkeypatch)
     with open_store(url) as store:
         store.append("t", items)
         store.index_embeddings("t", EMBEDDER)
         other = coded_path(store, "t")
     shutil.copyfile(path, other)
-    with open_store(url) as store:
-        coded_budget(store, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
         hits = store.search("t", QUERIES[0], 5, mode="semantic", embedder=EMBEDDER)
         assert [(hit.item["step"], hit.score) for hit in hits] == expected(
             items, QUERIES[0], 5, "semantic", None
@@ -290,15 +281,14 @@ def test_a_read_only_handle_saves_and_loads(
     folder = tmp_path / "cache"
     with PostgresStore(postgres_url, read_only=True, vector_cache=str(folder)) as store:
         coded_budget(store, items, monkeypatch)
-        for _ in range(3):
-            found(store, QUERIES[0], 5, "semantic")
+        coded_up(store, QUERIES[0], 5, "semantic")
         assert os.path.exists(coded_path(store))
     with PostgresStore(postgres_url, read_only=True, vector_cache=str(folder)) as store:
         coded_budget(store, items, monkeypatch)
         assert found(store, QUERIES[2], 9, "semantic") == expected(
             items, QUERIES[2], 9, "semantic", None
         )
-        assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+        assert kept_types(store) == [CompactVectors]
 
 
 def test_no_folder_keeps_none_and_delete_session_removes_the_file(
@@ -406,10 +396,10 @@ def test_none_or_off_keeps_no_file(
     closed_saves()
     with opened() as store:
         coded_budget(store, items, monkeypatch)
-        for _ in range(3):
-            assert found(store, QUERIES[0], 5, "semantic") == expected(
-                items, QUERIES[0], 5, "semantic", None
-            )
+        assert (
+            coded_up(store, QUERIES[0], 5, "semantic")
+            == [expected(items, QUERIES[0], 5, "semantic", None)] * 3
+        )
     closed_saves()
     assert not (tmp_path / "cache").exists()
 
@@ -454,11 +444,10 @@ def test_a_cache_folder_that_cannot_be_written_leaves_queries_right(
     def run() -> None:
         write_and_close(postgres_url, items, monkeypatch)
         for _ in range(2):  # a fresh handle each time: none has a file to load
-            with open_store(postgres_url) as store:
-                coded_budget(store, items, monkeypatch)
+            with coded_handle(postgres_url, items, monkeypatch) as store:
                 for query, mode in [(QUERIES[0], "semantic"), (QUERIES[1], "hybrid")] * 2:
                     assert found(store, query, 6, mode) == expected(items, query, 6, mode, None)
-                assert [type(table) for table in kept_tables(store)] == [CompactVectors]
+                assert kept_types(store) == [CompactVectors]
         closed_saves()
 
     with pytest.warns(VectorCacheWarning) as told:
@@ -528,12 +517,11 @@ def test_a_save_past_the_cap_removes_the_files_used_least_recently(
     with open_store(postgres_url) as store:
         store.delete_session("s")
     written(postgres_url, items)
-    with open_store(postgres_url) as store:
-        coded_budget(store, items, monkeypatch)
-        for _ in range(3):
-            assert found(store, QUERIES[0], 5, "semantic") == expected(
-                items, QUERIES[0], 5, "semantic", None
-            )
+    with coded_handle(postgres_url, items, monkeypatch) as store:
+        assert (
+            coded_up(store, QUERIES[0], 5, "semantic")
+            == [expected(items, QUERIES[0], 5, "semantic", None)] * 3
+        )
     closed_saves()
     assert files_under(folder) == sorted(foreign)  # never a file not named as a coded file
 

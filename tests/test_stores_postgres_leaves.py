@@ -225,6 +225,59 @@ def test_a_rare_range_reads_the_rows_it_names_not_the_session(postgres_url: str)
             assert read < 50, (where, read)
 
 
+def test_a_range_the_leaves_name_whole_reads_no_row_of_the_session(postgres_url: str) -> None:
+    """A filter of ranges alone (numbers, strings, 10% to 50% of 3,000 rows pass, $and and $or of them) is answered from the leaf table's indexes: no row's JSONB copy is read, and the answer keeps every row that passes."""
+    skip_without_flushed_counters(postgres_url)
+    chosen = [
+        MemoryItem(step=i, note="the", w=(i * 7919 % 1000) / 1000, m={"v": i % 12}, day=f"{i}")
+        for i in range(3000)
+    ]
+    with PostgresStore(postgres_url, pgvector=False, min_size=1, max_size=1) as store:
+        seqs = store.append("s", chosen)
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            con.execute("VACUUM ANALYZE kvmemory_items")
+            con.execute("VACUUM ANALYZE kvmemory_leaves")
+        # Each filter, and the rows SQL over the copies keeps: numbers widened, a bound's own too.
+        for where, wide in (
+            ({"w": {"$lt": 0.1}}, {"w": {"$lte": 0.1}}),
+            ({"w": {"$gte": 0.2, "$lt": 0.5}}, {"w": {"$gte": 0.2, "$lte": 0.5}}),
+            (
+                {"$and": [{"w": {"$lt": 0.5}}, {"m.v": {"$lte": 5}}]},
+                {"$and": [{"w": {"$lte": 0.5}}, {"m.v": {"$lte": 5}}]},
+            ),
+            (
+                {"$or": [{"w": {"$lt": 0.1}}, {"m.v": {"$gt": 9}}]},
+                {"$or": [{"w": {"$lte": 0.1}}, {"m.v": {"$gte": 9}}]},
+            ),
+            # Strings shorter than the leaves keep are compared whole, strictly.
+            ({"day": {"$gt": "2700"}}, {"day": {"$gt": "2700"}}),
+            ({"day": {"$gte": "1", "$lt": "15"}}, {"day": {"$gte": "1", "$lt": "15"}}),
+        ):
+            keep, kept = Filter(where), Filter(wide)
+            before = rows_read(store)
+            named = store.backend.filter_candidates("s", keep.tree)
+            few = store.backend.filter_few("s", keep.tree, 3000)
+            read = rows_read(store) - before
+            assert named == {seq for seq, item in zip(seqs, chosen, strict=True) if kept(item)}, (
+                where
+            )
+            assert few == named, where
+            assert read < 10, (where, read)
+        # A string longer than the leaves keep, and a range beside a condition the leaves cannot
+        # name: the rows named are judged.
+        for where, wide in (
+            ({"w": {"$lt": 0.1}, "note": {"$ne": "a"}}, {"w": {"$lte": 0.1}}),
+            ({"day": {"$gt": "2" + "0" * 70}}, {"day": {"$gt": "2" + "0" * 70}}),
+        ):
+            kept = Filter(wide)
+            before = rows_read(store)
+            named = store.backend.filter_candidates("s", Filter(where).tree)
+            assert named == {seq for seq, item in zip(seqs, chosen, strict=True) if kept(item)}, (
+                where
+            )
+            assert rows_read(store) - before >= 300, where
+
+
 def schema_version(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as con:
         return int(con.execute("SELECT max(version) FROM kvmemory_schema").fetchone()[0])
@@ -284,6 +337,11 @@ def test_semantic_and_hybrid_searches_with_a_named_range_rank_as_memory_search(
             {"w": {"$gt": 1.5}},
             {"meta.day": {"$gte": "2024-12-20", "$lte": "2024-12-22"}},
             {"$or": [{"w": {"$lt": 0.004}}, {"meta.day": {"$gt": "2024-12-27"}}]},
+            # Common ranges, named by the leaves alone (a bound's own value among them: $lt).
+            {"w": {"$lt": 0.1}},
+            {"w": {"$lt": 0.3}},
+            {"$and": [{"w": {"$lt": 0.5}}, {"meta.day": {"$lte": "2024-06-30"}}]},
+            {"$or": [{"w": {"$lt": 0.1}}, {"w": {"$gte": 0.8}}]},
         ):
             assert store.backend.filter_named(Filter(where).tree), where
             for query in ("the report", "invoice moved 7"):

@@ -49,11 +49,12 @@ from typing import Final
 from agents.memory._filter import FilterNode
 from agents.memory.stores._core.filter_values import FEW, FilterValues
 from agents.memory.stores._core.rows import RowTable
+from agents.memory.stores._jsonl import side_file
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex
 from agents.memory.stores._jsonl.keywords import SessionKeywords, read_range, rows_at
 from agents.memory.stores._jsonl.log import SessionLog
 from agents.memory.stores._jsonl.offset_values import OffsetValues
-from agents.memory.stores._jsonl.value_file import TAIL, SessionValueFiles, touched
+from agents.memory.stores._jsonl.value_file import SessionValueFiles, touched
 from agents.memory.stores._jsonl.vector_backend import LogVectorReads
 from agents.memory.stores._jsonl.vector_file import VectorView
 
@@ -333,7 +334,7 @@ class LogFilterReads(LogVectorReads):
         found = self._values.passing(session_id, _view(log), tree, source, seqs)
         if self._value_files.due(session_id, log.header, log.offset):
             path = self._files.log_path(session_id)
-            tail = read_range(path, max(0, log.offset - TAIL), log.offset)
+            tail = read_range(path, max(0, log.offset - side_file.TAIL), log.offset)
             self._value_files.save(session_id, log.rows.value_index, log.header, log.offset, tail)
         return found
 

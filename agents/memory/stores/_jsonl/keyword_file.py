@@ -9,17 +9,16 @@ version 2; a version 1 file, without them, is built again), all as native
 unsigned arrays. The offsets are read one by one when a hit is read, and
 carry no CRC: each is checked against the record it points at. The header names
 the log's header and the length of the log it covers, with a hash of the
-:data:`TAIL` bytes before that offset; :func:`load` checks every byte before
+:data:`~agents.memory.stores._jsonl.side_file.TAIL` bytes before that offset
+(:mod:`~agents.memory.stores._jsonl.side_file`); :func:`load` checks every byte before
 it is used, and a file that does not check out raises
 :class:`~agents.memory.stores._jsonl.keyword_postings.DamagedIndexError`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
-import sys
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from typing import Final, overload
 
 import orjson
 
+from agents.memory.stores._jsonl import side_file
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex, numpy_module
 from agents.memory.stores._jsonl.keyword_postings import (
     POSTING_CODES,
@@ -38,12 +38,10 @@ from agents.memory.stores._jsonl.keyword_postings import (
     width,
 )
 
-__all__ = ["FORMAT", "TAIL", "file_bytes", "load"]
+__all__ = ["FORMAT", "file_bytes", "load"]
 
 FORMAT: Final = "kvmemory.jsonl-keywords"
 _VERSION: Final = 2
-TAIL: Final = 4096
-"""How many bytes before the offset an index covers are hashed to tell the same log from another."""
 _HEADER_MAX: Final = 4096
 
 
@@ -90,13 +88,7 @@ def load(
     """
     try:
         size = os.fstat(fd).st_size
-        first = pread(fd, 0, _HEADER_MAX)
-        end = first.find(b"\n")
-        if end < 0:
-            raise DamagedIndexError("no header line")
-        head = orjson.loads(first[:end])
-        if type(head) is not dict or head.get("format") != FORMAT:
-            raise DamagedIndexError("not a keyword index")
+        head, end = side_file.read_head(fd, FORMAT, _HEADER_MAX, DamagedIndexError, "keyword index")
         offset, items, n_terms, seq_width = (
             head["offset"],
             head["items"],
@@ -105,11 +97,9 @@ def load(
         )
         widths, parts, postings = head["widths"], head["parts"], head["postings"]
         if not (
-            head.get("version") == _VERSION
-            and head.get("byteorder") == sys.byteorder
-            and head.get("log") == hashlib.blake2b(header).hexdigest()
-            and all(type(x) is int and x >= 0 for x in (offset, items, n_terms, postings))
-            and len(header) <= offset <= end_of_log
+            side_file.native(head, _VERSION)
+            and side_file.of_log(head, header, end_of_log)
+            and all(type(x) is int and x >= 0 for x in (items, n_terms, postings))
             and seq_width in POSTING_CODES
             and type(widths) is list
             and len(widths) == 2
@@ -124,7 +114,7 @@ def load(
             and end + 1 + sum(part[0] for part in parts) + postings + 8 * items == size
         ):
             raise DamagedIndexError("header")
-        if hashlib.blake2b(read_log(max(0, offset - TAIL), offset)).hexdigest() != head["tail"]:
+        if not side_file.same_tail(head, read_log):
             raise DamagedIndexError("another log")
         at = end + 1
         read = memoryview(pread(fd, at, at + sum(part[0] for part in parts)))
@@ -189,12 +179,7 @@ def file_bytes(index: KeywordIndex, tail: bytes) -> list[bytes]:
     starts_part = starts.tobytes()
     entries_part = base.entries.tobytes()
     head = {
-        "format": FORMAT,
-        "version": _VERSION,
-        "byteorder": sys.byteorder,
-        "log": hashlib.blake2b(index.header).hexdigest(),
-        "offset": index.offset,
-        "tail": hashlib.blake2b(tail).hexdigest(),
+        **side_file.stamp(FORMAT, _VERSION, index.header, index.offset, tail),
         "items": len(seqs),
         "terms": len(base.terms),
         "seq_width": seq_width,

@@ -36,8 +36,9 @@ from typing import Final
 
 from agents.memory import _codec
 from agents.memory.exceptions import CorruptStoreError, StoreError
+from agents.memory.stores._jsonl import side_file
 from agents.memory.stores._jsonl.files import open_file
-from agents.memory.stores._jsonl.keyword_file import TAIL, file_bytes, load
+from agents.memory.stores._jsonl.keyword_file import file_bytes, load
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex, terms_of
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError, pack, pread, width
 from agents.memory.stores._jsonl.log import SessionLog, read_item_at
@@ -270,7 +271,7 @@ class SessionKeywords:
         except DamagedIndexError:
             return  # the next query finds the damage and builds the index again
         try:
-            tail = read_range(log_path, max(0, packed.offset - TAIL), packed.offset)
+            tail = read_range(log_path, max(0, packed.offset - side_file.TAIL), packed.offset)
             _codec.atomic_write(self.path(session_id), file_bytes(packed, tail))
         except OSError:
             return  # a cache that cannot be written is built again by the next process

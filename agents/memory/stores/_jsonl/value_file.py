@@ -17,8 +17,9 @@ The file: a JSON header line, then each path's filed values (its values as
 JSON, then the count of seqs under each and the seqs, as native arrays) and
 the rows read loosely (:meth:`ValueIndex.packed`). The header names
 the format, the blake2b of the log's header line, the length of the log it
-covers with a hash of the :data:`TAIL` bytes before that offset, and each
-part's place, length and CRC-32. The file is only a cache and untrusted: it
+covers with a hash of the :data:`~agents.memory.stores._jsonl.side_file.TAIL`
+bytes before that offset (:mod:`~agents.memory.stores._jsonl.side_file`), and
+each part's place, length and CRC-32. The file is only a cache and untrusted: it
 is used only while the log still starts with exactly those bytes; a part is
 checked against its CRC and its JSON against the shapes the index writes
 before it is used; anything else (a missing, damaged, foreign or stale
@@ -32,9 +33,7 @@ written anew (a new header) makes the file stale.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import sys
 import zlib
 from typing import Final
 
@@ -45,16 +44,15 @@ from agents.memory._filter import FilterNode
 from agents.memory.exceptions import StoreError
 from agents.memory.stores._core.filter_values import JudgedFilters
 from agents.memory.stores._core.value_index import ValueIndex
+from agents.memory.stores._jsonl import side_file
 from agents.memory.stores._jsonl.files import open_file
 from agents.memory.stores._jsonl.keyword_postings import pread
 from agents.memory.stores._jsonl.log import split_item_record
 
-__all__ = ["FORMAT", "TAIL", "Judged", "SessionValueFiles", "touched"]
+__all__ = ["FORMAT", "Judged", "SessionValueFiles", "touched"]
 
 FORMAT: Final = "kvmemory.jsonl-values"
 _VERSION: Final = 1
-TAIL: Final = 4096
-"""How many bytes before the offset a file covers are hashed to tell the same log from another."""
 _HEADER_READ: Final = 65536
 """How much of the file is read first for its header line."""
 _HEADER_MAX: Final = 1 << 20
@@ -203,39 +201,33 @@ class SessionValueFiles:
         self, session_id: str, fd: int, log_path: str, header: bytes, end: int
     ) -> _Kept | None:
         """Return what is kept of the open file (its header line read and checked, and the log bytes it names); ``None`` if it does not check out."""
-        first = pread(fd, 0, _HEADER_READ)
-        cut = first.find(b"\n")
-        if cut < 0 and len(first) == _HEADER_READ:  # a header naming many paths
-            first = pread(fd, 0, _HEADER_MAX)
-            cut = first.find(b"\n")
-        if cut < 0:
+        found = side_file.head_line(fd, _HEADER_MAX, first=_HEADER_READ)  # it names every path
+        if found is None:
             return None
-        line = first[:cut]
+        line, cut = found
         kept = self._kept.get(session_id)
         if kept is None or kept.line != line:
             try:
-                head = orjson.loads(line)
+                head = side_file.parse(line, FORMAT)
             except orjson.JSONDecodeError:
                 return None
-            if not _good_head(head, os.fstat(fd).st_size, cut + 1):
+            if head is None or not _good_head(head, os.fstat(fd).st_size, cut + 1):
                 return None
             start, length, crc = head["sets"]
             index = ValueIndex()
             if not index.take_sets(_part(fd, start, length, crc)):
                 return None
             kept = _Kept(line, head, index)
-        offset = kept.head["offset"]
-        assert type(offset) is int
-        if kept.head["log"] != _hash(header) or not len(header) <= offset <= end:
+        if not side_file.of_log(kept.head, header, end):
             return None
         log_fd = _log_fd(log_path)
         if log_fd is None:
             return None
         try:
-            tail = pread(log_fd, max(0, offset - TAIL), offset)
+            same = side_file.same_tail(kept.head, lambda start, stop: pread(log_fd, start, stop))
         finally:
             os.close(log_fd)
-        if _hash(tail) != kept.head["tail"]:
+        if not same:
             return None
         self._kept[session_id] = kept
         return kept
@@ -261,7 +253,7 @@ class SessionValueFiles:
         saved = self._saved.get(session_id)
         if saved is None:
             kept = self._kept.get(session_id)
-            if kept is not None and kept.head["log"] == _hash(header):
+            if kept is not None and kept.head["log"] == side_file.log_hash(header):
                 covered = kept.head["offset"]
                 assert type(covered) is int
                 saved = (header, covered)
@@ -286,12 +278,7 @@ class SessionValueFiles:
             places[name] = [at, len(paths[name]), zlib.crc32(paths[name])]
             at += len(paths[name])
         head = {
-            "format": FORMAT,
-            "version": _VERSION,
-            "byteorder": sys.byteorder,
-            "log": _hash(header),
-            "offset": offset,
-            "tail": _hash(tail),
+            **side_file.stamp(FORMAT, _VERSION, header, offset, tail),
             "sets": [at, len(sets), zlib.crc32(sets)],
             "paths": places,
         }
@@ -347,12 +334,10 @@ def touched(chunk: bytes) -> set[int] | None:
     return out
 
 
-def _good_head(head: object, size: int, body: int) -> bool:
-    """Return whether a header line read from a file of ``size`` bytes, whose parts start at ``body``, is one :meth:`SessionValueFiles.save` writes."""
-    if type(head) is not dict or head.get("format") != FORMAT or head.get("version") != _VERSION:
-        return False
-    if head.get("byteorder") != sys.byteorder:
-        return False  # the seqs are native arrays
+def _good_head(head: dict[str, object], size: int, body: int) -> bool:
+    """Return whether a header line of this format read from a file of ``size`` bytes, whose parts start at ``body``, is one :meth:`SessionValueFiles.save` writes."""
+    if not side_file.native(head, _VERSION):
+        return False  # another layout, or the seqs are native arrays of another machine
     places = head.get("paths")
     sets = head.get("sets")
     if not (
@@ -382,10 +367,6 @@ def _part(fd: int, start: int, length: int, crc: int) -> bytes:
     """Return a part of the file if it checks out against its CRC, else ``b""`` (which reads as no part)."""
     data = pread(fd, start, start + length)
     return data if len(data) == length and zlib.crc32(data) == crc else b""
-
-
-def _hash(data: bytes) -> str:
-    return hashlib.blake2b(data).hexdigest()
 
 
 def _log_fd(log_path: str) -> int | None:

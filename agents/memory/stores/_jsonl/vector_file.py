@@ -13,8 +13,9 @@ record forgets the vectors of its items, ``vdrop`` every vector) and answers
 from it (:class:`VectorView`).
 
 The file: a JSON header line (padded to 8 bytes) naming the log's header and
-the length of the log it covers, with a hash of the :data:`TAIL` bytes
-before that offset, the model, the sizes of the parts and their checksums (:func:`checksum`); then
+the length of the log it covers, with a hash of the
+:data:`~agents.memory.stores._jsonl.side_file.TAIL` bytes before that offset
+(:mod:`~agents.memory.stores._jsonl.side_file`), the model, the sizes of the parts and their checksums (:func:`checksum`); then
 the parts, native unsigned arrays: the live seqs (ascending), their record
 offsets, and per fields key its seqs (ascending), each one's vector length
 in bytes (u8), and the vectors (padded to 8 bytes). It is a cache, never the
@@ -29,11 +30,9 @@ is always safe.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import itertools
 import mmap
 import os
-import sys
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
@@ -41,13 +40,13 @@ from typing import Any, Final
 import orjson
 
 from agents.memory.exceptions import CorruptSessionError
+from agents.memory.stores._jsonl import side_file
 from agents.memory.stores._jsonl.keyword_index import numpy_module
-from agents.memory.stores._jsonl.keyword_postings import POSTING_CODES, ints, pread
+from agents.memory.stores._jsonl.keyword_postings import POSTING_CODES, ints
 from agents.memory.stores._jsonl.log import SessionLog, model_of, split_item_record, vector_of
 
 __all__ = [
     "FORMAT",
-    "TAIL",
     "DamagedVectorFileError",
     "VectorView",
     "checksum",
@@ -58,8 +57,6 @@ __all__ = [
 
 FORMAT: Final = "kvmemory.jsonl-vectors"
 _VERSION: Final = 1
-TAIL: Final = 4096
-"""How many bytes before the offset a file covers are hashed to tell the same log from another."""
 _HEADER_MAX: Final = 65536
 _U8: Final = POSTING_CODES[8]
 
@@ -375,12 +372,7 @@ def file_bytes(np: Any, log: SessionLog | VectorView, tail: bytes) -> list[bytes
         names.append([fields, len(seqs)])
         parts += [array(_U8, seqs).tobytes(), array(_U8, lengths).tobytes(), _padded(bytes(blob))]
     head = {
-        "format": FORMAT,
-        "version": _VERSION,
-        "byteorder": sys.byteorder,
-        "log": hashlib.blake2b(log.header).hexdigest(),
-        "offset": log.offset,
-        "tail": hashlib.blake2b(tail).hexdigest(),
+        **side_file.stamp(FORMAT, _VERSION, log.header, log.offset, tail),
         "model": None if log.model is None else list(log.model),
         "items": len(live),
         "tables": names,
@@ -393,13 +385,12 @@ def file_bytes(np: Any, log: SessionLog | VectorView, tail: bytes) -> list[bytes
 
 def covered(fd: int) -> tuple[str, int] | None:
     """Return the hash of the log header and the log length a file names in its header line (``None``: not a vector file)."""
-    first = pread(fd, 0, _HEADER_MAX)
-    end = first.find(b"\n")
+    line = side_file.head_line(fd, _HEADER_MAX)
     try:
-        head = orjson.loads(first[:end]) if end > 0 else None
+        head = None if line is None else side_file.parse(line[0], FORMAT)
     except orjson.JSONDecodeError:
         return None
-    if type(head) is not dict or head.get("format") != FORMAT:
+    if head is None:
         return None
     log, offset = head.get("log"), head.get("offset")
     return (log, offset) if type(log) is str and type(offset) is int else None
@@ -421,13 +412,9 @@ def load(
         raise DamagedVectorFileError("numpy is not installed")  # semantic search needs it
     try:
         size = os.fstat(fd).st_size
-        first = pread(fd, 0, _HEADER_MAX)
-        end = first.find(b"\n")
-        if end < 0:
-            raise DamagedVectorFileError("no header line")
-        head = orjson.loads(first[:end])
-        if type(head) is not dict or head.get("format") != FORMAT:
-            raise DamagedVectorFileError("not a vector file")
+        head, end = side_file.read_head(
+            fd, FORMAT, _HEADER_MAX, DamagedVectorFileError, "vector file"
+        )
         offset, items, names, parts, model = (
             head["offset"],
             head["items"],
@@ -436,11 +423,8 @@ def load(
             head["model"],
         )
         if not (
-            head.get("version") == _VERSION
-            and head.get("byteorder") == sys.byteorder
-            and head.get("log") == hashlib.blake2b(header).hexdigest()
-            and type(offset) is int
-            and len(header) <= offset <= end_of_log
+            side_file.native(head, _VERSION)
+            and side_file.of_log(head, header, end_of_log)
             and type(items) is int
             and items >= 0
             and (model is None or (type(model) is list and len(model) == 2))
@@ -468,7 +452,7 @@ def load(
             raise DamagedVectorFileError("header")
         if model is not None and not (type(model[0]) is str and type(model[1]) is int):
             raise DamagedVectorFileError("model")
-        if hashlib.blake2b(read_log(max(0, offset - TAIL), offset)).hexdigest() != head["tail"]:
+        if not side_file.same_tail(head, read_log):
             raise DamagedVectorFileError("another log")
         # Mapped, not copied; its pages are brought in at once (each touched first costs more).
         populate = getattr(mmap, "MAP_POPULATE", 0)

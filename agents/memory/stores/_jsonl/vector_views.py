@@ -19,19 +19,18 @@ it. A read-only handle never writes it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable
 from typing import Final
 
 from agents.memory import _codec
 from agents.memory.exceptions import StoreError
+from agents.memory.stores._jsonl import side_file
 from agents.memory.stores._jsonl.files import open_file
 from agents.memory.stores._jsonl.keyword_index import numpy_module
 from agents.memory.stores._jsonl.keyword_postings import pread
 from agents.memory.stores._jsonl.log import SessionLog
 from agents.memory.stores._jsonl.vector_file import (
-    TAIL,
     DamagedVectorFileError,
     VectorView,
     covered,
@@ -140,7 +139,7 @@ class SessionVectors:
         behind = log.offset - known[1] if known is not None else -1
         if (
             known is not None
-            and known[0] == _log_hash(log.header)
+            and known[0] == side_file.log_hash(log.header)
             and 0 <= behind < max(SAVE_BYTES, log.offset // 64)
         ):
             return  # current enough: a fresh handle follows the rest
@@ -165,13 +164,13 @@ class SessionVectors:
         try:
             fd = open_file(log_path, os.O_RDONLY, "log")
             try:
-                tail = pread(fd, max(0, log.offset - TAIL), log.offset)
+                tail = pread(fd, max(0, log.offset - side_file.TAIL), log.offset)
             finally:
                 os.close(fd)
             _codec.atomic_write(self.path(session_id), file_bytes(np, log, tail))
         except (OSError, StoreError):
             return  # a cache that cannot be written is read whole by the next process
-        self._saved[session_id] = (_log_hash(log.header), log.offset)
+        self._saved[session_id] = (side_file.log_hash(log.header), log.offset)
         if isinstance(log, VectorView):
             log.followed = 0
 
@@ -193,7 +192,3 @@ class SessionVectors:
         """Drop every view."""
         self._views.clear()
         self._saved.clear()
-
-
-def _log_hash(header: bytes) -> str:
-    return hashlib.blake2b(header).hexdigest()

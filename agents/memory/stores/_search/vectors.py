@@ -38,6 +38,7 @@ from agents.memory.exceptions import (
     StoreArgumentError,
     StoreError,
 )
+from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.encoding import check_seq, decode_pairs
 from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import StoreHit, VectorModel
@@ -320,8 +321,10 @@ class VectorSearch:
         batch_size: int,
         progress: Callable[[int, int], object] | None,
         parts: EmbedParts,
-    ) -> None:
-        """Embed and store the items without a vector over ``fields`` (when none lacks one: the item count, and the vector rows' count once per version of them)."""
+    ) -> int | None:
+        """Embed and store the items without a vector over ``fields`` (when none lacks one: the item count, and the vector rows' count once per version of them); return the item count read first, or ``None`` where queries store no vectors (:meth:`_stores_vectors`: nothing is embedded)."""
+        if not self._stores_vectors():
+            return None
         filed = fields_text(fields, parts)
         backend = self._backend
         with self._engine.errors("read the vectors of", sid):
@@ -331,7 +334,7 @@ class VectorSearch:
             )
             count = backend.count(sid)
         if covered >= count:
-            return
+            return count
         source = f"session {sid!r} of {self._engine.url}"
         pending: list[tuple[int, bytes, list[str]]] = []
         known: dict[str, Any] = {}  # the parts embedded so far, for the items after (bounded)
@@ -356,7 +359,7 @@ class VectorSearch:
                 if progress is not None:
                     progress(done, max(count - covered, done))
             if rows is None:
-                break
+                return count
 
     def search(
         self,
@@ -386,8 +389,8 @@ class VectorSearch:
         check_embedder(embedder)
         self._checked_model(sid, embedder)
         query = checked_vectors(embedder, [text])[0]
-        if self._stores_vectors():
-            self._embed_missing(sid, embedder, fields, 256, None, parts)
+        counted = self._embed_missing(sid, embedder, fields, 256, None, parts)
+        count = _counter(self._backend, sid, counted)  # read once a query, where it is asked
         found: dict[int, MemoryItem] = {}
         read = reader(self._engine, sid, on_unknown_class)
         if mode == "semantic" and keep is not None:
@@ -401,9 +404,8 @@ class VectorSearch:
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
             # A backend where asking which rows pass reads them all walks the ranking at once.
             with self._engine.errors("search", sid):
-                most = self._backend.count(sid) // FEW
-                walks = self._backend.walks_filtered(sid, keep.tree, most)
-            few = None if walks else _few(self._engine, sid, keep)
+                walks = self._backend.walks_filtered(sid, keep.tree, count() // FEW)
+            few = None if walks else _few(self._engine, sid, keep, count)
             if few is not None:  # few rows may pass: score only their vectors
                 cosines = self._cosines_of(sid, embedder, fields, query, few, parts)
                 ranked = sorted(cosines.items(), key=lambda hit: (-hit[1], hit[0]))
@@ -441,7 +443,7 @@ class VectorSearch:
                 return found, kept[0] if kept else None
 
             pooled = held_pool(pool, ranking, query)
-            few = None if keep is None else _few(self._engine, sid, keep)  # then only those
+            few = None if keep is None else _few(self._engine, sid, keep, count)  # then only those
             terms = _TOKENIZER(text)
             ranks = held_ranking(functools.partial(self._backend.keyword_top, sid, terms))
 
@@ -454,7 +456,7 @@ class VectorSearch:
             if keep is not None:
                 screened = _screened(self._engine, sid, keep, k, read, on_unknown_class)
                 walks = few is None and self._keyword.walks(fields)
-                fewer = _fewer(self._engine, sid, keep)
+                fewer = _fewer(self._engine, sid, keep, count)
                 hits = walked_passing(scored, k, walks, screened, few, fewer, pooled.ceilings)
                 return [StoreHit(seq, item, score) for seq, score, item in hits]
             scores, found = scored(k, True, None, None)
@@ -481,8 +483,7 @@ class VectorSearch:
         without a vector are embedded and stored first, as :meth:`search` does.
         """
         self._checked_model(sid, embedder)
-        if self._stores_vectors():
-            self._embed_missing(sid, embedder, fields, 256, None, parts)
+        self._embed_missing(sid, embedder, fields, 256, None, parts)
         return self._best_cosines(sid, embedder, fields, query, limit, among, parts)
 
     def ceilings(self, at: Written, query: Any, among: Iterable[int]) -> dict[int, float] | None:
@@ -797,14 +798,21 @@ def _screened(
 
 
 def _few(
-    engine: Engine, sid: str, keep: Filter, *, named: bool = False, share: int = FEW
+    engine: Engine,
+    sid: str,
+    keep: Filter,
+    count: Callable[[], int],
+    *,
+    named: bool = False,
+    share: int = FEW,
 ) -> list[int] | None:
     """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_few``), else ``None``.
 
     A read-only handle, which embeds the items without a vector for each
     query, ranks as before. With ``named``, the backend is asked only where
     an index names those rows (``Backend.filter_named``: a few ms, where
-    else it may read every row of the session).
+    else it may read every row of the session). ``count()`` gives the
+    session's item count (:func:`_counter`).
     """
     if engine.read_only:
         return None
@@ -813,24 +821,39 @@ def _few(
         if named and not backend.filter_named(keep.tree):
             return None
         # As many as FEW * len(allowed) <= count allows: the backend stops past them.
-        allowed = backend.filter_few(sid, keep.tree, backend.count(sid) // share)
+        allowed = backend.filter_few(sid, keep.tree, count() // share)
         if allowed is None:
             return None
     return sorted(allowed)
 
 
-def _fewer(engine: Engine, sid: str, keep: Filter) -> Callable[[], list[int] | None] | None:
+def _counter(backend: Backend, sid: str, count: int | None) -> Callable[[], int]:
+    """Return ``count()``: the session's item count, ``count`` where the query has read it, else asked of ``backend`` at the first call only.
+
+    A filtered query sizes its asks by it (``Backend.walks_filtered``,
+    ``Backend.filter_few``): a bound, not a result, so one read serves
+    them all; the caller asks it inside its ``engine.errors`` block.
+    """
+    if count is not None:
+        return lambda: count
+    return functools.cache(lambda: backend.count(sid))
+
+
+def _fewer(
+    engine: Engine, sid: str, keep: Filter, count: Callable[[], int]
+) -> Callable[[], list[int] | None] | None:
     """Return ``fewer()`` for a filtered hybrid walk whose first depth falls short: the rows that may pass where at most one in ``HYBRID_FEW`` may (:func:`_few`).
 
     ``None`` where the backend walks filters (``Backend.walks_filtered``: a
     JSONL handle judging rows by their offsets would read its whole log to
     answer): the walk goes deeper instead, as it reads rows by offset.
+    ``count()`` gives the session's item count (:func:`_counter`).
     """
     backend = engine.backend
     with engine.errors("search", sid):
-        if backend.walks_filtered(sid, keep.tree, backend.count(sid) // HYBRID_FEW):
+        if backend.walks_filtered(sid, keep.tree, count() // HYBRID_FEW):
             return None
-    return functools.partial(_few, engine, sid, keep, share=HYBRID_FEW)
+    return functools.partial(_few, engine, sid, keep, count, share=HYBRID_FEW)
 
 
 def _kept_passing(
@@ -911,7 +934,7 @@ def _named_few(
     ``Backend.filter_named``); their cosines are ranked alone, the same
     floats as every row's ranking (:func:`ranked_top`).
     """
-    named = _few(engine, sid, keep, named=True)
+    named = _few(engine, sid, keep, _counter(engine.backend, sid, None), named=True)
     if named is None:
         return None
     np = numpy()

@@ -76,6 +76,14 @@ _POSTGRES_SESSION: Final = "kvmemory_items WHERE session_id = %s"
 # session takes it for a few rows and reads every one by session_id (2,000 rows: 41 ms, against
 # under 1 ms from the bitmaps). Run with sequential scans off (the predicate's estimate is a guess).
 _POSTGRES_PROBED: Final = "kvmemory_items WHERE ({probe} OR doc IS NULL) AND session_id || '' = %s"
+# A probe of the leaf table that every condition went into (see _sql.probes) names the rows the
+# condition keeps but for its widening, from the indexes alone: its seqs and the rows without a
+# copy are the answer, without reading and judging each row's JSONB copy (9,100 rows of 30,000:
+# 6 ms against 61 ms), a superset the filter judges in Python as it judges every answer.
+_POSTGRES_LEAVES: Final = (
+    "SELECT seq FROM ({named}) AS named"
+    " UNION SELECT seq FROM kvmemory_items WHERE session_id = {session} AND doc IS NULL"
+)
 # Only the rows among some seqs (bound as a JSON array in SQLite, an array in PostgreSQL).
 _SQLITE_AMONG: Final = " AND seq IN (SELECT value FROM json_each(?))"
 # Each looked up by its key, the session id kept from the planner (OFFSET 0): a planner whose
@@ -229,6 +237,12 @@ def candidates_query(
     sql = _maybe(writer, tree)
     if sql is None:
         return None
+    if postgres and probe is not None and probe.whole and among is None and not data:
+        leaves = _Writer(postgres)
+        named = probe.seqs_sql(leaves.p, session_id)
+        return _POSTGRES_LEAVES.format(
+            named=named, session=leaves.p(session_id, "text")
+        ), leaves.params
     if postgres:
         column = ", data" if data else ""
         if among is not None:
