@@ -36,7 +36,9 @@ bytes), and the file holds the HMAC-SHA256 of those chunks' HMACs, all
 under the one key: a load checks the chunks on a few threads (hashlib
 lets go of the GIL over a large buffer), so its wall time is about that
 of one chunk group, its CPU the same as one HMAC over the body (100,000
-steps cut into parts: a 299 MB body, ~230 ms of CPU). Forging a file
+steps cut into parts: a 299 MB body, ~230 ms of CPU). The same threads
+take each row's scale and slack from each piece (:data:`PIECE`) just
+hashed, while its bytes are in the core's cache. Forging a file
 that passes still takes the key: each chunk's HMAC is keyed, and the top
 HMAC, over the chunks' HMACs in order, binds each chunk to its place and
 the body to its length (each chunk's HMAC also covers its index and the
@@ -72,8 +74,8 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 from agents.memory._vectors import EmbedParts, numpy
@@ -104,6 +106,9 @@ CHUNK: Final = 8 << 20
 MAC_THREADS: Final = 4
 """The threads that check a loaded file's chunks at most (fewer where the process may run on fewer cores)."""
 
+PIECE: Final = 256 << 10
+"""The bytes a thread that checks a loaded file's chunks hashes at a time, then takes the scales and slacks of the rows in them from (while they are in its core's cache: 10-20 ms of CPU less than a pass of their own over a file of 100,000 steps cut into parts, which reads a line from memory a row; 512 KiB pieces lose it)."""
+
 SEEN_KEPT: Final = 64
 """The coded files a process remembers it authenticated (see ``_Seen``): a fresh handle of the same process loads an unchanged one without hashing it again."""
 
@@ -112,6 +117,7 @@ _SETTLED_NS: Final = 2_000_000_000  # a file changed this recently is hashed at 
 _MAC: Final = 32  # sha256
 _HEAD: Final = struct.Struct("<QQQQQ")
 _START: Final = len(MAGIC) + _MAC
+_FINITE_BITS: Final = 0x7F7FFFFF  # the bits of the largest finite float32 (read as an int32)
 _KEY_ROWS: Final = 16  # the first stored vector rows whose digest keys a file's HMAC
 _VERSION_TEXT: Final = (
     256  # the longest version (its repr) a tag holds: backends give an int or a short tuple
@@ -316,28 +322,44 @@ def _body_mac(key: bytes, pieces: Sequence[bytes | memoryview]) -> bytes:
 
 
 class _BodyMac:
-    """The HMAC of a loaded body (:func:`_body_mac`), its chunks' HMACs computed on up to :data:`MAC_THREADS` threads while the load goes on; :meth:`digest` waits for them."""
+    """The HMAC of a loaded body (:func:`_body_mac`), its chunks' HMACs computed on up to :data:`MAC_THREADS` threads (:meth:`start`) while the load goes on; :meth:`digest` waits for them."""
 
     def __init__(self, key: bytes, body: memoryview) -> None:
         self._key, self._body = key, body
-        count = -(-len(body) // CHUNK)
+        self._pool: ThreadPoolExecutor | None = None
+        self._groups: list[Future[bytes]] = []
+        self._then: Callable[[int, int], object] = lambda begin, end: None
+
+    def start(self, then: Callable[[int, int], object]) -> None:
+        """Start hashing the chunks on threads, each :data:`PIECE` bytes of the body followed by ``then(begin, end)`` on that thread (its bytes are in the core's cache still)."""
+        self._then = then
+        count = -(-len(self._body) // CHUNK)
         threads = max(1, min(count, MAC_THREADS, _cores()))
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="kvmemory-coded-mac")
         groups = [range(count * t // threads, count * (t + 1) // threads) for t in range(threads)]
         self._groups = [self._pool.submit(self._macs, group) for group in groups]
 
     def _macs(self, group: range) -> bytes:
-        body, total = self._body, len(self._body)
+        total = len(self._body)
         return b"".join(
-            _chunk_mac(self._key, at, total, [body[at * CHUNK : (at + 1) * CHUNK]]) for at in group
+            _chunk_mac(self._key, at, total, self._pieces(at * CHUNK, min((at + 1) * CHUNK, total)))
+            for at in group
         )
+
+    def _pieces(self, begin: int, end: int) -> Iterator[memoryview]:
+        """Yield the body from ``begin`` to ``end``, :data:`PIECE` bytes at a time, each followed (once hashed) by ``then`` over it."""
+        for at in range(begin, end, PIECE):
+            stop = min(at + PIECE, end)
+            yield self._body[at:stop]
+            self._then(at, stop)
 
     def digest(self) -> bytes:
         """Return the body's HMAC, once its chunks' are computed."""
         try:
             joined = b"".join(group.result() for group in self._groups)
         finally:
-            self._pool.shutdown()
+            if self._pool is not None:
+                self._pool.shutdown()
         return hmac.new(self._key, joined, hashlib.sha256).digest()
 
 
@@ -428,47 +450,65 @@ def load_coded(
         return None
     stored = bytes(view[len(MAGIC) : _START])
     seen = _Seen(stat, key, stored)
-    mac = None if seen.known() else _BodyMac(key, body)  # on threads, as the rest is checked
+    laid = _Laid(np, data, at + sizes[0], sizes, (used, row_bytes, refs, slots), width)
+    mac = None if seen.known() else _BodyMac(key, body)
+    if mac is None:
+        laid.take_tails(0, len(body))
+    else:  # on threads, each piece's scales and slacks taken as it is hashed
+        mac.start(laid.take_tails)
     try:
-        table = _laid_out(np, data, at + sizes[0], sizes, (used, row_bytes, refs, slots), width)
+        slotted = _sound_slots(np, used, laid.ref_row, laid.start, laid.key_at)
     finally:
         sound = mac is None or hmac.compare_digest(mac.digest(), stored)
-    if not sound or table is None:
+    if not sound or not slotted or not (slots == 0 or _sound_tails(np, laid.tails[:used])):
         return None
     seen.note()
-    matrix, slack, scale, start, key_at, ref_row = table
+    matrix, start, key_at, ref_row = laid.matrix, laid.start, laid.key_at, laid.ref_row
+    slack, scale = laid.tails[:, 1], laid.tails[:, 0]
     compact = CompactVectors(model, parts, width, matrix, slack, cosines_of, scale)
     compact.lay_out_items(start, key_at, ref_row)
     return compact, tag[len(subject) + 1 :]
 
 
-def _laid_out(
-    np: Any,
-    data: mmap.mmap,
-    at: int,
-    sizes: list[int],
-    shape: tuple[int, int, int, int],
-    width: int,
-) -> tuple[Any, ...] | None:
-    """Return a loaded body's coded rows, slacks, scales, each item's first part and key, and each part's row (from ``at``, the tag's end); ``None`` where they are not such as ``compact_table`` makes (:func:`_sound`)."""
-    used, row_bytes, refs, slots = shape
-    matrix = np.frombuffer(data, np.int8, used * row_bytes, _START + at).reshape(used, row_bytes)
-    at += sizes[1]
-    ref_row = np.frombuffer(data, np.int64, refs, _START + at)
-    at += sizes[2]
-    start = np.frombuffer(data, np.int64, slots, _START + at)
-    key_at = np.frombuffer(data, np.int64, slots, _START + at + sizes[3])
-    # Each row's scale and slack copied once, into one array with room for the rows a catch-up
-    # codes (``compact._room``); the table's scales and slacks are its two columns (no copy).
-    tails = np.empty((used + used // 8 + 64, 2), dtype=np.float32)
-    tail = tails[:used]
-    if width % 8 == 0:  # each row's scale and slack one 8-byte word: copied a word a row
-        tail.view(np.uint64)[:, 0] = matrix.view(np.uint64)[:, width // 8]
-    else:
-        tail[:] = np.ascontiguousarray(matrix[:, width : width + 8]).view(np.float32)
-    if not _sound(np, tail, ref_row, start, key_at):
-        return None
-    return matrix, tails[:, 1], tails[:, 0], start, key_at, ref_row
+class _Laid:
+    """A loaded body's parts as arrays over its mapped pages (from ``at``, the tag's end): the coded rows, each part's row, each item's first part and key; and ``tails``, each row's scale and slack, as :meth:`take_tails` copies them."""
+
+    def __init__(
+        self,
+        np: Any,
+        data: mmap.mmap,
+        at: int,
+        sizes: list[int],
+        shape: tuple[int, int, int, int],
+        width: int,
+    ) -> None:
+        used, row_bytes, refs, slots = shape
+        self._rows_at, self._row_bytes, self._used, self._width = at, row_bytes, used, width
+        self.matrix = np.frombuffer(data, np.int8, used * row_bytes, _START + at)
+        self.matrix = self.matrix.reshape(used, row_bytes)
+        at += sizes[1]
+        self.ref_row = np.frombuffer(data, np.int64, refs, _START + at)
+        at += sizes[2]
+        self.start = np.frombuffer(data, np.int64, slots, _START + at)
+        self.key_at = np.frombuffer(data, np.int64, slots, _START + at + sizes[3])
+        # Each row's scale and slack copied once, into one array with room for the rows a catch-up
+        # codes (``compact._room``); the table's scales and slacks are its two columns (no copy).
+        self.tails = np.empty((used + used // 8 + 64, 2), dtype=np.float32)
+        self._np = np
+
+    def take_tails(self, begin: int, end: int) -> None:
+        """Copy the scale and slack of the rows that begin from ``begin`` to ``end`` of the body into :attr:`tails` (on any thread: each row's once, as the body's ranges are taken once)."""
+        first = min(self._used, max(0, -(-(begin - self._rows_at) // self._row_bytes)))
+        last = min(self._used, max(0, -(-(end - self._rows_at) // self._row_bytes)))
+        if first >= last:
+            return
+        np, width, rows = self._np, self._width, self.matrix[first:last]
+        if width % 8 == 0:  # each row's scale and slack one 8-byte word: copied a word a row
+            self.tails[first:last].view(np.uint64)[:, 0] = rows.view(np.uint64)[:, width // 8]
+        else:
+            self.tails[first:last] = np.ascontiguousarray(rows[:, width : width + 8]).view(
+                np.float32
+            )
 
 
 def _mapped(fd: int) -> mmap.mmap:
@@ -484,18 +524,37 @@ def _mapped(fd: int) -> mmap.mmap:
 
 
 def _sound(np: Any, tail: Any, ref_row: Any, start: Any, key_at: Any) -> bool:
-    """Return whether the parts of a loaded table are such as ``compact_table`` makes (whatever the HMAC says: a file must not break a query); ``tail`` holds each row's scale and slack."""
-    used, refs = len(tail), len(ref_row)
+    """Return whether the parts of a loaded table are such as ``compact_table`` makes (whatever the HMAC says: a file must not break a query); ``tail`` holds each row's scale and slack: the rules in one call, as :func:`load_coded` applies them in two (:func:`_sound_slots` while the body is hashed, then :func:`_sound_tails` where the table holds items)."""
+    if not _sound_slots(np, len(tail), ref_row, start, key_at):
+        return False
+    return len(start) == 0 or _sound_tails(np, tail)
+
+
+def _sound_slots(np: Any, used: int, ref_row: Any, start: Any, key_at: Any) -> bool:
+    """Return whether a loaded table's items lie in its parts and its parts in its ``used`` rows: the first part of each item from 0 up, and their keys, strictly ascending, each part's row within the rows.
+
+    One pass over each array, no copy of any (a file of 100,000 steps cut
+    into parts: 2.15 million refs). The starts and keys are compared, not
+    subtracted: a difference of two int64 may wrap (a start of
+    ``2**63 - 1`` then ``-2`` would read as ascending).
+    """
+    refs = len(ref_row)
     if len(start) == 0:
         return refs == 0
     if refs == 0 or int(start[0]) != 0 or int(start[-1]) >= refs:
         return False
-    if bool((np.diff(start) <= 0).any()) or bool((np.diff(key_at) <= 0).any()):
+    if bool((start[1:] <= start[:-1]).any()) or bool((key_at[1:] <= key_at[:-1]).any()):
         return False
-    if int(ref_row.min()) < 0 or int(ref_row.max()) >= used:
-        return False
-    scale, slack = tail[:, 0], tail[:, 1]
-    if not bool(np.isfinite(scale).all()) or bool((scale <= 0).any()):
+    # Read as unsigned, a negative ref is past every row: one bound checks both ends.
+    return int(ref_row.view(np.uint64).max()) < used
+
+
+def _sound_tails(np: Any, tail: Any) -> bool:
+    """Return whether each of a loaded table's rows (at least one) has a scale finite and above 0 and a slack 0 or more, ``tail`` holding each row's scale and slack."""
+    # A scale finite and above 0 is one whose float32 bits, read as an int32, lie from 1 (the
+    # least subnormal) to 0x7F7FFFFF (the largest finite): two integer passes, no float tests.
+    scale = tail.view(np.int32)[:, 0]
+    if int(scale.min()) < 1 or int(scale.max()) > _FINITE_BITS:
         return False
     # A slack is a bound: never negative nor NaN (an infinite one scores its row exactly).
-    return not bool((~(slack >= 0)).any())
+    return not bool((~(tail[:, 1] >= 0)).any())

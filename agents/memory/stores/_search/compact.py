@@ -153,7 +153,8 @@ class CompactVectors:
         self.last_bounds = None
         self.ref_row, self.refs, self._laid_rows = ref_row, len(ref_row), self.used
         self._laid_slots = len(start)
-        self._ascending = bool((np.diff(key_at) > 0).all())
+        # Compared, not subtracted: a difference of two int64 may wrap.
+        self._ascending = bool((key_at[1:] > key_at[:-1]).all())
         self.start, self.key_at = start, key_at
         self.alive = np.ones(len(start), dtype=bool)
         self.slot_map = None
