@@ -621,6 +621,25 @@ def test_a_new_tokenizer_replaces_the_index() -> None:
     assert len([o for o in memory.observers if o is not first]) == 1
 
 
+def test_index_items_hears_untold_adds_once_for_many_keys() -> None:
+    """SearchIndex.items returns the items under the keys in their order, items added since the last query among them, the memory's observers told once."""
+    memory = corpus_memory()
+    index = search_index(memory)
+    memory.add_memory_item(MemoryItem(step=100, thought="added after the index"))
+    told = []
+    real = memory.notify_observers
+
+    def notify() -> None:
+        told.append(1)
+        real()
+
+    memory.notify_observers = notify  # type: ignore[method-assign]
+    keys = [len(CORPUS), 2, 0]
+    assert [item["step"] for item in index.items(keys)] == [100, 2, 0]
+    assert told == [1]
+    assert index.items([]) == []
+
+
 def test_default_embedder_without_wordllama_names_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1448,7 +1467,8 @@ def _ranked(memory: Memory, embedder: Any, query: str, k: int) -> list[tuple[int
     index = search_index(memory)
     scores = index.semantic_scores(embedder, query, None, limit=None)
     best = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))[:k]
-    return [(index.item(key)["step"], score) for key, score in best]
+    items = index.items(key for key, _ in best)
+    return [(item["step"], score) for item, (_, score) in zip(items, best, strict=True)]
 
 
 def test_a_large_session_ranks_parts_as_every_item_scored_exactly() -> None:

@@ -648,7 +648,7 @@ def shut_out(
     terms = Tokenizer()(query)
     index = search_index(plain)
     scores = index.keyword_scores(terms, None if keys is None else tuple(keys))[0]
-    hits = {index.item(key)["step"] for key in scores}
+    hits = {item["step"] for item in index.items(scores)}
     if shut == "keyword hits":
         return lambda item: item["step"] not in hits
     pool = max(10 * k, HYBRID_POOL)
@@ -656,7 +656,9 @@ def shut_out(
     semantic = index.semantic_scores(
         EMBEDDER, query, None if keys is None else tuple(keys), limit=pool
     )
-    past = {index.item(key)["step"] for key in ranked[pool:] if key not in semantic}
+    past = {
+        item["step"] for item in index.items(key for key in ranked[pool:] if key not in semantic)
+    }
     return lambda item: item["step"] in past
 
 

@@ -512,10 +512,10 @@ class SearchIndex:
 
     # -- reads -------------------------------------------------------------------------
 
-    def item(self, key: int) -> MemoryItem:
-        """Return the item under ``key``."""
+    def items(self, keys: Iterable[int]) -> list[MemoryItem]:
+        """Return the items under ``keys``, in their order (the memory's untold adds heard once)."""
         self._follow()
-        return self._items[key]
+        return [self._items[key] for key in keys]
 
     def keys_of(self, items: Iterable[MemoryItem]) -> dict[int, int]:
         """Return ``{id(item): key}`` for ``items``, scanning the index from its newest item."""

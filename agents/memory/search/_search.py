@@ -303,7 +303,7 @@ def _pruned_passing(
         return (hits[-1][2], hits[-1][0]) if len(hits) == k else None
 
     def passing(keys: Sequence[int]) -> list[int]:
-        return [key for key in keys if kept(index.item(key))]
+        return [key for key, item in zip(keys, index.items(keys), strict=True) if kept(item)]
 
     pruning = Pruning(bounds, floor, passing)
     also = sorted(keyword)
