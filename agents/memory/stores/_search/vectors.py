@@ -444,17 +444,14 @@ class VectorSearch:
 
             pooled = held_pool(pool, ranking, query)
             few = None if keep is None else _few(self._engine, sid, keep, count)  # then only those
-            terms = _TOKENIZER(text)
+            terms, reads = _TOKENIZER(text), QueryReads(count)  # read once for every blend
             ranks = held_ranking(functools.partial(self._backend.keyword_top, sid, terms))
-            reads = QueryReads(count)  # each blend's count, evidence and BM25 read once
 
             def scored(
                 depth: int, bounded: bool, among: Sequence[int] | None, pruning: Pruning | None
             ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
                 args = (sid, terms, fields, depth, pooled, weight, on_unknown_class, bounded, among)
-                return self._keyword.hybrid_scores(
-                    *args, pool=pool, ranks=ranks, pruning=pruning, reads=reads
-                )
+                return self._keyword.hybrid_scores(*args, None, pool, ranks, pruning, reads)
 
             if keep is not None:
                 screened = _screened(self._engine, sid, keep, k, read, on_unknown_class)
