@@ -156,9 +156,13 @@ def crowded_sets(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def pruned_and_full(
-    drawn: dict[str, Any], may: list[int], passes: set[int], slack: float | None
+    drawn: dict[str, Any],
+    may: list[int],
+    passes: set[int],
+    slack: float | None,
+    bm25_asked: list[int] | None = None,
 ) -> tuple[Scores, Scores, list[int]]:
-    """Return a pruned walk's blend of a drawn query asked besides for ``may`` (``passes`` the rows that pass; cosines bounded ``slack`` above, ``None``: not bounded), the full blend, and the keys whose cosines the walk asked for."""
+    """Return a pruned walk's blend of a drawn query asked besides for ``may`` (``passes`` the rows that pass; cosines bounded ``slack`` above, ``None``: not bounded), the full blend, and the keys whose cosines the walk asked for (those whose BM25 it asked: noted in ``bm25_asked``)."""
     keyword, cosines, k = drawn["keyword"], drawn["cosines"], drawn["k"]
     weight, coverage, together = drawn["weight"], drawn["coverage"], drawn["together"]
     pool = max(10 * k, HYBRID_POOL)
@@ -173,6 +177,8 @@ def pruned_and_full(
         return {**held, **{key: cosines[key] for key in wanted if key in cosines}}
 
     def among(keys: Any) -> Scores:
+        if bm25_asked is not None:
+            bm25_asked.extend(keys)
         return {key: keyword[key] for key in keys if key in keyword}
 
     def ceilings(keys: Any) -> Scores | None:
@@ -247,6 +253,54 @@ def test_a_pruned_walk_scores_a_row_past_it_that_ties_the_floor_at_zero_with_a_s
     assert passing(pruned, passes, 2) == passing(full, passes, 2)
     assert 10 in asked
     assert 390 not in asked
+
+
+# As TIED_AT_ZERO, with a fifth leader: the keyword background is the leaders' share, so
+# the walk's last BM25 (1.0) is below it by far more than rounding.
+BELOW_THE_LEADERS = {
+    **TIED_AT_ZERO,
+    "keyword": {**TIED_AT_ZERO["keyword"], **dict.fromkeys(range(400, 405), 40.0)},
+}
+
+
+def test_a_pruned_walk_asks_no_bm25_of_a_row_past_it_that_blends_to_0_after_a_floor_of_0() -> None:
+    """A row past the walk that blends to 0 at any BM25 up to the walk's last (below the keyword background, its cosine's bound below the crowd's): after a floor of 0 (by key) its BM25 is never asked (a filter 5% of 30,000 steps pass asked it of every passing row); before it, it is scored."""
+    passes = {10, 250, 260, 390, *range(300, 340)}
+    bm25_asked: list[int] = []
+    drawn = BELOW_THE_LEADERS
+    pruned, full, _ = pruned_and_full(drawn, sorted(passes), passes, 0.0, bm25_asked)
+    assert passing(full, passes, 2) == [(10, 0.0), (250, 0.0)]
+    assert passing(pruned, passes, 2) == passing(full, passes, 2)
+    assert 10 in bm25_asked
+    assert not {390, *range(300, 340)} & set(bm25_asked)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(score_sets(), crowded_sets()), st.data())
+def test_blend_zeros_holds_only_where_every_item_below_the_bounds_blends_to_exactly_0(
+    drawn: dict[str, Any], data: st.DataObject
+) -> None:
+    """Where blend_zeros says a (BM25, cosine) bound blends to 0, every candidate at or below it that the blend does not lift scores exactly 0.0, at near-ties of BM25 and cosine too."""
+    keyword, cosines = drawn["keyword"], drawn["cosines"]
+    weight, coverage, together = drawn["weight"], drawn["coverage"], drawn["together"]
+    scale = keyword_scale(max(len(cosines), len(keyword), 1))
+    full = blend(keyword, scale, cosines, weight, coverage, together)
+    zero = vectors.blend_zeros(keyword, scale, cosines, weight, coverage, together)
+    lifted = vectors.kept_first(keyword, cosines, coverage) if 0.0 < weight < 1.0 else set()
+    bm25s = sorted({0.0, *keyword.values()})
+    cosine_bounds = sorted({-1.0, 0.0, *cosines.values()})
+    for _ in range(20):
+        bm25 = data.draw(st.sampled_from(bm25s)) * data.draw(st.sampled_from([1.0, 1.0 + NEAR]))
+        cosine = data.draw(st.sampled_from(cosine_bounds)) + data.draw(st.sampled_from([0, NEAR]))
+        if not zero(bm25, cosine):
+            continue
+        for key, score in full.items():
+            if (
+                key not in lifted
+                and keyword.get(key, 0.0) <= bm25
+                and cosines.get(key, 0.0) <= cosine
+            ):
+                assert score == 0.0, (key, score, bm25, cosine)
 
 
 # -- Memory.search in hybrid mode -----------------------------------------------------

@@ -192,3 +192,39 @@ def test_the_coded_ceilings_bound_each_items_exact_cosine_from_above(
         ceilings = table.ceilings(query, [*keys, -1])
         assert sorted(ceilings) == sorted(exact) == keys
         assert all(ceilings[key] >= exact[key] for key in keys)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [{"step": {"$lt": N // 8}}, {"team": "red"}],
+    ids=["one in eight", "one in four, by team"],
+)
+def test_a_filtered_hybrid_query_asks_the_store_nothing_twice(
+    coded: tuple[Store, list[MemoryItem]], where: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter that walks the blend's first depth, then blends the rows that may pass, reads the item count, the keyword evidence (the leader's words, the words' frequencies, the best hits' terms) and each row's BM25 once: no backend call repeats its arguments (before, the second blend asked six of them again and the count twice more)."""
+    store, items = coded
+    backend: Any = store._engine.backend
+    calls: list[tuple[str, Any]] = []
+    among: list[list[int]] = []  # the rows whose BM25 each keyword_among call asks
+    names = ["count", "keyword_frequencies", "keyword_held", "keyword_among", "read_seqs"]
+    for name in names:
+        call = getattr(backend, name)
+
+        def noted(*args: Any, name: str = name, call: Any = call) -> Any:
+            calls.append((name, repr(args)))
+            if name == "keyword_among":
+                among.append(list(args[2]))
+            return call(*args)
+
+        monkeypatch.setattr(backend, name, noted)
+    for query in QUERIES:
+        calls.clear()
+        among.clear()
+        assert found(store, query, 3, "hybrid", where) == expected(items, query, 3, "hybrid", where)
+        named = [name for name, _ in calls]
+        assert named.count("count") == 1, calls
+        assert named.count("keyword_frequencies") <= 1, calls
+        assert len(calls) == len(set(calls)), Counter(calls).most_common(3)
+        bm25_asked = Counter(seq for seqs in among for seq in seqs)
+        assert all(times == 1 for times in bm25_asked.values()), bm25_asked.most_common(3)

@@ -721,6 +721,51 @@ def blend_ceilings(
     return blended
 
 
+_SHARE_ROUNDING: Final = 1e-12
+"""More than :func:`keyword_share` may differ between two BM25 scores in either order (float rounding: it rises with BM25, but not at every float)."""
+
+
+def blend_zeros(
+    keyword: Mapping[int, float],
+    scale: float,
+    semantic: Mapping[int, float],
+    w: float,
+    coverage: float = 1.0,
+    together: bool = True,
+) -> Callable[[float, float], bool]:
+    """Return ``zero(bm25, cosine)``: whether :func:`blend` (same arguments) gives exactly 0 to every item whose BM25 is at most ``bm25`` (0 or more) and cosine at most ``cosine``, before rank protection (:func:`kept_first`).
+
+    Where :func:`blend_ceiling` bounds a row by a BM25 above its own, a
+    ceiling of 0 is not exact: the keyword share rounds up at some floats
+    where its BM25 rises, so a row below the bound may lead the keyword
+    background by a float's last bit. Each side here is 0 at every BM25
+    and cosine up to the bound, past rounding: the keyword side is off
+    (``w`` 0), 0 at the bound, or (where no hit holds the words together)
+    below the background by more than rounding; the cosine side is off,
+    at most 0, or at most the background cosine. ``keyword`` must hold the
+    query's :data:`KEYWORD_BACKGROUND` best hits.
+    """
+    apart = not together and stands_out(keyword, w)
+    if 0.0 < w < 1.0:
+        w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
+    if apart:
+        background = _keyword_background(keyword, scale)
+        crowd = _background_cosine(semantic)
+
+        def stood_out(bm25: float, cosine: float) -> bool:
+            share = keyword_share(bm25, scale)
+            lead = w == 0.0 or share + _SHARE_ROUNDING <= background
+            return lead and (w == 1.0 or crowd >= 1.0 or cosine <= crowd)
+
+        return stood_out
+    rest = (1.0 - w) * semantic_discount(semantic)
+
+    def blended(bm25: float, cosine: float) -> bool:
+        return (w == 0.0 or keyword_share(bm25, scale) == 0.0) and (rest == 0.0 or cosine <= 0.0)
+
+    return blended
+
+
 def _keyword_background(keyword: Mapping[int, float], scale: float) -> float:
     """Return the keyword share of the query's :data:`KEYWORD_BACKGROUND`-th best hit (0 with fewer hits)."""
     best = heapq.nlargest(KEYWORD_BACKGROUND, keyword.values())

@@ -58,7 +58,7 @@ from agents.memory.stores._search.filtering import (
     widening,
 )
 from agents.memory.stores._search.hybrid import held_pool, held_ranking, walked_passing
-from agents.memory.stores._search.keyword import KeywordSearch
+from agents.memory.stores._search.keyword import KeywordSearch, QueryReads
 from agents.memory.stores._search.vector_cache import Table, VectorCache, Vectors, follows
 
 __all__ = ["VectorSearch", "check_embedder", "over_budget"]
@@ -444,14 +444,14 @@ class VectorSearch:
 
             pooled = held_pool(pool, ranking, query)
             few = None if keep is None else _few(self._engine, sid, keep, count)  # then only those
-            terms = _TOKENIZER(text)
+            terms, reads = _TOKENIZER(text), QueryReads(count)  # read once for every blend
             ranks = held_ranking(functools.partial(self._backend.keyword_top, sid, terms))
 
             def scored(
                 depth: int, bounded: bool, among: Sequence[int] | None, pruning: Pruning | None
             ) -> tuple[dict[int, float], dict[int, MemoryItem]]:
                 args = (sid, terms, fields, depth, pooled, weight, on_unknown_class, bounded, among)
-                return self._keyword.hybrid_scores(*args, pool=pool, ranks=ranks, pruning=pruning)
+                return self._keyword.hybrid_scores(*args, None, pool, ranks, pruning, reads)
 
             if keep is not None:
                 screened = _screened(self._engine, sid, keep, k, read, on_unknown_class)
