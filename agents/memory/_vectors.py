@@ -701,9 +701,7 @@ def blend_ceilings(
     together: bool = True,
 ) -> Callable[[float, float], float]:
     """Return :func:`blend_ceiling` of some ``(bm25, cosine)`` over these candidates, their backgrounds taken once (for thousands of rows a filter passes)."""
-    apart = not together and stands_out(keyword, w)
-    if 0.0 < w < 1.0:
-        w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
+    apart, w = _weighed(keyword, w, coverage, together)
     if apart:
         background = _keyword_background(keyword, scale)
         crowd = _background_cosine(semantic)
@@ -745,9 +743,7 @@ def blend_zeros(
     at most 0, or at most the background cosine. ``keyword`` must hold the
     query's :data:`KEYWORD_BACKGROUND` best hits.
     """
-    apart = not together and stands_out(keyword, w)
-    if 0.0 < w < 1.0:
-        w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
+    apart, w = _weighed(keyword, w, coverage, together)
     if apart:
         background = _keyword_background(keyword, scale)
         crowd = _background_cosine(semantic)
@@ -764,6 +760,16 @@ def blend_zeros(
         return (w == 0.0 or keyword_share(bm25, scale) == 0.0) and (rest == 0.0 or cosine <= 0.0)
 
     return blended
+
+
+def _weighed(
+    keyword: Mapping[int, float], w: float, coverage: float, together: bool
+) -> tuple[bool, float]:
+    """Return whether :func:`blend` ranks these keyword hits by :func:`stand_out`, and its keyword weight ``w`` scaled by the coverage (as :func:`blend` scales it)."""
+    apart = not together and stands_out(keyword, w)
+    if 0.0 < w < 1.0:
+        w = w * min(max(coverage, 0.0), 1.0) ** COVERAGE_POWER
+    return apart, w
 
 
 def _keyword_background(keyword: Mapping[int, float], scale: float) -> float:
