@@ -11,7 +11,8 @@ import pytest
 from test_stores_jsonl_value_file import session
 
 from agents.memory.stores._jsonl import keyword_file, side_file, vector_file
-from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError, pread
+from agents.memory.stores._jsonl.files import pread
+from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
 from agents.memory.stores._jsonl.value_file import SessionValueFiles
 from agents.memory.stores._jsonl.vector_file import DamagedVectorFileError
 

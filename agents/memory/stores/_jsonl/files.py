@@ -27,7 +27,7 @@ from agents.memory.exceptions import (
 from agents.memory.stores._core.checks import check_session_id
 from agents.memory.stores._core.migrations import check_schema_version, migrate
 
-__all__ = ["NOFOLLOW", "STORE_FORMAT", "StoreFiles", "open_file", "read_file"]
+__all__ = ["NOFOLLOW", "STORE_FORMAT", "StoreFiles", "open_file", "pread", "read_file"]
 
 STORE_FORMAT: Final = "kvmemory.jsonl-store"
 _MARKER: Final = "kvmemory-store.json"
@@ -279,3 +279,20 @@ def read_file(path: str, what: str) -> bytes:
     """Return the bytes of a file of the store, refusing a symbolic link as :func:`open_file` does."""
     with os.fdopen(open_file(path, os.O_RDONLY, what), "rb") as stream:
         return stream.read()
+
+
+def pread(fd: int, start: int, end: int) -> bytes:
+    """Return the bytes ``[start, end)`` of an open file (fewer if it is shorter).
+
+    One ``os.pread`` may return fewer bytes than asked: Linux returns at most
+    2,147,479,552 (0x7ffff000) a call, so a log over 2 GiB read in one call
+    lost its tail (taken for a line cut by a crash). Read until ``end``.
+    """
+    out = []
+    while start < end:
+        got = os.pread(fd, end - start, start)
+        if not got:
+            break
+        out.append(got)
+        start += len(got)
+    return b"".join(out)

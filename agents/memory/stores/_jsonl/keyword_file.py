@@ -27,6 +27,7 @@ from typing import Final, overload
 import orjson
 
 from agents.memory.stores._jsonl import side_file
+from agents.memory.stores._jsonl.files import pread
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex, numpy_module
 from agents.memory.stores._jsonl.keyword_postings import (
     POSTING_CODES,
@@ -34,7 +35,6 @@ from agents.memory.stores._jsonl.keyword_postings import (
     DamagedIndexError,
     StoredOffsets,
     ints,
-    pread,
     width,
 )
 

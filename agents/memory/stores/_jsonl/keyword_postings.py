@@ -18,6 +18,8 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from agents.memory.stores._jsonl.files import pread
+
 __all__ = [
     "POSTING_CODES",
     "Base",
@@ -25,7 +27,6 @@ __all__ = [
     "StoredOffsets",
     "ints",
     "pack",
-    "pread",
     "width",
 ]
 
@@ -171,15 +172,3 @@ def pack(
         parts.append(part)
         at += len(part)
     return Base(terms, entries, widths, b"".join(parts))
-
-
-def pread(fd: int, start: int, end: int) -> bytes:
-    """Return the bytes ``[start, end)`` of an open file (fewer if it is shorter)."""
-    out = []
-    while start < end:
-        got = os.pread(fd, end - start, start)
-        if not got:
-            break
-        out.append(got)
-        start += len(got)
-    return b"".join(out)

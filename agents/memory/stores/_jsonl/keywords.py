@@ -37,10 +37,10 @@ from typing import Final
 from agents.memory import _codec
 from agents.memory.exceptions import CorruptStoreError, StoreError
 from agents.memory.stores._jsonl import side_file
-from agents.memory.stores._jsonl.files import open_file
+from agents.memory.stores._jsonl.files import open_file, pread
 from agents.memory.stores._jsonl.keyword_file import file_bytes, load
 from agents.memory.stores._jsonl.keyword_index import KeywordIndex, terms_of
-from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError, pack, pread, width
+from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError, pack, width
 from agents.memory.stores._jsonl.log import SessionLog, read_item_at
 
 __all__ = ["SAVE_EVERY", "SessionKeywords", "build", "read_range", "rows_at"]

@@ -27,7 +27,7 @@ from agents.memory.exceptions import CorruptSessionError, CorruptStoreError, Ski
 from agents.memory.stores._core.migrations import check_schema_version
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.value_index import ValueIndex
-from agents.memory.stores._jsonl.files import StoreFiles, open_file
+from agents.memory.stores._jsonl.files import StoreFiles, open_file, pread
 
 __all__ = [
     "CLEAR_RECORD",
@@ -165,7 +165,7 @@ class SessionLogs:
             if log is not None and size == log.offset:
                 return log
             start = 0 if log is None else log.offset
-            chunk = os.pread(fd, size - start, start)
+            chunk = pread(fd, start, size)  # in several reads where it is over 2 GiB
         finally:
             os.close(fd)
         if log is None:

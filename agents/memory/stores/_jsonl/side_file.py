@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import orjson
 
-from agents.memory.stores._jsonl.keyword_postings import pread
+from agents.memory.stores._jsonl.files import pread
 
 __all__ = [
     "TAIL",

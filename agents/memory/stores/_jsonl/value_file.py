@@ -45,8 +45,7 @@ from agents.memory.exceptions import StoreError
 from agents.memory.stores._core.filter_values import JudgedFilters
 from agents.memory.stores._core.value_index import ValueIndex
 from agents.memory.stores._jsonl import side_file
-from agents.memory.stores._jsonl.files import open_file
-from agents.memory.stores._jsonl.keyword_postings import pread
+from agents.memory.stores._jsonl.files import open_file, pread
 from agents.memory.stores._jsonl.log import split_item_record
 
 __all__ = ["FORMAT", "Judged", "SessionValueFiles", "touched"]

@@ -26,9 +26,8 @@ from typing import Final
 from agents.memory import _codec
 from agents.memory.exceptions import StoreError
 from agents.memory.stores._jsonl import side_file
-from agents.memory.stores._jsonl.files import open_file
+from agents.memory.stores._jsonl.files import open_file, pread
 from agents.memory.stores._jsonl.keyword_index import numpy_module
-from agents.memory.stores._jsonl.keyword_postings import pread
 from agents.memory.stores._jsonl.log import SessionLog
 from agents.memory.stores._jsonl.vector_file import (
     DamagedVectorFileError,
