@@ -310,12 +310,11 @@ CHROMIUM_FLAGS = (
 
 
 @pytest.fixture(scope="session")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Yield a headless Chromium driven by selenium (fail under CI, else skip, when none).
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Yield one headless Chromium driven by selenium for the run (fail under CI, else skip, when none).
 
     ``scripts/test`` installs Debian's ``chromium`` and ``chromium-driver`` when
-    they are missing. The browser's console is recorded, so tests can read
-    its errors with ``browser.get_log("browser")``.
+    they are missing. Tests take it through ``browser``.
     """
     paths = _chromium_paths()
     if paths is None:
@@ -339,3 +338,26 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(chromium: Any) -> Iterator[Any]:
+    """Yield the run's Chromium on a blank page with an empty console log; leave it so.
+
+    The console is recorded, so tests read its errors with
+    ``browser.get_log("browser")``. A page left open keeps running: a live view
+    whose server a test stopped goes on polling it, and each refused request is
+    logged as an error. Leaving every test on ``about:blank`` with the log read
+    keeps those errors out of the next test's console.
+    """
+    _blank(chromium)
+    try:
+        yield chromium
+    finally:
+        _blank(chromium)
+
+
+def _blank(driver: Any) -> None:
+    """Navigate ``driver`` to a blank page (stopping the last page's scripts) and clear its log."""
+    driver.get("about:blank")
+    driver.get_log("browser")

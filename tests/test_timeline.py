@@ -227,7 +227,6 @@ def set_control(browser: Any, selector: str, value: str | bool) -> None:
 def demo_page(tmp_path: Path, browser: Any) -> Path:
     """Return the demo session's page, opened in the browser."""
     path = replay_html(demo_session(tmp_path), tmp_path / "demo.html")
-    browser.get_log("browser")  # forget what earlier pages logged
     open_page(browser, path)
     return path
 
@@ -339,7 +338,6 @@ def test_unreadable_image_is_named_on_its_card(tmp_path: Path, browser: Any) -> 
     """An image path that cannot be read is shown as its field and value, with the reason, and the page still loads."""
     gone = tmp_path / "gone.png"
     memory = Memory([MemoryItem(step=1, screenshot=str(gone))])
-    browser.get_log("browser")
     open_page(browser, replay_html(memory, tmp_path / "gone.html"))
     card = cards(browser)[0]
     assert card.find_element("css selector", "dt").text == "screenshot"
