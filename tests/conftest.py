@@ -29,6 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No hypothesis example is timed: the suite runs on shared, loaded machines, where a
+# deadline (200 ms an example by default) or the "too slow" health check fails a
+# test for the machine's load, not for kvmemory. Speed is measured in benchmarks/.
+settings.register_profile("kvmemory", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kvmemory")
 
 # The coded-vector tests' shared helpers assert inside (first_loads): rewritten, a failure shows its values.
 pytest.register_assert_rewrite("coded_sessions")
