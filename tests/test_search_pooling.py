@@ -362,7 +362,7 @@ def test_each_part_holds_the_vector_of_its_text_embedded_alone(
     batch_size: int,
     name: str,
 ) -> None:
-    """ItemVectors.embed (its rows reserved at once) gives each item, over nested, empty, unicode and 8 or 9 word fields, the vectors of its distinct part texts each embedded alone, float for float; after changes too."""
+    """ItemVectors.embed gives each item, over nested, empty, unicode and 8 or 9 word fields, the vectors of its distinct part texts each embedded alone, float for float; after changes too."""
     embedder = EMBEDDERS[name]
     items = {n: MemoryItem(step=n, **fields) for n, fields in enumerate(steps)}
     table = ItemVectors(parts)
@@ -385,16 +385,3 @@ def test_each_part_holds_the_vector_of_its_text_embedded_alone(
         holders[rows] += 1
     assert np.array_equal(vectors.uses[: vectors.used], holders)
     assert vectors.used <= len(vectors.matrix)
-
-
-def test_a_first_embedding_grows_the_table_once_to_its_distinct_texts() -> None:
-    """ItemVectors.embed makes room for every text no row holds at once: the matrix holds those rows, not a doubling past them."""
-    items = {
-        n: MemoryItem(step=n, page=" ".join(f"w{n}x{i}" for i in range(24)), status="CONTINUE")
-        for n in range(50)
-    }
-    vectors = ItemVectors(EmbedParts()).embed(
-        HashingEmbedder(64), None, items, batch_size=4, progress=None
-    )
-    assert vectors.used == 50 * 3 + 1  # three windows a page, one status for all
-    assert len(vectors.matrix) == len(vectors.uses) == vectors.used

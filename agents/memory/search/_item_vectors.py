@@ -182,30 +182,15 @@ class Vectors:
 
     def _reserve(self, rows: int) -> None:
         """Make room for ``rows`` more rows after the last in use, with an eighth more (a kept table is large: not doubled)."""
-        needed = self.used + rows
-        if needed > len(self.matrix):
-            self._resize(needed + self.used // 8 + 64)
-
-    def reserve(self, rows: int) -> None:
-        """Make room for ``rows`` more rows, in one step: a table that holds too few rows grows to what they need, or to twice its rows if that is more.
-
-        An embedding that knows how many texts it files grows the matrix
-        once: grown by doubling, the rows of a session's parts were copied
-        again at each step and their memory touched twice.
-        """
-        needed = self.used + rows - len(self.free)
-        if needed > len(self.matrix):
-            self._resize(max(needed, 2 * len(self.matrix)))
-
-    def _resize(self, size: int) -> None:
-        """Hold ``size`` rows (at least the rows in use): the rows after them are zeros, free."""
         np = numpy()
-        kept = min(self.used, len(self.matrix))  # a row being filed may be past the end
-        grown = np.zeros((size, self.matrix.shape[1]), dtype=np.float32)
-        grown[:kept] = self.matrix[:kept]
+        needed = self.used + rows
+        if needed <= len(self.matrix):
+            return
+        grown = np.zeros((needed + self.used // 8 + 64, self.matrix.shape[1]), dtype=np.float32)
+        grown[: self.used] = self.matrix[: self.used]
         self.matrix = grown
-        uses = np.zeros(size, dtype=np.int64)
-        uses[:kept] = self.uses[:kept]
+        uses = np.zeros(len(grown), dtype=np.int64)
+        uses[: self.used] = self.uses[: self.used]
         self.uses = uses
 
     def put(self, keys: Sequence[int], vectors: Sequence[Any]) -> None:
@@ -242,8 +227,7 @@ class Vectors:
         """
         np = numpy()
         distinct = list(dict.fromkeys(itertools.chain.from_iterable(texts)))
-        row_of = self.texts.row_of  # read as a dict: a lookup a part, no method call
-        fresh = [text for text in distinct if text not in row_of]
+        fresh = [text for text in distinct if text not in self.texts]
         unit = embed(fresh) if fresh else self.matrix[:0]
         vector_of = dict(zip(fresh, range(len(fresh)), strict=True))
         begin = 0
@@ -343,7 +327,11 @@ class Vectors:
             rows_of[key] = rows
 
     def _grow_rows(self) -> None:
-        self._resize(2 * len(self.matrix))
+        np = numpy()
+        grown = np.zeros((2 * len(self.matrix), self.matrix.shape[1]), dtype=np.float32)
+        grown[: len(self.matrix)] = self.matrix
+        self.matrix = grown
+        self.uses = _grown(np, self.uses, 0)
 
     def drop(self, key: int) -> None:
         rows = self.rows_of.pop(key, None)
@@ -1060,12 +1048,6 @@ class ItemVectors:
                 del waiting[key]  # no text, no vector: never a semantic hit
         if todo:
             self.version += 1
-            # Room for every text no row holds, made once (not doubled batch after batch).
-            held = vectors.texts.row_of
-            texts_of = dict.fromkeys(itertools.chain.from_iterable(texts for _, texts in todo))
-            vectors.reserve(
-                len(texts_of) - sum(text in held for text in texts_of) if held else len(texts_of)
-            )
         done = 0
         embed = functools.partial(checked_vectors, embedder)
         for start in range(0, len(todo), batch_size):
