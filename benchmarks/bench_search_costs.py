@@ -366,7 +366,7 @@ def print_parts(runs: Sequence[dict[str, float]]) -> None:
         parts = [run[f"{name}/parts"] for run in runs]
         whole = [run[f"{name}/whole"] for run in runs]
         ratios = [p / w for p, w in zip(parts, whole, strict=True)]
-        unit = " (ms a step)" if name.startswith("embed") else ""
+        unit = " (ms a step)" if "embed" in name.split() else ""
         print(f"{name + unit:28} {cell(parts):>16} {cell(whole):>16} {cell(ratios):>16}")
 
 
