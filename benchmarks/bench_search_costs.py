@@ -5,7 +5,9 @@ on the same data (UFO-shaped agent steps with a page text, from
 benchmarks/_search_corpus.py):
 
 * ``parts``: embedding a session in RAM (each side with a fresh
-  WordLlamaEmbedder, so neither finds words the other tokenized) and
+  WordLlamaEmbedder, so neither finds words the other tokenized, or
+  HashingEmbedder with ``--parts-embedder hashing``; wall and process
+  CPU ms a step) and
   querying it (semantic and hybrid) with the default ``EmbedParts()``
   against ``EmbedParts.WHOLE`` (one vector a step), the two sides timed in
   turn, in RAM and in each store, and the first queries after a write by
@@ -210,18 +212,16 @@ def parts_run(
     The queries of the two sides are timed in turn, in one process, each
     query's best of ``repeat``; the median over the queries is kept.
     """
-    from agents.memory.search import WordLlamaEmbedder
-
-    embedder = WordLlamaEmbedder()
-    embedder(list(QUERIES))  # loaded and warm before either side is timed
+    embedder = fresh_embedder()  # loaded and warm before either side is timed
     out: dict[str, float] = {"load": float(load().split()[0])}
     memories = {}
     for label, parts in SIDES:
         memory = Memory([MemoryItem(**row) for row in rows])
         search_index(memory, parts=parts)
         fresh = fresh_embedder()  # none starts with the other side's words tokenized
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         memory.index_embeddings(fresh)
+        out[f"embed cpu/{label}"] = 1000 * (time.process_time() - cpu) / len(rows)
         out[f"embed/{label}"] = 1000 * (time.perf_counter() - start) / len(rows)
         memories[label] = memory
     for mode in SEMANTIC:
@@ -366,15 +366,19 @@ def print_parts(runs: Sequence[dict[str, float]]) -> None:
         parts = [run[f"{name}/parts"] for run in runs]
         whole = [run[f"{name}/whole"] for run in runs]
         ratios = [p / w for p, w in zip(parts, whole, strict=True)]
-        unit = " (ms a step)" if name.endswith("embed") else ""
+        unit = " (ms a step)" if "embed" in name.split() else ""
         print(f"{name + unit:28} {cell(parts):>16} {cell(whole):>16} {cell(ratios):>16}")
 
 
-def fresh_embedder() -> Any:
-    """Return a new WordLlamaEmbedder, loaded and warm, with no words of the corpus tokenized yet."""
-    from agents.memory.search import WordLlamaEmbedder
+PARTS_EMBEDDER = "wordllama"
+"""The model of the ``parts`` and ``embed`` tables: ``wordllama`` (the default embedder) or ``hashing`` (``--parts-embedder``)."""
 
-    embedder = WordLlamaEmbedder()
+
+def fresh_embedder() -> Any:
+    """Return a new embedder of :data:`PARTS_EMBEDDER`, loaded and warm, with no words of the corpus tokenized yet."""
+    from agents.memory.search import HashingEmbedder, WordLlamaEmbedder
+
+    embedder = WordLlamaEmbedder() if PARTS_EMBEDDER == "wordllama" else HashingEmbedder()
     embedder(list(QUERIES))
     return embedder
 
@@ -964,9 +968,16 @@ def main() -> None:
         default=64,
         help="the width of those sessions' hashed vectors (256: HashingEmbedder's own)",
     )
+    parser.add_argument(
+        "--parts-embedder",
+        choices=("wordllama", "hashing"),
+        default="wordllama",
+        help="the model of the parts and embed tables (wordllama: the default embedder)",
+    )
     args = parser.parse_args()
     sections = args.sections.split(",")
-    global QUERIES, SNAPSHOT, FIRST_PARTS, FIRST_DIMENSION
+    global QUERIES, SNAPSHOT, FIRST_PARTS, FIRST_DIMENSION, PARTS_EMBEDDER
+    PARTS_EMBEDDER = args.parts_embedder
     FIRST_DIMENSION = args.first_dimension
     FIRST_PARTS = EmbedParts.WHOLE if args.first_parts == "whole" else EmbedParts()
     QUERIES = QUERIES[: args.queries]

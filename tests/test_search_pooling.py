@@ -319,3 +319,69 @@ def test_vectors_once_over_batches_keeps_what_a_text_by_text_filling_keeps(
                     model.clear()
                 model[text] = None
             assert list(known) == list(model)
+
+
+STEP_WORDS = ["open", "the", "file", "Ярлык", "(menú)", "été", "\U0001f600", "3.14", "OK", "a"]
+
+# A field's text: 0 to 18 words (8 and 9 among them: one window, two windows), any white space.
+field_texts = st.lists(
+    st.tuples(st.sampled_from(STEP_WORDS), st.sampled_from([" ", " ", "\n", "  ", "\t"])),
+    max_size=18,
+).map(lambda pairs: "".join(word + space for word, space in pairs))
+field_values = st.recursive(
+    field_texts | st.integers(0, 3) | st.none(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("xyz"), inner),
+    max_leaves=6,
+)
+step_fields = st.dictionaries(
+    st.sampled_from(["thought", "action", "page", "status"]), field_values
+)
+cuts = st.builds(
+    lambda size, overlap, whole: EmbedParts(
+        chunk_words=size, overlap=0 if size is None else overlap % size, whole=whole
+    ),
+    st.sampled_from([None, 1, 2, 3, 8]),
+    st.integers(0, 7),
+    st.booleans(),
+) | st.just(EmbedParts.WHOLE)
+EMBEDDERS = {"hashing": HashingEmbedder(64), "wordllama": WordLlamaEmbedder()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(step_fields, max_size=12),
+    st.lists(st.tuples(st.integers(0, 11), step_fields), max_size=4),
+    cuts,
+    st.integers(1, 5),
+    st.sampled_from(sorted(EMBEDDERS)),
+)
+def test_each_part_holds_the_vector_of_its_text_embedded_alone(
+    steps: list[dict[str, Any]],
+    changes: list[tuple[int, dict[str, Any]]],
+    parts: EmbedParts,
+    batch_size: int,
+    name: str,
+) -> None:
+    """ItemVectors.embed gives each item, over nested, empty, unicode and 8 or 9 word fields, the vectors of its distinct part texts each embedded alone, float for float; after changes too."""
+    embedder = EMBEDDERS[name]
+    items = {n: MemoryItem(step=n, **fields) for n, fields in enumerate(steps)}
+    table = ItemVectors(parts)
+    made = table.table(embedder, None, items)
+    made.matrix, made.uses = made.matrix[:1].copy(), made.uses[:1].copy()  # every embed grows it
+    table.embed(embedder, None, items, batch_size=batch_size, progress=None)
+    for key, fields in changes:  # a changed item waits for new vectors; its rows may be freed
+        if key in items:
+            items[key] = MemoryItem(step=key, **fields)
+            table.changed(key)
+    vectors = table.embed(embedder, None, items, batch_size=batch_size, progress=None)
+    holders = np.zeros(vectors.used, dtype=np.int64)
+    for key, item in items.items():
+        wanted = list(dict.fromkeys(parts.texts(item.to_dict(), None)))
+        rows = vectors.rows_of.get(key, [])
+        # One row a distinct text, in the order the item's parts first name them.
+        alone = [checked_vectors(embedder, [text]) for text in wanted]
+        width = embedder.dimension
+        assert np.array_equal(vectors.matrix[rows], np.concatenate([np.zeros((0, width)), *alone]))
+        holders[rows] += 1
+    assert np.array_equal(vectors.uses[: vectors.used], holders)
+    assert vectors.used <= len(vectors.matrix)
