@@ -275,6 +275,18 @@ def test_a_pruned_walk_asks_no_bm25_of_a_row_past_it_that_blends_to_0_after_a_fl
     assert not {390, *range(300, 340)} & set(bm25_asked)
 
 
+def test_a_pruned_walk_with_no_floor_yet_asks_the_bm25_of_the_best_bounded_rows_first() -> None:
+    """Fewer than k rows that pass in the walk (no floor) and a hundred past it: the BM25 of the best bounded 16 is asked first, and the floor they give leaves the rest unasked (a filter 1% of 30,000 steps pass asked it of all ~310 rows)."""
+    passes = {10, *range(20, 120)}
+    bm25_asked: list[int] = []
+    drawn = BELOW_THE_LEADERS
+    pruned, full, _ = pruned_and_full(drawn, sorted(passes), passes, 0.0, bm25_asked)
+    assert passing(full, passes, 2) == [(10, 0.0), (20, 0.0)]
+    assert passing(pruned, passes, 2) == passing(full, passes, 2)
+    assert {key: full[key] for key in pruned} == pruned
+    assert sorted(set(bm25_asked) & passes) == [10, *range(20, 35)]
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(score_sets(), crowded_sets()), st.data())
 def test_blend_zeros_holds_only_where_every_item_below_the_bounds_blends_to_exactly_0(

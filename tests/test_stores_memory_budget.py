@@ -910,3 +910,78 @@ def test_kept_coded_a_hybrid_query_with_a_common_filter_of_fields_takes_the_stor
     assert coded.ceilings
     assert all(isinstance(found, dict) for found in coded.ceilings)
     holds_no_vector(memory)
+
+
+# -- over the budget: the stored bytes taken from the coded table, not scanned again -----------
+
+
+def noted_scans(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[Any]:
+    """Return the list that notes each scan of the stored vector bytes (``Backend.vector_bytes``) of ``store``."""
+    scans: list[Any] = []
+    noting(monkeypatch, store.backend, "vector_bytes", lambda args, _, __: scans.append(args))
+    return scans
+
+
+def stored_bytes(store: Store) -> int:
+    """Return the bytes of session ``s``'s stored part vectors (every field), as the backend's scan sums them."""
+    from agents.memory._vectors import fields_text
+    from agents.memory.search import EmbedParts
+
+    return store.backend.vector_bytes("s", fields_text(None, EmbedParts()))
+
+
+def test_kept_coded_steps_written_and_queried_scan_no_stored_bytes(
+    coded: Coded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept coded, steps written and queried: Memory.search's hits and floats, and the bytes over the budget taken from the table kept at each version, never scanned from the rows again (once each write on main)."""
+    memory = coded.memory
+    scans = noted_scans(monkeypatch, memory.store)
+    for seed in (11, 12):
+        memory.add_memory_items(steps(3, seed=seed, first=300 + 3 * (seed - 11)))
+        for mode in ("semantic", "hybrid"):
+            assert answers(memory, mode) == reference(list(memory.content), mode)
+    assert scans == []
+    assert memory.store.vectors_over_budget("s") is True
+    assert scans == []
+    holds_no_vector(memory)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    writes=st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(1, 4)),
+            st.tuples(st.just("delete"), st.integers(0, 299)),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    off=st.integers(-8, 8),
+)
+def test_kept_coded_vectors_over_budget_is_the_scanned_bytes_against_the_budget(
+    coded: Coded, monkeypatch: pytest.MonkeyPatch, writes: list[tuple[str, int]], off: int
+) -> None:
+    """Kept coded through additions and deletions, Store.vectors_over_budget answers as the scan of the stored bytes does at budgets about them, without the scan (the table's live parts are the rows' vectors)."""
+    memory, store = coded.memory, coded.memory.store
+    cache = store._vectors._cache
+    for kind, value in writes:
+        if kind == "add":
+            last = max(item["step"] for item in memory.content)
+            memory.add_memory_items(steps(value, seed=value + last, first=last + 1))
+        else:
+            memory.delete_memory_item(value)
+    assert answers(memory, "hybrid") == reference(list(memory.content), "hybrid")
+    assert coded.kept_coded()
+    scanned = stored_bytes(store)
+    scans = noted_scans(monkeypatch, store)
+    cache._counts.clear()  # the bytes the query counted at this version: taken again
+    coded_at = cache.budget
+    for budget in (scanned + off * 4, scanned - 1, scanned):
+        monkeypatch.setattr(cache, "_budget", budget)
+        assert store.vectors_over_budget("s") is (scanned > budget)
+    monkeypatch.setattr(cache, "_budget", coded_at)
+    assert scans == []

@@ -342,14 +342,25 @@ class CompactVectors:
         """Return this table (held compact already)."""
         return self
 
+    def _part_counts(self) -> Any:
+        """Return each slot's number of parts (its places in :meth:`part_rows`), live or not."""
+        np = numpy()
+        slots = len(self.key_at)
+        ends = np.append(self.start[1:slots], self.refs).astype(np.int64)
+        return ends - self.start[:slots]
+
+    @property
+    def live_parts(self) -> int:
+        """The part vectors the live items hold: as many as the session's vector rows hold, each ``width`` float32 (``Store.vectors_over_budget`` takes their bytes from a table kept at the current version)."""
+        return int(self._part_counts()[self.alive[: len(self.key_at)]].sum())
+
     def live(self) -> CompactVectors:
         """Return a copy that holds the live items only, by key ascending, and the rows they use only (as :func:`compact_table` lays a table out: what a save takes); this table stays as it was."""
         np = numpy()
         slots = len(self.key_at)
-        ends = np.append(self.start[1:slots], self.refs).astype(np.int64)
         alive = np.flatnonzero(self.alive[:slots])
         order = alive[np.argsort(self.key_at[alive], kind="stable")]
-        lengths = (ends - self.start[:slots])[order]
+        lengths = self._part_counts()[order]
         starts = np.zeros(len(order), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         places = np.repeat(self.start[order] - starts, lengths) + np.arange(int(lengths.sum()))
