@@ -1293,6 +1293,41 @@ def test_a_one_percent_keyword_filter_on_sqlite_judges_only_the_rows_its_handle_
         assert len(wholes) == 2
 
 
+def test_a_bulk_append_has_an_sqlite_handle_judge_its_filters_whole_again(
+    durable_url: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its handle appends more rows than it notes one by one (4,096), a kept filter is judged over the whole session again, not row by row, and the hits are Memory.search's."""
+    session = reviewer_session(200)
+    where = {"agent": "reviewer"}
+    wholes: list[int] = []
+    rows: list[int] = []
+    few, among = SQLRows.filter_few, SQLRows.filter_among
+
+    def counted_few(self: Any, sid: str, tree: Any, most: int) -> Any:
+        wholes.append(most)
+        return few(self, sid, tree, most)
+
+    def counted_among(self: Any, sid: str, tree: Any, seqs: Any) -> Any:
+        rows.append(len(seqs))
+        return among(self, sid, tree, seqs)
+
+    # The real statements, counted on the way through.
+    monkeypatch.setattr(SQLRows, "filter_few", counted_few)
+    monkeypatch.setattr(SQLRows, "filter_among", counted_among)
+    with open_store(durable_url("sqlite")) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        for _ in range(2):  # asked again: judged and kept
+            store.search("s", "beta 7", 5, where=where)
+        assert len(wholes) == 1
+        more = reviewer_session(4300)[200:]
+        store.append("s", [MemoryItem(**fields) for fields in more])
+        hits = store.search("s", "beta 7", 5, where=where)
+    memory = Memory(MemoryItem(**fields) for fields in [*session, *more])
+    want = memory.search("beta 7", 5, where=where)
+    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    assert (len(wholes), rows) == (2, [])
+
+
 SQLITE_RARE: Final = [
     {"agent": "reviewer"},
     {"meta.owner": "reviewer"},
