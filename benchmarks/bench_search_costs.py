@@ -20,8 +20,10 @@ benchmarks/_search_corpus.py):
   ``StoredMemory`` over each, the unfiltered query and each filter timed
   in turn, query by query, once a store's kept vectors are compacted (see
   :data:`WARM`); the first filtered query after opening a store
-  against the same query warm and unfiltered; and the query right after a
+  against the same query warm and unfiltered; the query right after a
   one-step write by the handle (an agent's loop), each filter against none;
+  and (``--filter-tables ...,other``) right after a one-step write by
+  another handle of the store;
 * ``writes``: the ``parts`` section's queries after a write (by the
   handle, by another handle) alone, in each store, with ``HashingEmbedder``;
 * ``store``: each of the five queries through ``Store.search`` on the
@@ -424,8 +426,8 @@ RARER: Final = ("eq-0.1%", "eq-0.01%", "in-0.1%", "range-0.1%", "gt-0.1%", "gt-n
 """The filters of :data:`RARE` that keep under 1% of the items: not run unless named."""
 
 
-FILTER_TABLES = ("warm", "first", "write")
-"""The tables of the filters section: the queries warm, the first filtered query, the query after a write."""
+FILTER_TABLES = ("warm", "first", "write", "other")
+"""The tables of the filters section: the queries warm, the first filtered query, the query after a write by the handle, and after one by another handle."""
 
 
 def filters_run(
@@ -440,7 +442,9 @@ def filters_run(
 
     ``tables`` names those measured (:data:`FILTER_TABLES`): ``warm``, the
     queries warm; ``first``, the first filtered query after opening a store;
-    ``write``, the query right after a one-step write.
+    ``write``, the query right after a one-step write; ``other``, the
+    query right after a one-step write by another handle of the store
+    (another process's writes read the same).
 
     In RAM (``Memory``), in each store (``Store.search``) and in a
     ``StoredMemory`` over each store; ``first/...`` keys hold the first
@@ -506,6 +510,9 @@ def filters_run(
             )
             if "write" in tables:
                 out.update(_after_write(name, store, sid, wanted, kinds, embedder, rows))
+            if "other" in tables:
+                with open_store(url) as other:
+                    out.update(_after_write(name, store, sid, wanted, kinds, embedder, rows, other))
             store.delete_session(sid)
     return out
 
@@ -544,13 +551,17 @@ def _after_write(
     kinds: Sequence[str],
     embedder: Any,
     rows: Sequence[dict[str, Any]],
+    writer: Store | None = None,
 ) -> dict[str, float]:
     """Return the query right after a one-step write by the handle (the agent loop), with each filter and without, in each mode.
 
     The filters and the unfiltered query take turns, each after a write of
     its own; each figure is the median of :data:`AFTER_WRITE` such queries.
+    ``writer``: another handle of the store writes instead (keys ``other/``).
     """
     out: dict[str, float] = {}
+    prefix = "write" if writer is None else "other"
+    writer = store if writer is None else writer
     wheres = {"all": None, **{kind: RARE[kind] for kind in kinds}}
     query = QUERIES[min(2, len(QUERIES) - 1)]
     written = 0
@@ -558,7 +569,7 @@ def _after_write(
         figures: dict[str, list[float]] = {label: [] for label in wheres}
         for _ in range(AFTER_WRITE):
             for label, where in wheres.items():
-                store.append(sid, [MemoryItem(**rows[written % len(rows)])])
+                writer.append(sid, [MemoryItem(**rows[written % len(rows)])])
                 written += 1
                 figures[label].append(
                     best_ms(
@@ -569,7 +580,7 @@ def _after_write(
                     )
                 )
         for label, values in figures.items():
-            out[f"write/{name} {mode}/{label}"] = statistics.median(values)
+            out[f"{prefix}/{name} {mode}/{label}"] = statistics.median(values)
     return out
 
 
@@ -591,7 +602,7 @@ def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> Non
     print(f"\n== a filter 1% of the items pass vs none (load {load()})")
     print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
     names = sorted(
-        {key.split("/")[0] for key in runs[0] if not key.startswith(("first/", "write/"))}
+        {key.split("/")[0] for key in runs[0] if not key.startswith(("first/", "write/", "other/"))}
     )
     _ratio_rows(runs, names, kinds, "")
     firsts = sorted({key.rsplit(" ", 1)[0] for key in runs[0] if key.startswith("first/")})
@@ -613,6 +624,13 @@ def print_filters(runs: Sequence[dict[str, float]], kinds: Sequence[str]) -> Non
         print(f"\n== the query right after a one-step write: 1% filter vs none (load {load()})")
         print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
     _ratio_rows(runs, written, kinds, "write/")
+    others = sorted({key.split("/")[1] for key in runs[0] if key.startswith("other/")})
+    if others:
+        print(
+            f"\n== the query right after a one-step write by another handle: 1% filter vs none (load {load()})"
+        )
+        print(f"{'':36} {'1% ms':>16} {'all ms':>16} {'ratio':>16}")
+    _ratio_rows(runs, others, kinds, "other/")
 
 
 def _ratio_rows(

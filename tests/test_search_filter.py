@@ -17,7 +17,9 @@ from agents.memory.stores import _ram as ram_store
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores._core.filter_values import FEW, ranked_where
 from agents.memory.stores._jsonl import backend as jsonl_backend
+from agents.memory.stores._sql.dialect import SQLRows
 from agents.memory.stores._sql.filters import candidates_query
+from agents.memory.stores._sqlite.keyword import SQLiteKeywordIndex
 
 # -- a plain model of the filter language, written apart from agents.memory._filter --------
 
@@ -1191,10 +1193,10 @@ def test_keyword_among_scores_rows_as_keyword_top_does(kind: str, durable_url: A
         check()
 
 
-def test_a_rare_keyword_filter_ranks_the_session_once_and_scores_the_rows_that_may_pass(
-    durable_url: Any,
+def test_a_rare_keyword_filter_on_sqlite_scores_only_the_rows_that_may_pass(
+    durable_url: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An SQLite keyword search with a filter 2 of 4,000 rows pass asks one ranking, then scores those 2 rows only, and gives Memory.search's hits and scores."""
+    """An SQLite keyword search with a filter 2 of 4,000 rows pass, asked again, ranks no session, scores those 2 rows only, and gives Memory.search's hits and scores."""
     session = [
         {
             "step": i,
@@ -1206,58 +1208,216 @@ def test_a_rare_keyword_filter_ranks_the_session_once_and_scores_the_rows_that_m
     where = {"agent": "reviewer"}
     with open_store(durable_url("sqlite")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
+        store.search("s", "beta 7", 3, where=where)  # asked once: the ranking walked
         backend = store.backend
         rankings: list[int] = []
         scored: list[int] = []
-        top, among = backend.keyword_top, backend.keyword_among
+        top, among = backend.keyword_top, SQLiteKeywordIndex.among
 
         def counted_top(sid: str, terms: Any, k: int) -> Any:
             rankings.append(k)
             return top(sid, terms, k)
 
-        def counted_among(sid: str, terms: Any, seqs: Any) -> Any:
+        def counted_among(self: Any, sid: str, terms: Any, seqs: Any) -> Any:
             scored.extend(seqs)
-            return among(sid, terms, seqs)
+            return among(self, sid, terms, seqs)
 
         # The real backend's calls, counted on the way through.
         backend.keyword_top = counted_top  # type: ignore[method-assign]
-        backend.keyword_among = counted_among  # type: ignore[method-assign]
+        monkeypatch.setattr(SQLiteKeywordIndex, "among", counted_among)
         hits = store.search("s", "beta 7", 3, where=where)
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("beta 7", 3, where=where)
     assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
-    assert len(rankings) == 1
+    assert rankings == []
     assert len(scored) == 2
 
 
-def test_a_one_percent_keyword_filter_on_sqlite_is_answered_by_the_first_ranking(
-    durable_url: Any,
+def test_a_one_percent_keyword_filter_on_sqlite_judges_only_the_rows_its_handle_wrote_since(
+    durable_url: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An SQLite keyword search with a filter 1% of 2,000 rows pass walks one ranking (as long as the index ranks at the cost of a short one) and asks SQL nothing more."""
+    """An SQLite keyword search with a filter 1% of 2,000 rows pass judges the session in SQL once, when asked again; after its handle appends, updates or deletes, only the rows written are judged again; after another handle's write, the session again when asked twice; hits always Memory.search's."""
     session = reviewer_session(2000)
     where = {"agent": "reviewer"}
+    wholes: list[int] = []
+    rows: list[list[int]] = []
+    few, among = SQLRows.filter_few, SQLRows.filter_among
+
+    def counted_few(self: Any, sid: str, tree: Any, most: int) -> Any:
+        wholes.append(most)
+        return few(self, sid, tree, most)
+
+    def counted_among(self: Any, sid: str, tree: Any, seqs: Any) -> Any:
+        rows.append(list(seqs))
+        return among(self, sid, tree, seqs)
+
+    # The real statements, counted on the way through.
+    monkeypatch.setattr(SQLRows, "filter_few", counted_few)
+    monkeypatch.setattr(SQLRows, "filter_among", counted_among)
+    url = durable_url("sqlite")
+    memory = Memory(MemoryItem(**fields) for fields in session)
+
+    def same(store: Any) -> None:
+        hits = store.search("s", "beta 7", 5, where=where)
+        want = memory.search("beta 7", 5, where=where)
+        assert [(h.item["step"], h.score) for h in hits] == [
+            (h.item["step"], h.score) for h in want
+        ]
+
+    with open_store(url) as store, open_store(url) as other:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        same(store)
+        assert (len(wholes), rows) == (0, [])  # asked once: the ranking walked
+        same(store)
+        same(store)
+        assert (len(wholes), rows) == (1, [])
+        new = {"step": 2000, "agent": "reviewer", "text": "alpha beta 7"}
+        (seq,) = store.append("s", [MemoryItem(**new)])
+        memory.add_memory_item(MemoryItem(**new))
+        same(store)
+        assert (len(wholes), rows) == (1, [[seq]])
+        seqs = [row.seq for row in store.records("s")]
+        with store.batch("s") as batch:
+            batch.update({seqs[7]: MemoryItem(step=7, agent="host", text="alpha beta 7")})
+            batch.delete([seqs[107]])
+        memory.delete_memory_item(7)
+        memory.delete_memory_item(107)
+        memory.add_memory_item(MemoryItem(step=7, agent="host", text="alpha beta 7"))
+        same(store)
+        assert (len(wholes), sorted(rows[-1])) == (1, sorted([seqs[7], seqs[107]]))
+        other.delete_seqs("s", [seqs[207]])
+        memory.delete_memory_item(207)
+        same(store)
+        assert len(wholes) == 1  # asked once since another handle wrote: walked
+        same(store)
+        assert len(wholes) == 2
+
+
+def test_a_bulk_append_has_an_sqlite_handle_judge_its_filters_whole_again(
+    durable_url: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its handle appends more rows than it notes one by one (4,096), a kept filter is judged over the whole session again, not row by row, and the hits are Memory.search's."""
+    session = reviewer_session(200)
+    where = {"agent": "reviewer"}
+    wholes: list[int] = []
+    rows: list[int] = []
+    few, among = SQLRows.filter_few, SQLRows.filter_among
+
+    def counted_few(self: Any, sid: str, tree: Any, most: int) -> Any:
+        wholes.append(most)
+        return few(self, sid, tree, most)
+
+    def counted_among(self: Any, sid: str, tree: Any, seqs: Any) -> Any:
+        rows.append(len(seqs))
+        return among(self, sid, tree, seqs)
+
+    # The real statements, counted on the way through.
+    monkeypatch.setattr(SQLRows, "filter_few", counted_few)
+    monkeypatch.setattr(SQLRows, "filter_among", counted_among)
     with open_store(durable_url("sqlite")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
-        backend = store.backend
-        calls: list[str] = []
-        top, narrow = backend.keyword_top, backend.filter_candidates
-
-        def counted_top(sid: str, terms: Any, k: int) -> Any:
-            calls.append("top")
-            return top(sid, terms, k)
-
-        def counted_narrow(sid: str, tree: Any) -> Any:
-            calls.append("filter_candidates")
-            return narrow(sid, tree)
-
-        # The real backend's calls, counted on the way through.
-        backend.keyword_top = counted_top  # type: ignore[method-assign]
-        backend.filter_candidates = counted_narrow  # type: ignore[method-assign]
+        for _ in range(2):  # asked again: judged and kept
+            store.search("s", "beta 7", 5, where=where)
+        assert len(wholes) == 1
+        more = reviewer_session(4300)[200:]
+        store.append("s", [MemoryItem(**fields) for fields in more])
         hits = store.search("s", "beta 7", 5, where=where)
-    memory = Memory(MemoryItem(**fields) for fields in session)
+    memory = Memory(MemoryItem(**fields) for fields in [*session, *more])
     want = memory.search("beta 7", 5, where=where)
     assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
-    assert calls == ["top"]
+    assert (len(wholes), rows) == (2, [])
+
+
+SQLITE_RARE: Final = [
+    {"agent": "reviewer"},
+    {"meta.owner": "reviewer"},
+    {"team": {"$in": ["red", "blue"]}},
+    {"n": {"$gte": 3, "$lt": 5}},
+    {"tier": "gold"},
+    {"agent": "auditor"},
+]
+"""Filters a few rows of :func:`sqlite_rows` pass at most (one of them none, one at most a row or two)."""
+
+
+@st.composite
+def sqlite_rows(draw: st.DrawFn) -> dict[str, Any]:
+    """Return one row of a session that the filters of :data:`SQLITE_RARE` pass rarely."""
+    rare = draw(st.integers(0, 15)) == 0
+    return {
+        "text": " ".join(draw(st.lists(st.sampled_from(["alpha", "beta", "gamma"]), max_size=3)))
+        + " alpha",
+        "agent": "reviewer" if rare else "host",
+        "meta": {"owner": "reviewer" if draw(st.integers(0, 15)) == 0 else "host"},
+        "team": draw(st.sampled_from(["red", "blue", *["grey"] * 14])),
+        "n": draw(st.integers(0, 40)),
+        "tier": "gold" if draw(st.integers(0, 60)) == 0 else "plain",
+    }
+
+
+writes = st.one_of(
+    st.tuples(st.just("append"), st.booleans(), st.lists(sqlite_rows(), min_size=1, max_size=3)),
+    st.tuples(st.just("delete"), st.booleans(), st.lists(st.integers(0, 10**6), max_size=3)),
+    st.tuples(st.just("update"), st.booleans(), st.lists(sqlite_rows(), min_size=1, max_size=2)),
+)
+
+
+def test_a_rare_keyword_filter_on_sqlite_follows_writes_of_its_handle_and_of_another(
+    tmp_path: Any,
+) -> None:
+    """An SQLite keyword search with a rare filter gives Memory.search's hits and scores over the live rows, asked again between appends, updates and deletes by its handle and by a second handle."""
+    counter = iter(range(10**6))
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        first=st.lists(sqlite_rows(), min_size=0, max_size=70),
+        steps=st.lists(writes, max_size=6),
+        query=st.sampled_from(["alpha", "beta gamma", "gamma"]),
+        k=st.sampled_from([1, 3, 10]),
+    )
+    def check(first: list[dict[str, Any]], steps: list[Any], query: str, k: int) -> None:
+        url = f"sqlite://{tmp_path / f'{next(counter)}.db'}"
+        live: dict[int, dict[str, Any]] = {}
+        numbered = iter(range(10**6))
+
+        def append(store: Any, rows: list[dict[str, Any]]) -> None:
+            rows = [{**row, "step": next(numbered)} for row in rows]
+            seqs = store.append("s", [MemoryItem(**row) for row in rows])
+            live.update(zip(seqs, rows, strict=True))
+
+        def same(store: Any) -> None:
+            memory = Memory(MemoryItem(**live[seq]) for seq in sorted(live))
+            for where in SQLITE_RARE:
+                want = [(h.item["step"], h.score) for h in memory.search(query, k, where=where)]
+                got = store.search("s", query, k, where=where)
+                assert [(h.item["step"], h.score) for h in got] == want, where
+
+        with open_store(url) as store, open_store(url) as other:
+            append(store, [*first, {"text": "alpha"}])
+            same(store)
+            for action, by_other, what in steps:
+                writer = other if by_other else store
+                seqs = sorted(live)
+                if action == "append":
+                    append(writer, what)
+                elif action == "delete" and seqs:
+                    gone = {seqs[i % len(seqs)] for i in what}
+                    writer.delete_seqs("s", gone)
+                    for seq in gone:
+                        del live[seq]
+                elif action == "update" and seqs:
+                    changed = {seqs[(7 * i) % len(seqs)]: row for i, row in enumerate(what)}
+                    with writer.batch("s") as batch:
+                        batch.update(
+                            {
+                                seq: MemoryItem(**{**row, "step": live[seq]["step"]})
+                                for seq, row in changed.items()
+                            }
+                        )
+                    for seq, row in changed.items():
+                        live[seq] = {**row, "step": live[seq]["step"]}
+                same(store)
+
+    check()
 
 
 RARE_FILTERS: list[dict[str, Any]] = [

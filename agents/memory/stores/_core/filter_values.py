@@ -368,6 +368,21 @@ class FilterValues:
             self._sessions.clear()
 
 
+class _Touched:
+    """The rows of one session a handle wrote since its answers were last brought up to date (:meth:`JudgedFilters.touched`)."""
+
+    def __init__(self) -> None:
+        self.seqs: set[int] | None = set()  # None: any row
+        self.grown = True  # rows were only added
+
+
+_NOTED_MOST: Final = 4096
+"""The rows of a session noted as written at most: past them, its answers are judged again whole (a bulk load between two queries keeps no long list)."""
+
+_Key = tuple[str, Hashable]
+"""What :class:`JudgedFilters` keeps an answer under: the session and the filter (:func:`_node_key`)."""
+
+
 class JudgedFilters:
     """The rows that may pass each filter a handle judged, kept while its store's change stamp stays the same.
 
@@ -387,9 +402,113 @@ class JudgedFilters:
         self._size = size
         self._lock = threading.Lock()
         self._stamp: Hashable = None
-        self._found: OrderedDict[Hashable, frozenset[int] | None] = OrderedDict()
+        self._found: OrderedDict[_Key, frozenset[int] | None] = OrderedDict()
         # Filters a capped judgement found more than this many rows may pass (or none it can narrow).
-        self._over: OrderedDict[Hashable, int] = OrderedDict()
+        self._over: OrderedDict[_Key, int] = OrderedDict()
+        # Carrying answers over this handle's own writes (see :meth:`touched` and :meth:`carried`).
+        self._trees: dict[_Key, FilterNode] = {}
+        self._outside: Hashable = None
+        self._touched: dict[str, _Touched] = {}
+        # The filters asked once since the writes of others last moved (:meth:`asked_again`).
+        self._asked: OrderedDict[_Key, None] = OrderedDict()
+
+    def asked_again(self, session_id: str, tree: FilterNode, stamp: Hashable) -> bool:
+        """Return whether ``tree`` was asked of the session before under the writes of others ``stamp`` follows (an answer kept counts), noting this ask.
+
+        A backend that judges a filter by reading every row answers the
+        first ask without judging it (the store walks its ranking, reading
+        a few hundred rows), and judges it on the next: a filter asked once
+        between two writes of others (another process appending between
+        each query) never pays for reading them all. A filter that cannot be
+        kept is never asked again. ``stamp`` as for :meth:`judged` (read
+        after :meth:`carried`).
+        """
+        key = _judged_key(session_id, tree)
+        if key is None:
+            return False
+        with self._lock:
+            if self._fresh(stamp) and (key in self._found or key in self._over):
+                return True
+            if key in self._asked:
+                self._asked.move_to_end(key)
+                return True
+            self._asked[key] = None
+            while len(self._asked) > self._size:
+                self._asked.popitem(last=False)
+            return False
+
+    def touched(self, session_id: str, seqs: Sequence[int] | None, *, grown: bool = False) -> None:
+        """Note rows of a session this handle wrote (``None``: any of them may have changed).
+
+        Called by the writer inside its write transaction, holding the lock
+        every query of the store's file takes, so that the next stamp a
+        query reads names a state these notes cover. ``grown``: the rows
+        were only added (a filter passing more than some number of rows
+        still does).
+        """
+        with self._lock:
+            if not self._found and not self._over:
+                return  # nothing kept to bring up to date
+            noted = self._touched.get(session_id)
+            if noted is None:
+                noted = self._touched[session_id] = _Touched()
+            if seqs is None or len(seqs) > _NOTED_MOST:
+                noted.seqs = None
+            elif noted.seqs is not None:
+                noted.seqs.update(seqs)
+                if len(noted.seqs) > _NOTED_MOST:
+                    noted.seqs = None  # more rows than judging the session again reads
+            noted.grown = noted.grown and grown
+
+    def carried(
+        self,
+        stamp: Hashable,
+        outside: Hashable,
+        among: Callable[[str, FilterNode, list[int]], set[int] | None],
+    ) -> None:
+        """Bring the answers kept up to ``stamp`` where only this handle's own writes (:meth:`touched`) came since, judging only the rows they wrote.
+
+        ``outside`` is the part of the stamp that writes by others move (the
+        file opened again, another connection's commit): where it moved,
+        or any write was not noted row by row, the session's answers are
+        forgotten (:meth:`judged` judges them again). ``among(session_id,
+        tree, seqs)`` judges the rows that may pass among ``seqs`` (``None``:
+        it cannot). The caller holds the lock its writers write under, from
+        reading ``stamp`` until the answer is given, so no write falls
+        between.
+        """
+        with self._lock:
+            if stamp == self._stamp:
+                return
+            if outside != self._outside or self._stamp is None:
+                self._forget(stamp, outside)
+                return
+            touched, self._touched = self._touched, {}
+            kept = [
+                (key, self._trees.get(key), found)
+                for key, found in self._found.items()
+                if key[0] in touched
+            ]
+            for key in [key for key in self._over if key[0] in touched]:
+                if not touched[key[0]].grown:
+                    del self._over[key]
+            self._stamp = stamp
+        for key, tree, found in kept:
+            noted = touched[key[0]]
+            again = None
+            if tree is not None and found is not None and noted.seqs is not None:
+                wrote = sorted(noted.seqs)
+                may = among(key[0], tree, wrote) if wrote else set()
+                if may is not None:
+                    again = frozenset((found - noted.seqs) | may)
+            with self._lock:
+                if self._stamp != stamp:
+                    return
+                if again is None:
+                    self._found.pop(key, None)
+                    self._trees.pop(key, None)
+                else:
+                    self._found[key] = again
 
     def judged(
         self,
@@ -412,7 +531,7 @@ class JudgedFilters:
                 kept = self._found[key]
                 return None if kept is None else set(kept)
         found = judge()
-        self._keep(key, stamp, found)
+        self._keep(key, tree, stamp, found)
         return found
 
     def few(
@@ -444,7 +563,7 @@ class JudgedFilters:
                     return None
         found = judge()
         if found is not None:
-            self._keep(key, stamp, found)
+            self._keep(key, tree, stamp, found)
             return found
         with self._lock:
             if stamp == self._stamp:
@@ -457,24 +576,33 @@ class JudgedFilters:
     def _fresh(self, stamp: Hashable) -> bool:
         """Forget every answer unless judged under ``stamp``; return whether any may be kept (under the lock)."""
         if stamp != self._stamp:
-            self._found.clear()
-            self._over.clear()
-            self._stamp = stamp
+            self._forget(stamp, self._outside)
             return False
         return True
 
-    def _keep(self, key: Hashable, stamp: Hashable, found: set[int] | None) -> None:
+    def _forget(self, stamp: Hashable, outside: Hashable) -> None:
+        """Forget every answer and every write noted; from now on answers are judged under ``stamp`` (under the lock)."""
+        self._found.clear()
+        self._over.clear()
+        self._trees.clear()
+        self._touched.clear()
+        self._asked.clear()
+        self._stamp = stamp
+        self._outside = outside
+
+    def _keep(self, key: _Key, tree: FilterNode, stamp: Hashable, found: set[int] | None) -> None:
         """Keep ``found`` for ``key`` where no commit came since ``stamp``."""
         with self._lock:
             if stamp == self._stamp:
                 self._found[key] = None if found is None else frozenset(found)
+                self._trees[key] = tree
                 self._found.move_to_end(key)
                 self._over.pop(key, None)
                 while len(self._found) > self._size:
-                    self._found.popitem(last=False)
+                    self._trees.pop(self._found.popitem(last=False)[0], None)
 
 
-def _judged_key(session_id: str, tree: FilterNode) -> Hashable | None:
+def _judged_key(session_id: str, tree: FilterNode) -> _Key | None:
     """Return what :class:`JudgedFilters` keeps a filter's answer under, or ``None`` where it is judged every time."""
     if node_fields(tree) is None:
         return None
