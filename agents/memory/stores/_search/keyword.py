@@ -141,8 +141,8 @@ class KeywordSearch:
         for ``k`` of them, then longer rankings as the filter drops some.
         Otherwise, a ranking scored in Python (no keyword index, or ``fields``) is asked
         for every candidate at once: it decodes them all to score them
-        anyway. An indexed one is asked for :data:`NARROW_AT` (it costs
-        what ``k`` does; its items are read as the walk needs them), then as
+        anyway. An indexed one is asked for :data:`NARROW_AT` (its items
+        are read as the walk needs them), then as
         many as the pass rate seen needs. When a ranking falls short with
         at most one in ``FEW`` of its items passing, the backend is asked
         which rows may pass
@@ -190,10 +190,11 @@ class KeywordSearch:
             keep,
             found,
             reader(engine, sid, on_unknown_class),
-            # An indexed ranking of NARROW_AT costs what one of k does (the index scores every
-            # row holding a term either way), and its items are read only as far as the walk
-            # goes: one ranking settles a filter that 1% of the items pass (reading a few
-            # hundred), where asking SQL which rows may pass reads every row of the session.
+            # An indexed ranking of NARROW_AT costs more than one of k (the scorer prunes for a
+            # small k), but its items are read only as far as the walk goes: one ranking settles
+            # a filter that 1% of the items pass (reading a few hundred), where asking SQL which
+            # rows may pass reads every row of the session. A backend that keeps that answer
+            # ranks only the passing rows when the filter is asked again (keyword_top_where).
             first=ALL if python_ranked else max(4 * k, NARROW_AT),
             narrow=narrower(engine, sid, keep),
             among=among if not python_ranked and _answers_among(engine.backend) else None,
