@@ -267,3 +267,40 @@ def test_values_json_paths_must_escape_are_named_by_the_index(
         ) as indexed:
             assert store.backend.filter_candidates("s", keep.tree) == {4}
         assert indexed.called
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(chosen=items(), where=filters)
+@example(
+    chosen=[MemoryItem(step=i, note="the", m={"b": "x" if i == 5 else "y"}) for i in range(12)],
+    where={"m.b": "x"},
+)
+@example(
+    chosen=[MemoryItem(step=i, note="the", **{"$kv": "z", "m": {"b": i}}) for i in range(12)],
+    where={"m.b": 20},
+)
+def test_rows_judged_by_key_keep_every_row_that_passes_and_rank_as_memory_search(
+    postgres_url: str, chosen: list[MemoryItem], where: dict[str, Any]
+) -> None:
+    """filter_among judges the rows it is given by the SQL condition alone, never the GIN index's JSON path, and keeps every row that passes; a search that judges its ranking by key ranks as Memory.search, hits and scores (filters 0, 1 or a few rows pass)."""
+    keep = Filter(where)
+    with PostgresStore(postgres_url, pgvector=False) as store:
+        sid = uuid.uuid4().hex
+        store.append(sid, chosen)
+        backend = store.backend
+        with mock.patch.object(backend, "query_rows", wraps=backend.query_rows) as queried:
+            among = backend.filter_among(sid, keep.tree, list(range(1, len(chosen) + 1)))
+        # The JSON path spells every codec tag at every path (114 alternatives for one dotted
+        # $eq): tested on each copy looked up by key it cost more than the condition it narrows.
+        assert all("@@" not in call.args[0] for call in queried.call_args_list), where
+        passing = {seq for seq, item in enumerate(chosen, 1) if keep(item)}
+        assert among is None or passing <= among, (where, passing - (among or set()))
+        for k in (1, 3):
+            got = store.search(sid, "the", k, mode="keyword", where=where)
+            assert [(hit.seq, hit.score) for hit in got] == ranked_by_memory(
+                chosen, "the", k, where
+            )
