@@ -872,6 +872,12 @@ def _wait_ready(memory: Memory) -> None:
     _settle()
 
 
+def _ratio_row(label: str, shown: str, top: Sequence[float], bottom: Sequence[float]) -> None:
+    """Print a first-query table row: ``shown`` (the open time), ``top`` and ``bottom`` ms per run, and their ratios."""
+    ratios = [t / b for t, b in zip(top, bottom, strict=True)]
+    print(f"{label:34} {shown:>16} {cell(top):>16} {cell(bottom):>16} {cell(ratios):>16}")
+
+
 def print_first(runs: Sequence[dict[str, float]]) -> None:
     """Print the first query after opening against warm ones (other queries): ms and the ratio, wall then CPU."""
     print(f"\n== first query after opening vs warm (load {load()})")
@@ -883,29 +889,17 @@ def print_first(runs: Sequence[dict[str, float]]) -> None:
                 continue
             first = [run[f"{name}/first{clock}"] for run in runs]
             warm = [run[f"{name}/warm{clock}"] for run in runs]
-            ratios = [f / w for f, w in zip(first, warm, strict=True)]
-            label = name if not clock else "  CPU"
-            shown = opened if not clock else ""
-            print(f"{label:34} {shown:>16} {cell(first):>16} {cell(warm):>16} {cell(ratios):>16}")
+            _ratio_row(name if not clock else "  CPU", opened if not clock else "", first, warm)
+            also = ", CPU" if clock else ""
             if f"{name}/slowest warm{clock}" in runs[0]:
                 slowest = [run[f"{name}/slowest warm{clock}"] for run in runs]
-                ratios = [s / w for s, w in zip(slowest, warm, strict=True)]
-                label = "  slowest warm vs warm" + (", CPU" if clock else "")
-                print(
-                    f"{label:34} {'':>16} {cell(slowest):>16} {cell(warm):>16} {cell(ratios):>16}"
-                )
+                _ratio_row("  slowest warm vs warm" + also, "", slowest, warm)
             if f"{name}/settled{clock}" in runs[0]:
                 settled = [run[f"{name}/settled{clock}"] for run in runs]
-                ratios = [f / w for f, w in zip(first, settled, strict=True)]
-                label = "  against warm after the build" + (", CPU" if clock else "")
-                print(
-                    f"{label:34} {'':>16} {cell(first):>16} {cell(settled):>16} {cell(ratios):>16}"
-                )
+                _ratio_row("  against warm after the build" + also, "", first, settled)
             if f"{name}/new terms{clock}" in runs[0]:
                 fresh = [run[f"{name}/new terms{clock}"] for run in runs]
-                ratios = [f / w for f, w in zip(fresh, warm, strict=True)]
-                label = "  new terms" + (", CPU" if clock else "")
-                print(f"{label:34} {'':>16} {cell(fresh):>16} {cell(warm):>16} {cell(ratios):>16}")
+                _ratio_row("  new terms" + also, "", fresh, warm)
 
 
 def store_run(urls: Sequence[tuple[str, str]], n: int, modes: Sequence[str]) -> dict[str, float]:

@@ -1233,12 +1233,8 @@ def test_a_rare_keyword_filter_on_sqlite_scores_only_the_rows_that_may_pass(
     assert len(scored) == 2
 
 
-def test_a_one_percent_keyword_filter_on_sqlite_judges_only_the_rows_its_handle_wrote_since(
-    durable_url: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An SQLite keyword search with a filter 1% of 2,000 rows pass judges the session in SQL once, when asked again; after its handle appends, updates or deletes, only the rows written are judged again; after another handle's write, the session again when asked twice; hits always Memory.search's."""
-    session = reviewer_session(2000)
-    where = {"agent": "reviewer"}
+def filter_statements(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[list[int]]]:
+    """Count the SQL that judges filters, on the way through to the real statements: the cap of each whole-session judgement (``filter_few``), and the rows of each judgement by row (``filter_among``)."""
     wholes: list[int] = []
     rows: list[list[int]] = []
     few, among = SQLRows.filter_few, SQLRows.filter_among
@@ -1251,9 +1247,18 @@ def test_a_one_percent_keyword_filter_on_sqlite_judges_only_the_rows_its_handle_
         rows.append(list(seqs))
         return among(self, sid, tree, seqs)
 
-    # The real statements, counted on the way through.
     monkeypatch.setattr(SQLRows, "filter_few", counted_few)
     monkeypatch.setattr(SQLRows, "filter_among", counted_among)
+    return wholes, rows
+
+
+def test_a_one_percent_keyword_filter_on_sqlite_judges_only_the_rows_its_handle_wrote_since(
+    durable_url: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An SQLite keyword search with a filter 1% of 2,000 rows pass judges the session in SQL once, when asked again; after its handle appends, updates or deletes, only the rows written are judged again; after another handle's write, the session again when asked twice; hits always Memory.search's."""
+    session = reviewer_session(2000)
+    where = {"agent": "reviewer"}
+    wholes, rows = filter_statements(monkeypatch)
     url = durable_url("sqlite")
     memory = Memory(MemoryItem(**fields) for fields in session)
 
@@ -1299,21 +1304,7 @@ def test_a_bulk_append_has_an_sqlite_handle_judge_its_filters_whole_again(
     """After its handle appends more rows than it notes one by one (4,096), a kept filter is judged over the whole session again, not row by row, and the hits are Memory.search's."""
     session = reviewer_session(200)
     where = {"agent": "reviewer"}
-    wholes: list[int] = []
-    rows: list[int] = []
-    few, among = SQLRows.filter_few, SQLRows.filter_among
-
-    def counted_few(self: Any, sid: str, tree: Any, most: int) -> Any:
-        wholes.append(most)
-        return few(self, sid, tree, most)
-
-    def counted_among(self: Any, sid: str, tree: Any, seqs: Any) -> Any:
-        rows.append(len(seqs))
-        return among(self, sid, tree, seqs)
-
-    # The real statements, counted on the way through.
-    monkeypatch.setattr(SQLRows, "filter_few", counted_few)
-    monkeypatch.setattr(SQLRows, "filter_among", counted_among)
+    wholes, rows = filter_statements(monkeypatch)
     with open_store(durable_url("sqlite")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         for _ in range(2):  # asked again: judged and kept
