@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import subprocess
 import sys
+import textwrap
 from typing import Any
 from unittest import mock
 
@@ -755,3 +757,27 @@ def test_the_pruned_rankings_were_drawn() -> None:
         pytest.skip("the pruned rankings' test did not run first")
     assert _PRUNED[0]
     assert _PRUNED[1]
+
+
+def test_numpy_is_imported_as_the_store_opens_not_in_its_first_query(postgres_url: str) -> None:
+    """A fresh process's PostgreSQL handle imports numpy (which sums every ranking's blocks) as it opens, so that its first keyword query does not; that query ranks as Memory.search."""
+    pytest.importorskip("numpy")
+    items = [MemoryItem(step=i, note=f"{WORDS[i % 8]} {WORDS[i * 3 % 8]} ok") for i in range(40)]
+    with PostgresStore(postgres_url) as store:
+        store.append("s", items)
+    script = f"""
+        import sys
+        from agents.memory.stores import open_store
+        assert "numpy" not in sys.modules, "imported before the store opens: the test proves nothing"
+        with open_store({postgres_url!r}) as store:
+            opened = "numpy" in sys.modules
+            hits = store.search("s", "the report ok", 5)
+        print(opened, [(hit.item.step, hit.score) for hit in hits])
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], check=True, capture_output=True, text=True
+    )
+    opened, hits = done.stdout.split(" ", 1)
+    assert opened == "True"
+    expected = [(hit.item.step, hit.score) for hit in Memory(items).search("the report ok", 5)]
+    assert hits.strip() == repr(expected)
