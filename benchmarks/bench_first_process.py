@@ -1,0 +1,163 @@
+"""A fresh process's first ``Store.search`` against its warm ones, with the store's open time beside them.
+
+``bench_search_costs.py --sections first`` times the first query of a
+handle in a process that opened the store before (to write or check the
+session) and asked other modes first: what a process does once (numpy's
+import, for one) is not in its figures, or lands in another row. Here each
+measurement is a process of its own that imports kvmemory, opens the store
+(timed: ``open``), asks one query (``first``), then the three warm queries
+of the ``first`` table (``warm``: their median), in one mode: what an agent
+that starts, opens its store and searches pays, split between the open and
+the first query, so that work moved from one to the other shows. Wall and
+process CPU ms (the CPU is the steadier figure on a loaded machine: the
+coded file's check runs on threads, so CPU may pass wall), median [spread]
+over ``--runs`` runs, the load average beside each run.
+
+The sessions are those of ``bench_search_costs.py --sections first
+--first-parts parts --first-dimension 256`` (written there once, under
+``--cache`` and in PostgreSQL's schema ``kvmemory_bench_first``; written
+here too where missing).
+
+Run: .venv/bin/python benchmarks/bench_first_process.py [--stores sqlite,postgres]
+     [--modes keyword,semantic] [--runs R] [--cache DIR] [--postgres URL]
+     [--first-postgres-options '&vector_cache=/abs/folder'] [--first-items N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+QUERIES = (
+    "the report dialog was closed",
+    "press OK to save the file",
+    "which window is focused",
+    "export the chart as PDF",
+    "where was the invoice moved to",
+)
+FIRST, WARM = 1, (0, 2, 4)  # as bench_search_costs's first table
+
+
+def child(url: str, sid: str, mode: str) -> None:
+    """Time, in this fresh process: kvmemory's import, the store's open, the first query and the warm ones; print them as JSON."""
+    clocks = (time.perf_counter, time.process_time)
+    start = [clock() for clock in clocks]
+    from agents.memory.search import EmbedParts, HashingEmbedder
+    from agents.memory.stores import open_store
+
+    embedder = HashingEmbedder(256)
+    out: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        now = [clock() for clock in clocks]
+        out[name], out[f"{name} cpu"] = (1000 * (b - a) for a, b in zip(start, now, strict=True))
+        start[:] = [clock() for clock in clocks]
+
+    def search(text: str) -> list[tuple[int, float]]:
+        found = store.search(sid, text, 5, mode=mode, embedder=embedder, parts=EmbedParts())
+        return [(hit.seq, hit.score) for hit in found]
+
+    mark("import")
+    store = open_store(url)
+    mark("open")
+    first = search(QUERIES[FIRST])
+    mark("first")
+    warm = []
+    for at in WARM:
+        search(QUERIES[at])
+        mark("warm")
+        warm.append((out["warm"], out["warm cpu"]))
+    out["warm"] = statistics.median(wall for wall, _ in warm)
+    out["warm cpu"] = statistics.median(cpu for _, cpu in warm)
+    if search(QUERIES[FIRST]) != first:
+        raise SystemExit(f"{mode}: the first query asked again found other hits")
+    store.close()
+    print(json.dumps(out))
+
+
+def load() -> str:
+    """Return the load average (1, 5, 15 minutes)."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def cell(values: Sequence[float]) -> str:
+    """Return ``median [spread]`` of some figures."""
+    return f"{statistics.median(values):7.1f} [{min(values):.0f}-{max(values):.0f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--modes", default="keyword,semantic")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--first-items", type=int, default=100_000)
+    parser.add_argument(
+        "--cache", default=os.path.join(tempfile.gettempdir(), "kvmemory-bench-first")
+    )
+    parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
+    parser.add_argument("--first-postgres-options", default="")
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    n = args.first_items
+    sid = f"first-{n}-parts"
+    urls = {"sqlite": f"sqlite://{args.cache}/first-{n}-parts-256.db"}
+    if args.postgres:
+        sep = "&" if "?" in args.postgres else "?"
+        schema = f"{sep}options=-csearch_path%3Dkvmemory_bench_first"
+        urls["postgres"] = args.postgres + schema + args.first_postgres_options
+    chosen = [(name, urls[name]) for name in args.stores.split(",") if name in urls]
+    _written(chosen, n, args)
+    modes = args.modes.split(",")
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    print(f"kvmemory first query of a fresh process: {n} steps, {args.runs} runs; load {load()}")
+    for run in range(args.runs):
+        for name, url in chosen:
+            for mode in modes:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--child", url, sid, mode],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                figures = json.loads(done.stdout.strip().splitlines()[-1])
+                runs.setdefault((name, mode), []).append(figures)
+                print(f"  run {run + 1} {name} {mode}: {figures} (load {load()})", file=sys.stderr)
+    print(f"\n== a fresh process: open, first query, warm (load {load()})")
+    print(f"{'':22} {'open ms':>18} {'first ms':>18} {'warm ms':>18} {'first/warm':>18}")
+    for (name, mode), figures in runs.items():
+        for clock in ("", " cpu"):
+            row = [[run[f"{part}{clock}"] for run in figures] for part in ("open", "first", "warm")]
+            ratios = [f / w for f, w in zip(row[1], row[2], strict=True)]
+            label = f"{name} {mode}" if not clock else "  CPU"
+            print(f"{label:22} {cell(row[0]):>18} {cell(row[1]):>18} {cell(row[2]):>18} ", end="")
+            print(f"{statistics.median(ratios):8.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+
+
+def _written(chosen: Sequence[tuple[str, str]], n: int, args: argparse.Namespace) -> None:
+    """Write the sessions that are missing, as bench_search_costs does (its first_store)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_search_costs as costs
+
+    from agents.memory.search import EmbedParts
+
+    costs.FIRST_PARTS, costs.FIRST_DIMENSION = EmbedParts(), 256
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
+    for name, url in chosen:
+        if name == "postgres":
+            costs._kept_schema(args.postgres)
+        costs.first_store(name, url, n)
+
+
+if __name__ == "__main__":
+    main()
