@@ -214,6 +214,7 @@ def test_a_file_of_another_session_or_store_is_ignored(
         )
         assert kept_tables(store) == []
     # Another store whose session s holds other steps, given this store's file.
+    (tmp_path / "second").mkdir()
     second = store_url(tmp_path / "second", kind)
     others = steps(70, 3)
     written(second, others)
