@@ -15,6 +15,11 @@ with the load average and the hits (which must be the same on both
 sides). A version that saves the coded table writes it beside the file,
 in ``<file>.vectors/``, at the first run that codes the session.
 
+``--store jsonl`` runs on the JSONL folder ``first-<items>-parts-256`` of
+the same cache (a version that saves the coded table writes it in its
+``kvmemory-coded/`` at the first run that codes the session), and tells
+whether the first query read the session's log whole.
+
 ``--store postgres --postgres URL`` runs on the schema
 ``kvmemory_bench_first`` that ``bench_search_costs.py --stores postgres``
 writes (``--parts whole`` on its session of whole-item vectors), and with
@@ -156,7 +161,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--mode", choices=("semantic", "hybrid", "keyword"), default="semantic")
     parser.add_argument("--cache", default="/tmp/kvmemory-bench-cache")
-    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--store", choices=("sqlite", "jsonl", "postgres"), default="sqlite")
     parser.add_argument("--postgres", default=os.environ.get("KVMEMORY_BENCH_POSTGRES_URL"))
     parser.add_argument("--pgdata", help="the PostgreSQL server's data folder: its CPU too")
     parser.add_argument("--parts", choices=("parts", "whole"), default="parts")
@@ -182,12 +187,13 @@ def main() -> None:
             sys.exit("--store postgres needs --postgres URL (or KVMEMORY_BENCH_POSTGRES_URL)")
         url = _kept_schema(args.postgres) + args.store_options
     else:
-        path = os.path.join(args.cache, f"first-{args.items}-{args.parts}-256.db")
+        path = os.path.join(args.cache, f"first-{args.items}-{args.parts}-256")
         if args.parts == "whole":
             path = path.replace("-whole", "")
+        path += ".db" if args.store == "sqlite" else ""
         if not os.path.exists(path):
             sys.exit(f"{path} is missing: write it with bench_search_costs.py --first-parts parts")
-        url = f"sqlite://{path}{args.store_options}"
+        url = f"{args.store}://{path}{args.store_options}"
     out: dict[str, object] = {"load": Path("/proc/loadavg").read_text().split()[0]}
     if args.numpy_first:
         cpu = time.process_time()
@@ -197,8 +203,9 @@ def main() -> None:
     if args.writer:
         out["writer steps"] = args.writer_steps
         out.update(write_one(url, sid, embedder, args.writer_steps))
-    if args.store == "sqlite":
-        out["coded file"] = os.path.isdir(f"{path}.vectors") and bool(os.listdir(f"{path}.vectors"))
+    if args.store != "postgres":
+        folder = f"{path}.vectors" if args.store == "sqlite" else f"{path}/kvmemory-coded"
+        out["coded file"] = os.path.isdir(folder) and bool(os.listdir(folder))
     hits = []
     for reader in range(1, args.readers + 1):
         named = "" if reader == 1 else f"reader {reader} "
@@ -221,6 +228,8 @@ def main() -> None:
                 out[f"{named}query {query} server cpu"] = round(server)
             if text == QUERIES[1]:
                 hits.append([(hit.seq, hit.score) for hit in found])
+            if args.store == "jsonl" and query == 1:  # a fresh handle's first query, from the files
+                out[f"{named}query 1 read the log whole"] = store.backend._logs.viewed(sid)
         if args.readers > 1:  # its close and its saves (a table caught up may be saved back)
             _, wall, cpu, _ = timed(functools.partial(closed, store))
             out[f"reader {reader} close done wall, cpu"] = [round(wall), round(cpu)]

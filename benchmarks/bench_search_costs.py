@@ -52,8 +52,8 @@ benchmarks/_search_corpus.py):
   the steadier figure on a loaded machine). The slowest of the warm
   queries is shown apart (``slowest warm vs warm``): a handle that puts
   its heavy work off to the second query (a JSONL store of part vectors
-  codes them there: no coded file is kept beside a log) has a warm median
-  that hides it.
+  coded them there before it kept a coded file beside its logs) has a
+  warm median that hides it.
   The sessions are written once under ``--cache`` (on PostgreSQL, in the
   schema ``kvmemory_bench_first``, kept; drop it when done) and reused.
 
@@ -685,7 +685,7 @@ def first_store(name: str, url: str, n: int) -> str:
     untimed); ``none`` removed before each run. The
     vectors are whole-item (``EmbedParts.WHOLE``) and 64-wide, so that a
     session of 100,000 items stays small (else :data:`FIRST_PARTS` and
-    :data:`FIRST_DIMENSION`, in a file and session of their own); JSONL keeps none.
+    :data:`FIRST_DIMENSION`, in a file and session of their own).
     """
     sid = f"first-{n}" if FIRST_PARTS == EmbedParts.WHOLE else f"first-{n}-parts"
     with open_store(url) as store:

@@ -1,4 +1,4 @@
-"""A session's coded part vectors saved beside an SQLite file: a fresh handle's first query loads them where current, with Memory.search's hits and floats; a stale, damaged, cut, foreign or forged file is ignored."""
+"""A session's coded part vectors saved beside an SQLite file or a JSONL store's logs: a fresh handle's first query loads them where current, with Memory.search's hits and floats; a stale file is caught up; a damaged, cut, foreign or forged file is ignored."""
 
 from __future__ import annotations
 
@@ -46,6 +46,16 @@ from agents.memory.stores import open_store
 from agents.memory.stores._search import coded_file
 from agents.memory.stores._search.compact import CompactVectors
 
+STORES = ["sqlite", "jsonl"]
+"""The stores that keep a coded file beside their own files (PostgreSQL's: ``test_stores_postgres_coded_folder``)."""
+
+
+def store_url(folder: Path | str, kind: str) -> str:
+    """Return the URL of a store of ``kind`` in ``folder``: an SQLite file, or a JSONL directory."""
+    if kind == "sqlite":
+        return f"sqlite://{Path(folder) / 'store.db'}"
+    return f"jsonl://{Path(folder) / 'store'}"
+
 
 @settings(
     max_examples=15,
@@ -60,13 +70,21 @@ from agents.memory.stores._search.compact import CompactVectors
     mode=st.sampled_from(["semantic", "hybrid"]),
     where=st.sampled_from([None, {"team": "red"}]),
 )
+@pytest.mark.parametrize("kind", STORES)
 def test_a_fresh_handle_loads_the_coded_file_and_ranks_as_memory_search(
-    n: int, seed: int, k: int, query: str, mode: str, where: Any, monkeypatch: pytest.MonkeyPatch
+    kind: str,
+    n: int,
+    seed: int,
+    k: int,
+    query: str,
+    mode: str,
+    where: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The first query of a fresh handle answers from the saved file (a coded table kept at once), with Memory.search's hits and floats."""
     items = steps(n, seed)
     with tempfile.TemporaryDirectory() as folder:
-        url = f"sqlite://{Path(folder) / 'store.db'}"
+        url = store_url(folder, kind)
         assert os.path.exists(coded_session(url, items, monkeypatch))
         with coded_handle(url, items, monkeypatch) as store:
             want = expected(items, query, k, mode, where)
@@ -93,11 +111,12 @@ def rows_read(
         os.rename(f"{folder}.aside", folder)
 
 
+@pytest.mark.parametrize("kind", STORES)
 def test_the_file_is_caught_up_once_another_handle_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write since the save (another handle) makes the file stale: loaded and caught up with the step written (Memory.search's hits, the new step among them), not saved again."""
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = store_url(tmp_path, kind)
     items = steps(60)
     coded_session(url, items, monkeypatch)
     before = saved_at(url)
@@ -115,12 +134,13 @@ def test_the_file_is_caught_up_once_another_handle_writes(
     assert saved_at(url) == before
 
 
+@pytest.mark.parametrize("kind", STORES)
 @pytest.mark.parametrize("at", [40, 3, 0])
 def test_a_step_deleted_by_another_process_is_caught_up_unless_among_the_first_rows(
-    at: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    at: int, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A step deleted by another process since the save: the stale file is caught up (the step gone from the hits); deleted among the first 16 vector rows (the file's key), the file fails and the table is built and saved again."""
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = store_url(tmp_path, kind)
     items = steps(60)
     seqs = written(url, items)
     saved(url, items, monkeypatch)
@@ -159,12 +179,13 @@ def test_a_vector_rewritten_in_place_is_caught_up(
         assert kept_types(store) == [CompactVectors]
 
 
+@pytest.mark.parametrize("kind", STORES)
 @pytest.mark.parametrize("harm", ["flip", "cut", "empty", "magic"])
 def test_a_damaged_or_cut_file_is_ignored(
-    harm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    harm: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A byte changed anywhere in the body, a cut file, an empty one: not loaded, and the hits stay right."""
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = store_url(tmp_path, kind)
     items = steps(80, 5)
     path = coded_session(url, items, monkeypatch)
     assert first_loads(url, items, monkeypatch)
@@ -172,12 +193,13 @@ def test_a_damaged_or_cut_file_is_ignored(
     assert not first_loads(url, items, monkeypatch)
 
 
+@pytest.mark.parametrize("kind", STORES)
 def test_a_file_of_another_session_or_store_is_ignored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The file of session s copied over that of session t (same steps), or of another file's session s: not loaded."""
+    """The file of session s copied over that of session t (same steps), or of another store's session s: not loaded."""
     items = steps(70, 2)
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = store_url(tmp_path, kind)
     path = coded_session(url, items, monkeypatch)
     with open_store(url) as store:
         store.append("t", items)
@@ -192,7 +214,8 @@ def test_a_file_of_another_session_or_store_is_ignored(
         )
         assert kept_tables(store) == []
     # Another store whose session s holds other steps, given this store's file.
-    second = f"sqlite://{tmp_path / 'second.db'}"
+    (tmp_path / "second").mkdir()
+    second = store_url(tmp_path / "second", kind)
     others = steps(70, 3)
     written(second, others)
     with open_store(second) as store:
@@ -254,12 +277,13 @@ def _forged(path: str, key: bytes, change: Any) -> None:
     Path(path).write_bytes(bytes(data))
 
 
+@pytest.mark.parametrize("kind", STORES)
 @pytest.mark.parametrize("key", ["guessed", "right"])
 def test_a_forged_file_is_ignored(
-    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    key: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Slacks forged to zero under a key guessed without the database fail the HMAC; forged negative under the right key, they fail the checks: never loaded."""
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    """Slacks forged to zero under a key guessed without the store's rows fail the HMAC; forged negative under the right key, they fail the checks: never loaded."""
+    url = store_url(tmp_path, kind)
     items = steps(80, 7)
     path = coded_session(url, items, monkeypatch)
     dimension = EMBEDDER.dimension
@@ -306,19 +330,18 @@ def test_off_writes_none_and_delete_session_removes_it(
 
 
 def test_stores_without_a_file_keep_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``memory://`` and JSONL name no file (a coded table is built by each handle, as before), and rank as Memory.search."""
+    """``memory://`` names no file (a coded table is built by each handle, as before), and ranks as Memory.search."""
     items = steps(60, 2)
-    for url in ("memory://coded-file-test", f"jsonl://{tmp_path / 'folder'}"):
-        with open_store(url) as store:
-            store.append("s", items)
-            store.index_embeddings("s", EMBEDDER)
-            assert store.backend.vector_snapshot_path("s", FIELDS) is None
-            coded_budget(store, items, monkeypatch)
-            assert (
-                coded_up(store, QUERIES[2], 6, "semantic")
-                == [expected(items, QUERIES[2], 6, "semantic", None)] * 3
-            )
-    assert sorted(os.listdir(tmp_path)) == ["folder"]
+    with open_store("memory://coded-file-test") as store:
+        store.append("s", items)
+        store.index_embeddings("s", EMBEDDER)
+        assert store.backend.vector_snapshot_path("s", FIELDS) is None
+        coded_budget(store, items, monkeypatch)
+        assert (
+            coded_up(store, QUERIES[2], 6, "semantic")
+            == [expected(items, QUERIES[2], 6, "semantic", None)] * 3
+        )
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_bad_vector_snapshot_option_is_refused(tmp_path: Path) -> None:

@@ -165,18 +165,21 @@ def test_a_close_saves_no_file_where_none_is_due(
 def test_a_close_saves_nothing_for_stores_without_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``memory://`` closes with its vectors over the budget and writes nothing; JSONL keeps no vectors."""
+    """``memory://`` closes with its vectors over the budget and writes nothing; a JSONL close saves the file of the vectors its query stored, in the store directory, and a fresh handle loads it."""
     items = steps(60, 2)
     with coded_handle("memory://coded-saves-test", items, monkeypatch) as store:
         store.append("s", items)
         store.index_embeddings("s", EMBEDDER)
-    with coded_handle(f"jsonl://{tmp_path / 'folder'}", items, monkeypatch) as store:
+    url = f"jsonl://{tmp_path / 'folder'}"
+    with coded_handle(url, items, monkeypatch) as store:
         store.append("s", items)
         assert found(store, QUERIES[0], 5, "semantic") == expected(
             items, QUERIES[0], 5, "semantic", None
         )
     closed_saves()
     assert sorted(os.listdir(tmp_path)) == ["folder"]
+    assert len(os.listdir(tmp_path / "folder" / "kvmemory-coded")) == 1
+    assert first_loads(url, items, monkeypatch)
 
 
 def files_coded(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -9,6 +9,7 @@ A store is a directory (schema version 4, recorded in the marker file)::
     <session_id>.keywords     the keyword index of the log, a cache (see below)
     <session_id>.vectors      the vectors and record offsets of the log, a cache (see below)
     <session_id>.values       the live rows filed by the values of their items, a cache (see below)
+    kvmemory-coded/           each session's coded part vectors, a cache (see below)
 
 Each log starts with a header line, then one record per line::
 
@@ -71,6 +72,13 @@ by value in ``<session_id>.values``, so that a fresh handle judges a rare
 filter without reading the log: another cache, checked before it is used
 and caught up with the records after it
 (:mod:`agents.memory.stores._jsonl.value_file`).
+
+A writable handle that codes a session's part vectors as int8 (they pass
+the kept-vector budget) saves the coded table in ``kvmemory-coded/``, as
+SQLite does beside its file (``agents.memory.stores._search.coded_file``):
+keyed by the session's first vector rows, which ``<session_id>.vectors``
+gives without reading the log, and caught up with the log's records
+after the length it was saved at (:meth:`SessionLogs.vector_changes`).
 
 Files are created readable by their owner only (``0600``), the directory
 ``0700``; logs and the lock file are opened without following symbolic links.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
+import hashlib
 import os
 import uuid
 import warnings
@@ -23,7 +24,12 @@ import attrs
 import orjson
 
 from agents.memory import _codec
-from agents.memory.exceptions import CorruptSessionError, CorruptStoreError, SkippedRecordWarning
+from agents.memory.exceptions import (
+    CorruptSessionError,
+    CorruptStoreError,
+    SkippedRecordWarning,
+    StoreError,
+)
 from agents.memory.stores._core.migrations import check_schema_version
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.value_index import ValueIndex
@@ -37,6 +43,7 @@ __all__ = [
     "SessionLogs",
     "apply_records",
     "delete_record",
+    "header_digest",
     "item_record",
     "meta_record",
     "model_record",
@@ -49,6 +56,8 @@ __all__ = [
 LOG_FORMAT: Final = "kvmemory.jsonl-log"
 _ITEM: Final = b',"item":'
 _META: Final = b'{"meta":'
+_HEADER_READ: Final = 1 << 16
+"""The most bytes read for a log's header line where the rest of the log is not read (a stretch's changes)."""
 _ITEM_READ: Final = 16384
 """How many bytes are read first for one record (the size of most): more until its newline."""
 
@@ -134,11 +143,11 @@ class SessionLogs:
         self.filed = filed
         """Where a log read whole takes its rows' value index from, up to an offset (a value file's), rather than filing each row."""
         self._logs: dict[str, SessionLog] = {}
-        # Each stretch of a log this handle read or wrote: (session, header, offset at its
-        # start) -> (header, offset at its end, the seqs whose vectors it changed or None
+        # Each stretch of a log this handle read or wrote: (session, header digest, offset at
+        # its start) -> (header digest, offset at its end, the seqs whose vectors it changed or None
         # for all). A compaction is a stretch from the old log to the new one.
         self._steps: collections.OrderedDict[
-            tuple[str, bytes, int], tuple[bytes, int, frozenset[int] | None]
+            tuple[str, str, int], tuple[str, int, frozenset[int] | None]
         ] = collections.OrderedDict()
 
     def current(self, session_id: str) -> SessionLog | None:
@@ -197,34 +206,75 @@ class SessionLogs:
     ) -> None:
         """Remember that the log went from ``start`` to ``end`` (header, offset) changing the vectors of ``changed``."""
         seqs = None if changed is None else frozenset(changed)
-        self._steps[(session_id, start[0], start[1])] = (end[0], end[1], seqs)
+        self._steps[(session_id, header_digest(start[0]), start[1])] = (
+            header_digest(end[0]),
+            end[1],
+            seqs,
+        )
         if len(self._steps) > STEPS_KEPT:
             self._steps.popitem(last=False)
 
     def vector_changes(self, session_id: str, since: Hashable, now: Hashable) -> set[int] | None:
-        """Return the seqs whose vectors changed from one ``(header, offset)`` of the log to another; ``None`` where this handle cannot tell.
+        """Return the seqs whose vectors changed from one ``(header digest, offset)`` of the log to another (:func:`header_digest`); ``None`` where this handle cannot tell.
 
         Every stretch of the log this handle appended or read (another
         handle's appends, read as it follows the file) is remembered with
         the seqs its records changed the vectors of, and this handle's own
-        compactions lead from the old log to the new one. ``None`` where
-        the stretches do not lead from one to the other (a log another
-        handle wrote anew, a stretch forgotten) and where one dropped every
-        vector.
+        compactions lead from the old log to the new one. Where they do not
+        lead from one to the other (a handle that has not read the log
+        whole, a stretch forgotten), the log file is read from the one
+        offset to the other where it is still the log of ``since``'s header
+        and both versions are of it (:meth:`_read_changes`). ``None`` where
+        neither tells (a log written anew, a damaged record) and where a
+        record dropped every vector.
         """
-        if not (isinstance(since, tuple) and isinstance(now, tuple) and len(since) == 2):
+        if not (
+            isinstance(since, tuple)
+            and isinstance(now, tuple)
+            and len(since) == len(now) == 2
+            and all(type(at) is int for at in (since[1], now[1]))
+        ):
             return None
         header, offset = since
         changed: set[int] = set()
         while (header, offset) != now:
             step = self._steps.get((session_id, header, offset))
             if step is None:
-                return None
+                return self._read_changes(session_id, since, now)
             header, offset, seqs = step
             if seqs is None:
                 return None
             changed |= seqs
         return changed
+
+    def _read_changes(
+        self, session_id: str, since: tuple[object, int], now: tuple[object, int]
+    ) -> set[int] | None:
+        """Return the seqs whose vectors the log file's records from ``since``'s offset to ``now``'s changed, read from the file; ``None`` where the file no longer starts with their header, the stretch is over a quarter of the log (as many items' vectors to read again as to read them all), or a record is not whole or not read."""
+        if since[0] != now[0] or not 0 < since[1] <= now[1] or now[1] - since[1] > now[1] // 4:
+            return None
+        path = self.files.log_path(session_id)
+        try:
+            fd = open_file(path, os.O_RDONLY, "log")
+        except (OSError, StoreError):
+            return None
+        try:
+            first = pread(fd, 0, min(since[1], _HEADER_READ))
+            cut = first.find(b"\n")
+            if cut < 0 or header_digest(first[: cut + 1]) != since[0]:
+                return None
+            chunk = pread(fd, since[1] - 1, now[1])
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if len(chunk) != now[1] - since[1] + 1 or chunk[:1] != b"\n" or chunk[-1:] != b"\n":
+            return None  # not a stretch of whole lines of this log (cut, or written anew)
+        scratch = SessionLog(header=first[: cut + 1], step_key="", created=0.0, offset=since[1])
+        try:
+            return apply_records(path, scratch, chunk[1:])
+        except CorruptStoreError:
+            return None
 
     def viewed(self, session_id: str) -> bool:
         """Return whether this process holds a view of the session's log (read it whole once)."""
@@ -319,6 +369,11 @@ class SessionLogs:
                 for fields, table in log.vectors.items()
             },
         )
+
+
+def header_digest(header: bytes) -> str:
+    """Return the short digest a log's header line (and so its generation) is named by in a vectors version: a version holds it rather than the header, whose ``repr`` a coded file's tag keeps."""
+    return hashlib.blake2b(header, digest_size=16).hexdigest()
 
 
 # -- writing records ---------------------------------------------------------------------

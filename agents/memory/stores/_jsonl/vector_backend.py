@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterator, Sequence
 
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._jsonl.files import StoreFiles
-from agents.memory.stores._jsonl.log import SessionLog, SessionLogs
+from agents.memory.stores._jsonl.log import SessionLog, SessionLogs, header_digest
 from agents.memory.stores._jsonl.vector_file import VectorView
 from agents.memory.stores._jsonl.vector_views import SessionVectors
 
@@ -33,6 +33,15 @@ class LogVectorReads(Backend):
         with self._files.locked(exclusive=False):
             return self._logs.current(session_id)
 
+    def vector_snapshot_path(self, session_id: str, fields: str) -> str | None:
+        """Return the file of the session's coded part vectors over ``fields``, in the store directory (:meth:`SessionVectors.coded_path`)."""
+        return self._vectors.coded_path(session_id, fields)
+
+    @property
+    def saves_vector_snapshots(self) -> bool:
+        """Whether this handle saves coded part vectors beside the logs: it is writable."""
+        return not self._vectors.read_only
+
     def vector_model(self, session_id: str) -> tuple[str, int] | None:
         with self._files.locked(exclusive=False):
             view = self._vector_view(session_id)
@@ -44,7 +53,18 @@ class LogVectorReads(Backend):
     def vector_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
-        log = self._snapshot(session_id)
+        """Yield the vector rows over ``fields`` in seq order, ``size`` at a time, as of the first page: from ``<session>.vectors`` caught up with the log while this handle holds no view of it (the first page of any session costs a few rows: the key of its coded file), else from the view."""
+        with self._files.locked(exclusive=False):
+            view = self._vector_view(session_id)
+            if view is not None:
+                table = view.tables.get(fields)
+                pages = None if table is None else table.pages(size)
+            else:
+                log = self._logs.current(session_id)
+        if view is not None:
+            if pages is not None:
+                yield from pages
+            return
         rows = sorted((log.vectors.get(fields) or {}).items()) if log is not None else []
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
@@ -74,27 +94,29 @@ class LogVectorReads(Backend):
         table = (log.vectors.get(fields) or {}) if log is not None else {}
         return [(seq, table[seq]) for seq in sorted(set(seqs)) if seq in table]
 
-    def vectors_version(self, session_id: str, fields: str) -> tuple[bytes, int] | None:
-        """Return the log's header and length as read: every write appends to the log or writes it anew (a new header)."""
+    def vectors_version(self, session_id: str, fields: str) -> tuple[str, int] | None:
+        """Return the digest of the log's header and its length as read (:func:`header_digest`): every write appends to the log or writes it anew (a new header)."""
         with self._files.locked(exclusive=False):
             view = self._vector_view(session_id)
             if view is not None:
-                return (view.header, view.offset)
+                return (header_digest(view.header), view.offset)
             log = self._logs.current(session_id)
-        return None if log is None else (log.header, log.offset)
+        return None if log is None else (header_digest(log.header), log.offset)
 
     def vector_changes(
         self, session_id: str, fields: str, since: Hashable, now: Hashable
     ) -> set[int] | None:
         """Return the seqs whose vectors the log's records changed from ``since`` to ``now``, whoever appended them; ``None`` where this handle cannot tell.
 
-        A version is the log's header and length. The records between two
-        lengths were appended by this handle or read by it as it followed
-        the file, and say which items' vectors they changed (``vec``, ``u``
-        and ``del`` records); this handle's compaction leads to the new
-        log. ``None`` across a log another handle wrote anew (compacted),
-        a ``clear`` or ``vdrop`` record, or stretches forgotten
-        (:data:`~agents.memory.stores._jsonl.log.STEPS_KEPT`).
+        A version is the digest of the log's header and its length. The
+        records between two lengths say which items' vectors they changed
+        (``vec``, ``u`` and ``del`` records): those this handle appended or
+        read as it followed the file are remembered, others (a fresh
+        handle catching a coded file up) are read from the file, that
+        stretch only; this handle's compaction leads to the new log.
+        ``None`` across a log another handle wrote anew (compacted), a
+        ``clear`` or ``vdrop`` record, or a stretch over a quarter of the log
+        (:meth:`SessionLogs.vector_changes`).
         """
         with self._files.locked(exclusive=False):
             return self._logs.vector_changes(session_id, since, now)

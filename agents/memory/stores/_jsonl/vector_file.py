@@ -34,7 +34,7 @@ import itertools
 import mmap
 import os
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import orjson
@@ -108,6 +108,34 @@ class _Table:
             self.count -= 1
             self.put.pop(seq, None)
             self.gone.add(seq)
+
+    def pages(self, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        """Return an iterator of the rows ``(seq, vector)`` in seq order, ``size`` at a time, as they are now (changes followed later are not seen).
+
+        The file's rows are read as the pages are taken: the first page of
+        a session of any size costs a few rows (the key of its coded file).
+        """
+        put, gone = sorted(self.put.items()), set(self.gone)
+        if self._starts is None:
+            self._starts = [0, *itertools.accumulate(self.lengths)]
+        seqs, starts, blob = self.seqs, self._starts, self.blob
+
+        def rows() -> Iterator[tuple[int, bytes]]:
+            taken = 0
+            for number, seq in enumerate(seqs):
+                while taken < len(put) and put[taken][0] < seq:
+                    yield put[taken]
+                    taken += 1
+                if seq not in gone and (taken == len(put) or put[taken][0] != seq):
+                    yield seq, bytes(blob[starts[number] : starts[number + 1]])
+            yield from put[taken:]
+
+        def paged() -> Iterator[list[tuple[int, bytes]]]:
+            found = rows()
+            while page := list(itertools.islice(found, size)):
+                yield page
+
+        return paged()
 
     def block(self) -> tuple[Sequence[int], Sequence[int], bytes | memoryview]:
         """Return the seqs (ascending), each one's vector length and the vectors, one after the other.

@@ -36,8 +36,12 @@ from agents.memory.stores._jsonl.vector_file import (
     file_bytes,
     load,
 )
+from agents.memory.stores._search.coded_file import coded_name, remove_coded
 
-__all__ = ["SAVE_BYTES", "SessionVectors"]
+__all__ = ["CODED_FOLDER", "SAVE_BYTES", "SessionVectors"]
+
+CODED_FOLDER: Final = "kvmemory-coded"
+"""The folder of the store directory that holds the sessions' coded part vectors (``agents.memory.stores._search.coded_file``), one file a session and fields."""
 
 SAVE_BYTES: Final = 1 << 20
 """Bytes of log past the file after which a writable handle saves it again (or a 64th of the log, if more)."""
@@ -63,6 +67,10 @@ class SessionVectors:
     def path(self, session_id: str) -> str:
         """Return the path of a session's vector file."""
         return os.path.join(self.directory, f"{session_id}.vectors")
+
+    def coded_path(self, session_id: str, fields: str) -> str:
+        """Return the path of a session's coded part vectors over ``fields``: ``kvmemory-coded/<sha1 of the session id>-<sha1 of the fields>``."""
+        return os.path.join(self.directory, CODED_FOLDER, coded_name(session_id, fields))
 
     def holds(self, session_id: str) -> bool:
         """Return whether this handle holds a view of the session's file (read for an earlier call)."""
@@ -186,6 +194,7 @@ class SessionVectors:
         if remove:
             with contextlib.suppress(OSError):
                 os.unlink(self.path(session_id))
+            remove_coded(os.path.join(self.directory, CODED_FOLDER), session_id)
 
     def clear(self) -> None:
         """Drop every view."""
