@@ -182,6 +182,26 @@ def test_a_close_saves_nothing_for_stores_without_a_file(
     assert first_loads(url, items, monkeypatch)
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_the_folder_of_coded_files_is_its_owners_only(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder a store makes for its coded files (SQLite's ``<file>.vectors``, JSONL's ``kvmemory-coded``) is made 0700 and each file in it 0600, as the store's own files: the coded rows are the session's vectors."""
+    url = f"sqlite://{tmp_path / 'store.db'}" if kind == "sqlite" else f"jsonl://{tmp_path / 'j'}"
+    previous = os.umask(0o022)
+    try:
+        write_and_close(url, steps(60, 5), monkeypatch)
+    finally:
+        os.umask(previous)
+    with open_store(url) as store:
+        folder = Path(coded_path(store)).parent
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    names = os.listdir(folder)
+    assert names
+    for name in names:
+        assert os.stat(folder / name).st_mode & 0o777 == 0o600, name
+
+
 def files_coded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Return a list that gets the path of each coded file saved from now on."""
     coded: list[str] = []

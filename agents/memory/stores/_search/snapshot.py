@@ -338,7 +338,7 @@ _LEFT: Final = 3600.0  # seconds after which a save's file not renamed was left 
 
 
 def write_snapshot(path: str, data: bytes | Sequence[bytes | memoryview]) -> None:
-    """Write ``data`` (bytes, or pieces of it written one after the other) to ``path`` whole or not at all (a file beside it, then renamed over it), making its folder.
+    """Write ``data`` (bytes, or pieces of it written one after the other) to ``path`` whole or not at all (a file beside it, then renamed over it), making its folder (0700: the file, 0600, holds the session's words or vectors).
 
     A save's file that a killed process left beside it (never read: only
     a renamed file is) is removed once an hour old.
@@ -347,7 +347,7 @@ def write_snapshot(path: str, data: bytes | Sequence[bytes | memoryview]) -> Non
         OSError: if the folder or the file cannot be written.
     """
     folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
     _remove_left(folder)
     fd, temporary = tempfile.mkstemp(dir=folder, prefix=_TEMPORARY)
     try:
