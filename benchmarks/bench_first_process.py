@@ -6,7 +6,9 @@ session) and asked other modes first: what a process does once (numpy's
 import, for one) is not in its figures, or lands in another row. Here each
 measurement is a process of its own that imports kvmemory, opens the store
 (timed: ``open``), asks one query (``first``), then the three warm queries
-of the ``first`` table (``warm``: their median), in one mode: what an agent
+of the ``first`` table (``warm``: their median; ``second``: the first of
+them, the handle's second query, where work a first query leaves for later
+lands; ``slowest``: the slowest of them), in one mode: what an agent
 that starts, opens its store and searches pays, split between the open and
 the first query, so that work moved from one to the other shows. Wall and
 process CPU ms (the CPU is the steadier figure on a loaded machine: the
@@ -18,8 +20,8 @@ The sessions are those of ``bench_search_costs.py --sections first
 ``--cache`` and in PostgreSQL's schema ``kvmemory_bench_first``; written
 here too where missing).
 
-Run: .venv/bin/python benchmarks/bench_first_process.py [--stores sqlite,postgres]
-     [--modes keyword,semantic] [--runs R] [--cache DIR] [--postgres URL]
+Run: .venv/bin/python benchmarks/bench_first_process.py [--stores sqlite,jsonl,postgres]
+     [--modes keyword,semantic,hybrid] [--runs R] [--cache DIR] [--postgres URL]
      [--first-postgres-options '&vector_cache=/abs/folder'] [--first-items N]
 """
 
@@ -75,6 +77,8 @@ def child(url: str, sid: str, mode: str) -> None:
         search(QUERIES[at])
         mark("warm")
         warm.append((out["warm"], out["warm cpu"]))
+    out["second"], out["second cpu"] = warm[0]
+    out["slowest"], out["slowest cpu"] = max(warm)
     out["warm"] = statistics.median(wall for wall, _ in warm)
     out["warm cpu"] = statistics.median(cpu for _, cpu in warm)
     if search(QUERIES[FIRST]) != first:
@@ -96,8 +100,8 @@ def cell(values: Sequence[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    parser.add_argument("--stores", default="sqlite,postgres")
-    parser.add_argument("--modes", default="keyword,semantic")
+    parser.add_argument("--stores", default="sqlite,jsonl,postgres")
+    parser.add_argument("--modes", default="keyword,semantic,hybrid")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--first-items", type=int, default=100_000)
     parser.add_argument(
@@ -111,7 +115,10 @@ def main() -> None:
         return
     n = args.first_items
     sid = f"first-{n}-parts"
-    urls = {"sqlite": f"sqlite://{args.cache}/first-{n}-parts-256.db"}
+    urls = {  # bench_search_costs's cache layout (--first-parts parts --first-dimension 256)
+        "sqlite": f"sqlite://{args.cache}/first-{n}-parts-256.db",
+        "jsonl": f"jsonl://{args.cache}/first-{n}-parts-256",
+    }
     if args.postgres:
         sep = "&" if "?" in args.postgres else "?"
         schema = f"{sep}options=-csearch_path%3Dkvmemory_bench_first"
@@ -134,13 +141,14 @@ def main() -> None:
                 runs.setdefault((name, mode), []).append(figures)
                 print(f"  run {run + 1} {name} {mode}: {figures} (load {load()})", file=sys.stderr)
     print(f"\n== a fresh process: open, first query, warm (load {load()})")
-    print(f"{'':22} {'open ms':>18} {'first ms':>18} {'warm ms':>18} {'first/warm':>18}")
+    parts = ("open", "first", "second", "warm", "slowest")
+    print(f"{'':22}", *(f"{part + ' ms':>18}" for part in parts), f"{'first/warm':>18}")
     for (name, mode), figures in runs.items():
         for clock in ("", " cpu"):
-            row = [[run[f"{part}{clock}"] for run in figures] for part in ("open", "first", "warm")]
-            ratios = [f / w for f, w in zip(row[1], row[2], strict=True)]
+            row = [[run[f"{part}{clock}"] for run in figures] for part in parts]
+            ratios = [f / w for f, w in zip(row[1], row[3], strict=True)]
             label = f"{name} {mode}" if not clock else "  CPU"
-            print(f"{label:22} {cell(row[0]):>18} {cell(row[1]):>18} {cell(row[2]):>18} ", end="")
+            print(f"{label:22}", *(f"{cell(values):>18}" for values in row), end=" ")
             print(f"{statistics.median(ratios):8.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
 
 
