@@ -33,6 +33,7 @@ from agents.memory.exceptions import (
 from agents.memory.stores._core.migrations import check_schema_version
 from agents.memory.stores._core.rows import RowTable
 from agents.memory.stores._core.value_index import ValueIndex
+from agents.memory.stores._jsonl import side_file
 from agents.memory.stores._jsonl.files import StoreFiles, open_file, pread
 
 __all__ = [
@@ -43,8 +44,8 @@ __all__ = [
     "SessionLogs",
     "apply_records",
     "delete_record",
-    "header_digest",
     "item_record",
+    "log_digest",
     "meta_record",
     "model_record",
     "read_header",
@@ -206,8 +207,8 @@ class SessionLogs:
     ) -> None:
         """Remember that the log went from ``start`` to ``end`` (header, offset) changing the vectors of ``changed``."""
         seqs = None if changed is None else frozenset(changed)
-        self._steps[(session_id, header_digest(start[0]), start[1])] = (
-            header_digest(end[0]),
+        self._steps[(session_id, log_digest(start[0]), start[1])] = (
+            log_digest(end[0]),
             end[1],
             seqs,
         )
@@ -215,7 +216,7 @@ class SessionLogs:
             self._steps.popitem(last=False)
 
     def vector_changes(self, session_id: str, since: Hashable, now: Hashable) -> set[int] | None:
-        """Return the seqs whose vectors changed from one ``(header digest, offset)`` of the log to another (:func:`header_digest`); ``None`` where this handle cannot tell.
+        """Return the seqs whose vectors changed from one ``(header digest, offset, tail digest)`` of the log to another (:func:`log_digest`, :meth:`tail_digest`); ``None`` where this handle cannot tell.
 
         Every stretch of the log this handle appended or read (another
         handle's appends, read as it follows the file) is remembered with
@@ -225,19 +226,24 @@ class SessionLogs:
         whole, a stretch forgotten), the log file is read from the one
         offset to the other where it is still the log of ``since``'s header
         and both versions are of it (:meth:`_read_changes`). ``None`` where
-        neither tells (a log written anew, a damaged record) and where a
-        record dropped every vector.
+        neither tells (a log written anew, a damaged record), where a
+        record dropped every vector, and where the log of ``since``'s header
+        no longer ends, at ``since``'s offset, in the bytes it did (an older
+        copy of the log put back and written again: the records after that
+        offset are not those that followed it).
         """
         if not (
             isinstance(since, tuple)
             and isinstance(now, tuple)
-            and len(since) == len(now) == 2
+            and len(since) == len(now) == 3
             and all(type(at) is int for at in (since[1], now[1]))
         ):
             return None
-        header, offset = since
+        if since[0] == now[0] and self.tail_digest(session_id, since[1]) != since[2]:
+            return None  # the log no longer holds what it did up to since (an older copy put back)
+        header, offset = since[:2]
         changed: set[int] = set()
-        while (header, offset) != now:
+        while (header, offset) != now[:2]:
             step = self._steps.get((session_id, header, offset))
             if step is None:
                 return self._read_changes(session_id, since, now)
@@ -248,7 +254,7 @@ class SessionLogs:
         return changed
 
     def _read_changes(
-        self, session_id: str, since: tuple[object, int], now: tuple[object, int]
+        self, session_id: str, since: tuple[object, int, object], now: tuple[object, int, object]
     ) -> set[int] | None:
         """Return the seqs whose vectors the log file's records from ``since``'s offset to ``now``'s changed, read from the file; ``None`` where the file no longer starts with their header, the stretch is over a quarter of the log (as many items' vectors to read again as to read them all), or a record is not whole or not read."""
         if since[0] != now[0] or not 0 < since[1] <= now[1] or now[1] - since[1] > now[1] // 4:
@@ -261,7 +267,7 @@ class SessionLogs:
         try:
             first = pread(fd, 0, min(since[1], _HEADER_READ))
             cut = first.find(b"\n")
-            if cut < 0 or header_digest(first[: cut + 1]) != since[0]:
+            if cut < 0 or log_digest(first[: cut + 1]) != since[0]:
                 return None
             chunk = pread(fd, since[1] - 1, now[1])
         except OSError:
@@ -275,6 +281,26 @@ class SessionLogs:
             return apply_records(path, scratch, chunk[1:])
         except CorruptStoreError:
             return None
+
+    def tail_digest(self, session_id: str, offset: int) -> str | None:
+        """Return the digest (:func:`log_digest`) of the session's log file's :data:`~agents.memory.stores._jsonl.side_file.TAIL` bytes before ``offset`` as they are now; ``None`` where they cannot be read whole.
+
+        With the header's digest and the offset it makes a vectors version
+        (``LogVectorReads.vectors_version``): a log put back to an older
+        copy of itself and written again to the same length holds other
+        bytes before it, as the side files check (``side_file.same_tail``).
+        """
+        try:
+            fd = open_file(self.files.log_path(session_id), os.O_RDONLY, "log")
+        except (OSError, StoreError):
+            return None
+        try:
+            tail = pread(fd, max(0, offset - side_file.TAIL), offset)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return log_digest(tail) if len(tail) == min(offset, side_file.TAIL) else None
 
     def viewed(self, session_id: str) -> bool:
         """Return whether this process holds a view of the session's log (read it whole once)."""
@@ -371,9 +397,9 @@ class SessionLogs:
         )
 
 
-def header_digest(header: bytes) -> str:
-    """Return the short digest a log's header line (and so its generation) is named by in a vectors version: a version holds it rather than the header, whose ``repr`` a coded file's tag keeps."""
-    return hashlib.blake2b(header, digest_size=16).hexdigest()
+def log_digest(data: bytes) -> str:
+    """Return the short digest that names bytes of a log in a vectors version: its header line (and so its generation), and the :data:`~agents.memory.stores._jsonl.side_file.TAIL` bytes before its length. A version holds digests rather than the bytes, since a coded file's tag keeps its ``repr``."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 # -- writing records ---------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterator, Sequence
 
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._jsonl.files import StoreFiles
-from agents.memory.stores._jsonl.log import SessionLog, SessionLogs, header_digest
+from agents.memory.stores._jsonl.log import SessionLog, SessionLogs, log_digest
 from agents.memory.stores._jsonl.vector_file import VectorView
 from agents.memory.stores._jsonl.vector_views import SessionVectors
 
@@ -94,21 +94,29 @@ class LogVectorReads(Backend):
         table = (log.vectors.get(fields) or {}) if log is not None else {}
         return [(seq, table[seq]) for seq in sorted(set(seqs)) if seq in table]
 
-    def vectors_version(self, session_id: str, fields: str) -> tuple[str, int] | None:
-        """Return the digest of the log's header and its length as read (:func:`header_digest`): every write appends to the log or writes it anew (a new header)."""
+    def vectors_version(self, session_id: str, fields: str) -> tuple[str, int, str] | None:
+        """Return the digest of the log's header, its length as read and the digest of the bytes before that length in the file (:func:`log_digest`, :meth:`SessionLogs.tail_digest`); ``None`` where they cannot be read.
+
+        Every write appends to the log or writes it anew (a new header);
+        the tail tells a log put back to an older copy of itself (a backup
+        restored) and written again to the same length from the one it was.
+        """
         with self._files.locked(exclusive=False):
             view = self._vector_view(session_id)
-            if view is not None:
-                return (header_digest(view.header), view.offset)
-            log = self._logs.current(session_id)
-        return None if log is None else (header_digest(log.header), log.offset)
+            read = view if view is not None else self._logs.current(session_id)
+            if read is None:
+                return None
+            tail = self._logs.tail_digest(session_id, read.offset)
+        return None if tail is None else (log_digest(read.header), read.offset, tail)
 
     def vector_changes(
         self, session_id: str, fields: str, since: Hashable, now: Hashable
     ) -> set[int] | None:
         """Return the seqs whose vectors the log's records changed from ``since`` to ``now``, whoever appended them; ``None`` where this handle cannot tell.
 
-        A version is the digest of the log's header and its length. The
+        A version is the digest of the log's header, its length and the
+        digest of the bytes before that length (``None`` where those bytes
+        are no longer those of ``since``). The
         records between two lengths say which items' vectors they changed
         (``vec``, ``u`` and ``del`` records): those this handle appended or
         read as it followed the file are remembered, others (a fresh
