@@ -38,6 +38,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+# bench_search_costs.QUERIES, written out: importing that module imports kvmemory, whose import
+# a child process times.
 QUERIES = (
     "the report dialog was closed",
     "press OK to save the file",
