@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 from coded_sessions import (
+    EMBEDDER,
+    FIELDS,
     QUERIES,
+    closed_saves,
     coded_handle,
     expected,
     file_of,
     found,
+    kept_types,
     more_steps,
     saved,
     steps,
@@ -21,6 +25,8 @@ from coded_sessions import (
 
 from agents.memory import MemoryItem
 from agents.memory.stores import open_store
+from agents.memory.stores._search.compact import CompactVectors
+from agents.memory.stores._sqlite.backend import SQLiteBackend
 
 
 def newest_change(db: Path) -> int:
@@ -39,10 +45,6 @@ def put_back(backup: Path, db: Path) -> None:
     shutil.copyfile(backup, db)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the SQLite vectors version is the change log's id alone: a restored file reuses the ids",
-)
 @pytest.mark.parametrize("then", ["at", "past"])
 def test_a_backup_put_back_and_written_again_to_the_files_version_is_not_taken_for_it(
     then: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -75,3 +77,78 @@ def test_a_backup_put_back_and_written_again_to_the_files_version_is_not_taken_f
         for query in QUERIES:
             for mode in ("semantic", "hybrid"):
                 assert found(store, query, 9, mode) == expected(now, query, 9, mode, None)
+
+
+def downgrade_to_v9(db: Path) -> None:
+    """Give a store file the vector change log of schema version 9 (ids alone, no nonce) and that version."""
+    con = sqlite3.connect(db, isolation_level=None)
+    try:
+        con.execute("DROP INDEX kvmemory_vector_changes_session")
+        con.execute("ALTER TABLE kvmemory_vector_changes DROP COLUMN nonce")
+        con.execute(
+            "CREATE INDEX kvmemory_vector_changes_session ON kvmemory_vector_changes (session_id, id)"
+        )
+        for event, row in (("INSERT", "new"), ("UPDATE", "new"), ("DELETE", "old")):
+            con.execute(f"DROP TRIGGER kvmemory_vectors_logged_{event.lower()}")
+            con.execute(
+                f"CREATE TRIGGER kvmemory_vectors_logged_{event.lower()} AFTER {event} ON"
+                " kvmemory_vectors BEGIN INSERT INTO kvmemory_vector_changes (session_id, seq)"
+                f" VALUES ({row}.session_id, {row}.seq); END"
+            )
+        con.execute("PRAGMA user_version = 9")
+    finally:
+        con.close()
+
+
+def test_a_v9_file_keeps_its_ids_read_only_and_is_migrated_to_nonced_versions(
+    tmp_path: Path,
+) -> None:
+    """A v9 file opened read-only versions by id and names the changes between ids, unchanged; migrated, its version is (id, nonce) of the same newest row, and an id alone is neither current nor caught up."""
+    db = tmp_path / "store.db"
+    url = f"sqlite://{db}"
+    seqs = written(url, steps(60, 3))
+    downgrade_to_v9(db)
+    before = db.read_bytes()
+    with open_store(url, read_only=True) as reader:
+        since = reader.backend.vectors_version("s", FIELDS)
+        assert since == newest_change(db)
+        assert reader.backend.vector_changes("s", FIELDS, since - 3, since) == set(seqs[-3:])
+    assert db.read_bytes() == before
+    with open_store(url) as store:  # migrated
+        now = store.backend.vectors_version("s", FIELDS)
+        assert isinstance(now, tuple)
+        assert now[0] == since
+        assert type(now[1]) is int
+        assert now != since
+        assert store.backend.vector_changes("s", FIELDS, since, now) is None
+        assert store.backend.vector_changes("s", FIELDS, since - 3, now) is None
+        assert store.backend.vector_changes("s", FIELDS, now, now) == set()
+        store.append("s", steps(2, 9, first=500))
+        store.index_embeddings("s", EMBEDDER)
+        later = store.backend.vectors_version("s", FIELDS)
+        assert store.backend.vector_changes("s", FIELDS, now, later) == {seqs[-1] + 1, seqs[-1] + 2}
+
+
+def test_a_coded_file_saved_at_an_id_alone_is_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coded file saved at a version of the id alone (before schema version 10) is neither served nor caught up: the first queries build the table again (hits as Memory.search) and save it at (id, nonce)."""
+    db = tmp_path / "store.db"
+    url = f"sqlite://{db}"
+    items = steps(60, 3)
+    written(url, items)
+    with monkeypatch.context() as patch:
+        patch.setattr(SQLiteBackend, "vectors_version", lambda self, sid, fields: newest_change(db))
+        saved(url, items, monkeypatch)
+    with coded_handle(url, items, monkeypatch) as store:
+        assert file_of(store).saved_version() == newest_change(db)
+        assert found(store, QUERIES[1], 9, "hybrid") == expected(
+            items, QUERIES[1], 9, "hybrid", None
+        )
+        assert kept_types(store) != [CompactVectors]  # not taken from the file
+        for mode in ("semantic", "hybrid"):
+            for query in QUERIES:
+                assert found(store, query, 9, mode) == expected(items, query, 9, mode, None)
+    closed_saves()
+    with open_store(url) as store:
+        assert file_of(store).saved_version() == store.backend.vectors_version("s", FIELDS)

@@ -405,19 +405,31 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
         """
         return self._file.uses_sqlite_vec
 
-    def vectors_version(self, session_id: str, fields: str) -> int | tuple[int, int, int]:
-        """Return the id of the session's newest row in the vector change log: every vector write, by anyone, logs a higher one.
+    def vectors_version(
+        self, session_id: str, fields: str
+    ) -> int | tuple[int, int | None] | tuple[int, int, int]:
+        """Return the id and nonce of the session's newest row in the vector change log: every vector write, by anyone, logs a newer one.
 
-        0 for a session no vector write was logged for. On a file of schema
-        version 7 opened read-only (no log): the file's change stamp
-        (:meth:`SQLiteFile.change_stamp`), which any commit to the file changes.
+        The nonce (random, written by the log's triggers) tells this row
+        from another given the same id after the file was put back to an
+        older copy and written again. 0 for a session no vector write was
+        logged for. On a file of schema version 8 or 9 opened read-only (no
+        nonces): the id alone. On a file of version 7 opened read-only (no
+        log): the file's change stamp (:meth:`SQLiteFile.change_stamp`),
+        which any commit to the file changes.
         """
         if not self._file.logs_vector_changes:
             return self._file.change_stamp()
         if self.no_tables:
             return 0
+        if not self._file.nonces_vector_changes:
+            rows = self.query_rows(_NEWEST_CHANGE_ID, (session_id,))
+            return int(rows[0][0]) if rows else 0
         rows = self.query_rows(_NEWEST_CHANGE, (session_id,))
-        return int(rows[0][0]) if rows else 0
+        if not rows:
+            return 0
+        change, nonce = rows[0]
+        return (int(change), None if nonce is None else int(nonce))
 
     def ranks_vectors(self, session_id: str, fields: str) -> bool:
         """Return whether sqlite-vec ranks the session's vector rows (:attr:`uses_sqlite_vec`; see the base)."""
@@ -483,19 +495,34 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
     def vector_changes(
         self, session_id: str, fields: str, since: Hashable, now: Hashable
     ) -> set[int] | None:
-        """Return the seqs the vector change log holds for the session between two versions; ``None`` where it was pruned in between.
+        """Return the seqs the vector change log holds for the session between two versions; ``None`` where it cannot tell.
 
         The log is written by trigger in every transaction that writes
         vector rows, whoever runs it, so the answer covers the writes of
-        other handles and processes as well as this one's. ``None`` on a
-        file without the log (version 7 opened read-only).
+        other handles and processes as well as this one's. ``None`` where
+        the log was pruned past ``since``, where the row ``since`` names no
+        longer holds its nonce (the file was put back to an older copy and
+        its ids written again), for a version of another layout (an id
+        alone, from before schema version 10), and on a file without the
+        log (version 7 opened read-only).
         """
-        if type(since) is not int or type(now) is not int or not self._file.logs_vector_changes:
+        if not self._file.logs_vector_changes:
             return None
-        if since >= now:
-            return set() if since == now else None  # (a lower version: another file)
+        nonced = self._file.nonces_vector_changes
+        start, end = _change_of(since, nonced=nonced), _change_of(now, nonced=nonced)
+        if start is None or end is None:
+            return None
+        if since == now:
+            return set()
+        after, nonce = start
+        if after >= end[0]:
+            return None  # (a lower version: another file)
+        if nonced and after:
+            rows = self.query_rows(_NONCE_OF_CHANGE, (after, session_id))
+            if nonce is None or not rows or rows[0][0] != nonce:
+                return None  # the row is gone (pruned) or another write's: the file was put back
         changed: set[int] = set()
-        for (seq,) in self.query_rows(_CHANGES_BETWEEN, (session_id, since, now)):
+        for (seq,) in self.query_rows(_CHANGES_BETWEEN, (session_id, after, end[0])):
             if seq is None:
                 return None  # the log was pruned past ``since``
             changed.add(int(seq))
@@ -742,7 +769,13 @@ def _rows_of(steps: Sequence[str] | None) -> str:
 
 # The session's vector version, and the seqs logged between two (see schema.py).
 _NEWEST_CHANGE: Final = (
+    "SELECT id, nonce FROM kvmemory_vector_changes WHERE session_id = ? ORDER BY id DESC LIMIT 1"
+)
+_NEWEST_CHANGE_ID: Final = (  # a file of version 8 or 9 opened read-only: no nonces
     "SELECT id FROM kvmemory_vector_changes WHERE session_id = ? ORDER BY id DESC LIMIT 1"
+)
+_NONCE_OF_CHANGE: Final = (
+    "SELECT nonce FROM kvmemory_vector_changes WHERE id = ? AND session_id = ?"
 )
 _CHANGES_BETWEEN: Final = (
     "SELECT DISTINCT seq FROM kvmemory_vector_changes WHERE session_id = ? AND id > ? AND id <= ?"
@@ -752,6 +785,25 @@ _SELECT_STEP_KEY: Final = "SELECT step_key FROM kvmemory_sessions WHERE session_
 _SELECT_SESSION: Final = (
     "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
 )
+
+
+def _change_of(version: Hashable, *, nonced: bool) -> tuple[int, int | None] | None:
+    """Return the change-log id and nonce a vectors version names (id 0: no change logged), or ``None`` for a value of another layout.
+
+    With nonces (schema version 10) a version is ``(id, nonce)``, or 0;
+    without, an id, its nonce ``None``.
+    """
+    if type(version) is int:
+        return (version, None) if version == 0 or not nonced else None
+    if (
+        nonced
+        and type(version) is tuple
+        and len(version) == 2
+        and type(version[0]) is int
+        and (version[1] is None or type(version[1]) is int)
+    ):
+        return version[0], version[1]
+    return None
 
 
 def _json_list(values: Sequence[object]) -> str:
