@@ -51,6 +51,7 @@ from agents.memory.exceptions import StoreArgumentError, StoreError
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._sql.dialect import SQLITE, SQLRows
+from agents.memory.stores._sqlite.change_log import changes_between, newest_change
 from agents.memory.stores._sqlite.file import SQLiteFile, Synchronous
 from agents.memory.stores._sqlite.filters import SQLiteFilters
 from agents.memory.stores._sqlite.keyword import KeywordFold, SQLiteKeywordIndex
@@ -422,14 +423,7 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
             return self._file.change_stamp()
         if self.no_tables:
             return 0
-        if not self._file.nonces_vector_changes:
-            rows = self.query_rows(_NEWEST_CHANGE_ID, (session_id,))
-            return int(rows[0][0]) if rows else 0
-        rows = self.query_rows(_NEWEST_CHANGE, (session_id,))
-        if not rows:
-            return 0
-        change, nonce = rows[0]
-        return (int(change), None if nonce is None else int(nonce))
+        return newest_change(self.query_rows, session_id, nonced=self._file.nonces_vector_changes)
 
     def ranks_vectors(self, session_id: str, fields: str) -> bool:
         """Return whether sqlite-vec ranks the session's vector rows (:attr:`uses_sqlite_vec`; see the base)."""
@@ -509,24 +503,7 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
         if not self._file.logs_vector_changes:
             return None
         nonced = self._file.nonces_vector_changes
-        start, end = _change_of(since, nonced=nonced), _change_of(now, nonced=nonced)
-        if start is None or end is None:
-            return None
-        if since == now:
-            return set()
-        after, nonce = start
-        if after >= end[0]:
-            return None  # (a lower version: another file)
-        if nonced and after:
-            rows = self.query_rows(_NONCE_OF_CHANGE, (after, session_id))
-            if nonce is None or not rows or rows[0][0] != nonce:
-                return None  # the row is gone (pruned) or another write's: the file was put back
-        changed: set[int] = set()
-        for (seq,) in self.query_rows(_CHANGES_BETWEEN, (session_id, after, end[0])):
-            if seq is None:
-                return None  # the log was pruned past ``since``
-            changed.add(int(seq))
-        return changed
+        return changes_between(self.query_rows, session_id, since, now, nonced=nonced)
 
     # -- keyword search --------------------------------------------------------------
 
@@ -767,43 +744,10 @@ def _rows_of(steps: Sequence[str] | None) -> str:
     return "kvmemory_items" if steps is None else "kvmemory_items INDEXED BY kvmemory_items_step"
 
 
-# The session's vector version, and the seqs logged between two (see schema.py).
-_NEWEST_CHANGE: Final = (
-    "SELECT id, nonce FROM kvmemory_vector_changes WHERE session_id = ? ORDER BY id DESC LIMIT 1"
-)
-_NEWEST_CHANGE_ID: Final = (  # a file of version 8 or 9 opened read-only: no nonces
-    "SELECT id FROM kvmemory_vector_changes WHERE session_id = ? ORDER BY id DESC LIMIT 1"
-)
-_NONCE_OF_CHANGE: Final = (
-    "SELECT nonce FROM kvmemory_vector_changes WHERE id = ? AND session_id = ?"
-)
-_CHANGES_BETWEEN: Final = (
-    "SELECT DISTINCT seq FROM kvmemory_vector_changes WHERE session_id = ? AND id > ? AND id <= ?"
-)
-
 _SELECT_STEP_KEY: Final = "SELECT step_key FROM kvmemory_sessions WHERE session_id = ?"
 _SELECT_SESSION: Final = (
     "SELECT step_key, created, metadata FROM kvmemory_sessions WHERE session_id = ?"
 )
-
-
-def _change_of(version: Hashable, *, nonced: bool) -> tuple[int, int | None] | None:
-    """Return the change-log id and nonce a vectors version names (id 0: no change logged), or ``None`` for a value of another layout.
-
-    With nonces (schema version 10) a version is ``(id, nonce)``, or 0;
-    without, an id, its nonce ``None``.
-    """
-    if type(version) is int:
-        return (version, None) if version == 0 or not nonced else None
-    if (
-        nonced
-        and type(version) is tuple
-        and len(version) == 2
-        and type(version[0]) is int
-        and (version[1] is None or type(version[1]) is int)
-    ):
-        return version[0], version[1]
-    return None
 
 
 def _json_list(values: Sequence[object]) -> str:

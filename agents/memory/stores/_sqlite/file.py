@@ -48,9 +48,9 @@ from agents.memory.stores._sqlite.schema import (
     NO_LENGTH_INDEX,
     NO_NONCE,
     NO_RECORD_KEYS,
+    READ_ONLY_LAYOUTS,
     READS_AS_CURRENT,
     SCHEMA_VERSION,
-    SEARCHED_BY_SCAN,
 )
 
 __all__ = ["SQLiteFile", "Synchronous"]
@@ -461,17 +461,7 @@ class SQLiteFile:
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        readable = (
-            0,
-            SEARCHED_BY_SCAN,
-            READS_AS_CURRENT,
-            INDEXED_EAGERLY,
-            NO_RECORD_KEYS,
-            NO_CHANGE_LOG,
-            NO_LENGTH_INDEX,
-            NO_NONCE,
-        )
-        if version == SCHEMA_VERSION or (self.read_only and version in readable):
+        if version == SCHEMA_VERSION or (self.read_only and version in READ_ONLY_LAYOUTS):
             # A file of the layout before the keyword index reads the same, searched by scanning.
             self._no_tables = version == 0
             self._indexed = version >= READS_AS_CURRENT

@@ -68,6 +68,7 @@ __all__ = [
     "NO_NONCE",
     "NO_RECORD_KEYS",
     "READS_AS_CURRENT",
+    "READ_ONLY_LAYOUTS",
     "SCHEMA_VERSION",
     "SEARCHED_BY_SCAN",
     "THROUGH",
@@ -474,3 +475,14 @@ NO_LENGTH_INDEX: Final = 8  # the last layout whose session index lacks the leng
 NO_NONCE: Final = (
     9  # the last layout whose change rows have no nonce: read-only opens version by id
 )
+READ_ONLY_LAYOUTS: Final = (
+    0,
+    SEARCHED_BY_SCAN,
+    READS_AS_CURRENT,
+    INDEXED_EAGERLY,
+    NO_RECORD_KEYS,
+    NO_CHANGE_LOG,
+    NO_LENGTH_INDEX,
+    NO_NONCE,
+)
+"""The older schema versions a read-only handle reads as they are (0: an empty file); it refuses the others."""
