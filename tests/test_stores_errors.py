@@ -139,7 +139,7 @@ def test_empty_sqlite_file_becomes_a_store(tmp_path: Path) -> None:
         version = con.execute("PRAGMA user_version").fetchone()[0]
     finally:
         con.close()
-    assert version == SQLiteStore.schema_version == 9
+    assert version == SQLiteStore.schema_version == 10
 
 
 def test_newer_jsonl_store_is_refused(tmp_path: Path) -> None:

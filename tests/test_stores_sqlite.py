@@ -949,7 +949,7 @@ def test_v4_file_is_migrated_to_index_inserts_by_batch(tmp_path: Path) -> None:
         assert [hit.item["step"] for hit in store.search("s", "report", 5)] == [1, 2]
     con = sqlite3.connect(path)
     try:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
         assert con.execute(
             "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
             " AND name = 'kvmemory_items_search_insert'"
@@ -1232,7 +1232,7 @@ def test_v5_file_reads_read_only_as_it_is_and_is_migrated_to_fold_few_inserts(
     assert user_version(path) == 5
     with SQLiteStore(path) as store:
         assert (
-            user_version(path) == SCHEMA_VERSION == 9
+            user_version(path) == SCHEMA_VERSION == 10
         )  # through v6, v7 (record keys), v8 (change log)
         assert fold_state(path) == (0, len(ranking_corpus()))
         store.append("s", [MemoryItem(step=10, note="the report file")])
@@ -1585,7 +1585,7 @@ def test_v6_file_is_migrated_to_record_keys(tmp_path: Path) -> None:
         assert [item["step"] for item in store.read("s")[:2]] == [1, 2]
         assert [hit.seq for hit in store.search("s", "report", 5)][-1] in (seq, 1)
         assert len(store.search("s", "report", 5)) == 2
-    assert user_version(path) == SCHEMA_VERSION == 9
+    assert user_version(path) == SCHEMA_VERSION == 10
     con = sqlite3.connect(path)
     try:
         indexes = {row[1] for row in con.execute("PRAGMA index_list(kvmemory_items)")}
@@ -1702,7 +1702,7 @@ def test_v7_file_is_migrated_to_the_vector_change_log(tmp_path: Path) -> None:
     path = tmp_path / "v7.db"
     seqs = write_v7_store(path)
     with open_store(path) as kept, open_store(path) as other:
-        assert user_version(path) == SCHEMA_VERSION == 9
+        assert user_version(path) == SCHEMA_VERSION == 10
         since = kept.backend.vectors_version("s", "*")
         assert since == 0  # no write logged yet
         _change_hits(kept)
@@ -1911,7 +1911,7 @@ def test_v8_file_reads_read_only_and_is_migrated_to_lengths_in_the_session_index
     assert path.read_bytes() == before
     with SQLiteStore(path) as store:
         assert [(hit.item["n"], hit.score) for hit in store.search("s", "is", 5)] == want
-    assert user_version(path) == SCHEMA_VERSION == 9
+    assert user_version(path) == SCHEMA_VERSION == 10
     assert session_index_columns(path) == ["session_id", "seq", "n_terms"]
 
 

@@ -51,6 +51,7 @@ from agents.memory.exceptions import StoreArgumentError, StoreError
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._sql.dialect import SQLITE, SQLRows
+from agents.memory.stores._sqlite.change_log import changes_between, newest_change
 from agents.memory.stores._sqlite.file import SQLiteFile, Synchronous
 from agents.memory.stores._sqlite.filters import SQLiteFilters
 from agents.memory.stores._sqlite.keyword import KeywordFold, SQLiteKeywordIndex
@@ -405,19 +406,24 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
         """
         return self._file.uses_sqlite_vec
 
-    def vectors_version(self, session_id: str, fields: str) -> int | tuple[int, int, int]:
-        """Return the id of the session's newest row in the vector change log: every vector write, by anyone, logs a higher one.
+    def vectors_version(
+        self, session_id: str, fields: str
+    ) -> int | tuple[int, int | None] | tuple[int, int, int]:
+        """Return the id and nonce of the session's newest row in the vector change log: every vector write, by anyone, logs a newer one.
 
-        0 for a session no vector write was logged for. On a file of schema
-        version 7 opened read-only (no log): the file's change stamp
-        (:meth:`SQLiteFile.change_stamp`), which any commit to the file changes.
+        The nonce (random, written by the log's triggers) tells this row
+        from another given the same id after the file was put back to an
+        older copy and written again. 0 for a session no vector write was
+        logged for. On a file of schema version 8 or 9 opened read-only (no
+        nonces): the id alone. On a file of version 7 opened read-only (no
+        log): the file's change stamp (:meth:`SQLiteFile.change_stamp`),
+        which any commit to the file changes.
         """
         if not self._file.logs_vector_changes:
             return self._file.change_stamp()
         if self.no_tables:
             return 0
-        rows = self.query_rows(_NEWEST_CHANGE, (session_id,))
-        return int(rows[0][0]) if rows else 0
+        return newest_change(self.query_rows, session_id, nonced=self._file.nonces_vector_changes)
 
     def ranks_vectors(self, session_id: str, fields: str) -> bool:
         """Return whether sqlite-vec ranks the session's vector rows (:attr:`uses_sqlite_vec`; see the base)."""
@@ -483,23 +489,21 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
     def vector_changes(
         self, session_id: str, fields: str, since: Hashable, now: Hashable
     ) -> set[int] | None:
-        """Return the seqs the vector change log holds for the session between two versions; ``None`` where it was pruned in between.
+        """Return the seqs the vector change log holds for the session between two versions; ``None`` where it cannot tell.
 
         The log is written by trigger in every transaction that writes
         vector rows, whoever runs it, so the answer covers the writes of
-        other handles and processes as well as this one's. ``None`` on a
-        file without the log (version 7 opened read-only).
+        other handles and processes as well as this one's. ``None`` where
+        the log was pruned past ``since``, where the row ``since`` names no
+        longer holds its nonce (the file was put back to an older copy and
+        its ids written again), for a version of another layout (an id
+        alone, from before schema version 10), and on a file without the
+        log (version 7 opened read-only).
         """
-        if type(since) is not int or type(now) is not int or not self._file.logs_vector_changes:
+        if not self._file.logs_vector_changes:
             return None
-        if since >= now:
-            return set() if since == now else None  # (a lower version: another file)
-        changed: set[int] = set()
-        for (seq,) in self.query_rows(_CHANGES_BETWEEN, (session_id, since, now)):
-            if seq is None:
-                return None  # the log was pruned past ``since``
-            changed.add(int(seq))
-        return changed
+        nonced = self._file.nonces_vector_changes
+        return changes_between(self.query_rows, session_id, since, now, nonced=nonced)
 
     # -- keyword search --------------------------------------------------------------
 
@@ -739,14 +743,6 @@ def _rows_of(steps: Sequence[str] | None) -> str:
     """
     return "kvmemory_items" if steps is None else "kvmemory_items INDEXED BY kvmemory_items_step"
 
-
-# The session's vector version, and the seqs logged between two (see schema.py).
-_NEWEST_CHANGE: Final = (
-    "SELECT id FROM kvmemory_vector_changes WHERE session_id = ? ORDER BY id DESC LIMIT 1"
-)
-_CHANGES_BETWEEN: Final = (
-    "SELECT DISTINCT seq FROM kvmemory_vector_changes WHERE session_id = ? AND id > ? AND id <= ?"
-)
 
 _SELECT_STEP_KEY: Final = "SELECT step_key FROM kvmemory_sessions WHERE session_id = ?"
 _SELECT_SESSION: Final = (

@@ -46,10 +46,11 @@ from agents.memory.stores._sqlite.schema import (
     MIGRATIONS,
     NO_CHANGE_LOG,
     NO_LENGTH_INDEX,
+    NO_NONCE,
     NO_RECORD_KEYS,
+    READ_ONLY_LAYOUTS,
     READS_AS_CURRENT,
     SCHEMA_VERSION,
-    SEARCHED_BY_SCAN,
 )
 
 __all__ = ["SQLiteFile", "Synchronous"]
@@ -135,6 +136,7 @@ class SQLiteFile:
         self._keyed = True  # whether the rows have the record key column (layout 7)
         self._logged = True  # whether vector writes are logged (layout 8)
         self._lengths = True  # whether the session index holds each row's length (layout 9)
+        self._nonced = True  # whether each vector change row holds a nonce (layout 10)
         self._held: tuple[int, int] | None = None
         if not self._held_here():  # (checked when it was first opened here)
             self._check_whole_pages()  # an existing file, before SQLite opens it
@@ -194,6 +196,11 @@ class SQLiteFile:
     def logs_vector_changes(self) -> bool:
         """Whether the file logs every vector row written (``kvmemory_vector_changes``, version 8; not an older file opened read-only)."""
         return self._logged
+
+    @property
+    def nonces_vector_changes(self) -> bool:
+        """Whether each row of the vector change log holds a random nonce (version 10; not an older file opened read-only, whose versions are ids alone)."""
+        return self._nonced
 
     @property
     def lengths_indexed(self) -> bool:
@@ -454,16 +461,7 @@ class SQLiteFile:
     def _setup(self) -> None:
         con = self._con
         version = self._kvmemory_version()
-        readable = (
-            0,
-            SEARCHED_BY_SCAN,
-            READS_AS_CURRENT,
-            INDEXED_EAGERLY,
-            NO_RECORD_KEYS,
-            NO_CHANGE_LOG,
-            NO_LENGTH_INDEX,
-        )
-        if version == SCHEMA_VERSION or (self.read_only and version in readable):
+        if version == SCHEMA_VERSION or (self.read_only and version in READ_ONLY_LAYOUTS):
             # A file of the layout before the keyword index reads the same, searched by scanning.
             self._no_tables = version == 0
             self._indexed = version >= READS_AS_CURRENT
@@ -471,6 +469,7 @@ class SQLiteFile:
             self._keyed = version == 0 or version > NO_RECORD_KEYS
             self._logged = version == 0 or version > NO_CHANGE_LOG
             self._lengths = version == 0 or version > NO_LENGTH_INDEX
+            self._nonced = version == 0 or version > NO_NONCE
             if not self.read_only:
                 self._use_wal()
             return
@@ -482,7 +481,7 @@ class SQLiteFile:
             found = self._kvmemory_version()  # another process may have migrated it meanwhile
             reached = migrate(MIGRATIONS, found, con, store=f"SQLite store {self.path!r}")
             con.execute(f"PRAGMA user_version={reached}")
-        self._folds = self._keyed = self._logged = self._lengths = True
+        self._folds = self._keyed = self._logged = self._lengths = self._nonced = True
 
     def _kvmemory_version(self) -> int:
         """Return the file's schema version (0 when empty); refuse a file that is not a kvmemory store."""

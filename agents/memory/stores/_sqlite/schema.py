@@ -1,6 +1,6 @@
 """The layout of an SQLite store file: its tables, the keyword index's statements, the migrations.
 
-Layout (schema version 9, recorded in ``PRAGMA user_version``)::
+Layout (schema version 10, recorded in ``PRAGMA user_version``)::
 
     kvmemory_sessions(session_id TEXT PRIMARY KEY, step_key TEXT, created REAL,
                       metadata BLOB)                                   -- metadata: v2
@@ -22,9 +22,10 @@ Layout (schema version 9, recorded in ``PRAGMA user_version``)::
     kvmemory_vectors(session_id TEXT, seq INTEGER, fields TEXT, vector BLOB,
                      PRIMARY KEY (session_id, seq, fields))        -- v3
     kvmemory_vector_changes(id INTEGER PRIMARY KEY, session_id TEXT,
-                            seq INTEGER)                           -- v8
-    index (session_id, id); triggers on kvmemory_vectors that log each row
-    written, and one that prunes the log                           -- v8
+                            seq INTEGER,
+                            nonce INTEGER)                         -- nonce: v10
+    index (session_id, id, nonce); triggers on kvmemory_vectors that log
+    each row written (with a random nonce: v10), and one that prunes the log -- v8
 
 ``data`` holds the codec's bytes for the item; ``step`` its canonical step
 text, so step filters are answered by the ``(session_id, step)`` index;
@@ -64,8 +65,10 @@ __all__ = [
     "MIGRATIONS",
     "NO_CHANGE_LOG",
     "NO_LENGTH_INDEX",
+    "NO_NONCE",
     "NO_RECORD_KEYS",
     "READS_AS_CURRENT",
+    "READ_ONLY_LAYOUTS",
     "SCHEMA_VERSION",
     "SEARCHED_BY_SCAN",
     "THROUGH",
@@ -334,8 +337,8 @@ def _add_record_keys(con: sqlite3.Connection) -> None:
 # Every insert, replacement and delete of a vector row adds (session, seq) to
 # kvmemory_vector_changes, by trigger, in the writing transaction, whoever writes it
 # (any handle, any process, plain SQL). Its ids grow with every row (the writers of a
-# file take turns, so they follow commit order); the largest of a session's rows is
-# the session's vector version, and the rows above a version name the items whose
+# file take turns, so they follow commit order); the largest of a session's rows (with
+# its nonce: version 10) is the session's vector version, and the rows above a version name the items whose
 # vectors changed since (Backend.vector_changes). A session's log keeps its newest
 # CHANGES_KEPT rows: past them, the rows below are deleted and the oldest kept loses
 # its seq (NULL: "changes before here are gone"), so a version older than that asks
@@ -400,6 +403,48 @@ def _index_lengths(con: sqlite3.Connection) -> None:
     con.execute("CREATE INDEX kvmemory_items_session ON kvmemory_items (session_id, seq, n_terms)")
 
 
+# -- a nonce in each change row (schema version 10) -----------------------------------
+#
+# A change row's id alone does not name a version of the vectors: a file put back to
+# an older copy (a backup restored) and written again gives the same ids to other
+# writes, and a coded file saved at one of them (beside the database) would be served
+# as current or caught up from the wrong rows. Each row the triggers write gets a
+# random 64-bit nonce, and a session's version is (id, nonce) of its newest row, read
+# from the session index, which holds the nonce too (one index lookup, as before).
+# A version is caught up from only while the row it names holds its nonce. ALTER TABLE
+# cannot give the new column random() as its default: the triggers write it. The
+# migration gives each session's newest row a nonce (older rows stay NULL: no version
+# names them again), so that a version read before the next write has one too.
+
+
+def _nonce_vector_changes(con: sqlite3.Connection) -> None:
+    columns = {row[1] for row in con.execute("PRAGMA table_info(kvmemory_vector_changes)")}
+    if "nonce" not in columns:
+        con.execute("ALTER TABLE kvmemory_vector_changes ADD COLUMN nonce INTEGER")
+    for event in ("insert", "update", "delete"):
+        con.execute(f"DROP TRIGGER IF EXISTS kvmemory_vectors_logged_{event}")
+    for statement in _NONCED_TRIGGERS:
+        con.execute(statement)
+    con.execute("DROP INDEX IF EXISTS kvmemory_vector_changes_session")
+    con.execute(
+        "CREATE INDEX kvmemory_vector_changes_session"
+        " ON kvmemory_vector_changes (session_id, id, nonce)"
+    )
+    con.execute(
+        "UPDATE kvmemory_vector_changes SET nonce = random() WHERE nonce IS NULL AND id IN"
+        " (SELECT max(id) FROM kvmemory_vector_changes GROUP BY session_id)"
+    )
+
+
+_NONCED_TRIGGERS: Final = tuple(
+    f"CREATE TRIGGER kvmemory_vectors_logged_{event.lower()}"
+    f" AFTER {event} ON kvmemory_vectors BEGIN"
+    " INSERT INTO kvmemory_vector_changes (session_id, seq, nonce)"
+    f" VALUES ({row}.session_id, {row}.seq, random()); END"
+    for event, row in (("INSERT", "new"), ("UPDATE", "new"), ("DELETE", "old"))
+)
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_session_metadata,
@@ -410,6 +455,7 @@ MIGRATIONS: Final = (
     _add_record_keys,
     _log_vector_changes,
     _index_lengths,
+    _nonce_vector_changes,
 )
 """Step ``i`` brings a file from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -426,3 +472,17 @@ NO_CHANGE_LOG: Final = (
     7  # the last layout without the vector change log: read-only opens stamp the file
 )
 NO_LENGTH_INDEX: Final = 8  # the last layout whose session index lacks the lengths
+NO_NONCE: Final = (
+    9  # the last layout whose change rows have no nonce: read-only opens version by id
+)
+READ_ONLY_LAYOUTS: Final = (
+    0,
+    SEARCHED_BY_SCAN,
+    READS_AS_CURRENT,
+    INDEXED_EAGERLY,
+    NO_RECORD_KEYS,
+    NO_CHANGE_LOG,
+    NO_LENGTH_INDEX,
+    NO_NONCE,
+)
+"""The older schema versions a read-only handle reads as they are (0: an empty file); it refuses the others."""
