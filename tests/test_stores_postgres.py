@@ -881,10 +881,13 @@ def test_v5_store_is_migrated_to_a_vectors_version_kept_with_the_session(postgre
             assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [
                 (PostgresStore.schema_version,)
             ]
-            kept = dict(
-                con.execute("SELECT session_id, vectors_version FROM kvmemory_sessions").fetchall()
-            )
-        assert len(set(kept.values())) == 2
+            kept = {  # (number, nonce) from schema version 14
+                sid: (number, nonce)
+                for sid, number, nonce in con.execute(
+                    "SELECT session_id, vectors_version, vectors_nonce FROM kvmemory_sessions"
+                ).fetchall()
+            }
+        assert len({number for number, _ in kept.values()}) == 2
         assert store.backend.vectors_version("s", "*|8/0") == kept["s"]
         assert version_hits(store) == want
         _vector_write("update", postgres_url, seqs)
@@ -974,10 +977,20 @@ def write_v6_store(url: str) -> list[int]:
 
 @pytest.mark.postgres
 def test_v6_store_is_migrated_to_the_vector_change_log(postgres_url: str) -> None:
-    """v6 tables opened writable get the change log: a write by plain SQL is named by vector_changes, and a kept handle ranks as a fresh one."""
+    """v6 tables opened writable get the change log: a write by plain SQL is named by vector_changes, and a kept handle ranks as a fresh one.
+
+    The version the migration leaves is no logged write's (its nonce is on no change row, schema version 14): a cache kept at it is built again once.
+    """
     seqs = write_v6_store(postgres_url)
     with open_store(postgres_url) as kept:
+        migrated = kept.backend.vectors_version("s", "*|8/0")
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            con.execute(
+                "UPDATE kvmemory_vectors SET vector = vector WHERE session_id = 's' AND seq = %s",
+                (seqs[0],),
+            )
         since = kept.backend.vectors_version("s", "*|8/0")
+        assert kept.backend.vector_changes("s", "*|8/0", migrated, since) is None
         before = version_hits(kept)
         assert version_hits(kept) == before  # kept now
         _vector_write("sql update", postgres_url, seqs)
@@ -1030,6 +1043,34 @@ def test_the_vector_change_log_keeps_the_newest_rows_of_a_session_and_marks_the_
         assert backend.vector_changes("s", "*|8/0", since, now) is None
         assert backend.vector_changes("s", "*|8/0", middle, now) == {seqs[5]}
     assert _pg_schema.CHANGES_KEPT < rows <= _pg_schema.CHANGES_KEPT + 64 * len(seqs) + 1
+
+
+@pytest.mark.postgres
+def test_vector_changes_are_told_only_while_the_change_rows_hold_the_kept_versions_nonce(
+    postgres_url: str,
+) -> None:
+    """A kept version whose number's change rows now hold another nonce (the database put back and that number given again) gets None; with its nonce, the seqs written since (schema version 14)."""
+    seqs = write_vector_session(postgres_url)
+    with open_store(postgres_url) as store:
+        backend = store.backend
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            con.execute(
+                "UPDATE kvmemory_vectors SET vector = vector WHERE session_id = 's' AND seq = %s",
+                (seqs[0],),
+            )
+            since = backend.vectors_version("s", "*|8/0")
+            _vector_write("sql update", postgres_url, seqs)
+            now = backend.vectors_version("s", "*|8/0")
+            assert backend.vector_changes("s", "*|8/0", since, now) == {seqs[-1]}
+            number, nonce = since
+            assert backend.vector_changes("s", "*|8/0", (number, nonce + 1), now) is None
+            assert backend.vector_changes("s", "*|8/0", number, now) is None  # saved before v14
+            con.execute(
+                "UPDATE kvmemory_vector_changes SET nonce = nonce + 1"
+                " WHERE session_id = 's' AND version = %s",
+                (number,),
+            )
+            assert backend.vector_changes("s", "*|8/0", since, now) is None
 
 
 def _crowded_steps(n: int) -> list[MemoryItem]:

@@ -299,7 +299,7 @@ def test_v12_tables_read_only_scan_for_ranges_then_are_migrated(postgres_url: st
             assert_named_as_filter_keeps(reader, "s", one)
     assert schema_version(postgres_url) == 12
     with PostgresStore(postgres_url, pgvector=False) as store:
-        assert schema_version(postgres_url) == PostgresStore.schema_version == 13
+        assert schema_version(postgres_url) == PostgresStore.schema_version == 14
         assert len(leaves_of(postgres_url, "s")) == 4 * 60  # m.b, note, uid, w
         store.append("s", [MemoryItem(uid=next(uid), note="the", w=6, m={"b": "0"})])
         for one in where:

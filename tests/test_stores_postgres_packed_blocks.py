@@ -193,7 +193,7 @@ def test_v11_tables_read_only_convert_the_arrays_then_are_migrated(
     assert packed_columns(postgres_url) == set()
     statements.clear()
     with PostgresStore(folding_every(postgres_url, 8), pgvector=False) as store:
-        assert schema_version(postgres_url) == PostgresStore.schema_version == 13
+        assert schema_version(postgres_url) == PostgresStore.schema_version == 14
         assert packed_columns(postgres_url) == set(PACKED)
         assert copies_disagreeing(postgres_url) == 0
         assert_ranks_as_memory(store, items)

@@ -35,6 +35,8 @@ when a ``postgresql://`` URL is opened. Layout (schema version 9, recorded in
                     txt text COLLATE "C"), indexes (session_id, path, num) and
     (session_id, path, txt), and statement triggers on kvmemory_items keeping
     each row's numbers and strings by path: v13 (see ``leaves``)
+    kvmemory_sessions.vectors_nonce bigint and kvmemory_vector_changes.nonce
+    bigint, a random number the same triggers give beside each new number: v14
 
 ``vector`` holds an item's unit vector as little-endian float32 (empty for
 an item without text), embedded over the fields ``fields`` names by the
@@ -298,6 +300,7 @@ class PostgresBackend(SQLRows, SessionVersions, CodedFolder, Backend):
             ranks=pgvector,
             numbered=tables.vectors_version,
             logged=tables.change_log,
+            nonced=tables.vectors_nonce,
         )
 
     @property
@@ -591,12 +594,11 @@ class PostgresBackend(SQLRows, SessionVersions, CodedFolder, Backend):
     ) -> int:
         return self._vectors.put(tx, session_id, fields, rows)
 
-    def vectors_version(self, session_id: str, fields: str) -> int | tuple[int, str] | None:
-        """Return the number a trigger gives the session's row at every write to its vector rows, by any handle or process (see the base).
+    def vectors_version(self, session_id: str, fields: str) -> Hashable | None:
+        """Return the number and random nonce a trigger gives the session's row at every write to its vector rows, by any handle or process (see the base).
 
-        One lookup by key. On tables before that number (opened read-only):
-        the count of the vector rows and a digest of each row's seq and
-        inserting transaction (``xmin``).
+        One lookup by key. Opened read-only on older tables: the number alone
+        (v13), or the vector rows' count and digest of their seq and ``xmin`` (v5).
         """
         if self.no_tables:
             return None
@@ -607,7 +609,7 @@ class PostgresBackend(SQLRows, SessionVersions, CodedFolder, Backend):
     ) -> set[int] | None:
         """Return the seqs the trigger logged for the session's vector writes between two versions, by any handle or process; ``None`` where it was pruned in between (see the base).
 
-        ``None`` on tables of schema version 6 or older opened read-only (no log).
+        ``None`` on v6 tables or older opened read-only (no log), or where ``since``'s nonce is lost.
         """
         if self.no_tables:
             return None

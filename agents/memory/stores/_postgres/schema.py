@@ -289,6 +289,56 @@ def _add_leaves(con: Any) -> None:
     build_leaves(con)
 
 
+# Schema version 14: the triggers give the session's row a random nonce beside its new number,
+# and log it on each change row. A database put back to a physical copy of itself (same name,
+# same oids: the same vector cache folder) rewinds the sequence, and its later writes get the
+# numbers a cache may hold again; the nonce tells them apart. A version is (number, nonce),
+# still one lookup by key, and Backend.vector_changes takes a kept version only where the
+# change rows at its number still hold its nonce. Sessions and change rows from before get a
+# nonce of their own (sessions) or none (rows): a cache kept at them is built again once.
+
+_RANDOM_NONCE: Final = "(random() * 4611686018427387904)::bigint"  # 2 ** 62: a bigint
+
+_NONCED_VECTORS_VERSION_FUNCTION: Final = f"""CREATE OR REPLACE FUNCTION kvmemory_vectors_written()
+    RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        bumped record;
+        cut bigint;
+    BEGIN
+        FOR bumped IN
+            UPDATE kvmemory_sessions SET vectors_version = nextval('kvmemory_vectors_versions'),
+                vectors_nonce = {_RANDOM_NONCE}
+            WHERE session_id IN (SELECT DISTINCT session_id FROM written_rows)
+            RETURNING session_id, vectors_version, vectors_nonce
+        LOOP
+            INSERT INTO kvmemory_vector_changes (session_id, version, seq, nonce)
+            SELECT DISTINCT bumped.session_id, bumped.vectors_version, w.seq, bumped.vectors_nonce
+            FROM written_rows AS w WHERE w.session_id = bumped.session_id;
+            IF bumped.vectors_version % {_PRUNE_EVERY} = 0 THEN
+                SELECT version INTO cut FROM kvmemory_vector_changes
+                WHERE session_id = bumped.session_id
+                ORDER BY version DESC OFFSET {CHANGES_KEPT} LIMIT 1;
+                IF cut IS NOT NULL THEN
+                    DELETE FROM kvmemory_vector_changes
+                    WHERE session_id = bumped.session_id AND version <= cut;
+                    INSERT INTO kvmemory_vector_changes (session_id, version, seq)
+                    VALUES (bumped.session_id, cut, NULL);
+                END IF;
+            END IF;
+        END LOOP;
+        RETURN NULL;
+    END $$"""
+
+
+def _add_vectors_nonce(con: Any) -> None:
+    con.execute(
+        "ALTER TABLE kvmemory_sessions ADD COLUMN IF NOT EXISTS vectors_nonce bigint"
+        f" NOT NULL DEFAULT {_RANDOM_NONCE}"
+    )
+    con.execute("ALTER TABLE kvmemory_vector_changes ADD COLUMN IF NOT EXISTS nonce bigint")
+    con.execute(_NONCED_VECTORS_VERSION_FUNCTION)
+
+
 MIGRATIONS: Final = (
     _create_v1,
     _add_metadata_and_tombstones,
@@ -303,6 +353,7 @@ MIGRATIONS: Final = (
     _add_doc_index,
     _pack_posting_blocks,
     _add_leaves,
+    _add_vectors_nonce,
 )
 """Step ``i`` brings the tables from schema version ``i`` to ``i + 1`` (see :func:`migrate`)."""
 
@@ -325,6 +376,7 @@ _NO_ROWS_VERSION: Final = (
 _NO_DOC_INDEX: Final = 10  # the layout before the JSONB index: read-only opens scan for filters
 _UNPACKED_BLOCKS: Final = 11  # before the blocks' packed copies: read-only opens have arrays sent
 _NO_LEAVES: Final = 12  # before the leaf table: read-only opens read every row's copy for a range
+_NO_VECTORS_NONCE: Final = 13  # before the nonce: read-only opens' versions are numbers alone
 
 
 @attrs.frozen
@@ -359,6 +411,9 @@ class Tables:
         leaves: The leaf table keeps each row's numbers and strings by path
             (``False`` for the tables before it, opened read-only: a range
             filter reads every row's JSONB copy).
+        vectors_nonce: The sessions' rows and change rows keep a random
+            nonce beside each vectors version (``False`` for the tables
+            before it, opened read-only: a version is the number alone).
     """
 
     no_tables: bool = False
@@ -371,6 +426,7 @@ class Tables:
     doc_index: bool = True
     packed_blocks: bool = True
     leaves: bool = True
+    vectors_nonce: bool = True
 
 
 def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
@@ -406,6 +462,7 @@ def open_tables(con: Any, *, store: str, read_only: bool) -> Tables:
                 doc_index=version > _NO_DOC_INDEX,
                 packed_blocks=version > _UNPACKED_BLOCKS,
                 leaves=version > _NO_LEAVES,
+                vectors_nonce=version > _NO_VECTORS_NONCE,
             )
         if version < SCHEMA_VERSION:
             msg = f"{store} has schema version {version}; opened read-only it cannot be migrated to {SCHEMA_VERSION}. Open it once writable to migrate it."

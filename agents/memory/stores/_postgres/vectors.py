@@ -60,6 +60,16 @@ _COSINES_OF: Final = _RANKED + " AND seq = ANY(%(among)s)"
 # What changes with every write to a session's vector rows: the number a trigger gives the
 # session's row at each write (see schema.py), one lookup by key.
 _VERSION: Final = "SELECT vectors_version FROM kvmemory_sessions WHERE session_id = %s"
+# From schema version 14 with the random nonce the same write gave it (see schema.py).
+_NONCED_VERSION: Final = (
+    "SELECT vectors_version, vectors_nonce FROM kvmemory_sessions WHERE session_id = %s"
+)
+# Whether the change rows at a kept version's number still hold its nonce (the database was
+# not put back to a copy and written again to that number since).
+_NONCE_HELD: Final = (
+    "SELECT 1 FROM kvmemory_vector_changes"
+    " WHERE session_id = %s AND version = %s AND nonce = %s LIMIT 1"
+)
 
 # The seqs the trigger logged for the session between two versions (a NULL seq: pruned).
 _CHANGES: Final = (
@@ -214,6 +224,8 @@ class PostgresVectors:
             (``False`` on older tables opened read-only).
         logged: Every vector write is logged with its seq (``False`` on
             older tables opened read-only).
+        nonced: The sessions' rows and change rows hold a random nonce
+            beside each number (``False`` on older tables opened read-only).
     """
 
     def __init__(
@@ -224,12 +236,14 @@ class PostgresVectors:
         ranks: bool,
         numbered: bool = True,
         logged: bool = True,
+        nonced: bool = True,
     ) -> None:
         self._query_rows = query_rows
         self._schema = schema
         self._ranks = ranks and schema is not None
         self._numbered = numbered
         self._logged = logged and numbered
+        self._nonced = nonced and self._logged
 
     @property
     def ranks(self) -> bool:
@@ -271,35 +285,65 @@ class PostgresVectors:
             cur = tx.execute(_PUT_EMBEDDED_VECTORS.format(schema=_quoted(schema)), params)
         return int(cur.rowcount)
 
-    def version(self, session_id: str, fields: str) -> int | tuple[int, str]:
+    def version(self, session_id: str, fields: str) -> int | tuple[int, int] | tuple[int, str]:
         """Return what changes with every write to the session's vector rows over ``fields`` (see :meth:`Backend.vectors_version`).
 
-        The number the session's row holds (any write to its vector rows,
-        over any fields, gives it a new one; ``0`` for a session not made
-        yet), or on tables before it a digest of the rows.
+        The number and random nonce the session's row holds (any write to
+        its vector rows, over any fields, gives it new ones; ``0`` for a
+        session not made yet), on tables before the nonce the number alone,
+        and on tables before the number a digest of the rows.
         """
         if not self._numbered:
             ((count, digest),) = self._query_rows(_DIGEST, (session_id, fields))
             return int(count), str(digest)
-        found = self._query_rows(_VERSION, (session_id,))
-        return int(found[0][0]) if found else 0
+        if not self._nonced:
+            found = self._query_rows(_VERSION, (session_id,))
+            return int(found[0][0]) if found else 0
+        found = self._query_rows(_NONCED_VERSION, (session_id,))
+        return (int(found[0][0]), int(found[0][1])) if found else 0
 
     def changes(self, session_id: str, since: object, now: object) -> set[int] | None:
         """Return the seqs logged for the session's vector writes between two versions (see :meth:`Backend.vector_changes`); ``None`` where it cannot tell.
 
         ``None`` on tables without the log, for versions that are not two
-        of its numbers in order, and where the log was pruned past ``since``.
+        of its versions in order, where the log was pruned past ``since``,
+        and where the change rows at ``since``'s number no longer hold its
+        nonce (pruned, or the database was put back to a copy of itself and
+        written again to that number; also a session's first version, which
+        no vector write logged).
         """
-        if not self._logged or type(since) is not int or type(now) is not int or since > now:
+        first, last = self._parts(since), self._parts(now)
+        if first is None or last is None or first[0] > last[0]:
             return None
         if since == now:
             return set()
+        (start, nonce), end = first, last[0]
+        if start == end:
+            return None  # one number, two nonces: another database's
+        if start and not self._query_rows(_NONCE_HELD, (session_id, start, nonce)):
+            return None
         changed: set[int] = set()
-        for (seq,) in self._query_rows(_CHANGES, (session_id, since, now)):
+        for (seq,) in self._query_rows(_CHANGES, (session_id, start, end)):
             if seq is None:
                 return None
             changed.add(int(seq))
         return changed
+
+    def _parts(self, version: object) -> tuple[int, int | None] | None:
+        """Return the number and nonce a version of these tables names (0: a session not made yet), or ``None`` for a value of another layout."""
+        if not self._logged:
+            return None
+        if type(version) is int:
+            return (version, None) if version == 0 or not self._nonced else None
+        if (
+            self._nonced
+            and type(version) is tuple
+            and len(version) == 2
+            and type(version[0]) is int
+            and type(version[1]) is int
+        ):
+            return version[0], version[1]
+        return None
 
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
