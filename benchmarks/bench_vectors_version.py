@@ -1,10 +1,11 @@
-"""The cost of one ``Backend.vectors_version`` call on an SQLite session with vectors (a query asks it about twice).
+"""The cost of one ``Backend.vectors_version`` call on an SQLite (or ``--url``'s) session with vectors (a query asks it about twice).
 
 Two sessions of ``--items`` steps each, embedded with ``HashingEmbedder(64)``;
 ``--runs`` runs of ``--calls`` calls on one handle, each run's wall and
 process CPU per call in µs; the median and spread printed with the load
 average. Run it on two checkouts in turn (``PYTHONPATH=<checkout>``) to
-compare them.
+compare them. ``--url`` names another store, empty (a PostgreSQL database of
+its own for each checkout: a newer schema is not opened by an older one).
 
 Run: ``PYTHONPATH=$PWD python benchmarks/bench_vectors_version.py --runs 15``
 """
@@ -29,10 +30,11 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--url", help="an empty store's URL (default: an SQLite file of its own)")
     args = parser.parse_args()
     fields = fields_text(None, EmbedParts())
     with tempfile.TemporaryDirectory() as folder:
-        url = f"sqlite://{Path(folder) / 'bench.db'}"
+        url = args.url or f"sqlite://{Path(folder) / 'bench.db'}"
         with open_store(url) as store:
             for sid in ("s", "t"):
                 store.append(
