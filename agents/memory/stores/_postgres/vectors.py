@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from agents.memory.stores._core.change_log import logged_changes
 from agents.memory.stores._postgres.schema import lock_schema
 
 __all__ = ["PostgresVectors", "find_pgvector"]
@@ -312,38 +313,19 @@ class PostgresVectors:
         written again to that number; also a session's first version, which
         no vector write logged).
         """
-        first, last = self._parts(since), self._parts(now)
-        if first is None or last is None or first[0] > last[0]:
-            return None
-        if since == now:
-            return set()
-        (start, nonce), end = first, last[0]
-        if start == end:
-            return None  # one number, two nonces: another database's
-        if start and not self._query_rows(_NONCE_HELD, (session_id, start, nonce)):
-            return None
-        changed: set[int] = set()
-        for (seq,) in self._query_rows(_CHANGES, (session_id, start, end)):
-            if seq is None:
-                return None
-            changed.add(int(seq))
-        return changed
-
-    def _parts(self, version: object) -> tuple[int, int | None] | None:
-        """Return the number and nonce a version of these tables names (0: a session not made yet), or ``None`` for a value of another layout."""
         if not self._logged:
             return None
-        if type(version) is int:
-            return (version, None) if version == 0 or not self._nonced else None
-        if (
-            self._nonced
-            and type(version) is tuple
-            and len(version) == 2
-            and type(version[0]) is int
-            and type(version[1]) is int
-        ):
-            return version[0], version[1]
-        return None
+        return logged_changes(
+            since,
+            now,
+            nonced=self._nonced,
+            nonce_held=lambda start, nonce: bool(
+                self._query_rows(_NONCE_HELD, (session_id, start, nonce))
+            ),
+            logged_seqs=lambda start, end: [
+                seq for (seq,) in self._query_rows(_CHANGES, (session_id, start, end))
+            ],
+        )
 
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]
