@@ -15,10 +15,10 @@ Run: ``PYTHONPATH=$PWD python benchmarks/bench_jsonl_catchup.py --runs 15``
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
+
+from _common import per_call
 
 from agents.memory import MemoryItem
 from agents.memory._vectors import fields_text
@@ -51,18 +51,11 @@ def main() -> None:
             backend = store.backend
             changed = backend.vector_changes("s", fields, since, now)
             print("changed", None if changed is None else len(changed))
-            walls, cpus = [], []
-            for _ in range(args.runs):
-                wall, cpu = time.perf_counter(), time.process_time()
-                for _ in range(args.calls):
-                    backend.vector_changes("s", fields, since, now)
-                walls.append((time.perf_counter() - wall) / args.calls * 1e6)
-                cpus.append((time.process_time() - cpu) / args.calls * 1e6)
-    load = Path("/proc/loadavg").read_text().split()[0]
-    print(
-        f"wall {statistics.median(walls):.2f} us [{min(walls):.2f}-{max(walls):.2f}]"
-        f" cpu {statistics.median(cpus):.2f} us [{min(cpus):.2f}-{max(cpus):.2f}] load {load}"
-    )
+            print(
+                per_call(
+                    lambda: backend.vector_changes("s", fields, since, now), args.runs, args.calls
+                )
+            )
 
 
 if __name__ == "__main__":
