@@ -308,10 +308,13 @@ class PostgresVectors:
 
         ``None`` on tables without the log, for versions that are not two
         of its versions in order, where the log was pruned past ``since``,
-        and where the change rows at ``since``'s number no longer hold its
-        nonce (pruned, or the database was put back to a copy of itself and
-        written again to that number; also a session's first version, which
-        no vector write logged).
+        and (tables of schema version 14) where the change rows at
+        ``since``'s number no longer hold its nonce (pruned, or the
+        database was put back to a copy of itself and written again to
+        that number; also a session's first version, which no vector write
+        logged). On tables of version 13 opened read-only, whose versions
+        are numbers alone, the rows between two numbers are taken as they
+        are, also once another handle migrated the tables.
         """
         if not self._logged:
             return None
@@ -319,8 +322,9 @@ class PostgresVectors:
             since,
             now,
             nonced=self._nonced,
-            nonce_held=lambda start, nonce: bool(
-                self._query_rows(_NONCE_HELD, (session_id, start, nonce))
+            # Tables before the nonce (version 13 opened read-only) have no column to check.
+            nonce_held=lambda start, nonce: (
+                not self._nonced or bool(self._query_rows(_NONCE_HELD, (session_id, start, nonce)))
             ),
             logged_seqs=lambda start, end: [
                 seq for (seq,) in self._query_rows(_CHANGES, (session_id, start, end))
