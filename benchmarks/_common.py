@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -80,6 +81,23 @@ def best(
         times.append(time.perf_counter() - start)
         gc.enable()
     return min(times)
+
+
+def per_call(fn: Callable[[], object], runs: int, calls: int) -> str:
+    """Run ``fn`` ``calls`` times in each of ``runs`` runs; return each run's wall and process CPU per call, median [min-max] in µs, with the load average."""
+    walls, cpus = [], []
+    for _ in range(runs):
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(calls):
+            fn()
+        walls.append((time.perf_counter() - wall) / calls * 1e6)
+        cpus.append((time.process_time() - cpu) / calls * 1e6)
+    with open("/proc/loadavg", encoding="ascii") as loadavg:
+        load = loadavg.read().split()[0]
+    return (
+        f"wall {statistics.median(walls):.2f} us [{min(walls):.2f}-{max(walls):.2f}]"
+        f" cpu {statistics.median(cpus):.2f} us [{min(cpus):.2f}-{max(cpus):.2f}] load {load}"
+    )
 
 
 @contextlib.contextmanager

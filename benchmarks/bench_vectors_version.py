@@ -13,10 +13,10 @@ Run: ``PYTHONPATH=$PWD python benchmarks/bench_vectors_version.py --runs 15``
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
+
+from _common import per_call
 
 from agents.memory import MemoryItem
 from agents.memory._vectors import fields_text
@@ -44,18 +44,7 @@ def main() -> None:
         with open_store(url) as store:
             backend = store.backend
             print("version", backend.vectors_version("s", fields))
-            walls, cpus = [], []
-            for _ in range(args.runs):
-                wall, cpu = time.perf_counter(), time.process_time()
-                for _ in range(args.calls):
-                    backend.vectors_version("s", fields)
-                walls.append((time.perf_counter() - wall) / args.calls * 1e6)
-                cpus.append((time.process_time() - cpu) / args.calls * 1e6)
-    load = Path("/proc/loadavg").read_text().split()[0]
-    print(
-        f"wall {statistics.median(walls):.2f} us [{min(walls):.2f}-{max(walls):.2f}]"
-        f" cpu {statistics.median(cpus):.2f} us [{min(cpus):.2f}-{max(cpus):.2f}] load {load}"
-    )
+            print(per_call(lambda: backend.vectors_version("s", fields), args.runs, args.calls))
 
 
 if __name__ == "__main__":

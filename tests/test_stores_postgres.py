@@ -1020,6 +1020,54 @@ def test_v6_store_opened_read_only_cannot_tell_changes_and_still_sees_writes(
         assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(6,)]
 
 
+def leave_v13_tables(url: str) -> None:
+    """Take the tables back to schema version 13: no vectors nonce (numbers alone)."""
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(_pg_schema._LOGGED_VECTORS_VERSION_FUNCTION)  # the trigger body before it
+        con.execute("ALTER TABLE kvmemory_sessions DROP COLUMN vectors_nonce")
+        con.execute("ALTER TABLE kvmemory_vector_changes DROP COLUMN nonce")
+        con.execute("UPDATE kvmemory_schema SET version = 13")
+
+
+@pytest.mark.postgres
+def test_v13_tables_opened_read_only_tell_the_changes_between_numbers(postgres_url: str) -> None:
+    """v13 tables opened read-only (no nonce column) name the seqs written between two numbers, where the nonce check failed on the missing column."""
+    seqs = write_vector_session(postgres_url)
+    leave_v13_tables(postgres_url)
+    with open_store(postgres_url, read_only=True) as reader:
+        since = reader.backend.vectors_version("s", "*|8/0")
+        assert type(since) is int
+        _vector_write("sql update", postgres_url, seqs)
+        now = reader.backend.vectors_version("s", "*|8/0")
+        assert reader.backend.vector_changes("s", "*|8/0", since, now) == {seqs[-1]}
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM kvmemory_schema").fetchall() == [(13,)]
+
+
+@pytest.mark.postgres
+def test_a_v13_reader_keeps_reading_while_another_handle_migrates_and_writes(
+    postgres_url: str,
+) -> None:
+    """A handle opened read-only on v13 tables goes on across another handle's migration to 14 and its writes: the changes between its numbers, and hits as a fresh handle's."""
+    seqs = write_vector_session(postgres_url)
+    leave_v13_tables(postgres_url)
+    with open_store(postgres_url, read_only=True) as reader:
+        before = version_hits(reader)
+        since = reader.backend.vectors_version("s", "*|8/0")
+        with open_store(postgres_url) as writer:  # migrated, the reader still open
+            assert isinstance(writer.backend.vectors_version("s", "*|8/0"), tuple)
+            assert version_hits(writer) == before
+            _vector_write("update", postgres_url, seqs)
+            now = reader.backend.vectors_version("s", "*|8/0")
+            assert type(now) is int
+            assert reader.backend.vector_changes("s", "*|8/0", since, now) == {seqs[-1]}
+            after = version_hits(reader)
+            assert after == version_hits(writer)
+    assert after != before
+    with open_store(postgres_url) as fresh:
+        assert version_hits(fresh) == after
+
+
 @pytest.mark.postgres
 def test_the_vector_change_log_keeps_the_newest_rows_of_a_session_and_marks_the_cut(
     postgres_url: str,

@@ -225,7 +225,7 @@ class SessionLogs:
         lead from one to the other (a handle that has not read the log
         whole, a stretch forgotten), the log file is read from the one
         offset to the other where it is still the log of ``since``'s header
-        and both versions are of it (:meth:`_read_changes`). ``None`` where
+        and both versions are of it (one open of the file for that and the tail's check). ``None`` where
         neither tells (a log written anew, a damaged record), where a
         record dropped every vector, and where the log of ``since``'s header
         no longer ends, at ``since``'s offset, in the bytes it did (an older
@@ -239,48 +239,34 @@ class SessionLogs:
             and all(type(at) is int for at in (since[1], now[1]))
         ):
             return None
-        if since[0] == now[0] and self.tail_digest(session_id, since[1]) != since[2]:
-            return None  # the log no longer holds what it did up to since (an older copy put back)
         header, offset = since[:2]
         changed: set[int] = set()
+        walked = True
         while (header, offset) != now[:2]:
             step = self._steps.get((session_id, header, offset))
             if step is None:
-                return self._read_changes(session_id, since, now)
+                walked = False
+                break
             header, offset, seqs = step
             if seqs is None:
                 return None
             changed |= seqs
-        return changed
-
-    def _read_changes(
-        self, session_id: str, since: tuple[object, int, object], now: tuple[object, int, object]
-    ) -> set[int] | None:
-        """Return the seqs whose vectors the log file's records from ``since``'s offset to ``now``'s changed, read from the file; ``None`` where the file no longer starts with their header, the stretch is over a quarter of the log (as many items' vectors to read again as to read them all), or a record is not whole or not read."""
-        if since[0] != now[0] or not 0 < since[1] <= now[1] or now[1] - since[1] > now[1] // 4:
-            return None
+        if since[0] != now[0]:
+            # Another log (a compaction's): no tail of since's to check, no records to read.
+            return changed if walked else None
+        # The tail check, and the records read where the steps did not lead to now: one open.
         path = self.files.log_path(session_id)
         try:
             fd = open_file(path, os.O_RDONLY, "log")
         except (OSError, StoreError):
-            return None
+            # (No tail read: a version whose tail could not be read either still holds.)
+            return changed if walked and since[2] is None else None
         try:
-            first = pread(fd, 0, min(since[1], _HEADER_READ))
-            cut = first.find(b"\n")
-            if cut < 0 or log_digest(first[: cut + 1]) != since[0]:
-                return None
-            chunk = pread(fd, since[1] - 1, now[1])
-        except OSError:
-            return None
+            if _tail_digest(fd, since[1]) != since[2]:
+                return None  # the log no longer ends at since as it did (an older copy put back)
+            return changed if walked else _read_changes(fd, path, since, now)
         finally:
             os.close(fd)
-        if len(chunk) != now[1] - since[1] + 1 or chunk[:1] != b"\n" or chunk[-1:] != b"\n":
-            return None  # not a stretch of whole lines of this log (cut, or written anew)
-        scratch = SessionLog(header=first[: cut + 1], step_key="", created=0.0, offset=since[1])
-        try:
-            return apply_records(path, scratch, chunk[1:])
-        except CorruptStoreError:
-            return None
 
     def tail_digest(self, session_id: str, offset: int) -> str | None:
         """Return the digest (:func:`log_digest`) of the session's log file's :data:`~agents.memory.stores._jsonl.side_file.TAIL` bytes before ``offset`` as they are now; ``None`` where they cannot be read whole.
@@ -295,12 +281,9 @@ class SessionLogs:
         except (OSError, StoreError):
             return None
         try:
-            tail = pread(fd, max(0, offset - side_file.TAIL), offset)
-        except OSError:
-            return None
+            return _tail_digest(fd, offset)
         finally:
             os.close(fd)
-        return log_digest(tail) if len(tail) == min(offset, side_file.TAIL) else None
 
     def viewed(self, session_id: str) -> bool:
         """Return whether this process holds a view of the session's log (read it whole once)."""
@@ -395,6 +378,38 @@ class SessionLogs:
                 for fields, table in log.vectors.items()
             },
         )
+
+
+def _tail_digest(fd: int, offset: int) -> str | None:
+    """Return the digest of the open log's :data:`~agents.memory.stores._jsonl.side_file.TAIL` bytes before ``offset``; ``None`` where they cannot be read whole."""
+    try:
+        tail = pread(fd, max(0, offset - side_file.TAIL), offset)
+    except OSError:
+        return None
+    return log_digest(tail) if len(tail) == min(offset, side_file.TAIL) else None
+
+
+def _read_changes(
+    fd: int, path: str, since: tuple[object, int, object], now: tuple[object, int, object]
+) -> set[int] | None:
+    """Return the seqs whose vectors the open log's records from ``since``'s offset to ``now``'s changed, read from the file; ``None`` where the file no longer starts with their header, the stretch is over a quarter of the log (as many items' vectors to read again as to read them all), or a record is not whole or not read."""
+    if since[0] != now[0] or not 0 < since[1] <= now[1] or now[1] - since[1] > now[1] // 4:
+        return None
+    try:
+        first = pread(fd, 0, min(since[1], _HEADER_READ))
+        cut = first.find(b"\n")
+        if cut < 0 or log_digest(first[: cut + 1]) != since[0]:
+            return None
+        chunk = pread(fd, since[1] - 1, now[1])
+    except OSError:
+        return None
+    if len(chunk) != now[1] - since[1] + 1 or chunk[:1] != b"\n" or chunk[-1:] != b"\n":
+        return None  # not a stretch of whole lines of this log (cut, or written anew)
+    scratch = SessionLog(header=first[: cut + 1], step_key="", created=0.0, offset=since[1])
+    try:
+        return apply_records(path, scratch, chunk[1:])
+    except CorruptStoreError:
+        return None
 
 
 def log_digest(data: bytes) -> str:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from agents.memory.stores._core.change_log import logged_changes
 from agents.memory.stores._postgres.schema import lock_schema
 
 __all__ = ["PostgresVectors", "find_pgvector"]
@@ -307,43 +308,28 @@ class PostgresVectors:
 
         ``None`` on tables without the log, for versions that are not two
         of its versions in order, where the log was pruned past ``since``,
-        and where the change rows at ``since``'s number no longer hold its
-        nonce (pruned, or the database was put back to a copy of itself and
-        written again to that number; also a session's first version, which
-        no vector write logged).
+        and (tables of schema version 14) where the change rows at
+        ``since``'s number no longer hold its nonce (pruned, or the
+        database was put back to a copy of itself and written again to
+        that number; also a session's first version, which no vector write
+        logged). On tables of version 13 opened read-only, whose versions
+        are numbers alone, the rows between two numbers are taken as they
+        are, also once another handle migrated the tables.
         """
-        first, last = self._parts(since), self._parts(now)
-        if first is None or last is None or first[0] > last[0]:
-            return None
-        if since == now:
-            return set()
-        (start, nonce), end = first, last[0]
-        if start == end:
-            return None  # one number, two nonces: another database's
-        if start and not self._query_rows(_NONCE_HELD, (session_id, start, nonce)):
-            return None
-        changed: set[int] = set()
-        for (seq,) in self._query_rows(_CHANGES, (session_id, start, end)):
-            if seq is None:
-                return None
-            changed.add(int(seq))
-        return changed
-
-    def _parts(self, version: object) -> tuple[int, int | None] | None:
-        """Return the number and nonce a version of these tables names (0: a session not made yet), or ``None`` for a value of another layout."""
         if not self._logged:
             return None
-        if type(version) is int:
-            return (version, None) if version == 0 or not self._nonced else None
-        if (
-            self._nonced
-            and type(version) is tuple
-            and len(version) == 2
-            and type(version[0]) is int
-            and type(version[1]) is int
-        ):
-            return version[0], version[1]
-        return None
+        return logged_changes(
+            since,
+            now,
+            nonced=self._nonced,
+            # Tables before the nonce (version 13 opened read-only) have no column to check.
+            nonce_held=lambda start, nonce: (
+                not self._nonced or bool(self._query_rows(_NONCE_HELD, (session_id, start, nonce)))
+            ),
+            logged_seqs=lambda start, end: [
+                seq for (seq,) in self._query_rows(_CHANGES, (session_id, start, end))
+            ],
+        )
 
     def nearest(
         self, session_id: str, fields: str, query: bytes, limit: int, among: Sequence[int]

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Final
 
+from agents.memory.stores._core.change_log import logged_changes
+
 __all__ = ["changes_between", "newest_change"]
 
 QueryRows = Callable[[str, Sequence[object]], list[Any]]
@@ -51,38 +53,25 @@ def changes_between(
     ``None`` for a version of another layout, where the log was pruned past
     ``since``, and (``nonced``) where the row ``since`` names no longer
     holds its nonce: the file was put back to an older copy and its ids
-    written again by other writes.
+    written again by other writes (see :func:`~agents.memory.stores._core.change_log.logged_changes`).
     """
-    start, end = _change_of(since, nonced=nonced), _change_of(now, nonced=nonced)
-    if start is None or end is None:
-        return None
-    if since == now:
-        return set()
-    after, nonce = start
-    if after >= end[0]:
-        return None  # (a lower version: another file)
-    if nonced and after:
+
+    def nonce_held(after: int, nonce: int | None) -> bool:
+        if not nonced:
+            return True  # (ids alone: a file of version 8 or 9 opened read-only)
+        if nonce is None:
+            return False
         rows = query_rows(_NONCE_OF, (after, session_id))
-        if nonce is None or not rows or rows[0][0] != nonce:
-            return None  # the row is gone (pruned) or another write's: the file was put back
-    changed: set[int] = set()
-    for (seq,) in query_rows(_BETWEEN, (session_id, after, end[0])):
-        if seq is None:
-            return None  # the log was pruned past ``since``
-        changed.add(int(seq))
-    return changed
+        return bool(rows) and rows[0][0] == nonce
 
+    def logged_seqs(after: int, end: int) -> list[int | None]:
+        return [seq for (seq,) in query_rows(_BETWEEN, (session_id, after, end))]
 
-def _change_of(version: Hashable, *, nonced: bool) -> tuple[int, int | None] | None:
-    """Return the change-log id and nonce a version names (id 0: no change logged), or ``None`` for a value of another layout."""
-    if type(version) is int:
-        return (version, None) if version == 0 or not nonced else None
-    if (
-        nonced
-        and type(version) is tuple
-        and len(version) == 2
-        and type(version[0]) is int
-        and (version[1] is None or type(version[1]) is int)
-    ):
-        return version[0], version[1]
-    return None
+    return logged_changes(
+        since,
+        now,
+        nonced=nonced,
+        nonce_held=nonce_held,
+        logged_seqs=logged_seqs,
+        nonce_may_be_none=True,  # a newest row from before the nonce
+    )
