@@ -82,7 +82,9 @@ class SessionVectors:
         The log is looked at, not read: its length, its header line and the
         records after the view. The view held, else the file's, is taken
         if it is of a log with this header and no longer than it (the file
-        checked whole: :func:`load`).
+        checked as :func:`load` does: its vectors' blocks as they are read;
+        one that does not check out then is the caller's to fall back from,
+        :meth:`damaged`).
         """
         try:
             fd = open_file(log_path, os.O_RDONLY, "log")
@@ -99,7 +101,11 @@ class SessionVectors:
             return None
         self._views[session_id] = view
         if not self.read_only and view.followed >= max(SAVE_BYTES, view.offset // 64):
-            self._save(session_id, view, log_path)
+            try:
+                self._save(session_id, view, log_path)  # checks the file's every block
+            except DamagedVectorFileError:
+                self._views.pop(session_id, None)
+                return None
         return view
 
     def _caught_up(self, session_id: str, fd: int) -> VectorView | None:
@@ -165,21 +171,34 @@ class SessionVectors:
             os.close(fd)
 
     def _save(self, session_id: str, log: SessionLog | VectorView, log_path: str) -> None:
+        """Save the file of ``log``; a file that cannot be written is left (a cache).
+
+        Raises:
+            DamagedVectorFileError: if a block of the file a :class:`VectorView` follows does not check out.
+        """
         np = numpy_module()
         if np is None:
-            return  # the checksums are numpy's; semantic search needs it anyway
+            return  # the sums are numpy's; semantic search needs it anyway
         try:
             fd = open_file(log_path, os.O_RDONLY, "log")
             try:
                 tail = pread(fd, max(0, log.offset - side_file.TAIL), log.offset)
             finally:
                 os.close(fd)
-            _codec.atomic_write(self.path(session_id), file_bytes(np, log, tail))
+            data = file_bytes(np, log, tail)
+        except (OSError, StoreError):
+            return  # a cache that cannot be written is read whole by the next process
+        try:
+            _codec.atomic_write(self.path(session_id), data)
         except (OSError, StoreError):
             return  # a cache that cannot be written is read whole by the next process
         self._saved[session_id] = (side_file.log_hash(log.header), log.offset)
         if isinstance(log, VectorView):
             log.followed = 0
+
+    def damaged(self, session_id: str) -> None:
+        """Drop the session's view: a block of its file did not check out as it was read (the caller reads the log whole, then :meth:`rebuilt`)."""
+        self._views.pop(session_id, None)
 
     def rebuilt(self, session_id: str, log: SessionLog, log_path: str) -> None:
         """Drop the session's view (a record offset of its file did not check out) and save the file of ``log``, read whole, again."""
