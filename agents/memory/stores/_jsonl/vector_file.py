@@ -139,7 +139,7 @@ class _Table:
         self.lengths = lengths
         self.blob = blob
         self._blocks = _Blocks(None, blob, ()) if blocks is None else blocks
-        self._starts: list[int] | None = None
+        self._starts: Sequence[int] | None = None
         self.put: dict[int, bytes] = {}
         self.gone: set[int] = set()
         self.count = len(seqs)
@@ -164,8 +164,8 @@ class _Table:
         if number is None:
             return None
         if self._starts is None:
-            self._starts = [0, *itertools.accumulate(self.lengths)]
-        start, end = self._starts[number], self._starts[number + 1]
+            self._starts = _starts_of(self.lengths)
+        start, end = int(self._starts[number]), int(self._starts[number + 1])
         self._blocks.check(start, end)
         return bytes(self.blob[start:end])
 
@@ -193,7 +193,7 @@ class _Table:
         """
         put, gone = sorted(self.put.items()), set(self.gone)
         if self._starts is None:
-            self._starts = [0, *itertools.accumulate(self.lengths)]
+            self._starts = _starts_of(self.lengths)
         seqs, starts, blob, blocks = self.seqs, self._starts, self.blob, self._blocks
 
         def rows() -> Iterator[tuple[int, bytes]]:
@@ -204,7 +204,7 @@ class _Table:
                     yield put[taken]
                     taken += 1
                 if seq not in gone and (taken == len(put) or put[taken][0] != seq):
-                    start, end = starts[number], starts[number + 1]
+                    start, end = int(starts[number]), int(starts[number + 1])
                     if end > sound:
                         sound = blocks.check(max(start, sound), end)
                     yield seq, bytes(blob[start:end])
@@ -231,7 +231,7 @@ class _Table:
             self._blocks.whole()
             return self.seqs, self.lengths, self.blob
         if self._starts is None:
-            self._starts = [0, *itertools.accumulate(self.lengths)]
+            self._starts = _starts_of(self.lengths)
         starts = self._starts
         dropped = {
             number
@@ -247,10 +247,11 @@ class _Table:
         low = 0
         for cut in sorted(dropped | puts.keys() | {len(self.seqs)}):
             if low < cut:  # the file's rows [low, cut) unchanged: one run
-                self._blocks.check(starts[low], starts[cut])
+                begin, end = int(starts[low]), int(starts[cut])
+                self._blocks.check(begin, end)
                 seqs.append(_raw(self.seqs, low, cut))
                 lengths.append(_raw(self.lengths, low, cut))
-                blob.append(self.blob[starts[low] : starts[cut]])
+                blob.append(self.blob[begin:end])
             for seq in puts.get(cut, ()):
                 seqs.append(array(_U8, [seq]).tobytes())
                 lengths.append(array(_U8, [len(self.put[seq])]).tobytes())
@@ -261,6 +262,16 @@ class _Table:
             ints(memoryview(b"".join(lengths)), 8),
             b"".join(blob),
         )
+
+
+def _starts_of(lengths: Sequence[int]) -> Sequence[int]:
+    """Return where each row starts in a table's bytes, and where the last ends, from the rows' lengths: numpy's array where they are a file's (0.3 ms of 100,000 rows, 5-16 ms as a list of ints; each taken with ``int()``)."""
+    np = numpy_module() if isinstance(lengths, memoryview) else None
+    if np is None:
+        return [0, *itertools.accumulate(lengths)]
+    starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(np.frombuffer(lengths, dtype="=u8"), out=starts[1:], dtype=np.int64)
+    return starts  # type: ignore[no-any-return]  # numpy's ndarray, indexed as a sequence
 
 
 def _raw(values: Sequence[int], low: int, high: int) -> bytes:
