@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +188,24 @@ def test_every_query_over_a_file_damaged_in_one_block_equals_the_log(tmp_path: P
     blob = at + sum(head["parts"][: 4 + 3 * number])
     flipped(tmp_path, blob + head["parts"][4 + 3 * number] // 2)
     assert_fresh_equals_whole(tmp_path, unviewed=False)
+
+
+def test_a_searched_store_imports_numpy_as_it_opens(tmp_path: Path) -> None:
+    """A fresh process that opens a store with a vector or keyword file beside a log has numpy imported (not its first query); one never searched has not."""
+    code = (
+        "import sys; from agents.memory.stores import JSONLStore; "
+        f"JSONLStore({str(tmp_path)!r}, read_only=True).close(); "
+        "print('numpy' in sys.modules)"
+    )
+
+    def imported() -> bool:
+        done = subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        )
+        return done.stdout.split()[-1] == "True"
+
+    with JSONLStore(tmp_path) as store:
+        store.append("s", items_of(3))
+    assert not imported()
+    written(tmp_path)
+    assert imported()
