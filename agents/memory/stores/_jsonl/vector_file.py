@@ -16,11 +16,12 @@ The file: a JSON header line (padded to 8 bytes) naming the log's header and
 the length of the log it covers, with a hash of the
 :data:`~agents.memory.stores._jsonl.side_file.TAIL` bytes before that offset
 (:mod:`~agents.memory.stores._jsonl.side_file`), the model, the sizes of the
-parts, the bytes of a block and the CRC-32 of the table of sums; then that table, the sum of
-each :data:`CHECK_BLOCK` bytes of each part in turn (:func:`block_sums`,
-native u8); then the parts, native unsigned arrays: the live seqs (ascending),
-their record offsets, and per fields key its seqs (ascending), each one's
-vector length in bytes (u8), and the vectors (padded to 8 bytes).
+parts, the bytes of a block and the CRC-32 of the table of sums; then that
+table, the sum of each :data:`CHECK_BLOCK` bytes of each part in turn
+(:func:`block_sums`, native u8); then the parts, native unsigned arrays:
+the live seqs (ascending), their record offsets, and per fields key its
+seqs (ascending), each one's vector length in bytes (u8), and the vectors
+(padded to 8 bytes).
 
 :func:`load` checks the header, the table of sums and every part but the
 vectors, whole; the vectors' blocks are checked as they are first read
