@@ -1,4 +1,4 @@
-"""The blocks of <session>.vectors: checked as they are first read, a damaged one falls back to the log read whole, an old version is saved again."""
+"""The blocks of <session>.vectors: checked as they are first read, a damaged one falls back to the log read whole; a version 1 file read as it was and saved in version 2 from it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from test_stores_jsonl_first import (
     MODES,
     PARTS,
     assert_fresh_equals_whole,
+    damaged_variants,
+    indexed,
     items_of,
     read_whole,
     search,
@@ -154,13 +156,13 @@ def test_queries_over_a_damaged_block_equal_the_log_read_whole(tmp_path: Path, m
         assert not read_whole(store)
 
 
-def test_a_file_of_an_older_version_is_read_whole_and_saved_again(tmp_path: Path) -> None:
-    """A vector file of another version is not used (the log is read whole, the hits the same), and a writable handle's query saves it again in this one."""
+def test_a_file_of_another_version_is_read_whole_and_saved_again(tmp_path: Path) -> None:
+    """A vector file of a version this one does not read (neither 1 nor 2) is not used (the log is read whole, the hits the same), and a writable handle's query saves it again in this one."""
     written(tmp_path)
     want = whole_log_hits(tmp_path, "red dog", "semantic", EmbedParts.WHOLE)
     data = vectors(tmp_path).read_bytes()
     version = f'"version":{vector_file._VERSION},'.encode()
-    older = data.replace(version, f'"version":{vector_file._VERSION - 1},'.encode(), 1)
+    older = data.replace(version, f'"version":{vector_file._VERSION + 1},'.encode(), 1)
     assert older != data
     vectors(tmp_path).write_bytes(older)
     with JSONLStore(tmp_path, read_only=True) as store:
@@ -173,6 +175,77 @@ def test_a_file_of_an_older_version_is_read_whole_and_saved_again(tmp_path: Path
     with JSONLStore(tmp_path, read_only=True) as store:
         assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
         assert not read_whole(store)
+
+
+def checksum_1(part: bytes) -> list[int]:
+    """Return a part's checksum in a version 1 file, as version 1's writer computed it: the sum of its words, and the sum of each 512 words' sum times its place."""
+    words = np.frombuffer(part, "<u8")
+    if not len(words):
+        return [0, 0]
+    blocks = np.add.reduceat(words, np.arange(0, len(words), 512), dtype=np.uint64)
+    places = np.arange(1, len(blocks) + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        weighed = (blocks * places).sum(dtype=np.uint64)
+    return [int(blocks.sum(dtype=np.uint64)), int(weighed)]
+
+
+def version_1(data: bytes) -> bytes:
+    """Return a version 2 vector file written as version 1's writer wrote the same: no table of sums, each part's length and checksum in the header."""
+    head, at = head_of(data)
+    parts = []
+    for length in head["parts"]:
+        parts.append(data[at : at + length])
+        at += length
+    assert at == len(data)
+    older = {key: value for key, value in head.items() if key not in ("block", "sums")}
+    older["version"] = 1
+    older["parts"] = [[len(part), *checksum_1(part)] for part in parts]
+    line = orjson.dumps(older)
+    line += b" " * (-(len(line) + 1) % 8) + b"\n"
+    return b"".join([line, *parts])
+
+
+def test_a_version_1_file_is_served_to_a_read_only_handle(tmp_path: Path) -> None:
+    """A vector file of version 1 answers every query of a fresh read-only handle without reading the log, as the log read whole and Memory.search do; the handle writes nothing."""
+    indexed(tmp_path)
+    older = version_1(vectors(tmp_path).read_bytes())
+    vectors(tmp_path).write_bytes(older)
+    assert_fresh_equals_whole(tmp_path)
+    assert vectors(tmp_path).read_bytes() == older
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_writable_handle_saves_a_version_1_file_in_version_2_from_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """A writable handle's first query over a version 1 file is answered from it, the log not read whole, and saves the file in version 2 from it: the same bytes as one saved from the log."""
+    indexed(tmp_path)
+    vectors(tmp_path).unlink()
+    with JSONLStore(tmp_path) as store:
+        search(store, "cat", mode)  # the file saved from the log read whole, current
+        assert read_whole(store)
+    data = vectors(tmp_path).read_bytes()
+    want = whole_log_hits(tmp_path, "red dog", mode, PARTS[0])
+    vectors(tmp_path).write_bytes(version_1(data))
+    with JSONLStore(tmp_path) as store:
+        assert search(store, "red dog", mode) == want
+        assert not read_whole(store)
+        assert vectors(tmp_path).read_bytes() == data
+        assert search(store, "cat", mode) == whole_log_hits(tmp_path, "cat", mode, PARTS[0])
+        assert not read_whole(store)
+    assert_fresh_equals_whole(tmp_path)
+
+
+def test_a_damaged_version_1_file_falls_back_to_the_log(tmp_path: Path) -> None:
+    """A version 1 file is checked whole as it is read: one cut short or with a byte flipped anywhere (where no query reads too) is not used, the log is read whole, the hits the same."""
+    indexed(tmp_path)
+    older = version_1(vectors(tmp_path).read_bytes())
+    for bad in [older, *damaged_variants(older)]:
+        vectors(tmp_path).write_bytes(bad)
+        with JSONLStore(tmp_path, read_only=True) as store:
+            assert store.backend.vector_model("s") == (EMBEDDER.name, EMBEDDER.dimension)
+            assert read_whole(store) == (bad != older)
+        assert_fresh_equals_whole(tmp_path, unviewed=bad == older)
 
 
 def test_every_query_over_a_file_damaged_in_one_block_equals_the_log(tmp_path: Path) -> None:

@@ -29,8 +29,7 @@ vectors, whole; the vectors' blocks are checked as they are first read
 reads a few rows, not the 2.2 GB of vectors of 100,000 steps cut into
 parts (whose sums, checked at the load of version 1, cost ~190 ms). It is a
 cache, never the source of truth: a file that is not one, is of another
-version (version 1 checked each part whole, by two numpy sums), is
-damaged, cut, or of another log or of a log written anew raises
+version, is damaged, cut, or of another log or of a log written anew raises
 :class:`DamagedVectorFileError` and the log is read whole; so does a
 block of vectors that does not check out when it is first read, before
 any of its bytes is used (the caller then drops the view and answers from
@@ -38,6 +37,13 @@ the log read whole: ``vector_backend``). A record after it that this
 module does not follow (a ``clear``, a damaged line) makes
 :meth:`VectorView.follow` give up, and the log is read whole as well (its
 errors then raised as ever). Deleting the file is always safe.
+
+A file of version 1 (each part's :func:`checksum` in the header, no table
+of sums) is read as that version was: every part checked whole at the load
+(~340 ms at 100,000 steps), then served as a version 2 one; the view says
+so (:attr:`VectorView.outdated`), and a writable handle saves it again in
+version 2 from that view, not from the log
+(``vector_views.SessionVectors.unviewed``).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ __all__ = [
     "DamagedVectorFileError",
     "VectorView",
     "block_sums",
+    "checksum",
     "covered",
     "file_bytes",
     "load",
@@ -72,6 +79,8 @@ __all__ = [
 
 FORMAT: Final = "kvmemory.jsonl-vectors"
 _VERSION: Final = 2
+_VERSION_1: Final = 1
+"""The layout before :data:`_VERSION`, still read (:func:`load`), never written."""
 CHECK_BLOCK: Final = 16384
 """The bytes of a part each sum of the file covers (the last block of a part fewer): a vector first read checks the blocks it lies in, some microseconds each (100,000 steps cut into parts: 22 KB a step, 2.2 GB of vectors, a table of sums of 1 MB)."""
 _WORDS: Final = CHECK_BLOCK // 8
@@ -126,7 +135,8 @@ class _Table:
 
     ``blocks`` checks the blocks of ``blob`` (a vector file's part, which
     may run past ``blob``, padded) as a row of it is first read; ``None``:
-    bytes trusted already (none of a file).
+    bytes trusted already (none of a file, or a version 1 file's, checked
+    whole at its load).
     """
 
     def __init__(
@@ -286,7 +296,8 @@ class VectorView:
     """What a vector file holds of a log up to :attr:`offset`, and the records followed since.
 
     ``header`` is the log's first line, ``model`` the vector model (``None``:
-    none), :attr:`count` the live items.
+    none), :attr:`count` the live items; ``outdated``: read from a file of
+    version 1.
     """
 
     def __init__(
@@ -296,6 +307,8 @@ class VectorView:
         model: tuple[str, int] | None,
         live: tuple[Sequence[int], Sequence[int]],
         tables: dict[str, _Table],
+        *,
+        outdated: bool = False,
     ) -> None:
         self.header = header
         self.offset = offset
@@ -307,6 +320,8 @@ class VectorView:
         self.tables = tables
         self.followed = 0
         """Bytes of the log followed since the file (a writable handle saves it again past some)."""
+        self.outdated = outdated
+        """Read from a file of version 1, not saved since (a writable handle saves it in this version)."""
 
     def record_at(self, seq: int) -> int | None:
         """Return where the record of live item ``seq``'s current bytes starts in the log (``None``: no live item)."""
@@ -461,6 +476,29 @@ def block_sums(np: Any, data: bytes | memoryview) -> Any:
     return np.add.reduceat(words, np.arange(0, len(words), _WORDS), dtype=np.uint64)
 
 
+_BLOCK_1: Final = 512
+"""Words of 8 bytes a block of :func:`checksum` (its second sum weighs each block by its place)."""
+
+
+def checksum(np: Any, data: bytes | memoryview) -> list[int]:
+    """Return the checksum of a part of a version 1 file (a whole number of 8-byte words): two 64-bit sums computed by numpy, checked whole at its load.
+
+    The sum of the words (little-endian u8, wrapping), and the sum of
+    each block of :data:`_BLOCK_1` words times its place (1, 2, ...): a
+    flipped bit, a zeroed or changed word, blocks swapped or a part cut or
+    moved change it; it is no defence against someone who writes the file
+    on purpose (who could as well write the log).
+    """
+    words = np.frombuffer(data, dtype="<u8")
+    if not len(words):
+        return [0, 0]
+    blocks = np.add.reduceat(words, np.arange(0, len(words), _BLOCK_1), dtype=np.uint64)
+    places = np.arange(1, len(blocks) + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        weighed = (blocks * places).sum(dtype=np.uint64)
+    return [int(blocks.sum(dtype=np.uint64)), int(weighed)]
+
+
 def _padded(data: bytes) -> bytes:
     return data + b"\0" * (-len(data) % 8)
 
@@ -536,7 +574,8 @@ def load(
     ``read_log(start, end)`` returns the log file's bytes in that range.
     Every part but the vectors is checked here, against the sums of its
     blocks; each block of the vectors when it is first read (a
-    :class:`DamagedVectorFileError` then).
+    :class:`DamagedVectorFileError` then). A file of version 1 has every
+    part checked here, whole, against its :func:`checksum`.
 
     Raises:
         DamagedVectorFileError: if the file is not one of this log, or is damaged.
@@ -549,16 +588,16 @@ def load(
         head, end = side_file.read_head(
             fd, FORMAT, _HEADER_MAX, DamagedVectorFileError, "vector file"
         )
-        offset, items, names, parts, model, sums_crc = (
+        offset, items, names, parts, model = (
             head["offset"],
             head["items"],
             head["tables"],
             head["parts"],
             head["model"],
-            head["sums"],
         )
+        first = side_file.native(head, _VERSION_1)
         if not (
-            side_file.native(head, _VERSION)
+            (first or side_file.native(head, _VERSION))
             and side_file.of_log(head, header, end_of_log)
             and type(items) is int
             and items >= 0
@@ -574,51 +613,34 @@ def load(
             )
             and type(parts) is list
             and len(parts) == 2 + 3 * len(names)
-            and all(type(part) is int and part >= 0 and part % 8 == 0 for part in parts)
-            and type(sums_crc) is int
-            and head["block"] == CHECK_BLOCK
             and (end + 1) % 8 == 0
-            and end + 1 + _sums_size(parts) + sum(parts) == size
-            and parts[0] == parts[1] == 8 * items
         ):
+            raise DamagedVectorFileError("header")
+        lengths = _lengths_1(parts) if first else _lengths(head, parts)
+        start = end + 1 + (0 if first else _sums_size(lengths))
+        if not (start + sum(lengths) == size and lengths[0] == lengths[1] == 8 * items):
             raise DamagedVectorFileError("header")
         if model is not None and not (type(model[0]) is str and type(model[1]) is int):
             raise DamagedVectorFileError("model")
         if not side_file.same_tail(head, read_log):
             raise DamagedVectorFileError("another log")
-        # Mapped, not copied, its pages as they are read: a query reads a few rows of the
-        # vectors (the pages of 2.2 GB mapped at once cost ~40 ms, version 1 mapped them so).
-        mapped = memoryview(mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ))
-        at = end + 1 + _sums_size(parts)
-        table_of_sums = mapped[end + 1 : at]
-        if zlib.crc32(table_of_sums) != sums_crc:
-            raise DamagedVectorFileError("table of sums")
-        sums = np.frombuffer(table_of_sums, dtype="=u8")
-        chunks, checks = [], []
-        first = 0  # the first sum of the part
-        for number, length in enumerate(parts):
-            chunk = mapped[at : at + length]
-            blocks = -(-length // CHECK_BLOCK)
-            check = _Blocks(np, chunk, sums[first : first + blocks])
-            if number < 2 or number % 3 != 1:  # all but the vectors: checked now
-                check.whole()
-            chunks.append(chunk)
-            checks.append(check)
-            at += length
-            first += blocks
+        if first:
+            chunks, checks = _parts_1(np, fd, size, start, parts)
+        else:
+            chunks, checks = _parts(np, fd, size, end, head["sums"], lengths)
         live_seqs = np.frombuffer(chunks[0], dtype="=u8")
         tables = {}
         ascending = [live_seqs]
         for number, (fields, count) in enumerate(names):
-            seqs, lengths, blob = chunks[2 + 3 * number : 5 + 3 * number]
-            if len(seqs) != len(lengths) or len(seqs) != 8 * count:
+            seqs, row_lengths, blob = chunks[2 + 3 * number : 5 + 3 * number]
+            if len(seqs) != len(row_lengths) or len(seqs) != 8 * count:
                 raise DamagedVectorFileError("table")
-            total = int(np.frombuffer(lengths, dtype="=u8").sum(dtype=np.uint64))
+            total = int(np.frombuffer(row_lengths, dtype="=u8").sum(dtype=np.uint64))
             if not total <= len(blob) < total + 8:
                 raise DamagedVectorFileError("table")
             ascending.append(np.frombuffer(seqs, dtype="=u8"))
             tables[fields] = _Table(
-                ints(seqs, 8), ints(lengths, 8), blob[:total], checks[4 + 3 * number]
+                ints(seqs, 8), ints(row_lengths, 8), blob[:total], checks[4 + 3 * number]
             )
         if any((seqs[1:] <= seqs[:-1]).any() for seqs in ascending):
             raise DamagedVectorFileError("seqs not ascending")
@@ -632,4 +654,89 @@ def load(
         None if model is None else (model[0], model[1]),
         (ints(chunks[0], 8), ints(chunks[1], 8)),
         tables,
+        outdated=first,
     )
+
+
+def _lengths(head: dict[str, Any], parts: list[Any]) -> list[int]:
+    """Return the lengths of the parts a version 2 header names (``parts``: its ``parts``).
+
+    Raises:
+        DamagedVectorFileError: if they, the block or the table's CRC-32 are not those of a file.
+    """
+    if not (
+        all(type(part) is int and part >= 0 and part % 8 == 0 for part in parts)
+        and type(head["sums"]) is int
+        and head["block"] == CHECK_BLOCK
+    ):
+        raise DamagedVectorFileError("header")
+    return parts
+
+
+def _lengths_1(parts: list[Any]) -> list[int]:
+    """Return the lengths of the parts a version 1 header names (``parts``: its ``[length, *checksum]`` each).
+
+    Raises:
+        DamagedVectorFileError: if they are not those of a file.
+    """
+    if not all(
+        type(part) is list and len(part) == 3 and all(type(x) is int and x >= 0 for x in part)
+        for part in parts
+    ):
+        raise DamagedVectorFileError("header")
+    return [part[0] for part in parts]
+
+
+def _parts(
+    np: Any, fd: int, size: int, end: int, sums_crc: int, lengths: list[int]
+) -> tuple[list[memoryview], list[_Blocks | None]]:
+    """Return the parts of a version 2 file (its header line ``end`` bytes long) and the checks of their blocks: all but the vectors' done here.
+
+    Raises:
+        DamagedVectorFileError: if the table of sums or a part but the vectors does not check out.
+    """
+    # Mapped, not copied, its pages as they are read: a query reads a few rows of the
+    # vectors (the pages of 2.2 GB mapped at once cost ~40 ms, version 1 mapped them so).
+    mapped = memoryview(mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ))
+    at = end + 1 + _sums_size(lengths)
+    table_of_sums = mapped[end + 1 : at]
+    if zlib.crc32(table_of_sums) != sums_crc:
+        raise DamagedVectorFileError("table of sums")
+    sums = np.frombuffer(table_of_sums, dtype="=u8")
+    chunks: list[memoryview] = []
+    checks: list[_Blocks | None] = []
+    first = 0  # the first sum of the part
+    for number, length in enumerate(lengths):
+        chunk = mapped[at : at + length]
+        blocks = -(-length // CHECK_BLOCK)
+        check = _Blocks(np, chunk, sums[first : first + blocks])
+        if number < 2 or number % 3 != 1:  # all but the vectors: checked now
+            check.whole()
+        chunks.append(chunk)
+        checks.append(check)
+        at += length
+        first += blocks
+    return chunks, checks
+
+
+def _parts_1(
+    np: Any, fd: int, size: int, at: int, parts: list[list[int]]
+) -> tuple[list[memoryview], list[_Blocks | None]]:
+    """Return the parts of a version 1 file (the first at ``at``), each checked whole against its :func:`checksum` (no block left to check: ``None`` each).
+
+    Raises:
+        DamagedVectorFileError: if a part does not check out.
+    """
+    # Mapped, not copied; its pages are brought in at once (every one is read by the checks).
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    mapped = memoryview(mmap.mmap(fd, size, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ))
+    chunks: list[memoryview] = []
+    for length, *sums in parts:
+        if length % 8:
+            raise DamagedVectorFileError("part length")
+        chunk = mapped[at : at + length]
+        if checksum(np, chunk) != sums:
+            raise DamagedVectorFileError("checksum")
+        chunks.append(chunk)
+        at += length
+    return chunks, [None] * len(chunks)

@@ -11,9 +11,11 @@ followed) the caller reads the log whole, as at any other first read.
 
 A writable handle saves the file when it reads a session's vectors whole
 (a semantic query's first, :meth:`SessionVectors.save_due`) and the file is
-missing, of another log or behind the log by more than :data:`SAVE_BYTES`
-(or a 64th of the log); and, from a view it followed that far, as it follows
-it. A read-only handle never writes it.
+missing, of another version or log, or behind the log by more than
+:data:`SAVE_BYTES` (or a 64th of the log); from a view it followed that
+far, as it follows it; and from a view of a version 1 file, as it loads it
+(read as that version was, served, and saved in version 2). A read-only
+handle never writes it.
 """
 
 from __future__ import annotations
@@ -84,7 +86,10 @@ class SessionVectors:
         if it is of a log with this header and no longer than it (the file
         checked as :func:`load` does: its vectors' blocks as they are read;
         one that does not check out then is the caller's to fall back from,
-        :meth:`damaged`).
+        :meth:`damaged`). A writable handle saves the file again from the
+        view where it was of version 1 (:attr:`VectorView.outdated`: it
+        pays the write of the file once, not a read of the log whole), or
+        followed :data:`SAVE_BYTES` of the log (a 64th of it, if more).
         """
         try:
             fd = open_file(log_path, os.O_RDONLY, "log")
@@ -100,7 +105,10 @@ class SessionVectors:
             self._views.pop(session_id, None)
             return None
         self._views[session_id] = view
-        if not self.read_only and view.followed >= max(SAVE_BYTES, view.offset // 64):
+        if self.read_only:
+            return view
+        if view.outdated or view.followed >= max(SAVE_BYTES, view.offset // 64):
+            view.outdated = False  # tried once: a file that cannot be written is left
             try:
                 self._save(session_id, view, log_path)  # checks the file's every block
             except DamagedVectorFileError:
