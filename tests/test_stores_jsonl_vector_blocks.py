@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from test_stores_jsonl_first import (
     assert_fresh_equals_whole,
     damaged_variants,
     indexed,
+    item,
     items_of,
     read_whole,
     search,
@@ -234,6 +236,37 @@ def test_a_writable_handle_saves_a_version_1_file_in_version_2_from_it(
         assert search(store, "cat", mode) == whole_log_hits(tmp_path, "cat", mode, PARTS[0])
         assert not read_whole(store)
     assert_fresh_equals_whole(tmp_path)
+
+
+def search_of(folder: Path, query: str) -> list[Any]:
+    """Return a semantic query's hits through a fresh read-only handle."""
+    with JSONLStore(folder, read_only=True) as store:
+        return search(store, query, "semantic")
+
+
+def test_a_version_1_file_behind_the_log_is_saved_with_the_records_followed(
+    tmp_path: Path,
+) -> None:
+    """A version 1 file that the log has grown past since is followed and saved in version 2 by a writable handle, the log not read whole: the bytes a save from the log gives."""
+    indexed(tmp_path / "a")
+    behind = version_1(vectors(tmp_path / "a").read_bytes())
+    with JSONLStore(tmp_path / "a") as store:
+        store.append("s", [item(["red", "dog", "cat"], 100), item(["blue", "menu"], 101)])
+        store.delete_seqs("s", [3])
+        for parts in PARTS:
+            store.index_embeddings("s", EMBEDDER, parts=parts)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    vectors(tmp_path / "b").unlink()
+    with JSONLStore(tmp_path / "b") as store:
+        search(store, "cat", "semantic")  # saved from the log read whole
+        assert read_whole(store)
+    want = vectors(tmp_path / "b").read_bytes()
+    vectors(tmp_path / "a").write_bytes(behind)
+    with JSONLStore(tmp_path / "a") as store:
+        assert search(store, "red dog", "semantic") == search_of(tmp_path / "b", "red dog")
+        assert not read_whole(store)
+    assert vectors(tmp_path / "a").read_bytes() == want
+    assert_fresh_equals_whole(tmp_path / "a")
 
 
 def test_a_damaged_version_1_file_falls_back_to_the_log(tmp_path: Path) -> None:
