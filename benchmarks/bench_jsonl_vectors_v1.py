@@ -64,7 +64,8 @@ def child(folder: str, sid: str, read_only: bool) -> None:
 
         return wrapper
 
-    vector_views.SessionVectors._save = timed("save", vector_views.SessionVectors._save)  # type: ignore[method-assign]
+    # Timed in place, in this child process only: the save a query makes is what is measured.
+    vector_views.SessionVectors._save = timed("save", vector_views.SessionVectors._save)  # type: ignore[method-assign]  # a method replaced by its timed wrapper
     vector_views.file_bytes = timed("bytes", vector_views.file_bytes)
     _codec.atomic_write = timed("write", _codec.atomic_write)
     embedder = HashingEmbedder(256)
