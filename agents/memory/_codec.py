@@ -1385,7 +1385,7 @@ def file_path(path: Any, *, what: str = "path") -> str:
     return text
 
 
-def atomic_write(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> None:
+def atomic_write(path: str | os.PathLike[str], chunks: Iterable[bytes | memoryview]) -> None:
     """Write ``chunks`` to ``path`` atomically: temporary file, fsync, rename.
 
     A reader sees either the old file or the complete new one, never a part.

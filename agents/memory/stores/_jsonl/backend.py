@@ -102,7 +102,7 @@ from agents.memory.stores._core.filter_values import FilterValues, ranked_where
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._jsonl.files import StoreFiles
 from agents.memory.stores._jsonl.filter_reads import LogFilterReads
-from agents.memory.stores._jsonl.keyword_index import KeywordIndex
+from agents.memory.stores._jsonl.keyword_index import KeywordIndex, numpy_module
 from agents.memory.stores._jsonl.keyword_postings import DamagedIndexError
 from agents.memory.stores._jsonl.keyword_ranking import (
     frequencies,
@@ -292,6 +292,8 @@ class LogBackend(LogFilterReads):
         except OSError as exc:
             msg = f"Cannot open {self.url}: {exc}; nothing was changed."
             raise StoreError(msg) from exc
+        if _searched(self.directory):
+            numpy_module()  # imported by the open, not by the first query (see _searched)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -697,6 +699,22 @@ class LogBackend(LogFilterReads):
         log = self._logs.current(session_id)
         assert log is not None  # the caller holds the lock and just read the session
         return self._keywords.rebuilt(session_id, log, self._files.log_path(session_id))
+
+
+def _searched(directory: str) -> bool:
+    """Return whether a session of the store was searched: a keyword index or a vector file lies beside its log.
+
+    Every search of such a store (keyword, semantic, hybrid) ranks with
+    numpy where it is installed: its import (~50 ms at load 1) is then the
+    open's, not the first query's, which it made six times a warm keyword
+    query of 100,000 steps (``bench_first_process.py``). A store never
+    searched (a tool that lists or exports sessions) opens without it.
+    """
+    try:
+        with os.scandir(directory) as entries:
+            return any(entry.name.endswith((".keywords", ".vectors")) for entry in entries)
+    except OSError:
+        return False
 
 
 def _top_of(terms: Sequence[str], k: int, index: KeywordIndex) -> list[tuple[float, int]]:

@@ -6,17 +6,23 @@ vector reads of :class:`~agents.memory.stores.Backend` (the writes are
 records the backend appends with the rest). Each answers from this
 handle's view of the log (:class:`SessionLog`) where it holds one, else
 from ``<session>.vectors`` caught up with the log file
-(:class:`SessionVectors`), else it reads the log whole.
+(:class:`SessionVectors`), else it reads the log whole. A block of the
+file's vectors that does not check out as it is first read
+(:class:`DamagedVectorFileError`, before any of its bytes is used) drops
+the file's view: the call is answered from the log read whole, as every
+later one, and a writable handle saves the file again
+(:meth:`LogVectorReads._damaged`).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Hashable, Iterator, Sequence
 
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._jsonl.files import StoreFiles
 from agents.memory.stores._jsonl.log import SessionLog, SessionLogs, log_digest
-from agents.memory.stores._jsonl.vector_file import VectorView
+from agents.memory.stores._jsonl.vector_file import DamagedVectorFileError, VectorView
 from agents.memory.stores._jsonl.vector_views import SessionVectors
 
 __all__ = ["LogVectorReads"]
@@ -43,17 +49,21 @@ class LogVectorReads(Backend):
         return not self._vectors.read_only
 
     def vector_model(self, session_id: str) -> tuple[str, int] | None:
+        """Return the session's vector model; where that reads the log whole, a writable handle saves ``<session>.vectors`` first if it is due (missing, of another version or log, or behind: :meth:`SessionVectors.save_due`), as a semantic query's first call."""
         with self._files.locked(exclusive=False):
             view = self._vector_view(session_id)
             if view is not None:
                 return view.model
             log = self._logs.current(session_id)
+            if log is not None and log.model is not None:
+                self._vectors.save_due(session_id, log, self._files.log_path(session_id))
         return None if log is None else log.model
 
     def vector_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
         """Yield the vector rows over ``fields`` in seq order, ``size`` at a time, as of the first page: from ``<session>.vectors`` caught up with the log while this handle holds no view of it (the first page of any session costs a few rows: the key of its coded file), else from the view."""
+        last = -1  # the last seq yielded
         with self._files.locked(exclusive=False):
             view = self._vector_view(session_id)
             if view is not None:
@@ -62,10 +72,17 @@ class LogVectorReads(Backend):
             else:
                 log = self._logs.current(session_id)
         if view is not None:
-            if pages is not None:
-                yield from pages
-            return
+            if pages is None:
+                return
+            try:
+                for page in pages:
+                    yield page
+                    last = page[-1][0]
+                return
+            except DamagedVectorFileError:  # the rows after the last page yielded: from the log
+                log = self._damaged(session_id)
         rows = sorted((log.vectors.get(fields) or {}).items()) if log is not None else []
+        rows = rows[bisect.bisect_right(rows, last, key=lambda row: row[0]) :]
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
 
@@ -77,7 +94,11 @@ class LogVectorReads(Backend):
             view = self._vector_view(session_id)
             if view is not None:
                 table = view.tables.get(fields)
-                return ((), (), b"") if table is None else table.block()
+                try:
+                    return ((), (), b"") if table is None else table.block()
+                except DamagedVectorFileError:
+                    self._damaged(session_id)
+                    return None  # vector_pages reads them from the log now read whole
             log = self._logs.current(session_id)
             if log is not None:
                 self._vectors.save_due(session_id, log, self._files.log_path(session_id))
@@ -88,9 +109,14 @@ class LogVectorReads(Backend):
     ) -> list[tuple[int, bytes]]:
         with self._files.locked(exclusive=False):
             view = self._vector_view(session_id)
+            log = None
             if view is not None:
-                return view.vectors_of(fields, seqs)
-            log = self._logs.current(session_id)
+                try:
+                    return view.vectors_of(fields, seqs)
+                except DamagedVectorFileError:
+                    log = self._damaged(session_id)
+            else:
+                log = self._logs.current(session_id)
         table = (log.vectors.get(fields) or {}) if log is not None else {}
         return [(seq, table[seq]) for seq in sorted(set(seqs)) if seq in table]
 
@@ -152,6 +178,15 @@ class LogVectorReads(Backend):
             rows = [(seq, row[2]) for seq, row in log.rows.items() if seq not in have]
         for start in range(0, len(rows), size):
             yield rows[start : start + size]
+
+    def _damaged(self, session_id: str) -> SessionLog | None:
+        """Drop the view of the session's vector file (a block of it did not check out as it was read) and return the log read whole; a writable handle saves the file again from it."""
+        with self._files.locked(exclusive=False):
+            self._vectors.damaged(session_id)
+            log = self._logs.current(session_id)
+            if log is not None:
+                self._vectors.rebuilt(session_id, log, self._files.log_path(session_id))
+        return log
 
     def _vector_view(self, session_id: str) -> VectorView | None:
         """Return the session's vector file caught up with the log file while this handle holds no view of the log (:meth:`SessionVectors.unviewed`): a semantic query's calls answered without reading the log whole."""

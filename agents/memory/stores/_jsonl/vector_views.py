@@ -11,9 +11,11 @@ followed) the caller reads the log whole, as at any other first read.
 
 A writable handle saves the file when it reads a session's vectors whole
 (a semantic query's first, :meth:`SessionVectors.save_due`) and the file is
-missing, of another log or behind the log by more than :data:`SAVE_BYTES`
-(or a 64th of the log); and, from a view it followed that far, as it follows
-it. A read-only handle never writes it.
+missing, of another version or log, or behind the log by more than
+:data:`SAVE_BYTES` (or a 64th of the log); from a view it followed that
+far, as it follows it; and from a view of a version 1 file, as it loads it
+(read as that version was, served, and saved in version 2). A read-only
+handle never writes it.
 """
 
 from __future__ import annotations
@@ -82,7 +84,12 @@ class SessionVectors:
         The log is looked at, not read: its length, its header line and the
         records after the view. The view held, else the file's, is taken
         if it is of a log with this header and no longer than it (the file
-        checked whole: :func:`load`).
+        checked as :func:`load` does: its vectors' blocks as they are read;
+        one that does not check out then is the caller's to fall back from,
+        :meth:`damaged`). A writable handle saves the file again from the
+        view where it was of version 1 (:attr:`VectorView.outdated`: it
+        pays the write of the file once, not a read of the log whole), or
+        followed :data:`SAVE_BYTES` of the log (a 64th of it, if more).
         """
         try:
             fd = open_file(log_path, os.O_RDONLY, "log")
@@ -98,8 +105,15 @@ class SessionVectors:
             self._views.pop(session_id, None)
             return None
         self._views[session_id] = view
-        if not self.read_only and view.followed >= max(SAVE_BYTES, view.offset // 64):
-            self._save(session_id, view, log_path)
+        if self.read_only:
+            return view
+        if view.outdated or view.followed >= max(SAVE_BYTES, view.offset // 64):
+            view.outdated = False  # tried once: a file that cannot be written is left
+            try:
+                self._save(session_id, view, log_path)  # checks the file's every block
+            except DamagedVectorFileError:
+                self._views.pop(session_id, None)
+                return None
         return view
 
     def _caught_up(self, session_id: str, fd: int) -> VectorView | None:
@@ -165,21 +179,34 @@ class SessionVectors:
             os.close(fd)
 
     def _save(self, session_id: str, log: SessionLog | VectorView, log_path: str) -> None:
+        """Save the file of ``log``; a file that cannot be written is left (a cache).
+
+        Raises:
+            DamagedVectorFileError: if a block of the file a :class:`VectorView` follows does not check out.
+        """
         np = numpy_module()
         if np is None:
-            return  # the checksums are numpy's; semantic search needs it anyway
+            return  # the sums are numpy's; semantic search needs it anyway
         try:
             fd = open_file(log_path, os.O_RDONLY, "log")
             try:
                 tail = pread(fd, max(0, log.offset - side_file.TAIL), log.offset)
             finally:
                 os.close(fd)
-            _codec.atomic_write(self.path(session_id), file_bytes(np, log, tail))
+            data = file_bytes(np, log, tail)
+        except (OSError, StoreError):
+            return  # a cache that cannot be written is read whole by the next process
+        try:
+            _codec.atomic_write(self.path(session_id), data)
         except (OSError, StoreError):
             return  # a cache that cannot be written is read whole by the next process
         self._saved[session_id] = (side_file.log_hash(log.header), log.offset)
         if isinstance(log, VectorView):
             log.followed = 0
+
+    def damaged(self, session_id: str) -> None:
+        """Drop the session's view: a block of its file did not check out as it was read (the caller reads the log whole, then :meth:`rebuilt`)."""
+        self._views.pop(session_id, None)
 
     def rebuilt(self, session_id: str, log: SessionLog, log_path: str) -> None:
         """Drop the session's view (a record offset of its file did not check out) and save the file of ``log``, read whole, again."""
