@@ -153,22 +153,22 @@ def test_a_refused_or_inexact_simsimd_leaves_the_bound_to_numpy(
     upper, _ = compact.coded_bounds(np, [coded], 16, scale, slack, query)
     assert upper.dtype == np.float32
 
-    def saturating(matrix: Any, vector: Any) -> Any:
-        products = matrix.astype(np.int64) @ vector.astype(np.int64)
+    def saturating(matrix: Any, vectors: Any, metric: str) -> Any:
+        products = matrix.astype(np.int64) @ vectors.astype(np.int64).T
         return np.clip(products, -(2**15), 2**15 - 1).astype(np.float64)
 
-    def failing(matrix: Any, vector: Any) -> Any:
+    def failing(matrix: Any, vectors: Any, metric: str) -> Any:
         msg = "no strided rows"
         raise TypeError(msg)
 
-    for dot in (saturating, failing):
-        monkeypatch.setitem(sys.modules, "simsimd", type(sys)("simsimd"))
-        sys.modules["simsimd"].dot = dot  # type: ignore[attr-defined]  # a stand-in module
-        assert compact.int8_dot() is None
-    exact = type(sys)("simsimd")
-    exact.dot = lambda matrix, vector: matrix.astype(np.int64) @ vector.astype(np.int64)  # type: ignore[attr-defined]  # a stand-in module
-    monkeypatch.setitem(sys.modules, "simsimd", exact)
-    assert compact.int8_dot() is exact.dot  # type: ignore[attr-defined]  # a stand-in module
+    def exact(matrix: Any, vectors: Any, metric: str) -> Any:
+        return (matrix.astype(np.int64) @ vectors.astype(np.int64).T).astype(np.float64)
+
+    for cdist in (saturating, failing, exact):
+        stand_in = type(sys)("simsimd")
+        stand_in.cdist = cdist  # type: ignore[attr-defined]  # a stand-in module
+        monkeypatch.setitem(sys.modules, "simsimd", stand_in)
+        assert (compact.int8_dot() is None) == (cdist is not exact)
     upper, _ = compact.coded_bounds(np, [coded], 16, scale, slack, query)
     assert upper.dtype == np.float64
 
@@ -176,8 +176,8 @@ def test_a_refused_or_inexact_simsimd_leaves_the_bound_to_numpy(
 def test_a_coded_tables_query_is_bounded_by_simsimd_where_it_imports(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A coded table's query takes simsimd's int8 product (two passes over the rows), and numpy's einsum with simsimd refused: the same scores."""
-    dot = _kernel()
+    """A coded table's query takes simsimd's int8 product (one pass over the rows for the query's two codings), and numpy's einsum with simsimd refused: the same scores."""
+    _kernel()
     rng = np.random.default_rng(5)
     rows = _hard_rows(rng, 32, "gauss", 0)
     keys = sorted(rng.integers(0, 20, 48).tolist())
@@ -187,15 +187,22 @@ def test_a_coded_tables_query_is_bounded_by_simsimd_where_it_imports(
         picked = [at for at, key in enumerate(keys) if key in wanted]
         return best_cosines([([keys[at] for at in picked], rows[picked])], q, None)
 
+    import simsimd
+
     calls: list[int] = []
+
+    def counted(matrix: Any, vectors: Any, metric: str) -> Any:
+        calls.append(len(matrix))
+        return simsimd.cdist(matrix, vectors, metric=metric)
+
     module = type(sys)("simsimd")
-    module.dot = lambda matrix, vector: calls.append(len(matrix)) or dot(matrix, vector)  # type: ignore[attr-defined]  # counted, then simsimd's
+    module.cdist = counted  # type: ignore[attr-defined]  # simsimd's, counted
     monkeypatch.setitem(sys.modules, "simsimd", module)
     table = compact_table(_pages(keys, rows), "m", EmbedParts(), 32, 1 << 30, exact)
     assert table is not None
     query = rows[7]
     by_simsimd = table.scores(query, 3)
-    assert calls[-2:] == [len(table.matrix)] * 2
+    assert calls[-1:] == [len(table.matrix)]  # one pass over the rows
     monkeypatch.setitem(sys.modules, "simsimd", None)
     table.last_bounds = None
     assert table.scores(query, 3) == by_simsimd == best_cosines([(keys, rows)], query, 3)

@@ -45,22 +45,21 @@ _ROUNDING: Final = 4 * 2.0**-24
 
 
 Int8Dot = Callable[[Any, Any], Any]
-"""``dot(rows, vector)``: the product of each int8 row with one int8 vector, each an integer (float64)."""
+"""``dot(rows, vectors)``: the product of each int8 row with each of two int8 vectors (a row of ``vectors`` each), integers (float64), a row's two read together."""
 
 _KERNEL: list[tuple[Any, Int8Dot | None]] = []
 """The ``simsimd`` module last imported and its product (``None``: unusable), so that each import is checked once."""
 
 
 def int8_dot() -> Int8Dot | None:
-    """Return ``simsimd``'s int8 product of each row with a vector where it imports (the ``simd`` extra) and gives exact integers, else ``None``: numpy bounds the coded rows.
+    """Return ``simsimd``'s int8 products of each row with two vectors where it imports (the ``simd`` extra) and gives exact integers, else ``None``: numpy bounds the coded rows.
 
-    The one place that picks the kernel of :meth:`CompactVectors._bounds`
-    (asked at each query: a test that makes ``simsimd`` unimportable, a
-    ``None`` in ``sys.modules``, gets numpy). The first use of a module
-    checks its products on rows at the extremes of the codes (``127``
-    against ``-127``, 4,096 wide) and on mixed rows against numpy's
-    integers: a build whose sums are not exact (saturated or narrowed) is
-    not used.
+    The one place that picks the kernel of :func:`coded_bounds` (asked at
+    each query: a test that makes ``simsimd`` unimportable, a ``None`` in
+    ``sys.modules``, gets numpy). The first use of a module checks its
+    products on rows at the extremes of the codes (``127`` against
+    ``-127``, 4,096 wide) and on mixed rows against numpy's integers: a
+    build whose sums are not exact (saturated or narrowed) is not used.
     """
     try:
         module = importlib.import_module("simsimd")
@@ -69,20 +68,27 @@ def int8_dot() -> Int8Dot | None:
     if _KERNEL and _KERNEL[0][0] is module:
         return _KERNEL[0][1]
     np = numpy()
-    dot: Int8Dot | None = module.dot
+    cdist = module.cdist
+
+    def dot(rows: Any, vectors: Any) -> Any:
+        # One pass over the rows for both vectors: the rows are read from memory once.
+        return np.asarray(cdist(rows, vectors, metric="dot"), dtype=np.float64)
+
+    kernel: Int8Dot | None = dot
     try:
         rows = np.full((4, 4096 + 8), 127, dtype=np.int8)[:, :4096]  # strided, as coded rows are
         rows[1] = -127
         rows[2, ::2] = -127
         rows[3] = np.arange(4096) % 255 - 127
-        for vector in (rows[0].copy(), rows[1].copy(), rows[3][::-1].copy()):
-            got = np.asarray(dot(rows, vector), dtype=np.float64)  # type: ignore[misc]  # dot is set
-            if not (got == rows.astype(np.int64) @ vector.astype(np.int64)).all():
-                dot = None
+        vectors = np.stack([rows[0], rows[1], rows[3][::-1]])
+        for pair in (vectors[:2], vectors[1:]):
+            want = rows.astype(np.int64) @ pair.astype(np.int64).T
+            if not (dot(rows, np.ascontiguousarray(pair)) == want).all():
+                kernel = None
     except Exception:  # any failure of an optional kernel: numpy bounds instead
-        dot = None
-    _KERNEL[:] = [(module, dot)]
-    return dot
+        kernel = None
+    _KERNEL[:] = [(module, kernel)]
+    return kernel
 
 
 def _coded_query(np: Any, query: Any) -> tuple[float, Any, float, Any, float]:
@@ -148,12 +154,8 @@ def coded_bounds(
         margin = slack * grown
         return coded + margin, coded - margin
     a, u, b, v, reach = _coded_query(np, query)
-    whole: list[Any] = []
-    for block in blocks:
-        if len(block):
-            codes = block[:, :width]
-            first = np.asarray(dot(codes, u), dtype=np.float64)
-            whole.append(first * a + np.asarray(dot(codes, v), dtype=np.float64) * b)
+    both = np.stack([u, v])
+    whole = [dot(block[:, :width], both) @ np.array([a, b]) for block in blocks if len(block)]
     product = (whole[0] if len(whole) == 1 else np.concatenate(whole)) if whole else np.zeros(0)
     scale = scale.astype(np.float64)
     product *= scale
