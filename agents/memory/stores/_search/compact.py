@@ -122,8 +122,10 @@ def coded_bounds(
     """Return the upper and lower bound of each coded row's stored cosine with the unit ``query`` (rows of ``blocks``, then their ``scale`` and ``slack``).
 
     By numpy, with no kernel (:func:`int8_dot`), or a query that is not
-    finite or holds only zeros: ``s * (c . q) +- slack`` in float32, ``einsum`` converting
-    every code (the slack covers float32's sums, see :func:`_quantized`).
+    finite or holds only zeros: ``s * (c . q) +- slack * grown`` in
+    float32 (``grown``: the query's length, at least 1), ``einsum``
+    converting every code (the slack covers float32's sums, see
+    :func:`_quantized`).
 
     By ``simsimd``'s int8 product: the query coded in two passes
     (:func:`_coded_query`), ``q = a * u + b * v + r``, so that for a row's
@@ -137,11 +139,12 @@ def coded_bounds(
     each within ``2**-53`` of at most ``|s| * (|a * (c . u)| + |b * (c . v)|)``,
     which for a sound row (length at most 2, so ``|s * c|`` at most 2 plus
     its slack, and ``|a * u|``, ``|b * v|`` within a half-code of ``|q|``)
-    is far below ``2**-30``; so is the rounding of adding the slack terms.
-    Hence ``|s * (c . q) - approx| <= s * reach + 2**-30 * (1 + qs)``, and
-    with the row's slack (``|q . x - s * (c . q)| <= slack * qs`` for the
-    stored row ``x`` and its float32 product, as the numpy path has it)
-    the bounds ``approx +- (slack * qs + s * reach + 2**-30 * (1 + qs))``
+    is far below ``2**-30 * grown`` (a few units of ``2**-50`` times the
+    query's length); so is the rounding of adding the slack terms. Hence
+    ``|s * (c . q) - approx| <= s * reach + 2**-30 * (1 + grown)``, and
+    with the row's slack (``|q . x - s * (c . q)| <= slack * grown`` for
+    the stored row ``x`` and its float32 product, as the numpy path has
+    it) the bounds ``approx +- (slack * grown + s * reach + 2**-30 * (1 + grown))``
     hold the stored cosine. A row not sound has an infinite slack: its
     bounds are infinite both ways, as by numpy.
     """
@@ -155,8 +158,10 @@ def coded_bounds(
         return coded + margin, coded - margin
     a, u, b, v, reach = _coded_query(np, query)
     both = np.stack([u, v])
-    whole = [dot(block[:, :width], both) @ np.array([a, b]) for block in blocks if len(block)]
-    product = (whole[0] if len(whole) == 1 else np.concatenate(whole)) if whole else np.zeros(0)
+    products = [dot(block[:, :width], both) for block in blocks if len(block)]
+    pairs = (products[0] if len(products) == 1 else np.concatenate(products)) if products else None
+    # Elementwise, not a matrix product: a row's float is the same wherever the row lies.
+    product = pairs[:, 0] * a + pairs[:, 1] * b if pairs is not None else np.zeros(0)
     scale = scale.astype(np.float64)
     product *= scale
     margin = slack.astype(np.float64) * grown + scale * reach + 2.0**-30 * (1 + grown)
