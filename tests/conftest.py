@@ -2,7 +2,8 @@
 
 Also ``cache_dir``: kvmemory's per-user cache folder for the whole run, a
 temporary one (``KVMEMORY_CACHE_DIR``); ``backend_calls``: the calls a test's store makes to one backend
-operation, recorded on the way through to the real one; and ``planted_module``: a module on ``sys.path`` that leaves a marker file
+operation, recorded on the way through to the real one; ``int8_kernel``: the coded tables' bound
+by simsimd, then by numpy with simsimd refused; and ``planted_module``: a module on ``sys.path`` that leaves a marker file
 when it is imported, for the tests that loading runs no code a file names.
 
 The PostgreSQL server is found through ``KVMEMORY_TEST_POSTGRES_URL`` (a
@@ -243,6 +244,20 @@ def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str
         return str(request.getfixturevalue("postgres_url"))
 
     return make
+
+
+@pytest.fixture(params=["simsimd", "numpy"])
+def int8_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Bound a coded table's rows by simsimd's int8 product (the ``simd`` extra; skipped where it is not installed), or by numpy with simsimd made unimportable."""
+    from agents.memory.stores._search import compact
+
+    if request.param == "simsimd":
+        pytest.importorskip("simsimd")
+        assert compact.int8_dot() is not None, "simsimd imports but its int8 product is not used"
+    else:
+        monkeypatch.setitem(sys.modules, "simsimd", None)  # import simsimd raises ImportError
+        assert compact.int8_dot() is None
+    return str(request.param)
 
 
 @pytest.fixture

@@ -44,6 +44,10 @@ from agents.memory.stores import Store, open_store
 from agents.memory.stores._search import coded_file, coded_saves
 from agents.memory.stores._search.compact import CompactVectors, compact_table
 
+# Each test twice (int8_kernel): the coded rows bounded by simsimd, then by numpy (simsimd
+# refused); a mark a test, as the stateful machine's TestCase takes no parametrized fixture.
+BOTH_KERNELS = pytest.mark.usefixtures("int8_kernel")
+
 
 def file_version(url: str) -> tuple[Any, Any]:
     """Return the version the session's file was saved at and the session's vectors version now."""
@@ -65,6 +69,7 @@ def stale_by(
     return [*items, *more]
 
 
+@BOTH_KERNELS
 def test_a_caught_up_table_keeps_the_files_rows_mapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,6 +89,7 @@ def test_a_caught_up_table_keeps_the_files_rows_mapped(
         )
 
 
+@BOTH_KERNELS
 def test_a_reader_that_caught_up_enough_items_saves_the_file_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,6 +128,7 @@ def test_a_reader_that_caught_up_enough_items_saves_the_file_back(
     assert asked == []
 
 
+@BOTH_KERNELS
 def test_a_reader_that_caught_up_few_items_leaves_the_file_stale(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -135,6 +142,7 @@ def test_a_reader_that_caught_up_few_items_leaves_the_file_stale(
     assert first_loads(url, every, monkeypatch)
 
 
+@BOTH_KERNELS
 def test_a_coded_table_a_catch_up_grows_past_the_budget_stays_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,6 +189,7 @@ def bodies_hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return hashed
 
 
+@BOTH_KERNELS
 def test_a_file_this_process_authenticated_is_not_hashed_again_until_it_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,6 +221,7 @@ def test_a_file_this_process_authenticated_is_not_hashed_again_until_it_changes(
     assert len(hashed) == 5
 
 
+@BOTH_KERNELS
 def test_a_file_changed_just_now_is_hashed_at_each_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -226,6 +236,7 @@ def test_a_file_changed_just_now_is_hashed_at_each_load(
     assert len(hashed) == 2
 
 
+@BOTH_KERNELS
 def test_a_loaded_tables_catch_up_copies_no_scales_and_makes_no_slot_map(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -292,6 +303,7 @@ def model_table(model: dict[int, Any]) -> CompactVectors:
         max_size=3,
     ),
 )
+@BOTH_KERNELS
 def test_a_change_finds_its_slots_alike_with_or_without_the_slot_map(
     seed: int, rounds: list[tuple[list[int], list[int], bool]]
 ) -> None:
@@ -336,6 +348,7 @@ def test_a_change_finds_its_slots_alike_with_or_without_the_slot_map(
     ),
     changed=st.booleans(),
 )
+@BOTH_KERNELS
 def test_a_tables_items_are_found_alike_with_or_without_the_slot_map(
     seed: int, among: list[int], changed: bool
 ) -> None:
@@ -372,6 +385,7 @@ def live_bounds(table: CompactVectors, query: Any) -> dict[int, tuple[float, flo
     changed=st.lists(st.integers(0, 45), max_size=12, unique=True),
     dropped=st.lists(st.integers(0, 45), max_size=6, unique=True),
 )
+@BOTH_KERNELS
 def test_live_lays_out_the_live_items_by_key_with_their_rows(
     seed: int, changed: list[int], dropped: list[int]
 ) -> None:

@@ -46,6 +46,9 @@ from agents.memory.stores import open_store
 from agents.memory.stores._search import coded_file
 from agents.memory.stores._search.compact import CompactVectors
 
+# Each test twice: the coded rows bounded by simsimd, then by numpy (simsimd refused).
+pytestmark = pytest.mark.usefixtures("int8_kernel")
+
 STORES = ["sqlite", "jsonl"]
 """The stores that keep a coded file beside their own files (PostgreSQL's: ``test_stores_postgres_coded_folder``)."""
 
@@ -332,7 +335,8 @@ def test_off_writes_none_and_delete_session_removes_it(
 def test_stores_without_a_file_keep_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``memory://`` names no file (a coded table is built by each handle, as before), and ranks as Memory.search."""
     items = steps(60, 2)
-    with open_store("memory://coded-file-test") as store:
+    # A name of its own: a named memory store lives on in the process (each kernel's run adds).
+    with open_store(f"memory://coded-file-test-{tmp_path.name}") as store:
         store.append("s", items)
         store.index_embeddings("s", EMBEDDER)
         assert store.backend.vector_snapshot_path("s", FIELDS) is None

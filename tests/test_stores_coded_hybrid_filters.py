@@ -28,6 +28,9 @@ from agents.memory.stores import Store
 from agents.memory.stores._search.compact import CompactVectors
 from agents.memory.stores._search.hybrid import held_ranking
 
+# Each test twice: the coded rows bounded by simsimd, then by numpy (simsimd refused).
+pytestmark = pytest.mark.usefixtures("int8_kernel")
+
 N = 400
 
 

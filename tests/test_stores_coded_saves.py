@@ -43,6 +43,9 @@ from agents.memory.stores._search import coded_file
 from agents.memory.stores._search.coded_saves import rebuild_rows
 from agents.memory.stores._search.compact import CompactVectors
 
+# Each test twice: the coded rows bounded by simsimd, then by numpy (simsimd refused).
+pytestmark = pytest.mark.usefixtures("int8_kernel")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

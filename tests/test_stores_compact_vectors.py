@@ -34,6 +34,9 @@ from agents.memory.stores import open_store
 from agents.memory.stores._search import compact
 from agents.memory.stores._search.compact import CompactVectors, compact_table
 
+# Each test twice: the coded rows bounded by simsimd, then by numpy (simsimd refused).
+pytestmark = pytest.mark.usefixtures("int8_kernel")
+
 
 @settings(
     max_examples=20,

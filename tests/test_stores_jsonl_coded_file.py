@@ -36,6 +36,9 @@ from agents.memory.stores import JSONLStore, open_store
 from agents.memory.stores._jsonl import vector_file
 from agents.memory.stores._search.compact import CompactVectors
 
+# Each test twice: the coded rows bounded by simsimd, then by numpy (simsimd refused).
+pytestmark = pytest.mark.usefixtures("int8_kernel")
+
 
 def url_of(folder: Path) -> str:
     """Return the URL of the JSONL store in ``folder``."""

@@ -59,7 +59,8 @@ from agents.memory.stores._postgres.coded_folder import (  # noqa: E402
 from agents.memory.stores._search import snapshot  # noqa: E402
 from agents.memory.stores._search.compact import CompactVectors  # noqa: E402
 
-pytestmark = pytest.mark.postgres
+# Each test twice: the coded rows bounded by simsimd, then by numpy (simsimd refused).
+pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("int8_kernel")]
 
 
 def cached(url: str, folder: Path | str) -> str:

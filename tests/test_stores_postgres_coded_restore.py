@@ -26,7 +26,8 @@ from coded_sessions import (  # noqa: E402  # below the skip, as the imports aft
 from agents.memory import MemoryItem  # noqa: E402
 from agents.memory.stores import open_store  # noqa: E402
 
-pytestmark = pytest.mark.postgres
+# Each test twice: the coded rows bounded by simsimd, then by numpy (simsimd refused).
+pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("int8_kernel")]
 
 
 def copied(server: str, source: str, target: str) -> None:

@@ -28,6 +28,9 @@ from agents.memory.stores import open_store
 from agents.memory.stores._search.compact import CompactVectors
 from agents.memory.stores._sqlite.backend import SQLiteBackend
 
+# Each test twice: the coded rows bounded by simsimd, then by numpy (simsimd refused).
+pytestmark = pytest.mark.usefixtures("int8_kernel")
+
 
 def newest_change(db: Path) -> int:
     """Return the id of the newest row of the file's vector change log."""

@@ -23,6 +23,7 @@ their stored vectors, read from the file (:class:`CompactVectors`'s
 from __future__ import annotations
 
 import copy
+import importlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -41,6 +42,130 @@ _TAIL: Final = 8
 
 _ROUNDING: Final = 4 * 2.0**-24
 """What float32 sums may round, per coordinate, relative to the product of the lengths (both products: the exact and the coded one)."""
+
+
+Int8Dot = Callable[[Any, Any], Any]
+"""``dot(rows, vectors)``: the product of each int8 row with each of two int8 vectors (a row of ``vectors`` each), integers (float64), a row's two read together."""
+
+_KERNEL: list[tuple[Any, Int8Dot | None]] = []
+"""The ``simsimd`` module last imported and its product (``None``: unusable), so that each import is checked once."""
+
+
+def int8_dot() -> Int8Dot | None:
+    """Return ``simsimd``'s int8 products of each row with two vectors where it imports (the ``simd`` extra) and gives exact integers, else ``None``: numpy bounds the coded rows.
+
+    The one place that picks the kernel of :func:`coded_bounds` (asked at
+    each query: a test that makes ``simsimd`` unimportable, a ``None`` in
+    ``sys.modules``, gets numpy). The first use of a module checks its
+    products on rows at the extremes of the codes (``127`` against
+    ``-127``, 4,096 wide) and on mixed rows against numpy's integers: a
+    build whose sums are not exact (saturated or narrowed) is not used.
+    """
+    try:
+        module = importlib.import_module("simsimd")
+    except ImportError:
+        return None
+    if _KERNEL and _KERNEL[0][0] is module:
+        return _KERNEL[0][1]
+    np = numpy()
+    cdist = module.cdist
+
+    def dot(rows: Any, vectors: Any) -> Any:
+        # One pass over the rows for both vectors: the rows are read from memory once.
+        return np.asarray(cdist(rows, vectors, metric="dot"), dtype=np.float64)
+
+    kernel: Int8Dot | None = dot
+    try:
+        rows = np.full((4, 4096 + 8), 127, dtype=np.int8)[:, :4096]  # strided, as coded rows are
+        rows[1] = -127
+        rows[2, ::2] = -127
+        rows[3] = np.arange(4096) % 255 - 127
+        vectors = np.stack([rows[0], rows[1], rows[3][::-1]])
+        for pair in (vectors[:2], vectors[1:]):
+            want = rows.astype(np.int64) @ pair.astype(np.int64).T
+            if not (dot(rows, np.ascontiguousarray(pair)) == want).all():
+                kernel = None
+    except Exception:  # any failure of an optional kernel: numpy bounds instead
+        kernel = None
+    _KERNEL[:] = [(module, kernel)]
+    return kernel
+
+
+def _coded_query(np: Any, query: Any) -> tuple[float, Any, float, Any, float]:
+    """Return the unit ``query`` coded in two int8 passes, ``q = a * u + b * v + r``: ``a``, ``u``, ``b``, ``v``, and a bound of ``127 * sum(|r|)``.
+
+    ``a`` is the query's largest coordinate over 127, ``u`` its codes;
+    ``b`` and ``v`` code the remainder ``q - a * u`` the same way. Worked
+    in float64 from the float32 query: ``a``, ``b``, ``u`` and ``v`` are
+    what they are (exact numbers), and the remainder ``r`` they leave is
+    computed in two roundings a coordinate, each within ``2**-53`` of
+    ``|q_i| + |a * u_i| + |b * v_i| <= 3 * max|q|`` (``|a * u_i|`` is
+    within half a code of ``|q_i|``): ``2**-44 * max|q|`` a coordinate
+    covers them and the sum's own rounding many times over.
+    """
+    q = query.astype(np.float64)
+    top = float(np.abs(q).max())
+    a = top / 127
+    u = np.clip(np.rint(q / a), -127, 127)
+    rest = q - a * u
+    second = float(np.abs(rest).max())
+    b = second / 127 if second > 0 else 1.0
+    v = np.clip(np.rint(rest / b), -127, 127)
+    left = rest - b * v
+    reach = (float(np.abs(left).sum()) + len(q) * 2.0**-44 * top) * (1 + 2.0**-40) * 127
+    return a, u.astype(np.int8), b, v.astype(np.int8), reach
+
+
+def coded_bounds(
+    np: Any, blocks: Sequence[Any], width: int, scale: Any, slack: Any, query: Any
+) -> tuple[Any, Any]:
+    """Return the upper and lower bound of each coded row's stored cosine with the unit ``query`` (rows of ``blocks``, then their ``scale`` and ``slack``).
+
+    By numpy, with no kernel (:func:`int8_dot`), or a query that is not
+    finite or holds only zeros: ``s * (c . q) +- slack * grown`` in
+    float32 (``grown``: the query's length, at least 1), ``einsum``
+    converting every code (the slack covers float32's sums, see
+    :func:`_quantized`).
+
+    By ``simsimd``'s int8 product: the query coded in two passes
+    (:func:`_coded_query`), ``q = a * u + b * v + r``, so that for a row's
+    codes ``c`` (each within ``[-127, 127]``)
+    ``c . q = a * (c . u) + b * (c . v) + c . r`` exactly, where
+    ``|c . r| <= 127 * sum(|r|) <= reach``. The two products ``c . u`` and
+    ``c . v`` are integers of at most ``width * 127**2`` (checked below
+    ``2**31``, held exactly by an int32 sum and by float64), and
+    :func:`int8_dot` took only a kernel whose integers are exact. The rest
+    is float64: ``s * (a * (c . u) + b * (c . v))`` takes four roundings,
+    each within ``2**-53`` of at most ``|s| * (|a * (c . u)| + |b * (c . v)|)``,
+    which for a sound row (length at most 2, so ``|s * c|`` at most 2 plus
+    its slack, and ``|a * u|``, ``|b * v|`` within a half-code of ``|q|``)
+    is far below ``2**-30 * grown`` (a few units of ``2**-50`` times the
+    query's length); so is the rounding of adding the slack terms. Hence
+    ``|s * (c . q) - approx| <= s * reach + 2**-30 * (1 + grown)``, and
+    with the row's slack (``|q . x - s * (c . q)| <= slack * grown`` for
+    the stored row ``x`` and its float32 product, as the numpy path has
+    it) the bounds ``approx +- (slack * grown + s * reach + 2**-30 * (1 + grown))``
+    hold the stored cosine. A row not sound has an infinite slack: its
+    bounds are infinite both ways, as by numpy.
+    """
+    # The query's length (1 within rounding) scales the slack: Cauchy-Schwarz.
+    grown = max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
+    dot = int8_dot()
+    if dot is None or width * 127**2 >= 2**31 or not np.isfinite(query).all() or not query.any():
+        coded = [np.einsum("ij,j->i", block[:, :width], query) for block in blocks]
+        coded = (coded[0] if len(coded) == 1 else np.concatenate(coded)) * scale
+        margin = slack * grown
+        return coded + margin, coded - margin
+    a, u, b, v, reach = _coded_query(np, query)
+    both = np.stack([u, v])
+    products = [dot(block[:, :width], both) for block in blocks if len(block)]
+    pairs = (products[0] if len(products) == 1 else np.concatenate(products)) if products else None
+    # Elementwise, not a matrix product: a row's float is the same wherever the row lies.
+    product = pairs[:, 0] * a + pairs[:, 1] * b if pairs is not None else np.zeros(0)
+    scale = scale.astype(np.float64)
+    product *= scale
+    margin = slack.astype(np.float64) * grown + scale * reach + 2.0**-30 * (1 + grown)
+    return product + margin, product - margin
 
 
 def coded_row_bytes(width: int) -> int:
@@ -230,11 +355,11 @@ class CompactVectors:
         if last is not None and last[0] == tag:
             return last[1], last[2]
         used, slots = self.used, len(self.key_at)
-        coded = [np.einsum("ij,j->i", block[:, : self.width], query) for block in self.rows()]
-        coded = (coded[0] if len(coded) == 1 else np.concatenate(coded)) * self.scale[:used]
-        # The query's length (1 within rounding) scales the slack: Cauchy-Schwarz.
-        slack = self.slack[:used] * max(1.0, float(np.sqrt(query @ query)) * (1 + 1e-6))
-        upper, lower = self._best(np, coded + slack), self._best(np, coded - slack)
+        rows = self.rows()
+        upper, lower = coded_bounds(
+            np, rows, self.width, self.scale[:used], self.slack[:used], query
+        )
+        upper, lower = self._best(np, upper), self._best(np, lower)
         dead = ~self.alive[:slots]
         upper[dead] = lower[dead] = -np.inf
         self.last_bounds = (tag, upper, lower)
