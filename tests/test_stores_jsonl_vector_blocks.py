@@ -315,3 +315,43 @@ def test_a_searched_store_imports_numpy_as_it_opens(tmp_path: Path) -> None:
     assert not imported()
     written(tmp_path)
     assert imported()
+
+
+def damaged_at_load(data: bytes) -> dict[str, bytes]:
+    """Return copies of a version 2 vector file damaged where its load checks (not its vectors' blocks), by name."""
+    head, at = head_of(data)
+    end = data.index(b"\n") + 1
+    vectors_at = at + sum(head["parts"][:4])  # the first table's vectors
+    assert head["parts"][4] > vector_file.CHECK_BLOCK
+    out = {"cut at a block of the vectors": data[: vectors_at + vector_file.CHECK_BLOCK]}
+    for name, byte in (("table of sums", end + 3), ("live seqs", at + 3)):
+        damaged = bytearray(data)
+        damaged[byte] ^= 0x41
+        out[name] = bytes(damaged)
+    line = orjson.dumps({**head, "sums": head["sums"] ^ 1})
+    line += b" " * (end - 1 - len(line)) + b"\n"
+    out["CRC of the table of sums"] = line + data[end:]
+    return out
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["cut at a block of the vectors", "table of sums", "live seqs", "CRC of the table of sums"],
+)
+def test_a_file_damaged_where_its_load_checks_is_saved_again(tmp_path: Path, damage: str) -> None:
+    """A vector file whose load fails its checks (cut at a block boundary, its table of sums or that table's CRC, a part checked at load), its header line sound, is saved again by a writable handle's query: not left for every fresh process to read the log whole."""
+    written(tmp_path)
+    data = vectors(tmp_path).read_bytes()
+    want = whole_log_hits(tmp_path, "red dog", "semantic", EmbedParts.WHOLE)
+    bad = damaged_at_load(data)[damage]
+    vectors(tmp_path).write_bytes(bad)
+    with JSONLStore(tmp_path, read_only=True) as store:
+        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
+        assert read_whole(store)
+    assert vectors(tmp_path).read_bytes() == bad  # a read-only handle writes nothing
+    with JSONLStore(tmp_path) as store:
+        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
+    assert vectors(tmp_path).read_bytes() == data
+    with JSONLStore(tmp_path, read_only=True) as store:
+        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
+        assert not read_whole(store)

@@ -548,6 +548,30 @@ class BackendContract:
         changed = backend.vector_changes("s", "*", since, now)
         assert changed is None or seqs[2] in changed
 
+    def test_vector_changes_from_a_version_of_numbers_no_backend_gives_is_none(
+        self, backend: Backend
+    ) -> None:
+        """A version whose numbers no backend gives (each int of a real one made negative, past 64 bits, or a bool) makes vector_changes answer None (or the seqs), never raise: a coded file's tag read unchecked may hold it."""
+        seqs, since = self._vectored(backend, slice(0, 2))
+        self._put_vectors(backend, "s", seqs[2:], b"\x00\x00\x00\x40" * 2)
+        now = backend.vectors_version("s", "*")
+
+        def mangled(version: Hashable) -> list[Hashable]:
+            if type(version) is int:
+                return [-(2**70), 2**70, -1, True]
+            if type(version) is tuple:
+                return [
+                    (*version[:at], other, *version[at + 1 :])
+                    for at in range(len(version))
+                    for other in mangled(version[at])
+                ]
+            return []
+
+        for odd in [*mangled(since), *mangled(now)]:
+            for pair in ((odd, now), (since, odd), (odd, odd)):
+                changed = backend.vector_changes("s", "*", *pair)
+                assert changed is None or isinstance(changed, set), pair
+
 
 class KeyedRecordContract:
     """Keyed records (``put_record`` and friends) on a store whose backend keeps keyed rows; subclass it and provide ``make_store``.

@@ -30,19 +30,30 @@ def version_parts(
 
     Returns:
         ``(number, nonce)``, the nonce ``None`` for ``0`` and where not
-        ``nonced``.
+        ``nonced``; ``None`` also for a number below 0 or either past 64
+        bits (no log gives one; a coded file's tag read unchecked may).
     """
     if type(version) is int:
-        return (version, None) if version == 0 or not nonced else None
+        return (version, None) if version == 0 or (not nonced and _number(version)) else None
     if (
         nonced
         and type(version) is tuple
         and len(version) == 2
-        and type(version[0]) is int
-        and (type(version[1]) is int or (nonce_may_be_none and version[1] is None))
+        and _number(version[0])
+        and (_nonce(version[1]) or (nonce_may_be_none and version[1] is None))
     ):
         return version[0], version[1]
     return None
+
+
+def _number(value: object) -> bool:
+    """Return whether ``value`` may be a log's number: an int of a 64-bit column (SQLite's row id, PostgreSQL's ``bigint``), never below 0 (a bool is none; one past 64 bits would raise as it is bound)."""
+    return type(value) is int and 0 <= value < 2**63
+
+
+def _nonce(value: object) -> bool:
+    """Return whether ``value`` may be a nonce: a signed 64-bit int (a bool is none)."""
+    return type(value) is int and -(2**63) <= value < 2**63
 
 
 def logged_changes(

@@ -236,8 +236,8 @@ class SessionLogs:
             isinstance(since, tuple)
             and isinstance(now, tuple)
             and len(since) == len(now) == 3
-            and all(type(at) is int for at in (since[1], now[1]))
-        ):
+            and all(type(at) is int and 0 <= at < 2**63 for at in (since[1], now[1]))
+        ):  # (an offset past 64 bits would raise as the file is read)
             return None
         header, offset = since[:2]
         changed: set[int] = set()

@@ -11,11 +11,11 @@ followed) the caller reads the log whole, as at any other first read.
 
 A writable handle saves the file when it reads a session's vectors whole
 (a semantic query's first, :meth:`SessionVectors.save_due`) and the file is
-missing, of another version or log, or behind the log by more than
-:data:`SAVE_BYTES` (or a 64th of the log); from a view it followed that
-far, as it follows it; and from a view of a version 1 file, as it loads it
-(read as that version was, served, and saved in version 2). A read-only
-handle never writes it.
+missing, of another version or log, damaged where its load checks, or
+behind the log by more than :data:`SAVE_BYTES` (or a 64th of the log);
+from a view it followed that far, as it follows it; and from a view of a
+version 1 file, as it loads it (read as that version was, served, and saved
+in version 2). A read-only handle never writes it.
 """
 
 from __future__ import annotations
@@ -145,13 +145,18 @@ class SessionVectors:
             return None
         try:
             return load(fd, header, size, read_log)
-        except (OSError, DamagedVectorFileError):
+        except DamagedVectorFileError:
+            # Saved again as a missing one is (save_due): its header line may be sound and
+            # name the log as it is (a file cut short, its table of sums damaged).
+            self._saved[session_id] = None
+            return None
+        except OSError:
             return None
         finally:
             os.close(fd)  # the mapping stays
 
     def save_due(self, session_id: str, log: SessionLog, log_path: str) -> None:
-        """Save the file of ``log`` (read whole) if it is missing, of another log, or behind it by :data:`SAVE_BYTES` (a 64th of the log, if more)."""
+        """Save the file of ``log`` (read whole) if it is missing, did not check out as this handle loaded it, is of another log, or behind it by :data:`SAVE_BYTES` (a 64th of the log, if more)."""
         if self.read_only:
             return
         if session_id not in self._saved:
