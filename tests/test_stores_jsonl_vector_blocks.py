@@ -81,6 +81,35 @@ def whole_vectors(folder: Path, seqs: list[int]) -> list[tuple[int, bytes]]:
         return store.backend.vectors_of("s", WHOLE, seqs)
 
 
+def assert_saved_again(
+    folder: Path, bad: bytes, mode: str = "semantic", *, first_call: bool = False
+) -> None:
+    """Put ``bad`` in place of session ``s``'s sound vector file, then check three handles in turn.
+
+    A read-only handle's query gives the hits of the log read whole, reads
+    the log whole and writes nothing; a writable handle's query (its first
+    call, :meth:`~agents.memory.stores.Backend.vector_model`, where
+    ``first_call``) saves the sound file again; a fresh read-only handle's
+    query then answers from that file, the log not read whole.
+    """
+    data = vectors(folder).read_bytes()
+    want = whole_log_hits(folder, "red dog", mode, EmbedParts.WHOLE)
+    vectors(folder).write_bytes(bad)
+    with JSONLStore(folder, read_only=True) as store:
+        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
+        assert read_whole(store)
+    assert vectors(folder).read_bytes() == bad  # a read-only handle writes nothing
+    with JSONLStore(folder) as store:
+        if first_call:
+            assert store.backend.vector_model("s") == (EMBEDDER.name, EMBEDDER.dimension)
+            assert vectors(folder).read_bytes() == data
+        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
+    assert vectors(folder).read_bytes() == data  # saved again as it was before the damage
+    with JSONLStore(folder, read_only=True) as store:
+        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
+        assert not read_whole(store)
+
+
 def test_block_sums_change_with_any_word() -> None:
     """A block's sum changes when any 8-byte word of it changes; blocks swapped change both sums."""
     block = vector_file.CHECK_BLOCK
@@ -144,39 +173,19 @@ def test_a_damaged_block_met_while_paging_goes_on_from_the_log(tmp_path: Path) -
 def test_queries_over_a_damaged_block_equal_the_log_read_whole(tmp_path: Path, mode: str) -> None:
     """A query whose vectors lie in a damaged block gives the hits of the log read whole, and a writable handle saves a sound file again."""
     written(tmp_path)
-    want = whole_log_hits(tmp_path, "red dog", mode, EmbedParts.WHOLE)
-    data = vectors(tmp_path).read_bytes()
-    flipped(tmp_path, vector_at(data, 200) + 9)
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
-        assert read_whole(store)
-    with JSONLStore(tmp_path) as store:
-        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
-    assert vectors(tmp_path).read_bytes() == data  # saved again as it was before the damage
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
-        assert not read_whole(store)
+    bad = bytearray(vectors(tmp_path).read_bytes())
+    bad[vector_at(bytes(bad), 200) + 9] ^= 0x41
+    assert_saved_again(tmp_path, bytes(bad), mode)
 
 
 def test_a_file_of_another_version_is_read_whole_and_saved_again(tmp_path: Path) -> None:
     """A vector file of a version this one does not read (neither 1 nor 2) is not used (the log is read whole, the hits the same), and a writable handle's query saves it again in this one."""
     written(tmp_path)
-    want = whole_log_hits(tmp_path, "red dog", "semantic", EmbedParts.WHOLE)
     data = vectors(tmp_path).read_bytes()
     version = f'"version":{vector_file._VERSION},'.encode()
     older = data.replace(version, f'"version":{vector_file._VERSION + 1},'.encode(), 1)
     assert older != data
-    vectors(tmp_path).write_bytes(older)
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-        assert read_whole(store)
-    assert vectors(tmp_path).read_bytes() == older  # a read-only handle writes nothing
-    with JSONLStore(tmp_path) as store:
-        assert store.backend.vector_model("s") == (EMBEDDER.name, EMBEDDER.dimension)
-    assert vectors(tmp_path).read_bytes() == data  # saved again by a query's first call
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-        assert not read_whole(store)
+    assert_saved_again(tmp_path, older, first_call=True)
 
 
 def checksum_1(part: bytes) -> list[int]:
@@ -341,17 +350,6 @@ def damaged_at_load(data: bytes) -> dict[str, bytes]:
 def test_a_file_damaged_where_its_load_checks_is_saved_again(tmp_path: Path, damage: str) -> None:
     """A vector file whose load fails its checks (cut at a block boundary, its table of sums or that table's CRC, a part checked at load), its header line sound, is saved again by a writable handle's query: not left for every fresh process to read the log whole."""
     written(tmp_path)
-    data = vectors(tmp_path).read_bytes()
-    want = whole_log_hits(tmp_path, "red dog", "semantic", EmbedParts.WHOLE)
-    bad = damaged_at_load(data)[damage]
-    vectors(tmp_path).write_bytes(bad)
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-        assert read_whole(store)
-    assert vectors(tmp_path).read_bytes() == bad  # a read-only handle writes nothing
-    with JSONLStore(tmp_path) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-    assert vectors(tmp_path).read_bytes() == data
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-        assert not read_whole(store)
+    assert_saved_again(
+        tmp_path, damaged_at_load(vectors(tmp_path).read_bytes())[damage], first_call=True
+    )
