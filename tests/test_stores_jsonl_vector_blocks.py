@@ -353,3 +353,23 @@ def test_a_file_damaged_where_its_load_checks_is_saved_again(tmp_path: Path, dam
     assert_saved_again(
         tmp_path, damaged_at_load(vectors(tmp_path).read_bytes())[damage], first_call=True
     )
+
+
+def test_pages_over_a_damaged_block_stay_as_of_the_first_page(tmp_path: Path) -> None:
+    """Pages that meet a damaged block after another handle appended and deleted since the first page go on with the rows as of the first page: not the item appended, still the one deleted."""
+    written(tmp_path)
+    flipped(tmp_path, vector_at(vectors(tmp_path).read_bytes(), 450))
+    with JSONLStore(tmp_path, read_only=True) as store:
+        store.backend.read_rows("s")
+        want = [row for page in store.backend.vector_pages("s", WHOLE, 50) for row in page]
+    with JSONLStore(tmp_path, read_only=True) as store:
+        pages = store.backend.vector_pages("s", WHOLE, 50)
+        got = next(pages)
+        with JSONLStore(tmp_path) as writer:
+            writer.append("s", items_of(1, ITEMS))
+            writer.index_embeddings("s", EMBEDDER, parts=EmbedParts.WHOLE)
+            writer.delete_seqs("s", [500])
+        got += [row for page in pages for row in page]
+        assert read_whole(store)
+    assert [seq for seq, _ in got] == list(range(1, ITEMS + 1))
+    assert got == want
