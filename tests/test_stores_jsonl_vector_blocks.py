@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -324,6 +325,52 @@ def test_a_searched_store_imports_numpy_as_it_opens(tmp_path: Path) -> None:
     assert not imported()
     written(tmp_path)
     assert imported()
+
+
+LISTINGS = """
+import os, sys
+from agents.memory.stores import JSONLStore
+folder = sys.argv[1]
+listed = []
+scandir = os.scandir
+os.scandir = lambda path: (listed.append(path == folder), scandir(path))[1]
+for step in sys.argv[2:]:
+    if step == "numpy":
+        import numpy
+    elif step == "vectors":
+        open(os.path.join(folder, "s.vectors"), "wb").close()
+    else:
+        JSONLStore(folder, read_only=True).close()
+        print(sum(listed), "numpy" in sys.modules)
+"""
+
+
+def listings(folder: Path, *steps: str) -> list[str]:
+    """Run ``steps`` in a fresh process (``open``: open and close a read-only handle; ``numpy``: import it; ``vectors``: add a vector file) and return, after each open, how many times the opens listed the store's folder and whether numpy is imported."""
+    hour_ago = time.time() - 3600
+    os.utime(folder, (hour_ago, hour_ago))  # the folder settled
+    done = subprocess.run(
+        [sys.executable, "-c", LISTINGS, str(folder), *steps],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.splitlines()
+
+
+def test_an_open_lists_an_unchanged_folder_once_a_process(tmp_path: Path) -> None:
+    """The opens of one process list a store's folder, never searched, once while it does not change; a vector file added is seen by the next open, which imports numpy."""
+    with JSONLStore(tmp_path) as store:
+        store.append("s", items_of(3))
+    got = listings(tmp_path, "open", "open", "open", "vectors", "open")
+    assert got == ["1 False", "1 False", "1 False", "2 True"]
+
+
+def test_an_open_after_numpy_is_imported_does_not_list_the_folder(tmp_path: Path) -> None:
+    """An open in a process that imported numpy already does not list the store's folder: the open would only import it."""
+    written(tmp_path)
+    assert listings(tmp_path, "open") == ["1 True"]
+    assert listings(tmp_path, "numpy", "open") == ["0 True"]
 
 
 def damaged_at_load(data: bytes) -> dict[str, bytes]:
