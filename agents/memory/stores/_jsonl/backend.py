@@ -138,6 +138,8 @@ _SETTLED_NS: Final = 2_000_000_000
 """How long before a scan a folder's last change must lie for the scan's answer to be kept (:func:`_searched`): a change in the same tick of the file system's clock leaves its time as it was."""
 _SCANS: dict[str, tuple[tuple[int, int, int], bool]] = {}
 """Each store folder's answer of :func:`_searched`, by the folder's device, inode and time of its last change when it was scanned."""
+_SCANS_KEPT: Final = 1024
+"""The most folders whose answer :data:`_SCANS` keeps."""
 
 T = TypeVar("T")
 
@@ -733,6 +735,8 @@ def _searched(directory: str) -> bool:
     except OSError:
         return False
     if now - at[2] > _SETTLED_NS:
+        if len(_SCANS) >= _SCANS_KEPT:
+            _SCANS.clear()  # a process that opens ever new folders keeps no more
         _SCANS[directory] = (at, found)
     return found
 
