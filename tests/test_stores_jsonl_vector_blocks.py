@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,35 @@ def whole_vectors(folder: Path, seqs: list[int]) -> list[tuple[int, bytes]]:
         return store.backend.vectors_of("s", WHOLE, seqs)
 
 
+def assert_saved_again(
+    folder: Path, bad: bytes, mode: str = "semantic", *, first_call: bool = False
+) -> None:
+    """Put ``bad`` in place of session ``s``'s sound vector file, then check three handles in turn.
+
+    A read-only handle's query gives the hits of the log read whole, reads
+    the log whole and writes nothing; a writable handle's query (its first
+    call, :meth:`~agents.memory.stores.Backend.vector_model`, where
+    ``first_call``) saves the sound file again; a fresh read-only handle's
+    query then answers from that file, the log not read whole.
+    """
+    data = vectors(folder).read_bytes()
+    want = whole_log_hits(folder, "red dog", mode, EmbedParts.WHOLE)
+    vectors(folder).write_bytes(bad)
+    with JSONLStore(folder, read_only=True) as store:
+        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
+        assert read_whole(store)
+    assert vectors(folder).read_bytes() == bad  # a read-only handle writes nothing
+    with JSONLStore(folder) as store:
+        if first_call:
+            assert store.backend.vector_model("s") == (EMBEDDER.name, EMBEDDER.dimension)
+            assert vectors(folder).read_bytes() == data
+        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
+    assert vectors(folder).read_bytes() == data  # saved again as it was before the damage
+    with JSONLStore(folder, read_only=True) as store:
+        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
+        assert not read_whole(store)
+
+
 def test_block_sums_change_with_any_word() -> None:
     """A block's sum changes when any 8-byte word of it changes; blocks swapped change both sums."""
     block = vector_file.CHECK_BLOCK
@@ -144,39 +174,19 @@ def test_a_damaged_block_met_while_paging_goes_on_from_the_log(tmp_path: Path) -
 def test_queries_over_a_damaged_block_equal_the_log_read_whole(tmp_path: Path, mode: str) -> None:
     """A query whose vectors lie in a damaged block gives the hits of the log read whole, and a writable handle saves a sound file again."""
     written(tmp_path)
-    want = whole_log_hits(tmp_path, "red dog", mode, EmbedParts.WHOLE)
-    data = vectors(tmp_path).read_bytes()
-    flipped(tmp_path, vector_at(data, 200) + 9)
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
-        assert read_whole(store)
-    with JSONLStore(tmp_path) as store:
-        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
-    assert vectors(tmp_path).read_bytes() == data  # saved again as it was before the damage
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", mode, EmbedParts.WHOLE) == want
-        assert not read_whole(store)
+    bad = bytearray(vectors(tmp_path).read_bytes())
+    bad[vector_at(bytes(bad), 200) + 9] ^= 0x41
+    assert_saved_again(tmp_path, bytes(bad), mode)
 
 
 def test_a_file_of_another_version_is_read_whole_and_saved_again(tmp_path: Path) -> None:
     """A vector file of a version this one does not read (neither 1 nor 2) is not used (the log is read whole, the hits the same), and a writable handle's query saves it again in this one."""
     written(tmp_path)
-    want = whole_log_hits(tmp_path, "red dog", "semantic", EmbedParts.WHOLE)
     data = vectors(tmp_path).read_bytes()
     version = f'"version":{vector_file._VERSION},'.encode()
     older = data.replace(version, f'"version":{vector_file._VERSION + 1},'.encode(), 1)
     assert older != data
-    vectors(tmp_path).write_bytes(older)
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-        assert read_whole(store)
-    assert vectors(tmp_path).read_bytes() == older  # a read-only handle writes nothing
-    with JSONLStore(tmp_path) as store:
-        assert store.backend.vector_model("s") == (EMBEDDER.name, EMBEDDER.dimension)
-    assert vectors(tmp_path).read_bytes() == data  # saved again by a query's first call
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-        assert not read_whole(store)
+    assert_saved_again(tmp_path, older, first_call=True)
 
 
 def checksum_1(part: bytes) -> list[int]:
@@ -317,6 +327,52 @@ def test_a_searched_store_imports_numpy_as_it_opens(tmp_path: Path) -> None:
     assert imported()
 
 
+LISTINGS = """
+import os, sys
+from agents.memory.stores import JSONLStore
+folder = sys.argv[1]
+listed = []
+scandir = os.scandir
+os.scandir = lambda path: (listed.append(path == folder), scandir(path))[1]
+for step in sys.argv[2:]:
+    if step == "numpy":
+        import numpy
+    elif step == "vectors":
+        open(os.path.join(folder, "s.vectors"), "wb").close()
+    else:
+        JSONLStore(folder, read_only=True).close()
+        print(sum(listed), "numpy" in sys.modules)
+"""
+
+
+def listings(folder: Path, *steps: str) -> list[str]:
+    """Run ``steps`` in a fresh process (``open``: open and close a read-only handle; ``numpy``: import it; ``vectors``: add a vector file) and return, after each open, how many times the opens listed the store's folder and whether numpy is imported."""
+    hour_ago = time.time() - 3600
+    os.utime(folder, (hour_ago, hour_ago))  # the folder settled
+    done = subprocess.run(
+        [sys.executable, "-c", LISTINGS, str(folder), *steps],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.splitlines()
+
+
+def test_an_open_lists_an_unchanged_folder_once_a_process(tmp_path: Path) -> None:
+    """The opens of one process list a store's folder, never searched, once while it does not change; a vector file added is seen by the next open, which imports numpy."""
+    with JSONLStore(tmp_path) as store:
+        store.append("s", items_of(3))
+    got = listings(tmp_path, "open", "open", "open", "vectors", "open")
+    assert got == ["1 False", "1 False", "1 False", "2 True"]
+
+
+def test_an_open_after_numpy_is_imported_does_not_list_the_folder(tmp_path: Path) -> None:
+    """An open in a process that imported numpy already does not list the store's folder: the open would only import it."""
+    written(tmp_path)
+    assert listings(tmp_path, "open") == ["1 True"]
+    assert listings(tmp_path, "numpy", "open") == ["0 True"]
+
+
 def damaged_at_load(data: bytes) -> dict[str, bytes]:
     """Return copies of a version 2 vector file damaged where its load checks (not its vectors' blocks), by name."""
     head, at = head_of(data)
@@ -341,17 +397,26 @@ def damaged_at_load(data: bytes) -> dict[str, bytes]:
 def test_a_file_damaged_where_its_load_checks_is_saved_again(tmp_path: Path, damage: str) -> None:
     """A vector file whose load fails its checks (cut at a block boundary, its table of sums or that table's CRC, a part checked at load), its header line sound, is saved again by a writable handle's query: not left for every fresh process to read the log whole."""
     written(tmp_path)
-    data = vectors(tmp_path).read_bytes()
-    want = whole_log_hits(tmp_path, "red dog", "semantic", EmbedParts.WHOLE)
-    bad = damaged_at_load(data)[damage]
-    vectors(tmp_path).write_bytes(bad)
+    assert_saved_again(
+        tmp_path, damaged_at_load(vectors(tmp_path).read_bytes())[damage], first_call=True
+    )
+
+
+def test_pages_over_a_damaged_block_stay_as_of_the_first_page(tmp_path: Path) -> None:
+    """Pages that meet a damaged block after another handle appended and deleted since the first page go on with the rows as of the first page: not the item appended, still the one deleted."""
+    written(tmp_path)
+    flipped(tmp_path, vector_at(vectors(tmp_path).read_bytes(), 450))
     with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
+        store.backend.read_rows("s")
+        want = [row for page in store.backend.vector_pages("s", WHOLE, 50) for row in page]
+    with JSONLStore(tmp_path, read_only=True) as store:
+        pages = store.backend.vector_pages("s", WHOLE, 50)
+        got = next(pages)
+        with JSONLStore(tmp_path) as writer:
+            writer.append("s", items_of(1, ITEMS))
+            writer.index_embeddings("s", EMBEDDER, parts=EmbedParts.WHOLE)
+            writer.delete_seqs("s", [500])
+        got += [row for page in pages for row in page]
         assert read_whole(store)
-    assert vectors(tmp_path).read_bytes() == bad  # a read-only handle writes nothing
-    with JSONLStore(tmp_path) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-    assert vectors(tmp_path).read_bytes() == data
-    with JSONLStore(tmp_path, read_only=True) as store:
-        assert search(store, "red dog", "semantic", EmbedParts.WHOLE) == want
-        assert not read_whole(store)
+    assert [seq for seq, _ in got] == list(range(1, ITEMS + 1))
+    assert got == want

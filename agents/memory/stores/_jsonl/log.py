@@ -285,6 +285,27 @@ class SessionLogs:
         finally:
             os.close(fd)
 
+    def as_of(self, session_id: str, header: bytes, offset: int) -> SessionLog | None:
+        """Return the session's log as it was up to ``offset`` (a line's end), read from the file apart from this process's view; ``None`` where the file is no longer that log (removed, written anew: another ``header``, or shorter).
+
+        Raises:
+            CorruptStoreError: if the log is damaged before ``offset``.
+        """
+        path = self.files.log_path(session_id)
+        try:
+            fd = open_file(path, os.O_RDONLY, "log")
+        except (OSError, StoreError):
+            return None
+        try:
+            if os.fstat(fd).st_size < offset or os.pread(fd, len(header), 0) != header:
+                return None
+            chunk = pread(fd, 0, offset)
+        finally:
+            os.close(fd)
+        log = read_header(session_id, path, chunk, newest=self.version)
+        apply_records(path, log, chunk[log.offset :])
+        return log
+
     def viewed(self, session_id: str) -> bool:
         """Return whether this process holds a view of the session's log (read it whole once)."""
         return session_id in self._logs

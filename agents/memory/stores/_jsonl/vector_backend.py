@@ -62,13 +62,21 @@ class LogVectorReads(Backend):
     def vector_pages(
         self, session_id: str, fields: str, size: int
     ) -> Iterator[list[tuple[int, bytes]]]:
-        """Yield the vector rows over ``fields`` in seq order, ``size`` at a time, as of the first page: from ``<session>.vectors`` caught up with the log while this handle holds no view of it (the first page of any session costs a few rows: the key of its coded file), else from the view."""
+        """Yield the vector rows over ``fields`` in seq order, ``size`` at a time, as of the first page: from ``<session>.vectors`` caught up with the log while this handle holds no view of it (the first page of any session costs a few rows: the key of its coded file), else from the view.
+
+        Where a block of the file does not check out after some pages, the
+        rows after the last page yielded come from the log read whole, up
+        to where it was at the first page (read apart, if it was appended
+        to since); from the log as it is then only where another handle
+        wrote it anew (compacted, written again) or removed it since.
+        """
         last = -1  # the last seq yielded
         with self._files.locked(exclusive=False):
             view = self._vector_view(session_id)
             if view is not None:
                 table = view.tables.get(fields)
                 pages = None if table is None else table.pages(size)
+                first = (view.header, view.offset)  # the log as of the first page
             else:
                 log = self._logs.current(session_id)
         if view is not None:
@@ -81,6 +89,10 @@ class LogVectorReads(Backend):
                 return
             except DamagedVectorFileError:  # the rows after the last page yielded: from the log
                 log = self._damaged(session_id)
+            if log is not None and (log.header, log.offset) != first:
+                # Appended to since the first page: read up to where it was then (written anew: as now).
+                with self._files.locked(exclusive=False):
+                    log = self._logs.as_of(session_id, *first) or log
         rows = sorted((log.vectors.get(fields) or {}).items()) if log is not None else []
         rows = rows[bisect.bisect_right(rows, last, key=lambda row: row[0]) :]
         for start in range(0, len(rows), size):

@@ -198,11 +198,8 @@ class SessionVectors:
                 tail = pread(fd, max(0, log.offset - side_file.TAIL), log.offset)
             finally:
                 os.close(fd)
-            data = file_bytes(np, log, tail)
-        except (OSError, StoreError):
-            return  # a cache that cannot be written is read whole by the next process
-        try:
-            _codec.atomic_write(self.path(session_id), data)
+            # A DamagedVectorFileError (a followed view's block) is no OSError: it passes through.
+            _codec.atomic_write(self.path(session_id), file_bytes(np, log, tail))
         except (OSError, StoreError):
             return  # a cache that cannot be written is read whole by the next process
         self._saved[session_id] = (side_file.log_hash(log.header), log.offset)
