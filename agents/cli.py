@@ -146,6 +146,21 @@ def _count(text: str) -> int:
     return count
 
 
+_MOST_HITS = 2**63 - 1  # what every store's search takes (Store.search's k)
+
+
+def _hits(text: str) -> int:
+    """Parse ``search -k N``: a whole number of hits, 1 or more (0 is no search)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= _MOST_HITS:
+        msg = f"expected a number of hits from 1 to 2**63 - 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return count
+
+
 def _steps(text: str) -> list[Any]:
     """Parse ``--steps``: comma-separated step numbers, or JSON strings for text steps."""
     steps: list[Any] = []
@@ -729,7 +744,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--session", help="search only this session")
     search.add_argument("--prefix", help="search only the sessions whose id starts with this")
     search.add_argument(
-        "-k", type=_count, default=10, metavar="N", help="how many hits (default 10)"
+        "-k", type=_hits, default=10, metavar="N", help="how many hits, 1 or more (default 10)"
     )
     search.add_argument(
         "--mode",

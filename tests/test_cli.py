@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.cli import main
 from agents.memory import Memory, MemoryItem
@@ -1032,6 +1034,42 @@ def test_search_one_session_prints_step_seq_score_and_fields(two_sessions: Path)
     first, fields = done.stdout.splitlines()
     assert re.fullmatch(r"small · step 3 · seq \d+ · score \d+\.\d{4}", first), first
     assert fields == "  note='invoice number'"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_search_k_answers_as_the_store_or_is_a_usage_error(kind: str, tmp_path: Path) -> None:
+    """``-k N`` gives ``Store.search``'s hits (one session or many) for N >= 1; below 1 it exits 2 naming -k."""
+    url = f"sqlite://{tmp_path / 'k.db'}" if kind == "sqlite" else f"jsonl://{tmp_path / 'k'}"
+    with open_store(url) as store:
+        store.append("a", [MemoryItem(step=n, note=f"invoice {n % 3} paid") for n in range(6)])
+        store.append("b", [MemoryItem(step=1, note="invoice total"), MemoryItem(step=2, note="x")])
+
+    @settings(max_examples=25)
+    @given(k=st.integers(-3, 12) | st.sampled_from([2**63 - 1, 2**63]), one=st.booleans())
+    def check(k: int, one: bool) -> None:
+        scope = ["--session", "a"] if one else []
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                status, text = run("search", url, "invoice paid", "-k", str(k), "--json", *scope)
+            except SystemExit as exited:  # argparse's usage errors
+                status, text = int(str(exited.code)), ""
+        if not 1 <= k <= 2**63 - 1:
+            assert status == 2, err.getvalue()
+            assert f"argument -k: expected a number of hits from 1 to 2**63 - 1, got '{k}'" in (
+                err.getvalue()
+            )
+            return
+        assert status == 0, err.getvalue()
+        with open_store(url, read_only=True) as store:
+            if one:
+                expected = [("a", h.seq, h.score) for h in store.search("a", "invoice paid", k)]
+            else:
+                found = store.search_sessions("invoice paid", k)
+                expected = [(h.session_id, h.seq, h.score) for h in found]
+        assert [(h["session"], h["seq"], h["score"]) for h in json.loads(text)] == expected
+
+    check()
 
 
 def test_search_with_session_and_prefix_is_a_usage_error(two_sessions: Path) -> None:
