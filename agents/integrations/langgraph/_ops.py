@@ -56,7 +56,7 @@ from agents.integrations.langgraph._namespaces import (
 )
 from agents.memory import MemoryItem
 from agents.memory.exceptions import InvalidQueryError
-from agents.memory.search import EmbedParts, Filter
+from agents.memory.search import EmbedParts, Filter, Tokenizer
 from agents.memory.stores import Store
 
 __all__ = ["EMBED", "EMBED_PARTS", "WRITTEN", "Embedder", "Operations", "QueryMode"]
@@ -74,6 +74,7 @@ WRITTEN: Final = "written_at"
 """The item field that holds when the item was last written (a put, or a TTL refresh on read)."""
 
 _WHOLE_FIELD = EmbedParts(chunk_words=None)
+_WORDS = Tokenizer()  # the store's keyword search cuts a query into words with this default
 
 
 def _time(value: float) -> datetime:
@@ -245,7 +246,7 @@ class Operations:
                 and (compiled is None or compiled(item))
             )
 
-        if op.query and op.query.strip():
+        if self.ranks(op.query):
             found = self.ranked(op, scope, keep)
         else:
             listed = self.listed(scope, keep, op.offset + op.limit, where=compiled)
@@ -253,6 +254,17 @@ class Operations:
         if op.refresh_ttl:
             self.refresh(found, now)
         return [self.search_item(namespace, item, score) for namespace, item, score in found]
+
+    def ranks(self, query: str | None) -> bool:
+        """Return whether ``query`` ranks the search: it holds text, and words where only keywords rank.
+
+        A blank query, or one with no word for BM25 (punctuation, emoji) in
+        keyword mode, is no query: LangGraph's stores without an index
+        ignore the query, so the items are listed rather than refused.
+        """
+        if not query or not query.strip():
+            return False
+        return self.query_mode != "keyword" or bool(_WORDS(query))
 
     def ranked(
         self,
