@@ -12,7 +12,9 @@ import shlex
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -1070,6 +1072,40 @@ def test_search_k_answers_as_the_store_or_is_a_usage_error(kind: str, tmp_path: 
         assert [(h["session"], h["seq"], h["score"]) for h in json.loads(text)] == expected
 
     check()
+
+
+def plain_int(value: Any) -> Any:
+    """An int as ``--json --plain`` and ``search --json`` write it: a number within 64 bits, else its text."""
+    if isinstance(value, dict):
+        return {key: plain_int(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_int(item) for item in value]
+    return value if -(2**63) <= value < 2**64 else str(value)
+
+
+INTS = st.integers() | st.sampled_from([2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**400])
+
+
+@settings(max_examples=30)
+@given(
+    values=st.dictionaries(
+        st.sampled_from(["n", "m", "cost"]),
+        INTS | st.lists(INTS, max_size=3) | st.dictionaries(st.sampled_from("xy"), INTS),
+        max_size=3,
+    )
+)
+def test_search_and_show_json_write_ints_of_any_size(values: dict[str, Any]) -> None:
+    """``search --json`` and ``show --json --plain`` write any int (beyond 64 bits as its text) and agree on an item's fields."""
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{Path(folder) / 'ints.db'}"
+        with open_store(url) as store:
+            store.append("s", [MemoryItem(step=1, note="invoice", **values)])
+        searched = run("search", url, "invoice", "--json")
+        shown = run("show", url, "--session", "s", "--json", "--plain")
+    assert searched[0] == shown[0] == 0
+    expected = {"step": 1, "note": "invoice", **plain_int(values)}
+    assert [hit["fields"] for hit in json.loads(searched[1])] == [expected]
+    assert json.loads(shown[1]) == [expected]
 
 
 def test_search_with_session_and_prefix_is_a_usage_error(two_sessions: Path) -> None:
