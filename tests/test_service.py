@@ -192,6 +192,42 @@ def test_search_without_an_embedder_refuses_semantic_modes(tmp_path: Path) -> No
             service.search("s", "invoice", 5, mode="fuzzy")
 
 
+def test_a_scoped_search_across_sessions_leaves_out_an_id_written_by_other_means(
+    tmp_path: Path,
+) -> None:
+    """A door's search across the sessions it may show (the MCP server's) ranks the ones a store can name, as Store.search_sessions ranks them; a foreign id fails nothing."""
+    import sqlite3
+
+    path = tmp_path / "foreign.db"
+    words = ["invoice", "paid", "menu", "total"]
+    with open_store(f"sqlite://{path}") as store:
+        for n, name in enumerate(["agent-1", "agent-2", "agent-3"]):
+            items = [MemoryItem(step=i, note=" ".join(words[(i + n) % 4 :])) for i in range(4)]
+            store.append(name, items)
+    with sqlite3.connect(
+        path
+    ) as con:  # another program renames one session to an id kvmemory refuses
+        for table in ("kvmemory_sessions", "kvmemory_items", "kvmemory_search"):
+            con.execute(f"UPDATE {table} SET session_id = 'agent 2' WHERE session_id = 'agent-2'")
+    con.close()
+
+    with open_store(f"sqlite://{path}", read_only=True) as store:
+        service = SessionService(store, allows=lambda name: name.startswith("agent"))
+
+        @settings(max_examples=30)
+        @given(
+            query=st.lists(st.sampled_from(words), min_size=1).map(" ".join), k=st.integers(1, 9)
+        )
+        def check(query: str, k: int) -> None:
+            found = service.search_sessions(query, k)
+            expected = store.search_sessions(query, k, sessions=["agent-1", "agent-3"])
+            assert [(h.session_id, h.seq, h.score) for h in found] == [
+                (h.session_id, h.seq, h.score) for h in expected
+            ]
+
+        check()
+
+
 names = st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3)
 
 

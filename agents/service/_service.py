@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from agents.memory import MemoryItem
-from agents.memory.exceptions import InvalidQueryError
+from agents.memory.exceptions import InvalidQueryError, InvalidSessionIdError
 from agents.memory.stores import (
     SessionHit,
     SessionInfo,
@@ -18,6 +18,7 @@ from agents.memory.stores import (
     Store,
     StoredRecord,
     StoreHit,
+    check_session_id,
 )
 from agents.service._keys import agent_keys_of, cost_keys_of
 from agents.service._overview import SessionOverview, Tally
@@ -348,7 +349,13 @@ class SessionService:
         """
         chosen = self._mode(mode)
         # A door limited to some sessions names them; otherwise the store picks them by prefix.
-        scope = self.sessions(prefix) if self.allows is not None else None
+        # An id written into the store by other means cannot be named (the store refuses it,
+        # as the door's reads do): it is left out rather than failing the search of the others.
+        scope = (
+            [name for name in self.sessions(prefix) if _nameable(name)]
+            if self.allows is not None
+            else None
+        )
         embedder = None if chosen == "keyword" else self.embedder
         with self._lock:
             return self.store.search_sessions(
@@ -371,3 +378,12 @@ class SessionService:
                 return name
         msg = f"Unknown search mode {mode!r}; use keyword, semantic or hybrid."
         raise InvalidQueryError(msg)
+
+
+def _nameable(session_id: str) -> bool:
+    """Return whether a store takes ``session_id`` as an id (one written by other means may not be)."""
+    try:
+        check_session_id(session_id)
+    except InvalidSessionIdError:
+        return False
+    return True
