@@ -192,24 +192,41 @@ def test_search_without_an_embedder_refuses_semantic_modes(tmp_path: Path) -> No
             service.search("s", "invoice", 5, mode="fuzzy")
 
 
-def test_a_scoped_search_across_sessions_leaves_out_an_id_written_by_other_means(
-    tmp_path: Path,
-) -> None:
-    """A door's search across the sessions it may show (the MCP server's) ranks the ones a store can name, as Store.search_sessions ranks them; a foreign id fails nothing."""
+WORDS = ["invoice", "paid", "menu", "total"]
+
+
+@pytest.fixture
+def foreign_id(tmp_path: Path) -> Path:
+    """A SQLite store of sessions agent-1 to agent-3 where another program renamed agent-2 to 'agent 2', an id kvmemory refuses."""
     import sqlite3
 
     path = tmp_path / "foreign.db"
-    words = ["invoice", "paid", "menu", "total"]
     with open_store(f"sqlite://{path}") as store:
         for n, name in enumerate(["agent-1", "agent-2", "agent-3"]):
-            items = [MemoryItem(step=i, note=" ".join(words[(i + n) % 4 :])) for i in range(4)]
+            items = [MemoryItem(step=i, note=" ".join(WORDS[(i + n) % 4 :])) for i in range(4)]
             store.append(name, items)
-    with sqlite3.connect(
-        path
-    ) as con:  # another program renames one session to an id kvmemory refuses
+    with sqlite3.connect(path) as con:
         for table in ("kvmemory_sessions", "kvmemory_items", "kvmemory_search"):
             con.execute(f"UPDATE {table} SET session_id = 'agent 2' WHERE session_id = 'agent-2'")
     con.close()
+    return path
+
+
+def test_a_door_lists_the_sessions_beside_an_id_written_by_other_means(foreign_id: Path) -> None:
+    """The sessions a door lists (the live view's list, MCP list_sessions) are the ones a store can name; a foreign id hides none."""
+    with open_store(f"sqlite://{foreign_id}", read_only=True) as store:
+        assert store.sessions() == ["agent 2", "agent-1", "agent-3"]
+        for allows in (None, lambda name: name.startswith("agent")):
+            service = SessionService(store, allows=allows)
+            assert service.sessions() == ["agent-1", "agent-3"]
+            assert [row.session_id for row in service.overviews()] == ["agent-1", "agent-3"]
+
+
+def test_a_scoped_search_across_sessions_leaves_out_an_id_written_by_other_means(
+    foreign_id: Path,
+) -> None:
+    """A door's search across the sessions it may show (the MCP server's) ranks the ones a store can name, as Store.search_sessions ranks them; a foreign id fails nothing."""
+    path, words = foreign_id, WORDS
 
     with open_store(f"sqlite://{path}", read_only=True) as store:
         service = SessionService(store, allows=lambda name: name.startswith("agent"))

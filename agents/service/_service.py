@@ -94,7 +94,13 @@ class SessionService:
     # -- sessions ----------------------------------------------------------------------
 
     def sessions(self, prefix: str | None = None) -> list[str]:
-        """Return the ids of the sessions this door may show, sorted, optionally only those starting with ``prefix``."""
+        """Return the ids of the sessions this door may show, sorted, optionally only those starting with ``prefix``.
+
+        An id written into the store by other means that a store does not
+        take (``agent 2``) is left out: no read of the door can name it, and
+        one such row must not hide the other sessions (``kvmemory sessions``
+        lists it, marked).
+        """
         with self._lock:
             names = self.store.sessions()
         return [
@@ -102,6 +108,7 @@ class SessionService:
             for name in names
             if (self.allows is None or self.allows(name))
             and (prefix is None or name.startswith(prefix))
+            and _nameable(name)
         ]
 
     def info(self, session_id: str) -> SessionInfo | None:
@@ -349,13 +356,7 @@ class SessionService:
         """
         chosen = self._mode(mode)
         # A door limited to some sessions names them; otherwise the store picks them by prefix.
-        # An id written into the store by other means cannot be named (the store refuses it,
-        # as the door's reads do): it is left out rather than failing the search of the others.
-        scope = (
-            [name for name in self.sessions(prefix) if _nameable(name)]
-            if self.allows is not None
-            else None
-        )
+        scope = self.sessions(prefix) if self.allows is not None else None
         embedder = None if chosen == "keyword" else self.embedder
         with self._lock:
             return self.store.search_sessions(
