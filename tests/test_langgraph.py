@@ -420,6 +420,31 @@ def test_a_query_without_words_lists_as_no_query_and_one_with_words_ranks(
     check()
 
 
+def test_pages_of_any_limit_and_offset_are_slices_of_the_whole_answer(
+    store: KVMemoryStore,
+) -> None:
+    """search(limit=, offset=) for any sizes (sys.maxsize, past 64 bits) is the slice of the whole answer, with a query or without."""
+    for n, text in enumerate(["invoice paid", "menu", "invoice total", "paid menu", "total"]):
+        store.put(("a", "b" if n % 2 else "c"), f"k{n}", {"text": text, "n": n})
+    sizes = st.sampled_from([0, 1, 2, 3, 7, 2**62, 2**63 - 1, 2**63, 10**30])
+
+    @settings(max_examples=40)
+    @given(
+        query=st.sampled_from([None, "invoice", "paid menu"]),
+        limit=sizes,
+        offset=sizes,
+        where=st.sampled_from([None, {"n": {"$gte": 1}}]),
+    )
+    def check(query: str | None, limit: int, offset: int, where: dict[str, Any] | None) -> None:
+        whole = store.search(("a",), query=query, filter=where, limit=100)
+        page = store.search(("a",), query=query, filter=where, limit=limit, offset=offset)
+        assert [(i.namespace, i.key, i.score) for i in page] == [
+            (i.namespace, i.key, i.score) for i in whole[offset : offset + limit]
+        ]
+
+    check()
+
+
 # -- namespaces --------------------------------------------------------------------------
 
 

@@ -74,6 +74,7 @@ WRITTEN: Final = "written_at"
 """The item field that holds when the item was last written (a put, or a TTL refresh on read)."""
 
 _WHOLE_FIELD = EmbedParts(chunk_words=None)
+_MOST_HITS = 2**62
 _WORDS = Tokenizer()  # the store's keyword search cuts a query into words with this default
 
 
@@ -278,7 +279,7 @@ class Operations:
         vectors = self.query_mode != "keyword"
         hits = self.store.search_sessions(
             op.query or "",
-            wanted,
+            min(wanted, _MOST_HITS),  # a search takes k < 2**63; no store holds 2**62 items
             sessions=list(namespaces),
             keys=list(EMBED) if vectors else [VALUE],
             where=keep,
