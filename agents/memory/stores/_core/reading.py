@@ -230,7 +230,7 @@ class ReadCalls:
 
         Args:
             session_id: The session to read; an unknown session yields nothing.
-            size: The most items in one page.
+            size: The most items in one page (any size past the session's: one page).
             on_unknown_class: ``"base"`` reads items whose class cannot be
                 imported as plain ``MemoryItem`` instead of raising.
 
@@ -244,7 +244,7 @@ class ReadCalls:
         if type(size) is not int or size < 1:
             msg = f"pages() takes a page size of 1 or more items, got {size!r}."
             raise StoreArgumentError(msg)
-        return self._read_engine.decoded_pages(sid, size, on_unknown_class)
+        return self._read_engine.decoded_pages(sid, min(size, _MOST_ITEMS), on_unknown_class)
 
     def summary(self, session_id: str, *, cost_key: str = "cost") -> SessionSummary:
         """Return a session's counts: items, distinct steps, cost and how often each field occurs.
