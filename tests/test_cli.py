@@ -1108,6 +1108,25 @@ def test_search_and_show_json_write_ints_of_any_size(values: dict[str, Any]) -> 
     assert json.loads(shown[1]) == [expected]
 
 
+@pytest.mark.parametrize("command", [["search", "invoice"], ["sessions"]])
+def test_a_jsonl_folder_given_as_a_path_names_the_url_to_open_it(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSONL store's folder passed as a bare path (a SQLite file's form) exits 1 naming jsonl://FOLDER; nothing is written."""
+    folder = tmp_path / "logs"
+    with open_store(f"jsonl://{folder}") as store:
+        store.append("s", [MemoryItem(step=1, note="invoice")])
+    before = sorted(path.name for path in folder.iterdir())
+    status, text = run(command[0], str(folder), *command[1:])
+    assert (status, text) == (1, "")
+    assert (
+        f"it is a directory, not a file; it holds a JSONL store: open it as 'jsonl://{folder}'"
+        in (capsys.readouterr().err)
+    )
+    assert sorted(path.name for path in folder.iterdir()) == before
+    assert run(command[0], f"jsonl://{folder}", *command[1:])[0] == 0
+
+
 def test_search_with_session_and_prefix_is_a_usage_error(two_sessions: Path) -> None:
     """--session and --prefix together exit 2 before anything is read."""
     done = kvmemory("search", str(two_sessions), "x", "--session", "big", "--prefix", "b")
