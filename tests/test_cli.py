@@ -1127,6 +1127,25 @@ def test_a_jsonl_folder_given_as_a_path_names_the_url_to_open_it(
     assert run(command[0], f"jsonl://{folder}", *command[1:])[0] == 0
 
 
+def test_search_across_sessions_leaves_out_an_id_written_by_other_means(tmp_path: Path) -> None:
+    """A session another program renamed to an id kvmemory refuses ('agent 2') does not stop the search of the others."""
+    path = tmp_path / "foreign.db"
+    with open_store(str(path)) as store:
+        store.append("agent-1", [MemoryItem(step=1, note="invoice paid")])
+        store.append("agent-2", [MemoryItem(step=1, note="invoice total")])
+    with sqlite3.connect(path) as con:
+        for table in ("kvmemory_sessions", "kvmemory_items", "kvmemory_search"):
+            con.execute(f"UPDATE {table} SET session_id = 'agent 2' WHERE session_id = 'agent-2'")
+    con.close()
+    status, text = run("search", str(path), "invoice", "--json")
+    assert status == 0
+    with open_store(str(path), read_only=True) as store:
+        expected = store.search_sessions("invoice", 10, sessions=["agent-1"])
+    assert [(hit["session"], hit["seq"], hit["score"]) for hit in json.loads(text)] == [
+        (hit.session_id, hit.seq, hit.score) for hit in expected
+    ]
+
+
 def test_search_with_session_and_prefix_is_a_usage_error(two_sessions: Path) -> None:
     """--session and --prefix together exit 2 before anything is read."""
     done = kvmemory("search", str(two_sessions), "x", "--session", "big", "--prefix", "b")

@@ -222,22 +222,27 @@ def test_a_door_lists_the_sessions_beside_an_id_written_by_other_means(foreign_i
             assert [row.session_id for row in service.overviews()] == ["agent-1", "agent-3"]
 
 
-def test_a_scoped_search_across_sessions_leaves_out_an_id_written_by_other_means(
-    foreign_id: Path,
+@pytest.mark.parametrize("scoped", [False, True])
+def test_a_search_across_sessions_leaves_out_an_id_written_by_other_means(
+    foreign_id: Path, scoped: bool
 ) -> None:
-    """A door's search across the sessions it may show (the MCP server's) ranks the ones a store can name, as Store.search_sessions ranks them; a foreign id fails nothing."""
+    """A door's search across the sessions it may show (kvmemory search, the MCP server's) ranks the ones a store can name, as Store.search_sessions ranks them; a foreign id fails nothing."""
     path, words = foreign_id, WORDS
 
     with open_store(f"sqlite://{path}", read_only=True) as store:
-        service = SessionService(store, allows=lambda name: name.startswith("agent"))
+        allows = (lambda name: name.startswith("agent")) if scoped else None
+        service = SessionService(store, allows=allows)
 
         @settings(max_examples=30)
         @given(
-            query=st.lists(st.sampled_from(words), min_size=1).map(" ".join), k=st.integers(1, 9)
+            query=st.lists(st.sampled_from(words), min_size=1).map(" ".join),
+            k=st.integers(1, 9),
+            prefix=st.sampled_from([None, "agent", "agent-3", "zz"]),
         )
-        def check(query: str, k: int) -> None:
-            found = service.search_sessions(query, k)
-            expected = store.search_sessions(query, k, sessions=["agent-1", "agent-3"])
+        def check(query: str, k: int, prefix: str | None) -> None:
+            found = service.search_sessions(query, k, prefix=prefix)
+            nameable = [name for name in ("agent-1", "agent-3") if name.startswith(prefix or "")]
+            expected = store.search_sessions(query, k, sessions=nameable)
             assert [(h.session_id, h.seq, h.score) for h in found] == [
                 (h.session_id, h.seq, h.score) for h in expected
             ]

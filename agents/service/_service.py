@@ -335,7 +335,7 @@ class SessionService:
         mode: str = "keyword",
         keys: list[str] | None = None,
     ) -> list[SessionHit]:
-        """Return the ``k`` items that best match ``query`` across the sessions this door may show, in one ranking.
+        """Return the ``k`` items that best match ``query`` across the sessions this door may show (:meth:`sessions`), in one ranking.
 
         The ranking is the store's :meth:`~agents.memory.stores.Store.search_sessions`:
         the statistics are those of exactly the sessions searched, so scores
@@ -355,8 +355,9 @@ class SessionService:
                 search on a service without an embedder.
         """
         chosen = self._mode(mode)
-        # A door limited to some sessions names them; otherwise the store picks them by prefix.
-        scope = self.sessions(prefix) if self.allows is not None else None
+        # The sessions the door shows, named: those it may show, and none whose id a store
+        # refuses (written by other means: every read of such a session would fail).
+        scope = self.sessions(prefix)
         embedder = None if chosen == "keyword" else self.embedder
         with self._lock:
             return self.store.search_sessions(
