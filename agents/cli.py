@@ -146,6 +146,21 @@ def _count(text: str) -> int:
     return count
 
 
+_MOST_HITS = 2**63 - 1  # what every store's search takes (Store.search's k)
+
+
+def _hits(text: str) -> int:
+    """Parse ``search -k N``: a whole number of hits, 1 or more (0 is no search)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= _MOST_HITS:
+        msg = f"expected a number of hits from 1 to 2**63 - 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return count
+
+
 def _steps(text: str) -> list[Any]:
     """Parse ``--steps``: comma-separated step numbers, or JSON strings for text steps."""
     steps: list[Any] = []
@@ -174,8 +189,25 @@ def _print(out: IO[str], text: str) -> None:
 
 def _print_json(out: IO[str], value: Any, *, default: Callable[[Any], Any] = str) -> None:
     """Write ``value`` as one line of JSON, control characters escaped the JSON way."""
-    text = orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
-    out.write(escape_controls(text, json=True) + "\n")
+    try:
+        data = orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        # orjson refuses an int beyond 64 bits without asking ``default``: write those as text.
+        data = orjson.dumps(
+            _long_ints_as_text(value), default=default, option=orjson.OPT_NON_STR_KEYS
+        )
+    out.write(escape_controls(data.decode(), json=True) + "\n")
+
+
+def _long_ints_as_text(value: Any) -> Any:
+    """Return ``value`` with every int beyond 64 bits (as a key too) as its decimal text, collections as lists and dicts."""
+    if type(value) is not bool and isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else str(value)
+    if isinstance(value, dict):
+        return {_long_ints_as_text(key): _long_ints_as_text(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_long_ints_as_text(item) for item in value]
+    return value
 
 
 def _plain_value(value: Any) -> Any:
@@ -729,7 +761,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--session", help="search only this session")
     search.add_argument("--prefix", help="search only the sessions whose id starts with this")
     search.add_argument(
-        "-k", type=_count, default=10, metavar="N", help="how many hits (default 10)"
+        "-k", type=_hits, default=10, metavar="N", help="how many hits, 1 or more (default 10)"
     )
     search.add_argument(
         "--mode",

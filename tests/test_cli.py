@@ -12,9 +12,13 @@ import shlex
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.cli import main
 from agents.memory import Memory, MemoryItem
@@ -1032,6 +1036,114 @@ def test_search_one_session_prints_step_seq_score_and_fields(two_sessions: Path)
     first, fields = done.stdout.splitlines()
     assert re.fullmatch(r"small · step 3 · seq \d+ · score \d+\.\d{4}", first), first
     assert fields == "  note='invoice number'"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_search_k_answers_as_the_store_or_is_a_usage_error(kind: str, tmp_path: Path) -> None:
+    """``-k N`` gives ``Store.search``'s hits (one session or many) for N >= 1; below 1 it exits 2 naming -k."""
+    url = f"sqlite://{tmp_path / 'k.db'}" if kind == "sqlite" else f"jsonl://{tmp_path / 'k'}"
+    with open_store(url) as store:
+        store.append("a", [MemoryItem(step=n, note=f"invoice {n % 3} paid") for n in range(6)])
+        store.append("b", [MemoryItem(step=1, note="invoice total"), MemoryItem(step=2, note="x")])
+
+    @settings(max_examples=25)
+    @given(k=st.integers(-3, 12) | st.sampled_from([2**63 - 1, 2**63]), one=st.booleans())
+    def check(k: int, one: bool) -> None:
+        scope = ["--session", "a"] if one else []
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                status, text = run("search", url, "invoice paid", "-k", str(k), "--json", *scope)
+            except SystemExit as exited:  # argparse's usage errors
+                status, text = int(str(exited.code)), ""
+        if not 1 <= k <= 2**63 - 1:
+            assert status == 2, err.getvalue()
+            assert f"argument -k: expected a number of hits from 1 to 2**63 - 1, got '{k}'" in (
+                err.getvalue()
+            )
+            return
+        assert status == 0, err.getvalue()
+        with open_store(url, read_only=True) as store:
+            if one:
+                expected = [("a", h.seq, h.score) for h in store.search("a", "invoice paid", k)]
+            else:
+                found = store.search_sessions("invoice paid", k)
+                expected = [(h.session_id, h.seq, h.score) for h in found]
+        assert [(h["session"], h["seq"], h["score"]) for h in json.loads(text)] == expected
+
+    check()
+
+
+def plain_int(value: Any) -> Any:
+    """An int as ``--json --plain`` and ``search --json`` write it: a number within 64 bits, else its text."""
+    if isinstance(value, dict):
+        return {key: plain_int(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_int(item) for item in value]
+    return value if -(2**63) <= value < 2**64 else str(value)
+
+
+INTS = st.integers() | st.sampled_from([2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**400])
+
+
+@settings(max_examples=30)
+@given(
+    values=st.dictionaries(
+        st.sampled_from(["n", "m", "cost"]),
+        INTS | st.lists(INTS, max_size=3) | st.dictionaries(st.sampled_from("xy"), INTS),
+        max_size=3,
+    )
+)
+def test_search_and_show_json_write_ints_of_any_size(values: dict[str, Any]) -> None:
+    """``search --json`` and ``show --json --plain`` write any int (beyond 64 bits as its text) and agree on an item's fields."""
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{Path(folder) / 'ints.db'}"
+        with open_store(url) as store:
+            store.append("s", [MemoryItem(step=1, note="invoice", **values)])
+        searched = run("search", url, "invoice", "--json")
+        shown = run("show", url, "--session", "s", "--json", "--plain")
+    assert searched[0] == shown[0] == 0
+    expected = {"step": 1, "note": "invoice", **plain_int(values)}
+    assert [hit["fields"] for hit in json.loads(searched[1])] == [expected]
+    assert json.loads(shown[1]) == [expected]
+
+
+@pytest.mark.parametrize("command", [["search", "invoice"], ["sessions"]])
+def test_a_jsonl_folder_given_as_a_path_names_the_url_to_open_it(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSONL store's folder passed as a bare path (a SQLite file's form) exits 1 naming jsonl://FOLDER; nothing is written."""
+    folder = tmp_path / "logs"
+    with open_store(f"jsonl://{folder}") as store:
+        store.append("s", [MemoryItem(step=1, note="invoice")])
+    before = sorted(path.name for path in folder.iterdir())
+    status, text = run(command[0], str(folder), *command[1:])
+    assert (status, text) == (1, "")
+    assert (
+        f"it is a directory, not a file; it holds a JSONL store: open it as 'jsonl://{folder}'"
+        in (capsys.readouterr().err)
+    )
+    assert sorted(path.name for path in folder.iterdir()) == before
+    assert run(command[0], f"jsonl://{folder}", *command[1:])[0] == 0
+
+
+def test_search_across_sessions_leaves_out_an_id_written_by_other_means(tmp_path: Path) -> None:
+    """A session another program renamed to an id kvmemory refuses ('agent 2') does not stop the search of the others."""
+    path = tmp_path / "foreign.db"
+    with open_store(str(path)) as store:
+        store.append("agent-1", [MemoryItem(step=1, note="invoice paid")])
+        store.append("agent-2", [MemoryItem(step=1, note="invoice total")])
+    with sqlite3.connect(path) as con:
+        for table in ("kvmemory_sessions", "kvmemory_items", "kvmemory_search"):
+            con.execute(f"UPDATE {table} SET session_id = 'agent 2' WHERE session_id = 'agent-2'")
+    con.close()
+    status, text = run("search", str(path), "invoice", "--json")
+    assert status == 0
+    with open_store(str(path), read_only=True) as store:
+        expected = store.search_sessions("invoice", 10, sessions=["agent-1"])
+    assert [(hit["session"], hit["seq"], hit["score"]) for hit in json.loads(text)] == [
+        (hit.session_id, hit.seq, hit.score) for hit in expected
+    ]
 
 
 def test_search_with_session_and_prefix_is_a_usage_error(two_sessions: Path) -> None:

@@ -47,6 +47,7 @@ from agents.memory.exceptions import (
     MissingDependencyError,
     SerializationError,
 )
+from agents.memory.search import Tokenizer
 from agents.memory.stores import check_session_id, open_store
 from agents.service import SessionService
 
@@ -391,6 +392,57 @@ def test_a_blank_query_lists_as_no_query(store: KVMemoryStore) -> None:
     """An empty or blank query is no query: the filtered items, newest first."""
     store.put(("a",), "k", {"v": 1})
     assert keys(store.search(("a",), query="  ")) == {"k"}
+
+
+def test_a_query_without_words_lists_as_no_query_and_one_with_words_ranks(
+    store: KVMemoryStore,
+) -> None:
+    """A keyword query with no word (punctuation, emoji) lists as no query; one with words ranks as Store.search_sessions."""
+    store.put(("a",), "k", {"text": "the invoice format"})
+    store.put(("a",), "m", {"text": "meeting on Monday"})
+    store.put(("a", "b"), "n", {"text": "invoice numbers"})
+    listed = [(item.namespace, item.key) for item in store.search(("a",), limit=10)]
+    words = Tokenizer()
+
+    @settings(max_examples=40)
+    @given(st.lists(st.sampled_from(["?", "!", " ", "😀", "-", "invoice", "é", "meeting", "中"])))
+    def check(parts: list[str]) -> None:
+        query = "".join(parts)
+        found = store.search(("a",), query=query, limit=10)
+        if not query.strip() or not words(query):
+            assert [(item.namespace, item.key) for item in found] == listed
+            return
+        ranked = store.store.search_sessions(query, 10, keys=["value"])
+        assert [(item.key, item.score) for item in found] == [
+            (hit.item["key"], hit.score) for hit in ranked
+        ]
+
+    check()
+
+
+def test_pages_of_any_limit_and_offset_are_slices_of_the_whole_answer(
+    store: KVMemoryStore,
+) -> None:
+    """search(limit=, offset=) for any sizes (sys.maxsize, past 64 bits) is the slice of the whole answer, with a query or without."""
+    for n, text in enumerate(["invoice paid", "menu", "invoice total", "paid menu", "total"]):
+        store.put(("a", "b" if n % 2 else "c"), f"k{n}", {"text": text, "n": n})
+    sizes = st.sampled_from([0, 1, 2, 3, 7, 2**62, 2**63 - 1, 2**63, 10**30])
+
+    @settings(max_examples=40)
+    @given(
+        query=st.sampled_from([None, "invoice", "paid menu"]),
+        limit=sizes,
+        offset=sizes,
+        where=st.sampled_from([None, {"n": {"$gte": 1}}]),
+    )
+    def check(query: str | None, limit: int, offset: int, where: dict[str, Any] | None) -> None:
+        whole = store.search(("a",), query=query, filter=where, limit=100)
+        page = store.search(("a",), query=query, filter=where, limit=limit, offset=offset)
+        assert [(i.namespace, i.key, i.score) for i in page] == [
+            (i.namespace, i.key, i.score) for i in whole[offset : offset + limit]
+        ]
+
+    check()
 
 
 # -- namespaces --------------------------------------------------------------------------

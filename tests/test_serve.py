@@ -979,6 +979,57 @@ def test_api_returns_any_text_exactly(value: str, key: str) -> None:
     ]  # [2] marks error fields
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    early=st.lists(st.sampled_from(["/api/search", "/api/tail", "/api/after"]), max_size=3),
+    agent_key=st.sampled_from(["Agent", "agent_type", "who"]),
+)
+def test_api_search_names_the_agent_of_a_session_made_after_it_was_asked_for(
+    early: list[str], agent_key: str
+) -> None:
+    """A session another handle makes (agent keys in its metadata) after the app was asked for it shows its agents, as a fresh app does."""
+    from starlette.testclient import TestClient
+
+    from agents.integrations.web import live_app
+
+    url = f"memory://{uuid.uuid4().hex}"
+    with open_store(url) as store, TestClient(live_app(store), base_url=LOCAL) as client:
+        ask = {"session": "later", "q": "invoice", "n": "5", "seq": "-1"}
+        for path in early:  # asked before the session exists: nothing to show
+            assert client.get(path, params=ask).json()["steps"] == []
+        with open_store(url) as writer:
+            writer.append("later", [MemoryItem(step=1, **{agent_key: "HostAgent"}, note="invoice")])
+            writer.set_metadata("later", {"agent_keys": [agent_key]})
+        shown = client.get("/api/search", params=ask).json()
+        with TestClient(live_app(store), base_url=LOCAL) as fresh:
+            expected = fresh.get("/api/search", params=ask).json()
+    assert shown == expected
+    assert [step["l"] for step in shown["steps"]] == ["HostAgent"]
+
+
+def test_api_search_of_a_session_embedded_by_another_model_is_a_400(tmp_path: Path) -> None:
+    """Semantic search where the session's vectors are another model's is the client's mistake: 400 naming the fix."""
+    pytest.importorskip("numpy") if not os.environ.get("CI") else None
+    from starlette.testclient import TestClient
+
+    from agents.integrations.web import live_app
+    from agents.memory.search import HashingEmbedder
+
+    url = f"sqlite://{tmp_path / 'vec.db'}"
+    with open_store(url) as store:
+        store.append("s", [MemoryItem(step=1, note="open the invoice")])
+        store.index_embeddings("s", HashingEmbedder(64))
+    with (
+        open_store(url, read_only=True) as store,
+        TestClient(live_app(store, embedder=HashingEmbedder()), base_url=LOCAL) as client,
+    ):
+        answer = client.get(
+            "/api/search", params={"session": "s", "q": "invoice", "mode": "semantic"}
+        )
+    assert answer.status_code == 400
+    assert "drop_vectors('s')" in answer.json()["error"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(guess=st.text(min_size=1, alphabet=st.characters(min_codepoint=33, max_codepoint=126)))
 def test_any_other_token_gets_401(guess: str) -> None:

@@ -192,6 +192,64 @@ def test_search_without_an_embedder_refuses_semantic_modes(tmp_path: Path) -> No
             service.search("s", "invoice", 5, mode="fuzzy")
 
 
+WORDS = ["invoice", "paid", "menu", "total"]
+
+
+@pytest.fixture
+def foreign_id(tmp_path: Path) -> Path:
+    """A SQLite store of sessions agent-1 to agent-3 where another program renamed agent-2 to 'agent 2', an id kvmemory refuses."""
+    import sqlite3
+
+    path = tmp_path / "foreign.db"
+    with open_store(f"sqlite://{path}") as store:
+        for n, name in enumerate(["agent-1", "agent-2", "agent-3"]):
+            items = [MemoryItem(step=i, note=" ".join(WORDS[(i + n) % 4 :])) for i in range(4)]
+            store.append(name, items)
+    with sqlite3.connect(path) as con:
+        for table in ("kvmemory_sessions", "kvmemory_items", "kvmemory_search"):
+            con.execute(f"UPDATE {table} SET session_id = 'agent 2' WHERE session_id = 'agent-2'")
+    con.close()
+    return path
+
+
+def test_a_door_lists_the_sessions_beside_an_id_written_by_other_means(foreign_id: Path) -> None:
+    """The sessions a door lists (the live view's list, MCP list_sessions) are the ones a store can name; a foreign id hides none."""
+    with open_store(f"sqlite://{foreign_id}", read_only=True) as store:
+        assert store.sessions() == ["agent 2", "agent-1", "agent-3"]
+        for allows in (None, lambda name: name.startswith("agent")):
+            service = SessionService(store, allows=allows)
+            assert service.sessions() == ["agent-1", "agent-3"]
+            assert [row.session_id for row in service.overviews()] == ["agent-1", "agent-3"]
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+def test_a_search_across_sessions_leaves_out_an_id_written_by_other_means(
+    foreign_id: Path, scoped: bool
+) -> None:
+    """A door's search across the sessions it may show (kvmemory search, the MCP server's) ranks the ones a store can name, as Store.search_sessions ranks them; a foreign id fails nothing."""
+    path, words = foreign_id, WORDS
+
+    with open_store(f"sqlite://{path}", read_only=True) as store:
+        allows = (lambda name: name.startswith("agent")) if scoped else None
+        service = SessionService(store, allows=allows)
+
+        @settings(max_examples=30)
+        @given(
+            query=st.lists(st.sampled_from(words), min_size=1).map(" ".join),
+            k=st.integers(1, 9),
+            prefix=st.sampled_from([None, "agent", "agent-3", "zz"]),
+        )
+        def check(query: str, k: int, prefix: str | None) -> None:
+            found = service.search_sessions(query, k, prefix=prefix)
+            nameable = [name for name in ("agent-1", "agent-3") if name.startswith(prefix or "")]
+            expected = store.search_sessions(query, k, sessions=nameable)
+            assert [(h.session_id, h.seq, h.score) for h in found] == [
+                (h.session_id, h.seq, h.score) for h in expected
+            ]
+
+        check()
+
+
 names = st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3)
 
 

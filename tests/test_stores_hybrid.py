@@ -103,6 +103,32 @@ def test_a_sqlite_hybrid_search_ranks_as_memory_search_however_deep_it_walks(
     assert hits_of(hits) == hits_of(want)
 
 
+def test_a_search_of_any_k_up_to_the_largest_ranks_as_memory_search(store_url: str) -> None:
+    """k up to 2**63 - 1 (what every search takes): each mode's hits, one session or across, are Memory.search's."""
+    embedder = HashingEmbedder(16)
+    # A word every item holds and rarer ones: the keyword side ranks the rare ones first.
+    session = [{"step": i, "text": f"the {i % 3}"} for i in range(40)]
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    with open_store(store_url) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+
+        @settings(max_examples=30)
+        @given(
+            query=st.lists(st.sampled_from(["the", "1", "2", "file", "chart"]), min_size=1).map(
+                " ".join
+            ),
+            k=st.sampled_from([2**63 - 1, 2**63 - 2, 2**62 + 1, 2**62, 10**18, 39, 41]),
+            mode=st.sampled_from(["keyword", "semantic", "hybrid"]),
+        )
+        def check(query: str, k: int, mode: Any) -> None:
+            want = hits_of(memory.search(query, k, mode=mode, embedder=embedder))
+            assert hits_of(store.search("s", query, k, mode=mode, embedder=embedder)) == want
+            across = store.search_sessions(query, k, mode=mode, embedder=embedder)
+            assert hits_of(across) == want
+
+        check()
+
+
 def test_a_sqlite_hybrid_query_whose_leader_misses_a_word_ranks_no_word_alone(
     durable_url: Any, backend_calls: Any
 ) -> None:

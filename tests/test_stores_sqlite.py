@@ -1938,3 +1938,19 @@ def test_a_failed_migration_to_v9_leaves_the_v8_file_as_it_was(tmp_path: Path) -
     with SQLiteStore(path) as store:
         assert [item["n"] for item in store.read("s")] == list(range(50))
     assert session_index_columns(path) == ["session_id", "seq", "n_terms"]
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_directory_given_as_a_sqlite_path_is_refused_naming_the_fix(
+    tmp_path: Path, read_only: bool
+) -> None:
+    """A directory is no SQLite file: opening it says so and names the fix, and writes nothing into it."""
+    with pytest.raises(
+        StoreError, match=r"it is a directory, not a file; pass the path of a SQLite"
+    ):
+        open_store(tmp_path, read_only=read_only)
+    with pytest.raises(
+        StoreError, match=r"not a file; pass the path of a SQLite file, or 'jsonl://DIR'"
+    ):
+        open_store(f"sqlite://{tmp_path}", read_only=read_only)
+    assert list(tmp_path.iterdir()) == []

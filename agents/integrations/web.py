@@ -47,6 +47,7 @@ from agents.integrations._local import LocalGate, check_bind, image_root
 from agents.memory import _codec
 from agents.memory.exceptions import (
     AgentMemoryError,
+    EmbedderMismatchError,
     InvalidArgumentError,
     InvalidQueryError,
     InvalidSessionIdError,
@@ -162,7 +163,15 @@ def live_app(
     def failed(exc: Exception) -> Response:
         status = (
             400
-            if isinstance(exc, (InvalidQueryError, InvalidSessionIdError, StoreArgumentError))
+            if isinstance(
+                exc,
+                (
+                    EmbedderMismatchError,  # a mode this session's vectors cannot answer
+                    InvalidQueryError,
+                    InvalidSessionIdError,
+                    StoreArgumentError,
+                ),
+            )
             else 500
         )
         return json({"error": str(exc)}, status)
@@ -392,7 +401,10 @@ class _View:
     def _steps(self, sid: str, records: Sequence[StoredRecord]) -> list[dict[str, Any]]:
         lane = self.lanes.get(sid)
         if lane is None:
-            lane = self.lanes[sid] = self.service.agent_keys(self.service.info(sid))[0]
+            info = self.service.info(sid)
+            lane = self.service.agent_keys(info)[0]
+            if info is not None:  # a session not made yet may be made with agent keys of its own
+                self.lanes[sid] = lane
         return [
             timeline_step(
                 record.seq,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from agents.memory import MemoryItem
-from agents.memory.exceptions import InvalidQueryError
+from agents.memory.exceptions import InvalidQueryError, InvalidSessionIdError
 from agents.memory.stores import (
     SessionHit,
     SessionInfo,
@@ -18,6 +18,7 @@ from agents.memory.stores import (
     Store,
     StoredRecord,
     StoreHit,
+    check_session_id,
 )
 from agents.service._keys import agent_keys_of, cost_keys_of
 from agents.service._overview import SessionOverview, Tally
@@ -93,7 +94,13 @@ class SessionService:
     # -- sessions ----------------------------------------------------------------------
 
     def sessions(self, prefix: str | None = None) -> list[str]:
-        """Return the ids of the sessions this door may show, sorted, optionally only those starting with ``prefix``."""
+        """Return the ids of the sessions this door may show, sorted, optionally only those starting with ``prefix``.
+
+        An id written into the store by other means that a store does not
+        take (``agent 2``) is left out: no read of the door can name it, and
+        one such row must not hide the other sessions (``kvmemory sessions``
+        lists it, marked).
+        """
         with self._lock:
             names = self.store.sessions()
         return [
@@ -101,6 +108,7 @@ class SessionService:
             for name in names
             if (self.allows is None or self.allows(name))
             and (prefix is None or name.startswith(prefix))
+            and _nameable(name)
         ]
 
     def info(self, session_id: str) -> SessionInfo | None:
@@ -327,7 +335,7 @@ class SessionService:
         mode: str = "keyword",
         keys: list[str] | None = None,
     ) -> list[SessionHit]:
-        """Return the ``k`` items that best match ``query`` across the sessions this door may show, in one ranking.
+        """Return the ``k`` items that best match ``query`` across the sessions this door may show (:meth:`sessions`), in one ranking.
 
         The ranking is the store's :meth:`~agents.memory.stores.Store.search_sessions`:
         the statistics are those of exactly the sessions searched, so scores
@@ -347,8 +355,9 @@ class SessionService:
                 search on a service without an embedder.
         """
         chosen = self._mode(mode)
-        # A door limited to some sessions names them; otherwise the store picks them by prefix.
-        scope = self.sessions(prefix) if self.allows is not None else None
+        # The sessions the door shows, named: those it may show, and none whose id a store
+        # refuses (written by other means: every read of such a session would fail).
+        scope = self.sessions(prefix)
         embedder = None if chosen == "keyword" else self.embedder
         with self._lock:
             return self.store.search_sessions(
@@ -371,3 +380,12 @@ class SessionService:
                 return name
         msg = f"Unknown search mode {mode!r}; use keyword, semantic or hybrid."
         raise InvalidQueryError(msg)
+
+
+def _nameable(session_id: str) -> bool:
+    """Return whether a store takes ``session_id`` as an id (one written by other means may not be)."""
+    try:
+        check_session_id(session_id)
+    except InvalidSessionIdError:
+        return False
+    return True

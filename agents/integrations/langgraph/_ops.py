@@ -56,7 +56,7 @@ from agents.integrations.langgraph._namespaces import (
 )
 from agents.memory import MemoryItem
 from agents.memory.exceptions import InvalidQueryError
-from agents.memory.search import EmbedParts, Filter
+from agents.memory.search import EmbedParts, Filter, Tokenizer
 from agents.memory.stores import Store
 
 __all__ = ["EMBED", "EMBED_PARTS", "WRITTEN", "Embedder", "Operations", "QueryMode"]
@@ -74,6 +74,8 @@ WRITTEN: Final = "written_at"
 """The item field that holds when the item was last written (a put, or a TTL refresh on read)."""
 
 _WHOLE_FIELD = EmbedParts(chunk_words=None)
+_MOST_HITS = 2**62
+_WORDS = Tokenizer()  # the store's keyword search cuts a query into words with this default
 
 
 def _time(value: float) -> datetime:
@@ -245,7 +247,7 @@ class Operations:
                 and (compiled is None or compiled(item))
             )
 
-        if op.query and op.query.strip():
+        if self.ranks(op.query):
             found = self.ranked(op, scope, keep)
         else:
             listed = self.listed(scope, keep, op.offset + op.limit, where=compiled)
@@ -253,6 +255,17 @@ class Operations:
         if op.refresh_ttl:
             self.refresh(found, now)
         return [self.search_item(namespace, item, score) for namespace, item, score in found]
+
+    def ranks(self, query: str | None) -> bool:
+        """Return whether ``query`` ranks the search: it holds text, and words where only keywords rank.
+
+        A blank query, or one with no word for BM25 (punctuation, emoji) in
+        keyword mode, is no query: LangGraph's stores without an index
+        ignore the query, so the items are listed rather than refused.
+        """
+        if not query or not query.strip():
+            return False
+        return self.query_mode != "keyword" or bool(_WORDS(query))
 
     def ranked(
         self,
@@ -266,7 +279,7 @@ class Operations:
         vectors = self.query_mode != "keyword"
         hits = self.store.search_sessions(
             op.query or "",
-            wanted,
+            min(wanted, _MOST_HITS),  # a search takes k < 2**63; no store holds 2**62 items
             sessions=list(namespaces),
             keys=list(EMBED) if vectors else [VALUE],
             where=keep,

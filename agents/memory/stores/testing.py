@@ -1163,6 +1163,15 @@ class StoreContract:
         assert store.tail("s", 0) == []
         assert store.tail("unknown", 3) == []
 
+    def test_tail_of_any_count_beyond_64_bits_gives_the_session(self, store: Store) -> None:
+        """tail(n) and pages(size=n) for n up to and past 2**63 (a caller's "all", sys.maxsize) give every item, filtered or not."""
+        store.append("s", [MemoryItem(step=s) for s in range(3)])
+        whole = store.read("s")
+        for n in (2**62, 2**63 - 1, 2**63, 10**30):
+            assert [r.item for r in store.tail("s", n)] == whole
+            assert [r.item for r in store.tail("s", n, where={"step": {"$gte": 1}})] == whole[1:]
+            assert [[r.item for r in page] for page in store.pages("s", size=n)] == [whole]
+
     def test_tail_refuses_a_negative_count(self, store: Store) -> None:
         """tail(-1) is refused with a message naming the count."""
         with pytest.raises(StoreArgumentError, match=r"0 or more, got -1"):

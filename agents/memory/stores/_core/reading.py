@@ -8,7 +8,7 @@ operations inside the engine's error wrapping.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from agents.memory._filter import Filter, Where
 from agents.memory._item import MemoryItem, OnUnknownClass, item_fields
@@ -24,6 +24,9 @@ from agents.memory.stores._core.engine import Engine
 from agents.memory.stores._core.values import SessionInfo, SessionSummary, session_info
 
 __all__ = ["ReadCalls", "records_with_terms"]
+
+_MOST_ITEMS: Final = 2**60
+"""The largest ``n`` a read asks a backend for (a larger one reads the same: every item)."""
 
 
 class ReadCalls:
@@ -180,7 +183,8 @@ class ReadCalls:
 
         Args:
             session_id: The session to read; an unknown session reads as empty.
-            n: How many items, counted from the newest; 0 gives none.
+            n: How many items, counted from the newest; 0 gives none, and any
+                count past the session's (``sys.maxsize``, past 64 bits) all of it.
             steps: Only items whose step is one of these.
             where: Only items passing this filter (the language of
                 :class:`agents.memory.search.Filter`, or a compiled one).
@@ -202,6 +206,9 @@ class ReadCalls:
         keep = Filter.of(where)
         if n == 0 or texts == []:
             return []
+        # SQL takes 64-bit counts, and a filtered read asks for a few times n: no session
+        # holds 2**60 items, so a larger n reads the same (every item), in every store.
+        n = min(n, _MOST_ITEMS)
         if keep is not None:
             return _tail_passing(self._read_engine, sid, n, texts, keep, on_unknown_class)
         with self._read_engine.errors("read", sid):
@@ -223,7 +230,7 @@ class ReadCalls:
 
         Args:
             session_id: The session to read; an unknown session yields nothing.
-            size: The most items in one page.
+            size: The most items in one page (any size past the session's: one page).
             on_unknown_class: ``"base"`` reads items whose class cannot be
                 imported as plain ``MemoryItem`` instead of raising.
 
@@ -237,7 +244,7 @@ class ReadCalls:
         if type(size) is not int or size < 1:
             msg = f"pages() takes a page size of 1 or more items, got {size!r}."
             raise StoreArgumentError(msg)
-        return self._read_engine.decoded_pages(sid, size, on_unknown_class)
+        return self._read_engine.decoded_pages(sid, min(size, _MOST_ITEMS), on_unknown_class)
 
     def summary(self, session_id: str, *, cost_key: str = "cost") -> SessionSummary:
         """Return a session's counts: items, distinct steps, cost and how often each field occurs.

@@ -395,7 +395,8 @@ class KeywordSearch:
             ranks = functools.partial(backend.keyword_top, sid, terms)
         reads = QueryReads() if reads is None else reads
         with self._engine.errors("search", sid):
-            first = ranks(pool)
+            # The pool grows with k (10 * k): keep it within 64-bit integers, as every depth.
+            first = ranks(min(pool, _LARGEST_K))
             n_items = self._count(sid, reads) if first is not None else 0
         if first is None or not n_items:
             return None

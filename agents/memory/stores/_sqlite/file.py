@@ -399,6 +399,7 @@ class SQLiteFile:
         # A path written with a leading "//" would read as a URI authority; POSIX
         # treats extra leading slashes as one.
         absolute = "/" + os.path.abspath(self.path).lstrip("/")
+        _refuse_directory(self.path, absolute)
         self._opened += 1
         uri = f"file:{urllib.parse.quote(absolute)}?mode={'ro' if self.read_only else 'rw'}"
         if self._immutable:
@@ -619,3 +620,16 @@ def _load_sqlite_vec(con: sqlite3.Connection, wanted: bool | None, path: str) ->
         )
         raise StoreError(msg)
     return False
+
+
+def _refuse_directory(path: str, absolute: str) -> None:
+    """Raise :class:`StoreError` naming the fix if ``path`` is a directory (SQLite says only "disk I/O error" there)."""
+    if not os.path.isdir(path):
+        return
+    fix = (
+        f"it holds a JSONL store: open it as 'jsonl://{absolute}'"
+        if os.path.isfile(os.path.join(path, "kvmemory-store.json"))
+        else "pass the path of a SQLite file, or 'jsonl://DIR' for a JSONL store folder"
+    )
+    msg = f"Cannot open SQLite store {path!r}: it is a directory, not a file; {fix}."
+    raise StoreError(msg)
