@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from agents.memory import InvalidQueryError, Memory, MemoryItem
 from agents.memory.search import Filter, HashingEmbedder
+from agents.memory.search._item_vectors import Vectors
 from agents.memory.stores import _ram as ram_store
 from agents.memory.stores import open_memory, open_store
 from agents.memory.stores._core.filter_values import FEW, ranked_where
@@ -1319,6 +1320,59 @@ def test_a_bulk_append_has_an_sqlite_handle_judge_its_filters_whole_again(
     assert (len(wholes), rows) == (2, [])
 
 
+def test_a_rare_semantic_filter_on_sqlite_asked_again_scores_only_the_vectors_of_its_rows(
+    durable_url: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An SQLite semantic search over kept part vectors with a filter 2 of 4,000 rows pass walks its ranking when asked once, judges the session once when asked again, and then judges no row and scores only the vectors of those rows; hits and scores Memory.search's each time."""
+    session = [
+        {
+            "step": i,
+            "agent": "reviewer" if i % 2000 == 7 else "host",
+            "text": f"alpha beta {i % 13}",
+        }
+        for i in range(4000)
+    ]
+    where = {"agent": "reviewer"}
+    embedder = HashingEmbedder(32)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    want = [
+        (h.item["step"], h.score)
+        for h in memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+    ]
+    wholes, rows = filter_statements(monkeypatch)
+    among_rows = SQLRows.filter_among_rows
+
+    def counted_rows(self: Any, sid: str, tree: Any, seqs: Any) -> Any:
+        rows.append(list(seqs))  # judged row by row, read with their data
+        return among_rows(self, sid, tree, seqs)
+
+    monkeypatch.setattr(SQLRows, "filter_among_rows", counted_rows)
+    with open_store(durable_url("sqlite")) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        scored: list[int] = []
+        every_score = Vectors.every_score
+
+        def counted(self: Any, query: Any) -> Any:
+            scored.append(len(self.key_at))
+            return every_score(self, query)
+
+        monkeypatch.setattr(Vectors, "every_score", counted)
+
+        def hits() -> list[tuple[int, float]]:
+            found = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+            return [(h.item["step"], h.score) for h in found]
+
+        assert hits() == want
+        assert (len(wholes), len(scored)) == (0, 1)  # asked once: every cosine, the ranking walked
+        assert rows
+        del rows[:]
+        assert hits() == want
+        assert (len(wholes), len(scored), rows) == (1, 1, [])  # asked again: judged, kept
+        assert hits() == want
+        assert (len(wholes), len(scored), rows) == (1, 1, [])  # the answer kept: two rows scored
+
+
 SQLITE_RARE: Final = [
     {"agent": "reviewer"},
     {"meta.owner": "reviewer"},
@@ -1352,11 +1406,13 @@ writes = st.one_of(
 )
 
 
-def test_a_rare_keyword_filter_on_sqlite_follows_writes_of_its_handle_and_of_another(
-    tmp_path: Any,
+@pytest.mark.parametrize("mode", ["keyword", "semantic"])
+def test_a_rare_filter_on_sqlite_follows_writes_of_its_handle_and_of_another(
+    tmp_path: Any, mode: str
 ) -> None:
-    """An SQLite keyword search with a rare filter gives Memory.search's hits and scores over the live rows, asked again between appends, updates and deletes by its handle and by a second handle."""
+    """An SQLite keyword or semantic search with a rare filter gives Memory.search's hits and scores over the live rows, asked again between appends, updates and deletes by its handle and by a second handle."""
     counter = iter(range(10**6))
+    embedder = HashingEmbedder(16)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(
@@ -1378,9 +1434,11 @@ def test_a_rare_keyword_filter_on_sqlite_follows_writes_of_its_handle_and_of_ano
         def same(store: Any) -> None:
             memory = Memory(MemoryItem(**live[seq]) for seq in sorted(live))
             for where in SQLITE_RARE:
-                want = [(h.item["step"], h.score) for h in memory.search(query, k, where=where)]
-                got = store.search("s", query, k, where=where)
-                assert [(h.item["step"], h.score) for h in got] == want, where
+                for _ in range(2):  # asked again: judged in SQL once and kept
+                    found = memory.search(query, k, mode=mode, where=where, embedder=embedder)
+                    want = [(h.item["step"], h.score) for h in found]
+                    got = store.search("s", query, k, mode=mode, where=where, embedder=embedder)
+                    assert [(h.item["step"], h.score) for h in got] == want, where
 
         with open_store(url) as store, open_store(url) as other:
             append(store, [*first, {"text": "alpha"}])

@@ -265,6 +265,18 @@ class SearchOperations:
         """
         return False
 
+    def filter_few_kept(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
+        """Return :meth:`filter_few`'s answer (``tree``, ``most``) where this handle keeps which rows may pass, else ``None`` without judging a row.
+
+        A semantic search through a kept vector table asks this before it
+        scores every row: where the answer is kept and few may pass, only
+        their vectors are scored (the same floats), with no walk of the
+        ranking. A backend that judges a filter by reading every row may
+        judge it here on the filter's second ask and keep the answer (as
+        SQLite does, ``JudgedFilters.asked_again``). By default ``None``.
+        """
+        return None
+
     def filter_among(
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
     ) -> set[int] | None:

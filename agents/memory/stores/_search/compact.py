@@ -417,6 +417,10 @@ class CompactVectors:
     def scores_of(self, query: Any, keys: Iterable[int]) -> dict[int, float]:
         """Return the best cosine of a part with the unit ``query`` of each of ``keys`` that holds a vector, by key (read exactly)."""
         wanted = sorted(set(self._held(keys)))
+        if wanted and not query.any():  # every_score's floats, reading no sound row
+            held, zeros = self._zero_scores(numpy(), query)
+            every = dict(zip(held.tolist(), zeros.tolist(), strict=True))
+            return {key: every[key] for key in wanted if key in every}
         return self._cosines_of(query, wanted) if wanted else {}
 
     def every_score(self, query: Any) -> tuple[Any, Any]:

@@ -423,7 +423,7 @@ class VectorSearch:
                 kept = self._kept_table(sid, embedder, fields, parts)
             if kept is not None:
                 passing = _kept_passing(
-                    self._engine, sid, kept, query, k, keep, found, read, on_unknown_class
+                    self._engine, sid, kept, query, k, keep, found, read, on_unknown_class, count
                 )
                 return [StoreHit(seq, item, score) for seq, score, item in passing]
             # A backend where asking which rows pass reads them all walks the ranking at once.
@@ -890,16 +890,26 @@ def _kept_passing(
     found: dict[int, MemoryItem],
     read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
     on_unknown_class: OnUnknownClass,
+    count: Callable[[], int],
 ) -> Passing:
-    """Return the best ``k`` that pass ``keep`` by every cosine of the vectors kept in memory (``kept``).
+    """Return the best ``k`` that pass ``keep`` by the cosines of the vectors kept in memory (``kept``).
 
-    Every cosine costs about what the unfiltered query does (scored once,
-    with no screen: a ranking a thousand items deep costs a screen more
-    than every row): the ranking is walked, asking which rows of each slice
-    may pass, with their items, in one call (``Backend.filter_among_rows``);
-    without an answer, which rows of the session may pass once
-    ``NARROW_AT`` fall short.
+    Where the backend keeps which rows may pass and at most one in
+    :data:`FEW` may (``Backend.filter_few_kept``: a filter asked again),
+    only their vectors are scored (``Table.scores_of``, the same floats).
+    Else every cosine, costing about what the unfiltered query does (scored
+    once, with no screen: a ranking a thousand items deep costs a screen
+    more than every row): the ranking is walked, asking which rows of each
+    slice may pass, with their items, in one call
+    (``Backend.filter_among_rows``); without an answer, which rows of the
+    session may pass once ``NARROW_AT`` fall short.
     """
+    with engine.errors("search", sid):
+        few = engine.backend.filter_few_kept(sid, keep.tree, count() // FEW)
+    if few is not None:
+        scores = kept.scores_of(query, few)
+        ranked = sorted(scores.items(), key=lambda hit: (-hit[1], hit[0]))
+        return first_passing(ranked, k, keep, found, read)
     keys, every = kept.every_score(query)
 
     def rank_kept(limit: int) -> list[tuple[int, float]]:

@@ -128,6 +128,10 @@ class SQLiteBackend(SQLRows, SnapshotFiles):
         """Judge the filter in SQL up to ``most + 1`` rows (:meth:`SQLRows.filter_few`), from the answers kept where they tell (:class:`SQLiteFilters`)."""
         return self._filters.few(session_id, tree, most)
 
+    def filter_few_kept(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
+        """Judge the filter on its second ask, then take the answer kept (:meth:`SQLiteFilters.kept_few`): a rare filter asked again scores only its rows' vectors."""
+        return self._filters.kept_few(session_id, tree, most)
+
     def keyword_top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:

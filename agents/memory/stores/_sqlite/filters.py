@@ -72,6 +72,19 @@ class SQLiteFilters:
                 lambda: SQLRows.filter_few(rows, session_id, tree, most),
             )
 
+    def kept_few(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
+        """Return :meth:`few`'s answer where ``tree`` is asked again since the writes of others (``Backend.filter_few_kept``), else ``None`` without judging a row.
+
+        The first ask of a filter is only noted (:meth:`JudgedFilters.asked_again`):
+        judging every row's JSON costs more than the walk of a ranking a
+        filter asked once needs. The second judges it and keeps the answer;
+        the later ones take it.
+        """
+        with self._file.lock:
+            if not self._judged.asked_again(session_id, tree, self._carried()):
+                return None
+            return self.few(session_id, tree, most)
+
     def top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
     ) -> list[tuple[float, int]] | None:
@@ -90,9 +103,7 @@ class SQLiteFilters:
         judge, or while the rows cannot be scored from the index.
         """
         with self._file.lock:  # the rows judged, counted and scored from one state of the file
-            if not self._judged.asked_again(session_id, tree, self._carried()):
-                return None
-            allowed = self.few(session_id, tree, self._count(session_id) // FEW)
+            allowed = self.kept_few(session_id, tree, self._count(session_id) // FEW)
             if allowed is None:
                 return None
             if not allowed:
