@@ -273,9 +273,11 @@ class SearchOperations:
         their vectors are scored (the same floats), with no walk of the
         ranking. A backend that judges a filter by reading every row may
         judge it here on the filter's second ask and keep the answer (as
-        SQLite does, ``JudgedFilters.asked_again``). By default ``None``.
+        SQLite does, ``JudgedFilters.asked_again``). By default
+        :meth:`filter_few` where an index names the filter's rows
+        (:meth:`filter_named`), else ``None``.
         """
-        return None
+        return self.filter_few(session_id, tree, most) if self.filter_named(tree) else None
 
     def filter_among(
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]

@@ -827,23 +827,18 @@ def _few(
     keep: Filter,
     count: Callable[[], int],
     *,
-    named: bool = False,
     share: int = FEW,
 ) -> list[int] | None:
     """Return the seqs of the rows that may pass ``keep`` when one in 16 at most may (``Backend.filter_few``), else ``None``.
 
     A read-only handle, which embeds the items without a vector for each
-    query, ranks as before. With ``named``, the backend is asked only where
-    an index names those rows (``Backend.filter_named``: a few ms, where
-    else it may read every row of the session). ``count()`` gives the
-    session's item count (:func:`_counter`).
+    query, ranks as before. ``count()`` gives the session's item count
+    (:func:`_counter`).
     """
     if engine.read_only:
         return None
     backend = engine.backend
     with engine.errors("search", sid):
-        if named and not backend.filter_named(keep.tree):
-            return None
         # As many as FEW * len(allowed) <= count allows: the backend stops past them.
         allowed = backend.filter_few(sid, keep.tree, count() // share)
         if allowed is None:
@@ -894,9 +889,9 @@ def _kept_passing(
 ) -> Passing:
     """Return the best ``k`` that pass ``keep`` by the cosines of the vectors kept in memory (``kept``).
 
-    Where the backend keeps which rows may pass and at most one in
-    :data:`FEW` may (``Backend.filter_few_kept``: a filter asked again),
-    only their vectors are scored (``Table.scores_of``, the same floats).
+    Where the backend tells which rows may pass without judging every row
+    and at most one in :data:`FEW` may (``Backend.filter_few_kept``: an
+    index names them, or an answer is kept), only their vectors are scored (``Table.scores_of``, the same floats).
     Else every cosine, costing about what the unfiltered query does (scored
     once, with no screen: a ranking a thousand items deep costs a screen
     more than every row): the ranking is walked, asking which rows of each
@@ -918,8 +913,6 @@ def _kept_passing(
     screen = Screener(engine, sid, keep, found, on_unknown_class)
     start = max(k, NARROW_AT)
     passing = _through_index(engine, sid, keep, k, rank_kept(start), found, read, screen)
-    if passing is None:  # a rare filter an index names: rank only its rows
-        passing = _named_few(engine, sid, keep, keys, every, k, found, read)
     if passing is None:
         narrowed = narrower(engine, sid, keep)
         passing = widening(
@@ -950,30 +943,6 @@ def _through_index(
         return None
     passing = first_passing(ranked[: max(_FIRST_SLICE, 2 * k)], k, keep, found, read, screen=screen)
     return passing if len(passing) == k else None
-
-
-def _named_few(
-    engine: Engine,
-    sid: str,
-    keep: Filter,
-    keys: Any,
-    every: Any,
-    k: int,
-    found: dict[int, MemoryItem],
-    read: Callable[[Sequence[int]], Mapping[int, MemoryItem]],
-) -> Passing | None:
-    """Return the best ``k`` that pass ``keep`` from the kept cosines (``keys``, ``every``) of the rows an index names, when at most one in 16 may pass; else ``None``.
-
-    The rows come from ``Backend.filter_candidates`` (an index scan, where
-    ``Backend.filter_named``); their cosines are ranked alone, the same
-    floats as every row's ranking (:func:`ranked_top`).
-    """
-    named = _few(engine, sid, keep, _counter(engine.backend, sid, None), named=True)
-    if named is None:
-        return None
-    np = numpy()
-    among = np.isin(keys, np.asarray(named, dtype=np.int64))
-    return first_passing(ranked_top(keys[among], every[among], len(named)), k, keep, found, read)
 
 
 def _damaged_vector(
