@@ -888,9 +888,9 @@ def test_a_semantic_filter_over_kept_vectors_scores_them_once_however_deep_it_wa
 
 
 def _semantic_over_kept_vectors(
-    postgres_url: str, backend_calls: Any, where: dict[str, Any], k: int
+    postgres_url: str, backend_calls: Any, where: dict[str, Any], k: int, times: int = 1
 ) -> tuple[list[Any], list[Any], list[Any]]:
-    """Search 2,000 reviewer steps on PostgreSQL, vectors kept in memory, for "beta 7" with ``where`` (a filter the GIN index names), assert the hits and scores are Memory.search's, and return the calls made of filter_candidates, filter_few and filter_among_rows."""
+    """Search 2,000 reviewer steps on PostgreSQL, vectors kept in memory, for "beta 7" with ``where`` (a filter the GIN index names) ``times`` times, assert the hits and scores are Memory.search's, and return the calls made of filter_candidates, filter_few and filter_among_rows."""
     embedder = HashingEmbedder(32)
     session = reviewer_session(2000)
     with open_store(postgres_url) as store:
@@ -901,10 +901,16 @@ def _semantic_over_kept_vectors(
         asked = backend_calls(backend, "filter_candidates")
         capped = backend_calls(backend, "filter_few")
         judged = backend_calls(backend, "filter_among_rows")
-        hits = store.search("s", "beta 7", k, mode="semantic", where=where, embedder=embedder)
+        found = [
+            store.search("s", "beta 7", k, mode="semantic", where=where, embedder=embedder)
+            for _ in range(times)
+        ]
     memory = Memory(MemoryItem(**fields) for fields in session)
     want = memory.search("beta 7", k, mode="semantic", where=where, embedder=embedder)
-    assert [(h.item["step"], h.score) for h in hits] == [(h.item["step"], h.score) for h in want]
+    for hits in found:
+        assert [(h.item["step"], h.score) for h in hits] == [
+            (h.item["step"], h.score) for h in want
+        ]
     return asked, capped, judged
 
 
@@ -921,20 +927,21 @@ def _semantic_over_kept_vectors(
 def test_a_semantic_filter_the_postgres_index_names_ranks_only_its_candidates_over_kept_vectors(
     postgres_url: str, backend_calls: Any, where: dict[str, Any], k: int
 ) -> None:
-    """Over vectors kept in memory, a filter PostgreSQL's GIN index names (1% of 2,000 rows, or none) whose first slice of the ranking holds too few asks the index once for the rows that may pass and ranks those alone, judging no further slice by key; hits and scores are Memory.search's."""
+    """Over vectors kept in memory, a filter PostgreSQL's GIN index names (1% of 2,000 rows, or none) asks the index once for the rows that may pass and scores those alone, judging no slice of the ranking by key; hits and scores are Memory.search's."""
     asked, capped, judged = _semantic_over_kept_vectors(postgres_url, backend_calls, where, k)
     assert len(asked) + len(capped) == 1
-    assert len(judged) <= 1
+    assert judged == []
 
 
 @pytest.mark.parametrize("where", [{"agent": "host"}, {"agent": {"$in": ["host", "x"]}}])
 def test_a_semantic_filter_the_postgres_index_names_that_most_rows_pass_settles_in_the_first_slice(
     postgres_url: str, backend_calls: Any, where: dict[str, Any]
 ) -> None:
-    """Over vectors kept in memory, a filter the GIN index names that 99% of 2,000 rows pass is settled by the first slice of the ranking (one filter_among_rows statement), never asking the index for the rows that may pass (nearly every row); hits and scores are Memory.search's."""
-    asked, capped, judged = _semantic_over_kept_vectors(postgres_url, backend_calls, where, 5)
-    assert asked == capped == []
-    assert len(judged) == 1
+    """Over vectors kept in memory, a filter the GIN index names that 99% of 2,000 rows pass is settled by the first slice of the ranking (one filter_among_rows statement a query); the index is asked once, capped, for the rows that may pass, and not again by the handle that found many pass; hits and scores are Memory.search's."""
+    asked, capped, judged = _semantic_over_kept_vectors(postgres_url, backend_calls, where, 5, 3)
+    assert asked == []
+    assert len(capped) == 1
+    assert len(judged) == 3
 
 
 WALKED: dict[str, dict[str, Any]] = {
@@ -1371,6 +1378,42 @@ def test_a_rare_semantic_filter_on_sqlite_asked_again_scores_only_the_vectors_of
         assert (len(wholes), len(scored), rows) == (1, 1, [])  # asked again: judged, kept
         assert hits() == want
         assert (len(wholes), len(scored), rows) == (1, 1, [])  # the answer kept: two rows scored
+
+
+def test_a_semantic_filter_postgres_indexes_scores_only_its_rows_and_a_common_one_is_asked_once(
+    durable_url: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL semantic search over kept part vectors with a filter the GIN index names scores only the vectors of the rows it names where few pass (no cosine of every row); a filter most rows pass is asked of the index once by the handle, then walked; hits and scores Memory.search's each time."""
+    session = reviewer_session(2000)
+    embedder = HashingEmbedder(32)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    wholes, _ = filter_statements(monkeypatch)
+    with open_store(durable_url("postgres")) as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        scored: list[int] = []
+        every_score = Vectors.every_score
+
+        def counted(self: Any, query: Any) -> Any:
+            scored.append(len(self.key_at))
+            return every_score(self, query)
+
+        monkeypatch.setattr(Vectors, "every_score", counted)
+
+        def same(where: dict[str, Any]) -> None:
+            found = store.search("s", "beta 7", 5, mode="semantic", where=where, embedder=embedder)
+            want = memory.search("beta 7", 5, mode="semantic", where=where, embedder=embedder)
+            assert [(h.item["step"], h.score) for h in found] == [
+                (h.item["step"], h.score) for h in want
+            ]
+
+        for asked in (1, 2):
+            same({"agent": "reviewer"})
+            assert (len(wholes), scored) == (asked, [])  # the index asked, 20 rows scored
+        for _ in range(2):
+            same({"agent": "host"})
+            assert len(wholes) == 3  # found common once: not asked again
+        assert len(scored) == 2  # the common filter's ranking walked each time
 
 
 SQLITE_RARE: Final = [

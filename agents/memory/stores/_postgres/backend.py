@@ -95,13 +95,13 @@ from agents.memory.exceptions import (
 from agents.memory.stores._core.backend import Backend
 from agents.memory.stores._core.checks import redact_url
 from agents.memory.stores._core.encoding import Row, RowUpdate, SessionRow
-from agents.memory.stores._core.filter_values import CommonFilters
 from agents.memory.stores._core.terms import Terms
 from agents.memory.stores._postgres.coded_folder import (
     CodedFolder,
     cache_bytes,
     vector_cache_folder,
 )
+from agents.memory.stores._postgres.filter_asks import IndexedFilterAsks
 from agents.memory.stores._postgres.keyword import (
     Judge,
     PostgresKeywordIndex,
@@ -246,7 +246,7 @@ def rows_query(
     return f"{sql} ORDER BY {order} DESC LIMIT %(last)s", params
 
 
-class PostgresBackend(SQLRows, SessionVersions, CodedFolder, Backend):
+class PostgresBackend(SQLRows, SessionVersions, CodedFolder, IndexedFilterAsks, Backend):
     """The rows of a PostgreSQL store, through a connection pool (see :class:`PostgresStore` for the arguments).
 
     Opening connects, then (unless ``read_only``) creates or migrates the tables;
@@ -291,7 +291,6 @@ class PostgresBackend(SQLRows, SessionVersions, CodedFolder, Backend):
         self._no_tables = tables.no_tables
         self._indexed = tables.keyword_index
         self._keyed = tables.record_keys
-        self._common = CommonFilters()  # filters found to pass many rows (filter_few_kept)
         self.doc_index, self.leaf_index = tables.doc_index, tables.leaves  # False: older, read-only
         if tables.postings:
             blocks = PostingBlocks(self._connections, self.query_rows, packed=tables.packed_blocks)
@@ -693,15 +692,6 @@ class PostgresBackend(SQLRows, SessionVersions, CodedFolder, Backend):
         if self.no_tables:
             return {}
         return self._keyword.frequencies(session_id, terms)
-
-    def filter_few_kept(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
-        """Ask the GIN index which rows may pass (:meth:`filter_few`) where it names them, unless this handle found more than a rare filter's path takes pass (:class:`CommonFilters`): a rare filter scores only its rows' vectors, a common one walks the ranking without asking again."""
-        if not self.filter_named(tree) or self._common.known(session_id, tree):
-            return None
-        few = self.filter_few(session_id, tree, most)
-        if few is None:
-            self._common.found(session_id, tree)
-        return few
 
     def keyword_top_where(
         self, session_id: str, terms: Sequence[str], k: int, tree: FilterNode
