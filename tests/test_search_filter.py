@@ -1201,11 +1201,9 @@ def test_keyword_among_scores_rows_as_keyword_top_does(kind: str, durable_url: A
         check()
 
 
-def test_a_rare_keyword_filter_on_sqlite_scores_only_the_rows_that_may_pass(
-    durable_url: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An SQLite keyword search with a filter 2 of 4,000 rows pass, asked again, ranks no session, scores those 2 rows only, and gives Memory.search's hits and scores."""
-    session = [
+def two_reviewer_steps() -> list[dict[str, Any]]:
+    """Return 4,000 steps of which 2 (steps 7 and 2007) the reviewer took, texts "alpha beta {i % 13}"."""
+    return [
         {
             "step": i,
             "agent": "reviewer" if i % 2000 == 7 else "host",
@@ -1213,6 +1211,26 @@ def test_a_rare_keyword_filter_on_sqlite_scores_only_the_rows_that_may_pass(
         }
         for i in range(4000)
     ]
+
+
+def every_score_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Return a list that gets, for each later cosine of every row of a kept vector table (``Vectors.every_score``, still answering), the table's number of slots."""
+    scored: list[int] = []
+    every_score = Vectors.every_score
+
+    def counted(self: Any, query: Any) -> Any:
+        scored.append(len(self.key_at))
+        return every_score(self, query)
+
+    monkeypatch.setattr(Vectors, "every_score", counted)
+    return scored
+
+
+def test_a_rare_keyword_filter_on_sqlite_scores_only_the_rows_that_may_pass(
+    durable_url: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An SQLite keyword search with a filter 2 of 4,000 rows pass, asked again, ranks no session, scores those 2 rows only, and gives Memory.search's hits and scores."""
+    session = two_reviewer_steps()
     where = {"agent": "reviewer"}
     with open_store(durable_url("sqlite")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
@@ -1331,14 +1349,7 @@ def test_a_rare_semantic_filter_on_sqlite_asked_again_scores_only_the_vectors_of
     durable_url: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An SQLite semantic search over kept part vectors with a filter 2 of 4,000 rows pass walks its ranking when asked once, judges the session once when asked again, and then judges no row and scores only the vectors of those rows; hits and scores Memory.search's each time."""
-    session = [
-        {
-            "step": i,
-            "agent": "reviewer" if i % 2000 == 7 else "host",
-            "text": f"alpha beta {i % 13}",
-        }
-        for i in range(4000)
-    ]
+    session = two_reviewer_steps()
     where = {"agent": "reviewer"}
     embedder = HashingEmbedder(32)
     memory = Memory(MemoryItem(**fields) for fields in session)
@@ -1357,14 +1368,7 @@ def test_a_rare_semantic_filter_on_sqlite_asked_again_scores_only_the_vectors_of
     with open_store(durable_url("sqlite")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         keep_vectors_in_memory(store, embedder)
-        scored: list[int] = []
-        every_score = Vectors.every_score
-
-        def counted(self: Any, query: Any) -> Any:
-            scored.append(len(self.key_at))
-            return every_score(self, query)
-
-        monkeypatch.setattr(Vectors, "every_score", counted)
+        scored = every_score_calls(monkeypatch)
 
         def hits() -> list[tuple[int, float]]:
             found = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
@@ -1391,14 +1395,7 @@ def test_a_semantic_filter_postgres_indexes_scores_only_its_rows_and_a_common_on
     with open_store(durable_url("postgres")) as store:
         store.append("s", [MemoryItem(**fields) for fields in session])
         keep_vectors_in_memory(store, embedder)
-        scored: list[int] = []
-        every_score = Vectors.every_score
-
-        def counted(self: Any, query: Any) -> Any:
-            scored.append(len(self.key_at))
-            return every_score(self, query)
-
-        monkeypatch.setattr(Vectors, "every_score", counted)
+        scored = every_score_calls(monkeypatch)
 
         def same(where: dict[str, Any]) -> None:
             found = store.search("s", "beta 7", 5, mode="semantic", where=where, embedder=embedder)
