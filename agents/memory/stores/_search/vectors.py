@@ -891,13 +891,13 @@ def _kept_passing(
 
     Where the backend tells which rows may pass without judging every row
     and at most one in :data:`FEW` may (``Backend.filter_few_kept``: an
-    index names them, or an answer is kept), only their vectors are scored (``Table.scores_of``, the same floats).
-    Else every cosine, costing about what the unfiltered query does (scored
-    once, with no screen: a ranking a thousand items deep costs a screen
-    more than every row): the ranking is walked, asking which rows of each
-    slice may pass, with their items, in one call
-    (``Backend.filter_among_rows``); without an answer, which rows of the
-    session may pass once ``NARROW_AT`` fall short.
+    index names them, or an answer is kept), only their vectors are scored
+    (``scores_of``, the same floats). Else every cosine, costing about what
+    the unfiltered query does (scored once, with no screen: a ranking a
+    thousand items deep costs a screen more than every row): the ranking is
+    walked, asking which rows of each slice may pass, with their items, in
+    one call (``Backend.filter_among_rows``); without an answer, which rows
+    of the session may pass once ``NARROW_AT`` fall short.
     """
     with engine.errors("search", sid):
         few = engine.backend.filter_few_kept(sid, keep.tree, count() // FEW)
