@@ -1413,6 +1413,26 @@ def test_a_semantic_filter_postgres_indexes_scores_only_its_rows_and_a_common_on
         assert len(scored) == 2  # the common filter's ranking walked each time
 
 
+def test_a_semantic_filter_on_memory_scores_only_the_vectors_of_the_rows_its_value_index_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A memory:// semantic search over kept part vectors with a filter 2 of 4,000 rows pass, or none, scores only the vectors of the rows the value index names, from the first ask; a filter most rows pass walks the ranking; hits and scores Memory.search's."""
+    session = two_reviewer_steps()
+    embedder = HashingEmbedder(32)
+    memory = Memory(MemoryItem(**fields) for fields in session)
+    with open_store(f"memory://{uuid.uuid4().hex}") as store:
+        store.append("s", [MemoryItem(**fields) for fields in session])
+        keep_vectors_in_memory(store, embedder)
+        scored = every_score_calls(monkeypatch)
+        for where in ({"agent": "reviewer"}, {"agent": "auditor"}, {"agent": "host"}):
+            found = store.search("s", "beta 7", 3, mode="semantic", where=where, embedder=embedder)
+            want = memory.search("beta 7", 3, mode="semantic", where=where, embedder=embedder)
+            assert [(h.item["step"], h.score) for h in found] == [
+                (h.item["step"], h.score) for h in want
+            ]
+        assert scored == [4000]  # only the common filter scored every row
+
+
 SQLITE_RARE: Final = [
     {"agent": "reviewer"},
     {"meta.owner": "reviewer"},

@@ -288,6 +288,17 @@ class SpaceBackend(Backend):
             found = self._passing(session_id, session, tree)
             return None if found is None else set(found)  # the kept set stays as it is
 
+    def filter_few_kept(self, session_id: str, tree: FilterNode, most: int) -> set[int] | None:
+        """Judge the filter where no item need be decoded for it (:meth:`FilterValues.answers_cheaply`: the rows' value index, or the values kept), at most ``most`` rows; else ``None``."""
+        with self._space.lock:
+            session = self._space.sessions.get(session_id)
+            if session is None:
+                return set()
+            if not self._space.values.answers_cheaply(session_id, session.rows, tree):
+                return None  # the walk judges only the slices of its ranking
+            found = self._passing(session_id, session, tree)
+        return None if found is None or len(found) > most else set(found)
+
     def filter_among(
         self, session_id: str, tree: FilterNode, seqs: Sequence[int]
     ) -> set[int] | None:

@@ -282,6 +282,17 @@ class FilterValues:
                 return found
             return {seq for seq in seqs if seq in found}
 
+    def answers_cheaply(self, session_id: str, rows: Rows, tree: FilterNode) -> bool:
+        """Return whether :meth:`passing` can judge ``tree`` over the session without decoding every item: the values of its fields are kept, or the rows' value index names its rows."""
+        fields = node_fields(tree)
+        if fields is None:
+            return False
+        with self._lock:
+            kept = self._sessions.get(session_id)
+            if kept is not None and fields <= kept.fields.keys():
+                return True
+        return isinstance(rows, RowTable) and rows.value_index.judged(tree) is not None
+
     def _may_pass(
         self, rows: Rows, tree: FilterNode
     ) -> tuple[set[int], list[tuple[int, bytes]]] | None:
