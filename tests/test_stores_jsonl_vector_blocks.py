@@ -152,14 +152,19 @@ def test_a_damaged_block_read_lazily_falls_back_to_the_log(tmp_path: Path) -> No
         assert store.backend.vectors_of("s", WHOLE, [2, 300, 301]) == want
 
 
+def pages_from_the_log(folder: Path) -> list[Any]:
+    """Return the rows of ``vector_pages`` over the whole-item vectors of session ``s``, 50 a page, from the log read whole."""
+    with JSONLStore(folder, read_only=True) as store:
+        store.backend.read_rows("s")
+        return [row for page in store.backend.vector_pages("s", WHOLE, 50) for row in page]
+
+
 def test_a_damaged_block_met_while_paging_goes_on_from_the_log(tmp_path: Path) -> None:
     """Pages of vectors taken from the file go on from the log read whole at the first block that does not check out: every row once, in seq order, as the log holds them."""
     written(tmp_path)
     data = vectors(tmp_path).read_bytes()
     flipped(tmp_path, vector_at(data, 450))
-    with JSONLStore(tmp_path, read_only=True) as store:
-        store.backend.read_rows("s")
-        want = [row for page in store.backend.vector_pages("s", WHOLE, 50) for row in page]
+    want = pages_from_the_log(tmp_path)
     with JSONLStore(tmp_path, read_only=True) as store:
         pages = store.backend.vector_pages("s", WHOLE, 50)
         got = next(pages)
@@ -406,9 +411,7 @@ def test_pages_over_a_damaged_block_stay_as_of_the_first_page(tmp_path: Path) ->
     """Pages that meet a damaged block after another handle appended and deleted since the first page go on with the rows as of the first page: not the item appended, still the one deleted."""
     written(tmp_path)
     flipped(tmp_path, vector_at(vectors(tmp_path).read_bytes(), 450))
-    with JSONLStore(tmp_path, read_only=True) as store:
-        store.backend.read_rows("s")
-        want = [row for page in store.backend.vector_pages("s", WHOLE, 50) for row in page]
+    want = pages_from_the_log(tmp_path)
     with JSONLStore(tmp_path, read_only=True) as store:
         pages = store.backend.vector_pages("s", WHOLE, 50)
         got = next(pages)
